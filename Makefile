@@ -1,0 +1,147 @@
+# jizhi - top-level Makefile.
+#
+#   make            build everything into $(BUILD) (default build/)
+#   make run        install missing packages, build, run the example study
+#   make test       install missing packages, build, run every test
+#   make bench      benchmarks (each prints the peer's number and the ratio)
+#   make SANITIZE=address,undefined test-unit   unit tests under ASan/UBSan
+#   make valgrind   unit tests under valgrind
+#
+# Each part is one folder; its .c files are found by wildcard, so adding a
+# file needs no change here. Part-specific rules live in <part>/<part>.mk.
+
+CC       ?= cc
+PYTHON   ?= /usr/bin/python3
+OPT      ?= -O2
+SANITIZE ?=
+BUILD    ?= build
+
+ifneq ($(SANITIZE),)
+BUILD    := build-san
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+
+PKGS      := libzmq jansson sqlite3 gsl
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+BLAS_INC  := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/aarch64-linux-gnu/openblas-pthread /usr/include/openblas))
+
+WARN     := -Wall -Wextra -Wstrict-prototypes -Wno-unused-parameter -Wshadow
+CFLAGS   ?= $(OPT) -g
+ALL_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -pthread -MMD -MP $(WARN) $(SANFLAGS) $(PKG_CFLAGS) -I. -Itrial_helper
+LDFLAGS  ?=
+ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
+# GSL's linear algebra runs on OpenBLAS: link -lopenblas, not -lgslcblas.
+LIBS     := -lczmq -lzmq -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
+
+# Optional parts: detected and reported, never required.
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+HAVE_CUDA := $(if $(NVCC),yes,no)
+HAVE_NCCL := $(if $(wildcard /usr/include/nccl.h /usr/local/cuda/include/nccl.h),yes,no)
+HAVE_MPI  := $(if $(shell command -v mpicc 2>/dev/null),yes,no)
+
+# ---- sources by part -------------------------------------------------------
+COMMON_SRC := $(wildcard common/*.c)
+STORE_SRC  := $(wildcard store/*.c)
+SCHED_SRC  := $(wildcard schedulers/*.c)
+CTL_SRC    := $(wildcard controller/*.c)
+DISP_SRC   := $(wildcard dispatcher/*.c)
+HELPER_SRC := $(wildcard trial_helper/*.c)
+CLI_SRC    := $(wildcard cli/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIB_COMMON := $(BUILD)/lib/libjzcommon.a
+LIB_STORE  := $(BUILD)/lib/libjzstore.a
+LIB_SCHED  := $(BUILD)/lib/libjzsched.a
+LIB_CTL    := $(BUILD)/lib/libjzctl.a
+LIB_DISP   := $(BUILD)/lib/libjzdisp.a
+LIBJIZHI_A := $(BUILD)/lib/libjizhi.a
+LIBJIZHI_SO := $(BUILD)/lib/libjizhi.so
+JIZHI      := $(BUILD)/bin/jizhi
+
+# Internal libraries in link order (users before what they use).
+INTERNAL_LIBS := $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIBJIZHI_A) $(LIB_COMMON)
+
+UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+
+# Part makefiles add to these.
+EXTRA_BINS  :=
+EXTRA_TESTS :=
+BENCHES     :=
+
+.PHONY: all run test test-unit test-integration bench deps config clean valgrind format
+all: config $(JIZHI) $(LIBJIZHI_SO) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS)
+
+-include trainer/trainer.mk
+-include schedulers/schedulers.mk
+
+all: $(EXTRA_BINS)
+
+config:
+	@echo "jizhi build: CC=$(CC) BUILD=$(BUILD) SANITIZE=$(if $(SANITIZE),$(SANITIZE),no)"
+	@echo "  CUDA (nvcc): $(HAVE_CUDA)   NCCL: $(HAVE_NCCL)   MPI: $(HAVE_MPI)"
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIB_COMMON): $(call obj,$(COMMON_SRC))
+$(LIB_STORE):  $(call obj,$(STORE_SRC))
+$(LIB_SCHED):  $(call obj,$(SCHED_SRC))
+$(LIB_CTL):    $(call obj,$(CTL_SRC))
+$(LIB_DISP):   $(call obj,$(DISP_SRC))
+$(LIBJIZHI_A): $(call obj,$(HELPER_SRC))
+$(BUILD)/lib/%.a:
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+
+# The shared helper library carries the common code it uses and exports
+# only jz_* (trial_helper/libjizhi.map).
+$(LIBJIZHI_SO): $(call obj,$(HELPER_SRC)) $(LIB_COMMON) trial_helper/libjizhi.map
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $(call obj,$(HELPER_SRC)) $(LIB_COMMON) \
+	    -Wl,--version-script=trial_helper/libjizhi.map -Wl,-soname,libjizhi.so $(ALL_LDFLAGS) -lzmq -ljansson -lm
+
+$(BUILD)/lib/pkgconfig/jizhi.pc: trial_helper/jizhi.pc.in
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(abspath $(BUILD))|' -e 's|@INCLUDEDIR@|$(abspath trial_helper)|' $< > $@
+
+$(JIZHI): $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS) $(ALL_LDFLAGS) $(LIBS) -lncursesw
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(INTERNAL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(INTERNAL_LIBS) $(ALL_LDFLAGS) $(LIBS)
+
+# ---- top-level commands ----------------------------------------------------
+deps:
+	@scripts/install-deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/run-example.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS))
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run-all.sh
+
+test-unit: all
+	@BUILD=$(BUILD) tests/run-all.sh --unit-only
+
+valgrind: all
+	@for t in $(UNIT_TESTS); do valgrind -q --error-exitcode=3 --leak-check=full $$t || exit 1; done
+
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCHES)
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) scripts/bench-all.sh
+
+format:
+	clang-format -i $(shell git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

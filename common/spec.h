@@ -1,0 +1,93 @@
+/*  spec.h - the study spec (DESIGN §2): parsing, validation, parameters.
+
+    A spec is parsed from JSON into a spec_t. Validation is strict: unknown
+    keys, wrong types and bad ranges are refused with a message that names
+    the field ("space.lr.low: must be > 0 when log is true"). Parameters of
+    a trial are a JSON object {name: value}; helpers here map them to and
+    from the unit cube for schedulers.
+*/
+#ifndef JZ_SPEC_H
+#define JZ_SPEC_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+typedef enum { SPEC_FLOAT = 0, SPEC_INT, SPEC_CHOICE } spec_type;
+
+typedef struct {
+    char *name;      /* owned */
+    spec_type type;
+    double low, high; /* FLOAT and INT (INT holds whole numbers) */
+    int log;          /* FLOAT and INT: sample on a log scale */
+    json_t *values;   /* CHOICE: array of strings or numbers, owned */
+    size_t nvalues;   /* CHOICE: length of values */
+} spec_param;
+
+typedef struct {
+    char *name;          /* study name */
+    char *metric;        /* objective.metric */
+    int maximize;        /* objective.mode == "max" */
+    int use_best;        /* objective.use == "best" (default: last) */
+    char *sched_type;    /* scheduler.type */
+    long seed;           /* scheduler.seed (default 0) */
+    json_t *sched_opts;  /* the whole scheduler object, owned */
+    json_t *early_stop;  /* early_stopping object or NULL, owned */
+    long trials;         /* budget.trials */
+    long parallel;       /* budget.parallel (default 1) */
+    double time_s;       /* budget.time_s (0 = no limit) */
+    spec_param *params;  /* space, in the order of the spec file */
+    size_t nparams;
+    json_t *command;     /* trial.command, array of strings, owned */
+    long gpus;           /* trial.gpus */
+    double timeout_s;    /* trial.timeout_s (0 = none) */
+    long retries;        /* trial.retries */
+    json_t *env;         /* trial.env object of strings, owned */
+    json_t *json;        /* the normalised spec as given, owned */
+} spec_t;
+
+/* Error detail for parsing, like jansson's json_error_t. */
+typedef struct {
+    char field[128]; /* dotted path of the field at fault, "" for the file */
+    char text[256];  /* what was expected */
+} spec_error;
+
+/* Parses and validates a spec. Borrows `json`. Returns a new spec (caller
+   owns it; release with spec_destroy) or NULL with `err` filled. When
+   `check_command` is set, trial.command[0] must be found on PATH (or be
+   an executable path). */
+spec_t *spec_parse(json_t *json, int check_command, spec_error *err);
+
+/* Reads and parses a spec file. NULL with `err` filled on failure (the
+   field is "" and the text names the file for I/O and JSON errors). */
+spec_t *spec_load(const char *path, int check_command, spec_error *err);
+
+/* Formats `err` as "field: text" (or "text") into buf. Returns buf. */
+const char *spec_strerror(const spec_error *err, char *buf, size_t size);
+
+/* NULL-safe; sets *sp to NULL. */
+void spec_destroy(spec_t **sp);
+
+/* Canonical text of the spec (sorted keys, compact) used to tell whether
+   two specs are the same. Caller frees. */
+char *spec_canonical(const spec_t *s);
+
+/* Maps u in [0,1] to a legal value of parameter p (log scale, integer
+   rounding, choice index). Returns a new reference. */
+json_t *spec_param_from_unit(const spec_param *p, double u);
+
+/* Maps a legal value of p to [0,1] (the inverse of from_unit; a choice
+   maps to the centre of its cell). Returns -1 when the value is illegal. */
+double spec_param_to_unit(const spec_param *p, const json_t *value);
+
+/* 1 when `value` is a legal value of p, else 0. */
+int spec_param_legal(const spec_param *p, const json_t *value);
+
+/* Expands {name} placeholders in trial.command with the params. Returns a
+   new array of strings (caller owns) or NULL when a placeholder names no
+   parameter (err filled). "{{" and "}}" stand for literal braces. */
+json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *err);
+
+/* Compares objective values: 1 when a is better than b for this study. */
+int spec_better(const spec_t *s, double a, double b);
+
+#endif

@@ -1,0 +1,104 @@
+/*  sched.h - the scheduler interface (DESIGN §5).
+
+    A scheduler is pure decision logic: given the study's spec and the
+    trials' results it suggests new trials' parameters and may return
+    instructions for running trials. No SQL, no sockets, no clock reads:
+    time, when needed, comes in as arguments. Every scheduler takes the
+    spec's seed and is reproducible for a given seed and order of calls.
+
+    The controller owns the scheduler and calls it from its event loop, so
+    no call may take more than a few milliseconds: heavy work (fitting a
+    GP) belongs in a worker thread owned by the scheduler, with `suggest`
+    returning SCHED_WAIT until the answer is ready.
+
+    After every call that changes it, the controller persists
+    `save(...)`; a restarted controller creates the scheduler again with
+    sched_new and calls `restore` with the saved state, and nothing else
+    is replayed: the saved state must hold all the scheduler needs.
+*/
+#ifndef JZ_SCHED_H
+#define JZ_SCHED_H
+
+#include "../common/spec.h"
+#include <jansson.h>
+
+typedef struct sched sched_t;
+
+enum {
+    SCHED_OK = 0,    /* a suggestion is in *params */
+    SCHED_DONE = 1,  /* the scheduler has nothing more to suggest (grid exhausted) */
+    SCHED_WAIT = 2,  /* not ready yet; ask again later */
+    SCHED_ERR = -1
+};
+
+/* Trial outcome passed to on_complete. */
+typedef enum {
+    SCHED_COMPLETED = 0, /* finished with a result */
+    SCHED_FAILED,        /* failed for good (retries used up) */
+    SCHED_STOPPED        /* stopped early (by early stopping or a person) */
+} sched_outcome;
+
+/* An instruction a scheduler wants sent to a running trial. */
+typedef struct {
+    long trial;      /* target trial id */
+    char kind[16];   /* "set", "stop", "pause", "resume", "checkpoint", "load" */
+    json_t *args;    /* kind-specific object (owned by the instruction): for set
+                        {"name":..,"value":..}; for load {"path":..,"params":{..},
+                        "from": donor trial} ; NULL when none */
+    char reason[128];/* why, recorded in the event */
+} sched_instr;
+
+typedef struct {
+    const char *name;
+    /* Suggests parameters for new trial `trial_id` (already allocated by the
+       controller). On SCHED_OK *params is a new object (caller owns). */
+    int (*suggest)(sched_t *s, long trial_id, json_t **params);
+    /* A metric reported by a running trial, at that trial's `step`, at time
+       `now` (seconds, controller clock). May append up to `max` instructions
+       to `out` and returns how many (0..max), or -1 on error. */
+    int (*on_metric)(sched_t *s, long trial_id, long step, const char *metric,
+                     double value, double now, sched_instr *out, int max);
+    /* A trial ended. `params` borrowed; `value` is its objective (NaN when
+       it has none, e.g. failed). */
+    void (*on_complete)(sched_t *s, long trial_id, const json_t *params,
+                        sched_outcome outcome, double value);
+    /* State as JSON (caller owns), or NULL on error. */
+    json_t *(*save)(sched_t *s);
+    /* Restores state saved by `save` (borrowed). 0 or -1. */
+    int (*restore)(sched_t *s, const json_t *state);
+    void (*destroy)(sched_t *s);
+} sched_ops;
+
+/* Every scheduler struct starts with this header. */
+struct sched {
+    const sched_ops *ops;
+    const spec_t *spec; /* borrowed; outlives the scheduler */
+};
+
+/* Creates the scheduler named by spec->sched_type. Borrows spec, which
+   must outlive the scheduler. Returns NULL with a message in err (size
+   errsize) when the type is unknown or its options are wrong. Caller owns
+   the result and must destroy it with sched_destroy. */
+sched_t *sched_new(const spec_t *spec, char *err, size_t errsize);
+
+/* Validates scheduler options without creating one (used by spec checks).
+   0 or -1 with err filled ("scheduler.xxx: ..."). */
+int sched_check(const spec_t *spec, char *err, size_t errsize);
+
+/* NULL-safe; sets *sp to NULL. */
+void sched_destroy(sched_t **sp);
+
+/* Releases an instruction's args. */
+void sched_instr_fini(sched_instr *in);
+
+/* Deterministic random numbers for schedulers: a splitmix64 stream. */
+typedef struct { unsigned long long s; } sched_rng;
+void sched_rng_seed(sched_rng *r, unsigned long long seed, unsigned long long stream);
+unsigned long long sched_rng_u64(sched_rng *r);
+double sched_rng_uniform(sched_rng *r); /* in [0,1) */
+
+/* Constructors of the built-in schedulers (registry in sched.c). */
+sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize);
+sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize);
+
+#endif

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# install-deps.sh - installs the Debian packages jizhi needs (DESIGN §7).
+# Idempotent: does nothing when every package is already installed.
+# Called by `make run`, `make test` and .ci/run.
+set -euo pipefail
+
+PKGS=(build-essential pkg-config libzmq3-dev libczmq-dev libsqlite3-dev sqlite3
+      libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
+      dataset-fashion-mnist python3 python3-pytest tmux)
+# Optional: the PyTorch peer for the trainer's tests and benchmarks.
+OPTIONAL=(python3-torch)
+[ "${JIZHI_NO_TORCH:-0}" = 1 ] && OPTIONAL=()
+
+missing=()
+for p in "${PKGS[@]}" "${OPTIONAL[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

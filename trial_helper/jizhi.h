@@ -1,0 +1,100 @@
+/*  jizhi.h - the trial-helper library (libjizhi), the public API.
+
+    A training program embeds libjizhi to read its hyperparameters, report
+    metrics and receive live instructions (set a parameter, stop, pause,
+    resume, checkpoint, load another trial's checkpoint) from the jizhi
+    controller. A background thread batches reports and keeps the
+    connection, so no call here blocks on the network (except jz_flush).
+
+    Outside a study (JIZHI_TRIAL unset) the helper runs standalone: params
+    take their defaults (or JIZHI_PARAMS if set), reports are printed to
+    stderr and jz_poll returns nothing, so the same program runs with and
+    without jizhi.
+
+    Thread safety: one jz_trial may be used from one thread at a time.
+    Only symbols prefixed jz_ are exported by the library.
+*/
+#ifndef JIZHI_H
+#define JIZHI_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct jz_trial jz_trial;
+
+/* Kinds of instruction delivered through jz_poll. */
+typedef enum {
+    JZ_INS_NONE = 0,
+    JZ_INS_SET,        /* set parameter `name` to `value` (or `str`) */
+    JZ_INS_STOP,       /* finish now: flush and exit cleanly */
+    JZ_INS_PAUSE,      /* stop making progress until JZ_INS_RESUME */
+    JZ_INS_RESUME,     /* continue after a pause */
+    JZ_INS_CHECKPOINT, /* save now into jz_checkpoint_dir, then jz_checkpoint_done */
+    JZ_INS_LOAD        /* load the checkpoint at `str`; params are already updated */
+} jz_ins_kind;
+
+typedef struct {
+    jz_ins_kind kind; /* JZ_INS_NONE when nothing is pending */
+    long id;          /* controller's instruction id (for jz_ack) */
+    char name[64];    /* SET: parameter name */
+    double value;     /* SET: numeric value; NaN when the value is a string */
+    char str[1024];   /* SET: value as text; LOAD: checkpoint path */
+} jz_instruction;
+
+/* Opens the trial described by the environment (JIZHI_ENDPOINT,
+   JIZHI_TRIAL, JIZHI_TOKEN, JIZHI_PARAMS, ...), or a standalone trial when
+   JIZHI_TRIAL is unset. Returns NULL only when the environment is set but
+   malformed (a message names the variable on stderr). Caller owns the
+   result and must release it with jz_close. */
+jz_trial *jz_open(void);
+
+/* Parameter lookup. Returns the trial's value of `name`, converted, or
+   `dflt` when the trial has no such parameter or it has another type.
+   jz_param_str returns a string borrowed from the trial, valid until the
+   next jz_poll or jz_close. A NULL trial gives the default. */
+double jz_param_double(jz_trial *t, const char *name, double dflt);
+long jz_param_long(jz_trial *t, const char *name, long dflt);
+const char *jz_param_str(jz_trial *t, const char *name, const char *dflt);
+
+/* Queues one metric point. Never blocks on the network. Returns 0, or -1
+   when `metric` is not a valid name ([A-Za-z_][A-Za-z0-9_.]*, < 64 chars)
+   or the queue is full (more than a million unsent points). */
+int jz_report(jz_trial *t, long step, const char *metric, double value);
+
+/* Non-blocking. Fills `out` with the next pending instruction and returns
+   1, or returns 0 (out->kind = JZ_INS_NONE) when none is pending, -1 on a
+   NULL argument. SET and LOAD update the trial's params before returning.
+   An instruction is acknowledged as applied at the next jz_poll,
+   jz_report, jz_flush or jz_close, unless jz_ack says otherwise first. */
+int jz_poll(jz_trial *t, jz_instruction *out);
+
+/* Acknowledges instruction `ins` as applied (applied = 1) or refused
+   (applied = 0, `detail` says why; may be NULL). Returns 0 or -1. */
+int jz_ack(jz_trial *t, const jz_instruction *ins, int applied, const char *detail);
+
+/* Directory where this trial should write checkpoints (created if
+   missing). Borrowed string; "." in standalone mode without
+   JIZHI_CHECKPOINT_DIR. */
+const char *jz_checkpoint_dir(jz_trial *t);
+
+/* Tells the controller that a checkpoint for `step` is complete at
+   `path`. Returns 0 or -1. */
+int jz_checkpoint_done(jz_trial *t, long step, const char *path);
+
+/* Blocks until every queued report has been acknowledged as persisted by
+   the controller, or `timeout_ms` passes. Returns 0, or -1 on timeout.
+   Standalone: returns 0 at once. */
+int jz_flush(jz_trial *t, int timeout_ms);
+
+/* The trial id given by the controller, or -1 in standalone mode. */
+long jz_trial_id(const jz_trial *t);
+
+/* Flushes (waiting up to JIZHI_CLOSE_TIMEOUT_MS, default 10 s), stops the
+   background thread and frees the trial. NULL-safe; sets *tp to NULL. */
+void jz_close(jz_trial **tp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
