@@ -87,6 +87,9 @@ int spec_param_legal(const spec_param *p, const json_t *value);
    parameter (err filled). "{{" and "}}" stand for literal braces. */
 json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *err);
 
+/* 1 when s matches [A-Za-z_][A-Za-z0-9_]* and is under 64 characters. */
+int spec_valid_name(const char *s);
+
 /* Compares objective values: 1 when a is better than b for this study. */
 int spec_better(const spec_t *s, double a, double b);
 

@@ -1,0 +1,585 @@
+/*  spec.c - study spec parsing and validation (see spec.h).
+
+    Every check names the field at fault. The parser walks the JSON object
+    by hand rather than with a schema so that each message can say what
+    was expected.
+*/
+#include "spec.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int s_fail(spec_error *err, const char *field, const char *fmt, ...)
+{
+    if (err) {
+        snprintf(err->field, sizeof err->field, "%s", field);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->text, sizeof err->text, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+
+int spec_valid_name(const char *s)
+{
+    if (!s || !(isalpha((unsigned char)*s) || *s == '_'))
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (!(isalnum((unsigned char)*p) || *p == '_'))
+            return 0;
+    return strlen(s) < 64;
+}
+
+static int s_valid_study_name(const char *s)
+{
+    if (!s || !*s || strlen(s) > 100)
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (!(isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.'))
+            return 0;
+    return 1;
+}
+
+/* Checks that object `obj` at `path` has only keys from the NULL-ended
+   list `allowed`. */
+static int s_only_keys(json_t *obj, const char *path, const char *const *allowed, spec_error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++)
+            if (strcmp(key, *a) == 0)
+                ok = 1;
+        if (!ok) {
+            char field[128];
+            snprintf(field, sizeof field, "%s%s%s", path, *path ? "." : "", key);
+            char list[160] = "";
+            size_t off = 0;
+            for (const char *const *a = allowed; *a && off < sizeof list; a++)
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
+                                        a == allowed ? "" : ", ", *a);
+            return s_fail(err, field, "unknown key (expected one of: %s)", list);
+        }
+    }
+    return 0;
+}
+
+static const char *s_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* Fetches obj.key with an expected type; missing and optional -> *out NULL. */
+static int s_get(json_t *obj, const char *path, const char *key, json_type want, int required,
+                 json_t **out, spec_error *err)
+{
+    char field[128];
+    snprintf(field, sizeof field, "%s%s%s", path, *path ? "." : "", key);
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v) {
+        if (required)
+            return s_fail(err, field, "missing (required)");
+        return 0;
+    }
+    int ok = json_typeof(v) == want ||
+             (want == JSON_REAL && json_is_integer(v)) ||
+             (want == JSON_TRUE && json_is_boolean(v));
+    if (!ok) {
+        const char *expected = want == JSON_OBJECT    ? "an object"
+                               : want == JSON_ARRAY   ? "an array"
+                               : want == JSON_STRING  ? "a string"
+                               : want == JSON_INTEGER ? "an integer"
+                               : want == JSON_REAL    ? "a number"
+                                                      : "true or false";
+        return s_fail(err, field, "must be %s, not %s", expected, s_type_name(v));
+    }
+    *out = v;
+    return 0;
+}
+
+static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_error *err)
+{
+    char path[128];
+    snprintf(path, sizeof path, "space.%s", name);
+    if (!spec_valid_name(name))
+        return s_fail(err, path, "parameter names must match [A-Za-z_][A-Za-z0-9_]* (under 64 characters)");
+    if (!json_is_object(def))
+        return s_fail(err, path, "must be an object, not %s", s_type_name(def));
+    p->name = strdup(name);
+    json_t *type;
+    if (s_get(def, path, "type", JSON_STRING, 1, &type, err))
+        return -1;
+    const char *t = json_string_value(type);
+    char field[160];
+    if (!strcmp(t, "float") || !strcmp(t, "int")) {
+        static const char *const keys[] = {"type", "low", "high", "log", NULL};
+        if (s_only_keys(def, path, keys, err))
+            return -1;
+        p->type = !strcmp(t, "float") ? SPEC_FLOAT : SPEC_INT;
+        json_t *lo, *hi, *lg;
+        json_type nt = p->type == SPEC_INT ? JSON_INTEGER : JSON_REAL;
+        if (s_get(def, path, "low", nt, 1, &lo, err) || s_get(def, path, "high", nt, 1, &hi, err) ||
+            s_get(def, path, "log", JSON_TRUE, 0, &lg, err))
+            return -1;
+        p->low = json_number_value(lo);
+        p->high = json_number_value(hi);
+        p->log = lg && json_is_true(lg);
+        if (!isfinite(p->low) || !isfinite(p->high))
+            return s_fail(err, path, "low and high must be finite");
+        snprintf(field, sizeof field, "%s.low", path);
+        if (p->low > p->high)
+            return s_fail(err, field, "must be <= high (%g > %g)", p->low, p->high);
+        if (p->log && p->low <= 0)
+            return s_fail(err, field, "must be > 0 when log is true");
+    } else if (!strcmp(t, "choice")) {
+        static const char *const keys[] = {"type", "values", NULL};
+        if (s_only_keys(def, path, keys, err))
+            return -1;
+        p->type = SPEC_CHOICE;
+        json_t *vals;
+        if (s_get(def, path, "values", JSON_ARRAY, 1, &vals, err))
+            return -1;
+        snprintf(field, sizeof field, "%s.values", path);
+        if (json_array_size(vals) == 0)
+            return s_fail(err, field, "must not be empty");
+        size_t i;
+        json_t *v;
+        json_array_foreach(vals, i, v) {
+            if (!json_is_string(v) && !json_is_number(v)) {
+                snprintf(field, sizeof field, "%s.values[%zu]", path, i);
+                return s_fail(err, field, "must be a string or a number, not %s", s_type_name(v));
+            }
+            for (size_t j = 0; j < i; j++)
+                if (json_equal(v, json_array_get(vals, j))) {
+                    snprintf(field, sizeof field, "%s.values[%zu]", path, i);
+                    return s_fail(err, field, "repeats an earlier value");
+                }
+        }
+        p->values = json_incref(vals);
+        p->nvalues = json_array_size(vals);
+    } else {
+        snprintf(field, sizeof field, "%s.type", path);
+        return s_fail(err, field, "must be \"float\", \"int\" or \"choice\", not \"%s\"", t);
+    }
+    return 0;
+}
+
+static int s_command_found(const char *cmd)
+{
+    if (strchr(cmd, '/'))
+        return access(cmd, X_OK) == 0;
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/bin:/bin";
+    char buf[4096];
+    while (*path) {
+        const char *end = strchr(path, ':');
+        size_t len = end ? (size_t)(end - path) : strlen(path);
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)len, len ? path : ".", cmd);
+        if (access(buf, X_OK) == 0)
+            return 1;
+        if (!end)
+            break;
+        path = end + 1;
+    }
+    return 0;
+}
+
+static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
+{
+    static const char *const top[] = {"name",   "objective", "scheduler", "early_stopping",
+                                      "budget", "space",     "trial",     NULL};
+    if (!json_is_object(j))
+        return s_fail(err, "", "the spec must be a JSON object");
+    if (s_only_keys(j, "", top, err))
+        return -1;
+    json_t *v;
+    if (s_get(j, "", "name", JSON_STRING, 1, &v, err))
+        return -1;
+    if (!s_valid_study_name(json_string_value(v)))
+        return s_fail(err, "name", "must be 1-100 characters of letters, digits, '_', '-' or '.'");
+    s->name = strdup(json_string_value(v));
+
+    json_t *obj;
+    if (s_get(j, "", "objective", JSON_OBJECT, 1, &obj, err))
+        return -1;
+    static const char *const okeys[] = {"metric", "mode", "use", NULL};
+    if (s_only_keys(obj, "objective", okeys, err) ||
+        s_get(obj, "objective", "metric", JSON_STRING, 1, &v, err))
+        return -1;
+    if (!spec_valid_name(json_string_value(v)))
+        return s_fail(err, "objective.metric", "must match [A-Za-z_][A-Za-z0-9_]*");
+    s->metric = strdup(json_string_value(v));
+    if (s_get(obj, "objective", "mode", JSON_STRING, 1, &v, err))
+        return -1;
+    if (strcmp(json_string_value(v), "max") && strcmp(json_string_value(v), "min"))
+        return s_fail(err, "objective.mode", "must be \"max\" or \"min\"");
+    s->maximize = !strcmp(json_string_value(v), "max");
+    if (s_get(obj, "objective", "use", JSON_STRING, 0, &v, err))
+        return -1;
+    if (v && strcmp(json_string_value(v), "last") && strcmp(json_string_value(v), "best"))
+        return s_fail(err, "objective.use", "must be \"last\" or \"best\"");
+    s->use_best = v && !strcmp(json_string_value(v), "best");
+
+    if (s_get(j, "", "scheduler", JSON_OBJECT, 0, &obj, err))
+        return -1;
+    s->sched_opts = obj ? json_incref(obj) : json_pack("{s:s}", "type", "random");
+    if (s_get(s->sched_opts, "scheduler", "type", JSON_STRING, 1, &v, err))
+        return -1;
+    s->sched_type = strdup(json_string_value(v));
+    if (s_get(s->sched_opts, "scheduler", "seed", JSON_INTEGER, 0, &v, err))
+        return -1;
+    s->seed = v ? (long)json_integer_value(v) : 0;
+
+    if (s_get(j, "", "early_stopping", JSON_OBJECT, 0, &obj, err))
+        return -1;
+    if (obj) {
+        if (s_get(obj, "early_stopping", "type", JSON_STRING, 1, &v, err))
+            return -1;
+        if (strcmp(json_string_value(v), "asha") && strcmp(json_string_value(v), "median"))
+            return s_fail(err, "early_stopping.type", "must be \"asha\" or \"median\"");
+        s->early_stop = json_incref(obj);
+    }
+
+    if (s_get(j, "", "budget", JSON_OBJECT, 1, &obj, err))
+        return -1;
+    static const char *const bkeys[] = {"trials", "parallel", "time_s", NULL};
+    if (s_only_keys(obj, "budget", bkeys, err) ||
+        s_get(obj, "budget", "trials", JSON_INTEGER, 1, &v, err))
+        return -1;
+    s->trials = (long)json_integer_value(v);
+    if (s->trials < 1 || s->trials > 1000000)
+        return s_fail(err, "budget.trials", "must be from 1 to 1000000");
+    if (s_get(obj, "budget", "parallel", JSON_INTEGER, 0, &v, err))
+        return -1;
+    s->parallel = v ? (long)json_integer_value(v) : 1;
+    if (s->parallel < 1 || s->parallel > 10000)
+        return s_fail(err, "budget.parallel", "must be from 1 to 10000");
+    if (s_get(obj, "budget", "time_s", JSON_REAL, 0, &v, err))
+        return -1;
+    s->time_s = v ? json_number_value(v) : 0;
+    if (s->time_s < 0)
+        return s_fail(err, "budget.time_s", "must be >= 0");
+
+    if (s_get(j, "", "space", JSON_OBJECT, 1, &obj, err))
+        return -1;
+    s->nparams = json_object_size(obj);
+    s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
+    size_t i = 0;
+    const char *key;
+    json_object_foreach(obj, key, v) {
+        if (s_parse_param(&s->params[i++], key, v, err))
+            return -1;
+    }
+
+    if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
+        return -1;
+    static const char *const tkeys[] = {"command", "gpus", "timeout_s", "retries", "env", NULL};
+    if (s_only_keys(obj, "trial", tkeys, err) ||
+        s_get(obj, "trial", "command", JSON_ARRAY, 1, &v, err))
+        return -1;
+    if (json_array_size(v) == 0)
+        return s_fail(err, "trial.command", "must not be empty");
+    json_t *a;
+    json_array_foreach(v, i, a) {
+        if (!json_is_string(a)) {
+            char field[64];
+            snprintf(field, sizeof field, "trial.command[%zu]", i);
+            return s_fail(err, field, "must be a string, not %s", s_type_name(a));
+        }
+    }
+    s->command = json_incref(v);
+    const char *cmd0 = json_string_value(json_array_get(v, 0));
+    if (!*cmd0)
+        return s_fail(err, "trial.command[0]", "must not be empty");
+    if (check_command && !strchr(cmd0, '{') && !s_command_found(cmd0))
+        return s_fail(err, "trial.command[0]", "command not found: \"%s\" (not on PATH or not executable)",
+                      cmd0);
+    spec_error perr;
+    json_t *probe = json_object();
+    for (size_t k = 0; k < s->nparams; k++)
+        json_object_set_new(probe, s->params[k].name, spec_param_from_unit(&s->params[k], 0.5));
+    json_t *expanded = spec_expand_command(s, probe, &perr);
+    json_decref(probe);
+    if (!expanded)
+        return s_fail(err, perr.field, "%s", perr.text);
+    json_decref(expanded);
+
+    if (s_get(obj, "trial", "gpus", JSON_INTEGER, 0, &v, err))
+        return -1;
+    s->gpus = v ? (long)json_integer_value(v) : 0;
+    if (s->gpus < 0 || s->gpus > 64)
+        return s_fail(err, "trial.gpus", "must be from 0 to 64");
+    if (s_get(obj, "trial", "timeout_s", JSON_REAL, 0, &v, err))
+        return -1;
+    s->timeout_s = v ? json_number_value(v) : 0;
+    if (s->timeout_s < 0)
+        return s_fail(err, "trial.timeout_s", "must be >= 0");
+    if (s_get(obj, "trial", "retries", JSON_INTEGER, 0, &v, err))
+        return -1;
+    s->retries = v ? (long)json_integer_value(v) : 0;
+    if (s->retries < 0 || s->retries > 100)
+        return s_fail(err, "trial.retries", "must be from 0 to 100");
+    if (s_get(obj, "trial", "env", JSON_OBJECT, 0, &v, err))
+        return -1;
+    if (v) {
+        json_object_foreach(v, key, a) {
+            char field[128];
+            snprintf(field, sizeof field, "trial.env.%s", key);
+            if (!json_is_string(a))
+                return s_fail(err, field, "must be a string, not %s", s_type_name(a));
+            if (!*key || strchr(key, '=') || !strncmp(key, "JIZHI_", 6))
+                return s_fail(err, field, "not a settable variable name (no '=', no JIZHI_ prefix)");
+        }
+    }
+    s->env = v ? json_incref(v) : json_object();
+    s->json = json_incref(j);
+    return 0;
+}
+
+spec_t *spec_parse(json_t *json, int check_command, spec_error *err)
+{
+    spec_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        s_fail(err, "", "out of memory");
+        return NULL;
+    }
+    if (s_parse(s, json, check_command, err)) {
+        spec_destroy(&s);
+        return NULL;
+    }
+    return s;
+}
+
+spec_t *spec_load(const char *path, int check_command, spec_error *err)
+{
+    json_error_t jerr;
+    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j) {
+        if (jerr.line <= 0 && access(path, R_OK) != 0)
+            s_fail(err, "", "cannot read %s: %s", path, strerror(errno));
+        else
+            s_fail(err, "", "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    spec_t *s = spec_parse(j, check_command, err);
+    json_decref(j);
+    return s;
+}
+
+const char *spec_strerror(const spec_error *err, char *buf, size_t size)
+{
+    if (err->field[0])
+        snprintf(buf, size, "%s: %s", err->field, err->text);
+    else
+        snprintf(buf, size, "%s", err->text);
+    return buf;
+}
+
+void spec_destroy(spec_t **sp)
+{
+    if (!sp || !*sp)
+        return;
+    spec_t *s = *sp;
+    for (size_t i = 0; i < s->nparams; i++) {
+        free(s->params[i].name);
+        json_decref(s->params[i].values);
+    }
+    free(s->params);
+    free(s->name);
+    free(s->metric);
+    free(s->sched_type);
+    json_decref(s->sched_opts);
+    json_decref(s->early_stop);
+    json_decref(s->command);
+    json_decref(s->env);
+    json_decref(s->json);
+    free(s);
+    *sp = NULL;
+}
+
+char *spec_canonical(const spec_t *s)
+{
+    return json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
+}
+
+static double s_clamp01(double u)
+{
+    return u < 0 ? 0 : u > 1 ? 1 : u;
+}
+
+json_t *spec_param_from_unit(const spec_param *p, double u)
+{
+    u = s_clamp01(isnan(u) ? 0.5 : u);
+    if (p->type == SPEC_CHOICE) {
+        size_t i = (size_t)(u * (double)p->nvalues);
+        if (i >= p->nvalues)
+            i = p->nvalues - 1;
+        return json_deep_copy(json_array_get(p->values, i));
+    }
+    if (p->type == SPEC_FLOAT) {
+        double x = p->log ? exp(log(p->low) + u * (log(p->high) - log(p->low)))
+                          : p->low + u * (p->high - p->low);
+        if (x < p->low)
+            x = p->low;
+        if (x > p->high)
+            x = p->high;
+        return json_real(x);
+    }
+    /* int: each integer owns an equal cell of [low-0.5, high+0.5] */
+    double lo = p->low - 0.5, hi = p->high + 0.5;
+    double x = p->log ? exp(log(lo) + u * (log(hi) - log(lo))) : lo + u * (hi - lo);
+    double r = floor(x + 0.5);
+    if (r < p->low)
+        r = p->low;
+    if (r > p->high)
+        r = p->high;
+    return json_integer((json_int_t)r);
+}
+
+double spec_param_to_unit(const spec_param *p, const json_t *value)
+{
+    if (!spec_param_legal(p, value))
+        return -1;
+    if (p->type == SPEC_CHOICE) {
+        for (size_t i = 0; i < p->nvalues; i++)
+            if (json_equal((json_t *)value, json_array_get(p->values, i)))
+                return ((double)i + 0.5) / (double)p->nvalues;
+        return -1;
+    }
+    double x = json_number_value(value);
+    double lo = p->low, hi = p->high;
+    if (p->type == SPEC_INT) {
+        lo -= 0.5;
+        hi += 0.5;
+    }
+    if (hi == lo)
+        return 0.5;
+    double u = p->log ? (log(x) - log(lo)) / (log(hi) - log(lo)) : (x - lo) / (hi - lo);
+    return s_clamp01(u);
+}
+
+int spec_param_legal(const spec_param *p, const json_t *value)
+{
+    if (!value)
+        return 0;
+    if (p->type == SPEC_CHOICE) {
+        for (size_t i = 0; i < p->nvalues; i++)
+            if (json_equal((json_t *)value, json_array_get(p->values, i)))
+                return 1;
+        return 0;
+    }
+    if (p->type == SPEC_INT && !json_is_integer(value))
+        return 0;
+    if (!json_is_number(value))
+        return 0;
+    double x = json_number_value(value);
+    return isfinite(x) && x >= p->low && x <= p->high;
+}
+
+/* Shortest text that reads back as the same double. */
+static void s_format_number(const json_t *v, char *buf, size_t size)
+{
+    if (json_is_integer(v)) {
+        snprintf(buf, size, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return;
+    }
+    double x = json_real_value(v);
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, size, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}
+
+json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *err)
+{
+    json_t *out = json_array();
+    size_t i;
+    json_t *arg;
+    json_array_foreach(s->command, i, arg) {
+        const char *a = json_string_value(arg);
+        size_t cap = strlen(a) + 64, len = 0;
+        char *buf = malloc(cap);
+        for (const char *p = a; *p;) {
+            char piece[512];
+            const char *add = piece;
+            size_t addlen;
+            if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
+                piece[0] = p[0];
+                addlen = 1;
+                p += 2;
+            } else if (p[0] == '{') {
+                const char *close = strchr(p, '}');
+                char name[128];
+                size_t n = close ? (size_t)(close - p - 1) : 0;
+                if (!close || n == 0 || n >= sizeof name) {
+                    char field[64];
+                    snprintf(field, sizeof field, "trial.command[%zu]", i);
+                    s_fail(err, field, "unclosed or empty '{' placeholder in \"%s\" (write {{ for a brace)", a);
+                    free(buf);
+                    json_decref(out);
+                    return NULL;
+                }
+                memcpy(name, p + 1, n);
+                name[n] = 0;
+                json_t *v = json_object_get(params, name);
+                if (!v) {
+                    char field[64];
+                    snprintf(field, sizeof field, "trial.command[%zu]", i);
+                    s_fail(err, field, "placeholder {%s} names no parameter in space", name);
+                    free(buf);
+                    json_decref(out);
+                    return NULL;
+                }
+                if (json_is_string(v))
+                    add = json_string_value(v);
+                else
+                    s_format_number(v, piece, sizeof piece);
+                addlen = strlen(add);
+                p = close + 1;
+            } else {
+                piece[0] = *p++;
+                addlen = 1;
+            }
+            if (len + addlen + 1 > cap) {
+                cap = (len + addlen + 1) * 2;
+                buf = realloc(buf, cap);
+            }
+            memcpy(buf + len, add, addlen);
+            len += addlen;
+        }
+        buf[len] = 0;
+        json_array_append_new(out, json_string(buf));
+        free(buf);
+    }
+    return out;
+}
+
+int spec_better(const spec_t *s, double a, double b)
+{
+    if (isnan(a))
+        return 0;
+    if (isnan(b))
+        return 1;
+    return s->maximize ? a > b : a < b;
+}

@@ -1,0 +1,245 @@
+/*  wire.c - see wire.h and docs/PROTOCOL.md. */
+#include "wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+void wire_socket_setup(void *sock)
+{
+    int linger = 0;
+    int64_t maxsize = WIRE_MAX_BYTES + 1024;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize);
+}
+
+int wire_send(void *sock, const wire_peer *to, json_t *msg, int dontwait)
+{
+    int flags = dontwait ? ZMQ_DONTWAIT : 0;
+    char *body = json_dumps(msg, JSON_COMPACT);
+    json_decref(msg);
+    if (!body) {
+        errno = ENOMEM;
+        return -1;
+    }
+    int rc = 0;
+    if (to && to->len > 0 && zmq_send(sock, to->id, to->len, flags | ZMQ_SNDMORE) < 0)
+        rc = -1;
+    if (rc == 0 && zmq_send(sock, "", 0, flags | ZMQ_SNDMORE) < 0)
+        rc = -1;
+    if (rc == 0 && zmq_send(sock, body, strlen(body), flags) < 0)
+        rc = -1;
+    free(body);
+    return rc;
+}
+
+/* Drops the remaining frames of a message. */
+static void s_drain(void *sock)
+{
+    int more = 1;
+    size_t sz = sizeof more;
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        zmq_msg_recv(&m, sock, 0);
+        zmq_msg_close(&m);
+    }
+}
+
+json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t errsize)
+{
+    zmq_msg_t frames[3];
+    int n = 0, more = 1;
+    if (err && errsize)
+        err[0] = 0;
+    while (more) {
+        if (n == 3) {
+            s_drain(sock);
+            for (int i = 0; i < n; i++)
+                zmq_msg_close(&frames[i]);
+            snprintf(err, errsize, "too many frames");
+            errno = EPROTO;
+            return NULL;
+        }
+        zmq_msg_init(&frames[n]);
+        if (zmq_msg_recv(&frames[n], sock, (n == 0 && dontwait) ? ZMQ_DONTWAIT : 0) < 0) {
+            int e = errno;
+            for (int i = 0; i <= n; i++)
+                zmq_msg_close(&frames[i]);
+            errno = e;
+            if (e != EAGAIN)
+                snprintf(err, errsize, "receive failed: %s", zmq_strerror(e));
+            return NULL;
+        }
+        more = zmq_msg_more(&frames[n]);
+        n++;
+    }
+    json_t *out = NULL;
+    int want = from ? 3 : 2; /* ROUTER: id, "", body; DEALER: "", body */
+    if (from) {
+        from->len = 0;
+        if (n >= 1 && zmq_msg_size(&frames[0]) <= WIRE_MAX_ID) {
+            from->len = zmq_msg_size(&frames[0]);
+            memcpy(from->id, zmq_msg_data(&frames[0]), from->len);
+        }
+    }
+    if (n != want || zmq_msg_size(&frames[want - 2]) != 0) {
+        snprintf(err, errsize, "expected %d frames with an empty delimiter, got %d", want, n);
+    } else if (zmq_msg_size(&frames[n - 1]) > WIRE_MAX_BYTES) {
+        snprintf(err, errsize, "message of %zu bytes is over the %d-byte limit",
+                 zmq_msg_size(&frames[n - 1]), WIRE_MAX_BYTES);
+    } else {
+        json_error_t jerr;
+        out = json_loadb(zmq_msg_data(&frames[n - 1]), zmq_msg_size(&frames[n - 1]),
+                         JSON_REJECT_DUPLICATES, &jerr);
+        if (!out) {
+            snprintf(err, errsize, "invalid JSON: %s", jerr.text);
+        } else if (!json_is_object(out) || !json_is_string(json_object_get(out, "type"))) {
+            snprintf(err, errsize, "not a JSON object with a string \"type\"");
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&frames[i]);
+    if (!out)
+        errno = EPROTO;
+    return out;
+}
+
+const char *wire_type(const json_t *msg)
+{
+    const char *t = json_string_value(json_object_get(msg, "type"));
+    return t ? t : "";
+}
+
+int wire_get_long(const json_t *msg, const char *key, long *out, char *err, size_t errsize)
+{
+    json_t *v = json_object_get(msg, key);
+    if (!json_is_integer(v)) {
+        snprintf(err, errsize, "field '%s': expected an integer", key);
+        return -1;
+    }
+    *out = (long)json_integer_value(v);
+    return 0;
+}
+
+int wire_get_double(const json_t *msg, const char *key, double *out, char *err, size_t errsize)
+{
+    if (wire_to_double(json_object_get(msg, key), out) != 0) {
+        snprintf(err, errsize, "field '%s': expected a number", key);
+        return -1;
+    }
+    return 0;
+}
+
+int wire_get_str(const json_t *msg, const char *key, const char **out, char *err, size_t errsize)
+{
+    json_t *v = json_object_get(msg, key);
+    if (!json_is_string(v)) {
+        snprintf(err, errsize, "field '%s': expected a string", key);
+        return -1;
+    }
+    *out = json_string_value(v);
+    return 0;
+}
+
+json_t *wire_real(double x)
+{
+    if (isnan(x))
+        return json_string("nan");
+    if (isinf(x))
+        return json_string(x > 0 ? "inf" : "-inf");
+    return json_real(x);
+}
+
+int wire_to_double(const json_t *v, double *out)
+{
+    if (json_is_number(v)) {
+        *out = json_number_value(v);
+        return 0;
+    }
+    const char *s = json_string_value(v);
+    if (!s)
+        return -1;
+    if (!strcmp(s, "nan"))
+        *out = NAN;
+    else if (!strcmp(s, "inf"))
+        *out = INFINITY;
+    else if (!strcmp(s, "-inf"))
+        *out = -INFINITY;
+    else
+        return -1;
+    return 0;
+}
+
+json_t *wire_ok(long req)
+{
+    return json_pack("{s:s, s:I}", "type", "ok", "req", (json_int_t)req);
+}
+
+json_t *wire_error(long req, const char *code, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return json_pack("{s:s, s:I, s:s, s:s}", "type", "error", "req", (json_int_t)req, "code", code,
+                     "message", text);
+}
+
+double wire_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+double wire_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err, size_t errsize)
+{
+    static long s_next_req = 1;
+    long req = __atomic_fetch_add(&s_next_req, 1, __ATOMIC_RELAXED);
+    json_object_set_new(msg, "req", json_integer(req));
+    if (wire_send(dealer, NULL, msg, 0) != 0) {
+        snprintf(err, errsize, "send failed: %s", zmq_strerror(errno));
+        return NULL;
+    }
+    double deadline = wire_now() + timeout_ms / 1000.0;
+    for (;;) {
+        double left = deadline - wire_now();
+        if (left <= 0) {
+            snprintf(err, errsize, "timeout");
+            return NULL;
+        }
+        zmq_pollitem_t item = {dealer, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&item, 1, (long)(left * 1000) + 1) < 0 && errno != EINTR) {
+            snprintf(err, errsize, "poll failed: %s", zmq_strerror(errno));
+            return NULL;
+        }
+        if (!(item.revents & ZMQ_POLLIN))
+            continue;
+        json_t *reply = wire_recv(dealer, NULL, 1, err, errsize);
+        if (!reply) {
+            if (errno == EAGAIN)
+                continue;
+            return NULL;
+        }
+        json_t *r = json_object_get(reply, "req");
+        if (json_is_integer(r) && json_integer_value(r) == req)
+            return reply;
+        json_decref(reply); /* a late answer to an earlier request */
+    }
+}

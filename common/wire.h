@@ -1,0 +1,67 @@
+/*  wire.h - framing and decoding of jizhi's ZeroMQ messages.
+
+    The protocol (every message, its fields, each peer's states) is
+    docs/PROTOCOL.md. A message is [routing id (ROUTER side only)] [""]
+    [JSON object with a string "type"]. wire_recv enforces the framing and
+    the size limit and returns the decoded object; field accessors check
+    types so handlers can refuse bad fields without crashing.
+*/
+#ifndef JZ_WIRE_H
+#define JZ_WIRE_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define WIRE_MAX_BYTES (16 * 1024 * 1024)
+#define WIRE_MAX_ID 255
+
+/* A peer's routing id as seen by a ROUTER socket. */
+typedef struct {
+    unsigned char id[WIRE_MAX_ID + 1];
+    size_t len; /* 0: none (DEALER side) */
+} wire_peer;
+
+/* Sends `msg` (takes ownership, even on failure). `to` is the peer on a
+   ROUTER socket, NULL on a DEALER/REQ socket. Non-blocking when
+   `dontwait`. Returns 0 or -1 (errno set by zmq). */
+int wire_send(void *sock, const wire_peer *to, json_t *msg, int dontwait);
+
+/* Receives one message. `from` is filled on a ROUTER socket (NULL on a
+   DEALER). Returns a new object (caller owns), or NULL: with errno EAGAIN
+   when nothing is there (non-blocking, `dontwait`), else malformed, with
+   `err` saying why (the frames are consumed, so the socket stays in sync). */
+json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t errsize);
+
+/* Sets the options every jizhi socket uses (linger, max message size). */
+void wire_socket_setup(void *sock);
+
+/* The "type" of a decoded message (never NULL after wire_recv). */
+const char *wire_type(const json_t *msg);
+
+/* Typed field getters: 0 on success, -1 when absent or of another type
+   (with err: "field 'x': expected an integer"). */
+int wire_get_long(const json_t *msg, const char *key, long *out, char *err, size_t errsize);
+int wire_get_double(const json_t *msg, const char *key, double *out, char *err, size_t errsize);
+int wire_get_str(const json_t *msg, const char *key, const char **out, char *err, size_t errsize);
+
+/* A double as JSON: a real, or "nan"/"inf"/"-inf". New reference. */
+json_t *wire_real(double x);
+/* Reads a number or one of the three strings. 0 or -1. */
+int wire_to_double(const json_t *v, double *out);
+
+/* Builds replies. New references. */
+json_t *wire_ok(long req);
+json_t *wire_error(long req, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Client side: sends `msg` (takes ownership) with a fresh "req" on a
+   DEALER socket and waits up to timeout_ms for the reply with that req,
+   dropping others. Returns the reply (caller owns) or NULL with err
+   ("timeout", or malformed). */
+json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err, size_t errsize);
+
+/* Monotonic and wall clocks, in seconds. */
+double wire_now(void);
+double wire_wall(void);
+
+#endif

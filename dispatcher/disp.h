@@ -1,0 +1,47 @@
+/*  disp.h - the dispatcher: starts trial processes on one machine.
+
+    A dispatcher connects a DEALER socket to the controller, registers its
+    resources (CPU slots, and GPUs when nvidia-smi lists them), heartbeats,
+    and on `start` forks and execvp's the trial's argv (never a shell) with
+    the trial environment, CUDA_VISIBLE_DEVICES, and stdout/stderr sent to
+    per-trial log files. It enforces timeout_s (SIGTERM, then SIGKILL after
+    a grace period), kills on request, and reports every exit until the
+    controller acknowledges it. It has no database. Protocol:
+    docs/PROTOCOL.md (dispatcher section).
+
+    The same object runs as the `jizhi dispatcher` daemon or as a thread
+    inside `jizhi run`.
+*/
+#ifndef JZ_DISP_H
+#define JZ_DISP_H
+
+typedef struct disp disp_t;
+
+typedef struct {
+    const char *controller; /* endpoint to connect to (borrowed) */
+    const char *name;       /* dispatcher name; NULL: the host name */
+    int slots;              /* concurrent CPU trials; <= 0: number of CPUs */
+    const char *gpus;       /* "0,1,3", "none", or NULL to detect with nvidia-smi */
+    const char *log_dir;    /* root for per-trial logs; NULL: "./jizhi-logs" */
+    double kill_grace_s;    /* SIGTERM -> SIGKILL delay; <= 0: 5 s */
+} disp_config;
+
+/* Creates a dispatcher (connects lazily: a controller that is not up yet
+   is fine). Borrows cfg's strings only during the call. Returns NULL with
+   a message on stderr when the configuration is invalid. Caller owns the
+   result and must destroy it. */
+disp_t *disp_new(const disp_config *cfg);
+
+/* Runs the event loop until *stop becomes nonzero (checked at least every
+   100 ms), then kills its running trials (SIGTERM, then SIGKILL) only if
+   `kill_on_stop` was requested with disp_set_kill_on_stop, else leaves them
+   running. Returns 0, or -1 on a fatal socket error. */
+int disp_run(disp_t *d, volatile int *stop);
+
+/* Whether disp_run kills running trials when it stops (default 1). */
+void disp_set_kill_on_stop(disp_t *d, int on);
+
+/* NULL-safe; sets *dp to NULL. */
+void disp_destroy(disp_t **dp);
+
+#endif

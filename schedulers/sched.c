@@ -1,0 +1,79 @@
+/*  sched.c - scheduler registry, shared helpers and the rng.
+
+    sched_new looks the spec's scheduler type up in the table below; each
+    scheduler lives in its own file (sched_random.c, sched_grid.c, ...).
+*/
+#include "sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef sched_t *(*sched_ctor)(const spec_t *spec, char *err, size_t errsize);
+
+static const struct {
+    const char *name;
+    sched_ctor ctor;
+} s_registry[] = {
+    {"random", sched_random_new},
+    {"grid", sched_grid_new},
+};
+
+sched_t *sched_new(const spec_t *spec, char *err, size_t errsize)
+{
+    for (size_t i = 0; i < sizeof s_registry / sizeof s_registry[0]; i++)
+        if (strcmp(spec->sched_type, s_registry[i].name) == 0)
+            return s_registry[i].ctor(spec, err, errsize);
+    size_t off = (size_t)snprintf(err, errsize, "scheduler.type: unknown scheduler \"%s\" (expected one of:",
+                                  spec->sched_type);
+    for (size_t i = 0; i < sizeof s_registry / sizeof s_registry[0] && off < errsize; i++)
+        off += (size_t)snprintf(err + off, errsize - off, " %s", s_registry[i].name);
+    if (off < errsize)
+        snprintf(err + off, errsize - off, ")");
+    return NULL;
+}
+
+int sched_check(const spec_t *spec, char *err, size_t errsize)
+{
+    sched_t *s = sched_new(spec, err, errsize);
+    if (!s)
+        return -1;
+    sched_destroy(&s);
+    return 0;
+}
+
+void sched_destroy(sched_t **sp)
+{
+    if (sp && *sp) {
+        (*sp)->ops->destroy(*sp);
+        *sp = NULL;
+    }
+}
+
+void sched_instr_fini(sched_instr *in)
+{
+    if (in) {
+        json_decref(in->args);
+        in->args = NULL;
+    }
+}
+
+/* splitmix64: tiny, fast, and good enough for sampling hyperparameters. */
+void sched_rng_seed(sched_rng *r, unsigned long long seed, unsigned long long stream)
+{
+    r->s = seed * 0x9E3779B97F4A7C15ULL ^ (stream + 0x632BE59BD9B4E019ULL);
+    (void)sched_rng_u64(r);
+}
+
+unsigned long long sched_rng_u64(sched_rng *r)
+{
+    unsigned long long z = (r->s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+double sched_rng_uniform(sched_rng *r)
+{
+    return (double)(sched_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
+}

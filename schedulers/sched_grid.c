@@ -1,0 +1,161 @@
+/*  sched_grid.c - grid search over the cartesian product of the space.
+
+    Options: "points" (values per float/int parameter, default 3, spaced
+    evenly on the parameter's scale; an int range with fewer values takes
+    them all) and "shuffle" (visit the grid in a seeded random order).
+    Choice parameters take every value. The state is the next index.
+*/
+#include "sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    sched_t base;
+    long points;   /* per numeric parameter */
+    int shuffle;
+    long *sizes;   /* values per parameter */
+    long total;    /* product of sizes */
+    long next;     /* next grid index to suggest */
+    long *order;   /* permutation of [0,total) when shuffling, else NULL */
+} sched_grid;
+
+static long s_size(const sched_grid *g, const spec_param *p)
+{
+    if (p->type == SPEC_CHOICE)
+        return (long)p->nvalues;
+    if (p->type == SPEC_INT && p->high - p->low + 1 <= g->points)
+        return (long)(p->high - p->low + 1);
+    return g->points;
+}
+
+static json_t *s_value(const spec_param *p, long i, long n)
+{
+    if (p->type == SPEC_CHOICE)
+        return json_deep_copy(json_array_get(p->values, (size_t)i));
+    if (n == 1)
+        return spec_param_from_unit(p, 0.5);
+    if (p->type == SPEC_INT && p->high - p->low + 1 == n)
+        return json_integer((json_int_t)(p->low + i));
+    /* from_unit maps u to the parameter's scale; u = i/(n-1) hits both ends */
+    return spec_param_from_unit(p, (double)i / (double)(n - 1));
+}
+
+static int s_suggest(sched_t *s, long trial_id, json_t **params)
+{
+    sched_grid *g = (sched_grid *)s;
+    if (g->next >= g->total)
+        return SCHED_DONE;
+    long idx = g->order ? g->order[g->next] : g->next;
+    g->next++;
+    json_t *p = json_object();
+    /* the last parameter varies fastest */
+    for (size_t k = s->spec->nparams; k-- > 0;) {
+        const spec_param *sp = &s->spec->params[k];
+        long n = g->sizes[k];
+        json_object_set_new(p, sp->name, s_value(sp, idx % n, n));
+        idx /= n;
+    }
+    *params = p;
+    return SCHED_OK;
+}
+
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
+                       double now, sched_instr *out, int max)
+{
+    return 0;
+}
+
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
+                          double value)
+{
+}
+
+static json_t *s_save(sched_t *s)
+{
+    return json_pack("{s:I}", "next", (json_int_t)((sched_grid *)s)->next);
+}
+
+static int s_restore(sched_t *s, const json_t *state)
+{
+    json_int_t next;
+    if (json_unpack((json_t *)state, "{s:I}", "next", &next) != 0 || next < 0)
+        return -1;
+    ((sched_grid *)s)->next = (long)next;
+    return 0;
+}
+
+static void s_destroy(sched_t *s)
+{
+    sched_grid *g = (sched_grid *)s;
+    free(g->sizes);
+    free(g->order);
+    free(g);
+}
+
+static const sched_ops s_ops = {"grid", s_suggest, s_on_metric, s_on_complete,
+                                s_save, s_restore,  s_destroy};
+
+#define GRID_MAX 10000000L
+
+sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize)
+{
+    json_int_t points = 3;
+    int shuffle = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(spec->sched_opts, key, v) {
+        if (!strcmp(key, "type") || !strcmp(key, "seed"))
+            continue;
+        if (!strcmp(key, "points")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000) {
+                snprintf(err, errsize, "scheduler.points: must be an integer from 1 to 1000");
+                return NULL;
+            }
+            points = json_integer_value(v);
+        } else if (!strcmp(key, "shuffle")) {
+            if (!json_is_boolean(v)) {
+                snprintf(err, errsize, "scheduler.shuffle: must be true or false");
+                return NULL;
+            }
+            shuffle = json_is_true(v);
+        } else {
+            snprintf(err, errsize, "scheduler.%s: unknown option for the grid scheduler", key);
+            return NULL;
+        }
+    }
+    sched_grid *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->base.ops = &s_ops;
+    g->base.spec = spec;
+    g->points = (long)points;
+    g->shuffle = shuffle;
+    g->sizes = calloc(spec->nparams ? spec->nparams : 1, sizeof *g->sizes);
+    g->total = 1;
+    for (size_t k = 0; k < spec->nparams; k++) {
+        g->sizes[k] = s_size(g, &spec->params[k]);
+        if (g->total > GRID_MAX / g->sizes[k]) {
+            snprintf(err, errsize, "scheduler: the grid has more than %ld points", GRID_MAX);
+            s_destroy(&g->base);
+            return NULL;
+        }
+        g->total *= g->sizes[k];
+    }
+    if (shuffle) {
+        g->order = malloc((size_t)g->total * sizeof *g->order);
+        for (long i = 0; i < g->total; i++)
+            g->order[i] = i;
+        sched_rng rng;
+        sched_rng_seed(&rng, (unsigned long long)spec->seed, 0x67726964ULL);
+        for (long i = g->total - 1; i > 0; i--) { /* Fisher-Yates */
+            long j = (long)(sched_rng_u64(&rng) % (unsigned long long)(i + 1));
+            long t = g->order[i];
+            g->order[i] = g->order[j];
+            g->order[j] = t;
+        }
+    }
+    return &g->base;
+}

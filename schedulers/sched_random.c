@@ -1,0 +1,82 @@
+/*  sched_random.c - random search: each parameter drawn independently
+    (log-uniform for log parameters, uniform over choices).
+
+    Suggestion k uses its own rng stream (seed, k), so the state is just
+    the number of suggestions made and a restore continues the sequence.
+*/
+#include "sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+typedef struct {
+    sched_t base;
+    long count; /* suggestions made so far */
+} sched_random;
+
+static int s_suggest(sched_t *s, long trial_id, json_t **params)
+{
+    sched_random *self = (sched_random *)s;
+    sched_rng rng;
+    sched_rng_seed(&rng, (unsigned long long)s->spec->seed, (unsigned long long)self->count);
+    json_t *p = json_object();
+    for (size_t i = 0; i < s->spec->nparams; i++) {
+        const spec_param *sp = &s->spec->params[i];
+        json_object_set_new(p, sp->name, spec_param_from_unit(sp, sched_rng_uniform(&rng)));
+    }
+    self->count++;
+    *params = p;
+    return SCHED_OK;
+}
+
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
+                       double now, sched_instr *out, int max)
+{
+    return 0;
+}
+
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
+                          double value)
+{
+}
+
+static json_t *s_save(sched_t *s)
+{
+    return json_pack("{s:I}", "count", (json_int_t)((sched_random *)s)->count);
+}
+
+static int s_restore(sched_t *s, const json_t *state)
+{
+    json_int_t count;
+    if (json_unpack((json_t *)state, "{s:I}", "count", &count) != 0 || count < 0)
+        return -1;
+    ((sched_random *)s)->count = (long)count;
+    return 0;
+}
+
+static void s_destroy(sched_t *s)
+{
+    free(s);
+}
+
+static const sched_ops s_ops = {"random", s_suggest, s_on_metric, s_on_complete,
+                                s_save,   s_restore, s_destroy};
+
+sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(spec->sched_opts, key, v) {
+        if (strcmp(key, "type") && strcmp(key, "seed")) {
+            snprintf(err, errsize, "scheduler.%s: unknown option for the random scheduler", key);
+            return NULL;
+        }
+    }
+    sched_random *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->base.ops = &s_ops;
+    self->base.spec = spec;
+    return &self->base;
+}

@@ -1,0 +1,390 @@
+/*  trn.h - internals of jizhi-train, the built-in trainer (DESIGN §6).
+
+    The trainer is a user of the helper's public API (jizhi.h) like any
+    other program; everything here is internal to trainer/ (prefix trn_).
+    Pieces, one file each:
+      config.c     flags and params, one namespace (--foo-bar == foo_bar)
+      data.c       Fashion-MNIST (IDX + zlib), synthetic data, splits
+      rng.c        xoshiro256** generator with savable state
+      kernels_*.c  layer kernels, compiled in float (training) and in
+                   double (gradient tests) from kernels_impl.h
+      precision.c  bf16/fp16 emulation, dynamic loss scaling, schedules
+      net.c        the model graph (MLP, CNN), forward/backward, params
+      optim.c      SGD, LARS, LAMB, AdamW; warmup + cosine/poly schedule
+      ckpt.c       checkpoint files (header, version, CRC-32)
+      train.c      the training loop, evaluation, metrics, live control
+      io_jizhi.c   the bridge from trn_io to libjizhi
+      backend_cpu.c  BLAS threads and the CPU side of backends
+    Errors: functions return 0/-1 (constructors NULL) and write a message
+    into a caller's char buffer `err` of size TRN_ERRLEN.
+*/
+#ifndef TRN_H
+#define TRN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "jizhi.h"
+
+#define TRN_ERRLEN 512
+#define TRN_VERSION "0.1"
+
+/* ---- config (config.c) -------------------------------------------------- */
+
+typedef enum { TRN_FP32 = 0, TRN_BF16 = 1, TRN_FP16 = 2 } trn_precision;
+
+typedef struct trn_config {
+    char dataset[32];         /* fashion-mnist | synthetic */
+    char data_dir[256];       /* where the IDX .gz files are */
+    int val_size;             /* held-out validation examples */
+    int train_subset;         /* use only the first N training examples (0 = all) */
+    int synthetic_n;          /* synthetic: training examples */
+    char model[16];           /* mlp | cnn */
+    char hidden[128];         /* mlp: hidden sizes, "256,256" */
+    char channels[64];        /* cnn: channels per stage, "16,32" */
+    int blocks;               /* cnn: residual blocks per stage */
+    int epochs;               /* epochs to train */
+    long max_steps;           /* stop after this many steps (0 = no limit) */
+    int batch_size;           /* global batch */
+    int micro_batch;          /* gradient accumulation chunk (0 = whole batch) */
+    double lr;                /* peak learning rate (at base_batch if scaling) */
+    double momentum;          /* SGD/LARS momentum */
+    int nesterov;             /* SGD: Nesterov momentum */
+    double weight_decay;      /* L2 (SGD/LARS) or decoupled (AdamW/LAMB) */
+    char optimizer[16];       /* sgd | lars | lamb | adamw */
+    double beta1, beta2, eps; /* Adam-family moments */
+    double trust;             /* LARS trust coefficient eta */
+    double warmup_epochs;     /* linear warmup length */
+    char schedule[16];        /* constant | cosine | poly */
+    double poly_power;        /* poly: exponent */
+    char lr_scaling[16];      /* none | linear | sqrt: lr vs batch size */
+    int base_batch;           /* batch size at which lr is given (scaling) */
+    char precision[8];        /* fp32 | bf16 | fp16 */
+    char precision_schedule[128]; /* "fp32:1,bf16:8,fp32:1" epochs; overrides */
+    char loss_scale[24];      /* auto | dynamic | none | <number> */
+    double init_loss_scale;   /* dynamic: initial scale (2^16) */
+    int scale_window;         /* dynamic: clean steps before x2 (2000) */
+    int per_layer_scale;      /* one dynamic loss scale per layer */
+    double label_smoothing;   /* cross-entropy label smoothing */
+    long seed;                /* init, shuffling */
+    int threads;              /* BLAS threads (0 = all cores) */
+    int log_every;            /* report train metrics every N steps */
+    int eval_every;           /* evaluate every N steps (0 = each epoch) */
+    char checkpoint_dir[256]; /* "" = the helper's directory */
+    int checkpoint_every;     /* save every N epochs (0 = only on request) */
+    char resume[256];         /* checkpoint to resume from */
+    char save[256];           /* write a checkpoint here at the end */
+    char backend[8];          /* cpu | cuda */
+    int quiet;                /* no progress lines on stderr */
+} trn_config;
+
+/* Fills `c` with the defaults. */
+void trn_config_defaults(trn_config *c);
+
+/* Parses argv (flags --foo-bar V or --foo-bar=V). Returns 0, 1 when
+   --help was given (usage printed to `out`), or -1 with a message in err. */
+int trn_config_parse_args(trn_config *c, int argc, char **argv, FILE *out, char *err);
+
+/* Param lookup callback: returns the param's text in buf (1) or 0. */
+typedef int (*trn_param_fn)(void *ud, const char *name, char *buf, size_t len);
+
+/* Applies params (name = flag with '-' -> '_') from `fn`; a param wins over a
+   flag. Returns 0 or -1 with a message naming the param. */
+int trn_config_apply_params(trn_config *c, trn_param_fn fn, void *ud, char *err);
+
+/* Sets one option by its param or flag name from text. Returns 0, -1 with
+   err (bad value), or -2 (unknown name). */
+int trn_config_set(trn_config *c, const char *name, const char *value, char *err);
+
+/* Checks cross-field constraints. Returns 0 or -1 with err. */
+int trn_config_validate(const trn_config *c, char *err);
+
+/* Writes the usage text. */
+void trn_config_usage(FILE *out);
+
+/* Parses "256,256" into sizes (max n). Returns count or -1. */
+int trn_parse_int_list(const char *s, int *out, int max);
+
+trn_precision trn_precision_from_name(const char *s);
+const char *trn_precision_name(trn_precision p);
+
+/* ---- rng (rng.c) --------------------------------------------------------- */
+
+typedef struct {
+    uint64_t s[4];
+} trn_rng;
+
+void trn_rng_seed(trn_rng *r, uint64_t seed);
+uint64_t trn_rng_next(trn_rng *r);
+double trn_rng_uniform(trn_rng *r); /* [0,1) */
+double trn_rng_normal(trn_rng *r);
+/* Fisher-Yates permutation of 0..n-1. */
+void trn_rng_perm(trn_rng *r, int *perm, int n);
+
+/* ---- data (data.c) -------------------------------------------------------- */
+
+typedef struct {
+    int n;        /* examples */
+    int dim;      /* features per example (c*h*w) */
+    int c, h, w;  /* image shape */
+    int classes;  /* label count */
+    float *x;     /* n*dim, normalised */
+    uint8_t *y;   /* n labels */
+} trn_dataset;
+
+/* Reads an IDX images+labels pair (gzip) into a dataset. Returns 0 or -1
+   with err naming the file and what is wrong (missing, corrupt, truncated). */
+int trn_data_load_idx(trn_dataset *d, const char *images_gz, const char *labels_gz, char *err);
+
+/* Loads train/val/test per the config (dataset, data_dir, val_size,
+   train_subset, synthetic_n). Returns 0 or -1 with err. */
+int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
+                  trn_dataset *test, char *err);
+
+/* Synthetic 10-class problem of 28x28 "images" (learnable, seeded). */
+int trn_data_synthetic(trn_dataset *d, int n, uint64_t seed, char *err);
+
+void trn_data_free(trn_dataset *d);
+
+/* ---- kernels (kernels_impl.h; suffix _f float, _d double) ---------------- */
+
+#define TRN_KERNEL_DECLS(R, S)                                                           \
+    void trn_linear_fwd_##S(const R *x, const R *w, const R *b, R *y, int n, int k, int m); \
+    void trn_linear_bwd_##S(const R *x, const R *w, const R *dy, R *dx, R *dw, R *db,    \
+                            int n, int k, int m, R beta);                                \
+    void trn_relu_fwd_##S(const R *x, R *y, long n);                                     \
+    void trn_relu_bwd_##S(const R *y, const R *dy, R *dx, long n, R beta);               \
+    void trn_conv_fwd_##S(const R *x, const R *w, R *y, R *cols, int c, int n, int h,    \
+                          int wd, int co, int k, int stride, int pad);                   \
+    void trn_conv_bwd_##S(const R *x, const R *w, const R *dy, R *dx, R *dw, R *cols,    \
+                          int c, int n, int h, int wd, int co, int k, int stride, int pad, \
+                          R beta, R dxbeta);                                             \
+    void trn_bn_fwd_train_##S(const R *x, const R *g, const R *b, R *y, R *mean,         \
+                              R *invstd, int c, long s, R eps);                          \
+    void trn_bn_fwd_eval_##S(const R *x, const R *g, const R *b, R *y, const R *rmean,   \
+                             const R *rvar, int c, long s, R eps);                       \
+    void trn_bn_bwd_##S(const R *x, const R *g, const R *mean, const R *invstd,          \
+                        const R *dy, R *dx, R *dg, R *db, int c, long s, R beta,         \
+                        R dxbeta);                                                       \
+    void trn_gap_fwd_##S(const R *x, R *y, int c, int n, int hw);                        \
+    void trn_gap_bwd_##S(const R *dy, R *dx, int c, int n, int hw, R dxbeta);            \
+    double trn_softmax_ce_##S(const R *logits, const uint8_t *labels, R *dlogits, int n, \
+                              int k, double smoothing, double gscale, int *correct);
+
+TRN_KERNEL_DECLS(float, f)
+TRN_KERNEL_DECLS(double, d)
+
+/* Output size of a conv along one axis. */
+static inline int trn_conv_out(int in, int k, int stride, int pad)
+{
+    return (in + 2 * pad - k) / stride + 1;
+}
+
+/* ---- precision (precision.c) --------------------------------------------- */
+
+float trn_round_bf16(float x);
+float trn_round_fp16(float x);
+/* Rounds n values in place to the storage format p (no-op for fp32). */
+void trn_round_buf(float *x, long n, trn_precision p);
+/* 1 when any of n values is inf or NaN. */
+int trn_has_nonfinite(const float *x, long n);
+
+typedef struct {
+    double scale;       /* current loss scale */
+    int dynamic;        /* adjusts itself */
+    long good_steps;    /* clean steps since the last change */
+    int window;         /* clean steps before growing */
+    double growth;      /* x2 */
+    double backoff;     /* x0.5 */
+    long skipped;       /* steps skipped so far (overflow) */
+} trn_scaler;
+
+void trn_scaler_init(trn_scaler *s, double init, int dynamic, int window);
+/* Records one step's result; returns 1 when the step must be skipped. */
+int trn_scaler_update(trn_scaler *s, int overflow);
+
+#define TRN_MAX_PHASES 16
+typedef struct {
+    int n;
+    trn_precision prec[TRN_MAX_PHASES];
+    int epochs[TRN_MAX_PHASES];
+} trn_prec_schedule;
+
+/* Parses "fp32:1,bf16:8,fp32:1". Returns 0 or -1 with err. */
+int trn_prec_schedule_parse(trn_prec_schedule *s, const char *text, char *err);
+/* Precision for (0-based) epoch; the last phase continues. */
+trn_precision trn_prec_schedule_at(const trn_prec_schedule *s, int epoch);
+
+/* ---- net (net.c) ---------------------------------------------------------- */
+
+typedef enum { TRN_PW = 0, TRN_PBIAS, TRN_PBN } trn_pkind;
+
+typedef struct {
+    char name[32];
+    trn_pkind kind;  /* weights get weight decay and LARS; biases and BN not */
+    long n;          /* element count */
+    float *w;        /* fp32 master */
+    float *g;        /* fp32 gradient (mean over the batch) */
+    float *wlp;      /* working copy rounded to the compute precision */
+    float *m, *v;    /* optimiser state (momentum / Adam moments) */
+    int layer;       /* index of the op owning it (per-layer loss scales) */
+} trn_param;
+
+typedef struct trn_net trn_net;
+
+/* Builds the model in the config for inputs (c,h,w) and `classes`.
+   Returns NULL with err. Caller owns; destroy with trn_net_destroy. */
+trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, char *err);
+void trn_net_destroy(trn_net **np);
+
+int trn_net_nparams(const trn_net *n);
+trn_param *trn_net_param(trn_net *n, int i);
+long trn_net_param_count(const trn_net *n); /* total scalars */
+/* Layers that own params (for per-layer loss scales). */
+int trn_net_nlayers(const trn_net *n);
+/* A short text naming the architecture (checkpoint compatibility). */
+const char *trn_net_arch(const trn_net *n);
+
+/* Extra non-parameter state (BN running statistics). */
+long trn_net_state_count(const trn_net *n);
+float *trn_net_state(trn_net *n);
+
+/* Initialises weights from rng (He uniform, zero biases, BN 1/0). */
+void trn_net_init(trn_net *n, trn_rng *r);
+
+/* Sets the compute precision (rounds the working copy of weights). */
+void trn_net_set_precision(trn_net *n, trn_precision p);
+/* Refreshes the working copies after the master weights changed. */
+void trn_net_sync_weights(trn_net *n);
+
+void trn_net_zero_grad(trn_net *n);
+
+/* One forward (+ backward when train) pass over x[nb*dim] with labels y.
+   With train: gradients of (loss * gscale) are ADDED to each param's g;
+   gscale includes the loss scale and the micro-batch weight. With per-layer
+   scales (lscale != NULL, one per layer) layer l's gradients carry lscale[l]
+   instead of the global scale; the caller unscales. Returns the mean loss,
+   *correct gets the count of right predictions. -1 on allocation failure. */
+double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb,
+                                int train, double label_smoothing, double gscale,
+                                const double *lscale, int *correct);
+
+/* Like trn_net_forward_backward in evaluation mode (running BN stats). */
+double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct);
+
+/* Sum of squares of all gradients. */
+double trn_net_grad_sqnorm(const trn_net *n);
+
+/* ---- optimisers (optim.c) -------------------------------------------------- */
+
+typedef enum { TRN_SGD = 0, TRN_LARS, TRN_LAMB, TRN_ADAMW } trn_opt_kind;
+
+typedef struct {
+    trn_opt_kind kind;
+    double momentum, weight_decay, beta1, beta2, eps, trust;
+    int nesterov;
+    long t; /* Adam-family step count (bias correction) */
+} trn_optim;
+
+int trn_optim_from_name(const char *s); /* kind or -1 */
+void trn_optim_init(trn_optim *o, const trn_config *c);
+/* Applies one update with learning rate lr to every param of the net from
+   its g. Master weights only; call trn_net_sync_weights after. */
+void trn_optim_step(trn_optim *o, trn_param *params, int np, double lr);
+
+/* Learning-rate factor in [0,1] at progress `epoch_f` (fractional epoch)
+   for warmup + schedule over `epochs` total. */
+double trn_lr_factor(const char *schedule, double epoch_f, double warmup_epochs,
+                     double epochs, double poly_power);
+/* Multiplier for lr when the batch goes from b0 to b1 under rule
+   (none/linear/sqrt). */
+double trn_lr_scale_rule(const char *rule, double b0, double b1);
+
+/* ---- training (train.c) ------------------------------------------------- */
+
+/* How the trainer talks to the world: libjizhi in production (io_jizhi.c),
+   a fake in tests. Every function may be NULL. */
+typedef struct {
+    void *ud;
+    int (*report)(void *ud, long step, const char *metric, double value);
+    int (*poll)(void *ud, jz_instruction *out);
+    int (*ack)(void *ud, const jz_instruction *ins, int applied, const char *detail);
+    const char *(*checkpoint_dir)(void *ud);
+    int (*checkpoint_done)(void *ud, long step, const char *path);
+    int (*param)(void *ud, const char *name, char *buf, size_t len); /* for LOAD */
+} trn_io;
+
+typedef struct trn_trainer trn_trainer;
+
+/* Backend hooks: a device backend (CUDA) may take over the training step of
+   an MLP. NULL means the CPU path. */
+typedef struct trn_backend trn_backend;
+
+/* Creates a trainer: builds and initialises the model. The datasets are
+   borrowed and must outlive it. Returns NULL with err. */
+trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
+                             const trn_dataset *val, const trn_dataset *test, char *err);
+void trn_trainer_destroy(trn_trainer **tp);
+
+void trn_trainer_set_io(trn_trainer *t, const trn_io *io);
+void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b);
+
+/* Runs one optimisation step (one global batch). Returns 0, 1 when the
+   step was skipped (loss-scale overflow), -1 on error. */
+int trn_trainer_step(trn_trainer *t);
+
+/* Polls and applies pending instructions (normally called by run at each
+   step boundary). Returns 0, 1 if a stop was requested, -1 on error. */
+int trn_trainer_control(trn_trainer *t);
+
+/* Trains to the end (epochs or max_steps, or a stop instruction),
+   evaluating and reporting as configured; reports test_acc at the end.
+   Returns 0 or -1 with err. */
+int trn_trainer_run(trn_trainer *t, char *err);
+
+/* Evaluates on a dataset: mean loss and accuracy. */
+void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc);
+
+/* Accessors and live setters used by control and tests. */
+long trn_trainer_step_count(const trn_trainer *t);
+int trn_trainer_epoch(const trn_trainer *t);
+double trn_trainer_lr(const trn_trainer *t);      /* the lr the next step uses */
+double trn_trainer_last_loss(const trn_trainer *t);
+const trn_scaler *trn_trainer_scaler(const trn_trainer *t);
+trn_net *trn_trainer_net(trn_trainer *t);
+const trn_config *trn_trainer_config(const trn_trainer *t);
+/* Live change of one param by name ("lr", "batch_size", ...). Returns 0,
+   or -1 with a reason in err (unknown, or not changeable while running). */
+int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, char *err);
+
+/* Checkpoints (ckpt.c). Save writes atomically (temp file + rename).
+   Load refuses foreign, truncated, corrupt or incompatible files and then
+   changes nothing. Return 0 or -1 with err. */
+int trn_trainer_save(trn_trainer *t, const char *path, char *err);
+int trn_trainer_load(trn_trainer *t, const char *path, char *err);
+
+/* Verifies a checkpoint file's header and checksum only. */
+int trn_ckpt_verify(const char *path, char *err);
+
+/* The default CPU BLAS thread setup (backend_cpu.c). */
+void trn_cpu_set_threads(int n);
+int trn_cpu_cores(void);
+
+/* Optional device backend interface (backend_cuda.cu implements it). */
+struct trn_backend {
+    const char *name;
+    /* Creates device state for the net (MLP only). Returns 0 or -1. */
+    int (*attach)(void *self, trn_net *net, const trn_config *cfg, char *err);
+    /* One full step on a batch: forward, backward (loss scaled by
+       loss_scale), overflow check; when no overflow, unscale and apply SGD
+       with lr. Copies nothing back. Returns loss; *overflow set. */
+    double (*step)(void *self, const float *x, const uint8_t *y, int nb, double lr,
+                   double loss_scale, int *overflow, double *grad_sqnorm);
+    /* Copies device master weights into the net's params. */
+    void (*sync_to_host)(void *self, trn_net *net);
+    void (*detach)(void *self);
+    void *self;
+};
+
+#endif
