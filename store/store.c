@@ -1,0 +1,764 @@
+/*  store.c - the SQLite schema, migrations and every query (see store.h).
+
+    Statements used on hot paths are prepared once and cached in the
+    store_t; the rest are prepared per call. NaN is stored as NULL.
+*/
+#include "store.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    Q_METRIC_INSERT,
+    Q_TRIAL_SAVE,
+    Q_TRIAL_INSERT,
+    Q_PARAM_INSERT,
+    Q_EVENT_INSERT,
+    Q_COUNT
+};
+
+static const char *const s_sql[Q_COUNT] = {
+    [Q_METRIC_INSERT] = "INSERT INTO metrics(trial_id, attempt, step, name, value, time) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [Q_TRIAL_SAVE] = "UPDATE trials SET state=?2, attempt=?3, value=?4, last_value=?5, "
+                     "best_value=?6, last_step=?7, metric_req=?8, dispatcher=?9, pid=?10, "
+                     "exit_how=?11, exit_code=?12, reason=?13, out_path=?14, err_path=?15, "
+                     "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
+                     "generation=?20, parent=?21 WHERE id=?1",
+    [Q_TRIAL_INSERT] = "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
+                       "parent, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    [Q_PARAM_INSERT] = "INSERT OR REPLACE INTO params(trial_id, generation, parent, name, value) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5)",
+    [Q_EVENT_INSERT] = "INSERT INTO events(time, study_id, trial_id, who, kind, detail, applied) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *q[Q_COUNT];
+    int readonly;
+};
+
+/* Migrations: migration[i] brings the schema from version i to i+1. */
+static const char *const s_migrations[] = {
+    "CREATE TABLE studies("
+    "  id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, spec TEXT NOT NULL,"
+    "  state TEXT NOT NULL, sched_state TEXT, created REAL, finished REAL);"
+    "CREATE TABLE trials("
+    "  id INTEGER PRIMARY KEY, study_id INTEGER NOT NULL REFERENCES studies(id),"
+    "  number INTEGER NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 0,"
+    "  token TEXT NOT NULL, generation INTEGER NOT NULL DEFAULT 0, parent INTEGER,"
+    "  value REAL, last_value REAL, best_value REAL, last_step INTEGER,"
+    "  metric_req INTEGER NOT NULL DEFAULT 0, dispatcher TEXT, pid INTEGER,"
+    "  exit_how TEXT, exit_code INTEGER, reason TEXT, out_path TEXT, err_path TEXT,"
+    "  checkpoint TEXT, checkpoint_step INTEGER, created REAL, started REAL, ended REAL,"
+    "  UNIQUE(study_id, number));"
+    "CREATE TABLE params("
+    "  trial_id INTEGER NOT NULL REFERENCES trials(id), generation INTEGER NOT NULL,"
+    "  parent INTEGER, name TEXT NOT NULL, value TEXT NOT NULL,"
+    "  PRIMARY KEY(trial_id, generation, name));"
+    "CREATE TABLE metrics("
+    "  trial_id INTEGER NOT NULL, attempt INTEGER NOT NULL, step INTEGER NOT NULL,"
+    "  name TEXT NOT NULL, value REAL, time REAL);"
+    "CREATE INDEX metrics_by_trial ON metrics(trial_id, name);"
+    "CREATE TABLE events("
+    "  id INTEGER PRIMARY KEY, time REAL NOT NULL, study_id INTEGER, trial_id INTEGER,"
+    "  who TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT, applied INTEGER,"
+    "  latency_s REAL, result TEXT);"
+    "CREATE INDEX events_by_study ON events(study_id);"
+    "CREATE TABLE dispatchers("
+    "  name TEXT PRIMARY KEY, slots INTEGER, gpus TEXT, last_seen REAL);",
+};
+#define NMIGRATIONS (sizeof s_migrations / sizeof s_migrations[0])
+
+static void s_err(store_t *s, char *err, size_t errsize, const char *what)
+{
+    snprintf(err, errsize, "%s: %s", what, s->db ? sqlite3_errmsg(s->db) : "out of memory");
+}
+
+static int s_user_version(store_t *s)
+{
+    sqlite3_stmt *st;
+    int v = -1;
+    if (sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static int s_migrate(store_t *s, char *err, size_t errsize)
+{
+    int v = s_user_version(s);
+    if (v < 0) {
+        s_err(s, err, errsize, "reading the schema version");
+        return -1;
+    }
+    if (v > (int)NMIGRATIONS) {
+        snprintf(err, errsize, "database schema version %d is newer than this jizhi (%d)", v,
+                 (int)NMIGRATIONS);
+        return -1;
+    }
+    if (s->readonly) {
+        if (v < (int)NMIGRATIONS) {
+            snprintf(err, errsize, "not a jizhi database (or an older schema, version %d)", v);
+            return -1;
+        }
+        return 0;
+    }
+    for (; v < (int)NMIGRATIONS; v++) {
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d;", v + 1);
+        if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||
+            sqlite3_exec(s->db, s_migrations[v], NULL, NULL, NULL) != SQLITE_OK ||
+            sqlite3_exec(s->db, pragma, NULL, NULL, NULL) != SQLITE_OK ||
+            sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+            s_err(s, err, errsize, "migrating the schema");
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+store_t *store_open(const char *path, int readonly, char *err, size_t errsize)
+{
+    store_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errsize, "out of memory");
+        return NULL;
+    }
+    s->readonly = readonly;
+    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    if (sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        snprintf(err, errsize, "cannot open database %s: %s", path,
+                 s->db ? sqlite3_errmsg(s->db) : "out of memory");
+        store_close(&s);
+        return NULL;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    /* WAL: readers (the CLI) never block the controller. synchronous=NORMAL
+       in WAL survives a killed process; only power loss can drop the last
+       commits. */
+    if (!readonly && (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL) != SQLITE_OK ||
+                      sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL) != SQLITE_OK)) {
+        snprintf(err, errsize, "cannot use %s as a database: %s", path, sqlite3_errmsg(s->db));
+        store_close(&s);
+        return NULL;
+    }
+    sqlite3_exec(s->db, "PRAGMA foreign_keys=ON", NULL, NULL, NULL);
+    if (s_migrate(s, err, errsize) != 0) {
+        store_close(&s);
+        return NULL;
+    }
+    if (!readonly) {
+        for (int i = 0; i < Q_COUNT; i++)
+            if (sqlite3_prepare_v3(s->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->q[i], NULL) !=
+                SQLITE_OK) {
+                s_err(s, err, errsize, "preparing statements");
+                store_close(&s);
+                return NULL;
+            }
+    }
+    return s;
+}
+
+void store_close(store_t **sp)
+{
+    if (!sp || !*sp)
+        return;
+    store_t *s = *sp;
+    for (int i = 0; i < Q_COUNT; i++)
+        sqlite3_finalize(s->q[i]);
+    sqlite3_close(s->db);
+    free(s);
+    *sp = NULL;
+}
+
+const char *store_errmsg(store_t *s)
+{
+    return s && s->db ? sqlite3_errmsg(s->db) : "out of memory";
+}
+
+int store_begin(store_t *s)
+{
+    return sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+int store_commit(store_t *s)
+{
+    return sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+void store_rollback(store_t *s)
+{
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* ---- small binding helpers ---- */
+
+static void s_bind_double(sqlite3_stmt *st, int i, double x)
+{
+    if (isnan(x))
+        sqlite3_bind_null(st, i);
+    else
+        sqlite3_bind_double(st, i, x);
+}
+
+static double s_col_double(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+static void s_col_text(sqlite3_stmt *st, int i, char *buf, size_t size)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    snprintf(buf, size, "%s", t ? (const char *)t : "");
+}
+
+static json_t *s_col_json(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? json_loads((const char *)t, 0, NULL) : NULL;
+}
+
+/* Runs a cached statement to completion and resets it. */
+static int s_run(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static sqlite3_stmt *s_prepare(store_t *s, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    return st;
+}
+
+/* ---- studies ---- */
+
+long store_study_insert(store_t *s, const char *name, const json_t *spec, const char *state,
+                        double now)
+{
+    sqlite3_stmt *st = s_prepare(s, "INSERT INTO studies(name, spec, state, created) VALUES (?,?,?,?)");
+    if (!st)
+        return -1;
+    char *text = json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, text, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 4, now);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    free(text);
+    return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(s->db) : -1;
+}
+
+static int s_study_row(sqlite3_stmt *st, store_study *out)
+{
+    memset(out, 0, sizeof *out);
+    out->id = (long)sqlite3_column_int64(st, 0);
+    s_col_text(st, 1, out->name, sizeof out->name);
+    s_col_text(st, 2, out->state, sizeof out->state);
+    out->spec = s_col_json(st, 3);
+    out->sched_state = s_col_json(st, 4);
+    out->created = s_col_double(st, 5);
+    out->finished = s_col_double(st, 6);
+    return out->spec ? 1 : -1;
+}
+
+#define STUDY_COLS "id, name, state, spec, sched_state, created, finished"
+
+int store_study_get(store_t *s, const char *name, store_study *out)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT " STUDY_COLS " FROM studies WHERE name=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    int found = rc == SQLITE_ROW ? s_study_row(st, out) : rc == SQLITE_DONE ? 0 : -1;
+    sqlite3_finalize(st);
+    return found;
+}
+
+int store_study_get_id(store_t *s, long id, store_study *out)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT " STUDY_COLS " FROM studies WHERE id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    int found = rc == SQLITE_ROW ? s_study_row(st, out) : rc == SQLITE_DONE ? 0 : -1;
+    sqlite3_finalize(st);
+    return found;
+}
+
+void store_study_fini(store_study *st)
+{
+    if (st) {
+        json_decref(st->spec);
+        json_decref(st->sched_state);
+        st->spec = st->sched_state = NULL;
+    }
+}
+
+int store_study_set_state(store_t *s, long id, const char *state, double now)
+{
+    sqlite3_stmt *st = s_prepare(
+        s, "UPDATE studies SET state=?2, finished=CASE WHEN ?2='finished' THEN ?3 ELSE NULL END "
+           "WHERE id=?1");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 3, now);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
+{
+    sqlite3_stmt *st = s_prepare(s, "UPDATE studies SET sched_state=? WHERE id=?");
+    if (!st)
+        return -1;
+    char *text = sched_state ? json_dumps(sched_state, JSON_COMPACT) : NULL;
+    if (text)
+        sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    free(text);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+json_t *store_study_list(store_t *s)
+{
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT s.id, s.name, s.state, s.created, s.finished, COUNT(t.id),"
+           " SUM(t.state='completed'), SUM(t.state='failed'), SUM(t.state IN ('running','starting')),"
+           " json_extract(s.spec, '$.budget.trials')"
+           " FROM studies s LEFT JOIN trials t ON t.study_id = s.id GROUP BY s.id ORDER BY s.id");
+    if (!st)
+        return NULL;
+    json_t *out = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_array_append_new(
+            out, json_pack("{s:I, s:s, s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:I}", "id",
+                           (json_int_t)sqlite3_column_int64(st, 0), "name",
+                           (const char *)sqlite3_column_text(st, 1), "state",
+                           (const char *)sqlite3_column_text(st, 2), "created",
+                           json_real(sqlite3_column_double(st, 3)), "finished",
+                           sqlite3_column_type(st, 4) == SQLITE_NULL
+                               ? json_null()
+                               : json_real(sqlite3_column_double(st, 4)),
+                           "trials", (json_int_t)sqlite3_column_int64(st, 5), "completed",
+                           (json_int_t)sqlite3_column_int64(st, 6), "failed",
+                           (json_int_t)sqlite3_column_int64(st, 7), "running",
+                           (json_int_t)sqlite3_column_int64(st, 8), "budget",
+                           (json_int_t)sqlite3_column_int64(st, 9)));
+    }
+    sqlite3_finalize(st);
+    return out;
+}
+
+long store_running_studies(store_t *s, long **ids)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT id FROM studies WHERE state='running' ORDER BY id");
+    if (!st)
+        return -1;
+    long n = 0, cap = 8;
+    *ids = malloc((size_t)cap * sizeof **ids);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap)
+            *ids = realloc(*ids, (size_t)(cap *= 2) * sizeof **ids);
+        (*ids)[n++] = (long)sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* ---- trials ---- */
+
+static int s_params_insert(store_t *s, long trial_id, long generation, long parent,
+                           const json_t *params)
+{
+    const char *name;
+    json_t *v;
+    json_object_foreach((json_t *)params, name, v) {
+        sqlite3_stmt *st = s->q[Q_PARAM_INSERT];
+        char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        sqlite3_bind_int64(st, 1, trial_id);
+        sqlite3_bind_int64(st, 2, generation);
+        if (parent >= 0)
+            sqlite3_bind_int64(st, 3, parent);
+        sqlite3_bind_text(st, 4, name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
+        int rc = s_run(st);
+        free(text);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+int store_trial_insert(store_t *s, store_trial *t)
+{
+    sqlite3_stmt *st = s->q[Q_TRIAL_INSERT];
+    sqlite3_bind_int64(st, 1, t->study_id);
+    sqlite3_bind_int64(st, 2, t->number);
+    sqlite3_bind_text(st, 3, t->state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, t->attempt);
+    sqlite3_bind_text(st, 5, t->token, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 6, t->generation);
+    if (t->parent >= 0)
+        sqlite3_bind_int64(st, 7, t->parent);
+    sqlite3_bind_double(st, 8, t->created);
+    if (s_run(st))
+        return -1;
+    t->id = (long)sqlite3_last_insert_rowid(s->db);
+    return s_params_insert(s, t->id, t->generation, t->parent, t->params);
+}
+
+static void s_bind_text_or_null(sqlite3_stmt *st, int i, const char *text)
+{
+    if (text && *text)
+        sqlite3_bind_text(st, i, text, -1, SQLITE_TRANSIENT);
+}
+
+int store_trial_save(store_t *s, const store_trial *t)
+{
+    sqlite3_stmt *st = s->q[Q_TRIAL_SAVE];
+    sqlite3_bind_int64(st, 1, t->id);
+    sqlite3_bind_text(st, 2, t->state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, t->attempt);
+    s_bind_double(st, 4, t->value);
+    s_bind_double(st, 5, t->last_value);
+    s_bind_double(st, 6, t->best_value);
+    sqlite3_bind_int64(st, 7, t->last_step);
+    sqlite3_bind_int64(st, 8, t->metric_req);
+    s_bind_text_or_null(st, 9, t->dispatcher);
+    sqlite3_bind_int64(st, 10, t->pid);
+    s_bind_text_or_null(st, 11, t->exit_how);
+    sqlite3_bind_int64(st, 12, t->exit_code);
+    s_bind_text_or_null(st, 13, t->reason);
+    s_bind_text_or_null(st, 14, t->out_path);
+    s_bind_text_or_null(st, 15, t->err_path);
+    s_bind_text_or_null(st, 16, t->checkpoint);
+    sqlite3_bind_int64(st, 17, t->checkpoint_step);
+    sqlite3_bind_double(st, 18, t->started);
+    sqlite3_bind_double(st, 19, t->ended);
+    sqlite3_bind_int64(st, 20, t->generation);
+    if (t->parent >= 0)
+        sqlite3_bind_int64(st, 21, t->parent);
+    return s_run(st);
+}
+
+int store_trial_set_params(store_t *s, long trial_id, long generation, long parent,
+                           const json_t *params)
+{
+    return s_params_insert(s, trial_id, generation, parent, params);
+}
+
+#define TRIAL_COLS                                                                               \
+    "id, study_id, number, state, attempt, token, generation, parent, value, last_value, "      \
+    "best_value, last_step, metric_req, dispatcher, pid, exit_how, exit_code, reason, out_path, " \
+    "err_path, checkpoint, checkpoint_step, created, started, ended"
+
+static json_t *s_params_of(store_t *s, long trial_id, long generation)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT name, value FROM params WHERE trial_id=? AND generation=?");
+    json_t *p = json_object();
+    if (!st)
+        return p;
+    sqlite3_bind_int64(st, 1, trial_id);
+    sqlite3_bind_int64(st, 2, generation);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *v = json_loads((const char *)sqlite3_column_text(st, 1), JSON_DECODE_ANY, NULL);
+        if (v)
+            json_object_set_new(p, (const char *)sqlite3_column_text(st, 0), v);
+    }
+    sqlite3_finalize(st);
+    return p;
+}
+
+static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
+{
+    memset(t, 0, sizeof *t);
+    t->id = (long)sqlite3_column_int64(st, 0);
+    t->study_id = (long)sqlite3_column_int64(st, 1);
+    t->number = (long)sqlite3_column_int64(st, 2);
+    s_col_text(st, 3, t->state, sizeof t->state);
+    t->attempt = (long)sqlite3_column_int64(st, 4);
+    s_col_text(st, 5, t->token, sizeof t->token);
+    t->generation = (long)sqlite3_column_int64(st, 6);
+    t->parent = sqlite3_column_type(st, 7) == SQLITE_NULL ? -1 : (long)sqlite3_column_int64(st, 7);
+    t->value = s_col_double(st, 8);
+    t->last_value = s_col_double(st, 9);
+    t->best_value = s_col_double(st, 10);
+    t->last_step = (long)sqlite3_column_int64(st, 11);
+    t->metric_req = (long)sqlite3_column_int64(st, 12);
+    s_col_text(st, 13, t->dispatcher, sizeof t->dispatcher);
+    t->pid = (long)sqlite3_column_int64(st, 14);
+    s_col_text(st, 15, t->exit_how, sizeof t->exit_how);
+    t->exit_code = (long)sqlite3_column_int64(st, 16);
+    s_col_text(st, 17, t->reason, sizeof t->reason);
+    s_col_text(st, 18, t->out_path, sizeof t->out_path);
+    s_col_text(st, 19, t->err_path, sizeof t->err_path);
+    s_col_text(st, 20, t->checkpoint, sizeof t->checkpoint);
+    t->checkpoint_step = (long)sqlite3_column_int64(st, 21);
+    t->created = sqlite3_column_double(st, 22);
+    t->started = sqlite3_column_double(st, 23);
+    t->ended = sqlite3_column_double(st, 24);
+    t->params = s_params_of(s, t->id, t->generation);
+}
+
+long store_trials_load(store_t *s, long study_id, store_trial **out)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT " TRIAL_COLS " FROM trials WHERE study_id=? ORDER BY number");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    long n = 0, cap = 16;
+    *out = malloc((size_t)cap * sizeof **out);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap)
+            *out = realloc(*out, (size_t)(cap *= 2) * sizeof **out);
+        s_trial_row(s, st, &(*out)[n++]);
+    }
+    sqlite3_finalize(st);
+    return n;
+}
+
+int store_trial_get(store_t *s, long trial_id, store_trial *out)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT " TRIAL_COLS " FROM trials WHERE id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    int rc = sqlite3_step(st);
+    int found = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    if (found == 1)
+        s_trial_row(s, st, out);
+    sqlite3_finalize(st);
+    return found;
+}
+
+void store_trial_fini(store_trial *t)
+{
+    if (t) {
+        json_decref(t->params);
+        t->params = NULL;
+    }
+}
+
+void store_trials_free(store_trial *t, long n)
+{
+    for (long i = 0; i < n; i++)
+        store_trial_fini(&t[i]);
+    free(t);
+}
+
+static json_t *s_num_or_null(double x)
+{
+    return isnan(x) ? json_null() : json_real(x);
+}
+
+json_t *store_trial_json(const store_trial *t, store_t *s)
+{
+    json_t *j = json_pack(
+        "{s:I, s:I, s:I, s:s, s:I, s:O, s:I, s:o, s:o, s:o, s:o, s:I, s:s, s:I, s:s, s:I, s:s, "
+        "s:s, s:s, s:s, s:f, s:f, s:f}",
+        "id", (json_int_t)t->id, "study_id", (json_int_t)t->study_id, "number",
+        (json_int_t)t->number, "state", t->state, "attempt", (json_int_t)t->attempt, "params",
+        t->params, "generation", (json_int_t)t->generation, "parent",
+        t->parent >= 0 ? json_integer(t->parent) : json_null(), "value", s_num_or_null(t->value),
+        "last_value", s_num_or_null(t->last_value), "best_value", s_num_or_null(t->best_value),
+        "last_step", (json_int_t)t->last_step, "dispatcher", t->dispatcher, "pid",
+        (json_int_t)t->pid, "exit_how", t->exit_how, "exit_code", (json_int_t)t->exit_code,
+        "reason", t->reason, "stdout", t->out_path, "stderr", t->err_path, "checkpoint",
+        t->checkpoint, "created", t->created, "started", t->started, "ended", t->ended);
+    if (j && s)
+        json_object_set_new(j, "metrics", store_metrics_last(s, t->id));
+    return j;
+}
+
+json_t *store_trial_lineage(store_t *s, long trial_id)
+{
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT DISTINCT generation, parent FROM params WHERE trial_id=? ORDER BY generation");
+    json_t *out = json_array();
+    if (!st)
+        return out;
+    sqlite3_bind_int64(st, 1, trial_id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        long gen = (long)sqlite3_column_int64(st, 0);
+        json_array_append_new(
+            out, json_pack("{s:I, s:o, s:o}", "generation", (json_int_t)gen, "parent",
+                           sqlite3_column_type(st, 1) == SQLITE_NULL
+                               ? json_null()
+                               : json_integer(sqlite3_column_int64(st, 1)),
+                           "params", s_params_of(s, trial_id, gen)));
+    }
+    sqlite3_finalize(st);
+    return out;
+}
+
+/* ---- metrics ---- */
+
+int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts, size_t n,
+                      double now)
+{
+    sqlite3_stmt *st = s->q[Q_METRIC_INSERT];
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_bind_int64(st, 1, trial_id);
+        sqlite3_bind_int64(st, 2, attempt);
+        sqlite3_bind_int64(st, 3, pts[i].step);
+        sqlite3_bind_text(st, 4, pts[i].name, -1, SQLITE_STATIC);
+        s_bind_double(st, 5, pts[i].value);
+        sqlite3_bind_double(st, 6, now);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE)
+            return -1;
+    }
+    return 0;
+}
+
+long store_metrics_count(store_t *s, long trial_id)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT COUNT(*) FROM metrics WHERE trial_id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    long n = sqlite3_step(st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
+}
+
+json_t *store_metrics_last(store_t *s, long trial_id)
+{
+    /* the row with the largest rowid per name is the last reported */
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT name, value FROM metrics WHERE rowid IN "
+           "(SELECT MAX(rowid) FROM metrics WHERE trial_id=? GROUP BY name) ORDER BY name");
+    json_t *out = json_object();
+    if (!st)
+        return out;
+    sqlite3_bind_int64(st, 1, trial_id);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_object_set_new(out, (const char *)sqlite3_column_text(st, 0),
+                            s_num_or_null(s_col_double(st, 1)));
+    sqlite3_finalize(st);
+    return out;
+}
+
+json_t *store_metrics_series(store_t *s, long trial_id, const char *name)
+{
+    sqlite3_stmt *st =
+        s_prepare(s, "SELECT step, value FROM metrics WHERE trial_id=? AND name=? ORDER BY rowid");
+    json_t *out = json_array();
+    if (!st)
+        return out;
+    sqlite3_bind_int64(st, 1, trial_id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(out, json_pack("[I,o]", (json_int_t)sqlite3_column_int64(st, 0),
+                                             s_num_or_null(s_col_double(st, 1))));
+    sqlite3_finalize(st);
+    return out;
+}
+
+/* ---- events ---- */
+
+long store_event_add(store_t *s, double now, long study_id, long trial_id, const char *who,
+                     const char *kind, const json_t *detail, int applied)
+{
+    sqlite3_stmt *st = s->q[Q_EVENT_INSERT];
+    char *text = detail ? json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    sqlite3_bind_double(st, 1, now);
+    if (study_id >= 0)
+        sqlite3_bind_int64(st, 2, study_id);
+    if (trial_id >= 0)
+        sqlite3_bind_int64(st, 3, trial_id);
+    sqlite3_bind_text(st, 4, who, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, kind, -1, SQLITE_TRANSIENT);
+    if (text)
+        sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
+    if (applied >= 0)
+        sqlite3_bind_int(st, 7, applied);
+    int rc = s_run(st);
+    free(text);
+    return rc ? -1 : (long)sqlite3_last_insert_rowid(s->db);
+}
+
+int store_event_resolve(store_t *s, long event_id, int applied, double latency_s,
+                        const char *detail)
+{
+    sqlite3_stmt *st = s_prepare(s, "UPDATE events SET applied=?, latency_s=?, result=? WHERE id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int(st, 1, applied);
+    sqlite3_bind_double(st, 2, latency_s);
+    s_bind_text_or_null(st, 3, detail);
+    sqlite3_bind_int64(st, 4, event_id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+json_t *store_events_list(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT id, time, trial_id, who, kind, detail, applied, "
+                                    "latency_s, result FROM events WHERE study_id=? ORDER BY id");
+    json_t *out = json_array();
+    if (!st)
+        return out;
+    sqlite3_bind_int64(st, 1, study_id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *detail = s_col_json(st, 5);
+        json_array_append_new(
+            out,
+            json_pack("{s:I, s:f, s:o, s:s, s:s, s:o, s:o, s:o, s:o}", "id",
+                      (json_int_t)sqlite3_column_int64(st, 0), "time", sqlite3_column_double(st, 1),
+                      "trial",
+                      sqlite3_column_type(st, 2) == SQLITE_NULL ? json_null()
+                                                                : json_integer(sqlite3_column_int64(st, 2)),
+                      "who", (const char *)sqlite3_column_text(st, 3), "kind",
+                      (const char *)sqlite3_column_text(st, 4), "detail",
+                      detail ? detail : json_null(), "applied",
+                      sqlite3_column_type(st, 6) == SQLITE_NULL ? json_null()
+                                                                : json_boolean(sqlite3_column_int(st, 6)),
+                      "latency_s", s_num_or_null(s_col_double(st, 7)), "result",
+                      sqlite3_column_type(st, 8) == SQLITE_NULL
+                          ? json_null()
+                          : json_string((const char *)sqlite3_column_text(st, 8))));
+    }
+    sqlite3_finalize(st);
+    return out;
+}
+
+/* ---- dispatchers ---- */
+
+int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char *gpus, double now)
+{
+    sqlite3_stmt *st = s_prepare(s, "INSERT INTO dispatchers(name, slots, gpus, last_seen) "
+                                    "VALUES (?1,?2,?3,?4) ON CONFLICT(name) DO UPDATE SET "
+                                    "slots=?2, gpus=?3, last_seen=?4");
+    if (!st)
+        return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, slots);
+    sqlite3_bind_text(st, 3, gpus ? gpus : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 4, now);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}

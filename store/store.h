@@ -1,0 +1,152 @@
+/*  store.h - the SQLite store: the schema and all of jizhi's SQL.
+
+    One store_t wraps one database file (WAL mode, prepared statements).
+    While a controller runs it is the only writer; CLI commands open the
+    same file read-only for list/show/export. Writes happen inside
+    store_begin/store_commit so that the controller can commit a whole
+    event-loop iteration (metrics of many trials, state changes) at once
+    and acknowledge only after the commit.
+
+    Errors: functions return 0 / an id on success and -1 on failure, with
+    the SQLite message in store_errmsg(). Nothing here prints.
+*/
+#ifndef JZ_STORE_H
+#define JZ_STORE_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+typedef struct store store_t;
+
+#define STORE_SCHEMA_VERSION 1
+
+/* A trial row: what the controller reads back on restart and writes on
+   every change. Strings are fixed buffers; `params` is owned by the row
+   (release with store_trial_fini). */
+typedef struct {
+    long id;            /* trials.id (global) */
+    long study_id;
+    long number;        /* 0-based index within its study */
+    char state[16];     /* pending, starting, running, completed, failed, stopped */
+    long attempt;       /* 0 for the first run; +1 per retry */
+    char token[40];     /* per-trial secret */
+    json_t *params;     /* current params (latest generation), owned */
+    long generation;    /* PBT generation of params (0 at creation) */
+    long parent;        /* trial whose checkpoint this one continues, or -1 */
+    double value;       /* objective result when ended, NaN when none */
+    double last_value;  /* last reported objective this attempt, NaN when none */
+    double best_value;  /* best reported objective this attempt, NaN when none */
+    long last_step;     /* last step reported this attempt, -1 when none */
+    long metric_req;    /* highest persisted metrics batch (dedup), this attempt */
+    char dispatcher[64];/* where it runs or ran, "" when never started */
+    long pid;           /* on its dispatcher, 0 when none */
+    char exit_how[16];  /* exited, signaled, timeout, killed, start_failed, lost, "" */
+    long exit_code;
+    char reason[256];   /* why it ended (for people), "" when none */
+    char out_path[512]; /* stdout log file on its dispatcher */
+    char err_path[512]; /* stderr log file */
+    char checkpoint[512]; /* latest checkpoint path, "" when none */
+    long checkpoint_step;
+    double created, started, ended; /* wall clock; 0 when not yet */
+} store_trial;
+
+/* A study row. */
+typedef struct {
+    long id;
+    char name[128];
+    char state[16];     /* running, stopped, finished */
+    json_t *spec;       /* owned */
+    json_t *sched_state;/* owned, NULL when none saved */
+    double created, finished;
+} store_study;
+
+/* A metric point. NaN values are stored as NULL and read back as NaN. */
+typedef struct {
+    long step;
+    const char *name; /* borrowed */
+    double value;
+} store_point;
+
+/* Opens (creating if needed) the database at `path`, applies migrations
+   up to STORE_SCHEMA_VERSION, WAL mode. `readonly` opens without creating
+   or migrating (an older schema is refused). Returns NULL with a message
+   in err on failure. Caller owns the result and must close it. */
+store_t *store_open(const char *path, int readonly, char *err, size_t errsize);
+
+/* NULL-safe; sets *sp to NULL. */
+void store_close(store_t **sp);
+
+/* The last SQLite error message (borrowed). */
+const char *store_errmsg(store_t *s);
+
+int store_begin(store_t *s);
+int store_commit(store_t *s);
+void store_rollback(store_t *s);
+
+/* ---- studies ---- */
+/* Inserts a study; returns its id or -1 (also -1 if the name exists). */
+long store_study_insert(store_t *s, const char *name, const json_t *spec, const char *state,
+                        double now);
+/* Fills `out` for the named study. 1 found, 0 not found, -1 error.
+   Release with store_study_fini. */
+int store_study_get(store_t *s, const char *name, store_study *out);
+int store_study_get_id(store_t *s, long id, store_study *out);
+int store_study_set_state(store_t *s, long id, const char *state, double now);
+/* Saves the scheduler state (borrowed). */
+int store_study_set_sched(store_t *s, long id, const json_t *sched_state);
+/* Every study as a JSON array of {id, name, state, created, finished,
+   trials, completed, failed, running} (caller owns), NULL on error. */
+json_t *store_study_list(store_t *s);
+/* Ids of studies in state "running" (caller frees *ids). Count or -1. */
+long store_running_studies(store_t *s, long **ids);
+void store_study_fini(store_study *st);
+
+/* ---- trials ---- */
+/* Inserts trial `t` (id ignored) with its params as generation 0 (or
+   t->generation) and sets t->id. 0 or -1. */
+int store_trial_insert(store_t *s, store_trial *t);
+/* Writes every mutable column of `t` (matched by t->id). 0 or -1. */
+int store_trial_save(store_t *s, const store_trial *t);
+/* Records a new params generation for the trial (PBT), borrowed params. */
+int store_trial_set_params(store_t *s, long trial_id, long generation, long parent,
+                           const json_t *params);
+/* Loads all trials of a study, ordered by number. Returns the count (and
+   *out, caller frees with store_trials_free) or -1. */
+long store_trials_load(store_t *s, long study_id, store_trial **out);
+/* Loads one trial. 1 found, 0 not found, -1 error. store_trial_fini after. */
+int store_trial_get(store_t *s, long trial_id, store_trial *out);
+void store_trial_fini(store_trial *t);
+void store_trials_free(store_trial *t, long n);
+/* A trial as JSON (all columns, params, and the last value of every
+   metric it reported as "metrics": {name: value}). Caller owns. */
+json_t *store_trial_json(const store_trial *t, store_t *s);
+/* Parameter history: array of {generation, parent, params}. Caller owns. */
+json_t *store_trial_lineage(store_t *s, long trial_id);
+
+/* ---- metrics ---- */
+/* Inserts n points for (trial, attempt). Call inside a transaction. */
+int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts, size_t n,
+                      double now);
+/* Number of metric points stored for a trial (all attempts), or -1. */
+long store_metrics_count(store_t *s, long trial_id);
+/* Last value of every metric of a trial as a JSON object (caller owns). */
+json_t *store_metrics_last(store_t *s, long trial_id);
+/* All points of one metric for a trial, as [[step, value], ...] (caller owns). */
+json_t *store_metrics_series(store_t *s, long trial_id, const char *name);
+
+/* ---- events ---- */
+/* Appends an event; `detail` borrowed (may be NULL); applied: 1, 0, or -1
+   for not yet known. Returns the event id or -1. */
+long store_event_add(store_t *s, double now, long study_id, long trial_id, const char *who,
+                     const char *kind, const json_t *detail, int applied);
+/* Marks an event applied/refused with its latency. */
+int store_event_resolve(store_t *s, long event_id, int applied, double latency_s,
+                        const char *detail);
+/* Events of a study as a JSON array (caller owns). */
+json_t *store_events_list(store_t *s, long study_id);
+
+/* ---- dispatchers ---- */
+int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char *gpus,
+                            double now);
+
+#endif
