@@ -1,0 +1,213 @@
+/*  test_acq.c - acquisition functions and their optimiser
+    (schedulers/acq.c): log-EI against a long-double evaluation where that
+    is accurate, against the asymptotic series far from the incumbent (and
+    finite everywhere), gradients against finite differences, and the
+    optimiser against a dense grid, with legal (rounded) outputs.
+*/
+#include "jz_test.h"
+#include "schedulers/acq.h"
+
+#include <float.h>
+
+/* h(z) = z Phi(z) + phi(z) in long double (64-bit mantissa): the
+   cancellation for z < 0 costs about log10(z^2) digits, which long double
+   can afford down to z = -40 for a 1e-13 check. */
+static long double s_h_ref(long double z)
+{
+    long double Phi = 0.5L * erfcl(-z / sqrtl(2.0L));
+    long double phi = expl(-0.5L * z * z) / sqrtl(2.0L * 3.14159265358979323846264338327950288L);
+    return z * Phi + phi;
+}
+
+TEST(log_h_matches_long_double)
+{
+    for (double z = -40; z <= 12; z += 0.0625) {
+        double lh = acq_log_h(z, NULL);
+        double ref = (double)logl(s_h_ref(z));
+        CHECK_NEAR(lh, ref, 1e-12);
+    }
+    /* around the switch between the direct formula and the fraction */
+    for (double z = -3.01; z <= -2.99; z += 0.001)
+        CHECK_NEAR(acq_log_h(z, NULL), (double)logl(s_h_ref(z)), 1e-13);
+}
+
+TEST(log_h_finite_far_away)
+{
+    /* asymptotic series: h(z) = phi(z)/z^2 (1 - 3/z^2 + 15/z^4 - ...) */
+    double zs[] = {-50, -1e3, -1e5, -1e8, -1e12, -1e100, -1e150};
+    for (size_t i = 0; i < sizeof zs / sizeof zs[0]; i++) {
+        double z = zs[i], g;
+        double lh = acq_log_h(z, &g);
+        CHECK(isfinite(lh) && isfinite(g));
+        double t = -z;
+        double series = -0.5 * t * t - 0.5 * log(2 * M_PI) - 2 * log(t) +
+                        log1p(-3 / (t * t) + 15 / (t * t * t * t) - 105 / pow(t, 6));
+        CHECK_NEAR(lh, series, 1e-13);
+        CHECK_NEAR(g, t + 2 / t, 1e-6); /* d log h/dz ~ -z + 2/(-z) */
+    }
+    double prev = acq_log_h(0, NULL);
+    double beyond[] = {-1e200, -1e300, -DBL_MAX};
+    for (size_t i = 0; i < 3; i++) {
+        double lh = acq_log_h(beyond[i], NULL);
+        CHECK(isfinite(lh));
+        CHECK(lh < prev);
+    }
+    /* monotone increasing in z across the whole range */
+    for (double z = -1e4; z < 50; z = z < -10 ? z * 0.9 : z + 0.01) {
+        double a = acq_log_h(z, NULL), b = acq_log_h(z < -10 ? z * 0.9 : z + 0.01, NULL);
+        if (!(b > a)) {
+            JZT_FAIL("not increasing at z=%g", z);
+            break;
+        }
+    }
+}
+
+TEST(log_h_derivative)
+{
+    for (double z = -60; z <= 8; z += 0.37) {
+        double g, h = 1e-6 * fmax(1, fabs(z));
+        acq_log_h(z, &g);
+        double fd = (acq_log_h(z + h, NULL) - acq_log_h(z - h, NULL)) / (2 * h);
+        CHECK_NEAR(g, fd, 1e-6);
+    }
+}
+
+TEST(log_ei_direct_and_gradients)
+{
+    double cases[][3] = {{0.3, 0.5, 0.1}, {-1, 2, 0}, {2, 0.1, -1}, {0, 1e-3, 0.5}, {5, 0.2, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double mu = cases[c][0], s = cases[c][1], best = cases[c][2], dmu, ds;
+        double v = acq_log_ei(mu, s, best, &dmu, &ds);
+        long double z = (best - mu) / s;
+        CHECK_NEAR(v, (double)logl(s * s_h_ref(z)), 1e-12);
+        double h = 1e-7;
+        CHECK_NEAR(dmu, (acq_log_ei(mu + h, s, best, NULL, NULL) - acq_log_ei(mu - h, s, best, NULL, NULL)) / (2 * h), 1e-5);
+        h = 1e-7 * s;
+        CHECK_NEAR(ds, (acq_log_ei(mu, s + h, best, NULL, NULL) - acq_log_ei(mu, s - h, best, NULL, NULL)) / (2 * h), 1e-5);
+    }
+}
+
+static gp_t *s_gp(int d, int n, unsigned seed)
+{
+    unsigned long long st = seed;
+    gp_t *gp = gp_new(d);
+    double X[n * d], y[n];
+    for (int a = 0; a < n; a++) {
+        y[a] = 0;
+        for (int i = 0; i < d; i++) {
+            st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+            X[a * d + i] = (double)(st >> 11) / 9007199254740992.0;
+            y[a] += (X[a * d + i] - 0.3) * (X[a * d + i] - 0.3) + 0.1 * sin(9 * X[a * d + i]);
+        }
+    }
+    gp_set_data(gp, X, y, n, 1);
+    gp_fit(gp, NULL);
+    return gp;
+}
+
+TEST(acquisition_gradients)
+{
+    int d = 2;
+    gp_t *gp = s_gp(d, 15, 3);
+    acq_t acqs[2] = {{ACQ_EI, -1.2, 0}, {ACQ_UCB, 0, 2.0}};
+    for (int k = 0; k < 2; k++) {
+        double pts[][2] = {{0.31, 0.72}, {0.9, 0.1}, {0.55, 0.45}};
+        for (int p = 0; p < 3; p++) {
+            double g[2];
+            double v = acq_value(gp, &acqs[k], pts[p], g);
+            CHECK(isfinite(v));
+            for (int i = 0; i < d; i++) {
+                double xp[2] = {pts[p][0], pts[p][1]}, xm[2] = {pts[p][0], pts[p][1]}, h = 1e-6;
+                xp[i] += h;
+                xm[i] -= h;
+                double fd = (acq_value(gp, &acqs[k], xp, NULL) - acq_value(gp, &acqs[k], xm, NULL)) / (2 * h);
+                CHECK_NEAR(g[i], fd, 1e-5);
+            }
+        }
+    }
+    /* far below the incumbent, log EI is still finite and ordered */
+    acq_t far = {ACQ_EI, -1e6, 0};
+    double a = acq_value(gp, &far, (double[]){0.3, 0.3}, NULL);
+    double b = acq_value(gp, &far, (double[]){0.95, 0.95}, NULL);
+    CHECK(isfinite(a) && isfinite(b) && a != b);
+    gp_destroy(&gp);
+}
+
+TEST(optimiser_beats_grid)
+{
+    int d = 2;
+    gp_t *gp = s_gp(d, 12, 5);
+    double best = INFINITY;
+    for (int i = 0; i < gp_size(gp); i++)
+        best = fmin(best, gp_y_std(gp, i));
+    acq_t a = {ACQ_EI, best, 0};
+    double grid = -INFINITY;
+    for (int i = 0; i <= 200; i++)
+        for (int j = 0; j <= 200; j++)
+            grid = fmax(grid, acq_value(gp, &a, (double[]){i / 200.0, j / 200.0}, NULL));
+    acq_opt_opts o;
+    acq_opt_opts_init(&o);
+    o.seed = 1;
+    double out[3 * 2], vals[3];
+    int got = acq_optimize(gp, &a, &o, out, vals, 3);
+    REQUIRE(got == 3);
+    CHECK(vals[0] >= grid - 1e-6);
+    CHECK(vals[0] >= vals[1] && vals[1] >= vals[2]);
+    CHECK(!(out[0] == out[2] && out[1] == out[3]));
+    for (int i = 0; i < 6; i++)
+        CHECK(out[i] >= 0 && out[i] <= 1);
+    CHECK_NEAR(acq_value(gp, &a, out, NULL), vals[0], 1e-12);
+    /* same seed, same answer */
+    double out2[6], vals2[3];
+    acq_optimize(gp, &a, &o, out2, vals2, 3);
+    CHECK(memcmp(out, out2, sizeof out) == 0);
+    gp_destroy(&gp);
+}
+
+/* second coordinate legal only on multiples of 0.25 */
+static void s_round(void *ctx, double *x)
+{
+    (*(int *)ctx)++;
+    x[1] = floor(x[1] * 4 + 0.5) / 4;
+}
+
+TEST(optimiser_rounds_to_legal)
+{
+    int d = 2, calls = 0;
+    gp_t *gp = s_gp(d, 10, 9);
+    acq_t a = {ACQ_UCB, 0, 1.5};
+    acq_opt_opts o;
+    acq_opt_opts_init(&o);
+    unsigned char mask[2] = {1, 0};
+    double starts[2] = {0.5, 0.5};
+    o.mask = mask;
+    o.round = s_round;
+    o.round_ctx = &calls;
+    o.starts = starts;
+    o.n_starts = 1;
+    o.n_candidates = 256;
+    double out[8 * 2], vals[8];
+    int got = acq_optimize(gp, &a, &o, out, vals, 8);
+    REQUIRE(got == 8);
+    CHECK(calls > 256);
+    for (int p = 0; p < got; p++) {
+        double q = out[p * 2 + 1] * 4;
+        CHECK(q == floor(q));
+    }
+    atomic_int cancel = 1;
+    o.cancel = &cancel;
+    CHECK(acq_optimize(gp, &a, &o, out, vals, 8) == -1);
+    gp_destroy(&gp);
+}
+
+int main(void)
+{
+    RUN(log_h_matches_long_double);
+    RUN(log_h_finite_far_away);
+    RUN(log_h_derivative);
+    RUN(log_ei_direct_and_gradients);
+    RUN(acquisition_gradients);
+    RUN(optimiser_beats_grid);
+    RUN(optimiser_rounds_to_legal);
+    TEST_DONE();
+}
