@@ -1,0 +1,43 @@
+/*  ctl.h - the controller: owns studies and trials, hosts the schedulers,
+    persists every state change before acknowledging it, answers the CLI,
+    the dispatchers and the trials over one ZeroMQ ROUTER socket
+    (docs/PROTOCOL.md).
+
+    One event loop, one thread: each iteration receives a burst of
+    messages, applies them inside one SQLite transaction, commits, and only
+    then sends the replies and pushes the iteration produced. The same
+    object runs as the `jizhi controller` daemon or as a thread inside
+    `jizhi run`.
+*/
+#ifndef JZ_CTL_H
+#define JZ_CTL_H
+
+#include <stddef.h>
+
+typedef struct ctl ctl_t;
+
+typedef struct {
+    const char *db_path;     /* SQLite file (created if missing) */
+    const char *bind;        /* endpoint to bind; tcp port "*" picks a free one */
+    const char *ckpt_root;   /* root of per-trial checkpoint dirs; NULL: next to the db */
+    double lost_timeout_s;   /* a running trial unheard for this long is lost; <= 0: 30 s */
+} ctl_config;
+
+/* Opens the store, reloads unfinished studies and binds the socket.
+   Returns NULL with a message in err when the database cannot be opened
+   or the endpoint cannot be bound. Borrows cfg's strings during the call.
+   Caller owns the result and must destroy it. */
+ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize);
+
+/* The endpoint peers should connect to (wildcards resolved; "*" hosts
+   become 127.0.0.1). Borrowed, valid until destroy. */
+const char *ctl_endpoint(const ctl_t *c);
+
+/* Runs the event loop until *stop becomes nonzero (checked every 50 ms).
+   Returns 0, or -1 on a fatal socket error. */
+int ctl_run(ctl_t *c, volatile int *stop);
+
+/* NULL-safe; sets *cp to NULL. */
+void ctl_destroy(ctl_t **cp);
+
+#endif

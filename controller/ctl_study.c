@@ -1,0 +1,647 @@
+/*  ctl_study.c - studies and trials in the controller: loading, submit,
+    creating trials from the scheduler, starting them on dispatchers,
+    retries, lost trials, ends, budgets and study completion.
+
+    Every change goes through the iteration's transaction (ctl__txn) and
+    is committed before anything it causes leaves the controller.
+*/
+#include "ctl_internal.h"
+
+#include "../common/log.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STOP_GRACE_S 10.0 /* after a stop instruction, kill the process */
+
+static int s_is_active(const ctl_trial *t)
+{
+    return !strcmp(t->row.state, "starting") || !strcmp(t->row.state, "running");
+}
+
+static int s_is_ended(const ctl_trial *t)
+{
+    return !strcmp(t->row.state, "completed") || !strcmp(t->row.state, "failed") ||
+           !strcmp(t->row.state, "stopped");
+}
+
+static void s_token(char *out, size_t size)
+{
+    unsigned char raw[16] = {0};
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
+        /* no urandom: fall back to a weaker but still per-trial value */
+        unsigned long long x = (unsigned long long)(wire_wall() * 1e6) ^ ((unsigned long long)getpid() << 32);
+        for (size_t i = 0; i < sizeof raw; i++, x = x * 6364136223846793005ULL + 1442695040888963407ULL)
+            raw[i] ^= (unsigned char)(x >> 56);
+    }
+    if (fd >= 0)
+        close(fd);
+    for (size_t i = 0; i < sizeof raw && 2 * i + 2 < size; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+void ctl__study_free(ctl_study *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->ntrials; i++) {
+        store_trial_fini(&s->trials[i]->row);
+        free(s->trials[i]);
+    }
+    free(s->trials);
+    sched_destroy(&s->sched);
+    spec_destroy(&s->spec);
+    store_study_fini(&s->row);
+    free(s);
+}
+
+static ctl_trial *s_add_trial(ctl_study *s)
+{
+    if (s->ntrials == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        s->trials = realloc(s->trials, s->cap * sizeof *s->trials);
+    }
+    ctl_trial *t = calloc(1, sizeof *t);
+    t->study = s;
+    s->trials[s->ntrials++] = t;
+    return t;
+}
+
+/* Builds the in-memory study from its row (takes ownership of row's
+   JSON). NULL with err on failure. */
+static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t errsize)
+{
+    ctl_study *s = calloc(1, sizeof *s);
+    s->row = *row;
+    memset(row, 0, sizeof *row);
+    spec_error serr;
+    s->spec = spec_parse(s->row.spec, 0, &serr);
+    if (!s->spec) {
+        char buf[400];
+        snprintf(err, errsize, "study %s: stored spec is invalid: %s", s->row.name,
+                 spec_strerror(&serr, buf, sizeof buf));
+        ctl__study_free(s);
+        return NULL;
+    }
+    s->sched = sched_new(s->spec, err, errsize);
+    if (!s->sched) {
+        ctl__study_free(s);
+        return NULL;
+    }
+    if (s->row.sched_state && s->sched->ops->restore(s->sched, s->row.sched_state) != 0) {
+        snprintf(err, errsize, "study %s: cannot restore the %s scheduler's state", s->row.name,
+                 s->spec->sched_type);
+        ctl__study_free(s);
+        return NULL;
+    }
+    store_trial *rows;
+    long n = store_trials_load(c->store, s->row.id, &rows);
+    if (n < 0) {
+        snprintf(err, errsize, "study %s: cannot load trials: %s", s->row.name,
+                 store_errmsg(c->store));
+        ctl__study_free(s);
+        return NULL;
+    }
+    double now = wire_now();
+    for (long i = 0; i < n; i++) {
+        ctl_trial *t = s_add_trial(s);
+        t->row = rows[i];
+        /* a trial that was running gets lost_timeout to come back */
+        t->last_heard = now;
+    }
+    free(rows); /* the rows' params moved into the trials */
+    return s;
+}
+
+int ctl__load(ctl_t *c, char *err, size_t errsize)
+{
+    long *ids = NULL;
+    long n = store_running_studies(c->store, &ids);
+    if (n < 0) {
+        snprintf(err, errsize, "cannot list studies: %s", store_errmsg(c->store));
+        return -1;
+    }
+    for (long i = 0; i < n; i++) {
+        store_study row;
+        if (store_study_get_id(c->store, ids[i], &row) != 1)
+            continue;
+        ctl_study *s = s_study_open(c, &row, err, errsize);
+        if (!s) {
+            log_error("ctl", "not resuming: %s", err);
+            continue;
+        }
+        c->studies = realloc(c->studies, (c->nstudies + 1) * sizeof *c->studies);
+        c->studies[c->nstudies++] = s;
+    }
+    free(ids);
+    err[0] = 0;
+    return 0;
+}
+
+int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int *finished,
+                const char **code, char *msg, size_t msgsize)
+{
+    spec_error serr;
+    char buf[400];
+    *resumed = *finished = 0;
+    spec_t *spec = spec_parse(spec_json, 1, &serr);
+    if (!spec) {
+        *code = "bad_spec";
+        snprintf(msg, msgsize, "%s", spec_strerror(&serr, buf, sizeof buf));
+        return -1;
+    }
+    if (sched_check(spec, msg, msgsize) != 0) {
+        *code = "bad_spec";
+        spec_destroy(&spec);
+        return -1;
+    }
+    char *canon = spec_canonical(spec);
+    ctl_study *live = ctl__study_by_name(c, spec->name);
+    store_study row;
+    int found = store_study_get(c->store, spec->name, &row);
+    int rc = -1;
+    if (found < 0) {
+        *code = "internal";
+        snprintf(msg, msgsize, "database error: %s", store_errmsg(c->store));
+    } else if (found == 1) {
+        char *old = json_dumps(row.spec, JSON_SORT_KEYS | JSON_COMPACT);
+        if (strcmp(old, canon) != 0) {
+            *code = "conflict";
+            snprintf(msg, msgsize,
+                     "a study named \"%s\" already exists with a different spec; "
+                     "choose another name or use the same spec to continue it",
+                     spec->name);
+        } else if (!strcmp(row.state, "finished")) {
+            *finished = 1;
+            *out = live;
+            rc = 0;
+        } else {
+            *resumed = 1;
+            if (!live) {
+                /* stopped earlier: load it and run it again */
+                live = s_study_open(c, &row, msg, msgsize);
+                if (live) {
+                    c->studies = realloc(c->studies, (c->nstudies + 1) * sizeof *c->studies);
+                    c->studies[c->nstudies++] = live;
+                }
+            }
+            if (live) {
+                if (strcmp(live->row.state, "running"))
+                    ctl__study_resume(c, live, "cli");
+                *out = live;
+                rc = 0;
+            } else {
+                *code = "internal";
+            }
+        }
+        free(old);
+        store_study_fini(&row);
+    } else {
+        long id = ctl__txn(c) == 0 ? store_study_insert(c->store, spec->name, spec->json, "running",
+                                                         wire_wall())
+                                   : -1;
+        if (id < 0 || store_study_get_id(c->store, id, &row) != 1) {
+            *code = "internal";
+            snprintf(msg, msgsize, "cannot store the study: %s", store_errmsg(c->store));
+        } else {
+            ctl_study *s = s_study_open(c, &row, msg, msgsize);
+            if (s) {
+                c->studies = realloc(c->studies, (c->nstudies + 1) * sizeof *c->studies);
+                c->studies[c->nstudies++] = s;
+                store_event_add(c->store, wire_wall(), id, -1, "cli", "study_submitted", NULL, 1);
+                log_info("ctl", "study %s submitted (%ld trials, %ld in parallel, scheduler %s)",
+                         s->row.name, s->spec->trials, s->spec->parallel, s->spec->sched_type);
+                *out = s;
+                rc = 0;
+            } else {
+                *code = "internal";
+            }
+        }
+    }
+    free(canon);
+    spec_destroy(&spec);
+    return rc;
+}
+
+/* ---- trial lifecycle ---- */
+
+static void s_release(ctl_trial *t)
+{
+    ctl_disp *d = t->disp;
+    if (!d)
+        return;
+    if (d->used > 0)
+        d->used--;
+    for (long g = 0; g < d->ngpus && t->gpus > 0; g++)
+        if (d->gpu_used[g] == (int)t->row.id) {
+            d->gpu_used[g] = 0;
+            t->gpus--;
+        }
+    t->disp = NULL;
+}
+
+static double s_result(const ctl_trial *t)
+{
+    return t->study->spec->use_best ? t->row.best_value : t->row.last_value;
+}
+
+static void s_end(ctl_t *c, ctl_trial *t, const char *state, const char *reason)
+{
+    ctl_study *s = t->study;
+    s_release(t);
+    snprintf(t->row.state, sizeof t->row.state, "%s", state);
+    snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
+    t->row.value = strcmp(state, "failed") ? s_result(t) : NAN;
+    t->row.ended = wire_wall();
+    ctl__save_trial(c, t);
+    sched_outcome oc = !strcmp(state, "completed") ? SCHED_COMPLETED
+                       : !strcmp(state, "stopped") ? SCHED_STOPPED
+                                                   : SCHED_FAILED;
+    s->sched->ops->on_complete(s->sched, t->row.id, t->row.params, oc, t->row.value);
+    s->sched_dirty = 1;
+    json_t *detail = json_pack("{s:s, s:o}", "reason", reason, "value", wire_real(t->row.value));
+    store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller", state, detail, 1);
+    json_decref(detail);
+    log_info("ctl", "study %s trial %ld %s%s%s", s->row.name, t->row.number, state,
+             *reason ? ": " : "", reason);
+}
+
+/* Puts a trial back to pending for another attempt. */
+static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
+{
+    s_release(t);
+    t->row.attempt++;
+    snprintf(t->row.state, sizeof t->row.state, "pending");
+    snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
+    t->row.last_value = t->row.best_value = NAN;
+    t->row.last_step = -1;
+    t->row.metric_req = 0;
+    t->row.pid = 0;
+    t->peer.len = 0;
+    ctl__save_trial(c, t);
+    json_t *detail = json_pack("{s:s, s:I}", "reason", reason, "attempt", (json_int_t)t->row.attempt);
+    store_event_add(c->store, wire_wall(), t->study->row.id, t->row.id, "controller", "retry",
+                    detail, 1);
+    json_decref(detail);
+    log_info("ctl", "study %s trial %ld: %s; retrying (attempt %ld)", t->study->row.name,
+             t->row.number, reason, t->row.attempt + 1);
+}
+
+void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const char *message)
+{
+    if (s_is_ended(t) || !strcmp(t->row.state, "pending"))
+        return; /* a repeated report */
+    snprintf(t->row.exit_how, sizeof t->row.exit_how, "%s", how);
+    t->row.exit_code = code;
+    char reason[256];
+    if (t->stop_requested) {
+        s_end(c, t, "stopped", t->stop_reason);
+        return;
+    }
+    double v = s_result(t);
+    if (!strcmp(how, "exited") && code == 0 && !isnan(v)) {
+        s_end(c, t, "completed", "");
+        return;
+    }
+    if (!strcmp(how, "exited") && code == 0)
+        snprintf(reason, sizeof reason, "exited without reporting %s", t->study->spec->metric);
+    else if (!strcmp(how, "exited"))
+        snprintf(reason, sizeof reason, "exited with status %ld", code);
+    else if (!strcmp(how, "timeout"))
+        snprintf(reason, sizeof reason, "killed after timeout_s=%g", t->study->spec->timeout_s);
+    else if (!strcmp(how, "signaled"))
+        snprintf(reason, sizeof reason, "killed by signal %ld", code);
+    else
+        snprintf(reason, sizeof reason, "%s%s%s", how, message && *message ? ": " : "",
+                 message ? message : "");
+    if (t->row.attempt < t->study->spec->retries)
+        s_retry(c, t, reason);
+    else
+        s_end(c, t, "failed", reason);
+}
+
+void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
+{
+    if (!s_is_active(t))
+        return;
+    snprintf(t->row.exit_how, sizeof t->row.exit_how, "lost");
+    if (t->stop_requested) {
+        s_end(c, t, "stopped", t->stop_reason);
+        return;
+    }
+    /* losing a trial is not its fault: it gets its retries plus two */
+    if (t->row.attempt < t->study->spec->retries + 2)
+        s_retry(c, t, why);
+    else
+        s_end(c, t, "failed", why);
+}
+
+int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n, double now)
+{
+    ctl_study *s = t->study;
+    if (store_metrics_add(c->store, t->row.id, t->row.attempt, pts, n, wire_wall()) != 0) {
+        log_error("ctl", "cannot store metrics: %s", store_errmsg(c->store));
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (pts[i].step > t->row.last_step)
+            t->row.last_step = pts[i].step;
+        if (!strcmp(pts[i].name, s->spec->metric)) {
+            t->row.last_value = pts[i].value;
+            if (!isnan(pts[i].value) && spec_better(s->spec, pts[i].value, t->row.best_value))
+                t->row.best_value = pts[i].value;
+        }
+        sched_instr ins[8];
+        int k = s->sched->ops->on_metric(s->sched, t->row.id, pts[i].step, pts[i].name,
+                                         pts[i].value, now, ins, 8);
+        for (int j = 0; j < k; j++) {
+            ctl_trial *target = ctl__trial_by_id(c, ins[j].trial);
+            if (target && s_is_active(target)) {
+                if (!strcmp(ins[j].kind, "stop"))
+                    ctl__trial_stop(c, target, s->spec->sched_type, ins[j].reason);
+                else
+                    ctl__instruct(c, target, ins[j].kind, ins[j].args, s->spec->sched_type,
+                                  ins[j].reason, NULL, 0);
+            }
+            sched_instr_fini(&ins[j]);
+        }
+        if (k > 0)
+            s->sched_dirty = 1;
+    }
+    return ctl__save_trial(c, t);
+}
+
+void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason)
+{
+    if (!s_is_active(t) && strcmp(t->row.state, "pending"))
+        return;
+    if (!strcmp(t->row.state, "pending")) {
+        t->stop_requested = 1;
+        snprintf(t->stop_reason, sizeof t->stop_reason, "%s", reason);
+        s_end(c, t, "stopped", reason);
+        return;
+    }
+    if (t->stop_requested)
+        return;
+    t->stop_requested = 1;
+    snprintf(t->stop_reason, sizeof t->stop_reason, "%s", reason);
+    t->stop_sent = wire_now();
+    ctl__instruct(c, t, "stop", NULL, who, reason, NULL, 0);
+}
+
+/* ---- scheduling ---- */
+
+static ctl_disp *s_pick_disp(ctl_t *c, long gpus)
+{
+    ctl_disp *best = NULL;
+    for (size_t i = 0; i < c->ndisps; i++) {
+        ctl_disp *d = c->disps[i];
+        if (!d->alive || d->used >= d->slots)
+            continue;
+        long free_gpus = 0;
+        for (long g = 0; g < d->ngpus; g++)
+            free_gpus += d->gpu_used[g] == 0;
+        if (free_gpus < gpus)
+            continue;
+        if (!best || d->slots - d->used > best->slots - best->used)
+            best = d;
+    }
+    return best;
+}
+
+static void s_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
+{
+    ctl_study *s = t->study;
+    spec_error serr;
+    json_t *argv = spec_expand_command(s->spec, t->row.params, &serr);
+    if (!argv) {
+        char buf[400];
+        s_end(c, t, "failed", spec_strerror(&serr, buf, sizeof buf));
+        return;
+    }
+    char id[32], ckpt[1200];
+    snprintf(id, sizeof id, "%ld", t->row.id);
+    snprintf(ckpt, sizeof ckpt, "%s/%s/trial-%ld", c->ckpt_root, s->row.name, t->row.id);
+    char *params = json_dumps(t->row.params, JSON_COMPACT | JSON_SORT_KEYS);
+    json_t *env = json_deep_copy(s->spec->env);
+    json_object_set_new(env, "JIZHI_STUDY", json_string(s->row.name));
+    json_object_set_new(env, "JIZHI_TRIAL", json_string(id));
+    json_object_set_new(env, "JIZHI_TOKEN", json_string(t->row.token));
+    json_object_set_new(env, "JIZHI_PARAMS", json_string(params));
+    json_object_set_new(env, "JIZHI_CHECKPOINT_DIR", json_string(ckpt));
+    free(params);
+    json_t *msg = json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:f, s:I}", "type", "start", "trial",
+                            (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt, "study",
+                            s->row.name, "argv", argv, "env", env, "timeout_s", s->spec->timeout_s,
+                            "gpus", (json_int_t)s->spec->gpus);
+    t->disp = d;
+    d->used++;
+    t->gpus = 0;
+    for (long g = 0; g < d->ngpus && t->gpus < s->spec->gpus; g++)
+        if (!d->gpu_used[g]) {
+            d->gpu_used[g] = (int)t->row.id;
+            t->gpus++;
+        }
+    snprintf(t->row.state, sizeof t->row.state, "starting");
+    snprintf(t->row.dispatcher, sizeof t->row.dispatcher, "%s", d->name);
+    t->row.exit_how[0] = 0;
+    t->row.started = wire_wall();
+    t->last_heard = wire_now();
+    t->stop_requested = 0;
+    t->stop_sent = 0;
+    t->kill_sent = 0;
+    if (ctl__save_trial(c, t) == 0)
+        ctl__send(c, &d->peer, msg);
+    else
+        json_decref(msg);
+}
+
+/* Asks the scheduler for a new trial. 1 created, 0 not now, -1 no more. */
+static int s_create(ctl_t *c, ctl_study *s)
+{
+    json_t *params = NULL;
+    int rc = s->sched->ops->suggest(s->sched, (long)s->ntrials, &params);
+    if (rc == SCHED_WAIT)
+        return 0;
+    if (rc == SCHED_DONE) {
+        s->exhausted = 1;
+        return -1;
+    }
+    if (rc != SCHED_OK || !params) {
+        log_error("ctl", "study %s: the %s scheduler failed to suggest", s->row.name,
+                  s->spec->sched_type);
+        s->exhausted = 1;
+        return -1;
+    }
+    if (ctl__txn(c) != 0) {
+        json_decref(params);
+        return 0;
+    }
+    ctl_trial *t = s_add_trial(s);
+    t->row.study_id = s->row.id;
+    t->row.number = (long)s->ntrials - 1;
+    snprintf(t->row.state, sizeof t->row.state, "pending");
+    s_token(t->row.token, sizeof t->row.token);
+    t->row.params = params;
+    t->row.parent = -1;
+    t->row.value = t->row.last_value = t->row.best_value = NAN;
+    t->row.last_step = -1;
+    t->row.created = wire_wall();
+    if (store_trial_insert(c->store, &t->row) != 0) {
+        log_error("ctl", "cannot store a new trial: %s", store_errmsg(c->store));
+        store_trial_fini(&t->row);
+        free(t);
+        s->ntrials--;
+        return 0;
+    }
+    s->sched_dirty = 1;
+    return 1;
+}
+
+static int s_time_over(const ctl_study *s)
+{
+    return s->spec->time_s > 0 && wire_wall() - s->row.created > s->spec->time_s;
+}
+
+static void s_tick_study(ctl_t *c, ctl_study *s, double now)
+{
+    long active = 0, pending = 0;
+    int time_over = s_time_over(s);
+    for (size_t i = 0; i < s->ntrials; i++) {
+        ctl_trial *t = s->trials[i];
+        if (s_is_active(t)) {
+            if (now - t->last_heard > c->lost_timeout) {
+                ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
+                continue;
+            }
+            if (time_over && !t->stop_requested)
+                ctl__trial_stop(c, t, "controller", "study time budget used up");
+            if (t->stop_requested && !t->kill_sent && now - t->stop_sent > STOP_GRACE_S &&
+                t->disp) {
+                ctl__send(c, &t->disp->peer,
+                          json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial",
+                                    (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt,
+                                    "reason", t->stop_reason));
+                t->kill_sent = 1;
+            }
+            active++;
+        } else if (!strcmp(t->row.state, "pending")) {
+            if (time_over)
+                ctl__trial_stop(c, t, "controller", "study time budget used up");
+            else
+                pending++;
+        }
+    }
+    /* fill free parallel slots: retries first, then new trials */
+    while (active < s->spec->parallel && !time_over) {
+        ctl_trial *next = NULL;
+        for (size_t i = 0; i < s->ntrials && !next; i++)
+            if (!strcmp(s->trials[i]->row.state, "pending"))
+                next = s->trials[i];
+        ctl_disp *d = s_pick_disp(c, s->spec->gpus);
+        if (!d)
+            break;
+        if (!next) {
+            if ((long)s->ntrials >= s->spec->trials || s->exhausted || s_create(c, s) != 1)
+                break;
+            next = s->trials[s->ntrials - 1];
+        } else {
+            pending--;
+        }
+        s_start(c, next, d);
+        active++;
+    }
+    if (s->sched_dirty && ctl__txn(c) == 0) {
+        json_t *state = s->sched->ops->save(s->sched);
+        store_study_set_sched(c->store, s->row.id, state);
+        json_decref(state);
+        s->sched_dirty = 0;
+    }
+    int budget_done = (long)s->ntrials >= s->spec->trials || s->exhausted || time_over;
+    if (active == 0 && pending == 0 && budget_done && ctl__txn(c) == 0) {
+        store_study_set_state(c->store, s->row.id, "finished", wire_wall());
+        snprintf(s->row.state, sizeof s->row.state, "finished");
+        store_event_add(c->store, wire_wall(), s->row.id, -1, "controller", "study_finished", NULL,
+                        1);
+        log_info("ctl", "study %s finished", s->row.name);
+    }
+}
+
+void ctl__tick(ctl_t *c, double now)
+{
+    for (size_t i = 0; i < c->ndisps; i++) {
+        ctl_disp *d = c->disps[i];
+        if (d->alive && now - d->last_seen > c->lost_timeout) {
+            d->alive = 0;
+            log_warn("ctl", "dispatcher %s is silent; its trials will be marked lost", d->name);
+        }
+    }
+    for (size_t i = 0; i < c->nstudies; i++)
+        if (!strcmp(c->studies[i]->row.state, "running"))
+            s_tick_study(c, c->studies[i], now);
+}
+
+void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who)
+{
+    if (strcmp(s->row.state, "running") || ctl__txn(c) != 0)
+        return;
+    for (size_t i = 0; i < s->ntrials; i++)
+        if (s_is_active(s->trials[i]))
+            ctl__trial_stop(c, s->trials[i], who, "study stopped");
+    snprintf(s->row.state, sizeof s->row.state, "stopped");
+    store_study_set_state(c->store, s->row.id, "stopped", wire_wall());
+    store_event_add(c->store, wire_wall(), s->row.id, -1, who, "study_stopped", NULL, 1);
+}
+
+void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who)
+{
+    if (!strcmp(s->row.state, "running") || !strcmp(s->row.state, "finished") || ctl__txn(c) != 0)
+        return;
+    /* trials stopped by the study stop run again */
+    for (size_t i = 0; i < s->ntrials; i++) {
+        ctl_trial *t = s->trials[i];
+        if (!strcmp(t->row.state, "stopped") && !strcmp(t->row.reason, "study stopped")) {
+            snprintf(t->row.state, sizeof t->row.state, "pending");
+            t->row.attempt++;
+            t->stop_requested = 0;
+            ctl__save_trial(c, t);
+        }
+    }
+    snprintf(s->row.state, sizeof s->row.state, "running");
+    store_study_set_state(c->store, s->row.id, "running", wire_wall());
+    store_event_add(c->store, wire_wall(), s->row.id, -1, who, "study_resumed", NULL, 1);
+}
+
+json_t *ctl__study_status(ctl_t *c, ctl_study *s)
+{
+    long done = 0, running = 0, failed = 0, pending = 0;
+    ctl_trial *best = NULL;
+    for (size_t i = 0; i < s->ntrials; i++) {
+        ctl_trial *t = s->trials[i];
+        if (s_is_ended(t))
+            done++;
+        if (!strcmp(t->row.state, "failed"))
+            failed++;
+        if (s_is_active(t))
+            running++;
+        if (!strcmp(t->row.state, "pending"))
+            pending++;
+        if (!strcmp(t->row.state, "completed") &&
+            (!best || spec_better(s->spec, t->row.value, best->row.value)))
+            best = t;
+    }
+    json_t *b = best ? json_pack("{s:I, s:I, s:o, s:O}", "trial", (json_int_t)best->row.id,
+                                 "number", (json_int_t)best->row.number, "value",
+                                 wire_real(best->row.value), "params", best->row.params)
+                     : json_null();
+    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o, s:f}", "study", s->row.name,
+                     "state", s->row.state, "metric", s->spec->metric, "total",
+                     (json_int_t)s->spec->trials, "done", (json_int_t)done, "running",
+                     (json_int_t)running, "failed", (json_int_t)failed, "pending",
+                     (json_int_t)pending, "best", b, "elapsed_s", wire_wall() - s->row.created);
+}
