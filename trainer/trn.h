@@ -97,6 +97,10 @@ int trn_config_apply_params(trn_config *c, trn_param_fn fn, void *ud, char *err)
    err (bad value), or -2 (unknown name). */
 int trn_config_set(trn_config *c, const char *name, const char *value, char *err);
 
+/* Writes option `name`'s value as text (round-trips through set).
+   Returns 0, or -1 for an unknown name. */
+int trn_config_get(const trn_config *c, const char *name, char *buf, size_t len);
+
 /* Checks cross-field constraints. Returns 0 or -1 with err. */
 int trn_config_validate(const trn_config *c, char *err);
 
@@ -366,6 +370,10 @@ int trn_trainer_load(trn_trainer *t, const char *path, char *err);
 
 /* Verifies a checkpoint file's header and checksum only. */
 int trn_ckpt_verify(const char *path, char *err);
+
+/* The trn_io and param lookup over a libjizhi trial (io_jizhi.c). */
+void trn_io_jizhi(trn_io *io, jz_trial *t);
+int trn_jz_param(void *ud, const char *name, char *buf, size_t len);
 
 /* The default CPU BLAS thread setup (backend_cpu.c). */
 void trn_cpu_set_threads(int n);

@@ -1,0 +1,473 @@
+/*  ckpt.c - jizhi-train checkpoint files.
+
+    Layout (little-endian):
+        0   8  magic "JZTRNCK\0"
+        8   4  version (1)
+        12  4  byte-order marker 0x01020304
+        16  8  payload length P
+        24  P  payload
+        24+P 4 CRC-32 (zlib) of bytes [0, 24+P)
+    Payload: architecture text, optimiser kind, step/epoch/position, the
+    optimiser's step count, RNG state, loss scaler(s), the restorable
+    config as "name=value" lines (everything that may change live, plus the
+    seed), then every param's master weights and optimiser moments by name,
+    then BN running statistics. Everything is stored raw, so a round trip
+    is bit-exact and a resumed run continues exactly as the uninterrupted
+    one (the epoch's order is regenerated from seed and epoch).
+    Load reads and checks the whole file (magic, version, length, checksum,
+    architecture, sizes) before changing anything.
+*/
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "trainer/train_impl.h"
+
+#define CK_MAGIC "JZTRNCK"
+#define CK_VERSION 1u
+#define CK_BOM 0x01020304u
+#define CK_HDR 24
+#define CK_MAX ((size_t)1 << 34)
+
+/* Restored from the checkpoint besides the live params. */
+static const char *const s_restore[] = {
+    "lr",          "batch_size",  "micro_batch",  "momentum",        "nesterov",
+    "weight_decay", "beta1",      "beta2",        "eps",             "trust",
+    "warmup_epochs", "schedule",  "poly_power",   "lr_scaling",      "base_batch",
+    "label_smoothing", "epochs",  "max_steps",    "precision",       "precision_schedule",
+    "scale_window", "per_layer_scale", "loss_scale", "seed",         "log_every",
+    NULL};
+
+typedef struct {
+    unsigned char *p;
+    size_t len, cap;
+    int oom;
+} s_wbuf;
+
+static void s_put(s_wbuf *b, const void *src, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1 << 16;
+        while (cap < b->len + n)
+            cap *= 2;
+        unsigned char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+}
+
+static void s_u32(s_wbuf *b, uint32_t v)
+{
+    s_put(b, &v, 4);
+}
+static void s_u64(s_wbuf *b, uint64_t v)
+{
+    s_put(b, &v, 8);
+}
+static void s_f64(s_wbuf *b, double v)
+{
+    s_put(b, &v, 8);
+}
+static void s_str(s_wbuf *b, const char *s)
+{
+    uint32_t n = (uint32_t)strlen(s);
+    s_u32(b, n);
+    s_put(b, s, n);
+}
+
+typedef struct {
+    const unsigned char *p;
+    size_t len, off;
+    int bad;
+} s_rbuf;
+
+static const void *s_get(s_rbuf *r, size_t n)
+{
+    if (r->bad || r->len - r->off < n) {
+        r->bad = 1;
+        return NULL;
+    }
+    const void *p = r->p + r->off;
+    r->off += n;
+    return p;
+}
+
+static uint32_t s_gu32(s_rbuf *r)
+{
+    const void *p = s_get(r, 4);
+    uint32_t v = 0;
+    if (p)
+        memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t s_gu64(s_rbuf *r)
+{
+    const void *p = s_get(r, 8);
+    uint64_t v = 0;
+    if (p)
+        memcpy(&v, p, 8);
+    return v;
+}
+static double s_gf64(s_rbuf *r)
+{
+    const void *p = s_get(r, 8);
+    double v = 0;
+    if (p)
+        memcpy(&v, p, 8);
+    return v;
+}
+/* Copies a length-prefixed string into buf (truncating). */
+static void s_gstr(s_rbuf *r, char *buf, size_t cap)
+{
+    uint32_t n = s_gu32(r);
+    const char *p = s_get(r, n);
+    if (!p) {
+        buf[0] = 0;
+        return;
+    }
+    size_t k = n < cap - 1 ? n : cap - 1;
+    memcpy(buf, p, k);
+    buf[k] = 0;
+}
+
+static void s_sync_from_backend(trn_trainer *t)
+{
+    if (t->backend && t->backend_attached)
+        t->backend->sync_to_host(t->backend->self, t->net);
+}
+
+int trn_trainer_save(trn_trainer *t, const char *path, char *err)
+{
+    s_sync_from_backend(t);
+    s_wbuf b = {0};
+    s_put(&b, CK_MAGIC, 8);
+    s_u32(&b, CK_VERSION);
+    s_u32(&b, CK_BOM);
+    s_u64(&b, 0); /* payload length, patched below */
+    trn_net *n = t->net;
+    s_str(&b, trn_net_arch(n));
+    s_u32(&b, (uint32_t)t->opt.kind);
+    s_u64(&b, (uint64_t)t->step);
+    s_u64(&b, (uint64_t)t->epoch);
+    s_u64(&b, (uint64_t)t->pos);
+    s_u64(&b, (uint64_t)t->opt.t);
+    for (int i = 0; i < 4; i++)
+        s_u64(&b, t->rng.s[i]);
+    s_f64(&b, t->scaler.scale);
+    s_u64(&b, (uint64_t)t->scaler.good_steps);
+    s_u64(&b, (uint64_t)t->scaler.skipped);
+    s_u32(&b, (uint32_t)t->nlayers);
+    for (int l = 0; l < t->nlayers; l++) {
+        s_f64(&b, t->lscalers[l].scale);
+        s_u64(&b, (uint64_t)t->lscalers[l].good_steps);
+    }
+    char cfgtext[8192];
+    size_t cl = 0;
+    for (int i = 0; s_restore[i]; i++) {
+        char v[512];
+        trn_config_get(&t->cfg, s_restore[i], v, sizeof v);
+        cl += (size_t)snprintf(cfgtext + cl, sizeof cfgtext - cl, "%s=%s\n", s_restore[i], v);
+        if (cl >= sizeof cfgtext)
+            cl = sizeof cfgtext - 1;
+    }
+    cfgtext[cl] = 0;
+    s_str(&b, cfgtext);
+    s_u32(&b, (uint32_t)trn_net_nparams(n));
+    for (int i = 0; i < trn_net_nparams(n); i++) {
+        trn_param *p = trn_net_param(n, i);
+        s_str(&b, p->name);
+        s_u64(&b, (uint64_t)p->n);
+        s_put(&b, p->w, (size_t)p->n * sizeof(float));
+        s_put(&b, p->m, (size_t)p->n * sizeof(float));
+        s_put(&b, p->v, (size_t)p->n * sizeof(float));
+    }
+    s_u64(&b, (uint64_t)trn_net_state_count(n));
+    s_put(&b, trn_net_state(n), (size_t)trn_net_state_count(n) * sizeof(float));
+    if (b.oom) {
+        free(b.p);
+        snprintf(err, TRN_ERRLEN, "%s: out of memory writing the checkpoint", path);
+        return -1;
+    }
+    uint64_t plen = b.len - CK_HDR;
+    memcpy(b.p + 16, &plen, 8);
+    uint32_t crc = (uint32_t)crc32_z(crc32(0L, Z_NULL, 0), b.p, b.len);
+    s_u32(&b, crc);
+    if (b.oom) {
+        free(b.p);
+        snprintf(err, TRN_ERRLEN, "%s: out of memory writing the checkpoint", path);
+        return -1;
+    }
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, TRN_ERRLEN, "%s: cannot write: %s", path, strerror(errno));
+        free(b.p);
+        return -1;
+    }
+    int ok = fwrite(b.p, 1, b.len, f) == b.len;
+    ok = fflush(f) == 0 && ok;
+    ok = fsync(fileno(f)) == 0 && ok;
+    ok = fclose(f) == 0 && ok;
+    free(b.p);
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(err, TRN_ERRLEN, "%s: cannot write: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads and checks the envelope; returns the file's bytes (caller frees). */
+static unsigned char *s_read_checked(const char *path, size_t *len, char *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, TRN_ERRLEN, "%s: cannot open checkpoint: %s", path, strerror(errno));
+        return NULL;
+    }
+    unsigned char hdr[CK_HDR];
+    size_t got = fread(hdr, 1, CK_HDR, f);
+    if (got < 8 || memcmp(hdr, CK_MAGIC, 8) != 0) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: not a jizhi-train checkpoint (bad magic)", path);
+        return NULL;
+    }
+    if (got < CK_HDR) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: truncated checkpoint (header is %zu of %d bytes)", path,
+                 got, CK_HDR);
+        return NULL;
+    }
+    uint32_t ver, bom;
+    uint64_t plen;
+    memcpy(&ver, hdr + 8, 4);
+    memcpy(&bom, hdr + 12, 4);
+    memcpy(&plen, hdr + 16, 8);
+    if (bom != CK_BOM) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: checkpoint written with another byte order", path);
+        return NULL;
+    }
+    if (ver != CK_VERSION) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: checkpoint version %u, this jizhi-train reads version %u",
+                 path, ver, CK_VERSION);
+        return NULL;
+    }
+    if (plen > CK_MAX) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (payload length %llu)", path,
+                 (unsigned long long)plen);
+        return NULL;
+    }
+    size_t total = CK_HDR + (size_t)plen + 4;
+    unsigned char *buf = malloc(total);
+    if (!buf) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: out of memory reading the checkpoint", path);
+        return NULL;
+    }
+    memcpy(buf, hdr, CK_HDR);
+    size_t rest = fread(buf + CK_HDR, 1, total - CK_HDR, f);
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    if (rest < total - CK_HDR) {
+        snprintf(err, TRN_ERRLEN, "%s: truncated checkpoint (%zu of %zu bytes)", path,
+                 CK_HDR + rest, total);
+        free(buf);
+        return NULL;
+    }
+    if (extra) {
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (trailing bytes)", path);
+        free(buf);
+        return NULL;
+    }
+    uint32_t crc, want = (uint32_t)crc32_z(crc32(0L, NULL, 0), buf, total - 4);
+    memcpy(&crc, buf + total - 4, 4);
+    if (crc != want) {
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (checksum mismatch)", path);
+        free(buf);
+        return NULL;
+    }
+    *len = total;
+    return buf;
+}
+
+int trn_ckpt_verify(const char *path, char *err)
+{
+    size_t len;
+    unsigned char *b = s_read_checked(path, &len, err);
+    free(b);
+    return b ? 0 : -1;
+}
+
+static const char *s_opt_name(uint32_t k)
+{
+    static const char *const names[] = {"sgd", "lars", "lamb", "adamw"};
+    return k < 4 ? names[k] : "?";
+}
+
+/* Parses the payload; with commit = 0 only checks it. */
+static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int commit,
+                   const char *path, char *err)
+{
+    s_rbuf r = {buf, len - 4, CK_HDR, 0};
+    trn_net *n = t->net;
+    char arch[256];
+    s_gstr(&r, arch, sizeof arch);
+    if (!r.bad && strcmp(arch, trn_net_arch(n)) != 0) {
+        snprintf(err, TRN_ERRLEN, "%s: checkpoint is for model %s, this run builds %s", path,
+                 arch, trn_net_arch(n));
+        return -1;
+    }
+    uint32_t ok = s_gu32(&r);
+    if (!r.bad && ok != (uint32_t)t->opt.kind) {
+        snprintf(err, TRN_ERRLEN, "%s: checkpoint was trained with optimizer %s, this run uses %s",
+                 path, s_opt_name(ok), s_opt_name((uint32_t)t->opt.kind));
+        return -1;
+    }
+    long step = (long)s_gu64(&r), epoch = (long)s_gu64(&r), pos = (long)s_gu64(&r);
+    long opt_t = (long)s_gu64(&r);
+    trn_rng rng;
+    for (int i = 0; i < 4; i++)
+        rng.s[i] = s_gu64(&r);
+    double scale = s_gf64(&r);
+    long good = (long)s_gu64(&r), skipped = (long)s_gu64(&r);
+    uint32_t nl = s_gu32(&r);
+    if (!r.bad && nl != (uint32_t)t->nlayers) {
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (layer count %u)", path, nl);
+        return -1;
+    }
+    for (uint32_t l = 0; l < nl && !r.bad; l++) {
+        double ls = s_gf64(&r);
+        long lg = (long)s_gu64(&r);
+        if (commit) {
+            t->lscalers[l].scale = ls;
+            t->lscalers[l].good_steps = lg;
+            t->lscale[l] = ls;
+        }
+    }
+    uint32_t cl = s_gu32(&r);
+    const char *cfgtext = s_get(&r, cl);
+    trn_config c = t->cfg;
+    if (cfgtext) {
+        const char *p = cfgtext, *end = cfgtext + cl;
+        while (p < end) {
+            const char *nl2 = memchr(p, '\n', (size_t)(end - p));
+            const char *eq = memchr(p, '=', (size_t)((nl2 ? nl2 : end) - p));
+            if (!nl2 || !eq) {
+                snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (config text)", path);
+                return -1;
+            }
+            char name[64], val[512], e2[TRN_ERRLEN];
+            size_t kn = (size_t)(eq - p), vn = (size_t)(nl2 - eq - 1);
+            if (kn >= sizeof name || vn >= sizeof val) {
+                snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (config text)", path);
+                return -1;
+            }
+            memcpy(name, p, kn);
+            name[kn] = 0;
+            memcpy(val, eq + 1, vn);
+            val[vn] = 0;
+            if (trn_config_set(&c, name, val, e2) == -1) {
+                snprintf(err, TRN_ERRLEN, "%.200s: checkpoint config: %.280s", path, e2);
+                return -1;
+            }
+            p = nl2 + 1;
+        }
+    }
+    uint32_t np = s_gu32(&r);
+    if (!r.bad && np != (uint32_t)trn_net_nparams(n)) {
+        snprintf(err, TRN_ERRLEN, "%s: checkpoint has %u tensors, the model %d", path, np,
+                 trn_net_nparams(n));
+        return -1;
+    }
+    for (uint32_t i = 0; i < np && !r.bad; i++) {
+        trn_param *p = trn_net_param(n, (int)i);
+        char name[64];
+        s_gstr(&r, name, sizeof name);
+        uint64_t cnt = s_gu64(&r);
+        if (!r.bad && (strcmp(name, p->name) || cnt != (uint64_t)p->n)) {
+            snprintf(err, TRN_ERRLEN, "%s: tensor %u is %s[%llu], the model has %s[%ld]", path,
+                     i, name, (unsigned long long)cnt, p->name, p->n);
+            return -1;
+        }
+        size_t bytes = (size_t)p->n * sizeof(float);
+        const void *w = s_get(&r, bytes), *m = s_get(&r, bytes), *v = s_get(&r, bytes);
+        if (commit && !r.bad) {
+            memcpy(p->w, w, bytes);
+            memcpy(p->m, m, bytes);
+            memcpy(p->v, v, bytes);
+        }
+    }
+    uint64_t ns = s_gu64(&r);
+    if (!r.bad && ns != (uint64_t)trn_net_state_count(n)) {
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (state size %llu)", path,
+                 (unsigned long long)ns);
+        return -1;
+    }
+    const void *st = s_get(&r, (size_t)ns * sizeof(float));
+    if (r.bad || r.off != r.len) {
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (payload does not parse)", path);
+        return -1;
+    }
+    if (epoch < 0 || pos < 0 || pos > t->train->n || step < 0) {
+        snprintf(err, TRN_ERRLEN, "%s: checkpoint position (epoch %ld, sample %ld) does not fit "
+                 "this training set of %d", path, epoch, pos, t->train->n);
+        return -1;
+    }
+    if (trn_config_validate(&c, err) < 0)
+        return -1;
+    if (!commit)
+        return 0;
+    if (ns)
+        memcpy(trn_net_state(n), st, (size_t)ns * sizeof(float));
+    t->cfg = c;
+    trn__apply_config(t);
+    t->step = step;
+    t->epoch = (int)epoch;
+    t->pos = pos;
+    if (t->pos >= t->train->n) {
+        t->epoch++;
+        t->pos = 0;
+    }
+    t->opt.t = opt_t;
+    t->rng = rng;
+    t->scaler.scale = scale;
+    t->scaler.good_steps = good;
+    t->scaler.skipped = skipped;
+    t->perm_epoch = -1;
+    t->prec = t->psched.n ? trn_prec_schedule_at(&t->psched, t->epoch)
+                          : trn_precision_from_name(t->cfg.precision);
+    trn_net_set_precision(n, t->prec);
+    if (t->backend && t->backend_attached) {
+        if (t->backend->detach)
+            t->backend->detach(t->backend->self);
+        t->backend_attached = 0;
+    }
+    return 0;
+}
+
+int trn_trainer_load(trn_trainer *t, const char *path, char *err)
+{
+    size_t len;
+    unsigned char *buf = s_read_checked(path, &len, err);
+    if (!buf)
+        return -1;
+    int rc = s_parse(t, buf, len, 0, path, err);
+    if (rc == 0)
+        rc = s_parse(t, buf, len, 1, path, err);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,299 @@
+/*  kernels_impl.h - layer kernels, written once for a real type R.
+
+    Included by kernels_f32.c (R = float, suffix _f: what the trainer runs)
+    and kernels_f64.c (R = double, suffix _d: what the gradient tests check
+    against finite differences), so the tested code is the trained code.
+    Before including, define R, SFX (name suffix), GEMM (cblas_sgemm or
+    cblas_dgemm).
+
+    Layouts: dense layers use rows [N, features]; convolutional layers use
+    [C, N, H, W] ("CNHW"), so a convolution is one GEMM over the whole batch
+    and each BN channel is one contiguous row. A single-channel image batch
+    [N, H*W] is the same memory in both layouts. Backward kernels write
+    dW = beta*dW + grad (beta = 1 accumulates micro-batches) and
+    dX = dxbeta*dX + grad (dxbeta = 1 accumulates a residual branch).
+*/
+#include <math.h>
+#include <string.h>
+
+#define TRN_CAT_(a, b) a##_##b
+#define TRN_CAT(a, b) TRN_CAT_(a, b)
+#define FN(name) TRN_CAT(name, SFX)
+
+void FN(trn_linear_fwd)(const R *x, const R *w, const R *b, R *y, int n, int k, int m)
+{
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1, x, k, w, k, 0, y, m);
+    if (b)
+        for (int i = 0; i < n; i++) {
+            R *yi = y + (size_t)i * m;
+            for (int j = 0; j < m; j++)
+                yi[j] += b[j];
+        }
+}
+
+void FN(trn_linear_bwd)(const R *x, const R *w, const R *dy, R *dx, R *dw, R *db, int n,
+                         int k, int m, R beta)
+{
+    if (dx)
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, m, 1, dy, m, w, k, 0, dx, k);
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, m, k, n, 1, dy, m, x, k, beta, dw, k);
+    if (db) {
+        if (beta == 0)
+            memset(db, 0, (size_t)m * sizeof(R));
+        for (int i = 0; i < n; i++) {
+            const R *di = dy + (size_t)i * m;
+            for (int j = 0; j < m; j++)
+                db[j] += di[j];
+        }
+    }
+}
+
+void FN(trn_relu_fwd)(const R *x, R *y, long n)
+{
+    for (long i = 0; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : 0;
+}
+
+void FN(trn_relu_bwd)(const R *y, const R *dy, R *dx, long n, R beta)
+{
+    if (beta == 0)
+        for (long i = 0; i < n; i++)
+            dx[i] = y[i] > 0 ? dy[i] : 0;
+    else
+        for (long i = 0; i < n; i++)
+            dx[i] += y[i] > 0 ? dy[i] : 0;
+}
+
+/* cols[(c*k+ki)*k+kj][(n*ho+oh)*wo+ow] = x[c][n][oh*s-pad+ki][ow*s-pad+kj] */
+static void FN(s_im2col)(const R *x, R *cols, int c, int n, int h, int wd, int k, int s,
+                          int pad, int ho, int wo)
+{
+    long p = (long)n * ho * wo;
+    for (int ci = 0; ci < c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                R *row = cols + ((long)(ci * k + ki) * k + kj) * p;
+                for (int ni = 0; ni < n; ni++) {
+                    const R *img = x + ((long)ci * n + ni) * h * wd;
+                    for (int oh = 0; oh < ho; oh++) {
+                        int ih = oh * s - pad + ki;
+                        R *out = row + ((long)ni * ho + oh) * wo;
+                        if (ih < 0 || ih >= h) {
+                            memset(out, 0, (size_t)wo * sizeof(R));
+                            continue;
+                        }
+                        const R *in = img + (long)ih * wd;
+                        for (int ow = 0; ow < wo; ow++) {
+                            int iw = ow * s - pad + kj;
+                            out[ow] = (iw >= 0 && iw < wd) ? in[iw] : 0;
+                        }
+                    }
+                }
+            }
+}
+
+static void FN(s_col2im)(const R *cols, R *x, int c, int n, int h, int wd, int k, int s,
+                          int pad, int ho, int wo)
+{
+    long p = (long)n * ho * wo;
+    for (int ci = 0; ci < c; ci++)
+        for (int ki = 0; ki < k; ki++)
+            for (int kj = 0; kj < k; kj++) {
+                const R *row = cols + ((long)(ci * k + ki) * k + kj) * p;
+                for (int ni = 0; ni < n; ni++) {
+                    R *img = x + ((long)ci * n + ni) * h * wd;
+                    for (int oh = 0; oh < ho; oh++) {
+                        int ih = oh * s - pad + ki;
+                        if (ih < 0 || ih >= h)
+                            continue;
+                        const R *in = row + ((long)ni * ho + oh) * wo;
+                        R *out = img + (long)ih * wd;
+                        for (int ow = 0; ow < wo; ow++) {
+                            int iw = ow * s - pad + kj;
+                            if (iw >= 0 && iw < wd)
+                                out[iw] += in[ow];
+                        }
+                    }
+                }
+            }
+}
+
+static int FN(s_is_identity)(int k, int s, int pad)
+{
+    return k == 1 && s == 1 && pad == 0;
+}
+
+void FN(trn_conv_fwd)(const R *x, const R *w, R *y, R *cols, int c, int n, int h, int wd,
+                      int co, int k, int stride, int pad)
+{
+    int ho = trn_conv_out(h, k, stride, pad), wo = trn_conv_out(wd, k, stride, pad);
+    long p = (long)n * ho * wo;
+    const R *src = x;
+    if (!FN(s_is_identity)(k, stride, pad)) {
+        FN(s_im2col)(x, cols, c, n, h, wd, k, stride, pad, ho, wo);
+        src = cols;
+    }
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, co, (int)p, c * k * k, 1, w, c * k * k,
+         src, (int)p, 0, y, (int)p);
+}
+
+void FN(trn_conv_bwd)(const R *x, const R *w, const R *dy, R *dx, R *dw, R *cols, int c,
+                      int n, int h, int wd, int co, int k, int stride, int pad, R beta,
+                      R dxbeta)
+{
+    int ho = trn_conv_out(h, k, stride, pad), wo = trn_conv_out(wd, k, stride, pad);
+    long p = (long)n * ho * wo;
+    int ckk = c * k * k;
+    int ident = FN(s_is_identity)(k, stride, pad);
+    const R *src = x;
+    if (!ident) {
+        FN(s_im2col)(x, cols, c, n, h, wd, k, stride, pad, ho, wo);
+        src = cols;
+    }
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, co, ckk, (int)p, 1, dy, (int)p, src, (int)p,
+         beta, dw, ckk);
+    if (!dx)
+        return;
+    if (ident) {
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)p, co, 1, w, ckk, dy, (int)p,
+             dxbeta, dx, (int)p);
+        return;
+    }
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)p, co, 1, w, ckk, dy, (int)p, 0,
+         cols, (int)p);
+    if (dxbeta == 0)
+        memset(dx, 0, (size_t)c * n * h * wd * sizeof(R));
+    FN(s_col2im)(cols, dx, c, n, h, wd, k, stride, pad, ho, wo);
+}
+
+void FN(trn_bn_fwd_train)(const R *x, const R *g, const R *b, R *y, R *mean, R *invstd, int c,
+                          long s, R eps)
+{
+    for (int ci = 0; ci < c; ci++) {
+        const R *xc = x + (long)ci * s;
+        R *yc = y + (long)ci * s;
+        double sum = 0, sq = 0;
+        for (long i = 0; i < s; i++)
+            sum += xc[i];
+        double mu = sum / (double)s;
+        for (long i = 0; i < s; i++) {
+            double d = xc[i] - mu;
+            sq += d * d;
+        }
+        double var = sq / (double)s;
+        double is = 1.0 / sqrt(var + eps);
+        mean[ci] = (R)mu;
+        invstd[ci] = (R)is;
+        R a = (R)(g[ci] * is), off = (R)(b[ci] - g[ci] * is * mu);
+        for (long i = 0; i < s; i++)
+            yc[i] = a * xc[i] + off;
+    }
+}
+
+void FN(trn_bn_fwd_eval)(const R *x, const R *g, const R *b, R *y, const R *rmean,
+                         const R *rvar, int c, long s, R eps)
+{
+    for (int ci = 0; ci < c; ci++) {
+        double is = 1.0 / sqrt((double)rvar[ci] + eps);
+        R a = (R)(g[ci] * is), off = (R)(b[ci] - g[ci] * is * rmean[ci]);
+        const R *xc = x + (long)ci * s;
+        R *yc = y + (long)ci * s;
+        for (long i = 0; i < s; i++)
+            yc[i] = a * xc[i] + off;
+    }
+}
+
+void FN(trn_bn_bwd)(const R *x, const R *g, const R *mean, const R *invstd, const R *dy, R *dx,
+                    R *dg, R *db, int c, long s, R beta, R dxbeta)
+{
+    for (int ci = 0; ci < c; ci++) {
+        const R *xc = x + (long)ci * s, *dyc = dy + (long)ci * s;
+        R *dxc = dx + (long)ci * s;
+        double mu = mean[ci], is = invstd[ci];
+        double sdy = 0, sdyx = 0;
+        for (long i = 0; i < s; i++) {
+            sdy += dyc[i];
+            sdyx += dyc[i] * ((xc[i] - mu) * is);
+        }
+        dg[ci] = (R)(beta * dg[ci] + sdyx);
+        db[ci] = (R)(beta * db[ci] + sdy);
+        if (!dx)
+            continue;
+        double k = g[ci] * is / (double)s;
+        double m1 = sdy, m2 = sdyx;
+        for (long i = 0; i < s; i++) {
+            double xh = (xc[i] - mu) * is;
+            R v = (R)(k * ((double)s * dyc[i] - m1 - xh * m2));
+            dxc[i] = dxbeta == 0 ? v : dxc[i] + v;
+        }
+    }
+}
+
+void FN(trn_gap_fwd)(const R *x, R *y, int c, int n, int hw)
+{
+    for (int ci = 0; ci < c; ci++)
+        for (int ni = 0; ni < n; ni++) {
+            const R *p = x + ((long)ci * n + ni) * hw;
+            double s = 0;
+            for (int j = 0; j < hw; j++)
+                s += p[j];
+            y[(long)ni * c + ci] = (R)(s / hw);
+        }
+}
+
+void FN(trn_gap_bwd)(const R *dy, R *dx, int c, int n, int hw, R dxbeta)
+{
+    for (int ci = 0; ci < c; ci++)
+        for (int ni = 0; ni < n; ni++) {
+            R v = dy[(long)ni * c + ci] / (R)hw;
+            R *p = dx + ((long)ci * n + ni) * hw;
+            if (dxbeta == 0)
+                for (int j = 0; j < hw; j++)
+                    p[j] = v;
+            else
+                for (int j = 0; j < hw; j++)
+                    p[j] += v;
+        }
+}
+
+/* Mean cross-entropy (label smoothing eps: target (1-eps) on the label plus
+   eps/k everywhere). dlogits (may be NULL) = gscale * d(sum of losses). */
+double FN(trn_softmax_ce)(const R *logits, const uint8_t *labels, R *dlogits, int n, int k,
+                          double smoothing, double gscale, int *correct)
+{
+    double total = 0;
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        const R *z = logits + (long)i * k;
+        int arg = 0;
+        double mx = z[0];
+        for (int j = 1; j < k; j++)
+            if (z[j] > mx) {
+                mx = z[j];
+                arg = j;
+            }
+        double se = 0, sz = 0;
+        for (int j = 0; j < k; j++) {
+            se += exp((double)z[j] - mx);
+            sz += (double)z[j] - mx;
+        }
+        double lse = log(se);
+        int y = labels[i];
+        if (arg == y)
+            ok++;
+        double lp_y = (double)z[y] - mx - lse;
+        double mean_lp = sz / k - lse;
+        total += -(1.0 - smoothing) * lp_y - smoothing * mean_lp;
+        if (dlogits) {
+            R *d = dlogits + (long)i * k;
+            for (int j = 0; j < k; j++) {
+                double p = exp((double)z[j] - mx - lse);
+                double q = smoothing / k + (j == y ? 1.0 - smoothing : 0.0);
+                d[j] = (R)(gscale * (p - q));
+            }
+        }
+    }
+    if (correct)
+        *correct = ok;
+    return n ? total / n : 0;
+}

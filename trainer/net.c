@@ -1,0 +1,656 @@
+/*  net.c - the model as a static graph of ops over numbered buffers.
+
+    An op reads one or two buffers and writes one; backward runs the ops in
+    reverse and accumulates each buffer's gradient (a buffer read by two ops,
+    like a residual block's input, gets both contributions). Ops: linear,
+    relu, conv (im2col + GEMM, CNHW layout), batch norm, add, global average
+    pooling; the loss is softmax cross-entropy on the last buffer.
+
+    Mixed precision is emulated here (precision.c): with bf16/fp16 the
+    forward uses a rounded working copy of the weights, and every stored
+    activation, activation gradient and weight gradient is rounded to the
+    format. Each buffer's gradient carries a scale: with per-layer loss
+    scales an op's incoming gradient is rescaled to its layer's scale before
+    its backward, so each layer's weight gradient carries its own scale.
+*/
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/trn.h"
+
+typedef enum { OP_LINEAR, OP_RELU, OP_CONV, OP_BN, OP_ADD, OP_GAP } s_kind;
+
+typedef struct {
+    s_kind kind;
+    int in, in2, out;     /* buffer ids (in2: ADD only) */
+    int pw, pb;           /* param indices, -1 when none */
+    int c, h, w;          /* input shape per sample (linear: c features) */
+    int co, k, stride, pad; /* conv / linear output features */
+    int layer;            /* param-owning layer index, or -1 */
+    long st;              /* BN: offset of running mean (var follows) in state */
+    float *mean, *invstd; /* BN: batch statistics saved for backward */
+} s_op;
+
+typedef struct {
+    int feat;      /* values per sample */
+    float *x, *g;  /* cap * feat */
+    int written;   /* gradient holds a contribution this pass */
+    double gs;     /* scale the gradient carries */
+} s_buf;
+
+#define MAX_OPS 256
+#define MAX_PARAMS 256
+
+struct trn_net {
+    s_op ops[MAX_OPS];
+    int nops;
+    s_buf bufs[MAX_OPS + 1];
+    int nbufs;
+    trn_param params[MAX_PARAMS];
+    int np;
+    int nlayers;
+    float *state; /* BN running mean/var */
+    long nstate;
+    float *cols;  /* im2col workspace */
+    long cols_per_sample;
+    int cap;      /* samples the buffers hold */
+    int classes;
+    trn_precision prec;
+    char arch[256];
+};
+
+static const float s_bn_eps = 1e-5f;
+static const float s_bn_momentum = 0.1f;
+
+/* ---- construction ---------------------------------------------------------- */
+
+static int s_buf_new(trn_net *n, int feat)
+{
+    s_buf *b = &n->bufs[n->nbufs];
+    memset(b, 0, sizeof *b);
+    b->feat = feat;
+    return n->nbufs++;
+}
+
+static int s_param_new(trn_net *n, const char *name, trn_pkind kind, long count, int layer)
+{
+    trn_param *p = &n->params[n->np];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->kind = kind;
+    p->n = count;
+    p->layer = layer;
+    p->w = calloc((size_t)count, sizeof(float));
+    p->g = calloc((size_t)count, sizeof(float));
+    p->m = calloc((size_t)count, sizeof(float));
+    p->v = calloc((size_t)count, sizeof(float));
+    p->wlp = p->w;
+    if (!p->w || !p->g || !p->m || !p->v)
+        return -1;
+    return n->np++;
+}
+
+static s_op *s_op_new(trn_net *n, s_kind kind, int in)
+{
+    s_op *o = &n->ops[n->nops++];
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->in = in;
+    o->in2 = o->pw = o->pb = o->layer = -1;
+    return o;
+}
+
+static int s_linear(trn_net *n, int in, int k, int m, int bias)
+{
+    char name[32];
+    s_op *o = s_op_new(n, OP_LINEAR, in);
+    o->c = k;
+    o->h = o->w = 1;
+    o->co = m;
+    o->layer = n->nlayers++;
+    snprintf(name, sizeof name, "l%d.weight", o->layer);
+    if ((o->pw = s_param_new(n, name, TRN_PW, (long)k * m, o->layer)) < 0)
+        return -1;
+    if (bias) {
+        snprintf(name, sizeof name, "l%d.bias", o->layer);
+        if ((o->pb = s_param_new(n, name, TRN_PBIAS, m, o->layer)) < 0)
+            return -1;
+    }
+    o->out = s_buf_new(n, m);
+    return o->out;
+}
+
+static int s_relu(trn_net *n, int in)
+{
+    s_op *o = s_op_new(n, OP_RELU, in);
+    o->out = s_buf_new(n, n->bufs[in].feat);
+    return o->out;
+}
+
+static int s_conv(trn_net *n, int in, int c, int h, int w, int co, int k, int stride, int pad)
+{
+    char name[32];
+    s_op *o = s_op_new(n, OP_CONV, in);
+    o->c = c;
+    o->h = h;
+    o->w = w;
+    o->co = co;
+    o->k = k;
+    o->stride = stride;
+    o->pad = pad;
+    o->layer = n->nlayers++;
+    snprintf(name, sizeof name, "l%d.weight", o->layer);
+    if ((o->pw = s_param_new(n, name, TRN_PW, (long)co * c * k * k, o->layer)) < 0)
+        return -1;
+    int ho = trn_conv_out(h, k, stride, pad), wo = trn_conv_out(w, k, stride, pad);
+    long cps = (long)c * k * k * ho * wo;
+    if (cps > n->cols_per_sample)
+        n->cols_per_sample = cps;
+    o->out = s_buf_new(n, co * ho * wo);
+    return o->out;
+}
+
+static int s_bn(trn_net *n, int in, int c, int hw, int zero_gamma)
+{
+    char name[32];
+    s_op *o = s_op_new(n, OP_BN, in);
+    o->c = c;
+    o->h = hw;
+    o->w = 1;
+    o->layer = n->nlayers++;
+    o->k = zero_gamma;
+    snprintf(name, sizeof name, "l%d.gamma", o->layer);
+    if ((o->pw = s_param_new(n, name, TRN_PBN, c, o->layer)) < 0)
+        return -1;
+    snprintf(name, sizeof name, "l%d.beta", o->layer);
+    if ((o->pb = s_param_new(n, name, TRN_PBN, c, o->layer)) < 0)
+        return -1;
+    o->st = n->nstate;
+    n->nstate += 2L * c;
+    o->mean = calloc((size_t)c, sizeof(float));
+    o->invstd = calloc((size_t)c, sizeof(float));
+    if (!o->mean || !o->invstd)
+        return -1;
+    o->out = s_buf_new(n, n->bufs[in].feat);
+    return o->out;
+}
+
+static int s_add(trn_net *n, int a, int b)
+{
+    s_op *o = s_op_new(n, OP_ADD, a);
+    o->in2 = b;
+    o->out = s_buf_new(n, n->bufs[a].feat);
+    return o->out;
+}
+
+static int s_gap(trn_net *n, int in, int c, int hw)
+{
+    s_op *o = s_op_new(n, OP_GAP, in);
+    o->c = c;
+    o->h = hw;
+    o->w = 1;
+    o->out = s_buf_new(n, c);
+    return o->out;
+}
+
+/* conv-BN(-ReLU) */
+static int s_cbr(trn_net *n, int in, int c, int h, int w, int co, int stride, int relu,
+                 int zero_gamma)
+{
+    int x = s_conv(n, in, c, h, w, co, 3, stride, 1);
+    if (x < 0)
+        return -1;
+    int ho = trn_conv_out(h, 3, stride, 1), wo = trn_conv_out(w, 3, stride, 1);
+    x = s_bn(n, x, co, ho * wo, zero_gamma);
+    if (x < 0)
+        return -1;
+    return relu ? s_relu(n, x) : x;
+}
+
+trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, char *err)
+{
+    trn_net *n = calloc(1, sizeof *n);
+    if (!n) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    n->classes = classes;
+    int x = s_buf_new(n, c * h * w);
+    int ok = 1;
+    if (!strcmp(cfg->model, "mlp")) {
+        int sizes[32];
+        int nh = trn_parse_int_list(cfg->hidden, sizes, 32);
+        if (nh < 0) {
+            snprintf(err, TRN_ERRLEN, "--hidden: bad sizes \"%s\"", cfg->hidden);
+            trn_net_destroy(&n);
+            return NULL;
+        }
+        int d = c * h * w;
+        int len = snprintf(n->arch, sizeof n->arch, "mlp:%d", d);
+        for (int i = 0; i < nh && ok; i++) {
+            x = s_linear(n, x, d, sizes[i], 1);
+            ok = x >= 0 && (x = s_relu(n, x)) >= 0;
+            d = sizes[i];
+            len += snprintf(n->arch + len, sizeof n->arch - (size_t)len, "-%d", d);
+        }
+        if (ok)
+            ok = s_linear(n, x, d, classes, 1) >= 0;
+        snprintf(n->arch + len, sizeof n->arch - (size_t)len, "-%d", classes);
+    } else if (!strcmp(cfg->model, "cnn")) {
+        int ch[8];
+        int ns = trn_parse_int_list(cfg->channels, ch, 8);
+        if (ns < 1) {
+            snprintf(err, TRN_ERRLEN, "--channels: bad sizes \"%s\"", cfg->channels);
+            trn_net_destroy(&n);
+            return NULL;
+        }
+        snprintf(n->arch, sizeof n->arch, "cnn:%dx%dx%d:%s:b%d:%d", c, h, w, cfg->channels,
+                 cfg->blocks, classes);
+        int cc = ch[0], hh = h, ww = w;
+        x = s_cbr(n, x, c, hh, ww, cc, 1, 1, 0); /* stem */
+        ok = x >= 0;
+        for (int s = 0; s < ns && ok; s++) {
+            if (s > 0) { /* downsampling transition */
+                x = s_cbr(n, x, cc, hh, ww, ch[s], 2, 1, 0);
+                hh = trn_conv_out(hh, 3, 2, 1);
+                ww = trn_conv_out(ww, 3, 2, 1);
+                cc = ch[s];
+                ok = x >= 0;
+            }
+            for (int b = 0; b < cfg->blocks && ok; b++) {
+                int y = s_cbr(n, x, cc, hh, ww, cc, 1, 1, 0);
+                y = y < 0 ? -1 : s_cbr(n, y, cc, hh, ww, cc, 1, 0, 1);
+                y = y < 0 ? -1 : s_add(n, y, x);
+                x = y < 0 ? -1 : s_relu(n, y);
+                ok = x >= 0;
+            }
+        }
+        if (ok)
+            x = s_gap(n, x, cc, hh * ww);
+        ok = ok && x >= 0 && s_linear(n, x, cc, classes, 1) >= 0;
+    } else {
+        snprintf(err, TRN_ERRLEN, "--model: unknown model \"%s\"", cfg->model);
+        trn_net_destroy(&n);
+        return NULL;
+    }
+    if (ok && n->nstate > 0) {
+        n->state = calloc((size_t)n->nstate, sizeof(float));
+        ok = n->state != NULL;
+    }
+    if (!ok) {
+        snprintf(err, TRN_ERRLEN, "out of memory building the model");
+        trn_net_destroy(&n);
+        return NULL;
+    }
+    return n;
+}
+
+static void s_free_lp(trn_param *p)
+{
+    if (p->wlp && p->wlp != p->w)
+        free(p->wlp);
+    p->wlp = p->w;
+}
+
+void trn_net_destroy(trn_net **np)
+{
+    if (!np || !*np)
+        return;
+    trn_net *n = *np;
+    for (int i = 0; i < n->np; i++) {
+        trn_param *p = &n->params[i];
+        s_free_lp(p);
+        free(p->w);
+        free(p->g);
+        free(p->m);
+        free(p->v);
+    }
+    for (int i = 0; i < n->nops; i++) {
+        free(n->ops[i].mean);
+        free(n->ops[i].invstd);
+    }
+    for (int i = 0; i < n->nbufs; i++) {
+        free(n->bufs[i].x);
+        free(n->bufs[i].g);
+    }
+    free(n->state);
+    free(n->cols);
+    free(n);
+    *np = NULL;
+}
+
+int trn_net_nparams(const trn_net *n)
+{
+    return n->np;
+}
+
+trn_param *trn_net_param(trn_net *n, int i)
+{
+    return &n->params[i];
+}
+
+long trn_net_param_count(const trn_net *n)
+{
+    long s = 0;
+    for (int i = 0; i < n->np; i++)
+        s += n->params[i].n;
+    return s;
+}
+
+int trn_net_nlayers(const trn_net *n)
+{
+    return n->nlayers;
+}
+
+const char *trn_net_arch(const trn_net *n)
+{
+    return n->arch;
+}
+
+long trn_net_state_count(const trn_net *n)
+{
+    return n->nstate;
+}
+
+float *trn_net_state(trn_net *n)
+{
+    return n->state;
+}
+
+void trn_net_init(trn_net *n, trn_rng *r)
+{
+    for (int i = 0; i < n->nops; i++) {
+        s_op *o = &n->ops[i];
+        if (o->kind == OP_LINEAR || o->kind == OP_CONV) {
+            trn_param *p = &n->params[o->pw];
+            double fan_in = o->kind == OP_LINEAR ? o->c : (double)o->c * o->k * o->k;
+            int last = i == n->nops - 1;
+            double bound = last ? sqrt(1.0 / fan_in) : sqrt(6.0 / fan_in); /* He uniform */
+            for (long j = 0; j < p->n; j++)
+                p->w[j] = (float)((2 * trn_rng_uniform(r) - 1) * bound);
+            if (o->pb >= 0)
+                memset(n->params[o->pb].w, 0, (size_t)n->params[o->pb].n * sizeof(float));
+        } else if (o->kind == OP_BN) {
+            /* gamma 1 (0 for the last BN of a residual branch), beta 0,
+               running mean 0, running var 1 */
+            for (int j = 0; j < o->c; j++) {
+                n->params[o->pw].w[j] = o->k ? 0.0f : 1.0f;
+                n->params[o->pb].w[j] = 0.0f;
+                n->state[o->st + j] = 0.0f;
+                n->state[o->st + o->c + j] = 1.0f;
+            }
+        }
+    }
+    trn_net_sync_weights(n);
+}
+
+void trn_net_sync_weights(trn_net *n)
+{
+    for (int i = 0; i < n->np; i++) {
+        trn_param *p = &n->params[i];
+        if (n->prec == TRN_FP32)
+            continue;
+        memcpy(p->wlp, p->w, (size_t)p->n * sizeof(float));
+        trn_round_buf(p->wlp, p->n, n->prec);
+    }
+}
+
+void trn_net_set_precision(trn_net *n, trn_precision prec)
+{
+    for (int i = 0; i < n->np; i++) {
+        trn_param *p = &n->params[i];
+        if (prec == TRN_FP32)
+            s_free_lp(p);
+        else if (p->wlp == p->w) {
+            float *lp = malloc((size_t)p->n * sizeof(float));
+            if (!lp) { /* stay in fp32 rather than fail */
+                prec = TRN_FP32;
+                break;
+            }
+            p->wlp = lp;
+        }
+    }
+    if (prec == TRN_FP32)
+        for (int i = 0; i < n->np; i++)
+            s_free_lp(&n->params[i]);
+    n->prec = prec;
+    trn_net_sync_weights(n);
+}
+
+void trn_net_zero_grad(trn_net *n)
+{
+    for (int i = 0; i < n->np; i++)
+        memset(n->params[i].g, 0, (size_t)n->params[i].n * sizeof(float));
+}
+
+double trn_net_grad_sqnorm(const trn_net *n)
+{
+    double s = 0;
+    for (int i = 0; i < n->np; i++) {
+        const float *g = n->params[i].g;
+        for (long j = 0; j < n->params[i].n; j++)
+            s += (double)g[j] * g[j];
+    }
+    return s;
+}
+
+/* ---- passes -------------------------------------------------------------- */
+
+static int s_reserve(trn_net *n, int nb)
+{
+    if (nb <= n->cap)
+        return 0;
+    for (int i = 0; i < n->nbufs; i++) {
+        s_buf *b = &n->bufs[i];
+        float *x = realloc(b->x, (size_t)nb * b->feat * sizeof(float));
+        if (!x)
+            return -1;
+        b->x = x;
+        float *g = realloc(b->g, (size_t)nb * b->feat * sizeof(float));
+        if (!g)
+            return -1;
+        b->g = g;
+    }
+    if (n->cols_per_sample) {
+        float *c = realloc(n->cols, (size_t)nb * n->cols_per_sample * sizeof(float));
+        if (!c)
+            return -1;
+        n->cols = c;
+    }
+    n->cap = nb;
+    return 0;
+}
+
+static void s_forward(trn_net *n, int nb, int train)
+{
+    for (int i = 0; i < n->nops; i++) {
+        s_op *o = &n->ops[i];
+        const float *x = n->bufs[o->in].x;
+        float *y = n->bufs[o->out].x;
+        long cnt = (long)nb * n->bufs[o->out].feat;
+        switch (o->kind) {
+        case OP_LINEAR:
+            trn_linear_fwd_f(x, n->params[o->pw].wlp, o->pb >= 0 ? n->params[o->pb].wlp : NULL,
+                             y, nb, o->c, o->co);
+            break;
+        case OP_RELU:
+            trn_relu_fwd_f(x, y, cnt);
+            break;
+        case OP_CONV:
+            trn_conv_fwd_f(x, n->params[o->pw].wlp, y, n->cols, o->c, nb, o->h, o->w, o->co,
+                           o->k, o->stride, o->pad);
+            break;
+        case OP_BN:
+            if (train) {
+                long s = (long)nb * o->h;
+                trn_bn_fwd_train_f(x, n->params[o->pw].wlp, n->params[o->pb].wlp, y, o->mean,
+                                   o->invstd, o->c, s, s_bn_eps);
+                float *rm = n->state + o->st, *rv = rm + o->c;
+                for (int j = 0; j < o->c; j++) {
+                    double var = 1.0 / ((double)o->invstd[j] * o->invstd[j]) - s_bn_eps;
+                    if (s > 1)
+                        var *= (double)s / (double)(s - 1);
+                    rm[j] = (1 - s_bn_momentum) * rm[j] + s_bn_momentum * o->mean[j];
+                    rv[j] = (float)((1 - s_bn_momentum) * rv[j] + s_bn_momentum * var);
+                }
+            } else {
+                float *rm = n->state + o->st;
+                trn_bn_fwd_eval_f(x, n->params[o->pw].wlp, n->params[o->pb].wlp, y, rm,
+                                  rm + o->c, o->c, (long)nb * o->h, s_bn_eps);
+            }
+            break;
+        case OP_ADD: {
+            const float *b = n->bufs[o->in2].x;
+            for (long j = 0; j < cnt; j++)
+                y[j] = x[j] + b[j];
+            break;
+        }
+        case OP_GAP:
+            trn_gap_fwd_f(x, y, o->c, nb, o->h);
+            break;
+        }
+        trn_round_buf(y, cnt, n->prec);
+    }
+}
+
+/* Makes buffer b's gradient ready to receive a contribution at scale s:
+   returns the dxbeta to use (0 = first contribution, overwrite). */
+static float s_prepare_grad(trn_net *n, int b, int nb, double s)
+{
+    s_buf *buf = &n->bufs[b];
+    if (!buf->written) {
+        buf->written = 1;
+        buf->gs = s;
+        return 0.0f;
+    }
+    if (buf->gs != s) {
+        long cnt = (long)nb * buf->feat;
+        float f = (float)(s / buf->gs);
+        for (long j = 0; j < cnt; j++)
+            buf->g[j] *= f;
+        buf->gs = s;
+    }
+    return 1.0f;
+}
+
+static void s_backward(trn_net *n, int nb, const double *lscale)
+{
+    for (int i = n->nops - 1; i >= 0; i--) {
+        s_op *o = &n->ops[i];
+        s_buf *ob = &n->bufs[o->out];
+        if (!ob->written)
+            continue;
+        long ocnt = (long)nb * ob->feat;
+        /* per-layer loss scale: bring the incoming gradient to this layer's scale */
+        if (lscale && o->layer >= 0 && ob->gs != lscale[o->layer]) {
+            float f = (float)(lscale[o->layer] / ob->gs);
+            for (long j = 0; j < ocnt; j++)
+                ob->g[j] *= f;
+            trn_round_buf(ob->g, ocnt, n->prec);
+            ob->gs = lscale[o->layer];
+        }
+        double s = ob->gs;
+        int need_dx = o->in != 0;
+        s_buf *ib = &n->bufs[o->in];
+        float dxb = need_dx ? s_prepare_grad(n, o->in, nb, s) : 0;
+        float *dx = need_dx ? ib->g : NULL;
+        switch (o->kind) {
+        case OP_LINEAR: {
+            trn_param *w = &n->params[o->pw], *b = o->pb >= 0 ? &n->params[o->pb] : NULL;
+            /* a linear's input has one reader in our graphs, so dx is
+               written, not accumulated */
+            (void)dxb;
+            trn_linear_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL, nb, o->c, o->co,
+                             1.0f);
+            trn_round_buf(w->g, w->n, n->prec);
+            if (b)
+                trn_round_buf(b->g, b->n, n->prec);
+            break;
+        }
+        case OP_RELU:
+            if (dx)
+                trn_relu_bwd_f(n->bufs[o->out].x, ob->g, dx, ocnt, dxb);
+            break;
+        case OP_CONV: {
+            trn_param *w = &n->params[o->pw];
+            trn_conv_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, n->cols, o->c, nb, o->h, o->w, o->co,
+                           o->k, o->stride, o->pad, 1.0f, dxb);
+            trn_round_buf(w->g, w->n, n->prec);
+            break;
+        }
+        case OP_BN: {
+            trn_param *g = &n->params[o->pw], *b = &n->params[o->pb];
+            trn_bn_bwd_f(ib->x, g->wlp, o->mean, o->invstd, ob->g, dx, g->g, b->g, o->c,
+                         (long)nb * o->h, 1.0f, dxb);
+            trn_round_buf(g->g, g->n, n->prec);
+            trn_round_buf(b->g, b->n, n->prec);
+            break;
+        }
+        case OP_ADD: {
+            if (dx)
+                for (long j = 0; j < ocnt; j++)
+                    dx[j] = dxb == 0 ? ob->g[j] : dx[j] + ob->g[j];
+            if (o->in2 != 0) {
+                s_buf *b2 = &n->bufs[o->in2];
+                float b2b = s_prepare_grad(n, o->in2, nb, s);
+                for (long j = 0; j < ocnt; j++)
+                    b2->g[j] = b2b == 0 ? ob->g[j] : b2->g[j] + ob->g[j];
+                trn_round_buf(b2->g, ocnt, n->prec);
+            }
+            break;
+        }
+        case OP_GAP:
+            if (dx)
+                trn_gap_bwd_f(ob->g, dx, o->c, nb, o->h, dxb);
+            break;
+        }
+        if (dx)
+            trn_round_buf(dx, (long)nb * ib->feat, n->prec);
+    }
+}
+
+double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb, int train,
+                                double label_smoothing, double gscale, const double *lscale,
+                                int *correct)
+{
+    if (nb <= 0)
+        return 0;
+    if (s_reserve(n, nb) < 0)
+        return -1;
+    s_buf *in = &n->bufs[0];
+    memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
+    trn_round_buf(in->x, (long)nb * in->feat, n->prec);
+    s_forward(n, nb, train);
+    s_buf *out = &n->bufs[n->nbufs - 1];
+    int ok = 0;
+    double top = lscale ? lscale[n->nlayers - 1] : 1.0;
+    double loss = trn_softmax_ce_f(out->x, y, train ? out->g : NULL, nb, n->classes,
+                                   label_smoothing, gscale * top, &ok);
+    if (correct)
+        *correct = ok;
+    if (!train)
+        return loss;
+    for (int i = 0; i < n->nbufs; i++)
+        n->bufs[i].written = 0;
+    out->written = 1;
+    out->gs = top;
+    trn_round_buf(out->g, (long)nb * out->feat, n->prec);
+    s_backward(n, nb, lscale);
+    return loss;
+}
+
+double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct)
+{
+    if (nb <= 0)
+        return 0;
+    if (s_reserve(n, nb) < 0)
+        return -1;
+    s_buf *in = &n->bufs[0];
+    memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
+    trn_round_buf(in->x, (long)nb * in->feat, n->prec);
+    s_forward(n, nb, 0);
+    s_buf *out = &n->bufs[n->nbufs - 1];
+    return trn_softmax_ce_f(out->x, y, NULL, nb, n->classes, 0.0, 0.0, correct);
+}

@@ -1,0 +1,525 @@
+/*  train.c - the training loop of jizhi-train.
+
+    One step: gather the next global batch (the epoch's order is a
+    permutation drawn from (seed, epoch), so a resumed run sees the same
+    order), run forward/backward over micro-batches accumulating gradients
+    of loss * loss_scale, check for inf/NaN (skip the step and halve the
+    scale), unscale, [all-reduce between ranks goes here], then the
+    optimiser. The gradient-noise-scale inputs come for free: |G|^2 after
+    the first micro-batch (B_small) and after the whole batch (B_big); on
+    report steps without micro-batching the batch is split in two halves.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trainer/train_impl.h"
+
+double trn__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void s_setup_scalers(trn_trainer *t)
+{
+    const trn_config *c = &t->cfg;
+    int dynamic;
+    double init;
+    const char *ls = c->loss_scale;
+    if (!strcmp(ls, "auto")) {
+        int fp16 = t->psched.n ? 0 : t->prec == TRN_FP16;
+        for (int i = 0; i < t->psched.n; i++)
+            fp16 |= t->psched.prec[i] == TRN_FP16;
+        dynamic = fp16;
+        init = fp16 ? c->init_loss_scale : 1.0;
+    } else if (!strcmp(ls, "dynamic")) {
+        dynamic = 1;
+        init = c->init_loss_scale;
+    } else if (!strcmp(ls, "none")) {
+        dynamic = 0;
+        init = 1.0;
+    } else {
+        dynamic = 0;
+        init = strtod(ls, NULL);
+    }
+    trn_scaler_init(&t->scaler, init, dynamic, c->scale_window);
+    for (int l = 0; l < t->nlayers; l++) {
+        trn_scaler_init(&t->lscalers[l], init, dynamic, c->scale_window);
+        t->lscale[l] = init;
+    }
+}
+
+void trn__apply_config(trn_trainer *t)
+{
+    const trn_config *c = &t->cfg;
+    long ot = t->opt.t;
+    trn_optim_init(&t->opt, c);
+    t->opt.t = ot;
+    t->psched.n = 0;
+    if (c->precision_schedule[0]) {
+        char err[TRN_ERRLEN];
+        if (trn_prec_schedule_parse(&t->psched, c->precision_schedule, err) < 0)
+            t->psched.n = 0;
+    }
+}
+
+trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
+                             const trn_dataset *val, const trn_dataset *test, char *err)
+{
+    if (trn_config_validate(cfg, err) < 0)
+        return NULL;
+    if (!train || train->n < 1) {
+        snprintf(err, TRN_ERRLEN, "no training data");
+        return NULL;
+    }
+    trn_trainer *t = calloc(1, sizeof *t);
+    if (!t) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    t->cfg = *cfg;
+    t->train = train;
+    t->val = val;
+    t->test = test;
+    t->perm_epoch = -1;
+    t->last_eval_step = -1;
+    t->net = trn_net_new(cfg, train->c, train->h, train->w, train->classes, err);
+    if (!t->net)
+        goto fail;
+    t->nlayers = trn_net_nlayers(t->net);
+    t->lscalers = calloc((size_t)t->nlayers, sizeof *t->lscalers);
+    t->lscale = calloc((size_t)t->nlayers, sizeof *t->lscale);
+    t->perm = malloc((size_t)train->n * sizeof(int));
+    if (!t->lscalers || !t->lscale || !t->perm) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        goto fail;
+    }
+    trn__apply_config(t);
+    t->prec = t->psched.n ? trn_prec_schedule_at(&t->psched, 0)
+                          : trn_precision_from_name(cfg->precision);
+    trn_rng_seed(&t->rng, (uint64_t)cfg->seed);
+    trn_net_init(t->net, &t->rng);
+    trn_net_set_precision(t->net, t->prec);
+    s_setup_scalers(t);
+    t->t_since = trn__now();
+    return t;
+fail:
+    trn_trainer_destroy(&t);
+    return NULL;
+}
+
+void trn_trainer_destroy(trn_trainer **tp)
+{
+    if (!tp || !*tp)
+        return;
+    trn_trainer *t = *tp;
+    if (t->backend && t->backend_attached && t->backend->detach)
+        t->backend->detach(t->backend->self);
+    trn_net_destroy(&t->net);
+    free(t->lscalers);
+    free(t->lscale);
+    free(t->perm);
+    free(t->xb);
+    free(t->yb);
+    free(t);
+    *tp = NULL;
+}
+
+void trn_trainer_set_io(trn_trainer *t, const trn_io *io)
+{
+    if (io)
+        t->io = *io;
+    else
+        memset(&t->io, 0, sizeof t->io);
+}
+
+void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b)
+{
+    t->backend = b;
+    t->backend_attached = 0;
+}
+
+long trn_trainer_step_count(const trn_trainer *t)
+{
+    return t->step;
+}
+
+int trn_trainer_epoch(const trn_trainer *t)
+{
+    return t->epoch;
+}
+
+double trn_trainer_last_loss(const trn_trainer *t)
+{
+    return t->last_loss;
+}
+
+const trn_scaler *trn_trainer_scaler(const trn_trainer *t)
+{
+    return &t->scaler;
+}
+
+trn_net *trn_trainer_net(trn_trainer *t)
+{
+    return t->net;
+}
+
+const trn_config *trn_trainer_config(const trn_trainer *t)
+{
+    return &t->cfg;
+}
+
+static int s_next_batch_size(const trn_trainer *t)
+{
+    long left = t->train->n - t->pos;
+    return (int)(left < t->cfg.batch_size ? left : t->cfg.batch_size);
+}
+
+double trn_trainer_lr(const trn_trainer *t)
+{
+    const trn_config *c = &t->cfg;
+    double n = t->train->n;
+    double progress = t->epoch + (t->pos + s_next_batch_size(t)) / n;
+    return c->lr * trn_lr_scale_rule(c->lr_scaling, c->base_batch, c->batch_size) *
+           trn_lr_factor(c->schedule, progress, c->warmup_epochs, c->epochs, c->poly_power);
+}
+
+/* |G|^2 of the accumulated gradients in true units: layer l's gradients
+   carry scale[l] (or the global scale) times `mult`. */
+static double s_sqnorm(trn_trainer *t, double mult)
+{
+    trn_net *n = t->net;
+    double s = 0;
+    for (int i = 0; i < trn_net_nparams(n); i++) {
+        trn_param *p = trn_net_param(n, i);
+        double sc = (t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale) * mult;
+        double acc = 0;
+        for (long j = 0; j < p->n; j++)
+            acc += (double)p->g[j] * p->g[j];
+        s += acc / (sc * sc);
+    }
+    return s;
+}
+
+/* The place where data-parallel ranks would all-reduce the (unscaled)
+   gradients, bucket by bucket; one rank here. */
+static void s_allreduce_grads(trn_trainer *t)
+{
+    (void)t;
+}
+
+static int s_gather(trn_trainer *t, int nb)
+{
+    const trn_dataset *d = t->train;
+    if (nb > t->xb_cap) {
+        float *x = realloc(t->xb, (size_t)nb * d->dim * sizeof(float));
+        if (!x)
+            return -1;
+        t->xb = x;
+        uint8_t *y = realloc(t->yb, (size_t)nb);
+        if (!y)
+            return -1;
+        t->yb = y;
+        t->xb_cap = nb;
+    }
+    if (t->perm_epoch != t->epoch) {
+        trn_rng r;
+        trn_rng_seed(&r, (uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ULL + (uint64_t)t->epoch + 1);
+        trn_rng_perm(&r, t->perm, d->n);
+        t->perm_epoch = t->epoch;
+    }
+    for (int i = 0; i < nb; i++) {
+        int k = t->perm[t->pos + i];
+        memcpy(t->xb + (size_t)i * d->dim, d->x + (size_t)k * d->dim,
+               (size_t)d->dim * sizeof(float));
+        t->yb[i] = d->y[k];
+    }
+    return 0;
+}
+
+static int s_overflow_layers(trn_trainer *t, int *bad)
+{
+    trn_net *n = t->net;
+    int any = 0;
+    for (int l = 0; l < t->nlayers; l++)
+        bad[l] = 0;
+    for (int i = 0; i < trn_net_nparams(n); i++) {
+        trn_param *p = trn_net_param(n, i);
+        if (trn_has_nonfinite(p->g, p->n)) {
+            bad[p->layer] = 1;
+            any = 1;
+        }
+    }
+    return any;
+}
+
+static void s_unscale(trn_trainer *t)
+{
+    trn_net *n = t->net;
+    for (int i = 0; i < trn_net_nparams(n); i++) {
+        trn_param *p = trn_net_param(n, i);
+        double sc = t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale;
+        if (sc == 1.0)
+            continue;
+        float inv = (float)(1.0 / sc);
+        for (long j = 0; j < p->n; j++)
+            p->g[j] *= inv;
+    }
+}
+
+static void s_advance(trn_trainer *t, int nb)
+{
+    t->step++;
+    t->pos += nb;
+    if (t->pos >= t->train->n) {
+        t->epoch++;
+        t->pos = 0;
+    }
+}
+
+static void s_set_epoch_precision(trn_trainer *t)
+{
+    trn_precision p = t->psched.n ? trn_prec_schedule_at(&t->psched, t->epoch)
+                                  : trn_precision_from_name(t->cfg.precision);
+    if (p != t->prec) {
+        t->prec = p;
+        trn_net_set_precision(t->net, p);
+    }
+}
+
+static int s_step_backend(trn_trainer *t, int nb, double lr)
+{
+    char err[TRN_ERRLEN];
+    if (!t->backend_attached) {
+        if (t->backend->attach(t->backend->self, t->net, &t->cfg, err) < 0) {
+            fprintf(stderr, "jizhi-train: %s backend: %s\n", t->backend->name, err);
+            return -1;
+        }
+        t->backend_attached = 1;
+    }
+    int overflow = 0;
+    double gsq = 0;
+    double loss = t->backend->step(t->backend->self, t->xb, t->yb, nb, lr, t->scaler.scale,
+                                   &overflow, &gsq);
+    int skip = trn_scaler_update(&t->scaler, overflow);
+    t->last_loss = loss;
+    t->loss_acc += loss;
+    t->loss_n++;
+    if (!skip) {
+        t->gs_big = gsq;
+        t->b_big = nb;
+        t->have_gns = 0;
+    }
+    s_advance(t, nb);
+    return skip;
+}
+
+int trn_trainer_step(trn_trainer *t)
+{
+    const trn_config *c = &t->cfg;
+    s_set_epoch_precision(t);
+    int nb = s_next_batch_size(t);
+    if (s_gather(t, nb) < 0)
+        return -1;
+    double lr = trn_trainer_lr(t);
+    if (t->backend)
+        return s_step_backend(t, nb, lr);
+
+    int per_layer = c->per_layer_scale;
+    int mb = c->micro_batch > 0 && c->micro_batch < nb ? c->micro_batch : nb;
+    int measure = (t->step + 1) % c->log_every == 0;
+    if (measure && mb == nb && nb >= 2)
+        mb = (nb + 1) / 2;
+    double S = t->scaler.scale;
+    double gscale = (per_layer ? 1.0 : S) / nb;
+    trn_net_zero_grad(t->net);
+    double loss_sum = 0;
+    for (int off = 0; off < nb; off += mb) {
+        int m = nb - off < mb ? nb - off : mb;
+        double l = trn_net_forward_backward(t->net, t->xb + (size_t)off * t->train->dim,
+                                            t->yb + off, m, 1, c->label_smoothing, gscale,
+                                            per_layer ? t->lscale : NULL, NULL);
+        if (l < 0)
+            return -1;
+        loss_sum += l * m;
+        if (measure && off == 0 && m < nb) {
+            /* after the first chunk the accumulators hold (m/nb) * g_small */
+            t->gs_small = s_sqnorm(t, (double)m / nb);
+            t->b_small = m;
+        }
+    }
+    double loss = loss_sum / nb;
+    t->last_loss = loss;
+    t->loss_acc += loss;
+    t->loss_n++;
+
+    int bad[t->nlayers > 0 ? t->nlayers : 1];
+    int overflow = s_overflow_layers(t, bad);
+    int skip;
+    if (per_layer) {
+        skip = overflow;
+        for (int l = 0; l < t->nlayers; l++) {
+            trn_scaler_update(&t->lscalers[l], bad[l]);
+            t->lscale[l] = t->lscalers[l].scale;
+        }
+        /* the global scaler only keeps the skip count */
+        if (overflow)
+            t->scaler.skipped++;
+    } else {
+        skip = trn_scaler_update(&t->scaler, overflow);
+    }
+    if (!skip) {
+        if (measure && t->b_small > 0 && t->b_small < nb) {
+            t->gs_big = s_sqnorm(t, 1.0);
+            t->b_big = nb;
+            t->have_gns = 1;
+        }
+        s_unscale(t);
+        s_allreduce_grads(t);
+        trn_optim_step(&t->opt, trn_net_param(t->net, 0), trn_net_nparams(t->net), lr);
+        trn_net_sync_weights(t->net);
+    } else if (measure) {
+        t->have_gns = 0;
+    }
+    s_advance(t, nb);
+    return skip;
+}
+
+void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc)
+{
+    if (t->backend && t->backend_attached)
+        t->backend->sync_to_host(t->backend->self, t->net);
+    double ls = 0;
+    long ok = 0;
+    const int chunk = 1000;
+    for (int i = 0; i < d->n; i += chunk) {
+        int m = d->n - i < chunk ? d->n - i : chunk;
+        int c = 0;
+        double l = trn_net_eval(t->net, d->x + (size_t)i * d->dim, d->y + i, m, &c);
+        ls += l * m;
+        ok += c;
+    }
+    *loss = d->n ? ls / d->n : 0;
+    *acc = d->n ? (double)ok / d->n : 0;
+}
+
+static void s_report(trn_trainer *t, const char *name, double v)
+{
+    if (t->io.report)
+        t->io.report(t->io.ud, t->step, name, v);
+}
+
+static void s_report_train(trn_trainer *t)
+{
+    double now = trn__now();
+    double dt = now - t->t_since;
+    if (t->loss_n)
+        s_report(t, "train_loss", t->loss_acc / t->loss_n);
+    s_report(t, "lr", trn_trainer_lr(t));
+    s_report(t, "batch_size", t->cfg.batch_size);
+    s_report(t, "loss_scale", t->scaler.scale);
+    if (dt > 0 && t->samples_since)
+        s_report(t, "samples_per_s", t->samples_since / dt);
+    if (t->have_gns) {
+        s_report(t, "grad_sqnorm_small", t->gs_small);
+        s_report(t, "grad_sqnorm_big", t->gs_big);
+        s_report(t, "batch_small", t->b_small);
+        s_report(t, "batch_big", t->b_big);
+        t->have_gns = 0;
+    }
+    t->loss_acc = 0;
+    t->loss_n = 0;
+    t->samples_since = 0;
+    t->t_since = trn__now();
+}
+
+static void s_report_eval(trn_trainer *t, double *vl_out, double *va_out)
+{
+    double vl = 0, va = 0;
+    if (t->val && t->val->n) {
+        trn_trainer_evaluate(t, t->val, &vl, &va);
+        s_report(t, "val_loss", vl);
+        s_report(t, "val_acc", va);
+    }
+    s_report(t, "epoch", t->epoch + (double)t->pos / t->train->n);
+    t->last_eval_step = t->step;
+    if (vl_out)
+        *vl_out = vl;
+    if (va_out)
+        *va_out = va;
+}
+
+static int s_auto_checkpoint(trn_trainer *t, char *err)
+{
+    const char *dir = t->cfg.checkpoint_dir[0] ? t->cfg.checkpoint_dir
+                      : t->io.checkpoint_dir    ? t->io.checkpoint_dir(t->io.ud)
+                                                : ".";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ckpt-%ld.jzck", dir ? dir : ".", t->step);
+    if (trn_trainer_save(t, path, err) < 0)
+        return -1;
+    if (t->io.checkpoint_done)
+        t->io.checkpoint_done(t->io.ud, t->step, path);
+    return 0;
+}
+
+int trn_trainer_run(trn_trainer *t, char *err)
+{
+    const trn_config *c = &t->cfg;
+    double t0 = trn__now();
+    t->t_since = t0;
+    t->samples_since = 0;
+    for (;;) {
+        int rc = trn_trainer_control(t);
+        if (rc < 0) {
+            snprintf(err, TRN_ERRLEN, "live control failed");
+            return -1;
+        }
+        if (rc == 1 || t->stop)
+            break;
+        if (t->epoch >= c->epochs || (c->max_steps > 0 && t->step >= c->max_steps))
+            break;
+        int ep = t->epoch;
+        int nb = s_next_batch_size(t);
+        if (trn_trainer_step(t) < 0) {
+            snprintf(err, TRN_ERRLEN, "training step %ld failed (out of memory?)", t->step);
+            return -1;
+        }
+        t->samples_since += nb;
+        if (!isfinite(t->last_loss) && t->prec == TRN_FP32 && !c->quiet)
+            fprintf(stderr, "jizhi-train: step %ld: loss is %g\n", t->step, t->last_loss);
+        if (t->step % c->log_every == 0)
+            s_report_train(t);
+        int epoch_end = t->epoch != ep;
+        if (epoch_end || (c->eval_every > 0 && t->step % c->eval_every == 0)) {
+            double vl, va;
+            s_report_eval(t, &vl, &va);
+            if (epoch_end && !c->quiet)
+                fprintf(stderr,
+                        "jizhi-train: epoch %d/%d step %ld loss %.4f val_loss %.4f val_acc "
+                        "%.4f lr %.4g scale %g %.1fs\n",
+                        t->epoch, c->epochs, t->step, t->last_loss, vl, va, trn_trainer_lr(t),
+                        t->scaler.scale, trn__now() - t0);
+            if (epoch_end && c->checkpoint_every > 0 && t->epoch % c->checkpoint_every == 0 &&
+                s_auto_checkpoint(t, err) < 0)
+                return -1;
+        }
+    }
+    if (t->last_eval_step != t->step)
+        s_report_eval(t, NULL, NULL);
+    if (t->test && t->test->n) {
+        double tl, ta;
+        trn_trainer_evaluate(t, t->test, &tl, &ta);
+        s_report(t, "test_loss", tl);
+        s_report(t, "test_acc", ta);
+        if (!c->quiet)
+            fprintf(stderr, "jizhi-train: done: %ld steps, test_loss %.4f test_acc %.4f, %.1fs\n",
+                    t->step, tl, ta, trn__now() - t0);
+    }
+    if (c->save[0] && trn_trainer_save(t, c->save, err) < 0)
+        return -1;
+    return 0;
+}

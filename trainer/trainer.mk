@@ -1,0 +1,55 @@
+# trainer/trainer.mk - rules for jizhi-train (included by the top Makefile
+# before its own rules).
+#
+#   make                  builds $(BUILD)/bin/jizhi-train (CPU backend)
+#   make cuda             builds $(BUILD)/bin/jizhi-train-cuda (needs nvcc;
+#                         never part of `make all`/`make test`)
+#   make bench-train      jizhi-train vs PyTorch, samples/s and large batch
+
+TRN_SRC     := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+TRN_OBJ     := $(call obj,$(TRN_SRC))
+TRN_MAIN    := $(call obj,trainer/main.c)
+LIB_TRN     := $(BUILD)/lib/libjztrn.a
+TRAIN_BIN   := $(BUILD)/bin/jizhi-train
+TRAIN_CUDA  := $(BUILD)/bin/jizhi-train-cuda
+
+INTERNAL_LIBS := $(LIB_TRN) $(INTERNAL_LIBS)
+EXTRA_BINS  += $(TRAIN_BIN)
+
+# OpenBLAS's cblas.h for the trainer's objects only (GSL's gsl_cblas.h
+# never meets it in one file).
+$(TRN_OBJ) $(TRN_MAIN) $(patsubst tests/%.c,$(BUILD)/obj/tests/%.o,$(wildcard tests/test_trn_*.c)): ALL_CFLAGS += -I$(BLAS_INC)
+
+$(LIB_TRN): $(TRN_OBJ)
+
+$(TRAIN_BIN): $(TRN_MAIN) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(TRN_MAIN) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
+
+# ---- CUDA flavour ----------------------------------------------------------
+CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCH   ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+               -gencode arch=compute_90,code=compute_90
+NVCCFLAGS   ?= -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall
+TRN_CUDA_OBJ := $(BUILD)/obj/trainer/backend_cuda.o
+TRN_MAIN_CUDA := $(BUILD)/obj/trainer/main_cuda.o
+
+.PHONY: cuda bench-train
+cuda: $(TRAIN_CUDA)
+
+$(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/trn.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -c $< -o $@
+
+$(TRN_MAIN_CUDA): trainer/main.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -I$(BLAS_INC) -DTRN_WITH_CUDA -c $< -o $@
+
+$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON) \
+	    $(ALL_LDFLAGS) $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	    -lcublasLt -lcublas -lcudart -lstdc++
+
+bench-train: $(TRAIN_BIN)
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) scripts/bench-train.sh
