@@ -24,6 +24,17 @@ typedef struct {
     const char *gpus;       /* "0,1,3", "none", or NULL to detect with nvidia-smi */
     const char *log_dir;    /* root for per-trial logs; NULL: "./jizhi-logs" */
     double kill_grace_s;    /* SIGTERM -> SIGKILL delay; <= 0: 5 s */
+    /* Additions; zero means the default, so `disp_config c = {0}` works. */
+    void *zmq_ctx;          /* ZeroMQ context to use (borrowed; must outlive the
+                               dispatcher; needed for inproc://); NULL: its own */
+    const char *trial_endpoint; /* JIZHI_ENDPOINT for trials (e.g. ipc:// when the
+                                   controller is reached over inproc://); NULL:
+                                   `controller`. A start's env may override it. */
+    const char *nvidia_smi; /* command that lists GPUs; NULL: "nvidia-smi" */
+    double heartbeat_s;     /* heartbeat period; <= 0: 1 s */
+    double silence_s;       /* no reply for this long -> re-register; <= 0: 5 s */
+    double resend_s;        /* unanswered register/started/exited resent after;
+                               <= 0: 2 s */
 } disp_config;
 
 /* Creates a dispatcher (connects lazily: a controller that is not up yet

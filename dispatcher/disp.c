@@ -1,0 +1,856 @@
+/*  disp.c - the dispatcher's event loop and its side of the protocol.
+
+    One thread, one loop: zmq_poll on the DEALER socket, the trials' exec
+    status pipes and pidfds, with a 50 ms tick. Each turn it handles what
+    the controller sent (start, kill, replies), resolves exec results,
+    reaps exited trials (waitid/waitpid on its own pids only: no SIGCHLD
+    handler, so it can live inside a bigger process), enforces timeouts and
+    kill escalation, and runs the protocol timers: register every resend_s
+    until `ok` (REGISTERING), then heartbeat every heartbeat_s (READY), back
+    to REGISTERING on error/unknown_dispatcher or silence_s without a word
+    from the controller. `started`/`exited` reports are kept until answered
+    and resent with the same req. docs/PROTOCOL.md, dispatcher section.
+*/
+#define _GNU_SOURCE
+#include "disp.h"
+#include "disp_int.h"
+#include "common/log.h"
+#include "common/wire.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define TAG "disp"
+#define DISP_TICK_MS 50
+#define DISP_REG_RING 8
+#define DISP_DONE_RING 256
+
+/* A `started` or `exited` report waiting for its answer. */
+typedef struct s_report {
+    struct s_report *next;
+    long req;
+    json_t *msg;    /* complete message, req included */
+    double sent_at; /* monotonic; -INFINITY: not sent yet */
+} s_report;
+
+struct disp {
+    char *endpoint;       /* controller endpoint */
+    char *trial_endpoint; /* JIZHI_ENDPOINT default for trials */
+    char *name;
+    char *log_dir;        /* absolute */
+    int slots;
+    int *gpus;            /* device indices */
+    int ngpus;
+    double kill_grace_s, heartbeat_s, silence_s, resend_s;
+    int kill_on_stop;
+
+    void *ctx;
+    int own_ctx;
+    void *sock;           /* DEALER, only while disp_run runs */
+
+    int ready;            /* READY, else REGISTERING */
+    double last_reg;      /* when register was last sent */
+    double last_hb;       /* when heartbeat was last sent */
+    double last_heard;    /* when the controller last sent anything */
+    long reg_reqs[DISP_REG_RING]; /* recent register reqs */
+    int reg_i;
+    long next_req;
+
+    disp__proc **procs;   /* running trials */
+    size_t nprocs, cap;
+    s_report *reports;    /* unanswered reports, oldest first */
+    long done[DISP_DONE_RING][2]; /* (trial, attempt) recently ended */
+    int done_i, ndone;
+
+    zmq_pollitem_t *items;
+    size_t nitems_cap;
+};
+
+static char *s_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *s_strf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    return s;
+}
+
+/* An absolute version of path (relative ones against the working
+   directory). Caller frees. */
+static char *s_abs(const char *path)
+{
+    if (path[0] == '/')
+        return strdup(path);
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return strdup(path);
+    if (!strcmp(path, "."))
+        return strdup(cwd);
+    return s_strf("%s/%s", cwd, path[0] == '.' && path[1] == '/' ? path + 2 : path);
+}
+
+/* mkdir -p. 0 or -1 (errno). */
+static int s_mkdirs(const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return -1;
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == 0) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+                int e = errno;
+                free(p);
+                errno = e;
+                return -1;
+            }
+            *s = c;
+            if (!c)
+                break;
+        }
+    }
+    struct stat sb;
+    int rc = (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) ? 0 : -1;
+    if (rc != 0 && errno == 0)
+        errno = ENOTDIR;
+    free(p);
+    return rc;
+}
+
+/* ---- construction ------------------------------------------------------- */
+
+disp_t *disp_new(const disp_config *cfg)
+{
+    if (!cfg || !cfg->controller || !cfg->controller[0]) {
+        fprintf(stderr, "jizhi dispatcher: no controller endpoint\n");
+        return NULL;
+    }
+    disp_t *d = calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    d->kill_on_stop = 1;
+    d->endpoint = strdup(cfg->controller);
+    d->trial_endpoint = strdup(cfg->trial_endpoint ? cfg->trial_endpoint : cfg->controller);
+    d->log_dir = s_abs(cfg->log_dir ? cfg->log_dir : "./jizhi-logs");
+    if (cfg->name) {
+        d->name = strdup(cfg->name);
+    } else {
+        char host[256] = "localhost";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = 0;
+        d->name = strdup(host);
+    }
+    if (!d->endpoint || !d->trial_endpoint || !d->log_dir || !d->name)
+        goto fail;
+    if (!d->name[0]) {
+        fprintf(stderr, "jizhi dispatcher: empty name\n");
+        goto fail;
+    }
+    d->slots = cfg->slots;
+    if (d->slots <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        d->slots = n > 0 ? (int)n : 1;
+    }
+    d->kill_grace_s = cfg->kill_grace_s > 0 ? cfg->kill_grace_s : 5.0;
+    d->heartbeat_s = cfg->heartbeat_s > 0 ? cfg->heartbeat_s : 1.0;
+    d->silence_s = cfg->silence_s > 0 ? cfg->silence_s : 5.0;
+    d->resend_s = cfg->resend_s > 0 ? cfg->resend_s : 2.0;
+
+    if (cfg->gpus) {
+        char err[256];
+        if (disp__gpu_parse(cfg->gpus, &d->gpus, &d->ngpus, err, sizeof err) != 0) {
+            fprintf(stderr, "jizhi dispatcher: %s\n", err);
+            goto fail;
+        }
+    } else {
+        int n = disp__gpu_detect(cfg->nvidia_smi ? cfg->nvidia_smi : "nvidia-smi", &d->gpus);
+        if (n < 0)
+            goto fail;
+        d->ngpus = n;
+    }
+
+    if (cfg->zmq_ctx) {
+        d->ctx = cfg->zmq_ctx;
+    } else {
+        d->ctx = zmq_ctx_new();
+        d->own_ctx = 1;
+        if (!d->ctx) {
+            fprintf(stderr, "jizhi dispatcher: zmq_ctx_new: %s\n", zmq_strerror(errno));
+            goto fail;
+        }
+    }
+    /* Increasing across restarts, so a restarted dispatcher's reports are
+       never mistaken for repeats of its previous life's. */
+    d->next_req = (long)(wire_wall() * 1000.0);
+    return d;
+fail:
+    disp_destroy(&d);
+    return NULL;
+}
+
+void disp_set_kill_on_stop(disp_t *d, int on)
+{
+    d->kill_on_stop = on != 0;
+}
+
+static void s_drop_procs(disp_t *d)
+{
+    for (size_t i = 0; i < d->nprocs; i++) {
+        disp__proc_fini(d->procs[i]);
+        free(d->procs[i]);
+    }
+    d->nprocs = 0;
+}
+
+void disp_destroy(disp_t **dp)
+{
+    if (!dp || !*dp)
+        return;
+    disp_t *d = *dp;
+    s_drop_procs(d);
+    free(d->procs);
+    while (d->reports) {
+        s_report *r = d->reports;
+        d->reports = r->next;
+        json_decref(r->msg);
+        free(r);
+    }
+    if (d->sock)
+        zmq_close(d->sock);
+    if (d->own_ctx && d->ctx)
+        zmq_ctx_term(d->ctx);
+    free(d->items);
+    free(d->gpus);
+    free(d->endpoint);
+    free(d->trial_endpoint);
+    free(d->name);
+    free(d->log_dir);
+    free(d);
+    *dp = NULL;
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+/* Sends msg (takes ownership) without blocking. 0, or -1 (EAGAIN: no
+   connection yet). */
+static int s_send(disp_t *d, json_t *msg)
+{
+    if (!msg)
+        return -1;
+    if (wire_send(d->sock, NULL, msg, 1) != 0) {
+        if (errno != EAGAIN)
+            log_warn(TAG, "send failed: %s", zmq_strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static json_t *s_running(disp_t *d)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < d->nprocs; i++)
+        json_array_append_new(a, json_pack("{s:I, s:I, s:i}", "trial",
+                                           (json_int_t)d->procs[i]->trial, "attempt",
+                                           (json_int_t)d->procs[i]->attempt, "pid",
+                                           (int)d->procs[i]->pid));
+    return a;
+}
+
+static void s_send_register(disp_t *d, double now)
+{
+    long req = d->next_req++;
+    json_t *gpus = json_array();
+    for (int i = 0; i < d->ngpus; i++)
+        json_array_append_new(gpus, json_integer(d->gpus[i]));
+    json_t *m = json_pack("{s:s, s:I, s:s, s:i, s:o, s:o}", "type", "register", "req",
+                          (json_int_t)req, "name", d->name, "slots", d->slots, "gpus", gpus,
+                          "running", s_running(d));
+    d->reg_reqs[d->reg_i++ % DISP_REG_RING] = req;
+    /* not connected yet: try again soon instead of after resend_s */
+    d->last_reg = s_send(d, m) == 0 ? now : now - d->resend_s + 0.1;
+}
+
+static void s_send_heartbeat(disp_t *d, double now)
+{
+    json_t *m = json_pack("{s:s, s:I, s:s, s:o}", "type", "heartbeat", "req",
+                          (json_int_t)d->next_req++, "name", d->name, "running",
+                          s_running(d));
+    s_send(d, m);
+    d->last_hb = now;
+}
+
+/* Sends the reports that are due (all of them when `all`). */
+static void s_send_reports(disp_t *d, double now, int all)
+{
+    for (s_report *r = d->reports; r; r = r->next) {
+        if (!all && now - r->sent_at < d->resend_s)
+            continue;
+        json_incref(r->msg);
+        if (s_send(d, r->msg) == 0)
+            r->sent_at = now;
+        else
+            r->sent_at = now - d->resend_s + 0.1;
+    }
+}
+
+/* Queues a report (takes ownership of m; adds req and name) and sends it
+   at once when registered. */
+static void s_report_add(disp_t *d, json_t *m)
+{
+    s_report *r = calloc(1, sizeof *r);
+    if (!r || !m) {
+        log_error(TAG, "out of memory: a report is lost");
+        free(r);
+        json_decref(m);
+        return;
+    }
+    r->req = d->next_req++;
+    json_object_set_new(m, "req", json_integer(r->req));
+    json_object_set_new(m, "name", json_string(d->name));
+    r->msg = m;
+    r->sent_at = -INFINITY;
+    s_report **tail = &d->reports;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = r;
+    if (d->ready && d->sock) {
+        json_incref(m);
+        r->sent_at = s_send(d, m) == 0 ? wire_now() : wire_now() - d->resend_s + 0.1;
+    }
+}
+
+/* exited/start_failed for a trial that got no process. */
+static void s_report_start_failed(disp_t *d, long trial, long attempt, const char *why)
+{
+    log_warn(TAG, "trial %ld.%ld: start failed: %s", trial, attempt, why);
+    s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f}", "type", "exited",
+                              "trial", (json_int_t)trial, "attempt", (json_int_t)attempt,
+                              "how", "start_failed", "code", -1, "signal", 0, "message", why,
+                              "elapsed_s", 0.0));
+}
+
+static void s_remember_done(disp_t *d, long trial, long attempt)
+{
+    d->done[d->done_i][0] = trial;
+    d->done[d->done_i][1] = attempt;
+    d->done_i = (d->done_i + 1) % DISP_DONE_RING;
+    if (d->ndone < DISP_DONE_RING)
+        d->ndone++;
+}
+
+static int s_is_done(const disp_t *d, long trial, long attempt)
+{
+    for (int i = 0; i < d->ndone; i++)
+        if (d->done[i][0] == trial && d->done[i][1] == attempt)
+            return 1;
+    return 0;
+}
+
+/* ---- trials ------------------------------------------------------------- */
+
+static void s_terminate(disp_t *d, disp__proc *p, const char *how, const char *reason)
+{
+    if (p->how)
+        return; /* already on its way out */
+    p->how = how;
+    if (reason)
+        p->reason = strdup(reason);
+    disp__signal(p, SIGTERM);
+    disp__signal(p, SIGCONT); /* a stopped process must see it */
+    p->kill_at = wire_now() + d->kill_grace_s;
+    log_info(TAG, "trial %ld.%ld: %s, SIGTERM to process group %d", p->trial, p->attempt,
+             !strcmp(how, "timeout") ? "timed out" : "kill requested", (int)p->pid);
+}
+
+/* Picks `want` free GPUs into a new array; NULL when there are not enough
+   (or want is 0). */
+static int *s_pick_gpus(disp_t *d, int want, int *nfree)
+{
+    int *out = want > 0 ? calloc((size_t)want, sizeof *out) : NULL;
+    int k = 0;
+    *nfree = 0;
+    for (int g = 0; g < d->ngpus; g++) {
+        int busy = 0;
+        for (size_t i = 0; i < d->nprocs && !busy; i++)
+            for (int j = 0; j < d->procs[i]->ngpus; j++)
+                if (d->procs[i]->gpus[j] == d->gpus[g])
+                    busy = 1;
+        if (busy)
+            continue;
+        ++*nfree;
+        if (out && k < want)
+            out[k++] = d->gpus[g];
+    }
+    if (k < want) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static void s_on_start(disp_t *d, const json_t *msg)
+{
+    disp__start st;
+    int have_ids;
+    char err[512];
+    if (disp__parse_start(msg, &st, &have_ids, err, sizeof err) != 0) {
+        log_warn(TAG, "refusing malformed start: %s", err);
+        if (have_ids) {
+            char why[600];
+            snprintf(why, sizeof why, "malformed start: %s", err);
+            s_report_start_failed(d, st.trial, st.attempt, why);
+        }
+        return;
+    }
+    for (size_t i = 0; i < d->nprocs; i++)
+        if (d->procs[i]->trial == st.trial && d->procs[i]->attempt == st.attempt) {
+            log_info(TAG, "trial %ld.%ld: start repeated while it runs; ignored", st.trial,
+                     st.attempt);
+            return;
+        }
+    if (s_is_done(d, st.trial, st.attempt)) {
+        log_warn(TAG, "trial %ld.%ld: start repeated after it ended; ignored", st.trial,
+                 st.attempt);
+        return;
+    }
+    if (d->nprocs >= (size_t)d->slots) {
+        snprintf(err, sizeof err, "no free slot (%d of %d in use)", (int)d->nprocs, d->slots);
+        s_report_start_failed(d, st.trial, st.attempt, err);
+        return;
+    }
+    int nfree = 0;
+    int *gpus = s_pick_gpus(d, st.gpus, &nfree);
+    if (st.gpus > 0 && !gpus) {
+        if (st.gpus > d->ngpus)
+            snprintf(err, sizeof err, "needs %d GPUs, this dispatcher has %d", st.gpus,
+                     d->ngpus);
+        else
+            snprintf(err, sizeof err, "no free GPU (needs %d, %d free)", st.gpus, nfree);
+        s_report_start_failed(d, st.trial, st.attempt, err);
+        return;
+    }
+
+    /* <log_dir>/<study>/, and a default checkpoint dir beside the logs */
+    char *root = s_abs(st.log_dir ? st.log_dir : d->log_dir);
+    char *study = disp__path_component(st.study);
+    char *dir = root && study ? s_strf("%s/%s", root, study) : NULL;
+    char *ckpt = NULL;
+    char *cuda = NULL;
+    size_t cuda_len = 1 + (size_t)st.gpus * 8;
+    if (!json_object_get(st.env, "JIZHI_CHECKPOINT_DIR") && dir)
+        ckpt = s_strf("%s/checkpoints/trial-%ld", dir, st.trial);
+    cuda = calloc(1, cuda_len);
+    if (!dir || !cuda) {
+        s_report_start_failed(d, st.trial, st.attempt, "out of memory");
+        goto out;
+    }
+    if (s_mkdirs(dir) != 0) {
+        snprintf(err, sizeof err, "cannot create log directory %s: %s", dir, strerror(errno));
+        s_report_start_failed(d, st.trial, st.attempt, err);
+        goto out;
+    }
+    if (ckpt && s_mkdirs(ckpt) != 0) {
+        log_warn(TAG, "cannot create %s: %s", ckpt, strerror(errno));
+        free(ckpt);
+        ckpt = NULL;
+    }
+    for (int i = 0; i < st.gpus; i++) {
+        size_t n = strlen(cuda);
+        snprintf(cuda + n, cuda_len - n, "%s%d", i ? "," : "", gpus[i]);
+    }
+
+    if (d->nprocs == d->cap) {
+        disp__proc **np = realloc(d->procs, (d->cap * 2 + 8) * sizeof *np);
+        if (!np) {
+            s_report_start_failed(d, st.trial, st.attempt, "out of memory");
+            goto out;
+        }
+        d->procs = np;
+        d->cap = d->cap * 2 + 8;
+    }
+    disp__proc *p = calloc(1, sizeof *p);
+    if (!p) {
+        s_report_start_failed(d, st.trial, st.attempt, "out of memory");
+        goto out;
+    }
+    disp__spawn_args a = {&st, dir, d->trial_endpoint, ckpt, d->name, cuda, d->kill_on_stop};
+    if (disp__spawn(&a, p, err, sizeof err) != 0) {
+        free(p);
+        s_report_start_failed(d, st.trial, st.attempt, err);
+        goto out;
+    }
+    p->gpus = gpus;
+    p->ngpus = st.gpus;
+    gpus = NULL;
+    p->t_start = wire_now();
+    p->timeout_s = st.timeout_s;
+    p->deadline = st.timeout_s > 0 ? p->t_start + st.timeout_s : 0;
+    d->procs[d->nprocs++] = p;
+    log_info(TAG, "trial %ld.%ld: pid %d: %s (logs %s/trial-%ld.%ld.*, CUDA_VISIBLE_DEVICES=%s)",
+             st.trial, st.attempt, (int)p->pid, p->argv0, dir, st.trial, st.attempt, cuda);
+out:
+    free(gpus);
+    free(root);
+    free(study);
+    free(dir);
+    free(ckpt);
+    free(cuda);
+}
+
+static void s_on_kill(disp_t *d, const json_t *msg)
+{
+    long trial, attempt;
+    const char *reason;
+    char err[256];
+    if (disp__parse_kill(msg, &trial, &attempt, &reason, err, sizeof err) != 0) {
+        log_warn(TAG, "refusing malformed kill: %s", err);
+        return;
+    }
+    int found = 0;
+    for (size_t i = 0; i < d->nprocs; i++) {
+        disp__proc *p = d->procs[i];
+        if (p->trial == trial && (attempt < 0 || p->attempt == attempt)) {
+            found = 1;
+            s_terminate(d, p, "killed", reason);
+        }
+    }
+    if (!found)
+        log_info(TAG, "kill: trial %ld.%ld is not running here", trial, attempt);
+}
+
+static void s_queue_started(disp_t *d, disp__proc *p)
+{
+    p->started = 1;
+    json_t *gpus = json_array();
+    for (int i = 0; i < p->ngpus; i++)
+        json_array_append_new(gpus, json_integer(p->gpus[i]));
+    s_report_add(d, json_pack("{s:s, s:I, s:I, s:i, s:s, s:s, s:o}", "type", "started",
+                              "trial", (json_int_t)p->trial, "attempt",
+                              (json_int_t)p->attempt, "pid", (int)p->pid, "stdout",
+                              p->out_path, "stderr", p->err_path, "gpus", gpus));
+}
+
+/* Appends a line to the trial's stderr log (for exec failures). */
+static void s_append_err(const disp__proc *p, const char *text)
+{
+    FILE *f = fopen(p->err_path, "ae");
+    if (f) {
+        fprintf(f, "jizhi dispatcher: %s\n", text);
+        fclose(f);
+    }
+}
+
+static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
+{
+    const char *how;
+    int code = -1, sig = 0;
+    char what[256], msg[768];
+    if (lost) {
+        how = p->how ? p->how : "exited";
+        snprintf(what, sizeof what, "exit status unavailable (the process was reaped "
+                                    "outside the dispatcher)");
+    } else if (WIFEXITED(status)) {
+        code = WEXITSTATUS(status);
+        how = "exited";
+        snprintf(what, sizeof what, "exit code %d", code);
+    } else if (WIFSIGNALED(status)) {
+        sig = WTERMSIG(status);
+        how = "signaled";
+        snprintf(what, sizeof what, "killed by signal %d (%s)", sig, strsignal(sig));
+    } else {
+        how = "exited";
+        snprintf(what, sizeof what, "wait status %#x", (unsigned)status);
+    }
+    if (p->exec_errno) {
+        how = "start_failed";
+        snprintf(msg, sizeof msg, "execvp %s: %s", p->argv0, strerror(p->exec_errno));
+        s_append_err(p, msg);
+    } else if (p->how && !strcmp(p->how, "timeout")) {
+        how = "timeout";
+        snprintf(msg, sizeof msg, "timed out after %g s; %s", p->timeout_s, what);
+    } else if (p->how) {
+        how = "killed";
+        snprintf(msg, sizeof msg, "killed on request%s%s%s; %s", p->reason ? " (" : "",
+                 p->reason ? p->reason : "", p->reason ? ")" : "", what);
+    } else {
+        snprintf(msg, sizeof msg, "%s", what);
+    }
+    double elapsed = wire_now() - p->t_start;
+    log_info(TAG, "trial %ld.%ld: %s: %s", p->trial, p->attempt, how, msg);
+    s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s}",
+                              "type", "exited", "trial", (json_int_t)p->trial, "attempt",
+                              (json_int_t)p->attempt, "how", how, "code", code, "signal", sig,
+                              "message", msg, "elapsed_s", elapsed, "pid", (int)p->pid,
+                              "stdout", p->out_path, "stderr", p->err_path));
+}
+
+/* Exec results, exits, timeouts, kill escalation. */
+static void s_check_procs(disp_t *d, double now)
+{
+    for (size_t i = 0; i < d->nprocs;) {
+        disp__proc *p = d->procs[i];
+        if (disp__exec_poll(p) && !p->exec_errno)
+            s_queue_started(d, p);
+        int status, lost;
+        if (disp__reap(p, &status, &lost)) {
+            /* the pipe is closed by now: exec either happened or failed */
+            while (p->exec_fd >= 0 && !disp__exec_poll(p))
+                ;
+            if (!p->exec_errno && !p->started)
+                s_queue_started(d, p);
+            s_queue_exited(d, p, status, lost);
+            s_remember_done(d, p->trial, p->attempt);
+            disp__proc_fini(p);
+            free(p);
+            memmove(&d->procs[i], &d->procs[i + 1], (d->nprocs - i - 1) * sizeof *d->procs);
+            d->nprocs--;
+            continue;
+        }
+        if (!p->how && p->deadline > 0 && now >= p->deadline)
+            s_terminate(d, p, "timeout", NULL);
+        if (p->kill_at > 0 && !p->killed_hard && now >= p->kill_at) {
+            log_info(TAG, "trial %ld.%ld: still there %g s after SIGTERM, SIGKILL", p->trial,
+                     p->attempt, d->kill_grace_s);
+            disp__signal(p, SIGKILL);
+            p->killed_hard = 1;
+        }
+        i++;
+    }
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static int s_is_reg_req(const disp_t *d, long req)
+{
+    for (int i = 0; i < DISP_REG_RING; i++)
+        if (d->reg_reqs[i] == req && req != 0)
+            return 1;
+    return 0;
+}
+
+static void s_to_registering(disp_t *d, const char *why)
+{
+    if (d->ready)
+        log_warn(TAG, "re-registering with %s: %s", d->endpoint, why);
+    d->ready = 0;
+    d->last_reg = -INFINITY;
+}
+
+static void s_on_reply(disp_t *d, const json_t *msg, int ok)
+{
+    long req;
+    char err[128];
+    if (wire_get_long(msg, "req", &req, err, sizeof err) != 0) {
+        log_warn(TAG, "ignoring %s reply: %s", ok ? "ok" : "error", err);
+        return;
+    }
+    const char *code = "", *text = "";
+    if (!ok) {
+        wire_get_str(msg, "code", &code, err, sizeof err);
+        wire_get_str(msg, "message", &text, err, sizeof err);
+    }
+    if (s_is_reg_req(d, req)) {
+        if (ok && !d->ready) {
+            log_info(TAG, "registered with %s as %s (%d slots, %d GPUs, %d running)",
+                     d->endpoint, d->name, d->slots, d->ngpus, (int)d->nprocs);
+            d->ready = 1;
+            d->last_hb = wire_now();
+            s_send_reports(d, wire_now(), 1);
+        } else if (!ok) {
+            log_warn(TAG, "register refused: %s: %s", code, text);
+        }
+        return;
+    }
+    for (s_report **rp = &d->reports; *rp; rp = &(*rp)->next) {
+        s_report *r = *rp;
+        if (r->req != req)
+            continue;
+        if (!ok) {
+            const char *type = wire_type(r->msg);
+            if (!strcmp(code, "unknown_dispatcher") || !strcmp(code, "internal") ||
+                !strcmp(code, "timeout")) {
+                log_warn(TAG, "%s report %ld: %s: %s; will resend", type, req, code, text);
+                if (!strcmp(code, "unknown_dispatcher"))
+                    s_to_registering(d, "controller does not know this dispatcher");
+                return;
+            }
+            log_warn(TAG, "%s report %ld refused: %s: %s; dropped", type, req, code, text);
+        }
+        *rp = r->next;
+        json_decref(r->msg);
+        free(r);
+        return;
+    }
+    if (!ok) {
+        if (!strcmp(code, "unknown_dispatcher"))
+            s_to_registering(d, "controller does not know this dispatcher");
+        else
+            log_warn(TAG, "error reply to request %ld: %s: %s", req, code, text);
+    }
+}
+
+static void s_on_message(disp_t *d, json_t *msg)
+{
+    const char *type = wire_type(msg);
+    d->last_heard = wire_now();
+    if (!strcmp(type, "ok"))
+        s_on_reply(d, msg, 1);
+    else if (!strcmp(type, "error"))
+        s_on_reply(d, msg, 0);
+    else if (!strcmp(type, "start"))
+        s_on_start(d, msg);
+    else if (!strcmp(type, "kill"))
+        s_on_kill(d, msg);
+    else
+        log_warn(TAG, "ignoring message of unknown type \"%.40s\"", type);
+}
+
+/* Reads everything there is. -1 on a fatal socket error. */
+static int s_drain_socket(disp_t *d)
+{
+    for (;;) {
+        char err[256];
+        json_t *msg = wire_recv(d->sock, NULL, 1, err, sizeof err);
+        if (msg) {
+            s_on_message(d, msg);
+            json_decref(msg);
+            continue;
+        }
+        if (errno == EAGAIN || errno == EINTR)
+            return 0;
+        if (errno == ETERM || errno == ENOTSOCK) {
+            log_error(TAG, "socket closed: %s", zmq_strerror(errno));
+            return -1;
+        }
+        d->last_heard = wire_now();
+        log_warn(TAG, "dropping malformed message: %s", err);
+    }
+}
+
+/* ---- the loop ----------------------------------------------------------- */
+
+static void s_timers(disp_t *d, double now)
+{
+    if (d->ready && now - d->last_heard >= d->silence_s)
+        s_to_registering(d, "no reply from the controller");
+    if (!d->ready) {
+        if (now - d->last_reg >= d->resend_s)
+            s_send_register(d, now);
+        return;
+    }
+    if (now - d->last_hb >= d->heartbeat_s)
+        s_send_heartbeat(d, now);
+    s_send_reports(d, now, 0);
+}
+
+/* One zmq_poll on the socket and the trials' fds, up to timeout_ms. */
+static int s_poll(disp_t *d, long timeout_ms)
+{
+    size_t need = 1 + 2 * d->nprocs;
+    if (need > d->nitems_cap) {
+        zmq_pollitem_t *ni = realloc(d->items, need * 2 * sizeof *ni);
+        if (!ni)
+            need = 1; /* poll the socket only; the tick still finds exits */
+        else {
+            d->items = ni;
+            d->nitems_cap = need * 2;
+        }
+    }
+    size_t n = 0;
+    d->items[n++] = (zmq_pollitem_t){d->sock, 0, ZMQ_POLLIN, 0};
+    for (size_t i = 0; n < need && i < d->nprocs; i++) {
+        if (d->procs[i]->exec_fd >= 0)
+            d->items[n++] = (zmq_pollitem_t){NULL, d->procs[i]->exec_fd, ZMQ_POLLIN, 0};
+        if (d->procs[i]->pidfd >= 0)
+            d->items[n++] = (zmq_pollitem_t){NULL, d->procs[i]->pidfd, ZMQ_POLLIN, 0};
+    }
+    int rc = zmq_poll(d->items, (int)n, timeout_ms);
+    if (rc < 0 && errno != EINTR) {
+        if (errno == ETERM)
+            return -1;
+        log_warn(TAG, "zmq_poll: %s", zmq_strerror(errno));
+    }
+    return 0;
+}
+
+/* Stopping: kill the trials (when asked), wait for them, then give the
+   controller a moment to acknowledge the last reports. */
+static void s_shutdown(disp_t *d)
+{
+    if (d->kill_on_stop && d->nprocs) {
+        log_info(TAG, "stopping: killing %d running trial(s)", (int)d->nprocs);
+        for (size_t i = 0; i < d->nprocs; i++)
+            s_terminate(d, d->procs[i], "killed", "dispatcher stopping");
+        /* a process in uninterruptible sleep may outlive SIGKILL for a
+           while: bound the wait */
+        double give_up = wire_now() + d->kill_grace_s + 10.0;
+        while (d->nprocs && wire_now() < give_up) {
+            s_poll(d, 20);
+            s_drain_socket(d);
+            s_check_procs(d, wire_now());
+        }
+        if (d->nprocs)
+            log_error(TAG, "%d trial(s) did not die after SIGKILL", (int)d->nprocs);
+    } else if (d->nprocs) {
+        log_info(TAG, "stopping: leaving %d trial(s) running", (int)d->nprocs);
+    }
+    s_drop_procs(d);
+    double until = wire_now() + 1.0;
+    if (d->ready)
+        s_send_reports(d, wire_now(), 1);
+    while (d->ready && d->reports && wire_now() < until) {
+        s_poll(d, 20);
+        if (s_drain_socket(d) != 0)
+            break;
+    }
+}
+
+int disp_run(disp_t *d, volatile int *stop)
+{
+    d->sock = zmq_socket(d->ctx, ZMQ_DEALER);
+    if (!d->sock) {
+        log_error(TAG, "zmq_socket: %s", zmq_strerror(errno));
+        return -1;
+    }
+    wire_socket_setup(d->sock);
+    int immediate = 1; /* no queueing towards a controller that is not there */
+    zmq_setsockopt(d->sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
+    if (zmq_connect(d->sock, d->endpoint) != 0) {
+        log_error(TAG, "cannot connect to %s: %s", d->endpoint, zmq_strerror(errno));
+        zmq_close(d->sock);
+        d->sock = NULL;
+        return -1;
+    }
+    log_info(TAG, "dispatcher %s: controller %s, %d slots, %d GPUs, logs in %s", d->name,
+             d->endpoint, d->slots, d->ngpus, d->log_dir);
+    d->ready = 0;
+    d->last_reg = -INFINITY;
+    d->last_heard = wire_now();
+    int rc = 0;
+    while (!*stop) {
+        s_timers(d, wire_now());
+        if (s_poll(d, DISP_TICK_MS) != 0 || s_drain_socket(d) != 0) {
+            rc = -1;
+            break;
+        }
+        s_check_procs(d, wire_now());
+    }
+    s_shutdown(d);
+    zmq_close(d->sock);
+    d->sock = NULL;
+    return rc;
+}

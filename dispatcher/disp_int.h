@@ -1,0 +1,123 @@
+/*  disp_int.h - internals shared by the dispatcher's files (not public).
+
+    disp.c       the event loop and the protocol (register, heartbeat,
+                 start/kill handling, reports kept until acknowledged)
+    disp_msg.c   validation of the controller's `start` and `kill` messages
+    disp_proc.c  one trial process: environment, fork/exec, signals, reaping
+    disp_gpu.c   the GPU list: parsing "0,1,3" and asking nvidia-smi
+*/
+#ifndef JZ_DISP_INT_H
+#define JZ_DISP_INT_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* ---- disp_msg.c --------------------------------------------------------- */
+
+/* A validated `start` message. Every pointer is borrowed from the message
+   and valid while it lives. */
+typedef struct {
+    long trial;          /* >= 0 */
+    long attempt;        /* >= 0 */
+    const char *study;   /* non-empty */
+    const json_t *argv;  /* non-empty array of strings without NUL bytes */
+    const json_t *env;   /* object of strings, or NULL */
+    double timeout_s;    /* 0: none */
+    int gpus;            /* devices wanted, >= 0 */
+    const char *log_dir; /* root for the logs, or NULL: the dispatcher's */
+} disp__start;
+
+/* Validates a `start`. Returns 0, or -1 with err naming the field and what
+   was expected. On failure *have_ids says whether trial and attempt were
+   valid (so a start_failed report can still name the trial). */
+int disp__parse_start(const json_t *msg, disp__start *out, int *have_ids, char *err,
+                      size_t errsize);
+
+/* Validates a `kill`: trial (integer >= 0), attempt (integer >= 0, or
+   absent: -1, any attempt), reason (string, optional: NULL). 0 or -1. */
+int disp__parse_kill(const json_t *msg, long *trial, long *attempt, const char **reason,
+                     char *err, size_t errsize);
+
+/* Replaces what cannot appear in one path component ('/', control bytes,
+   a leading '.') with '_'; never empty. Caller owns the result (NULL when
+   out of memory). */
+char *disp__path_component(const char *s);
+
+/* ---- disp_proc.c -------------------------------------------------------- */
+
+/* One trial process, from fork to reaping. */
+typedef struct {
+    long trial, attempt;
+    pid_t pid;          /* leader of its own process group (pgid == pid) */
+    int pidfd;          /* readable when the process exits; -1 if unsupported */
+    int exec_fd;        /* read end of the CLOEXEC exec-status pipe; -1 when resolved */
+    int exec_errno;     /* errno of a failed execvp, else 0 */
+    int started;        /* exec succeeded and `started` was queued */
+    double t_start;     /* monotonic start time */
+    double deadline;    /* monotonic time of the timeout, 0: none */
+    double timeout_s;   /* as requested, for messages */
+    double kill_at;     /* monotonic time to send SIGKILL, 0: not terminating */
+    int killed_hard;    /* SIGKILL sent */
+    const char *how;    /* NULL, or "timeout"/"killed" once we decided to end it */
+    char *reason;       /* why it was killed (kill's `reason`), or NULL */
+    int *gpus;          /* device indices handed to it */
+    int ngpus;
+    char *argv0;        /* for messages */
+    char *out_path;     /* stdout log */
+    char *err_path;     /* stderr log */
+} disp__proc;
+
+/* What disp__spawn needs besides the start message. */
+typedef struct {
+    const disp__start *st;
+    const char *dir;         /* log directory, created */
+    const char *endpoint;    /* JIZHI_ENDPOINT default */
+    const char *ckpt_dir;    /* JIZHI_CHECKPOINT_DIR default, or NULL */
+    const char *disp_name;   /* JIZHI_DISPATCHER */
+    const char *cuda_devices;/* CUDA_VISIBLE_DEVICES ("" for none) */
+    int pdeathsig;           /* set PR_SET_PDEATHSIG(SIGTERM) in the child */
+} disp__spawn_args;
+
+/* Builds the trial's environment: the inherited one without the variables
+   jizhi sets, then the message's env, then the defaults it did not set,
+   then the forced ones (JIZHI_STUDY/TRIAL/ATTEMPT/DISPATCHER,
+   CUDA_VISIBLE_DEVICES). NULL-terminated; caller frees with
+   disp__strv_free. NULL when out of memory. */
+char **disp__build_env(const disp__spawn_args *a);
+void disp__strv_free(char **v);
+
+/* Opens the log files and forks; the child execs argv unchanged. Fills p
+   (pid, pidfd, exec_fd, paths). Returns 0, or -1 with err when nothing
+   was started (p is then left empty). p->gpus is not touched. */
+int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errsize);
+
+/* Reads the exec-status pipe if it has something to say: sets
+   p->exec_errno, closes exec_fd. Returns 1 when resolved now, 0 otherwise. */
+int disp__exec_poll(disp__proc *p);
+
+/* Sends sig to the trial's process group (falls back to the pid). */
+void disp__signal(disp__proc *p, int sig);
+
+/* Checks whether the leader exited without blocking. When it has, kills
+   what is left of its process group (SIGKILL), reaps it and returns 1
+   with *status set; *lost is set when the status could not be had (the
+   child was reaped by someone else). Returns 0 while it runs. */
+int disp__reap(disp__proc *p, int *status, int *lost);
+
+/* Frees what p owns (fds, strings); does not signal the process. */
+void disp__proc_fini(disp__proc *p);
+
+/* ---- disp_gpu.c --------------------------------------------------------- */
+
+/* Parses "0,1,3" (or "none"/"": no GPUs) into a new array. 0 or -1 with
+   err. Caller frees *out. */
+int disp__gpu_parse(const char *s, int **out, int *n, char *err, size_t errsize);
+
+/* Runs `cmd --query-gpu=index --format=csv,noheader` (directly, no shell;
+   at most 10 s) and parses its indices. Returns the number of GPUs found
+   (0 when the command is missing or fails), -1 when out of memory. Caller
+   frees *out. Waits only for its own child. */
+int disp__gpu_detect(const char *cmd, int **out);
+
+#endif
