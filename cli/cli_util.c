@@ -1,0 +1,149 @@
+/*  cli_util.c - helpers shared by the CLI commands (see cli.h). */
+#include "cli.h"
+
+#include "../common/wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("jizhi: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+const char *cli_db_path(const char *flag)
+{
+    if (flag && *flag)
+        return flag;
+    const char *e = getenv("JIZHI_DB");
+    return e && *e ? e : "jizhi.db";
+}
+
+void cli_endpoint_file(const char *db, char *out, size_t size)
+{
+    snprintf(out, size, "%s.endpoint", db);
+}
+
+const char *cli_controller(const char *flag, const char *db, char *buf, size_t size)
+{
+    if (flag && *flag)
+        return flag;
+    const char *e = getenv("JIZHI_CONTROLLER");
+    if (e && *e)
+        return e;
+    char path[1100];
+    cli_endpoint_file(db, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    if (!fgets(buf, (int)size, f)) {
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    buf[strcspn(buf, "\r\n")] = 0;
+    return *buf ? buf : NULL;
+}
+
+json_t *cli_request(const char *endpoint, json_t *msg, int timeout_ms)
+{
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_DEALER);
+    wire_socket_setup(sock);
+    json_t *reply = NULL;
+    char err[256];
+    if (zmq_connect(sock, endpoint) != 0) {
+        cli_error("cannot connect to the controller at %s: %s", endpoint, zmq_strerror(errno));
+        json_decref(msg);
+    } else {
+        reply = wire_request(sock, msg, timeout_ms, err, sizeof err);
+        if (!reply)
+            cli_error("no answer from the controller at %s (%s); is it running?", endpoint, err);
+        else if (strcmp(wire_type(reply), "ok") != 0) {
+            const char *text = json_string_value(json_object_get(reply, "message"));
+            cli_error("%s", text ? text : "the controller refused the request");
+            json_decref(reply);
+            reply = NULL;
+        }
+    }
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    return reply;
+}
+
+int cli_ping(const char *endpoint, int timeout_ms)
+{
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_DEALER);
+    wire_socket_setup(sock);
+    int alive = 0;
+    char err[128];
+    if (zmq_connect(sock, endpoint) == 0) {
+        json_t *r = wire_request(sock, json_pack("{s:s}", "type", "ping"), timeout_ms, err, sizeof err);
+        alive = r && !strcmp(wire_type(r), "ok");
+        json_decref(r);
+    }
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    return alive;
+}
+
+store_t *cli_open_db(const char *db)
+{
+    if (access(db, R_OK) != 0) {
+        cli_error("cannot read database %s: %s (use --db FILE or JIZHI_DB)", db, strerror(errno));
+        return NULL;
+    }
+    char err[512];
+    store_t *s = store_open(db, 1, err, sizeof err);
+    if (!s)
+        cli_error("%s", err);
+    return s;
+}
+
+void cli_print_json(json_t *j)
+{
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_ENCODE_ANY);
+    if (text)
+        puts(text);
+    free(text);
+    json_decref(j);
+}
+
+void cli_format_value(const json_t *v, char *buf, size_t size)
+{
+    if (json_is_string(v))
+        snprintf(buf, size, "%s", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(buf, size, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (json_is_real(v))
+        snprintf(buf, size, "%.6g", json_real_value(v));
+    else if (json_is_boolean(v))
+        snprintf(buf, size, "%s", json_is_true(v) ? "true" : "false");
+    else
+        snprintf(buf, size, "-");
+}
+
+void cli_format_elapsed(double s, char *buf, size_t size)
+{
+    long t = (long)(s < 0 ? 0 : s);
+    snprintf(buf, size, "%02ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+}
+
+int cli_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+            return 1;
+    return 0;
+}

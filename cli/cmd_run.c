@@ -1,0 +1,450 @@
+/*  cmd_run.c - `jizhi run` (a controller and a local dispatcher in one
+    process, each in its own thread, talking over ipc:// in a private run
+    directory), and the `jizhi controller` / `jizhi dispatcher` daemons.
+*/
+#include "cli.h"
+
+#include "../common/log.h"
+#include "../common/spec.h"
+#include "../common/wire.h"
+#include "../controller/ctl.h"
+#include "../dispatcher/disp.h"
+
+#include <getopt.h>
+#include <libgen.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile int s_stop_ctl, s_stop_disp, s_interrupted;
+
+static void s_on_signal(int sig)
+{
+    s_interrupted = sig;
+}
+
+static void s_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Starts a worker thread with SIGINT/SIGTERM blocked, so that the main
+   thread is the one that sees them. */
+static void s_spawn(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void *s_ctl_thread(void *arg)
+{
+    ctl_run(arg, &s_stop_ctl);
+    return NULL;
+}
+
+static void *s_disp_thread(void *arg)
+{
+    disp_run(arg, &s_stop_disp);
+    return NULL;
+}
+
+static int s_write_endpoint(const char *db, const char *endpoint)
+{
+    char path[1100], tmp[1200];
+    cli_endpoint_file(db, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%s\n", endpoint) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+        cli_error("cannot write %s", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void s_remove_endpoint(const char *db, const char *endpoint)
+{
+    char path[1100], buf[512];
+    cli_endpoint_file(db, path, sizeof path);
+    const char *cur = cli_controller(NULL, db, buf, sizeof buf);
+    if (cur && !strcmp(cur, endpoint))
+        unlink(path);
+}
+
+/* Refuses to start a second controller on one database. */
+static int s_check_no_controller(const char *db)
+{
+    char buf[512];
+    char path[1100];
+    cli_endpoint_file(db, path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char *ok = fgets(buf, sizeof buf, f);
+    fclose(f);
+    if (!ok)
+        return 0;
+    buf[strcspn(buf, "\r\n")] = 0;
+    if (cli_ping(buf, 500)) {
+        cli_error("a controller already serves %s at %s; use `jizhi study submit` with it, or stop it",
+                  db, buf);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- progress ---- */
+
+static void s_progress(const json_t *st, int tty, long *last_done)
+{
+    long done = (long)json_integer_value(json_object_get(st, "done"));
+    long total = (long)json_integer_value(json_object_get(st, "total"));
+    long running = (long)json_integer_value(json_object_get(st, "running"));
+    long failed = (long)json_integer_value(json_object_get(st, "failed"));
+    double elapsed = json_real_value(json_object_get(st, "elapsed_s"));
+    json_t *best = json_object_get(st, "best");
+    char el[32], bv[64] = "-";
+    cli_format_elapsed(elapsed, el, sizeof el);
+    if (json_is_object(best)) {
+        double v;
+        wire_to_double(json_object_get(best, "value"), &v);
+        snprintf(bv, sizeof bv, "%.6g (trial %" JSON_INTEGER_FORMAT ")", v,
+                 json_integer_value(json_object_get(best, "number")));
+    }
+    char line[400];
+    snprintf(line, sizeof line, "[%s] %ld/%ld done, %ld running, %ld failed, best %s=%s, %s",
+             json_string_value(json_object_get(st, "study")), done, total, running, failed,
+             json_string_value(json_object_get(st, "metric")), bv, el);
+    if (tty) {
+        fprintf(stderr, "\r\033[K%s", line);
+        fflush(stderr);
+    } else if (done != *last_done) {
+        fprintf(stderr, "%s\n", line);
+    }
+    *last_done = done;
+}
+
+/* Prints the best trial of a study from the database. */
+static int s_print_best(const char *db, const char *name)
+{
+    store_t *s = cli_open_db(db);
+    if (!s)
+        return CLI_FAIL;
+    store_study st;
+    if (store_study_get(s, name, &st) != 1) {
+        store_close(&s);
+        return CLI_FAIL;
+    }
+    const char *metric = json_string_value(json_object_get(json_object_get(st.spec, "objective"), "metric"));
+    int maximize = !strcmp(json_string_value(json_object_get(json_object_get(st.spec, "objective"), "mode")), "max");
+    store_trial *rows;
+    long n = store_trials_load(s, st.id, &rows);
+    long best = -1, completed = 0, failed = 0, stopped = 0;
+    for (long i = 0; i < n; i++) {
+        if (!strcmp(rows[i].state, "completed")) {
+            completed++;
+            if (best < 0 || (maximize ? rows[i].value > rows[best].value : rows[i].value < rows[best].value))
+                best = i;
+        }
+        failed += !strcmp(rows[i].state, "failed");
+        stopped += !strcmp(rows[i].state, "stopped");
+    }
+    printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name, st.state, n,
+           completed, failed, stopped);
+    int rc = CLI_OK;
+    if (best >= 0) {
+        char *params = json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
+        printf("best trial %ld (id %ld): %s=%.6g\n  params %s\n", rows[best].number, rows[best].id,
+               metric, rows[best].value, params);
+        json_t *m = store_metrics_last(s, rows[best].id);
+        json_t *ta = json_object_get(m, "test_acc");
+        if (json_is_number(ta))
+            printf("  test_acc %.4f\n", json_number_value(ta));
+        json_decref(m);
+        free(params);
+    } else {
+        printf("no trial completed\n");
+        rc = CLI_FAIL;
+    }
+    store_trials_free(rows, n < 0 ? 0 : n);
+    store_study_fini(&st);
+    store_close(&s);
+    return rc;
+}
+
+static const char s_run_usage[] =
+    "usage: jizhi run SPEC.json [--db FILE] [--slots N] [--log-dir DIR]\n"
+    "Runs a study to the end with a controller and a local dispatcher in this\n"
+    "process, shows progress, and prints the best trial. Run it again on the\n"
+    "same database to continue an unfinished study.\n";
+
+int cmd_run(int argc, char **argv)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"slots", required_argument, 0, 's'},
+                                         {"log-dir", required_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *dbflag = NULL, *logdir = NULL;
+    int slots = 0, c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': dbflag = optarg; break;
+        case 'l': logdir = optarg; break;
+        case 's': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 4096) {
+                cli_error("--slots: expected an integer from 1 to 4096, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            slots = (int)v;
+            break;
+        }
+        case 'h': fputs(s_run_usage, stdout); return CLI_OK;
+        default: fputs(s_run_usage, stderr); return CLI_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        cli_error("run: expected one SPEC.json");
+        fputs(s_run_usage, stderr);
+        return CLI_USAGE;
+    }
+    const char *db = cli_db_path(dbflag);
+    spec_error serr;
+    spec_t *spec = spec_load(argv[optind], 1, &serr);
+    if (!spec) {
+        char buf[512];
+        cli_error("%s: %s", argv[optind], spec_strerror(&serr, buf, sizeof buf));
+        return CLI_FAIL;
+    }
+    json_t *spec_json = json_incref(spec->json);
+    char name[128];
+    snprintf(name, sizeof name, "%s", spec->name);
+    spec_destroy(&spec);
+    if (s_check_no_controller(db) != 0) {
+        json_decref(spec_json);
+        return CLI_FAIL;
+    }
+
+    char rundir[] = "/tmp/jizhi-run-XXXXXX";
+    if (!mkdtemp(rundir)) {
+        cli_error("cannot create a run directory in /tmp");
+        json_decref(spec_json);
+        return CLI_FAIL;
+    }
+    char bind[128], err[512], logroot[1024];
+    snprintf(bind, sizeof bind, "ipc://%s/ctl.sock", rundir);
+    if (!logdir) {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s", db);
+        snprintf(logroot, sizeof logroot, "%s/jizhi-logs", dirname(tmp));
+        logdir = logroot;
+    }
+    if (!getenv("JIZHI_LOG"))
+        log_set_level(LOG_WARN); /* the progress line is the output */
+    ctl_config cc = {.db_path = db, .bind = bind};
+    ctl_t *ctl = ctl_new(&cc, err, sizeof err);
+    if (!ctl) {
+        cli_error("%s", err);
+        rmdir(rundir);
+        json_decref(spec_json);
+        return CLI_FAIL;
+    }
+    disp_config dc = {.controller = ctl_endpoint(ctl), .name = "local", .slots = slots,
+                      .log_dir = logdir};
+    disp_t *disp = disp_new(&dc);
+    if (!disp) {
+        ctl_destroy(&ctl);
+        rmdir(rundir);
+        json_decref(spec_json);
+        return CLI_FAIL;
+    }
+    s_signals();
+    pthread_t tc, td;
+    s_spawn(&tc, s_ctl_thread, ctl);
+    s_spawn(&td, s_disp_thread, disp);
+    s_write_endpoint(db, ctl_endpoint(ctl));
+
+    int rc = CLI_FAIL;
+    json_t *r = cli_request(ctl_endpoint(ctl), json_pack("{s:s, s:O}", "type", "submit", "spec", spec_json), 10000);
+    int finished = 0;
+    if (r) {
+        finished = json_is_true(json_object_get(r, "finished"));
+        if (json_is_true(json_object_get(r, "resumed")))
+            fprintf(stderr, "continuing study %s from %s\n", name, db);
+        else if (finished)
+            fprintf(stderr, "study %s already finished in %s\n", name, db);
+        json_decref(r);
+        int tty = isatty(2);
+        long last_done = -1;
+        while (!finished && !s_interrupted) {
+            json_t *st = cli_request(ctl_endpoint(ctl), json_pack("{s:s, s:s}", "type", "status", "study", name), 5000);
+            if (!st)
+                break;
+            s_progress(st, tty, &last_done);
+            const char *state = json_string_value(json_object_get(st, "state"));
+            finished = strcmp(state, "running") != 0;
+            json_decref(st);
+            if (!finished) {
+                struct timespec ts = {0, 250 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        if (tty)
+            fputc('\n', stderr);
+    }
+    s_stop_disp = 1; /* stop trials first, so their exits reach the controller */
+    pthread_join(td, NULL);
+    s_stop_ctl = 1;
+    pthread_join(tc, NULL);
+    s_remove_endpoint(db, ctl_endpoint(ctl));
+    disp_destroy(&disp);
+    ctl_destroy(&ctl);
+    char sock[160];
+    snprintf(sock, sizeof sock, "%s/ctl.sock", rundir);
+    unlink(sock);
+    rmdir(rundir);
+    json_decref(spec_json);
+    if (s_interrupted) {
+        fprintf(stderr, "interrupted; run the same command again to continue the study\n");
+        return CLI_FAIL;
+    }
+    if (finished)
+        rc = s_print_best(db, name);
+    return rc;
+}
+
+static const char s_ctl_usage[] =
+    "usage: jizhi controller [--db FILE] [--bind ENDPOINT] [--lost-timeout SECONDS]\n"
+    "Runs the controller daemon (default bind tcp://*:7755) until SIGINT/SIGTERM.\n"
+    "It writes the endpoint it serves to FILE.endpoint for other commands.\n";
+
+int cmd_controller(int argc, char **argv)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"bind", required_argument, 0, 'b'},
+                                         {"lost-timeout", required_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *dbflag = NULL, *bind = "tcp://*:7755";
+    double lost = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': dbflag = optarg; break;
+        case 'b': bind = optarg; break;
+        case 't': {
+            char *end;
+            lost = strtod(optarg, &end);
+            if (*end || !(lost > 0)) {
+                cli_error("--lost-timeout: expected a number of seconds > 0, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            break;
+        }
+        case 'h': fputs(s_ctl_usage, stdout); return CLI_OK;
+        default: fputs(s_ctl_usage, stderr); return CLI_USAGE;
+        }
+    }
+    if (optind != argc) {
+        cli_error("controller: unexpected argument \"%s\"", argv[optind]);
+        return CLI_USAGE;
+    }
+    const char *db = cli_db_path(dbflag);
+    if (s_check_no_controller(db) != 0)
+        return CLI_FAIL;
+    char err[512];
+    ctl_config cc = {.db_path = db, .bind = bind, .lost_timeout_s = lost};
+    ctl_t *ctl = ctl_new(&cc, err, sizeof err);
+    if (!ctl) {
+        cli_error("%s", err);
+        return CLI_FAIL;
+    }
+    s_signals();
+    if (s_write_endpoint(db, ctl_endpoint(ctl)) != 0) {
+        ctl_destroy(&ctl);
+        return CLI_FAIL;
+    }
+    pthread_t tc;
+    s_spawn(&tc, s_ctl_thread, ctl);
+    while (!s_interrupted)
+        pause();
+    s_stop_ctl = 1;
+    pthread_join(tc, NULL);
+    s_remove_endpoint(db, ctl_endpoint(ctl));
+    ctl_destroy(&ctl);
+    return CLI_OK;
+}
+
+static const char s_disp_usage[] =
+    "usage: jizhi dispatcher --controller ENDPOINT [--gpus LIST|none] [--slots N]\n"
+    "                        [--name NAME] [--log-dir DIR]\n"
+    "Runs trials for the controller on this machine until SIGINT/SIGTERM.\n";
+
+int cmd_dispatcher(int argc, char **argv)
+{
+    static const struct option opts[] = {{"controller", required_argument, 0, 'c'},
+                                         {"gpus", required_argument, 0, 'g'},
+                                         {"slots", required_argument, 0, 's'},
+                                         {"name", required_argument, 0, 'n'},
+                                         {"log-dir", required_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    disp_config dc = {0};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': dc.controller = optarg; break;
+        case 'g': dc.gpus = optarg; break;
+        case 'n': dc.name = optarg; break;
+        case 'l': dc.log_dir = optarg; break;
+        case 's': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 4096) {
+                cli_error("--slots: expected an integer from 1 to 4096, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            dc.slots = (int)v;
+            break;
+        }
+        case 'h': fputs(s_disp_usage, stdout); return CLI_OK;
+        default: fputs(s_disp_usage, stderr); return CLI_USAGE;
+        }
+    }
+    char buf[512];
+    if (!dc.controller)
+        dc.controller = cli_controller(NULL, cli_db_path(NULL), buf, sizeof buf);
+    if (!dc.controller || optind != argc) {
+        cli_error("dispatcher: --controller ENDPOINT is required");
+        fputs(s_disp_usage, stderr);
+        return CLI_USAGE;
+    }
+    disp_t *d = disp_new(&dc);
+    if (!d)
+        return CLI_FAIL;
+    s_signals();
+    pthread_t td;
+    s_spawn(&td, s_disp_thread, d);
+    while (!s_interrupted)
+        pause();
+    s_stop_disp = 1;
+    pthread_join(td, NULL);
+    disp_destroy(&d);
+    return CLI_OK;
+}

@@ -1,0 +1,409 @@
+/*  cmd_study.c - `jizhi study submit|list|show|stop|resume|export|events`.
+
+    list/show/export/events read the database file (they work with no
+    controller running); submit/stop/resume ask the controller.
+*/
+#include "cli.h"
+
+#include "../common/spec.h"
+#include "../common/wire.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char s_usage[] =
+    "usage: jizhi study submit SPEC.json        submit to the running controller\n"
+    "       jizhi study list [--json]\n"
+    "       jizhi study show NAME [--json]\n"
+    "       jizhi study stop NAME | resume NAME\n"
+    "       jizhi study export NAME [--format csv|json] [--output FILE]\n"
+    "       jizhi study events NAME [--json]\n"
+    "Common options: --db FILE, --controller ENDPOINT.\n";
+
+typedef struct {
+    const char *db, *controller, *format, *output;
+    int json;
+    int nargs;
+    char **args;
+} s_opts;
+
+/* Parses the options every study subcommand shares. 0, or an exit code. */
+static int s_parse(int argc, char **argv, s_opts *o)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"controller", required_argument, 0, 'c'},
+                                         {"format", required_argument, 0, 'f'},
+                                         {"output", required_argument, 0, 'o'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->format = "csv";
+    int c;
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': o->db = optarg; break;
+        case 'c': o->controller = optarg; break;
+        case 'f': o->format = optarg; break;
+        case 'o': o->output = optarg; break;
+        case 'j': o->json = 1; break;
+        case 'h': fputs(s_usage, stdout); return -CLI_OK - 1;
+        default: fputs(s_usage, stderr); return CLI_USAGE;
+        }
+    }
+    o->db = cli_db_path(o->db);
+    o->nargs = argc - optind;
+    o->args = argv + optind;
+    return 0;
+}
+
+static int s_need_args(const s_opts *o, int n, const char *what)
+{
+    if (o->nargs != n) {
+        cli_error("study %s", what);
+        fputs(s_usage, stderr);
+        return CLI_USAGE;
+    }
+    return 0;
+}
+
+static int s_controller_cmd(const s_opts *o, json_t *msg)
+{
+    char buf[512];
+    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
+    if (!ep) {
+        cli_error("no controller known for %s: start `jizhi controller` (or `jizhi run`), or pass "
+                  "--controller ENDPOINT",
+                  o->db);
+        json_decref(msg);
+        return CLI_FAIL;
+    }
+    json_t *r = cli_request(ep, msg, 10000);
+    if (!r)
+        return CLI_FAIL;
+    json_decref(r);
+    return CLI_OK;
+}
+
+static int s_submit(const s_opts *o)
+{
+    spec_error serr;
+    spec_t *spec = spec_load(o->args[0], 1, &serr);
+    if (!spec) {
+        char buf[512];
+        cli_error("%s: %s", o->args[0], spec_strerror(&serr, buf, sizeof buf));
+        return CLI_FAIL;
+    }
+    char buf[512];
+    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
+    if (!ep) {
+        cli_error("no controller known for %s: start `jizhi controller`, or pass --controller", o->db);
+        spec_destroy(&spec);
+        return CLI_FAIL;
+    }
+    json_t *r = cli_request(ep, json_pack("{s:s, s:O}", "type", "submit", "spec", spec->json), 10000);
+    int rc = CLI_FAIL;
+    if (r) {
+        printf("study %s %s\n", spec->name,
+               json_is_true(json_object_get(r, "finished"))  ? "has already finished"
+               : json_is_true(json_object_get(r, "resumed")) ? "continues"
+                                                             : "submitted");
+        json_decref(r);
+        rc = CLI_OK;
+    }
+    spec_destroy(&spec);
+    return rc;
+}
+
+static int s_list(const s_opts *o)
+{
+    store_t *s = cli_open_db(o->db);
+    if (!s)
+        return CLI_FAIL;
+    json_t *list = store_study_list(s);
+    store_close(&s);
+    if (!list) {
+        cli_error("cannot list studies");
+        return CLI_FAIL;
+    }
+    if (o->json) {
+        cli_print_json(list);
+        return CLI_OK;
+    }
+    printf("%-24s %-9s %7s %9s %6s %7s\n", "NAME", "STATE", "TRIALS", "COMPLETED", "FAILED", "RUNNING");
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) {
+        printf("%-24s %-9s %3" JSON_INTEGER_FORMAT "/%-3" JSON_INTEGER_FORMAT " %9" JSON_INTEGER_FORMAT
+               " %6" JSON_INTEGER_FORMAT " %7" JSON_INTEGER_FORMAT "\n",
+               json_string_value(json_object_get(e, "name")), json_string_value(json_object_get(e, "state")),
+               json_integer_value(json_object_get(e, "trials")), json_integer_value(json_object_get(e, "budget")),
+               json_integer_value(json_object_get(e, "completed")),
+               json_integer_value(json_object_get(e, "failed")),
+               json_integer_value(json_object_get(e, "running")));
+    }
+    json_decref(list);
+    return CLI_OK;
+}
+
+/* Loads a study and its trials (as JSON) from the database. */
+static int s_load(const char *db, const char *name, store_t **s, store_study *st, json_t **trials)
+{
+    *s = cli_open_db(db);
+    if (!*s)
+        return CLI_FAIL;
+    int found = store_study_get(*s, name, st);
+    if (found != 1) {
+        cli_error("no study named \"%s\" in %s", name, db);
+        store_close(s);
+        return CLI_FAIL;
+    }
+    store_trial *rows;
+    long n = store_trials_load(*s, st->id, &rows);
+    *trials = json_array();
+    for (long i = 0; i < n; i++)
+        json_array_append_new(*trials, store_trial_json(&rows[i], *s));
+    store_trials_free(rows, n < 0 ? 0 : n);
+    return CLI_OK;
+}
+
+static int s_show(const s_opts *o)
+{
+    store_t *s;
+    store_study st;
+    json_t *trials;
+    if (s_load(o->db, o->args[0], &s, &st, &trials) != CLI_OK)
+        return CLI_FAIL;
+    if (o->json) {
+        cli_print_json(json_pack("{s:s, s:s, s:O, s:o, s:o}", "name", st.name, "state", st.state, "spec",
+                                 st.spec, "trials", trials, "events", store_events_list(s, st.id)));
+    } else {
+        json_t *obj = json_object_get(st.spec, "objective");
+        printf("study %s (%s), objective %s %s\n", st.name, st.state,
+               json_string_value(json_object_get(obj, "mode")),
+               json_string_value(json_object_get(obj, "metric")));
+        printf("%-5s %-7s %-10s %-3s %-12s %s\n", "TRIAL", "ID", "STATE", "TRY", "VALUE", "PARAMS");
+        size_t i;
+        json_t *t;
+        json_array_foreach(trials, i, t) {
+            char v[64];
+            cli_format_value(json_object_get(t, "value"), v, sizeof v);
+            char *p = json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+            printf("%-5" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT " %-10s %-3" JSON_INTEGER_FORMAT
+                   " %-12s %s\n",
+                   json_integer_value(json_object_get(t, "number")),
+                   json_integer_value(json_object_get(t, "id")),
+                   json_string_value(json_object_get(t, "state")),
+                   json_integer_value(json_object_get(t, "attempt")), v, p);
+            free(p);
+        }
+        json_decref(trials);
+    }
+    store_study_fini(&st);
+    store_close(&s);
+    return CLI_OK;
+}
+
+/* CSV field, quoted when needed. */
+static void s_csv_field(FILE *f, const char *text, int last)
+{
+    if (strpbrk(text, ",\"\n\r")) {
+        fputc('"', f);
+        for (const char *p = text; *p; p++) {
+            if (*p == '"')
+                fputc('"', f);
+            fputc(*p, f);
+        }
+        fputc('"', f);
+    } else {
+        fputs(text, f);
+    }
+    fputc(last ? '\n' : ',', f);
+}
+
+/* Sorted union of the keys of field `key` over all trials. */
+static json_t *s_key_union(json_t *trials, const char *key)
+{
+    json_t *set = json_object();
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(json_object_get(t, key), k, v)
+            json_object_set_new(set, k, json_true());
+    }
+    json_t *keys = json_array();
+    char *text = json_dumps(set, JSON_SORT_KEYS | JSON_COMPACT);
+    json_t *sorted = json_loads(text, JSON_DECODE_ANY, NULL); /* key order kept as sorted */
+    const char *k;
+    json_t *v;
+    json_object_foreach(sorted, k, v)
+        json_array_append_new(keys, json_string(k));
+    json_decref(sorted);
+    free(text);
+    json_decref(set);
+    return keys;
+}
+
+static int s_export(const s_opts *o)
+{
+    if (strcmp(o->format, "csv") && strcmp(o->format, "json")) {
+        cli_error("--format: expected csv or json, got \"%s\"", o->format);
+        return CLI_USAGE;
+    }
+    store_t *s;
+    store_study st;
+    json_t *trials;
+    if (s_load(o->db, o->args[0], &s, &st, &trials) != CLI_OK)
+        return CLI_FAIL;
+    FILE *f = o->output ? fopen(o->output, "w") : stdout;
+    if (!f) {
+        cli_error("cannot write %s", o->output);
+        json_decref(trials);
+        store_study_fini(&st);
+        store_close(&s);
+        return CLI_FAIL;
+    }
+    if (!strcmp(o->format, "json")) {
+        char *text = json_dumps(trials, JSON_INDENT(2));
+        fprintf(f, "%s\n", text);
+        free(text);
+    } else {
+        json_t *pk = s_key_union(trials, "params"), *mk = s_key_union(trials, "metrics");
+        static const char *const fixed[] = {"number", "id", "state", "attempt", "value"};
+        for (size_t k = 0; k < 5; k++)
+            s_csv_field(f, fixed[k], 0);
+        size_t i, j;
+        json_t *t, *k;
+        char name[200];
+        json_array_foreach(pk, i, k) {
+            snprintf(name, sizeof name, "param_%s", json_string_value(k));
+            s_csv_field(f, name, 0);
+        }
+        json_array_foreach(mk, i, k) {
+            snprintf(name, sizeof name, "metric_%s", json_string_value(k));
+            s_csv_field(f, name, i + 1 == json_array_size(mk));
+        }
+        if (json_array_size(mk) == 0)
+            fputc('\n', f);
+        json_array_foreach(trials, j, t) {
+            char v[512];
+            for (size_t x = 0; x < 5; x++) {
+                json_t *fv = json_object_get(t, fixed[x]);
+                if (json_is_real(fv))
+                    snprintf(v, sizeof v, "%.17g", json_real_value(fv));
+                else
+                    cli_format_value(fv, v, sizeof v);
+                s_csv_field(f, json_is_null(fv) ? "" : v, 0);
+            }
+            json_array_foreach(pk, i, k) {
+                json_t *pv = json_object_get(json_object_get(t, "params"), json_string_value(k));
+                if (json_is_real(pv))
+                    snprintf(v, sizeof v, "%.17g", json_real_value(pv));
+                else
+                    cli_format_value(pv, v, sizeof v);
+                s_csv_field(f, pv ? v : "", 0);
+            }
+            json_array_foreach(mk, i, k) {
+                json_t *mv = json_object_get(json_object_get(t, "metrics"), json_string_value(k));
+                if (json_is_real(mv))
+                    snprintf(v, sizeof v, "%.17g", json_real_value(mv));
+                else
+                    cli_format_value(mv, v, sizeof v);
+                s_csv_field(f, mv && !json_is_null(mv) ? v : "", i + 1 == json_array_size(mk));
+            }
+            if (json_array_size(mk) == 0)
+                fputc('\n', f);
+        }
+        json_decref(pk);
+        json_decref(mk);
+    }
+    if (o->output)
+        fclose(f);
+    json_decref(trials);
+    store_study_fini(&st);
+    store_close(&s);
+    return CLI_OK;
+}
+
+static int s_events(const s_opts *o)
+{
+    store_t *s = cli_open_db(o->db);
+    if (!s)
+        return CLI_FAIL;
+    store_study st;
+    if (store_study_get(s, o->args[0], &st) != 1) {
+        cli_error("no study named \"%s\" in %s", o->args[0], o->db);
+        store_close(&s);
+        return CLI_FAIL;
+    }
+    json_t *ev = store_events_list(s, st.id);
+    store_study_fini(&st);
+    store_close(&s);
+    if (o->json) {
+        cli_print_json(ev);
+        return CLI_OK;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e) {
+        char *d = json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
+        json_t *trial = json_object_get(e, "trial"), *applied = json_object_get(e, "applied");
+        json_t *lat = json_object_get(e, "latency_s");
+        char tb[32] = "-", lb[32] = "";
+        if (json_is_integer(trial))
+            snprintf(tb, sizeof tb, "%" JSON_INTEGER_FORMAT, json_integer_value(trial));
+        if (json_is_number(lat))
+            snprintf(lb, sizeof lb, "%.1fms", json_number_value(lat) * 1e3);
+        printf("%-6" JSON_INTEGER_FORMAT " trial %-5s %-10s %-16s %-8s %-9s %s\n",
+               json_integer_value(json_object_get(e, "id")), tb,
+               json_string_value(json_object_get(e, "who")),
+               json_string_value(json_object_get(e, "kind")),
+               json_is_null(applied) ? "pending" : json_is_true(applied) ? "applied" : "refused", lb,
+               d ? d : "");
+        free(d);
+    }
+    json_decref(ev);
+    return CLI_OK;
+}
+
+int cmd_study(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(s_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CLI_USAGE : CLI_OK;
+    }
+    const char *sub = argv[1];
+    s_opts o;
+    int rc = s_parse(argc - 1, argv + 1, &o);
+    if (rc == -CLI_OK - 1)
+        return CLI_OK;
+    if (rc)
+        return rc;
+    if (!strcmp(sub, "submit"))
+        return (rc = s_need_args(&o, 1, "submit: expected SPEC.json")) ? rc : s_submit(&o);
+    if (!strcmp(sub, "list"))
+        return (rc = s_need_args(&o, 0, "list: takes no arguments")) ? rc : s_list(&o);
+    if (!strcmp(sub, "show"))
+        return (rc = s_need_args(&o, 1, "show: expected NAME")) ? rc : s_show(&o);
+    if (!strcmp(sub, "export"))
+        return (rc = s_need_args(&o, 1, "export: expected NAME")) ? rc : s_export(&o);
+    if (!strcmp(sub, "events"))
+        return (rc = s_need_args(&o, 1, "events: expected NAME")) ? rc : s_events(&o);
+    if (!strcmp(sub, "stop") || !strcmp(sub, "resume")) {
+        if ((rc = s_need_args(&o, 1, "stop/resume: expected NAME")))
+            return rc;
+        rc = s_controller_cmd(&o, json_pack("{s:s, s:s}", "type",
+                                            !strcmp(sub, "stop") ? "study_stop" : "study_resume",
+                                            "study", o.args[0]));
+        if (rc == CLI_OK)
+            printf("study %s %s\n", o.args[0], !strcmp(sub, "stop") ? "stopped" : "resumed");
+        return rc;
+    }
+    cli_error("study: unknown subcommand \"%s\"", sub);
+    fputs(s_usage, stderr);
+    return CLI_USAGE;
+}
