@@ -4,6 +4,7 @@
     scheduler lives in its own file (sched_random.c, sched_grid.c, ...).
 */
 #include "sched.h"
+#include "sched_bo.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@ static const struct {
 } s_registry[] = {
     {"random", sched_random_new},
     {"grid", sched_grid_new},
+    {"bo", sched_bo_new},
 };
 
 sched_t *sched_new(const spec_t *spec, char *err, size_t errsize)

@@ -1,0 +1,830 @@
+/*  sched_bo.c - Bayesian optimisation: a GP (gp.c) on the trials' results
+    and log-EI or UCB (acq.c) to choose the next trial (DESIGN §5 "bo").
+
+    Parameters are encoded into [0,1]^D: float and int parameters take one
+    dimension each through spec_param_to_unit (log scale for log ones),
+    choices are one-hot. Suggestions are decoded with spec_param_from_unit
+    and an argmax per choice, and the acquisition is only ever evaluated at
+    such legal points (acq's round callback). The first n_init suggestions
+    (and every one until two trials have results) come from a Sobol design
+    with a seeded random shift.
+
+    The GP fit and the acquisition search run in a worker thread per
+    suggestion: the first `suggest` snapshots the data (results, failures
+    imputed as the worst value, pending trials as fantasies) and returns
+    SCHED_WAIT; later calls return SCHED_WAIT until the worker is done, then
+    SCHED_OK. Randomness comes from streams derived from (seed, number of
+    suggestions), so the state to save is the data, the pending trials,
+    the two counters and the last hyperparameters (the warm start); a
+    restored scheduler computes the same suggestions.
+*/
+#include "sched_bo.h"
+
+#include "acq.h"
+#include "gp.h"
+
+#include <gsl/gsl_cdf.h>
+#include <gsl/gsl_qrng.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { S_BELIEVER = 0, S_LIAR = 1 };
+enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1 };
+#define S_TOPK 8 /* ranked suggestions the worker returns */
+
+typedef struct {
+    const spec_t *spec;
+    int np;               /* parameters */
+    int D;                /* encoded dimensions */
+    int *off;             /* first dimension of parameter k */
+    unsigned char *mask;  /* 1 for float/int dimensions, 0 for one-hot */
+} s_layout;
+
+typedef struct {
+    long trial;
+    json_t *params;  /* owned */
+    double *x;       /* D, encoded */
+    double value;    /* objective as reported; NaN when none */
+    int failed;      /* no usable value: imputed as the worst */
+} s_point;
+
+typedef struct {
+    const s_layout *lay;    /* borrowed from the scheduler, read-only */
+    int n, m;               /* observations, pending */
+    double *X, *y, *Xp;     /* n x D, n (lower is better; NaN = failed), m x D */
+    double *theta0;         /* warm start or NULL */
+    int acq, fantasy, warp;
+    double kappa;
+    unsigned long long seed;
+    atomic_int cancel;
+    atomic_int done;
+    pthread_t thread;
+    int threaded;
+    /* results */
+    double *outp;           /* S_TOPK x D */
+    int got;                /* rows in outp, or -1 */
+    double *theta;          /* fitted, D + 2 */
+    int theta_ok;
+} s_job;
+
+typedef struct {
+    sched_t base;
+    s_layout lay;
+    /* options */
+    int acq;
+    double kappa;
+    long n_init;
+    int fantasy;
+    int warp;
+    /* state */
+    s_point *obs;
+    size_t nobs, capobs;
+    s_point *pend;
+    size_t npend, cappend;
+    long sobol;      /* Sobol design points handed out */
+    long count;      /* suggestions made */
+    double *theta;   /* last fitted hyperparameters, D + 2 */
+    int have_theta;
+    s_job *job;      /* in flight, or NULL */
+} sched_bo;
+
+/* ---- encoding --------------------------------------------------------- */
+
+static int s_encode(const s_layout *l, const json_t *params, double *x)
+{
+    if (!json_is_object(params))
+        return -1;
+    for (int k = 0; k < l->np; k++) {
+        const spec_param *p = &l->spec->params[k];
+        const json_t *v = json_object_get(params, p->name);
+        if (!v || !spec_param_legal(p, v))
+            return -1;
+        double *xk = x + l->off[k];
+        if (p->type == SPEC_CHOICE) {
+            for (size_t i = 0; i < p->nvalues; i++)
+                xk[i] = json_equal((json_t *)v, json_array_get(p->values, i)) ? 1 : 0;
+        } else {
+            double u = spec_param_to_unit(p, v);
+            if (u < 0)
+                return -1;
+            xk[0] = u;
+        }
+    }
+    return 0;
+}
+
+static size_t s_argmax(const double *x, size_t n)
+{
+    size_t b = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+static json_t *s_decode(const s_layout *l, const double *x)
+{
+    json_t *o = json_object();
+    for (int k = 0; k < l->np; k++) {
+        const spec_param *p = &l->spec->params[k];
+        const double *xk = x + l->off[k];
+        json_t *v = p->type == SPEC_CHOICE
+                        ? json_deep_copy(json_array_get(p->values, s_argmax(xk, p->nvalues)))
+                        : spec_param_from_unit(p, xk[0]);
+        json_object_set_new(o, p->name, v);
+    }
+    return o;
+}
+
+/* acq's round callback: int dimensions to their integer's position, one-hot
+   blocks to their argmax. Thread-safe (reads the spec, allocates only
+   private values). */
+static void s_round(void *ctx, double *x)
+{
+    const s_layout *l = ctx;
+    for (int k = 0; k < l->np; k++) {
+        const spec_param *p = &l->spec->params[k];
+        double *xk = x + l->off[k];
+        if (p->type == SPEC_CHOICE) {
+            size_t b = s_argmax(xk, p->nvalues);
+            for (size_t i = 0; i < p->nvalues; i++)
+                xk[i] = i == b ? 1 : 0;
+        } else if (p->type == SPEC_INT) {
+            json_t *v = spec_param_from_unit(p, xk[0]);
+            xk[0] = spec_param_to_unit(p, v);
+            json_decref(v);
+        }
+    }
+}
+
+/* ---- the worker ------------------------------------------------------- */
+
+static void s_job_free(s_job *j)
+{
+    if (!j)
+        return;
+    free(j->X);
+    free(j->y);
+    free(j->Xp);
+    free(j->theta0);
+    free(j->outp);
+    free(j->theta);
+    free(j);
+}
+
+typedef struct {
+    double v;
+    int i;
+} s_vi;
+
+static int s_vi_cmp(const void *a, const void *b)
+{
+    const s_vi *x = a, *y = b;
+    if (x->v != y->v)
+        return x->v < y->v ? -1 : 1;
+    return x->i - y->i;
+}
+
+/* Half-rank output warping (after Vizier): values at or below the median
+   stay; worse ones are replaced by median + s Phi^-1(q) with q their rank
+   quantile and s the RMS distance of the better half from the median, so
+   outliers stop dominating the GP while the order is kept. */
+static void s_warp_halfrank(double *y, int n)
+{
+    if (n < 4)
+        return;
+    s_vi *r = malloc(sizeof(s_vi) * (size_t)n);
+    if (!r)
+        return;
+    for (int i = 0; i < n; i++)
+        r[i] = (s_vi){y[i], i};
+    qsort(r, (size_t)n, sizeof *r, s_vi_cmp);
+    int half = (n - 1) / 2;
+    double med = r[half].v, s = 0;
+    for (int i = 0; i <= half; i++)
+        s += (r[i].v - med) * (r[i].v - med);
+    s = sqrt(s / (half + 1));
+    if (s > 0) {
+        for (int a = half + 1; a < n;) {
+            int b = a; /* ties share their mean rank */
+            while (b + 1 < n && r[b + 1].v == r[a].v)
+                b++;
+            double q = ((a + b) / 2.0 + 0.5) / n;
+            double w = med + s * gsl_cdf_ugaussian_Pinv(q);
+            for (int i = a; i <= b; i++)
+                y[r[i].i] = fmin(r[i].v, w);
+            a = b + 1;
+        }
+    }
+    free(r);
+}
+
+static void s_run_job(s_job *j)
+{
+    const s_layout *l = j->lay;
+    int D = l->D, n = j->n, m = j->m, nt = gp_ntheta(D);
+    j->got = -1;
+    double *y = malloc(sizeof(double) * (size_t)(n + m));
+    double *X = malloc(sizeof(double) * (size_t)(n + m) * (size_t)D);
+    double *starts = malloc(sizeof(double) * 3 * (size_t)D);
+    gp_t *gp = gp_new(D);
+    if (!y || !X || !starts || !gp)
+        goto out;
+    double worst = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (isfinite(j->y[i]))
+            worst = fmax(worst, j->y[i]);
+    for (int i = 0; i < n; i++)
+        y[i] = isfinite(j->y[i]) ? j->y[i] : worst;
+    if (j->warp == S_WARP_HALFRANK)
+        s_warp_halfrank(y, n);
+    memcpy(X, j->X, sizeof(double) * (size_t)n * (size_t)D);
+    if (gp_set_data(gp, X, y, n, 1) != 0)
+        goto out;
+
+    gp_fit_opts fo;
+    gp_fit_opts_init(&fo);
+    fo.theta0 = j->theta0;
+    fo.seed = j->seed;
+    fo.cancel = &j->cancel;
+    if (n > 400) {
+        fo.restarts = 1;
+        fo.subset = 200;
+        fo.polish_iter = 10;
+    } else if (n > 150) {
+        fo.restarts = 1;
+        fo.max_iter = 60;
+    }
+    if (gp_fit(gp, &fo) != 0)
+        goto out;
+    memcpy(j->theta, gp_theta(gp), sizeof(double) * (size_t)nt);
+    j->theta_ok = 1;
+
+    double best = INFINITY;
+    int bi[3] = {-1, -1, -1};
+    for (int i = 0; i < n; i++) {
+        double v = gp_y_std(gp, i);
+        best = fmin(best, v);
+        /* the three best distinct observations seed the local search */
+        for (int r = 0; r < 3; r++) {
+            if (bi[r] < 0 || v < gp_y_std(gp, bi[r])) {
+                for (int s = 2; s > r; s--)
+                    bi[s] = bi[s - 1];
+                bi[r] = i;
+                break;
+            }
+        }
+    }
+    if (m > 0) {
+        /* fantasies: the pending points count as observed, at the GP mean
+           (kriging believer) or at the worst value (constant liar) */
+        double wy = -INFINITY;
+        for (int i = 0; i < n; i++)
+            wy = fmax(wy, y[i]);
+        for (int p = 0; p < m; p++) {
+            double mu, var;
+            gp_predict(gp, j->Xp + (size_t)p * D, &mu, &var, NULL, NULL);
+            y[n + p] = j->fantasy == S_LIAR ? wy : gp_y_mean(gp) + gp_y_sd(gp) * mu;
+        }
+        memcpy(X + (size_t)n * D, j->Xp, sizeof(double) * (size_t)m * (size_t)D);
+        if (gp_set_data(gp, X, y, n + m, 0) != 0 || gp_set_theta(gp, j->theta) != 0)
+            goto out;
+        /* believed values count as observed: a fantasy better than the
+           incumbent becomes the incumbent, so EI at it is ~0 */
+        for (int p = 0; p < m; p++)
+            best = fmin(best, gp_y_std(gp, n + p));
+    }
+    int ns = 0;
+    for (int r = 0; r < 3; r++)
+        if (bi[r] >= 0)
+            memcpy(starts + (size_t)(ns++) * D, j->X + (size_t)bi[r] * D, sizeof(double) * (size_t)D);
+
+    acq_t a = {j->acq == 1 ? ACQ_UCB : ACQ_EI, best, j->kappa};
+    acq_opt_opts ao;
+    acq_opt_opts_init(&ao);
+    ao.n_candidates = D > 10 ? 2048 : 1024;
+    if (n + m > 500) {
+        ao.n_candidates = 512;
+        ao.n_polish = 3;
+        ao.max_iter = 20;
+    }
+    ao.mask = l->mask;
+    ao.round = s_round;
+    ao.round_ctx = (void *)l;
+    ao.starts = starts;
+    ao.n_starts = ns;
+    ao.seed = j->seed ^ 0xA5A5A5A5ULL;
+    ao.cancel = &j->cancel;
+    double vals[S_TOPK];
+    j->got = acq_optimize(gp, &a, &ao, j->outp, vals, S_TOPK);
+out:
+    gp_destroy(&gp);
+    free(starts);
+    free(y);
+    free(X);
+}
+
+static void *s_worker(void *arg)
+{
+    s_job *j = arg;
+    s_run_job(j);
+    atomic_store(&j->done, 1);
+    return NULL;
+}
+
+/* Stops and frees the job in flight, if any. */
+static void s_job_abandon(sched_bo *b)
+{
+    if (!b->job)
+        return;
+    atomic_store(&b->job->cancel, 1);
+    if (b->job->threaded)
+        pthread_join(b->job->thread, NULL);
+    s_job_free(b->job);
+    b->job = NULL;
+}
+
+/* ---- state ------------------------------------------------------------ */
+
+static void s_point_fini(s_point *p)
+{
+    json_decref(p->params);
+    free(p->x);
+    p->params = NULL;
+    p->x = NULL;
+}
+
+static int s_push(s_point **arr, size_t *n, size_t *cap, s_point p)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        s_point *na = realloc(*arr, sizeof(s_point) * nc);
+        if (!na)
+            return -1;
+        *arr = na;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = p;
+    return 0;
+}
+
+static void s_clear(sched_bo *b)
+{
+    for (size_t i = 0; i < b->nobs; i++)
+        s_point_fini(&b->obs[i]);
+    for (size_t i = 0; i < b->npend; i++)
+        s_point_fini(&b->pend[i]);
+    b->nobs = b->npend = 0;
+}
+
+/* deterministic streams: (seed, purpose, index) */
+static void s_rng(const sched_bo *b, sched_rng *r, unsigned long long purpose, long index)
+{
+    sched_rng_seed(r, (unsigned long long)b->base.spec->seed,
+                   (purpose << 48) ^ (unsigned long long)index);
+}
+
+static unsigned long long s_job_seed(const sched_bo *b)
+{
+    sched_rng r;
+    s_rng(b, &r, 2, b->count);
+    return sched_rng_u64(&r);
+}
+
+/* Sobol point `idx` of the initial design in [0,1]^np, shifted by a
+   seeded random vector (GSL's Sobol stops at 40 dimensions; beyond that,
+   uniform draws). */
+static void s_sobol(const sched_bo *b, long idx, double *u)
+{
+    int np = b->lay.np;
+    sched_rng r;
+    if (np > 40) {
+        s_rng(b, &r, 3, idx);
+        for (int k = 0; k < np; k++)
+            u[k] = sched_rng_uniform(&r);
+        return;
+    }
+    s_rng(b, &r, 1, 0);
+    double shift[np];
+    for (int k = 0; k < np; k++)
+        shift[k] = sched_rng_uniform(&r);
+    gsl_qrng *q = gsl_qrng_alloc(gsl_qrng_sobol, (unsigned)np);
+    int have = q != NULL;
+    for (long i = 0; i <= idx + 1 && q; i++)
+        gsl_qrng_get(q, u); /* the first point, the origin, is skipped */
+    if (q)
+        gsl_qrng_free(q);
+    for (int k = 0; k < np; k++) {
+        double w = (have ? u[k] : sched_rng_uniform(&r)) + shift[k];
+        u[k] = w >= 1 ? w - 1 : w;
+    }
+}
+
+static int s_is_known(const sched_bo *b, const json_t *params)
+{
+    for (size_t i = 0; i < b->nobs; i++)
+        if (json_equal(b->obs[i].params, (json_t *)params))
+            return 1;
+    for (size_t i = 0; i < b->npend; i++)
+        if (json_equal(b->pend[i].params, (json_t *)params))
+            return 1;
+    return 0;
+}
+
+/* Records a suggestion as pending and hands it out. Takes params. */
+static int s_hand_out(sched_bo *b, long trial_id, json_t *params, json_t **out)
+{
+    s_point p = {trial_id, params, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)), NAN, 0};
+    if (!p.x || s_encode(&b->lay, params, p.x) != 0 ||
+        s_push(&b->pend, &b->npend, &b->cappend, p) != 0) {
+        free(p.x);
+        json_decref(params);
+        return SCHED_ERR;
+    }
+    b->count++;
+    *out = json_deep_copy(params);
+    return *out ? SCHED_OK : SCHED_ERR;
+}
+
+static int s_start_job(sched_bo *b)
+{
+    int D = b->lay.D, nt = gp_ntheta(D);
+    s_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return -1;
+    j->lay = &b->lay;
+    j->n = (int)b->nobs;
+    j->m = (int)b->npend;
+    j->X = malloc(sizeof(double) * (size_t)j->n * (size_t)D);
+    j->y = malloc(sizeof(double) * (size_t)j->n);
+    j->Xp = malloc(sizeof(double) * (size_t)(j->m ? j->m : 1) * (size_t)D);
+    j->outp = malloc(sizeof(double) * S_TOPK * (size_t)D);
+    j->theta = malloc(sizeof(double) * (size_t)nt);
+    if (b->have_theta) {
+        j->theta0 = malloc(sizeof(double) * (size_t)nt);
+        if (j->theta0)
+            memcpy(j->theta0, b->theta, sizeof(double) * (size_t)nt);
+    }
+    if (!j->X || !j->y || !j->Xp || !j->outp || !j->theta || (b->have_theta && !j->theta0)) {
+        s_job_free(j);
+        return -1;
+    }
+    int maximize = b->base.spec->maximize;
+    for (int i = 0; i < j->n; i++) {
+        const s_point *p = &b->obs[i];
+        memcpy(j->X + (size_t)i * D, p->x, sizeof(double) * (size_t)D);
+        j->y[i] = p->failed ? NAN : maximize ? -p->value : p->value;
+    }
+    for (int i = 0; i < j->m; i++)
+        memcpy(j->Xp + (size_t)i * D, b->pend[i].x, sizeof(double) * (size_t)D);
+    j->acq = b->acq;
+    j->kappa = b->kappa;
+    j->fantasy = b->fantasy;
+    j->warp = b->warp;
+    j->seed = s_job_seed(b);
+    atomic_init(&j->cancel, 0);
+    atomic_init(&j->done, 0);
+    b->job = j;
+    if (pthread_create(&j->thread, NULL, s_worker, j) == 0) {
+        j->threaded = 1;
+    } else {
+        /* no thread: compute here rather than fail */
+        s_worker(j);
+    }
+    return 0;
+}
+
+static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
+{
+    s_job *j = b->job;
+    if (j->threaded)
+        pthread_join(j->thread, NULL);
+    b->job = NULL;
+    int D = b->lay.D, nt = gp_ntheta(D);
+    if (j->theta_ok) {
+        memcpy(b->theta, j->theta, sizeof(double) * (size_t)nt);
+        b->have_theta = 1;
+    }
+    json_t *pick = NULL;
+    for (int r = 0; r < j->got && !pick; r++) {
+        json_t *p = s_decode(&b->lay, j->outp + (size_t)r * D);
+        if (!s_is_known(b, p))
+            pick = p;
+        else
+            json_decref(p);
+    }
+    s_job_free(j);
+    if (!pick) {
+        /* the model failed, or every good point is taken: a random one */
+        sched_rng r;
+        s_rng(b, &r, 4, b->count);
+        pick = json_object();
+        for (int k = 0; k < b->lay.np; k++) {
+            const spec_param *sp = &b->lay.spec->params[k];
+            json_object_set_new(pick, sp->name, spec_param_from_unit(sp, sched_rng_uniform(&r)));
+        }
+    }
+    return s_hand_out(b, trial_id, pick, params);
+}
+
+/* ---- the interface ---------------------------------------------------- */
+
+static int s_suggest(sched_t *s, long trial_id, json_t **params)
+{
+    sched_bo *b = (sched_bo *)s;
+    if (b->job) {
+        if (!atomic_load(&b->job->done))
+            return SCHED_WAIT;
+        return s_finish_job(b, trial_id, params);
+    }
+    if (b->lay.np == 0) {
+        *params = json_object();
+        b->count++;
+        return SCHED_OK;
+    }
+    long nreal = 0;
+    for (size_t i = 0; i < b->nobs; i++)
+        nreal += !b->obs[i].failed;
+    if (b->count < b->n_init || nreal < 2) {
+        int np = b->lay.np;
+        double u[np];
+        s_sobol(b, b->sobol, u);
+        b->sobol++;
+        json_t *p = json_object();
+        for (int k = 0; k < np; k++)
+            json_object_set_new(p, b->lay.spec->params[k].name,
+                                spec_param_from_unit(&b->lay.spec->params[k], u[k]));
+        return s_hand_out(b, trial_id, p, params);
+    }
+    if (s_start_job(b) != 0)
+        return SCHED_ERR;
+    if (atomic_load(&b->job->done) && !b->job->threaded)
+        return s_finish_job(b, trial_id, params);
+    return SCHED_WAIT;
+}
+
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
+                       double now, sched_instr *out, int max)
+{
+    return 0;
+}
+
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
+                          double value)
+{
+    sched_bo *b = (sched_bo *)s;
+    int D = b->lay.D;
+    s_point p = {trial_id, NULL, malloc(sizeof(double) * (size_t)(D ? D : 1)), value, 0};
+    if (!p.x)
+        return;
+    /* the trial's own params (they may have been changed live), else what
+       was suggested for it */
+    long pi = -1;
+    for (size_t i = 0; i < b->npend; i++)
+        if (b->pend[i].trial == trial_id)
+            pi = (long)i;
+    if (params && s_encode(&b->lay, params, p.x) == 0) {
+        p.params = json_deep_copy(params);
+    } else if (pi >= 0) {
+        p.params = json_incref(b->pend[pi].params);
+        memcpy(p.x, b->pend[pi].x, sizeof(double) * (size_t)D);
+    }
+    if (pi >= 0) {
+        s_point_fini(&b->pend[pi]);
+        memmove(&b->pend[pi], &b->pend[pi + 1], sizeof(s_point) * (b->npend - (size_t)pi - 1));
+        b->npend--;
+    }
+    if (!p.params) {
+        free(p.x);
+        return;
+    }
+    p.failed = outcome == SCHED_FAILED || !isfinite(value);
+    if (p.failed)
+        p.value = NAN;
+    for (size_t i = 0; i < b->nobs; i++) {
+        if (b->obs[i].trial == trial_id && trial_id >= 0) { /* reported twice: the last wins */
+            s_point_fini(&b->obs[i]);
+            b->obs[i] = p;
+            return;
+        }
+    }
+    if (s_push(&b->obs, &b->nobs, &b->capobs, p) != 0)
+        s_point_fini(&p);
+}
+
+static json_t *s_save(sched_t *s)
+{
+    sched_bo *b = (sched_bo *)s;
+    json_t *obs = json_array(), *pend = json_array(), *theta = json_null();
+    for (size_t i = 0; i < b->nobs; i++) {
+        const s_point *p = &b->obs[i];
+        json_array_append_new(obs, json_pack("{s:I,s:O,s:o}", "trial", (json_int_t)p->trial,
+                                             "params", p->params, "value",
+                                             p->failed ? json_null() : json_real(p->value)));
+    }
+    for (size_t i = 0; i < b->npend; i++)
+        json_array_append_new(pend, json_pack("{s:I,s:O}", "trial", (json_int_t)b->pend[i].trial,
+                                              "params", b->pend[i].params));
+    if (b->have_theta) {
+        json_decref(theta);
+        theta = json_array();
+        for (int i = 0; i < gp_ntheta(b->lay.D); i++)
+            json_array_append_new(theta, json_real(b->theta[i]));
+    }
+    return json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count", (json_int_t)b->count,
+                     "sobol", (json_int_t)b->sobol, "theta", theta, "obs", obs, "pending", pend);
+}
+
+static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out, size_t *n,
+                         size_t *cap)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(arr, i, e) {
+        json_int_t trial;
+        json_t *params, *value = NULL;
+        if (json_unpack(e, "{s:I,s:o,s?o}", "trial", &trial, "params", &params, "value", &value) != 0)
+            return -1;
+        s_point p = {(long)trial, NULL, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
+                     NAN, 0};
+        if (!p.x || s_encode(&b->lay, params, p.x) != 0) {
+            free(p.x);
+            return -1;
+        }
+        if (with_value) {
+            if (value && json_is_number(value) && isfinite(json_number_value(value)))
+                p.value = json_number_value(value);
+            else if (value && json_is_null(value))
+                p.failed = 1;
+            else {
+                free(p.x);
+                return -1;
+            }
+        }
+        p.params = json_deep_copy(params);
+        if (s_push(out, n, cap, p) != 0) {
+            s_point_fini(&p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int s_restore(sched_t *s, const json_t *state)
+{
+    sched_bo *b = (sched_bo *)s;
+    json_int_t count, sobol;
+    json_t *theta, *obs, *pend;
+    int version;
+    if (json_unpack((json_t *)state, "{s:i,s:I,s:I,s:o,s:o,s:o}", "version", &version, "count",
+                    &count, "sobol", &sobol, "theta", &theta, "obs", &obs, "pending", &pend) != 0 ||
+        version != 1 || count < 0 || sobol < 0 || !json_is_array(obs) || !json_is_array(pend))
+        return -1;
+    int nt = gp_ntheta(b->lay.D);
+    double th[nt];
+    int have_theta = 0;
+    if (json_is_array(theta)) {
+        if (json_array_size(theta) != (size_t)nt)
+            return -1;
+        for (int i = 0; i < nt; i++) {
+            json_t *t = json_array_get(theta, (size_t)i);
+            if (!json_is_number(t) || !isfinite(json_number_value(t)))
+                return -1;
+            th[i] = json_number_value(t);
+        }
+        have_theta = 1;
+    } else if (!json_is_null(theta))
+        return -1;
+    /* parse into a fresh scheduler state; swap only when all is well */
+    sched_bo tmp = {0};
+    tmp.lay = b->lay;
+    if (s_load_points(&tmp, obs, 1, &tmp.obs, &tmp.nobs, &tmp.capobs) != 0 ||
+        s_load_points(&tmp, pend, 0, &tmp.pend, &tmp.npend, &tmp.cappend) != 0) {
+        s_clear(&tmp);
+        free(tmp.obs);
+        free(tmp.pend);
+        return -1;
+    }
+    s_job_abandon(b);
+    s_clear(b);
+    free(b->obs);
+    free(b->pend);
+    b->obs = tmp.obs;
+    b->nobs = tmp.nobs;
+    b->capobs = tmp.capobs;
+    b->pend = tmp.pend;
+    b->npend = tmp.npend;
+    b->cappend = tmp.cappend;
+    b->count = (long)count;
+    b->sobol = (long)sobol;
+    b->have_theta = have_theta;
+    if (have_theta)
+        memcpy(b->theta, th, sizeof th);
+    return 0;
+}
+
+static void s_destroy(sched_t *s)
+{
+    sched_bo *b = (sched_bo *)s;
+    s_job_abandon(b);
+    s_clear(b);
+    free(b->obs);
+    free(b->pend);
+    free(b->theta);
+    free(b->lay.off);
+    free(b->lay.mask);
+    free(b);
+}
+
+static const sched_ops s_ops = {"bo", s_suggest, s_on_metric, s_on_complete,
+                                s_save, s_restore, s_destroy};
+
+static int s_fail(char *err, size_t errsize, const char *key, const char *text)
+{
+    snprintf(err, errsize, "scheduler.%s: %s", key, text);
+    return -1;
+}
+
+static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(spec->sched_opts, key, v) {
+        if (!strcmp(key, "type") || !strcmp(key, "seed"))
+            continue;
+        if (!strcmp(key, "acq")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "ei") && strcmp(a, "ucb")))
+                return s_fail(err, errsize, key, "must be \"ei\" or \"ucb\"");
+            b->acq = !strcmp(a, "ucb");
+        } else if (!strcmp(key, "kappa")) {
+            if (!json_is_number(v) || !(json_number_value(v) >= 0) || json_number_value(v) > 100)
+                return s_fail(err, errsize, key, "must be a number from 0 to 100");
+            b->kappa = json_number_value(v);
+        } else if (!strcmp(key, "n_init")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 100000)
+                return s_fail(err, errsize, key, "must be an integer from 1 to 100000");
+            b->n_init = (long)json_integer_value(v);
+        } else if (!strcmp(key, "fantasy")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "believer") && strcmp(a, "liar")))
+                return s_fail(err, errsize, key, "must be \"believer\" or \"liar\"");
+            b->fantasy = !strcmp(a, "liar") ? S_LIAR : S_BELIEVER;
+        } else if (!strcmp(key, "warp")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "halfrank") && strcmp(a, "none")))
+                return s_fail(err, errsize, key, "must be \"halfrank\" or \"none\"");
+            b->warp = !strcmp(a, "none") ? S_WARP_NONE : S_WARP_HALFRANK;
+        } else {
+            return s_fail(err, errsize, key,
+                          "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
+                          "n_init, fantasy, warp)");
+        }
+    }
+    return 0;
+}
+
+sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
+{
+    sched_bo *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errsize, "out of memory");
+        return NULL;
+    }
+    b->base.ops = &s_ops;
+    b->base.spec = spec;
+    b->acq = 0;
+    b->kappa = 1.96;
+    b->fantasy = S_BELIEVER;
+    b->warp = S_WARP_HALFRANK;
+    long np = (long)spec->nparams;
+    b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
+    if (spec->sched_opts && s_options(b, spec, err, errsize) != 0) {
+        free(b);
+        return NULL;
+    }
+    s_layout *l = &b->lay;
+    l->spec = spec;
+    l->np = (int)spec->nparams;
+    l->off = malloc(sizeof(int) * (size_t)(l->np + 1));
+    int D = 0;
+    for (int k = 0; l->off && k < l->np; k++) {
+        l->off[k] = D;
+        D += spec->params[k].type == SPEC_CHOICE ? (int)spec->params[k].nvalues : 1;
+    }
+    l->D = D;
+    l->mask = malloc((size_t)(D ? D : 1));
+    b->theta = malloc(sizeof(double) * (size_t)gp_ntheta(D));
+    if (!l->off || !l->mask || !b->theta) {
+        snprintf(err, errsize, "out of memory");
+        s_destroy(&b->base);
+        return NULL;
+    }
+    for (int k = 0; k < l->np; k++)
+        for (int i = 0; i < (spec->params[k].type == SPEC_CHOICE ? (int)spec->params[k].nvalues : 1); i++)
+            l->mask[l->off[k] + i] = spec->params[k].type != SPEC_CHOICE;
+    return &b->base;
+}

@@ -1,0 +1,28 @@
+/*  sched_bo.h - the Bayesian-optimisation scheduler (DESIGN §5 "bo").
+
+    Options (the spec's "scheduler" object):
+      "type": "bo", "seed": integer      as for every scheduler
+      "acq": "ei" | "ucb"                log expected improvement (default)
+                                         or the confidence bound
+      "kappa": number >= 0               ucb: mean - kappa sd (default 1.96)
+      "n_init": integer >= 1             Sobol initial design size
+                                         (default clamp(2 x params, 5, 10))
+      "fantasy": "believer" | "liar"     pending trials count as observed at
+                                         the GP mean (kriging believer,
+                                         default) or at the worst value
+      "warp": "halfrank" | "none"        output warping before the GP: the
+                                         worse half of the values is mapped by
+                                         rank onto a Gaussian tail (default
+                                         halfrank), or plain standardising
+*/
+#ifndef JZ_SCHED_BO_H
+#define JZ_SCHED_BO_H
+
+#include "sched.h"
+
+/* Creates the bo scheduler for spec (borrowed; must outlive it). NULL with
+   "scheduler.xxx: ..." in err when an option is wrong. Caller owns the
+   result and must destroy it with sched_destroy. */
+sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize);
+
+#endif

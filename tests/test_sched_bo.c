@@ -1,0 +1,327 @@
+/*  test_sched_bo.c - the bo scheduler (schedulers/sched_bo.c) through the
+    scheduler interface: options, legal int/choice values only, SCHED_WAIT
+    while the worker fits, determinism for a seed, save/restore mid-study,
+    distinct parallel suggestions, failures, maximize, and a small study on
+    a quadratic that must find the minimum to a stated tolerance.
+*/
+#include "jz_test.h"
+#include "schedulers/sched.h"
+#include "schedulers/sched_bo.h"
+
+#include <unistd.h>
+
+static spec_t *s_spec(const char *sched, const char *space, const char *mode)
+{
+    char buf[2048];
+    snprintf(buf, sizeof buf,
+             "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"%s\"},"
+             "\"scheduler\":%s,\"budget\":{\"trials\":50,\"parallel\":4},"
+             "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
+             mode, sched, space);
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    if (!j) {
+        printf("bad test json: %s\n", je.text);
+        return NULL;
+    }
+    spec_error err;
+    spec_t *s = spec_parse(j, 0, &err);
+    json_decref(j);
+    if (!s) {
+        char eb[400];
+        printf("spec: %s\n", spec_strerror(&err, eb, sizeof eb));
+    }
+    return s;
+}
+
+static int s_waits; /* SCHED_WAIT answers seen */
+
+/* Asks until the answer is not SCHED_WAIT (the worker thread is done). */
+static int s_get(sched_t *s, long id, json_t **p)
+{
+    for (int i = 0; i < 200000; i++) {
+        int rc = s->ops->suggest(s, id, p);
+        if (rc != SCHED_WAIT)
+            return rc;
+        s_waits++;
+        usleep(200);
+    }
+    return SCHED_ERR;
+}
+
+static double s_num(const json_t *p, const char *k)
+{
+    return json_number_value(json_object_get(p, k));
+}
+
+/* 2-D quadratic, minimum 0 at (0.3, -0.2) */
+static double s_quad(const json_t *p)
+{
+    double x = s_num(p, "x"), y = s_num(p, "y");
+    return (x - 0.3) * (x - 0.3) + (y + 0.2) * (y + 0.2);
+}
+
+static const char *QSPACE = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
+                            "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
+
+TEST(options_checked)
+{
+    char err[256];
+    const char *bad[][2] = {
+        {"{\"type\":\"bo\",\"foo\":1}", "scheduler.foo: unknown option"},
+        {"{\"type\":\"bo\",\"acq\":\"pi\"}", "scheduler.acq: "},
+        {"{\"type\":\"bo\",\"n_init\":0}", "scheduler.n_init: "},
+        {"{\"type\":\"bo\",\"kappa\":-1}", "scheduler.kappa: "},
+        {"{\"type\":\"bo\",\"fantasy\":1}", "scheduler.fantasy: "},
+        {"{\"type\":\"bo\",\"warp\":\"log\"}", "scheduler.warp: "},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spec_t *sp = s_spec(bad[i][0], QSPACE, "min");
+        REQUIRE(sp);
+        err[0] = 0;
+        sched_t *s = sched_bo_new(sp, err, sizeof err);
+        CHECK(s == NULL);
+        if (strncmp(err, bad[i][1], strlen(bad[i][1])) != 0)
+            JZT_FAIL("error \"%s\", expected \"%s...\"", err, bad[i][1]);
+        spec_destroy(&sp);
+    }
+    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":3,\"acq\":\"ucb\",\"kappa\":2,\"n_init\":4,"
+                        "\"fantasy\":\"liar\",\"warp\":\"none\"}",
+                        QSPACE, "min");
+    REQUIRE(sp);
+    sched_t *s = sched_bo_new(sp, err, sizeof err);
+    CHECK(s != NULL);
+    CHECK_STR(s ? s->ops->name : NULL, "bo");
+    sched_destroy(&s);
+    CHECK(s == NULL);
+    spec_destroy(&sp);
+}
+
+/* Runs a sequential study of n trials on f; returns the best value and
+   appends every suggestion's text to log (when non-NULL). */
+static double s_study(sched_t *s, int n, double (*f)(const json_t *), int maximize, json_t *log)
+{
+    double best = maximize ? -INFINITY : INFINITY;
+    for (long id = 1; id <= n; id++) {
+        json_t *p = NULL;
+        if (s_get(s, id, &p) != SCHED_OK) {
+            JZT_FAIL("suggest failed at trial %ld", id);
+            return NAN;
+        }
+        double v = f(p);
+        best = maximize ? fmax(best, v) : fmin(best, v);
+        s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
+        if (log)
+            json_array_append(log, p);
+        json_decref(p);
+    }
+    return best;
+}
+
+TEST(quadratic_minimum)
+{
+    /* tolerance: within 30 trials the best value is below 1e-3, i.e. the
+       best point is within 0.032 of the minimum on a [-1,1]^2 box */
+    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":1}", QSPACE, "min");
+    REQUIRE(sp);
+    char err[256];
+    sched_t *s = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(s);
+    s_waits = 0;
+    double best = s_study(s, 30, s_quad, 0, NULL);
+    CHECK(best < 1e-3);
+    CHECK(s_waits > 0); /* the fits ran off the caller's thread */
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
+static double s_negquad(const json_t *p)
+{
+    return 5 - s_quad(p);
+}
+
+TEST(quadratic_maximize_ucb)
+{
+    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":2,\"acq\":\"ucb\"}", QSPACE, "max");
+    REQUIRE(sp);
+    char err[256];
+    sched_t *s = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(s);
+    double best = s_study(s, 30, s_negquad, 1, NULL);
+    CHECK(best > 5 - 1e-2);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
+static const char *MIXED =
+    "{\"lr\":{\"type\":\"float\",\"low\":1e-4,\"high\":1,\"log\":true},"
+    "\"bs\":{\"type\":\"int\",\"low\":16,\"high\":4096,\"log\":true},"
+    "\"layers\":{\"type\":\"int\",\"low\":1,\"high\":4},"
+    "\"opt\":{\"type\":\"choice\",\"values\":[\"sgd\",\"lars\",\"lamb\"]},"
+    "\"width\":{\"type\":\"choice\",\"values\":[64,128,256]}}";
+
+static double s_mixed(const json_t *p)
+{
+    double lr = log10(s_num(p, "lr")) + 2, bs = log2(s_num(p, "bs")) - 9;
+    const char *opt = json_string_value(json_object_get(p, "opt"));
+    double o = !strcmp(opt, "lars") ? 0 : !strcmp(opt, "lamb") ? 0.3 : 1;
+    return lr * lr + 0.1 * bs * bs + 0.2 * fabs(s_num(p, "layers") - 3) + o +
+           (s_num(p, "width") == 128 ? 0 : 0.5);
+}
+
+TEST(legal_values_only)
+{
+    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":5}", MIXED, "min");
+    REQUIRE(sp);
+    char err[256];
+    sched_t *s = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(s);
+    json_t *log = json_array();
+    double best = s_study(s, 40, s_mixed, 0, log);
+    CHECK(best < 0.5);
+    size_t i;
+    json_t *p;
+    int bad = 0;
+    json_array_foreach(log, i, p) {
+        CHECK(json_object_size(p) == sp->nparams);
+        for (size_t k = 0; k < sp->nparams; k++) {
+            json_t *v = json_object_get(p, sp->params[k].name);
+            if (!spec_param_legal(&sp->params[k], v))
+                bad++;
+            if (sp->params[k].type == SPEC_INT && !json_is_integer(v))
+                bad++;
+        }
+    }
+    CHECK(bad == 0);
+    json_decref(log);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
+static double s_fail_some(const json_t *p)
+{
+    return s_num(p, "x") > 0.6 ? NAN : s_quad(p);
+}
+
+TEST(determinism_and_failures)
+{
+    const char *sched = "{\"type\":\"bo\",\"seed\":11,\"n_init\":4}";
+    json_t *logs[3];
+    for (int r = 0; r < 3; r++) {
+        spec_t *sp = s_spec(r < 2 ? sched : "{\"type\":\"bo\",\"seed\":12,\"n_init\":4}", QSPACE, "min");
+        REQUIRE(sp);
+        char err[256];
+        sched_t *s = sched_bo_new(sp, err, sizeof err);
+        REQUIRE(s);
+        logs[r] = json_array();
+        for (long id = 1; id <= 16; id++) {
+            json_t *p = NULL;
+            REQUIRE(s_get(s, id, &p) == SCHED_OK);
+            double v = s_fail_some(p);
+            s->ops->on_complete(s, id, p, isnan(v) ? SCHED_FAILED : SCHED_COMPLETED, v);
+            json_array_append_new(logs[r], p);
+        }
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+    CHECK(json_equal(logs[0], logs[1]));
+    CHECK(!json_equal(logs[0], logs[2]));
+    for (int r = 0; r < 3; r++)
+        json_decref(logs[r]);
+}
+
+TEST(parallel_suggestions_differ)
+{
+    const char *fant[] = {"believer", "liar"};
+    for (int f = 0; f < 2; f++) {
+        char sched[128];
+        snprintf(sched, sizeof sched, "{\"type\":\"bo\",\"seed\":4,\"n_init\":5,\"fantasy\":\"%s\"}", fant[f]);
+        spec_t *sp = s_spec(sched, QSPACE, "min");
+        REQUIRE(sp);
+        char err[256];
+        sched_t *s = sched_bo_new(sp, err, sizeof err);
+        REQUIRE(s);
+        s_study(s, 8, s_quad, 0, NULL);
+        json_t *p[4];
+        for (int k = 0; k < 4; k++)
+            REQUIRE(s_get(s, 100 + k, &p[k]) == SCHED_OK);
+        for (int a = 0; a < 4; a++)
+            for (int b = 0; b < a; b++) {
+                double dx = s_num(p[a], "x") - s_num(p[b], "x"), dy = s_num(p[a], "y") - s_num(p[b], "y");
+                if (!(sqrt(dx * dx + dy * dy) > 1e-2)) JZT_FAIL("%s %d %d dist %g", fant[f], a, b, sqrt(dx * dx + dy * dy));
+            }
+        for (int k = 0; k < 4; k++)
+            json_decref(p[k]);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
+TEST(save_restore_continues)
+{
+    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":9,\"n_init\":4}", MIXED, "max");
+    REQUIRE(sp);
+    char err[256];
+    sched_t *a = sched_bo_new(sp, err, sizeof err), *b = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(a && b);
+    json_t *p = NULL, *q = NULL;
+    for (long id = 1; id <= 8; id++) {
+        REQUIRE(s_get(a, id, &p) == SCHED_OK);
+        a->ops->on_complete(a, id, p, id == 3 ? SCHED_FAILED : SCHED_COMPLETED, id == 3 ? NAN : -s_mixed(p));
+        json_decref(p);
+    }
+    REQUIRE(s_get(a, 9, &p) == SCHED_OK); /* left pending */
+    /* a job in flight is not part of the state */
+    CHECK(a->ops->suggest(a, 10, &q) == SCHED_WAIT);
+    json_t *st = a->ops->save(a);
+    REQUIRE(st);
+    char *text = json_dumps(st, JSON_COMPACT);
+    json_t *st2 = json_loads(text, 0, NULL); /* through text, as the store keeps it */
+    free(text);
+    REQUIRE(b->ops->restore(b, st2) == 0);
+    json_t *bad = json_pack("{s:i}", "version", 1);
+    CHECK(b->ops->restore(b, bad) == -1);
+    json_decref(bad);
+    json_t *st3 = b->ops->save(b);
+    CHECK(json_equal(st, st3));
+    json_decref(st3);
+    for (long id = 10; id <= 14; id++) {
+        json_t *pa = NULL, *pb = NULL;
+        REQUIRE(s_get(a, id, &pa) == SCHED_OK);
+        REQUIRE(s_get(b, id, &pb) == SCHED_OK);
+        CHECK(json_equal(pa, pb));
+        a->ops->on_complete(a, id, pa, SCHED_COMPLETED, -s_mixed(pa));
+        b->ops->on_complete(b, id, pb, SCHED_COMPLETED, -s_mixed(pb));
+        json_decref(pa);
+        json_decref(pb);
+    }
+    /* the pending trial completes after the restart, with its params */
+    a->ops->on_complete(a, 9, NULL, SCHED_STOPPED, -s_mixed(p));
+    b->ops->on_complete(b, 9, NULL, SCHED_STOPPED, -s_mixed(p));
+    json_t *fa = a->ops->save(a), *fb = b->ops->save(b);
+    CHECK(json_equal(fa, fb));
+    CHECK(json_array_size(json_object_get(fa, "pending")) == 0);
+    CHECK(json_array_size(json_object_get(fa, "obs")) == 14);
+    json_decref(fa);
+    json_decref(fb);
+    json_decref(p);
+    json_decref(st);
+    json_decref(st2);
+    /* destroyed with a job in flight */
+    CHECK(a->ops->suggest(a, 20, &q) == SCHED_WAIT);
+    sched_destroy(&a);
+    sched_destroy(&b);
+    spec_destroy(&sp);
+}
+
+int main(void)
+{
+    RUN(options_checked);
+    RUN(quadratic_minimum);
+    RUN(quadratic_maximize_ucb);
+    RUN(legal_values_only);
+    RUN(determinism_and_failures);
+    RUN(parallel_suggestions_differ);
+    RUN(save_restore_continues);
+    TEST_DONE();
+}
