@@ -57,6 +57,11 @@ double jz_param_double(jz_trial *t, const char *name, double dflt);
 long jz_param_long(jz_trial *t, const char *name, long dflt);
 const char *jz_param_str(jz_trial *t, const char *name, const char *dflt);
 
+/* All current parameters as a compact JSON object (keys sorted), borrowed
+   from the trial and valid until the next jz_poll or jz_close; NULL for a
+   NULL trial. (Used by the Python package's Trial.params.) */
+const char *jz_params_json(jz_trial *t);
+
 /* Queues one metric point. Never blocks on the network. Returns 0, or -1
    when `metric` is not a valid name ([A-Za-z_][A-Za-z0-9_.]*, < 64 chars)
    or the queue is full (more than a million unsent points). */

@@ -1,0 +1,823 @@
+/*  test_jz_helper.c - unit tests of libjizhi (trial_helper/) against a fake
+    controller.
+
+    The fake controller is a ZeroMQ ROUTER on an ipc:// endpoint in a temp
+    directory, run by a thread of this process. It speaks the trial part of
+    docs/PROTOCOL.md with wire_recv/wire_send: it answers hello with params,
+    stores metrics batches and dedups them on the highest req (as the real
+    controller does), can drop replies or go silent, pushes instructions and
+    resends the unacknowledged ones whenever the trial sends anything.
+
+    `test_jz_helper --serve ENDPOINT NPOINTS [PARAMS_JSON]` runs the same
+    fake controller alone, for tests/integration/test_helper_python.py: it
+    prints "listening ENDPOINT", pushes three instructions after hello, and
+    when NPOINTS points, three acks and one checkpoint have arrived (or 15 s
+    passed) prints a JSON summary and exits 0 (or 1).
+*/
+#include "jizhi.h"
+
+#include "common/wire.h"
+#include "jz_test.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+/* ---- the fake controller -------------------------------------------------- */
+
+#define FAKE_TOKEN "s3cret"
+
+typedef struct {
+    long step;
+    char name[64];
+    double value;
+    int was_real; /* the value was a JSON real */
+} fpoint;
+
+typedef struct {
+    char endpoint[300];
+    void *ctx, *sock;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    int stop;
+    /* behaviour (set under mu) */
+    json_t *hello_params;  /* answered to hello */
+    int drop_replies;      /* metrics replies still to drop (points stored) */
+    int silent;            /* answer nothing, push nothing */
+    json_t *push;          /* instructions not yet acknowledged (resent) */
+    int push_new;          /* push now without waiting for a trial message */
+    /* what arrived */
+    wire_peer peer;
+    int have_peer;
+    long hellos, heartbeats, batches, dup_batches, max_batch, bad_points, highest_req;
+    long unauthorized;
+    fpoint *points;
+    size_t npoints, cappoints;
+    json_t *acks;        /* ins_ack messages */
+    json_t *checkpoints; /* checkpoint_done messages */
+} fake;
+
+static void fake_push_all(fake *f)
+{
+    if (!f->have_peer)
+        return;
+    size_t i;
+    json_t *ins;
+    json_array_foreach(f->push, i, ins) wire_send(f->sock, &f->peer, json_incref(ins), 1);
+}
+
+static void fake_store_points(fake *f, json_t *pts)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(pts, i, p)
+    {
+        double v;
+        if (!json_is_array(p) || json_array_size(p) != 3 ||
+            !json_is_integer(json_array_get(p, 0)) || !json_is_string(json_array_get(p, 1)) ||
+            wire_to_double(json_array_get(p, 2), &v) != 0) {
+            f->bad_points++;
+            continue;
+        }
+        if (f->npoints == f->cappoints) {
+            f->cappoints = f->cappoints ? 2 * f->cappoints : 1024;
+            f->points = realloc(f->points, f->cappoints * sizeof *f->points);
+        }
+        fpoint *fp = &f->points[f->npoints++];
+        fp->step = (long)json_integer_value(json_array_get(p, 0));
+        snprintf(fp->name, sizeof fp->name, "%s", json_string_value(json_array_get(p, 1)));
+        fp->value = v;
+        fp->was_real = json_is_real(json_array_get(p, 2));
+    }
+}
+
+static void fake_handle(fake *f, json_t *m, const wire_peer *from)
+{
+    const char *type = wire_type(m);
+    json_t *jreq = json_object_get(m, "req");
+    long req = json_is_integer(jreq) ? (long)json_integer_value(jreq) : -1;
+    const char *token = json_string_value(json_object_get(m, "token"));
+    if (f->silent)
+        return;
+    f->peer = *from;
+    f->have_peer = 1;
+    if (!token || strcmp(token, FAKE_TOKEN) != 0 || !json_is_integer(json_object_get(m, "trial"))) {
+        f->unauthorized++;
+        wire_send(f->sock, from, wire_error(req, "unauthorized", "wrong token"), 1);
+        return;
+    }
+    json_t *reply = wire_ok(req);
+    if (!strcmp(type, "hello")) {
+        f->hellos++;
+        json_object_set(reply, "params", f->hello_params);
+        json_object_set_new(reply, "study", json_string("fake"));
+        json_object_set_new(reply, "state", json_string("running"));
+    } else if (!strcmp(type, "metrics")) {
+        json_t *pts = json_object_get(m, "points");
+        f->batches++;
+        if ((long)json_array_size(pts) > f->max_batch)
+            f->max_batch = (long)json_array_size(pts);
+        if (req <= f->highest_req) {
+            f->dup_batches++; /* acknowledged, not stored twice */
+        } else {
+            f->highest_req = req;
+            fake_store_points(f, pts);
+            if (f->drop_replies > 0) {
+                f->drop_replies--;
+                json_decref(reply);
+                reply = NULL;
+            }
+        }
+    } else if (!strcmp(type, "ins_ack")) {
+        json_array_append(f->acks, m);
+        json_t *id = json_object_get(m, "id");
+        for (size_t i = json_array_size(f->push); i-- > 0;)
+            if (json_equal(json_object_get(json_array_get(f->push, i), "id"), id))
+                json_array_remove(f->push, i);
+    } else if (!strcmp(type, "checkpoint_done")) {
+        json_array_append(f->checkpoints, m);
+    } else if (!strcmp(type, "heartbeat")) {
+        f->heartbeats++;
+    }
+    if (reply)
+        wire_send(f->sock, from, reply, 1);
+    fake_push_all(f); /* as the controller: resend outstanding instructions */
+}
+
+static void *fake_run(void *arg)
+{
+    fake *f = arg;
+    for (;;) {
+        zmq_pollitem_t it = {f->sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 5);
+        pthread_mutex_lock(&f->mu);
+        if (f->stop) {
+            pthread_mutex_unlock(&f->mu);
+            break;
+        }
+        if (f->push_new && !f->silent) {
+            f->push_new = 0;
+            fake_push_all(f);
+        }
+        for (;;) {
+            wire_peer from;
+            char err[256];
+            json_t *m = wire_recv(f->sock, &from, 1, err, sizeof err);
+            if (!m) {
+                if (errno == EAGAIN)
+                    break;
+                continue;
+            }
+            fake_handle(f, m, &from);
+            json_decref(m);
+        }
+        pthread_mutex_unlock(&f->mu);
+    }
+    return NULL;
+}
+
+static char s_tmpdir[256];
+static int s_nfake;
+
+static fake *fake_start_at(const char *endpoint)
+{
+    fake *f = calloc(1, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    f->hello_params = json_object();
+    f->push = json_array();
+    f->acks = json_array();
+    f->checkpoints = json_array();
+    if (endpoint)
+        snprintf(f->endpoint, sizeof f->endpoint, "%s", endpoint);
+    else
+        snprintf(f->endpoint, sizeof f->endpoint, "ipc://%s/ctl%d", s_tmpdir, s_nfake++);
+    f->ctx = zmq_ctx_new();
+    f->sock = zmq_socket(f->ctx, ZMQ_ROUTER);
+    wire_socket_setup(f->sock);
+    if (zmq_bind(f->sock, f->endpoint) != 0) {
+        fprintf(stderr, "fake: cannot bind %s: %s\n", f->endpoint, zmq_strerror(errno));
+        exit(2);
+    }
+    pthread_create(&f->thread, NULL, fake_run, f);
+    return f;
+}
+
+static fake *fake_start(void)
+{
+    return fake_start_at(NULL);
+}
+
+static void fake_stop(fake *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->thread, NULL);
+    zmq_close(f->sock);
+    zmq_ctx_term(f->ctx);
+    json_decref(f->hello_params);
+    json_decref(f->push);
+    json_decref(f->acks);
+    json_decref(f->checkpoints);
+    free(f->points);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+static void fake_instruct(fake *f, json_t *ins)
+{
+    pthread_mutex_lock(&f->mu);
+    json_object_set_new(ins, "type", json_string("instruction"));
+    json_array_append_new(f->push, ins);
+    f->push_new = 1;
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Sets the trial environment for fake `f` (NULL: standalone). */
+static void env_trial(const fake *f, const char *params)
+{
+    unsetenv("JIZHI_TRIAL");
+    unsetenv("JIZHI_ENDPOINT");
+    unsetenv("JIZHI_TOKEN");
+    unsetenv("JIZHI_PARAMS");
+    unsetenv("JIZHI_CHECKPOINT_DIR");
+    unsetenv("JIZHI_CLOSE_TIMEOUT_MS");
+    unsetenv("JIZHI_HELLO_TIMEOUT_MS");
+    if (params)
+        setenv("JIZHI_PARAMS", params, 1);
+    if (f) {
+        setenv("JIZHI_TRIAL", "7", 1);
+        setenv("JIZHI_STUDY", "fake", 1);
+        setenv("JIZHI_ENDPOINT", f->endpoint, 1);
+        setenv("JIZHI_TOKEN", FAKE_TOKEN, 1);
+        setenv("JIZHI_HELLO_TIMEOUT_MS", "3000", 1);
+    }
+}
+
+static void sleep_ms(int ms)
+{
+    usleep((useconds_t)ms * 1000);
+}
+
+/* ---- stderr capture ------------------------------------------------------- */
+
+static int s_saved_err = -1;
+static char s_errpath[300];
+
+static void capture_begin(void)
+{
+    fflush(stderr);
+    snprintf(s_errpath, sizeof s_errpath, "%s/stderr.txt", s_tmpdir);
+    int fd = open(s_errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    s_saved_err = dup(2);
+    dup2(fd, 2);
+    close(fd);
+}
+
+/* Returns what was written to stderr since capture_begin (static buffer). */
+static const char *capture_end(void)
+{
+    static char buf[8192];
+    fflush(stderr);
+    dup2(s_saved_err, 2);
+    close(s_saved_err);
+    FILE *fp = fopen(s_errpath, "r");
+    size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+    if (fp)
+        fclose(fp);
+    buf[n] = 0;
+    return buf;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+TEST(standalone_mode)
+{
+    env_trial(NULL, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK(jz_trial_id(t) == -1);
+    CHECK_NEAR(jz_param_double(t, "lr", 0.1), 0.1, 0);
+    CHECK(jz_param_long(t, "bs", 32) == 32);
+    CHECK_STR(jz_param_str(t, "opt", "sgd"), "sgd");
+    CHECK_STR(jz_checkpoint_dir(t), ".");
+    capture_begin();
+    int r1 = jz_report(t, 3, "loss", 0.25);
+    int r2 = jz_report(t, 4, "val.acc", NAN);
+    int r3 = jz_report(t, 5, "bad name", 1);
+    int r4 = jz_checkpoint_done(t, 5, "/tmp/x");
+    const char *err = capture_end();
+    CHECK(r1 == 0 && r2 == 0 && r4 == 0);
+    CHECK(r3 == -1);
+    CHECK(strstr(err, "jizhi: step 3 loss=0.25\n") != NULL);
+    CHECK(strstr(err, "jizhi: step 4 val.acc=nan\n") != NULL);
+    jz_instruction ins;
+    CHECK(jz_poll(t, &ins) == 0);
+    CHECK(ins.kind == JZ_INS_NONE);
+    CHECK(jz_flush(t, 0) == 0);
+    CHECK(jz_poll(t, NULL) == -1);
+    jz_close(&t);
+    CHECK(t == NULL);
+    jz_close(&t);
+    jz_close(NULL);
+    /* a NULL trial gives defaults */
+    CHECK_NEAR(jz_param_double(NULL, "lr", 0.5), 0.5, 0);
+    CHECK(jz_report(NULL, 1, "x", 1) == -1);
+}
+
+TEST(param_types_and_defaults)
+{
+    char ck[400];
+    snprintf(ck, sizeof ck, "%s/ck/a/b", s_tmpdir);
+    env_trial(NULL, "{\"lr\":0.1,\"bs\":256,\"opt\":\"lars\",\"f\":2.0,\"g\":\"inf\",\"b\":true}");
+    setenv("JIZHI_CHECKPOINT_DIR", ck, 1);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK_NEAR(jz_param_double(t, "lr", 9), 0.1, 0);
+    CHECK(jz_param_long(t, "bs", 9) == 256);
+    CHECK_NEAR(jz_param_double(t, "bs", 9), 256, 0);
+    CHECK(jz_param_long(t, "lr", 9) == 9); /* 0.1 is not an integer */
+    CHECK(jz_param_long(t, "f", 9) == 2);  /* 2.0 is */
+    CHECK_STR(jz_param_str(t, "opt", "sgd"), "lars");
+    CHECK_STR(jz_param_str(t, "lr", "dflt"), "dflt");
+    CHECK(jz_param_double(t, "opt", 3) == 3);
+    CHECK(isinf(jz_param_double(t, "g", 0)));
+    CHECK(jz_param_long(t, "b", 4) == 4);
+    CHECK(jz_param_long(t, "missing", 5) == 5);
+    CHECK_STR(jz_params_json(t),
+              "{\"b\":true,\"bs\":256,\"f\":2.0,\"g\":\"inf\",\"lr\":0.10000000000000001,"
+              "\"opt\":\"lars\"}");
+    CHECK_STR(jz_checkpoint_dir(t), ck);
+    struct stat st;
+    CHECK(stat(ck, &st) == 0 && S_ISDIR(st.st_mode));
+    jz_close(&t);
+}
+
+static void expect_env_error(const char *var, const char *value, const char *needle)
+{
+    env_trial(NULL, NULL);
+    setenv("JIZHI_TRIAL", "3", 1);
+    setenv("JIZHI_ENDPOINT", "ipc:///nonexistent/x", 1);
+    setenv("JIZHI_TOKEN", "t", 1);
+    if (value)
+        setenv(var, value, 1);
+    else
+        unsetenv(var);
+    capture_begin();
+    jz_trial *t = jz_open();
+    const char *err = capture_end();
+    if (t != NULL || !strstr(err, needle))
+        JZT_FAIL("%s=%s: expected NULL and a message naming %s, got \"%s\"", var,
+                 value ? value : "(unset)", needle, err);
+    jz_close(&t);
+}
+
+TEST(env_errors)
+{
+    expect_env_error("JIZHI_PARAMS", "{\"lr\": ", "JIZHI_PARAMS");
+    expect_env_error("JIZHI_PARAMS", "[1,2]", "JIZHI_PARAMS");
+    expect_env_error("JIZHI_TRIAL", "abc", "JIZHI_TRIAL");
+    expect_env_error("JIZHI_TRIAL", "12x", "JIZHI_TRIAL");
+    expect_env_error("JIZHI_TOKEN", NULL, "JIZHI_TOKEN");
+    expect_env_error("JIZHI_ENDPOINT", NULL, "JIZHI_ENDPOINT");
+    expect_env_error("JIZHI_CLOSE_TIMEOUT_MS", "soon", "JIZHI_CLOSE_TIMEOUT_MS");
+    /* bad JSON is refused in standalone mode too */
+    env_trial(NULL, "not json");
+    capture_begin();
+    jz_trial *t = jz_open();
+    const char *err = capture_end();
+    CHECK(t == NULL);
+    CHECK(strstr(err, "JIZHI_PARAMS") != NULL);
+}
+
+TEST(hello_params_override_env)
+{
+    fake *f = fake_start();
+    json_object_set_new(f->hello_params, "lr", json_real(0.5));
+    json_object_set_new(f->hello_params, "opt", json_string("lamb"));
+    env_trial(f, "{\"lr\":0.1,\"bs\":64}");
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK(jz_trial_id(t) == 7);
+    CHECK_NEAR(jz_param_double(t, "lr", 0), 0.5, 0);
+    CHECK(jz_param_long(t, "bs", 0) == 64);
+    CHECK_STR(jz_param_str(t, "opt", ""), "lamb");
+    jz_close(&t);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->hellos >= 1);
+    pthread_mutex_unlock(&f->mu);
+    fake_stop(f);
+}
+
+static const char *const s_metric_names[] = {"loss", "val_acc", "lr.group0"};
+
+TEST(batching_in_order_with_resend_dedup)
+{
+    fake *f = fake_start();
+    f->drop_replies = 1; /* the first batch's reply is lost: resent after 2 s */
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    const long n = 50000;
+    for (long i = 0; i < n; i++)
+        CHECK(jz_report(t, i, s_metric_names[i % 3], (double)i * 0.5) == 0);
+    CHECK(jz_flush(t, 10000) == 0);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->npoints == (size_t)n);
+    CHECK(f->dup_batches >= 1);
+    CHECK(f->bad_points == 0);
+    int in_order = f->npoints == (size_t)n;
+    for (size_t i = 0; in_order && i < f->npoints; i++)
+        in_order = f->points[i].step == (long)i &&
+                   !strcmp(f->points[i].name, s_metric_names[i % 3]) &&
+                   f->points[i].value == (double)i * 0.5;
+    CHECK(in_order);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(large_volume_batches_capped)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    const long n = 400000;
+    double t0 = wire_now();
+    for (long i = 0; i < n; i++)
+        if (jz_report(t, i, "loss", 1.0 / (double)(i + 1)) != 0) {
+            JZT_FAIL("report %ld refused", i);
+            break;
+        }
+    double t1 = wire_now();
+    CHECK(jz_flush(t, 15000) == 0);
+    double t2 = wire_now();
+    printf("  info: %ld reports: queued at %.2g/s, acknowledged at %.3g points/s\n", n,
+           n / (t1 - t0), n / (t2 - t0));
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->npoints == (size_t)n);
+    CHECK(f->max_batch <= 100000);
+    CHECK(f->batches >= 4);
+    int ok = 1;
+    for (size_t i = 0; ok && i < f->npoints; i++)
+        ok = f->points[i].step == (long)i && f->points[i].value == 1.0 / (double)(i + 1);
+    CHECK(ok);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+static json_t *find_ack(fake *f, long id)
+{
+    size_t i;
+    json_t *a;
+    json_array_foreach(f->acks, i, a) if (json_integer_value(json_object_get(a, "id")) == id)
+        return a;
+    return NULL;
+}
+
+TEST(instructions_delivered_once_params_updated_acked)
+{
+    fake *f = fake_start();
+    env_trial(f, "{\"lr\":0.1,\"bs\":64,\"opt\":\"sgd\"}");
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name", "lr",
+                               "value", 0.01));
+    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:s}", "id", 2, "kind", "set", "name", "opt",
+                               "value", "lamb"));
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 3, "kind", "pause"));
+    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:{s:f, s:i}}", "id", 4, "kind", "load", "path",
+                               "/ck/trial3/step100", "params", "lr", 0.2, "bs", 512));
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 5, "kind", "checkpoint"));
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 6, "kind", "dance"));
+    fake_instruct(f, json_pack("{s:i, s:s, s:s}", "id", 7, "kind", "set", "name", "x"));
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 8, "kind", "stop"));
+
+    int ngot = 0;
+    double end = wire_now() + 5;
+    while (ngot < 6 && wire_now() < end) {
+        jz_instruction ins;
+        int r = jz_poll(t, &ins);
+        if (r == 0) {
+            jz_report(t, ngot, "loss", 1); /* makes the fake resend what is unacked */
+            sleep_ms(5);
+            continue;
+        }
+        ngot++;
+        switch (ins.id) {
+        case 1:
+            CHECK(ins.kind == JZ_INS_SET);
+            CHECK_STR(ins.name, "lr");
+            CHECK_NEAR(ins.value, 0.01, 0);
+            CHECK_STR(ins.str, "0.01");
+            CHECK_NEAR(jz_param_double(t, "lr", 0), 0.01, 0);
+            break;
+        case 2:
+            CHECK(ins.kind == JZ_INS_SET);
+            CHECK(isnan(ins.value));
+            CHECK_STR(ins.str, "lamb");
+            CHECK_STR(jz_param_str(t, "opt", ""), "lamb");
+            CHECK(jz_ack(t, &ins, 0, "optimizer is fixed") == 0);
+            CHECK(jz_ack(t, &ins, 1, NULL) == -1); /* once */
+            break;
+        case 3:
+            CHECK(ins.kind == JZ_INS_PAUSE);
+            break;
+        case 4:
+            CHECK(ins.kind == JZ_INS_LOAD);
+            CHECK_STR(ins.str, "/ck/trial3/step100");
+            CHECK_NEAR(jz_param_double(t, "lr", 0), 0.2, 0);
+            CHECK(jz_param_long(t, "bs", 0) == 512);
+            break;
+        case 5:
+            CHECK(ins.kind == JZ_INS_CHECKPOINT);
+            break;
+        case 8:
+            CHECK(ins.kind == JZ_INS_STOP);
+            break;
+        default:
+            JZT_FAIL("unexpected instruction id %ld", ins.id);
+        }
+    }
+    CHECK(ngot == 6);
+    /* let the fake resend a few times more: nothing is delivered twice */
+    for (int i = 0; i < 20; i++) {
+        jz_instruction ins;
+        jz_report(t, 100 + i, "loss", 1);
+        if (jz_poll(t, &ins) == 1)
+            JZT_FAIL("instruction %ld delivered again", ins.id);
+        sleep_ms(5);
+    }
+    CHECK(jz_flush(t, 5000) == 0);
+    pthread_mutex_lock(&f->mu);
+    for (long id = 1; id <= 8; id++) {
+        json_t *a = find_ack(f, id);
+        if (!a) {
+            JZT_FAIL("no ack for instruction %ld", id);
+            continue;
+        }
+        int applied = json_is_true(json_object_get(a, "applied"));
+        CHECK(applied == (id != 2 && id != 6 && id != 7));
+    }
+    CHECK_STR(json_string_value(json_object_get(find_ack(f, 2), "detail")), "optimizer is fixed");
+    CHECK(json_array_size(f->push) == 0);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(flush_semantics)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK(jz_flush(t, 1000) == 0); /* nothing queued */
+    pthread_mutex_lock(&f->mu);
+    f->silent = 1;
+    pthread_mutex_unlock(&f->mu);
+    for (int i = 0; i < 100; i++)
+        jz_report(t, i, "loss", i);
+    CHECK(jz_flush(t, 200) == -1); /* not acknowledged */
+    pthread_mutex_lock(&f->mu);
+    f->silent = 0;
+    pthread_mutex_unlock(&f->mu);
+    CHECK(jz_flush(t, 5000) == 0); /* the batch is resent and acknowledged */
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->npoints == 100);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(checkpoint_done_sent)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    char ck[400];
+    snprintf(ck, sizeof ck, "%s/ckpt/trial7", s_tmpdir);
+    setenv("JIZHI_CHECKPOINT_DIR", ck, 1);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK_STR(jz_checkpoint_dir(t), ck);
+    struct stat st;
+    CHECK(stat(ck, &st) == 0 && S_ISDIR(st.st_mode));
+    CHECK(jz_checkpoint_done(t, 42, "/ck/trial7/step42") == 0);
+    CHECK(jz_checkpoint_done(t, 1, NULL) == -1);
+    CHECK(jz_flush(t, 5000) == 0);
+    pthread_mutex_lock(&f->mu);
+    CHECK(json_array_size(f->checkpoints) == 1);
+    json_t *c = json_array_get(f->checkpoints, 0);
+    CHECK(json_integer_value(json_object_get(c, "step")) == 42);
+    CHECK_STR(json_string_value(json_object_get(c, "path")), "/ck/trial7/step42");
+    CHECK(json_integer_value(json_object_get(c, "trial")) == 7);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(non_finite_values)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    const double v[] = {NAN, INFINITY, -INFINITY, 1e308, -0.0, 5e-324, 0.1, 3.0, -2.5e-7};
+    const size_t n = sizeof v / sizeof v[0];
+    for (size_t i = 0; i < n; i++)
+        CHECK(jz_report(t, (long)i - 2, "m", v[i]) == 0);
+    CHECK(jz_flush(t, 5000) == 0);
+    pthread_mutex_lock(&f->mu);
+    REQUIRE(f->npoints == n);
+    CHECK(f->bad_points == 0);
+    CHECK(isnan(f->points[0].value));
+    CHECK(isinf(f->points[1].value) && f->points[1].value > 0);
+    CHECK(isinf(f->points[2].value) && f->points[2].value < 0);
+    for (size_t i = 3; i < n; i++)
+        CHECK(f->points[i].value == v[i]);
+    CHECK(signbit(f->points[4].value));
+    for (size_t i = 3; i < n; i++)
+        CHECK(f->points[i].was_real); /* 3.0 stays a real, -0.0 keeps its sign */
+    CHECK(f->points[0].step == -2);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(wrong_token_refused)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    setenv("JIZHI_TOKEN", "forged", 1);
+    capture_begin();
+    jz_trial *t = jz_open();
+    CHECK(t != NULL);
+    CHECK(jz_report(t, 1, "loss", 1) == -1);
+    CHECK(jz_flush(t, 5000) == -1);
+    double t0 = wire_now();
+    jz_close(&t);
+    const char *err = capture_end();
+    CHECK(wire_now() - t0 < 1.0); /* nothing left to wait for */
+    CHECK(strstr(err, "refused") != NULL);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->unauthorized >= 1);
+    CHECK(f->npoints == 0);
+    pthread_mutex_unlock(&f->mu);
+    fake_stop(f);
+}
+
+TEST(queue_bounded_without_controller)
+{
+    char ep[400];
+    snprintf(ep, sizeof ep, "ipc://%s/nobody", s_tmpdir);
+    env_trial(NULL, NULL);
+    setenv("JIZHI_TRIAL", "9", 1);
+    setenv("JIZHI_ENDPOINT", ep, 1);
+    setenv("JIZHI_TOKEN", FAKE_TOKEN, 1);
+    setenv("JIZHI_HELLO_TIMEOUT_MS", "20", 1);
+    setenv("JIZHI_CLOSE_TIMEOUT_MS", "50", 1);
+    capture_begin();
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    long accepted = 0;
+    for (long i = 0; i < 1000001; i++)
+        if (jz_report(t, i, "loss", 1) == 0)
+            accepted++;
+    CHECK(accepted == 1000000);
+    CHECK(jz_report(t, 0, "loss", 1) == -1);
+    CHECK(jz_flush(t, 10) == -1);
+    jz_close(&t);
+    capture_end();
+}
+
+TEST(controller_starts_late)
+{
+    char ep[400];
+    snprintf(ep, sizeof ep, "ipc://%s/late", s_tmpdir);
+    env_trial(NULL, NULL);
+    setenv("JIZHI_TRIAL", "7", 1);
+    setenv("JIZHI_ENDPOINT", ep, 1);
+    setenv("JIZHI_TOKEN", FAKE_TOKEN, 1);
+    setenv("JIZHI_HELLO_TIMEOUT_MS", "10", 1);
+    capture_begin();
+    jz_trial *t = jz_open();
+    capture_end();
+    REQUIRE(t != NULL);
+    for (int i = 0; i < 10; i++)
+        jz_report(t, i, "loss", i);
+    sleep_ms(100);
+    fake *f = fake_start_at(ep);
+    CHECK(jz_flush(t, 5000) == 0);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->hellos >= 1);
+    CHECK(f->npoints == 10);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+/* ---- --serve mode --------------------------------------------------------- */
+
+static int serve(const char *endpoint, long want, const char *params)
+{
+    snprintf(s_tmpdir, sizeof s_tmpdir, "/tmp");
+    fake *f = fake_start_at(endpoint);
+    if (params) {
+        json_decref(f->hello_params);
+        f->hello_params = json_loads(params, 0, NULL);
+        if (!json_is_object(f->hello_params)) {
+            fprintf(stderr, "--serve: PARAMS must be a JSON object\n");
+            return 2;
+        }
+    }
+    printf("listening %s\n", endpoint);
+    fflush(stdout);
+    /* wait for hello, then push three instructions */
+    double end = wire_now() + 15;
+    int pushed = 0, done = 0;
+    while (wire_now() < end && !done) {
+        sleep_ms(5);
+        pthread_mutex_lock(&f->mu);
+        int hello = f->hellos > 0;
+        done = pushed && (long)f->npoints >= want && json_array_size(f->acks) >= 3 &&
+               json_array_size(f->checkpoints) >= 1;
+        pthread_mutex_unlock(&f->mu);
+        if (hello && !pushed) {
+            pushed = 1;
+            fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name",
+                                       "lr", 0.5));
+            fake_instruct(f, json_pack("{s:i, s:s, s:s, s:s}", "id", 2, "kind", "set", "name",
+                                       "optimizer", "lamb"));
+            fake_instruct(f, json_pack("{s:i, s:s}", "id", 3, "kind", "checkpoint"));
+        }
+    }
+    sleep_ms(50); /* let the last replies go out */
+    pthread_mutex_lock(&f->mu);
+    json_t *names = json_object();
+    json_t *nonfinite = json_array();
+    for (size_t i = 0; i < f->npoints; i++) {
+        json_t *c = json_object_get(names, f->points[i].name);
+        json_object_set_new(names, f->points[i].name,
+                            json_integer(c ? json_integer_value(c) + 1 : 1));
+        if (!isfinite(f->points[i].value))
+            json_array_append_new(nonfinite, json_pack("[I, s, o]", (json_int_t)f->points[i].step,
+                                                       f->points[i].name,
+                                                       wire_real(f->points[i].value)));
+    }
+    json_t *first = f->npoints ? json_pack("[I, s, o]", (json_int_t)f->points[0].step,
+                                           f->points[0].name, wire_real(f->points[0].value))
+                               : json_null();
+    fpoint *lp = f->npoints ? &f->points[f->npoints - 1] : NULL;
+    json_t *last = lp ? json_pack("[I, s, o]", (json_int_t)lp->step, lp->name, wire_real(lp->value))
+                      : json_null();
+    json_t *sum = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:O, s:O, s:o}", "points",
+                            (json_int_t)f->npoints, "hellos", (json_int_t)f->hellos, "batches",
+                            (json_int_t)f->batches, "dup_batches", (json_int_t)f->dup_batches,
+                            "bad_points", (json_int_t)f->bad_points, "names", names, "first",
+                            first, "last", last, "acks", f->acks, "checkpoints", f->checkpoints,
+                            "nonfinite", nonfinite);
+    pthread_mutex_unlock(&f->mu);
+    char *s = json_dumps(sum, JSON_COMPACT | JSON_SORT_KEYS);
+    printf("%s\n", s);
+    fflush(stdout);
+    free(s);
+    json_decref(sum);
+    fake_stop(f);
+    return done ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 4 && !strcmp(argv[1], "--serve"))
+        return serve(argv[2], atol(argv[3]), argc >= 5 ? argv[4] : NULL);
+    snprintf(s_tmpdir, sizeof s_tmpdir, "/tmp/jz_helper_test.XXXXXX");
+    if (!mkdtemp(s_tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    setenv("JIZHI_LOG", "warn", 1);
+    RUN(standalone_mode);
+    RUN(param_types_and_defaults);
+    RUN(env_errors);
+    RUN(hello_params_override_env);
+    RUN(batching_in_order_with_resend_dedup);
+    RUN(large_volume_batches_capped);
+    RUN(instructions_delivered_once_params_updated_acked);
+    RUN(flush_semantics);
+    RUN(checkpoint_done_sent);
+    RUN(non_finite_values);
+    RUN(wrong_token_refused);
+    RUN(queue_bounded_without_controller);
+    RUN(controller_starts_late);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", s_tmpdir);
+    TEST_DONE();
+}

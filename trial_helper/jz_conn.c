@@ -1,0 +1,688 @@
+/*  jz_conn.c - libjizhi's background connection thread.
+
+    The thread owns the ZeroMQ DEALER socket connected to the controller
+    (docs/PROTOCOL.md, "Trial helper <-> controller"). It
+    - sends `hello` (resent every 2 s until answered) and hands the params
+      of the reply to the application side;
+    - takes queued points in order and sends them as `metrics` batches: one
+      batch in flight at a time (the controller dedups on the highest
+      persisted `req`, so a later batch must never overtake an earlier
+      one), sent when 10 000 points are queued, 50 ms after the previous
+      batch, or at once while jz_flush waits; up to 100 000 points each;
+      a batch without a reply for 2 s is resent with the same `req` and the
+      same bytes;
+    - sends the `ins_ack` and `checkpoint_done` messages the application
+      queues (kept and resent the same way until answered);
+    - sends a `heartbeat` after a second without sending anything;
+    - receives `instruction` pushes, drops ids it has already delivered and
+      queues the rest for jz_poll.
+    The metrics body is written directly as text (%.17g per value): several
+    times cheaper than building one json_t per point.
+*/
+#include "jz_internal.h"
+
+#include "common/log.h"
+#include "common/spec.h"
+#include "common/wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+typedef enum { R_HELLO, R_METRICS, R_INS_ACK, R_CKPT } s_kind;
+
+/* A request waiting for its reply. */
+typedef struct {
+    long req;
+    s_kind kind;
+    char *body;     /* the exact bytes sent (owned) */
+    size_t len;
+    double sent_at; /* monotonic; resent RESEND_AFTER later */
+    long npoints;   /* R_METRICS: points in the batch */
+} s_out;
+
+typedef struct {
+    jz_trial *t;
+    void *sock;
+    long next_req;
+    s_out *outs; /* outstanding requests */
+    size_t nouts, capouts;
+    int batch_inflight;
+    double last_batch; /* when the last batch was first sent */
+    double last_send;  /* when anything was last sent */
+    long *seen;        /* instruction ids already delivered */
+    size_t nseen, capseen;
+    jz__point *batch; /* points of the batch being written */
+    size_t capbatch;
+    char *buf; /* text of the batch being written */
+    size_t len, cap;
+} s_conn;
+
+static const char *const s_kind_names[] = {"hello", "metrics", "ins_ack", "checkpoint_done"};
+
+/* ---- small helpers -------------------------------------------------------- */
+
+void jz__wake(jz_trial *t)
+{
+    char b = 1;
+    ssize_t rc = write(t->wake_fd[1], &b, 1);
+    (void)rc; /* a full pipe already wakes the thread */
+}
+
+void jz__pending_ins_fini(jz__pending_ins *p)
+{
+    json_decref(p->value);
+    json_decref(p->params);
+    p->value = p->params = NULL;
+}
+
+int jz__fmt_double(char *buf, size_t size, double x)
+{
+    if (isnan(x))
+        return snprintf(buf, size, "nan");
+    if (isinf(x))
+        return snprintf(buf, size, x > 0 ? "inf" : "-inf");
+    int n = 0;
+    for (int prec = 15; prec <= 17; prec++) {
+        n = snprintf(buf, size, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    return n;
+}
+
+static int s_reserve(s_conn *c, size_t more)
+{
+    if (c->len + more <= c->cap)
+        return 0;
+    size_t cap = c->cap ? c->cap : 4096;
+    while (cap < c->len + more)
+        cap *= 2;
+    char *b = realloc(c->buf, cap);
+    if (!b)
+        return -1;
+    c->buf = b;
+    c->cap = cap;
+    return 0;
+}
+
+/* Sends one body as [""][body]. 0 or -1 (EAGAIN: no connection or full). */
+static int s_send_raw(s_conn *c, const char *body, size_t len)
+{
+    if (zmq_send(c->sock, "", 0, ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0)
+        return -1;
+    /* the parts of a multipart message are queued atomically */
+    if (zmq_send(c->sock, body, len, ZMQ_DONTWAIT) < 0)
+        return -1;
+    c->last_send = wire_now();
+    return 0;
+}
+
+/* Sends `body` (takes ownership) and keeps it until its reply. A send that
+   the socket refuses (not connected yet) is retried at the next tick. */
+static int s_track(s_conn *c, s_kind kind, long req, char *body, size_t len, long npoints)
+{
+    if (c->nouts == c->capouts) {
+        size_t cap = c->capouts ? 2 * c->capouts : 8;
+        s_out *o = realloc(c->outs, cap * sizeof *o);
+        if (!o) {
+            free(body);
+            return -1;
+        }
+        c->outs = o;
+        c->capouts = cap;
+    }
+    s_out *o = &c->outs[c->nouts++];
+    *o = (s_out){req, kind, body, len, 0, npoints};
+    double now = wire_now();
+    o->sent_at = s_send_raw(c, body, len) == 0 ? now : now - JZ__RESEND_AFTER;
+    return 0;
+}
+
+static s_out *s_find(s_conn *c, long req)
+{
+    for (size_t i = 0; i < c->nouts; i++)
+        if (c->outs[i].req == req)
+            return &c->outs[i];
+    return NULL;
+}
+
+static void s_remove(s_conn *c, s_out *o)
+{
+    free(o->body);
+    size_t i = (size_t)(o - c->outs);
+    memmove(&c->outs[i], &c->outs[i + 1], (c->nouts - i - 1) * sizeof *o);
+    c->nouts--;
+}
+
+/* Adds trial, token and a fresh req to `msg` (takes ownership) and sends it:
+   tracked for resend unless it is a heartbeat. */
+static void s_send_msg(s_conn *c, json_t *msg, s_kind kind, int tracked)
+{
+    jz_trial *t = c->t;
+    long req = c->next_req++;
+    json_object_set_new(msg, "trial", json_integer(t->trial_id));
+    json_object_set_new(msg, "token", json_string(t->token));
+    json_object_set_new(msg, "req", json_integer(req));
+    char *body = json_dumps(msg, JSON_COMPACT);
+    json_decref(msg);
+    if (!body) {
+        log_error("jizhi", "out of memory building a message");
+        return;
+    }
+    if (tracked) {
+        s_track(c, kind, req, body, strlen(body), 0);
+    } else {
+        s_send_raw(c, body, strlen(body));
+        free(body);
+    }
+}
+
+/* Queues an ins_ack the thread itself decides (a refused instruction). */
+static void s_ack_direct(s_conn *c, long id, const char *detail)
+{
+    pthread_mutex_lock(&c->t->mu);
+    c->t->unacked_msgs++;
+    pthread_mutex_unlock(&c->t->mu);
+    s_send_msg(c,
+               json_pack("{s:s, s:I, s:b, s:s}", "type", "ins_ack", "id", (json_int_t)id,
+                         "applied", 0, "detail", detail),
+               R_INS_ACK, 1);
+}
+
+/* ---- refusal -------------------------------------------------------------- */
+
+/* The controller refused our token: drop everything, send nothing more. */
+static void s_refuse(s_conn *c, const char *why)
+{
+    jz_trial *t = c->t;
+    log_error("jizhi", "trial %ld: the controller refused this trial (%s); reports are dropped",
+              t->trial_id, why);
+    for (size_t i = 0; i < c->nouts; i++)
+        free(c->outs[i].body);
+    c->nouts = 0;
+    c->batch_inflight = 0;
+    pthread_mutex_lock(&t->mu);
+    t->state = JZ__REFUSED;
+    t->failed = 1;
+    t->npend = 0;
+    t->unacked_points = 0;
+    t->unacked_msgs = 0;
+    json_array_clear(t->outbox);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* ---- incoming ------------------------------------------------------------- */
+
+static int s_retryable(const char *code)
+{
+    return !strcmp(code, "internal") || !strcmp(code, "timeout");
+}
+
+static void s_on_reply(s_conn *c, json_t *m, int ok)
+{
+    jz_trial *t = c->t;
+    json_t *r = json_object_get(m, "req");
+    const char *code = ok ? "" : json_string_value(json_object_get(m, "code"));
+    const char *text = ok ? "" : json_string_value(json_object_get(m, "message"));
+    if (!code)
+        code = "";
+    if (!text)
+        text = "";
+    if (!ok && !strcmp(code, "unauthorized")) {
+        s_refuse(c, text[0] ? text : code);
+        return;
+    }
+    s_out *o = json_is_integer(r) ? s_find(c, (long)json_integer_value(r)) : NULL;
+    if (!o) {
+        if (!ok)
+            log_warn("jizhi", "trial %ld: error %s: %s", t->trial_id, code, text);
+        return; /* a heartbeat's reply, or a late duplicate */
+    }
+    if (!ok) {
+        if (s_retryable(code)) {
+            log_warn("jizhi", "trial %ld: %s: error %s (%s); will resend", t->trial_id,
+                     s_kind_names[o->kind], code, text);
+            return; /* resent after RESEND_AFTER */
+        }
+        if (o->kind == R_HELLO && strcmp(code, "unknown_trial") != 0) {
+            log_warn("jizhi", "trial %ld: hello: error %s (%s); will resend", t->trial_id, code,
+                     text);
+            return;
+        }
+        if (o->kind == R_HELLO) {
+            s_refuse(c, text[0] ? text : code);
+            return;
+        }
+        log_warn("jizhi", "trial %ld: %s refused: %s (%s)", t->trial_id,
+                 s_kind_names[o->kind], code, text);
+    }
+    s_kind kind = o->kind;
+    long npoints = o->npoints;
+    s_remove(c, o);
+    pthread_mutex_lock(&t->mu);
+    switch (kind) {
+    case R_HELLO: {
+        json_t *p = json_object_get(m, "params");
+        if (json_is_object(p)) {
+            json_decref(t->hello_params);
+            t->hello_params = json_incref(p);
+        }
+        t->state = JZ__CONNECTED;
+        break;
+    }
+    case R_METRICS:
+        c->batch_inflight = 0;
+        t->unacked_points -= npoints;
+        if (!ok)
+            t->failed = 1;
+        break;
+    case R_INS_ACK:
+    case R_CKPT:
+        t->unacked_msgs--;
+        break;
+    }
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static int s_seen(s_conn *c, long id)
+{
+    for (size_t i = c->nseen; i-- > 0;)
+        if (c->seen[i] == id)
+            return 1;
+    if (c->nseen == c->capseen) {
+        size_t cap = c->capseen ? 2 * c->capseen : 16;
+        long *s = realloc(c->seen, cap * sizeof *s);
+        if (!s)
+            return 0;
+        c->seen = s;
+        c->capseen = cap;
+    }
+    c->seen[c->nseen++] = id;
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    jz_ins_kind kind;
+} s_kinds[] = {{"set", JZ_INS_SET},         {"stop", JZ_INS_STOP},
+               {"pause", JZ_INS_PAUSE},     {"resume", JZ_INS_RESUME},
+               {"checkpoint", JZ_INS_CHECKPOINT}, {"load", JZ_INS_LOAD}};
+
+static void s_on_instruction(s_conn *c, json_t *m)
+{
+    jz_trial *t = c->t;
+    json_t *jid = json_object_get(m, "id");
+    if (!json_is_integer(jid)) {
+        log_warn("jizhi", "trial %ld: instruction without an integer id dropped", t->trial_id);
+        return;
+    }
+    long id = (long)json_integer_value(jid);
+    if (s_seen(c, id))
+        return;
+    jz__pending_ins p;
+    memset(&p, 0, sizeof p);
+    p.ins.id = id;
+    p.ins.value = NAN;
+    const char *kind = json_string_value(json_object_get(m, "kind"));
+    for (size_t i = 0; kind && i < sizeof s_kinds / sizeof s_kinds[0]; i++)
+        if (!strcmp(kind, s_kinds[i].name))
+            p.ins.kind = s_kinds[i].kind;
+    if (p.ins.kind == JZ_INS_NONE) {
+        log_warn("jizhi", "trial %ld: instruction %ld of unknown kind refused", t->trial_id, id);
+        s_ack_direct(c, id, "unknown instruction kind");
+        return;
+    }
+    if (p.ins.kind == JZ_INS_SET) {
+        const char *name = json_string_value(json_object_get(m, "name"));
+        json_t *v = json_object_get(m, "value");
+        if (!name || !spec_valid_name(name)) {
+            s_ack_direct(c, id, "set: 'name' must be a parameter name");
+            return;
+        }
+        snprintf(p.ins.name, sizeof p.ins.name, "%s", name);
+        if (json_is_integer(v)) {
+            p.ins.value = (double)json_integer_value(v);
+            snprintf(p.ins.str, sizeof p.ins.str, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        } else if (json_is_real(v)) {
+            p.ins.value = json_real_value(v);
+            jz__fmt_double(p.ins.str, sizeof p.ins.str, p.ins.value);
+        } else if (json_is_string(v) && json_string_length(v) < sizeof p.ins.str) {
+            snprintf(p.ins.str, sizeof p.ins.str, "%s", json_string_value(v));
+        } else {
+            s_ack_direct(c, id, "set: 'value' must be a number or a string under 1024 bytes");
+            return;
+        }
+        p.value = json_incref(v);
+    } else if (p.ins.kind == JZ_INS_LOAD) {
+        json_t *path = json_object_get(m, "path");
+        json_t *params = json_object_get(m, "params");
+        if (!json_is_string(path) || json_string_length(path) >= sizeof p.ins.str) {
+            s_ack_direct(c, id, "load: 'path' must be a string under 1024 bytes");
+            return;
+        }
+        if (params && !json_is_object(params) && !json_is_null(params)) {
+            s_ack_direct(c, id, "load: 'params' must be an object");
+            return;
+        }
+        snprintf(p.ins.str, sizeof p.ins.str, "%s", json_string_value(path));
+        if (json_is_object(params))
+            p.params = json_incref(params);
+    }
+    pthread_mutex_lock(&t->mu);
+    if (t->inq_head > 0 && t->inq_head == t->ninq)
+        t->inq_head = t->ninq = 0;
+    if (t->ninq == t->capinq) {
+        size_t cap = t->capinq ? 2 * t->capinq : 8;
+        jz__pending_ins *q = realloc(t->inq, cap * sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&t->mu);
+            jz__pending_ins_fini(&p);
+            return;
+        }
+        t->inq = q;
+        t->capinq = cap;
+    }
+    t->inq[t->ninq++] = p;
+    pthread_mutex_unlock(&t->mu);
+}
+
+static void s_receive(s_conn *c)
+{
+    for (;;) {
+        char err[256];
+        json_t *m = wire_recv(c->sock, NULL, 1, err, sizeof err);
+        if (!m) {
+            if (errno == EAGAIN)
+                return;
+            log_warn("jizhi", "trial %ld: malformed message dropped: %s", c->t->trial_id, err);
+            continue;
+        }
+        const char *type = wire_type(m);
+        if (!strcmp(type, "ok"))
+            s_on_reply(c, m, 1);
+        else if (!strcmp(type, "error"))
+            s_on_reply(c, m, 0);
+        else if (!strcmp(type, "instruction"))
+            s_on_instruction(c, m);
+        else
+            log_warn("jizhi", "trial %ld: unexpected message '%s' dropped", c->t->trial_id, type);
+        json_decref(m);
+    }
+}
+
+/* ---- outgoing ------------------------------------------------------------- */
+
+static void s_send_outbox(s_conn *c)
+{
+    jz_trial *t = c->t;
+    json_t *box = NULL;
+    pthread_mutex_lock(&t->mu);
+    if (json_array_size(t->outbox) > 0) {
+        box = t->outbox;
+        t->outbox = json_array();
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (!box)
+        return;
+    size_t i;
+    json_t *m;
+    json_array_foreach(box, i, m)
+    {
+        s_kind kind = !strcmp(wire_type(m), "checkpoint_done") ? R_CKPT : R_INS_ACK;
+        s_send_msg(c, json_incref(m), kind, 1);
+    }
+    json_decref(box);
+}
+
+static size_t s_write_long(char *p, long v)
+{
+    char tmp[24];
+    unsigned long u = v < 0 ? 0UL - (unsigned long)v : (unsigned long)v;
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t k = 0;
+    if (v < 0)
+        p[k++] = '-';
+    while (n)
+        p[k++] = tmp[--n];
+    return k;
+}
+
+/* Writes a metrics message for c->batch[0..n) into c->buf. 0 or -1. */
+static int s_write_batch(s_conn *c, size_t n, long req)
+{
+    jz_trial *t = c->t;
+    c->len = 0;
+    if (s_reserve(c, 256 + strlen(t->token_json)))
+        return -1;
+    c->len += (size_t)snprintf(c->buf, c->cap,
+                               "{\"type\":\"metrics\",\"trial\":%ld,\"token\":%s,\"req\":%ld,"
+                               "\"points\":[",
+                               t->trial_id, t->token_json, req);
+    for (size_t i = 0; i < n; i++) {
+        const jz__point *pt = &c->batch[i];
+        const char *name = t->names[pt->name / JZ__NAME_CHUNK] +
+                           (size_t)(pt->name % JZ__NAME_CHUNK) * JZ__NAME_LEN;
+        if (s_reserve(c, JZ__NAME_LEN + 64))
+            return -1;
+        char *p = c->buf + c->len;
+        *p++ = '[';
+        p += s_write_long(p, pt->step);
+        *p++ = ',';
+        *p++ = '"';
+        size_t nl = strlen(name);
+        memcpy(p, name, nl);
+        p += nl;
+        *p++ = '"';
+        *p++ = ',';
+        double v = pt->value;
+        if (isnan(v)) {
+            memcpy(p, "\"nan\"", 5);
+            p += 5;
+        } else if (isinf(v)) {
+            const char *s = v > 0 ? "\"inf\"" : "\"-inf\"";
+            memcpy(p, s, strlen(s));
+            p += strlen(s);
+        } else {
+            int k = snprintf(p, 32, "%.17g", v);
+            /* keep it a JSON real (as jansson writes them): "3" -> "3.0",
+               and "-0" would read back as the integer 0 */
+            if (!memchr(p, '.', (size_t)k) && !memchr(p, 'e', (size_t)k)) {
+                p[k++] = '.';
+                p[k++] = '0';
+            }
+            p += k;
+        }
+        *p++ = ']';
+        *p++ = ',';
+        c->len = (size_t)(p - c->buf);
+    }
+    if (s_reserve(c, 4))
+        return -1;
+    if (c->buf[c->len - 1] == ',')
+        c->len--;
+    memcpy(c->buf + c->len, "]}", 3);
+    c->len += 2;
+    return 0;
+}
+
+/* Sends the next batch when one is due. */
+static void s_maybe_batch(s_conn *c)
+{
+    jz_trial *t = c->t;
+    double now = wire_now();
+    size_t n = 0;
+    pthread_mutex_lock(&t->mu);
+    if (t->npend > 0 && (t->npend >= JZ__BATCH_TRIGGER || t->flushing || t->stop ||
+                         now - c->last_batch >= JZ__BATCH_EVERY)) {
+        n = t->npend < JZ__BATCH_MAX ? t->npend : JZ__BATCH_MAX;
+        if (n > c->capbatch) {
+            size_t cap = c->capbatch ? c->capbatch : 1024;
+            while (cap < n)
+                cap *= 2;
+            jz__point *b = realloc(c->batch, cap * sizeof *b);
+            if (b) {
+                c->batch = b;
+                c->capbatch = cap;
+            } else {
+                n = c->capbatch;
+            }
+        }
+        memcpy(c->batch, t->pend, n * sizeof *t->pend);
+        memmove(t->pend, t->pend + n, (t->npend - n) * sizeof *t->pend);
+        t->npend -= n;
+        t->woken = 0;
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (n == 0)
+        return;
+    long req = c->next_req++;
+    if (s_write_batch(c, n, req) != 0) {
+        log_error("jizhi", "trial %ld: out of memory writing a batch of %zu points",
+                  t->trial_id, n);
+        pthread_mutex_lock(&t->mu);
+        t->unacked_points -= (long)n;
+        t->failed = 1;
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        return;
+    }
+    char *body = malloc(c->len);
+    if (!body) {
+        /* keep the buffer as the body; a new one is allocated next time */
+        body = c->buf;
+        c->buf = NULL;
+        c->cap = 0;
+    } else {
+        memcpy(body, c->buf, c->len);
+    }
+    c->batch_inflight = 1;
+    c->last_batch = now;
+    s_track(c, R_METRICS, req, body, c->len, (long)n);
+}
+
+static void s_resend_due(s_conn *c)
+{
+    double now = wire_now();
+    for (size_t i = 0; i < c->nouts; i++) {
+        s_out *o = &c->outs[i];
+        if (now - o->sent_at < JZ__RESEND_AFTER)
+            continue;
+        if (s_send_raw(c, o->body, o->len) == 0) {
+            o->sent_at = now;
+            log_debug("jizhi", "trial %ld: resent %s req %ld", c->t->trial_id,
+                      s_kind_names[o->kind], o->req);
+        }
+    }
+}
+
+/* ---- the thread ----------------------------------------------------------- */
+
+static void *s_run(void *arg)
+{
+    jz_trial *t = arg;
+    s_conn c;
+    memset(&c, 0, sizeof c);
+    c.t = t;
+    c.next_req = 1;
+    c.sock = zmq_socket(t->zctx, ZMQ_DEALER);
+    if (!c.sock) {
+        log_error("jizhi", "trial %ld: cannot create a socket: %s", t->trial_id,
+                  zmq_strerror(errno));
+        return NULL;
+    }
+    wire_socket_setup(c.sock);
+    int one = 1, hb_ivl = 1000, hb_timeout = 5000;
+    /* queue only to live connections: nothing piles up while the controller
+       is away (unacknowledged messages are resent anyway) */
+    zmq_setsockopt(c.sock, ZMQ_IMMEDIATE, &one, sizeof one);
+    zmq_setsockopt(c.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(c.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    if (zmq_connect(c.sock, t->endpoint) != 0)
+        log_error("jizhi", "trial %ld: cannot connect to %s: %s", t->trial_id, t->endpoint,
+                  zmq_strerror(errno));
+    c.last_batch = wire_now();
+    s_send_msg(&c, json_pack("{s:s, s:i}", "type", "hello", "pid", (int)t->pid), R_HELLO, 1);
+
+    for (;;) {
+        zmq_pollitem_t items[2] = {{c.sock, 0, ZMQ_POLLIN, 0},
+                                   {NULL, t->wake_fd[0], ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, JZ__TICK_MS) < 0 && errno == ETERM)
+            break;
+        if (items[1].revents & ZMQ_POLLIN) {
+            char drain[64];
+            while (read(t->wake_fd[0], drain, sizeof drain) > 0) {
+            }
+        }
+        s_receive(&c);
+        pthread_mutex_lock(&t->mu);
+        int stop = t->stop;
+        jz__state state = t->state;
+        pthread_mutex_unlock(&t->mu);
+        if (stop)
+            break;
+        if (state == JZ__REFUSED)
+            continue;
+        s_send_outbox(&c);
+        if (state == JZ__CONNECTED && !c.batch_inflight)
+            s_maybe_batch(&c);
+        s_resend_due(&c);
+        if (state == JZ__CONNECTED && wire_now() - c.last_send >= JZ__HEARTBEAT_EVERY)
+            s_send_msg(&c, json_pack("{s:s}", "type", "heartbeat"), R_HELLO, 0);
+    }
+    zmq_close(c.sock);
+    for (size_t i = 0; i < c.nouts; i++)
+        free(c.outs[i].body);
+    free(c.outs);
+    free(c.seen);
+    free(c.batch);
+    free(c.buf);
+    return NULL;
+}
+
+int jz__conn_start(jz_trial *t)
+{
+    t->zctx = zmq_ctx_new();
+    if (!t->zctx)
+        return -1;
+    /* the thread takes no signals: they stay with the application */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&t->thread, NULL, s_run, t);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        zmq_ctx_term(t->zctx);
+        t->zctx = NULL;
+        return -1;
+    }
+    t->thread_started = 1;
+    return 0;
+}
+
+void jz__conn_stop(jz_trial *t)
+{
+    if (t->thread_started) {
+        pthread_mutex_lock(&t->mu);
+        t->stop = 1;
+        pthread_mutex_unlock(&t->mu);
+        jz__wake(t);
+        pthread_join(t->thread, NULL);
+        t->thread_started = 0;
+    }
+    if (t->zctx) {
+        zmq_ctx_term(t->zctx);
+        t->zctx = NULL;
+    }
+}
