@@ -274,49 +274,40 @@ static int s_export(const s_opts *o)
     } else {
         json_t *pk = s_key_union(trials, "params"), *mk = s_key_union(trials, "metrics");
         static const char *const fixed[] = {"number", "id", "state", "attempt", "value"};
-        for (size_t k = 0; k < 5; k++)
-            s_csv_field(f, fixed[k], 0);
-        size_t i, j;
-        json_t *t, *k;
-        char name[200];
-        json_array_foreach(pk, i, k) {
-            snprintf(name, sizeof name, "param_%s", json_string_value(k));
-            s_csv_field(f, name, 0);
+        size_t nfixed = sizeof fixed / sizeof fixed[0];
+        size_t ncols = nfixed + json_array_size(pk) + json_array_size(mk);
+        char cell[512];
+        for (size_t col = 0; col < ncols; col++) {
+            if (col < nfixed)
+                snprintf(cell, sizeof cell, "%s", fixed[col]);
+            else if (col < nfixed + json_array_size(pk))
+                snprintf(cell, sizeof cell, "param_%s", json_string_value(json_array_get(pk, col - nfixed)));
+            else
+                snprintf(cell, sizeof cell, "metric_%s",
+                         json_string_value(json_array_get(mk, col - nfixed - json_array_size(pk))));
+            s_csv_field(f, cell, col + 1 == ncols);
         }
-        json_array_foreach(mk, i, k) {
-            snprintf(name, sizeof name, "metric_%s", json_string_value(k));
-            s_csv_field(f, name, i + 1 == json_array_size(mk));
-        }
-        if (json_array_size(mk) == 0)
-            fputc('\n', f);
+        size_t j;
+        json_t *t;
         json_array_foreach(trials, j, t) {
-            char v[512];
-            for (size_t x = 0; x < 5; x++) {
-                json_t *fv = json_object_get(t, fixed[x]);
-                if (json_is_real(fv))
-                    snprintf(v, sizeof v, "%.17g", json_real_value(fv));
+            for (size_t col = 0; col < ncols; col++) {
+                json_t *v;
+                if (col < nfixed)
+                    v = json_object_get(t, fixed[col]);
+                else if (col < nfixed + json_array_size(pk))
+                    v = json_object_get(json_object_get(t, "params"),
+                                        json_string_value(json_array_get(pk, col - nfixed)));
                 else
-                    cli_format_value(fv, v, sizeof v);
-                s_csv_field(f, json_is_null(fv) ? "" : v, 0);
-            }
-            json_array_foreach(pk, i, k) {
-                json_t *pv = json_object_get(json_object_get(t, "params"), json_string_value(k));
-                if (json_is_real(pv))
-                    snprintf(v, sizeof v, "%.17g", json_real_value(pv));
+                    v = json_object_get(json_object_get(t, "metrics"),
+                                        json_string_value(json_array_get(mk, col - nfixed - json_array_size(pk))));
+                if (json_is_real(v))
+                    snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
+                else if (!v || json_is_null(v))
+                    cell[0] = 0;
                 else
-                    cli_format_value(pv, v, sizeof v);
-                s_csv_field(f, pv ? v : "", 0);
+                    cli_format_value(v, cell, sizeof cell);
+                s_csv_field(f, cell, col + 1 == ncols);
             }
-            json_array_foreach(mk, i, k) {
-                json_t *mv = json_object_get(json_object_get(t, "metrics"), json_string_value(k));
-                if (json_is_real(mv))
-                    snprintf(v, sizeof v, "%.17g", json_real_value(mv));
-                else
-                    cli_format_value(mv, v, sizeof v);
-                s_csv_field(f, mv && !json_is_null(mv) ? v : "", i + 1 == json_array_size(mk));
-            }
-            if (json_array_size(mk) == 0)
-                fputc('\n', f);
         }
         json_decref(pk);
         json_decref(mk);

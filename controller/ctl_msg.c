@@ -60,7 +60,6 @@ static void s_hello(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     json_object_set(r, "params", t->row.params);
     json_object_set_new(r, "study", json_string(t->study->row.name));
     json_object_set_new(r, "state", json_string(t->row.state));
-    json_object_set_new(r, "metric_req", json_integer(t->row.metric_req));
     ctl__send(c, from, r);
 }
 
@@ -74,7 +73,17 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         s_reply_error(c, from, req, "malformed", "field 'points': expected an array of at most 100000 [step, name, value]");
         return;
     }
-    if (req <= t->row.metric_req) { /* a resent batch that is already stored */
+    /* each helper instance (process) numbers its batches from its own
+       session; a batch resent after a lost reply or a controller restart
+       has the same session and req as the one stored */
+    const char *session = json_string_value(json_object_get(msg, "session"));
+    if (!session)
+        session = "";
+    if (strlen(session) >= sizeof t->row.metric_session) {
+        s_reply_error(c, from, req, "malformed", "field 'session': too long");
+        return;
+    }
+    if (!strcmp(session, t->row.metric_session) && req <= t->row.metric_req) {
         ctl__send(c, from, wire_ok(req));
         return;
     }
@@ -104,6 +113,7 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         return;
     }
     t->row.metric_req = req;
+    snprintf(t->row.metric_session, sizeof t->row.metric_session, "%s", session);
     if (ctl__trial_metrics(c, t, p, n, wire_now()) == 0)
         ctl__send(c, from, wire_ok(req));
     free(p);

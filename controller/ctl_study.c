@@ -281,6 +281,7 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
     t->row.last_value = t->row.best_value = NAN;
     t->row.last_step = -1;
     t->row.metric_req = 0;
+    t->row.metric_session[0] = 0;
     t->row.pid = 0;
     t->peer.len = 0;
     ctl__save_trial(c, t);

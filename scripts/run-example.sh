@@ -18,4 +18,4 @@ echo "jizhi run $spec --db $db"
 name=$(sed -n 's/.*"name": *"\([^"]*\)".*/\1/p' "$spec" | head -1)
 echo
 echo "all trials: $BUILD/bin/jizhi study export $name --db $db --format csv"
-"$BUILD/bin/jizhi" study export "$name" --db "$db" --format csv | column -s, -t | head -40
+"$BUILD/bin/jizhi" study export "$name" --db "$db" --format csv | head -40

@@ -27,7 +27,7 @@ static const char *const s_sql[Q_COUNT] = {
                      "best_value=?6, last_step=?7, metric_req=?8, dispatcher=?9, pid=?10, "
                      "exit_how=?11, exit_code=?12, reason=?13, out_path=?14, err_path=?15, "
                      "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
-                     "generation=?20, parent=?21 WHERE id=?1",
+                     "generation=?20, parent=?21, metric_session=?22 WHERE id=?1",
     [Q_TRIAL_INSERT] = "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
                        "parent, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [Q_PARAM_INSERT] = "INSERT OR REPLACE INTO params(trial_id, generation, parent, name, value) "
@@ -52,7 +52,7 @@ static const char *const s_migrations[] = {
     "  number INTEGER NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 0,"
     "  token TEXT NOT NULL, generation INTEGER NOT NULL DEFAULT 0, parent INTEGER,"
     "  value REAL, last_value REAL, best_value REAL, last_step INTEGER,"
-    "  metric_req INTEGER NOT NULL DEFAULT 0, dispatcher TEXT, pid INTEGER,"
+    "  metric_req INTEGER NOT NULL DEFAULT 0, metric_session TEXT, dispatcher TEXT, pid INTEGER,"
     "  exit_how TEXT, exit_code INTEGER, reason TEXT, out_path TEXT, err_path TEXT,"
     "  checkpoint TEXT, checkpoint_step INTEGER, created REAL, started REAL, ended REAL,"
     "  UNIQUE(study_id, number));"
@@ -458,6 +458,7 @@ int store_trial_save(store_t *s, const store_trial *t)
     sqlite3_bind_int64(st, 20, t->generation);
     if (t->parent >= 0)
         sqlite3_bind_int64(st, 21, t->parent);
+    s_bind_text_or_null(st, 22, t->metric_session);
     return s_run(st);
 }
 
@@ -470,7 +471,7 @@ int store_trial_set_params(store_t *s, long trial_id, long generation, long pare
 #define TRIAL_COLS                                                                               \
     "id, study_id, number, state, attempt, token, generation, parent, value, last_value, "      \
     "best_value, last_step, metric_req, dispatcher, pid, exit_how, exit_code, reason, out_path, " \
-    "err_path, checkpoint, checkpoint_step, created, started, ended"
+    "err_path, checkpoint, checkpoint_step, created, started, ended, metric_session"
 
 static json_t *s_params_of(store_t *s, long trial_id, long generation)
 {
@@ -517,6 +518,7 @@ static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->created = sqlite3_column_double(st, 22);
     t->started = sqlite3_column_double(st, 23);
     t->ended = sqlite3_column_double(st, 24);
+    s_col_text(st, 25, t->metric_session, sizeof t->metric_session);
     t->params = s_params_of(s, t->id, t->generation);
 }
 

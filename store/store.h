@@ -37,7 +37,8 @@ typedef struct {
     double last_value;  /* last reported objective this attempt, NaN when none */
     double best_value;  /* best reported objective this attempt, NaN when none */
     long last_step;     /* last step reported this attempt, -1 when none */
-    long metric_req;    /* highest persisted metrics batch (dedup), this attempt */
+    long metric_req;    /* highest persisted metrics batch of metric_session (dedup) */
+    char metric_session[40]; /* helper session that sent metric_req, "" when none */
     char dispatcher[64];/* where it runs or ran, "" when never started */
     long pid;           /* on its dispatcher, 0 when none */
     char exit_how[16];  /* exited, signaled, timeout, killed, start_failed, lost, "" */
