@@ -1,0 +1,949 @@
+/*  test_disp.c - the dispatcher against a fake controller.
+
+    Each test binds a ZeroMQ ROUTER on an ipc:// endpoint in a fresh temp
+    directory (the fake controller, driven from the test's own thread with
+    wire_recv/wire_send) and runs disp_run in a pthread. Real processes are
+    started. Waits have generous upper bounds; nothing asserts on time.
+*/
+#define _GNU_SOURCE
+#include "jz_test.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "dispatcher/disp.h"
+#include "dispatcher/disp_int.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+/* ---- fake controller ---------------------------------------------------- */
+
+enum { HB_OK, HB_UNKNOWN_ONCE, HB_SILENT };
+
+typedef struct {
+    void *ctx, *router;
+    char dir[128];       /* temp dir */
+    char endpoint[256];  /* ipc://<dir>/ctl */
+    wire_peer peer;      /* the dispatcher, once heard */
+    int hb_mode;         /* how heartbeats are answered */
+    int reg_silent;      /* do not answer register */
+    int drop_exited;     /* exited acks still to drop */
+    const char *exited_error; /* answer exited with this error code */
+    int nregister;       /* registers seen */
+    int nheartbeat;      /* heartbeats seen */
+} fake_ctl;
+
+typedef struct {
+    disp_t *d;
+    pthread_t th;
+    volatile int stop;
+    volatile int done;
+    int rc;
+} disp_thread;
+
+static void fc_reply(fake_ctl *fc, json_t *m)
+{
+    wire_send(fc->router, &fc->peer, m, 0);
+}
+
+/* Receives one message (up to timeout_s), answering as a controller
+   would. Returns it (caller owns) or NULL. */
+static json_t *fc_recv(fake_ctl *fc, double timeout_s)
+{
+    zmq_pollitem_t it = {fc->router, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, (long)(timeout_s * 1000)) <= 0)
+        return NULL;
+    char err[256];
+    wire_peer from;
+    json_t *m = wire_recv(fc->router, &from, 1, err, sizeof err);
+    if (!m)
+        return NULL;
+    fc->peer = from;
+    const char *type = wire_type(m);
+    json_int_t req = json_integer_value(json_object_get(m, "req"));
+    if (!strcmp(type, "register")) {
+        fc->nregister++;
+        if (!fc->reg_silent)
+            fc_reply(fc, wire_ok(req));
+    } else if (!strcmp(type, "heartbeat")) {
+        fc->nheartbeat++;
+        if (fc->hb_mode == HB_OK) {
+            fc_reply(fc, wire_ok(req));
+        } else if (fc->hb_mode == HB_UNKNOWN_ONCE) {
+            fc_reply(fc, wire_error(req, "unknown_dispatcher", "who are you"));
+            fc->hb_mode = HB_OK;
+        }
+    } else if (!strcmp(type, "started")) {
+        fc_reply(fc, wire_ok(req));
+    } else if (!strcmp(type, "exited")) {
+        if (fc->drop_exited > 0)
+            fc->drop_exited--;
+        else if (fc->exited_error)
+            fc_reply(fc, wire_error(req, fc->exited_error, "refused"));
+        else
+            fc_reply(fc, wire_ok(req));
+    }
+    return m;
+}
+
+/* Waits for a message of `type` (about `trial`, unless < 0), answering
+   everything else. Caller owns the result; NULL on timeout. */
+static json_t *fc_wait(fake_ctl *fc, const char *type, long trial, double timeout_s)
+{
+    double until = wire_now() + timeout_s;
+    for (;;) {
+        double left = until - wire_now();
+        if (left <= 0)
+            return NULL;
+        json_t *m = fc_recv(fc, left);
+        if (!m)
+            continue;
+        if (!strcmp(wire_type(m), type) &&
+            (trial < 0 || json_integer_value(json_object_get(m, "trial")) == trial))
+            return m;
+        json_decref(m);
+    }
+}
+
+/* Sends to the dispatcher (takes ownership). */
+static void fc_send(fake_ctl *fc, json_t *m)
+{
+    REQUIRE(fc->peer.len > 0);
+    wire_send(fc->router, &fc->peer, m, 0);
+}
+
+static void *s_disp_main(void *arg)
+{
+    disp_thread *t = arg;
+    t->rc = disp_run(t->d, &t->stop);
+    t->done = 1;
+    return NULL;
+}
+
+static disp_config s_cfg(fake_ctl *fc, char *logs, size_t n)
+{
+    snprintf(logs, n, "%s/logs", fc->dir);
+    disp_config c = {0};
+    c.controller = fc->endpoint;
+    c.name = "test-disp";
+    c.slots = 4;
+    c.gpus = "none";
+    c.log_dir = logs;
+    c.kill_grace_s = 0.5;
+    return c;
+}
+
+/* Binds the fake controller in a new temp dir. */
+static int fc_open(fake_ctl *fc)
+{
+    memset(fc, 0, sizeof *fc);
+    snprintf(fc->dir, sizeof fc->dir, "/tmp/jzdisp-XXXXXX");
+    if (!mkdtemp(fc->dir))
+        return -1;
+    snprintf(fc->endpoint, sizeof fc->endpoint, "ipc://%s/ctl", fc->dir);
+    fc->ctx = zmq_ctx_new();
+    fc->router = zmq_socket(fc->ctx, ZMQ_ROUTER);
+    wire_socket_setup(fc->router);
+    return zmq_bind(fc->router, fc->endpoint);
+}
+
+/* Starts the dispatcher thread and waits for its registration. */
+static int dt_start(disp_thread *t, fake_ctl *fc, const disp_config *cfg, int kill_on_stop)
+{
+    memset(t, 0, sizeof *t);
+    t->d = disp_new(cfg);
+    if (!t->d)
+        return -1;
+    disp_set_kill_on_stop(t->d, kill_on_stop);
+    if (pthread_create(&t->th, NULL, s_disp_main, t) != 0)
+        return -1;
+    json_t *r = fc_wait(fc, "register", -1, 10);
+    if (!r)
+        return -1;
+    json_decref(r);
+    return 0;
+}
+
+/* Stops the dispatcher, answering it meanwhile; collects what it sends
+   into `seen` (when not NULL). */
+static void dt_stop(disp_thread *t, fake_ctl *fc, json_t *seen)
+{
+    t->stop = 1;
+    while (!t->done) {
+        json_t *m = fc_recv(fc, 0.05);
+        if (m && seen)
+            json_array_append(seen, m);
+        json_decref(m);
+    }
+    pthread_join(t->th, NULL);
+    CHECK(t->rc == 0);
+    disp_destroy(&t->d);
+    CHECK(t->d == NULL);
+}
+
+static int s_rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static void fc_close(fake_ctl *fc)
+{
+    zmq_close(fc->router);
+    zmq_ctx_term(fc->ctx);
+    nftw(fc->dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static json_t *s_start_msg(long trial, long attempt, json_t *argv)
+{
+    return json_pack("{s:s, s:I, s:I, s:s, s:o, s:{}, s:f, s:i}", "type", "start", "trial",
+                     (json_int_t)trial, "attempt", (json_int_t)attempt, "study", "s1", "argv",
+                     argv, "env", "timeout_s", 0.0, "gpus", 0);
+}
+
+static char *s_read(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = (len + 4096 + 1) * 2;
+            buf = realloc(buf, cap);
+        }
+        size_t r = fread(buf + len, 1, cap - len - 1, f);
+        if (r == 0)
+            break;
+        len += r;
+    }
+    fclose(f);
+    buf[len] = 0;
+    return buf;
+}
+
+/* Reads a file once it has content (up to timeout_s). */
+static char *s_read_wait(const char *path, double timeout_s)
+{
+    double until = wire_now() + timeout_s;
+    for (;;) {
+        char *s = s_read(path);
+        if ((s && s[0]) || wire_now() > until)
+            return s;
+        free(s);
+        usleep(20000);
+    }
+}
+
+static const char *s_str(const json_t *m, const char *key)
+{
+    const char *s = json_string_value(json_object_get(m, key));
+    return s ? s : "(none)";
+}
+
+static long s_int(const json_t *m, const char *key)
+{
+    json_t *v = json_object_get(m, key);
+    return json_is_integer(v) ? (long)json_integer_value(v) : -999;
+}
+
+/* A process that is gone, or a zombie nobody reaped yet (it is dead). */
+static int s_proc_dead(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    char *s = s_read(path);
+    if (!s)
+        return 1;
+    char *p = strrchr(s, ')');
+    int dead = p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+    free(s);
+    return dead;
+}
+
+static int s_wait_dead(pid_t pid, double timeout_s)
+{
+    double until = wire_now() + timeout_s;
+    while (!s_proc_dead(pid)) {
+        if (wire_now() > until)
+            return 0;
+        usleep(20000);
+    }
+    return 1;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+TEST(unit_parsers)
+{
+    int *g, n;
+    char err[256];
+    CHECK(disp__gpu_parse("0,1, 3", &g, &n, err, sizeof err) == 0);
+    CHECK(n == 3 && g[0] == 0 && g[1] == 1 && g[2] == 3);
+    free(g);
+    CHECK(disp__gpu_parse("none", &g, &n, err, sizeof err) == 0 && n == 0);
+    CHECK(disp__gpu_parse("0,0", &g, &n, err, sizeof err) == -1);
+    CHECK(disp__gpu_parse("a", &g, &n, err, sizeof err) == -1);
+    CHECK(disp__gpu_parse("1,", &g, &n, err, sizeof err) == -1);
+    CHECK(disp__gpu_parse("-1", &g, &n, err, sizeof err) == -1);
+    CHECK(strstr(err, "gpus") != NULL);
+
+    const char *cases[][2] = {{"a/b", "a_b"}, {"..", "_.."}, {"", "_"}, {"x y", "x y"},
+                              {".h", "_.h"}, {"a\nb", "a_b"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *s = disp__path_component(cases[i][0]);
+        CHECK_STR(s, cases[i][1]);
+        free(s);
+    }
+}
+
+TEST(register_and_heartbeat)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.slots = 3;
+    cfg.gpus = "2,0";
+    disp_thread t;
+    memset(&t, 0, sizeof t);
+    t.d = disp_new(&cfg);
+    REQUIRE(t.d);
+    REQUIRE(pthread_create(&t.th, NULL, s_disp_main, &t) == 0);
+
+    json_t *r = fc_wait(&fc, "register", -1, 10);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK_STR(s_str(r, "name"), "test-disp");
+        CHECK(s_int(r, "slots") == 3);
+        CHECK(json_is_integer(json_object_get(r, "req")));
+        json_t *g = json_object_get(r, "gpus");
+        CHECK(json_array_size(g) == 2 && json_integer_value(json_array_get(g, 0)) == 2 &&
+              json_integer_value(json_array_get(g, 1)) == 0);
+        CHECK(json_is_array(json_object_get(r, "running")));
+        CHECK(json_array_size(json_object_get(r, "running")) == 0);
+    }
+    json_decref(r);
+    for (int i = 0; i < 2; i++) {
+        json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+        CHECK(h != NULL);
+        if (h) {
+            CHECK_STR(s_str(h, "name"), "test-disp");
+            CHECK(json_is_array(json_object_get(h, "running")));
+            CHECK(json_is_integer(json_object_get(h, "req")));
+        }
+        json_decref(h);
+    }
+    /* unknown_dispatcher -> register again (with running trials listed) */
+    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s]", "sleep", "30")));
+    json_t *st = fc_wait(&fc, "started", 1, 10);
+    CHECK(st != NULL);
+    fc.hb_mode = HB_UNKNOWN_ONCE;
+    int before = fc.nregister;
+    r = fc_wait(&fc, "register", -1, 10);
+    CHECK(r != NULL && fc.nregister == before + 1);
+    if (r && st) {
+        json_t *run = json_object_get(r, "running");
+        CHECK(json_array_size(run) == 1);
+        json_t *e = json_array_get(run, 0);
+        CHECK(s_int(e, "trial") == 1 && s_int(e, "attempt") == 0);
+        CHECK(s_int(e, "pid") == s_int(st, "pid"));
+    }
+    json_decref(r);
+    json_decref(st);
+    /* and heartbeats go on after the new registration */
+    json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+    CHECK(h != NULL);
+    json_decref(h);
+    json_t *seen = json_array();
+    dt_stop(&t, &fc, seen);
+    /* stopping killed the trial and reported it */
+    int killed = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(seen, i, m) if (!strcmp(wire_type(m), "exited") &&
+                                       s_int(m, "trial") == 1)
+    {
+        killed = !strcmp(s_str(m, "how"), "killed");
+        CHECK(strstr(s_str(m, "message"), "dispatcher stopping") != NULL);
+    }
+    CHECK(killed);
+    json_decref(seen);
+    fc_close(&fc);
+}
+
+TEST(reregister_after_silence)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.heartbeat_s = 0.2;
+    cfg.silence_s = 0.6;
+    cfg.resend_s = 0.3;
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    fc.hb_mode = HB_SILENT;
+    int before = fc.nregister;
+    json_t *r = fc_wait(&fc, "register", -1, 10);
+    CHECK(r != NULL && fc.nregister == before + 1);
+    CHECK(fc.nheartbeat >= 1);
+    json_decref(r);
+    /* registering: register resent until answered */
+    fc.reg_silent = 1;
+    fc.hb_mode = HB_SILENT;
+    r = fc_wait(&fc, "register", -1, 10);
+    json_decref(r);
+    r = fc_wait(&fc, "register", -1, 10);
+    CHECK(r != NULL);
+    json_decref(r);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+TEST(gpu_detection)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256], smi[256];
+    snprintf(smi, sizeof smi, "%s/fake-smi", fc.dir);
+    FILE *f = fopen(smi, "w");
+    REQUIRE(f);
+    fprintf(f, "#!/bin/sh\n[ \"$1\" = --query-gpu=index ] || exit 1\nprintf '0\\n1\\n3\\n'\n");
+    fclose(f);
+    chmod(smi, 0755);
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.gpus = NULL;
+    cfg.nvidia_smi = smi;
+    disp_thread t;
+    memset(&t, 0, sizeof t);
+    t.d = disp_new(&cfg);
+    REQUIRE(t.d);
+    REQUIRE(pthread_create(&t.th, NULL, s_disp_main, &t) == 0);
+    json_t *r = fc_wait(&fc, "register", -1, 10);
+    CHECK(r != NULL);
+    json_t *g = json_object_get(r, "gpus");
+    CHECK(json_array_size(g) == 3 && json_integer_value(json_array_get(g, 2)) == 3);
+    json_decref(r);
+    dt_stop(&t, &fc, NULL);
+
+    /* no nvidia-smi: no GPUs, no error */
+    cfg.nvidia_smi = "/nonexistent/nvidia-smi";
+    disp_t *d = disp_new(&cfg);
+    CHECK(d != NULL);
+    disp_destroy(&d);
+    /* bad explicit list: refused */
+    cfg.gpus = "0,x";
+    CHECK(disp_new(&cfg) == NULL);
+    cfg.gpus = "none";
+    cfg.controller = NULL;
+    CHECK(disp_new(&cfg) == NULL);
+    disp_destroy(NULL);
+    fc_close(&fc);
+}
+
+TEST(run_and_logs)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    fc_send(&fc, s_start_msg(1, 0,
+                             json_pack("[s,s,s]", "/bin/sh", "-c",
+                                       "echo hi; echo err >&2; exit 3")));
+    json_t *st = fc_wait(&fc, "started", 1, 10);
+    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    REQUIRE(st && ex);
+    CHECK(s_int(st, "attempt") == 0 && s_int(st, "pid") > 0);
+    CHECK_STR(s_str(st, "name"), "test-disp");
+    char out[512], errp[512];
+    snprintf(out, sizeof out, "%s/s1/trial-1.0.out", logs);
+    snprintf(errp, sizeof errp, "%s/s1/trial-1.0.err", logs);
+    CHECK_STR(s_str(st, "stdout"), out);
+    CHECK_STR(s_str(st, "stderr"), errp);
+    CHECK(json_array_size(json_object_get(st, "gpus")) == 0);
+    CHECK_STR(s_str(ex, "how"), "exited");
+    CHECK(s_int(ex, "code") == 3 && s_int(ex, "signal") == 0);
+    CHECK(s_int(ex, "req") != s_int(st, "req"));
+    CHECK_STR(s_str(ex, "message"), "exit code 3");
+    CHECK(json_is_number(json_object_get(ex, "elapsed_s")));
+    char *o = s_read(out), *e = s_read(errp);
+    CHECK_STR(o, "hi\n");
+    CHECK_STR(e, "err\n");
+    free(o);
+    free(e);
+    json_decref(st);
+    json_decref(ex);
+
+    /* argv is used unchanged: no shell, no expansion, no splitting */
+    fc_send(&fc, s_start_msg(2, 0,
+                             json_pack("[s,s,s,s,s,s,s]", "printf", "[%s]\\n", "a b", "$HOME",
+                                       "*", "", "'q' \"r\"")));
+    ex = fc_wait(&fc, "exited", 2, 10);
+    REQUIRE(ex);
+    CHECK(s_int(ex, "code") == 0);
+    snprintf(out, sizeof out, "%s/s1/trial-2.0.out", logs);
+    o = s_read(out);
+    CHECK_STR(o, "[a b]\n[$HOME]\n[*]\n[]\n['q' \"r\"]\n");
+    free(o);
+    json_decref(ex);
+
+    /* killed by a signal of its own */
+    fc_send(&fc, s_start_msg(3, 1, json_pack("[s,s,s]", "/bin/sh", "-c", "kill -9 $$")));
+    ex = fc_wait(&fc, "exited", 3, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "signaled");
+    CHECK(s_int(ex, "signal") == 9 && s_int(ex, "code") == -1 && s_int(ex, "attempt") == 1);
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+/* Finds "KEY=..." as a whole line in env output; returns the value. */
+static const char *s_env_line(const char *text, const char *key, char *buf, size_t n)
+{
+    size_t k = strlen(key);
+    for (const char *p = text; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        if (len > k && !strncmp(p, key, k) && p[k] == '=') {
+            snprintf(buf, n, "%.*s", (int)(len - k - 1), p + k + 1);
+            return buf;
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    return NULL;
+}
+
+TEST(environment)
+{
+    setenv("JIZHI_TOKEN", "leaked-from-parent", 1); /* before the thread exists */
+    setenv("JZ_TEST_INHERITED", "yes", 1);
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    json_t *m = json_pack("{s:s, s:I, s:I, s:s, s:[s], s:{s:s, s:s, s:s}, s:i}", "type",
+                          "start", "trial", (json_int_t)5, "attempt", (json_int_t)2, "study",
+                          "a/b", "argv", "env", "env", "FOO", "bar baz", "JIZHI_TOKEN", "tok",
+                          "JIZHI_PARAMS", "{\"lr\":0.1}", "gpus", 0);
+    fc_send(&fc, m);
+    json_t *ex = fc_wait(&fc, "exited", 5, 10);
+    REQUIRE(ex);
+    CHECK(s_int(ex, "code") == 0);
+    char out[512], v[1024];
+    snprintf(out, sizeof out, "%s/a_b/trial-5.2.out", logs);
+    CHECK_STR(s_str(ex, "stdout"), out);
+    char *o = s_read(out);
+    REQUIRE(o);
+    CHECK_STR(s_env_line(o, "JIZHI_TRIAL", v, sizeof v), "5");
+    CHECK_STR(s_env_line(o, "JIZHI_ATTEMPT", v, sizeof v), "2");
+    CHECK_STR(s_env_line(o, "JIZHI_STUDY", v, sizeof v), "a/b");
+    CHECK_STR(s_env_line(o, "JIZHI_TOKEN", v, sizeof v), "tok");
+    CHECK_STR(s_env_line(o, "JIZHI_PARAMS", v, sizeof v), "{\"lr\":0.1}");
+    CHECK_STR(s_env_line(o, "JIZHI_ENDPOINT", v, sizeof v), fc.endpoint);
+    CHECK_STR(s_env_line(o, "JIZHI_DISPATCHER", v, sizeof v), "test-disp");
+    CHECK_STR(s_env_line(o, "FOO", v, sizeof v), "bar baz");
+    CHECK_STR(s_env_line(o, "CUDA_VISIBLE_DEVICES", v, sizeof v), "");
+    CHECK_STR(s_env_line(o, "JZ_TEST_INHERITED", v, sizeof v), "yes");
+    const char *ck = s_env_line(o, "JIZHI_CHECKPOINT_DIR", v, sizeof v);
+    struct stat sb;
+    CHECK(ck && stat(ck, &sb) == 0 && S_ISDIR(sb.st_mode));
+    free(o);
+    json_decref(ex);
+
+    /* inherited JIZHI_* values never leak into a trial */
+    fc_send(&fc, s_start_msg(6, 0, json_pack("[s]", "env")));
+    ex = fc_wait(&fc, "exited", 6, 10);
+    REQUIRE(ex);
+    o = s_read(s_str(ex, "stdout"));
+    CHECK(o && s_env_line(o, "JIZHI_TOKEN", v, sizeof v) == NULL);
+    CHECK(o && s_env_line(o, "JIZHI_PARAMS", v, sizeof v) == NULL);
+    free(o);
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+    unsetenv("JIZHI_TOKEN");
+    unsetenv("JZ_TEST_INHERITED");
+}
+
+TEST(start_failed)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s]", "jizhi-trainx", "--x")));
+    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "start_failed");
+    CHECK_STR(s_str(ex, "message"), "execvp jizhi-trainx: No such file or directory");
+    CHECK(s_int(ex, "code") == 127);
+    char *e = s_read(s_str(ex, "stderr"));
+    CHECK(e && strstr(e, "execvp jizhi-trainx: No such file or directory"));
+    free(e);
+    json_decref(ex);
+
+    /* a file that is not executable */
+    char path[256];
+    snprintf(path, sizeof path, "%s/notexec", fc.dir);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fclose(f);
+    fc_send(&fc, s_start_msg(2, 0, json_pack("[s]", path)));
+    ex = fc_wait(&fc, "exited", 2, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "start_failed");
+    CHECK(strstr(s_str(ex, "message"), "Permission denied") != NULL);
+    json_decref(ex);
+    /* neither got a `started` */
+    json_t *seen = json_array();
+    dt_stop(&t, &fc, seen);
+    size_t i;
+    json_t *m;
+    json_array_foreach(seen, i, m) CHECK(strcmp(wire_type(m), "started") != 0);
+    json_decref(seen);
+    fc_close(&fc);
+}
+
+TEST(timeouts)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256], pidfile[256], cmd[512];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    /* a child that runs into its timeout, with a grandchild */
+    snprintf(pidfile, sizeof pidfile, "%s/gc.pid", fc.dir);
+    snprintf(cmd, sizeof cmd, "sleep 30 & echo $! > %s; wait", pidfile);
+    json_t *m = s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", cmd));
+    json_object_set_new(m, "timeout_s", json_real(0.5));
+    fc_send(&fc, m);
+    json_t *ex = fc_wait(&fc, "exited", 1, 15);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "timeout");
+    CHECK(s_int(ex, "signal") == SIGTERM);
+    CHECK(strstr(s_str(ex, "message"), "timed out after 0.5 s") != NULL);
+    char *p = s_read(pidfile);
+    REQUIRE(p);
+    pid_t gc = (pid_t)atoi(p);
+    free(p);
+    CHECK(gc > 0 && s_wait_dead(gc, 5));
+    json_decref(ex);
+
+    /* one that ignores SIGTERM gets SIGKILL after the grace period */
+    m = s_start_msg(2, 0, json_pack("[s,s,s]", "/bin/sh", "-c", "trap '' TERM; sleep 30"));
+    json_object_set_new(m, "timeout_s", json_real(0.3));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 2, 15);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "timeout");
+    CHECK(s_int(ex, "signal") == SIGKILL);
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+TEST(kill_request)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    fc_send(&fc, s_start_msg(4, 1, json_pack("[s,s]", "sleep", "30")));
+    json_t *st = fc_wait(&fc, "started", 4, 10);
+    REQUIRE(st);
+    pid_t pid = (pid_t)s_int(st, "pid");
+    json_decref(st);
+    /* a kill for another attempt or trial changes nothing */
+    fc_send(&fc, json_pack("{s:s, s:I, s:I}", "type", "kill", "trial", (json_int_t)4,
+                           "attempt", (json_int_t)0));
+    fc_send(&fc, json_pack("{s:s, s:I}", "type", "kill", "trial", (json_int_t)99));
+    fc_send(&fc, json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial", (json_int_t)4,
+                           "attempt", (json_int_t)1, "reason", "user asked"));
+    json_t *ex = fc_wait(&fc, "exited", 4, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "killed");
+    CHECK(s_int(ex, "signal") == SIGTERM && s_int(ex, "attempt") == 1);
+    CHECK(strstr(s_str(ex, "message"), "user asked") != NULL);
+    CHECK(s_wait_dead(pid, 5));
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+TEST(resend_until_acked)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.resend_s = 0.5;
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    fc.drop_exited = 1;
+    fc_send(&fc, s_start_msg(1, 0, json_pack("[s]", "true")));
+    json_t *a = fc_wait(&fc, "exited", 1, 10); /* not acked */
+    json_t *b = fc_wait(&fc, "exited", 1, 10); /* resent, acked */
+    REQUIRE(a && b);
+    CHECK(s_int(a, "req") == s_int(b, "req"));
+    CHECK(json_equal(a, b));
+    json_decref(a);
+    json_decref(b);
+    /* a report refused with a permanent error is dropped */
+    fc.exited_error = "unknown_trial";
+    fc_send(&fc, s_start_msg(2, 0, json_pack("[s]", "true")));
+    a = fc_wait(&fc, "exited", 2, 10);
+    CHECK(a != NULL);
+    json_decref(a);
+    /* neither is sent again (several resend periods) */
+    json_t *c = fc_wait(&fc, "exited", -1, 1.6);
+    CHECK(c == NULL);
+    json_decref(c);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+TEST(malformed_messages)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    /* starts with valid ids but a bad field: refused with start_failed */
+    const char *bad[] = {
+        "{}",
+        "{\"argv\": []}",
+        "{\"argv\": \"/bin/true\"}",
+        "{\"argv\": [1]}",
+        "{\"argv\": [\"true\", 2]}",
+        "{\"argv\": [\"\"]}",
+        "{\"argv\": [\"true\"], \"env\": \"x\"}",
+        "{\"argv\": [\"true\"], \"env\": {\"A\": 1}}",
+        "{\"argv\": [\"true\"], \"env\": {\"A=B\": \"x\"}}",
+        "{\"argv\": [\"true\"], \"env\": {\"\": \"x\"}}",
+        "{\"argv\": [\"true\"], \"timeout_s\": \"abc\"}",
+        "{\"argv\": [\"true\"], \"timeout_s\": -1}",
+        "{\"argv\": [\"true\"], \"timeout_s\": \"nan\"}",
+        "{\"argv\": [\"true\"], \"gpus\": -1}",
+        "{\"argv\": [\"true\"], \"gpus\": 1.5}",
+        "{\"argv\": [\"true\"], \"gpus\": \"2\"}",
+        "{\"argv\": [\"true\"], \"study\": 5}",
+        "{\"argv\": [\"true\"], \"study\": \"\"}",
+        "{\"argv\": [\"true\"], \"log_dir\": 3}",
+        "{\"argv\": [\"true\"], \"req\": \"x\"}",
+    };
+    int n = (int)(sizeof bad / sizeof *bad);
+    for (int i = 0; i < n; i++) {
+        json_error_t je;
+        json_t *m = json_loads(bad[i], 0, &je);
+        REQUIRE(m);
+        json_object_set_new(m, "type", json_string("start"));
+        json_object_set_new(m, "trial", json_integer(100 + i));
+        json_object_set_new(m, "attempt", json_integer(0));
+        if (!json_object_get(m, "study"))
+            json_object_set_new(m, "study", json_string("s1"));
+        fc_send(&fc, m);
+    }
+    /* bad ids: only a log line */
+    fc_send(&fc, json_pack("{s:s}", "type", "start"));
+    fc_send(&fc, json_pack("{s:s, s:s, s:i, s:s, s:[s]}", "type", "start", "trial", "7",
+                           "attempt", 0, "study", "s", "argv", "true"));
+    fc_send(&fc, json_pack("{s:s, s:i, s:i, s:s, s:[s]}", "type", "start", "trial", 7,
+                           "attempt", -1, "study", "s", "argv", "true"));
+    fc_send(&fc, json_pack("{s:s}", "type", "kill"));
+    fc_send(&fc, json_pack("{s:s, s:s}", "type", "kill", "trial", "x"));
+    fc_send(&fc, json_pack("{s:s, s:i, s:i}", "type", "kill", "trial", 1, "reason", 3));
+    fc_send(&fc, json_pack("{s:s}", "type", "bogus"));
+    fc_send(&fc, json_pack("{s:s}", "type", "ok"));
+    fc_send(&fc, json_pack("{s:s, s:i}", "type", "ok", "req", 12345));
+    fc_send(&fc, json_pack("{s:s, s:i, s:i}", "type", "error", "req", 1, "code", 2));
+    /* frames that are not a message at all */
+    const char *raw[] = {"not json", "[1,2]", "{\"no\":\"type\"}", "{\"type\":3}", ""};
+    for (size_t i = 0; i < sizeof raw / sizeof *raw; i++) {
+        zmq_send(fc.router, fc.peer.id, fc.peer.len, ZMQ_SNDMORE);
+        zmq_send(fc.router, "", 0, ZMQ_SNDMORE);
+        zmq_send(fc.router, raw[i], strlen(raw[i]), 0);
+    }
+    zmq_send(fc.router, fc.peer.id, fc.peer.len, ZMQ_SNDMORE); /* no delimiter */
+    zmq_send(fc.router, "{\"type\":\"kill\"}", 15, 0);
+    zmq_send(fc.router, fc.peer.id, fc.peer.len, ZMQ_SNDMORE); /* too many frames */
+    for (int i = 0; i < 4; i++)
+        zmq_send(fc.router, "", 0, i < 3 ? ZMQ_SNDMORE : 0);
+
+    int got = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *ex = fc_wait(&fc, "exited", 100 + i, 10);
+        CHECK(ex != NULL);
+        if (!ex)
+            continue;
+        got++;
+        CHECK_STR(s_str(ex, "how"), "start_failed");
+        if (strncmp(s_str(ex, "message"), "malformed start: field '", 24) != 0)
+            printf("FAIL: case %d: message \"%s\"\n", i, s_str(ex, "message"));
+        CHECK(!strncmp(s_str(ex, "message"), "malformed start: field '", 24));
+        json_decref(ex);
+    }
+    CHECK(got == n);
+    /* still alive and working */
+    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", "exit 0")));
+    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    CHECK(ex && s_int(ex, "code") == 0);
+    json_decref(ex);
+    json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+    CHECK(h != NULL);
+    json_decref(h);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+TEST(slots_and_gpus)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.slots = 2;
+    cfg.gpus = "0,1";
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    const char *show = "echo \"$CUDA_VISIBLE_DEVICES\"; exec sleep 30";
+    for (long id = 1; id <= 2; id++) {
+        json_t *m = s_start_msg(id, 0, json_pack("[s,s,s]", "/bin/sh", "-c", show));
+        json_object_set_new(m, "gpus", json_integer(1));
+        fc_send(&fc, m);
+        json_t *st = fc_wait(&fc, "started", id, 10);
+        REQUIRE(st);
+        char *o = s_read_wait(s_str(st, "stdout"), 5);
+        CHECK_STR(o, id == 1 ? "0\n" : "1\n");
+        json_t *g = json_object_get(st, "gpus");
+        CHECK(json_array_size(g) == 1 && json_integer_value(json_array_get(g, 0)) == id - 1);
+        free(o);
+        json_decref(st);
+    }
+    /* both slots taken */
+    fc_send(&fc, s_start_msg(3, 0, json_pack("[s]", "true")));
+    json_t *ex = fc_wait(&fc, "exited", 3, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "start_failed");
+    CHECK(strstr(s_str(ex, "message"), "no free slot") != NULL);
+    json_decref(ex);
+    /* a start repeated while it runs is ignored (no start_failed) */
+    json_t *m = s_start_msg(2, 0, json_pack("[s]", "true"));
+    json_object_set_new(m, "gpus", json_integer(1));
+    fc_send(&fc, m);
+
+    /* free one: its slot and GPU come back */
+    fc_send(&fc, json_pack("{s:s, s:I, s:I}", "type", "kill", "trial", (json_int_t)1,
+                           "attempt", (json_int_t)0));
+    ex = fc_wait(&fc, "exited", 1, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "killed");
+    json_decref(ex);
+    m = s_start_msg(4, 0, json_pack("[s,s,s]", "/bin/sh", "-c", show));
+    json_object_set_new(m, "gpus", json_integer(2));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 4, 10);
+    REQUIRE(ex);
+    CHECK(strstr(s_str(ex, "message"), "no free GPU (needs 2, 1 free)") != NULL);
+    json_decref(ex);
+    m = s_start_msg(5, 0, json_pack("[s,s,s]", "/bin/sh", "-c", show));
+    json_object_set_new(m, "gpus", json_integer(3));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 5, 10);
+    REQUIRE(ex);
+    CHECK(strstr(s_str(ex, "message"), "needs 3 GPUs, this dispatcher has 2") != NULL);
+    json_decref(ex);
+    m = s_start_msg(6, 0, json_pack("[s,s,s]", "/bin/sh", "-c", show));
+    json_object_set_new(m, "gpus", json_integer(1));
+    fc_send(&fc, m);
+    json_t *st = fc_wait(&fc, "started", 6, 10);
+    REQUIRE(st);
+    char *o = s_read_wait(s_str(st, "stdout"), 5);
+    CHECK_STR(o, "0\n");
+    free(o);
+    json_decref(st);
+
+    json_t *seen = json_array();
+    dt_stop(&t, &fc, seen);
+    /* the repeated start of trial 2 never produced a report of its own */
+    size_t i;
+    json_array_foreach(seen, i, m)
+    {
+        if (!strcmp(wire_type(m), "exited") && s_int(m, "trial") == 2)
+            CHECK_STR(s_str(m, "how"), "killed");
+        CHECK(strcmp(wire_type(m), "started") != 0);
+    }
+    json_decref(seen);
+    fc_close(&fc);
+}
+
+TEST(stop_without_kill)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 0) == 0);
+    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s]", "sleep", "30")));
+    json_t *st = fc_wait(&fc, "started", 1, 10);
+    REQUIRE(st);
+    pid_t pid = (pid_t)s_int(st, "pid");
+    json_decref(st);
+    dt_stop(&t, &fc, NULL);
+    /* the trial outlives the dispatcher (and its thread) */
+    usleep(100000);
+    CHECK(!s_proc_dead(pid));
+    kill(pid, SIGKILL);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    fc_close(&fc);
+}
+
+int main(void)
+{
+    if (!getenv("JIZHI_LOG"))
+        log_set_level(LOG_ERROR);
+    signal(SIGPIPE, SIG_IGN);
+    RUN(unit_parsers);
+    RUN(register_and_heartbeat);
+    RUN(reregister_after_silence);
+    RUN(gpu_detection);
+    RUN(run_and_logs);
+    RUN(environment);
+    RUN(start_failed);
+    RUN(timeouts);
+    RUN(kill_request);
+    RUN(resend_until_acked);
+    RUN(malformed_messages);
+    RUN(slots_and_gpus);
+    RUN(stop_without_kill);
+    TEST_DONE();
+}
