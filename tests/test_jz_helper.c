@@ -230,6 +230,10 @@ static void fake_stop(fake *f)
 
 static void fake_instruct(fake *f, json_t *ins)
 {
+    if (!ins) {
+        fprintf(stderr, "fake_instruct: json_pack failed\n");
+        abort();
+    }
     pthread_mutex_lock(&f->mu);
     json_object_set_new(ins, "type", json_string("instruction"));
     json_array_append_new(f->push, ins);
@@ -751,9 +755,9 @@ static int serve(const char *endpoint, long want, const char *params)
         if (hello && !pushed) {
             pushed = 1;
             fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name",
-                                       "lr", 0.5));
+                                       "lr", "value", 0.5));
             fake_instruct(f, json_pack("{s:i, s:s, s:s, s:s}", "id", 2, "kind", "set", "name",
-                                       "optimizer", "lamb"));
+                                       "optimizer", "value", "lamb"));
             fake_instruct(f, json_pack("{s:i, s:s}", "id", 3, "kind", "checkpoint"));
         }
     }

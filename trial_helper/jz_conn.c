@@ -50,6 +50,7 @@ typedef struct {
     jz_trial *t;
     void *sock;
     long next_req;
+    char session[24]; /* random id of this helper instance (metrics dedup) */
     s_out *outs; /* outstanding requests */
     size_t nouts, capouts;
     int batch_inflight;
@@ -353,7 +354,9 @@ static void s_on_instruction(s_conn *c, json_t *m)
             snprintf(p.ins.str, sizeof p.ins.str, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         } else if (json_is_real(v)) {
             p.ins.value = json_real_value(v);
-            jz__fmt_double(p.ins.str, sizeof p.ins.str, p.ins.value);
+            int k = jz__fmt_double(p.ins.str, sizeof p.ins.str - 2, p.ins.value);
+            if (isfinite(p.ins.value) && !strpbrk(p.ins.str, ".e"))
+                memcpy(p.ins.str + k, ".0", 3); /* a real reads as one: "1.0", not "1" */
         } else if (json_is_string(v) && json_string_length(v) < sizeof p.ins.str) {
             snprintf(p.ins.str, sizeof p.ins.str, "%s", json_string_value(v));
         } else {
@@ -468,8 +471,8 @@ static int s_write_batch(s_conn *c, size_t n, long req)
         return -1;
     c->len += (size_t)snprintf(c->buf, c->cap,
                                "{\"type\":\"metrics\",\"trial\":%ld,\"token\":%s,\"req\":%ld,"
-                               "\"points\":[",
-                               t->trial_id, t->token_json, req);
+                               "\"session\":\"%s\",\"points\":[",
+                               t->trial_id, t->token_json, req, c->session);
     for (size_t i = 0; i < n; i++) {
         const jz__point *pt = &c->batch[i];
         const char *name = t->names[pt->name / JZ__NAME_CHUNK] +
@@ -589,6 +592,24 @@ static void s_resend_due(s_conn *c)
 
 /* ---- the thread ----------------------------------------------------------- */
 
+/* A random hex id: the controller dedups resent batches per (session, req),
+   so two helper instances of one trial (e.g. successive `jizhi report`
+   processes) never shadow each other. */
+static void s_session_id(char *out, size_t size)
+{
+    unsigned char raw[8] = {0};
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(raw, 1, sizeof raw, f) != sizeof raw) {
+        unsigned long long x = (unsigned long long)getpid() * 0x9E3779B97F4A7C15ULL ^
+                               (unsigned long long)(wire_wall() * 1e9);
+        memcpy(raw, &x, sizeof raw);
+    }
+    if (f)
+        fclose(f);
+    for (size_t i = 0; i < sizeof raw && 2 * i + 2 < size; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
 static void *s_run(void *arg)
 {
     jz_trial *t = arg;
@@ -596,6 +617,7 @@ static void *s_run(void *arg)
     memset(&c, 0, sizeof c);
     c.t = t;
     c.next_req = 1;
+    s_session_id(c.session, sizeof c.session);
     c.sock = zmq_socket(t->zctx, ZMQ_DEALER);
     if (!c.sock) {
         log_error("jizhi", "trial %ld: cannot create a socket: %s", t->trial_id,
