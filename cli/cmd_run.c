@@ -9,6 +9,7 @@
 #include "../common/wire.h"
 #include "../controller/ctl.h"
 #include "../dispatcher/disp.h"
+#include "../schedulers/sched.h"
 
 #include <getopt.h>
 #include <libgen.h>
@@ -232,6 +233,12 @@ int cmd_run(int argc, char **argv)
         cli_error("%s: %s", argv[optind], spec_strerror(&serr, buf, sizeof buf));
         return CLI_FAIL;
     }
+    char err[512];
+    if (sched_check(spec, err, sizeof err) != 0) {
+        cli_error("%s: %s", argv[optind], err);
+        spec_destroy(&spec);
+        return CLI_FAIL;
+    }
     json_t *spec_json = json_incref(spec->json);
     char name[128];
     snprintf(name, sizeof name, "%s", spec->name);
@@ -247,7 +254,7 @@ int cmd_run(int argc, char **argv)
         json_decref(spec_json);
         return CLI_FAIL;
     }
-    char bind[128], err[512], logroot[1024];
+    char bind[128], logroot[1024];
     snprintf(bind, sizeof bind, "ipc://%s/ctl.sock", rundir);
     if (!logdir) {
         char tmp[1024];

@@ -7,6 +7,7 @@
 
 #include "../common/spec.h"
 #include "../common/wire.h"
+#include "../schedulers/sched.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -97,6 +98,11 @@ static int s_submit(const s_opts *o)
         return CLI_FAIL;
     }
     char buf[512];
+    if (sched_check(spec, buf, sizeof buf) != 0) {
+        cli_error("%s: %s", o->args[0], buf);
+        spec_destroy(&spec);
+        return CLI_FAIL;
+    }
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
     if (!ep) {
         cli_error("no controller known for %s: start `jizhi controller`, or pass --controller", o->db);

@@ -248,12 +248,6 @@ static int s_kv(const char *arg, json_t *values)
 
 static int s_control(const s_opts *o, const char *sub, long id)
 {
-    char buf[512];
-    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
-    if (!ep) {
-        cli_error("no controller known for %s: is the study running? (--controller ENDPOINT)", o->db);
-        return CLI_FAIL;
-    }
     char type[32];
     snprintf(type, sizeof type, "trial_%s", sub);
     json_t *msg = json_pack("{s:s, s:I, s:b}", "type", type, "trial", (json_int_t)id, "wait",
@@ -279,6 +273,13 @@ static int s_control(const s_opts *o, const char *sub, long id)
         cli_error("trial %s: expected one ID", sub);
         json_decref(msg);
         return CLI_USAGE;
+    }
+    char buf[512];
+    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
+    if (!ep) {
+        cli_error("no controller known for %s: is the study running? (--controller ENDPOINT)", o->db);
+        json_decref(msg);
+        return CLI_FAIL;
     }
     json_t *r = cli_request(ep, msg, (int)(o->timeout * 1000));
     if (!r)

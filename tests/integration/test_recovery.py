@@ -1,0 +1,96 @@
+"""Daemons: kill -9 of the controller in the middle of a study loses no
+acknowledged metric and the restarted controller finishes the study; a
+trial with a wrong token is refused."""
+import os
+import signal
+import time
+
+from conftest import PROGS, base_spec
+
+
+def start_controller(jz, ep, lost="20"):
+    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--lost-timeout", lost)
+    jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the controller's endpoint file")
+    return ctl
+
+
+def stop(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except Exception:
+            p.kill()
+
+
+def test_kill9_controller_then_restart_finishes_with_every_acked_metric(jz):
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ack_log = os.path.join(jz.dir, "acked.log")
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    ctl2 = None
+    try:
+        spec = base_spec("recover", ["python3", os.path.join(PROGS, "acked_reporter.py")],
+                         trials=4, parallel=2, env={"ACK_LOG": ack_log, "STEPS": "40"})
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+
+        def acked():
+            if not os.path.exists(ack_log):
+                return []
+            with open(ack_log) as f:
+                return [tuple(map(int, line.split())) for line in f if line.strip()]
+
+        jz.wait_for(lambda: len(acked()) >= 15, 60, "some acknowledged metrics")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(timeout=10)
+        before = len(acked())
+        time.sleep(1.0)  # trials keep running and queue reports meanwhile
+        ctl2 = start_controller(jz, ep)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
+                    "the study to finish after the restart")
+        points = acked()
+        assert len(points) >= before
+        stored = set(jz.sql("SELECT trial_id, step FROM metrics WHERE name='score'"))
+        missing = [p for p in points if p not in stored]
+        assert not missing, f"acknowledged but lost: {missing[:10]}"
+        rows = jz.sql("SELECT state, value FROM trials")
+        assert len(rows) == 4 and all(s == "completed" for s, _ in rows), rows
+        # no point stored twice despite resends
+        dups = jz.sql("SELECT COUNT(*) FROM (SELECT trial_id, attempt, step FROM metrics "
+                      "WHERE name='score' GROUP BY trial_id, attempt, step HAVING COUNT(*) > 1)")
+        assert dups[0][0] == 0
+    finally:
+        stop(*(p for p in (ctl, ctl2, disp) if p))
+
+
+def test_wrong_token_is_refused(jz):
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    try:
+        spec = base_spec("tokens", ["sleep", "20"], trials=1, parallel=1)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "running", 30,
+                    "the trial to run")
+        (tid, token), = jz.sql("SELECT id, token FROM trials")
+        env = dict(jz.env, JIZHI_ENDPOINT=ep, JIZHI_TRIAL=str(tid), JIZHI_TOKEN="0" * 32,
+                   JIZHI_STUDY="tokens", JIZHI_CLOSE_TIMEOUT_MS="2000")
+        import subprocess
+        from conftest import JIZHI
+        p = subprocess.run([JIZHI, "report", "score=1"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 1, p.stderr
+        assert jz.sql("SELECT COUNT(*) FROM metrics")[0][0] == 0
+        # the right token is accepted
+        env["JIZHI_TOKEN"] = token
+        p = subprocess.run([JIZHI, "report", "score=2"], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert jz.sql("SELECT value FROM metrics WHERE name='score'") == [(2.0,)]
+        jz.run("trial", "stop", str(tid), check=0)
+    finally:
+        stop(ctl, disp)
