@@ -115,6 +115,12 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(INTERNAL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(INTERNAL_LIBS) $(ALL_LDFLAGS) $(LIBS)
 
+# Benchmark drivers (bench/*.c), built by `make bench` only.
+BENCH_PROGS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBJIZHI_A) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIBJIZHI_A) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
+
 # ---- top-level commands ----------------------------------------------------
 deps:
 	@scripts/install-deps.sh
@@ -135,7 +141,7 @@ valgrind: all
 	@for t in $(UNIT_TESTS); do valgrind -q --error-exitcode=3 --leak-check=full $$t || exit 1; done
 
 bench: deps
-	@$(MAKE) --no-print-directory all $(BENCHES)
+	@$(MAKE) --no-print-directory all $(BENCH_PROGS) $(BENCHES)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) scripts/bench-all.sh
 
 format:
