@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int s_fail(spec_error *err, const char *field, const char *fmt, ...)
@@ -183,10 +184,17 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
     return 0;
 }
 
+/* An executable regular file (a directory passes access(X_OK) too). */
+static int s_executable(const char *path)
+{
+    struct stat st;
+    return access(path, X_OK) == 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static int s_command_found(const char *cmd)
 {
     if (strchr(cmd, '/'))
-        return access(cmd, X_OK) == 0;
+        return s_executable(cmd);
     const char *path = getenv("PATH");
     if (!path)
         path = "/usr/bin:/bin";
@@ -195,7 +203,7 @@ static int s_command_found(const char *cmd)
         const char *end = strchr(path, ':');
         size_t len = end ? (size_t)(end - path) : strlen(path);
         snprintf(buf, sizeof buf, "%.*s/%s", (int)len, len ? path : ".", cmd);
-        if (access(buf, X_OK) == 0)
+        if (s_executable(buf))
             return 1;
         if (!end)
             break;
