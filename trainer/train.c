@@ -394,7 +394,7 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
         t->backend->sync_to_host(t->backend->self, t->net);
     double ls = 0;
     long ok = 0;
-    const int chunk = 1000;
+    const int chunk = 256; /* bounds the im2col workspace of a CNN */
     for (int i = 0; i < d->n; i += chunk) {
         int m = d->n - i < chunk ? d->n - i : chunk;
         int c = 0;

@@ -1,0 +1,362 @@
+/*  test_trn_grad.c - every layer's backward against central finite
+    differences, in double precision (the _d kernels are the same source as
+    the float kernels the trainer runs, see trainer/kernels_impl.h).
+    Loss = sum(out .* r) for a fixed random r, so d loss/d out = r.
+    Tolerance: 1e-6 relative (or absolute) with step h = 1e-5.
+    Plus a whole-graph check in float (MLP and residual CNN with BN):
+    directional derivatives within 2% with h = 1e-3. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "jz_test.h"
+#include "trainer/trn.h"
+
+#define H 1e-5
+#define TOL 1e-6
+
+static trn_rng g_rng;
+
+static double *s_rand(long n)
+{
+    double *v = malloc((size_t)n * sizeof(double));
+    for (long i = 0; i < n; i++)
+        v[i] = 2 * trn_rng_uniform(&g_rng) - 1;
+    return v;
+}
+
+static double s_dot(const double *a, const double *b, long n)
+{
+    double s = 0;
+    for (long i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* ---- linear ---- */
+typedef struct {
+    double *x, *w, *b, *y, *r;
+    int n, k, m;
+} lin_ctx;
+
+static double lin_loss(lin_ctx *c)
+{
+    trn_linear_fwd_d(c->x, c->w, c->b, c->y, c->n, c->k, c->m);
+    return s_dot(c->y, c->r, (long)c->n * c->m);
+}
+
+static void check_fd(double *v, long n, const double *analytic, double (*f)(void *), void *ctx,
+                     const char *what)
+{
+    int bad = 0;
+    for (long i = 0; i < n; i++) {
+        double o = v[i];
+        v[i] = o + H;
+        double a = f(ctx);
+        v[i] = o - H;
+        double b = f(ctx);
+        v[i] = o;
+        double fd = (a - b) / (2 * H);
+        double d = fabs(fd - analytic[i]);
+        if (d > TOL && d > TOL * fabs(fd)) {
+            if (bad++ < 3)
+                JZT_FAIL("%s[%ld]: analytic %.12g, finite difference %.12g", what, i,
+                         analytic[i], fd);
+        }
+    }
+}
+
+TEST(linear_grad)
+{
+    lin_ctx c = {.n = 3, .k = 5, .m = 4};
+    c.x = s_rand(15);
+    c.w = s_rand(20);
+    c.b = s_rand(4);
+    c.y = s_rand(12);
+    c.r = s_rand(12);
+    double *dx = calloc(15, 8), *dw = calloc(20, 8), *db = calloc(4, 8);
+    trn_linear_bwd_d(c.x, c.w, c.r, dx, dw, db, 3, 5, 4, 0.0);
+    double (*f)(void *) = (double (*)(void *))lin_loss;
+    check_fd(c.x, 15, dx, f, &c, "dx");
+    check_fd(c.w, 20, dw, f, &c, "dw");
+    check_fd(c.b, 4, db, f, &c, "db");
+    /* beta = 1 accumulates */
+    double *dw2 = malloc(20 * 8), *db2 = malloc(4 * 8);
+    memcpy(dw2, dw, 20 * 8);
+    memcpy(db2, db, 4 * 8);
+    trn_linear_bwd_d(c.x, c.w, c.r, NULL, dw2, db2, 3, 5, 4, 1.0);
+    for (int i = 0; i < 20; i++)
+        CHECK_NEAR(dw2[i], 2 * dw[i], 1e-12);
+    for (int i = 0; i < 4; i++)
+        CHECK_NEAR(db2[i], 2 * db[i], 1e-12);
+    free(c.x), free(c.w), free(c.b), free(c.y), free(c.r), free(dx), free(dw), free(db);
+    free(dw2), free(db2);
+}
+
+/* ---- relu ---- */
+typedef struct {
+    double *x, *y, *r;
+    long n;
+} relu_ctx;
+
+static double relu_loss(relu_ctx *c)
+{
+    trn_relu_fwd_d(c->x, c->y, c->n);
+    return s_dot(c->y, c->r, c->n);
+}
+
+TEST(relu_grad)
+{
+    relu_ctx c = {.n = 20};
+    c.x = s_rand(20);
+    for (int i = 0; i < 20; i++) /* keep away from the kink */
+        if (fabs(c.x[i]) < 0.05)
+            c.x[i] = 0.3;
+    c.y = s_rand(20);
+    c.r = s_rand(20);
+    double *dx = calloc(20, 8);
+    relu_loss(&c);
+    trn_relu_bwd_d(c.y, c.r, dx, 20, 0.0);
+    check_fd(c.x, 20, dx, (double (*)(void *))relu_loss, &c, "dx");
+    free(c.x), free(c.y), free(c.r), free(dx);
+}
+
+/* ---- conv ---- */
+typedef struct {
+    double *x, *w, *y, *r, *cols;
+    int c, n, h, wd, co, k, s, p;
+} conv_ctx;
+
+static long conv_ysize(const conv_ctx *c)
+{
+    return (long)c->co * c->n * trn_conv_out(c->h, c->k, c->s, c->p) *
+           trn_conv_out(c->wd, c->k, c->s, c->p);
+}
+
+static double conv_loss(conv_ctx *c)
+{
+    trn_conv_fwd_d(c->x, c->w, c->y, c->cols, c->c, c->n, c->h, c->wd, c->co, c->k, c->s, c->p);
+    return s_dot(c->y, c->r, conv_ysize(c));
+}
+
+static void conv_case(int k, int s, int p)
+{
+    conv_ctx c = {.c = 2, .n = 2, .h = 5, .wd = 6, .co = 3, .k = k, .s = s, .p = p};
+    long nx = (long)c.c * c.n * c.h * c.wd, nw = (long)c.co * c.c * k * k;
+    long ny = conv_ysize(&c);
+    c.x = s_rand(nx);
+    c.w = s_rand(nw);
+    c.y = s_rand(ny);
+    c.r = s_rand(ny);
+    c.cols = malloc((size_t)c.c * k * k * ny / c.co * sizeof(double) + 64);
+    double *dx = s_rand(nx), *dw = calloc((size_t)nw, 8), *dx0 = malloc((size_t)nx * 8);
+    memcpy(dx0, dx, (size_t)nx * 8);
+    /* dxbeta = 1: the gradient is added to what dx held */
+    trn_conv_bwd_d(c.x, c.w, c.r, dx, dw, c.cols, c.c, c.n, c.h, c.wd, c.co, k, s, p, 0.0, 1.0);
+    for (long i = 0; i < nx; i++)
+        dx[i] -= dx0[i];
+    check_fd(c.x, nx, dx, (double (*)(void *))conv_loss, &c, "dx");
+    check_fd(c.w, nw, dw, (double (*)(void *))conv_loss, &c, "dw");
+    free(c.x), free(c.w), free(c.y), free(c.r), free(c.cols), free(dx), free(dw), free(dx0);
+}
+
+TEST(conv3x3_grad)
+{
+    conv_case(3, 1, 1);
+}
+
+TEST(conv3x3_stride2_grad)
+{
+    conv_case(3, 2, 1);
+}
+
+TEST(conv1x1_grad)
+{
+    conv_case(1, 1, 0);
+}
+
+/* ---- batch norm (training mode) ---- */
+typedef struct {
+    double *x, *g, *b, *y, *r, *mean, *invstd;
+    int c;
+    long s;
+} bn_ctx;
+
+static double bn_loss(bn_ctx *c)
+{
+    trn_bn_fwd_train_d(c->x, c->g, c->b, c->y, c->mean, c->invstd, c->c, c->s, 1e-5);
+    return s_dot(c->y, c->r, c->c * c->s);
+}
+
+TEST(batchnorm_grad)
+{
+    bn_ctx c = {.c = 3, .s = 7};
+    long n = c.c * c.s;
+    c.x = s_rand(n);
+    c.g = s_rand(3);
+    c.b = s_rand(3);
+    c.y = s_rand(n);
+    c.r = s_rand(n);
+    c.mean = calloc(3, 8);
+    c.invstd = calloc(3, 8);
+    double *dx = calloc((size_t)n, 8), *dg = calloc(3, 8), *db = calloc(3, 8);
+    bn_loss(&c);
+    trn_bn_bwd_d(c.x, c.g, c.mean, c.invstd, c.r, dx, dg, db, c.c, c.s, 0.0, 0.0);
+    double (*f)(void *) = (double (*)(void *))bn_loss;
+    check_fd(c.x, n, dx, f, &c, "dx");
+    check_fd(c.g, 3, dg, f, &c, "dgamma");
+    check_fd(c.b, 3, db, f, &c, "dbeta");
+    /* eval mode with running stats equal to the batch stats gives the same output */
+    double *rv = malloc(3 * 8), *y2 = malloc((size_t)n * 8);
+    for (int i = 0; i < 3; i++)
+        rv[i] = 1.0 / (c.invstd[i] * c.invstd[i]) - 1e-5;
+    bn_loss(&c);
+    trn_bn_fwd_eval_d(c.x, c.g, c.b, y2, c.mean, rv, c.c, c.s, 1e-5);
+    for (long i = 0; i < n; i++)
+        CHECK_NEAR(y2[i], c.y[i], 1e-9);
+    free(c.x), free(c.g), free(c.b), free(c.y), free(c.r), free(c.mean), free(c.invstd);
+    free(dx), free(dg), free(db), free(rv), free(y2);
+}
+
+/* ---- global average pooling ---- */
+typedef struct {
+    double *x, *y, *r;
+    int c, n, hw;
+} gap_ctx;
+
+static double gap_loss(gap_ctx *c)
+{
+    trn_gap_fwd_d(c->x, c->y, c->c, c->n, c->hw);
+    return s_dot(c->y, c->r, (long)c->c * c->n);
+}
+
+TEST(gap_grad)
+{
+    gap_ctx c = {.c = 3, .n = 2, .hw = 5};
+    c.x = s_rand(30);
+    c.y = s_rand(6);
+    c.r = s_rand(6);
+    double *dx = calloc(30, 8);
+    trn_gap_bwd_d(c.r, dx, 3, 2, 5, 0.0);
+    check_fd(c.x, 30, dx, (double (*)(void *))gap_loss, &c, "dx");
+    free(c.x), free(c.y), free(c.r), free(dx);
+}
+
+/* ---- softmax cross-entropy with label smoothing ---- */
+typedef struct {
+    double *z;
+    uint8_t lab[4];
+    double smooth;
+} ce_ctx;
+
+static double ce_loss(ce_ctx *c)
+{
+    return trn_softmax_ce_d(c->z, c->lab, NULL, 4, 5, c->smooth, 0, NULL);
+}
+
+TEST(softmax_ce_grad)
+{
+    for (int sm = 0; sm < 2; sm++) {
+        ce_ctx c = {.lab = {0, 3, 4, 1}, .smooth = sm ? 0.1 : 0.0};
+        c.z = s_rand(20);
+        for (int i = 0; i < 20; i++)
+            c.z[i] *= 3;
+        double *dz = calloc(20, 8);
+        int ok;
+        trn_softmax_ce_d(c.z, c.lab, dz, 4, 5, c.smooth, 1.0 / 4, &ok);
+        check_fd(c.z, 20, dz, (double (*)(void *))ce_loss, &c, "dlogits");
+        free(c.z), free(dz);
+    }
+    /* value: uniform logits give log(k) whatever the smoothing */
+    double z[5] = {0};
+    uint8_t l = 2;
+    CHECK_NEAR(trn_softmax_ce_d(z, &l, NULL, 1, 5, 0.1, 0, NULL), log(5.0), 1e-12);
+}
+
+/* ---- whole graph in float: wiring, residual accumulation, BN ---- */
+static void net_case(const char *model, const char *channels)
+{
+    char err[TRN_ERRLEN];
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    snprintf(cfg.model, sizeof cfg.model, "%s", model);
+    snprintf(cfg.hidden, sizeof cfg.hidden, "7,6");
+    snprintf(cfg.channels, sizeof cfg.channels, "%s", channels);
+    cfg.blocks = 1;
+    trn_net *n = trn_net_new(&cfg, 1, 6, 6, 4, err);
+    REQUIRE(n);
+    trn_rng r;
+    trn_rng_seed(&r, 7);
+    trn_net_init(n, &r);
+    /* the zero-initialised residual BN gamma would hide its branch */
+    for (int i = 0; i < trn_net_nparams(n); i++) {
+        trn_param *p = trn_net_param(n, i);
+        for (long j = 0; j < p->n; j++)
+            p->w[j] += (float)(0.2 * trn_rng_normal(&r));
+    }
+    trn_net_sync_weights(n);
+    int nb = 5;
+    float x[5 * 36];
+    uint8_t y[5] = {0, 1, 2, 3, 1};
+    for (int i = 0; i < 5 * 36; i++)
+        x[i] = (float)trn_rng_normal(&r);
+    trn_net_zero_grad(n);
+    trn_net_forward_backward(n, x, y, nb, 1, 0.0, 1.0 / nb, NULL, NULL);
+    /* a random direction over every param */
+    int np = trn_net_nparams(n);
+    float **dir = calloc((size_t)np, sizeof *dir), **w0 = calloc((size_t)np, sizeof *w0);
+    double analytic = 0;
+    for (int i = 0; i < np; i++) {
+        trn_param *p = trn_net_param(n, i);
+        dir[i] = malloc((size_t)p->n * sizeof(float));
+        w0[i] = malloc((size_t)p->n * sizeof(float));
+        memcpy(w0[i], p->w, (size_t)p->n * sizeof(float));
+        for (long j = 0; j < p->n; j++) {
+            dir[i][j] = (float)trn_rng_normal(&r);
+            analytic += (double)dir[i][j] * p->g[j];
+        }
+    }
+    const double h = 1e-3;
+    double lv[2];
+    for (int side = 0; side < 2; side++) {
+        for (int i = 0; i < np; i++) {
+            trn_param *p = trn_net_param(n, i);
+            for (long j = 0; j < p->n; j++)
+                p->w[j] = (float)(w0[i][j] + (side ? -h : h) * dir[i][j]);
+        }
+        trn_net_sync_weights(n);
+        trn_net_zero_grad(n);
+        lv[side] = trn_net_forward_backward(n, x, y, nb, 1, 0.0, 1.0 / nb, NULL, NULL);
+    }
+    double fd = (lv[0] - lv[1]) / (2 * h);
+    CHECK_NEAR(analytic, fd, 2e-2);
+    for (int i = 0; i < np; i++)
+        free(dir[i]), free(w0[i]);
+    free(dir), free(w0);
+    trn_net_destroy(&n);
+}
+
+TEST(mlp_graph_grad)
+{
+    net_case("mlp", "2");
+}
+
+TEST(cnn_graph_grad)
+{
+    net_case("cnn", "2,3");
+}
+
+int main(void)
+{
+    trn_rng_seed(&g_rng, 42);
+    RUN(linear_grad);
+    RUN(relu_grad);
+    RUN(conv3x3_grad);
+    RUN(conv3x3_stride2_grad);
+    RUN(conv1x1_grad);
+    RUN(batchnorm_grad);
+    RUN(gap_grad);
+    RUN(softmax_ce_grad);
+    RUN(mlp_graph_grad);
+    RUN(cnn_graph_grad);
+    TEST_DONE();
+}
