@@ -429,7 +429,7 @@ TEST(batching_in_order_with_resend_dedup)
     const long n = 50000;
     for (long i = 0; i < n; i++)
         CHECK(jz_report(t, i, s_metric_names[i % 3], (double)i * 0.5) == 0);
-    CHECK(jz_flush(t, 10000) == 0);
+    CHECK(jz_flush(t, 30000) == 0);
     pthread_mutex_lock(&f->mu);
     CHECK(f->npoints == (size_t)n);
     CHECK(f->dup_batches >= 1);
@@ -451,7 +451,7 @@ TEST(large_volume_batches_capped)
     env_trial(f, NULL);
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
-    const long n = 400000;
+    const long n = 250000;
     double t0 = wire_now();
     for (long i = 0; i < n; i++)
         if (jz_report(t, i, "loss", 1.0 / (double)(i + 1)) != 0) {
@@ -459,14 +459,14 @@ TEST(large_volume_batches_capped)
             break;
         }
     double t1 = wire_now();
-    CHECK(jz_flush(t, 15000) == 0);
+    CHECK(jz_flush(t, 60000) == 0);
     double t2 = wire_now();
     printf("  info: %ld reports: queued at %.2g/s, acknowledged at %.3g points/s\n", n,
            n / (t1 - t0), n / (t2 - t0));
     pthread_mutex_lock(&f->mu);
     CHECK(f->npoints == (size_t)n);
     CHECK(f->max_batch <= 100000);
-    CHECK(f->batches >= 4);
+    CHECK(f->batches >= 3);
     int ok = 1;
     for (size_t i = 0; ok && i < f->npoints; i++)
         ok = f->points[i].step == (long)i && f->points[i].value == 1.0 / (double)(i + 1);
@@ -558,7 +558,7 @@ TEST(instructions_delivered_once_params_updated_acked)
             JZT_FAIL("instruction %ld delivered again", ins.id);
         sleep_ms(5);
     }
-    CHECK(jz_flush(t, 5000) == 0);
+    CHECK(jz_flush(t, 30000) == 0);
     pthread_mutex_lock(&f->mu);
     for (long id = 1; id <= 8; id++) {
         json_t *a = find_ack(f, id);
@@ -592,7 +592,7 @@ TEST(flush_semantics)
     pthread_mutex_lock(&f->mu);
     f->silent = 0;
     pthread_mutex_unlock(&f->mu);
-    CHECK(jz_flush(t, 5000) == 0); /* the batch is resent and acknowledged */
+    CHECK(jz_flush(t, 30000) == 0); /* the batch is resent and acknowledged */
     pthread_mutex_lock(&f->mu);
     CHECK(f->npoints == 100);
     pthread_mutex_unlock(&f->mu);
@@ -614,7 +614,7 @@ TEST(checkpoint_done_sent)
     CHECK(stat(ck, &st) == 0 && S_ISDIR(st.st_mode));
     CHECK(jz_checkpoint_done(t, 42, "/ck/trial7/step42") == 0);
     CHECK(jz_checkpoint_done(t, 1, NULL) == -1);
-    CHECK(jz_flush(t, 5000) == 0);
+    CHECK(jz_flush(t, 30000) == 0);
     pthread_mutex_lock(&f->mu);
     CHECK(json_array_size(f->checkpoints) == 1);
     json_t *c = json_array_get(f->checkpoints, 0);
@@ -636,7 +636,7 @@ TEST(non_finite_values)
     const size_t n = sizeof v / sizeof v[0];
     for (size_t i = 0; i < n; i++)
         CHECK(jz_report(t, (long)i - 2, "m", v[i]) == 0);
-    CHECK(jz_flush(t, 5000) == 0);
+    CHECK(jz_flush(t, 30000) == 0);
     pthread_mutex_lock(&f->mu);
     REQUIRE(f->npoints == n);
     CHECK(f->bad_points == 0);
@@ -717,11 +717,58 @@ TEST(controller_starts_late)
         jz_report(t, i, "loss", i);
     sleep_ms(100);
     fake *f = fake_start_at(ep);
-    CHECK(jz_flush(t, 5000) == 0);
+    CHECK(jz_flush(t, 30000) == 0);
     pthread_mutex_lock(&f->mu);
     CHECK(f->hellos >= 1);
     CHECK(f->npoints == 10);
     pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(controller_restart_resend_dedup)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    for (int i = 0; i < 1000; i++)
+        jz_report(t, i, "loss", i);
+    CHECK(jz_flush(t, 30000) == 0);
+    /* the next batch is persisted but the controller dies before answering */
+    pthread_mutex_lock(&f->mu);
+    f->drop_replies = 1;
+    pthread_mutex_unlock(&f->mu);
+    for (int i = 1000; i < 2000; i++)
+        jz_report(t, i, "loss", i);
+    CHECK(jz_flush(t, 300) == -1);
+    char ep[300];
+    snprintf(ep, sizeof ep, "%s", f->endpoint);
+    pthread_mutex_lock(&f->mu);
+    size_t n1 = f->npoints;
+    long highest = f->highest_req;
+    fpoint *p1 = malloc(n1 * sizeof *p1);
+    memcpy(p1, f->points, n1 * sizeof *p1);
+    pthread_mutex_unlock(&f->mu);
+    fake_stop(f);
+    for (int i = 2000; i < 3000; i++)
+        jz_report(t, i, "loss", i);
+    /* a new controller on the same endpoint, with the persisted highest req */
+    f = fake_start_at(ep);
+    pthread_mutex_lock(&f->mu);
+    f->highest_req = highest;
+    pthread_mutex_unlock(&f->mu);
+    CHECK(jz_flush(t, 30000) == 0);
+    pthread_mutex_lock(&f->mu);
+    CHECK(n1 == 2000);
+    CHECK(f->dup_batches >= 1); /* the resent batch was not stored twice */
+    CHECK(n1 + f->npoints == 3000);
+    int ok = n1 + f->npoints == 3000;
+    for (size_t i = 0; ok && i < 3000; i++)
+        ok = (i < n1 ? p1[i].step : f->points[i - n1].step) == (long)i;
+    CHECK(ok);
+    pthread_mutex_unlock(&f->mu);
+    free(p1);
     jz_close(&t);
     fake_stop(f);
 }
@@ -819,6 +866,7 @@ int main(int argc, char **argv)
     RUN(wrong_token_refused);
     RUN(queue_bounded_without_controller);
     RUN(controller_starts_late);
+    RUN(controller_restart_resend_dedup);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_tmpdir);
     if (system(cmd) != 0)

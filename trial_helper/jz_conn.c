@@ -616,7 +616,11 @@ static void *s_run(void *arg)
     s_conn c;
     memset(&c, 0, sizeof c);
     c.t = t;
-    c.next_req = 1;
+    /* Requests are numbered from the wall clock in microseconds (< 2^53):
+       the controller drops a metrics batch whose req is not above the
+       highest it persisted for the trial, so a process restarted under the
+       same trial must not count from 1 again. */
+    c.next_req = (long)(wire_wall() * 1e6);
     s_session_id(c.session, sizeof c.session);
     c.sock = zmq_socket(t->zctx, ZMQ_DEALER);
     if (!c.sock) {
