@@ -577,6 +577,8 @@ static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
     }
     if (p->exec_errno) {
         how = "start_failed";
+        code = 127; /* the child's _exit status, whatever a tool made of it */
+        sig = 0;
         snprintf(msg, sizeof msg, "execvp %s: %s", p->argv0, strerror(p->exec_errno));
         s_append_err(p, msg);
     } else if (p->how && !strcmp(p->how, "timeout")) {
@@ -607,9 +609,10 @@ static void s_check_procs(disp_t *d, double now)
             s_queue_started(d, p);
         int status, lost;
         if (disp__reap(p, &status, &lost)) {
-            /* the pipe is closed by now: exec either happened or failed */
-            while (p->exec_fd >= 0 && !disp__exec_poll(p))
-                ;
+            /* A failed exec wrote its errno before the child exited, so
+               one read tells. Nothing there (EOF, or EAGAIN while a child
+               another thread forked still holds the write end): it ran. */
+            disp__exec_poll(p);
             if (!p->exec_errno && !p->started)
                 s_queue_started(d, p);
             s_queue_exited(d, p, status, lost);
@@ -735,6 +738,10 @@ static int s_drain_socket(disp_t *d)
         if (errno == ETERM || errno == ENOTSOCK) {
             log_error(TAG, "socket closed: %s", zmq_strerror(errno));
             return -1;
+        }
+        if (errno != EPROTO) {
+            log_warn(TAG, "%s", err);
+            return 0;
         }
         d->last_heard = wire_now();
         log_warn(TAG, "dropping malformed message: %s", err);
