@@ -47,28 +47,28 @@ struct disp {
     char *endpoint;       /* controller endpoint */
     char *trial_endpoint; /* JIZHI_ENDPOINT default for trials */
     char *name;
-    char *log_dir;        /* absolute */
+    char *log_dir; /* absolute */
     int slots;
-    int *gpus;            /* device indices */
+    int *gpus; /* device indices */
     int ngpus;
     double kill_grace_s, heartbeat_s, silence_s, resend_s;
     int kill_on_stop;
 
     void *ctx;
     int own_ctx;
-    void *sock;           /* DEALER, only while disp_run runs */
+    void *sock; /* DEALER, only while disp_run runs */
 
-    int ready;            /* READY, else REGISTERING */
-    double last_reg;      /* when register was last sent */
-    double last_hb;       /* when heartbeat was last sent */
-    double last_heard;    /* when the controller last sent anything */
+    int ready;                    /* READY, else REGISTERING */
+    double last_reg;              /* when register was last sent */
+    double last_hb;               /* when heartbeat was last sent */
+    double last_heard;            /* when the controller last sent anything */
     long reg_reqs[DISP_REG_RING]; /* recent register reqs */
     int reg_i;
     long next_req;
 
-    disp__proc **procs;   /* running trials */
+    disp__proc **procs; /* running trials */
     size_t nprocs, cap;
-    s_report *reports;    /* unanswered reports, oldest first */
+    s_report *reports;            /* unanswered reports, oldest first */
     long done[DISP_DONE_RING][2]; /* (trial, attempt) recently ended */
     int done_i, ndone;
 
@@ -144,7 +144,8 @@ disp_t *disp_new(const disp_config *cfg)
         return NULL;
     d->kill_on_stop = 1;
     d->endpoint = strdup(cfg->controller);
-    d->trial_endpoint = strdup(cfg->trial_endpoint ? cfg->trial_endpoint : cfg->controller);
+    d->trial_endpoint =
+        strdup(cfg->trial_endpoint ? cfg->trial_endpoint : cfg->controller);
     d->log_dir = s_abs(cfg->log_dir ? cfg->log_dir : "./jizhi-logs");
     if (cfg->name) {
         d->name = strdup(cfg->name);
@@ -177,7 +178,8 @@ disp_t *disp_new(const disp_config *cfg)
             goto fail;
         }
     } else {
-        int n = disp__gpu_detect(cfg->nvidia_smi ? cfg->nvidia_smi : "nvidia-smi", &d->gpus);
+        int n =
+            disp__gpu_detect(cfg->nvidia_smi ? cfg->nvidia_smi : "nvidia-smi", &d->gpus);
         if (n < 0)
             goto fail;
         d->ngpus = n;
@@ -277,8 +279,8 @@ static void s_send_register(disp_t *d, double now)
     for (int i = 0; i < d->ngpus; i++)
         json_array_append_new(gpus, json_integer(d->gpus[i]));
     json_t *m = json_pack("{s:s, s:I, s:s, s:i, s:o, s:o}", "type", "register", "req",
-                          (json_int_t)req, "name", d->name, "slots", d->slots, "gpus", gpus,
-                          "running", s_running(d));
+                          (json_int_t)req, "name", d->name, "slots", d->slots, "gpus",
+                          gpus, "running", s_running(d));
     d->reg_reqs[d->reg_i++ % DISP_REG_RING] = req;
     /* not connected yet: try again soon instead of after resend_s */
     d->last_reg = s_send(d, m) == 0 ? now : now - d->resend_s + 0.1;
@@ -286,9 +288,9 @@ static void s_send_register(disp_t *d, double now)
 
 static void s_send_heartbeat(disp_t *d, double now)
 {
-    json_t *m = json_pack("{s:s, s:I, s:s, s:o}", "type", "heartbeat", "req",
-                          (json_int_t)d->next_req++, "name", d->name, "running",
-                          s_running(d));
+    json_t *m =
+        json_pack("{s:s, s:I, s:s, s:o}", "type", "heartbeat", "req",
+                  (json_int_t)d->next_req++, "name", d->name, "running", s_running(d));
     s_send(d, m);
     d->last_hb = now;
 }
@@ -337,10 +339,10 @@ static void s_report_add(disp_t *d, json_t *m)
 static void s_report_start_failed(disp_t *d, long trial, long attempt, const char *why)
 {
     log_warn(TAG, "trial %ld.%ld: start failed: %s", trial, attempt, why);
-    s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f}", "type", "exited",
-                              "trial", (json_int_t)trial, "attempt", (json_int_t)attempt,
-                              "how", "start_failed", "code", -1, "signal", 0, "message", why,
-                              "elapsed_s", 0.0));
+    s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f}", "type",
+                              "exited", "trial", (json_int_t)trial, "attempt",
+                              (json_int_t)attempt, "how", "start_failed", "code", -1,
+                              "signal", 0, "message", why, "elapsed_s", 0.0));
 }
 
 static void s_remember_done(disp_t *d, long trial, long attempt)
@@ -418,8 +420,8 @@ static void s_on_start(disp_t *d, const json_t *msg)
     }
     for (size_t i = 0; i < d->nprocs; i++)
         if (d->procs[i]->trial == st.trial && d->procs[i]->attempt == st.attempt) {
-            log_info(TAG, "trial %ld.%ld: start repeated while it runs; ignored", st.trial,
-                     st.attempt);
+            log_info(TAG, "trial %ld.%ld: start repeated while it runs; ignored",
+                     st.trial, st.attempt);
             return;
         }
     if (s_is_done(d, st.trial, st.attempt)) {
@@ -428,7 +430,8 @@ static void s_on_start(disp_t *d, const json_t *msg)
         return;
     }
     if (d->nprocs >= (size_t)d->slots) {
-        snprintf(err, sizeof err, "no free slot (%d of %d in use)", (int)d->nprocs, d->slots);
+        snprintf(err, sizeof err, "no free slot (%d of %d in use)", (int)d->nprocs,
+                 d->slots);
         s_report_start_failed(d, st.trial, st.attempt, err);
         return;
     }
@@ -459,7 +462,8 @@ static void s_on_start(disp_t *d, const json_t *msg)
         goto out;
     }
     if (s_mkdirs(dir) != 0) {
-        snprintf(err, sizeof err, "cannot create log directory %s: %s", dir, strerror(errno));
+        snprintf(err, sizeof err, "cannot create log directory %s: %s", dir,
+                 strerror(errno));
         s_report_start_failed(d, st.trial, st.attempt, err);
         goto out;
     }
@@ -487,7 +491,8 @@ static void s_on_start(disp_t *d, const json_t *msg)
         s_report_start_failed(d, st.trial, st.attempt, "out of memory");
         goto out;
     }
-    disp__spawn_args a = {&st, dir, d->trial_endpoint, ckpt, d->name, cuda, d->kill_on_stop};
+    disp__spawn_args a = {&st,     dir,  d->trial_endpoint, ckpt,
+                          d->name, cuda, d->kill_on_stop};
     if (disp__spawn(&a, p, err, sizeof err) != 0) {
         free(p);
         s_report_start_failed(d, st.trial, st.attempt, err);
@@ -500,8 +505,10 @@ static void s_on_start(disp_t *d, const json_t *msg)
     p->timeout_s = st.timeout_s;
     p->deadline = st.timeout_s > 0 ? p->t_start + st.timeout_s : 0;
     d->procs[d->nprocs++] = p;
-    log_info(TAG, "trial %ld.%ld: pid %d: %s (logs %s/trial-%ld.%ld.*, CUDA_VISIBLE_DEVICES=%s)",
-             st.trial, st.attempt, (int)p->pid, p->argv0, dir, st.trial, st.attempt, cuda);
+    log_info(
+        TAG,
+        "trial %ld.%ld: pid %d: %s (logs %s/trial-%ld.%ld.*, CUDA_VISIBLE_DEVICES=%s)",
+        st.trial, st.attempt, (int)p->pid, p->argv0, dir, st.trial, st.attempt, cuda);
 out:
     free(gpus);
     free(root);
@@ -561,8 +568,9 @@ static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
     char what[256], msg[768];
     if (lost) {
         how = p->how ? p->how : "exited";
-        snprintf(what, sizeof what, "exit status unavailable (the process was reaped "
-                                    "outside the dispatcher)");
+        snprintf(what, sizeof what,
+                 "exit status unavailable (the process was reaped "
+                 "outside the dispatcher)");
     } else if (WIFEXITED(status)) {
         code = WEXITSTATUS(status);
         how = "exited";
@@ -595,9 +603,9 @@ static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
     log_info(TAG, "trial %ld.%ld: %s: %s", p->trial, p->attempt, how, msg);
     s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s}",
                               "type", "exited", "trial", (json_int_t)p->trial, "attempt",
-                              (json_int_t)p->attempt, "how", how, "code", code, "signal", sig,
-                              "message", msg, "elapsed_s", elapsed, "pid", (int)p->pid,
-                              "stdout", p->out_path, "stderr", p->err_path));
+                              (json_int_t)p->attempt, "how", how, "code", code, "signal",
+                              sig, "message", msg, "elapsed_s", elapsed, "pid",
+                              (int)p->pid, "stdout", p->out_path, "stderr", p->err_path));
 }
 
 /* Exec results, exits, timeouts, kill escalation. */
@@ -619,15 +627,16 @@ static void s_check_procs(disp_t *d, double now)
             s_remember_done(d, p->trial, p->attempt);
             disp__proc_fini(p);
             free(p);
-            memmove(&d->procs[i], &d->procs[i + 1], (d->nprocs - i - 1) * sizeof *d->procs);
+            memmove(&d->procs[i], &d->procs[i + 1],
+                    (d->nprocs - i - 1) * sizeof *d->procs);
             d->nprocs--;
             continue;
         }
         if (!p->how && p->deadline > 0 && now >= p->deadline)
             s_terminate(d, p, "timeout", NULL);
         if (p->kill_at > 0 && !p->killed_hard && now >= p->kill_at) {
-            log_info(TAG, "trial %ld.%ld: still there %g s after SIGTERM, SIGKILL", p->trial,
-                     p->attempt, d->kill_grace_s);
+            log_info(TAG, "trial %ld.%ld: still there %g s after SIGTERM, SIGKILL",
+                     p->trial, p->attempt, d->kill_grace_s);
             disp__signal(p, SIGKILL);
             p->killed_hard = 1;
         }
@@ -686,12 +695,14 @@ static void s_on_reply(disp_t *d, const json_t *msg, int ok)
             const char *type = wire_type(r->msg);
             if (!strcmp(code, "unknown_dispatcher") || !strcmp(code, "internal") ||
                 !strcmp(code, "timeout")) {
-                log_warn(TAG, "%s report %ld: %s: %s; will resend", type, req, code, text);
+                log_warn(TAG, "%s report %ld: %s: %s; will resend", type, req, code,
+                         text);
                 if (!strcmp(code, "unknown_dispatcher"))
                     s_to_registering(d, "controller does not know this dispatcher");
                 return;
             }
-            log_warn(TAG, "%s report %ld refused: %s: %s; dropped", type, req, code, text);
+            log_warn(TAG, "%s report %ld refused: %s: %s; dropped", type, req, code,
+                     text);
         }
         *rp = r->next;
         json_decref(r->msg);

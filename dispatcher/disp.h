@@ -10,7 +10,45 @@
     docs/PROTOCOL.md (dispatcher section).
 
     The same object runs as the `jizhi dispatcher` daemon or as a thread
-    inside `jizhi run`.
+    inside `jizhi run`: it installs no signal handler and waits only for
+    its own children (never waitpid(-1)), so it can share a process.
+
+    Resources: `slots` trials at once; each also takes `gpus` of the GPU
+    indices (cfg->gpus, or what nvidia-smi lists). A start that does not
+    fit is answered with exited/start_failed ("no free slot", "no free GPU
+    (needs 2, 1 free)", "needs 3 GPUs, this dispatcher has 2").
+
+    A trial: argv is exec'd unchanged with execvp (PATH from the trial's
+    environment). It leads its own process group (signals reach its
+    children; what is left of the group when it exits is killed), and gets
+    PR_SET_PDEATHSIG(SIGTERM) when kill_on_stop is on, so it dies with the
+    thread running disp_run. stdin is /dev/null; stdout and stderr go to
+    <log_dir>/<study>/trial-<id>.<attempt>.out and .err (log_dir: the
+    start's `log_dir`, else cfg->log_dir; <study> with '/' and control
+    bytes made '_'). Its environment: the dispatcher's own, minus the
+    variables below; then the start's `env`; then, where `env` did not set
+    them, JIZHI_ENDPOINT (cfg->trial_endpoint or cfg->controller),
+    JIZHI_CHECKPOINT_DIR (<log_dir>/<study>/checkpoints/trial-<id>,
+    created) and CUDA_DEVICE_ORDER=PCI_BUS_ID; and always JIZHI_STUDY,
+    JIZHI_TRIAL, JIZHI_ATTEMPT, JIZHI_DISPATCHER (its name) and
+    CUDA_VISIBLE_DEVICES ("0,2", or "" for gpus 0). JIZHI_TOKEN and
+    JIZHI_PARAMS come only from `env`.
+
+    Reports (each with `req` and `name`, resent with the same req every
+    resend_s until answered; dropped on an error other than
+    unknown_dispatcher/internal/timeout):
+      started: trial, attempt, pid, stdout, stderr (log paths), gpus (array)
+      exited:  trial, attempt, how (exited, signaled, timeout, killed,
+               start_failed), code (exit status, -1 if none; 127 when exec
+               failed), signal (0 if none), message (for people, e.g.
+               "exit code 3", "execvp foo: No such file or directory",
+               "timed out after 600 s; killed by signal 15 (Terminated)",
+               "malformed start: field 'argv': ..."), elapsed_s; and pid,
+               stdout, stderr when a process was started.
+    A start that is malformed but names trial and attempt is answered with
+    exited/start_failed; without them it is only logged. A start repeated
+    for a (trial, attempt) that runs or recently ended is ignored. `kill`
+    without `attempt` kills every attempt of the trial.
 */
 #ifndef JZ_DISP_H
 #define JZ_DISP_H
@@ -25,16 +63,16 @@ typedef struct {
     const char *log_dir;    /* root for per-trial logs; NULL: "./jizhi-logs" */
     double kill_grace_s;    /* SIGTERM -> SIGKILL delay; <= 0: 5 s */
     /* Additions; zero means the default, so `disp_config c = {0}` works. */
-    void *zmq_ctx;          /* ZeroMQ context to use (borrowed; must outlive the
-                               dispatcher; needed for inproc://); NULL: its own */
+    void *zmq_ctx;              /* ZeroMQ context to use (borrowed; must outlive the
+                                   dispatcher; needed for inproc://); NULL: its own */
     const char *trial_endpoint; /* JIZHI_ENDPOINT for trials (e.g. ipc:// when the
                                    controller is reached over inproc://); NULL:
                                    `controller`. A start's env may override it. */
-    const char *nvidia_smi; /* command that lists GPUs; NULL: "nvidia-smi" */
-    double heartbeat_s;     /* heartbeat period; <= 0: 1 s */
-    double silence_s;       /* no reply for this long -> re-register; <= 0: 5 s */
-    double resend_s;        /* unanswered register/started/exited resent after;
-                               <= 0: 2 s */
+    const char *nvidia_smi;     /* command that lists GPUs; NULL: "nvidia-smi" */
+    double heartbeat_s;         /* heartbeat period; <= 0: 1 s */
+    double silence_s;           /* no reply for this long -> re-register; <= 0: 5 s */
+    double resend_s;            /* unanswered register/started/exited resent after;
+                                   <= 0: 2 s */
 } disp_config;
 
 /* Creates a dispatcher (connects lazily: a controller that is not up yet

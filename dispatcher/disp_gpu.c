@@ -139,7 +139,8 @@ int disp__gpu_detect(const char *cmd, int **out)
 
     int n = 0;
     char *save = NULL;
-    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = strtok_r(buf, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save)) {
         while (*line == ' ')
             line++;
         char *end;

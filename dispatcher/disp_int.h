@@ -49,34 +49,34 @@ char *disp__path_component(const char *s);
 /* One trial process, from fork to reaping. */
 typedef struct {
     long trial, attempt;
-    pid_t pid;          /* leader of its own process group (pgid == pid) */
-    int pidfd;          /* readable when the process exits; -1 if unsupported */
-    int exec_fd;        /* read end of the CLOEXEC exec-status pipe; -1 when resolved */
-    int exec_errno;     /* errno of a failed execvp, else 0 */
-    int started;        /* exec succeeded and `started` was queued */
-    double t_start;     /* monotonic start time */
-    double deadline;    /* monotonic time of the timeout, 0: none */
-    double timeout_s;   /* as requested, for messages */
-    double kill_at;     /* monotonic time to send SIGKILL, 0: not terminating */
-    int killed_hard;    /* SIGKILL sent */
-    const char *how;    /* NULL, or "timeout"/"killed" once we decided to end it */
-    char *reason;       /* why it was killed (kill's `reason`), or NULL */
-    int *gpus;          /* device indices handed to it */
+    pid_t pid;        /* leader of its own process group (pgid == pid) */
+    int pidfd;        /* readable when the process exits; -1 if unsupported */
+    int exec_fd;      /* read end of the CLOEXEC exec-status pipe; -1 when resolved */
+    int exec_errno;   /* errno of a failed execvp, else 0 */
+    int started;      /* exec succeeded and `started` was queued */
+    double t_start;   /* monotonic start time */
+    double deadline;  /* monotonic time of the timeout, 0: none */
+    double timeout_s; /* as requested, for messages */
+    double kill_at;   /* monotonic time to send SIGKILL, 0: not terminating */
+    int killed_hard;  /* SIGKILL sent */
+    const char *how;  /* NULL, or "timeout"/"killed" once we decided to end it */
+    char *reason;     /* why it was killed (kill's `reason`), or NULL */
+    int *gpus;        /* device indices handed to it */
     int ngpus;
-    char *argv0;        /* for messages */
-    char *out_path;     /* stdout log */
-    char *err_path;     /* stderr log */
+    char *argv0;    /* for messages */
+    char *out_path; /* stdout log */
+    char *err_path; /* stderr log */
 } disp__proc;
 
 /* What disp__spawn needs besides the start message. */
 typedef struct {
     const disp__start *st;
-    const char *dir;         /* log directory, created */
-    const char *endpoint;    /* JIZHI_ENDPOINT default */
-    const char *ckpt_dir;    /* JIZHI_CHECKPOINT_DIR default, or NULL */
-    const char *disp_name;   /* JIZHI_DISPATCHER */
-    const char *cuda_devices;/* CUDA_VISIBLE_DEVICES ("" for none) */
-    int pdeathsig;           /* set PR_SET_PDEATHSIG(SIGTERM) in the child */
+    const char *dir;          /* log directory, created */
+    const char *endpoint;     /* JIZHI_ENDPOINT default */
+    const char *ckpt_dir;     /* JIZHI_CHECKPOINT_DIR default, or NULL */
+    const char *disp_name;    /* JIZHI_DISPATCHER */
+    const char *cuda_devices; /* CUDA_VISIBLE_DEVICES ("" for none) */
+    int pdeathsig;            /* set PR_SET_PDEATHSIG(SIGTERM) in the child */
 } disp__spawn_args;
 
 /* Builds the trial's environment: the inherited one without the variables

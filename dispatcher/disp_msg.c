@@ -60,8 +60,8 @@ int disp__parse_start(const json_t *msg, disp__start *out, int *have_ids, char *
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *a = json_array_get(v, i);
         if (!s_is_cstring(a)) {
-            snprintf(err, errsize, "field 'argv[%zu]': expected a string without NUL bytes",
-                     i);
+            snprintf(err, errsize,
+                     "field 'argv[%zu]': expected a string without NUL bytes", i);
             return -1;
         }
     }
@@ -83,7 +83,8 @@ int disp__parse_start(const json_t *msg, disp__start *out, int *have_ids, char *
         {
             if (key[0] == 0 || strchr(key, '=')) {
                 snprintf(err, errsize,
-                         "field 'env': variable name \"%.64s\" is empty or holds '='", key);
+                         "field 'env': variable name \"%.64s\" is empty or holds '='",
+                         key);
                 return -1;
             }
             if (!s_is_cstring(val)) {

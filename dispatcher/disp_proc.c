@@ -36,10 +36,11 @@ extern char **environ;
 
 /* Variables jizhi sets: never inherited from the dispatcher's own
    environment, so a dispatcher started inside a trial leaks nothing. */
-static const char *const s_scrub[] = {
-    "JIZHI_ENDPOINT",       "JIZHI_STUDY",      "JIZHI_TRIAL",          "JIZHI_ATTEMPT",
-    "JIZHI_TOKEN",          "JIZHI_PARAMS",     "JIZHI_CHECKPOINT_DIR", "JIZHI_DISPATCHER",
-    "CUDA_VISIBLE_DEVICES", NULL};
+static const char *const s_scrub[] = {"JIZHI_ENDPOINT",       "JIZHI_STUDY",
+                                      "JIZHI_TRIAL",          "JIZHI_ATTEMPT",
+                                      "JIZHI_TOKEN",          "JIZHI_PARAMS",
+                                      "JIZHI_CHECKPOINT_DIR", "JIZHI_DISPATCHER",
+                                      "CUDA_VISIBLE_DEVICES", NULL};
 
 static char *s_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *s_strf(const char *fmt, ...)
@@ -269,7 +270,8 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
     int max_fd = 4096;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         max_fd = rl.rlim_cur < 65536 ? (int)rl.rlim_cur : 65536;
-    s_child_args c = {argv, envp, in_fd, out_fd, err_fd, ep[1], a->pdeathsig, getpid(), max_fd};
+    s_child_args c = {argv,  envp,         in_fd,    out_fd, err_fd,
+                      ep[1], a->pdeathsig, getpid(), max_fd};
 
     pid_t pid = fork();
     if (pid == 0)

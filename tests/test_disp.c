@@ -27,15 +27,15 @@ enum { HB_OK, HB_UNKNOWN_ONCE, HB_SILENT };
 
 typedef struct {
     void *ctx, *router;
-    char dir[128];       /* temp dir */
-    char endpoint[256];  /* ipc://<dir>/ctl */
-    wire_peer peer;      /* the dispatcher, once heard */
-    int hb_mode;         /* how heartbeats are answered */
-    int reg_silent;      /* do not answer register */
-    int drop_exited;     /* exited acks still to drop */
+    char dir[128];            /* temp dir */
+    char endpoint[256];       /* ipc://<dir>/ctl */
+    wire_peer peer;           /* the dispatcher, once heard */
+    int hb_mode;              /* how heartbeats are answered */
+    int reg_silent;           /* do not answer register */
+    int drop_exited;          /* exited acks still to drop */
     const char *exited_error; /* answer exited with this error code */
-    int nregister;       /* registers seen */
-    int nheartbeat;      /* heartbeats seen */
+    int nregister;            /* registers seen */
+    int nheartbeat;           /* heartbeats seen */
 } fake_ctl;
 
 typedef struct {
@@ -153,7 +153,8 @@ static int fc_open(fake_ctl *fc)
 }
 
 /* Starts the dispatcher thread and waits for its registration. */
-static int dt_start(disp_thread *t, fake_ctl *fc, const disp_config *cfg, int kill_on_stop)
+static int dt_start(disp_thread *t, fake_ctl *fc, const disp_config *cfg,
+                    int kill_on_stop)
 {
     memset(t, 0, sizeof *t);
     t->d = disp_new(cfg);
@@ -202,9 +203,9 @@ static void fc_close(fake_ctl *fc)
 
 static json_t *s_start_msg(long trial, long attempt, json_t *argv)
 {
-    return json_pack("{s:s, s:I, s:I, s:s, s:o, s:{}, s:f, s:i}", "type", "start", "trial",
-                     (json_int_t)trial, "attempt", (json_int_t)attempt, "study", "s1", "argv",
-                     argv, "env", "timeout_s", 0.0, "gpus", 0);
+    return json_pack("{s:s, s:I, s:I, s:s, s:o, s:{}, s:f, s:i}", "type", "start",
+                     "trial", (json_int_t)trial, "attempt", (json_int_t)attempt, "study",
+                     "s1", "argv", argv, "env", "timeout_s", 0.0, "gpus", 0);
 }
 
 static char *s_read(const char *path)
@@ -295,8 +296,8 @@ TEST(unit_parsers)
     CHECK(disp__gpu_parse("-1", &g, &n, err, sizeof err) == -1);
     CHECK(strstr(err, "gpus") != NULL);
 
-    const char *cases[][2] = {{"a/b", "a_b"}, {"..", "_.."}, {"", "_"}, {"x y", "x y"},
-                              {".h", "_.h"}, {"a\nb", "a_b"}};
+    const char *cases[][2] = {{"a/b", "a_b"}, {"..", "_.."}, {"", "_"},
+                              {"x y", "x y"}, {".h", "_.h"}, {"a\nb", "a_b"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *s = disp__path_component(cases[i][0]);
         CHECK_STR(s, cases[i][1]);
@@ -368,8 +369,8 @@ TEST(register_and_heartbeat)
     int killed = 0;
     size_t i;
     json_t *m;
-    json_array_foreach(seen, i, m) if (!strcmp(wire_type(m), "exited") &&
-                                       s_int(m, "trial") == 1)
+    json_array_foreach(seen, i,
+                       m) if (!strcmp(wire_type(m), "exited") && s_int(m, "trial") == 1)
     {
         killed = !strcmp(s_str(m, "how"), "killed");
         CHECK(strstr(s_str(m, "message"), "dispatcher stopping") != NULL);
@@ -416,7 +417,9 @@ TEST(gpu_detection)
     snprintf(smi, sizeof smi, "%s/fake-smi", fc.dir);
     FILE *f = fopen(smi, "w");
     REQUIRE(f);
-    fprintf(f, "#!/bin/sh\n[ \"$1\" = --query-gpu=index ] || exit 1\nprintf '0\\n1\\n3\\n'\n");
+    fprintf(
+        f,
+        "#!/bin/sh\n[ \"$1\" = --query-gpu=index ] || exit 1\nprintf '0\\n1\\n3\\n'\n");
     fclose(f);
     chmod(smi, 0755);
     disp_config cfg = s_cfg(&fc, logs, sizeof logs);
@@ -487,8 +490,8 @@ TEST(run_and_logs)
 
     /* argv is used unchanged: no shell, no expansion, no splitting */
     fc_send(&fc, s_start_msg(2, 0,
-                             json_pack("[s,s,s,s,s,s,s]", "printf", "[%s]\\n", "a b", "$HOME",
-                                       "*", "", "'q' \"r\"")));
+                             json_pack("[s,s,s,s,s,s,s]", "printf", "[%s]\\n", "a b",
+                                       "$HOME", "*", "", "'q' \"r\"")));
     ex = fc_wait(&fc, "exited", 2, 10);
     REQUIRE(ex);
     CHECK(s_int(ex, "code") == 0);
@@ -503,7 +506,8 @@ TEST(run_and_logs)
     ex = fc_wait(&fc, "exited", 3, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "signaled");
-    CHECK(s_int(ex, "signal") == 9 && s_int(ex, "code") == -1 && s_int(ex, "attempt") == 1);
+    CHECK(s_int(ex, "signal") == 9 && s_int(ex, "code") == -1 &&
+          s_int(ex, "attempt") == 1);
     json_decref(ex);
     dt_stop(&t, &fc, NULL);
     fc_close(&fc);
@@ -536,10 +540,11 @@ TEST(environment)
     disp_thread t;
     REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
 
-    json_t *m = json_pack("{s:s, s:I, s:I, s:s, s:[s], s:{s:s, s:s, s:s}, s:i}", "type",
-                          "start", "trial", (json_int_t)5, "attempt", (json_int_t)2, "study",
-                          "a/b", "argv", "env", "env", "FOO", "bar baz", "JIZHI_TOKEN", "tok",
-                          "JIZHI_PARAMS", "{\"lr\":0.1}", "gpus", 0);
+    json_t *m =
+        json_pack("{s:s, s:I, s:I, s:s, s:[s], s:{s:s, s:s, s:s}, s:i}", "type", "start",
+                  "trial", (json_int_t)5, "attempt", (json_int_t)2, "study", "a/b",
+                  "argv", "env", "env", "FOO", "bar baz", "JIZHI_TOKEN", "tok",
+                  "JIZHI_PARAMS", "{\"lr\":0.1}", "gpus", 0);
     fc_send(&fc, m);
     json_t *ex = fc_wait(&fc, "exited", 5, 10);
     REQUIRE(ex);
@@ -650,7 +655,8 @@ TEST(timeouts)
     json_decref(ex);
 
     /* one that ignores SIGTERM gets SIGKILL after the grace period */
-    m = s_start_msg(2, 0, json_pack("[s,s,s]", "/bin/sh", "-c", "trap '' TERM; sleep 30"));
+    m = s_start_msg(2, 0,
+                    json_pack("[s,s,s]", "/bin/sh", "-c", "trap '' TERM; sleep 30"));
     json_object_set_new(m, "timeout_s", json_real(0.3));
     fc_send(&fc, m);
     ex = fc_wait(&fc, "exited", 2, 15);
@@ -843,7 +849,8 @@ TEST(slots_and_gpus)
         char *o = s_read_wait(s_str(st, "stdout"), 5);
         CHECK_STR(o, id == 1 ? "0\n" : "1\n");
         json_t *g = json_object_get(st, "gpus");
-        CHECK(json_array_size(g) == 1 && json_integer_value(json_array_get(g, 0)) == id - 1);
+        CHECK(json_array_size(g) == 1 &&
+              json_integer_value(json_array_get(g, 0)) == id - 1);
         free(o);
         json_decref(st);
     }
