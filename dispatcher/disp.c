@@ -472,6 +472,10 @@ static void s_on_start(disp_t *d, const json_t *msg)
         free(ckpt);
         ckpt = NULL;
     }
+    /* a checkpoint dir chosen by the controller lives on this machine too */
+    const char *given = json_string_value(json_object_get(st.env, "JIZHI_CHECKPOINT_DIR"));
+    if (given && given[0] == '/' && s_mkdirs(given) != 0)
+        log_warn(TAG, "cannot create %s: %s", given, strerror(errno));
     for (int i = 0; i < st.gpus; i++) {
         size_t n = strlen(cuda);
         snprintf(cuda + n, cuda_len - n, "%s%d", i ? "," : "", gpus[i]);

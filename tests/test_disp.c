@@ -570,6 +570,20 @@ TEST(environment)
     free(o);
     json_decref(ex);
 
+    /* a checkpoint dir given in env is used, and created */
+    char ck2[300];
+    snprintf(ck2, sizeof ck2, "%s/ck/t7", fc.dir);
+    m = s_start_msg(7, 0, json_pack("[s]", "env"));
+    json_object_set_new(json_object_get(m, "env"), "JIZHI_CHECKPOINT_DIR", json_string(ck2));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 7, 10);
+    REQUIRE(ex);
+    o = s_read(s_str(ex, "stdout"));
+    CHECK(o && s_env_line(o, "JIZHI_CHECKPOINT_DIR", v, sizeof v) && !strcmp(v, ck2));
+    CHECK(stat(ck2, &sb) == 0 && S_ISDIR(sb.st_mode));
+    free(o);
+    json_decref(ex);
+
     /* inherited JIZHI_* values never leak into a trial */
     fc_send(&fc, s_start_msg(6, 0, json_pack("[s]", "env")));
     ex = fc_wait(&fc, "exited", 6, 10);
