@@ -69,6 +69,7 @@ EXTRA_BINS  :=
 EXTRA_TESTS :=
 BENCHES     :=
 
+.SECONDARY:
 .PHONY: all run test test-unit test-integration bench deps config clean valgrind format
 all: config $(JIZHI) $(LIBJIZHI_SO) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS)
 
