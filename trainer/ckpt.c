@@ -31,14 +31,15 @@
 #define CK_HDR 24
 #define CK_MAX ((size_t)1 << 34)
 
-/* Restored from the checkpoint besides the live params. */
+/* Restored from the checkpoint: what shapes the trajectory. The run's
+   length (epochs, max_steps) and reporting come from the current command,
+   so a resumed run can be extended. */
 static const char *const s_restore[] = {
     "lr",          "batch_size",  "micro_batch",  "momentum",        "nesterov",
     "weight_decay", "beta1",      "beta2",        "eps",             "trust",
     "warmup_epochs", "schedule",  "poly_power",   "lr_scaling",      "base_batch",
-    "label_smoothing", "epochs",  "max_steps",    "precision",       "precision_schedule",
-    "scale_window", "per_layer_scale", "loss_scale", "seed",         "log_every",
-    NULL};
+    "label_smoothing", "precision", "precision_schedule", "scale_window", "per_layer_scale",
+    "loss_scale",  "seed",        NULL};
 
 typedef struct {
     unsigned char *p;
@@ -48,7 +49,7 @@ typedef struct {
 
 static void s_put(s_wbuf *b, const void *src, size_t n)
 {
-    if (b->oom)
+    if (b->oom || n == 0)
         return;
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 1 << 16;

@@ -1,0 +1,161 @@
+"""jizhi-train as a program: flags and params, clear errors, save/resume,
+and inside a study (`jizhi run`) with a live `jizhi trial set lr=...`."""
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from conftest import BUILD, env_for_trials
+
+TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
+FAST = ["--dataset", "synthetic", "--synthetic-n", "2000", "--val-size", "500",
+        "--hidden", "32", "--epochs", "1", "--batch-size", "50", "--log-every", "10"]
+
+
+def train(*args, env=None, timeout=120, cwd=None):
+    e = env_for_trials()
+    e.update(env or {})
+    assert os.access(TRAIN, os.X_OK), f"build first: {TRAIN} is missing"
+    return subprocess.run([TRAIN, *args], capture_output=True, text=True, env=e,
+                          timeout=timeout, cwd=cwd)
+
+
+def reported(stderr, name):
+    """Values of one metric from the standalone helper's stderr lines."""
+    return [float(v) for v in re.findall(r"jizhi: step \d+ %s=(\S+)" % re.escape(name), stderr)]
+
+
+def test_help_lists_every_flag_as_param():
+    p = train("--help")
+    assert p.returncode == 0
+    for flag in ["--dataset", "--model", "--hidden", "--epochs", "--batch-size", "--lr",
+                 "--momentum", "--weight-decay", "--optimizer", "--warmup-epochs",
+                 "--schedule", "--precision", "--seed", "--threads"]:
+        assert flag in p.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--bogus", "1"], "unknown flag --bogus"),
+    (["--lr", "abc"], "--lr: expected a number"),
+    (["--batch-size", "0"], "out of range"),
+    (["--optimizer", "rmsprop"], "expected one of sgd|lars|lamb|adamw"),
+    (["--precision-schedule", "fp32:1,fp8:2"], "fp8"),
+    (["--backend", "cuda"], "built without CUDA"),
+])
+def test_bad_flags_exit_2(args, needle):
+    p = train(*args)
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr
+
+
+def test_missing_data_is_a_clear_error(tmp_path):
+    p = train("--data-dir", str(tmp_path))
+    assert p.returncode == 1
+    assert "train-images-idx3-ubyte.gz: cannot open" in p.stderr
+
+
+def test_synthetic_run_reports_the_metric_contract():
+    p = train(*FAST)
+    assert p.returncode == 0, p.stderr
+    for m in ["train_loss", "val_loss", "val_acc", "test_acc", "samples_per_s", "lr",
+              "batch_size", "loss_scale", "grad_sqnorm_small", "grad_sqnorm_big",
+              "batch_small", "batch_big", "epoch"]:
+        assert reported(p.stderr, m), f"{m} not reported"
+    assert reported(p.stderr, "val_acc")[-1] > 0.9
+    assert reported(p.stderr, "epoch")[-1] == 1
+
+
+def test_params_override_flags():
+    p = train(*FAST, env={"JIZHI_PARAMS": json.dumps({"batch_size": 100, "lr": 0.02})})
+    assert p.returncode == 0, p.stderr
+    assert set(reported(p.stderr, "batch_size")) == {100}
+    assert reported(p.stderr, "lr")[0] == pytest.approx(0.02)
+    p = train(*FAST, env={"JIZHI_PARAMS": json.dumps({"momentum": 5})})
+    assert p.returncode == 2
+    assert "param momentum" in p.stderr
+
+
+def test_save_resume_and_corrupt_checkpoint(tmp_path):
+    ck = str(tmp_path / "a.jzck")
+    p = train(*FAST, "--max-steps", "20", "--save", ck)
+    assert p.returncode == 0, p.stderr
+    p = train(*FAST, "--resume", ck)
+    assert p.returncode == 0, p.stderr
+    assert reported(p.stderr, "train_loss")  # continued to the end of the epoch
+    data = open(ck, "rb").read()
+    bad = str(tmp_path / "bad.jzck")
+    with open(bad, "wb") as f:
+        f.write(data[: len(data) // 2])
+    p = train(*FAST, "--resume", bad)
+    assert p.returncode == 1
+    assert "truncated checkpoint" in p.stderr
+    with open(bad, "wb") as f:
+        f.write(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    p = train(*FAST, "--resume", bad)
+    assert p.returncode == 1
+    assert "checksum mismatch" in p.stderr
+    p = train("--hidden", "16", *FAST[:6], "--resume", ck)
+    assert p.returncode == 1
+    assert "checkpoint is for model" in p.stderr
+
+
+def test_study_over_jizhi_train_with_live_lr(jz):
+    spec = {
+        "name": "trn",
+        "objective": {"metric": "val_acc", "mode": "max"},
+        "scheduler": {"type": "random", "seed": 1},
+        "budget": {"trials": 2, "parallel": 1},
+        "space": {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True},
+                  "batch_size": {"type": "int", "low": 32, "high": 64}},
+        "trial": {"command": [TRAIN, "--dataset", "synthetic", "--synthetic-n", "3000",
+                              "--val-size", "500", "--hidden", "32", "--epochs", "1",
+                              "--log-every", "5", "--quiet"],
+                  "timeout_s": 120, "retries": 0},
+    }
+    path = jz.write_spec(spec)
+    p = jz.run("run", path, "--slots", "1", timeout=300, check=0)
+    rows = jz.sql("SELECT id, state, value FROM trials ORDER BY number")
+    assert len(rows) == 2 and all(r[1] == "completed" for r in rows), p.stdout + p.stderr
+    for tid, _, value in rows:
+        assert value > 0.9
+        (lr,) = jz.sql("SELECT value FROM params WHERE trial_id=? AND name='lr'", tid)[0]
+        (b,) = jz.sql("SELECT value FROM params WHERE trial_id=? AND name='batch_size'", tid)[0]
+        bs = jz.sql("SELECT DISTINCT value FROM metrics WHERE trial_id=? AND name='batch_size'", tid)
+        assert [v for (v,) in bs] == [pytest.approx(float(b))]  # the param reached the trainer
+        first_lr = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' ORDER BY step "
+                          "LIMIT 1", tid)[0][0]
+        assert first_lr == pytest.approx(float(lr))
+
+    # a long trial, then a live lr change from the CLI
+    spec["name"] = "trn-live"
+    spec["budget"] = {"trials": 1, "parallel": 1}
+    spec["space"] = {"momentum": {"type": "float", "low": 0.5, "high": 0.9}}
+    spec["trial"]["command"] = [TRAIN, "--dataset", "synthetic", "--synthetic-n", "2000",
+                                "--val-size", "200", "--hidden", "16", "--epochs", "100000",
+                                "--max-steps", "3000000", "--batch-size", "32", "--lr", "0.05",
+                                "--log-every", "20", "--quiet"]
+    path = jz.write_spec(spec, "live.json")
+    (old,) = jz.sql("SELECT MAX(id) FROM trials")[0]
+    run = jz.popen("run", path, "--slots", "1")
+    try:
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics WHERE name='lr' AND trial_id>?",
+                                   old)[0][0] > 2, timeout=60, what="the trial's first reports")
+        (tid,) = jz.sql("SELECT MAX(id) FROM trials")[0]
+        s = jz.run("trial", "set", str(tid), "lr=0.0125", timeout=60)
+        assert s.returncode == 0, s.stdout + s.stderr
+        jz.wait_for(lambda: jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' "
+                                   "ORDER BY step DESC LIMIT 1", tid)[0][0] == pytest.approx(0.0125),
+                    timeout=60, what="lr=0.0125 in the reports")
+        bad = jz.run("trial", "set", str(tid), "hidden=8", timeout=60)
+        assert bad.returncode != 0
+        assert "cannot change while the trial runs" in bad.stdout + bad.stderr
+        st = jz.run("trial", "stop", str(tid), timeout=60)
+        assert st.returncode == 0, st.stdout + st.stderr
+        run.wait(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
