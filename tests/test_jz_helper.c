@@ -45,11 +45,11 @@ typedef struct {
     pthread_mutex_t mu;
     int stop;
     /* behaviour (set under mu) */
-    json_t *hello_params;  /* answered to hello */
-    int drop_replies;      /* metrics replies still to drop (points stored) */
-    int silent;            /* answer nothing, push nothing */
-    json_t *push;          /* instructions not yet acknowledged (resent) */
-    int push_new;          /* push now without waiting for a trial message */
+    json_t *hello_params; /* answered to hello */
+    int drop_replies;     /* metrics replies still to drop (points stored) */
+    int silent;           /* answer nothing, push nothing */
+    json_t *push;         /* instructions not yet acknowledged (resent) */
+    int push_new;         /* push now without waiting for a trial message */
     /* what arrived */
     wire_peer peer;
     int have_peer;
@@ -78,7 +78,8 @@ static void fake_store_points(fake *f, json_t *pts)
     {
         double v;
         if (!json_is_array(p) || json_array_size(p) != 3 ||
-            !json_is_integer(json_array_get(p, 0)) || !json_is_string(json_array_get(p, 1)) ||
+            !json_is_integer(json_array_get(p, 0)) ||
+            !json_is_string(json_array_get(p, 1)) ||
             wire_to_double(json_array_get(p, 2), &v) != 0) {
             f->bad_points++;
             continue;
@@ -89,7 +90,8 @@ static void fake_store_points(fake *f, json_t *pts)
         }
         fpoint *fp = &f->points[f->npoints++];
         fp->step = (long)json_integer_value(json_array_get(p, 0));
-        snprintf(fp->name, sizeof fp->name, "%s", json_string_value(json_array_get(p, 1)));
+        snprintf(fp->name, sizeof fp->name, "%s",
+                 json_string_value(json_array_get(p, 1)));
         fp->value = v;
         fp->was_real = json_is_real(json_array_get(p, 2));
     }
@@ -105,7 +107,8 @@ static void fake_handle(fake *f, json_t *m, const wire_peer *from)
         return;
     f->peer = *from;
     f->have_peer = 1;
-    if (!token || strcmp(token, FAKE_TOKEN) != 0 || !json_is_integer(json_object_get(m, "trial"))) {
+    if (!token || strcmp(token, FAKE_TOKEN) != 0 ||
+        !json_is_integer(json_object_get(m, "trial"))) {
         f->unauthorized++;
         wire_send(f->sock, from, wire_error(req, "unauthorized", "wrong token"), 1);
         return;
@@ -337,7 +340,9 @@ TEST(param_types_and_defaults)
 {
     char ck[400];
     snprintf(ck, sizeof ck, "%s/ck/a/b", s_tmpdir);
-    env_trial(NULL, "{\"lr\":0.1,\"bs\":256,\"opt\":\"lars\",\"f\":2.0,\"g\":\"inf\",\"b\":true}");
+    env_trial(
+        NULL,
+        "{\"lr\":0.1,\"bs\":256,\"opt\":\"lars\",\"f\":2.0,\"g\":\"inf\",\"b\":true}");
     setenv("JIZHI_CHECKPOINT_DIR", ck, 1);
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
@@ -480,8 +485,8 @@ static json_t *find_ack(fake *f, long id)
 {
     size_t i;
     json_t *a;
-    json_array_foreach(f->acks, i, a) if (json_integer_value(json_object_get(a, "id")) == id)
-        return a;
+    json_array_foreach(f->acks, i, a) if (json_integer_value(json_object_get(a, "id")) ==
+                                          id) return a;
     return NULL;
 }
 
@@ -491,13 +496,14 @@ TEST(instructions_delivered_once_params_updated_acked)
     env_trial(f, "{\"lr\":0.1,\"bs\":64,\"opt\":\"sgd\"}");
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
-    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name", "lr",
-                               "value", 0.01));
-    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:s}", "id", 2, "kind", "set", "name", "opt",
-                               "value", "lamb"));
+    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name",
+                               "lr", "value", 0.01));
+    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:s}", "id", 2, "kind", "set", "name",
+                               "opt", "value", "lamb"));
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 3, "kind", "pause"));
-    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:{s:f, s:i}}", "id", 4, "kind", "load", "path",
-                               "/ck/trial3/step100", "params", "lr", 0.2, "bs", 512));
+    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:{s:f, s:i}}", "id", 4, "kind", "load",
+                               "path", "/ck/trial3/step100", "params", "lr", 0.2, "bs",
+                               512));
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 5, "kind", "checkpoint"));
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 6, "kind", "dance"));
     fake_instruct(f, json_pack("{s:i, s:s, s:s}", "id", 7, "kind", "set", "name", "x"));
@@ -569,10 +575,34 @@ TEST(instructions_delivered_once_params_updated_acked)
         int applied = json_is_true(json_object_get(a, "applied"));
         CHECK(applied == (id != 2 && id != 6 && id != 7));
     }
-    CHECK_STR(json_string_value(json_object_get(find_ack(f, 2), "detail")), "optimizer is fixed");
+    CHECK_STR(json_string_value(json_object_get(find_ack(f, 2), "detail")),
+              "optimizer is fixed");
     CHECK(json_array_size(f->push) == 0);
     pthread_mutex_unlock(&f->mu);
     jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(unpolled_instructions_refused_at_close)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 11, "kind", "stop"));
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 12, "kind", "pause"));
+    jz_instruction ins;
+    double end = wire_now() + 5;
+    while (jz_poll(t, &ins) == 0 && wire_now() < end)
+        sleep_ms(5);
+    CHECK(ins.id == 11);
+    sleep_ms(50); /* instruction 12 arrives too, and is never polled */
+    jz_close(&t);
+    pthread_mutex_lock(&f->mu);
+    json_t *a11 = find_ack(f, 11), *a12 = find_ack(f, 12);
+    CHECK(a11 && json_is_true(json_object_get(a11, "applied")));
+    CHECK(a12 && json_is_false(json_object_get(a12, "applied")));
+    pthread_mutex_unlock(&f->mu);
     fake_stop(f);
 }
 
@@ -801,10 +831,10 @@ static int serve(const char *endpoint, long want, const char *params)
         pthread_mutex_unlock(&f->mu);
         if (hello && !pushed) {
             pushed = 1;
-            fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name",
-                                       "lr", "value", 0.5));
-            fake_instruct(f, json_pack("{s:i, s:s, s:s, s:s}", "id", 2, "kind", "set", "name",
-                                       "optimizer", "value", "lamb"));
+            fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set",
+                                       "name", "lr", "value", 0.5));
+            fake_instruct(f, json_pack("{s:i, s:s, s:s, s:s}", "id", 2, "kind", "set",
+                                       "name", "optimizer", "value", "lamb"));
             fake_instruct(f, json_pack("{s:i, s:s}", "id", 3, "kind", "checkpoint"));
         }
     }
@@ -817,22 +847,24 @@ static int serve(const char *endpoint, long want, const char *params)
         json_object_set_new(names, f->points[i].name,
                             json_integer(c ? json_integer_value(c) + 1 : 1));
         if (!isfinite(f->points[i].value))
-            json_array_append_new(nonfinite, json_pack("[I, s, o]", (json_int_t)f->points[i].step,
-                                                       f->points[i].name,
-                                                       wire_real(f->points[i].value)));
+            json_array_append_new(
+                nonfinite, json_pack("[I, s, o]", (json_int_t)f->points[i].step,
+                                     f->points[i].name, wire_real(f->points[i].value)));
     }
-    json_t *first = f->npoints ? json_pack("[I, s, o]", (json_int_t)f->points[0].step,
-                                           f->points[0].name, wire_real(f->points[0].value))
-                               : json_null();
+    json_t *first = f->npoints
+                        ? json_pack("[I, s, o]", (json_int_t)f->points[0].step,
+                                    f->points[0].name, wire_real(f->points[0].value))
+                        : json_null();
     fpoint *lp = f->npoints ? &f->points[f->npoints - 1] : NULL;
-    json_t *last = lp ? json_pack("[I, s, o]", (json_int_t)lp->step, lp->name, wire_real(lp->value))
-                      : json_null();
-    json_t *sum = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:O, s:O, s:o}", "points",
-                            (json_int_t)f->npoints, "hellos", (json_int_t)f->hellos, "batches",
-                            (json_int_t)f->batches, "dup_batches", (json_int_t)f->dup_batches,
-                            "bad_points", (json_int_t)f->bad_points, "names", names, "first",
-                            first, "last", last, "acks", f->acks, "checkpoints", f->checkpoints,
-                            "nonfinite", nonfinite);
+    json_t *last =
+        lp ? json_pack("[I, s, o]", (json_int_t)lp->step, lp->name, wire_real(lp->value))
+           : json_null();
+    json_t *sum = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:O, s:O, s:o}", "points",
+        (json_int_t)f->npoints, "hellos", (json_int_t)f->hellos, "batches",
+        (json_int_t)f->batches, "dup_batches", (json_int_t)f->dup_batches, "bad_points",
+        (json_int_t)f->bad_points, "names", names, "first", first, "last", last, "acks",
+        f->acks, "checkpoints", f->checkpoints, "nonfinite", nonfinite);
     pthread_mutex_unlock(&f->mu);
     char *s = json_dumps(sum, JSON_COMPACT | JSON_SORT_KEYS);
     printf("%s\n", s);
@@ -860,6 +892,7 @@ int main(int argc, char **argv)
     RUN(batching_in_order_with_resend_dedup);
     RUN(large_volume_batches_capped);
     RUN(instructions_delivered_once_params_updated_acked);
+    RUN(unpolled_instructions_refused_at_close);
     RUN(flush_semantics);
     RUN(checkpoint_done_sent);
     RUN(non_finite_values);

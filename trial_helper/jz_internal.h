@@ -27,7 +27,7 @@
 
 #define JZ__HIDDEN __attribute__((visibility("hidden")))
 
-#define JZ__QUEUE_MAX 1000000  /* unacknowledged points before jz_report fails */
+#define JZ__QUEUE_MAX 1000000   /* unacknowledged points before jz_report fails */
 #define JZ__BATCH_TRIGGER 10000 /* queued points that trigger a batch at once */
 #define JZ__BATCH_MAX 100000    /* points per metrics message */
 #define JZ__BATCH_EVERY 0.050   /* seconds between batches otherwise */
@@ -35,7 +35,7 @@
 #define JZ__HEARTBEAT_EVERY 1.0 /* seconds of silence before a heartbeat */
 #define JZ__TICK_MS 10          /* the thread's poll period */
 
-#define JZ__NAME_CHUNK 256 /* metric names per chunk */
+#define JZ__NAME_CHUNK 256  /* metric names per chunk */
 #define JZ__NAME_CHUNKS 256 /* at most 65536 distinct metric names */
 #define JZ__NAME_LEN 64
 
@@ -60,25 +60,25 @@ typedef struct {
 
 struct jz_trial {
     /* config: set by jz_open, then read-only */
-    int standalone;         /* 1: no JIZHI_TRIAL, nothing is sent */
-    long trial_id;          /* -1 standalone */
-    char *endpoint;         /* JIZHI_ENDPOINT */
-    char *study;            /* JIZHI_STUDY, may be NULL */
-    char *token_json;       /* JIZHI_TOKEN as a JSON string literal, quotes included */
-    char *token;            /* JIZHI_TOKEN */
-    char *ckdir;            /* JIZHI_CHECKPOINT_DIR, or "." */
-    int close_timeout_ms;   /* JIZHI_CLOSE_TIMEOUT_MS */
-    int hello_timeout_ms;   /* JIZHI_HELLO_TIMEOUT_MS */
-    pid_t pid;              /* the process that opened the trial */
+    int standalone;       /* 1: no JIZHI_TRIAL, nothing is sent */
+    long trial_id;        /* -1 standalone */
+    char *endpoint;       /* JIZHI_ENDPOINT */
+    char *study;          /* JIZHI_STUDY, may be NULL */
+    char *token_json;     /* JIZHI_TOKEN as a JSON string literal, quotes included */
+    char *token;          /* JIZHI_TOKEN */
+    char *ckdir;          /* JIZHI_CHECKPOINT_DIR, or "." */
+    int close_timeout_ms; /* JIZHI_CLOSE_TIMEOUT_MS */
+    int hello_timeout_ms; /* JIZHI_HELLO_TIMEOUT_MS */
+    pid_t pid;            /* the process that opened the trial */
 
     /* app: the application thread only */
-    json_t *params;         /* current parameter values */
-    char *params_text;      /* jz_params_json's cached text, or NULL */
-    int ckdir_made;         /* mkdir -p done */
-    uint32_t *htab;         /* name hash table: index + 1, 0 empty */
-    size_t hcap;            /* slots in htab (power of two) */
-    int open_ins;           /* 1: an instruction returned by jz_poll awaits its ack */
-    long open_id;           /* its id */
+    json_t *params;    /* current parameter values */
+    char *params_text; /* jz_params_json's cached text, or NULL */
+    int ckdir_made;    /* mkdir -p done */
+    uint32_t *htab;    /* name hash table: index + 1, 0 empty */
+    size_t hcap;       /* slots in htab (power of two) */
+    int open_ins;      /* 1: an instruction returned by jz_poll awaits its ack */
+    long open_id;      /* its id */
 
     /* name table: appended by the app thread before the points that use a
        name are queued; read by the thread after taking them under mu */
@@ -88,25 +88,25 @@ struct jz_trial {
     /* shared: guarded by mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    jz__point *pend;        /* queued points, oldest first */
+    jz__point *pend; /* queued points, oldest first */
     size_t npend, cappend;
-    long unacked_points;    /* queued + in flight, not yet acknowledged */
-    long unacked_msgs;      /* acks/checkpoint reports queued or in flight */
-    json_t *outbox;         /* array of messages from the app for the thread to send */
-    jz__pending_ins *inq;   /* instructions for jz_poll: inq[inq_head..ninq) */
+    long unacked_points;  /* queued + in flight, not yet acknowledged */
+    long unacked_msgs;    /* acks/checkpoint reports queued or in flight */
+    json_t *outbox;       /* array of messages from the app for the thread to send */
+    jz__pending_ins *inq; /* instructions for jz_poll: inq[inq_head..ninq) */
     size_t inq_head, ninq, capinq;
-    json_t *hello_params;   /* params from the hello reply, not yet applied */
+    json_t *hello_params; /* params from the hello reply, not yet applied */
     jz__state state;
-    int failed;             /* sticky: some reports were refused by the controller */
-    int flushing;           /* jz_flush is waiting: send without delay */
-    int stop;               /* jz_close: the thread must exit */
-    int woken;              /* a wake byte is pending */
+    int failed;   /* sticky: some reports were refused by the controller */
+    int flushing; /* jz_flush is waiting: send without delay */
+    int stop;     /* jz_close: the thread must exit */
+    int woken;    /* a wake byte is pending */
 
     /* thread */
     pthread_t thread;
     int thread_started;
-    int wake_fd[2];         /* pipe: app writes, thread reads */
-    void *zctx;             /* ZeroMQ context */
+    int wake_fd[2]; /* pipe: app writes, thread reads */
+    void *zctx;     /* ZeroMQ context */
 };
 
 /* Starts the connection thread. 0 or -1. */

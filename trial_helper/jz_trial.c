@@ -47,7 +47,8 @@ static int s_env_ms(const char *name, int dflt, int *out)
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || *end || x < 0 || x > INT_MAX) {
-        fprintf(stderr, "jizhi: %s: expected a number of milliseconds, got '%s'\n", name, v);
+        fprintf(stderr, "jizhi: %s: expected a number of milliseconds, got '%s'\n", name,
+                v);
         return -1;
     }
     *out = (int)x;
@@ -135,8 +136,8 @@ jz_trial *jz_open(void)
         json_error_t jerr;
         t->params = json_loads(params, JSON_REJECT_DUPLICATES, &jerr);
         if (!t->params) {
-            fprintf(stderr, "jizhi: JIZHI_PARAMS: invalid JSON: %s (column %d)\n", jerr.text,
-                    jerr.column);
+            fprintf(stderr, "jizhi: JIZHI_PARAMS: invalid JSON: %s (column %d)\n",
+                    jerr.text, jerr.column);
             goto fail;
         }
         if (!json_is_object(t->params)) {
@@ -167,7 +168,8 @@ jz_trial *jz_open(void)
     errno = 0;
     long id = strtol(trial, &end, 10);
     if (errno || *end || id < 0) {
-        fprintf(stderr, "jizhi: JIZHI_TRIAL: expected a trial id (an integer), got '%s'\n",
+        fprintf(stderr,
+                "jizhi: JIZHI_TRIAL: expected a trial id (an integer), got '%s'\n",
                 trial);
         goto fail;
     }
@@ -213,7 +215,8 @@ jz_trial *jz_open(void)
     jz__state st = t->state;
     pthread_mutex_unlock(&t->mu);
     if (st == JZ__CONNECTING)
-        log_warn("jizhi", "trial %ld: no answer from %s yet; continuing with JIZHI_PARAMS", id,
+        log_warn("jizhi",
+                 "trial %ld: no answer from %s yet; continuing with JIZHI_PARAMS", id,
                  endpoint);
     s_take_hello_params(t);
     return t;
@@ -300,8 +303,8 @@ static int s_post(jz_trial *t, json_t *msg)
 
 static int s_send_ack(jz_trial *t, long id, int applied, const char *detail)
 {
-    json_t *m = json_pack("{s:s, s:I, s:b}", "type", "ins_ack", "id", (json_int_t)id, "applied",
-                          applied ? 1 : 0);
+    json_t *m = json_pack("{s:s, s:I, s:b}", "type", "ins_ack", "id", (json_int_t)id,
+                          "applied", applied ? 1 : 0);
     if (m && detail)
         json_object_set_new(m, "detail", json_string(detail));
     return s_post(t, m);
@@ -337,8 +340,8 @@ static int s_valid_metric(const char *s)
         return 0;
     size_t n = 0;
     for (const char *p = s; *p; p++, n++)
-        if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
-              *p == '_' || *p == '.'))
+        if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+              (*p >= '0' && *p <= '9') || *p == '_' || *p == '.'))
             return 0;
     return n < JZ__NAME_LEN;
 }
@@ -501,7 +504,8 @@ static void s_mkdirs(const char *path)
         }
     }
     if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        log_warn("jizhi", "cannot create checkpoint directory %s: %s", path, strerror(errno));
+        log_warn("jizhi", "cannot create checkpoint directory %s: %s", path,
+                 strerror(errno));
 }
 
 const char *jz_checkpoint_dir(jz_trial *t)
@@ -573,6 +577,22 @@ void jz_close(jz_trial **tp)
         t->zctx = NULL;
         s_free(t);
         return;
+    }
+    /* instructions never polled were not applied: say so */
+    for (;;) {
+        jz__pending_ins p;
+        int got = 0;
+        pthread_mutex_lock(&t->mu);
+        if (t->inq_head < t->ninq) {
+            p = t->inq[t->inq_head++];
+            got = 1;
+        }
+        pthread_mutex_unlock(&t->mu);
+        if (!got)
+            break;
+        s_settle(t);
+        s_send_ack(t, p.ins.id, 0, "the trial closed before polling it");
+        jz__pending_ins_fini(&p);
     }
     if (jz_flush(t, t->close_timeout_ms) != 0) {
         pthread_mutex_lock(&t->mu);
