@@ -504,7 +504,8 @@ static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->value = s_col_double(st, 8);
     t->last_value = s_col_double(st, 9);
     t->best_value = s_col_double(st, 10);
-    t->last_step = (long)sqlite3_column_int64(st, 11);
+    /* NULL until the first save (store_trial_insert does not write it) */
+    t->last_step = sqlite3_column_type(st, 11) == SQLITE_NULL ? -1 : (long)sqlite3_column_int64(st, 11);
     t->metric_req = (long)sqlite3_column_int64(st, 12);
     s_col_text(st, 13, t->dispatcher, sizeof t->dispatcher);
     t->pid = (long)sqlite3_column_int64(st, 14);
