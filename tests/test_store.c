@@ -1,0 +1,749 @@
+/*  test_store.c - the SQLite store (store/store.c) on files in a temp
+    folder: create and migrate, reopen, read-only refusals (not a database,
+    not a jizhi database, a newer schema), studies, every trial field
+    through insert/save/get/load (NaN values, parent, metric_session),
+    params generations and lineage, metrics with NaN, events, and
+    transactions that survive (or not) a close and reopen.
+*/
+#include "jz_test.h"
+#include "store/store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+static char s_dir[64];
+
+static void s_path(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "%s/%s", s_dir, name);
+}
+
+static void s_rm_db(const char *name)
+{
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal", NULL};
+    for (const char *const *x = suffixes; *x; x++) {
+        char p[256];
+        snprintf(p, sizeof p, "%s/%s%s", s_dir, name, *x);
+        unlink(p);
+    }
+}
+
+static store_t *s_open(const char *name, int readonly)
+{
+    char p[256], err[512];
+    s_path(p, sizeof p, name);
+    store_t *s = store_open(p, readonly, err, sizeof err);
+    if (!s)
+        printf("store_open %s: %s\n", p, err);
+    return s;
+}
+
+/* Runs one SQL statement on a raw connection; returns the first column of
+   the first row as an int (or -1). */
+static int s_sql_int(const char *name, const char *sql)
+{
+    char p[256];
+    s_path(p, sizeof p, name);
+    sqlite3 *db;
+    int v = -1;
+    if (sqlite3_open(p, &db) == SQLITE_OK) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK) {
+            if (sqlite3_step(st) == SQLITE_ROW)
+                v = sqlite3_column_int(st, 0);
+            sqlite3_finalize(st);
+        }
+    }
+    sqlite3_close(db);
+    return v;
+}
+
+static json_t *s_spec_json(const char *name)
+{
+    return json_pack("{s:s, s:{s:s, s:s}, s:{s:i}, s:{s:{s:s, s:f, s:f}}, s:{s:[s]}}", "name",
+                     name, "objective", "metric", "y", "mode", "min", "budget", "trials", 12,
+                     "space", "x", "type", "float", "low", 0.0, "high", 1.0, "trial", "command",
+                     "sh");
+}
+
+/* A trial row with every field set to something distinct. */
+static void s_fill_trial(store_trial *t, long study, long number)
+{
+    memset(t, 0, sizeof *t);
+    t->study_id = study;
+    t->number = number;
+    snprintf(t->state, sizeof t->state, "pending");
+    snprintf(t->token, sizeof t->token, "tok-%ld-%ld", study, number);
+    t->params = json_pack("{s:f, s:i, s:s}", "lr", 0.001 * (double)(number + 1), "n", 32,
+                          "opt", "sgd");
+    t->generation = 0;
+    t->parent = -1;
+    t->value = t->last_value = t->best_value = NAN;
+    t->last_step = -1;
+    t->created = 1700000000.5 + (double)number;
+}
+
+/* ---- open / migrate ----------------------------------------------------- */
+
+TEST(create_and_reopen)
+{
+    store_t *s = s_open("a.db", 0);
+    REQUIRE(s);
+    CHECK(s_sql_int("a.db", "PRAGMA user_version") == STORE_SCHEMA_VERSION);
+    json_t *spec = s_spec_json("s1");
+    CHECK(store_study_insert(s, "s1", spec, "running", 100) > 0);
+    store_close(&s);
+    CHECK(s == NULL);
+    store_close(&s); /* NULL-safe */
+    store_close(NULL);
+    char wal[32] = "";
+    /* WAL mode is persistent in the file */
+    {
+        char p[256];
+        s_path(p, sizeof p, "a.db");
+        sqlite3 *db;
+        sqlite3_open(p, &db);
+        sqlite3_stmt *st;
+        sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            snprintf(wal, sizeof wal, "%s", sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+    }
+    CHECK_STR(wal, "wal");
+    /* reopening keeps the data and does not migrate again */
+    s = s_open("a.db", 0);
+    REQUIRE(s);
+    store_study st;
+    CHECK(store_study_get(s, "s1", &st) == 1);
+    CHECK(json_equal(st.spec, spec));
+    store_study_fini(&st);
+    store_close(&s);
+    /* read-only works on a jizhi database, and refuses writes */
+    s = s_open("a.db", 1);
+    REQUIRE(s);
+    CHECK(store_study_get(s, "s1", &st) == 1);
+    store_study_fini(&st);
+    CHECK(store_study_insert(s, "s2", spec, "running", 1) == -1);
+    json_t *list = store_study_list(s);
+    CHECK(json_array_size(list) == 1);
+    json_decref(list);
+    store_close(&s);
+    json_decref(spec);
+    s_rm_db("a.db");
+}
+
+TEST(refusals)
+{
+    char p[256], err[512];
+    /* read-only does not create */
+    s_path(p, sizeof p, "none.db");
+    err[0] = 0;
+    CHECK(store_open(p, 1, err, sizeof err) == NULL);
+    CHECK(err[0] != 0);
+    CHECK(access(p, F_OK) != 0);
+
+    /* a text file: refused both ways */
+    s_path(p, sizeof p, "text.db");
+    FILE *f = fopen(p, "w");
+    REQUIRE(f);
+    for (int i = 0; i < 200; i++)
+        fputs("this is not a database at all\n", f);
+    fclose(f);
+    err[0] = 0;
+    CHECK(store_open(p, 1, err, sizeof err) == NULL);
+    CHECK(err[0] != 0);
+    err[0] = 0;
+    CHECK(store_open(p, 0, err, sizeof err) == NULL);
+    CHECK(err[0] != 0);
+    unlink(p);
+
+    /* an SQLite database that is not jizhi's: refused read-only */
+    s_path(p, sizeof p, "other.db");
+    sqlite3 *db;
+    REQUIRE(sqlite3_open(p, &db) == SQLITE_OK);
+    sqlite3_exec(db, "CREATE TABLE x(a); INSERT INTO x VALUES (1);", NULL, NULL, NULL);
+    sqlite3_close(db);
+    err[0] = 0;
+    CHECK(store_open(p, 1, err, sizeof err) == NULL);
+    CHECK(strstr(err, "not a jizhi database") != NULL);
+    s_rm_db("other.db");
+
+    /* a newer schema: refused both ways */
+    store_t *s = s_open("new.db", 0);
+    REQUIRE(s);
+    store_close(&s);
+    CHECK(s_sql_int("new.db", "PRAGMA user_version=99") == -1); /* no row, just sets it */
+    CHECK(s_sql_int("new.db", "PRAGMA user_version") == 99);
+    s_path(p, sizeof p, "new.db");
+    err[0] = 0;
+    CHECK(store_open(p, 0, err, sizeof err) == NULL);
+    CHECK(strstr(err, "newer") != NULL);
+    CHECK(store_open(p, 1, err, sizeof err) == NULL);
+    s_rm_db("new.db");
+}
+
+/* ---- studies ------------------------------------------------------------ */
+
+TEST(studies)
+{
+    store_t *s = s_open("st.db", 0);
+    REQUIRE(s);
+    json_t *spec1 = s_spec_json("alpha"), *spec2 = s_spec_json("beta");
+    long a = store_study_insert(s, "alpha", spec1, "running", 10.5);
+    long b = store_study_insert(s, "beta", spec2, "stopped", 20.25);
+    CHECK(a > 0 && b > 0 && a != b);
+    CHECK(store_study_insert(s, "alpha", spec1, "running", 30) == -1); /* name taken */
+
+    store_study st;
+    CHECK(store_study_get(s, "alpha", &st) == 1);
+    CHECK(st.id == a);
+    CHECK_STR(st.name, "alpha");
+    CHECK_STR(st.state, "running");
+    CHECK(json_equal(st.spec, spec1));
+    CHECK(st.sched_state == NULL);
+    CHECK_NEAR(st.created, 10.5, 0);
+    CHECK(isnan(st.finished));
+    store_study_fini(&st);
+    CHECK(st.spec == NULL);
+    CHECK(store_study_get(s, "gamma", &st) == 0);
+    CHECK(store_study_get_id(s, b, &st) == 1);
+    CHECK_STR(st.name, "beta");
+    CHECK_STR(st.state, "stopped");
+    store_study_fini(&st);
+    CHECK(store_study_get_id(s, 9999, &st) == 0);
+
+    /* state: finished records the time, running clears it */
+    CHECK(store_study_set_state(s, a, "finished", 99.5) == 0);
+    CHECK(store_study_get_id(s, a, &st) == 1);
+    CHECK_STR(st.state, "finished");
+    CHECK_NEAR(st.finished, 99.5, 0);
+    store_study_fini(&st);
+    CHECK(store_study_set_state(s, a, "running", 120) == 0);
+    CHECK(store_study_get_id(s, a, &st) == 1);
+    CHECK_STR(st.state, "running");
+    CHECK(isnan(st.finished));
+    store_study_fini(&st);
+
+    /* scheduler state round trip, and cleared by NULL */
+    json_t *sched = json_pack("{s:I, s:[f,f], s:s}", "count", (json_int_t)7, "x", 0.25, 1e-9,
+                              "tag", "ok");
+    CHECK(store_study_set_sched(s, a, sched) == 0);
+    CHECK(store_study_get_id(s, a, &st) == 1);
+    CHECK(json_equal(st.sched_state, sched));
+    store_study_fini(&st);
+    CHECK(store_study_set_sched(s, a, NULL) == 0);
+    CHECK(store_study_get_id(s, a, &st) == 1);
+    CHECK(st.sched_state == NULL);
+    store_study_fini(&st);
+    json_decref(sched);
+
+    /* running studies */
+    long *ids = NULL;
+    CHECK(store_running_studies(s, &ids) == 1);
+    CHECK(ids && ids[0] == a);
+    free(ids);
+
+    /* list with trial counts */
+    const char *states[] = {"completed", "completed", "failed", "running", "starting", "pending"};
+    for (long i = 0; i < 6; i++) {
+        store_trial t;
+        s_fill_trial(&t, a, i);
+        CHECK(store_trial_insert(s, &t) == 0);
+        snprintf(t.state, sizeof t.state, "%s", states[i]);
+        CHECK(store_trial_save(s, &t) == 0);
+        store_trial_fini(&t);
+    }
+    json_t *list = store_study_list(s);
+    REQUIRE(json_array_size(list) == 2);
+    json_t *la = json_array_get(list, 0), *lb = json_array_get(list, 1);
+    CHECK_STR(json_string_value(json_object_get(la, "name")), "alpha");
+    CHECK(json_integer_value(json_object_get(la, "id")) == a);
+    CHECK(json_integer_value(json_object_get(la, "trials")) == 6);
+    CHECK(json_integer_value(json_object_get(la, "completed")) == 2);
+    CHECK(json_integer_value(json_object_get(la, "failed")) == 1);
+    CHECK(json_integer_value(json_object_get(la, "running")) == 2);
+    CHECK(json_integer_value(json_object_get(la, "budget")) == 12);
+    CHECK(json_is_null(json_object_get(la, "finished")));
+    CHECK_STR(json_string_value(json_object_get(lb, "state")), "stopped");
+    CHECK(json_integer_value(json_object_get(lb, "trials")) == 0);
+    CHECK(json_integer_value(json_object_get(lb, "completed")) == 0);
+    CHECK_NEAR(json_real_value(json_object_get(lb, "created")), 20.25, 0);
+    json_decref(list);
+
+    json_decref(spec1);
+    json_decref(spec2);
+    store_close(&s);
+    s_rm_db("st.db");
+}
+
+/* ---- trials ---------------------------------------------------------------- */
+
+static void s_check_same_trial(const store_trial *a, const store_trial *b, int line)
+{
+#define SAME_L(f)                                                                               \
+    if (a->f != b->f)                                                                           \
+    JZT_FAIL("line %d: " #f " %ld != %ld", line, (long)a->f, (long)b->f)
+#define SAME_D(f)                                                                               \
+    if (!((isnan(a->f) && isnan(b->f)) || a->f == b->f))                                        \
+    JZT_FAIL("line %d: " #f " %.17g != %.17g", line, a->f, b->f)
+#define SAME_S(f)                                                                               \
+    if (strcmp(a->f, b->f))                                                                     \
+    JZT_FAIL("line %d: " #f " \"%s\" != \"%s\"", line, a->f, b->f)
+    SAME_L(id);
+    SAME_L(study_id);
+    SAME_L(number);
+    SAME_S(state);
+    SAME_L(attempt);
+    SAME_S(token);
+    SAME_L(generation);
+    SAME_L(parent);
+    SAME_D(value);
+    SAME_D(last_value);
+    SAME_D(best_value);
+    SAME_L(last_step);
+    SAME_L(metric_req);
+    SAME_S(metric_session);
+    SAME_S(dispatcher);
+    SAME_L(pid);
+    SAME_S(exit_how);
+    SAME_L(exit_code);
+    SAME_S(reason);
+    SAME_S(out_path);
+    SAME_S(err_path);
+    SAME_S(checkpoint);
+    SAME_L(checkpoint_step);
+    SAME_D(created);
+    SAME_D(started);
+    SAME_D(ended);
+    if (!json_equal(a->params, b->params))
+        JZT_FAIL("line %d: params differ", line);
+#undef SAME_L
+#undef SAME_D
+#undef SAME_S
+}
+
+TEST(trial_round_trip)
+{
+    store_t *s = s_open("tr.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("t");
+    long sid = store_study_insert(s, "t", spec, "running", 1);
+    json_decref(spec);
+    REQUIRE(sid > 0);
+
+    /* as inserted: nothing known yet */
+    store_trial t, got;
+    s_fill_trial(&t, sid, 0);
+    REQUIRE(store_trial_insert(s, &t) == 0);
+    CHECK(t.id > 0);
+    REQUIRE(store_trial_get(s, t.id, &got) == 1);
+    s_check_same_trial(&t, &got, __LINE__);
+    store_trial_fini(&got);
+
+    /* every mutable field set, NaN kept in one value */
+    snprintf(t.state, sizeof t.state, "completed");
+    t.attempt = 2;
+    t.value = -0.125;
+    t.last_value = NAN;
+    t.best_value = 1e-300;
+    t.last_step = 41;
+    t.metric_req = 17;
+    snprintf(t.metric_session, sizeof t.metric_session, "sess-0123456789abcdef");
+    snprintf(t.dispatcher, sizeof t.dispatcher, "node-3");
+    t.pid = 43210;
+    snprintf(t.exit_how, sizeof t.exit_how, "signaled");
+    t.exit_code = 9;
+    snprintf(t.reason, sizeof t.reason, "killed by signal 9 'SIGKILL' \"quoted\"");
+    snprintf(t.out_path, sizeof t.out_path, "/var/log/jizhi/t/0.out");
+    snprintf(t.err_path, sizeof t.err_path, "/var/log/jizhi/t/0.err");
+    snprintf(t.checkpoint, sizeof t.checkpoint, "/ckpt/t-0/step40");
+    t.checkpoint_step = 40;
+    t.started = 1700000100.25;
+    t.ended = 1700000200.75;
+    REQUIRE(store_trial_save(s, &t) == 0);
+    REQUIRE(store_trial_get(s, t.id, &got) == 1);
+    s_check_same_trial(&t, &got, __LINE__);
+    store_trial_fini(&got);
+
+    /* and back to empty strings and NaNs (a retry) */
+    snprintf(t.state, sizeof t.state, "pending");
+    t.value = t.best_value = NAN;
+    t.last_value = 3.5;
+    t.last_step = -1;
+    t.metric_req = 0;
+    t.metric_session[0] = t.dispatcher[0] = t.exit_how[0] = t.reason[0] = 0;
+    t.checkpoint[0] = 0;
+    t.pid = 0;
+    REQUIRE(store_trial_save(s, &t) == 0);
+    REQUIRE(store_trial_get(s, t.id, &got) == 1);
+    s_check_same_trial(&t, &got, __LINE__);
+    store_trial_fini(&got);
+
+    /* survives a reopen */
+    store_close(&s);
+    s = s_open("tr.db", 0);
+    REQUIRE(s);
+    REQUIRE(store_trial_get(s, t.id, &got) == 1);
+    s_check_same_trial(&t, &got, __LINE__);
+    store_trial_fini(&got);
+    CHECK(store_trial_get(s, t.id + 100, &got) == 0);
+
+    /* a duplicate (study, number) is refused */
+    store_trial dup;
+    s_fill_trial(&dup, sid, 0);
+    CHECK(store_trial_insert(s, &dup) == -1);
+    store_trial_fini(&dup);
+
+    store_trial_fini(&t);
+    CHECK(t.params == NULL);
+    store_trial_fini(NULL);
+    store_close(&s);
+    s_rm_db("tr.db");
+}
+
+TEST(trials_load_in_order)
+{
+    store_t *s = s_open("tl.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("x");
+    long s1 = store_study_insert(s, "x", spec, "running", 1);
+    long s2 = store_study_insert(s, "y", spec, "running", 1);
+    json_decref(spec);
+    long numbers[] = {3, 0, 2, 1};
+    store_trial mine[4];
+    for (int i = 0; i < 4; i++) {
+        s_fill_trial(&mine[i], s1, numbers[i]);
+        CHECK(store_trial_insert(s, &mine[i]) == 0);
+    }
+    store_trial other;
+    s_fill_trial(&other, s2, 0);
+    CHECK(store_trial_insert(s, &other) == 0);
+    store_trial_fini(&other);
+
+    store_trial *all = NULL;
+    long n = store_trials_load(s, s1, &all);
+    REQUIRE(n == 4);
+    for (long k = 0; k < 4; k++) {
+        CHECK(all[k].number == k);
+        for (int i = 0; i < 4; i++)
+            if (mine[i].number == k)
+                s_check_same_trial(&mine[i], &all[k], __LINE__);
+    }
+    store_trials_free(all, n);
+    n = store_trials_load(s, 12345, &all);
+    CHECK(n == 0);
+    store_trials_free(all, n);
+    for (int i = 0; i < 4; i++)
+        store_trial_fini(&mine[i]);
+    store_close(&s);
+    s_rm_db("tl.db");
+}
+
+TEST(params_generations_and_lineage)
+{
+    store_t *s = s_open("pg.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("p");
+    long sid = store_study_insert(s, "p", spec, "running", 1);
+    json_decref(spec);
+    store_trial donor, t;
+    s_fill_trial(&donor, sid, 0);
+    s_fill_trial(&t, sid, 1);
+    REQUIRE(store_trial_insert(s, &donor) == 0);
+    REQUIRE(store_trial_insert(s, &t) == 0);
+    json_t *gen0 = json_deep_copy(t.params);
+
+    /* generation 1 continues the donor's checkpoint with new params */
+    json_t *gen1 = json_pack("{s:f, s:i, s:s}", "lr", 0.5, "n", 64, "opt", "adam");
+    CHECK(store_trial_set_params(s, t.id, 1, donor.id, gen1) == 0);
+    t.generation = 1;
+    t.parent = donor.id;
+    json_decref(t.params);
+    t.params = json_incref(gen1);
+    CHECK(store_trial_save(s, &t) == 0);
+
+    store_trial got;
+    REQUIRE(store_trial_get(s, t.id, &got) == 1);
+    CHECK(got.generation == 1);
+    CHECK(got.parent == donor.id);
+    CHECK(json_equal(got.params, gen1));
+    store_trial_fini(&got);
+
+    json_t *lin = store_trial_lineage(s, t.id);
+    REQUIRE(json_array_size(lin) == 2);
+    json_t *l0 = json_array_get(lin, 0), *l1 = json_array_get(lin, 1);
+    CHECK(json_integer_value(json_object_get(l0, "generation")) == 0);
+    CHECK(json_is_null(json_object_get(l0, "parent")));
+    CHECK(json_equal(json_object_get(l0, "params"), gen0));
+    CHECK(json_integer_value(json_object_get(l1, "generation")) == 1);
+    CHECK(json_integer_value(json_object_get(l1, "parent")) == donor.id);
+    CHECK(json_equal(json_object_get(l1, "params"), gen1));
+    json_decref(lin);
+    lin = store_trial_lineage(s, donor.id);
+    CHECK(json_array_size(lin) == 1);
+    json_decref(lin);
+
+    /* rewriting a generation replaces it */
+    json_t *gen1b = json_pack("{s:f, s:i, s:s}", "lr", 0.25, "n", 64, "opt", "adam");
+    CHECK(store_trial_set_params(s, t.id, 1, donor.id, gen1b) == 0);
+    REQUIRE(store_trial_get(s, t.id, &got) == 1);
+    CHECK(json_equal(got.params, gen1b));
+    store_trial_fini(&got);
+    lin = store_trial_lineage(s, t.id);
+    CHECK(json_array_size(lin) == 2);
+    json_decref(lin);
+
+    json_decref(gen0);
+    json_decref(gen1);
+    json_decref(gen1b);
+    store_trial_fini(&donor);
+    store_trial_fini(&t);
+    store_close(&s);
+    s_rm_db("pg.db");
+}
+
+/* ---- metrics ---------------------------------------------------------------- */
+
+TEST(metrics)
+{
+    store_t *s = s_open("m.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("m");
+    long sid = store_study_insert(s, "m", spec, "running", 1);
+    json_decref(spec);
+    store_trial t;
+    s_fill_trial(&t, sid, 0);
+    REQUIRE(store_trial_insert(s, &t) == 0);
+
+    store_point pts[] = {
+        {0, "loss", 2.5}, {0, "acc", 0.1}, {1, "loss", NAN}, {1, "acc", 0.3},
+        {2, "loss", 1.25}, {2, "acc", NAN},
+    };
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_metrics_add(s, t.id, 0, pts, 6, 10.0) == 0);
+    CHECK(store_metrics_add(s, t.id, 0, pts, 0, 10.0) == 0); /* empty batch */
+    REQUIRE(store_commit(s) == 0);
+    CHECK(store_metrics_count(s, t.id) == 6);
+    CHECK(store_metrics_count(s, t.id + 1) == 0);
+
+    json_t *last = store_metrics_last(s, t.id);
+    CHECK(json_object_size(last) == 2);
+    CHECK_NEAR(json_real_value(json_object_get(last, "loss")), 1.25, 0);
+    CHECK(json_is_null(json_object_get(last, "acc"))); /* the last acc was NaN */
+    json_decref(last);
+
+    json_t *series = store_metrics_series(s, t.id, "loss");
+    json_t *want = json_loads("[[0,2.5],[1,null],[2,1.25]]", 0, NULL);
+    CHECK(json_equal(series, want));
+    json_decref(series);
+    json_decref(want);
+    series = store_metrics_series(s, t.id, "nope");
+    CHECK(json_is_array(series) && json_array_size(series) == 0);
+    json_decref(series);
+
+    /* a second attempt adds to the count; last follows the newest row */
+    store_point again[] = {{0, "acc", 0.9}};
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_metrics_add(s, t.id, 1, again, 1, 11.0) == 0);
+    REQUIRE(store_commit(s) == 0);
+    CHECK(store_metrics_count(s, t.id) == 7);
+    last = store_metrics_last(s, t.id);
+    CHECK_NEAR(json_real_value(json_object_get(last, "acc")), 0.9, 0);
+    json_decref(last);
+
+    /* a batch of many points in one transaction */
+    enum { N = 5000 };
+    store_point *many = malloc(N * sizeof *many);
+    for (int i = 0; i < N; i++) {
+        many[i].step = 100 + i;
+        many[i].name = (i % 2) ? "loss" : "lr";
+        many[i].value = (i % 7 == 0) ? NAN : i * 0.5;
+    }
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_metrics_add(s, t.id, 1, many, N, 12.0) == 0);
+    REQUIRE(store_commit(s) == 0);
+    CHECK(store_metrics_count(s, t.id) == 7 + N);
+    series = store_metrics_series(s, t.id, "lr");
+    CHECK(json_array_size(series) == N / 2);
+    json_t *p7 = json_array_get(series, 0); /* i = 0: NaN */
+    CHECK(json_is_null(json_array_get(p7, 1)));
+    json_t *p2 = json_array_get(series, 1); /* i = 2 */
+    CHECK(json_integer_value(json_array_get(p2, 0)) == 102);
+    CHECK_NEAR(json_real_value(json_array_get(p2, 1)), 1.0, 0);
+    json_decref(series);
+    free(many);
+
+    /* store_trial_json carries the last metrics */
+    json_t *tj = store_trial_json(&t, s);
+    REQUIRE(tj);
+    CHECK(json_integer_value(json_object_get(tj, "id")) == t.id);
+    CHECK(json_is_null(json_object_get(tj, "value")));
+    CHECK(json_is_null(json_object_get(tj, "parent")));
+    CHECK(json_equal(json_object_get(tj, "params"), t.params));
+    json_t *m = json_object_get(tj, "metrics");
+    CHECK(json_is_object(m) && json_object_size(m) == 3);
+    json_decref(tj);
+    tj = store_trial_json(&t, NULL);
+    CHECK(tj && json_object_get(tj, "metrics") == NULL);
+    json_decref(tj);
+
+    store_trial_fini(&t);
+    store_close(&s);
+    s_rm_db("m.db");
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+TEST(events)
+{
+    store_t *s = s_open("ev.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("e");
+    long sid = store_study_insert(s, "e", spec, "running", 1);
+    long other = store_study_insert(s, "f", spec, "running", 1);
+    json_decref(spec);
+    json_t *detail = json_pack("{s:s, s:f}", "name", "lr", "value", 0.01);
+    long e1 = store_event_add(s, 100.5, sid, 7, "person", "set", detail, -1);
+    long e2 = store_event_add(s, 101.0, sid, -1, "controller", "study_start", NULL, 1);
+    long e3 = store_event_add(s, 102.0, other, 3, "scheduler", "stop", NULL, 0);
+    CHECK(e1 > 0 && e2 > e1 && e3 > e2);
+    CHECK(store_event_resolve(s, e1, 1, 0.25, "applied at step 12") == 0);
+
+    json_t *list = store_events_list(s, sid);
+    REQUIRE(json_array_size(list) == 2);
+    json_t *a = json_array_get(list, 0), *b = json_array_get(list, 1);
+    CHECK(json_integer_value(json_object_get(a, "id")) == e1);
+    CHECK_NEAR(json_real_value(json_object_get(a, "time")), 100.5, 0);
+    CHECK(json_integer_value(json_object_get(a, "trial")) == 7);
+    CHECK_STR(json_string_value(json_object_get(a, "who")), "person");
+    CHECK_STR(json_string_value(json_object_get(a, "kind")), "set");
+    CHECK(json_equal(json_object_get(a, "detail"), detail));
+    CHECK(json_is_true(json_object_get(a, "applied")));
+    CHECK_NEAR(json_real_value(json_object_get(a, "latency_s")), 0.25, 0);
+    CHECK_STR(json_string_value(json_object_get(a, "result")), "applied at step 12");
+    CHECK(json_is_null(json_object_get(b, "trial")));
+    CHECK(json_is_null(json_object_get(b, "detail")));
+    CHECK(json_is_true(json_object_get(b, "applied")));
+    CHECK(json_is_null(json_object_get(b, "latency_s")));
+    CHECK(json_is_null(json_object_get(b, "result")));
+    json_decref(list);
+
+    /* not yet known -> null; refused -> false */
+    long e4 = store_event_add(s, 103.0, sid, 8, "person", "pause", NULL, -1);
+    list = store_events_list(s, sid);
+    CHECK(json_is_null(json_object_get(json_array_get(list, 2), "applied")));
+    json_decref(list);
+    CHECK(store_event_resolve(s, e4, 0, 1.5, NULL) == 0);
+    list = store_events_list(s, other);
+    REQUIRE(json_array_size(list) == 1);
+    CHECK(json_is_false(json_object_get(json_array_get(list, 0), "applied")));
+    json_decref(list);
+    list = store_events_list(s, sid);
+    CHECK(json_is_false(json_object_get(json_array_get(list, 2), "applied")));
+    CHECK(json_is_null(json_object_get(json_array_get(list, 2), "result")));
+    json_decref(list);
+    list = store_events_list(s, 424242);
+    CHECK(json_is_array(list) && json_array_size(list) == 0);
+    json_decref(list);
+
+    CHECK(store_dispatcher_upsert(s, "node-1", 4, "0,1", 5.0) == 0);
+    CHECK(store_dispatcher_upsert(s, "node-1", 8, NULL, 6.0) == 0);
+    json_decref(detail);
+    store_close(&s);
+    CHECK(s_sql_int("ev.db", "SELECT slots FROM dispatchers WHERE name='node-1'") == 8);
+    CHECK(s_sql_int("ev.db", "SELECT COUNT(*) FROM dispatchers") == 1);
+    s_rm_db("ev.db");
+}
+
+/* ---- transactions ---------------------------------------------------------- */
+
+TEST(transactions_survive_reopen)
+{
+    store_t *s = s_open("tx.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("kept");
+    long kept = -1;
+    store_trial t;
+    s_fill_trial(&t, 0, 0);
+
+    REQUIRE(store_begin(s) == 0);
+    kept = store_study_insert(s, "kept", spec, "running", 1);
+    t.study_id = kept;
+    CHECK(store_trial_insert(s, &t) == 0);
+    store_point p[] = {{0, "y", 1.5}, {1, "y", 0.5}};
+    CHECK(store_metrics_add(s, t.id, 0, p, 2, 3.0) == 0);
+    CHECK(store_event_add(s, 3.0, kept, t.id, "controller", "start", NULL, 1) > 0);
+    REQUIRE(store_commit(s) == 0);
+
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_study_insert(s, "dropped", spec, "running", 2) > 0);
+    snprintf(t.state, sizeof t.state, "running");
+    CHECK(store_trial_save(s, &t) == 0);
+    store_point q[] = {{2, "y", 0.25}};
+    CHECK(store_metrics_add(s, t.id, 0, q, 1, 4.0) == 0);
+    store_study st;
+    CHECK(store_study_get(s, "dropped", &st) == 1); /* visible inside */
+    store_study_fini(&st);
+    store_rollback(s);
+    CHECK(store_study_get(s, "dropped", &st) == 0);
+
+    /* begin fails while a transaction is open, and a lone commit fails */
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_begin(s) == -1);
+    CHECK(store_commit(s) == 0);
+    CHECK(store_commit(s) == -1);
+    store_close(&s);
+
+    s = s_open("tx.db", 0);
+    REQUIRE(s);
+    CHECK(store_study_get(s, "kept", &st) == 1);
+    store_study_fini(&st);
+    CHECK(store_study_get(s, "dropped", &st) == 0);
+    store_trial got;
+    REQUIRE(store_trial_get(s, t.id, &got) == 1);
+    CHECK_STR(got.state, "pending");
+    store_trial_fini(&got);
+    CHECK(store_metrics_count(s, t.id) == 2);
+    json_t *ev = store_events_list(s, kept);
+    CHECK(json_array_size(ev) == 1);
+    json_decref(ev);
+    store_close(&s);
+
+    /* a transaction left open at close is not committed */
+    s = s_open("tx.db", 0);
+    REQUIRE(s);
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_study_insert(s, "unfinished", spec, "running", 5) > 0);
+    store_close(&s);
+    s = s_open("tx.db", 1);
+    REQUIRE(s);
+    CHECK(store_study_get(s, "unfinished", &st) == 0);
+    CHECK(store_study_get(s, "kept", &st) == 1);
+    store_study_fini(&st);
+    store_close(&s);
+
+    json_decref(spec);
+    store_trial_fini(&t);
+    s_rm_db("tx.db");
+}
+
+int main(void)
+{
+    snprintf(s_dir, sizeof s_dir, "/tmp/jz-test-store-XXXXXX");
+    if (!mkdtemp(s_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(create_and_reopen);
+    RUN(refusals);
+    RUN(studies);
+    RUN(trial_round_trip);
+    RUN(trials_load_in_order);
+    RUN(params_generations_and_lineage);
+    RUN(metrics);
+    RUN(events);
+    RUN(transactions_survive_reopen);
+    rmdir(s_dir);
+    TEST_DONE();
+}
