@@ -473,7 +473,8 @@ static void s_on_start(disp_t *d, const json_t *msg)
         ckpt = NULL;
     }
     /* a checkpoint dir chosen by the controller lives on this machine too */
-    const char *given = json_string_value(json_object_get(st.env, "JIZHI_CHECKPOINT_DIR"));
+    const char *given =
+        json_string_value(json_object_get(st.env, "JIZHI_CHECKPOINT_DIR"));
     if (given && given[0] == '/' && s_mkdirs(given) != 0)
         log_warn(TAG, "cannot create %s: %s", given, strerror(errno));
     for (int i = 0; i < st.gpus; i++) {

@@ -13,6 +13,7 @@
 #include "dispatcher/disp_int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
@@ -305,6 +306,83 @@ TEST(unit_parsers)
     }
 }
 
+/* A random JSON value, sometimes one of the right shape. */
+static json_t *s_rand_json(unsigned *seed, int depth)
+{
+    static const char *strs[] = {"",    "x",   "/bin/true", "a/b",     "..",
+                                 "A=B", "nan", "-inf",      "\xc3\xa9"};
+    switch (rand_r(seed) % (depth > 2 ? 6 : 8)) {
+    case 0:
+        return json_null();
+    case 1:
+        return json_boolean(rand_r(seed) & 1);
+    case 2: {
+        static const json_int_t ints[] = {0, 1, -1, 7, 4096, 4097, LLONG_MAX, LLONG_MIN};
+        return json_integer(ints[rand_r(seed) % 8]);
+    }
+    case 3: {
+        static const double reals[] = {0.0, -0.5, 0.25, 1e300, -1e-300};
+        return json_real(reals[rand_r(seed) % 5]);
+    }
+    case 4:
+    case 5:
+        return json_string(strs[rand_r(seed) % (sizeof strs / sizeof *strs)]);
+    case 6: {
+        json_t *a = json_array();
+        for (int i = rand_r(seed) % 4; i > 0; i--)
+            json_array_append_new(a, s_rand_json(seed, depth + 1));
+        return a;
+    }
+    default: {
+        json_t *o = json_object();
+        for (int i = rand_r(seed) % 4; i > 0; i--)
+            json_object_set_new(o, strs[rand_r(seed) % (sizeof strs / sizeof *strs)],
+                                s_rand_json(seed, depth + 1));
+        return o;
+    }
+    }
+}
+
+TEST(chaos_start_and_kill)
+{
+    static const char *keys[] = {"trial",     "attempt", "study",   "argv",   "env",
+                                 "timeout_s", "gpus",    "log_dir", "reason", "req"};
+    unsigned seed = 12345;
+    int accepted = 0;
+    for (int it = 0; it < 20000; it++) {
+        json_t *m = json_pack("{s:s}", "type", "start");
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+            if (rand_r(&seed) % 4 != 0)
+                json_object_set_new(m, keys[k], s_rand_json(&seed, 0));
+        if (rand_r(&seed) % 2) { /* mostly right, one field random */
+            json_object_set_new(m, "trial", json_integer(1));
+            json_object_set_new(m, "attempt", json_integer(0));
+            json_object_set_new(m, "study", json_string("s"));
+            json_object_set_new(m, "argv", json_pack("[s]", "true"));
+            json_object_set_new(m, keys[rand_r(&seed) % 10], s_rand_json(&seed, 0));
+        }
+        disp__start st;
+        int ids;
+        char err[256];
+        if (disp__parse_start(m, &st, &ids, err, sizeof err) == 0) {
+            accepted++;
+            CHECK(st.trial >= 0 && st.attempt >= 0 && st.study && st.study[0]);
+            CHECK(json_array_size(st.argv) > 0 && st.gpus >= 0 && st.timeout_s >= 0);
+            for (size_t i = 0; i < json_array_size(st.argv); i++)
+                CHECK(json_is_string(json_array_get(st.argv, i)));
+            CHECK(!st.env || json_is_object(st.env));
+        } else {
+            CHECK(err[0] != 0);
+        }
+        long tr, at;
+        const char *why;
+        if (disp__parse_kill(m, &tr, &at, &why, err, sizeof err) == 0)
+            CHECK(tr >= 0 && at >= -1);
+        json_decref(m);
+    }
+    CHECK(accepted > 0);
+}
+
 TEST(register_and_heartbeat)
 {
     fake_ctl fc;
@@ -574,7 +652,8 @@ TEST(environment)
     char ck2[300];
     snprintf(ck2, sizeof ck2, "%s/ck/t7", fc.dir);
     m = s_start_msg(7, 0, json_pack("[s]", "env"));
-    json_object_set_new(json_object_get(m, "env"), "JIZHI_CHECKPOINT_DIR", json_string(ck2));
+    json_object_set_new(json_object_get(m, "env"), "JIZHI_CHECKPOINT_DIR",
+                        json_string(ck2));
     fc_send(&fc, m);
     ex = fc_wait(&fc, "exited", 7, 10);
     REQUIRE(ex);
@@ -954,6 +1033,7 @@ int main(void)
         log_set_level(LOG_ERROR);
     signal(SIGPIPE, SIG_IGN);
     RUN(unit_parsers);
+    RUN(chaos_start_and_kill);
     RUN(register_and_heartbeat);
     RUN(reregister_after_silence);
     RUN(gpu_detection);
