@@ -44,9 +44,34 @@ struct gp {
     int factored;       /* L and alpha match theta and the data */
     double jitter;      /* of the last factorisation */
     double objective;   /* log marginal + log prior of the last factorisation */
+    int fit_evals;      /* likelihood evaluations in the last gp_fit */
     double *ks, *dk;    /* predict scratch: n, n x d */
     gsl_vector *v;      /* predict scratch: n */
 };
+
+/* LAPACK from OpenBLAS (linked as -lopenblas): its blocked, threaded
+   Cholesky and inverse are several times faster than GSL's at n ~ 1000.
+   A row-major lower triangle is LAPACK's column-major upper one. The
+   trailing size_t is the Fortran hidden length of the character argument. */
+extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info, size_t);
+extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, int *info, size_t);
+
+/* In-place Cholesky of the lower triangle of a row-major matrix. 0 or -1. */
+static int s_potrf(gsl_matrix *K)
+{
+    int n = (int)K->size1, lda = (int)K->tda, info = 0;
+    dpotrf_("U", &n, K->data, &lda, &info, 1);
+    return info == 0 ? 0 : -1;
+}
+
+/* From the factor in the lower triangle, the inverse in the lower triangle
+   (the upper one is left as it was). 0 or -1. */
+static int s_potri(gsl_matrix *K)
+{
+    int n = (int)K->size1, lda = (int)K->tda, info = 0;
+    dpotri_("U", &n, K->data, &lda, &info, 1);
+    return info == 0 ? 0 : -1;
+}
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
@@ -163,6 +188,11 @@ double gp_objective(const gp_t *gp)
     return gp->objective;
 }
 
+int gp_fit_evals(const gp_t *gp)
+{
+    return gp->fit_evals;
+}
+
 int gp_set_data(gp_t *gp, const double *X, const double *y, int n, int standardise)
 {
     if (n < 1)
@@ -237,18 +267,30 @@ static inline double s_k(int d, const double *il, double sf2, const double *a, c
     return sf2 * (1 + S_SQRT5 * r + 5.0 / 3.0 * r2) * exp(-S_SQRT5 * r);
 }
 
-/* Lower triangle (and diagonal) of Kf + diag I for n points. */
+/* Lower triangle (and diagonal) of Kf + diag I for n points. The strict
+   upper triangle, which the factorisation leaves alone, receives
+   exp(-sqrt5 r) of each pair for the gradient. */
 static void s_build_K(int d, int n, const double *X, const double *theta, double diag, gsl_matrix *K)
 {
     double sf2 = exp(theta[d]);
     double il[d];
     for (int i = 0; i < d; i++)
         il[i] = exp(-theta[i]);
+    size_t tda = K->tda;
     for (int a = 0; a < n; a++) {
         const double *xa = X + (size_t)a * d;
         double *row = gsl_matrix_ptr(K, (size_t)a, 0);
-        for (int b = 0; b < a; b++)
-            row[b] = s_k(d, il, sf2, xa, X + (size_t)b * d);
+        for (int b = 0; b < a; b++) {
+            const double *xb = X + (size_t)b * d;
+            double r2 = 0;
+            for (int i = 0; i < d; i++) {
+                double z = (xa[i] - xb[i]) * il[i];
+                r2 += z * z;
+            }
+            double r = sqrt(r2), e = exp(-S_SQRT5 * r);
+            row[b] = sf2 * (1 + S_SQRT5 * r + 5.0 / 3.0 * r2) * e;
+            K->data[(size_t)b * tda + (size_t)a] = e;
+        }
         row[a] = sf2 + diag;
     }
 }
@@ -272,7 +314,7 @@ static int s_chol(int d, int n, const double *X, const double *theta, gsl_matrix
     double jitter = 0;
     for (int attempt = 0; attempt < 10; attempt++) {
         s_build_K(d, n, X, theta, noise + jitter, K);
-        if (gsl_linalg_cholesky_decomp1(K) == GSL_SUCCESS) {
+        if (s_potrf(K) == 0) {
             int ok = 1;
             for (int a = 0; a < n && ok; a++) {
                 double l = gsl_matrix_get(K, (size_t)a, (size_t)a);
@@ -344,7 +386,7 @@ static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta, do
 
     int nt = gp_ntheta(d);
     gsl_matrix_memcpy(w->Ki, w->K);
-    if (gsl_linalg_cholesky_invert(w->Ki) != GSL_SUCCESS)
+    if (s_potri(w->Ki) != 0)
         return -INFINITY;
     double sf2 = exp(theta[d]), en = exp(theta[d + 1]);
     double il2[d], g[nt];
@@ -352,6 +394,8 @@ static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta, do
         il2[i] = exp(-2 * theta[i]);
     memset(g, 0, sizeof g);
     const double *al = w->alpha->data;
+    const double *E = w->K->data; /* exp(-sqrt5 r) in the strict upper triangle */
+    size_t tda = w->K->tda;
     double trW = 0, sumWK = 0;
     for (int a = 0; a < n; a++) {
         const double *xa = X + (size_t)a * d;
@@ -366,7 +410,7 @@ static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta, do
                 dd[i] = z * z * il2[i];
                 r2 += dd[i];
             }
-            double r = sqrt(r2), e = exp(-S_SQRT5 * r);
+            double r = sqrt(r2), e = E[(size_t)b * tda + (size_t)a];
             double Wab = al[a] * al[b] - kia[b];
             sumWK += Wab * (1 + S_SQRT5 * r + 5.0 / 3.0 * r2) * e;
             double c = Wab * (1 + S_SQRT5 * r) * e;
@@ -429,6 +473,7 @@ typedef struct {
     double last_f;   /* cache of the last evaluation */
     double *last_t, *last_g;
     int have_last;
+    int evals;       /* evaluations so far */
 } s_fit_ctx;
 
 static void s_eval(s_fit_ctx *c, const gsl_vector *v)
@@ -439,6 +484,7 @@ static void s_eval(s_fit_ctx *c, const gsl_vector *v)
     for (int i = 0; i < c->nt; i++)
         t[i] = gsl_vector_get(v, (size_t)i);
     double l = s_lml(c->d, c->X, c->w, t, g);
+    c->evals++;
     double p = gp_log_prior(c->d, t, gp_);
     double n = c->w->n;
     if (!isfinite(l)) {
@@ -499,11 +545,11 @@ static double s_bfgs(s_fit_ctx *c, double *theta, int max_iter, const atomic_int
     for (int i = 0; i < nt; i++)
         gsl_vector_set(x, (size_t)i, theta[i]);
     double best = INFINITY;
-    if (gsl_multimin_fdfminimizer_set(m, &F, x, 0.1, 0.1) == GSL_SUCCESS) {
+    if (gsl_multimin_fdfminimizer_set(m, &F, x, 0.1, 0.4) == GSL_SUCCESS) {
         for (int it = 0; it < max_iter && !s_cancelled(cancel); it++) {
             if (gsl_multimin_fdfminimizer_iterate(m) != GSL_SUCCESS)
                 break;
-            if (gsl_multimin_test_gradient(m->gradient, 1e-5) == GSL_SUCCESS)
+            if (gsl_multimin_test_gradient(m->gradient, 1e-4) == GSL_SUCCESS)
                 break;
         }
         best = m->f;
@@ -541,6 +587,7 @@ void gp_fit_opts_init(gp_fit_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->restarts = 2;
+    o->default_start = 1;
     o->max_iter = 100;
     o->subset = 0;
     o->polish_iter = 20;
@@ -590,15 +637,16 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
     s_lml_ws w;
     int rc = -1;
     double last_t[nt], last_g[nt];
-    s_fit_ctx c = {d, nt, Xs, &w, 0, last_t, last_g, 0};
+    s_fit_ctx c = {d, nt, Xs, &w, 0, last_t, last_g, 0, 0};
     double best_t[nt], best_f = INFINITY;
     if (s_ws_init(&w, ns, ys) == 0) {
-        int nstarts = 1 + (opts->theta0 ? 1 : 0) + (opts->restarts > 0 ? opts->restarts : 0);
+        int warm = opts->theta0 != NULL, dflt_start = !warm || opts->default_start;
+        int nstarts = warm + dflt_start + (opts->restarts > 0 ? opts->restarts : 0);
         for (int k = 0; k < nstarts && !s_cancelled(opts->cancel); k++) {
             double t[nt];
-            if (k == 0 && opts->theta0)
+            if (k == 0 && warm)
                 memcpy(t, opts->theta0, sizeof t);
-            else if (k == (opts->theta0 ? 1 : 0))
+            else if (k == warm && dflt_start)
                 gp_default_theta(d, t);
             else {
                 gp_default_theta(d, t);
@@ -615,15 +663,17 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
             }
         }
         s_ws_free(&w);
-        if (use_subset && isfinite(best_f) && !s_cancelled(opts->cancel) &&
+        if (use_subset && opts->polish_iter > 0 && isfinite(best_f) && !s_cancelled(opts->cancel) &&
             s_ws_init(&w, n, gp->y) == 0) {
-            s_fit_ctx cf = {d, nt, gp->X, &w, 0, last_t, last_g, 0};
+            s_fit_ctx cf = {d, nt, gp->X, &w, 0, last_t, last_g, 0, 0};
             double t[nt];
             memcpy(t, best_t, sizeof t);
             if (isfinite(s_bfgs(&cf, t, opts->polish_iter, opts->cancel)))
                 memcpy(best_t, t, sizeof t);
+            c.evals += cf.evals;
             s_ws_free(&w);
         }
+        gp->fit_evals = c.evals;
         if (!s_cancelled(opts->cancel)) {
             if (isfinite(best_f))
                 rc = gp_set_theta(gp, best_t);

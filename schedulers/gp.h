@@ -78,11 +78,14 @@ typedef struct {
     const double *theta0;     /* warm start (gp_ntheta values) or NULL */
     int restarts;             /* random starts drawn from the prior, besides
                                  theta0 and the prior mean (default 2) */
+    int default_start;        /* with theta0: also start from the prior
+                                 mean (default 1); without, always */
     int max_iter;             /* BFGS iterations per start (default 100) */
     int subset;               /* when n > subset > 0, the starts run on a
                                  random subset of this size and only the
                                  best is polished on all data (default 0) */
-    int polish_iter;          /* iterations of that polish (default 20) */
+    int polish_iter;          /* iterations of that polish (default 20; 0
+                                 keeps the subset's answer) */
     unsigned long long seed;  /* for the random starts and the subset */
     const atomic_int *cancel; /* when non-NULL and set, gives up (-1) */
 } gp_fit_opts;
@@ -106,6 +109,9 @@ double gp_jitter(const gp_t *gp);
 
 /* Log marginal likelihood + log prior of the last factorisation. */
 double gp_objective(const gp_t *gp);
+
+/* Likelihood evaluations made by the last gp_fit (for benchmarks). */
+int gp_fit_evals(const gp_t *gp);
 
 /* Posterior of the latent function at x (standardised units): mean and
    variance, and when non-NULL their gradients with respect to x (d values

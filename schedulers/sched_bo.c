@@ -5,9 +5,9 @@
     dimension each through spec_param_to_unit (log scale for log ones),
     choices are one-hot. Suggestions are decoded with spec_param_from_unit
     and an argmax per choice, and the acquisition is only ever evaluated at
-    such legal points (acq's round callback). The first n_init suggestions
-    (and every one until two trials have results) come from a Sobol design
-    with a seeded random shift.
+    such legal points (acq's round callback). Until n_init trials are known
+    (finished or pending), and until two have results, suggestions come
+    from a Sobol design with a seeded random shift.
 
     The GP fit and the acquisition search run in a worker thread per
     suggestion: the first `suggest` snapshots the data (results, failures
@@ -250,13 +250,16 @@ static void s_run_job(s_job *j)
     fo.theta0 = j->theta0;
     fo.seed = j->seed;
     fo.cancel = &j->cancel;
-    if (n > 400) {
-        fo.restarts = 1;
-        fo.subset = 200;
-        fo.polish_iter = 10;
-    } else if (n > 150) {
-        fo.restarts = 1;
-        fo.max_iter = 60;
+    /* the cost of a likelihood evaluation grows as n^3: fewer starts as n
+       grows, and past 300 points the hyperparameters come from a random
+       subset of 300 (the final model uses every point) */
+    if (n > 60) {
+        fo.restarts = 0;
+        fo.default_start = 0;
+    }
+    if (n > 300) {
+        fo.subset = 300;
+        fo.polish_iter = 0;
     }
     if (gp_fit(gp, &fo) != 0)
         goto out;
@@ -548,7 +551,7 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     long nreal = 0;
     for (size_t i = 0; i < b->nobs; i++)
         nreal += !b->obs[i].failed;
-    if (b->count < b->n_init || nreal < 2) {
+    if ((long)(b->nobs + b->npend) < b->n_init || nreal < 2) {
         int np = b->lay.np;
         double u[np];
         s_sobol(b, b->sobol, u);

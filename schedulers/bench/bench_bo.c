@@ -1,0 +1,341 @@
+/*  bench_bo.c - benchmark driver for the bo scheduler (make bench-bo).
+
+    Runs a jizhi scheduler directly (suggest -> evaluate -> on_complete) on
+    the standard test functions, and measures suggestion latency. The
+    Python side (scripts/bench_bo.py) runs the peers and prints the table;
+    it checks that both sides evaluate the functions identically with the
+    `eval` mode.
+
+      bench_bo eval FUNC X1 .. Xd          f(x), one number
+      bench_bo run FUNC METHOD EVALS SEED0 NSEEDS
+                                           one JSON line per seed:
+                                           {"func","method","seed","regret","best","seconds"}
+      bench_bo latency N1,N2,.. [REPEATS]  bo suggestion latency on
+                                           Hartmann-6 with N observations:
+                                           {"n","cold_ms","warm_ms"}
+    METHOD: bo, bo-ucb, random (any scheduler type, with a seed).
+*/
+#include "schedulers/sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *name;
+    int d;
+    double fopt;
+    double (*f)(const double *x, int d);
+    void (*bounds)(int i, double *lo, double *hi);
+} s_func;
+
+static double s_branin(const double *x, int d)
+{
+    double a = 1, b = 5.1 / (4 * M_PI * M_PI), c = 5 / M_PI, r = 6, s = 10, t = 1 / (8 * M_PI);
+    double u = x[1] - b * x[0] * x[0] + c * x[0] - r;
+    return a * u * u + s * (1 - t) * cos(x[0]) + s;
+}
+
+static void s_branin_b(int i, double *lo, double *hi)
+{
+    *lo = i == 0 ? -5 : 0;
+    *hi = i == 0 ? 10 : 15;
+}
+
+static double s_hartmann6(const double *x, int d)
+{
+    static const double A[4][6] = {{10, 3, 17, 3.5, 1.7, 8},
+                                   {0.05, 10, 17, 0.1, 8, 14},
+                                   {3, 3.5, 1.7, 10, 17, 8},
+                                   {17, 8, 0.05, 10, 0.1, 14}};
+    static const double P[4][6] = {{0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886},
+                                   {0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991},
+                                   {0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650},
+                                   {0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381}};
+    static const double al[4] = {1.0, 1.2, 3.0, 3.2};
+    double s = 0;
+    for (int i = 0; i < 4; i++) {
+        double e = 0;
+        for (int j = 0; j < 6; j++)
+            e += A[i][j] * (x[j] - P[i][j]) * (x[j] - P[i][j]);
+        s += al[i] * exp(-e);
+    }
+    return -s;
+}
+
+static void s_unit_b(int i, double *lo, double *hi)
+{
+    *lo = 0;
+    *hi = 1;
+}
+
+static double s_ackley(const double *x, int d)
+{
+    double s1 = 0, s2 = 0;
+    for (int i = 0; i < d; i++) {
+        s1 += x[i] * x[i];
+        s2 += cos(2 * M_PI * x[i]);
+    }
+    return -20 * exp(-0.2 * sqrt(s1 / d)) - exp(s2 / d) + 20 + M_E;
+}
+
+static void s_ackley_b(int i, double *lo, double *hi)
+{
+    *lo = -32.768;
+    *hi = 32.768;
+}
+
+static double s_rosenbrock(const double *x, int d)
+{
+    double s = 0;
+    for (int i = 0; i + 1 < d; i++)
+        s += 100 * pow(x[i + 1] - x[i] * x[i], 2) + pow(1 - x[i], 2);
+    return s;
+}
+
+static void s_rosen_b(int i, double *lo, double *hi)
+{
+    *lo = -5;
+    *hi = 10;
+}
+
+static double s_levy(const double *x, int d)
+{
+    double w0 = 1 + (x[0] - 1) / 4, wl = 1 + (x[d - 1] - 1) / 4;
+    double s = pow(sin(M_PI * w0), 2);
+    for (int i = 0; i + 1 < d; i++) {
+        double w = 1 + (x[i] - 1) / 4;
+        s += pow(w - 1, 2) * (1 + 10 * pow(sin(M_PI * w + 1), 2));
+    }
+    s += pow(wl - 1, 2) * (1 + pow(sin(2 * M_PI * wl), 2));
+    return s;
+}
+
+static void s_levy_b(int i, double *lo, double *hi)
+{
+    *lo = -10;
+    *hi = 10;
+}
+
+static double s_styblinski(const double *x, int d)
+{
+    double s = 0;
+    for (int i = 0; i < d; i++)
+        s += pow(x[i], 4) - 16 * x[i] * x[i] + 5 * x[i];
+    return s / 2;
+}
+
+static void s_sty_b(int i, double *lo, double *hi)
+{
+    *lo = -5;
+    *hi = 5;
+}
+
+static const s_func s_funcs[] = {
+    {"branin", 2, 0.397887357729738, s_branin, s_branin_b},
+    {"hartmann6", 6, -3.32236801141551, s_hartmann6, s_unit_b},
+    {"ackley5", 5, 0, s_ackley, s_ackley_b},
+    {"rosenbrock4", 4, 0, s_rosenbrock, s_rosen_b},
+    {"levy4", 4, 0, s_levy, s_levy_b},
+    {"styblinski4", 4, -39.16616570377142 * 4, s_styblinski, s_sty_b},
+};
+
+static const s_func *s_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof s_funcs / sizeof s_funcs[0]; i++)
+        if (!strcmp(s_funcs[i].name, name))
+            return &s_funcs[i];
+    return NULL;
+}
+
+static double s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static spec_t *s_spec(const s_func *f, const char *method, long seed)
+{
+    json_t *space = json_object();
+    for (int i = 0; i < f->d; i++) {
+        char name[16];
+        double lo, hi;
+        f->bounds(i, &lo, &hi);
+        snprintf(name, sizeof name, "x%d", i);
+        json_object_set_new(space, name, json_pack("{s:s,s:f,s:f}", "type", "float", "low", lo, "high", hi));
+    }
+    json_t *sched = !strcmp(method, "bo-ucb")
+                        ? json_pack("{s:s,s:I,s:s}", "type", "bo", "seed", (json_int_t)seed, "acq", "ucb")
+                        : json_pack("{s:s,s:I}", "type", method, "seed", (json_int_t)seed);
+    json_t *j = json_pack("{s:s,s:{s:s,s:s},s:o,s:{s:i},s:o,s:{s:[s]}}", "name", "bench", "objective",
+                          "metric", "y", "mode", "min", "scheduler", sched, "budget", "trials",
+                          1000000, "space", space, "trial", "command", "true");
+    spec_error err;
+    spec_t *s = spec_parse(j, 0, &err);
+    if (!s) {
+        char buf[512];
+        fprintf(stderr, "bench_bo: spec: %s\n", spec_strerror(&err, buf, sizeof buf));
+    }
+    json_decref(j);
+    return s;
+}
+
+/* Asks until the worker is done; polls every 100 us. */
+static int s_get(sched_t *s, long id, json_t **p)
+{
+    for (;;) {
+        int rc = s->ops->suggest(s, id, p);
+        if (rc != SCHED_WAIT)
+            return rc;
+        usleep(100);
+    }
+}
+
+static int s_params_x(const json_t *p, int d, double *x)
+{
+    for (int i = 0; i < d; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i);
+        json_t *v = json_object_get(p, name);
+        if (!json_is_number(v))
+            return -1;
+        x[i] = json_number_value(v);
+    }
+    return 0;
+}
+
+static int s_run(const s_func *f, const char *method, int evals, long seed)
+{
+    spec_t *sp = s_spec(f, method, seed);
+    char err[256];
+    sched_t *s = sp ? sched_new(sp, err, sizeof err) : NULL;
+    if (!s) {
+        if (sp)
+            fprintf(stderr, "bench_bo: %s\n", err);
+        spec_destroy(&sp);
+        return -1;
+    }
+    double best = INFINITY, t0 = s_now();
+    for (long id = 1; id <= evals; id++) {
+        json_t *p = NULL;
+        double x[f->d];
+        if (s_get(s, id, &p) != SCHED_OK || s_params_x(p, f->d, x) != 0) {
+            fprintf(stderr, "bench_bo: suggest failed\n");
+            json_decref(p);
+            sched_destroy(&s);
+            spec_destroy(&sp);
+            return -1;
+        }
+        double v = f->f(x, f->d);
+        best = fmin(best, v);
+        s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
+        json_decref(p);
+    }
+    printf("{\"func\":\"%s\",\"method\":\"%s\",\"seed\":%ld,\"regret\":%.17g,\"best\":%.17g,"
+           "\"seconds\":%.3f}\n",
+           f->name, method, seed, best - f->fopt, best, s_now() - t0);
+    fflush(stdout);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+    return 0;
+}
+
+/* n random observations of Hartmann-6, then suggestions timed from the
+   first suggest call to SCHED_OK: the first (cold: no hyperparameters to
+   start from) and the median of `repeats` more (warm). */
+static int s_latency(int n, int repeats)
+{
+    const s_func *f = s_find("hartmann6");
+    spec_t *sp = s_spec(f, "bo", 1);
+    char err[256];
+    sched_t *s = sp ? sched_new(sp, err, sizeof err) : NULL;
+    if (!s)
+        return -1;
+    sched_rng r;
+    sched_rng_seed(&r, 42, 0);
+    for (long id = 1; id <= n; id++) {
+        json_t *p = json_object();
+        double x[6];
+        for (int i = 0; i < 6; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "x%d", i);
+            x[i] = sched_rng_uniform(&r);
+            json_object_set_new(p, name, json_real(x[i]));
+        }
+        s->ops->on_complete(s, id, p, SCHED_COMPLETED, f->f(x, 6));
+        json_decref(p);
+    }
+    double ms[repeats + 1];
+    for (int k = 0; k <= repeats; k++) {
+        json_t *p = NULL;
+        double t0 = s_now();
+        if (s_get(s, n + 1 + k, &p) != SCHED_OK)
+            return -1;
+        ms[k] = 1e3 * (s_now() - t0);
+        double x[6];
+        s_params_x(p, 6, x);
+        s->ops->on_complete(s, n + 1 + k, p, SCHED_COMPLETED, f->f(x, 6));
+        json_decref(p);
+    }
+    /* median of the warm ones (insertion sort, few values) */
+    for (int i = 2; i <= repeats; i++)
+        for (int j = i; j > 1 && ms[j] < ms[j - 1]; j--) {
+            double t = ms[j];
+            ms[j] = ms[j - 1];
+            ms[j - 1] = t;
+        }
+    double warm = repeats > 0 ? ms[1 + (repeats - 1) / 2] : NAN;
+    printf("{\"n\":%d,\"cold_ms\":%.2f,\"warm_ms\":%.2f}\n", n, ms[0], warm);
+    fflush(stdout);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+    return 0;
+}
+
+static int s_usage(void)
+{
+    fprintf(stderr, "usage: bench_bo eval FUNC X1..Xd | run FUNC METHOD EVALS SEED0 NSEEDS | "
+                    "latency N1,N2,.. [REPEATS]\n");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && !strcmp(argv[1], "eval")) {
+        const s_func *f = s_find(argv[2]);
+        if (!f || argc != 3 + f->d)
+            return s_usage();
+        double x[f->d];
+        for (int i = 0; i < f->d; i++)
+            x[i] = strtod(argv[3 + i], NULL);
+        printf("%.17g\n", f->f(x, f->d));
+        return 0;
+    }
+    if (argc == 7 && !strcmp(argv[1], "run")) {
+        const s_func *f = s_find(argv[2]);
+        if (!f)
+            return s_usage();
+        int evals = atoi(argv[4]);
+        long seed0 = atol(argv[5]), ns = atol(argv[6]);
+        for (long k = 0; k < ns; k++)
+            if (s_run(f, argv[3], evals, seed0 + k) != 0)
+                return 1;
+        return 0;
+    }
+    if ((argc == 3 || argc == 4) && !strcmp(argv[1], "latency")) {
+        int repeats = argc == 4 ? atoi(argv[3]) : 3;
+        char *save = NULL, *list = strdup(argv[2]);
+        for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
+            if (s_latency(atoi(t), repeats) != 0) {
+                free(list);
+                return 1;
+            }
+        free(list);
+        return 0;
+    }
+    return s_usage();
+}

@@ -1,0 +1,21 @@
+# schedulers.mk - scheduler-specific rules, included by the top Makefile.
+#
+#   make bench-bo     jizhi bo and random against Optuna (TPE, GP) and
+#                     scikit-optimize gp_minimize, where installed, on six
+#                     test functions; plus bo suggestion latency.
+#                     BENCH_BO_ARGS="--seeds 3 --evals 30" for a quick run.
+#
+# The driver's main lives under schedulers/bench/ so the library's
+# wildcard (schedulers/*.c) does not pick it up.
+
+BENCH_BO := $(BUILD)/bin/bench_bo
+
+$(BENCH_BO): $(BUILD)/obj/schedulers/bench/bench_bo.o $(LIB_SCHED) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) -ljansson -lgsl -lopenblas -lm
+
+BENCHES += $(BENCH_BO)
+
+.PHONY: bench-bo
+bench-bo: $(BENCH_BO)
+	@PYTHON=$(PYTHON) BENCH_BO=$(BENCH_BO) scripts/bench-bo.sh $(BENCH_BO_ARGS)

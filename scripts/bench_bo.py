@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""bench_bo.py - make bench-bo: jizhi's bo scheduler against its peers.
+
+Runs, in one run, jizhi `bo` and `random` (through the C driver
+build/bin/bench_bo) and, where installed, Optuna's TPESampler and GPSampler
+and scikit-optimize's gp_minimize, on Branin, Hartmann-6, Ackley-5,
+Rosenbrock-4, Levy-4 and Styblinski-Tang-4 (minimisation, standard
+domains), EVALS evaluations x SEEDS seeds each, and prints the median simple
+regret (best value found - global minimum) per function and method. Then it
+prints the suggestion latency of jizhi bo (and of GPSampler) at n = 100, 500
+and 1000 observations in 6 dimensions.
+
+Peers that are not installed are skipped with a note. Regret runs go in
+parallel, one thread each; latency runs one at a time with all cores.
+Results are also written as JSON (--out).
+
+    scripts/bench_bo.py --driver build/bin/bench_bo [--seeds 10] [--evals 50]
+        [--funcs branin,...] [--methods jizhi-bo,...] [--latency 100,500,1000]
+"""
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+# ---- test functions (the C driver has the same ones; checked at start) ----
+
+
+def branin(x):
+    a, b, c, r, s, t = 1, 5.1 / (4 * math.pi**2), 5 / math.pi, 6, 10, 1 / (8 * math.pi)
+    return a * (x[1] - b * x[0] ** 2 + c * x[0] - r) ** 2 + s * (1 - t) * math.cos(x[0]) + s
+
+
+_HA = [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14],
+       [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
+_HP = [[0.1312, 0.1696, 0.5569, 0.0124, 0.8283, 0.5886],
+       [0.2329, 0.4135, 0.8307, 0.3736, 0.1004, 0.9991],
+       [0.2348, 0.1451, 0.3522, 0.2883, 0.3047, 0.6650],
+       [0.4047, 0.8828, 0.8732, 0.5743, 0.1091, 0.0381]]
+_HAL = [1.0, 1.2, 3.0, 3.2]
+
+
+def hartmann6(x):
+    return -sum(_HAL[i] * math.exp(-sum(_HA[i][j] * (x[j] - _HP[i][j]) ** 2 for j in range(6)))
+                for i in range(4))
+
+
+def ackley(x):
+    d = len(x)
+    s1 = sum(v * v for v in x)
+    s2 = sum(math.cos(2 * math.pi * v) for v in x)
+    return -20 * math.exp(-0.2 * math.sqrt(s1 / d)) - math.exp(s2 / d) + 20 + math.e
+
+
+def rosenbrock(x):
+    return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1))
+
+
+def levy(x):
+    w = [1 + (v - 1) / 4 for v in x]
+    s = math.sin(math.pi * w[0]) ** 2
+    for i in range(len(x) - 1):
+        s += (w[i] - 1) ** 2 * (1 + 10 * math.sin(math.pi * w[i] + 1) ** 2)
+    return s + (w[-1] - 1) ** 2 * (1 + math.sin(2 * math.pi * w[-1]) ** 2)
+
+
+def styblinski(x):
+    return sum(v**4 - 16 * v * v + 5 * v for v in x) / 2
+
+
+FUNCS = {
+    "branin": (branin, [(-5, 10), (0, 15)], 0.397887357729738),
+    "hartmann6": (hartmann6, [(0, 1)] * 6, -3.32236801141551),
+    "ackley5": (ackley, [(-32.768, 32.768)] * 5, 0.0),
+    "rosenbrock4": (rosenbrock, [(-5, 10)] * 4, 0.0),
+    "levy4": (levy, [(-10, 10)] * 4, 0.0),
+    "styblinski4": (styblinski, [(-5, 5)] * 4, -39.16616570377142 * 4),
+}
+
+METHODS = ["jizhi-bo", "jizhi-random", "optuna-tpe", "optuna-gp", "skopt-gp"]
+
+
+def have(module):
+    try:
+        __import__(module)
+        return True
+    except Exception:
+        return False
+
+
+def one_thread():
+    for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[v] = "1"
+
+
+# ---- one regret run (in a worker process) ----
+
+
+def run_task(task):
+    method, func, seed, evals, driver = task
+    one_thread()
+    f, bounds, fopt = FUNCS[func]
+    t0 = time.time()
+    if method.startswith("jizhi-"):
+        out = subprocess.run([driver, "run", func, method[6:], str(evals), str(seed), "1"],
+                             capture_output=True, text=True, env=dict(os.environ))
+        if out.returncode != 0:
+            raise RuntimeError(f"{driver} {func} {method}: {out.stderr.strip()}")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        return method, func, seed, r["regret"], r["seconds"]
+    if method.startswith("optuna-"):
+        import warnings
+        import optuna
+        warnings.simplefilter("ignore")
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            import torch
+            torch.set_num_threads(1)
+        except Exception:
+            pass
+        sampler = (optuna.samplers.TPESampler(seed=seed) if method == "optuna-tpe"
+                   else optuna.samplers.GPSampler(seed=seed))
+        study = optuna.create_study(sampler=sampler, direction="minimize")
+
+        def objective(trial):
+            return f([trial.suggest_float(f"x{i}", lo, hi) for i, (lo, hi) in enumerate(bounds)])
+
+        study.optimize(objective, n_trials=evals)
+        return method, func, seed, study.best_value - fopt, time.time() - t0
+    if method == "skopt-gp":
+        import warnings
+        from skopt import gp_minimize
+        warnings.simplefilter("ignore")
+        res = gp_minimize(lambda x: f(list(x)), [(float(lo), float(hi)) for lo, hi in bounds],
+                          n_calls=evals, random_state=seed)
+        return method, func, seed, res.fun - fopt, time.time() - t0
+    raise ValueError(method)
+
+
+# ---- latency ----
+
+
+def gp_latency(n, repeats):
+    """GPSampler: n completed trials of Hartmann-6, then study.ask() timed
+    (the sampler fits its GP and optimises the acquisition in ask)."""
+    import warnings
+    import optuna
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rng = random.Random(42)
+    dists = {f"x{i}": optuna.distributions.FloatDistribution(0, 1) for i in range(6)}
+    study = optuna.create_study(sampler=optuna.samplers.GPSampler(seed=1))
+    trials = []
+    for _ in range(n):
+        x = [rng.random() for _ in range(6)]
+        trials.append(optuna.trial.create_trial(params={f"x{i}": v for i, v in enumerate(x)},
+                                                distributions=dists, value=hartmann6(x)))
+    study.add_trials(trials)
+    ms = []
+    for _ in range(repeats + 1):
+        t0 = time.time()
+        t = study.ask(dists)
+        ms.append(1e3 * (time.time() - t0))
+        study.tell(t, hartmann6([t.params[f"x{i}"] for i in range(6)]))
+    return {"n": n, "cold_ms": ms[0], "warm_ms": statistics.median(ms[1:]) if repeats else None}
+
+
+def fmt(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.3g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--driver", default=os.environ.get("BENCH_BO", "build/bin/bench_bo"))
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--evals", type=int, default=50)
+    ap.add_argument("--funcs", default=",".join(FUNCS))
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--latency", default="100,500,1000", help="n values ('' to skip)")
+    ap.add_argument("--latency-repeats", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out", default=None, help="JSON results file")
+    ap.add_argument("--gp-latency-only", type=int, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+
+    if a.gp_latency_only is not None:
+        print(json.dumps(gp_latency(a.gp_latency_only, a.latency_repeats)))
+        return 0
+
+    funcs = [f for f in a.funcs.split(",") if f]
+    methods = [m for m in a.methods.split(",") if m]
+    for f in funcs:
+        if f not in FUNCS:
+            sys.exit(f"bench_bo: unknown function {f} (expected {', '.join(FUNCS)})")
+    skipped = {}
+    if not have("optuna"):
+        skipped.update({"optuna-tpe": "optuna not installed", "optuna-gp": "optuna not installed"})
+    elif not (have("torch") and have("scipy")):
+        skipped["optuna-gp"] = "GPSampler needs torch and scipy"
+    if not have("skopt"):
+        skipped["skopt-gp"] = "scikit-optimize not installed"
+    methods = [m for m in methods if m not in skipped]
+    for m, why in skipped.items():
+        print(f"bench-bo: skipping {m}: {why} (pip install optuna scikit-optimize)")
+
+    # the driver and this script must agree on the functions
+    rng = random.Random(7)
+    for name in funcs:
+        f, bounds, _ = FUNCS[name]
+        for _ in range(3):
+            x = [lo + (hi - lo) * rng.random() for lo, hi in bounds]
+            out = subprocess.run([a.driver, "eval", name] + [repr(v) for v in x],
+                                 capture_output=True, text=True, check=True)
+            c, p = float(out.stdout), f(x)
+            if abs(c - p) > 1e-9 * max(1, abs(p)):
+                sys.exit(f"bench_bo: {name} differs between C ({c}) and Python ({p})")
+
+    tasks = [(m, f, s, a.evals, a.driver) for f in funcs for m in methods for s in range(a.seeds)]
+    print(f"bench-bo: {len(tasks)} runs ({len(funcs)} functions x {len(methods)} methods x "
+          f"{a.seeds} seeds, {a.evals} evaluations each) on {a.jobs} processes", flush=True)
+    res = {}
+    secs = {}
+    t0 = time.time()
+    with ProcessPoolExecutor(max_workers=a.jobs) as ex:
+        for i, (m, f, s, regret, sec) in enumerate(ex.map(run_task, tasks)):
+            res.setdefault((f, m), []).append(regret)
+            secs[m] = secs.get(m, 0) + sec
+            if (i + 1) % max(1, len(tasks) // 10) == 0:
+                print(f"  {i + 1}/{len(tasks)} runs, {time.time() - t0:.0f} s", flush=True)
+
+    med = {k: statistics.median(v) for k, v in res.items()}
+    w = 13
+    print()
+    print(f"median simple regret over {a.seeds} seeds, {a.evals} evaluations (lower is better)")
+    print("function".ljust(13) + "".join(m.rjust(w) for m in methods) + "   bo vs best(tpe, skopt)")
+    wins = 0
+    compared = 0
+    for f in funcs:
+        row = f.ljust(13) + "".join(fmt(med.get((f, m))).rjust(w) for m in methods)
+        peers = [med[(f, m)] for m in ("optuna-tpe", "skopt-gp") if (f, m) in med]
+        if "jizhi-bo" in methods and peers:
+            bo, best = med[(f, "jizhi-bo")], min(peers)
+            compared += 1
+            ok = bo <= best
+            wins += ok
+            ratio = bo / best if best > 0 else (1.0 if bo == best else math.inf)
+            row += f"   {'win ' if ok else 'LOSE'} ({ratio:.2g}x)"
+        print(row)
+    if compared:
+        print(f"jizhi bo no worse than the better of Optuna TPE and gp_minimize on {wins} of "
+              f"{compared} functions (goal: >= 5 of 6)")
+    print("total seconds per method (all runs): " +
+          ", ".join(f"{m} {secs.get(m, 0):.0f}" for m in methods))
+
+    lat = []
+    ns = [int(v) for v in a.latency.split(",") if v]
+    if ns:
+        print()
+        print(f"suggestion latency, Hartmann-6 with n random observations, {os.cpu_count()} cores "
+              f"(cold: first suggestion, no warm start; warm: median of the next "
+              f"{a.latency_repeats})")
+        print("n".rjust(6) + "jizhi cold ms".rjust(15) + "jizhi warm ms".rjust(15) +
+              "GPSampler cold ms".rjust(19) + "GPSampler warm ms".rjust(19))
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        for n in ns:
+            out = subprocess.run([a.driver, "latency", str(n), str(a.latency_repeats)],
+                                 capture_output=True, text=True, env=env, check=True)
+            j = json.loads(out.stdout.strip().splitlines()[-1])
+            g = None
+            if "optuna-gp" not in skipped and "optuna-gp" in a.methods:
+                o = subprocess.run([sys.executable, __file__, "--gp-latency-only", str(n),
+                                    "--latency-repeats", str(a.latency_repeats)],
+                                   capture_output=True, text=True, env=env)
+                g = json.loads(o.stdout.strip().splitlines()[-1]) if o.returncode == 0 else None
+            lat.append({"n": n, "jizhi": j, "gpsampler": g})
+            print(f"{n:6d}{j['cold_ms']:15.1f}{j['warm_ms']:15.1f}" +
+                  (f"{g['cold_ms']:19.1f}{g['warm_ms']:19.1f}" if g else "-".rjust(19) * 2), flush=True)
+        print("goals: jizhi <= 50 ms at n=100, <= 1000 ms at n=1000")
+
+    if a.out:
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out, "w") as fh:
+            json.dump({"seeds": a.seeds, "evals": a.evals,
+                       "regret": {f"{f}/{m}": v for (f, m), v in res.items()},
+                       "median": {f"{f}/{m}": v for (f, m), v in med.items()},
+                       "latency": lat, "skipped": skipped}, fh, indent=1)
+        print(f"results: {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
