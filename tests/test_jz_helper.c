@@ -55,6 +55,7 @@ typedef struct {
     int have_peer;
     long hellos, heartbeats, batches, dup_batches, max_batch, bad_points, highest_req;
     long unauthorized;
+    char session[40]; /* session of highest_req, as the controller stores it */
     fpoint *points;
     size_t npoints, cappoints;
     json_t *acks;        /* ins_ack messages */
@@ -124,10 +125,14 @@ static void fake_handle(fake *f, json_t *m, const wire_peer *from)
         f->batches++;
         if ((long)json_array_size(pts) > f->max_batch)
             f->max_batch = (long)json_array_size(pts);
-        if (req <= f->highest_req) {
+        const char *session = json_string_value(json_object_get(m, "session"));
+        if (!session || !session[0] || strlen(session) >= sizeof f->session)
+            f->bad_points++; /* every batch names its helper session */
+        if (session && !strcmp(session, f->session) && req <= f->highest_req) {
             f->dup_batches++; /* acknowledged, not stored twice */
         } else {
             f->highest_req = req;
+            snprintf(f->session, sizeof f->session, "%s", session ? session : "");
             fake_store_points(f, pts);
             if (f->drop_replies > 0) {
                 f->drop_replies--;
@@ -777,6 +782,8 @@ TEST(controller_restart_resend_dedup)
     pthread_mutex_lock(&f->mu);
     size_t n1 = f->npoints;
     long highest = f->highest_req;
+    char session[40];
+    snprintf(session, sizeof session, "%s", f->session);
     fpoint *p1 = malloc(n1 * sizeof *p1);
     memcpy(p1, f->points, n1 * sizeof *p1);
     pthread_mutex_unlock(&f->mu);
@@ -787,6 +794,7 @@ TEST(controller_restart_resend_dedup)
     f = fake_start_at(ep);
     pthread_mutex_lock(&f->mu);
     f->highest_req = highest;
+    snprintf(f->session, sizeof f->session, "%s", session);
     pthread_mutex_unlock(&f->mu);
     CHECK(jz_flush(t, 30000) == 0);
     pthread_mutex_lock(&f->mu);

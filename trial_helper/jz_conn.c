@@ -5,9 +5,9 @@
     - sends `hello` (resent every 2 s until answered) and hands the params
       of the reply to the application side;
     - takes queued points in order and sends them as `metrics` batches: one
-      batch in flight at a time (the controller dedups on the highest
-      persisted `req`, so a later batch must never overtake an earlier
-      one), sent when 10 000 points are queued, 50 ms after the previous
+      batch in flight at a time (the controller dedups on this instance's
+      random `session` and the highest persisted `req`, so a later batch
+      must never overtake an earlier one), sent when 10 000 points are queued, 50 ms after the previous
       batch, or at once while jz_flush waits; up to 100 000 points each;
       a batch without a reply for 2 s is resent with the same `req` and the
       same bytes;
@@ -628,10 +628,10 @@ static void *s_run(void *arg)
     s_conn c;
     memset(&c, 0, sizeof c);
     c.t = t;
-    /* Requests are numbered from the wall clock in microseconds (< 2^53):
-       the controller drops a metrics batch whose req is not above the
-       highest it persisted for the trial, so a process restarted under the
-       same trial must not count from 1 again. */
+    /* The controller dedups metrics on (session, highest persisted req).
+       Requests are also numbered from the wall clock in microseconds
+       (< 2^53), so even a controller that keyed on req alone would never
+       take a new instance's batches for old ones. */
     c.next_req = (long)(wire_wall() * 1e6);
     s_session_id(c.session, sizeof c.session);
     c.sock = zmq_socket(t->zctx, ZMQ_DEALER);
