@@ -2,8 +2,9 @@
 
     Options: "points" (values per float/int parameter, default 3, spaced
     evenly on the parameter's scale; an int range with fewer values takes
-    them all) and "shuffle" (visit the grid in a seeded random order).
-    Choice parameters take every value. The state is the next index.
+    them all; grid steps that round to the same value are kept once) and
+    "shuffle" (visit the grid in a seeded random order). Choice parameters
+    take every value. The state is the next index.
 */
 #include "sched.h"
 
@@ -20,6 +21,7 @@ typedef struct {
     long total;    /* product of sizes */
     long next;     /* next grid index to suggest */
     long *order;   /* permutation of [0,total) when shuffling, else NULL */
+    json_t **vals; /* per parameter: its distinct grid values (array), owned */
 } sched_grid;
 
 static long s_size(const sched_grid *g, const spec_param *p)
@@ -55,7 +57,7 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     for (size_t k = s->spec->nparams; k-- > 0;) {
         const spec_param *sp = &s->spec->params[k];
         long n = g->sizes[k];
-        json_object_set_new(p, sp->name, s_value(sp, idx % n, n));
+        json_object_set_new(p, sp->name, json_deep_copy(json_array_get(g->vals[k], (size_t)(idx % n))));
         idx /= n;
     }
     *params = p;
@@ -90,6 +92,9 @@ static int s_restore(sched_t *s, const json_t *state)
 static void s_destroy(sched_t *s)
 {
     sched_grid *g = (sched_grid *)s;
+    for (size_t k = 0; g->vals && k < s->spec->nparams; k++)
+        json_decref(g->vals[k]);
+    free(g->vals);
     free(g->sizes);
     free(g->order);
     free(g);
@@ -134,9 +139,23 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize)
     g->points = (long)points;
     g->shuffle = shuffle;
     g->sizes = calloc(spec->nparams ? spec->nparams : 1, sizeof *g->sizes);
+    g->vals = calloc(spec->nparams ? spec->nparams : 1, sizeof *g->vals);
     g->total = 1;
     for (size_t k = 0; k < spec->nparams; k++) {
-        g->sizes[k] = s_size(g, &spec->params[k]);
+        /* Rounding (a log int range, low == high) can map several grid
+           steps to one value; from_unit is monotone, so repeats are
+           neighbours: keep each value once so no grid point repeats. */
+        long n = s_size(g, &spec->params[k]);
+        g->vals[k] = json_array();
+        for (long i = 0; i < n; i++) {
+            json_t *val = s_value(&spec->params[k], i, n);
+            size_t m = json_array_size(g->vals[k]);
+            if (m > 0 && json_equal(val, json_array_get(g->vals[k], m - 1)))
+                json_decref(val);
+            else
+                json_array_append_new(g->vals[k], val);
+        }
+        g->sizes[k] = (long)json_array_size(g->vals[k]);
         if (g->total > GRID_MAX / g->sizes[k]) {
             snprintf(err, errsize, "scheduler: the grid has more than %ld points", GRID_MAX);
             s_destroy(&g->base);
