@@ -281,6 +281,8 @@ static void s_on_reply(s_conn *c, json_t *m, int ok)
         break;
     }
     case R_METRICS:
+        log_debug("jizhi", "trial %ld: batch of %ld points acknowledged in %.1f ms", t->trial_id,
+                  npoints, (wire_now() - c->last_batch) * 1e3);
         c->batch_inflight = 0;
         t->unacked_points -= npoints;
         if (!ok)
