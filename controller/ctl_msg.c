@@ -6,6 +6,7 @@
 
 #include "../common/log.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,18 @@ static void s_reply_error(ctl_t *c, const wire_peer *to, long req, const char *c
                           const char *text)
 {
     ctl__send(c, to, wire_error(req, code, "%s", text));
+}
+
+/* Metric names: [A-Za-z_][A-Za-z0-9_.]*, under 64 characters (jizhi.h). */
+static int s_valid_metric(const char *s)
+{
+    if (!s || !(isalpha((unsigned char)*s) || *s == '_'))
+        return 0;
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!(isalnum((unsigned char)s[n]) || s[n] == '_' || s[n] == '.'))
+            return 0;
+    return n < 64;
 }
 
 static int s_is_active(const ctl_trial *t)
@@ -97,7 +110,7 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         json_t *e = json_array_get(pts, i);
         json_t *step = json_array_get(e, 0), *name = json_array_get(e, 1);
         if (!json_is_array(e) || json_array_size(e) != 3 || !json_is_integer(step) ||
-            !json_is_string(name) || !spec_valid_name(json_string_value(name)) ||
+            !json_is_string(name) || !s_valid_metric(json_string_value(name)) ||
             wire_to_double(json_array_get(e, 2), &p[i].value) != 0) {
             char text[128];
             snprintf(text, sizeof text, "points[%zu]: expected [step (integer), name, value]", i);

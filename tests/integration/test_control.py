@@ -1,0 +1,153 @@
+"""Steering running trials through the daemons: live `trial set` with
+acknowledgement, refusals, pause/resume, stop, study stop/resume, events
+with latencies, and a dispatcher lost and replaced."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+from conftest import JIZHI, PROGS, base_spec
+from test_recovery import start_controller, stop
+
+
+def daemons(jz, slots="2", lost="20"):
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep, lost)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", slots, "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    return ep, ctl, disp
+
+
+def live_spec(name, trials=1, parallel=1, steps="400"):
+    spec = base_spec(name, ["python3", os.path.join(PROGS, "live_trial.py")], trials=trials,
+                     parallel=parallel, env={"STEPS": steps})
+    spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}}
+    return spec
+
+
+def running_trial(jz):
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60, "a reporting trial")
+    return jz.sql("SELECT id FROM trials WHERE state='running' ORDER BY id")[0][0]
+
+
+def test_trial_set_changes_lr_at_the_next_step_and_is_acknowledged(jz):
+    ep, ctl, disp = daemons(jz)
+    try:
+        jz.run("study", "submit", jz.write_spec(live_spec("live")), check=0)
+        tid = running_trial(jz)
+        p = jz.run("trial", "set", str(tid), "lr=0.5", check=0)
+        assert "acknowledged" in p.stdout
+        # the step after the acknowledgement reports the new lr
+        (ack_step,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=? AND name='lr'", tid)[0]
+        jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0]
+                    > ack_step + 2, 30, "more steps")
+        later = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' AND step>?",
+                       tid, ack_step + 1)
+        assert later and all(v == 0.5 for (v,) in later)
+        before = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' AND step<=?",
+                        tid, ack_step - 1)
+        assert before and all(v < 0.11 for (v,) in before)
+        # an unknown key is refused by the program, with its reason
+        p = jz.run("trial", "set", str(tid), "colour=5")
+        assert p.returncode == 1 and "unknown parameter colour" in p.stderr
+        # both are events with applied/refused and a latency
+        ev = json.loads(jz.run("study", "events", "live", "--json", check=0).stdout)
+        ins = [e for e in ev if e["kind"] == "instruction"]
+        assert [(e["detail"]["name"], e["applied"]) for e in ins] == [("lr", True), ("colour", False)]
+        assert all(e["latency_s"] is not None and e["latency_s"] >= 0 for e in ins)
+        assert all(e["who"] == "cli" for e in ins)
+        # stop ends the trial as stopped, not failed
+        jz.run("trial", "stop", str(tid), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == "stopped",
+                    30, "the trial to stop")
+        # a set on an ended trial fails clearly and changes nothing
+        n = jz.sql("SELECT COUNT(*) FROM events")[0][0]
+        p = jz.run("trial", "set", str(tid), "lr=0.2")
+        assert p.returncode == 1 and "not running" in p.stderr
+        assert jz.sql("SELECT COUNT(*) FROM events")[0][0] == n
+    finally:
+        stop(ctl, disp)
+
+
+def test_pause_and_resume_hold_the_trial(jz):
+    ep, ctl, disp = daemons(jz)
+    try:
+        jz.run("study", "submit", jz.write_spec(live_spec("pause")), check=0)
+        tid = running_trial(jz)
+        jz.run("trial", "pause", str(tid), check=0)
+        time.sleep(0.3)  # let a step in flight land
+        (s1,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
+        time.sleep(1.0)
+        (s2,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
+        assert s1 == s2, "a paused trial made progress"
+        jz.run("trial", "resume", str(tid), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0]
+                    > s2, 30, "progress after resume")
+        jz.run("trial", "stop", str(tid), check=0)
+    finally:
+        stop(ctl, disp)
+
+
+def test_study_stop_and_resume(jz):
+    ep, ctl, disp = daemons(jz)
+    try:
+        jz.run("study", "submit", jz.write_spec(live_spec("sr", trials=3, parallel=2, steps="40")),
+               check=0)
+        running_trial(jz)
+        jz.run("study", "stop", "sr", check=0)
+        jz.wait_for(lambda: all(s != "running" for (s,) in jz.sql("SELECT state FROM trials")), 30,
+                    "trials to stop")
+        assert jz.sql("SELECT state FROM studies") == [("stopped",)]
+        jz.run("study", "resume", "sr", check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 90,
+                    "the study to finish")
+        states = [s for (s,) in jz.sql("SELECT state FROM trials")]
+        assert states == ["completed"] * 3
+    finally:
+        stop(ctl, disp)
+
+
+def test_dispatcher_killed_trials_are_lost_and_retried(jz):
+    ep, ctl, disp = daemons(jz)
+    disp2 = None
+    try:
+        jz.run("study", "submit", jz.write_spec(live_spec("lost", trials=2, parallel=2, steps="60")),
+               check=0)
+        running_trial(jz)
+        disp.send_signal(signal.SIGKILL)
+        disp.wait(timeout=10)
+        disp2 = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
+                         "--log-dir", os.path.join(jz.dir, "logs"))
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
+                    "the study to finish on the new dispatcher")
+        rows = jz.sql("SELECT state, attempt FROM trials")
+        assert all(s == "completed" for s, _ in rows), rows
+        assert any(a >= 1 for _, a in rows), "no trial was retried"
+        reasons = [json.loads(d)["reason"] for (d,) in jz.sql(
+            "SELECT detail FROM events WHERE kind='retry'")]
+        assert reasons and all(r.startswith("lost") for r in reasons)
+    finally:
+        stop(*(p for p in (ctl, disp, disp2) if p))
+
+
+def test_libjizhi_exports_only_jz_symbols_and_builds_with_pkg_config(jz, tmp_path):
+    build = os.path.dirname(os.path.dirname(JIZHI))
+    out = subprocess.run(["nm", "-D", "--defined-only", os.path.join(build, "lib", "libjizhi.so")],
+                         capture_output=True, text=True, check=True).stdout
+    names = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    assert "jz_open" in names and "jz_report" in names
+    assert all(n.startswith("jz_") for n in names), [n for n in names if not n.startswith("jz_")]
+    src = tmp_path / "prog.c"
+    src.write_text('#include <jizhi.h>\n#include <stdio.h>\nint main(void) {\n'
+                   '  jz_trial *t = jz_open();\n  double lr = jz_param_double(t, "lr", 0.25);\n'
+                   '  jz_report(t, 1, "loss", lr * 2);\n  printf("lr=%g\\n", lr);\n'
+                   '  jz_close(&t);\n  return 0;\n}\n')
+    env = dict(jz.env, PKG_CONFIG_PATH=os.path.join(build, "lib", "pkgconfig"))
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "jizhi"], env=env,
+                           capture_output=True, text=True, check=True).stdout.split()
+    subprocess.run(["cc", str(src), "-o", str(tmp_path / "prog"), *flags,
+                    "-Wl,-rpath," + os.path.join(build, "lib")], check=True)
+    p = subprocess.run([str(tmp_path / "prog")], env=dict(env, JIZHI_PARAMS='{"lr": 0.5}'),
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "lr=0.5" in p.stdout and "loss" in p.stderr
