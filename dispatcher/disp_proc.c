@@ -299,10 +299,11 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
 #endif
     rc = 0;
 out:
-    int fds[] = {in_fd, out_fd, err_fd, ep[0], ep[1]};
-    for (int i = 0; i < 5; i++)
-        if (fds[i] >= 0)
-            close(fds[i]);
+    for (int i = 0; i < 5; i++) {
+        int fd = (int[]){in_fd, out_fd, err_fd, ep[0], ep[1]}[i];
+        if (fd >= 0)
+            close(fd);
+    }
     free(argv);
     disp__strv_free(envp);
     if (rc != 0) {
