@@ -50,6 +50,9 @@ typedef struct {
     int silent;           /* answer nothing, push nothing */
     json_t *push;         /* instructions not yet acknowledged (resent) */
     int push_new;         /* push now without waiting for a trial message */
+    int hold_hello;       /* 1: keep the hello reply until release_hello */
+    int release_hello;    /* 1: send the held hello reply now */
+    long held_req;        /* req of the held hello, -1 none */
     /* what arrived */
     wire_peer peer;
     int have_peer;
@@ -115,7 +118,12 @@ static void fake_handle(fake *f, json_t *m, const wire_peer *from)
         return;
     }
     json_t *reply = wire_ok(req);
-    if (!strcmp(type, "hello")) {
+    if (!strcmp(type, "hello") && f->hold_hello) {
+        f->hellos++;
+        f->held_req = req;
+        json_decref(reply);
+        reply = NULL;
+    } else if (!strcmp(type, "hello")) {
         f->hellos++;
         json_object_set(reply, "params", f->hello_params);
         json_object_set_new(reply, "study", json_string("fake"));
@@ -167,6 +175,13 @@ static void *fake_run(void *arg)
             pthread_mutex_unlock(&f->mu);
             break;
         }
+        if (f->release_hello && f->held_req >= 0 && f->have_peer) {
+            json_t *r = wire_ok(f->held_req);
+            json_object_set(r, "params", f->hello_params);
+            wire_send(f->sock, &f->peer, r, 1);
+            f->held_req = -1;
+            f->hold_hello = f->release_hello = 0;
+        }
         if (f->push_new && !f->silent) {
             f->push_new = 0;
             fake_push_all(f);
@@ -196,6 +211,7 @@ static fake *fake_start_at(const char *endpoint)
     fake *f = calloc(1, sizeof *f);
     pthread_mutex_init(&f->mu, NULL);
     f->hello_params = json_object();
+    f->held_req = -1;
     f->push = json_array();
     f->acks = json_array();
     f->checkpoints = json_array();
@@ -611,6 +627,42 @@ TEST(unpolled_instructions_refused_at_close)
     fake_stop(f);
 }
 
+TEST(late_hello_does_not_undo_set)
+{
+    fake *f = fake_start();
+    f->hold_hello = 1;
+    json_object_set_new(f->hello_params, "lr", json_real(0.1));
+    json_object_set_new(f->hello_params, "bs", json_integer(128));
+    env_trial(f, "{\"lr\":0.1,\"bs\":64}");
+    setenv("JIZHI_HELLO_TIMEOUT_MS", "0", 1);
+    capture_begin();
+    jz_trial *t = jz_open();
+    capture_end();
+    REQUIRE(t != NULL);
+    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name",
+                               "lr", "value", 0.5));
+    jz_instruction ins;
+    double end = wire_now() + 5;
+    while (jz_poll(t, &ins) == 0 && wire_now() < end)
+        sleep_ms(2);
+    CHECK(ins.id == 1);
+    CHECK_NEAR(jz_param_double(t, "lr", 0), 0.5, 0);
+    CHECK(jz_param_long(t, "bs", 0) == 64);
+    /* the hello reply comes after the set: its older lr must not win */
+    pthread_mutex_lock(&f->mu);
+    f->release_hello = 1;
+    pthread_mutex_unlock(&f->mu);
+    end = wire_now() + 5;
+    while (jz_param_long(t, "bs", 0) != 128 && wire_now() < end) {
+        jz_poll(t, &ins);
+        sleep_ms(2);
+    }
+    CHECK(jz_param_long(t, "bs", 0) == 128);
+    CHECK_NEAR(jz_param_double(t, "lr", 0), 0.5, 0);
+    jz_close(&t);
+    fake_stop(f);
+}
+
 TEST(flush_semantics)
 {
     fake *f = fake_start();
@@ -901,6 +953,7 @@ int main(int argc, char **argv)
     RUN(large_volume_batches_capped);
     RUN(instructions_delivered_once_params_updated_acked);
     RUN(unpolled_instructions_refused_at_close);
+    RUN(late_hello_does_not_undo_set);
     RUN(flush_semantics);
     RUN(checkpoint_done_sent);
     RUN(non_finite_values);

@@ -74,6 +74,8 @@ struct jz_trial {
     /* app: the application thread only */
     json_t *params;    /* current parameter values */
     char *params_text; /* jz_params_json's cached text, or NULL */
+    json_t *touched;   /* names set by delivered SET/LOAD: a late hello reply
+                          does not overwrite them with older values */
     int ckdir_made;    /* mkdir -p done */
     uint32_t *htab;    /* name hash table: index + 1, 0 empty */
     size_t hcap;       /* slots in htab (power of two) */

@@ -60,6 +60,7 @@ static void s_free(jz_trial *t)
     if (!t)
         return;
     json_decref(t->params);
+    json_decref(t->touched);
     free(t->params_text);
     free(t->endpoint);
     free(t->study);
@@ -106,7 +107,10 @@ static void s_take_hello_params(jz_trial *t)
     t->hello_params = NULL;
     pthread_mutex_unlock(&t->mu);
     if (hp) {
-        json_object_update(t->params, hp);
+        const char *k;
+        json_t *v;
+        json_object_foreach(hp, k, v) if (!json_object_get(t->touched, k))
+            json_object_set(t->params, k, v);
         json_decref(hp);
         free(t->params_text);
         t->params_text = NULL;
@@ -130,6 +134,7 @@ jz_trial *jz_open(void)
     pthread_cond_init(&t->cv, &ca);
     pthread_condattr_destroy(&ca);
     t->outbox = json_array();
+    t->touched = json_object();
 
     const char *params = s_env("JIZHI_PARAMS");
     if (params) {
@@ -154,7 +159,7 @@ jz_trial *jz_open(void)
     if (s_env_ms("JIZHI_CLOSE_TIMEOUT_MS", S_CLOSE_TIMEOUT_MS, &t->close_timeout_ms) ||
         s_env_ms("JIZHI_HELLO_TIMEOUT_MS", S_HELLO_TIMEOUT_MS, &t->hello_timeout_ms))
         goto fail;
-    if (!t->params || !t->outbox || !t->ckdir) {
+    if (!t->params || !t->outbox || !t->touched || !t->ckdir) {
         fprintf(stderr, "jizhi: out of memory\n");
         goto fail;
     }
@@ -474,10 +479,16 @@ int jz_poll(jz_trial *t, jz_instruction *out)
     pthread_mutex_unlock(&t->mu);
     if (!got)
         return 0;
-    if (p.ins.kind == JZ_INS_SET && p.value)
+    if (p.ins.kind == JZ_INS_SET && p.value) {
         json_object_set(t->params, p.ins.name, p.value);
-    else if (p.ins.kind == JZ_INS_LOAD && p.params)
+        json_object_set_new(t->touched, p.ins.name, json_true());
+    } else if (p.ins.kind == JZ_INS_LOAD && p.params) {
         json_object_update(t->params, p.params);
+        const char *k;
+        json_t *v;
+        json_object_foreach(p.params, k, v)
+            json_object_set_new(t->touched, k, json_true());
+    }
     if (p.value || p.params) {
         free(t->params_text);
         t->params_text = NULL;
