@@ -765,3 +765,32 @@ int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
+
+/* ---- incremental reads ---- */
+
+long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
+                               store_metric_fn fn, void *arg)
+{
+    /* rowid order is insertion order (rows are never deleted); the rowid
+       range keeps each poll proportional to what is new */
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT rowid, trial_id, attempt, step, name, value FROM metrics WHERE rowid > ?1 "
+           "AND trial_id IN (SELECT id FROM trials WHERE study_id=?2) ORDER BY rowid LIMIT ?3");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, *after);
+    sqlite3_bind_int64(st, 2, study_id);
+    sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
+    long n = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        *after = (long)sqlite3_column_int64(st, 0);
+        n++;
+        const char *name = (const char *)sqlite3_column_text(st, 4);
+        if (fn(arg, (long)sqlite3_column_int64(st, 1), (long)sqlite3_column_int64(st, 2),
+               (long)sqlite3_column_int64(st, 3), name ? name : "", s_col_double(st, 5)))
+            break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
+}

@@ -150,4 +150,17 @@ json_t *store_events_list(store_t *s, long study_id);
 int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char *gpus,
                             double now);
 
+/* ---- incremental reads (jizhi watch) ---- */
+/* Called once per metric point; return non-zero to stop early. `name` is
+   borrowed for the call only. */
+typedef int (*store_metric_fn)(void *arg, long trial_id, long attempt, long step,
+                               const char *name, double value);
+/* Calls fn for every metric point of the study's trials stored after
+   point *after (0: from the first), in the order they were stored, at
+   most `limit` of them (limit <= 0: all), and advances *after past the
+   last one given, so a caller polling with the same variable sees each
+   point once. Returns the number of points given, or -1 on error. */
+long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
+                               store_metric_fn fn, void *arg);
+
 #endif
