@@ -214,8 +214,9 @@ static int s_command_found(const char *cmd)
 
 static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 {
-    static const char *const top[] = {"name",   "objective", "scheduler", "early_stopping",
-                                      "budget", "space",     "trial",     NULL};
+    static const char *const top[] = {"name",  "objective", "scheduler", "early_stopping",
+                                      "guard", "budget",    "space",     "trial",
+                                      NULL};
     if (!json_is_object(j))
         return s_fail(err, "", "the spec must be a JSON object");
     if (s_only_keys(j, "", top, err))
@@ -267,6 +268,10 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
             return s_fail(err, "early_stopping.type", "must be \"asha\" or \"median\"");
         s->early_stop = json_incref(obj);
     }
+
+    if (s_get(j, "", "guard", JSON_OBJECT, 0, &obj, err))
+        return -1;
+    s->guard = obj ? json_incref(obj) : NULL;
 
     if (s_get(j, "", "budget", JSON_OBJECT, 1, &obj, err))
         return -1;
@@ -418,6 +423,7 @@ void spec_destroy(spec_t **sp)
     free(s->sched_type);
     json_decref(s->sched_opts);
     json_decref(s->early_stop);
+    json_decref(s->guard);
     json_decref(s->command);
     json_decref(s->env);
     json_decref(s->json);

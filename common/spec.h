@@ -32,6 +32,7 @@ typedef struct {
     long seed;           /* scheduler.seed (default 0) */
     json_t *sched_opts;  /* the whole scheduler object, owned */
     json_t *early_stop;  /* early_stopping object or NULL, owned */
+    json_t *guard;       /* guard object (divergence guard) or NULL, owned */
     long trials;         /* budget.trials */
     long parallel;       /* budget.parallel (default 1) */
     double time_s;       /* budget.time_s (0 = no limit) */

@@ -39,6 +39,8 @@ struct ctl_study {
     store_study row;       /* id, name, state, spec json */
     spec_t *spec;          /* owned */
     sched_t *sched;        /* owned */
+    sched_t *mon[4];       /* monitors (early stopping, guard), owned */
+    int nmon;
     ctl_trial **trials;    /* owned, index = trial number */
     size_t ntrials, cap;
     int exhausted;         /* scheduler returned SCHED_DONE */
@@ -124,6 +126,8 @@ void ctl__tick(ctl_t *c, double now);
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const char *message);
 /* A trial is lost (its dispatcher no longer has it). */
 void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why);
+/* A trial saved a checkpoint: record it and tell the schedulers. */
+void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path);
 /* Stores a batch of metrics for a trial; runs schedulers. 0 or -1. */
 int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n, double now);
 /* Stops a study (state stopped; its running trials are stopped). */

@@ -168,14 +168,9 @@ static void s_checkpoint_done(ctl_t *c, const wire_peer *from, json_t *msg, long
         s_reply_error(c, from, req, "malformed", *err ? err : "path too long");
         return;
     }
-    snprintf(t->row.checkpoint, sizeof t->row.checkpoint, "%s", path);
-    t->row.checkpoint_step = step;
-    if (ctl__save_trial(c, t) != 0)
+    if (ctl__txn(c) != 0)
         return;
-    json_t *detail = json_pack("{s:I, s:s}", "step", (json_int_t)step, "path", path);
-    store_event_add(c->store, wire_wall(), t->study->row.id, t->row.id, "trial", "checkpoint",
-                    detail, 1);
-    json_decref(detail);
+    ctl__trial_checkpoint(c, t, step, path);
     ctl__send(c, from, wire_ok(req));
 }
 

@@ -55,6 +55,8 @@ void ctl__study_free(ctl_study *s)
     }
     free(s->trials);
     sched_destroy(&s->sched);
+    for (int i = 0; i < s->nmon; i++)
+        sched_destroy(&s->mon[i]);
     spec_destroy(&s->spec);
     store_study_fini(&s->row);
     free(s);
@@ -93,7 +95,19 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
         ctl__study_free(s);
         return NULL;
     }
-    if (s->row.sched_state && s->sched->ops->restore(s->sched, s->row.sched_state) != 0) {
+    s->nmon = sched_monitors_new(s->spec, s->mon, 4, err, errsize);
+    if (s->nmon < 0) {
+        s->nmon = 0;
+        ctl__study_free(s);
+        return NULL;
+    }
+    /* saved state: {"main": scheduler, "monitors": [one per monitor]} */
+    json_t *saved = s->row.sched_state, *mons = json_object_get(saved, "monitors");
+    int bad = saved && json_object_get(saved, "main") &&
+              s->sched->ops->restore(s->sched, json_object_get(saved, "main")) != 0;
+    for (int i = 0; saved && !bad && i < s->nmon && i < (int)json_array_size(mons); i++)
+        bad = s->mon[i]->ops->restore(s->mon[i], json_array_get(mons, (size_t)i)) != 0;
+    if (bad) {
         snprintf(err, errsize, "study %s: cannot restore the %s scheduler's state", s->row.name,
                  s->spec->sched_type);
         ctl__study_free(s);
@@ -263,6 +277,8 @@ static void s_end(ctl_t *c, ctl_trial *t, const char *state, const char *reason)
                        : !strcmp(state, "stopped") ? SCHED_STOPPED
                                                    : SCHED_FAILED;
     s->sched->ops->on_complete(s->sched, t->row.id, t->row.params, oc, t->row.value);
+    for (int i = 0; i < s->nmon; i++)
+        s->mon[i]->ops->on_complete(s->mon[i], t->row.id, t->row.params, oc, t->row.value);
     s->sched_dirty = 1;
     json_t *detail = json_pack("{s:s, s:o}", "reason", reason, "value", wire_real(t->row.value));
     store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller", state, detail, 1);
@@ -342,6 +358,66 @@ void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
         s_end(c, t, "failed", why);
 }
 
+/* A "load" gives the trial new params: a new generation, with the donor
+   as parent (PBT exploit), persisted before the instruction leaves. */
+static int s_new_generation(ctl_t *c, ctl_trial *t, const json_t *args)
+{
+    json_t *params = json_object_get(args, "params");
+    json_t *from = json_object_get(args, "from");
+    if (!json_is_object(params))
+        return 0;
+    json_t *merged = json_deep_copy(t->row.params);
+    json_object_update(merged, params);
+    long parent = json_is_integer(from) ? (long)json_integer_value(from) : t->row.parent;
+    if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1, parent, merged) != 0) {
+        json_decref(merged);
+        return -1;
+    }
+    json_decref(t->row.params);
+    t->row.params = merged;
+    t->row.generation++;
+    t->row.parent = parent;
+    return ctl__save_trial(c, t);
+}
+
+/* Carries out (and releases) the instructions a scheduler returned. */
+static void s_apply(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *ins, int k)
+{
+    for (int j = 0; j < k; j++) {
+        ctl_trial *target = ctl__trial_by_id(c, ins[j].trial);
+        if (target && s_is_active(target) && target->study == s && ctl__txn(c) == 0) {
+            if (!strcmp(ins[j].kind, "stop"))
+                ctl__trial_stop(c, target, by->ops->name, ins[j].reason);
+            else if (strcmp(ins[j].kind, "load") || s_new_generation(c, target, ins[j].args) == 0)
+                ctl__instruct(c, target, ins[j].kind, ins[j].args, by->ops->name, ins[j].reason,
+                              NULL, 0);
+        }
+        sched_instr_fini(&ins[j]);
+    }
+    if (k > 0)
+        s->sched_dirty = 1;
+}
+
+void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
+{
+    ctl_study *s = t->study;
+    snprintf(t->row.checkpoint, sizeof t->row.checkpoint, "%s", path);
+    t->row.checkpoint_step = step;
+    if (ctl__save_trial(c, t) != 0)
+        return;
+    json_t *detail = json_pack("{s:I, s:s}", "step", (json_int_t)step, "path", path);
+    store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "trial", "checkpoint", detail, 1);
+    json_decref(detail);
+    for (int m = -1; m < s->nmon; m++) {
+        sched_t *sc = m < 0 ? s->sched : s->mon[m];
+        if (!sc->ops->on_checkpoint)
+            continue;
+        sched_instr ins[8];
+        int k = sc->ops->on_checkpoint(sc, t->row.id, step, path, wire_now(), ins, 8);
+        s_apply(c, s, sc, ins, k);
+    }
+}
+
 int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n, double now)
 {
     ctl_study *s = t->study;
@@ -357,22 +433,13 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
             if (!isnan(pts[i].value) && spec_better(s->spec, pts[i].value, t->row.best_value))
                 t->row.best_value = pts[i].value;
         }
-        sched_instr ins[8];
-        int k = s->sched->ops->on_metric(s->sched, t->row.id, pts[i].step, pts[i].name,
-                                         pts[i].value, now, ins, 8);
-        for (int j = 0; j < k; j++) {
-            ctl_trial *target = ctl__trial_by_id(c, ins[j].trial);
-            if (target && s_is_active(target)) {
-                if (!strcmp(ins[j].kind, "stop"))
-                    ctl__trial_stop(c, target, s->spec->sched_type, ins[j].reason);
-                else
-                    ctl__instruct(c, target, ins[j].kind, ins[j].args, s->spec->sched_type,
-                                  ins[j].reason, NULL, 0);
-            }
-            sched_instr_fini(&ins[j]);
+        for (int m = -1; m < s->nmon; m++) {
+            sched_t *sc = m < 0 ? s->sched : s->mon[m];
+            sched_instr ins[8];
+            int k = sc->ops->on_metric(sc, t->row.id, pts[i].step, pts[i].name, pts[i].value, now,
+                                       ins, 8);
+            s_apply(c, s, sc, ins, k);
         }
-        if (k > 0)
-            s->sched_dirty = 1;
     }
     return ctl__save_trial(c, t);
 }
@@ -558,7 +625,11 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
         active++;
     }
     if (s->sched_dirty && ctl__txn(c) == 0) {
-        json_t *state = s->sched->ops->save(s->sched);
+        json_t *mons = json_array();
+        for (int i = 0; i < s->nmon; i++)
+            json_array_append_new(mons, s->mon[i]->ops->save(s->mon[i]));
+        json_t *state = json_pack("{s:o, s:o}", "main", s->sched->ops->save(s->sched), "monitors",
+                                  mons);
         store_study_set_sched(c->store, s->row.id, state);
         json_decref(state);
         s->sched_dirty = 0;

@@ -35,13 +35,51 @@ sched_t *sched_new(const spec_t *spec, char *err, size_t errsize)
     return NULL;
 }
 
+/* Early-stopping rules by early_stopping.type. */
+static const struct {
+    const char *name;
+    sched_ctor ctor;
+} s_stoppers[] = {
+    {"", NULL}, /* placeholder until a rule is registered */
+};
+
+int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err, size_t errsize)
+{
+    int n = 0;
+    if (spec->early_stop) {
+        const char *type = json_string_value(json_object_get(spec->early_stop, "type"));
+        sched_ctor ctor = NULL;
+        for (size_t i = 0; i < sizeof s_stoppers / sizeof s_stoppers[0]; i++)
+            if (type && s_stoppers[i].ctor && strcmp(type, s_stoppers[i].name) == 0)
+                ctor = s_stoppers[i].ctor;
+        if (!ctor) {
+            snprintf(err, errsize, "early_stopping.type: \"%s\" is not available in this build",
+                     type ? type : "");
+            return -1;
+        }
+        if (n < max && !(out[n++] = ctor(spec, err, errsize)))
+            return -1;
+    }
+    if (spec->guard) {
+        snprintf(err, errsize, "guard: not available in this build");
+        for (int i = 0; i < n; i++)
+            sched_destroy(&out[i]);
+        return -1;
+    }
+    return n;
+}
+
 int sched_check(const spec_t *spec, char *err, size_t errsize)
 {
     sched_t *s = sched_new(spec, err, errsize);
     if (!s)
         return -1;
     sched_destroy(&s);
-    return 0;
+    sched_t *mon[4];
+    int n = sched_monitors_new(spec, mon, 4, err, errsize);
+    for (int i = 0; i < n; i++)
+        sched_destroy(&mon[i]);
+    return n < 0 ? -1 : 0;
 }
 
 void sched_destroy(sched_t **sp)

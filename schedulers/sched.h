@@ -67,6 +67,10 @@ typedef struct {
     /* Restores state saved by `save` (borrowed). 0 or -1. */
     int (*restore)(sched_t *s, const json_t *state);
     void (*destroy)(sched_t *s);
+    /* Optional (NULL when unused): trial `trial_id` saved a checkpoint for
+       `step` at `path`. May append instructions like on_metric. */
+    int (*on_checkpoint)(sched_t *s, long trial_id, long step, const char *path, double now,
+                         sched_instr *out, int max);
 } sched_ops;
 
 /* Every scheduler struct starts with this header. */
@@ -80,6 +84,14 @@ struct sched {
    errsize) when the type is unknown or its options are wrong. Caller owns
    the result and must destroy it with sched_destroy. */
 sched_t *sched_new(const spec_t *spec, char *err, size_t errsize);
+
+/* Monitors watch every trial of a study next to its scheduler: early
+   stopping (spec->early_stop: "asha", "median") and the divergence guard
+   (spec->guard). They are schedulers whose `suggest` is NULL; their
+   on_metric/on_checkpoint return "stop" or "load" instructions. Fills
+   out[0..max) with the monitors the spec asks for and returns how many,
+   or -1 with err ("early_stopping.xxx: ..."). Caller owns them. */
+int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err, size_t errsize);
 
 /* Validates scheduler options without creating one (used by spec checks).
    0 or -1 with err filled ("scheduler.xxx: ..."). */

@@ -743,7 +743,7 @@ static void s_destroy(sched_t *s)
 }
 
 static const sched_ops s_ops = {"bo", s_suggest, s_on_metric, s_on_complete,
-                                s_save, s_restore, s_destroy};
+                                s_save, s_restore, s_destroy, NULL};
 
 static int s_fail(char *err, size_t errsize, const char *key, const char *text)
 {

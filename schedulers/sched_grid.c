@@ -101,7 +101,7 @@ static void s_destroy(sched_t *s)
 }
 
 static const sched_ops s_ops = {"grid", s_suggest, s_on_metric, s_on_complete,
-                                s_save, s_restore,  s_destroy};
+                                s_save, s_restore,  s_destroy, NULL};
 
 #define GRID_MAX 10000000L
 

@@ -61,7 +61,7 @@ static void s_destroy(sched_t *s)
 }
 
 static const sched_ops s_ops = {"random", s_suggest, s_on_metric, s_on_complete,
-                                s_save,   s_restore, s_destroy};
+                                s_save,   s_restore, s_destroy, NULL};
 
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize)
 {
