@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--val-size", type=int, default=5000)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                    help="autocast mixed precision (CUDA)")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
 
@@ -136,6 +138,8 @@ def main():
             return (1 - p) ** a.poly_power
         return 1.0
 
+    amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.precision]
+    scaler = torch.cuda.amp.GradScaler() if a.precision == "fp16" and dev.type == "cuda" else None
     step, epoch, pos = 0, 0, 0
     order = torch.randperm(n, device=dev)
     t0 = None
@@ -151,11 +155,17 @@ def main():
         if not a.steps:
             for gr, bl in zip(opt.param_groups, base_lrs):
                 gr["lr"] = bl * factor(prog)
-        out = model(x[idx])
-        loss = lossf(out, y[idx])
+        with torch.autocast(device_type=dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            out = model(x[idx])
+            loss = lossf(out.float(), y[idx])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         step += 1
         timed += nb
         pos += nb
@@ -171,7 +181,8 @@ def main():
         return (model(xx).argmax(1) == yy).float().mean().item()
 
     res = {"peer": "pytorch " + torch.__version__, "batch_size": B, "steps": step,
-           "threads": torch.get_num_threads(), "final_loss": loss.item(),
+           "threads": torch.get_num_threads(), "precision": a.precision,
+           "device": str(dev), "final_loss": loss.item(),
            "val_acc": acc(xv, yv), "test_acc": acc(xt, yt)}
     if a.steps:
         res["samples_per_s"] = timed / dt if dt > 0 else 0.0

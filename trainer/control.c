@@ -62,6 +62,11 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
         return -1;
     t->cfg = c;
     trn__apply_config(t);
+    if (t->backend && t->backend_attached) { /* re-attach with the new settings */
+        t->backend->sync_to_host(t->backend->self, t->net);
+        t->backend->detach(t->backend->self);
+        t->backend_attached = 0;
+    }
     if (!strcmp(name, "threads"))
         trn_cpu_set_threads(c.threads);
     return 0;

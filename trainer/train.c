@@ -293,8 +293,16 @@ static void s_set_epoch_precision(trn_trainer *t)
 static int s_step_backend(trn_trainer *t, int nb, double lr)
 {
     char err[TRN_ERRLEN];
+    if (t->backend_attached && t->backend_prec != t->prec) { /* precision schedule */
+        t->backend->sync_to_host(t->backend->self, t->net);
+        t->backend->detach(t->backend->self);
+        t->backend_attached = 0;
+    }
     if (!t->backend_attached) {
-        if (t->backend->attach(t->backend->self, t->net, &t->cfg, err) < 0) {
+        trn_config c = t->cfg;
+        snprintf(c.precision, sizeof c.precision, "%s", trn_precision_name(t->prec));
+        t->backend_prec = t->prec;
+        if (t->backend->attach(t->backend->self, t->net, &c, err) < 0) {
             fprintf(stderr, "jizhi-train: %s backend: %s\n", t->backend->name, err);
             return -1;
         }

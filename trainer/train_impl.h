@@ -29,6 +29,7 @@ struct trn_trainer {
     trn_io io;
     const trn_backend *backend;   /* NULL: CPU */
     int backend_attached;
+    trn_precision backend_prec;   /* precision the backend was attached with */
     /* metrics */
     double loss_acc;              /* sum of batch losses since last report */
     long loss_n;

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# bench-train.sh - `make bench-train`: jizhi-train against PyTorch (Debian's
+# python3-torch) on the same machine in the same run.
+#
+# 1. Throughput: MLP 784-256-256-10 on Fashion-MNIST, fp32, SGD+momentum,
+#    all cores, batch 128 and 1024: samples/s of both and the ratio. Each
+#    side runs REPEATS times, alternating, and the best run counts (the
+#    machine may be shared; the load average is printed).
+# 2. Large batch (jizhi-train only): test accuracy after EPOCHS epochs for
+#    batch 128 SGD; batch 8192 SGD with linear lr scaling and warmup;
+#    batch 8192 LARS with warmup and polynomial decay.
+#
+# Environment: BUILD (build), PYTHON (/usr/bin/python3), REPEATS (3),
+# STEPS_SAMPLES (samples per timed run, 200000), EPOCHS (20), SKIP_TABLE=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+REPEATS=${REPEATS:-3}
+SAMPLES=${STEPS_SAMPLES:-200000}
+EPOCHS=${EPOCHS:-20}
+TRAIN=$BUILD/bin/jizhi-train
+CORES=$(nproc)
+[ -x "$TRAIN" ] || { echo "bench-train: build $TRAIN first (make)"; exit 1; }
+if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+    echo "bench-train: PyTorch is not importable by $PYTHON (install python3-torch)"; exit 1
+fi
+TORCHV=$("$PYTHON" -c 'import torch; print(torch.__version__)')
+
+# samples/s of one jizhi-train run: the median of its periodic reports
+# (the first report, which includes start-up, is dropped).
+ours() { # batch steps
+    local b=$1 steps=$2 every=$(( $2 / 6 ))
+    env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --batch-size "$b" --hidden 256,256 --max-steps "$steps" --epochs 1000 \
+        --log-every "$every" --threads "$CORES" --quiet 2>&1 |
+        sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g |
+        awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print 0}'
+}
+
+peer() { # batch steps
+    "$PYTHON" scripts/bench_train_torch.py --batch-size "$1" --hidden 256,256 --steps "$2" \
+        --warmup-steps 20 --threads "$CORES" |
+        "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])'
+}
+
+best() { sort -g | tail -1; }
+
+echo "== jizhi-train vs PyTorch $TORCHV: MLP 784-256-256-10, Fashion-MNIST, fp32, SGD, $CORES cores"
+echo "   (best of $REPEATS alternating runs of $SAMPLES samples; load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+printf '%-8s %16s %16s %8s\n' batch jizhi-train pytorch ratio
+for b in 128 1024; do
+    steps=$(( SAMPLES / b ))
+    o=(); p=()
+    for _ in $(seq "$REPEATS"); do
+        o+=("$(ours "$b" "$steps")")
+        p+=("$(peer "$b" "$steps")")
+    done
+    ob=$(printf '%s\n' "${o[@]}" | best)
+    pb=$(printf '%s\n' "${p[@]}" | best)
+    printf '%-8s %16.0f %16.0f %7.2fx\n' "$b" "$ob" "$pb" "$(echo "$ob / $pb" | bc -l)"
+done
+echo "   goal: >= 1.2x at batch 128, >= 1.0x at batch 1024"
+
+[ "${SKIP_TABLE:-0}" = 1 ] && exit 0
+echo
+echo "== large batch: MLP 784-256-256-10, Fashion-MNIST, $EPOCHS epochs, test accuracy"
+row() { # label, flags...
+    local label=$1; shift
+    local t0=$(date +%s.%N)
+    local acc
+    acc=$(env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --hidden 256,256 --epochs "$EPOCHS" --threads "$CORES" \
+          --log-every 100000 --quiet "$@" 2>&1 | sed -n 's/^jizhi: step [0-9]* test_acc=//p' | tail -1)
+    printf '%-46s %8.4f %7.0fs\n' "$label" "${acc:-0}" "$(echo "$(date +%s.%N) - $t0" | bc -l)"
+}
+printf '%-46s %8s %8s\n' run test_acc time
+row "batch 128   SGD lr 0.05, poly decay" \
+    --batch-size 128 --optimizer sgd --lr 0.05 --schedule poly
+row "batch 8192  SGD lr 0.05x64 (linear), warmup 2" \
+    --batch-size 8192 --optimizer sgd --lr 0.05 --lr-scaling linear --base-batch 128 \
+    --warmup-epochs 2 --schedule poly
+row "batch 8192  LARS lr ${LARS_LR:-10}, warmup 2, poly" \
+    --batch-size 8192 --optimizer lars --lr "${LARS_LR:-10}" --warmup-epochs 2 --schedule poly
+echo "   goal: LARS at 8192 within 2 points of batch 128; SGD at 8192 well short"
