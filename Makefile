@@ -139,7 +139,7 @@ test-unit: all
 	@BUILD=$(BUILD) tests/run-all.sh --unit-only
 
 valgrind: all
-	@for t in $(UNIT_TESTS); do valgrind -q --error-exitcode=3 --leak-check=full $$t || exit 1; done
+	@for t in $(UNIT_TESTS); do valgrind -q --error-exitcode=3 --leak-check=full --child-silent-after-fork=yes $$t || exit 1; done
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_PROGS) $(BENCHES)
