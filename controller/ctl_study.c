@@ -276,9 +276,11 @@ static void s_end(ctl_t *c, ctl_trial *t, const char *state, const char *reason)
     sched_outcome oc = !strcmp(state, "completed") ? SCHED_COMPLETED
                        : !strcmp(state, "stopped") ? SCHED_STOPPED
                                                    : SCHED_FAILED;
-    s->sched->ops->on_complete(s->sched, t->row.id, t->row.params, oc, t->row.value);
-    for (int i = 0; i < s->nmon; i++)
-        s->mon[i]->ops->on_complete(s->mon[i], t->row.id, t->row.params, oc, t->row.value);
+    for (int m = -1; m < s->nmon; m++) {
+        sched_t *sc = m < 0 ? s->sched : s->mon[m];
+        if (sc->ops->on_complete)
+            sc->ops->on_complete(sc, t->row.id, t->row.params, oc, t->row.value);
+    }
     s->sched_dirty = 1;
     json_t *detail = json_pack("{s:s, s:o}", "reason", reason, "value", wire_real(t->row.value));
     store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller", state, detail, 1);
@@ -435,6 +437,8 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
         }
         for (int m = -1; m < s->nmon; m++) {
             sched_t *sc = m < 0 ? s->sched : s->mon[m];
+            if (!sc->ops->on_metric)
+                continue;
             sched_instr ins[8];
             int k = sc->ops->on_metric(sc, t->row.id, pts[i].step, pts[i].name, pts[i].value, now,
                                        ins, 8);

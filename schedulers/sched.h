@@ -53,13 +53,14 @@ typedef struct {
     /* Suggests parameters for new trial `trial_id` (already allocated by the
        controller). On SCHED_OK *params is a new object (caller owns). */
     int (*suggest)(sched_t *s, long trial_id, json_t **params);
-    /* A metric reported by a running trial, at that trial's `step`, at time
+    /* Optional (NULL: ignores metrics). A metric reported by a running
+       trial, at that trial's `step`, at time
        `now` (seconds, controller clock). May append up to `max` instructions
        to `out` and returns how many (0..max), or -1 on error. */
     int (*on_metric)(sched_t *s, long trial_id, long step, const char *metric,
                      double value, double now, sched_instr *out, int max);
-    /* A trial ended. `params` borrowed; `value` is its objective (NaN when
-       it has none, e.g. failed). */
+    /* Optional (NULL: ignores ends). A trial ended. `params` borrowed;
+       `value` is its objective (NaN when it has none, e.g. failed). */
     void (*on_complete)(sched_t *s, long trial_id, const json_t *params,
                         sched_outcome outcome, double value);
     /* State as JSON (caller owns), or NULL on error. */

@@ -30,17 +30,6 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     return SCHED_OK;
 }
 
-static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
-                       double now, sched_instr *out, int max)
-{
-    return 0;
-}
-
-static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
-                          double value)
-{
-}
-
 static json_t *s_save(sched_t *s)
 {
     return json_pack("{s:I}", "count", (json_int_t)((sched_random *)s)->count);
@@ -60,8 +49,7 @@ static void s_destroy(sched_t *s)
     free(s);
 }
 
-static const sched_ops s_ops = {"random", s_suggest, s_on_metric, s_on_complete,
-                                s_save,   s_restore, s_destroy, NULL};
+static const sched_ops s_ops = {"random", s_suggest, NULL, NULL, s_save, s_restore, s_destroy, NULL};
 
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize)
 {
