@@ -212,10 +212,8 @@ TEST(random_legal_and_reproducible)
     s_free_all(pa, N);
     s_free_all(pb, N);
     s_free_all(pc, N);
-    /* the hooks do nothing and say so */
-    sched_instr out[2];
-    CHECK(a->ops->on_metric(a, 1, 0, "y", 0.5, 0, out, 2) == 0);
-    a->ops->on_complete(a, 1, NULL, SCHED_COMPLETED, 0.5);
+    /* random search ignores results: it has no hooks */
+    CHECK(a->ops->on_metric == NULL && a->ops->on_complete == NULL);
     sched_destroy(&a);
     sched_destroy(&b);
     sched_destroy(&c);
