@@ -21,6 +21,8 @@ static const char s_usage[] =
     "        | export NAME [--format csv|json] | events NAME\n"
     "  trial list STUDY | show ID | logs ID | stop ID | pause ID | resume ID\n"
     "        | set ID KEY=VALUE...\n"
+    "  watch STUDY [--interval S]                  live terminal view; steer the trials\n"
+    "  plot STUDY [--output FILE.svg]              SVG: optimisation history, learning curves\n"
     "  report [--step N] NAME=VALUE...             from inside a trial\n"
     "\n"
     "Every command takes --help. The database is ./jizhi.db unless --db FILE or\n"
@@ -62,6 +64,7 @@ int main(int argc, char **argv)
     } table[] = {
         {"run", cmd_run},     {"controller", cmd_controller}, {"dispatcher", cmd_dispatcher},
         {"study", cmd_study}, {"trial", cmd_trial},           {"report", cmd_report},
+        {"watch", cmd_watch}, {"plot", cmd_plot},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(cmd, table[i].name))
