@@ -215,8 +215,8 @@ void FN(trn_bn_bwd)(const R *x, const R *g, const R *mean, const R *invstd, cons
             sdy += dyc[i];
             sdyx += dyc[i] * ((xc[i] - mu) * is);
         }
-        dg[ci] = (R)(beta * dg[ci] + sdyx);
-        db[ci] = (R)(beta * db[ci] + sdy);
+        dg[ci] = (R)(beta == 0 ? sdyx : beta * dg[ci] + sdyx); /* no 0*NaN from stale values */
+        db[ci] = (R)(beta == 0 ? sdy : beta * db[ci] + sdy);
         if (!dx)
             continue;
         double k = g[ci] * is / (double)s;

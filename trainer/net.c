@@ -58,6 +58,7 @@ struct trn_net {
     int cap;      /* samples the buffers hold */
     int classes;
     trn_precision prec;
+    int grad_fresh; /* zero_grad was called: the next backward writes, not adds */
     char arch[256];
 };
 
@@ -421,8 +422,8 @@ void trn_net_set_precision(trn_net *n, trn_precision prec)
 
 void trn_net_zero_grad(trn_net *n)
 {
-    for (int i = 0; i < n->np; i++)
-        memset(n->params[i].g, 0, (size_t)n->params[i].n * sizeof(float));
+    /* lazily: the next backward overwrites (beta = 0) instead of adding */
+    n->grad_fresh = 1;
 }
 
 double trn_net_grad_sqnorm(const trn_net *n)
@@ -537,6 +538,8 @@ static float s_prepare_grad(trn_net *n, int b, int nb, double s)
 
 static void s_backward(trn_net *n, int nb, const double *lscale)
 {
+    const float pbeta = n->grad_fresh ? 0.0f : 1.0f; /* param gradients: write or add */
+    n->grad_fresh = 0;
     for (int i = n->nops - 1; i >= 0; i--) {
         s_op *o = &n->ops[i];
         s_buf *ob = &n->bufs[o->out];
@@ -563,7 +566,7 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
                written, not accumulated */
             (void)dxb;
             trn_linear_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL, nb, o->c, o->co,
-                             1.0f);
+                             pbeta);
             trn_round_buf(w->g, w->n, n->prec);
             if (b)
                 trn_round_buf(b->g, b->n, n->prec);
@@ -576,14 +579,14 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
         case OP_CONV: {
             trn_param *w = &n->params[o->pw];
             trn_conv_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, n->cols, o->c, nb, o->h, o->w, o->co,
-                           o->k, o->stride, o->pad, 1.0f, dxb);
+                           o->k, o->stride, o->pad, pbeta, dxb);
             trn_round_buf(w->g, w->n, n->prec);
             break;
         }
         case OP_BN: {
             trn_param *g = &n->params[o->pw], *b = &n->params[o->pb];
             trn_bn_bwd_f(ib->x, g->wlp, o->mean, o->invstd, ob->g, dx, g->g, b->g, o->c,
-                         (long)nb * o->h, 1.0f, dxb);
+                         (long)nb * o->h, pbeta, dxb);
             trn_round_buf(g->g, g->n, n->prec);
             trn_round_buf(b->g, b->n, n->prec);
             break;

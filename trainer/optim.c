@@ -48,16 +48,25 @@ static double s_norm(const float *x, long n)
     return sqrt(s);
 }
 
-static void s_sgd(const trn_optim *o, trn_param *p, double lr, double wd, double scale)
+static void s_sgd(const trn_optim *o, trn_param *p, double lr, double wd)
 {
-    float mu = (float)o->momentum, fwd = (float)wd, flr = (float)(lr * scale);
-    for (long i = 0; i < p->n; i++) {
-        float g = p->g[i] + fwd * p->w[i];
-        float v = mu * p->m[i] + g;
-        p->m[i] = v;
-        float d = o->nesterov ? g + mu * v : v;
-        p->w[i] -= flr * d;
-    }
+    float mu = (float)o->momentum, fwd = (float)wd, flr = (float)lr;
+    float *restrict w = p->w, *restrict m = p->m;
+    const float *restrict gr = p->g;
+    long n = p->n;
+    if (o->nesterov)
+        for (long i = 0; i < n; i++) {
+            float g = gr[i] + fwd * w[i];
+            float v = mu * m[i] + g;
+            m[i] = v;
+            w[i] -= flr * (g + mu * v);
+        }
+    else
+        for (long i = 0; i < n; i++) {
+            float v = mu * m[i] + (gr[i] + fwd * w[i]); /* same order as the CUDA kernel */
+            m[i] = v;
+            w[i] -= flr * v;
+        }
 }
 
 static void s_lars(const trn_optim *o, trn_param *p, double lr)
@@ -104,7 +113,7 @@ void trn_optim_step(trn_optim *o, trn_param *params, int np, double lr)
         double wd = decay ? o->weight_decay : 0.0;
         switch (o->kind) {
         case TRN_SGD:
-            s_sgd(o, p, lr, wd, 1.0);
+            s_sgd(o, p, lr, wd);
             break;
         case TRN_LARS:
             s_lars(o, p, lr);

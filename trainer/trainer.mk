@@ -19,6 +19,9 @@ EXTRA_BINS  += $(TRAIN_BIN)
 # OpenBLAS's cblas.h for the trainer's objects only (GSL's gsl_cblas.h
 # never meets it in one file).
 $(TRN_OBJ) $(TRN_MAIN) $(patsubst tests/%.c,$(BUILD)/obj/tests/%.o,$(wildcard tests/test_trn_*.c)): ALL_CFLAGS += -I$(BLAS_INC)
+# The trainer's element-wise loops (optimisers, rounding, BN) want the
+# vectoriser's full cost model; -O3 after the global -O2 wins.
+$(TRN_OBJ): ALL_CFLAGS += -O3
 
 $(LIB_TRN): $(TRN_OBJ)
 
