@@ -283,8 +283,9 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, js
         char color[40];
         s_color(i, color, sizeof color);
         fprintf(f, "<polyline class=\"curve state-%s\" id=\"trial-%ld\" data-trial=\"%ld\" "
-                   "fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
-                rows[i].state, rows[i].id, rows[i].id, color);
+                   "fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"",
+                rows[i].state, rows[i].id, rows[i].id, color,
+                strcmp(rows[i].state, "failed") ? "" : " stroke-dasharray=\"4 3\"");
         size_t k;
         json_t *pt;
         int first = 1;
