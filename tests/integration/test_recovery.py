@@ -56,8 +56,10 @@ def test_kill9_controller_then_restart_finishes_with_every_acked_metric(jz):
         stored = set(jz.sql("SELECT trial_id, step FROM metrics WHERE name='score'"))
         missing = [p for p in points if p not in stored]
         assert not missing, f"acknowledged but lost: {missing[:10]}"
-        rows = jz.sql("SELECT state, value FROM trials")
+        rows = jz.sql("SELECT state, attempt FROM trials")
         assert len(rows) == 4 and all(s == "completed" for s, _ in rows), rows
+        # the trials running across the restart reconnected and kept running
+        assert all(a == 0 for _, a in rows), rows
         # no point stored twice despite resends
         dups = jz.sql("SELECT COUNT(*) FROM (SELECT trial_id, attempt, step FROM metrics "
                       "WHERE name='score' GROUP BY trial_id, attempt, step HAVING COUNT(*) > 1)")
