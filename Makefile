@@ -145,6 +145,11 @@ bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_PROGS) $(BENCHES)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) scripts/bench-all.sh
 
+# Live-change latency: scripted trials, trial set through the controller (bench/intervene.sh).
+.PHONY: bench-intervene
+bench-intervene: all $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/intervene.sh
+
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')
 
