@@ -64,6 +64,7 @@ typedef struct {
     float series[W_SERIES_CAP];  /* objective, one slot per `stride` points */
     int nseries, stride, slot_fill;
     char shown_state[16];        /* last state printed in line mode */
+    int paused;                  /* this view's pause was acknowledged (no resume since) */
 } w_trial;
 
 typedef struct {
@@ -486,6 +487,9 @@ static void s_replies(w_view *v)
             if (p->req != req)
                 continue;
             if (!strcmp(wire_type(r), "ok")) {
+                w_trial *t = s_trial(v, p->trial);
+                if (t && (!strcmp(p->what, "pause") || !strcmp(p->what, "resume")))
+                    t->paused = !strcmp(p->what, "pause");
                 json_t *lat = json_object_get(r, "latency_s");
                 if (json_is_number(lat))
                     snprintf(v->status, sizeof v->status, "trial %ld: %s acknowledged in %.1f ms",
@@ -645,10 +649,11 @@ static void s_draw(w_view *v)
         }
         snprintf(line, sizeof line, "%c%-6ld %-4ld", is_sel ? '>' : ' ', t->id, t->number);
         s_put(y, 0, line);
-        int color = s_state_color(t->state);
+        int paused = t->paused && !strcmp(t->state, "running");
+        int color = paused ? C_STOP : s_state_color(t->state);
         if (color)
             attron(COLOR_PAIR(color));
-        s_put(y, x_state, t->state);
+        s_put(y, x_state, paused ? "paused" : t->state);
         if (color)
             attroff(COLOR_PAIR(color));
         long st = t->m_step >= 0 ? t->m_step : t->last_step;

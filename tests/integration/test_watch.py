@@ -82,6 +82,24 @@ def test_watch_shows_the_running_trial_sets_and_stops_it_by_key(jz):
                                    "ORDER BY rowid DESC LIMIT 1", tid)[0][0] == 0.5, 30,
                     "the new lr in the trial's reports")
 
+        # p then y pauses: acknowledged, shown as paused; r then y resumes
+        tm.keys("p")
+        tm.wait_screen(rf"pause trial {tid}\? \(y/n\)", "the pause question")
+        tm.keys("y")
+        tm.wait_screen(rf"^>{tid}\s+0\s+paused", "the paused state in the table")
+        tm.wait_screen(rf"trial {tid}: pause acknowledged", "the pause acknowledgement")
+        tm.keys("r")
+        tm.wait_screen(rf"resume trial {tid}\? \(y/n\)", "the resume question")
+        tm.keys("y")
+        tm.wait_screen(rf"trial {tid}: resume acknowledged", "the resume acknowledgement")
+        tm.wait_screen(rf"^>{tid}\s+0\s+running", "the running state again")
+
+        # the view follows the terminal's size
+        tm.tmux("resize-window", "-x", "100", "-y", "16")
+        tm.wait_screen(r"q quit\s*\Z", "the key line at the bottom of the smaller window")
+        assert len(tm.screen().splitlines()) <= 16
+        tm.wait_screen(rf"^>{tid}\s+0\s+running", "the trial in the smaller window")
+
         # s then n cancels: nothing is sent
         tm.keys("s")
         tm.wait_screen(rf"stop trial {tid}\? \(y/n\)", "the stop question")
