@@ -19,6 +19,7 @@ static const struct {
     {"random", sched_random_new},
     {"grid", sched_grid_new},
     {"bo", sched_bo_new},
+    {"batchsize", sched_batchsize_new},
 };
 
 sched_t *sched_new(const spec_t *spec, char *err, size_t errsize)
@@ -40,7 +41,8 @@ static const struct {
     const char *name;
     sched_ctor ctor;
 } s_stoppers[] = {
-    {"", NULL}, /* placeholder until a rule is registered */
+    {"asha", sched_asha_new},
+    {"median", sched_median_new},
 };
 
 int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err, size_t errsize)

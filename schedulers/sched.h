@@ -114,4 +114,43 @@ double sched_rng_uniform(sched_rng *r); /* in [0,1) */
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize);
 sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize);
 
+/* ---- batch size and early stopping (sched_batchsize.c, sched_es.c) ---- */
+
+sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize);
+sched_t *sched_asha_new(const spec_t *spec, char *err, size_t errsize);   /* a monitor */
+sched_t *sched_median_new(const spec_t *spec, char *err, size_t errsize); /* a monitor */
+
+/* One gradient-noise measurement (McCandlish et al. 2018): squared norms
+   of the mean gradient over a small batch bs and a big batch bb > bs. */
+typedef struct {
+    double gs, gb; /* |G_Bs|^2, |G_Bb|^2 */
+    double bs, bb; /* B_s, B_b */
+} sched_gns_point;
+
+/* Unbiased per-measurement estimates of |G|^2 and tr(Sigma):
+   |G|^2 = (bb gb - bs gs)/(bb - bs), tr = (gs - gb)/(1/bs - 1/bb).
+   0, or -1 when the point is unusable (bb <= bs, non-finite). */
+int sched_gns_estimate(const sched_gns_point *p, double *g2, double *trace);
+
+/* Critical batch size of a run: B_simple = mean(tr)/mean(|G|^2) over the
+   n points (ratio of means, as the EMAs do), with a percentile bootstrap
+   confidence interval at level `conf` (e.g. 0.95) from `nboot` resamples
+   of the points (seeded: reproducible). lo/hi are NaN when the interval is
+   unbounded (resampled |G|^2 <= 0 too often). 0, or -1 when fewer than 2
+   usable points or mean |G|^2 <= 0. */
+typedef struct {
+    double b_simple, lo, hi; /* estimate and interval */
+    double g2, trace;        /* the means */
+    int n;                   /* usable points */
+} sched_gns_result;
+int sched_gns_critical(const sched_gns_point *pts, size_t n, int nboot, double conf,
+                       unsigned long long seed, sched_gns_result *out);
+
+/* Pollux efficiency of batch b relative to b0 for noise scale bsimple:
+   (bsimple + b0)/(bsimple + b). AdaScale gain at scale S = b/b0:
+   r = (sigma^2 + mu^2)/(sigma^2/S + mu^2) with sigma^2 = tr/b0, mu^2 = |G|^2,
+   which equals S * efficiency. */
+double sched_bs_efficiency(double bsimple, double b0, double b);
+double sched_bs_adascale_gain(double bsimple, double b0, double b);
+
 #endif

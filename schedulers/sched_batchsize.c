@@ -1,0 +1,678 @@
+/*  sched_batchsize.c - the batch-size scheduler (DESIGN §5): adapts a
+    running trial's batch size and learning rate from the gradient noise
+    scale it reports (McCandlish et al. 2018; Pollux, OSDI'21; AdaScale).
+
+    New trials: random search over the space (like `random`, own stream).
+    Running trials: each report of the four gradient-noise metrics of one
+    step (grad_sqnorm_small, grad_sqnorm_big, batch_small, batch_big, any
+    order) gives unbiased estimates of |G|^2 and tr(Sigma) (see
+    sched_gns_estimate), each smoothed by its own bias-corrected EMA
+    (option `ema`, default 0.9) before dividing: B_simple = tr/|G|^2.
+    Throughput is fitted from `samples_per_s` (or `step_time_s`) at the
+    batch sizes seen, as step time t(B) = alpha + beta*B (least squares over
+    the mean step time of each size; before two sizes are seen, the prior
+    alpha = prior_overhead * t(B1)). Every candidate B in [min, max]
+    (option `grid`: "pow2" = the powers of two in range, default; "int" =
+    every integer) is scored by goodput(B) = B/t(B) * (B_simple + B0)/
+    (B_simple + B), B0 the trial's initial batch. When the best candidate
+    beats the current batch's goodput by `min_gain` (default 5%), and at
+    least `interval` steps (default 200) have passed since the last change
+    and `min_measurements` (default 3) were seen, the scheduler sends
+    `set batch_size` and a new learning rate lr0 * gain, gain from
+    `lr_rule`: "adascale" (default; r = (s2 + m2)/(s2/S + m2), S = B/B0),
+    "sqrt", "linear" or "none". A higher rate is warmed up linearly over
+    `warmup` steps (default 100) by further `set lr` instructions sent as
+    the trial reports (the trainer's own warmup counts from the start of
+    training, so the scheduler does it); a lower rate is set at once. Run
+    jizhi-train with its default --lr-scaling none, or the rate is scaled
+    twice. The numbers behind each decision travel in the instruction's
+    args ("decision") and reason, so they land in the events table.
+
+    lr0 is the trial's `lr` param, else option `lr`, else the first `lr`
+    the trial reports; B0 its `batch_size` param, else the first
+    batch_size it reports. State (EMAs, throughput table, ramp) is saved.
+*/
+#include "sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BS_MAX_TP 24 /* distinct batch sizes in a trial's throughput table */
+
+enum { GNS_GS = 1, GNS_GB = 2, GNS_BS = 4, GNS_BB = 8, GNS_ALL = 15 };
+enum { RULE_ADASCALE = 0, RULE_SQRT, RULE_LINEAR, RULE_NONE };
+static const char *const s_rules[] = {"adascale", "sqrt", "linear", "none"};
+
+typedef struct {
+    double b, tsum; /* batch size, sum of step times */
+    long n;         /* step-time samples */
+} bs_tp;
+
+typedef struct {
+    long id;
+    double b0, lr0;       /* initial batch and base lr (NaN unknown) */
+    double b;             /* current batch (last reported or set) */
+    double lr_sent;       /* peak lr in force (last set, else lr0) */
+    long pstep;           /* step of the pending gns measurement */
+    int have;             /* GNS_* bits present for pstep */
+    sched_gns_point p;    /* the pending measurement */
+    double ema_g2, ema_tr;/* raw EMAs (bias-corrected on use) */
+    long nmeas;           /* measurements folded into the EMAs */
+    bs_tp tp[BS_MAX_TP];  /* throughput table */
+    int ntp;
+    int skip_tp;          /* drop the first throughput report after a change */
+    long last_change;     /* step of the last decision (0 at start) */
+    int ramp;             /* lr warmup in progress */
+    double ramp_from, ramp_to;
+    long ramp_start, ramp_last; /* ramp start step; last step a ramp lr was considered */
+    long decisions;
+} bs_trial;
+
+typedef struct {
+    sched_t base;
+    long count;            /* suggestions made */
+    long bmin, bmax;       /* batch range */
+    int grid_int;          /* candidates: every integer (else powers of two) */
+    long interval, warmup; /* steps */
+    int rule;              /* RULE_* */
+    double ema, min_gain, prior_overhead, lr_opt; /* lr_opt NaN = none */
+    long min_meas;
+    bs_trial *trials;
+    size_t ntrials, cap;
+} sched_bs;
+
+/* ---- the estimators (public, used by `jizhi batchsize-eval` too) ---- */
+
+int sched_gns_estimate(const sched_gns_point *p, double *g2, double *trace)
+{
+    if (!(p->bb > p->bs) || !(p->bs > 0) || !isfinite(p->gs) || !isfinite(p->gb))
+        return -1;
+    *g2 = (p->bb * p->gb - p->bs * p->gs) / (p->bb - p->bs);
+    *trace = (p->gs - p->gb) / (1 / p->bs - 1 / p->bb);
+    return 0;
+}
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int sched_gns_critical(const sched_gns_point *pts, size_t n, int nboot, double conf,
+                       unsigned long long seed, sched_gns_result *out)
+{
+    memset(out, 0, sizeof *out);
+    out->lo = out->hi = NAN;
+    double *g2 = malloc((n ? n : 1) * sizeof *g2), *tr = malloc((n ? n : 1) * sizeof *tr);
+    if (!g2 || !tr) {
+        free(g2);
+        free(tr);
+        return -1;
+    }
+    size_t m = 0;
+    double sg = 0, st = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sched_gns_estimate(&pts[i], &g2[m], &tr[m]) == 0) {
+            sg += g2[m];
+            st += tr[m];
+            m++;
+        }
+    out->n = (int)m;
+    if (m < 2 || sg <= 0) {
+        free(g2);
+        free(tr);
+        return -1;
+    }
+    out->g2 = sg / (double)m;
+    out->trace = st / (double)m;
+    out->b_simple = st / sg;
+    if (nboot > 0) {
+        double *bs = malloc((size_t)nboot * sizeof *bs);
+        if (bs) {
+            sched_rng r;
+            sched_rng_seed(&r, seed, 0x6e73);
+            for (int k = 0; k < nboot; k++) {
+                double a = 0, b = 0;
+                for (size_t i = 0; i < m; i++) {
+                    size_t j = (size_t)(sched_rng_uniform(&r) * (double)m);
+                    a += g2[j];
+                    b += tr[j];
+                }
+                bs[k] = a > 0 ? b / a : INFINITY;
+            }
+            qsort(bs, (size_t)nboot, sizeof *bs, s_cmp_double);
+            double ql = (1 - conf) / 2 * (nboot - 1), qh = (1 + conf) / 2 * (nboot - 1);
+            out->lo = bs[(size_t)floor(ql)];
+            out->hi = bs[(size_t)ceil(qh)];
+            if (!isfinite(out->lo))
+                out->lo = NAN;
+            if (!isfinite(out->hi))
+                out->hi = NAN;
+            free(bs);
+        }
+    }
+    free(g2);
+    free(tr);
+    return 0;
+}
+
+double sched_bs_efficiency(double bsimple, double b0, double b)
+{
+    return (bsimple + b0) / (bsimple + b);
+}
+
+double sched_bs_adascale_gain(double bsimple, double b0, double b)
+{
+    /* sigma^2 = tr/b0 and mu^2 = |G|^2, divided through by |G|^2 */
+    double s2 = bsimple / b0, S = b / b0;
+    return (s2 + 1) / (s2 / S + 1);
+}
+
+/* ---- per-trial state ---- */
+
+static bs_trial *s_trial(sched_bs *self, long id, int create)
+{
+    for (size_t i = 0; i < self->ntrials; i++)
+        if (self->trials[i].id == id)
+            return &self->trials[i];
+    if (!create)
+        return NULL;
+    if (self->ntrials == self->cap) {
+        size_t cap = self->cap ? self->cap * 2 : 16;
+        bs_trial *nt = realloc(self->trials, cap * sizeof *nt);
+        if (!nt)
+            return NULL;
+        self->trials = nt;
+        self->cap = cap;
+    }
+    bs_trial *t = &self->trials[self->ntrials++];
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->b0 = t->lr0 = t->b = t->lr_sent = NAN;
+    t->pstep = -1;
+    t->ramp_last = -1;
+    return t;
+}
+
+static void s_tp_add(bs_trial *t, double b, double step_time)
+{
+    if (!(step_time > 0) || !isfinite(step_time) || !(b > 0))
+        return;
+    for (int i = 0; i < t->ntp; i++)
+        if (t->tp[i].b == b) {
+            t->tp[i].tsum += step_time;
+            t->tp[i].n++;
+            return;
+        }
+    if (t->ntp == BS_MAX_TP) /* forget the oldest size */
+        memmove(&t->tp[0], &t->tp[1], (BS_MAX_TP - 1) * sizeof t->tp[0]);
+    else
+        t->ntp++;
+    t->tp[t->ntp - 1] = (bs_tp){b, step_time, 1};
+}
+
+/* Fits t(B) = alpha + beta*B. 0, or -1 when nothing was measured. */
+static int s_tp_fit(const sched_bs *self, const bs_trial *t, double *alpha, double *beta)
+{
+    if (t->ntp == 0)
+        return -1;
+    if (t->ntp == 1) {
+        double tau = t->tp[0].tsum / (double)t->tp[0].n;
+        *alpha = self->prior_overhead * tau;
+        *beta = (1 - self->prior_overhead) * tau / t->tp[0].b;
+        return 0;
+    }
+    double mb = 0, mt = 0;
+    for (int i = 0; i < t->ntp; i++) {
+        mb += t->tp[i].b;
+        mt += t->tp[i].tsum / (double)t->tp[i].n;
+    }
+    mb /= t->ntp;
+    mt /= t->ntp;
+    double sxy = 0, sxx = 0, sxt = 0, sbb = 0;
+    for (int i = 0; i < t->ntp; i++) {
+        double ti = t->tp[i].tsum / (double)t->tp[i].n;
+        sxy += (t->tp[i].b - mb) * (ti - mt);
+        sxx += (t->tp[i].b - mb) * (t->tp[i].b - mb);
+        sxt += t->tp[i].b * ti;
+        sbb += t->tp[i].b * t->tp[i].b;
+    }
+    double b = sxx > 0 ? sxy / sxx : 0, a = mt - b * mb;
+    if (a < 0) { /* through the origin: no fixed cost per step */
+        a = 0;
+        b = sxt / sbb;
+    }
+    if (b <= 0) /* step time flat in B: keep a tiny slope so throughput stays bounded */
+        b = 1e-6 * mt / mb;
+    *alpha = a;
+    *beta = b;
+    return 0;
+}
+
+static double s_gain(const sched_bs *self, double bsimple, double b0, double b)
+{
+    switch (self->rule) {
+    case RULE_ADASCALE:
+        return sched_bs_adascale_gain(bsimple, b0, b);
+    case RULE_SQRT:
+        return sqrt(b / b0);
+    case RULE_LINEAR:
+        return b / b0;
+    default:
+        return 1;
+    }
+}
+
+static void s_set(sched_instr *out, long trial, const char *name, json_t *value, json_t *decision,
+                  const char *reason)
+{
+    memset(out, 0, sizeof *out);
+    out->trial = trial;
+    snprintf(out->kind, sizeof out->kind, "set");
+    out->args = json_pack("{s:s, s:o}", "name", name, "value", value);
+    if (decision)
+        json_object_set_new(out->args, "decision", decision);
+    snprintf(out->reason, sizeof out->reason, "%s", reason);
+}
+
+/* A complete measurement at `step`: fold it in and maybe decide. */
+static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, int max)
+{
+    double g2, tr;
+    if (sched_gns_estimate(&t->p, &g2, &tr) != 0)
+        return 0;
+    double e = self->ema;
+    t->ema_g2 = e * t->ema_g2 + (1 - e) * g2;
+    t->ema_tr = e * t->ema_tr + (1 - e) * tr;
+    t->nmeas++;
+    double corr = 1 - pow(e, (double)t->nmeas);
+    double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
+    if (t->nmeas < self->min_meas || step - t->last_change < self->interval || t->ramp ||
+        max < 2 || isnan(t->b) || isnan(t->b0) || (self->rule != RULE_NONE && isnan(t->lr0)))
+        return 0;
+    if (!(G2 > 0) || !(TR > 0))
+        return 0; /* noise-dominated estimate: not usable yet */
+    double bsimple = TR / G2, alpha, beta;
+    if (s_tp_fit(self, t, &alpha, &beta) != 0)
+        return 0;
+#define GOODPUT(B) ((B) / (alpha + beta * (B)) * sched_bs_efficiency(bsimple, t->b0, (B)))
+    double best_b = t->b, best_g = GOODPUT(t->b), cur_g = best_g;
+    long span = self->bmax - self->bmin;
+    if (self->grid_int) {
+        long stepc = span > 100000 ? span / 100000 + 1 : 1;
+        for (long b = self->bmin; b <= self->bmax; b += stepc)
+            if (GOODPUT((double)b) > best_g) {
+                best_g = GOODPUT((double)b);
+                best_b = (double)b;
+            }
+    } else {
+        for (long b = 1; b <= self->bmax && b > 0; b *= 2)
+            if (b >= self->bmin && GOODPUT((double)b) > best_g) {
+                best_g = GOODPUT((double)b);
+                best_b = (double)b;
+            }
+    }
+#undef GOODPUT
+    if (best_b == t->b || best_g < (1 + self->min_gain) * cur_g)
+        return 0;
+    double lr_new = self->rule == RULE_NONE ? t->lr_sent
+                                            : t->lr0 * s_gain(self, bsimple, t->b0, best_b);
+    double lr_old = isnan(t->lr_sent) ? t->lr0 : t->lr_sent;
+    json_t *d = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I}",
+                          "b_simple", bsimple, "grad_sqnorm", G2, "trace", TR, "from", t->b,
+                          "b0", t->b0, "goodput_gain", best_g / cur_g, "efficiency",
+                          sched_bs_efficiency(bsimple, t->b0, best_b), "alpha", alpha, "beta",
+                          beta, "lr_from", isnan(lr_old) ? 0.0 : lr_old, "lr",
+                          isnan(lr_new) ? 0.0 : lr_new, "lr_rule", s_rules[self->rule],
+                          "measurements", (json_int_t)t->nmeas);
+    char reason[128];
+    snprintf(reason, sizeof reason, "batchsize: B_simple %.4g, batch %.0f->%.0f, goodput x%.3g, "
+             "lr %.3g->%.3g (%s)", bsimple, t->b, best_b, best_g / cur_g, lr_old, lr_new,
+             s_rules[self->rule]);
+    int k = 0;
+    s_set(&out[k++], t->id, "batch_size", json_integer((json_int_t)best_b), d, reason);
+    t->b = best_b;
+    t->last_change = step;
+    t->skip_tp = 1;
+    t->decisions++;
+    if (self->rule != RULE_NONE && isfinite(lr_new) && lr_new != lr_old) {
+        if (self->warmup > 0 && lr_new > lr_old) {
+            t->ramp = 1;
+            t->ramp_from = lr_old;
+            t->ramp_to = lr_new;
+            t->ramp_start = step;
+            t->ramp_last = step;
+        } else {
+            char r2[128];
+            snprintf(r2, sizeof r2, "batchsize: lr %.4g for batch %.0f (%s)", lr_new, best_b,
+                     s_rules[self->rule]);
+            s_set(&out[k++], t->id, "lr", json_real(lr_new), NULL, r2);
+            t->lr_sent = lr_new;
+        }
+    }
+    return k;
+}
+
+/* Warmup of a raised lr: a new value when it moved by 2% or the ramp ends. */
+static int s_ramp(sched_bs *self, bs_trial *t, long step, sched_instr *out, int max)
+{
+    if (!t->ramp || step <= t->ramp_last || max < 1)
+        return 0;
+    t->ramp_last = step;
+    double f = (double)(step - t->ramp_start) / (double)self->warmup;
+    int end = f >= 1;
+    double lr = end ? t->ramp_to : t->ramp_from + (t->ramp_to - t->ramp_from) * f;
+    if (!end && fabs(lr - t->lr_sent) < 0.02 * t->lr_sent)
+        return 0;
+    char reason[128];
+    snprintf(reason, sizeof reason, "batchsize: lr warmup %.4g -> %.4g (%ld/%ld steps)", lr,
+             t->ramp_to, end ? self->warmup : step - t->ramp_start, self->warmup);
+    s_set(out, t->id, "lr", json_real(lr), NULL, reason);
+    t->lr_sent = lr;
+    if (end)
+        t->ramp = 0;
+    return 1;
+}
+
+/* ---- sched_ops ---- */
+
+static int s_suggest(sched_t *s, long trial_id, json_t **params)
+{
+    sched_bs *self = (sched_bs *)s;
+    sched_rng rng;
+    sched_rng_seed(&rng, (unsigned long long)s->spec->seed, (unsigned long long)self->count);
+    json_t *p = json_object();
+    for (size_t i = 0; i < s->spec->nparams; i++) {
+        const spec_param *sp = &s->spec->params[i];
+        json_object_set_new(p, sp->name, spec_param_from_unit(sp, sched_rng_uniform(&rng)));
+    }
+    self->count++;
+    bs_trial *t = s_trial(self, trial_id, 1);
+    if (t) {
+        json_t *b = json_object_get(p, "batch_size"), *lr = json_object_get(p, "lr");
+        if (json_is_number(b))
+            t->b0 = t->b = json_number_value(b);
+        if (json_is_number(lr))
+            t->lr0 = t->lr_sent = json_number_value(lr);
+        else if (!isnan(self->lr_opt))
+            t->lr0 = t->lr_sent = self->lr_opt;
+    }
+    *params = p;
+    return SCHED_OK;
+}
+
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
+                       double now, sched_instr *out, int max)
+{
+    sched_bs *self = (sched_bs *)s;
+    bs_trial *t = s_trial(self, trial_id, 1);
+    if (!t)
+        return -1;
+    if (isnan(t->lr0) && !isnan(self->lr_opt))
+        t->lr0 = t->lr_sent = self->lr_opt;
+    int k = s_ramp(self, t, step, out, max);
+    int bit = 0;
+    if (!strcmp(metric, "batch_size") && value > 0) {
+        if (isnan(t->b0))
+            t->b0 = value;
+        t->b = value;
+    } else if (!strcmp(metric, "lr")) {
+        if (isnan(t->lr0))
+            t->lr0 = t->lr_sent = value;
+    } else if (!strcmp(metric, "samples_per_s") || !strcmp(metric, "step_time_s")) {
+        if (t->skip_tp)
+            t->skip_tp = 0;
+        else if (!isnan(t->b) && value > 0)
+            s_tp_add(t, t->b, metric[1] == 'a' ? t->b / value : value);
+    } else if (!strcmp(metric, "grad_sqnorm_small")) {
+        bit = GNS_GS;
+    } else if (!strcmp(metric, "grad_sqnorm_big")) {
+        bit = GNS_GB;
+    } else if (!strcmp(metric, "batch_small")) {
+        bit = GNS_BS;
+    } else if (!strcmp(metric, "batch_big")) {
+        bit = GNS_BB;
+    }
+    if (bit) {
+        if (step != t->pstep) {
+            t->pstep = step;
+            t->have = 0;
+        }
+        t->have |= bit;
+        if (bit == GNS_GS)
+            t->p.gs = value;
+        else if (bit == GNS_GB)
+            t->p.gb = value;
+        else if (bit == GNS_BS)
+            t->p.bs = value;
+        else
+            t->p.bb = value;
+        if (t->have == GNS_ALL) {
+            t->have = 0;
+            k += s_measure(self, t, step, out + k, max - k);
+        }
+    }
+    return k;
+}
+
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
+                          double value)
+{
+    sched_bs *self = (sched_bs *)s;
+    for (size_t i = 0; i < self->ntrials; i++)
+        if (self->trials[i].id == trial_id) { /* finished trials need no state */
+            self->trials[i] = self->trials[--self->ntrials];
+            return;
+        }
+}
+
+static json_t *s_num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static double s_get(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static json_t *s_save(sched_t *s)
+{
+    sched_bs *self = (sched_bs *)s;
+    json_t *trials = json_array();
+    for (size_t i = 0; i < self->ntrials; i++) {
+        const bs_trial *t = &self->trials[i];
+        json_t *tp = json_array();
+        for (int j = 0; j < t->ntp; j++)
+            json_array_append_new(tp, json_pack("[f,f,I]", t->tp[j].b, t->tp[j].tsum,
+                                                 (json_int_t)t->tp[j].n));
+        json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o, s:I, s:i, s:[o,o,o,o], s:o, s:o, s:I,"
+                              " s:o, s:b, s:I, s:b, s:o, s:o, s:I, s:I, s:I}",
+                              "id", (json_int_t)t->id, "b0", s_num(t->b0), "lr0", s_num(t->lr0),
+                              "b", s_num(t->b), "lr_sent", s_num(t->lr_sent), "pstep",
+                              (json_int_t)t->pstep, "have", t->have, "p", s_num(t->p.gs),
+                              s_num(t->p.gb), s_num(t->p.bs), s_num(t->p.bb), "ema_g2",
+                              s_num(t->ema_g2), "ema_tr", s_num(t->ema_tr), "nmeas",
+                              (json_int_t)t->nmeas, "tp", tp, "skip_tp", t->skip_tp,
+                              "last_change", (json_int_t)t->last_change, "ramp", t->ramp,
+                              "ramp_from", s_num(t->ramp_from), "ramp_to", s_num(t->ramp_to),
+                              "ramp_start", (json_int_t)t->ramp_start, "ramp_last",
+                              (json_int_t)t->ramp_last, "decisions", (json_int_t)t->decisions);
+        json_array_append_new(trials, o);
+    }
+    return json_pack("{s:I, s:o}", "count", (json_int_t)self->count, "trials", trials);
+}
+
+static int s_restore(sched_t *s, const json_t *state)
+{
+    sched_bs *self = (sched_bs *)s;
+    json_int_t count;
+    json_t *trials;
+    if (json_unpack((json_t *)state, "{s:I, s:o}", "count", &count, "trials", &trials) != 0 ||
+        count < 0 || !json_is_array(trials))
+        return -1;
+    self->count = (long)count;
+    self->ntrials = 0;
+    size_t i;
+    json_t *o;
+    json_array_foreach(trials, i, o) {
+        json_t *id = json_object_get(o, "id"), *p = json_object_get(o, "p"),
+               *tp = json_object_get(o, "tp");
+        if (!json_is_integer(id) || json_array_size(p) != 4 || !json_is_array(tp) ||
+            json_array_size(tp) > BS_MAX_TP)
+            return -1;
+        bs_trial *t = s_trial(self, (long)json_integer_value(id), 1);
+        if (!t)
+            return -1;
+        t->b0 = s_get(o, "b0");
+        t->lr0 = s_get(o, "lr0");
+        t->b = s_get(o, "b");
+        t->lr_sent = s_get(o, "lr_sent");
+        t->pstep = (long)json_integer_value(json_object_get(o, "pstep"));
+        t->have = (int)json_integer_value(json_object_get(o, "have"));
+        double *pv[4] = {&t->p.gs, &t->p.gb, &t->p.bs, &t->p.bb};
+        for (size_t j = 0; j < 4; j++) {
+            json_t *v = json_array_get(p, j);
+            *pv[j] = json_is_number(v) ? json_number_value(v) : NAN;
+        }
+        t->ema_g2 = s_get(o, "ema_g2");
+        t->ema_tr = s_get(o, "ema_tr");
+        t->nmeas = (long)json_integer_value(json_object_get(o, "nmeas"));
+        if (isnan(t->ema_g2) || isnan(t->ema_tr))
+            t->ema_g2 = t->ema_tr = 0, t->nmeas = 0;
+        size_t j;
+        json_t *e;
+        json_array_foreach(tp, j, e) {
+            json_t *b = json_array_get(e, 0), *ts = json_array_get(e, 1), *n = json_array_get(e, 2);
+            if (!json_is_number(b) || !json_is_number(ts) || !json_is_integer(n))
+                return -1;
+            t->tp[t->ntp++] = (bs_tp){json_number_value(b), json_number_value(ts),
+                                      (long)json_integer_value(n)};
+        }
+        t->skip_tp = json_is_true(json_object_get(o, "skip_tp"));
+        t->last_change = (long)json_integer_value(json_object_get(o, "last_change"));
+        t->ramp = json_is_true(json_object_get(o, "ramp"));
+        t->ramp_from = s_get(o, "ramp_from");
+        t->ramp_to = s_get(o, "ramp_to");
+        t->ramp_start = (long)json_integer_value(json_object_get(o, "ramp_start"));
+        t->ramp_last = (long)json_integer_value(json_object_get(o, "ramp_last"));
+        t->decisions = (long)json_integer_value(json_object_get(o, "decisions"));
+    }
+    return 0;
+}
+
+static void s_destroy(sched_t *s)
+{
+    sched_bs *self = (sched_bs *)s;
+    free(self->trials);
+    free(self);
+}
+
+static const sched_ops s_ops = {"batchsize", s_suggest, s_on_metric, s_on_complete,
+                                s_save,      s_restore, s_destroy,   NULL};
+
+/* ---- construction ---- */
+
+static int s_num_opt(const json_t *o, const char *key, double dflt, double lo, double hi,
+                     int whole, double *out, char *err, size_t errsize)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x >= lo && x <= hi) || (whole && x != floor(x))) {
+        snprintf(err, errsize, "scheduler.%s: must be a%s number in [%g, %g]", key,
+                 whole ? " whole" : "", lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
+{
+    static const char *const keys[] = {"type", "seed", "min", "max", "grid", "interval", "warmup",
+                                       "lr_rule", "ema", "min_measurements", "min_gain",
+                                       "prior_overhead", "lr", NULL};
+    const json_t *o = spec->sched_opts;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        int ok = 0;
+        for (int i = 0; keys[i]; i++)
+            ok |= !strcmp(key, keys[i]);
+        if (!ok) {
+            snprintf(err, errsize, "scheduler.%s: unknown option for the batchsize scheduler",
+                     key);
+            return NULL;
+        }
+    }
+    double dmin = 16, dmax = 4096;
+    for (size_t i = 0; i < spec->nparams; i++)
+        if (!strcmp(spec->params[i].name, "batch_size") && spec->params[i].type == SPEC_INT) {
+            dmin = spec->params[i].low;
+            dmax = spec->params[i].high;
+        }
+    double bmin, bmax, interval, warmup, mm, lr;
+    sched_bs *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->base.ops = &s_ops;
+    self->base.spec = spec;
+    if (s_num_opt(o, "min", dmin, 1, 1e9, 1, &bmin, err, errsize) ||
+        s_num_opt(o, "max", dmax, 1, 1e9, 1, &bmax, err, errsize) ||
+        s_num_opt(o, "interval", 200, 1, 1e12, 1, &interval, err, errsize) ||
+        s_num_opt(o, "warmup", 100, 0, 1e12, 1, &warmup, err, errsize) ||
+        s_num_opt(o, "ema", 0.9, 0, 0.9999, 0, &self->ema, err, errsize) ||
+        s_num_opt(o, "min_measurements", 3, 1, 1e9, 1, &mm, err, errsize) ||
+        s_num_opt(o, "min_gain", 0.05, 0, 100, 0, &self->min_gain, err, errsize) ||
+        s_num_opt(o, "prior_overhead", 0.2, 0, 0.99, 0, &self->prior_overhead, err, errsize) ||
+        s_num_opt(o, "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize))
+        goto fail;
+    if (bmax < bmin) {
+        snprintf(err, errsize, "scheduler.max: must be >= min (%g)", bmin);
+        goto fail;
+    }
+    self->bmin = (long)bmin;
+    self->bmax = (long)bmax;
+    self->interval = (long)interval;
+    self->warmup = (long)warmup;
+    self->min_meas = (long)mm;
+    self->lr_opt = lr;
+    json_t *g = json_object_get(o, "grid");
+    if (g) {
+        const char *gs = json_string_value(g);
+        if (!gs || (strcmp(gs, "pow2") && strcmp(gs, "int"))) {
+            snprintf(err, errsize, "scheduler.grid: must be \"pow2\" or \"int\"");
+            goto fail;
+        }
+        self->grid_int = !strcmp(gs, "int");
+    }
+    if (!self->grid_int && (1L << (long)floor(log2((double)self->bmax))) < self->bmin) {
+        snprintf(err, errsize, "scheduler.min: no power of two in [%ld, %ld] (use \"grid\": \"int\")",
+                 self->bmin, self->bmax);
+        goto fail;
+    }
+    json_t *r = json_object_get(o, "lr_rule");
+    if (r) {
+        const char *rs = json_string_value(r);
+        self->rule = -1;
+        for (int i = 0; rs && i < 4; i++)
+            if (!strcmp(rs, s_rules[i]))
+                self->rule = i;
+        if (self->rule < 0) {
+            snprintf(err, errsize,
+                     "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or \"none\"");
+            goto fail;
+        }
+    }
+    return &self->base;
+fail:
+    free(self);
+    return NULL;
+}

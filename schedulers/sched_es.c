@@ -1,0 +1,542 @@
+/*  sched_es.c - early stopping monitors: ASHA and the median stopping rule
+    (DESIGN §5). Both are monitors (suggest NULL) created from the spec's
+    early_stopping object, so they work next to any scheduler.
+
+    Both pair each trial's objective with its resource (option `resource`,
+    default "epoch"; "step" means the report step itself): a point (r, v)
+    is formed when a resource value r and an objective value v arrive for
+    the same step, or when the objective arrives at or after the step of a
+    resource value still unpaired (either order of reports works).
+
+    asha - asynchronous successive halving (Li et al. 2018, Ray Tune's
+    AsyncHyperBand rule). Rungs at grace·η^k of the resource (η =
+    `reduction`, default 3; with `max_resource`, only rungs below it).
+    When a trial's point first reaches a rung, its objective v is compared
+    with the values recorded earlier at that rung: the cutoff is their
+    (1 − 1/η) quantile (1/η for mode min; linear interpolation, as numpy),
+    and the trial is stopped when v is strictly worse than the cutoff
+    ("not in the top 1/η"). A rung with no earlier value lets it pass.
+    Then v is recorded at the rung either way. A point that jumps over
+    several rungs is judged at each, lowest first. A trial whose resource
+    reaches `max_resource` is stopped there ("reached max_resource").
+
+    median - the median stopping rule (Golovin et al. 2017, Vizier): at a
+    point (r, v) with r >= `grace` (default 1), the trial is stopped when
+    its best objective so far is strictly worse than the median of the
+    running averages (mean of the objective values at resource <= r) of
+    the other trials that have reached r, when at least `min_trials`
+    (default 3) such trials exist. Finished trials count too.
+
+    State (every record, every trial's pairing) is in save/restore.
+*/
+#include "sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ES_MAX_RUNGS 64
+
+typedef struct {
+    double r, v;
+} es_pt;
+
+typedef struct {
+    long id;
+    int done;          /* ended or stopped by us: no more decisions */
+    long obj_step;     /* step of the last objective value (-1 none) */
+    double obj;        /* last objective value */
+    long res_step;     /* step of the last resource value (-1 none) */
+    double res;        /* last resource value */
+    int pend;          /* the last resource value waits for an objective */
+    int next_rung;     /* asha: first rung not yet judged */
+    double best;       /* median: best objective so far (NaN none) */
+    es_pt *hist;       /* median: points (resource, objective), owned */
+    size_t nhist, caphist;
+} es_trial;
+
+typedef struct {
+    long trial;
+    double v;
+} es_rec;
+
+typedef struct {
+    es_rec *recs;
+    size_t n, cap;
+} es_rung;
+
+typedef struct {
+    sched_t base;
+    int median;           /* 0 asha, 1 median */
+    char metric[64];      /* objective metric */
+    char resource[64];    /* resource metric, "step" = report step */
+    double grace;         /* asha: first rung; median: first resource judged */
+    double eta;           /* asha: reduction factor */
+    double max_resource;  /* asha: 0 = none */
+    long min_trials;      /* median */
+    es_trial *trials;     /* owned */
+    size_t ntrials, captrials;
+    es_rung rungs[ES_MAX_RUNGS]; /* asha */
+    int nrungs;           /* asha: rungs that exist (below max_resource) */
+} sched_es;
+
+/* ---- trials ---- */
+
+static es_trial *s_trial(sched_es *self, long id, int create)
+{
+    for (size_t i = 0; i < self->ntrials; i++)
+        if (self->trials[i].id == id)
+            return &self->trials[i];
+    if (!create)
+        return NULL;
+    if (self->ntrials == self->captrials) {
+        size_t cap = self->captrials ? self->captrials * 2 : 16;
+        es_trial *nt = realloc(self->trials, cap * sizeof *nt);
+        if (!nt)
+            return NULL;
+        self->trials = nt;
+        self->captrials = cap;
+    }
+    es_trial *t = &self->trials[self->ntrials++];
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->obj_step = t->res_step = -1;
+    t->obj = t->res = t->best = NAN;
+    return t;
+}
+
+static int s_hist_add(es_trial *t, double r, double v)
+{
+    if (t->nhist == t->caphist) {
+        size_t cap = t->caphist ? t->caphist * 2 : 8;
+        es_pt *nh = realloc(t->hist, cap * sizeof *nh);
+        if (!nh)
+            return -1;
+        t->hist = nh;
+        t->caphist = cap;
+    }
+    t->hist[t->nhist++] = (es_pt){r, v};
+    return 0;
+}
+
+static int s_rung_add(es_rung *g, long trial, double v)
+{
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? g->cap * 2 : 16;
+        es_rec *nr = realloc(g->recs, cap * sizeof *nr);
+        if (!nr)
+            return -1;
+        g->recs = nr;
+        g->cap = cap;
+    }
+    g->recs[g->n++] = (es_rec){trial, v};
+    return 0;
+}
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Quantile q in [0,1] of v[0..n) with linear interpolation (numpy's
+   default); sorts v. */
+static double s_quantile(double *v, size_t n, double q)
+{
+    qsort(v, n, sizeof *v, s_cmp_double);
+    double pos = q * (double)(n - 1);
+    size_t lo = (size_t)floor(pos);
+    size_t hi = lo + 1 < n ? lo + 1 : lo;
+    double f = pos - (double)lo;
+    return v[lo] + (v[hi] - v[lo]) * f;
+}
+
+static double s_rung_at(const sched_es *self, int k)
+{
+    return self->grace * pow(self->eta, k);
+}
+
+static void s_instr_stop(sched_instr *out, long trial, const char *reason)
+{
+    memset(out, 0, sizeof *out);
+    out->trial = trial;
+    snprintf(out->kind, sizeof out->kind, "stop");
+    out->args = NULL;
+    snprintf(out->reason, sizeof out->reason, "%s", reason);
+}
+
+/* ---- the two rules ---- */
+
+/* ASHA at point (r, v) of t. Returns 1 and fills reason when t stops. */
+static int s_asha_point(sched_es *self, es_trial *t, double r, double v, char *reason,
+                        size_t rsize)
+{
+    int maximize = self->base.spec->maximize;
+    const double tol = 1e-9;
+    while (t->next_rung < self->nrungs && r >= s_rung_at(self, t->next_rung) * (1 - tol)) {
+        int k = t->next_rung++;
+        es_rung *g = &self->rungs[k];
+        int stop = 0;
+        double cutoff = NAN;
+        if (g->n > 0) {
+            double *vals = malloc(g->n * sizeof *vals);
+            if (!vals)
+                return 0;
+            for (size_t i = 0; i < g->n; i++)
+                vals[i] = g->recs[i].v;
+            cutoff = s_quantile(vals, g->n, maximize ? 1 - 1 / self->eta : 1 / self->eta);
+            free(vals);
+            stop = isnan(v) || (maximize ? v < cutoff : v > cutoff);
+        }
+        if (!isnan(v))
+            s_rung_add(g, t->id, v);
+        if (stop) {
+            snprintf(reason, rsize, "asha: rung %d (%s %g): %.4g not in top 1/%g (cutoff %.4g)", k,
+                     self->resource, s_rung_at(self, k), v, self->eta, cutoff);
+            return 1;
+        }
+    }
+    if (self->max_resource > 0 && r >= self->max_resource * (1 - tol)) {
+        snprintf(reason, rsize, "asha: reached max_resource (%s %g)", self->resource,
+                 self->max_resource);
+        return 1;
+    }
+    return 0;
+}
+
+/* Running average of t's objective over points with resource <= r;
+   NaN when it has none there. */
+static double s_running_avg(const es_trial *t, double r)
+{
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < t->nhist; i++)
+        if (t->hist[i].r <= r * (1 + 1e-9) && !isnan(t->hist[i].v)) {
+            sum += t->hist[i].v;
+            n++;
+        }
+    return n ? sum / (double)n : NAN;
+}
+
+static double s_max_res(const es_trial *t)
+{
+    double m = -INFINITY;
+    for (size_t i = 0; i < t->nhist; i++)
+        if (t->hist[i].r > m)
+            m = t->hist[i].r;
+    return m;
+}
+
+static int s_median_point(sched_es *self, es_trial *t, double r, double v, char *reason,
+                          size_t rsize)
+{
+    const spec_t *spec = self->base.spec;
+    if (s_hist_add(t, r, v) != 0)
+        return 0;
+    if (!isnan(v) && (isnan(t->best) || spec_better(spec, v, t->best)))
+        t->best = v;
+    if (r < self->grace * (1 - 1e-9))
+        return 0;
+    double *avgs = malloc((self->ntrials ? self->ntrials : 1) * sizeof *avgs);
+    if (!avgs)
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i < self->ntrials; i++) {
+        const es_trial *o = &self->trials[i];
+        if (o->id == t->id || s_max_res(o) < r * (1 - 1e-9))
+            continue;
+        double a = s_running_avg(o, r);
+        if (!isnan(a))
+            avgs[n++] = a;
+    }
+    int stop = 0;
+    if ((long)n >= self->min_trials && n > 0) {
+        double med = s_quantile(avgs, n, 0.5);
+        stop = isnan(t->best) || spec_better(spec, med, t->best);
+        if (stop)
+            snprintf(reason, rsize, "median: %s %g: best %.4g worse than median %.4g of %zu trials",
+                     self->resource, r, t->best, med, n);
+    }
+    free(avgs);
+    return stop;
+}
+
+static int s_point(sched_es *self, es_trial *t, double r, double v, sched_instr *out, int max)
+{
+    char reason[128];
+    t->pend = 0;
+    int stop = self->median ? s_median_point(self, t, r, v, reason, sizeof reason)
+                            : s_asha_point(self, t, r, v, reason, sizeof reason);
+    if (!stop || max < 1)
+        return 0;
+    t->done = 1;
+    s_instr_stop(out, t->id, reason);
+    return 1;
+}
+
+/* ---- sched_ops ---- */
+
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
+                       double now, sched_instr *out, int max)
+{
+    sched_es *self = (sched_es *)s;
+    int is_obj = !strcmp(metric, self->metric);
+    int is_res = !strcmp(metric, self->resource);
+    if (!is_obj && !is_res)
+        return 0;
+    es_trial *t = s_trial(self, trial_id, 1);
+    if (!t)
+        return -1;
+    if (t->done)
+        return 0;
+    if (!strcmp(self->resource, "step")) {
+        if (!is_obj)
+            return 0;
+        t->obj_step = step;
+        t->obj = value;
+        return s_point(self, t, (double)step, value, out, max);
+    }
+    if (is_res) {
+        t->res_step = step;
+        t->res = value;
+        t->pend = 1;
+        if (t->obj_step == step)
+            return s_point(self, t, value, t->obj, out, max);
+    }
+    if (is_obj) {
+        t->obj_step = step;
+        t->obj = value;
+        if (t->pend && step >= t->res_step)
+            return s_point(self, t, t->res, value, out, max);
+    }
+    return 0;
+}
+
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
+                          double value)
+{
+    es_trial *t = s_trial((sched_es *)s, trial_id, 0);
+    if (t)
+        t->done = 1;
+}
+
+static json_t *s_num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static double s_get_num(const json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static json_t *s_save(sched_t *s)
+{
+    sched_es *self = (sched_es *)s;
+    json_t *trials = json_array();
+    for (size_t i = 0; i < self->ntrials; i++) {
+        const es_trial *t = &self->trials[i];
+        json_t *h = json_array();
+        for (size_t j = 0; j < t->nhist; j++)
+            json_array_append_new(h, json_pack("[o,o]", s_num(t->hist[j].r), s_num(t->hist[j].v)));
+        json_array_append_new(
+            trials, json_pack("{s:I, s:b, s:I, s:o, s:I, s:o, s:b, s:i, s:o, s:o}", "id",
+                              (json_int_t)t->id, "done", t->done, "obj_step",
+                              (json_int_t)t->obj_step, "obj", s_num(t->obj), "res_step",
+                              (json_int_t)t->res_step, "res", s_num(t->res), "pend", t->pend,
+                              "next_rung", t->next_rung, "best", s_num(t->best), "hist", h));
+    }
+    json_t *rungs = json_array();
+    for (int k = 0; k < self->nrungs; k++) {
+        json_t *g = json_array();
+        for (size_t j = 0; j < self->rungs[k].n; j++)
+            json_array_append_new(g, json_pack("[I,o]", (json_int_t)self->rungs[k].recs[j].trial,
+                                               s_num(self->rungs[k].recs[j].v)));
+        json_array_append_new(rungs, g);
+    }
+    return json_pack("{s:s, s:o, s:o}", "rule", self->median ? "median" : "asha", "trials", trials,
+                     "rungs", rungs);
+}
+
+static void s_clear(sched_es *self)
+{
+    for (size_t i = 0; i < self->ntrials; i++)
+        free(self->trials[i].hist);
+    free(self->trials);
+    self->trials = NULL;
+    self->ntrials = self->captrials = 0;
+    for (int k = 0; k < ES_MAX_RUNGS; k++) {
+        free(self->rungs[k].recs);
+        memset(&self->rungs[k], 0, sizeof self->rungs[k]);
+    }
+}
+
+static int s_restore(sched_t *s, const json_t *state)
+{
+    sched_es *self = (sched_es *)s;
+    const char *rule = json_string_value(json_object_get(state, "rule"));
+    json_t *trials = json_object_get(state, "trials"), *rungs = json_object_get(state, "rungs");
+    if (!rule || strcmp(rule, self->median ? "median" : "asha") || !json_is_array(trials) ||
+        !json_is_array(rungs) || (int)json_array_size(rungs) > self->nrungs)
+        return -1;
+    s_clear(self);
+    size_t i;
+    json_t *jt;
+    json_array_foreach(trials, i, jt) {
+        json_t *id = json_object_get(jt, "id"), *h = json_object_get(jt, "hist");
+        if (!json_is_integer(id) || !json_is_array(h))
+            return -1;
+        es_trial *t = s_trial(self, (long)json_integer_value(id), 1);
+        if (!t)
+            return -1;
+        t->done = json_is_true(json_object_get(jt, "done"));
+        t->obj_step = (long)json_integer_value(json_object_get(jt, "obj_step"));
+        t->obj = s_get_num(jt, "obj");
+        t->res_step = (long)json_integer_value(json_object_get(jt, "res_step"));
+        t->res = s_get_num(jt, "res");
+        t->pend = json_is_true(json_object_get(jt, "pend"));
+        t->next_rung = (int)json_integer_value(json_object_get(jt, "next_rung"));
+        t->best = s_get_num(jt, "best");
+        size_t j;
+        json_t *p;
+        json_array_foreach(h, j, p) {
+            json_t *r = json_array_get(p, 0), *v = json_array_get(p, 1);
+            if (s_hist_add(t, json_is_number(r) ? json_number_value(r) : NAN,
+                           json_is_number(v) ? json_number_value(v) : NAN) != 0)
+                return -1;
+        }
+    }
+    json_t *g;
+    json_array_foreach(rungs, i, g) {
+        size_t j;
+        json_t *rec;
+        json_array_foreach(g, j, rec) {
+            json_t *tr = json_array_get(rec, 0), *v = json_array_get(rec, 1);
+            if (!json_is_integer(tr) || !json_is_number(v) ||
+                s_rung_add(&self->rungs[i], (long)json_integer_value(tr), json_number_value(v)))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void s_destroy(sched_t *s)
+{
+    sched_es *self = (sched_es *)s;
+    s_clear(self);
+    free(self);
+}
+
+static const sched_ops s_asha_ops = {"asha", NULL, s_on_metric, s_on_complete,
+                                     s_save, s_restore, s_destroy, NULL};
+static const sched_ops s_median_ops = {"median", NULL, s_on_metric, s_on_complete,
+                                       s_save,   s_restore, s_destroy, NULL};
+
+/* ---- construction ---- */
+
+static int s_opt_num(const json_t *o, const char *key, double dflt, double *out, char *err,
+                     size_t errsize)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    if (!json_is_number(v) || !isfinite(json_number_value(v))) {
+        snprintf(err, errsize, "early_stopping.%s: must be a number", key);
+        return -1;
+    }
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *out, size_t size,
+                     char *err, size_t errsize)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) {
+        snprintf(out, size, "%s", dflt);
+        return 0;
+    }
+    if (!json_is_string(v) || !spec_valid_name(json_string_value(v))) {
+        snprintf(err, errsize, "early_stopping.%s: must be a metric name", key);
+        return -1;
+    }
+    snprintf(out, size, "%s", json_string_value(v));
+    return 0;
+}
+
+static sched_t *s_new(const spec_t *spec, int median, char *err, size_t errsize)
+{
+    const json_t *o = spec->early_stop;
+    static const char *const asha_keys[] = {"type", "resource", "grace", "reduction",
+                                            "max_resource", "metric", NULL};
+    static const char *const median_keys[] = {"type", "resource", "grace", "min_trials", "metric",
+                                              NULL};
+    const char *const *keys = median ? median_keys : asha_keys;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        int ok = 0;
+        for (int i = 0; keys[i]; i++)
+            ok |= !strcmp(key, keys[i]);
+        if (!ok) {
+            snprintf(err, errsize, "early_stopping.%s: unknown option for %s", key,
+                     median ? "median" : "asha");
+            return NULL;
+        }
+    }
+    sched_es *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->base.ops = median ? &s_median_ops : &s_asha_ops;
+    self->base.spec = spec;
+    self->median = median;
+    double mt = 3;
+    if (s_opt_str(o, "metric", spec->metric, self->metric, sizeof self->metric, err, errsize) ||
+        s_opt_str(o, "resource", "epoch", self->resource, sizeof self->resource, err, errsize) ||
+        s_opt_num(o, "grace", 1, &self->grace, err, errsize) ||
+        s_opt_num(o, "reduction", 3, &self->eta, err, errsize) ||
+        s_opt_num(o, "max_resource", 0, &self->max_resource, err, errsize) ||
+        s_opt_num(o, "min_trials", 3, &mt, err, errsize))
+        goto fail;
+    if (median ? self->grace < 0 : self->grace <= 0) {
+        snprintf(err, errsize, "early_stopping.grace: must be %s", median ? ">= 0" : "> 0");
+        goto fail;
+    }
+    if (!median && self->eta <= 1) {
+        snprintf(err, errsize, "early_stopping.reduction: must be > 1");
+        goto fail;
+    }
+    if (!median && json_object_get(o, "max_resource") && self->max_resource < self->grace) {
+        snprintf(err, errsize, "early_stopping.max_resource: must be >= grace (%g)", self->grace);
+        goto fail;
+    }
+    if (median && (mt < 1 || mt != floor(mt) || mt > 1e6)) {
+        snprintf(err, errsize, "early_stopping.min_trials: must be a whole number >= 1");
+        goto fail;
+    }
+    self->min_trials = (long)mt;
+    if (!median) {
+        while (self->nrungs < ES_MAX_RUNGS &&
+               (self->max_resource <= 0 ||
+                s_rung_at(self, self->nrungs) < self->max_resource * (1 - 1e-9)))
+            self->nrungs++;
+    }
+    return &self->base;
+fail:
+    free(self);
+    return NULL;
+}
+
+sched_t *sched_asha_new(const spec_t *spec, char *err, size_t errsize)
+{
+    return s_new(spec, 0, err, errsize);
+}
+
+sched_t *sched_median_new(const spec_t *spec, char *err, size_t errsize)
+{
+    return s_new(spec, 1, err, errsize);
+}

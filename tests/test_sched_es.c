@@ -1,0 +1,281 @@
+/*  test_sched_es.c - early stopping monitors (schedulers/sched_es.c):
+    option checks with "early_stopping.xxx" messages, ASHA stopping exactly
+    the trials its rule says on a scripted sequence (cutoffs computed by
+    hand below), mode min, max_resource, either order of the objective and
+    resource reports, the median rule on a scripted sequence, and
+    save/restore at every point of a run giving the same decisions.
+*/
+#include "jz_test.h"
+#include "schedulers/sched.h"
+
+static spec_t *s_spec(const char *mode, const char *es)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"name\":\"t\",\"objective\":{\"metric\":\"acc\",\"mode\":\"%s\"},"
+             "\"scheduler\":{\"type\":\"random\"},\"early_stopping\":%s,"
+             "\"budget\":{\"trials\":50},"
+             "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+             "\"trial\":{\"command\":[\"true\"]}}",
+             mode, es);
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    if (!j)
+        return NULL;
+    spec_error err;
+    spec_t *s = spec_parse(j, 0, &err);
+    json_decref(j);
+    return s;
+}
+
+static sched_t *s_monitor(const spec_t *sp, char *err, size_t errsize)
+{
+    sched_t *m[4];
+    int n = sched_monitors_new(sp, m, 4, err, errsize);
+    if (n != 1)
+        return NULL;
+    return m[0];
+}
+
+/* One scripted report. */
+typedef struct {
+    long trial, step;
+    const char *metric;
+    double value;
+    int complete; /* 1: on_complete instead of a metric */
+} ev;
+
+/* Runs events on a monitor (restoring a fresh copy from its saved state
+   before event `cut`, -1 for never); appends "trial:reason;" per stop to
+   out. Returns the monitor (caller destroys). */
+static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *out, size_t size)
+{
+    char err[256];
+    sched_t *m = s_monitor(sp, err, sizeof err);
+    out[0] = 0;
+    for (int i = 0; i < n && m; i++) {
+        if (i == cut) {
+            json_t *st = m->ops->save(m);
+            char *txt = json_dumps(st, JSON_COMPACT);
+            json_decref(st);
+            sched_destroy(&m);
+            m = s_monitor(sp, err, sizeof err);
+            json_t *back = json_loads(txt, 0, NULL); /* through text, as the store keeps it */
+            free(txt);
+            if (m->ops->restore(m, back) != 0)
+                sched_destroy(&m);
+            json_decref(back);
+            if (!m)
+                break;
+        }
+        if (evs[i].complete) {
+            m->ops->on_complete(m, evs[i].trial, NULL, SCHED_COMPLETED, evs[i].value);
+            continue;
+        }
+        sched_instr ins[8];
+        int k = m->ops->on_metric(m, evs[i].trial, evs[i].step, evs[i].metric, evs[i].value, 0,
+                                  ins, 8);
+        for (int j = 0; j < k; j++) {
+            size_t len = strlen(out);
+            snprintf(out + len, size - len, "%ld:%s:%s;", ins[j].trial, ins[j].kind,
+                     ins[j].reason);
+            sched_instr_fini(&ins[j]);
+        }
+    }
+    return m;
+}
+
+TEST(options_are_checked)
+{
+    static const struct {
+        const char *es, *msg;
+    } bad[] = {
+        {"{\"type\":\"asha\",\"grace\":0}", "early_stopping.grace: must be > 0"},
+        {"{\"type\":\"asha\",\"reduction\":1}", "early_stopping.reduction: must be > 1"},
+        {"{\"type\":\"asha\",\"reduction\":\"3\"}", "early_stopping.reduction: must be a number"},
+        {"{\"type\":\"asha\",\"grace\":2,\"max_resource\":1}",
+         "early_stopping.max_resource: must be >= grace (2)"},
+        {"{\"type\":\"asha\",\"resource\":\"a b\"}", "early_stopping.resource: must be a metric name"},
+        {"{\"type\":\"asha\",\"min_trials\":2}", "early_stopping.min_trials: unknown option for asha"},
+        {"{\"type\":\"median\",\"reduction\":2}",
+         "early_stopping.reduction: unknown option for median"},
+        {"{\"type\":\"median\",\"min_trials\":0}",
+         "early_stopping.min_trials: must be a whole number >= 1"},
+        {"{\"type\":\"median\",\"grace\":-1}", "early_stopping.grace: must be >= 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spec_t *sp = s_spec("max", bad[i].es);
+        REQUIRE(sp);
+        char err[256] = "";
+        CHECK(sched_check(sp, err, sizeof err) == -1);
+        CHECK_STR(err, bad[i].msg);
+        spec_destroy(&sp);
+    }
+    spec_t *sp = s_spec("max", "{\"type\":\"asha\",\"resource\":\"epoch\",\"grace\":1,"
+                               "\"reduction\":3,\"max_resource\":9,\"metric\":\"acc\"}");
+    char err[256] = "";
+    CHECK(sched_check(sp, err, sizeof err) == 0);
+    sched_t *m = s_monitor(sp, err, sizeof err);
+    REQUIRE(m);
+    CHECK(m->ops->suggest == NULL);
+    CHECK_STR(m->ops->name, "asha");
+    sched_destroy(&m);
+    spec_destroy(&sp);
+}
+
+/* mode max, grace 1, eta 3. Rung 0 (epoch 1), values in arrival order:
+     t1 0.5  no earlier value                  -> continues
+     t2 0.6  [0.5]             q=2/3 -> 0.5     -> continues
+     t3 0.4  [0.5 0.6]         -> 0.5667        -> stopped
+     t4 0.7  [0.4 0.5 0.6]     -> 0.5333        -> continues
+     t5 0.55 [0.4 0.5 0.6 0.7] -> 0.6           -> stopped
+     t6 0.3  [.4 .5 .55 .6 .7] -> 0.5833        -> stopped
+   Rung 1 (epoch 3): t1 0.62 continues (first); t2 0.61 < 0.62 stopped;
+   t4 0.8 vs [0.61 0.62] -> 0.6167 continues. Rung 2 (epoch 9): t4 first.
+   Some trials report the objective before the epoch of the same step,
+   others after it; t1 also reports epoch 2 (no rung) and t4 goes from
+   epoch 3 to 9 in one report. */
+static const ev ASHA_EVS[] = {
+    {1, 10, "acc", 0.5, 0},   {1, 10, "epoch", 1, 0},  {2, 10, "epoch", 1, 0},
+    {2, 10, "acc", 0.6, 0},   {3, 10, "acc", 0.4, 0},  {3, 10, "epoch", 1, 0},
+    {1, 15, "acc", 0.58, 0},  {1, 20, "epoch", 2, 0},  {1, 20, "acc", 0.59, 0},
+    {4, 10, "epoch", 1, 0},   {4, 10, "acc", 0.7, 0},  {5, 10, "acc", 0.55, 0},
+    {5, 10, "epoch", 1, 0},   {3, 20, "acc", 0.9, 0},  {3, 20, "epoch", 2, 0},
+    {6, 10, "acc", 0.3, 0},   {6, 10, "epoch", 1, 0},  {1, 30, "epoch", 3, 0},
+    {1, 30, "acc", 0.62, 0},  {2, 30, "acc", 0.61, 0}, {2, 30, "epoch", 3, 0},
+    {4, 30, "acc", 0.8, 0},   {4, 30, "epoch", 3, 0},  {1, 0, NULL, 0.62, 1},
+    {4, 90, "acc", 0.85, 0},  {4, 90, "epoch", 9, 0},
+};
+static const char *ASHA_STOPS =
+    "3:stop:asha: rung 0 (epoch 1): 0.4 not in top 1/3 (cutoff 0.5667);"
+    "5:stop:asha: rung 0 (epoch 1): 0.55 not in top 1/3 (cutoff 0.6);"
+    "6:stop:asha: rung 0 (epoch 1): 0.3 not in top 1/3 (cutoff 0.5833);"
+    "2:stop:asha: rung 1 (epoch 3): 0.61 not in top 1/3 (cutoff 0.62);";
+
+TEST(asha_stops_exactly_the_trials_the_rule_says)
+{
+    spec_t *sp = s_spec("max", "{\"type\":\"asha\",\"resource\":\"epoch\",\"grace\":1,"
+                               "\"reduction\":3}");
+    REQUIRE(sp);
+    char out[4096];
+    sched_t *m = s_play(sp, ASHA_EVS, (int)(sizeof ASHA_EVS / sizeof ASHA_EVS[0]), -1, out,
+                        sizeof out);
+    REQUIRE(m);
+    CHECK_STR(out, ASHA_STOPS);
+    sched_destroy(&m);
+    spec_destroy(&sp);
+}
+
+TEST(asha_save_restore_at_every_point_gives_the_same_decisions)
+{
+    spec_t *sp = s_spec("max", "{\"type\":\"asha\",\"grace\":1,\"reduction\":3}");
+    REQUIRE(sp);
+    int n = (int)(sizeof ASHA_EVS / sizeof ASHA_EVS[0]);
+    for (int cut = 0; cut < n; cut++) {
+        char out[4096];
+        sched_t *m = s_play(sp, ASHA_EVS, n, cut, out, sizeof out);
+        CHECK(m != NULL);
+        if (strcmp(out, ASHA_STOPS))
+            JZT_FAIL("restore before event %d: %s", cut, out);
+        sched_destroy(&m);
+    }
+    /* a state of the other rule, or garbage, is refused */
+    char err[256];
+    sched_t *m = s_monitor(sp, err, sizeof err);
+    json_t *bad = json_pack("{s:s, s:[], s:[]}", "rule", "median", "trials", "rungs");
+    CHECK(m->ops->restore(m, bad) == -1);
+    json_decref(bad);
+    bad = json_pack("{s:s, s:[{s:s}], s:[]}", "rule", "asha", "trials", "id", "x", "rungs");
+    CHECK(m->ops->restore(m, bad) == -1);
+    json_decref(bad);
+    sched_destroy(&m);
+    spec_destroy(&sp);
+}
+
+/* mode min, eta 2, grace 2 on resource "step", max_resource 8: rungs at
+   steps 2, 4 (not 8). Rung 0: t1 1.0 first; t2 0.5 vs [1.0] q=1/2 -> 1.0
+   continues; t3 2.0 vs [0.5 1.0] -> 0.75 stopped. Rung 1: t1 0.9 first,
+   t2 0.4 continues. t2 reaches step 8: stopped at max_resource. */
+TEST(asha_mode_min_step_resource_and_max_resource)
+{
+    spec_t *sp = s_spec("min", "{\"type\":\"asha\",\"resource\":\"step\",\"grace\":2,"
+                               "\"reduction\":2,\"max_resource\":8}");
+    REQUIRE(sp);
+    static const ev evs[] = {
+        {1, 1, "acc", 3.0, 0}, {1, 2, "acc", 1.0, 0}, {2, 2, "acc", 0.5, 0},
+        {3, 2, "acc", 2.0, 0}, {3, 3, "acc", 0.1, 0}, {1, 4, "acc", 0.9, 0},
+        {2, 4, "acc", 0.4, 0}, {2, 7, "acc", 0.3, 0}, {2, 8, "acc", 0.3, 0},
+        {2, 9, "acc", 0.3, 0},
+    };
+    char out[2048];
+    sched_t *m = s_play(sp, evs, (int)(sizeof evs / sizeof evs[0]), -1, out, sizeof out);
+    CHECK_STR(out, "3:stop:asha: rung 0 (step 2): 2 not in top 1/2 (cutoff 0.75);"
+                   "2:stop:asha: reached max_resource (step 8);");
+    sched_destroy(&m);
+    spec_destroy(&sp);
+}
+
+/* mode max, min_trials 3, grace 1 on epochs. Running averages at epoch r:
+     t1 0.5 0.6 0.7 -> 0.5, 0.55, 0.6     t2 0.4 0.5 0.6 -> 0.4, 0.45, 0.5
+     t3 0.3 0.35 0.4 -> 0.3, 0.325, 0.35 (fewer than 3 others before: kept)
+   t4 epoch 1 best 0.2 vs median(0.5 0.4 0.3) = 0.4 -> stopped
+   t5 epoch 1 0.45 vs median(.5 .4 .3 .2) = 0.35 -> continues
+      epoch 2 best 0.45 vs median(.55 .45 .325) = 0.45 -> not worse: continues
+      epoch 3 best 0.45 vs median(.6 .5 .35) = 0.5 -> stopped */
+static const ev MED_EVS[] = {
+    {1, 1, "acc", 0.5, 0},  {1, 1, "epoch", 1, 0}, {1, 2, "acc", 0.6, 0},  {1, 2, "epoch", 2, 0},
+    {1, 3, "epoch", 3, 0},  {1, 3, "acc", 0.7, 0}, {1, 0, NULL, 0.7, 1},   {2, 1, "acc", 0.4, 0},
+    {2, 1, "epoch", 1, 0},  {3, 1, "acc", 0.3, 0}, {3, 1, "epoch", 1, 0},  {2, 2, "acc", 0.5, 0},
+    {2, 2, "epoch", 2, 0},  {3, 2, "acc", 0.35, 0}, {3, 2, "epoch", 2, 0}, {2, 3, "acc", 0.6, 0},
+    {2, 3, "epoch", 3, 0},  {3, 3, "acc", 0.4, 0}, {3, 3, "epoch", 3, 0},  {4, 1, "acc", 0.2, 0},
+    {4, 1, "epoch", 1, 0},  {4, 2, "acc", 0.9, 0}, {4, 2, "epoch", 2, 0},  {5, 1, "acc", 0.45, 0},
+    {5, 1, "epoch", 1, 0},  {5, 2, "acc", 0.4, 0}, {5, 2, "epoch", 2, 0},  {5, 3, "epoch", 3, 0},
+    {5, 3, "acc", 0.41, 0},
+};
+static const char *MED_STOPS =
+    "4:stop:median: epoch 1: best 0.2 worse than median 0.4 of 3 trials;"
+    "5:stop:median: epoch 3: best 0.45 worse than median 0.5 of 3 trials;";
+
+TEST(median_rule_stops_exactly_the_trials_the_rule_says)
+{
+    spec_t *sp = s_spec("max", "{\"type\":\"median\",\"grace\":1,\"min_trials\":3}");
+    REQUIRE(sp);
+    int n = (int)(sizeof MED_EVS / sizeof MED_EVS[0]);
+    for (int cut = -1; cut < n; cut++) {
+        char out[4096];
+        sched_t *m = s_play(sp, MED_EVS, n, cut, out, sizeof out);
+        CHECK(m != NULL);
+        if (strcmp(out, MED_STOPS))
+            JZT_FAIL("restore before event %d: %s", cut, out);
+        sched_destroy(&m);
+    }
+    spec_destroy(&sp);
+}
+
+TEST(median_grace_and_min_trials)
+{
+    /* grace 2: nothing is judged at epoch 1; min_trials 1 otherwise */
+    spec_t *sp = s_spec("max", "{\"type\":\"median\",\"grace\":2,\"min_trials\":1}");
+    REQUIRE(sp);
+    static const ev evs[] = {
+        {1, 1, "acc", 0.9, 0}, {1, 1, "epoch", 1, 0}, {1, 2, "acc", 0.9, 0},
+        {1, 2, "epoch", 2, 0}, {2, 1, "acc", 0.1, 0}, {2, 1, "epoch", 1, 0},
+        {2, 2, "acc", 0.2, 0}, {2, 2, "epoch", 2, 0},
+    };
+    char out[2048];
+    sched_t *m = s_play(sp, evs, 8, -1, out, sizeof out);
+    CHECK_STR(out, "2:stop:median: epoch 2: best 0.2 worse than median 0.9 of 1 trials;");
+    sched_destroy(&m);
+    spec_destroy(&sp);
+}
+
+int main(void)
+{
+    RUN(options_are_checked);
+    RUN(asha_stops_exactly_the_trials_the_rule_says);
+    RUN(asha_save_restore_at_every_point_gives_the_same_decisions);
+    RUN(asha_mode_min_step_resource_and_max_resource);
+    RUN(median_rule_stops_exactly_the_trials_the_rule_says);
+    RUN(median_grace_and_min_trials);
+    TEST_DONE();
+}
