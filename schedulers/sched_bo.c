@@ -790,8 +790,14 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
     return 0;
 }
 
+/* OpenBLAS (under GSL here) otherwise starts one busy-waiting thread per
+   core for every call; the GP's matrices are small, and the controller
+   shares the machine with trials, so one thread is faster. */
+void openblas_set_num_threads(int num_threads);
+
 sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
 {
+    openblas_set_num_threads(1);
     sched_bo *b = calloc(1, sizeof *b);
     if (!b) {
         snprintf(err, errsize, "out of memory");
