@@ -508,6 +508,88 @@ TEST(cnn_trains)
     trn_data_free(&tr), trn_data_free(&va), trn_data_free(&te);
 }
 
+/* A stand-in device backend that runs on the host, to test the plumbing
+   (attach per precision, sync before evaluation and checkpoints, re-attach
+   after a live change) without a GPU. */
+typedef struct {
+    int attach, step, sync, detach;
+    char prec_seen[4][8];
+    trn_net *net;
+} fake_dev;
+
+static int fd_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
+{
+    fake_dev *d = self;
+    (void)err;
+    if (d->attach < 4)
+        snprintf(d->prec_seen[d->attach], 8, "%s", cfg->precision);
+    d->attach++;
+    d->net = net;
+    return 0;
+}
+
+static double fd_step(void *self, const float *x, const uint8_t *y, int nb, double lr,
+                      double loss_scale, int *overflow, double *gsq)
+{
+    fake_dev *d = self;
+    d->step++;
+    trn_net_zero_grad(d->net);
+    double l = trn_net_forward_backward(d->net, x, y, nb, 1, 0.0, loss_scale / nb, NULL, NULL);
+    *overflow = 0;
+    *gsq = trn_net_grad_sqnorm(d->net) / (loss_scale * loss_scale);
+    for (int i = 0; i < trn_net_nparams(d->net); i++) {
+        trn_param *p = trn_net_param(d->net, i);
+        for (long j = 0; j < p->n; j++)
+            p->w[j] -= (float)(lr * p->g[j] / loss_scale);
+    }
+    trn_net_sync_weights(d->net);
+    return l;
+}
+
+static void fd_sync(void *self, trn_net *net)
+{
+    (void)net;
+    ((fake_dev *)self)->sync++;
+}
+
+static void fd_detach(void *self)
+{
+    ((fake_dev *)self)->detach++;
+}
+
+TEST(backend_plumbing)
+{
+    fake_dev dev = {0};
+    trn_backend b = {"fake", fd_attach, fd_step, fd_sync, fd_detach, &dev};
+    trn_config c;
+    s_cfg(&c);
+    strcpy(c.precision_schedule, "fp32:1,bf16:1");
+    trn_trainer *t = s_new(&c);
+    REQUIRE(t);
+    fake_io f = {0};
+    trn_io io = s_io(&f);
+    trn_trainer_set_io(t, &io);
+    trn_trainer_set_backend(t, &b);
+    char err[TRN_ERRLEN];
+    REQUIRE(trn_trainer_run(t, err) == 0);
+    CHECK(dev.step == 2 * 188);
+    CHECK(dev.attach == 2); /* one per precision of the schedule */
+    CHECK_STR(dev.prec_seen[0], "fp32");
+    CHECK_STR(dev.prec_seen[1], "bf16");
+    CHECK(dev.detach == 1);
+    CHECK(dev.sync >= 3); /* before the switch and before each evaluation */
+    CHECK(s_last(&f, "val_acc") >= 0.9);
+    int syncs = dev.sync;
+    char path[512];
+    snprintf(path, sizeof path, "%s/dev.jzck", g_dir);
+    REQUIRE(trn_trainer_save(t, path, err) == 0);
+    CHECK(dev.sync == syncs + 1);
+    REQUIRE(trn_trainer_set_param(t, "momentum", "0.5", err) == 0);
+    CHECK(dev.detach == 2); /* re-attached with the new momentum at the next step */
+    trn_trainer_destroy(&t);
+    CHECK(dev.detach == 2);
+}
+
 int main(void)
 {
     char err[TRN_ERRLEN];
@@ -525,6 +607,7 @@ int main(void)
     RUN(bad_checkpoints_refused);
     RUN(live_control);
     RUN(cnn_trains);
+    RUN(backend_plumbing);
     trn_data_free(&g_syn);
     trn_data_free(&g_syn_val);
     char cmd[300];

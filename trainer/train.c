@@ -428,7 +428,11 @@ static void s_report_train(trn_trainer *t)
         s_report(t, "train_loss", t->loss_acc / t->loss_n);
     s_report(t, "lr", trn_trainer_lr(t));
     s_report(t, "batch_size", t->cfg.batch_size);
-    s_report(t, "loss_scale", t->scaler.scale);
+    double ls = t->scaler.scale;
+    if (t->cfg.per_layer_scale) /* the smallest of the per-layer scales */
+        for (int l = 0; l < t->nlayers; l++)
+            ls = l == 0 || t->lscale[l] < ls ? t->lscale[l] : ls;
+    s_report(t, "loss_scale", ls);
     if (dt > 0 && t->samples_since)
         s_report(t, "samples_per_s", t->samples_since / dt);
     if (t->have_gns) {
