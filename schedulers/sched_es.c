@@ -163,7 +163,11 @@ static void s_instr_stop(sched_instr *out, long trial, const char *reason)
     out->trial = trial;
     snprintf(out->kind, sizeof out->kind, "stop");
     out->args = NULL;
-    snprintf(out->reason, sizeof out->reason, "%s", reason);
+    size_t n = strlen(reason); /* cut to fit, without a truncation warning */
+    if (n >= sizeof out->reason)
+        n = sizeof out->reason - 1;
+    memcpy(out->reason, reason, n);
+    out->reason[n] = 0;
 }
 
 /* ---- the two rules ---- */
@@ -264,7 +268,7 @@ static int s_median_point(sched_es *self, es_trial *t, double r, double v, char 
 
 static int s_point(sched_es *self, es_trial *t, double r, double v, sched_instr *out, int max)
 {
-    char reason[128];
+    char reason[256]; /* cut to the instruction's 128 */
     t->pend = 0;
     int stop = self->median ? s_median_point(self, t, r, v, reason, sizeof reason)
                             : s_asha_point(self, t, r, v, reason, sizeof reason);

@@ -1,0 +1,393 @@
+/*  test_sched_batchsize.c - the batch-size scheduler and its estimators
+    (schedulers/sched_batchsize.c): the gradient-noise estimator recovers a
+    known B_simple from simulated gradients (stated tolerance) with a
+    bootstrap interval that covers it; the scheduler picks the
+    goodput-maximising batch in a hand-computed case and scales the rate
+    by the AdaScale gain computed by hand; at most one change per
+    interval; lr warmup after a raise; option checks; suggestions are
+    legal; save/restore at every point gives the same decisions.
+*/
+#include "jz_test.h"
+#include "schedulers/sched.h"
+
+static spec_t *s_spec(const char *sched)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"name\":\"t\",\"objective\":{\"metric\":\"val_acc\",\"mode\":\"max\"},"
+             "\"scheduler\":%s,\"budget\":{\"trials\":50},"
+             "\"space\":{\"lr\":{\"type\":\"float\",\"low\":0.01,\"high\":0.1,\"log\":true},"
+             "\"batch_size\":{\"type\":\"int\",\"low\":16,\"high\":1024,\"log\":true}},"
+             "\"trial\":{\"command\":[\"true\"]}}",
+             sched);
+    json_t *j = json_loads(buf, 0, NULL);
+    if (!j)
+        return NULL;
+    spec_error err;
+    spec_t *s = spec_parse(j, 0, &err);
+    json_decref(j);
+    return s;
+}
+
+/* Standard normal from the scheduler rng (Box-Muller). */
+static double s_gauss(sched_rng *r)
+{
+    double u = sched_rng_uniform(r), v = sched_rng_uniform(r);
+    return sqrt(-2 * log(1 - u)) * cos(2 * M_PI * v);
+}
+
+/* One measurement from simulated per-example gradients g_i = G + noise,
+   noise ~ N(0, diag(var)): the small-batch mean over the first bs
+   examples, the big-batch mean over all bb (the big batch contains the
+   small one, as in the trainer). */
+static sched_gns_point s_simulate(sched_rng *r, const double *G, const double *var, int d,
+                                  int bs, int bb)
+{
+    double gs = 0, gb = 0;
+    for (int k = 0; k < d; k++) {
+        double ms = G[k] + sqrt(var[k] / bs) * s_gauss(r);
+        double mr = G[k] + sqrt(var[k] / (bb - bs)) * s_gauss(r);
+        double mb = (bs * ms + (bb - bs) * mr) / bb;
+        gs += ms * ms;
+        gb += mb * mb;
+    }
+    return (sched_gns_point){gs, gb, bs, bb};
+}
+
+/* |G|^2 = 1 and tr(Sigma) = 400 over d = 50: B_simple = 400. */
+static void s_problem(double *G, double *var, int d)
+{
+    for (int k = 0; k < d; k++) {
+        G[k] = sqrt(1.0 / d);
+        var[k] = 400.0 / d * (k % 2 ? 1.5 : 0.5);
+    }
+}
+
+TEST(estimator_recovers_a_known_b_simple)
+{
+    enum { D = 50, N = 400 };
+    double G[D], var[D];
+    s_problem(G, var, D);
+    sched_rng r;
+    sched_rng_seed(&r, 7, 0);
+    static sched_gns_point pts[N];
+    for (int i = 0; i < N; i++)
+        pts[i] = s_simulate(&r, G, var, D, 64, 256);
+    /* exact point: the formulas invert E|G_B|^2 = |G|^2 + tr/B */
+    double g2, tr;
+    sched_gns_point exact = {1 + 400.0 / 32, 1 + 400.0 / 512, 32, 512};
+    REQUIRE(sched_gns_estimate(&exact, &g2, &tr) == 0);
+    CHECK_NEAR(g2, 1.0, 1e-12);
+    CHECK_NEAR(tr, 400.0, 1e-12);
+    sched_gns_point badp = {1, 1, 64, 64};
+    CHECK(sched_gns_estimate(&badp, &g2, &tr) == -1);
+    /* 400 noisy measurements: within 10% (the bootstrap sd here is ~3%) */
+    sched_gns_result res;
+    REQUIRE(sched_gns_critical(pts, N, 1000, 0.95, 1, &res) == 0);
+    CHECK(res.n == N);
+    CHECK_NEAR(res.b_simple, 400.0, 0.10);
+    CHECK_NEAR(res.g2, 1.0, 0.10);
+    CHECK_NEAR(res.trace, 400.0, 0.05);
+    CHECK(res.lo < 400 && 400 < res.hi);
+    CHECK(res.lo < res.b_simple && res.b_simple < res.hi);
+    /* reproducible for a seed */
+    sched_gns_result again;
+    sched_gns_critical(pts, N, 1000, 0.95, 1, &again);
+    CHECK(again.lo == res.lo && again.hi == res.hi);
+    CHECK(sched_gns_critical(pts, 1, 10, 0.95, 1, &again) == -1);
+}
+
+TEST(efficiency_and_adascale_gain_by_hand)
+{
+    /* B_simple 256, B0 64, B 128: eff = 320/384, r = (4+1)/(2+1) = 5/3 = S*eff */
+    CHECK_NEAR(sched_bs_efficiency(256, 64, 128), 320.0 / 384.0, 1e-15);
+    CHECK_NEAR(sched_bs_adascale_gain(256, 64, 128), 5.0 / 3.0, 1e-15);
+    CHECK_NEAR(sched_bs_adascale_gain(256, 64, 64), 1.0, 1e-15);
+    /* no noise: linear scaling; all noise: no scaling */
+    CHECK_NEAR(sched_bs_adascale_gain(1e-12, 64, 256), 1.0, 1e-9);
+    CHECK_NEAR(sched_bs_adascale_gain(1e12, 64, 256), 4.0, 1e-6);
+}
+
+typedef struct {
+    long trial, step;
+    const char *metric;
+    double value;
+} ev;
+
+static void s_fmt(sched_instr *ins, int k, char *out, size_t size)
+{
+    for (int j = 0; j < k; j++) {
+        size_t len = strlen(out);
+        json_t *v = json_object_get(ins[j].args, "value");
+        snprintf(out + len, size - len, "%ld:%s %s=%.6g [%s];", ins[j].trial, ins[j].kind,
+                 json_string_value(json_object_get(ins[j].args, "name")),
+                 json_number_value(v), ins[j].reason);
+        sched_instr_fini(&ins[j]);
+    }
+}
+
+/* Reports of a noise-free measurement: |G|^2 = 1, tr = bsimple. */
+static int s_gns(ev *e, long trial, long step, double bsimple, double bs, double bb)
+{
+    e[0] = (ev){trial, step, "grad_sqnorm_small", 1 + bsimple / bs};
+    e[1] = (ev){trial, step, "batch_small", bs};
+    e[2] = (ev){trial, step, "grad_sqnorm_big", 1 + bsimple / bb};
+    e[3] = (ev){trial, step, "batch_big", bb};
+    return 4;
+}
+
+static sched_t *s_new_bs(const spec_t *sp)
+{
+    char err[256] = "";
+    sched_t *s = sched_new(sp, err, sizeof err);
+    if (!s)
+        printf("sched_new: %s\n", err);
+    return s;
+}
+
+/* Plays events (restore from saved text before event `cut`, -1 never). */
+static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *out, size_t size)
+{
+    sched_t *s = s_new_bs(sp);
+    out[0] = 0;
+    for (int i = 0; i < n && s; i++) {
+        if (i == cut) {
+            json_t *st = s->ops->save(s);
+            char *txt = json_dumps(st, JSON_COMPACT);
+            json_decref(st);
+            sched_destroy(&s);
+            s = s_new_bs(sp);
+            json_t *back = json_loads(txt, 0, NULL);
+            free(txt);
+            if (!back || s->ops->restore(s, back) != 0)
+                sched_destroy(&s);
+            json_decref(back);
+            if (!s)
+                break;
+        }
+        sched_instr ins[8];
+        int k = s->ops->on_metric(s, evs[i].trial, evs[i].step, evs[i].metric, evs[i].value, 0,
+                                  ins, 8);
+        s_fmt(ins, k, out, size);
+    }
+    return s;
+}
+
+/* Step time t(B) = 0.01 + 1e-4 B seen at B = 128 and B = 64, B_simple 256,
+   B0 = 64, lr0 = 0.1, powers of two in [16, 1024]. goodput(B) =
+   B/t(B) * 320/(256 + B):
+     16: 1622.7  32: 2693.6  64: 3902.4  128: 4678.4  256: 4494.4  512: 3485.8
+   so 128 wins by x1.1989, and lr = 0.1 * r with r = 5/3 (AdaScale). */
+static int s_goodput_case(ev *e)
+{
+    int n = 0;
+    e[n++] = (ev){1, 5, "batch_size", 64}; /* B0 */
+    e[n++] = (ev){1, 10, "lr", 0.1};
+    e[n++] = (ev){1, 10, "batch_size", 128};
+    e[n++] = (ev){1, 10, "samples_per_s", 128 / (0.01 + 1e-4 * 128)};
+    e[n++] = (ev){1, 20, "batch_size", 64};
+    e[n++] = (ev){1, 20, "samples_per_s", 64 / (0.01 + 1e-4 * 64)};
+    for (long step = 30; step <= 60; step += 10)
+        n += s_gns(e + n, 1, step, 256, 32, 64);
+    return n;
+}
+
+TEST(goodput_picks_the_hand_computed_batch_and_adascale_lr)
+{
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":60,"
+                        "\"warmup\":0,\"min_measurements\":3}");
+    REQUIRE(sp);
+    ev e[64];
+    int n = s_goodput_case(e);
+    sched_t *s = s_new_bs(sp);
+    REQUIRE(s);
+    json_t *dec = NULL;
+    int sets = 0;
+    for (int i = 0; i < n; i++) {
+        sched_instr ins[8];
+        int k = s->ops->on_metric(s, e[i].trial, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
+        for (int j = 0; j < k; j++) {
+            const char *name = json_string_value(json_object_get(ins[j].args, "name"));
+            double v = json_number_value(json_object_get(ins[j].args, "value"));
+            CHECK(e[i].step == 60); /* the first at >= interval, with >= 3 measurements */
+            if (!strcmp(name, "batch_size")) {
+                CHECK(v == 128);
+                dec = json_incref(json_object_get(ins[j].args, "decision"));
+                CHECK(strstr(ins[j].reason, "batch 64->128") != NULL);
+            } else {
+                CHECK_STR(name, "lr");
+                CHECK_NEAR(v, 0.1 * 5.0 / 3.0, 1e-9);
+            }
+            sets++;
+            sched_instr_fini(&ins[j]);
+        }
+    }
+    CHECK(sets == 2);
+    REQUIRE(dec);
+    CHECK_NEAR(json_real_value(json_object_get(dec, "b_simple")), 256, 1e-9);
+    CHECK_NEAR(json_real_value(json_object_get(dec, "goodput_gain")),
+               (128 / 0.0228 * 320 / 384) / (64 / 0.0164), 1e-9);
+    CHECK_NEAR(json_real_value(json_object_get(dec, "alpha")), 0.01, 1e-9);
+    CHECK_NEAR(json_real_value(json_object_get(dec, "beta")), 1e-4, 1e-9);
+    CHECK_NEAR(json_real_value(json_object_get(dec, "efficiency")), 320.0 / 384, 1e-12);
+    json_decref(dec);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+
+    /* sqrt and linear rules on the same case */
+    const char *rules[] = {"sqrt", "linear", "none"};
+    double want[] = {0.1 * sqrt(2.0), 0.2, NAN};
+    for (int r = 0; r < 3; r++) {
+        char opt[256];
+        snprintf(opt, sizeof opt,
+                 "{\"type\":\"batchsize\",\"interval\":60,\"warmup\":0,\"lr_rule\":\"%s\"}",
+                 rules[r]);
+        sp = s_spec(opt);
+        char out[2048];
+        s = s_play(sp, e, n, -1, out, sizeof out);
+        char expect[256];
+        if (isnan(want[r]))
+            snprintf(expect, sizeof expect, "1:set batch_size=128");
+        else
+            snprintf(expect, sizeof expect, "1:set lr=%.6g", want[r]);
+        CHECK(strstr(out, expect) != NULL);
+        if (isnan(want[r]))
+            CHECK(strstr(out, "set lr") == NULL);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
+/* B_simple switches between 20 and 5000 every 150 steps (no EMA
+   smoothing), step time t = 0.02 + 1e-4 B, measurements every 10 steps
+   over 2000, starting at B = 32: the scheduler wants to flip every 150
+   steps but changes at most once per 300; each raised rate is warmed up
+   over 100 steps by rising `set lr`, a lowered one set at once. */
+TEST(at_most_one_change_per_interval_and_lr_warmup)
+{
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":300,"
+                        "\"warmup\":100,\"lr\":0.05,\"ema\":0}");
+    REQUIRE(sp);
+    sched_t *s = s_new_bs(sp);
+    REQUIRE(s);
+    json_t *params;
+    REQUIRE(s->ops->suggest(s, 99, &params) == SCHED_OK); /* legal values */
+    double b = json_number_value(json_object_get(params, "batch_size"));
+    double lr0 = json_number_value(json_object_get(params, "lr"));
+    CHECK(b >= 16 && b <= 1024 && b == floor(b) && lr0 >= 0.01 && lr0 <= 0.1);
+    json_decref(params);
+    b = 32; /* trial 1 was not suggested: B0 from its reports, lr0 from the option */
+    long last_change = -1000, changes = 0, ups = 0, downs = 0, ramp_sets = 0;
+    double last_lr = 0.05, target = NAN;
+    for (long step = 10; step <= 2000; step += 10) {
+        ev e[8];
+        int n = 0;
+        e[n++] = (ev){1, step, "batch_size", b};
+        e[n++] = (ev){1, step, "samples_per_s", b / (0.02 + 1e-4 * b)};
+        n += s_gns(e + n, 1, step, (step / 150) % 2 ? 5000 : 20, b / 2, b);
+        for (int i = 0; i < n; i++) {
+            sched_instr ins[8];
+            int k = s->ops->on_metric(s, 1, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
+            for (int j = 0; j < k; j++) {
+                const char *name = json_string_value(json_object_get(ins[j].args, "name"));
+                double v = json_number_value(json_object_get(ins[j].args, "value"));
+                if (!strcmp(name, "batch_size")) {
+                    CHECK(step - last_change >= 300);
+                    CHECK(v != b);
+                    ups += v > b;
+                    downs += v < b;
+                    last_change = step;
+                    changes++;
+                    b = v;
+                    target = json_real_value(
+                        json_object_get(json_object_get(ins[j].args, "decision"), "lr"));
+                } else if (strstr(ins[j].reason, "warmup")) {
+                    /* rising, never past the target, reached within 100 steps */
+                    CHECK(v > last_lr && v <= target * (1 + 1e-12));
+                    CHECK(step - last_change <= 100 && step > last_change);
+                    if (step - last_change >= 100)
+                        CHECK_NEAR(v, target, 1e-12);
+                    last_lr = v;
+                    ramp_sets++;
+                } else {
+                    CHECK(step == last_change && v < last_lr); /* a lower rate, at once */
+                    CHECK_NEAR(v, target, 1e-12);
+                    last_lr = v;
+                }
+                sched_instr_fini(&ins[j]);
+            }
+        }
+    }
+    CHECK(changes >= 4 && ups >= 2 && downs >= 2);
+    CHECK(ramp_sets >= 2 * ups); /* several steps of warmup per raise */
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
+TEST(save_restore_at_every_point_gives_the_same_decisions)
+{
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"interval\":50,\"warmup\":40}");
+    REQUIRE(sp);
+    ev e[256];
+    int n = s_goodput_case(e);
+    for (long step = 70; step <= 150; step += 10) { /* the warmup ramp */
+        e[n++] = (ev){1, step, "batch_size", 128};
+        e[n++] = (ev){1, step, "samples_per_s", 128 / (0.01 + 1e-4 * 128)};
+    }
+    char ref[4096];
+    sched_t *s = s_play(sp, e, n, -1, ref, sizeof ref);
+    CHECK(strstr(ref, "set batch_size=128") != NULL);
+    CHECK(strstr(ref, "lr warmup") != NULL);
+    sched_destroy(&s);
+    for (int cut = 0; cut < n; cut++) {
+        char out[4096];
+        s = s_play(sp, e, n, cut, out, sizeof out);
+        CHECK(s != NULL);
+        if (strcmp(out, ref))
+            JZT_FAIL("restore before event %d:\n%s\nvs\n%s", cut, out, ref);
+        sched_destroy(&s);
+    }
+    spec_destroy(&sp);
+}
+
+TEST(options_are_checked)
+{
+    static const struct {
+        const char *sched, *msg;
+    } bad[] = {
+        {"{\"type\":\"batchsize\",\"colour\":1}",
+         "scheduler.colour: unknown option for the batchsize scheduler"},
+        {"{\"type\":\"batchsize\",\"min\":64,\"max\":32}", "scheduler.max: must be >= min (64)"},
+        {"{\"type\":\"batchsize\",\"min\":33,\"max\":63}",
+         "scheduler.min: no power of two in [33, 63] (use \"grid\": \"int\")"},
+        {"{\"type\":\"batchsize\",\"grid\":\"odd\"}", "scheduler.grid: must be \"pow2\" or \"int\""},
+        {"{\"type\":\"batchsize\",\"interval\":0}",
+         "scheduler.interval: must be a whole number in [1, 1e+12]"},
+        {"{\"type\":\"batchsize\",\"ema\":1}", "scheduler.ema: must be a number in [0, 0.9999]"},
+        {"{\"type\":\"batchsize\",\"lr_rule\":\"cubic\"}",
+         "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or \"none\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spec_t *sp = s_spec(bad[i].sched);
+        REQUIRE(sp);
+        char err[256] = "";
+        CHECK(sched_check(sp, err, sizeof err) == -1);
+        CHECK_STR(err, bad[i].msg);
+        spec_destroy(&sp);
+    }
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":33,\"max\":63,\"grid\":\"int\"}");
+    char err[256] = "";
+    CHECK(sched_check(sp, err, sizeof err) == 0);
+    spec_destroy(&sp);
+}
+
+int main(void)
+{
+    RUN(estimator_recovers_a_known_b_simple);
+    RUN(efficiency_and_adascale_gain_by_hand);
+    RUN(goodput_picks_the_hand_computed_batch_and_adascale_lr);
+    RUN(at_most_one_change_per_interval_and_lr_warmup);
+    RUN(save_restore_at_every_point_gives_the_same_decisions);
+    RUN(options_are_checked);
+    TEST_DONE();
+}
