@@ -19,6 +19,7 @@ static const struct {
     {"random", sched_random_new},
     {"grid", sched_grid_new},
     {"bo", sched_bo_new},
+    {"pbt", sched_pbt_new},
     {"batchsize", sched_batchsize_new},
 };
 
@@ -62,9 +63,8 @@ int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err, si
         if (n < max && !(out[n++] = ctor(spec, err, errsize)))
             return -1;
     }
-    if (spec->guard) {
-        snprintf(err, errsize, "guard: not available in this build");
-        for (int i = 0; i < n; i++)
+    if (spec->guard && n < max && !(out[n++] = sched_guard_new(spec, err, errsize))) {
+        for (int i = 0; i < n - 1; i++)
             sched_destroy(&out[i]);
         return -1;
     }

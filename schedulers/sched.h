@@ -153,4 +153,11 @@ int sched_gns_critical(const sched_gns_point *pts, size_t n, int nboot, double c
 double sched_bs_efficiency(double bsimple, double b0, double b);
 double sched_bs_adascale_gain(double bsimple, double b0, double b);
 
+/* Population based training (sched_pbt.c): scheduler.type "pbt". */
+sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize);
+
+/* The divergence guard (sched_guard.c), a monitor built from spec->guard:
+   NULL with err ("guard.xxx: ...") when its options are wrong. */
+sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize);
+
 #endif

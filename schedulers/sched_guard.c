@@ -1,0 +1,382 @@
+/*  sched_guard.c - the divergence guard (DESIGN §5), a monitor next to any
+    scheduler, configured by the spec's top-level "guard" object.
+
+    It watches one loss metric per trial (option `metric`, default
+    "train_loss"). A value that is NaN/inf, or above `jump` (default 3)
+    times the loss's exponential moving average (weight `ema`, default 0.2,
+    once `warmup` healthy values are in, default 3), counts as divergence:
+
+      - the trial is rolled back with `load` {path: its last checkpoint,
+        params: {lr: lr × lr_factor}} (default 0.5), at most
+        `max_rollbacks` times (default 3), each with a reason;
+      - after that, or when the trial has no checkpoint yet, it gets
+        `stop` with a reason starting "diverged".
+
+    The learning rate: monitors do not see a trial's params, so the guard
+    takes the trial's lr from its reports of `lr_metric` (default "lr",
+    which jizhi-train reports: the effective rate, i.e. after warmup and
+    decay) until it has set one itself; then it uses the one it set. With
+    no lr known the rollback keeps the trial's lr. The param name sent is
+    `lr_param` (default "lr").
+
+    Checkpoints come from on_checkpoint (the trial's own, PBT's requests,
+    or the guard's): one taken while the loss is unhealthy is not used.
+    With `checkpoint_every` N > 0 the guard asks each trial for a
+    checkpoint every N steps of the loss reports, so that a rollback point
+    exists; with 0 (the default) a trial that diverges before any
+    checkpoint is stopped as diverged.
+
+    After a rollback the reports still in flight from before the load have
+    steps beyond the divergence step: they are ignored until a report at or
+    before that step shows the trial went back (at most 50 of them, in
+    case the load was refused), and the average returns to its value at
+    the checkpoint.
+*/
+#include "sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD_MAX_STALE 50
+
+typedef struct {
+    long id;
+    double ema;         /* moving average of healthy losses */
+    long n;             /* healthy losses seen */
+    double lr;          /* known lr, NaN when none */
+    int lr_ours;        /* lr is the one the guard set */
+    long rollbacks;
+    char *ckpt;         /* last usable checkpoint (owned) or NULL */
+    long ckpt_step;
+    double ckpt_ema;    /* the average at that checkpoint */
+    long ckpt_n;
+    int healthy;        /* the last loss was healthy */
+    long wait_step;     /* after a rollback: the divergence step, else -1 */
+    long stale;         /* reports ignored while waiting */
+    long next_ckpt;     /* checkpoint_every: step of the next request */
+    int done;           /* stopped or ended: nothing more to do */
+} guard_trial;
+
+typedef struct {
+    sched_t base;
+    char metric[64];     /* loss metric */
+    char lr_metric[64];  /* where the lr is read */
+    char lr_param[64];   /* the param a rollback sets */
+    double jump;         /* spike threshold, × the average */
+    double alpha;        /* EMA weight of a new value */
+    long warmup;         /* healthy values before spikes are judged */
+    double lr_factor;    /* lr multiplier per rollback */
+    long max_rollbacks;
+    long checkpoint_every;
+    guard_trial *t;
+    size_t nt, cap;
+} sched_guard;
+
+static guard_trial *s_find(sched_guard *g, long id)
+{
+    for (size_t i = 0; i < g->nt; i++)
+        if (g->t[i].id == id)
+            return &g->t[i];
+    return NULL;
+}
+
+static guard_trial *s_trial(sched_guard *g, long id)
+{
+    guard_trial *t = s_find(g, id);
+    if (t)
+        return t;
+    if (g->nt == g->cap) {
+        size_t nc = g->cap ? g->cap * 2 : 8;
+        guard_trial *a = realloc(g->t, nc * sizeof *a);
+        if (!a)
+            return NULL;
+        g->t = a;
+        g->cap = nc;
+    }
+    t = &g->t[g->nt++];
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->lr = t->ema = t->ckpt_ema = NAN;
+    t->ckpt_step = -1;
+    t->healthy = 1;
+    t->wait_step = -1;
+    t->next_ckpt = g->checkpoint_every;
+    return t;
+}
+
+static int s_emit(sched_instr *out, int max, long trial, const char *kind, json_t *args,
+                  const char *reason)
+{
+    if (max < 1) {
+        json_decref(args);
+        return 0;
+    }
+    memset(out, 0, sizeof *out);
+    out->trial = trial;
+    snprintf(out->kind, sizeof out->kind, "%s", kind);
+    out->args = args;
+    snprintf(out->reason, sizeof out->reason, "%.*s", (int)sizeof out->reason - 1, reason);
+    return 1;
+}
+
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
+                       double now, sched_instr *out, int max)
+{
+    sched_guard *g = (sched_guard *)s;
+    int is_loss = !strcmp(metric, g->metric), is_lr = !strcmp(metric, g->lr_metric);
+    if (!is_loss && !is_lr)
+        return 0;
+    guard_trial *t = s_trial(g, trial_id);
+    if (!t || t->done)
+        return 0;
+    if (is_lr && !t->lr_ours && isfinite(value) && value > 0)
+        t->lr = value;
+    if (!is_loss)
+        return 0;
+    if (t->wait_step >= 0) {
+        if (step > t->wait_step && ++t->stale <= GUARD_MAX_STALE)
+            return 0; /* from before the rollback was applied */
+        t->wait_step = -1;
+        t->stale = 0;
+    }
+    char what[256];
+    if (!isfinite(value))
+        snprintf(what, sizeof what, "%s is %s at step %ld", g->metric, isnan(value) ? "nan" : "inf",
+                 step);
+    else if (t->n >= g->warmup && t->ema > 0 && value > g->jump * t->ema)
+        snprintf(what, sizeof what, "%s %.4g at step %ld > %g× its average %.4g", g->metric, value,
+                 step, g->jump, t->ema);
+    else {
+        t->ema = t->n == 0 ? value : t->ema + g->alpha * (value - t->ema);
+        t->n++;
+        t->healthy = 1;
+        if (g->checkpoint_every > 0 && step >= t->next_ckpt) {
+            t->next_ckpt = step + g->checkpoint_every;
+            return s_emit(out, max, trial_id, "checkpoint", NULL, "guard: periodic checkpoint");
+        }
+        return 0;
+    }
+    t->healthy = 0;
+    char reason[512];
+    if (t->rollbacks >= g->max_rollbacks || !t->ckpt) {
+        if (t->ckpt)
+            snprintf(reason, sizeof reason, "diverged: %s after %ld rollbacks", what, t->rollbacks);
+        else
+            snprintf(reason, sizeof reason, "diverged: %s, no checkpoint to roll back to", what);
+        t->done = 1;
+        return s_emit(out, max, trial_id, "stop", NULL, reason);
+    }
+    t->rollbacks++;
+    json_t *params = json_object();
+    double old = t->lr;
+    if (isfinite(t->lr)) {
+        t->lr *= g->lr_factor;
+        t->lr_ours = 1;
+        json_object_set_new(params, g->lr_param, json_real(t->lr));
+    }
+    json_t *args = json_pack("{s:s, s:o}", "path", t->ckpt, "params", params);
+    if (isfinite(old))
+        snprintf(reason, sizeof reason, "guard: %s; rollback %ld/%ld to step %ld, %s %.4g -> %.4g",
+                 what, t->rollbacks, g->max_rollbacks, t->ckpt_step, g->lr_param, old, t->lr);
+    else
+        snprintf(reason, sizeof reason, "guard: %s; rollback %ld/%ld to step %ld (lr unknown)",
+                 what, t->rollbacks, g->max_rollbacks, t->ckpt_step);
+    t->wait_step = step;
+    t->stale = 0;
+    t->ema = t->ckpt_ema;
+    t->n = t->ckpt_n;
+    t->healthy = 1;
+    if (g->checkpoint_every > 0)
+        t->next_ckpt = t->ckpt_step + g->checkpoint_every;
+    return s_emit(out, max, trial_id, "load", args, reason);
+}
+
+static int s_on_checkpoint(sched_t *s, long trial_id, long step, const char *path, double now,
+                           sched_instr *out, int max)
+{
+    sched_guard *g = (sched_guard *)s;
+    guard_trial *t = s_trial(g, trial_id);
+    if (!t || t->done || !t->healthy || t->wait_step >= 0)
+        return 0;
+    char *p = strdup(path);
+    if (!p)
+        return 0;
+    free(t->ckpt);
+    t->ckpt = p;
+    t->ckpt_step = step;
+    t->ckpt_ema = t->ema;
+    t->ckpt_n = t->n;
+    return 0;
+}
+
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
+                          double value)
+{
+    guard_trial *t = s_find((sched_guard *)s, trial_id);
+    if (t)
+        t->done = 1;
+}
+
+static json_t *s_real(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+static json_t *s_save(sched_t *s)
+{
+    sched_guard *g = (sched_guard *)s;
+    json_t *a = json_array();
+    for (size_t i = 0; i < g->nt; i++) {
+        const guard_trial *t = &g->t[i];
+        json_array_append_new(
+            a, json_pack("{s:I, s:o, s:I, s:o, s:b, s:I, s:s?, s:I, s:o, s:I, s:b, s:I, s:I, s:I, "
+                         "s:b}",
+                         "id", (json_int_t)t->id, "ema", s_real(t->ema), "n", (json_int_t)t->n,
+                         "lr", s_real(t->lr), "lr_ours", t->lr_ours, "rollbacks",
+                         (json_int_t)t->rollbacks, "ckpt", t->ckpt, "ckpt_step",
+                         (json_int_t)t->ckpt_step, "ckpt_ema", s_real(t->ckpt_ema), "ckpt_n",
+                         (json_int_t)t->ckpt_n, "healthy", t->healthy, "wait_step",
+                         (json_int_t)t->wait_step, "stale", (json_int_t)t->stale, "next_ckpt",
+                         (json_int_t)t->next_ckpt, "done", t->done));
+    }
+    return json_pack("{s:o}", "trials", a);
+}
+
+static double s_num(const json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static long s_long(const json_t *o, const char *k, long dflt)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (long)json_integer_value(v) : dflt;
+}
+
+static void s_clear(sched_guard *g)
+{
+    for (size_t i = 0; i < g->nt; i++)
+        free(g->t[i].ckpt);
+    g->nt = 0;
+}
+
+static int s_restore(sched_t *s, const json_t *state)
+{
+    sched_guard *g = (sched_guard *)s;
+    json_t *a = json_object_get(state, "trials");
+    if (!json_is_array(a))
+        return -1;
+    s_clear(g);
+    size_t i;
+    json_t *v;
+    json_array_foreach(a, i, v) {
+        guard_trial *t = s_trial(g, s_long(v, "id", -1));
+        if (!t)
+            return -1;
+        t->ema = s_num(v, "ema");
+        t->n = s_long(v, "n", 0);
+        t->lr = s_num(v, "lr");
+        t->lr_ours = json_is_true(json_object_get(v, "lr_ours"));
+        t->rollbacks = s_long(v, "rollbacks", 0);
+        const char *ck = json_string_value(json_object_get(v, "ckpt"));
+        t->ckpt = ck ? strdup(ck) : NULL;
+        t->ckpt_step = s_long(v, "ckpt_step", -1);
+        t->ckpt_ema = s_num(v, "ckpt_ema");
+        t->ckpt_n = s_long(v, "ckpt_n", 0);
+        t->healthy = json_is_true(json_object_get(v, "healthy"));
+        t->wait_step = s_long(v, "wait_step", -1);
+        t->stale = s_long(v, "stale", 0);
+        t->next_ckpt = s_long(v, "next_ckpt", 0);
+        t->done = json_is_true(json_object_get(v, "done"));
+    }
+    return 0;
+}
+
+static void s_destroy(sched_t *s)
+{
+    sched_guard *g = (sched_guard *)s;
+    s_clear(g);
+    free(g->t);
+    free(g);
+}
+
+static const sched_ops s_ops = {"guard", NULL,      s_on_metric, s_on_complete,
+                                s_save,  s_restore, s_destroy,   s_on_checkpoint};
+
+static int s_opt_num(const json_t *o, const char *key, double lo, double hi, int integer,
+                     double dflt, double *out, char *err, size_t errsize)
+{
+    json_t *v = json_object_get(o, key);
+    *out = dflt;
+    if (!v)
+        return 0;
+    if (!json_is_number(v) || (integer && !json_is_integer(v)) ||
+        !(json_number_value(v) >= lo && json_number_value(v) <= hi)) {
+        snprintf(err, errsize, "guard.%s: must be %s from %g to %g", key,
+                 integer ? "an integer" : "a number", lo, hi);
+        return -1;
+    }
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *out, size_t size,
+                     char *err, size_t errsize)
+{
+    json_t *v = json_object_get(o, key);
+    const char *s = v ? json_string_value(v) : dflt;
+    if (!s || !*s || strlen(s) >= size) {
+        snprintf(err, errsize, "guard.%s: must be a non-empty string under %zu characters", key,
+                 size);
+        return -1;
+    }
+    snprintf(out, size, "%s", s);
+    return 0;
+}
+
+sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize)
+{
+    static const char *const known[] = {"metric",        "jump",      "ema",           "warmup",
+                                        "lr_factor",     "lr_param",  "lr_metric",     "max_rollbacks",
+                                        "checkpoint_every", "load_timeout_s", NULL};
+    const json_t *o = spec->guard;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        int ok = 0;
+        for (int i = 0; known[i]; i++)
+            ok |= !strcmp(key, known[i]);
+        if (!ok) {
+            snprintf(err, errsize, "guard.%s: unknown option", key);
+            return NULL;
+        }
+    }
+    sched_guard *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errsize, "out of memory");
+        return NULL;
+    }
+    double warmup, maxr, every, timeout;
+    if (s_opt_str(o, "metric", "train_loss", g->metric, sizeof g->metric, err, errsize) ||
+        s_opt_str(o, "lr_metric", "lr", g->lr_metric, sizeof g->lr_metric, err, errsize) ||
+        s_opt_str(o, "lr_param", "lr", g->lr_param, sizeof g->lr_param, err, errsize) ||
+        s_opt_num(o, "jump", 1.0 + 1e-9, 1e6, 0, 3.0, &g->jump, err, errsize) ||
+        s_opt_num(o, "ema", 1e-6, 1, 0, 0.2, &g->alpha, err, errsize) ||
+        s_opt_num(o, "warmup", 1, 1e6, 1, 3, &warmup, err, errsize) ||
+        s_opt_num(o, "lr_factor", 1e-6, 1 - 1e-9, 0, 0.5, &g->lr_factor, err, errsize) ||
+        s_opt_num(o, "max_rollbacks", 0, 1000, 1, 3, &maxr, err, errsize) ||
+        s_opt_num(o, "checkpoint_every", 0, 1e12, 1, 0, &every, err, errsize) ||
+        s_opt_num(o, "load_timeout_s", 0, 1e9, 0, 60, &timeout, err, errsize)) {
+        free(g);
+        return NULL;
+    }
+    g->base.ops = &s_ops;
+    g->base.spec = spec;
+    g->warmup = (long)warmup;
+    g->max_rollbacks = (long)maxr;
+    g->checkpoint_every = (long)every;
+    return &g->base;
+}
