@@ -35,8 +35,8 @@ static double s_pct(const double *sorted, long n, double p)
 static json_t *s_set_msg(long trial, long k)
 {
     double lr = 0.001 * (double)(1 + k % 997);
-    return json_pack("{s:s, s:I, s:{s:f}, s:b}", "type", "trial_set", "trial", (json_int_t)trial,
-                     "values", "lr", lr, "wait", 1);
+    return json_pack("{s:s, s:I, s:{s:f}, s:b}", "type", "trial_set", "trial",
+                     (json_int_t)trial, "values", "lr", lr, "wait", 1);
 }
 
 int main(int argc, char **argv)
@@ -67,17 +67,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot connect to %s: %s\n", ep, zmq_strerror(errno));
         return 1;
     }
-    double *lat = calloc((size_t)nreq, sizeof *lat), *ctl = calloc((size_t)nreq, sizeof *ctl);
+    double *lat = calloc((size_t)nreq, sizeof *lat),
+           *ctl = calloc((size_t)nreq, sizeof *ctl);
     long done = 0, nctl = 0, failed = 0;
     char err[256];
     double t0 = wire_now();
     if (conc == 1) {
         for (long k = 0; k < nreq; k++) {
             double s = wire_now();
-            json_t *r = wire_request(sock, s_set_msg(ids[k % nids], k), 30000, err, sizeof err);
+            json_t *r =
+                wire_request(sock, s_set_msg(ids[k % nids], k), 30000, err, sizeof err);
             double e = wire_now();
             if (!r || strcmp(wire_type(r), "ok")) {
-                const char *m = r ? json_string_value(json_object_get(r, "message")) : err;
+                const char *m =
+                    r ? json_string_value(json_object_get(r, "message")) : err;
                 fprintf(stderr, "request %ld (trial %ld) failed: %s\n", k, ids[k % nids],
                         m ? m : "error");
                 failed++;
@@ -141,12 +144,13 @@ int main(int argc, char **argv)
     qsort(lat, (size_t)done, sizeof *lat, s_cmp);
     qsort(ctl, (size_t)nctl, sizeof *ctl, s_cmp);
     printf("trial set x%ld over %ld trials, %ld in flight: median %.2f ms, p90 %.2f ms, "
-           "p99 %.2f ms, max %.2f ms (%.0f sets/s); controller-measured push->ack median %.2f ms, "
+           "p99 %.2f ms, max %.2f ms (%.0f sets/s); controller-measured push->ack median "
+           "%.2f ms, "
            "p99 %.2f ms; %ld failed\n",
            done, nids, conc, s_pct(lat, done, 0.5) * 1e3, s_pct(lat, done, 0.9) * 1e3,
            s_pct(lat, done, 0.99) * 1e3, lat[done - 1] * 1e3, (double)done / wall,
-           nctl ? s_pct(ctl, nctl, 0.5) * 1e3 : -1, nctl ? s_pct(ctl, nctl, 0.99) * 1e3 : -1,
-           failed);
+           nctl ? s_pct(ctl, nctl, 0.5) * 1e3 : -1,
+           nctl ? s_pct(ctl, nctl, 0.99) * 1e3 : -1, failed);
     free(lat);
     free(ctl);
     free(ids);

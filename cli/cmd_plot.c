@@ -24,34 +24,46 @@ static const char s_usage[] =
     "usage: jizhi plot STUDY [--db FILE] [--output FILE.svg] [--metric NAME]\n"
     "Writes an SVG of the optimisation history (objective per completed trial and\n"
     "the best so far) and the learning curves (objective, or --metric, against the\n"
-    "step, one line per trial). Default output: STUDY.svg; --output - writes to stdout.\n";
+    "step, one line per trial). Default output: STUDY.svg; --output - writes to "
+    "stdout.\n";
 
 /* Geometry (SVG user units). */
 enum {
-    P_W = 1000,   /* image width */
-    P_LEFT = 90,  /* plot area left edge */
-    P_RIGHT = 780,/* plot area right edge; the legend is to its right */
-    P_PH = 360,   /* plot area height */
-    P_TOP1 = 70,  /* first panel's plot area top */
-    P_TOP2 = 540, /* second panel's */
-    P_H = 970,    /* image height */
+    P_W = 1000,    /* image width */
+    P_LEFT = 90,   /* plot area left edge */
+    P_RIGHT = 780, /* plot area right edge; the legend is to its right */
+    P_PH = 360,    /* plot area height */
+    P_TOP1 = 70,   /* first panel's plot area top */
+    P_TOP2 = 540,  /* second panel's */
+    P_H = 970,     /* image height */
     P_LEGEND_MAX = 24
 };
 
 typedef struct {
     double lo, hi; /* data range shown */
-    double px0, px1, py0, py1; /* pixels: x from px0 (lo) to px1, y from py0 (lo) to py1 */
+    double px0, px1, py0,
+        py1; /* pixels: x from px0 (lo) to px1, y from py0 (lo) to py1 */
 } p_axis;
 
 static void s_xml(FILE *f, const char *text)
 {
     for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
         switch (*p) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&apos;", f); break;
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        case '\'':
+            fputs("&apos;", f);
+            break;
         default:
             /* control characters are not allowed in XML 1.0 */
             if (*p < 0x20 && *p != '\t' && *p != '\n' && *p != '\r')
@@ -104,45 +116,66 @@ static double s_tick_step(double lo, double hi, int n)
 static void s_axes(FILE *f, const p_axis *x, const p_axis *y, int integer_x)
 {
     fprintf(f, "<g class=\"axes\">\n");
-    fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%.2f\" width=\"%d\" height=\"%d\" fill=\"none\" "
-               "stroke=\"#444\"/>\n",
+    fprintf(f,
+            "<rect class=\"frame\" x=\"%d\" y=\"%.2f\" width=\"%d\" height=\"%d\" "
+            "fill=\"none\" "
+            "stroke=\"#444\"/>\n",
             P_LEFT, y->py1, P_RIGHT - P_LEFT, P_PH);
     double step = s_tick_step(x->lo, x->hi, 8);
     if (integer_x && step < 1)
         step = 1;
     for (double t = ceil(x->lo / step) * step; t <= x->hi + step * 1e-9; t += step) {
         double px = s_px(x, t);
-        fprintf(f, "<line class=\"grid\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
-                   "stroke=\"#ddd\"/>\n", px, y->py0, px, y->py1);
-        fprintf(f, "<line class=\"tick\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
-                   "stroke=\"#444\"/>\n", px, y->py0, px, y->py0 + 5);
-        fprintf(f, "<text class=\"tick-label\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%.6g</text>\n",
+        fprintf(f,
+                "<line class=\"grid\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                "stroke=\"#ddd\"/>\n",
+                px, y->py0, px, y->py1);
+        fprintf(f,
+                "<line class=\"tick\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                "stroke=\"#444\"/>\n",
+                px, y->py0, px, y->py0 + 5);
+        fprintf(f,
+                "<text class=\"tick-label\" x=\"%.2f\" y=\"%.2f\" "
+                "text-anchor=\"middle\">%.6g</text>\n",
                 px, y->py0 + 18, fabs(t) < step * 1e-9 ? 0.0 : t);
     }
     step = s_tick_step(y->lo, y->hi, 6);
     for (double t = ceil(y->lo / step) * step; t <= y->hi + step * 1e-9; t += step) {
         double py = s_py(y, t);
-        fprintf(f, "<line class=\"grid\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" "
-                   "stroke=\"#ddd\"/>\n", P_LEFT, py, P_RIGHT, py);
-        fprintf(f, "<line class=\"tick\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" "
-                   "stroke=\"#444\"/>\n", P_LEFT - 5, py, P_LEFT, py);
-        fprintf(f, "<text class=\"tick-label\" x=\"%d\" y=\"%.2f\" text-anchor=\"end\">%.6g</text>\n",
+        fprintf(f,
+                "<line class=\"grid\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" "
+                "stroke=\"#ddd\"/>\n",
+                P_LEFT, py, P_RIGHT, py);
+        fprintf(f,
+                "<line class=\"tick\" x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" "
+                "stroke=\"#444\"/>\n",
+                P_LEFT - 5, py, P_LEFT, py);
+        fprintf(f,
+                "<text class=\"tick-label\" x=\"%d\" y=\"%.2f\" "
+                "text-anchor=\"end\">%.6g</text>\n",
                 P_LEFT - 8, py + 4, fabs(t) < step * 1e-9 ? 0.0 : t);
     }
     fprintf(f, "</g>\n");
 }
 
-static void s_labels(FILE *f, int top, const char *title, const char *xlabel, const char *ylabel)
+static void s_labels(FILE *f, int top, const char *title, const char *xlabel,
+                     const char *ylabel)
 {
-    fprintf(f, "<text class=\"panel-title\" x=\"%d\" y=\"%d\" font-size=\"16\" font-weight=\"bold\">",
+    fprintf(f,
+            "<text class=\"panel-title\" x=\"%d\" y=\"%d\" font-size=\"16\" "
+            "font-weight=\"bold\">",
             P_LEFT, top - 14);
     s_xml(f, title);
-    fprintf(f, "</text>\n<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">",
-            (P_LEFT + P_RIGHT) / 2, top + P_PH + 40);
+    fprintf(
+        f,
+        "</text>\n<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">",
+        (P_LEFT + P_RIGHT) / 2, top + P_PH + 40);
     s_xml(f, xlabel);
-    fprintf(f, "</text>\n<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\" "
-               "transform=\"rotate(-90 %d %d)\">",
-            24, top + P_PH / 2, 24, top + P_PH / 2);
+    fprintf(
+        f,
+        "</text>\n<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\" "
+        "transform=\"rotate(-90 %d %d)\">",
+        24, top + P_PH / 2, 24, top + P_PH / 2);
     s_xml(f, ylabel);
     fputs("</text>\n", f);
 }
@@ -150,8 +183,9 @@ static void s_labels(FILE *f, int top, const char *title, const char *xlabel, co
 /* Colour of the i-th trial: Tableau 10, then golden-angle hues. */
 static void s_color(long i, char *buf, size_t size)
 {
-    static const char *const tab10[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                        "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+    static const char *const tab10[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                        "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                                        "#bcbd22", "#17becf"};
     if (i < 10)
         snprintf(buf, size, "%s", tab10[i]);
     else
@@ -166,17 +200,21 @@ static void s_params_title(FILE *f, const json_t *params)
     free(text);
 }
 
-static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, json_t **series,
-                   const char *metric, const char *curve_metric, int maximize)
+static int s_write(FILE *f, const store_study *st, store_trial *rows, long n,
+                   json_t **series, const char *metric, const char *curve_metric,
+                   int maximize)
 {
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
+    fprintf(f,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
             P_W, P_H, P_W, P_H);
     fputs("<title>", f);
     s_xml(f, st->name);
     fputs("</title>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n", f);
-    fprintf(f, "<text class=\"title\" x=\"%d\" y=\"26\" font-size=\"20\" font-weight=\"bold\">study ",
+    fprintf(f,
+            "<text class=\"title\" x=\"%d\" y=\"26\" font-size=\"20\" "
+            "font-weight=\"bold\">study ",
             P_LEFT);
     s_xml(f, st->name);
     fprintf(f, " (%s): %s ", st->state, maximize ? "max" : "min");
@@ -205,11 +243,16 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, js
     s_labels(f, P_TOP1, "Optimisation history", "trial number", ylabel);
     s_axes(f, &x, &y, 1);
     if (!ncomp) {
-        fprintf(f, "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no completed "
-                   "trial yet</text>\n", (P_LEFT + P_RIGHT) / 2, P_TOP1 + P_PH / 2);
+        fprintf(
+            f,
+            "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no completed "
+            "trial yet</text>\n",
+            (P_LEFT + P_RIGHT) / 2, P_TOP1 + P_PH / 2);
     } else {
         /* best so far: a step line through the completed trials in order */
-        fputs("<path class=\"best\" fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" d=\"", f);
+        fputs("<path class=\"best\" fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" "
+              "d=\"",
+              f);
         double best = NAN;
         int first = 1;
         for (long i = 0; i < n; i++) {
@@ -230,8 +273,10 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, js
         for (long i = 0; i < n; i++) {
             if (strcmp(rows[i].state, "completed") || !isfinite(rows[i].value))
                 continue;
-            fprintf(f, "<circle class=\"point\" data-trial=\"%ld\" cx=\"%.2f\" cy=\"%.2f\" r=\"4\" "
-                       "fill=\"#1f77b4\"><title>trial %ld (#%ld): %.6g ",
+            fprintf(f,
+                    "<circle class=\"point\" data-trial=\"%ld\" cx=\"%.2f\" cy=\"%.2f\" "
+                    "r=\"4\" "
+                    "fill=\"#1f77b4\"><title>trial %ld (#%ld): %.6g ",
                     rows[i].id, s_px(&x, (double)rows[i].number), s_py(&y, rows[i].value),
                     rows[i].id, rows[i].number, rows[i].value);
             s_params_title(f, rows[i].params);
@@ -239,12 +284,15 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, js
         }
     }
     int lx = P_RIGHT + 20, ly = P_TOP1 + 10;
-    fprintf(f, "<g class=\"legend\">\n"
-               "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"#1f77b4\"/>"
-               "<text x=\"%d\" y=\"%d\">completed trial (%ld)</text>\n"
-               "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" stroke-width=\"2\"/>"
-               "<text x=\"%d\" y=\"%d\">best so far</text>\n</g>\n",
-            lx + 8, ly, lx + 22, ly + 4, ncomp, lx, ly + 20, lx + 16, ly + 20, lx + 22, ly + 24);
+    fprintf(f,
+            "<g class=\"legend\">\n"
+            "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"#1f77b4\"/>"
+            "<text x=\"%d\" y=\"%d\">completed trial (%ld)</text>\n"
+            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" "
+            "stroke-width=\"2\"/>"
+            "<text x=\"%d\" y=\"%d\">best so far</text>\n</g>\n",
+            lx + 8, ly, lx + 22, ly + 4, ncomp, lx, ly + 20, lx + 16, ly + 20, lx + 22,
+            ly + 24);
     fprintf(f, "</g>\n");
 
     /* ---- learning curves ---- */
@@ -254,7 +302,8 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, js
     for (long i = 0; i < n; i++) {
         size_t k;
         json_t *pt;
-        json_array_foreach(series[i], k, pt) {
+        json_array_foreach(series[i], k, pt)
+        {
             double s = (double)json_integer_value(json_array_get(pt, 0));
             double v = json_number_value(json_array_get(pt, 1));
             if (!json_is_number(json_array_get(pt, 1)) || !isfinite(v))
@@ -277,19 +326,24 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, js
     s_labels(f, P_TOP2, "Learning curves", "step", curve_metric);
     s_axes(f, &cx, &cy, 1);
     if (!npoints)
-        fprintf(f, "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no points "
-                   "reported yet</text>\n", (P_LEFT + P_RIGHT) / 2, P_TOP2 + P_PH / 2);
+        fprintf(
+            f,
+            "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no points "
+            "reported yet</text>\n",
+            (P_LEFT + P_RIGHT) / 2, P_TOP2 + P_PH / 2);
     for (long i = 0; i < n; i++) {
         char color[40];
         s_color(i, color, sizeof color);
-        fprintf(f, "<polyline class=\"curve state-%s\" id=\"trial-%ld\" data-trial=\"%ld\" "
-                   "fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"",
+        fprintf(f,
+                "<polyline class=\"curve state-%s\" id=\"trial-%ld\" data-trial=\"%ld\" "
+                "fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"",
                 rows[i].state, rows[i].id, rows[i].id, color,
                 strcmp(rows[i].state, "failed") ? "" : " stroke-dasharray=\"4 3\"");
         size_t k;
         json_t *pt;
         int first = 1;
-        json_array_foreach(series[i], k, pt) {
+        json_array_foreach(series[i], k, pt)
+        {
             double v = json_number_value(json_array_get(pt, 1));
             if (!json_is_number(json_array_get(pt, 1)) || !isfinite(v))
                 continue;
@@ -297,7 +351,8 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, js
             fprintf(f, "%s%.2f,%.2f", first ? "" : " ", s_px(&cx, s), s_py(&cy, v));
             first = 0;
         }
-        fprintf(f, "\"><title>trial %ld (#%ld, %s) ", rows[i].id, rows[i].number, rows[i].state);
+        fprintf(f, "\"><title>trial %ld (#%ld, %s) ", rows[i].id, rows[i].number,
+                rows[i].state);
         s_params_title(f, rows[i].params);
         fputs("</title></polyline>\n", f);
     }
@@ -306,8 +361,10 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, js
     for (long i = 0; i < n && i < P_LEGEND_MAX; i++) {
         char color[40];
         s_color(i, color, sizeof color);
-        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>"
-                   "<text x=\"%d\" y=\"%d\">trial %ld (#%ld) %s</text>\n",
+        fprintf(f,
+                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
+                "stroke-width=\"3\"/>"
+                "<text x=\"%d\" y=\"%d\">trial %ld (#%ld) %s</text>\n",
                 lx, ly, lx + 16, ly, color, lx + 22, ly + 4, rows[i].id, rows[i].number,
                 rows[i].state);
         ly += 15;
@@ -330,11 +387,21 @@ int cmd_plot(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': db = optarg; break;
-        case 'o': output = optarg; break;
-        case 'm': curve_metric = optarg; break;
-        case 'h': fputs(s_usage, stdout); return CLI_OK;
-        default: fputs(s_usage, stderr); return CLI_USAGE;
+        case 'd':
+            db = optarg;
+            break;
+        case 'o':
+            output = optarg;
+            break;
+        case 'm':
+            curve_metric = optarg;
+            break;
+        case 'h':
+            fputs(s_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(s_usage, stderr);
+            return CLI_USAGE;
         }
     }
     if (argc - optind != 1) {
@@ -387,7 +454,8 @@ int cmd_plot(int argc, char **argv)
     if (!f) {
         cli_error("cannot write %s: %s", path, strerror(errno));
     } else {
-        int w = s_write(f, &st, rows, n, series, metric, curve_metric, mode && !strcmp(mode, "max"));
+        int w = s_write(f, &st, rows, n, series, metric, curve_metric,
+                        mode && !strcmp(mode, "max"));
         if ((to_stdout ? fflush(f) : fclose(f)) != 0 || w != 0)
             cli_error("cannot write %s: %s", path, strerror(errno));
         else {

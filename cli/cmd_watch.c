@@ -53,18 +53,18 @@ static const char s_usage[] =
 
 typedef struct {
     long id;
-    int have_row;                /* the trial row has been read */
+    int have_row; /* the trial row has been read */
     long number, attempt, last_step;
     char state[16];
-    json_t *params;              /* owned, NULL before the row */
+    json_t *params; /* owned, NULL before the row */
     double value, started, ended;
-    long m_attempt;              /* attempt the metrics below belong to */
-    long m_step;                 /* last step reported, -1 none */
-    double mval[W_MAX_NAMES + 1];/* last value per name index; [W_MAX_NAMES] objective */
-    float series[W_SERIES_CAP];  /* objective, one slot per `stride` points */
+    long m_attempt;               /* attempt the metrics below belong to */
+    long m_step;                  /* last step reported, -1 none */
+    double mval[W_MAX_NAMES + 1]; /* last value per name index; [W_MAX_NAMES] objective */
+    float series[W_SERIES_CAP];   /* objective, one slot per `stride` points */
     int nseries, stride, slot_fill;
-    char shown_state[16];        /* last state printed in line mode */
-    int paused;                  /* this view's pause was acknowledged (no resume since) */
+    char shown_state[16]; /* last state printed in line mode */
+    int paused;           /* this view's pause was acknowledged (no resume since) */
 } w_trial;
 
 typedef struct {
@@ -80,22 +80,22 @@ typedef struct {
     long study_id;
     char study_state[16];
     double created, finished;
-    char metric[64];          /* objective metric */
+    char metric[64]; /* objective metric */
     int maximize;
-    long budget;              /* budget.trials, 0 when unknown */
-    long after;               /* metrics rowid read up to */
-    w_trial *trials;          /* by id, unordered */
+    long budget;     /* budget.trials, 0 when unknown */
+    long after;      /* metrics rowid read up to */
+    w_trial *trials; /* by id, unordered */
     long ntrials, cap;
-    long *order;              /* indexes of trials with rows, by number */
+    long *order; /* indexes of trials with rows, by number */
     long norder;
-    long cache;               /* last trial index hit */
+    long cache; /* last trial index hit */
     char names[W_MAX_NAMES][64];
     int nnames;
     int utf8;
     /* interactive state */
     long sel_id, top;
     enum { W_NORMAL, W_EDIT, W_CONFIRM } mode;
-    char action[16];          /* stop, pause, resume, set */
+    char action[16]; /* stop, pause, resume, set */
     char edit[128];
     char status[256];
     void *zctx, *sock;
@@ -223,7 +223,8 @@ static int s_load(w_view *v, char *err, size_t errsize)
     /* metrics first: a trial is inserted before any of its points, and a
        point for a trial not seen yet creates its entry */
     for (int chunk = 0; chunk < 50; chunk++) {
-        long n = store_study_metrics_since(v->s, v->study_id, &v->after, 100000, s_on_point, v);
+        long n = store_study_metrics_since(v->s, v->study_id, &v->after, 100000,
+                                           s_on_point, v);
         if (n < 0) {
             snprintf(err, errsize, "cannot read metrics: %s", store_errmsg(v->s));
             return -1;
@@ -254,8 +255,9 @@ static int s_load(w_view *v, char *err, size_t errsize)
     }
     store_trials_free(rows, n);
     /* display order: by trial number */
-    long (*pairs)[2] = malloc((size_t)(v->ntrials ? v->ntrials : 1) * sizeof *pairs);
-    long *order = realloc(v->order, (size_t)(v->ntrials ? v->ntrials : 1) * sizeof *order);
+    long(*pairs)[2] = malloc((size_t)(v->ntrials ? v->ntrials : 1) * sizeof *pairs);
+    long *order =
+        realloc(v->order, (size_t)(v->ntrials ? v->ntrials : 1) * sizeof *order);
     if (!pairs || !order) {
         free(pairs);
         if (order)
@@ -279,7 +281,8 @@ static int s_load(w_view *v, char *err, size_t errsize)
 
 static int s_is_ended(const char *state)
 {
-    return !strcmp(state, "completed") || !strcmp(state, "failed") || !strcmp(state, "stopped");
+    return !strcmp(state, "completed") || !strcmp(state, "failed") ||
+           !strcmp(state, "stopped");
 }
 
 typedef struct {
@@ -301,12 +304,13 @@ static void s_progress(const w_view *v, w_progress *p)
             p->pending++;
         if (!strcmp(t->state, "failed"))
             p->failed++;
-        if (isfinite(t->value) &&
-            (!p->best || (v->maximize ? t->value > p->best->value : t->value < p->best->value)))
+        if (isfinite(t->value) && (!p->best || (v->maximize ? t->value > p->best->value
+                                                            : t->value < p->best->value)))
             p->best = t;
     }
     p->total = v->budget > v->norder ? v->budget : v->norder;
-    double end = v->finished > 0 && strcmp(v->study_state, "running") ? v->finished : wire_wall();
+    double end =
+        v->finished > 0 && strcmp(v->study_state, "running") ? v->finished : wire_wall();
     p->elapsed = v->created > 0 ? end - v->created : 0;
 }
 
@@ -322,7 +326,8 @@ static void s_params_text(const json_t *params, char *buf, size_t size)
     size_t len = 0;
     const char *k;
     json_t *x;
-    json_object_foreach(sorted, k, x) {
+    json_object_foreach(sorted, k, x)
+    {
         char val[64];
         cli_format_value(x, val, sizeof val);
         int w = snprintf(buf + len, size - len, "%s%s=%s", len ? " " : "", k, val);
@@ -363,8 +368,12 @@ static void s_sparkline(const w_view *v, const w_trial *t, char *buf, size_t siz
         /* the latest point of the cell's share of the series */
         int i = (int)(((long)(c + 1) * n) / cells) - 1;
         double x = t->series[i];
-        int level = !isfinite(x) ? -1 : hi > lo ? (int)lrint((x - lo) / (hi - lo) * 7) : 3;
-        const char *glyph = level < 0 ? " " : v->utf8 ? blocks[level] : (char[2]){ascii[level], 0};
+        int level = !isfinite(x) ? -1
+                    : hi > lo    ? (int)lrint((x - lo) / (hi - lo) * 7)
+                                 : 3;
+        const char *glyph = level < 0 ? " "
+                            : v->utf8 ? blocks[level]
+                                      : (char[2]){ascii[level], 0};
         size_t gl = strlen(glyph);
         if (len + gl + 1 > size)
             break;
@@ -382,8 +391,10 @@ static int s_connect(w_view *v)
     char buf[512];
     const char *ep = cli_controller(v->controller, v->db, buf, sizeof buf);
     if (!ep) {
-        snprintf(v->status, sizeof v->status,
-                 "no controller known for %s: is the study running? (--controller ENDPOINT)", v->db);
+        snprintf(
+            v->status, sizeof v->status,
+            "no controller known for %s: is the study running? (--controller ENDPOINT)",
+            v->db);
         return -1;
     }
     if (!v->zctx)
@@ -391,8 +402,8 @@ static int s_connect(w_view *v)
     v->sock = zmq_socket(v->zctx, ZMQ_DEALER);
     wire_socket_setup(v->sock);
     if (zmq_connect(v->sock, ep) != 0) {
-        snprintf(v->status, sizeof v->status, "cannot connect to the controller at %s: %s", ep,
-                 zmq_strerror(errno));
+        snprintf(v->status, sizeof v->status,
+                 "cannot connect to the controller at %s: %s", ep, zmq_strerror(errno));
         zmq_close(v->sock);
         v->sock = NULL;
         return -1;
@@ -441,8 +452,9 @@ static void s_send(w_view *v, long id)
     char type[32];
     snprintf(type, sizeof type, "trial_%s", v->action);
     long req = v->next_req++;
-    json_t *msg = json_pack("{s:s, s:I, s:b, s:I}", "type", type, "trial", (json_int_t)id, "wait",
-                            strcmp(v->action, "stop") != 0, "req", (json_int_t)req);
+    json_t *msg =
+        json_pack("{s:s, s:I, s:b, s:I}", "type", type, "trial", (json_int_t)id, "wait",
+                  strcmp(v->action, "stop") != 0, "req", (json_int_t)req);
     w_pending *p = &v->pending[v->npending];
     p->req = req;
     p->trial = id;
@@ -465,8 +477,8 @@ static void s_send(w_view *v, long id)
         return;
     }
     v->npending++;
-    snprintf(v->status, sizeof v->status, "trial %ld: %s sent, waiting for the trial...", id,
-             p->what);
+    snprintf(v->status, sizeof v->status, "trial %ld: %s sent, waiting for the trial...",
+             id, p->what);
 }
 
 /* Takes replies off the socket and expires old requests. */
@@ -492,15 +504,16 @@ static void s_replies(w_view *v)
                     t->paused = !strcmp(p->what, "pause");
                 json_t *lat = json_object_get(r, "latency_s");
                 if (json_is_number(lat))
-                    snprintf(v->status, sizeof v->status, "trial %ld: %s acknowledged in %.1f ms",
-                             p->trial, p->what, json_number_value(lat) * 1e3);
+                    snprintf(v->status, sizeof v->status,
+                             "trial %ld: %s acknowledged in %.1f ms", p->trial, p->what,
+                             json_number_value(lat) * 1e3);
                 else
-                    snprintf(v->status, sizeof v->status, "trial %ld: %s requested", p->trial,
-                             p->what);
+                    snprintf(v->status, sizeof v->status, "trial %ld: %s requested",
+                             p->trial, p->what);
             } else {
                 const char *m = json_string_value(json_object_get(r, "message"));
-                snprintf(v->status, sizeof v->status, "trial %ld: %s failed: %s", p->trial,
-                         p->what, m ? m : "refused by the controller");
+                snprintf(v->status, sizeof v->status, "trial %ld: %s failed: %s",
+                         p->trial, p->what, m ? m : "refused by the controller");
             }
             v->pending[i] = v->pending[--v->npending];
             break;
@@ -511,8 +524,8 @@ static void s_replies(w_view *v)
     for (int i = 0; i < v->npending; i++)
         if (now - v->pending[i].sent > W_REQ_TIMEOUT) {
             snprintf(v->status, sizeof v->status,
-                     "trial %ld: %s: no answer from the controller after %.0f s", v->pending[i].trial,
-                     v->pending[i].what, W_REQ_TIMEOUT);
+                     "trial %ld: %s: no answer from the controller after %.0f s",
+                     v->pending[i].trial, v->pending[i].what, W_REQ_TIMEOUT);
             v->pending[i--] = v->pending[--v->npending];
         }
 }
@@ -556,8 +569,8 @@ static void s_fix_selection(w_view *v)
 /* The two metrics shown next to the objective. */
 static int s_columns(const w_view *v, int cols[2])
 {
-    static const char *const prefer[] = {"val_loss", "train_loss", "loss", "val_acc", "lr",
-                                         "batch_size"};
+    static const char *const prefer[] = {"val_loss", "train_loss", "loss",
+                                         "val_acc",  "lr",         "batch_size"};
     int n = 0;
     for (size_t p = 0; p < sizeof prefer / sizeof prefer[0] && n < 2; p++)
         for (int i = 0; i < v->nnames; i++)
@@ -589,10 +602,11 @@ static void s_draw(w_view *v)
     w_progress p;
     s_progress(v, &p);
     cli_format_elapsed(p.elapsed, a, sizeof a);
-    snprintf(line, sizeof line,
-             "jizhi watch  %s  [%s]   done %ld/%ld   running %ld   pending %ld   failed %ld   "
-             "elapsed %s",
-             v->name, v->study_state, p.done, p.total, p.running, p.pending, p.failed, a);
+    snprintf(
+        line, sizeof line,
+        "jizhi watch  %s  [%s]   done %ld/%ld   running %ld   pending %ld   failed %ld   "
+        "elapsed %s",
+        v->name, v->study_state, p.done, p.total, p.running, p.pending, p.failed, a);
     attron(A_BOLD);
     s_put(0, 0, line);
     attroff(A_BOLD);
@@ -600,7 +614,8 @@ static void s_draw(w_view *v)
     if (p.best) {
         s_params_text(p.best->params, params, sizeof params);
         s_num(p.best->value, b, sizeof b);
-        snprintf(line, sizeof line, "objective: %s %s   best %s = %s (trial %ld, #%ld)  %s",
+        snprintf(line, sizeof line,
+                 "objective: %s %s   best %s = %s (trial %ld, #%ld)  %s",
                  v->maximize ? "max" : "min", v->metric, v->metric, b, p.best->id,
                  p.best->number, params);
     } else {
@@ -621,7 +636,8 @@ static void s_draw(w_view *v)
     s_put(y0, x_step, "   STEP");
     s_put(y0, x_time, "TIME");
     for (int k = 0; k <= ncols; k++) {
-        snprintf(line, sizeof line, "%11.11s", k == 0 ? v->metric : v->names[cols[k - 1]]);
+        snprintf(line, sizeof line, "%11.11s",
+                 k == 0 ? v->metric : v->names[cols[k - 1]]);
         s_put(y0, x_obj + 12 * k, line);
     }
     s_put(y0, x_spark, "CURVE");
@@ -647,7 +663,8 @@ static void s_draw(w_view *v)
             attron(A_REVERSE);
             mvhline(y, 0, ' ', COLS); /* the bar spans the whole line */
         }
-        snprintf(line, sizeof line, "%c%-6ld %-4ld", is_sel ? '>' : ' ', t->id, t->number);
+        snprintf(line, sizeof line, "%c%-6ld %-4ld", is_sel ? '>' : ' ', t->id,
+                 t->number);
         s_put(y, 0, line);
         int paused = t->paused && !strcmp(t->state, "running");
         int color = paused ? C_STOP : s_state_color(t->state);
@@ -689,8 +706,9 @@ static void s_draw(w_view *v)
     const w_trial *t = s_selected(v, NULL);
     if (t) {
         s_params_text(t->params, params, sizeof params);
-        size_t len = (size_t)snprintf(line, sizeof line, "trial %ld (#%ld, try %ld, %s): %s |", t->id,
-                                      t->number, t->attempt, t->state, params);
+        size_t len =
+            (size_t)snprintf(line, sizeof line, "trial %ld (#%ld, try %ld, %s): %s |",
+                             t->id, t->number, t->attempt, t->state, params);
         for (int k = 0; k <= W_MAX_NAMES && len < sizeof line - 1; k++) {
             if (k < W_MAX_NAMES && k >= v->nnames)
                 continue;
@@ -706,7 +724,8 @@ static void s_draw(w_view *v)
         s_put(LINES - 3, 0, line);
     }
     if (v->mode == W_EDIT) {
-        snprintf(line, sizeof line, "set on trial %ld, KEY=VALUE (Enter to send, Esc to cancel): %s",
+        snprintf(line, sizeof line,
+                 "set on trial %ld, KEY=VALUE (Enter to send, Esc to cancel): %s",
                  v->sel_id, v->edit);
         attron(A_BOLD);
         s_put(LINES - 2, 0, line);
@@ -728,7 +747,8 @@ static void s_draw(w_view *v)
     attroff(A_DIM);
     if (v->mode == W_EDIT) {
         curs_set(1);
-        int x = snprintf(NULL, 0, "set on trial %ld, KEY=VALUE (Enter to send, Esc to cancel): %s",
+        int x = snprintf(NULL, 0,
+                         "set on trial %ld, KEY=VALUE (Enter to send, Esc to cancel): %s",
                          v->sel_id, v->edit);
         move(LINES - 2, x < COLS ? x : COLS - 1);
     } else {
@@ -787,21 +807,45 @@ static int s_key(w_view *v, int ch)
         return 0;
     }
     switch (ch) {
-    case 'q': case 'Q': return 1;
-    case KEY_UP: case 'k': s_move(v, -1); break;
-    case KEY_DOWN: case 'j': s_move(v, 1); break;
-    case KEY_PPAGE: s_move(v, -(LINES > 10 ? LINES - 8 : 1)); break;
-    case KEY_NPAGE: s_move(v, LINES > 10 ? LINES - 8 : 1); break;
-    case KEY_HOME: case 'g': s_move(v, -v->norder); break;
-    case KEY_END: case 'G': s_move(v, v->norder); break;
-    case 's': case 'p': case 'r': case 'e': {
+    case 'q':
+    case 'Q':
+        return 1;
+    case KEY_UP:
+    case 'k':
+        s_move(v, -1);
+        break;
+    case KEY_DOWN:
+    case 'j':
+        s_move(v, 1);
+        break;
+    case KEY_PPAGE:
+        s_move(v, -(LINES > 10 ? LINES - 8 : 1));
+        break;
+    case KEY_NPAGE:
+        s_move(v, LINES > 10 ? LINES - 8 : 1);
+        break;
+    case KEY_HOME:
+    case 'g':
+        s_move(v, -v->norder);
+        break;
+    case KEY_END:
+    case 'G':
+        s_move(v, v->norder);
+        break;
+    case 's':
+    case 'p':
+    case 'r':
+    case 'e': {
         const w_trial *t = s_selected(v, NULL);
         if (!t) {
             snprintf(v->status, sizeof v->status, "no trial selected");
             break;
         }
         snprintf(v->action, sizeof v->action, "%s",
-                 ch == 's' ? "stop" : ch == 'p' ? "pause" : ch == 'r' ? "resume" : "set");
+                 ch == 's'   ? "stop"
+                 : ch == 'p' ? "pause"
+                 : ch == 'r' ? "resume"
+                             : "set");
         if (ch == 'e') {
             v->edit[0] = 0;
             v->mode = W_EDIT;
@@ -810,7 +854,8 @@ static int s_key(w_view *v, int ch)
         }
         break;
     }
-    default: break;
+    default:
+        break;
     }
     return 0;
 }
@@ -859,7 +904,8 @@ static int s_run_tty(w_view *v)
         if (quit)
             break;
         s_draw(v);
-        zmq_pollitem_t items[2] = {{NULL, STDIN_FILENO, ZMQ_POLLIN, 0}, {v->sock, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{NULL, STDIN_FILENO, ZMQ_POLLIN, 0},
+                                   {v->sock, 0, ZMQ_POLLIN, 0}};
         long wait_ms = (long)((next - wire_now()) * 1000) + 1;
         zmq_poll(items, v->sock ? 2 : 1, wait_ms < 1 ? 1 : wait_ms);
     }
@@ -898,8 +944,10 @@ static int s_run_lines(w_view *v)
             s_num(p.best->value, b, sizeof b);
             snprintf(best, sizeof best, "%s (trial %ld)", b, p.best->id);
         }
-        snprintf(line, sizeof line, "study %s %s: done %ld/%ld, running %ld, failed %ld, best %s %s",
-                 v->name, v->study_state, p.done, p.total, p.running, p.failed, v->metric, best);
+        snprintf(line, sizeof line,
+                 "study %s %s: done %ld/%ld, running %ld, failed %ld, best %s %s",
+                 v->name, v->study_state, p.done, p.total, p.running, p.failed, v->metric,
+                 best);
         if (strcmp(line, last)) {
             char el[32];
             cli_format_elapsed(p.elapsed, el, sizeof el);
@@ -928,19 +976,29 @@ int cmd_watch(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': v.db = optarg; break;
-        case 'c': v.controller = optarg; break;
+        case 'd':
+            v.db = optarg;
+            break;
+        case 'c':
+            v.controller = optarg;
+            break;
         case 'i': {
             char *end;
             v.interval = strtod(optarg, &end);
             if (*end || !(v.interval >= 0.05 && v.interval <= 3600)) {
-                cli_error("--interval: expected seconds between 0.05 and 3600, got \"%s\"", optarg);
+                cli_error(
+                    "--interval: expected seconds between 0.05 and 3600, got \"%s\"",
+                    optarg);
                 return CLI_USAGE;
             }
             break;
         }
-        case 'h': fputs(s_usage, stdout); return CLI_OK;
-        default: fputs(s_usage, stderr); return CLI_USAGE;
+        case 'h':
+            fputs(s_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(s_usage, stderr);
+            return CLI_USAGE;
         }
     }
     if (argc - optind != 1) {
