@@ -25,6 +25,7 @@ int cmd_dispatcher(int argc, char **argv);
 int cmd_study(int argc, char **argv);
 int cmd_trial(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_bseval(int argc, char **argv); /* cmd_bseval.c */
 int cmd_watch(int argc, char **argv); /* cmd_watch.c */
 int cmd_plot(int argc, char **argv);  /* cmd_plot.c */
 

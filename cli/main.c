@@ -23,6 +23,7 @@ static const char s_usage[] =
     "        | set ID KEY=VALUE...\n"
     "  watch STUDY [--interval S]                  live terminal view; steer the trials\n"
     "  plot STUDY [--output FILE.svg]              SVG: optimisation history, learning curves\n"
+    "  batchsize-eval [OPTS] -- COMMAND | --log FILE | --trial ID   critical batch size\n"
     "  report [--step N] NAME=VALUE...             from inside a trial\n"
     "\n"
     "Every command takes --help. The database is ./jizhi.db unless --db FILE or\n"
@@ -64,7 +65,7 @@ int main(int argc, char **argv)
     } table[] = {
         {"run", cmd_run},     {"controller", cmd_controller}, {"dispatcher", cmd_dispatcher},
         {"study", cmd_study}, {"trial", cmd_trial},           {"report", cmd_report},
-        {"watch", cmd_watch}, {"plot", cmd_plot},
+        {"batchsize-eval", cmd_bseval}, {"watch", cmd_watch}, {"plot", cmd_plot},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(cmd, table[i].name))

@@ -140,7 +140,7 @@ int sched_gns_critical(const sched_gns_point *pts, size_t n, int nboot, double c
                     a += g2[j];
                     b += tr[j];
                 }
-                bs[k] = a > 0 ? b / a : INFINITY;
+                bs[k] = a > 0 ? (b > 0 ? b / a : 0) : INFINITY; /* B_simple >= 0 */
             }
             qsort(bs, (size_t)nboot, sizeof *bs, s_cmp_double);
             double ql = (1 - conf) / 2 * (nboot - 1), qh = (1 + conf) / 2 * (nboot - 1);
