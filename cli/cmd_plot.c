@@ -7,7 +7,8 @@
       curves   the objective (or --metric) against the step for every
                trial, one <polyline class="curve" id="trial-ID"
                data-trial=ID> per trial of the study (empty points when
-               it reported nothing yet), colours keyed in a legend.
+               it reported nothing yet; long curves thinned to 2000
+               vertices), colours keyed in a legend.
 
     It reads the database file only, so it works with or without a
     controller. Every piece of text from the study is XML-escaped.
@@ -36,13 +37,14 @@ enum {
     P_TOP1 = 70,   /* first panel's plot area top */
     P_TOP2 = 540,  /* second panel's */
     P_H = 970,     /* image height */
-    P_LEGEND_MAX = 24
+    P_LEGEND_MAX = 24,
+    P_MAX_VERTICES = 2000 /* per learning curve */
 };
 
 typedef struct {
     double lo, hi; /* data range shown */
-    double px0, px1, py0,
-        py1; /* pixels: x from px0 (lo) to px1, y from py0 (lo) to py1 */
+    /* pixels: x from px0 (at lo) to px1, y from py0 (at lo) to py1 */
+    double px0, px1, py0, py1;
 } p_axis;
 
 static void s_xml(FILE *f, const char *text)
@@ -342,10 +344,16 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n,
         size_t k;
         json_t *pt;
         int first = 1;
+        /* at most P_MAX_VERTICES vertices a curve (every stride-th point and
+           the last): the file stays small and a browser draws it at once */
+        size_t npts = json_array_size(series[i]);
+        size_t stride = (npts + P_MAX_VERTICES - 1) / P_MAX_VERTICES;
         json_array_foreach(series[i], k, pt)
         {
             double v = json_number_value(json_array_get(pt, 1));
             if (!json_is_number(json_array_get(pt, 1)) || !isfinite(v))
+                continue;
+            if (stride > 1 && k % stride != 0 && k + 1 != npts)
                 continue;
             double s = (double)json_integer_value(json_array_get(pt, 0));
             fprintf(f, "%s%.2f,%.2f", first ? "" : " ", s_px(&cx, s), s_py(&cy, v));
