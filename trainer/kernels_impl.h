@@ -50,18 +50,28 @@ void FN(trn_linear_bwd)(const R *x, const R *w, const R *dy, R *dx, R *dw, R *db
 
 void FN(trn_relu_fwd)(const R *x, R *y, long n)
 {
-    for (long i = 0; i < n; i++)
-        y[i] = x[i] > 0 ? x[i] : 0;
+    for (long i = 0; i < n; i++) {
+        R v = x[i];
+        y[i] = v > 0 ? v : 0;
+    }
 }
 
+/* Branch-free (the mask is data-dependent), so it vectorises; dx must not
+   alias y or dy. */
 void FN(trn_relu_bwd)(const R *y, const R *dy, R *dx, long n, R beta)
 {
+    const R *restrict yy = y, *restrict d = dy;
+    R *restrict out = dx;
     if (beta == 0)
-        for (long i = 0; i < n; i++)
-            dx[i] = y[i] > 0 ? dy[i] : 0;
+        for (long i = 0; i < n; i++) {
+            R g = d[i];
+            out[i] = yy[i] > 0 ? g : (R)0;
+        }
     else
-        for (long i = 0; i < n; i++)
-            dx[i] += y[i] > 0 ? dy[i] : 0;
+        for (long i = 0; i < n; i++) {
+            R g = d[i], o = out[i];
+            out[i] = yy[i] > 0 ? o + g : o;
+        }
 }
 
 /* cols[(c*k+ki)*k+kj][(n*ho+oh)*wo+ow] = x[c][n][oh*s-pad+ki][ow*s-pad+kj] */

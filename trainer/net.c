@@ -623,7 +623,8 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
     if (s_reserve(n, nb) < 0)
         return -1;
     s_buf *in = &n->bufs[0];
-    memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
+    if (x != in->x) /* else the caller gathered into trn_net_input */
+        memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
     trn_round_buf(in->x, (long)nb * in->feat, n->prec);
     s_forward(n, nb, train);
     s_buf *out = &n->bufs[n->nbufs - 1];
@@ -642,6 +643,11 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
     trn_round_buf(out->g, (long)nb * out->feat, n->prec);
     s_backward(n, nb, lscale);
     return loss;
+}
+
+float *trn_net_input(trn_net *n, int nb)
+{
+    return s_reserve(n, nb) < 0 ? NULL : n->bufs[0].x;
 }
 
 double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct)

@@ -211,7 +211,8 @@ static void s_allreduce_grads(trn_trainer *t)
     (void)t;
 }
 
-static int s_gather(trn_trainer *t, int nb)
+/* Gathers the next nb examples into dst (or t->xb when dst is NULL). */
+static int s_gather(trn_trainer *t, int nb, float *dst)
 {
     const trn_dataset *d = t->train;
     if (nb > t->xb_cap) {
@@ -231,9 +232,10 @@ static int s_gather(trn_trainer *t, int nb)
         trn_rng_perm(&r, t->perm, d->n);
         t->perm_epoch = t->epoch;
     }
+    float *x = dst ? dst : t->xb;
     for (int i = 0; i < nb; i++) {
         int k = t->perm[t->pos + i];
-        memcpy(t->xb + (size_t)i * d->dim, d->x + (size_t)k * d->dim,
+        memcpy(x + (size_t)i * d->dim, d->x + (size_t)k * d->dim,
                (size_t)d->dim * sizeof(float));
         t->yb[i] = d->y[k];
     }
@@ -330,24 +332,30 @@ int trn_trainer_step(trn_trainer *t)
     const trn_config *c = &t->cfg;
     s_set_epoch_precision(t);
     int nb = s_next_batch_size(t);
-    if (s_gather(t, nb) < 0)
-        return -1;
     double lr = trn_trainer_lr(t);
-    if (t->backend)
+    if (t->backend) {
+        if (s_gather(t, nb, NULL) < 0)
+            return -1;
         return s_step_backend(t, nb, lr);
+    }
 
     int per_layer = c->per_layer_scale;
     int mb = c->micro_batch > 0 && c->micro_batch < nb ? c->micro_batch : nb;
     int measure = (t->step + 1) % c->log_every == 0;
     if (measure && mb == nb && nb >= 2)
         mb = (nb + 1) / 2;
+    /* one chunk: gather straight into the model's input buffer */
+    float *direct = mb == nb ? trn_net_input(t->net, nb) : NULL;
+    if (s_gather(t, nb, direct) < 0)
+        return -1;
+    const float *xsrc = direct ? direct : t->xb;
     double S = t->scaler.scale;
     double gscale = (per_layer ? 1.0 : S) / nb;
     trn_net_zero_grad(t->net);
     double loss_sum = 0;
     for (int off = 0; off < nb; off += mb) {
         int m = nb - off < mb ? nb - off : mb;
-        double l = trn_net_forward_backward(t->net, t->xb + (size_t)off * t->train->dim,
+        double l = trn_net_forward_backward(t->net, xsrc + (size_t)off * t->train->dim,
                                             t->yb + off, m, 1, c->label_smoothing, gscale,
                                             per_layer ? t->lscale : NULL, NULL);
         if (l < 0)

@@ -274,6 +274,12 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
                                 int train, double label_smoothing, double gscale,
                                 const double *lscale, int *correct);
 
+/* The model's input buffer, sized for nb examples (NULL on allocation
+   failure): a caller may gather a batch straight into it and pass it as x
+   to trn_net_forward_backward, saving a copy. Borrowed; valid until the
+   next call that takes a larger nb. */
+float *trn_net_input(trn_net *n, int nb);
+
 /* Like trn_net_forward_backward in evaluation mode (running BN stats). */
 double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct);
 
