@@ -411,9 +411,9 @@ static int s_connect(w_view *v)
     return 0;
 }
 
-/* Parses KEY=VALUE into values (a number when it reads as one), like
+/* Parses one KEY=VALUE into values (a number when it reads as one), like
    `jizhi trial set`. 0, or -1 with a message in v->status. */
-static int s_parse_kv(w_view *v, const char *arg, json_t *values)
+static int s_parse_one(w_view *v, const char *arg, json_t *values)
 {
     const char *eq = strchr(arg, '=');
     char key[64];
@@ -436,6 +436,23 @@ static int s_parse_kv(w_view *v, const char *arg, json_t *values)
         json_object_set_new(values, key, !*iend ? json_integer(li) : json_real(x));
     } else {
         json_object_set_new(values, key, json_string(val));
+    }
+    return 0;
+}
+
+/* Parses "KEY=VALUE [KEY=VALUE...]" (space separated) into values. 0, or
+   -1 with a message in v->status. */
+static int s_parse_kv(w_view *v, const char *text, json_t *values)
+{
+    char buf[sizeof v->edit];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save))
+        if (s_parse_one(v, tok, values) != 0)
+            return -1;
+    if (json_object_size(values) == 0) {
+        snprintf(v->status, sizeof v->status, "expected KEY=VALUE");
+        return -1;
     }
     return 0;
 }
@@ -706,9 +723,9 @@ static void s_draw(w_view *v)
     const w_trial *t = s_selected(v, NULL);
     if (t) {
         s_params_text(t->params, params, sizeof params);
-        size_t len =
-            (size_t)snprintf(line, sizeof line, "trial %ld (#%ld, try %ld, %s): %s |",
-                             t->id, t->number, t->attempt, t->state, params);
+        size_t len = (size_t)snprintf(
+            line, sizeof line, "trial %ld (#%ld, try %ld, %s): %s |", t->id, t->number,
+            t->attempt, t->state, params[0] ? params : "no params");
         for (int k = 0; k <= W_MAX_NAMES && len < sizeof line - 1; k++) {
             if (k < W_MAX_NAMES && k >= v->nnames)
                 continue;
@@ -725,7 +742,7 @@ static void s_draw(w_view *v)
     }
     if (v->mode == W_EDIT) {
         snprintf(line, sizeof line,
-                 "set on trial %ld, KEY=VALUE (Enter to send, Esc to cancel): %s",
+                 "set on trial %ld, KEY=VALUE... (Enter to send, Esc to cancel): %s",
                  v->sel_id, v->edit);
         attron(A_BOLD);
         s_put(LINES - 2, 0, line);
@@ -747,9 +764,9 @@ static void s_draw(w_view *v)
     attroff(A_DIM);
     if (v->mode == W_EDIT) {
         curs_set(1);
-        int x = snprintf(NULL, 0,
-                         "set on trial %ld, KEY=VALUE (Enter to send, Esc to cancel): %s",
-                         v->sel_id, v->edit);
+        int x = snprintf(
+            NULL, 0, "set on trial %ld, KEY=VALUE... (Enter to send, Esc to cancel): %s",
+            v->sel_id, v->edit);
         move(LINES - 2, x < COLS ? x : COLS - 1);
     } else {
         curs_set(0);

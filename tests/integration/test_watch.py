@@ -73,7 +73,7 @@ def test_watch_shows_the_running_trial_sets_and_stops_it_by_key(jz):
 
         # e: set lr=0.5 after confirmation; the acknowledgement lands in the status line
         tm.keys("e")
-        tm.wait_screen(r"KEY=VALUE \(Enter to send", "the KEY=VALUE prompt")
+        tm.wait_screen(r"KEY=VALUE\.\.\. \(Enter to send", "the KEY=VALUE prompt")
         tm.keys("lr=0.5", "Enter")
         tm.wait_screen(rf"set lr=0\.5 on trial {tid}\? \(y/n\)", "the confirmation question")
         tm.keys("y")
@@ -81,6 +81,15 @@ def test_watch_shows_the_running_trial_sets_and_stops_it_by_key(jz):
         jz.wait_for(lambda: jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' "
                                    "ORDER BY rowid DESC LIMIT 1", tid)[0][0] == 0.5, 30,
                     "the new lr in the trial's reports")
+
+        # a key the program does not accept: the refusal lands in the status line
+        tm.keys("e")
+        tm.wait_screen(r"KEY=VALUE\.\.\. \(Enter to send", "the KEY=VALUE prompt")
+        tm.keys("colour=5", "Enter")
+        tm.wait_screen(rf"set colour=5 on trial {tid}\? \(y/n\)", "the confirmation question")
+        tm.keys("y")
+        tm.wait_screen(rf"trial {tid}: set colour=5 failed: .*unknown parameter colour",
+                       "the refusal")
 
         # p then y pauses: acknowledged, shown as paused; r then y resumes
         tm.keys("p")
