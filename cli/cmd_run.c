@@ -108,6 +108,18 @@ static int s_check_no_controller(const char *db)
     return 0;
 }
 
+static int s_parse_slots(const char *text, int *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < 1 || v > 4096) {
+        cli_error("--slots: expected an integer from 1 to 4096, got \"%s\"", text);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 /* ---- progress ---- */
 
 static void s_progress(const json_t *st, int tty, long *last_done)
@@ -206,16 +218,10 @@ int cmd_run(int argc, char **argv)
         switch (c) {
         case 'd': dbflag = optarg; break;
         case 'l': logdir = optarg; break;
-        case 's': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 4096) {
-                cli_error("--slots: expected an integer from 1 to 4096, got \"%s\"", optarg);
+        case 's':
+            if (s_parse_slots(optarg, &slots) != 0)
                 return CLI_USAGE;
-            }
-            slots = (int)v;
             break;
-        }
         case 'h': fputs(s_run_usage, stdout); return CLI_OK;
         default: fputs(s_run_usage, stderr); return CLI_USAGE;
         }
@@ -420,16 +426,10 @@ int cmd_dispatcher(int argc, char **argv)
         case 'g': dc.gpus = optarg; break;
         case 'n': dc.name = optarg; break;
         case 'l': dc.log_dir = optarg; break;
-        case 's': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 4096) {
-                cli_error("--slots: expected an integer from 1 to 4096, got \"%s\"", optarg);
+        case 's':
+            if (s_parse_slots(optarg, &dc.slots) != 0)
                 return CLI_USAGE;
-            }
-            dc.slots = (int)v;
             break;
-        }
         case 'h': fputs(s_disp_usage, stdout); return CLI_OK;
         default: fputs(s_disp_usage, stderr); return CLI_USAGE;
         }
