@@ -75,9 +75,9 @@ row() { # label, flags...
 printf '%-46s %8s %8s\n' run test_acc time
 row "batch 128   SGD lr 0.05, poly decay" \
     --batch-size 128 --optimizer sgd --lr 0.05 --schedule poly
-row "batch 8192  SGD lr 0.05x64 (linear), warmup 2" \
+row "batch 8192  SGD lr 0.05x64 (linear), warmup 5" \
     --batch-size 8192 --optimizer sgd --lr 0.05 --lr-scaling linear --base-batch 128 \
-    --warmup-epochs 2 --schedule poly
-row "batch 8192  LARS lr ${LARS_LR:-10}, warmup 2, poly" \
-    --batch-size 8192 --optimizer lars --lr "${LARS_LR:-10}" --warmup-epochs 2 --schedule poly
+    --warmup-epochs 5 --schedule poly
+row "batch 8192  LARS lr ${LARS_LR:-20}, warmup 5, poly" \
+    --batch-size 8192 --optimizer lars --lr "${LARS_LR:-20}" --warmup-epochs 5 --schedule poly
 echo "   goal: LARS at 8192 within 2 points of batch 128; SGD at 8192 well short"
