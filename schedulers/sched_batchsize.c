@@ -28,9 +28,13 @@
     twice. The numbers behind each decision travel in the instruction's
     args ("decision") and reason, so they land in the events table.
 
-    lr0 is the trial's `lr` param, else option `lr`, else the first `lr`
-    the trial reports; B0 its `batch_size` param, else the first
-    batch_size it reports. State (EMAs, throughput table, ramp) is saved.
+    lr0 is option `lr` if given, else the last `lr` the trial reported
+    before the first change (with jizhi-train: its peak rate once any
+    --warmup-epochs are over; give `lr` when the trainer's schedule decays
+    the rate early); B0 is the first batch_size the trial reports. (Both
+    come from the reports, not from suggest: the controller passes suggest
+    the trial's number, on_metric its id.) State (EMAs, throughput table,
+    ramp) is saved.
 */
 #include "sched.h"
 
@@ -389,16 +393,6 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
         json_object_set_new(p, sp->name, spec_param_from_unit(sp, sched_rng_uniform(&rng)));
     }
     self->count++;
-    bs_trial *t = s_trial(self, trial_id, 1);
-    if (t) {
-        json_t *b = json_object_get(p, "batch_size"), *lr = json_object_get(p, "lr");
-        if (json_is_number(b))
-            t->b0 = t->b = json_number_value(b);
-        if (json_is_number(lr))
-            t->lr0 = t->lr_sent = json_number_value(lr);
-        else if (!isnan(self->lr_opt))
-            t->lr0 = t->lr_sent = self->lr_opt;
-    }
     *params = p;
     return SCHED_OK;
 }
@@ -419,8 +413,8 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
             t->b0 = value;
         t->b = value;
     } else if (!strcmp(metric, "lr")) {
-        if (isnan(t->lr0))
-            t->lr0 = t->lr_sent = value;
+        if (isnan(self->lr_opt) && t->decisions == 0 && value > 0)
+            t->lr0 = t->lr_sent = value; /* the rate in force before the first change */
     } else if (!strcmp(metric, "samples_per_s") || !strcmp(metric, "step_time_s")) {
         if (t->skip_tp)
             t->skip_tp = 0;

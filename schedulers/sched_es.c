@@ -17,8 +17,9 @@
     and the trial is stopped when v is strictly worse than the cutoff
     ("not in the top 1/η"). A rung with no earlier value lets it pass.
     Then v is recorded at the rung either way. A point that jumps over
-    several rungs is judged at each, lowest first. A trial whose resource
-    reaches `max_resource` is stopped there ("reached max_resource").
+    several rungs is judged at each, lowest first. `max_resource` is the
+    resource a full trial gets: no rung at or above it (the trial's own
+    budget ends it, so it completes rather than being stopped).
 
     median - the median stopping rule (Golovin et al. 2017, Vizier): at a
     point (r, v) with r >= `grace` (default 1), the trial is stopped when
@@ -200,11 +201,6 @@ static int s_asha_point(sched_es *self, es_trial *t, double r, double v, char *r
                      self->resource, s_rung_at(self, k), v, self->eta, cutoff);
             return 1;
         }
-    }
-    if (self->max_resource > 0 && r >= self->max_resource * (1 - tol)) {
-        snprintf(reason, rsize, "asha: reached max_resource (%s %g)", self->resource,
-                 self->max_resource);
-        return 1;
     }
     return 0;
 }

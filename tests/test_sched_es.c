@@ -195,7 +195,9 @@ TEST(asha_save_restore_at_every_point_gives_the_same_decisions)
 /* mode min, eta 2, grace 2 on resource "step", max_resource 8: rungs at
    steps 2, 4 (not 8). Rung 0: t1 1.0 first; t2 0.5 vs [1.0] q=1/2 -> 1.0
    continues; t3 2.0 vs [0.5 1.0] -> 0.75 stopped. Rung 1: t1 0.9 first,
-   t2 0.4 continues. t2 reaches step 8: stopped at max_resource. */
+   t2 0.4 continues. t4 first reports at step 8, past both rungs: judged
+   at rung 0 first, 5.0 vs [0.5 1 2] -> 1: stopped. t5 0.1 at step 8 passes
+   rungs 0 and 1, and there is no rung at max_resource 8. */
 TEST(asha_mode_min_step_resource_and_max_resource)
 {
     spec_t *sp = s_spec("min", "{\"type\":\"asha\",\"resource\":\"step\",\"grace\":2,"
@@ -205,12 +207,12 @@ TEST(asha_mode_min_step_resource_and_max_resource)
         {1, 1, "acc", 3.0, 0}, {1, 2, "acc", 1.0, 0}, {2, 2, "acc", 0.5, 0},
         {3, 2, "acc", 2.0, 0}, {3, 3, "acc", 0.1, 0}, {1, 4, "acc", 0.9, 0},
         {2, 4, "acc", 0.4, 0}, {2, 7, "acc", 0.3, 0}, {2, 8, "acc", 0.3, 0},
-        {2, 9, "acc", 0.3, 0},
+        {2, 9, "acc", 0.3, 0}, {4, 8, "acc", 5.0, 0}, {5, 8, "acc", 0.1, 0},
     };
     char out[2048];
     sched_t *m = s_play(sp, evs, (int)(sizeof evs / sizeof evs[0]), -1, out, sizeof out);
     CHECK_STR(out, "3:stop:asha: rung 0 (step 2): 2 not in top 1/2 (cutoff 0.75);"
-                   "2:stop:asha: reached max_resource (step 8);");
+                   "4:stop:asha: rung 0 (step 2): 5 not in top 1/2 (cutoff 1);");
     sched_destroy(&m);
     spec_destroy(&sp);
 }
