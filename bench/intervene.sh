@@ -60,7 +60,10 @@ if [ "$n" -lt "$TRIALS" ]; then
 fi
 echo "jizhi intervene: $TRIALS running trials polling every $BENCH_POLL_MS ms, $(nproc) CPUs"
 # shellcheck disable=SC2086
-"$BUILD/bench/intervene_driver" --controller "$ep" --requests "$REQUESTS" $ids
+seq_out=$("$BUILD/bench/intervene_driver" --controller "$ep" --requests "$REQUESTS" $ids)
+echo "$seq_out"
+echo "$seq_out" | sed -E 's/.*p99 ([0-9.]+) ms, max.*/\1/' |
+    awk '{printf "goal p99 <= 50 ms: %s (%.2f ms)\n", ($1 <= 50 ? "met" : "NOT met"), $1}'
 # shellcheck disable=SC2086
 "$BUILD/bench/intervene_driver" --controller "$ep" --requests "$REQUESTS" --concurrency 10 $ids
 # real commands: process start, endpoint lookup, request, acknowledgement
