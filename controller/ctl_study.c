@@ -311,10 +311,118 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
              t->row.number, reason, t->row.attempt + 1);
 }
 
+/* ---- restart-from-checkpoint fallback ----
+
+   A `load` (PBT exploit, guard rollback) reaches a program only when it
+   polls. When one is not acknowledged within load_timeout_s (the pbt
+   scheduler's option, else the guard's; default 60 s, 0 = never), the
+   instruction is resolved as not applied, the trial's process is killed
+   through its dispatcher, and when it has exited the same trial starts
+   as its next attempt with JIZHI_LOAD_CHECKPOINT=path; its params are
+   already the load's new generation. Recorded as a
+   `restart_from_checkpoint` event. The pending restarts live in memory:
+   a controller restarted in between handles the exit as a normal one. */
+
+#define LOAD_TIMEOUT_DEFAULT_S 60.0
+
+typedef struct {
+    const ctl_t *c; /* NULL: free slot */
+    long trial;
+    char path[1024];
+} s_restart_entry;
+
+static s_restart_entry s_restarts[64];
+
+static double s_load_timeout(const ctl_study *s)
+{
+    json_t *v = NULL;
+    if (!strcmp(s->spec->sched_type, "pbt"))
+        v = json_object_get(s->spec->sched_opts, "load_timeout_s");
+    if (!v && s->spec->guard)
+        v = json_object_get(s->spec->guard, "load_timeout_s");
+    return json_is_number(v) ? json_number_value(v) : LOAD_TIMEOUT_DEFAULT_S;
+}
+
+static s_restart_entry *s_restart_find(const ctl_t *c, long trial)
+{
+    for (size_t i = 0; i < sizeof s_restarts / sizeof s_restarts[0]; i++)
+        if (s_restarts[i].c == c && s_restarts[i].trial == trial)
+            return &s_restarts[i];
+    return NULL;
+}
+
+/* Called per active trial each tick: starts the fallback for a load
+   that waited too long. */
+static void s_load_fallback(ctl_t *c, ctl_study *s, ctl_trial *t, double now)
+{
+    double limit = s_load_timeout(s);
+    if (limit <= 0 || t->stop_requested || !t->disp || s_restart_find(c, t->row.id))
+        return;
+    for (size_t i = 0; i < c->ninstrs; i++) {
+        ctl_instr *in = &c->instrs[i];
+        const char *kind = json_string_value(json_object_get(in->msg, "kind"));
+        const char *path = json_string_value(json_object_get(in->msg, "path"));
+        if (in->trial_id != t->row.id || now - in->sent < limit || !kind || strcmp(kind, "load") ||
+            !path || strlen(path) >= sizeof s_restarts[0].path)
+            continue;
+        s_restart_entry *e = s_restart_find(NULL, 0);
+        if (!e || ctl__txn(c) != 0)
+            return;
+        e->c = c;
+        e->trial = t->row.id;
+        snprintf(e->path, sizeof e->path, "%s", path);
+        json_t *detail = json_pack("{s:s, s:I, s:O?, s:f}", "path", path, "instruction",
+                                   (json_int_t)in->id, "from", json_object_get(in->msg, "from"),
+                                   "timeout_s", limit);
+        char why[160];
+        snprintf(why, sizeof why, "not acknowledged within %g s: restarting the trial from the "
+                                  "checkpoint", limit);
+        ctl__instr_done(c, in->id, 0, why); /* `in` is gone after this */
+        store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller",
+                        "restart_from_checkpoint", detail, 1);
+        json_decref(detail);
+        ctl__send(c, &t->disp->peer,
+                  json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial", (json_int_t)t->row.id,
+                            "attempt", (json_int_t)t->row.attempt, "reason",
+                            "restart from a checkpoint (load not acknowledged)"));
+        t->kill_sent = 1;
+        log_info("ctl", "study %s trial %ld: load not acknowledged within %g s; restarting it from %s",
+                 s->row.name, t->row.number, limit, e->path);
+        return;
+    }
+}
+
+/* At the trial's exit: 1 when it was killed for a restart, now pending
+   as its next attempt. A run that completed before the kill stands. */
+static int s_restart_exited(ctl_t *c, ctl_trial *t, const char *how, long code)
+{
+    s_restart_entry *e = s_restart_find(c, t->row.id);
+    if (!e)
+        return 0;
+    if (!strcmp(how, "exited") && code == 0 && !isnan(s_result(t))) {
+        memset(e, 0, sizeof *e);
+        return 0;
+    }
+    s_retry(c, t, "restart from a checkpoint (load not acknowledged)");
+    return 1;
+}
+
+/* At the trial's start: the checkpoint its restart loads, if any. */
+static void s_restart_env(ctl_t *c, ctl_trial *t, json_t *env)
+{
+    s_restart_entry *e = s_restart_find(c, t->row.id);
+    if (!e)
+        return;
+    json_object_set_new(env, "JIZHI_LOAD_CHECKPOINT", json_string(e->path));
+    memset(e, 0, sizeof *e);
+}
+
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const char *message)
 {
     if (s_is_ended(t) || !strcmp(t->row.state, "pending"))
         return; /* a repeated report */
+    if (s_restart_exited(c, t, how, code))
+        return;
     snprintf(t->row.exit_how, sizeof t->row.exit_how, "%s", how);
     t->row.exit_code = code;
     char reason[256];
@@ -506,6 +614,7 @@ static void s_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
     json_object_set_new(env, "JIZHI_TOKEN", json_string(t->row.token));
     json_object_set_new(env, "JIZHI_PARAMS", json_string(params));
     json_object_set_new(env, "JIZHI_CHECKPOINT_DIR", json_string(ckpt));
+    s_restart_env(c, t, env);
     free(params);
     json_t *msg = json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:f, s:I}", "type", "start", "trial",
                             (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt, "study",
@@ -593,6 +702,7 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
             }
             if (time_over && !t->stop_requested)
                 ctl__trial_stop(c, t, "controller", "study time budget used up");
+            s_load_fallback(c, s, t, now);
             if (t->stop_requested && !t->kill_sent && now - t->stop_sent > STOP_GRACE_S &&
                 t->disp) {
                 ctl__send(c, &t->disp->peer,
