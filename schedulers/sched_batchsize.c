@@ -67,6 +67,7 @@ typedef struct {
     bs_tp tp[BS_MAX_TP];  /* throughput table */
     int ntp;
     int skip_tp;          /* drop the first throughput report after a change */
+    int pend_b;           /* a set batch_size not yet seen in the reports */
     long last_change;     /* step of the last decision (0 at start) */
     int ramp;             /* lr warmup in progress */
     double ramp_from, ramp_to;
@@ -338,6 +339,7 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     int k = 0;
     s_set(&out[k++], t->id, "batch_size", json_integer((json_int_t)best_b), d, reason);
     t->b = best_b;
+    t->pend_b = 1;
     t->last_change = step;
     t->skip_tp = 1;
     t->decisions++;
@@ -411,13 +413,21 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     if (!strcmp(metric, "batch_size") && value > 0) {
         if (isnan(t->b0))
             t->b0 = value;
-        t->b = value;
+        /* reports already in flight still show the old size: wait for the new
+           one (or, if the trial never takes it, believe the reports after ten
+           intervals; a fast trial can be that far ahead of its reports) */
+        if (!t->pend_b || value == t->b || step >= t->last_change + 10 * self->interval) {
+            t->pend_b = 0;
+            t->b = value;
+        }
     } else if (!strcmp(metric, "lr")) {
         if (isnan(self->lr_opt) && t->decisions == 0 && value > 0)
             t->lr0 = t->lr_sent = value; /* the rate in force before the first change */
     } else if (!strcmp(metric, "samples_per_s") || !strcmp(metric, "step_time_s")) {
-        if (t->skip_tp)
-            t->skip_tp = 0;
+        if (t->pend_b)
+            ; /* measured at the old size */
+        else if (t->skip_tp)
+            t->skip_tp = 0; /* a window that straddles the change */
         else if (!isnan(t->b) && value > 0)
             s_tp_add(t, t->b, metric[1] == 'a' ? t->b / value : value);
     } else if (!strcmp(metric, "grad_sqnorm_small")) {
@@ -484,13 +494,13 @@ static json_t *s_save(sched_t *s)
             json_array_append_new(tp, json_pack("[f,f,I]", t->tp[j].b, t->tp[j].tsum,
                                                  (json_int_t)t->tp[j].n));
         json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o, s:I, s:i, s:[o,o,o,o], s:o, s:o, s:I,"
-                              " s:o, s:b, s:I, s:b, s:o, s:o, s:I, s:I, s:I}",
+                              " s:o, s:i, s:I, s:b, s:o, s:o, s:I, s:I, s:I}",
                               "id", (json_int_t)t->id, "b0", s_num(t->b0), "lr0", s_num(t->lr0),
                               "b", s_num(t->b), "lr_sent", s_num(t->lr_sent), "pstep",
                               (json_int_t)t->pstep, "have", t->have, "p", s_num(t->p.gs),
                               s_num(t->p.gb), s_num(t->p.bs), s_num(t->p.bb), "ema_g2",
                               s_num(t->ema_g2), "ema_tr", s_num(t->ema_tr), "nmeas",
-                              (json_int_t)t->nmeas, "tp", tp, "skip_tp", t->skip_tp,
+                              (json_int_t)t->nmeas, "tp", tp, "flags", t->skip_tp * 2 + t->pend_b,
                               "last_change", (json_int_t)t->last_change, "ramp", t->ramp,
                               "ramp_from", s_num(t->ramp_from), "ramp_to", s_num(t->ramp_to),
                               "ramp_start", (json_int_t)t->ramp_start, "ramp_last",
@@ -546,7 +556,9 @@ static int s_restore(sched_t *s, const json_t *state)
             t->tp[t->ntp++] = (bs_tp){json_number_value(b), json_number_value(ts),
                                       (long)json_integer_value(n)};
         }
-        t->skip_tp = json_is_true(json_object_get(o, "skip_tp"));
+        int sk = (int)json_integer_value(json_object_get(o, "flags")); /* skip_tp, pend_b */
+        t->skip_tp = sk >> 1 & 1;
+        t->pend_b = sk & 1;
         t->last_change = (long)json_integer_value(json_object_get(o, "last_change"));
         t->ramp = json_is_true(json_object_get(o, "ramp"));
         t->ramp_from = s_get(o, "ramp_from");

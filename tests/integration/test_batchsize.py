@@ -1,0 +1,151 @@
+"""The batch-size scheduler end to end: `jizhi run` over gns_trial.py (a
+fake trial with a known B_simple, |G|^2 = 1, and step time 0.002 + 2e-5 B)
+and over jizhi-train on a tiny synthetic dataset; and `jizhi
+batchsize-eval` (the critical-batch-size mode) from a command, a log and
+a stored trial."""
+import json
+import math
+import os
+import subprocess
+
+from conftest import JIZHI, PROGS
+
+ALPHA, BETA, B0, LR0 = 0.002, 2e-5, 32, 0.1
+
+
+def goodput(b, bsimple):
+    return b / (ALPHA + BETA * b) * (bsimple + B0) / (bsimple + b)
+
+
+def gns_spec(name, trials=2, **env):
+    e = {"STEPS": "800", "D": "5000", "B_SIMPLE": "1000", "SLEEP": "0.001",
+         "ALPHA": str(ALPHA), "BETA": str(BETA)}
+    e.update(env)
+    return {
+        "name": name,
+        "objective": {"metric": "val_acc", "mode": "max"},
+        "scheduler": {"type": "batchsize", "seed": 1, "min": 16, "max": 1024,
+                      "interval": 100, "warmup": 50},
+        "budget": {"trials": trials, "parallel": 2},
+        "space": {"lr": {"type": "float", "low": LR0, "high": LR0},
+                  "batch_size": {"type": "int", "low": B0, "high": B0}},
+        "trial": {"command": ["python3", os.path.join(PROGS, "gns_trial.py")],
+                  "timeout_s": 60, "retries": 0, "env": e},
+    }
+
+
+def decisions(jz, tid):
+    rows = jz.sql("SELECT detail, applied FROM events WHERE kind='instruction' AND who='batchsize'"
+                  " AND trial_id=? ORDER BY id", tid)
+    return [(json.loads(d), a) for d, a in rows]
+
+
+def series(jz, tid, name):
+    return jz.sql("SELECT step, value FROM metrics WHERE trial_id=? AND name=? ORDER BY step",
+                  tid, name)
+
+
+def test_batchsize_scheduler_on_a_known_noise_scale(jz):
+    # by hand: with B_simple = 1000 the goodput-best power of two is 256
+    cands = [2 ** k for k in range(4, 11)]
+    assert max(cands, key=lambda b: goodput(b, 1000)) == 256
+    p = jz.run("run", jz.write_spec(gns_spec("bs")), check=0)
+    assert "2 completed" in p.stdout
+    for (tid,) in jz.sql("SELECT id FROM trials"):
+        dec = decisions(jz, tid)
+        sets = [(d, a) for d, a in dec if d["name"] == "batch_size"]
+        assert sets, "the scheduler changed the batch size"
+        prev = B0
+        for d, applied in sets:
+            x = d["decision"]
+            assert applied == 1
+            assert d["reason"].startswith("batchsize: B_simple")
+            assert 400 < x["b_simple"] < 2500  # the estimate of 1000, from noisy norms
+            assert x["from"] == prev and x["b0"] == B0
+            # the pick maximises goodput under the fitted model among powers of two
+            alpha, beta, bs = x["alpha"], x["beta"], x["b_simple"]
+            g = {b: b / (alpha + beta * b) * (bs + B0) / (bs + b) for b in cands}
+            assert d["value"] == max(g, key=g.get)
+            assert x["goodput_gain"] >= 1.05
+            # AdaScale: lr0 * (s2 + 1)/(s2/S + 1), s2 = B_simple/B0, S = B/B0
+            s2, S = bs / B0, d["value"] / B0
+            assert math.isclose(x["lr"], LR0 * (s2 + 1) / (s2 / S + 1), rel_tol=1e-9)
+            prev = d["value"]
+        # the trial ran at exactly the sizes it was told, in order
+        sizes = []
+        for _, v in series(jz, tid, "batch_size"):
+            if not sizes or sizes[-1] != v:
+                sizes.append(v)
+        assert sizes == [B0] + [d["value"] for d, _ in sets]
+        assert sizes[-1] in (128, 256, 512)
+        # a raised rate is warmed up by rising `set lr`, ending at the decision's lr
+        lrs = [d for d, _ in dec if d["name"] == "lr"]
+        assert len(lrs) >= 2 * len(sets)
+        last = sets[-1][0]["decision"]["lr"]
+        assert math.isclose(lrs[-1]["value"], last, rel_tol=1e-12)
+        assert math.isclose(series(jz, tid, "lr")[-1][1], last, rel_tol=1e-12)
+    # the critical-batch-size mode reads a stored trial too
+    out = jz.run("batchsize-eval", "--trial", "1", "--json", check=0).stdout
+    r = json.loads(out)
+    assert 400 < r["b_simple"] < 2500 and r["measurements"] >= 40
+
+
+def test_batchsize_eval_estimates_the_critical_batch(jz):
+    env = dict(jz.env, JIZHI_PARAMS='{"batch_size": 256}', B_SIMPLE="200", D="5000",
+               STEPS="400", SEED="3")
+    cmd = ["python3", os.path.join(PROGS, "gns_trial.py")]
+    p = subprocess.run([JIZHI, "batchsize-eval", "--json", "--quiet", "--", *cmd], cwd=jz.dir,
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["measurements"] == 40 and r["batch_big"] == 256 and r["batch_small"] == 128
+    assert abs(r["b_simple"] - 200) < 0.25 * 200
+    assert r["lo"] < 200 < r["hi"]
+    # the same run saved as a log gives the same numbers
+    log = os.path.join(jz.dir, "run.log")
+    with open(log, "w") as f:
+        subprocess.run(cmd, cwd=jz.dir, env=env, stderr=f, timeout=60, check=True)
+    p2 = jz.run("batchsize-eval", "--log", log, "--json", check=0)
+    assert json.loads(p2.stdout) == r
+    # text output and errors
+    p3 = jz.run("batchsize-eval", "--log", log, check=0)
+    assert "critical batch size" in p3.stdout and "95% confidence interval" in p3.stdout
+    empty = os.path.join(jz.dir, "empty.log")
+    open(empty, "w").close()
+    p4 = jz.run("batchsize-eval", "--log", empty)
+    assert p4.returncode == 1 and "need at least 2" in p4.stderr
+    assert jz.run("batchsize-eval").returncode == 2
+    assert jz.run("batchsize-eval", "--conf", "2", "--log", log).returncode == 2
+    assert "usage: jizhi batchsize-eval" in jz.run("batchsize-eval", "--help", check=0).stdout
+
+
+def test_batchsize_scheduler_drives_jizhi_train(jz):
+    """Mechanics on the real trainer: decisions reach it, it applies them
+    (its own batch_size metric shows each), and the rates follow AdaScale."""
+    spec = {
+        "name": "bs-train",
+        "objective": {"metric": "val_acc", "mode": "max"},
+        "scheduler": {"type": "batchsize", "seed": 1, "min": 32, "max": 512, "interval": 40,
+                      "warmup": 10, "min_measurements": 2, "min_gain": 0},
+        "budget": {"trials": 1, "parallel": 1},
+        "space": {"lr": {"type": "float", "low": 0.05, "high": 0.05},
+                  "batch_size": {"type": "int", "low": 512, "high": 512}},
+        "trial": {"command": ["jizhi-train", "--dataset", "synthetic", "--synthetic-n", "12000",
+                              "--val-size", "500", "--hidden", "256,256", "--epochs", "8",
+                              "--log-every", "5", "--threads", "1", "--quiet"],
+                  "timeout_s": 60, "retries": 0},
+    }
+    jz.run("run", jz.write_spec(spec), check=0)
+    (tid,) = jz.sql("SELECT id FROM trials")[0]
+    dec = decisions(jz, tid)
+    sets = [d for d, a in dec if d["name"] == "batch_size" and a == 1]
+    # starting at the top of [32, 512], any B_simple below a few thousand moves it down
+    assert sets, dec
+    # each applied size shows in the trainer's own batch_size metric
+    seen = {v for _, v in series(jz, tid, "batch_size")}
+    assert {d["value"] for d in sets} <= seen
+    for d in sets:
+        x = d["decision"]
+        assert 32 <= d["value"] <= 512 and x["b_simple"] > 0 and x["b0"] == 512
+        s2, S = x["b_simple"] / 512, d["value"] / 512
+        assert math.isclose(x["lr"], 0.05 * (s2 + 1) / (s2 / S + 1), rel_tol=1e-9)
