@@ -143,6 +143,33 @@ long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
     return id;
 }
 
+/* What an applied instruction changes in the trial's persisted state: a
+   `set` is a new params generation, `pause`/`resume` its state. */
+static void s_instr_applied(ctl_t *c, const ctl_instr *in)
+{
+    ctl_trial *t = ctl__trial_by_id(c, in->trial_id);
+    const char *kind = json_string_value(json_object_get(in->msg, "kind"));
+    if (!t || !kind || ctl__txn(c) != 0)
+        return;
+    if (!strcmp(kind, "set")) {
+        const char *name = json_string_value(json_object_get(in->msg, "name"));
+        json_t *value = json_object_get(in->msg, "value");
+        if (!name || !value)
+            return;
+        json_object_set(t->row.params, name, value);
+        if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1, t->row.parent,
+                                   t->row.params) == 0)
+            t->row.generation++;
+    } else if (!strcmp(kind, "pause") && !strcmp(t->row.state, "running")) {
+        snprintf(t->row.state, sizeof t->row.state, "paused");
+    } else if (!strcmp(kind, "resume") && !strcmp(t->row.state, "paused")) {
+        snprintf(t->row.state, sizeof t->row.state, "running");
+    } else {
+        return;
+    }
+    ctl__save_trial(c, t);
+}
+
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
 {
     for (size_t i = 0; i < c->ninstrs; i++) {
@@ -152,6 +179,8 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
         double latency = wire_now() - in->sent;
         if (ctl__txn(c) == 0)
             store_event_resolve(c->store, id, applied, latency, detail);
+        if (applied)
+            s_instr_applied(c, in);
         if (in->waiter.len) {
             json_t *r = applied ? wire_ok(in->waiter_req)
                                 : wire_error(in->waiter_req, "refused", "the trial refused: %s",
@@ -181,7 +210,7 @@ static void s_instr_expire(ctl_t *c)
 {
     for (size_t i = 0; i < c->ninstrs;) {
         ctl_trial *t = ctl__trial_by_id(c, c->instrs[i].trial_id);
-        if (!t || (strcmp(t->row.state, "running") && strcmp(t->row.state, "starting"))) {
+        if (!t || !ctl__trial_active(t)) {
             ctl__instr_done(c, c->instrs[i].id, 0, "the trial has ended");
             continue; /* the slot now holds another instruction */
         }

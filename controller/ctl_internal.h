@@ -18,6 +18,7 @@
 #include "../store/store.h"
 
 #include <jansson.h>
+#include <string.h>
 
 typedef struct ctl_study ctl_study;
 typedef struct ctl_disp ctl_disp;
@@ -92,6 +93,13 @@ struct ctl {
     ctl_out *outbox;
     size_t nout, out_cap;
 };
+
+/* 1 while the trial's process is meant to be alive. */
+static inline int ctl__trial_active(const ctl_trial *t)
+{
+    return !strcmp(t->row.state, "starting") || !strcmp(t->row.state, "running") ||
+           !strcmp(t->row.state, "paused");
+}
 
 /* ---- ctl.c ---- */
 /* Opens the iteration's transaction if needed. 0 or -1. */

@@ -32,11 +32,6 @@ static int s_valid_metric(const char *s)
     return n < 64;
 }
 
-static int s_is_active(const ctl_trial *t)
-{
-    return !strcmp(t->row.state, "starting") || !strcmp(t->row.state, "running");
-}
-
 /* Authenticates a trial message: the trial exists and the token matches. */
 static ctl_trial *s_auth(ctl_t *c, const wire_peer *from, const json_t *msg, long req)
 {
@@ -100,7 +95,7 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         ctl__send(c, from, wire_ok(req));
         return;
     }
-    if (!s_is_active(t)) {
+    if (!ctl__trial_active(t)) {
         s_reply_error(c, from, req, "bad_state", "the trial has ended; metrics refused");
         return;
     }
@@ -184,7 +179,7 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
     json_t *e;
     json_array_foreach(running, i, e) {
         ctl_trial *t = ctl__trial_by_id(c, (long)json_integer_value(json_object_get(e, "trial")));
-        if (t && s_is_active(t) &&
+        if (t && ctl__trial_active(t) &&
             json_integer_value(json_object_get(e, "attempt")) == t->row.attempt) {
             t->last_heard = now;
             if (!t->disp) {
@@ -199,7 +194,7 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
     for (size_t s = 0; s < c->nstudies; s++)
         for (size_t k = 0; k < c->studies[s]->ntrials; k++) {
             ctl_trial *t = c->studies[s]->trials[k];
-            if (!s_is_active(t) || strcmp(t->row.dispatcher, d->name))
+            if (!ctl__trial_active(t) || strcmp(t->row.dispatcher, d->name))
                 continue;
             int listed = 0;
             json_array_foreach(running, i, e)
@@ -327,7 +322,7 @@ static void s_started(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     ctl_trial *t = s_reported_trial(c, from, msg, req);
     if (!t)
         return;
-    if (s_is_active(t)) {
+    if (ctl__trial_active(t)) {
         long pid = 0;
         char err[64];
         wire_get_long(msg, "pid", &pid, err, sizeof err);
@@ -451,7 +446,7 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
         s_reply_error(c, from, req, "unknown_trial", err);
         return;
     }
-    if (!s_is_active(t) && !(strcmp(kind, "stop") == 0 && !strcmp(t->row.state, "pending"))) {
+    if (!ctl__trial_active(t) && !(strcmp(kind, "stop") == 0 && !strcmp(t->row.state, "pending"))) {
         snprintf(err, sizeof err, "trial %ld is %s, not running", id, t->row.state);
         s_reply_error(c, from, req, "bad_state", err);
         return;

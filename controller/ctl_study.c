@@ -18,11 +18,6 @@
 
 #define STOP_GRACE_S 10.0 /* after a stop instruction, kill the process */
 
-static int s_is_active(const ctl_trial *t)
-{
-    return !strcmp(t->row.state, "starting") || !strcmp(t->row.state, "running");
-}
-
 static int s_is_ended(const ctl_trial *t)
 {
     return !strcmp(t->row.state, "completed") || !strcmp(t->row.state, "failed") ||
@@ -454,7 +449,7 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const
 
 void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
 {
-    if (!s_is_active(t))
+    if (!ctl__trial_active(t))
         return;
     snprintf(t->row.exit_how, sizeof t->row.exit_how, "lost");
     if (t->stop_requested) {
@@ -495,7 +490,7 @@ static void s_apply(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *ins, int k
 {
     for (int j = 0; j < k; j++) {
         ctl_trial *target = ctl__trial_by_id(c, ins[j].trial);
-        if (target && s_is_active(target) && target->study == s && ctl__txn(c) == 0) {
+        if (target && ctl__trial_active(target) && target->study == s && ctl__txn(c) == 0) {
             if (!strcmp(ins[j].kind, "stop"))
                 ctl__trial_stop(c, target, by->ops->name, ins[j].reason);
             else if (strcmp(ins[j].kind, "load") || s_new_generation(c, target, ins[j].args) == 0)
@@ -558,7 +553,7 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
 
 void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason)
 {
-    if (!s_is_active(t) && strcmp(t->row.state, "pending"))
+    if (!ctl__trial_active(t) && strcmp(t->row.state, "pending"))
         return;
     if (!strcmp(t->row.state, "pending")) {
         t->stop_requested = 1;
@@ -695,7 +690,7 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
     int time_over = s_time_over(s);
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
-        if (s_is_active(t)) {
+        if (ctl__trial_active(t)) {
             if (now - t->last_heard > c->lost_timeout) {
                 ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
                 continue;
@@ -777,7 +772,7 @@ void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who)
     if (strcmp(s->row.state, "running") || ctl__txn(c) != 0)
         return;
     for (size_t i = 0; i < s->ntrials; i++)
-        if (s_is_active(s->trials[i]))
+        if (ctl__trial_active(s->trials[i]))
             ctl__trial_stop(c, s->trials[i], who, "study stopped");
     snprintf(s->row.state, sizeof s->row.state, "stopped");
     store_study_set_state(c->store, s->row.id, "stopped", wire_wall());
@@ -813,7 +808,7 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
             done++;
         if (!strcmp(t->row.state, "failed"))
             failed++;
-        if (s_is_active(t))
+        if (ctl__trial_active(t))
             running++;
         if (!strcmp(t->row.state, "pending"))
             pending++;

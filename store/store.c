@@ -343,7 +343,7 @@ json_t *store_study_list(store_t *s)
 {
     sqlite3_stmt *st = s_prepare(
         s, "SELECT s.id, s.name, s.state, s.created, s.finished, COUNT(t.id),"
-           " SUM(t.state='completed'), SUM(t.state='failed'), SUM(t.state IN ('running','starting')),"
+           " SUM(t.state='completed'), SUM(t.state='failed'), SUM(t.state IN ('running','starting','paused')),"
            " json_extract(s.spec, '$.budget.trials')"
            " FROM studies s LEFT JOIN trials t ON t.study_id = s.id GROUP BY s.id ORDER BY s.id");
     if (!st)

@@ -48,6 +48,11 @@ def test_trial_set_changes_lr_at_the_next_step_and_is_acknowledged(jz):
         before = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' AND step<=?",
                         tid, ack_step - 1)
         assert before and all(v < 0.11 for (v,) in before)
+        # the applied value is the trial's param now: a new params generation
+        (gen,) = jz.sql("SELECT generation FROM trials WHERE id=?", tid)[0]
+        assert gen == 1
+        assert jz.sql("SELECT value FROM params WHERE trial_id=? AND generation=1 AND name='lr'",
+                      tid) == [("0.5",)]
         # an unknown key is refused by the program, with its reason
         p = jz.run("trial", "set", str(tid), "colour=5")
         assert p.returncode == 1 and "unknown parameter colour" in p.stderr
@@ -76,12 +81,14 @@ def test_pause_and_resume_hold_the_trial(jz):
         jz.run("study", "submit", jz.write_spec(live_spec("pause")), check=0)
         tid = running_trial(jz)
         jz.run("trial", "pause", str(tid), check=0)
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid) == [("paused",)]
         time.sleep(0.3)  # let a step in flight land
         (s1,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
         time.sleep(1.0)
         (s2,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
         assert s1 == s2, "a paused trial made progress"
         jz.run("trial", "resume", str(tid), check=0)
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid) == [("running",)]
         jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0]
                     > s2, 30, "progress after resume")
         jz.run("trial", "stop", str(tid), check=0)
