@@ -150,6 +150,12 @@ bench: deps
 bench-intervene: all $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/intervene.sh
 
+# Schedulers acting on running trials against their baselines (bench/schedulers.sh
+# runs each bench/schedulers_<part>.* in turn). BENCH_SCHED_ARGS="--quick" for a short run.
+.PHONY: bench-schedulers
+bench-schedulers: all
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/schedulers.sh $(BENCH_SCHED_ARGS)
+
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')
 

@@ -64,7 +64,7 @@ def test_pbt_exploits_live_with_lineage(jz):
     # every instruction is applied, except one that reached a trial which
     # had just finished its run
     def ok(e):
-        return e["applied"] == 1 or "ended" in (e["result"] or "")
+        return e["applied"] == 1 or any(w in (e["result"] or "") for w in ("ended", "closed"))
     assert all(ok(e) for e in loads + ckpts), [e for e in loads + ckpts if not ok(e)]
     assert sum(e["applied"] == 1 for e in loads) >= 1
     assert sum(e["applied"] == 1 for e in ckpts) >= 1
@@ -106,7 +106,7 @@ def test_pbt_exploits_live_with_lineage(jz):
     # trial show lists the lineage
     (tid, _, parent) = gens[0]
     show = json.loads(jz.run("trial", "show", str(tid), "--json", check=0).stdout)
-    assert show.get("parent") == parent or parent in json.dumps(show)
+    assert show.get("parent") == parent, show
 
 
 def test_pb2_runs(jz):
@@ -139,7 +139,8 @@ def test_guard_rolls_back_planted_spike(jz):
     assert abs(e["detail"]["params"]["lr"] - 0.25) < 1e-9
     ck = instructions(jz, "guard-formula", "checkpoint")
     assert sum(c["applied"] == 1 for c in ck) >= 3
-    assert all(c["applied"] == 1 or "ended" in (c["result"] or "") for c in ck)
+    assert all(c["applied"] == 1 or any(w in (c["result"] or "") for w in ("ended", "closed"))
+               for c in ck)
     rows = jz.sql("SELECT generation, value FROM params WHERE trial_id = ? AND name = 'lr' "
                   "ORDER BY generation", tid)
     assert [g for g, _ in rows] == [0, 1]
@@ -164,7 +165,7 @@ def test_restart_fallback_for_a_program_that_does_not_poll(jz):
     # donors checkpoint on their own every 5 steps; nobody polls, so each
     # load times out and the trial is restarted from the checkpoint
     spec = formula_spec("pbt-nopoll", {"type": "pbt", "seed": 5, "interval": 10,
-                                       "load_timeout_s": 1}, trials=2, parallel=2)
+                                       "load_timeout_s": 2}, trials=2, parallel=2)
     spec["trial"]["env"] = {"FORMULA_STEPS": "80", "FORMULA_STEP_S": "0.05", "FORMULA_NOPOLL": "1",
                             "FORMULA_CKPT_EVERY": "5"}
     p = jz.run("run", jz.write_spec(spec), timeout=120)
@@ -176,14 +177,18 @@ def test_restart_fallback_for_a_program_that_does_not_poll(jz):
         (attempt, state) = jz.sql("SELECT attempt, state FROM trials WHERE id = ?", tid)[0]
         assert attempt == len(mine) and state == "completed"
         # attempt k started from the k-th restart's checkpoint (the donor's
-        # state): its first reported step is the one after it
+        # state): its first reported step is the one after it (an attempt
+        # killed again before its first report has none)
+        checked = 0
         for k, r in enumerate(mine, start=1):
             assert r["detail"]["path"].endswith(".json")
             assert "from" in r["detail"]
             ck_step = int(os.path.basename(r["detail"]["path"]).split("-")[1].split(".")[0])
             (first,) = jz.sql("SELECT min(step) FROM metrics WHERE trial_id = ? AND attempt = ?",
                               tid, k)[0]
-            assert first == ck_step + 1
+            assert first is None or first == ck_step + 1
+            checked += first is not None
+        assert checked >= 1
     # the loads themselves were never acknowledged
     loads = instructions(jz, "pbt-nopoll", "load")
     assert len(loads) == len(restarts) and all(e["applied"] == 0 for e in loads)
