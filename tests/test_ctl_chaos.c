@@ -1,0 +1,253 @@
+/*  test_ctl_chaos.c - no input crashes the controller.
+
+    A real controller (ctl_run in a thread, a temporary SQLite file, an
+    ipc:// endpoint) gets a study, a registered fake dispatcher and running
+    trials, then thousands of seeded random messages on a DEALER socket:
+    every message type of docs/PROTOCOL.md with fields dropped, retyped or
+    set to extreme values, random JSON, random bytes and bad framing. It
+    must keep answering, refuse wrong tokens, and leave the store
+    consistent (every trial in a known state, metrics only for real trials).
+*/
+#include "jz_test.h"
+
+#include "controller/ctl.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "store/store.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static volatile int s_stop;
+static char s_dir[64], s_db[128], s_ep[160];
+static void *s_ctx, *s_sock;
+
+static void *s_ctl_thread(void *arg)
+{
+    ctl_run(arg, &s_stop);
+    return NULL;
+}
+
+static uint64_t s_rng = 0x9E3779B97F4A7C15ULL;
+static uint64_t s_next(void)
+{
+    s_rng ^= s_rng << 13;
+    s_rng ^= s_rng >> 7;
+    s_rng ^= s_rng << 17;
+    return s_rng;
+}
+
+/* A reply to `msg` (takes ownership), or NULL after a timeout. */
+static json_t *s_ask(json_t *msg)
+{
+    char err[128];
+    return wire_request(s_sock, msg, 5000, err, sizeof err);
+}
+
+static int s_ok(json_t *reply)
+{
+    int ok = reply && !strcmp(wire_type(reply), "ok");
+    json_decref(reply);
+    return ok;
+}
+
+static json_t *s_random_value(int depth)
+{
+    switch (s_next() % (depth > 2 ? 7 : 9)) {
+    case 0: return json_null();
+    case 1: return json_true();
+    case 2: return json_integer((json_int_t)(s_next() % 7) - 3);
+    case 3: return json_integer((json_int_t)s_next());
+    case 4: return json_real((double)(int64_t)s_next() / 1e3);
+    case 5: {
+        static const char *const words[] = {"", "nan", "inf", "-inf", "x", "run", "\xff\xfe",
+                                            "trial", "../../etc/passwd", "lr"};
+        return json_string(words[s_next() % 10]);
+    }
+    case 6: return json_string("a very long string that is still fine to carry around");
+    case 7: {
+        json_t *a = json_array();
+        for (int i = (int)(s_next() % 4); i > 0; i--)
+            json_array_append_new(a, s_random_value(depth + 1));
+        return a;
+    }
+    default: {
+        json_t *o = json_object();
+        for (int i = (int)(s_next() % 4); i > 0; i--) {
+            char k[8];
+            snprintf(k, sizeof k, "k%d", (int)(s_next() % 5));
+            json_object_set_new(o, k, s_random_value(depth + 1));
+        }
+        return o;
+    }
+    }
+}
+
+/* A message of a real type whose fields are kept, dropped or replaced. */
+static json_t *s_mutant(long trial, const char *token)
+{
+    static const char *const types[] = {"hello",      "metrics",      "ins_ack",     "checkpoint_done",
+                                        "heartbeat",  "register",     "started",     "exited",
+                                        "submit",     "status",       "study_stop",  "study_resume",
+                                        "trial_stop", "trial_pause",  "trial_resume", "trial_set",
+                                        "ping",       "no_such_type"};
+    const char *type = types[s_next() % (sizeof types / sizeof types[0])];
+    json_t *m = json_pack("{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:[[I,s,f]], s:s, s:I, s:b, s:{s:f}, "
+                          "s:[], s:[], s:s, s:I}",
+                          "type", type, "trial", (json_int_t)trial, "token", token, "name", "d1",
+                          "study", "chaos", "attempt", (json_int_t)0, "slots", (json_int_t)2,
+                          "points", (json_int_t)1, "score", 0.5, "how", "exited", "code",
+                          (json_int_t)0, "applied", 1, "values", "lr", 0.1, "gpus", "running",
+                          "path", "/tmp/x", "step", (json_int_t)3);
+    const char *key;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(m, tmp, key, v) {
+        if (!strcmp(key, "type"))
+            continue;
+        int r = (int)(s_next() % 6);
+        if (r == 0)
+            json_object_del(m, key);
+        else if (r == 1)
+            json_object_set_new(m, key, s_random_value(0));
+    }
+    if (s_next() % 8 == 0)
+        json_object_set_new(m, "spec", s_random_value(0));
+    return m;
+}
+
+static void s_send_raw(int frames, size_t len)
+{
+    char *buf = malloc(len + 1);
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (char)s_next();
+    for (int f = 0; f < frames; f++)
+        zmq_send(s_sock, buf, f == 0 && frames > 1 && s_next() % 2 ? 0 : len,
+                 f + 1 < frames ? ZMQ_SNDMORE : 0);
+    free(buf);
+}
+
+TEST(chaos_keeps_the_controller_alive_and_consistent)
+{
+    /* a study with two running trials on a fake dispatcher */
+    json_t *spec = json_loads(
+        "{\"name\":\"chaos\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
+        "\"budget\":{\"trials\":4,\"parallel\":2},"
+        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+        "\"trial\":{\"command\":[\"true\"]}}",
+        0, NULL);
+    REQUIRE(s_ok(s_ask(json_pack("{s:s, s:o}", "type", "submit", "spec", spec))));
+    REQUIRE(s_ok(s_ask(json_pack("{s:s, s:s, s:i, s:[], s:[]}", "type", "register", "name", "d1",
+                                 "slots", 2, "gpus", "running"))));
+    usleep(300 * 1000); /* the controller starts the trials on its next ticks */
+    char err[256];
+    store_t *st = store_open(s_db, 1, err, sizeof err);
+    REQUIRE(st);
+    store_study sd;
+    REQUIRE(store_study_get(st, "chaos", &sd) == 1);
+    store_trial *rows;
+    long n = store_trials_load(st, sd.id, &rows);
+    REQUIRE(n >= 1);
+    long trial = rows[0].id;
+    char token[40];
+    snprintf(token, sizeof token, "%s", rows[0].token);
+    store_trials_free(rows, n);
+    store_study_fini(&sd);
+    store_close(&st);
+
+    /* the right token works, a wrong one is refused */
+    json_t *r = s_ask(json_pack("{s:s, s:I, s:s, s:s, s:[[i,s,f]]}", "type", "metrics", "trial",
+                                (json_int_t)trial, "token", token, "session", "t", "points", 1,
+                                "score", 0.25));
+    CHECK(s_ok(r));
+    r = s_ask(json_pack("{s:s, s:I, s:s, s:[[i,s,f]]}", "type", "metrics", "trial",
+                        (json_int_t)trial, "token", "wrong", "points", 2, "score", 0.5));
+    CHECK(r && !strcmp(json_string_value(json_object_get(r, "code")), "unauthorized"));
+    json_decref(r);
+
+    /* chaos */
+    for (int i = 0; i < 20000; i++) {
+        int what = (int)(s_next() % 10);
+        if (what < 7) {
+            int right = s_next() % 2;
+            json_t *m = s_mutant(right ? trial : (long)(s_next() % 50) - 5, right ? token : "zz");
+            wire_send(s_sock, NULL, m, 0);
+        } else if (what < 9) {
+            zmq_send(s_sock, "", 0, ZMQ_SNDMORE);
+            s_send_raw(1, (size_t)(s_next() % 200));
+        } else {
+            s_send_raw(1 + (int)(s_next() % 4), (size_t)(s_next() % 64));
+        }
+        if (i % 500 == 0) {
+            /* drain replies so the socket does not fill up, then check life */
+            char e2[64];
+            json_t *x;
+            while ((x = wire_recv(s_sock, NULL, 1, e2, sizeof e2)) || errno != EAGAIN)
+                json_decref(x);
+            CHECK(s_ok(s_ask(json_pack("{s:s}", "type", "ping"))));
+        }
+    }
+    CHECK(s_ok(s_ask(json_pack("{s:s}", "type", "ping"))));
+    json_t *status = s_ask(json_pack("{s:s, s:s}", "type", "status", "study", "chaos"));
+    CHECK(status && !strcmp(wire_type(status), "ok"));
+    json_decref(status);
+
+    /* the store is consistent */
+    st = store_open(s_db, 1, err, sizeof err);
+    REQUIRE(st);
+    json_t *list = store_study_list(st);
+    CHECK(json_array_size(list) == 1);
+    json_decref(list);
+    REQUIRE(store_study_get(st, "chaos", &sd) == 1);
+    n = store_trials_load(st, sd.id, &rows);
+    CHECK(n >= 1 && n <= 4);
+    static const char *const states[] = {"pending", "starting", "running", "paused",
+                                          "completed", "failed", "stopped"};
+    for (long i = 0; i < n; i++) {
+        int known = 0;
+        for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)
+            known |= !strcmp(rows[i].state, states[k]);
+        CHECK(known);
+    }
+    store_trials_free(rows, n);
+    store_study_fini(&sd);
+    store_close(&st);
+}
+
+int main(void)
+{
+    snprintf(s_dir, sizeof s_dir, "/tmp/jz-chaos-XXXXXX");
+    if (!mkdtemp(s_dir))
+        return 1;
+    snprintf(s_db, sizeof s_db, "%s/chaos.db", s_dir);
+    snprintf(s_ep, sizeof s_ep, "ipc://%s/ctl.sock", s_dir);
+    log_set_level(LOG_ERROR); /* every refusal is a warning line: too many here */
+    char err[256];
+    ctl_config cfg = {.db_path = s_db, .bind = s_ep, .lost_timeout_s = 3600};
+    ctl_t *c = ctl_new(&cfg, err, sizeof err);
+    if (!c) {
+        printf("ctl_new: %s\n", err);
+        return 1;
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, s_ctl_thread, c);
+    s_ctx = zmq_ctx_new();
+    s_sock = zmq_socket(s_ctx, ZMQ_DEALER);
+    wire_socket_setup(s_sock);
+    zmq_connect(s_sock, s_ep);
+
+    RUN(chaos_keeps_the_controller_alive_and_consistent);
+
+    zmq_close(s_sock);
+    zmq_ctx_term(s_ctx);
+    s_stop = 1;
+    pthread_join(th, NULL);
+    ctl_destroy(&c);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        printf("could not remove %s\n", s_dir);
+    TEST_DONE();
+}
