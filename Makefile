@@ -70,7 +70,7 @@ EXTRA_TESTS :=
 BENCHES     :=
 
 .SECONDARY:
-.PHONY: all run test test-unit test-integration bench deps config clean valgrind format
+.PHONY: all run test test-unit test-integration bench deps config clean valgrind format fuzz
 all: config $(JIZHI) $(LIBJIZHI_SO) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS)
 
 -include trainer/trainer.mk
@@ -122,6 +122,20 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBJIZHI_A) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIBJIZHI_A) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
 
+# Fuzz targets (tests/fuzz/*.c, libFuzzer): `make fuzz` builds them with
+# clang and runs each for FUZZ_SECONDS. Not part of `make test`.
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/*.c))
+FUZZ_SRC := $(COMMON_SRC) $(HELPER_SRC) $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+build-fuzz/%: tests/fuzz/%.c $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	clang -g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -I. -Itrial_helper -I$(BLAS_INC) \
+	    $(PKG_CFLAGS) $< $(FUZZ_SRC) -o $@ $(LIBS) -pthread
+
+fuzz: $(FUZZ_TARGETS)
+	@for t in $(FUZZ_TARGETS); do echo "== $$t"; mkdir -p $$t.corpus; \
+	    $$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $$t.corpus tests/data/specs/valid 2>&1 | tail -3 || exit 1; done
+
 # ---- top-level commands ----------------------------------------------------
 deps:
 	@scripts/install-deps.sh
@@ -160,6 +174,6 @@ format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
