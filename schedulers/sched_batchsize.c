@@ -11,7 +11,9 @@
     Throughput is fitted from `samples_per_s` (or `step_time_s`) at the
     batch sizes seen, as step time t(B) = alpha + beta*B (least squares over
     the mean step time of each size; before two sizes are seen, the prior
-    alpha = prior_overhead * t(B1)). Every candidate B in [min, max]
+    alpha = prior_overhead * t(B1), default 0.5; and while only one size has
+    been seen, the first decision that would keep it tries its better
+    neighbour, x2 or /2, instead: "explore"). Every candidate B in [min, max]
     (option `grid`: "pow2" = the powers of two in range, default; "int" =
     every integer) is scored by goodput(B) = B/t(B) * (B_simple + B0)/
     (B_simple + B), B0 the trial's initial batch. When the best candidate
@@ -49,9 +51,12 @@ enum { GNS_GS = 1, GNS_GB = 2, GNS_BS = 4, GNS_BB = 8, GNS_ALL = 15 };
 enum { RULE_ADASCALE = 0, RULE_SQRT, RULE_LINEAR, RULE_NONE };
 static const char *const s_rules[] = {"adascale", "sqrt", "linear", "none"};
 
+#define BS_TP_WIN 16 /* step times kept per batch size (their median is used) */
+
 typedef struct {
-    double b, tsum; /* batch size, sum of step times */
-    long n;         /* step-time samples */
+    double b;              /* batch size */
+    double t[BS_TP_WIN];   /* the last step times seen at b (a ring) */
+    int n, next;           /* how many held, where the next goes */
 } bs_tp;
 
 typedef struct {
@@ -68,6 +73,7 @@ typedef struct {
     int ntp;
     int skip_tp;          /* drop the first throughput report after a change */
     int pend_b;           /* a set batch_size not yet seen in the reports */
+    int explored;         /* tried a second size to measure throughput */
     long last_change;     /* step of the last decision (0 at start) */
     int ramp;             /* lr warmup in progress */
     double ramp_from, ramp_to;
@@ -198,6 +204,7 @@ static bs_trial *s_trial(sched_bs *self, long id, int create)
     t->b0 = t->lr0 = t->b = t->lr_sent = NAN;
     t->pstep = -1;
     t->ramp_last = -1;
+    t->skip_tp = 1; /* the first window holds the start-up */
     return t;
 }
 
@@ -205,17 +212,33 @@ static void s_tp_add(bs_trial *t, double b, double step_time)
 {
     if (!(step_time > 0) || !isfinite(step_time) || !(b > 0))
         return;
-    for (int i = 0; i < t->ntp; i++)
-        if (t->tp[i].b == b) {
-            t->tp[i].tsum += step_time;
-            t->tp[i].n++;
-            return;
-        }
-    if (t->ntp == BS_MAX_TP) /* forget the oldest size */
-        memmove(&t->tp[0], &t->tp[1], (BS_MAX_TP - 1) * sizeof t->tp[0]);
-    else
-        t->ntp++;
-    t->tp[t->ntp - 1] = (bs_tp){b, step_time, 1};
+    bs_tp *e = NULL;
+    for (int i = 0; i < t->ntp && !e; i++)
+        if (t->tp[i].b == b)
+            e = &t->tp[i];
+    if (!e) {
+        if (t->ntp == BS_MAX_TP) /* forget the oldest size */
+            memmove(&t->tp[0], &t->tp[1], (BS_MAX_TP - 1) * sizeof t->tp[0]);
+        else
+            t->ntp++;
+        e = &t->tp[t->ntp - 1];
+        memset(e, 0, sizeof *e);
+        e->b = b;
+    }
+    e->t[e->next] = step_time;
+    e->next = (e->next + 1) % BS_TP_WIN;
+    if (e->n < BS_TP_WIN)
+        e->n++;
+}
+
+/* Median step time at one size: robust to the windows that include an
+   evaluation, a checkpoint or a neighbour's burst, which only slow. */
+static double s_tp_time(const bs_tp *e)
+{
+    double v[BS_TP_WIN];
+    memcpy(v, e->t, (size_t)e->n * sizeof v[0]);
+    qsort(v, (size_t)e->n, sizeof v[0], s_cmp_double);
+    return e->n % 2 ? v[e->n / 2] : (v[e->n / 2 - 1] + v[e->n / 2]) / 2;
 }
 
 /* Fits t(B) = alpha + beta*B. 0, or -1 when nothing was measured. */
@@ -224,7 +247,7 @@ static int s_tp_fit(const sched_bs *self, const bs_trial *t, double *alpha, doub
     if (t->ntp == 0)
         return -1;
     if (t->ntp == 1) {
-        double tau = t->tp[0].tsum / (double)t->tp[0].n;
+        double tau = s_tp_time(&t->tp[0]);
         *alpha = self->prior_overhead * tau;
         *beta = (1 - self->prior_overhead) * tau / t->tp[0].b;
         return 0;
@@ -232,13 +255,13 @@ static int s_tp_fit(const sched_bs *self, const bs_trial *t, double *alpha, doub
     double mb = 0, mt = 0;
     for (int i = 0; i < t->ntp; i++) {
         mb += t->tp[i].b;
-        mt += t->tp[i].tsum / (double)t->tp[i].n;
+        mt += s_tp_time(&t->tp[i]);
     }
     mb /= t->ntp;
     mt /= t->ntp;
     double sxy = 0, sxx = 0, sxt = 0, sbb = 0;
     for (int i = 0; i < t->ntp; i++) {
-        double ti = t->tp[i].tsum / (double)t->tp[i].n;
+        double ti = s_tp_time(&t->tp[i]);
         sxy += (t->tp[i].b - mb) * (ti - mt);
         sxx += (t->tp[i].b - mb) * (t->tp[i].b - mb);
         sxt += t->tp[i].b * ti;
@@ -319,23 +342,39 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
                 best_b = (double)b;
             }
     }
+    /* One size seen: the throughput model is only the prior. Rather than
+       trust it for good, try the better neighbour (x2 or /2) once, to
+       measure a second size. */
+    int explore = 0;
+    if ((best_b == t->b || best_g < (1 + self->min_gain) * cur_g) && t->ntp == 1 &&
+        !t->explored) {
+        double up = self->grid_int ? t->b * 2 : pow(2, floor(log2(t->b)) + 1);
+        double down = self->grid_int ? floor(t->b / 2) : pow(2, ceil(log2(t->b)) - 1);
+        int up_ok = up <= (double)self->bmax, down_ok = down >= (double)self->bmin && down >= 1;
+        if (up_ok || down_ok) {
+            best_b = up_ok && (!down_ok || GOODPUT(up) >= GOODPUT(down)) ? up : down;
+            best_g = GOODPUT(best_b);
+            explore = 1;
+            t->explored = 1;
+        }
+    }
 #undef GOODPUT
-    if (best_b == t->b || best_g < (1 + self->min_gain) * cur_g)
+    if (!explore && (best_b == t->b || best_g < (1 + self->min_gain) * cur_g))
         return 0;
     double lr_new = self->rule == RULE_NONE ? t->lr_sent
                                             : t->lr0 * s_gain(self, bsimple, t->b0, best_b);
     double lr_old = isnan(t->lr_sent) ? t->lr0 : t->lr_sent;
-    json_t *d = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I}",
+    json_t *d = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:b}",
                           "b_simple", bsimple, "grad_sqnorm", G2, "trace", TR, "from", t->b,
                           "b0", t->b0, "goodput_gain", best_g / cur_g, "efficiency",
                           sched_bs_efficiency(bsimple, t->b0, best_b), "alpha", alpha, "beta",
                           beta, "lr_from", isnan(lr_old) ? 0.0 : lr_old, "lr",
                           isnan(lr_new) ? 0.0 : lr_new, "lr_rule", s_rules[self->rule],
-                          "measurements", (json_int_t)t->nmeas);
+                          "measurements", (json_int_t)t->nmeas, "explore", explore);
     char reason[128];
-    snprintf(reason, sizeof reason, "batchsize: B_simple %.4g, batch %.0f->%.0f, goodput x%.3g, "
-             "lr %.3g->%.3g (%s)", bsimple, t->b, best_b, best_g / cur_g, lr_old, lr_new,
-             s_rules[self->rule]);
+    snprintf(reason, sizeof reason, "batchsize: B_simple %.4g, batch %.0f->%.0f, %s x%.3g, "
+             "lr %.3g->%.3g (%s)", bsimple, t->b, best_b, explore ? "explore, goodput" : "goodput",
+             best_g / cur_g, lr_old, lr_new, s_rules[self->rule]);
     int k = 0;
     s_set(&out[k++], t->id, "batch_size", json_integer((json_int_t)best_b), d, reason);
     t->b = best_b;
@@ -490,9 +529,12 @@ static json_t *s_save(sched_t *s)
     for (size_t i = 0; i < self->ntrials; i++) {
         const bs_trial *t = &self->trials[i];
         json_t *tp = json_array();
-        for (int j = 0; j < t->ntp; j++)
-            json_array_append_new(tp, json_pack("[f,f,I]", t->tp[j].b, t->tp[j].tsum,
-                                                 (json_int_t)t->tp[j].n));
+        for (int j = 0; j < t->ntp; j++) {
+            json_t *ts = json_array();
+            for (int q = 0; q < t->tp[j].n; q++)
+                json_array_append_new(ts, json_real(t->tp[j].t[q]));
+            json_array_append_new(tp, json_pack("[f,o,i]", t->tp[j].b, ts, t->tp[j].next));
+        }
         json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o, s:I, s:i, s:[o,o,o,o], s:o, s:o, s:I,"
                               " s:o, s:i, s:I, s:b, s:o, s:o, s:I, s:I, s:I}",
                               "id", (json_int_t)t->id, "b0", s_num(t->b0), "lr0", s_num(t->lr0),
@@ -500,7 +542,7 @@ static json_t *s_save(sched_t *s)
                               (json_int_t)t->pstep, "have", t->have, "p", s_num(t->p.gs),
                               s_num(t->p.gb), s_num(t->p.bs), s_num(t->p.bb), "ema_g2",
                               s_num(t->ema_g2), "ema_tr", s_num(t->ema_tr), "nmeas",
-                              (json_int_t)t->nmeas, "tp", tp, "flags", t->skip_tp * 2 + t->pend_b,
+                              (json_int_t)t->nmeas, "tp", tp, "flags", t->explored * 4 + t->skip_tp * 2 + t->pend_b,
                               "last_change", (json_int_t)t->last_change, "ramp", t->ramp,
                               "ramp_from", s_num(t->ramp_from), "ramp_to", s_num(t->ramp_to),
                               "ramp_start", (json_int_t)t->ramp_start, "ramp_last",
@@ -550,15 +592,27 @@ static int s_restore(sched_t *s, const json_t *state)
         size_t j;
         json_t *e;
         json_array_foreach(tp, j, e) {
-            json_t *b = json_array_get(e, 0), *ts = json_array_get(e, 1), *n = json_array_get(e, 2);
-            if (!json_is_number(b) || !json_is_number(ts) || !json_is_integer(n))
+            json_t *b = json_array_get(e, 0), *ts = json_array_get(e, 1), *nx = json_array_get(e, 2);
+            if (!json_is_number(b) || !json_is_array(ts) || json_array_size(ts) > BS_TP_WIN ||
+                !json_is_integer(nx) || json_integer_value(nx) < 0 ||
+                json_integer_value(nx) >= BS_TP_WIN)
                 return -1;
-            t->tp[t->ntp++] = (bs_tp){json_number_value(b), json_number_value(ts),
-                                      (long)json_integer_value(n)};
+            bs_tp *d = &t->tp[t->ntp++];
+            memset(d, 0, sizeof *d);
+            d->b = json_number_value(b);
+            d->next = (int)json_integer_value(nx);
+            size_t q;
+            json_t *x;
+            json_array_foreach(ts, q, x) {
+                if (!json_is_number(x))
+                    return -1;
+                d->t[d->n++] = json_number_value(x);
+            }
         }
         int sk = (int)json_integer_value(json_object_get(o, "flags")); /* skip_tp, pend_b */
         t->skip_tp = sk >> 1 & 1;
         t->pend_b = sk & 1;
+        t->explored = sk >> 2 & 1;
         t->last_change = (long)json_integer_value(json_object_get(o, "last_change"));
         t->ramp = json_is_true(json_object_get(o, "ramp"));
         t->ramp_from = s_get(o, "ramp_from");
@@ -637,7 +691,7 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
         s_num_opt(o, "ema", 0.9, 0, 0.9999, 0, &self->ema, err, errsize) ||
         s_num_opt(o, "min_measurements", 3, 1, 1e9, 1, &mm, err, errsize) ||
         s_num_opt(o, "min_gain", 0.05, 0, 100, 0, &self->min_gain, err, errsize) ||
-        s_num_opt(o, "prior_overhead", 0.2, 0, 0.99, 0, &self->prior_overhead, err, errsize) ||
+        s_num_opt(o, "prior_overhead", 0.5, 0, 0.99, 0, &self->prior_overhead, err, errsize) ||
         s_num_opt(o, "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize))
         goto fail;
     if (bmax < bmin) {

@@ -181,7 +181,8 @@ static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *ou
 static int s_goodput_case(ev *e)
 {
     int n = 0;
-    e[n++] = (ev){1, 5, "batch_size", 64}; /* B0 */
+    e[n++] = (ev){1, 5, "batch_size", 64};   /* B0 */
+    e[n++] = (ev){1, 5, "samples_per_s", 1}; /* the start-up window: ignored */
     e[n++] = (ev){1, 10, "lr", 0.1};
     e[n++] = (ev){1, 10, "batch_size", 128};
     e[n++] = (ev){1, 10, "samples_per_s", 128 / (0.01 + 1e-4 * 128)};
@@ -266,7 +267,7 @@ TEST(goodput_picks_the_hand_computed_batch_and_adascale_lr)
 TEST(at_most_one_change_per_interval_and_lr_warmup)
 {
     spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":300,"
-                        "\"warmup\":100,\"lr\":0.05,\"ema\":0}");
+                        "\"warmup\":100,\"lr\":0.05,\"ema\":0,\"prior_overhead\":0.2}");
     REQUIRE(sp);
     sched_t *s = s_new_bs(sp);
     REQUIRE(s);
