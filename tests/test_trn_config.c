@@ -92,12 +92,13 @@ TEST(params_override_flags)
     trn_config c;
     char err[TRN_ERRLEN];
     trn_config_defaults(&c);
-    REQUIRE(s_parse(&c, err, "--lr", "0.5", "--batch-size", "64", "--epochs", "7", NULL) == 0);
+    REQUIRE(s_parse(&c, err, "--lr", "0.5", "--batch-size", "64", "--epochs", "7",
+                    NULL) == 0);
     int bad = 0;
     REQUIRE(trn_config_apply_params(&c, s_params, &bad, err) == 0);
-    CHECK(c.lr == 0.2);          /* the tuned param wins */
+    CHECK(c.lr == 0.2); /* the tuned param wins */
     CHECK(c.batch_size == 512);
-    CHECK(c.epochs == 7);        /* the flag stays where no param is given */
+    CHECK(c.epochs == 7); /* the flag stays where no param is given */
     bad = 1;
     CHECK(trn_config_apply_params(&c, s_params, &bad, err) < 0);
     CHECK(strstr(err, "param momentum") != NULL);
@@ -121,8 +122,10 @@ static void s_idx_images(unsigned char *h, unsigned n)
 {
     const unsigned v[4] = {0x803, n, 28, 28};
     for (int i = 0; i < 4; i++)
-        h[4 * i] = (unsigned char)(v[i] >> 24), h[4 * i + 1] = (unsigned char)(v[i] >> 16),
-                h[4 * i + 2] = (unsigned char)(v[i] >> 8), h[4 * i + 3] = (unsigned char)v[i];
+        h[4 * i] = (unsigned char)(v[i] >> 24),
+              h[4 * i + 1] = (unsigned char)(v[i] >> 16),
+              h[4 * i + 2] = (unsigned char)(v[i] >> 8),
+              h[4 * i + 3] = (unsigned char)v[i];
 }
 
 TEST(data_errors)
@@ -181,7 +184,8 @@ TEST(data_errors)
     fwrite("\xff\xff\xff\xff\xff\xff\xff\xff", 1, 8, f);
     fclose(f);
     CHECK(trn_data_load_idx(&d, img, lab, err) < 0);
-    CHECK(strstr(err, "corrupt") || strstr(err, "truncated") || strstr(err, "not an IDX"));
+    CHECK(strstr(err, "corrupt") || strstr(err, "truncated") ||
+          strstr(err, "not an IDX"));
     free(ib);
 
     trn_config c;

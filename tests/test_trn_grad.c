@@ -44,8 +44,8 @@ static double lin_loss(lin_ctx *c)
     return s_dot(c->y, c->r, (long)c->n * c->m);
 }
 
-static void check_fd(double *v, long n, const double *analytic, double (*f)(void *), void *ctx,
-                     const char *what)
+static void check_fd(double *v, long n, const double *analytic, double (*f)(void *),
+                     void *ctx, const char *what)
 {
     int bad = 0;
     for (long i = 0; i < n; i++) {
@@ -134,7 +134,8 @@ static long conv_ysize(const conv_ctx *c)
 
 static double conv_loss(conv_ctx *c)
 {
-    trn_conv_fwd_d(c->x, c->w, c->y, c->cols, c->c, c->n, c->h, c->wd, c->co, c->k, c->s, c->p);
+    trn_conv_fwd_d(c->x, c->w, c->y, c->cols, c->c, c->n, c->h, c->wd, c->co, c->k, c->s,
+                   c->p);
     return s_dot(c->y, c->r, conv_ysize(c));
 }
 
@@ -151,12 +152,14 @@ static void conv_case(int k, int s, int p)
     double *dx = s_rand(nx), *dw = calloc((size_t)nw, 8), *dx0 = malloc((size_t)nx * 8);
     memcpy(dx0, dx, (size_t)nx * 8);
     /* dxbeta = 1: the gradient is added to what dx held */
-    trn_conv_bwd_d(c.x, c.w, c.r, dx, dw, c.cols, c.c, c.n, c.h, c.wd, c.co, k, s, p, 0.0, 1.0);
+    trn_conv_bwd_d(c.x, c.w, c.r, dx, dw, c.cols, c.c, c.n, c.h, c.wd, c.co, k, s, p, 0.0,
+                   1.0);
     for (long i = 0; i < nx; i++)
         dx[i] -= dx0[i];
     check_fd(c.x, nx, dx, (double (*)(void *))conv_loss, &c, "dx");
     check_fd(c.w, nw, dw, (double (*)(void *))conv_loss, &c, "dw");
-    free(c.x), free(c.w), free(c.y), free(c.r), free(c.cols), free(dx), free(dw), free(dx0);
+    free(c.x), free(c.w), free(c.y), free(c.r), free(c.cols), free(dx), free(dw),
+        free(dx0);
 }
 
 TEST(conv3x3_grad)

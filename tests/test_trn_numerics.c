@@ -10,8 +10,8 @@
 TEST(bf16_rounding)
 {
     CHECK(trn_round_bf16(1.0f) == 1.0f);
-    CHECK(trn_round_bf16(1.0f + 0x1p-8f) == 1.0f);                 /* tie -> even */
-    CHECK(trn_round_bf16(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);   /* tie -> even */
+    CHECK(trn_round_bf16(1.0f + 0x1p-8f) == 1.0f);               /* tie -> even */
+    CHECK(trn_round_bf16(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f); /* tie -> even */
     CHECK(trn_round_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 1.0f + 0x1p-7f);
     CHECK(trn_round_bf16(-3.0f) == -3.0f);
     CHECK(trn_round_bf16(0.1f) == 0.10009765625f);
@@ -26,10 +26,10 @@ TEST(fp16_rounding)
     CHECK(trn_round_fp16(65519.0f) == 65504.0f);
     CHECK(isinf(trn_round_fp16(65520.0f)));
     CHECK(isinf(trn_round_fp16(-1e5f)) && trn_round_fp16(-1e5f) < 0);
-    CHECK(trn_round_fp16(0x1p-24f) == 0x1p-24f);        /* smallest subnormal */
-    CHECK(trn_round_fp16(0x1p-25f) == 0.0f);            /* tie -> even (zero) */
-    CHECK(trn_round_fp16(3 * 0x1p-25f) == 0x1p-23f);    /* tie -> even */
-    CHECK(trn_round_fp16(1e-9f) == 0.0f);               /* underflow */
+    CHECK(trn_round_fp16(0x1p-24f) == 0x1p-24f);     /* smallest subnormal */
+    CHECK(trn_round_fp16(0x1p-25f) == 0.0f);         /* tie -> even (zero) */
+    CHECK(trn_round_fp16(3 * 0x1p-25f) == 0x1p-23f); /* tie -> even */
+    CHECK(trn_round_fp16(1e-9f) == 0.0f);            /* underflow */
     CHECK(trn_round_fp16(1.0f + 0x1p-11f) == 1.0f);
     CHECK(trn_round_fp16(1.0f + 3 * 0x1p-11f) == 1.0f + 0x1p-9f);
     CHECK(trn_round_fp16(0.1f) == 0.0999755859375f);
@@ -86,13 +86,16 @@ typedef struct {
     float b[1], gb[1], mb[1], vb[1];
 } two_params;
 
-static void s_two(two_params *t, float w0, float w1, float g0, float g1, float b, float gb)
+static void s_two(two_params *t, float w0, float w1, float g0, float g1, float b,
+                  float gb)
 {
     memset(t, 0, sizeof *t);
     t->w[0] = w0, t->w[1] = w1, t->g[0] = g0, t->g[1] = g1;
     t->b[0] = b, t->gb[0] = gb;
-    t->p[0] = (trn_param){.kind = TRN_PW, .n = 2, .w = t->w, .g = t->g, .m = t->m, .v = t->v};
-    t->p[1] = (trn_param){.kind = TRN_PBIAS, .n = 1, .w = t->b, .g = t->gb, .m = t->mb, .v = t->vb};
+    t->p[0] =
+        (trn_param){.kind = TRN_PW, .n = 2, .w = t->w, .g = t->g, .m = t->m, .v = t->v};
+    t->p[1] = (trn_param){
+        .kind = TRN_PBIAS, .n = 1, .w = t->b, .g = t->gb, .m = t->mb, .v = t->vb};
 }
 
 static trn_optim s_opt(const char *name)

@@ -78,8 +78,12 @@ static int f_ckdone(void *ud, long step, const char *path)
 
 static trn_io s_io(fake_io *f)
 {
-    trn_io io = {.ud = f, .report = f_report, .poll = f_poll, .ack = f_ack,
-                 .checkpoint_dir = f_ckdir, .checkpoint_done = f_ckdone};
+    trn_io io = {.ud = f,
+                 .report = f_report,
+                 .poll = f_poll,
+                 .ack = f_ack,
+                 .checkpoint_dir = f_ckdir,
+                 .checkpoint_done = f_ckdone};
     return io;
 }
 
@@ -143,11 +147,13 @@ static int s_same_state(trn_trainer *a, trn_trainer *b)
     for (int i = 0; i < trn_net_nparams(na); i++) {
         trn_param *p = trn_net_param(na, i), *q = trn_net_param(nb, i);
         size_t bytes = (size_t)p->n * sizeof(float);
-        if (memcmp(p->w, q->w, bytes) || memcmp(p->m, q->m, bytes) || memcmp(p->v, q->v, bytes))
+        if (memcmp(p->w, q->w, bytes) || memcmp(p->m, q->m, bytes) ||
+            memcmp(p->v, q->v, bytes))
             return 0;
     }
     long ns = trn_net_state_count(na);
-    return ns == 0 || !memcmp(trn_net_state(na), trn_net_state(nb), (size_t)ns * sizeof(float));
+    return ns == 0 ||
+           !memcmp(trn_net_state(na), trn_net_state(nb), (size_t)ns * sizeof(float));
 }
 
 TEST(fashion_mnist_short_run)
@@ -182,9 +188,10 @@ TEST(fashion_mnist_short_run)
     CHECK(s_last(&f, "epoch") == 3);
     CHECK(trn_trainer_step_count(t) == 3 * 157);
     /* the metric contract */
-    const char *names[] = {"train_loss", "val_loss", "val_acc", "test_acc", "samples_per_s", "lr",
-                           "batch_size", "loss_scale", "grad_sqnorm_small", "grad_sqnorm_big",
-                           "batch_small", "batch_big", "epoch"};
+    const char *names[] = {
+        "train_loss",  "val_loss",   "val_acc",    "test_acc",          "samples_per_s",
+        "lr",          "batch_size", "loss_scale", "grad_sqnorm_small", "grad_sqnorm_big",
+        "batch_small", "batch_big",  "epoch"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (isnan(s_last(&f, names[i])))
             JZT_FAIL("metric %s was not reported", names[i]);
@@ -534,7 +541,8 @@ static double fd_step(void *self, const float *x, const uint8_t *y, int nb, doub
     fake_dev *d = self;
     d->step++;
     trn_net_zero_grad(d->net);
-    double l = trn_net_forward_backward(d->net, x, y, nb, 1, 0.0, loss_scale / nb, NULL, NULL);
+    double l =
+        trn_net_forward_backward(d->net, x, y, nb, 1, 0.0, loss_scale / nb, NULL, NULL);
     *overflow = 0;
     *gsq = trn_net_grad_sqnorm(d->net) / (loss_scale * loss_scale);
     for (int i = 0; i < trn_net_nparams(d->net); i++) {

@@ -34,12 +34,29 @@
 /* Restored from the checkpoint: what shapes the trajectory. The run's
    length (epochs, max_steps) and reporting come from the current command,
    so a resumed run can be extended. */
-static const char *const s_restore[] = {
-    "lr",          "batch_size",  "micro_batch",  "momentum",        "nesterov",
-    "weight_decay", "beta1",      "beta2",        "eps",             "trust",
-    "warmup_epochs", "schedule",  "poly_power",   "lr_scaling",      "base_batch",
-    "label_smoothing", "precision", "precision_schedule", "scale_window", "per_layer_scale",
-    "loss_scale",  "seed",        NULL};
+static const char *const s_restore[] = {"lr",
+                                        "batch_size",
+                                        "micro_batch",
+                                        "momentum",
+                                        "nesterov",
+                                        "weight_decay",
+                                        "beta1",
+                                        "beta2",
+                                        "eps",
+                                        "trust",
+                                        "warmup_epochs",
+                                        "schedule",
+                                        "poly_power",
+                                        "lr_scaling",
+                                        "base_batch",
+                                        "label_smoothing",
+                                        "precision",
+                                        "precision_schedule",
+                                        "scale_window",
+                                        "per_layer_scale",
+                                        "loss_scale",
+                                        "seed",
+                                        NULL};
 
 typedef struct {
     unsigned char *p;
@@ -177,7 +194,8 @@ int trn_trainer_save(trn_trainer *t, const char *path, char *err)
     for (int i = 0; s_restore[i]; i++) {
         char v[512];
         trn_config_get(&t->cfg, s_restore[i], v, sizeof v);
-        cl += (size_t)snprintf(cfgtext + cl, sizeof cfgtext - cl, "%s=%s\n", s_restore[i], v);
+        cl += (size_t)snprintf(cfgtext + cl, sizeof cfgtext - cl, "%s=%s\n", s_restore[i],
+                               v);
         if (cl >= sizeof cfgtext)
             cl = sizeof cfgtext - 1;
     }
@@ -234,7 +252,8 @@ static unsigned char *s_read_checked(const char *path, size_t *len, char *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, TRN_ERRLEN, "%s: cannot open checkpoint: %s", path, strerror(errno));
+        snprintf(err, TRN_ERRLEN, "%s: cannot open checkpoint: %s", path,
+                 strerror(errno));
         return NULL;
     }
     unsigned char hdr[CK_HDR];
@@ -246,8 +265,8 @@ static unsigned char *s_read_checked(const char *path, size_t *len, char *err)
     }
     if (got < CK_HDR) {
         fclose(f);
-        snprintf(err, TRN_ERRLEN, "%s: truncated checkpoint (header is %zu of %d bytes)", path,
-                 got, CK_HDR);
+        snprintf(err, TRN_ERRLEN, "%s: truncated checkpoint (header is %zu of %d bytes)",
+                 path, got, CK_HDR);
         return NULL;
     }
     uint32_t ver, bom;
@@ -262,8 +281,9 @@ static unsigned char *s_read_checked(const char *path, size_t *len, char *err)
     }
     if (ver != CK_VERSION) {
         fclose(f);
-        snprintf(err, TRN_ERRLEN, "%s: checkpoint version %u, this jizhi-train reads version %u",
-                 path, ver, CK_VERSION);
+        snprintf(err, TRN_ERRLEN,
+                 "%s: checkpoint version %u, this jizhi-train reads version %u", path,
+                 ver, CK_VERSION);
         return NULL;
     }
     if (plen > CK_MAX) {
@@ -328,14 +348,15 @@ static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int com
     char arch[256];
     s_gstr(&r, arch, sizeof arch);
     if (!r.bad && strcmp(arch, trn_net_arch(n)) != 0) {
-        snprintf(err, TRN_ERRLEN, "%s: checkpoint is for model %s, this run builds %s", path,
-                 arch, trn_net_arch(n));
+        snprintf(err, TRN_ERRLEN, "%s: checkpoint is for model %s, this run builds %s",
+                 path, arch, trn_net_arch(n));
         return -1;
     }
     uint32_t ok = s_gu32(&r);
     if (!r.bad && ok != (uint32_t)t->opt.kind) {
-        snprintf(err, TRN_ERRLEN, "%s: checkpoint was trained with optimizer %s, this run uses %s",
-                 path, s_opt_name(ok), s_opt_name((uint32_t)t->opt.kind));
+        snprintf(err, TRN_ERRLEN,
+                 "%s: checkpoint was trained with optimizer %s, this run uses %s", path,
+                 s_opt_name(ok), s_opt_name((uint32_t)t->opt.kind));
         return -1;
     }
     long step = (long)s_gu64(&r), epoch = (long)s_gu64(&r), pos = (long)s_gu64(&r);
@@ -400,8 +421,8 @@ static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int com
         s_gstr(&r, name, sizeof name);
         uint64_t cnt = s_gu64(&r);
         if (!r.bad && (strcmp(name, p->name) || cnt != (uint64_t)p->n)) {
-            snprintf(err, TRN_ERRLEN, "%s: tensor %u is %s[%llu], the model has %s[%ld]", path,
-                     i, name, (unsigned long long)cnt, p->name, p->n);
+            snprintf(err, TRN_ERRLEN, "%s: tensor %u is %s[%llu], the model has %s[%ld]",
+                     path, i, name, (unsigned long long)cnt, p->name, p->n);
             return -1;
         }
         size_t bytes = (size_t)p->n * sizeof(float);
@@ -420,12 +441,15 @@ static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int com
     }
     const void *st = s_get(&r, (size_t)ns * sizeof(float));
     if (r.bad || r.off != r.len) {
-        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (payload does not parse)", path);
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (payload does not parse)",
+                 path);
         return -1;
     }
     if (epoch < 0 || pos < 0 || pos > t->train->n || step < 0) {
-        snprintf(err, TRN_ERRLEN, "%s: checkpoint position (epoch %ld, sample %ld) does not fit "
-                 "this training set of %d", path, epoch, pos, t->train->n);
+        snprintf(err, TRN_ERRLEN,
+                 "%s: checkpoint position (epoch %ld, sample %ld) does not fit "
+                 "this training set of %d",
+                 path, epoch, pos, t->train->n);
         return -1;
     }
     if (trn_config_validate(&c, err) < 0)

@@ -18,13 +18,13 @@
 typedef enum { OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_STR, OPT_BOOL } s_opt_type;
 
 typedef struct {
-    const char *flag;     /* without the leading "--" */
+    const char *flag; /* without the leading "--" */
     s_opt_type type;
-    size_t off;           /* offset in trn_config */
-    size_t size;          /* OPT_STR: buffer size */
-    double lo, hi;        /* numeric range, inclusive */
-    const char *choices;  /* OPT_STR: "a|b|c" or NULL */
-    const char *dflt;     /* default as text */
+    size_t off;          /* offset in trn_config */
+    size_t size;         /* OPT_STR: buffer size */
+    double lo, hi;       /* numeric range, inclusive */
+    const char *choices; /* OPT_STR: "a|b|c" or NULL */
+    const char *dflt;    /* default as text */
     const char *help;
 } s_opt;
 
@@ -32,49 +32,86 @@ typedef struct {
 #define SZ(f) sizeof(((trn_config *)0)->f)
 
 static const s_opt s_opts[] = {
-    {"dataset", OPT_STR, O(dataset), SZ(dataset), 0, 0, "fashion-mnist|synthetic", "fashion-mnist", "training data"},
-    {"data-dir", OPT_STR, O(data_dir), SZ(data_dir), 0, 0, NULL, "/usr/share/datasets/fashion-mnist", "directory of the IDX .gz files"},
-    {"val-size", OPT_INT, O(val_size), 0, 0, 1e7, NULL, "5000", "validation examples held out of the training set"},
-    {"train-subset", OPT_INT, O(train_subset), 0, 0, 1e7, NULL, "0", "train on the first N examples only (0 = all)"},
-    {"synthetic-n", OPT_INT, O(synthetic_n), 0, 10, 1e7, NULL, "6000", "synthetic: training examples"},
+    {"dataset", OPT_STR, O(dataset), SZ(dataset), 0, 0, "fashion-mnist|synthetic",
+     "fashion-mnist", "training data"},
+    {"data-dir", OPT_STR, O(data_dir), SZ(data_dir), 0, 0, NULL,
+     "/usr/share/datasets/fashion-mnist", "directory of the IDX .gz files"},
+    {"val-size", OPT_INT, O(val_size), 0, 0, 1e7, NULL, "5000",
+     "validation examples held out of the training set"},
+    {"train-subset", OPT_INT, O(train_subset), 0, 0, 1e7, NULL, "0",
+     "train on the first N examples only (0 = all)"},
+    {"synthetic-n", OPT_INT, O(synthetic_n), 0, 10, 1e7, NULL, "6000",
+     "synthetic: training examples"},
     {"model", OPT_STR, O(model), SZ(model), 0, 0, "mlp|cnn", "mlp", "model"},
-    {"hidden", OPT_STR, O(hidden), SZ(hidden), 0, 0, NULL, "256,256", "mlp: hidden layer sizes, comma-separated"},
-    {"channels", OPT_STR, O(channels), SZ(channels), 0, 0, NULL, "16,32", "cnn: channels per stage, comma-separated"},
+    {"hidden", OPT_STR, O(hidden), SZ(hidden), 0, 0, NULL, "256,256",
+     "mlp: hidden layer sizes, comma-separated"},
+    {"channels", OPT_STR, O(channels), SZ(channels), 0, 0, NULL, "16,32",
+     "cnn: channels per stage, comma-separated"},
     {"blocks", OPT_INT, O(blocks), 0, 0, 16, NULL, "1", "cnn: residual blocks per stage"},
     {"epochs", OPT_INT, O(epochs), 0, 1, 100000, NULL, "10", "epochs to train"},
-    {"max-steps", OPT_LONG, O(max_steps), 0, 0, 1e15, NULL, "0", "stop after N steps (0 = no limit)"},
-    {"batch-size", OPT_INT, O(batch_size), 0, 1, 1 << 20, NULL, "128", "global batch size"},
-    {"micro-batch", OPT_INT, O(micro_batch), 0, 0, 1 << 20, NULL, "0", "gradient-accumulation chunk (0 = whole batch)"},
-    {"lr", OPT_DOUBLE, O(lr), 0, 0, 1e6, NULL, "0.05", "peak learning rate (at --base-batch when scaling)"},
-    {"momentum", OPT_DOUBLE, O(momentum), 0, 0, 0.999999, NULL, "0.9", "SGD/LARS momentum"},
+    {"max-steps", OPT_LONG, O(max_steps), 0, 0, 1e15, NULL, "0",
+     "stop after N steps (0 = no limit)"},
+    {"batch-size", OPT_INT, O(batch_size), 0, 1, 1 << 20, NULL, "128",
+     "global batch size"},
+    {"micro-batch", OPT_INT, O(micro_batch), 0, 0, 1 << 20, NULL, "0",
+     "gradient-accumulation chunk (0 = whole batch)"},
+    {"lr", OPT_DOUBLE, O(lr), 0, 0, 1e6, NULL, "0.05",
+     "peak learning rate (at --base-batch when scaling)"},
+    {"momentum", OPT_DOUBLE, O(momentum), 0, 0, 0.999999, NULL, "0.9",
+     "SGD/LARS momentum"},
     {"nesterov", OPT_BOOL, O(nesterov), 0, 0, 1, NULL, "0", "SGD: Nesterov momentum"},
-    {"weight-decay", OPT_DOUBLE, O(weight_decay), 0, 0, 10, NULL, "0.0005", "weight decay (decoupled for adamw/lamb)"},
-    {"optimizer", OPT_STR, O(optimizer), SZ(optimizer), 0, 0, "sgd|lars|lamb|adamw", "sgd", "optimiser"},
-    {"beta1", OPT_DOUBLE, O(beta1), 0, 0, 0.999999, NULL, "0.9", "adamw/lamb: first-moment decay"},
-    {"beta2", OPT_DOUBLE, O(beta2), 0, 0, 0.9999999, NULL, "0.999", "adamw/lamb: second-moment decay"},
+    {"weight-decay", OPT_DOUBLE, O(weight_decay), 0, 0, 10, NULL, "0.0005",
+     "weight decay (decoupled for adamw/lamb)"},
+    {"optimizer", OPT_STR, O(optimizer), SZ(optimizer), 0, 0, "sgd|lars|lamb|adamw",
+     "sgd", "optimiser"},
+    {"beta1", OPT_DOUBLE, O(beta1), 0, 0, 0.999999, NULL, "0.9",
+     "adamw/lamb: first-moment decay"},
+    {"beta2", OPT_DOUBLE, O(beta2), 0, 0, 0.9999999, NULL, "0.999",
+     "adamw/lamb: second-moment decay"},
     {"eps", OPT_DOUBLE, O(eps), 0, 1e-30, 1, NULL, "1e-8", "adamw/lamb: epsilon"},
-    {"trust", OPT_DOUBLE, O(trust), 0, 1e-9, 10, NULL, "0.001", "lars: trust coefficient eta"},
-    {"warmup-epochs", OPT_DOUBLE, O(warmup_epochs), 0, 0, 1e5, NULL, "0", "linear warmup length in epochs"},
-    {"schedule", OPT_STR, O(schedule), SZ(schedule), 0, 0, "constant|cosine|poly", "constant", "lr decay after warmup"},
-    {"poly-power", OPT_DOUBLE, O(poly_power), 0, 0, 10, NULL, "2", "poly: decay exponent"},
-    {"lr-scaling", OPT_STR, O(lr_scaling), SZ(lr_scaling), 0, 0, "none|linear|sqrt", "none", "scale lr with batch size / base-batch"},
-    {"base-batch", OPT_INT, O(base_batch), 0, 1, 1 << 20, NULL, "128", "batch size at which --lr is given"},
-    {"precision", OPT_STR, O(precision), SZ(precision), 0, 0, "fp32|bf16|fp16", "fp32", "compute precision (fp32 master weights)"},
-    {"precision-schedule", OPT_STR, O(precision_schedule), SZ(precision_schedule), 0, 0, NULL, "", "per-epoch precision, e.g. fp32:1,bf16:8,fp32:1"},
-    {"loss-scale", OPT_STR, O(loss_scale), SZ(loss_scale), 0, 0, NULL, "auto", "auto|dynamic|none|<number> (auto: dynamic for fp16)"},
-    {"init-loss-scale", OPT_DOUBLE, O(init_loss_scale), 0, 1e-30, 1e30, NULL, "65536", "dynamic: initial loss scale"},
-    {"scale-window", OPT_INT, O(scale_window), 0, 1, 1 << 30, NULL, "2000", "dynamic: clean steps before doubling the scale"},
-    {"per-layer-scale", OPT_BOOL, O(per_layer_scale), 0, 0, 1, NULL, "0", "one dynamic loss scale per layer"},
-    {"label-smoothing", OPT_DOUBLE, O(label_smoothing), 0, 0, 0.999, NULL, "0", "cross-entropy label smoothing"},
+    {"trust", OPT_DOUBLE, O(trust), 0, 1e-9, 10, NULL, "0.001",
+     "lars: trust coefficient eta"},
+    {"warmup-epochs", OPT_DOUBLE, O(warmup_epochs), 0, 0, 1e5, NULL, "0",
+     "linear warmup length in epochs"},
+    {"schedule", OPT_STR, O(schedule), SZ(schedule), 0, 0, "constant|cosine|poly",
+     "constant", "lr decay after warmup"},
+    {"poly-power", OPT_DOUBLE, O(poly_power), 0, 0, 10, NULL, "2",
+     "poly: decay exponent"},
+    {"lr-scaling", OPT_STR, O(lr_scaling), SZ(lr_scaling), 0, 0, "none|linear|sqrt",
+     "none", "scale lr with batch size / base-batch"},
+    {"base-batch", OPT_INT, O(base_batch), 0, 1, 1 << 20, NULL, "128",
+     "batch size at which --lr is given"},
+    {"precision", OPT_STR, O(precision), SZ(precision), 0, 0, "fp32|bf16|fp16", "fp32",
+     "compute precision (fp32 master weights)"},
+    {"precision-schedule", OPT_STR, O(precision_schedule), SZ(precision_schedule), 0, 0,
+     NULL, "", "per-epoch precision, e.g. fp32:1,bf16:8,fp32:1"},
+    {"loss-scale", OPT_STR, O(loss_scale), SZ(loss_scale), 0, 0, NULL, "auto",
+     "auto|dynamic|none|<number> (auto: dynamic for fp16)"},
+    {"init-loss-scale", OPT_DOUBLE, O(init_loss_scale), 0, 1e-30, 1e30, NULL, "65536",
+     "dynamic: initial loss scale"},
+    {"scale-window", OPT_INT, O(scale_window), 0, 1, 1 << 30, NULL, "2000",
+     "dynamic: clean steps before doubling the scale"},
+    {"per-layer-scale", OPT_BOOL, O(per_layer_scale), 0, 0, 1, NULL, "0",
+     "one dynamic loss scale per layer"},
+    {"label-smoothing", OPT_DOUBLE, O(label_smoothing), 0, 0, 0.999, NULL, "0",
+     "cross-entropy label smoothing"},
     {"seed", OPT_LONG, O(seed), 0, 0, 9.2e18, NULL, "1", "random seed (init, shuffling)"},
-    {"threads", OPT_INT, O(threads), 0, 0, 1024, NULL, "0", "CPU threads (0 = all cores)"},
-    {"log-every", OPT_INT, O(log_every), 0, 1, 1 << 30, NULL, "50", "report training metrics every N steps"},
-    {"eval-every", OPT_INT, O(eval_every), 0, 0, 1 << 30, NULL, "0", "evaluate every N steps (0 = each epoch)"},
-    {"checkpoint-dir", OPT_STR, O(checkpoint_dir), SZ(checkpoint_dir), 0, 0, NULL, "", "checkpoint directory (default: the helper's)"},
-    {"checkpoint-every", OPT_INT, O(checkpoint_every), 0, 0, 1 << 30, NULL, "0", "checkpoint every N epochs (0 = on request)"},
-    {"resume", OPT_STR, O(resume), SZ(resume), 0, 0, NULL, "", "resume from this checkpoint"},
-    {"save", OPT_STR, O(save), SZ(save), 0, 0, NULL, "", "write a checkpoint here at the end"},
-    {"backend", OPT_STR, O(backend), SZ(backend), 0, 0, "cpu|cuda", "cpu", "compute backend"},
+    {"threads", OPT_INT, O(threads), 0, 0, 1024, NULL, "0",
+     "CPU threads (0 = all cores)"},
+    {"log-every", OPT_INT, O(log_every), 0, 1, 1 << 30, NULL, "50",
+     "report training metrics every N steps"},
+    {"eval-every", OPT_INT, O(eval_every), 0, 0, 1 << 30, NULL, "0",
+     "evaluate every N steps (0 = each epoch)"},
+    {"checkpoint-dir", OPT_STR, O(checkpoint_dir), SZ(checkpoint_dir), 0, 0, NULL, "",
+     "checkpoint directory (default: the helper's)"},
+    {"checkpoint-every", OPT_INT, O(checkpoint_every), 0, 0, 1 << 30, NULL, "0",
+     "checkpoint every N epochs (0 = on request)"},
+    {"resume", OPT_STR, O(resume), SZ(resume), 0, 0, NULL, "",
+     "resume from this checkpoint"},
+    {"save", OPT_STR, O(save), SZ(save), 0, 0, NULL, "",
+     "write a checkpoint here at the end"},
+    {"backend", OPT_STR, O(backend), SZ(backend), 0, 0, "cpu|cuda", "cpu",
+     "compute backend"},
     {"quiet", OPT_BOOL, O(quiet), 0, 0, 1, NULL, "0", "no progress lines on stderr"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
@@ -163,9 +200,11 @@ static int s_set(trn_config *c, const s_opt *o, const char *v, const char *who, 
         return 0;
     }
     case OPT_BOOL:
-        if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on"))
+        if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "yes") ||
+            !strcmp(v, "on"))
             *(int *)dst = 1;
-        else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off"))
+        else if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "no") ||
+                 !strcmp(v, "off"))
             *(int *)dst = 0;
         else {
             s_err(err, "%s: expected true or false, got \"%s\"", who, v);
@@ -242,7 +281,9 @@ void trn_config_usage(FILE *out)
         const s_opt *o = &s_opts[i];
         char left[64];
         snprintf(left, sizeof left, "--%s %s", o->flag,
-                 o->type == OPT_BOOL ? "[BOOL]" : o->type == OPT_STR ? "TEXT" : "N");
+                 o->type == OPT_BOOL  ? "[BOOL]"
+                 : o->type == OPT_STR ? "TEXT"
+                                      : "N");
         fprintf(out, "  %-30s %s", left, o->help);
         if (o->choices)
             fprintf(out, " (%s)", o->choices);
@@ -283,7 +324,8 @@ int trn_config_parse_args(trn_config *c, int argc, char **argv, FILE *out, char 
         const char *v;
         if (eq)
             v = eq + 1;
-        else if (o->type == OPT_BOOL && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0))
+        else if (o->type == OPT_BOOL &&
+                 (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0))
             v = "1";
         else if (i + 1 < argc)
             v = argv[++i];
@@ -354,11 +396,13 @@ int trn_config_validate(const trn_config *c, char *err)
 {
     int sizes[32];
     if (!strcmp(c->model, "mlp") && trn_parse_int_list(c->hidden, sizes, 32) < 0) {
-        s_err(err, "--hidden: expected comma-separated sizes like 256,256, got \"%s\"", c->hidden);
+        s_err(err, "--hidden: expected comma-separated sizes like 256,256, got \"%s\"",
+              c->hidden);
         return -1;
     }
     if (!strcmp(c->model, "cnn") && trn_parse_int_list(c->channels, sizes, 8) < 1) {
-        s_err(err, "--channels: expected 1 to 8 comma-separated sizes like 16,32, got \"%s\"",
+        s_err(err,
+              "--channels: expected 1 to 8 comma-separated sizes like 16,32, got \"%s\"",
               c->channels);
         return -1;
     }
@@ -372,7 +416,9 @@ int trn_config_validate(const trn_config *c, char *err)
         char *end;
         double v = strtod(c->loss_scale, &end);
         if (end == c->loss_scale || *end || !(v > 0) || !isfinite(v)) {
-            s_err(err, "--loss-scale: expected auto, dynamic, none or a positive number, got \"%s\"",
+            s_err(err,
+                  "--loss-scale: expected auto, dynamic, none or a positive number, got "
+                  "\"%s\"",
                   c->loss_scale);
             return -1;
         }

@@ -19,13 +19,33 @@
 #include "trainer/train_impl.h"
 
 /* Params that may change while the trial runs. */
-static const char *const s_live[] = {
-    "lr",          "batch_size",   "micro_batch", "momentum",         "nesterov",
-    "weight_decay", "beta1",       "beta2",       "eps",              "trust",
-    "warmup_epochs", "schedule",   "poly_power",  "lr_scaling",       "base_batch",
-    "label_smoothing", "epochs",   "max_steps",   "log_every",        "eval_every",
-    "checkpoint_every", "precision", "precision_schedule", "scale_window", "threads",
-    "quiet",       NULL};
+static const char *const s_live[] = {"lr",
+                                     "batch_size",
+                                     "micro_batch",
+                                     "momentum",
+                                     "nesterov",
+                                     "weight_decay",
+                                     "beta1",
+                                     "beta2",
+                                     "eps",
+                                     "trust",
+                                     "warmup_epochs",
+                                     "schedule",
+                                     "poly_power",
+                                     "lr_scaling",
+                                     "base_batch",
+                                     "label_smoothing",
+                                     "epochs",
+                                     "max_steps",
+                                     "log_every",
+                                     "eval_every",
+                                     "checkpoint_every",
+                                     "precision",
+                                     "precision_schedule",
+                                     "scale_window",
+                                     "threads",
+                                     "quiet",
+                                     NULL};
 
 static int s_is_live(const char *name)
 {
@@ -52,8 +72,8 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
     if (rc < 0)
         return -1;
     if (!s_is_live(name)) {
-        snprintf(err, TRN_ERRLEN, "%s cannot change while the trial runs (it needs a restart)",
-                 name);
+        snprintf(err, TRN_ERRLEN,
+                 "%s cannot change while the trial runs (it needs a restart)", name);
         return -1;
     }
     if (c.micro_batch > c.batch_size)
@@ -130,8 +150,8 @@ static int s_apply(trn_trainer *t, const jz_instruction *ins)
         return 0;
     case JZ_INS_CHECKPOINT: {
         const char *dir = t->cfg.checkpoint_dir[0] ? t->cfg.checkpoint_dir
-                          : t->io.checkpoint_dir    ? t->io.checkpoint_dir(t->io.ud)
-                                                    : ".";
+                          : t->io.checkpoint_dir   ? t->io.checkpoint_dir(t->io.ud)
+                                                   : ".";
         char path[1200];
         snprintf(path, sizeof path, "%s/ckpt-%ld.jzck", dir ? dir : ".", t->step);
         if (trn_trainer_save(t, path, err) < 0) {

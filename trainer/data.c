@@ -27,7 +27,8 @@ static void s_err(char *err, const char *fmt, ...)
 }
 
 /* Reads exactly len bytes; returns 0 or -1 with err. */
-static int s_read(gzFile f, void *buf, size_t len, const char *path, const char *what, char *err)
+static int s_read(gzFile f, void *buf, size_t len, const char *path, const char *what,
+                  char *err)
 {
     size_t got = 0;
     while (got < len) {
@@ -44,7 +45,8 @@ static int s_read(gzFile f, void *buf, size_t len, const char *path, const char 
         got += (size_t)r;
     }
     if (got < len) {
-        s_err(err, "%s: truncated: %s needs %zu bytes, file has %zu", path, what, len, got);
+        s_err(err, "%s: truncated: %s needs %zu bytes, file has %zu", path, what, len,
+              got);
         return -1;
     }
     return 0;
@@ -60,8 +62,9 @@ static gzFile s_open_idx(const char *path, int want_dims, uint32_t *d, char *err
 {
     gzFile f = gzopen(path, "rb");
     if (!f) {
-        s_err(err, "%s: cannot open: %s (install dataset-fashion-mnist or pass --data-dir)", path,
-              errno ? strerror(errno) : "out of memory");
+        s_err(err,
+              "%s: cannot open: %s (install dataset-fashion-mnist or pass --data-dir)",
+              path, errno ? strerror(errno) : "out of memory");
         return NULL;
     }
     unsigned char hdr[16];
@@ -98,11 +101,13 @@ int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, c
     unsigned char *raw = NULL;
     if (di[0] == 0 || di[0] > 10000000 || di[1] == 0 || di[1] > 1024 || di[2] == 0 ||
         di[2] > 1024) {
-        s_err(err, "%s: corrupt: implausible dimensions %u x %u x %u", images, di[0], di[1], di[2]);
+        s_err(err, "%s: corrupt: implausible dimensions %u x %u x %u", images, di[0],
+              di[1], di[2]);
         goto out;
     }
     if (dl[0] != di[0]) {
-        s_err(err, "%s: has %u labels but %s has %u images", labels, dl[0], images, di[0]);
+        s_err(err, "%s: has %u labels but %s has %u images", labels, dl[0], images,
+              di[0]);
         goto out;
     }
     ds->n = (int)di[0];
@@ -125,7 +130,8 @@ int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, c
         goto out;
     for (int i = 0; i < ds->n; i++)
         if (ds->y[i] >= 10) {
-            s_err(err, "%s: corrupt: label %d of example %d is not in 0..9", labels, ds->y[i], i);
+            s_err(err, "%s: corrupt: label %d of example %d is not in 0..9", labels,
+                  ds->y[i], i);
             goto out;
         }
     for (size_t i = 0; i < npix; i++)
@@ -245,7 +251,8 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
     int ntr = full.n - c->val_size;
     if (c->train_subset > 0 && c->train_subset < ntr)
         ntr = c->train_subset;
-    if (s_alloc(train, ntr, &full, err) < 0 || s_alloc(val, c->val_size, &full, err) < 0) {
+    if (s_alloc(train, ntr, &full, err) < 0 ||
+        s_alloc(val, c->val_size, &full, err) < 0) {
         free(perm);
         trn_data_free(&full);
         goto fail;

@@ -32,10 +32,11 @@ void FN(trn_linear_fwd)(const R *x, const R *w, const R *b, R *y, int n, int k, 
 }
 
 void FN(trn_linear_bwd)(const R *x, const R *w, const R *dy, R *dx, R *dw, R *db, int n,
-                         int k, int m, R beta)
+                        int k, int m, R beta)
 {
     if (dx)
-        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, m, 1, dy, m, w, k, 0, dx, k);
+        GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, m, 1, dy, m, w, k, 0, dx,
+             k);
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, m, k, n, 1, dy, m, x, k, beta, dw, k);
     if (db) {
         if (beta == 0)
@@ -76,7 +77,7 @@ void FN(trn_relu_bwd)(const R *y, const R *dy, R *dx, long n, R beta)
 
 /* cols[(c*k+ki)*k+kj][(n*ho+oh)*wo+ow] = x[c][n][oh*s-pad+ki][ow*s-pad+kj] */
 static void FN(s_im2col)(const R *x, R *cols, int c, int n, int h, int wd, int k, int s,
-                          int pad, int ho, int wo)
+                         int pad, int ho, int wo)
 {
     long p = (long)n * ho * wo;
     for (int ci = 0; ci < c; ci++)
@@ -103,7 +104,7 @@ static void FN(s_im2col)(const R *x, R *cols, int c, int n, int h, int wd, int k
 }
 
 static void FN(s_col2im)(const R *cols, R *x, int c, int n, int h, int wd, int k, int s,
-                          int pad, int ho, int wo)
+                         int pad, int ho, int wo)
 {
     long p = (long)n * ho * wo;
     for (int ci = 0; ci < c; ci++)
@@ -143,8 +144,8 @@ void FN(trn_conv_fwd)(const R *x, const R *w, R *y, R *cols, int c, int n, int h
         FN(s_im2col)(x, cols, c, n, h, wd, k, stride, pad, ho, wo);
         src = cols;
     }
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, co, (int)p, c * k * k, 1, w, c * k * k,
-         src, (int)p, 0, y, (int)p);
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, co, (int)p, c * k * k, 1, w,
+         c * k * k, src, (int)p, 0, y, (int)p);
 }
 
 void FN(trn_conv_bwd)(const R *x, const R *w, const R *dy, R *dx, R *dw, R *cols, int c,
@@ -160,24 +161,24 @@ void FN(trn_conv_bwd)(const R *x, const R *w, const R *dy, R *dx, R *dw, R *cols
         FN(s_im2col)(x, cols, c, n, h, wd, k, stride, pad, ho, wo);
         src = cols;
     }
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, co, ckk, (int)p, 1, dy, (int)p, src, (int)p,
-         beta, dw, ckk);
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, co, ckk, (int)p, 1, dy, (int)p, src,
+         (int)p, beta, dw, ckk);
     if (!dx)
         return;
     if (ident) {
-        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)p, co, 1, w, ckk, dy, (int)p,
-             dxbeta, dx, (int)p);
+        GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)p, co, 1, w, ckk, dy,
+             (int)p, dxbeta, dx, (int)p);
         return;
     }
-    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)p, co, 1, w, ckk, dy, (int)p, 0,
-         cols, (int)p);
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, ckk, (int)p, co, 1, w, ckk, dy, (int)p,
+         0, cols, (int)p);
     if (dxbeta == 0)
         memset(dx, 0, (size_t)c * n * h * wd * sizeof(R));
     FN(s_col2im)(cols, dx, c, n, h, wd, k, stride, pad, ho, wo);
 }
 
-void FN(trn_bn_fwd_train)(const R *x, const R *g, const R *b, R *y, R *mean, R *invstd, int c,
-                          long s, R eps)
+void FN(trn_bn_fwd_train)(const R *x, const R *g, const R *b, R *y, R *mean, R *invstd,
+                          int c, long s, R eps)
 {
     for (int ci = 0; ci < c; ci++) {
         const R *xc = x + (long)ci * s;
@@ -213,8 +214,8 @@ void FN(trn_bn_fwd_eval)(const R *x, const R *g, const R *b, R *y, const R *rmea
     }
 }
 
-void FN(trn_bn_bwd)(const R *x, const R *g, const R *mean, const R *invstd, const R *dy, R *dx,
-                    R *dg, R *db, int c, long s, R beta, R dxbeta)
+void FN(trn_bn_bwd)(const R *x, const R *g, const R *mean, const R *invstd, const R *dy,
+                    R *dx, R *dg, R *db, int c, long s, R beta, R dxbeta)
 {
     for (int ci = 0; ci < c; ci++) {
         const R *xc = x + (long)ci * s, *dyc = dy + (long)ci * s;
@@ -225,7 +226,8 @@ void FN(trn_bn_bwd)(const R *x, const R *g, const R *mean, const R *invstd, cons
             sdy += dyc[i];
             sdyx += dyc[i] * ((xc[i] - mu) * is);
         }
-        dg[ci] = (R)(beta == 0 ? sdyx : beta * dg[ci] + sdyx); /* no 0*NaN from stale values */
+        dg[ci] =
+            (R)(beta == 0 ? sdyx : beta * dg[ci] + sdyx); /* no 0*NaN from stale values */
         db[ci] = (R)(beta == 0 ? sdy : beta * db[ci] + sdy);
         if (!dx)
             continue;
@@ -268,8 +270,8 @@ void FN(trn_gap_bwd)(const R *dy, R *dx, int c, int n, int hw, R dxbeta)
 
 /* Mean cross-entropy (label smoothing eps: target (1-eps) on the label plus
    eps/k everywhere). dlogits (may be NULL) = gscale * d(sum of losses). */
-double FN(trn_softmax_ce)(const R *logits, const uint8_t *labels, R *dlogits, int n, int k,
-                          double smoothing, double gscale, int *correct)
+double FN(trn_softmax_ce)(const R *logits, const uint8_t *labels, R *dlogits, int n,
+                          int k, double smoothing, double gscale, int *correct)
 {
     double total = 0;
     int ok = 0;

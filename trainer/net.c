@@ -24,20 +24,20 @@ typedef enum { OP_LINEAR, OP_RELU, OP_CONV, OP_BN, OP_ADD, OP_GAP } s_kind;
 
 typedef struct {
     s_kind kind;
-    int in, in2, out;     /* buffer ids (in2: ADD only) */
-    int pw, pb;           /* param indices, -1 when none */
-    int c, h, w;          /* input shape per sample (linear: c features) */
+    int in, in2, out;       /* buffer ids (in2: ADD only) */
+    int pw, pb;             /* param indices, -1 when none */
+    int c, h, w;            /* input shape per sample (linear: c features) */
     int co, k, stride, pad; /* conv / linear output features */
-    int layer;            /* param-owning layer index, or -1 */
-    long st;              /* BN: offset of running mean (var follows) in state */
-    float *mean, *invstd; /* BN: batch statistics saved for backward */
+    int layer;              /* param-owning layer index, or -1 */
+    long st;                /* BN: offset of running mean (var follows) in state */
+    float *mean, *invstd;   /* BN: batch statistics saved for backward */
 } s_op;
 
 typedef struct {
-    int feat;      /* values per sample */
-    float *x, *g;  /* cap * feat */
-    int written;   /* gradient holds a contribution this pass */
-    double gs;     /* scale the gradient carries */
+    int feat;     /* values per sample */
+    float *x, *g; /* cap * feat */
+    int written;  /* gradient holds a contribution this pass */
+    double gs;    /* scale the gradient carries */
 } s_buf;
 
 #define MAX_OPS 256
@@ -53,9 +53,9 @@ struct trn_net {
     int nlayers;
     float *state; /* BN running mean/var */
     long nstate;
-    float *cols;  /* im2col workspace */
+    float *cols; /* im2col workspace */
     long cols_per_sample;
-    int cap;      /* samples the buffers hold */
+    int cap; /* samples the buffers hold */
     int classes;
     trn_precision prec;
     int grad_fresh; /* zero_grad was called: the next backward writes, not adds */
@@ -75,7 +75,8 @@ static int s_buf_new(trn_net *n, int feat)
     return n->nbufs++;
 }
 
-static int s_param_new(trn_net *n, const char *name, trn_pkind kind, long count, int layer)
+static int s_param_new(trn_net *n, const char *name, trn_pkind kind, long count,
+                       int layer)
 {
     trn_param *p = &n->params[n->np];
     memset(p, 0, sizeof *p);
@@ -130,7 +131,8 @@ static int s_relu(trn_net *n, int in)
     return o->out;
 }
 
-static int s_conv(trn_net *n, int in, int c, int h, int w, int co, int k, int stride, int pad)
+static int s_conv(trn_net *n, int in, int c, int h, int w, int co, int k, int stride,
+                  int pad)
 {
     char name[32];
     s_op *o = s_op_new(n, OP_CONV, in);
@@ -247,8 +249,8 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
             trn_net_destroy(&n);
             return NULL;
         }
-        snprintf(n->arch, sizeof n->arch, "cnn:%dx%dx%d:%s:b%d:%d", c, h, w, cfg->channels,
-                 cfg->blocks, classes);
+        snprintf(n->arch, sizeof n->arch, "cnn:%dx%dx%d:%s:b%d:%d", c, h, w,
+                 cfg->channels, cfg->blocks, classes);
         int cc = ch[0], hh = h, ww = w;
         x = s_cbr(n, x, c, hh, ww, cc, 1, 1, 0); /* stem */
         ok = x >= 0;
@@ -368,7 +370,8 @@ void trn_net_init(trn_net *n, trn_rng *r)
             trn_param *p = &n->params[o->pw];
             double fan_in = o->kind == OP_LINEAR ? o->c : (double)o->c * o->k * o->k;
             int last = i == n->nops - 1;
-            double bound = last ? sqrt(1.0 / fan_in) : sqrt(6.0 / fan_in); /* He uniform */
+            double bound =
+                last ? sqrt(1.0 / fan_in) : sqrt(6.0 / fan_in); /* He uniform */
             for (long j = 0; j < p->n; j++)
                 p->w[j] = (float)((2 * trn_rng_uniform(r) - 1) * bound);
             if (o->pb >= 0)
@@ -473,21 +476,22 @@ static void s_forward(trn_net *n, int nb, int train)
         long cnt = (long)nb * n->bufs[o->out].feat;
         switch (o->kind) {
         case OP_LINEAR:
-            trn_linear_fwd_f(x, n->params[o->pw].wlp, o->pb >= 0 ? n->params[o->pb].wlp : NULL,
-                             y, nb, o->c, o->co);
+            trn_linear_fwd_f(x, n->params[o->pw].wlp,
+                             o->pb >= 0 ? n->params[o->pb].wlp : NULL, y, nb, o->c,
+                             o->co);
             break;
         case OP_RELU:
             trn_relu_fwd_f(x, y, cnt);
             break;
         case OP_CONV:
-            trn_conv_fwd_f(x, n->params[o->pw].wlp, y, n->cols, o->c, nb, o->h, o->w, o->co,
-                           o->k, o->stride, o->pad);
+            trn_conv_fwd_f(x, n->params[o->pw].wlp, y, n->cols, o->c, nb, o->h, o->w,
+                           o->co, o->k, o->stride, o->pad);
             break;
         case OP_BN:
             if (train) {
                 long s = (long)nb * o->h;
-                trn_bn_fwd_train_f(x, n->params[o->pw].wlp, n->params[o->pb].wlp, y, o->mean,
-                                   o->invstd, o->c, s, s_bn_eps);
+                trn_bn_fwd_train_f(x, n->params[o->pw].wlp, n->params[o->pb].wlp, y,
+                                   o->mean, o->invstd, o->c, s, s_bn_eps);
                 float *rm = n->state + o->st, *rv = rm + o->c;
                 for (int j = 0; j < o->c; j++) {
                     double var = 1.0 / ((double)o->invstd[j] * o->invstd[j]) - s_bn_eps;
@@ -565,8 +569,8 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
             /* a linear's input has one reader in our graphs, so dx is
                written, not accumulated */
             (void)dxb;
-            trn_linear_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL, nb, o->c, o->co,
-                             pbeta);
+            trn_linear_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL, nb, o->c,
+                             o->co, pbeta);
             trn_round_buf(w->g, w->n, n->prec);
             if (b)
                 trn_round_buf(b->g, b->n, n->prec);
@@ -578,8 +582,8 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
             break;
         case OP_CONV: {
             trn_param *w = &n->params[o->pw];
-            trn_conv_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, n->cols, o->c, nb, o->h, o->w, o->co,
-                           o->k, o->stride, o->pad, pbeta, dxb);
+            trn_conv_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, n->cols, o->c, nb, o->h, o->w,
+                           o->co, o->k, o->stride, o->pad, pbeta, dxb);
             trn_round_buf(w->g, w->n, n->prec);
             break;
         }
@@ -614,9 +618,9 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
     }
 }
 
-double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb, int train,
-                                double label_smoothing, double gscale, const double *lscale,
-                                int *correct)
+double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb,
+                                int train, double label_smoothing, double gscale,
+                                const double *lscale, int *correct)
 {
     if (nb <= 0)
         return 0;

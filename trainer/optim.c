@@ -63,7 +63,8 @@ static void s_sgd(const trn_optim *o, trn_param *p, double lr, double wd)
         }
     else
         for (long i = 0; i < n; i++) {
-            float v = mu * m[i] + (gr[i] + fwd * w[i]); /* same order as the CUDA kernel */
+            float v =
+                mu * m[i] + (gr[i] + fwd * w[i]); /* same order as the CUDA kernel */
             m[i] = v;
             w[i] -= flr * v;
         }
@@ -94,7 +95,8 @@ static void s_lars(const trn_optim *o, trn_param *p, double lr)
 static void s_adam_dir(const trn_optim *o, trn_param *p, double wd)
 {
     float b1 = (float)o->beta1, b2 = (float)o->beta2;
-    double bc1 = 1.0 - pow(o->beta1, (double)o->t), bc2 = 1.0 - pow(o->beta2, (double)o->t);
+    double bc1 = 1.0 - pow(o->beta1, (double)o->t),
+           bc2 = 1.0 - pow(o->beta2, (double)o->t);
     for (long i = 0; i < p->n; i++) {
         float g = p->g[i];
         p->m[i] = b1 * p->m[i] + (1 - b1) * g;

@@ -45,14 +45,14 @@ float trn_round_fp16(float x)
 {
     uint32_t u = s_bits(x), sign = u & 0x80000000u, a = u & 0x7fffffffu;
     if (a >= 0x7f800000u)
-        return x;                               /* inf, NaN */
-    if (a >= 0x477ff000u)                       /* >= 65520: rounds to inf */
+        return x;         /* inf, NaN */
+    if (a >= 0x477ff000u) /* >= 65520: rounds to inf */
         return s_float(sign | 0x7f800000u);
-    if (a < 0x38800000u) {                      /* below 2^-14: subnormal grid 2^-24 */
+    if (a < 0x38800000u) { /* below 2^-14: subnormal grid 2^-24 */
         float m = rintf(s_float(a) * 0x1p24f) * 0x1p-24f;
         return s_float(sign | s_bits(m));
     }
-    a += 0xfffu + ((a >> 13) & 1u);             /* keep 10 mantissa bits, RNE */
+    a += 0xfffu + ((a >> 13) & 1u); /* keep 10 mantissa bits, RNE */
     return s_float(sign | (a & ~0x1fffu));
 }
 
@@ -125,8 +125,8 @@ int trn_prec_schedule_parse(trn_prec_schedule *s, const char *text, char *err)
         memcpy(name, p, (size_t)len);
         name[len] = 0;
         if (strcmp(name, "fp32") && strcmp(name, "bf16") && strcmp(name, "fp16")) {
-            snprintf(err, TRN_ERRLEN, "\"%s\": expected fp32, bf16 or fp16 in PREC:EPOCHS,...",
-                     name);
+            snprintf(err, TRN_ERRLEN,
+                     "\"%s\": expected fp32, bf16 or fp16 in PREC:EPOCHS,...", name);
             return -1;
         }
         p += len;

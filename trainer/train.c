@@ -184,7 +184,8 @@ double trn_trainer_lr(const trn_trainer *t)
     double n = t->train->n;
     double progress = t->epoch + (t->pos + s_next_batch_size(t)) / n;
     return c->lr * trn_lr_scale_rule(c->lr_scaling, c->base_batch, c->batch_size) *
-           trn_lr_factor(c->schedule, progress, c->warmup_epochs, c->epochs, c->poly_power);
+           trn_lr_factor(c->schedule, progress, c->warmup_epochs, c->epochs,
+                         c->poly_power);
 }
 
 /* |G|^2 of the accumulated gradients in true units: layer l's gradients
@@ -195,7 +196,8 @@ static double s_sqnorm(trn_trainer *t, double mult)
     double s = 0;
     for (int i = 0; i < trn_net_nparams(n); i++) {
         trn_param *p = trn_net_param(n, i);
-        double sc = (t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale) * mult;
+        double sc =
+            (t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale) * mult;
         double acc = 0;
         for (long j = 0; j < p->n; j++)
             acc += (double)p->g[j] * p->g[j];
@@ -228,7 +230,8 @@ static int s_gather(trn_trainer *t, int nb, float *dst)
     }
     if (t->perm_epoch != t->epoch) {
         trn_rng r;
-        trn_rng_seed(&r, (uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ULL + (uint64_t)t->epoch + 1);
+        trn_rng_seed(&r, (uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ULL +
+                             (uint64_t)t->epoch + 1);
         trn_rng_perm(&r, t->perm, d->n);
         t->perm_epoch = t->epoch;
     }
@@ -312,8 +315,8 @@ static int s_step_backend(trn_trainer *t, int nb, double lr)
     }
     int overflow = 0;
     double gsq = 0;
-    double loss = t->backend->step(t->backend->self, t->xb, t->yb, nb, lr, t->scaler.scale,
-                                   &overflow, &gsq);
+    double loss = t->backend->step(t->backend->self, t->xb, t->yb, nb, lr,
+                                   t->scaler.scale, &overflow, &gsq);
     int skip = trn_scaler_update(&t->scaler, overflow);
     t->last_loss = loss;
     t->loss_acc += loss;
@@ -475,8 +478,8 @@ static void s_report_eval(trn_trainer *t, double *vl_out, double *va_out)
 static int s_auto_checkpoint(trn_trainer *t, char *err)
 {
     const char *dir = t->cfg.checkpoint_dir[0] ? t->cfg.checkpoint_dir
-                      : t->io.checkpoint_dir    ? t->io.checkpoint_dir(t->io.ud)
-                                                : ".";
+                      : t->io.checkpoint_dir   ? t->io.checkpoint_dir(t->io.ud)
+                                               : ".";
     char path[1024];
     snprintf(path, sizeof path, "%s/ckpt-%ld.jzck", dir ? dir : ".", t->step);
     if (trn_trainer_save(t, path, err) < 0)
@@ -505,7 +508,8 @@ int trn_trainer_run(trn_trainer *t, char *err)
         int ep = t->epoch;
         int nb = s_next_batch_size(t);
         if (trn_trainer_step(t) < 0) {
-            snprintf(err, TRN_ERRLEN, "training step %ld failed (out of memory?)", t->step);
+            snprintf(err, TRN_ERRLEN, "training step %ld failed (out of memory?)",
+                     t->step);
             return -1;
         }
         t->samples_since += nb;
@@ -518,13 +522,14 @@ int trn_trainer_run(trn_trainer *t, char *err)
             double vl, va;
             s_report_eval(t, &vl, &va);
             if (epoch_end && !c->quiet)
-                fprintf(stderr,
-                        "jizhi-train: epoch %d/%d step %ld loss %.4f val_loss %.4f val_acc "
-                        "%.4f lr %.4g scale %g %.1fs\n",
-                        t->epoch, c->epochs, t->step, t->last_loss, vl, va, trn_trainer_lr(t),
-                        t->scaler.scale, trn__now() - t0);
-            if (epoch_end && c->checkpoint_every > 0 && t->epoch % c->checkpoint_every == 0 &&
-                s_auto_checkpoint(t, err) < 0)
+                fprintf(
+                    stderr,
+                    "jizhi-train: epoch %d/%d step %ld loss %.4f val_loss %.4f val_acc "
+                    "%.4f lr %.4g scale %g %.1fs\n",
+                    t->epoch, c->epochs, t->step, t->last_loss, vl, va, trn_trainer_lr(t),
+                    t->scaler.scale, trn__now() - t0);
+            if (epoch_end && c->checkpoint_every > 0 &&
+                t->epoch % c->checkpoint_every == 0 && s_auto_checkpoint(t, err) < 0)
                 return -1;
         }
     }
@@ -536,7 +541,8 @@ int trn_trainer_run(trn_trainer *t, char *err)
         s_report(t, "test_loss", tl);
         s_report(t, "test_acc", ta);
         if (!c->quiet)
-            fprintf(stderr, "jizhi-train: done: %ld steps, test_loss %.4f test_acc %.4f, %.1fs\n",
+            fprintf(stderr,
+                    "jizhi-train: done: %ld steps, test_loss %.4f test_acc %.4f, %.1fs\n",
                     t->step, tl, ta, trn__now() - t0);
     }
     if (c->save[0] && trn_trainer_save(t, c->save, err) < 0)

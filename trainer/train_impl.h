@@ -7,39 +7,39 @@
 #include "trainer/trn.h"
 
 struct trn_trainer {
-    trn_config cfg;               /* current values (live changes land here) */
+    trn_config cfg;                        /* current values (live changes land here) */
     const trn_dataset *train, *val, *test; /* borrowed */
     trn_net *net;
     trn_optim opt;
-    trn_scaler scaler;            /* the global loss scale */
-    trn_scaler *lscalers;         /* per-layer loss scales (per_layer_scale) */
-    double *lscale;               /* their current values, one per layer */
+    trn_scaler scaler;    /* the global loss scale */
+    trn_scaler *lscalers; /* per-layer loss scales (per_layer_scale) */
+    double *lscale;       /* their current values, one per layer */
     int nlayers;
-    trn_prec_schedule psched;     /* n = 0: fixed cfg.precision */
-    trn_precision prec;           /* precision of the current epoch */
-    trn_rng rng;                  /* init; saved with checkpoints */
-    int *perm;                    /* order of the current epoch */
-    int perm_epoch;               /* epoch perm belongs to, -1 none */
-    long step;                    /* optimisation steps taken (skipped count) */
-    int epoch;                    /* completed epochs */
-    long pos;                     /* samples of this epoch consumed */
-    float *xb;                    /* gathered batch */
+    trn_prec_schedule psched; /* n = 0: fixed cfg.precision */
+    trn_precision prec;       /* precision of the current epoch */
+    trn_rng rng;              /* init; saved with checkpoints */
+    int *perm;                /* order of the current epoch */
+    int perm_epoch;           /* epoch perm belongs to, -1 none */
+    long step;                /* optimisation steps taken (skipped count) */
+    int epoch;                /* completed epochs */
+    long pos;                 /* samples of this epoch consumed */
+    float *xb;                /* gathered batch */
     uint8_t *yb;
     int xb_cap;
     trn_io io;
-    const trn_backend *backend;   /* NULL: CPU */
+    const trn_backend *backend; /* NULL: CPU */
     int backend_attached;
-    trn_precision backend_prec;   /* precision the backend was attached with */
+    trn_precision backend_prec; /* precision the backend was attached with */
     /* metrics */
-    double loss_acc;              /* sum of batch losses since last report */
+    double loss_acc; /* sum of batch losses since last report */
     long loss_n;
     long samples_since;
-    double t_since;               /* time at last train report */
+    double t_since; /* time at last train report */
     double last_loss;
-    double gs_small, gs_big;      /* last |G|^2 at micro-batch and batch */
+    double gs_small, gs_big; /* last |G|^2 at micro-batch and batch */
     int b_small, b_big;
     int have_gns;
-    long last_eval_step;          /* -1: never */
+    long last_eval_step; /* -1: never */
     int paused, stop;
 };
 

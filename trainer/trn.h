@@ -12,9 +12,13 @@
       net.c        the model graph (MLP, CNN), forward/backward, params
       optim.c      SGD, LARS, LAMB, AdamW; warmup + cosine/poly schedule
       ckpt.c       checkpoint files (header, version, CRC-32)
-      train.c      the training loop, evaluation, metrics, live control
+      train.c      the training loop, evaluation, metrics
+      control.c    live instructions (set/stop/pause/checkpoint/load)
+      train_impl.h the trainer's state, shared by train.c, control.c, ckpt.c
       io_jizhi.c   the bridge from trn_io to libjizhi
-      backend_cpu.c  BLAS threads and the CPU side of backends
+      backend_cpu.c  BLAS threads (the CPU backend is the default path)
+      backend_cuda.cu  the CUDA backend (make cuda -> jizhi-train-cuda)
+      main.c       the jizhi-train program
     Errors: functions return 0/-1 (constructors NULL) and write a message
     into a caller's char buffer `err` of size TRN_ERRLEN.
 */
@@ -35,48 +39,48 @@
 typedef enum { TRN_FP32 = 0, TRN_BF16 = 1, TRN_FP16 = 2 } trn_precision;
 
 typedef struct trn_config {
-    char dataset[32];         /* fashion-mnist | synthetic */
-    char data_dir[256];       /* where the IDX .gz files are */
-    int val_size;             /* held-out validation examples */
-    int train_subset;         /* use only the first N training examples (0 = all) */
-    int synthetic_n;          /* synthetic: training examples */
-    char model[16];           /* mlp | cnn */
-    char hidden[128];         /* mlp: hidden sizes, "256,256" */
-    char channels[64];        /* cnn: channels per stage, "16,32" */
-    int blocks;               /* cnn: residual blocks per stage */
-    int epochs;               /* epochs to train */
-    long max_steps;           /* stop after this many steps (0 = no limit) */
-    int batch_size;           /* global batch */
-    int micro_batch;          /* gradient accumulation chunk (0 = whole batch) */
-    double lr;                /* peak learning rate (at base_batch if scaling) */
-    double momentum;          /* SGD/LARS momentum */
-    int nesterov;             /* SGD: Nesterov momentum */
-    double weight_decay;      /* L2 (SGD/LARS) or decoupled (AdamW/LAMB) */
-    char optimizer[16];       /* sgd | lars | lamb | adamw */
-    double beta1, beta2, eps; /* Adam-family moments */
-    double trust;             /* LARS trust coefficient eta */
-    double warmup_epochs;     /* linear warmup length */
-    char schedule[16];        /* constant | cosine | poly */
-    double poly_power;        /* poly: exponent */
-    char lr_scaling[16];      /* none | linear | sqrt: lr vs batch size */
-    int base_batch;           /* batch size at which lr is given (scaling) */
-    char precision[8];        /* fp32 | bf16 | fp16 */
+    char dataset[32];             /* fashion-mnist | synthetic */
+    char data_dir[256];           /* where the IDX .gz files are */
+    int val_size;                 /* held-out validation examples */
+    int train_subset;             /* use only the first N training examples (0 = all) */
+    int synthetic_n;              /* synthetic: training examples */
+    char model[16];               /* mlp | cnn */
+    char hidden[128];             /* mlp: hidden sizes, "256,256" */
+    char channels[64];            /* cnn: channels per stage, "16,32" */
+    int blocks;                   /* cnn: residual blocks per stage */
+    int epochs;                   /* epochs to train */
+    long max_steps;               /* stop after this many steps (0 = no limit) */
+    int batch_size;               /* global batch */
+    int micro_batch;              /* gradient accumulation chunk (0 = whole batch) */
+    double lr;                    /* peak learning rate (at base_batch if scaling) */
+    double momentum;              /* SGD/LARS momentum */
+    int nesterov;                 /* SGD: Nesterov momentum */
+    double weight_decay;          /* L2 (SGD/LARS) or decoupled (AdamW/LAMB) */
+    char optimizer[16];           /* sgd | lars | lamb | adamw */
+    double beta1, beta2, eps;     /* Adam-family moments */
+    double trust;                 /* LARS trust coefficient eta */
+    double warmup_epochs;         /* linear warmup length */
+    char schedule[16];            /* constant | cosine | poly */
+    double poly_power;            /* poly: exponent */
+    char lr_scaling[16];          /* none | linear | sqrt: lr vs batch size */
+    int base_batch;               /* batch size at which lr is given (scaling) */
+    char precision[8];            /* fp32 | bf16 | fp16 */
     char precision_schedule[128]; /* "fp32:1,bf16:8,fp32:1" epochs; overrides */
-    char loss_scale[24];      /* auto | dynamic | none | <number> */
-    double init_loss_scale;   /* dynamic: initial scale (2^16) */
-    int scale_window;         /* dynamic: clean steps before x2 (2000) */
-    int per_layer_scale;      /* one dynamic loss scale per layer */
-    double label_smoothing;   /* cross-entropy label smoothing */
-    long seed;                /* init, shuffling */
-    int threads;              /* BLAS threads (0 = all cores) */
-    int log_every;            /* report train metrics every N steps */
-    int eval_every;           /* evaluate every N steps (0 = each epoch) */
-    char checkpoint_dir[256]; /* "" = the helper's directory */
-    int checkpoint_every;     /* save every N epochs (0 = only on request) */
-    char resume[256];         /* checkpoint to resume from */
-    char save[256];           /* write a checkpoint here at the end */
-    char backend[8];          /* cpu | cuda */
-    int quiet;                /* no progress lines on stderr */
+    char loss_scale[24];          /* auto | dynamic | none | <number> */
+    double init_loss_scale;       /* dynamic: initial scale (2^16) */
+    int scale_window;             /* dynamic: clean steps before x2 (2000) */
+    int per_layer_scale;          /* one dynamic loss scale per layer */
+    double label_smoothing;       /* cross-entropy label smoothing */
+    long seed;                    /* init, shuffling */
+    int threads;                  /* BLAS threads (0 = all cores) */
+    int log_every;                /* report train metrics every N steps */
+    int eval_every;               /* evaluate every N steps (0 = each epoch) */
+    char checkpoint_dir[256];     /* "" = the helper's directory */
+    int checkpoint_every;         /* save every N epochs (0 = only on request) */
+    char resume[256];             /* checkpoint to resume from */
+    char save[256];               /* write a checkpoint here at the end */
+    char backend[8];              /* cpu | cuda */
+    int quiet;                    /* no progress lines on stderr */
 } trn_config;
 
 /* Fills `c` with the defaults. */
@@ -129,17 +133,18 @@ void trn_rng_perm(trn_rng *r, int *perm, int n);
 /* ---- data (data.c) -------------------------------------------------------- */
 
 typedef struct {
-    int n;        /* examples */
-    int dim;      /* features per example (c*h*w) */
-    int c, h, w;  /* image shape */
-    int classes;  /* label count */
-    float *x;     /* n*dim, normalised */
-    uint8_t *y;   /* n labels */
+    int n;       /* examples */
+    int dim;     /* features per example (c*h*w) */
+    int c, h, w; /* image shape */
+    int classes; /* label count */
+    float *x;    /* n*dim, normalised */
+    uint8_t *y;  /* n labels */
 } trn_dataset;
 
 /* Reads an IDX images+labels pair (gzip) into a dataset. Returns 0 or -1
    with err naming the file and what is wrong (missing, corrupt, truncated). */
-int trn_data_load_idx(trn_dataset *d, const char *images_gz, const char *labels_gz, char *err);
+int trn_data_load_idx(trn_dataset *d, const char *images_gz, const char *labels_gz,
+                      char *err);
 
 /* Loads train/val/test per the config (dataset, data_dir, val_size,
    train_subset, synthetic_n). Returns 0 or -1 with err. */
@@ -154,7 +159,8 @@ void trn_data_free(trn_dataset *d);
 /* ---- kernels (kernels_impl.h; suffix _f float, _d double) ---------------- */
 
 #define TRN_KERNEL_DECLS(R, S)                                                           \
-    void trn_linear_fwd_##S(const R *x, const R *w, const R *b, R *y, int n, int k, int m); \
+    void trn_linear_fwd_##S(const R *x, const R *w, const R *b, R *y, int n, int k,      \
+                            int m);                                                      \
     void trn_linear_bwd_##S(const R *x, const R *w, const R *dy, R *dx, R *dw, R *db,    \
                             int n, int k, int m, R beta);                                \
     void trn_relu_fwd_##S(const R *x, R *y, long n);                                     \
@@ -162,8 +168,8 @@ void trn_data_free(trn_dataset *d);
     void trn_conv_fwd_##S(const R *x, const R *w, R *y, R *cols, int c, int n, int h,    \
                           int wd, int co, int k, int stride, int pad);                   \
     void trn_conv_bwd_##S(const R *x, const R *w, const R *dy, R *dx, R *dw, R *cols,    \
-                          int c, int n, int h, int wd, int co, int k, int stride, int pad, \
-                          R beta, R dxbeta);                                             \
+                          int c, int n, int h, int wd, int co, int k, int stride,        \
+                          int pad, R beta, R dxbeta);                                    \
     void trn_bn_fwd_train_##S(const R *x, const R *g, const R *b, R *y, R *mean,         \
                               R *invstd, int c, long s, R eps);                          \
     void trn_bn_fwd_eval_##S(const R *x, const R *g, const R *b, R *y, const R *rmean,   \
@@ -195,13 +201,13 @@ void trn_round_buf(float *x, long n, trn_precision p);
 int trn_has_nonfinite(const float *x, long n);
 
 typedef struct {
-    double scale;       /* current loss scale */
-    int dynamic;        /* adjusts itself */
-    long good_steps;    /* clean steps since the last change */
-    int window;         /* clean steps before growing */
-    double growth;      /* x2 */
-    double backoff;     /* x0.5 */
-    long skipped;       /* steps skipped so far (overflow) */
+    double scale;    /* current loss scale */
+    int dynamic;     /* adjusts itself */
+    long good_steps; /* clean steps since the last change */
+    int window;      /* clean steps before growing */
+    double growth;   /* x2 */
+    double backoff;  /* x0.5 */
+    long skipped;    /* steps skipped so far (overflow) */
 } trn_scaler;
 
 void trn_scaler_init(trn_scaler *s, double init, int dynamic, int window);
@@ -226,13 +232,13 @@ typedef enum { TRN_PW = 0, TRN_PBIAS, TRN_PBN } trn_pkind;
 
 typedef struct {
     char name[32];
-    trn_pkind kind;  /* weights get weight decay and LARS; biases and BN not */
-    long n;          /* element count */
-    float *w;        /* fp32 master */
-    float *g;        /* fp32 gradient (mean over the batch) */
-    float *wlp;      /* working copy rounded to the compute precision */
-    float *m, *v;    /* optimiser state (momentum / Adam moments) */
-    int layer;       /* index of the op owning it (per-layer loss scales) */
+    trn_pkind kind; /* weights get weight decay and LARS; biases and BN not */
+    long n;         /* element count */
+    float *w;       /* fp32 master */
+    float *g;       /* fp32 gradient (mean over the batch) */
+    float *wlp;     /* working copy rounded to the compute precision */
+    float *m, *v;   /* optimiser state (momentum / Adam moments) */
+    int layer;      /* index of the op owning it (per-layer loss scales) */
 } trn_param;
 
 typedef struct trn_net trn_net;
@@ -354,12 +360,13 @@ int trn_trainer_control(trn_trainer *t);
 int trn_trainer_run(trn_trainer *t, char *err);
 
 /* Evaluates on a dataset: mean loss and accuracy. */
-void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc);
+void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss,
+                          double *acc);
 
 /* Accessors and live setters used by control and tests. */
 long trn_trainer_step_count(const trn_trainer *t);
 int trn_trainer_epoch(const trn_trainer *t);
-double trn_trainer_lr(const trn_trainer *t);      /* the lr the next step uses */
+double trn_trainer_lr(const trn_trainer *t); /* the lr the next step uses */
 double trn_trainer_last_loss(const trn_trainer *t);
 const trn_scaler *trn_trainer_scaler(const trn_trainer *t);
 trn_net *trn_trainer_net(trn_trainer *t);
