@@ -270,8 +270,10 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
         ctl_destroy(&c);
         return NULL;
     }
+    c->next_trial_id = store_trial_next_id(c->store);
     c->zctx = zmq_ctx_new();
-    if (s_bind(c, cfg->bind, err, errsize) != 0 || ctl__load(c, err, errsize) != 0) {
+    if (c->next_trial_id < 0 || s_bind(c, cfg->bind, err, errsize) != 0 ||
+        ctl__load(c, err, errsize) != 0) {
         ctl_destroy(&c);
         return NULL;
     }

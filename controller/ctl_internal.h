@@ -34,6 +34,7 @@ typedef struct {
     double stop_sent;      /* monotonic time of the stop instruction, 0 if none */
     int kill_sent;         /* a kill went to its dispatcher */
     long gpus;             /* GPUs it holds on its dispatcher */
+    char restart_from[1024]; /* checkpoint its pending restart loads, "" if none */
 } ctl_trial;
 
 struct ctl_study {
@@ -46,6 +47,7 @@ struct ctl_study {
     size_t ntrials, cap;
     int exhausted;         /* scheduler returned SCHED_DONE */
     int sched_dirty;       /* scheduler state to persist this iteration */
+    long next_id;          /* id reserved for the trial being suggested, 0 if none */
 };
 
 struct ctl_disp {
@@ -84,6 +86,7 @@ struct ctl {
     double lost_timeout;
     double started;        /* monotonic, controller start */
     int in_txn;            /* a transaction is open this iteration */
+    long next_trial_id;    /* next unused trials.id (ids are reserved before suggest) */
     ctl_study **studies;
     size_t nstudies;
     ctl_disp **disps;

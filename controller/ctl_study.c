@@ -320,14 +320,6 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
 
 #define LOAD_TIMEOUT_DEFAULT_S 60.0
 
-typedef struct {
-    const ctl_t *c; /* NULL: free slot */
-    long trial;
-    char path[1024];
-} s_restart_entry;
-
-static s_restart_entry s_restarts[64];
-
 static double s_load_timeout(const ctl_study *s)
 {
     json_t *v = NULL;
@@ -338,34 +330,23 @@ static double s_load_timeout(const ctl_study *s)
     return json_is_number(v) ? json_number_value(v) : LOAD_TIMEOUT_DEFAULT_S;
 }
 
-static s_restart_entry *s_restart_find(const ctl_t *c, long trial)
-{
-    for (size_t i = 0; i < sizeof s_restarts / sizeof s_restarts[0]; i++)
-        if (s_restarts[i].c == c && s_restarts[i].trial == trial)
-            return &s_restarts[i];
-    return NULL;
-}
-
 /* Called per active trial each tick: starts the fallback for a load
    that waited too long. */
 static void s_load_fallback(ctl_t *c, ctl_study *s, ctl_trial *t, double now)
 {
     double limit = s_load_timeout(s);
-    if (limit <= 0 || t->stop_requested || !t->disp || s_restart_find(c, t->row.id))
+    if (limit <= 0 || t->stop_requested || !t->disp || t->restart_from[0])
         return;
     for (size_t i = 0; i < c->ninstrs; i++) {
         ctl_instr *in = &c->instrs[i];
         const char *kind = json_string_value(json_object_get(in->msg, "kind"));
         const char *path = json_string_value(json_object_get(in->msg, "path"));
         if (in->trial_id != t->row.id || now - in->sent < limit || !kind || strcmp(kind, "load") ||
-            !path || strlen(path) >= sizeof s_restarts[0].path)
+            !path || strlen(path) >= sizeof t->restart_from)
             continue;
-        s_restart_entry *e = s_restart_find(NULL, 0);
-        if (!e || ctl__txn(c) != 0)
+        if (ctl__txn(c) != 0)
             return;
-        e->c = c;
-        e->trial = t->row.id;
-        snprintf(e->path, sizeof e->path, "%s", path);
+        snprintf(t->restart_from, sizeof t->restart_from, "%s", path);
         json_t *detail = json_pack("{s:s, s:I, s:O?, s:f}", "path", path, "instruction",
                                    (json_int_t)in->id, "from", json_object_get(in->msg, "from"),
                                    "timeout_s", limit);
@@ -382,7 +363,7 @@ static void s_load_fallback(ctl_t *c, ctl_study *s, ctl_trial *t, double now)
                             "restart from a checkpoint (load not acknowledged)"));
         t->kill_sent = 1;
         log_info("ctl", "study %s trial %ld: load not acknowledged within %g s; restarting it from %s",
-                 s->row.name, t->row.number, limit, e->path);
+                 s->row.name, t->row.number, limit, t->restart_from);
         return;
     }
 }
@@ -391,11 +372,10 @@ static void s_load_fallback(ctl_t *c, ctl_study *s, ctl_trial *t, double now)
    as its next attempt. A run that completed before the kill stands. */
 static int s_restart_exited(ctl_t *c, ctl_trial *t, const char *how, long code)
 {
-    s_restart_entry *e = s_restart_find(c, t->row.id);
-    if (!e)
+    if (!t->restart_from[0])
         return 0;
     if (!strcmp(how, "exited") && code == 0 && !isnan(s_result(t))) {
-        memset(e, 0, sizeof *e);
+        t->restart_from[0] = 0;
         return 0;
     }
     s_retry(c, t, "restart from a checkpoint (load not acknowledged)");
@@ -405,11 +385,10 @@ static int s_restart_exited(ctl_t *c, ctl_trial *t, const char *how, long code)
 /* At the trial's start: the checkpoint its restart loads, if any. */
 static void s_restart_env(ctl_t *c, ctl_trial *t, json_t *env)
 {
-    s_restart_entry *e = s_restart_find(c, t->row.id);
-    if (!e)
+    if (!t->restart_from[0])
         return;
-    json_object_set_new(env, "JIZHI_LOAD_CHECKPOINT", json_string(e->path));
-    memset(e, 0, sizeof *e);
+    json_object_set_new(env, "JIZHI_LOAD_CHECKPOINT", json_string(t->restart_from));
+    t->restart_from[0] = 0;
 }
 
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const char *message)
@@ -641,7 +620,11 @@ static void s_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
 static int s_create(ctl_t *c, ctl_study *s)
 {
     json_t *params = NULL;
-    int rc = s->sched->ops->suggest(s->sched, (long)s->ntrials, &params);
+    /* the new trial's id is reserved before suggest and kept across
+       SCHED_WAIT, so the scheduler sees the id the trial will have */
+    if (s->next_id <= 0)
+        s->next_id = c->next_trial_id++;
+    int rc = s->sched->ops->suggest(s->sched, s->next_id, &params);
     if (rc == SCHED_WAIT)
         return 0;
     if (rc == SCHED_DONE) {
@@ -659,6 +642,8 @@ static int s_create(ctl_t *c, ctl_study *s)
         return 0;
     }
     ctl_trial *t = s_add_trial(s);
+    t->row.id = s->next_id;
+    s->next_id = 0;
     t->row.study_id = s->row.id;
     t->row.number = (long)s->ntrials - 1;
     snprintf(t->row.state, sizeof t->row.state, "pending");

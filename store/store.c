@@ -29,7 +29,7 @@ static const char *const s_sql[Q_COUNT] = {
                      "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
                      "generation=?20, parent=?21, metric_session=?22 WHERE id=?1",
     [Q_TRIAL_INSERT] = "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
-                       "parent, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                       "parent, created, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     [Q_PARAM_INSERT] = "INSERT OR REPLACE INTO params(trial_id, generation, parent, name, value) "
                        "VALUES (?1, ?2, ?3, ?4, ?5)",
     [Q_EVENT_INSERT] = "INSERT INTO events(time, study_id, trial_id, who, kind, detail, applied) "
@@ -421,6 +421,8 @@ int store_trial_insert(store_t *s, store_trial *t)
     if (t->parent >= 0)
         sqlite3_bind_int64(st, 7, t->parent);
     sqlite3_bind_double(st, 8, t->created);
+    if (t->id > 0)
+        sqlite3_bind_int64(st, 9, t->id);
     if (s_run(st))
         return -1;
     t->id = (long)sqlite3_last_insert_rowid(s->db);
@@ -431,6 +433,16 @@ static void s_bind_text_or_null(sqlite3_stmt *st, int i, const char *text)
 {
     if (text && *text)
         sqlite3_bind_text(st, i, text, -1, SQLITE_TRANSIENT);
+}
+
+long store_trial_next_id(store_t *s)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT COALESCE(MAX(id), 0) + 1 FROM trials");
+    if (!st)
+        return -1;
+    long id = sqlite3_step(st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    return id;
 }
 
 int store_trial_save(store_t *s, const store_trial *t)

@@ -103,9 +103,12 @@ long store_running_studies(store_t *s, long **ids);
 void store_study_fini(store_study *st);
 
 /* ---- trials ---- */
-/* Inserts trial `t` (id ignored) with its params as generation 0 (or
-   t->generation) and sets t->id. 0 or -1. */
+/* Inserts trial `t` with its params as generation 0 (or t->generation).
+   t->id > 0 is used as the id (it must be unused), else one is chosen and
+   stored in t->id. 0 or -1. */
 int store_trial_insert(store_t *s, store_trial *t);
+/* One more than the largest trial id ever stored, or -1. */
+long store_trial_next_id(store_t *s);
 /* Writes every mutable column of `t` (matched by t->id). 0 or -1. */
 int store_trial_save(store_t *s, const store_trial *t);
 /* Records a new params generation for the trial (PBT), borrowed params. */
