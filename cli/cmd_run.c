@@ -321,10 +321,13 @@ int cmd_run(int argc, char **argv)
         if (tty)
             fputc('\n', stderr);
     }
-    s_stop_disp = 1; /* stop trials first, so their exits reach the controller */
-    pthread_join(td, NULL);
+    /* The controller stops first: trials the dispatcher then kills (after
+       Ctrl-C) stay "running" in the store, and the next `jizhi run` finds
+       them lost and runs them again instead of counting them as failed. */
     s_stop_ctl = 1;
     pthread_join(tc, NULL);
+    s_stop_disp = 1;
+    pthread_join(td, NULL);
     s_remove_endpoint(db, ctl_endpoint(ctl));
     disp_destroy(&disp);
     ctl_destroy(&ctl);

@@ -187,3 +187,26 @@ def test_operation_failures_exit_1(jz):
 def test_report_standalone_prints_to_stderr(jz):
     p = jz.run("report", "--step", "3", "loss=0.5", check=0)
     assert "loss" in p.stderr and "0.5" in p.stderr
+
+
+def test_interrupted_run_continues_where_it_stopped(jz):
+    import signal
+    import subprocess
+    import time
+    spec = base_spec("interrupted", ["python3", os.path.join(PROGS, "acked_reporter.py")],
+                     trials=4, parallel=2, env={"ACK_LOG": os.path.join(jz.dir, "acked.log"),
+                                                "STEPS": "30", "STEP_SLEEP": "0.05"})
+    path = jz.write_spec(spec)
+    p = jz.popen("run", path)
+    jz.wait_for(lambda: os.path.exists(os.path.join(jz.dir, "acked.log")), 60, "a first report")
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and "run the same command again" in err
+    done_before = jz.sql("SELECT COUNT(*) FROM trials WHERE state='completed'")[0][0]
+    assert done_before < 4
+    assert jz.sql("SELECT COUNT(*) FROM trials WHERE state='failed'")[0][0] == 0
+    again = jz.run("run", path, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "continuing study interrupted" in again.stderr
+    rows = jz.sql("SELECT state FROM trials")
+    assert len(rows) == 4 and all(s == "completed" for (s,) in rows)
