@@ -8,7 +8,8 @@
 #    machine may be shared; the load average is printed).
 # 2. Large batch (jizhi-train only): test accuracy after EPOCHS epochs for
 #    batch 128 SGD; batch 8192 SGD with linear lr scaling and warmup;
-#    batch 8192 LARS with warmup and polynomial decay.
+#    batch 8192 SGD with sqrt lr scaling (for context); batch 8192 LARS with
+#    warmup and polynomial decay.
 #
 # Environment: BUILD (build), PYTHON (/usr/bin/python3), REPEATS (3),
 # STEPS_SAMPLES (samples per timed run, 200000), EPOCHS (20), SKIP_TABLE=1,
@@ -84,6 +85,9 @@ row "batch 128   SGD lr 0.05, poly decay" \
     --batch-size 128 --optimizer sgd --lr 0.05 --schedule poly
 row "batch 8192  SGD lr 0.05x64 (linear), warmup 5" \
     --batch-size 8192 --optimizer sgd --lr 0.05 --lr-scaling linear --base-batch 128 \
+    --warmup-epochs 5 --schedule poly
+row "batch 8192  SGD lr 0.05x8 (sqrt), warmup 5" \
+    --batch-size 8192 --optimizer sgd --lr 0.05 --lr-scaling sqrt --base-batch 128 \
     --warmup-epochs 5 --schedule poly
 row "batch 8192  LARS lr ${LARS_LR:-20}, warmup 5, poly power 1" \
     --batch-size 8192 --optimizer lars --lr "${LARS_LR:-20}" --warmup-epochs 5 --schedule poly \
