@@ -533,9 +533,11 @@ int trn_trainer_run(trn_trainer *t, char *err)
                 return -1;
         }
     }
-    if (t->last_eval_step != t->step)
+    /* A stop instruction finishes promptly: evaluate only when the trial has
+       no validation result yet (its objective), and skip the test set. */
+    if (t->stop ? t->last_eval_step < 0 : t->last_eval_step != t->step)
         s_report_eval(t, NULL, NULL);
-    if (t->test && t->test->n) {
+    if (t->test && t->test->n && !t->stop) {
         double tl, ta;
         trn_trainer_evaluate(t, t->test, &tl, &ta);
         s_report(t, "test_loss", tl);
