@@ -187,6 +187,9 @@ def main():
     ap.add_argument("--latency-repeats", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=None, help="JSON results file")
+    ap.add_argument("--reuse", default=None,
+                    help="JSON results of an earlier run: its runs for methods not run now "
+                         "(e.g. the slow peers) join the table")
     ap.add_argument("--gp-latency-only", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
 
@@ -234,6 +237,19 @@ def main():
             secs[m] = secs.get(m, 0) + sec
             if (i + 1) % max(1, len(tasks) // 10) == 0:
                 print(f"  {i + 1}/{len(tasks)} runs, {time.time() - t0:.0f} s", flush=True)
+
+    if a.reuse:
+        with open(a.reuse) as fh:
+            old = json.load(fh)
+        ran = set(methods)
+        for key, v in old.get("regret", {}).items():
+            f, m = key.split("/", 1)
+            if f in funcs and m not in ran and len(v) == a.seeds and old.get("evals") == a.evals:
+                res[(f, m)] = v
+                if m not in methods:
+                    methods.append(m)
+        print(f"bench-bo: reused runs of {a.reuse} for methods not run now")
+        methods.sort(key=lambda m: METHODS.index(m) if m in METHODS else len(METHODS))
 
     med = {k: statistics.median(v) for k, v in res.items()}
     w = 13

@@ -19,9 +19,22 @@ static long double s_h_ref(long double z)
     return z * Phi + phi;
 }
 
+/* 1 when long double arithmetic really is wider than double (it is not
+   under valgrind, which computes x87 values in double precision). */
+static int s_extended(void)
+{
+    volatile long double one = 1, eps = LDBL_EPSILON;
+    return one + eps != one && LDBL_MANT_DIG > DBL_MANT_DIG;
+}
+
 TEST(log_h_matches_long_double)
 {
-    for (double z = -40; z <= 12; z += 0.0625) {
+    /* without extended precision the reference itself is only good down
+       to z = -5; the far tail is checked against the series below */
+    double lo = s_extended() ? -40 : -5;
+    if (lo > -40)
+        printf("note: long double is not extended here; checking z >= %g\n", lo);
+    for (double z = lo; z <= 12; z += 0.0625) {
         double lh = acq_log_h(z, NULL);
         double ref = (double)logl(s_h_ref(z));
         CHECK_NEAR(lh, ref, 1e-12);

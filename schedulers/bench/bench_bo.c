@@ -168,9 +168,27 @@ static spec_t *s_spec(const s_func *f, const char *method, long seed)
         snprintf(name, sizeof name, "x%d", i);
         json_object_set_new(space, name, json_pack("{s:s,s:f,s:f}", "type", "float", "low", lo, "high", hi));
     }
-    json_t *sched = !strcmp(method, "bo-ucb")
-                        ? json_pack("{s:s,s:I,s:s}", "type", "bo", "seed", (json_int_t)seed, "acq", "ucb")
-                        : json_pack("{s:s,s:I}", "type", method, "seed", (json_int_t)seed);
+    /* METHOD is a scheduler type, "bo-ucb", or TYPE{json options} */
+    char type[64];
+    const char *brace = strchr(method, '{');
+    snprintf(type, sizeof type, "%.*s", brace ? (int)(brace - method) : (int)strlen(method), method);
+    json_t *sched = json_pack("{s:s,s:I}", "type", type, "seed", (json_int_t)seed);
+    if (!strcmp(type, "bo-ucb")) {
+        json_object_set_new(sched, "type", json_string("bo"));
+        json_object_set_new(sched, "acq", json_string("ucb"));
+    }
+    if (brace) {
+        json_t *extra = json_loads(brace, 0, NULL);
+        if (!json_is_object(extra)) {
+            fprintf(stderr, "bench_bo: bad options in %s\n", method);
+            json_decref(extra);
+            json_decref(sched);
+            json_decref(space);
+            return NULL;
+        }
+        json_object_update(sched, extra);
+        json_decref(extra);
+    }
     json_t *j = json_pack("{s:s,s:{s:s,s:s},s:o,s:{s:i},s:o,s:{s:[s]}}", "name", "bench", "objective",
                           "metric", "y", "mode", "min", "scheduler", sched, "budget", "trials",
                           1000000, "space", space, "trial", "command", "true");
@@ -235,9 +253,13 @@ static int s_run(const s_func *f, const char *method, int evals, long seed)
         s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
         json_decref(p);
     }
-    printf("{\"func\":\"%s\",\"method\":\"%s\",\"seed\":%ld,\"regret\":%.17g,\"best\":%.17g,"
-           "\"seconds\":%.3f}\n",
-           f->name, method, seed, best - f->fopt, best, s_now() - t0);
+    json_t *line = json_pack("{s:s,s:s,s:I,s:f,s:f,s:f}", "func", f->name, "method", method, "seed",
+                             (json_int_t)seed, "regret", best - f->fopt, "best", best, "seconds",
+                             s_now() - t0);
+    char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    printf("%s\n", text);
+    free(text);
+    json_decref(line);
     fflush(stdout);
     sched_destroy(&s);
     spec_destroy(&sp);
