@@ -75,7 +75,19 @@ void FN(trn_relu_bwd)(const R *y, const R *dy, R *dx, long n, R beta)
         }
 }
 
-/* cols[(c*k+ki)*k+kj][(n*ho+oh)*wo+ow] = x[c][n][oh*s-pad+ki][ow*s-pad+kj] */
+/* Output columns ow whose input column ow*s - pad + kj lies inside [0, wd). */
+static void FN(s_valid_range)(int kj, int s, int pad, int wd, int wo, int *lo, int *hi)
+{
+    int off = kj - pad; /* iw = ow*s + off */
+    int l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int h = wd - off <= 0 ? 0 : (wd - off + s - 1) / s;
+    *lo = l < wo ? l : wo;
+    *hi = h < wo ? h : wo;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* cols[(c*k+ki)*k+kj][(n*ho+oh)*wo+ow] = x[c][n][oh*s-pad+ki][ow*s-pad+kj] (0 outside) */
 static void FN(s_im2col)(const R *x, R *cols, int c, int n, int h, int wd, int k, int s,
                          int pad, int ho, int wo)
 {
@@ -84,6 +96,8 @@ static void FN(s_im2col)(const R *x, R *cols, int c, int n, int h, int wd, int k
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
                 R *row = cols + ((long)(ci * k + ki) * k + kj) * p;
+                int lo, hi, off = kj - pad;
+                FN(s_valid_range)(kj, s, pad, wd, wo, &lo, &hi);
                 for (int ni = 0; ni < n; ni++) {
                     const R *img = x + ((long)ci * n + ni) * h * wd;
                     for (int oh = 0; oh < ho; oh++) {
@@ -93,11 +107,16 @@ static void FN(s_im2col)(const R *x, R *cols, int c, int n, int h, int wd, int k
                             memset(out, 0, (size_t)wo * sizeof(R));
                             continue;
                         }
-                        const R *in = img + (long)ih * wd;
-                        for (int ow = 0; ow < wo; ow++) {
-                            int iw = ow * s - pad + kj;
-                            out[ow] = (iw >= 0 && iw < wd) ? in[iw] : 0;
-                        }
+                        const R *in = img + (long)ih * wd + off;
+                        for (int ow = 0; ow < lo; ow++)
+                            out[ow] = 0;
+                        if (s == 1)
+                            memcpy(out + lo, in + lo, (size_t)(hi - lo) * sizeof(R));
+                        else
+                            for (int ow = lo; ow < hi; ow++)
+                                out[ow] = in[ow * s];
+                        for (int ow = hi; ow < wo; ow++)
+                            out[ow] = 0;
                     }
                 }
             }
@@ -111,6 +130,8 @@ static void FN(s_col2im)(const R *cols, R *x, int c, int n, int h, int wd, int k
         for (int ki = 0; ki < k; ki++)
             for (int kj = 0; kj < k; kj++) {
                 const R *row = cols + ((long)(ci * k + ki) * k + kj) * p;
+                int lo, hi, off = kj - pad;
+                FN(s_valid_range)(kj, s, pad, wd, wo, &lo, &hi);
                 for (int ni = 0; ni < n; ni++) {
                     R *img = x + ((long)ci * n + ni) * h * wd;
                     for (int oh = 0; oh < ho; oh++) {
@@ -118,12 +139,9 @@ static void FN(s_col2im)(const R *cols, R *x, int c, int n, int h, int wd, int k
                         if (ih < 0 || ih >= h)
                             continue;
                         const R *in = row + ((long)ni * ho + oh) * wo;
-                        R *out = img + (long)ih * wd;
-                        for (int ow = 0; ow < wo; ow++) {
-                            int iw = ow * s - pad + kj;
-                            if (iw >= 0 && iw < wd)
-                                out[iw] += in[ow];
-                        }
+                        R *out = img + (long)ih * wd + off;
+                        for (int ow = lo; ow < hi; ow++)
+                            out[ow * s] += in[ow];
                     }
                 }
             }
