@@ -38,7 +38,12 @@ TRN_CUDA_OBJ := $(BUILD)/obj/trainer/backend_cuda.o
 TRN_MAIN_CUDA := $(BUILD)/obj/trainer/main_cuda.o
 
 .PHONY: cuda bench-train
+ifeq ($(HAVE_CUDA),yes)
 cuda: $(TRAIN_CUDA)
+else
+cuda:
+	@echo "make cuda: nvcc not found (install the CUDA toolkit or set NVCC=...)"; exit 1
+endif
 
 $(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/trn.h
 	@mkdir -p $(dir $@)
