@@ -14,7 +14,9 @@ CPU-seconds the ASHA arm used ("at equal CPU"; each trial's CPU taken as
 its run time, trials ordered by end), and best val_acc per 100 CPU-s.
 
 Batch size vs the best fixed batch size. One trial per arm, trained
-until a target val_acc (evaluated every 100 steps) or at most E epochs;
+until a target val_acc or at most E epochs, evaluated every 3200 samples
+(every 3200/B0 = 50 steps for the batchsize arm, whose batch then grows or
+shrinks: coarser or finer);
 fixed arms B in {32..512} with lr = 0.05 * sqrt(B/64) (the trainer's
 --lr-scaling sqrt), the batchsize arm starting at 64 with lr 0.05 and
 AdaScale. Reported: steps, samples and wall time (from the trial's start
@@ -27,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -50,25 +53,31 @@ def env():
     return e
 
 
-def run_study(tmp, spec):
-    """Runs a spec with `jizhi run`; returns (db path, CPU-s of the tree, wall s)."""
+def run_study(tmp, spec, tries=3):
+    """Runs a spec with `jizhi run`; returns (db path, CPU-s of the tree, wall s).
+    A run that fails to start (e.g. a binary being rebuilt) is tried again."""
     d = os.path.join(tmp, spec["name"])
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "spec.json")
-    with open(path, "w") as f:
-        json.dump(spec, f)
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.time()
-    p = subprocess.run([JIZHI, "run", path, "--db", os.path.join(d, "jizhi.db"), "--slots",
-                        str(spec["budget"]["parallel"])], cwd=d, env=env(),
-                       capture_output=True, text=True)
-    wall = time.time() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode not in (0, 1):
-        sys.stderr.write(p.stderr)
-        raise SystemExit("jizhi run failed for " + spec["name"])
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return os.path.join(d, "jizhi.db"), cpu, wall
+    for attempt in range(tries):
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        path = os.path.join(d, "spec.json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.time()
+        p = subprocess.run([JIZHI, "run", path, "--db", os.path.join(d, "jizhi.db"), "--slots",
+                            str(spec["budget"]["parallel"])], cwd=d, env=env(),
+                           capture_output=True, text=True)
+        wall = time.time() - t0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        db = os.path.join(d, "jizhi.db")
+        if p.returncode in (0, 1) and os.path.exists(db) and "finished" in p.stdout:
+            cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+            return db, cpu, wall
+        sys.stderr.write(f"jizhi run {spec['name']} failed (exit {p.returncode}):\n"
+                         f"{p.stderr[-1500:]}\n")
+        time.sleep(2)
+    raise SystemExit("jizhi run failed for " + spec["name"])
 
 
 def sql(db, q, *a):
@@ -90,7 +99,7 @@ def asha_spec(name, seed, trials, es, args):
         "space": {"lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True},
                   "momentum": {"type": "float", "low": 0.0, "high": 0.99}},
         "trial": {"command": ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset",
-                              str(args.subset), "--val-size", "2000", "--hidden", "128",
+                              str(args.subset), "--val-size", "2000", "--hidden", "256",
                               "--epochs", "9", "--batch-size", "128", "--threads", "1",
                               "--log-every", "100", "--quiet"],
                   "timeout_s": 900, "retries": 0},
@@ -137,7 +146,7 @@ def bench_asha(tmp, args):
             a["at_equal"] = best_within(a["curve"], budget)
             a["seed"] = seed
             rows.append(a)
-    print(f"\nASHA vs no early stopping: Fashion-MNIST subset {args.subset}, MLP 128, "
+    print(f"\nASHA vs no early stopping: Fashion-MNIST subset {args.subset}, MLP 256, "
           f"9 epochs/trial, 2 trials at a time, 1 thread each")
     print(f"{'seed':>4} {'arm':<10} {'trials':>6} {'stopped':>7} {'CPU-s':>7} {'wall-s':>7} "
           f"{'best acc':>8} {'acc@ASHA-CPU':>12} {'acc/100CPU-s':>12}")
@@ -159,8 +168,9 @@ def bench_asha(tmp, args):
 
 def bs_spec(name, seed, batch, adaptive, args):
     cmd = ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset", str(args.bs_subset),
-           "--val-size", "5000", "--hidden", "256,256", "--epochs", str(args.bs_epochs),
-           "--eval-every", "100", "--log-every", "10", "--threads", "2", "--quiet",
+           "--val-size", "2000", "--hidden", "256,256", "--epochs", str(args.bs_epochs),
+           "--eval-every", str(max(1, 3200 // batch)), "--log-every", "10", "--threads", "2",
+           "--quiet",
            "--seed", str(seed), "--momentum", "0.9"]
     if adaptive:
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 100,
