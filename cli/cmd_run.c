@@ -120,6 +120,16 @@ static int s_parse_slots(const char *text, int *out)
     return 0;
 }
 
+/* --log FILE|syslog of the daemons. */
+static int s_log_target(const char *target)
+{
+    if (log_set_target(target) != 0) {
+        cli_error("--log: cannot open %s for appending", target);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- progress ---- */
 
 static void s_progress(const json_t *st, int tty, long *last_done)
@@ -347,6 +357,7 @@ int cmd_run(int argc, char **argv)
 
 static const char s_ctl_usage[] =
     "usage: jizhi controller [--db FILE] [--bind ENDPOINT] [--lost-timeout SECONDS]\n"
+    "                        [--log FILE|syslog]\n"
     "Runs the controller daemon (default bind tcp://*:7755) until SIGINT/SIGTERM.\n"
     "It writes the endpoint it serves to FILE.endpoint for other commands.\n";
 
@@ -355,6 +366,7 @@ int cmd_controller(int argc, char **argv)
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"bind", required_argument, 0, 'b'},
                                          {"lost-timeout", required_argument, 0, 't'},
+                                         {"log", required_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *dbflag = NULL, *bind = "tcp://*:7755";
@@ -364,6 +376,10 @@ int cmd_controller(int argc, char **argv)
         switch (c) {
         case 'd': dbflag = optarg; break;
         case 'b': bind = optarg; break;
+        case 'L':
+            if (s_log_target(optarg) != 0)
+                return CLI_FAIL;
+            break;
         case 't': {
             char *end;
             lost = strtod(optarg, &end);
@@ -409,7 +425,7 @@ int cmd_controller(int argc, char **argv)
 
 static const char s_disp_usage[] =
     "usage: jizhi dispatcher --controller ENDPOINT [--gpus LIST|none] [--slots N]\n"
-    "                        [--name NAME] [--log-dir DIR]\n"
+    "                        [--name NAME] [--log-dir DIR] [--log FILE|syslog]\n"
     "Runs trials for the controller on this machine until SIGINT/SIGTERM.\n";
 
 int cmd_dispatcher(int argc, char **argv)
@@ -419,6 +435,7 @@ int cmd_dispatcher(int argc, char **argv)
                                          {"slots", required_argument, 0, 's'},
                                          {"name", required_argument, 0, 'n'},
                                          {"log-dir", required_argument, 0, 'l'},
+                                         {"log", required_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     disp_config dc = {0};
@@ -429,6 +446,10 @@ int cmd_dispatcher(int argc, char **argv)
         case 'g': dc.gpus = optarg; break;
         case 'n': dc.name = optarg; break;
         case 'l': dc.log_dir = optarg; break;
+        case 'L':
+            if (s_log_target(optarg) != 0)
+                return CLI_FAIL;
+            break;
         case 's':
             if (s_parse_slots(optarg, &dc.slots) != 0)
                 return CLI_USAGE;

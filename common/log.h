@@ -3,7 +3,8 @@
     log_msg(LOG_WARN, "ctl", "trial %ld: %s", id, why) writes
     "2026-11-29T19:46:47.123Z warn  ctl: trial 7: ..." to the sink (stderr
     by default, or a file). The level threshold comes from JIZHI_LOG
-    (error, warn, info, debug; default info). Thread-safe.
+    (error, warn, info, debug; default info). Sinks: stderr (default), a
+    file, or syslog. Thread-safe.
 */
 #ifndef JZ_LOG_H
 #define JZ_LOG_H
@@ -20,6 +21,13 @@ void log_set_sink(FILE *f);
 
 /* Opens `path` for appending and makes it the sink. 0 or -1. */
 int log_open_file(const char *path);
+
+/* Sends messages to syslog (facility daemon, ident `ident`, borrowed:
+   must stay valid) instead of a file. */
+void log_use_syslog(const char *ident);
+
+/* "syslog", or a file path: the daemons' --log option. 0 or -1. */
+int log_set_target(const char *target);
 
 /* 1 when a message at `level` would be written. */
 int log_enabled(log_level level);

@@ -9,7 +9,8 @@ from conftest import PROGS, base_spec
 
 
 def start_controller(jz, ep, lost="20"):
-    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--lost-timeout", lost)
+    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--lost-timeout", lost,
+                   "--log", os.path.join(jz.dir, "controller.log"))
     jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the controller's endpoint file")
     return ctl
 
@@ -79,6 +80,8 @@ def test_wrong_token_is_refused(jz):
         jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "running", 30,
                     "the trial to run")
         (tid, token), = jz.sql("SELECT id, token FROM trials")
+        with open(os.path.join(jz.dir, "controller.log")) as f:
+            assert "serving " + ep in f.read()
         env = dict(jz.env, JIZHI_ENDPOINT=ep, JIZHI_TRIAL=str(tid), JIZHI_TOKEN="0" * 32,
                    JIZHI_STUDY="tokens", JIZHI_CLOSE_TIMEOUT_MS="2000")
         import subprocess
@@ -87,6 +90,8 @@ def test_wrong_token_is_refused(jz):
                            timeout=60)
         assert p.returncode == 1, p.stderr
         assert jz.sql("SELECT COUNT(*) FROM metrics")[0][0] == 0
+        with open(os.path.join(jz.dir, "controller.log")) as f:
+            assert "wrong token" in f.read()  # refusals are logged
         # the right token is accepted
         env["JIZHI_TOKEN"] = token
         p = subprocess.run([JIZHI, "report", "score=2"], env=env, capture_output=True, text=True,
