@@ -10,7 +10,8 @@
     (option `ema`, default 0.9) before dividing: B_simple = tr/|G|^2.
     Throughput is fitted from `samples_per_s` (or `step_time_s`) at the
     batch sizes seen, as step time t(B) = alpha + beta*B (least squares over
-    the mean step time of each size; before two sizes are seen, the prior
+    the median step time of each size, beta kept at least a quarter of the
+    best per-example time measured; before two sizes are seen, the prior
     alpha = prior_overhead * t(B1), default 0.5; and while only one size has
     been seen, the first decision that would keep it tries its better
     neighbour, x2 or /2, instead: "explore"). Every candidate B in [min, max]
@@ -272,8 +273,16 @@ static int s_tp_fit(const sched_bs *self, const bs_trial *t, double *alpha, doub
         a = 0;
         b = sxt / sbb;
     }
-    if (b <= 0) /* step time flat in B: keep a tiny slope so throughput stays bounded */
-        b = 1e-6 * mt / mb;
+    /* Noisy times can make the fitted slope tiny or negative, which would
+       promise examples for free at large B: an example's marginal cost is
+       kept at least a quarter of the best average cost measured. */
+    double floor_b = INFINITY;
+    for (int i = 0; i < t->ntp; i++)
+        floor_b = fmin(floor_b, 0.25 * s_tp_time(&t->tp[i]) / t->tp[i].b);
+    if (b < floor_b) {
+        b = floor_b;
+        a = fmax(0, mt - b * mb);
+    }
     *alpha = a;
     *beta = b;
     return 0;

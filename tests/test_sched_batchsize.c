@@ -325,6 +325,57 @@ TEST(at_most_one_change_per_interval_and_lr_warmup)
     spec_destroy(&sp);
 }
 
+/* Equal step times at 64 and 128 fit a flat line: beta is held at a
+   quarter of the best per-example time, 0.25 * 0.01/128, and alpha takes
+   the rest of the mean, 0.01 - beta * 96; so a large B_simple cannot
+   promise free examples at 1024 (the pick is the goodput argmax). */
+TEST(throughput_fit_keeps_a_marginal_cost)
+{
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"interval\":10,\"warmup\":0}");
+    REQUIRE(sp);
+    ev e[64];
+    int n = 0;
+    e[n++] = (ev){1, 5, "batch_size", 64};
+    e[n++] = (ev){1, 5, "samples_per_s", 1};
+    e[n++] = (ev){1, 10, "lr", 0.1};
+    e[n++] = (ev){1, 10, "batch_size", 128};
+    e[n++] = (ev){1, 10, "samples_per_s", 128 / 0.01};
+    e[n++] = (ev){1, 20, "batch_size", 64};
+    e[n++] = (ev){1, 20, "samples_per_s", 64 / 0.01};
+    for (long step = 30; step <= 50; step += 10)
+        n += s_gns(e + n, 1, step, 10000, 32, 64);
+    sched_t *s = s_new_bs(sp);
+    REQUIRE(s);
+    json_t *dec = NULL;
+    double pick = 0;
+    for (int i = 0; i < n; i++) {
+        sched_instr ins[8];
+        int k = s->ops->on_metric(s, 1, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
+        for (int j = 0; j < k; j++) {
+            if (!strcmp(json_string_value(json_object_get(ins[j].args, "name")), "batch_size")) {
+                dec = json_incref(json_object_get(ins[j].args, "decision"));
+                pick = json_number_value(json_object_get(ins[j].args, "value"));
+            }
+            sched_instr_fini(&ins[j]);
+        }
+    }
+    REQUIRE(dec);
+    double beta = 0.25 * 0.01 / 128, alpha = 0.01 - beta * 96;
+    CHECK_NEAR(json_real_value(json_object_get(dec, "beta")), beta, 1e-12);
+    CHECK_NEAR(json_real_value(json_object_get(dec, "alpha")), alpha, 1e-12);
+    double bs = json_real_value(json_object_get(dec, "b_simple")), best = 0, bestg = 0;
+    CHECK_NEAR(bs, 10000, 1e-9);
+    for (double b = 16; b <= 1024; b *= 2) {
+        double g = b / (alpha + beta * b) * (bs + 64) / (bs + b);
+        if (g > bestg)
+            bestg = g, best = b;
+    }
+    CHECK(pick == best);
+    json_decref(dec);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
 TEST(save_restore_at_every_point_gives_the_same_decisions)
 {
     spec_t *sp = s_spec("{\"type\":\"batchsize\",\"interval\":50,\"warmup\":40}");
@@ -388,6 +439,7 @@ int main(void)
     RUN(efficiency_and_adascale_gain_by_hand);
     RUN(goodput_picks_the_hand_computed_batch_and_adascale_lr);
     RUN(at_most_one_change_per_interval_and_lr_warmup);
+    RUN(throughput_fit_keeps_a_marginal_cost);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
     RUN(options_are_checked);
     TEST_DONE();
