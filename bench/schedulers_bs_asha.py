@@ -146,7 +146,8 @@ def bench_asha(tmp, args):
             a["at_equal"] = best_within(a["curve"], budget)
             a["seed"] = seed
             rows.append(a)
-    print(f"\nASHA vs no early stopping: Fashion-MNIST subset {args.subset}, MLP 256, "
+    print("\nload average during the runs: %.1f" % os.getloadavg()[1])
+    print(f"ASHA vs no early stopping: Fashion-MNIST subset {args.subset}, MLP 256, "
           f"9 epochs/trial, 2 trials at a time, 1 thread each")
     print(f"{'seed':>4} {'arm':<10} {'trials':>6} {'stopped':>7} {'CPU-s':>7} {'wall-s':>7} "
           f"{'best acc':>8} {'acc@ASHA-CPU':>12} {'acc/100CPU-s':>12}")
@@ -226,7 +227,9 @@ def bench_bs(tmp, args):
         for b in args.batches:
             rows.append(bs_arm(tmp, f"fixed{b}-s{seed}", seed, b, False, args))
         rows.append(bs_arm(tmp, f"batchsize-s{seed}", seed, 64, True, args))
-    print(f"\nBatch-size scheduler vs fixed batch sizes: Fashion-MNIST subset {args.bs_subset}, "
+    print("\nload average during the runs: %.1f (wall times are only comparable on an idle "
+          "machine; samples are not affected)" % os.getloadavg()[1])
+    print(f"Batch-size scheduler vs fixed batch sizes: Fashion-MNIST subset {args.bs_subset}, "
           f"MLP 256,256, SGD momentum 0.9, 2 threads, target val_acc {args.target}, "
           f"at most {args.bs_epochs} epochs")
     print(f"{'seed':>4} {'arm':<16} {'steps':>6} {'samples':>8} {'time-s':>7} {'best acc':>8} "

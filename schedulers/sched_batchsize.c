@@ -80,6 +80,7 @@ typedef struct {
     double ramp_from, ramp_to;
     long ramp_start, ramp_last; /* ramp start step; last step a ramp lr was considered */
     long decisions;
+    long last_step;       /* highest step reported (a lower one: a new attempt) */
 } bs_trial;
 
 typedef struct {
@@ -184,6 +185,16 @@ double sched_bs_adascale_gain(double bsimple, double b0, double b)
 
 /* ---- per-trial state ---- */
 
+static void s_trial_init(bs_trial *t, long id)
+{
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->b0 = t->lr0 = t->b = t->lr_sent = NAN;
+    t->pstep = -1;
+    t->ramp_last = -1;
+    t->skip_tp = 1; /* the first window holds the start-up */
+}
+
 static bs_trial *s_trial(sched_bs *self, long id, int create)
 {
     for (size_t i = 0; i < self->ntrials; i++)
@@ -200,12 +211,7 @@ static bs_trial *s_trial(sched_bs *self, long id, int create)
         self->cap = cap;
     }
     bs_trial *t = &self->trials[self->ntrials++];
-    memset(t, 0, sizeof *t);
-    t->id = id;
-    t->b0 = t->lr0 = t->b = t->lr_sent = NAN;
-    t->pstep = -1;
-    t->ramp_last = -1;
-    t->skip_tp = 1; /* the first window holds the start-up */
+    s_trial_init(t, id);
     return t;
 }
 
@@ -454,6 +460,9 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     bs_trial *t = s_trial(self, trial_id, 1);
     if (!t)
         return -1;
+    if (step < t->last_step) /* a retry starts over: so does its state */
+        s_trial_init(t, trial_id);
+    t->last_step = step;
     if (isnan(t->lr0) && !isnan(self->lr_opt))
         t->lr0 = t->lr_sent = self->lr_opt;
     int k = s_ramp(self, t, step, out, max);
@@ -556,6 +565,7 @@ static json_t *s_save(sched_t *s)
                               "ramp_from", s_num(t->ramp_from), "ramp_to", s_num(t->ramp_to),
                               "ramp_start", (json_int_t)t->ramp_start, "ramp_last",
                               (json_int_t)t->ramp_last, "decisions", (json_int_t)t->decisions);
+        json_object_set_new(o, "last_step", json_integer((json_int_t)t->last_step));
         json_array_append_new(trials, o);
     }
     return json_pack("{s:I, s:o}", "count", (json_int_t)self->count, "trials", trials);
@@ -629,6 +639,7 @@ static int s_restore(sched_t *s, const json_t *state)
         t->ramp_start = (long)json_integer_value(json_object_get(o, "ramp_start"));
         t->ramp_last = (long)json_integer_value(json_object_get(o, "ramp_last"));
         t->decisions = (long)json_integer_value(json_object_get(o, "decisions"));
+        t->last_step = (long)json_integer_value(json_object_get(o, "last_step"));
     }
     return 0;
 }

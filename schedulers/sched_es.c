@@ -55,6 +55,7 @@ typedef struct {
     double best;       /* median: best objective so far (NaN none) */
     es_pt *hist;       /* median: points (resource, objective), owned */
     size_t nhist, caphist;
+    long last_step;    /* highest step seen (a lower one: a retry) */
 } es_trial;
 
 typedef struct {
@@ -290,6 +291,19 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
         return -1;
     if (t->done)
         return 0;
+    if (step < t->last_step) {
+        /* a retry reports from the start again: pair afresh; the median rule
+           forgets the failed attempt's curve (ASHA keeps its rung records,
+           so rungs passed are not judged twice) */
+        t->obj_step = t->res_step = -1;
+        t->obj = t->res = NAN;
+        t->pend = 0;
+        if (self->median) {
+            t->nhist = 0;
+            t->best = NAN;
+        }
+    }
+    t->last_step = step;
     if (!strcmp(self->resource, "step")) {
         if (!is_obj)
             return 0;
@@ -342,11 +356,12 @@ static json_t *s_save(sched_t *s)
         for (size_t j = 0; j < t->nhist; j++)
             json_array_append_new(h, json_pack("[o,o]", s_num(t->hist[j].r), s_num(t->hist[j].v)));
         json_array_append_new(
-            trials, json_pack("{s:I, s:b, s:I, s:o, s:I, s:o, s:b, s:i, s:o, s:o}", "id",
+            trials, json_pack("{s:I, s:b, s:I, s:o, s:I, s:o, s:b, s:i, s:o, s:o, s:I}", "id",
                               (json_int_t)t->id, "done", t->done, "obj_step",
                               (json_int_t)t->obj_step, "obj", s_num(t->obj), "res_step",
                               (json_int_t)t->res_step, "res", s_num(t->res), "pend", t->pend,
-                              "next_rung", t->next_rung, "best", s_num(t->best), "hist", h));
+                              "next_rung", t->next_rung, "best", s_num(t->best), "hist", h,
+                              "last_step", (json_int_t)t->last_step));
     }
     json_t *rungs = json_array();
     for (int k = 0; k < self->nrungs; k++) {
@@ -399,6 +414,7 @@ static int s_restore(sched_t *s, const json_t *state)
         t->pend = json_is_true(json_object_get(jt, "pend"));
         t->next_rung = (int)json_integer_value(json_object_get(jt, "next_rung"));
         t->best = s_get_num(jt, "best");
+        t->last_step = (long)json_integer_value(json_object_get(jt, "last_step"));
         size_t j;
         json_t *p;
         json_array_foreach(h, j, p) {

@@ -376,6 +376,30 @@ TEST(throughput_fit_keeps_a_marginal_cost)
     spec_destroy(&sp);
 }
 
+/* A retried trial reports from step 0 again: its state starts over. */
+TEST(a_retry_starts_the_trial_state_over)
+{
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"interval\":60,\"warmup\":0}");
+    REQUIRE(sp);
+    ev e[64];
+    int n = s_goodput_case(e);
+    char out[2048];
+    sched_t *s = s_play(sp, e, n, -1, out, sizeof out);
+    REQUIRE(s);
+    CHECK(strstr(out, "set batch_size=128") != NULL);
+    sched_instr ins[8];
+    CHECK(s->ops->on_metric(s, 1, 1, "batch_size", 64, 0, ins, 8) == 0);
+    json_t *st = s->ops->save(s);
+    json_t *t = json_array_get(json_object_get(st, "trials"), 0);
+    CHECK(json_integer_value(json_object_get(t, "decisions")) == 0);
+    CHECK(json_integer_value(json_object_get(t, "nmeas")) == 0);
+    CHECK(json_real_value(json_object_get(t, "b0")) == 64);
+    CHECK(json_array_size(json_object_get(t, "tp")) == 0);
+    json_decref(st);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
 TEST(save_restore_at_every_point_gives_the_same_decisions)
 {
     spec_t *sp = s_spec("{\"type\":\"batchsize\",\"interval\":50,\"warmup\":40}");
@@ -440,6 +464,7 @@ int main(void)
     RUN(goodput_picks_the_hand_computed_batch_and_adascale_lr);
     RUN(at_most_one_change_per_interval_and_lr_warmup);
     RUN(throughput_fit_keeps_a_marginal_cost);
+    RUN(a_retry_starts_the_trial_state_over);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
     RUN(options_are_checked);
     TEST_DONE();

@@ -271,6 +271,26 @@ TEST(median_grace_and_min_trials)
     spec_destroy(&sp);
 }
 
+/* A retried trial reports from step 1 again: the median rule judges the
+   new attempt's curve, not the failed one's best (0.95). */
+TEST(median_forgets_a_failed_attempt)
+{
+    spec_t *sp = s_spec("max", "{\"type\":\"median\",\"grace\":1,\"min_trials\":1}");
+    REQUIRE(sp);
+    static const ev evs[] = {
+        {1, 10, "acc", 0.9, 0},  {1, 10, "epoch", 1, 0}, {1, 0, NULL, 0.9, 1},
+        {2, 10, "acc", 0.95, 0}, {2, 10, "epoch", 1, 0}, {2, 20, "acc", 0.5, 0},
+        {2, 10, "acc", 0.1, 0},  {2, 10, "epoch", 1, 0},
+    };
+    char out[1024];
+    for (int cut = -1; cut < 8; cut++) {
+        sched_t *m = s_play(sp, evs, 8, cut, out, sizeof out);
+        CHECK_STR(out, "2:stop:median: epoch 1: best 0.1 worse than median 0.9 of 1 trials;");
+        sched_destroy(&m);
+    }
+    spec_destroy(&sp);
+}
+
 int main(void)
 {
     RUN(options_are_checked);
@@ -279,5 +299,6 @@ int main(void)
     RUN(asha_mode_min_step_resource_and_max_resource);
     RUN(median_rule_stops_exactly_the_trials_the_rule_says);
     RUN(median_grace_and_min_trials);
+    RUN(median_forgets_a_failed_attempt);
     TEST_DONE();
 }
