@@ -174,8 +174,8 @@ def bs_spec(name, seed, batch, adaptive, args):
            "--quiet",
            "--seed", str(seed), "--momentum", "0.9"]
     if adaptive:
-        sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 100,
-                 "warmup": 50}
+        sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
+                 "warmup": 100}
         space = {"lr": {"type": "float", "low": 0.05, "high": 0.05},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:

@@ -7,7 +7,7 @@
     step (grad_sqnorm_small, grad_sqnorm_big, batch_small, batch_big, any
     order) gives unbiased estimates of |G|^2 and tr(Sigma) (see
     sched_gns_estimate), each smoothed by its own bias-corrected EMA
-    (option `ema`, default 0.9) before dividing: B_simple = tr/|G|^2.
+    (option `ema`, default 0.95) before dividing: B_simple = tr/|G|^2.
     Throughput is fitted from `samples_per_s` (or `step_time_s`) at the
     batch sizes seen, as step time t(B) = alpha + beta*B (least squares over
     the median step time of each size, beta kept at least a quarter of the
@@ -18,7 +18,7 @@
     (option `grid`: "pow2" = the powers of two in range, default; "int" =
     every integer) is scored by goodput(B) = B/t(B) * (B_simple + B0)/
     (B_simple + B), B0 the trial's initial batch. When the best candidate
-    beats the current batch's goodput by `min_gain` (default 5%), and at
+    beats the current batch's goodput by `min_gain` (default 10%), and at
     least `interval` steps (default 200) have passed since the last change
     and `min_measurements` (default 3) were seen, the scheduler sends
     `set batch_size` and a new learning rate lr0 * gain, gain from
@@ -708,9 +708,9 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
         s_num_opt(o, "max", dmax, 1, 1e9, 1, &bmax, err, errsize) ||
         s_num_opt(o, "interval", 200, 1, 1e12, 1, &interval, err, errsize) ||
         s_num_opt(o, "warmup", 100, 0, 1e12, 1, &warmup, err, errsize) ||
-        s_num_opt(o, "ema", 0.9, 0, 0.9999, 0, &self->ema, err, errsize) ||
+        s_num_opt(o, "ema", 0.95, 0, 0.9999, 0, &self->ema, err, errsize) ||
         s_num_opt(o, "min_measurements", 3, 1, 1e9, 1, &mm, err, errsize) ||
-        s_num_opt(o, "min_gain", 0.05, 0, 100, 0, &self->min_gain, err, errsize) ||
+        s_num_opt(o, "min_gain", 0.1, 0, 100, 0, &self->min_gain, err, errsize) ||
         s_num_opt(o, "prior_overhead", 0.5, 0, 0.99, 0, &self->prior_overhead, err, errsize) ||
         s_num_opt(o, "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize))
         goto fail;
