@@ -31,13 +31,11 @@
     twice. The numbers behind each decision travel in the instruction's
     args ("decision") and reason, so they land in the events table.
 
-    lr0 is option `lr` if given, else the last `lr` the trial reported
-    before the first change (with jizhi-train: its peak rate once any
-    --warmup-epochs are over; give `lr` when the trainer's schedule decays
-    the rate early); B0 is the first batch_size the trial reports. (Both
-    come from the reports, not from suggest: the controller passes suggest
-    the trial's number, on_metric its id.) State (EMAs, throughput table,
-    ramp) is saved.
+    lr0 is option `lr` if given, else the trial's `lr` param if the space
+    has one, else the last `lr` the trial reported before the first change
+    (with jizhi-train: its peak rate once any --warmup-epochs are over). B0
+    is the trial's `batch_size` param, else the first batch_size it
+    reports. State (EMAs, throughput table, ramp) is saved.
 */
 #include "sched.h"
 
@@ -75,6 +73,7 @@ typedef struct {
     int skip_tp;          /* drop the first throughput report after a change */
     int pend_b;           /* a set batch_size not yet seen in the reports */
     int explored;         /* tried a second size to measure throughput */
+    int lr_fixed;         /* lr0 came from the params or the option, not reports */
     long last_change;     /* step of the last decision (0 at start) */
     int ramp;             /* lr warmup in progress */
     double ramp_from, ramp_to;
@@ -449,6 +448,14 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
         json_object_set_new(p, sp->name, spec_param_from_unit(sp, sched_rng_uniform(&rng)));
     }
     self->count++;
+    bs_trial *t = s_trial(self, trial_id, 1); /* B0 and lr0 from the params, when there */
+    json_t *b = json_object_get(p, "batch_size"), *lr = json_object_get(p, "lr");
+    if (t && json_is_number(b))
+        t->b0 = t->b = json_number_value(b);
+    if (t && (json_is_number(lr) || !isnan(self->lr_opt))) {
+        t->lr0 = t->lr_sent = isnan(self->lr_opt) ? json_number_value(lr) : self->lr_opt;
+        t->lr_fixed = 1;
+    }
     *params = p;
     return SCHED_OK;
 }
@@ -460,8 +467,14 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     bs_trial *t = s_trial(self, trial_id, 1);
     if (!t)
         return -1;
-    if (step < t->last_step) /* a retry starts over: so does its state */
+    if (step < t->last_step) { /* a retry starts over: so does its state */
+        double b0 = t->b0, lr0 = t->lr0;
+        int fixed = t->lr_fixed;
         s_trial_init(t, trial_id);
+        if (fixed)
+            t->lr0 = t->lr_sent = lr0, t->lr_fixed = 1;
+        t->b0 = b0;
+    }
     t->last_step = step;
     if (isnan(t->lr0) && !isnan(self->lr_opt))
         t->lr0 = t->lr_sent = self->lr_opt;
@@ -478,7 +491,7 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
             t->b = value;
         }
     } else if (!strcmp(metric, "lr")) {
-        if (isnan(self->lr_opt) && t->decisions == 0 && value > 0)
+        if (!t->lr_fixed && isnan(self->lr_opt) && t->decisions == 0 && value > 0)
             t->lr0 = t->lr_sent = value; /* the rate in force before the first change */
     } else if (!strcmp(metric, "samples_per_s") || !strcmp(metric, "step_time_s")) {
         if (t->pend_b)
@@ -560,7 +573,8 @@ static json_t *s_save(sched_t *s)
                               (json_int_t)t->pstep, "have", t->have, "p", s_num(t->p.gs),
                               s_num(t->p.gb), s_num(t->p.bs), s_num(t->p.bb), "ema_g2",
                               s_num(t->ema_g2), "ema_tr", s_num(t->ema_tr), "nmeas",
-                              (json_int_t)t->nmeas, "tp", tp, "flags", t->explored * 4 + t->skip_tp * 2 + t->pend_b,
+                              (json_int_t)t->nmeas, "tp", tp, "flags",
+                              t->lr_fixed * 8 + t->explored * 4 + t->skip_tp * 2 + t->pend_b,
                               "last_change", (json_int_t)t->last_change, "ramp", t->ramp,
                               "ramp_from", s_num(t->ramp_from), "ramp_to", s_num(t->ramp_to),
                               "ramp_start", (json_int_t)t->ramp_start, "ramp_last",
@@ -632,6 +646,7 @@ static int s_restore(sched_t *s, const json_t *state)
         t->skip_tp = sk >> 1 & 1;
         t->pend_b = sk & 1;
         t->explored = sk >> 2 & 1;
+        t->lr_fixed = sk >> 3 & 1;
         t->last_change = (long)json_integer_value(json_object_get(o, "last_change"));
         t->ramp = json_is_true(json_object_get(o, "ramp"));
         t->ramp_from = s_get(o, "ramp_from");

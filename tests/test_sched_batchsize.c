@@ -277,6 +277,12 @@ TEST(at_most_one_change_per_interval_and_lr_warmup)
     double lr0 = json_number_value(json_object_get(params, "lr"));
     CHECK(b >= 16 && b <= 1024 && b == floor(b) && lr0 >= 0.01 && lr0 <= 0.1);
     json_decref(params);
+    json_t *st = s->ops->save(s); /* B0 from the params; lr0 from the option, which wins */
+    json_t *t99 = json_array_get(json_object_get(st, "trials"), 0);
+    CHECK(json_integer_value(json_object_get(t99, "id")) == 99);
+    CHECK(json_real_value(json_object_get(t99, "b0")) == b);
+    CHECK(json_real_value(json_object_get(t99, "lr0")) == 0.05);
+    json_decref(st);
     b = 32; /* trial 1 was not suggested: B0 from its reports, lr0 from the option */
     long last_change = -1000, changes = 0, ups = 0, downs = 0, ramp_sets = 0;
     double last_lr = 0.05, target = NAN;
