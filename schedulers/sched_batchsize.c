@@ -414,7 +414,8 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     return k;
 }
 
-/* Warmup of a raised lr: a new value when it moved by 2% or the ramp ends. */
+/* Warmup of a raised lr: a new value when it moved by a fifth of the ramp
+   (and 2%), and at the end. */
 static int s_ramp(sched_bs *self, bs_trial *t, long step, sched_instr *out, int max)
 {
     if (!t->ramp || step <= t->ramp_last || max < 1)
@@ -423,7 +424,9 @@ static int s_ramp(sched_bs *self, bs_trial *t, long step, sched_instr *out, int 
     double f = (double)(step - t->ramp_start) / (double)self->warmup;
     int end = f >= 1;
     double lr = end ? t->ramp_to : t->ramp_from + (t->ramp_to - t->ramp_from) * f;
-    if (!end && fabs(lr - t->lr_sent) < 0.02 * t->lr_sent)
+    /* about five steps per ramp: each `set` is an event and a params generation */
+    double step_min = fmax(0.02 * t->lr_sent, 0.2 * fabs(t->ramp_to - t->ramp_from));
+    if (!end && fabs(lr - t->lr_sent) < step_min)
         return 0;
     char reason[128];
     snprintf(reason, sizeof reason, "batchsize: lr warmup %.4g -> %.4g (%ld/%ld steps)", lr,
