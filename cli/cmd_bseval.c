@@ -62,10 +62,10 @@ static const char s_help[] =
 typedef struct {
     sched_gns_point *pts;
     size_t n, cap;
-    long step;         /* step of the measurement being gathered */
-    int have;          /* bits of its four values */
+    long step; /* step of the measurement being gathered */
+    int have;  /* bits of its four values */
     sched_gns_point cur;
-    double batch;      /* last batch_size seen */
+    double batch; /* last batch_size seen */
 } s_acc;
 
 static void s_add(s_acc *a, long step, const char *name, double v)
@@ -108,7 +108,8 @@ static int s_line(s_acc *a, const char *line)
     long step;
     char name[128];
     int off = 0;
-    if (sscanf(line, "jizhi: step %ld %127[A-Za-z0-9_.]=%n", &step, name, &off) != 2 || !off)
+    if (sscanf(line, "jizhi: step %ld %127[A-Za-z0-9_.]=%n", &step, name, &off) != 2 ||
+        !off)
         return 0;
     char *end;
     double v = strtod(line + off, &end);
@@ -142,8 +143,8 @@ static int s_run(s_acc *a, char **argv, int quiet)
         close(fd[0]);
         dup2(fd[1], 2);
         close(fd[1]);
-        static const char *const unset[] = {"JIZHI_TRIAL", "JIZHI_TOKEN", "JIZHI_ENDPOINT",
-                                            "JIZHI_STUDY", NULL};
+        static const char *const unset[] = {"JIZHI_TRIAL", "JIZHI_TOKEN",
+                                            "JIZHI_ENDPOINT", "JIZHI_STUDY", NULL};
         for (int i = 0; unset[i]; i++)
             unsetenv(unset[i]);
         execvp(argv[0], argv);
@@ -165,8 +166,8 @@ static int s_from_db(s_acc *a, const char *db, long trial)
     store_t *s = cli_open_db(db);
     if (!s)
         return -1;
-    static const char *const names[] = {"batch_size", "grad_sqnorm_small", "grad_sqnorm_big",
-                                        "batch_small", "batch_big"};
+    static const char *const names[] = {"batch_size", "grad_sqnorm_small",
+                                        "grad_sqnorm_big", "batch_small", "batch_big"};
     json_t *series[5];
     for (int i = 0; i < 5; i++)
         series[i] = store_metrics_series(s, trial, names[i]);
@@ -237,14 +238,16 @@ int cmd_bseval(int argc, char **argv)
             log = v;
         else if (!strcmp(a, "--db"))
             db = v;
-        else if (!strcmp(a, "--trial") ? s_num_arg(a, v, 1, 1e15, &trial)
+        else if (!strcmp(a, "--trial")  ? s_num_arg(a, v, 1, 1e15, &trial)
                  : !strcmp(a, "--skip") ? s_num_arg(a, v, 0, 1e12, &skip)
                  : !strcmp(a, "--boot") ? s_num_arg(a, v, 0, 1e7, &boot)
                  : !strcmp(a, "--conf") ? s_num_arg(a, v, 0.5, 0.9999, &conf)
-                 : !strcmp(a, "--seed") ? s_num_arg(a, v, 0, 1e15, &seed)
-                                        : (cli_error("unknown option %s (see jizhi batchsize-eval "
-                                                     "--help)", a),
-                                           -1))
+                 : !strcmp(a, "--seed")
+                     ? s_num_arg(a, v, 0, 1e15, &seed)
+                     : (cli_error("unknown option %s (see jizhi batchsize-eval "
+                                  "--help)",
+                                  a),
+                        -1))
             return CLI_USAGE;
     }
     int sources = (cmd >= 0) + (log != NULL) + (trial > 0);
@@ -258,7 +261,9 @@ int cmd_bseval(int argc, char **argv)
         int rc = s_run(&acc, argv + cmd, quiet);
         if (rc != 0) {
             cli_error("%s %s", argv[cmd],
-                      rc < 0 ? "could not be started" : rc >= 128 ? "was killed" : "failed");
+                      rc < 0      ? "could not be started"
+                      : rc >= 128 ? "was killed"
+                                  : "failed");
             if (acc.n < 2) {
                 free(acc.pts);
                 return CLI_FAIL;
@@ -283,20 +288,22 @@ int cmd_bseval(int argc, char **argv)
     if (ok != 0) {
         cli_error("no estimate: %zu gradient-noise measurements (%zu after --skip), %s",
                   acc.n, acc.n - k,
-                  acc.n - k < 2 ? "need at least 2 (does the program report grad_sqnorm_small, "
-                                  "grad_sqnorm_big, batch_small and batch_big?)"
-                                : "mean |G|^2 <= 0: the noise swamps the gradient (run longer)");
+                  acc.n - k < 2
+                      ? "need at least 2 (does the program report grad_sqnorm_small, "
+                        "grad_sqnorm_big, batch_small and batch_big?)"
+                      : "mean |G|^2 <= 0: the noise swamps the gradient (run longer)");
         free(acc.pts);
         return CLI_FAIL;
     }
     double bs = acc.pts[acc.n - 1].bs, bb = acc.pts[acc.n - 1].bb;
     free(acc.pts);
     if (json) {
-        json_t *o = json_pack("{s:f, s:o, s:o, s:f, s:i, s:f, s:f, s:i, s:f, s:f}", "b_simple",
-                              r.b_simple, "lo", isnan(r.lo) ? json_null() : json_real(r.lo), "hi",
-                              isnan(r.hi) ? json_null() : json_real(r.hi), "conf", conf,
-                              "measurements", r.n, "grad_sqnorm", r.g2, "trace", r.trace,
-                              "bootstrap", (int)boot, "batch_small", bs, "batch_big", bb);
+        json_t *o =
+            json_pack("{s:f, s:o, s:o, s:f, s:i, s:f, s:f, s:i, s:f, s:f}", "b_simple",
+                      r.b_simple, "lo", isnan(r.lo) ? json_null() : json_real(r.lo), "hi",
+                      isnan(r.hi) ? json_null() : json_real(r.hi), "conf", conf,
+                      "measurements", r.n, "grad_sqnorm", r.g2, "trace", r.trace,
+                      "bootstrap", (int)boot, "batch_small", bs, "batch_big", bb);
         cli_print_json(o);
         return CLI_OK;
     }
@@ -311,7 +318,7 @@ int cmd_bseval(int argc, char **argv)
                "measurements)\n",
                conf * 100, lo, hi, (int)boot, r.n);
     }
-    printf("  |G|^2 = %.4g, tr(Sigma) = %.4g, measured with batches %.0f/%.0f\n", r.g2, r.trace,
-           bs, bb);
+    printf("  |G|^2 = %.4g, tr(Sigma) = %.4g, measured with batches %.0f/%.0f\n", r.g2,
+           r.trace, bs, bb);
     return CLI_OK;
 }

@@ -53,33 +53,33 @@ static const char *const s_rules[] = {"adascale", "sqrt", "linear", "none"};
 #define BS_TP_WIN 16 /* step times kept per batch size (their median is used) */
 
 typedef struct {
-    double b;              /* batch size */
-    double t[BS_TP_WIN];   /* the last step times seen at b (a ring) */
-    int n, next;           /* how many held, where the next goes */
+    double b;            /* batch size */
+    double t[BS_TP_WIN]; /* the last step times seen at b (a ring) */
+    int n, next;         /* how many held, where the next goes */
 } bs_tp;
 
 typedef struct {
     long id;
-    double b0, lr0;       /* initial batch and base lr (NaN unknown) */
-    double b;             /* current batch (last reported or set) */
-    double lr_sent;       /* peak lr in force (last set, else lr0) */
-    long pstep;           /* step of the pending gns measurement */
-    int have;             /* GNS_* bits present for pstep */
-    sched_gns_point p;    /* the pending measurement */
-    double ema_g2, ema_tr;/* raw EMAs (bias-corrected on use) */
-    long nmeas;           /* measurements folded into the EMAs */
-    bs_tp tp[BS_MAX_TP];  /* throughput table */
+    double b0, lr0;        /* initial batch and base lr (NaN unknown) */
+    double b;              /* current batch (last reported or set) */
+    double lr_sent;        /* peak lr in force (last set, else lr0) */
+    long pstep;            /* step of the pending gns measurement */
+    int have;              /* GNS_* bits present for pstep */
+    sched_gns_point p;     /* the pending measurement */
+    double ema_g2, ema_tr; /* raw EMAs (bias-corrected on use) */
+    long nmeas;            /* measurements folded into the EMAs */
+    bs_tp tp[BS_MAX_TP];   /* throughput table */
     int ntp;
-    int skip_tp;          /* drop the first throughput report after a change */
-    int pend_b;           /* a set batch_size not yet seen in the reports */
-    int explored;         /* tried a second size to measure throughput */
-    int lr_fixed;         /* lr0 came from the params or the option, not reports */
-    long last_change;     /* step of the last decision (0 at start) */
-    int ramp;             /* lr warmup in progress */
+    int skip_tp;      /* drop the first throughput report after a change */
+    int pend_b;       /* a set batch_size not yet seen in the reports */
+    int explored;     /* tried a second size to measure throughput */
+    int lr_fixed;     /* lr0 came from the params or the option, not reports */
+    long last_change; /* step of the last decision (0 at start) */
+    int ramp;         /* lr warmup in progress */
     double ramp_from, ramp_to;
     long ramp_start, ramp_last; /* ramp start step; last step a ramp lr was considered */
     long decisions;
-    long last_step;       /* highest step reported (a lower one: a new attempt) */
+    long last_step; /* highest step reported (a lower one: a new attempt) */
 } bs_trial;
 
 typedef struct {
@@ -307,8 +307,8 @@ static double s_gain(const sched_bs *self, double bsimple, double b0, double b)
     }
 }
 
-static void s_set(sched_instr *out, long trial, const char *name, json_t *value, json_t *decision,
-                  const char *reason)
+static void s_set(sched_instr *out, long trial, const char *name, json_t *value,
+                  json_t *decision, const char *reason)
 {
     memset(out, 0, sizeof *out);
     out->trial = trial;
@@ -332,7 +332,8 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     double corr = 1 - pow(e, (double)t->nmeas);
     double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
     if (t->nmeas < self->min_meas || step - t->last_change < self->interval || t->ramp ||
-        max < 2 || isnan(t->b) || isnan(t->b0) || (self->rule != RULE_NONE && isnan(t->lr0)))
+        max < 2 || isnan(t->b) || isnan(t->b0) ||
+        (self->rule != RULE_NONE && isnan(t->lr0)))
         return 0;
     if (!(G2 > 0) || !(TR > 0))
         return 0; /* noise-dominated estimate: not usable yet */
@@ -364,7 +365,8 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
         !t->explored) {
         double up = self->grid_int ? t->b * 2 : pow(2, floor(log2(t->b)) + 1);
         double down = self->grid_int ? floor(t->b / 2) : pow(2, ceil(log2(t->b)) - 1);
-        int up_ok = up <= (double)self->bmax, down_ok = down >= (double)self->bmin && down >= 1;
+        int up_ok = up <= (double)self->bmax,
+            down_ok = down >= (double)self->bmin && down >= 1;
         if (up_ok || down_ok) {
             best_b = up_ok && (!down_ok || GOODPUT(up) >= GOODPUT(down)) ? up : down;
             best_g = GOODPUT(best_b);
@@ -375,19 +377,23 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
 #undef GOODPUT
     if (!explore && (best_b == t->b || best_g < (1 + self->min_gain) * cur_g))
         return 0;
-    double lr_new = self->rule == RULE_NONE ? t->lr_sent
-                                            : t->lr0 * s_gain(self, bsimple, t->b0, best_b);
+    double lr_new = self->rule == RULE_NONE
+                        ? t->lr_sent
+                        : t->lr0 * s_gain(self, bsimple, t->b0, best_b);
     double lr_old = isnan(t->lr_sent) ? t->lr0 : t->lr_sent;
-    json_t *d = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:b}",
-                          "b_simple", bsimple, "grad_sqnorm", G2, "trace", TR, "from", t->b,
-                          "b0", t->b0, "goodput_gain", best_g / cur_g, "efficiency",
-                          sched_bs_efficiency(bsimple, t->b0, best_b), "alpha", alpha, "beta",
-                          beta, "lr_from", isnan(lr_old) ? 0.0 : lr_old, "lr",
-                          isnan(lr_new) ? 0.0 : lr_new, "lr_rule", s_rules[self->rule],
-                          "measurements", (json_int_t)t->nmeas, "explore", explore);
+    json_t *d = json_pack(
+        "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:b}",
+        "b_simple", bsimple, "grad_sqnorm", G2, "trace", TR, "from", t->b, "b0", t->b0,
+        "goodput_gain", best_g / cur_g, "efficiency",
+        sched_bs_efficiency(bsimple, t->b0, best_b), "alpha", alpha, "beta", beta,
+        "lr_from", isnan(lr_old) ? 0.0 : lr_old, "lr", isnan(lr_new) ? 0.0 : lr_new,
+        "lr_rule", s_rules[self->rule], "measurements", (json_int_t)t->nmeas, "explore",
+        explore);
     char reason[128];
-    snprintf(reason, sizeof reason, "batchsize: B_simple %.4g, batch %.0f->%.0f, %s x%.3g, "
-             "lr %.3g->%.3g (%s)", bsimple, t->b, best_b, explore ? "explore, goodput" : "goodput",
+    snprintf(reason, sizeof reason,
+             "batchsize: B_simple %.4g, batch %.0f->%.0f, %s x%.3g, "
+             "lr %.3g->%.3g (%s)",
+             bsimple, t->b, best_b, explore ? "explore, goodput" : "goodput",
              best_g / cur_g, lr_old, lr_new, s_rules[self->rule]);
     int k = 0;
     s_set(&out[k++], t->id, "batch_size", json_integer((json_int_t)best_b), d, reason);
@@ -405,8 +411,8 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
             t->ramp_last = step;
         } else {
             char r2[128];
-            snprintf(r2, sizeof r2, "batchsize: lr %.4g for batch %.0f (%s)", lr_new, best_b,
-                     s_rules[self->rule]);
+            snprintf(r2, sizeof r2, "batchsize: lr %.4g for batch %.0f (%s)", lr_new,
+                     best_b, s_rules[self->rule]);
             s_set(&out[k++], t->id, "lr", json_real(lr_new), NULL, r2);
             t->lr_sent = lr_new;
         }
@@ -429,8 +435,8 @@ static int s_ramp(sched_bs *self, bs_trial *t, long step, sched_instr *out, int 
     if (!end && fabs(lr - t->lr_sent) < step_min)
         return 0;
     char reason[128];
-    snprintf(reason, sizeof reason, "batchsize: lr warmup %.4g -> %.4g (%ld/%ld steps)", lr,
-             t->ramp_to, end ? self->warmup : step - t->ramp_start, self->warmup);
+    snprintf(reason, sizeof reason, "batchsize: lr warmup %.4g -> %.4g (%ld/%ld steps)",
+             lr, t->ramp_to, end ? self->warmup : step - t->ramp_start, self->warmup);
     s_set(out, t->id, "lr", json_real(lr), NULL, reason);
     t->lr_sent = lr;
     if (end)
@@ -444,11 +450,13 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
 {
     sched_bs *self = (sched_bs *)s;
     sched_rng rng;
-    sched_rng_seed(&rng, (unsigned long long)s->spec->seed, (unsigned long long)self->count);
+    sched_rng_seed(&rng, (unsigned long long)s->spec->seed,
+                   (unsigned long long)self->count);
     json_t *p = json_object();
     for (size_t i = 0; i < s->spec->nparams; i++) {
         const spec_param *sp = &s->spec->params[i];
-        json_object_set_new(p, sp->name, spec_param_from_unit(sp, sched_rng_uniform(&rng)));
+        json_object_set_new(p, sp->name,
+                            spec_param_from_unit(sp, sched_rng_uniform(&rng)));
     }
     self->count++;
     bs_trial *t = s_trial(self, trial_id, 1); /* B0 and lr0 from the params, when there */
@@ -463,8 +471,8 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     return SCHED_OK;
 }
 
-static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
-                       double now, sched_instr *out, int max)
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
+                       double value, double now, sched_instr *out, int max)
 {
     sched_bs *self = (sched_bs *)s;
     bs_trial *t = s_trial(self, trial_id, 1);
@@ -534,8 +542,8 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     return k;
 }
 
-static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
-                          double value)
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
+                          sched_outcome outcome, double value)
 {
     sched_bs *self = (sched_bs *)s;
     for (size_t i = 0; i < self->ntrials; i++)
@@ -567,21 +575,21 @@ static json_t *s_save(sched_t *s)
             json_t *ts = json_array();
             for (int q = 0; q < t->tp[j].n; q++)
                 json_array_append_new(ts, json_real(t->tp[j].t[q]));
-            json_array_append_new(tp, json_pack("[f,o,i]", t->tp[j].b, ts, t->tp[j].next));
+            json_array_append_new(tp,
+                                  json_pack("[f,o,i]", t->tp[j].b, ts, t->tp[j].next));
         }
-        json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o, s:I, s:i, s:[o,o,o,o], s:o, s:o, s:I,"
-                              " s:o, s:i, s:I, s:b, s:o, s:o, s:I, s:I, s:I}",
-                              "id", (json_int_t)t->id, "b0", s_num(t->b0), "lr0", s_num(t->lr0),
-                              "b", s_num(t->b), "lr_sent", s_num(t->lr_sent), "pstep",
-                              (json_int_t)t->pstep, "have", t->have, "p", s_num(t->p.gs),
-                              s_num(t->p.gb), s_num(t->p.bs), s_num(t->p.bb), "ema_g2",
-                              s_num(t->ema_g2), "ema_tr", s_num(t->ema_tr), "nmeas",
-                              (json_int_t)t->nmeas, "tp", tp, "flags",
-                              t->lr_fixed * 8 + t->explored * 4 + t->skip_tp * 2 + t->pend_b,
-                              "last_change", (json_int_t)t->last_change, "ramp", t->ramp,
-                              "ramp_from", s_num(t->ramp_from), "ramp_to", s_num(t->ramp_to),
-                              "ramp_start", (json_int_t)t->ramp_start, "ramp_last",
-                              (json_int_t)t->ramp_last, "decisions", (json_int_t)t->decisions);
+        json_t *o = json_pack(
+            "{s:I, s:o, s:o, s:o, s:o, s:I, s:i, s:[o,o,o,o], s:o, s:o, s:I,"
+            " s:o, s:i, s:I, s:b, s:o, s:o, s:I, s:I, s:I}",
+            "id", (json_int_t)t->id, "b0", s_num(t->b0), "lr0", s_num(t->lr0), "b",
+            s_num(t->b), "lr_sent", s_num(t->lr_sent), "pstep", (json_int_t)t->pstep,
+            "have", t->have, "p", s_num(t->p.gs), s_num(t->p.gb), s_num(t->p.bs),
+            s_num(t->p.bb), "ema_g2", s_num(t->ema_g2), "ema_tr", s_num(t->ema_tr),
+            "nmeas", (json_int_t)t->nmeas, "tp", tp, "flags",
+            t->lr_fixed * 8 + t->explored * 4 + t->skip_tp * 2 + t->pend_b, "last_change",
+            (json_int_t)t->last_change, "ramp", t->ramp, "ramp_from", s_num(t->ramp_from),
+            "ramp_to", s_num(t->ramp_to), "ramp_start", (json_int_t)t->ramp_start,
+            "ramp_last", (json_int_t)t->ramp_last, "decisions", (json_int_t)t->decisions);
         json_object_set_new(o, "last_step", json_integer((json_int_t)t->last_step));
         json_array_append_new(trials, o);
     }
@@ -593,14 +601,16 @@ static int s_restore(sched_t *s, const json_t *state)
     sched_bs *self = (sched_bs *)s;
     json_int_t count;
     json_t *trials;
-    if (json_unpack((json_t *)state, "{s:I, s:o}", "count", &count, "trials", &trials) != 0 ||
+    if (json_unpack((json_t *)state, "{s:I, s:o}", "count", &count, "trials", &trials) !=
+            0 ||
         count < 0 || !json_is_array(trials))
         return -1;
     self->count = (long)count;
     self->ntrials = 0;
     size_t i;
     json_t *o;
-    json_array_foreach(trials, i, o) {
+    json_array_foreach(trials, i, o)
+    {
         json_t *id = json_object_get(o, "id"), *p = json_object_get(o, "p"),
                *tp = json_object_get(o, "tp");
         if (!json_is_integer(id) || json_array_size(p) != 4 || !json_is_array(tp) ||
@@ -627,11 +637,13 @@ static int s_restore(sched_t *s, const json_t *state)
             t->ema_g2 = t->ema_tr = 0, t->nmeas = 0;
         size_t j;
         json_t *e;
-        json_array_foreach(tp, j, e) {
-            json_t *b = json_array_get(e, 0), *ts = json_array_get(e, 1), *nx = json_array_get(e, 2);
-            if (!json_is_number(b) || !json_is_array(ts) || json_array_size(ts) > BS_TP_WIN ||
-                !json_is_integer(nx) || json_integer_value(nx) < 0 ||
-                json_integer_value(nx) >= BS_TP_WIN)
+        json_array_foreach(tp, j, e)
+        {
+            json_t *b = json_array_get(e, 0), *ts = json_array_get(e, 1),
+                   *nx = json_array_get(e, 2);
+            if (!json_is_number(b) || !json_is_array(ts) ||
+                json_array_size(ts) > BS_TP_WIN || !json_is_integer(nx) ||
+                json_integer_value(nx) < 0 || json_integer_value(nx) >= BS_TP_WIN)
                 return -1;
             bs_tp *d = &t->tp[t->ntp++];
             memset(d, 0, sizeof *d);
@@ -639,13 +651,15 @@ static int s_restore(sched_t *s, const json_t *state)
             d->next = (int)json_integer_value(nx);
             size_t q;
             json_t *x;
-            json_array_foreach(ts, q, x) {
+            json_array_foreach(ts, q, x)
+            {
                 if (!json_is_number(x))
                     return -1;
                 d->t[d->n++] = json_number_value(x);
             }
         }
-        int sk = (int)json_integer_value(json_object_get(o, "flags")); /* skip_tp, pend_b */
+        int sk =
+            (int)json_integer_value(json_object_get(o, "flags")); /* skip_tp, pend_b */
         t->skip_tp = sk >> 1 & 1;
         t->pend_b = sk & 1;
         t->explored = sk >> 2 & 1;
@@ -694,25 +708,28 @@ static int s_num_opt(const json_t *o, const char *key, double dflt, double lo, d
 
 sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
 {
-    static const char *const keys[] = {"type", "seed", "min", "max", "grid", "interval", "warmup",
-                                       "lr_rule", "ema", "min_measurements", "min_gain",
-                                       "prior_overhead", "lr", NULL};
+    static const char *const keys[] = {
+        "type",     "seed",           "min",     "max", "grid",
+        "interval", "warmup",         "lr_rule", "ema", "min_measurements",
+        "min_gain", "prior_overhead", "lr",      NULL};
     const json_t *o = spec->sched_opts;
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)o, key, v) {
+    json_object_foreach((json_t *)o, key, v)
+    {
         int ok = 0;
         for (int i = 0; keys[i]; i++)
             ok |= !strcmp(key, keys[i]);
         if (!ok) {
-            snprintf(err, errsize, "scheduler.%s: unknown option for the batchsize scheduler",
-                     key);
+            snprintf(err, errsize,
+                     "scheduler.%s: unknown option for the batchsize scheduler", key);
             return NULL;
         }
     }
     double dmin = 16, dmax = 4096;
     for (size_t i = 0; i < spec->nparams; i++)
-        if (!strcmp(spec->params[i].name, "batch_size") && spec->params[i].type == SPEC_INT) {
+        if (!strcmp(spec->params[i].name, "batch_size") &&
+            spec->params[i].type == SPEC_INT) {
             dmin = spec->params[i].low;
             dmax = spec->params[i].high;
         }
@@ -729,7 +746,8 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
         s_num_opt(o, "ema", 0.95, 0, 0.9999, 0, &self->ema, err, errsize) ||
         s_num_opt(o, "min_measurements", 3, 1, 1e9, 1, &mm, err, errsize) ||
         s_num_opt(o, "min_gain", 0.1, 0, 100, 0, &self->min_gain, err, errsize) ||
-        s_num_opt(o, "prior_overhead", 0.5, 0, 0.99, 0, &self->prior_overhead, err, errsize) ||
+        s_num_opt(o, "prior_overhead", 0.5, 0, 0.99, 0, &self->prior_overhead, err,
+                  errsize) ||
         s_num_opt(o, "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize))
         goto fail;
     if (bmax < bmin) {
@@ -752,7 +770,8 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
         self->grid_int = !strcmp(gs, "int");
     }
     if (!self->grid_int && (1L << (long)floor(log2((double)self->bmax))) < self->bmin) {
-        snprintf(err, errsize, "scheduler.min: no power of two in [%ld, %ld] (use \"grid\": \"int\")",
+        snprintf(err, errsize,
+                 "scheduler.min: no power of two in [%ld, %ld] (use \"grid\": \"int\")",
                  self->bmin, self->bmax);
         goto fail;
     }
@@ -765,7 +784,8 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
                 self->rule = i;
         if (self->rule < 0) {
             snprintf(err, errsize,
-                     "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or \"none\"");
+                     "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or "
+                     "\"none\"");
             goto fail;
         }
     }

@@ -45,17 +45,17 @@ typedef struct {
 
 typedef struct {
     long id;
-    int done;          /* ended or stopped by us: no more decisions */
-    long obj_step;     /* step of the last objective value (-1 none) */
-    double obj;        /* last objective value */
-    long res_step;     /* step of the last resource value (-1 none) */
-    double res;        /* last resource value */
-    int pend;          /* the last resource value waits for an objective */
-    int next_rung;     /* asha: first rung not yet judged */
-    double best;       /* median: best objective so far (NaN none) */
-    es_pt *hist;       /* median: points (resource, objective), owned */
+    int done;      /* ended or stopped by us: no more decisions */
+    long obj_step; /* step of the last objective value (-1 none) */
+    double obj;    /* last objective value */
+    long res_step; /* step of the last resource value (-1 none) */
+    double res;    /* last resource value */
+    int pend;      /* the last resource value waits for an objective */
+    int next_rung; /* asha: first rung not yet judged */
+    double best;   /* median: best objective so far (NaN none) */
+    es_pt *hist;   /* median: points (resource, objective), owned */
     size_t nhist, caphist;
-    long last_step;    /* highest step seen (a lower one: a retry) */
+    long last_step; /* highest step seen (a lower one: a retry) */
 } es_trial;
 
 typedef struct {
@@ -70,17 +70,17 @@ typedef struct {
 
 typedef struct {
     sched_t base;
-    int median;           /* 0 asha, 1 median */
-    char metric[64];      /* objective metric */
-    char resource[64];    /* resource metric, "step" = report step */
-    double grace;         /* asha: first rung; median: first resource judged */
-    double eta;           /* asha: reduction factor */
-    double max_resource;  /* asha: 0 = none */
-    long min_trials;      /* median */
-    es_trial *trials;     /* owned */
+    int median;          /* 0 asha, 1 median */
+    char metric[64];     /* objective metric */
+    char resource[64];   /* resource metric, "step" = report step */
+    double grace;        /* asha: first rung; median: first resource judged */
+    double eta;          /* asha: reduction factor */
+    double max_resource; /* asha: 0 = none */
+    long min_trials;     /* median */
+    es_trial *trials;    /* owned */
     size_t ntrials, captrials;
     es_rung rungs[ES_MAX_RUNGS]; /* asha */
-    int nrungs;           /* asha: rungs that exist (below max_resource) */
+    int nrungs;                  /* asha: rungs that exist (below max_resource) */
 } sched_es;
 
 /* ---- trials ---- */
@@ -180,7 +180,8 @@ static int s_asha_point(sched_es *self, es_trial *t, double r, double v, char *r
 {
     int maximize = self->base.spec->maximize;
     const double tol = 1e-9;
-    while (t->next_rung < self->nrungs && r >= s_rung_at(self, t->next_rung) * (1 - tol)) {
+    while (t->next_rung < self->nrungs &&
+           r >= s_rung_at(self, t->next_rung) * (1 - tol)) {
         int k = t->next_rung++;
         es_rung *g = &self->rungs[k];
         int stop = 0;
@@ -198,7 +199,8 @@ static int s_asha_point(sched_es *self, es_trial *t, double r, double v, char *r
         if (!isnan(v))
             s_rung_add(g, t->id, v);
         if (stop) {
-            snprintf(reason, rsize, "asha: rung %d (%s %g): %.4g not in top 1/%g (cutoff %.4g)", k,
+            snprintf(reason, rsize,
+                     "asha: rung %d (%s %g): %.4g not in top 1/%g (cutoff %.4g)", k,
                      self->resource, s_rung_at(self, k), v, self->eta, cutoff);
             return 1;
         }
@@ -256,14 +258,16 @@ static int s_median_point(sched_es *self, es_trial *t, double r, double v, char 
         double med = s_quantile(avgs, n, 0.5);
         stop = isnan(t->best) || spec_better(spec, med, t->best);
         if (stop)
-            snprintf(reason, rsize, "median: %s %g: best %.4g worse than median %.4g of %zu trials",
+            snprintf(reason, rsize,
+                     "median: %s %g: best %.4g worse than median %.4g of %zu trials",
                      self->resource, r, t->best, med, n);
     }
     free(avgs);
     return stop;
 }
 
-static int s_point(sched_es *self, es_trial *t, double r, double v, sched_instr *out, int max)
+static int s_point(sched_es *self, es_trial *t, double r, double v, sched_instr *out,
+                   int max)
 {
     char reason[256]; /* cut to the instruction's 128 */
     t->pend = 0;
@@ -278,8 +282,8 @@ static int s_point(sched_es *self, es_trial *t, double r, double v, sched_instr 
 
 /* ---- sched_ops ---- */
 
-static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
-                       double now, sched_instr *out, int max)
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
+                       double value, double now, sched_instr *out, int max)
 {
     sched_es *self = (sched_es *)s;
     int is_obj = !strcmp(metric, self->metric);
@@ -327,8 +331,8 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     return 0;
 }
 
-static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
-                          double value)
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
+                          sched_outcome outcome, double value)
 {
     es_trial *t = s_trial((sched_es *)s, trial_id, 0);
     if (t)
@@ -354,25 +358,27 @@ static json_t *s_save(sched_t *s)
         const es_trial *t = &self->trials[i];
         json_t *h = json_array();
         for (size_t j = 0; j < t->nhist; j++)
-            json_array_append_new(h, json_pack("[o,o]", s_num(t->hist[j].r), s_num(t->hist[j].v)));
+            json_array_append_new(
+                h, json_pack("[o,o]", s_num(t->hist[j].r), s_num(t->hist[j].v)));
         json_array_append_new(
-            trials, json_pack("{s:I, s:b, s:I, s:o, s:I, s:o, s:b, s:i, s:o, s:o, s:I}", "id",
-                              (json_int_t)t->id, "done", t->done, "obj_step",
+            trials, json_pack("{s:I, s:b, s:I, s:o, s:I, s:o, s:b, s:i, s:o, s:o, s:I}",
+                              "id", (json_int_t)t->id, "done", t->done, "obj_step",
                               (json_int_t)t->obj_step, "obj", s_num(t->obj), "res_step",
-                              (json_int_t)t->res_step, "res", s_num(t->res), "pend", t->pend,
-                              "next_rung", t->next_rung, "best", s_num(t->best), "hist", h,
-                              "last_step", (json_int_t)t->last_step));
+                              (json_int_t)t->res_step, "res", s_num(t->res), "pend",
+                              t->pend, "next_rung", t->next_rung, "best", s_num(t->best),
+                              "hist", h, "last_step", (json_int_t)t->last_step));
     }
     json_t *rungs = json_array();
     for (int k = 0; k < self->nrungs; k++) {
         json_t *g = json_array();
         for (size_t j = 0; j < self->rungs[k].n; j++)
-            json_array_append_new(g, json_pack("[I,o]", (json_int_t)self->rungs[k].recs[j].trial,
+            json_array_append_new(g, json_pack("[I,o]",
+                                               (json_int_t)self->rungs[k].recs[j].trial,
                                                s_num(self->rungs[k].recs[j].v)));
         json_array_append_new(rungs, g);
     }
-    return json_pack("{s:s, s:o, s:o}", "rule", self->median ? "median" : "asha", "trials", trials,
-                     "rungs", rungs);
+    return json_pack("{s:s, s:o, s:o}", "rule", self->median ? "median" : "asha",
+                     "trials", trials, "rungs", rungs);
 }
 
 static void s_clear(sched_es *self)
@@ -392,14 +398,17 @@ static int s_restore(sched_t *s, const json_t *state)
 {
     sched_es *self = (sched_es *)s;
     const char *rule = json_string_value(json_object_get(state, "rule"));
-    json_t *trials = json_object_get(state, "trials"), *rungs = json_object_get(state, "rungs");
-    if (!rule || strcmp(rule, self->median ? "median" : "asha") || !json_is_array(trials) ||
-        !json_is_array(rungs) || (int)json_array_size(rungs) > self->nrungs)
+    json_t *trials = json_object_get(state, "trials"),
+           *rungs = json_object_get(state, "rungs");
+    if (!rule || strcmp(rule, self->median ? "median" : "asha") ||
+        !json_is_array(trials) || !json_is_array(rungs) ||
+        (int)json_array_size(rungs) > self->nrungs)
         return -1;
     s_clear(self);
     size_t i;
     json_t *jt;
-    json_array_foreach(trials, i, jt) {
+    json_array_foreach(trials, i, jt)
+    {
         json_t *id = json_object_get(jt, "id"), *h = json_object_get(jt, "hist");
         if (!json_is_integer(id) || !json_is_array(h))
             return -1;
@@ -417,7 +426,8 @@ static int s_restore(sched_t *s, const json_t *state)
         t->last_step = (long)json_integer_value(json_object_get(jt, "last_step"));
         size_t j;
         json_t *p;
-        json_array_foreach(h, j, p) {
+        json_array_foreach(h, j, p)
+        {
             json_t *r = json_array_get(p, 0), *v = json_array_get(p, 1);
             if (s_hist_add(t, json_is_number(r) ? json_number_value(r) : NAN,
                            json_is_number(v) ? json_number_value(v) : NAN) != 0)
@@ -425,13 +435,16 @@ static int s_restore(sched_t *s, const json_t *state)
         }
     }
     json_t *g;
-    json_array_foreach(rungs, i, g) {
+    json_array_foreach(rungs, i, g)
+    {
         size_t j;
         json_t *rec;
-        json_array_foreach(g, j, rec) {
+        json_array_foreach(g, j, rec)
+        {
             json_t *tr = json_array_get(rec, 0), *v = json_array_get(rec, 1);
             if (!json_is_integer(tr) || !json_is_number(v) ||
-                s_rung_add(&self->rungs[i], (long)json_integer_value(tr), json_number_value(v)))
+                s_rung_add(&self->rungs[i], (long)json_integer_value(tr),
+                           json_number_value(v)))
                 return -1;
         }
     }
@@ -445,15 +458,15 @@ static void s_destroy(sched_t *s)
     free(self);
 }
 
-static const sched_ops s_asha_ops = {"asha", NULL, s_on_metric, s_on_complete,
-                                     s_save, s_restore, s_destroy, NULL};
-static const sched_ops s_median_ops = {"median", NULL, s_on_metric, s_on_complete,
-                                       s_save,   s_restore, s_destroy, NULL};
+static const sched_ops s_asha_ops = {"asha", NULL,      s_on_metric, s_on_complete,
+                                     s_save, s_restore, s_destroy,   NULL};
+static const sched_ops s_median_ops = {"median", NULL,      s_on_metric, s_on_complete,
+                                       s_save,   s_restore, s_destroy,   NULL};
 
 /* ---- construction ---- */
 
-static int s_opt_num(const json_t *o, const char *key, double dflt, double *out, char *err,
-                     size_t errsize)
+static int s_opt_num(const json_t *o, const char *key, double dflt, double *out,
+                     char *err, size_t errsize)
 {
     json_t *v = json_object_get(o, key);
     if (!v) {
@@ -468,8 +481,8 @@ static int s_opt_num(const json_t *o, const char *key, double dflt, double *out,
     return 0;
 }
 
-static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *out, size_t size,
-                     char *err, size_t errsize)
+static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *out,
+                     size_t size, char *err, size_t errsize)
 {
     json_t *v = json_object_get(o, key);
     if (!v) {
@@ -487,14 +500,15 @@ static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *o
 static sched_t *s_new(const spec_t *spec, int median, char *err, size_t errsize)
 {
     const json_t *o = spec->early_stop;
-    static const char *const asha_keys[] = {"type", "resource", "grace", "reduction",
-                                            "max_resource", "metric", NULL};
-    static const char *const median_keys[] = {"type", "resource", "grace", "min_trials", "metric",
-                                              NULL};
+    static const char *const asha_keys[] = {
+        "type", "resource", "grace", "reduction", "max_resource", "metric", NULL};
+    static const char *const median_keys[] = {"type",       "resource", "grace",
+                                              "min_trials", "metric",   NULL};
     const char *const *keys = median ? median_keys : asha_keys;
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)o, key, v) {
+    json_object_foreach((json_t *)o, key, v)
+    {
         int ok = 0;
         for (int i = 0; keys[i]; i++)
             ok |= !strcmp(key, keys[i]);
@@ -511,23 +525,28 @@ static sched_t *s_new(const spec_t *spec, int median, char *err, size_t errsize)
     self->base.spec = spec;
     self->median = median;
     double mt = 3;
-    if (s_opt_str(o, "metric", spec->metric, self->metric, sizeof self->metric, err, errsize) ||
-        s_opt_str(o, "resource", "epoch", self->resource, sizeof self->resource, err, errsize) ||
+    if (s_opt_str(o, "metric", spec->metric, self->metric, sizeof self->metric, err,
+                  errsize) ||
+        s_opt_str(o, "resource", "epoch", self->resource, sizeof self->resource, err,
+                  errsize) ||
         s_opt_num(o, "grace", 1, &self->grace, err, errsize) ||
         s_opt_num(o, "reduction", 3, &self->eta, err, errsize) ||
         s_opt_num(o, "max_resource", 0, &self->max_resource, err, errsize) ||
         s_opt_num(o, "min_trials", 3, &mt, err, errsize))
         goto fail;
     if (median ? self->grace < 0 : self->grace <= 0) {
-        snprintf(err, errsize, "early_stopping.grace: must be %s", median ? ">= 0" : "> 0");
+        snprintf(err, errsize, "early_stopping.grace: must be %s",
+                 median ? ">= 0" : "> 0");
         goto fail;
     }
     if (!median && self->eta <= 1) {
         snprintf(err, errsize, "early_stopping.reduction: must be > 1");
         goto fail;
     }
-    if (!median && json_object_get(o, "max_resource") && self->max_resource < self->grace) {
-        snprintf(err, errsize, "early_stopping.max_resource: must be >= grace (%g)", self->grace);
+    if (!median && json_object_get(o, "max_resource") &&
+        self->max_resource < self->grace) {
+        snprintf(err, errsize, "early_stopping.max_resource: must be >= grace (%g)",
+                 self->grace);
         goto fail;
     }
     if (median && (mt < 1 || mt != floor(mt) || mt > 1e6)) {

@@ -13,13 +13,14 @@
 static spec_t *s_spec(const char *sched)
 {
     char buf[4096];
-    snprintf(buf, sizeof buf,
-             "{\"name\":\"t\",\"objective\":{\"metric\":\"val_acc\",\"mode\":\"max\"},"
-             "\"scheduler\":%s,\"budget\":{\"trials\":50},"
-             "\"space\":{\"lr\":{\"type\":\"float\",\"low\":0.01,\"high\":0.1,\"log\":true},"
-             "\"batch_size\":{\"type\":\"int\",\"low\":16,\"high\":1024,\"log\":true}},"
-             "\"trial\":{\"command\":[\"true\"]}}",
-             sched);
+    snprintf(
+        buf, sizeof buf,
+        "{\"name\":\"t\",\"objective\":{\"metric\":\"val_acc\",\"mode\":\"max\"},"
+        "\"scheduler\":%s,\"budget\":{\"trials\":50},"
+        "\"space\":{\"lr\":{\"type\":\"float\",\"low\":0.01,\"high\":0.1,\"log\":true},"
+        "\"batch_size\":{\"type\":\"int\",\"low\":16,\"high\":1024,\"log\":true}},"
+        "\"trial\":{\"command\":[\"true\"]}}",
+        sched);
     json_t *j = json_loads(buf, 0, NULL);
     if (!j)
         return NULL;
@@ -146,7 +147,8 @@ static sched_t *s_new_bs(const spec_t *sp)
 }
 
 /* Plays events (restore from saved text before event `cut`, -1 never). */
-static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *out, size_t size)
+static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *out,
+                       size_t size)
 {
     sched_t *s = s_new_bs(sp);
     out[0] = 0;
@@ -166,8 +168,8 @@ static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *ou
                 break;
         }
         sched_instr ins[8];
-        int k = s->ops->on_metric(s, evs[i].trial, evs[i].step, evs[i].metric, evs[i].value, 0,
-                                  ins, 8);
+        int k = s->ops->on_metric(s, evs[i].trial, evs[i].step, evs[i].metric,
+                                  evs[i].value, 0, ins, 8);
         s_fmt(ins, k, out, size);
     }
     return s;
@@ -206,7 +208,8 @@ TEST(goodput_picks_the_hand_computed_batch_and_adascale_lr)
     int sets = 0;
     for (int i = 0; i < n; i++) {
         sched_instr ins[8];
-        int k = s->ops->on_metric(s, e[i].trial, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
+        int k = s->ops->on_metric(s, e[i].trial, e[i].step, e[i].metric, e[i].value, 0,
+                                  ins, 8);
         for (int j = 0; j < k; j++) {
             const char *name = json_string_value(json_object_get(ins[j].args, "name"));
             double v = json_number_value(json_object_get(ins[j].args, "value"));
@@ -240,9 +243,10 @@ TEST(goodput_picks_the_hand_computed_batch_and_adascale_lr)
     double want[] = {0.1 * sqrt(2.0), 0.2, NAN};
     for (int r = 0; r < 3; r++) {
         char opt[256];
-        snprintf(opt, sizeof opt,
-                 "{\"type\":\"batchsize\",\"interval\":60,\"warmup\":0,\"lr_rule\":\"%s\"}",
-                 rules[r]);
+        snprintf(
+            opt, sizeof opt,
+            "{\"type\":\"batchsize\",\"interval\":60,\"warmup\":0,\"lr_rule\":\"%s\"}",
+            rules[r]);
         sp = s_spec(opt);
         char out[2048];
         s = s_play(sp, e, n, -1, out, sizeof out);
@@ -266,8 +270,9 @@ TEST(goodput_picks_the_hand_computed_batch_and_adascale_lr)
    over 100 steps by rising `set lr`, a lowered one set at once. */
 TEST(at_most_one_change_per_interval_and_lr_warmup)
 {
-    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":300,"
-                        "\"warmup\":100,\"lr\":0.05,\"ema\":0,\"prior_overhead\":0.2}");
+    spec_t *sp =
+        s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":300,"
+               "\"warmup\":100,\"lr\":0.05,\"ema\":0,\"prior_overhead\":0.2}");
     REQUIRE(sp);
     sched_t *s = s_new_bs(sp);
     REQUIRE(s);
@@ -277,7 +282,8 @@ TEST(at_most_one_change_per_interval_and_lr_warmup)
     double lr0 = json_number_value(json_object_get(params, "lr"));
     CHECK(b >= 16 && b <= 1024 && b == floor(b) && lr0 >= 0.01 && lr0 <= 0.1);
     json_decref(params);
-    json_t *st = s->ops->save(s); /* B0 from the params; lr0 from the option, which wins */
+    json_t *st =
+        s->ops->save(s); /* B0 from the params; lr0 from the option, which wins */
     json_t *t99 = json_array_get(json_object_get(st, "trials"), 0);
     CHECK(json_integer_value(json_object_get(t99, "id")) == 99);
     CHECK(json_real_value(json_object_get(t99, "b0")) == b);
@@ -294,9 +300,11 @@ TEST(at_most_one_change_per_interval_and_lr_warmup)
         n += s_gns(e + n, 1, step, (step / 150) % 2 ? 5000 : 20, b / 2, b);
         for (int i = 0; i < n; i++) {
             sched_instr ins[8];
-            int k = s->ops->on_metric(s, 1, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
+            int k =
+                s->ops->on_metric(s, 1, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
             for (int j = 0; j < k; j++) {
-                const char *name = json_string_value(json_object_get(ins[j].args, "name"));
+                const char *name =
+                    json_string_value(json_object_get(ins[j].args, "name"));
                 double v = json_number_value(json_object_get(ins[j].args, "value"));
                 if (!strcmp(name, "batch_size")) {
                     CHECK(step - last_change >= 300);
@@ -358,7 +366,8 @@ TEST(throughput_fit_keeps_a_marginal_cost)
         sched_instr ins[8];
         int k = s->ops->on_metric(s, 1, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
         for (int j = 0; j < k; j++) {
-            if (!strcmp(json_string_value(json_object_get(ins[j].args, "name")), "batch_size")) {
+            if (!strcmp(json_string_value(json_object_get(ins[j].args, "name")),
+                        "batch_size")) {
                 dec = json_incref(json_object_get(ins[j].args, "decision"));
                 pick = json_number_value(json_object_get(ins[j].args, "value"));
             }
@@ -439,13 +448,16 @@ TEST(options_are_checked)
     } bad[] = {
         {"{\"type\":\"batchsize\",\"colour\":1}",
          "scheduler.colour: unknown option for the batchsize scheduler"},
-        {"{\"type\":\"batchsize\",\"min\":64,\"max\":32}", "scheduler.max: must be >= min (64)"},
+        {"{\"type\":\"batchsize\",\"min\":64,\"max\":32}",
+         "scheduler.max: must be >= min (64)"},
         {"{\"type\":\"batchsize\",\"min\":33,\"max\":63}",
          "scheduler.min: no power of two in [33, 63] (use \"grid\": \"int\")"},
-        {"{\"type\":\"batchsize\",\"grid\":\"odd\"}", "scheduler.grid: must be \"pow2\" or \"int\""},
+        {"{\"type\":\"batchsize\",\"grid\":\"odd\"}",
+         "scheduler.grid: must be \"pow2\" or \"int\""},
         {"{\"type\":\"batchsize\",\"interval\":0}",
          "scheduler.interval: must be a whole number in [1, 1e+12]"},
-        {"{\"type\":\"batchsize\",\"ema\":1}", "scheduler.ema: must be a number in [0, 0.9999]"},
+        {"{\"type\":\"batchsize\",\"ema\":1}",
+         "scheduler.ema: must be a number in [0, 0.9999]"},
         {"{\"type\":\"batchsize\",\"lr_rule\":\"cubic\"}",
          "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or \"none\""},
     };
@@ -457,7 +469,8 @@ TEST(options_are_checked)
         CHECK_STR(err, bad[i].msg);
         spec_destroy(&sp);
     }
-    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":33,\"max\":63,\"grid\":\"int\"}");
+    spec_t *sp =
+        s_spec("{\"type\":\"batchsize\",\"min\":33,\"max\":63,\"grid\":\"int\"}");
     char err[256] = "";
     CHECK(sched_check(sp, err, sizeof err) == 0);
     spec_destroy(&sp);

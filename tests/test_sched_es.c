@@ -48,7 +48,8 @@ typedef struct {
 /* Runs events on a monitor (restoring a fresh copy from its saved state
    before event `cut`, -1 for never); appends "trial:reason;" per stop to
    out. Returns the monitor (caller destroys). */
-static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *out, size_t size)
+static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *out,
+                       size_t size)
 {
     char err[256];
     sched_t *m = s_monitor(sp, err, sizeof err);
@@ -60,7 +61,8 @@ static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *ou
             json_decref(st);
             sched_destroy(&m);
             m = s_monitor(sp, err, sizeof err);
-            json_t *back = json_loads(txt, 0, NULL); /* through text, as the store keeps it */
+            json_t *back =
+                json_loads(txt, 0, NULL); /* through text, as the store keeps it */
             free(txt);
             if (m->ops->restore(m, back) != 0)
                 sched_destroy(&m);
@@ -73,8 +75,8 @@ static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *ou
             continue;
         }
         sched_instr ins[8];
-        int k = m->ops->on_metric(m, evs[i].trial, evs[i].step, evs[i].metric, evs[i].value, 0,
-                                  ins, 8);
+        int k = m->ops->on_metric(m, evs[i].trial, evs[i].step, evs[i].metric,
+                                  evs[i].value, 0, ins, 8);
         for (int j = 0; j < k; j++) {
             size_t len = strlen(out);
             snprintf(out + len, size - len, "%ld:%s:%s;", ins[j].trial, ins[j].kind,
@@ -92,11 +94,14 @@ TEST(options_are_checked)
     } bad[] = {
         {"{\"type\":\"asha\",\"grace\":0}", "early_stopping.grace: must be > 0"},
         {"{\"type\":\"asha\",\"reduction\":1}", "early_stopping.reduction: must be > 1"},
-        {"{\"type\":\"asha\",\"reduction\":\"3\"}", "early_stopping.reduction: must be a number"},
+        {"{\"type\":\"asha\",\"reduction\":\"3\"}",
+         "early_stopping.reduction: must be a number"},
         {"{\"type\":\"asha\",\"grace\":2,\"max_resource\":1}",
          "early_stopping.max_resource: must be >= grace (2)"},
-        {"{\"type\":\"asha\",\"resource\":\"a b\"}", "early_stopping.resource: must be a metric name"},
-        {"{\"type\":\"asha\",\"min_trials\":2}", "early_stopping.min_trials: unknown option for asha"},
+        {"{\"type\":\"asha\",\"resource\":\"a b\"}",
+         "early_stopping.resource: must be a metric name"},
+        {"{\"type\":\"asha\",\"min_trials\":2}",
+         "early_stopping.min_trials: unknown option for asha"},
         {"{\"type\":\"median\",\"reduction\":2}",
          "early_stopping.reduction: unknown option for median"},
         {"{\"type\":\"median\",\"min_trials\":0}",
@@ -136,15 +141,15 @@ TEST(options_are_checked)
    others after it; t1 also reports epoch 2 (no rung) and t4 goes from
    epoch 3 to 9 in one report. */
 static const ev ASHA_EVS[] = {
-    {1, 10, "acc", 0.5, 0},   {1, 10, "epoch", 1, 0},  {2, 10, "epoch", 1, 0},
-    {2, 10, "acc", 0.6, 0},   {3, 10, "acc", 0.4, 0},  {3, 10, "epoch", 1, 0},
-    {1, 15, "acc", 0.58, 0},  {1, 20, "epoch", 2, 0},  {1, 20, "acc", 0.59, 0},
-    {4, 10, "epoch", 1, 0},   {4, 10, "acc", 0.7, 0},  {5, 10, "acc", 0.55, 0},
-    {5, 10, "epoch", 1, 0},   {3, 20, "acc", 0.9, 0},  {3, 20, "epoch", 2, 0},
-    {6, 10, "acc", 0.3, 0},   {6, 10, "epoch", 1, 0},  {1, 30, "epoch", 3, 0},
-    {1, 30, "acc", 0.62, 0},  {2, 30, "acc", 0.61, 0}, {2, 30, "epoch", 3, 0},
-    {4, 30, "acc", 0.8, 0},   {4, 30, "epoch", 3, 0},  {1, 0, NULL, 0.62, 1},
-    {4, 90, "acc", 0.85, 0},  {4, 90, "epoch", 9, 0},
+    {1, 10, "acc", 0.5, 0},  {1, 10, "epoch", 1, 0},  {2, 10, "epoch", 1, 0},
+    {2, 10, "acc", 0.6, 0},  {3, 10, "acc", 0.4, 0},  {3, 10, "epoch", 1, 0},
+    {1, 15, "acc", 0.58, 0}, {1, 20, "epoch", 2, 0},  {1, 20, "acc", 0.59, 0},
+    {4, 10, "epoch", 1, 0},  {4, 10, "acc", 0.7, 0},  {5, 10, "acc", 0.55, 0},
+    {5, 10, "epoch", 1, 0},  {3, 20, "acc", 0.9, 0},  {3, 20, "epoch", 2, 0},
+    {6, 10, "acc", 0.3, 0},  {6, 10, "epoch", 1, 0},  {1, 30, "epoch", 3, 0},
+    {1, 30, "acc", 0.62, 0}, {2, 30, "acc", 0.61, 0}, {2, 30, "epoch", 3, 0},
+    {4, 30, "acc", 0.8, 0},  {4, 30, "epoch", 3, 0},  {1, 0, NULL, 0.62, 1},
+    {4, 90, "acc", 0.85, 0}, {4, 90, "epoch", 9, 0},
 };
 static const char *ASHA_STOPS =
     "3:stop:asha: rung 0 (epoch 1): 0.4 not in top 1/3 (cutoff 0.5667);"
@@ -158,8 +163,8 @@ TEST(asha_stops_exactly_the_trials_the_rule_says)
                                "\"reduction\":3}");
     REQUIRE(sp);
     char out[4096];
-    sched_t *m = s_play(sp, ASHA_EVS, (int)(sizeof ASHA_EVS / sizeof ASHA_EVS[0]), -1, out,
-                        sizeof out);
+    sched_t *m = s_play(sp, ASHA_EVS, (int)(sizeof ASHA_EVS / sizeof ASHA_EVS[0]), -1,
+                        out, sizeof out);
     REQUIRE(m);
     CHECK_STR(out, ASHA_STOPS);
     sched_destroy(&m);
@@ -185,7 +190,8 @@ TEST(asha_save_restore_at_every_point_gives_the_same_decisions)
     json_t *bad = json_pack("{s:s, s:[], s:[]}", "rule", "median", "trials", "rungs");
     CHECK(m->ops->restore(m, bad) == -1);
     json_decref(bad);
-    bad = json_pack("{s:s, s:[{s:s}], s:[]}", "rule", "asha", "trials", "id", "x", "rungs");
+    bad =
+        json_pack("{s:s, s:[{s:s}], s:[]}", "rule", "asha", "trials", "id", "x", "rungs");
     CHECK(m->ops->restore(m, bad) == -1);
     json_decref(bad);
     sched_destroy(&m);
@@ -225,14 +231,16 @@ TEST(asha_mode_min_step_resource_and_max_resource)
       epoch 2 best 0.45 vs median(.55 .45 .325) = 0.45 -> not worse: continues
       epoch 3 best 0.45 vs median(.6 .5 .35) = 0.5 -> stopped */
 static const ev MED_EVS[] = {
-    {1, 1, "acc", 0.5, 0},  {1, 1, "epoch", 1, 0}, {1, 2, "acc", 0.6, 0},  {1, 2, "epoch", 2, 0},
-    {1, 3, "epoch", 3, 0},  {1, 3, "acc", 0.7, 0}, {1, 0, NULL, 0.7, 1},   {2, 1, "acc", 0.4, 0},
-    {2, 1, "epoch", 1, 0},  {3, 1, "acc", 0.3, 0}, {3, 1, "epoch", 1, 0},  {2, 2, "acc", 0.5, 0},
-    {2, 2, "epoch", 2, 0},  {3, 2, "acc", 0.35, 0}, {3, 2, "epoch", 2, 0}, {2, 3, "acc", 0.6, 0},
-    {2, 3, "epoch", 3, 0},  {3, 3, "acc", 0.4, 0}, {3, 3, "epoch", 3, 0},  {4, 1, "acc", 0.2, 0},
-    {4, 1, "epoch", 1, 0},  {4, 2, "acc", 0.9, 0}, {4, 2, "epoch", 2, 0},  {5, 1, "acc", 0.45, 0},
-    {5, 1, "epoch", 1, 0},  {5, 2, "acc", 0.4, 0}, {5, 2, "epoch", 2, 0},  {5, 3, "epoch", 3, 0},
-    {5, 3, "acc", 0.41, 0},
+    {1, 1, "acc", 0.5, 0}, {1, 1, "epoch", 1, 0},  {1, 2, "acc", 0.6, 0},
+    {1, 2, "epoch", 2, 0}, {1, 3, "epoch", 3, 0},  {1, 3, "acc", 0.7, 0},
+    {1, 0, NULL, 0.7, 1},  {2, 1, "acc", 0.4, 0},  {2, 1, "epoch", 1, 0},
+    {3, 1, "acc", 0.3, 0}, {3, 1, "epoch", 1, 0},  {2, 2, "acc", 0.5, 0},
+    {2, 2, "epoch", 2, 0}, {3, 2, "acc", 0.35, 0}, {3, 2, "epoch", 2, 0},
+    {2, 3, "acc", 0.6, 0}, {2, 3, "epoch", 3, 0},  {3, 3, "acc", 0.4, 0},
+    {3, 3, "epoch", 3, 0}, {4, 1, "acc", 0.2, 0},  {4, 1, "epoch", 1, 0},
+    {4, 2, "acc", 0.9, 0}, {4, 2, "epoch", 2, 0},  {5, 1, "acc", 0.45, 0},
+    {5, 1, "epoch", 1, 0}, {5, 2, "acc", 0.4, 0},  {5, 2, "epoch", 2, 0},
+    {5, 3, "epoch", 3, 0}, {5, 3, "acc", 0.41, 0},
 };
 static const char *MED_STOPS =
     "4:stop:median: epoch 1: best 0.2 worse than median 0.4 of 3 trials;"
@@ -285,7 +293,8 @@ TEST(median_forgets_a_failed_attempt)
     char out[1024];
     for (int cut = -1; cut < 8; cut++) {
         sched_t *m = s_play(sp, evs, 8, cut, out, sizeof out);
-        CHECK_STR(out, "2:stop:median: epoch 1: best 0.1 worse than median 0.9 of 1 trials;");
+        CHECK_STR(out,
+                  "2:stop:median: epoch 1: best 0.1 worse than median 0.9 of 1 trials;");
         sched_destroy(&m);
     }
     spec_destroy(&sp);
