@@ -295,7 +295,20 @@ int cmd_bseval(int argc, char **argv)
         free(acc.pts);
         return CLI_FAIL;
     }
+    /* the batch sizes most measurements were taken at (an epoch's last,
+       partial batch gives a few odd ones) */
     double bs = acc.pts[acc.n - 1].bs, bb = acc.pts[acc.n - 1].bb;
+    size_t most = 0;
+    for (size_t i = k; i < acc.n; i++) {
+        size_t c = 0;
+        for (size_t j = k; j < acc.n; j++)
+            c += acc.pts[j].bb == acc.pts[i].bb && acc.pts[j].bs == acc.pts[i].bs;
+        if (c > most) {
+            most = c;
+            bs = acc.pts[i].bs;
+            bb = acc.pts[i].bb;
+        }
+    }
     free(acc.pts);
     if (json) {
         json_t *o =
