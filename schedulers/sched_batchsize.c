@@ -389,6 +389,7 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
         "lr_from", isnan(lr_old) ? 0.0 : lr_old, "lr", isnan(lr_new) ? 0.0 : lr_new,
         "lr_rule", s_rules[self->rule], "measurements", (json_int_t)t->nmeas, "explore",
         explore);
+    json_object_set_new(d, "step", json_integer((json_int_t)step));
     char reason[128];
     snprintf(reason, sizeof reason,
              "batchsize: B_simple %.4g, batch %.0f->%.0f, %s x%.3g, "

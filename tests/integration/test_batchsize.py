@@ -153,3 +153,36 @@ def test_batchsize_scheduler_drives_jizhi_train(jz):
         assert 32 <= d["value"] <= 512 and x["b_simple"] > 0 and x["b0"] == 512
         s2, S = x["b_simple"] / 512, d["value"] / 512
         assert math.isclose(x["lr"], 0.05 * (s2 + 1) / (s2 / S + 1), rel_tol=1e-9)
+
+
+def test_batchsize_resumes_after_a_controller_kill(jz):
+    """kill -9 of the controller while trials adapt: the restarted controller
+    restores the scheduler (EMAs, throughput table, last change) and goes
+    on: decisions stay at least `interval` steps apart across the restart,
+    and the trials still end at a goodput-best size."""
+    import signal
+    import time
+
+    from test_recovery import start_controller, stop
+
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    ctl2 = None
+    try:
+        jz.run("study", "submit", jz.write_spec(gns_spec("bs-restart", SLEEP="0.004")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM events WHERE who='batchsize'")[0][0] > 0,
+                    60, "a first decision")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(timeout=10)
+        time.sleep(0.5)
+        ctl2 = start_controller(jz, ep)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
+                    "the study to finish after the restart")
+    finally:
+        stop(*(p for p in (ctl, ctl2, disp) if p))
+    for (tid,) in jz.sql("SELECT id FROM trials"):
+        steps = [d["decision"]["step"] for d, _ in decisions(jz, tid) if d["name"] == "batch_size"]
+        assert steps and all(b - a >= 100 for a, b in zip(steps, steps[1:])), steps
+        assert series(jz, tid, "batch_size")[-1][1] in (128, 256, 512)

@@ -151,3 +151,51 @@ def test_asha_on_jizhi_train(jz):
     expected = asha_replay(jz, 1, 2)
     check_stops(jz, expected, "asha")
     assert expected, "with lr over 3.7 decades some trial falls below its rung"
+
+
+def test_asha_resumes_after_a_controller_kill(jz):
+    """kill -9 of the controller mid-study: the restarted controller restores
+    ASHA's state and finishes; every trial is judged once per rung it
+    reached (none twice, none skipped), stops carry ASHA's reasons."""
+    import signal
+    import time
+
+    from test_recovery import start_controller, stop
+
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    ctl2 = None
+    try:
+        spec = spec_for("asha-restart", {"type": "asha", "grace": 1, "reduction": 3}, trials=8,
+                        SLEEP="0.005")
+        spec["budget"]["parallel"] = 2
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state IN "
+                                   "('completed','stopped')")[0][0] >= 3, 90, "three trials done")
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0] > 0,
+                    30, "a running trial")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(timeout=10)
+        time.sleep(0.5)
+        ctl2 = start_controller(jz, ep)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
+                    "the study to finish after the restart")
+    finally:
+        stop(*(p for p in (ctl, ctl2, disp) if p))
+    rows = jz.sql("SELECT id, state, reason FROM trials ORDER BY number")
+    assert len(rows) == 8 and all(s in ("completed", "stopped") for _, s, _ in rows), rows
+    assert all(r.startswith("asha: rung") for _, s, r in rows if s == "stopped"), rows
+    state = json.loads(jz.sql("SELECT sched_state FROM studies")[0][0])
+    rungs = state["monitors"][0]["rungs"]
+    for k, recs in enumerate(rungs):
+        ids = [t for t, _ in recs]
+        assert len(ids) == len(set(ids)), f"a trial judged twice at rung {k}"
+    for tid, st, reason in rows:
+        top = max((r for r, _ in points(jz, tid)), default=0)
+        stopped_at = int(reason.split()[2]) if st == "stopped" else None
+        for k, milestone in enumerate((1, 3)):
+            judged = any(t == tid for t, _ in rungs[k]) if k < len(rungs) else False
+            due = top >= milestone and (stopped_at is None or k <= stopped_at)
+            assert judged == due, (tid, st, reason, k, top)
