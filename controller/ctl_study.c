@@ -521,6 +521,9 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
             sched_t *sc = m < 0 ? s->sched : s->mon[m];
             if (!sc->ops->on_metric)
                 continue;
+            /* its state may have changed: saved in this iteration's
+               transaction, with the metrics, before they are acknowledged */
+            s->sched_dirty = 1;
             sched_instr ins[8];
             int k = sc->ops->on_metric(sc, t->row.id, pts[i].step, pts[i].name, pts[i].value, now,
                                        ins, 8);

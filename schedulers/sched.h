@@ -53,8 +53,10 @@ typedef struct {
     /* Suggests parameters for new trial `trial_id` (already allocated by the
        controller). On SCHED_OK *params is a new object (caller owns). */
     int (*suggest)(sched_t *s, long trial_id, json_t **params);
-    /* Optional (NULL: ignores metrics). A metric reported by a running
-       trial, at that trial's `step`, at time
+    /* Optional (NULL: ignores metrics; leave it NULL then, since the
+       controller saves the state of a scheduler that has on_metric with
+       every batch of metrics). A metric reported by a running trial, at
+       that trial's `step`, at time
        `now` (seconds, controller clock). May append up to `max` instructions
        to `out` and returns how many (0..max), or -1 on error. */
     int (*on_metric)(sched_t *s, long trial_id, long step, const char *metric,
