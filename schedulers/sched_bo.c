@@ -271,7 +271,7 @@ static void s_run_job(s_job *j)
     for (int i = 0; i < n; i++) {
         double v = gp_y_std(gp, i);
         best = fmin(best, v);
-        /* the three best distinct observations seed the local search */
+        /* the three best observations seed the local search */
         for (int r = 0; r < 3; r++) {
             if (bi[r] < 0 || v < gp_y_std(gp, bi[r])) {
                 for (int s = 2; s > r; s--)
@@ -309,7 +309,12 @@ static void s_run_job(s_job *j)
     acq_opt_opts ao;
     acq_opt_opts_init(&ao);
     ao.n_candidates = D > 10 ? 2048 : 1024;
-    if (n + m > 500) {
+    if (n + m <= 100) {
+        /* cheap while n is small: search the acquisition harder */
+        ao.n_local = 512;
+        ao.n_polish = 10;
+        ao.max_iter = 80;
+    } else if (n + m > 500) {
         ao.n_candidates = 512;
         ao.n_polish = 3;
         ao.max_iter = 20;
