@@ -574,12 +574,6 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     return SCHED_WAIT;
 }
 
-static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
-                       double now, sched_instr *out, int max)
-{
-    return 0;
-}
-
 static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
                           double value)
 {
@@ -747,8 +741,13 @@ static void s_destroy(sched_t *s)
     free(b);
 }
 
-static const sched_ops s_ops = {"bo", s_suggest, s_on_metric, s_on_complete,
-                                s_save, s_restore, s_destroy, NULL};
+/* no on_metric (bo learns from finished trials only), no on_checkpoint */
+static const sched_ops s_ops = {.name = "bo",
+                                .suggest = s_suggest,
+                                .on_complete = s_on_complete,
+                                .save = s_save,
+                                .restore = s_restore,
+                                .destroy = s_destroy};
 
 static int s_fail(char *err, size_t errsize, const char *key, const char *text)
 {

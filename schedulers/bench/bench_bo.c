@@ -250,7 +250,8 @@ static int s_run(const s_func *f, const char *method, int evals, long seed)
         }
         double v = f->f(x, f->d);
         best = fmin(best, v);
-        s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
+        if (s->ops->on_complete) /* optional: random has none */
+            s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
         json_decref(p);
     }
     json_t *line = json_pack("{s:s,s:s,s:I,s:f,s:f,s:f}", "func", f->name, "method", method, "seed",
