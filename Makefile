@@ -146,6 +146,8 @@ run: deps
 
 test: deps
 	@$(MAKE) --no-print-directory all
+	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory cuda; \
+	 else echo "CUDA backend: not built (no nvcc)"; fi
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS))
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run-all.sh
 
