@@ -272,8 +272,8 @@ def main():
     if compared:
         print(f"jizhi bo no worse than the better of Optuna TPE and gp_minimize on {wins} of "
               f"{compared} functions (goal: >= 5 of 6)")
-    print("total seconds per method (all runs): " +
-          ", ".join(f"{m} {secs.get(m, 0):.0f}" for m in methods))
+    print("total seconds per method (all runs of this run): " +
+          ", ".join(f"{m} {secs[m]:.0f}" for m in methods if m in secs))
 
     lat = []
     ns = [int(v) for v in a.latency.split(",") if v]
