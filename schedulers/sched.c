@@ -6,6 +6,7 @@
 #include "sched.h"
 #include "sched_bo.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,8 +29,9 @@ sched_t *sched_new(const spec_t *spec, char *err, size_t errsize)
     for (size_t i = 0; i < sizeof s_registry / sizeof s_registry[0]; i++)
         if (strcmp(spec->sched_type, s_registry[i].name) == 0)
             return s_registry[i].ctor(spec, err, errsize);
-    size_t off = (size_t)snprintf(err, errsize, "scheduler.type: unknown scheduler \"%s\" (expected one of:",
-                                  spec->sched_type);
+    size_t off = (size_t)snprintf(
+        err, errsize,
+        "scheduler.type: unknown scheduler \"%s\" (expected one of:", spec->sched_type);
     for (size_t i = 0; i < sizeof s_registry / sizeof s_registry[0] && off < errsize; i++)
         off += (size_t)snprintf(err + off, errsize - off, " %s", s_registry[i].name);
     if (off < errsize)
@@ -46,7 +48,8 @@ static const struct {
     {"median", sched_median_new},
 };
 
-int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err, size_t errsize)
+int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err,
+                       size_t errsize)
 {
     int n = 0;
     if (spec->early_stop) {
@@ -56,7 +59,8 @@ int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err, si
             if (type && s_stoppers[i].ctor && strcmp(type, s_stoppers[i].name) == 0)
                 ctor = s_stoppers[i].ctor;
         if (!ctor) {
-            snprintf(err, errsize, "early_stopping.type: \"%s\" is not available in this build",
+            snprintf(err, errsize,
+                     "early_stopping.type: \"%s\" is not available in this build",
                      type ? type : "");
             return -1;
         }
@@ -98,6 +102,17 @@ void sched_instr_fini(sched_instr *in)
         json_decref(in->args);
         in->args = NULL;
     }
+}
+
+json_t *sched_json_real(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+double sched_json_double(const json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
 /* splitmix64: tiny, fast, and good enough for sampling hyperparameters. */

@@ -25,9 +25,9 @@
 typedef struct sched sched_t;
 
 enum {
-    SCHED_OK = 0,    /* a suggestion is in *params */
-    SCHED_DONE = 1,  /* the scheduler has nothing more to suggest (grid exhausted) */
-    SCHED_WAIT = 2,  /* not ready yet; ask again later */
+    SCHED_OK = 0,   /* a suggestion is in *params */
+    SCHED_DONE = 1, /* the scheduler has nothing more to suggest (grid exhausted) */
+    SCHED_WAIT = 2, /* not ready yet; ask again later */
     SCHED_ERR = -1
 };
 
@@ -40,12 +40,12 @@ typedef enum {
 
 /* An instruction a scheduler wants sent to a running trial. */
 typedef struct {
-    long trial;      /* target trial id */
-    char kind[16];   /* "set", "stop", "pause", "resume", "checkpoint", "load" */
-    json_t *args;    /* kind-specific object (owned by the instruction): for set
-                        {"name":..,"value":..}; for load {"path":..,"params":{..},
-                        "from": donor trial} ; NULL when none */
-    char reason[128];/* why, recorded in the event */
+    long trial;       /* target trial id */
+    char kind[16];    /* "set", "stop", "pause", "resume", "checkpoint", "load" */
+    json_t *args;     /* kind-specific object (owned by the instruction): for set
+                         {"name":..,"value":..}; for load {"path":..,"params":{..},
+                         "from": donor trial} ; NULL when none */
+    char reason[128]; /* why, recorded in the event */
 } sched_instr;
 
 typedef struct {
@@ -72,8 +72,8 @@ typedef struct {
     void (*destroy)(sched_t *s);
     /* Optional (NULL when unused): trial `trial_id` saved a checkpoint for
        `step` at `path`. May append instructions like on_metric. */
-    int (*on_checkpoint)(sched_t *s, long trial_id, long step, const char *path, double now,
-                         sched_instr *out, int max);
+    int (*on_checkpoint)(sched_t *s, long trial_id, long step, const char *path,
+                         double now, sched_instr *out, int max);
 } sched_ops;
 
 /* Every scheduler struct starts with this header. */
@@ -94,7 +94,8 @@ sched_t *sched_new(const spec_t *spec, char *err, size_t errsize);
    on_metric/on_checkpoint return "stop" or "load" instructions. Fills
    out[0..max) with the monitors the spec asks for and returns how many,
    or -1 with err ("early_stopping.xxx: ..."). Caller owns them. */
-int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err, size_t errsize);
+int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err,
+                       size_t errsize);
 
 /* Validates scheduler options without creating one (used by spec checks).
    0 or -1 with err filled ("scheduler.xxx: ..."). */
@@ -107,10 +108,17 @@ void sched_destroy(sched_t **sp);
 void sched_instr_fini(sched_instr *in);
 
 /* Deterministic random numbers for schedulers: a splitmix64 stream. */
-typedef struct { unsigned long long s; } sched_rng;
+typedef struct {
+    unsigned long long s;
+} sched_rng;
 void sched_rng_seed(sched_rng *r, unsigned long long seed, unsigned long long stream);
 unsigned long long sched_rng_u64(sched_rng *r);
 double sched_rng_uniform(sched_rng *r); /* in [0,1) */
+
+/* Saved-state helpers: a double as JSON (null when not finite; new
+   reference), and a number field of `obj` back (NaN when absent or null). */
+json_t *sched_json_real(double x);
+double sched_json_double(const json_t *obj, const char *key);
 
 /* Constructors of the built-in schedulers (registry in sched.c). */
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize);

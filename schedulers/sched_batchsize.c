@@ -554,17 +554,6 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
         }
 }
 
-static json_t *s_num(double v)
-{
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
-static double s_get(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
 static json_t *s_save(sched_t *s)
 {
     sched_bs *self = (sched_bs *)s;
@@ -582,15 +571,18 @@ static json_t *s_save(sched_t *s)
         json_t *o = json_pack(
             "{s:I, s:o, s:o, s:o, s:o, s:I, s:i, s:[o,o,o,o], s:o, s:o, s:I,"
             " s:o, s:i, s:I, s:b, s:o, s:o, s:I, s:I, s:I}",
-            "id", (json_int_t)t->id, "b0", s_num(t->b0), "lr0", s_num(t->lr0), "b",
-            s_num(t->b), "lr_sent", s_num(t->lr_sent), "pstep", (json_int_t)t->pstep,
-            "have", t->have, "p", s_num(t->p.gs), s_num(t->p.gb), s_num(t->p.bs),
-            s_num(t->p.bb), "ema_g2", s_num(t->ema_g2), "ema_tr", s_num(t->ema_tr),
-            "nmeas", (json_int_t)t->nmeas, "tp", tp, "flags",
+            "id", (json_int_t)t->id, "b0", sched_json_real(t->b0), "lr0",
+            sched_json_real(t->lr0), "b", sched_json_real(t->b), "lr_sent",
+            sched_json_real(t->lr_sent), "pstep", (json_int_t)t->pstep, "have", t->have,
+            "p", sched_json_real(t->p.gs), sched_json_real(t->p.gb),
+            sched_json_real(t->p.bs), sched_json_real(t->p.bb), "ema_g2",
+            sched_json_real(t->ema_g2), "ema_tr", sched_json_real(t->ema_tr), "nmeas",
+            (json_int_t)t->nmeas, "tp", tp, "flags",
             t->lr_fixed * 8 + t->explored * 4 + t->skip_tp * 2 + t->pend_b, "last_change",
-            (json_int_t)t->last_change, "ramp", t->ramp, "ramp_from", s_num(t->ramp_from),
-            "ramp_to", s_num(t->ramp_to), "ramp_start", (json_int_t)t->ramp_start,
-            "ramp_last", (json_int_t)t->ramp_last, "decisions", (json_int_t)t->decisions);
+            (json_int_t)t->last_change, "ramp", t->ramp, "ramp_from",
+            sched_json_real(t->ramp_from), "ramp_to", sched_json_real(t->ramp_to),
+            "ramp_start", (json_int_t)t->ramp_start, "ramp_last",
+            (json_int_t)t->ramp_last, "decisions", (json_int_t)t->decisions);
         json_object_set_new(o, "last_step", json_integer((json_int_t)t->last_step));
         json_array_append_new(trials, o);
     }
@@ -620,10 +612,10 @@ static int s_restore(sched_t *s, const json_t *state)
         bs_trial *t = s_trial(self, (long)json_integer_value(id), 1);
         if (!t)
             return -1;
-        t->b0 = s_get(o, "b0");
-        t->lr0 = s_get(o, "lr0");
-        t->b = s_get(o, "b");
-        t->lr_sent = s_get(o, "lr_sent");
+        t->b0 = sched_json_double(o, "b0");
+        t->lr0 = sched_json_double(o, "lr0");
+        t->b = sched_json_double(o, "b");
+        t->lr_sent = sched_json_double(o, "lr_sent");
         t->pstep = (long)json_integer_value(json_object_get(o, "pstep"));
         t->have = (int)json_integer_value(json_object_get(o, "have"));
         double *pv[4] = {&t->p.gs, &t->p.gb, &t->p.bs, &t->p.bb};
@@ -631,8 +623,8 @@ static int s_restore(sched_t *s, const json_t *state)
             json_t *v = json_array_get(p, j);
             *pv[j] = json_is_number(v) ? json_number_value(v) : NAN;
         }
-        t->ema_g2 = s_get(o, "ema_g2");
-        t->ema_tr = s_get(o, "ema_tr");
+        t->ema_g2 = sched_json_double(o, "ema_g2");
+        t->ema_tr = sched_json_double(o, "ema_tr");
         t->nmeas = (long)json_integer_value(json_object_get(o, "nmeas"));
         if (isnan(t->ema_g2) || isnan(t->ema_tr))
             t->ema_g2 = t->ema_tr = 0, t->nmeas = 0;
@@ -667,8 +659,8 @@ static int s_restore(sched_t *s, const json_t *state)
         t->lr_fixed = sk >> 3 & 1;
         t->last_change = (long)json_integer_value(json_object_get(o, "last_change"));
         t->ramp = json_is_true(json_object_get(o, "ramp"));
-        t->ramp_from = s_get(o, "ramp_from");
-        t->ramp_to = s_get(o, "ramp_to");
+        t->ramp_from = sched_json_double(o, "ramp_from");
+        t->ramp_to = sched_json_double(o, "ramp_to");
         t->ramp_start = (long)json_integer_value(json_object_get(o, "ramp_start"));
         t->ramp_last = (long)json_integer_value(json_object_get(o, "ramp_last"));
         t->decisions = (long)json_integer_value(json_object_get(o, "decisions"));

@@ -339,17 +339,6 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
         t->done = 1;
 }
 
-static json_t *s_num(double v)
-{
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
-static double s_get_num(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
 static json_t *s_save(sched_t *s)
 {
     sched_es *self = (sched_es *)s;
@@ -358,23 +347,24 @@ static json_t *s_save(sched_t *s)
         const es_trial *t = &self->trials[i];
         json_t *h = json_array();
         for (size_t j = 0; j < t->nhist; j++)
-            json_array_append_new(
-                h, json_pack("[o,o]", s_num(t->hist[j].r), s_num(t->hist[j].v)));
+            json_array_append_new(h, json_pack("[o,o]", sched_json_real(t->hist[j].r),
+                                               sched_json_real(t->hist[j].v)));
         json_array_append_new(
             trials, json_pack("{s:I, s:b, s:I, s:o, s:I, s:o, s:b, s:i, s:o, s:o, s:I}",
                               "id", (json_int_t)t->id, "done", t->done, "obj_step",
-                              (json_int_t)t->obj_step, "obj", s_num(t->obj), "res_step",
-                              (json_int_t)t->res_step, "res", s_num(t->res), "pend",
-                              t->pend, "next_rung", t->next_rung, "best", s_num(t->best),
-                              "hist", h, "last_step", (json_int_t)t->last_step));
+                              (json_int_t)t->obj_step, "obj", sched_json_real(t->obj),
+                              "res_step", (json_int_t)t->res_step, "res",
+                              sched_json_real(t->res), "pend", t->pend, "next_rung",
+                              t->next_rung, "best", sched_json_real(t->best), "hist", h,
+                              "last_step", (json_int_t)t->last_step));
     }
     json_t *rungs = json_array();
     for (int k = 0; k < self->nrungs; k++) {
         json_t *g = json_array();
         for (size_t j = 0; j < self->rungs[k].n; j++)
-            json_array_append_new(g, json_pack("[I,o]",
-                                               (json_int_t)self->rungs[k].recs[j].trial,
-                                               s_num(self->rungs[k].recs[j].v)));
+            json_array_append_new(
+                g, json_pack("[I,o]", (json_int_t)self->rungs[k].recs[j].trial,
+                             sched_json_real(self->rungs[k].recs[j].v)));
         json_array_append_new(rungs, g);
     }
     return json_pack("{s:s, s:o, s:o}", "rule", self->median ? "median" : "asha",
@@ -417,12 +407,12 @@ static int s_restore(sched_t *s, const json_t *state)
             return -1;
         t->done = json_is_true(json_object_get(jt, "done"));
         t->obj_step = (long)json_integer_value(json_object_get(jt, "obj_step"));
-        t->obj = s_get_num(jt, "obj");
+        t->obj = sched_json_double(jt, "obj");
         t->res_step = (long)json_integer_value(json_object_get(jt, "res_step"));
-        t->res = s_get_num(jt, "res");
+        t->res = sched_json_double(jt, "res");
         t->pend = json_is_true(json_object_get(jt, "pend"));
         t->next_rung = (int)json_integer_value(json_object_get(jt, "next_rung"));
-        t->best = s_get_num(jt, "best");
+        t->best = sched_json_double(jt, "best");
         t->last_step = (long)json_integer_value(json_object_get(jt, "last_step"));
         size_t j;
         json_t *p;

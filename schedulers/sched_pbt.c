@@ -52,19 +52,21 @@
 #define PBT_MAX_OBS 4096 /* pb2 observations kept (the fit uses `window`) */
 
 typedef struct {
-    long id;           /* trial id */
-    long num;          /* suggestion number, -1 until matched */
-    json_t *params;    /* current params (owned), NULL until known */
-    double value;      /* latest objective value, NaN when none */
-    long step;         /* step of that value */
-    long ready_step;   /* step of the last ready point (or load) */
-    double ready_time; /* controller time of the last ready point, NaN before any report */
-    double ready_value;/* objective at the last ready point (pb2 baseline), NaN when none */
-    char *ckpt;        /* latest checkpoint (owned) or NULL */
+    long id;         /* trial id */
+    long num;        /* suggestion number, -1 until matched */
+    json_t *params;  /* current params (owned), NULL until known */
+    double value;    /* latest objective value, NaN when none */
+    long step;       /* step of that value */
+    long ready_step; /* step of the last ready point (or load) */
+    double
+        ready_time; /* controller time of the last ready point, NaN before any report */
+    double
+        ready_value; /* objective at the last ready point (pb2 baseline), NaN when none */
+    char *ckpt;      /* latest checkpoint (owned) or NULL */
     long ckpt_step;
-    int ended;         /* completed, failed or stopped */
-    int waiting;       /* waits for its donor's checkpoint */
-    long generation;   /* loads received */
+    int ended;       /* completed, failed or stopped */
+    int waiting;     /* waits for its donor's checkpoint */
+    long generation; /* loads received */
 } pbt_member;
 
 typedef struct {
@@ -81,17 +83,17 @@ typedef struct {
 typedef struct {
     sched_t base;
     /* options */
-    long interval;       /* steps between ready points, 0 with interval_s */
-    double interval_s;   /* seconds between ready points, 0 with interval */
-    double quantile;     /* bottom/top fraction (0, 0.5] */
-    double resample_p;   /* explore: probability of resampling a param */
-    double factors[2];   /* explore: the two multipliers */
-    int pb2;             /* explore by GP-UCB */
-    double kappa;        /* pb2: UCB weight */
-    int window;          /* pb2: most recent observations fitted */
-    double timeout_s;    /* give up waiting for a donor's checkpoint */
+    long interval;     /* steps between ready points, 0 with interval_s */
+    double interval_s; /* seconds between ready points, 0 with interval */
+    double quantile;   /* bottom/top fraction (0, 0.5] */
+    double resample_p; /* explore: probability of resampling a param */
+    double factors[2]; /* explore: the two multipliers */
+    int pb2;           /* explore by GP-UCB */
+    double kappa;      /* pb2: UCB weight */
+    int window;        /* pb2: most recent observations fitted */
+    double timeout_s;  /* give up waiting for a donor's checkpoint */
     /* state */
-    long count;          /* suggestions made */
+    long count; /* suggestions made */
     sched_rng rng;
     pbt_member *m;
     size_t nm, capm;
@@ -101,7 +103,7 @@ typedef struct {
     size_t ns, caps;
     pbt_obs *obs;
     size_t nobs, capo;
-    long exploits;       /* loads sent */
+    long exploits; /* loads sent */
 } sched_pbt;
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -115,17 +117,6 @@ static void *s_grow(void *p, size_t *cap, size_t n, size_t elem)
     if (q)
         *cap = nc;
     return q;
-}
-
-static json_t *s_num(double x)
-{
-    return isfinite(x) ? json_real(x) : json_null();
-}
-
-static double s_get_num(const json_t *o, const char *key)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
 static long s_get_long(const json_t *o, const char *key, long dflt)
@@ -253,7 +244,8 @@ static json_t *s_explore(sched_pbt *self, const json_t *params)
     json_t *out = json_deep_copy(params ? params : json_object());
     for (size_t i = 0; i < spec->nparams; i++) {
         const spec_param *p = &spec->params[i];
-        json_object_set_new(out, p->name, s_perturb_one(self, p, json_object_get(params, p->name)));
+        json_object_set_new(out, p->name,
+                            s_perturb_one(self, p, json_object_get(params, p->name)));
     }
     return out;
 }
@@ -278,7 +270,8 @@ static void s_add_obs(sched_pbt *self, const json_t *params, long step, double y
     }
     self->obs = a;
     for (size_t i = 0; i < spec->nparams; i++) {
-        double u = spec_param_to_unit(&spec->params[i], json_object_get(params, spec->params[i].name));
+        double u = spec_param_to_unit(&spec->params[i],
+                                      json_object_get(params, spec->params[i].name));
         x[i] = u < 0 ? 0.5 : u;
     }
     self->obs[self->nobs++] = (pbt_obs){x, (double)step, y};
@@ -292,8 +285,9 @@ static json_t *s_new_params(sched_pbt *self, const pbt_member *donor)
         /* the pb2 seed is drawn even when the GP is not used, so the
            stream does not depend on how many points there are */
         unsigned long long seed = sched_rng_u64(&self->rng);
-        json_t *p = sched__pb2_select(self->base.spec, self->obs + (self->nobs - (size_t)n), n,
-                                      (double)(donor->step > 0 ? donor->step : 0), self->kappa, seed);
+        json_t *p = sched__pb2_select(
+            self->base.spec, self->obs + (self->nobs - (size_t)n), n,
+            (double)(donor->step > 0 ? donor->step : 0), self->kappa, seed);
         if (p) {
             json_t *out = json_deep_copy(donor->params);
             json_object_update(out, p);
@@ -306,8 +300,8 @@ static json_t *s_new_params(sched_pbt *self, const pbt_member *donor)
 
 /* ---- exploit ---------------------------------------------------------- */
 
-static int s_emit(sched_instr *out, int k, int max, long trial, const char *kind, json_t *args,
-                  const char *reason)
+static int s_emit(sched_instr *out, int k, int max, long trial, const char *kind,
+                  json_t *args, const char *reason)
 {
     if (k >= max) {
         json_decref(args);
@@ -317,13 +311,14 @@ static int s_emit(sched_instr *out, int k, int max, long trial, const char *kind
     out[k].trial = trial;
     snprintf(out[k].kind, sizeof out[k].kind, "%s", kind);
     out[k].args = args;
-    snprintf(out[k].reason, sizeof out[k].reason, "%.*s", (int)sizeof out[k].reason - 1, reason);
+    snprintf(out[k].reason, sizeof out[k].reason, "%.*s", (int)sizeof out[k].reason - 1,
+             reason);
     return k + 1;
 }
 
 /* Tells receiver r to load donor d's checkpoint at path/step. */
-static int s_load(sched_pbt *self, pbt_member *r, pbt_member *d, const char *path, long step,
-                  double now, sched_instr *out, int k, int max)
+static int s_load(sched_pbt *self, pbt_member *r, pbt_member *d, const char *path,
+                  long step, double now, sched_instr *out, int k, int max)
 {
     if (k >= max)
         return k;
@@ -395,7 +390,8 @@ static int s_ready(sched_pbt *self, pbt_member *m, double now, sched_instr *out,
                     int asked = 0;
                     for (size_t i = 0; i < self->np; i++)
                         asked |= self->pend[i].donor == d->id;
-                    pbt_pending *a = s_grow(self->pend, &self->capp, self->np, sizeof *self->pend);
+                    pbt_pending *a =
+                        s_grow(self->pend, &self->capp, self->np, sizeof *self->pend);
                     if (a) {
                         self->pend = a;
                         self->pend[self->np++] = (pbt_pending){m->id, d->id, now};
@@ -403,7 +399,8 @@ static int s_ready(sched_pbt *self, pbt_member *m, double now, sched_instr *out,
                         if (!asked) {
                             char reason[512];
                             snprintf(reason, sizeof reason,
-                                     "pbt: trial %ld will copy this trial's state", m->id);
+                                     "pbt: trial %ld will copy this trial's state",
+                                     m->id);
                             k = s_emit(out, k, max, d->id, "checkpoint", NULL, reason);
                         }
                     }
@@ -455,11 +452,13 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     }
     if (!p) {
         sched_rng r;
-        sched_rng_seed(&r, (unsigned long long)spec->seed, (unsigned long long)self->count);
+        sched_rng_seed(&r, (unsigned long long)spec->seed,
+                       (unsigned long long)self->count);
         p = json_object();
         for (size_t i = 0; i < spec->nparams; i++)
-            json_object_set_new(p, spec->params[i].name,
-                                spec_param_from_unit(&spec->params[i], sched_rng_uniform(&r)));
+            json_object_set_new(
+                p, spec->params[i].name,
+                spec_param_from_unit(&spec->params[i], sched_rng_uniform(&r)));
     }
     pbt_sugg *a = s_grow(self->sugg, &self->caps, self->ns, sizeof *self->sugg);
     if (!a) {
@@ -474,8 +473,8 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     return SCHED_OK;
 }
 
-static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
-                       double now, sched_instr *out, int max)
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
+                       double value, double now, sched_instr *out, int max)
 {
     sched_pbt *self = (sched_pbt *)s;
     pbt_member *m = s_member(self, trial_id);
@@ -505,8 +504,8 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     return s_ready(self, m, now, out, max);
 }
 
-static int s_on_checkpoint(sched_t *s, long trial_id, long step, const char *path, double now,
-                           sched_instr *out, int max)
+static int s_on_checkpoint(sched_t *s, long trial_id, long step, const char *path,
+                           double now, sched_instr *out, int max)
 {
     sched_pbt *self = (sched_pbt *)s;
     pbt_member *d = s_member(self, trial_id);
@@ -527,8 +526,8 @@ static int s_on_checkpoint(sched_t *s, long trial_id, long step, const char *pat
     return k;
 }
 
-static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
-                          double value)
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
+                          sched_outcome outcome, double value)
 {
     sched_pbt *self = (sched_pbt *)s;
     pbt_member *m = s_member(self, trial_id);
@@ -537,7 +536,8 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched
     m->ended = 1;
     if (m->num < 0 && params) {
         for (size_t i = 0; i < self->ns; i++)
-            if (self->sugg[i].id < 0 && json_equal(self->sugg[i].params, (json_t *)params)) {
+            if (self->sugg[i].id < 0 &&
+                json_equal(self->sugg[i].params, (json_t *)params)) {
                 self->sugg[i].id = m->id;
                 m->num = self->sugg[i].num;
                 break;
@@ -565,13 +565,15 @@ static json_t *s_save(sched_t *s)
     for (size_t i = 0; i < self->nm; i++) {
         const pbt_member *m = &self->m[i];
         json_array_append_new(
-            ms, json_pack("{s:I, s:I, s:O?, s:o, s:I, s:I, s:o, s:o, s:s?, s:I, s:b, s:b, s:I}",
-                          "id", (json_int_t)m->id, "num", (json_int_t)m->num, "params", m->params,
-                          "value", s_num(m->value), "step", (json_int_t)m->step, "ready_step",
-                          (json_int_t)m->ready_step, "ready_time", s_num(m->ready_time),
-                          "ready_value", s_num(m->ready_value), "ckpt", m->ckpt, "ckpt_step",
-                          (json_int_t)m->ckpt_step, "ended", m->ended, "waiting", m->waiting,
-                          "generation", (json_int_t)m->generation));
+            ms, json_pack(
+                    "{s:I, s:I, s:O?, s:o, s:I, s:I, s:o, s:o, s:s?, s:I, s:b, s:b, s:I}",
+                    "id", (json_int_t)m->id, "num", (json_int_t)m->num, "params",
+                    m->params, "value", sched_json_real(m->value), "step",
+                    (json_int_t)m->step, "ready_step", (json_int_t)m->ready_step,
+                    "ready_time", sched_json_real(m->ready_time), "ready_value",
+                    sched_json_real(m->ready_value), "ckpt", m->ckpt, "ckpt_step",
+                    (json_int_t)m->ckpt_step, "ended", m->ended, "waiting", m->waiting,
+                    "generation", (json_int_t)m->generation));
     }
     for (size_t i = 0; i < self->np; i++)
         json_array_append_new(ps, json_pack("{s:I, s:I, s:f}", "receiver",
@@ -579,19 +581,20 @@ static json_t *s_save(sched_t *s)
                                             (json_int_t)self->pend[i].donor, "asked",
                                             self->pend[i].asked));
     for (size_t i = 0; i < self->ns; i++)
-        json_array_append_new(gs, json_pack("{s:I, s:I, s:O}", "num", (json_int_t)self->sugg[i].num,
-                                            "id", (json_int_t)self->sugg[i].id, "params",
-                                            self->sugg[i].params));
+        json_array_append_new(
+            gs, json_pack("{s:I, s:I, s:O}", "num", (json_int_t)self->sugg[i].num, "id",
+                          (json_int_t)self->sugg[i].id, "params", self->sugg[i].params));
     for (size_t i = 0; i < self->nobs; i++) {
         json_t *x = json_array();
         for (size_t j = 0; j < s->spec->nparams; j++)
             json_array_append_new(x, json_real(self->obs[i].x[j]));
-        json_array_append_new(os, json_pack("{s:o, s:f, s:f}", "x", x, "step", self->obs[i].step,
-                                            "y", self->obs[i].y));
+        json_array_append_new(os, json_pack("{s:o, s:f, s:f}", "x", x, "step",
+                                            self->obs[i].step, "y", self->obs[i].y));
     }
-    return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o}", "count", (json_int_t)self->count,
-                     "rng", rng, "exploits", (json_int_t)self->exploits, "members", ms, "pending",
-                     ps, "suggestions", gs, "pb2", os);
+    return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o}", "count",
+                     (json_int_t)self->count, "rng", rng, "exploits",
+                     (json_int_t)self->exploits, "members", ms, "pending", ps,
+                     "suggestions", gs, "pb2", os);
 }
 
 static void s_clear(sched_pbt *self)
@@ -613,11 +616,11 @@ static int s_restore(sched_t *s, const json_t *state)
     json_int_t count, exploits;
     const char *rng;
     json_t *ms, *ps, *gs, *os;
-    if (json_unpack((json_t *)state, "{s:I, s:s, s:I, s:o, s:o, s:o, s:o}", "count", &count, "rng",
-                    &rng, "exploits", &exploits, "members", &ms, "pending", &ps, "suggestions",
-                    &gs, "pb2", &os) != 0 ||
-        !json_is_array(ms) || !json_is_array(ps) || !json_is_array(gs) || !json_is_array(os) ||
-        count < 0)
+    if (json_unpack((json_t *)state, "{s:I, s:s, s:I, s:o, s:o, s:o, s:o}", "count",
+                    &count, "rng", &rng, "exploits", &exploits, "members", &ms, "pending",
+                    &ps, "suggestions", &gs, "pb2", &os) != 0 ||
+        !json_is_array(ms) || !json_is_array(ps) || !json_is_array(gs) ||
+        !json_is_array(os) || count < 0)
         return -1;
     unsigned long long r;
     if (sscanf(rng, "%llx", &r) != 1)
@@ -628,18 +631,19 @@ static int s_restore(sched_t *s, const json_t *state)
     self->rng.s = r;
     size_t i;
     json_t *v;
-    json_array_foreach(ms, i, v) {
+    json_array_foreach(ms, i, v)
+    {
         pbt_member *m = s_member(self, s_get_long(v, "id", -1));
         if (!m)
             return -1;
         m->num = s_get_long(v, "num", -1);
         json_t *p = json_object_get(v, "params");
         m->params = json_is_object(p) ? json_deep_copy(p) : NULL;
-        m->value = s_get_num(v, "value");
+        m->value = sched_json_double(v, "value");
         m->step = s_get_long(v, "step", -1);
         m->ready_step = s_get_long(v, "ready_step", 0);
-        m->ready_time = s_get_num(v, "ready_time");
-        m->ready_value = s_get_num(v, "ready_value");
+        m->ready_time = sched_json_double(v, "ready_time");
+        m->ready_value = sched_json_double(v, "ready_value");
         const char *ck = json_string_value(json_object_get(v, "ckpt"));
         if (ck)
             s_set_ckpt(m, ck, s_get_long(v, "ckpt_step", -1));
@@ -647,24 +651,28 @@ static int s_restore(sched_t *s, const json_t *state)
         m->waiting = json_is_true(json_object_get(v, "waiting"));
         m->generation = s_get_long(v, "generation", 0);
     }
-    json_array_foreach(ps, i, v) {
+    json_array_foreach(ps, i, v)
+    {
         pbt_pending *a = s_grow(self->pend, &self->capp, self->np, sizeof *self->pend);
         if (!a)
             return -1;
         self->pend = a;
-        self->pend[self->np++] = (pbt_pending){s_get_long(v, "receiver", -1),
-                                               s_get_long(v, "donor", -1), s_get_num(v, "asked")};
+        self->pend[self->np++] =
+            (pbt_pending){s_get_long(v, "receiver", -1), s_get_long(v, "donor", -1),
+                          sched_json_double(v, "asked")};
     }
-    json_array_foreach(gs, i, v) {
+    json_array_foreach(gs, i, v)
+    {
         pbt_sugg *a = s_grow(self->sugg, &self->caps, self->ns, sizeof *self->sugg);
         json_t *p = json_object_get(v, "params");
         if (!a || !json_is_object(p))
             return -1;
         self->sugg = a;
-        self->sugg[self->ns++] =
-            (pbt_sugg){s_get_long(v, "num", -1), s_get_long(v, "id", -1), json_deep_copy(p)};
+        self->sugg[self->ns++] = (pbt_sugg){s_get_long(v, "num", -1),
+                                            s_get_long(v, "id", -1), json_deep_copy(p)};
     }
-    json_array_foreach(os, i, v) {
+    json_array_foreach(os, i, v)
+    {
         json_t *x = json_object_get(v, "x");
         if (json_array_size(x) != s->spec->nparams)
             return -1;
@@ -677,7 +685,8 @@ static int s_restore(sched_t *s, const json_t *state)
         self->obs = a;
         for (size_t j = 0; j < s->spec->nparams; j++)
             xs[j] = json_number_value(json_array_get(x, j));
-        self->obs[self->nobs++] = (pbt_obs){xs, s_get_num(v, "step"), s_get_num(v, "y")};
+        self->obs[self->nobs++] =
+            (pbt_obs){xs, sched_json_double(v, "step"), sched_json_double(v, "y")};
     }
     return 0;
 }
@@ -693,8 +702,8 @@ static void s_destroy(sched_t *s)
     free(self);
 }
 
-static const sched_ops s_ops = {"pbt",     s_suggest, s_on_metric, s_on_complete,
-                                s_save,    s_restore, s_destroy,   s_on_checkpoint};
+static const sched_ops s_ops = {"pbt",  s_suggest, s_on_metric, s_on_complete,
+                                s_save, s_restore, s_destroy,   s_on_checkpoint};
 
 /* ---- options ---------------------------------------------------------- */
 
@@ -706,8 +715,10 @@ static int s_opt_num(const json_t *o, const char *key, double lo, double hi, dou
         *out = dflt;
         return 0;
     }
-    if (!json_is_number(v) || !(json_number_value(v) >= lo && json_number_value(v) <= hi)) {
-        snprintf(err, errsize, "scheduler.%s: must be a number from %g to %g", key, lo, hi);
+    if (!json_is_number(v) ||
+        !(json_number_value(v) >= lo && json_number_value(v) <= hi)) {
+        snprintf(err, errsize, "scheduler.%s: must be a number from %g to %g", key, lo,
+                 hi);
         return -1;
     }
     *out = json_number_value(v);
@@ -716,18 +727,20 @@ static int s_opt_num(const json_t *o, const char *key, double lo, double hi, dou
 
 sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize)
 {
-    static const char *const known[] = {"type",   "seed",       "interval",  "interval_s",
-                                        "quantile", "resample_p", "perturb",  "pb2",
-                                        "kappa",  "window",     "load_timeout_s", NULL};
+    static const char *const known[] = {
+        "type",    "seed", "interval", "interval_s", "quantile",       "resample_p",
+        "perturb", "pb2",  "kappa",    "window",     "load_timeout_s", NULL};
     const json_t *o = spec->sched_opts;
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)o, key, v) {
+    json_object_foreach((json_t *)o, key, v)
+    {
         int ok = 0;
         for (int i = 0; known[i]; i++)
             ok |= !strcmp(key, known[i]);
         if (!ok) {
-            snprintf(err, errsize, "scheduler.%s: unknown option for the pbt scheduler", key);
+            snprintf(err, errsize, "scheduler.%s: unknown option for the pbt scheduler",
+                     key);
             return NULL;
         }
     }
@@ -738,7 +751,8 @@ sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize)
         s_opt_num(o, "resample_p", 0, 1, 0.25, &resample_p, err, errsize) ||
         s_opt_num(o, "kappa", 1e-9, 100, 2.0, &kappa, err, errsize) ||
         s_opt_num(o, "window", 4, 1000, 48, &window, err, errsize) ||
-        s_opt_num(o, "load_timeout_s", 0, 1e9, PBT_DEFAULT_LOAD_TIMEOUT_S, &timeout, err, errsize))
+        s_opt_num(o, "load_timeout_s", 0, 1e9, PBT_DEFAULT_LOAD_TIMEOUT_S, &timeout, err,
+                  errsize))
         return NULL;
     json_t *iv = json_object_get(o, "interval");
     if (iv && !json_is_integer(iv)) {
@@ -746,8 +760,9 @@ sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize)
         return NULL;
     }
     if ((interval > 0) == (interval_s > 0)) {
-        snprintf(err, errsize, "scheduler.interval: give exactly one of interval (steps) and "
-                               "interval_s (seconds)");
+        snprintf(err, errsize,
+                 "scheduler.interval: give exactly one of interval (steps) and "
+                 "interval_s (seconds)");
         return NULL;
     }
     if (json_object_get(o, "window") && !json_is_integer(json_object_get(o, "window"))) {
@@ -758,12 +773,14 @@ sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize)
     json_t *pf = json_object_get(o, "perturb");
     if (pf) {
         if (!json_is_array(pf) || json_array_size(pf) != 2 ||
-            !json_is_number(json_array_get(pf, 0)) || !json_is_number(json_array_get(pf, 1)) ||
+            !json_is_number(json_array_get(pf, 0)) ||
+            !json_is_number(json_array_get(pf, 1)) ||
             !(json_number_value(json_array_get(pf, 0)) > 0) ||
             !(json_number_value(json_array_get(pf, 0)) < 1) ||
             !(json_number_value(json_array_get(pf, 1)) > 1) ||
             !(json_number_value(json_array_get(pf, 1)) < 100)) {
-            snprintf(err, errsize, "scheduler.perturb: must be [down, up] with 0 < down < 1 < up");
+            snprintf(err, errsize,
+                     "scheduler.perturb: must be [down, up] with 0 < down < 1 < up");
             return NULL;
         }
         factors[0] = json_number_value(json_array_get(pf, 0));
