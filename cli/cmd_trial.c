@@ -18,6 +18,8 @@ static const char s_usage[] =
     "       jizhi trial show ID [--json]\n"
     "       jizhi trial logs ID [--stderr]\n"
     "       jizhi trial stop ID | pause ID | resume ID   [--no-wait] [--timeout S]\n"
+    "       jizhi trial pause ID --release   checkpoint, exit and free the slot; `resume`\n"
+    "                                        restarts it from that checkpoint\n"
     "       jizhi trial set ID KEY=VALUE... [--no-wait] [--timeout S]\n"
     "Common options: --db FILE, --controller ENDPOINT.\n"
     "set/pause/resume return once the trial has acknowledged (or fail after the timeout,\n"
@@ -25,7 +27,7 @@ static const char s_usage[] =
 
 typedef struct {
     const char *db, *controller;
-    int json, no_wait, err_only;
+    int json, no_wait, err_only, release;
     double timeout;
     int nargs;
     char **args;
@@ -38,6 +40,7 @@ static int s_parse(int argc, char **argv, s_opts *o)
                                          {"json", no_argument, 0, 'j'},
                                          {"no-wait", no_argument, 0, 'n'},
                                          {"stderr", no_argument, 0, 'e'},
+                                         {"release", no_argument, 0, 'r'},
                                          {"timeout", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -51,6 +54,7 @@ static int s_parse(int argc, char **argv, s_opts *o)
         case 'j': o->json = 1; break;
         case 'n': o->no_wait = 1; break;
         case 'e': o->err_only = 1; break;
+        case 'r': o->release = 1; break;
         case 't': {
             char *end;
             o->timeout = strtod(optarg, &end);
@@ -250,8 +254,13 @@ static int s_control(const s_opts *o, const char *sub, long id)
 {
     char type[32];
     snprintf(type, sizeof type, "trial_%s", sub);
-    json_t *msg = json_pack("{s:s, s:I, s:b}", "type", type, "trial", (json_int_t)id, "wait",
-                            !o->no_wait && strcmp(sub, "stop"));
+    if (o->release && strcmp(sub, "pause")) {
+        cli_error("--release goes with `trial pause` only");
+        return CLI_USAGE;
+    }
+    json_t *msg = json_pack("{s:s, s:I, s:b, s:b}", "type", type, "trial", (json_int_t)id, "wait",
+                            !o->no_wait && strcmp(sub, "stop") && !o->release, "release",
+                            o->release);
     if (!strcmp(sub, "set")) {
         json_t *values = json_object();
         for (int i = 1; i < o->nargs; i++) {
@@ -285,7 +294,12 @@ static int s_control(const s_opts *o, const char *sub, long id)
     if (!r)
         return CLI_FAIL;
     json_t *lat = json_object_get(r, "latency_s");
-    if (json_is_number(lat))
+    if (json_is_true(json_object_get(r, "releasing")))
+        printf("trial %ld: releasing (checkpoint, then exit); `jizhi trial resume %ld` restarts it "
+               "from the checkpoint\n", id, id);
+    else if (json_is_true(json_object_get(r, "restarting")))
+        printf("trial %ld: restarting from its checkpoint\n", id);
+    else if (json_is_number(lat))
         printf("trial %ld: %s acknowledged in %.1f ms\n", id, sub, json_number_value(lat) * 1e3);
     else
         printf("trial %ld: %s sent\n", id, sub);

@@ -35,6 +35,7 @@ typedef struct {
     int kill_sent;         /* a kill went to its dispatcher */
     long gpus;             /* GPUs it holds on its dispatcher */
     char restart_from[1024]; /* checkpoint its pending restart loads, "" if none */
+    int release;           /* pause --release: 1 checkpoint asked, 2 stop sent */
 } ctl_trial;
 
 struct ctl_study {
@@ -147,6 +148,11 @@ void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who);
 void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who);
 /* Status of a study as the `ok` fields of a status reply (new object). */
 json_t *ctl__study_status(ctl_t *c, ctl_study *s);
+/* pause --release: checkpoint, then exit, so the slot is free; the trial
+   is "suspended" until ctl__trial_unsuspend puts it back to pending with
+   JIZHI_LOAD_CHECKPOINT set to that checkpoint. */
+void ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who);
+void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who);
 /* Stops one trial (instruction, then kill after a grace period). */
 void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason);
 void ctl__study_free(ctl_study *s);

@@ -446,7 +446,10 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
         s_reply_error(c, from, req, "unknown_trial", err);
         return;
     }
-    if (!ctl__trial_active(t) && !(strcmp(kind, "stop") == 0 && !strcmp(t->row.state, "pending"))) {
+    int suspended = !strcmp(t->row.state, "suspended");
+    int idle_ok = (!strcmp(kind, "stop") && (!strcmp(t->row.state, "pending") || suspended)) ||
+                  (!strcmp(kind, "resume") && suspended);
+    if (!ctl__trial_active(t) && !idle_ok) {
         snprintf(err, sizeof err, "trial %ld is %s, not running", id, t->row.state);
         s_reply_error(c, from, req, "bad_state", err);
         return;
@@ -454,6 +457,24 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
     int wait = json_is_true(json_object_get(msg, "wait"));
     if (ctl__txn(c) != 0)
         return;
+    if (suspended && !strcmp(kind, "resume")) {
+        ctl__trial_unsuspend(c, t, "cli");
+        json_t *r = wire_ok(req);
+        json_object_set_new(r, "restarting", json_true());
+        ctl__send(c, from, r);
+        return;
+    }
+    if (!strcmp(kind, "pause") && json_is_true(json_object_get(msg, "release"))) {
+        if (t->release || !strcmp(t->row.state, "starting")) {
+            s_reply_error(c, from, req, "bad_state", "the trial is starting or already releasing");
+            return;
+        }
+        ctl__trial_release(c, t, "cli");
+        json_t *r = wire_ok(req);
+        json_object_set_new(r, "releasing", json_true());
+        ctl__send(c, from, r);
+        return;
+    }
     if (!strcmp(kind, "stop")) {
         ctl__trial_stop(c, t, "cli", "stopped by a person");
         ctl__send(c, from, wire_ok(req));

@@ -397,6 +397,17 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const
         return; /* a repeated report */
     if (s_restart_exited(c, t, how, code))
         return;
+    if (t->release == 2) { /* pause --release: checkpointed and exited */
+        s_release(t);
+        t->release = 0;
+        t->stop_requested = 0;
+        snprintf(t->row.state, sizeof t->row.state, "suspended");
+        snprintf(t->row.reason, sizeof t->row.reason, "paused and released at step %ld",
+                 t->row.checkpoint_step);
+        t->row.pid = 0;
+        ctl__save_trial(c, t);
+        return;
+    }
     snprintf(t->row.exit_how, sizeof t->row.exit_how, "%s", how);
     t->row.exit_code = code;
     char reason[256];
@@ -482,6 +493,20 @@ static void s_apply(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *ins, int k
         s->sched_dirty = 1;
 }
 
+void ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who)
+{
+    t->release = 1;
+    ctl__instruct(c, t, "checkpoint", NULL, who, "pause --release: checkpoint, then exit", NULL, 0);
+}
+
+void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who)
+{
+    if (strcmp(t->row.state, "suspended") || ctl__txn(c) != 0)
+        return;
+    s_retry(c, t, "resumed from its checkpoint");
+    snprintf(t->restart_from, sizeof t->restart_from, "%s", t->row.checkpoint);
+}
+
 void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
 {
     ctl_study *s = t->study;
@@ -499,6 +524,10 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
         sched_instr ins[8];
         int k = sc->ops->on_checkpoint(sc, t->row.id, step, path, wire_now(), ins, 8);
         s_apply(c, s, sc, ins, k);
+    }
+    if (t->release == 1) {
+        t->release = 2;
+        ctl__trial_stop(c, t, "cli", "paused and released");
     }
 }
 
@@ -535,9 +564,10 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
 
 void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason)
 {
-    if (!ctl__trial_active(t) && strcmp(t->row.state, "pending"))
+    int idle = !strcmp(t->row.state, "pending") || !strcmp(t->row.state, "suspended");
+    if (!ctl__trial_active(t) && !idle)
         return;
-    if (!strcmp(t->row.state, "pending")) {
+    if (idle) {
         t->stop_requested = 1;
         snprintf(t->stop_reason, sizeof t->stop_reason, "%s", reason);
         s_end(c, t, "stopped", reason);
@@ -674,7 +704,7 @@ static int s_time_over(const ctl_study *s)
 
 static void s_tick_study(ctl_t *c, ctl_study *s, double now)
 {
-    long active = 0, pending = 0;
+    long active = 0, pending = 0, held = 0; /* held: suspended by pause --release */
     int time_over = s_time_over(s);
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
@@ -695,11 +725,13 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
                 t->kill_sent = 1;
             }
             active++;
-        } else if (!strcmp(t->row.state, "pending")) {
+        } else if (!strcmp(t->row.state, "pending") || !strcmp(t->row.state, "suspended")) {
             if (time_over)
                 ctl__trial_stop(c, t, "controller", "study time budget used up");
-            else
+            else if (!strcmp(t->row.state, "pending"))
                 pending++;
+            else
+                held++;
         }
     }
     /* fill free parallel slots: retries first, then new trials */
@@ -732,7 +764,7 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
         s->sched_dirty = 0;
     }
     int budget_done = (long)s->ntrials >= s->spec->trials || s->exhausted || time_over;
-    if (active == 0 && pending == 0 && budget_done && ctl__txn(c) == 0) {
+    if (active == 0 && pending == 0 && held == 0 && budget_done && ctl__txn(c) == 0) {
         store_study_set_state(c->store, s->row.id, "finished", wire_wall());
         snprintf(s->row.state, sizeof s->row.state, "finished");
         store_event_add(c->store, wire_wall(), s->row.id, -1, "controller", "study_finished", NULL,

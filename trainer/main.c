@@ -76,8 +76,13 @@ int main(int argc, char **argv)
     trn_trainer_set_io(t, &io);
     if (backend)
         trn_trainer_set_backend(t, backend);
-    if (cfg.resume[0] && trn_trainer_load(t, cfg.resume, err) < 0) {
-        fprintf(stderr, "jizhi-train: --resume: %s\n", err);
+    /* a trial the controller restarts from a checkpoint (pause --release
+       then resume, or a load the program did not acknowledge) gets it in
+       JIZHI_LOAD_CHECKPOINT; --resume wins */
+    const char *restore = cfg.resume[0] ? cfg.resume : getenv("JIZHI_LOAD_CHECKPOINT");
+    if (restore && *restore && trn_trainer_load(t, restore, err) < 0) {
+        fprintf(stderr, "jizhi-train: %s: %s\n", cfg.resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT",
+                err);
         goto out;
     }
     if (trn_trainer_run(t, err) < 0) {

@@ -158,3 +158,38 @@ def test_libjizhi_exports_only_jz_symbols_and_builds_with_pkg_config(jz, tmp_pat
     p = subprocess.run([str(tmp_path / "prog")], env=dict(env, JIZHI_PARAMS='{"lr": 0.5}'),
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and "lr=0.5" in p.stdout and "loss" in p.stderr
+
+
+def test_pause_release_frees_the_slot_and_resume_restarts_from_the_checkpoint(jz):
+    ep, ctl, disp = daemons(jz, slots="1")
+    try:
+        spec = base_spec("release", ["jizhi-train", "--dataset", "synthetic", "--synthetic-n",
+                                     "4000", "--epochs", "60", "--threads", "1", "--quiet",
+                                     "--log-every", "5"], trials=1, parallel=1)
+        spec["objective"] = {"metric": "val_acc", "mode": "max"}
+        spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.05, "log": True}}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: (jz.sql("SELECT MAX(step) FROM metrics")[0][0] or 0) >= 100, 60,
+                    "training progress")
+        (tid,) = jz.sql("SELECT id FROM trials")[0]
+        p = jz.run("trial", "pause", str(tid), "--release", check=0)
+        assert "releasing" in p.stdout
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "suspended", 60,
+                    "the trial to checkpoint and exit")
+        (ckpt, ckpt_step, attempt) = jz.sql(
+            "SELECT checkpoint, checkpoint_step, attempt FROM trials")[0]
+        assert os.path.exists(ckpt) and ckpt_step >= 100 and attempt == 0
+        # a suspended trial takes no parameter changes
+        p = jz.run("trial", "set", str(tid), "lr=0.1")
+        assert p.returncode == 1 and "suspended" in p.stderr
+        p = jz.run("trial", "resume", str(tid), check=0)
+        assert "restarting" in p.stdout
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
+                    "the study to finish")
+        (state, attempt) = jz.sql("SELECT state, attempt FROM trials")[0]
+        assert state == "completed" and attempt == 1
+        # the second run continued from the checkpoint: its first step follows it
+        (first,) = jz.sql("SELECT MIN(step) FROM metrics WHERE attempt=1")[0]
+        assert ckpt_step < first <= ckpt_step + 10
+    finally:
+        stop(ctl, disp)
