@@ -214,5 +214,10 @@ def test_pbt_over_jizhi_train(jz):
     states = jz.sql("SELECT state FROM trials")
     assert all(s == "completed" for (s,) in states), states
     loads = instructions(jz, "pbt-train", "load")
-    assert loads and all(e["applied"] == 1 for e in loads), loads
+    # every load is applied, except one that reached a trial which had just
+    # finished its run (the helper answers "closed" / the controller "ended")
+    def ok(e):
+        return e["applied"] == 1 or any(w in (e["result"] or "") for w in ("ended", "closed"))
+    assert loads and all(ok(e) for e in loads), [e for e in loads if not ok(e)]
+    assert sum(e["applied"] == 1 for e in loads) >= 1
     assert jz.sql("SELECT count(*) FROM params WHERE generation >= 1 AND parent IS NOT NULL")[0][0] >= 1
