@@ -261,6 +261,10 @@ static int s_send(disp_t *d, json_t *msg)
     return 0;
 }
 
+/* The trials the controller must still consider running here: live
+   processes, and those whose `exited` report is not answered yet (a trial
+   that ended while the controller was away is reported after the
+   registration, not taken for lost by it). */
 static json_t *s_running(disp_t *d)
 {
     json_t *a = json_array();
@@ -269,6 +273,11 @@ static json_t *s_running(disp_t *d)
                                            (json_int_t)d->procs[i]->trial, "attempt",
                                            (json_int_t)d->procs[i]->attempt, "pid",
                                            (int)d->procs[i]->pid));
+    for (s_report *r = d->reports; r; r = r->next)
+        if (!strcmp(wire_type(r->msg), "exited"))
+            json_array_append_new(
+                a, json_pack("{s:O, s:O, s:i}", "trial", json_object_get(r->msg, "trial"),
+                             "attempt", json_object_get(r->msg, "attempt"), "pid", 0));
     return a;
 }
 

@@ -101,3 +101,28 @@ def test_wrong_token_is_refused(jz):
         jz.run("trial", "stop", str(tid), check=0)
     finally:
         stop(ctl, disp)
+
+
+def test_trial_that_ends_while_the_controller_is_down_completes(jz):
+    """Its exit is reported after the restarted controller registers the
+    dispatcher: the trial completes once, it is not taken for lost."""
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    ctl2 = None
+    try:
+        spec = base_spec("down", ["sh", "-c", "jizhi report --step 1 score=1 && sleep 1"],
+                         trials=1, parallel=1)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] == 1, 30, "the report")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(timeout=10)
+        time.sleep(3)  # the trial exits meanwhile
+        ctl2 = start_controller(jz, ep)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 60,
+                    "the study to finish")
+        assert jz.sql("SELECT state, attempt, value FROM trials") == [("completed", 0, 1.0)]
+        assert jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0] == 0
+    finally:
+        stop(*(p for p in (ctl, ctl2, disp) if p))
