@@ -26,8 +26,8 @@ int cmd_study(int argc, char **argv);
 int cmd_trial(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_bseval(int argc, char **argv); /* cmd_bseval.c */
-int cmd_watch(int argc, char **argv); /* cmd_watch.c */
-int cmd_plot(int argc, char **argv);  /* cmd_plot.c */
+int cmd_watch(int argc, char **argv);  /* cmd_watch.c */
+int cmd_plot(int argc, char **argv);   /* cmd_plot.c */
 
 /* Prints "jizhi: <message>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

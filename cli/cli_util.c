@@ -63,12 +63,14 @@ json_t *cli_request(const char *endpoint, json_t *msg, int timeout_ms)
     json_t *reply = NULL;
     char err[256];
     if (zmq_connect(sock, endpoint) != 0) {
-        cli_error("cannot connect to the controller at %s: %s", endpoint, zmq_strerror(errno));
+        cli_error("cannot connect to the controller at %s: %s", endpoint,
+                  zmq_strerror(errno));
         json_decref(msg);
     } else {
         reply = wire_request(sock, msg, timeout_ms, err, sizeof err);
         if (!reply)
-            cli_error("no answer from the controller at %s (%s); is it running?", endpoint, err);
+            cli_error("no answer from the controller at %s (%s); is it running?",
+                      endpoint, err);
         else if (strcmp(wire_type(reply), "ok") != 0) {
             const char *text = json_string_value(json_object_get(reply, "message"));
             cli_error("%s", text ? text : "the controller refused the request");
@@ -89,7 +91,8 @@ int cli_ping(const char *endpoint, int timeout_ms)
     int alive = 0;
     char err[128];
     if (zmq_connect(sock, endpoint) == 0) {
-        json_t *r = wire_request(sock, json_pack("{s:s}", "type", "ping"), timeout_ms, err, sizeof err);
+        json_t *r = wire_request(sock, json_pack("{s:s}", "type", "ping"), timeout_ms,
+                                 err, sizeof err);
         alive = r && !strcmp(wire_type(r), "ok");
         json_decref(r);
     }
@@ -101,7 +104,8 @@ int cli_ping(const char *endpoint, int timeout_ms)
 store_t *cli_open_db(const char *db)
 {
     if (access(db, R_OK) != 0) {
-        cli_error("cannot read database %s: %s (use --db FILE or JIZHI_DB)", db, strerror(errno));
+        cli_error("cannot read database %s: %s (use --db FILE or JIZHI_DB)", db,
+                  strerror(errno));
         return NULL;
     }
     char err[512];

@@ -70,7 +70,8 @@ static int s_write_endpoint(const char *db, const char *endpoint)
     cli_endpoint_file(db, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
-    if (!f || fprintf(f, "%s\n", endpoint) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+    if (!f || fprintf(f, "%s\n", endpoint) < 0 || fclose(f) != 0 ||
+        rename(tmp, path) != 0) {
         cli_error("cannot write %s", path);
         return -1;
     }
@@ -101,7 +102,8 @@ static int s_check_no_controller(const char *db)
         return 0;
     buf[strcspn(buf, "\r\n")] = 0;
     if (cli_ping(buf, 500)) {
-        cli_error("a controller already serves %s at %s; use `jizhi study submit` with it, or stop it",
+        cli_error("a controller already serves %s at %s; use `jizhi study submit` with "
+                  "it, or stop it",
                   db, buf);
         return -1;
     }
@@ -149,9 +151,10 @@ static void s_progress(const json_t *st, int tty, long *last_done)
                  json_integer_value(json_object_get(best, "number")));
     }
     char line[400];
-    snprintf(line, sizeof line, "[%s] %ld/%ld done, %ld running, %ld failed, best %s=%s, %s",
-             json_string_value(json_object_get(st, "study")), done, total, running, failed,
-             json_string_value(json_object_get(st, "metric")), bv, el);
+    snprintf(line, sizeof line,
+             "[%s] %ld/%ld done, %ld running, %ld failed, best %s=%s, %s",
+             json_string_value(json_object_get(st, "study")), done, total, running,
+             failed, json_string_value(json_object_get(st, "metric")), bv, el);
     if (tty) {
         fprintf(stderr, "\r\033[K%s", line);
         fflush(stderr);
@@ -172,27 +175,31 @@ static int s_print_best(const char *db, const char *name)
         store_close(&s);
         return CLI_FAIL;
     }
-    const char *metric = json_string_value(json_object_get(json_object_get(st.spec, "objective"), "metric"));
-    int maximize = !strcmp(json_string_value(json_object_get(json_object_get(st.spec, "objective"), "mode")), "max");
+    const char *metric = json_string_value(
+        json_object_get(json_object_get(st.spec, "objective"), "metric"));
+    int maximize = !strcmp(
+        json_string_value(json_object_get(json_object_get(st.spec, "objective"), "mode")),
+        "max");
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
     long best = -1, completed = 0, failed = 0, stopped = 0;
     for (long i = 0; i < n; i++) {
         if (!strcmp(rows[i].state, "completed")) {
             completed++;
-            if (best < 0 || (maximize ? rows[i].value > rows[best].value : rows[i].value < rows[best].value))
+            if (best < 0 || (maximize ? rows[i].value > rows[best].value
+                                      : rows[i].value < rows[best].value))
                 best = i;
         }
         failed += !strcmp(rows[i].state, "failed");
         stopped += !strcmp(rows[i].state, "stopped");
     }
-    printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name, st.state, n,
-           completed, failed, stopped);
+    printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
+           st.state, n, completed, failed, stopped);
     int rc = CLI_OK;
     if (best >= 0) {
         char *params = json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
-        printf("best trial %ld (id %ld): %s=%.6g\n  params %s\n", rows[best].number, rows[best].id,
-               metric, rows[best].value, params);
+        printf("best trial %ld (id %ld): %s=%.6g\n  params %s\n", rows[best].number,
+               rows[best].id, metric, rows[best].value, params);
         json_t *m = store_metrics_last(s, rows[best].id);
         json_t *ta = json_object_get(m, "test_acc");
         if (json_is_number(ta))
@@ -226,14 +233,22 @@ int cmd_run(int argc, char **argv)
     int slots = 0, c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': dbflag = optarg; break;
-        case 'l': logdir = optarg; break;
+        case 'd':
+            dbflag = optarg;
+            break;
+        case 'l':
+            logdir = optarg;
+            break;
         case 's':
             if (s_parse_slots(optarg, &slots) != 0)
                 return CLI_USAGE;
             break;
-        case 'h': fputs(s_run_usage, stdout); return CLI_OK;
-        default: fputs(s_run_usage, stderr); return CLI_USAGE;
+        case 'h':
+            fputs(s_run_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(s_run_usage, stderr);
+            return CLI_USAGE;
         }
     }
     if (optind != argc - 1) {
@@ -288,7 +303,9 @@ int cmd_run(int argc, char **argv)
         json_decref(spec_json);
         return CLI_FAIL;
     }
-    disp_config dc = {.controller = ctl_endpoint(ctl), .name = "local", .slots = slots,
+    disp_config dc = {.controller = ctl_endpoint(ctl),
+                      .name = "local",
+                      .slots = slots,
                       .log_dir = logdir};
     disp_t *disp = disp_new(&dc);
     if (!disp) {
@@ -304,7 +321,9 @@ int cmd_run(int argc, char **argv)
     s_write_endpoint(db, ctl_endpoint(ctl));
 
     int rc = CLI_FAIL;
-    json_t *r = cli_request(ctl_endpoint(ctl), json_pack("{s:s, s:O}", "type", "submit", "spec", spec_json), 10000);
+    json_t *r =
+        cli_request(ctl_endpoint(ctl),
+                    json_pack("{s:s, s:O}", "type", "submit", "spec", spec_json), 10000);
     int finished = 0;
     if (r) {
         finished = json_is_true(json_object_get(r, "finished"));
@@ -316,7 +335,9 @@ int cmd_run(int argc, char **argv)
         int tty = isatty(2);
         long last_done = -1;
         while (!finished && !s_interrupted) {
-            json_t *st = cli_request(ctl_endpoint(ctl), json_pack("{s:s, s:s}", "type", "status", "study", name), 5000);
+            json_t *st = cli_request(
+                ctl_endpoint(ctl),
+                json_pack("{s:s, s:s}", "type", "status", "study", name), 5000);
             if (!st)
                 break;
             s_progress(st, tty, &last_done);
@@ -347,7 +368,8 @@ int cmd_run(int argc, char **argv)
     rmdir(rundir);
     json_decref(spec_json);
     if (s_interrupted) {
-        fprintf(stderr, "interrupted; run the same command again to continue the study\n");
+        fprintf(stderr,
+                "interrupted; run the same command again to continue the study\n");
         return CLI_FAIL;
     }
     if (finished)
@@ -374,8 +396,12 @@ int cmd_controller(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': dbflag = optarg; break;
-        case 'b': bind = optarg; break;
+        case 'd':
+            dbflag = optarg;
+            break;
+        case 'b':
+            bind = optarg;
+            break;
         case 'L':
             if (s_log_target(optarg) != 0)
                 return CLI_FAIL;
@@ -384,13 +410,18 @@ int cmd_controller(int argc, char **argv)
             char *end;
             lost = strtod(optarg, &end);
             if (*end || !(lost > 0)) {
-                cli_error("--lost-timeout: expected a number of seconds > 0, got \"%s\"", optarg);
+                cli_error("--lost-timeout: expected a number of seconds > 0, got \"%s\"",
+                          optarg);
                 return CLI_USAGE;
             }
             break;
         }
-        case 'h': fputs(s_ctl_usage, stdout); return CLI_OK;
-        default: fputs(s_ctl_usage, stderr); return CLI_USAGE;
+        case 'h':
+            fputs(s_ctl_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(s_ctl_usage, stderr);
+            return CLI_USAGE;
         }
     }
     if (optind != argc) {
@@ -442,10 +473,18 @@ int cmd_dispatcher(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': dc.controller = optarg; break;
-        case 'g': dc.gpus = optarg; break;
-        case 'n': dc.name = optarg; break;
-        case 'l': dc.log_dir = optarg; break;
+        case 'c':
+            dc.controller = optarg;
+            break;
+        case 'g':
+            dc.gpus = optarg;
+            break;
+        case 'n':
+            dc.name = optarg;
+            break;
+        case 'l':
+            dc.log_dir = optarg;
+            break;
         case 'L':
             if (s_log_target(optarg) != 0)
                 return CLI_FAIL;
@@ -454,8 +493,12 @@ int cmd_dispatcher(int argc, char **argv)
             if (s_parse_slots(optarg, &dc.slots) != 0)
                 return CLI_USAGE;
             break;
-        case 'h': fputs(s_disp_usage, stdout); return CLI_OK;
-        default: fputs(s_disp_usage, stderr); return CLI_USAGE;
+        case 'h':
+            fputs(s_disp_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(s_disp_usage, stderr);
+            return CLI_USAGE;
         }
     }
     char buf[512];

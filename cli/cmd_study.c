@@ -45,13 +45,27 @@ static int s_parse(int argc, char **argv, s_opts *o)
     int c;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': o->db = optarg; break;
-        case 'c': o->controller = optarg; break;
-        case 'f': o->format = optarg; break;
-        case 'o': o->output = optarg; break;
-        case 'j': o->json = 1; break;
-        case 'h': fputs(s_usage, stdout); return -CLI_OK - 1;
-        default: fputs(s_usage, stderr); return CLI_USAGE;
+        case 'd':
+            o->db = optarg;
+            break;
+        case 'c':
+            o->controller = optarg;
+            break;
+        case 'f':
+            o->format = optarg;
+            break;
+        case 'o':
+            o->output = optarg;
+            break;
+        case 'j':
+            o->json = 1;
+            break;
+        case 'h':
+            fputs(s_usage, stdout);
+            return -CLI_OK - 1;
+        default:
+            fputs(s_usage, stderr);
+            return CLI_USAGE;
         }
     }
     o->db = cli_db_path(o->db);
@@ -75,7 +89,8 @@ static int s_controller_cmd(const s_opts *o, json_t *msg)
     char buf[512];
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
     if (!ep) {
-        cli_error("no controller known for %s: start `jizhi controller` (or `jizhi run`), or pass "
+        cli_error("no controller known for %s: start `jizhi controller` (or `jizhi "
+                  "run`), or pass "
                   "--controller ENDPOINT",
                   o->db);
         json_decref(msg);
@@ -105,11 +120,14 @@ static int s_submit(const s_opts *o)
     }
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
     if (!ep) {
-        cli_error("no controller known for %s: start `jizhi controller`, or pass --controller", o->db);
+        cli_error(
+            "no controller known for %s: start `jizhi controller`, or pass --controller",
+            o->db);
         spec_destroy(&spec);
         return CLI_FAIL;
     }
-    json_t *r = cli_request(ep, json_pack("{s:s, s:O}", "type", "submit", "spec", spec->json), 10000);
+    json_t *r = cli_request(
+        ep, json_pack("{s:s, s:O}", "type", "submit", "spec", spec->json), 10000);
     int rc = CLI_FAIL;
     if (r) {
         printf("study %s %s\n", spec->name,
@@ -138,14 +156,19 @@ static int s_list(const s_opts *o)
         cli_print_json(list);
         return CLI_OK;
     }
-    printf("%-24s %-9s %7s %9s %6s %7s\n", "NAME", "STATE", "TRIALS", "COMPLETED", "FAILED", "RUNNING");
+    printf("%-24s %-9s %7s %9s %6s %7s\n", "NAME", "STATE", "TRIALS", "COMPLETED",
+           "FAILED", "RUNNING");
     size_t i;
     json_t *e;
-    json_array_foreach(list, i, e) {
-        printf("%-24s %-9s %3" JSON_INTEGER_FORMAT "/%-3" JSON_INTEGER_FORMAT " %9" JSON_INTEGER_FORMAT
-               " %6" JSON_INTEGER_FORMAT " %7" JSON_INTEGER_FORMAT "\n",
-               json_string_value(json_object_get(e, "name")), json_string_value(json_object_get(e, "state")),
-               json_integer_value(json_object_get(e, "trials")), json_integer_value(json_object_get(e, "budget")),
+    json_array_foreach(list, i, e)
+    {
+        printf("%-24s %-9s %3" JSON_INTEGER_FORMAT "/%-3" JSON_INTEGER_FORMAT
+               " %9" JSON_INTEGER_FORMAT " %6" JSON_INTEGER_FORMAT
+               " %7" JSON_INTEGER_FORMAT "\n",
+               json_string_value(json_object_get(e, "name")),
+               json_string_value(json_object_get(e, "state")),
+               json_integer_value(json_object_get(e, "trials")),
+               json_integer_value(json_object_get(e, "budget")),
                json_integer_value(json_object_get(e, "completed")),
                json_integer_value(json_object_get(e, "failed")),
                json_integer_value(json_object_get(e, "running")));
@@ -155,7 +178,8 @@ static int s_list(const s_opts *o)
 }
 
 /* Loads a study and its trials (as JSON) from the database. */
-static int s_load(const char *db, const char *name, store_t **s, store_study *st, json_t **trials)
+static int s_load(const char *db, const char *name, store_t **s, store_study *st,
+                  json_t **trials)
 {
     *s = cli_open_db(db);
     if (!*s)
@@ -183,22 +207,26 @@ static int s_show(const s_opts *o)
     if (s_load(o->db, o->args[0], &s, &st, &trials) != CLI_OK)
         return CLI_FAIL;
     if (o->json) {
-        cli_print_json(json_pack("{s:s, s:s, s:O, s:o, s:o}", "name", st.name, "state", st.state, "spec",
-                                 st.spec, "trials", trials, "events", store_events_list(s, st.id)));
+        cli_print_json(json_pack("{s:s, s:s, s:O, s:o, s:o}", "name", st.name, "state",
+                                 st.state, "spec", st.spec, "trials", trials, "events",
+                                 store_events_list(s, st.id)));
     } else {
         json_t *obj = json_object_get(st.spec, "objective");
         printf("study %s (%s), objective %s %s\n", st.name, st.state,
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
-        printf("%-5s %-7s %-10s %-3s %-12s %s\n", "TRIAL", "ID", "STATE", "TRY", "VALUE", "PARAMS");
+        printf("%-5s %-7s %-10s %-3s %-12s %s\n", "TRIAL", "ID", "STATE", "TRY", "VALUE",
+               "PARAMS");
         size_t i;
         json_t *t;
-        json_array_foreach(trials, i, t) {
+        json_array_foreach(trials, i, t)
+        {
             char v[64];
             cli_format_value(json_object_get(t, "value"), v, sizeof v);
-            char *p = json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-            printf("%-5" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT " %-10s %-3" JSON_INTEGER_FORMAT
-                   " %-12s %s\n",
+            char *p =
+                json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+            printf("%-5" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT
+                   " %-10s %-3" JSON_INTEGER_FORMAT " %-12s %s\n",
                    json_integer_value(json_object_get(t, "number")),
                    json_integer_value(json_object_get(t, "id")),
                    json_string_value(json_object_get(t, "state")),
@@ -235,7 +263,8 @@ static json_t *s_key_union(json_t *trials, const char *key)
     json_t *set = json_object();
     size_t i;
     json_t *t;
-    json_array_foreach(trials, i, t) {
+    json_array_foreach(trials, i, t)
+    {
         const char *k;
         json_t *v;
         json_object_foreach(json_object_get(t, key), k, v)
@@ -243,11 +272,11 @@ static json_t *s_key_union(json_t *trials, const char *key)
     }
     json_t *keys = json_array();
     char *text = json_dumps(set, JSON_SORT_KEYS | JSON_COMPACT);
-    json_t *sorted = json_loads(text, JSON_DECODE_ANY, NULL); /* key order kept as sorted */
+    json_t *sorted =
+        json_loads(text, JSON_DECODE_ANY, NULL); /* key order kept as sorted */
     const char *k;
     json_t *v;
-    json_object_foreach(sorted, k, v)
-        json_array_append_new(keys, json_string(k));
+    json_object_foreach(sorted, k, v) json_array_append_new(keys, json_string(k));
     json_decref(sorted);
     free(text);
     json_decref(set);
@@ -287,25 +316,30 @@ static int s_export(const s_opts *o)
             if (col < nfixed)
                 snprintf(cell, sizeof cell, "%s", fixed[col]);
             else if (col < nfixed + json_array_size(pk))
-                snprintf(cell, sizeof cell, "param_%s", json_string_value(json_array_get(pk, col - nfixed)));
+                snprintf(cell, sizeof cell, "param_%s",
+                         json_string_value(json_array_get(pk, col - nfixed)));
             else
                 snprintf(cell, sizeof cell, "metric_%s",
-                         json_string_value(json_array_get(mk, col - nfixed - json_array_size(pk))));
+                         json_string_value(
+                             json_array_get(mk, col - nfixed - json_array_size(pk))));
             s_csv_field(f, cell, col + 1 == ncols);
         }
         size_t j;
         json_t *t;
-        json_array_foreach(trials, j, t) {
+        json_array_foreach(trials, j, t)
+        {
             for (size_t col = 0; col < ncols; col++) {
                 json_t *v;
                 if (col < nfixed)
                     v = json_object_get(t, fixed[col]);
                 else if (col < nfixed + json_array_size(pk))
-                    v = json_object_get(json_object_get(t, "params"),
-                                        json_string_value(json_array_get(pk, col - nfixed)));
+                    v = json_object_get(
+                        json_object_get(t, "params"),
+                        json_string_value(json_array_get(pk, col - nfixed)));
                 else
                     v = json_object_get(json_object_get(t, "metrics"),
-                                        json_string_value(json_array_get(mk, col - nfixed - json_array_size(pk))));
+                                        json_string_value(json_array_get(
+                                            mk, col - nfixed - json_array_size(pk))));
                 if (json_is_real(v))
                     snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
                 else if (!v || json_is_null(v))
@@ -346,9 +380,12 @@ static int s_events(const s_opts *o)
     }
     size_t i;
     json_t *e;
-    json_array_foreach(ev, i, e) {
-        char *d = json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
-        json_t *trial = json_object_get(e, "trial"), *applied = json_object_get(e, "applied");
+    json_array_foreach(ev, i, e)
+    {
+        char *d =
+            json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
+        json_t *trial = json_object_get(e, "trial"),
+               *applied = json_object_get(e, "applied");
         json_t *lat = json_object_get(e, "latency_s");
         char tb[32] = "-", lb[32] = "";
         if (json_is_integer(trial))
@@ -359,8 +396,10 @@ static int s_events(const s_opts *o)
                json_integer_value(json_object_get(e, "id")), tb,
                json_string_value(json_object_get(e, "who")),
                json_string_value(json_object_get(e, "kind")),
-               json_is_null(applied) ? "pending" : json_is_true(applied) ? "applied" : "refused", lb,
-               d ? d : "");
+               json_is_null(applied)   ? "pending"
+               : json_is_true(applied) ? "applied"
+                                       : "refused",
+               lb, d ? d : "");
         free(d);
     }
     json_decref(ev);
@@ -381,7 +420,8 @@ int cmd_study(int argc, char **argv)
     if (rc)
         return rc;
     if (!strcmp(sub, "submit"))
-        return (rc = s_need_args(&o, 1, "submit: expected SPEC.json")) ? rc : s_submit(&o);
+        return (rc = s_need_args(&o, 1, "submit: expected SPEC.json")) ? rc
+                                                                       : s_submit(&o);
     if (!strcmp(sub, "list"))
         return (rc = s_need_args(&o, 0, "list: takes no arguments")) ? rc : s_list(&o);
     if (!strcmp(sub, "show"))
@@ -393,11 +433,13 @@ int cmd_study(int argc, char **argv)
     if (!strcmp(sub, "stop") || !strcmp(sub, "resume")) {
         if ((rc = s_need_args(&o, 1, "stop/resume: expected NAME")))
             return rc;
-        rc = s_controller_cmd(&o, json_pack("{s:s, s:s}", "type",
-                                            !strcmp(sub, "stop") ? "study_stop" : "study_resume",
-                                            "study", o.args[0]));
+        rc = s_controller_cmd(
+            &o, json_pack("{s:s, s:s}", "type",
+                          !strcmp(sub, "stop") ? "study_stop" : "study_resume", "study",
+                          o.args[0]));
         if (rc == CLI_OK)
-            printf("study %s %s\n", o.args[0], !strcmp(sub, "stop") ? "stopped" : "resumed");
+            printf("study %s %s\n", o.args[0],
+                   !strcmp(sub, "stop") ? "stopped" : "resumed");
         return rc;
     }
     cli_error("study: unknown subcommand \"%s\"", sub);

@@ -18,11 +18,13 @@ static const char s_usage[] =
     "       jizhi trial show ID [--json]\n"
     "       jizhi trial logs ID [--stderr]\n"
     "       jizhi trial stop ID | pause ID | resume ID   [--no-wait] [--timeout S]\n"
-    "       jizhi trial pause ID --release   checkpoint, exit and free the slot; `resume`\n"
+    "       jizhi trial pause ID --release   checkpoint, exit and free the slot; "
+    "`resume`\n"
     "                                        restarts it from that checkpoint\n"
     "       jizhi trial set ID KEY=VALUE... [--no-wait] [--timeout S]\n"
     "Common options: --db FILE, --controller ENDPOINT.\n"
-    "set/pause/resume return once the trial has acknowledged (or fail after the timeout,\n"
+    "set/pause/resume return once the trial has acknowledged (or fail after the "
+    "timeout,\n"
     "default 30 s); --no-wait returns as soon as the controller has recorded it.\n";
 
 typedef struct {
@@ -49,12 +51,24 @@ static int s_parse(int argc, char **argv, s_opts *o)
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': o->db = optarg; break;
-        case 'c': o->controller = optarg; break;
-        case 'j': o->json = 1; break;
-        case 'n': o->no_wait = 1; break;
-        case 'e': o->err_only = 1; break;
-        case 'r': o->release = 1; break;
+        case 'd':
+            o->db = optarg;
+            break;
+        case 'c':
+            o->controller = optarg;
+            break;
+        case 'j':
+            o->json = 1;
+            break;
+        case 'n':
+            o->no_wait = 1;
+            break;
+        case 'e':
+            o->err_only = 1;
+            break;
+        case 'r':
+            o->release = 1;
+            break;
         case 't': {
             char *end;
             o->timeout = strtod(optarg, &end);
@@ -64,8 +78,12 @@ static int s_parse(int argc, char **argv, s_opts *o)
             }
             break;
         }
-        case 'h': fputs(s_usage, stdout); return -1;
-        default: fputs(s_usage, stderr); return CLI_USAGE;
+        case 'h':
+            fputs(s_usage, stdout);
+            return -1;
+        default:
+            fputs(s_usage, stderr);
+            return CLI_USAGE;
         }
     }
     o->db = cli_db_path(o->db);
@@ -109,17 +127,19 @@ static int s_list(const s_opts *o)
         cli_print_json(arr);
         return CLI_OK;
     }
-    printf("%-7s %-5s %-10s %-3s %-7s %-12s %s\n", "ID", "TRIAL", "STATE", "TRY", "STEP", "VALUE",
-           "PARAMS");
+    printf("%-7s %-5s %-10s %-3s %-7s %-12s %s\n", "ID", "TRIAL", "STATE", "TRY", "STEP",
+           "VALUE", "PARAMS");
     size_t i;
     json_t *t;
-    json_array_foreach(arr, i, t) {
+    json_array_foreach(arr, i, t)
+    {
         char v[64];
         json_t *val = json_object_get(t, "value");
-        cli_format_value(json_is_null(val) ? json_object_get(t, "last_value") : val, v, sizeof v);
+        cli_format_value(json_is_null(val) ? json_object_get(t, "last_value") : val, v,
+                         sizeof v);
         char *p = json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-        printf("%-7" JSON_INTEGER_FORMAT " %-5" JSON_INTEGER_FORMAT " %-10s %-3" JSON_INTEGER_FORMAT
-               " %-7" JSON_INTEGER_FORMAT " %-12s %s\n",
+        printf("%-7" JSON_INTEGER_FORMAT " %-5" JSON_INTEGER_FORMAT
+               " %-10s %-3" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT " %-12s %s\n",
                json_integer_value(json_object_get(t, "id")),
                json_integer_value(json_object_get(t, "number")),
                json_string_value(json_object_get(t, "state")),
@@ -161,7 +181,8 @@ static int s_show(const s_opts *o, long id)
     }
     const char *key;
     json_t *v;
-    json_object_foreach(j, key, v) {
+    json_object_foreach(j, key, v)
+    {
         if (json_is_object(v) || json_is_array(v)) {
             char *text = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
             printf("%-12s %s\n", key, text);
@@ -258,9 +279,9 @@ static int s_control(const s_opts *o, const char *sub, long id)
         cli_error("--release goes with `trial pause` only");
         return CLI_USAGE;
     }
-    json_t *msg = json_pack("{s:s, s:I, s:b, s:b}", "type", type, "trial", (json_int_t)id, "wait",
-                            !o->no_wait && strcmp(sub, "stop") && !o->release, "release",
-                            o->release);
+    json_t *msg = json_pack("{s:s, s:I, s:b, s:b}", "type", type, "trial", (json_int_t)id,
+                            "wait", !o->no_wait && strcmp(sub, "stop") && !o->release,
+                            "release", o->release);
     if (!strcmp(sub, "set")) {
         json_t *values = json_object();
         for (int i = 1; i < o->nargs; i++) {
@@ -286,7 +307,9 @@ static int s_control(const s_opts *o, const char *sub, long id)
     char buf[512];
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
     if (!ep) {
-        cli_error("no controller known for %s: is the study running? (--controller ENDPOINT)", o->db);
+        cli_error(
+            "no controller known for %s: is the study running? (--controller ENDPOINT)",
+            o->db);
         json_decref(msg);
         return CLI_FAIL;
     }
@@ -295,12 +318,15 @@ static int s_control(const s_opts *o, const char *sub, long id)
         return CLI_FAIL;
     json_t *lat = json_object_get(r, "latency_s");
     if (json_is_true(json_object_get(r, "releasing")))
-        printf("trial %ld: releasing (checkpoint, then exit); `jizhi trial resume %ld` restarts it "
-               "from the checkpoint\n", id, id);
+        printf("trial %ld: releasing (checkpoint, then exit); `jizhi trial resume %ld` "
+               "restarts it "
+               "from the checkpoint\n",
+               id, id);
     else if (json_is_true(json_object_get(r, "restarting")))
         printf("trial %ld: restarting from its checkpoint\n", id);
     else if (json_is_number(lat))
-        printf("trial %ld: %s acknowledged in %.1f ms\n", id, sub, json_number_value(lat) * 1e3);
+        printf("trial %ld: %s acknowledged in %.1f ms\n", id, sub,
+               json_number_value(lat) * 1e3);
     else
         printf("trial %ld: %s sent\n", id, sub);
     json_decref(r);
@@ -360,9 +386,8 @@ static const char s_report_usage[] =
 
 int cmd_report(int argc, char **argv)
 {
-    static const struct option opts[] = {{"step", required_argument, 0, 's'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"step", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     long step = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -377,8 +402,12 @@ int cmd_report(int argc, char **argv)
             }
             break;
         }
-        case 'h': fputs(s_report_usage, stdout); return CLI_OK;
-        default: fputs(s_report_usage, stderr); return CLI_USAGE;
+        case 'h':
+            fputs(s_report_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(s_report_usage, stderr);
+            return CLI_USAGE;
         }
     }
     if (optind >= argc) {
@@ -388,7 +417,7 @@ int cmd_report(int argc, char **argv)
     }
     /* parse everything first: a bad argument reports nothing */
     int n = argc - optind;
-    char (*names)[64] = calloc((size_t)n, sizeof *names);
+    char(*names)[64] = calloc((size_t)n, sizeof *names);
     double *vals = calloc((size_t)n, sizeof *vals);
     for (int i = 0; i < n; i++) {
         const char *a = argv[optind + i], *eq = strchr(a, '=');

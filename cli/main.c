@@ -14,7 +14,8 @@
 static const char s_usage[] =
     "usage: jizhi COMMAND [ARGS]\n"
     "\n"
-    "  run SPEC.json [--db FILE] [--slots N]       embedded controller + dispatcher, to completion\n"
+    "  run SPEC.json [--db FILE] [--slots N]       embedded controller + dispatcher, to "
+    "completion\n"
     "  controller [--db FILE] [--bind ENDPOINT]    the controller daemon\n"
     "  dispatcher --controller ENDPOINT [--gpus LIST] [--slots N] [--name NAME]\n"
     "  study submit SPEC.json | list | show NAME | stop NAME | resume NAME\n"
@@ -22,7 +23,8 @@ static const char s_usage[] =
     "  trial list STUDY | show ID | logs ID | stop ID | pause ID | resume ID\n"
     "        | set ID KEY=VALUE...\n"
     "  watch STUDY [--interval S]                  live terminal view; steer the trials\n"
-    "  plot STUDY [--output FILE.svg]              SVG: optimisation history, learning curves\n"
+    "  plot STUDY [--output FILE.svg]              SVG: optimisation history, learning "
+    "curves\n"
     "  batchsize-eval [OPTS] -- COMMAND | --log FILE | --trial ID   critical batch size\n"
     "  report [--step N] NAME=VALUE...             from inside a trial\n"
     "\n"
@@ -63,9 +65,15 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(int, char **);
     } table[] = {
-        {"run", cmd_run},     {"controller", cmd_controller}, {"dispatcher", cmd_dispatcher},
-        {"study", cmd_study}, {"trial", cmd_trial},           {"report", cmd_report},
-        {"batchsize-eval", cmd_bseval}, {"watch", cmd_watch}, {"plot", cmd_plot},
+        {"run", cmd_run},
+        {"controller", cmd_controller},
+        {"dispatcher", cmd_dispatcher},
+        {"study", cmd_study},
+        {"trial", cmd_trial},
+        {"report", cmd_report},
+        {"batchsize-eval", cmd_bseval},
+        {"watch", cmd_watch},
+        {"plot", cmd_plot},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(cmd, table[i].name))

@@ -95,9 +95,10 @@ void log_msg(log_level level, const char *component, const char *fmt, ...)
     struct tm tm;
     gmtime_r(&tv.tv_sec, &tm);
     char line[2048];
-    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s: ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, (long)tv.tv_usec / 1000, s_names[level], component);
+    int n = snprintf(line, sizeof line,
+                     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %-5s %s: ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     (long)tv.tv_usec / 1000, s_names[level], component);
     va_list ap;
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof line)

@@ -28,7 +28,6 @@ static int s_fail(spec_error *err, const char *field, const char *fmt, ...)
     return -1;
 }
 
-
 int spec_valid_name(const char *s)
 {
     if (!s || !(isalpha((unsigned char)*s) || *s == '_'))
@@ -51,11 +50,13 @@ static int s_valid_study_name(const char *s)
 
 /* Checks that object `obj` at `path` has only keys from the NULL-ended
    list `allowed`. */
-static int s_only_keys(json_t *obj, const char *path, const char *const *allowed, spec_error *err)
+static int s_only_keys(json_t *obj, const char *path, const char *const *allowed,
+                       spec_error *err)
 {
     const char *key;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         int ok = 0;
         for (const char *const *a = allowed; *a; a++)
             if (strcmp(key, *a) == 0)
@@ -77,20 +78,27 @@ static int s_only_keys(json_t *obj, const char *path, const char *const *allowed
 static const char *s_type_name(const json_t *v)
 {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
 /* Fetches obj.key with an expected type; missing and optional -> *out NULL. */
-static int s_get(json_t *obj, const char *path, const char *key, json_type want, int required,
-                 json_t **out, spec_error *err)
+static int s_get(json_t *obj, const char *path, const char *key, json_type want,
+                 int required, json_t **out, spec_error *err)
 {
     char field[128];
     snprintf(field, sizeof field, "%s%s%s", path, *path ? "." : "", key);
@@ -101,8 +109,7 @@ static int s_get(json_t *obj, const char *path, const char *key, json_type want,
             return s_fail(err, field, "missing (required)");
         return 0;
     }
-    int ok = json_typeof(v) == want ||
-             (want == JSON_REAL && json_is_integer(v)) ||
+    int ok = json_typeof(v) == want || (want == JSON_REAL && json_is_integer(v)) ||
              (want == JSON_TRUE && json_is_boolean(v));
     if (!ok) {
         const char *expected = want == JSON_OBJECT    ? "an object"
@@ -122,7 +129,9 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
     char path[128];
     snprintf(path, sizeof path, "space.%s", name);
     if (!spec_valid_name(name))
-        return s_fail(err, path, "parameter names must match [A-Za-z_][A-Za-z0-9_]* (under 64 characters)");
+        return s_fail(
+            err, path,
+            "parameter names must match [A-Za-z_][A-Za-z0-9_]* (under 64 characters)");
     if (!json_is_object(def))
         return s_fail(err, path, "must be an object, not %s", s_type_name(def));
     p->name = strdup(name);
@@ -138,7 +147,8 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
         p->type = !strcmp(t, "float") ? SPEC_FLOAT : SPEC_INT;
         json_t *lo, *hi, *lg;
         json_type nt = p->type == SPEC_INT ? JSON_INTEGER : JSON_REAL;
-        if (s_get(def, path, "low", nt, 1, &lo, err) || s_get(def, path, "high", nt, 1, &hi, err) ||
+        if (s_get(def, path, "low", nt, 1, &lo, err) ||
+            s_get(def, path, "high", nt, 1, &hi, err) ||
             s_get(def, path, "log", JSON_TRUE, 0, &lg, err))
             return -1;
         p->low = json_number_value(lo);
@@ -164,10 +174,12 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
             return s_fail(err, field, "must not be empty");
         size_t i;
         json_t *v;
-        json_array_foreach(vals, i, v) {
+        json_array_foreach(vals, i, v)
+        {
             if (!json_is_string(v) && !json_is_number(v)) {
                 snprintf(field, sizeof field, "%s.values[%zu]", path, i);
-                return s_fail(err, field, "must be a string or a number, not %s", s_type_name(v));
+                return s_fail(err, field, "must be a string or a number, not %s",
+                              s_type_name(v));
             }
             for (size_t j = 0; j < i; j++)
                 if (json_equal(v, json_array_get(vals, j))) {
@@ -179,7 +191,8 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
         p->nvalues = json_array_size(vals);
     } else {
         snprintf(field, sizeof field, "%s.type", path);
-        return s_fail(err, field, "must be \"float\", \"int\" or \"choice\", not \"%s\"", t);
+        return s_fail(err, field, "must be \"float\", \"int\" or \"choice\", not \"%s\"",
+                      t);
     }
     return 0;
 }
@@ -214,9 +227,9 @@ static int s_command_found(const char *cmd)
 
 static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 {
-    static const char *const top[] = {"name",  "objective", "scheduler", "early_stopping",
-                                      "guard", "budget",    "space",     "trial",
-                                      NULL};
+    static const char *const top[] = {"name",           "objective", "scheduler",
+                                      "early_stopping", "guard",     "budget",
+                                      "space",          "trial",     NULL};
     if (!json_is_object(j))
         return s_fail(err, "", "the spec must be a JSON object");
     if (s_only_keys(j, "", top, err))
@@ -225,7 +238,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     if (s_get(j, "", "name", JSON_STRING, 1, &v, err))
         return -1;
     if (!s_valid_study_name(json_string_value(v)))
-        return s_fail(err, "name", "must be 1-100 characters of letters, digits, '_', '-' or '.'");
+        return s_fail(err, "name",
+                      "must be 1-100 characters of letters, digits, '_', '-' or '.'");
     s->name = strdup(json_string_value(v));
 
     json_t *obj;
@@ -264,7 +278,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     if (obj) {
         if (s_get(obj, "early_stopping", "type", JSON_STRING, 1, &v, err))
             return -1;
-        if (strcmp(json_string_value(v), "asha") && strcmp(json_string_value(v), "median"))
+        if (strcmp(json_string_value(v), "asha") &&
+            strcmp(json_string_value(v), "median"))
             return s_fail(err, "early_stopping.type", "must be \"asha\" or \"median\"");
         s->early_stop = json_incref(obj);
     }
@@ -299,21 +314,24 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
     size_t i = 0;
     const char *key;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         if (s_parse_param(&s->params[i++], key, v, err))
             return -1;
     }
 
     if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
         return -1;
-    static const char *const tkeys[] = {"command", "gpus", "timeout_s", "retries", "env", NULL};
+    static const char *const tkeys[] = {"command", "gpus", "timeout_s",
+                                        "retries", "env",  NULL};
     if (s_only_keys(obj, "trial", tkeys, err) ||
         s_get(obj, "trial", "command", JSON_ARRAY, 1, &v, err))
         return -1;
     if (json_array_size(v) == 0)
         return s_fail(err, "trial.command", "must not be empty");
     json_t *a;
-    json_array_foreach(v, i, a) {
+    json_array_foreach(v, i, a)
+    {
         if (!json_is_string(a)) {
             char field[64];
             snprintf(field, sizeof field, "trial.command[%zu]", i);
@@ -325,12 +343,13 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     if (!*cmd0)
         return s_fail(err, "trial.command[0]", "must not be empty");
     if (check_command && !strchr(cmd0, '{') && !s_command_found(cmd0))
-        return s_fail(err, "trial.command[0]", "command not found: \"%s\" (not on PATH or not executable)",
-                      cmd0);
+        return s_fail(err, "trial.command[0]",
+                      "command not found: \"%s\" (not on PATH or not executable)", cmd0);
     spec_error perr;
     json_t *probe = json_object();
     for (size_t k = 0; k < s->nparams; k++)
-        json_object_set_new(probe, s->params[k].name, spec_param_from_unit(&s->params[k], 0.5));
+        json_object_set_new(probe, s->params[k].name,
+                            spec_param_from_unit(&s->params[k], 0.5));
     json_t *expanded = spec_expand_command(s, probe, &perr);
     json_decref(probe);
     if (!expanded)
@@ -355,13 +374,15 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     if (s_get(obj, "trial", "env", JSON_OBJECT, 0, &v, err))
         return -1;
     if (v) {
-        json_object_foreach(v, key, a) {
+        json_object_foreach(v, key, a)
+        {
             char field[128];
             snprintf(field, sizeof field, "trial.env.%s", key);
             if (!json_is_string(a))
                 return s_fail(err, field, "must be a string, not %s", s_type_name(a));
             if (!*key || strchr(key, '=') || !strncmp(key, "JIZHI_", 6))
-                return s_fail(err, field, "not a settable variable name (no '=', no JIZHI_ prefix)");
+                return s_fail(err, field,
+                              "not a settable variable name (no '=', no JIZHI_ prefix)");
         }
     }
     s->env = v ? json_incref(v) : json_object();
@@ -391,7 +412,8 @@ spec_t *spec_load(const char *path, int check_command, spec_error *err)
         if (jerr.line <= 0 && access(path, R_OK) != 0)
             s_fail(err, "", "cannot read %s: %s", path, strerror(errno));
         else
-            s_fail(err, "", "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column, jerr.text);
+            s_fail(err, "", "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column,
+                   jerr.text);
         return NULL;
     }
     spec_t *s = spec_parse(j, check_command, err);
@@ -530,7 +552,8 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
     json_t *out = json_array();
     size_t i;
     json_t *arg;
-    json_array_foreach(s->command, i, arg) {
+    json_array_foreach(s->command, i, arg)
+    {
         const char *a = json_string_value(arg);
         size_t cap = strlen(a) + 64, len = 0;
         char *buf = malloc(cap);
@@ -549,7 +572,10 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
                 if (!close || n == 0 || n >= sizeof name) {
                     char field[64];
                     snprintf(field, sizeof field, "trial.command[%zu]", i);
-                    s_fail(err, field, "unclosed or empty '{' placeholder in \"%s\" (write {{ for a brace)", a);
+                    s_fail(err, field,
+                           "unclosed or empty '{' placeholder in \"%s\" (write {{ for a "
+                           "brace)",
+                           a);
                     free(buf);
                     json_decref(out);
                     return NULL;
@@ -560,7 +586,8 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
                 if (!v) {
                     char field[64];
                     snprintf(field, sizeof field, "trial.command[%zu]", i);
-                    s_fail(err, field, "placeholder {%s} names no parameter in space", name);
+                    s_fail(err, field, "placeholder {%s} names no parameter in space",
+                           name);
                     free(buf);
                     json_decref(out);
                     return NULL;

@@ -15,7 +15,7 @@
 typedef enum { SPEC_FLOAT = 0, SPEC_INT, SPEC_CHOICE } spec_type;
 
 typedef struct {
-    char *name;      /* owned */
+    char *name; /* owned */
     spec_type type;
     double low, high; /* FLOAT and INT (INT holds whole numbers) */
     int log;          /* FLOAT and INT: sample on a log scale */
@@ -24,26 +24,26 @@ typedef struct {
 } spec_param;
 
 typedef struct {
-    char *name;          /* study name */
-    char *metric;        /* objective.metric */
-    int maximize;        /* objective.mode == "max" */
-    int use_best;        /* objective.use == "best" (default: last) */
-    char *sched_type;    /* scheduler.type */
-    long seed;           /* scheduler.seed (default 0) */
-    json_t *sched_opts;  /* the whole scheduler object, owned */
-    json_t *early_stop;  /* early_stopping object or NULL, owned */
-    json_t *guard;       /* guard object (divergence guard) or NULL, owned */
-    long trials;         /* budget.trials */
-    long parallel;       /* budget.parallel (default 1) */
-    double time_s;       /* budget.time_s (0 = no limit) */
-    spec_param *params;  /* space, in the order of the spec file */
+    char *name;         /* study name */
+    char *metric;       /* objective.metric */
+    int maximize;       /* objective.mode == "max" */
+    int use_best;       /* objective.use == "best" (default: last) */
+    char *sched_type;   /* scheduler.type */
+    long seed;          /* scheduler.seed (default 0) */
+    json_t *sched_opts; /* the whole scheduler object, owned */
+    json_t *early_stop; /* early_stopping object or NULL, owned */
+    json_t *guard;      /* guard object (divergence guard) or NULL, owned */
+    long trials;        /* budget.trials */
+    long parallel;      /* budget.parallel (default 1) */
+    double time_s;      /* budget.time_s (0 = no limit) */
+    spec_param *params; /* space, in the order of the spec file */
     size_t nparams;
-    json_t *command;     /* trial.command, array of strings, owned */
-    long gpus;           /* trial.gpus */
-    double timeout_s;    /* trial.timeout_s (0 = none) */
-    long retries;        /* trial.retries */
-    json_t *env;         /* trial.env object of strings, owned */
-    json_t *json;        /* the normalised spec as given, owned */
+    json_t *command;  /* trial.command, array of strings, owned */
+    long gpus;        /* trial.gpus */
+    double timeout_s; /* trial.timeout_s (0 = none) */
+    long retries;     /* trial.retries */
+    json_t *env;      /* trial.env object of strings, owned */
+    json_t *json;     /* the normalised spec as given, owned */
 } spec_t;
 
 /* Error detail for parsing, like jansson's json_error_t. */

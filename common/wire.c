@@ -89,7 +89,8 @@ json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t e
         }
     }
     if (n != want || zmq_msg_size(&frames[want - 2]) != 0) {
-        snprintf(err, errsize, "expected %d frames with an empty delimiter, got %d", want, n);
+        snprintf(err, errsize, "expected %d frames with an empty delimiter, got %d", want,
+                 n);
     } else if (zmq_msg_size(&frames[n - 1]) > WIRE_MAX_BYTES) {
         snprintf(err, errsize, "message of %zu bytes is over the %d-byte limit",
                  zmq_msg_size(&frames[n - 1]), WIRE_MAX_BYTES);
@@ -99,7 +100,8 @@ json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t e
                          JSON_REJECT_DUPLICATES, &jerr);
         if (!out) {
             snprintf(err, errsize, "invalid JSON: %s", jerr.text);
-        } else if (!json_is_object(out) || !json_is_string(json_object_get(out, "type"))) {
+        } else if (!json_is_object(out) ||
+                   !json_is_string(json_object_get(out, "type"))) {
             snprintf(err, errsize, "not a JSON object with a string \"type\"");
             json_decref(out);
             out = NULL;
@@ -118,7 +120,8 @@ const char *wire_type(const json_t *msg)
     return t ? t : "";
 }
 
-int wire_get_long(const json_t *msg, const char *key, long *out, char *err, size_t errsize)
+int wire_get_long(const json_t *msg, const char *key, long *out, char *err,
+                  size_t errsize)
 {
     json_t *v = json_object_get(msg, key);
     if (!json_is_integer(v)) {
@@ -129,7 +132,8 @@ int wire_get_long(const json_t *msg, const char *key, long *out, char *err, size
     return 0;
 }
 
-int wire_get_double(const json_t *msg, const char *key, double *out, char *err, size_t errsize)
+int wire_get_double(const json_t *msg, const char *key, double *out, char *err,
+                    size_t errsize)
 {
     if (wire_to_double(json_object_get(msg, key), out) != 0) {
         snprintf(err, errsize, "field '%s': expected a number", key);
@@ -138,7 +142,8 @@ int wire_get_double(const json_t *msg, const char *key, double *out, char *err, 
     return 0;
 }
 
-int wire_get_str(const json_t *msg, const char *key, const char **out, char *err, size_t errsize)
+int wire_get_str(const json_t *msg, const char *key, const char **out, char *err,
+                 size_t errsize)
 {
     json_t *v = json_object_get(msg, key);
     if (!json_is_string(v)) {
@@ -190,8 +195,8 @@ json_t *wire_error(long req, const char *code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    return json_pack("{s:s, s:I, s:s, s:s}", "type", "error", "req", (json_int_t)req, "code", code,
-                     "message", text);
+    return json_pack("{s:s, s:I, s:s, s:s}", "type", "error", "req", (json_int_t)req,
+                     "code", code, "message", text);
 }
 
 double wire_now(void)

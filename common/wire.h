@@ -40,9 +40,12 @@ const char *wire_type(const json_t *msg);
 
 /* Typed field getters: 0 on success, -1 when absent or of another type
    (with err: "field 'x': expected an integer"). */
-int wire_get_long(const json_t *msg, const char *key, long *out, char *err, size_t errsize);
-int wire_get_double(const json_t *msg, const char *key, double *out, char *err, size_t errsize);
-int wire_get_str(const json_t *msg, const char *key, const char **out, char *err, size_t errsize);
+int wire_get_long(const json_t *msg, const char *key, long *out, char *err,
+                  size_t errsize);
+int wire_get_double(const json_t *msg, const char *key, double *out, char *err,
+                    size_t errsize);
+int wire_get_str(const json_t *msg, const char *key, const char **out, char *err,
+                 size_t errsize);
 
 /* A double as JSON: a real, or "nan"/"inf"/"-inf". New reference. */
 json_t *wire_real(double x);
@@ -58,7 +61,8 @@ json_t *wire_error(long req, const char *code, const char *fmt, ...)
    DEALER socket and waits up to timeout_ms for the reply with that req,
    dropping others. Returns the reply (caller owns) or NULL with err
    ("timeout", or malformed). */
-json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err, size_t errsize);
+json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err,
+                     size_t errsize);
 
 /* Monotonic and wall clocks, in seconds. */
 double wire_now(void);

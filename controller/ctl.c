@@ -105,12 +105,14 @@ int ctl__save_trial(ctl_t *c, ctl_trial *t)
 
 /* ---- instructions ---- */
 
-long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args, const char *who,
-                   const char *reason, const wire_peer *waiter, long waiter_req)
+long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
+                   const char *who, const char *reason, const wire_peer *waiter,
+                   long waiter_req)
 {
     if (ctl__txn(c) != 0)
         return -1;
-    json_t *detail = json_pack("{s:s, s:s}", "kind", kind, "reason", reason ? reason : "");
+    json_t *detail =
+        json_pack("{s:s, s:s}", "kind", kind, "reason", reason ? reason : "");
     if (args)
         json_object_update(detail, (json_t *)args);
     long id = store_event_add(c->store, wire_wall(), t->study->row.id, t->row.id, who,
@@ -120,8 +122,8 @@ long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
         log_error("ctl", "cannot record an instruction: %s", store_errmsg(c->store));
         return -1;
     }
-    json_t *msg = json_pack("{s:s, s:I, s:s}", "type", "instruction", "id", (json_int_t)id, "kind",
-                            kind);
+    json_t *msg = json_pack("{s:s, s:I, s:s}", "type", "instruction", "id",
+                            (json_int_t)id, "kind", kind);
     if (args)
         json_object_update(msg, (json_t *)args);
     if (c->ninstrs == c->instr_cap) {
@@ -157,8 +159,8 @@ static void s_instr_applied(ctl_t *c, const ctl_instr *in)
         if (!name || !value)
             return;
         json_object_set(t->row.params, name, value);
-        if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1, t->row.parent,
-                                   t->row.params) == 0)
+        if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1,
+                                   t->row.parent, t->row.params) == 0)
             t->row.generation++;
     } else if (!strcmp(kind, "pause") && !strcmp(t->row.state, "running")) {
         snprintf(t->row.state, sizeof t->row.state, "paused");
@@ -182,9 +184,10 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
         if (applied)
             s_instr_applied(c, in);
         if (in->waiter.len) {
-            json_t *r = applied ? wire_ok(in->waiter_req)
-                                : wire_error(in->waiter_req, "refused", "the trial refused: %s",
-                                             detail && *detail ? detail : "no reason given");
+            json_t *r =
+                applied ? wire_ok(in->waiter_req)
+                        : wire_error(in->waiter_req, "refused", "the trial refused: %s",
+                                     detail && *detail ? detail : "no reason given");
             if (applied) {
                 json_object_set_new(r, "instruction", json_integer(id));
                 json_object_set_new(r, "latency_s", json_real(latency));
@@ -201,7 +204,8 @@ void ctl__instr_resend(ctl_t *c, ctl_trial *t)
 {
     double now = wire_now();
     for (size_t i = 0; i < c->ninstrs; i++)
-        if (c->instrs[i].trial_id == t->row.id && now - c->instrs[i].sent > 0.5 && t->peer.len)
+        if (c->instrs[i].trial_id == t->row.id && now - c->instrs[i].sent > 0.5 &&
+            t->peer.len)
             ctl__send(c, &t->peer, json_incref(c->instrs[i].msg));
 }
 
@@ -241,7 +245,8 @@ static int s_bind(ctl_t *c, const char *bind, char *err, size_t errsize)
     /* peers cannot connect to a wildcard address */
     const char *star = strstr(last, "://0.0.0.0:");
     if (star)
-        snprintf(c->endpoint, sizeof c->endpoint, "tcp://127.0.0.1:%s", strrchr(last, ':') + 1);
+        snprintf(c->endpoint, sizeof c->endpoint, "tcp://127.0.0.1:%s",
+                 strrchr(last, ':') + 1);
     else
         snprintf(c->endpoint, sizeof c->endpoint, "%s", last);
     return 0;
@@ -262,7 +267,8 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
         char tmp[1024];
         snprintf(tmp, sizeof tmp, "%s", cfg->db_path);
         char *abs = realpath(dirname(tmp), NULL);
-        snprintf(c->ckpt_root, sizeof c->ckpt_root, "%s/jizhi-checkpoints", abs ? abs : ".");
+        snprintf(c->ckpt_root, sizeof c->ckpt_root, "%s/jizhi-checkpoints",
+                 abs ? abs : ".");
         free(abs);
     }
     c->store = store_open(cfg->db_path, 0, err, errsize);
@@ -277,8 +283,8 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
         ctl_destroy(&c);
         return NULL;
     }
-    log_info("ctl", "serving %s (database %s, %zu unfinished studies)", c->endpoint, cfg->db_path,
-             c->nstudies);
+    log_info("ctl", "serving %s (database %s, %zu unfinished studies)", c->endpoint,
+             cfg->db_path, c->nstudies);
     return c;
 }
 

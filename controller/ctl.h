@@ -17,10 +17,10 @@
 typedef struct ctl ctl_t;
 
 typedef struct {
-    const char *db_path;     /* SQLite file (created if missing) */
-    const char *bind;        /* endpoint to bind; tcp port "*" picks a free one */
-    const char *ckpt_root;   /* root of per-trial checkpoint dirs; NULL: next to the db */
-    double lost_timeout_s;   /* a running trial unheard for this long is lost; <= 0: 30 s */
+    const char *db_path;   /* SQLite file (created if missing) */
+    const char *bind;      /* endpoint to bind; tcp port "*" picks a free one */
+    const char *ckpt_root; /* root of per-trial checkpoint dirs; NULL: next to the db */
+    double lost_timeout_s; /* a running trial unheard for this long is lost; <= 0: 30 s */
 } ctl_config;
 
 /* Opens the store, reloads unfinished studies and binds the socket.

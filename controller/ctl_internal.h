@@ -24,31 +24,31 @@ typedef struct ctl_study ctl_study;
 typedef struct ctl_disp ctl_disp;
 
 typedef struct {
-    store_trial row;       /* persisted columns */
-    ctl_study *study;      /* borrowed back-pointer */
-    wire_peer peer;        /* the trial's routing id, len 0 until it speaks */
-    double last_heard;     /* monotonic: last message from it or its dispatcher listing it */
-    ctl_disp *disp;        /* where it runs, NULL when not started */
-    int stop_requested;    /* ended by a stop: mark "stopped", not failed */
-    char stop_reason[128]; /* why it was stopped */
-    double stop_sent;      /* monotonic time of the stop instruction, 0 if none */
-    int kill_sent;         /* a kill went to its dispatcher */
-    long gpus;             /* GPUs it holds on its dispatcher */
+    store_trial row;    /* persisted columns */
+    ctl_study *study;   /* borrowed back-pointer */
+    wire_peer peer;     /* the trial's routing id, len 0 until it speaks */
+    double last_heard;  /* monotonic: last message from it or its dispatcher listing it */
+    ctl_disp *disp;     /* where it runs, NULL when not started */
+    int stop_requested; /* ended by a stop: mark "stopped", not failed */
+    char stop_reason[128];   /* why it was stopped */
+    double stop_sent;        /* monotonic time of the stop instruction, 0 if none */
+    int kill_sent;           /* a kill went to its dispatcher */
+    long gpus;               /* GPUs it holds on its dispatcher */
     char restart_from[1024]; /* checkpoint its pending restart loads, "" if none */
-    int release;           /* pause --release: 1 checkpoint asked, 2 stop sent */
+    int release;             /* pause --release: 1 checkpoint asked, 2 stop sent */
 } ctl_trial;
 
 struct ctl_study {
-    store_study row;       /* id, name, state, spec json */
-    spec_t *spec;          /* owned */
-    sched_t *sched;        /* owned */
-    sched_t *mon[4];       /* monitors (early stopping, guard), owned */
+    store_study row; /* id, name, state, spec json */
+    spec_t *spec;    /* owned */
+    sched_t *sched;  /* owned */
+    sched_t *mon[4]; /* monitors (early stopping, guard), owned */
     int nmon;
-    ctl_trial **trials;    /* owned, index = trial number */
+    ctl_trial **trials; /* owned, index = trial number */
     size_t ntrials, cap;
-    int exhausted;         /* scheduler returned SCHED_DONE */
-    int sched_dirty;       /* scheduler state to persist this iteration */
-    long next_id;          /* id reserved for the trial being suggested, 0 if none */
+    int exhausted;   /* scheduler returned SCHED_DONE */
+    int sched_dirty; /* scheduler state to persist this iteration */
+    long next_id;    /* id reserved for the trial being suggested, 0 if none */
 };
 
 struct ctl_disp {
@@ -58,17 +58,17 @@ struct ctl_disp {
     long ngpus;
     int gpu_ids[64];
     int gpu_used[64];
-    double last_seen;     /* monotonic */
+    double last_seen; /* monotonic */
     int alive;
 };
 
 /* An instruction sent to a trial and not yet acknowledged. */
 typedef struct {
-    long id;              /* event id = instruction id */
+    long id; /* event id = instruction id */
     long trial_id;
-    json_t *msg;          /* the `instruction` message, owned */
-    double sent;          /* monotonic, first send */
-    wire_peer waiter;     /* CLI peer waiting for the ack, len 0 if none */
+    json_t *msg;      /* the `instruction` message, owned */
+    double sent;      /* monotonic, first send */
+    wire_peer waiter; /* CLI peer waiting for the ack, len 0 if none */
     long waiter_req;
 } ctl_instr;
 
@@ -85,9 +85,9 @@ struct ctl {
     char endpoint[512];
     char ckpt_root[1024];
     double lost_timeout;
-    double started;        /* monotonic, controller start */
-    int in_txn;            /* a transaction is open this iteration */
-    long next_trial_id;    /* next unused trials.id (ids are reserved before suggest) */
+    double started;     /* monotonic, controller start */
+    int in_txn;         /* a transaction is open this iteration */
+    long next_trial_id; /* next unused trials.id (ids are reserved before suggest) */
     ctl_study **studies;
     size_t nstudies;
     ctl_disp **disps;
@@ -117,8 +117,9 @@ ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name);
 int ctl__save_trial(ctl_t *c, ctl_trial *t);
 /* Creates, records and queues an instruction for a running trial.
    `args` borrowed. Returns the instruction id or -1. */
-long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args, const char *who,
-                   const char *reason, const wire_peer *waiter, long waiter_req);
+long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
+                   const char *who, const char *reason, const wire_peer *waiter,
+                   long waiter_req);
 /* Resolves an outstanding instruction; answers its waiter. */
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail);
 /* Re-pushes outstanding instructions of a trial (after it spoke). */
@@ -128,20 +129,22 @@ void ctl__instr_resend(ctl_t *c, ctl_trial *t);
 /* Loads the running studies from the store. 0 or -1. */
 int ctl__load(ctl_t *c, char *err, size_t errsize);
 /* Submits a spec (borrowed json). Fills *out with the study; sets
-   *resumed and *finished. 0, or -1 with code/message for the error reply. */
+ *resumed and *finished. 0, or -1 with code/message for the error reply. */
 int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int *finished,
                 const char **code, char *msg, size_t msgsize);
 /* Starts trials where budget and slots allow, detects lost trials,
    finishes studies. Called once per iteration. */
 void ctl__tick(ctl_t *c, double now);
 /* A trial's process ended (from the dispatcher). */
-void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const char *message);
+void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
+                       const char *message);
 /* A trial is lost (its dispatcher no longer has it). */
 void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why);
 /* A trial saved a checkpoint: record it and tell the schedulers. */
 void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path);
 /* Stores a batch of metrics for a trial; runs schedulers. 0 or -1. */
-int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n, double now);
+int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
+                       double now);
 /* Stops a study (state stopped; its running trials are stopped). */
 void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who);
 /* Resumes a stopped study. */

@@ -45,7 +45,8 @@ static ctl_trial *s_auth(ctl_t *c, const wire_peer *from, const json_t *msg, lon
     }
     ctl_trial *t = ctl__trial_by_id(c, id);
     if (!t || strcmp(t->row.token, token) != 0) {
-        log_warn("ctl", "refused a %s message for trial %ld: wrong token", wire_type(msg), id);
+        log_warn("ctl", "refused a %s message for trial %ld: wrong token", wire_type(msg),
+                 id);
         s_reply_error(c, from, req, "unauthorized", "wrong token for this trial");
         return NULL;
     }
@@ -78,7 +79,9 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         return;
     json_t *pts = json_object_get(msg, "points");
     if (!json_is_array(pts) || json_array_size(pts) > MAX_POINTS) {
-        s_reply_error(c, from, req, "malformed", "field 'points': expected an array of at most 100000 [step, name, value]");
+        s_reply_error(
+            c, from, req, "malformed",
+            "field 'points': expected an array of at most 100000 [step, name, value]");
         return;
     }
     /* each helper instance (process) numbers its batches from its own
@@ -108,7 +111,8 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
             !json_is_string(name) || !s_valid_metric(json_string_value(name)) ||
             wire_to_double(json_array_get(e, 2), &p[i].value) != 0) {
             char text[128];
-            snprintf(text, sizeof text, "points[%zu]: expected [step (integer), name, value]", i);
+            snprintf(text, sizeof text,
+                     "points[%zu]: expected [step (integer), name, value]", i);
             s_reply_error(c, from, req, "malformed", text);
             free(p);
             return;
@@ -142,7 +146,8 @@ static void s_ins_ack(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     char err[128];
     json_t *applied = json_object_get(msg, "applied");
     if (wire_get_long(msg, "id", &id, err, sizeof err) || !json_is_boolean(applied)) {
-        s_reply_error(c, from, req, "malformed", "ins_ack needs 'id' (integer) and 'applied' (boolean)");
+        s_reply_error(c, from, req, "malformed",
+                      "ins_ack needs 'id' (integer) and 'applied' (boolean)");
         return;
     }
     const char *detail = json_string_value(json_object_get(msg, "detail"));
@@ -159,7 +164,8 @@ static void s_checkpoint_done(ctl_t *c, const wire_peer *from, json_t *msg, long
     const char *path;
     char err[128];
     if (wire_get_long(msg, "step", &step, err, sizeof err) ||
-        wire_get_str(msg, "path", &path, err, sizeof err) || strlen(path) >= sizeof t->row.checkpoint) {
+        wire_get_str(msg, "path", &path, err, sizeof err) ||
+        strlen(path) >= sizeof t->row.checkpoint) {
         s_reply_error(c, from, req, "malformed", *err ? err : "path too long");
         return;
     }
@@ -177,8 +183,10 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
     double now = wire_now();
     size_t i;
     json_t *e;
-    json_array_foreach(running, i, e) {
-        ctl_trial *t = ctl__trial_by_id(c, (long)json_integer_value(json_object_get(e, "trial")));
+    json_array_foreach(running, i, e)
+    {
+        ctl_trial *t =
+            ctl__trial_by_id(c, (long)json_integer_value(json_object_get(e, "trial")));
         if (t && ctl__trial_active(t) &&
             json_integer_value(json_object_get(e, "attempt")) == t->row.attempt) {
             t->last_heard = now;
@@ -197,10 +205,11 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
             if (!ctl__trial_active(t) || strcmp(t->row.dispatcher, d->name))
                 continue;
             int listed = 0;
-            json_array_foreach(running, i, e)
-                if (json_integer_value(json_object_get(e, "trial")) == t->row.id &&
-                    json_integer_value(json_object_get(e, "attempt")) == t->row.attempt)
-                    listed = 1;
+            json_array_foreach(running, i,
+                               e) if (json_integer_value(json_object_get(e, "trial")) ==
+                                          t->row.id &&
+                                      json_integer_value(json_object_get(e, "attempt")) ==
+                                          t->row.attempt) listed = 1;
             if (!listed)
                 ctl__trial_lost(c, t, "lost: its dispatcher restarted without it");
         }
@@ -212,10 +221,10 @@ static int s_valid_running(json_t *running)
         return 0;
     size_t i;
     json_t *e;
-    json_array_foreach(running, i, e)
-        if (!json_is_object(e) || !json_is_integer(json_object_get(e, "trial")) ||
-            !json_is_integer(json_object_get(e, "attempt")))
-            return 0;
+    json_array_foreach(running, i,
+                       e) if (!json_is_object(e) ||
+                              !json_is_integer(json_object_get(e, "trial")) ||
+                              !json_is_integer(json_object_get(e, "attempt"))) return 0;
     return 1;
 }
 
@@ -228,8 +237,8 @@ static void s_register(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     json_t *running = json_object_get(msg, "running");
     if (wire_get_str(msg, "name", &name, err, sizeof err) ||
         wire_get_long(msg, "slots", &slots, err, sizeof err) || !json_is_array(gpus) ||
-        json_array_size(gpus) > 64 || !s_valid_running(running) || !*name || strlen(name) >= 64 ||
-        slots < 0) {
+        json_array_size(gpus) > 64 || !s_valid_running(running) || !*name ||
+        strlen(name) >= 64 || slots < 0) {
         s_reply_error(c, from, req, "malformed",
                       "register needs name, slots >= 0, gpus (array of <= 64), running");
         return;
@@ -262,8 +271,8 @@ static void s_register(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     char *gtext = json_dumps(gpus, JSON_COMPACT);
     store_dispatcher_upsert(c->store, name, slots, gtext, wire_wall());
     free(gtext);
-    log_info("ctl", "dispatcher %s registered: %ld slots, %ld GPUs, %zu running", name, slots,
-             d->ngpus, json_array_size(running));
+    log_info("ctl", "dispatcher %s registered: %ld slots, %ld GPUs, %zu running", name,
+             slots, d->ngpus, json_array_size(running));
     ctl__send(c, from, wire_ok(req));
 }
 
@@ -376,7 +385,8 @@ static ctl_study *s_study_arg(ctl_t *c, const wire_peer *from, json_t *msg, long
     ctl_study *s = ctl__study_by_name(c, name);
     if (!s) {
         char text[200];
-        snprintf(text, sizeof text, "no study named \"%s\" is loaded in this controller", name);
+        snprintf(text, sizeof text, "no study named \"%s\" is loaded in this controller",
+                 name);
         s_reply_error(c, from, req, "unknown_study", text);
     }
     return s;
@@ -398,7 +408,8 @@ static void s_submit(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         return;
     }
     json_t *r = wire_ok(req);
-    json_object_set_new(r, "study", json_string(json_string_value(json_object_get(spec, "name"))));
+    json_object_set_new(r, "study",
+                        json_string(json_string_value(json_object_get(spec, "name"))));
     json_object_set_new(r, "resumed", json_boolean(resumed));
     json_object_set_new(r, "finished", json_boolean(finished));
     ctl__send(c, from, r);
@@ -432,7 +443,8 @@ static void s_study_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
     ctl__send(c, from, wire_ok(req));
 }
 
-static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, const char *kind)
+static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req,
+                        const char *kind)
 {
     long id;
     char err[128];
@@ -447,8 +459,9 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
         return;
     }
     int suspended = !strcmp(t->row.state, "suspended");
-    int idle_ok = (!strcmp(kind, "stop") && (!strcmp(t->row.state, "pending") || suspended)) ||
-                  (!strcmp(kind, "resume") && suspended);
+    int idle_ok =
+        (!strcmp(kind, "stop") && (!strcmp(t->row.state, "pending") || suspended)) ||
+        (!strcmp(kind, "resume") && suspended);
     if (!ctl__trial_active(t) && !idle_ok) {
         snprintf(err, sizeof err, "trial %ld is %s, not running", id, t->row.state);
         s_reply_error(c, from, req, "bad_state", err);
@@ -466,7 +479,8 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
     }
     if (!strcmp(kind, "pause") && json_is_true(json_object_get(msg, "release"))) {
         if (t->release || !strcmp(t->row.state, "starting")) {
-            s_reply_error(c, from, req, "bad_state", "the trial is starting or already releasing");
+            s_reply_error(c, from, req, "bad_state",
+                          "the trial is starting or already releasing");
             return;
         }
         ctl__trial_release(c, t, "cli");
@@ -483,21 +497,25 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
     if (!strcmp(kind, "set")) {
         json_t *values = json_object_get(msg, "values");
         if (!json_is_object(values) || json_object_size(values) == 0) {
-            s_reply_error(c, from, req, "malformed", "field 'values': expected a non-empty object");
+            s_reply_error(c, from, req, "malformed",
+                          "field 'values': expected a non-empty object");
             return;
         }
         const char *key;
         json_t *v;
-        json_object_foreach(values, key, v) {
+        json_object_foreach(values, key, v)
+        {
             if (!spec_valid_name(key) || !(json_is_number(v) || json_is_string(v))) {
-                snprintf(err, sizeof err, "values.%s: expected a name and a number or string", key);
+                snprintf(err, sizeof err,
+                         "values.%s: expected a name and a number or string", key);
                 s_reply_error(c, from, req, "malformed", err);
                 return;
             }
         }
         /* one instruction per key; the reply waits for the last */
         size_t left = json_object_size(values);
-        json_object_foreach(values, key, v) {
+        json_object_foreach(values, key, v)
+        {
             json_t *args = json_pack("{s:s, s:O}", "name", key, "value", v);
             int last = --left == 0;
             long iid = ctl__instruct(c, t, "set", args, "cli", "set by a person",
@@ -513,7 +531,8 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
         }
         return;
     }
-    long iid = ctl__instruct(c, t, kind, NULL, "cli", "by a person", wait ? from : NULL, req);
+    long iid =
+        ctl__instruct(c, t, kind, NULL, "cli", "by a person", wait ? from : NULL, req);
     if (iid >= 0 && !wait) {
         json_t *r = wire_ok(req);
         json_object_set_new(r, "instruction", json_integer(iid));
@@ -567,6 +586,7 @@ void ctl__handle(ctl_t *c, const wire_peer *from, json_t *msg)
         ctl__send(c, from, ok);
     } else {
         log_warn("ctl", "dropped a message of unknown type \"%.40s\"", type);
-        ctl__send(c, from, wire_error(req, "malformed", "unknown message type \"%.40s\"", type));
+        ctl__send(c, from,
+                  wire_error(req, "malformed", "unknown message type \"%.40s\"", type));
     }
 }

@@ -30,8 +30,10 @@ static void s_token(char *out, size_t size)
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0 || read(fd, raw, sizeof raw) != (ssize_t)sizeof raw) {
         /* no urandom: fall back to a weaker but still per-trial value */
-        unsigned long long x = (unsigned long long)(wire_wall() * 1e6) ^ ((unsigned long long)getpid() << 32);
-        for (size_t i = 0; i < sizeof raw; i++, x = x * 6364136223846793005ULL + 1442695040888963407ULL)
+        unsigned long long x = (unsigned long long)(wire_wall() * 1e6) ^
+                               ((unsigned long long)getpid() << 32);
+        for (size_t i = 0; i < sizeof raw;
+             i++, x = x * 6364136223846793005ULL + 1442695040888963407ULL)
             raw[i] ^= (unsigned char)(x >> 56);
     }
     if (fd >= 0)
@@ -103,8 +105,8 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
     for (int i = 0; saved && !bad && i < s->nmon && i < (int)json_array_size(mons); i++)
         bad = s->mon[i]->ops->restore(s->mon[i], json_array_get(mons, (size_t)i)) != 0;
     if (bad) {
-        snprintf(err, errsize, "study %s: cannot restore the %s scheduler's state", s->row.name,
-                 s->spec->sched_type);
+        snprintf(err, errsize, "study %s: cannot restore the %s scheduler's state",
+                 s->row.name, s->spec->sched_type);
         ctl__study_free(s);
         return NULL;
     }
@@ -195,7 +197,8 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
                 /* stopped earlier: load it and run it again */
                 live = s_study_open(c, &row, msg, msgsize);
                 if (live) {
-                    c->studies = realloc(c->studies, (c->nstudies + 1) * sizeof *c->studies);
+                    c->studies =
+                        realloc(c->studies, (c->nstudies + 1) * sizeof *c->studies);
                     c->studies[c->nstudies++] = live;
                 }
             }
@@ -211,8 +214,8 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
         free(old);
         store_study_fini(&row);
     } else {
-        long id = ctl__txn(c) == 0 ? store_study_insert(c->store, spec->name, spec->json, "running",
-                                                         wire_wall())
+        long id = ctl__txn(c) == 0 ? store_study_insert(c->store, spec->name, spec->json,
+                                                        "running", wire_wall())
                                    : -1;
         if (id < 0 || store_study_get_id(c->store, id, &row) != 1) {
             *code = "internal";
@@ -222,9 +225,12 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
             if (s) {
                 c->studies = realloc(c->studies, (c->nstudies + 1) * sizeof *c->studies);
                 c->studies[c->nstudies++] = s;
-                store_event_add(c->store, wire_wall(), id, -1, "cli", "study_submitted", NULL, 1);
-                log_info("ctl", "study %s submitted (%ld trials, %ld in parallel, scheduler %s)",
-                         s->row.name, s->spec->trials, s->spec->parallel, s->spec->sched_type);
+                store_event_add(c->store, wire_wall(), id, -1, "cli", "study_submitted",
+                                NULL, 1);
+                log_info("ctl",
+                         "study %s submitted (%ld trials, %ld in parallel, scheduler %s)",
+                         s->row.name, s->spec->trials, s->spec->parallel,
+                         s->spec->sched_type);
                 *out = s;
                 rc = 0;
             } else {
@@ -277,8 +283,10 @@ static void s_end(ctl_t *c, ctl_trial *t, const char *state, const char *reason)
             sc->ops->on_complete(sc, t->row.id, t->row.params, oc, t->row.value);
     }
     s->sched_dirty = 1;
-    json_t *detail = json_pack("{s:s, s:o}", "reason", reason, "value", wire_real(t->row.value));
-    store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller", state, detail, 1);
+    json_t *detail =
+        json_pack("{s:s, s:o}", "reason", reason, "value", wire_real(t->row.value));
+    store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller", state,
+                    detail, 1);
     json_decref(detail);
     log_info("ctl", "study %s trial %ld %s%s%s", s->row.name, t->row.number, state,
              *reason ? ": " : "", reason);
@@ -298,9 +306,10 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
     t->row.pid = 0;
     t->peer.len = 0;
     ctl__save_trial(c, t);
-    json_t *detail = json_pack("{s:s, s:I}", "reason", reason, "attempt", (json_int_t)t->row.attempt);
-    store_event_add(c->store, wire_wall(), t->study->row.id, t->row.id, "controller", "retry",
-                    detail, 1);
+    json_t *detail =
+        json_pack("{s:s, s:I}", "reason", reason, "attempt", (json_int_t)t->row.attempt);
+    store_event_add(c->store, wire_wall(), t->study->row.id, t->row.id, "controller",
+                    "retry", detail, 1);
     json_decref(detail);
     log_info("ctl", "study %s trial %ld: %s; retrying (attempt %ld)", t->study->row.name,
              t->row.number, reason, t->row.attempt + 1);
@@ -341,28 +350,33 @@ static void s_load_fallback(ctl_t *c, ctl_study *s, ctl_trial *t, double now)
         ctl_instr *in = &c->instrs[i];
         const char *kind = json_string_value(json_object_get(in->msg, "kind"));
         const char *path = json_string_value(json_object_get(in->msg, "path"));
-        if (in->trial_id != t->row.id || now - in->sent < limit || !kind || strcmp(kind, "load") ||
-            !path || strlen(path) >= sizeof t->restart_from)
+        if (in->trial_id != t->row.id || now - in->sent < limit || !kind ||
+            strcmp(kind, "load") || !path || strlen(path) >= sizeof t->restart_from)
             continue;
         if (ctl__txn(c) != 0)
             return;
         snprintf(t->restart_from, sizeof t->restart_from, "%s", path);
         json_t *detail = json_pack("{s:s, s:I, s:O?, s:f}", "path", path, "instruction",
-                                   (json_int_t)in->id, "from", json_object_get(in->msg, "from"),
-                                   "timeout_s", limit);
+                                   (json_int_t)in->id, "from",
+                                   json_object_get(in->msg, "from"), "timeout_s", limit);
         char why[160];
-        snprintf(why, sizeof why, "not acknowledged within %g s: restarting the trial from the "
-                                  "checkpoint", limit);
+        snprintf(why, sizeof why,
+                 "not acknowledged within %g s: restarting the trial from the "
+                 "checkpoint",
+                 limit);
         ctl__instr_done(c, in->id, 0, why); /* `in` is gone after this */
         store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller",
                         "restart_from_checkpoint", detail, 1);
         json_decref(detail);
         ctl__send(c, &t->disp->peer,
-                  json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial", (json_int_t)t->row.id,
-                            "attempt", (json_int_t)t->row.attempt, "reason",
+                  json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial",
+                            (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt,
+                            "reason",
                             "restart from a checkpoint (load not acknowledged)"));
         t->kill_sent = 1;
-        log_info("ctl", "study %s trial %ld: load not acknowledged within %g s; restarting it from %s",
+        log_info("ctl",
+                 "study %s trial %ld: load not acknowledged within %g s; restarting it "
+                 "from %s",
                  s->row.name, t->row.number, limit, t->restart_from);
         return;
     }
@@ -391,7 +405,8 @@ static void s_restart_env(ctl_t *c, ctl_trial *t, json_t *env)
     t->restart_from[0] = 0;
 }
 
-void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const char *message)
+void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
+                       const char *message)
 {
     if (s_is_ended(t) || !strcmp(t->row.state, "pending"))
         return; /* a repeated report */
@@ -421,11 +436,13 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code, const
         return;
     }
     if (!strcmp(how, "exited") && code == 0)
-        snprintf(reason, sizeof reason, "exited without reporting %s", t->study->spec->metric);
+        snprintf(reason, sizeof reason, "exited without reporting %s",
+                 t->study->spec->metric);
     else if (!strcmp(how, "exited"))
         snprintf(reason, sizeof reason, "exited with status %ld", code);
     else if (!strcmp(how, "timeout"))
-        snprintf(reason, sizeof reason, "killed after timeout_s=%g", t->study->spec->timeout_s);
+        snprintf(reason, sizeof reason, "killed after timeout_s=%g",
+                 t->study->spec->timeout_s);
     else if (!strcmp(how, "signaled"))
         snprintf(reason, sizeof reason, "killed by signal %ld", code);
     else
@@ -464,7 +481,8 @@ static int s_new_generation(ctl_t *c, ctl_trial *t, const json_t *args)
     json_t *merged = json_deep_copy(t->row.params);
     json_object_update(merged, params);
     long parent = json_is_integer(from) ? (long)json_integer_value(from) : t->row.parent;
-    if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1, parent, merged) != 0) {
+    if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1, parent,
+                               merged) != 0) {
         json_decref(merged);
         return -1;
     }
@@ -480,12 +498,14 @@ static void s_apply(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *ins, int k
 {
     for (int j = 0; j < k; j++) {
         ctl_trial *target = ctl__trial_by_id(c, ins[j].trial);
-        if (target && ctl__trial_active(target) && target->study == s && ctl__txn(c) == 0) {
+        if (target && ctl__trial_active(target) && target->study == s &&
+            ctl__txn(c) == 0) {
             if (!strcmp(ins[j].kind, "stop"))
                 ctl__trial_stop(c, target, by->ops->name, ins[j].reason);
-            else if (strcmp(ins[j].kind, "load") || s_new_generation(c, target, ins[j].args) == 0)
-                ctl__instruct(c, target, ins[j].kind, ins[j].args, by->ops->name, ins[j].reason,
-                              NULL, 0);
+            else if (strcmp(ins[j].kind, "load") ||
+                     s_new_generation(c, target, ins[j].args) == 0)
+                ctl__instruct(c, target, ins[j].kind, ins[j].args, by->ops->name,
+                              ins[j].reason, NULL, 0);
         }
         sched_instr_fini(&ins[j]);
     }
@@ -496,7 +516,8 @@ static void s_apply(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *ins, int k
 void ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who)
 {
     t->release = 1;
-    ctl__instruct(c, t, "checkpoint", NULL, who, "pause --release: checkpoint, then exit", NULL, 0);
+    ctl__instruct(c, t, "checkpoint", NULL, who, "pause --release: checkpoint, then exit",
+                  NULL, 0);
 }
 
 void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who)
@@ -515,7 +536,8 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
     if (ctl__save_trial(c, t) != 0)
         return;
     json_t *detail = json_pack("{s:I, s:s}", "step", (json_int_t)step, "path", path);
-    store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "trial", "checkpoint", detail, 1);
+    store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "trial", "checkpoint",
+                    detail, 1);
     json_decref(detail);
     for (int m = -1; m < s->nmon; m++) {
         sched_t *sc = m < 0 ? s->sched : s->mon[m];
@@ -531,10 +553,12 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
     }
 }
 
-int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n, double now)
+int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
+                       double now)
 {
     ctl_study *s = t->study;
-    if (store_metrics_add(c->store, t->row.id, t->row.attempt, pts, n, wire_wall()) != 0) {
+    if (store_metrics_add(c->store, t->row.id, t->row.attempt, pts, n, wire_wall()) !=
+        0) {
         log_error("ctl", "cannot store metrics: %s", store_errmsg(c->store));
         return -1;
     }
@@ -543,7 +567,8 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
             t->row.last_step = pts[i].step;
         if (!strcmp(pts[i].name, s->spec->metric)) {
             t->row.last_value = pts[i].value;
-            if (!isnan(pts[i].value) && spec_better(s->spec, pts[i].value, t->row.best_value))
+            if (!isnan(pts[i].value) &&
+                spec_better(s->spec, pts[i].value, t->row.best_value))
                 t->row.best_value = pts[i].value;
         }
         for (int m = -1; m < s->nmon; m++) {
@@ -554,8 +579,8 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
                transaction, with the metrics, before they are acknowledged */
             s->sched_dirty = 1;
             sched_instr ins[8];
-            int k = sc->ops->on_metric(sc, t->row.id, pts[i].step, pts[i].name, pts[i].value, now,
-                                       ins, 8);
+            int k = sc->ops->on_metric(sc, t->row.id, pts[i].step, pts[i].name,
+                                       pts[i].value, now, ins, 8);
             s_apply(c, s, sc, ins, k);
         }
     }
@@ -623,10 +648,11 @@ static void s_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
     json_object_set_new(env, "JIZHI_CHECKPOINT_DIR", json_string(ckpt));
     s_restart_env(c, t, env);
     free(params);
-    json_t *msg = json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:f, s:I}", "type", "start", "trial",
-                            (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt, "study",
-                            s->row.name, "argv", argv, "env", env, "timeout_s", s->spec->timeout_s,
-                            "gpus", (json_int_t)s->spec->gpus);
+    json_t *msg =
+        json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:f, s:I}", "type", "start", "trial",
+                  (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt, "study",
+                  s->row.name, "argv", argv, "env", env, "timeout_s", s->spec->timeout_s,
+                  "gpus", (json_int_t)s->spec->gpus);
     t->disp = d;
     d->used++;
     t->gpus = 0;
@@ -720,12 +746,14 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
                 t->disp) {
                 ctl__send(c, &t->disp->peer,
                           json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial",
-                                    (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt,
-                                    "reason", t->stop_reason));
+                                    (json_int_t)t->row.id, "attempt",
+                                    (json_int_t)t->row.attempt, "reason",
+                                    t->stop_reason));
                 t->kill_sent = 1;
             }
             active++;
-        } else if (!strcmp(t->row.state, "pending") || !strcmp(t->row.state, "suspended")) {
+        } else if (!strcmp(t->row.state, "pending") ||
+                   !strcmp(t->row.state, "suspended")) {
             if (time_over)
                 ctl__trial_stop(c, t, "controller", "study time budget used up");
             else if (!strcmp(t->row.state, "pending"))
@@ -744,7 +772,8 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
         if (!d)
             break;
         if (!next) {
-            if ((long)s->ntrials >= s->spec->trials || s->exhausted || s_create(c, s) != 1)
+            if ((long)s->ntrials >= s->spec->trials || s->exhausted ||
+                s_create(c, s) != 1)
                 break;
             next = s->trials[s->ntrials - 1];
         } else {
@@ -757,8 +786,8 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
         json_t *mons = json_array();
         for (int i = 0; i < s->nmon; i++)
             json_array_append_new(mons, s->mon[i]->ops->save(s->mon[i]));
-        json_t *state = json_pack("{s:o, s:o}", "main", s->sched->ops->save(s->sched), "monitors",
-                                  mons);
+        json_t *state = json_pack("{s:o, s:o}", "main", s->sched->ops->save(s->sched),
+                                  "monitors", mons);
         store_study_set_sched(c->store, s->row.id, state);
         json_decref(state);
         s->sched_dirty = 0;
@@ -767,8 +796,8 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
     if (active == 0 && pending == 0 && held == 0 && budget_done && ctl__txn(c) == 0) {
         store_study_set_state(c->store, s->row.id, "finished", wire_wall());
         snprintf(s->row.state, sizeof s->row.state, "finished");
-        store_event_add(c->store, wire_wall(), s->row.id, -1, "controller", "study_finished", NULL,
-                        1);
+        store_event_add(c->store, wire_wall(), s->row.id, -1, "controller",
+                        "study_finished", NULL, 1);
         log_info("ctl", "study %s finished", s->row.name);
     }
 }
@@ -779,7 +808,8 @@ void ctl__tick(ctl_t *c, double now)
         ctl_disp *d = c->disps[i];
         if (d->alive && now - d->last_seen > c->lost_timeout) {
             d->alive = 0;
-            log_warn("ctl", "dispatcher %s is silent; its trials will be marked lost", d->name);
+            log_warn("ctl", "dispatcher %s is silent; its trials will be marked lost",
+                     d->name);
         }
     }
     for (size_t i = 0; i < c->nstudies; i++)
@@ -801,7 +831,8 @@ void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who)
 
 void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who)
 {
-    if (!strcmp(s->row.state, "running") || !strcmp(s->row.state, "finished") || ctl__txn(c) != 0)
+    if (!strcmp(s->row.state, "running") || !strcmp(s->row.state, "finished") ||
+        ctl__txn(c) != 0)
         return;
     /* trials stopped by the study stop run again */
     for (size_t i = 0; i < s->ntrials; i++) {
@@ -836,13 +867,15 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
             (!best || spec_better(s->spec, t->row.value, best->row.value)))
             best = t;
     }
-    json_t *b = best ? json_pack("{s:I, s:I, s:o, s:O}", "trial", (json_int_t)best->row.id,
-                                 "number", (json_int_t)best->row.number, "value",
-                                 wire_real(best->row.value), "params", best->row.params)
-                     : json_null();
-    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o, s:f}", "study", s->row.name,
-                     "state", s->row.state, "metric", s->spec->metric, "total",
-                     (json_int_t)s->spec->trials, "done", (json_int_t)done, "running",
-                     (json_int_t)running, "failed", (json_int_t)failed, "pending",
-                     (json_int_t)pending, "best", b, "elapsed_s", wire_wall() - s->row.created);
+    json_t *b = best
+                    ? json_pack("{s:I, s:I, s:o, s:O}", "trial", (json_int_t)best->row.id,
+                                "number", (json_int_t)best->row.number, "value",
+                                wire_real(best->row.value), "params", best->row.params)
+                    : json_null();
+    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o, s:f}", "study",
+                     s->row.name, "state", s->row.state, "metric", s->spec->metric,
+                     "total", (json_int_t)s->spec->trials, "done", (json_int_t)done,
+                     "running", (json_int_t)running, "failed", (json_int_t)failed,
+                     "pending", (json_int_t)pending, "best", b, "elapsed_s",
+                     wire_wall() - s->row.created);
 }

@@ -143,7 +143,8 @@ static double s_clamp01(double x)
 /* Projected gradient ascent with Barzilai-Borwein steps and an Armijo
    backtracking line search (spectral projected gradient, monotone).
    Moves only the dimensions in mask. x is updated; returns its value. */
-static double s_polish(gp_t *gp, const acq_t *a, const unsigned char *mask, double *x, int max_iter)
+static double s_polish(gp_t *gp, const acq_t *a, const unsigned char *mask, double *x,
+                       int max_iter)
 {
     int d = gp_dim(gp);
     double g[d], xn[d], gn[d], dir[d];
@@ -223,7 +224,8 @@ static int s_same(const double *a, const double *b, int d)
     return memcmp(a, b, sizeof(double) * (size_t)d) == 0;
 }
 
-int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out, double *vals, int k)
+int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
+                 double *vals, int k)
 {
     acq_opt_opts dflt;
     if (!o) {

@@ -50,10 +50,10 @@ typedef struct {
                                   perturbed), 0 discrete; NULL = all 1 */
     acq_round_fn round;        /* NULL = every point is legal */
     void *round_ctx;
-    const double *starts;      /* n_starts rows of d: where to search locally */
+    const double *starts; /* n_starts rows of d: where to search locally */
     int n_starts;
-    unsigned long long seed;   /* for the Sobol shift and the local draws */
-    const atomic_int *cancel;  /* when non-NULL and set, gives up (-1) */
+    unsigned long long seed;  /* for the Sobol shift and the local draws */
+    const atomic_int *cancel; /* when non-NULL and set, gives up (-1) */
 } acq_opt_opts;
 
 void acq_opt_opts_init(acq_opt_opts *o);
@@ -62,7 +62,7 @@ void acq_opt_opts_init(acq_opt_opts *o);
    best distinct legal points, best first, to out (k x d) and their values
    to vals. Returns how many were written (>= 1), or -1 when out of memory
    or cancelled. */
-int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out, double *vals,
-                 int k);
+int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
+                 double *vals, int k);
 
 #endif

@@ -35,26 +35,28 @@
 
 struct gp {
     int d, n;
-    double *X;          /* n x d inputs */
-    double *y;          /* n standardised outputs */
-    double ymean, ysd;  /* standardisation */
-    double *theta;      /* d + 2 */
-    gsl_matrix *L;      /* Cholesky factor (lower) of K + noise I + jitter I */
-    gsl_vector *alpha;  /* K^-1 y */
-    int factored;       /* L and alpha match theta and the data */
-    double jitter;      /* of the last factorisation */
-    double objective;   /* log marginal + log prior of the last factorisation */
-    int fit_evals;      /* likelihood evaluations in the last gp_fit */
-    double *ks, *dk;    /* predict scratch: n, n x d */
-    gsl_vector *v;      /* predict scratch: n */
+    double *X;         /* n x d inputs */
+    double *y;         /* n standardised outputs */
+    double ymean, ysd; /* standardisation */
+    double *theta;     /* d + 2 */
+    gsl_matrix *L;     /* Cholesky factor (lower) of K + noise I + jitter I */
+    gsl_vector *alpha; /* K^-1 y */
+    int factored;      /* L and alpha match theta and the data */
+    double jitter;     /* of the last factorisation */
+    double objective;  /* log marginal + log prior of the last factorisation */
+    int fit_evals;     /* likelihood evaluations in the last gp_fit */
+    double *ks, *dk;   /* predict scratch: n, n x d */
+    gsl_vector *v;     /* predict scratch: n */
 };
 
 /* LAPACK from OpenBLAS (linked as -lopenblas): its blocked, threaded
    Cholesky and inverse are several times faster than GSL's at n ~ 1000.
    A row-major lower triangle is LAPACK's column-major upper one. The
    trailing size_t is the Fortran hidden length of the character argument. */
-extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info, size_t);
-extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, int *info, size_t);
+extern void dpotrf_(const char *uplo, const int *n, double *a, const int *lda, int *info,
+                    size_t);
+extern void dpotri_(const char *uplo, const int *n, double *a, const int *lda, int *info,
+                    size_t);
 
 /* In-place Cholesky of the lower triangle of a row-major matrix. 0 or -1. */
 static int s_potrf(gsl_matrix *K)
@@ -230,8 +232,8 @@ int gp_set_data(gp_t *gp, const double *X, const double *y, int n, int standardi
 
 /* ---- kernel ----------------------------------------------------------- */
 
-double gp_kernel(int d, const double *theta, const double *a, const double *b, double *dtheta,
-                 double *dx)
+double gp_kernel(int d, const double *theta, const double *a, const double *b,
+                 double *dtheta, double *dx)
 {
     double sf2 = exp(theta[d]), r2 = 0;
     for (int i = 0; i < d; i++) {
@@ -256,7 +258,8 @@ double gp_kernel(int d, const double *theta, const double *a, const double *b, d
 }
 
 /* k(a, b) with inverse lengthscales il precomputed. */
-static inline double s_k(int d, const double *il, double sf2, const double *a, const double *b)
+static inline double s_k(int d, const double *il, double sf2, const double *a,
+                         const double *b)
 {
     double r2 = 0;
     for (int i = 0; i < d; i++) {
@@ -270,7 +273,8 @@ static inline double s_k(int d, const double *il, double sf2, const double *a, c
 /* Lower triangle (and diagonal) of Kf + diag I for n points. The strict
    upper triangle, which the factorisation leaves alone, receives
    exp(-sqrt5 r) of each pair for the gradient. */
-static void s_build_K(int d, int n, const double *X, const double *theta, double diag, gsl_matrix *K)
+static void s_build_K(int d, int n, const double *X, const double *theta, double diag,
+                      gsl_matrix *K)
 {
     double sf2 = exp(theta[d]);
     double il[d];
@@ -306,7 +310,8 @@ static int s_theta_ok(int d, const double *theta)
 /* Factorises K(theta) + noise I into K's lower triangle, adding jitter
    (1e-10 sf2, x10 each time, up to 1e-2 sf2) until it is positive definite.
    0 with *jit set, or -1. */
-static int s_chol(int d, int n, const double *X, const double *theta, gsl_matrix *K, double *jit)
+static int s_chol(int d, int n, const double *X, const double *theta, gsl_matrix *K,
+                  double *jit)
 {
     if (!s_theta_ok(d, theta))
         return -1;
@@ -368,7 +373,8 @@ static int s_ws_init(s_lml_ws *w, int n, const double *y)
     return 0;
 }
 
-static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta, double *grad)
+static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta,
+                    double *grad)
 {
     int n = w->n;
     double jit;
@@ -470,10 +476,10 @@ typedef struct {
     int d, nt;
     const double *X;
     s_lml_ws *w;
-    double last_f;   /* cache of the last evaluation */
+    double last_f; /* cache of the last evaluation */
     double *last_t, *last_g;
     int have_last;
-    int evals;       /* evaluations so far */
+    int evals; /* evaluations so far */
 } s_fit_ctx;
 
 static void s_eval(s_fit_ctx *c, const gsl_vector *v)
@@ -533,8 +539,8 @@ static double s_bfgs(s_fit_ctx *c, double *theta, int max_iter, const atomic_int
     int nt = c->nt;
     gsl_multimin_function_fdf F = {s_f, s_df, s_fdf, (size_t)nt, c};
     gsl_vector *x = gsl_vector_alloc((size_t)nt);
-    gsl_multimin_fdfminimizer *m =
-        gsl_multimin_fdfminimizer_alloc(gsl_multimin_fdfminimizer_vector_bfgs2, (size_t)nt);
+    gsl_multimin_fdfminimizer *m = gsl_multimin_fdfminimizer_alloc(
+        gsl_multimin_fdfminimizer_vector_bfgs2, (size_t)nt);
     if (!x || !m) {
         if (x)
             gsl_vector_free(x);
@@ -629,7 +635,8 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
             int t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;
-            memcpy(Xs + (size_t)i * d, gp->X + (size_t)perm[i] * d, sizeof(double) * (size_t)d);
+            memcpy(Xs + (size_t)i * d, gp->X + (size_t)perm[i] * d,
+                   sizeof(double) * (size_t)d);
             ys[i] = gp->y[perm[i]];
         }
     }
@@ -663,8 +670,8 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
             }
         }
         s_ws_free(&w);
-        if (use_subset && opts->polish_iter > 0 && isfinite(best_f) && !s_cancelled(opts->cancel) &&
-            s_ws_init(&w, n, gp->y) == 0) {
+        if (use_subset && opts->polish_iter > 0 && isfinite(best_f) &&
+            !s_cancelled(opts->cancel) && s_ws_init(&w, n, gp->y) == 0) {
             s_fit_ctx cf = {d, nt, gp->X, &w, 0, last_t, last_g, 0, 0};
             double t[nt];
             memcpy(t, best_t, sizeof t);
@@ -708,14 +715,16 @@ int gp_set_theta(gp_t *gp, const double *theta)
     gsl_blas_ddot(&yv.vector, gp->alpha, &yKy);
     for (int a = 0; a < gp->n; a++)
         logdet += log(gsl_matrix_get(gp->L, (size_t)a, (size_t)a));
-    gp->objective = -0.5 * yKy - logdet - 0.5 * gp->n * S_LOG2PI + gp_log_prior(d, theta, NULL);
+    gp->objective =
+        -0.5 * yKy - logdet - 0.5 * gp->n * S_LOG2PI + gp_log_prior(d, theta, NULL);
     gp->factored = 1;
     return 0;
 }
 
 /* ---- prediction ------------------------------------------------------- */
 
-void gp_predict(gp_t *gp, const double *x, double *mean, double *var, double *dmean, double *dvar)
+void gp_predict(gp_t *gp, const double *x, double *mean, double *var, double *dmean,
+                double *dvar)
 {
     int d = gp->d, n = gp->n;
     const double *th = gp->theta;
@@ -781,12 +790,14 @@ int gp_predict_batch(gp_t *gp, const double *Xs, int m, double *mean, double *va
         for (int i = 0; i < bs; i++) {
             double *row = gsl_matrix_ptr(&K.matrix, (size_t)i, 0);
             for (int b = 0; b < n; b++)
-                row[b] = s_k(d, il, sf2, Xs + (size_t)(i0 + i) * d, gp->X + (size_t)b * d);
+                row[b] =
+                    s_k(d, il, sf2, Xs + (size_t)(i0 + i) * d, gp->X + (size_t)b * d);
         }
         gsl_vector_view mv = gsl_vector_view_array(mean + i0, (size_t)bs);
         gsl_blas_dgemv(CblasNoTrans, 1.0, &K.matrix, gp->alpha, 0.0, &mv.vector);
         /* rows of K L^-T are (L^-1 k)' */
-        gsl_blas_dtrsm(CblasRight, CblasLower, CblasTrans, CblasNonUnit, 1.0, gp->L, &K.matrix);
+        gsl_blas_dtrsm(CblasRight, CblasLower, CblasTrans, CblasNonUnit, 1.0, gp->L,
+                       &K.matrix);
         for (int i = 0; i < bs; i++) {
             const double *row = gsl_matrix_const_ptr(&K.matrix, (size_t)i, 0);
             double s = 0;

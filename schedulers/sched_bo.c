@@ -37,25 +37,25 @@ enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1 };
 
 typedef struct {
     const spec_t *spec;
-    int np;               /* parameters */
-    int D;                /* encoded dimensions */
-    int *off;             /* first dimension of parameter k */
-    unsigned char *mask;  /* 1 for float/int dimensions, 0 for one-hot */
+    int np;              /* parameters */
+    int D;               /* encoded dimensions */
+    int *off;            /* first dimension of parameter k */
+    unsigned char *mask; /* 1 for float/int dimensions, 0 for one-hot */
 } s_layout;
 
 typedef struct {
     long trial;
-    json_t *params;  /* owned */
-    double *x;       /* D, encoded */
-    double value;    /* objective as reported; NaN when none */
-    int failed;      /* no usable value: imputed as the worst */
+    json_t *params; /* owned */
+    double *x;      /* D, encoded */
+    double value;   /* objective as reported; NaN when none */
+    int failed;     /* no usable value: imputed as the worst */
 } s_point;
 
 typedef struct {
-    const s_layout *lay;    /* borrowed from the scheduler, read-only */
-    int n, m;               /* observations, pending */
-    double *X, *y, *Xp;     /* n x D, n (lower is better; NaN = failed), m x D */
-    double *theta0;         /* warm start or NULL */
+    const s_layout *lay; /* borrowed from the scheduler, read-only */
+    int n, m;            /* observations, pending */
+    double *X, *y, *Xp;  /* n x D, n (lower is better; NaN = failed), m x D */
+    double *theta0;      /* warm start or NULL */
     int acq, fantasy, warp;
     double kappa;
     unsigned long long seed;
@@ -64,9 +64,9 @@ typedef struct {
     pthread_t thread;
     int threaded;
     /* results */
-    double *outp;           /* S_TOPK x D */
-    int got;                /* rows in outp, or -1 */
-    double *theta;          /* fitted, D + 2 */
+    double *outp;  /* S_TOPK x D */
+    int got;       /* rows in outp, or -1 */
+    double *theta; /* fitted, D + 2 */
     int theta_ok;
 } s_job;
 
@@ -84,11 +84,11 @@ typedef struct {
     size_t nobs, capobs;
     s_point *pend;
     size_t npend, cappend;
-    long sobol;      /* Sobol design points handed out */
-    long count;      /* suggestions made */
-    double *theta;   /* last fitted hyperparameters, D + 2 */
+    long sobol;    /* Sobol design points handed out */
+    long count;    /* suggestions made */
+    double *theta; /* last fitted hyperparameters, D + 2 */
     int have_theta;
-    s_job *job;      /* in flight, or NULL */
+    s_job *job; /* in flight, or NULL */
 } sched_bo;
 
 /* ---- encoding --------------------------------------------------------- */
@@ -131,9 +131,10 @@ static json_t *s_decode(const s_layout *l, const double *x)
     for (int k = 0; k < l->np; k++) {
         const spec_param *p = &l->spec->params[k];
         const double *xk = x + l->off[k];
-        json_t *v = p->type == SPEC_CHOICE
-                        ? json_deep_copy(json_array_get(p->values, s_argmax(xk, p->nvalues)))
-                        : spec_param_from_unit(p, xk[0]);
+        json_t *v =
+            p->type == SPEC_CHOICE
+                ? json_deep_copy(json_array_get(p->values, s_argmax(xk, p->nvalues)))
+                : spec_param_from_unit(p, xk[0]);
         json_object_set_new(o, p->name, v);
     }
     return o;
@@ -303,7 +304,8 @@ static void s_run_job(s_job *j)
     int ns = 0;
     for (int r = 0; r < 3; r++)
         if (bi[r] >= 0)
-            memcpy(starts + (size_t)(ns++) * D, j->X + (size_t)bi[r] * D, sizeof(double) * (size_t)D);
+            memcpy(starts + (size_t)(ns++) * D, j->X + (size_t)bi[r] * D,
+                   sizeof(double) * (size_t)D);
 
     acq_t a = {j->acq == 1 ? ACQ_UCB : ACQ_EI, best, j->kappa};
     acq_opt_opts ao;
@@ -445,7 +447,8 @@ static int s_is_known(const sched_bo *b, const json_t *params)
 /* Records a suggestion as pending and hands it out. Takes params. */
 static int s_hand_out(sched_bo *b, long trial_id, json_t *params, json_t **out)
 {
-    s_point p = {trial_id, params, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)), NAN, 0};
+    s_point p = {trial_id, params,
+                 malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)), NAN, 0};
     if (!p.x || s_encode(&b->lay, params, p.x) != 0 ||
         s_push(&b->pend, &b->npend, &b->cappend, p) != 0) {
         free(p.x);
@@ -476,7 +479,8 @@ static int s_start_job(sched_bo *b)
         if (j->theta0)
             memcpy(j->theta0, b->theta, sizeof(double) * (size_t)nt);
     }
-    if (!j->X || !j->y || !j->Xp || !j->outp || !j->theta || (b->have_theta && !j->theta0)) {
+    if (!j->X || !j->y || !j->Xp || !j->outp || !j->theta ||
+        (b->have_theta && !j->theta0)) {
         s_job_free(j);
         return -1;
     }
@@ -532,7 +536,8 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
         pick = json_object();
         for (int k = 0; k < b->lay.np; k++) {
             const spec_param *sp = &b->lay.spec->params[k];
-            json_object_set_new(pick, sp->name, spec_param_from_unit(sp, sched_rng_uniform(&r)));
+            json_object_set_new(pick, sp->name,
+                                spec_param_from_unit(sp, sched_rng_uniform(&r)));
         }
     }
     return s_hand_out(b, trial_id, pick, params);
@@ -574,8 +579,8 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     return SCHED_WAIT;
 }
 
-static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
-                          double value)
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
+                          sched_outcome outcome, double value)
 {
     sched_bo *b = (sched_bo *)s;
     int D = b->lay.D;
@@ -596,7 +601,8 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched
     }
     if (pi >= 0) {
         s_point_fini(&b->pend[pi]);
-        memmove(&b->pend[pi], &b->pend[pi + 1], sizeof(s_point) * (b->npend - (size_t)pi - 1));
+        memmove(&b->pend[pi], &b->pend[pi + 1],
+                sizeof(s_point) * (b->npend - (size_t)pi - 1));
         b->npend--;
     }
     if (!p.params) {
@@ -607,7 +613,8 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched
     if (p.failed)
         p.value = NAN;
     for (size_t i = 0; i < b->nobs; i++) {
-        if (b->obs[i].trial == trial_id && trial_id >= 0) { /* reported twice: the last wins */
+        if (b->obs[i].trial == trial_id &&
+            trial_id >= 0) { /* reported twice: the last wins */
             s_point_fini(&b->obs[i]);
             b->obs[i] = p;
             return;
@@ -623,35 +630,40 @@ static json_t *s_save(sched_t *s)
     json_t *obs = json_array(), *pend = json_array(), *theta = json_null();
     for (size_t i = 0; i < b->nobs; i++) {
         const s_point *p = &b->obs[i];
-        json_array_append_new(obs, json_pack("{s:I,s:O,s:o}", "trial", (json_int_t)p->trial,
-                                             "params", p->params, "value",
-                                             p->failed ? json_null() : json_real(p->value)));
+        json_array_append_new(obs,
+                              json_pack("{s:I,s:O,s:o}", "trial", (json_int_t)p->trial,
+                                        "params", p->params, "value",
+                                        p->failed ? json_null() : json_real(p->value)));
     }
     for (size_t i = 0; i < b->npend; i++)
-        json_array_append_new(pend, json_pack("{s:I,s:O}", "trial", (json_int_t)b->pend[i].trial,
-                                              "params", b->pend[i].params));
+        json_array_append_new(pend, json_pack("{s:I,s:O}", "trial",
+                                              (json_int_t)b->pend[i].trial, "params",
+                                              b->pend[i].params));
     if (b->have_theta) {
         json_decref(theta);
         theta = json_array();
         for (int i = 0; i < gp_ntheta(b->lay.D); i++)
             json_array_append_new(theta, json_real(b->theta[i]));
     }
-    return json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count", (json_int_t)b->count,
-                     "sobol", (json_int_t)b->sobol, "theta", theta, "obs", obs, "pending", pend);
+    return json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count",
+                     (json_int_t)b->count, "sobol", (json_int_t)b->sobol, "theta", theta,
+                     "obs", obs, "pending", pend);
 }
 
-static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out, size_t *n,
-                         size_t *cap)
+static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out,
+                         size_t *n, size_t *cap)
 {
     size_t i;
     json_t *e;
-    json_array_foreach(arr, i, e) {
+    json_array_foreach(arr, i, e)
+    {
         json_int_t trial;
         json_t *params, *value = NULL;
-        if (json_unpack(e, "{s:I,s:o,s?o}", "trial", &trial, "params", &params, "value", &value) != 0)
+        if (json_unpack(e, "{s:I,s:o,s?o}", "trial", &trial, "params", &params, "value",
+                        &value) != 0)
             return -1;
-        s_point p = {(long)trial, NULL, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
-                     NAN, 0};
+        s_point p = {(long)trial, NULL,
+                     malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)), NAN, 0};
         if (!p.x || s_encode(&b->lay, params, p.x) != 0) {
             free(p.x);
             return -1;
@@ -681,9 +693,11 @@ static int s_restore(sched_t *s, const json_t *state)
     json_int_t count, sobol;
     json_t *theta, *obs, *pend;
     int version;
-    if (json_unpack((json_t *)state, "{s:i,s:I,s:I,s:o,s:o,s:o}", "version", &version, "count",
-                    &count, "sobol", &sobol, "theta", &theta, "obs", &obs, "pending", &pend) != 0 ||
-        version != 1 || count < 0 || sobol < 0 || !json_is_array(obs) || !json_is_array(pend))
+    if (json_unpack((json_t *)state, "{s:i,s:I,s:I,s:o,s:o,s:o}", "version", &version,
+                    "count", &count, "sobol", &sobol, "theta", &theta, "obs", &obs,
+                    "pending", &pend) != 0 ||
+        version != 1 || count < 0 || sobol < 0 || !json_is_array(obs) ||
+        !json_is_array(pend))
         return -1;
     int nt = gp_ntheta(b->lay.D);
     double th[nt];
@@ -759,7 +773,8 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
 {
     const char *key;
     json_t *v;
-    json_object_foreach(spec->sched_opts, key, v) {
+    json_object_foreach(spec->sched_opts, key, v)
+    {
         if (!strcmp(key, "type") || !strcmp(key, "seed"))
             continue;
         if (!strcmp(key, "acq")) {
@@ -768,11 +783,13 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
                 return s_fail(err, errsize, key, "must be \"ei\" or \"ucb\"");
             b->acq = !strcmp(a, "ucb");
         } else if (!strcmp(key, "kappa")) {
-            if (!json_is_number(v) || !(json_number_value(v) >= 0) || json_number_value(v) > 100)
+            if (!json_is_number(v) || !(json_number_value(v) >= 0) ||
+                json_number_value(v) > 100)
                 return s_fail(err, errsize, key, "must be a number from 0 to 100");
             b->kappa = json_number_value(v);
         } else if (!strcmp(key, "n_init")) {
-            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 100000)
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > 100000)
                 return s_fail(err, errsize, key, "must be an integer from 1 to 100000");
             b->n_init = (long)json_integer_value(v);
         } else if (!strcmp(key, "fantasy")) {
@@ -786,9 +803,10 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
                 return s_fail(err, errsize, key, "must be \"halfrank\" or \"none\"");
             b->warp = !strcmp(a, "none") ? S_WARP_NONE : S_WARP_HALFRANK;
         } else {
-            return s_fail(err, errsize, key,
-                          "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
-                          "n_init, fantasy, warp)");
+            return s_fail(
+                err, errsize, key,
+                "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
+                "n_init, fantasy, warp)");
         }
     }
     return 0;
@@ -837,7 +855,9 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
         return NULL;
     }
     for (int k = 0; k < l->np; k++)
-        for (int i = 0; i < (spec->params[k].type == SPEC_CHOICE ? (int)spec->params[k].nvalues : 1); i++)
+        for (int i = 0;
+             i < (spec->params[k].type == SPEC_CHOICE ? (int)spec->params[k].nvalues : 1);
+             i++)
             l->mask[l->off[k] + i] = spec->params[k].type != SPEC_CHOICE;
     return &b->base;
 }

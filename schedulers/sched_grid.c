@@ -15,7 +15,7 @@
 
 typedef struct {
     sched_t base;
-    long points;   /* per numeric parameter */
+    long points; /* per numeric parameter */
     int shuffle;
     long *sizes;   /* values per parameter */
     long total;    /* product of sizes */
@@ -57,7 +57,8 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     for (size_t k = s->spec->nparams; k-- > 0;) {
         const spec_param *sp = &s->spec->params[k];
         long n = g->sizes[k];
-        json_object_set_new(p, sp->name, json_deep_copy(json_array_get(g->vals[k], (size_t)(idx % n))));
+        json_object_set_new(
+            p, sp->name, json_deep_copy(json_array_get(g->vals[k], (size_t)(idx % n))));
         idx /= n;
     }
     *params = p;
@@ -89,7 +90,8 @@ static void s_destroy(sched_t *s)
     free(g);
 }
 
-static const sched_ops s_ops = {"grid", s_suggest, NULL, NULL, s_save, s_restore, s_destroy, NULL};
+static const sched_ops s_ops = {"grid", s_suggest, NULL,      NULL,
+                                s_save, s_restore, s_destroy, NULL};
 
 #define GRID_MAX 10000000L
 
@@ -99,12 +101,15 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize)
     int shuffle = 0;
     const char *key;
     json_t *v;
-    json_object_foreach(spec->sched_opts, key, v) {
+    json_object_foreach(spec->sched_opts, key, v)
+    {
         if (!strcmp(key, "type") || !strcmp(key, "seed"))
             continue;
         if (!strcmp(key, "points")) {
-            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000) {
-                snprintf(err, errsize, "scheduler.points: must be an integer from 1 to 1000");
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > 1000) {
+                snprintf(err, errsize,
+                         "scheduler.points: must be an integer from 1 to 1000");
                 return NULL;
             }
             points = json_integer_value(v);
@@ -115,7 +120,8 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize)
             }
             shuffle = json_is_true(v);
         } else {
-            snprintf(err, errsize, "scheduler.%s: unknown option for the grid scheduler", key);
+            snprintf(err, errsize, "scheduler.%s: unknown option for the grid scheduler",
+                     key);
             return NULL;
         }
     }
@@ -145,7 +151,8 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize)
         }
         g->sizes[k] = (long)json_array_size(g->vals[k]);
         if (g->total > GRID_MAX / g->sizes[k]) {
-            snprintf(err, errsize, "scheduler: the grid has more than %ld points", GRID_MAX);
+            snprintf(err, errsize, "scheduler: the grid has more than %ld points",
+                     GRID_MAX);
             s_destroy(&g->base);
             return NULL;
         }

@@ -43,31 +43,31 @@
 
 typedef struct {
     long id;
-    double ema;         /* moving average of healthy losses */
-    long n;             /* healthy losses seen */
-    double lr;          /* known lr, NaN when none */
-    int lr_ours;        /* lr is the one the guard set */
+    double ema;  /* moving average of healthy losses */
+    long n;      /* healthy losses seen */
+    double lr;   /* known lr, NaN when none */
+    int lr_ours; /* lr is the one the guard set */
     long rollbacks;
-    char *ckpt;         /* last usable checkpoint (owned) or NULL */
+    char *ckpt; /* last usable checkpoint (owned) or NULL */
     long ckpt_step;
-    double ckpt_ema;    /* the average at that checkpoint */
+    double ckpt_ema; /* the average at that checkpoint */
     long ckpt_n;
-    int healthy;        /* the last loss was healthy */
-    long wait_step;     /* after a rollback: the divergence step, else -1 */
-    long stale;         /* reports ignored while waiting */
-    long next_ckpt;     /* checkpoint_every: step of the next request */
-    int done;           /* stopped or ended: nothing more to do */
+    int healthy;    /* the last loss was healthy */
+    long wait_step; /* after a rollback: the divergence step, else -1 */
+    long stale;     /* reports ignored while waiting */
+    long next_ckpt; /* checkpoint_every: step of the next request */
+    int done;       /* stopped or ended: nothing more to do */
 } guard_trial;
 
 typedef struct {
     sched_t base;
-    char metric[64];     /* loss metric */
-    char lr_metric[64];  /* where the lr is read */
-    char lr_param[64];   /* the param a rollback sets */
-    double jump;         /* spike threshold, × the average */
-    double alpha;        /* EMA weight of a new value */
-    long warmup;         /* healthy values before spikes are judged */
-    double lr_factor;    /* lr multiplier per rollback */
+    char metric[64];    /* loss metric */
+    char lr_metric[64]; /* where the lr is read */
+    char lr_param[64];  /* the param a rollback sets */
+    double jump;        /* spike threshold, × the average */
+    double alpha;       /* EMA weight of a new value */
+    long warmup;        /* healthy values before spikes are judged */
+    double lr_factor;   /* lr multiplier per rollback */
     long max_rollbacks;
     long checkpoint_every;
     guard_trial *t;
@@ -117,12 +117,13 @@ static int s_emit(sched_instr *out, int max, long trial, const char *kind, json_
     out->trial = trial;
     snprintf(out->kind, sizeof out->kind, "%s", kind);
     out->args = args;
-    snprintf(out->reason, sizeof out->reason, "%.*s", (int)sizeof out->reason - 1, reason);
+    snprintf(out->reason, sizeof out->reason, "%.*s", (int)sizeof out->reason - 1,
+             reason);
     return 1;
 }
 
-static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric, double value,
-                       double now, sched_instr *out, int max)
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
+                       double value, double now, sched_instr *out, int max)
 {
     sched_guard *g = (sched_guard *)s;
     int is_loss = !strcmp(metric, g->metric), is_lr = !strcmp(metric, g->lr_metric);
@@ -143,18 +144,19 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     }
     char what[256];
     if (!isfinite(value))
-        snprintf(what, sizeof what, "%s is %s at step %ld", g->metric, isnan(value) ? "nan" : "inf",
-                 step);
+        snprintf(what, sizeof what, "%s is %s at step %ld", g->metric,
+                 isnan(value) ? "nan" : "inf", step);
     else if (t->n >= g->warmup && t->ema > 0 && value > g->jump * t->ema)
-        snprintf(what, sizeof what, "%s %.4g at step %ld > %g× its average %.4g", g->metric, value,
-                 step, g->jump, t->ema);
+        snprintf(what, sizeof what, "%s %.4g at step %ld > %g× its average %.4g",
+                 g->metric, value, step, g->jump, t->ema);
     else {
         t->ema = t->n == 0 ? value : t->ema + g->alpha * (value - t->ema);
         t->n++;
         t->healthy = 1;
         if (g->checkpoint_every > 0 && step >= t->next_ckpt) {
             t->next_ckpt = step + g->checkpoint_every;
-            return s_emit(out, max, trial_id, "checkpoint", NULL, "guard: periodic checkpoint");
+            return s_emit(out, max, trial_id, "checkpoint", NULL,
+                          "guard: periodic checkpoint");
         }
         return 0;
     }
@@ -162,9 +164,11 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     char reason[512];
     if (t->rollbacks >= g->max_rollbacks || !t->ckpt) {
         if (t->ckpt)
-            snprintf(reason, sizeof reason, "diverged: %s after %ld rollbacks", what, t->rollbacks);
+            snprintf(reason, sizeof reason, "diverged: %s after %ld rollbacks", what,
+                     t->rollbacks);
         else
-            snprintf(reason, sizeof reason, "diverged: %s, no checkpoint to roll back to", what);
+            snprintf(reason, sizeof reason, "diverged: %s, no checkpoint to roll back to",
+                     what);
         t->done = 1;
         return s_emit(out, max, trial_id, "stop", NULL, reason);
     }
@@ -178,11 +182,13 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     }
     json_t *args = json_pack("{s:s, s:o}", "path", t->ckpt, "params", params);
     if (isfinite(old))
-        snprintf(reason, sizeof reason, "guard: %s; rollback %ld/%ld to step %ld, %s %.4g -> %.4g",
-                 what, t->rollbacks, g->max_rollbacks, t->ckpt_step, g->lr_param, old, t->lr);
+        snprintf(reason, sizeof reason,
+                 "guard: %s; rollback %ld/%ld to step %ld, %s %.4g -> %.4g", what,
+                 t->rollbacks, g->max_rollbacks, t->ckpt_step, g->lr_param, old, t->lr);
     else
-        snprintf(reason, sizeof reason, "guard: %s; rollback %ld/%ld to step %ld (lr unknown)",
-                 what, t->rollbacks, g->max_rollbacks, t->ckpt_step);
+        snprintf(reason, sizeof reason,
+                 "guard: %s; rollback %ld/%ld to step %ld (lr unknown)", what,
+                 t->rollbacks, g->max_rollbacks, t->ckpt_step);
     t->wait_step = step;
     t->stale = 0;
     t->ema = t->ckpt_ema;
@@ -193,8 +199,8 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     return s_emit(out, max, trial_id, "load", args, reason);
 }
 
-static int s_on_checkpoint(sched_t *s, long trial_id, long step, const char *path, double now,
-                           sched_instr *out, int max)
+static int s_on_checkpoint(sched_t *s, long trial_id, long step, const char *path,
+                           double now, sched_instr *out, int max)
 {
     sched_guard *g = (sched_guard *)s;
     guard_trial *t = s_trial(g, trial_id);
@@ -211,8 +217,8 @@ static int s_on_checkpoint(sched_t *s, long trial_id, long step, const char *pat
     return 0;
 }
 
-static void s_on_complete(sched_t *s, long trial_id, const json_t *params, sched_outcome outcome,
-                          double value)
+static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
+                          sched_outcome outcome, double value)
 {
     guard_trial *t = s_find((sched_guard *)s, trial_id);
     if (t)
@@ -231,15 +237,17 @@ static json_t *s_save(sched_t *s)
     for (size_t i = 0; i < g->nt; i++) {
         const guard_trial *t = &g->t[i];
         json_array_append_new(
-            a, json_pack("{s:I, s:o, s:I, s:o, s:b, s:I, s:s?, s:I, s:o, s:I, s:b, s:I, s:I, s:I, "
-                         "s:b}",
-                         "id", (json_int_t)t->id, "ema", s_real(t->ema), "n", (json_int_t)t->n,
-                         "lr", s_real(t->lr), "lr_ours", t->lr_ours, "rollbacks",
-                         (json_int_t)t->rollbacks, "ckpt", t->ckpt, "ckpt_step",
-                         (json_int_t)t->ckpt_step, "ckpt_ema", s_real(t->ckpt_ema), "ckpt_n",
-                         (json_int_t)t->ckpt_n, "healthy", t->healthy, "wait_step",
-                         (json_int_t)t->wait_step, "stale", (json_int_t)t->stale, "next_ckpt",
-                         (json_int_t)t->next_ckpt, "done", t->done));
+            a,
+            json_pack(
+                "{s:I, s:o, s:I, s:o, s:b, s:I, s:s?, s:I, s:o, s:I, s:b, s:I, s:I, s:I, "
+                "s:b}",
+                "id", (json_int_t)t->id, "ema", s_real(t->ema), "n", (json_int_t)t->n,
+                "lr", s_real(t->lr), "lr_ours", t->lr_ours, "rollbacks",
+                (json_int_t)t->rollbacks, "ckpt", t->ckpt, "ckpt_step",
+                (json_int_t)t->ckpt_step, "ckpt_ema", s_real(t->ckpt_ema), "ckpt_n",
+                (json_int_t)t->ckpt_n, "healthy", t->healthy, "wait_step",
+                (json_int_t)t->wait_step, "stale", (json_int_t)t->stale, "next_ckpt",
+                (json_int_t)t->next_ckpt, "done", t->done));
     }
     return json_pack("{s:o}", "trials", a);
 }
@@ -272,7 +280,8 @@ static int s_restore(sched_t *s, const json_t *state)
     s_clear(g);
     size_t i;
     json_t *v;
-    json_array_foreach(a, i, v) {
+    json_array_foreach(a, i, v)
+    {
         guard_trial *t = s_trial(g, s_long(v, "id", -1));
         if (!t)
             return -1;
@@ -323,14 +332,14 @@ static int s_opt_num(const json_t *o, const char *key, double lo, double hi, int
     return 0;
 }
 
-static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *out, size_t size,
-                     char *err, size_t errsize)
+static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *out,
+                     size_t size, char *err, size_t errsize)
 {
     json_t *v = json_object_get(o, key);
     const char *s = v ? json_string_value(v) : dflt;
     if (!s || !*s || strlen(s) >= size) {
-        snprintf(err, errsize, "guard.%s: must be a non-empty string under %zu characters", key,
-                 size);
+        snprintf(err, errsize,
+                 "guard.%s: must be a non-empty string under %zu characters", key, size);
         return -1;
     }
     snprintf(out, size, "%s", s);
@@ -339,13 +348,15 @@ static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *o
 
 sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize)
 {
-    static const char *const known[] = {"metric",        "jump",      "ema",           "warmup",
-                                        "lr_factor",     "lr_param",  "lr_metric",     "max_rollbacks",
-                                        "checkpoint_every", "load_timeout_s", NULL};
+    static const char *const known[] = {
+        "metric",           "jump",           "ema",       "warmup",
+        "lr_factor",        "lr_param",       "lr_metric", "max_rollbacks",
+        "checkpoint_every", "load_timeout_s", NULL};
     const json_t *o = spec->guard;
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)o, key, v) {
+    json_object_foreach((json_t *)o, key, v)
+    {
         int ok = 0;
         for (int i = 0; known[i]; i++)
             ok |= !strcmp(key, known[i]);
@@ -361,7 +372,8 @@ sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize)
     }
     double warmup, maxr, every, timeout;
     if (s_opt_str(o, "metric", "train_loss", g->metric, sizeof g->metric, err, errsize) ||
-        s_opt_str(o, "lr_metric", "lr", g->lr_metric, sizeof g->lr_metric, err, errsize) ||
+        s_opt_str(o, "lr_metric", "lr", g->lr_metric, sizeof g->lr_metric, err,
+                  errsize) ||
         s_opt_str(o, "lr_param", "lr", g->lr_param, sizeof g->lr_param, err, errsize) ||
         s_opt_num(o, "jump", 1.0 + 1e-9, 1e6, 0, 3.0, &g->jump, err, errsize) ||
         s_opt_num(o, "ema", 1e-6, 1, 0, 0.2, &g->alpha, err, errsize) ||

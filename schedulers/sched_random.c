@@ -19,11 +19,13 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
 {
     sched_random *self = (sched_random *)s;
     sched_rng rng;
-    sched_rng_seed(&rng, (unsigned long long)s->spec->seed, (unsigned long long)self->count);
+    sched_rng_seed(&rng, (unsigned long long)s->spec->seed,
+                   (unsigned long long)self->count);
     json_t *p = json_object();
     for (size_t i = 0; i < s->spec->nparams; i++) {
         const spec_param *sp = &s->spec->params[i];
-        json_object_set_new(p, sp->name, spec_param_from_unit(sp, sched_rng_uniform(&rng)));
+        json_object_set_new(p, sp->name,
+                            spec_param_from_unit(sp, sched_rng_uniform(&rng)));
     }
     self->count++;
     *params = p;
@@ -49,15 +51,18 @@ static void s_destroy(sched_t *s)
     free(s);
 }
 
-static const sched_ops s_ops = {"random", s_suggest, NULL, NULL, s_save, s_restore, s_destroy, NULL};
+static const sched_ops s_ops = {"random", s_suggest, NULL,      NULL,
+                                s_save,   s_restore, s_destroy, NULL};
 
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize)
 {
     const char *key;
     json_t *v;
-    json_object_foreach(spec->sched_opts, key, v) {
+    json_object_foreach(spec->sched_opts, key, v)
+    {
         if (strcmp(key, "type") && strcmp(key, "seed")) {
-            snprintf(err, errsize, "scheduler.%s: unknown option for the random scheduler", key);
+            snprintf(err, errsize,
+                     "scheduler.%s: unknown option for the random scheduler", key);
             return NULL;
         }
     }

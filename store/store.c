@@ -23,17 +23,21 @@ enum {
 static const char *const s_sql[Q_COUNT] = {
     [Q_METRIC_INSERT] = "INSERT INTO metrics(trial_id, attempt, step, name, value, time) "
                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    [Q_TRIAL_SAVE] = "UPDATE trials SET state=?2, attempt=?3, value=?4, last_value=?5, "
-                     "best_value=?6, last_step=?7, metric_req=?8, dispatcher=?9, pid=?10, "
-                     "exit_how=?11, exit_code=?12, reason=?13, out_path=?14, err_path=?15, "
-                     "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
-                     "generation=?20, parent=?21, metric_session=?22 WHERE id=?1",
-    [Q_TRIAL_INSERT] = "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
-                       "parent, created, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    [Q_PARAM_INSERT] = "INSERT OR REPLACE INTO params(trial_id, generation, parent, name, value) "
-                       "VALUES (?1, ?2, ?3, ?4, ?5)",
-    [Q_EVENT_INSERT] = "INSERT INTO events(time, study_id, trial_id, who, kind, detail, applied) "
-                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [Q_TRIAL_SAVE] =
+        "UPDATE trials SET state=?2, attempt=?3, value=?4, last_value=?5, "
+        "best_value=?6, last_step=?7, metric_req=?8, dispatcher=?9, pid=?10, "
+        "exit_how=?11, exit_code=?12, reason=?13, out_path=?14, err_path=?15, "
+        "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
+        "generation=?20, parent=?21, metric_session=?22 WHERE id=?1",
+    [Q_TRIAL_INSERT] =
+        "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
+        "parent, created, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    [Q_PARAM_INSERT] =
+        "INSERT OR REPLACE INTO params(trial_id, generation, parent, name, value) "
+        "VALUES (?1, ?2, ?3, ?4, ?5)",
+    [Q_EVENT_INSERT] =
+        "INSERT INTO events(time, study_id, trial_id, who, kind, detail, applied) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 };
 
 struct store {
@@ -52,7 +56,8 @@ static const char *const s_migrations[] = {
     "  number INTEGER NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL DEFAULT 0,"
     "  token TEXT NOT NULL, generation INTEGER NOT NULL DEFAULT 0, parent INTEGER,"
     "  value REAL, last_value REAL, best_value REAL, last_step INTEGER,"
-    "  metric_req INTEGER NOT NULL DEFAULT 0, metric_session TEXT, dispatcher TEXT, pid INTEGER,"
+    "  metric_req INTEGER NOT NULL DEFAULT 0, metric_session TEXT, dispatcher TEXT, pid "
+    "INTEGER,"
     "  exit_how TEXT, exit_code INTEGER, reason TEXT, out_path TEXT, err_path TEXT,"
     "  checkpoint TEXT, checkpoint_step INTEGER, created REAL, started REAL, ended REAL,"
     "  UNIQUE(study_id, number));"
@@ -76,7 +81,8 @@ static const char *const s_migrations[] = {
 
 static void s_err(store_t *s, char *err, size_t errsize, const char *what)
 {
-    snprintf(err, errsize, "%s: %s", what, s->db ? sqlite3_errmsg(s->db) : "out of memory");
+    snprintf(err, errsize, "%s: %s", what,
+             s->db ? sqlite3_errmsg(s->db) : "out of memory");
 }
 
 static int s_user_version(store_t *s)
@@ -98,13 +104,14 @@ static int s_migrate(store_t *s, char *err, size_t errsize)
         return -1;
     }
     if (v > (int)NMIGRATIONS) {
-        snprintf(err, errsize, "database schema version %d is newer than this jizhi (%d)", v,
-                 (int)NMIGRATIONS);
+        snprintf(err, errsize, "database schema version %d is newer than this jizhi (%d)",
+                 v, (int)NMIGRATIONS);
         return -1;
     }
     if (s->readonly) {
         if (v < (int)NMIGRATIONS) {
-            snprintf(err, errsize, "not a jizhi database (or an older schema, version %d)", v);
+            snprintf(err, errsize,
+                     "not a jizhi database (or an older schema, version %d)", v);
             return -1;
         }
         return 0;
@@ -132,7 +139,8 @@ store_t *store_open(const char *path, int readonly, char *err, size_t errsize)
         return NULL;
     }
     s->readonly = readonly;
-    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    int flags =
+        readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     if (sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         snprintf(err, errsize, "cannot open database %s: %s", path,
                  s->db ? sqlite3_errmsg(s->db) : "out of memory");
@@ -143,9 +151,12 @@ store_t *store_open(const char *path, int readonly, char *err, size_t errsize)
     /* WAL: readers (the CLI) never block the controller. synchronous=NORMAL
        in WAL survives a killed process; only power loss can drop the last
        commits. */
-    if (!readonly && (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL) != SQLITE_OK ||
-                      sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL) != SQLITE_OK)) {
-        snprintf(err, errsize, "cannot use %s as a database: %s", path, sqlite3_errmsg(s->db));
+    if (!readonly &&
+        (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL) != SQLITE_OK ||
+         sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL) !=
+             SQLITE_OK)) {
+        snprintf(err, errsize, "cannot use %s as a database: %s", path,
+                 sqlite3_errmsg(s->db));
         store_close(&s);
         return NULL;
     }
@@ -156,8 +167,8 @@ store_t *store_open(const char *path, int readonly, char *err, size_t errsize)
     }
     if (!readonly) {
         for (int i = 0; i < Q_COUNT; i++)
-            if (sqlite3_prepare_v3(s->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->q[i], NULL) !=
-                SQLITE_OK) {
+            if (sqlite3_prepare_v3(s->db, s_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                   &s->q[i], NULL) != SQLITE_OK) {
                 s_err(s, err, errsize, "preparing statements");
                 store_close(&s);
                 return NULL;
@@ -244,10 +255,11 @@ static sqlite3_stmt *s_prepare(store_t *s, const char *sql)
 
 /* ---- studies ---- */
 
-long store_study_insert(store_t *s, const char *name, const json_t *spec, const char *state,
-                        double now)
+long store_study_insert(store_t *s, const char *name, const json_t *spec,
+                        const char *state, double now)
 {
-    sqlite3_stmt *st = s_prepare(s, "INSERT INTO studies(name, spec, state, created) VALUES (?,?,?,?)");
+    sqlite3_stmt *st =
+        s_prepare(s, "INSERT INTO studies(name, spec, state, created) VALUES (?,?,?,?)");
     if (!st)
         return -1;
     char *text = json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
@@ -311,9 +323,9 @@ void store_study_fini(store_study *st)
 
 int store_study_set_state(store_t *s, long id, const char *state, double now)
 {
-    sqlite3_stmt *st = s_prepare(
-        s, "UPDATE studies SET state=?2, finished=CASE WHEN ?2='finished' THEN ?3 ELSE NULL END "
-           "WHERE id=?1");
+    sqlite3_stmt *st = s_prepare(s, "UPDATE studies SET state=?2, finished=CASE WHEN "
+                                    "?2='finished' THEN ?3 ELSE NULL END "
+                                    "WHERE id=?1");
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, id);
@@ -341,11 +353,13 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
 
 json_t *store_study_list(store_t *s)
 {
-    sqlite3_stmt *st = s_prepare(
-        s, "SELECT s.id, s.name, s.state, s.created, s.finished, COUNT(t.id),"
-           " SUM(t.state='completed'), SUM(t.state='failed'), SUM(t.state IN ('running','starting','paused')),"
-           " json_extract(s.spec, '$.budget.trials')"
-           " FROM studies s LEFT JOIN trials t ON t.study_id = s.id GROUP BY s.id ORDER BY s.id");
+    sqlite3_stmt *st =
+        s_prepare(s, "SELECT s.id, s.name, s.state, s.created, s.finished, COUNT(t.id),"
+                     " SUM(t.state='completed'), SUM(t.state='failed'), SUM(t.state IN "
+                     "('running','starting','paused')),"
+                     " json_extract(s.spec, '$.budget.trials')"
+                     " FROM studies s LEFT JOIN trials t ON t.study_id = s.id GROUP BY "
+                     "s.id ORDER BY s.id");
     if (!st)
         return NULL;
     json_t *out = json_array();
@@ -371,7 +385,8 @@ json_t *store_study_list(store_t *s)
 
 long store_running_studies(store_t *s, long **ids)
 {
-    sqlite3_stmt *st = s_prepare(s, "SELECT id FROM studies WHERE state='running' ORDER BY id");
+    sqlite3_stmt *st =
+        s_prepare(s, "SELECT id FROM studies WHERE state='running' ORDER BY id");
     if (!st)
         return -1;
     long n = 0, cap = 8;
@@ -392,7 +407,8 @@ static int s_params_insert(store_t *s, long trial_id, long generation, long pare
 {
     const char *name;
     json_t *v;
-    json_object_foreach((json_t *)params, name, v) {
+    json_object_foreach((json_t *)params, name, v)
+    {
         sqlite3_stmt *st = s->q[Q_PARAM_INSERT];
         char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
         sqlite3_bind_int64(st, 1, trial_id);
@@ -480,21 +496,25 @@ int store_trial_set_params(store_t *s, long trial_id, long generation, long pare
     return s_params_insert(s, trial_id, generation, parent, params);
 }
 
-#define TRIAL_COLS                                                                               \
-    "id, study_id, number, state, attempt, token, generation, parent, value, last_value, "      \
-    "best_value, last_step, metric_req, dispatcher, pid, exit_how, exit_code, reason, out_path, " \
+#define TRIAL_COLS                                                                       \
+    "id, study_id, number, state, attempt, token, generation, parent, value, "           \
+    "last_value, "                                                                       \
+    "best_value, last_step, metric_req, dispatcher, pid, exit_how, exit_code, reason, "  \
+    "out_path, "                                                                         \
     "err_path, checkpoint, checkpoint_step, created, started, ended, metric_session"
 
 static json_t *s_params_of(store_t *s, long trial_id, long generation)
 {
-    sqlite3_stmt *st = s_prepare(s, "SELECT name, value FROM params WHERE trial_id=? AND generation=?");
+    sqlite3_stmt *st =
+        s_prepare(s, "SELECT name, value FROM params WHERE trial_id=? AND generation=?");
     json_t *p = json_object();
     if (!st)
         return p;
     sqlite3_bind_int64(st, 1, trial_id);
     sqlite3_bind_int64(st, 2, generation);
     while (sqlite3_step(st) == SQLITE_ROW) {
-        json_t *v = json_loads((const char *)sqlite3_column_text(st, 1), JSON_DECODE_ANY, NULL);
+        json_t *v =
+            json_loads((const char *)sqlite3_column_text(st, 1), JSON_DECODE_ANY, NULL);
         if (v)
             json_object_set_new(p, (const char *)sqlite3_column_text(st, 0), v);
     }
@@ -512,12 +532,16 @@ static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->attempt = (long)sqlite3_column_int64(st, 4);
     s_col_text(st, 5, t->token, sizeof t->token);
     t->generation = (long)sqlite3_column_int64(st, 6);
-    t->parent = sqlite3_column_type(st, 7) == SQLITE_NULL ? -1 : (long)sqlite3_column_int64(st, 7);
+    t->parent = sqlite3_column_type(st, 7) == SQLITE_NULL
+                    ? -1
+                    : (long)sqlite3_column_int64(st, 7);
     t->value = s_col_double(st, 8);
     t->last_value = s_col_double(st, 9);
     t->best_value = s_col_double(st, 10);
     /* NULL until the first save (store_trial_insert does not write it) */
-    t->last_step = sqlite3_column_type(st, 11) == SQLITE_NULL ? -1 : (long)sqlite3_column_int64(st, 11);
+    t->last_step = sqlite3_column_type(st, 11) == SQLITE_NULL
+                       ? -1
+                       : (long)sqlite3_column_int64(st, 11);
     t->metric_req = (long)sqlite3_column_int64(st, 12);
     s_col_text(st, 13, t->dispatcher, sizeof t->dispatcher);
     t->pid = (long)sqlite3_column_int64(st, 14);
@@ -537,7 +561,8 @@ static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
 
 long store_trials_load(store_t *s, long study_id, store_trial **out)
 {
-    sqlite3_stmt *st = s_prepare(s, "SELECT " TRIAL_COLS " FROM trials WHERE study_id=? ORDER BY number");
+    sqlite3_stmt *st = s_prepare(s, "SELECT " TRIAL_COLS
+                                    " FROM trials WHERE study_id=? ORDER BY number");
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
@@ -589,17 +614,19 @@ static json_t *s_num_or_null(double x)
 json_t *store_trial_json(const store_trial *t, store_t *s)
 {
     json_t *j = json_pack(
-        "{s:I, s:I, s:I, s:s, s:I, s:O, s:I, s:o, s:o, s:o, s:o, s:I, s:s, s:I, s:s, s:I, s:s, "
+        "{s:I, s:I, s:I, s:s, s:I, s:O, s:I, s:o, s:o, s:o, s:o, s:I, s:s, s:I, s:s, "
+        "s:I, s:s, "
         "s:s, s:s, s:s, s:f, s:f, s:f}",
         "id", (json_int_t)t->id, "study_id", (json_int_t)t->study_id, "number",
-        (json_int_t)t->number, "state", t->state, "attempt", (json_int_t)t->attempt, "params",
-        t->params, "generation", (json_int_t)t->generation, "parent",
-        t->parent >= 0 ? json_integer(t->parent) : json_null(), "value", s_num_or_null(t->value),
-        "last_value", s_num_or_null(t->last_value), "best_value", s_num_or_null(t->best_value),
-        "last_step", (json_int_t)t->last_step, "dispatcher", t->dispatcher, "pid",
-        (json_int_t)t->pid, "exit_how", t->exit_how, "exit_code", (json_int_t)t->exit_code,
-        "reason", t->reason, "stdout", t->out_path, "stderr", t->err_path, "checkpoint",
-        t->checkpoint, "created", t->created, "started", t->started, "ended", t->ended);
+        (json_int_t)t->number, "state", t->state, "attempt", (json_int_t)t->attempt,
+        "params", t->params, "generation", (json_int_t)t->generation, "parent",
+        t->parent >= 0 ? json_integer(t->parent) : json_null(), "value",
+        s_num_or_null(t->value), "last_value", s_num_or_null(t->last_value), "best_value",
+        s_num_or_null(t->best_value), "last_step", (json_int_t)t->last_step, "dispatcher",
+        t->dispatcher, "pid", (json_int_t)t->pid, "exit_how", t->exit_how, "exit_code",
+        (json_int_t)t->exit_code, "reason", t->reason, "stdout", t->out_path, "stderr",
+        t->err_path, "checkpoint", t->checkpoint, "created", t->created, "started",
+        t->started, "ended", t->ended);
     if (j && s)
         json_object_set_new(j, "metrics", store_metrics_last(s, t->id));
     return j;
@@ -607,8 +634,8 @@ json_t *store_trial_json(const store_trial *t, store_t *s)
 
 json_t *store_trial_lineage(store_t *s, long trial_id)
 {
-    sqlite3_stmt *st = s_prepare(
-        s, "SELECT DISTINCT generation, parent FROM params WHERE trial_id=? ORDER BY generation");
+    sqlite3_stmt *st = s_prepare(s, "SELECT DISTINCT generation, parent FROM params "
+                                    "WHERE trial_id=? ORDER BY generation");
     json_t *out = json_array();
     if (!st)
         return out;
@@ -628,8 +655,8 @@ json_t *store_trial_lineage(store_t *s, long trial_id)
 
 /* ---- metrics ---- */
 
-int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts, size_t n,
-                      double now)
+int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts,
+                      size_t n, double now)
 {
     sqlite3_stmt *st = s->q[Q_METRIC_INSERT];
     for (size_t i = 0; i < n; i++) {
@@ -662,8 +689,9 @@ json_t *store_metrics_last(store_t *s, long trial_id)
 {
     /* the row with the largest rowid per name is the last reported */
     sqlite3_stmt *st = s_prepare(
-        s, "SELECT name, value FROM metrics WHERE rowid IN "
-           "(SELECT MAX(rowid) FROM metrics WHERE trial_id=? GROUP BY name) ORDER BY name");
+        s,
+        "SELECT name, value FROM metrics WHERE rowid IN "
+        "(SELECT MAX(rowid) FROM metrics WHERE trial_id=? GROUP BY name) ORDER BY name");
     json_t *out = json_object();
     if (!st)
         return out;
@@ -677,24 +705,25 @@ json_t *store_metrics_last(store_t *s, long trial_id)
 
 json_t *store_metrics_series(store_t *s, long trial_id, const char *name)
 {
-    sqlite3_stmt *st =
-        s_prepare(s, "SELECT step, value FROM metrics WHERE trial_id=? AND name=? ORDER BY rowid");
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT step, value FROM metrics WHERE trial_id=? AND name=? ORDER BY rowid");
     json_t *out = json_array();
     if (!st)
         return out;
     sqlite3_bind_int64(st, 1, trial_id);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(out, json_pack("[I,o]", (json_int_t)sqlite3_column_int64(st, 0),
-                                             s_num_or_null(s_col_double(st, 1))));
+        json_array_append_new(out,
+                              json_pack("[I,o]", (json_int_t)sqlite3_column_int64(st, 0),
+                                        s_num_or_null(s_col_double(st, 1))));
     sqlite3_finalize(st);
     return out;
 }
 
 /* ---- events ---- */
 
-long store_event_add(store_t *s, double now, long study_id, long trial_id, const char *who,
-                     const char *kind, const json_t *detail, int applied)
+long store_event_add(store_t *s, double now, long study_id, long trial_id,
+                     const char *who, const char *kind, const json_t *detail, int applied)
 {
     sqlite3_stmt *st = s->q[Q_EVENT_INSERT];
     char *text = detail ? json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -717,7 +746,8 @@ long store_event_add(store_t *s, double now, long study_id, long trial_id, const
 int store_event_resolve(store_t *s, long event_id, int applied, double latency_s,
                         const char *detail)
 {
-    sqlite3_stmt *st = s_prepare(s, "UPDATE events SET applied=?, latency_s=?, result=? WHERE id=?");
+    sqlite3_stmt *st =
+        s_prepare(s, "UPDATE events SET applied=?, latency_s=?, result=? WHERE id=?");
     if (!st)
         return -1;
     sqlite3_bind_int(st, 1, applied);
@@ -731,8 +761,9 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
 
 json_t *store_events_list(store_t *s, long study_id)
 {
-    sqlite3_stmt *st = s_prepare(s, "SELECT id, time, trial_id, who, kind, detail, applied, "
-                                    "latency_s, result FROM events WHERE study_id=? ORDER BY id");
+    sqlite3_stmt *st =
+        s_prepare(s, "SELECT id, time, trial_id, who, kind, detail, applied, "
+                     "latency_s, result FROM events WHERE study_id=? ORDER BY id");
     json_t *out = json_array();
     if (!st)
         return out;
@@ -740,21 +771,22 @@ json_t *store_events_list(store_t *s, long study_id)
     while (sqlite3_step(st) == SQLITE_ROW) {
         json_t *detail = s_col_json(st, 5);
         json_array_append_new(
-            out,
-            json_pack("{s:I, s:f, s:o, s:s, s:s, s:o, s:o, s:o, s:o}", "id",
-                      (json_int_t)sqlite3_column_int64(st, 0), "time", sqlite3_column_double(st, 1),
-                      "trial",
-                      sqlite3_column_type(st, 2) == SQLITE_NULL ? json_null()
-                                                                : json_integer(sqlite3_column_int64(st, 2)),
-                      "who", (const char *)sqlite3_column_text(st, 3), "kind",
-                      (const char *)sqlite3_column_text(st, 4), "detail",
-                      detail ? detail : json_null(), "applied",
-                      sqlite3_column_type(st, 6) == SQLITE_NULL ? json_null()
-                                                                : json_boolean(sqlite3_column_int(st, 6)),
-                      "latency_s", s_num_or_null(s_col_double(st, 7)), "result",
-                      sqlite3_column_type(st, 8) == SQLITE_NULL
-                          ? json_null()
-                          : json_string((const char *)sqlite3_column_text(st, 8))));
+            out, json_pack("{s:I, s:f, s:o, s:s, s:s, s:o, s:o, s:o, s:o}", "id",
+                           (json_int_t)sqlite3_column_int64(st, 0), "time",
+                           sqlite3_column_double(st, 1), "trial",
+                           sqlite3_column_type(st, 2) == SQLITE_NULL
+                               ? json_null()
+                               : json_integer(sqlite3_column_int64(st, 2)),
+                           "who", (const char *)sqlite3_column_text(st, 3), "kind",
+                           (const char *)sqlite3_column_text(st, 4), "detail",
+                           detail ? detail : json_null(), "applied",
+                           sqlite3_column_type(st, 6) == SQLITE_NULL
+                               ? json_null()
+                               : json_boolean(sqlite3_column_int(st, 6)),
+                           "latency_s", s_num_or_null(s_col_double(st, 7)), "result",
+                           sqlite3_column_type(st, 8) == SQLITE_NULL
+                               ? json_null()
+                               : json_string((const char *)sqlite3_column_text(st, 8))));
     }
     sqlite3_finalize(st);
     return out;
@@ -762,11 +794,13 @@ json_t *store_events_list(store_t *s, long study_id)
 
 /* ---- dispatchers ---- */
 
-int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char *gpus, double now)
+int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char *gpus,
+                            double now)
 {
-    sqlite3_stmt *st = s_prepare(s, "INSERT INTO dispatchers(name, slots, gpus, last_seen) "
-                                    "VALUES (?1,?2,?3,?4) ON CONFLICT(name) DO UPDATE SET "
-                                    "slots=?2, gpus=?3, last_seen=?4");
+    sqlite3_stmt *st =
+        s_prepare(s, "INSERT INTO dispatchers(name, slots, gpus, last_seen) "
+                     "VALUES (?1,?2,?3,?4) ON CONFLICT(name) DO UPDATE SET "
+                     "slots=?2, gpus=?3, last_seen=?4");
     if (!st)
         return -1;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
@@ -787,9 +821,10 @@ long store_study_metrics_since(store_t *s, long study_id, long *after, long limi
        range keeps each poll proportional to what is new. The unary + keeps
        SQLite off the (trial_id, name) index, which would read every point
        of the study and sort them on each call. */
-    sqlite3_stmt *st = s_prepare(
-        s, "SELECT rowid, trial_id, attempt, step, name, value FROM metrics WHERE rowid > ?1 "
-           "AND +trial_id IN (SELECT id FROM trials WHERE study_id=?2) ORDER BY rowid LIMIT ?3");
+    sqlite3_stmt *st = s_prepare(s, "SELECT rowid, trial_id, attempt, step, name, value "
+                                    "FROM metrics WHERE rowid > ?1 "
+                                    "AND +trial_id IN (SELECT id FROM trials WHERE "
+                                    "study_id=?2) ORDER BY rowid LIMIT ?3");
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, *after);

@@ -24,28 +24,28 @@ typedef struct store store_t;
    every change. Strings are fixed buffers; `params` is owned by the row
    (release with store_trial_fini). */
 typedef struct {
-    long id;            /* trials.id (global) */
+    long id; /* trials.id (global) */
     long study_id;
-    long number;        /* 0-based index within its study */
-    char state[16];     /* pending, starting, running, completed, failed, stopped */
-    long attempt;       /* 0 for the first run; +1 per retry */
-    char token[40];     /* per-trial secret */
-    json_t *params;     /* current params (latest generation), owned */
-    long generation;    /* PBT generation of params (0 at creation) */
-    long parent;        /* trial whose checkpoint this one continues, or -1 */
-    double value;       /* objective result when ended, NaN when none */
-    double last_value;  /* last reported objective this attempt, NaN when none */
-    double best_value;  /* best reported objective this attempt, NaN when none */
-    long last_step;     /* last step reported this attempt, -1 when none */
-    long metric_req;    /* highest persisted metrics batch of metric_session (dedup) */
+    long number;       /* 0-based index within its study */
+    char state[16];    /* pending, starting, running, completed, failed, stopped */
+    long attempt;      /* 0 for the first run; +1 per retry */
+    char token[40];    /* per-trial secret */
+    json_t *params;    /* current params (latest generation), owned */
+    long generation;   /* PBT generation of params (0 at creation) */
+    long parent;       /* trial whose checkpoint this one continues, or -1 */
+    double value;      /* objective result when ended, NaN when none */
+    double last_value; /* last reported objective this attempt, NaN when none */
+    double best_value; /* best reported objective this attempt, NaN when none */
+    long last_step;    /* last step reported this attempt, -1 when none */
+    long metric_req;   /* highest persisted metrics batch of metric_session (dedup) */
     char metric_session[40]; /* helper session that sent metric_req, "" when none */
-    char dispatcher[64];/* where it runs or ran, "" when never started */
-    long pid;           /* on its dispatcher, 0 when none */
-    char exit_how[16];  /* exited, signaled, timeout, killed, start_failed, lost, "" */
+    char dispatcher[64];     /* where it runs or ran, "" when never started */
+    long pid;                /* on its dispatcher, 0 when none */
+    char exit_how[16]; /* exited, signaled, timeout, killed, start_failed, lost, "" */
     long exit_code;
-    char reason[256];   /* why it ended (for people), "" when none */
-    char out_path[512]; /* stdout log file on its dispatcher */
-    char err_path[512]; /* stderr log file */
+    char reason[256];     /* why it ended (for people), "" when none */
+    char out_path[512];   /* stdout log file on its dispatcher */
+    char err_path[512];   /* stderr log file */
     char checkpoint[512]; /* latest checkpoint path, "" when none */
     long checkpoint_step;
     double created, started, ended; /* wall clock; 0 when not yet */
@@ -55,9 +55,9 @@ typedef struct {
 typedef struct {
     long id;
     char name[128];
-    char state[16];     /* running, stopped, finished */
-    json_t *spec;       /* owned */
-    json_t *sched_state;/* owned, NULL when none saved */
+    char state[16];      /* running, stopped, finished */
+    json_t *spec;        /* owned */
+    json_t *sched_state; /* owned, NULL when none saved */
     double created, finished;
 } store_study;
 
@@ -86,8 +86,8 @@ void store_rollback(store_t *s);
 
 /* ---- studies ---- */
 /* Inserts a study; returns its id or -1 (also -1 if the name exists). */
-long store_study_insert(store_t *s, const char *name, const json_t *spec, const char *state,
-                        double now);
+long store_study_insert(store_t *s, const char *name, const json_t *spec,
+                        const char *state, double now);
 /* Fills `out` for the named study. 1 found, 0 not found, -1 error.
    Release with store_study_fini. */
 int store_study_get(store_t *s, const char *name, store_study *out);
@@ -115,7 +115,7 @@ int store_trial_save(store_t *s, const store_trial *t);
 int store_trial_set_params(store_t *s, long trial_id, long generation, long parent,
                            const json_t *params);
 /* Loads all trials of a study, ordered by number. Returns the count (and
-   *out, caller frees with store_trials_free) or -1. */
+ *out, caller frees with store_trials_free) or -1. */
 long store_trials_load(store_t *s, long study_id, store_trial **out);
 /* Loads one trial. 1 found, 0 not found, -1 error. store_trial_fini after. */
 int store_trial_get(store_t *s, long trial_id, store_trial *out);
@@ -129,8 +129,8 @@ json_t *store_trial_lineage(store_t *s, long trial_id);
 
 /* ---- metrics ---- */
 /* Inserts n points for (trial, attempt). Call inside a transaction. */
-int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts, size_t n,
-                      double now);
+int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts,
+                      size_t n, double now);
 /* Number of metric points stored for a trial (all attempts), or -1. */
 long store_metrics_count(store_t *s, long trial_id);
 /* Last value of every metric of a trial as a JSON object (caller owns). */
@@ -141,8 +141,9 @@ json_t *store_metrics_series(store_t *s, long trial_id, const char *name);
 /* ---- events ---- */
 /* Appends an event; `detail` borrowed (may be NULL); applied: 1, 0, or -1
    for not yet known. Returns the event id or -1. */
-long store_event_add(store_t *s, double now, long study_id, long trial_id, const char *who,
-                     const char *kind, const json_t *detail, int applied);
+long store_event_add(store_t *s, double now, long study_id, long trial_id,
+                     const char *who, const char *kind, const json_t *detail,
+                     int applied);
 /* Marks an event applied/refused with its latency. */
 int store_event_resolve(store_t *s, long event_id, int applied, double latency_s,
                         const char *detail);

@@ -20,62 +20,62 @@ static const char *jzt_cur;
 
 #define TEST(name) static void name(void)
 
-#define RUN(name)                                                          \
-    do {                                                                   \
-        jzt_cur = #name;                                                   \
-        jzt_cur_failed = 0;                                                \
-        name();                                                            \
-        if (jzt_cur_failed)                                                \
-            jzt_failed++;                                                  \
-        else                                                               \
-            jzt_passed++;                                                  \
-        fflush(stdout);                                                    \
+#define RUN(name)                                                                        \
+    do {                                                                                 \
+        jzt_cur = #name;                                                                 \
+        jzt_cur_failed = 0;                                                              \
+        name();                                                                          \
+        if (jzt_cur_failed)                                                              \
+            jzt_failed++;                                                                \
+        else                                                                             \
+            jzt_passed++;                                                                \
+        fflush(stdout);                                                                  \
     } while (0)
 
-#define JZT_FAIL(...)                                                      \
-    do {                                                                   \
-        printf("FAIL %s (%s:%d): ", jzt_cur, __FILE__, __LINE__);          \
-        printf(__VA_ARGS__);                                               \
-        printf("\n");                                                      \
-        jzt_cur_failed = 1;                                                \
+#define JZT_FAIL(...)                                                                    \
+    do {                                                                                 \
+        printf("FAIL %s (%s:%d): ", jzt_cur, __FILE__, __LINE__);                        \
+        printf(__VA_ARGS__);                                                             \
+        printf("\n");                                                                    \
+        jzt_cur_failed = 1;                                                              \
     } while (0)
 
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond))                                                       \
-            JZT_FAIL("%s", #cond);                                         \
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        if (!(cond))                                                                     \
+            JZT_FAIL("%s", #cond);                                                       \
     } while (0)
 
-#define REQUIRE(cond)                                                      \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            JZT_FAIL("%s", #cond);                                         \
-            return;                                                        \
-        }                                                                  \
+#define REQUIRE(cond)                                                                    \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            JZT_FAIL("%s", #cond);                                                       \
+            return;                                                                      \
+        }                                                                                \
     } while (0)
 
 /* |a-b| <= tol or |a-b| <= tol*max(|a|,|b|) */
-#define CHECK_NEAR(a, b, tol)                                              \
-    do {                                                                   \
-        double jzt_a = (a), jzt_b = (b), jzt_d = fabs(jzt_a - jzt_b);      \
-        double jzt_m = fmax(fabs(jzt_a), fabs(jzt_b));                     \
-        if (!(jzt_d <= (tol) || jzt_d <= (tol)*jzt_m))                     \
-            JZT_FAIL("%s = %.17g, %s = %.17g (tol %g)", #a, jzt_a, #b,     \
-                     jzt_b, (double)(tol));                                \
+#define CHECK_NEAR(a, b, tol)                                                            \
+    do {                                                                                 \
+        double jzt_a = (a), jzt_b = (b), jzt_d = fabs(jzt_a - jzt_b);                    \
+        double jzt_m = fmax(fabs(jzt_a), fabs(jzt_b));                                   \
+        if (!(jzt_d <= (tol) || jzt_d <= (tol)*jzt_m))                                   \
+            JZT_FAIL("%s = %.17g, %s = %.17g (tol %g)", #a, jzt_a, #b, jzt_b,            \
+                     (double)(tol));                                                     \
     } while (0)
 
-#define CHECK_STR(a, b)                                                    \
-    do {                                                                   \
-        const char *jzt_x = (a), *jzt_y = (b);                             \
-        if (!jzt_x || !jzt_y || strcmp(jzt_x, jzt_y) != 0)                 \
-            JZT_FAIL("%s = \"%s\", expected \"%s\"", #a,                   \
-                     jzt_x ? jzt_x : "(null)", jzt_y ? jzt_y : "(null)");  \
+#define CHECK_STR(a, b)                                                                  \
+    do {                                                                                 \
+        const char *jzt_x = (a), *jzt_y = (b);                                           \
+        if (!jzt_x || !jzt_y || strcmp(jzt_x, jzt_y) != 0)                               \
+            JZT_FAIL("%s = \"%s\", expected \"%s\"", #a, jzt_x ? jzt_x : "(null)",       \
+                     jzt_y ? jzt_y : "(null)");                                          \
     } while (0)
 
-#define TEST_DONE()                                                        \
-    do {                                                                   \
-        printf("%d passed, %d failed\n", jzt_passed, jzt_failed);          \
-        return jzt_failed ? 1 : 0;                                         \
+#define TEST_DONE()                                                                      \
+    do {                                                                                 \
+        printf("%d passed, %d failed\n", jzt_passed, jzt_failed);                        \
+        return jzt_failed ? 1 : 0;                                                       \
     } while (0)
 
 #endif

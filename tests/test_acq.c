@@ -15,7 +15,8 @@
 static long double s_h_ref(long double z)
 {
     long double Phi = 0.5L * erfcl(-z / sqrtl(2.0L));
-    long double phi = expl(-0.5L * z * z) / sqrtl(2.0L * 3.14159265358979323846264338327950288L);
+    long double phi =
+        expl(-0.5L * z * z) / sqrtl(2.0L * 3.14159265358979323846264338327950288L);
     return z * Phi + phi;
 }
 
@@ -87,16 +88,25 @@ TEST(log_h_derivative)
 
 TEST(log_ei_direct_and_gradients)
 {
-    double cases[][3] = {{0.3, 0.5, 0.1}, {-1, 2, 0}, {2, 0.1, -1}, {0, 1e-3, 0.5}, {5, 0.2, 0}};
+    double cases[][3] = {
+        {0.3, 0.5, 0.1}, {-1, 2, 0}, {2, 0.1, -1}, {0, 1e-3, 0.5}, {5, 0.2, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         double mu = cases[c][0], s = cases[c][1], best = cases[c][2], dmu, ds;
         double v = acq_log_ei(mu, s, best, &dmu, &ds);
         long double z = (best - mu) / s;
         CHECK_NEAR(v, (double)logl(s * s_h_ref(z)), 1e-12);
         double h = 1e-7;
-        CHECK_NEAR(dmu, (acq_log_ei(mu + h, s, best, NULL, NULL) - acq_log_ei(mu - h, s, best, NULL, NULL)) / (2 * h), 1e-5);
+        CHECK_NEAR(dmu,
+                   (acq_log_ei(mu + h, s, best, NULL, NULL) -
+                    acq_log_ei(mu - h, s, best, NULL, NULL)) /
+                       (2 * h),
+                   1e-5);
         h = 1e-7 * s;
-        CHECK_NEAR(ds, (acq_log_ei(mu, s + h, best, NULL, NULL) - acq_log_ei(mu, s - h, best, NULL, NULL)) / (2 * h), 1e-5);
+        CHECK_NEAR(ds,
+                   (acq_log_ei(mu, s + h, best, NULL, NULL) -
+                    acq_log_ei(mu, s - h, best, NULL, NULL)) /
+                       (2 * h),
+                   1e-5);
     }
 }
 
@@ -110,7 +120,8 @@ static gp_t *s_gp(int d, int n, unsigned seed)
         for (int i = 0; i < d; i++) {
             st = st * 6364136223846793005ULL + 1442695040888963407ULL;
             X[a * d + i] = (double)(st >> 11) / 9007199254740992.0;
-            y[a] += (X[a * d + i] - 0.3) * (X[a * d + i] - 0.3) + 0.1 * sin(9 * X[a * d + i]);
+            y[a] +=
+                (X[a * d + i] - 0.3) * (X[a * d + i] - 0.3) + 0.1 * sin(9 * X[a * d + i]);
         }
     }
     gp_set_data(gp, X, y, n, 1);
@@ -130,10 +141,13 @@ TEST(acquisition_gradients)
             double v = acq_value(gp, &acqs[k], pts[p], g);
             CHECK(isfinite(v));
             for (int i = 0; i < d; i++) {
-                double xp[2] = {pts[p][0], pts[p][1]}, xm[2] = {pts[p][0], pts[p][1]}, h = 1e-6;
+                double xp[2] = {pts[p][0], pts[p][1]}, xm[2] = {pts[p][0], pts[p][1]},
+                       h = 1e-6;
                 xp[i] += h;
                 xm[i] -= h;
-                double fd = (acq_value(gp, &acqs[k], xp, NULL) - acq_value(gp, &acqs[k], xm, NULL)) / (2 * h);
+                double fd = (acq_value(gp, &acqs[k], xp, NULL) -
+                             acq_value(gp, &acqs[k], xm, NULL)) /
+                            (2 * h);
                 CHECK_NEAR(g[i], fd, 1e-5);
             }
         }

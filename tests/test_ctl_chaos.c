@@ -56,17 +56,25 @@ static int s_ok(json_t *reply)
 static json_t *s_random_value(int depth)
 {
     switch (s_next() % (depth > 2 ? 7 : 9)) {
-    case 0: return json_null();
-    case 1: return json_true();
-    case 2: return json_integer((json_int_t)(s_next() % 7) - 3);
-    case 3: return json_integer((json_int_t)s_next());
-    case 4: return json_real((double)(int64_t)s_next() / 1e3);
+    case 0:
+        return json_null();
+    case 1:
+        return json_true();
+    case 2:
+        return json_integer((json_int_t)(s_next() % 7) - 3);
+    case 3:
+        return json_integer((json_int_t)s_next());
+    case 4:
+        return json_real((double)(int64_t)s_next() / 1e3);
     case 5: {
-        static const char *const words[] = {"", "nan", "inf", "-inf", "x", "run", "\xff\xfe",
-                                            "trial", "../../etc/passwd", "lr"};
+        static const char *const words[] = {"",         "nan",   "inf",
+                                            "-inf",     "x",     "run",
+                                            "\xff\xfe", "trial", "../../etc/passwd",
+                                            "lr"};
         return json_string(words[s_next() % 10]);
     }
-    case 6: return json_string("a very long string that is still fine to carry around");
+    case 6:
+        return json_string("a very long string that is still fine to carry around");
     case 7: {
         json_t *a = json_array();
         for (int i = (int)(s_next() % 4); i > 0; i--)
@@ -88,23 +96,24 @@ static json_t *s_random_value(int depth)
 /* A message of a real type whose fields are kept, dropped or replaced. */
 static json_t *s_mutant(long trial, const char *token)
 {
-    static const char *const types[] = {"hello",      "metrics",      "ins_ack",     "checkpoint_done",
-                                        "heartbeat",  "register",     "started",     "exited",
-                                        "submit",     "status",       "study_stop",  "study_resume",
-                                        "trial_stop", "trial_pause",  "trial_resume", "trial_set",
-                                        "ping",       "no_such_type"};
+    static const char *const types[] = {
+        "hello",      "metrics",      "ins_ack",     "checkpoint_done", "heartbeat",
+        "register",   "started",      "exited",      "submit",          "status",
+        "study_stop", "study_resume", "trial_stop",  "trial_pause",     "trial_resume",
+        "trial_set",  "ping",         "no_such_type"};
     const char *type = types[s_next() % (sizeof types / sizeof types[0])];
-    json_t *m = json_pack("{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:[[I,s,f]], s:s, s:I, s:b, s:{s:f}, "
-                          "s:[], s:[], s:s, s:I}",
-                          "type", type, "trial", (json_int_t)trial, "token", token, "name", "d1",
-                          "study", "chaos", "attempt", (json_int_t)0, "slots", (json_int_t)2,
-                          "points", (json_int_t)1, "score", 0.5, "how", "exited", "code",
-                          (json_int_t)0, "applied", 1, "values", "lr", 0.1, "gpus", "running",
-                          "path", "/tmp/x", "step", (json_int_t)3);
+    json_t *m = json_pack(
+        "{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:[[I,s,f]], s:s, s:I, s:b, s:{s:f}, "
+        "s:[], s:[], s:s, s:I}",
+        "type", type, "trial", (json_int_t)trial, "token", token, "name", "d1", "study",
+        "chaos", "attempt", (json_int_t)0, "slots", (json_int_t)2, "points",
+        (json_int_t)1, "score", 0.5, "how", "exited", "code", (json_int_t)0, "applied", 1,
+        "values", "lr", 0.1, "gpus", "running", "path", "/tmp/x", "step", (json_int_t)3);
     const char *key;
     json_t *v;
     void *tmp;
-    json_object_foreach_safe(m, tmp, key, v) {
+    json_object_foreach_safe(m, tmp, key, v)
+    {
         if (!strcmp(key, "type"))
             continue;
         int r = (int)(s_next() % 6);
@@ -139,8 +148,8 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
         "\"trial\":{\"command\":[\"true\"]}}",
         0, NULL);
     REQUIRE(s_ok(s_ask(json_pack("{s:s, s:o}", "type", "submit", "spec", spec))));
-    REQUIRE(s_ok(s_ask(json_pack("{s:s, s:s, s:i, s:[], s:[]}", "type", "register", "name", "d1",
-                                 "slots", 2, "gpus", "running"))));
+    REQUIRE(s_ok(s_ask(json_pack("{s:s, s:s, s:i, s:[], s:[]}", "type", "register",
+                                 "name", "d1", "slots", 2, "gpus", "running"))));
     usleep(300 * 1000); /* the controller starts the trials on its next ticks */
     char err[256];
     store_t *st = store_open(s_db, 1, err, sizeof err);
@@ -158,9 +167,9 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     store_close(&st);
 
     /* the right token works, a wrong one is refused */
-    json_t *r = s_ask(json_pack("{s:s, s:I, s:s, s:s, s:[[i,s,f]]}", "type", "metrics", "trial",
-                                (json_int_t)trial, "token", token, "session", "t", "points", 1,
-                                "score", 0.25));
+    json_t *r = s_ask(json_pack("{s:s, s:I, s:s, s:s, s:[[i,s,f]]}", "type", "metrics",
+                                "trial", (json_int_t)trial, "token", token, "session",
+                                "t", "points", 1, "score", 0.25));
     CHECK(s_ok(r));
     r = s_ask(json_pack("{s:s, s:I, s:s, s:[[i,s,f]]}", "type", "metrics", "trial",
                         (json_int_t)trial, "token", "wrong", "points", 2, "score", 0.5));
@@ -172,7 +181,8 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
         int what = (int)(s_next() % 10);
         if (what < 7) {
             int right = s_next() % 2;
-            json_t *m = s_mutant(right ? trial : (long)(s_next() % 50) - 5, right ? token : "zz");
+            json_t *m =
+                s_mutant(right ? trial : (long)(s_next() % 50) - 5, right ? token : "zz");
             wire_send(s_sock, NULL, m, 0);
         } else if (what < 9) {
             zmq_send(s_sock, "", 0, ZMQ_SNDMORE);
@@ -203,8 +213,8 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     REQUIRE(store_study_get(st, "chaos", &sd) == 1);
     n = store_trials_load(st, sd.id, &rows);
     CHECK(n >= 1 && n <= 4);
-    static const char *const states[] = {"pending", "starting", "running", "paused",
-                                          "completed", "failed", "stopped"};
+    static const char *const states[] = {"pending",   "starting", "running", "paused",
+                                         "completed", "failed",   "stopped"};
     for (long i = 0; i < n; i++) {
         int known = 0;
         for (size_t k = 0; k < sizeof states / sizeof states[0]; k++)

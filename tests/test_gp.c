@@ -52,7 +52,9 @@ TEST(kernel_gradients)
         memcpy(tm, th, sizeof th);
         tp[j] += h;
         tm[j] -= h;
-        double fd = (gp_kernel(d, tp, a, b, NULL, NULL) - gp_kernel(d, tm, a, b, NULL, NULL)) / (2 * h);
+        double fd =
+            (gp_kernel(d, tp, a, b, NULL, NULL) - gp_kernel(d, tm, a, b, NULL, NULL)) /
+            (2 * h);
         CHECK_NEAR(dth[j], fd, 1e-7);
     }
     for (int i = 0; i < d; i++) {
@@ -61,7 +63,9 @@ TEST(kernel_gradients)
         memcpy(am, a, sizeof a);
         ap[i] += h;
         am[i] -= h;
-        double fd = (gp_kernel(d, th, ap, b, NULL, NULL) - gp_kernel(d, th, am, b, NULL, NULL)) / (2 * h);
+        double fd =
+            (gp_kernel(d, th, ap, b, NULL, NULL) - gp_kernel(d, th, am, b, NULL, NULL)) /
+            (2 * h);
         CHECK_NEAR(dx[i], fd, 1e-7);
     }
 }
@@ -85,7 +89,8 @@ TEST(marginal_likelihood_gradient)
             memcpy(tm, th, sizeof th);
             tp[j] += h;
             tm[j] -= h;
-            double fd = (gp_log_marginal(gp, tp, NULL) - gp_log_marginal(gp, tm, NULL)) / (2 * h);
+            double fd =
+                (gp_log_marginal(gp, tp, NULL) - gp_log_marginal(gp, tm, NULL)) / (2 * h);
             CHECK_NEAR(g[j], fd, 1e-6);
         }
         /* the prior's gradient too, inside and outside its soft box */

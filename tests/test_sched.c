@@ -71,15 +71,23 @@ TEST(registry_refusals)
     struct {
         const char *sched, *want;
     } cases[] = {
-        {"{\"type\":\"nope\"}", "scheduler.type: unknown scheduler \"nope\" (expected one of: random grid bo"},
+        {"{\"type\":\"nope\"}",
+         "scheduler.type: unknown scheduler \"nope\" (expected one of: random grid bo"},
         {"{\"type\":\"Random\"}", "scheduler.type: unknown scheduler \"Random\""},
-        {"{\"type\":\"random\",\"points\":3}", "scheduler.points: unknown option for the random scheduler"},
-        {"{\"type\":\"random\",\"seed\":1,\"shuffle\":true}", "scheduler.shuffle: unknown option for the random scheduler"},
-        {"{\"type\":\"grid\",\"foo\":1}", "scheduler.foo: unknown option for the grid scheduler"},
-        {"{\"type\":\"grid\",\"points\":0}", "scheduler.points: must be an integer from 1 to 1000"},
-        {"{\"type\":\"grid\",\"points\":1001}", "scheduler.points: must be an integer from 1 to 1000"},
-        {"{\"type\":\"grid\",\"points\":\"3\"}", "scheduler.points: must be an integer from 1 to 1000"},
-        {"{\"type\":\"grid\",\"points\":2.5}", "scheduler.points: must be an integer from 1 to 1000"},
+        {"{\"type\":\"random\",\"points\":3}",
+         "scheduler.points: unknown option for the random scheduler"},
+        {"{\"type\":\"random\",\"seed\":1,\"shuffle\":true}",
+         "scheduler.shuffle: unknown option for the random scheduler"},
+        {"{\"type\":\"grid\",\"foo\":1}",
+         "scheduler.foo: unknown option for the grid scheduler"},
+        {"{\"type\":\"grid\",\"points\":0}",
+         "scheduler.points: must be an integer from 1 to 1000"},
+        {"{\"type\":\"grid\",\"points\":1001}",
+         "scheduler.points: must be an integer from 1 to 1000"},
+        {"{\"type\":\"grid\",\"points\":\"3\"}",
+         "scheduler.points: must be an integer from 1 to 1000"},
+        {"{\"type\":\"grid\",\"points\":2.5}",
+         "scheduler.points: must be an integer from 1 to 1000"},
         {"{\"type\":\"grid\",\"shuffle\":1}", "scheduler.shuffle: must be true or false"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -124,9 +132,10 @@ TEST(grid_too_large)
 
 TEST(accepted_options)
 {
-    const char *ok[] = {"{\"type\":\"random\"}", "{\"type\":\"random\",\"seed\":5}",
-                        "{\"type\":\"grid\"}",
-                        "{\"type\":\"grid\",\"points\":1000,\"shuffle\":false,\"seed\":2}"};
+    const char *ok[] = {
+        "{\"type\":\"random\"}", "{\"type\":\"random\",\"seed\":5}",
+        "{\"type\":\"grid\"}",
+        "{\"type\":\"grid\",\"points\":1000,\"shuffle\":false,\"seed\":2}"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         spec_t *sp = s_spec(ok[i], "{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}}");
         REQUIRE(sp);
@@ -208,7 +217,7 @@ TEST(random_legal_and_reproducible)
     for (int k = 0; k < 3; k++)
         CHECK(seen_choice[k] > N / 6); /* expected N/3 each */
     for (int k = 0; k < 4; k++)
-        CHECK(seen_k[k] > N / 8);     /* expected N/4 each */
+        CHECK(seen_k[k] > N / 8); /* expected N/4 each */
     s_free_all(pa, N);
     s_free_all(pb, N);
     s_free_all(pc, N);
@@ -235,9 +244,10 @@ static int s_cmp_double(const void *a, const void *b)
    (median log10 = log10(0.5) = -0.3) fails by far. */
 TEST(random_log_uniform)
 {
-    spec_t *sp = s_spec("{\"type\":\"random\",\"seed\":3}",
-                        "{\"lr\":{\"type\":\"float\",\"low\":1e-4,\"high\":1,\"log\":true},"
-                        "\"bs\":{\"type\":\"int\",\"low\":1,\"high\":10000,\"log\":true}}");
+    spec_t *sp =
+        s_spec("{\"type\":\"random\",\"seed\":3}",
+               "{\"lr\":{\"type\":\"float\",\"low\":1e-4,\"high\":1,\"log\":true},"
+               "\"bs\":{\"type\":\"int\",\"low\":1,\"high\":10000,\"log\":true}}");
     REQUIRE(sp);
     sched_t *s = s_new(sp);
     REQUIRE(s);
@@ -292,7 +302,8 @@ TEST(random_save_restore)
     }
     json_decref(back);
     /* bad states are refused */
-    const char *bad[] = {"{}", "{\"count\":-1}", "{\"count\":\"3\"}", "[]", "{\"next\":2}"};
+    const char *bad[] = {"{}", "{\"count\":-1}", "{\"count\":\"3\"}", "[]",
+                         "{\"next\":2}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_t *j = json_loads(bad[i], 0, NULL);
         CHECK(b->ops->restore(b, j) == -1);
@@ -327,9 +338,10 @@ static int s_index_of(json_t **a, int n, const json_t *v)
     return -1;
 }
 
-static const char *GRID_SPACE = "{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1},"
-                                "\"n\":{\"type\":\"int\",\"low\":1,\"high\":2},"
-                                "\"opt\":{\"type\":\"choice\",\"values\":[\"a\",\"b\",\"c\"]}}";
+static const char *GRID_SPACE =
+    "{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1},"
+    "\"n\":{\"type\":\"int\",\"low\":1,\"high\":2},"
+    "\"opt\":{\"type\":\"choice\",\"values\":[\"a\",\"b\",\"c\"]}}";
 
 TEST(grid_cartesian_product)
 {
@@ -347,7 +359,8 @@ TEST(grid_cartesian_product)
     for (int i = 0; i < 3; i++)
         for (int k = 1; k <= 2; k++)
             for (int o = 0; o < 3; o++) {
-                json_t *want = json_pack("{s:f, s:i, s:s}", "x", xs[i], "n", k, "opt", opts[o]);
+                json_t *want =
+                    json_pack("{s:f, s:i, s:s}", "x", xs[i], "n", k, "opt", opts[o]);
                 int at = s_index_of(got, n, want);
                 if (at < 0)
                     JZT_FAIL("missing x=%g n=%d opt=%s", xs[i], k, opts[o]);
@@ -380,9 +393,10 @@ TEST(grid_values_per_type)
 {
     /* default 3 points; a small int range takes all its values; a log
        float is spaced on the log scale; points = 1 takes the middle */
-    spec_t *sp = s_spec("{\"type\":\"grid\",\"points\":5}",
-                        "{\"n\":{\"type\":\"int\",\"low\":-1,\"high\":1},"
-                        "\"lr\":{\"type\":\"float\",\"low\":1e-4,\"high\":1,\"log\":true}}");
+    spec_t *sp =
+        s_spec("{\"type\":\"grid\",\"points\":5}",
+               "{\"n\":{\"type\":\"int\",\"low\":-1,\"high\":1},"
+               "\"lr\":{\"type\":\"float\",\"low\":1e-4,\"high\":1,\"log\":true}}");
     REQUIRE(sp);
     sched_t *s = s_new(sp);
     REQUIRE(s);
@@ -391,14 +405,16 @@ TEST(grid_values_per_type)
     REQUIRE(n == 15);
     for (int i = 0; i < 15; i++) {
         CHECK(json_integer_value(json_object_get(got[i], "n")) == -1 + i / 5);
-        CHECK_NEAR(json_real_value(json_object_get(got[i], "lr")), pow(10, -4 + i % 5), 1e-9);
+        CHECK_NEAR(json_real_value(json_object_get(got[i], "lr")), pow(10, -4 + i % 5),
+                   1e-9);
     }
     s_free_all(got, n);
     sched_destroy(&s);
     spec_destroy(&sp);
 
-    sp = s_spec("{\"type\":\"grid\"}", "{\"n\":{\"type\":\"int\",\"low\":0,\"high\":100},"
-                                       "\"c\":{\"type\":\"choice\",\"values\":[1,2,3,4,5]}}");
+    sp = s_spec("{\"type\":\"grid\"}",
+                "{\"n\":{\"type\":\"int\",\"low\":0,\"high\":100},"
+                "\"c\":{\"type\":\"choice\",\"values\":[1,2,3,4,5]}}");
     REQUIRE(sp);
     s = s_new(sp);
     REQUIRE(s);
@@ -449,7 +465,8 @@ TEST(grid_no_repeated_points)
         int dups = 0;
         for (int i = 0; i < n; i++) {
             for (size_t k = 0; k < sp->nparams; k++)
-                CHECK(spec_param_legal(&sp->params[k], json_object_get(got[i], sp->params[k].name)));
+                CHECK(spec_param_legal(&sp->params[k],
+                                       json_object_get(got[i], sp->params[k].name)));
             for (int j = 0; j < i; j++)
                 dups += json_equal(got[i], got[j]);
         }
@@ -464,8 +481,10 @@ TEST(grid_no_repeated_points)
 TEST(grid_shuffle)
 {
     spec_t *plain = s_spec("{\"type\":\"grid\",\"points\":3}", GRID_SPACE);
-    spec_t *sh1 = s_spec("{\"type\":\"grid\",\"points\":3,\"shuffle\":true,\"seed\":1}", GRID_SPACE);
-    spec_t *sh2 = s_spec("{\"type\":\"grid\",\"points\":3,\"shuffle\":true,\"seed\":2}", GRID_SPACE);
+    spec_t *sh1 = s_spec("{\"type\":\"grid\",\"points\":3,\"shuffle\":true,\"seed\":1}",
+                         GRID_SPACE);
+    spec_t *sh2 = s_spec("{\"type\":\"grid\",\"points\":3,\"shuffle\":true,\"seed\":2}",
+                         GRID_SPACE);
     REQUIRE(plain && sh1 && sh2);
     sched_t *p = s_new(plain), *a = s_new(sh1), *b = s_new(sh1), *c = s_new(sh2);
     REQUIRE(p && a && b && c);
@@ -553,7 +572,8 @@ static void s_grid_restore_case(const char *sched, int line)
 TEST(grid_save_restore)
 {
     s_grid_restore_case("{\"type\":\"grid\",\"points\":3}", __LINE__);
-    s_grid_restore_case("{\"type\":\"grid\",\"points\":3,\"shuffle\":true,\"seed\":8}", __LINE__);
+    s_grid_restore_case("{\"type\":\"grid\",\"points\":3,\"shuffle\":true,\"seed\":8}",
+                        __LINE__);
 }
 
 int main(void)

@@ -85,9 +85,10 @@ TEST(options_checked)
             JZT_FAIL("error \"%s\", expected \"%s...\"", err, bad[i][1]);
         spec_destroy(&sp);
     }
-    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":3,\"acq\":\"ucb\",\"kappa\":2,\"n_init\":4,"
-                        "\"fantasy\":\"liar\",\"warp\":\"none\"}",
-                        QSPACE, "min");
+    spec_t *sp =
+        s_spec("{\"type\":\"bo\",\"seed\":3,\"acq\":\"ucb\",\"kappa\":2,\"n_init\":4,"
+               "\"fantasy\":\"liar\",\"warp\":\"none\"}",
+               QSPACE, "min");
     REQUIRE(sp);
     sched_t *s = sched_bo_new(sp, err, sizeof err);
     CHECK(s != NULL);
@@ -99,7 +100,8 @@ TEST(options_checked)
 
 /* Runs a sequential study of n trials on f; returns the best value and
    appends every suggestion's text to log (when non-NULL). */
-static double s_study(sched_t *s, int n, double (*f)(const json_t *), int maximize, json_t *log)
+static double s_study(sched_t *s, int n, double (*f)(const json_t *), int maximize,
+                      json_t *log)
 {
     double best = maximize ? -INFINITY : INFINITY;
     for (long id = 1; id <= n; id++) {
@@ -182,7 +184,8 @@ TEST(legal_values_only)
     size_t i;
     json_t *p;
     int bad = 0;
-    json_array_foreach(log, i, p) {
+    json_array_foreach(log, i, p)
+    {
         CHECK(json_object_size(p) == sp->nparams);
         for (size_t k = 0; k < sp->nparams; k++) {
             json_t *v = json_object_get(p, sp->params[k].name);
@@ -208,7 +211,8 @@ TEST(determinism_and_failures)
     const char *sched = "{\"type\":\"bo\",\"seed\":11,\"n_init\":4}";
     json_t *logs[3];
     for (int r = 0; r < 3; r++) {
-        spec_t *sp = s_spec(r < 2 ? sched : "{\"type\":\"bo\",\"seed\":12,\"n_init\":4}", QSPACE, "min");
+        spec_t *sp = s_spec(r < 2 ? sched : "{\"type\":\"bo\",\"seed\":12,\"n_init\":4}",
+                            QSPACE, "min");
         REQUIRE(sp);
         char err[256];
         sched_t *s = sched_bo_new(sp, err, sizeof err);
@@ -235,7 +239,8 @@ TEST(parallel_suggestions_differ)
     const char *fant[] = {"believer", "liar"};
     for (int f = 0; f < 2; f++) {
         char sched[128];
-        snprintf(sched, sizeof sched, "{\"type\":\"bo\",\"seed\":4,\"n_init\":5,\"fantasy\":\"%s\"}", fant[f]);
+        snprintf(sched, sizeof sched,
+                 "{\"type\":\"bo\",\"seed\":4,\"n_init\":5,\"fantasy\":\"%s\"}", fant[f]);
         spec_t *sp = s_spec(sched, QSPACE, "min");
         REQUIRE(sp);
         char err[256];
@@ -247,8 +252,10 @@ TEST(parallel_suggestions_differ)
             REQUIRE(s_get(s, 100 + k, &p[k]) == SCHED_OK);
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < a; b++) {
-                double dx = s_num(p[a], "x") - s_num(p[b], "x"), dy = s_num(p[a], "y") - s_num(p[b], "y");
-                if (!(sqrt(dx * dx + dy * dy) > 1e-2)) JZT_FAIL("%s %d %d dist %g", fant[f], a, b, sqrt(dx * dx + dy * dy));
+                double dx = s_num(p[a], "x") - s_num(p[b], "x"),
+                       dy = s_num(p[a], "y") - s_num(p[b], "y");
+                if (!(sqrt(dx * dx + dy * dy) > 1e-2))
+                    JZT_FAIL("%s %d %d dist %g", fant[f], a, b, sqrt(dx * dx + dy * dy));
             }
         for (int k = 0; k < 4; k++)
             json_decref(p[k]);
@@ -262,12 +269,14 @@ TEST(save_restore_continues)
     spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":9,\"n_init\":4}", MIXED, "max");
     REQUIRE(sp);
     char err[256];
-    sched_t *a = sched_bo_new(sp, err, sizeof err), *b = sched_bo_new(sp, err, sizeof err);
+    sched_t *a = sched_bo_new(sp, err, sizeof err),
+            *b = sched_bo_new(sp, err, sizeof err);
     REQUIRE(a && b);
     json_t *p = NULL, *q = NULL;
     for (long id = 1; id <= 8; id++) {
         REQUIRE(s_get(a, id, &p) == SCHED_OK);
-        a->ops->on_complete(a, id, p, id == 3 ? SCHED_FAILED : SCHED_COMPLETED, id == 3 ? NAN : -s_mixed(p));
+        a->ops->on_complete(a, id, p, id == 3 ? SCHED_FAILED : SCHED_COMPLETED,
+                            id == 3 ? NAN : -s_mixed(p));
         json_decref(p);
     }
     REQUIRE(s_get(a, 9, &p) == SCHED_OK); /* left pending */

@@ -203,7 +203,8 @@ TEST(spikes_need_warmup_and_options_apply)
     CHECK(g->ops->on_metric(g, 1, 1, "loss", 1.0, 0, ins, 8) == 0);
     CHECK(g->ops->on_metric(g, 1, 2, "loss", 10.0, 0, ins, 8) == 0); /* warmup: 1 of 2 */
     CHECK(g->ops->on_metric(g, 1, 3, "cur_lr", 0.4, 0, ins, 8) == 0);
-    CHECK(g->ops->on_metric(g, 1, 3, "train_loss", NAN, 0, ins, 8) == 0); /* not watched */
+    CHECK(g->ops->on_metric(g, 1, 3, "train_loss", NAN, 0, ins, 8) ==
+          0); /* not watched */
     CHECK(g->ops->on_checkpoint(g, 1, 3, "/c", 0, ins, 8) == 0);
     /* average after 1.0 and 10.0 with weight 0.2: 2.8; 2 × 2.8 = 5.6 */
     CHECK(g->ops->on_metric(g, 1, 4, "loss", 5.5, 0, ins, 8) == 0);
@@ -301,8 +302,9 @@ static char *s_run(int cut)
         }
         int k = g->ops->on_metric(g, 1, steps[i], "train_loss", losses[i], 0, ins, 8);
         for (int j = 0; j < k; j++) {
-            json_array_append_new(log, json_pack("{s:s, s:O?, s:s}", "kind", ins[j].kind, "args",
-                                                 ins[j].args, "reason", ins[j].reason));
+            json_array_append_new(log, json_pack("{s:s, s:O?, s:s}", "kind", ins[j].kind,
+                                                 "args", ins[j].args, "reason",
+                                                 ins[j].reason));
             sched_instr_fini(&ins[j]);
         }
     }

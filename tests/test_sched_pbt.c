@@ -84,9 +84,10 @@ static void s_drv_fini(drv *d)
 static void s_collect(drv *d, sched_instr *ins, int k)
 {
     for (int i = 0; i < k; i++) {
-        json_array_append_new(d->log, json_pack("{s:I, s:s, s:O?, s:s}", "trial",
-                                                (json_int_t)ins[i].trial, "kind", ins[i].kind,
-                                                "args", ins[i].args, "reason", ins[i].reason));
+        json_array_append_new(d->log,
+                              json_pack("{s:I, s:s, s:O?, s:s}", "trial",
+                                        (json_int_t)ins[i].trial, "kind", ins[i].kind,
+                                        "args", ins[i].args, "reason", ins[i].reason));
         sched_instr_fini(&ins[i]);
     }
 }
@@ -123,7 +124,8 @@ static int s_suggest_all(drv *d, int n)
 static int s_legal(const spec_t *spec, const json_t *params)
 {
     for (size_t i = 0; i < spec->nparams; i++)
-        if (!spec_param_legal(&spec->params[i], json_object_get(params, spec->params[i].name)))
+        if (!spec_param_legal(&spec->params[i],
+                              json_object_get(params, spec->params[i].name)))
             return 0;
     return 1;
 }
@@ -136,16 +138,24 @@ TEST(option_refusals)
         const char *sched, *want;
     } cases[] = {
         {"{\"type\":\"pbt\"}", "scheduler.interval: give exactly one of interval"},
-        {"{\"type\":\"pbt\",\"interval\":5,\"interval_s\":3}", "scheduler.interval: give exactly one"},
+        {"{\"type\":\"pbt\",\"interval\":5,\"interval_s\":3}",
+         "scheduler.interval: give exactly one"},
         {"{\"type\":\"pbt\",\"interval\":2.5}", "scheduler.interval: must be an integer"},
-        {"{\"type\":\"pbt\",\"interval\":0}", "scheduler.interval: must be a number from 1"},
-        {"{\"type\":\"pbt\",\"interval\":5,\"quantile\":0.6}", "scheduler.quantile: must be a number"},
-        {"{\"type\":\"pbt\",\"interval\":5,\"resample_p\":2}", "scheduler.resample_p: must be"},
-        {"{\"type\":\"pbt\",\"interval\":5,\"perturb\":[1.2,0.8]}", "scheduler.perturb: must be [down, up]"},
-        {"{\"type\":\"pbt\",\"interval\":5,\"perturb\":[0.8]}", "scheduler.perturb: must be [down, up]"},
-        {"{\"type\":\"pbt\",\"interval\":5,\"pb2\":1}", "scheduler.pb2: must be true or false"},
+        {"{\"type\":\"pbt\",\"interval\":0}",
+         "scheduler.interval: must be a number from 1"},
+        {"{\"type\":\"pbt\",\"interval\":5,\"quantile\":0.6}",
+         "scheduler.quantile: must be a number"},
+        {"{\"type\":\"pbt\",\"interval\":5,\"resample_p\":2}",
+         "scheduler.resample_p: must be"},
+        {"{\"type\":\"pbt\",\"interval\":5,\"perturb\":[1.2,0.8]}",
+         "scheduler.perturb: must be [down, up]"},
+        {"{\"type\":\"pbt\",\"interval\":5,\"perturb\":[0.8]}",
+         "scheduler.perturb: must be [down, up]"},
+        {"{\"type\":\"pbt\",\"interval\":5,\"pb2\":1}",
+         "scheduler.pb2: must be true or false"},
         {"{\"type\":\"pbt\",\"interval\":5,\"window\":2}", "scheduler.window: must be"},
-        {"{\"type\":\"pbt\",\"interval\":5,\"nope\":2}", "scheduler.nope: unknown option for the pbt scheduler"},
+        {"{\"type\":\"pbt\",\"interval\":5,\"nope\":2}",
+         "scheduler.nope: unknown option for the pbt scheduler"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         spec_t *sp = s_spec(cases[i].sched, SPACE, 4, 4);
@@ -158,9 +168,10 @@ TEST(option_refusals)
         sched_destroy(&s);
         spec_destroy(&sp);
     }
-    spec_t *sp = s_spec("{\"type\":\"pbt\",\"interval_s\":30,\"pb2\":true,\"quantile\":0.5,"
-                        "\"perturb\":[0.5,2],\"load_timeout_s\":5}",
-                        SPACE, 4, 4);
+    spec_t *sp =
+        s_spec("{\"type\":\"pbt\",\"interval_s\":30,\"pb2\":true,\"quantile\":0.5,"
+               "\"perturb\":[0.5,2],\"load_timeout_s\":5}",
+               SPACE, 4, 4);
     REQUIRE(sp);
     char err[256] = "";
     CHECK(sched_check(sp, err, sizeof err) == 0);
@@ -225,7 +236,8 @@ static void s_apply_log(drv *d, s_world *w, int n, size_t from, long step)
             s_ckpt(d, 100 + t, step, (double)step);
         } else if (!strcmp(kind, "load")) {
             int from_t = (int)json_integer_value(
-                             json_object_get(json_object_get(e, "args"), "from")) - 100;
+                             json_object_get(json_object_get(e, "args"), "from")) -
+                         100;
             if (!s_rank_ok(w, n, from_t, 1, 0.25))
                 w->bad++;
             w->score[t] = w->score[from_t];
@@ -284,7 +296,8 @@ TEST(exploit_from_top_quantile)
 {
     for (int seed = 1; seed <= 20; seed++) {
         char sched[128];
-        snprintf(sched, sizeof sched, "{\"type\":\"pbt\",\"seed\":%d,\"interval\":10}", seed);
+        snprintf(sched, sizeof sched, "{\"type\":\"pbt\",\"seed\":%d,\"interval\":10}",
+                 seed);
         drv d;
         REQUIRE(s_drv_init(&d, sched, 8) == 0);
         REQUIRE(s_suggest_all(&d, 8) == 8);
@@ -295,7 +308,8 @@ TEST(exploit_from_top_quantile)
         size_t i;
         json_t *e;
         int loads = 0;
-        json_array_foreach(d.log, i, e) {
+        json_array_foreach(d.log, i, e)
+        {
             const char *kind = json_string_value(json_object_get(e, "kind"));
             if (!strcmp(kind, "load")) {
                 loads++;
@@ -362,11 +376,12 @@ TEST(explore_rules)
 {
     /* resample_p 0: every param is perturbed */
     drv d;
-    REQUIRE(s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":9,\"interval\":1,\"resample_p\":0}", 2) ==
-            0);
+    REQUIRE(s_drv_init(&d,
+                       "{\"type\":\"pbt\",\"seed\":9,\"interval\":1,\"resample_p\":0}",
+                       2) == 0);
     REQUIRE(s_suggest_all(&d, 2) == 2);
-    json_t *donor = json_pack("{s:f, s:f, s:i, s:i, s:s}", "lr", 1.0, "m", -0.9, "bs", 8, "k", 1,
-                              "opt", "adam");
+    json_t *donor = json_pack("{s:f, s:f, s:i, s:i, s:s}", "lr", 1.0, "m", -0.9, "bs", 8,
+                              "k", 1, "opt", "adam");
     int saw[3] = {0, 0, 0}, lr_down = 0, m_moved = 0;
     s_report(&d, 0, 0, 0, 0);
     s_report(&d, 1, 0, 0, 0);
@@ -378,8 +393,8 @@ TEST(explore_rules)
         json_t *ms = json_object_get(st, "members");
         size_t i;
         json_t *m;
-        json_array_foreach(ms, i, m) if (json_integer_value(json_object_get(m, "id")) == 1)
-            json_object_set(m, "params", donor);
+        json_array_foreach(ms, i, m) if (json_integer_value(json_object_get(m, "id")) ==
+                                         1) json_object_set(m, "params", donor);
         REQUIRE(d.s->ops->restore(d.s, st) == 0);
         json_decref(st);
         size_t before = json_array_size(d.log);
@@ -390,16 +405,15 @@ TEST(explore_rules)
             JZT_FAIL("round %d: no load", round);
             break;
         }
-        json_t *np = json_object_get(json_object_get(json_array_get(d.log, before), "args"),
-                                     "params");
+        json_t *np = json_object_get(
+            json_object_get(json_array_get(d.log, before), "args"), "params");
         CHECK(s_legal(d.spec, np));
         double lr = json_real_value(json_object_get(np, "lr"));
         CHECK(fabs(lr - 0.8) < 1e-12 || lr == 1.0); /* ×1.2 is clamped to the bound */
         lr_down += fabs(lr - 0.8) < 1e-12;
         /* m ranges over negatives: moves by ±0.2 of the range / 2 */
         double mv = json_real_value(json_object_get(np, "m"));
-        CHECK(fabs(mv - (-1.0)) < 1e-12 ||
-              fabs(mv - (-0.9 + 0.2)) < 1e-12);
+        CHECK(fabs(mv - (-1.0)) < 1e-12 || fabs(mv - (-0.9 + 0.2)) < 1e-12);
         m_moved += fabs(mv - (-0.7)) < 1e-12;
         /* int at the bottom of its range moves up by at least one or
            stays at the bound */
@@ -427,14 +441,16 @@ TEST(explore_rules)
 TEST(resample_stays_legal)
 {
     drv d;
-    REQUIRE(s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":2,\"interval\":5,\"resample_p\":1}", 4) ==
-            0);
+    REQUIRE(s_drv_init(&d,
+                       "{\"type\":\"pbt\",\"seed\":2,\"interval\":5,\"resample_p\":1}",
+                       4) == 0);
     REQUIRE(s_suggest_all(&d, 4) == 4);
     s_script(&d, 4, 10, 0);
     size_t i;
     json_t *e;
     int loads = 0;
-    json_array_foreach(d.log, i, e) {
+    json_array_foreach(d.log, i, e)
+    {
         if (strcmp(json_string_value(json_object_get(e, "kind")), "load"))
             continue;
         loads++;
@@ -449,8 +465,9 @@ TEST(resample_stays_legal)
 TEST(ids_matched_to_suggestions)
 {
     drv d;
-    REQUIRE(s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":4,\"interval\":10,\"resample_p\":0}", 4) ==
-            0);
+    REQUIRE(s_drv_init(&d,
+                       "{\"type\":\"pbt\",\"seed\":4,\"interval\":10,\"resample_p\":0}",
+                       4) == 0);
     REQUIRE(s_suggest_all(&d, 4) == 4);
     /* ids 41..44 (numbers 0..3) first heard out of order */
     s_report(&d, 43, 1, 0, 0);
@@ -460,10 +477,12 @@ TEST(ids_matched_to_suggestions)
     json_t *st = d.s->ops->save(d.s);
     size_t i;
     json_t *m;
-    json_array_foreach(json_object_get(st, "members"), i, m) {
+    json_array_foreach(json_object_get(st, "members"), i, m)
+    {
         long id = (long)json_integer_value(json_object_get(m, "id"));
         CHECK(json_integer_value(json_object_get(m, "num")) == id - 41);
-        CHECK(json_equal(json_object_get(m, "params"), json_array_get(d.params, (size_t)(id - 41))));
+        CHECK(json_equal(json_object_get(m, "params"),
+                         json_array_get(d.params, (size_t)(id - 41))));
     }
     json_decref(st);
     s_drv_fini(&d);
@@ -534,9 +553,10 @@ TEST(reproducible_and_restorable)
 TEST(interval_seconds_and_expiry)
 {
     drv d;
-    REQUIRE(s_drv_init(&d,
-                       "{\"type\":\"pbt\",\"seed\":1,\"interval_s\":30,\"load_timeout_s\":20}", 4) ==
-            0);
+    REQUIRE(s_drv_init(
+                &d,
+                "{\"type\":\"pbt\",\"seed\":1,\"interval_s\":30,\"load_timeout_s\":20}",
+                4) == 0);
     REQUIRE(s_suggest_all(&d, 4) == 4);
     for (int i = 0; i < 4; i++)
         s_report(&d, i, 100, i, 0); /* the clock starts at the first report */
@@ -612,13 +632,15 @@ TEST(pb2_finds_the_best_region)
 TEST(pb2_loads_legal_params)
 {
     drv d;
-    REQUIRE(s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":2,\"interval\":10,\"pb2\":true}", 6) == 0);
+    REQUIRE(s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":2,\"interval\":10,\"pb2\":true}",
+                       6) == 0);
     REQUIRE(s_suggest_all(&d, 6) == 6);
     s_script(&d, 6, 8, 0);
     size_t i;
     json_t *e;
     int loads = 0;
-    json_array_foreach(d.log, i, e) {
+    json_array_foreach(d.log, i, e)
+    {
         if (strcmp(json_string_value(json_object_get(e, "kind")), "load"))
             continue;
         loads++;

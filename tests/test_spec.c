@@ -145,7 +145,8 @@ TEST(valid_cases)
         spec_t *s = spec_load(path, 1, &err);
         if (!s) {
             char eb[512];
-            JZT_FAIL("valid/%s refused: %s", names[i], spec_strerror(&err, eb, sizeof eb));
+            JZT_FAIL("valid/%s refused: %s", names[i],
+                     spec_strerror(&err, eb, sizeof eb));
         } else {
             CHECK(s->json != NULL);
             CHECK(s->nparams >= 1);
@@ -176,7 +177,8 @@ TEST(invalid_cases)
     for (size_t i = 0; i < n; i++) {
         char path[PATH_MAX * 2], exp_path[PATH_MAX * 2];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        snprintf(exp_path, sizeof exp_path, "%.*s.expected", (int)(strlen(path) - 5), path);
+        snprintf(exp_path, sizeof exp_path, "%.*s.expected", (int)(strlen(path) - 5),
+                 path);
         char *expected = s_slurp(exp_path);
         if (!expected || !*expected) {
             JZT_FAIL("invalid/%s has no .expected file", names[i]);
@@ -205,10 +207,11 @@ TEST(invalid_cases_present)
     const char *data = s_data_dir();
     REQUIRE(data);
     static const char *const must[] = {
-        "unknown_top_key", "unknown_param_key", "trials_string",  "low_gt_high",
-        "log_low_zero",    "empty_choice",      "duplicate_choice", "missing_objective",
-        "bad_mode",        "bad_param_name",    "command_not_found", "placeholder_unknown",
-        "negative_retries", "invalid_json",     NULL};
+        "unknown_top_key",  "unknown_param_key", "trials_string",
+        "low_gt_high",      "log_low_zero",      "empty_choice",
+        "duplicate_choice", "missing_objective", "bad_mode",
+        "bad_param_name",   "command_not_found", "placeholder_unknown",
+        "negative_retries", "invalid_json",      NULL};
     for (const char *const *m = must; *m; m++) {
         char p[PATH_MAX * 2];
         snprintf(p, sizeof p, "%s/specs/invalid/%s.expected", data, *m);
@@ -234,7 +237,8 @@ TEST(design_example_fields)
     CHECK_STR(s->sched_type, "bo");
     CHECK(s->seed == 1);
     CHECK(json_is_object(s->sched_opts));
-    CHECK(s->early_stop && !strcmp(json_string_value(json_object_get(s->early_stop, "type")), "asha"));
+    CHECK(s->early_stop &&
+          !strcmp(json_string_value(json_object_get(s->early_stop, "type")), "asha"));
     CHECK(s->trials == 40);
     CHECK(s->parallel == 4);
     CHECK_NEAR(s->time_s, 3600, 0);
@@ -286,7 +290,8 @@ TEST(load_errors)
     spec_t *s = spec_load("/nonexistent/dir/spec.json", 0, &err);
     CHECK(s == NULL);
     CHECK_STR(err.field, "");
-    CHECK(strstr(spec_strerror(&err, eb, sizeof eb), "cannot read /nonexistent/dir/spec.json") != NULL);
+    CHECK(strstr(spec_strerror(&err, eb, sizeof eb),
+                 "cannot read /nonexistent/dir/spec.json") != NULL);
 
     char path[PATH_MAX * 2];
     REQUIRE(s_data_dir());
@@ -304,7 +309,8 @@ TEST(strerror_format)
     char buf[400];
     snprintf(e.field, sizeof e.field, "space.lr.low");
     snprintf(e.text, sizeof e.text, "must be > 0 when log is true");
-    CHECK_STR(spec_strerror(&e, buf, sizeof buf), "space.lr.low: must be > 0 when log is true");
+    CHECK_STR(spec_strerror(&e, buf, sizeof buf),
+              "space.lr.low: must be > 0 when log is true");
     e.field[0] = 0;
     CHECK_STR(spec_strerror(&e, buf, sizeof buf), "must be > 0 when log is true");
     char tiny[8];
@@ -347,8 +353,10 @@ TEST(study_name_length)
     spec_error err;
     memset(name, 'a', 100);
     name[100] = 0;
-    const char *fmt = "{\"name\":\"%s\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
-                      "\"budget\":{\"trials\":5},\"space\":{\"x\":{\"type\":\"int\",\"low\":0,\"high\":1}},\"trial\":{\"command\":[\"sh\"]}}";
+    const char *fmt =
+        "{\"name\":\"%s\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
+        "\"budget\":{\"trials\":5},\"space\":{\"x\":{\"type\":\"int\",\"low\":0,\"high\":"
+        "1}},\"trial\":{\"command\":[\"sh\"]}}";
     snprintf(buf, sizeof buf, fmt, name);
     spec_t *s = s_parse_text(buf, 0, &err);
     CHECK(s != NULL);
@@ -425,8 +433,8 @@ TEST(float_linear_mapping)
     CHECK_NEAR(spec_param_to_unit(p, v), 5.0 / 8.0, 1e-12);
     json_decref(v);
     /* illegal values */
-    json_t *bad[] = {json_real(6.0001), json_real(-2.5), json_string("1"), json_null(),
-                     json_real(NAN), json_true()};
+    json_t *bad[] = {json_real(6.0001), json_real(-2.5), json_string("1"),
+                     json_null(),       json_real(NAN),  json_true()};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (bad[i]) { /* json_real(NAN) is NULL in jansson */
             CHECK(!spec_param_legal(p, bad[i]));
@@ -440,7 +448,8 @@ TEST(float_linear_mapping)
 
 TEST(float_log_mapping)
 {
-    spec_t *s = s_spec("{\"lr\":{\"type\":\"float\",\"low\":1e-4,\"high\":1,\"log\":true}}", "[\"sh\"]");
+    spec_t *s = s_spec(
+        "{\"lr\":{\"type\":\"float\",\"low\":1e-4,\"high\":1,\"log\":true}}", "[\"sh\"]");
     REQUIRE(s);
     const spec_param *p = &s->params[0];
     json_t *v = spec_param_from_unit(p, 0);
@@ -513,10 +522,11 @@ TEST(int_mapping)
 
 TEST(int_log_and_single_value)
 {
-    spec_t *s = s_spec("{\"b\":{\"type\":\"int\",\"low\":1,\"high\":1024,\"log\":true},"
-                       "\"k\":{\"type\":\"int\",\"low\":5,\"high\":5},"
-                       "\"f\":{\"type\":\"float\",\"low\":2.5,\"high\":2.5,\"log\":true}}",
-                       "[\"sh\"]");
+    spec_t *s =
+        s_spec("{\"b\":{\"type\":\"int\",\"low\":1,\"high\":1024,\"log\":true},"
+               "\"k\":{\"type\":\"int\",\"low\":5,\"high\":5},"
+               "\"f\":{\"type\":\"float\",\"low\":2.5,\"high\":2.5,\"log\":true}}",
+               "[\"sh\"]");
     REQUIRE(s);
     const spec_param *b = s_param(s, "b"), *k = s_param(s, "k"), *f = s_param(s, "f");
     REQUIRE(b && k && f);
@@ -552,7 +562,8 @@ TEST(int_log_and_single_value)
 
 TEST(choice_mapping)
 {
-    spec_t *s = s_spec("{\"o\":{\"type\":\"choice\",\"values\":[\"sgd\",1,2.5,\"adam\"]}}", "[\"sh\"]");
+    spec_t *s = s_spec(
+        "{\"o\":{\"type\":\"choice\",\"values\":[\"sgd\",1,2.5,\"adam\"]}}", "[\"sh\"]");
     REQUIRE(s);
     const spec_param *p = &s->params[0];
     REQUIRE(p->nvalues == 4);
@@ -576,7 +587,8 @@ TEST(choice_mapping)
     v = spec_param_from_unit(p, 0.0);
     CHECK_STR(json_string_value(v), "sgd");
     json_decref(v);
-    json_t *bad[] = {json_string("lamb"), json_string("SGD"), json_integer(2), json_null()};
+    json_t *bad[] = {json_string("lamb"), json_string("SGD"), json_integer(2),
+                     json_null()};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(!spec_param_legal(p, bad[i]));
         CHECK(spec_param_to_unit(p, bad[i]) == -1);
@@ -619,7 +631,8 @@ static void s_expand_case(const char *command, const char *params, const char *w
         if (out)
             JZT_FAIL("line %d: %s expanded, expected an error", line, command);
         else if (strcmp(err.field, want_field))
-            JZT_FAIL("line %d: error field \"%s\", expected \"%s\"", line, err.field, want_field);
+            JZT_FAIL("line %d: error field \"%s\", expected \"%s\"", line, err.field,
+                     want_field);
     }
     json_decref(out);
     json_decref(p);
@@ -629,15 +642,16 @@ static void s_expand_case(const char *command, const char *params, const char *w
 TEST(expand_command)
 {
     const char *P = "{\"lr\":0.1,\"n\":32,\"opt\":\"adam\"}";
-    s_expand_case("[\"train\",\"--lr\",\"{lr}\"]", P, "[\"train\",\"--lr\",\"0.1\"]", NULL, __LINE__);
-    s_expand_case("[\"--lr={lr}\",\"--bs={n}\",\"{opt}\"]", P, "[\"--lr=0.1\",\"--bs=32\",\"adam\"]",
+    s_expand_case("[\"train\",\"--lr\",\"{lr}\"]", P, "[\"train\",\"--lr\",\"0.1\"]",
                   NULL, __LINE__);
+    s_expand_case("[\"--lr={lr}\",\"--bs={n}\",\"{opt}\"]", P,
+                  "[\"--lr=0.1\",\"--bs=32\",\"adam\"]", NULL, __LINE__);
     /* several in one argument, next to each other */
     s_expand_case("[\"{opt}{n}/{lr}\"]", P, "[\"adam32/0.1\"]", NULL, __LINE__);
     /* shortest text that reads back as the same double */
     s_expand_case("[\"{lr}\"]", "{\"lr\":1e-4}", "[\"0.0001\"]", NULL, __LINE__);
-    s_expand_case("[\"{lr}\"]", "{\"lr\":0.30000000000000004}", "[\"0.30000000000000004\"]", NULL,
-                  __LINE__);
+    s_expand_case("[\"{lr}\"]", "{\"lr\":0.30000000000000004}",
+                  "[\"0.30000000000000004\"]", NULL, __LINE__);
     s_expand_case("[\"{lr}\"]", "{\"lr\":2.5e-300}", "[\"2.5e-300\"]", NULL, __LINE__);
     s_expand_case("[\"{n}\"]", "{\"n\":-7}", "[\"-7\"]", NULL, __LINE__);
     /* escapes */
@@ -647,7 +661,8 @@ TEST(expand_command)
     s_expand_case("[\"a}b\",\"}\"]", P, "[\"a}b\",\"}\"]", NULL, __LINE__);
     s_expand_case("[\"{{\",\"}}\",\"\"]", P, "[\"{\",\"}\",\"\"]", NULL, __LINE__);
     /* no placeholders: unchanged */
-    s_expand_case("[\"sh\",\"-c\",\"echo hi\"]", P, "[\"sh\",\"-c\",\"echo hi\"]", NULL, __LINE__);
+    s_expand_case("[\"sh\",\"-c\",\"echo hi\"]", P, "[\"sh\",\"-c\",\"echo hi\"]", NULL,
+                  __LINE__);
     /* errors name the argument */
     s_expand_case("[\"sh\",\"{rate}\"]", P, NULL, "trial.command[1]", __LINE__);
     s_expand_case("[\"sh\",\"x\",\"{lr\"]", P, NULL, "trial.command[2]", __LINE__);
@@ -661,7 +676,8 @@ TEST(expand_long_values)
     char big[3001];
     memset(big, 'z', 3000);
     big[3000] = 0;
-    spec_t *s = s_spec("{\"o\":{\"type\":\"choice\",\"values\":[\"a\"]}}", "[\"x{o}y{o}\"]");
+    spec_t *s =
+        s_spec("{\"o\":{\"type\":\"choice\",\"values\":[\"a\"]}}", "[\"x{o}y{o}\"]");
     REQUIRE(s);
     json_t *p = json_pack("{s:s}", "o", big);
     spec_error err;
@@ -680,15 +696,18 @@ TEST(expand_long_values)
 
 TEST(canonical)
 {
-    const char *a = "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
-                    "\"budget\":{\"trials\":5},\"space\":{\"x\":{\"type\":\"float\",\"low\":0,"
-                    "\"high\":1}},\"trial\":{\"command\":[\"sh\"]}}";
-    const char *b = "{ \"trial\": {\"command\": [\"sh\"]},\n \"space\": {\"x\": {\"high\": 1, "
-                    "\"low\": 0, \"type\": \"float\"}}, \"budget\": {\"trials\": 5},\n"
-                    " \"objective\": {\"mode\": \"min\", \"metric\": \"y\"}, \"name\": \"t\" }";
-    const char *c = "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
-                    "\"budget\":{\"trials\":6},\"space\":{\"x\":{\"type\":\"float\",\"low\":0,"
-                    "\"high\":1}},\"trial\":{\"command\":[\"sh\"]}}";
+    const char *a =
+        "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
+        "\"budget\":{\"trials\":5},\"space\":{\"x\":{\"type\":\"float\",\"low\":0,"
+        "\"high\":1}},\"trial\":{\"command\":[\"sh\"]}}";
+    const char *b =
+        "{ \"trial\": {\"command\": [\"sh\"]},\n \"space\": {\"x\": {\"high\": 1, "
+        "\"low\": 0, \"type\": \"float\"}}, \"budget\": {\"trials\": 5},\n"
+        " \"objective\": {\"mode\": \"min\", \"metric\": \"y\"}, \"name\": \"t\" }";
+    const char *c =
+        "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
+        "\"budget\":{\"trials\":6},\"space\":{\"x\":{\"type\":\"float\",\"low\":0,"
+        "\"high\":1}},\"trial\":{\"command\":[\"sh\"]}}";
     spec_error err;
     spec_t *sa = s_parse_text(a, 0, &err), *sb = s_parse_text(b, 0, &err),
            *sc = s_parse_text(c, 0, &err);

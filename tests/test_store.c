@@ -60,10 +60,10 @@ static int s_sql_int(const char *name, const char *sql)
 
 static json_t *s_spec_json(const char *name)
 {
-    return json_pack("{s:s, s:{s:s, s:s}, s:{s:i}, s:{s:{s:s, s:f, s:f}}, s:{s:[s]}}", "name",
-                     name, "objective", "metric", "y", "mode", "min", "budget", "trials", 12,
-                     "space", "x", "type", "float", "low", 0.0, "high", 1.0, "trial", "command",
-                     "sh");
+    return json_pack("{s:s, s:{s:s, s:s}, s:{s:i}, s:{s:{s:s, s:f, s:f}}, s:{s:[s]}}",
+                     "name", name, "objective", "metric", "y", "mode", "min", "budget",
+                     "trials", 12, "space", "x", "type", "float", "low", 0.0, "high", 1.0,
+                     "trial", "command", "sh");
 }
 
 /* A trial row with every field set to something distinct. */
@@ -226,8 +226,8 @@ TEST(studies)
     store_study_fini(&st);
 
     /* scheduler state round trip, and cleared by NULL */
-    json_t *sched = json_pack("{s:I, s:[f,f], s:s}", "count", (json_int_t)7, "x", 0.25, 1e-9,
-                              "tag", "ok");
+    json_t *sched = json_pack("{s:I, s:[f,f], s:s}", "count", (json_int_t)7, "x", 0.25,
+                              1e-9, "tag", "ok");
     CHECK(store_study_set_sched(s, a, sched) == 0);
     CHECK(store_study_get_id(s, a, &st) == 1);
     CHECK(json_equal(st.sched_state, sched));
@@ -245,7 +245,8 @@ TEST(studies)
     free(ids);
 
     /* list with trial counts */
-    const char *states[] = {"completed", "completed", "failed", "running", "starting", "pending"};
+    const char *states[] = {"completed", "completed", "failed",
+                            "running",   "starting",  "pending"};
     for (long i = 0; i < 6; i++) {
         store_trial t;
         s_fill_trial(&t, a, i);
@@ -281,14 +282,14 @@ TEST(studies)
 
 static void s_check_same_trial(const store_trial *a, const store_trial *b, int line)
 {
-#define SAME_L(f)                                                                               \
-    if (a->f != b->f)                                                                           \
+#define SAME_L(f)                                                                        \
+    if (a->f != b->f)                                                                    \
     JZT_FAIL("line %d: " #f " %ld != %ld", line, (long)a->f, (long)b->f)
-#define SAME_D(f)                                                                               \
-    if (!((isnan(a->f) && isnan(b->f)) || a->f == b->f))                                        \
+#define SAME_D(f)                                                                        \
+    if (!((isnan(a->f) && isnan(b->f)) || a->f == b->f))                                 \
     JZT_FAIL("line %d: " #f " %.17g != %.17g", line, a->f, b->f)
-#define SAME_S(f)                                                                               \
-    if (strcmp(a->f, b->f))                                                                     \
+#define SAME_S(f)                                                                        \
+    if (strcmp(a->f, b->f))                                                              \
     JZT_FAIL("line %d: " #f " \"%s\" != \"%s\"", line, a->f, b->f)
     SAME_L(id);
     SAME_L(study_id);
@@ -517,8 +518,8 @@ TEST(metrics)
     REQUIRE(store_trial_insert(s, &t) == 0);
 
     store_point pts[] = {
-        {0, "loss", 2.5}, {0, "acc", 0.1}, {1, "loss", NAN}, {1, "acc", 0.3},
-        {2, "loss", 1.25}, {2, "acc", NAN},
+        {0, "loss", 2.5}, {0, "acc", 0.1},   {1, "loss", NAN},
+        {1, "acc", 0.3},  {2, "loss", 1.25}, {2, "acc", NAN},
     };
     REQUIRE(store_begin(s) == 0);
     CHECK(store_metrics_add(s, t.id, 0, pts, 6, 10.0) == 0);

@@ -295,7 +295,8 @@ TEST(size_limit)
     json_t *m = wire_recv(p.router, &from, 0, err, sizeof err);
     CHECK(m != NULL);
     if (m)
-        CHECK(strlen(json_string_value(json_object_get(m, "pad"))) == WIRE_MAX_BYTES - 23);
+        CHECK(strlen(json_string_value(json_object_get(m, "pad"))) ==
+              WIRE_MAX_BYTES - 23);
     json_decref(m);
     free(body);
     /* one byte over: refused by wire_recv (still under the socket's limit) */
@@ -347,8 +348,9 @@ TEST(non_finite_doubles)
     CHECK(wire_to_double(v, &x) == 0 && x == 1e-300);
     json_decref(v);
     x = 42;
-    json_t *bad[] = {json_string("NaN"), json_string("infinity"), json_string(""), json_true(),
-                     json_null(), json_array()};
+    json_t *bad[] = {json_string("NaN"), json_string("infinity"),
+                     json_string(""),    json_true(),
+                     json_null(),        json_array()};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(wire_to_double(bad[i], &x) == -1);
         json_decref(bad[i]);
@@ -361,8 +363,9 @@ TEST(non_finite_over_the_wire)
 {
     pair_t p;
     REQUIRE(s_pair_open(&p, 0, NULL) == 0);
-    json_t *m = json_pack("{s:s, s:o, s:o, s:o, s:o}", "type", "metrics", "a", wire_real(NAN), "b",
-                          wire_real(INFINITY), "c", wire_real(-INFINITY), "d", wire_real(0.5));
+    json_t *m = json_pack("{s:s, s:o, s:o, s:o, s:o}", "type", "metrics", "a",
+                          wire_real(NAN), "b", wire_real(INFINITY), "c",
+                          wire_real(-INFINITY), "d", wire_real(0.5));
     CHECK(wire_send(p.dealer, NULL, m, 0) == 0);
     wire_peer from;
     char err[256];
@@ -379,8 +382,8 @@ TEST(non_finite_over_the_wire)
 
 TEST(getters)
 {
-    json_t *m = json_pack("{s:s, s:I, s:f, s:s, s:b}", "type", "t", "i", (json_int_t)-12, "f", 2.5,
-                          "s", "text", "b", 1);
+    json_t *m = json_pack("{s:s, s:I, s:f, s:s, s:b}", "type", "t", "i", (json_int_t)-12,
+                          "f", 2.5, "s", "text", "b", 1);
     char err[128];
     long l = 0;
     double d = 0;

@@ -81,8 +81,8 @@ int main(int argc, char **argv)
        JIZHI_LOAD_CHECKPOINT; --resume wins */
     const char *restore = cfg.resume[0] ? cfg.resume : getenv("JIZHI_LOAD_CHECKPOINT");
     if (restore && *restore && trn_trainer_load(t, restore, err) < 0) {
-        fprintf(stderr, "jizhi-train: %s: %s\n", cfg.resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT",
-                err);
+        fprintf(stderr, "jizhi-train: %s: %s\n",
+                cfg.resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT", err);
         goto out;
     }
     if (trn_trainer_run(t, err) < 0) {

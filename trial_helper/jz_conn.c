@@ -7,10 +7,9 @@
     - takes queued points in order and sends them as `metrics` batches: one
       batch in flight at a time (the controller dedups on this instance's
       random `session` and the highest persisted `req`, so a later batch
-      must never overtake an earlier one), sent when 10 000 points are queued, 50 ms after the previous
-      batch, or at once while jz_flush waits; up to 100 000 points each;
-      a batch without a reply for 2 s is resent with the same `req` and the
-      same bytes;
+      must never overtake an earlier one), sent when 10 000 points are queued, 50 ms after
+   the previous batch, or at once while jz_flush waits; up to 100 000 points each; a batch
+   without a reply for 2 s is resent with the same `req` and the same bytes;
     - sends the `ins_ack` and `checkpoint_done` messages the application
       queues (kept and resent the same way until answered);
     - sends a `heartbeat` after a second without sending anything;
@@ -281,8 +280,8 @@ static void s_on_reply(s_conn *c, json_t *m, int ok)
         break;
     }
     case R_METRICS:
-        log_debug("jizhi", "trial %ld: batch of %ld points acknowledged in %.1f ms", t->trial_id,
-                  npoints, (wire_now() - c->last_batch) * 1e3);
+        log_debug("jizhi", "trial %ld: batch of %ld points acknowledged in %.1f ms",
+                  t->trial_id, npoints, (wire_now() - c->last_batch) * 1e3);
         c->batch_inflight = 0;
         t->unacked_points -= npoints;
         if (!ok)

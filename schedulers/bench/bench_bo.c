@@ -34,7 +34,8 @@ typedef struct {
 
 static double s_branin(const double *x, int d)
 {
-    double a = 1, b = 5.1 / (4 * M_PI * M_PI), c = 5 / M_PI, r = 6, s = 10, t = 1 / (8 * M_PI);
+    double a = 1, b = 5.1 / (4 * M_PI * M_PI), c = 5 / M_PI, r = 6, s = 10,
+           t = 1 / (8 * M_PI);
     double u = x[1] - b * x[0] * x[0] + c * x[0] - r;
     return a * u * u + s * (1 - t) * cos(x[0]) + s;
 }
@@ -166,12 +167,15 @@ static spec_t *s_spec(const s_func *f, const char *method, long seed)
         double lo, hi;
         f->bounds(i, &lo, &hi);
         snprintf(name, sizeof name, "x%d", i);
-        json_object_set_new(space, name, json_pack("{s:s,s:f,s:f}", "type", "float", "low", lo, "high", hi));
+        json_object_set_new(
+            space, name,
+            json_pack("{s:s,s:f,s:f}", "type", "float", "low", lo, "high", hi));
     }
     /* METHOD is a scheduler type, "bo-ucb", or TYPE{json options} */
     char type[64];
     const char *brace = strchr(method, '{');
-    snprintf(type, sizeof type, "%.*s", brace ? (int)(brace - method) : (int)strlen(method), method);
+    snprintf(type, sizeof type, "%.*s",
+             brace ? (int)(brace - method) : (int)strlen(method), method);
     json_t *sched = json_pack("{s:s,s:I}", "type", type, "seed", (json_int_t)seed);
     if (!strcmp(type, "bo-ucb")) {
         json_object_set_new(sched, "type", json_string("bo"));
@@ -189,9 +193,10 @@ static spec_t *s_spec(const s_func *f, const char *method, long seed)
         json_object_update(sched, extra);
         json_decref(extra);
     }
-    json_t *j = json_pack("{s:s,s:{s:s,s:s},s:o,s:{s:i},s:o,s:{s:[s]}}", "name", "bench", "objective",
-                          "metric", "y", "mode", "min", "scheduler", sched, "budget", "trials",
-                          1000000, "space", space, "trial", "command", "true");
+    json_t *j =
+        json_pack("{s:s,s:{s:s,s:s},s:o,s:{s:i},s:o,s:{s:[s]}}", "name", "bench",
+                  "objective", "metric", "y", "mode", "min", "scheduler", sched, "budget",
+                  "trials", 1000000, "space", space, "trial", "command", "true");
     spec_error err;
     spec_t *s = spec_parse(j, 0, &err);
     if (!s) {
@@ -254,9 +259,9 @@ static int s_run(const s_func *f, const char *method, int evals, long seed)
             s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
         json_decref(p);
     }
-    json_t *line = json_pack("{s:s,s:s,s:I,s:f,s:f,s:f}", "func", f->name, "method", method, "seed",
-                             (json_int_t)seed, "regret", best - f->fopt, "best", best, "seconds",
-                             s_now() - t0);
+    json_t *line = json_pack("{s:s,s:s,s:I,s:f,s:f,s:f}", "func", f->name, "method",
+                             method, "seed", (json_int_t)seed, "regret", best - f->fopt,
+                             "best", best, "seconds", s_now() - t0);
     char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(17));
     printf("%s\n", text);
     free(text);
@@ -321,8 +326,9 @@ static int s_latency(int n, int repeats)
 
 static int s_usage(void)
 {
-    fprintf(stderr, "usage: bench_bo eval FUNC X1..Xd | run FUNC METHOD EVALS SEED0 NSEEDS | "
-                    "latency N1,N2,.. [REPEATS]\n");
+    fprintf(stderr,
+            "usage: bench_bo eval FUNC X1..Xd | run FUNC METHOD EVALS SEED0 NSEEDS | "
+            "latency N1,N2,.. [REPEATS]\n");
     return 2;
 }
 

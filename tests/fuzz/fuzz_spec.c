@@ -20,7 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_t *params = json_object();
         for (size_t i = 0; i < s->nparams; i++) {
             json_t *v = spec_param_from_unit(&s->params[i], 0.37);
-            if (!spec_param_legal(&s->params[i], v) || spec_param_to_unit(&s->params[i], v) < 0)
+            if (!spec_param_legal(&s->params[i], v) ||
+                spec_param_to_unit(&s->params[i], v) < 0)
                 __builtin_trap();
             json_object_set_new(params, s->params[i].name, v);
         }
