@@ -182,11 +182,3 @@ void cli_format_elapsed(double s, char *buf, size_t size)
     long t = (long)(s < 0 ? 0 : s);
     snprintf(buf, size, "%02ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
 }
-
-int cli_wants_help(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-            return 1;
-    return 0;
-}

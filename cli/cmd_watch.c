@@ -23,6 +23,7 @@
 
 #include "../common/spec.h"
 #include "../common/wire.h"
+#include "../common/util.h"
 
 #include <curses.h>
 #include <errno.h>
@@ -310,7 +311,7 @@ static void s_progress(const w_view *v, w_progress *p)
     }
     p->total = v->budget > v->norder ? v->budget : v->norder;
     double end =
-        v->finished > 0 && strcmp(v->study_state, "running") ? v->finished : wire_wall();
+        v->finished > 0 && strcmp(v->study_state, "running") ? v->finished : util_wall();
     p->elapsed = v->created > 0 ? end - v->created : 0;
 }
 
@@ -475,7 +476,7 @@ static void s_send(w_view *v, long id)
     w_pending *p = &v->pending[v->npending];
     p->req = req;
     p->trial = id;
-    p->sent = wire_now();
+    p->sent = util_now();
     if (!strcmp(v->action, "set")) {
         json_t *values = json_object();
         if (s_parse_kv(v, v->edit, values) != 0) {
@@ -537,7 +538,7 @@ static void s_replies(w_view *v)
         }
         json_decref(r);
     }
-    double now = wire_now();
+    double now = util_now();
     for (int i = 0; i < v->npending; i++)
         if (now - v->pending[i].sent > W_REQ_TIMEOUT) {
             snprintf(v->status, sizeof v->status,
@@ -669,7 +670,7 @@ static void s_draw(w_view *v)
         if (v->top > v->norder - rows)
             v->top = v->norder - rows > 0 ? v->norder - rows : 0;
     }
-    double now = wire_wall();
+    double now = util_wall();
     for (int r = 0; r < rows && v->top + r < v->norder; r++) {
         const w_trial *t = &v->trials[v->order[v->top + r]];
         int y = y0 + 1 + r;
@@ -902,7 +903,7 @@ static int s_run_tty(w_view *v)
     char err[512] = "";
     double next = 0;
     while (!s_quit) {
-        double now = wire_now();
+        double now = util_now();
         if (now >= next) {
             if (s_load(v, err, sizeof err) != 0) {
                 rc = CLI_FAIL;
@@ -920,7 +921,7 @@ static int s_run_tty(w_view *v)
         s_draw(v);
         zmq_pollitem_t items[2] = {{NULL, STDIN_FILENO, ZMQ_POLLIN, 0},
                                    {v->sock, 0, ZMQ_POLLIN, 0}};
-        long wait_ms = (long)((next - wire_now()) * 1000) + 1;
+        long wait_ms = (long)((next - util_now()) * 1000) + 1;
         zmq_poll(items, v->sock ? 2 : 1, wait_ms < 1 ? 1 : wait_ms);
     }
     endwin();
