@@ -97,10 +97,11 @@ static json_t *s_random_value(int depth)
 static json_t *s_mutant(long trial, const char *token)
 {
     static const char *const types[] = {
-        "hello",      "metrics",      "ins_ack",     "checkpoint_done", "heartbeat",
-        "register",   "started",      "exited",      "submit",          "status",
-        "study_stop", "study_resume", "trial_stop",  "trial_pause",     "trial_resume",
-        "trial_set",  "ping",         "no_such_type"};
+        "hello",           "metrics",        "ins_ack",     "checkpoint_done",
+        "trial_heartbeat", "disp_heartbeat", "register",    "started",
+        "exited",          "submit",         "status",      "study_stop",
+        "study_resume",    "trial_stop",     "trial_pause", "trial_resume",
+        "trial_set",       "ping",           "no_such_type"};
     const char *type = types[s_next() % (sizeof types / sizeof types[0])];
     json_t *m = json_pack(
         "{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:[[I,s,f]], s:s, s:I, s:b, s:{s:f}, "
