@@ -110,7 +110,7 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
     json_set_alloc_funcs(util_xmalloc, free);
     ctl_t *c = util_xcalloc(1, sizeof *c);
     c->lost_timeout = cfg->lost_timeout_s > 0 ? cfg->lost_timeout_s : 30;
-    c->started = wire_now();
+    c->started = util_now();
     if (cfg->ckpt_root) {
         snprintf(c->ckpt_root, sizeof c->ckpt_root, "%s", cfg->ckpt_root);
     } else {
@@ -164,7 +164,7 @@ int ctl_run(ctl_t *c, volatile int *stop)
             ctl__handle(c, &from, msg);
             json_decref(msg);
         }
-        ctl__tick(c, wire_now());
+        ctl__tick(c, util_now());
         ctl__instr_expire(c);
         s_commit_and_flush(c);
     }

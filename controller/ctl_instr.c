@@ -35,7 +35,7 @@ long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
         json_pack("{s:s, s:s}", "kind", kind, "reason", reason ? reason : "");
     if (args)
         json_object_update(detail, (json_t *)args);
-    long id = store_event_add(c->store, wire_wall(), t->study->row.id, t->row.id, who,
+    long id = store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, who,
                               "instruction", detail, -1);
     json_decref(detail);
     if (id < 0) {
@@ -55,7 +55,7 @@ long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
     in->id = id;
     in->trial_id = t->row.id;
     in->msg = msg;
-    in->sent = wire_now();
+    in->sent = util_now();
     if (waiter) {
         in->waiter = *waiter;
         in->waiter_req = waiter_req;
@@ -98,7 +98,7 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
         ctl_instr *in = &c->instrs[i];
         if (in->id != id)
             continue;
-        double latency = wire_now() - in->sent;
+        double latency = util_now() - in->sent;
         if (ctl__txn(c) == 0)
             store_event_resolve(c->store, id, applied, latency, detail);
         if (applied)
@@ -122,7 +122,7 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
 
 void ctl__instr_resend(ctl_t *c, ctl_trial *t)
 {
-    double now = wire_now();
+    double now = util_now();
     for (size_t i = 0; i < c->ninstrs; i++)
         if (c->instrs[i].trial_id == t->row.id && now - c->instrs[i].sent > 0.5 &&
             t->peer.len)
@@ -167,7 +167,7 @@ void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now)
         ctl__trial_restart_from(c, t, path,
                                 "restart from a checkpoint (load not acknowledged)");
         ctl__instr_done(c, in->id, 0, why); /* `in` and `path` are gone after this */
-        store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller",
+        store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller",
                         "restart_from_checkpoint", detail, 1);
         json_decref(detail);
         log_info("ctl",

@@ -18,8 +18,11 @@
     outbox; a study owns its trials, spec and schedulers; the id map
     borrows the trials.
 
-    Out of memory: the controller allocates through common/util.h's
-    xmalloc family, which logs and aborts (util.h states the policy).
+    Out of memory: the controller cannot back a half-applied change out,
+    so it allocates through util_xmalloc/util_xcalloc/util_xrealloc and
+    has jansson allocate through util_xmalloc (set in ctl_new): a failed
+    allocation logs one line and aborts, and the store makes the restart
+    safe. The policy is stated in common/util.h.
 */
 #ifndef JZ_CTL_INTERNAL_H
 #define JZ_CTL_INTERNAL_H

@@ -175,7 +175,7 @@ static void s_metrics(ctl_t *c, const ctl_msg *m)
     }
     t->row.metric_req = req;
     snprintf(t->row.metric_session, sizeof t->row.metric_session, "%s", session);
-    if (ctl__trial_metrics(c, t, p, n, wire_now()) == 0)
+    if (ctl__trial_metrics(c, t, p, n, util_now()) == 0)
         ctl__send(c, from, wire_ok(req));
     free(p);
 }
@@ -239,7 +239,7 @@ static int s_listed(json_t *running, const ctl_trial *t)
 /* Marks the trials a dispatcher lists as alive. */
 static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile)
 {
-    double now = wire_now();
+    double now = util_now();
     size_t i;
     json_t *e;
     json_array_foreach(running, i, e)
@@ -286,7 +286,7 @@ static int s_valid_running(json_t *running)
 static void s_disp_spoke(ctl_disp *d, const wire_peer *from)
 {
     d->peer = *from;
-    d->last_seen = wire_now();
+    d->last_seen = util_now();
     d->alive = 1;
 }
 
@@ -323,7 +323,7 @@ static void s_register(ctl_t *c, const ctl_msg *m)
         return;
     s_running_list(c, d, running, 1);
     char *gtext = json_dumps(gpus, JSON_COMPACT);
-    store_dispatcher_upsert(c->store, name, slots, gtext, wire_wall());
+    store_dispatcher_upsert(c->store, name, slots, gtext, util_wall());
     free(gtext);
     log_info("ctl", "dispatcher %s registered: %ld slots, %ld GPUs, %zu running", name,
              slots, d->ngpus, json_array_size(running));

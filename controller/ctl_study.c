@@ -34,7 +34,7 @@ int ctl__study_move(ctl_t *c, ctl_study *s, store_study_state to)
         return -1;
     }
     const char *name = store_study_state_name(to);
-    if (ctl__txn(c) != 0 || store_study_set_state(c->store, s->row.id, name, wire_wall()))
+    if (ctl__txn(c) != 0 || store_study_set_state(c->store, s->row.id, name, util_wall()))
         return -1;
     s->state = to;
     snprintf(s->row.state, sizeof s->row.state, "%s", name);
@@ -250,7 +250,7 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
         long id =
             ctl__txn(c) == 0
                 ? store_study_insert(c->store, spec->name, spec->json,
-                                     store_study_state_name(STUDY_RUNNING), wire_wall())
+                                     store_study_state_name(STUDY_RUNNING), util_wall())
                 : -1;
         if (id < 0 || store_study_get_id(c->store, id, &row) != 1) {
             *code = "internal";
@@ -259,7 +259,7 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
             ctl_study *s = s_study_open(c, &row, msg, msgsize);
             if (s) {
                 s_add_study(c, s);
-                store_event_add(c->store, wire_wall(), id, -1, "cli", "study_submitted",
+                store_event_add(c->store, util_wall(), id, -1, "cli", "study_submitted",
                                 NULL, 1);
                 log_info("ctl",
                          "study %s submitted (%ld trials, %ld in parallel, scheduler %s)",
@@ -313,7 +313,7 @@ static int s_create(ctl_t *c, ctl_study *s)
 
 static int s_time_over(const ctl_study *s)
 {
-    return s->spec->time_s > 0 && wire_wall() - s->row.created > s->spec->time_s;
+    return s->spec->time_s > 0 && util_wall() - s->row.created > s->spec->time_s;
 }
 
 static void s_save_sched(ctl_t *c, ctl_study *s)
@@ -379,7 +379,7 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
     int budget_done = (long)s->ntrials >= s->spec->trials || s->exhausted || time_over;
     if (active == 0 && pending == 0 && held == 0 && budget_done &&
         ctl__study_move(c, s, STUDY_FINISHED) == 0) {
-        store_event_add(c->store, wire_wall(), s->row.id, -1, "controller",
+        store_event_add(c->store, util_wall(), s->row.id, -1, "controller",
                         "study_finished", NULL, 1);
         log_info("ctl", "study %s finished", s->row.name);
     }
@@ -401,7 +401,7 @@ void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who)
         if (ctl_trial_active(s->trials[i]))
             ctl__trial_stop(c, s->trials[i], who, "study stopped", 1);
     if (ctl__study_move(c, s, STUDY_STOPPED) == 0)
-        store_event_add(c->store, wire_wall(), s->row.id, -1, who, "study_stopped", NULL,
+        store_event_add(c->store, util_wall(), s->row.id, -1, who, "study_stopped", NULL,
                         1);
 }
 
@@ -413,7 +413,7 @@ void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who)
     for (size_t i = 0; i < s->ntrials; i++)
         ctl__trial_rerun(c, s->trials[i]);
     if (ctl__study_move(c, s, STUDY_RUNNING) == 0)
-        store_event_add(c->store, wire_wall(), s->row.id, -1, who, "study_resumed", NULL,
+        store_event_add(c->store, util_wall(), s->row.id, -1, who, "study_resumed", NULL,
                         1);
 }
 
@@ -441,5 +441,5 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
                      s->spec->metric, "total", (json_int_t)s->spec->trials, "done",
                      (json_int_t)done, "running", (json_int_t)running, "failed",
                      (json_int_t)failed, "pending", (json_int_t)pending, "best", b,
-                     "elapsed_s", wire_wall() - s->row.created);
+                     "elapsed_s", util_wall() - s->row.created);
 }

@@ -152,7 +152,7 @@ ctl_trial *ctl__trial_create(ctl_t *c, ctl_study *s, long id, json_t *params)
     t->row.parent = -1;
     t->row.value = t->row.last_value = t->row.best_value = NAN;
     t->row.last_step = -1;
-    t->row.created = wire_wall();
+    t->row.created = util_wall();
     if (store_trial_insert(c->store, &t->row) != 0) {
         log_error("ctl", "cannot store a new trial: %s", store_errmsg(c->store));
         ctl__trial_free(t);
@@ -176,7 +176,7 @@ ctl_trial *ctl__trial_adopt(ctl_t *c, ctl_study *s, store_trial *row)
         return NULL;
     }
     /* a trial that was running gets lost_timeout to come back */
-    t->last_heard = wire_now();
+    t->last_heard = util_now();
     ctl__study_add_trial(s, t);
     ctl_idmap_put(&c->trials, t->row.id, t);
     return t;
@@ -218,7 +218,7 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     t->load_on_start[0] = 0;
     snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
     t->row.value = state != TRIAL_FAILED ? ctl__trial_result(t) : NAN;
-    t->row.ended = wire_wall();
+    t->row.ended = util_wall();
     ctl__trial_save(c, t);
     sched_outcome oc = state == TRIAL_COMPLETED ? SCHED_COMPLETED
                        : state == TRIAL_STOPPED ? SCHED_STOPPED
@@ -232,7 +232,7 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     const char *name = store_trial_state_name(state);
     json_t *detail =
         json_pack("{s:s, s:o}", "reason", reason, "value", wire_real(t->row.value));
-    store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "controller", name,
+    store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller", name,
                     detail, 1);
     json_decref(detail);
     log_info("ctl", "study %s trial %ld %s%s%s", s->row.name, t->row.number, name,
@@ -257,7 +257,7 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
     ctl__trial_save(c, t);
     json_t *detail =
         json_pack("{s:s, s:I}", "reason", reason, "attempt", (json_int_t)t->row.attempt);
-    store_event_add(c->store, wire_wall(), t->study->row.id, t->row.id, "controller",
+    store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, "controller",
                     "retry", detail, 1);
     json_decref(detail);
     log_info("ctl", "study %s trial %ld: %s; retrying (attempt %ld)", t->study->row.name,
@@ -301,8 +301,8 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
     ctl__disp_take(d, t, s->spec->gpus);
     snprintf(t->row.dispatcher, sizeof t->row.dispatcher, "%s", d->name);
     t->row.exit_how[0] = 0;
-    t->row.started = wire_wall();
-    t->last_heard = wire_now();
+    t->row.started = util_wall();
+    t->last_heard = util_now();
     ctl_trial_plan_to(t, PLAN_NONE);
     if (ctl__trial_save(c, t) == 0)
         ctl__send(c, &d->peer, msg);
@@ -312,7 +312,7 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
 
 void ctl__trial_heard(ctl_t *c, ctl_trial *t)
 {
-    t->last_heard = wire_now();
+    t->last_heard = util_now();
     if (t->state == TRIAL_STARTING && ctl_trial_move(t, TRIAL_RUNNING) == 0)
         ctl__trial_save(c, t);
 }
@@ -470,7 +470,7 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
     if (ctl__trial_save(c, t) != 0)
         return;
     json_t *detail = json_pack("{s:I, s:s}", "step", (json_int_t)step, "path", path);
-    store_event_add(c->store, wire_wall(), s->row.id, t->row.id, "trial", "checkpoint",
+    store_event_add(c->store, util_wall(), s->row.id, t->row.id, "trial", "checkpoint",
                     detail, 1);
     json_decref(detail);
     for (int m = -1; m < s->nmon; m++) {
@@ -478,13 +478,13 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
         if (!sc->ops->on_checkpoint)
             continue;
         sched_instr ins[8];
-        int k = sc->ops->on_checkpoint(sc, t->row.id, step, path, wire_now(), ins, 8);
+        int k = sc->ops->on_checkpoint(sc, t->row.id, step, path, util_now(), ins, 8);
         ctl__trial_apply_sched(c, s, sc, ins, k);
     }
     if (t->plan == PLAN_RELEASE_CHECKPOINT && ctl_trial_active(t) &&
         ctl_trial_plan_to(t, PLAN_RELEASE) == 0) {
         snprintf(t->plan_reason, sizeof t->plan_reason, "paused and released");
-        t->plan_since = wire_now();
+        t->plan_since = util_now();
         ctl__instruct(c, t, "stop", NULL, "cli", t->plan_reason, NULL, 0);
     }
 }
@@ -493,7 +493,7 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
                        double now)
 {
     ctl_study *s = t->study;
-    if (store_metrics_add(c->store, t->row.id, t->row.attempt, pts, n, wire_wall()) !=
+    if (store_metrics_add(c->store, t->row.id, t->row.attempt, pts, n, util_wall()) !=
         0) {
         log_error("ctl", "cannot store metrics: %s", store_errmsg(c->store));
         return -1;
@@ -537,7 +537,7 @@ void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason
         return;
     snprintf(t->plan_reason, sizeof t->plan_reason, "%s", reason);
     t->plan_by_study = by_study;
-    t->plan_since = wire_now();
+    t->plan_since = util_now();
     ctl__instruct(c, t, "stop", NULL, who, reason, NULL, 0);
 }
 

@@ -324,15 +324,15 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     s_commit(c, "");
 
     /* no dispatcher: nothing starts */
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     CHECK(s->ntrials == 0);
     ctl_disp *d = ctl__disp_get(c, "d1");
     d->alive = 1;
     d->slots = 1;
-    d->last_seen = wire_now();
+    d->last_seen = util_now();
 
     /* PENDING -> STARTING -> RUNNING */
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     REQUIRE(s->ntrials == 1);
     ctl_trial *t = s->trials[0];
     long id = t->row.id;
@@ -377,7 +377,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     ctl__trial_unsuspend(c, t, "cli");
     CHECK(t->state == TRIAL_PENDING && t->row.attempt == 1);
     CHECK_STR(t->load_on_start, "/tmp/ckpt-7");
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     CHECK(t->state == TRIAL_STARTING && !t->load_on_start[0]);
     int loads = 0;
     for (size_t i = 0; i < c->nout; i++)
@@ -396,14 +396,14 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
 
     /* the second trial: RUNNING -> PENDING (retry) -> ... -> STOPPED by the
        study stop, persisted as study_stopped, and PENDING again on resume */
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     REQUIRE(s->ntrials == 2);
     ctl_trial *u = s->trials[1];
     long uid = u->row.id;
     ctl__trial_heard(c, u);
     ctl__trial_exited(c, u, "signaled", 9, NULL);
     CHECK(u->state == TRIAL_PENDING && u->row.attempt == 1);
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     CHECK(u->state == TRIAL_STARTING);
     ctl__trial_heard(c, u);
     s_commit(c, "");
@@ -436,7 +436,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     CHECK(u->state == TRIAL_STOPPED);
 
     /* both trials ended, budget used: FINISHED, and final */
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     s_commit(c, "");
     CHECK(s->state == STUDY_FINISHED);
     store_study row;
@@ -466,8 +466,8 @@ TEST(restart_plan_and_stop_plans)
     ctl_disp *d = ctl__disp_get(c, "d1");
     d->alive = 1;
     d->slots = 1;
-    d->last_seen = wire_now();
-    ctl__tick(c, wire_now());
+    d->last_seen = util_now();
+    ctl__tick(c, util_now());
     REQUIRE(s->ntrials == 1);
     ctl_trial *t = s->trials[0];
     ctl__trial_heard(c, t);
@@ -481,7 +481,7 @@ TEST(restart_plan_and_stop_plans)
     ctl__trial_exited(c, t, "killed", -1, NULL);
     CHECK(t->state == TRIAL_PENDING && t->row.attempt == 1 && t->plan == PLAN_NONE);
     CHECK_STR(t->load_on_start, "/tmp/donor");
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     CHECK(t->state == TRIAL_STARTING && !t->load_on_start[0]);
     ctl__trial_heard(c, t);
     s_commit(c, "");
@@ -491,9 +491,9 @@ TEST(restart_plan_and_stop_plans)
     ctl__trial_stop(c, t, "cli", "enough", 0);
     CHECK(t->plan == PLAN_STOP);
     CHECK(s_commit(c, "") == 0); /* the trial has not spoken: instruction queued */
-    ctl__trial_tick(c, t, wire_now());
+    ctl__trial_tick(c, t, util_now());
     CHECK(s_commit(c, "kill") == 0);
-    ctl__trial_tick(c, t, wire_now() + 11);
+    ctl__trial_tick(c, t, util_now() + 11);
     CHECK(s_commit(c, "kill") == 1 && t->kill_sent);
     /* a later stop or release changes nothing */
     ctl__trial_stop(c, t, "cli", "again", 0);
@@ -506,7 +506,7 @@ TEST(restart_plan_and_stop_plans)
     CHECK_STR(t->row.reason, "enough");
 
     /* a release that a stop overtakes ends as stopped, not suspended */
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     REQUIRE(s->ntrials == 2);
     ctl_trial *u = s->trials[1];
     ctl__trial_heard(c, u);
@@ -520,13 +520,13 @@ TEST(restart_plan_and_stop_plans)
     CHECK(u->state == TRIAL_STOPPED);
 
     /* a completed run stands even when a restart was planned */
-    ctl__tick(c, wire_now());
+    ctl__tick(c, util_now());
     REQUIRE(s->ntrials == 3);
     ctl_trial *w = s->trials[2];
     ctl__trial_heard(c, w);
     store_point p = {.step = 1, .name = "score", .value = 0.5};
     CHECK(ctl__txn(c) == 0);
-    CHECK(ctl__trial_metrics(c, w, &p, 1, wire_now()) == 0);
+    CHECK(ctl__trial_metrics(c, w, &p, 1, util_now()) == 0);
     ctl__trial_restart_from(c, w, "/tmp/donor", "restart");
     ctl__trial_exited(c, w, "exited", 0, NULL);
     s_commit(c, "");

@@ -18,49 +18,6 @@
 
 #include "trainer/train_impl.h"
 
-/* Params that may change while the trial runs. */
-static const char *const s_live[] = {"lr",
-                                     "batch_size",
-                                     "micro_batch",
-                                     "momentum",
-                                     "nesterov",
-                                     "weight_decay",
-                                     "beta1",
-                                     "beta2",
-                                     "eps",
-                                     "trust",
-                                     "warmup_epochs",
-                                     "schedule",
-                                     "poly_power",
-                                     "lr_scaling",
-                                     "base_batch",
-                                     "label_smoothing",
-                                     "epochs",
-                                     "max_steps",
-                                     "log_every",
-                                     "eval_every",
-                                     "checkpoint_every",
-                                     "precision",
-                                     "precision_schedule",
-                                     "scale_window",
-                                     "threads",
-                                     "quiet",
-                                     NULL};
-
-static int s_is_live(const char *name)
-{
-    char buf[64];
-    size_t n = strlen(name);
-    if (n >= sizeof buf)
-        return 0;
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = name[i] == '-' ? '_' : name[i];
-    for (int i = 0; s_live[i]; i++)
-        if (!strcmp(s_live[i], buf))
-            return 1;
-    return 0;
-}
-
 int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, char *err)
 {
     trn_config c = t->cfg;
@@ -71,7 +28,7 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
     }
     if (rc < 0)
         return -1;
-    if (!s_is_live(name)) {
+    if (!trn_config_is_live(name)) {
         snprintf(err, TRN_ERRLEN,
                  "%s cannot change while the trial runs (it needs a restart)", name);
         return -1;
@@ -114,11 +71,12 @@ static void s_reapply_params(trn_trainer *t, char *detail, size_t len)
     if (!t->io.param)
         return;
     detail[0] = 0;
-    for (int i = 0; s_live[i]; i++) {
+    char name[64];
+    for (size_t i = 0; trn_config_live_param(i, name, sizeof name); i++) {
         char buf[512], err[TRN_ERRLEN];
-        if (t->io.param(t->io.ud, s_live[i], buf, sizeof buf) != 1)
+        if (t->io.param(t->io.ud, name, buf, sizeof buf) != 1)
             continue;
-        if (trn_trainer_set_param(t, s_live[i], buf, err) < 0 && !detail[0])
+        if (trn_trainer_set_param(t, name, buf, err) < 0 && !detail[0])
             snprintf(detail, len, "param ignored: %.400s", err);
     }
 }
