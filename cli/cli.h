@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "../common/text.h"
 #include "../store/store.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
@@ -60,6 +61,11 @@ store_t *cli_open_db(const char *db);
 
 /* Prints a JSON value to stdout, indented. Takes ownership. */
 void cli_print_json(json_t *j);
+
+/* Prints trials (store_trial_json objects, borrowed) as the table that
+   `study show` and `trial list` share: ID STATE TRY STEP VALUE PARAMS,
+   then the reason of each failed trial. */
+void cli_print_trials(const json_t *trials);
 
 /* Formats a parameter or metric value for tables. */
 void cli_format_value(const json_t *v, char *buf, size_t size);

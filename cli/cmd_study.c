@@ -163,24 +163,7 @@ static int s_show(const cli_opts *o)
         printf("study %s (%s), objective %s %s\n", st.name, st.state,
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
-        printf("%-5s %-7s %-10s %-3s %-12s %s\n", "TRIAL", "ID", "STATE", "TRY", "VALUE",
-               "PARAMS");
-        size_t i;
-        json_t *t;
-        json_array_foreach(trials, i, t)
-        {
-            char v[64];
-            cli_format_value(json_object_get(t, "value"), v, sizeof v);
-            char *p =
-                json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-            printf("%-5" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT
-                   " %-10s %-3" JSON_INTEGER_FORMAT " %-12s %s\n",
-                   json_integer_value(json_object_get(t, "number")),
-                   json_integer_value(json_object_get(t, "id")),
-                   json_string_value(json_object_get(t, "state")),
-                   json_integer_value(json_object_get(t, "attempt")), v, p);
-            free(p);
-        }
+        cli_print_trials(trials);
         json_decref(trials);
     }
     store_study_fini(&st);
@@ -219,7 +202,7 @@ static json_t *s_key_union(json_t *trials, const char *key)
             json_object_set_new(set, k, json_true());
     }
     json_t *keys = json_array();
-    char *text = json_dumps(set, JSON_SORT_KEYS | JSON_COMPACT);
+    char *text = text_json_dumps(set, JSON_SORT_KEYS | JSON_COMPACT);
     json_t *sorted =
         json_loads(text, JSON_DECODE_ANY, NULL); /* key order kept as sorted */
     const char *k;
@@ -251,7 +234,7 @@ static int s_export(const cli_opts *o)
         return CLI_FAIL;
     }
     if (!strcmp(o->format, "json")) {
-        char *text = json_dumps(trials, JSON_INDENT(2));
+        char *text = text_json_dumps(trials, JSON_INDENT(2));
         fprintf(f, "%s\n", text);
         free(text);
     } else {
@@ -289,7 +272,7 @@ static int s_export(const cli_opts *o)
                                         json_string_value(json_array_get(
                                             mk, col - nfixed - json_array_size(pk))));
                 if (json_is_real(v))
-                    snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
+                    text_double(json_real_value(v), cell);
                 else if (!v || json_is_null(v))
                     cell[0] = 0;
                 else
@@ -331,7 +314,7 @@ static int s_events(const cli_opts *o)
     json_array_foreach(ev, i, e)
     {
         char *d =
-            json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
+            text_json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
         json_t *trial = json_object_get(e, "trial"),
                *applied = json_object_get(e, "applied");
         json_t *lat = json_object_get(e, "latency_s");

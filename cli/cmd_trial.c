@@ -62,26 +62,7 @@ static int s_list(const cli_opts *o)
         cli_print_json(arr);
         return CLI_OK;
     }
-    printf("%-7s %-5s %-10s %-3s %-7s %-12s %s\n", "ID", "TRIAL", "STATE", "TRY", "STEP",
-           "VALUE", "PARAMS");
-    size_t i;
-    json_t *t;
-    json_array_foreach(arr, i, t)
-    {
-        char v[64];
-        json_t *val = json_object_get(t, "value");
-        cli_format_value(json_is_null(val) ? json_object_get(t, "last_value") : val, v,
-                         sizeof v);
-        char *p = json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-        printf("%-7" JSON_INTEGER_FORMAT " %-5" JSON_INTEGER_FORMAT
-               " %-10s %-3" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT " %-12s %s\n",
-               json_integer_value(json_object_get(t, "id")),
-               json_integer_value(json_object_get(t, "number")),
-               json_string_value(json_object_get(t, "state")),
-               json_integer_value(json_object_get(t, "attempt")),
-               json_integer_value(json_object_get(t, "last_step")), v, p);
-        free(p);
-    }
+    cli_print_trials(arr);
     json_decref(arr);
     return CLI_OK;
 }
@@ -114,19 +95,30 @@ static int s_show(const cli_opts *o, long id)
         cli_print_json(j);
         return CLI_OK;
     }
+    int ended = json_number_value(json_object_get(j, "ended")) > 0;
     const char *key;
     json_t *v;
     json_object_foreach(j, key, v)
     {
+        char buf[600];
         if (json_is_object(v) || json_is_array(v)) {
-            char *text = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+            char *text = text_json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
             printf("%-12s %s\n", key, text);
             free(text);
-        } else {
-            char buf[600];
-            cli_format_value(v, buf, sizeof buf);
-            printf("%-12s %s\n", key, buf);
+            continue;
         }
+        if (!strcmp(key, "created") || !strcmp(key, "started") || !strcmp(key, "ended"))
+            text_time(json_number_value(v), buf); /* "-" when not yet */
+        else if ((!ended && (!strcmp(key, "exit_code") || !strcmp(key, "exit_how"))) ||
+                 (!strcmp(key, "last_step") && json_integer_value(v) < 0) ||
+                 (!strcmp(key, "pid") && json_integer_value(v) <= 0) ||
+                 (json_is_string(v) && !*json_string_value(v)))
+            strcpy(buf, "-"); /* not there (yet) */
+        else if (json_is_real(v))
+            text_double(json_real_value(v), buf);
+        else
+            cli_format_value(v, buf, sizeof buf);
+        printf("%-12s %s\n", key, buf);
     }
     json_decref(j);
     return CLI_OK;

@@ -5,6 +5,7 @@
     was expected.
 */
 #include "spec.h"
+#include "text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -455,7 +456,7 @@ void spec_destroy(spec_t **sp)
 
 char *spec_canonical(const spec_t *s)
 {
-    return json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
+    return text_json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
 }
 
 static double s_clamp01(double u)
