@@ -50,6 +50,8 @@ int store_trial_state_parse(const char *text, store_trial_state *out);
 const char *store_study_state_name(store_study_state st);
 int store_study_state_parse(const char *text, store_study_state *out);
 
+/* The schema version a database is migrated to (PRAGMA user_version);
+   store.c holds one migration per version. */
 #define STORE_SCHEMA_VERSION 2
 
 /* A trial row: what the controller reads back on restart and writes on

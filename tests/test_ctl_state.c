@@ -540,7 +540,7 @@ int main(void)
     snprintf(s_dir, sizeof s_dir, "/tmp/jz-state-XXXXXX");
     if (!mkdtemp(s_dir))
         return 1;
-    log_set_level(LOG_ERROR);
+    log_set_level(LOGL_ERROR);
     RUN(the_tables_match_the_diagrams);
     RUN(state_names_round_trip);
     RUN(every_legal_move_applies);
