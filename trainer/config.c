@@ -113,6 +113,20 @@ static const s_opt s_opts[] = {
     {"backend", OPT_STR, O(backend), SZ(backend), 0, 0, "cpu|cuda", "cpu",
      "compute backend"},
     {"quiet", OPT_BOOL, O(quiet), 0, 0, 1, NULL, "0", "no progress lines on stderr"},
+    {"comm", OPT_STR, O(comm), SZ(comm), 0, 0, "auto|local|mpi|nccl", "auto",
+     "rank communication (auto: mpi under mpirun, else one rank); command line only"},
+    {"allreduce", OPT_STR, O(allreduce), SZ(allreduce), 0, 0, "ring|hier|native", "ring",
+     "all-reduce: ring, hierarchical (node, leaders, node) or the backend's own"},
+    {"ranks-per-node", OPT_INT, O(ranks_per_node), 0, 0, 1 << 20, NULL, "0",
+     "hier: ranks per node (0 = from MPI's shared-memory split)"},
+    {"fusion-kb", OPT_LONG, O(fusion_kb), 0, -1, 1 << 20, NULL, "-1",
+     "gradient bucket KiB (0 = no fusion, -1 = auto from a measured curve)"},
+    {"overlap", OPT_BOOL, O(overlap), 0, 0, 1, NULL, "1",
+     "all-reduce buckets on a thread while backward continues"},
+    {"wire", OPT_STR, O(wire), SZ(wire), 0, 0, "fp32|fp16|bf16", "fp32",
+     "gradient format on the wire (ring, hier)"},
+    {"topk", OPT_DOUBLE, O(topk), 0, 0, 1, NULL, "0",
+     "top-k sparsification: fraction of each bucket sent, error feedback (0 = dense)"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
 
