@@ -194,6 +194,13 @@ static int s_apply(trn_trainer *t, const jz_instruction *ins, char *detail, size
     return 0;
 }
 
+static const char *s_kind_name(jz_ins_kind k)
+{
+    static const char *const names[] = {"none",   "set",        "stop", "pause",
+                                        "resume", "checkpoint", "load"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "unknown";
+}
+
 /* Acknowledges (rank 0) after every rank applied; then tells the helper of
    a checkpoint written. */
 static void s_finish(trn_trainer *t, const jz_instruction *ins, int ok,
@@ -248,6 +255,13 @@ static int s_control_ranks(trn_trainer *t)
             }
             if (ok && refused > 0)
                 snprintf(detail, sizeof detail, "refused on %g other rank(s)", refused);
+            /* one line per rank: where each instruction took effect */
+            fprintf(stderr,
+                    "jizhi-train: rank %d: instruction %ld (%s%s%s) %s at step %ld\n",
+                    t->rank, ins[i].id, s_kind_name(ins[i].kind),
+                    ins[i].kind == JZ_INS_SET ? " " : "",
+                    ins[i].kind == JZ_INS_SET ? ins[i].name : "",
+                    ok ? "applied" : "refused", t->step);
             if (t->rank == 0)
                 s_finish(t, &ins[i], ok && refused == 0, detail);
         }
