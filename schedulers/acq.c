@@ -12,6 +12,7 @@
     d log h/dz = Phi(z)/h(z) = 1/c.
 */
 #include "acq.h"
+#include "common/util.h"
 
 #include <gsl/gsl_qrng.h>
 #include <math.h>
@@ -110,27 +111,6 @@ void acq_opt_opts_init(acq_opt_opts *o)
     o->n_local = 256;
     o->n_polish = 5;
     o->max_iter = 40;
-}
-
-/* ---- random numbers (splitmix64; no global state) --------------------- */
-
-static unsigned long long s_mix(unsigned long long *s)
-{
-    unsigned long long z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double s_unif(unsigned long long *s)
-{
-    return ((double)(s_mix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double s_normal(unsigned long long *s)
-{
-    double u = s_unif(s), v = s_unif(s);
-    return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
 }
 
 static double s_clamp01(double x)
@@ -237,7 +217,7 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
     int nl = o->n_starts > 0 && o->starts && o->n_local > 0 ? o->n_local : 0;
     int np = o->n_polish > 0 ? o->n_polish : 0;
     int m = nc + nl, total = m + np;
-    unsigned long long seed = o->seed ^ 0x3C6EF372FE94F82BULL;
+    uint64_t seed = o->seed ^ 0x3C6EF372FE94F82BULL;
 
     double *P = malloc(sizeof(double) * (size_t)total * (size_t)d);
     double *v = malloc(sizeof(double) * (size_t)total);
@@ -253,7 +233,7 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
        Sobol generator goes up to 40 dimensions, beyond that uniform. */
     double shift[d];
     for (int i = 0; i < d; i++)
-        shift[i] = s_unif(&seed);
+        shift[i] = util_unif01(&seed);
     gsl_qrng *q = d <= 40 ? gsl_qrng_alloc(gsl_qrng_sobol, (unsigned)d) : NULL;
     double u[d];
     if (q)
@@ -264,7 +244,7 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
             gsl_qrng_get(q, u);
         else
             for (int i = 0; i < d; i++)
-                u[i] = s_unif(&seed);
+                u[i] = util_unif01(&seed);
         for (int i = 0; i < d; i++) {
             double w = u[i] + (q ? shift[i] : 0);
             x[i] = w >= 1 ? w - 1 : w;
@@ -278,12 +258,12 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
     for (int j = 0; j < nl; j++) {
         double *x = P + (size_t)(nc + j) * d;
         const double *s0 = o->starts + (size_t)(j % o->n_starts) * d;
-        double scale = exp(log(1e-3) + s_unif(&seed) * (log(0.2) - log(1e-3)));
+        double scale = exp(log(1e-3) + util_unif01(&seed) * (log(0.2) - log(1e-3)));
         for (int i = 0; i < d; i++) {
             if (!o->mask || o->mask[i])
-                x[i] = s_clamp01(s0[i] + scale * s_normal(&seed));
+                x[i] = s_clamp01(s0[i] + scale * util_normal(&seed));
             else
-                x[i] = s_unif(&seed) < 1.0 / d ? s_unif(&seed) : s0[i];
+                x[i] = util_unif01(&seed) < 1.0 / d ? util_unif01(&seed) : s0[i];
         }
     }
     if (o->round)

@@ -11,6 +11,7 @@
     a = K^-1 y, and dL/dt = tr((a a' - K^-1) dK/dt) / 2.
 */
 #include "gp.h"
+#include "common/util.h"
 
 #include <gsl/gsl_blas.h>
 #include <gsl/gsl_errno.h>
@@ -570,25 +571,6 @@ static double s_bfgs(s_fit_ctx *c, double *theta, int max_iter, const atomic_int
     return best;
 }
 
-static unsigned long long s_mix(unsigned long long *s)
-{
-    unsigned long long z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double s_unif(unsigned long long *s)
-{
-    return ((double)(s_mix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double s_normal(unsigned long long *s)
-{
-    double u = s_unif(s), v = s_unif(s);
-    return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
-}
-
 void gp_fit_opts_init(gp_fit_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -609,7 +591,7 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
     int d = gp->d, nt = gp_ntheta(d), n = gp->n;
     if (n < 1)
         return -1;
-    unsigned long long seed = opts->seed ^ 0xD1B54A32D192ED03ULL;
+    uint64_t seed = opts->seed ^ 0xD1B54A32D192ED03ULL;
 
     /* the data the starts run on: all of it, or a random subset */
     int use_subset = opts->subset > 0 && n > opts->subset;
@@ -629,7 +611,7 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
         for (int i = 0; i < n; i++)
             perm[i] = i;
         for (int i = 0; i < ns; i++) {
-            int j = i + (int)(s_unif(&seed) * (n - i));
+            int j = i + (int)(util_unif01(&seed) * (n - i));
             if (j >= n)
                 j = n - 1;
             int t = perm[i];
@@ -658,9 +640,9 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
             else {
                 gp_default_theta(d, t);
                 for (int i = 0; i < d; i++)
-                    t[i] += S_LS_SD * 0.7 * s_normal(&seed);
-                t[d] += 0.5 * s_normal(&seed);
-                t[d + 1] += S_NOISE_SD * 0.5 * s_normal(&seed);
+                    t[i] += S_LS_SD * 0.7 * util_normal(&seed);
+                t[d] += 0.5 * util_normal(&seed);
+                t[d + 1] += S_NOISE_SD * 0.5 * util_normal(&seed);
             }
             c.have_last = 0;
             double f = s_bfgs(&c, t, opts->max_iter, opts->cancel);

@@ -74,30 +74,19 @@ typedef struct {
     size_t nt, cap;
 } sched_guard;
 
+_Static_assert(offsetof(guard_trial, id) == 0, "sched_rows: id first");
+
 static guard_trial *s_find(sched_guard *g, long id)
 {
-    for (size_t i = 0; i < g->nt; i++)
-        if (g->t[i].id == id)
-            return &g->t[i];
-    return NULL;
+    return SCHED_ROWS_GET(g->t, g->nt, g->cap, id, 0, NULL);
 }
 
 static guard_trial *s_trial(sched_guard *g, long id)
 {
-    guard_trial *t = s_find(g, id);
-    if (t)
+    int created;
+    guard_trial *t = SCHED_ROWS_GET(g->t, g->nt, g->cap, id, 1, &created);
+    if (!created)
         return t;
-    if (g->nt == g->cap) {
-        size_t nc = g->cap ? g->cap * 2 : 8;
-        guard_trial *a = realloc(g->t, nc * sizeof *a);
-        if (!a)
-            return NULL;
-        g->t = a;
-        g->cap = nc;
-    }
-    t = &g->t[g->nt++];
-    memset(t, 0, sizeof *t);
-    t->id = id;
     t->lr = t->ema = t->ckpt_ema = NAN;
     t->ckpt_step = -1;
     t->healthy = 1;

@@ -5,6 +5,8 @@
 */
 #include "store.h"
 
+#include "../common/text.h"
+
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -262,7 +264,7 @@ long store_study_insert(store_t *s, const char *name, const json_t *spec,
         s_prepare(s, "INSERT INTO studies(name, spec, state, created) VALUES (?,?,?,?)");
     if (!st)
         return -1;
-    char *text = json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
+    char *text = text_json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, state, -1, SQLITE_TRANSIENT);
@@ -341,7 +343,7 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
     sqlite3_stmt *st = s_prepare(s, "UPDATE studies SET sched_state=? WHERE id=?");
     if (!st)
         return -1;
-    char *text = sched_state ? json_dumps(sched_state, JSON_COMPACT) : NULL;
+    char *text = sched_state ? text_json_dumps(sched_state, JSON_COMPACT) : NULL;
     if (text)
         sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, id);
@@ -410,7 +412,7 @@ static int s_params_insert(store_t *s, long trial_id, long generation, long pare
     json_object_foreach((json_t *)params, name, v)
     {
         sqlite3_stmt *st = s->q[Q_PARAM_INSERT];
-        char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *text = text_json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
         sqlite3_bind_int64(st, 1, trial_id);
         sqlite3_bind_int64(st, 2, generation);
         if (parent >= 0)
@@ -726,7 +728,7 @@ long store_event_add(store_t *s, double now, long study_id, long trial_id,
                      const char *who, const char *kind, const json_t *detail, int applied)
 {
     sqlite3_stmt *st = s->q[Q_EVENT_INSERT];
-    char *text = detail ? json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char *text = detail ? text_json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     sqlite3_bind_double(st, 1, now);
     if (study_id >= 0)
         sqlite3_bind_int64(st, 2, study_id);

@@ -9,6 +9,7 @@
 #include "jz_test.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "common/util.h"
 #include "dispatcher/disp.h"
 #include "dispatcher/disp_int.h"
 
@@ -96,9 +97,9 @@ static json_t *fc_recv(fake_ctl *fc, double timeout_s)
    everything else. Caller owns the result; NULL on timeout. */
 static json_t *fc_wait(fake_ctl *fc, const char *type, long trial, double timeout_s)
 {
-    double until = wire_now() + timeout_s;
+    double until = util_now() + timeout_s;
     for (;;) {
-        double left = until - wire_now();
+        double left = until - util_now();
         if (left <= 0)
             return NULL;
         json_t *m = fc_recv(fc, left);
@@ -234,10 +235,10 @@ static char *s_read(const char *path)
 /* Reads a file once it has content (up to timeout_s). */
 static char *s_read_wait(const char *path, double timeout_s)
 {
-    double until = wire_now() + timeout_s;
+    double until = util_now() + timeout_s;
     for (;;) {
         char *s = s_read(path);
-        if ((s && s[0]) || wire_now() > until)
+        if ((s && s[0]) || util_now() > until)
             return s;
         free(s);
         usleep(20000);
@@ -272,9 +273,9 @@ static int s_proc_dead(pid_t pid)
 
 static int s_wait_dead(pid_t pid, double timeout_s)
 {
-    double until = wire_now() + timeout_s;
+    double until = util_now() + timeout_s;
     while (!s_proc_dead(pid)) {
-        if (wire_now() > until)
+        if (util_now() > until)
             return 0;
         usleep(20000);
     }

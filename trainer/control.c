@@ -18,49 +18,6 @@
 
 #include "trainer/train_impl.h"
 
-/* Params that may change while the trial runs. */
-static const char *const s_live[] = {"lr",
-                                     "batch_size",
-                                     "micro_batch",
-                                     "momentum",
-                                     "nesterov",
-                                     "weight_decay",
-                                     "beta1",
-                                     "beta2",
-                                     "eps",
-                                     "trust",
-                                     "warmup_epochs",
-                                     "schedule",
-                                     "poly_power",
-                                     "lr_scaling",
-                                     "base_batch",
-                                     "label_smoothing",
-                                     "epochs",
-                                     "max_steps",
-                                     "log_every",
-                                     "eval_every",
-                                     "checkpoint_every",
-                                     "precision",
-                                     "precision_schedule",
-                                     "scale_window",
-                                     "threads",
-                                     "quiet",
-                                     NULL};
-
-static int s_is_live(const char *name)
-{
-    char buf[64];
-    size_t n = strlen(name);
-    if (n >= sizeof buf)
-        return 0;
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = name[i] == '-' ? '_' : name[i];
-    for (int i = 0; s_live[i]; i++)
-        if (!strcmp(s_live[i], buf))
-            return 1;
-    return 0;
-}
-
 int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, char *err)
 {
     trn_config c = t->cfg;
@@ -71,7 +28,7 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
     }
     if (rc < 0)
         return -1;
-    if (!s_is_live(name)) {
+    if (!trn_config_is_live(name)) {
         snprintf(err, TRN_ERRLEN,
                  "%s cannot change while the trial runs (it needs a restart)", name);
         return -1;
@@ -115,25 +72,29 @@ static void s_reapply_params(trn_trainer *t, char *detail, size_t len)
     int multi = t->nranks > 1;
     if (!multi && !t->io.param)
         return;
-    enum { VLEN = 512 };
-    int nlive = 0;
-    while (s_live[nlive])
+    enum { VLEN = 512, NLEN = 64 };
+    size_t nlive = 0;
+    char name[NLEN];
+    while (trn_config_live_param(nlive, name, sizeof name))
         nlive++;
     /* rank 0 reads the helper's values; the others get them broadcast */
-    char(*vals)[VLEN] = calloc((size_t)nlive, VLEN);
+    char(*vals)[VLEN] = calloc(nlive ? nlive : 1, VLEN);
     if (!vals) {
         snprintf(detail, len, "out of memory");
         return;
     }
-    for (int i = 0; i < nlive; i++)
+    for (size_t i = 0; i < nlive; i++) {
+        trn_config_live_param(i, name, sizeof name);
         if (t->rank == 0 && t->io.param &&
-            t->io.param(t->io.ud, s_live[i], vals[i] + 1, VLEN - 1) == 1)
+            t->io.param(t->io.ud, name, vals[i] + 1, VLEN - 1) == 1)
             vals[i][0] = 1; /* found */
+    }
     if (multi)
-        trn_comm_bcast(t->comm, vals, (size_t)nlive * VLEN, 0);
-    for (int i = 0; i < nlive; i++) {
+        trn_comm_bcast(t->comm, vals, nlive * VLEN, 0);
+    for (size_t i = 0; i < nlive; i++) {
         char err[TRN_ERRLEN];
-        if (vals[i][0] && trn_trainer_set_param(t, s_live[i], vals[i] + 1, err) < 0 &&
+        trn_config_live_param(i, name, sizeof name);
+        if (vals[i][0] && trn_trainer_set_param(t, name, vals[i] + 1, err) < 0 &&
             !detail[0])
             snprintf(detail, len, "param ignored: %.400s", err);
     }

@@ -113,6 +113,19 @@ int trn_config_set(trn_config *c, const char *name, const char *value, char *err
    Returns 0, or -1 for an unknown name. */
 int trn_config_get(const trn_config *c, const char *name, char *buf, size_t len);
 
+/* 1 when option `name` (param or flag form) may change while the trial
+   runs (a live `set`), else 0 (unknown names too). */
+int trn_config_is_live(const char *name);
+
+/* The i-th (from 0) live option's param name ('_' form) into buf: 1, or 0
+   when i is past the last. */
+int trn_config_live_param(size_t i, char *buf, size_t len);
+
+/* The options a checkpoint carries: writes "param=value\n" for each (param
+   names in '_' form) into buf, NUL-terminated, truncated to len - 1 bytes.
+   Returns the length written. */
+size_t trn_config_restored_text(const trn_config *c, char *buf, size_t len);
+
 /* Checks cross-field constraints. Returns 0 or -1 with err. */
 int trn_config_validate(const trn_config *c, char *err);
 
