@@ -301,8 +301,13 @@ static void s_destroy(sched_t *s)
     free(g);
 }
 
-static const sched_ops s_ops = {"guard", NULL,      s_on_metric, s_on_complete,
-                                s_save,  s_restore, s_destroy,   s_on_checkpoint};
+static const sched_ops s_ops = {.name = "guard",
+                                .on_metric = s_on_metric,
+                                .on_complete = s_on_complete,
+                                .save = s_save,
+                                .restore = s_restore,
+                                .destroy = s_destroy,
+                                .on_checkpoint = s_on_checkpoint};
 
 static int s_opt_num(const json_t *o, const char *key, double lo, double hi, int integer,
                      double dflt, double *out, char *err, size_t errsize)

@@ -79,7 +79,10 @@ static const char *const s_migrations[] = {
     "CREATE TABLE dispatchers("
     "  name TEXT PRIMARY KEY, slots INTEGER, gpus TEXT, last_seen REAL);",
 };
-#define NMIGRATIONS (sizeof s_migrations / sizeof s_migrations[0])
+/* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
+   migration bumps it, and this fails to compile until both agree. */
+_Static_assert(sizeof s_migrations / sizeof s_migrations[0] == STORE_SCHEMA_VERSION,
+               "one migration per schema version: bump STORE_SCHEMA_VERSION");
 
 static void s_err(store_t *s, char *err, size_t errsize, const char *what)
 {
@@ -105,20 +108,20 @@ static int s_migrate(store_t *s, char *err, size_t errsize)
         s_err(s, err, errsize, "reading the schema version");
         return -1;
     }
-    if (v > (int)NMIGRATIONS) {
+    if (v > STORE_SCHEMA_VERSION) {
         snprintf(err, errsize, "database schema version %d is newer than this jizhi (%d)",
-                 v, (int)NMIGRATIONS);
+                 v, STORE_SCHEMA_VERSION);
         return -1;
     }
     if (s->readonly) {
-        if (v < (int)NMIGRATIONS) {
+        if (v < STORE_SCHEMA_VERSION) {
             snprintf(err, errsize,
                      "not a jizhi database (or an older schema, version %d)", v);
             return -1;
         }
         return 0;
     }
-    for (; v < (int)NMIGRATIONS; v++) {
+    for (; v < STORE_SCHEMA_VERSION; v++) {
         char pragma[64];
         snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d;", v + 1);
         if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||

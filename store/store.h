@@ -18,6 +18,8 @@
 
 typedef struct store store_t;
 
+/* The schema version a database is migrated to (PRAGMA user_version);
+   store.c holds one migration per version. */
 #define STORE_SCHEMA_VERSION 1
 
 /* A trial row: what the controller reads back on restart and writes on

@@ -233,7 +233,7 @@ int main(void)
         return 1;
     snprintf(s_db, sizeof s_db, "%s/chaos.db", s_dir);
     snprintf(s_ep, sizeof s_ep, "ipc://%s/ctl.sock", s_dir);
-    log_set_level(LOG_ERROR); /* every refusal is a warning line: too many here */
+    log_set_level(LOGL_ERROR); /* every refusal is a warning line: too many here */
     char err[256];
     ctl_config cfg = {.db_path = s_db, .bind = s_ep, .lost_timeout_s = 3600};
     ctl_t *c = ctl_new(&cfg, err, sizeof err);

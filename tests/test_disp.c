@@ -1043,7 +1043,7 @@ TEST(stop_without_kill)
 int main(void)
 {
     if (!getenv("JIZHI_LOG"))
-        log_set_level(LOG_ERROR);
+        log_set_level(LOGL_ERROR);
     signal(SIGPIPE, SIG_IGN);
     RUN(unit_parsers);
     RUN(chaos_start_and_kill);

@@ -336,14 +336,6 @@ trn_param *trn_net_param(trn_net *n, int i)
     return &n->params[i];
 }
 
-long trn_net_param_count(const trn_net *n)
-{
-    long s = 0;
-    for (int i = 0; i < n->np; i++)
-        s += n->params[i].n;
-    return s;
-}
-
 int trn_net_nlayers(const trn_net *n)
 {
     return n->nlayers;

@@ -157,11 +157,6 @@ long trn_trainer_step_count(const trn_trainer *t)
     return t->step;
 }
 
-int trn_trainer_epoch(const trn_trainer *t)
-{
-    return t->epoch;
-}
-
 double trn_trainer_last_loss(const trn_trainer *t)
 {
     return t->last_loss;

@@ -271,7 +271,6 @@ void trn_net_destroy(trn_net **np);
 
 int trn_net_nparams(const trn_net *n);
 trn_param *trn_net_param(trn_net *n, int i);
-long trn_net_param_count(const trn_net *n); /* total scalars */
 /* Layers that own params (for per-layer loss scales). */
 int trn_net_nlayers(const trn_net *n);
 /* A short text naming the architecture (checkpoint compatibility). */
@@ -405,7 +404,6 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss,
 
 /* Accessors and live setters used by control and tests. */
 long trn_trainer_step_count(const trn_trainer *t);
-int trn_trainer_epoch(const trn_trainer *t);
 double trn_trainer_lr(const trn_trainer *t); /* the lr the next step uses */
 double trn_trainer_last_loss(const trn_trainer *t);
 const trn_scaler *trn_trainer_scaler(const trn_trainer *t);
