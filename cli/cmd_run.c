@@ -321,7 +321,7 @@ int cmd_run(int argc, char **argv)
         logdir = logroot;
     }
     if (!getenv("JIZHI_LOG"))
-        log_set_level(LOG_WARN); /* the progress line is the output */
+        log_set_level(LOGL_WARN); /* the progress line is the output */
     ctl_config cc = {.db_path = db, .bind = bind};
     ctl_t *ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {

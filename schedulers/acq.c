@@ -73,14 +73,22 @@ static double s_acq(const acq_t *a, double mu, double var, double *dmu, double *
 double acq_value(gp_t *gp, const acq_t *a, const double *x, double *grad)
 {
     int d = gp_dim(gp);
-    double mu, var, dm[d], dv[d], gmu, gsd;
-    gp_predict(gp, x, &mu, &var, grad ? dm : NULL, grad ? dv : NULL);
+    double mu, var, gmu, gsd;
+    double *dm = NULL, *dv = NULL; /* heap: d is the user's number of params */
+    if (grad) {
+        dm = malloc(sizeof(double) * 2 * (size_t)d);
+        if (!dm)
+            return NAN;
+        dv = dm + d;
+    }
+    gp_predict(gp, x, &mu, &var, dm, dv);
     double v = s_acq(a, mu, var, &gmu, &gsd);
     if (grad) {
         /* below the floor the sd does not move with x */
         double dsd_dvar = var > S_VAR_FLOOR ? 0.5 / sqrt(var) : 0;
         for (int i = 0; i < d; i++)
             grad[i] = gmu * dm[i] + gsd * dsd_dvar * dv[i];
+        free(dm);
     }
     return v;
 }
@@ -123,11 +131,29 @@ static double s_clamp01(double x)
 /* Projected gradient ascent with Barzilai-Borwein steps and an Armijo
    backtracking line search (spectral projected gradient, monotone).
    Moves only the dimensions in mask. x is updated; returns its value. */
+static double s_polish_from(gp_t *gp, const acq_t *a, const unsigned char *mask,
+                            double *x, int max_iter, double *g, double *xn, double *gn,
+                            double *dir);
+
 static double s_polish(gp_t *gp, const acq_t *a, const unsigned char *mask, double *x,
                        int max_iter)
 {
     int d = gp_dim(gp);
-    double g[d], xn[d], gn[d], dir[d];
+    double *g = malloc(sizeof(double) * 4 * (size_t)d);
+    if (!g)
+        return NAN;
+    double *xn = g + d, *gn = g + 2 * d, *dir = g + 3 * d;
+    double f = s_polish_from(gp, a, mask, x, max_iter, g, xn, gn, dir);
+    free(g);
+    return f;
+}
+
+static double s_polish_from(gp_t *gp, const acq_t *a, const unsigned char *mask,
+                            double *x, int max_iter, double *g, double *xn, double *gn,
+                            double *dir)
+{
+    int d = gp_dim(gp);
+    size_t vbytes = sizeof(double) * (size_t)d;
     double f = acq_value(gp, a, x, g);
     if (!isfinite(f))
         return f;
@@ -168,8 +194,8 @@ static double s_polish(gp_t *gp, const acq_t *a, const unsigned char *mask, doub
             sy -= s * (gn[i] - g[i]);
         }
         double fold = f;
-        memcpy(x, xn, sizeof xn);
-        memcpy(g, gn, sizeof gn);
+        memcpy(x, xn, vbytes);
+        memcpy(g, gn, vbytes);
         f = fn;
         lam = sy > 0 ? ss / sy : 10 * lam;
         if (lam < 1e-12)
@@ -222,20 +248,21 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
     double *P = malloc(sizeof(double) * (size_t)total * (size_t)d);
     double *v = malloc(sizeof(double) * (size_t)total);
     s_rank *rk = malloc(sizeof(s_rank) * (size_t)total);
-    if (!P || !v || !rk || k < 1) {
+    double *shift = malloc(sizeof(double) * 2 * (size_t)d); /* and u */
+    if (!P || !v || !rk || !shift || k < 1) {
         free(P);
         free(v);
         free(rk);
+        free(shift);
         return -1;
     }
 
     /* Sobol points with a random shift (Cranley-Patterson rotation); GSL's
        Sobol generator goes up to 40 dimensions, beyond that uniform. */
-    double shift[d];
     for (int i = 0; i < d; i++)
         shift[i] = util_unif01(&seed);
     gsl_qrng *q = d <= 40 ? gsl_qrng_alloc(gsl_qrng_sobol, (unsigned)d) : NULL;
-    double u[d];
+    double *u = shift + d;
     if (q)
         gsl_qrng_get(q, u); /* skip the origin */
     for (int j = 0; j < nc; j++) {
@@ -318,5 +345,6 @@ done:
     free(P);
     free(v);
     free(rk);
+    free(shift);
     return rc;
 }
