@@ -250,8 +250,8 @@ static void s_release(ctl_trial *t)
     ctl_disp *d = t->disp;
     if (!d)
         return;
-    if (d->used > 0)
-        d->used--;
+    long ranks = t->study && t->study->spec ? t->study->spec->ranks : 1;
+    d->used = d->used > ranks ? d->used - (int)ranks : 0; /* a slot per rank */
     for (long g = 0; g < d->ngpus && t->gpus > 0; g++)
         if (d->gpu_used[g] == (int)t->row.id) {
             d->gpu_used[g] = 0;
@@ -608,12 +608,14 @@ void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason
 
 /* ---- scheduling ---- */
 
-static ctl_disp *s_pick_disp(ctl_t *c, long gpus)
+/* A dispatcher with a slot per rank and `gpus` per rank free. */
+static ctl_disp *s_pick_disp(ctl_t *c, long gpus, long ranks)
 {
     ctl_disp *best = NULL;
+    gpus *= ranks;
     for (size_t i = 0; i < c->ndisps; i++) {
         ctl_disp *d = c->disps[i];
-        if (!d->alive || d->used >= d->slots)
+        if (!d->alive || d->slots - d->used < ranks)
             continue;
         long free_gpus = 0;
         for (long g = 0; g < d->ngpus; g++)
@@ -653,10 +655,12 @@ static void s_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
                   (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt, "study",
                   s->row.name, "argv", argv, "env", env, "timeout_s", s->spec->timeout_s,
                   "gpus", (json_int_t)s->spec->gpus);
+    if (s->spec->ranks > 1)
+        json_object_set_new(msg, "ranks", json_integer(s->spec->ranks));
     t->disp = d;
-    d->used++;
+    d->used += (int)s->spec->ranks;
     t->gpus = 0;
-    for (long g = 0; g < d->ngpus && t->gpus < s->spec->gpus; g++)
+    for (long g = 0; g < d->ngpus && t->gpus < s->spec->gpus * s->spec->ranks; g++)
         if (!d->gpu_used[g]) {
             d->gpu_used[g] = (int)t->row.id;
             t->gpus++;
@@ -768,7 +772,7 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
         for (size_t i = 0; i < s->ntrials && !next; i++)
             if (!strcmp(s->trials[i]->row.state, "pending"))
                 next = s->trials[i];
-        ctl_disp *d = s_pick_disp(c, s->spec->gpus);
+        ctl_disp *d = s_pick_disp(c, s->spec->gpus, s->spec->ranks);
         if (!d)
             break;
         if (!next) {
