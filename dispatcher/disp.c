@@ -258,7 +258,7 @@ static void s_send_register(disp_t *d, double now)
 static void s_send_heartbeat(disp_t *d, double now)
 {
     json_t *m =
-        json_pack("{s:s, s:I, s:s, s:o}", "type", "heartbeat", "req",
+        json_pack("{s:s, s:I, s:s, s:o}", "type", "disp_heartbeat", "req",
                   (json_int_t)d->next_req++, "name", d->name, "running", s_running(d));
     s_send(d, m);
     d->last_hb = now;

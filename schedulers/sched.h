@@ -75,7 +75,14 @@ typedef struct {
        `step` at `path`. May append instructions like on_metric. */
     int (*on_checkpoint)(sched_t *s, long trial_id, long step, const char *path,
                          double now, sched_instr *out, int max);
+    /* Optional (NULL for schedulers that send no "load"): seconds a "load"
+       it sent may go unacknowledged before the controller restarts the
+       trial from the load's checkpoint instead; <= 0: never. */
+    double (*load_timeout)(const sched_t *s);
 } sched_ops;
+
+/* The load timeout when no scheduler of a study states one. */
+#define SCHED_LOAD_TIMEOUT_DEFAULT_S 60.0
 
 /* Every scheduler struct starts with this header. */
 struct sched {

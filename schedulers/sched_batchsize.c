@@ -668,13 +668,15 @@ static void s_destroy(sched_t *s)
     free(self);
 }
 
-static const sched_ops s_ops = {.name = "batchsize",
-                                .suggest = s_suggest,
-                                .on_metric = s_on_metric,
-                                .on_complete = s_on_complete,
-                                .save = s_save,
-                                .restore = s_restore,
-                                .destroy = s_destroy};
+static const sched_ops s_ops = {
+    .name = "batchsize",
+    .suggest = s_suggest,
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
 
 /* ---- construction ---- */
 

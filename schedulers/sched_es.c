@@ -439,18 +439,22 @@ static void s_destroy(sched_t *s)
     free(self);
 }
 
-static const sched_ops s_asha_ops = {.name = "asha",
-                                     .on_metric = s_on_metric,
-                                     .on_complete = s_on_complete,
-                                     .save = s_save,
-                                     .restore = s_restore,
-                                     .destroy = s_destroy};
-static const sched_ops s_median_ops = {.name = "median",
-                                       .on_metric = s_on_metric,
-                                       .on_complete = s_on_complete,
-                                       .save = s_save,
-                                       .restore = s_restore,
-                                       .destroy = s_destroy};
+static const sched_ops s_asha_ops = {
+    .name = "asha",
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
+static const sched_ops s_median_ops = {
+    .name = "median",
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
 
 /* ---- construction ---- */
 

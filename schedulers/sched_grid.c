@@ -90,11 +90,13 @@ static void s_destroy(sched_t *s)
     free(g);
 }
 
-static const sched_ops s_ops = {.name = "grid",
-                                .suggest = s_suggest,
-                                .save = s_save,
-                                .restore = s_restore,
-                                .destroy = s_destroy};
+static const sched_ops s_ops = {
+    .name = "grid",
+    .suggest = s_suggest,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
 
 #define GRID_MAX 10000000L
 

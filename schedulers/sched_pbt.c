@@ -48,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PBT_DEFAULT_LOAD_TIMEOUT_S 60.0
+#define PBT_DEFAULT_LOAD_TIMEOUT_S SCHED_LOAD_TIMEOUT_DEFAULT_S
 #define PBT_MAX_OBS 4096 /* pb2 observations kept (the fit uses `window`) */
 
 typedef struct {
@@ -635,14 +635,22 @@ static void s_destroy(sched_t *s)
     free(self);
 }
 
-static const sched_ops s_ops = {.name = "pbt",
-                                .suggest = s_suggest,
-                                .on_metric = s_on_metric,
-                                .on_complete = s_on_complete,
-                                .save = s_save,
-                                .restore = s_restore,
-                                .destroy = s_destroy,
-                                .on_checkpoint = s_on_checkpoint};
+static double s_load_timeout(const sched_t *s)
+{
+    return ((const sched_pbt *)s)->timeout_s;
+}
+
+static const sched_ops s_ops = {
+    .name = "pbt",
+    .suggest = s_suggest,
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+    .on_checkpoint = s_on_checkpoint,
+    .load_timeout = s_load_timeout,
+};
 
 /* ---- options ---------------------------------------------------------- */
 

@@ -72,7 +72,7 @@ static json_t *fc_recv(fake_ctl *fc, double timeout_s)
         fc->nregister++;
         if (!fc->reg_silent)
             fc_reply(fc, wire_ok(req));
-    } else if (!strcmp(type, "heartbeat")) {
+    } else if (!strcmp(type, "disp_heartbeat")) {
         fc->nheartbeat++;
         if (fc->hb_mode == HB_OK) {
             fc_reply(fc, wire_ok(req));
@@ -412,7 +412,7 @@ TEST(register_and_heartbeat)
     }
     json_decref(r);
     for (int i = 0; i < 2; i++) {
-        json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+        json_t *h = fc_wait(&fc, "disp_heartbeat", -1, 5);
         CHECK(h != NULL);
         if (h) {
             CHECK_STR(s_str(h, "name"), "test-disp");
@@ -439,7 +439,7 @@ TEST(register_and_heartbeat)
     json_decref(r);
     json_decref(st);
     /* and heartbeats go on after the new registration */
-    json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+    json_t *h = fc_wait(&fc, "disp_heartbeat", -1, 5);
     CHECK(h != NULL);
     json_decref(h);
     json_t *seen = json_array();
@@ -927,7 +927,7 @@ TEST(malformed_messages)
     json_t *ex = fc_wait(&fc, "exited", 1, 10);
     CHECK(ex && s_int(ex, "code") == 0);
     json_decref(ex);
-    json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+    json_t *h = fc_wait(&fc, "disp_heartbeat", -1, 5);
     CHECK(h != NULL);
     json_decref(h);
     dt_stop(&t, &fc, NULL);

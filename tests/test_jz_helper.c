@@ -157,7 +157,7 @@ static void fake_handle(fake *f, json_t *m, const wire_peer *from)
                 json_array_remove(f->push, i);
     } else if (!strcmp(type, "checkpoint_done")) {
         json_array_append(f->checkpoints, m);
-    } else if (!strcmp(type, "heartbeat")) {
+    } else if (!strcmp(type, "trial_heartbeat")) {
         f->heartbeats++;
     }
     if (reply)

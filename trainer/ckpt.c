@@ -140,6 +140,8 @@ static void s_sync_from_backend(trn_trainer *t)
 
 int trn_trainer_save(trn_trainer *t, const char *path, char *err)
 {
+    if (t->nranks > 1 && t->rank != 0) /* ranks hold the same state: rank 0 writes */
+        return 0;
     s_sync_from_backend(t);
     s_wbuf b = {0};
     s_put(&b, CK_MAGIC, 8);

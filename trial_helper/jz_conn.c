@@ -12,7 +12,7 @@
    without a reply for 2 s is resent with the same `req` and the same bytes;
     - sends the `ins_ack` and `checkpoint_done` messages the application
       queues (kept and resent the same way until answered);
-    - sends a `heartbeat` after a second without sending anything;
+    - sends a `trial_heartbeat` after a second without sending anything;
     - receives `instruction` pushes, drops ids it has already delivered and
       queues the rest for jz_poll.
     The metrics body is written directly as text (%.17g per value): several
@@ -672,7 +672,7 @@ static void *s_run(void *arg)
             s_maybe_batch(&c);
         s_resend_due(&c);
         if (state == JZ__CONNECTED && util_now() - c.last_send >= JZ__HEARTBEAT_EVERY)
-            s_send_msg(&c, json_pack("{s:s}", "type", "heartbeat"), R_HELLO, 0);
+            s_send_msg(&c, json_pack("{s:s}", "type", "trial_heartbeat"), R_HELLO, 0);
     }
     zmq_close(c.sock);
     for (size_t i = 0; i < c.nouts; i++)
