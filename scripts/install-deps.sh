@@ -4,7 +4,7 @@
 # Called by `make run`, `make test` and .ci/run.
 set -euo pipefail
 
-PKGS=(build-essential pkg-config libzmq3-dev libsqlite3-dev sqlite3
+PKGS=(build-essential pkg-config clang clang-format libzmq3-dev libsqlite3-dev sqlite3
       libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
       dataset-fashion-mnist python3 python3-pytest tmux
       openmpi-bin libopenmpi-dev)
