@@ -6,7 +6,8 @@ set -euo pipefail
 
 PKGS=(build-essential pkg-config clang clang-format libzmq3-dev libsqlite3-dev sqlite3
       libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
-      dataset-fashion-mnist python3 python3-pytest tmux
+      dataset-fashion-mnist python3 python3-pytest python3-pip python3-setuptools
+      python3-wheel tmux
       openmpi-bin libopenmpi-dev)
 # Optional: the PyTorch peer for the trainer's tests and benchmarks.
 OPTIONAL=(python3-torch)
