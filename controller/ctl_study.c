@@ -409,7 +409,11 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
                        const char *message)
 {
     if (s_is_ended(t) || !strcmp(t->row.state, "pending"))
-        return; /* a repeated report */
+        return;                 /* a repeated report */
+    if (!strcmp(how, "lost")) { /* preempted, node failure: not the trial's fault */
+        ctl__trial_lost(c, t, message && *message ? message : "lost by its dispatcher");
+        return;
+    }
     if (s_restart_exited(c, t, how, code))
         return;
     if (t->release == 2) { /* pause --release: checkpointed and exited */
