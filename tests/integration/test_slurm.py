@@ -143,6 +143,62 @@ def test_job_cancelled_outside_is_lost_and_retried(jz, slurm):
         stop(disp, ctl)
 
 
+def test_node_failure_is_lost_and_retried(jz, slurm):
+    ctl, disp = daemons(jz, slurm)
+    env = dict(os.environ, SLURM_CONF=slurm)
+
+    def node(*args):
+        subprocess.run(["scontrol", "update", "NodeName=jizhi-node", *args], check=True,
+                       env=env, timeout=30)
+
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("nodefail", 1, 1, "150")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((job0,),) = jz.sql("SELECT pid FROM trials")
+        node("State=DOWN", "Reason=jizhi-test")  # Slurm kills its jobs: NODE_FAIL
+        jz.wait_for(lambda: scontrol(slurm, job0).get("JobState") == "NODE_FAIL", 30,
+                    "the job to end in NODE_FAIL")
+        # the node comes back by itself (ReturnToService=2), or on RESUME
+        jz.wait_for(lambda: subprocess.run(
+            ["scontrol", "update", "NodeName=jizhi-node", "State=RESUME"], env=env,
+            capture_output=True, timeout=30).returncode == 0 or subprocess.run(
+            ["sinfo", "-h", "-n", "jizhi-node", "-o", "%t"], env=env, capture_output=True,
+            text=True, timeout=30).stdout.strip() in ("idle", "mix"), 60, "the node to resume")
+        wait_study(jz, "nodefail", 120)
+        ((state, attempt),) = jz.sql("SELECT state, attempt FROM trials")
+        assert state == "completed" and attempt == 1
+        detail = " ".join(str(r) for r in jz.sql("SELECT detail FROM events"))
+        assert "its node failed (NODE_FAIL)" in detail, detail
+    finally:
+        subprocess.run(["scontrol", "update", "NodeName=jizhi-node", "State=RESUME"],
+                       env=env, capture_output=True, timeout=30)
+        stop(disp, ctl)
+
+
+def test_job_requeued_by_an_administrator_is_cancelled_lost_and_retried(jz, slurm):
+    """jizhi submits --no-requeue; an administrator can still requeue a
+    job. The dispatcher cancels it: the retry is jizhi's, as a new attempt."""
+    ctl, disp = daemons(jz, slurm)
+    env = dict(os.environ, SLURM_CONF=slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("requeue", 1, 1, "150")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((job0,),) = jz.sql("SELECT pid FROM trials")
+        assert scontrol(slurm, job0).get("Requeue") == "0"
+        for cmd in (["update", f"JobId={job0}", "Requeue=1"], ["requeue", str(job0)]):
+            subprocess.run(["scontrol", *cmd], check=True, env=env, timeout=30)
+        wait_study(jz, "requeue", 120)
+        ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
+        assert state == "completed" and attempt == 1 and job1 != job0
+        assert scontrol(slurm, job0).get("JobState") == "CANCELLED"
+        detail = " ".join(str(r) for r in jz.sql("SELECT detail FROM events"))
+        assert "was requeued" in detail, detail
+    finally:
+        stop(disp, ctl)
+
+
 def test_exit_code_and_timeout_through_slurm(jz, slurm):
     ctl, disp = daemons(jz, slurm)
     try:
