@@ -31,7 +31,7 @@ ALL_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -pthread -MMD -MP $(WARN) $(SANFLAGS) $
 LDFLAGS  ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
 # GSL's linear algebra runs on OpenBLAS: link -lopenblas, not -lgslcblas.
-LIBS     := -lczmq -lzmq -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
+LIBS     := -lzmq -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
 
 # Optional parts: detected and reported, never required.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -56,7 +56,12 @@ LIB_SCHED  := $(BUILD)/lib/libjzsched.a
 LIB_CTL    := $(BUILD)/lib/libjzctl.a
 LIB_DISP   := $(BUILD)/lib/libjzdisp.a
 LIBJIZHI_A := $(BUILD)/lib/libjizhi.a
+# The helper library's version lives in trial_helper/jizhi.h (JZ_VERSION);
+# its soname carries the major number.
+VERSION    := $(shell sed -n 's/^\#define JZ_VERSION "\(.*\)"/\1/p' trial_helper/jizhi.h)
+SOMAJOR    := $(firstword $(subst ., ,$(VERSION)))
 LIBJIZHI_SO := $(BUILD)/lib/libjizhi.so
+LIBJIZHI_SOV := $(BUILD)/lib/libjizhi.so.$(SOMAJOR)
 JIZHI      := $(BUILD)/bin/jizhi
 
 # Internal libraries in link order (users before what they use).
@@ -70,7 +75,8 @@ EXTRA_TESTS :=
 BENCHES     :=
 
 .SECONDARY:
-.PHONY: all run test test-unit test-integration bench deps config clean valgrind format fuzz
+.PHONY: all run test test-unit test-integration bench deps config clean valgrind format fuzz \
+        install uninstall
 all: config $(JIZHI) $(LIBJIZHI_SO) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS)
 
 -include trainer/trainer.mk
@@ -99,15 +105,19 @@ $(BUILD)/lib/%.a:
 
 # The shared helper library carries the common code it uses and exports
 # only jz_* (trial_helper/libjizhi.map).
-$(LIBJIZHI_SO): $(call obj,$(HELPER_SRC)) $(LIB_COMMON) trial_helper/libjizhi.map
+$(LIBJIZHI_SOV): $(call obj,$(HELPER_SRC)) $(LIB_COMMON) trial_helper/libjizhi.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -o $@ $(call obj,$(HELPER_SRC)) $(LIB_COMMON) \
-	    -Wl,--version-script=trial_helper/libjizhi.map -Wl,-soname,libjizhi.so $(ALL_LDFLAGS) -lzmq -ljansson -lm
+	    -Wl,--version-script=trial_helper/libjizhi.map -Wl,-soname,libjizhi.so.$(SOMAJOR) $(ALL_LDFLAGS) -lzmq -ljansson -lm
+$(LIBJIZHI_SO): $(LIBJIZHI_SOV)
+	ln -sf $(notdir $<) $@
 
 $(BUILD)/lib/pkgconfig/jizhi.pc: trial_helper/jizhi.pc.in
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(abspath $(BUILD))|' -e 's|@INCLUDEDIR@|$(abspath trial_helper)|' $< > $@
+	sed -e 's|@LIBDIR@|$(abspath $(BUILD))/lib|' -e 's|@INCLUDEDIR@|$(abspath trial_helper)|' \
+	    -e 's|@VERSION@|$(VERSION)|' $< > $@
 
+$(BUILD)/obj/cli/main.o: ALL_CFLAGS += -DJIZHI_VERSION='"$(VERSION)"'
 $(JIZHI): $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS) $(ALL_LDFLAGS) $(LIBS) -lncursesw
@@ -176,6 +186,36 @@ bench-slurm: all $(BUILD)/bench/slurm_trial
 .PHONY: bench-schedulers
 bench-schedulers: all
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/schedulers.sh $(BENCH_SCHED_ARGS)
+
+# ---- install ---------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=]: the commands, the helper
+# library with its soname, its header, a pkg-config file with the installed
+# paths, and the Python package (next to Debian's python3 modules).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINDIR  := $(PREFIX)/bin
+LIBDIR  := $(PREFIX)/lib
+INCDIR  := $(PREFIX)/include
+PYDIR   ?= $(PREFIX)/lib/python3/dist-packages
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) \
+	    $(DESTDIR)$(PYDIR)/jizhi
+	install -m 755 $(JIZHI) $(EXTRA_BINS) $(DESTDIR)$(BINDIR)/
+	install -m 755 $(LIBJIZHI_SOV) $(DESTDIR)$(LIBDIR)/
+	ln -sf libjizhi.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libjizhi.so
+	install -m 644 $(LIBJIZHI_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 trial_helper/jizhi.h $(DESTDIR)$(INCDIR)/
+	sed -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    trial_helper/jizhi.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/jizhi.pc
+	install -m 644 trial_helper/python/jizhi/*.py $(DESTDIR)$(PYDIR)/jizhi/
+	echo 'LIBJIZHI = "$(LIBDIR)/libjizhi.so.$(SOMAJOR)"' > $(DESTDIR)$(PYDIR)/jizhi/_installed.py
+	@if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,jizhi $(notdir $(EXTRA_BINS))) \
+	    $(DESTDIR)$(LIBDIR)/libjizhi.so $(DESTDIR)$(LIBDIR)/libjizhi.so.$(SOMAJOR) \
+	    $(DESTDIR)$(LIBDIR)/libjizhi.a $(DESTDIR)$(INCDIR)/jizhi.h $(DESTDIR)$(LIBDIR)/pkgconfig/jizhi.pc
+	rm -rf $(DESTDIR)$(PYDIR)/jizhi
 
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')

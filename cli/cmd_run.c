@@ -148,7 +148,7 @@ static void s_progress(const json_t *st, int tty, long *last_done)
         double v;
         wire_to_double(json_object_get(best, "value"), &v);
         snprintf(bv, sizeof bv, "%.6g (trial %" JSON_INTEGER_FORMAT ")", v,
-                 json_integer_value(json_object_get(best, "number")));
+                 json_integer_value(json_object_get(best, "trial")));
     }
     char line[400];
     snprintf(line, sizeof line,
@@ -162,6 +162,32 @@ static void s_progress(const json_t *st, int tty, long *last_done)
         fprintf(stderr, "%s\n", line);
     }
     *last_done = done;
+}
+
+/* Prints why trials failed: each distinct reason once, with how many
+   trials and the first of them, so a broken command is seen at once. */
+static void s_print_failures(const store_trial *rows, long n)
+{
+    enum { MAX_SHOWN = 5 };
+    long shown = 0;
+    for (long i = 0; i < n && shown < MAX_SHOWN; i++) {
+        if (strcmp(rows[i].state, "failed"))
+            continue;
+        int seen = 0;
+        for (long k = 0; k < i && !seen; k++)
+            seen = !strcmp(rows[k].state, "failed") &&
+                   !strcmp(rows[k].reason, rows[i].reason);
+        if (seen)
+            continue;
+        long count = 0;
+        for (long k = i; k < n; k++)
+            count += !strcmp(rows[k].state, "failed") &&
+                     !strcmp(rows[k].reason, rows[i].reason);
+        printf("  failed: %s (%ld trial%s, e.g. trial %ld; jizhi trial logs %ld)\n",
+               rows[i].reason[0] ? rows[i].reason : "no reason recorded", count,
+               count == 1 ? "" : "s", rows[i].id, rows[i].id);
+        shown++;
+    }
 }
 
 /* Prints the best trial of a study from the database. */
@@ -195,11 +221,12 @@ static int s_print_best(const char *db, const char *name)
     }
     printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
            st.state, n, completed, failed, stopped);
+    s_print_failures(rows, n);
     int rc = CLI_OK;
     if (best >= 0) {
-        char *params = json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
-        printf("best trial %ld (id %ld): %s=%.6g\n  params %s\n", rows[best].number,
-               rows[best].id, metric, rows[best].value, params);
+        char *params = text_json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
+        printf("best trial %ld: %s=%.6g\n  params %s\n", rows[best].id, metric,
+               rows[best].value, params);
         json_t *m = store_metrics_last(s, rows[best].id);
         json_t *ta = json_object_get(m, "test_acc");
         if (json_is_number(ta))
@@ -294,7 +321,7 @@ int cmd_run(int argc, char **argv)
         logdir = logroot;
     }
     if (!getenv("JIZHI_LOG"))
-        log_set_level(LOG_WARN); /* the progress line is the output */
+        log_set_level(LOGL_WARN); /* the progress line is the output */
     ctl_config cc = {.db_path = db, .bind = bind};
     ctl_t *ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {

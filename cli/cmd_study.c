@@ -9,7 +9,6 @@
 #include "../common/wire.h"
 #include "../schedulers/sched.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,58 +22,7 @@ static const char s_usage[] =
     "       jizhi study events NAME [--json]\n"
     "Common options: --db FILE, --controller ENDPOINT.\n";
 
-typedef struct {
-    const char *db, *controller, *format, *output;
-    int json;
-    int nargs;
-    char **args;
-} s_opts;
-
-/* Parses the options every study subcommand shares. 0, or an exit code. */
-static int s_parse(int argc, char **argv, s_opts *o)
-{
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"controller", required_argument, 0, 'c'},
-                                         {"format", required_argument, 0, 'f'},
-                                         {"output", required_argument, 0, 'o'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    memset(o, 0, sizeof *o);
-    o->format = "csv";
-    int c;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            o->db = optarg;
-            break;
-        case 'c':
-            o->controller = optarg;
-            break;
-        case 'f':
-            o->format = optarg;
-            break;
-        case 'o':
-            o->output = optarg;
-            break;
-        case 'j':
-            o->json = 1;
-            break;
-        case 'h':
-            fputs(s_usage, stdout);
-            return -CLI_OK - 1;
-        default:
-            fputs(s_usage, stderr);
-            return CLI_USAGE;
-        }
-    }
-    o->db = cli_db_path(o->db);
-    o->nargs = argc - optind;
-    o->args = argv + optind;
-    return 0;
-}
-
-static int s_need_args(const s_opts *o, int n, const char *what)
+static int s_need_args(const cli_opts *o, int n, const char *what)
 {
     if (o->nargs != n) {
         cli_error("study %s", what);
@@ -84,7 +32,7 @@ static int s_need_args(const s_opts *o, int n, const char *what)
     return 0;
 }
 
-static int s_controller_cmd(const s_opts *o, json_t *msg)
+static int s_controller_cmd(const cli_opts *o, json_t *msg)
 {
     char buf[512];
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
@@ -103,7 +51,7 @@ static int s_controller_cmd(const s_opts *o, json_t *msg)
     return CLI_OK;
 }
 
-static int s_submit(const s_opts *o)
+static int s_submit(const cli_opts *o)
 {
     spec_error serr;
     spec_t *spec = spec_load(o->args[0], 1, &serr);
@@ -141,7 +89,7 @@ static int s_submit(const s_opts *o)
     return rc;
 }
 
-static int s_list(const s_opts *o)
+static int s_list(const cli_opts *o)
 {
     store_t *s = cli_open_db(o->db);
     if (!s)
@@ -199,7 +147,7 @@ static int s_load(const char *db, const char *name, store_t **s, store_study *st
     return CLI_OK;
 }
 
-static int s_show(const s_opts *o)
+static int s_show(const cli_opts *o)
 {
     store_t *s;
     store_study st;
@@ -215,24 +163,7 @@ static int s_show(const s_opts *o)
         printf("study %s (%s), objective %s %s\n", st.name, st.state,
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
-        printf("%-5s %-7s %-10s %-3s %-12s %s\n", "TRIAL", "ID", "STATE", "TRY", "VALUE",
-               "PARAMS");
-        size_t i;
-        json_t *t;
-        json_array_foreach(trials, i, t)
-        {
-            char v[64];
-            cli_format_value(json_object_get(t, "value"), v, sizeof v);
-            char *p =
-                json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-            printf("%-5" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT
-                   " %-10s %-3" JSON_INTEGER_FORMAT " %-12s %s\n",
-                   json_integer_value(json_object_get(t, "number")),
-                   json_integer_value(json_object_get(t, "id")),
-                   json_string_value(json_object_get(t, "state")),
-                   json_integer_value(json_object_get(t, "attempt")), v, p);
-            free(p);
-        }
+        cli_print_trials(trials);
         json_decref(trials);
     }
     store_study_fini(&st);
@@ -271,7 +202,7 @@ static json_t *s_key_union(json_t *trials, const char *key)
             json_object_set_new(set, k, json_true());
     }
     json_t *keys = json_array();
-    char *text = json_dumps(set, JSON_SORT_KEYS | JSON_COMPACT);
+    char *text = text_json_dumps(set, JSON_SORT_KEYS | JSON_COMPACT);
     json_t *sorted =
         json_loads(text, JSON_DECODE_ANY, NULL); /* key order kept as sorted */
     const char *k;
@@ -283,7 +214,7 @@ static json_t *s_key_union(json_t *trials, const char *key)
     return keys;
 }
 
-static int s_export(const s_opts *o)
+static int s_export(const cli_opts *o)
 {
     if (strcmp(o->format, "csv") && strcmp(o->format, "json")) {
         cli_error("--format: expected csv or json, got \"%s\"", o->format);
@@ -303,7 +234,7 @@ static int s_export(const s_opts *o)
         return CLI_FAIL;
     }
     if (!strcmp(o->format, "json")) {
-        char *text = json_dumps(trials, JSON_INDENT(2));
+        char *text = text_json_dumps(trials, JSON_INDENT(2));
         fprintf(f, "%s\n", text);
         free(text);
     } else {
@@ -341,7 +272,7 @@ static int s_export(const s_opts *o)
                                         json_string_value(json_array_get(
                                             mk, col - nfixed - json_array_size(pk))));
                 if (json_is_real(v))
-                    snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
+                    text_double(json_real_value(v), cell);
                 else if (!v || json_is_null(v))
                     cell[0] = 0;
                 else
@@ -360,7 +291,7 @@ static int s_export(const s_opts *o)
     return CLI_OK;
 }
 
-static int s_events(const s_opts *o)
+static int s_events(const cli_opts *o)
 {
     store_t *s = cli_open_db(o->db);
     if (!s)
@@ -383,7 +314,7 @@ static int s_events(const s_opts *o)
     json_array_foreach(ev, i, e)
     {
         char *d =
-            json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
+            text_json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
         json_t *trial = json_object_get(e, "trial"),
                *applied = json_object_get(e, "applied");
         json_t *lat = json_object_get(e, "latency_s");
@@ -413,9 +344,10 @@ int cmd_study(int argc, char **argv)
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     const char *sub = argv[1];
-    s_opts o;
-    int rc = s_parse(argc - 1, argv + 1, &o);
-    if (rc == -CLI_OK - 1)
+    cli_opts o;
+    int rc =
+        cli_opts_parse(argc - 1, argv + 1, CLI_OPT_FORMAT | CLI_OPT_OUTPUT, s_usage, &o);
+    if (rc < 0)
         return CLI_OK;
     if (rc)
         return rc;

@@ -5,6 +5,7 @@
     was expected.
 */
 #include "spec.h"
+#include "text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -455,7 +456,7 @@ void spec_destroy(spec_t **sp)
 
 char *spec_canonical(const spec_t *s)
 {
-    return json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
+    return text_json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
 }
 
 static double s_clamp01(double u)
@@ -557,6 +558,11 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
         const char *a = json_string_value(arg);
         size_t cap = strlen(a) + 64, len = 0;
         char *buf = malloc(cap);
+        if (!buf) {
+            s_fail(err, "trial.command", "out of memory");
+            json_decref(out);
+            return NULL;
+        }
         for (const char *p = a; *p;) {
             char piece[512];
             const char *add = piece;
@@ -603,8 +609,16 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
                 addlen = 1;
             }
             if (len + addlen + 1 > cap) {
-                cap = (len + addlen + 1) * 2;
-                buf = realloc(buf, cap);
+                size_t ncap = (len + addlen + 1) * 2;
+                char *nbuf = realloc(buf, ncap);
+                if (!nbuf) {
+                    s_fail(err, "trial.command", "out of memory");
+                    free(buf);
+                    json_decref(out);
+                    return NULL;
+                }
+                buf = nbuf;
+                cap = ncap;
             }
             memcpy(buf + len, add, addlen);
             len += addlen;

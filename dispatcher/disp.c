@@ -16,6 +16,7 @@
 #include "disp_int.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -77,18 +78,6 @@ struct disp {
     size_t nitems_cap;
 };
 
-static char *s_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *s_strf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 /* An absolute version of path (relative ones against the working
    directory). Caller frees. */
 static char *s_abs(const char *path)
@@ -100,36 +89,7 @@ static char *s_abs(const char *path)
         return strdup(path);
     if (!strcmp(path, "."))
         return strdup(cwd);
-    return s_strf("%s/%s", cwd, path[0] == '.' && path[1] == '/' ? path + 2 : path);
-}
-
-/* mkdir -p. 0 or -1 (errno). */
-static int s_mkdirs(const char *path)
-{
-    char *p = strdup(path);
-    if (!p)
-        return -1;
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == 0) {
-            char c = *s;
-            *s = 0;
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                int e = errno;
-                free(p);
-                errno = e;
-                return -1;
-            }
-            *s = c;
-            if (!c)
-                break;
-        }
-    }
-    struct stat sb;
-    int rc = (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) ? 0 : -1;
-    if (rc != 0 && errno == 0)
-        errno = ENOTDIR;
-    free(p);
-    return rc;
+    return util_strf("%s/%s", cwd, path[0] == '.' && path[1] == '/' ? path + 2 : path);
 }
 
 /* ---- construction ------------------------------------------------------- */
@@ -238,7 +198,7 @@ disp_t *disp_new(const disp_config *cfg)
     }
     /* Increasing across restarts, so a restarted dispatcher's reports are
        never mistaken for repeats of its previous life's. */
-    d->next_req = (long)(wire_wall() * 1000.0);
+    d->next_req = (long)(util_wall() * 1000.0);
     return d;
 fail:
     disp_destroy(&d);
@@ -342,7 +302,7 @@ static void s_send_register(disp_t *d, double now)
 static void s_send_heartbeat(disp_t *d, double now)
 {
     json_t *m =
-        json_pack("{s:s, s:I, s:s, s:o}", "type", "heartbeat", "req",
+        json_pack("{s:s, s:I, s:s, s:o}", "type", "disp_heartbeat", "req",
                   (json_int_t)d->next_req++, "name", d->name, "running", s_running(d));
     s_send(d, m);
     d->last_hb = now;
@@ -384,7 +344,7 @@ static void s_report_add(disp_t *d, json_t *m)
     *tail = r;
     if (d->ready && d->sock) {
         json_incref(m);
-        r->sent_at = s_send(d, m) == 0 ? wire_now() : wire_now() - d->resend_s + 0.1;
+        r->sent_at = s_send(d, m) == 0 ? util_now() : util_now() - d->resend_s + 0.1;
     }
 }
 
@@ -426,7 +386,7 @@ static void s_terminate(disp_t *d, disp__proc *p, const char *how, const char *r
         p->reason = strdup(reason);
     d->be->ops->signal(d->be, p, SIGTERM);
     d->be->ops->signal(d->be, p, SIGCONT); /* a stopped process must see it */
-    p->kill_at = wire_now() + d->kill_grace_s;
+    p->kill_at = util_now() + d->kill_grace_s;
     log_info(TAG, "trial %ld.%ld: %s, SIGTERM to process group %d", p->trial, p->attempt,
              !strcmp(how, "timeout") ? "timed out" : "kill requested", (int)p->pid);
 }
@@ -503,24 +463,24 @@ static void s_on_start(disp_t *d, const json_t *msg)
     /* <log_dir>/<study>/, and a default checkpoint dir beside the logs */
     char *root = s_abs(st.log_dir ? st.log_dir : d->log_dir);
     char *study = disp__path_component(st.study);
-    char *dir = root && study ? s_strf("%s/%s", root, study) : NULL;
+    char *dir = root && study ? util_strf("%s/%s", root, study) : NULL;
     char *ckpt = NULL;
     char *cuda = NULL;
     size_t cuda_len = 1 + (size_t)st.gpus * 8;
     if (!json_object_get(st.env, "JIZHI_CHECKPOINT_DIR") && dir)
-        ckpt = s_strf("%s/checkpoints/trial-%ld", dir, st.trial);
+        ckpt = util_strf("%s/checkpoints/trial-%ld", dir, st.trial);
     cuda = calloc(1, cuda_len);
     if (!dir || !cuda) {
         s_report_start_failed(d, st.trial, st.attempt, "out of memory");
         goto out;
     }
-    if (s_mkdirs(dir) != 0) {
+    if (util_mkdirs(dir, 0755) != 0) {
         snprintf(err, sizeof err, "cannot create log directory %s: %s", dir,
                  strerror(errno));
         s_report_start_failed(d, st.trial, st.attempt, err);
         goto out;
     }
-    if (ckpt && s_mkdirs(ckpt) != 0) {
+    if (ckpt && util_mkdirs(ckpt, 0755) != 0) {
         log_warn(TAG, "cannot create %s: %s", ckpt, strerror(errno));
         free(ckpt);
         ckpt = NULL;
@@ -528,7 +488,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
     /* a checkpoint dir chosen by the controller lives on this machine too */
     const char *given =
         json_string_value(json_object_get(st.env, "JIZHI_CHECKPOINT_DIR"));
-    if (given && given[0] == '/' && s_mkdirs(given) != 0)
+    if (given && given[0] == '/' && util_mkdirs(given, 0755) != 0)
         log_warn(TAG, "cannot create %s: %s", given, strerror(errno));
     for (int i = 0; i < st.gpus; i++) {
         size_t n = strlen(cuda);
@@ -559,7 +519,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
     p->gpus = gpus;
     p->ngpus = st.gpus;
     gpus = NULL;
-    p->t_start = wire_now();
+    p->t_start = util_now();
     p->timeout_s = st.timeout_s; /* the clock starts when it runs */
     d->procs[d->nprocs++] = p;
     log_info(TAG, "trial %ld.%ld: %s %d: %s (logs %s/trial-%ld.%ld.*, gpus %s)", st.trial,
@@ -599,7 +559,7 @@ static void s_queue_started(disp_t *d, disp__proc *p)
 {
     p->started = 1;
     if (p->timeout_s > 0)
-        p->deadline = wire_now() + p->timeout_s;
+        p->deadline = util_now() + p->timeout_s;
     json_t *gpus = json_array();
     for (int i = 0; i < p->ngpus; i++)
         json_array_append_new(gpus, json_integer(p->gpus[i]));
@@ -650,7 +610,7 @@ static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
     } else {
         snprintf(msg, sizeof msg, "%s", what);
     }
-    double elapsed = wire_now() - p->t_start;
+    double elapsed = util_now() - p->t_start;
     log_info(TAG, "trial %ld.%ld: %s: %s", p->trial, p->attempt, how, msg);
     s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s}",
                               "type", "exited", "trial", (json_int_t)p->trial, "attempt",
@@ -727,8 +687,8 @@ static void s_on_reply(disp_t *d, const json_t *msg, int ok)
             log_info(TAG, "registered with %s as %s (%d slots, %d GPUs, %d running)",
                      d->endpoint, d->name, d->slots, d->ngpus, (int)d->nprocs);
             d->ready = 1;
-            d->last_hb = wire_now();
-            s_send_reports(d, wire_now(), 1);
+            d->last_hb = util_now();
+            s_send_reports(d, util_now(), 1);
         } else if (!ok) {
             log_warn(TAG, "register refused: %s: %s", code, text);
         }
@@ -767,7 +727,7 @@ static void s_on_reply(disp_t *d, const json_t *msg, int ok)
 static void s_on_message(disp_t *d, json_t *msg)
 {
     const char *type = wire_type(msg);
-    d->last_heard = wire_now();
+    d->last_heard = util_now();
     if (!strcmp(type, "ok"))
         s_on_reply(d, msg, 1);
     else if (!strcmp(type, "error"))
@@ -801,7 +761,7 @@ static int s_drain_socket(disp_t *d)
             log_warn(TAG, "%s", err);
             return 0;
         }
-        d->last_heard = wire_now();
+        d->last_heard = util_now();
         log_warn(TAG, "dropping malformed message: %s", err);
     }
 }
@@ -862,11 +822,11 @@ static void s_shutdown(disp_t *d)
             s_terminate(d, d->procs[i], "killed", "dispatcher stopping");
         /* a process in uninterruptible sleep may outlive SIGKILL for a
            while: bound the wait */
-        double give_up = wire_now() + d->kill_grace_s + 10.0;
-        while (d->nprocs && wire_now() < give_up) {
+        double give_up = util_now() + d->kill_grace_s + 10.0;
+        while (d->nprocs && util_now() < give_up) {
             s_poll(d, 20);
             s_drain_socket(d);
-            s_check_procs(d, wire_now());
+            s_check_procs(d, util_now());
         }
         if (d->nprocs)
             log_error(TAG, "%d trial(s) did not die after SIGKILL", (int)d->nprocs);
@@ -874,10 +834,10 @@ static void s_shutdown(disp_t *d)
         log_info(TAG, "stopping: leaving %d trial(s) running", (int)d->nprocs);
     }
     s_drop_procs(d);
-    double until = wire_now() + 1.0;
+    double until = util_now() + 1.0;
     if (d->ready)
-        s_send_reports(d, wire_now(), 1);
-    while (d->ready && d->reports && wire_now() < until) {
+        s_send_reports(d, util_now(), 1);
+    while (d->ready && d->reports && util_now() < until) {
         s_poll(d, 20);
         if (s_drain_socket(d) != 0)
             break;
@@ -904,15 +864,15 @@ int disp_run(disp_t *d, volatile int *stop)
              d->endpoint, d->slots, d->ngpus, d->log_dir);
     d->ready = 0;
     d->last_reg = -INFINITY;
-    d->last_heard = wire_now();
+    d->last_heard = util_now();
     int rc = 0;
     while (!*stop) {
-        s_timers(d, wire_now());
+        s_timers(d, util_now());
         if (s_poll(d, DISP_TICK_MS) != 0 || s_drain_socket(d) != 0) {
             rc = -1;
             break;
         }
-        s_check_procs(d, wire_now());
+        s_check_procs(d, util_now());
     }
     s_shutdown(d);
     zmq_close(d->sock);

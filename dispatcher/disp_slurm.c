@@ -29,14 +29,13 @@
 #define _GNU_SOURCE
 #include "disp_int.h"
 #include "common/log.h"
-#include "common/wire.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,18 +68,6 @@ typedef struct {
     int have_sacct;  /* sacct answers (slurmdbd is there) */
     int squeue_down; /* the last squeue failed (warned once) */
 } s_slurm;
-
-static char *s_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *s_strf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
 
 /* ---- running a command ---------------------------------------------------- */
 
@@ -137,10 +124,10 @@ static int s_cmd(char *const argv[], char **envp, char *out, size_t outsz, char 
     size_t no = 0, ne = 0;
     char sink[4096];
     struct pollfd fds[2] = {{po[0], POLLIN, 0}, {pe[0], POLLIN, 0}};
-    double deadline = wire_now() + timeout_s;
+    double deadline = util_now() + timeout_s;
     int timed_out = 0;
     while (fds[0].fd >= 0 || fds[1].fd >= 0) {
-        double left = deadline - wire_now();
+        double left = deadline - util_now();
         if (left <= 0) {
             timed_out = 1;
             kill(pid, SIGKILL);
@@ -396,10 +383,10 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     p->pidfd = p->exec_fd = -1;
     p->trial = st->trial;
     p->attempt = st->attempt;
-    p->out_path = s_strf("%s/trial-%ld.%ld.out", a->dir, st->trial, st->attempt);
-    p->err_path = s_strf("%s/trial-%ld.%ld.err", a->dir, st->trial, st->attempt);
+    p->out_path = util_strf("%s/trial-%ld.%ld.out", a->dir, st->trial, st->attempt);
+    p->err_path = util_strf("%s/trial-%ld.%ld.err", a->dir, st->trial, st->attempt);
     p->argv0 = strdup(json_string_value(json_array_get(st->argv, 0)));
-    char *script = s_strf("%s/trial-%ld.%ld.sbatch", a->dir, st->trial, st->attempt);
+    char *script = util_strf("%s/trial-%ld.%ld.sbatch", a->dir, st->trial, st->attempt);
     char *o_arg = NULL, *e_arg = NULL, *name = NULL, *comment = NULL, *time_arg = NULL;
     char *gres = NULL, *part = NULL, *acct = NULL, *ntasks = NULL, *esc = NULL;
     char **envp = NULL;
@@ -434,14 +421,14 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     }
 
     esc = s_pattern_escape(p->out_path);
-    o_arg = esc ? s_strf("--output=%s", esc) : NULL;
+    o_arg = esc ? util_strf("--output=%s", esc) : NULL;
     free(esc);
     esc = s_pattern_escape(p->err_path);
-    e_arg = esc ? s_strf("--error=%s", esc) : NULL;
-    name = s_strf("--job-name=jizhi-%ld.%ld", st->trial, st->attempt);
-    comment = s_strf("--comment=jizhi %s trial %ld attempt %ld", s->name, st->trial,
-                     st->attempt);
-    ntasks = s_strf("--ntasks=%d", ranks);
+    e_arg = esc ? util_strf("--error=%s", esc) : NULL;
+    name = util_strf("--job-name=jizhi-%ld.%ld", st->trial, st->attempt);
+    comment = util_strf("--comment=jizhi %s trial %ld attempt %ld", s->name, st->trial,
+                        st->attempt);
+    ntasks = util_strf("--ntasks=%d", ranks);
     if (!o_arg || !e_arg || !name || !comment || !ntasks) {
         snprintf(err, errsize, "out of memory");
         goto out;
@@ -459,22 +446,22 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     if (st->timeout_s > 0) {
         /* a backstop after our own timeout and kill grace, in whole minutes */
         long min = (long)ceil((st->timeout_s + s->kill_grace_s + 30.0) / 60.0);
-        if (!(time_arg = s_strf("--time=%ld", min)))
+        if (!(time_arg = util_strf("--time=%ld", min)))
             goto oom;
         argv[n++] = time_arg;
     }
     if (st->gpus > 0) {
-        if (!(gres = s_strf("--gres=gpu:%d", st->gpus)))
+        if (!(gres = util_strf("--gres=gpu:%d", st->gpus)))
             goto oom;
         argv[n++] = gres;
     }
     if (s->partition) {
-        if (!(part = s_strf("--partition=%s", s->partition)))
+        if (!(part = util_strf("--partition=%s", s->partition)))
             goto oom;
         argv[n++] = part;
     }
     if (s->account) {
-        if (!(acct = s_strf("--account=%s", s->account)))
+        if (!(acct = util_strf("--account=%s", s->account)))
             goto oom;
         argv[n++] = acct;
     }

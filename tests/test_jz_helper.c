@@ -17,6 +17,7 @@
 #include "jizhi.h"
 
 #include "common/wire.h"
+#include "common/util.h"
 #include "jz_test.h"
 
 #include <errno.h>
@@ -156,7 +157,7 @@ static void fake_handle(fake *f, json_t *m, const wire_peer *from)
                 json_array_remove(f->push, i);
     } else if (!strcmp(type, "checkpoint_done")) {
         json_array_append(f->checkpoints, m);
-    } else if (!strcmp(type, "heartbeat")) {
+    } else if (!strcmp(type, "trial_heartbeat")) {
         f->heartbeats++;
     }
     if (reply)
@@ -478,15 +479,15 @@ TEST(large_volume_batches_capped)
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
     const long n = 250000;
-    double t0 = wire_now();
+    double t0 = util_now();
     for (long i = 0; i < n; i++)
         if (jz_report(t, i, "loss", 1.0 / (double)(i + 1)) != 0) {
             JZT_FAIL("report %ld refused", i);
             break;
         }
-    double t1 = wire_now();
+    double t1 = util_now();
     CHECK(jz_flush(t, 60000) == 0);
-    double t2 = wire_now();
+    double t2 = util_now();
     printf("  info: %ld reports: queued at %.2g/s, acknowledged at %.3g points/s\n", n,
            n / (t1 - t0), n / (t2 - t0));
     pthread_mutex_lock(&f->mu);
@@ -531,8 +532,8 @@ TEST(instructions_delivered_once_params_updated_acked)
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 8, "kind", "stop"));
 
     int ngot = 0;
-    double end = wire_now() + 5;
-    while (ngot < 6 && wire_now() < end) {
+    double end = util_now() + 5;
+    while (ngot < 6 && util_now() < end) {
         jz_instruction ins;
         int r = jz_poll(t, &ins);
         if (r == 0) {
@@ -613,8 +614,8 @@ TEST(unpolled_instructions_refused_at_close)
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 11, "kind", "stop"));
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 12, "kind", "pause"));
     jz_instruction ins;
-    double end = wire_now() + 5;
-    while (jz_poll(t, &ins) == 0 && wire_now() < end)
+    double end = util_now() + 5;
+    while (jz_poll(t, &ins) == 0 && util_now() < end)
         sleep_ms(5);
     CHECK(ins.id == 11);
     sleep_ms(50); /* instruction 12 arrives too, and is never polled */
@@ -642,8 +643,8 @@ TEST(late_hello_does_not_undo_set)
     fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name",
                                "lr", "value", 0.5));
     jz_instruction ins;
-    double end = wire_now() + 5;
-    while (jz_poll(t, &ins) == 0 && wire_now() < end)
+    double end = util_now() + 5;
+    while (jz_poll(t, &ins) == 0 && util_now() < end)
         sleep_ms(2);
     CHECK(ins.id == 1);
     CHECK_NEAR(jz_param_double(t, "lr", 0), 0.5, 0);
@@ -652,8 +653,8 @@ TEST(late_hello_does_not_undo_set)
     pthread_mutex_lock(&f->mu);
     f->release_hello = 1;
     pthread_mutex_unlock(&f->mu);
-    end = wire_now() + 5;
-    while (jz_param_long(t, "bs", 0) != 128 && wire_now() < end) {
+    end = util_now() + 5;
+    while (jz_param_long(t, "bs", 0) != 128 && util_now() < end) {
         jz_poll(t, &ins);
         sleep_ms(2);
     }
@@ -751,10 +752,10 @@ TEST(wrong_token_refused)
     CHECK(t != NULL);
     CHECK(jz_report(t, 1, "loss", 1) == -1);
     CHECK(jz_flush(t, 5000) == -1);
-    double t0 = wire_now();
+    double t0 = util_now();
     jz_close(&t);
     const char *err = capture_end();
-    CHECK(wire_now() - t0 < 1.0); /* nothing left to wait for */
+    CHECK(util_now() - t0 < 1.0); /* nothing left to wait for */
     CHECK(strstr(err, "refused") != NULL);
     pthread_mutex_lock(&f->mu);
     CHECK(f->unauthorized >= 1);
@@ -880,9 +881,9 @@ static int serve(const char *endpoint, long want, const char *params)
     printf("listening %s\n", endpoint);
     fflush(stdout);
     /* wait for hello, then push three instructions */
-    double end = wire_now() + 15;
+    double end = util_now() + 15;
     int pushed = 0, done = 0;
-    while (wire_now() < end && !done) {
+    while (util_now() < end && !done) {
         sleep_ms(5);
         pthread_mutex_lock(&f->mu);
         int hello = f->hellos > 0;

@@ -14,6 +14,16 @@ TRAIN_BIN   := $(BUILD)/bin/jizhi-train
 TRAIN_CUDA  := $(BUILD)/bin/jizhi-train-cuda
 
 INTERNAL_LIBS := $(LIB_TRN) $(INTERNAL_LIBS)
+
+# MPI (optional): the MPI backend of the comm layer where mpicc exists;
+# without it comm_mpi.c says so at run time. Linked into every program that
+# links the trainer library (jizhi-train, its unit tests).
+ifeq ($(HAVE_MPI),yes)
+MPI_CFLAGS  := $(shell mpicc --showme:compile) -DTRN_HAVE_MPI
+MPI_LIBS    := $(shell mpicc --showme:link)
+$(call obj,trainer/comm_mpi.c): ALL_CFLAGS += $(MPI_CFLAGS)
+LIBS        += $(MPI_LIBS)
+endif
 EXTRA_BINS  += $(TRAIN_BIN)
 
 # OpenBLAS's cblas.h for the trainer's objects only (GSL's gsl_cblas.h

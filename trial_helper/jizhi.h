@@ -17,6 +17,10 @@
 #ifndef JIZHI_H
 #define JIZHI_H
 
+/* The version of jizhi this header belongs to (the library's soname carries
+   its major number). */
+#define JZ_VERSION "0.2.0"
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -12,6 +12,7 @@
 #include "jz_internal.h"
 
 #include "common/log.h"
+#include "common/util.h"
 #include "common/spec.h"
 
 #include <errno.h>
@@ -502,30 +503,15 @@ int jz_poll(jz_trial *t, jz_instruction *out)
 
 /* ---- checkpoints ---------------------------------------------------------- */
 
-static void s_mkdirs(const char *path)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0777);
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        log_warn("jizhi", "cannot create checkpoint directory %s: %s", path,
-                 strerror(errno));
-}
-
 const char *jz_checkpoint_dir(jz_trial *t)
 {
     if (!t)
         return NULL;
     if (!t->ckdir_made) {
         t->ckdir_made = 1;
-        s_mkdirs(t->ckdir);
+        if (util_mkdirs(t->ckdir, 0777) != 0)
+            log_warn("jizhi", "cannot create checkpoint directory %s: %s", t->ckdir,
+                     strerror(errno));
     }
     return t->ckdir;
 }

@@ -15,8 +15,8 @@
 Outside a study (JIZHI_TRIAL unset) the same code runs standalone: params
 take their defaults (or JIZHI_PARAMS), reports are printed to stderr.
 
-The library is found through JIZHI_LIB (a path to libjizhi.so), then
-build/lib/libjizhi.so of the source tree this package sits in, then the
+The library is found through JIZHI_LIB (a path to libjizhi.so), then the
+path `make install` recorded, then build/lib/libjizhi.so of the source tree this package sits in, then the
 system's library path. No dependency beyond the standard library.
 """
 
@@ -58,6 +58,12 @@ def _candidates():
     env = os.environ.get("JIZHI_LIB")
     if env:
         yield env
+    try:  # written by `make install`
+        from ._installed import LIBJIZHI
+
+        yield LIBJIZHI
+    except ImportError:
+        pass
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.normpath(os.path.join(here, "..", "..", "..", "build", "lib", "libjizhi.so"))
     found = ctypes.util.find_library("jizhi")

@@ -1,0 +1,73 @@
+"""What a new user hit (issue: install, one trial number, honest
+acknowledgements, readable numbers): each case failed before its fix."""
+import csv
+import io
+import json
+import re
+
+from conftest import PROGS, base_spec
+
+
+def test_one_trial_number_everywhere(jz):
+    spec = base_spec("ids", ["sh", "-c", "jizhi report score={x}"], trials=4, parallel=1)
+    p = jz.run("run", jz.write_spec(spec), check=0)
+    m = re.search(r"best trial (\d+): score=", p.stdout)
+    assert m, p.stdout
+    best = int(m.group(1))
+    # the number printed is the one `trial show` takes, and it is the best
+    (best_id,) = jz.sql("SELECT id FROM trials ORDER BY value DESC LIMIT 1")[0]
+    assert best == best_id
+    show = jz.run("trial", "show", str(best), check=0).stdout
+    assert re.search(rf"^id\s+{best}$", show, re.M)
+    # the progress line names the best by the same number
+    assert re.search(rf"\(trial {best}\)", p.stderr)
+    # study show and trial list: same columns, keyed by that id
+    hdr_show = jz.run("study", "show", "ids", check=0).stdout.splitlines()[1].split()
+    hdr_list = jz.run("trial", "list", "ids", check=0).stdout.splitlines()[0].split()
+    assert hdr_show == hdr_list and hdr_show[0] == "ID"
+
+
+def test_numbers_and_times_are_readable(jz):
+    spec = base_spec("nums", ["sh", "-c", "jizhi report score=0.8728"], trials=1, parallel=1)
+    spec["space"] = {"x": {"type": "float", "low": 0.1, "high": 0.2}}
+    jz.run("run", jz.write_spec(spec), check=0)
+    (text,) = jz.sql("SELECT spec FROM studies")[0]
+    assert '"high":0.2' in text and '"low":0.1' in text, text
+    shown = json.loads(jz.run("study", "show", "nums", "--json", check=0).stdout)
+    assert shown["spec"]["space"]["x"]["high"] == 0.2
+    out = jz.run("study", "export", "nums", "--format", "csv", check=0).stdout
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert row["metric_score"] == "0.8728" and row["value"] == "0.8728"
+    assert float(row["param_x"]) == json.loads(jz.run("trial", "show", "1", "--json",
+                                                      check=0).stdout)["params"]["x"]
+    assert len(row["param_x"]) <= 19  # shortest text, not %.17g padding
+    show = jz.run("trial", "show", "1", check=0).stdout
+    assert re.search(r"^created\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$", show, re.M)
+    assert re.search(r"^ended\s+\d{4}-", show, re.M)
+    assert re.search(r"^checkpoint\s+-$", show, re.M)
+    assert "e+09" not in show
+
+
+def test_a_pending_trial_shows_dashes_not_zeros(jz):
+    spec = base_spec("pend", ["sleep", "30"], trials=2, parallel=1, timeout_s=60)
+    proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db)
+    try:
+        jz.wait_for(lambda: len(jz.sql("SELECT id FROM trials WHERE state='running'")) == 1,
+                    60, "a running trial")
+        (tid,) = jz.sql("SELECT id FROM trials WHERE state='running'")[0]
+        show = jz.run("trial", "show", str(tid), check=0).stdout
+        for key in ("ended", "exit_code", "exit_how", "last_step"):
+            assert re.search(rf"^{key}\s+-$", show, re.M), (key, show)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_failed_trials_say_why_in_the_summary_and_study_show(jz):
+    spec = base_spec("broken", ["sh", "-c", "echo 'cannot open libfoo.so' >&2; exit 3"],
+                     trials=2, parallel=1)
+    p = jz.run("run", jz.write_spec(spec))
+    assert "2 failed" in p.stdout
+    assert re.search(r"failed: exited with status 3.*\(2 trials", p.stdout), p.stdout
+    show = jz.run("study", "show", "broken", check=0).stdout
+    assert "failed trials:" in show and "exited with status 3" in show
