@@ -321,8 +321,9 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
                        const char *message)
 {
     if (!ctl_trial_active(t))
-        return;                 /* a repeated report */
-    if (!strcmp(how, "lost")) { /* preempted, node failure: not the trial's fault */
+        return; /* a repeated report */
+    /* the backend lost it (preempted, node failure): not the trial's fault */
+    if (!strcmp(how, "lost")) {
         ctl__trial_lost(c, t, message && *message ? message : "lost by its dispatcher");
         return;
     }
