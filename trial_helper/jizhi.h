@@ -74,8 +74,13 @@ int jz_report(jz_trial *t, long step, const char *metric, double value);
 /* Non-blocking. Fills `out` with the next pending instruction and returns
    1, or returns 0 (out->kind = JZ_INS_NONE) when none is pending, -1 on a
    NULL argument. SET and LOAD update the trial's params before returning.
-   An instruction is acknowledged as applied at the next jz_poll,
-   jz_report, jz_flush or jz_close, unless jz_ack says otherwise first. */
+   An instruction the program does not jz_ack is settled at its next call
+   into the helper, and acknowledged only as what is true: SET and RESUME
+   as applied; CHECKPOINT as applied only if jz_checkpoint_done was called;
+   STOP as applied only if that call is jz_close; LOAD as refused (confirm a
+   load with jz_ack). A PAUSE the program does not handle is carried out by
+   the helper: that next call blocks until a RESUME or a STOP arrives (which
+   the program's next jz_poll then returns). */
 int jz_poll(jz_trial *t, jz_instruction *out);
 
 /* Acknowledges instruction `ins` as applied (applied = 1) or refused

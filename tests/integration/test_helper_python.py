@@ -106,6 +106,28 @@ def test_standalone_params_from_env(tmp_path):
     assert out["ckdir"] == ck and os.path.isdir(ck)
 
 
+def test_tuned_value_type_wins_over_the_default():
+    code = """
+    import json, warnings, jizhi
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with jizhi.Trial() as t:
+            out = {"lr": t.param("lr", 1), "bs": t.param("bs", 32.0), "opt": t.param("opt", 0.5),
+                   "flag": t.param("flag", False), "none": t.param("absent", 3)}
+        out["types"] = [type(out[k]).__name__ for k in ("lr", "bs", "opt", "flag", "none")]
+        out["warnings"] = [str(x.message) for x in w]
+    print(json.dumps(out))
+    """
+    env = child_env(JIZHI_PARAMS='{"lr": 0.5, "bs": 64, "opt": "lamb", "flag": 1}')
+    r = run_py(code, env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["lr"], out["bs"], out["opt"], out["flag"], out["none"]) == (0.5, 64, "lamb", True, 3)
+    assert out["types"] == ["float", "int", "str", "bool", "int"]
+    # only the real mismatch (a string for a number) warns
+    assert len(out["warnings"]) == 1 and "'opt'" in out["warnings"][0]
+
+
 @pytest.mark.parametrize("var,value", [
     ("JIZHI_PARAMS", "{not json"),
     ("JIZHI_TRIAL", "seven"),
