@@ -110,6 +110,38 @@ static int s_check_no_controller(const char *db)
     return 0;
 }
 
+/* A study whose trials have `ranks` > 1: refuses without mpirun on PATH
+   or with --slots below ranks; without --slots, at least ranks slots (the
+   ranks oversubscribe the cores). 0 or -1 (message printed). */
+static int s_ranks_check(long ranks, int *slots)
+{
+    const char *path = getenv("PATH");
+    char cand[4096];
+    int found = 0;
+    for (const char *p = path ? path : ""; *p && !found;) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        snprintf(cand, sizeof cand, "%.*s/mpirun", (int)n, p);
+        found = n > 0 && access(cand, X_OK) == 0;
+        p = e ? e + 1 : p + n;
+    }
+    if (!found) {
+        cli_error("trial.ranks = %ld needs MPI: mpirun is not on PATH (install "
+                  "openmpi-bin)",
+                  ranks);
+        return -1;
+    }
+    if (*slots > 0 && *slots < ranks) {
+        cli_error("--slots %d is fewer than trial.ranks = %ld (a slot per rank)", *slots,
+                  ranks);
+        return -1;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (*slots == 0 && cores < ranks)
+        *slots = (int)ranks;
+    return 0;
+}
+
 static int s_parse_slots(const char *text, int *out)
 {
     char *end;
@@ -296,6 +328,12 @@ int cmd_run(int argc, char **argv)
         cli_error("%s: %s", argv[optind], err);
         spec_destroy(&spec);
         return CLI_FAIL;
+    }
+    if (spec->ranks > 1) { /* ranks need MPI and a slot each */
+        if (s_ranks_check(spec->ranks, &slots) != 0) {
+            spec_destroy(&spec);
+            return CLI_FAIL;
+        }
     }
     json_t *spec_json = json_incref(spec->json);
     char name[128];

@@ -298,7 +298,9 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
                   (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt, "study",
                   s->row.name, "argv", argv, "env", env, "timeout_s", s->spec->timeout_s,
                   "gpus", (json_int_t)s->spec->gpus);
-    ctl__disp_take(d, t, s->spec->gpus);
+    if (s->spec->ranks > 1)
+        json_object_set_new(msg, "ranks", json_integer(s->spec->ranks));
+    ctl__disp_take(d, t, s->spec->gpus, s->spec->ranks);
     snprintf(t->row.dispatcher, sizeof t->row.dispatcher, "%s", d->name);
     t->row.exit_how[0] = 0;
     t->row.started = util_wall();

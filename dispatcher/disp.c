@@ -442,21 +442,38 @@ static void s_on_start(disp_t *d, const json_t *msg)
                  st.attempt);
         return;
     }
-    if (d->nprocs >= (size_t)d->slots) {
-        snprintf(err, sizeof err, "no free slot (%d of %d in use)", (int)d->nprocs,
-                 d->slots);
+    int in_use = 0; /* a slot per rank */
+    for (size_t i = 0; i < d->nprocs; i++)
+        in_use += d->procs[i]->ranks > 0 ? d->procs[i]->ranks : 1;
+    if (in_use + st.ranks > d->slots) {
+        if (st.ranks > 1)
+            snprintf(err, sizeof err, "no free slots for %d ranks (%d of %d in use)",
+                     st.ranks, in_use, d->slots);
+        else
+            snprintf(err, sizeof err, "no free slot (%d of %d in use)", in_use, d->slots);
         s_report_start_failed(d, st.trial, st.attempt, err);
         return;
     }
-    int nfree = 0;
-    int *gpus = s_pick_gpus(d, st.gpus, &nfree);
-    if (st.gpus > 0 && !gpus) {
-        if (st.gpus > d->ngpus)
-            snprintf(err, sizeof err, "needs %d GPUs, this dispatcher has %d", st.gpus,
+    json_t *mpi_argv = NULL, *mpi_env = NULL; /* the launcher's, for ranks > 1 */
+    if (st.ranks > 1) {
+        if (disp__mpi_prepare(&st, &mpi_argv, &mpi_env, err, sizeof err) != 0) {
+            s_report_start_failed(d, st.trial, st.attempt, err);
+            return;
+        }
+        st.argv = mpi_argv;
+        st.env = mpi_env;
+    }
+    int nfree = 0, want = st.gpus * st.ranks;
+    int *gpus = s_pick_gpus(d, want, &nfree);
+    if (want > 0 && !gpus) {
+        if (want > d->ngpus)
+            snprintf(err, sizeof err, "needs %d GPUs, this dispatcher has %d", want,
                      d->ngpus);
         else
-            snprintf(err, sizeof err, "no free GPU (needs %d, %d free)", st.gpus, nfree);
+            snprintf(err, sizeof err, "no free GPU (needs %d, %d free)", want, nfree);
         s_report_start_failed(d, st.trial, st.attempt, err);
+        json_decref(mpi_argv);
+        json_decref(mpi_env);
         return;
     }
 
@@ -466,7 +483,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
     char *dir = root && study ? util_strf("%s/%s", root, study) : NULL;
     char *ckpt = NULL;
     char *cuda = NULL;
-    size_t cuda_len = 1 + (size_t)st.gpus * 8;
+    size_t cuda_len = 1 + (size_t)want * 8;
     if (!json_object_get(st.env, "JIZHI_CHECKPOINT_DIR") && dir)
         ckpt = util_strf("%s/checkpoints/trial-%ld", dir, st.trial);
     cuda = calloc(1, cuda_len);
@@ -490,7 +507,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
         json_string_value(json_object_get(st.env, "JIZHI_CHECKPOINT_DIR"));
     if (given && given[0] == '/' && util_mkdirs(given, 0755) != 0)
         log_warn(TAG, "cannot create %s: %s", given, strerror(errno));
-    for (int i = 0; i < st.gpus; i++) {
+    for (int i = 0; i < want; i++) {
         size_t n = strlen(cuda);
         snprintf(cuda + n, cuda_len - n, "%s%d", i ? "," : "", gpus[i]);
     }
@@ -517,7 +534,8 @@ static void s_on_start(disp_t *d, const json_t *msg)
         goto out;
     }
     p->gpus = gpus;
-    p->ngpus = st.gpus;
+    p->ngpus = want;
+    p->ranks = st.ranks;
     gpus = NULL;
     p->t_start = util_now();
     p->timeout_s = st.timeout_s; /* the clock starts when it runs */
@@ -526,6 +544,8 @@ static void s_on_start(disp_t *d, const json_t *msg)
              st.attempt, d->be->ops->id_word, (int)p->pid, p->argv0, dir, st.trial,
              st.attempt, cuda[0] ? cuda : "none");
 out:
+    json_decref(mpi_argv);
+    json_decref(mpi_env);
     free(gpus);
     free(root);
     free(study);

@@ -29,9 +29,12 @@ typedef struct {
     const json_t *argv;  /* non-empty array of strings without NUL bytes */
     const json_t *env;   /* object of strings, or NULL */
     double timeout_s;    /* 0: none */
-    int gpus;            /* devices wanted, >= 0 */
+    int gpus;            /* devices wanted per rank, >= 0 */
+    int ranks;           /* MPI ranks, >= 1 (absent: 1) */
     const char *log_dir; /* root for the logs, or NULL: the dispatcher's */
 } disp__start;
+
+#define DISP_MAX_RANKS 1024
 
 /* Validates a `start`. Returns 0, or -1 with err naming the field and what
    was expected. On failure *have_ids says whether trial and attempt were
@@ -69,6 +72,7 @@ typedef struct {
     char *reason;     /* why it was killed (kill's `reason`), or NULL */
     int *gpus;        /* device indices handed to it */
     int ngpus;
+    int ranks;      /* slots it holds: its MPI ranks (1: a plain process) */
     char *argv0;    /* for messages */
     char *out_path; /* stdout log */
     char *err_path; /* stderr log */
@@ -104,7 +108,20 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
    p->exec_errno, closes exec_fd. Returns 1 when resolved now, 0 otherwise. */
 int disp__exec_poll(disp__proc *p);
 
-/* Sends sig to the trial's process group (falls back to the pid). */
+/* ---- disp_mpi.c ---------------------------------------------------------- */
+
+/* For st->ranks > 1: the launcher's argv (mpirun --oversubscribe -np N
+   then st->argv) and st->env plus the launcher's defaults. Caller owns
+   both. Returns 0, or -1 with err (no mpirun on PATH, out of memory). */
+int disp__mpi_prepare(const disp__start *st, json_t **argv, json_t **env, char *err,
+                      size_t errsize);
+
+/* Sends sig to every descendant of root (and the process group of each
+   that leads one). Returns how many were signalled. */
+int disp__mpi_signal_tree(pid_t root, int sig);
+
+/* Sends sig to the trial's process group (falls back to the pid); for a
+   multi-rank trial to the launcher's descendants first. */
 void disp__signal(disp__proc *p, int sig);
 
 /* Checks whether the leader exited without blocking. When it has, kills

@@ -324,6 +324,8 @@ void disp__signal(disp__proc *p, int sig)
 {
     if (p->pid <= 0)
         return;
+    if (p->ranks > 1)
+        disp__mpi_signal_tree(p->pid, sig);
     if (killpg(p->pid, sig) != 0)
         kill(p->pid, sig);
 }

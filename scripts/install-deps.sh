@@ -4,9 +4,10 @@
 # Called by `make run`, `make test` and .ci/run.
 set -euo pipefail
 
-PKGS=(build-essential pkg-config libzmq3-dev libsqlite3-dev sqlite3
+PKGS=(build-essential pkg-config clang clang-format libzmq3-dev libsqlite3-dev sqlite3
       libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
-      dataset-fashion-mnist python3 python3-pytest tmux
+      dataset-fashion-mnist python3 python3-pytest python3-pip python3-setuptools
+      python3-wheel tmux
       openmpi-bin libopenmpi-dev)
 # The Slurm backend's tests and bench-slurm start a one-node cluster
 # (tests/slurm/cluster.sh): slurm-wlm (slurmctld, slurmd, the client
