@@ -21,7 +21,7 @@ INTERNAL_LIBS := $(LIB_TRN) $(INTERNAL_LIBS)
 ifeq ($(HAVE_MPI),yes)
 MPI_CFLAGS  := $(shell mpicc --showme:compile) -DTRN_HAVE_MPI
 MPI_LIBS    := $(shell mpicc --showme:link)
-$(call obj,trainer/comm_mpi.c): ALL_CFLAGS += $(MPI_CFLAGS)
+$(call obj,trainer/comm_mpi.c) $(call obj,bench/comm_allreduce.c): ALL_CFLAGS += $(MPI_CFLAGS)
 LIBS        += $(MPI_LIBS)
 endif
 EXTRA_BINS  += $(TRAIN_BIN)
@@ -68,6 +68,17 @@ $(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_C
 	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) \
 	    $(ALL_LDFLAGS) $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublasLt -lcublas -lcudart -lstdc++
+
+# All-reduce bandwidth, fusion, convergence and the scaling model
+# (bench/comm.py; BENCH_COMM_ARGS="--quick" for a short run).
+COMM_BENCH := $(BUILD)/bench/comm_allreduce
+$(COMM_BENCH): $(call obj,bench/comm_allreduce.c) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
+
+.PHONY: bench-comm
+bench-comm: $(TRAIN_BIN) $(COMM_BENCH)
+	@BUILD=$(BUILD) $(PYTHON) bench/comm.py $(BENCH_COMM_ARGS)
 
 bench-train: $(TRAIN_BIN)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) scripts/bench-train.sh
