@@ -323,7 +323,7 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 
     if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
         return -1;
-    static const char *const tkeys[] = {"command", "gpus", "timeout_s",
+    static const char *const tkeys[] = {"command", "gpus", "ranks", "timeout_s",
                                         "retries", "env",  NULL};
     if (s_only_keys(obj, "trial", tkeys, err) ||
         s_get(obj, "trial", "command", JSON_ARRAY, 1, &v, err))
@@ -362,6 +362,14 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     s->gpus = v ? (long)json_integer_value(v) : 0;
     if (s->gpus < 0 || s->gpus > 64)
         return s_fail(err, "trial.gpus", "must be from 0 to 64");
+    if (s_get(obj, "trial", "ranks", JSON_INTEGER, 0, &v, err))
+        return -1;
+    s->ranks = v ? (long)json_integer_value(v) : 1;
+    if (s->ranks < 1 || s->ranks > SPEC_MAX_RANKS)
+        return s_fail(err, "trial.ranks", "must be from 1 to %d", SPEC_MAX_RANKS);
+    if (s->gpus * s->ranks > 64)
+        return s_fail(err, "trial.gpus", "%ld GPUs per rank x %ld ranks is more than 64",
+                      s->gpus, s->ranks);
     if (s_get(obj, "trial", "timeout_s", JSON_REAL, 0, &v, err))
         return -1;
     s->timeout_s = v ? json_number_value(v) : 0;

@@ -32,12 +32,13 @@ ctl_disp *ctl__disp_get(ctl_t *c, const char *name)
     return d;
 }
 
-ctl_disp *ctl__disp_pick(ctl_t *c, long gpus)
+ctl_disp *ctl__disp_pick(ctl_t *c, long gpus, long ranks)
 {
     ctl_disp *best = NULL;
+    gpus *= ranks; /* a slot and `gpus` per rank */
     for (size_t i = 0; i < c->ndisps; i++) {
         ctl_disp *d = c->disps[i];
-        if (!d->alive || d->used >= d->slots)
+        if (!d->alive || d->slots - d->used < ranks)
             continue;
         long free_gpus = 0;
         for (long g = 0; g < d->ngpus; g++)
@@ -50,12 +51,12 @@ ctl_disp *ctl__disp_pick(ctl_t *c, long gpus)
     return best;
 }
 
-void ctl__disp_take(ctl_disp *d, ctl_trial *t, long gpus)
+void ctl__disp_take(ctl_disp *d, ctl_trial *t, long gpus, long ranks)
 {
     t->disp = d;
-    d->used++;
+    d->used += ranks;
     t->gpus = 0;
-    for (long g = 0; g < d->ngpus && t->gpus < gpus; g++)
+    for (long g = 0; g < d->ngpus && t->gpus < gpus * ranks; g++)
         if (!d->gpu_used[g]) {
             d->gpu_used[g] = (int)t->row.id;
             t->gpus++;
@@ -67,8 +68,8 @@ void ctl__disp_release(ctl_trial *t)
     ctl_disp *d = t->disp;
     if (!d)
         return;
-    if (d->used > 0)
-        d->used--;
+    long ranks = t->study && t->study->spec ? t->study->spec->ranks : 1;
+    d->used = d->used > ranks ? d->used - ranks : 0;
     for (long g = 0; g < d->ngpus && t->gpus > 0; g++)
         if (d->gpu_used[g] == (int)t->row.id) {
             d->gpu_used[g] = 0;

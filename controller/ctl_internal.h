@@ -122,11 +122,12 @@ void ctl__instr_free_all(ctl_t *c);
 ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name);
 /* The named dispatcher, created (not alive, no slots) when new. */
 ctl_disp *ctl__disp_get(ctl_t *c, const char *name);
-/* The alive dispatcher with a free slot and `gpus` free GPUs that has the
-   most free slots, or NULL. */
-ctl_disp *ctl__disp_pick(ctl_t *c, long gpus);
-/* Binds t to d: one slot and spec->gpus GPUs. */
-void ctl__disp_take(ctl_disp *d, ctl_trial *t, long gpus);
+/* The alive dispatcher with a free slot per rank and `gpus` free GPUs per
+   rank that has the most free slots, or NULL. */
+ctl_disp *ctl__disp_pick(ctl_t *c, long gpus, long ranks);
+/* Binds t to d: a slot and `gpus` GPUs per rank (released by the study's
+   trial.ranks). */
+void ctl__disp_take(ctl_disp *d, ctl_trial *t, long gpus, long ranks);
 /* Frees what t holds on its dispatcher, if any. */
 void ctl__disp_release(ctl_trial *t);
 /* Marks dispatchers silent for longer than the lost timeout as dead. */

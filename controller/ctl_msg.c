@@ -251,7 +251,7 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
             t->last_heard = now;
             if (!t->disp) {
                 t->disp = d;
-                d->used++;
+                d->used += t->study && t->study->spec ? t->study->spec->ranks : 1;
             }
         }
     }

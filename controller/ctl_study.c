@@ -361,7 +361,7 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
         for (size_t i = 0; i < s->ntrials && !next; i++)
             if (s->trials[i]->state == TRIAL_PENDING)
                 next = s->trials[i];
-        ctl_disp *d = ctl__disp_pick(c, s->spec->gpus);
+        ctl_disp *d = ctl__disp_pick(c, s->spec->gpus, s->spec->ranks);
         if (!d)
             break;
         if (!next) {

@@ -298,7 +298,9 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
                   (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt, "study",
                   s->row.name, "argv", argv, "env", env, "timeout_s", s->spec->timeout_s,
                   "gpus", (json_int_t)s->spec->gpus);
-    ctl__disp_take(d, t, s->spec->gpus);
+    if (s->spec->ranks > 1)
+        json_object_set_new(msg, "ranks", json_integer(s->spec->ranks));
+    ctl__disp_take(d, t, s->spec->gpus, s->spec->ranks);
     snprintf(t->row.dispatcher, sizeof t->row.dispatcher, "%s", d->name);
     t->row.exit_how[0] = 0;
     t->row.started = util_wall();
@@ -322,6 +324,11 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
 {
     if (!ctl_trial_active(t))
         return; /* a repeated report */
+    /* the backend lost it (preempted, node failure): not the trial's fault */
+    if (!strcmp(how, "lost")) {
+        ctl__trial_lost(c, t, message && *message ? message : "lost by its dispatcher");
+        return;
+    }
     int clean = !strcmp(how, "exited") && code == 0;
     if (t->plan == PLAN_RESTART) {
         /* killed for a restart; a run that completed before the kill stands */

@@ -141,7 +141,8 @@ char **disp__build_env(const disp__spawn_args *a)
     snprintf(num, sizeof num, "%ld", a->st->attempt);
     s_env_set(&e, "JIZHI_ATTEMPT", num, 1);
     s_env_set(&e, "JIZHI_DISPATCHER", a->disp_name, 1);
-    s_env_set(&e, "CUDA_VISIBLE_DEVICES", a->cuda_devices, 1);
+    if (a->cuda_devices)
+        s_env_set(&e, "CUDA_VISIBLE_DEVICES", a->cuda_devices, 1);
     if (e.oom || !e.v) {
         disp__strv_free(e.v);
         return NULL;
@@ -323,6 +324,8 @@ void disp__signal(disp__proc *p, int sig)
 {
     if (p->pid <= 0)
         return;
+    if (p->ranks > 1)
+        disp__mpi_signal_tree(p->pid, sig);
     if (killpg(p->pid, sig) != 0)
         kill(p->pid, sig);
 }

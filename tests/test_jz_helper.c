@@ -560,6 +560,7 @@ TEST(instructions_delivered_once_params_updated_acked)
             break;
         case 3:
             CHECK(ins.kind == JZ_INS_PAUSE);
+            CHECK(jz_ack(t, &ins, 1, NULL) == 0); /* the program pauses itself */
             break;
         case 4:
             CHECK(ins.kind == JZ_INS_LOAD);
@@ -569,6 +570,7 @@ TEST(instructions_delivered_once_params_updated_acked)
             break;
         case 5:
             CHECK(ins.kind == JZ_INS_CHECKPOINT);
+            CHECK(jz_checkpoint_done(t, 7, "/ck/mine") == 0);
             break;
         case 8:
             CHECK(ins.kind == JZ_INS_STOP);
@@ -594,14 +596,108 @@ TEST(instructions_delivered_once_params_updated_acked)
             JZT_FAIL("no ack for instruction %ld", id);
             continue;
         }
+        /* applied: the implicit set, the pause acked by the program, the
+           checkpoint it wrote; refused: the explicit refusal, the unknown kind,
+           the set without a value, the load never confirmed, the stop the
+           program went on after */
         int applied = json_is_true(json_object_get(a, "applied"));
-        CHECK(applied == (id != 2 && id != 6 && id != 7));
+        CHECK(applied == (id == 1 || id == 3 || id == 5));
     }
+    CHECK_STR(json_string_value(json_object_get(find_ack(f, 8), "detail")),
+              "the program went on after stop");
     CHECK_STR(json_string_value(json_object_get(find_ack(f, 2), "detail")),
               "optimizer is fixed");
     CHECK(json_array_size(f->push) == 0);
     pthread_mutex_unlock(&f->mu);
     jz_close(&t);
+    fake_stop(f);
+}
+
+typedef struct {
+    jz_trial *t;
+    volatile int returned;
+} reporter_arg;
+
+static void *s_reporter(void *arg)
+{
+    reporter_arg *r = arg;
+    jz_report(r->t, 1, "loss", 1); /* blocks while the helper holds the pause */
+    r->returned = 1;
+    return NULL;
+}
+
+/* Polls until instruction `id` arrives; 0 when it did. */
+static int s_poll_for(jz_trial *t, long id, jz_instruction *ins)
+{
+    double end = util_now() + 5;
+    while (util_now() < end) {
+        if (jz_poll(t, ins) == 1)
+            return ins->id == id ? 0 : -1;
+        sleep_ms(2);
+    }
+    return -1;
+}
+
+TEST(unhandled_pause_is_carried_out_by_the_helper)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 21, "kind", "pause"));
+    jz_instruction ins;
+    REQUIRE(s_poll_for(t, 21, &ins) == 0);
+    /* the program ignores it and reports: that call holds until resume */
+    reporter_arg r = {t, 0};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, s_reporter, &r) == 0);
+    json_t *a21 = NULL;
+    for (int i = 0; i < 500 && !a21; i++) {
+        sleep_ms(10);
+        pthread_mutex_lock(&f->mu);
+        a21 = find_ack(f, 21);
+        pthread_mutex_unlock(&f->mu);
+    }
+    CHECK(a21 != NULL); /* acknowledged: the helper holds the program */
+    CHECK(!r.returned);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 22, "kind", "resume"));
+    pthread_join(th, NULL);
+    CHECK(r.returned);
+    /* the resume still reaches the program, and is applied: it runs */
+    CHECK(s_poll_for(t, 22, &ins) == 0);
+    CHECK(ins.kind == JZ_INS_RESUME);
+    CHECK(jz_flush(t, 10000) == 0);
+    pthread_mutex_lock(&f->mu);
+    json_t *a22 = find_ack(f, 22);
+    CHECK(a21 && json_is_true(json_object_get(a21, "applied")));
+    CHECK(a22 && json_is_true(json_object_get(a22, "applied")));
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(stop_ends_a_pause_held_by_the_helper_and_reaches_the_program)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 31, "kind", "pause"));
+    jz_instruction ins;
+    REQUIRE(s_poll_for(t, 31, &ins) == 0);
+    reporter_arg r = {t, 0};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, s_reporter, &r) == 0);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 32, "kind", "stop"));
+    pthread_join(th, NULL);
+    CHECK(r.returned);
+    CHECK(s_poll_for(t, 32, &ins) == 0);
+    CHECK(ins.kind == JZ_INS_STOP);
+    jz_close(&t); /* the program closes: the stop was applied */
+    pthread_mutex_lock(&f->mu);
+    json_t *a32 = find_ack(f, 32);
+    CHECK(a32 && json_is_true(json_object_get(a32, "applied")));
+    pthread_mutex_unlock(&f->mu);
     fake_stop(f);
 }
 
@@ -953,6 +1049,8 @@ int main(int argc, char **argv)
     RUN(batching_in_order_with_resend_dedup);
     RUN(large_volume_batches_capped);
     RUN(instructions_delivered_once_params_updated_acked);
+    RUN(unhandled_pause_is_carried_out_by_the_helper);
+    RUN(stop_ends_a_pause_held_by_the_helper_and_reaches_the_program);
     RUN(unpolled_instructions_refused_at_close);
     RUN(late_hello_does_not_undo_set);
     RUN(flush_semantics);

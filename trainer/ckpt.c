@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -260,6 +261,16 @@ static unsigned char *s_read_checked(const char *path, size_t *len, char *err)
         return NULL;
     }
     size_t total = CK_HDR + (size_t)plen + 4;
+    /* A header that claims more than the file holds is refused before the
+       allocation (a corrupt length would otherwise ask for up to CK_MAX). */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (uint64_t)sb.st_size < (uint64_t)total) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: truncated checkpoint (%llu of %zu bytes)", path,
+                 (unsigned long long)sb.st_size, total);
+        return NULL;
+    }
     unsigned char *buf = malloc(total);
     if (!buf) {
         fclose(f);

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "trainer/comm.h"
@@ -112,6 +114,10 @@ int main(int argc, char **argv)
     }
     if (comm->rank != 0)
         cfg.quiet = 1; /* progress lines from rank 0 only */
+    if (comm->size > 1 && getppid() != 1) {
+        /* a rank ends with its launcher, even one killed outright */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+    }
     trn_backend *backend = NULL;
     if (!strcmp(cfg.backend, "cuda")) {
 #ifdef TRN_WITH_CUDA

@@ -35,9 +35,9 @@ $(TRN_OBJ): ALL_CFLAGS += -O3
 
 $(LIB_TRN): $(TRN_OBJ)
 
-$(TRAIN_BIN): $(TRN_MAIN) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON)
+$(TRAIN_BIN): $(TRN_MAIN) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(TRN_MAIN) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
+	$(CC) -o $@ $(TRN_MAIN) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
 
 # ---- CUDA flavour ----------------------------------------------------------
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -63,9 +63,9 @@ $(TRN_MAIN_CUDA): trainer/main.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -I$(BLAS_INC) -DTRN_WITH_CUDA -c $< -o $@
 
-$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON)
+$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON) \
+	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) \
 	    $(ALL_LDFLAGS) $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublasLt -lcublas -lcudart -lstdc++
 

@@ -405,6 +405,7 @@ static void s_on_instruction(s_conn *c, json_t *m)
         t->capinq = cap;
     }
     t->inq[t->ninq++] = p;
+    pthread_cond_broadcast(&t->cv); /* a pause carried out by the helper waits for it */
     pthread_mutex_unlock(&t->mu);
 }
 

@@ -71,3 +71,35 @@ def test_failed_trials_say_why_in_the_summary_and_study_show(jz):
     assert re.search(r"failed: exited with status 3.*\(2 trials", p.stdout), p.stdout
     show = jz.run("study", "show", "broken", check=0).stdout
     assert "failed trials:" in show and "exited with status 3" in show
+
+
+def test_pause_acknowledged_only_when_true(jz):
+    """A program that ignores instructions: its pause is carried out by the
+    helper (no progress while paused) and its resume lets it go on. (The
+    other instructions' honest acknowledgements: tests/test_jz_helper.c.)"""
+    from test_control import daemons, running_trial
+    from test_recovery import stop
+
+    ep, ctl, disp = daemons(jz)
+    try:
+        spec = base_spec("ignore", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1,
+                         parallel=1, env={"STEPS": "400"})
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        tid = running_trial(jz)
+        jz.run("trial", "pause", str(tid), check=0)
+        import time
+        time.sleep(0.5)  # a step in flight lands
+        (s1,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
+        time.sleep(1.0)
+        (s2,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
+        assert s1 == s2, "acknowledged a pause, yet the trial made progress"
+        jz.run("trial", "resume", str(tid), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?",
+                                   tid)[0][0] > s2, 30, "progress after resume")
+        events = json.loads(jz.run("study", "events", "ignore", "--json", check=0).stdout)
+        pause = [e for e in events if e["kind"] == "instruction"
+                 and e["detail"]["kind"] == "pause"][0]
+        assert pause["applied"] is True and "helper" in (pause["result"] or ""), pause
+        jz.run("trial", "stop", str(tid), check=0)
+    finally:
+        stop(ctl, disp)
