@@ -232,6 +232,11 @@ bench: deps
 bench-intervene: all $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/intervene.sh
 
+# Slurm backend overhead: start decision -> first report, Slurm vs local (bench/slurm.sh).
+.PHONY: bench-slurm
+bench-slurm: all $(BUILD)/bench/slurm_trial
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/slurm.sh
+
 # Schedulers acting on running trials against their baselines (bench/schedulers.sh
 # runs each bench/schedulers_<part>.* in turn). BENCH_SCHED_ARGS="--quick" for a short run.
 .PHONY: bench-schedulers

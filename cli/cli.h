@@ -81,13 +81,15 @@ enum {
     CLI_OPT_WAIT = 1 << 2,    /* --no-wait, --timeout S */
     CLI_OPT_STDERR = 1 << 3,  /* --stderr */
     CLI_OPT_RELEASE = 1 << 4, /* --release */
+    CLI_OPT_ALL = 1 << 5,     /* --all */
+    CLI_OPT_FOLLOW = 1 << 6,  /* --follow, -f */
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
     const char *controller; /* --controller or NULL (borrowed from argv) */
     const char *format;     /* --format, default "csv" */
     const char *output;     /* --output or NULL */
-    int json, no_wait, err_only, release;
+    int json, no_wait, err_only, release, all, follow;
     double timeout; /* --timeout, default 30 s */
     int nargs;      /* positional arguments left */
     char **args;    /* borrowed from argv */

@@ -19,12 +19,14 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         {{"controller", required_argument, 0, 'c'}, 0},
         {{"json", no_argument, 0, 'j'}, 0},
         {{"help", no_argument, 0, 'h'}, 0},
-        {{"format", required_argument, 0, 'f'}, CLI_OPT_FORMAT},
+        {{"format", required_argument, 0, 'm'}, CLI_OPT_FORMAT},
         {{"output", required_argument, 0, 'o'}, CLI_OPT_OUTPUT},
         {{"no-wait", no_argument, 0, 'n'}, CLI_OPT_WAIT},
         {{"timeout", required_argument, 0, 't'}, CLI_OPT_WAIT},
         {{"stderr", no_argument, 0, 'e'}, CLI_OPT_STDERR},
         {{"release", no_argument, 0, 'r'}, CLI_OPT_RELEASE},
+        {{"all", no_argument, 0, 'a'}, CLI_OPT_ALL},
+        {{"follow", no_argument, 0, 'f'}, CLI_OPT_FOLLOW},
     };
     enum { N = sizeof table / sizeof table[0] };
     struct option opts[N + 1];
@@ -37,9 +39,13 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
     memset(o, 0, sizeof *o);
     o->format = "csv";
     o->timeout = 30;
+    char shorts[8] = "h";
+    if (accept & CLI_OPT_OUTPUT)
+        strcat(shorts, "o:");
+    if (accept & CLI_OPT_FOLLOW)
+        strcat(shorts, "f");
     int c;
-    while ((c = getopt_long(argc, argv, (accept & CLI_OPT_OUTPUT) ? "ho:" : "h", opts,
-                            NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
         switch (c) {
         case 'd':
             o->db = optarg;
@@ -50,7 +56,7 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         case 'j':
             o->json = 1;
             break;
-        case 'f':
+        case 'm':
             o->format = optarg;
             break;
         case 'o':
@@ -64,6 +70,12 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
             break;
         case 'r':
             o->release = 1;
+            break;
+        case 'a':
+            o->all = 1;
+            break;
+        case 'f':
+            o->follow = 1;
             break;
         case 't': {
             char *end;

@@ -522,7 +522,27 @@ int cmd_controller(int argc, char **argv)
 static const char s_disp_usage[] =
     "usage: jizhi dispatcher --controller ENDPOINT [--gpus LIST|none] [--slots N]\n"
     "                        [--name NAME] [--log-dir DIR] [--log FILE|syslog]\n"
-    "Runs trials for the controller on this machine until SIGINT/SIGTERM.\n";
+    "                        [--trial-endpoint ENDPOINT]\n"
+    "       jizhi dispatcher --backend slurm --controller tcp://HOST:PORT\n"
+    "                        [--partition P] [--account A] [--max-jobs N]\n"
+    "                        [--max-gpus N] [--poll-s S] [--name NAME] [--log-dir DIR]\n"
+    "Runs trials for the controller until SIGINT/SIGTERM: as processes on this\n"
+    "machine (--backend local, the default), or as one Slurm job per trial\n"
+    "attempt (--backend slurm; --log-dir must be on a file system the compute\n"
+    "nodes share, and the endpoint reachable from them).\n";
+
+/* A count option from 0 (or 1) to 4096. */
+static int s_parse_count(const char *opt, const char *text, int min, int *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < min || v > 4096) {
+        cli_error("%s: expected an integer from %d to 4096, got \"%s\"", opt, min, text);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
 
 int cmd_dispatcher(int argc, char **argv)
 {
@@ -532,10 +552,18 @@ int cmd_dispatcher(int argc, char **argv)
                                          {"name", required_argument, 0, 'n'},
                                          {"log-dir", required_argument, 0, 'l'},
                                          {"log", required_argument, 0, 'L'},
+                                         {"trial-endpoint", required_argument, 0, 'T'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"partition", required_argument, 0, 'p'},
+                                         {"account", required_argument, 0, 'a'},
+                                         {"max-jobs", required_argument, 0, 'j'},
+                                         {"max-gpus", required_argument, 0, 'G'},
+                                         {"poll-s", required_argument, 0, 'P'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     disp_config dc = {0};
-    int c;
+    int c, slurm_only = 0;
+    const char *slurm_opt = NULL;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -558,6 +586,45 @@ int cmd_dispatcher(int argc, char **argv)
             if (s_parse_slots(optarg, &dc.slots) != 0)
                 return CLI_USAGE;
             break;
+        case 'T':
+            dc.trial_endpoint = optarg;
+            break;
+        case 'b':
+            if (strcmp(optarg, "local") && strcmp(optarg, "slurm")) {
+                cli_error("--backend: expected local or slurm, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            dc.backend = optarg;
+            break;
+        case 'p':
+            dc.partition = optarg;
+            slurm_only = 1, slurm_opt = "--partition";
+            break;
+        case 'a':
+            dc.account = optarg;
+            slurm_only = 1, slurm_opt = "--account";
+            break;
+        case 'j':
+            if (s_parse_count("--max-jobs", optarg, 1, &dc.slots) != 0)
+                return CLI_USAGE;
+            slurm_only = 1, slurm_opt = "--max-jobs";
+            break;
+        case 'G':
+            if (s_parse_count("--max-gpus", optarg, 0, &dc.max_gpus) != 0)
+                return CLI_USAGE;
+            slurm_only = 1, slurm_opt = "--max-gpus";
+            break;
+        case 'P': {
+            char *end;
+            dc.poll_s = strtod(optarg, &end);
+            if (!*optarg || *end || !(dc.poll_s >= 0.05 && dc.poll_s <= 3600)) {
+                cli_error("--poll-s: expected seconds from 0.05 to 3600, got \"%s\"",
+                          optarg);
+                return CLI_USAGE;
+            }
+            slurm_only = 1, slurm_opt = "--poll-s";
+            break;
+        }
         case 'h':
             fputs(s_disp_usage, stdout);
             return CLI_OK;
@@ -565,6 +632,10 @@ int cmd_dispatcher(int argc, char **argv)
             fputs(s_disp_usage, stderr);
             return CLI_USAGE;
         }
+    }
+    if (slurm_only && !(dc.backend && !strcmp(dc.backend, "slurm"))) {
+        cli_error("dispatcher: %s needs --backend slurm", slurm_opt);
+        return CLI_USAGE;
     }
     char buf[512];
     if (!dc.controller)

@@ -9,6 +9,7 @@
 #include "../common/wire.h"
 #include "../schedulers/sched.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,11 @@ static const char s_usage[] =
     "       jizhi study list [--json]\n"
     "       jizhi study show NAME [--json]\n"
     "       jizhi study stop NAME | resume NAME\n"
-    "       jizhi study export NAME [--format csv|json] [--output FILE]\n"
+    "       jizhi study export NAME [--format csv|json|curves] [--all] [--output FILE]\n"
+    "           csv: a row per trial: params as now (param_X) and, where one changed\n"
+    "           live, as sampled (sampled_X), and last metrics; curves: every metric\n"
+    "           point (trial,attempt,step,metric,value,time); --all keeps the\n"
+    "           schedulers' internal metrics (grad_sqnorm_*, batch_small/big)\n"
     "       jizhi study events NAME [--json]\n"
     "Common options: --db FILE, --controller ENDPOINT.\n";
 
@@ -214,10 +219,145 @@ static json_t *s_key_union(json_t *trials, const char *key)
     return keys;
 }
 
+/* Metrics kept for the schedulers (gradient-noise inputs), exported only
+   with --all. */
+static int s_internal_metric(const char *name)
+{
+    return !strncmp(name, "grad_sqnorm_", 12) || !strcmp(name, "batch_small") ||
+           !strcmp(name, "batch_big");
+}
+
+/* One CSV cell of a JSON value: reals as their shortest text, "" for none. */
+static void s_cell(const json_t *v, char *cell, size_t size)
+{
+    if (json_is_real(v))
+        text_double(json_real_value(v), cell);
+    else if (!v || json_is_null(v))
+        cell[0] = 0;
+    else
+        cli_format_value(v, cell, size);
+}
+
+/* Adds to each trial "sampled": its params as first suggested (generation
+   0), before any live change or PBT exploit. */
+static void s_add_sampled(store_t *s, json_t *trials)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        json_t *lin =
+            store_trial_lineage(s, json_integer_value(json_object_get(t, "id")));
+        json_t *first = json_array_get(lin, 0);
+        json_object_set(t, "sampled",
+                        first ? json_object_get(first, "params")
+                              : json_object_get(t, "params"));
+        json_decref(lin);
+    }
+}
+
+/* Names of the params some trial changed after it was sampled. */
+static json_t *s_changed_params(json_t *trials, json_t *pk)
+{
+    json_t *out = json_array();
+    size_t k;
+    json_t *name;
+    json_array_foreach(pk, k, name)
+    {
+        size_t i;
+        json_t *t;
+        json_array_foreach(trials, i, t)
+        {
+            const char *n = json_string_value(name);
+            json_t *a = json_object_get(json_object_get(t, "params"), n);
+            json_t *b = json_object_get(json_object_get(t, "sampled"), n);
+            if (a && b && !json_equal(a, b)) {
+                json_array_append(out, name);
+                break;
+            }
+        }
+    }
+    return out;
+}
+
+static void s_export_csv(FILE *f, json_t *trials, int all)
+{
+    json_t *pk = s_key_union(trials, "params"), *mk = s_key_union(trials, "metrics");
+    json_t *ck = s_changed_params(trials, pk);
+    if (!all) { /* drop internal metrics */
+        for (size_t i = json_array_size(mk); i-- > 0;)
+            if (s_internal_metric(json_string_value(json_array_get(mk, i))))
+                json_array_remove(mk, i);
+    }
+    /* columns: trial fields, param_X (final), sampled_X (for the params
+       changed live), metric_X (last values) */
+    json_t *cols = json_array(); /* [prefix, field of the trial, key] */
+    static const char *const fixed[] = {"number",  "id",         "state",
+                                        "attempt", "generation", "value"};
+    for (size_t c = 0; c < sizeof fixed / sizeof fixed[0]; c++)
+        json_array_append_new(cols, json_pack("[s, n, s]", "", fixed[c]));
+    const struct {
+        json_t *keys;
+        const char *prefix, *field;
+    } groups[] = {{pk, "param_", "params"},
+                  {ck, "sampled_", "sampled"},
+                  {mk, "metric_", "metrics"}};
+    for (int g = 0; g < 3; g++)
+        for (size_t k = 0; k < json_array_size(groups[g].keys); k++)
+            json_array_append_new(cols, json_pack("[s, s, O]", groups[g].prefix,
+                                                  groups[g].field,
+                                                  json_array_get(groups[g].keys, k)));
+    size_t ncols = json_array_size(cols);
+    char cell[512];
+    for (size_t c = 0; c < ncols; c++) {
+        json_t *col = json_array_get(cols, c);
+        snprintf(cell, sizeof cell, "%s%s", json_string_value(json_array_get(col, 0)),
+                 json_string_value(json_array_get(col, 2)));
+        s_csv_field(f, cell, c + 1 == ncols);
+    }
+    size_t j;
+    json_t *t;
+    json_array_foreach(trials, j, t)
+    {
+        for (size_t c = 0; c < ncols; c++) {
+            json_t *col = json_array_get(cols, c);
+            const char *field = json_string_value(json_array_get(col, 1));
+            const char *key = json_string_value(json_array_get(col, 2));
+            s_cell(json_object_get(field ? json_object_get(t, field) : t, key), cell,
+                   sizeof cell);
+            s_csv_field(f, cell, c + 1 == ncols);
+        }
+    }
+    json_decref(cols);
+    json_decref(pk);
+    json_decref(mk);
+    json_decref(ck);
+}
+
+typedef struct {
+    FILE *f;
+    int all;
+} s_curves_arg;
+
+static int s_curve_row(void *arg, long trial, long attempt, long step, const char *name,
+                       double value, double time)
+{
+    s_curves_arg *a = arg;
+    if (!a->all && s_internal_metric(name))
+        return 0;
+    char v[TEXT_DOUBLE_MAX], tm[TEXT_TIME_MAX];
+    fprintf(a->f, "%ld,%ld,%ld,", trial, attempt, step);
+    s_csv_field(a->f, name, 0);
+    fprintf(a->f, "%s,%s\n", isnan(value) ? "" : text_double(value, v),
+            text_time(time, tm));
+    return 0;
+}
+
 static int s_export(const cli_opts *o)
 {
-    if (strcmp(o->format, "csv") && strcmp(o->format, "json")) {
-        cli_error("--format: expected csv or json, got \"%s\"", o->format);
+    if (strcmp(o->format, "csv") && strcmp(o->format, "json") &&
+        strcmp(o->format, "curves")) {
+        cli_error("--format: expected csv, json or curves, got \"%s\"", o->format);
         return CLI_USAGE;
     }
     store_t *s;
@@ -226,69 +366,33 @@ static int s_export(const cli_opts *o)
     if (s_load(o->db, o->args[0], &s, &st, &trials) != CLI_OK)
         return CLI_FAIL;
     FILE *f = o->output ? fopen(o->output, "w") : stdout;
+    int rc = CLI_OK;
     if (!f) {
-        cli_error("cannot write %s", o->output);
-        json_decref(trials);
-        store_study_fini(&st);
-        store_close(&s);
-        return CLI_FAIL;
-    }
-    if (!strcmp(o->format, "json")) {
-        char *text = text_json_dumps(trials, JSON_INDENT(2));
-        fprintf(f, "%s\n", text);
-        free(text);
+        cli_error("cannot write %s: %s", o->output, strerror(errno));
+        rc = CLI_FAIL;
+    } else if (!strcmp(o->format, "curves")) {
+        fputs("trial,attempt,step,metric,value,time\n", f);
+        s_curves_arg a = {f, o->all};
+        if (store_study_curves(s, st.id, s_curve_row, &a) < 0) {
+            cli_error("cannot read the metrics: %s", store_errmsg(s));
+            rc = CLI_FAIL;
+        }
     } else {
-        json_t *pk = s_key_union(trials, "params"), *mk = s_key_union(trials, "metrics");
-        static const char *const fixed[] = {"number", "id", "state", "attempt", "value"};
-        size_t nfixed = sizeof fixed / sizeof fixed[0];
-        size_t ncols = nfixed + json_array_size(pk) + json_array_size(mk);
-        char cell[512];
-        for (size_t col = 0; col < ncols; col++) {
-            if (col < nfixed)
-                snprintf(cell, sizeof cell, "%s", fixed[col]);
-            else if (col < nfixed + json_array_size(pk))
-                snprintf(cell, sizeof cell, "param_%s",
-                         json_string_value(json_array_get(pk, col - nfixed)));
-            else
-                snprintf(cell, sizeof cell, "metric_%s",
-                         json_string_value(
-                             json_array_get(mk, col - nfixed - json_array_size(pk))));
-            s_csv_field(f, cell, col + 1 == ncols);
+        s_add_sampled(s, trials);
+        if (!strcmp(o->format, "json")) {
+            char *text = text_json_dumps(trials, JSON_INDENT(2));
+            fprintf(f, "%s\n", text);
+            free(text);
+        } else {
+            s_export_csv(f, trials, o->all);
         }
-        size_t j;
-        json_t *t;
-        json_array_foreach(trials, j, t)
-        {
-            for (size_t col = 0; col < ncols; col++) {
-                json_t *v;
-                if (col < nfixed)
-                    v = json_object_get(t, fixed[col]);
-                else if (col < nfixed + json_array_size(pk))
-                    v = json_object_get(
-                        json_object_get(t, "params"),
-                        json_string_value(json_array_get(pk, col - nfixed)));
-                else
-                    v = json_object_get(json_object_get(t, "metrics"),
-                                        json_string_value(json_array_get(
-                                            mk, col - nfixed - json_array_size(pk))));
-                if (json_is_real(v))
-                    text_double(json_real_value(v), cell);
-                else if (!v || json_is_null(v))
-                    cell[0] = 0;
-                else
-                    cli_format_value(v, cell, sizeof cell);
-                s_csv_field(f, cell, col + 1 == ncols);
-            }
-        }
-        json_decref(pk);
-        json_decref(mk);
     }
-    if (o->output)
+    if (f && o->output)
         fclose(f);
     json_decref(trials);
     store_study_fini(&st);
     store_close(&s);
-    return CLI_OK;
+    return rc;
 }
 
 static int s_events(const cli_opts *o)
@@ -345,8 +449,8 @@ int cmd_study(int argc, char **argv)
     }
     const char *sub = argv[1];
     cli_opts o;
-    int rc =
-        cli_opts_parse(argc - 1, argv + 1, CLI_OPT_FORMAT | CLI_OPT_OUTPUT, s_usage, &o);
+    int rc = cli_opts_parse(argc - 1, argv + 1,
+                            CLI_OPT_FORMAT | CLI_OPT_OUTPUT | CLI_OPT_ALL, s_usage, &o);
     if (rc < 0)
         return CLI_OK;
     if (rc)

@@ -12,11 +12,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char s_usage[] =
     "usage: jizhi trial list STUDY [--json]\n"
     "       jizhi trial show ID [--json]\n"
-    "       jizhi trial logs ID [--stderr]\n"
+    "       jizhi trial logs ID [--stderr] [-f|--follow]   -f: as the trial writes,\n"
+    "                                        until it ends\n"
     "       jizhi trial stop ID | pause ID | resume ID   [--no-wait] [--timeout S]\n"
     "       jizhi trial pause ID --release   checkpoint, exit and free the slot; "
     "`resume`\n"
@@ -139,8 +141,71 @@ static int s_cat(const char *path)
     return CLI_OK;
 }
 
+/* Copies what `path` holds past *off to `to`; advances *off. A file that
+   does not exist (yet) copies nothing. */
+static void s_copy_new(const char *path, long *off, FILE *to)
+{
+    FILE *f = path[0] ? fopen(path, "r") : NULL;
+    if (!f)
+        return;
+    if (fseek(f, *off, SEEK_SET) == 0) {
+        char buf[8192];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+            fwrite(buf, 1, n, to);
+            *off += (long)n;
+        }
+        fflush(to);
+    }
+    fclose(f);
+}
+
+static int s_ended_state(const char *state)
+{
+    store_trial_state st;
+    return store_trial_state_parse(state, &st) == 0 &&
+           (st == TRIAL_COMPLETED || st == TRIAL_FAILED || st == TRIAL_STOPPED);
+}
+
+/* trial logs -f: prints the logs as they grow (stdout to stdout, stderr to
+   stderr), follows a retry into its new files, and returns once the trial
+   has ended and everything it wrote was printed. */
+static int s_follow(const cli_opts *o, long id)
+{
+    store_t *s;
+    store_trial t;
+    if (s_get(o, id, &s, &t) != CLI_OK)
+        return CLI_FAIL;
+    char out[sizeof t.out_path] = "", err[sizeof t.err_path] = "";
+    long off_out = 0, off_err = 0;
+    for (;;) {
+        if (strcmp(out, t.out_path) || strcmp(err, t.err_path)) { /* a new attempt */
+            snprintf(out, sizeof out, "%s", t.out_path);
+            snprintf(err, sizeof err, "%s", t.err_path);
+            off_out = off_err = 0;
+        }
+        int ended = s_ended_state(t.state);
+        if (!o->err_only)
+            s_copy_new(out, &off_out, stdout);
+        s_copy_new(err, &off_err, o->err_only ? stdout : stderr);
+        store_trial_fini(&t);
+        if (ended)
+            break;
+        usleep(200 * 1000);
+        if (store_trial_get(s, id, &t) != 1) {
+            cli_error("trial %ld disappeared from %s", id, o->db);
+            store_close(&s);
+            return CLI_FAIL;
+        }
+    }
+    store_close(&s);
+    return CLI_OK;
+}
+
 static int s_logs(const cli_opts *o, long id)
 {
+    if (o->follow)
+        return s_follow(o, id);
     store_t *s;
     store_trial t;
     if (s_get(o, id, &s, &t) != CLI_OK)
@@ -268,8 +333,9 @@ int cmd_trial(int argc, char **argv)
     }
     const char *sub = argv[1];
     cli_opts o;
-    int rc = cli_opts_parse(argc - 1, argv + 1,
-                            CLI_OPT_WAIT | CLI_OPT_STDERR | CLI_OPT_RELEASE, s_usage, &o);
+    int rc = cli_opts_parse(
+        argc - 1, argv + 1,
+        CLI_OPT_WAIT | CLI_OPT_STDERR | CLI_OPT_RELEASE | CLI_OPT_FOLLOW, s_usage, &o);
     if (rc < 0)
         return CLI_OK;
     if (rc)

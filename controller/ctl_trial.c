@@ -324,6 +324,11 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
 {
     if (!ctl_trial_active(t))
         return; /* a repeated report */
+    /* the backend lost it (preempted, node failure): not the trial's fault */
+    if (!strcmp(how, "lost")) {
+        ctl__trial_lost(c, t, message && *message ? message : "lost by its dispatcher");
+        return;
+    }
     int clean = !strcmp(how, "exited") && code == 0;
     if (t->plan == PLAN_RESTART) {
         /* killed for a restart; a run that completed before the kill stands */

@@ -137,7 +137,9 @@ int ctl__trial_save(ctl_t *c, ctl_trial *t);
 void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d);
 /* The trial (or its dispatcher, for it) spoke: STARTING becomes RUNNING. */
 void ctl__trial_heard(ctl_t *c, ctl_trial *t);
-/* A trial's process ended (from the dispatcher). Ignored unless active. */
+/* A trial's process ended (from the dispatcher). Ignored unless active.
+   how "lost" (the dispatcher's backend lost it: preempted, node failure)
+   is handled as ctl__trial_lost with message as the reason. */
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
                        const char *message);
 /* A trial is lost (its dispatcher no longer has it). */

@@ -54,6 +54,7 @@ struct disp {
     int ngpus;
     double kill_grace_s, heartbeat_s, silence_s, resend_s;
     int kill_on_stop;
+    disp__backend *be; /* how trials run: local processes or Slurm jobs */
 
     void *ctx;
     int own_ctx;
@@ -117,6 +118,12 @@ disp_t *disp_new(const disp_config *cfg)
     }
     if (!d->endpoint || !d->trial_endpoint || !d->log_dir || !d->name)
         goto fail;
+    int slurm = cfg->backend && !strcmp(cfg->backend, "slurm");
+    if (cfg->backend && !slurm && strcmp(cfg->backend, "local")) {
+        fprintf(stderr, "jizhi dispatcher: unknown backend \"%s\" (local or slurm)\n",
+                cfg->backend);
+        goto fail;
+    }
     if (!d->name[0]) {
         fprintf(stderr, "jizhi dispatcher: empty name\n");
         goto fail;
@@ -131,7 +138,39 @@ disp_t *disp_new(const disp_config *cfg)
     d->silence_s = cfg->silence_s > 0 ? cfg->silence_s : 5.0;
     d->resend_s = cfg->resend_s > 0 ? cfg->resend_s : 2.0;
 
-    if (cfg->gpus) {
+    if (slurm) {
+        /* Trials run in jobs, maybe on other machines: they must reach the
+           controller over TCP. The GPUs are the cluster's: jizhi holds at
+           most max_gpus of them at once (indices 0..max_gpus-1 for the
+           controller's bookkeeping; Slurm picks the devices). */
+        if (strncmp(d->trial_endpoint, "tcp://", 6) != 0) {
+            fprintf(stderr,
+                    "jizhi dispatcher: the slurm backend needs a tcp:// endpoint that "
+                    "trials on the compute nodes can reach (--trial-endpoint), not "
+                    "%s\n",
+                    d->trial_endpoint);
+            goto fail;
+        }
+        if (cfg->gpus) {
+            fprintf(stderr, "jizhi dispatcher: --gpus lists local devices; with the "
+                            "slurm backend use --max-gpus N\n");
+            goto fail;
+        }
+        if (cfg->max_gpus < 0) {
+            fprintf(stderr, "jizhi dispatcher: --max-gpus must be >= 0\n");
+            goto fail;
+        }
+        if (cfg->max_gpus > 0 &&
+            !(d->gpus = calloc((size_t)cfg->max_gpus, sizeof *d->gpus)))
+            goto fail;
+        for (int i = 0; i < cfg->max_gpus; i++)
+            d->gpus[i] = i;
+        d->ngpus = cfg->max_gpus;
+        disp__slurm_config sc = {cfg->partition, cfg->account, cfg->poll_s,
+                                 d->kill_grace_s, d->name};
+        if (!(d->be = disp__slurm_new(&sc)))
+            goto fail;
+    } else if (cfg->gpus) {
         char err[256];
         if (disp__gpu_parse(cfg->gpus, &d->gpus, &d->ngpus, err, sizeof err) != 0) {
             fprintf(stderr, "jizhi dispatcher: %s\n", err);
@@ -144,6 +183,8 @@ disp_t *disp_new(const disp_config *cfg)
             goto fail;
         d->ngpus = n;
     }
+    if (!d->be && !(d->be = disp__local_new()))
+        goto fail;
 
     if (cfg->zmq_ctx) {
         d->ctx = cfg->zmq_ctx;
@@ -172,7 +213,7 @@ void disp_set_kill_on_stop(disp_t *d, int on)
 static void s_drop_procs(disp_t *d)
 {
     for (size_t i = 0; i < d->nprocs; i++) {
-        disp__proc_fini(d->procs[i]);
+        d->be->ops->fini(d->be, d->procs[i]);
         free(d->procs[i]);
     }
     d->nprocs = 0;
@@ -183,7 +224,10 @@ void disp_destroy(disp_t **dp)
     if (!dp || !*dp)
         return;
     disp_t *d = *dp;
-    s_drop_procs(d);
+    if (d->be) {
+        s_drop_procs(d);
+        d->be->ops->destroy(d->be);
+    }
     free(d->procs);
     while (d->reports) {
         s_report *r = d->reports;
@@ -340,8 +384,8 @@ static void s_terminate(disp_t *d, disp__proc *p, const char *how, const char *r
     p->how = how;
     if (reason)
         p->reason = strdup(reason);
-    disp__signal(p, SIGTERM);
-    disp__signal(p, SIGCONT); /* a stopped process must see it */
+    d->be->ops->signal(d->be, p, SIGTERM);
+    d->be->ops->signal(d->be, p, SIGCONT); /* a stopped process must see it */
     p->kill_at = util_now() + d->kill_grace_s;
     log_info(TAG, "trial %ld.%ld: %s, SIGTERM to process group %d", p->trial, p->attempt,
              !strcmp(how, "timeout") ? "timed out" : "kill requested", (int)p->pid);
@@ -484,7 +528,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
     }
     disp__spawn_args a = {&st,     dir,  d->trial_endpoint, ckpt,
                           d->name, cuda, d->kill_on_stop};
-    if (disp__spawn(&a, p, err, sizeof err) != 0) {
+    if (d->be->ops->start(d->be, &a, p, err, sizeof err) != 0) {
         free(p);
         s_report_start_failed(d, st.trial, st.attempt, err);
         goto out;
@@ -494,13 +538,11 @@ static void s_on_start(disp_t *d, const json_t *msg)
     p->ranks = st.ranks;
     gpus = NULL;
     p->t_start = util_now();
-    p->timeout_s = st.timeout_s;
-    p->deadline = st.timeout_s > 0 ? p->t_start + st.timeout_s : 0;
+    p->timeout_s = st.timeout_s; /* the clock starts when it runs */
     d->procs[d->nprocs++] = p;
-    log_info(
-        TAG,
-        "trial %ld.%ld: pid %d: %s (logs %s/trial-%ld.%ld.*, CUDA_VISIBLE_DEVICES=%s)",
-        st.trial, st.attempt, (int)p->pid, p->argv0, dir, st.trial, st.attempt, cuda);
+    log_info(TAG, "trial %ld.%ld: %s %d: %s (logs %s/trial-%ld.%ld.*, gpus %s)", st.trial,
+             st.attempt, d->be->ops->id_word, (int)p->pid, p->argv0, dir, st.trial,
+             st.attempt, cuda[0] ? cuda : "none");
 out:
     json_decref(mpi_argv);
     json_decref(mpi_env);
@@ -536,6 +578,8 @@ static void s_on_kill(disp_t *d, const json_t *msg)
 static void s_queue_started(disp_t *d, disp__proc *p)
 {
     p->started = 1;
+    if (p->timeout_s > 0)
+        p->deadline = util_now() + p->timeout_s;
     json_t *gpus = json_array();
     for (int i = 0; i < p->ngpus; i++)
         json_array_append_new(gpus, json_integer(p->gpus[i]));
@@ -555,28 +599,18 @@ static void s_append_err(const disp__proc *p, const char *text)
     }
 }
 
-static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
+static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
 {
     const char *how;
-    int code = -1, sig = 0;
-    char what[256], msg[768];
-    if (lost) {
+    int code = e->code, sig = e->sig;
+    const char *what = e->what;
+    char msg[768];
+    if (e->unknown)
         how = p->how ? p->how : "exited";
-        snprintf(what, sizeof what,
-                 "exit status unavailable (the process was reaped "
-                 "outside the dispatcher)");
-    } else if (WIFEXITED(status)) {
-        code = WEXITSTATUS(status);
-        how = "exited";
-        snprintf(what, sizeof what, "exit code %d", code);
-    } else if (WIFSIGNALED(status)) {
-        sig = WTERMSIG(status);
+    else if (sig)
         how = "signaled";
-        snprintf(what, sizeof what, "killed by signal %d (%s)", sig, strsignal(sig));
-    } else {
+    else
         how = "exited";
-        snprintf(what, sizeof what, "wait status %#x", (unsigned)status);
-    }
     if (p->exec_errno) {
         how = "start_failed";
         code = 127; /* the child's _exit status, whatever a tool made of it */
@@ -590,6 +624,9 @@ static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
         how = "killed";
         snprintf(msg, sizeof msg, "killed on request%s%s%s; %s", p->reason ? " (" : "",
                  p->reason ? p->reason : "", p->reason ? ")" : "", what);
+    } else if (e->how) {
+        how = e->how; /* lost, or the backend's own time limit */
+        snprintf(msg, sizeof msg, "%s", what);
     } else {
         snprintf(msg, sizeof msg, "%s", what);
     }
@@ -605,21 +642,17 @@ static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
 /* Exec results, exits, timeouts, kill escalation. */
 static void s_check_procs(disp_t *d, double now)
 {
+    d->be->ops->refresh(d->be, d->procs, d->nprocs, now);
     for (size_t i = 0; i < d->nprocs;) {
         disp__proc *p = d->procs[i];
-        if (disp__exec_poll(p) && !p->exec_errno)
+        disp__end end;
+        int ended = d->be->ops->poll(d->be, p, &end);
+        if (p->running && !p->started)
             s_queue_started(d, p);
-        int status, lost;
-        if (disp__reap(p, &status, &lost)) {
-            /* A failed exec wrote its errno before the child exited, so
-               one read tells. Nothing there (EOF, or EAGAIN while a child
-               another thread forked still holds the write end): it ran. */
-            disp__exec_poll(p);
-            if (!p->exec_errno && !p->started)
-                s_queue_started(d, p);
-            s_queue_exited(d, p, status, lost);
+        if (ended) {
+            s_queue_exited(d, p, &end);
             s_remember_done(d, p->trial, p->attempt);
-            disp__proc_fini(p);
+            d->be->ops->fini(d->be, p);
             free(p);
             memmove(&d->procs[i], &d->procs[i + 1],
                     (d->nprocs - i - 1) * sizeof *d->procs);
@@ -631,7 +664,7 @@ static void s_check_procs(disp_t *d, double now)
         if (p->kill_at > 0 && !p->killed_hard && now >= p->kill_at) {
             log_info(TAG, "trial %ld.%ld: still there %g s after SIGTERM, SIGKILL",
                      p->trial, p->attempt, d->kill_grace_s);
-            disp__signal(p, SIGKILL);
+            d->be->ops->signal(d->be, p, SIGKILL);
             p->killed_hard = 1;
         }
         i++;

@@ -141,7 +141,8 @@ char **disp__build_env(const disp__spawn_args *a)
     snprintf(num, sizeof num, "%ld", a->st->attempt);
     s_env_set(&e, "JIZHI_ATTEMPT", num, 1);
     s_env_set(&e, "JIZHI_DISPATCHER", a->disp_name, 1);
-    s_env_set(&e, "CUDA_VISIBLE_DEVICES", a->cuda_devices, 1);
+    if (a->cuda_devices)
+        s_env_set(&e, "CUDA_VISIBLE_DEVICES", a->cuda_devices, 1);
     if (e.oom || !e.v) {
         disp__strv_free(e.v);
         return NULL;

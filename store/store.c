@@ -871,6 +871,30 @@ int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char
 
 /* ---- incremental reads ---- */
 
+long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg)
+{
+    sqlite3_stmt *st =
+        s_prepare(s, "SELECT trial_id, attempt, step, name, value, time "
+                     "FROM metrics WHERE trial_id IN (SELECT id FROM trials "
+                     "WHERE study_id=?1) ORDER BY trial_id, name, attempt, "
+                     "step, rowid");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    long n = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        n++;
+        const char *name = (const char *)sqlite3_column_text(st, 3);
+        if (fn(arg, (long)sqlite3_column_int64(st, 0), (long)sqlite3_column_int64(st, 1),
+               (long)sqlite3_column_int64(st, 2), name ? name : "", s_col_double(st, 4),
+               s_col_double(st, 5)))
+            break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
+}
+
 long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
                                store_metric_fn fn, void *arg)
 {

@@ -203,4 +203,12 @@ typedef int (*store_metric_fn)(void *arg, long trial_id, long attempt, long step
 long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
                                store_metric_fn fn, void *arg);
 
+/* Called once per metric point with the wall-clock time it was stored. */
+typedef int (*store_curve_fn)(void *arg, long trial_id, long attempt, long step,
+                              const char *name, double value, double time);
+/* Calls fn for every metric point of the study, ordered by trial, metric
+   name, attempt and step (learning curves in long format). Returns the
+   number of points given, or -1 on error. */
+long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg);
+
 #endif

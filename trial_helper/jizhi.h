@@ -104,6 +104,10 @@ int jz_flush(jz_trial *t, int timeout_ms);
 /* The trial id given by the controller, or -1 in standalone mode. */
 long jz_trial_id(const jz_trial *t);
 
+/* sizeof(jz_instruction) in this library: bindings that mirror the struct
+   (the Python package's ctypes one) check their layout against it. */
+unsigned long jz_instruction_size(void);
+
 /* Flushes (waiting up to JIZHI_CLOSE_TIMEOUT_MS, default 10 s), stops the
    background thread and frees the trial. NULL-safe; sets *tp to NULL. */
 void jz_close(jz_trial **tp);

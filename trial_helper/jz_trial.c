@@ -611,6 +611,11 @@ long jz_trial_id(const jz_trial *t)
     return t ? t->trial_id : -1;
 }
 
+unsigned long jz_instruction_size(void)
+{
+    return (unsigned long)sizeof(jz_instruction);
+}
+
 void jz_close(jz_trial **tp)
 {
     if (!tp || !*tp)

@@ -103,3 +103,64 @@ def test_pause_acknowledged_only_when_true(jz):
         jz.run("trial", "stop", str(tid), check=0)
     finally:
         stop(ctl, disp)
+
+
+def test_exports_show_live_changes_curves_and_hide_internal_metrics(jz):
+    from test_control import daemons, live_spec, running_trial
+    from test_recovery import stop
+
+    ep, ctl, disp = daemons(jz)
+    try:
+        jz.run("study", "submit", jz.write_spec(live_spec("exp", steps="30")), check=0)
+        tid = running_trial(jz)
+        (sampled,) = jz.sql("SELECT value FROM params WHERE trial_id=? AND generation=0 "
+                            "AND name='lr'", tid)[0]
+        jz.run("trial", "set", str(tid), "lr=0.03", check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0]
+                    == "completed", 60, "the trial to complete")
+    finally:
+        stop(ctl, disp)
+    out = jz.run("study", "export", "exp", "--format", "csv", check=0).stdout
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert float(row["param_lr"]) == 0.03
+    assert float(row["sampled_lr"]) == float(sampled)
+    assert int(row["generation"]) >= 1
+    js = json.loads(jz.run("study", "export", "exp", "--format", "json", check=0).stdout)
+    assert js[0]["sampled"]["lr"] == float(sampled) and js[0]["params"]["lr"] == 0.03
+    curves = list(csv.DictReader(io.StringIO(
+        jz.run("study", "export", "exp", "--format", "curves", check=0).stdout)))
+    lr_points = [r for r in curves if r["metric"] == "lr"]
+    n = jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id=? AND name='lr'", tid)[0][0]
+    assert len(lr_points) == n and n > 0
+    assert [int(r["step"]) for r in lr_points] == sorted(int(r["step"]) for r in lr_points)
+    assert {float(r["value"]) for r in lr_points} >= {0.03}
+    assert all(re.match(r"\d{4}-\d\d-\d\dT", r["time"]) for r in curves)
+    bad = jz.run("study", "export", "exp", "--format", "xml")
+    assert bad.returncode == 2 and "csv, json or curves" in bad.stderr
+
+
+def test_internal_metrics_only_with_all(jz):
+    spec = base_spec("internal", ["sh", "-c", "jizhi report score=1 grad_sqnorm_small=2 "
+                                  "batch_big=64"], trials=1, parallel=1)
+    jz.run("run", jz.write_spec(spec), check=0)
+    hdr = jz.run("study", "export", "internal", check=0).stdout.splitlines()[0].split(",")
+    assert "metric_score" in hdr and "metric_grad_sqnorm_small" not in hdr
+    assert "metric_batch_big" not in hdr
+    hdr = jz.run("study", "export", "internal", "--all", check=0).stdout.splitlines()[0]
+    assert "metric_grad_sqnorm_small" in hdr and "metric_batch_big" in hdr
+
+
+def test_trial_logs_follow_until_the_trial_ends(jz):
+    spec = base_spec("follow", ["sh", "-c", "for i in 1 2 3 4 5; do echo line$i; "
+                                "echo err$i >&2; sleep 0.3; done; jizhi report score=1"],
+                     trials=1, parallel=1)
+    proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db)
+    try:
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "running", 60,
+                    "the trial to run")
+        p = jz.run("trial", "logs", "1", "-f", timeout=60, check=0)
+        assert p.stdout.split() == ["line1", "line2", "line3", "line4", "line5"]
+        assert p.stderr.split() == ["err1", "err2", "err3", "err4", "err5"]
+        assert jz.sql("SELECT state FROM trials")[0][0] == "completed"
+    finally:
+        proc.wait(60)

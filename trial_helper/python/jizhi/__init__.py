@@ -23,6 +23,7 @@ system's library path. No dependency beyond the standard library.
 import atexit
 import ctypes
 import ctypes.util
+import enum
 import json
 import math
 import os
@@ -30,17 +31,25 @@ import re
 import warnings
 import weakref
 
-__all__ = ["Trial", "Instruction", "JizhiError", "load_library"]
+__all__ = ["Trial", "Instruction", "InsKind", "JizhiError", "load_library"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # JZ_VERSION in jizhi.h
 
 
 class JizhiError(RuntimeError):
     """The environment is malformed or the library failed."""
 
 
-# jz_ins_kind in jizhi.h
-_KINDS = {0: "none", 1: "set", 2: "stop", 3: "pause", 4: "resume", 5: "checkpoint", 6: "load"}
+class InsKind(enum.IntEnum):
+    """jz_ins_kind in jizhi.h: the kinds of live instruction."""
+
+    NONE = 0
+    SET = 1
+    STOP = 2
+    PAUSE = 3
+    RESUME = 4
+    CHECKPOINT = 5
+    LOAD = 6
 
 _METRIC_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
@@ -113,6 +122,19 @@ def load_library():
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    # The struct above must have the library's layout, or jz_poll would
+    # write past it.
+    try:
+        size = lib.jz_instruction_size
+    except AttributeError:
+        raise JizhiError("jizhi: %s has no jz_instruction_size (older than this package)"
+                         % getattr(lib, "_name", "libjizhi"))
+    size.restype = ctypes.c_ulong
+    size.argtypes = []
+    if size() != ctypes.sizeof(_CInstruction):
+        raise JizhiError("jizhi: jz_instruction is %d bytes in %s but %d in this package"
+                         % (size(), getattr(lib, "_name", "libjizhi"),
+                            ctypes.sizeof(_CInstruction)))
     _lib = lib
     return lib
 
@@ -129,6 +151,7 @@ class Instruction(object):
     """A live instruction from the controller, as returned by Trial.poll().
 
     kind:  'set', 'stop', 'pause', 'resume', 'checkpoint' or 'load'
+    code:  the same as an InsKind (InsKind.SET, ...)
     id:    the controller's instruction id
     name:  set: the parameter name (else '')
     value: set: the new value as sent: float, int or str; None for other
@@ -137,11 +160,12 @@ class Instruction(object):
     path:  load: the checkpoint path (same as str), else None
     """
 
-    __slots__ = ("kind", "id", "name", "value", "str", "path", "_c")
+    __slots__ = ("kind", "code", "id", "name", "value", "str", "path", "_c")
 
     def __init__(self, c):
         self._c = c
-        self.kind = _KINDS.get(c.kind, str(c.kind))
+        self.code = InsKind(c.kind)
+        self.kind = self.code.name.lower()
         self.id = c.id
         self.name = _s(c.name)
         self.str = _s(c.str)
