@@ -21,7 +21,7 @@ BUILD    := build-san
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
-PKGS      := libzmq jansson sqlite3 gsl
+PKGS      := libzmq jansson sqlite3 gsl libmicrohttpd libsodium
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 BLAS_INC  := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/aarch64-linux-gnu/openblas-pthread /usr/include/openblas))
 
@@ -31,7 +31,7 @@ ALL_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -pthread -MMD -MP $(WARN) $(SANFLAGS) $
 LDFLAGS  ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
 # GSL's linear algebra runs on OpenBLAS: link -lopenblas, not -lgslcblas.
-LIBS     := -lczmq -lzmq -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
+LIBS     := -lczmq -lzmq -lmicrohttpd -lsodium -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
 
 # Optional parts: detected and reported, never required.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -47,6 +47,7 @@ CTL_SRC    := $(wildcard controller/*.c)
 DISP_SRC   := $(wildcard dispatcher/*.c)
 HELPER_SRC := $(wildcard trial_helper/*.c)
 CLI_SRC    := $(wildcard cli/*.c)
+WEB_SRC    := $(wildcard web/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -55,12 +56,13 @@ LIB_STORE  := $(BUILD)/lib/libjzstore.a
 LIB_SCHED  := $(BUILD)/lib/libjzsched.a
 LIB_CTL    := $(BUILD)/lib/libjzctl.a
 LIB_DISP   := $(BUILD)/lib/libjzdisp.a
+LIB_WEB    := $(BUILD)/lib/libjzweb.a
 LIBJIZHI_A := $(BUILD)/lib/libjizhi.a
 LIBJIZHI_SO := $(BUILD)/lib/libjizhi.so
 JIZHI      := $(BUILD)/bin/jizhi
 
 # Internal libraries in link order (users before what they use).
-INTERNAL_LIBS := $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIBJIZHI_A) $(LIB_COMMON)
+INTERNAL_LIBS := $(LIB_WEB) $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIBJIZHI_A) $(LIB_COMMON)
 
 UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
@@ -75,6 +77,7 @@ all: config $(JIZHI) $(LIBJIZHI_SO) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS
 
 -include trainer/trainer.mk
 -include schedulers/schedulers.mk
+-include web/web.mk
 
 all: $(EXTRA_BINS)
 
@@ -91,6 +94,7 @@ $(LIB_STORE):  $(call obj,$(STORE_SRC))
 $(LIB_SCHED):  $(call obj,$(SCHED_SRC))
 $(LIB_CTL):    $(call obj,$(CTL_SRC))
 $(LIB_DISP):   $(call obj,$(DISP_SRC))
+$(LIB_WEB):    $(call obj,$(WEB_SRC)) $(WEB_ASSETS_OBJ)
 $(LIBJIZHI_A): $(call obj,$(HELPER_SRC))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)

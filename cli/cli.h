@@ -5,6 +5,8 @@
     cmd_run.c    run (embedded controller + dispatcher), controller, dispatcher
     cmd_study.c  study submit|list|show|stop|resume|export|events
     cmd_trial.c  trial list|show|logs|stop|pause|resume|set, report
+    cmd_serve.c  serve (the web dashboard), --http of run and controller
+    cmd_token.c  token create|list|revoke (web API bearer tokens)
 
     Exit status: 0 success, 1 the operation failed, 2 usage error.
 */
@@ -15,6 +17,7 @@
 #include <stdio.h>
 
 #include "../store/store.h"
+#include "../web/web.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
@@ -28,6 +31,14 @@ int cmd_report(int argc, char **argv);
 int cmd_bseval(int argc, char **argv); /* cmd_bseval.c */
 int cmd_watch(int argc, char **argv);  /* cmd_watch.c */
 int cmd_plot(int argc, char **argv);   /* cmd_plot.c */
+int cmd_serve(int argc, char **argv);  /* cmd_serve.c */
+int cmd_token(int argc, char **argv);  /* cmd_token.c */
+
+/* Starts the web server (web/) on `listen` over db, sending changes to
+   `controller` (NULL: the one in db.endpoint), and prints its address.
+   NULL with a message printed when it cannot listen. Caller destroys it
+   with web_destroy. */
+web_t *cli_web_start(const char *listen, const char *db, const char *controller);
 
 /* Prints "jizhi: <message>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

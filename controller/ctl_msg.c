@@ -5,6 +5,7 @@
 #include "ctl_internal.h"
 
 #include "../common/log.h"
+#include "../common/ident.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -427,6 +428,17 @@ static void s_status(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     ctl__send(c, from, r);
 }
 
+/* Who asked, for the events: "cli", or the label a front end passes as
+   "who" ("web:USER", from the web API's token). A label the sender claims,
+   not an authenticated identity, until the controller checks keys. */
+static const char *s_who(const json_t *msg)
+{
+    const char *w = json_string_value(json_object_get(msg, "who"));
+    if (w && !strncmp(w, "web:", 4) && ident_valid_user(w + 4))
+        return w;
+    return "cli";
+}
+
 static void s_study_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, int stop)
 {
     ctl_study *s = s_study_arg(c, from, msg, req);
@@ -437,9 +449,9 @@ static void s_study_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, 
         return;
     }
     if (stop)
-        ctl__study_stop(c, s, "cli");
+        ctl__study_stop(c, s, s_who(msg));
     else
-        ctl__study_resume(c, s, "cli");
+        ctl__study_resume(c, s, s_who(msg));
     ctl__send(c, from, wire_ok(req));
 }
 
@@ -471,7 +483,7 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req,
     if (ctl__txn(c) != 0)
         return;
     if (suspended && !strcmp(kind, "resume")) {
-        ctl__trial_unsuspend(c, t, "cli");
+        ctl__trial_unsuspend(c, t, s_who(msg));
         json_t *r = wire_ok(req);
         json_object_set_new(r, "restarting", json_true());
         ctl__send(c, from, r);
@@ -483,14 +495,14 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req,
                           "the trial is starting or already releasing");
             return;
         }
-        ctl__trial_release(c, t, "cli");
+        ctl__trial_release(c, t, s_who(msg));
         json_t *r = wire_ok(req);
         json_object_set_new(r, "releasing", json_true());
         ctl__send(c, from, r);
         return;
     }
     if (!strcmp(kind, "stop")) {
-        ctl__trial_stop(c, t, "cli", "stopped by a person");
+        ctl__trial_stop(c, t, s_who(msg), "stopped by a person");
         ctl__send(c, from, wire_ok(req));
         return;
     }
@@ -518,7 +530,7 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req,
         {
             json_t *args = json_pack("{s:s, s:O}", "name", key, "value", v);
             int last = --left == 0;
-            long iid = ctl__instruct(c, t, "set", args, "cli", "set by a person",
+            long iid = ctl__instruct(c, t, "set", args, s_who(msg), "set by a person",
                                      wait && last ? from : NULL, req);
             json_decref(args);
             if (iid < 0)
@@ -531,8 +543,8 @@ static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req,
         }
         return;
     }
-    long iid =
-        ctl__instruct(c, t, kind, NULL, "cli", "by a person", wait ? from : NULL, req);
+    long iid = ctl__instruct(c, t, kind, NULL, s_who(msg), "by a person",
+                             wait ? from : NULL, req);
     if (iid >= 0 && !wait) {
         json_t *r = wire_ok(req);
         json_object_set_new(r, "instruction", json_integer(iid));

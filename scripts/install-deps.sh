@@ -6,13 +6,18 @@ set -euo pipefail
 
 PKGS=(build-essential pkg-config libzmq3-dev libczmq-dev libsqlite3-dev sqlite3
       libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
+      libmicrohttpd-dev libsodium-dev libjs-chart.js
       dataset-fashion-mnist python3 python3-pytest tmux)
+# Optional: the browser the web tests and bench-web drive (they report
+# SKIPPED without it).
+BROWSER=(chromium chromium-driver python3-selenium)
 # Optional: the PyTorch peer for the trainer's tests and benchmarks.
 OPTIONAL=(python3-torch)
 [ "${JIZHI_NO_TORCH:-0}" = 1 ] && OPTIONAL=()
+[ "${JIZHI_NO_BROWSER:-0}" = 1 ] && BROWSER=()
 
 missing=()
-for p in "${PKGS[@]}" "${OPTIONAL[@]}"; do
+for p in "${PKGS[@]}" "${OPTIONAL[@]}" "${BROWSER[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
