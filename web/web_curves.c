@@ -11,7 +11,7 @@
 
 typedef struct {
     double step, time, sum; /* last step and time in the bucket; sum of values */
-    float lo, hi;
+    double lo, hi;
     int n;
 } bucket;
 
@@ -198,7 +198,7 @@ static void s_add(curve *cv, double step, double value, double time)
     }
     if (idx >= cv->nb)
         cv->nb = (int)idx + 1;
-    bucket one = {step, time, value, (float)value, (float)value, 1};
+    bucket one = {step, time, value, value, value, 1};
     if (cv->t0 == 0 || time < cv->t0)
         cv->t0 = time;
     s_merge(&cv->b[idx], &one);

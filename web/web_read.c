@@ -207,8 +207,11 @@ int web__get_curves(web_req *r)
 
 int web__get_page(web_req *r)
 {
-    long points, nevents;
-    if (web__query_long(r, "points", 2, WEB_CURVE_BUCKETS, 100, &points) ||
+    long points = 0, nevents;
+    const char *pq = web__query(r, "points");
+    int autopoints = pq && !strcmp(pq, "auto");
+    if ((!autopoints &&
+         web__query_long(r, "points", 2, WEB_CURVE_BUCKETS, 100, &points)) ||
         web__query_long(r, "events", 0, 100000, 500, &nevents))
         return 400;
     store_study st;
@@ -251,9 +254,17 @@ int web__get_page(web_req *r)
     web_buf_str(b, ",\"events\":");
     web_buf_str(b, text);
     free(text);
+    if (autopoints) { /* about 50 000 points in all: enough to draw, quick to send */
+        long n = (long)json_array_size(trials);
+        points = n > 0 ? 50000 / n : WEB_CURVE_BUCKETS;
+        points = points < 20                  ? 20
+                 : points > WEB_CURVE_BUCKETS ? WEB_CURVE_BUCKETS
+                                              : points;
+    }
     json_decref(head);
     json_decref(trials);
     json_decref(events);
+    web_buf_printf(b, ",\"curves_points\":%ld", points);
     web_buf_printf(b,
                    ",\"marks\":{\"metric\":%ld,\"event\":%ld},\"metrics\":", mark_metric,
                    mark_event);
