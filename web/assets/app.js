@@ -53,7 +53,7 @@ async function post(url, body) {
 }
 
 /* colour by objective: light (poor) to dark blue (good); best is red */
-const RAMP = [[198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+const RAMP = [[186, 186, 214], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
 function ramp(u) {
   u = Math.max(0, Math.min(1, u));
   const x = u * (RAMP.length - 1), i = Math.min(RAMP.length - 2, Math.floor(x)), f = x - i;
@@ -167,7 +167,7 @@ async function studiesPage() {
   async function load() {
     let j;
     try { j = await getJSON("/api/studies"); } catch (e) { return fail(e); }
-    const head = el("tr", {}, ...["study", "state", "progress", "running", "failed", "stopped", "best", "objective", "created"].map((h) => el("th", { text: h })));
+    const head = el("tr", {}, ...["study", "state", "progress", "running", "failed", "stopped", "best", "objective", "created"].map((h) => el("th", { text: h, class: ["running", "failed", "stopped", "best"].includes(h) ? "num" : "" })));
     const rows = j.studies.map((s) => el("tr", { "data-study": s.name },
       el("td", {}, el("a", { href: "#/study/" + encodeURIComponent(s.name), text: s.name })),
       el("td", {}, stateBadge(s.state)),
@@ -221,7 +221,7 @@ async function studyPage(name) {
     el("div", { class: "grid" },
       el("div", { class: "panel" }, el("h2", { text: "Optimisation history" }),
         el("div", { class: "chart-box" }, el("canvas", { id: "history-chart" })),
-        el("div", { class: "note", text: "● completed   ✕ stopped (early stopping or a person)   ○ running (last value)   — best so far" })),
+        el("div", { class: "note", text: "Every trial: stopped ones (early stopping or a person) at their last value, running ones at their latest value." })),
       el("div", { class: "panel" }, el("h2", { text: "Learning curves" }),
         el("div", { class: "controls" },
           el("label", {}, "metric ", metricSel), el("label", {}, "x ", xSel),
@@ -242,6 +242,8 @@ async function studyPage(name) {
 
   function renderHead() {
     const s = S.study;
+    stopBtn.style.display = s.state === "running" ? "" : "none";
+    resumeBtn.style.display = s.state === "stopped" ? "" : "none";
     const best = s.best;
     headline.replaceChildren(
       el("span", {}, stateBadge(s.state)),
@@ -318,7 +320,7 @@ async function studyPage(name) {
       type: "scatter", data: { datasets: ds },
       options: {
         animation: false, maintainAspectRatio: false,
-        scales: { x: { title: { display: true, text: "trial" } }, y: { title: { display: true, text: S.study.objective.metric } } },
+        scales: { x: { title: { display: true, text: "trial number" }, ticks: { precision: 0 } }, y: { title: { display: true, text: S.study.objective.metric } } },
         plugins: { legend: { position: "bottom", labels: { boxWidth: 10 } },
           tooltip: { callbacks: { label: (c) => `trial #${c.raw.x}: ${fmt(c.raw.y)}` } } },
         onClick: (e, items) => { const p = items[0] && items[0].element && ds[items[0].datasetIndex].data[items[0].index]; if (p && p.id) location.hash = "#/trial/" + p.id; },
@@ -380,7 +382,8 @@ async function studyPage(name) {
     let lo = quantile(tails, 0.02), hi = quantile(tails, 0.98);
     if (S.logy) { lo = Math.max(lo, 1e-300) / 1.5; hi = hi * 1.5; return { min: lo, max: hi }; }
     const pad = (hi - lo) * 0.15 || Math.abs(hi) * 0.05 || 1;
-    return { min: lo - pad, max: hi + pad };
+    /* data that never goes below zero gets no negative axis */
+    return { min: lo >= 0 && lo - pad < 0 ? 0 : lo - pad, max: hi + pad };
   }
   function curveDatasets() {
     const col = colours();
@@ -554,7 +557,7 @@ async function studyPage(name) {
     });
     const bestId = S.study.best ? S.study.best.trial : null;
     const head = el("tr", {}, ...cols.map((c) => el("th", {
-      class: c.key === key ? (dir > 0 ? "sorted-asc" : "sorted-desc") : "", "data-key": c.key, text: c.label,
+      class: (c.num ? "num " : "") + (c.key === key ? (dir > 0 ? "sorted-asc" : "sorted-desc") : ""), "data-key": c.key, text: c.label,
       onclick: () => { S.sort = { key: c.key, dir: S.sort.key === c.key ? -S.sort.dir : 1 }; drawTable(); },
     })));
     const body = rows.slice(0, 2000).map((t) => el("tr", { class: t.id === bestId ? "best" : "", "data-trial": t.id },
@@ -573,11 +576,11 @@ async function studyPage(name) {
   function describe(e) {
     const d = e.detail || {};
     if (e.kind === "instruction") return `${d.kind}${d.name ? " " + d.name + "=" + fmt(d.value) : ""}${d.reason ? " — " + d.reason : ""}`;
-    if (typeof d === "object" && d) return Object.entries(d).map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : fmt(v)}`).join(" ");
+    if (typeof d === "object" && d) return Object.entries(d).filter(([, v]) => v !== "" && v !== null).map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : fmt(v)}`).join(" ");
     return String(d);
   }
   function drawEvents() {
-    const head = el("tr", {}, ...["time", "trial", "who", "what", "detail", "applied", "latency"].map((h) => el("th", { text: h })));
+    const head = el("tr", {}, ...["time", "trial", "who", "what", "detail", "applied", "latency"].map((h) => el("th", { text: h, class: h === "latency" ? "num" : "" })));
     const tmap = byId();
     const rows = S.events.slice(-300).reverse().map((e) => el("tr", {},
       el("td", { text: when(e.time) }),
