@@ -222,6 +222,9 @@ json_t *store_trial_metric_names(store_t *s, long trial_id);
    number, state, attempt, value, last_value, best_value, last_step,
    generation, started, ended, reason} (caller owns), NULL on error. */
 json_t *store_trials_brief(store_t *s, long study_id);
+/* The current params (latest generation) of every trial of a study in one
+   query: {"ID": {name: value}} (caller owns), NULL on error. */
+json_t *store_study_params(store_t *s, long study_id);
 /* Highest metrics rowid and event id so far (0 when none). 0 or -1. */
 int store_marks(store_t *s, long *metric_rowid, long *event_id);
 

@@ -132,6 +132,40 @@ json_t *store_trials_brief(store_t *s, long study_id)
     return out;
 }
 
+json_t *store_study_params(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            store__db(s),
+            "SELECT p.trial_id, p.name, p.value FROM params p JOIN trials t "
+            "ON t.id = p.trial_id AND p.generation = t.generation "
+            "WHERE t.study_id = ?",
+            -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_int64(st, 1, study_id);
+    json_t *out = json_object();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char key[32];
+        snprintf(key, sizeof key, "%lld", (long long)sqlite3_column_int64(st, 0));
+        json_t *obj = json_object_get(out, key);
+        if (!obj) {
+            obj = json_object();
+            json_object_set_new(out, key, obj);
+        }
+        const char *text = (const char *)sqlite3_column_text(st, 2);
+        json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+        json_object_set_new(obj, (const char *)sqlite3_column_text(st, 1),
+                            v ? v : json_string(text ? text : ""));
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
 int store_marks(store_t *s, long *metric_rowid, long *event_id)
 {
     sqlite3_stmt *st = NULL;

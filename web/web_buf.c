@@ -75,18 +75,75 @@ void web_buf_long(web_buf *b, long x)
     web_buf_add(b, tmp + i, sizeof tmp - (size_t)i);
 }
 
+/* 7 significant digits without printf (curves send ~10^5 numbers): the
+   value scaled to a 7-digit integer, the decimal point placed by hand.
+   Integers below 1e15 print exactly; outside [1e-5, 1e15) it falls back
+   to %.7g. */
 void web_buf_num(web_buf *b, double x)
 {
     if (!isfinite(x)) {
         web_buf_add(b, "null", 4);
         return;
     }
-    if (x == (double)(long)x && fabs(x) < 1e15) {
+    double a = fabs(x);
+    if (a < 1e15 && x == (double)(long long)x) { /* steps, counts: exact */
         web_buf_long(b, (long)x);
         return;
     }
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%.7g", x);
+    if (a < 1e-5 || a >= 1e15) {
+        char tmp[32];
+        int n = snprintf(tmp, sizeof tmp, "%.7g", x);
+        web_buf_add(b, tmp, (size_t)n);
+        return;
+    }
+    /* a = d.dddddd * 10^e, found in a table (no log10/pow per number) */
+    static const double p10[] = {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0,
+                                 1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14,
+                                 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21};
+#define P10(k) p10[(k) + 6]
+    int e = -5;
+    while (e < 14 && a >= P10(e + 1))
+        e++;
+    long long m = llround(6 - e >= 0 ? a * P10(6 - e) : a / P10(e - 6));
+    if (m >= 10000000LL) { /* rounding carried into an 8th digit */
+        m = llround((double)m / 10);
+        e++;
+    }
+#undef P10
+    char digits[8];
+    for (int i = 6; i >= 0; i--) {
+        digits[i] = (char)('0' + m % 10);
+        m /= 10;
+    }
+    int nd = 7;
+    char tmp[40];
+    int n = 0;
+    if (x < 0)
+        tmp[n++] = '-';
+    if (e >= 6) { /* an integer of e+1 digits */
+        for (int i = 0; i <= e; i++)
+            tmp[n++] = i < 7 ? digits[i] : '0';
+    } else {
+        while (nd > e + 1 && nd > 0 && digits[nd - 1] == '0')
+            nd--; /* trailing zeros after the point */
+        if (e >= 0) {
+            for (int i = 0; i <= e; i++)
+                tmp[n++] = digits[i];
+            if (nd > e + 1) {
+                tmp[n++] = '.';
+                for (int i = e + 1; i < nd; i++)
+                    tmp[n++] = digits[i];
+            }
+        } else {
+            tmp[n++] = '0';
+            tmp[n++] = '.';
+            for (int i = -1; i > e; i--)
+                tmp[n++] = '0';
+            for (int i = 0; i < nd; i++)
+                tmp[n++] = digits[i];
+        }
+    }
     web_buf_add(b, tmp, (size_t)n);
 }
 

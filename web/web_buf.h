@@ -19,7 +19,8 @@ void web_buf_add(web_buf *b, const char *s, size_t n);
 void web_buf_str(web_buf *b, const char *s);
 void web_buf_printf(web_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* A number as JSON (null for NaN/inf), shortest of ~7 significant digits. */
+/* A number as JSON (null for NaN/inf): integers exactly, others with 7
+   significant digits. */
 void web_buf_num(web_buf *b, double x);
 /* An integer. */
 void web_buf_long(web_buf *b, long x);

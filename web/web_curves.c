@@ -252,7 +252,7 @@ static study *s_update(web_curves_t *c, store_t *s, long study_id, char *err,
     return st;
 }
 
-static void s_emit(const curve *cv, int points, web_buf *out)
+static void s_emit(const curve *cv, int points, int band, web_buf *out)
 {
     int used = 0;
     for (int i = 0; i < cv->nb; i++)
@@ -272,6 +272,8 @@ static void s_emit(const curve *cv, int points, web_buf *out)
     static const char *const keys[] = {"{\"s\":[", "],\"y\":[", "],\"lo\":[",
                                        "],\"hi\":[", "],\"t\":["};
     for (int f = 0; f < 5; f++) {
+        if (!band && (f == 2 || f == 3))
+            continue;
         web_buf_str(out, keys[f]);
         for (int i = 0; i < ng; i++) {
             if (i)
@@ -289,7 +291,7 @@ static void s_emit(const curve *cv, int points, web_buf *out)
 }
 
 int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metric,
-                    int points, web_buf *out, char *err, size_t errsize)
+                    int points, int band, web_buf *out, char *err, size_t errsize)
 {
     if (points < 2)
         points = 2;
@@ -317,7 +319,7 @@ int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metr
         first = 0;
         web_buf_long(out, t->id);
         web_buf_str(out, "\":");
-        s_emit(t->c[k], points, out);
+        s_emit(t->c[k], points, band, out);
     }
     web_buf_str(out, "}}");
     pthread_mutex_unlock(&c->mu);

@@ -26,11 +26,12 @@ void web_curves_destroy(web_curves_t **cp);
 
 /* Reads what is new for study `study_id` from `s` (borrowed), then
    appends to `out` the JSON object {"metric": M, "trials": {"ID": {"t0":
-   wall time of the curve's first point, "s": [steps], "y": [means], "lo":
-   [...], "hi": [...], "t": [seconds since t0]}, ...}} with at most `points` points per
+   wall time of the curve's first point, "s": [steps], "y": [means], "t":
+   [seconds since t0]}, ...}}, with "lo" and "hi" (each point's min and
+   max) too when `band` with at most `points` points per
    trial (2..WEB_CURVE_BUCKETS). 0, or -1 with err on a store error. */
 int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metric,
-                    int points, web_buf *out, char *err, size_t errsize);
+                    int points, int band, web_buf *out, char *err, size_t errsize);
 
 /* Names of the metrics seen in the study so far (after the same update):
    a JSON array appended to out. 0 or -1. */

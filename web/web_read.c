@@ -44,15 +44,13 @@ static json_t *s_best(const json_t *brief, int maximize)
                      json_object_get(best, "number"), "value", bv);
 }
 
-/* A study's summary: name, state, objective, counts, progress, best. */
-static json_t *s_summary(store_t *s, const store_study *st)
+/* A study's summary from its trials (`brief`, borrowed): name, state,
+   objective, counts, progress, best. */
+static json_t *s_summary_of(const store_study *st, const json_t *brief)
 {
     const char *metric;
     int maximize;
     s_objective(st->spec, &metric, &maximize);
-    json_t *brief = store_trials_brief(s, st->id);
-    if (!brief)
-        return NULL;
     long n = 0, done = 0, running = 0, failed = 0, stopped = 0, completed = 0;
     size_t i;
     json_t *t;
@@ -79,6 +77,15 @@ static json_t *s_summary(store_t *s, const store_study *st)
         (json_int_t)completed, "failed", (json_int_t)failed, "stopped",
         (json_int_t)stopped, "running", (json_int_t)running, "progress",
         total > 0 ? (double)done / (double)total : 0.0, "best", s_best(brief, maximize));
+    return j;
+}
+
+static json_t *s_summary(store_t *s, const store_study *st)
+{
+    json_t *brief = store_trials_brief(s, st->id);
+    if (!brief)
+        return NULL;
+    json_t *j = s_summary_of(st, brief);
     json_decref(brief);
     return j;
 }
@@ -125,24 +132,36 @@ int web__get_study(web_req *r)
     return 200;
 }
 
-/* Trials with their current params, for tables and charts. */
+/* Trials with their current params, for tables and charts: the brief
+   rows (borrowed, params added in place). Two queries for any number of
+   trials. 0 or -1. */
+static int s_add_params(store_t *s, long study_id, json_t *brief)
+{
+    json_t *params = store_study_params(s, study_id);
+    if (!params)
+        return -1;
+    size_t i;
+    json_t *t;
+    json_array_foreach(brief, i, t)
+    {
+        char key[32];
+        snprintf(key, sizeof key, "%lld",
+                 (long long)json_integer_value(json_object_get(t, "id")));
+        json_t *p = json_object_get(params, key);
+        json_object_set_new(t, "params", p ? json_incref(p) : json_object());
+    }
+    json_decref(params);
+    return 0;
+}
+
 static json_t *s_trials(store_t *s, long study_id)
 {
-    store_trial *t = NULL;
-    long n = store_trials_load(s, study_id, &t);
-    if (n < 0)
-        return NULL;
-    json_t *out = json_array();
-    for (long i = 0; i < n; i++) {
-        json_t *j = store_trial_json(&t[i], NULL);
-        /* where its logs are on the dispatcher's machine is not for the page */
-        json_object_del(j, "stdout");
-        json_object_del(j, "stderr");
-        json_object_del(j, "pid");
-        json_array_append_new(out, j);
+    json_t *brief = store_trials_brief(s, study_id);
+    if (brief && s_add_params(s, study_id, brief) != 0) {
+        json_decref(brief);
+        brief = NULL;
     }
-    store_trials_free(t, n);
-    return out;
+    return brief;
 }
 
 int web__get_trials(web_req *r)
@@ -179,8 +198,9 @@ int web__get_events(web_req *r)
 static int s_curves(web_req *r, long study_id, const char *metric, long points)
 {
     char err[300];
-    if (web_curves_json(r->w->curves, r->db, study_id, metric, (int)points, &r->text, err,
-                        sizeof err))
+    const char *band = web__query(r, "band");
+    if (web_curves_json(r->w->curves, r->db, study_id, metric, (int)points,
+                        band && !strcmp(band, "1"), &r->text, err, sizeof err))
         return web__error(r, 500, "store", "%s", err);
     return 0;
 }
@@ -226,8 +246,8 @@ int web__get_page(web_req *r)
     const char *metric = web__query(r, "metric");
     char m[128];
     snprintf(m, sizeof m, "%s", metric && *metric ? metric : objective);
-    json_t *head = s_summary(s, &st);
     json_t *trials = s_trials(s, st.id);
+    json_t *head = trials ? s_summary_of(&st, trials) : NULL;
     json_t *events =
         store_events_since(s, st.id, mark_event > nevents ? mark_event - nevents : 0, 0);
     if (head)

@@ -90,7 +90,7 @@ def test_read_endpoints_over_a_running_study(jz):
 
         # curves: at most `points` per trial, steps increasing, values inside
         # the stored range of that trial
-        st, j, _ = http("GET", url + "/api/studies/live/curves?metric=score&points=8")
+        st, j, _ = http("GET", url + "/api/studies/live/curves?metric=score&points=8&band=1")
         assert st == 200 and j["metric"] == "score" and set(j["trials"]) == {str(i) for i in ids}
         for tid, c in j["trials"].items():
             lo, hi = jz.sql("SELECT MIN(value), MAX(value) FROM metrics WHERE trial_id=? AND "

@@ -34,6 +34,7 @@ def chromium():
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               "--window-size=1400,1000", "--hide-scrollbars"):
         opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     try:
         return webdriver.Chrome(service=Service(driver), options=opts)
     except Exception as e:  # no display libraries, a crash at start...
@@ -113,15 +114,11 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
         wait_js(drv, "document.body.dataset.drawn === 'study'", what="the study page")
         wait_js(drv, "document.querySelectorAll('#trials-table tbody tr').length === 3",
                 what="three trials in the table")
-        pts0 = drv.execute_script(
-            "return jz.charts.curves.data.datasets.filter(d => d.trialId)"
-            ".reduce((n, d) => n + d.data.length, 0)")
-        n_curves = drv.execute_script(
-            "return jz.charts.curves.data.datasets.filter(d => d.trialId && d.data.length).length")
+        pts0 = drv.execute_script("return jz.curveLines.reduce((n, l) => n + l.data.length, 0)")
+        n_curves = drv.execute_script("return jz.curveLines.filter(l => l.data.length).length")
         assert n_curves == 3 and pts0 > 0
         wait_js(drv, "jz.live.points > 50", what="metrics pushed over the stream")
-        wait_js(drv, "jz.charts.curves.data.datasets.filter(d => d.trialId)"
-                     f".reduce((n, d) => n + d.data.length, 0) > {pts0}",
+        wait_js(drv, f"jz.curveLines.reduce((n, l) => n + l.data.length, 0) > {pts0}",
                 what="the curves to grow")
         steps_shown = drv.execute_script(
             "return Math.max(...jz.study.trials.map(t => t.last_step || 0))")
@@ -180,6 +177,9 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
                 what="the event log entry")
         for p in (studies_png, finished_png, study_png, trial_png):
             assert os.path.getsize(p) > 10000, p
+        # and no script error on any page
+        errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
         jz.run("study", "stop", "live", check=0)
     finally:
         drv.quit()
