@@ -31,7 +31,7 @@ ALL_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -pthread -MMD -MP $(WARN) $(SANFLAGS) $
 LDFLAGS  ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
 # GSL's linear algebra runs on OpenBLAS: link -lopenblas, not -lgslcblas.
-LIBS     := -lczmq -lzmq -lmicrohttpd -lsodium -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
+LIBS     := -lzmq -lmicrohttpd -lsodium -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
 
 # Optional parts: detected and reported, never required.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -57,12 +57,18 @@ LIB_SCHED  := $(BUILD)/lib/libjzsched.a
 LIB_CTL    := $(BUILD)/lib/libjzctl.a
 LIB_DISP   := $(BUILD)/lib/libjzdisp.a
 LIB_WEB    := $(BUILD)/lib/libjzweb.a
+LIB_HELPER := $(BUILD)/lib/libjzhelper.a
 LIBJIZHI_A := $(BUILD)/lib/libjizhi.a
+# The helper library's version lives in trial_helper/jizhi.h (JZ_VERSION);
+# its soname carries the major number.
+VERSION    := $(shell sed -n 's/^\#define JZ_VERSION "\(.*\)"/\1/p' trial_helper/jizhi.h)
+SOMAJOR    := $(firstword $(subst ., ,$(VERSION)))
 LIBJIZHI_SO := $(BUILD)/lib/libjizhi.so
+LIBJIZHI_SOV := $(BUILD)/lib/libjizhi.so.$(SOMAJOR)
 JIZHI      := $(BUILD)/bin/jizhi
 
 # Internal libraries in link order (users before what they use).
-INTERNAL_LIBS := $(LIB_WEB) $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIBJIZHI_A) $(LIB_COMMON)
+INTERNAL_LIBS := $(LIB_WEB) $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIB_HELPER) $(LIB_COMMON)
 
 UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
@@ -72,8 +78,10 @@ EXTRA_TESTS :=
 BENCHES     :=
 
 .SECONDARY:
-.PHONY: all run test test-unit test-integration bench deps config clean valgrind format fuzz
-all: config $(JIZHI) $(LIBJIZHI_SO) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS)
+.PHONY: all run test test-unit test-integration bench deps config clean valgrind format fuzz \
+        format-check fuzz-build \
+        install uninstall
+all: config $(JIZHI) $(LIBJIZHI_SO) $(LIBJIZHI_A) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS)
 
 -include trainer/trainer.mk
 -include schedulers/schedulers.mk
@@ -95,23 +103,40 @@ $(LIB_SCHED):  $(call obj,$(SCHED_SRC))
 $(LIB_CTL):    $(call obj,$(CTL_SRC))
 $(LIB_DISP):   $(call obj,$(DISP_SRC))
 $(LIB_WEB):    $(call obj,$(WEB_SRC)) $(WEB_ASSETS_OBJ)
-$(LIBJIZHI_A): $(call obj,$(HELPER_SRC))
+$(LIB_HELPER): $(call obj,$(HELPER_SRC))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
 	@rm -f $@
 	ar rcs $@ $^
 
+# The static helper library users link (libjizhi.a) is self-contained like
+# the shared one: the helper and the common code it uses, linked into one
+# object whose only global symbols are jz_*, so that a static link needs
+# only -lzmq -ljansson -lm -pthread and clashes with no name of the user's.
+# jizhi's own programs link the helper objects (libjzhelper.a) instead.
+$(LIBJIZHI_A): $(call obj,$(HELPER_SRC)) $(call obj,$(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	@rm -f $@ $@.o
+	$(CC) -r -nostdlib -o $@.o $^
+	objcopy --wildcard --keep-global-symbol='jz_*' $@.o
+	ar rcs $@ $@.o
+	@rm -f $@.o
+
 # The shared helper library carries the common code it uses and exports
 # only jz_* (trial_helper/libjizhi.map).
-$(LIBJIZHI_SO): $(call obj,$(HELPER_SRC)) $(LIB_COMMON) trial_helper/libjizhi.map
+$(LIBJIZHI_SOV): $(call obj,$(HELPER_SRC)) $(LIB_COMMON) trial_helper/libjizhi.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared -o $@ $(call obj,$(HELPER_SRC)) $(LIB_COMMON) \
-	    -Wl,--version-script=trial_helper/libjizhi.map -Wl,-soname,libjizhi.so $(ALL_LDFLAGS) -lzmq -ljansson -lm
+	    -Wl,--version-script=trial_helper/libjizhi.map -Wl,-soname,libjizhi.so.$(SOMAJOR) $(ALL_LDFLAGS) -lzmq -ljansson -lm
+$(LIBJIZHI_SO): $(LIBJIZHI_SOV)
+	ln -sf $(notdir $<) $@
 
 $(BUILD)/lib/pkgconfig/jizhi.pc: trial_helper/jizhi.pc.in
 	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(abspath $(BUILD))|' -e 's|@INCLUDEDIR@|$(abspath trial_helper)|' $< > $@
+	sed -e 's|@LIBDIR@|$(abspath $(BUILD))/lib|' -e 's|@INCLUDEDIR@|$(abspath trial_helper)|' \
+	    -e 's|@VERSION@|$(VERSION)|' $< > $@
 
+$(BUILD)/obj/cli/main.o: ALL_CFLAGS += -DJIZHI_VERSION='"$(VERSION)"'
 $(JIZHI): $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS) $(ALL_LDFLAGS) $(LIBS) -lncursesw
@@ -122,23 +147,57 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(INTERNAL_LIBS)
 
 # Benchmark drivers (bench/*.c), built by `make bench` only.
 BENCH_PROGS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
-$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBJIZHI_A) $(LIB_COMMON)
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(LIBJIZHI_A) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
+	$(CC) -o $@ $< $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
 
-# Fuzz targets (tests/fuzz/*.c, libFuzzer): `make fuzz` builds them with
-# clang and runs each for FUZZ_SECONDS. Not part of `make test`.
+# Fuzz targets (tests/fuzz/*.c, libFuzzer), built with clang under
+# ASan/UBSan. `make fuzz` runs each for FUZZ_SECONDS from its own seed
+# corpus and fails when a target finds a crash (the input is left as
+# build-fuzz/<target>-crash-*). `make test` runs each for a few seconds.
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/*.c))
-FUZZ_SRC := $(COMMON_SRC) $(HELPER_SRC) $(filter-out trainer/main.c,$(wildcard trainer/*.c))
-build-fuzz/%: tests/fuzz/%.c $(FUZZ_SRC)
-	@mkdir -p $(dir $@)
-	clang -g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -I. -Itrial_helper -I$(BLAS_INC) \
-	    $(PKG_CFLAGS) $< $(FUZZ_SRC) -o $@ $(LIBS) -pthread
+FUZZ_NAMES   := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/*.c))
+FUZZ_TARGETS := $(addprefix build-fuzz/,$(FUZZ_NAMES))
+HAVE_CLANG   := $(if $(shell command -v clang 2>/dev/null),yes,no)
+# What each target links and the seeds it starts from.
+FUZZ_SRC_fuzz_spec   := $(COMMON_SRC)
+FUZZ_SRC_fuzz_wire   := $(COMMON_SRC)
+FUZZ_SRC_fuzz_ckpt   := $(COMMON_SRC) $(HELPER_SRC) $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+FUZZ_SEEDS_fuzz_spec := tests/data/specs/valid tests/data/specs/invalid
+FUZZ_SEEDS_fuzz_wire := tests/fuzz/seeds/fuzz_wire
+FUZZ_SEEDS_fuzz_ckpt := build-fuzz/seeds/fuzz_ckpt
+FUZZ_MAXLEN_fuzz_ckpt := 65536
+FUZZ_SEED_FILES := build-fuzz/seeds/fuzz_ckpt/tiny.ckpt
 
-fuzz: $(FUZZ_TARGETS)
-	@for t in $(FUZZ_TARGETS); do echo "== $$t"; mkdir -p $$t.corpus; \
-	    $$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $$t.corpus tests/data/specs/valid 2>&1 | tail -3 || exit 1; done
+define FUZZ_RULE
+build-fuzz/$(1): tests/fuzz/$(1).c $$(FUZZ_SRC_$(1))
+	@mkdir -p build-fuzz
+	clang -g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -I. -Itrial_helper -I$(BLAS_INC) \
+	    $(PKG_CFLAGS) $$< $$(FUZZ_SRC_$(1)) -o $$@ $(LIBS) -pthread
+endef
+$(foreach t,$(FUZZ_NAMES),$(eval $(call FUZZ_RULE,$(t))))
+
+# A real (tiny) checkpoint for the checkpoint verifier to start from.
+build-fuzz/seeds/fuzz_ckpt/tiny.ckpt: $(TRAIN_BIN)
+	@mkdir -p $(dir $@)
+	$(TRAIN_BIN) --dataset synthetic --synthetic-n 10 --val-size 0 --hidden 2 --epochs 1 \
+	    --batch-size 5 --quiet --save $@ >/dev/null 2>&1
+
+fuzz-build: $(FUZZ_TARGETS) $(FUZZ_SEED_FILES)
+
+# One target: FUZZ_SECONDS from its seeds; a crash fails with its log.
+fuzz-run-%:
+	@mkdir -p build-fuzz/$*.corpus
+	@echo "== $* ($(FUZZ_SECONDS) s)"
+	@build-fuzz/$* -max_total_time=$(FUZZ_SECONDS) -max_len=$(or $(FUZZ_MAXLEN_$*),4096) \
+	    -artifact_prefix=build-fuzz/$*-crash- -print_final_stats=1 \
+	    build-fuzz/$*.corpus $(FUZZ_SEEDS_$*) >build-fuzz/$*.log 2>&1; rc=$$?; \
+	 grep -E '^stat::number_of_executed_units|^Done' build-fuzz/$*.log | tail -2; \
+	 if [ $$rc -ne 0 ]; then tail -30 build-fuzz/$*.log; \
+	     echo "fuzz: $* failed (exit $$rc): see build-fuzz/$*.log"; exit 1; fi
+
+fuzz: fuzz-build
+	@for t in $(FUZZ_NAMES); do $(MAKE) --no-print-directory fuzz-run-$$t || exit 1; done
 
 # ---- top-level commands ----------------------------------------------------
 deps:
@@ -149,14 +208,21 @@ run: deps
 	@scripts/run-example.sh
 
 test: deps
+	@$(MAKE) --no-print-directory format-check
 	@$(MAKE) --no-print-directory all
 	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory cuda; \
 	 else echo "CUDA backend: not built (no nvcc)"; fi
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS))
+	@if [ "$(HAVE_CLANG)" = yes ]; then $(MAKE) --no-print-directory fuzz-build; \
+	 else echo "fuzz targets: not built (no clang)"; fi
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run-all.sh
 
 test-unit: all
 	@BUILD=$(BUILD) tests/run-all.sh --unit-only
+
+# The integration tests alone (pytest over real daemons and processes).
+test-integration: all
+	@JIZHI_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q -rs -p no:cacheprovider tests/integration
 
 valgrind: all
 	@for t in $(UNIT_TESTS); do valgrind -q --error-exitcode=3 --leak-check=full --child-silent-after-fork=yes $$t || exit 1; done
@@ -170,14 +236,57 @@ bench: deps
 bench-intervene: all $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/intervene.sh
 
+# Slurm backend overhead: start decision -> first report, Slurm vs local (bench/slurm.sh).
+.PHONY: bench-slurm
+bench-slurm: all $(BUILD)/bench/slurm_trial
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/slurm.sh
+
 # Schedulers acting on running trials against their baselines (bench/schedulers.sh
 # runs each bench/schedulers_<part>.* in turn). BENCH_SCHED_ARGS="--quick" for a short run.
 .PHONY: bench-schedulers
 bench-schedulers: all
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/schedulers.sh $(BENCH_SCHED_ARGS)
 
+# ---- install ---------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=]: the commands, the helper
+# library with its soname, its header, a pkg-config file with the installed
+# paths, and the Python package (next to Debian's python3 modules).
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BINDIR  := $(PREFIX)/bin
+LIBDIR  := $(PREFIX)/lib
+INCDIR  := $(PREFIX)/include
+PYDIR   ?= $(PREFIX)/lib/python3/dist-packages
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) \
+	    $(DESTDIR)$(PYDIR)/jizhi
+	install -m 755 $(JIZHI) $(EXTRA_BINS) $(DESTDIR)$(BINDIR)/
+	install -m 755 $(LIBJIZHI_SOV) $(DESTDIR)$(LIBDIR)/
+	ln -sf libjizhi.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libjizhi.so
+	install -m 644 $(LIBJIZHI_A) $(DESTDIR)$(LIBDIR)/
+	install -m 644 trial_helper/jizhi.h $(DESTDIR)$(INCDIR)/
+	sed -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCDIR)|' -e 's|@VERSION@|$(VERSION)|' \
+	    trial_helper/jizhi.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/jizhi.pc
+	install -m 644 trial_helper/python/jizhi/*.py $(DESTDIR)$(PYDIR)/jizhi/
+	echo 'LIBJIZHI = "$(LIBDIR)/libjizhi.so.$(SOMAJOR)"' > $(DESTDIR)$(PYDIR)/jizhi/_installed.py
+	@if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,jizhi $(notdir $(EXTRA_BINS))) \
+	    $(DESTDIR)$(LIBDIR)/libjizhi.so $(DESTDIR)$(LIBDIR)/libjizhi.so.$(SOMAJOR) \
+	    $(DESTDIR)$(LIBDIR)/libjizhi.a $(DESTDIR)$(INCDIR)/jizhi.h $(DESTDIR)$(LIBDIR)/pkgconfig/jizhi.pc
+	rm -rf $(DESTDIR)$(PYDIR)/jizhi
+
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')
+
+# Fails, naming the files, when any tracked C file differs from .clang-format.
+format-check:
+	@files=$$(git ls-files '*.c' '*.h'); \
+	 if ! clang-format --dry-run -Werror $$files >build-format.log 2>&1; then \
+	     grep -E '^[^ ].*: error:' build-format.log | cut -d: -f1 | sort -u | sed 's/^/  not formatted: /'; \
+	     echo "format-check: failed; run \`make format\`"; rm -f build-format.log; exit 1; fi; \
+	 rm -f build-format.log; echo "format-check: $$(echo $$files | wc -w) files match .clang-format"
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -13,6 +13,7 @@
     the controller measured itself (push to acknowledgement).
 */
 #include "common/wire.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -71,13 +72,13 @@ int main(int argc, char **argv)
            *ctl = calloc((size_t)nreq, sizeof *ctl);
     long done = 0, nctl = 0, failed = 0;
     char err[256];
-    double t0 = wire_now();
+    double t0 = util_now();
     if (conc == 1) {
         for (long k = 0; k < nreq; k++) {
-            double s = wire_now();
+            double s = util_now();
             json_t *r =
                 wire_request(sock, s_set_msg(ids[k % nids], k), 30000, err, sizeof err);
-            double e = wire_now();
+            double e = util_now();
             if (!r || strcmp(wire_type(r), "ok")) {
                 const char *m =
                     r ? json_string_value(json_object_get(r, "message")) : err;
@@ -100,7 +101,7 @@ int main(int argc, char **argv)
             while (inflight < conc && next < nreq) {
                 json_t *m = s_set_msg(ids[next % nids], next);
                 json_object_set_new(m, "req", json_integer(next + 1));
-                sent[next] = wire_now();
+                sent[next] = util_now();
                 if (wire_send(sock, NULL, m, 0) != 0) {
                     fprintf(stderr, "send failed: %s\n", zmq_strerror(errno));
                     return 1;
@@ -123,7 +124,7 @@ int main(int argc, char **argv)
                         fprintf(stderr, "request %ld failed: %s\n", k, m ? m : "error");
                         failed++;
                     } else {
-                        lat[done++] = wire_now() - sent[k];
+                        lat[done++] = util_now() - sent[k];
                         json_t *l = json_object_get(r, "latency_s");
                         if (json_is_number(l))
                             ctl[nctl++] = json_number_value(l);
@@ -134,7 +135,7 @@ int main(int argc, char **argv)
         }
         free(sent);
     }
-    double wall = wire_now() - t0;
+    double wall = util_now() - t0;
     zmq_close(sock);
     zmq_ctx_term(ctx);
     if (done == 0) {

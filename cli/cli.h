@@ -2,9 +2,13 @@
 
     main.c       command table, global help, PATH set-up
     cli_util.c   database and controller resolution, requests, output
+    cli_opts.c   the options study and trial share
     cmd_run.c    run (embedded controller + dispatcher), controller, dispatcher
     cmd_study.c  study submit|list|show|stop|resume|export|events
     cmd_trial.c  trial list|show|logs|stop|pause|resume|set, report
+    cmd_bseval.c batchsize-eval (batch-size measurements of a study)
+    cmd_watch.c  watch (live terminal view of a study)
+    cmd_plot.c   plot (metric curves as SVG)
     cmd_serve.c  serve (the web dashboard), --http of run and controller
     cmd_token.c  token create|list|revoke (web API bearer tokens)
 
@@ -16,6 +20,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "../common/text.h"
 #include "../store/store.h"
 #include "../web/web.h"
 
@@ -28,11 +33,11 @@ int cmd_dispatcher(int argc, char **argv);
 int cmd_study(int argc, char **argv);
 int cmd_trial(int argc, char **argv);
 int cmd_report(int argc, char **argv);
-int cmd_bseval(int argc, char **argv); /* cmd_bseval.c */
-int cmd_watch(int argc, char **argv);  /* cmd_watch.c */
-int cmd_plot(int argc, char **argv);   /* cmd_plot.c */
-int cmd_serve(int argc, char **argv);  /* cmd_serve.c */
-int cmd_token(int argc, char **argv);  /* cmd_token.c */
+int cmd_bseval(int argc, char **argv);
+int cmd_watch(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_token(int argc, char **argv);
 
 /* Starts the web server (web/) on `listen` over db, sending changes to
    `controller` (NULL: the one in db.endpoint), and prints its address.
@@ -68,13 +73,43 @@ store_t *cli_open_db(const char *db);
 /* Prints a JSON value to stdout, indented. Takes ownership. */
 void cli_print_json(json_t *j);
 
+/* Prints trials (store_trial_json objects, borrowed) as the table that
+   `study show` and `trial list` share: ID STATE TRY STEP VALUE PARAMS,
+   then the reason of each failed trial. */
+void cli_print_trials(const json_t *trials);
+
 /* Formats a parameter or metric value for tables. */
 void cli_format_value(const json_t *v, char *buf, size_t size);
 
 /* Formats seconds as HH:MM:SS. */
 void cli_format_elapsed(double s, char *buf, size_t size);
 
-/* 1 when argv has -h or --help. */
-int cli_wants_help(int argc, char **argv);
+/* The options `study` and `trial` share (cli_opts.c). --db, --controller,
+   --json and --help always; the others when `accept` has their bit. */
+enum {
+    CLI_OPT_FORMAT = 1 << 0,  /* --format csv|json */
+    CLI_OPT_OUTPUT = 1 << 1,  /* --output FILE, -o FILE */
+    CLI_OPT_WAIT = 1 << 2,    /* --no-wait, --timeout S */
+    CLI_OPT_STDERR = 1 << 3,  /* --stderr */
+    CLI_OPT_RELEASE = 1 << 4, /* --release */
+    CLI_OPT_ALL = 1 << 5,     /* --all */
+    CLI_OPT_FOLLOW = 1 << 6,  /* --follow, -f */
+};
+typedef struct {
+    const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
+    const char *controller; /* --controller or NULL (borrowed from argv) */
+    const char *format;     /* --format, default "csv" */
+    const char *output;     /* --output or NULL */
+    int json, no_wait, err_only, release, all, follow;
+    double timeout; /* --timeout, default 30 s */
+    int nargs;      /* positional arguments left */
+    char **args;    /* borrowed from argv */
+} cli_opts;
+
+/* Parses argv (argv[0] is the subcommand). 0 when done; -1 after printing
+   `usage` to stdout for --help; CLI_USAGE after printing the error and
+   `usage` to stderr. */
+int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage,
+                   cli_opts *o);
 
 #endif

@@ -105,7 +105,7 @@ store_t *cli_open_db(const char *db)
 
 void cli_print_json(json_t *j)
 {
-    char *text = json_dumps(j, JSON_INDENT(2) | JSON_ENCODE_ANY);
+    char *text = text_json_dumps(j, JSON_INDENT(2) | JSON_ENCODE_ANY);
     if (text)
         puts(text);
     free(text);
@@ -126,16 +126,47 @@ void cli_format_value(const json_t *v, char *buf, size_t size)
         snprintf(buf, size, "-");
 }
 
+void cli_print_trials(const json_t *trials)
+{
+    printf("%-7s %-10s %-3s %-7s %-12s %s\n", "ID", "STATE", "TRY", "STEP", "VALUE",
+           "PARAMS");
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        char v[64], step[32] = "-";
+        json_t *val = json_object_get(t, "value");
+        cli_format_value(json_is_null(val) ? json_object_get(t, "last_value") : val, v,
+                         sizeof v);
+        json_int_t ls = json_integer_value(json_object_get(t, "last_step"));
+        if (ls >= 0)
+            snprintf(step, sizeof step, "%" JSON_INTEGER_FORMAT, ls);
+        char *p =
+            text_json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+        printf("%-7" JSON_INTEGER_FORMAT " %-10s %-3" JSON_INTEGER_FORMAT
+               " %-7s %-12s %s\n",
+               json_integer_value(json_object_get(t, "id")),
+               json_string_value(json_object_get(t, "state")),
+               json_integer_value(json_object_get(t, "attempt")), step, v, p ? p : "");
+        free(p);
+    }
+    int header = 0;
+    json_array_foreach(trials, i, t)
+    {
+        const char *state = json_string_value(json_object_get(t, "state"));
+        if (!state || strcmp(state, "failed"))
+            continue;
+        if (!header++)
+            printf("failed trials:\n");
+        const char *why = json_string_value(json_object_get(t, "reason"));
+        printf("  trial %" JSON_INTEGER_FORMAT ": %s\n",
+               json_integer_value(json_object_get(t, "id")),
+               why && *why ? why : "no reason recorded");
+    }
+}
+
 void cli_format_elapsed(double s, char *buf, size_t size)
 {
     long t = (long)(s < 0 ? 0 : s);
     snprintf(buf, size, "%02ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-}
-
-int cli_wants_help(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-            return 1;
-    return 0;
 }

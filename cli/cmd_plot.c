@@ -196,7 +196,7 @@ static void s_color(long i, char *buf, size_t size)
 
 static void s_params_title(FILE *f, const json_t *params)
 {
-    char *text = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
+    char *text = text_json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
     if (text)
         s_xml(f, text);
     free(text);

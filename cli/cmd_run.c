@@ -110,6 +110,38 @@ static int s_check_no_controller(const char *db)
     return 0;
 }
 
+/* A study whose trials have `ranks` > 1: refuses without mpirun on PATH
+   or with --slots below ranks; without --slots, at least ranks slots (the
+   ranks oversubscribe the cores). 0 or -1 (message printed). */
+static int s_ranks_check(long ranks, int *slots)
+{
+    const char *path = getenv("PATH");
+    char cand[4096];
+    int found = 0;
+    for (const char *p = path ? path : ""; *p && !found;) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        snprintf(cand, sizeof cand, "%.*s/mpirun", (int)n, p);
+        found = n > 0 && access(cand, X_OK) == 0;
+        p = e ? e + 1 : p + n;
+    }
+    if (!found) {
+        cli_error("trial.ranks = %ld needs MPI: mpirun is not on PATH (install "
+                  "openmpi-bin)",
+                  ranks);
+        return -1;
+    }
+    if (*slots > 0 && *slots < ranks) {
+        cli_error("--slots %d is fewer than trial.ranks = %ld (a slot per rank)", *slots,
+                  ranks);
+        return -1;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (*slots == 0 && cores < ranks)
+        *slots = (int)ranks;
+    return 0;
+}
+
 static int s_parse_slots(const char *text, int *out)
 {
     char *end;
@@ -148,7 +180,7 @@ static void s_progress(const json_t *st, int tty, long *last_done)
         double v;
         wire_to_double(json_object_get(best, "value"), &v);
         snprintf(bv, sizeof bv, "%.6g (trial %" JSON_INTEGER_FORMAT ")", v,
-                 json_integer_value(json_object_get(best, "number")));
+                 json_integer_value(json_object_get(best, "trial")));
     }
     char line[400];
     snprintf(line, sizeof line,
@@ -162,6 +194,32 @@ static void s_progress(const json_t *st, int tty, long *last_done)
         fprintf(stderr, "%s\n", line);
     }
     *last_done = done;
+}
+
+/* Prints why trials failed: each distinct reason once, with how many
+   trials and the first of them, so a broken command is seen at once. */
+static void s_print_failures(const store_trial *rows, long n)
+{
+    enum { MAX_SHOWN = 5 };
+    long shown = 0;
+    for (long i = 0; i < n && shown < MAX_SHOWN; i++) {
+        if (strcmp(rows[i].state, "failed"))
+            continue;
+        int seen = 0;
+        for (long k = 0; k < i && !seen; k++)
+            seen = !strcmp(rows[k].state, "failed") &&
+                   !strcmp(rows[k].reason, rows[i].reason);
+        if (seen)
+            continue;
+        long count = 0;
+        for (long k = i; k < n; k++)
+            count += !strcmp(rows[k].state, "failed") &&
+                     !strcmp(rows[k].reason, rows[i].reason);
+        printf("  failed: %s (%ld trial%s, e.g. trial %ld; jizhi trial logs %ld)\n",
+               rows[i].reason[0] ? rows[i].reason : "no reason recorded", count,
+               count == 1 ? "" : "s", rows[i].id, rows[i].id);
+        shown++;
+    }
 }
 
 /* Prints the best trial of a study from the database. */
@@ -195,11 +253,12 @@ static int s_print_best(const char *db, const char *name)
     }
     printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
            st.state, n, completed, failed, stopped);
+    s_print_failures(rows, n);
     int rc = CLI_OK;
     if (best >= 0) {
-        char *params = json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
-        printf("best trial %ld (id %ld): %s=%.6g\n  params %s\n", rows[best].number,
-               rows[best].id, metric, rows[best].value, params);
+        char *params = text_json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
+        printf("best trial %ld: %s=%.6g\n  params %s\n", rows[best].id, metric,
+               rows[best].value, params);
         json_t *m = store_metrics_last(s, rows[best].id);
         json_t *ta = json_object_get(m, "test_acc");
         if (json_is_number(ta))
@@ -273,6 +332,12 @@ int cmd_run(int argc, char **argv)
         spec_destroy(&spec);
         return CLI_FAIL;
     }
+    if (spec->ranks > 1) { /* ranks need MPI and a slot each */
+        if (s_ranks_check(spec->ranks, &slots) != 0) {
+            spec_destroy(&spec);
+            return CLI_FAIL;
+        }
+    }
     json_t *spec_json = json_incref(spec->json);
     char name[128];
     snprintf(name, sizeof name, "%s", spec->name);
@@ -297,7 +362,7 @@ int cmd_run(int argc, char **argv)
         logdir = logroot;
     }
     if (!getenv("JIZHI_LOG"))
-        log_set_level(LOG_WARN); /* the progress line is the output */
+        log_set_level(LOGL_WARN); /* the progress line is the output */
     ctl_config cc = {.db_path = db, .bind = bind};
     ctl_t *ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {
@@ -480,7 +545,27 @@ int cmd_controller(int argc, char **argv)
 static const char s_disp_usage[] =
     "usage: jizhi dispatcher --controller ENDPOINT [--gpus LIST|none] [--slots N]\n"
     "                        [--name NAME] [--log-dir DIR] [--log FILE|syslog]\n"
-    "Runs trials for the controller on this machine until SIGINT/SIGTERM.\n";
+    "                        [--trial-endpoint ENDPOINT]\n"
+    "       jizhi dispatcher --backend slurm --controller tcp://HOST:PORT\n"
+    "                        [--partition P] [--account A] [--max-jobs N]\n"
+    "                        [--max-gpus N] [--poll-s S] [--name NAME] [--log-dir DIR]\n"
+    "Runs trials for the controller until SIGINT/SIGTERM: as processes on this\n"
+    "machine (--backend local, the default), or as one Slurm job per trial\n"
+    "attempt (--backend slurm; --log-dir must be on a file system the compute\n"
+    "nodes share, and the endpoint reachable from them).\n";
+
+/* A count option from 0 (or 1) to 4096. */
+static int s_parse_count(const char *opt, const char *text, int min, int *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < min || v > 4096) {
+        cli_error("%s: expected an integer from %d to 4096, got \"%s\"", opt, min, text);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
 
 int cmd_dispatcher(int argc, char **argv)
 {
@@ -490,10 +575,18 @@ int cmd_dispatcher(int argc, char **argv)
                                          {"name", required_argument, 0, 'n'},
                                          {"log-dir", required_argument, 0, 'l'},
                                          {"log", required_argument, 0, 'L'},
+                                         {"trial-endpoint", required_argument, 0, 'T'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"partition", required_argument, 0, 'p'},
+                                         {"account", required_argument, 0, 'a'},
+                                         {"max-jobs", required_argument, 0, 'j'},
+                                         {"max-gpus", required_argument, 0, 'G'},
+                                         {"poll-s", required_argument, 0, 'P'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     disp_config dc = {0};
-    int c;
+    int c, slurm_only = 0;
+    const char *slurm_opt = NULL;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -516,6 +609,45 @@ int cmd_dispatcher(int argc, char **argv)
             if (s_parse_slots(optarg, &dc.slots) != 0)
                 return CLI_USAGE;
             break;
+        case 'T':
+            dc.trial_endpoint = optarg;
+            break;
+        case 'b':
+            if (strcmp(optarg, "local") && strcmp(optarg, "slurm")) {
+                cli_error("--backend: expected local or slurm, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            dc.backend = optarg;
+            break;
+        case 'p':
+            dc.partition = optarg;
+            slurm_only = 1, slurm_opt = "--partition";
+            break;
+        case 'a':
+            dc.account = optarg;
+            slurm_only = 1, slurm_opt = "--account";
+            break;
+        case 'j':
+            if (s_parse_count("--max-jobs", optarg, 1, &dc.slots) != 0)
+                return CLI_USAGE;
+            slurm_only = 1, slurm_opt = "--max-jobs";
+            break;
+        case 'G':
+            if (s_parse_count("--max-gpus", optarg, 0, &dc.max_gpus) != 0)
+                return CLI_USAGE;
+            slurm_only = 1, slurm_opt = "--max-gpus";
+            break;
+        case 'P': {
+            char *end;
+            dc.poll_s = strtod(optarg, &end);
+            if (!*optarg || *end || !(dc.poll_s >= 0.05 && dc.poll_s <= 3600)) {
+                cli_error("--poll-s: expected seconds from 0.05 to 3600, got \"%s\"",
+                          optarg);
+                return CLI_USAGE;
+            }
+            slurm_only = 1, slurm_opt = "--poll-s";
+            break;
+        }
         case 'h':
             fputs(s_disp_usage, stdout);
             return CLI_OK;
@@ -523,6 +655,10 @@ int cmd_dispatcher(int argc, char **argv)
             fputs(s_disp_usage, stderr);
             return CLI_USAGE;
         }
+    }
+    if (slurm_only && !(dc.backend && !strcmp(dc.backend, "slurm"))) {
+        cli_error("dispatcher: %s needs --backend slurm", slurm_opt);
+        return CLI_USAGE;
     }
     char buf[512];
     if (!dc.controller)

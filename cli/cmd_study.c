@@ -9,7 +9,7 @@
 #include "../common/wire.h"
 #include "../schedulers/sched.h"
 
-#include <getopt.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,62 +19,15 @@ static const char s_usage[] =
     "       jizhi study list [--json]\n"
     "       jizhi study show NAME [--json]\n"
     "       jizhi study stop NAME | resume NAME\n"
-    "       jizhi study export NAME [--format csv|json] [--output FILE]\n"
+    "       jizhi study export NAME [--format csv|json|curves] [--all] [--output FILE]\n"
+    "           csv: a row per trial: params as now (param_X) and, where one changed\n"
+    "           live, as sampled (sampled_X), and last metrics; curves: every metric\n"
+    "           point (trial,attempt,step,metric,value,time); --all keeps the\n"
+    "           schedulers' internal metrics (grad_sqnorm_*, batch_small/big)\n"
     "       jizhi study events NAME [--json]\n"
     "Common options: --db FILE, --controller ENDPOINT.\n";
 
-typedef struct {
-    const char *db, *controller, *format, *output;
-    int json;
-    int nargs;
-    char **args;
-} s_opts;
-
-/* Parses the options every study subcommand shares. 0, or an exit code. */
-static int s_parse(int argc, char **argv, s_opts *o)
-{
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"controller", required_argument, 0, 'c'},
-                                         {"format", required_argument, 0, 'f'},
-                                         {"output", required_argument, 0, 'o'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    memset(o, 0, sizeof *o);
-    o->format = "csv";
-    int c;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            o->db = optarg;
-            break;
-        case 'c':
-            o->controller = optarg;
-            break;
-        case 'f':
-            o->format = optarg;
-            break;
-        case 'o':
-            o->output = optarg;
-            break;
-        case 'j':
-            o->json = 1;
-            break;
-        case 'h':
-            fputs(s_usage, stdout);
-            return -CLI_OK - 1;
-        default:
-            fputs(s_usage, stderr);
-            return CLI_USAGE;
-        }
-    }
-    o->db = cli_db_path(o->db);
-    o->nargs = argc - optind;
-    o->args = argv + optind;
-    return 0;
-}
-
-static int s_need_args(const s_opts *o, int n, const char *what)
+static int s_need_args(const cli_opts *o, int n, const char *what)
 {
     if (o->nargs != n) {
         cli_error("study %s", what);
@@ -84,7 +37,7 @@ static int s_need_args(const s_opts *o, int n, const char *what)
     return 0;
 }
 
-static int s_controller_cmd(const s_opts *o, json_t *msg)
+static int s_controller_cmd(const cli_opts *o, json_t *msg)
 {
     char buf[512];
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
@@ -103,7 +56,7 @@ static int s_controller_cmd(const s_opts *o, json_t *msg)
     return CLI_OK;
 }
 
-static int s_submit(const s_opts *o)
+static int s_submit(const cli_opts *o)
 {
     spec_error serr;
     spec_t *spec = spec_load(o->args[0], 1, &serr);
@@ -141,7 +94,7 @@ static int s_submit(const s_opts *o)
     return rc;
 }
 
-static int s_list(const s_opts *o)
+static int s_list(const cli_opts *o)
 {
     store_t *s = cli_open_db(o->db);
     if (!s)
@@ -199,7 +152,7 @@ static int s_load(const char *db, const char *name, store_t **s, store_study *st
     return CLI_OK;
 }
 
-static int s_show(const s_opts *o)
+static int s_show(const cli_opts *o)
 {
     store_t *s;
     store_study st;
@@ -215,24 +168,7 @@ static int s_show(const s_opts *o)
         printf("study %s (%s), objective %s %s\n", st.name, st.state,
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
-        printf("%-5s %-7s %-10s %-3s %-12s %s\n", "TRIAL", "ID", "STATE", "TRY", "VALUE",
-               "PARAMS");
-        size_t i;
-        json_t *t;
-        json_array_foreach(trials, i, t)
-        {
-            char v[64];
-            cli_format_value(json_object_get(t, "value"), v, sizeof v);
-            char *p =
-                json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-            printf("%-5" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT
-                   " %-10s %-3" JSON_INTEGER_FORMAT " %-12s %s\n",
-                   json_integer_value(json_object_get(t, "number")),
-                   json_integer_value(json_object_get(t, "id")),
-                   json_string_value(json_object_get(t, "state")),
-                   json_integer_value(json_object_get(t, "attempt")), v, p);
-            free(p);
-        }
+        cli_print_trials(trials);
         json_decref(trials);
     }
     store_study_fini(&st);
@@ -271,7 +207,7 @@ static json_t *s_key_union(json_t *trials, const char *key)
             json_object_set_new(set, k, json_true());
     }
     json_t *keys = json_array();
-    char *text = json_dumps(set, JSON_SORT_KEYS | JSON_COMPACT);
+    char *text = text_json_dumps(set, JSON_SORT_KEYS | JSON_COMPACT);
     json_t *sorted =
         json_loads(text, JSON_DECODE_ANY, NULL); /* key order kept as sorted */
     const char *k;
@@ -283,10 +219,145 @@ static json_t *s_key_union(json_t *trials, const char *key)
     return keys;
 }
 
-static int s_export(const s_opts *o)
+/* Metrics kept for the schedulers (gradient-noise inputs), exported only
+   with --all. */
+static int s_internal_metric(const char *name)
 {
-    if (strcmp(o->format, "csv") && strcmp(o->format, "json")) {
-        cli_error("--format: expected csv or json, got \"%s\"", o->format);
+    return !strncmp(name, "grad_sqnorm_", 12) || !strcmp(name, "batch_small") ||
+           !strcmp(name, "batch_big");
+}
+
+/* One CSV cell of a JSON value: reals as their shortest text, "" for none. */
+static void s_cell(const json_t *v, char *cell, size_t size)
+{
+    if (json_is_real(v))
+        text_double(json_real_value(v), cell);
+    else if (!v || json_is_null(v))
+        cell[0] = 0;
+    else
+        cli_format_value(v, cell, size);
+}
+
+/* Adds to each trial "sampled": its params as first suggested (generation
+   0), before any live change or PBT exploit. */
+static void s_add_sampled(store_t *s, json_t *trials)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        json_t *lin =
+            store_trial_lineage(s, json_integer_value(json_object_get(t, "id")));
+        json_t *first = json_array_get(lin, 0);
+        json_object_set(t, "sampled",
+                        first ? json_object_get(first, "params")
+                              : json_object_get(t, "params"));
+        json_decref(lin);
+    }
+}
+
+/* Names of the params some trial changed after it was sampled. */
+static json_t *s_changed_params(json_t *trials, json_t *pk)
+{
+    json_t *out = json_array();
+    size_t k;
+    json_t *name;
+    json_array_foreach(pk, k, name)
+    {
+        size_t i;
+        json_t *t;
+        json_array_foreach(trials, i, t)
+        {
+            const char *n = json_string_value(name);
+            json_t *a = json_object_get(json_object_get(t, "params"), n);
+            json_t *b = json_object_get(json_object_get(t, "sampled"), n);
+            if (a && b && !json_equal(a, b)) {
+                json_array_append(out, name);
+                break;
+            }
+        }
+    }
+    return out;
+}
+
+static void s_export_csv(FILE *f, json_t *trials, int all)
+{
+    json_t *pk = s_key_union(trials, "params"), *mk = s_key_union(trials, "metrics");
+    json_t *ck = s_changed_params(trials, pk);
+    if (!all) { /* drop internal metrics */
+        for (size_t i = json_array_size(mk); i-- > 0;)
+            if (s_internal_metric(json_string_value(json_array_get(mk, i))))
+                json_array_remove(mk, i);
+    }
+    /* columns: trial fields, param_X (final), sampled_X (for the params
+       changed live), metric_X (last values) */
+    json_t *cols = json_array(); /* [prefix, field of the trial, key] */
+    static const char *const fixed[] = {"number",  "id",         "state",
+                                        "attempt", "generation", "value"};
+    for (size_t c = 0; c < sizeof fixed / sizeof fixed[0]; c++)
+        json_array_append_new(cols, json_pack("[s, n, s]", "", fixed[c]));
+    const struct {
+        json_t *keys;
+        const char *prefix, *field;
+    } groups[] = {{pk, "param_", "params"},
+                  {ck, "sampled_", "sampled"},
+                  {mk, "metric_", "metrics"}};
+    for (int g = 0; g < 3; g++)
+        for (size_t k = 0; k < json_array_size(groups[g].keys); k++)
+            json_array_append_new(cols, json_pack("[s, s, O]", groups[g].prefix,
+                                                  groups[g].field,
+                                                  json_array_get(groups[g].keys, k)));
+    size_t ncols = json_array_size(cols);
+    char cell[512];
+    for (size_t c = 0; c < ncols; c++) {
+        json_t *col = json_array_get(cols, c);
+        snprintf(cell, sizeof cell, "%s%s", json_string_value(json_array_get(col, 0)),
+                 json_string_value(json_array_get(col, 2)));
+        s_csv_field(f, cell, c + 1 == ncols);
+    }
+    size_t j;
+    json_t *t;
+    json_array_foreach(trials, j, t)
+    {
+        for (size_t c = 0; c < ncols; c++) {
+            json_t *col = json_array_get(cols, c);
+            const char *field = json_string_value(json_array_get(col, 1));
+            const char *key = json_string_value(json_array_get(col, 2));
+            s_cell(json_object_get(field ? json_object_get(t, field) : t, key), cell,
+                   sizeof cell);
+            s_csv_field(f, cell, c + 1 == ncols);
+        }
+    }
+    json_decref(cols);
+    json_decref(pk);
+    json_decref(mk);
+    json_decref(ck);
+}
+
+typedef struct {
+    FILE *f;
+    int all;
+} s_curves_arg;
+
+static int s_curve_row(void *arg, long trial, long attempt, long step, const char *name,
+                       double value, double time)
+{
+    s_curves_arg *a = arg;
+    if (!a->all && s_internal_metric(name))
+        return 0;
+    char v[TEXT_DOUBLE_MAX], tm[TEXT_TIME_MAX];
+    fprintf(a->f, "%ld,%ld,%ld,", trial, attempt, step);
+    s_csv_field(a->f, name, 0);
+    fprintf(a->f, "%s,%s\n", isnan(value) ? "" : text_double(value, v),
+            text_time(time, tm));
+    return 0;
+}
+
+static int s_export(const cli_opts *o)
+{
+    if (strcmp(o->format, "csv") && strcmp(o->format, "json") &&
+        strcmp(o->format, "curves")) {
+        cli_error("--format: expected csv, json or curves, got \"%s\"", o->format);
         return CLI_USAGE;
     }
     store_t *s;
@@ -295,72 +366,36 @@ static int s_export(const s_opts *o)
     if (s_load(o->db, o->args[0], &s, &st, &trials) != CLI_OK)
         return CLI_FAIL;
     FILE *f = o->output ? fopen(o->output, "w") : stdout;
+    int rc = CLI_OK;
     if (!f) {
-        cli_error("cannot write %s", o->output);
-        json_decref(trials);
-        store_study_fini(&st);
-        store_close(&s);
-        return CLI_FAIL;
-    }
-    if (!strcmp(o->format, "json")) {
-        char *text = json_dumps(trials, JSON_INDENT(2));
-        fprintf(f, "%s\n", text);
-        free(text);
+        cli_error("cannot write %s: %s", o->output, strerror(errno));
+        rc = CLI_FAIL;
+    } else if (!strcmp(o->format, "curves")) {
+        fputs("trial,attempt,step,metric,value,time\n", f);
+        s_curves_arg a = {f, o->all};
+        if (store_study_curves(s, st.id, s_curve_row, &a) < 0) {
+            cli_error("cannot read the metrics: %s", store_errmsg(s));
+            rc = CLI_FAIL;
+        }
     } else {
-        json_t *pk = s_key_union(trials, "params"), *mk = s_key_union(trials, "metrics");
-        static const char *const fixed[] = {"number", "id", "state", "attempt", "value"};
-        size_t nfixed = sizeof fixed / sizeof fixed[0];
-        size_t ncols = nfixed + json_array_size(pk) + json_array_size(mk);
-        char cell[512];
-        for (size_t col = 0; col < ncols; col++) {
-            if (col < nfixed)
-                snprintf(cell, sizeof cell, "%s", fixed[col]);
-            else if (col < nfixed + json_array_size(pk))
-                snprintf(cell, sizeof cell, "param_%s",
-                         json_string_value(json_array_get(pk, col - nfixed)));
-            else
-                snprintf(cell, sizeof cell, "metric_%s",
-                         json_string_value(
-                             json_array_get(mk, col - nfixed - json_array_size(pk))));
-            s_csv_field(f, cell, col + 1 == ncols);
+        s_add_sampled(s, trials);
+        if (!strcmp(o->format, "json")) {
+            char *text = text_json_dumps(trials, JSON_INDENT(2));
+            fprintf(f, "%s\n", text);
+            free(text);
+        } else {
+            s_export_csv(f, trials, o->all);
         }
-        size_t j;
-        json_t *t;
-        json_array_foreach(trials, j, t)
-        {
-            for (size_t col = 0; col < ncols; col++) {
-                json_t *v;
-                if (col < nfixed)
-                    v = json_object_get(t, fixed[col]);
-                else if (col < nfixed + json_array_size(pk))
-                    v = json_object_get(
-                        json_object_get(t, "params"),
-                        json_string_value(json_array_get(pk, col - nfixed)));
-                else
-                    v = json_object_get(json_object_get(t, "metrics"),
-                                        json_string_value(json_array_get(
-                                            mk, col - nfixed - json_array_size(pk))));
-                if (json_is_real(v))
-                    snprintf(cell, sizeof cell, "%.17g", json_real_value(v));
-                else if (!v || json_is_null(v))
-                    cell[0] = 0;
-                else
-                    cli_format_value(v, cell, sizeof cell);
-                s_csv_field(f, cell, col + 1 == ncols);
-            }
-        }
-        json_decref(pk);
-        json_decref(mk);
     }
-    if (o->output)
+    if (f && o->output)
         fclose(f);
     json_decref(trials);
     store_study_fini(&st);
     store_close(&s);
-    return CLI_OK;
+    return rc;
 }
 
-static int s_events(const s_opts *o)
+static int s_events(const cli_opts *o)
 {
     store_t *s = cli_open_db(o->db);
     if (!s)
@@ -383,7 +418,7 @@ static int s_events(const s_opts *o)
     json_array_foreach(ev, i, e)
     {
         char *d =
-            json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
+            text_json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
         json_t *trial = json_object_get(e, "trial"),
                *applied = json_object_get(e, "applied");
         json_t *lat = json_object_get(e, "latency_s");
@@ -413,9 +448,10 @@ int cmd_study(int argc, char **argv)
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     const char *sub = argv[1];
-    s_opts o;
-    int rc = s_parse(argc - 1, argv + 1, &o);
-    if (rc == -CLI_OK - 1)
+    cli_opts o;
+    int rc = cli_opts_parse(argc - 1, argv + 1,
+                            CLI_OPT_FORMAT | CLI_OPT_OUTPUT | CLI_OPT_ALL, s_usage, &o);
+    if (rc < 0)
         return CLI_OK;
     if (rc)
         return rc;

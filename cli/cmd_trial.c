@@ -12,11 +12,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char s_usage[] =
     "usage: jizhi trial list STUDY [--json]\n"
     "       jizhi trial show ID [--json]\n"
-    "       jizhi trial logs ID [--stderr]\n"
+    "       jizhi trial logs ID [--stderr] [-f|--follow]   -f: as the trial writes,\n"
+    "                                        until it ends\n"
     "       jizhi trial stop ID | pause ID | resume ID   [--no-wait] [--timeout S]\n"
     "       jizhi trial pause ID --release   checkpoint, exit and free the slot; "
     "`resume`\n"
@@ -26,71 +28,6 @@ static const char s_usage[] =
     "set/pause/resume return once the trial has acknowledged (or fail after the "
     "timeout,\n"
     "default 30 s); --no-wait returns as soon as the controller has recorded it.\n";
-
-typedef struct {
-    const char *db, *controller;
-    int json, no_wait, err_only, release;
-    double timeout;
-    int nargs;
-    char **args;
-} s_opts;
-
-static int s_parse(int argc, char **argv, s_opts *o)
-{
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"controller", required_argument, 0, 'c'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"no-wait", no_argument, 0, 'n'},
-                                         {"stderr", no_argument, 0, 'e'},
-                                         {"release", no_argument, 0, 'r'},
-                                         {"timeout", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    memset(o, 0, sizeof *o);
-    o->timeout = 30;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            o->db = optarg;
-            break;
-        case 'c':
-            o->controller = optarg;
-            break;
-        case 'j':
-            o->json = 1;
-            break;
-        case 'n':
-            o->no_wait = 1;
-            break;
-        case 'e':
-            o->err_only = 1;
-            break;
-        case 'r':
-            o->release = 1;
-            break;
-        case 't': {
-            char *end;
-            o->timeout = strtod(optarg, &end);
-            if (*end || !(o->timeout > 0)) {
-                cli_error("--timeout: expected seconds > 0, got \"%s\"", optarg);
-                return CLI_USAGE;
-            }
-            break;
-        }
-        case 'h':
-            fputs(s_usage, stdout);
-            return -1;
-        default:
-            fputs(s_usage, stderr);
-            return CLI_USAGE;
-        }
-    }
-    o->db = cli_db_path(o->db);
-    o->nargs = argc - optind;
-    o->args = argv + optind;
-    return 0;
-}
 
 static int s_trial_id(const char *text, long *id)
 {
@@ -104,7 +41,7 @@ static int s_trial_id(const char *text, long *id)
     return 0;
 }
 
-static int s_list(const s_opts *o)
+static int s_list(const cli_opts *o)
 {
     store_t *s = cli_open_db(o->db);
     if (!s)
@@ -127,32 +64,13 @@ static int s_list(const s_opts *o)
         cli_print_json(arr);
         return CLI_OK;
     }
-    printf("%-7s %-5s %-10s %-3s %-7s %-12s %s\n", "ID", "TRIAL", "STATE", "TRY", "STEP",
-           "VALUE", "PARAMS");
-    size_t i;
-    json_t *t;
-    json_array_foreach(arr, i, t)
-    {
-        char v[64];
-        json_t *val = json_object_get(t, "value");
-        cli_format_value(json_is_null(val) ? json_object_get(t, "last_value") : val, v,
-                         sizeof v);
-        char *p = json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-        printf("%-7" JSON_INTEGER_FORMAT " %-5" JSON_INTEGER_FORMAT
-               " %-10s %-3" JSON_INTEGER_FORMAT " %-7" JSON_INTEGER_FORMAT " %-12s %s\n",
-               json_integer_value(json_object_get(t, "id")),
-               json_integer_value(json_object_get(t, "number")),
-               json_string_value(json_object_get(t, "state")),
-               json_integer_value(json_object_get(t, "attempt")),
-               json_integer_value(json_object_get(t, "last_step")), v, p);
-        free(p);
-    }
+    cli_print_trials(arr);
     json_decref(arr);
     return CLI_OK;
 }
 
 /* Loads one trial row. */
-static int s_get(const s_opts *o, long id, store_t **s, store_trial *t)
+static int s_get(const cli_opts *o, long id, store_t **s, store_trial *t)
 {
     *s = cli_open_db(o->db);
     if (!*s)
@@ -165,7 +83,7 @@ static int s_get(const s_opts *o, long id, store_t **s, store_trial *t)
     return CLI_OK;
 }
 
-static int s_show(const s_opts *o, long id)
+static int s_show(const cli_opts *o, long id)
 {
     store_t *s;
     store_trial t;
@@ -179,19 +97,30 @@ static int s_show(const s_opts *o, long id)
         cli_print_json(j);
         return CLI_OK;
     }
+    int ended = json_number_value(json_object_get(j, "ended")) > 0;
     const char *key;
     json_t *v;
     json_object_foreach(j, key, v)
     {
+        char buf[600];
         if (json_is_object(v) || json_is_array(v)) {
-            char *text = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+            char *text = text_json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
             printf("%-12s %s\n", key, text);
             free(text);
-        } else {
-            char buf[600];
-            cli_format_value(v, buf, sizeof buf);
-            printf("%-12s %s\n", key, buf);
+            continue;
         }
+        if (!strcmp(key, "created") || !strcmp(key, "started") || !strcmp(key, "ended"))
+            text_time(json_number_value(v), buf); /* "-" when not yet */
+        else if ((!ended && (!strcmp(key, "exit_code") || !strcmp(key, "exit_how"))) ||
+                 (!strcmp(key, "last_step") && json_integer_value(v) < 0) ||
+                 (!strcmp(key, "pid") && json_integer_value(v) <= 0) ||
+                 (json_is_string(v) && !*json_string_value(v)))
+            strcpy(buf, "-"); /* not there (yet) */
+        else if (json_is_real(v))
+            text_double(json_real_value(v), buf);
+        else
+            cli_format_value(v, buf, sizeof buf);
+        printf("%-12s %s\n", key, buf);
     }
     json_decref(j);
     return CLI_OK;
@@ -212,8 +141,71 @@ static int s_cat(const char *path)
     return CLI_OK;
 }
 
-static int s_logs(const s_opts *o, long id)
+/* Copies what `path` holds past *off to `to`; advances *off. A file that
+   does not exist (yet) copies nothing. */
+static void s_copy_new(const char *path, long *off, FILE *to)
 {
+    FILE *f = path[0] ? fopen(path, "r") : NULL;
+    if (!f)
+        return;
+    if (fseek(f, *off, SEEK_SET) == 0) {
+        char buf[8192];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+            fwrite(buf, 1, n, to);
+            *off += (long)n;
+        }
+        fflush(to);
+    }
+    fclose(f);
+}
+
+static int s_ended_state(const char *state)
+{
+    store_trial_state st;
+    return store_trial_state_parse(state, &st) == 0 &&
+           (st == TRIAL_COMPLETED || st == TRIAL_FAILED || st == TRIAL_STOPPED);
+}
+
+/* trial logs -f: prints the logs as they grow (stdout to stdout, stderr to
+   stderr), follows a retry into its new files, and returns once the trial
+   has ended and everything it wrote was printed. */
+static int s_follow(const cli_opts *o, long id)
+{
+    store_t *s;
+    store_trial t;
+    if (s_get(o, id, &s, &t) != CLI_OK)
+        return CLI_FAIL;
+    char out[sizeof t.out_path] = "", err[sizeof t.err_path] = "";
+    long off_out = 0, off_err = 0;
+    for (;;) {
+        if (strcmp(out, t.out_path) || strcmp(err, t.err_path)) { /* a new attempt */
+            snprintf(out, sizeof out, "%s", t.out_path);
+            snprintf(err, sizeof err, "%s", t.err_path);
+            off_out = off_err = 0;
+        }
+        int ended = s_ended_state(t.state);
+        if (!o->err_only)
+            s_copy_new(out, &off_out, stdout);
+        s_copy_new(err, &off_err, o->err_only ? stdout : stderr);
+        store_trial_fini(&t);
+        if (ended)
+            break;
+        usleep(200 * 1000);
+        if (store_trial_get(s, id, &t) != 1) {
+            cli_error("trial %ld disappeared from %s", id, o->db);
+            store_close(&s);
+            return CLI_FAIL;
+        }
+    }
+    store_close(&s);
+    return CLI_OK;
+}
+
+static int s_logs(const cli_opts *o, long id)
+{
+    if (o->follow)
+        return s_follow(o, id);
     store_t *s;
     store_trial t;
     if (s_get(o, id, &s, &t) != CLI_OK)
@@ -271,7 +263,7 @@ static int s_kv(const char *arg, json_t *values)
     return 0;
 }
 
-static int s_control(const s_opts *o, const char *sub, long id)
+static int s_control(const cli_opts *o, const char *sub, long id)
 {
     char type[32];
     snprintf(type, sizeof type, "trial_%s", sub);
@@ -340,8 +332,10 @@ int cmd_trial(int argc, char **argv)
         return argc < 2 ? CLI_USAGE : CLI_OK;
     }
     const char *sub = argv[1];
-    s_opts o;
-    int rc = s_parse(argc - 1, argv + 1, &o);
+    cli_opts o;
+    int rc = cli_opts_parse(
+        argc - 1, argv + 1,
+        CLI_OPT_WAIT | CLI_OPT_STDERR | CLI_OPT_RELEASE | CLI_OPT_FOLLOW, s_usage, &o);
     if (rc < 0)
         return CLI_OK;
     if (rc)

@@ -23,6 +23,7 @@
 
 #include "../common/spec.h"
 #include "../common/wire.h"
+#include "../common/util.h"
 
 #include <curses.h>
 #include <errno.h>
@@ -310,7 +311,7 @@ static void s_progress(const w_view *v, w_progress *p)
     }
     p->total = v->budget > v->norder ? v->budget : v->norder;
     double end =
-        v->finished > 0 && strcmp(v->study_state, "running") ? v->finished : wire_wall();
+        v->finished > 0 && strcmp(v->study_state, "running") ? v->finished : util_wall();
     p->elapsed = v->created > 0 ? end - v->created : 0;
 }
 
@@ -320,7 +321,7 @@ static void s_params_text(const json_t *params, char *buf, size_t size)
     buf[0] = 0;
     if (!params)
         return;
-    char *text = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
+    char *text = text_json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
     json_t *sorted = text ? json_loads(text, 0, NULL) : NULL; /* keys in sorted order */
     free(text);
     size_t len = 0;
@@ -475,7 +476,7 @@ static void s_send(w_view *v, long id)
     w_pending *p = &v->pending[v->npending];
     p->req = req;
     p->trial = id;
-    p->sent = wire_now();
+    p->sent = util_now();
     if (!strcmp(v->action, "set")) {
         json_t *values = json_object();
         if (s_parse_kv(v, v->edit, values) != 0) {
@@ -537,7 +538,7 @@ static void s_replies(w_view *v)
         }
         json_decref(r);
     }
-    double now = wire_now();
+    double now = util_now();
     for (int i = 0; i < v->npending; i++)
         if (now - v->pending[i].sent > W_REQ_TIMEOUT) {
             snprintf(v->status, sizeof v->status,
@@ -631,24 +632,22 @@ static void s_draw(w_view *v)
     if (p.best) {
         s_params_text(p.best->params, params, sizeof params);
         s_num(p.best->value, b, sizeof b);
-        snprintf(line, sizeof line,
-                 "objective: %s %s   best %s = %s (trial %ld, #%ld)  %s",
+        snprintf(line, sizeof line, "objective: %s %s   best %s = %s (trial %ld)  %s",
                  v->maximize ? "max" : "min", v->metric, v->metric, b, p.best->id,
-                 p.best->number, params);
+                 params);
     } else {
         snprintf(line, sizeof line, "objective: %s %s   best: none completed yet",
                  v->maximize ? "max" : "min", v->metric);
     }
     s_put(1, 0, line);
 
-    /* table: ID # STATE STEP TIME objective [metric] [metric] CURVE PARAMS */
+    /* table: ID STATE STEP TIME objective [metric] [metric] CURVE PARAMS */
     int cols[2];
     int ncols = s_columns(v, cols);
     const int y0 = 3, x_state = 13, x_step = 23, x_time = 31, x_obj = 41;
     const int x_spark = x_obj + 12 * (1 + ncols), x_params = x_spark + W_SPARK + 2;
     attron(A_BOLD | COLOR_PAIR(C_HEAD));
     s_put(y0, 1, "ID");
-    s_put(y0, 8, "#");
     s_put(y0, x_state, "STATE");
     s_put(y0, x_step, "   STEP");
     s_put(y0, x_time, "TIME");
@@ -671,7 +670,7 @@ static void s_draw(w_view *v)
         if (v->top > v->norder - rows)
             v->top = v->norder - rows > 0 ? v->norder - rows : 0;
     }
-    double now = wire_wall();
+    double now = util_wall();
     for (int r = 0; r < rows && v->top + r < v->norder; r++) {
         const w_trial *t = &v->trials[v->order[v->top + r]];
         int y = y0 + 1 + r;
@@ -680,8 +679,7 @@ static void s_draw(w_view *v)
             attron(A_REVERSE);
             mvhline(y, 0, ' ', COLS); /* the bar spans the whole line */
         }
-        snprintf(line, sizeof line, "%c%-6ld %-4ld", is_sel ? '>' : ' ', t->id,
-                 t->number);
+        snprintf(line, sizeof line, "%c%-6ld", is_sel ? '>' : ' ', t->id);
         s_put(y, 0, line);
         int paused = t->paused && !strcmp(t->state, "running");
         int color = paused ? C_STOP : s_state_color(t->state);
@@ -723,9 +721,9 @@ static void s_draw(w_view *v)
     const w_trial *t = s_selected(v, NULL);
     if (t) {
         s_params_text(t->params, params, sizeof params);
-        size_t len = (size_t)snprintf(
-            line, sizeof line, "trial %ld (#%ld, try %ld, %s): %s |", t->id, t->number,
-            t->attempt, t->state, params[0] ? params : "no params");
+        size_t len =
+            (size_t)snprintf(line, sizeof line, "trial %ld (try %ld, %s): %s |", t->id,
+                             t->attempt, t->state, params[0] ? params : "no params");
         for (int k = 0; k <= W_MAX_NAMES && len < sizeof line - 1; k++) {
             if (k < W_MAX_NAMES && k >= v->nnames)
                 continue;
@@ -905,7 +903,7 @@ static int s_run_tty(w_view *v)
     char err[512] = "";
     double next = 0;
     while (!s_quit) {
-        double now = wire_now();
+        double now = util_now();
         if (now >= next) {
             if (s_load(v, err, sizeof err) != 0) {
                 rc = CLI_FAIL;
@@ -923,7 +921,7 @@ static int s_run_tty(w_view *v)
         s_draw(v);
         zmq_pollitem_t items[2] = {{NULL, STDIN_FILENO, ZMQ_POLLIN, 0},
                                    {v->sock, 0, ZMQ_POLLIN, 0}};
-        long wait_ms = (long)((next - wire_now()) * 1000) + 1;
+        long wait_ms = (long)((next - util_now()) * 1000) + 1;
         zmq_poll(items, v->sock ? 2 : 1, wait_ms < 1 ? 1 : wait_ms);
     }
     endwin();
@@ -949,7 +947,7 @@ static int s_run_lines(w_view *v)
             char params[512], val[64];
             s_params_text(t->params, params, sizeof params);
             s_num(isfinite(t->value) ? t->value : t->mval[W_MAX_NAMES], val, sizeof val);
-            printf("trial %ld (#%ld) %s step %ld %s=%s  %s\n", t->id, t->number, t->state,
+            printf("trial %ld %s step %ld %s=%s  %s\n", t->id, t->state,
                    t->m_step >= 0 ? t->m_step : t->last_step, v->metric, val, params);
             snprintf(t->shown_state, sizeof t->shown_state, "%s", t->state);
         }

@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <libgen.h>
+#include <stdio.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,8 @@ static const char s_usage[] =
     "  serve [--http HOST:PORT] [--db FILE]        web dashboard and HTTP API\n"
     "  token create USER [--role R] | list | revoke ID|USER   web API tokens\n"
     "  report [--step N] NAME=VALUE...             from inside a trial\n"
+    "\n"
+    "  --version                                   print the version\n"
     "\n"
     "Every command takes --help. The database is ./jizhi.db unless --db FILE or\n"
     "JIZHI_DB says otherwise; commands find the controller serving it through\n"
@@ -60,6 +63,10 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         fputs(s_usage, stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("jizhi %s\n", JIZHI_VERSION);
         return CLI_OK;
     }
     s_path_setup();

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <syslog.h>
 #include <time.h>
 
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -14,10 +15,11 @@ static FILE *s_sink;
 static FILE *s_owned; /* sink opened by log_open_file */
 static int s_syslog;  /* messages go to syslog */
 
-/* log_syslog.c: kept apart because <syslog.h> defines LOG_INFO and
-   LOG_DEBUG as macros that clash with log_level. */
-void log__syslog_open(const char *ident);
-void log__syslog_write(int level, const char *text);
+static void s_syslog_write(log_level level, const char *text)
+{
+    static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
+    syslog(prio[level > LOGL_DEBUG ? LOGL_DEBUG : level], "%s", text);
+}
 
 static const char *const s_names[] = {"error", "warn", "info", "debug"};
 
@@ -25,7 +27,7 @@ static int s_current_level(void)
 {
     if (s_level < 0) {
         const char *e = getenv("JIZHI_LOG");
-        s_level = LOG_INFO;
+        s_level = LOGL_INFO;
         for (int i = 0; e && i < 4; i++)
             if (strcmp(e, s_names[i]) == 0)
                 s_level = i;
@@ -64,7 +66,7 @@ int log_open_file(const char *path)
 void log_use_syslog(const char *ident)
 {
     pthread_mutex_lock(&s_lock);
-    log__syslog_open(ident);
+    openlog(ident, LOG_PID, LOG_DAEMON);
     s_syslog = 1;
     pthread_mutex_unlock(&s_lock);
 }
@@ -106,7 +108,7 @@ void log_msg(log_level level, const char *component, const char *fmt, ...)
     va_end(ap);
     pthread_mutex_lock(&s_lock);
     if (s_syslog) {
-        log__syslog_write((int)level, line + n); /* syslog stamps the time itself */
+        s_syslog_write(level, line + n); /* syslog stamps the time itself */
     } else {
         FILE *f = s_sink ? s_sink : stderr;
         fprintf(f, "%s\n", line);

@@ -1,6 +1,6 @@
 /*  log.h - the one logging module: levels, a component tag, a sink.
 
-    log_msg(LOG_WARN, "ctl", "trial %ld: %s", id, why) writes
+    log_msg(LOGL_WARN, "ctl", "trial %ld: %s", id, why) writes
     "2026-11-29T19:46:47.123Z warn  ctl: trial 7: ..." to the sink (stderr
     by default, or a file). The level threshold comes from JIZHI_LOG
     (error, warn, info, debug; default info). Sinks: stderr (default), a
@@ -11,7 +11,8 @@
 
 #include <stdio.h>
 
-typedef enum { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG } log_level;
+/* LOGL_, not LOG_: <syslog.h> owns LOG_INFO and LOG_DEBUG. */
+typedef enum { LOGL_ERROR = 0, LOGL_WARN, LOGL_INFO, LOGL_DEBUG } log_level;
 
 /* Sets the threshold; messages above it are dropped. */
 void log_set_level(log_level level);
@@ -35,9 +36,9 @@ int log_enabled(log_level level);
 void log_msg(log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define log_error(c, ...) log_msg(LOG_ERROR, c, __VA_ARGS__)
-#define log_warn(c, ...) log_msg(LOG_WARN, c, __VA_ARGS__)
-#define log_info(c, ...) log_msg(LOG_INFO, c, __VA_ARGS__)
-#define log_debug(c, ...) log_msg(LOG_DEBUG, c, __VA_ARGS__)
+#define log_error(c, ...) log_msg(LOGL_ERROR, c, __VA_ARGS__)
+#define log_warn(c, ...) log_msg(LOGL_WARN, c, __VA_ARGS__)
+#define log_info(c, ...) log_msg(LOGL_INFO, c, __VA_ARGS__)
+#define log_debug(c, ...) log_msg(LOGL_DEBUG, c, __VA_ARGS__)
 
 #endif

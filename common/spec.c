@@ -5,6 +5,7 @@
     was expected.
 */
 #include "spec.h"
+#include "text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -322,7 +323,7 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 
     if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
         return -1;
-    static const char *const tkeys[] = {"command", "gpus", "timeout_s",
+    static const char *const tkeys[] = {"command", "gpus", "ranks", "timeout_s",
                                         "retries", "env",  NULL};
     if (s_only_keys(obj, "trial", tkeys, err) ||
         s_get(obj, "trial", "command", JSON_ARRAY, 1, &v, err))
@@ -361,6 +362,14 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     s->gpus = v ? (long)json_integer_value(v) : 0;
     if (s->gpus < 0 || s->gpus > 64)
         return s_fail(err, "trial.gpus", "must be from 0 to 64");
+    if (s_get(obj, "trial", "ranks", JSON_INTEGER, 0, &v, err))
+        return -1;
+    s->ranks = v ? (long)json_integer_value(v) : 1;
+    if (s->ranks < 1 || s->ranks > SPEC_MAX_RANKS)
+        return s_fail(err, "trial.ranks", "must be from 1 to %d", SPEC_MAX_RANKS);
+    if (s->gpus * s->ranks > 64)
+        return s_fail(err, "trial.gpus", "%ld GPUs per rank x %ld ranks is more than 64",
+                      s->gpus, s->ranks);
     if (s_get(obj, "trial", "timeout_s", JSON_REAL, 0, &v, err))
         return -1;
     s->timeout_s = v ? json_number_value(v) : 0;
@@ -455,7 +464,7 @@ void spec_destroy(spec_t **sp)
 
 char *spec_canonical(const spec_t *s)
 {
-    return json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
+    return text_json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
 }
 
 static double s_clamp01(double u)
@@ -557,6 +566,11 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
         const char *a = json_string_value(arg);
         size_t cap = strlen(a) + 64, len = 0;
         char *buf = malloc(cap);
+        if (!buf) {
+            s_fail(err, "trial.command", "out of memory");
+            json_decref(out);
+            return NULL;
+        }
         for (const char *p = a; *p;) {
             char piece[512];
             const char *add = piece;
@@ -603,8 +617,16 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
                 addlen = 1;
             }
             if (len + addlen + 1 > cap) {
-                cap = (len + addlen + 1) * 2;
-                buf = realloc(buf, cap);
+                size_t ncap = (len + addlen + 1) * 2;
+                char *nbuf = realloc(buf, ncap);
+                if (!nbuf) {
+                    s_fail(err, "trial.command", "out of memory");
+                    free(buf);
+                    json_decref(out);
+                    return NULL;
+                }
+                buf = nbuf;
+                cap = ncap;
             }
             memcpy(buf + len, add, addlen);
             len += addlen;

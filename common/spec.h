@@ -39,12 +39,15 @@ typedef struct {
     spec_param *params; /* space, in the order of the spec file */
     size_t nparams;
     json_t *command;  /* trial.command, array of strings, owned */
-    long gpus;        /* trial.gpus */
+    long gpus;        /* trial.gpus (per rank) */
+    long ranks;       /* trial.ranks: data-parallel ranks under MPI (default 1) */
     double timeout_s; /* trial.timeout_s (0 = none) */
     long retries;     /* trial.retries */
     json_t *env;      /* trial.env object of strings, owned */
     json_t *json;     /* the normalised spec as given, owned */
 } spec_t;
+
+#define SPEC_MAX_RANKS 1024
 
 /* Error detail for parsing, like jansson's json_error_t. */
 typedef struct {

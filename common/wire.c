@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zmq.h>
 
 void wire_socket_setup(void *sock)
@@ -199,20 +198,6 @@ json_t *wire_error(long req, const char *code, const char *fmt, ...)
                      "code", code, "message", text);
 }
 
-double wire_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-double wire_wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err, size_t errsize)
 {
     static long s_next_req = 1;
@@ -222,9 +207,9 @@ json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err, size_
         snprintf(err, errsize, "send failed: %s", zmq_strerror(errno));
         return NULL;
     }
-    double deadline = wire_now() + timeout_ms / 1000.0;
+    double deadline = util_now() + timeout_ms / 1000.0;
     for (;;) {
-        double left = deadline - wire_now();
+        double left = deadline - util_now();
         if (left <= 0) {
             snprintf(err, errsize, "timeout");
             return NULL;

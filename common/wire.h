@@ -64,8 +64,10 @@ json_t *wire_error(long req, const char *code, const char *fmt, ...)
 json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err,
                      size_t errsize);
 
-/* Monotonic and wall clocks, in seconds. */
-double wire_now(void);
-double wire_wall(void);
+/* Transitional names for util_now/util_wall (common/util.h), kept only
+   until controller/ calls those directly; new code uses util.h. */
+#include "common/util.h"
+#define wire_now util_now
+#define wire_wall util_wall
 
 #endif

@@ -1,4 +1,5 @@
-/*  ctl.c - the controller object and its event loop (see ctl.h).
+/*  ctl.c - the controller object: its event loop, the iteration's
+    transaction and the outbox (see ctl.h).
 
     Each iteration: poll, receive up to a burst of messages and apply them
     (ctl_msg.c) inside one transaction, run the periodic work (ctl__tick),
@@ -8,6 +9,7 @@
 #include "ctl_internal.h"
 
 #include "../common/log.h"
+#include "../common/util.h"
 
 #include <errno.h>
 #include <libgen.h>
@@ -37,7 +39,7 @@ void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg)
         return;
     if (c->nout == c->out_cap) {
         c->out_cap = c->out_cap ? c->out_cap * 2 : 64;
-        c->outbox = realloc(c->outbox, c->out_cap * sizeof *c->outbox);
+        c->outbox = util_xrealloc(c->outbox, c->out_cap * sizeof *c->outbox);
     }
     c->outbox[c->nout].to = *to;
     c->outbox[c->nout].msg = msg;
@@ -67,159 +69,9 @@ static void s_commit_and_flush(ctl_t *c)
     c->nout = 0;
 }
 
-ctl_study *ctl__study_by_name(ctl_t *c, const char *name)
-{
-    for (size_t i = 0; i < c->nstudies; i++)
-        if (strcmp(c->studies[i]->row.name, name) == 0)
-            return c->studies[i];
-    return NULL;
-}
-
 ctl_trial *ctl__trial_by_id(ctl_t *c, long id)
 {
-    for (size_t i = 0; i < c->nstudies; i++) {
-        ctl_study *s = c->studies[i];
-        for (size_t k = 0; k < s->ntrials; k++)
-            if (s->trials[k]->row.id == id)
-                return s->trials[k];
-    }
-    return NULL;
-}
-
-ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name)
-{
-    for (size_t i = 0; i < c->ndisps; i++)
-        if (strcmp(c->disps[i]->name, name) == 0)
-            return c->disps[i];
-    return NULL;
-}
-
-int ctl__save_trial(ctl_t *c, ctl_trial *t)
-{
-    if (ctl__txn(c) != 0 || store_trial_save(c->store, &t->row) != 0) {
-        log_error("ctl", "cannot save trial %ld: %s", t->row.id, store_errmsg(c->store));
-        return -1;
-    }
-    return 0;
-}
-
-/* ---- instructions ---- */
-
-long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
-                   const char *who, const char *reason, const wire_peer *waiter,
-                   long waiter_req)
-{
-    if (ctl__txn(c) != 0)
-        return -1;
-    json_t *detail =
-        json_pack("{s:s, s:s}", "kind", kind, "reason", reason ? reason : "");
-    if (args)
-        json_object_update(detail, (json_t *)args);
-    long id = store_event_add(c->store, wire_wall(), t->study->row.id, t->row.id, who,
-                              "instruction", detail, -1);
-    json_decref(detail);
-    if (id < 0) {
-        log_error("ctl", "cannot record an instruction: %s", store_errmsg(c->store));
-        return -1;
-    }
-    json_t *msg = json_pack("{s:s, s:I, s:s}", "type", "instruction", "id",
-                            (json_int_t)id, "kind", kind);
-    if (args)
-        json_object_update(msg, (json_t *)args);
-    if (c->ninstrs == c->instr_cap) {
-        c->instr_cap = c->instr_cap ? c->instr_cap * 2 : 16;
-        c->instrs = realloc(c->instrs, c->instr_cap * sizeof *c->instrs);
-    }
-    ctl_instr *in = &c->instrs[c->ninstrs++];
-    memset(in, 0, sizeof *in);
-    in->id = id;
-    in->trial_id = t->row.id;
-    in->msg = msg;
-    in->sent = wire_now();
-    if (waiter) {
-        in->waiter = *waiter;
-        in->waiter_req = waiter_req;
-    }
-    if (t->peer.len)
-        ctl__send(c, &t->peer, json_incref(msg));
-    return id;
-}
-
-/* What an applied instruction changes in the trial's persisted state: a
-   `set` is a new params generation, `pause`/`resume` its state. */
-static void s_instr_applied(ctl_t *c, const ctl_instr *in)
-{
-    ctl_trial *t = ctl__trial_by_id(c, in->trial_id);
-    const char *kind = json_string_value(json_object_get(in->msg, "kind"));
-    if (!t || !kind || ctl__txn(c) != 0)
-        return;
-    if (!strcmp(kind, "set")) {
-        const char *name = json_string_value(json_object_get(in->msg, "name"));
-        json_t *value = json_object_get(in->msg, "value");
-        if (!name || !value)
-            return;
-        json_object_set(t->row.params, name, value);
-        if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1,
-                                   t->row.parent, t->row.params) == 0)
-            t->row.generation++;
-    } else if (!strcmp(kind, "pause") && !strcmp(t->row.state, "running")) {
-        snprintf(t->row.state, sizeof t->row.state, "paused");
-    } else if (!strcmp(kind, "resume") && !strcmp(t->row.state, "paused")) {
-        snprintf(t->row.state, sizeof t->row.state, "running");
-    } else {
-        return;
-    }
-    ctl__save_trial(c, t);
-}
-
-void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
-{
-    for (size_t i = 0; i < c->ninstrs; i++) {
-        ctl_instr *in = &c->instrs[i];
-        if (in->id != id)
-            continue;
-        double latency = wire_now() - in->sent;
-        if (ctl__txn(c) == 0)
-            store_event_resolve(c->store, id, applied, latency, detail);
-        if (applied)
-            s_instr_applied(c, in);
-        if (in->waiter.len) {
-            json_t *r =
-                applied ? wire_ok(in->waiter_req)
-                        : wire_error(in->waiter_req, "refused", "the trial refused: %s",
-                                     detail && *detail ? detail : "no reason given");
-            if (applied) {
-                json_object_set_new(r, "instruction", json_integer(id));
-                json_object_set_new(r, "latency_s", json_real(latency));
-            }
-            ctl__send(c, &in->waiter, r);
-        }
-        json_decref(in->msg);
-        c->instrs[i] = c->instrs[--c->ninstrs];
-        return;
-    }
-}
-
-void ctl__instr_resend(ctl_t *c, ctl_trial *t)
-{
-    double now = wire_now();
-    for (size_t i = 0; i < c->ninstrs; i++)
-        if (c->instrs[i].trial_id == t->row.id && now - c->instrs[i].sent > 0.5 &&
-            t->peer.len)
-            ctl__send(c, &t->peer, json_incref(c->instrs[i].msg));
-}
-
-/* Instructions of ended trials can never be applied. */
-static void s_instr_expire(ctl_t *c)
-{
-    for (size_t i = 0; i < c->ninstrs;) {
-        ctl_trial *t = ctl__trial_by_id(c, c->instrs[i].trial_id);
-        if (!t || !ctl__trial_active(t)) {
-            ctl__instr_done(c, c->instrs[i].id, 0, "the trial has ended");
-            continue; /* the slot now holds another instruction */
-        }
-        i++;
-    }
+    return ctl_idmap_get(&c->trials, id);
 }
 
 /* ---- object ---- */
@@ -254,13 +106,11 @@ static int s_bind(ctl_t *c, const char *bind, char *err, size_t errsize)
 
 ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
 {
-    ctl_t *c = calloc(1, sizeof *c);
-    if (!c) {
-        snprintf(err, errsize, "out of memory");
-        return NULL;
-    }
+    /* one out-of-memory policy (util.h): JSON allocations abort too */
+    json_set_alloc_funcs(util_xmalloc, free);
+    ctl_t *c = util_xcalloc(1, sizeof *c);
     c->lost_timeout = cfg->lost_timeout_s > 0 ? cfg->lost_timeout_s : 30;
-    c->started = wire_now();
+    c->started = util_now();
     if (cfg->ckpt_root) {
         snprintf(c->ckpt_root, sizeof c->ckpt_root, "%s", cfg->ckpt_root);
     } else {
@@ -314,8 +164,8 @@ int ctl_run(ctl_t *c, volatile int *stop)
             ctl__handle(c, &from, msg);
             json_decref(msg);
         }
-        ctl__tick(c, wire_now());
-        s_instr_expire(c);
+        ctl__tick(c, util_now());
+        ctl__instr_expire(c);
         s_commit_and_flush(c);
     }
     return 0;
@@ -331,12 +181,9 @@ void ctl_destroy(ctl_t **cp)
     for (size_t i = 0; i < c->nstudies; i++)
         ctl__study_free(c->studies[i]);
     free(c->studies);
-    for (size_t i = 0; i < c->ndisps; i++)
-        free(c->disps[i]);
-    free(c->disps);
-    for (size_t i = 0; i < c->ninstrs; i++)
-        json_decref(c->instrs[i].msg);
-    free(c->instrs);
+    ctl_idmap_clear(&c->trials);
+    ctl__disp_free_all(c);
+    ctl__instr_free_all(c);
     for (size_t i = 0; i < c->nout; i++)
         json_decref(c->outbox[i].msg);
     free(c->outbox);

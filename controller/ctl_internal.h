@@ -1,11 +1,28 @@
-/*  ctl_internal.h - the controller's objects, shared by its files:
+/*  ctl_internal.h - the controller's objects, shared by its files. One
+    object per file:
 
-    ctl.c        the object, the event loop, the outbox, transactions
-    ctl_study.c  studies and trials: creation, scheduling, retries, ends
-    ctl_msg.c    one handler per wire message type
+    ctl.c        the ctl object: event loop, the iteration's transaction,
+                 the outbox (replies and pushes sent after the commit)
+    ctl_trial.c  a trial: its state machine (ctl_trial.h) and lifecycle:
+                 start, end, retry, exit, loss, stop, release, checkpoint
+    ctl_instr.c  instructions to trials: send, resend, acknowledgement,
+                 expiry, and the restart-from-checkpoint fallback of loads
+    ctl_study.c  a study: its state machine (ctl_study.h), loading, submit,
+                 new trials from the scheduler, the periodic tick, status
+    ctl_disp.c   dispatchers: registry, slots and GPUs, silence
+    ctl_idmap.c  trial id -> trial, a hash map
+    ctl_msg.c    the message table {type, peer role, handler} and the
+                 handlers of docs/PROTOCOL.md
 
-    Ownership: the ctl owns its studies and dispatchers; a study owns its
-    trials, spec and scheduler; instructions are owned by the ctl's list.
+    Ownership: the ctl owns its studies, dispatchers, instructions and
+    outbox; a study owns its trials, spec and schedulers; the id map
+    borrows the trials.
+
+    Out of memory: the controller cannot back a half-applied change out,
+    so it allocates through util_xmalloc/util_xcalloc/util_xrealloc and
+    has jansson allocate through util_xmalloc (set in ctl_new): a failed
+    allocation logs one line and aborts, and the store makes the restart
+    safe. The policy is stated in common/util.h.
 */
 #ifndef JZ_CTL_INTERNAL_H
 #define JZ_CTL_INTERNAL_H
@@ -21,35 +38,12 @@
 #include <string.h>
 
 typedef struct ctl_study ctl_study;
+typedef struct ctl_trial ctl_trial;
 typedef struct ctl_disp ctl_disp;
 
-typedef struct {
-    store_trial row;    /* persisted columns */
-    ctl_study *study;   /* borrowed back-pointer */
-    wire_peer peer;     /* the trial's routing id, len 0 until it speaks */
-    double last_heard;  /* monotonic: last message from it or its dispatcher listing it */
-    ctl_disp *disp;     /* where it runs, NULL when not started */
-    int stop_requested; /* ended by a stop: mark "stopped", not failed */
-    char stop_reason[128];   /* why it was stopped */
-    double stop_sent;        /* monotonic time of the stop instruction, 0 if none */
-    int kill_sent;           /* a kill went to its dispatcher */
-    long gpus;               /* GPUs it holds on its dispatcher */
-    char restart_from[1024]; /* checkpoint its pending restart loads, "" if none */
-    int release;             /* pause --release: 1 checkpoint asked, 2 stop sent */
-} ctl_trial;
-
-struct ctl_study {
-    store_study row; /* id, name, state, spec json */
-    spec_t *spec;    /* owned */
-    sched_t *sched;  /* owned */
-    sched_t *mon[4]; /* monitors (early stopping, guard), owned */
-    int nmon;
-    ctl_trial **trials; /* owned, index = trial number */
-    size_t ntrials, cap;
-    int exhausted;   /* scheduler returned SCHED_DONE */
-    int sched_dirty; /* scheduler state to persist this iteration */
-    long next_id;    /* id reserved for the trial being suggested, 0 if none */
-};
+#include "ctl_idmap.h"
+#include "ctl_study.h"
+#include "ctl_trial.h"
 
 struct ctl_disp {
     char name[64];
@@ -90,6 +84,7 @@ struct ctl {
     long next_trial_id; /* next unused trials.id (ids are reserved before suggest) */
     ctl_study **studies;
     size_t nstudies;
+    ctl_idmap trials; /* every loaded trial by id (borrowed from the studies) */
     ctl_disp **disps;
     size_t ndisps;
     ctl_instr *instrs;
@@ -98,23 +93,15 @@ struct ctl {
     size_t nout, out_cap;
 };
 
-/* 1 while the trial's process is meant to be alive. */
-static inline int ctl__trial_active(const ctl_trial *t)
-{
-    return !strcmp(t->row.state, "starting") || !strcmp(t->row.state, "running") ||
-           !strcmp(t->row.state, "paused");
-}
-
 /* ---- ctl.c ---- */
 /* Opens the iteration's transaction if needed. 0 or -1. */
 int ctl__txn(ctl_t *c);
 /* Queues msg (takes ownership) for `to`, sent after the commit. */
 void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg);
-ctl_study *ctl__study_by_name(ctl_t *c, const char *name);
+/* The loaded trial with this id, or NULL. */
 ctl_trial *ctl__trial_by_id(ctl_t *c, long id);
-ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name);
-/* Persists a trial row (inside the iteration's transaction). */
-int ctl__save_trial(ctl_t *c, ctl_trial *t);
+
+/* ---- ctl_instr.c ---- */
 /* Creates, records and queues an instruction for a running trial.
    `args` borrowed. Returns the instruction id or -1. */
 long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
@@ -124,41 +111,30 @@ long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail);
 /* Re-pushes outstanding instructions of a trial (after it spoke). */
 void ctl__instr_resend(ctl_t *c, ctl_trial *t);
+/* Resolves the instructions of trials that are no longer active. */
+void ctl__instr_expire(ctl_t *c);
+/* Per active trial each tick: a `load` unacknowledged for longer than
+   the study's load timeout restarts the trial from the checkpoint. */
+void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now);
+void ctl__instr_free_all(ctl_t *c);
 
-/* ---- ctl_study.c ---- */
-/* Loads the running studies from the store. 0 or -1. */
-int ctl__load(ctl_t *c, char *err, size_t errsize);
-/* Submits a spec (borrowed json). Fills *out with the study; sets
- *resumed and *finished. 0, or -1 with code/message for the error reply. */
-int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int *finished,
-                const char **code, char *msg, size_t msgsize);
-/* Starts trials where budget and slots allow, detects lost trials,
-   finishes studies. Called once per iteration. */
-void ctl__tick(ctl_t *c, double now);
-/* A trial's process ended (from the dispatcher). */
-void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
-                       const char *message);
-/* A trial is lost (its dispatcher no longer has it). */
-void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why);
-/* A trial saved a checkpoint: record it and tell the schedulers. */
-void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path);
-/* Stores a batch of metrics for a trial; runs schedulers. 0 or -1. */
-int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
-                       double now);
-/* Stops a study (state stopped; its running trials are stopped). */
-void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who);
-/* Resumes a stopped study. */
-void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who);
-/* Status of a study as the `ok` fields of a status reply (new object). */
-json_t *ctl__study_status(ctl_t *c, ctl_study *s);
-/* pause --release: checkpoint, then exit, so the slot is free; the trial
-   is "suspended" until ctl__trial_unsuspend puts it back to pending with
-   JIZHI_LOAD_CHECKPOINT set to that checkpoint. */
-void ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who);
-void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who);
-/* Stops one trial (instruction, then kill after a grace period). */
-void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason);
-void ctl__study_free(ctl_study *s);
+/* ---- ctl_disp.c ---- */
+ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name);
+/* The named dispatcher, created (not alive, no slots) when new. */
+ctl_disp *ctl__disp_get(ctl_t *c, const char *name);
+/* The alive dispatcher with a free slot per rank and `gpus` free GPUs per
+   rank that has the most free slots, or NULL. */
+ctl_disp *ctl__disp_pick(ctl_t *c, long gpus, long ranks);
+/* Binds t to d: a slot and `gpus` GPUs per rank (released by the study's
+   trial.ranks). */
+void ctl__disp_take(ctl_disp *d, ctl_trial *t, long gpus, long ranks);
+/* Frees what t holds on its dispatcher, if any. */
+void ctl__disp_release(ctl_trial *t);
+/* Marks dispatchers silent for longer than the lost timeout as dead. */
+void ctl__disp_check_silence(ctl_t *c, double now);
+/* Queues a `kill` of t's current attempt to its dispatcher (if it has one). */
+void ctl__disp_kill(ctl_t *c, ctl_trial *t, const char *reason);
+void ctl__disp_free_all(ctl_t *c);
 
 /* ---- ctl_msg.c ---- */
 /* Handles one decoded message from `from` (borrowed). */

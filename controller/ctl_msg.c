@@ -1,11 +1,22 @@
-/*  ctl_msg.c - the controller's message handlers, one per message type
-    of docs/PROTOCOL.md. Each handler validates its fields first and
-    answers `error` without changing anything when they are wrong.
+/*  ctl_msg.c - the controller's messages: one table row per message type
+    of docs/PROTOCOL.md, {type, peer role, handler}.
+
+    ctl__handle looks the type up and authenticates the peer for the
+    row's role before the handler runs, and authentication changes
+    nothing: a trial message needs the trial's id and token (the handler
+    gets the trial), a dispatcher message a registered dispatcher name
+    (the handler gets the dispatcher); `register`, the CLI's requests and
+    `ping` need no identity. Each handler then validates its fields and
+    answers `error` without changing anything when they are wrong; only
+    then does it change state, through the trial's and study's
+    transition functions (ctl_trial.h, ctl_study.h), which refuse moves
+    the current state does not allow (`bad_state`).
 */
 #include "ctl_internal.h"
 
-#include "../common/log.h"
 #include "../common/ident.h"
+#include "../common/log.h"
+#include "../common/util.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -33,52 +44,90 @@ static int s_valid_metric(const char *s)
     return n < 64;
 }
 
-/* Authenticates a trial message: the trial exists and the token matches. */
-static ctl_trial *s_auth(ctl_t *c, const wire_peer *from, const json_t *msg, long req)
+/* What a handler gets: the message, its sender, and the sender's
+   identity as the table row's role established it. */
+typedef struct {
+    const wire_peer *from;
+    json_t *msg;
+    long req;
+    ctl_trial *trial; /* PEER_TRIAL: the authenticated trial */
+    ctl_disp *disp;   /* PEER_DISPATCHER: the registered dispatcher */
+} ctl_msg;
+
+typedef enum {
+    PEER_TRIAL,      /* `trial` + `token` must match a loaded trial */
+    PEER_DISPATCHER, /* `name` must be a registered dispatcher */
+    PEER_ANY,        /* the CLI, `register`, `ping`: no identity needed */
+} ctl_peer_role;
+
+/* ---- authentication (changes nothing) ---- */
+
+/* The trial whose id and token the message carries, or NULL (answered). */
+static ctl_trial *s_auth_trial(ctl_t *c, const ctl_msg *m)
 {
     long id;
     const char *token;
     char err[128];
-    if (wire_get_long(msg, "trial", &id, err, sizeof err) ||
-        wire_get_str(msg, "token", &token, err, sizeof err)) {
-        s_reply_error(c, from, req, "malformed", err);
+    if (wire_get_long(m->msg, "trial", &id, err, sizeof err) ||
+        wire_get_str(m->msg, "token", &token, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
         return NULL;
     }
     ctl_trial *t = ctl__trial_by_id(c, id);
     if (!t || strcmp(t->row.token, token) != 0) {
-        log_warn("ctl", "refused a %s message for trial %ld: wrong token", wire_type(msg),
-                 id);
-        s_reply_error(c, from, req, "unauthorized", "wrong token for this trial");
+        log_warn("ctl", "refused a %s message for trial %ld: wrong token",
+                 wire_type(m->msg), id);
+        s_reply_error(c, m->from, m->req, "unauthorized", "wrong token for this trial");
         return NULL;
     }
-    t->peer = *from;
-    t->last_heard = wire_now();
-    if (!strcmp(t->row.state, "starting")) {
-        snprintf(t->row.state, sizeof t->row.state, "running");
-        ctl__save_trial(c, t);
-    }
-    ctl__instr_resend(c, t);
     return t;
 }
 
-static void s_hello(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+/* The registered dispatcher the message names, or NULL (answered). */
+static ctl_disp *s_auth_disp(ctl_t *c, const ctl_msg *m)
 {
-    ctl_trial *t = s_auth(c, from, msg, req);
-    if (!t)
-        return;
-    json_t *r = wire_ok(req);
-    json_object_set(r, "params", t->row.params);
-    json_object_set_new(r, "study", json_string(t->study->row.name));
-    json_object_set_new(r, "state", json_string(t->row.state));
-    ctl__send(c, from, r);
+    const char *name;
+    char err[128];
+    if (wire_get_str(m->msg, "name", &name, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
+        return NULL;
+    }
+    ctl_disp *d = ctl__disp_by_name(c, name);
+    if (!d)
+        s_reply_error(c, m->from, m->req, "unknown_dispatcher", "register first");
+    return d;
 }
 
-static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+/* ---- trials ---- */
+
+/* An authenticated trial spoke: where it is, that it lives, and what it
+   has not acknowledged yet. */
+static void s_trial_spoke(ctl_t *c, const ctl_msg *m)
 {
-    ctl_trial *t = s_auth(c, from, msg, req);
-    if (!t)
-        return;
-    json_t *pts = json_object_get(msg, "points");
+    ctl_trial *t = m->trial;
+    t->peer = *m->from;
+    ctl__trial_heard(c, t);
+    ctl__instr_resend(c, t);
+}
+
+static void s_hello(ctl_t *c, const ctl_msg *m)
+{
+    ctl_trial *t = m->trial;
+    s_trial_spoke(c, m);
+    json_t *r = wire_ok(m->req);
+    json_object_set(r, "params", t->row.params);
+    json_object_set_new(r, "study", json_string(t->study->row.name));
+    json_object_set_new(r, "state", json_string(store_trial_state_name(t->state)));
+    ctl__send(c, m->from, r);
+}
+
+static void s_metrics(ctl_t *c, const ctl_msg *m)
+{
+    ctl_trial *t = m->trial;
+    const wire_peer *from = m->from;
+    long req = m->req;
+    s_trial_spoke(c, m);
+    json_t *pts = json_object_get(m->msg, "points");
     if (!json_is_array(pts) || json_array_size(pts) > MAX_POINTS) {
         s_reply_error(
             c, from, req, "malformed",
@@ -88,7 +137,7 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     /* each helper instance (process) numbers its batches from its own
        session; a batch resent after a lost reply or a controller restart
        has the same session and req as the one stored */
-    const char *session = json_string_value(json_object_get(msg, "session"));
+    const char *session = json_string_value(json_object_get(m->msg, "session"));
     if (!session)
         session = "";
     if (strlen(session) >= sizeof t->row.metric_session) {
@@ -99,12 +148,12 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         ctl__send(c, from, wire_ok(req));
         return;
     }
-    if (!ctl__trial_active(t)) {
+    if (!ctl_trial_active(t)) {
         s_reply_error(c, from, req, "bad_state", "the trial has ended; metrics refused");
         return;
     }
     size_t n = json_array_size(pts);
-    store_point *p = malloc((n ? n : 1) * sizeof *p);
+    store_point *p = util_xmalloc((n ? n : 1) * sizeof *p);
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(pts, i);
         json_t *step = json_array_get(e, 0), *name = json_array_get(e, 1);
@@ -127,73 +176,83 @@ static void s_metrics(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     }
     t->row.metric_req = req;
     snprintf(t->row.metric_session, sizeof t->row.metric_session, "%s", session);
-    if (ctl__trial_metrics(c, t, p, n, wire_now()) == 0)
+    if (ctl__trial_metrics(c, t, p, n, util_now()) == 0)
         ctl__send(c, from, wire_ok(req));
     free(p);
 }
 
-static void s_trial_heartbeat(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static void s_trial_heartbeat(ctl_t *c, const ctl_msg *m)
 {
-    if (s_auth(c, from, msg, req))
-        ctl__send(c, from, wire_ok(req));
+    s_trial_spoke(c, m);
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
-static void s_ins_ack(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static void s_ins_ack(ctl_t *c, const ctl_msg *m)
 {
-    ctl_trial *t = s_auth(c, from, msg, req);
-    if (!t)
-        return;
+    s_trial_spoke(c, m);
     long id;
     char err[128];
-    json_t *applied = json_object_get(msg, "applied");
-    if (wire_get_long(msg, "id", &id, err, sizeof err) || !json_is_boolean(applied)) {
-        s_reply_error(c, from, req, "malformed",
+    json_t *applied = json_object_get(m->msg, "applied");
+    if (wire_get_long(m->msg, "id", &id, err, sizeof err) || !json_is_boolean(applied)) {
+        s_reply_error(c, m->from, m->req, "malformed",
                       "ins_ack needs 'id' (integer) and 'applied' (boolean)");
         return;
     }
-    const char *detail = json_string_value(json_object_get(msg, "detail"));
+    const char *detail = json_string_value(json_object_get(m->msg, "detail"));
     ctl__instr_done(c, id, json_is_true(applied), detail);
-    ctl__send(c, from, wire_ok(req));
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
-static void s_checkpoint_done(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static void s_checkpoint_done(ctl_t *c, const ctl_msg *m)
 {
-    ctl_trial *t = s_auth(c, from, msg, req);
-    if (!t)
-        return;
+    ctl_trial *t = m->trial;
+    s_trial_spoke(c, m);
     long step;
     const char *path;
-    char err[128];
-    if (wire_get_long(msg, "step", &step, err, sizeof err) ||
-        wire_get_str(msg, "path", &path, err, sizeof err) ||
+    char err[128] = "";
+    if (wire_get_long(m->msg, "step", &step, err, sizeof err) ||
+        wire_get_str(m->msg, "path", &path, err, sizeof err) ||
         strlen(path) >= sizeof t->row.checkpoint) {
-        s_reply_error(c, from, req, "malformed", *err ? err : "path too long");
+        s_reply_error(c, m->from, m->req, "malformed", *err ? err : "path too long");
         return;
     }
     if (ctl__txn(c) != 0)
         return;
     ctl__trial_checkpoint(c, t, step, path);
-    ctl__send(c, from, wire_ok(req));
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
 /* ---- dispatchers ---- */
 
+static int s_listed(json_t *running, const ctl_trial *t)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(running, i, e)
+    {
+        if (json_integer_value(json_object_get(e, "trial")) == t->row.id &&
+            json_integer_value(json_object_get(e, "attempt")) == t->row.attempt)
+            return 1;
+    }
+    return 0;
+}
+
 /* Marks the trials a dispatcher lists as alive. */
 static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile)
 {
-    double now = wire_now();
+    double now = util_now();
     size_t i;
     json_t *e;
     json_array_foreach(running, i, e)
     {
         ctl_trial *t =
             ctl__trial_by_id(c, (long)json_integer_value(json_object_get(e, "trial")));
-        if (t && ctl__trial_active(t) &&
+        if (t && ctl_trial_active(t) &&
             json_integer_value(json_object_get(e, "attempt")) == t->row.attempt) {
             t->last_heard = now;
             if (!t->disp) {
                 t->disp = d;
-                d->used++;
+                d->used += t->study && t->study->spec ? t->study->spec->ranks : 1;
             }
         }
     }
@@ -203,15 +262,8 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
     for (size_t s = 0; s < c->nstudies; s++)
         for (size_t k = 0; k < c->studies[s]->ntrials; k++) {
             ctl_trial *t = c->studies[s]->trials[k];
-            if (!ctl__trial_active(t) || strcmp(t->row.dispatcher, d->name))
-                continue;
-            int listed = 0;
-            json_array_foreach(running, i,
-                               e) if (json_integer_value(json_object_get(e, "trial")) ==
-                                          t->row.id &&
-                                      json_integer_value(json_object_get(e, "attempt")) ==
-                                          t->row.attempt) listed = 1;
-            if (!listed)
+            if (ctl_trial_active(t) && !strcmp(t->row.dispatcher, d->name) &&
+                !s_listed(running, t))
                 ctl__trial_lost(c, t, "lost: its dispatcher restarted without it");
         }
 }
@@ -222,36 +274,40 @@ static int s_valid_running(json_t *running)
         return 0;
     size_t i;
     json_t *e;
-    json_array_foreach(running, i,
-                       e) if (!json_is_object(e) ||
-                              !json_is_integer(json_object_get(e, "trial")) ||
-                              !json_is_integer(json_object_get(e, "attempt"))) return 0;
+    json_array_foreach(running, i, e)
+    {
+        if (!json_is_object(e) || !json_is_integer(json_object_get(e, "trial")) ||
+            !json_is_integer(json_object_get(e, "attempt")))
+            return 0;
+    }
     return 1;
 }
 
-static void s_register(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+/* A registered dispatcher spoke. */
+static void s_disp_spoke(ctl_disp *d, const wire_peer *from)
+{
+    d->peer = *from;
+    d->last_seen = util_now();
+    d->alive = 1;
+}
+
+static void s_register(ctl_t *c, const ctl_msg *m)
 {
     const char *name;
     long slots;
     char err[128];
-    json_t *gpus = json_object_get(msg, "gpus");
-    json_t *running = json_object_get(msg, "running");
-    if (wire_get_str(msg, "name", &name, err, sizeof err) ||
-        wire_get_long(msg, "slots", &slots, err, sizeof err) || !json_is_array(gpus) ||
+    json_t *gpus = json_object_get(m->msg, "gpus");
+    json_t *running = json_object_get(m->msg, "running");
+    if (wire_get_str(m->msg, "name", &name, err, sizeof err) ||
+        wire_get_long(m->msg, "slots", &slots, err, sizeof err) || !json_is_array(gpus) ||
         json_array_size(gpus) > 64 || !s_valid_running(running) || !*name ||
         strlen(name) >= 64 || slots < 0) {
-        s_reply_error(c, from, req, "malformed",
+        s_reply_error(c, m->from, m->req, "malformed",
                       "register needs name, slots >= 0, gpus (array of <= 64), running");
         return;
     }
-    ctl_disp *d = ctl__disp_by_name(c, name);
-    if (!d) {
-        d = calloc(1, sizeof *d);
-        snprintf(d->name, sizeof d->name, "%s", name);
-        c->disps = realloc(c->disps, (c->ndisps + 1) * sizeof *c->disps);
-        c->disps[c->ndisps++] = d;
-    }
-    d->peer = *from;
+    ctl_disp *d = ctl__disp_get(c, name);
+    s_disp_spoke(d, m->from);
     d->slots = slots;
     d->used = 0;
     d->ngpus = (long)json_array_size(gpus);
@@ -259,8 +315,6 @@ static void s_register(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         d->gpu_ids[g] = (int)json_integer_value(json_array_get(gpus, (size_t)g));
         d->gpu_used[g] = 0;
     }
-    d->last_seen = wire_now();
-    d->alive = 1;
     /* trials bound to this dispatcher are re-counted from its list */
     for (size_t s = 0; s < c->nstudies; s++)
         for (size_t k = 0; k < c->studies[s]->ntrials; k++)
@@ -270,117 +324,92 @@ static void s_register(ctl_t *c, const wire_peer *from, json_t *msg, long req)
         return;
     s_running_list(c, d, running, 1);
     char *gtext = json_dumps(gpus, JSON_COMPACT);
-    store_dispatcher_upsert(c->store, name, slots, gtext, wire_wall());
+    store_dispatcher_upsert(c->store, name, slots, gtext, util_wall());
     free(gtext);
     log_info("ctl", "dispatcher %s registered: %ld slots, %ld GPUs, %zu running", name,
              slots, d->ngpus, json_array_size(running));
-    ctl__send(c, from, wire_ok(req));
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
-static ctl_disp *s_disp(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static void s_disp_heartbeat(ctl_t *c, const ctl_msg *m)
 {
-    const char *name;
-    char err[128];
-    if (wire_get_str(msg, "name", &name, err, sizeof err)) {
-        s_reply_error(c, from, req, "malformed", err);
-        return NULL;
-    }
-    ctl_disp *d = ctl__disp_by_name(c, name);
-    if (!d) {
-        s_reply_error(c, from, req, "unknown_dispatcher", "register first");
-        return NULL;
-    }
-    d->peer = *from;
-    d->last_seen = wire_now();
-    d->alive = 1;
-    return d;
-}
-
-static void s_disp_heartbeat(ctl_t *c, const wire_peer *from, json_t *msg, long req)
-{
-    ctl_disp *d = s_disp(c, from, msg, req);
-    if (!d)
-        return;
-    json_t *running = json_object_get(msg, "running");
+    s_disp_spoke(m->disp, m->from);
+    json_t *running = json_object_get(m->msg, "running");
     if (running && s_valid_running(running))
-        s_running_list(c, d, running, 0);
-    ctl__send(c, from, wire_ok(req));
+        s_running_list(c, m->disp, running, 0);
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
 /* The trial named by a dispatcher report, if the attempt is current. */
-static ctl_trial *s_reported_trial(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static ctl_trial *s_reported_trial(ctl_t *c, const ctl_msg *m)
 {
     long id, attempt;
     char err[128];
-    if (wire_get_long(msg, "trial", &id, err, sizeof err) ||
-        wire_get_long(msg, "attempt", &attempt, err, sizeof err)) {
-        s_reply_error(c, from, req, "malformed", err);
+    if (wire_get_long(m->msg, "trial", &id, err, sizeof err) ||
+        wire_get_long(m->msg, "attempt", &attempt, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
         return NULL;
     }
     ctl_trial *t = ctl__trial_by_id(c, id);
     if (!t || t->row.attempt != attempt) {
-        ctl__send(c, from, wire_ok(req)); /* stale: nothing to apply */
+        ctl__send(c, m->from, wire_ok(m->req)); /* stale: nothing to apply */
         return NULL;
     }
     return t;
 }
 
-static void s_started(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static void s_started(ctl_t *c, const ctl_msg *m)
 {
-    if (!s_disp(c, from, msg, req))
-        return;
-    ctl_trial *t = s_reported_trial(c, from, msg, req);
+    s_disp_spoke(m->disp, m->from);
+    ctl_trial *t = s_reported_trial(c, m);
     if (!t)
         return;
-    if (ctl__trial_active(t)) {
+    if (ctl_trial_active(t)) {
         long pid = 0;
         char err[64];
-        wire_get_long(msg, "pid", &pid, err, sizeof err);
+        wire_get_long(m->msg, "pid", &pid, err, sizeof err);
         t->row.pid = pid;
-        const char *out = json_string_value(json_object_get(msg, "stdout"));
-        const char *errp = json_string_value(json_object_get(msg, "stderr"));
+        const char *out = json_string_value(json_object_get(m->msg, "stdout"));
+        const char *errp = json_string_value(json_object_get(m->msg, "stderr"));
         snprintf(t->row.out_path, sizeof t->row.out_path, "%s", out ? out : "");
         snprintf(t->row.err_path, sizeof t->row.err_path, "%s", errp ? errp : "");
-        if (!strcmp(t->row.state, "starting"))
-            snprintf(t->row.state, sizeof t->row.state, "running");
-        t->last_heard = wire_now();
-        if (ctl__save_trial(c, t) != 0)
+        ctl__trial_heard(c, t);
+        if (ctl__trial_save(c, t) != 0)
             return;
     }
-    ctl__send(c, from, wire_ok(req));
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
-static void s_exited(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static void s_exited(ctl_t *c, const ctl_msg *m)
 {
-    if (!s_disp(c, from, msg, req))
-        return;
-    ctl_trial *t = s_reported_trial(c, from, msg, req);
+    s_disp_spoke(m->disp, m->from);
+    ctl_trial *t = s_reported_trial(c, m);
     if (!t)
         return;
-    const char *how = json_string_value(json_object_get(msg, "how"));
+    const char *how = json_string_value(json_object_get(m->msg, "how"));
     if (!how) {
-        s_reply_error(c, from, req, "malformed", "field 'how': expected a string");
+        s_reply_error(c, m->from, m->req, "malformed", "field 'how': expected a string");
         return;
     }
     long code = 0, sig = 0;
     char err[64];
-    wire_get_long(msg, "code", &code, err, sizeof err);
-    wire_get_long(msg, "signal", &sig, err, sizeof err);
-    const char *text = json_string_value(json_object_get(msg, "message"));
+    wire_get_long(m->msg, "code", &code, err, sizeof err);
+    wire_get_long(m->msg, "signal", &sig, err, sizeof err);
+    const char *text = json_string_value(json_object_get(m->msg, "message"));
     if (ctl__txn(c) != 0)
         return;
     ctl__trial_exited(c, t, how, !strcmp(how, "signaled") ? sig : code, text);
-    ctl__send(c, from, wire_ok(req));
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
 /* ---- CLI ---- */
 
-static ctl_study *s_study_arg(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static ctl_study *s_study_arg(ctl_t *c, const ctl_msg *m)
 {
     const char *name;
     char err[128];
-    if (wire_get_str(msg, "study", &name, err, sizeof err)) {
-        s_reply_error(c, from, req, "malformed", err);
+    if (wire_get_str(m->msg, "study", &name, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
         return NULL;
     }
     ctl_study *s = ctl__study_by_name(c, name);
@@ -388,16 +417,17 @@ static ctl_study *s_study_arg(ctl_t *c, const wire_peer *from, json_t *msg, long
         char text[200];
         snprintf(text, sizeof text, "no study named \"%s\" is loaded in this controller",
                  name);
-        s_reply_error(c, from, req, "unknown_study", text);
+        s_reply_error(c, m->from, m->req, "unknown_study", text);
     }
     return s;
 }
 
-static void s_submit(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static void s_submit(ctl_t *c, const ctl_msg *m)
 {
-    json_t *spec = json_object_get(msg, "spec");
+    json_t *spec = json_object_get(m->msg, "spec");
     if (!json_is_object(spec)) {
-        s_reply_error(c, from, req, "malformed", "field 'spec': expected an object");
+        s_reply_error(c, m->from, m->req, "malformed",
+                      "field 'spec': expected an object");
         return;
     }
     ctl_study *s = NULL;
@@ -405,27 +435,27 @@ static void s_submit(ctl_t *c, const wire_peer *from, json_t *msg, long req)
     const char *code = "internal";
     char text[512] = "";
     if (ctl__submit(c, spec, &s, &resumed, &finished, &code, text, sizeof text) != 0) {
-        s_reply_error(c, from, req, code, text);
+        s_reply_error(c, m->from, m->req, code, text);
         return;
     }
-    json_t *r = wire_ok(req);
+    json_t *r = wire_ok(m->req);
     json_object_set_new(r, "study",
                         json_string(json_string_value(json_object_get(spec, "name"))));
     json_object_set_new(r, "resumed", json_boolean(resumed));
     json_object_set_new(r, "finished", json_boolean(finished));
-    ctl__send(c, from, r);
+    ctl__send(c, m->from, r);
 }
 
-static void s_status(ctl_t *c, const wire_peer *from, json_t *msg, long req)
+static void s_status(ctl_t *c, const ctl_msg *m)
 {
-    ctl_study *s = s_study_arg(c, from, msg, req);
+    ctl_study *s = s_study_arg(c, m);
     if (!s)
         return;
-    json_t *r = wire_ok(req);
+    json_t *r = wire_ok(m->req);
     json_t *st = ctl__study_status(c, s);
     json_object_update(r, st);
     json_decref(st);
-    ctl__send(c, from, r);
+    ctl__send(c, m->from, r);
 }
 
 /* Who asked, for the events: "cli", or the label a front end passes as
@@ -439,166 +469,207 @@ static const char *s_who(const json_t *msg)
     return "cli";
 }
 
-static void s_study_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req, int stop)
+static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
 {
-    ctl_study *s = s_study_arg(c, from, msg, req);
+    ctl_study *s = s_study_arg(c, m);
     if (!s)
         return;
-    if (!strcmp(s->row.state, "finished")) {
-        s_reply_error(c, from, req, "bad_state", "the study has finished");
+    if (s->state == STUDY_FINISHED) {
+        s_reply_error(c, m->from, m->req, "bad_state", "the study has finished");
         return;
     }
     if (stop)
-        ctl__study_stop(c, s, s_who(msg));
+        ctl__study_stop(c, s, s_who(m->msg));
     else
-        ctl__study_resume(c, s, s_who(msg));
-    ctl__send(c, from, wire_ok(req));
+        ctl__study_resume(c, s, s_who(m->msg));
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
-static void s_trial_cmd(ctl_t *c, const wire_peer *from, json_t *msg, long req,
-                        const char *kind)
+static void s_study_stop(ctl_t *c, const ctl_msg *m)
+{
+    s_study_cmd(c, m, 1);
+}
+
+static void s_study_resume(ctl_t *c, const ctl_msg *m)
+{
+    s_study_cmd(c, m, 0);
+}
+
+static void s_reply_instruction(ctl_t *c, const ctl_msg *m, long iid)
+{
+    json_t *r = wire_ok(m->req);
+    json_object_set_new(r, "instruction", json_integer(iid));
+    ctl__send(c, m->from, r);
+}
+
+/* trial set: one instruction per key; the reply waits for the last. */
+static void s_trial_set(ctl_t *c, const ctl_msg *m, ctl_trial *t, int wait)
+{
+    json_t *values = json_object_get(m->msg, "values");
+    char err[160];
+    if (!json_is_object(values) || json_object_size(values) == 0) {
+        s_reply_error(c, m->from, m->req, "malformed",
+                      "field 'values': expected a non-empty object");
+        return;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(values, key, v)
+    {
+        if (!spec_valid_name(key) || !(json_is_number(v) || json_is_string(v))) {
+            snprintf(err, sizeof err,
+                     "values.%.60s: expected a name and a number or string", key);
+            s_reply_error(c, m->from, m->req, "malformed", err);
+            return;
+        }
+    }
+    size_t left = json_object_size(values);
+    json_object_foreach(values, key, v)
+    {
+        json_t *args = json_pack("{s:s, s:O}", "name", key, "value", v);
+        int last = --left == 0;
+        long iid = ctl__instruct(c, t, "set", args, s_who(m->msg), "set by a person",
+                                 wait && last ? m->from : NULL, m->req);
+        json_decref(args);
+        if (iid < 0)
+            return;
+        if (last && !wait)
+            s_reply_instruction(c, m, iid);
+    }
+}
+
+static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
 {
     long id;
     char err[128];
-    if (wire_get_long(msg, "trial", &id, err, sizeof err)) {
-        s_reply_error(c, from, req, "malformed", err);
+    if (wire_get_long(m->msg, "trial", &id, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
         return;
     }
     ctl_trial *t = ctl__trial_by_id(c, id);
     if (!t) {
         snprintf(err, sizeof err, "no trial %ld in a study this controller runs", id);
-        s_reply_error(c, from, req, "unknown_trial", err);
+        s_reply_error(c, m->from, m->req, "unknown_trial", err);
         return;
     }
-    int suspended = !strcmp(t->row.state, "suspended");
-    int idle_ok =
-        (!strcmp(kind, "stop") && (!strcmp(t->row.state, "pending") || suspended)) ||
-        (!strcmp(kind, "resume") && suspended);
-    if (!ctl__trial_active(t) && !idle_ok) {
-        snprintf(err, sizeof err, "trial %ld is %s, not running", id, t->row.state);
-        s_reply_error(c, from, req, "bad_state", err);
+    if (cmd == TRIAL_CMD_PAUSE && json_is_true(json_object_get(m->msg, "release")))
+        cmd = TRIAL_CMD_RELEASE;
+    const char *refusal = ctl_trial_cmd_refusal(t, cmd, err, sizeof err);
+    if (refusal) {
+        s_reply_error(c, m->from, m->req, "bad_state", refusal);
         return;
     }
-    int wait = json_is_true(json_object_get(msg, "wait"));
+    int wait = json_is_true(json_object_get(m->msg, "wait"));
     if (ctl__txn(c) != 0)
         return;
-    if (suspended && !strcmp(kind, "resume")) {
-        ctl__trial_unsuspend(c, t, s_who(msg));
-        json_t *r = wire_ok(req);
-        json_object_set_new(r, "restarting", json_true());
-        ctl__send(c, from, r);
-        return;
-    }
-    if (!strcmp(kind, "pause") && json_is_true(json_object_get(msg, "release"))) {
-        if (t->release || !strcmp(t->row.state, "starting")) {
-            s_reply_error(c, from, req, "bad_state",
-                          "the trial is starting or already releasing");
+    json_t *r;
+    long iid;
+    switch (cmd) {
+    case TRIAL_CMD_RESUME:
+        if (t->state == TRIAL_SUSPENDED) {
+            ctl__trial_unsuspend(c, t, s_who(m->msg));
+            r = wire_ok(m->req);
+            json_object_set_new(r, "restarting", json_true());
+            ctl__send(c, m->from, r);
             return;
         }
-        ctl__trial_release(c, t, s_who(msg));
-        json_t *r = wire_ok(req);
+        break;
+    case TRIAL_CMD_RELEASE:
+        ctl__trial_release(c, t, s_who(m->msg));
+        r = wire_ok(m->req);
         json_object_set_new(r, "releasing", json_true());
-        ctl__send(c, from, r);
+        ctl__send(c, m->from, r);
         return;
-    }
-    if (!strcmp(kind, "stop")) {
-        ctl__trial_stop(c, t, s_who(msg), "stopped by a person");
-        ctl__send(c, from, wire_ok(req));
+    case TRIAL_CMD_STOP:
+        ctl__trial_stop(c, t, s_who(m->msg), "stopped by a person", 0);
+        ctl__send(c, m->from, wire_ok(m->req));
         return;
-    }
-    if (!strcmp(kind, "set")) {
-        json_t *values = json_object_get(msg, "values");
-        if (!json_is_object(values) || json_object_size(values) == 0) {
-            s_reply_error(c, from, req, "malformed",
-                          "field 'values': expected a non-empty object");
-            return;
-        }
-        const char *key;
-        json_t *v;
-        json_object_foreach(values, key, v)
-        {
-            if (!spec_valid_name(key) || !(json_is_number(v) || json_is_string(v))) {
-                snprintf(err, sizeof err,
-                         "values.%s: expected a name and a number or string", key);
-                s_reply_error(c, from, req, "malformed", err);
-                return;
-            }
-        }
-        /* one instruction per key; the reply waits for the last */
-        size_t left = json_object_size(values);
-        json_object_foreach(values, key, v)
-        {
-            json_t *args = json_pack("{s:s, s:O}", "name", key, "value", v);
-            int last = --left == 0;
-            long iid = ctl__instruct(c, t, "set", args, s_who(msg), "set by a person",
-                                     wait && last ? from : NULL, req);
-            json_decref(args);
-            if (iid < 0)
-                return;
-            if (last && !wait) {
-                json_t *r = wire_ok(req);
-                json_object_set_new(r, "instruction", json_integer(iid));
-                ctl__send(c, from, r);
-            }
-        }
+    case TRIAL_CMD_SET:
+        s_trial_set(c, m, t, wait);
         return;
+    case TRIAL_CMD_PAUSE:
+        break;
     }
-    long iid = ctl__instruct(c, t, kind, NULL, s_who(msg), "by a person",
-                             wait ? from : NULL, req);
-    if (iid >= 0 && !wait) {
-        json_t *r = wire_ok(req);
-        json_object_set_new(r, "instruction", json_integer(iid));
-        ctl__send(c, from, r);
-    }
+    iid = ctl__instruct(c, t, cmd == TRIAL_CMD_PAUSE ? "pause" : "resume", NULL,
+                        s_who(m->msg), "by a person", wait ? m->from : NULL, m->req);
+    if (iid >= 0 && !wait)
+        s_reply_instruction(c, m, iid);
 }
+
+static void s_trial_stop(ctl_t *c, const ctl_msg *m)
+{
+    s_trial_cmd(c, m, TRIAL_CMD_STOP);
+}
+
+static void s_trial_pause(ctl_t *c, const ctl_msg *m)
+{
+    s_trial_cmd(c, m, TRIAL_CMD_PAUSE);
+}
+
+static void s_trial_resume(ctl_t *c, const ctl_msg *m)
+{
+    s_trial_cmd(c, m, TRIAL_CMD_RESUME);
+}
+
+static void s_trial_set_msg(ctl_t *c, const ctl_msg *m)
+{
+    s_trial_cmd(c, m, TRIAL_CMD_SET);
+}
+
+static void s_ping(ctl_t *c, const ctl_msg *m)
+{
+    json_t *ok = wire_ok(m->req);
+    json_object_set_new(ok, "version", json_string("0.1.0"));
+    ctl__send(c, m->from, ok);
+}
+
+/* ---- the table ---- */
+
+static const struct {
+    const char *type;
+    ctl_peer_role role;
+    void (*handler)(ctl_t *c, const ctl_msg *m);
+} s_table[] = {
+    /* trial -> controller */
+    {"hello", PEER_TRIAL, s_hello},
+    {"metrics", PEER_TRIAL, s_metrics},
+    {"trial_heartbeat", PEER_TRIAL, s_trial_heartbeat},
+    {"ins_ack", PEER_TRIAL, s_ins_ack},
+    {"checkpoint_done", PEER_TRIAL, s_checkpoint_done},
+    /* dispatcher -> controller */
+    {"register", PEER_ANY, s_register},
+    {"disp_heartbeat", PEER_DISPATCHER, s_disp_heartbeat},
+    {"started", PEER_DISPATCHER, s_started},
+    {"exited", PEER_DISPATCHER, s_exited},
+    /* CLI -> controller */
+    {"submit", PEER_ANY, s_submit},
+    {"status", PEER_ANY, s_status},
+    {"study_stop", PEER_ANY, s_study_stop},
+    {"study_resume", PEER_ANY, s_study_resume},
+    {"trial_stop", PEER_ANY, s_trial_stop},
+    {"trial_pause", PEER_ANY, s_trial_pause},
+    {"trial_resume", PEER_ANY, s_trial_resume},
+    {"trial_set", PEER_ANY, s_trial_set_msg},
+    {"ping", PEER_ANY, s_ping},
+};
 
 void ctl__handle(ctl_t *c, const wire_peer *from, json_t *msg)
 {
     const char *type = wire_type(msg);
     json_t *r = json_object_get(msg, "req");
-    long req = json_is_integer(r) ? (long)json_integer_value(r) : -1;
-    int is_trial = json_object_get(msg, "token") != NULL;
-    if (!strcmp(type, "hello"))
-        s_hello(c, from, msg, req);
-    else if (!strcmp(type, "metrics"))
-        s_metrics(c, from, msg, req);
-    else if (!strcmp(type, "heartbeat") && is_trial)
-        s_trial_heartbeat(c, from, msg, req);
-    else if (!strcmp(type, "ins_ack"))
-        s_ins_ack(c, from, msg, req);
-    else if (!strcmp(type, "checkpoint_done"))
-        s_checkpoint_done(c, from, msg, req);
-    else if (!strcmp(type, "register"))
-        s_register(c, from, msg, req);
-    else if (!strcmp(type, "heartbeat"))
-        s_disp_heartbeat(c, from, msg, req);
-    else if (!strcmp(type, "started"))
-        s_started(c, from, msg, req);
-    else if (!strcmp(type, "exited"))
-        s_exited(c, from, msg, req);
-    else if (!strcmp(type, "submit"))
-        s_submit(c, from, msg, req);
-    else if (!strcmp(type, "status"))
-        s_status(c, from, msg, req);
-    else if (!strcmp(type, "study_stop"))
-        s_study_cmd(c, from, msg, req, 1);
-    else if (!strcmp(type, "study_resume"))
-        s_study_cmd(c, from, msg, req, 0);
-    else if (!strcmp(type, "trial_stop"))
-        s_trial_cmd(c, from, msg, req, "stop");
-    else if (!strcmp(type, "trial_pause"))
-        s_trial_cmd(c, from, msg, req, "pause");
-    else if (!strcmp(type, "trial_resume"))
-        s_trial_cmd(c, from, msg, req, "resume");
-    else if (!strcmp(type, "trial_set"))
-        s_trial_cmd(c, from, msg, req, "set");
-    else if (!strcmp(type, "ping")) {
-        json_t *ok = wire_ok(req);
-        json_object_set_new(ok, "version", json_string("0.1.0"));
-        ctl__send(c, from, ok);
-    } else {
-        log_warn("ctl", "dropped a message of unknown type \"%.40s\"", type);
-        ctl__send(c, from,
-                  wire_error(req, "malformed", "unknown message type \"%.40s\"", type));
+    ctl_msg m = {from, msg, json_is_integer(r) ? (long)json_integer_value(r) : -1, NULL,
+                 NULL};
+    for (size_t i = 0; i < sizeof s_table / sizeof s_table[0]; i++) {
+        if (strcmp(type, s_table[i].type) != 0)
+            continue;
+        if (s_table[i].role == PEER_TRIAL && !(m.trial = s_auth_trial(c, &m)))
+            return;
+        if (s_table[i].role == PEER_DISPATCHER && !(m.disp = s_auth_disp(c, &m)))
+            return;
+        s_table[i].handler(c, &m);
+        return;
     }
+    log_warn("ctl", "dropped a message of unknown type \"%.40s\"", type);
+    ctl__send(c, from,
+              wire_error(m.req, "malformed", "unknown message type \"%.40s\"", type));
 }

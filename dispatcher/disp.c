@@ -16,6 +16,7 @@
 #include "disp_int.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -53,6 +54,7 @@ struct disp {
     int ngpus;
     double kill_grace_s, heartbeat_s, silence_s, resend_s;
     int kill_on_stop;
+    disp__backend *be; /* how trials run: local processes or Slurm jobs */
 
     void *ctx;
     int own_ctx;
@@ -76,18 +78,6 @@ struct disp {
     size_t nitems_cap;
 };
 
-static char *s_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *s_strf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 /* An absolute version of path (relative ones against the working
    directory). Caller frees. */
 static char *s_abs(const char *path)
@@ -99,36 +89,7 @@ static char *s_abs(const char *path)
         return strdup(path);
     if (!strcmp(path, "."))
         return strdup(cwd);
-    return s_strf("%s/%s", cwd, path[0] == '.' && path[1] == '/' ? path + 2 : path);
-}
-
-/* mkdir -p. 0 or -1 (errno). */
-static int s_mkdirs(const char *path)
-{
-    char *p = strdup(path);
-    if (!p)
-        return -1;
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == 0) {
-            char c = *s;
-            *s = 0;
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-                int e = errno;
-                free(p);
-                errno = e;
-                return -1;
-            }
-            *s = c;
-            if (!c)
-                break;
-        }
-    }
-    struct stat sb;
-    int rc = (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) ? 0 : -1;
-    if (rc != 0 && errno == 0)
-        errno = ENOTDIR;
-    free(p);
-    return rc;
+    return util_strf("%s/%s", cwd, path[0] == '.' && path[1] == '/' ? path + 2 : path);
 }
 
 /* ---- construction ------------------------------------------------------- */
@@ -157,6 +118,12 @@ disp_t *disp_new(const disp_config *cfg)
     }
     if (!d->endpoint || !d->trial_endpoint || !d->log_dir || !d->name)
         goto fail;
+    int slurm = cfg->backend && !strcmp(cfg->backend, "slurm");
+    if (cfg->backend && !slurm && strcmp(cfg->backend, "local")) {
+        fprintf(stderr, "jizhi dispatcher: unknown backend \"%s\" (local or slurm)\n",
+                cfg->backend);
+        goto fail;
+    }
     if (!d->name[0]) {
         fprintf(stderr, "jizhi dispatcher: empty name\n");
         goto fail;
@@ -171,7 +138,39 @@ disp_t *disp_new(const disp_config *cfg)
     d->silence_s = cfg->silence_s > 0 ? cfg->silence_s : 5.0;
     d->resend_s = cfg->resend_s > 0 ? cfg->resend_s : 2.0;
 
-    if (cfg->gpus) {
+    if (slurm) {
+        /* Trials run in jobs, maybe on other machines: they must reach the
+           controller over TCP. The GPUs are the cluster's: jizhi holds at
+           most max_gpus of them at once (indices 0..max_gpus-1 for the
+           controller's bookkeeping; Slurm picks the devices). */
+        if (strncmp(d->trial_endpoint, "tcp://", 6) != 0) {
+            fprintf(stderr,
+                    "jizhi dispatcher: the slurm backend needs a tcp:// endpoint that "
+                    "trials on the compute nodes can reach (--trial-endpoint), not "
+                    "%s\n",
+                    d->trial_endpoint);
+            goto fail;
+        }
+        if (cfg->gpus) {
+            fprintf(stderr, "jizhi dispatcher: --gpus lists local devices; with the "
+                            "slurm backend use --max-gpus N\n");
+            goto fail;
+        }
+        if (cfg->max_gpus < 0) {
+            fprintf(stderr, "jizhi dispatcher: --max-gpus must be >= 0\n");
+            goto fail;
+        }
+        if (cfg->max_gpus > 0 &&
+            !(d->gpus = calloc((size_t)cfg->max_gpus, sizeof *d->gpus)))
+            goto fail;
+        for (int i = 0; i < cfg->max_gpus; i++)
+            d->gpus[i] = i;
+        d->ngpus = cfg->max_gpus;
+        disp__slurm_config sc = {cfg->partition, cfg->account, cfg->poll_s,
+                                 d->kill_grace_s, d->name};
+        if (!(d->be = disp__slurm_new(&sc)))
+            goto fail;
+    } else if (cfg->gpus) {
         char err[256];
         if (disp__gpu_parse(cfg->gpus, &d->gpus, &d->ngpus, err, sizeof err) != 0) {
             fprintf(stderr, "jizhi dispatcher: %s\n", err);
@@ -184,6 +183,8 @@ disp_t *disp_new(const disp_config *cfg)
             goto fail;
         d->ngpus = n;
     }
+    if (!d->be && !(d->be = disp__local_new()))
+        goto fail;
 
     if (cfg->zmq_ctx) {
         d->ctx = cfg->zmq_ctx;
@@ -197,7 +198,7 @@ disp_t *disp_new(const disp_config *cfg)
     }
     /* Increasing across restarts, so a restarted dispatcher's reports are
        never mistaken for repeats of its previous life's. */
-    d->next_req = (long)(wire_wall() * 1000.0);
+    d->next_req = (long)(util_wall() * 1000.0);
     return d;
 fail:
     disp_destroy(&d);
@@ -212,7 +213,7 @@ void disp_set_kill_on_stop(disp_t *d, int on)
 static void s_drop_procs(disp_t *d)
 {
     for (size_t i = 0; i < d->nprocs; i++) {
-        disp__proc_fini(d->procs[i]);
+        d->be->ops->fini(d->be, d->procs[i]);
         free(d->procs[i]);
     }
     d->nprocs = 0;
@@ -223,7 +224,10 @@ void disp_destroy(disp_t **dp)
     if (!dp || !*dp)
         return;
     disp_t *d = *dp;
-    s_drop_procs(d);
+    if (d->be) {
+        s_drop_procs(d);
+        d->be->ops->destroy(d->be);
+    }
     free(d->procs);
     while (d->reports) {
         s_report *r = d->reports;
@@ -298,7 +302,7 @@ static void s_send_register(disp_t *d, double now)
 static void s_send_heartbeat(disp_t *d, double now)
 {
     json_t *m =
-        json_pack("{s:s, s:I, s:s, s:o}", "type", "heartbeat", "req",
+        json_pack("{s:s, s:I, s:s, s:o}", "type", "disp_heartbeat", "req",
                   (json_int_t)d->next_req++, "name", d->name, "running", s_running(d));
     s_send(d, m);
     d->last_hb = now;
@@ -340,7 +344,7 @@ static void s_report_add(disp_t *d, json_t *m)
     *tail = r;
     if (d->ready && d->sock) {
         json_incref(m);
-        r->sent_at = s_send(d, m) == 0 ? wire_now() : wire_now() - d->resend_s + 0.1;
+        r->sent_at = s_send(d, m) == 0 ? util_now() : util_now() - d->resend_s + 0.1;
     }
 }
 
@@ -380,9 +384,9 @@ static void s_terminate(disp_t *d, disp__proc *p, const char *how, const char *r
     p->how = how;
     if (reason)
         p->reason = strdup(reason);
-    disp__signal(p, SIGTERM);
-    disp__signal(p, SIGCONT); /* a stopped process must see it */
-    p->kill_at = wire_now() + d->kill_grace_s;
+    d->be->ops->signal(d->be, p, SIGTERM);
+    d->be->ops->signal(d->be, p, SIGCONT); /* a stopped process must see it */
+    p->kill_at = util_now() + d->kill_grace_s;
     log_info(TAG, "trial %ld.%ld: %s, SIGTERM to process group %d", p->trial, p->attempt,
              !strcmp(how, "timeout") ? "timed out" : "kill requested", (int)p->pid);
 }
@@ -438,45 +442,62 @@ static void s_on_start(disp_t *d, const json_t *msg)
                  st.attempt);
         return;
     }
-    if (d->nprocs >= (size_t)d->slots) {
-        snprintf(err, sizeof err, "no free slot (%d of %d in use)", (int)d->nprocs,
-                 d->slots);
+    int in_use = 0; /* a slot per rank */
+    for (size_t i = 0; i < d->nprocs; i++)
+        in_use += d->procs[i]->ranks > 0 ? d->procs[i]->ranks : 1;
+    if (in_use + st.ranks > d->slots) {
+        if (st.ranks > 1)
+            snprintf(err, sizeof err, "no free slots for %d ranks (%d of %d in use)",
+                     st.ranks, in_use, d->slots);
+        else
+            snprintf(err, sizeof err, "no free slot (%d of %d in use)", in_use, d->slots);
         s_report_start_failed(d, st.trial, st.attempt, err);
         return;
     }
-    int nfree = 0;
-    int *gpus = s_pick_gpus(d, st.gpus, &nfree);
-    if (st.gpus > 0 && !gpus) {
-        if (st.gpus > d->ngpus)
-            snprintf(err, sizeof err, "needs %d GPUs, this dispatcher has %d", st.gpus,
+    json_t *mpi_argv = NULL, *mpi_env = NULL; /* the launcher's, for ranks > 1 */
+    if (st.ranks > 1) {
+        if (disp__mpi_prepare(&st, &mpi_argv, &mpi_env, err, sizeof err) != 0) {
+            s_report_start_failed(d, st.trial, st.attempt, err);
+            return;
+        }
+        st.argv = mpi_argv;
+        st.env = mpi_env;
+    }
+    int nfree = 0, want = st.gpus * st.ranks;
+    int *gpus = s_pick_gpus(d, want, &nfree);
+    if (want > 0 && !gpus) {
+        if (want > d->ngpus)
+            snprintf(err, sizeof err, "needs %d GPUs, this dispatcher has %d", want,
                      d->ngpus);
         else
-            snprintf(err, sizeof err, "no free GPU (needs %d, %d free)", st.gpus, nfree);
+            snprintf(err, sizeof err, "no free GPU (needs %d, %d free)", want, nfree);
         s_report_start_failed(d, st.trial, st.attempt, err);
+        json_decref(mpi_argv);
+        json_decref(mpi_env);
         return;
     }
 
     /* <log_dir>/<study>/, and a default checkpoint dir beside the logs */
     char *root = s_abs(st.log_dir ? st.log_dir : d->log_dir);
     char *study = disp__path_component(st.study);
-    char *dir = root && study ? s_strf("%s/%s", root, study) : NULL;
+    char *dir = root && study ? util_strf("%s/%s", root, study) : NULL;
     char *ckpt = NULL;
     char *cuda = NULL;
-    size_t cuda_len = 1 + (size_t)st.gpus * 8;
+    size_t cuda_len = 1 + (size_t)want * 8;
     if (!json_object_get(st.env, "JIZHI_CHECKPOINT_DIR") && dir)
-        ckpt = s_strf("%s/checkpoints/trial-%ld", dir, st.trial);
+        ckpt = util_strf("%s/checkpoints/trial-%ld", dir, st.trial);
     cuda = calloc(1, cuda_len);
     if (!dir || !cuda) {
         s_report_start_failed(d, st.trial, st.attempt, "out of memory");
         goto out;
     }
-    if (s_mkdirs(dir) != 0) {
+    if (util_mkdirs(dir, 0755) != 0) {
         snprintf(err, sizeof err, "cannot create log directory %s: %s", dir,
                  strerror(errno));
         s_report_start_failed(d, st.trial, st.attempt, err);
         goto out;
     }
-    if (ckpt && s_mkdirs(ckpt) != 0) {
+    if (ckpt && util_mkdirs(ckpt, 0755) != 0) {
         log_warn(TAG, "cannot create %s: %s", ckpt, strerror(errno));
         free(ckpt);
         ckpt = NULL;
@@ -484,9 +505,9 @@ static void s_on_start(disp_t *d, const json_t *msg)
     /* a checkpoint dir chosen by the controller lives on this machine too */
     const char *given =
         json_string_value(json_object_get(st.env, "JIZHI_CHECKPOINT_DIR"));
-    if (given && given[0] == '/' && s_mkdirs(given) != 0)
+    if (given && given[0] == '/' && util_mkdirs(given, 0755) != 0)
         log_warn(TAG, "cannot create %s: %s", given, strerror(errno));
-    for (int i = 0; i < st.gpus; i++) {
+    for (int i = 0; i < want; i++) {
         size_t n = strlen(cuda);
         snprintf(cuda + n, cuda_len - n, "%s%d", i ? "," : "", gpus[i]);
     }
@@ -507,23 +528,24 @@ static void s_on_start(disp_t *d, const json_t *msg)
     }
     disp__spawn_args a = {&st,     dir,  d->trial_endpoint, ckpt,
                           d->name, cuda, d->kill_on_stop};
-    if (disp__spawn(&a, p, err, sizeof err) != 0) {
+    if (d->be->ops->start(d->be, &a, p, err, sizeof err) != 0) {
         free(p);
         s_report_start_failed(d, st.trial, st.attempt, err);
         goto out;
     }
     p->gpus = gpus;
-    p->ngpus = st.gpus;
+    p->ngpus = want;
+    p->ranks = st.ranks;
     gpus = NULL;
-    p->t_start = wire_now();
-    p->timeout_s = st.timeout_s;
-    p->deadline = st.timeout_s > 0 ? p->t_start + st.timeout_s : 0;
+    p->t_start = util_now();
+    p->timeout_s = st.timeout_s; /* the clock starts when it runs */
     d->procs[d->nprocs++] = p;
-    log_info(
-        TAG,
-        "trial %ld.%ld: pid %d: %s (logs %s/trial-%ld.%ld.*, CUDA_VISIBLE_DEVICES=%s)",
-        st.trial, st.attempt, (int)p->pid, p->argv0, dir, st.trial, st.attempt, cuda);
+    log_info(TAG, "trial %ld.%ld: %s %d: %s (logs %s/trial-%ld.%ld.*, gpus %s)", st.trial,
+             st.attempt, d->be->ops->id_word, (int)p->pid, p->argv0, dir, st.trial,
+             st.attempt, cuda[0] ? cuda : "none");
 out:
+    json_decref(mpi_argv);
+    json_decref(mpi_env);
     free(gpus);
     free(root);
     free(study);
@@ -556,6 +578,8 @@ static void s_on_kill(disp_t *d, const json_t *msg)
 static void s_queue_started(disp_t *d, disp__proc *p)
 {
     p->started = 1;
+    if (p->timeout_s > 0)
+        p->deadline = util_now() + p->timeout_s;
     json_t *gpus = json_array();
     for (int i = 0; i < p->ngpus; i++)
         json_array_append_new(gpus, json_integer(p->gpus[i]));
@@ -575,28 +599,18 @@ static void s_append_err(const disp__proc *p, const char *text)
     }
 }
 
-static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
+static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
 {
     const char *how;
-    int code = -1, sig = 0;
-    char what[256], msg[768];
-    if (lost) {
+    int code = e->code, sig = e->sig;
+    const char *what = e->what;
+    char msg[768];
+    if (e->unknown)
         how = p->how ? p->how : "exited";
-        snprintf(what, sizeof what,
-                 "exit status unavailable (the process was reaped "
-                 "outside the dispatcher)");
-    } else if (WIFEXITED(status)) {
-        code = WEXITSTATUS(status);
-        how = "exited";
-        snprintf(what, sizeof what, "exit code %d", code);
-    } else if (WIFSIGNALED(status)) {
-        sig = WTERMSIG(status);
+    else if (sig)
         how = "signaled";
-        snprintf(what, sizeof what, "killed by signal %d (%s)", sig, strsignal(sig));
-    } else {
+    else
         how = "exited";
-        snprintf(what, sizeof what, "wait status %#x", (unsigned)status);
-    }
     if (p->exec_errno) {
         how = "start_failed";
         code = 127; /* the child's _exit status, whatever a tool made of it */
@@ -610,10 +624,13 @@ static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
         how = "killed";
         snprintf(msg, sizeof msg, "killed on request%s%s%s; %s", p->reason ? " (" : "",
                  p->reason ? p->reason : "", p->reason ? ")" : "", what);
+    } else if (e->how) {
+        how = e->how; /* lost, or the backend's own time limit */
+        snprintf(msg, sizeof msg, "%s", what);
     } else {
         snprintf(msg, sizeof msg, "%s", what);
     }
-    double elapsed = wire_now() - p->t_start;
+    double elapsed = util_now() - p->t_start;
     log_info(TAG, "trial %ld.%ld: %s: %s", p->trial, p->attempt, how, msg);
     s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s}",
                               "type", "exited", "trial", (json_int_t)p->trial, "attempt",
@@ -625,21 +642,17 @@ static void s_queue_exited(disp_t *d, disp__proc *p, int status, int lost)
 /* Exec results, exits, timeouts, kill escalation. */
 static void s_check_procs(disp_t *d, double now)
 {
+    d->be->ops->refresh(d->be, d->procs, d->nprocs, now);
     for (size_t i = 0; i < d->nprocs;) {
         disp__proc *p = d->procs[i];
-        if (disp__exec_poll(p) && !p->exec_errno)
+        disp__end end;
+        int ended = d->be->ops->poll(d->be, p, &end);
+        if (p->running && !p->started)
             s_queue_started(d, p);
-        int status, lost;
-        if (disp__reap(p, &status, &lost)) {
-            /* A failed exec wrote its errno before the child exited, so
-               one read tells. Nothing there (EOF, or EAGAIN while a child
-               another thread forked still holds the write end): it ran. */
-            disp__exec_poll(p);
-            if (!p->exec_errno && !p->started)
-                s_queue_started(d, p);
-            s_queue_exited(d, p, status, lost);
+        if (ended) {
+            s_queue_exited(d, p, &end);
             s_remember_done(d, p->trial, p->attempt);
-            disp__proc_fini(p);
+            d->be->ops->fini(d->be, p);
             free(p);
             memmove(&d->procs[i], &d->procs[i + 1],
                     (d->nprocs - i - 1) * sizeof *d->procs);
@@ -651,7 +664,7 @@ static void s_check_procs(disp_t *d, double now)
         if (p->kill_at > 0 && !p->killed_hard && now >= p->kill_at) {
             log_info(TAG, "trial %ld.%ld: still there %g s after SIGTERM, SIGKILL",
                      p->trial, p->attempt, d->kill_grace_s);
-            disp__signal(p, SIGKILL);
+            d->be->ops->signal(d->be, p, SIGKILL);
             p->killed_hard = 1;
         }
         i++;
@@ -694,8 +707,8 @@ static void s_on_reply(disp_t *d, const json_t *msg, int ok)
             log_info(TAG, "registered with %s as %s (%d slots, %d GPUs, %d running)",
                      d->endpoint, d->name, d->slots, d->ngpus, (int)d->nprocs);
             d->ready = 1;
-            d->last_hb = wire_now();
-            s_send_reports(d, wire_now(), 1);
+            d->last_hb = util_now();
+            s_send_reports(d, util_now(), 1);
         } else if (!ok) {
             log_warn(TAG, "register refused: %s: %s", code, text);
         }
@@ -734,7 +747,7 @@ static void s_on_reply(disp_t *d, const json_t *msg, int ok)
 static void s_on_message(disp_t *d, json_t *msg)
 {
     const char *type = wire_type(msg);
-    d->last_heard = wire_now();
+    d->last_heard = util_now();
     if (!strcmp(type, "ok"))
         s_on_reply(d, msg, 1);
     else if (!strcmp(type, "error"))
@@ -768,7 +781,7 @@ static int s_drain_socket(disp_t *d)
             log_warn(TAG, "%s", err);
             return 0;
         }
-        d->last_heard = wire_now();
+        d->last_heard = util_now();
         log_warn(TAG, "dropping malformed message: %s", err);
     }
 }
@@ -829,11 +842,11 @@ static void s_shutdown(disp_t *d)
             s_terminate(d, d->procs[i], "killed", "dispatcher stopping");
         /* a process in uninterruptible sleep may outlive SIGKILL for a
            while: bound the wait */
-        double give_up = wire_now() + d->kill_grace_s + 10.0;
-        while (d->nprocs && wire_now() < give_up) {
+        double give_up = util_now() + d->kill_grace_s + 10.0;
+        while (d->nprocs && util_now() < give_up) {
             s_poll(d, 20);
             s_drain_socket(d);
-            s_check_procs(d, wire_now());
+            s_check_procs(d, util_now());
         }
         if (d->nprocs)
             log_error(TAG, "%d trial(s) did not die after SIGKILL", (int)d->nprocs);
@@ -841,10 +854,10 @@ static void s_shutdown(disp_t *d)
         log_info(TAG, "stopping: leaving %d trial(s) running", (int)d->nprocs);
     }
     s_drop_procs(d);
-    double until = wire_now() + 1.0;
+    double until = util_now() + 1.0;
     if (d->ready)
-        s_send_reports(d, wire_now(), 1);
-    while (d->ready && d->reports && wire_now() < until) {
+        s_send_reports(d, util_now(), 1);
+    while (d->ready && d->reports && util_now() < until) {
         s_poll(d, 20);
         if (s_drain_socket(d) != 0)
             break;
@@ -871,15 +884,15 @@ int disp_run(disp_t *d, volatile int *stop)
              d->endpoint, d->slots, d->ngpus, d->log_dir);
     d->ready = 0;
     d->last_reg = -INFINITY;
-    d->last_heard = wire_now();
+    d->last_heard = util_now();
     int rc = 0;
     while (!*stop) {
-        s_timers(d, wire_now());
+        s_timers(d, util_now());
         if (s_poll(d, DISP_TICK_MS) != 0 || s_drain_socket(d) != 0) {
             rc = -1;
             break;
         }
-        s_check_procs(d, wire_now());
+        s_check_procs(d, util_now());
     }
     s_shutdown(d);
     zmq_close(d->sock);

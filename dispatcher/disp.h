@@ -49,6 +49,25 @@
     exited/start_failed; without them it is only logged. A start repeated
     for a (trial, attempt) that runs or recently ended is ignored. `kill`
     without `attempt` kills every attempt of the trial.
+
+    Slurm (backend "slurm", disp_slurm.c): each trial attempt becomes one
+    Slurm job instead of a child process; `slots` is the most jobs held at
+    once (queued or running). The dispatcher writes
+    <log_dir>/<study>/trial-<id>.<attempt>.sbatch (an exec of argv, every
+    word quoted) and submits it with sbatch in the trial's environment
+    (sbatch exports it to the job), with --output/--error on the same log
+    paths, --gres=gpu:N for the trial's GPUs (Slurm then sets
+    CUDA_VISIBLE_DEVICES), --time from timeout_s plus the kill grace (a
+    backstop: the dispatcher's own timeout comes first), --no-requeue, and
+    --partition/--account when given. The log and checkpoint directories
+    must be on a file system the compute nodes share, and JIZHI_ENDPOINT a
+    tcp:// address they can reach. `pid` in reports is the job id. Job
+    states come from squeue every poll_s, a job's end from `scontrol show
+    job` (or sacct where the cluster keeps accounting); a kill is
+    `scancel --signal=TERM --full`, then `scancel` after the grace. A job
+    that was preempted, requeued, whose node failed or that someone else
+    cancelled ends with how "lost" (the controller retries it as a new
+    attempt); one that hit Slurm's own time limit with how "timeout".
 */
 #ifndef JZ_DISP_H
 #define JZ_DISP_H
@@ -73,6 +92,12 @@ typedef struct {
     double silence_s;           /* no reply for this long -> re-register; <= 0: 5 s */
     double resend_s;            /* unanswered register/started/exited resent after;
                                    <= 0: 2 s */
+    /* Backend: how trials run. See "Slurm" above. */
+    const char *backend;   /* "local" (NULL) or "slurm" */
+    const char *partition; /* slurm: sbatch --partition (NULL: the default one) */
+    const char *account;   /* slurm: sbatch --account (NULL: the user's default) */
+    int max_gpus;          /* slurm: GPUs held at once over all jobs (default 0) */
+    double poll_s;         /* slurm: squeue period; <= 0: 1 s */
 } disp_config;
 
 /* Creates a dispatcher (connects lazily: a controller that is not up yet

@@ -8,6 +8,7 @@
 #include "disp_int.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "common/util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -101,10 +102,10 @@ int disp__gpu_detect(const char *cmd, int **out)
 
     char buf[8192];
     size_t len = 0;
-    double deadline = wire_now() + 10.0;
+    double deadline = util_now() + 10.0;
     int timed_out = 0;
     for (;;) {
-        double left = deadline - wire_now();
+        double left = deadline - util_now();
         if (left <= 0) {
             timed_out = 1;
             break;

@@ -5,6 +5,11 @@
     disp_msg.c   validation of the controller's `start` and `kill` messages
     disp_proc.c  one trial process: environment, fork/exec, signals, reaping
     disp_gpu.c   the GPU list: parsing "0,1,3" and asking nvidia-smi
+    disp_local.c the local backend: trials as child processes (disp_proc.c)
+    disp_slurm.c the Slurm backend: each trial attempt is a Slurm job
+
+    A backend (disp__backend) is how a trial runs; disp.c keeps everything
+    else (the protocol, slots, GPUs, timeouts, reports) the same for all.
 */
 #ifndef JZ_DISP_INT_H
 #define JZ_DISP_INT_H
@@ -24,9 +29,12 @@ typedef struct {
     const json_t *argv;  /* non-empty array of strings without NUL bytes */
     const json_t *env;   /* object of strings, or NULL */
     double timeout_s;    /* 0: none */
-    int gpus;            /* devices wanted, >= 0 */
+    int gpus;            /* devices wanted per rank, >= 0 */
+    int ranks;           /* MPI ranks, >= 1 (absent: 1) */
     const char *log_dir; /* root for the logs, or NULL: the dispatcher's */
 } disp__start;
+
+#define DISP_MAX_RANKS 1024
 
 /* Validates a `start`. Returns 0, or -1 with err naming the field and what
    was expected. On failure *have_ids says whether trial and attempt were
@@ -53,7 +61,8 @@ typedef struct {
     int pidfd;        /* readable when the process exits; -1 if unsupported */
     int exec_fd;      /* read end of the CLOEXEC exec-status pipe; -1 when resolved */
     int exec_errno;   /* errno of a failed execvp, else 0 */
-    int started;      /* exec succeeded and `started` was queued */
+    int running;      /* the backend saw it run (exec succeeded, job RUNNING) */
+    int started;      /* `started` was queued */
     double t_start;   /* monotonic start time */
     double deadline;  /* monotonic time of the timeout, 0: none */
     double timeout_s; /* as requested, for messages */
@@ -63,9 +72,11 @@ typedef struct {
     char *reason;     /* why it was killed (kill's `reason`), or NULL */
     int *gpus;        /* device indices handed to it */
     int ngpus;
+    int ranks;      /* slots it holds: its MPI ranks (1: a plain process) */
     char *argv0;    /* for messages */
     char *out_path; /* stdout log */
     char *err_path; /* stderr log */
+    void *job;      /* the backend's own record (Slurm: the job), or NULL */
 } disp__proc;
 
 /* What disp__spawn needs besides the start message. */
@@ -75,7 +86,8 @@ typedef struct {
     const char *endpoint;     /* JIZHI_ENDPOINT default */
     const char *ckpt_dir;     /* JIZHI_CHECKPOINT_DIR default, or NULL */
     const char *disp_name;    /* JIZHI_DISPATCHER */
-    const char *cuda_devices; /* CUDA_VISIBLE_DEVICES ("" for none) */
+    const char *cuda_devices; /* CUDA_VISIBLE_DEVICES ("" for none; NULL: not set,
+                                 e.g. Slurm sets it from --gres) */
     int pdeathsig;            /* set PR_SET_PDEATHSIG(SIGTERM) in the child */
 } disp__spawn_args;
 
@@ -96,7 +108,20 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
    p->exec_errno, closes exec_fd. Returns 1 when resolved now, 0 otherwise. */
 int disp__exec_poll(disp__proc *p);
 
-/* Sends sig to the trial's process group (falls back to the pid). */
+/* ---- disp_mpi.c ---------------------------------------------------------- */
+
+/* For st->ranks > 1: the launcher's argv (mpirun --oversubscribe -np N
+   then st->argv) and st->env plus the launcher's defaults. Caller owns
+   both. Returns 0, or -1 with err (no mpirun on PATH, out of memory). */
+int disp__mpi_prepare(const disp__start *st, json_t **argv, json_t **env, char *err,
+                      size_t errsize);
+
+/* Sends sig to every descendant of root (and the process group of each
+   that leads one). Returns how many were signalled. */
+int disp__mpi_signal_tree(pid_t root, int sig);
+
+/* Sends sig to the trial's process group (falls back to the pid); for a
+   multi-rank trial to the launcher's descendants first. */
 void disp__signal(disp__proc *p, int sig);
 
 /* Checks whether the leader exited without blocking. When it has, kills
@@ -107,6 +132,68 @@ int disp__reap(disp__proc *p, int *status, int *lost);
 
 /* Frees what p owns (fds, strings); does not signal the process. */
 void disp__proc_fini(disp__proc *p);
+
+/* ---- backends (disp_local.c, disp_slurm.c) ------------------------------ */
+
+/* How a trial ended, as its backend saw it. */
+typedef struct {
+    const char *how; /* NULL: from code/sig; "lost" (not the trial's fault:
+                        preempted, node failure, cancelled outside jizhi) or
+                        "timeout" (the backend's own time limit) */
+    int code;        /* exit status, -1 when none */
+    int sig;         /* terminating signal, 0 when none */
+    int unknown;     /* the exit status could not be had */
+    char what[256];  /* for people: "exit code 3", "job 12: NODE_FAIL" */
+} disp__end;
+
+typedef struct disp__backend disp__backend;
+
+/* The operations every backend implements. All run on the dispatcher's
+   thread; none blocks longer than its commands' time limits. */
+typedef struct {
+    const char *name;    /* "local", "slurm" */
+    const char *id_word; /* what p->pid is: "pid", "job" (for messages) */
+    /* Starts the trial: fills p (pid, paths, argv0, job) like disp__spawn.
+       0, or -1 with err when nothing was started (p is left empty). */
+    int (*start)(disp__backend *b, const disp__spawn_args *a, disp__proc *p, char *err,
+                 size_t errsize);
+    /* Once per loop turn before poll: refreshes what the backend knows about
+       all its trials (Slurm: one squeue at most every poll_s). */
+    void (*refresh)(disp__backend *b, disp__proc **procs, size_t n, double now);
+    /* Sets p->running once the trial is seen running; returns 1 with *end
+       filled when it has ended (then fini follows), 0 while it lives. */
+    int (*poll)(disp__backend *b, disp__proc *p, disp__end *end);
+    /* Sends sig (SIGTERM, SIGKILL; SIGCONT where it means something). */
+    void (*signal)(disp__backend *b, disp__proc *p, int sig);
+    /* Frees what p owns, p->job included; does not stop the trial. */
+    void (*fini)(disp__backend *b, disp__proc *p);
+    /* NULL-safe. */
+    void (*destroy)(disp__backend *b);
+} disp__backend_ops;
+
+struct disp__backend {
+    const disp__backend_ops *ops;
+};
+
+/* The fork/exec backend. NULL when out of memory. Caller owns the result
+   and must destroy it with ops->destroy. */
+disp__backend *disp__local_new(void);
+
+/* The Slurm backend's settings (strings borrowed during the call). */
+typedef struct {
+    const char *partition; /* sbatch --partition, or NULL: the cluster's default */
+    const char *account;   /* sbatch --account, or NULL */
+    double poll_s;         /* squeue period; <= 0: 1 s */
+    double kill_grace_s;   /* our SIGTERM -> SIGKILL delay (added to --time) */
+    const char *name;      /* the dispatcher's name (job comments) */
+} disp__slurm_config;
+
+/* The Slurm backend: checks that sbatch runs and whether sacct works (it
+   does not without slurmdbd; then job states come from squeue and
+   `scontrol show job`, which it logs). NULL with a message on stderr when
+   Slurm's commands are missing. Caller owns the result and must destroy it
+   with ops->destroy. */
+disp__backend *disp__slurm_new(const disp__slurm_config *cfg);
 
 /* ---- disp_gpu.c --------------------------------------------------------- */
 

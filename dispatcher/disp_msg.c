@@ -117,6 +117,19 @@ int disp__parse_start(const json_t *msg, disp__start *out, int *have_ids, char *
         out->gpus = (int)g;
     }
 
+    out->ranks = 1;
+    v = json_object_get(msg, "ranks");
+    if (v && !json_is_null(v)) {
+        long r;
+        if (!json_is_integer(v) || (r = (long)json_integer_value(v)) < 1 ||
+            r > DISP_MAX_RANKS) {
+            snprintf(err, errsize, "field 'ranks': expected an integer from 1 to %d",
+                     DISP_MAX_RANKS);
+            return -1;
+        }
+        out->ranks = (int)r;
+    }
+
     v = json_object_get(msg, "log_dir");
     if (v && !json_is_null(v)) {
         if (!s_is_cstring(v) || json_string_length(v) == 0) {

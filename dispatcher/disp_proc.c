@@ -13,6 +13,7 @@
 */
 #define _GNU_SOURCE
 #include "disp_int.h"
+#include "common/util.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -42,18 +43,6 @@ static const char *const s_scrub[] = {"JIZHI_ENDPOINT",       "JIZHI_STUDY",
                                       "JIZHI_CHECKPOINT_DIR", "JIZHI_DISPATCHER",
                                       "CUDA_VISIBLE_DEVICES", NULL};
 
-static char *s_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *s_strf(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 /* ---- environment -------------------------------------------------------- */
 
 typedef struct {
@@ -79,7 +68,7 @@ static void s_env_set(s_envv *e, const char *key, const char *val, int overwrite
     long i = s_env_find(e, key, strlen(key));
     if (i >= 0 && !overwrite)
         return;
-    char *kv = s_strf("%s=%s", key, val);
+    char *kv = util_strf("%s=%s", key, val);
     if (!kv) {
         e->oom = 1;
         return;
@@ -152,7 +141,8 @@ char **disp__build_env(const disp__spawn_args *a)
     snprintf(num, sizeof num, "%ld", a->st->attempt);
     s_env_set(&e, "JIZHI_ATTEMPT", num, 1);
     s_env_set(&e, "JIZHI_DISPATCHER", a->disp_name, 1);
-    s_env_set(&e, "CUDA_VISIBLE_DEVICES", a->cuda_devices, 1);
+    if (a->cuda_devices)
+        s_env_set(&e, "CUDA_VISIBLE_DEVICES", a->cuda_devices, 1);
     if (e.oom || !e.v) {
         disp__strv_free(e.v);
         return NULL;
@@ -231,8 +221,8 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
     size_t argc = json_array_size(st->argv);
     char **argv = calloc(argc + 1, sizeof *argv);
     char **envp = disp__build_env(a);
-    p->out_path = s_strf("%s/trial-%ld.%ld.out", a->dir, st->trial, st->attempt);
-    p->err_path = s_strf("%s/trial-%ld.%ld.err", a->dir, st->trial, st->attempt);
+    p->out_path = util_strf("%s/trial-%ld.%ld.out", a->dir, st->trial, st->attempt);
+    p->err_path = util_strf("%s/trial-%ld.%ld.err", a->dir, st->trial, st->attempt);
     p->argv0 = strdup(json_string_value(json_array_get(st->argv, 0)));
     int in_fd = -1, out_fd = -1, err_fd = -1, ep[2] = {-1, -1};
     int rc = -1;
@@ -334,6 +324,8 @@ void disp__signal(disp__proc *p, int sig)
 {
     if (p->pid <= 0)
         return;
+    if (p->ranks > 1)
+        disp__mpi_signal_tree(p->pid, sig);
     if (killpg(p->pid, sig) != 0)
         kill(p->pid, sig);
 }

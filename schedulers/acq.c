@@ -12,6 +12,7 @@
     d log h/dz = Phi(z)/h(z) = 1/c.
 */
 #include "acq.h"
+#include "common/util.h"
 
 #include <gsl/gsl_qrng.h>
 #include <math.h>
@@ -72,14 +73,22 @@ static double s_acq(const acq_t *a, double mu, double var, double *dmu, double *
 double acq_value(gp_t *gp, const acq_t *a, const double *x, double *grad)
 {
     int d = gp_dim(gp);
-    double mu, var, dm[d], dv[d], gmu, gsd;
-    gp_predict(gp, x, &mu, &var, grad ? dm : NULL, grad ? dv : NULL);
+    double mu, var, gmu, gsd;
+    double *dm = NULL, *dv = NULL; /* heap: d is the user's number of params */
+    if (grad) {
+        dm = malloc(sizeof(double) * 2 * (size_t)d);
+        if (!dm)
+            return NAN;
+        dv = dm + d;
+    }
+    gp_predict(gp, x, &mu, &var, dm, dv);
     double v = s_acq(a, mu, var, &gmu, &gsd);
     if (grad) {
         /* below the floor the sd does not move with x */
         double dsd_dvar = var > S_VAR_FLOOR ? 0.5 / sqrt(var) : 0;
         for (int i = 0; i < d; i++)
             grad[i] = gmu * dm[i] + gsd * dsd_dvar * dv[i];
+        free(dm);
     }
     return v;
 }
@@ -112,27 +121,6 @@ void acq_opt_opts_init(acq_opt_opts *o)
     o->max_iter = 40;
 }
 
-/* ---- random numbers (splitmix64; no global state) --------------------- */
-
-static unsigned long long s_mix(unsigned long long *s)
-{
-    unsigned long long z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double s_unif(unsigned long long *s)
-{
-    return ((double)(s_mix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double s_normal(unsigned long long *s)
-{
-    double u = s_unif(s), v = s_unif(s);
-    return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
-}
-
 static double s_clamp01(double x)
 {
     return x < 0 ? 0 : x > 1 ? 1 : x;
@@ -143,11 +131,29 @@ static double s_clamp01(double x)
 /* Projected gradient ascent with Barzilai-Borwein steps and an Armijo
    backtracking line search (spectral projected gradient, monotone).
    Moves only the dimensions in mask. x is updated; returns its value. */
+static double s_polish_from(gp_t *gp, const acq_t *a, const unsigned char *mask,
+                            double *x, int max_iter, double *g, double *xn, double *gn,
+                            double *dir);
+
 static double s_polish(gp_t *gp, const acq_t *a, const unsigned char *mask, double *x,
                        int max_iter)
 {
     int d = gp_dim(gp);
-    double g[d], xn[d], gn[d], dir[d];
+    double *g = malloc(sizeof(double) * 4 * (size_t)d);
+    if (!g)
+        return NAN;
+    double *xn = g + d, *gn = g + 2 * d, *dir = g + 3 * d;
+    double f = s_polish_from(gp, a, mask, x, max_iter, g, xn, gn, dir);
+    free(g);
+    return f;
+}
+
+static double s_polish_from(gp_t *gp, const acq_t *a, const unsigned char *mask,
+                            double *x, int max_iter, double *g, double *xn, double *gn,
+                            double *dir)
+{
+    int d = gp_dim(gp);
+    size_t vbytes = sizeof(double) * (size_t)d;
     double f = acq_value(gp, a, x, g);
     if (!isfinite(f))
         return f;
@@ -188,8 +194,8 @@ static double s_polish(gp_t *gp, const acq_t *a, const unsigned char *mask, doub
             sy -= s * (gn[i] - g[i]);
         }
         double fold = f;
-        memcpy(x, xn, sizeof xn);
-        memcpy(g, gn, sizeof gn);
+        memcpy(x, xn, vbytes);
+        memcpy(g, gn, vbytes);
         f = fn;
         lam = sy > 0 ? ss / sy : 10 * lam;
         if (lam < 1e-12)
@@ -237,25 +243,26 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
     int nl = o->n_starts > 0 && o->starts && o->n_local > 0 ? o->n_local : 0;
     int np = o->n_polish > 0 ? o->n_polish : 0;
     int m = nc + nl, total = m + np;
-    unsigned long long seed = o->seed ^ 0x3C6EF372FE94F82BULL;
+    uint64_t seed = o->seed ^ 0x3C6EF372FE94F82BULL;
 
     double *P = malloc(sizeof(double) * (size_t)total * (size_t)d);
     double *v = malloc(sizeof(double) * (size_t)total);
     s_rank *rk = malloc(sizeof(s_rank) * (size_t)total);
-    if (!P || !v || !rk || k < 1) {
+    double *shift = malloc(sizeof(double) * 2 * (size_t)d); /* and u */
+    if (!P || !v || !rk || !shift || k < 1) {
         free(P);
         free(v);
         free(rk);
+        free(shift);
         return -1;
     }
 
     /* Sobol points with a random shift (Cranley-Patterson rotation); GSL's
        Sobol generator goes up to 40 dimensions, beyond that uniform. */
-    double shift[d];
     for (int i = 0; i < d; i++)
-        shift[i] = s_unif(&seed);
+        shift[i] = util_unif01(&seed);
     gsl_qrng *q = d <= 40 ? gsl_qrng_alloc(gsl_qrng_sobol, (unsigned)d) : NULL;
-    double u[d];
+    double *u = shift + d;
     if (q)
         gsl_qrng_get(q, u); /* skip the origin */
     for (int j = 0; j < nc; j++) {
@@ -264,7 +271,7 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
             gsl_qrng_get(q, u);
         else
             for (int i = 0; i < d; i++)
-                u[i] = s_unif(&seed);
+                u[i] = util_unif01(&seed);
         for (int i = 0; i < d; i++) {
             double w = u[i] + (q ? shift[i] : 0);
             x[i] = w >= 1 ? w - 1 : w;
@@ -278,12 +285,12 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
     for (int j = 0; j < nl; j++) {
         double *x = P + (size_t)(nc + j) * d;
         const double *s0 = o->starts + (size_t)(j % o->n_starts) * d;
-        double scale = exp(log(1e-3) + s_unif(&seed) * (log(0.2) - log(1e-3)));
+        double scale = exp(log(1e-3) + util_unif01(&seed) * (log(0.2) - log(1e-3)));
         for (int i = 0; i < d; i++) {
             if (!o->mask || o->mask[i])
-                x[i] = s_clamp01(s0[i] + scale * s_normal(&seed));
+                x[i] = s_clamp01(s0[i] + scale * util_normal(&seed));
             else
-                x[i] = s_unif(&seed) < 1.0 / d ? s_unif(&seed) : s0[i];
+                x[i] = util_unif01(&seed) < 1.0 / d ? util_unif01(&seed) : s0[i];
         }
     }
     if (o->round)
@@ -338,5 +345,6 @@ done:
     free(P);
     free(v);
     free(rk);
+    free(shift);
     return rc;
 }

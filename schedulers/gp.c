@@ -11,6 +11,7 @@
     a = K^-1 y, and dL/dt = tr((a a' - K^-1) dK/dt) / 2.
 */
 #include "gp.h"
+#include "common/util.h"
 
 #include <gsl/gsl_blas.h>
 #include <gsl/gsl_errno.h>
@@ -44,7 +45,8 @@ struct gp {
     int factored;      /* L and alpha match theta and the data */
     double jitter;     /* of the last factorisation */
     double objective;  /* log marginal + log prior of the last factorisation */
-    int fit_evals;     /* likelihood evaluations in the last gp_fit */
+    double *il;        /* d: scratch for inverse length scales (heap: d is the
+                          user's number of params) */
     double *ks, *dk;   /* predict scratch: n, n x d */
     gsl_vector *v;     /* predict scratch: n */
 };
@@ -112,7 +114,10 @@ gp_t *gp_new(int d)
     gp->d = d;
     gp->ysd = 1;
     gp->theta = malloc(sizeof(double) * (size_t)gp_ntheta(d));
-    if (!gp->theta) {
+    gp->il = malloc(sizeof(double) * (size_t)d);
+    if (!gp->theta || !gp->il) {
+        free(gp->theta);
+        free(gp->il);
         free(gp);
         return NULL;
     }
@@ -146,6 +151,7 @@ void gp_destroy(gp_t **gp_p)
     gp_t *gp = *gp_p;
     s_free_data(gp);
     free(gp->theta);
+    free(gp->il);
     free(gp);
     *gp_p = NULL;
 }
@@ -188,11 +194,6 @@ double gp_jitter(const gp_t *gp)
 double gp_objective(const gp_t *gp)
 {
     return gp->objective;
-}
-
-int gp_fit_evals(const gp_t *gp)
-{
-    return gp->fit_evals;
 }
 
 int gp_set_data(gp_t *gp, const double *X, const double *y, int n, int standardise)
@@ -274,10 +275,9 @@ static inline double s_k(int d, const double *il, double sf2, const double *a,
    upper triangle, which the factorisation leaves alone, receives
    exp(-sqrt5 r) of each pair for the gradient. */
 static void s_build_K(int d, int n, const double *X, const double *theta, double diag,
-                      gsl_matrix *K)
+                      gsl_matrix *K, double *il /* scratch, d */)
 {
     double sf2 = exp(theta[d]);
-    double il[d];
     for (int i = 0; i < d; i++)
         il[i] = exp(-theta[i]);
     size_t tda = K->tda;
@@ -311,14 +311,14 @@ static int s_theta_ok(int d, const double *theta)
    (1e-10 sf2, x10 each time, up to 1e-2 sf2) until it is positive definite.
    0 with *jit set, or -1. */
 static int s_chol(int d, int n, const double *X, const double *theta, gsl_matrix *K,
-                  double *jit)
+                  double *jit, double *il /* scratch, d */)
 {
     if (!s_theta_ok(d, theta))
         return -1;
     double sf2 = exp(theta[d]), noise = GP_NOISE_FLOOR + exp(theta[d + 1]);
     double jitter = 0;
     for (int attempt = 0; attempt < 10; attempt++) {
-        s_build_K(d, n, X, theta, noise + jitter, K);
+        s_build_K(d, n, X, theta, noise + jitter, K, il);
         if (s_potrf(K) == 0) {
             int ok = 1;
             for (int a = 0; a < n && ok; a++) {
@@ -341,6 +341,7 @@ typedef struct {
     int n;
     gsl_matrix *K, *Ki;
     gsl_vector *alpha, *y;
+    double *scr; /* 3d + 2: il2, dd and the gradient (d + 2) */
 } s_lml_ws;
 
 static void s_ws_free(s_lml_ws *w)
@@ -353,18 +354,20 @@ static void s_ws_free(s_lml_ws *w)
         gsl_vector_free(w->alpha);
     if (w->y)
         gsl_vector_free(w->y);
+    free(w->scr);
     memset(w, 0, sizeof *w);
 }
 
-static int s_ws_init(s_lml_ws *w, int n, const double *y)
+static int s_ws_init(s_lml_ws *w, int n, int d, const double *y)
 {
     memset(w, 0, sizeof *w);
     w->n = n;
+    w->scr = malloc(sizeof(double) * (size_t)(3 * d + 2));
     w->K = gsl_matrix_alloc((size_t)n, (size_t)n);
     w->Ki = gsl_matrix_alloc((size_t)n, (size_t)n);
     w->alpha = gsl_vector_alloc((size_t)n);
     w->y = gsl_vector_alloc((size_t)n);
-    if (!w->K || !w->Ki || !w->alpha || !w->y) {
+    if (!w->K || !w->Ki || !w->alpha || !w->y || !w->scr) {
         s_ws_free(w);
         return -1;
     }
@@ -378,7 +381,7 @@ static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta,
 {
     int n = w->n;
     double jit;
-    if (s_chol(d, n, X, theta, w->K, &jit) != 0)
+    if (s_chol(d, n, X, theta, w->K, &jit, w->scr) != 0)
         return -INFINITY;
     if (gsl_linalg_cholesky_solve(w->K, w->y, w->alpha) != GSL_SUCCESS)
         return -INFINITY;
@@ -395,10 +398,10 @@ static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta,
     if (s_potri(w->Ki) != 0)
         return -INFINITY;
     double sf2 = exp(theta[d]), en = exp(theta[d + 1]);
-    double il2[d], g[nt];
+    double *il2 = w->scr, *dd = w->scr + d, *g = w->scr + 2 * d;
     for (int i = 0; i < d; i++)
         il2[i] = exp(-2 * theta[i]);
-    memset(g, 0, sizeof g);
+    memset(g, 0, sizeof(double) * (size_t)nt);
     const double *al = w->alpha->data;
     const double *E = w->K->data; /* exp(-sqrt5 r) in the strict upper triangle */
     size_t tda = w->K->tda;
@@ -410,7 +413,7 @@ static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta,
         trW += Waa;
         for (int b = 0; b < a; b++) {
             const double *xb = X + (size_t)b * d;
-            double dd[d], r2 = 0;
+            double r2 = 0;
             for (int i = 0; i < d; i++) {
                 double z = xa[i] - xb[i];
                 dd[i] = z * z * il2[i];
@@ -435,7 +438,7 @@ static double s_lml(int d, const double *X, s_lml_ws *w, const double *theta,
 double gp_log_marginal(gp_t *gp, const double *theta, double *grad)
 {
     s_lml_ws w;
-    if (gp->n < 1 || s_ws_init(&w, gp->n, gp->y) != 0)
+    if (gp->n < 1 || s_ws_init(&w, gp->n, gp->d, gp->y) != 0)
         return -INFINITY;
     double v = s_lml(gp->d, gp->X, &w, theta, grad);
     s_ws_free(&w);
@@ -479,18 +482,17 @@ typedef struct {
     double last_f; /* cache of the last evaluation */
     double *last_t, *last_g;
     int have_last;
-    int evals; /* evaluations so far */
+    double *scr; /* 3 nt: theta, its lml gradient, its prior gradient */
 } s_fit_ctx;
 
 static void s_eval(s_fit_ctx *c, const gsl_vector *v)
 {
     if (c->have_last && memcmp(c->last_t, v->data, sizeof(double) * (size_t)c->nt) == 0)
         return;
-    double t[c->nt], g[c->nt], gp_[c->nt];
+    double *t = c->scr, *g = c->scr + c->nt, *gp_ = c->scr + 2 * c->nt;
     for (int i = 0; i < c->nt; i++)
         t[i] = gsl_vector_get(v, (size_t)i);
     double l = s_lml(c->d, c->X, c->w, t, g);
-    c->evals++;
     double p = gp_log_prior(c->d, t, gp_);
     double n = c->w->n;
     if (!isfinite(l)) {
@@ -503,7 +505,7 @@ static void s_eval(s_fit_ctx *c, const gsl_vector *v)
         for (int i = 0; i < c->nt; i++)
             c->last_g[i] = -(g[i] + gp_[i]) / n;
     }
-    memcpy(c->last_t, t, sizeof t);
+    memcpy(c->last_t, t, sizeof(double) * (size_t)c->nt);
     c->have_last = 1;
 }
 
@@ -570,25 +572,6 @@ static double s_bfgs(s_fit_ctx *c, double *theta, int max_iter, const atomic_int
     return best;
 }
 
-static unsigned long long s_mix(unsigned long long *s)
-{
-    unsigned long long z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static double s_unif(unsigned long long *s)
-{
-    return ((double)(s_mix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-static double s_normal(unsigned long long *s)
-{
-    double u = s_unif(s), v = s_unif(s);
-    return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
-}
-
 void gp_fit_opts_init(gp_fit_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -609,7 +592,7 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
     int d = gp->d, nt = gp_ntheta(d), n = gp->n;
     if (n < 1)
         return -1;
-    unsigned long long seed = opts->seed ^ 0xD1B54A32D192ED03ULL;
+    uint64_t seed = opts->seed ^ 0xD1B54A32D192ED03ULL;
 
     /* the data the starts run on: all of it, or a random subset */
     int use_subset = opts->subset > 0 && n > opts->subset;
@@ -629,7 +612,7 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
         for (int i = 0; i < n; i++)
             perm[i] = i;
         for (int i = 0; i < ns; i++) {
-            int j = i + (int)(s_unif(&seed) * (n - i));
+            int j = i + (int)(util_unif01(&seed) * (n - i));
             if (j >= n)
                 j = n - 1;
             int t = perm[i];
@@ -643,44 +626,52 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
 
     s_lml_ws w;
     int rc = -1;
-    double last_t[nt], last_g[nt];
-    s_fit_ctx c = {d, nt, Xs, &w, 0, last_t, last_g, 0, 0};
-    double best_t[nt], best_f = INFINITY;
-    if (s_ws_init(&w, ns, ys) == 0) {
+    /* theta-sized scratch on the heap (nt grows with the user's params):
+       last_t, last_g, best_t, t and the evaluation's 3 nt */
+    double *buf = malloc(sizeof(double) * (size_t)(7 * nt));
+    if (!buf) {
+        if (use_subset) {
+            free(perm);
+            free(Xs);
+            free(ys);
+        }
+        return -1;
+    }
+    double *last_t = buf, *last_g = buf + nt, *best_t = buf + 2 * nt, *t = buf + 3 * nt;
+    size_t tbytes = sizeof(double) * (size_t)nt;
+    s_fit_ctx c = {d, nt, Xs, &w, 0, last_t, last_g, 0, buf + 4 * nt};
+    double best_f = INFINITY;
+    if (s_ws_init(&w, ns, d, ys) == 0) {
         int warm = opts->theta0 != NULL, dflt_start = !warm || opts->default_start;
         int nstarts = warm + dflt_start + (opts->restarts > 0 ? opts->restarts : 0);
         for (int k = 0; k < nstarts && !s_cancelled(opts->cancel); k++) {
-            double t[nt];
             if (k == 0 && warm)
-                memcpy(t, opts->theta0, sizeof t);
+                memcpy(t, opts->theta0, tbytes);
             else if (k == warm && dflt_start)
                 gp_default_theta(d, t);
             else {
                 gp_default_theta(d, t);
                 for (int i = 0; i < d; i++)
-                    t[i] += S_LS_SD * 0.7 * s_normal(&seed);
-                t[d] += 0.5 * s_normal(&seed);
-                t[d + 1] += S_NOISE_SD * 0.5 * s_normal(&seed);
+                    t[i] += S_LS_SD * 0.7 * util_normal(&seed);
+                t[d] += 0.5 * util_normal(&seed);
+                t[d + 1] += S_NOISE_SD * 0.5 * util_normal(&seed);
             }
             c.have_last = 0;
             double f = s_bfgs(&c, t, opts->max_iter, opts->cancel);
             if (f < best_f) {
                 best_f = f;
-                memcpy(best_t, t, sizeof t);
+                memcpy(best_t, t, tbytes);
             }
         }
         s_ws_free(&w);
         if (use_subset && opts->polish_iter > 0 && isfinite(best_f) &&
-            !s_cancelled(opts->cancel) && s_ws_init(&w, n, gp->y) == 0) {
-            s_fit_ctx cf = {d, nt, gp->X, &w, 0, last_t, last_g, 0, 0};
-            double t[nt];
-            memcpy(t, best_t, sizeof t);
+            !s_cancelled(opts->cancel) && s_ws_init(&w, n, d, gp->y) == 0) {
+            s_fit_ctx cf = {d, nt, gp->X, &w, 0, last_t, last_g, 0, buf + 4 * nt};
+            memcpy(t, best_t, tbytes);
             if (isfinite(s_bfgs(&cf, t, opts->polish_iter, opts->cancel)))
-                memcpy(best_t, t, sizeof t);
-            c.evals += cf.evals;
+                memcpy(best_t, t, tbytes);
             s_ws_free(&w);
         }
-        gp->fit_evals = c.evals;
         if (!s_cancelled(opts->cancel)) {
             if (isfinite(best_f))
                 rc = gp_set_theta(gp, best_t);
@@ -691,6 +682,7 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
             }
         }
     }
+    free(buf);
     if (use_subset) {
         free(perm);
         free(Xs);
@@ -706,7 +698,7 @@ int gp_set_theta(gp_t *gp, const double *theta)
     gp->factored = 0;
     if (gp->n < 1)
         return -1;
-    if (s_chol(d, gp->n, gp->X, theta, gp->L, &gp->jitter) != 0)
+    if (s_chol(d, gp->n, gp->X, theta, gp->L, &gp->jitter, gp->il) != 0)
         return -1;
     gsl_vector_view yv = gsl_vector_view_array(gp->y, (size_t)gp->n);
     if (gsl_linalg_cholesky_solve(gp->L, &yv.vector, gp->alpha) != GSL_SUCCESS)
@@ -778,7 +770,7 @@ int gp_predict_batch(gp_t *gp, const double *Xs, int m, double *mean, double *va
         return 0;
     }
     const int B = 128;
-    double il[d];
+    double *il = gp->il;
     for (int i = 0; i < d; i++)
         il[i] = exp(-gp->theta[i]);
     gsl_matrix *Ks = gsl_matrix_alloc((size_t)(m < B ? m : B), (size_t)n);

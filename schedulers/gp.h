@@ -110,9 +110,6 @@ double gp_jitter(const gp_t *gp);
 /* Log marginal likelihood + log prior of the last factorisation. */
 double gp_objective(const gp_t *gp);
 
-/* Likelihood evaluations made by the last gp_fit (for benchmarks). */
-int gp_fit_evals(const gp_t *gp);
-
 /* Posterior of the latent function at x (standardised units): mean and
    variance, and when non-NULL their gradients with respect to x (d values
    each). Requires a factorisation (gp_fit or gp_set_theta). */

@@ -4,6 +4,7 @@
     scheduler lives in its own file (sched_random.c, sched_grid.c, ...).
 */
 #include "sched.h"
+#include "common/util.h"
 #include "sched_bo.h"
 
 #include <math.h>
@@ -115,7 +116,7 @@ double sched_json_double(const json_t *obj, const char *key)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-/* splitmix64: tiny, fast, and good enough for sampling hyperparameters. */
+/* splitmix64 (common/util.h) with a seed and a stream mixed in. */
 void sched_rng_seed(sched_rng *r, unsigned long long seed, unsigned long long stream)
 {
     r->s = seed * 0x9E3779B97F4A7C15ULL ^ (stream + 0x632BE59BD9B4E019ULL);
@@ -124,10 +125,10 @@ void sched_rng_seed(sched_rng *r, unsigned long long seed, unsigned long long st
 
 unsigned long long sched_rng_u64(sched_rng *r)
 {
-    unsigned long long z = (r->s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
+    uint64_t s = r->s;
+    unsigned long long z = util_splitmix64(&s);
+    r->s = s;
+    return z;
 }
 
 double sched_rng_uniform(sched_rng *r)

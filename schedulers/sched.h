@@ -21,6 +21,7 @@
 
 #include "../common/spec.h"
 #include <jansson.h>
+#include <stddef.h>
 
 typedef struct sched sched_t;
 
@@ -74,7 +75,14 @@ typedef struct {
        `step` at `path`. May append instructions like on_metric. */
     int (*on_checkpoint)(sched_t *s, long trial_id, long step, const char *path,
                          double now, sched_instr *out, int max);
+    /* Optional (NULL for schedulers that send no "load"): seconds a "load"
+       it sent may go unacknowledged before the controller restarts the
+       trial from the load's checkpoint instead; <= 0: never. */
+    double (*load_timeout)(const sched_t *s);
 } sched_ops;
+
+/* The load timeout when no scheduler of a study states one. */
+#define SCHED_LOAD_TIMEOUT_DEFAULT_S 60.0
 
 /* Every scheduler struct starts with this header. */
 struct sched {
@@ -114,6 +122,19 @@ typedef struct {
 void sched_rng_seed(sched_rng *r, unsigned long long seed, unsigned long long stream);
 unsigned long long sched_rng_u64(sched_rng *r);
 double sched_rng_uniform(sched_rng *r); /* in [0,1) */
+
+/* Per-trial tables. A scheduler keeps its per-trial rows in an array
+   `T *rows` of *n rows (room for *cap), each row beginning with `long id`.
+   sched_rows_get returns the row for id; when there is none and `create`,
+   appends a zeroed row with that id (growing the array; *created set to
+   1), else returns NULL. NULL too when memory runs out. Rows may move when
+   one is appended. The array stays the caller's: free(rows) when done.
+   Use SCHED_ROWS_GET(arr, n, cap, id, create, created) for the typed form. */
+void *sched_rows_get(void *rowsp, size_t *n, size_t *cap, size_t size, long id,
+                     int create, int *created);
+#define SCHED_ROWS_GET(arr, n, cap, id, create, created)                                 \
+    ((__typeof__(*(arr)) *)sched_rows_get(&(arr), &(n), &(cap), sizeof *(arr), (id),     \
+                                          (create), (created)))
 
 /* Saved-state helpers: a double as JSON (null when not finite; new
    reference), and a number field of `obj` back (NaN when absent or null). */

@@ -194,23 +194,15 @@ static void s_trial_init(bs_trial *t, long id)
     t->skip_tp = 1; /* the first window holds the start-up */
 }
 
+_Static_assert(offsetof(bs_trial, id) == 0, "sched_rows: id first");
+
 static bs_trial *s_trial(sched_bs *self, long id, int create)
 {
-    for (size_t i = 0; i < self->ntrials; i++)
-        if (self->trials[i].id == id)
-            return &self->trials[i];
-    if (!create)
-        return NULL;
-    if (self->ntrials == self->cap) {
-        size_t cap = self->cap ? self->cap * 2 : 16;
-        bs_trial *nt = realloc(self->trials, cap * sizeof *nt);
-        if (!nt)
-            return NULL;
-        self->trials = nt;
-        self->cap = cap;
-    }
-    bs_trial *t = &self->trials[self->ntrials++];
-    s_trial_init(t, id);
+    int created;
+    bs_trial *t =
+        SCHED_ROWS_GET(self->trials, self->ntrials, self->cap, id, create, &created);
+    if (created)
+        s_trial_init(t, id);
     return t;
 }
 
@@ -676,8 +668,15 @@ static void s_destroy(sched_t *s)
     free(self);
 }
 
-static const sched_ops s_ops = {"batchsize", s_suggest, s_on_metric, s_on_complete,
-                                s_save,      s_restore, s_destroy,   NULL};
+static const sched_ops s_ops = {
+    .name = "batchsize",
+    .suggest = s_suggest,
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
 
 /* ---- construction ---- */
 

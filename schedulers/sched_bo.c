@@ -25,6 +25,7 @@
 
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_qrng.h>
+#include <cblas.h> /* OpenBLAS: openblas_set_num_threads */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -418,7 +419,7 @@ static void s_sobol(const sched_bo *b, long idx, double *u)
         return;
     }
     s_rng(b, &r, 1, 0);
-    double shift[np];
+    double shift[40]; /* np <= 40 here */
     for (int k = 0; k < np; k++)
         shift[k] = sched_rng_uniform(&r);
     gsl_qrng *q = gsl_qrng_alloc(gsl_qrng_sobol, (unsigned)np);
@@ -563,13 +564,16 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
         nreal += !b->obs[i].failed;
     if ((long)(b->nobs + b->npend) < b->n_init || nreal < 2) {
         int np = b->lay.np;
-        double u[np];
+        double *u = malloc(sizeof(double) * (size_t)(np > 0 ? np : 1));
+        if (!u)
+            return SCHED_ERR;
         s_sobol(b, b->sobol, u);
         b->sobol++;
         json_t *p = json_object();
         for (int k = 0; k < np; k++)
             json_object_set_new(p, b->lay.spec->params[k].name,
                                 spec_param_from_unit(&b->lay.spec->params[k], u[k]));
+        free(u);
         return s_hand_out(b, trial_id, p, params);
     }
     if (s_start_job(b) != 0)
@@ -700,7 +704,6 @@ static int s_restore(sched_t *s, const json_t *state)
         !json_is_array(pend))
         return -1;
     int nt = gp_ntheta(b->lay.D);
-    double th[nt];
     int have_theta = 0;
     if (json_is_array(theta)) {
         if (json_array_size(theta) != (size_t)nt)
@@ -709,7 +712,6 @@ static int s_restore(sched_t *s, const json_t *state)
             json_t *t = json_array_get(theta, (size_t)i);
             if (!json_is_number(t) || !isfinite(json_number_value(t)))
                 return -1;
-            th[i] = json_number_value(t);
         }
         have_theta = 1;
     } else if (!json_is_null(theta))
@@ -737,8 +739,9 @@ static int s_restore(sched_t *s, const json_t *state)
     b->count = (long)count;
     b->sobol = (long)sobol;
     b->have_theta = have_theta;
-    if (have_theta)
-        memcpy(b->theta, th, sizeof th);
+    if (have_theta) /* checked above */
+        for (int i = 0; i < nt; i++)
+            b->theta[i] = json_number_value(json_array_get(theta, (size_t)i));
     return 0;
 }
 
@@ -812,13 +815,11 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
     return 0;
 }
 
-/* OpenBLAS (under GSL here) otherwise starts one busy-waiting thread per
-   core for every call; the GP's matrices are small, and the controller
-   shares the machine with trials, so one thread is faster. */
-void openblas_set_num_threads(int num_threads);
-
 sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
 {
+    /* OpenBLAS (under GSL here) otherwise starts one busy-waiting thread
+       per core for every call; the GP's matrices are small, and the
+       controller shares the machine with trials, so one thread is faster. */
     openblas_set_num_threads(1);
     sched_bo *b = calloc(1, sizeof *b);
     if (!b) {

@@ -85,26 +85,17 @@ typedef struct {
 
 /* ---- trials ---- */
 
+_Static_assert(offsetof(es_trial, id) == 0, "sched_rows: id first");
+
 static es_trial *s_trial(sched_es *self, long id, int create)
 {
-    for (size_t i = 0; i < self->ntrials; i++)
-        if (self->trials[i].id == id)
-            return &self->trials[i];
-    if (!create)
-        return NULL;
-    if (self->ntrials == self->captrials) {
-        size_t cap = self->captrials ? self->captrials * 2 : 16;
-        es_trial *nt = realloc(self->trials, cap * sizeof *nt);
-        if (!nt)
-            return NULL;
-        self->trials = nt;
-        self->captrials = cap;
+    int created;
+    es_trial *t = SCHED_ROWS_GET(self->trials, self->ntrials, self->captrials, id, create,
+                                 &created);
+    if (created) {
+        t->obj_step = t->res_step = -1;
+        t->obj = t->res = t->best = NAN;
     }
-    es_trial *t = &self->trials[self->ntrials++];
-    memset(t, 0, sizeof *t);
-    t->id = id;
-    t->obj_step = t->res_step = -1;
-    t->obj = t->res = t->best = NAN;
     return t;
 }
 
@@ -448,10 +439,22 @@ static void s_destroy(sched_t *s)
     free(self);
 }
 
-static const sched_ops s_asha_ops = {"asha", NULL,      s_on_metric, s_on_complete,
-                                     s_save, s_restore, s_destroy,   NULL};
-static const sched_ops s_median_ops = {"median", NULL,      s_on_metric, s_on_complete,
-                                       s_save,   s_restore, s_destroy,   NULL};
+static const sched_ops s_asha_ops = {
+    .name = "asha",
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
+static const sched_ops s_median_ops = {
+    .name = "median",
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
 
 /* ---- construction ---- */
 

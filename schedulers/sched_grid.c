@@ -90,8 +90,13 @@ static void s_destroy(sched_t *s)
     free(g);
 }
 
-static const sched_ops s_ops = {"grid", s_suggest, NULL,      NULL,
-                                s_save, s_restore, s_destroy, NULL};
+static const sched_ops s_ops = {
+    .name = "grid",
+    .suggest = s_suggest,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
 
 #define GRID_MAX 10000000L
 

@@ -70,34 +70,24 @@ typedef struct {
     double lr_factor;   /* lr multiplier per rollback */
     long max_rollbacks;
     long checkpoint_every;
+    double load_timeout_s; /* restart from the checkpoint after this (0: never) */
     guard_trial *t;
     size_t nt, cap;
 } sched_guard;
 
+_Static_assert(offsetof(guard_trial, id) == 0, "sched_rows: id first");
+
 static guard_trial *s_find(sched_guard *g, long id)
 {
-    for (size_t i = 0; i < g->nt; i++)
-        if (g->t[i].id == id)
-            return &g->t[i];
-    return NULL;
+    return SCHED_ROWS_GET(g->t, g->nt, g->cap, id, 0, NULL);
 }
 
 static guard_trial *s_trial(sched_guard *g, long id)
 {
-    guard_trial *t = s_find(g, id);
-    if (t)
+    int created;
+    guard_trial *t = SCHED_ROWS_GET(g->t, g->nt, g->cap, id, 1, &created);
+    if (!created)
         return t;
-    if (g->nt == g->cap) {
-        size_t nc = g->cap ? g->cap * 2 : 8;
-        guard_trial *a = realloc(g->t, nc * sizeof *a);
-        if (!a)
-            return NULL;
-        g->t = a;
-        g->cap = nc;
-    }
-    t = &g->t[g->nt++];
-    memset(t, 0, sizeof *t);
-    t->id = id;
     t->lr = t->ema = t->ckpt_ema = NAN;
     t->ckpt_step = -1;
     t->healthy = 1;
@@ -312,8 +302,21 @@ static void s_destroy(sched_t *s)
     free(g);
 }
 
-static const sched_ops s_ops = {"guard", NULL,      s_on_metric, s_on_complete,
-                                s_save,  s_restore, s_destroy,   s_on_checkpoint};
+static double s_load_timeout(const sched_t *s)
+{
+    return ((const sched_guard *)s)->load_timeout_s;
+}
+
+static const sched_ops s_ops = {
+    .name = "guard",
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+    .on_checkpoint = s_on_checkpoint,
+    .load_timeout = s_load_timeout,
+};
 
 static int s_opt_num(const json_t *o, const char *key, double lo, double hi, int integer,
                      double dflt, double *out, char *err, size_t errsize)
@@ -381,7 +384,8 @@ sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize)
         s_opt_num(o, "lr_factor", 1e-6, 1 - 1e-9, 0, 0.5, &g->lr_factor, err, errsize) ||
         s_opt_num(o, "max_rollbacks", 0, 1000, 1, 3, &maxr, err, errsize) ||
         s_opt_num(o, "checkpoint_every", 0, 1e12, 1, 0, &every, err, errsize) ||
-        s_opt_num(o, "load_timeout_s", 0, 1e9, 0, 60, &timeout, err, errsize)) {
+        s_opt_num(o, "load_timeout_s", 0, 1e9, 0, SCHED_LOAD_TIMEOUT_DEFAULT_S, &timeout,
+                  err, errsize)) {
         free(g);
         return NULL;
     }
@@ -390,5 +394,6 @@ sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize)
     g->warmup = (long)warmup;
     g->max_rollbacks = (long)maxr;
     g->checkpoint_every = (long)every;
+    g->load_timeout_s = timeout;
     return &g->base;
 }

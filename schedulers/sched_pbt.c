@@ -31,10 +31,10 @@
     params, perturbed. budget.trials = budget.parallel gives the classic
     fixed population; budget.trials < parallel gives a smaller one.
 
-    Trial ids: the controller passes suggest() the new trial's number, and
-    on_metric() its id. Within a study ids grow with numbers, so members
-    seen under unknown ids are matched to suggestions in order once every
-    suggestion has a member (or on on_complete by equal params).
+    Trial ids: the controller passes suggest() the new trial's id, so each
+    suggestion becomes a member at once. A trial first heard of in
+    on_metric or on_complete (none of our suggestions) joins as a member
+    with no suggestion number; on_complete gives its params.
 
     All randomness comes from one splitmix64 stream saved with the state,
     so a run is reproducible for a seed and order of calls and a restored
@@ -48,12 +48,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PBT_DEFAULT_LOAD_TIMEOUT_S 60.0
+#define PBT_DEFAULT_LOAD_TIMEOUT_S SCHED_LOAD_TIMEOUT_DEFAULT_S
 #define PBT_MAX_OBS 4096 /* pb2 observations kept (the fit uses `window`) */
 
 typedef struct {
     long id;         /* trial id */
-    long num;        /* suggestion number, -1 until matched */
+    long num;        /* suggestion number, -1 for a trial we did not suggest */
     json_t *params;  /* current params (owned), NULL until known */
     double value;    /* latest objective value, NaN when none */
     long step;       /* step of that value */
@@ -75,12 +75,6 @@ typedef struct {
 } pbt_pending;
 
 typedef struct {
-    long num;       /* suggestion number */
-    long id;        /* matched trial id, -1 until matched */
-    json_t *params; /* owned */
-} pbt_sugg;
-
-typedef struct {
     sched_t base;
     /* options */
     long interval;     /* steps between ready points, 0 with interval_s */
@@ -99,8 +93,6 @@ typedef struct {
     size_t nm, capm;
     pbt_pending *pend;
     size_t np, capp;
-    pbt_sugg *sugg;
-    size_t ns, caps;
     pbt_obs *obs;
     size_t nobs, capo;
     long exploits; /* loads sent */
@@ -170,35 +162,6 @@ static void s_set_ckpt(pbt_member *m, const char *path, long step)
     free(m->ckpt);
     m->ckpt = p;
     m->ckpt_step = step;
-}
-
-/* Members under unknown ids take the unmatched suggestions in order, once
-   there are as many of one as of the other (see the file comment). */
-static void s_match(sched_pbt *self)
-{
-    size_t nu = 0, ns = 0;
-    for (size_t i = 0; i < self->nm; i++)
-        nu += self->m[i].num < 0;
-    for (size_t i = 0; i < self->ns; i++)
-        ns += self->sugg[i].id < 0;
-    if (nu == 0 || nu != ns)
-        return;
-    for (;;) {
-        pbt_member *m = NULL;
-        pbt_sugg *g = NULL;
-        for (size_t i = 0; i < self->nm; i++)
-            if (self->m[i].num < 0 && (!m || self->m[i].id < m->id))
-                m = &self->m[i];
-        for (size_t i = 0; i < self->ns; i++)
-            if (self->sugg[i].id < 0 && (!g || self->sugg[i].num < g->num))
-                g = &self->sugg[i];
-        if (!m || !g)
-            return;
-        m->num = g->num;
-        g->id = m->id;
-        if (!m->params)
-            m->params = json_deep_copy(g->params);
-    }
 }
 
 /* ---- explore ---------------------------------------------------------- */
@@ -460,16 +423,15 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
                 p, spec->params[i].name,
                 spec_param_from_unit(&spec->params[i], sched_rng_uniform(&r)));
     }
-    pbt_sugg *a = s_grow(self->sugg, &self->caps, self->ns, sizeof *self->sugg);
-    if (!a) {
+    pbt_member *m = s_member(self, trial_id);
+    if (!m) {
         json_decref(p);
         return SCHED_ERR;
     }
-    self->sugg = a;
-    self->sugg[self->ns++] = (pbt_sugg){self->count, -1, json_deep_copy(p)};
-    self->count++;
+    m->num = self->count++;
+    json_decref(m->params);
+    m->params = json_deep_copy(p);
     *params = p;
-    s_match(self);
     return SCHED_OK;
 }
 
@@ -480,8 +442,6 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     pbt_member *m = s_member(self, trial_id);
     if (!m || m->ended)
         return 0;
-    if (m->num < 0)
-        s_match(self);
     if (isnan(m->ready_time))
         m->ready_time = now;
     if (strcmp(metric, s->spec->metric) != 0)
@@ -534,15 +494,6 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
     if (!m)
         return;
     m->ended = 1;
-    if (m->num < 0 && params) {
-        for (size_t i = 0; i < self->ns; i++)
-            if (self->sugg[i].id < 0 &&
-                json_equal(self->sugg[i].params, (json_t *)params)) {
-                self->sugg[i].id = m->id;
-                m->num = self->sugg[i].num;
-                break;
-            }
-    }
     if (params && !m->params)
         m->params = json_deep_copy(params);
     if (isfinite(value))
@@ -553,7 +504,6 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
         else
             i++;
     }
-    s_match(self);
 }
 
 static json_t *s_save(sched_t *s)
@@ -561,7 +511,7 @@ static json_t *s_save(sched_t *s)
     sched_pbt *self = (sched_pbt *)s;
     char rng[32];
     snprintf(rng, sizeof rng, "%016llx", self->rng.s);
-    json_t *ms = json_array(), *ps = json_array(), *gs = json_array(), *os = json_array();
+    json_t *ms = json_array(), *ps = json_array(), *os = json_array();
     for (size_t i = 0; i < self->nm; i++) {
         const pbt_member *m = &self->m[i];
         json_array_append_new(
@@ -580,10 +530,6 @@ static json_t *s_save(sched_t *s)
                                             (json_int_t)self->pend[i].receiver, "donor",
                                             (json_int_t)self->pend[i].donor, "asked",
                                             self->pend[i].asked));
-    for (size_t i = 0; i < self->ns; i++)
-        json_array_append_new(
-            gs, json_pack("{s:I, s:I, s:O}", "num", (json_int_t)self->sugg[i].num, "id",
-                          (json_int_t)self->sugg[i].id, "params", self->sugg[i].params));
     for (size_t i = 0; i < self->nobs; i++) {
         json_t *x = json_array();
         for (size_t j = 0; j < s->spec->nparams; j++)
@@ -591,10 +537,9 @@ static json_t *s_save(sched_t *s)
         json_array_append_new(os, json_pack("{s:o, s:f, s:f}", "x", x, "step",
                                             self->obs[i].step, "y", self->obs[i].y));
     }
-    return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o}", "count",
-                     (json_int_t)self->count, "rng", rng, "exploits",
-                     (json_int_t)self->exploits, "members", ms, "pending", ps,
-                     "suggestions", gs, "pb2", os);
+    return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o}", "count", (json_int_t)self->count,
+                     "rng", rng, "exploits", (json_int_t)self->exploits, "members", ms,
+                     "pending", ps, "pb2", os);
 }
 
 static void s_clear(sched_pbt *self)
@@ -603,11 +548,9 @@ static void s_clear(sched_pbt *self)
         json_decref(self->m[i].params);
         free(self->m[i].ckpt);
     }
-    for (size_t i = 0; i < self->ns; i++)
-        json_decref(self->sugg[i].params);
     for (size_t i = 0; i < self->nobs; i++)
         free(self->obs[i].x);
-    self->nm = self->np = self->ns = self->nobs = 0;
+    self->nm = self->np = self->nobs = 0;
 }
 
 static int s_restore(sched_t *s, const json_t *state)
@@ -615,12 +558,13 @@ static int s_restore(sched_t *s, const json_t *state)
     sched_pbt *self = (sched_pbt *)s;
     json_int_t count, exploits;
     const char *rng;
-    json_t *ms, *ps, *gs, *os;
-    if (json_unpack((json_t *)state, "{s:I, s:s, s:I, s:o, s:o, s:o, s:o}", "count",
-                    &count, "rng", &rng, "exploits", &exploits, "members", &ms, "pending",
-                    &ps, "suggestions", &gs, "pb2", &os) != 0 ||
-        !json_is_array(ms) || !json_is_array(ps) || !json_is_array(gs) ||
-        !json_is_array(os) || count < 0)
+    json_t *ms, *ps, *os;
+    /* States saved before suggest() knew trial ids also hold "suggestions";
+       their members already carry the matched numbers, so it is ignored. */
+    if (json_unpack((json_t *)state, "{s:I, s:s, s:I, s:o, s:o, s:o}", "count", &count,
+                    "rng", &rng, "exploits", &exploits, "members", &ms, "pending", &ps,
+                    "pb2", &os) != 0 ||
+        !json_is_array(ms) || !json_is_array(ps) || !json_is_array(os) || count < 0)
         return -1;
     unsigned long long r;
     if (sscanf(rng, "%llx", &r) != 1)
@@ -661,16 +605,6 @@ static int s_restore(sched_t *s, const json_t *state)
             (pbt_pending){s_get_long(v, "receiver", -1), s_get_long(v, "donor", -1),
                           sched_json_double(v, "asked")};
     }
-    json_array_foreach(gs, i, v)
-    {
-        pbt_sugg *a = s_grow(self->sugg, &self->caps, self->ns, sizeof *self->sugg);
-        json_t *p = json_object_get(v, "params");
-        if (!a || !json_is_object(p))
-            return -1;
-        self->sugg = a;
-        self->sugg[self->ns++] = (pbt_sugg){s_get_long(v, "num", -1),
-                                            s_get_long(v, "id", -1), json_deep_copy(p)};
-    }
     json_array_foreach(os, i, v)
     {
         json_t *x = json_object_get(v, "x");
@@ -697,13 +631,26 @@ static void s_destroy(sched_t *s)
     s_clear(self);
     free(self->m);
     free(self->pend);
-    free(self->sugg);
     free(self->obs);
     free(self);
 }
 
-static const sched_ops s_ops = {"pbt",  s_suggest, s_on_metric, s_on_complete,
-                                s_save, s_restore, s_destroy,   s_on_checkpoint};
+static double s_load_timeout(const sched_t *s)
+{
+    return ((const sched_pbt *)s)->timeout_s;
+}
+
+static const sched_ops s_ops = {
+    .name = "pbt",
+    .suggest = s_suggest,
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+    .on_checkpoint = s_on_checkpoint,
+    .load_timeout = s_load_timeout,
+};
 
 /* ---- options ---------------------------------------------------------- */
 

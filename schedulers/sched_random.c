@@ -51,8 +51,13 @@ static void s_destroy(sched_t *s)
     free(s);
 }
 
-static const sched_ops s_ops = {"random", s_suggest, NULL,      NULL,
-                                s_save,   s_restore, s_destroy, NULL};
+static const sched_ops s_ops = {
+    .name = "random",
+    .suggest = s_suggest,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
 
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize)
 {

@@ -8,6 +8,12 @@
 # The driver's main lives under schedulers/bench/ so the library's
 # wildcard (schedulers/*.c) does not pick it up.
 
+# Nothing in a scheduler is sized by user input on the stack.
+$(call obj,$(SCHED_SRC)): ALL_CFLAGS += -Wvla
+
+# sched_bo.c sets OpenBLAS's thread count through OpenBLAS's own cblas.h.
+$(BUILD)/obj/schedulers/sched_bo.o: ALL_CFLAGS += -I$(BLAS_INC)
+
 BENCH_BO := $(BUILD)/bin/bench_bo
 
 $(BENCH_BO): $(BUILD)/obj/schedulers/bench/bench_bo.o $(LIB_SCHED) $(LIB_COMMON)

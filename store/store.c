@@ -5,6 +5,8 @@
 */
 #include "store.h"
 
+#include "../common/text.h"
+
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -28,7 +30,7 @@ static const char *const s_sql[Q_COUNT] = {
         "best_value=?6, last_step=?7, metric_req=?8, dispatcher=?9, pid=?10, "
         "exit_how=?11, exit_code=?12, reason=?13, out_path=?14, err_path=?15, "
         "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
-        "generation=?20, parent=?21, metric_session=?22 WHERE id=?1",
+        "generation=?20, parent=?21, metric_session=?22, study_stopped=?23 WHERE id=?1",
     [Q_TRIAL_INSERT] =
         "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
         "parent, created, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -76,12 +78,64 @@ static const char *const s_migrations[] = {
     "CREATE INDEX events_by_study ON events(study_id);"
     "CREATE TABLE dispatchers("
     "  name TEXT PRIMARY KEY, slots INTEGER, gpus TEXT, last_seen REAL);",
-    /* 2: bearer tokens of the web API (store_token.c): only their hash. */
+    /* 2: why a trial was stopped, as a field: version 1 told the trials a
+       study stop ended by their reason text */
+    "ALTER TABLE trials ADD COLUMN study_stopped INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE trials SET study_stopped=1 WHERE state='stopped' AND reason='study stopped';",
+    /* 3: bearer tokens of the web API (store_token.c): only their hash. */
     "CREATE TABLE tokens("
     "  id INTEGER PRIMARY KEY, user TEXT NOT NULL, role TEXT NOT NULL,"
     "  hash TEXT NOT NULL UNIQUE, created REAL NOT NULL, revoked REAL);",
 };
-#define NMIGRATIONS (sizeof s_migrations / sizeof s_migrations[0])
+/* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
+   migration bumps it, and this fails to compile until both agree. */
+_Static_assert(sizeof s_migrations / sizeof s_migrations[0] == STORE_SCHEMA_VERSION,
+               "one migration per schema version: bump STORE_SCHEMA_VERSION");
+
+/* ---- state names ---- */
+
+static const char *const s_trial_states[TRIAL_STATE_COUNT] = {
+    [TRIAL_PENDING] = "pending",     [TRIAL_STARTING] = "starting",
+    [TRIAL_RUNNING] = "running",     [TRIAL_PAUSED] = "paused",
+    [TRIAL_SUSPENDED] = "suspended", [TRIAL_COMPLETED] = "completed",
+    [TRIAL_FAILED] = "failed",       [TRIAL_STOPPED] = "stopped",
+};
+
+static const char *const s_study_states[STUDY_STATE_COUNT] = {
+    [STUDY_RUNNING] = "running",
+    [STUDY_STOPPED] = "stopped",
+    [STUDY_FINISHED] = "finished",
+};
+
+const char *store_trial_state_name(store_trial_state st)
+{
+    return (unsigned)st < TRIAL_STATE_COUNT ? s_trial_states[st] : "invalid";
+}
+
+int store_trial_state_parse(const char *text, store_trial_state *out)
+{
+    for (int i = 0; text && i < TRIAL_STATE_COUNT; i++)
+        if (!strcmp(text, s_trial_states[i])) {
+            *out = (store_trial_state)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *store_study_state_name(store_study_state st)
+{
+    return (unsigned)st < STUDY_STATE_COUNT ? s_study_states[st] : "invalid";
+}
+
+int store_study_state_parse(const char *text, store_study_state *out)
+{
+    for (int i = 0; text && i < STUDY_STATE_COUNT; i++)
+        if (!strcmp(text, s_study_states[i])) {
+            *out = (store_study_state)i;
+            return 0;
+        }
+    return -1;
+}
 
 static void s_err(store_t *s, char *err, size_t errsize, const char *what)
 {
@@ -107,20 +161,20 @@ static int s_migrate(store_t *s, char *err, size_t errsize)
         s_err(s, err, errsize, "reading the schema version");
         return -1;
     }
-    if (v > (int)NMIGRATIONS) {
+    if (v > STORE_SCHEMA_VERSION) {
         snprintf(err, errsize, "database schema version %d is newer than this jizhi (%d)",
-                 v, (int)NMIGRATIONS);
+                 v, STORE_SCHEMA_VERSION);
         return -1;
     }
     if (s->readonly) {
-        if (v < (int)NMIGRATIONS) {
+        if (v < STORE_SCHEMA_VERSION) {
             snprintf(err, errsize,
                      "not a jizhi database (or an older schema, version %d)", v);
             return -1;
         }
         return 0;
     }
-    for (; v < (int)NMIGRATIONS; v++) {
+    for (; v < STORE_SCHEMA_VERSION; v++) {
         char pragma[64];
         snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d;", v + 1);
         if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||
@@ -271,7 +325,7 @@ long store_study_insert(store_t *s, const char *name, const json_t *spec,
         s_prepare(s, "INSERT INTO studies(name, spec, state, created) VALUES (?,?,?,?)");
     if (!st)
         return -1;
-    char *text = json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
+    char *text = text_json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, state, -1, SQLITE_TRANSIENT);
@@ -350,7 +404,7 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
     sqlite3_stmt *st = s_prepare(s, "UPDATE studies SET sched_state=? WHERE id=?");
     if (!st)
         return -1;
-    char *text = sched_state ? json_dumps(sched_state, JSON_COMPACT) : NULL;
+    char *text = sched_state ? text_json_dumps(sched_state, JSON_COMPACT) : NULL;
     if (text)
         sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, id);
@@ -419,7 +473,7 @@ static int s_params_insert(store_t *s, long trial_id, long generation, long pare
     json_object_foreach((json_t *)params, name, v)
     {
         sqlite3_stmt *st = s->q[Q_PARAM_INSERT];
-        char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *text = text_json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
         sqlite3_bind_int64(st, 1, trial_id);
         sqlite3_bind_int64(st, 2, generation);
         if (parent >= 0)
@@ -496,6 +550,7 @@ int store_trial_save(store_t *s, const store_trial *t)
     if (t->parent >= 0)
         sqlite3_bind_int64(st, 21, t->parent);
     s_bind_text_or_null(st, 22, t->metric_session);
+    sqlite3_bind_int(st, 23, t->study_stopped != 0);
     return s_run(st);
 }
 
@@ -510,7 +565,8 @@ int store_trial_set_params(store_t *s, long trial_id, long generation, long pare
     "last_value, "                                                                       \
     "best_value, last_step, metric_req, dispatcher, pid, exit_how, exit_code, reason, "  \
     "out_path, "                                                                         \
-    "err_path, checkpoint, checkpoint_step, created, started, ended, metric_session"
+    "err_path, checkpoint, checkpoint_step, created, started, ended, metric_session, "   \
+    "study_stopped"
 
 static json_t *s_params_of(store_t *s, long trial_id, long generation)
 {
@@ -565,6 +621,7 @@ static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->started = sqlite3_column_double(st, 23);
     t->ended = sqlite3_column_double(st, 24);
     s_col_text(st, 25, t->metric_session, sizeof t->metric_session);
+    t->study_stopped = sqlite3_column_int(st, 26);
     t->params = s_params_of(s, t->id, t->generation);
 }
 
@@ -735,7 +792,7 @@ long store_event_add(store_t *s, double now, long study_id, long trial_id,
                      const char *who, const char *kind, const json_t *detail, int applied)
 {
     sqlite3_stmt *st = s->q[Q_EVENT_INSERT];
-    char *text = detail ? json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char *text = detail ? text_json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     sqlite3_bind_double(st, 1, now);
     if (study_id >= 0)
         sqlite3_bind_int64(st, 2, study_id);
@@ -847,6 +904,30 @@ int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char
 }
 
 /* ---- incremental reads ---- */
+
+long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg)
+{
+    sqlite3_stmt *st =
+        s_prepare(s, "SELECT trial_id, attempt, step, name, value, time "
+                     "FROM metrics WHERE trial_id IN (SELECT id FROM trials "
+                     "WHERE study_id=?1) ORDER BY trial_id, name, attempt, "
+                     "step, rowid");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    long n = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        n++;
+        const char *name = (const char *)sqlite3_column_text(st, 3);
+        if (fn(arg, (long)sqlite3_column_int64(st, 0), (long)sqlite3_column_int64(st, 1),
+               (long)sqlite3_column_int64(st, 2), name ? name : "", s_col_double(st, 4),
+               s_col_double(st, 5)))
+            break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
+}
 
 long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
                                store_metric_fn fn, void *arg)

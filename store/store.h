@@ -18,7 +18,41 @@
 
 typedef struct store store_t;
 
-#define STORE_SCHEMA_VERSION 2
+/* The trial states, in the order of the `state` column's text. The
+   controller works on these values and turns them into text only here
+   (rows) and on the wire; controller/ctl_trial.h holds the diagram of
+   the legal moves between them. */
+typedef enum {
+    TRIAL_PENDING,   /* waits for a free slot */
+    TRIAL_STARTING,  /* start sent to a dispatcher, not yet heard */
+    TRIAL_RUNNING,   /* its process runs */
+    TRIAL_PAUSED,    /* its process runs, paused by an instruction */
+    TRIAL_SUSPENDED, /* released by pause --release: checkpointed, no process */
+    TRIAL_COMPLETED, /* ended with a result */
+    TRIAL_FAILED,    /* ended without one, retries used up */
+    TRIAL_STOPPED,   /* ended by a stop (person, scheduler, budget, study stop) */
+    TRIAL_STATE_COUNT
+} store_trial_state;
+
+/* The study states (diagram in controller/ctl_study.h). */
+typedef enum {
+    STUDY_RUNNING,
+    STUDY_STOPPED,
+    STUDY_FINISHED,
+    STUDY_STATE_COUNT
+} store_study_state;
+
+/* State <-> column text. The names are static strings ("pending", ...);
+   an out-of-range value gives "invalid". _parse returns 0 and sets *out,
+   or -1 when the text names no state. */
+const char *store_trial_state_name(store_trial_state st);
+int store_trial_state_parse(const char *text, store_trial_state *out);
+const char *store_study_state_name(store_study_state st);
+int store_study_state_parse(const char *text, store_study_state *out);
+
+/* The schema version a database is migrated to (PRAGMA user_version);
+   store.c holds one migration per version. */
+#define STORE_SCHEMA_VERSION 3
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
@@ -27,7 +61,7 @@ typedef struct {
     long id; /* trials.id (global) */
     long study_id;
     long number;       /* 0-based index within its study */
-    char state[16];    /* pending, starting, running, completed, failed, stopped */
+    char state[16];    /* store_trial_state_name() of a store_trial_state */
     long attempt;      /* 0 for the first run; +1 per retry */
     char token[40];    /* per-trial secret */
     json_t *params;    /* current params (latest generation), owned */
@@ -49,13 +83,15 @@ typedef struct {
     char checkpoint[512]; /* latest checkpoint path, "" when none */
     long checkpoint_step;
     double created, started, ended; /* wall clock; 0 when not yet */
+    int study_stopped; /* 1: stopped because its study was stopped; the study's
+                          resume runs it again (schema version 2) */
 } store_trial;
 
 /* A study row. */
 typedef struct {
     long id;
     char name[128];
-    char state[16];      /* running, stopped, finished */
+    char state[16];      /* store_study_state_name() of a store_study_state */
     json_t *spec;        /* owned */
     json_t *sched_state; /* owned, NULL when none saved */
     double created, finished;
@@ -227,5 +263,13 @@ json_t *store_trials_brief(store_t *s, long study_id);
 json_t *store_study_params(store_t *s, long study_id);
 /* Highest metrics rowid and event id so far (0 when none). 0 or -1. */
 int store_marks(store_t *s, long *metric_rowid, long *event_id);
+
+/* Called once per metric point with the wall-clock time it was stored. */
+typedef int (*store_curve_fn)(void *arg, long trial_id, long attempt, long step,
+                              const char *name, double value, double time);
+/* Calls fn for every metric point of the study, ordered by trial, metric
+   name, attempt and step (learning curves in long format). Returns the
+   number of points given, or -1 on error. */
+long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg);
 
 #endif

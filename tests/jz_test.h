@@ -3,9 +3,11 @@
     A test file defines test functions with TEST(name) and lists them in
     main() with RUN(name). CHECK(...) records a failure and goes on;
     REQUIRE(...) records it and leaves the test. CHECK_NEAR compares
-    doubles with an absolute-or-relative tolerance. The program prints one
-    line per failure and a closing "N passed, N failed" line (a test
-    passes when none of its checks failed) and exits 1 if any failed.
+    doubles with an absolute-or-relative tolerance. SKIP("why") leaves a
+    test that cannot run here (say what is missing); it counts as skipped,
+    never as passed. The program prints one line per failure or skip and a
+    closing "N passed, N failed, N skipped" line (a test passes when none
+    of its checks failed) and exits 1 if any failed.
 */
 #ifndef JZ_TEST_H
 #define JZ_TEST_H
@@ -15,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int jzt_passed, jzt_failed, jzt_cur_failed;
+static int jzt_passed, jzt_failed, jzt_skipped, jzt_cur_failed, jzt_cur_skipped;
 static const char *jzt_cur;
 
 #define TEST(name) static void name(void)
@@ -23,10 +25,12 @@ static const char *jzt_cur;
 #define RUN(name)                                                                        \
     do {                                                                                 \
         jzt_cur = #name;                                                                 \
-        jzt_cur_failed = 0;                                                              \
+        jzt_cur_failed = jzt_cur_skipped = 0;                                            \
         name();                                                                          \
         if (jzt_cur_failed)                                                              \
             jzt_failed++;                                                                \
+        else if (jzt_cur_skipped)                                                        \
+            jzt_skipped++;                                                               \
         else                                                                             \
             jzt_passed++;                                                                \
         fflush(stdout);                                                                  \
@@ -38,6 +42,15 @@ static const char *jzt_cur;
         printf(__VA_ARGS__);                                                             \
         printf("\n");                                                                    \
         jzt_cur_failed = 1;                                                              \
+    } while (0)
+
+#define SKIP(...)                                                                        \
+    do {                                                                                 \
+        printf("SKIP %s: ", jzt_cur);                                                    \
+        printf(__VA_ARGS__);                                                             \
+        printf("\n");                                                                    \
+        jzt_cur_skipped = 1;                                                             \
+        return;                                                                          \
     } while (0)
 
 #define CHECK(cond)                                                                      \
@@ -74,7 +87,8 @@ static const char *jzt_cur;
 
 #define TEST_DONE()                                                                      \
     do {                                                                                 \
-        printf("%d passed, %d failed\n", jzt_passed, jzt_failed);                        \
+        printf("%d passed, %d failed, %d skipped\n", jzt_passed, jzt_failed,             \
+               jzt_skipped);                                                             \
         return jzt_failed ? 1 : 0;                                                       \
     } while (0)
 

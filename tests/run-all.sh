@@ -1,61 +1,110 @@
 #!/usr/bin/env bash
-# run-all.sh - runs every test and prints one closing "N passed, N failed".
-#   unit tests:        $BUILD/tests/test_*   (and build-san/tests/test_* under ASan/UBSan)
+# run-all.sh - runs every test and prints one closing line that counts each
+# distinct test once: "N passed, N failed, N skipped".
+#
+#   unit tests:        $BUILD/tests/test_*  (each TEST() is one test)
+#   sanitizer pass:    build-san/tests/test_* again under ASan/UBSan; its
+#                      result is its own line, not added to the count (the
+#                      same tests), and any failure there fails the run
 #   integration tests: tests/integration/test_*.py with pytest
-# --unit-only skips the sanitizer pass and the integration tests.
+#   fuzz targets:      build-fuzz/fuzz_* run for FUZZ_SECONDS (default 3)
+#                      each from their seeds; one test per target
+#
+# --unit-only runs the unit tests only. A test that cannot run here (no
+# clang for the fuzz targets, no GPU, ...) is counted as skipped with its
+# reason, never as passed.
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
-passed=0; failed=0; failures=()
+FUZZ_SECONDS=${FUZZ_SECONDS:-3}
+passed=0; failed=0; skipped=0; failures=(); skips=()
+san_passed=0; san_failed=0
 
-count() { # $1 = label, $2 = output file, $3 = exit status
-    local line p f
+# Reads a "P passed, F failed[, S skipped]" line from file $2 (exit status
+# $3) into the totals named by $4 ("main" or "san"); $1 labels failures.
+count() {
+    local line p f s
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$2" | tail -1)
     if [ -z "$line" ]; then
-        failed=$((failed + 1)); failures+=("$1 (no result line, exit $3)"); return
+        [ "$4" = san ] && san_failed=$((san_failed + 1)) || failed=$((failed + 1))
+        failures+=("$1 (no result line, exit $3)"); return
     fi
     p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    passed=$((passed + p)); failed=$((failed + f))
-    if [ "$f" -gt 0 ] || [ "$3" -ne 0 ]; then
-        failures+=("$1"); [ "$f" -eq 0 ] && failed=$((failed + 1))
+    f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+    s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+'); s=${s:-0}
+    # a binary that dies after its last test still fails
+    [ "$f" -eq 0 ] && [ "$3" -ne 0 ] && f=1
+    if [ "$4" = san ]; then
+        san_passed=$((san_passed + p)); san_failed=$((san_failed + f))
+    else
+        passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+        while IFS= read -r l; do skips+=("$l"); done < <(grep -E '^SKIP ' "$2" | sed "s/^SKIP /$1: /")
     fi
+    [ "$f" -gt 0 ] && failures+=("$1")
 }
 
-run_unit() { # $1 = build dir, $2 = label suffix
+run_unit() { # $1 = build dir, $2 = label suffix, $3 = totals (main|san)
     for t in "$1"/tests/test_*; do
         [ -x "$t" ] || continue
         local out; out=$(mktemp)
         timeout 600 "$t" >"$out" 2>&1; local rc=$?
         echo "  $(basename "$t")$2: $(grep -E '^[0-9]+ passed' "$out" | tail -1)"
         [ $rc -ne 0 ] && grep -E '^FAIL|ERROR|runtime error|Sanitizer' "$out" | head -20
-        count "$(basename "$t")$2" "$out" $rc
+        count "$(basename "$t")$2" "$out" $rc "$3"
         rm -f "$out"
     done
 }
 
 echo "== unit tests"
-run_unit "$BUILD" ""
+run_unit "$BUILD" "" main
 if [ "${1:-}" != "--unit-only" ]; then
     if [ -d build-san/tests ]; then
-        echo "== unit tests under AddressSanitizer/UBSan"
-        ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 run_unit build-san " [asan]"
+        echo "== sanitizer pass: the same unit tests under AddressSanitizer/UBSan"
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+            run_unit build-san " [asan]" san
+    else
+        skips+=("sanitizer pass: build-san/ not built (make test builds it)")
     fi
+
     echo "== integration tests"
     out=$(mktemp)
-    JIZHI_BUILD="$PWD/$BUILD" timeout 1800 "$PYTHON" -m pytest -q -p no:cacheprovider tests/integration 2>&1 | tee "$out"
+    JIZHI_BUILD="$PWD/$BUILD" timeout 1800 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
+        tests/integration 2>&1 | tee "$out"
     rc=${PIPESTATUS[0]}
-    line=$(grep -E '[0-9]+ (passed|failed)' "$out" | tail -1)
+    line=$(grep -E '[0-9]+ (passed|failed|skipped|error)' "$out" | tail -1)
     p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+'); p=${p:-0}
     f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+'); f=${f:-0}
     e=$(echo "$line" | grep -oE '[0-9]+ error' | grep -oE '[0-9]+'); e=${e:-0}
-    passed=$((passed + p)); failed=$((failed + f + e))
+    s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+'); s=${s:-0}
+    passed=$((passed + p)); failed=$((failed + f + e)); skipped=$((skipped + s))
+    while IFS= read -r l; do skips+=("pytest: ${l#SKIPPED }"); done < <(grep -E '^SKIPPED ' "$out")
+    [ $((f + e)) -gt 0 ] && failures+=("pytest ($f failed, $e errors)")
     if [ "$rc" -ne 0 ] && [ $((f + e)) -eq 0 ]; then failed=$((failed + 1)); failures+=("pytest (exit $rc)"); fi
     rm -f "$out"
+
+    echo "== fuzz targets (${FUZZ_SECONDS} s each)"
+    names=$(ls tests/fuzz/*.c 2>/dev/null | sed -E 's|tests/fuzz/(.*)\.c|\1|')
+    for n in $names; do
+        if [ ! -x "build-fuzz/$n" ]; then
+            skipped=$((skipped + 1)); skips+=("fuzz $n: not built (needs clang: make fuzz-build)")
+            echo "  $n: SKIPPED (not built)"; continue
+        fi
+        if make --no-print-directory FUZZ_SECONDS="$FUZZ_SECONDS" "fuzz-run-$n" >/dev/null 2>&1; then
+            passed=$((passed + 1))
+            echo "  $n: ok ($(grep -E '^stat::number_of_executed_units' "build-fuzz/$n.log" | grep -oE '[0-9]+$') inputs)"
+        else
+            failed=$((failed + 1)); failures+=("fuzz $n (build-fuzz/$n.log)")
+            echo "  $n: FAILED"; tail -20 "build-fuzz/$n.log"
+        fi
+    done
 fi
 
 echo
+[ ${#skips[@]} -gt 0 ] && printf 'skipped: %s\n' "${skips[@]}"
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+if [ "${1:-}" != "--unit-only" ] && [ -d build-san/tests ]; then
+    echo "sanitizer pass (ASan/UBSan, the unit tests again, not counted below): $san_passed passed, $san_failed failed"
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ] && [ "$san_failed" -eq 0 ]

@@ -9,6 +9,7 @@
 #include "jz_test.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "common/util.h"
 #include "dispatcher/disp.h"
 #include "dispatcher/disp_int.h"
 
@@ -71,7 +72,7 @@ static json_t *fc_recv(fake_ctl *fc, double timeout_s)
         fc->nregister++;
         if (!fc->reg_silent)
             fc_reply(fc, wire_ok(req));
-    } else if (!strcmp(type, "heartbeat")) {
+    } else if (!strcmp(type, "disp_heartbeat")) {
         fc->nheartbeat++;
         if (fc->hb_mode == HB_OK) {
             fc_reply(fc, wire_ok(req));
@@ -96,9 +97,9 @@ static json_t *fc_recv(fake_ctl *fc, double timeout_s)
    everything else. Caller owns the result; NULL on timeout. */
 static json_t *fc_wait(fake_ctl *fc, const char *type, long trial, double timeout_s)
 {
-    double until = wire_now() + timeout_s;
+    double until = util_now() + timeout_s;
     for (;;) {
-        double left = until - wire_now();
+        double left = until - util_now();
         if (left <= 0)
             return NULL;
         json_t *m = fc_recv(fc, left);
@@ -234,10 +235,10 @@ static char *s_read(const char *path)
 /* Reads a file once it has content (up to timeout_s). */
 static char *s_read_wait(const char *path, double timeout_s)
 {
-    double until = wire_now() + timeout_s;
+    double until = util_now() + timeout_s;
     for (;;) {
         char *s = s_read(path);
-        if ((s && s[0]) || wire_now() > until)
+        if ((s && s[0]) || util_now() > until)
             return s;
         free(s);
         usleep(20000);
@@ -272,9 +273,9 @@ static int s_proc_dead(pid_t pid)
 
 static int s_wait_dead(pid_t pid, double timeout_s)
 {
-    double until = wire_now() + timeout_s;
+    double until = util_now() + timeout_s;
     while (!s_proc_dead(pid)) {
-        if (wire_now() > until)
+        if (util_now() > until)
             return 0;
         usleep(20000);
     }
@@ -411,7 +412,7 @@ TEST(register_and_heartbeat)
     }
     json_decref(r);
     for (int i = 0; i < 2; i++) {
-        json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+        json_t *h = fc_wait(&fc, "disp_heartbeat", -1, 5);
         CHECK(h != NULL);
         if (h) {
             CHECK_STR(s_str(h, "name"), "test-disp");
@@ -438,7 +439,7 @@ TEST(register_and_heartbeat)
     json_decref(r);
     json_decref(st);
     /* and heartbeats go on after the new registration */
-    json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+    json_t *h = fc_wait(&fc, "disp_heartbeat", -1, 5);
     CHECK(h != NULL);
     json_decref(h);
     json_t *seen = json_array();
@@ -926,7 +927,7 @@ TEST(malformed_messages)
     json_t *ex = fc_wait(&fc, "exited", 1, 10);
     CHECK(ex && s_int(ex, "code") == 0);
     json_decref(ex);
-    json_t *h = fc_wait(&fc, "heartbeat", -1, 5);
+    json_t *h = fc_wait(&fc, "disp_heartbeat", -1, 5);
     CHECK(h != NULL);
     json_decref(h);
     dt_stop(&t, &fc, NULL);
@@ -1042,7 +1043,7 @@ TEST(stop_without_kill)
 int main(void)
 {
     if (!getenv("JIZHI_LOG"))
-        log_set_level(LOG_ERROR);
+        log_set_level(LOGL_ERROR);
     signal(SIGPIPE, SIG_IGN);
     RUN(unit_parsers);
     RUN(chaos_start_and_kill);

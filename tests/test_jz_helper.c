@@ -17,6 +17,7 @@
 #include "jizhi.h"
 
 #include "common/wire.h"
+#include "common/util.h"
 #include "jz_test.h"
 
 #include <errno.h>
@@ -156,7 +157,7 @@ static void fake_handle(fake *f, json_t *m, const wire_peer *from)
                 json_array_remove(f->push, i);
     } else if (!strcmp(type, "checkpoint_done")) {
         json_array_append(f->checkpoints, m);
-    } else if (!strcmp(type, "heartbeat")) {
+    } else if (!strcmp(type, "trial_heartbeat")) {
         f->heartbeats++;
     }
     if (reply)
@@ -478,15 +479,15 @@ TEST(large_volume_batches_capped)
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
     const long n = 250000;
-    double t0 = wire_now();
+    double t0 = util_now();
     for (long i = 0; i < n; i++)
         if (jz_report(t, i, "loss", 1.0 / (double)(i + 1)) != 0) {
             JZT_FAIL("report %ld refused", i);
             break;
         }
-    double t1 = wire_now();
+    double t1 = util_now();
     CHECK(jz_flush(t, 60000) == 0);
-    double t2 = wire_now();
+    double t2 = util_now();
     printf("  info: %ld reports: queued at %.2g/s, acknowledged at %.3g points/s\n", n,
            n / (t1 - t0), n / (t2 - t0));
     pthread_mutex_lock(&f->mu);
@@ -531,8 +532,8 @@ TEST(instructions_delivered_once_params_updated_acked)
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 8, "kind", "stop"));
 
     int ngot = 0;
-    double end = wire_now() + 5;
-    while (ngot < 6 && wire_now() < end) {
+    double end = util_now() + 5;
+    while (ngot < 6 && util_now() < end) {
         jz_instruction ins;
         int r = jz_poll(t, &ins);
         if (r == 0) {
@@ -559,6 +560,7 @@ TEST(instructions_delivered_once_params_updated_acked)
             break;
         case 3:
             CHECK(ins.kind == JZ_INS_PAUSE);
+            CHECK(jz_ack(t, &ins, 1, NULL) == 0); /* the program pauses itself */
             break;
         case 4:
             CHECK(ins.kind == JZ_INS_LOAD);
@@ -568,6 +570,7 @@ TEST(instructions_delivered_once_params_updated_acked)
             break;
         case 5:
             CHECK(ins.kind == JZ_INS_CHECKPOINT);
+            CHECK(jz_checkpoint_done(t, 7, "/ck/mine") == 0);
             break;
         case 8:
             CHECK(ins.kind == JZ_INS_STOP);
@@ -593,14 +596,108 @@ TEST(instructions_delivered_once_params_updated_acked)
             JZT_FAIL("no ack for instruction %ld", id);
             continue;
         }
+        /* applied: the implicit set, the pause acked by the program, the
+           checkpoint it wrote; refused: the explicit refusal, the unknown kind,
+           the set without a value, the load never confirmed, the stop the
+           program went on after */
         int applied = json_is_true(json_object_get(a, "applied"));
-        CHECK(applied == (id != 2 && id != 6 && id != 7));
+        CHECK(applied == (id == 1 || id == 3 || id == 5));
     }
+    CHECK_STR(json_string_value(json_object_get(find_ack(f, 8), "detail")),
+              "the program went on after stop");
     CHECK_STR(json_string_value(json_object_get(find_ack(f, 2), "detail")),
               "optimizer is fixed");
     CHECK(json_array_size(f->push) == 0);
     pthread_mutex_unlock(&f->mu);
     jz_close(&t);
+    fake_stop(f);
+}
+
+typedef struct {
+    jz_trial *t;
+    volatile int returned;
+} reporter_arg;
+
+static void *s_reporter(void *arg)
+{
+    reporter_arg *r = arg;
+    jz_report(r->t, 1, "loss", 1); /* blocks while the helper holds the pause */
+    r->returned = 1;
+    return NULL;
+}
+
+/* Polls until instruction `id` arrives; 0 when it did. */
+static int s_poll_for(jz_trial *t, long id, jz_instruction *ins)
+{
+    double end = util_now() + 5;
+    while (util_now() < end) {
+        if (jz_poll(t, ins) == 1)
+            return ins->id == id ? 0 : -1;
+        sleep_ms(2);
+    }
+    return -1;
+}
+
+TEST(unhandled_pause_is_carried_out_by_the_helper)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 21, "kind", "pause"));
+    jz_instruction ins;
+    REQUIRE(s_poll_for(t, 21, &ins) == 0);
+    /* the program ignores it and reports: that call holds until resume */
+    reporter_arg r = {t, 0};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, s_reporter, &r) == 0);
+    json_t *a21 = NULL;
+    for (int i = 0; i < 500 && !a21; i++) {
+        sleep_ms(10);
+        pthread_mutex_lock(&f->mu);
+        a21 = find_ack(f, 21);
+        pthread_mutex_unlock(&f->mu);
+    }
+    CHECK(a21 != NULL); /* acknowledged: the helper holds the program */
+    CHECK(!r.returned);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 22, "kind", "resume"));
+    pthread_join(th, NULL);
+    CHECK(r.returned);
+    /* the resume still reaches the program, and is applied: it runs */
+    CHECK(s_poll_for(t, 22, &ins) == 0);
+    CHECK(ins.kind == JZ_INS_RESUME);
+    CHECK(jz_flush(t, 10000) == 0);
+    pthread_mutex_lock(&f->mu);
+    json_t *a22 = find_ack(f, 22);
+    CHECK(a21 && json_is_true(json_object_get(a21, "applied")));
+    CHECK(a22 && json_is_true(json_object_get(a22, "applied")));
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+TEST(stop_ends_a_pause_held_by_the_helper_and_reaches_the_program)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 31, "kind", "pause"));
+    jz_instruction ins;
+    REQUIRE(s_poll_for(t, 31, &ins) == 0);
+    reporter_arg r = {t, 0};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, s_reporter, &r) == 0);
+    fake_instruct(f, json_pack("{s:i, s:s}", "id", 32, "kind", "stop"));
+    pthread_join(th, NULL);
+    CHECK(r.returned);
+    CHECK(s_poll_for(t, 32, &ins) == 0);
+    CHECK(ins.kind == JZ_INS_STOP);
+    jz_close(&t); /* the program closes: the stop was applied */
+    pthread_mutex_lock(&f->mu);
+    json_t *a32 = find_ack(f, 32);
+    CHECK(a32 && json_is_true(json_object_get(a32, "applied")));
+    pthread_mutex_unlock(&f->mu);
     fake_stop(f);
 }
 
@@ -613,8 +710,8 @@ TEST(unpolled_instructions_refused_at_close)
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 11, "kind", "stop"));
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 12, "kind", "pause"));
     jz_instruction ins;
-    double end = wire_now() + 5;
-    while (jz_poll(t, &ins) == 0 && wire_now() < end)
+    double end = util_now() + 5;
+    while (jz_poll(t, &ins) == 0 && util_now() < end)
         sleep_ms(5);
     CHECK(ins.id == 11);
     sleep_ms(50); /* instruction 12 arrives too, and is never polled */
@@ -642,8 +739,8 @@ TEST(late_hello_does_not_undo_set)
     fake_instruct(f, json_pack("{s:i, s:s, s:s, s:f}", "id", 1, "kind", "set", "name",
                                "lr", "value", 0.5));
     jz_instruction ins;
-    double end = wire_now() + 5;
-    while (jz_poll(t, &ins) == 0 && wire_now() < end)
+    double end = util_now() + 5;
+    while (jz_poll(t, &ins) == 0 && util_now() < end)
         sleep_ms(2);
     CHECK(ins.id == 1);
     CHECK_NEAR(jz_param_double(t, "lr", 0), 0.5, 0);
@@ -652,8 +749,8 @@ TEST(late_hello_does_not_undo_set)
     pthread_mutex_lock(&f->mu);
     f->release_hello = 1;
     pthread_mutex_unlock(&f->mu);
-    end = wire_now() + 5;
-    while (jz_param_long(t, "bs", 0) != 128 && wire_now() < end) {
+    end = util_now() + 5;
+    while (jz_param_long(t, "bs", 0) != 128 && util_now() < end) {
         jz_poll(t, &ins);
         sleep_ms(2);
     }
@@ -751,10 +848,10 @@ TEST(wrong_token_refused)
     CHECK(t != NULL);
     CHECK(jz_report(t, 1, "loss", 1) == -1);
     CHECK(jz_flush(t, 5000) == -1);
-    double t0 = wire_now();
+    double t0 = util_now();
     jz_close(&t);
     const char *err = capture_end();
-    CHECK(wire_now() - t0 < 1.0); /* nothing left to wait for */
+    CHECK(util_now() - t0 < 1.0); /* nothing left to wait for */
     CHECK(strstr(err, "refused") != NULL);
     pthread_mutex_lock(&f->mu);
     CHECK(f->unauthorized >= 1);
@@ -880,9 +977,9 @@ static int serve(const char *endpoint, long want, const char *params)
     printf("listening %s\n", endpoint);
     fflush(stdout);
     /* wait for hello, then push three instructions */
-    double end = wire_now() + 15;
+    double end = util_now() + 15;
     int pushed = 0, done = 0;
-    while (wire_now() < end && !done) {
+    while (util_now() < end && !done) {
         sleep_ms(5);
         pthread_mutex_lock(&f->mu);
         int hello = f->hellos > 0;
@@ -952,6 +1049,8 @@ int main(int argc, char **argv)
     RUN(batching_in_order_with_resend_dedup);
     RUN(large_volume_batches_capped);
     RUN(instructions_delivered_once_params_updated_acked);
+    RUN(unhandled_pause_is_carried_out_by_the_helper);
+    RUN(stop_ends_a_pause_held_by_the_helper_and_reaches_the_program);
     RUN(unpolled_instructions_refused_at_close);
     RUN(late_hello_does_not_undo_set);
     RUN(flush_semantics);

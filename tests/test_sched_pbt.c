@@ -110,15 +110,22 @@ static int s_ckpt(drv *d, long id, long step, double now)
     return k;
 }
 
-static int s_suggest_all(drv *d, int n)
+/* Suggestions for trials first_id, first_id + 1, ... (the controller
+   passes each new trial's id; the scripted world's trials are 100 + i). */
+static int s_suggest_from(drv *d, int n, long first_id)
 {
     for (int i = 0; i < n; i++) {
         json_t *p = NULL;
-        if (d->s->ops->suggest(d->s, i, &p) != SCHED_OK)
+        if (d->s->ops->suggest(d->s, first_id + i, &p) != SCHED_OK)
             return i;
         json_array_append_new(d->params, p);
     }
     return n;
+}
+
+static int s_suggest_all(drv *d, int n)
+{
+    return s_suggest_from(d, n, 0);
 }
 
 static int s_legal(const spec_t *spec, const json_t *params)
@@ -300,7 +307,7 @@ TEST(exploit_from_top_quantile)
                  seed);
         drv d;
         REQUIRE(s_drv_init(&d, sched, 8) == 0);
-        REQUIRE(s_suggest_all(&d, 8) == 8);
+        REQUIRE(s_suggest_from(&d, 8, 100) == 8);
         s_world w;
         s_world_init(&w, 8);
         s_script_w(&d, &w, 8, 4, 0);
@@ -337,7 +344,7 @@ TEST(recent_checkpoint_loads_at_once)
 {
     drv d;
     REQUIRE(s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":3,\"interval\":10}", 4) == 0);
-    REQUIRE(s_suggest_all(&d, 4) == 4);
+    REQUIRE(s_suggest_from(&d, 4, 10) == 4);
     for (int i = 0; i < 4; i++)
         s_report(&d, 10 + i, 5, i, 1);
     /* the best member (13) checkpointed on its own at step 10, at its
@@ -444,7 +451,7 @@ TEST(resample_stays_legal)
     REQUIRE(s_drv_init(&d,
                        "{\"type\":\"pbt\",\"seed\":2,\"interval\":5,\"resample_p\":1}",
                        4) == 0);
-    REQUIRE(s_suggest_all(&d, 4) == 4);
+    REQUIRE(s_suggest_from(&d, 4, 100) == 4);
     s_script(&d, 4, 10, 0);
     size_t i;
     json_t *e;
@@ -462,28 +469,53 @@ TEST(resample_stays_legal)
 
 /* ---- ids, reproducibility, save/restore --------------------------------- */
 
-TEST(ids_matched_to_suggestions)
+/* Each suggestion is the member of the trial id suggest() was given; a
+   trial the scheduler never suggested joins with no number, and its params
+   come with on_complete. */
+TEST(members_are_the_suggested_trials)
 {
     drv d;
     REQUIRE(s_drv_init(&d,
                        "{\"type\":\"pbt\",\"seed\":4,\"interval\":10,\"resample_p\":0}",
                        4) == 0);
-    REQUIRE(s_suggest_all(&d, 4) == 4);
-    /* ids 41..44 (numbers 0..3) first heard out of order */
+    REQUIRE(s_suggest_from(&d, 4, 41) == 4);
+    /* ids 41..44 (numbers 0..3) first heard out of order, and 99 unknown */
     s_report(&d, 43, 1, 0, 0);
     s_report(&d, 41, 1, 0, 0);
+    s_report(&d, 99, 1, 0, 0);
     s_report(&d, 44, 1, 0, 0);
     s_report(&d, 42, 1, 0, 0);
+    json_t *p99 = json_pack("{s:f}", "x", 0.5);
+    d.s->ops->on_complete(d.s, 99, p99, SCHED_COMPLETED, 1.0);
     json_t *st = d.s->ops->save(d.s);
     size_t i;
     json_t *m;
+    int seen = 0;
     json_array_foreach(json_object_get(st, "members"), i, m)
     {
         long id = (long)json_integer_value(json_object_get(m, "id"));
+        if (id == 99) {
+            CHECK(json_integer_value(json_object_get(m, "num")) == -1);
+            CHECK(json_equal(json_object_get(m, "params"), p99));
+            seen++;
+            continue;
+        }
+        REQUIRE(id >= 41 && id <= 44);
         CHECK(json_integer_value(json_object_get(m, "num")) == id - 41);
         CHECK(json_equal(json_object_get(m, "params"),
                          json_array_get(d.params, (size_t)(id - 41))));
+        seen++;
     }
+    CHECK(seen == 5);
+    CHECK(json_object_get(st, "suggestions") == NULL);
+    /* a state saved by the older version (with "suggestions") restores */
+    json_object_set_new(st, "suggestions", json_array());
+    char err[256];
+    sched_t *s2 = sched_new(d.spec, err, sizeof err);
+    REQUIRE(s2);
+    CHECK(s2->ops->restore(s2, st) == 0);
+    sched_destroy(&s2);
+    json_decref(p99);
     json_decref(st);
     s_drv_fini(&d);
 }
@@ -493,7 +525,7 @@ static char *s_run_dump(const char *sched, int stop_at, int rounds)
     drv d;
     if (s_drv_init(&d, sched, 6) != 0)
         return NULL;
-    s_suggest_all(&d, 6);
+    s_suggest_from(&d, 6, 100);
     s_world w;
     s_world_init(&w, 6);
     s_script_w(&d, &w, 6, stop_at, 0);
@@ -634,7 +666,7 @@ TEST(pb2_loads_legal_params)
     drv d;
     REQUIRE(s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":2,\"interval\":10,\"pb2\":true}",
                        6) == 0);
-    REQUIRE(s_suggest_all(&d, 6) == 6);
+    REQUIRE(s_suggest_from(&d, 6, 100) == 6);
     s_script(&d, 6, 8, 0);
     size_t i;
     json_t *e;
@@ -663,7 +695,7 @@ int main(void)
     RUN(recent_checkpoint_loads_at_once);
     RUN(explore_rules);
     RUN(resample_stays_legal);
-    RUN(ids_matched_to_suggestions);
+    RUN(members_are_the_suggested_trials);
     RUN(reproducible_and_restorable);
     RUN(interval_seconds_and_expiry);
     RUN(ended_members_are_not_donors);

@@ -279,7 +279,13 @@ TEST(defaults)
     CHECK(s->maximize == 0);
     CHECK(s->use_best == 0);
     CHECK(s->gpus == 0 && s->retries == 0 && s->timeout_s == 0);
+    CHECK(s->ranks == 1);
     CHECK(json_is_object(s->env));
+    spec_destroy(&s);
+    spec_error err;
+    s = spec_load("tests/data/specs/valid/ranks_four.json", 1, &err);
+    REQUIRE(s);
+    CHECK(s->ranks == 4 && s->gpus == 2);
     spec_destroy(&s);
 }
 

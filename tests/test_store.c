@@ -729,6 +729,61 @@ TEST(transactions_survive_reopen)
     s_rm_db("tx.db");
 }
 
+/* A version-1 database (no study_stopped column) told the trials a study
+   stop ended by their reason text; migration 2 keeps that as a field. */
+TEST(migration_2_turns_the_reason_text_into_study_stopped)
+{
+    s_rm_db("v1.db");
+    store_t *s = s_open("v1.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("m");
+    long sid = store_study_insert(s, "m", spec, "stopped", 100);
+    json_decref(spec);
+    REQUIRE(sid > 0);
+    static const char *const reasons[] = {"study stopped", "stopped by a person",
+                                          "study stopped"};
+    static const char *const states[] = {"stopped", "stopped", "failed"};
+    long ids[3];
+    for (int i = 0; i < 3; i++) {
+        store_trial t;
+        s_fill_trial(&t, sid, i);
+        REQUIRE(store_trial_insert(s, &t) == 0);
+        snprintf(t.state, sizeof t.state, "%s", states[i]);
+        snprintf(t.reason, sizeof t.reason, "%s", reasons[i]);
+        t.study_stopped = 0; /* what version 1 had: no such field */
+        CHECK(store_trial_save(s, &t) == 0);
+        ids[i] = t.id;
+        store_trial_fini(&t);
+    }
+    store_close(&s);
+    /* back to version 1's schema */
+    CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN study_stopped") == -1);
+    CHECK(s_sql_int("v1.db", "DROP TABLE tokens") == -1); /* version 3's */
+    CHECK(s_sql_int("v1.db", "PRAGMA user_version=1") == -1);
+    CHECK(s_sql_int("v1.db", "PRAGMA user_version") == 1);
+    /* read-only opening refuses the older schema; a writer migrates it */
+    CHECK(s_open("v1.db", 1) == NULL);
+    s = s_open("v1.db", 0);
+    REQUIRE(s);
+    CHECK(s_sql_int("v1.db", "PRAGMA user_version") == STORE_SCHEMA_VERSION);
+    for (int i = 0; i < 3; i++) {
+        store_trial t;
+        REQUIRE(store_trial_get(s, ids[i], &t) == 1);
+        CHECK(t.study_stopped == (i == 0));
+        store_trial_fini(&t);
+    }
+    /* and the field round-trips */
+    store_trial t;
+    REQUIRE(store_trial_get(s, ids[1], &t) == 1);
+    t.study_stopped = 1;
+    CHECK(store_trial_save(s, &t) == 0);
+    store_trial_fini(&t);
+    REQUIRE(store_trial_get(s, ids[1], &t) == 1);
+    CHECK(t.study_stopped == 1);
+    store_trial_fini(&t);
+    store_close(&s);
+}
+
 int main(void)
 {
     snprintf(s_dir, sizeof s_dir, "/tmp/jz-test-store-XXXXXX");
@@ -745,6 +800,7 @@ int main(void)
     RUN(metrics);
     RUN(events);
     RUN(transactions_survive_reopen);
+    RUN(migration_2_turns_the_reason_text_into_study_stopped);
     rmdir(s_dir);
     TEST_DONE();
 }

@@ -196,6 +196,41 @@ TEST(data_errors)
     CHECK(strstr(err, "train-images-idx3-ubyte.gz") != NULL);
 }
 
+/* One table says which options change live and which a checkpoint carries. */
+TEST(live_and_restored_options)
+{
+    CHECK(trn_config_is_live("lr") && trn_config_is_live("batch-size"));
+    CHECK(trn_config_is_live("batch_size") && trn_config_is_live("epochs"));
+    CHECK(!trn_config_is_live("model") && !trn_config_is_live("seed"));
+    CHECK(!trn_config_is_live("no_such_option"));
+    char name[64];
+    int n = 0, saw_lr = 0;
+    for (size_t i = 0; trn_config_live_param(i, name, sizeof name); i++, n++) {
+        CHECK(strchr(name, '-') == NULL);
+        CHECK(trn_config_is_live(name));
+        saw_lr |= !strcmp(name, "lr");
+    }
+    CHECK(n == 26 && saw_lr);
+    trn_config c;
+    trn_config_defaults(&c);
+    char err[TRN_ERRLEN];
+    REQUIRE(trn_config_set(&c, "lr", "0.125", err) == 0);
+    char text[8192];
+    size_t len = trn_config_restored_text(&c, text, sizeof text);
+    CHECK(len == strlen(text));
+    CHECK(strstr(text, "lr=0.125\n") != NULL);
+    CHECK(strstr(text, "seed=1\n") != NULL);
+    CHECK(strstr(text, "per_layer_scale=") != NULL);
+    /* the run's length is the command's */
+    CHECK(strncmp(text, "epochs=", 7) != 0 && strstr(text, "\nepochs=") == NULL);
+    int lines = 0;
+    for (const char *p = text; *p; p++)
+        lines += *p == '\n';
+    CHECK(lines == 22);
+    char small[8];
+    CHECK(trn_config_restored_text(&c, small, sizeof small) == 7 && strlen(small) == 7);
+}
+
 TEST(fashion_mnist_split)
 {
     trn_config c;
@@ -227,6 +262,7 @@ int main(void)
     RUN(flags);
     RUN(params_override_flags);
     RUN(data_errors);
+    RUN(live_and_restored_options);
     RUN(fashion_mnist_split);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -30,33 +31,6 @@
 #define CK_BOM 0x01020304u
 #define CK_HDR 24
 #define CK_MAX ((size_t)1 << 34)
-
-/* Restored from the checkpoint: what shapes the trajectory. The run's
-   length (epochs, max_steps) and reporting come from the current command,
-   so a resumed run can be extended. */
-static const char *const s_restore[] = {"lr",
-                                        "batch_size",
-                                        "micro_batch",
-                                        "momentum",
-                                        "nesterov",
-                                        "weight_decay",
-                                        "beta1",
-                                        "beta2",
-                                        "eps",
-                                        "trust",
-                                        "warmup_epochs",
-                                        "schedule",
-                                        "poly_power",
-                                        "lr_scaling",
-                                        "base_batch",
-                                        "label_smoothing",
-                                        "precision",
-                                        "precision_schedule",
-                                        "scale_window",
-                                        "per_layer_scale",
-                                        "loss_scale",
-                                        "seed",
-                                        NULL};
 
 typedef struct {
     unsigned char *p;
@@ -166,6 +140,8 @@ static void s_sync_from_backend(trn_trainer *t)
 
 int trn_trainer_save(trn_trainer *t, const char *path, char *err)
 {
+    if (t->nranks > 1 && t->rank != 0) /* ranks hold the same state: rank 0 writes */
+        return 0;
     s_sync_from_backend(t);
     s_wbuf b = {0};
     s_put(&b, CK_MAGIC, 8);
@@ -189,17 +165,9 @@ int trn_trainer_save(trn_trainer *t, const char *path, char *err)
         s_f64(&b, t->lscalers[l].scale);
         s_u64(&b, (uint64_t)t->lscalers[l].good_steps);
     }
+    /* The options that shape the trajectory (OPT_RESTORED in config.c). */
     char cfgtext[8192];
-    size_t cl = 0;
-    for (int i = 0; s_restore[i]; i++) {
-        char v[512];
-        trn_config_get(&t->cfg, s_restore[i], v, sizeof v);
-        cl += (size_t)snprintf(cfgtext + cl, sizeof cfgtext - cl, "%s=%s\n", s_restore[i],
-                               v);
-        if (cl >= sizeof cfgtext)
-            cl = sizeof cfgtext - 1;
-    }
-    cfgtext[cl] = 0;
+    trn_config_restored_text(&t->cfg, cfgtext, sizeof cfgtext);
     s_str(&b, cfgtext);
     s_u32(&b, (uint32_t)trn_net_nparams(n));
     for (int i = 0; i < trn_net_nparams(n); i++) {
@@ -293,6 +261,16 @@ static unsigned char *s_read_checked(const char *path, size_t *len, char *err)
         return NULL;
     }
     size_t total = CK_HDR + (size_t)plen + 4;
+    /* A header that claims more than the file holds is refused before the
+       allocation (a corrupt length would otherwise ask for up to CK_MAX). */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (uint64_t)sb.st_size < (uint64_t)total) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: truncated checkpoint (%llu of %zu bytes)", path,
+                 (unsigned long long)sb.st_size, total);
+        return NULL;
+    }
     unsigned char *buf = malloc(total);
     if (!buf) {
         fclose(f);

@@ -18,49 +18,6 @@
 
 #include "trainer/train_impl.h"
 
-/* Params that may change while the trial runs. */
-static const char *const s_live[] = {"lr",
-                                     "batch_size",
-                                     "micro_batch",
-                                     "momentum",
-                                     "nesterov",
-                                     "weight_decay",
-                                     "beta1",
-                                     "beta2",
-                                     "eps",
-                                     "trust",
-                                     "warmup_epochs",
-                                     "schedule",
-                                     "poly_power",
-                                     "lr_scaling",
-                                     "base_batch",
-                                     "label_smoothing",
-                                     "epochs",
-                                     "max_steps",
-                                     "log_every",
-                                     "eval_every",
-                                     "checkpoint_every",
-                                     "precision",
-                                     "precision_schedule",
-                                     "scale_window",
-                                     "threads",
-                                     "quiet",
-                                     NULL};
-
-static int s_is_live(const char *name)
-{
-    char buf[64];
-    size_t n = strlen(name);
-    if (n >= sizeof buf)
-        return 0;
-    for (size_t i = 0; i <= n; i++)
-        buf[i] = name[i] == '-' ? '_' : name[i];
-    for (int i = 0; s_live[i]; i++)
-        if (!strcmp(s_live[i], buf))
-            return 1;
-    return 0;
-}
-
 int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, char *err)
 {
     trn_config c = t->cfg;
@@ -71,7 +28,7 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
     }
     if (rc < 0)
         return -1;
-    if (!s_is_live(name)) {
+    if (!trn_config_is_live(name)) {
         snprintf(err, TRN_ERRLEN,
                  "%s cannot change while the trial runs (it needs a restart)", name);
         return -1;
@@ -111,76 +68,183 @@ static void s_ack(trn_trainer *t, const jz_instruction *ins, int ok, const char 
    checkpoint's, for the params that may change live. */
 static void s_reapply_params(trn_trainer *t, char *detail, size_t len)
 {
-    if (!t->io.param)
-        return;
     detail[0] = 0;
-    for (int i = 0; s_live[i]; i++) {
-        char buf[512], err[TRN_ERRLEN];
-        if (t->io.param(t->io.ud, s_live[i], buf, sizeof buf) != 1)
-            continue;
-        if (trn_trainer_set_param(t, s_live[i], buf, err) < 0 && !detail[0])
+    int multi = t->nranks > 1;
+    if (!multi && !t->io.param)
+        return;
+    enum { VLEN = 512, NLEN = 64 };
+    size_t nlive = 0;
+    char name[NLEN];
+    while (trn_config_live_param(nlive, name, sizeof name))
+        nlive++;
+    /* rank 0 reads the helper's values; the others get them broadcast */
+    char(*vals)[VLEN] = calloc(nlive ? nlive : 1, VLEN);
+    if (!vals) {
+        snprintf(detail, len, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < nlive; i++) {
+        trn_config_live_param(i, name, sizeof name);
+        if (t->rank == 0 && t->io.param &&
+            t->io.param(t->io.ud, name, vals[i] + 1, VLEN - 1) == 1)
+            vals[i][0] = 1; /* found */
+    }
+    if (multi)
+        trn_comm_bcast(t->comm, vals, nlive * VLEN, 0);
+    for (size_t i = 0; i < nlive; i++) {
+        char err[TRN_ERRLEN];
+        trn_config_live_param(i, name, sizeof name);
+        if (vals[i][0] && trn_trainer_set_param(t, name, vals[i] + 1, err) < 0 &&
+            !detail[0])
             snprintf(detail, len, "param ignored: %.400s", err);
     }
+    free(vals);
 }
 
-static int s_apply(trn_trainer *t, const jz_instruction *ins)
+/* Applies one instruction on this rank. Returns 1 applied, 0 refused
+   (reason in detail). Only rank 0 writes a checkpoint (the ranks hold the
+   same state); a barrier after it lets every rank read the file. */
+static int s_apply(trn_trainer *t, const jz_instruction *ins, char *detail, size_t dlen)
 {
     char err[TRN_ERRLEN], val[1100];
+    detail[0] = 0;
     switch (ins->kind) {
     case JZ_INS_NONE:
-        return 0;
+        return 1;
     case JZ_INS_SET:
         s_value_text(ins, val, sizeof val);
-        if (trn_trainer_set_param(t, ins->name, val, err) < 0)
-            s_ack(t, ins, 0, err);
-        else
-            s_ack(t, ins, 1, NULL);
-        return 0;
+        if (trn_trainer_set_param(t, ins->name, val, err) < 0) {
+            snprintf(detail, dlen, "%s", err);
+            return 0;
+        }
+        return 1;
     case JZ_INS_STOP:
         t->stop = 1;
-        s_ack(t, ins, 1, NULL);
         return 1;
     case JZ_INS_PAUSE:
         t->paused = 1;
-        s_ack(t, ins, 1, NULL);
-        return 0;
+        return 1;
     case JZ_INS_RESUME:
         t->paused = 0;
-        s_ack(t, ins, 1, NULL);
-        return 0;
+        return 1;
     case JZ_INS_CHECKPOINT: {
         const char *dir = t->cfg.checkpoint_dir[0] ? t->cfg.checkpoint_dir
                           : t->io.checkpoint_dir   ? t->io.checkpoint_dir(t->io.ud)
                                                    : ".";
-        char path[1200];
-        snprintf(path, sizeof path, "%s/ckpt-%ld.jzck", dir ? dir : ".", t->step);
-        if (trn_trainer_save(t, path, err) < 0) {
-            s_ack(t, ins, 0, err);
+        snprintf(t->ckpt_path, sizeof t->ckpt_path, "%s/ckpt-%ld.jzck", dir ? dir : ".",
+                 t->step);
+        int rc = trn_trainer_save(t, t->ckpt_path, err);
+        if (t->nranks > 1)
+            trn_comm_barrier(t->comm);
+        if (rc < 0) {
+            snprintf(detail, dlen, "%s", err);
             return 0;
         }
-        s_ack(t, ins, 1, NULL);
-        if (t->io.checkpoint_done)
-            t->io.checkpoint_done(t->io.ud, t->step, path);
-        return 0;
+        return 1;
     }
     case JZ_INS_LOAD: {
         if (trn_trainer_load(t, ins->str, err) < 0) {
-            s_ack(t, ins, 0, err);
+            snprintf(detail, dlen, "%s", err);
             return 0;
         }
-        char detail[TRN_ERRLEN];
-        detail[0] = 0;
-        s_reapply_params(t, detail, sizeof detail);
-        s_ack(t, ins, 1, detail[0] ? detail : NULL);
-        return 0;
+        s_reapply_params(t, detail, dlen);
+        return 1;
     }
     }
-    s_ack(t, ins, 0, "unknown instruction");
+    snprintf(detail, dlen, "unknown instruction");
     return 0;
+}
+
+static const char *s_kind_name(jz_ins_kind k)
+{
+    static const char *const names[] = {"none",   "set",        "stop", "pause",
+                                        "resume", "checkpoint", "load"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "unknown";
+}
+
+/* Acknowledges (rank 0) after every rank applied; then tells the helper of
+   a checkpoint written. */
+static void s_finish(trn_trainer *t, const jz_instruction *ins, int ok,
+                     const char *detail)
+{
+    s_ack(t, ins, ok, detail[0] ? detail : NULL);
+    if (ok && ins->kind == JZ_INS_CHECKPOINT && t->io.checkpoint_done)
+        t->io.checkpoint_done(t->io.ud, t->step, t->ckpt_path);
+}
+
+/* Several ranks: rank 0 polls and broadcasts each round's instructions
+   (count, then the records); every rank applies them in order at this
+   step boundary; the acknowledgements follow a sum of the ranks' refusals,
+   so an instruction is acknowledged only once all ranks applied it. */
+#define S_MAX_ROUND 32
+static int s_control_ranks(trn_trainer *t)
+{
+    jz_instruction *ins = calloc(S_MAX_ROUND, sizeof *ins);
+    if (!ins)
+        return -1;
+    int rc = 0;
+    for (;;) {
+        int n = 0;
+        if (t->rank == 0 && t->io.poll)
+            while (n < S_MAX_ROUND) {
+                memset(&ins[n], 0, sizeof ins[n]);
+                int p = t->io.poll(t->io.ud, &ins[n]);
+                if (p < 0) {
+                    n = -1;
+                    break;
+                }
+                if (p != 1)
+                    break;
+                if (ins[n++].kind == JZ_INS_STOP)
+                    break;
+            }
+        if (trn_comm_bcast(t->comm, &n, sizeof n, 0) < 0 || n < 0) {
+            rc = -1;
+            break;
+        }
+        if (n > 0 && trn_comm_bcast(t->comm, ins, (size_t)n * sizeof *ins, 0) < 0) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            char detail[TRN_ERRLEN];
+            int ok = s_apply(t, &ins[i], detail, sizeof detail);
+            double refused = ok ? 0 : 1;
+            if (trn_comm_sum_d(t->comm, &refused, 1) < 0) {
+                rc = -1;
+                break;
+            }
+            if (ok && refused > 0)
+                snprintf(detail, sizeof detail, "refused on %g other rank(s)", refused);
+            /* one line per rank: where each instruction took effect */
+            fprintf(stderr,
+                    "jizhi-train: rank %d: instruction %ld (%s%s%s) %s at step %ld\n",
+                    t->rank, ins[i].id, s_kind_name(ins[i].kind),
+                    ins[i].kind == JZ_INS_SET ? " " : "",
+                    ins[i].kind == JZ_INS_SET ? ins[i].name : "",
+                    ok ? "applied" : "refused", t->step);
+            if (t->rank == 0)
+                s_finish(t, &ins[i], ok && refused == 0, detail);
+        }
+        if (rc < 0 || t->stop) {
+            rc = rc < 0 ? -1 : 1;
+            break;
+        }
+        if (n > 0)
+            continue; /* drain what arrived meanwhile */
+        if (!t->paused)
+            break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    free(ins);
+    return rc;
 }
 
 int trn_trainer_control(trn_trainer *t)
 {
+    if (t->nranks > 1)
+        return s_control_ranks(t);
     if (!t->io.poll)
         return t->stop;
     for (;;) {
@@ -190,7 +254,9 @@ int trn_trainer_control(trn_trainer *t)
         if (rc < 0)
             return -1;
         if (rc == 1) {
-            s_apply(t, &ins);
+            char detail[TRN_ERRLEN];
+            int ok = s_apply(t, &ins, detail, sizeof detail);
+            s_finish(t, &ins, ok, detail);
             if (t->stop)
                 return 1;
             continue;

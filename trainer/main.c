@@ -4,19 +4,65 @@
     study), lets the trial's params override the flags, loads the data,
     trains with live control and reports metrics through the helper.
     Exit status: 0 done (or stopped), 1 failure, 2 usage error (bad flag,
-    bad param value). Built twice: without CUDA (jizhi-train) and, with
+    bad param value). Under an MPI launcher (`mpirun -np N jizhi-train`)
+    every process is one data-parallel rank: rank 0 alone opens the trial,
+    applies its params and broadcasts the resulting config, then all ranks
+    train one model (comm.h). Built twice: without CUDA (jizhi-train) and, with
     -DTRN_WITH_CUDA, linked to backend_cuda.cu (jizhi-train-cuda).
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
+#include "trainer/comm.h"
 #include "trainer/trn.h"
 
 #ifdef TRN_WITH_CUDA
 trn_backend *trn_cuda_backend_new(char *err);
 void trn_cuda_backend_destroy(trn_backend *b);
 #endif
+#ifdef TRN_WITH_NCCL
+trn_comm *trn_comm_nccl_new(char *err);
+#define S_NCCL_CTOR trn_comm_nccl_new
+#else
+#define S_NCCL_CTOR NULL
+#endif
+
+/* Rank 0's verdict on the params and the config it leads to. */
+typedef struct {
+    int status; /* 0 go on, else the exit status */
+    trn_config cfg;
+} s_start;
+
+/* FNV-1a of every weight: the ranks must agree after training. */
+static uint64_t s_weights_hash(trn_trainer *t)
+{
+    uint64_t h = 1469598103934665603ULL;
+    trn_net *n = trn_trainer_net(t);
+    for (int i = 0; i < trn_net_nparams(n); i++) {
+        const unsigned char *b = (const unsigned char *)trn_net_param(n, i)->w;
+        for (size_t j = 0; j < (size_t)trn_net_param(n, i)->n * sizeof(float); j++)
+            h = (h ^ b[j]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+/* Several ranks: 0 when every rank holds rank 0's weights. */
+static int s_check_ranks_agree(trn_trainer *t, trn_comm *c, int quiet)
+{
+    uint64_t mine = s_weights_hash(t), r0 = mine;
+    trn_comm_bcast(c, &r0, sizeof r0, 0);
+    double differ = mine != r0;
+    trn_comm_sum_d(c, &differ, 1);
+    if (c->rank == 0 && (differ > 0 || !quiet))
+        fprintf(stderr, "jizhi-train: %d ranks: weights %s (hash %016llx)\n", c->size,
+                differ > 0 ? "DIFFER between ranks" : "identical on every rank",
+                (unsigned long long)r0);
+    return differ > 0 ? -1 : 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -30,16 +76,47 @@ int main(int argc, char **argv)
         fprintf(stderr, "jizhi-train: %s\n", err);
         return 2;
     }
-    jz_trial *jz = jz_open();
-    if (!jz) {
-        fprintf(stderr, "jizhi-train: cannot open the trial (see the message above)\n");
-        return 1;
-    }
-    if (trn_config_apply_params(&cfg, trn_jz_param, jz, err) < 0 ||
-        trn_config_validate(&cfg, err) < 0) {
+    char flag_comm[sizeof cfg.comm];
+    snprintf(flag_comm, sizeof flag_comm, "%s", cfg.comm);
+    trn_comm *comm = trn_comm_new(cfg.comm, S_NCCL_CTOR, err);
+    if (!comm) {
         fprintf(stderr, "jizhi-train: %s\n", err);
-        jz_close(&jz);
         return 2;
+    }
+    jz_trial *jz = NULL;
+    s_start st = {0, cfg};
+    if (comm->rank == 0) {
+        jz = jz_open();
+        if (!jz) {
+            fprintf(stderr,
+                    "jizhi-train: cannot open the trial (see the message above)\n");
+            st.status = 1;
+        } else if (trn_config_apply_params(&st.cfg, trn_jz_param, jz, err) < 0 ||
+                   trn_config_validate(&st.cfg, err) < 0) {
+            fprintf(stderr, "jizhi-train: %s\n", err);
+            st.status = 2;
+        } else if (strcmp(st.cfg.comm, flag_comm)) {
+            fprintf(stderr,
+                    "jizhi-train: param comm: the communication backend is chosen on the "
+                    "command line (--comm), not by a param\n");
+            st.status = 2;
+        }
+    }
+    if (trn_comm_bcast(comm, &st, sizeof st, 0) < 0) {
+        fprintf(stderr, "jizhi-train: broadcasting the config failed\n");
+        st.status = 1;
+    }
+    cfg = st.cfg;
+    if (st.status) {
+        jz_close(&jz);
+        trn_comm_destroy(&comm);
+        return st.status;
+    }
+    if (comm->rank != 0)
+        cfg.quiet = 1; /* progress lines from rank 0 only */
+    if (comm->size > 1 && getppid() != 1) {
+        /* a rank ends with its launcher, even one killed outright */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
     }
     trn_backend *backend = NULL;
     if (!strcmp(cfg.backend, "cuda")) {
@@ -48,12 +125,14 @@ int main(int argc, char **argv)
         if (!backend) {
             fprintf(stderr, "jizhi-train: --backend cuda: %s\n", err);
             jz_close(&jz);
+            trn_comm_destroy(&comm);
             return 1;
         }
 #else
         fprintf(stderr, "jizhi-train: --backend cuda: this binary is built without CUDA "
                         "(build jizhi-train-cuda with `make cuda`)\n");
         jz_close(&jz);
+        trn_comm_destroy(&comm);
         return 2;
 #endif
     }
@@ -63,6 +142,7 @@ int main(int argc, char **argv)
     if (trn_data_load(&cfg, &train, &val, &test, err) < 0) {
         fprintf(stderr, "jizhi-train: %s\n", err);
         jz_close(&jz);
+        trn_comm_destroy(&comm);
         return 1;
     }
     int status = 1;
@@ -71,11 +151,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
     }
-    trn_io io;
-    trn_io_jizhi(&io, jz);
-    trn_trainer_set_io(t, &io);
+    if (jz) { /* rank 0 */
+        trn_io io;
+        trn_io_jizhi(&io, jz);
+        trn_trainer_set_io(t, &io);
+    }
     if (backend)
         trn_trainer_set_backend(t, backend);
+    if (trn_trainer_set_comm(t, comm, err) < 0) {
+        fprintf(stderr, "jizhi-train: %s\n", err);
+        goto out;
+    }
     /* a trial the controller restarts from a checkpoint (pause --release
        then resume, or a load the program did not acknowledge) gets it in
        JIZHI_LOAD_CHECKPOINT; --resume wins */
@@ -89,6 +175,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
     }
+    if (comm->size > 1 && s_check_ranks_agree(t, comm, cfg.quiet) < 0)
+        goto out;
     status = 0;
 out:
     trn_trainer_destroy(&t);
@@ -100,5 +188,12 @@ out:
     trn_data_free(&val);
     trn_data_free(&test);
     jz_close(&jz);
+    if (status && comm->size > 1) {
+        /* leave without MPI_Finalize: the launcher then ends every rank
+           instead of the others waiting in a collective */
+        fflush(NULL);
+        _exit(status);
+    }
+    trn_comm_destroy(&comm);
     return status;
 }

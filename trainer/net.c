@@ -58,7 +58,9 @@ struct trn_net {
     int cap; /* samples the buffers hold */
     int classes;
     trn_precision prec;
-    int grad_fresh; /* zero_grad was called: the next backward writes, not adds */
+    int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */
+    trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */
+    void *hook_ud;
     char arch[256];
 };
 
@@ -334,14 +336,6 @@ trn_param *trn_net_param(trn_net *n, int i)
     return &n->params[i];
 }
 
-long trn_net_param_count(const trn_net *n)
-{
-    long s = 0;
-    for (int i = 0; i < n->np; i++)
-        s += n->params[i].n;
-    return s;
-}
-
 int trn_net_nlayers(const trn_net *n)
 {
     return n->nlayers;
@@ -615,7 +609,17 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
         }
         if (dx)
             trn_round_buf(dx, (long)nb * ib->feat, n->prec);
+        if (n->hook && o->pw >= 0)
+            n->hook(n->hook_ud, o->pw);
+        if (n->hook && o->pb >= 0)
+            n->hook(n->hook_ud, o->pb);
     }
+}
+
+void trn_net_set_grad_hook(trn_net *n, trn_grad_hook fn, void *ud)
+{
+    n->hook = fn;
+    n->hook_ud = ud;
 }
 
 double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb,

@@ -8,6 +8,13 @@
     optimiser. The gradient-noise-scale inputs come for free: |G|^2 after
     the first micro-batch (B_small) and after the whole batch (B_big); on
     report steps without micro-batching the batch is split in two halves.
+
+    With several ranks (trn_trainer_set_comm) each rank runs its shard of
+    the global batch, the gradients go through the fusion buckets of dist.c
+    (all-reduced, in true units, during or after backward) and the loss
+    scaler sees the summed gradients, so every rank takes the same decision.
+    B_small is then a rank's shard (|G|^2 averaged over ranks) and B_big the
+    global batch. Evaluation splits the data over ranks and sums.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -86,6 +93,7 @@ trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
     t->test = test;
     t->perm_epoch = -1;
     t->last_eval_step = -1;
+    t->nranks = 1;
     t->net = trn_net_new(cfg, train->c, train->h, train->w, train->classes, err);
     if (!t->net)
         goto fail;
@@ -124,6 +132,8 @@ void trn_trainer_destroy(trn_trainer **tp)
     free(t->perm);
     free(t->xb);
     free(t->yb);
+    free(t->unscale);
+    trn_dist_destroy(&t->dist);
     free(t);
     *tp = NULL;
 }
@@ -145,11 +155,6 @@ void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b)
 long trn_trainer_step_count(const trn_trainer *t)
 {
     return t->step;
-}
-
-int trn_trainer_epoch(const trn_trainer *t)
-{
-    return t->epoch;
 }
 
 double trn_trainer_last_loss(const trn_trainer *t)
@@ -206,15 +211,15 @@ static double s_sqnorm(trn_trainer *t, double mult)
     return s;
 }
 
-/* The place where data-parallel ranks would all-reduce the (unscaled)
-   gradients, bucket by bucket; one rank here. */
-static void s_allreduce_grads(trn_trainer *t)
+/* |G|^2 of gradients already in true units. */
+static double s_sqnorm_true(trn_trainer *t)
 {
-    (void)t;
+    return trn_net_grad_sqnorm(t->net);
 }
 
-/* Gathers the next nb examples into dst (or t->xb when dst is NULL). */
-static int s_gather(trn_trainer *t, int nb, float *dst)
+/* Gathers examples pos+off .. pos+off+nb of the epoch's order into dst (or
+   t->xb when dst is NULL). */
+static int s_gather_at(trn_trainer *t, int off, int nb, float *dst)
 {
     const trn_dataset *d = t->train;
     if (nb > t->xb_cap) {
@@ -237,12 +242,17 @@ static int s_gather(trn_trainer *t, int nb, float *dst)
     }
     float *x = dst ? dst : t->xb;
     for (int i = 0; i < nb; i++) {
-        int k = t->perm[t->pos + i];
+        int k = t->perm[t->pos + off + i];
         memcpy(x + (size_t)i * d->dim, d->x + (size_t)k * d->dim,
                (size_t)d->dim * sizeof(float));
         t->yb[i] = d->y[k];
     }
     return 0;
+}
+
+static int s_gather(trn_trainer *t, int nb, float *dst)
+{
+    return s_gather_at(t, 0, nb, dst);
 }
 
 static int s_overflow_layers(trn_trainer *t, int *bad)
@@ -330,12 +340,183 @@ static int s_step_backend(trn_trainer *t, int nb, double lr)
     return skip;
 }
 
+static void s_grad_ready(void *ud, int i)
+{
+    trn_dist_ready(ud, i);
+}
+
+/* This rank's share of a global batch of nb: [*off, *off + *cnt). */
+static void s_shard(const trn_trainer *t, int nb, int *off, int *cnt)
+{
+    int base = nb / t->nranks, extra = nb % t->nranks, r = t->rank;
+    *off = r * base + (r < extra ? r : extra);
+    *cnt = base + (r < extra ? 1 : 0);
+}
+
+/* One step as one of several ranks (see the header comment). */
+static int s_step_dist(trn_trainer *t, int nb, double lr)
+{
+    const trn_config *c = &t->cfg;
+    int off, cnt;
+    s_shard(t, nb, &off, &cnt);
+    int per_layer = c->per_layer_scale;
+    int mb = c->micro_batch > 0 && c->micro_batch < cnt ? c->micro_batch : cnt;
+    int measure = (t->step + 1) % c->log_every == 0;
+    float *direct = cnt > 0 && mb == cnt ? trn_net_input(t->net, cnt) : NULL;
+    if (cnt > 0 && s_gather_at(t, off, cnt, direct) < 0)
+        return -1;
+    const float *xsrc = direct ? direct : t->xb;
+    double S = t->scaler.scale;
+    double gscale = (per_layer ? 1.0 : S) / nb;
+    int np = trn_net_nparams(t->net);
+    for (int i = 0; i < np; i++) {
+        trn_param *p = trn_net_param(t->net, i);
+        t->unscale[i] = 1.0 / (per_layer ? t->lscale[p->layer] : S);
+    }
+    trn_dist_begin(t->dist, t->unscale);
+    trn_net_zero_grad(t->net);
+    if (cnt == 0) /* no examples this step: contribute zeros */
+        for (int i = 0; i < np; i++) {
+            trn_param *p = trn_net_param(t->net, i);
+            memset(p->g, 0, (size_t)p->n * sizeof(float));
+        }
+    double loss_sum = 0;
+    for (int o = 0; o < cnt; o += mb) {
+        int m = cnt - o < mb ? cnt - o : mb;
+        trn_net_set_grad_hook(t->net, o + m >= cnt ? s_grad_ready : NULL, t->dist);
+        double l = trn_net_forward_backward(t->net, xsrc + (size_t)o * t->train->dim,
+                                            t->yb + o, m, 1, c->label_smoothing, gscale,
+                                            per_layer ? t->lscale : NULL, NULL);
+        trn_net_set_grad_hook(t->net, NULL, NULL);
+        if (l < 0) {
+            trn_dist_finish(t->dist); /* keep the ranks' collectives matched */
+            return -1;
+        }
+        loss_sum += l * m;
+    }
+    /* [loss sum, |G_shard|^2, ranks measuring] before the sums replace g */
+    double red[3] = {loss_sum, 0, 0};
+    if (measure && cnt > 0) {
+        red[1] = s_sqnorm(t, (double)cnt / nb);
+        red[2] = 1;
+    }
+    if (trn_dist_finish(t->dist) < 0 || trn_comm_sum_d(t->comm, red, 3) < 0)
+        return -1;
+    long ns = trn_net_state_count(t->net);
+    if (ns > 0) { /* BN running statistics: the mean over ranks */
+        float *st = trn_net_state(t->net);
+        if (trn_comm_allreduce(t->comm, st, ns, TRN_AR_RING, TRN_WIRE_FP32) < 0)
+            return -1;
+        float inv = 1.0f / (float)t->nranks;
+        for (long j = 0; j < ns; j++)
+            st[j] *= inv;
+    }
+    double loss = red[0] / nb;
+    t->last_loss = loss;
+    t->loss_acc += loss;
+    t->loss_n++;
+
+    int *bad = calloc((size_t)(t->nlayers > 0 ? t->nlayers : 1), sizeof(int));
+    if (!bad)
+        return -1;
+    int overflow = s_overflow_layers(t, bad);
+    int skip;
+    if (per_layer) {
+        skip = overflow;
+        for (int l = 0; l < t->nlayers; l++) {
+            trn_scaler_update(&t->lscalers[l], bad[l]);
+            t->lscale[l] = t->lscalers[l].scale;
+        }
+        if (overflow)
+            t->scaler.skipped++;
+    } else {
+        skip = trn_scaler_update(&t->scaler, overflow);
+    }
+    free(bad);
+    if (!skip) {
+        if (measure && red[2] > 0 && nb / t->nranks > 0) {
+            t->gs_small = red[1] / red[2];
+            t->b_small = nb / t->nranks;
+            t->gs_big = s_sqnorm_true(t);
+            t->b_big = nb;
+            t->have_gns = 1;
+        }
+        trn_optim_step(&t->opt, trn_net_param(t->net, 0), np, lr);
+        trn_net_sync_weights(t->net);
+    } else if (measure) {
+        t->have_gns = 0;
+    }
+    s_advance(t, nb);
+    return skip;
+}
+
+int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
+{
+    t->comm = c;
+    t->rank = c ? c->rank : 0;
+    t->nranks = c ? c->size : 1;
+    trn_dist_destroy(&t->dist);
+    if (!c || c->size <= 1)
+        return 0;
+    if (t->backend) {
+        snprintf(err, TRN_ERRLEN,
+                 "--backend %s: several ranks run on the CPU path only (the device "
+                 "step does not expose its gradients yet)",
+                 t->backend->name);
+        return -1;
+    }
+    const trn_config *cfg = &t->cfg;
+    if (trn_comm_set_nodes(c, cfg->ranks_per_node) < 0) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return -1;
+    }
+    trn_dist_opts o = {.algo = (trn_ar_algo)trn_ar_algo_from_name(cfg->allreduce),
+                       .wire = (trn_wire)trn_wire_from_name(cfg->wire),
+                       .topk = cfg->topk,
+                       .fusion_bytes = cfg->fusion_kb < 0 ? -1 : cfg->fusion_kb * 1024,
+                       .overlap = cfg->overlap};
+    int np = trn_net_nparams(t->net);
+    t->unscale = calloc((size_t)np, sizeof(double));
+    if (!t->unscale) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return -1;
+    }
+    /* one model: rank 0's initial weights everywhere */
+    for (int i = 0; i < np; i++) {
+        trn_param *p = trn_net_param(t->net, i);
+        if (trn_comm_bcast(c, p->w, (size_t)p->n * sizeof(float), 0) < 0) {
+            snprintf(err, TRN_ERRLEN, "broadcasting the initial weights failed");
+            return -1;
+        }
+    }
+    trn_net_sync_weights(t->net);
+    t->dist = trn_dist_new(c, t->net, &o, err);
+    if (!t->dist)
+        return -1;
+    if (t->rank == 0 && !cfg->quiet)
+        fprintf(stderr,
+                "jizhi-train: %d ranks (%s), all-reduce %s, wire %s%s, fusion %ld KiB "
+                "(%d buckets%s), overlap %s\n",
+                c->size, c->ops->name, cfg->allreduce, cfg->wire,
+                cfg->topk > 0 ? ", top-k" : "", trn_dist_fusion_bytes(t->dist) / 1024,
+                trn_dist_nbuckets(t->dist), cfg->fusion_kb < 0 ? ", auto" : "",
+                cfg->overlap ? "on" : "off");
+    return 0;
+}
+
+int trn_trainer_rank(const trn_trainer *t)
+{
+    return t->rank;
+}
+
 int trn_trainer_step(trn_trainer *t)
 {
     const trn_config *c = &t->cfg;
     s_set_epoch_precision(t);
     int nb = s_next_batch_size(t);
     double lr = trn_trainer_lr(t);
+    if (t->dist)
+        return s_step_dist(t, nb, lr);
     if (t->backend) {
         if (s_gather(t, nb, NULL) < 0)
             return -1;
@@ -397,7 +578,6 @@ int trn_trainer_step(trn_trainer *t)
             t->have_gns = 1;
         }
         s_unscale(t);
-        s_allreduce_grads(t);
         trn_optim_step(&t->opt, trn_net_param(t->net, 0), trn_net_nparams(t->net), lr);
         trn_net_sync_weights(t->net);
     } else if (measure) {
@@ -414,12 +594,24 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
     double ls = 0;
     long ok = 0;
     const int chunk = 256; /* bounds the im2col workspace of a CNN */
-    for (int i = 0; i < d->n; i += chunk) {
-        int m = d->n - i < chunk ? d->n - i : chunk;
+    int lo = 0, hi = d->n;
+    if (t->dist) { /* this rank's slice; sums over ranks below */
+        int cnt;
+        s_shard(t, d->n, &lo, &cnt);
+        hi = lo + cnt;
+    }
+    for (int i = lo; i < hi; i += chunk) {
+        int m = hi - i < chunk ? hi - i : chunk;
         int c = 0;
         double l = trn_net_eval(t->net, d->x + (size_t)i * d->dim, d->y + i, m, &c);
         ls += l * m;
         ok += c;
+    }
+    if (t->dist) {
+        double r[2] = {ls, (double)ok};
+        trn_comm_sum_d(t->comm, r, 2);
+        ls = r[0];
+        ok = (long)r[1];
     }
     *loss = d->n ? ls / d->n : 0;
     *acc = d->n ? (double)ok / d->n : 0;

@@ -4,6 +4,7 @@
 #ifndef TRN_TRAIN_IMPL_H
 #define TRN_TRAIN_IMPL_H
 
+#include "trainer/dist.h"
 #include "trainer/trn.h"
 
 struct trn_trainer {
@@ -41,6 +42,12 @@ struct trn_trainer {
     int have_gns;
     long last_eval_step; /* -1: never */
     int paused, stop;
+    /* data-parallel ranks: comm borrowed, dist owned (NULL with one rank) */
+    trn_comm *comm;
+    trn_dist *dist;
+    char ckpt_path[1200]; /* the last checkpoint an instruction wrote */
+    double *unscale;      /* per param: 1 / its loss scale (dist steps) */
+    int rank, nranks;
 };
 
 double trn__now(void);

@@ -14,6 +14,16 @@ TRAIN_BIN   := $(BUILD)/bin/jizhi-train
 TRAIN_CUDA  := $(BUILD)/bin/jizhi-train-cuda
 
 INTERNAL_LIBS := $(LIB_TRN) $(INTERNAL_LIBS)
+
+# MPI (optional): the MPI backend of the comm layer where mpicc exists;
+# without it comm_mpi.c says so at run time. Linked into every program that
+# links the trainer library (jizhi-train, its unit tests).
+ifeq ($(HAVE_MPI),yes)
+MPI_CFLAGS  := $(shell mpicc --showme:compile) -DTRN_HAVE_MPI
+MPI_LIBS    := $(shell mpicc --showme:link)
+$(call obj,trainer/comm_mpi.c): ALL_CFLAGS += $(MPI_CFLAGS)
+LIBS        += $(MPI_LIBS)
+endif
 EXTRA_BINS  += $(TRAIN_BIN)
 
 # OpenBLAS's cblas.h for the trainer's objects only (GSL's gsl_cblas.h
@@ -25,9 +35,9 @@ $(TRN_OBJ): ALL_CFLAGS += -O3
 
 $(LIB_TRN): $(TRN_OBJ)
 
-$(TRAIN_BIN): $(TRN_MAIN) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON)
+$(TRAIN_BIN): $(TRN_MAIN) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(TRN_MAIN) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
+	$(CC) -o $@ $(TRN_MAIN) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
 
 # ---- CUDA flavour ----------------------------------------------------------
 CUDA_HOME   ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -53,9 +63,9 @@ $(TRN_MAIN_CUDA): trainer/main.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -I$(BLAS_INC) -DTRN_WITH_CUDA -c $< -o $@
 
-$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON)
+$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIBJIZHI_A) $(LIB_COMMON) \
+	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) \
 	    $(ALL_LDFLAGS) $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    -lcublasLt -lcublas -lcudart -lstdc++
 

@@ -81,6 +81,14 @@ typedef struct trn_config {
     char save[256];               /* write a checkpoint here at the end */
     char backend[8];              /* cpu | cuda */
     int quiet;                    /* no progress lines on stderr */
+    /* data-parallel ranks (comm.h, dist.h) */
+    char comm[8];       /* auto | local | mpi | nccl: the backend */
+    char allreduce[8];  /* ring | hier | native */
+    int ranks_per_node; /* hier: ranks per node (0 = MPI's shared-memory split) */
+    long fusion_kb;     /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
+    int overlap;        /* all-reduce on a thread during backward */
+    char wire[8];       /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
+    double topk;        /* 0 = dense; else the fraction of each bucket sent */
 } trn_config;
 
 /* Fills `c` with the defaults. */
@@ -104,6 +112,19 @@ int trn_config_set(trn_config *c, const char *name, const char *value, char *err
 /* Writes option `name`'s value as text (round-trips through set).
    Returns 0, or -1 for an unknown name. */
 int trn_config_get(const trn_config *c, const char *name, char *buf, size_t len);
+
+/* 1 when option `name` (param or flag form) may change while the trial
+   runs (a live `set`), else 0 (unknown names too). */
+int trn_config_is_live(const char *name);
+
+/* The i-th (from 0) live option's param name ('_' form) into buf: 1, or 0
+   when i is past the last. */
+int trn_config_live_param(size_t i, char *buf, size_t len);
+
+/* The options a checkpoint carries: writes "param=value\n" for each (param
+   names in '_' form) into buf, NUL-terminated, truncated to len - 1 bytes.
+   Returns the length written. */
+size_t trn_config_restored_text(const trn_config *c, char *buf, size_t len);
 
 /* Checks cross-field constraints. Returns 0 or -1 with err. */
 int trn_config_validate(const trn_config *c, char *err);
@@ -250,7 +271,6 @@ void trn_net_destroy(trn_net **np);
 
 int trn_net_nparams(const trn_net *n);
 trn_param *trn_net_param(trn_net *n, int i);
-long trn_net_param_count(const trn_net *n); /* total scalars */
 /* Layers that own params (for per-layer loss scales). */
 int trn_net_nlayers(const trn_net *n);
 /* A short text naming the architecture (checkpoint compatibility). */
@@ -288,6 +308,12 @@ float *trn_net_input(trn_net *n, int nb);
 
 /* Like trn_net_forward_backward in evaluation mode (running BN stats). */
 double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct);
+
+/* Called during backward when param i's gradient for this pass is final
+   (ops run in reverse, so params arrive in backward order). NULL clears.
+   ud is borrowed. */
+typedef void (*trn_grad_hook)(void *ud, int i);
+void trn_net_set_grad_hook(trn_net *n, trn_grad_hook fn, void *ud);
 
 /* Sum of squares of all gradients. */
 double trn_net_grad_sqnorm(const trn_net *n);
@@ -346,6 +372,19 @@ void trn_trainer_destroy(trn_trainer **tp);
 void trn_trainer_set_io(trn_trainer *t, const trn_io *io);
 void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b);
 
+/* Data-parallel ranks (comm.h): makes this trainer one rank of c (borrowed;
+   must outlive the trainer). Collective: every rank calls it after
+   trn_trainer_new with the same config. With more than one rank each step
+   takes this rank's shard of the global batch (batch_size examples: the
+   first batch_size % ranks ranks take one more; a rank may get none) and
+   sums the shard-weighted gradients over ranks, so the update is the
+   global-batch mean; BatchNorm normalises with each rank's own shard
+   statistics and the running statistics are averaged over ranks every step.
+   Also broadcasts rank 0's weights. Returns 0 or -1 with err. */
+typedef struct trn_comm trn_comm;
+int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err);
+int trn_trainer_rank(const trn_trainer *t);
+
 /* Runs one optimisation step (one global batch). Returns 0, 1 when the
    step was skipped (loss-scale overflow), -1 on error. */
 int trn_trainer_step(trn_trainer *t);
@@ -365,7 +404,6 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss,
 
 /* Accessors and live setters used by control and tests. */
 long trn_trainer_step_count(const trn_trainer *t);
-int trn_trainer_epoch(const trn_trainer *t);
 double trn_trainer_lr(const trn_trainer *t); /* the lr the next step uses */
 double trn_trainer_last_loss(const trn_trainer *t);
 const trn_scaler *trn_trainer_scaler(const trn_trainer *t);

@@ -17,6 +17,10 @@
 #ifndef JIZHI_H
 #define JIZHI_H
 
+/* The version of jizhi this header belongs to (the library's soname carries
+   its major number). */
+#define JZ_VERSION "0.2.0"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -70,8 +74,13 @@ int jz_report(jz_trial *t, long step, const char *metric, double value);
 /* Non-blocking. Fills `out` with the next pending instruction and returns
    1, or returns 0 (out->kind = JZ_INS_NONE) when none is pending, -1 on a
    NULL argument. SET and LOAD update the trial's params before returning.
-   An instruction is acknowledged as applied at the next jz_poll,
-   jz_report, jz_flush or jz_close, unless jz_ack says otherwise first. */
+   An instruction the program does not jz_ack is settled at its next call
+   into the helper, and acknowledged only as what is true: SET and RESUME
+   as applied; CHECKPOINT as applied only if jz_checkpoint_done was called;
+   STOP as applied only if that call is jz_close; LOAD as refused (confirm a
+   load with jz_ack). A PAUSE the program does not handle is carried out by
+   the helper: that next call blocks until a RESUME or a STOP arrives (which
+   the program's next jz_poll then returns). */
 int jz_poll(jz_trial *t, jz_instruction *out);
 
 /* Acknowledges instruction `ins` as applied (applied = 1) or refused
@@ -94,6 +103,10 @@ int jz_flush(jz_trial *t, int timeout_ms);
 
 /* The trial id given by the controller, or -1 in standalone mode. */
 long jz_trial_id(const jz_trial *t);
+
+/* sizeof(jz_instruction) in this library: bindings that mirror the struct
+   (the Python package's ctypes one) check their layout against it. */
+unsigned long jz_instruction_size(void);
 
 /* Flushes (waiting up to JIZHI_CLOSE_TIMEOUT_MS, default 10 s), stops the
    background thread and frees the trial. NULL-safe; sets *tp to NULL. */

@@ -12,7 +12,7 @@
    without a reply for 2 s is resent with the same `req` and the same bytes;
     - sends the `ins_ack` and `checkpoint_done` messages the application
       queues (kept and resent the same way until answered);
-    - sends a `heartbeat` after a second without sending anything;
+    - sends a `trial_heartbeat` after a second without sending anything;
     - receives `instruction` pushes, drops ids it has already delivered and
       queues the rest for jz_poll.
     The metrics body is written directly as text (%.17g per value): several
@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/spec.h"
 #include "common/wire.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -120,7 +121,7 @@ static int s_send_raw(s_conn *c, const char *body, size_t len)
     /* the parts of a multipart message are queued atomically */
     if (zmq_send(c->sock, body, len, ZMQ_DONTWAIT) < 0)
         return -1;
-    c->last_send = wire_now();
+    c->last_send = util_now();
     return 0;
 }
 
@@ -140,7 +141,7 @@ static int s_track(s_conn *c, s_kind kind, long req, char *body, size_t len, lon
     }
     s_out *o = &c->outs[c->nouts++];
     *o = (s_out){req, kind, body, len, 0, npoints};
-    double now = wire_now();
+    double now = util_now();
     o->sent_at = s_send_raw(c, body, len) == 0 ? now : now - JZ__RESEND_AFTER;
     return 0;
 }
@@ -281,7 +282,7 @@ static void s_on_reply(s_conn *c, json_t *m, int ok)
     }
     case R_METRICS:
         log_debug("jizhi", "trial %ld: batch of %ld points acknowledged in %.1f ms",
-                  t->trial_id, npoints, (wire_now() - c->last_batch) * 1e3);
+                  t->trial_id, npoints, (util_now() - c->last_batch) * 1e3);
         c->batch_inflight = 0;
         t->unacked_points -= npoints;
         if (!ok)
@@ -404,6 +405,7 @@ static void s_on_instruction(s_conn *c, json_t *m)
         t->capinq = cap;
     }
     t->inq[t->ninq++] = p;
+    pthread_cond_broadcast(&t->cv); /* a pause carried out by the helper waits for it */
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -537,7 +539,7 @@ static int s_write_batch(s_conn *c, size_t n, long req)
 static void s_maybe_batch(s_conn *c)
 {
     jz_trial *t = c->t;
-    double now = wire_now();
+    double now = util_now();
     size_t n = 0;
     pthread_mutex_lock(&t->mu);
     if (t->npend > 0 && (t->npend >= JZ__BATCH_TRIGGER || t->flushing || t->stop ||
@@ -590,7 +592,7 @@ static void s_maybe_batch(s_conn *c)
 
 static void s_resend_due(s_conn *c)
 {
-    double now = wire_now();
+    double now = util_now();
     for (size_t i = 0; i < c->nouts; i++) {
         s_out *o = &c->outs[i];
         if (now - o->sent_at < JZ__RESEND_AFTER)
@@ -610,17 +612,9 @@ static void s_resend_due(s_conn *c)
    processes) never shadow each other. */
 static void s_session_id(char *out, size_t size)
 {
-    unsigned char raw[8] = {0};
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (!f || fread(raw, 1, sizeof raw, f) != sizeof raw) {
-        unsigned long long x = (unsigned long long)getpid() * 0x9E3779B97F4A7C15ULL ^
-                               (unsigned long long)(wire_wall() * 1e9);
-        memcpy(raw, &x, sizeof raw);
-    }
-    if (f)
-        fclose(f);
-    for (size_t i = 0; i < sizeof raw && 2 * i + 2 < size; i++)
-        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    char hex[17];
+    util_random_hex(hex, 8);
+    snprintf(out, size, "%s", hex);
 }
 
 static void *s_run(void *arg)
@@ -633,7 +627,7 @@ static void *s_run(void *arg)
        Requests are also numbered from the wall clock in microseconds
        (< 2^53), so even a controller that keyed on req alone would never
        take a new instance's batches for old ones. */
-    c.next_req = (long)(wire_wall() * 1e6);
+    c.next_req = (long)(util_wall() * 1e6);
     s_session_id(c.session, sizeof c.session);
     c.sock = zmq_socket(t->zctx, ZMQ_DEALER);
     if (!c.sock) {
@@ -651,7 +645,7 @@ static void *s_run(void *arg)
     if (zmq_connect(c.sock, t->endpoint) != 0)
         log_error("jizhi", "trial %ld: cannot connect to %s: %s", t->trial_id,
                   t->endpoint, zmq_strerror(errno));
-    c.last_batch = wire_now();
+    c.last_batch = util_now();
     s_send_msg(&c, json_pack("{s:s, s:i}", "type", "hello", "pid", (int)t->pid), R_HELLO,
                1);
 
@@ -678,8 +672,8 @@ static void *s_run(void *arg)
         if (state == JZ__CONNECTED && !c.batch_inflight)
             s_maybe_batch(&c);
         s_resend_due(&c);
-        if (state == JZ__CONNECTED && wire_now() - c.last_send >= JZ__HEARTBEAT_EVERY)
-            s_send_msg(&c, json_pack("{s:s}", "type", "heartbeat"), R_HELLO, 0);
+        if (state == JZ__CONNECTED && util_now() - c.last_send >= JZ__HEARTBEAT_EVERY)
+            s_send_msg(&c, json_pack("{s:s}", "type", "trial_heartbeat"), R_HELLO, 0);
     }
     zmq_close(c.sock);
     for (size_t i = 0; i < c.nouts; i++)

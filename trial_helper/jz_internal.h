@@ -72,15 +72,17 @@ struct jz_trial {
     pid_t pid;            /* the process that opened the trial */
 
     /* app: the application thread only */
-    json_t *params;    /* current parameter values */
-    char *params_text; /* jz_params_json's cached text, or NULL */
-    json_t *touched;   /* names set by delivered SET/LOAD: a late hello reply
-                          does not overwrite them with older values */
-    int ckdir_made;    /* mkdir -p done */
-    uint32_t *htab;    /* name hash table: index + 1, 0 empty */
-    size_t hcap;       /* slots in htab (power of two) */
-    int open_ins;      /* 1: an instruction returned by jz_poll awaits its ack */
-    long open_id;      /* its id */
+    json_t *params;        /* current parameter values */
+    char *params_text;     /* jz_params_json's cached text, or NULL */
+    json_t *touched;       /* names set by delivered SET/LOAD: a late hello reply
+                              does not overwrite them with older values */
+    int ckdir_made;        /* mkdir -p done */
+    uint32_t *htab;        /* name hash table: index + 1, 0 empty */
+    size_t hcap;           /* slots in htab (power of two) */
+    int open_ins;          /* 1: an instruction returned by jz_poll awaits its ack */
+    long open_id;          /* its id */
+    jz_ins_kind open_kind; /* its kind */
+    int open_ckpt_done;    /* jz_checkpoint_done was called since it was polled */
 
     /* name table: appended by the app thread before the points that use a
        name are queued; read by the thread after taking them under mu */

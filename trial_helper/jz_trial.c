@@ -12,6 +12,7 @@
 #include "jz_internal.h"
 
 #include "common/log.h"
+#include "common/util.h"
 #include "common/spec.h"
 
 #include <errno.h>
@@ -315,13 +316,63 @@ static int s_send_ack(jz_trial *t, long id, int applied, const char *detail)
     return s_post(t, m);
 }
 
-/* Acknowledges as applied the instruction jz_poll returned last, unless
-   jz_ack did already. Called at every entry point but jz_ack. */
-static void s_settle(jz_trial *t)
+/* The program polled a pause and called the helper again without handling
+   it: the helper carries the pause out, so that its acknowledgement is true.
+   Acknowledges the pause, then blocks until a resume or a stop is queued
+   (both stay queued for the program's jz_poll, so a program that kept its
+   own paused flag sees the resume), or the controller refuses the trial.
+   Reports keep being sent meanwhile. */
+static void s_pause(jz_trial *t)
 {
-    if (t->open_ins) {
-        t->open_ins = 0;
+    s_send_ack(t, t->open_id, 1,
+               "paused by the helper: the program did not acknowledge pause");
+    pthread_mutex_lock(&t->mu);
+    while (t->state != JZ__REFUSED && !t->stop) {
+        size_t i;
+        for (i = t->inq_head; i < t->ninq; i++)
+            if (t->inq[i].ins.kind == JZ_INS_RESUME || t->inq[i].ins.kind == JZ_INS_STOP)
+                break;
+        if (i < t->ninq)
+            break;
+        struct timespec dl = s_deadline(200);
+        pthread_cond_timedwait(&t->cv, &t->mu, &dl);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Settles the instruction jz_poll returned last when the program did not
+   call jz_ack, acknowledging only what is true. SET (the helper's params
+   hold the new value) and RESUME (the program runs) count as applied; a
+   CHECKPOINT only when jz_checkpoint_done was called; a STOP only when the
+   program is closing the trial; an unhandled PAUSE is carried out here (see
+   s_pause); a LOAD needs the program's own jz_ack. `closing`: called from
+   jz_close. Called at every entry point but jz_ack. */
+static void s_settle(jz_trial *t, int closing)
+{
+    if (!t->open_ins)
+        return;
+    t->open_ins = 0;
+    switch (t->open_kind) {
+    case JZ_INS_SET:
+    case JZ_INS_RESUME:
         s_send_ack(t, t->open_id, 1, NULL);
+        break;
+    case JZ_INS_STOP:
+        s_send_ack(t, t->open_id, closing,
+                   closing ? NULL : "the program went on after stop");
+        break;
+    case JZ_INS_CHECKPOINT:
+        s_send_ack(t, t->open_id, t->open_ckpt_done,
+                   t->open_ckpt_done ? NULL : "the program wrote no checkpoint");
+        break;
+    case JZ_INS_PAUSE:
+        if (closing)
+            s_send_ack(t, t->open_id, 0, "the trial closed");
+        else
+            s_pause(t);
+        break;
+    default:
+        s_send_ack(t, t->open_id, 0, "the program did not acknowledge it (jz_ack)");
     }
 }
 
@@ -424,7 +475,7 @@ int jz_report(jz_trial *t, long step, const char *metric, double value)
         fprintf(stderr, "jizhi: step %ld %s=%s\n", step, metric, v);
         return 0;
     }
-    s_settle(t);
+    s_settle(t, 0);
     long idx = s_intern(t, metric);
     if (idx < 0)
         return -1;
@@ -467,7 +518,7 @@ int jz_poll(jz_trial *t, jz_instruction *out)
     out->value = NAN;
     if (t->standalone)
         return 0;
-    s_settle(t);
+    s_settle(t, 0);
     s_take_hello_params(t);
     jz__pending_ins p;
     int got = 0;
@@ -497,27 +548,12 @@ int jz_poll(jz_trial *t, jz_instruction *out)
     *out = p.ins;
     t->open_ins = 1;
     t->open_id = p.ins.id;
+    t->open_kind = p.ins.kind;
+    t->open_ckpt_done = 0;
     return 1;
 }
 
 /* ---- checkpoints ---------------------------------------------------------- */
-
-static void s_mkdirs(const char *path)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0777);
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        log_warn("jizhi", "cannot create checkpoint directory %s: %s", path,
-                 strerror(errno));
-}
 
 const char *jz_checkpoint_dir(jz_trial *t)
 {
@@ -525,7 +561,9 @@ const char *jz_checkpoint_dir(jz_trial *t)
         return NULL;
     if (!t->ckdir_made) {
         t->ckdir_made = 1;
-        s_mkdirs(t->ckdir);
+        if (util_mkdirs(t->ckdir, 0777) != 0)
+            log_warn("jizhi", "cannot create checkpoint directory %s: %s", t->ckdir,
+                     strerror(errno));
     }
     return t->ckdir;
 }
@@ -538,7 +576,8 @@ int jz_checkpoint_done(jz_trial *t, long step, const char *path)
         fprintf(stderr, "jizhi: step %ld checkpoint=%s\n", step, path);
         return 0;
     }
-    s_settle(t);
+    t->open_ckpt_done = 1;
+    s_settle(t, 0);
     return s_post(t, json_pack("{s:s, s:I, s:s}", "type", "checkpoint_done", "step",
                                (json_int_t)step, "path", path));
 }
@@ -551,7 +590,7 @@ int jz_flush(jz_trial *t, int timeout_ms)
         return -1;
     if (t->standalone)
         return 0;
-    s_settle(t);
+    s_settle(t, 0);
     struct timespec dl = s_deadline(timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&t->mu);
     t->flushing++;
@@ -572,6 +611,11 @@ long jz_trial_id(const jz_trial *t)
     return t ? t->trial_id : -1;
 }
 
+unsigned long jz_instruction_size(void)
+{
+    return (unsigned long)sizeof(jz_instruction);
+}
+
 void jz_close(jz_trial **tp)
 {
     if (!tp || !*tp)
@@ -589,6 +633,7 @@ void jz_close(jz_trial **tp)
         s_free(t);
         return;
     }
+    s_settle(t, 1);
     /* instructions never polled were not applied: say so */
     for (;;) {
         jz__pending_ins p;
@@ -601,7 +646,6 @@ void jz_close(jz_trial **tp)
         pthread_mutex_unlock(&t->mu);
         if (!got)
             break;
-        s_settle(t);
         s_send_ack(t, p.ins.id, 0, "the trial closed before polling it");
         jz__pending_ins_fini(&p);
     }

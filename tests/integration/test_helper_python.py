@@ -106,6 +106,28 @@ def test_standalone_params_from_env(tmp_path):
     assert out["ckdir"] == ck and os.path.isdir(ck)
 
 
+def test_tuned_value_type_wins_over_the_default():
+    code = """
+    import json, warnings, jizhi
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with jizhi.Trial() as t:
+            out = {"lr": t.param("lr", 1), "bs": t.param("bs", 32.0), "opt": t.param("opt", 0.5),
+                   "flag": t.param("flag", False), "none": t.param("absent", 3)}
+        out["types"] = [type(out[k]).__name__ for k in ("lr", "bs", "opt", "flag", "none")]
+        out["warnings"] = [str(x.message) for x in w]
+    print(json.dumps(out))
+    """
+    env = child_env(JIZHI_PARAMS='{"lr": 0.5, "bs": 64, "opt": "lamb", "flag": 1}')
+    r = run_py(code, env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["lr"], out["bs"], out["opt"], out["flag"], out["none"]) == (0.5, 64, "lamb", True, 3)
+    assert out["types"] == ["float", "int", "str", "bool", "int"]
+    # only the real mismatch (a string for a number) warns
+    assert len(out["warnings"]) == 1 and "'opt'" in out["warnings"][0]
+
+
 @pytest.mark.parametrize("var,value", [
     ("JIZHI_PARAMS", "{not json"),
     ("JIZHI_TRIAL", "seven"),
@@ -238,3 +260,68 @@ def test_connected_against_fake_controller(tmp_path):
     assert summary["first"] == [0, "loss", "nan"]
     assert summary["last"] == [n - 1, "val_acc", (n - 1) * 0.5]
     assert summary["nonfinite"] == [[0, "loss", "nan"]]
+
+
+def test_instruction_struct_checked_against_the_library():
+    """The ctypes struct has the C layout (jz_instruction_size), and a
+    package whose struct disagrees refuses to load instead of letting
+    jz_poll write past it."""
+    code = """
+        import ctypes, json, jizhi
+        lib = jizhi.load_library()
+        ok = lib.jz_instruction_size() == ctypes.sizeof(jizhi._CInstruction)
+        kinds = [int(k) for k in jizhi.InsKind]
+        print(json.dumps({"ok": ok, "kinds": kinds, "set": jizhi.InsKind(1).name}))
+    """
+    p = run_py(code, child_env())
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out == {"ok": True, "kinds": [0, 1, 2, 3, 4, 5, 6], "set": "SET"}
+    with open(os.path.join(ROOT, "trial_helper", "jizhi.h")) as f:
+        header = f.read()
+    for i, name in enumerate(["NONE", "SET", "STOP", "PAUSE", "RESUME", "CHECKPOINT", "LOAD"]):
+        assert "JZ_INS_" + name in header
+    bad = """
+        import ctypes, jizhi
+        class Short(ctypes.Structure):
+            _fields_ = [("kind", ctypes.c_int), ("id", ctypes.c_long), ("name", ctypes.c_char * 64)]
+        jizhi._CInstruction = Short
+        try:
+            jizhi.load_library()
+            print("loaded")
+        except jizhi.JizhiError as e:
+            print("refused:", e)
+    """
+    p = run_py(bad, child_env())
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("refused:") and "jz_instruction is" in p.stdout, p.stdout
+
+
+def test_pip_install_into_a_target(tmp_path):
+    """`pip install trial_helper/python` works (pyproject.toml), here into
+    a --target directory from a copy of the source, without the network."""
+    pip = subprocess.run(["/usr/bin/python3", "-m", "pip", "--version"], capture_output=True)
+    if pip.returncode != 0:
+        pytest.skip("no pip for /usr/bin/python3 (python3-pip)")
+    src = tmp_path / "src"
+    shutil.copytree(PKG, str(src))
+    target = tmp_path / "target"
+    p = subprocess.run(["/usr/bin/python3", "-m", "pip", "install", "-q", "--no-build-isolation",
+                        "--no-deps", "--no-index", "--target", str(target), str(src)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (target / "jizhi" / "__init__.py").exists()
+    dist = [d.name for d in target.iterdir() if d.name.endswith(".dist-info")]
+    with open(os.path.join(ROOT, "trial_helper", "jizhi.h")) as f:
+        version = [l.split('"')[1] for l in f if l.startswith("#define JZ_VERSION")][0]
+    assert dist == ["jizhi-%s.dist-info" % version], dist
+    env = child_env(PYTHONPATH=str(target))
+    p = run_py("""
+        import jizhi
+        t = jizhi.Trial()
+        print(jizhi.__file__, t.param("lr", 0.25), t.standalone)
+        t.close()
+    """, env, python="/usr/bin/python3")
+    assert p.returncode == 0, p.stderr
+    f, lr, standalone = p.stdout.split()
+    assert f.startswith(str(target)) and lr == "0.25" and standalone == "True"

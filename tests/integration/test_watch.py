@@ -66,7 +66,7 @@ def test_watch_shows_the_running_trial_sets_and_stops_it_by_key(jz):
         tid = running_trial(jz)
         tm = Tmux(jz, [JIZHI, "watch", "watched", "--db", jz.db, "--interval", "0.2"])
         # the table shows the trial (selected: the first running one) with its step
-        tm.wait_screen(rf"^>{tid}\s+0\s+running\s+\d+", "the running trial in the table")
+        tm.wait_screen(rf"^>{tid}\s+running\s+\d+", "the running trial in the table")
         screen = tm.screen()
         assert "watched" in screen.splitlines()[0] and "running 1" in screen
         assert re.search(r"\bscore\b", screen) and "lr=" in screen
@@ -95,19 +95,19 @@ def test_watch_shows_the_running_trial_sets_and_stops_it_by_key(jz):
         tm.keys("p")
         tm.wait_screen(rf"pause trial {tid}\? \(y/n\)", "the pause question")
         tm.keys("y")
-        tm.wait_screen(rf"^>{tid}\s+0\s+paused", "the paused state in the table")
+        tm.wait_screen(rf"^>{tid}\s+paused", "the paused state in the table")
         tm.wait_screen(rf"trial {tid}: pause acknowledged", "the pause acknowledgement")
         tm.keys("r")
         tm.wait_screen(rf"resume trial {tid}\? \(y/n\)", "the resume question")
         tm.keys("y")
         tm.wait_screen(rf"trial {tid}: resume acknowledged", "the resume acknowledgement")
-        tm.wait_screen(rf"^>{tid}\s+0\s+running", "the running state again")
+        tm.wait_screen(rf"^>{tid}\s+running", "the running state again")
 
         # the view follows the terminal's size
         tm.tmux("resize-window", "-x", "100", "-y", "16")
         tm.wait_screen(r"q quit\s*\Z", "the key line at the bottom of the smaller window")
         assert len(tm.screen().splitlines()) <= 16
-        tm.wait_screen(rf"^>{tid}\s+0\s+running", "the trial in the smaller window")
+        tm.wait_screen(rf"^>{tid}\s+running", "the trial in the smaller window")
 
         # s then n cancels: nothing is sent
         tm.keys("s")
@@ -122,7 +122,7 @@ def test_watch_shows_the_running_trial_sets_and_stops_it_by_key(jz):
         tm.keys("y")
         jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == "stopped",
                     30, "the trial to stop")
-        tm.wait_screen(rf"^>{tid}\s+0\s+stopped", "the stopped state in the table")
+        tm.wait_screen(rf"^>{tid}\s+stopped", "the stopped state in the table")
         ev = jz.sql("SELECT who, kind FROM events WHERE trial_id=? AND kind='instruction'", tid)
         assert ("cli", "instruction") in ev
 
@@ -146,7 +146,7 @@ def test_watch_without_a_terminal_prints_lines_and_exits_when_the_study_ends(jz)
         assert not any("\x1b" in line for line in lines), "terminal escapes in plain output"
         ids = [i for (i,) in jz.sql("SELECT id FROM trials ORDER BY number")]
         for tid in ids:
-            assert any(re.match(rf"trial {tid} \(#\d+\) completed step \d+ score=", line)
+            assert any(re.match(rf"trial {tid} completed step \d+ score=", line)
                        for line in lines), lines
         study = [line for line in lines if line.startswith("study plain ")]
         assert study and "finished" in study[-1] and "done 2/2" in study[-1], study

@@ -75,6 +75,7 @@ while step < steps:
             elif ins.kind == "load":
                 try:
                     load(ins.path)
+                    t.ack(ins, True)
                 except (OSError, ValueError, KeyError) as e:
                     t.ack(ins, False, "cannot load %s: %s" % (ins.path, e))
             elif ins.kind == "stop":

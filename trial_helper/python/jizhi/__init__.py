@@ -15,31 +15,41 @@
 Outside a study (JIZHI_TRIAL unset) the same code runs standalone: params
 take their defaults (or JIZHI_PARAMS), reports are printed to stderr.
 
-The library is found through JIZHI_LIB (a path to libjizhi.so), then
-build/lib/libjizhi.so of the source tree this package sits in, then the
+The library is found through JIZHI_LIB (a path to libjizhi.so), then the
+path `make install` recorded, then build/lib/libjizhi.so of the source tree this package sits in, then the
 system's library path. No dependency beyond the standard library.
 """
 
 import atexit
 import ctypes
 import ctypes.util
+import enum
 import json
 import math
 import os
 import re
+import warnings
 import weakref
 
-__all__ = ["Trial", "Instruction", "JizhiError", "load_library"]
+__all__ = ["Trial", "Instruction", "InsKind", "JizhiError", "load_library"]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # JZ_VERSION in jizhi.h
 
 
 class JizhiError(RuntimeError):
     """The environment is malformed or the library failed."""
 
 
-# jz_ins_kind in jizhi.h
-_KINDS = {0: "none", 1: "set", 2: "stop", 3: "pause", 4: "resume", 5: "checkpoint", 6: "load"}
+class InsKind(enum.IntEnum):
+    """jz_ins_kind in jizhi.h: the kinds of live instruction."""
+
+    NONE = 0
+    SET = 1
+    STOP = 2
+    PAUSE = 3
+    RESUME = 4
+    CHECKPOINT = 5
+    LOAD = 6
 
 _METRIC_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
@@ -58,6 +68,12 @@ def _candidates():
     env = os.environ.get("JIZHI_LIB")
     if env:
         yield env
+    try:  # written by `make install`
+        from ._installed import LIBJIZHI
+
+        yield LIBJIZHI
+    except ImportError:
+        pass
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.normpath(os.path.join(here, "..", "..", "..", "build", "lib", "libjizhi.so"))
     found = ctypes.util.find_library("jizhi")
@@ -106,6 +122,19 @@ def load_library():
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    # The struct above must have the library's layout, or jz_poll would
+    # write past it.
+    try:
+        size = lib.jz_instruction_size
+    except AttributeError:
+        raise JizhiError("jizhi: %s has no jz_instruction_size (older than this package)"
+                         % getattr(lib, "_name", "libjizhi"))
+    size.restype = ctypes.c_ulong
+    size.argtypes = []
+    if size() != ctypes.sizeof(_CInstruction):
+        raise JizhiError("jizhi: jz_instruction is %d bytes in %s but %d in this package"
+                         % (size(), getattr(lib, "_name", "libjizhi"),
+                            ctypes.sizeof(_CInstruction)))
     _lib = lib
     return lib
 
@@ -122,6 +151,7 @@ class Instruction(object):
     """A live instruction from the controller, as returned by Trial.poll().
 
     kind:  'set', 'stop', 'pause', 'resume', 'checkpoint' or 'load'
+    code:  the same as an InsKind (InsKind.SET, ...)
     id:    the controller's instruction id
     name:  set: the parameter name (else '')
     value: set: the new value as sent: float, int or str; None for other
@@ -130,11 +160,12 @@ class Instruction(object):
     path:  load: the checkpoint path (same as str), else None
     """
 
-    __slots__ = ("kind", "id", "name", "value", "str", "path", "_c")
+    __slots__ = ("kind", "code", "id", "name", "value", "str", "path", "_c")
 
     def __init__(self, c):
         self._c = c
-        self.kind = _KINDS.get(c.kind, str(c.kind))
+        self.code = InsKind(c.kind)
+        self.kind = self.code.name.lower()
         self.id = c.id
         self.name = _s(c.name)
         self.str = _s(c.str)
@@ -209,22 +240,30 @@ class Trial(object):
         return json.loads(_s(self._lib.jz_params_json(self._handle())))
 
     def param(self, name, default):
-        """The trial's value of `name`, typed like `default` (float, int, bool
-        or str), or `default` when the trial has none of that type."""
-        h = self._handle()
-        n = _b(name)
-        if isinstance(default, bool):
-            return bool(self._lib.jz_param_long(h, n, int(default)))
-        if isinstance(default, int):
-            return int(self._lib.jz_param_long(h, n, default))
-        if isinstance(default, float):
-            return float(self._lib.jz_param_double(h, n, default))
-        if isinstance(default, str):
-            return _s(self._lib.jz_param_str(h, n, _b(default)))
-        if default is None:
-            return self.params.get(name)
-        raise TypeError("jizhi: param default must be float, int, bool or str, not %s"
-                        % type(default).__name__)
+        """The trial's value of `name`, or `default` when the trial has none.
+        The tuned value's type wins over the default's between numbers (an
+        int default with a tuned 0.5 gives 0.5); a value of another kind
+        (a string where the default is a number, say) is returned with a
+        warning, since it is what the study chose."""
+        if default is not None and not isinstance(default, (bool, int, float, str)):
+            raise TypeError("jizhi: param default must be float, int, bool or str, not %s"
+                            % type(default).__name__)
+        params = self.params
+        if name not in params:
+            return default
+        value = params[name]
+
+        def kind(v):
+            if isinstance(v, bool):
+                return "bool"
+            return "number" if isinstance(v, (int, float)) else type(v).__name__
+
+        if isinstance(default, bool) and value in (0, 1) and not isinstance(value, float):
+            return bool(value)
+        if default is not None and kind(value) != kind(default):
+            warnings.warn("jizhi: param %r is %r (%s) but its default %r is a %s"
+                          % (name, value, kind(value), default, kind(default)), stacklevel=2)
+        return value
 
     def report(self, step, **metrics):
         """Queues metric points for `step` (never blocks on the network).
@@ -243,9 +282,12 @@ class Trial(object):
 
     def poll(self):
         """Yields pending instructions, without blocking. SET and LOAD have
-        already updated the params when an instruction is yielded. Each is
-        acknowledged as applied at the next call into the trial unless
-        ack() says otherwise first."""
+        already updated the params when an instruction is yielded. One not
+        ack()ed is settled at the next call into the trial as what is true:
+        set and resume as applied, checkpoint only after checkpoint_done(),
+        stop only when the trial closes, load as refused (ack() a load); an
+        un-acked pause is carried out by the helper, which blocks that next
+        call until a resume (or a stop) arrives; poll() then yields it."""
         while self._h is not None:
             c = _CInstruction()
             if self._lib.jz_poll(self._h, ctypes.byref(c)) != 1:

@@ -1,0 +1,101 @@
+/*  cli_opts.c - the options `jizhi study` and `jizhi trial` share (cli.h).
+
+    One getopt_long table; each command says which of the optional entries
+    it accepts, and an option it does not accept is a usage error there.
+*/
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cli_opts *o)
+{
+    static const struct {
+        struct option opt;
+        unsigned need; /* 0: every command */
+    } table[] = {
+        {{"db", required_argument, 0, 'd'}, 0},
+        {{"controller", required_argument, 0, 'c'}, 0},
+        {{"json", no_argument, 0, 'j'}, 0},
+        {{"help", no_argument, 0, 'h'}, 0},
+        {{"format", required_argument, 0, 'm'}, CLI_OPT_FORMAT},
+        {{"output", required_argument, 0, 'o'}, CLI_OPT_OUTPUT},
+        {{"no-wait", no_argument, 0, 'n'}, CLI_OPT_WAIT},
+        {{"timeout", required_argument, 0, 't'}, CLI_OPT_WAIT},
+        {{"stderr", no_argument, 0, 'e'}, CLI_OPT_STDERR},
+        {{"release", no_argument, 0, 'r'}, CLI_OPT_RELEASE},
+        {{"all", no_argument, 0, 'a'}, CLI_OPT_ALL},
+        {{"follow", no_argument, 0, 'f'}, CLI_OPT_FOLLOW},
+    };
+    enum { N = sizeof table / sizeof table[0] };
+    struct option opts[N + 1];
+    int k = 0;
+    for (int i = 0; i < N; i++)
+        if (!table[i].need || (accept & table[i].need))
+            opts[k++] = table[i].opt;
+    memset(&opts[k], 0, sizeof opts[k]);
+
+    memset(o, 0, sizeof *o);
+    o->format = "csv";
+    o->timeout = 30;
+    char shorts[8] = "h";
+    if (accept & CLI_OPT_OUTPUT)
+        strcat(shorts, "o:");
+    if (accept & CLI_OPT_FOLLOW)
+        strcat(shorts, "f");
+    int c;
+    while ((c = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            o->db = optarg;
+            break;
+        case 'c':
+            o->controller = optarg;
+            break;
+        case 'j':
+            o->json = 1;
+            break;
+        case 'm':
+            o->format = optarg;
+            break;
+        case 'o':
+            o->output = optarg;
+            break;
+        case 'n':
+            o->no_wait = 1;
+            break;
+        case 'e':
+            o->err_only = 1;
+            break;
+        case 'r':
+            o->release = 1;
+            break;
+        case 'a':
+            o->all = 1;
+            break;
+        case 'f':
+            o->follow = 1;
+            break;
+        case 't': {
+            char *end;
+            o->timeout = strtod(optarg, &end);
+            if (*end || !(o->timeout > 0)) {
+                cli_error("--timeout: expected seconds > 0, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            break;
+        }
+        case 'h':
+            fputs(usage, stdout);
+            return -1;
+        default:
+            fputs(usage, stderr);
+            return CLI_USAGE;
+        }
+    }
+    o->db = cli_db_path(o->db);
+    o->nargs = argc - optind;
+    o->args = argv + optind;
+    return 0;
+}

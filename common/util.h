@@ -1,0 +1,69 @@
+/*  util.h - the small helpers several parts need: one place to look first.
+
+    Random numbers (splitmix64), clocks, string formatting, directories,
+    random hex ids, and the daemons' allocators. Everything here is
+    thread-safe and keeps no global state.
+
+    Out-of-memory policy. An allocation failure in a daemon must never
+    leave a change half applied. Daemon code that can back out cleanly
+    checks every allocation and fails the one operation (the dispatcher
+    does so throughout); code that cannot allocates through util_xmalloc
+    and friends, which log one line and abort(), as Redis's zmalloc does:
+    the store makes the restart safe (a controller resumes from its
+    database). The trial helper library (libjizhi) never aborts its host
+    program: it checks every allocation and reports failure through its
+    return values, and so do the parsers of user input (spec.c, wire.c).
+*/
+#ifndef JZ_UTIL_H
+#define JZ_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- random numbers ---- */
+
+/* One step of splitmix64: advances *state and returns 64 random bits.
+   Small, fast and good enough for sampling hyperparameters and ids. */
+uint64_t util_splitmix64(uint64_t *state);
+
+/* A uniform double in (0, 1), never 0 or 1, from *state. */
+double util_unif01(uint64_t *state);
+
+/* A standard normal deviate from *state (Box-Muller). */
+double util_normal(uint64_t *state);
+
+/* Fills out with 2*nbytes lowercase hex digits of random bytes from
+   /dev/urandom (a clock-and-pid seeded splitmix64 when that cannot be
+   read), NUL-terminated. out must hold 2*nbytes + 1 bytes. */
+void util_random_hex(char *out, size_t nbytes);
+
+/* ---- clocks ---- */
+
+/* Monotonic clock, in seconds (for timeouts and intervals). */
+double util_now(void);
+/* Wall clock, in seconds since the epoch (for what is stored or shown). */
+double util_wall(void);
+
+/* ---- strings and files ---- */
+
+/* printf into a new string. Caller owns the result and must free it.
+   NULL when memory runs out. */
+char *util_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *util_vstrf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
+/* mkdir -p with `mode` for the directories it creates. 0 when path is a
+   directory afterwards, else -1 with errno set (ENOTDIR when something
+   other than a directory is in the way). */
+int util_mkdirs(const char *path, mode_t mode);
+
+/* ---- allocators that abort (the daemons' policy, see above) ---- */
+
+void *util_xmalloc(size_t size);
+void *util_xcalloc(size_t n, size_t size);
+void *util_xrealloc(void *p, size_t size);
+char *util_xstrdup(const char *s);
+char *util_xstrf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,111 @@
+/*  ctl_disp.c - the dispatchers the controller knows (see ctl_internal.h):
+    their slots and GPUs, which trial holds what, and their silence.
+    A dispatcher is created by its first `register` and never removed; a
+    silent one is marked dead until it registers or speaks again.
+*/
+#include "ctl_internal.h"
+
+#include "../common/log.h"
+#include "../common/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->ndisps; i++)
+        if (strcmp(c->disps[i]->name, name) == 0)
+            return c->disps[i];
+    return NULL;
+}
+
+ctl_disp *ctl__disp_get(ctl_t *c, const char *name)
+{
+    ctl_disp *d = ctl__disp_by_name(c, name);
+    if (d)
+        return d;
+    d = util_xcalloc(1, sizeof *d);
+    snprintf(d->name, sizeof d->name, "%s", name);
+    c->disps = util_xrealloc(c->disps, (c->ndisps + 1) * sizeof *c->disps);
+    c->disps[c->ndisps++] = d;
+    return d;
+}
+
+ctl_disp *ctl__disp_pick(ctl_t *c, long gpus, long ranks)
+{
+    ctl_disp *best = NULL;
+    gpus *= ranks; /* a slot and `gpus` per rank */
+    for (size_t i = 0; i < c->ndisps; i++) {
+        ctl_disp *d = c->disps[i];
+        if (!d->alive || d->slots - d->used < ranks)
+            continue;
+        long free_gpus = 0;
+        for (long g = 0; g < d->ngpus; g++)
+            free_gpus += d->gpu_used[g] == 0;
+        if (free_gpus < gpus)
+            continue;
+        if (!best || d->slots - d->used > best->slots - best->used)
+            best = d;
+    }
+    return best;
+}
+
+void ctl__disp_take(ctl_disp *d, ctl_trial *t, long gpus, long ranks)
+{
+    t->disp = d;
+    d->used += ranks;
+    t->gpus = 0;
+    for (long g = 0; g < d->ngpus && t->gpus < gpus * ranks; g++)
+        if (!d->gpu_used[g]) {
+            d->gpu_used[g] = (int)t->row.id;
+            t->gpus++;
+        }
+}
+
+void ctl__disp_release(ctl_trial *t)
+{
+    ctl_disp *d = t->disp;
+    if (!d)
+        return;
+    long ranks = t->study && t->study->spec ? t->study->spec->ranks : 1;
+    d->used = d->used > ranks ? d->used - ranks : 0;
+    for (long g = 0; g < d->ngpus && t->gpus > 0; g++)
+        if (d->gpu_used[g] == (int)t->row.id) {
+            d->gpu_used[g] = 0;
+            t->gpus--;
+        }
+    t->disp = NULL;
+}
+
+void ctl__disp_check_silence(ctl_t *c, double now)
+{
+    for (size_t i = 0; i < c->ndisps; i++) {
+        ctl_disp *d = c->disps[i];
+        if (d->alive && now - d->last_seen > c->lost_timeout) {
+            d->alive = 0;
+            log_warn("ctl", "dispatcher %s is silent; its trials will be marked lost",
+                     d->name);
+        }
+    }
+}
+
+void ctl__disp_kill(ctl_t *c, ctl_trial *t, const char *reason)
+{
+    if (!t->disp)
+        return;
+    ctl__send(c, &t->disp->peer,
+              json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial",
+                        (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt,
+                        "reason", reason));
+    t->kill_sent = 1;
+}
+
+void ctl__disp_free_all(ctl_t *c)
+{
+    for (size_t i = 0; i < c->ndisps; i++)
+        free(c->disps[i]);
+    free(c->disps);
+    c->disps = NULL;
+    c->ndisps = 0;
+}

@@ -1,0 +1,564 @@
+/*  ctl_trial.c - a trial's state machine and lifecycle (see ctl_trial.h).
+
+    Every change goes through the iteration's transaction (ctl__txn) and
+    is committed before anything it causes leaves the controller.
+*/
+#include "ctl_internal.h"
+
+#include "../common/log.h"
+#include "../common/util.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STOP_GRACE_S 10.0 /* after a stop instruction, kill the process */
+
+/* ---- the state machine ---- */
+
+#define B(s) (1u << (s))
+
+/* s_moves[from]: the set of states `from` may move to. */
+static const unsigned s_moves[TRIAL_STATE_COUNT] = {
+    [TRIAL_PENDING] = B(TRIAL_STARTING) | B(TRIAL_FAILED) | B(TRIAL_STOPPED),
+    [TRIAL_STARTING] = B(TRIAL_RUNNING) | B(TRIAL_PENDING) | B(TRIAL_COMPLETED) |
+                       B(TRIAL_FAILED) | B(TRIAL_STOPPED),
+    [TRIAL_RUNNING] = B(TRIAL_PAUSED) | B(TRIAL_SUSPENDED) | B(TRIAL_PENDING) |
+                      B(TRIAL_COMPLETED) | B(TRIAL_FAILED) | B(TRIAL_STOPPED),
+    [TRIAL_PAUSED] = B(TRIAL_RUNNING) | B(TRIAL_SUSPENDED) | B(TRIAL_PENDING) |
+                     B(TRIAL_COMPLETED) | B(TRIAL_FAILED) | B(TRIAL_STOPPED),
+    [TRIAL_SUSPENDED] = B(TRIAL_PENDING) | B(TRIAL_STOPPED),
+    [TRIAL_COMPLETED] = 0,
+    [TRIAL_FAILED] = 0,
+    [TRIAL_STOPPED] = B(TRIAL_PENDING),
+};
+
+/* s_plans[from]: the plans `from` may move to (any plan may go back to
+   NONE: the trial started, ended, retried or was suspended). */
+static const unsigned s_plans[PLAN_COUNT] = {
+    [PLAN_NONE] = B(PLAN_STOP) | B(PLAN_RELEASE_CHECKPOINT) | B(PLAN_RESTART),
+    [PLAN_RELEASE_CHECKPOINT] = B(PLAN_RELEASE) | B(PLAN_STOP),
+    [PLAN_RELEASE] = 0,
+    [PLAN_STOP] = 0,
+    [PLAN_RESTART] = B(PLAN_STOP),
+};
+
+int ctl_trial_move_legal(store_trial_state from, store_trial_state to)
+{
+    if ((unsigned)from >= TRIAL_STATE_COUNT || (unsigned)to >= TRIAL_STATE_COUNT)
+        return 0;
+    return (s_moves[from] & B(to)) != 0;
+}
+
+int ctl_trial_plan_legal(ctl_trial_plan from, ctl_trial_plan to)
+{
+    if ((unsigned)from >= PLAN_COUNT || (unsigned)to >= PLAN_COUNT)
+        return 0;
+    return to == PLAN_NONE || (s_plans[from] & B(to)) != 0;
+}
+
+const char *ctl_trial_plan_name(ctl_trial_plan p)
+{
+    static const char *const names[PLAN_COUNT] = {
+        [PLAN_NONE] = "none",       [PLAN_RELEASE_CHECKPOINT] = "release_checkpoint",
+        [PLAN_RELEASE] = "release", [PLAN_STOP] = "stop",
+        [PLAN_RESTART] = "restart",
+    };
+    return (unsigned)p < PLAN_COUNT ? names[p] : "invalid";
+}
+
+int ctl_trial_move(ctl_trial *t, store_trial_state to)
+{
+    if (!ctl_trial_move_legal(t->state, to)) {
+        log_error("ctl", "programmer error: trial %ld cannot move from %s to %s",
+                  t->row.id, store_trial_state_name(t->state),
+                  store_trial_state_name(to));
+        assert(!"illegal trial state move");
+        return -1;
+    }
+    t->state = to;
+    snprintf(t->row.state, sizeof t->row.state, "%s", store_trial_state_name(to));
+    return 0;
+}
+
+int ctl_trial_plan_to(ctl_trial *t, ctl_trial_plan to)
+{
+    if (!ctl_trial_plan_legal(t->plan, to)) {
+        log_error("ctl", "programmer error: trial %ld plan cannot move from %s to %s",
+                  t->row.id, ctl_trial_plan_name(t->plan), ctl_trial_plan_name(to));
+        assert(!"illegal trial plan move");
+        return -1;
+    }
+    t->plan = to;
+    if (to == PLAN_NONE) {
+        t->plan_reason[0] = 0;
+        t->plan_by_study = 0;
+        t->plan_since = 0;
+        t->kill_sent = 0;
+    }
+    return 0;
+}
+
+int ctl_trial_init_state(ctl_trial *t)
+{
+    t->plan = PLAN_NONE;
+    return store_trial_state_parse(t->row.state, &t->state);
+}
+
+int ctl_trial_active(const ctl_trial *t)
+{
+    return t->state == TRIAL_STARTING || t->state == TRIAL_RUNNING ||
+           t->state == TRIAL_PAUSED;
+}
+
+int ctl_trial_ended(const ctl_trial *t)
+{
+    return t->state == TRIAL_COMPLETED || t->state == TRIAL_FAILED ||
+           t->state == TRIAL_STOPPED;
+}
+
+const char *ctl_trial_cmd_refusal(const ctl_trial *t, ctl_trial_cmd cmd, char *buf,
+                                  size_t size)
+{
+    if (t->state == TRIAL_SUSPENDED && (cmd == TRIAL_CMD_RESUME || cmd == TRIAL_CMD_STOP))
+        return NULL;
+    if (t->state == TRIAL_PENDING && cmd == TRIAL_CMD_STOP)
+        return NULL;
+    if (!ctl_trial_active(t)) {
+        snprintf(buf, size, "trial %ld is %s, not running", t->row.id,
+                 store_trial_state_name(t->state));
+        return buf;
+    }
+    if (cmd == TRIAL_CMD_RELEASE && (t->state == TRIAL_STARTING || t->plan != PLAN_NONE))
+        return "the trial is starting, stopping or already releasing";
+    return NULL;
+}
+
+/* ---- objects ---- */
+
+ctl_trial *ctl__trial_create(ctl_t *c, ctl_study *s, long id, json_t *params)
+{
+    ctl_trial *t = util_xcalloc(1, sizeof *t);
+    t->study = s;
+    t->row.id = id;
+    t->row.study_id = s->row.id;
+    t->row.number = (long)s->ntrials;
+    t->state = TRIAL_PENDING;
+    snprintf(t->row.state, sizeof t->row.state, "%s", store_trial_state_name(t->state));
+    util_random_hex(t->row.token, 16);
+    t->row.params = params;
+    t->row.parent = -1;
+    t->row.value = t->row.last_value = t->row.best_value = NAN;
+    t->row.last_step = -1;
+    t->row.created = util_wall();
+    if (store_trial_insert(c->store, &t->row) != 0) {
+        log_error("ctl", "cannot store a new trial: %s", store_errmsg(c->store));
+        ctl__trial_free(t);
+        return NULL;
+    }
+    ctl__study_add_trial(s, t);
+    ctl_idmap_put(&c->trials, t->row.id, t);
+    return t;
+}
+
+ctl_trial *ctl__trial_adopt(ctl_t *c, ctl_study *s, store_trial *row)
+{
+    ctl_trial *t = util_xcalloc(1, sizeof *t);
+    t->study = s;
+    t->row = *row;
+    memset(row, 0, sizeof *row);
+    if (ctl_trial_init_state(t) != 0) {
+        log_error("ctl", "study %s trial %ld: unknown state \"%s\" in the database",
+                  s->row.name, t->row.id, t->row.state);
+        ctl__trial_free(t);
+        return NULL;
+    }
+    /* a trial that was running gets lost_timeout to come back */
+    t->last_heard = util_now();
+    ctl__study_add_trial(s, t);
+    ctl_idmap_put(&c->trials, t->row.id, t);
+    return t;
+}
+
+void ctl__trial_free(ctl_trial *t)
+{
+    if (!t)
+        return;
+    store_trial_fini(&t->row);
+    free(t);
+}
+
+int ctl__trial_save(ctl_t *c, ctl_trial *t)
+{
+    if (ctl__txn(c) != 0 || store_trial_save(c->store, &t->row) != 0) {
+        log_error("ctl", "cannot save trial %ld: %s", t->row.id, store_errmsg(c->store));
+        return -1;
+    }
+    return 0;
+}
+
+double ctl__trial_result(const ctl_trial *t)
+{
+    return t->study->spec->use_best ? t->row.best_value : t->row.last_value;
+}
+
+/* ---- lifecycle ---- */
+
+/* Ends a trial: COMPLETED, FAILED or STOPPED. */
+static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason)
+{
+    ctl_study *s = t->study;
+    if (ctl_trial_move(t, state) != 0)
+        return;
+    ctl__disp_release(t);
+    t->row.study_stopped = state == TRIAL_STOPPED && t->plan_by_study;
+    ctl_trial_plan_to(t, PLAN_NONE);
+    t->load_on_start[0] = 0;
+    snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
+    t->row.value = state != TRIAL_FAILED ? ctl__trial_result(t) : NAN;
+    t->row.ended = util_wall();
+    ctl__trial_save(c, t);
+    sched_outcome oc = state == TRIAL_COMPLETED ? SCHED_COMPLETED
+                       : state == TRIAL_STOPPED ? SCHED_STOPPED
+                                                : SCHED_FAILED;
+    for (int m = -1; m < s->nmon; m++) {
+        sched_t *sc = m < 0 ? s->sched : s->mon[m];
+        if (sc->ops->on_complete)
+            sc->ops->on_complete(sc, t->row.id, t->row.params, oc, t->row.value);
+    }
+    s->sched_dirty = 1;
+    const char *name = store_trial_state_name(state);
+    json_t *detail =
+        json_pack("{s:s, s:o}", "reason", reason, "value", wire_real(t->row.value));
+    store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller", name,
+                    detail, 1);
+    json_decref(detail);
+    log_info("ctl", "study %s trial %ld %s%s%s", s->row.name, t->row.number, name,
+             *reason ? ": " : "", reason);
+}
+
+/* Puts a trial back to pending for another attempt. */
+static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
+{
+    if (ctl_trial_move(t, TRIAL_PENDING) != 0)
+        return;
+    ctl__disp_release(t);
+    ctl_trial_plan_to(t, PLAN_NONE);
+    t->row.attempt++;
+    snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
+    t->row.last_value = t->row.best_value = NAN;
+    t->row.last_step = -1;
+    t->row.metric_req = 0;
+    t->row.metric_session[0] = 0;
+    t->row.pid = 0;
+    t->peer.len = 0;
+    ctl__trial_save(c, t);
+    json_t *detail =
+        json_pack("{s:s, s:I}", "reason", reason, "attempt", (json_int_t)t->row.attempt);
+    store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, "controller",
+                    "retry", detail, 1);
+    json_decref(detail);
+    log_info("ctl", "study %s trial %ld: %s; retrying (attempt %ld)", t->study->row.name,
+             t->row.number, reason, t->row.attempt + 1);
+}
+
+void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
+{
+    ctl_study *s = t->study;
+    spec_error serr;
+    json_t *argv = spec_expand_command(s->spec, t->row.params, &serr);
+    if (!argv) {
+        char buf[400];
+        s_end(c, t, TRIAL_FAILED, spec_strerror(&serr, buf, sizeof buf));
+        return;
+    }
+    if (ctl_trial_move(t, TRIAL_STARTING) != 0) {
+        json_decref(argv);
+        return;
+    }
+    char id[32], ckpt[1200];
+    snprintf(id, sizeof id, "%ld", t->row.id);
+    snprintf(ckpt, sizeof ckpt, "%s/%s/trial-%ld", c->ckpt_root, s->row.name, t->row.id);
+    char *params = json_dumps(t->row.params, JSON_COMPACT | JSON_SORT_KEYS);
+    json_t *env = json_deep_copy(s->spec->env);
+    json_object_set_new(env, "JIZHI_STUDY", json_string(s->row.name));
+    json_object_set_new(env, "JIZHI_TRIAL", json_string(id));
+    json_object_set_new(env, "JIZHI_TOKEN", json_string(t->row.token));
+    json_object_set_new(env, "JIZHI_PARAMS", json_string(params));
+    json_object_set_new(env, "JIZHI_CHECKPOINT_DIR", json_string(ckpt));
+    if (t->load_on_start[0]) {
+        json_object_set_new(env, "JIZHI_LOAD_CHECKPOINT", json_string(t->load_on_start));
+        t->load_on_start[0] = 0;
+    }
+    free(params);
+    json_t *msg =
+        json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:f, s:I}", "type", "start", "trial",
+                  (json_int_t)t->row.id, "attempt", (json_int_t)t->row.attempt, "study",
+                  s->row.name, "argv", argv, "env", env, "timeout_s", s->spec->timeout_s,
+                  "gpus", (json_int_t)s->spec->gpus);
+    if (s->spec->ranks > 1)
+        json_object_set_new(msg, "ranks", json_integer(s->spec->ranks));
+    ctl__disp_take(d, t, s->spec->gpus, s->spec->ranks);
+    snprintf(t->row.dispatcher, sizeof t->row.dispatcher, "%s", d->name);
+    t->row.exit_how[0] = 0;
+    t->row.started = util_wall();
+    t->last_heard = util_now();
+    ctl_trial_plan_to(t, PLAN_NONE);
+    if (ctl__trial_save(c, t) == 0)
+        ctl__send(c, &d->peer, msg);
+    else
+        json_decref(msg);
+}
+
+void ctl__trial_heard(ctl_t *c, ctl_trial *t)
+{
+    t->last_heard = util_now();
+    if (t->state == TRIAL_STARTING && ctl_trial_move(t, TRIAL_RUNNING) == 0)
+        ctl__trial_save(c, t);
+}
+
+void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
+                       const char *message)
+{
+    if (!ctl_trial_active(t))
+        return; /* a repeated report */
+    /* the backend lost it (preempted, node failure): not the trial's fault */
+    if (!strcmp(how, "lost")) {
+        ctl__trial_lost(c, t, message && *message ? message : "lost by its dispatcher");
+        return;
+    }
+    int clean = !strcmp(how, "exited") && code == 0;
+    if (t->plan == PLAN_RESTART) {
+        /* killed for a restart; a run that completed before the kill stands */
+        if (!clean || isnan(ctl__trial_result(t))) {
+            s_retry(c, t, "restart from a checkpoint (load not acknowledged)");
+            return;
+        }
+        ctl_trial_plan_to(t, PLAN_NONE);
+        t->load_on_start[0] = 0;
+    }
+    if (t->plan == PLAN_RELEASE) { /* pause --release: checkpointed and exited */
+        if (ctl_trial_move(t, TRIAL_SUSPENDED) != 0)
+            return;
+        ctl__disp_release(t);
+        ctl_trial_plan_to(t, PLAN_NONE);
+        snprintf(t->row.reason, sizeof t->row.reason, "paused and released at step %ld",
+                 t->row.checkpoint_step);
+        t->row.pid = 0;
+        ctl__trial_save(c, t);
+        return;
+    }
+    snprintf(t->row.exit_how, sizeof t->row.exit_how, "%s", how);
+    t->row.exit_code = code;
+    if (t->plan == PLAN_STOP) {
+        char reason[sizeof t->plan_reason];
+        snprintf(reason, sizeof reason, "%s", t->plan_reason);
+        s_end(c, t, TRIAL_STOPPED, reason);
+        return;
+    }
+    if (clean && !isnan(ctl__trial_result(t))) {
+        s_end(c, t, TRIAL_COMPLETED, "");
+        return;
+    }
+    char reason[256];
+    if (clean)
+        snprintf(reason, sizeof reason, "exited without reporting %s",
+                 t->study->spec->metric);
+    else if (!strcmp(how, "exited"))
+        snprintf(reason, sizeof reason, "exited with status %ld", code);
+    else if (!strcmp(how, "timeout"))
+        snprintf(reason, sizeof reason, "killed after timeout_s=%g",
+                 t->study->spec->timeout_s);
+    else if (!strcmp(how, "signaled"))
+        snprintf(reason, sizeof reason, "killed by signal %ld", code);
+    else
+        snprintf(reason, sizeof reason, "%s%s%s", how, message && *message ? ": " : "",
+                 message ? message : "");
+    if (t->row.attempt < t->study->spec->retries)
+        s_retry(c, t, reason);
+    else
+        s_end(c, t, TRIAL_FAILED, reason);
+}
+
+void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
+{
+    if (!ctl_trial_active(t))
+        return;
+    snprintf(t->row.exit_how, sizeof t->row.exit_how, "lost");
+    if (t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) {
+        char reason[sizeof t->plan_reason];
+        snprintf(reason, sizeof reason, "%s", t->plan_reason);
+        s_end(c, t, TRIAL_STOPPED, reason);
+        return;
+    }
+    /* losing a trial is not its fault: it gets its retries plus two; a
+       pending restart keeps its checkpoint for the next start */
+    if (t->row.attempt < t->study->spec->retries + 2)
+        s_retry(c, t, why);
+    else
+        s_end(c, t, TRIAL_FAILED, why);
+}
+
+/* A "load" gives the trial new params: a new generation, with the donor
+   as parent (PBT exploit), persisted before the instruction leaves. */
+static int s_new_generation(ctl_t *c, ctl_trial *t, const json_t *args)
+{
+    json_t *params = json_object_get(args, "params");
+    json_t *from = json_object_get(args, "from");
+    if (!json_is_object(params))
+        return 0;
+    json_t *merged = json_deep_copy(t->row.params);
+    json_object_update(merged, params);
+    long parent = json_is_integer(from) ? (long)json_integer_value(from) : t->row.parent;
+    if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1, parent,
+                               merged) != 0) {
+        json_decref(merged);
+        return -1;
+    }
+    json_decref(t->row.params);
+    t->row.params = merged;
+    t->row.generation++;
+    t->row.parent = parent;
+    return ctl__trial_save(c, t);
+}
+
+void ctl__trial_apply_sched(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *ins, int k)
+{
+    for (int j = 0; j < k; j++) {
+        ctl_trial *target = ctl__trial_by_id(c, ins[j].trial);
+        if (target && ctl_trial_active(target) && target->study == s &&
+            ctl__txn(c) == 0) {
+            if (!strcmp(ins[j].kind, "stop"))
+                ctl__trial_stop(c, target, by->ops->name, ins[j].reason, 0);
+            else if (strcmp(ins[j].kind, "load") ||
+                     s_new_generation(c, target, ins[j].args) == 0)
+                ctl__instruct(c, target, ins[j].kind, ins[j].args, by->ops->name,
+                              ins[j].reason, NULL, 0);
+        }
+        sched_instr_fini(&ins[j]);
+    }
+    if (k > 0)
+        s->sched_dirty = 1;
+}
+
+void ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who)
+{
+    if (ctl_trial_plan_to(t, PLAN_RELEASE_CHECKPOINT) != 0)
+        return;
+    ctl__instruct(c, t, "checkpoint", NULL, who, "pause --release: checkpoint, then exit",
+                  NULL, 0);
+}
+
+void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who)
+{
+    if (t->state != TRIAL_SUSPENDED || ctl__txn(c) != 0)
+        return;
+    s_retry(c, t, "resumed from its checkpoint");
+    snprintf(t->load_on_start, sizeof t->load_on_start, "%s", t->row.checkpoint);
+}
+
+void ctl__trial_rerun(ctl_t *c, ctl_trial *t)
+{
+    if (t->state != TRIAL_STOPPED || !t->row.study_stopped ||
+        ctl_trial_move(t, TRIAL_PENDING) != 0)
+        return;
+    t->row.attempt++;
+    t->row.study_stopped = 0;
+    ctl__trial_save(c, t);
+}
+
+void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
+{
+    ctl_study *s = t->study;
+    snprintf(t->row.checkpoint, sizeof t->row.checkpoint, "%s", path);
+    t->row.checkpoint_step = step;
+    if (ctl__trial_save(c, t) != 0)
+        return;
+    json_t *detail = json_pack("{s:I, s:s}", "step", (json_int_t)step, "path", path);
+    store_event_add(c->store, util_wall(), s->row.id, t->row.id, "trial", "checkpoint",
+                    detail, 1);
+    json_decref(detail);
+    for (int m = -1; m < s->nmon; m++) {
+        sched_t *sc = m < 0 ? s->sched : s->mon[m];
+        if (!sc->ops->on_checkpoint)
+            continue;
+        sched_instr ins[8];
+        int k = sc->ops->on_checkpoint(sc, t->row.id, step, path, util_now(), ins, 8);
+        ctl__trial_apply_sched(c, s, sc, ins, k);
+    }
+    if (t->plan == PLAN_RELEASE_CHECKPOINT && ctl_trial_active(t) &&
+        ctl_trial_plan_to(t, PLAN_RELEASE) == 0) {
+        snprintf(t->plan_reason, sizeof t->plan_reason, "paused and released");
+        t->plan_since = util_now();
+        ctl__instruct(c, t, "stop", NULL, "cli", t->plan_reason, NULL, 0);
+    }
+}
+
+int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
+                       double now)
+{
+    ctl_study *s = t->study;
+    if (store_metrics_add(c->store, t->row.id, t->row.attempt, pts, n, util_wall()) !=
+        0) {
+        log_error("ctl", "cannot store metrics: %s", store_errmsg(c->store));
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (pts[i].step > t->row.last_step)
+            t->row.last_step = pts[i].step;
+        if (!strcmp(pts[i].name, s->spec->metric)) {
+            t->row.last_value = pts[i].value;
+            if (!isnan(pts[i].value) &&
+                spec_better(s->spec, pts[i].value, t->row.best_value))
+                t->row.best_value = pts[i].value;
+        }
+        for (int m = -1; m < s->nmon; m++) {
+            sched_t *sc = m < 0 ? s->sched : s->mon[m];
+            if (!sc->ops->on_metric)
+                continue;
+            /* its state may have changed: saved in this iteration's
+               transaction, with the metrics, before they are acknowledged */
+            s->sched_dirty = 1;
+            sched_instr ins[8];
+            int k = sc->ops->on_metric(sc, t->row.id, pts[i].step, pts[i].name,
+                                       pts[i].value, now, ins, 8);
+            ctl__trial_apply_sched(c, s, sc, ins, k);
+        }
+    }
+    return ctl__trial_save(c, t);
+}
+
+void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason,
+                     int by_study)
+{
+    if (t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) {
+        t->plan_by_study = by_study;
+        s_end(c, t, TRIAL_STOPPED, reason);
+        return;
+    }
+    if (!ctl_trial_active(t) || t->plan == PLAN_STOP || t->plan == PLAN_RELEASE)
+        return; /* ended, or already being stopped */
+    if (ctl_trial_plan_to(t, PLAN_STOP) != 0)
+        return;
+    snprintf(t->plan_reason, sizeof t->plan_reason, "%s", reason);
+    t->plan_by_study = by_study;
+    t->plan_since = util_now();
+    ctl__instruct(c, t, "stop", NULL, who, reason, NULL, 0);
+}
+
+void ctl__trial_restart_from(ctl_t *c, ctl_trial *t, const char *path, const char *reason)
+{
+    if (ctl_trial_plan_to(t, PLAN_RESTART) != 0)
+        return;
+    snprintf(t->load_on_start, sizeof t->load_on_start, "%s", path);
+    ctl__disp_kill(c, t, reason);
+}
+
+void ctl__trial_tick(ctl_t *c, ctl_trial *t, double now)
+{
+    if ((t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) && !t->kill_sent &&
+        now - t->plan_since > STOP_GRACE_S && t->disp)
+        ctl__disp_kill(c, t, t->plan_reason);
+}

@@ -1,0 +1,88 @@
+/*  disp_local.c - the local backend: each trial is a child process of the
+    dispatcher (fork/exec, process groups and reaping live in disp_proc.c).
+
+    It is the default backend and the one `jizhi run` uses; disp_slurm.c
+    implements the same operations with Slurm jobs.
+*/
+#define _GNU_SOURCE
+#include "disp_int.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, char *err,
+                   size_t errsize)
+{
+    (void)b;
+    return disp__spawn(a, p, err, errsize);
+}
+
+static void s_refresh(disp__backend *b, disp__proc **procs, size_t n, double now)
+{
+    (void)b, (void)procs, (void)n, (void)now; /* pidfds and the tick do it */
+}
+
+static int s_poll(disp__backend *b, disp__proc *p, disp__end *end)
+{
+    (void)b;
+    if (disp__exec_poll(p) && !p->exec_errno)
+        p->running = 1;
+    int status, lost;
+    if (!disp__reap(p, &status, &lost))
+        return 0;
+    /* A failed exec wrote its errno before the child exited, so one read
+       tells. Nothing there (EOF, or EAGAIN while a child another thread
+       forked still holds the write end): it ran. */
+    disp__exec_poll(p);
+    if (!p->exec_errno)
+        p->running = 1;
+    memset(end, 0, sizeof *end);
+    end->code = -1;
+    if (lost) {
+        end->unknown = 1;
+        snprintf(end->what, sizeof end->what,
+                 "exit status unavailable (the process was reaped "
+                 "outside the dispatcher)");
+    } else if (WIFEXITED(status)) {
+        end->code = WEXITSTATUS(status);
+        snprintf(end->what, sizeof end->what, "exit code %d", end->code);
+    } else if (WIFSIGNALED(status)) {
+        end->sig = WTERMSIG(status);
+        snprintf(end->what, sizeof end->what, "killed by signal %d (%s)", end->sig,
+                 strsignal(end->sig));
+    } else {
+        snprintf(end->what, sizeof end->what, "wait status %#x", (unsigned)status);
+    }
+    return 1;
+}
+
+static void s_signal(disp__backend *b, disp__proc *p, int sig)
+{
+    (void)b;
+    disp__signal(p, sig);
+}
+
+static void s_fini(disp__backend *b, disp__proc *p)
+{
+    (void)b;
+    disp__proc_fini(p);
+}
+
+static void s_destroy(disp__backend *b)
+{
+    free(b);
+}
+
+static const disp__backend_ops s_ops = {"local", "pid",    s_start, s_refresh,
+                                        s_poll,  s_signal, s_fini,  s_destroy};
+
+disp__backend *disp__local_new(void)
+{
+    disp__backend *b = calloc(1, sizeof *b);
+    if (b)
+        b->ops = &s_ops;
+    return b;
+}

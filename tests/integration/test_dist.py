@@ -1,0 +1,195 @@
+"""Data-parallel jizhi-train under real MPI ranks (mpirun, oversubscribed on
+this small machine): N ranks train the same model as 1 rank, hierarchical
+equals flat, per-rank BatchNorm, the comm layer's own checks, and a live set
+that reaches every rank at one step. Skipped when mpirun is not installed."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import BUILD, env_for_trials
+
+MPIRUN = shutil.which("mpirun")
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
+
+TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
+COMM_TEST = os.path.join(BUILD, "tests", "test_trn_comm")
+MLP = ["--train-subset", "4000", "--val-size", "1000", "--hidden", "64", "--epochs", "100",
+       "--max-steps", "200", "--batch-size", "100", "--log-every", "50", "--eval-every", "200",
+       "--threads", "1"]
+
+
+def mpi_env():
+    e = env_for_trials()
+    e["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    e["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    e["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+    return e
+
+
+def run(np_, *args, prog=TRAIN, timeout=240):
+    cmd = [prog, *args] if np_ == 0 else [MPIRUN, "--oversubscribe", "-np", str(np_), prog, *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=timeout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+def reported(stderr, name):
+    return [float(v) for v in re.findall(r"jizhi: step \d+ %s=(\S+)" % re.escape(name), stderr)]
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(a), abs(b))
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    return run(0, *MLP)
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_comm_layer_under_mpi(np_):
+    p = run(np_, "--mpi", prog=COMM_TEST)
+    lines = re.findall(r"^(\d+) passed, (\d+) failed$", p.stdout, re.M)
+    assert len(lines) == np_, p.stdout  # every rank reports
+    assert all(int(f) == 0 and int(ok) > 0 for ok, f in lines), p.stdout
+
+
+@pytest.mark.parametrize("np_,extra", [
+    (2, []),
+    (4, []),
+    (2, ["--allreduce", "native"]),
+    (4, ["--overlap", "0", "--fusion-kb", "0"]),
+    (4, ["--fusion-kb", "64"]),
+])
+def test_ranks_train_the_one_rank_model(one_rank, np_, extra):
+    p = run(np_, *MLP, *extra)
+    v1 = reported(one_rank.stderr, "val_loss")[-1]
+    vn = reported(p.stderr, "val_loss")[-1]
+    assert rel(v1, vn) < 1e-5, (v1, vn)
+    # metrics are global: the mean training loss over all ranks' examples,
+    # the rank shard as the small batch, the global batch as the big one
+    for a, b in zip(reported(one_rank.stderr, "train_loss"), reported(p.stderr, "train_loss")):
+        assert rel(a, b) < 1e-5
+    assert set(reported(p.stderr, "batch_small")) == {100 // np_}
+    assert set(reported(p.stderr, "batch_big")) == {100}
+    assert reported(p.stderr, "samples_per_s")
+    assert f"{np_} ranks: weights identical on every rank" in p.stderr
+
+
+def test_batch_not_divisible_by_ranks():
+    # 103 over 4 ranks: 26, 26, 26, 25; gradients weighted by share
+    args = [a if a != "100" else "103" for a in MLP]
+    p1 = run(0, *args)
+    p4 = run(4, *args)
+    assert rel(reported(p1.stderr, "val_loss")[-1], reported(p4.stderr, "val_loss")[-1]) < 1e-5
+
+
+def test_hierarchical_2x2_equals_flat():
+    flat = run(4, *MLP, "--allreduce", "ring")
+    hier = run(4, *MLP, "--allreduce", "hier", "--ranks-per-node", "2")
+    assert rel(reported(flat.stderr, "val_loss")[-1], reported(hier.stderr, "val_loss")[-1]) < 1e-5
+    assert "all-reduce hier" in hier.stderr
+
+
+@pytest.mark.parametrize("extra", [["--wire", "bf16"], ["--wire", "fp16"],
+                                   ["--topk", "0.01", "--allreduce", "ring"]])
+def test_compressed_training_learns(one_rank, extra):
+    p = run(2, *MLP, *extra)
+    acc = reported(p.stderr, "val_acc")[-1]
+    assert acc > 0.6, acc  # 10 classes: chance is 0.1
+    assert "2 ranks: weights identical on every rank" in p.stderr
+
+
+def test_cnn_batchnorm_is_per_rank():
+    # Per-rank BN: each rank normalises over its own shard, so 2 ranks with
+    # global batch 64 compute what 1 rank does with micro-batches of 32.
+    cnn = ["--model", "cnn", "--channels", "4,8", "--train-subset", "1024", "--val-size", "256",
+           "--epochs", "100", "--max-steps", "24", "--batch-size", "64", "--log-every", "4",
+           "--eval-every", "24", "--threads", "1"]
+    p1 = run(0, *cnn, "--micro-batch", "32")
+    p2 = run(2, *cnn)
+    a, b = reported(p1.stderr, "train_loss"), reported(p2.stderr, "train_loss")
+    assert len(a) == len(b) == 6
+    for x, y in zip(a, b):
+        assert rel(x, y) < 1e-5, (a, b)
+    # synchronised statistics would differ: full-batch BN on one rank
+    full = reported(run(0, *cnn).stderr, "train_loss")
+    assert max(rel(x, y) for x, y in zip(full, b)) > 1e-4
+    assert "2 ranks: weights identical on every rank" in p2.stderr
+
+
+def test_params_reach_every_rank(tmp_path):
+    e = mpi_env()
+    e["JIZHI_PARAMS"] = '{"batch_size": 60, "allreduce": "hier"}'
+    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", TRAIN, *MLP, "--max-steps", "20",
+                        "--log-every", "10"], capture_output=True, text=True, env=e, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert set(reported(p.stderr, "batch_size")) == {60}
+    assert "all-reduce hier" in p.stderr
+    e["JIZHI_PARAMS"] = '{"comm": "local"}'
+    p = subprocess.run([MPIRUN, "--oversubscribe", "-np", "2", TRAIN, *MLP], capture_output=True,
+                       text=True, env=e, timeout=120)
+    assert p.returncode != 0
+    assert "param comm" in p.stderr
+
+
+def test_checkpoint_written_once_loaded_by_every_rank(tmp_path):
+    ck = str(tmp_path / "a.jzck")
+    run(2, *MLP, "--max-steps", "100", "--save", ck)
+    assert os.path.exists(ck)
+    full = run(2, *MLP)
+    resumed = run(2, *MLP, "--resume", ck)
+    assert rel(reported(full.stderr, "val_loss")[-1], reported(resumed.stderr, "val_loss")[-1]) < 1e-6
+    assert "2 ranks: weights identical on every rank" in resumed.stderr
+
+
+def test_live_set_reaches_every_rank_at_one_step(jz):
+    jz.env.update({k: v for k, v in mpi_env().items() if k.startswith("OMPI_")})
+    spec = {
+        "name": "dist-live",
+        "objective": {"metric": "val_acc", "mode": "max"},
+        "scheduler": {"type": "random", "seed": 1},
+        "budget": {"trials": 1, "parallel": 1},
+        "space": {"momentum": {"type": "float", "low": 0.5, "high": 0.9}},
+        "trial": {"command": [MPIRUN, "--oversubscribe", "-np", "2", TRAIN, "--dataset",
+                              "synthetic", "--synthetic-n", "2000", "--val-size", "200",
+                              "--hidden", "16", "--epochs", "100000", "--max-steps", "3000000",
+                              "--batch-size", "32", "--lr", "0.05", "--log-every", "20",
+                              "--threads", "1", "--quiet"],
+                  "timeout_s": 180, "retries": 0},
+    }
+    path = jz.write_spec(spec)
+    run_ = jz.popen("run", path, "--slots", "2")
+    try:
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics WHERE name='lr'")[0][0] > 2,
+                    timeout=90, what="the trial's first reports")
+        (tid,) = jz.sql("SELECT MAX(id) FROM trials")[0]
+        s = jz.run("trial", "set", str(tid), "lr=0.0125", "batch_size=40", timeout=60)
+        assert s.returncode == 0, s.stdout + s.stderr
+        jz.wait_for(lambda: jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' "
+                                   "ORDER BY step DESC LIMIT 1", tid)[0][0] == pytest.approx(0.0125),
+                    timeout=60, what="lr=0.0125 in the reports")
+        jz.wait_for(lambda: jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='batch_small' "
+                                   "ORDER BY step DESC LIMIT 1", tid)[0][0] == 20,
+                    timeout=60, what="the re-split batch (20 per rank)")
+        st = jz.run("trial", "stop", str(tid), timeout=60)
+        assert st.returncode == 0, st.stdout + st.stderr
+        run_.wait(timeout=120)
+        (state,) = jz.sql("SELECT state FROM trials WHERE id=?", tid)[0]
+        assert state in ("completed", "stopped"), state
+        logs = jz.run("trial", "logs", str(tid), "--stderr", timeout=60).stdout
+        steps = {}
+        for rank, what, step in re.findall(
+                r"rank (\d+): instruction \d+ \((set lr|set batch_size|stop)\) applied at step (\d+)",
+                logs):
+            steps.setdefault(what, {})[int(rank)] = int(step)
+        for what in ("set lr", "set batch_size", "stop"):
+            assert set(steps.get(what, {})) == {0, 1}, logs
+            assert len(set(steps[what].values())) == 1, steps  # the same step on both ranks
+    finally:
+        if run_.poll() is None:
+            run_.kill()
+            run_.wait()

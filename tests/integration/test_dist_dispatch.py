@@ -1,0 +1,157 @@
+"""Multi-rank trials through the dispatcher (`trial.ranks`): the command runs
+under mpirun as one attempt; a crashed rank or a timeout ends every rank
+(no process left) and a retry restarts them all; a study with `ranks: 2`
+runs end to end with the batch-size scheduler; without MPI the study is
+refused with a clear message. Skipped when mpirun is not installed."""
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from conftest import BUILD
+
+MPIRUN = shutil.which("mpirun")
+pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
+TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
+LONG = [TRAIN, "--dataset", "synthetic", "--synthetic-n", "2000", "--val-size", "200",
+        "--hidden", "16", "--epochs", "100000", "--max-steps", "3000000", "--batch-size", "32",
+        "--log-every", "20", "--threads", "1", "--quiet"]
+
+
+def children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read()
+        return st[st.rindex(")") + 2] != "Z"
+    except OSError:
+        return False
+
+
+def ranks_of(launcher):
+    """The jizhi-train ranks under the launcher (direct children, or under an orted)."""
+    found = []
+    todo = [launcher]
+    while todo:
+        p = todo.pop()
+        for c in children(p):
+            try:
+                exe = os.readlink(f"/proc/{c}/exe")
+            except OSError:
+                continue
+            if exe.endswith("jizhi-train"):
+                found.append(c)
+            else:
+                todo.append(c)
+    return found
+
+
+def spec(name, **trial):
+    t = {"command": LONG, "ranks": 2, "timeout_s": 120, "retries": 0}
+    t.update(trial)
+    return {"name": name, "objective": {"metric": "val_acc", "mode": "max"},
+            "scheduler": {"type": "random", "seed": 1}, "budget": {"trials": 1, "parallel": 1},
+            "space": {"momentum": {"type": "float", "low": 0.5, "high": 0.9}}, "trial": t}
+
+
+def wait_running(jz, attempt=0):
+    def ready():
+        rows = jz.sql("SELECT id, pid, attempt, state FROM trials")
+        if not rows or rows[0][2] != attempt or rows[0][3] != "running" or not rows[0][1]:
+            return False
+        return len(ranks_of(rows[0][1])) == 2
+    jz.wait_for(ready, timeout=90, what=f"attempt {attempt} running with 2 ranks")
+    tid, pid = jz.sql("SELECT id, pid FROM trials")[0]
+    return tid, pid, ranks_of(pid)
+
+
+def test_one_rank_killed_fails_the_attempt_and_a_retry_restarts_all(jz):
+    run = jz.popen("run", jz.write_spec(spec("kill1", retries=1)), "--slots", "2")
+    try:
+        tid, launcher, ranks = wait_running(jz, 0)
+        os.kill(ranks[1], signal.SIGKILL)  # one rank crashes
+        _, launcher2, ranks2 = wait_running(jz, 1)  # the retry: both ranks anew
+        assert not set(ranks2) & set(ranks)
+        for p in [launcher, *ranks]:
+            jz.wait_for(lambda: not alive(p), timeout=30, what=f"pid {p} of attempt 0 gone")
+        # this time the launcher is killed outright: no rank may outlive it
+        os.kill(launcher2, signal.SIGKILL)
+        run.wait(timeout=120)
+        state, attempt, how = jz.sql("SELECT state, attempt, exit_how FROM trials")[0]
+        assert state == "failed" and attempt == 1, (state, attempt, how)
+        for p in [launcher2, *ranks2]:
+            jz.wait_for(lambda: not alive(p), timeout=30, what=f"pid {p} of attempt 1 gone")
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_timeout_ends_every_rank(jz):
+    run = jz.popen("run", jz.write_spec(spec("tmo", timeout_s=8)), "--slots", "2")
+    try:
+        tid, launcher, ranks = wait_running(jz, 0)
+        run.wait(timeout=120)
+        state, how = jz.sql("SELECT state, exit_how FROM trials")[0]
+        assert state == "failed" and how == "timeout", (state, how)
+        for p in [launcher, *ranks]:
+            jz.wait_for(lambda: not alive(p), timeout=30, what=f"pid {p} gone")
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_without_mpi_ranks_are_refused(jz):
+    jz.env["PATH"] = os.path.join(BUILD, "bin")  # no mpirun here
+    p = jz.run("run", jz.write_spec(spec("nompi")), check=1)
+    assert "trial.ranks = 2 needs MPI: mpirun is not on PATH" in p.stderr
+    p = jz.run("run", jz.write_spec(spec("few")), "--slots", "1", check=None)
+    assert p.returncode != 0
+
+
+def test_study_with_two_ranks_and_the_batchsize_scheduler(jz):
+    s = {
+        "name": "bs-ranks",
+        "objective": {"metric": "val_acc", "mode": "max"},
+        "scheduler": {"type": "batchsize", "seed": 1, "min": 32, "max": 512, "interval": 40,
+                      "warmup": 10, "min_measurements": 2, "min_gain": 0},
+        "budget": {"trials": 1, "parallel": 1},
+        "space": {"lr": {"type": "float", "low": 0.05, "high": 0.05},
+                  "batch_size": {"type": "int", "low": 512, "high": 512}},
+        "trial": {"command": [TRAIN, "--dataset", "synthetic", "--synthetic-n", "12000",
+                              "--val-size", "500", "--hidden", "256,256", "--epochs", "6",
+                              "--log-every", "5", "--threads", "1", "--quiet"],
+                  "ranks": 2, "timeout_s": 240, "retries": 0},
+    }
+    p = jz.run("run", jz.write_spec(s), timeout=400, check=0)
+    state, value = jz.sql("SELECT state, value FROM trials")[0]
+    assert state == "completed" and value > 0.5, (state, value, p.stdout)
+    (tid,) = jz.sql("SELECT id FROM trials")[0]
+    sets = jz.sql("SELECT detail FROM events WHERE kind='instruction' AND who='batchsize' "
+                  "AND trial_id=? AND applied=1", tid)
+    assert sets, "the scheduler changed the batch size of the 2-rank trial"
+    # the gradient-noise inputs come from the ranks: B_small is a rank's shard
+    smalls = jz.sql("SELECT value, step FROM metrics WHERE trial_id=? AND name='batch_small'", tid)
+    bigs = dict((s_, v) for v, s_ in jz.sql(
+        "SELECT value, step FROM metrics WHERE trial_id=? AND name='batch_big'", tid))
+    assert smalls and all(v == bigs[s_] // 2 for v, s_ in smalls)
+    err = jz.run("trial", "logs", str(tid), "--stderr").stdout
+    assert "rank 1: instruction" in err and "set batch_size" in err

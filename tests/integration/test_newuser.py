@@ -1,0 +1,166 @@
+"""What a new user hit (issue: install, one trial number, honest
+acknowledgements, readable numbers): each case failed before its fix."""
+import csv
+import io
+import json
+import re
+
+from conftest import PROGS, base_spec
+
+
+def test_one_trial_number_everywhere(jz):
+    spec = base_spec("ids", ["sh", "-c", "jizhi report score={x}"], trials=4, parallel=1)
+    p = jz.run("run", jz.write_spec(spec), check=0)
+    m = re.search(r"best trial (\d+): score=", p.stdout)
+    assert m, p.stdout
+    best = int(m.group(1))
+    # the number printed is the one `trial show` takes, and it is the best
+    (best_id,) = jz.sql("SELECT id FROM trials ORDER BY value DESC LIMIT 1")[0]
+    assert best == best_id
+    show = jz.run("trial", "show", str(best), check=0).stdout
+    assert re.search(rf"^id\s+{best}$", show, re.M)
+    # the progress line names the best by the same number
+    assert re.search(rf"\(trial {best}\)", p.stderr)
+    # study show and trial list: same columns, keyed by that id
+    hdr_show = jz.run("study", "show", "ids", check=0).stdout.splitlines()[1].split()
+    hdr_list = jz.run("trial", "list", "ids", check=0).stdout.splitlines()[0].split()
+    assert hdr_show == hdr_list and hdr_show[0] == "ID"
+
+
+def test_numbers_and_times_are_readable(jz):
+    spec = base_spec("nums", ["sh", "-c", "jizhi report score=0.8728"], trials=1, parallel=1)
+    spec["space"] = {"x": {"type": "float", "low": 0.1, "high": 0.2}}
+    jz.run("run", jz.write_spec(spec), check=0)
+    (text,) = jz.sql("SELECT spec FROM studies")[0]
+    assert '"high":0.2' in text and '"low":0.1' in text, text
+    shown = json.loads(jz.run("study", "show", "nums", "--json", check=0).stdout)
+    assert shown["spec"]["space"]["x"]["high"] == 0.2
+    out = jz.run("study", "export", "nums", "--format", "csv", check=0).stdout
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert row["metric_score"] == "0.8728" and row["value"] == "0.8728"
+    assert float(row["param_x"]) == json.loads(jz.run("trial", "show", "1", "--json",
+                                                      check=0).stdout)["params"]["x"]
+    assert len(row["param_x"]) <= 19  # shortest text, not %.17g padding
+    show = jz.run("trial", "show", "1", check=0).stdout
+    assert re.search(r"^created\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$", show, re.M)
+    assert re.search(r"^ended\s+\d{4}-", show, re.M)
+    assert re.search(r"^checkpoint\s+-$", show, re.M)
+    assert "e+09" not in show
+
+
+def test_a_pending_trial_shows_dashes_not_zeros(jz):
+    spec = base_spec("pend", ["sleep", "30"], trials=2, parallel=1, timeout_s=60)
+    proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db)
+    try:
+        jz.wait_for(lambda: len(jz.sql("SELECT id FROM trials WHERE state='running'")) == 1,
+                    60, "a running trial")
+        (tid,) = jz.sql("SELECT id FROM trials WHERE state='running'")[0]
+        show = jz.run("trial", "show", str(tid), check=0).stdout
+        for key in ("ended", "exit_code", "exit_how", "last_step"):
+            assert re.search(rf"^{key}\s+-$", show, re.M), (key, show)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_failed_trials_say_why_in_the_summary_and_study_show(jz):
+    spec = base_spec("broken", ["sh", "-c", "echo 'cannot open libfoo.so' >&2; exit 3"],
+                     trials=2, parallel=1)
+    p = jz.run("run", jz.write_spec(spec))
+    assert "2 failed" in p.stdout
+    assert re.search(r"failed: exited with status 3.*\(2 trials", p.stdout), p.stdout
+    show = jz.run("study", "show", "broken", check=0).stdout
+    assert "failed trials:" in show and "exited with status 3" in show
+
+
+def test_pause_acknowledged_only_when_true(jz):
+    """A program that ignores instructions: its pause is carried out by the
+    helper (no progress while paused) and its resume lets it go on. (The
+    other instructions' honest acknowledgements: tests/test_jz_helper.c.)"""
+    from test_control import daemons, running_trial
+    from test_recovery import stop
+
+    ep, ctl, disp = daemons(jz)
+    try:
+        spec = base_spec("ignore", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1,
+                         parallel=1, env={"STEPS": "400"})
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        tid = running_trial(jz)
+        jz.run("trial", "pause", str(tid), check=0)
+        import time
+        time.sleep(0.5)  # a step in flight lands
+        (s1,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
+        time.sleep(1.0)
+        (s2,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
+        assert s1 == s2, "acknowledged a pause, yet the trial made progress"
+        jz.run("trial", "resume", str(tid), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?",
+                                   tid)[0][0] > s2, 30, "progress after resume")
+        events = json.loads(jz.run("study", "events", "ignore", "--json", check=0).stdout)
+        pause = [e for e in events if e["kind"] == "instruction"
+                 and e["detail"]["kind"] == "pause"][0]
+        assert pause["applied"] is True and "helper" in (pause["result"] or ""), pause
+        jz.run("trial", "stop", str(tid), check=0)
+    finally:
+        stop(ctl, disp)
+
+
+def test_exports_show_live_changes_curves_and_hide_internal_metrics(jz):
+    from test_control import daemons, live_spec, running_trial
+    from test_recovery import stop
+
+    ep, ctl, disp = daemons(jz)
+    try:
+        jz.run("study", "submit", jz.write_spec(live_spec("exp", steps="30")), check=0)
+        tid = running_trial(jz)
+        (sampled,) = jz.sql("SELECT value FROM params WHERE trial_id=? AND generation=0 "
+                            "AND name='lr'", tid)[0]
+        jz.run("trial", "set", str(tid), "lr=0.03", check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0]
+                    == "completed", 60, "the trial to complete")
+    finally:
+        stop(ctl, disp)
+    out = jz.run("study", "export", "exp", "--format", "csv", check=0).stdout
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert float(row["param_lr"]) == 0.03
+    assert float(row["sampled_lr"]) == float(sampled)
+    assert int(row["generation"]) >= 1
+    js = json.loads(jz.run("study", "export", "exp", "--format", "json", check=0).stdout)
+    assert js[0]["sampled"]["lr"] == float(sampled) and js[0]["params"]["lr"] == 0.03
+    curves = list(csv.DictReader(io.StringIO(
+        jz.run("study", "export", "exp", "--format", "curves", check=0).stdout)))
+    lr_points = [r for r in curves if r["metric"] == "lr"]
+    n = jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id=? AND name='lr'", tid)[0][0]
+    assert len(lr_points) == n and n > 0
+    assert [int(r["step"]) for r in lr_points] == sorted(int(r["step"]) for r in lr_points)
+    assert {float(r["value"]) for r in lr_points} >= {0.03}
+    assert all(re.match(r"\d{4}-\d\d-\d\dT", r["time"]) for r in curves)
+    bad = jz.run("study", "export", "exp", "--format", "xml")
+    assert bad.returncode == 2 and "csv, json or curves" in bad.stderr
+
+
+def test_internal_metrics_only_with_all(jz):
+    spec = base_spec("internal", ["sh", "-c", "jizhi report score=1 grad_sqnorm_small=2 "
+                                  "batch_big=64"], trials=1, parallel=1)
+    jz.run("run", jz.write_spec(spec), check=0)
+    hdr = jz.run("study", "export", "internal", check=0).stdout.splitlines()[0].split(",")
+    assert "metric_score" in hdr and "metric_grad_sqnorm_small" not in hdr
+    assert "metric_batch_big" not in hdr
+    hdr = jz.run("study", "export", "internal", "--all", check=0).stdout.splitlines()[0]
+    assert "metric_grad_sqnorm_small" in hdr and "metric_batch_big" in hdr
+
+
+def test_trial_logs_follow_until_the_trial_ends(jz):
+    spec = base_spec("follow", ["sh", "-c", "for i in 1 2 3 4 5; do echo line$i; "
+                                "echo err$i >&2; sleep 0.3; done; jizhi report score=1"],
+                     trials=1, parallel=1)
+    proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db)
+    try:
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "running", 60,
+                    "the trial to run")
+        p = jz.run("trial", "logs", "1", "-f", timeout=60, check=0)
+        assert p.stdout.split() == ["line1", "line2", "line3", "line4", "line5"]
+        assert p.stderr.split() == ["err1", "err2", "err3", "err4", "err5"]
+        assert jz.sql("SELECT state FROM trials")[0][0] == "completed"
+    finally:
+        proc.wait(60)

@@ -1,0 +1,249 @@
+"""The Slurm backend against a real one-node Slurm cluster on localhost
+(tests/slurm/cluster.sh: munged, slurmctld, slurmd, 2 CPUs): a 6-trial study
+with parallel 2 where every trial attempt is a Slurm job, a job cancelled
+from outside with scancel that comes back as a retried attempt, exit codes
+and timeouts through Slurm, and the dispatcher's usage errors. Where Slurm
+is missing or does not start, the cluster tests are SKIPPED with the reason."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import PROGS, ROOT, base_spec
+from test_recovery import start_controller, stop
+
+CLUSTER = os.path.join(ROOT, "tests", "slurm", "cluster.sh")
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """SLURM_CONF of a cluster started for this module (torn down after)."""
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster needs root (slurmd runs jobs as their users)")
+    d = tempfile.mkdtemp(prefix="jizhi-slurm-")
+    p = subprocess.run([CLUSTER, "up", d], capture_output=True, text=True, timeout=180)
+    if p.returncode != 0:
+        logs = ""
+        for name in ("slurmctld.log", "slurmd.log"):
+            path = os.path.join(d, "logs", name)
+            if os.path.exists(path):
+                with open(path) as f:
+                    logs += f"\n{name}: " + " | ".join(f.read().splitlines()[-3:])
+        subprocess.run([CLUSTER, "down", d], capture_output=True, timeout=60)
+        shutil.rmtree(d, ignore_errors=True)
+        pytest.skip(f"Slurm cannot start here: {p.stderr.strip()}{logs}")
+    conf = p.stdout.strip().split("=", 1)[1]
+    yield conf
+    subprocess.run([CLUSTER, "down", d], capture_output=True, timeout=60)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def daemons(jz, conf, *extra):
+    """A controller on TCP and a slurm dispatcher; returns (ctl, disp)."""
+    jz.env["SLURM_CONF"] = conf
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--backend", "slurm", "--controller", ep, "--name", "sl",
+                    "--max-jobs", "4", "--poll-s", "0.2", "--log-dir",
+                    os.path.join(jz.dir, "logs"), "--log", os.path.join(jz.dir, "disp.log"),
+                    *extra)
+    return ctl, disp
+
+
+def scontrol(conf, job):
+    env = dict(os.environ, SLURM_CONF=conf)
+    out = subprocess.run(["scontrol", "show", "job", "-o", str(job)], capture_output=True,
+                         text=True, env=env, timeout=30).stdout
+    return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+
+
+def formula(name, trials, parallel, steps, step_s="0.03", **trial):
+    spec = base_spec(name, ["python3", os.path.join(PROGS, "formula_trial.py")],
+                     trials=trials, parallel=parallel,
+                     env={"FORMULA_STEPS": steps, "FORMULA_STEP_S": step_s}, **trial)
+    spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 1.0, "log": True}}
+    return spec
+
+
+def wait_study(jz, name, timeout=120):
+    jz.wait_for(lambda: jz.sql("SELECT state FROM studies WHERE name=?", name)[0][0]
+                in ("finished", "completed", "stopped", "failed"), timeout, f"study {name} to end")
+
+
+def test_six_trials_parallel_two_each_a_slurm_job(jz, slurm):
+    ctl, disp = daemons(jz, slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("six", 6, 2, "40", "0.05")), check=0)
+        wait_study(jz, "six", 180)
+        rows = jz.sql("SELECT id, state, attempt, pid, dispatcher, started, ended, out_path "
+                      "FROM trials ORDER BY number")
+        assert len(rows) == 6
+        assert [r[1] for r in rows] == ["completed"] * 6, rows
+        assert all(r[2] == 0 and r[4] == "sl" for r in rows)
+        jobs = [r[3] for r in rows]
+        assert len(set(jobs)) == 6 and all(j > 0 for j in jobs)
+        for tid, _, _, job, _, _, _, out in rows:
+            # the pid is the Slurm job: named after the trial, completed, its
+            # output in the trial's log file, started from the written script
+            info = scontrol(slurm, job)
+            assert info.get("JobName") == f"jizhi-{tid}.0", info
+            assert info.get("JobState") == "COMPLETED" and info.get("ExitCode") == "0:0"
+            assert info.get("StdOut") == out and out.endswith(f"trial-{tid}.0.out")
+            assert info.get("Command", "").endswith(f"trial-{tid}.0.sbatch")
+            steps = jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id=? AND name='score'", tid)
+            assert steps[0][0] == 40
+        # parallel 2: at most two trials at once, and two did run together
+        ev = sorted([(r[5], 1) for r in rows] + [(r[6], -1) for r in rows],
+                    key=lambda e: (e[0], e[1]))
+        cur = peak = 0
+        for _, d in ev:
+            cur += d
+            peak = max(peak, cur)
+        assert peak == 2
+        with open(os.path.join(jz.dir, "disp.log")) as f:
+            log = f.read()
+        assert "sacct unavailable" in log  # no slurmdbd here: said so
+    finally:
+        stop(disp, ctl)
+
+
+def test_job_cancelled_outside_is_lost_and_retried(jz, slurm):
+    ctl, disp = daemons(jz, slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("cancel", 1, 1, "150")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((tid, job0),) = jz.sql("SELECT id, pid FROM trials")
+        env = dict(os.environ, SLURM_CONF=slurm)
+        subprocess.run(["scancel", str(job0)], check=True, env=env, timeout=30)
+        wait_study(jz, "cancel", 120)
+        ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
+        # retries is 0: only a lost attempt is retried, and it was
+        assert state == "completed" and attempt == 1
+        assert job1 != job0
+        assert scontrol(slurm, job0).get("JobState") == "CANCELLED"
+        assert scontrol(slurm, job1).get("JobState") == "COMPLETED"
+        detail = " ".join(str(r) for r in jz.sql("SELECT kind, detail FROM events"))
+        assert "cancelled outside jizhi" in detail, detail
+        assert jz.sql("SELECT COUNT(*) FROM metrics WHERE attempt=1 AND name='score'")[0][0] == 150
+    finally:
+        stop(disp, ctl)
+
+
+def test_node_failure_is_lost_and_retried(jz, slurm):
+    ctl, disp = daemons(jz, slurm)
+    env = dict(os.environ, SLURM_CONF=slurm)
+
+    def node(*args):
+        subprocess.run(["scontrol", "update", "NodeName=jizhi-node", *args], check=True,
+                       env=env, timeout=30)
+
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("nodefail", 1, 1, "150")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((job0,),) = jz.sql("SELECT pid FROM trials")
+        node("State=DOWN", "Reason=jizhi-test")  # Slurm kills its jobs: NODE_FAIL
+        jz.wait_for(lambda: scontrol(slurm, job0).get("JobState") == "NODE_FAIL", 30,
+                    "the job to end in NODE_FAIL")
+        # the node comes back by itself (ReturnToService=2), or on RESUME
+        jz.wait_for(lambda: subprocess.run(
+            ["scontrol", "update", "NodeName=jizhi-node", "State=RESUME"], env=env,
+            capture_output=True, timeout=30).returncode == 0 or subprocess.run(
+            ["sinfo", "-h", "-n", "jizhi-node", "-o", "%t"], env=env, capture_output=True,
+            text=True, timeout=30).stdout.strip() in ("idle", "mix"), 60, "the node to resume")
+        wait_study(jz, "nodefail", 120)
+        ((state, attempt),) = jz.sql("SELECT state, attempt FROM trials")
+        assert state == "completed" and attempt == 1
+        detail = " ".join(str(r) for r in jz.sql("SELECT detail FROM events"))
+        assert "its node failed (NODE_FAIL)" in detail, detail
+    finally:
+        subprocess.run(["scontrol", "update", "NodeName=jizhi-node", "State=RESUME"],
+                       env=env, capture_output=True, timeout=30)
+        stop(disp, ctl)
+
+
+def test_job_requeued_by_an_administrator_is_cancelled_lost_and_retried(jz, slurm):
+    """jizhi submits --no-requeue; an administrator can still requeue a
+    job. The dispatcher cancels it: the retry is jizhi's, as a new attempt."""
+    ctl, disp = daemons(jz, slurm)
+    env = dict(os.environ, SLURM_CONF=slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("requeue", 1, 1, "150")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((job0,),) = jz.sql("SELECT pid FROM trials")
+        assert scontrol(slurm, job0).get("Requeue") == "0"
+        for cmd in (["update", f"JobId={job0}", "Requeue=1"], ["requeue", str(job0)]):
+            subprocess.run(["scontrol", *cmd], check=True, env=env, timeout=30)
+        wait_study(jz, "requeue", 120)
+        ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
+        assert state == "completed" and attempt == 1 and job1 != job0
+        assert scontrol(slurm, job0).get("JobState") == "CANCELLED"
+        detail = " ".join(str(r) for r in jz.sql("SELECT detail FROM events"))
+        assert "was requeued" in detail, detail
+    finally:
+        stop(disp, ctl)
+
+
+def test_exit_code_and_timeout_through_slurm(jz, slurm):
+    ctl, disp = daemons(jz, slurm)
+    try:
+        crash = base_spec("crash", ["sh", "-c", "echo to-stderr >&2; exit 3"], trials=1,
+                          parallel=1)
+        jz.run("study", "submit", jz.write_spec(crash, "crash.json"), check=0)
+        slow = base_spec("slow", ["sleep", "300"], trials=1, parallel=1, timeout_s=2)
+        jz.run("study", "submit", jz.write_spec(slow, "slow.json"), check=0)
+        wait_study(jz, "crash", 60)
+        wait_study(jz, "slow", 60)
+        rows = dict((n, r) for n, *r in jz.sql(
+            "SELECT s.name, t.state, t.exit_how, t.exit_code, t.reason, t.pid, t.err_path "
+            "FROM trials t JOIN studies s ON s.id=t.study_id"))
+        state, how, code, reason, job, err = rows["crash"]
+        assert (state, how, code) == ("failed", "exited", 3), rows["crash"]
+        assert "exited with status 3" in reason
+        with open(err) as f:
+            assert "to-stderr" in f.read()
+        assert scontrol(slurm, job).get("ExitCode") == "3:0"
+        state, how, code, reason, job, _ = rows["slow"]
+        assert (state, how) == ("failed", "timeout"), rows["slow"]
+        # our timeout cancelled it long before Slurm's own (minutes) limit
+        info = scontrol(slurm, job)
+        assert info.get("JobState") in ("CANCELLED", "FAILED", "COMPLETED"), info
+        assert re.match(r"00:00:0\d$", info.get("RunTime", "")), info
+    finally:
+        stop(disp, ctl)
+
+
+def test_two_rank_trial_through_srun(jz, slurm):
+    pytest.skip("trial.ranks is not on main yet (the dist branch adds it); "
+                "the Slurm backend submits single-task jobs until then")
+
+
+def test_dispatcher_usage_errors(jz):
+    p = jz.run("dispatcher", "--backend", "slurm", "--controller", f"ipc://{jz.dir}/x.sock")
+    assert p.returncode == 1
+    assert "needs a tcp:// endpoint" in p.stderr
+    p = jz.run("dispatcher", "--controller", "tcp://127.0.0.1:9", "--partition", "gpu")
+    assert p.returncode == 2 and "--partition needs --backend slurm" in p.stderr
+    p = jz.run("dispatcher", "--backend", "pbs", "--controller", "tcp://127.0.0.1:9")
+    assert p.returncode == 2 and "expected local or slurm" in p.stderr
+    p = jz.run("dispatcher", "--backend", "slurm", "--controller", "tcp://127.0.0.1:9",
+               "--gpus", "0,1")
+    assert p.returncode == 1 and "--max-gpus" in p.stderr
+    p = jz.run("dispatcher", "--backend", "slurm", "--controller", "tcp://127.0.0.1:9",
+               "--max-jobs", "0")
+    assert p.returncode == 2 and "--max-jobs" in p.stderr

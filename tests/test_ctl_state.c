@@ -1,0 +1,556 @@
+/*  test_ctl_state.c - the controller's trial and study state machines,
+    without sockets.
+
+    1. The transition tables against the diagrams (controller/ctl_trial.h,
+       ctl_study.h), written out here a second time: every pair of states
+       is checked, so a move added or dropped on one side fails.
+    2. Every legal move applied through ctl_trial_move; an illegal one is
+       a programmer error (assert: the child aborts, or with asserts off
+       the move is refused and nothing changes).
+    3. Commands a message asks for are refused in the states that do not
+       allow them (ctl_trial_cmd_refusal).
+    4. A whole lifecycle through the controller's own functions on a real
+       SQLite store with a hand-made ctl (no socket, no event loop; the
+       outbox is read instead): start, run, pause, resume, release,
+       suspend, unsuspend, retry, failure, stop, study stop and resume
+       (the persisted study_stopped field), load restart, completion.
+*/
+#include "jz_test.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "controller/ctl_internal.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- 1. the tables ---- */
+
+typedef struct {
+    int from, to;
+} move;
+
+static const move s_trial_moves[] = {
+    {TRIAL_PENDING, TRIAL_STARTING},  {TRIAL_PENDING, TRIAL_FAILED},
+    {TRIAL_PENDING, TRIAL_STOPPED},   {TRIAL_STARTING, TRIAL_RUNNING},
+    {TRIAL_STARTING, TRIAL_PENDING},  {TRIAL_STARTING, TRIAL_COMPLETED},
+    {TRIAL_STARTING, TRIAL_FAILED},   {TRIAL_STARTING, TRIAL_STOPPED},
+    {TRIAL_RUNNING, TRIAL_PAUSED},    {TRIAL_RUNNING, TRIAL_SUSPENDED},
+    {TRIAL_RUNNING, TRIAL_PENDING},   {TRIAL_RUNNING, TRIAL_COMPLETED},
+    {TRIAL_RUNNING, TRIAL_FAILED},    {TRIAL_RUNNING, TRIAL_STOPPED},
+    {TRIAL_PAUSED, TRIAL_RUNNING},    {TRIAL_PAUSED, TRIAL_SUSPENDED},
+    {TRIAL_PAUSED, TRIAL_PENDING},    {TRIAL_PAUSED, TRIAL_COMPLETED},
+    {TRIAL_PAUSED, TRIAL_FAILED},     {TRIAL_PAUSED, TRIAL_STOPPED},
+    {TRIAL_SUSPENDED, TRIAL_PENDING}, {TRIAL_SUSPENDED, TRIAL_STOPPED},
+    {TRIAL_STOPPED, TRIAL_PENDING},
+};
+
+static const move s_plan_moves[] = {
+    {PLAN_NONE, PLAN_STOP},
+    {PLAN_NONE, PLAN_RELEASE_CHECKPOINT},
+    {PLAN_NONE, PLAN_RESTART},
+    {PLAN_RELEASE_CHECKPOINT, PLAN_RELEASE},
+    {PLAN_RELEASE_CHECKPOINT, PLAN_STOP},
+    {PLAN_RESTART, PLAN_STOP},
+    /* and every plan back to NONE */
+    {PLAN_NONE, PLAN_NONE},
+    {PLAN_RELEASE_CHECKPOINT, PLAN_NONE},
+    {PLAN_RELEASE, PLAN_NONE},
+    {PLAN_STOP, PLAN_NONE},
+    {PLAN_RESTART, PLAN_NONE},
+};
+
+static const move s_study_moves[] = {
+    {STUDY_RUNNING, STUDY_STOPPED},
+    {STUDY_STOPPED, STUDY_RUNNING},
+    {STUDY_RUNNING, STUDY_FINISHED},
+};
+
+static int s_listed(const move *m, size_t n, int from, int to)
+{
+    for (size_t i = 0; i < n; i++)
+        if (m[i].from == from && m[i].to == to)
+            return 1;
+    return 0;
+}
+
+#define N(a) (sizeof a / sizeof a[0])
+
+TEST(the_tables_match_the_diagrams)
+{
+    int legal = 0;
+    for (int f = 0; f < TRIAL_STATE_COUNT; f++)
+        for (int t = 0; t < TRIAL_STATE_COUNT; t++) {
+            int want = s_listed(s_trial_moves, N(s_trial_moves), f, t);
+            if (ctl_trial_move_legal(f, t) != want)
+                JZT_FAIL("trial %s -> %s: legal %d, expected %d",
+                         store_trial_state_name(f), store_trial_state_name(t),
+                         ctl_trial_move_legal(f, t), want);
+            legal += want;
+        }
+    CHECK(legal == (int)N(s_trial_moves));
+    for (int f = 0; f < PLAN_COUNT; f++)
+        for (int t = 0; t < PLAN_COUNT; t++)
+            if (ctl_trial_plan_legal(f, t) !=
+                s_listed(s_plan_moves, N(s_plan_moves), f, t))
+                JZT_FAIL("plan %s -> %s", ctl_trial_plan_name(f), ctl_trial_plan_name(t));
+    for (int f = 0; f < STUDY_STATE_COUNT; f++)
+        for (int t = 0; t < STUDY_STATE_COUNT; t++)
+            if (ctl_study_move_legal(f, t) !=
+                s_listed(s_study_moves, N(s_study_moves), f, t))
+                JZT_FAIL("study %s -> %s", store_study_state_name(f),
+                         store_study_state_name(t));
+    /* out of range is never legal */
+    CHECK(!ctl_trial_move_legal(TRIAL_STATE_COUNT, TRIAL_PENDING));
+    CHECK(!ctl_trial_move_legal(TRIAL_PENDING, (store_trial_state)-1));
+    CHECK(!ctl_trial_plan_legal(PLAN_COUNT, PLAN_NONE));
+}
+
+TEST(state_names_round_trip)
+{
+    for (int i = 0; i < TRIAL_STATE_COUNT; i++) {
+        store_trial_state back = TRIAL_STATE_COUNT;
+        CHECK(store_trial_state_parse(store_trial_state_name(i), &back) == 0 &&
+              (int)back == i);
+    }
+    for (int i = 0; i < STUDY_STATE_COUNT; i++) {
+        store_study_state back = STUDY_STATE_COUNT;
+        CHECK(store_study_state_parse(store_study_state_name(i), &back) == 0 &&
+              (int)back == i);
+    }
+    store_trial_state st;
+    CHECK(store_trial_state_parse("Running", &st) == -1);
+    CHECK(store_trial_state_parse("", &st) == -1);
+    CHECK(store_trial_state_parse(NULL, &st) == -1);
+    CHECK_STR(store_trial_state_name(TRIAL_STATE_COUNT), "invalid");
+    CHECK_STR(store_trial_state_name(TRIAL_SUSPENDED), "suspended");
+    CHECK_STR(store_study_state_name(STUDY_FINISHED), "finished");
+}
+
+/* ---- 2. moves on a trial object ---- */
+
+TEST(every_legal_move_applies)
+{
+    for (size_t i = 0; i < N(s_trial_moves); i++) {
+        ctl_trial t = {.row = {.id = 1}, .state = s_trial_moves[i].from};
+        CHECK(ctl_trial_move(&t, s_trial_moves[i].to) == 0);
+        CHECK(t.state == (store_trial_state)s_trial_moves[i].to);
+        CHECK_STR(t.row.state, store_trial_state_name(s_trial_moves[i].to));
+    }
+    for (size_t i = 0; i < N(s_plan_moves); i++) {
+        ctl_trial t = {.row = {.id = 1}, .plan = s_plan_moves[i].from, .kill_sent = 1};
+        snprintf(t.plan_reason, sizeof t.plan_reason, "why");
+        CHECK(ctl_trial_plan_to(&t, s_plan_moves[i].to) == 0);
+        CHECK(t.plan == (ctl_trial_plan)s_plan_moves[i].to);
+        if (t.plan == PLAN_NONE) /* back to NONE forgets the plan's fields */
+            CHECK(!t.kill_sent && !t.plan_reason[0]);
+    }
+}
+
+/* An illegal move in a child: it aborts (assert), or, with asserts off,
+   returns -1 and changes nothing (the child then exits 3). Exit 4: the
+   move happened. */
+static int s_illegal_in_child(store_trial_state from, store_trial_state to)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY); /* the assert's and log's lines */
+        dup2(null, 2);
+        ctl_trial t = {.row = {.id = 9}, .state = from};
+        snprintf(t.row.state, sizeof t.row.state, "%s", store_trial_state_name(from));
+        int rc = ctl_trial_move(&t, to);
+        _exit(rc == -1 && t.state == from &&
+                      !strcmp(t.row.state, store_trial_state_name(from))
+                  ? 3
+                  : 4);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+TEST(an_illegal_move_by_code_is_a_programmer_error)
+{
+    static const move bad[] = {
+        {TRIAL_COMPLETED, TRIAL_PENDING},  {TRIAL_FAILED, TRIAL_RUNNING},
+        {TRIAL_PENDING, TRIAL_RUNNING},    {TRIAL_SUSPENDED, TRIAL_RUNNING},
+        {TRIAL_STARTING, TRIAL_SUSPENDED},
+    };
+    for (size_t i = 0; i < N(bad); i++) {
+        CHECK(!ctl_trial_move_legal(bad[i].from, bad[i].to));
+        int st = s_illegal_in_child(bad[i].from, bad[i].to);
+        int aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+        int refused = WIFEXITED(st) && WEXITSTATUS(st) == 3;
+        if (!aborted && !refused)
+            JZT_FAIL("%s -> %s: child status %d", store_trial_state_name(bad[i].from),
+                     store_trial_state_name(bad[i].to), st);
+    }
+}
+
+/* ---- 3. commands asked by messages ---- */
+
+TEST(commands_are_refused_in_states_that_do_not_allow_them)
+{
+    char buf[128];
+    static const struct {
+        store_trial_state state;
+        ctl_trial_plan plan;
+        ctl_trial_cmd cmd;
+        int allowed;
+    } cases[] = {
+        {TRIAL_PENDING, PLAN_NONE, TRIAL_CMD_STOP, 1},
+        {TRIAL_PENDING, PLAN_NONE, TRIAL_CMD_PAUSE, 0},
+        {TRIAL_PENDING, PLAN_NONE, TRIAL_CMD_RESUME, 0},
+        {TRIAL_PENDING, PLAN_NONE, TRIAL_CMD_SET, 0},
+        {TRIAL_PENDING, PLAN_NONE, TRIAL_CMD_RELEASE, 0},
+        {TRIAL_STARTING, PLAN_NONE, TRIAL_CMD_RELEASE, 0},
+        {TRIAL_STARTING, PLAN_NONE, TRIAL_CMD_STOP, 1},
+        {TRIAL_RUNNING, PLAN_NONE, TRIAL_CMD_PAUSE, 1},
+        {TRIAL_RUNNING, PLAN_NONE, TRIAL_CMD_SET, 1},
+        {TRIAL_RUNNING, PLAN_NONE, TRIAL_CMD_RELEASE, 1},
+        {TRIAL_RUNNING, PLAN_RELEASE_CHECKPOINT, TRIAL_CMD_RELEASE, 0},
+        {TRIAL_RUNNING, PLAN_STOP, TRIAL_CMD_RELEASE, 0},
+        {TRIAL_RUNNING, PLAN_RESTART, TRIAL_CMD_RELEASE, 0},
+        {TRIAL_PAUSED, PLAN_NONE, TRIAL_CMD_RESUME, 1},
+        {TRIAL_PAUSED, PLAN_NONE, TRIAL_CMD_RELEASE, 1},
+        {TRIAL_SUSPENDED, PLAN_NONE, TRIAL_CMD_RESUME, 1},
+        {TRIAL_SUSPENDED, PLAN_NONE, TRIAL_CMD_STOP, 1},
+        {TRIAL_SUSPENDED, PLAN_NONE, TRIAL_CMD_PAUSE, 0},
+        {TRIAL_SUSPENDED, PLAN_NONE, TRIAL_CMD_SET, 0},
+        {TRIAL_COMPLETED, PLAN_NONE, TRIAL_CMD_STOP, 0},
+        {TRIAL_FAILED, PLAN_NONE, TRIAL_CMD_RESUME, 0},
+        {TRIAL_STOPPED, PLAN_NONE, TRIAL_CMD_STOP, 0},
+        {TRIAL_STOPPED, PLAN_NONE, TRIAL_CMD_SET, 0},
+    };
+    for (size_t i = 0; i < N(cases); i++) {
+        ctl_trial t = {.row = {.id = 5}, .state = cases[i].state, .plan = cases[i].plan};
+        const char *why = ctl_trial_cmd_refusal(&t, cases[i].cmd, buf, sizeof buf);
+        if ((why == NULL) != cases[i].allowed)
+            JZT_FAIL("case %zu (%s, plan %s, cmd %d): %s", i,
+                     store_trial_state_name(cases[i].state),
+                     ctl_trial_plan_name(cases[i].plan), (int)cases[i].cmd,
+                     why ? why : "allowed");
+        CHECK(t.state == cases[i].state && t.plan == cases[i].plan); /* unchanged */
+    }
+    ctl_trial t = {.row = {.id = 5}, .state = TRIAL_COMPLETED};
+    CHECK_STR(ctl_trial_cmd_refusal(&t, TRIAL_CMD_PAUSE, buf, sizeof buf),
+              "trial 5 is completed, not running");
+}
+
+/* ---- 4. a lifecycle on a real store ---- */
+
+static char s_dir[64];
+
+static ctl_t *s_ctl(void)
+{
+    char db[128], err[256];
+    snprintf(db, sizeof db, "%s/state.db", s_dir);
+    ctl_t *c = util_xcalloc(1, sizeof *c);
+    c->store = store_open(db, 0, err, sizeof err);
+    if (!c->store) {
+        printf("store_open: %s\n", err);
+        free(c);
+        return NULL;
+    }
+    c->lost_timeout = 3600;
+    snprintf(c->ckpt_root, sizeof c->ckpt_root, "%s/ckpt", s_dir);
+    c->next_trial_id = store_trial_next_id(c->store);
+    return c;
+}
+
+/* Commits like the event loop, then counts (and drops) the queued
+   messages of `type` ("" for all). */
+static int s_commit(ctl_t *c, const char *type)
+{
+    if (c->in_txn) {
+        store_commit(c->store);
+        c->in_txn = 0;
+    }
+    int n = 0;
+    for (size_t i = 0; i < c->nout; i++) {
+        const char *t = json_string_value(json_object_get(c->outbox[i].msg, "type"));
+        const char *kind = json_string_value(json_object_get(c->outbox[i].msg, "kind"));
+        char both[64];
+        snprintf(both, sizeof both, "%s/%s", t ? t : "", kind ? kind : "");
+        n += !*type || (t && !strcmp(type, t)) || !strcmp(type, both);
+        json_decref(c->outbox[i].msg);
+    }
+    c->nout = 0;
+    return n;
+}
+
+/* The state text persisted for trial `id` (read back from the store). */
+static const char *s_persisted(ctl_t *c, long id, int *study_stopped)
+{
+    static char state[16];
+    store_trial row;
+    if (store_trial_get(c->store, id, &row) != 1)
+        return "(none)";
+    snprintf(state, sizeof state, "%s", row.state);
+    if (study_stopped)
+        *study_stopped = row.study_stopped;
+    store_trial_fini(&row);
+    return state;
+}
+
+static long s_last_instr(ctl_t *c, long trial)
+{
+    for (size_t i = c->ninstrs; i-- > 0;)
+        if (c->instrs[i].trial_id == trial)
+            return c->instrs[i].id;
+    return -1;
+}
+
+TEST(a_lifecycle_through_every_move_on_a_real_store)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    json_t *spec = json_loads(
+        "{\"name\":\"states\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
+        "\"budget\":{\"trials\":2,\"parallel\":1},"
+        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+        "\"trial\":{\"command\":[\"true\"],\"retries\":1}}",
+        0, NULL);
+    ctl_study *s = NULL;
+    int resumed, finished;
+    const char *code = "";
+    char msg[256];
+    REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
+    json_decref(spec);
+    REQUIRE(s && s->state == STUDY_RUNNING);
+    s_commit(c, "");
+
+    /* no dispatcher: nothing starts */
+    ctl__tick(c, util_now());
+    CHECK(s->ntrials == 0);
+    ctl_disp *d = ctl__disp_get(c, "d1");
+    d->alive = 1;
+    d->slots = 1;
+    d->last_seen = util_now();
+
+    /* PENDING -> STARTING -> RUNNING */
+    ctl__tick(c, util_now());
+    REQUIRE(s->ntrials == 1);
+    ctl_trial *t = s->trials[0];
+    long id = t->row.id;
+    CHECK(ctl__trial_by_id(c, id) == t);
+    CHECK(t->state == TRIAL_STARTING && d->used == 1);
+    CHECK(s_commit(c, "start") == 1);
+    CHECK_STR(s_persisted(c, id, NULL), "starting");
+    ctl__trial_heard(c, t);
+    s_commit(c, "");
+    CHECK(t->state == TRIAL_RUNNING);
+    CHECK_STR(s_persisted(c, id, NULL), "running");
+
+    /* RUNNING -> PAUSED -> RUNNING, by acknowledged instructions */
+    ctl__instruct(c, t, "pause", NULL, "cli", "test", NULL, 0);
+    ctl__instr_done(c, s_last_instr(c, id), 1, NULL);
+    s_commit(c, "");
+    CHECK(t->state == TRIAL_PAUSED);
+    CHECK_STR(s_persisted(c, id, NULL), "paused");
+    ctl__instruct(c, t, "resume", NULL, "cli", "test", NULL, 0);
+    ctl__instr_done(c, s_last_instr(c, id), 1, NULL);
+    s_commit(c, "");
+    CHECK(t->state == TRIAL_RUNNING);
+
+    /* release: checkpoint, stop, exit -> SUSPENDED; the slot is free */
+    char buf[128];
+    CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_RELEASE, buf, sizeof buf) == NULL);
+    ctl__trial_release(c, t, "cli");
+    CHECK(t->plan == PLAN_RELEASE_CHECKPOINT);
+    CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_RELEASE, buf, sizeof buf) != NULL);
+    CHECK(s_commit(c, "instruction/checkpoint") == 0); /* it has not spoken: queued */
+    ctl__trial_checkpoint(c, t, 7, "/tmp/ckpt-7");
+    CHECK(t->plan == PLAN_RELEASE);
+    ctl__trial_exited(c, t, "exited", 0, NULL);
+    s_commit(c, "");
+    CHECK(t->state == TRIAL_SUSPENDED && t->plan == PLAN_NONE && d->used == 0);
+    CHECK_STR(s_persisted(c, id, NULL), "suspended");
+    /* a repeated exit report changes nothing */
+    ctl__trial_exited(c, t, "exited", 1, NULL);
+    CHECK(t->state == TRIAL_SUSPENDED);
+
+    /* SUSPENDED -> PENDING (unsuspend) -> STARTING with the checkpoint */
+    ctl__trial_unsuspend(c, t, "cli");
+    CHECK(t->state == TRIAL_PENDING && t->row.attempt == 1);
+    CHECK_STR(t->load_on_start, "/tmp/ckpt-7");
+    ctl__tick(c, util_now());
+    CHECK(t->state == TRIAL_STARTING && !t->load_on_start[0]);
+    int loads = 0;
+    for (size_t i = 0; i < c->nout; i++)
+        loads += json_object_get(json_object_get(c->outbox[i].msg, "env"),
+                                 "JIZHI_LOAD_CHECKPOINT") != NULL;
+    CHECK(loads == 1);
+    s_commit(c, "");
+
+    /* STARTING -> FAILED: a failed exit with no retries left (retries 1,
+       attempt 1) */
+    ctl__trial_exited(c, t, "exited", 2, NULL);
+    s_commit(c, "");
+    CHECK(t->state == TRIAL_FAILED);
+    CHECK_STR(s_persisted(c, id, NULL), "failed");
+    CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_STOP, buf, sizeof buf) != NULL);
+
+    /* the second trial: RUNNING -> PENDING (retry) -> ... -> STOPPED by the
+       study stop, persisted as study_stopped, and PENDING again on resume */
+    ctl__tick(c, util_now());
+    REQUIRE(s->ntrials == 2);
+    ctl_trial *u = s->trials[1];
+    long uid = u->row.id;
+    ctl__trial_heard(c, u);
+    ctl__trial_exited(c, u, "signaled", 9, NULL);
+    CHECK(u->state == TRIAL_PENDING && u->row.attempt == 1);
+    ctl__tick(c, util_now());
+    CHECK(u->state == TRIAL_STARTING);
+    ctl__trial_heard(c, u);
+    s_commit(c, "");
+    ctl__study_stop(c, s, "cli");
+    CHECK(s->state == STUDY_STOPPED && u->plan == PLAN_STOP && u->plan_by_study);
+    CHECK(s_commit(c, "") >= 0);
+    ctl__trial_exited(c, u, "exited", 0, NULL);
+    s_commit(c, "");
+    int by_study = 0;
+    CHECK(u->state == TRIAL_STOPPED);
+    CHECK_STR(s_persisted(c, uid, &by_study), "stopped");
+    CHECK(by_study == 1);
+    /* the reason text no longer decides anything */
+    snprintf(u->row.reason, sizeof u->row.reason, "something else");
+    ctl__study_resume(c, s, "cli");
+    s_commit(c, "");
+    CHECK(s->state == STUDY_RUNNING);
+    CHECK(u->state == TRIAL_PENDING && u->row.attempt == 2);
+    CHECK_STR(s_persisted(c, uid, &by_study), "pending");
+    CHECK(by_study == 0);
+
+    /* PENDING -> STOPPED (stop while waiting), not by the study: a study
+       stop and resume leave it stopped */
+    ctl__trial_stop(c, u, "cli", "stopped by a person", 0);
+    s_commit(c, "");
+    CHECK(u->state == TRIAL_STOPPED && !u->row.study_stopped);
+    ctl__study_stop(c, s, "cli");
+    ctl__study_resume(c, s, "cli");
+    s_commit(c, "");
+    CHECK(u->state == TRIAL_STOPPED);
+
+    /* both trials ended, budget used: FINISHED, and final */
+    ctl__tick(c, util_now());
+    s_commit(c, "");
+    CHECK(s->state == STUDY_FINISHED);
+    store_study row;
+    REQUIRE(store_study_get(c->store, "states", &row) == 1);
+    CHECK_STR(row.state, "finished");
+    store_study_fini(&row);
+    CHECK(!ctl_study_move_legal(s->state, STUDY_RUNNING));
+    ctl_destroy(&c);
+}
+
+TEST(restart_plan_and_stop_plans)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    json_t *spec = json_loads(
+        "{\"name\":\"plans\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
+        "\"budget\":{\"trials\":3,\"parallel\":1},"
+        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+        "\"trial\":{\"command\":[\"true\"]}}",
+        0, NULL);
+    ctl_study *s = NULL;
+    int resumed, finished;
+    const char *code = "";
+    char msg[256];
+    REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
+    json_decref(spec);
+    ctl_disp *d = ctl__disp_get(c, "d1");
+    d->alive = 1;
+    d->slots = 1;
+    d->last_seen = util_now();
+    ctl__tick(c, util_now());
+    REQUIRE(s->ntrials == 1);
+    ctl_trial *t = s->trials[0];
+    ctl__trial_heard(c, t);
+    s_commit(c, "");
+
+    /* RESTART: kill sent at once; the exit makes it PENDING, loading the
+       checkpoint at its next start */
+    ctl__trial_restart_from(c, t, "/tmp/donor", "restart");
+    CHECK(t->plan == PLAN_RESTART && t->kill_sent);
+    CHECK(s_commit(c, "kill") == 1);
+    ctl__trial_exited(c, t, "killed", -1, NULL);
+    CHECK(t->state == TRIAL_PENDING && t->row.attempt == 1 && t->plan == PLAN_NONE);
+    CHECK_STR(t->load_on_start, "/tmp/donor");
+    ctl__tick(c, util_now());
+    CHECK(t->state == TRIAL_STARTING && !t->load_on_start[0]);
+    ctl__trial_heard(c, t);
+    s_commit(c, "");
+
+    /* STOP: the instruction, a kill only after the grace period, and the
+       exit ends it as stopped with the stop's reason */
+    ctl__trial_stop(c, t, "cli", "enough", 0);
+    CHECK(t->plan == PLAN_STOP);
+    CHECK(s_commit(c, "") == 0); /* the trial has not spoken: instruction queued */
+    ctl__trial_tick(c, t, util_now());
+    CHECK(s_commit(c, "kill") == 0);
+    ctl__trial_tick(c, t, util_now() + 11);
+    CHECK(s_commit(c, "kill") == 1 && t->kill_sent);
+    /* a later stop or release changes nothing */
+    ctl__trial_stop(c, t, "cli", "again", 0);
+    CHECK_STR(t->plan_reason, "enough");
+    char buf[128];
+    CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_RELEASE, buf, sizeof buf) != NULL);
+    ctl__trial_exited(c, t, "signaled", 9, NULL);
+    s_commit(c, "");
+    CHECK(t->state == TRIAL_STOPPED);
+    CHECK_STR(t->row.reason, "enough");
+
+    /* a release that a stop overtakes ends as stopped, not suspended */
+    ctl__tick(c, util_now());
+    REQUIRE(s->ntrials == 2);
+    ctl_trial *u = s->trials[1];
+    ctl__trial_heard(c, u);
+    ctl__trial_release(c, u, "cli");
+    ctl__trial_stop(c, u, "cli", "changed my mind", 0);
+    CHECK(u->plan == PLAN_STOP);
+    ctl__trial_checkpoint(c, u, 3, "/tmp/c3");
+    CHECK(u->plan == PLAN_STOP);
+    ctl__trial_exited(c, u, "exited", 0, NULL);
+    s_commit(c, "");
+    CHECK(u->state == TRIAL_STOPPED);
+
+    /* a completed run stands even when a restart was planned */
+    ctl__tick(c, util_now());
+    REQUIRE(s->ntrials == 3);
+    ctl_trial *w = s->trials[2];
+    ctl__trial_heard(c, w);
+    store_point p = {.step = 1, .name = "score", .value = 0.5};
+    CHECK(ctl__txn(c) == 0);
+    CHECK(ctl__trial_metrics(c, w, &p, 1, util_now()) == 0);
+    ctl__trial_restart_from(c, w, "/tmp/donor", "restart");
+    ctl__trial_exited(c, w, "exited", 0, NULL);
+    s_commit(c, "");
+    CHECK(w->state == TRIAL_COMPLETED);
+    CHECK_STR(s_persisted(c, w->row.id, NULL), "completed");
+    ctl_destroy(&c);
+}
+
+int main(void)
+{
+    snprintf(s_dir, sizeof s_dir, "/tmp/jz-state-XXXXXX");
+    if (!mkdtemp(s_dir))
+        return 1;
+    log_set_level(LOGL_ERROR);
+    RUN(the_tables_match_the_diagrams);
+    RUN(state_names_round_trip);
+    RUN(every_legal_move_applies);
+    RUN(an_illegal_move_by_code_is_a_programmer_error);
+    RUN(commands_are_refused_in_states_that_do_not_allow_them);
+    RUN(a_lifecycle_through_every_move_on_a_real_store);
+    RUN(restart_plan_and_stop_plans);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
+    if (system(cmd) != 0)
+        printf("could not remove %s\n", s_dir);
+    TEST_DONE();
+}

@@ -1,0 +1,231 @@
+/*  test_trn_comm.c - the trainer's communication layer (trainer/comm.c).
+
+    Without arguments: one rank in-process (the local backend): wire
+    formats against precision.c's rounding, top-k selection, error feedback
+    (what was sent plus the residual equals the sum of the gradients),
+    collectives as the identity. With --mpi (run by tests/integration/
+    test_dist.py under mpirun): ring, hierarchical (2 ranks per node) and
+    MPI_Allreduce against a double-precision reference, identical results on
+    every rank, wire formats, top-k error feedback across ranks. Every rank
+    prints its own "N passed, N failed" line.
+*/
+#include <math.h>
+#include <stdint.h>
+
+#include "jz_test.h"
+#include "trainer/comm.h"
+
+static trn_comm *g_comm;
+
+/* deterministic value for (rank, i) */
+static float s_val(int rank, long i)
+{
+    uint64_t x = (uint64_t)(rank + 1) * 0x9e3779b97f4a7c15ULL +
+                 (uint64_t)i * 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 31;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 29;
+    return (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+TEST(wire_formats_round_like_precision)
+{
+    trn_rng r;
+    trn_rng_seed(&r, 7);
+    int bad16 = 0, badbf = 0;
+    for (int i = 0; i < 200000; i++) {
+        float x = (float)(trn_rng_normal(&r) * pow(2.0, (double)(i % 60) - 30));
+        if (trn_h2f(trn_f2h(x)) != trn_round_fp16(x))
+            bad16++;
+        if (trn_bf2f(trn_f2bf(x)) != trn_round_bf16(x))
+            badbf++;
+    }
+    CHECK(bad16 == 0);
+    CHECK(badbf == 0);
+    CHECK(isinf(trn_h2f(trn_f2h(70000.0f))));
+    CHECK(trn_h2f(trn_f2h(65504.0f)) == 65504.0f);
+    CHECK(isnan(trn_h2f(trn_f2h(NAN))));
+    CHECK(isnan(trn_bf2f(trn_f2bf(NAN))));
+    CHECK(trn_h2f(trn_f2h(-0.0f)) == 0.0f && signbit(trn_h2f(trn_f2h(-0.0f))));
+}
+
+TEST(topk_selects_largest_magnitudes)
+{
+    float v[8] = {0.1f, -5.0f, 3.0f, 0.0f, -3.0f, 7.0f, 0.2f, NAN};
+    int32_t idx[4];
+    trn_topk_select(v, 8, 4, idx);
+    /* NaN (an overflow) always goes; then 7, -5, and one of the tied 3s (lower index) */
+    CHECK(idx[0] == 1 && idx[1] == 2 && idx[2] == 5 && idx[3] == 7);
+    float w[5] = {1, 1, 1, 1, 1};
+    int32_t j[2];
+    trn_topk_select(w, 5, 2, j);
+    CHECK(j[0] == 0 && j[1] == 1);
+}
+
+TEST(topk_error_feedback_keeps_every_gradient)
+{
+    enum { N = 1000, STEPS = 25 };
+    long k = 10;
+    float g[N], res[N] = {0}, buf[N];
+    double sum_g[N] = {0}, sum_sent[N] = {0};
+    trn_rng r;
+    trn_rng_seed(&r, 3);
+    for (int s = 0; s < STEPS; s++) {
+        for (int i = 0; i < N; i++) {
+            g[i] = (float)trn_rng_normal(&r);
+            sum_g[i] += g[i];
+            buf[i] = g[i];
+        }
+        REQUIRE(trn_comm_topk(g_comm, buf, res, N, k) == 0);
+        int nonzero = 0;
+        for (int i = 0; i < N; i++) {
+            sum_sent[i] += buf[i];
+            nonzero += buf[i] != 0;
+        }
+        CHECK(nonzero <= k);
+    }
+    double worst = 0;
+    for (int i = 0; i < N; i++)
+        worst = fmax(worst, fabs(sum_sent[i] + res[i] - sum_g[i]));
+    CHECK(worst < 1e-4);
+}
+
+TEST(one_rank_collectives_are_the_identity)
+{
+    float x[5] = {1, 2, 3, 4, 5};
+    for (int a = 0; a < 3; a++)
+        CHECK(trn_comm_allreduce(g_comm, x, 5, (trn_ar_algo)a, TRN_WIRE_FP16) == 0);
+    CHECK(x[0] == 1 && x[4] == 5);
+    CHECK(g_comm->size == 1 && g_comm->rank == 0);
+    CHECK(trn_ar_algo_from_name("hier") == TRN_AR_HIER && trn_ar_algo_from_name("x") < 0);
+    CHECK(trn_wire_from_name("bf16") == TRN_WIRE_BF16 && trn_wire_from_name("fp8") < 0);
+}
+
+/* ---- under mpirun --------------------------------------------------------- */
+
+/* 1 when buf is bit-identical on every rank */
+static int s_same_everywhere(const float *buf, long n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    const unsigned char *b = (const unsigned char *)buf;
+    for (size_t j = 0; j < (size_t)n * 4; j++)
+        h = (h ^ b[j]) * 1099511628211ULL;
+    uint64_t h0 = h;
+    trn_comm_bcast(g_comm, &h0, sizeof h0, 0);
+    double differ = h != h0;
+    trn_comm_sum_d(g_comm, &differ, 1);
+    return differ == 0;
+}
+
+static void s_check_algo(trn_ar_algo a, trn_wire w, double tol)
+{
+    const long sizes[] = {1, 3, 1000, 4097, 100003};
+    for (int s = 0; s < 5; s++) {
+        long n = sizes[s];
+        float *x = malloc((size_t)n * sizeof(float));
+        REQUIRE(x);
+        for (long i = 0; i < n; i++)
+            x[i] = s_val(g_comm->rank, i);
+        REQUIRE(trn_comm_allreduce(g_comm, x, n, a, w) == 0);
+        double worst = 0;
+        for (long i = 0; i < n; i++) {
+            double ref = 0;
+            for (int r = 0; r < g_comm->size; r++)
+                ref += s_val(r, i);
+            worst = fmax(worst, fabs(x[i] - ref));
+        }
+        if (worst > tol)
+            JZT_FAIL("algo %d wire %d n %ld: max error %g > %g", a, w, n, worst, tol);
+        CHECK(s_same_everywhere(x, n));
+        free(x);
+    }
+}
+
+TEST(mpi_ring_matches_reference)
+{
+    s_check_algo(TRN_AR_RING, TRN_WIRE_FP32, 1e-5);
+}
+
+TEST(mpi_native_matches_reference)
+{
+    s_check_algo(TRN_AR_NATIVE, TRN_WIRE_FP32, 1e-5);
+}
+
+TEST(mpi_hierarchical_two_per_node_matches_reference)
+{
+    REQUIRE(trn_comm_set_nodes(g_comm, 2) == 0);
+    CHECK(g_comm->nleaders == (g_comm->size + 1) / 2);
+    s_check_algo(TRN_AR_HIER, TRN_WIRE_FP32, 1e-5);
+    s_check_algo(TRN_AR_HIER, TRN_WIRE_BF16, 0.05 * g_comm->size);
+    REQUIRE(trn_comm_set_nodes(g_comm, 0) == 0);
+}
+
+TEST(mpi_wire_formats)
+{
+    /* |sum| <= size; fp16 keeps 11 bits, bf16 8 bits, per hop */
+    s_check_algo(TRN_AR_RING, TRN_WIRE_FP16, 0.004 * g_comm->size);
+    s_check_algo(TRN_AR_RING, TRN_WIRE_BF16, 0.05 * g_comm->size);
+}
+
+TEST(mpi_topk_error_feedback_across_ranks)
+{
+    enum { N = 5000 };
+    long k = 50;
+    float *buf = malloc(N * sizeof(float)), *res = calloc(N, sizeof(float));
+    double *sum_g = calloc(N, sizeof(double)), *sum_sent = calloc(N, sizeof(double));
+    REQUIRE(buf && res && sum_g && sum_sent);
+    uint64_t before = g_comm->bytes_out;
+    for (int s = 0; s < 5; s++) {
+        for (long i = 0; i < N; i++) {
+            buf[i] = s_val(g_comm->rank + 17 * s, i);
+            for (int r = 0; r < g_comm->size; r++)
+                sum_g[i] += s_val(r + 17 * s, i); /* every rank's gradient */
+        }
+        REQUIRE(trn_comm_topk(g_comm, buf, res, N, k) == 0);
+        CHECK(s_same_everywhere(buf, N));
+        for (long i = 0; i < N; i++)
+            sum_sent[i] += buf[i];
+    }
+    /* sent (summed over ranks and steps) + every rank's residual = all gradients */
+    double *rs = malloc(N * sizeof(double));
+    REQUIRE(rs);
+    for (long i = 0; i < N; i++)
+        rs[i] = res[i];
+    REQUIRE(trn_comm_sum_d(g_comm, rs, N) == 0);
+    double worst = 0;
+    for (long i = 0; i < N; i++)
+        worst = fmax(worst, fabs(sum_sent[i] + rs[i] - sum_g[i]));
+    CHECK(worst < 1e-3);
+    /* bytes: (size-1) records of k (index, value) pairs per step */
+    CHECK(g_comm->bytes_out - before == (uint64_t)5 * (g_comm->size - 1) * k * 8);
+    free(buf);
+    free(res);
+    free(sum_g);
+    free(sum_sent);
+    free(rs);
+}
+
+int main(int argc, char **argv)
+{
+    char err[TRN_ERRLEN];
+    int mpi = argc > 1 && !strcmp(argv[1], "--mpi");
+    g_comm = mpi ? trn_comm_mpi_new(err) : trn_comm_local_new(err);
+    if (!g_comm) {
+        printf("cannot create the comm: %s\n", err);
+        return 1;
+    }
+    RUN(wire_formats_round_like_precision);
+    RUN(topk_selects_largest_magnitudes);
+    if (!mpi) {
+        RUN(topk_error_feedback_keeps_every_gradient);
+        RUN(one_rank_collectives_are_the_identity);
+    } else {
+        RUN(mpi_ring_matches_reference);
+        RUN(mpi_native_matches_reference);
+        RUN(mpi_hierarchical_two_per_node_matches_reference);
+        RUN(mpi_wire_formats);
+        RUN(mpi_topk_error_feedback_across_ranks);
+    }
+    trn_comm_destroy(&g_comm);
+    TEST_DONE();
+}

@@ -1,0 +1,312 @@
+/*  dist.c - fusion buckets and the communication thread (see dist.h).
+
+    Thread protocol: the training thread packs a bucket and appends its
+    index to a queue (mutex + condition); the communication thread takes
+    the queue in order and runs the all-reduce. Buckets are always queued in
+    index order on every rank (a bucket waits for the ones before it), so
+    the collectives match across ranks. The training thread calls the comm
+    only after trn_dist_finish has drained the queue (SERIALIZED MPI).
+*/
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/dist.h"
+
+double trn__now(void); /* train.c */
+
+typedef struct {
+    int first, last; /* param indices, first > last (backward order) */
+    long n;          /* floats */
+    float *buf;      /* packed gradients */
+    float *residual; /* top-k error feedback (n floats) */
+    int pending;     /* params not yet final this step */
+} s_bucket;
+
+struct trn_dist {
+    trn_comm *comm;
+    trn_net *net;
+    trn_dist_opts o;
+    long fusion_bytes;
+    s_bucket *b;
+    int nb;
+    int *bucket_of; /* param -> bucket */
+    double *unscale;
+    int next_queue;    /* first bucket not yet queued */
+    int complete_upto; /* buckets [0, complete_upto) reduced */
+    int failed;
+    /* thread */
+    int threaded;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int queued; /* buckets [0, queued) handed to the thread */
+    int quit;
+};
+
+static int s_reduce(trn_dist *d, s_bucket *b)
+{
+    if (d->o.topk > 0) {
+        long k = (long)ceil(d->o.topk * (double)b->n);
+        return trn_comm_topk(d->comm, b->buf, b->residual, b->n, k < 1 ? 1 : k);
+    }
+    return trn_comm_allreduce(d->comm, b->buf, b->n, d->o.algo, d->o.wire);
+}
+
+static void *s_thread(void *arg)
+{
+    trn_dist *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->quit && d->complete_upto >= d->queued)
+            pthread_cond_wait(&d->cv, &d->mu);
+        if (d->quit)
+            break;
+        int i = d->complete_upto;
+        pthread_mutex_unlock(&d->mu);
+        int rc = s_reduce(d, &d->b[i]);
+        pthread_mutex_lock(&d->mu);
+        if (rc < 0)
+            d->failed = 1;
+        d->complete_upto = i + 1;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static void s_pack(trn_dist *d, s_bucket *b)
+{
+    long off = 0;
+    for (int i = b->first; i >= b->last; i--) {
+        trn_param *p = trn_net_param(d->net, i);
+        float f = (float)d->unscale[i];
+        for (long j = 0; j < p->n; j++)
+            b->buf[off + j] = p->g[j] * f;
+        off += p->n;
+    }
+}
+
+static void s_unpack(trn_dist *d, s_bucket *b)
+{
+    long off = 0;
+    for (int i = b->first; i >= b->last; i--) {
+        trn_param *p = trn_net_param(d->net, i);
+        memcpy(p->g, b->buf + off, (size_t)p->n * sizeof(float));
+        off += p->n;
+    }
+}
+
+/* Queues complete buckets in order (overlap) or leaves them for finish. */
+static void s_queue_ready(trn_dist *d)
+{
+    while (d->next_queue < d->nb && d->b[d->next_queue].pending == 0) {
+        s_pack(d, &d->b[d->next_queue]);
+        d->next_queue++;
+        if (d->threaded) {
+            pthread_mutex_lock(&d->mu);
+            d->queued = d->next_queue;
+            pthread_cond_broadcast(&d->cv);
+            pthread_mutex_unlock(&d->mu);
+        }
+    }
+}
+
+void trn_dist_begin(trn_dist *d, const double *unscale)
+{
+    int np = trn_net_nparams(d->net);
+    memcpy(d->unscale, unscale, (size_t)np * sizeof(double));
+    for (int i = 0; i < d->nb; i++)
+        d->b[i].pending = d->b[i].first - d->b[i].last + 1;
+    d->next_queue = 0;
+    d->complete_upto = 0;
+    d->queued = 0;
+    d->failed = 0;
+}
+
+void trn_dist_ready(trn_dist *d, int i)
+{
+    s_bucket *b = &d->b[d->bucket_of[i]];
+    if (b->pending > 0)
+        b->pending--;
+    if (d->o.overlap)
+        s_queue_ready(d);
+}
+
+int trn_dist_finish(trn_dist *d)
+{
+    for (int i = 0; i < d->nb; i++)
+        d->b[i].pending = 0; /* whatever did not report (no examples) is final */
+    s_queue_ready(d);
+    if (d->threaded) {
+        pthread_mutex_lock(&d->mu);
+        while (d->complete_upto < d->nb)
+            pthread_cond_wait(&d->cv, &d->mu);
+        pthread_mutex_unlock(&d->mu);
+    } else {
+        for (int i = 0; i < d->nb; i++)
+            if (s_reduce(d, &d->b[i]) < 0)
+                d->failed = 1;
+    }
+    for (int i = 0; i < d->nb; i++)
+        s_unpack(d, &d->b[i]);
+    return d->failed ? -1 : 0;
+}
+
+long trn_dist_fusion_bytes(const trn_dist *d)
+{
+    return d->fusion_bytes;
+}
+
+int trn_dist_nbuckets(const trn_dist *d)
+{
+    return d->nb;
+}
+
+int trn_dist_fit_curve(trn_comm *c, const trn_dist_opts *o, double *alpha, double *beta)
+{
+    enum { NS = 6 };
+    const long sizes[NS] = {1024, 4096, 16384, 65536, 262144, 1048576}; /* floats */
+    double t[NS];
+    float *buf = calloc((size_t)sizes[NS - 1], sizeof(float));
+    if (!buf)
+        return -1;
+    for (int s = 0; s < NS; s++) {
+        int reps = s < 3 ? 10 : 3;
+        trn_comm_allreduce(c, buf, sizes[s], o->algo, o->wire); /* warm */
+        trn_comm_barrier(c);
+        double t0 = trn__now();
+        for (int r = 0; r < reps; r++)
+            if (trn_comm_allreduce(c, buf, sizes[s], o->algo, o->wire) < 0) {
+                free(buf);
+                return -1;
+            }
+        t[s] = (trn__now() - t0) / reps;
+    }
+    free(buf);
+    /* least squares of t = a + b * bytes */
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int s = 0; s < NS; s++) {
+        double x = (double)sizes[s] * 4;
+        sx += x;
+        sy += t[s];
+        sxx += x * x;
+        sxy += x * t[s];
+    }
+    double fit[2];
+    fit[1] = (NS * sxy - sx * sy) / (NS * sxx - sx * sx);
+    fit[0] = (sy - fit[1] * sx) / NS;
+    if (fit[0] < 1e-7) /* latency at least 0.1 us */
+        fit[0] = 1e-7;
+    if (!(fit[1] > 0))
+        fit[1] = 1e-10;
+    if (trn_comm_bcast(c, fit, sizeof fit, 0) < 0)
+        return -1;
+    *alpha = fit[0];
+    *beta = fit[1];
+    return 0;
+}
+
+static int s_build(trn_dist *d, long thr, char *err)
+{
+    int np = trn_net_nparams(d->net);
+    d->b = calloc((size_t)np, sizeof *d->b);
+    d->bucket_of = calloc((size_t)np, sizeof(int));
+    d->unscale = calloc((size_t)np, sizeof(double));
+    if (!d->b || !d->bucket_of || !d->unscale)
+        goto oom;
+    d->nb = 0;
+    int i = np - 1;
+    while (i >= 0) {
+        s_bucket *b = &d->b[d->nb];
+        b->first = i;
+        b->n = 0;
+        while (i >= 0) {
+            b->n += trn_net_param(d->net, i)->n;
+            d->bucket_of[i] = d->nb;
+            i--;
+            if (b->n * (long)sizeof(float) >= thr)
+                break;
+        }
+        b->last = i + 1;
+        d->nb++;
+        b->buf = malloc((size_t)b->n * sizeof(float));
+        if (!b->buf)
+            goto oom;
+        if (d->o.topk > 0 && !(b->residual = calloc((size_t)b->n, sizeof(float))))
+            goto oom;
+    }
+    return 0;
+oom:
+    snprintf(err, TRN_ERRLEN, "out of memory (fusion buckets)");
+    return -1;
+}
+
+trn_dist *trn_dist_new(trn_comm *c, trn_net *net, const trn_dist_opts *o, char *err)
+{
+    trn_dist *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    d->comm = c;
+    d->net = net;
+    d->o = *o;
+    long thr = o->fusion_bytes;
+    if (thr < 0) {
+        /* adaptive: the size at which latency is 10% of the transfer time,
+           within [64 KB, 64 MB] */
+        double a, b;
+        if (trn_dist_fit_curve(c, o, &a, &b) < 0) {
+            snprintf(err, TRN_ERRLEN, "fusion auto: measuring the all-reduce failed");
+            free(d);
+            return NULL;
+        }
+        double x = 10.0 * a / b;
+        thr = x < 65536 ? 65536 : x > 67108864.0 ? 67108864 : (long)x;
+    }
+    d->fusion_bytes = thr;
+    if (s_build(d, thr, err) < 0) {
+        trn_dist_destroy(&d);
+        return NULL;
+    }
+    if (o->overlap) {
+        pthread_mutex_init(&d->mu, NULL);
+        pthread_cond_init(&d->cv, NULL);
+        if (pthread_create(&d->th, NULL, s_thread, d) != 0) {
+            pthread_mutex_destroy(&d->mu);
+            pthread_cond_destroy(&d->cv);
+            snprintf(err, TRN_ERRLEN, "cannot start the communication thread");
+            trn_dist_destroy(&d);
+            return NULL;
+        }
+        d->threaded = 1;
+    }
+    return d;
+}
+
+void trn_dist_destroy(trn_dist **dp)
+{
+    if (!dp || !*dp)
+        return;
+    trn_dist *d = *dp;
+    if (d->threaded) {
+        pthread_mutex_lock(&d->mu);
+        d->quit = 1;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->th, NULL);
+        pthread_mutex_destroy(&d->mu);
+        pthread_cond_destroy(&d->cv);
+    }
+    for (int i = 0; d->b && i < d->nb; i++) {
+        free(d->b[i].buf);
+        free(d->b[i].residual);
+    }
+    free(d->b);
+    free(d->bucket_of);
+    free(d->unscale);
+    free(d);
+    *dp = NULL;
+}

@@ -1,0 +1,61 @@
+/*  dist.h - gradient exchange of a data-parallel trainer: fusion buckets,
+    the communication thread, compression state (dist.c).
+
+    Buckets are runs of parameters in backward order (last layer first),
+    each at least `fusion_bytes` long (one parameter per bucket when 0;
+    chosen from a bandwidth curve measured at start when -1). During the
+    backward pass of a step the net reports each parameter whose gradient
+    is final (trn_dist_ready); a bucket whose parameters are all final is
+    packed (unscaled into true units) and handed, in bucket order, to the
+    communication thread (overlap on) or kept for trn_dist_finish (overlap
+    off). trn_dist_finish sends what is left, waits for the thread and
+    writes the summed gradients back into the params.
+
+    Gradients are summed, not averaged: each rank's gradient is already
+    weighted by its share of the global batch (local count / global batch),
+    so the sum is the global-batch mean, also when the batch does not divide
+    by the rank count.
+    Caller owns a trn_dist and must destroy it; the comm and net are
+    borrowed and must outlive it. Errors: 0/-1, constructors NULL + err.
+*/
+#ifndef TRN_DIST_H
+#define TRN_DIST_H
+
+#include "trainer/comm.h"
+
+typedef struct {
+    trn_ar_algo algo;  /* ring | hier | native */
+    trn_wire wire;     /* fp32 | fp16 | bf16 (ring and hier) */
+    double topk;       /* 0: dense; else the fraction of each bucket sent */
+    long fusion_bytes; /* bucket size; 0 = one param per bucket; -1 = auto */
+    int overlap;       /* communication thread during backward */
+} trn_dist_opts;
+
+typedef struct trn_dist trn_dist;
+
+/* Builds buckets for the net's params (measuring the curve when auto;
+   collective: every rank calls it). */
+trn_dist *trn_dist_new(trn_comm *c, trn_net *net, const trn_dist_opts *o, char *err);
+void trn_dist_destroy(trn_dist **dp);
+
+/* Starts a step: unscale[i] is the factor bringing param i's gradient to
+   true units (1 / its loss scale). Copies the factors. */
+void trn_dist_begin(trn_dist *d, const double *unscale);
+
+/* Param i's gradient is final for this step (called from the backward). */
+void trn_dist_ready(trn_dist *d, int i);
+
+/* Sends the remaining buckets, waits for all, writes the sums into the
+   params' g. Returns 0 or -1. */
+int trn_dist_finish(trn_dist *d);
+
+/* The bucket size in use (bytes) and the bucket count. */
+long trn_dist_fusion_bytes(const trn_dist *d);
+int trn_dist_nbuckets(const trn_dist *d);
+
+/* Measures the all-reduce time of the chosen algorithm at sizes 4 KB ...
+   4 MB and fits t = alpha + bytes * beta (rank 0's fit, broadcast).
+   Collective. Returns 0 or -1. */
+int trn_dist_fit_curve(trn_comm *c, const trn_dist_opts *o, double *alpha, double *beta);
+
+#endif
