@@ -41,6 +41,10 @@ HAVE_MPI  := $(if $(shell command -v mpicc 2>/dev/null),yes,no)
 
 # ---- sources by part -------------------------------------------------------
 COMMON_SRC := $(wildcard common/*.c)
+# The common code the static helper library carries: not the front ends'
+# identities and controller client (they need libsodium, which a trial
+# program linking libjizhi.a should not have to know about).
+HELPER_COMMON_SRC := $(filter-out common/ident.c common/client.c,$(COMMON_SRC))
 STORE_SRC  := $(wildcard store/*.c)
 SCHED_SRC  := $(wildcard schedulers/*.c)
 CTL_SRC    := $(wildcard controller/*.c)
@@ -114,7 +118,7 @@ $(BUILD)/lib/%.a:
 # object whose only global symbols are jz_*, so that a static link needs
 # only -lzmq -ljansson -lm -pthread and clashes with no name of the user's.
 # jizhi's own programs link the helper objects (libjzhelper.a) instead.
-$(LIBJIZHI_A): $(call obj,$(HELPER_SRC)) $(call obj,$(COMMON_SRC))
+$(LIBJIZHI_A): $(call obj,$(HELPER_SRC)) $(call obj,$(HELPER_COMMON_SRC))
 	@mkdir -p $(dir $@)
 	@rm -f $@ $@.o
 	$(CC) -r -nostdlib -o $@.o $^
