@@ -151,6 +151,8 @@ disp_t *disp_new(const disp_config *cfg)
                     d->trial_endpoint);
             goto fail;
         }
+        if (cfg->slots <= 0)
+            d->slots = 64; /* jobs, not this machine's cores */
         if (cfg->gpus) {
             fprintf(stderr, "jizhi dispatcher: --gpus lists local devices; with the "
                             "slurm backend use --max-gpus N\n");

@@ -52,7 +52,7 @@
 
     Slurm (backend "slurm", disp_slurm.c): each trial attempt becomes one
     Slurm job instead of a child process; `slots` is the most jobs held at
-    once (queued or running), a trial with `ranks` R counting R, as the
+    once (queued or running; <= 0: 64), a trial with `ranks` R counting R, as the
     controller reserves a slot per rank. The dispatcher writes
     <log_dir>/<study>/trial-<id>.<attempt>.sbatch (an exec of argv, every
     word quoted; for ranks > 1 an exec of `srun --ntasks=R` with argv, so
