@@ -1,4 +1,4 @@
-/*  main.c - the `jizhi` command line (DESIGN §3): the command table.
+/*  main.c - the `jizhi` command line (docs/cli.md): the command table.
 
     The directory holding this executable is put in front of PATH so that
     trials find `jizhi` (for `jizhi report`) and `jizhi-train` next to it.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install-deps.sh - installs the Debian packages jizhi needs (DESIGN §7).
+# install-deps.sh - installs the Debian packages jizhi needs (docs/design.md, Dependencies).
 # Idempotent: does nothing when every package is already installed.
 # Called by `make run`, `make test` and .ci/run.
 set -euo pipefail
