@@ -14,6 +14,7 @@
        outbox is read instead): start, run, pause, resume, release,
        suspend, unsuspend, retry, failure, stop, study stop and resume
        (the persisted study_stopped field), load restart, completion.
+    5. The trial id map: every id found, absent ones not, growth.
 */
 #include "jz_test.h"
 
@@ -238,6 +239,33 @@ TEST(commands_are_refused_in_states_that_do_not_allow_them)
     ctl_trial t = {.row = {.id = 5}, .state = TRIAL_COMPLETED};
     CHECK_STR(ctl_trial_cmd_refusal(&t, TRIAL_CMD_PAUSE, buf, sizeof buf),
               "trial 5 is completed, not running");
+}
+
+/* ---- the id map ---- */
+
+TEST(id_map_finds_every_id_and_nothing_else)
+{
+    ctl_idmap m = {0};
+    CHECK(ctl_idmap_get(&m, 1) == NULL); /* empty */
+    static int vals[3];
+    /* ids that share low bits (multiples of 4096) and a dense run */
+    for (long i = 1; i <= 20000; i++)
+        ctl_idmap_put(&m, i % 2 ? i : i * 4096, &vals[i % 3]);
+    CHECK(m.count == 20000);
+    CHECK(m.cap >= 2 * m.count); /* at most half full */
+    int wrong = 0;
+    for (long i = 1; i <= 20000; i++)
+        wrong += ctl_idmap_get(&m, i % 2 ? i : i * 4096) != &vals[i % 3];
+    CHECK(wrong == 0);
+    CHECK(ctl_idmap_get(&m, 4096 * 3) == NULL); /* odd multiple: never put */
+    CHECK(ctl_idmap_get(&m, 20001) == NULL);
+    CHECK(ctl_idmap_get(&m, 0) == NULL && ctl_idmap_get(&m, -5) == NULL);
+    ctl_idmap_put(&m, 7, &vals[2]); /* replace: no new entry */
+    CHECK(m.count == 20000 && ctl_idmap_get(&m, 7) == &vals[2]);
+    ctl_idmap_put(&m, 0, &vals[0]); /* ids are > 0: ignored */
+    CHECK(m.count == 20000);
+    ctl_idmap_clear(&m);
+    CHECK(m.count == 0 && ctl_idmap_get(&m, 7) == NULL);
 }
 
 /* ---- 4. a lifecycle on a real store ---- */
@@ -546,6 +574,7 @@ int main(void)
     RUN(every_legal_move_applies);
     RUN(an_illegal_move_by_code_is_a_programmer_error);
     RUN(commands_are_refused_in_states_that_do_not_allow_them);
+    RUN(id_map_finds_every_id_and_nothing_else);
     RUN(a_lifecycle_through_every_move_on_a_real_store);
     RUN(restart_plan_and_stop_plans);
     char cmd[128];
