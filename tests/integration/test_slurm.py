@@ -261,6 +261,19 @@ def test_exit_code_and_timeout_through_slurm(jz, slurm):
         stop(disp, ctl)
 
 
+def test_unknown_partition_fails_the_start_with_sbatchs_reason(jz, slurm):
+    ctl, disp = daemons(jz, slurm, "--partition", "nosuchpartition")
+    try:
+        jz.run("study", "submit", jz.write_spec(base_spec("nopart", ["true"], trials=1,
+                                                          parallel=1)), check=0)
+        wait_study(jz, "nopart", 60)
+        ((state, how, reason),) = jz.sql("SELECT state, exit_how, reason FROM trials")
+        assert (state, how) == ("failed", "start_failed"), (state, how, reason)
+        assert "sbatch failed" in reason and "invalid partition" in reason.lower(), reason
+    finally:
+        stop(disp, ctl)
+
+
 def test_two_rank_trial_through_srun(jz, slurm):
     """trial.ranks = 2: one job with --ntasks=2 whose script runs srun, and
     srun starts the two MPI ranks of jizhi-train (PMIx)."""
