@@ -144,6 +144,19 @@ def chromium_draw(url, runs):
             n = drv.execute_script("return jz.curveLines.length")
             timing = drv.execute_script("return jz.timing")
             out.append((v, n, timing))
+        # a look at the big page (build/test-artifacts/web-study-1000.png)
+        art = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build",
+                           "test-artifacts")
+        os.makedirs(art, exist_ok=True)
+        m = drv.execute_cdp_cmd("Page.getLayoutMetrics", {})
+        size = m.get("cssContentSize") or m["contentSize"]
+        img = drv.execute_cdp_cmd("Page.captureScreenshot", {
+            "format": "png", "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": size["width"],
+                     "height": min(size["height"], 3000), "scale": 1}})
+        import base64
+        with open(os.path.join(art, f"web-study-{len(out and [0]) and out[0][1]}.png"), "wb") as f:
+            f.write(base64.b64decode(img["data"]))
     finally:
         drv.quit()
     return out, None
