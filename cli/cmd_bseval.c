@@ -1,5 +1,5 @@
 /*  cmd_bseval.c - `jizhi batchsize-eval`: the critical-batch-size
-    evaluation mode of the batchsize scheduler (DESIGN §5).
+    evaluation mode of the batchsize scheduler (docs/design.md, Schedulers).
 
     From a short run of a model it estimates the critical batch size
     B_crit ~ B_simple = tr(Sigma)/|G|^2 (McCandlish et al. 2018) with a

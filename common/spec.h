@@ -1,4 +1,4 @@
-/*  spec.h - the study spec (DESIGN §2): parsing, validation, parameters.
+/*  spec.h - the study spec (docs/spec.md): parsing, validation, parameters.
 
     A spec is parsed from JSON into a spec_t. Validation is strict: unknown
     keys, wrong types and bad ranges are refused with a message that names

@@ -1,4 +1,4 @@
-/*  gp.h - Gaussian-process regression for the bo scheduler (DESIGN §5).
+/*  gp.h - Gaussian-process regression for the bo scheduler (docs/design.md, Schedulers).
 
     A GP over inputs in [0,1]^d with a Matérn-5/2 ARD kernel, a signal
     variance (amplitude) and a noise variance. Outputs are standardised

@@ -1,4 +1,4 @@
-/*  sched.h - the scheduler interface (DESIGN §5).
+/*  sched.h - the scheduler interface (docs/design.md, Schedulers).
 
     A scheduler is pure decision logic: given the study's spec and the
     trials' results it suggests new trials' parameters and may return

@@ -1,4 +1,4 @@
-/*  sched_batchsize.c - the batch-size scheduler (DESIGN §5): adapts a
+/*  sched_batchsize.c - the batch-size scheduler (docs/design.md, Schedulers): adapts a
     running trial's batch size and learning rate from the gradient noise
     scale it reports (McCandlish et al. 2018; Pollux, OSDI'21; AdaScale).
 

@@ -1,5 +1,5 @@
 /*  sched_bo.c - Bayesian optimisation: a GP (gp.c) on the trials' results
-    and log-EI or UCB (acq.c) to choose the next trial (DESIGN §5 "bo").
+    and log-EI or UCB (acq.c) to choose the next trial (docs/design.md, Schedulers "bo").
 
     Parameters are encoded into [0,1]^D: float and int parameters take one
     dimension each through spec_param_to_unit (log scale for log ones),

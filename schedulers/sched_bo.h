@@ -1,4 +1,4 @@
-/*  sched_bo.h - the Bayesian-optimisation scheduler (DESIGN §5 "bo").
+/*  sched_bo.h - the Bayesian-optimisation scheduler (docs/design.md, Schedulers "bo").
 
     Options (the spec's "scheduler" object):
       "type": "bo", "seed": integer      as for every scheduler

@@ -1,5 +1,5 @@
 /*  sched_es.c - early stopping monitors: ASHA and the median stopping rule
-    (DESIGN §5). Both are monitors (suggest NULL) created from the spec's
+    (docs/design.md, Schedulers). Both are monitors (suggest NULL) created from the spec's
     early_stopping object, so they work next to any scheduler.
 
     Both pair each trial's objective with its resource (option `resource`,

@@ -1,5 +1,5 @@
-/*  sched_guard.c - the divergence guard (DESIGN §5), a monitor next to any
-    scheduler, configured by the spec's top-level "guard" object.
+/*  sched_guard.c - the divergence guard (docs/design.md, Schedulers), a monitor next to
+   any scheduler, configured by the spec's top-level "guard" object.
 
     It watches one loss metric per trial (option `metric`, default
     "train_loss"). A value that is NaN/inf, or above `jump` (default 3)

@@ -1,4 +1,4 @@
-/*  sched_pbt.c - population based training (DESIGN §5; Jaderberg et al.
+/*  sched_pbt.c - population based training (docs/design.md, Schedulers; Jaderberg et al.
     2017, "Population based training of neural networks").
 
     The population is budget.parallel trials started with random params.

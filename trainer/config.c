@@ -1,10 +1,10 @@
 /*  config.c - jizhi-train's options: one table, one namespace.
 
-    Every option is a flag --foo-bar and a param foo_bar (DESIGN §6,
-    contract). Order of precedence: defaults < command-line flags < the
-    trial's params from the helper, so a study's `space` can tune any option
-    even when its command passes a fixed flag. Values are checked against
-    the option's type and range, and the message names the option.
+    Every option is a flag --foo-bar and a param foo_bar (docs/design.md, The built-in
+   trainer, contract). Order of precedence: defaults < command-line flags < the trial's
+   params from the helper, so a study's `space` can tune any option even when its command
+   passes a fixed flag. Values are checked against the option's type and range, and the
+   message names the option.
 */
 #include <ctype.h>
 #include <errno.h>

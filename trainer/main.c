@@ -1,4 +1,4 @@
-/*  main.c - jizhi-train: the built-in trainer (DESIGN §6).
+/*  main.c - jizhi-train: the built-in trainer (docs/design.md, The built-in trainer).
 
     Reads flags, opens the trial through libjizhi (standalone outside a
     study), lets the trial's params override the flags, loads the data,

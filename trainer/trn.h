@@ -1,4 +1,5 @@
-/*  trn.h - internals of jizhi-train, the built-in trainer (DESIGN §6).
+/*  trn.h - internals of jizhi-train, the built-in trainer (docs/design.md, The built-in
+   trainer).
 
     The trainer is a user of the helper's public API (jizhi.h) like any
     other program; everything here is internal to trainer/ (prefix trn_).
