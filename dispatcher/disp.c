@@ -153,6 +153,8 @@ disp_t *disp_new(const disp_config *cfg)
         }
         if (cfg->slots <= 0)
             d->slots = 64; /* jobs, not this machine's cores */
+        /* jobs outlive the dispatcher: a restart takes them back (adopt) */
+        d->kill_on_stop = 0;
         if (cfg->gpus) {
             fprintf(stderr, "jizhi dispatcher: --gpus lists local devices; with the "
                             "slurm backend use --max-gpus N\n");
@@ -883,6 +885,39 @@ static void s_shutdown(disp_t *d)
     }
 }
 
+/* Takes back what an earlier run left running (Slurm jobs): they are
+   listed as running when registering, so the controller keeps them. */
+static void s_adopt(disp_t *d)
+{
+    disp__proc **v = NULL;
+    size_t n = d->be->ops->adopt(d->be, &v), kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        disp__proc *p = v[i];
+        int dup = 0;
+        for (size_t k = 0; k < d->nprocs; k++)
+            dup |= d->procs[k]->trial == p->trial && d->procs[k]->attempt == p->attempt;
+        if (!dup && d->nprocs == d->cap) {
+            disp__proc **np = realloc(d->procs, (d->cap * 2 + 8) * sizeof *np);
+            if (np) {
+                d->procs = np;
+                d->cap = d->cap * 2 + 8;
+            }
+        }
+        if (dup || d->nprocs == d->cap) {
+            d->be->ops->fini(d->be, p);
+            free(p);
+            continue;
+        }
+        /* its timeout_s is not known here: Slurm's --time still holds */
+        p->t_start = util_now();
+        d->procs[d->nprocs++] = p;
+        kept++;
+    }
+    free(v);
+    if (kept)
+        log_info(TAG, "took back %zu trial(s) an earlier run left running", kept);
+}
+
 int disp_run(disp_t *d, volatile int *stop)
 {
     d->sock = zmq_socket(d->ctx, ZMQ_DEALER);
@@ -901,6 +936,7 @@ int disp_run(disp_t *d, volatile int *stop)
     }
     log_info(TAG, "dispatcher %s: controller %s, %d slots, %d GPUs, logs in %s", d->name,
              d->endpoint, d->slots, d->ngpus, d->log_dir);
+    s_adopt(d);
     d->ready = 0;
     d->last_reg = -INFINITY;
     d->last_heard = util_now();
