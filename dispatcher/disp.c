@@ -151,6 +151,8 @@ disp_t *disp_new(const disp_config *cfg)
                     d->trial_endpoint);
             goto fail;
         }
+        if (cfg->slots <= 0)
+            d->slots = 64; /* jobs, not this machine's cores */
         if (cfg->gpus) {
             fprintf(stderr, "jizhi dispatcher: --gpus lists local devices; with the "
                             "slurm backend use --max-gpus N\n");
@@ -454,15 +456,6 @@ static void s_on_start(disp_t *d, const json_t *msg)
         s_report_start_failed(d, st.trial, st.attempt, err);
         return;
     }
-    json_t *mpi_argv = NULL, *mpi_env = NULL; /* the launcher's, for ranks > 1 */
-    if (st.ranks > 1) {
-        if (disp__mpi_prepare(&st, &mpi_argv, &mpi_env, err, sizeof err) != 0) {
-            s_report_start_failed(d, st.trial, st.attempt, err);
-            return;
-        }
-        st.argv = mpi_argv;
-        st.env = mpi_env;
-    }
     int nfree = 0, want = st.gpus * st.ranks;
     int *gpus = s_pick_gpus(d, want, &nfree);
     if (want > 0 && !gpus) {
@@ -472,8 +465,6 @@ static void s_on_start(disp_t *d, const json_t *msg)
         else
             snprintf(err, sizeof err, "no free GPU (needs %d, %d free)", want, nfree);
         s_report_start_failed(d, st.trial, st.attempt, err);
-        json_decref(mpi_argv);
-        json_decref(mpi_env);
         return;
     }
 
@@ -544,8 +535,6 @@ static void s_on_start(disp_t *d, const json_t *msg)
              st.attempt, d->be->ops->id_word, (int)p->pid, p->argv0, dir, st.trial,
              st.attempt, cuda[0] ? cuda : "none");
 out:
-    json_decref(mpi_argv);
-    json_decref(mpi_env);
     free(gpus);
     free(root);
     free(study);

@@ -52,11 +52,15 @@
 
     Slurm (backend "slurm", disp_slurm.c): each trial attempt becomes one
     Slurm job instead of a child process; `slots` is the most jobs held at
-    once (queued or running). The dispatcher writes
+    once (queued or running; <= 0: 64), a trial with `ranks` R counting R, as the
+    controller reserves a slot per rank. The dispatcher writes
     <log_dir>/<study>/trial-<id>.<attempt>.sbatch (an exec of argv, every
-    word quoted) and submits it with sbatch in the trial's environment
-    (sbatch exports it to the job), with --output/--error on the same log
-    paths, --gres=gpu:N for the trial's GPUs (Slurm then sets
+    word quoted; for ranks > 1 an exec of `srun --ntasks=R` with argv, so
+    srun starts the MPI ranks with the cluster's MpiDefault or
+    SLURM_MPI_TYPE, and --ntasks=R on sbatch) and submits it with sbatch in the trial's
+   environment (sbatch exports it to the job), with --output/--error on the same log
+    paths, --gres=gpu:N for the trial's GPUs (--gpus-per-task=N with
+    ranks; JIZHI_RANKS and JIZHI_GPUS_PER_RANK as with mpirun; Slurm sets
     CUDA_VISIBLE_DEVICES), --time from timeout_s plus the kill grace (a
     backstop: the dispatcher's own timeout comes first), --no-requeue, and
     --partition/--account when given. The log and checkpoint directories

@@ -1,5 +1,6 @@
 /*  disp_local.c - the local backend: each trial is a child process of the
-    dispatcher (fork/exec, process groups and reaping live in disp_proc.c).
+    dispatcher (fork/exec, process groups and reaping live in disp_proc.c;
+    a multi-rank trial is one mpirun, disp_mpi.c).
 
     It is the default backend and the one `jizhi run` uses; disp_slurm.c
     implements the same operations with Slurm jobs.
@@ -13,11 +14,26 @@
 #include <string.h>
 #include <sys/wait.h>
 
+/* A trial with ranks > 1 runs under mpirun (disp_mpi.c): the launcher is
+   the trial's process. */
 static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, char *err,
                    size_t errsize)
 {
     (void)b;
-    return disp__spawn(a, p, err, errsize);
+    if (a->st->ranks <= 1)
+        return disp__spawn(a, p, err, errsize);
+    json_t *argv, *env;
+    if (disp__mpi_prepare(a->st, &argv, &env, err, errsize) != 0)
+        return -1;
+    disp__start st = *a->st;
+    st.argv = argv;
+    st.env = env;
+    disp__spawn_args mpi = *a;
+    mpi.st = &st;
+    int rc = disp__spawn(&mpi, p, err, errsize);
+    json_decref(argv);
+    json_decref(env);
+    return rc;
 }
 
 static void s_refresh(disp__backend *b, disp__proc **procs, size_t n, double now)

@@ -1,8 +1,9 @@
 /*  disp_slurm.c - the Slurm backend: each trial attempt is one Slurm job.
 
     start   writes <dir>/trial-<id>.<attempt>.sbatch (a /bin/sh script that
-            execs the trial's argv, every word single-quoted; srun launches
-            the ranks when a trial has more than one) and runs sbatch
+            execs the trial's argv, every word single-quoted; with ranks
+            > 1 it execs `srun --ntasks=R` with the argv, so srun starts
+            the MPI ranks, and the job asks --ntasks=R) and runs sbatch
             --parsable in the trial's environment, which sbatch exports to
             the job. The job id is the trial's `pid`.
     refresh at most every poll_s, one `squeue -h -t all -j ID,...` for the
@@ -378,7 +379,7 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
 {
     s_slurm *s = (s_slurm *)b;
     const disp__start *st = a->st;
-    int ranks = 1; /* one task per trial until the start message carries ranks */
+    int ranks = st->ranks > 1 ? st->ranks : 1;
     memset(p, 0, sizeof *p);
     p->pidfd = p->exec_fd = -1;
     p->trial = st->trial;
@@ -390,6 +391,9 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     char *o_arg = NULL, *e_arg = NULL, *name = NULL, *comment = NULL, *time_arg = NULL;
     char *gres = NULL, *part = NULL, *acct = NULL, *ntasks = NULL, *esc = NULL;
     char **envp = NULL;
+    json_t *env = NULL;
+    disp__start st_ranks;
+    disp__spawn_args a_ranks;
     s_job *j = calloc(1, sizeof *j);
     int rc = -1;
     if (!p->out_path || !p->err_path || !p->argv0 || !script || !j) {
@@ -451,7 +455,9 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
         argv[n++] = time_arg;
     }
     if (st->gpus > 0) {
-        if (!(gres = util_strf("--gres=gpu:%d", st->gpus)))
+        /* per rank: a one-task job asks the node, a multi-rank one each task */
+        if (!(gres = ranks > 1 ? util_strf("--gpus-per-task=%d", st->gpus)
+                               : util_strf("--gres=gpu:%d", st->gpus)))
             goto oom;
         argv[n++] = gres;
     }
@@ -469,6 +475,21 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     argv[n] = NULL;
 
     /* sbatch exports its environment (the trial's) to the job */
+    /* what the local backend's mpirun sets too */
+    if (ranks > 1) {
+        char num[32];
+        if (!(env = st->env ? json_deep_copy(st->env) : json_object()))
+            goto oom;
+        snprintf(num, sizeof num, "%d", ranks);
+        json_object_set_new(env, "JIZHI_RANKS", json_string(num));
+        snprintf(num, sizeof num, "%d", st->gpus);
+        json_object_set_new(env, "JIZHI_GPUS_PER_RANK", json_string(num));
+        st_ranks = *st;
+        st_ranks.env = env;
+        a_ranks = *a;
+        a_ranks.st = &st_ranks;
+        a = &a_ranks;
+    }
     if (!(envp = disp__build_env(a)))
         goto oom;
     char outb[512], errb[1024];
@@ -503,6 +524,7 @@ out:
     free(acct);
     free(ntasks);
     disp__strv_free(envp);
+    json_decref(env);
     if (rc != 0) {
         disp__proc_fini(p);
         p->pid = 0;

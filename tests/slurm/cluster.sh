@@ -106,7 +106,8 @@ SchedulerType=sched/builtin
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
-MpiDefault=none
+# srun starts MPI ranks over PMIx (OpenMPI finds its peers through it)
+MpiDefault=pmix
 ReturnToService=2
 KillWait=2
 MinJobAge=600
