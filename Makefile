@@ -21,7 +21,7 @@ BUILD    := build-san
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
-PKGS      := libzmq jansson sqlite3 gsl
+PKGS      := libzmq jansson sqlite3 gsl libmicrohttpd libsodium
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 BLAS_INC  := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/aarch64-linux-gnu/openblas-pthread /usr/include/openblas))
 
@@ -31,7 +31,7 @@ ALL_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -pthread -MMD -MP $(WARN) $(SANFLAGS) $
 LDFLAGS  ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
 # GSL's linear algebra runs on OpenBLAS: link -lopenblas, not -lgslcblas.
-LIBS     := -lzmq -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
+LIBS     := -lzmq -lmicrohttpd -lsodium -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
 
 # Optional parts: detected and reported, never required.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -41,12 +41,17 @@ HAVE_MPI  := $(if $(shell command -v mpicc 2>/dev/null),yes,no)
 
 # ---- sources by part -------------------------------------------------------
 COMMON_SRC := $(wildcard common/*.c)
+# The common code the static helper library carries: not the front ends'
+# identities and controller client (they need libsodium, which a trial
+# program linking libjizhi.a should not have to know about).
+HELPER_COMMON_SRC := $(filter-out common/ident.c common/client.c,$(COMMON_SRC))
 STORE_SRC  := $(wildcard store/*.c)
 SCHED_SRC  := $(wildcard schedulers/*.c)
 CTL_SRC    := $(wildcard controller/*.c)
 DISP_SRC   := $(wildcard dispatcher/*.c)
 HELPER_SRC := $(wildcard trial_helper/*.c)
 CLI_SRC    := $(wildcard cli/*.c)
+WEB_SRC    := $(wildcard web/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -55,6 +60,7 @@ LIB_STORE  := $(BUILD)/lib/libjzstore.a
 LIB_SCHED  := $(BUILD)/lib/libjzsched.a
 LIB_CTL    := $(BUILD)/lib/libjzctl.a
 LIB_DISP   := $(BUILD)/lib/libjzdisp.a
+LIB_WEB    := $(BUILD)/lib/libjzweb.a
 LIB_HELPER := $(BUILD)/lib/libjzhelper.a
 LIBJIZHI_A := $(BUILD)/lib/libjizhi.a
 # The helper library's version lives in trial_helper/jizhi.h (JZ_VERSION);
@@ -66,7 +72,7 @@ LIBJIZHI_SOV := $(BUILD)/lib/libjizhi.so.$(SOMAJOR)
 JIZHI      := $(BUILD)/bin/jizhi
 
 # Internal libraries in link order (users before what they use).
-INTERNAL_LIBS := $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIB_HELPER) $(LIB_COMMON)
+INTERNAL_LIBS := $(LIB_WEB) $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIB_HELPER) $(LIB_COMMON)
 
 UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
@@ -83,6 +89,7 @@ all: config $(JIZHI) $(LIBJIZHI_SO) $(LIBJIZHI_A) $(BUILD)/lib/pkgconfig/jizhi.p
 
 -include trainer/trainer.mk
 -include schedulers/schedulers.mk
+-include web/web.mk
 
 all: $(EXTRA_BINS)
 
@@ -99,6 +106,7 @@ $(LIB_STORE):  $(call obj,$(STORE_SRC))
 $(LIB_SCHED):  $(call obj,$(SCHED_SRC))
 $(LIB_CTL):    $(call obj,$(CTL_SRC))
 $(LIB_DISP):   $(call obj,$(DISP_SRC))
+$(LIB_WEB):    $(call obj,$(WEB_SRC)) $(WEB_ASSETS_OBJ)
 $(LIB_HELPER): $(call obj,$(HELPER_SRC))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(dir $@)
@@ -110,7 +118,7 @@ $(BUILD)/lib/%.a:
 # object whose only global symbols are jz_*, so that a static link needs
 # only -lzmq -ljansson -lm -pthread and clashes with no name of the user's.
 # jizhi's own programs link the helper objects (libjzhelper.a) instead.
-$(LIBJIZHI_A): $(call obj,$(HELPER_SRC)) $(call obj,$(COMMON_SRC))
+$(LIBJIZHI_A): $(call obj,$(HELPER_SRC)) $(call obj,$(HELPER_COMMON_SRC))
 	@mkdir -p $(dir $@)
 	@rm -f $@ $@.o
 	$(CC) -r -nostdlib -o $@.o $^

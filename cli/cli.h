@@ -9,6 +9,8 @@
     cmd_bseval.c batchsize-eval (batch-size measurements of a study)
     cmd_watch.c  watch (live terminal view of a study)
     cmd_plot.c   plot (metric curves as SVG)
+    cmd_serve.c  serve (the web dashboard), --http of run and controller
+    cmd_token.c  token create|list|revoke (web API bearer tokens)
 
     Exit status: 0 success, 1 the operation failed, 2 usage error.
 */
@@ -20,6 +22,7 @@
 
 #include "../common/text.h"
 #include "../store/store.h"
+#include "../web/web.h"
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
@@ -33,6 +36,14 @@ int cmd_report(int argc, char **argv);
 int cmd_bseval(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_token(int argc, char **argv);
+
+/* Starts the web server (web/) on `listen` over db, sending changes to
+   `controller` (NULL: the one in db.endpoint), and prints its address.
+   NULL with a message printed when it cannot listen. Caller destroys it
+   with web_destroy. */
+web_t *cli_web_start(const char *listen, const char *db, const char *controller);
 
 /* Prints "jizhi: <message>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,6 +1,7 @@
 /*  cli_util.c - helpers shared by the CLI commands (see cli.h). */
 #include "cli.h"
 
+#include "../common/client.h"
 #include "../common/wire.h"
 
 #include <errno.h>
@@ -57,29 +58,16 @@ const char *cli_controller(const char *flag, const char *db, char *buf, size_t s
 
 json_t *cli_request(const char *endpoint, json_t *msg, int timeout_ms)
 {
-    void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_DEALER);
-    wire_socket_setup(sock);
-    json_t *reply = NULL;
-    char err[256];
-    if (zmq_connect(sock, endpoint) != 0) {
-        cli_error("cannot connect to the controller at %s: %s", endpoint,
-                  zmq_strerror(errno));
-        json_decref(msg);
-    } else {
-        reply = wire_request(sock, msg, timeout_ms, err, sizeof err);
-        if (!reply)
-            cli_error("no answer from the controller at %s (%s); is it running?",
-                      endpoint, err);
-        else if (strcmp(wire_type(reply), "ok") != 0) {
-            const char *text = json_string_value(json_object_get(reply, "message"));
-            cli_error("%s", text ? text : "the controller refused the request");
-            json_decref(reply);
-            reply = NULL;
-        }
+    char err[512];
+    json_t *reply = client_call(endpoint, msg, timeout_ms, err, sizeof err);
+    if (!reply) {
+        cli_error("%s", err);
+    } else if (strcmp(wire_type(reply), "ok") != 0) {
+        const char *text = json_string_value(json_object_get(reply, "message"));
+        cli_error("%s", text ? text : "the controller refused the request");
+        json_decref(reply);
+        reply = NULL;
     }
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
     return reply;
 }
 

@@ -1,14 +1,24 @@
 /*  cmd_plot.c - `jizhi plot STUDY`: one self-contained SVG file, readable
     in any browser with no other tool, with two panels:
 
-      history  the objective of every completed trial by trial number
-               (<circle class="point" data-trial=ID>) and the best so far
-               as a step line (<path class="best">);
-      curves   the objective (or --metric) against the step for every
-               trial, one <polyline class="curve" id="trial-ID"
-               data-trial=ID> per trial of the study (empty points when
-               it reported nothing yet; long curves thinned to 2000
-               vertices), colours keyed in a legend.
+      history  the objective of every trial with one by trial number:
+               completed ones (<circle class="point" data-trial=ID>),
+               stopped ones at their last value (<path class="stopped-point">,
+               a cross), running ones at their latest (<circle
+               class="running-point">, hollow), and the best so far as a
+               step line (<path class="best">);
+      curves   the objective (or --metric) of every trial's latest attempt
+               against the step, the time since the trial's first point, or
+               another metric such as epoch or samples (--x), one <polyline
+               class="curve" id="trial-ID" data-trial=ID> per trial (empty
+               points when it reported nothing yet; long curves thinned to
+               2000 vertices), coloured by the trial's objective (dark is
+               better, the best in red and on top), dashed when stopped or
+               failed; live changes and scheduler stops marked on the curve
+               where they happened (<path class="intervention">). The y
+               range covers the quantiles 2-98 % of the curves' second
+               halves (--full-y: everything), so early transients do not
+               squash the part that matters; --log-y for a log scale.
 
     It reads the database file only, so it works with or without a
     controller. Every piece of text from the study is XML-escaped.
@@ -23,10 +33,13 @@
 
 static const char s_usage[] =
     "usage: jizhi plot STUDY [--db FILE] [--output FILE.svg] [--metric NAME]\n"
-    "Writes an SVG of the optimisation history (objective per completed trial and\n"
-    "the best so far) and the learning curves (objective, or --metric, against the\n"
-    "step, one line per trial). Default output: STUDY.svg; --output - writes to "
-    "stdout.\n";
+    "                  [--x step|time|METRIC] [--log-y] [--full-y]\n"
+    "Writes an SVG of the optimisation history (every trial's objective and the\n"
+    "best so far) and the learning curves (objective, or --metric, against the\n"
+    "step, the seconds since the trial's first point, or another metric such as\n"
+    "epoch or samples; coloured by objective, interventions marked). The y range\n"
+    "follows the curves' tails unless --full-y. Default output: STUDY.svg;\n"
+    "--output - writes to stdout.\n";
 
 /* Geometry (SVG user units). */
 enum {
@@ -115,7 +128,7 @@ static double s_tick_step(double lo, double hi, int n)
 }
 
 /* Ticks, grid lines and tick labels of both axes of one panel. */
-static void s_axes(FILE *f, const p_axis *x, const p_axis *y, int integer_x)
+static void s_axes(FILE *f, const p_axis *x, const p_axis *y, int integer_x, int log_y)
 {
     fprintf(f, "<g class=\"axes\">\n");
     fprintf(f,
@@ -154,8 +167,11 @@ static void s_axes(FILE *f, const p_axis *x, const p_axis *y, int integer_x)
                 P_LEFT - 5, py, P_LEFT, py);
         fprintf(f,
                 "<text class=\"tick-label\" x=\"%d\" y=\"%.2f\" "
-                "text-anchor=\"end\">%.6g</text>\n",
-                P_LEFT - 8, py + 4, fabs(t) < step * 1e-9 ? 0.0 : t);
+                "text-anchor=\"end\">%.*g</text>\n",
+                P_LEFT - 8, py + 4, log_y ? 3 : 6,
+                log_y                   ? pow(10, t)
+                : fabs(t) < step * 1e-9 ? 0.0
+                                        : t);
     }
     fprintf(f, "</g>\n");
 }
@@ -182,16 +198,19 @@ static void s_labels(FILE *f, int top, const char *title, const char *xlabel,
     fputs("</text>\n", f);
 }
 
-/* Colour of the i-th trial: Tableau 10, then golden-angle hues. */
-static void s_color(long i, char *buf, size_t size)
+/* Colour for u in [0, 1], 0 = worst, 1 = best: light grey-blue to dark blue. */
+static void s_ramp(double u, char *buf, size_t size)
 {
-    static const char *const tab10[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                        "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-                                        "#bcbd22", "#17becf"};
-    if (i < 10)
-        snprintf(buf, size, "%s", tab10[i]);
-    else
-        snprintf(buf, size, "hsl(%ld,65%%,45%%)", (long)fmod(i * 137.508, 360.0));
+    static const int stops[][3] = {
+        {186, 186, 214}, {107, 174, 214}, {33, 113, 181}, {8, 48, 107}};
+    u = u < 0 ? 0 : u > 1 ? 1 : u;
+    double x = u * 3;
+    int i = x >= 3 ? 2 : (int)x;
+    double f = x - i;
+    int c[3];
+    for (int k = 0; k < 3; k++)
+        c[k] = (int)lround(stops[i][k] + (stops[i + 1][k] - stops[i][k]) * f);
+    snprintf(buf, size, "#%02x%02x%02x", c[0], c[1], c[2]);
 }
 
 static void s_params_title(FILE *f, const json_t *params)
@@ -202,9 +221,400 @@ static void s_params_title(FILE *f, const json_t *params)
     free(text);
 }
 
-static int s_write(FILE *f, const store_study *st, store_trial *rows, long n,
-                   json_t **series, const char *metric, const char *curve_metric,
-                   int maximize)
+/* One trial's learning curve (latest attempt): x, y and wall time. */
+typedef struct {
+    double *x, *y, *t;
+    long n, cap;
+} p_curve;
+
+static int s_curve_add(void *arg, const store_metric_row *r)
+{
+    p_curve *c = arg;
+    if (!isfinite(r->value))
+        return 0;
+    if (c->n == c->cap) {
+        c->cap = c->cap ? c->cap * 2 : 256;
+        c->x = realloc(c->x, (size_t)c->cap * sizeof *c->x);
+        c->y = realloc(c->y, (size_t)c->cap * sizeof *c->y);
+        c->t = realloc(c->t, (size_t)c->cap * sizeof *c->t);
+        if (!c->x || !c->y || !c->t)
+            return 1;
+    }
+    c->x[c->n] = (double)r->step;
+    c->y[c->n] = r->value;
+    c->t[c->n] = r->time;
+    c->n++;
+    return 0;
+}
+
+static void s_curve_free(p_curve *c)
+{
+    free(c->x);
+    free(c->y);
+    free(c->t);
+}
+
+/* Moves x from steps to what --x asks: seconds since the first point, or
+   the value of metric `xs` (the other curve, by step) interpolated. */
+static void s_curve_remap(p_curve *c, const char *xaxis, const p_curve *xs)
+{
+    if (!strcmp(xaxis, "step"))
+        return;
+    long k = 0;
+    for (long i = 0; i < c->n; i++) {
+        double x;
+        if (!strcmp(xaxis, "time")) {
+            x = c->t[i] - c->t[0];
+        } else {
+            if (!xs || xs->n == 0)
+                continue;
+            double st = c->x[i];
+            long lo = 0, hi = xs->n - 1;
+            if (st <= xs->x[0])
+                x = xs->y[0];
+            else if (st >= xs->x[hi])
+                x = xs->y[hi];
+            else {
+                while (hi - lo > 1) {
+                    long m = (lo + hi) / 2;
+                    if (xs->x[m] <= st)
+                        lo = m;
+                    else
+                        hi = m;
+                }
+                double d = xs->x[hi] - xs->x[lo];
+                x = xs->y[lo] +
+                    (d > 0 ? (st - xs->x[lo]) / d : 0) * (xs->y[hi] - xs->y[lo]);
+            }
+        }
+        c->x[k] = x;
+        c->y[k] = c->y[i];
+        c->t[k] = c->t[i];
+        k++;
+    }
+    c->n = k;
+}
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A trial's objective for colour and history: its result, else its latest. */
+static double s_score(const store_trial *t)
+{
+    return isfinite(t->value) ? t->value : t->last_value;
+}
+
+typedef struct {
+    const char *metric, *curve_metric, *xaxis;
+    int maximize, log_y, full_y;
+} p_opts;
+
+static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
+{
+    long ncomp = 0, nstop = 0, nrun = 0;
+    double vlo = INFINITY, vhi = -INFINITY, nlo = INFINITY, nhi = -INFINITY;
+    for (long i = 0; i < n; i++) {
+        double v = s_score(&rows[i]);
+        if (!isfinite(v) || !strcmp(rows[i].state, "failed") ||
+            !strcmp(rows[i].state, "pending"))
+            continue;
+        vlo = fmin(vlo, v);
+        vhi = fmax(vhi, v);
+        nlo = fmin(nlo, (double)rows[i].number);
+        nhi = fmax(nhi, (double)rows[i].number);
+    }
+    p_axis x = {nlo - 0.5, nhi + 0.5, P_LEFT, P_RIGHT, 0, 0};
+    if (!isfinite(nlo))
+        x.lo = -0.5, x.hi = 0.5;
+    p_axis y = {vlo, vhi, 0, 0, P_TOP1 + P_PH, P_TOP1};
+    s_range(&y.lo, &y.hi, 0.05);
+    fprintf(f, "<g id=\"history\" class=\"panel\">\n");
+    s_labels(f, P_TOP1, "Optimisation history", "trial number", o->metric);
+    s_axes(f, &x, &y, 1, 0);
+    double best = NAN;
+    int first = 1;
+    for (long i = 0; i < n; i++) {
+        store_trial *t = &rows[i];
+        double v = s_score(t);
+        if (!isfinite(v) || !strcmp(t->state, "failed") || !strcmp(t->state, "pending"))
+            continue;
+        double px = s_px(&x, (double)t->number), py = s_py(&y, v);
+        int completed = !strcmp(t->state, "completed") && isfinite(t->value);
+        int stopped = !strcmp(t->state, "stopped");
+        if (completed) {
+            ncomp++;
+            fprintf(f,
+                    "<circle class=\"point\" data-trial=\"%ld\" cx=\"%.2f\" cy=\"%.2f\" "
+                    "r=\"4\" fill=\"#1f77b4\"><title>trial %ld (#%ld): %.6g ",
+                    t->id, px, py, t->id, t->number, v);
+        } else if (stopped) {
+            nstop++;
+            fprintf(
+                f,
+                "<path class=\"stopped-point\" data-trial=\"%ld\" d=\"M%.2f %.2f l8 8 "
+                "m0 -8 l-8 8\" stroke=\"#d9822b\" stroke-width=\"2\"><title>trial %ld "
+                "(#%ld) stopped at %.6g: ",
+                t->id, px - 4, py - 4, t->id, t->number, v);
+            s_xml(f, t->reason);
+            fputc(' ', f);
+        } else {
+            nrun++;
+            fprintf(f,
+                    "<circle class=\"running-point\" data-trial=\"%ld\" cx=\"%.2f\" "
+                    "cy=\"%.2f\" r=\"4\" fill=\"none\" stroke=\"#2ca25f\" "
+                    "stroke-width=\"1.5\"><title>trial %ld (#%ld) %s, latest %.6g ",
+                    t->id, px, py, t->id, t->number, t->state, v);
+        }
+        s_params_title(f, t->params);
+        fputs(completed ? "</title></circle>\n"
+              : stopped ? "</title></path>\n"
+                        : "</title></circle>\n",
+              f);
+    }
+    /* best so far, over the completed trials, as a step line */
+    fputs("<path class=\"best\" fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" d=\"",
+          f);
+    double last_px = 0;
+    for (long i = 0; i < n; i++) {
+        if (strcmp(rows[i].state, "completed") || !isfinite(rows[i].value))
+            continue;
+        double v = rows[i].value;
+        last_px = s_px(&x, (double)rows[i].number);
+        if (isnan(best) || (o->maximize ? v > best : v < best)) {
+            if (first)
+                fprintf(f, "M%.2f %.2f", last_px, s_py(&y, v));
+            else
+                fprintf(f, " H%.2f V%.2f", last_px, s_py(&y, v));
+            first = 0;
+            best = v;
+        }
+    }
+    if (!first)
+        fprintf(f, " H%.2f", s_px(&x, nhi));
+    fputs("\"/>\n", f);
+    if (!isfinite(nlo))
+        fprintf(f,
+                "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no trial "
+                "has a value yet</text>\n",
+                (P_LEFT + P_RIGHT) / 2, P_TOP1 + P_PH / 2);
+    int lx = P_RIGHT + 20, ly = P_TOP1 + 10;
+    fprintf(f,
+            "<g class=\"legend\">\n"
+            "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"#1f77b4\"/>"
+            "<text x=\"%d\" y=\"%d\">completed (%ld)</text>\n"
+            "<path d=\"M%d %d l8 8 m0 -8 l-8 8\" stroke=\"#d9822b\" stroke-width=\"2\"/>"
+            "<text x=\"%d\" y=\"%d\">stopped, last value (%ld)</text>\n"
+            "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"none\" stroke=\"#2ca25f\"/>"
+            "<text x=\"%d\" y=\"%d\">running, latest (%ld)</text>\n"
+            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" "
+            "stroke-width=\"2\"/><text x=\"%d\" y=\"%d\">best so far</text>\n</g>\n",
+            lx + 8, ly, lx + 22, ly + 4, ncomp, lx + 4, ly + 16, lx + 22, ly + 24, nstop,
+            lx + 8, ly + 40, lx + 22, ly + 44, nrun, lx, ly + 60, lx + 16, ly + 60,
+            lx + 22, ly + 64);
+    (void)last_px;
+    fprintf(f, "</g>\n");
+}
+
+static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
+                     const json_t *events, const p_opts *o)
+{
+    /* ranges: x over everything; y over the tails (robust) or everything */
+    double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+    long npoints = 0, ntail = 0;
+    for (long i = 0; i < n; i++)
+        npoints += cv[i].n;
+    double *tails = malloc((size_t)(npoints ? npoints : 1) * sizeof *tails);
+    for (long i = 0; i < n; i++)
+        for (long k = 0; k < cv[i].n; k++) {
+            double yv = cv[i].y[k];
+            if (o->log_y) {
+                if (!(yv > 0))
+                    continue;
+                yv = log10(yv);
+            }
+            cv[i].y[k] = yv;
+            xlo = fmin(xlo, cv[i].x[k]);
+            xhi = fmax(xhi, cv[i].x[k]);
+            ylo = fmin(ylo, yv);
+            yhi = fmax(yhi, yv);
+            if (tails && k >= cv[i].n / 2)
+                tails[ntail++] = yv;
+        }
+    if (!o->full_y && tails && ntail >= 4) {
+        qsort(tails, (size_t)ntail, sizeof *tails, s_cmp_double);
+        double q02 = tails[(long)(0.02 * (double)(ntail - 1))];
+        double q98 = tails[(long)ceil(0.98 * (double)(ntail - 1))];
+        double pad = (q98 - q02) * 0.15;
+        if (!(pad > 0))
+            pad = fabs(q98) * 0.05 > 0 ? fabs(q98) * 0.05 : 1;
+        ylo = fmax(ylo, q02 - pad);
+        yhi = fmin(yhi, q98 + pad);
+        if (!o->log_y && ylo < 0 && q02 >= 0)
+            ylo = 0;
+    }
+    free(tails);
+    p_axis cx = {xlo, xhi, P_LEFT, P_RIGHT, 0, 0};
+    if (!isfinite(xlo))
+        cx.lo = 0, cx.hi = 1;
+    else if (cx.hi <= cx.lo)
+        cx.lo -= 0.5, cx.hi += 0.5;
+    p_axis cy = {ylo, yhi, 0, 0, P_TOP2 + P_PH, P_TOP2};
+    s_range(&cy.lo, &cy.hi, o->full_y ? 0.05 : 0.0);
+    const char *xlabel =
+        !strcmp(o->xaxis, "time") ? "seconds since the trial's first point" : o->xaxis;
+    char ylabel[160];
+    snprintf(ylabel, sizeof ylabel, "%s%s", o->curve_metric,
+             o->log_y ? " (log scale)" : "");
+    fprintf(f, "<g id=\"curves\" class=\"panel\">\n");
+    s_labels(f, P_TOP2, "Learning curves", xlabel, ylabel);
+    s_axes(f, &cx, &cy, !strcmp(o->xaxis, "step"), o->log_y);
+    fprintf(f,
+            "<clipPath id=\"curves-area\"><rect x=\"%d\" y=\"%d\" width=\"%d\" "
+            "height=\"%d\"/></clipPath>\n",
+            P_LEFT, P_TOP2, P_RIGHT - P_LEFT, P_PH);
+    if (!npoints)
+        fprintf(
+            f,
+            "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no points "
+            "reported yet</text>\n",
+            (P_LEFT + P_RIGHT) / 2, P_TOP2 + P_PH / 2);
+    /* colour by objective; the best drawn last, in red */
+    double slo = INFINITY, shi = -INFINITY;
+    long best = -1;
+    for (long i = 0; i < n; i++) {
+        double v = s_score(&rows[i]);
+        if (!isfinite(v))
+            continue;
+        slo = fmin(slo, v);
+        shi = fmax(shi, v);
+        if (!strcmp(rows[i].state, "completed") && isfinite(rows[i].value) &&
+            (best < 0 || (o->maximize ? rows[i].value > rows[best].value
+                                      : rows[i].value < rows[best].value)))
+            best = i;
+    }
+    for (long pass = 0; pass < 2; pass++)
+        for (long i = 0; i < n; i++) {
+            if ((i == best) != (pass == 1))
+                continue;
+            char color[16] = "#9aa0aa";
+            double v = s_score(&rows[i]);
+            if (i == best)
+                snprintf(color, sizeof color, "#d62728");
+            else if (isfinite(v) && shi > slo) {
+                double u = (v - slo) / (shi - slo);
+                s_ramp(o->maximize ? u : 1 - u, color, sizeof color);
+            }
+            int dashed =
+                !strcmp(rows[i].state, "failed") || !strcmp(rows[i].state, "stopped");
+            fprintf(
+                f,
+                "<polyline class=\"curve state-%s%s\" id=\"trial-%ld\" "
+                "data-trial=\"%ld\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s "
+                "clip-path=\"url(#curves-area)\" points=\"",
+                rows[i].state, i == best ? " best" : "", rows[i].id, rows[i].id, color,
+                i == best ? "2.5" : "1.2", dashed ? " stroke-dasharray=\"4 3\"" : "");
+            long stride = (cv[i].n + P_MAX_VERTICES - 1) / P_MAX_VERTICES;
+            int first = 1;
+            for (long k = 0; k < cv[i].n; k++) {
+                if (stride > 1 && k % stride != 0 && k + 1 != cv[i].n)
+                    continue;
+                if (o->log_y && !isfinite(cv[i].y[k]))
+                    continue;
+                fprintf(f, "%s%.2f,%.2f", first ? "" : " ", s_px(&cx, cv[i].x[k]),
+                        s_py(&cy, cv[i].y[k]));
+                first = 0;
+            }
+            fprintf(f, "\"><title>trial %ld (#%ld, %s) %.6g ", rows[i].id, rows[i].number,
+                    rows[i].state, v);
+            s_params_title(f, rows[i].params);
+            fputs("</title></polyline>\n", f);
+        }
+    /* interventions and scheduler decisions, where they happened on the curve */
+    long nmarks = 0;
+    size_t ei;
+    json_t *e;
+    json_array_foreach(events, ei, e)
+    {
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        json_t *tj = json_object_get(e, "trial");
+        if (!kind || !json_is_integer(tj) ||
+            (strcmp(kind, "instruction") && strcmp(kind, "stopped")))
+            continue;
+        long tid = (long)json_integer_value(tj), i = -1;
+        for (long k = 0; k < n && i < 0; k++)
+            if (rows[k].id == tid)
+                i = k;
+        if (i < 0 || cv[i].n == 0)
+            continue;
+        double when = json_number_value(json_object_get(e, "time"));
+        long near = 0;
+        for (long k = 1; k < cv[i].n; k++)
+            if (fabs(cv[i].t[k] - when) < fabs(cv[i].t[near] - when))
+                near = k;
+        double px = s_px(&cx, cv[i].x[near]), py = s_py(&cy, cv[i].y[near]);
+        if (!isfinite(py) || py < P_TOP2 || py > P_TOP2 + P_PH)
+            py = py < P_TOP2 ? P_TOP2 + 6 : P_TOP2 + P_PH - 2;
+        json_t *d = json_object_get(e, "detail");
+        const char *what = json_string_value(json_object_get(d, "kind"));
+        const char *name = json_string_value(json_object_get(d, "name"));
+        const char *who = json_string_value(json_object_get(e, "who"));
+        fprintf(
+            f,
+            "<path class=\"intervention\" data-trial=\"%ld\" d=\"M%.2f %.2f l5 -9 h-10 "
+            "z\" fill=\"#111\" stroke=\"#fff\" stroke-width=\"0.8\"><title>trial %ld: ",
+            tid, px, py - 2, tid);
+        s_xml(f, !strcmp(kind, "stopped") ? "stopped" : what ? what : kind);
+        if (name) {
+            fputc(' ', f);
+            s_xml(f, name);
+            json_t *val = json_object_get(d, "value");
+            if (json_is_number(val))
+                fprintf(f, "=%.6g", json_number_value(val));
+        }
+        fputs(" by ", f);
+        s_xml(f, who ? who : "?");
+        fputs("</title></path>\n", f);
+        nmarks++;
+    }
+    /* legend: the colour scale, not one entry per trial */
+    int lx = P_RIGHT + 20, ly = P_TOP2 + 10;
+    fprintf(
+        f,
+        "<g class=\"legend\">\n<defs><linearGradient id=\"ramp\">"
+        "<stop offset=\"0\" stop-color=\"#babad6\"/><stop offset=\"0.33\" "
+        "stop-color=\"#6baed6\"/><stop offset=\"0.67\" stop-color=\"#2171b5\"/>"
+        "<stop offset=\"1\" stop-color=\"#08306b\"/></linearGradient></defs>\n"
+        "<text x=\"%d\" y=\"%d\">colour: final %s</text>\n"
+        "<rect x=\"%d\" y=\"%d\" width=\"120\" height=\"10\" fill=\"url(#ramp)\"/>\n"
+        "<text x=\"%d\" y=\"%d\" font-size=\"10\">worse</text>"
+        "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">better</text>\n",
+        lx, ly + 4, o->metric, lx, ly + 12, lx, ly + 34, lx + 120, ly + 34);
+    ly += 52;
+    if (best >= 0) {
+        fprintf(f,
+                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" "
+                "stroke-width=\"3\"/><text x=\"%d\" y=\"%d\">best: trial %ld (#%ld) "
+                "%.6g</text>\n",
+                lx, ly, lx + 16, ly, lx + 22, ly + 4, rows[best].id, rows[best].number,
+                rows[best].value);
+        ly += 18;
+    }
+    fprintf(
+        f,
+        "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#777\" "
+        "stroke-dasharray=\"4 3\"/><text x=\"%d\" y=\"%d\">stopped or failed</text>\n"
+        "<path d=\"M%d %d l5 -9 h-10 z\" fill=\"#111\"/><text x=\"%d\" y=\"%d\">"
+        "intervention, stop (%ld)</text>\n"
+        "<text x=\"%d\" y=\"%d\" font-size=\"10\">%ld trials; y: %s</text>\n</g>\n</g>\n",
+        lx, ly, lx + 16, ly, lx + 22, ly + 4, lx + 8, ly + 22, lx + 22, ly + 22, nmarks,
+        lx, ly + 42, n, o->full_y ? "full range" : "2-98 % of the curves' tails");
+}
+
+static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, p_curve *cv,
+                   const json_t *events, const p_opts *o)
 {
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -219,180 +629,24 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n,
             "font-weight=\"bold\">study ",
             P_LEFT);
     s_xml(f, st->name);
-    fprintf(f, " (%s): %s ", st->state, maximize ? "max" : "min");
-    s_xml(f, metric);
+    fprintf(f, " (%s): %s ", st->state, o->maximize ? "max" : "min");
+    s_xml(f, o->metric);
     fputs("</text>\n", f);
-
-    /* ---- history ---- */
-    long ncomp = 0;
-    double vlo = INFINITY, vhi = -INFINITY, nlo = INFINITY, nhi = -INFINITY;
-    for (long i = 0; i < n; i++)
-        if (!strcmp(rows[i].state, "completed") && isfinite(rows[i].value)) {
-            ncomp++;
-            vlo = fmin(vlo, rows[i].value);
-            vhi = fmax(vhi, rows[i].value);
-            nlo = fmin(nlo, (double)rows[i].number);
-            nhi = fmax(nhi, (double)rows[i].number);
-        }
-    p_axis x = {nlo - 0.5, nhi + 0.5, P_LEFT, P_RIGHT, 0, 0};
-    if (!ncomp)
-        x.lo = -0.5, x.hi = 0.5;
-    p_axis y = {vlo, vhi, 0, 0, P_TOP1 + P_PH, P_TOP1};
-    s_range(&y.lo, &y.hi, 0.05);
-    fprintf(f, "<g id=\"history\" class=\"panel\">\n");
-    char ylabel[200];
-    snprintf(ylabel, sizeof ylabel, "%s", metric);
-    s_labels(f, P_TOP1, "Optimisation history", "trial number", ylabel);
-    s_axes(f, &x, &y, 1);
-    if (!ncomp) {
-        fprintf(
-            f,
-            "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no completed "
-            "trial yet</text>\n",
-            (P_LEFT + P_RIGHT) / 2, P_TOP1 + P_PH / 2);
-    } else {
-        /* best so far: a step line through the completed trials in order */
-        fputs("<path class=\"best\" fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" "
-              "d=\"",
-              f);
-        double best = NAN;
-        int first = 1;
-        for (long i = 0; i < n; i++) {
-            if (strcmp(rows[i].state, "completed") || !isfinite(rows[i].value))
-                continue;
-            double v = rows[i].value;
-            if (isnan(best) || (maximize ? v > best : v < best)) {
-                double px = s_px(&x, (double)rows[i].number);
-                if (first)
-                    fprintf(f, "M%.2f %.2f", px, s_py(&y, v));
-                else
-                    fprintf(f, " H%.2f V%.2f", px, s_py(&y, v));
-                first = 0;
-                best = v;
-            }
-        }
-        fprintf(f, " H%.2f\"/>\n", s_px(&x, nhi));
-        for (long i = 0; i < n; i++) {
-            if (strcmp(rows[i].state, "completed") || !isfinite(rows[i].value))
-                continue;
-            fprintf(f,
-                    "<circle class=\"point\" data-trial=\"%ld\" cx=\"%.2f\" cy=\"%.2f\" "
-                    "r=\"4\" "
-                    "fill=\"#1f77b4\"><title>trial %ld (#%ld): %.6g ",
-                    rows[i].id, s_px(&x, (double)rows[i].number), s_py(&y, rows[i].value),
-                    rows[i].id, rows[i].number, rows[i].value);
-            s_params_title(f, rows[i].params);
-            fputs("</title></circle>\n", f);
-        }
-    }
-    int lx = P_RIGHT + 20, ly = P_TOP1 + 10;
-    fprintf(f,
-            "<g class=\"legend\">\n"
-            "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"#1f77b4\"/>"
-            "<text x=\"%d\" y=\"%d\">completed trial (%ld)</text>\n"
-            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" "
-            "stroke-width=\"2\"/>"
-            "<text x=\"%d\" y=\"%d\">best so far</text>\n</g>\n",
-            lx + 8, ly, lx + 22, ly + 4, ncomp, lx, ly + 20, lx + 16, ly + 20, lx + 22,
-            ly + 24);
-    fprintf(f, "</g>\n");
-
-    /* ---- learning curves ---- */
-    double slo = INFINITY, shi = -INFINITY;
-    vlo = INFINITY, vhi = -INFINITY;
-    long npoints = 0;
-    for (long i = 0; i < n; i++) {
-        size_t k;
-        json_t *pt;
-        json_array_foreach(series[i], k, pt)
-        {
-            double s = (double)json_integer_value(json_array_get(pt, 0));
-            double v = json_number_value(json_array_get(pt, 1));
-            if (!json_is_number(json_array_get(pt, 1)) || !isfinite(v))
-                continue;
-            npoints++;
-            slo = fmin(slo, s);
-            shi = fmax(shi, s);
-            vlo = fmin(vlo, v);
-            vhi = fmax(vhi, v);
-        }
-    }
-    p_axis cx = {slo, shi, P_LEFT, P_RIGHT, 0, 0};
-    if (!npoints)
-        cx.lo = 0, cx.hi = 1;
-    else if (cx.hi <= cx.lo)
-        cx.lo -= 0.5, cx.hi += 0.5;
-    p_axis cy = {vlo, vhi, 0, 0, P_TOP2 + P_PH, P_TOP2};
-    s_range(&cy.lo, &cy.hi, 0.05);
-    fprintf(f, "<g id=\"curves\" class=\"panel\">\n");
-    s_labels(f, P_TOP2, "Learning curves", "step", curve_metric);
-    s_axes(f, &cx, &cy, 1);
-    if (!npoints)
-        fprintf(
-            f,
-            "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no points "
-            "reported yet</text>\n",
-            (P_LEFT + P_RIGHT) / 2, P_TOP2 + P_PH / 2);
-    for (long i = 0; i < n; i++) {
-        char color[40];
-        s_color(i, color, sizeof color);
-        fprintf(f,
-                "<polyline class=\"curve state-%s\" id=\"trial-%ld\" data-trial=\"%ld\" "
-                "fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"",
-                rows[i].state, rows[i].id, rows[i].id, color,
-                strcmp(rows[i].state, "failed") ? "" : " stroke-dasharray=\"4 3\"");
-        size_t k;
-        json_t *pt;
-        int first = 1;
-        /* at most P_MAX_VERTICES vertices a curve (every stride-th point and
-           the last): the file stays small and a browser draws it at once */
-        size_t npts = json_array_size(series[i]);
-        size_t stride = (npts + P_MAX_VERTICES - 1) / P_MAX_VERTICES;
-        json_array_foreach(series[i], k, pt)
-        {
-            double v = json_number_value(json_array_get(pt, 1));
-            if (!json_is_number(json_array_get(pt, 1)) || !isfinite(v))
-                continue;
-            if (stride > 1 && k % stride != 0 && k + 1 != npts)
-                continue;
-            double s = (double)json_integer_value(json_array_get(pt, 0));
-            fprintf(f, "%s%.2f,%.2f", first ? "" : " ", s_px(&cx, s), s_py(&cy, v));
-            first = 0;
-        }
-        fprintf(f, "\"><title>trial %ld (#%ld, %s) ", rows[i].id, rows[i].number,
-                rows[i].state);
-        s_params_title(f, rows[i].params);
-        fputs("</title></polyline>\n", f);
-    }
-    fprintf(f, "<g class=\"legend\">\n");
-    ly = P_TOP2 + 10;
-    for (long i = 0; i < n && i < P_LEGEND_MAX; i++) {
-        char color[40];
-        s_color(i, color, sizeof color);
-        fprintf(f,
-                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
-                "stroke-width=\"3\"/>"
-                "<text x=\"%d\" y=\"%d\">trial %ld (#%ld) %s</text>\n",
-                lx, ly, lx + 16, ly, color, lx + 22, ly + 4, rows[i].id, rows[i].number,
-                rows[i].state);
-        ly += 15;
-    }
-    if (n > P_LEGEND_MAX)
-        fprintf(f, "<text x=\"%d\" y=\"%d\">... and %ld more</text>\n", lx, ly + 4,
-                n - P_LEGEND_MAX);
-    fprintf(f, "</g>\n</g>\n</svg>\n");
+    s_history(f, rows, n, o);
+    s_curves(f, rows, n, cv, events, o);
+    fputs("</svg>\n", f);
     return ferror(f) ? -1 : 0;
 }
 
 int cmd_plot(int argc, char **argv)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"output", required_argument, 0, 'o'},
-                                         {"metric", required_argument, 0, 'm'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *db = NULL, *output = NULL, *curve_metric = NULL;
-    int c;
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'},     {"output", required_argument, 0, 'o'},
+        {"metric", required_argument, 0, 'm'}, {"x", required_argument, 0, 'x'},
+        {"log-y", no_argument, 0, 'l'},        {"full-y", no_argument, 0, 'f'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    const char *db = NULL, *output = NULL, *curve_metric = NULL, *xaxis = "step";
+    int log_y = 0, full_y = 0, c;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         switch (c) {
         case 'd':
@@ -403,6 +657,15 @@ int cmd_plot(int argc, char **argv)
             break;
         case 'm':
             curve_metric = optarg;
+            break;
+        case 'x':
+            xaxis = optarg;
+            break;
+        case 'l':
+            log_y = 1;
+            break;
+        case 'f':
+            full_y = 1;
             break;
         case 'h':
             fputs(s_usage, stdout);
@@ -417,6 +680,10 @@ int cmd_plot(int argc, char **argv)
         fputs(s_usage, stderr);
         return CLI_USAGE;
     }
+    if (!*xaxis) {
+        cli_error("plot: --x expects step, time or a metric name");
+        return CLI_USAGE;
+    }
     const char *name = argv[optind];
     db = cli_db_path(db);
     store_t *s = cli_open_db(db);
@@ -429,12 +696,17 @@ int cmd_plot(int argc, char **argv)
         return CLI_FAIL;
     }
     json_t *obj = json_object_get(st.spec, "objective");
+    if (json_is_array(obj))
+        obj = json_array_get(obj, 0);
     const char *metric = json_string_value(json_object_get(obj, "metric"));
     const char *mode = json_string_value(json_object_get(obj, "mode"));
     if (!metric)
         metric = "objective";
     if (!curve_metric)
         curve_metric = metric;
+    p_opts po = {metric, curve_metric, xaxis, mode && !strcmp(mode, "max"),
+                 log_y,  full_y};
+    int metric_x = strcmp(xaxis, "step") && strcmp(xaxis, "time");
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
     int rc = CLI_FAIL;
@@ -442,13 +714,29 @@ int cmd_plot(int argc, char **argv)
         cli_error("cannot read the trials of %s: %s", name, store_errmsg(s));
         goto out;
     }
-    json_t **series = calloc((size_t)(n ? n : 1), sizeof *series);
-    long ncomp = 0;
+    p_curve *cv = calloc((size_t)(n ? n : 1), sizeof *cv);
+    long ncomp = 0, nx = 0;
     for (long i = 0; i < n; i++) {
-        series[i] = store_metrics_series(s, rows[i].id, curve_metric);
+        store_trial_points(s, rows[i].id, curve_metric, s_curve_add, &cv[i]);
+        p_curve xs = {0};
+        if (metric_x) {
+            store_trial_points(s, rows[i].id, xaxis, s_curve_add, &xs);
+            nx += xs.n;
+        }
+        s_curve_remap(&cv[i], xaxis, metric_x ? &xs : NULL);
+        s_curve_free(&xs);
         ncomp += !strcmp(rows[i].state, "completed") && isfinite(rows[i].value);
     }
+    json_t *events = store_events_list(s, st.id);
     char path[1100];
+    if (metric_x && nx == 0) {
+        cli_error(
+            "plot: --x %s: no trial of %s reported a metric \"%s\" (use step, time, "
+            "or a metric the trials report)",
+            xaxis, name, xaxis);
+        rc = CLI_USAGE;
+        goto done;
+    }
     if (output)
         snprintf(path, sizeof path, "%s", output);
     else {
@@ -462,8 +750,7 @@ int cmd_plot(int argc, char **argv)
     if (!f) {
         cli_error("cannot write %s: %s", path, strerror(errno));
     } else {
-        int w = s_write(f, &st, rows, n, series, metric, curve_metric,
-                        mode && !strcmp(mode, "max"));
+        int w = s_write(f, &st, rows, n, cv, events, &po);
         if ((to_stdout ? fflush(f) : fclose(f)) != 0 || w != 0)
             cli_error("cannot write %s: %s", path, strerror(errno));
         else {
@@ -472,9 +759,11 @@ int cmd_plot(int argc, char **argv)
                 printf("wrote %s: %ld trials, %ld completed\n", path, n, ncomp);
         }
     }
+done:
+    json_decref(events);
     for (long i = 0; i < n; i++)
-        json_decref(series[i]);
-    free(series);
+        s_curve_free(&cv[i]);
+    free(cv);
     store_trials_free(rows, n);
 out:
     store_study_fini(&st);

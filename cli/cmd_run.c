@@ -276,19 +276,19 @@ static int s_print_best(const char *db, const char *name)
 }
 
 static const char s_run_usage[] =
-    "usage: jizhi run SPEC.json [--db FILE] [--slots N] [--log-dir DIR]\n"
+    "usage: jizhi run SPEC.json [--db FILE] [--slots N] [--log-dir DIR] [--http "
+    "HOST:PORT]\n"
     "Runs a study to the end with a controller and a local dispatcher in this\n"
     "process, shows progress, and prints the best trial. Run it again on the\n"
     "same database to continue an unfinished study.\n";
 
 int cmd_run(int argc, char **argv)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"slots", required_argument, 0, 's'},
-                                         {"log-dir", required_argument, 0, 'l'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *dbflag = NULL, *logdir = NULL;
+    static const struct option opts[] = {
+        {"db", required_argument, 0, 'd'},      {"slots", required_argument, 0, 's'},
+        {"log-dir", required_argument, 0, 'l'}, {"http", required_argument, 0, 'H'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    const char *dbflag = NULL, *logdir = NULL, *http = NULL;
     int slots = 0, c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -297,6 +297,9 @@ int cmd_run(int argc, char **argv)
             break;
         case 'l':
             logdir = optarg;
+            break;
+        case 'H':
+            http = optarg;
             break;
         case 's':
             if (s_parse_slots(optarg, &slots) != 0)
@@ -379,6 +382,14 @@ int cmd_run(int argc, char **argv)
         json_decref(spec_json);
         return CLI_FAIL;
     }
+    web_t *web = http ? cli_web_start(http, db, ctl_endpoint(ctl)) : NULL;
+    if (http && !web) {
+        disp_destroy(&disp);
+        ctl_destroy(&ctl);
+        rmdir(rundir);
+        json_decref(spec_json);
+        return CLI_FAIL;
+    }
     s_signals();
     pthread_t tc, td;
     s_spawn(&tc, s_ctl_thread, ctl);
@@ -420,6 +431,7 @@ int cmd_run(int argc, char **argv)
     /* The controller stops first: trials the dispatcher then kills (after
        Ctrl-C) stay "running" in the store, and the next `jizhi run` finds
        them lost and runs them again instead of counting them as failed. */
+    web_destroy(&web);
     s_stop_ctl = 1;
     pthread_join(tc, NULL);
     s_stop_disp = 1;
@@ -444,7 +456,7 @@ int cmd_run(int argc, char **argv)
 
 static const char s_ctl_usage[] =
     "usage: jizhi controller [--db FILE] [--bind ENDPOINT] [--lost-timeout SECONDS]\n"
-    "                        [--log FILE|syslog]\n"
+    "                        [--log FILE|syslog] [--http HOST:PORT]\n"
     "Runs the controller daemon (default bind tcp://*:7755) until SIGINT/SIGTERM.\n"
     "It writes the endpoint it serves to FILE.endpoint for other commands.\n";
 
@@ -454,9 +466,10 @@ int cmd_controller(int argc, char **argv)
                                          {"bind", required_argument, 0, 'b'},
                                          {"lost-timeout", required_argument, 0, 't'},
                                          {"log", required_argument, 0, 'L'},
+                                         {"http", required_argument, 0, 'H'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *dbflag = NULL, *bind = "tcp://*:7755";
+    const char *dbflag = NULL, *bind = "tcp://*:7755", *http = NULL;
     double lost = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -466,6 +479,9 @@ int cmd_controller(int argc, char **argv)
             break;
         case 'b':
             bind = optarg;
+            break;
+        case 'H':
+            http = optarg;
             break;
         case 'L':
             if (s_log_target(optarg) != 0)
@@ -508,10 +524,17 @@ int cmd_controller(int argc, char **argv)
         ctl_destroy(&ctl);
         return CLI_FAIL;
     }
+    web_t *web = http ? cli_web_start(http, db, ctl_endpoint(ctl)) : NULL;
+    if (http && !web) {
+        s_remove_endpoint(db, ctl_endpoint(ctl));
+        ctl_destroy(&ctl);
+        return CLI_FAIL;
+    }
     pthread_t tc;
     s_spawn(&tc, s_ctl_thread, ctl);
     while (!s_interrupted)
         pause();
+    web_destroy(&web);
     s_stop_ctl = 1;
     pthread_join(tc, NULL);
     s_remove_endpoint(db, ctl_endpoint(ctl));

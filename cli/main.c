@@ -27,6 +27,8 @@ static const char s_usage[] =
     "  plot STUDY [--output FILE.svg]              SVG: optimisation history, learning "
     "curves\n"
     "  batchsize-eval [OPTS] -- COMMAND | --log FILE | --trial ID   critical batch size\n"
+    "  serve [--http HOST:PORT] [--db FILE]        web dashboard and HTTP API\n"
+    "  token create USER [--role R] | list | revoke ID|USER   web API tokens\n"
     "  report [--step N] NAME=VALUE...             from inside a trial\n"
     "\n"
     "  --version                                   print the version\n"
@@ -81,6 +83,8 @@ int main(int argc, char **argv)
         {"batchsize-eval", cmd_bseval},
         {"watch", cmd_watch},
         {"plot", cmd_plot},
+        {"serve", cmd_serve},
+        {"token", cmd_token},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(cmd, table[i].name))

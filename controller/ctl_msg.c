@@ -14,6 +14,7 @@
 */
 #include "ctl_internal.h"
 
+#include "../common/ident.h"
 #include "../common/log.h"
 #include "../common/util.h"
 
@@ -457,6 +458,17 @@ static void s_status(ctl_t *c, const ctl_msg *m)
     ctl__send(c, m->from, r);
 }
 
+/* Who asked, for the events: "cli", or the label a front end passes as
+   "who" ("web:USER", from the web API's token). A label the sender claims,
+   not an authenticated identity, until the controller checks keys. */
+static const char *s_who(const json_t *msg)
+{
+    const char *w = json_string_value(json_object_get(msg, "who"));
+    if (w && !strncmp(w, "web:", 4) && ident_valid_user(w + 4))
+        return w;
+    return "cli";
+}
+
 static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
 {
     ctl_study *s = s_study_arg(c, m);
@@ -467,9 +479,9 @@ static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
         return;
     }
     if (stop)
-        ctl__study_stop(c, s, "cli");
+        ctl__study_stop(c, s, s_who(m->msg));
     else
-        ctl__study_resume(c, s, "cli");
+        ctl__study_resume(c, s, s_who(m->msg));
     ctl__send(c, m->from, wire_ok(m->req));
 }
 
@@ -516,7 +528,7 @@ static void s_trial_set(ctl_t *c, const ctl_msg *m, ctl_trial *t, int wait)
     {
         json_t *args = json_pack("{s:s, s:O}", "name", key, "value", v);
         int last = --left == 0;
-        long iid = ctl__instruct(c, t, "set", args, "cli", "set by a person",
+        long iid = ctl__instruct(c, t, "set", args, s_who(m->msg), "set by a person",
                                  wait && last ? m->from : NULL, m->req);
         json_decref(args);
         if (iid < 0)
@@ -555,7 +567,7 @@ static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
     switch (cmd) {
     case TRIAL_CMD_RESUME:
         if (t->state == TRIAL_SUSPENDED) {
-            ctl__trial_unsuspend(c, t, "cli");
+            ctl__trial_unsuspend(c, t, s_who(m->msg));
             r = wire_ok(m->req);
             json_object_set_new(r, "restarting", json_true());
             ctl__send(c, m->from, r);
@@ -563,13 +575,13 @@ static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
         }
         break;
     case TRIAL_CMD_RELEASE:
-        ctl__trial_release(c, t, "cli");
+        ctl__trial_release(c, t, s_who(m->msg));
         r = wire_ok(m->req);
         json_object_set_new(r, "releasing", json_true());
         ctl__send(c, m->from, r);
         return;
     case TRIAL_CMD_STOP:
-        ctl__trial_stop(c, t, "cli", "stopped by a person", 0);
+        ctl__trial_stop(c, t, s_who(m->msg), "stopped by a person", 0);
         ctl__send(c, m->from, wire_ok(m->req));
         return;
     case TRIAL_CMD_SET:
@@ -578,8 +590,8 @@ static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
     case TRIAL_CMD_PAUSE:
         break;
     }
-    iid = ctl__instruct(c, t, cmd == TRIAL_CMD_PAUSE ? "pause" : "resume", NULL, "cli",
-                        "by a person", wait ? m->from : NULL, m->req);
+    iid = ctl__instruct(c, t, cmd == TRIAL_CMD_PAUSE ? "pause" : "resume", NULL,
+                        s_who(m->msg), "by a person", wait ? m->from : NULL, m->req);
     if (iid >= 0 && !wait)
         s_reply_instruction(c, m, iid);
 }

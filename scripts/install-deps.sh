@@ -6,6 +6,7 @@ set -euo pipefail
 
 PKGS=(build-essential pkg-config clang clang-format libzmq3-dev libsqlite3-dev sqlite3
       libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
+      libmicrohttpd-dev libsodium-dev libjs-chart.js
       dataset-fashion-mnist python3 python3-pytest python3-pip python3-setuptools
       python3-wheel tmux
       openmpi-bin libopenmpi-dev)
@@ -14,12 +15,16 @@ PKGS=(build-essential pkg-config clang clang-format libzmq3-dev libsqlite3-dev s
 # commands) and munge. JIZHI_NO_SLURM=1 leaves them out (those tests skip).
 SLURM=(slurm-wlm munge)
 [ "${JIZHI_NO_SLURM:-0}" = 1 ] && SLURM=()
+# Optional: the browser the web tests and bench-web drive (they report
+# SKIPPED without it). JIZHI_NO_BROWSER=1 leaves it out.
+BROWSER=(chromium chromium-driver python3-selenium)
 # Optional: the PyTorch peer for the trainer's tests and benchmarks.
 OPTIONAL=(python3-torch)
 [ "${JIZHI_NO_TORCH:-0}" = 1 ] && OPTIONAL=()
+[ "${JIZHI_NO_BROWSER:-0}" = 1 ] && BROWSER=()
 
 missing=()
-for p in "${PKGS[@]}" "${SLURM[@]}" "${OPTIONAL[@]}"; do
+for p in "${PKGS[@]}" "${SLURM[@]}" "${OPTIONAL[@]}" "${BROWSER[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

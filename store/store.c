@@ -82,6 +82,10 @@ static const char *const s_migrations[] = {
        study stop ended by their reason text */
     "ALTER TABLE trials ADD COLUMN study_stopped INTEGER NOT NULL DEFAULT 0;"
     "UPDATE trials SET study_stopped=1 WHERE state='stopped' AND reason='study stopped';",
+    /* 3: bearer tokens of the web API (store_token.c): only their hash. */
+    "CREATE TABLE tokens("
+    "  id INTEGER PRIMARY KEY, user TEXT NOT NULL, role TEXT NOT NULL,"
+    "  hash TEXT NOT NULL UNIQUE, created REAL NOT NULL, revoked REAL);",
 };
 /* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
    migration bumps it, and this fails to compile until both agree. */
@@ -241,6 +245,11 @@ void store_close(store_t **sp)
     sqlite3_close(s->db);
     free(s);
     *sp = NULL;
+}
+
+sqlite3 *store__db(store_t *s)
+{
+    return s->db;
 }
 
 const char *store_errmsg(store_t *s)
@@ -816,6 +825,27 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+static json_t *s_event_row(sqlite3_stmt *st)
+{
+    json_t *detail = s_col_json(st, 5);
+    return json_pack("{s:I, s:f, s:o, s:s, s:s, s:o, s:o, s:o, s:o}", "id",
+                     (json_int_t)sqlite3_column_int64(st, 0), "time",
+                     sqlite3_column_double(st, 1), "trial",
+                     sqlite3_column_type(st, 2) == SQLITE_NULL
+                         ? json_null()
+                         : json_integer(sqlite3_column_int64(st, 2)),
+                     "who", (const char *)sqlite3_column_text(st, 3), "kind",
+                     (const char *)sqlite3_column_text(st, 4), "detail",
+                     detail ? detail : json_null(), "applied",
+                     sqlite3_column_type(st, 6) == SQLITE_NULL
+                         ? json_null()
+                         : json_boolean(sqlite3_column_int(st, 6)),
+                     "latency_s", s_num_or_null(s_col_double(st, 7)), "result",
+                     sqlite3_column_type(st, 8) == SQLITE_NULL
+                         ? json_null()
+                         : json_string((const char *)sqlite3_column_text(st, 8)));
+}
+
 json_t *store_events_list(store_t *s, long study_id)
 {
     sqlite3_stmt *st =
@@ -825,27 +855,31 @@ json_t *store_events_list(store_t *s, long study_id)
     if (!st)
         return out;
     sqlite3_bind_int64(st, 1, study_id);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        json_t *detail = s_col_json(st, 5);
-        json_array_append_new(
-            out, json_pack("{s:I, s:f, s:o, s:s, s:s, s:o, s:o, s:o, s:o}", "id",
-                           (json_int_t)sqlite3_column_int64(st, 0), "time",
-                           sqlite3_column_double(st, 1), "trial",
-                           sqlite3_column_type(st, 2) == SQLITE_NULL
-                               ? json_null()
-                               : json_integer(sqlite3_column_int64(st, 2)),
-                           "who", (const char *)sqlite3_column_text(st, 3), "kind",
-                           (const char *)sqlite3_column_text(st, 4), "detail",
-                           detail ? detail : json_null(), "applied",
-                           sqlite3_column_type(st, 6) == SQLITE_NULL
-                               ? json_null()
-                               : json_boolean(sqlite3_column_int(st, 6)),
-                           "latency_s", s_num_or_null(s_col_double(st, 7)), "result",
-                           sqlite3_column_type(st, 8) == SQLITE_NULL
-                               ? json_null()
-                               : json_string((const char *)sqlite3_column_text(st, 8))));
-    }
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(out, s_event_row(st));
     sqlite3_finalize(st);
+    return out;
+}
+
+json_t *store_events_since(store_t *s, long study_id, long after, long limit)
+{
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT id, time, trial_id, who, kind, detail, applied, latency_s, result "
+           "FROM events WHERE study_id=?1 AND id>?2 ORDER BY id LIMIT ?3");
+    if (!st)
+        return NULL;
+    sqlite3_bind_int64(st, 1, study_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
+    json_t *out = json_array();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(out, s_event_row(st));
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        return NULL;
+    }
     return out;
 }
 

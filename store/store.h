@@ -52,7 +52,7 @@ int store_study_state_parse(const char *text, store_study_state *out);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
@@ -186,6 +186,10 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
 /* Events of a study as a JSON array (caller owns). */
 json_t *store_events_list(store_t *s, long study_id);
 
+/* Events of a study with id > after, oldest first, at most `limit` (<= 0:
+   all), as in store_events_list. Caller owns; NULL on error. */
+json_t *store_events_since(store_t *s, long study_id, long after, long limit);
+
 /* ---- dispatchers ---- */
 int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char *gpus,
                             double now);
@@ -202,6 +206,63 @@ typedef int (*store_metric_fn)(void *arg, long trial_id, long attempt, long step
    point once. Returns the number of points given, or -1 on error. */
 long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
                                store_metric_fn fn, void *arg);
+
+/* ---- bearer tokens (store_token.c) ---- */
+/* Only a hash of each token is stored (SHA-256, hex); the token itself is
+   shown once, by `jizhi token create`. */
+typedef struct {
+    long id;
+    char user[64];
+    char role[16]; /* ident_role_str() text */
+    double created;
+    double revoked; /* 0 when valid */
+} store_token;
+
+/* Stores a token hash for user/role. Returns the token's id or -1. */
+long store_token_add(store_t *s, const char *user, const char *role, const char *hash_hex,
+                     double now);
+/* Finds the valid (not revoked) token with this hash: 1 found (filled),
+   0 none, -1 error. */
+int store_token_find(store_t *s, const char *hash_hex, store_token *out);
+/* Every token (revoked ones too) as a JSON array of {id, user, role,
+   created, revoked} (caller owns), NULL on error. */
+json_t *store_token_list(store_t *s);
+/* Revokes token `id` (id > 0), or every token of `user` (id <= 0).
+   Returns how many were revoked (0: none matched) or -1. */
+long store_token_revoke(store_t *s, long id, const char *user, double now);
+
+/* The SQLite handle, for the store's own files (store_token.c). Borrowed. */
+struct sqlite3;
+struct sqlite3 *store__db(store_t *s);
+
+/* ---- the web API's reads (store_web.c) ---- */
+/* One stored metric point with where and when it came from. */
+typedef struct {
+    long rowid; /* insertion order */
+    long trial_id, attempt, step;
+    const char *name; /* borrowed for the call only */
+    double value;     /* NaN when stored as NULL */
+    double time;      /* wall clock when stored */
+} store_metric_row;
+typedef int (*store_row_fn)(void *arg, const store_metric_row *row);
+/* As store_study_metrics_since, with the point's time and rowid. */
+long store_study_points_since(store_t *s, long study_id, long *after, long limit,
+                              store_row_fn fn, void *arg);
+/* Points of one metric of one trial's latest attempt, in step order: calls fn per point.
+ * Count or -1. */
+long store_trial_points(store_t *s, long trial_id, const char *name, store_row_fn fn,
+                        void *arg);
+/* Names of the metrics a trial reported, as a JSON array (caller owns). */
+json_t *store_trial_metric_names(store_t *s, long trial_id);
+/* The trials of a study without their params, for polling: array of {id,
+   number, state, attempt, value, last_value, best_value, last_step,
+   generation, started, ended, reason} (caller owns), NULL on error. */
+json_t *store_trials_brief(store_t *s, long study_id);
+/* The current params (latest generation) of every trial of a study in one
+   query: {"ID": {name: value}} (caller owns), NULL on error. */
+json_t *store_study_params(store_t *s, long study_id);
+/* Highest metrics rowid and event id so far (0 when none). 0 or -1. */
+int store_marks(store_t *s, long *metric_rowid, long *event_id);
 
 /* Called once per metric point with the wall-clock time it was stored. */
 typedef int (*store_curve_fn)(void *arg, long trial_id, long attempt, long step,

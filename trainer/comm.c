@@ -158,6 +158,20 @@ static void s_chunk(long n, int p, int i, long *off, long *len)
     *len = base + (i < extra ? 1 : 0);
 }
 
+/* Segment [*so, *so + *sl) of segment `seg` within a chunk [off, off + len):
+   chunks are sent in fixed-size segments so the received part is still in
+   cache when it is added; every rank uses the same segment count. */
+static void s_seg(long off, long len, long seg, long seglen, long *so, long *sl)
+{
+    long a = seg * seglen, e = a + seglen;
+    a = a < len ? a : len;
+    e = e < len ? e : len;
+    *so = off + a;
+    *sl = e - a;
+}
+
+#define S_SEGLEN (64L * 1024) /* floats per segment (256 KB) */
+
 int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn_wire w)
 {
     if (gn <= 1 || n <= 0)
@@ -171,20 +185,31 @@ int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn
     int right = group[(me + 1) % gn], left = group[(me + gn - 1) % gn];
     size_t ws = s_wire_size(w);
     long maxlen = n / gn + 1;
-    if (s_reserve(&c->sbuf, &c->scap, (size_t)maxlen * ws) < 0 ||
-        s_reserve(&c->rbuf, &c->rcap, (size_t)maxlen * ws) < 0)
+    long nseg = (maxlen + S_SEGLEN - 1) / S_SEGLEN;
+    long seglen = (maxlen + nseg - 1) / nseg;
+    if (s_reserve(&c->sbuf, &c->scap, (size_t)seglen * ws) < 0 ||
+        s_reserve(&c->rbuf, &c->rcap, (size_t)seglen * ws) < 0)
         return -1;
     /* reduce-scatter */
     for (int s = 0; s < gn - 1; s++) {
         int sc = ((me - s) % gn + gn) % gn, rc = ((me - s - 1) % gn + gn) % gn;
-        long so, sl, ro, rl;
-        s_chunk(n, gn, sc, &so, &sl);
-        s_chunk(n, gn, rc, &ro, &rl);
-        s_encode(w, buf + so, sl, c->sbuf);
-        if (s_sendrecv(c, c->sbuf, (size_t)sl * ws, right, c->rbuf, (size_t)rl * ws,
-                       left) < 0)
-            return -1;
-        s_decode(w, c->rbuf, rl, buf + ro, 1);
+        long co, cl, ro0, rl0;
+        s_chunk(n, gn, sc, &co, &cl);
+        s_chunk(n, gn, rc, &ro0, &rl0);
+        for (long g = 0; g < nseg; g++) {
+            long so, sl, ro, rl;
+            s_seg(co, cl, g, seglen, &so, &sl);
+            s_seg(ro0, rl0, g, seglen, &ro, &rl);
+            const void *sp = buf + so; /* fp32 goes out as it is */
+            if (w != TRN_WIRE_FP32) {
+                s_encode(w, buf + so, sl, c->sbuf);
+                sp = c->sbuf;
+            }
+            if (s_sendrecv(c, sp, (size_t)sl * ws, right, c->rbuf, (size_t)rl * ws,
+                           left) < 0)
+                return -1;
+            s_decode(w, c->rbuf, rl, buf + ro, 1);
+        }
     }
     /* this rank owns chunk (me+1) mod gn: round it as the others will see it */
     long oo, ol;
@@ -193,14 +218,25 @@ int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn
     /* all-gather */
     for (int s = 0; s < gn - 1; s++) {
         int sc = ((me + 1 - s) % gn + gn) % gn, rc = ((me - s) % gn + gn) % gn;
-        long so, sl, ro, rl;
-        s_chunk(n, gn, sc, &so, &sl);
-        s_chunk(n, gn, rc, &ro, &rl);
-        s_encode(w, buf + so, sl, c->sbuf);
-        if (s_sendrecv(c, c->sbuf, (size_t)sl * ws, right, c->rbuf, (size_t)rl * ws,
-                       left) < 0)
-            return -1;
-        s_decode(w, c->rbuf, rl, buf + ro, 0);
+        long co, cl, ro0, rl0;
+        s_chunk(n, gn, sc, &co, &cl);
+        s_chunk(n, gn, rc, &ro0, &rl0);
+        if (w == TRN_WIRE_FP32) { /* straight into place, one message */
+            if (s_sendrecv(c, buf + co, (size_t)cl * 4, right, buf + ro0, (size_t)rl0 * 4,
+                           left) < 0)
+                return -1;
+            continue;
+        }
+        for (long g = 0; g < nseg; g++) {
+            long so, sl, ro, rl;
+            s_seg(co, cl, g, seglen, &so, &sl);
+            s_seg(ro0, rl0, g, seglen, &ro, &rl);
+            s_encode(w, buf + so, sl, c->sbuf);
+            if (s_sendrecv(c, c->sbuf, (size_t)sl * ws, right, c->rbuf, (size_t)rl * ws,
+                           left) < 0)
+                return -1;
+            s_decode(w, c->rbuf, rl, buf + ro, 0);
+        }
     }
     return 0;
 }
@@ -394,7 +430,7 @@ int trn_comm_set_nodes(trn_comm *c, int ranks_per_node)
 
 int trn_comm_allreduce(trn_comm *c, float *buf, long n, trn_ar_algo a, trn_wire w)
 {
-    if (c->size <= 1 || n <= 0)
+    if (n <= 0 || (c->size <= 1 && a != TRN_AR_NATIVE)) /* native: the backend's path */
         return 0;
     switch (a) {
     case TRN_AR_NATIVE:

@@ -456,7 +456,9 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
     t->rank = c ? c->rank : 0;
     t->nranks = c ? c->size : 1;
     trn_dist_destroy(&t->dist);
-    if (!c || c->size <= 1)
+    /* one rank goes through the layer only when a backend was named (so
+       `--comm nccl` on one GPU exercises it); else the plain step */
+    if (!c || (c->size <= 1 && strcmp(t->cfg.comm, "mpi") && strcmp(t->cfg.comm, "nccl")))
         return 0;
     if (t->backend) {
         snprintf(err, TRN_ERRLEN,

@@ -21,7 +21,7 @@ INTERNAL_LIBS := $(LIB_TRN) $(INTERNAL_LIBS)
 ifeq ($(HAVE_MPI),yes)
 MPI_CFLAGS  := $(shell mpicc --showme:compile) -DTRN_HAVE_MPI
 MPI_LIBS    := $(shell mpicc --showme:link)
-$(call obj,trainer/comm_mpi.c): ALL_CFLAGS += $(MPI_CFLAGS)
+$(call obj,trainer/comm_mpi.c) $(call obj,bench/comm_allreduce.c): ALL_CFLAGS += $(MPI_CFLAGS)
 LIBS        += $(MPI_LIBS)
 endif
 EXTRA_BINS  += $(TRAIN_BIN)
@@ -59,15 +59,38 @@ $(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/trn.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -c $< -o $@
 
+# The NCCL backend of the comm layer (comm_nccl.cu) where nccl.h exists.
+ifeq ($(HAVE_NCCL),yes)
+TRN_NCCL_OBJ := $(BUILD)/obj/trainer/comm_nccl.o
+NCCL_DEF    := -DTRN_WITH_NCCL
+NCCL_LIBS   := -lnccl
+NCCL_INC    := $(patsubst %/nccl.h,-I%,$(firstword $(wildcard /usr/include/nccl.h $(CUDA_HOME)/include/nccl.h)))
+endif
+
+$(TRN_NCCL_OBJ): trainer/comm_nccl.cu trainer/comm.h trainer/trn.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper $(NCCL_INC) $(MPI_CFLAGS) -c $< -o $@
+
 $(TRN_MAIN_CUDA): trainer/main.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -I$(BLAS_INC) -DTRN_WITH_CUDA -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -I$(BLAS_INC) -DTRN_WITH_CUDA $(NCCL_DEF) -c $< -o $@
 
-$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
+$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_NCCL_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) \
-	    $(ALL_LDFLAGS) $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
-	    -lcublasLt -lcublas -lcudart -lstdc++
+	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_NCCL_OBJ) $(LIB_TRN) $(LIB_HELPER) \
+	    $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+	    $(NCCL_LIBS) -lcublasLt -lcublas -lcudart -lstdc++
+
+# All-reduce bandwidth, fusion, convergence and the scaling model
+# (bench/comm.py; BENCH_COMM_ARGS="--quick" for a short run).
+COMM_BENCH := $(BUILD)/bench/comm_allreduce
+$(COMM_BENCH): $(call obj,bench/comm_allreduce.c) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
+
+.PHONY: bench-comm
+bench-comm: $(TRAIN_BIN) $(COMM_BENCH)
+	@BUILD=$(BUILD) $(PYTHON) bench/comm.py $(BENCH_COMM_ARGS)
 
 bench-train: $(TRAIN_BIN)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) scripts/bench-train.sh

@@ -193,3 +193,17 @@ def test_live_set_reaches_every_rank_at_one_step(jz):
         if run_.poll() is None:
             run_.kill()
             run_.wait()
+
+
+def test_one_rank_through_the_comm_layer_equals_the_plain_step(one_rank):
+    # --comm mpi on one rank (MPI singleton) takes the fusion/bucket path
+    p = run(0, *MLP, "--comm", "mpi", "--allreduce", "native")
+    assert rel(reported(one_rank.stderr, "val_loss")[-1], reported(p.stderr, "val_loss")[-1]) < 1e-5
+    assert "1 ranks (mpi)" in p.stderr
+
+
+def test_nccl_needs_the_cuda_binary():
+    p = subprocess.run([TRAIN, "--comm", "nccl"], capture_output=True, text=True, env=mpi_env(),
+                       timeout=60)
+    assert p.returncode == 2
+    assert "built without NCCL" in p.stderr

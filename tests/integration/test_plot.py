@@ -79,3 +79,67 @@ def test_plot_to_stdout_default_name_and_errors(jz):
     p = jz.run("plot", "nope", "--db", jz.db, check=1)
     assert "no study named" in p.stderr
     jz.run("plot", check=2)
+
+
+def test_plot_marks_stopped_trials_interventions_and_takes_an_x_axis(jz):
+    """Every trial with a value is in the history (stopped ones as crosses),
+    live changes are marked on their curve, curves are coloured by the
+    objective with the best in red, and --x / --log-y / --full-y work."""
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_recovery import start_controller, stop
+    from conftest import PROGS
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "3", "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    try:
+        spec = base_spec("marks", ["python3", os.path.join(PROGS, "live_trial.py")], trials=3,
+                         parallel=3, env={"STEPS": "60"})
+        spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(DISTINCT trial_id) FROM metrics")[0][0] == 3,
+                    60, "three reporting trials")
+        ids = [r[0] for r in jz.sql("SELECT id FROM trials ORDER BY id")]
+        jz.run("trial", "set", str(ids[0]), "lr=0.5", check=0)
+        jz.run("trial", "stop", str(ids[1]), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 60,
+                    "the study to finish")
+    finally:
+        stop(ctl, disp)
+    states = dict(jz.sql("SELECT id, state FROM trials"))
+    assert states[ids[1]] == "stopped" and states[ids[0]] == "completed"
+    out = os.path.join(jz.dir, "m.svg")
+    jz.run("plot", "marks", "--db", jz.db, "--output", out, check=0)
+    root = ET.parse(out).getroot()
+    groups = {g.get("id"): g for g in root.iter(SVG + "g") if g.get("id")}
+    hist = groups["history"]
+    assert [int(el.get("data-trial")) for el in hist.iter(SVG + "path")
+            if "stopped-point" in classes(el)] == [ids[1]]
+    assert sorted(int(el.get("data-trial")) for el in hist.iter(SVG + "circle")
+                  if "point" in classes(el)) == sorted([ids[0], ids[2]])
+    curves = {int(el.get("data-trial")): el for el in groups["curves"].iter(SVG + "polyline")
+              if "curve" in classes(el)}
+    # the best (lr set to 0.5, score = lr) is red and drawn last; the others are blue shades
+    assert "best" in classes(curves[ids[0]]) and curves[ids[0]].get("stroke") == "#d62728"
+    assert all(curves[i].get("stroke") != "#d62728" for i in ids[1:])
+    assert curves[ids[1]].get("stroke-dasharray")  # stopped: dashed
+    marks = [el for el in groups["curves"].iter(SVG + "path") if "intervention" in classes(el)]
+    titles = [el.find(SVG + "title").text for el in marks]
+    assert any(f"trial {ids[0]}: set lr=0.5 by cli" == t for t in titles), titles
+    assert any(t.startswith(f"trial {ids[1]}: stop") for t in titles), titles
+    # x = time, a log y scale, the full range: still one vertex per point
+    for args, xlabel in ((["--x", "time"], "seconds since the trial's first point"),
+                         (["--x", "lr", "--log-y", "--full-y"], "lr")):
+        jz.run("plot", "marks", "--db", jz.db, "--output", out, *args, check=0)
+        root = ET.parse(out).getroot()
+        texts = [t.text or "" for t in root.iter(SVG + "text")]
+        assert xlabel in texts
+        for el in root.iter(SVG + "polyline"):
+            tid = int(el.get("data-trial"))
+            (n,) = jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id=? AND name='score'", tid)[0]
+            assert len(el.get("points").split()) == n
+    # an x metric nobody reports: a usage error, no file written
+    os.remove(out)
+    p = jz.run("plot", "marks", "--db", jz.db, "--output", out, "--x", "epoch")
+    assert p.returncode == 2 and "epoch" in p.stderr and not os.path.exists(out)

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""make bench-comm: the trainer's communication layer, with its peers in the
+same run.
+
+1. All-reduce algbw/busbw (nccl-tests definitions), 4 KB .. 64 MB, 2 and 4
+   ranks: ring, hierarchical (2 "nodes"), top-k 1 % with error feedback and
+   MPI_Allreduce of the same OpenMPI (build/bench/comm_allreduce).
+2. Fusion: step time of the MLP and the CNN on 2 ranks, no fusion (a bucket
+   per tensor) vs the automatic threshold, overlap on; and auto without
+   overlap.
+3. Convergence: Fashion-MNIST MLP, global batch 8192, LARS: 1 rank vs 4
+   ranks dense vs 4 ranks top-k 1 % with error feedback (10 epochs; 3 with
+   --quick).
+4. An alpha-beta model fitted to the ring curves, projected to a 25.6 M
+   parameter model at 8 .. 1024 GPUs (8 per node) under stated link speeds.
+
+This machine: 2 shared cores, so ranks are oversubscribed and the numbers
+are noisy; the ratios between algorithms in one run are what to read.
+"""
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("BUILD", "build")
+if not os.path.isabs(BUILD):
+    BUILD = os.path.join(ROOT, BUILD)
+TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
+AR = os.path.join(BUILD, "bench", "comm_allreduce")
+QUICK = "--quick" in sys.argv
+MPIRUN = shutil.which("mpirun")
+
+
+def env():
+    e = dict(os.environ)
+    e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    for k in ("JIZHI_TRIAL", "JIZHI_PARAMS", "JIZHI_ENDPOINT", "JIZHI_TOKEN"):
+        e.pop(k, None)
+    return e
+
+
+def mpi(np_, *cmd, timeout=1200):
+    argv = list(cmd) if np_ == 1 else [MPIRUN, "--oversubscribe", "-np", str(np_), *cmd]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=timeout)
+    if p.returncode != 0:
+        sys.exit(f"bench-comm: {' '.join(argv)} failed:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def metric(stderr, name):
+    return [float(v) for v in re.findall(r"jizhi: step \d+ %s=(\S+)" % name, stderr)]
+
+
+# ---- 1. all-reduce curves ----------------------------------------------------------
+
+def curves():
+    out = {}
+    maxb = str(16 << 20) if QUICK else str(64 << 20)
+    for np_ in (2, 4):
+        p = mpi(np_, AR, maxb)
+        print("\n".join(l for l in p.stdout.splitlines() if not l.startswith("CURVE")))
+        for m in re.finditer(r"CURVE np=(\d+) algo=(\S+) bytes=(\d+) time=(\S+) sent=(\d+)",
+                             p.stdout):
+            out.setdefault(int(m[1]), {}).setdefault(m[2], []).append(
+                (int(m[3]), float(m[4]), int(m[5])))
+        rows = out[np_]
+        big = [(r, m) for r, m in zip(rows["ring"], rows["mpi"]) if r[0] >= 1 << 20]
+        ratios = sorted(m[1] / r[1] for r, m in big)
+        med = ratios[len(ratios) // 2]
+        fewer = [r[2] / t[2] for r, t in zip(rows["ring"], rows["topk1%"]) if t[2]]
+        hr = sorted(m[1] / h[1] for h, m in zip(rows["hier"], rows["mpi"]) if h[0] >= 1 << 20)
+        print(f"== {np_} ranks, sizes >= 1 MB: ring busbw / MPI_Allreduce busbw: median "
+              f"{med:.2f}x (range {ratios[0]:.2f} .. {ratios[-1]:.2f}; goal >= 0.9); "
+              f"hier / MPI median {hr[len(hr) // 2]:.2f}x; top-k 1 % sends "
+              f"{min(fewer):.1f}x fewer bytes than ring (goal >= 20x)\n")
+    return out
+
+
+# ---- 2. fusion -----------------------------------------------------------------
+
+def fusion():
+    steps = "20" if QUICK else "40"
+    models = {
+        "MLP 1024,1024 batch 512": ["--hidden", "1024,1024", "--batch-size", "512"],
+        "CNN 16,32 batch 128": ["--model", "cnn", "--batch-size", "128"],
+    }
+    print(f"fusion: step time on 2 ranks ({steps} steps, Fashion-MNIST subset, 1 thread per rank)")
+    for name, args in models.items():
+        base = [TRAIN, "--train-subset", "20000", "--val-size", "500", "--epochs", "100",
+                "--max-steps", steps, "--log-every", "5", "--eval-every", "1000000",
+                "--threads", "1", *args]
+        res = {}
+        for label, extra in (("no fusion", ["--fusion-kb", "0"]),
+                             ("auto", ["--fusion-kb", "-1"]),
+                             ("auto, no overlap", ["--fusion-kb", "-1", "--overlap", "0"])):
+            p = mpi(2, *base, *extra)
+            sps = metric(p.stderr, "samples_per_s")[1:]  # the first includes start-up
+            bs = float(args[args.index("--batch-size") + 1])
+            res[label] = bs / (sum(sps) / len(sps)) * 1000
+            m = re.search(r"fusion (\d+) KiB \((\d+) buckets", p.stderr)
+            res[label + " buckets"] = f"{m[2]} buckets of >= {m[1]} KiB" if m else "?"
+        print(f"  {name}: no fusion {res['no fusion']:.1f} ms/step "
+              f"({res['no fusion buckets']}), auto {res['auto']:.1f} ms/step "
+              f"({res['auto buckets']}), auto without overlap {res['auto, no overlap']:.1f} ms; "
+              f"auto / no fusion = {res['auto'] / res['no fusion']:.2f}x time")
+    print()
+
+
+# ---- 3. convergence --------------------------------------------------------------
+
+def convergence():
+    epochs = "3" if QUICK else "10"
+    base = [TRAIN, "--hidden", "256,256", "--epochs", epochs, "--batch-size", "8192",
+            "--optimizer", "lars", "--lr", "8", "--warmup-epochs", "2", "--schedule", "poly",
+            "--momentum", "0.9", "--weight-decay", "0.0005", "--threads", "1",
+            "--log-every", "1000", "--fusion-kb", "256"]
+    print(f"convergence: Fashion-MNIST MLP 256,256, global batch 8192, LARS lr 8, "
+          f"{epochs} epochs")
+    res = {}
+    for label, np_, extra in (("1 rank", 1, []), ("4 ranks dense", 4, []),
+                              ("4 ranks top-k 1% EF", 4, ["--topk", "0.01"])):
+        p = mpi(np_, *base, *extra, timeout=3600)
+        res[label] = (metric(p.stderr, "val_acc")[-1], metric(p.stderr, "test_acc")[-1])
+        print(f"  {label}: val_acc {res[label][0]:.4f} test_acc {res[label][1]:.4f}")
+    d = abs(res["4 ranks dense"][1] - res["4 ranks top-k 1% EF"][1]) * 100
+    d1 = abs(res["4 ranks dense"][1] - res["1 rank"][1]) * 100
+    print(f"  test_acc: dense vs top-k {d:.2f} points, dense 4 ranks vs 1 rank {d1:.2f} "
+          f"points (goal: within 1)\n")
+
+
+# ---- 4. alpha-beta model ----------------------------------------------------------
+
+def fit(rows, p):
+    """t = 2(p-1) alpha + 2(p-1)/p S beta, least squares over sizes."""
+    xs = [(2 * (p - 1), 2 * (p - 1) / p * s) for s, _, _ in rows]
+    ys = [t for _, t, _ in rows]
+    # normal equations for two unknowns
+    a11 = sum(x[0] * x[0] for x in xs); a12 = sum(x[0] * x[1] for x in xs)
+    a22 = sum(x[1] * x[1] for x in xs)
+    b1 = sum(x[0] * y for x, y in zip(xs, ys)); b2 = sum(x[1] * y for x, y in zip(xs, ys))
+    det = a11 * a22 - a12 * a12
+    alpha = (b1 * a22 - b2 * a12) / det
+    beta = (a11 * b2 - a12 * b1) / det
+    return max(alpha, 1e-7), beta
+
+
+def model(cv):
+    print("scaling model: ring time = 2(p-1) alpha + 2(p-1)/p S beta, fitted to the ring curves")
+    alphas = []
+    for np_, rows in sorted(cv.items()):
+        a, b = fit(rows["ring"], np_)
+        alphas.append(a)
+        print(f"  {np_} ranks here: alpha {a * 1e6:.1f} us, 1/beta {1 / b / 1e9:.2f} GB/s "
+              f"(shared memory, oversubscribed cores)")
+    alpha = max(alphas)
+    B_in, B_out = 150e9, 100e9 / 8  # bytes/s: NVLink-class inside a node, 100 Gb/s between
+    G = 8
+    params = 25.6e6
+    S = params * 2  # fp16 gradients on the wire
+    k_bytes = 0.01 * params * 8  # top-k 1 %: int32 index + fp32 value per kept entry
+    t_c = 0.25  # compute per step: ResNet-50, 64 images/GPU at ~256 images/s
+    t_b = t_c * 2 / 3  # backward, the part communication can hide behind
+    print(f"  projection for {params / 1e6:.1f} M params, S = {S / 1e6:.1f} MB (fp16 on the wire), "
+          f"{G} GPUs per node, {B_in / 1e9:.0f} GB/s inside a node, {B_out * 8 / 1e9:.0f} Gb/s "
+          f"between nodes, alpha = {alpha * 1e6:.1f} us (the fit above), compute "
+          f"{t_c * 1000:.0f} ms/step of which backward {t_b * 1000:.0f} ms")
+
+    def flat(P):
+        return 2 * (P - 1) * alpha + 2 * (P - 1) / P * S / (B_out if P > G else B_in)
+
+    def intra():  # reduce to the leader and broadcast back: ring reduce + bcast inside
+        return 2 * ((G - 1) * alpha + (G - 1) / G * S / B_in)
+
+    def hier(P):
+        N = P // G
+        if N <= 1:
+            return flat(P)
+        return intra() + 2 * (N - 1) * alpha + 2 * (N - 1) / N * S / B_out
+
+    def hier_topk(P):
+        N = P // G
+        if N <= 1:
+            return flat(P)
+        return intra() + (N - 1) * (alpha + k_bytes / B_out)
+
+    print(f"  {'GPUs':>5} | {'flat ring':>22} | {'hierarchical':>22} | {'hier + top-k 1%':>22}")
+    print(f"  {'':>5} | {'comm ms  eff  eff+ovl':>22} | {'comm ms  eff  eff+ovl':>22} | "
+          f"{'comm ms  eff  eff+ovl':>22}")
+    for P in (8, 16, 32, 64, 128, 256, 512, 1024):
+        cells = []
+        for f in (flat, hier, hier_topk):
+            T = f(P)
+            eff = t_c / (t_c + T)
+            eff_o = t_c / (t_c - t_b + max(t_b, T))
+            cells.append(f"{T * 1000:8.1f} {eff * 100:5.1f}% {eff_o * 100:6.1f}%")
+        print(f"  {P:>5} | " + " | ".join(cells))
+    cross = 2 * S / k_bytes + 1
+    print(f"  top-k's sparse all-gather grows with the node count: it moves fewer bytes than "
+          f"the dense ring only below ~{cross:.0f} nodes ({cross * G:.0f} GPUs) here")
+    print("  the reference reports 99.2% scaling efficiency at 1024 GPUs; the model reaches it "
+          "only with overlap, where the comm time fits inside backward\n")
+
+
+def main():
+    if not MPIRUN:
+        sys.exit("bench-comm: mpirun not found (install openmpi-bin)")
+    for f in (TRAIN, AR):
+        if not os.access(f, os.X_OK):
+            sys.exit(f"bench-comm: build first: {f}")
+    cv = curves()
+    fusion()
+    convergence()
+    model(cv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""web_bench.py - the measurements behind `make bench-web` (see bench/web.sh)."""
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def make_db(jizhi, path, trials, points):
+    """A finished study of `trials` trials with `points` loss points each,
+    written with SQL (the schema is jizhi's own: `jizhi token create`
+    creates and migrates the file first)."""
+    tag = f"{path}.{trials}x{points}"
+    if os.path.exists(path) and os.path.exists(tag):
+        return
+    for f in (path, path + "-wal", path + "-shm"):
+        if os.path.exists(f):
+            os.remove(f)
+    subprocess.run([jizhi, "token", "create", "bench", "--db", path], check=True,
+                   capture_output=True)
+    spec = {"name": "big", "objective": {"metric": "loss", "mode": "min"},
+            "scheduler": {"type": "random", "seed": 1},
+            "budget": {"trials": trials, "parallel": 8},
+            "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+                      "batch_size": {"type": "int", "low": 16, "high": 512},
+                      "momentum": {"type": "float", "low": 0.5, "high": 0.99}},
+            "trial": {"command": ["true"]}}
+    t0 = time.time()
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=OFF")
+    now = 1.7e9
+    con.execute("INSERT INTO studies(id, name, spec, state, created, finished) "
+                "VALUES (1, 'big', ?, 'finished', ?, ?)", (json.dumps(spec), now, now + 3600))
+    rows, prows = [], []
+    for i in range(trials):
+        lr = 10 ** (-4 + 3 * ((i * 7919) % 1000) / 1000)
+        bs = 16 + (i * 104729) % 497
+        mom = 0.5 + ((i * 31337) % 1000) / 1000 * 0.49
+        k = (i % 37) + 1
+        final = 0.1 + 1.0 / (1 + (points - 1) * k / 500.0)
+        state = "stopped" if i % 5 == 0 else "completed"
+        rows.append((i + 1, i, state, f"t{i}", final, final, final, points - 1, now, now + 10,
+                     now + 10 + points * 0.1))
+        for name, v in (("lr", lr), ("batch_size", bs), ("momentum", mom)):
+            prows.append((i + 1, name, json.dumps(v)))
+    con.executemany("INSERT INTO trials(id, study_id, number, state, token, value, last_value, "
+                    "best_value, last_step, created, started, ended) "
+                    "VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    con.executemany("INSERT INTO params(trial_id, generation, name, value) VALUES (?, 0, ?, ?)",
+                    prows)
+    # the points: one SQL statement, so generating them takes seconds, not minutes
+    con.execute(
+        "WITH RECURSIVE s(step) AS (SELECT 0 UNION ALL SELECT step + 1 FROM s WHERE step < ?) "
+        "INSERT INTO metrics(trial_id, attempt, step, name, value, time) "
+        "SELECT t.id, 0, s.step, 'loss', 0.1 + 1.0 / (1 + s.step * ((t.id - 1) % 37 + 1) / 500.0)"
+        " + ((t.id * 7919 + s.step * 104729) % 1000) / 50000.0, t.started + s.step * 0.1 "
+        "FROM trials t, s ORDER BY t.id, s.step", (points - 1,))
+    con.commit()
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    open(tag, "w").close()
+    print(f"  generated {trials} trials x {points} points in {time.time() - t0:.0f} s "
+          f"({os.path.getsize(path) / 1e6:.0f} MB)")
+
+
+def get(url):
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=600) as r:
+        body = r.read()
+    return (time.perf_counter() - t0) * 1e3, body
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def peer(path, trials, points_per_curve, runs):
+    """The same study-page curves straight from SQLite on each request:
+    one GROUP BY over the study's points (what a server without a curve
+    cache does), plus the trials; milliseconds per request."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        (maxstep,) = con.execute("SELECT MAX(last_step) FROM trials WHERE study_id=1").fetchone()
+        width = max(1, (maxstep + 1) // points_per_curve + 1)
+        curves = {}
+        for tid, b, s, y in con.execute(
+                "SELECT trial_id, step / ?1, MAX(step), AVG(value) FROM metrics WHERE name='loss' "
+                "AND trial_id IN (SELECT id FROM trials WHERE study_id=1) GROUP BY trial_id, "
+                "step / ?1", (width,)):
+            c = curves.setdefault(tid, {"s": [], "y": []})
+            c["s"].append(s)
+            c["y"].append(y)
+        tr = con.execute("SELECT id, number, state, value FROM trials WHERE study_id=1").fetchall()
+        json.dumps({"curves": curves, "trials": tr})
+        times.append((time.perf_counter() - t0) * 1e3)
+    con.close()
+    return times
+
+
+def chromium_draw(url, runs):
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        return None, f"python3-selenium missing ({e})"
+    binary = shutil.which("chromium")
+    if not binary or not os.path.exists("/usr/bin/chromedriver"):
+        return None, "chromium / chromium-driver not installed"
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = binary
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1400,1000"):
+        opts.add_argument(a)
+    try:
+        drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    except Exception as e:
+        return None, f"Chromium cannot start: {str(e).splitlines()[0]}"
+    out = []
+    try:
+        drv.get(url + "/#/")  # warm the browser's cache of the page's files
+        time.sleep(0.5)
+        for _ in range(runs):
+            drv.get("about:blank")
+            drv.get(url + "/#/study/big")
+            end = time.time() + 120
+            v = None
+            while time.time() < end:
+                v = drv.execute_script("return window.jz && jz.drawnAt")
+                if v:
+                    break
+                time.sleep(0.02)
+            if not v:
+                return None, "the study page never drew"
+            n = drv.execute_script("return jz.curveLines.length")
+            timing = drv.execute_script("return jz.timing")
+            out.append((v, n, timing))
+    finally:
+        drv.quit()
+    return out, None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jizhi", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument("--points", type=int, default=10000)
+    ap.add_argument("--requests", type=int, default=200)
+    a = ap.parse_args()
+    os.makedirs(a.dir, exist_ok=True)
+    db = os.path.join(a.dir, "web.db")
+    print(f"web bench: {a.trials} trials x {a.points} points ({a.trials * a.points:,} rows)")
+    make_db(a.jizhi, db, a.trials, a.points)
+    srv = subprocess.Popen([a.jizhi, "serve", "--db", db, "--http", "127.0.0.1:0"],
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        line = srv.stderr.readline()
+        if "web dashboard at " not in line:
+            sys.exit(f"jizhi serve did not start: {line}")
+        url = line.split("web dashboard at ", 1)[1].strip().rstrip("/")
+        page = url + "/api/studies/big/page?points=auto"
+        cold, body = get(page)
+        j = json.loads(body)
+        npts = sum(len(c["s"]) for c in j["curves"]["trials"].values())
+        print(f"  study-page data: {len(body) / 1e6:.2f} MB, {len(j['trials'])} trials, "
+              f"{len(j['curves']['trials'])} curves, {npts} points drawn "
+              f"({j['curves_points']} per curve)")
+        print(f"  first request (reads all {a.trials * a.points:,} points into the curve cache): "
+              f"{cold:.0f} ms")
+        lat = [get(page)[0] for _ in range(a.requests)]
+        p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+        print(f"  jizhi   GET .../page  p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   "
+              f"({a.requests} requests; goal p99 <= 50 ms: {'met' if p99 <= 50 else 'NOT met'})")
+        peer_runs = max(3, min(10, a.requests // 20))
+        pl = peer(db, a.trials, j["curves_points"], peer_runs)
+        pp50, pp99 = pct(pl, 0.5), pct(pl, 0.99)
+        print(f"  peer    SQLite GROUP BY per request  p50 {pp50:6.1f} ms   p99 {pp99:6.1f} ms   "
+              f"({peer_runs} requests)")
+        print(f"  ratio   peer p99 / jizhi p99 = {pp99 / p99:.1f}x")
+        draws, why = chromium_draw(url, 5)
+        if draws is None:
+            print(f"  Chromium draw time: SKIPPED ({why})")
+        else:
+            ms = [d for d, _, _ in draws]
+            last = draws[-1][2]
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in last.items())
+            print(f"  Chromium breakdown of the last load (ms): {parts}")
+            print(f"  Chromium: study page drawn ({draws[0][1]} curves) after "
+                  f"median {statistics.median(ms):.0f} ms, max {max(ms):.0f} ms from navigation "
+                  f"(5 loads; goal <= 1000 ms: {'met' if max(ms) <= 1000 else 'NOT met'})")
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+/*  cmd_serve.c - `jizhi serve`: the web dashboard and HTTP API (web/)
+    over a database, and the --http option that `jizhi run` and `jizhi
+    controller` share (cli_web_start). */
+#include "cli.h"
+
+#include "../common/log.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char s_usage[] =
+    "usage: jizhi serve [--http HOST:PORT] [--db FILE] [--controller ENDPOINT]\n"
+    "Serves the web dashboard and its HTTP API for the database (default\n"
+    "http://127.0.0.1:8080/) until SIGINT/SIGTERM. Reads use the database\n"
+    "read-only; changes (submit, stop, set, pause...) go to the controller serving\n"
+    "it and need a token from `jizhi token create`.\n";
+
+web_t *cli_web_start(const char *listen, const char *db, const char *controller)
+{
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    /* the server's threads must not take the signals meant for the main thread */
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    char err[512];
+    web_config wc = {.listen = listen, .db_path = db, .controller = controller};
+    web_t *w = web_new(&wc, err, sizeof err);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!w) {
+        cli_error("%s", err);
+        return NULL;
+    }
+    char host[128];
+    snprintf(host, sizeof host, "%s", listen);
+    char *colon = strrchr(host, ':');
+    if (colon)
+        *colon = 0;
+    fprintf(stderr, "jizhi: web dashboard at http://%s:%d/\n",
+            !strcmp(host, "localhost") ? "127.0.0.1" : host, web_port(w));
+    return w;
+}
+
+static volatile sig_atomic_t s_stop;
+
+static void s_on_signal(int sig)
+{
+    s_stop = sig;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    static const struct option opts[] = {{"http", required_argument, 0, 'H'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"controller", required_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *listen = "127.0.0.1:8080", *dbflag = NULL, *controller = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'H':
+            listen = optarg;
+            break;
+        case 'd':
+            dbflag = optarg;
+            break;
+        case 'c':
+            controller = optarg;
+            break;
+        case 'h':
+            fputs(s_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(s_usage, stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (optind != argc) {
+        cli_error("serve: unexpected argument \"%s\"", argv[optind]);
+        return CLI_USAGE;
+    }
+    const char *db = cli_db_path(dbflag);
+    store_t *s = cli_open_db(db); /* refuse a missing or foreign database now */
+    if (!s)
+        return CLI_FAIL;
+    store_close(&s);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    web_t *w = cli_web_start(listen, db, controller);
+    if (!w)
+        return CLI_FAIL;
+    while (!s_stop)
+        pause();
+    web_destroy(&w);
+    return CLI_OK;
+}

@@ -1,0 +1,176 @@
+/*  cmd_token.c - `jizhi token create|list|revoke`: the bearer tokens that
+    the web API's write endpoints require. A token is shown once, when it
+    is created; the store keeps only its SHA-256 (common/ident.h). */
+#include "cli.h"
+
+#include "../common/ident.h"
+#include "../common/wire.h"
+#include "../common/util.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char s_usage[] =
+    "usage: jizhi token create USER [--role admin|user|viewer] [--db FILE]\n"
+    "       jizhi token list [--json] [--db FILE]\n"
+    "       jizhi token revoke ID|USER [--db FILE]\n"
+    "create prints a new token for USER (default role: user) once; keep it. The\n"
+    "web page and API take it as \"Authorization: Bearer TOKEN\". revoke ID revokes\n"
+    "one token, revoke USER every token of that user.\n";
+
+static store_t *s_open_rw(const char *db)
+{
+    char err[600];
+    store_t *s = store_open(db, 0, err, sizeof err);
+    if (!s)
+        cli_error("%s", err);
+    return s;
+}
+
+static int s_create(const char *db, const char *user, const char *role_text)
+{
+    ident_role role;
+    if (!ident_valid_user(user)) {
+        cli_error("token create: \"%s\" is not a user name ([A-Za-z0-9_.@-], 1-63 chars)",
+                  user);
+        return CLI_USAGE;
+    }
+    if (ident_role_parse(role_text, &role) != 0 || role == IDENT_DISPATCHER) {
+        cli_error("token create: --role must be admin, user or viewer, not \"%s\"",
+                  role_text);
+        return CLI_USAGE;
+    }
+    char token[IDENT_TOKEN_LEN + 1], hash[IDENT_HASH_LEN + 1];
+    if (ident_token_new(token) != 0) {
+        cli_error("token create: no randomness available");
+        return CLI_FAIL;
+    }
+    ident_token_hash(token, hash);
+    store_t *s = s_open_rw(db);
+    if (!s)
+        return CLI_FAIL;
+    long id = store_token_add(s, user, ident_role_str(role), hash, util_wall());
+    if (id < 0) {
+        cli_error("token create: %s", store_errmsg(s));
+        store_close(&s);
+        return CLI_FAIL;
+    }
+    store_close(&s);
+    printf("%s\n", token);
+    fprintf(stderr, "token %ld for %s (role %s); it is shown only now\n", id, user,
+            ident_role_str(role));
+    return CLI_OK;
+}
+
+static int s_list(const char *db, int as_json)
+{
+    store_t *s = cli_open_db(db);
+    if (!s)
+        return CLI_FAIL;
+    json_t *list = store_token_list(s);
+    if (!list) {
+        cli_error("token list: %s", store_errmsg(s));
+        store_close(&s);
+        return CLI_FAIL;
+    }
+    store_close(&s);
+    if (as_json) {
+        cli_print_json(list);
+        return CLI_OK;
+    }
+    printf("%-5s %-20s %-7s %-20s %s\n", "ID", "USER", "ROLE", "CREATED", "STATE");
+    size_t i;
+    json_t *t;
+    json_array_foreach(list, i, t)
+    {
+        time_t created = (time_t)json_number_value(json_object_get(t, "created"));
+        char when[32];
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&created));
+        printf("%-5lld %-20s %-7s %-20s %s\n",
+               (long long)json_integer_value(json_object_get(t, "id")),
+               json_string_value(json_object_get(t, "user")),
+               json_string_value(json_object_get(t, "role")), when,
+               json_is_null(json_object_get(t, "revoked")) ? "valid" : "revoked");
+    }
+    json_decref(list);
+    return CLI_OK;
+}
+
+static int s_revoke(const char *db, const char *what)
+{
+    char *end;
+    long id = strtol(what, &end, 10);
+    int by_id = *what && !*end;
+    if (!by_id && !ident_valid_user(what)) {
+        cli_error("token revoke: expected a token ID or a user name, got \"%s\"", what);
+        return CLI_USAGE;
+    }
+    if (by_id && id <= 0) {
+        cli_error("token revoke: no token %ld", id);
+        return CLI_FAIL;
+    }
+    store_t *s = s_open_rw(db);
+    if (!s)
+        return CLI_FAIL;
+    long n = store_token_revoke(s, by_id ? id : 0, by_id ? NULL : what, util_wall());
+    if (n < 0)
+        cli_error("token revoke: %s", store_errmsg(s));
+    store_close(&s);
+    if (n < 0)
+        return CLI_FAIL;
+    if (n == 0) {
+        cli_error("token revoke: no valid token %s %s", by_id ? "with id" : "of user",
+                  what);
+        return CLI_FAIL;
+    }
+    printf("revoked %ld token%s\n", n, n == 1 ? "" : "s");
+    return CLI_OK;
+}
+
+int cmd_token(int argc, char **argv)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"role", required_argument, 0, 'r'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *dbflag = NULL, *role = NULL;
+    int as_json = 0, c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd':
+            dbflag = optarg;
+            break;
+        case 'r':
+            role = optarg;
+            break;
+        case 'j':
+            as_json = 1;
+            break;
+        case 'h':
+            fputs(s_usage, stdout);
+            return CLI_OK;
+        default:
+            fputs(s_usage, stderr);
+            return CLI_USAGE;
+        }
+    }
+    int nargs = argc - optind;
+    char **args = argv + optind;
+    const char *db = cli_db_path(dbflag);
+    if (nargs == 2 && !strcmp(args[0], "create"))
+        return s_create(db, args[1], role ? role : "user");
+    if (role) {
+        cli_error("token: --role goes with `token create` only");
+        return CLI_USAGE;
+    }
+    if (nargs == 1 && !strcmp(args[0], "list"))
+        return s_list(db, as_json);
+    if (nargs == 2 && !strcmp(args[0], "revoke"))
+        return s_revoke(db, args[1]);
+    cli_error("token: expected create USER, list, or revoke ID|USER");
+    fputs(s_usage, stderr);
+    return CLI_USAGE;
+}

@@ -1,0 +1,38 @@
+/*  client.c - one request to the controller (see client.h). */
+#include "client.h"
+
+#include "wire.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <zmq.h>
+
+json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err,
+                    size_t errsize)
+{
+    void *ctx = zmq_ctx_new();
+    void *sock = ctx ? zmq_socket(ctx, ZMQ_DEALER) : NULL;
+    json_t *reply = NULL;
+    if (!sock) {
+        snprintf(err, errsize, "cannot create a socket: %s", zmq_strerror(errno));
+        json_decref(msg);
+    } else {
+        wire_socket_setup(sock);
+        if (zmq_connect(sock, endpoint) != 0) {
+            snprintf(err, errsize, "cannot connect to the controller at %s: %s", endpoint,
+                     zmq_strerror(errno));
+            json_decref(msg);
+        } else {
+            char why[200];
+            reply = wire_request(sock, msg, timeout_ms, why, sizeof why);
+            if (!reply)
+                snprintf(err, errsize,
+                         "no answer from the controller at %s (%s); is it running?",
+                         endpoint, why);
+        }
+        zmq_close(sock);
+    }
+    if (ctx)
+        zmq_ctx_term(ctx);
+    return reply;
+}

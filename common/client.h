@@ -1,0 +1,20 @@
+/*  client.h - one request to the controller, as every front end sends it.
+
+    The CLI (cli_request) and the web API (web/) both go through
+    client_call: connect a DEALER to the endpoint, send, wait for the reply
+    with the same "req", close. Nothing here prints.
+*/
+#ifndef JZ_CLIENT_H
+#define JZ_CLIENT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* Sends `msg` (takes ownership, even on failure) to the controller at
+   `endpoint` and waits up to timeout_ms. Returns the reply, "ok" or
+   "error" (caller owns), or NULL with `err` saying why (cannot connect,
+   no answer). Thread-safe: each call uses its own ZeroMQ context. */
+json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err,
+                    size_t errsize);
+
+#endif

@@ -1,0 +1,184 @@
+/*  store_web.c - the reads behind the web API (see store.h): metric
+    points with their time, one trial's series, the trials of a study
+    without their params, and the high-water marks a live page polls from.
+    Read-only; safe on a connection opened with store_open(readonly). */
+#include "store.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+static double s_dbl(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+static json_t *s_num(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL
+               ? json_null()
+               : json_real(sqlite3_column_double(st, i));
+}
+
+static long s_rows(sqlite3_stmt *st, store_row_fn fn, void *arg, long *after)
+{
+    long n = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_metric_row r;
+        r.rowid = (long)sqlite3_column_int64(st, 0);
+        r.trial_id = (long)sqlite3_column_int64(st, 1);
+        r.attempt = (long)sqlite3_column_int64(st, 2);
+        r.step = (long)sqlite3_column_int64(st, 3);
+        const char *name = (const char *)sqlite3_column_text(st, 4);
+        r.name = name ? name : "";
+        r.value = s_dbl(st, 5);
+        r.time = s_dbl(st, 6);
+        if (after)
+            *after = r.rowid;
+        n++;
+        if (fn(arg, &r))
+            break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
+}
+
+long store_study_points_since(store_t *s, long study_id, long *after, long limit,
+                              store_row_fn fn, void *arg)
+{
+    /* rowid range first, as store_study_metrics_since: each poll costs
+       what is new, not the whole study. */
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "SELECT rowid, trial_id, attempt, step, name, value, time "
+                           "FROM metrics WHERE rowid > ?1 AND +trial_id IN (SELECT id "
+                           "FROM trials WHERE study_id=?2) ORDER BY rowid LIMIT ?3",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_int64(st, 1, *after);
+    sqlite3_bind_int64(st, 2, study_id);
+    sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
+    return s_rows(st, fn, arg, after);
+}
+
+long store_trial_points(store_t *s, long trial_id, const char *name, store_row_fn fn,
+                        void *arg)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "SELECT rowid, trial_id, attempt, step, name, value, time "
+                           "FROM metrics WHERE trial_id=?1 AND name=?2 AND attempt="
+                           "(SELECT MAX(attempt) FROM metrics WHERE trial_id=?1 AND "
+                           "name=?2) ORDER BY step, rowid",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
+    return s_rows(st, fn, arg, NULL);
+}
+
+json_t *store_trial_metric_names(store_t *s, long trial_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            store__db(s),
+            "SELECT DISTINCT name FROM metrics WHERE trial_id=? ORDER BY name", -1, &st,
+            NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_int64(st, 1, trial_id);
+    json_t *out = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(out, json_string((const char *)sqlite3_column_text(st, 0)));
+    sqlite3_finalize(st);
+    return out;
+}
+
+json_t *store_trials_brief(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "SELECT id, number, state, attempt, value, last_value, "
+                           "best_value, last_step, generation, started, ended, reason "
+                           "FROM trials WHERE study_id=? ORDER BY number",
+                           -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_int64(st, 1, study_id);
+    json_t *out = json_array();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *reason = (const char *)sqlite3_column_text(st, 11);
+        json_array_append_new(
+            out,
+            json_pack("{s:I, s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:s}",
+                      "id", (json_int_t)sqlite3_column_int64(st, 0), "number",
+                      (json_int_t)sqlite3_column_int64(st, 1), "state",
+                      (const char *)sqlite3_column_text(st, 2), "attempt",
+                      (json_int_t)sqlite3_column_int64(st, 3), "value", s_num(st, 4),
+                      "last_value", s_num(st, 5), "best_value", s_num(st, 6), "last_step",
+                      sqlite3_column_type(st, 7) == SQLITE_NULL
+                          ? json_null()
+                          : json_integer(sqlite3_column_int64(st, 7)),
+                      "generation", (json_int_t)sqlite3_column_int64(st, 8), "started",
+                      s_num(st, 9), "ended", s_num(st, 10), "reason",
+                      reason ? reason : ""));
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+json_t *store_study_params(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            store__db(s),
+            "SELECT p.trial_id, p.name, p.value FROM params p JOIN trials t "
+            "ON t.id = p.trial_id AND p.generation = t.generation "
+            "WHERE t.study_id = ?",
+            -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_int64(st, 1, study_id);
+    json_t *out = json_object();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char key[32];
+        snprintf(key, sizeof key, "%lld", (long long)sqlite3_column_int64(st, 0));
+        json_t *obj = json_object_get(out, key);
+        if (!obj) {
+            obj = json_object();
+            json_object_set_new(out, key, obj);
+        }
+        const char *text = (const char *)sqlite3_column_text(st, 2);
+        json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+        json_object_set_new(obj, (const char *)sqlite3_column_text(st, 1),
+                            v ? v : json_string(text ? text : ""));
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+int store_marks(store_t *s, long *metric_rowid, long *event_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "SELECT (SELECT IFNULL(MAX(rowid),0) FROM metrics), "
+                           "(SELECT IFNULL(MAX(id),0) FROM events)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *metric_rowid = (long)sqlite3_column_int64(st, 0);
+        *event_id = (long)sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}

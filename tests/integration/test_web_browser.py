@@ -1,0 +1,186 @@
+"""The dashboard in a real headless Chromium (python3-selenium +
+chromium-driver): it opens a running study, sees trials and curves update
+live, changes a running trial's lr through the trial page, and the trial
+reports the new lr. Screenshots of each page go to
+build/test-artifacts/. Reports SKIPPED, with the reason, when Chromium
+cannot start here."""
+import base64
+import os
+import shutil
+import time
+
+import pytest
+
+from conftest import BUILD, PROGS, base_spec
+from test_recovery import stop
+from webutil import daemons_with_web, make_token
+
+ARTIFACTS = os.path.join(BUILD, "test-artifacts")
+
+
+def chromium():
+    """A headless Chromium driven by Selenium, or pytest.skip with why not."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        pytest.skip(f"python3-selenium is not installed ({e})")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    if not binary or not os.path.exists(driver):
+        pytest.skip("chromium / chromium-driver are not installed")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = binary
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1400,1000", "--hide-scrollbars"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    try:
+        return webdriver.Chrome(service=Service(driver), options=opts)
+    except Exception as e:  # no display libraries, a crash at start...
+        pytest.skip(f"Chromium cannot start here: {str(e).splitlines()[0]}")
+
+
+def wait_js(drv, expr, timeout=30, what=None):
+    end = time.time() + timeout
+    last = None
+    while time.time() < end:
+        try:
+            last = drv.execute_script("return " + expr)
+            if last:
+                return last
+        except Exception as e:  # the page may be between views
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what or expr} (last: {last!r})")
+
+
+def shot(drv, name):
+    """A screenshot of the whole page (beyond the window) in build/test-artifacts."""
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    path = os.path.join(ARTIFACTS, name)
+    m = drv.execute_cdp_cmd("Page.getLayoutMetrics", {})
+    size = m.get("cssContentSize") or m["contentSize"]
+    img = drv.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 6000),
+                 "scale": 1}})
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(img["data"]))
+    return path
+
+
+def test_dashboard_live_study_and_set_lr_through_the_page(jz):
+    drv = chromium()
+    ep, ctl, disp, url = daemons_with_web(jz, slots="3")
+    tok = make_token(jz, "alice")
+    try:
+        # a short study that finishes, so the pages show ended trials too
+        quick = base_spec("quick", ["python3", os.path.join(PROGS, "live_trial.py")], trials=6,
+                          parallel=3, env={"STEPS": "25"})
+        quick["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}}
+        jz.run("study", "submit", jz.write_spec(quick), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies WHERE name='quick'")[0][0]
+                    == "finished", 60, "the short study to finish")
+        spec = base_spec("live", ["python3", os.path.join(PROGS, "live_trial.py")], trials=3,
+                         parallel=3, env={"STEPS": "6000"})
+        spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(DISTINCT m.trial_id) FROM metrics m JOIN trials t "
+                                   "ON t.id=m.trial_id JOIN studies s ON s.id=t.study_id "
+                                   "WHERE s.name='live'")[0][0] >= 3, 60, "three reporting trials")
+
+        # the studies list
+        drv.get(url + "/#/")
+        wait_js(drv, "document.querySelector('tr[data-study=\"live\"]')", what="the study row")
+        row = drv.execute_script("return document.querySelector('tr[data-study=\"live\"]').innerText")
+        assert "live" in row and "running" in row
+        row = drv.execute_script("return document.querySelector('tr[data-study=\"quick\"]').innerText")
+        assert "finished" in row and "6/6" in row
+        studies_png = shot(drv, "web-studies.png")
+
+        # a finished study: every trial in the history, the best highlighted
+        drv.get(url + "/#/study/quick")
+        wait_js(drv, "document.body.dataset.drawn === 'study'", what="the finished study")
+        assert drv.execute_script("return jz.charts.history.data.datasets[0].data.length") == 6
+        (best,) = jz.sql("SELECT t.id FROM trials t JOIN studies s ON s.id=t.study_id WHERE "
+                         "s.name='quick' ORDER BY value DESC LIMIT 1")[0]
+        assert drv.execute_script("return document.querySelector('#trials-table tr.best')"
+                                  ".dataset.trial") == str(best)
+        finished_png = shot(drv, "web-study-finished.png")
+
+        # the study page: trials and curves, then live growth
+        drv.get(url + "/#/study/live")
+        wait_js(drv, "document.body.dataset.drawn === 'study'", what="the study page")
+        wait_js(drv, "document.querySelectorAll('#trials-table tbody tr').length === 3",
+                what="three trials in the table")
+        pts0 = drv.execute_script("return jz.curveLines.reduce((n, l) => n + l.data.length, 0)")
+        n_curves = drv.execute_script("return jz.curveLines.filter(l => l.data.length).length")
+        assert n_curves == 3 and pts0 > 0
+        wait_js(drv, "jz.live.points > 50", what="metrics pushed over the stream")
+        wait_js(drv, f"jz.curveLines.reduce((n, l) => n + l.data.length, 0) > {pts0}",
+                what="the curves to grow")
+        steps_shown = drv.execute_script(
+            "return Math.max(...jz.study.trials.map(t => t.last_step || 0))")
+        time.sleep(1.5)
+        assert drv.execute_script(
+            "return Math.max(...jz.study.trials.map(t => t.last_step || 0))") > steps_shown
+        # sorting and filtering the table
+        drv.execute_script("document.querySelector('#trials-table th[data-key=\"id\"]').click()")
+        drv.execute_script("document.querySelector('#trials-table th[data-key=\"id\"]').click()")
+        ids = drv.execute_script("return [...document.querySelectorAll('#trials-table tbody tr')]"
+                                 ".map(r => Number(r.dataset.trial))")
+        assert ids == sorted(ids, reverse=True)
+        study_png = shot(drv, "web-study.png")
+
+        # the trial page: set lr through the form, with a token
+        (tid,) = jz.sql("SELECT id FROM trials WHERE state='running' ORDER BY id LIMIT 1")[0]
+        # (the "live" trials are the only ones running now)
+        drv.get(url + f"/#/trial/{tid}")
+        wait_js(drv, "document.body.dataset.drawn === 'trial'", what="the trial page")
+        drv.find_element("id", "token-input").send_keys(tok)
+        drv.find_element("id", "token-save").click()
+        wait_js(drv, "document.getElementById('whoami').innerText.includes('alice')",
+                what="the token accepted")
+        name = drv.find_element("id", "set-name")
+        name.clear()
+        name.send_keys("lr")
+        drv.find_element("id", "set-value").send_keys("0.5")
+        drv.find_element("id", "set-btn").click()
+        alert = drv.switch_to.alert
+        assert "lr=0.5" in alert.text
+        alert.accept()
+        ack = wait_js(drv, "(t => t.includes('acknowledged') || t.includes(':') && "
+                           "document.getElementById('ack').className === 'err' ? t : '')"
+                           "(document.getElementById('ack').innerText)",
+                      what="the acknowledgement")
+        assert "acknowledged by the trial in" in ack and "ms" in ack, ack
+        # the trial reports the new lr, in the store and on the page
+        (ack_step,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=? AND name='lr'",
+                             tid)[0]
+        jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0]
+                    > ack_step + 3, 30, "more steps")
+        later = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' AND step>?",
+                       tid, ack_step + 1)
+        assert later and all(v == 0.5 for (v,) in later)
+        wait_js(drv, "(d => d[d.length - 1].y === 0.5)(jz.charts['m:lr'].data.datasets[0].data)",
+                what="the page's lr curve at 0.5")
+        assert jz.sql("SELECT who FROM events WHERE kind='instruction'") == [("web:alice",)]
+        wait_js(drv, "document.querySelector('#trial-events').innerText.includes('web:alice')",
+                what="the intervention in the trial's events")
+        trial_png = shot(drv, "web-trial.png")
+
+        # back on the study page the intervention is in the event log
+        drv.get(url + "/#/study/live")
+        wait_js(drv, "document.body.dataset.drawn === 'study'", what="the study page again")
+        wait_js(drv, "document.querySelector('#events-table').innerText.includes('web:alice')",
+                what="the event log entry")
+        for p in (studies_png, finished_png, study_png, trial_png):
+            assert os.path.getsize(p) > 10000, p
+        # and no script error on any page
+        errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+        jz.run("study", "stop", "live", check=0)
+    finally:
+        drv.quit()
+        stop(ctl, disp)

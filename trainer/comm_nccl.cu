@@ -1,0 +1,226 @@
+/*  comm_nccl.cu - the NCCL backend of the comm layer (comm.h), linked into
+    jizhi-train-cuda where nccl.h exists (`make cuda`, TRN_WITH_NCCL).
+
+    The trainer's gradients live in host memory (the CPU training path), so
+    every call stages its buffers through device memory on one stream:
+    copy in, the NCCL call (ncclSend/ncclRecv inside a group for the
+    point-to-point the algorithms use, ncclAllReduce for the backend's own
+    all-reduce, ncclBroadcast), copy out. Device = local rank modulo the
+    visible devices (the dispatcher hands each trial trial.gpus x ranks
+    devices in CUDA_VISIBLE_DEVICES). Bootstrap: with MPI (under mpirun)
+    rank 0's ncclUniqueId is broadcast over MPI_COMM_WORLD; without it the
+    backend is one rank.
+    Errors: NCCL/CUDA failures during construction return NULL with err;
+    later ones make the call return -1.
+*/
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TRN_HAVE_MPI
+#include <mpi.h>
+#endif
+
+extern "C" {
+#include "trainer/comm.h"
+}
+
+typedef struct {
+    ncclComm_t nc;
+    cudaStream_t st;
+    void *d_a, *d_b; /* staging buffers */
+    size_t cap_a, cap_b;
+    int we_init_mpi;
+} s_nccl;
+
+static int s_grow(void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    if (*p)
+        cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    if (cudaMalloc(p, need) != cudaSuccess)
+        return -1;
+    *cap = need;
+    return 0;
+}
+
+static int s_done(s_nccl *m, ncclResult_t r)
+{
+    if (r != ncclSuccess) {
+        fprintf(stderr, "jizhi-train: nccl: %s\n", ncclGetErrorString(r));
+        return -1;
+    }
+    return cudaStreamSynchronize(m->st) == cudaSuccess ? 0 : -1;
+}
+
+static int s_sendrecv(void *self, const void *sbuf, size_t sbytes, int dst, void *rbuf,
+                      size_t rbytes, int src)
+{
+    s_nccl *m = (s_nccl *)self;
+    if (s_grow(&m->d_a, &m->cap_a, sbytes ? sbytes : 1) < 0 ||
+        s_grow(&m->d_b, &m->cap_b, rbytes ? rbytes : 1) < 0)
+        return -1;
+    if (dst >= 0 && sbytes &&
+        cudaMemcpyAsync(m->d_a, sbuf, sbytes, cudaMemcpyHostToDevice, m->st) !=
+            cudaSuccess)
+        return -1;
+    ncclGroupStart();
+    if (dst >= 0)
+        ncclSend(m->d_a, sbytes, ncclChar, dst, m->nc, m->st);
+    if (src >= 0)
+        ncclRecv(m->d_b, rbytes, ncclChar, src, m->nc, m->st);
+    if (s_done(m, ncclGroupEnd()) < 0)
+        return -1;
+    if (src >= 0 && rbytes &&
+        cudaMemcpy(rbuf, m->d_b, rbytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+        return -1;
+    return 0;
+}
+
+static int s_allreduce(s_nccl *m, void *buf, size_t bytes, long n, ncclDataType_t t)
+{
+    if (s_grow(&m->d_a, &m->cap_a, bytes ? bytes : 1) < 0)
+        return -1;
+    if (cudaMemcpyAsync(m->d_a, buf, bytes, cudaMemcpyHostToDevice, m->st) != cudaSuccess)
+        return -1;
+    if (s_done(m, ncclAllReduce(m->d_a, m->d_a, (size_t)n, t, ncclSum, m->nc, m->st)) < 0)
+        return -1;
+    return cudaMemcpy(buf, m->d_a, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+}
+
+static int s_allreduce_f(void *self, float *buf, long n)
+{
+    return s_allreduce((s_nccl *)self, buf, (size_t)n * sizeof(float), n, ncclFloat);
+}
+
+static int s_allreduce_d(void *self, double *buf, long n)
+{
+    return s_allreduce((s_nccl *)self, buf, (size_t)n * sizeof(double), n, ncclDouble);
+}
+
+static int s_bcast(void *self, void *buf, size_t bytes, int root)
+{
+    s_nccl *m = (s_nccl *)self;
+    if (s_grow(&m->d_a, &m->cap_a, bytes ? bytes : 1) < 0)
+        return -1;
+    if (cudaMemcpyAsync(m->d_a, buf, bytes, cudaMemcpyHostToDevice, m->st) != cudaSuccess)
+        return -1;
+    if (s_done(m, ncclBroadcast(m->d_a, m->d_a, bytes, ncclChar, root, m->nc, m->st)) < 0)
+        return -1;
+    return cudaMemcpy(buf, m->d_a, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+}
+
+static int s_barrier(void *self)
+{
+    float x = 0;
+    return s_allreduce_f(self, &x, 1);
+}
+
+static void s_destroy(void *self)
+{
+    s_nccl *m = (s_nccl *)self;
+    if (!m)
+        return;
+    if (m->nc)
+        ncclCommDestroy(m->nc);
+    if (m->d_a)
+        cudaFree(m->d_a);
+    if (m->d_b)
+        cudaFree(m->d_b);
+    if (m->st)
+        cudaStreamDestroy(m->st);
+#ifdef TRN_HAVE_MPI
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (m->we_init_mpi && !fin)
+        MPI_Finalize();
+#endif
+    free(m);
+}
+
+static const trn_comm_ops s_ops = {"nccl",  s_sendrecv, s_allreduce_f, s_allreduce_d,
+                                   s_bcast, s_barrier,  s_destroy};
+
+extern "C" trn_comm *trn_comm_nccl_new(char *err)
+{
+    int rank = 0, size = 1, local = 0;
+    s_nccl *m = (s_nccl *)calloc(1, sizeof *m);
+    trn_comm *c = (trn_comm *)calloc(1, sizeof *c);
+    if (!m || !c) {
+        free(m);
+        free(c);
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    int *node = NULL;
+#ifdef TRN_HAVE_MPI
+    if (trn_comm_under_mpi()) {
+        int init = 0, provided = 0;
+        MPI_Initialized(&init);
+        if (!init) {
+            MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+            m->we_init_mpi = 1;
+        }
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        MPI_Comm shm;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+                            &shm);
+        MPI_Comm_rank(shm, &local);
+        int lowest = rank;
+        MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, shm);
+        MPI_Comm_free(&shm);
+        node = (int *)calloc((size_t)size, sizeof(int));
+        if (node)
+            MPI_Allgather(&lowest, 1, MPI_INT, node, 1, MPI_INT, MPI_COMM_WORLD);
+    }
+#endif
+    if (!node)
+        node = (int *)calloc((size_t)size, sizeof(int));
+    c->node = node;
+    c->ops = &s_ops;
+    c->self = m;
+    c->rank = rank;
+    c->size = size;
+    int ndev = 0;
+    if (!node || cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        snprintf(err, TRN_ERRLEN, "--comm nccl: no CUDA device");
+        trn_comm_destroy(&c);
+        return NULL;
+    }
+    cudaSetDevice(local % ndev);
+    ncclUniqueId id;
+    if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+        snprintf(err, TRN_ERRLEN, "--comm nccl: ncclGetUniqueId failed");
+        trn_comm_destroy(&c);
+        return NULL;
+    }
+#ifdef TRN_HAVE_MPI
+    if (size > 1)
+        MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+#endif
+    if (cudaStreamCreate(&m->st) != cudaSuccess) {
+        snprintf(err, TRN_ERRLEN, "--comm nccl: cannot create a stream");
+        trn_comm_destroy(&c);
+        return NULL;
+    }
+    ncclResult_t r = ncclCommInitRank(&m->nc, size, id, rank);
+    if (r != ncclSuccess) {
+        m->nc = NULL;
+        snprintf(err, TRN_ERRLEN, "--comm nccl: ncclCommInitRank: %s",
+                 ncclGetErrorString(r));
+        trn_comm_destroy(&c);
+        return NULL;
+    }
+    if (trn_comm_set_nodes(c, 0) < 0) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        trn_comm_destroy(&c);
+        return NULL;
+    }
+    return c;
+}

@@ -1,0 +1,864 @@
+/* jizhi dashboard: studies list, study page, trial page.
+   Reads the JSON API (GET), follows Server-Sent Events for live updates, and
+   sends changes (POST) with the bearer token kept in this tab's
+   sessionStorage (never a cookie). Served from the binary; no CDN. */
+"use strict";
+
+const jz = (window.jz = { charts: {}, drawnAt: null, view: null });
+
+/* ---------- small helpers ---------- */
+
+const $ = (sel, root) => (root || document).querySelector(sel);
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) if (k != null) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+function fmt(x) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "–";
+  if (typeof x !== "number") return String(x);
+  if (Number.isInteger(x)) return String(x);
+  const a = Math.abs(x);
+  return a !== 0 && (a < 1e-3 || a >= 1e5) ? x.toExponential(3) : x.toPrecision(5).replace(/\.?0+$/, "");
+}
+function when(t) {
+  return t ? new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) : "–";
+}
+function stateBadge(s) { return el("span", { class: "state " + s, text: s }); }
+function token() { return sessionStorage.getItem("jizhi-token") || ""; }
+
+async function getJSON(url) {
+  const r = await fetch(url, { cache: "no-store" });
+  const j = await r.json();
+  if (!r.ok) throw new Error(j.message || r.statusText);
+  return j;
+}
+async function post(url, body) {
+  const t0 = performance.now();
+  const r = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Authorization: "Bearer " + token() },
+    body: JSON.stringify(body || {}),
+  });
+  const j = await r.json();
+  j.http_ms = performance.now() - t0;
+  if (!r.ok) throw new Error(j.message || r.statusText);
+  return j;
+}
+
+/* colour by objective: light (poor) to dark blue (good); best is red */
+const RAMP = [[186, 186, 214], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+function ramp(u) {
+  u = Math.max(0, Math.min(1, u));
+  const x = u * (RAMP.length - 1), i = Math.min(RAMP.length - 2, Math.floor(x)), f = x - i;
+  const c = RAMP[i].map((v, k) => Math.round(v + (RAMP[i + 1][k] - v) * f));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+const BEST = "#d62728";
+
+function trialScore(t) {
+  if (typeof t.value === "number") return t.value;
+  if (typeof t.last_value === "number") return t.last_value;
+  return null;
+}
+function quantile(sorted, q) {
+  if (!sorted.length) return NaN;
+  const i = (sorted.length - 1) * q, lo = Math.floor(i), hi = Math.ceil(i);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (i - lo);
+}
+/* ranks with ties averaged, for Spearman's rho */
+function ranks(xs) {
+  const idx = xs.map((x, i) => [x, i]).sort((a, b) => a[0] - b[0]);
+  const r = new Array(xs.length);
+  for (let i = 0; i < idx.length; ) {
+    let j = i;
+    while (j + 1 < idx.length && idx[j + 1][0] === idx[i][0]) j++;
+    for (let k = i; k <= j; k++) r[idx[k][1]] = (i + j) / 2;
+    i = j + 1;
+  }
+  return r;
+}
+function pearson(a, b) {
+  const n = a.length, ma = a.reduce((s, x) => s + x, 0) / n, mb = b.reduce((s, x) => s + x, 0) / n;
+  let sab = 0, saa = 0, sbb = 0;
+  for (let i = 0; i < n; i++) {
+    sab += (a[i] - ma) * (b[i] - mb); saa += (a[i] - ma) ** 2; sbb += (b[i] - mb) ** 2;
+  }
+  return saa > 0 && sbb > 0 ? sab / Math.sqrt(saa * sbb) : 0;
+}
+function throttle(fn, ms) {
+  let timer = null, again = false;
+  return function () {
+    if (timer) { again = true; return; }
+    fn();
+    timer = setTimeout(function tick() {
+      timer = null;
+      if (again) { again = false; fn(); timer = setTimeout(tick, ms); }
+    }, ms);
+  };
+}
+
+/* ---------- auth box ---------- */
+
+async function refreshWho() {
+  const who = $("#whoami");
+  if (!token()) { who.textContent = "read-only (no token)"; return; }
+  try {
+    const r = await fetch("/api/whoami", { headers: { Authorization: "Bearer " + token() } });
+    const j = await r.json();
+    who.textContent = r.ok ? `${j.user} (${j.role})` : `token refused: ${j.message}`;
+  } catch (e) { who.textContent = String(e); }
+}
+$("#token-save").addEventListener("click", () => {
+  const v = $("#token-input").value.trim();
+  if (v) sessionStorage.setItem("jizhi-token", v); else sessionStorage.removeItem("jizhi-token");
+  $("#token-input").value = "";
+  refreshWho();
+});
+
+/* ---------- router ---------- */
+
+let cleanup = [];
+function leave() {
+  for (const f of cleanup) try { f(); } catch (e) { /* ignore */ }
+  cleanup = [];
+  for (const c of Object.values(jz.charts)) c.destroy();
+  jz.charts = {};
+  jz.drawnAt = null;
+}
+function route() {
+  leave();
+  const h = location.hash.replace(/^#/, "") || "/";
+  const main = $("#main");
+  main.replaceChildren(el("p", { class: "muted", text: "Loading…" }));
+  let m;
+  if ((m = h.match(/^\/study\/(.+)$/))) studyPage(decodeURIComponent(m[1]));
+  else if ((m = h.match(/^\/trial\/(\d+)$/))) trialPage(Number(m[1]));
+  else studiesPage();
+}
+window.addEventListener("hashchange", route);
+
+function crumbs(...parts) {
+  const c = $("#crumbs");
+  c.replaceChildren();
+  parts.forEach((p, i) => {
+    if (i) c.append(" / ");
+    c.append(p.href ? el("a", { href: p.href, text: p.text }) : p.text);
+  });
+}
+function fail(e) {
+  $("#main").replaceChildren(el("div", { class: "panel" }, el("h2", { text: "Error" }), String(e.message || e)));
+}
+
+/* ---------- studies list ---------- */
+
+async function studiesPage() {
+  jz.view = "studies";
+  crumbs({ text: "studies" });
+  const main = $("#main");
+  const table = el("table", { id: "studies-table" });
+  main.replaceChildren(el("div", { class: "panel" }, el("h1", { text: "Studies" }), table));
+  async function load() {
+    let j;
+    try { j = await getJSON("/api/studies"); } catch (e) { return fail(e); }
+    const head = el("tr", {}, ...["study", "state", "progress", "running", "failed", "stopped", "best", "objective", "created"].map((h) => el("th", { text: h, class: ["running", "failed", "stopped", "best"].includes(h) ? "num" : "" })));
+    const rows = j.studies.map((s) => el("tr", { "data-study": s.name },
+      el("td", {}, el("a", { href: "#/study/" + encodeURIComponent(s.name), text: s.name })),
+      el("td", {}, stateBadge(s.state)),
+      el("td", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(100 * s.progress)}%` })), ` ${s.done}/${s.total}`),
+      el("td", { class: "num", text: s.running }),
+      el("td", { class: "num", text: s.failed }),
+      el("td", { class: "num", text: s.stopped }),
+      el("td", { class: "num" }, s.best ? `${fmt(s.best.value)} (#${s.best.number})` : "–"),
+      el("td", { text: `${s.objective.metric} (${s.objective.mode})` }),
+      el("td", { text: when(s.created) })));
+    table.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+    if (!rows.length) table.append(el("tr", {}, el("td", { colspan: 9, class: "muted", text: "No studies yet: jizhi study submit SPEC.json" })));
+    if (jz.drawnAt === null) jz.drawnAt = performance.now();
+  }
+  await load();
+  const timer = setInterval(load, 2000);
+  cleanup.push(() => clearInterval(timer));
+}
+
+/* ---------- study page ---------- */
+
+async function studyPage(name) {
+  jz.view = "study";
+  crumbs({ text: "studies", href: "#/" }, { text: name });
+  let data;
+  const tf = performance.now();
+  try { data = await getJSON(`/api/studies/${encodeURIComponent(name)}/page?points=auto`); } catch (e) { return fail(e); }
+  jz.timing = { start: tf, data: performance.now() - tf };
+  const S = {
+    name, study: data.study, trials: data.trials, events: data.events, metrics: data.metrics,
+    metric: data.curves.metric, curves: data.curves.trials, xcurves: {}, xaxis: "step",
+    logy: false, robust: true, sort: { key: "number", dir: 1 }, filter: "",
+  };
+  jz.study = S;
+  const maximize = S.study.objective.mode === "max";
+  const byId = () => Object.fromEntries(S.trials.map((t) => [t.id, t]));
+
+  /* layout */
+  const main = $("#main");
+  const headline = el("div", { class: "headline", id: "study-head" });
+  const stopBtn = el("button", { class: "danger", id: "study-stop", text: "Stop study" });
+  const resumeBtn = el("button", { id: "study-resume", text: "Resume study" });
+  const studyAck = el("span", { class: "small muted", id: "study-ack" });
+  const metricSel = el("select", { id: "curve-metric" });
+  const xSel = el("select", { id: "curve-x" });
+  const logBox = el("input", { type: "checkbox", id: "curve-log" });
+  const robustBox = el("input", { type: "checkbox", id: "curve-robust", checked: "" });
+  const filterBox = el("input", { id: "trial-filter", placeholder: "filter: text or state" });
+  const colourNote = el("span", { class: "small muted" });
+  main.replaceChildren(
+    el("div", { class: "panel" }, el("h1", { text: "Study " + name }), headline,
+      el("div", { class: "controls" }, stopBtn, resumeBtn, studyAck)),
+    el("div", { class: "grid" },
+      el("div", { class: "panel" }, el("h2", { text: "Optimisation history" }),
+        el("div", { class: "chart-box" }, el("canvas", { id: "history-chart" })),
+        el("div", { class: "note", text: "Every trial: stopped ones (early stopping or a person) at their last value, running ones at their latest value." })),
+      el("div", { class: "panel" }, el("h2", { text: "Learning curves" }),
+        el("div", { class: "controls" },
+          el("label", {}, "metric ", metricSel), el("label", {}, "x ", xSel),
+          el("label", {}, logBox, " log y"), el("label", {}, robustBox, " robust y range"), colourNote),
+        el("div", { class: "chart-box" }, el("canvas", { id: "curves-chart" })),
+        el("div", { class: "note", id: "curves-note" })),
+      el("div", { class: "panel" }, el("h2", { text: "Parallel coordinates" }),
+        el("canvas", { class: "pc", id: "parallel" }),
+        el("div", { class: "note", text: "One line per trial with a value, coloured by the objective (dark = better, red = best)." })),
+      el("div", { class: "panel" }, el("h2", { text: "Parameter importance" }),
+        el("div", { class: "chart-box short" }, el("canvas", { id: "importance-chart" })),
+        el("div", { class: "note", id: "importance-note", text: "|Spearman rank correlation| between each parameter and the objective over trials with a value. A correlation, not a model-based importance: it misses interactions and non-monotone effects." })),
+      el("div", { class: "panel wide" }, el("h2", { text: "Trials" }),
+        el("div", { class: "controls" }, filterBox, el("span", { class: "small muted", id: "trial-count" })),
+        el("div", { class: "scroll" }, el("table", { id: "trials-table" }))),
+      el("div", { class: "panel wide" }, el("h2", { text: "Events" }),
+        el("div", { class: "scroll" }, el("table", { id: "events-table" })))));
+
+  function renderHead() {
+    if (!$("#study-head")) return; /* the page was left */
+    const s = S.study;
+    stopBtn.style.display = s.state === "running" ? "" : "none";
+    resumeBtn.style.display = s.state === "stopped" ? "" : "none";
+    const best = s.best;
+    headline.replaceChildren(
+      el("span", {}, stateBadge(s.state)),
+      el("span", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(100 * s.progress)}%` })), ` ${s.done}/${s.total} done, ${s.running} running, ${s.failed} failed, ${s.stopped} stopped`),
+      el("span", {}, `objective ${s.objective.metric} (${s.objective.mode})`),
+      el("span", { class: "big", id: "study-best" }, best ? `best ${fmt(best.value)} — trial #${best.number}` : "no result yet"));
+  }
+  function recount() {
+    const s = S.study;
+    const c = { done: 0, running: 0, failed: 0, stopped: 0, completed: 0 };
+    for (const t of S.trials) {
+      if (t.state === "completed") c.completed++;
+      if (t.state === "failed") c.failed++;
+      if (t.state === "stopped") c.stopped++;
+      if (["running", "starting", "paused"].includes(t.state)) c.running++;
+    }
+    c.done = c.completed + c.failed + c.stopped;
+    Object.assign(s, c);
+    s.progress = s.total ? c.done / s.total : 0;
+    let best = null;
+    for (const t of S.trials)
+      if (typeof t.value === "number" && (!best || (maximize ? t.value > best.value : t.value < best.value)))
+        best = { trial: t.id, number: t.number, value: t.value };
+    s.best = best;
+  }
+
+  /* colour scale over trial scores */
+  function colours() {
+    const scores = S.trials.map(trialScore).filter((v) => v !== null);
+    const lo = Math.min(...scores), hi = Math.max(...scores);
+    const bestId = S.study.best ? S.study.best.trial : null;
+    return (t) => {
+      if (t.id === bestId) return BEST;
+      const v = trialScore(t);
+      if (v === null || !(hi > lo)) return "rgba(120,130,150,0.6)";
+      const u = (v - lo) / (hi - lo);
+      return ramp(maximize ? u : 1 - u);
+    };
+  }
+
+  /* optimisation history */
+  function historyData() {
+    const done = [], stopped = [], running = [], bestLine = [];
+    let best = null;
+    const sorted = [...S.trials].sort((a, b) => a.number - b.number);
+    for (const t of sorted) {
+      const v = trialScore(t);
+      if (v === null) continue;
+      const p = { x: t.number, y: v, id: t.id };
+      if (t.state === "stopped") stopped.push(p);
+      else if (typeof t.value === "number") done.push(p);
+      else running.push(p);
+      if (typeof t.value === "number" && t.state !== "stopped" || t.state === "stopped") {
+        if (best === null || (maximize ? v > best : v < best)) best = v;
+      }
+      if (best !== null) bestLine.push({ x: t.number, y: best });
+    }
+    return { done, stopped, running, bestLine };
+  }
+  function drawHistory() {
+    if (!$("#history-chart")) return; /* the page was left */
+    const d = historyData();
+    const ds = [
+      { label: "completed", data: d.done, backgroundColor: "#2171b5", pointRadius: 4, showLine: false },
+      { label: "stopped", data: d.stopped, borderColor: "#d9822b", backgroundColor: "#d9822b", pointStyle: "crossRot", pointRadius: 6, borderWidth: 2, showLine: false },
+      { label: "running", data: d.running, borderColor: "#2ca25f", backgroundColor: "rgba(0,0,0,0)", pointRadius: 4, borderWidth: 1.5, showLine: false },
+      { label: "best so far", type: "line", data: d.bestLine, borderColor: BEST, borderWidth: 1.5, pointRadius: 0, stepped: true, fill: false },
+    ];
+    if (jz.charts.history) {
+      jz.charts.history.data.datasets.forEach((x, i) => (x.data = ds[i].data));
+      jz.charts.history.update("none");
+      return;
+    }
+    jz.charts.history = new Chart($("#history-chart"), {
+      type: "scatter", data: { datasets: ds },
+      options: {
+        animation: false, maintainAspectRatio: false, parsing: false,
+        scales: { x: { title: { display: true, text: "trial number" }, ticks: { precision: 0 } }, y: { title: { display: true, text: S.study.objective.metric } } },
+        plugins: { legend: { position: "bottom", labels: { boxWidth: 10 } },
+          tooltip: { callbacks: { label: (c) => `trial #${c.raw.x}: ${fmt(c.raw.y)}` } } },
+        onClick: (e, items) => { const p = items[0] && items[0].element && ds[items[0].datasetIndex].data[items[0].index]; if (p && p.id) location.hash = "#/trial/" + p.id; },
+      },
+    });
+  }
+
+  /* learning curves */
+  function xOf(tid, c, i) {
+    if (S.xaxis === "step") return c.s[i];
+    if (S.xaxis === "time") return c.t[i];
+    const xc = S.xcurves[S.xaxis] && S.xcurves[S.xaxis][tid];
+    if (!xc || !xc.s.length) return null;
+    /* interpolate the x metric (epoch, samples) at this step */
+    const s = c.s[i], xs = xc.s, ys = xc.y;
+    if (s <= xs[0]) return ys[0];
+    if (s >= xs[xs.length - 1]) return ys[ys.length - 1];
+    let lo = 0, hi = xs.length - 1;
+    while (hi - lo > 1) { const m = (lo + hi) >> 1; if (xs[m] <= s) lo = m; else hi = m; }
+    const f = (s - xs[lo]) / (xs[hi] - xs[lo] || 1);
+    return ys[lo] + f * (ys[hi] - ys[lo]);
+  }
+  function curvePoints(tid, c) {
+    const out = [];
+    for (let i = 0; i < c.s.length; i++) {
+      const x = xOf(tid, c, i), y = c.y[i];
+      if (x === null || y === null || (S.logy && !(y > 0))) continue;
+      out.push({ x, y });
+    }
+    return out;
+  }
+  function marksData() {
+    /* interventions and scheduler decisions, placed on their trial's curve at
+       the point nearest in time */
+    const pts = [];
+    for (const e of S.events) {
+      if (e.trial == null || !(e.kind === "instruction" || e.kind === "stopped")) continue;
+      const c = S.curves[e.trial];
+      if (!c || !c.s.length) continue;
+      const rel = e.time - c.t0;
+      let best = 0;
+      for (let i = 1; i < c.t.length; i++) if (Math.abs(c.t[i] - rel) < Math.abs(c.t[best] - rel)) best = i;
+      const x = xOf(e.trial, c, best), y = c.y[best];
+      if (x === null || y === null) continue;
+      const d = e.detail || {};
+      const what = e.kind === "stopped" ? "stopped" : d.name ? `${d.kind} ${d.name}=${fmt(d.value)}` : d.kind || e.kind;
+      pts.push({ x, y, label: `trial ${e.trial}: ${what} by ${e.who}${d.reason ? " — " + d.reason : ""}` });
+    }
+    return pts;
+  }
+  function yRange(sets) {
+    if (!S.robust) return {};
+    /* quantiles of the curves' tails (their last half), so that early
+       transients do not squash the part that matters */
+    const tails = [];
+    for (const d of sets) for (let i = Math.floor(d.length / 2); i < d.length; i++) tails.push(d[i].y);
+    if (tails.length < 4) return {};
+    tails.sort((a, b) => a - b);
+    let lo = quantile(tails, 0.02), hi = quantile(tails, 0.98);
+    if (S.logy) { lo = Math.max(lo, 1e-300) / 1.5; hi = hi * 1.5; return { min: lo, max: hi }; }
+    const pad = (hi - lo) * 0.15 || Math.abs(hi) * 0.05 || 1;
+    /* data that never goes below zero gets no negative axis */
+    return { min: lo >= 0 && lo - pad < 0 ? 0 : lo - pad, max: hi + pad };
+  }
+  /* The curves are drawn by a small Chart.js plugin straight onto the
+     chart's canvas (one path per trial): Chart.js keeps the axes, the log
+     scale and the markers' tooltips, and a study of 1000 trials draws in
+     milliseconds instead of building 1000 datasets. */
+  function curveLines() {
+    const col = colours();
+    const bestId = S.study.best ? S.study.best.trial : null;
+    const tmap = byId();
+    const lines = [];
+    for (const [tid, c] of Object.entries(S.curves)) {
+      const t = tmap[tid];
+      if (!t) continue;
+      const isBest = Number(tid) === bestId;
+      lines.push({ trialId: Number(tid), number: t.number, data: curvePoints(tid, c), color: col(t),
+        width: isBest ? 3 : 1, dash: t.state === "stopped" ? [4, 3] : [], best: isBest });
+    }
+    lines.sort((a, b) => a.best - b.best); /* the best on top */
+    return lines;
+  }
+  const linesPlugin = {
+    id: "jzLines",
+    beforeDatasetsDraw(chart) {
+      const g = chart.ctx, xs = chart.scales.x, ys = chart.scales.y, area = chart.chartArea;
+      g.save();
+      g.beginPath();
+      g.rect(area.left, area.top, area.right - area.left, area.bottom - area.top);
+      g.clip();
+      for (const l of jz.curveLines || []) {
+        if (l.data.length < 1) continue;
+        g.beginPath();
+        g.strokeStyle = l.color;
+        g.lineWidth = l.width;
+        g.setLineDash(l.dash);
+        l.data.forEach((p, i) => {
+          const px = xs.getPixelForValue(p.x), py = ys.getPixelForValue(p.y);
+          if (i) g.lineTo(px, py); else g.moveTo(px, py);
+        });
+        g.stroke();
+      }
+      g.restore();
+    },
+  };
+  function bounds(lines, range) {
+    let xmin = Infinity, xmax = -Infinity, ymin = Infinity, ymax = -Infinity;
+    for (const l of lines) for (const p of l.data) {
+      if (p.x < xmin) xmin = p.x; if (p.x > xmax) xmax = p.x;
+      if (p.y < ymin) ymin = p.y; if (p.y > ymax) ymax = p.y;
+    }
+    if (!(xmax >= xmin)) return {};
+    if (xmax === xmin) xmax = xmin + 1;
+    const y = range.min !== undefined ? range : ymax > ymin ? { min: ymin, max: ymax } : { min: ymin - 1, max: ymax + 1 };
+    return { x: { min: xmin, max: xmax }, y };
+  }
+  function drawCurves() {
+    if (!$("#curves-chart")) return; /* the page was left */
+    const lines = curveLines();
+    jz.curveLines = lines;
+    const range = yRange(lines.map((l) => l.data));
+    const b = bounds(lines, range);
+    const xtitle = { step: "step", time: "seconds since the trial's first point", epoch: "epoch", samples: "samples" }[S.xaxis];
+    $("#curves-note").textContent = `${lines.length} trials, ${lines.reduce((n, l) => n + l.data.length, 0)} points (downsampled); ` +
+      "dark = better final objective, red = best, dashed = stopped, ▲ = interventions and scheduler decisions. Click a curve to open its trial.";
+    if (jz.charts.curves) jz.charts.curves.destroy();
+    const marks = { label: "interventions", type: "scatter", data: marksData(), pointStyle: "triangle", pointRadius: 6,
+      backgroundColor: "#111", borderColor: "#fff", borderWidth: 1 };
+    jz.charts.curves = new Chart($("#curves-chart"), {
+      type: "scatter", data: { datasets: [marks] }, plugins: [linesPlugin],
+      options: {
+        animation: false, maintainAspectRatio: false, parsing: false,
+        scales: {
+          x: { type: "linear", title: { display: true, text: xtitle }, ...(b.x || {}) },
+          y: { type: S.logy ? "logarithmic" : "linear", title: { display: true, text: S.metric }, ...(b.y || {}) },
+        },
+        plugins: { legend: { display: false }, tooltip: { callbacks: { label: (c) => c.raw.label } } },
+        onClick: (e, items, chart) => {
+          /* the curve nearest to the click, within 8 pixels */
+          const xs = chart.scales.x, ys = chart.scales.y;
+          let best = null, bd = 64;
+          for (const l of jz.curveLines) for (const p of l.data) {
+            const d = (xs.getPixelForValue(p.x) - e.x) ** 2 + (ys.getPixelForValue(p.y) - e.y) ** 2;
+            if (d < bd) { bd = d; best = l; }
+          }
+          if (best) location.hash = "#/trial/" + best.trialId;
+        },
+      },
+    });
+  }
+  const redrawCurves = throttle(drawCurves, 1000);
+  function fillSelectors() {
+    metricSel.replaceChildren(...S.metrics.map((m) => el("option", { value: m, text: m })));
+    metricSel.value = S.metric;
+    const xs = ["step", "time", ...["epoch", "samples"].filter((m) => S.metrics.includes(m))];
+    xSel.replaceChildren(...xs.map((m) => el("option", { value: m, text: m })));
+    xSel.value = S.xaxis;
+  }
+  async function loadCurves() {
+    const q = `/api/studies/${encodeURIComponent(name)}/curves?points=${data.points || 100}&metric=`;
+    S.curves = (await getJSON(q + encodeURIComponent(S.metric))).trials;
+    if (S.xaxis !== "step" && S.xaxis !== "time" && !S.xcurves[S.xaxis])
+      S.xcurves[S.xaxis] = (await getJSON(q + encodeURIComponent(S.xaxis))).trials;
+    drawCurves();
+  }
+  metricSel.addEventListener("change", () => { S.metric = metricSel.value; loadCurves().catch(fail); });
+  xSel.addEventListener("change", () => { S.xaxis = xSel.value; loadCurves().catch(fail); });
+  logBox.addEventListener("change", () => { S.logy = logBox.checked; drawCurves(); });
+  robustBox.addEventListener("change", () => { S.robust = robustBox.checked; drawCurves(); });
+
+  /* parameters */
+  const space = S.study.spec.space || {};
+  const pnames = Object.keys(space);
+  function paramValue(t, p) { return t.params ? t.params[p] : undefined; }
+  function axisOf(p) {
+    const sp = space[p] || {};
+    const vals = S.trials.map((t) => paramValue(t, p)).filter((v) => v !== undefined);
+    if (vals.length && vals.every((v) => typeof v === "number")) {
+      const log = !!sp.log && vals.every((v) => v > 0);
+      const f = log ? Math.log10 : (v) => v;
+      let lo = Math.min(...vals.map(f)), hi = Math.max(...vals.map(f));
+      if (typeof sp.low === "number" && typeof sp.high === "number" && (!log || sp.low > 0)) { lo = f(sp.low); hi = f(sp.high); }
+      return { name: p + (log ? " (log)" : ""), pos: (v) => (hi > lo ? (f(v) - lo) / (hi - lo) : 0.5), lo: log ? 10 ** lo : lo, hi: log ? 10 ** hi : hi };
+    }
+    const cats = [...new Set(vals.map(String))].sort();
+    return { name: p, pos: (v) => (cats.length > 1 ? cats.indexOf(String(v)) / (cats.length - 1) : 0.5), cats };
+  }
+  function drawParallel() {
+    if (!$("#parallel")) return; /* the page was left */
+    const cv = $("#parallel");
+    const W = cv.clientWidth || 600, H = cv.clientHeight || 320, dpr = window.devicePixelRatio || 1;
+    cv.width = W * dpr; cv.height = H * dpr;
+    const g = cv.getContext("2d");
+    g.scale(dpr, dpr);
+    g.clearRect(0, 0, W, H);
+    const withV = S.trials.filter((t) => trialScore(t) !== null);
+    const axes = pnames.map(axisOf);
+    const scores = withV.map(trialScore);
+    const vlo = Math.min(...scores), vhi = Math.max(...scores);
+    axes.push({ name: S.study.objective.metric, pos: (v) => (vhi > vlo ? (v - vlo) / (vhi - vlo) : 0.5), lo: vlo, hi: vhi, objective: true });
+    const top = 28, bottom = H - 26, left = 40, right = W - 40;
+    const ax = (i) => (axes.length > 1 ? left + (i * (right - left)) / (axes.length - 1) : (left + right) / 2);
+    const y = (u) => bottom - u * (bottom - top);
+    const col = colours();
+    const bestId = S.study.best ? S.study.best.trial : null;
+    const order = [...withV].sort((a, b) => (a.id === bestId) - (b.id === bestId));
+    for (const t of order) {
+      g.beginPath();
+      axes.forEach((a, i) => {
+        const v = a.objective ? trialScore(t) : paramValue(t, pnames[i]);
+        const py = y(v === undefined ? 0 : a.pos(v));
+        if (i) g.lineTo(ax(i), py); else g.moveTo(ax(i), py);
+      });
+      g.strokeStyle = col(t);
+      g.globalAlpha = t.id === bestId ? 1 : 0.55;
+      g.lineWidth = t.id === bestId ? 2.5 : 1;
+      g.stroke();
+    }
+    g.globalAlpha = 1;
+    g.fillStyle = "#33405e"; g.strokeStyle = "#8892a8"; g.lineWidth = 1;
+    g.font = "12px system-ui, sans-serif"; g.textAlign = "center";
+    axes.forEach((a, i) => {
+      g.beginPath(); g.moveTo(ax(i), top); g.lineTo(ax(i), bottom); g.stroke();
+      g.fillText(a.name, ax(i), top - 10);
+      g.font = "11px system-ui, sans-serif"; g.fillStyle = "#6a7489";
+      if (a.cats) a.cats.forEach((c) => g.fillText(c, ax(i), y(a.pos(c)) - 3));
+      else { g.fillText(fmt(a.hi), ax(i), top + 12 > bottom ? top : top - 0 + 12); g.fillText(fmt(a.lo), ax(i), bottom + 14); }
+      g.font = "12px system-ui, sans-serif"; g.fillStyle = "#33405e";
+    });
+    if (!withV.length) { g.fillStyle = "#7a8499"; g.fillText("no trial has a value yet", W / 2, H / 2); }
+  }
+
+  function drawImportance() {
+    if (!$("#importance-chart")) return; /* the page was left */
+    const withV = S.trials.filter((t) => typeof t.value === "number");
+    const rows = [];
+    for (const p of pnames) {
+      const xs = [], ys = [];
+      for (const t of withV) {
+        const v = paramValue(t, p);
+        if (typeof v === "number") { xs.push(v); ys.push(t.value); }
+      }
+      if (xs.length >= 3) rows.push({ p, rho: Math.abs(pearson(ranks(xs), ranks(ys))), n: xs.length });
+    }
+    rows.sort((a, b) => b.rho - a.rho);
+    const ds = { labels: rows.map((r) => r.p), datasets: [{ label: "|Spearman ρ|", data: rows.map((r) => r.rho), backgroundColor: "#3b6fd8" }] };
+    if (!rows.length) $("#importance-note").textContent = "Needs at least 3 finished trials with numeric parameters. " +
+      "|Spearman rank correlation| between each parameter and the objective (a correlation, not a model-based importance).";
+    if (jz.charts.importance) { jz.charts.importance.data = ds; jz.charts.importance.update("none"); return; }
+    jz.charts.importance = new Chart($("#importance-chart"), {
+      type: "bar", data: ds,
+      options: { indexAxis: "y", animation: false, maintainAspectRatio: false,
+        scales: { x: { min: 0, max: 1, title: { display: true, text: "|rank correlation| with " + S.study.objective.metric } } },
+        plugins: { legend: { display: false } } },
+    });
+  }
+
+  /* trials table */
+  function drawTable() {
+    if (!$("#trials-table")) return; /* the page was left */
+    const cols = [
+      { key: "number", label: "#", num: true }, { key: "id", label: "id", num: true },
+      { key: "state", label: "state" }, { key: "value", label: S.study.objective.metric, num: true },
+      { key: "last_value", label: "last", num: true }, { key: "last_step", label: "step", num: true },
+      ...pnames.map((p) => ({ key: "p:" + p, label: p, num: true })),
+      { key: "generation", label: "gen", num: true }, { key: "reason", label: "why it ended" },
+    ];
+    const val = (t, k) => (k.startsWith("p:") ? paramValue(t, k.slice(2)) : t[k]);
+    const f = S.filter.toLowerCase();
+    let rows = S.trials.filter((t) => !f || t.state === f || JSON.stringify([t.number, t.id, t.state, t.params, t.reason]).toLowerCase().includes(f));
+    const { key, dir } = S.sort;
+    rows = rows.sort((a, b) => {
+      const x = val(a, key), y = val(b, key);
+      if (x == null && y == null) return 0;
+      if (x == null) return 1;
+      if (y == null) return -1;
+      return (x < y ? -1 : x > y ? 1 : 0) * dir;
+    });
+    const bestId = S.study.best ? S.study.best.trial : null;
+    const head = el("tr", {}, ...cols.map((c) => el("th", {
+      class: (c.num ? "num " : "") + (c.key === key ? (dir > 0 ? "sorted-asc" : "sorted-desc") : ""), "data-key": c.key, text: c.label,
+      onclick: () => { S.sort = { key: c.key, dir: S.sort.key === c.key ? -S.sort.dir : 1 }; drawTable(); },
+    })));
+    const limit = S.showAll ? rows.length : 300;
+    const body = rows.slice(0, limit).map((t) => el("tr", { class: t.id === bestId ? "best" : "", "data-trial": t.id },
+      ...cols.map((c) => {
+        const v = val(t, c.key);
+        if (c.key === "number") return el("td", { class: "num" }, el("a", { href: "#/trial/" + t.id, text: "#" + v }));
+        if (c.key === "state") return el("td", {}, stateBadge(v));
+        return el("td", { class: c.num ? "num" : "", text: typeof v === "number" ? fmt(v) : v == null ? "–" : String(v) });
+      })));
+    $("#trials-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...body));
+    const count = $("#trial-count");
+    count.replaceChildren(`${rows.length} of ${S.trials.length} trials`);
+    if (rows.length > limit)
+      count.append(` (first ${limit} shown) `, el("button", { id: "trials-all", text: "show all", onclick: () => { S.showAll = true; drawTable(); } }));
+  }
+  filterBox.addEventListener("input", () => { S.filter = filterBox.value.trim(); drawTable(); });
+
+  /* events */
+  function describe(e) {
+    const d = e.detail || {};
+    if (e.kind === "instruction") return `${d.kind}${d.name ? " " + d.name + "=" + fmt(d.value) : ""}${d.reason ? " — " + d.reason : ""}`;
+    if (typeof d === "object" && d) return Object.entries(d).filter(([, v]) => v !== "" && v !== null).map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : fmt(v)}`).join(" ");
+    return String(d);
+  }
+  function drawEvents() {
+    if (!$("#events-table")) return; /* the page was left */
+    const head = el("tr", {}, ...["time", "trial", "who", "what", "detail", "applied", "latency"].map((h) => el("th", { text: h, class: h === "latency" ? "num" : "" })));
+    const tmap = byId();
+    const rows = S.events.slice(-300).reverse().map((e) => el("tr", {},
+      el("td", { text: when(e.time) }),
+      el("td", {}, e.trial != null ? el("a", { href: "#/trial/" + e.trial, text: tmap[e.trial] ? "#" + tmap[e.trial].number : String(e.trial) }) : "–"),
+      el("td", { text: e.who }), el("td", { text: e.kind }), el("td", { text: describe(e) }),
+      el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
+      el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" })));
+    $("#events-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+  }
+
+  function drawAll() {
+    /* each part's drawing time, for bench-web's breakdown */
+    const t = (jz.timing = jz.timing || {});
+    for (const [k, f] of [["head", renderHead], ["history", drawHistory], ["curves", drawCurves], ["parallel", drawParallel],
+      ["importance", drawImportance], ["table", drawTable], ["events", drawEvents]]) {
+      const t0 = performance.now();
+      f();
+      t[k] = performance.now() - t0;
+    }
+  }
+  const redrawTrials = throttle(() => { recount(); renderHead(); drawHistory(); drawParallel(); drawImportance(); drawTable(); }, 1000);
+  const redrawEvents = throttle(drawEvents, 1000);
+
+  data.points = data.curves_points;
+  fillSelectors();
+  drawAll();
+  jz.drawnAt = performance.now();
+  document.body.dataset.drawn = "study";
+
+  /* study buttons */
+  async function studyCmd(what, btn) {
+    if (!confirm(`${what} study ${name}?`)) return;
+    studyAck.textContent = "…";
+    try {
+      const r = await post(`/api/studies/${encodeURIComponent(name)}/${what}`);
+      studyAck.textContent = `${what}: acknowledged by the controller in ${fmt(r.round_trip_ms)} ms`;
+    } catch (e) { studyAck.textContent = `${what}: ${e.message}`; }
+  }
+  stopBtn.addEventListener("click", () => studyCmd("stop"));
+  resumeBtn.addEventListener("click", () => studyCmd("resume"));
+
+  /* live updates */
+  let refetching = false;
+  const src = new EventSource(`/api/studies/${encodeURIComponent(name)}/stream?metric=${data.marks.metric}&event=${data.marks.event}`);
+  cleanup.push(() => src.close());
+  jz.live = { points: 0, events: 0, trials: 0 };
+  src.addEventListener("metrics", (m) => {
+    const j = JSON.parse(m.data);
+    for (const [tid, pname, step, value, time] of j.points) {
+      jz.live.points++;
+      if (pname !== S.metric || value === null) continue;
+      let c = S.curves[tid];
+      if (!c) c = S.curves[tid] = { t0: time, s: [], y: [], t: [] };
+      c.s.push(step); c.y.push(value); c.t.push(Math.round((time - c.t0) * 10) / 10);
+      const t = S.trials.find((x) => x.id === tid);
+      if (t) { t.last_value = value; t.last_step = step; }
+    }
+    redrawCurves();
+  });
+  src.addEventListener("trials", (m) => {
+    const rows = JSON.parse(m.data);
+    const tmap = byId();
+    for (const r of rows) {
+      jz.live.trials++;
+      if (tmap[r.id]) Object.assign(tmap[r.id], r);
+      else if (!refetching) {
+        refetching = true;
+        getJSON(`/api/studies/${encodeURIComponent(name)}/trials`).then((j) => { S.trials = j.trials; refetching = false; redrawTrials(); }).catch(() => (refetching = false));
+      }
+    }
+    redrawTrials();
+  });
+  src.addEventListener("events", (m) => {
+    const evs = JSON.parse(m.data);
+    jz.live.events += evs.length;
+    S.events.push(...evs);
+    redrawEvents();
+    if (evs.some((e) => e.kind.startsWith("study_")))
+      getJSON(`/api/studies/${encodeURIComponent(name)}`).then((j) => { delete j.spec; Object.assign(S.study, j); renderHead(); }).catch(() => {});
+    if (evs.some((e) => e.trial != null && (e.kind === "instruction" || e.kind === "stopped"))) redrawCurves();
+  });
+  const onResize = throttle(drawParallel, 200);
+  window.addEventListener("resize", onResize);
+  cleanup.push(() => window.removeEventListener("resize", onResize));
+}
+
+/* ---------- trial page ---------- */
+
+async function trialPage(id) {
+  jz.view = "trial";
+  let T;
+  try { T = await getJSON(`/api/trials/${id}`); } catch (e) { return fail(e); }
+  crumbs({ text: "studies", href: "#/" }, { text: T.study, href: "#/study/" + encodeURIComponent(T.study) }, { text: `trial #${T.number}` });
+  const main = $("#main");
+  const info = el("div", { class: "kv", id: "trial-info" });
+  const names = [...new Set([...Object.keys(T.space || {}), "lr", "batch_size", ...Object.keys(T.params || {})])];
+  const setName = el("input", { id: "set-name", list: "param-names", value: names.includes("lr") ? "lr" : names[0] || "" });
+  const setValue = el("input", { id: "set-value", placeholder: "value", size: 10 });
+  const ack = el("div", { id: "ack" });
+  const charts = el("div", { class: "grid", id: "trial-charts" });
+  main.replaceChildren(
+    el("div", { class: "panel" }, el("h1", { text: `Trial #${T.number} (id ${T.id}) of ${T.study}` }), info),
+    el("div", { class: "panel" }, el("h2", { text: "Steer" }),
+      el("datalist", { id: "param-names" }, ...names.map((n) => el("option", { value: n }))),
+      el("div", { class: "controls" },
+        el("label", {}, "set ", setName), el("label", {}, "= ", setValue),
+        el("button", { id: "set-btn", text: "Set", onclick: () => steer("set") }),
+        el("span", { class: "muted", text: " | " }),
+        el("button", { id: "pause-btn", text: "Pause", onclick: () => steer("pause") }),
+        el("button", { id: "release-btn", text: "Pause and release", onclick: () => steer("release") }),
+        el("button", { id: "resume-btn", text: "Resume", onclick: () => steer("resume") }),
+        el("button", { id: "stop-btn", class: "danger", text: "Stop", onclick: () => steer("stop") })),
+      ack,
+      el("div", { class: "note", text: "Every change asks for confirmation, needs a token (top right), goes through the controller and shows the trial's acknowledgement with its latency." })),
+    el("div", { class: "panel" }, el("h2", { text: "Live curves" }), charts),
+    el("div", { class: "grid" },
+      el("div", { class: "panel" }, el("h2", { text: "Parameters by generation" }), el("div", { class: "scroll" }, el("table", { id: "lineage-table" }))),
+      el("div", { class: "panel" }, el("h2", { text: "Events of this trial" }), el("div", { class: "scroll" }, el("table", { id: "trial-events" })))));
+
+  function drawInfo() {
+    if (!info.isConnected) return;
+    const kv = [
+      ["state", stateBadge(T.state)], ["value", fmt(T.value)], ["last value", fmt(T.last_value)],
+      ["best value", fmt(T.best_value)], ["last step", fmt(T.last_step)], ["attempt", T.attempt],
+      ["generation", T.generation], ["params", Object.entries(T.params || {}).map(([k, v]) => `${k}=${fmt(v)}`).join("  ")],
+      ["dispatcher", T.dispatcher || "–"], ["started", when(T.started)], ["ended", when(T.ended)], ["why it ended", T.reason || "–"],
+    ];
+    info.replaceChildren(...kv.flatMap(([k, v]) => [el("div", { text: k }), el("div", {}, v)]));
+  }
+  function drawLineage() {
+    const keys = [...new Set((T.lineage || []).flatMap((g) => Object.keys(g.params || {})))];
+    const head = el("tr", {}, el("th", { text: "generation" }), el("th", { text: "parent" }), ...keys.map((k) => el("th", { text: k })));
+    const rows = (T.lineage || []).map((g) => el("tr", {}, el("td", { class: "num", text: g.generation }), el("td", { text: g.parent == null ? "–" : g.parent }),
+      ...keys.map((k) => el("td", { class: "num", text: fmt(g.params[k]) }))));
+    $("#lineage-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+  }
+  drawInfo(); drawLineage();
+
+  let series = {};
+  try { series = (await getJSON(`/api/trials/${id}/metrics?points=1000`)).metrics; } catch (e) { return fail(e); }
+  const charted = Object.keys(series).sort((a, b) => (a === T.objective.metric ? -1 : b === T.objective.metric ? 1 : a.localeCompare(b)));
+  function chartFor(m) {
+    const c = series[m];
+    const box = el("div", { class: "chart-box short" }, el("canvas", { id: "metric-" + m }));
+    charts.append(el("div", {}, el("h2", { text: m }), box));
+    jz.charts["m:" + m] = new Chart(box.firstChild, {
+      type: "line",
+      data: { datasets: [{ label: m, data: c.s.map((s, i) => ({ x: s, y: c.y[i] })), borderColor: m === T.objective.metric ? "#2171b5" : "#555", borderWidth: 1.5, pointRadius: 0 }] },
+      options: { animation: false, maintainAspectRatio: false, parsing: false, normalized: true,
+        scales: { x: { type: "linear", title: { display: true, text: "step" } } }, plugins: { legend: { display: false } } },
+    });
+  }
+  charted.forEach(chartFor);
+  if (!charted.length) charts.append(el("p", { class: "muted", text: "No metrics reported yet." }));
+  jz.drawnAt = performance.now();
+  document.body.dataset.drawn = "trial";
+
+  let events = [];
+  function drawTrialEvents() {
+    if (!$("#trial-events")) return;
+    const head = el("tr", {}, ...["time", "who", "what", "applied", "latency"].map((h) => el("th", { text: h })));
+    const rows = events.slice(-200).reverse().map((e) => {
+      const d = e.detail || {};
+      return el("tr", {}, el("td", { text: when(e.time) }), el("td", { text: e.who }),
+        el("td", { text: e.kind === "instruction" ? `${d.kind}${d.name ? " " + d.name + "=" + fmt(d.value) : ""}` : e.kind }),
+        el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
+        el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" }));
+    });
+    $("#trial-events").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+  }
+  try {
+    events = (await getJSON(`/api/studies/${encodeURIComponent(T.study)}/events?limit=100000`)).events.filter((e) => e.trial === id);
+  } catch (e) { /* the page still works without them */ }
+  drawTrialEvents();
+
+  async function steer(what) {
+    let body = {}, path = what, text = what;
+    if (what === "set") {
+      const n = setName.value.trim(), raw = setValue.value.trim();
+      if (!n || !raw) { ack.className = "err"; ack.textContent = "set: give a parameter name and a value"; return; }
+      const num = Number(raw);
+      body = { values: { [n]: raw !== "" && Number.isFinite(num) ? num : raw } };
+      text = `set ${n}=${raw}`;
+    } else if (what === "release") { path = "pause"; body = { release: true }; text = "pause and release"; }
+    if (!token()) { ack.className = "err"; ack.textContent = "enter a token (top right) to steer trials"; return; }
+    if (!confirm(`${text} on trial #${T.number} (id ${T.id})?`)) return;
+    ack.className = ""; ack.textContent = `${text}: sent…`;
+    try {
+      const r = await post(`/api/trials/${id}/${path}`, body);
+      const a = r.ack || {};
+      ack.className = "ok";
+      ack.textContent = a.latency_s != null
+        ? `${text}: acknowledged by the trial in ${fmt(a.latency_s * 1000)} ms (round trip ${fmt(r.round_trip_ms)} ms)`
+        : a.releasing ? `${text}: releasing (checkpoint, then exit) — controller answered in ${fmt(r.round_trip_ms)} ms`
+        : a.restarting ? `${text}: restarting from its checkpoint — controller answered in ${fmt(r.round_trip_ms)} ms`
+        : `${text}: accepted by the controller in ${fmt(r.round_trip_ms)} ms`;
+    } catch (e) { ack.className = "err"; ack.textContent = `${text}: ${e.message}`; }
+  }
+
+  const redraw = throttle(() => { for (const m of Object.keys(series)) if (jz.charts["m:" + m]) jz.charts["m:" + m].update("none"); }, 500);
+  const src = new EventSource(`/api/studies/${encodeURIComponent(T.study)}/stream?trial=${id}&metric=${T.marks.metric}&event=${T.marks.event}`);
+  cleanup.push(() => src.close());
+  src.addEventListener("metrics", (m) => {
+    for (const [tid, name, step, value] of JSON.parse(m.data).points) {
+      if (tid !== id) continue;
+      if (!series[name]) { series[name] = { s: [], y: [], t: [] }; chartFor(name); }
+      jz.charts["m:" + name].data.datasets[0].data.push({ x: step, y: value });
+      T.last_step = step;
+      if (name === T.objective.metric) T.last_value = value;
+    }
+    redraw();
+  });
+  src.addEventListener("trials", (m) => {
+    for (const r of JSON.parse(m.data)) if (r.id === id) Object.assign(T, r);
+    drawInfo();
+  });
+  src.addEventListener("events", async (m) => {
+    const evs = JSON.parse(m.data).filter((e) => e.trial === id);
+    if (!evs.length) return;
+    events.push(...evs);
+    drawTrialEvents();
+    try { const j = await getJSON(`/api/trials/${id}`); T.params = j.params; T.generation = j.generation; T.lineage = j.lineage; drawInfo(); drawLineage(); } catch (e) { /* next time */ }
+  });
+}
+
+refreshWho();
+route();

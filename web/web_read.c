@@ -1,0 +1,461 @@
+/*  web_read.c - the GET handlers: JSON read from the store over the
+    request's read-only connection (shapes in docs/WEB.md). Nothing here
+    writes. */
+#include "web_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The study's objective: metric name and whether larger is better. */
+static void s_objective(const json_t *spec, const char **metric, int *maximize)
+{
+    json_t *o = json_object_get(spec, "objective");
+    if (json_is_array(o))
+        o = json_array_get(o, 0);
+    const char *m = json_string_value(json_object_get(o, "metric"));
+    const char *mode = json_string_value(json_object_get(o, "mode"));
+    *metric = m ? m : "";
+    *maximize = mode && !strcmp(mode, "max");
+}
+
+/* {trial, number, value} of the best ended trial of `brief`, or null. */
+static json_t *s_best(const json_t *brief, int maximize)
+{
+    const json_t *best = NULL;
+    double bv = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(brief, i, t)
+    {
+        json_t *v = json_object_get(t, "value");
+        if (!json_is_number(v))
+            continue;
+        double x = json_number_value(v);
+        if (!best || (maximize ? x > bv : x < bv)) {
+            best = t;
+            bv = x;
+        }
+    }
+    if (!best)
+        return json_null();
+    return json_pack("{s:O, s:O, s:f}", "trial", json_object_get(best, "id"), "number",
+                     json_object_get(best, "number"), "value", bv);
+}
+
+/* A study's summary from its trials (`brief`, borrowed): name, state,
+   objective, counts, progress, best. */
+static json_t *s_summary_of(const store_study *st, const json_t *brief)
+{
+    const char *metric;
+    int maximize;
+    s_objective(st->spec, &metric, &maximize);
+    long n = 0, done = 0, running = 0, failed = 0, stopped = 0, completed = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(brief, i, t)
+    {
+        const char *state = json_string_value(json_object_get(t, "state"));
+        n++;
+        completed += !strcmp(state, "completed");
+        failed += !strcmp(state, "failed");
+        stopped += !strcmp(state, "stopped");
+        running += !strcmp(state, "running") || !strcmp(state, "starting") ||
+                   !strcmp(state, "paused");
+    }
+    done = completed + failed + stopped;
+    json_t *budget = json_object_get(json_object_get(st->spec, "budget"), "trials");
+    long total = json_is_integer(budget) ? (long)json_integer_value(budget) : n;
+    json_t *j = json_pack(
+        "{s:I, s:s, s:s, s:{s:s, s:s}, s:f, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
+        "s:o}",
+        "id", (json_int_t)st->id, "name", st->name, "state", st->state, "objective",
+        "metric", metric, "mode", maximize ? "max" : "min", "created", st->created,
+        "finished", st->finished > 0 ? json_real(st->finished) : json_null(), "trials",
+        (json_int_t)n, "total", (json_int_t)total, "done", (json_int_t)done, "completed",
+        (json_int_t)completed, "failed", (json_int_t)failed, "stopped",
+        (json_int_t)stopped, "running", (json_int_t)running, "progress",
+        total > 0 ? (double)done / (double)total : 0.0, "best", s_best(brief, maximize));
+    return j;
+}
+
+static json_t *s_summary(store_t *s, const store_study *st)
+{
+    json_t *brief = store_trials_brief(s, st->id);
+    if (!brief)
+        return NULL;
+    json_t *j = s_summary_of(st, brief);
+    json_decref(brief);
+    return j;
+}
+
+int web__get_studies(web_req *r)
+{
+    store_t *s = web__db(r);
+    if (!s)
+        return r->status;
+    json_t *list = store_study_list(s);
+    if (!list)
+        return web__error(r, 500, "store", "listing studies: %s", store_errmsg(s));
+    json_t *out = json_array();
+    size_t i;
+    json_t *row;
+    json_array_foreach(list, i, row)
+    {
+        store_study st;
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (store_study_get(s, name, &st) != 1)
+            continue;
+        json_t *sum = s_summary(s, &st);
+        if (sum)
+            json_array_append_new(out, sum);
+        store_study_fini(&st);
+    }
+    json_decref(list);
+    r->json = json_pack("{s:o}", "studies", out);
+    return 200;
+}
+
+int web__get_study(web_req *r)
+{
+    store_study st;
+    if (web__study(r, &st) != 1)
+        return r->status;
+    json_t *sum = s_summary(r->db, &st);
+    if (sum)
+        json_object_set(sum, "spec", st.spec);
+    store_study_fini(&st);
+    if (!sum)
+        return web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
+    r->json = sum;
+    return 200;
+}
+
+/* Trials with their current params, for tables and charts: the brief
+   rows (borrowed, params added in place). Two queries for any number of
+   trials. 0 or -1. */
+static int s_add_params(store_t *s, long study_id, json_t *brief)
+{
+    json_t *params = store_study_params(s, study_id);
+    if (!params)
+        return -1;
+    size_t i;
+    json_t *t;
+    json_array_foreach(brief, i, t)
+    {
+        char key[32];
+        snprintf(key, sizeof key, "%lld",
+                 (long long)json_integer_value(json_object_get(t, "id")));
+        json_t *p = json_object_get(params, key);
+        json_object_set_new(t, "params", p ? json_incref(p) : json_object());
+    }
+    json_decref(params);
+    return 0;
+}
+
+static json_t *s_trials(store_t *s, long study_id)
+{
+    json_t *brief = store_trials_brief(s, study_id);
+    if (brief && s_add_params(s, study_id, brief) != 0) {
+        json_decref(brief);
+        brief = NULL;
+    }
+    return brief;
+}
+
+int web__get_trials(web_req *r)
+{
+    store_study st;
+    if (web__study(r, &st) != 1)
+        return r->status;
+    json_t *trials = s_trials(r->db, st.id);
+    store_study_fini(&st);
+    if (!trials)
+        return web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
+    r->json = json_pack("{s:o}", "trials", trials);
+    return 200;
+}
+
+int web__get_events(web_req *r)
+{
+    long after, limit;
+    if (web__query_long(r, "after", 0, 1L << 62, 0, &after) ||
+        web__query_long(r, "limit", 1, 100000, 1000, &limit))
+        return 400;
+    store_study st;
+    if (web__study(r, &st) != 1)
+        return r->status;
+    json_t *ev = store_events_since(r->db, st.id, after, limit);
+    store_study_fini(&st);
+    if (!ev)
+        return web__error(r, 500, "store", "reading events: %s", store_errmsg(r->db));
+    r->json = json_pack("{s:o}", "events", ev);
+    return 200;
+}
+
+/* Appends the curves object of `metric` to r->text. 0 or an error status. */
+static int s_curves(web_req *r, long study_id, const char *metric, long points)
+{
+    char err[300];
+    const char *band = web__query(r, "band");
+    if (web_curves_json(r->w->curves, r->db, study_id, metric, (int)points,
+                        band && !strcmp(band, "1"), &r->text, err, sizeof err))
+        return web__error(r, 500, "store", "%s", err);
+    return 0;
+}
+
+int web__get_curves(web_req *r)
+{
+    long points;
+    if (web__query_long(r, "points", 2, WEB_CURVE_BUCKETS, 100, &points))
+        return 400;
+    store_study st;
+    if (web__study(r, &st) != 1)
+        return r->status;
+    const char *metric = web__query(r, "metric");
+    int maximize;
+    const char *objective;
+    s_objective(st.spec, &objective, &maximize);
+    char m[128];
+    snprintf(m, sizeof m, "%s", metric && *metric ? metric : objective);
+    long id = st.id;
+    store_study_fini(&st);
+    int rc = s_curves(r, id, m, points);
+    return rc ? rc : 200;
+}
+
+int web__get_page(web_req *r)
+{
+    long points = 0, nevents;
+    const char *pq = web__query(r, "points");
+    int autopoints = pq && !strcmp(pq, "auto");
+    if ((!autopoints &&
+         web__query_long(r, "points", 2, WEB_CURVE_BUCKETS, 100, &points)) ||
+        web__query_long(r, "events", 0, 100000, 500, &nevents))
+        return 400;
+    store_study st;
+    if (web__study(r, &st) != 1)
+        return r->status;
+    store_t *s = r->db;
+    long mark_metric = 0, mark_event = 0;
+    store_marks(s, &mark_metric, &mark_event);
+    const char *objective;
+    int maximize;
+    s_objective(st.spec, &objective, &maximize);
+    const char *metric = web__query(r, "metric");
+    char m[128];
+    snprintf(m, sizeof m, "%s", metric && *metric ? metric : objective);
+    json_t *trials = s_trials(s, st.id);
+    json_t *head = trials ? s_summary_of(&st, trials) : NULL;
+    json_t *events =
+        store_events_since(s, st.id, mark_event > nevents ? mark_event - nevents : 0, 0);
+    if (head)
+        json_object_set(head, "spec", st.spec);
+    long id = st.id;
+    store_study_fini(&st);
+    if (!head || !trials || !events) {
+        json_decref(head);
+        json_decref(trials);
+        json_decref(events);
+        return web__error(r, 500, "store", "reading the study: %s", store_errmsg(s));
+    }
+    /* the big part (curves) is written straight into the text buffer */
+    web_buf *b = &r->text;
+    char *text = json_dumps(head, JSON_COMPACT);
+    web_buf_str(b, "{\"study\":");
+    web_buf_str(b, text);
+    free(text);
+    text = json_dumps(trials, JSON_COMPACT);
+    web_buf_str(b, ",\"trials\":");
+    web_buf_str(b, text);
+    free(text);
+    text = json_dumps(events, JSON_COMPACT);
+    web_buf_str(b, ",\"events\":");
+    web_buf_str(b, text);
+    free(text);
+    if (autopoints) { /* about 50 000 points in all: enough to draw, quick to send */
+        long n = (long)json_array_size(trials);
+        points = n > 0 ? 50000 / n : WEB_CURVE_BUCKETS;
+        points = points < 20                  ? 20
+                 : points > WEB_CURVE_BUCKETS ? WEB_CURVE_BUCKETS
+                                              : points;
+    }
+    json_decref(head);
+    json_decref(trials);
+    json_decref(events);
+    web_buf_printf(b, ",\"curves_points\":%ld", points);
+    web_buf_printf(b,
+                   ",\"marks\":{\"metric\":%ld,\"event\":%ld},\"metrics\":", mark_metric,
+                   mark_event);
+    char err[300];
+    if (web_curves_names(r->w->curves, s, id, b, err, sizeof err))
+        return web__error(r, 500, "store", "%s", err);
+    web_buf_str(b, ",\"curves\":");
+    int rc = s_curves(r, id, m, points);
+    if (rc)
+        return rc;
+    web_buf_str(b, "}");
+    return 200;
+}
+
+/* The trial named by r->arg: 1 (filled), or 0 with the error set. */
+static int s_trial_arg(web_req *r, store_trial *t)
+{
+    char *end;
+    long id = strtol(r->arg, &end, 10);
+    if (*end || id <= 0) {
+        web__error(r, 400, "bad_argument", "\"%s\" is not a trial id", r->arg);
+        return 0;
+    }
+    store_t *s = web__db(r);
+    if (!s)
+        return 0;
+    int found = store_trial_get(s, id, t);
+    if (found < 0)
+        web__error(r, 500, "store", "reading trial %ld: %s", id, store_errmsg(s));
+    else if (!found)
+        web__error(r, 404, "unknown_trial", "no trial %ld", id);
+    return found == 1;
+}
+
+int web__get_trial(web_req *r)
+{
+    store_trial t;
+    if (!s_trial_arg(r, &t))
+        return r->status;
+    json_t *j = store_trial_json(&t, r->db);
+    json_object_del(j, "stdout");
+    json_object_del(j, "stderr");
+    json_object_del(j, "pid");
+    json_object_set_new(j, "lineage", store_trial_lineage(r->db, t.id));
+    json_object_set_new(j, "metric_names", store_trial_metric_names(r->db, t.id));
+    store_study st;
+    if (store_study_get_id(r->db, t.study_id, &st) == 1) {
+        json_object_set_new(j, "study", json_string(st.name));
+        const char *objective;
+        int maximize;
+        s_objective(st.spec, &objective, &maximize);
+        json_object_set_new(j, "objective",
+                            json_pack("{s:s, s:s}", "metric", objective, "mode",
+                                      maximize ? "max" : "min"));
+        json_object_set(j, "space", json_object_get(st.spec, "space"));
+        store_study_fini(&st);
+    }
+    long mark_metric = 0, mark_event = 0;
+    store_marks(r->db, &mark_metric, &mark_event);
+    json_object_set_new(j, "marks",
+                        json_pack("{s:I, s:I}", "metric", (json_int_t)mark_metric,
+                                  "event", (json_int_t)mark_event));
+    store_trial_fini(&t);
+    r->json = j;
+    return 200;
+}
+
+/* Points of one series, averaged down to at most `max` by equal counts. */
+typedef struct {
+    double *step, *value, *time;
+    long n, cap;
+} s_series;
+
+static int s_collect(void *arg, const store_metric_row *row)
+{
+    s_series *se = arg;
+    if (se->n == se->cap) {
+        se->cap = se->cap ? se->cap * 2 : 1024;
+        se->step = realloc(se->step, (size_t)se->cap * sizeof(double));
+        se->value = realloc(se->value, (size_t)se->cap * sizeof(double));
+        se->time = realloc(se->time, (size_t)se->cap * sizeof(double));
+        if (!se->step || !se->value || !se->time)
+            abort();
+    }
+    se->step[se->n] = (double)row->step;
+    se->value[se->n] = row->value;
+    se->time[se->n] = row->time;
+    se->n++;
+    return 0;
+}
+
+static void s_series_json(const s_series *se, long max, double t0, web_buf *b)
+{
+    long group = se->n <= max ? 1 : (se->n + max - 1) / max;
+    const char *keys[] = {"{\"s\":[", "],\"y\":[", "],\"t\":["};
+    for (int f = 0; f < 3; f++) {
+        web_buf_str(b, keys[f]);
+        int first = 1;
+        for (long i = 0; i < se->n; i += group) {
+            double sum = 0, last_s = 0, last_t = 0;
+            long k = 0;
+            for (long j = i; j < i + group && j < se->n; j++) {
+                if (!isnan(se->value[j])) {
+                    sum += se->value[j];
+                    k++;
+                }
+                last_s = se->step[j];
+                last_t = se->time[j];
+            }
+            if (!first)
+                web_buf_add(b, ",", 1);
+            first = 0;
+            web_buf_num(b, f == 0   ? last_s
+                           : f == 1 ? (k ? sum / (double)k : NAN)
+                                    : round((last_t - t0) * 10) / 10);
+        }
+    }
+    web_buf_str(b, "]}");
+}
+
+int web__get_trial_metrics(web_req *r)
+{
+    long points;
+    if (web__query_long(r, "points", 2, 100000, 1000, &points))
+        return 400;
+    store_trial t;
+    if (!s_trial_arg(r, &t))
+        return r->status;
+    const char *only = web__query(r, "name");
+    json_t *names = only ? json_pack("[s]", only) : store_trial_metric_names(r->db, t.id);
+    web_buf *b = &r->text;
+    web_buf_printf(b, "{\"trial\":%ld,\"started\":", t.id);
+    web_buf_num(b, t.started);
+    web_buf_str(b, ",\"metrics\":{");
+    size_t i;
+    json_t *nm;
+    int status = 200;
+    json_array_foreach(names, i, nm)
+    {
+        s_series se = {0};
+        if (store_trial_points(r->db, t.id, json_string_value(nm), s_collect, &se) < 0) {
+            status =
+                web__error(r, 500, "store", "reading metrics: %s", store_errmsg(r->db));
+            free(se.step);
+            free(se.value);
+            free(se.time);
+            break;
+        }
+        if (i)
+            web_buf_add(b, ",", 1);
+        web_buf_jstr(b, json_string_value(nm));
+        web_buf_add(b, ":", 1);
+        s_series_json(&se, points, t.started > 0 ? t.started : (se.n ? se.time[0] : 0),
+                      b);
+        free(se.step);
+        free(se.value);
+        free(se.time);
+    }
+    web_buf_str(b, "}}");
+    json_decref(names);
+    store_trial_fini(&t);
+    if (status != 200)
+        web_buf_fini(b);
+    return status;
+}
+
+int web__get_whoami(web_req *r)
+{
+    if (web__authenticate(r) != 0)
+        return r->status;
+    r->json =
+        json_pack("{s:s, s:s}", "user", r->who.user, "role", ident_role_str(r->who.role));
+    return 200;
+}

@@ -1,0 +1,212 @@
+/*  web_stream.c - Server-Sent Events for a live page.
+
+    GET /api/studies/NAME/stream[?metric=ROWID&event=ID&trial=ID] sends,
+    as they are stored (polled every 250 ms on the connection's own
+    read-only store):
+      event: metrics  data: {"points": [[trial, name, step, value, time], ...]}
+      event: events   data: [event, ...]        (as GET .../events)
+      event: trials   data: [brief trial, ...]  (those that changed)
+    and a comment line every 10 s so proxies and browsers keep it open.
+    Starting marks come from the page data ("marks"), so nothing stored
+    between the page's read and the stream's start is missed. With
+    `trial`, metrics are only that trial's. The stream ends when the
+    server stops or the client goes away. */
+#include "web_internal.h"
+
+#include "../common/wire.h"
+#include "../common/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define POLL_MS 250
+#define KEEPALIVE_S 10.0
+#define MAX_POINTS 20000 /* per message */
+
+typedef struct {
+    web_t *w;
+    long study_id;
+    long trial; /* 0: every trial */
+    long after_metric, after_event;
+    store_t *db;     /* opened in the connection's thread */
+    json_t *trials;  /* last sent brief rows, by id */
+    web_buf pending; /* formatted, not yet handed to MHD */
+    size_t sent;     /* bytes of pending already handed */
+    double last_out, last_trials;
+    int first;
+} s_stream;
+
+static void s_free(void *cls)
+{
+    s_stream *st = cls;
+    store_close(&st->db);
+    json_decref(st->trials);
+    web_buf_fini(&st->pending);
+    free(st);
+}
+
+typedef struct {
+    s_stream *st;
+    web_buf *b;
+    long n;
+} s_pts;
+
+static int s_point(void *arg, const store_metric_row *row)
+{
+    s_pts *p = arg;
+    if (p->st->trial && row->trial_id != p->st->trial)
+        return 0;
+    web_buf *b = p->b;
+    web_buf_str(b, p->n ? ",[" : "[");
+    web_buf_long(b, row->trial_id);
+    web_buf_add(b, ",", 1);
+    web_buf_jstr(b, row->name);
+    web_buf_add(b, ",", 1);
+    web_buf_long(b, row->step);
+    web_buf_add(b, ",", 1);
+    web_buf_num(b, row->value);
+    web_buf_printf(b, ",%.3f]", row->time);
+    p->n++;
+    return 0;
+}
+
+/* Polls the store once; formats what is new into st->pending. */
+static int s_poll(s_stream *st)
+{
+    double now = util_now();
+    int news = 0;
+    web_buf pts;
+    web_buf_init(&pts);
+    s_pts p = {st, &pts, 0};
+    long got = store_study_points_since(st->db, st->study_id, &st->after_metric,
+                                        MAX_POINTS, s_point, &p);
+    if (got < 0) {
+        web_buf_fini(&pts);
+        return -1;
+    }
+    if (p.n) {
+        web_buf_str(&st->pending, "event: metrics\ndata: {\"points\":[");
+        web_buf_add(&st->pending, pts.data, pts.len);
+        web_buf_str(&st->pending, "]}\n\n");
+    }
+    web_buf_fini(&pts);
+    news |= got > 0;
+    json_t *ev = store_events_since(st->db, st->study_id, st->after_event, 1000);
+    if (ev && json_array_size(ev)) {
+        json_t *last = json_array_get(ev, json_array_size(ev) - 1);
+        st->after_event = (long)json_integer_value(json_object_get(last, "id"));
+        char *text = json_dumps(ev, JSON_COMPACT);
+        web_buf_printf(&st->pending, "event: events\ndata: %s\n\n", text);
+        free(text);
+        news = 1;
+    }
+    json_decref(ev);
+    if (news || st->first || now - st->last_trials > 1.0) {
+        st->last_trials = now;
+        json_t *brief = store_trials_brief(st->db, st->study_id);
+        json_t *changed = json_array();
+        size_t i;
+        json_t *t;
+        json_array_foreach(brief, i, t)
+        {
+            char key[32];
+            snprintf(key, sizeof key, "%lld",
+                     (long long)json_integer_value(json_object_get(t, "id")));
+            json_t *old = json_object_get(st->trials, key);
+            if (!old || !json_equal(old, t)) {
+                json_array_append(changed, t);
+                json_object_set(st->trials, key, t);
+            }
+        }
+        if (json_array_size(changed) && !st->first) {
+            char *text = json_dumps(changed, JSON_COMPACT);
+            web_buf_printf(&st->pending, "event: trials\ndata: %s\n\n", text);
+            free(text);
+        }
+        json_decref(changed);
+        json_decref(brief);
+        st->first = 0;
+    }
+    return 0;
+}
+
+static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    s_stream *st = cls;
+    for (;;) {
+        if (st->sent < st->pending.len) {
+            size_t n = st->pending.len - st->sent;
+            if (n > max)
+                n = max;
+            memcpy(buf, st->pending.data + st->sent, n);
+            st->sent += n;
+            if (st->sent == st->pending.len) {
+                st->pending.len = st->sent = 0;
+            }
+            st->last_out = util_now();
+            return (ssize_t)n;
+        }
+        if (st->w->stopping)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!st->db) {
+            char err[600];
+            st->db = store_open(st->w->db, 1, err, sizeof err);
+            if (!st->db)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (s_poll(st) != 0)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (st->pending.len)
+            continue;
+        if (util_now() - st->last_out > KEEPALIVE_S) {
+            web_buf_str(&st->pending, ": keepalive\n\n");
+            continue;
+        }
+        struct timespec ts = {0, POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int web__get_stream(web_req *r)
+{
+    long after_metric, after_event, trial;
+    if (web__query_long(r, "metric", 0, 1L << 62, -1, &after_metric) ||
+        web__query_long(r, "event", 0, 1L << 62, -1, &after_event) ||
+        web__query_long(r, "trial", 1, 1L << 62, 0, &trial))
+        return 400;
+    store_study sd;
+    if (web__study(r, &sd) != 1)
+        return r->status;
+    long marks_m = 0, marks_e = 0;
+    store_marks(r->db, &marks_m, &marks_e);
+    s_stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        store_study_fini(&sd);
+        return web__error(r, 503, "busy", "out of memory");
+    }
+    st->w = r->w;
+    st->study_id = sd.id;
+    st->trial = trial;
+    st->after_metric = after_metric >= 0 ? after_metric : marks_m;
+    st->after_event = after_event >= 0 ? after_event : marks_e;
+    st->trials = json_object();
+    st->first = 1;
+    st->last_out = util_now();
+    web_buf_init(&st->pending);
+    store_study_fini(&sd);
+    /* a first line at once, so the client sees the stream open */
+    web_buf_printf(&st->pending,
+                   "retry: 2000\nevent: hello\ndata: {\"metric\":%ld,\"event\":%ld}\n\n",
+                   st->after_metric, st->after_event);
+    r->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, s_read, st,
+                                                s_free);
+    if (!r->resp) {
+        s_free(st);
+        return web__error(r, 503, "busy", "cannot start the stream");
+    }
+    MHD_add_response_header(r->resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r->resp, "Cache-Control", "no-store");
+    return 200;
+}

@@ -1,0 +1,220 @@
+/*  web_write.c - the POST handlers: each becomes one request to the
+    controller through client_call (the CLI's own path), and the answer is
+    the controller's acknowledgement with the round trip it took. Bearer
+    tokens are checked here against the hashes in the store. A refused
+    request changes nothing: the controller checks before it acts. */
+#include "web_internal.h"
+
+#include "../common/client.h"
+#include "../common/spec.h"
+#include "../common/wire.h"
+#include "../schedulers/sched.h"
+#include "../common/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WAIT_MS 30000 /* how long a waited acknowledgement may take */
+
+int web__authenticate(web_req *r)
+{
+    const char *auth =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    if (!auth || strncmp(auth, "Bearer ", 7)) {
+        web__error(r, 401, "unauthenticated",
+                   "this needs a token: Authorization: Bearer <token from `jizhi token "
+                   "create`>");
+        return -1;
+    }
+    const char *token = auth + 7;
+    if (!ident_token_wellformed(token)) {
+        web__error(r, 401, "bad_token", "the token is malformed");
+        return -1;
+    }
+    store_t *s = web__db(r);
+    if (!s)
+        return -1;
+    char hash[IDENT_HASH_LEN + 1];
+    ident_token_hash(token, hash);
+    store_token tk;
+    int found = store_token_find(s, hash, &tk);
+    if (found < 0) {
+        web__error(r, 500, "store", "checking the token: %s", store_errmsg(s));
+        return -1;
+    }
+    if (!found || ident_role_parse(tk.role, &r->who.role) != 0) {
+        web__error(r, 401, "bad_token", "unknown or revoked token");
+        return -1;
+    }
+    snprintf(r->who.user, sizeof r->who.user, "%s", tk.user);
+    return 0;
+}
+
+/* The controller serving the database: the configured endpoint, else the
+   one in <db>.endpoint. */
+static const char *s_endpoint(web_req *r, char *buf, size_t size)
+{
+    if (r->w->controller[0])
+        return r->w->controller;
+    char path[1100];
+    snprintf(path, sizeof path, "%s.endpoint", r->w->db);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char *line = fgets(buf, (int)size, f);
+    fclose(f);
+    if (!line)
+        return NULL;
+    buf[strcspn(buf, "\r\n")] = 0;
+    return *buf ? buf : NULL;
+}
+
+/* HTTP status for a controller error code. */
+static int s_status_of(const char *code)
+{
+    static const struct {
+        const char *code;
+        int status;
+    } map[] = {{"unknown_study", 404}, {"unknown_trial", 404}, {"bad_state", 409},
+               {"malformed", 400},     {"bad_spec", 400},      {"unauthorized", 403}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (code && !strcmp(code, map[i].code))
+            return map[i].status;
+    return 422;
+}
+
+/* Sends msg (takes ownership) as r->who and answers with the reply. */
+static int s_call(web_req *r, json_t *msg, int timeout_ms)
+{
+    char buf[512], err[600];
+    const char *ep = s_endpoint(r, buf, sizeof buf);
+    if (!ep) {
+        json_decref(msg);
+        return web__error(r, 503, "no_controller",
+                          "no controller serves %s (start one, or pass --controller)",
+                          r->w->db);
+    }
+    char who[80];
+    snprintf(who, sizeof who, "web:%s", r->who.user);
+    json_object_set_new(msg, "who", json_string(who));
+    double t0 = util_now();
+    json_t *reply = client_call(ep, msg, timeout_ms, err, sizeof err);
+    double ms = (util_now() - t0) * 1e3;
+    if (!reply)
+        return web__error(r, 504, "no_answer", "%s", err);
+    if (strcmp(wire_type(reply), "ok") != 0) {
+        const char *code = json_string_value(json_object_get(reply, "code"));
+        const char *text = json_string_value(json_object_get(reply, "message"));
+        int st = web__error(r, s_status_of(code), code ? code : "refused", "%s",
+                            text ? text : "the controller refused the request");
+        json_decref(reply);
+        return st;
+    }
+    json_object_del(reply, "type");
+    json_object_del(reply, "req");
+    r->json = json_pack("{s:b, s:o, s:f, s:s}", "ok", 1, "ack", reply, "round_trip_ms",
+                        ms, "who", who);
+    return 200;
+}
+
+int web__post_submit(web_req *r)
+{
+    spec_error serr;
+    spec_t *spec = spec_parse(r->in, 1, &serr);
+    if (!spec) {
+        char buf[512];
+        return web__error(r, 400, "bad_spec", "%s",
+                          spec_strerror(&serr, buf, sizeof buf));
+    }
+    char buf[512];
+    if (sched_check(spec, buf, sizeof buf) != 0) {
+        spec_destroy(&spec);
+        return web__error(r, 400, "bad_spec", "%s", buf);
+    }
+    json_t *msg = json_pack("{s:s, s:O}", "type", "submit", "spec", spec->json);
+    spec_destroy(&spec);
+    return s_call(r, msg, 10000);
+}
+
+static int s_study_cmd(web_req *r, const char *type)
+{
+    return s_call(r, json_pack("{s:s, s:s}", "type", type, "study", r->arg), 10000);
+}
+
+int web__post_study_stop(web_req *r)
+{
+    return s_study_cmd(r, "study_stop");
+}
+
+int web__post_study_resume(web_req *r)
+{
+    return s_study_cmd(r, "study_resume");
+}
+
+/* The trial id in the path: > 0, or 0 with a 400 set. */
+static long s_trial_id(web_req *r)
+{
+    char *end;
+    long id = strtol(r->arg, &end, 10);
+    if (*end || id <= 0) {
+        web__error(r, 400, "bad_argument", "\"%s\" is not a trial id", r->arg);
+        return 0;
+    }
+    return id;
+}
+
+static int s_trial_cmd(web_req *r, const char *kind, int wait, int release)
+{
+    long id = s_trial_id(r);
+    if (!id)
+        return r->status;
+    char type[32];
+    snprintf(type, sizeof type, "trial_%s", kind);
+    json_t *msg = json_pack("{s:s, s:I, s:b, s:b}", "type", type, "trial", (json_int_t)id,
+                            "wait", wait, "release", release);
+    return s_call(r, msg, wait ? WAIT_MS : 10000);
+}
+
+int web__post_trial_stop(web_req *r)
+{
+    return s_trial_cmd(r, "stop", 0, 0);
+}
+
+int web__post_trial_pause(web_req *r)
+{
+    json_t *rel = json_object_get(r->in, "release");
+    if (rel && !json_is_boolean(rel))
+        return web__error(r, 400, "malformed", "release: expected true or false");
+    int release = json_is_true(rel);
+    return s_trial_cmd(r, "pause", !release, release);
+}
+
+int web__post_trial_resume(web_req *r)
+{
+    return s_trial_cmd(r, "resume", 1, 0);
+}
+
+int web__post_trial_set(web_req *r)
+{
+    long id = s_trial_id(r);
+    if (!id)
+        return r->status;
+    json_t *values = json_object_get(r->in, "values");
+    if (!json_is_object(values) || json_object_size(values) == 0)
+        return web__error(r, 400, "malformed",
+                          "values: expected a non-empty object {\"name\": value}");
+    const char *key;
+    json_t *v;
+    json_object_foreach(values, key, v)
+    {
+        if (!spec_valid_name(key))
+            return web__error(r, 400, "malformed", "\"%s\" is not a parameter name", key);
+        if (!json_is_number(v) && !json_is_string(v))
+            return web__error(r, 400, "malformed",
+                              "values.%s: expected a number or string", key);
+    }
+    json_t *msg = json_pack("{s:s, s:I, s:b, s:O}", "type", "trial_set", "trial",
+                            (json_int_t)id, "wait", 1, "values", values);
+    return s_call(r, msg, WAIT_MS);
+}
