@@ -590,6 +590,33 @@ static void s_append_err(const disp__proc *p, const char *text)
     }
 }
 
+/* The last non-empty line of the file at `path` (at most size-1 bytes of
+   it, from its last 4 KiB), "" when there is none. */
+static void s_last_line(const char *path, char *buf, size_t size)
+{
+    buf[0] = 0;
+    FILE *f = path[0] ? fopen(path, "re") : NULL;
+    if (!f)
+        return;
+    char tail[4096];
+    long len = 0;
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0) {
+        long from = len > (long)sizeof tail - 1 ? len - (long)sizeof tail + 1 : 0;
+        fseek(f, from, SEEK_SET);
+        size_t n = fread(tail, 1, sizeof tail - 1, f);
+        tail[n] = 0;
+        while (n > 0 &&
+               (tail[n - 1] == '\n' || tail[n - 1] == '\r' || tail[n - 1] == ' '))
+            tail[--n] = 0;
+        const char *line = strrchr(tail, '\n');
+        line = line ? line + 1 : tail;
+        size_t m = strlen(line) < size - 1 ? strlen(line) : size - 1;
+        memcpy(buf, line, m);
+        buf[m] = 0;
+    }
+    fclose(f);
+}
+
 static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
 {
     const char *how;
@@ -622,12 +649,15 @@ static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
         snprintf(msg, sizeof msg, "%s", what);
     }
     double elapsed = util_now() - p->t_start;
+    char last[200];
+    s_last_line(p->err_path, last, sizeof last);
     log_info(TAG, "trial %ld.%ld: %s: %s", p->trial, p->attempt, how, msg);
-    s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s}",
-                              "type", "exited", "trial", (json_int_t)p->trial, "attempt",
-                              (json_int_t)p->attempt, "how", how, "code", code, "signal",
-                              sig, "message", msg, "elapsed_s", elapsed, "pid",
-                              (int)p->pid, "stdout", p->out_path, "stderr", p->err_path));
+    s_report_add(
+        d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s, s:s}",
+                     "type", "exited", "trial", (json_int_t)p->trial, "attempt",
+                     (json_int_t)p->attempt, "how", how, "code", code, "signal", sig,
+                     "message", msg, "elapsed_s", elapsed, "pid", (int)p->pid, "stdout",
+                     p->out_path, "stderr", p->err_path, "stderr_tail", last));
 }
 
 /* Exec results, exits, timeouts, kill escalation. */
