@@ -26,7 +26,9 @@ def slurm():
     if os.geteuid() != 0:
         pytest.skip("the test cluster needs root (slurmd runs jobs as their users)")
     d = tempfile.mkdtemp(prefix="jizhi-slurm-")
-    p = subprocess.run([CLUSTER, "up", d], capture_output=True, text=True, timeout=180)
+    # two GPUs as a generic resource (copies of /dev/null as their devices)
+    p = subprocess.run([CLUSTER, "up", d], capture_output=True, text=True, timeout=180,
+                       env=dict(os.environ, CLUSTER_GPUS="2"))
     if p.returncode != 0:
         logs = ""
         for name in ("slurmctld.log", "slurmd.log"):
@@ -270,6 +272,37 @@ def test_unknown_partition_fails_the_start_with_sbatchs_reason(jz, slurm):
         ((state, how, reason),) = jz.sql("SELECT state, exit_how, reason FROM trials")
         assert (state, how) == ("failed", "start_failed"), (state, how, reason)
         assert "sbatch failed" in reason and "invalid partition" in reason.lower(), reason
+    finally:
+        stop(disp, ctl)
+
+
+def test_gpus_become_gres_and_slurm_picks_the_devices(jz, slurm):
+    """gpus: 1 per trial, --max-gpus 2: jobs ask --gres=gpu:1, two run at
+    once, and each sees the device Slurm gave it in CUDA_VISIBLE_DEVICES."""
+    ctl, disp = daemons(jz, slurm, "--max-gpus", "2")
+    try:
+        spec = base_spec("gpus", ["sh", "-c", "echo CVD=$CUDA_VISIBLE_DEVICES; sleep 1; "
+                                  "jizhi report score=1"], trials=4, parallel=4, gpus=1)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        wait_study(jz, "gpus", 120)
+        rows = jz.sql("SELECT state, pid, out_path, started, ended FROM trials")
+        assert [r[0] for r in rows] == ["completed"] * 4, rows
+        seen = set()
+        for _, job, out, _, _ in rows:
+            info = scontrol(slurm, job)
+            assert "gpu:1" in info.get("TresPerNode", ""), info
+            with open(out) as f:
+                cvd = f.read().split("CVD=")[1].split()[0]
+            assert cvd in ("0", "1")
+            seen.add(cvd)
+        # two GPUs for four one-GPU trials: never more than two at once
+        ev = sorted([(r[3], 1) for r in rows] + [(r[4], -1) for r in rows],
+                    key=lambda e: (e[0], e[1]))
+        cur = peak = 0
+        for _, d in ev:
+            cur += d
+            peak = max(peak, cur)
+        assert peak == 2 and seen == {"0", "1"}
     finally:
         stop(disp, ctl)
 
