@@ -213,6 +213,28 @@ def test_dispatcher_restart_takes_its_jobs_back(jz, slurm):
         stop(disp, ctl)
 
 
+def test_preempted_job_is_lost_and_retried(jz, slurm):
+    """A job of the higher-priority partition "urgent" needs both CPUs:
+    Slurm preempts (cancels) the trial's job; jizhi runs the trial again."""
+    ctl, disp = daemons(jz, slurm)
+    env = dict(os.environ, SLURM_CONF=slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("preempt", 1, 1, "150")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((job0,),) = jz.sql("SELECT pid FROM trials")
+        subprocess.run(["sbatch", "-p", "urgent", "-n", "2", "-o", "/dev/null", "--wrap",
+                        "sleep 1"], env=env, check=True, capture_output=True, timeout=30)
+        wait_study(jz, "preempt", 120)
+        ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
+        assert (state, attempt) == ("completed", 1) and job1 != job0
+        assert scontrol(slurm, job0).get("JobState") == "PREEMPTED"
+        detail = " ".join(str(r) for r in jz.sql("SELECT detail FROM events"))
+        assert "was preempted" in detail, detail
+    finally:
+        stop(disp, ctl)
+
+
 def test_node_failure_is_lost_and_retried(jz, slurm):
     ctl, disp = daemons(jz, slurm)
     env = dict(os.environ, SLURM_CONF=slurm)
