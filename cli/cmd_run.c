@@ -376,7 +376,8 @@ int cmd_run(int argc, char **argv)
         return CLI_FAIL;
     }
     char err[512];
-    if (sched_check(spec, err, sizeof err) != 0) {
+    if (sched_check(spec, err, sizeof err) != 0 ||
+        cli_resolve_paths(spec->json, argv[optind], err, sizeof err) != 0) {
         cli_error("%s: %s", argv[optind], err);
         spec_destroy(&spec);
         return CLI_FAIL;
