@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from conftest import JIZHI, ROOT
 
 
@@ -38,7 +40,9 @@ def test_every_spec_key_and_scheduler_is_in_spec_md(tmp_path):
 
 
 def test_no_reference_outside_the_repository():
-    hits = subprocess.run(["git", "grep", "-n", "-e", "shared/DESIGN", "-e", "DESIGN §", "--",
-                           ".", ":!tests/integration/test_docs.py"],
-                          cwd=ROOT, capture_output=True, text=True).stdout
-    assert hits == "", hits
+    p = subprocess.run(["git", "grep", "-n", "-e", "shared/DESIGN", "-e", "DESIGN §", "--",
+                        ".", ":!tests/integration/test_docs.py"],
+                       cwd=ROOT, capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        pytest.skip("not a git checkout: " + p.stderr.strip())
+    assert p.returncode == 1 and p.stdout == "", p.stdout
