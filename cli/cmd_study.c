@@ -179,6 +179,7 @@ static int s_show(const cli_opts *o)
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
         cli_print_trials(trials);
+        cli_print_warnings(s, st.id);
         json_decref(trials);
     }
     store_study_fini(&st);

@@ -263,3 +263,23 @@ def test_relative_paths_resolved_by_the_submitting_command(jz, tmp_path):
     bad = base_spec("missing-file", ["python3", "no/such/file.py"])
     r = jz.run("study", "submit", jz.write_spec(bad, "bad.json"))
     assert r.returncode == 1 and 'trial.command[1]: "no/such/file.py" is not found' in r.stderr
+
+
+def test_early_stopping_without_its_resource_warns(jz):
+    cmd = ["sh", "-c", "for s in 1 2 3 4 5; do jizhi report --step $s score={x}; done"]
+    spec = base_spec("no-epoch", cmd, trials=2, parallel=1)
+    spec["early_stopping"] = {"type": "asha", "grace": 1}  # resource: epoch, never reported
+    p = jz.run("run", jz.write_spec(spec), check=0)
+    assert "warning: early_stopping:" in p.stdout and "never 'epoch'" in p.stdout
+    show = jz.run("study", "show", "no-epoch", check=0).stdout
+    assert "warning: early_stopping:" in show
+    ev = json.loads(jz.run("study", "events", "no-epoch", "--json", check=0).stdout)
+    assert len([e for e in ev if e["kind"] == "warning"]) == 1  # once per study
+    watch = jz.run("watch", "no-epoch", check=0).stdout  # not a tty: plain lines
+    assert "warning: early_stopping:" in watch
+    # a trial that reports the resource: no warning
+    cmd = ["sh", "-c", "for s in 1 2 3 4 5; do jizhi report --step $s score={x} epoch=$s; done"]
+    spec = base_spec("with-epoch", cmd, trials=2, parallel=1)
+    spec["early_stopping"] = {"type": "asha", "grace": 1}
+    p = jz.run("run", jz.write_spec(spec, "ok.json"), check=0)
+    assert "warning" not in p.stdout
