@@ -117,7 +117,7 @@ def test_trial_without_objective_fails(jz):
     spec = base_spec("silent", ["true"], trials=2, parallel=2)
     jz.run("run", jz.write_spec(spec))
     rows = jz.sql("SELECT state, reason FROM trials")
-    assert rows and all(s == "failed" and "without reporting score" in r for s, r in rows)
+    assert rows and all(s == "failed" and "without reporting its objective metric 'score'" in r for s, r in rows)
 
 
 BAD_SPECS = [

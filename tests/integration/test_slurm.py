@@ -143,6 +143,39 @@ def test_job_cancelled_outside_is_lost_and_retried(jz, slurm):
         stop(disp, ctl)
 
 
+def test_dispatcher_restart_takes_its_jobs_back(jz, slurm):
+    """Stopping the dispatcher leaves its jobs running; one started again
+    with the same name finds them by their comment and reports them: the
+    trial completes in its first attempt, in its first job."""
+    ctl, disp = daemons(jz, slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("restart", 1, 1, "200")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((job0,),) = jz.sql("SELECT pid FROM trials")
+        stop(disp)
+        assert disp.returncode == 0
+        assert scontrol(slurm, job0).get("JobState") == "RUNNING"
+        ((tid,),) = jz.sql("SELECT id FROM trials")
+        comment = subprocess.run(["squeue", "-h", "-j", str(job0), "-o", "%k"], text=True,
+                                 capture_output=True, timeout=30,
+                                 env=dict(os.environ, SLURM_CONF=slurm)).stdout.strip()
+        assert comment == f"jizhi sl trial {tid} attempt 0"
+        disp = jz.popen("dispatcher", "--backend", "slurm", "--controller",
+                        open(jz.db + ".endpoint").read().strip(), "--name", "sl",
+                        "--poll-s", "0.2", "--log-dir", os.path.join(jz.dir, "logs"),
+                        "--log", os.path.join(jz.dir, "disp2.log"))
+        wait_study(jz, "restart", 120)
+        ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
+        assert (state, attempt, job1) == ("completed", 0, job0)
+        assert scontrol(slurm, job0).get("JobState") == "COMPLETED"
+        with open(os.path.join(jz.dir, "disp2.log")) as f:
+            assert f"took back job {job0}" in f.read()
+        assert jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0] == 0
+    finally:
+        stop(disp, ctl)
+
+
 def test_node_failure_is_lost_and_retried(jz, slurm):
     ctl, disp = daemons(jz, slurm)
     env = dict(os.environ, SLURM_CONF=slurm)
@@ -224,6 +257,19 @@ def test_exit_code_and_timeout_through_slurm(jz, slurm):
         info = scontrol(slurm, job)
         assert info.get("JobState") in ("CANCELLED", "FAILED", "COMPLETED"), info
         assert re.match(r"00:00:0\d$", info.get("RunTime", "")), info
+    finally:
+        stop(disp, ctl)
+
+
+def test_unknown_partition_fails_the_start_with_sbatchs_reason(jz, slurm):
+    ctl, disp = daemons(jz, slurm, "--partition", "nosuchpartition")
+    try:
+        jz.run("study", "submit", jz.write_spec(base_spec("nopart", ["true"], trials=1,
+                                                          parallel=1)), check=0)
+        wait_study(jz, "nopart", 60)
+        ((state, how, reason),) = jz.sql("SELECT state, exit_how, reason FROM trials")
+        assert (state, how) == ("failed", "start_failed"), (state, how, reason)
+        assert "sbatch failed" in reason and "invalid partition" in reason.lower(), reason
     finally:
         stop(disp, ctl)
 
