@@ -110,7 +110,7 @@ for name, (med, p90) in res.items():
 raw = sorted(float(b) - float(a) for a, b in (l.split() for l in open(f"{d}/raw.txt")))
 print(f"  (for reference, Slurm alone, jobs submitted back to back by a shell loop: sbatch -> its script running: median {statistics.median(raw) * 1000:.1f} ms, "
       f"p90 {raw[int(0.9 * (len(raw) - 1))] * 1000:.1f} ms; one-node test cluster, "
-      "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0)")
+      "SchedulerParameters=batch_sched_delay=0)")
 print(f"  slurm/local ratio: median {res['slurm'][0] / res['local'][0]:.1f}x, "
       f"p90 {res['slurm'][1] / res['local'][1]:.1f}x")
 PY

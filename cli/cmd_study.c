@@ -10,9 +10,11 @@
 #include "../schedulers/sched.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char s_usage[] =
     "usage: jizhi study submit SPEC.json        submit to the running controller\n"
@@ -73,7 +75,8 @@ static int s_submit(const cli_opts *o)
         return CLI_FAIL;
     }
     char buf[512];
-    if (sched_check(spec, buf, sizeof buf) != 0) {
+    if (sched_check(spec, buf, sizeof buf) != 0 ||
+        cli_resolve_paths(spec->json, o->args[0], buf, sizeof buf) != 0) {
         cli_error("%s: %s", o->args[0], buf);
         spec_destroy(&spec);
         return CLI_FAIL;
@@ -176,6 +179,7 @@ static int s_show(const cli_opts *o)
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
         cli_print_trials(trials);
+        cli_print_warnings(s, st.id);
         json_decref(trials);
     }
     store_study_fini(&st);

@@ -99,6 +99,7 @@ typedef struct {
     char action[16]; /* stop, pause, resume, set */
     char edit[128];
     char status[256];
+    char warning[512]; /* the study's latest warning event, "" when none */
     void *zctx, *sock;
     long next_req;
     w_pending pending[W_MAX_PENDING];
@@ -221,6 +222,7 @@ static int s_load(w_view *v, char *err, size_t errsize)
     v->created = st.created;
     v->finished = st.finished;
     store_study_fini(&st);
+    store_event_last_reason(v->s, v->study_id, "warning", v->warning, sizeof v->warning);
     /* metrics first: a trial is inserted before any of its points, and a
        point for a trial not seen yet creates its entry */
     for (int chunk = 0; chunk < 50; chunk++) {
@@ -640,6 +642,12 @@ static void s_draw(w_view *v)
                  v->maximize ? "max" : "min", v->metric);
     }
     s_put(1, 0, line);
+    if (v->warning[0]) {
+        snprintf(line, sizeof line, "warning: %s", v->warning);
+        attron(COLOR_PAIR(C_STOP));
+        s_put(2, 0, line);
+        attroff(COLOR_PAIR(C_STOP));
+    }
 
     /* table: ID STATE STEP TIME objective [metric] [metric] CURVE PARAMS */
     int cols[2];
@@ -934,11 +942,15 @@ static int s_run_tty(w_view *v)
 
 static int s_run_lines(w_view *v)
 {
-    char last[1024] = "", line[1024], err[512];
+    char last[1024] = "", line[1024], err[512], warned[512] = "";
     for (;;) {
         if (s_load(v, err, sizeof err) != 0) {
             cli_error("watch: %s", err);
             return CLI_FAIL;
+        }
+        if (strcmp(v->warning, warned)) {
+            printf("warning: %s\n", v->warning);
+            snprintf(warned, sizeof warned, "%s", v->warning);
         }
         for (long i = 0; i < v->norder; i++) {
             w_trial *t = &v->trials[v->order[i]];

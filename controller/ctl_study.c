@@ -119,6 +119,12 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
         ctl__study_free(s);
         return NULL;
     }
+    json_t *res = json_object_get(s->spec->early_stop, "resource");
+    if (s->spec->early_stop)
+        snprintf(s->es_resource, sizeof s->es_resource, "%s",
+                 json_is_string(res) ? json_string_value(res) : "epoch");
+    if (!strcmp(s->es_resource, "step")) /* the report step itself: always there */
+        s->es_resource[0] = 0;
     s->nmon = sched_monitors_new(s->spec, s->mon, 4, err, errsize);
     if (s->nmon < 0) {
         s->nmon = 0;

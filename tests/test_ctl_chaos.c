@@ -20,6 +20,7 @@
 #include "store/store.h"
 
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -275,14 +276,24 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     REQUIRE(s_ok(s_ask(json_pack("{s:s, s:o}", "type", "submit", "spec", spec))));
     REQUIRE(s_ok(s_ask(json_pack("{s:s, s:s, s:i, s:[], s:[]}", "type", "register",
                                  "name", "d1", "slots", 2, "gpus", "running"))));
-    usleep(300 * 1000); /* the controller starts the trials on its next ticks */
+    /* the controller creates the trials on its next ticks: wait for them */
     char err[256];
-    store_t *st = store_open(s_db, 1, err, sizeof err);
-    REQUIRE(st);
+    store_t *st = NULL;
     store_study sd;
-    REQUIRE(store_study_get(st, "chaos", &sd) == 1);
-    store_trial *rows;
-    long n = store_trials_load(st, sd.id, &rows);
+    store_trial *rows = NULL;
+    long n = 0;
+    for (int tries = 0; tries < 3000 && n < 1; tries++) {
+        if (st) {
+            store_trials_free(rows, n);
+            store_study_fini(&sd);
+            store_close(&st);
+            usleep(10 * 1000);
+        }
+        st = store_open(s_db, 1, err, sizeof err);
+        REQUIRE(st);
+        REQUIRE(store_study_get(st, "chaos", &sd) == 1);
+        n = store_trials_load(st, sd.id, &rows);
+    }
     REQUIRE(n >= 1);
     long trial = rows[0].id;
     char token[40];
@@ -345,6 +356,29 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     store_trials_free(rows, n);
     store_study_fini(&sd);
     store_close(&st);
+
+    /* metrics only for real trials: every stored point belongs to the one
+       trial whose token the messages carried (the others were refused),
+       and the right-token points are there */
+    sqlite3 *db;
+    REQUIRE(sqlite3_open_v2(s_db, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    sqlite3_stmt *q;
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "SELECT trial_id, COUNT(*) FROM metrics GROUP BY trial_id",
+                               -1, &q, NULL) == SQLITE_OK);
+    int groups = 0;
+    long ours = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        groups++;
+        long id = (long)sqlite3_column_int64(q, 0);
+        CHECK(id == trial);
+        if (id == trial)
+            ours = (long)sqlite3_column_int64(q, 1);
+    }
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    CHECK(groups == 1);
+    CHECK(ours >= 1); /* at least the first, well-formed report */
 }
 
 int main(void)
