@@ -6,6 +6,7 @@
 
 #include "../common/log.h"
 #include "../common/spec.h"
+#include "../common/util.h"
 #include "../common/wire.h"
 #include "../controller/ctl.h"
 #include "../dispatcher/disp.h"
@@ -26,7 +27,7 @@ static volatile int s_stop_ctl, s_stop_disp, s_interrupted;
 
 static void s_on_signal(int sig)
 {
-    s_interrupted = sig;
+    s_interrupted++; /* the first asks for a clean stop, a second quits at once */
 }
 
 static void s_signals(void)
@@ -220,6 +221,54 @@ static void s_print_failures(const store_trial *rows, long n)
                count == 1 ? "" : "s", rows[i].id, rows[i].id);
         shown++;
     }
+}
+
+/* Asks the controller at `ep` to stop study `name` (stop = 1) and waits,
+   at most limit_s or until a second Ctrl-C, until no trial of it is active,
+   so that the store says what happened before this process ends. */
+static void s_stop_and_drain(const char *ep, const char *name, int stop, double limit_s)
+{
+    if (stop) {
+        json_t *r = cli_request(
+            ep, json_pack("{s:s, s:s}", "type", "study_stop", "study", name), 5000);
+        json_decref(r);
+    }
+    double end = util_now() + limit_s;
+    while (s_interrupted < 2 && util_now() < end) {
+        json_t *st = cli_request(
+            ep, json_pack("{s:s, s:s}", "type", "status", "study", name), 5000);
+        long running = st ? (long)json_integer_value(json_object_get(st, "running")) : 0;
+        json_decref(st);
+        if (running == 0)
+            return;
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Other studies submitted to this run's controller: stopped before it ends,
+   so none stays "running" without a controller. */
+static void s_stop_others(const char *ep, const char *db, const char *mine)
+{
+    char err[256];
+    store_t *s = store_open(db, 1, err, sizeof err);
+    json_t *list = s ? store_study_list(s) : NULL;
+    store_close(&s);
+    size_t i;
+    json_t *st;
+    json_array_foreach(list, i, st)
+    {
+        const char *name = json_string_value(json_object_get(st, "name"));
+        const char *state = json_string_value(json_object_get(st, "state"));
+        if (!name || !state || !strcmp(name, mine) || strcmp(state, "running"))
+            continue;
+        fprintf(stderr,
+                "stopping study %s, submitted to this run: `jizhi run` on its spec (or "
+                "`jizhi controller`) with --db %s continues it\n",
+                name, db);
+        s_stop_and_drain(ep, name, 1, 60);
+    }
+    json_decref(list);
 }
 
 /* Prints the best trial of a study from the database. */
@@ -427,6 +476,16 @@ int cmd_run(int argc, char **argv)
         }
         if (tty)
             fputc('\n', stderr);
+        if (s_interrupted == 1) {
+            fprintf(stderr,
+                    "stopping the trials of study %s (Ctrl-C again to quit at once)\n",
+                    name);
+            s_stop_and_drain(ctl_endpoint(ctl), name, 1, 60);
+        } else if (!s_interrupted) { /* stopped from outside: let its trials end */
+            s_stop_and_drain(ctl_endpoint(ctl), name, 0, 60);
+        }
+        if (s_interrupted < 2)
+            s_stop_others(ctl_endpoint(ctl), db, name);
     }
     /* The controller stops first: trials the dispatcher then kills (after
        Ctrl-C) stay "running" in the store, and the next `jizhi run` finds

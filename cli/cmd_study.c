@@ -42,10 +42,17 @@ static int s_controller_cmd(const cli_opts *o, json_t *msg)
     char buf[512];
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
     if (!ep) {
-        cli_error("no controller known for %s: start `jizhi controller` (or `jizhi "
-                  "run`), or pass "
-                  "--controller ENDPOINT",
-                  o->db);
+        const char *type = json_string_value(json_object_get(msg, "type"));
+        if (type && !strcmp(type, "study_resume"))
+            cli_error(
+                "no controller serves %s: `jizhi run SPEC.json --db %s` continues a "
+                "stopped study by itself; or start `jizhi controller --db %s`, or "
+                "pass --controller ENDPOINT",
+                o->db, o->db, o->db);
+        else
+            cli_error("no controller known for %s: start `jizhi controller` (or `jizhi "
+                      "run`), or pass --controller ENDPOINT",
+                      o->db);
         json_decref(msg);
         return CLI_FAIL;
     }

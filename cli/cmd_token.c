@@ -5,6 +5,7 @@
 
 #include "../common/ident.h"
 #include "../common/wire.h"
+#include "../common/util.h"
 
 #include <getopt.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ static int s_create(const char *db, const char *user, const char *role_text)
     store_t *s = s_open_rw(db);
     if (!s)
         return CLI_FAIL;
-    long id = store_token_add(s, user, ident_role_str(role), hash, wire_wall());
+    long id = store_token_add(s, user, ident_role_str(role), hash, util_wall());
     if (id < 0) {
         cli_error("token create: %s", store_errmsg(s));
         store_close(&s);
@@ -113,7 +114,7 @@ static int s_revoke(const char *db, const char *what)
     store_t *s = s_open_rw(db);
     if (!s)
         return CLI_FAIL;
-    long n = store_token_revoke(s, by_id ? id : 0, by_id ? NULL : what, wire_wall());
+    long n = store_token_revoke(s, by_id ? id : 0, by_id ? NULL : what, util_wall());
     if (n < 0)
         cli_error("token revoke: %s", store_errmsg(s));
     store_close(&s);

@@ -291,7 +291,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 
     if (s_get(j, "", "budget", JSON_OBJECT, 1, &obj, err))
         return -1;
-    static const char *const bkeys[] = {"trials", "parallel", "time_s", NULL};
+    static const char *const bkeys[] = {"trials", "parallel", "time_s",
+                                        "max_consecutive_failures", NULL};
     if (s_only_keys(obj, "budget", bkeys, err) ||
         s_get(obj, "budget", "trials", JSON_INTEGER, 1, &v, err))
         return -1;
@@ -308,6 +309,12 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     s->time_s = v ? json_number_value(v) : 0;
     if (s->time_s < 0)
         return s_fail(err, "budget.time_s", "must be >= 0");
+    if (s_get(obj, "budget", "max_consecutive_failures", JSON_INTEGER, 0, &v, err))
+        return -1;
+    s->max_failures = v ? (long)json_integer_value(v) : 5;
+    if (s->max_failures < 0)
+        return s_fail(err, "budget.max_consecutive_failures",
+                      "must be >= 0 (0: never stop)");
 
     if (s_get(j, "", "space", JSON_OBJECT, 1, &obj, err))
         return -1;

@@ -36,6 +36,8 @@ typedef struct {
     long trials;        /* budget.trials */
     long parallel;      /* budget.parallel (default 1) */
     double time_s;      /* budget.time_s (0 = no limit) */
+    long max_failures;  /* budget.max_consecutive_failures: the study stops after
+                           that many trials failed in a row (default 5, 0 = never) */
     spec_param *params; /* space, in the order of the spec file */
     size_t nparams;
     json_t *command;  /* trial.command, array of strings, owned */

@@ -1,6 +1,8 @@
 /*  wire.c - see wire.h and docs/PROTOCOL.md. */
 #include "wire.h"
 
+#include "common/util.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>

@@ -64,10 +64,4 @@ json_t *wire_error(long req, const char *code, const char *fmt, ...)
 json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err,
                      size_t errsize);
 
-/* Transitional names for util_now/util_wall (common/util.h), kept only
-   until controller/ calls those directly; new code uses util.h. */
-#include "common/util.h"
-#define wire_now util_now
-#define wire_wall util_wall
-
 #endif

@@ -173,7 +173,7 @@ void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now)
         log_info("ctl",
                  "study %s trial %ld: load not acknowledged within %g s; restarting it "
                  "from %s",
-                 s->row.name, t->row.number, limit, t->load_on_start);
+                 s->row.name, t->row.id, limit, t->load_on_start);
         return;
     }
 }

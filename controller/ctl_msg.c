@@ -396,9 +396,10 @@ static void s_exited(ctl_t *c, const ctl_msg *m)
     wire_get_long(m->msg, "code", &code, err, sizeof err);
     wire_get_long(m->msg, "signal", &sig, err, sizeof err);
     const char *text = json_string_value(json_object_get(m->msg, "message"));
+    const char *tail = json_string_value(json_object_get(m->msg, "stderr_tail"));
     if (ctl__txn(c) != 0)
         return;
-    ctl__trial_exited(c, t, how, !strcmp(how, "signaled") ? sig : code, text);
+    ctl__trial_exited(c, t, how, !strcmp(how, "signaled") ? sig : code, text, tail);
     ctl__send(c, m->from, wire_ok(m->req));
 }
 
@@ -479,7 +480,7 @@ static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
         return;
     }
     if (stop)
-        ctl__study_stop(c, s, s_who(m->msg));
+        ctl__study_stop(c, s, s_who(m->msg), NULL);
     else
         ctl__study_resume(c, s, s_who(m->msg));
     ctl__send(c, m->from, wire_ok(m->req));

@@ -393,16 +393,21 @@ void ctl__tick(ctl_t *c, double now)
             s_tick_study(c, c->studies[i], now);
 }
 
-void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who)
+void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason)
 {
     if (s->state != STUDY_RUNNING || ctl__txn(c) != 0)
         return;
     for (size_t i = 0; i < s->ntrials; i++)
         if (ctl_trial_active(s->trials[i]))
             ctl__trial_stop(c, s->trials[i], who, "study stopped", 1);
-    if (ctl__study_move(c, s, STUDY_STOPPED) == 0)
-        store_event_add(c->store, util_wall(), s->row.id, -1, who, "study_stopped", NULL,
-                        1);
+    if (ctl__study_move(c, s, STUDY_STOPPED) == 0) {
+        json_t *detail = reason ? json_pack("{s:s}", "reason", reason) : NULL;
+        store_event_add(c->store, util_wall(), s->row.id, -1, who, "study_stopped",
+                        detail, 1);
+        json_decref(detail);
+        if (reason)
+            log_warn("ctl", "study %s stopped: %s", s->row.name, reason);
+    }
 }
 
 void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who)

@@ -58,7 +58,7 @@ ctl_study *ctl__study_by_name(ctl_t *c, const char *name);
    finishes studies. Called once per iteration. */
 void ctl__tick(ctl_t *c, double now);
 /* Stops a running study: its active trials are stopped (by_study). */
-void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who);
+void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason);
 /* Resumes a stopped study; the trials its stop ended run again. */
 void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who);
 /* Status of a study as the `ok` fields of a status reply (new object). */

@@ -207,6 +207,23 @@ double ctl__trial_result(const ctl_trial *t)
 /* ---- lifecycle ---- */
 
 /* Ends a trial: COMPLETED, FAILED or STOPPED. */
+/* How many trials of the study ended failed in a row, the latest last
+   (trials stopped by the study or still running do not count). */
+static long s_failures_in_a_row(const ctl_study *s)
+{
+    long n = 0;
+    double after = -1; /* end time of the latest non-failure */
+    for (size_t i = 0; i < s->ntrials; i++) {
+        const ctl_trial *u = s->trials[i];
+        if ((u->state == TRIAL_COMPLETED || u->state == TRIAL_STOPPED) &&
+            u->row.ended > after)
+            after = u->row.ended;
+    }
+    for (size_t i = 0; i < s->ntrials; i++)
+        n += s->trials[i]->state == TRIAL_FAILED && s->trials[i]->row.ended >= after;
+    return n;
+}
+
 static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason)
 {
     ctl_study *s = t->study;
@@ -235,8 +252,17 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller", name,
                     detail, 1);
     json_decref(detail);
-    log_info("ctl", "study %s trial %ld %s%s%s", s->row.name, t->row.number, name,
+    log_info("ctl", "study %s trial %ld %s%s%s", s->row.name, t->row.id, name,
              *reason ? ": " : "", reason);
+    long fails = state == TRIAL_FAILED ? s_failures_in_a_row(s) : 0;
+    if (s->spec->max_failures > 0 && fails >= s->spec->max_failures) {
+        char why[400];
+        snprintf(
+            why, sizeof why,
+            "%ld trials failed in a row (budget.max_consecutive_failures); the last: %s",
+            fails, reason);
+        ctl__study_stop(c, s, "controller", why);
+    }
 }
 
 /* Puts a trial back to pending for another attempt. */
@@ -261,7 +287,7 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
                     "retry", detail, 1);
     json_decref(detail);
     log_info("ctl", "study %s trial %ld: %s; retrying (attempt %ld)", t->study->row.name,
-             t->row.number, reason, t->row.attempt + 1);
+             t->row.id, reason, t->row.attempt + 1);
 }
 
 void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
@@ -320,7 +346,7 @@ void ctl__trial_heard(ctl_t *c, ctl_trial *t)
 }
 
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
-                       const char *message)
+                       const char *message, const char *stderr_tail)
 {
     if (!ctl_trial_active(t))
         return; /* a repeated report */
@@ -364,7 +390,8 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
     }
     char reason[256];
     if (clean)
-        snprintf(reason, sizeof reason, "exited without reporting %s",
+        snprintf(reason, sizeof reason,
+                 "exited without reporting its objective metric '%s'",
                  t->study->spec->metric);
     else if (!strcmp(how, "exited"))
         snprintf(reason, sizeof reason, "exited with status %ld", code);
@@ -376,6 +403,10 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
     else
         snprintf(reason, sizeof reason, "%s%s%s", how, message && *message ? ": " : "",
                  message ? message : "");
+    if (stderr_tail && *stderr_tail) { /* what the program said last */
+        size_t n = strlen(reason);
+        snprintf(reason + n, sizeof reason - n, "; stderr: %s", stderr_tail);
+    }
     if (t->row.attempt < t->study->spec->retries)
         s_retry(c, t, reason);
     else

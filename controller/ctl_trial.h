@@ -139,9 +139,11 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d);
 void ctl__trial_heard(ctl_t *c, ctl_trial *t);
 /* A trial's process ended (from the dispatcher). Ignored unless active.
    how "lost" (the dispatcher's backend lost it: preempted, node failure)
-   is handled as ctl__trial_lost with message as the reason. */
+   is handled as ctl__trial_lost with message as the reason. The last line
+   the program wrote to stderr (stderr_tail, may be NULL) goes into the
+   reason of a failure. */
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
-                       const char *message);
+                       const char *message, const char *stderr_tail);
 /* A trial is lost (its dispatcher no longer has it). */
 void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why);
 /* A trial saved a checkpoint: record it and tell the schedulers. */

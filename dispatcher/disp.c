@@ -153,6 +153,8 @@ disp_t *disp_new(const disp_config *cfg)
         }
         if (cfg->slots <= 0)
             d->slots = 64; /* jobs, not this machine's cores */
+        /* jobs outlive the dispatcher: a restart takes them back (adopt) */
+        d->kill_on_stop = 0;
         if (cfg->gpus) {
             fprintf(stderr, "jizhi dispatcher: --gpus lists local devices; with the "
                             "slurm backend use --max-gpus N\n");
@@ -588,6 +590,33 @@ static void s_append_err(const disp__proc *p, const char *text)
     }
 }
 
+/* The last non-empty line of the file at `path` (at most size-1 bytes of
+   it, from its last 4 KiB), "" when there is none. */
+static void s_last_line(const char *path, char *buf, size_t size)
+{
+    buf[0] = 0;
+    FILE *f = path[0] ? fopen(path, "re") : NULL;
+    if (!f)
+        return;
+    char tail[4096];
+    long len = 0;
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0) {
+        long from = len > (long)sizeof tail - 1 ? len - (long)sizeof tail + 1 : 0;
+        fseek(f, from, SEEK_SET);
+        size_t n = fread(tail, 1, sizeof tail - 1, f);
+        tail[n] = 0;
+        while (n > 0 &&
+               (tail[n - 1] == '\n' || tail[n - 1] == '\r' || tail[n - 1] == ' '))
+            tail[--n] = 0;
+        const char *line = strrchr(tail, '\n');
+        line = line ? line + 1 : tail;
+        size_t m = strlen(line) < size - 1 ? strlen(line) : size - 1;
+        memcpy(buf, line, m);
+        buf[m] = 0;
+    }
+    fclose(f);
+}
+
 static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
 {
     const char *how;
@@ -620,12 +649,15 @@ static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
         snprintf(msg, sizeof msg, "%s", what);
     }
     double elapsed = util_now() - p->t_start;
+    char last[200];
+    s_last_line(p->err_path, last, sizeof last);
     log_info(TAG, "trial %ld.%ld: %s: %s", p->trial, p->attempt, how, msg);
-    s_report_add(d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s}",
-                              "type", "exited", "trial", (json_int_t)p->trial, "attempt",
-                              (json_int_t)p->attempt, "how", how, "code", code, "signal",
-                              sig, "message", msg, "elapsed_s", elapsed, "pid",
-                              (int)p->pid, "stdout", p->out_path, "stderr", p->err_path));
+    s_report_add(
+        d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s, s:s}",
+                     "type", "exited", "trial", (json_int_t)p->trial, "attempt",
+                     (json_int_t)p->attempt, "how", how, "code", code, "signal", sig,
+                     "message", msg, "elapsed_s", elapsed, "pid", (int)p->pid, "stdout",
+                     p->out_path, "stderr", p->err_path, "stderr_tail", last));
 }
 
 /* Exec results, exits, timeouts, kill escalation. */
@@ -853,6 +885,39 @@ static void s_shutdown(disp_t *d)
     }
 }
 
+/* Takes back what an earlier run left running (Slurm jobs): they are
+   listed as running when registering, so the controller keeps them. */
+static void s_adopt(disp_t *d)
+{
+    disp__proc **v = NULL;
+    size_t n = d->be->ops->adopt(d->be, &v), kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        disp__proc *p = v[i];
+        int dup = 0;
+        for (size_t k = 0; k < d->nprocs; k++)
+            dup |= d->procs[k]->trial == p->trial && d->procs[k]->attempt == p->attempt;
+        if (!dup && d->nprocs == d->cap) {
+            disp__proc **np = realloc(d->procs, (d->cap * 2 + 8) * sizeof *np);
+            if (np) {
+                d->procs = np;
+                d->cap = d->cap * 2 + 8;
+            }
+        }
+        if (dup || d->nprocs == d->cap) {
+            d->be->ops->fini(d->be, p);
+            free(p);
+            continue;
+        }
+        /* its timeout_s is not known here: Slurm's --time still holds */
+        p->t_start = util_now();
+        d->procs[d->nprocs++] = p;
+        kept++;
+    }
+    free(v);
+    if (kept)
+        log_info(TAG, "took back %zu trial(s) an earlier run left running", kept);
+}
+
 int disp_run(disp_t *d, volatile int *stop)
 {
     d->sock = zmq_socket(d->ctx, ZMQ_DEALER);
@@ -871,6 +936,7 @@ int disp_run(disp_t *d, volatile int *stop)
     }
     log_info(TAG, "dispatcher %s: controller %s, %d slots, %d GPUs, logs in %s", d->name,
              d->endpoint, d->slots, d->ngpus, d->log_dir);
+    s_adopt(d);
     d->ready = 0;
     d->last_reg = -INFINITY;
     d->last_heard = util_now();

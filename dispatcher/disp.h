@@ -72,6 +72,11 @@
     that was preempted, requeued, whose node failed or that someone else
     cancelled ends with how "lost" (the controller retries it as a new
     attempt); one that hit Slurm's own time limit with how "timeout".
+    Jobs outlive the dispatcher: kill_on_stop is off by default, and at
+    disp_run's start the dispatcher takes back the queued and running jobs
+    an earlier run with the same name submitted (found by their comment,
+    "jizhi NAME trial T attempt A"), so a restart loses no trial; their
+    timeout_s is then left to Slurm's --time.
 */
 #ifndef JZ_DISP_H
 #define JZ_DISP_H

@@ -165,6 +165,12 @@ typedef struct {
     int (*poll)(disp__backend *b, disp__proc *p, disp__end *end);
     /* Sends sig (SIGTERM, SIGKILL; SIGCONT where it means something). */
     void (*signal)(disp__backend *b, disp__proc *p, int sig);
+    /* At disp_run's start: the trials an earlier run of this dispatcher
+       (same name) left behind that still run, as new procs (trial,
+       attempt, pid, paths, job; `started` not yet queued). Returns how
+       many, with *out a new array the caller owns with its procs; 0 when
+       none or when the backend cannot take trials back (local). */
+    size_t (*adopt)(disp__backend *b, disp__proc ***out);
     /* Frees what p owns, p->job included; does not stop the trial. */
     void (*fini)(disp__backend *b, disp__proc *p);
     /* NULL-safe. */

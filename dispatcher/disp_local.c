@@ -75,6 +75,14 @@ static int s_poll(disp__backend *b, disp__proc *p, disp__end *end)
     return 1;
 }
 
+/* A child of an earlier process is nobody's to reap here. */
+static size_t s_adopt(disp__backend *b, disp__proc ***out)
+{
+    (void)b;
+    *out = NULL;
+    return 0;
+}
+
 static void s_signal(disp__backend *b, disp__proc *p, int sig)
 {
     (void)b;
@@ -92,8 +100,17 @@ static void s_destroy(disp__backend *b)
     free(b);
 }
 
-static const disp__backend_ops s_ops = {"local", "pid",    s_start, s_refresh,
-                                        s_poll,  s_signal, s_fini,  s_destroy};
+static const disp__backend_ops s_ops = {
+    .name = "local",
+    .id_word = "pid",
+    .start = s_start,
+    .refresh = s_refresh,
+    .poll = s_poll,
+    .signal = s_signal,
+    .adopt = s_adopt,
+    .fini = s_fini,
+    .destroy = s_destroy,
+};
 
 disp__backend *disp__local_new(void)
 {

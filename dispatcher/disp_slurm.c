@@ -429,6 +429,7 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     free(esc);
     esc = s_pattern_escape(p->err_path);
     e_arg = esc ? util_strf("--error=%s", esc) : NULL;
+    free(esc);
     name = util_strf("--job-name=jizhi-%ld.%ld", st->trial, st->attempt);
     comment = util_strf("--comment=jizhi %s trial %ld attempt %ld", s->name, st->trial,
                         st->attempt);
@@ -712,6 +713,96 @@ static void s_signal(disp__backend *b, disp__proc *p, int sig)
     }
 }
 
+/* Jobs are found again by their comment, "jizhi NAME trial T attempt A",
+   among the user's jobs that are still queued or running. */
+static size_t s_adopt(disp__backend *b, disp__proc ***out)
+{
+    s_slurm *s = (s_slurm *)b;
+    *out = NULL;
+    char *argv[] = {"squeue", "-h", "--me", "-o", "%i|%T|%o|%k", NULL};
+    char *buf = malloc(SLURM_OUT_MAX), err[1024];
+    char *prefix = util_strf("|jizhi %s trial ", s->name);
+    disp__proc **v = NULL;
+    size_t n = 0, cap = 0;
+    if (!buf || !prefix)
+        goto out;
+    if (s_cmd(argv, NULL, buf, SLURM_OUT_MAX, err, sizeof err, SLURM_CMD_TIMEOUT_S) !=
+        0) {
+        log_warn(TAG, "squeue --me: %s; jobs of an earlier run are not taken back", err);
+        goto out;
+    }
+    for (char *line = buf, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        /* id|state|script|comment: the script path may hold anything but
+           our comment's prefix */
+        char *b1 = strchr(line, '|'), *b2 = b1 ? strchr(b1 + 1, '|') : NULL;
+        char *b3 = b2 ? strstr(b2, prefix) : NULL;
+        long trial, attempt;
+        if (!b3 || sscanf(b3 + strlen(prefix), "%ld attempt %ld", &trial, &attempt) != 2)
+            continue;
+        *b1 = *b2 = *b3 = 0;
+        const char *state = b1 + 1, *script = b2 + 1;
+        long id = strtol(line, NULL, 10);
+        size_t sl = strlen(script);
+        s_kind kind = s_classify(state);
+        if (id <= 0 || (kind != ST_QUEUED && kind != ST_RUNNING) || sl < 7 ||
+            strcmp(script + sl - 7, ".sbatch"))
+            continue;
+        if (n == cap) {
+            disp__proc **nv = realloc(v, (cap = cap * 2 + 8) * sizeof *nv);
+            if (!nv)
+                break;
+            v = nv;
+        }
+        /* the logs are beside the script: trial-T.A.sbatch -> .out, .err */
+        char *out_p = util_strf("%.*s.out", (int)(sl - 7), script);
+        char *err_p = util_strf("%.*s.err", (int)(sl - 7), script);
+        int ranks = 1;
+        char ids[32], info[8192], tasks[32];
+        snprintf(ids, sizeof ids, "%ld", id);
+        char *sc[] = {"scontrol", "show", "job", "-o", ids, NULL};
+        if (s_cmd(sc, NULL, info, sizeof info, err, sizeof err, SLURM_CMD_TIMEOUT_S) ==
+                0 &&
+            s_field(info, "NumTasks=", tasks, sizeof tasks) == 0 && atoi(tasks) > 1)
+            ranks = atoi(tasks);
+        disp__proc *p = calloc(1, sizeof *p);
+        s_job *j = calloc(1, sizeof *j);
+        if (p) {
+            p->pidfd = p->exec_fd = -1;
+            p->out_path = out_p;
+            p->err_path = err_p;
+            p->argv0 = strdup(script);
+            out_p = err_p = NULL;
+        }
+        free(out_p);
+        free(err_p);
+        if (!p || !j || !p->out_path || !p->err_path || !p->argv0) {
+            free(j);
+            if (p)
+                disp__proc_fini(p);
+            free(p);
+            break;
+        }
+        p->trial = trial;
+        p->attempt = attempt;
+        p->pid = (pid_t)id;
+        p->ranks = ranks;
+        j->id = id;
+        j->state = kind == ST_RUNNING ? JOB_RUNNING : JOB_QUEUED;
+        p->job = j;
+        v[n++] = p;
+        log_info(TAG, "took back job %ld (%s): trial %ld attempt %ld", id, state, trial,
+                 attempt);
+    }
+out:
+    free(buf);
+    free(prefix);
+    *out = v;
+    return n;
+}
+
 static void s_fini(disp__backend *b, disp__proc *p)
 {
     (void)b;
@@ -731,8 +822,17 @@ static void s_destroy(disp__backend *b)
     free(s);
 }
 
-static const disp__backend_ops s_ops = {"slurm", "job",    s_start, s_refresh,
-                                        s_poll,  s_signal, s_fini,  s_destroy};
+static const disp__backend_ops s_ops = {
+    .name = "slurm",
+    .id_word = "job",
+    .start = s_start,
+    .refresh = s_refresh,
+    .poll = s_poll,
+    .signal = s_signal,
+    .adopt = s_adopt,
+    .fini = s_fini,
+    .destroy = s_destroy,
+};
 
 disp__backend *disp__slurm_new(const disp__slurm_config *cfg)
 {

@@ -258,9 +258,19 @@ json_t *store_trial_metric_names(store_t *s, long trial_id);
    number, state, attempt, value, last_value, best_value, last_step,
    generation, started, ended, reason} (caller owns), NULL on error. */
 json_t *store_trials_brief(store_t *s, long study_id);
-/* The current params (latest generation) of every trial of a study in one
-   query: {"ID": {name: value}} (caller owns), NULL on error. */
-json_t *store_study_params(store_t *s, long study_id);
+/* The same rows, with their current params, one call of fn per trial in
+   number order, without building JSON (the web page's 1000-trial tables).
+   Strings and params_json (a JSON object's text) are borrowed for the
+   call. Returns the count or -1. */
+typedef struct {
+    long id, number, attempt, generation;
+    long last_step; /* -1 when none */
+    const char *state, *reason;
+    double value, last_value, best_value, started, ended; /* NaN when none */
+} store_trial_brief;
+typedef int (*store_brief_fn)(void *arg, const store_trial_brief *t,
+                              const char *params_json);
+long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg);
 /* Highest metrics rowid and event id so far (0 when none). 0 or -1. */
 int store_marks(store_t *s, long *metric_rowid, long *event_id);
 

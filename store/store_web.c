@@ -132,38 +132,48 @@ json_t *store_trials_brief(store_t *s, long study_id)
     return out;
 }
 
-json_t *store_study_params(store_t *s, long study_id)
+long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             store__db(s),
-            "SELECT p.trial_id, p.name, p.value FROM params p JOIN trials t "
-            "ON t.id = p.trial_id AND p.generation = t.generation "
-            "WHERE t.study_id = ?",
+            "SELECT t.id, t.number, t.state, t.attempt, t.value, t.last_value, "
+            "t.best_value, "
+            "t.last_step, t.generation, t.started, t.ended, t.reason, "
+            "(SELECT json_group_object(p.name, CASE WHEN json_valid(p.value) THEN "
+            "json(p.value) ELSE json_quote(p.value) END) FROM params p "
+            "WHERE p.trial_id = t.id AND p.generation = t.generation) "
+            "FROM trials t WHERE t.study_id = ? ORDER BY t.number",
             -1, &st, NULL) != SQLITE_OK)
-        return NULL;
+        return -1;
     sqlite3_bind_int64(st, 1, study_id);
-    json_t *out = json_object();
+    long n = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        char key[32];
-        snprintf(key, sizeof key, "%lld", (long long)sqlite3_column_int64(st, 0));
-        json_t *obj = json_object_get(out, key);
-        if (!obj) {
-            obj = json_object();
-            json_object_set_new(out, key, obj);
-        }
-        const char *text = (const char *)sqlite3_column_text(st, 2);
-        json_t *v = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
-        json_object_set_new(obj, (const char *)sqlite3_column_text(st, 1),
-                            v ? v : json_string(text ? text : ""));
+        store_trial_brief b;
+        b.id = (long)sqlite3_column_int64(st, 0);
+        b.number = (long)sqlite3_column_int64(st, 1);
+        const char *state = (const char *)sqlite3_column_text(st, 2);
+        b.state = state ? state : "";
+        b.attempt = (long)sqlite3_column_int64(st, 3);
+        b.value = s_dbl(st, 4);
+        b.last_value = s_dbl(st, 5);
+        b.best_value = s_dbl(st, 6);
+        b.last_step = sqlite3_column_type(st, 7) == SQLITE_NULL
+                          ? -1
+                          : (long)sqlite3_column_int64(st, 7);
+        b.generation = (long)sqlite3_column_int64(st, 8);
+        b.started = s_dbl(st, 9);
+        b.ended = s_dbl(st, 10);
+        const char *reason = (const char *)sqlite3_column_text(st, 11);
+        b.reason = reason ? reason : "";
+        const char *params = (const char *)sqlite3_column_text(st, 12);
+        n++;
+        if (fn(arg, &b, params ? params : "{}"))
+            break;
     }
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        json_decref(out);
-        return NULL;
-    }
-    return out;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
 }
 
 int store_marks(store_t *s, long *metric_rowid, long *event_id)

@@ -7,6 +7,10 @@
     set to extreme values, random JSON, random bytes and bad framing. It
     must keep answering, refuse wrong tokens, and leave the store
     consistent (every trial in a known state, metrics only for real trials).
+    Before that, each message type's peer role is checked: wrong tokens,
+    unregistered dispatchers and the old `heartbeat` are refused and
+    change nothing, and commands the trial's state does not allow are
+    refused with bad_state.
 */
 #include "jz_test.h"
 
@@ -16,6 +20,7 @@
 #include "store/store.h"
 
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -139,6 +144,126 @@ static void s_send_raw(int frames, size_t len)
     free(buf);
 }
 
+/* The first trial of `study` as stored: its state text into state (size
+   16), its id and token. 1 when there is one. */
+static int s_first_trial(const char *study, char *state, long *id, char *token)
+{
+    char err[256];
+    store_t *st = store_open(s_db, 1, err, sizeof err);
+    if (!st)
+        return 0;
+    store_study sd;
+    int found = 0;
+    if (store_study_get(st, study, &sd) == 1) {
+        store_trial *rows;
+        long n = store_trials_load(st, sd.id, &rows);
+        if (n >= 1) {
+            snprintf(state, 16, "%s", rows[0].state);
+            *id = rows[0].id;
+            snprintf(token, 40, "%s", rows[0].token);
+            found = 1;
+        }
+        if (n >= 0)
+            store_trials_free(rows, n);
+        store_study_fini(&sd);
+    }
+    store_close(&st);
+    return found;
+}
+
+/* The error code of a reply (owned), "" for ok, "(none)" for no reply. */
+static const char *s_code(json_t *reply)
+{
+    static char code[32];
+    snprintf(code, sizeof code, "%s",
+             !reply                            ? "(none)"
+             : !strcmp(wire_type(reply), "ok") ? ""
+             : json_string_value(json_object_get(reply, "code"))
+                 ? json_string_value(json_object_get(reply, "code"))
+                 : "?");
+    json_decref(reply);
+    return code;
+}
+
+/* Each message type belongs to one kind of peer, checked before anything
+   changes: a wrong token or an unregistered dispatcher is refused and the
+   trial stays as it was; `heartbeat` (the old two-meaning type) is gone;
+   commands the trial's state does not allow are refused with bad_state. */
+TEST(roles_are_checked_first_and_refusals_change_nothing)
+{
+    json_t *spec = json_loads(
+        "{\"name\":\"roles\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
+        "\"budget\":{\"trials\":1,\"parallel\":1},"
+        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+        "\"trial\":{\"command\":[\"true\"]}}",
+        0, NULL);
+    REQUIRE(s_ok(s_ask(json_pack("{s:s, s:o}", "type", "submit", "spec", spec))));
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:s, s:[]}", "type", "disp_heartbeat", "name",
+                                     "nobody", "running"))),
+              "unknown_dispatcher");
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:s, s:i, s:i}", "type", "started", "name",
+                                     "nobody", "trial", 1, "attempt", 0))),
+              "unknown_dispatcher");
+    REQUIRE(s_ok(s_ask(json_pack("{s:s, s:s, s:i, s:[], s:[]}", "type", "register",
+                                 "name", "d9", "slots", 1, "gpus", "running"))));
+    char state[16] = "", token[40] = "";
+    long id = 0;
+    for (int i = 0; i < 100 && strcmp(state, "starting"); i++) {
+        usleep(50 * 1000); /* the controller starts it on one of its next ticks */
+        s_first_trial("roles", state, &id, token);
+    }
+    REQUIRE(!strcmp(state, "starting"));
+
+    /* a release before the trial runs is refused */
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:I, s:b}", "type", "trial_pause", "trial",
+                                     (json_int_t)id, "release", 1))),
+              "bad_state");
+    /* wrong token, the old heartbeat, a dispatcher report from nobody: the
+       trial is still starting */
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:I, s:s}", "type", "hello", "trial",
+                                     (json_int_t)id, "token", "wrong"))),
+              "unauthorized");
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:I, s:s}", "type", "heartbeat", "trial",
+                                     (json_int_t)id, "token", token))),
+              "malformed");
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:s, s:I, s:i, s:s}", "type", "exited",
+                                     "name", "nobody", "trial", (json_int_t)id, "attempt",
+                                     0, "how", "exited"))),
+              "unknown_dispatcher");
+    REQUIRE(s_first_trial("roles", state, &id, token));
+    CHECK_STR(state, "starting");
+
+    /* the right token: it runs */
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:I, s:s}", "type", "trial_heartbeat",
+                                     "trial", (json_int_t)id, "token", token))),
+              "");
+    REQUIRE(s_first_trial("roles", state, &id, token));
+    CHECK_STR(state, "running");
+    /* release once, not twice */
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:I, s:b}", "type", "trial_pause", "trial",
+                                     (json_int_t)id, "release", 1))),
+              "");
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:I, s:b}", "type", "trial_pause", "trial",
+                                     (json_int_t)id, "release", 1))),
+              "bad_state");
+    /* the dispatcher reports the exit: it ends (the release's stop was not
+       acknowledged with a checkpoint, so it is not suspended) */
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:s, s:I, s:i, s:s, s:i}", "type", "exited",
+                                     "name", "d9", "trial", (json_int_t)id, "attempt", 0,
+                                     "how", "exited", "code", 1))),
+              "");
+    REQUIRE(s_first_trial("roles", state, &id, token));
+    CHECK_STR(state, "failed");
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:I}", "type", "trial_stop", "trial",
+                                     (json_int_t)id))),
+              "bad_state");
+    /* metrics of an ended trial are refused */
+    CHECK_STR(s_code(s_ask(json_pack("{s:s, s:I, s:s, s:s, s:[[i,s,f]]}", "type",
+                                     "metrics", "trial", (json_int_t)id, "token", token,
+                                     "session", "z", "points", 1, "score", 0.5))),
+              "bad_state");
+}
+
 TEST(chaos_keeps_the_controller_alive_and_consistent)
 {
     /* a study with two running trials on a fake dispatcher */
@@ -151,14 +276,24 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     REQUIRE(s_ok(s_ask(json_pack("{s:s, s:o}", "type", "submit", "spec", spec))));
     REQUIRE(s_ok(s_ask(json_pack("{s:s, s:s, s:i, s:[], s:[]}", "type", "register",
                                  "name", "d1", "slots", 2, "gpus", "running"))));
-    usleep(300 * 1000); /* the controller starts the trials on its next ticks */
+    /* the controller creates the trials on its next ticks: wait for them */
     char err[256];
-    store_t *st = store_open(s_db, 1, err, sizeof err);
-    REQUIRE(st);
+    store_t *st = NULL;
     store_study sd;
-    REQUIRE(store_study_get(st, "chaos", &sd) == 1);
-    store_trial *rows;
-    long n = store_trials_load(st, sd.id, &rows);
+    store_trial *rows = NULL;
+    long n = 0;
+    for (int tries = 0; tries < 3000 && n < 1; tries++) {
+        if (st) {
+            store_trials_free(rows, n);
+            store_study_fini(&sd);
+            store_close(&st);
+            usleep(10 * 1000);
+        }
+        st = store_open(s_db, 1, err, sizeof err);
+        REQUIRE(st);
+        REQUIRE(store_study_get(st, "chaos", &sd) == 1);
+        n = store_trials_load(st, sd.id, &rows);
+    }
     REQUIRE(n >= 1);
     long trial = rows[0].id;
     char token[40];
@@ -209,7 +344,7 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     st = store_open(s_db, 1, err, sizeof err);
     REQUIRE(st);
     json_t *list = store_study_list(st);
-    CHECK(json_array_size(list) == 1);
+    CHECK(json_array_size(list) == 2); /* "roles" (the test before) and "chaos" */
     json_decref(list);
     REQUIRE(store_study_get(st, "chaos", &sd) == 1);
     n = store_trials_load(st, sd.id, &rows);
@@ -221,6 +356,29 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     store_trials_free(rows, n);
     store_study_fini(&sd);
     store_close(&st);
+
+    /* metrics only for real trials: every stored point belongs to the one
+       trial whose token the messages carried (the others were refused),
+       and the right-token points are there */
+    sqlite3 *db;
+    REQUIRE(sqlite3_open_v2(s_db, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    sqlite3_stmt *q;
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "SELECT trial_id, COUNT(*) FROM metrics GROUP BY trial_id",
+                               -1, &q, NULL) == SQLITE_OK);
+    int groups = 0;
+    long ours = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        groups++;
+        long id = (long)sqlite3_column_int64(q, 0);
+        CHECK(id == trial);
+        if (id == trial)
+            ours = (long)sqlite3_column_int64(q, 1);
+    }
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    CHECK(groups == 1);
+    CHECK(ours >= 1); /* at least the first, well-formed report */
 }
 
 int main(void)
@@ -245,6 +403,7 @@ int main(void)
     wire_socket_setup(s_sock);
     zmq_connect(s_sock, s_ep);
 
+    RUN(roles_are_checked_first_and_refusals_change_nothing);
     RUN(chaos_keeps_the_controller_alive_and_consistent);
 
     zmq_close(s_sock);

@@ -393,12 +393,12 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     CHECK(s_commit(c, "instruction/checkpoint") == 0); /* it has not spoken: queued */
     ctl__trial_checkpoint(c, t, 7, "/tmp/ckpt-7");
     CHECK(t->plan == PLAN_RELEASE);
-    ctl__trial_exited(c, t, "exited", 0, NULL);
+    ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
     s_commit(c, "");
     CHECK(t->state == TRIAL_SUSPENDED && t->plan == PLAN_NONE && d->used == 0);
     CHECK_STR(s_persisted(c, id, NULL), "suspended");
     /* a repeated exit report changes nothing */
-    ctl__trial_exited(c, t, "exited", 1, NULL);
+    ctl__trial_exited(c, t, "exited", 1, NULL, NULL);
     CHECK(t->state == TRIAL_SUSPENDED);
 
     /* SUSPENDED -> PENDING (unsuspend) -> STARTING with the checkpoint */
@@ -416,7 +416,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
 
     /* STARTING -> FAILED: a failed exit with no retries left (retries 1,
        attempt 1) */
-    ctl__trial_exited(c, t, "exited", 2, NULL);
+    ctl__trial_exited(c, t, "exited", 2, NULL, NULL);
     s_commit(c, "");
     CHECK(t->state == TRIAL_FAILED);
     CHECK_STR(s_persisted(c, id, NULL), "failed");
@@ -429,16 +429,16 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     ctl_trial *u = s->trials[1];
     long uid = u->row.id;
     ctl__trial_heard(c, u);
-    ctl__trial_exited(c, u, "signaled", 9, NULL);
+    ctl__trial_exited(c, u, "signaled", 9, NULL, NULL);
     CHECK(u->state == TRIAL_PENDING && u->row.attempt == 1);
     ctl__tick(c, util_now());
     CHECK(u->state == TRIAL_STARTING);
     ctl__trial_heard(c, u);
     s_commit(c, "");
-    ctl__study_stop(c, s, "cli");
+    ctl__study_stop(c, s, "cli", NULL);
     CHECK(s->state == STUDY_STOPPED && u->plan == PLAN_STOP && u->plan_by_study);
     CHECK(s_commit(c, "") >= 0);
-    ctl__trial_exited(c, u, "exited", 0, NULL);
+    ctl__trial_exited(c, u, "exited", 0, NULL, NULL);
     s_commit(c, "");
     int by_study = 0;
     CHECK(u->state == TRIAL_STOPPED);
@@ -458,7 +458,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     ctl__trial_stop(c, u, "cli", "stopped by a person", 0);
     s_commit(c, "");
     CHECK(u->state == TRIAL_STOPPED && !u->row.study_stopped);
-    ctl__study_stop(c, s, "cli");
+    ctl__study_stop(c, s, "cli", NULL);
     ctl__study_resume(c, s, "cli");
     s_commit(c, "");
     CHECK(u->state == TRIAL_STOPPED);
@@ -506,7 +506,7 @@ TEST(restart_plan_and_stop_plans)
     ctl__trial_restart_from(c, t, "/tmp/donor", "restart");
     CHECK(t->plan == PLAN_RESTART && t->kill_sent);
     CHECK(s_commit(c, "kill") == 1);
-    ctl__trial_exited(c, t, "killed", -1, NULL);
+    ctl__trial_exited(c, t, "killed", -1, NULL, NULL);
     CHECK(t->state == TRIAL_PENDING && t->row.attempt == 1 && t->plan == PLAN_NONE);
     CHECK_STR(t->load_on_start, "/tmp/donor");
     ctl__tick(c, util_now());
@@ -528,7 +528,7 @@ TEST(restart_plan_and_stop_plans)
     CHECK_STR(t->plan_reason, "enough");
     char buf[128];
     CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_RELEASE, buf, sizeof buf) != NULL);
-    ctl__trial_exited(c, t, "signaled", 9, NULL);
+    ctl__trial_exited(c, t, "signaled", 9, NULL, NULL);
     s_commit(c, "");
     CHECK(t->state == TRIAL_STOPPED);
     CHECK_STR(t->row.reason, "enough");
@@ -543,7 +543,7 @@ TEST(restart_plan_and_stop_plans)
     CHECK(u->plan == PLAN_STOP);
     ctl__trial_checkpoint(c, u, 3, "/tmp/c3");
     CHECK(u->plan == PLAN_STOP);
-    ctl__trial_exited(c, u, "exited", 0, NULL);
+    ctl__trial_exited(c, u, "exited", 0, NULL, NULL);
     s_commit(c, "");
     CHECK(u->state == TRIAL_STOPPED);
 
@@ -556,7 +556,7 @@ TEST(restart_plan_and_stop_plans)
     CHECK(ctl__txn(c) == 0);
     CHECK(ctl__trial_metrics(c, w, &p, 1, util_now()) == 0);
     ctl__trial_restart_from(c, w, "/tmp/donor", "restart");
-    ctl__trial_exited(c, w, "exited", 0, NULL);
+    ctl__trial_exited(c, w, "exited", 0, NULL, NULL);
     s_commit(c, "");
     CHECK(w->state == TRIAL_COMPLETED);
     CHECK_STR(s_persisted(c, w->row.id, NULL), "completed");

@@ -515,11 +515,19 @@ TEST(gpu_detection)
     json_decref(r);
     dt_stop(&t, &fc, NULL);
 
-    /* no nvidia-smi: no GPUs, no error */
+    /* no nvidia-smi: no error, and it registers no GPUs and its CPU slots */
     cfg.nvidia_smi = "/nonexistent/nvidia-smi";
-    disp_t *d = disp_new(&cfg);
-    CHECK(d != NULL);
-    disp_destroy(&d);
+    memset(&t, 0, sizeof t);
+    t.d = disp_new(&cfg);
+    REQUIRE(t.d);
+    REQUIRE(pthread_create(&t.th, NULL, s_disp_main, &t) == 0);
+    r = fc_wait(&fc, "register", -1, 10);
+    REQUIRE(r != NULL);
+    g = json_object_get(r, "gpus");
+    CHECK(json_is_array(g) && json_array_size(g) == 0);
+    CHECK(s_int(r, "slots") == cfg.slots);
+    json_decref(r);
+    dt_stop(&t, &fc, NULL);
     /* bad explicit list: refused */
     cfg.gpus = "0,x";
     CHECK(disp_new(&cfg) == NULL);
@@ -724,30 +732,31 @@ TEST(timeouts)
 {
     fake_ctl fc;
     REQUIRE(fc_open(&fc) == 0);
-    char logs[256], pidfile[256], cmd[512];
+    char logs[256], pidfile[256], cmd[1024];
     disp_config cfg = s_cfg(&fc, logs, sizeof logs);
     disp_thread t;
     REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
 
-    /* a child that runs into its timeout, with a grandchild */
+    /* a child that runs into its timeout, with a grandchild: the timeout
+       leaves the shell ample time to start it (the pid file is written
+       first thing), and the grandchild must die with it */
     snprintf(pidfile, sizeof pidfile, "%s/gc.pid", fc.dir);
-    snprintf(cmd, sizeof cmd, "sleep 30 & echo $! > %s; wait", pidfile);
+    snprintf(cmd, sizeof cmd, "sleep 30 & echo $! > %s.tmp; mv %s.tmp %s; wait", pidfile,
+             pidfile, pidfile);
     json_t *m = s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", cmd));
-    json_object_set_new(m, "timeout_s", json_real(0.5));
+    json_object_set_new(m, "timeout_s", json_real(2.0));
     fc_send(&fc, m);
+    char *p = s_read_wait(pidfile, 10);
+    REQUIRE(p); /* started before the timeout */
+    pid_t gc = (pid_t)atoi(p);
+    free(p);
+    REQUIRE(gc > 0);
     json_t *ex = fc_wait(&fc, "exited", 1, 15);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "timeout");
     CHECK(s_int(ex, "signal") == SIGTERM);
-    CHECK(strstr(s_str(ex, "message"), "timed out after 0.5 s") != NULL);
-    char *p = s_read(pidfile);
-    if (p) {
-        pid_t gc = (pid_t)atoi(p);
-        CHECK(gc > 0 && s_wait_dead(gc, 5));
-    } else { /* the shell got no time to start it: kill_request checks this too */
-        printf("note: timeouts: no grandchild was started before the timeout\n");
-    }
-    free(p);
+    CHECK(strstr(s_str(ex, "message"), "timed out after 2 s") != NULL);
+    CHECK(s_wait_dead(gc, 5));
     json_decref(ex);
 
     /* one that ignores SIGTERM gets SIGKILL after the grace period */

@@ -6,6 +6,8 @@
 */
 #include "jz_test.h"
 #include "common/spec.h"
+#include "schedulers/sched.h"
+#include "trainer/trn.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -158,6 +160,69 @@ TEST(valid_cases)
             CHECK(cmd && json_array_size(cmd) == json_array_size(s->command));
             json_decref(cmd);
             json_decref(probe);
+        }
+        spec_destroy(&s);
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* Every study in examples/ is a valid spec its scheduler accepts, and every
+   file of examples/ that its command names exists (the trainer's and
+   other programs' names are looked up on PATH at run time, not here). */
+TEST(examples_are_valid)
+{
+    const char *data = s_data_dir();
+    REQUIRE(data);
+    char dir[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/../../examples", data);
+    char **names;
+    size_t n = s_list_json(dir, &names);
+    CHECK(n >= 5);
+    for (size_t i = 0; i < n; i++) {
+        char path[PATH_MAX * 2];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        spec_error err = {{0}, {0}};
+        spec_t *s = spec_load(path, 0, &err);
+        char eb[512];
+        if (!s) {
+            JZT_FAIL("examples/%s refused: %s", names[i],
+                     spec_strerror(&err, eb, sizeof eb));
+        } else {
+            if (sched_check(s, eb, sizeof eb) != 0)
+                JZT_FAIL("examples/%s: %s", names[i], eb);
+            /* jizhi-train's flags must be ones it knows, with legal values */
+            if (!strcmp(json_string_value(json_array_get(s->command, 0)),
+                        "jizhi-train")) {
+                size_t argc = json_array_size(s->command);
+                char **argv = calloc(argc + 1, sizeof *argv);
+                REQUIRE(argv);
+                for (size_t k = 0; k < argc; k++)
+                    argv[k] = (char *)json_string_value(json_array_get(s->command, k));
+                trn_config c;
+                trn_config_defaults(&c);
+                char terr[TRN_ERRLEN];
+                FILE *devnull = fopen("/dev/null", "w");
+                if (trn_config_parse_args(&c, (int)argc, argv, devnull, terr) != 0)
+                    JZT_FAIL("examples/%s: jizhi-train refuses its flags: %s", names[i],
+                             terr);
+                if (devnull)
+                    fclose(devnull);
+                free(argv);
+            }
+            size_t k;
+            json_t *arg;
+            json_array_foreach(s->command, k, arg)
+            {
+                const char *a = json_string_value(arg);
+                if (strncmp(a, "examples/", 9) != 0)
+                    continue;
+                char file[PATH_MAX * 2];
+                snprintf(file, sizeof file, "%s/../../%s", data, a);
+                if (access(file, R_OK) != 0)
+                    JZT_FAIL("examples/%s: its command names %s, which is missing",
+                             names[i], a);
+            }
         }
         spec_destroy(&s);
         free(names[i]);
@@ -759,6 +824,7 @@ TEST(better)
 int main(void)
 {
     RUN(valid_cases);
+    RUN(examples_are_valid);
     RUN(invalid_cases);
     RUN(invalid_cases_present);
     RUN(design_example_fields);

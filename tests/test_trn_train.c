@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "jz_test.h"
+#include "trainer/train_impl.h" /* per-layer scalers */
 #include "trainer/trn.h"
 
 static char g_dir[256];
@@ -279,12 +280,24 @@ TEST(overflow_skips_and_halves)
     strcpy(c.precision, "fp16");
     c.per_layer_scale = 1;
     strcpy(c.loss_scale, "dynamic");
-    c.init_loss_scale = 0x1p20;
+    c.init_loss_scale = 0x1p19; /* the output layer overflows fp16, the first not */
     t = s_new(&c);
     REQUIRE(t);
     for (int i = 0; i < 30; i++)
         REQUIRE(trn_trainer_step(t) >= 0);
     CHECK(isfinite(trn_trainer_last_loss(t)));
+    int backed = 0, kept = 0;
+    for (int l = 0; l < t->nlayers; l++) {
+        printf("  per-layer: layer %d scale 2^%g, %ld skipped\n", l,
+               log2(t->lscalers[l].scale), t->lscalers[l].skipped);
+        if (t->lscalers[l].skipped > 0)
+            backed += t->lscalers[l].scale < 0x1p19;
+        else
+            kept += t->lscalers[l].scale == 0x1p19; /* untouched */
+        CHECK(t->lscalers[l].skipped > 0 || t->lscalers[l].scale == 0x1p19);
+    }
+    CHECK(backed >= 1); /* some layer overflowed and backed off */
+    CHECK(kept >= 1);   /* and not every layer did */
     trn_trainer_destroy(&t);
 }
 

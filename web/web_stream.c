@@ -14,6 +14,7 @@
 #include "web_internal.h"
 
 #include "../common/wire.h"
+#include "../common/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +75,7 @@ static int s_point(void *arg, const store_metric_row *row)
 /* Polls the store once; formats what is new into st->pending. */
 static int s_poll(s_stream *st)
 {
-    double now = wire_now();
+    double now = util_now();
     int news = 0;
     web_buf pts;
     web_buf_init(&pts);
@@ -144,7 +145,7 @@ static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max)
             if (st->sent == st->pending.len) {
                 st->pending.len = st->sent = 0;
             }
-            st->last_out = wire_now();
+            st->last_out = util_now();
             return (ssize_t)n;
         }
         if (st->w->stopping)
@@ -159,7 +160,7 @@ static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (st->pending.len)
             continue;
-        if (wire_now() - st->last_out > KEEPALIVE_S) {
+        if (util_now() - st->last_out > KEEPALIVE_S) {
             web_buf_str(&st->pending, ": keepalive\n\n");
             continue;
         }
@@ -192,7 +193,7 @@ int web__get_stream(web_req *r)
     st->after_event = after_event >= 0 ? after_event : marks_e;
     st->trials = json_object();
     st->first = 1;
-    st->last_out = wire_now();
+    st->last_out = util_now();
     web_buf_init(&st->pending);
     store_study_fini(&sd);
     /* a first line at once, so the client sees the stream open */

@@ -9,6 +9,7 @@
 #include "../common/spec.h"
 #include "../common/wire.h"
 #include "../schedulers/sched.h"
+#include "../common/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,9 +98,9 @@ static int s_call(web_req *r, json_t *msg, int timeout_ms)
     char who[80];
     snprintf(who, sizeof who, "web:%s", r->who.user);
     json_object_set_new(msg, "who", json_string(who));
-    double t0 = wire_now();
+    double t0 = util_now();
     json_t *reply = client_call(ep, msg, timeout_ms, err, sizeof err);
-    double ms = (wire_now() - t0) * 1e3;
+    double ms = (util_now() - t0) * 1e3;
     if (!reply)
         return web__error(r, 504, "no_answer", "%s", err);
     if (strcmp(wire_type(reply), "ok") != 0) {

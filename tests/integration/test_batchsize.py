@@ -45,6 +45,33 @@ def series(jz, tid, name):
                   tid, name)
 
 
+def gns_emas(jz, tid, upto_step, count, ema=0.95):
+    """The scheduler's smoothed |G|^2 and tr(Sigma) after `count`
+    measurements (steps with all four gradient-noise metrics, at most
+    `upto_step`), recomputed from the metrics table."""
+    rows = jz.sql("SELECT step, name, value FROM metrics WHERE trial_id=? AND attempt=0 AND "
+                  "step<=? AND name IN ('grad_sqnorm_small','grad_sqnorm_big','batch_small',"
+                  "'batch_big') ORDER BY step", tid, upto_step)
+    by_step = {}
+    for step, name, value in rows:
+        by_step.setdefault(step, {})[name] = value
+    eg = et = 0.0
+    n = 0
+    for step in sorted(by_step):
+        m = by_step[step]
+        if len(m) < 4 or n == count:
+            continue
+        bs, bb, gs, gb = m["batch_small"], m["batch_big"], m["grad_sqnorm_small"], m["grad_sqnorm_big"]
+        g2 = (bb * gb - bs * gs) / (bb - bs)
+        tr = (gs - gb) / (1 / bs - 1 / bb)
+        eg = ema * eg + (1 - ema) * g2
+        et = ema * et + (1 - ema) * tr
+        n += 1
+    assert n == count, (n, count)
+    corr = 1 - ema ** n
+    return eg / corr, et / corr
+
+
 def test_batchsize_scheduler_on_a_known_noise_scale(jz):
     # by hand: with B_simple = 1000 the goodput-best power of two is 256
     cands = [2 ** k for k in range(4, 11)]
@@ -60,7 +87,12 @@ def test_batchsize_scheduler_on_a_known_noise_scale(jz):
             x = d["decision"]
             assert applied == 1
             assert d["reason"].startswith("batchsize: B_simple")
-            assert 400 < x["b_simple"] < 2500  # the estimate of 1000, from noisy norms
+            # the estimate is exactly the bias-corrected EMAs (0.95) of the
+            # per-step estimates from the stored measurements it had seen
+            g2, tr = gns_emas(jz, tid, x["step"], x["measurements"])
+            assert math.isclose(x["grad_sqnorm"], g2, rel_tol=1e-9), (x, g2)
+            assert math.isclose(x["trace"], tr, rel_tol=1e-9), (x, tr)
+            assert math.isclose(x["b_simple"], tr / g2, rel_tol=1e-9)
             assert x["from"] == prev and x["b0"] == B0
             # the pick maximises goodput under the fitted model among powers of two
             # (or, while one size is known, explores a neighbour)
@@ -91,7 +123,12 @@ def test_batchsize_scheduler_on_a_known_noise_scale(jz):
     # the critical-batch-size mode reads a stored trial too
     out = jz.run("batchsize-eval", "--trial", "1", "--json", check=0).stdout
     r = json.loads(out)
-    assert 400 < r["b_simple"] < 2500 and r["measurements"] >= 40
+    # 80 measurements: the true 1000 lies in the 95% interval, and the
+    # estimate is near it (|G|^2 = 1 and tr = 1000 each within 10%)
+    assert r["measurements"] >= 40
+    assert r["lo"] < 1000 < r["hi"], r
+    assert abs(r["b_simple"] - 1000) < 0.15 * 1000, r
+    assert abs(r["grad_sqnorm"] - 1) < 0.1 and abs(r["trace"] - 1000) < 100, r
 
 
 def test_batchsize_eval_estimates_the_critical_batch(jz):

@@ -161,35 +161,77 @@ def test_libjizhi_exports_only_jz_symbols_and_builds_with_pkg_config(jz, tmp_pat
 
 
 def test_pause_release_frees_the_slot_and_resume_restarts_from_the_checkpoint(jz):
+    # two trials, one slot: the second waits for the slot the first releases
     ep, ctl, disp = daemons(jz, slots="1")
     try:
         spec = base_spec("release", ["jizhi-train", "--dataset", "synthetic", "--synthetic-n",
                                      "4000", "--epochs", "60", "--threads", "1", "--quiet",
-                                     "--log-every", "5"], trials=1, parallel=1)
+                                     "--log-every", "5"], trials=2, parallel=2)
         spec["objective"] = {"metric": "val_acc", "mode": "max"}
         spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.05, "log": True}}
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         jz.wait_for(lambda: (jz.sql("SELECT MAX(step) FROM metrics")[0][0] or 0) >= 100, 60,
                     "training progress")
-        (tid,) = jz.sql("SELECT id FROM trials")[0]
+        # only the first runs: the second has no slot
+        running = jz.sql("SELECT id FROM trials WHERE state='running'")
+        assert len(running) == 1
+        (tid,) = running[0]
+        assert jz.sql("SELECT COUNT(DISTINCT trial_id) FROM metrics")[0][0] == 1
         p = jz.run("trial", "pause", str(tid), "--release", check=0)
         assert "releasing" in p.stdout
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "suspended", 60,
-                    "the trial to checkpoint and exit")
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] ==
+                    "suspended", 60, "the trial to checkpoint and exit")
         (ckpt, ckpt_step, attempt) = jz.sql(
-            "SELECT checkpoint, checkpoint_step, attempt FROM trials")[0]
+            "SELECT checkpoint, checkpoint_step, attempt FROM trials WHERE id=?", tid)[0]
         assert os.path.exists(ckpt) and ckpt_step >= 100 and attempt == 0
+        # the freed slot goes to the other trial, which trains while the first is suspended
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id<>?", tid)[0][0]
+                    > 0, 60, "the other trial to take the slot")
+        (other,) = jz.sql("SELECT DISTINCT trial_id FROM metrics WHERE trial_id<>?", tid)[0]
+        assert jz.sql("SELECT state FROM trials WHERE id=?", other)[0][0] == "running"
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == "suspended"
         # a suspended trial takes no parameter changes
         p = jz.run("trial", "set", str(tid), "lr=0.1")
         assert p.returncode == 1 and "suspended" in p.stderr
+        # give the slot back: stop the other trial, resume the first
+        jz.run("trial", "stop", str(other), check=0)
         p = jz.run("trial", "resume", str(tid), check=0)
         assert "restarting" in p.stdout
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
                     "the study to finish")
-        (state, attempt) = jz.sql("SELECT state, attempt FROM trials")[0]
+        (state, attempt) = jz.sql("SELECT state, attempt FROM trials WHERE id=?", tid)[0]
         assert state == "completed" and attempt == 1
+        assert jz.sql("SELECT state FROM trials WHERE id=?", other)[0][0] == "stopped"
         # the second run continued from the checkpoint: its first step follows it
-        (first,) = jz.sql("SELECT MIN(step) FROM metrics WHERE attempt=1")[0]
+        (first,) = jz.sql("SELECT MIN(step) FROM metrics WHERE trial_id=? AND attempt=1", tid)[0]
         assert ckpt_step < first <= ckpt_step + 10
+    finally:
+        stop(ctl, disp)
+
+
+def test_trial_set_timeout_when_the_trial_never_answers(jz):
+    """`trial set --timeout S` fails (exit 1) when the trial does not
+    acknowledge within S seconds; the change stays recorded; --no-wait
+    returns at once; a bad --timeout is a usage error."""
+    ep, ctl, disp = daemons(jz, slots="1")
+    try:
+        # reports once through `jizhi report`, then never talks to the helper again
+        spec = base_spec("deaf", ["sh", "-c", "jizhi report score=0 && exec sleep 60"],
+                         trials=1, parallel=1)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        tid = running_trial(jz)
+        p = jz.run("trial", "set", str(tid), "x=0.5", "--timeout", "1")
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert "timeout" in p.stderr.lower() or "timed out" in p.stderr.lower(), p.stderr
+        ev = json.loads(jz.run("study", "events", "deaf", "--json", check=0).stdout)
+        sets = [e for e in ev if e.get("kind") == "instruction"
+                and (e.get("detail") or {}).get("kind") == "set"]
+        assert len(sets) == 1 and sets[0]["detail"]["value"] == 0.5, ev
+        assert sets[0]["applied"] is None, ev  # recorded, never acknowledged
+        p = jz.run("trial", "set", str(tid), "x=0.25", "--no-wait", check=0)
+        assert "sent" in p.stdout
+        p = jz.run("trial", "set", str(tid), "x=1", "--timeout", "0")
+        assert p.returncode == 2 and "--timeout" in p.stderr
+        jz.run("trial", "stop", str(tid), check=0)
     finally:
         stop(ctl, disp)

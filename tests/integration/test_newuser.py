@@ -59,8 +59,8 @@ def test_a_pending_trial_shows_dashes_not_zeros(jz):
         for key in ("ended", "exit_code", "exit_how", "last_step"):
             assert re.search(rf"^{key}\s+-$", show, re.M), (key, show)
     finally:
-        proc.terminate()
-        proc.wait(30)
+        proc.terminate()  # a clean stop: `sleep` ignores it and is killed after a grace
+        proc.wait(90)
 
 
 def test_failed_trials_say_why_in_the_summary_and_study_show(jz):
@@ -68,9 +68,16 @@ def test_failed_trials_say_why_in_the_summary_and_study_show(jz):
                      trials=2, parallel=1)
     p = jz.run("run", jz.write_spec(spec))
     assert "2 failed" in p.stdout
-    assert re.search(r"failed: exited with status 3.*\(2 trials", p.stdout), p.stdout
+    assert re.search(r"failed: exited with status 3; stderr: cannot open libfoo.so \(2 trials",
+                     p.stdout), p.stdout
     show = jz.run("study", "show", "broken", check=0).stdout
     assert "failed trials:" in show and "exited with status 3" in show
+
+
+def test_a_trial_without_the_objective_says_so(jz):
+    spec = base_spec("noobj", ["sh", "-c", "jizhi report other=1"], trials=1, parallel=1)
+    p = jz.run("run", jz.write_spec(spec))
+    assert "exited without reporting its objective metric 'score'" in p.stdout, p.stdout
 
 
 def test_pause_acknowledged_only_when_true(jz):
@@ -164,3 +171,60 @@ def test_trial_logs_follow_until_the_trial_ends(jz):
         assert jz.sql("SELECT state FROM trials")[0][0] == "completed"
     finally:
         proc.wait(60)
+
+
+def test_a_broken_command_stops_the_study_after_failures_in_a_row(jz):
+    spec = base_spec("broken-cmd", ["sh", "-c", "echo 'libjizhi.so: cannot open' >&2; exit 127"],
+                     trials=20, parallel=1)
+    spec["budget"]["max_consecutive_failures"] = 3
+    p = jz.run("run", jz.write_spec(spec), timeout=120)
+    assert p.returncode == 1
+    rows = jz.sql("SELECT state FROM trials")
+    assert len(rows) == 3 and all(s == "failed" for (s,) in rows)
+    assert jz.sql("SELECT state FROM studies") == [("stopped",)]
+    ev = json.loads(jz.run("study", "events", "broken-cmd", "--json", check=0).stdout)
+    stop = [e for e in ev if e["kind"] == "study_stopped"][0]
+    assert "3 trials failed in a row" in stop["detail"]["reason"]
+    assert "libjizhi.so: cannot open" in p.stdout
+    bad = base_spec("bad-budget", ["true"])
+    bad["budget"]["max_consecutive_failures"] = -1
+    r = jz.run("run", jz.write_spec(bad, "bad.json"))
+    assert r.returncode == 1 and "budget.max_consecutive_failures" in r.stderr
+
+
+def test_study_stop_ends_the_run_with_true_states_and_run_continues_it(jz):
+    spec = base_spec("stoppable", ["python3", f"{PROGS}/ignoring_trial.py"], trials=2,
+                     parallel=1, env={"STEPS": "60"})
+    path = jz.write_spec(spec)
+    proc = jz.popen("run", path, "--db", jz.db)
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60, "a report")
+    jz.run("study", "stop", "stoppable", check=0)
+    proc.wait(90)
+    states = [s for (s,) in jz.sql("SELECT state FROM trials")]
+    assert "running" not in states and "stopped" in states, states
+    assert jz.sql("SELECT state FROM studies") == [("stopped",)]
+    r = jz.run("study", "resume", "stoppable")
+    assert r.returncode == 1 and "jizhi run SPEC.json" in r.stderr
+    again = jz.run("run", path, "--db", jz.db, timeout=120, check=0)
+    assert "continuing study stoppable" in again.stderr
+    assert [s for (s,) in jz.sql("SELECT state FROM trials")] == ["completed", "completed"]
+
+
+def test_ctrl_c_leaves_no_study_running_and_a_study_submitted_to_a_run_is_stopped(jz):
+    import signal
+
+    spec = base_spec("own", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1, parallel=1,
+                     env={"STEPS": "400"})
+    other = base_spec("guest", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1,
+                      parallel=1, env={"STEPS": "400"})
+    proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db, "--slots", "2")
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60, "a report")
+    jz.run("study", "submit", jz.write_spec(other, "guest.json"), check=0)
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials")[0][0] == 2, 60, "the guest trial")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "run the same command again" in err
+    assert "stopping study guest" in err
+    assert sorted(jz.sql("SELECT name, state FROM studies")) == [("guest", "stopped"),
+                                                                 ("own", "stopped")]
+    assert all(s != "running" for (s,) in jz.sql("SELECT state FROM trials"))

@@ -126,3 +126,38 @@ def test_trial_that_ends_while_the_controller_is_down_completes(jz):
         assert jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0] == 0
     finally:
         stop(*(p for p in (ctl, ctl2, disp) if p))
+
+
+def test_kill9_of_jizhi_run_then_run_again_finishes_without_rerunning(jz):
+    """kill -9 of `jizhi run` itself (controller and dispatcher in one
+    process): running it again on the same database continues the study;
+    trials that had completed are kept as they were, not rerun, and the
+    study ends with exactly its budget of trials."""
+    cmd = ["sh", "-c", "for s in 1 2 3 4 5 6; do jizhi report --step $s score={x}; "
+           "sleep 0.2; done"]
+    spec = base_spec("killed-run", cmd, trials=8, parallel=2)
+    path = jz.write_spec(spec)
+    run = jz.popen("run", path)
+    try:
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='completed'")[0][0]
+                    >= 2, 60, "two completed trials")
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=10)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    before = {r[0]: r[1:] for r in jz.sql(
+        "SELECT id, attempt, value, ended FROM trials WHERE state='completed'")}
+    assert len(before) >= 2
+    p = jz.run("run", path, timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = jz.sql("SELECT id, number, state, attempt, value, ended FROM trials ORDER BY number")
+    assert [r[1] for r in rows] == list(range(8)), rows  # the budget, no extra trials
+    assert all(r[2] == "completed" for r in rows), rows
+    for tid, _, _, attempt, value, ended in rows:
+        if tid in before:  # completed before the kill: untouched
+            assert (attempt, value, ended) == before[tid]
+        steps = [s for (s,) in jz.sql("SELECT step FROM metrics WHERE trial_id=? AND "
+                                      "name='score' AND attempt=? ORDER BY step", tid, attempt)]
+        assert steps == [1, 2, 3, 4, 5, 6], (tid, steps)
+    assert "8 completed" in p.stdout, p.stdout

@@ -50,7 +50,21 @@ def test_shell_example_runs_every_trial_and_exports(jz):
     assert {"param_x", "param_y", "metric_score", "metric_epoch", "state", "value"} <= set(table[0])
     assert sorted(float(r["value"]) for r in table) == pytest.approx(sorted(r[2] for r in rows))
     js = json.loads(jz.run("study", "export", "shell-quadratic", "--format", "json", check=0).stdout)
-    assert len(js) == n and all("params" in t and "metrics" in t for t in js)
+    assert len(js) == n
+    # each exported trial carries what the database holds for it
+    for t in js:
+        (state, value) = jz.sql("SELECT state, value FROM trials WHERE id=?", t["id"])[0]
+        assert t["state"] == state == "completed"
+        assert t["value"] == pytest.approx(value, rel=1e-12)
+        stored = dict(jz.sql("SELECT name, value FROM params WHERE trial_id=?", t["id"]))
+        assert set(t["params"]) == {"x", "y"}
+        assert all(t["params"][k] == pytest.approx(float(stored[k]), rel=1e-15) for k in stored)
+        last = dict(jz.sql("SELECT name, value FROM metrics WHERE trial_id=? AND step=5", t["id"]))
+        assert t["metrics"]["score"] == pytest.approx(last["score"], rel=1e-12)
+        assert t["metrics"]["epoch"] == 5
+    # the CSV and the JSON agree
+    assert sorted((int(r["id"]), float(r["value"])) for r in table) == \
+        sorted((t["id"], pytest.approx(t["value"], rel=1e-9)) for t in js)
 
 
 def test_python_example_uses_the_helper(jz):
@@ -79,7 +93,7 @@ def test_read_only_commands_without_controller(jz):
     t = json.loads(jz.run("trial", "show", str(trials[0]["id"]), "--json", check=0).stdout)
     assert t["state"] == "completed" and "score" in t["metrics"]
     logs = jz.run("trial", "logs", str(trials[0]["id"]), check=0)
-    assert logs.returncode == 0
+    assert logs.stdout == ""  # the shell example writes nothing to stdout
     # a finished study is reported, not rerun
     again = jz.run("run", path, check=0)
     assert "already finished" in again.stderr
@@ -117,7 +131,7 @@ def test_trial_without_objective_fails(jz):
     spec = base_spec("silent", ["true"], trials=2, parallel=2)
     jz.run("run", jz.write_spec(spec))
     rows = jz.sql("SELECT state, reason FROM trials")
-    assert rows and all(s == "failed" and "without reporting score" in r for s, r in rows)
+    assert rows and all(s == "failed" and "without reporting its objective metric 'score'" in r for s, r in rows)
 
 
 BAD_SPECS = [
@@ -210,3 +224,24 @@ def test_interrupted_run_continues_where_it_stopped(jz):
     assert "continuing study interrupted" in again.stderr
     rows = jz.sql("SELECT state FROM trials")
     assert len(rows) == 4 and all(s == "completed" for (s,) in rows)
+
+
+def test_trial_logs_show_what_the_trial_wrote(jz):
+    cmd = ["sh", "-c", "echo out-{x}; echo line2; echo err-{x} >&2; jizhi report score=1"]
+    spec = base_spec("logs", cmd, trials=2, parallel=1)
+    jz.run("run", jz.write_spec(spec), check=0)
+    rows = jz.sql("SELECT t.id, p.value FROM trials t JOIN params p ON p.trial_id=t.id "
+                  "AND p.name='x' ORDER BY t.number")
+    assert len(rows) == 2
+    for tid, x in rows:
+        shown = float(x)
+        out = jz.run("trial", "logs", str(tid), check=0).stdout.splitlines()
+        err = jz.run("trial", "logs", str(tid), "--stderr", check=0).stdout.splitlines()
+        assert len(out) == 2 and out[1] == "line2", out
+        assert out[0].startswith("out-") and float(out[0][4:]) == pytest.approx(shown)
+        assert len(err) == 1 and err[0].startswith("err-") and float(err[0][4:]) == pytest.approx(shown)
+    # each trial's log is its own
+    assert jz.run("trial", "logs", str(rows[0][0]), check=0).stdout != \
+        jz.run("trial", "logs", str(rows[1][0]), check=0).stdout
+    missing = jz.run("trial", "logs", "999")
+    assert missing.returncode == 1 and "999" in missing.stderr

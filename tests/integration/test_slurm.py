@@ -26,7 +26,9 @@ def slurm():
     if os.geteuid() != 0:
         pytest.skip("the test cluster needs root (slurmd runs jobs as their users)")
     d = tempfile.mkdtemp(prefix="jizhi-slurm-")
-    p = subprocess.run([CLUSTER, "up", d], capture_output=True, text=True, timeout=180)
+    # two GPUs as a generic resource (copies of /dev/null as their devices)
+    p = subprocess.run([CLUSTER, "up", d], capture_output=True, text=True, timeout=180,
+                       env=dict(os.environ, CLUSTER_GPUS="2"))
     if p.returncode != 0:
         logs = ""
         for name in ("slurmctld.log", "slurmd.log"):
@@ -143,6 +145,39 @@ def test_job_cancelled_outside_is_lost_and_retried(jz, slurm):
         stop(disp, ctl)
 
 
+def test_dispatcher_restart_takes_its_jobs_back(jz, slurm):
+    """Stopping the dispatcher leaves its jobs running; one started again
+    with the same name finds them by their comment and reports them: the
+    trial completes in its first attempt, in its first job."""
+    ctl, disp = daemons(jz, slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("restart", 1, 1, "200")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((job0,),) = jz.sql("SELECT pid FROM trials")
+        stop(disp)
+        assert disp.returncode == 0
+        assert scontrol(slurm, job0).get("JobState") == "RUNNING"
+        ((tid,),) = jz.sql("SELECT id FROM trials")
+        comment = subprocess.run(["squeue", "-h", "-j", str(job0), "-o", "%k"], text=True,
+                                 capture_output=True, timeout=30,
+                                 env=dict(os.environ, SLURM_CONF=slurm)).stdout.strip()
+        assert comment == f"jizhi sl trial {tid} attempt 0"
+        disp = jz.popen("dispatcher", "--backend", "slurm", "--controller",
+                        open(jz.db + ".endpoint").read().strip(), "--name", "sl",
+                        "--poll-s", "0.2", "--log-dir", os.path.join(jz.dir, "logs"),
+                        "--log", os.path.join(jz.dir, "disp2.log"))
+        wait_study(jz, "restart", 120)
+        ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
+        assert (state, attempt, job1) == ("completed", 0, job0)
+        assert scontrol(slurm, job0).get("JobState") == "COMPLETED"
+        with open(os.path.join(jz.dir, "disp2.log")) as f:
+            assert f"took back job {job0}" in f.read()
+        assert jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0] == 0
+    finally:
+        stop(disp, ctl)
+
+
 def test_node_failure_is_lost_and_retried(jz, slurm):
     ctl, disp = daemons(jz, slurm)
     env = dict(os.environ, SLURM_CONF=slurm)
@@ -224,6 +259,50 @@ def test_exit_code_and_timeout_through_slurm(jz, slurm):
         info = scontrol(slurm, job)
         assert info.get("JobState") in ("CANCELLED", "FAILED", "COMPLETED"), info
         assert re.match(r"00:00:0\d$", info.get("RunTime", "")), info
+    finally:
+        stop(disp, ctl)
+
+
+def test_unknown_partition_fails_the_start_with_sbatchs_reason(jz, slurm):
+    ctl, disp = daemons(jz, slurm, "--partition", "nosuchpartition")
+    try:
+        jz.run("study", "submit", jz.write_spec(base_spec("nopart", ["true"], trials=1,
+                                                          parallel=1)), check=0)
+        wait_study(jz, "nopart", 60)
+        ((state, how, reason),) = jz.sql("SELECT state, exit_how, reason FROM trials")
+        assert (state, how) == ("failed", "start_failed"), (state, how, reason)
+        assert "sbatch failed" in reason and "invalid partition" in reason.lower(), reason
+    finally:
+        stop(disp, ctl)
+
+
+def test_gpus_become_gres_and_slurm_picks_the_devices(jz, slurm):
+    """gpus: 1 per trial, --max-gpus 2: jobs ask --gres=gpu:1, two run at
+    once, and each sees the device Slurm gave it in CUDA_VISIBLE_DEVICES."""
+    ctl, disp = daemons(jz, slurm, "--max-gpus", "2")
+    try:
+        spec = base_spec("gpus", ["sh", "-c", "echo CVD=$CUDA_VISIBLE_DEVICES; sleep 1; "
+                                  "jizhi report score=1"], trials=4, parallel=4, gpus=1)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        wait_study(jz, "gpus", 120)
+        rows = jz.sql("SELECT state, pid, out_path, started, ended FROM trials")
+        assert [r[0] for r in rows] == ["completed"] * 4, rows
+        seen = set()
+        for _, job, out, _, _ in rows:
+            info = scontrol(slurm, job)
+            assert "gpu:1" in info.get("TresPerNode", ""), info
+            with open(out) as f:
+                cvd = f.read().split("CVD=")[1].split()[0]
+            assert cvd in ("0", "1")
+            seen.add(cvd)
+        # two GPUs for four one-GPU trials: never more than two at once
+        ev = sorted([(r[3], 1) for r in rows] + [(r[4], -1) for r in rows],
+                    key=lambda e: (e[0], e[1]))
+        cur = peak = 0
+        for _, d in ev:
+            cur += d
+            peak = max(peak, cur)
+        assert peak == 2 and seen == {"0", "1"}
     finally:
         stop(disp, ctl)
 

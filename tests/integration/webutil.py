@@ -3,11 +3,11 @@
 import json
 import os
 import select
+import subprocess
 import time
 import urllib.error
 import urllib.request
 
-from test_recovery import start_controller
 
 
 def wait_url(proc, timeout=30):
@@ -28,16 +28,28 @@ def wait_url(proc, timeout=30):
     raise AssertionError(f"no dashboard address printed; stderr:\n{buf}")
 
 
+# JIZHI_WEB_BIN runs the web server (serve, controller --http) from another
+# build, e.g. build-san/bin/jizhi to check it under AddressSanitizer.
+WEB_BIN = os.environ.get("JIZHI_WEB_BIN")
+
+
+def web_popen(jz, *args):
+    if not WEB_BIN:
+        return jz.popen(*args)
+    return subprocess.Popen([WEB_BIN, *args], cwd=jz.dir, env=jz.env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 def serve(jz, *extra):
-    p = jz.popen("serve", "--db", jz.db, "--http", "127.0.0.1:0", *extra)
+    p = web_popen(jz, "serve", "--db", jz.db, "--http", "127.0.0.1:0", *extra)
     return p, wait_url(p)
 
 
 def daemons_with_web(jz, slots="2"):
     """A controller with --http and a dispatcher."""
     ep = f"ipc://{jz.dir}/ctl.sock"
-    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--lost-timeout", "20",
-                   "--log", os.path.join(jz.dir, "controller.log"), "--http", "127.0.0.1:0")
+    ctl = web_popen(jz, "controller", "--db", jz.db, "--bind", ep, "--lost-timeout", "20",
+                    "--log", os.path.join(jz.dir, "controller.log"), "--http", "127.0.0.1:0")
     url = wait_url(ctl)
     jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
     disp = jz.popen("dispatcher", "--controller", ep, "--slots", slots, "--name", "m1",
