@@ -73,6 +73,17 @@ store_t *cli_open_db(const char *db);
 /* Prints a JSON value to stdout, indented. Takes ownership. */
 void cli_print_json(json_t *j);
 
+/* Resolves relative paths in spec_json's trial.command (arguments after
+   the program) and trial.env against this process's folder, else the
+   folder of the spec file `spec_path`, rewriting them as absolute paths,
+   so trials find them wherever the dispatcher runs. An argument that looks
+   like a relative path (has a '/', no placeholder, '=' or ':') but exists
+   in neither folder is refused: -1 with err naming the field; else 0. */
+int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_t size);
+
+/* Prints the study's warning events ("warning: ..." lines), if any. */
+void cli_print_warnings(store_t *s, long study_id);
+
 /* Prints trials (store_trial_json objects, borrowed) as the table that
    `study show` and `trial list` share: ID STATE TRY STEP VALUE PARAMS,
    then the reason of each failed trial. */

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -169,4 +170,81 @@ void cli_format_elapsed(double s, char *buf, size_t size)
 {
     long t = (long)(s < 0 ? 0 : s);
     snprintf(buf, size, "%02ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+}
+
+/* Makes `text` absolute when it names an existing file or folder relative
+   to this process's folder, or else to the spec's folder `specdir`. 1 when
+   it was rewritten (into out), 0 when left alone, -1 when it looks like a
+   relative path (has a '/', no placeholder, option or '=') that exists in
+   neither place. */
+static int s_resolve(const char *text, const char *specdir, char *out, size_t size)
+{
+    if (text[0] == '/' || text[0] == '-' || !strchr(text, '/') || strpbrk(text, "{}=:"))
+        return 0;
+    char cwd[4096], joined[8192], real[PATH_MAX];
+    const char *base[2] = {getcwd(cwd, sizeof cwd), specdir};
+    for (int i = 0; i < 2; i++) {
+        if (!base[i])
+            continue;
+        snprintf(joined, sizeof joined, "%s/%s", base[i], text);
+        if (realpath(joined, real)) {
+            snprintf(out, size, "%s", real);
+            return 1;
+        }
+    }
+    return -1;
+}
+
+/* Relative paths in trial.command and trial.env are resolved here, by the
+   submitting command, not against the dispatcher's folder (which may be
+   another one, on another machine): rewritten into absolute ones in
+   spec_json, or refused with the field named. 0, or -1 with err set. */
+int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_t size)
+{
+    char specdir[4096], abs[8192];
+    if (!realpath(spec_path, specdir))
+        snprintf(specdir, sizeof specdir, ".");
+    char *slash = strrchr(specdir, '/');
+    if (slash)
+        *slash = 0;
+    json_t *trial = json_object_get(spec_json, "trial");
+    json_t *cmd = json_object_get(trial, "command");
+    for (size_t i = 1; i < json_array_size(cmd); i++) { /* [0] is looked up on PATH */
+        const char *a = json_string_value(json_array_get(cmd, i));
+        int r = a ? s_resolve(a, specdir, abs, sizeof abs) : 0;
+        if (r < 0) {
+            snprintf(err, size,
+                     "trial.command[%zu]: \"%s\" is not found relative to this folder or "
+                     "the spec's; give an absolute path",
+                     i, a);
+            return -1;
+        }
+        if (r > 0)
+            json_array_set_new(cmd, i, json_string(abs));
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(trial, "env"), k, v)
+    {
+        const char *val = json_string_value(v);
+        if (val && s_resolve(val, specdir, abs, sizeof abs) > 0)
+            json_object_set_new(json_object_get(trial, "env"), k, json_string(abs));
+    }
+    return 0;
+}
+
+void cli_print_warnings(store_t *s, long study_id)
+{
+    json_t *ev = store_events_list(s, study_id);
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        const char *why =
+            json_string_value(json_object_get(json_object_get(e, "detail"), "reason"));
+        if (kind && why && !strcmp(kind, "warning"))
+            printf("warning: %s\n", why);
+    }
+    json_decref(ev);
 }

@@ -303,6 +303,7 @@ static int s_print_best(const char *db, const char *name)
     printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
            st.state, n, completed, failed, stopped);
     s_print_failures(rows, n);
+    cli_print_warnings(s, st.id);
     int rc = CLI_OK;
     if (best >= 0) {
         char *params = text_json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
@@ -376,7 +377,8 @@ int cmd_run(int argc, char **argv)
         return CLI_FAIL;
     }
     char err[512];
-    if (sched_check(spec, err, sizeof err) != 0) {
+    if (sched_check(spec, err, sizeof err) != 0 ||
+        cli_resolve_paths(spec->json, argv[optind], err, sizeof err) != 0) {
         cli_error("%s: %s", argv[optind], err);
         spec_destroy(&spec);
         return CLI_FAIL;

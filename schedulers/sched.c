@@ -135,3 +135,24 @@ double sched_rng_uniform(sched_rng *r)
 {
     return (double)(sched_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
 }
+
+int sched_opt_num(const json_t *obj, const char *where, const char *key, double dflt,
+                  double lo, double hi, int whole, double *out, char *err, size_t errsize)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (isfinite(x) && x >= lo && x <= hi && (!whole || x == floor(x))) {
+        *out = x;
+        return 0;
+    }
+    if (isinf(lo) && isinf(hi))
+        snprintf(err, errsize, "%s.%s: must be a number", where, key);
+    else
+        snprintf(err, errsize, "%s.%s: must be %s from %g to %g", where, key,
+                 whole ? "an integer" : "a number", lo, hi);
+    return -1;
+}

@@ -136,6 +136,15 @@ void *sched_rows_get(void *rowsp, size_t *n, size_t *cap, size_t size, long id,
     ((__typeof__(*(arr)) *)sched_rows_get(&(arr), &(n), &(cap), sizeof *(arr), (id),     \
                                           (create), (created)))
 
+/* Reads the optional number obj.key into *out, `dflt` when absent. A value
+   that is not a finite number in [lo, hi] (a whole one when `whole`) is
+   refused: -1 with err "WHERE.KEY: must be a number from LO to HI" ("an
+   integer" when whole; just "must be a number" when lo and hi are
+   infinite). `where` is the spec object: "scheduler", "guard", ... */
+int sched_opt_num(const json_t *obj, const char *where, const char *key, double dflt,
+                  double lo, double hi, int whole, double *out, char *err,
+                  size_t errsize);
+
 /* Saved-state helpers: a double as JSON (null when not finite; new
    reference), and a number field of `obj` back (NaN when absent or null). */
 json_t *sched_json_real(double x);

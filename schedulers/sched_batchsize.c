@@ -680,24 +680,6 @@ static const sched_ops s_ops = {
 
 /* ---- construction ---- */
 
-static int s_num_opt(const json_t *o, const char *key, double dflt, double lo, double hi,
-                     int whole, double *out, char *err, size_t errsize)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v) {
-        *out = dflt;
-        return 0;
-    }
-    double x = json_is_number(v) ? json_number_value(v) : NAN;
-    if (!(x >= lo && x <= hi) || (whole && x != floor(x))) {
-        snprintf(err, errsize, "scheduler.%s: must be a%s number in [%g, %g]", key,
-                 whole ? " whole" : "", lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
 {
     static const char *const keys[] = {
@@ -731,16 +713,20 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
         return NULL;
     self->base.ops = &s_ops;
     self->base.spec = spec;
-    if (s_num_opt(o, "min", dmin, 1, 1e9, 1, &bmin, err, errsize) ||
-        s_num_opt(o, "max", dmax, 1, 1e9, 1, &bmax, err, errsize) ||
-        s_num_opt(o, "interval", 200, 1, 1e12, 1, &interval, err, errsize) ||
-        s_num_opt(o, "warmup", 100, 0, 1e12, 1, &warmup, err, errsize) ||
-        s_num_opt(o, "ema", 0.95, 0, 0.9999, 0, &self->ema, err, errsize) ||
-        s_num_opt(o, "min_measurements", 3, 1, 1e9, 1, &mm, err, errsize) ||
-        s_num_opt(o, "min_gain", 0.1, 0, 100, 0, &self->min_gain, err, errsize) ||
-        s_num_opt(o, "prior_overhead", 0.5, 0, 0.99, 0, &self->prior_overhead, err,
-                  errsize) ||
-        s_num_opt(o, "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize))
+    if (sched_opt_num(o, "scheduler", "min", dmin, 1, 1e9, 1, &bmin, err, errsize) ||
+        sched_opt_num(o, "scheduler", "max", dmax, 1, 1e9, 1, &bmax, err, errsize) ||
+        sched_opt_num(o, "scheduler", "interval", 200, 1, 1e12, 1, &interval, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "warmup", 100, 0, 1e12, 1, &warmup, err, errsize) ||
+        sched_opt_num(o, "scheduler", "ema", 0.95, 0, 0.9999, 0, &self->ema, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "min_measurements", 3, 1, 1e9, 1, &mm, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "min_gain", 0.1, 0, 100, 0, &self->min_gain, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "prior_overhead", 0.5, 0, 0.99, 0,
+                      &self->prior_overhead, err, errsize) ||
+        sched_opt_num(o, "scheduler", "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize))
         goto fail;
     if (bmax < bmin) {
         snprintf(err, errsize, "scheduler.max: must be >= min (%g)", bmin);

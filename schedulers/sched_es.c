@@ -458,22 +458,6 @@ static const sched_ops s_median_ops = {
 
 /* ---- construction ---- */
 
-static int s_opt_num(const json_t *o, const char *key, double dflt, double *out,
-                     char *err, size_t errsize)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v) {
-        *out = dflt;
-        return 0;
-    }
-    if (!json_is_number(v) || !isfinite(json_number_value(v))) {
-        snprintf(err, errsize, "early_stopping.%s: must be a number", key);
-        return -1;
-    }
-    *out = json_number_value(v);
-    return 0;
-}
-
 static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *out,
                      size_t size, char *err, size_t errsize)
 {
@@ -522,10 +506,14 @@ static sched_t *s_new(const spec_t *spec, int median, char *err, size_t errsize)
                   errsize) ||
         s_opt_str(o, "resource", "epoch", self->resource, sizeof self->resource, err,
                   errsize) ||
-        s_opt_num(o, "grace", 1, &self->grace, err, errsize) ||
-        s_opt_num(o, "reduction", 3, &self->eta, err, errsize) ||
-        s_opt_num(o, "max_resource", 0, &self->max_resource, err, errsize) ||
-        s_opt_num(o, "min_trials", 3, &mt, err, errsize))
+        sched_opt_num(o, "early_stopping", "grace", 1, -INFINITY, INFINITY, 0,
+                      &self->grace, err, errsize) ||
+        sched_opt_num(o, "early_stopping", "reduction", 3, -INFINITY, INFINITY, 0,
+                      &self->eta, err, errsize) ||
+        sched_opt_num(o, "early_stopping", "max_resource", 0, -INFINITY, INFINITY, 0,
+                      &self->max_resource, err, errsize) ||
+        sched_opt_num(o, "early_stopping", "min_trials", 3, -INFINITY, INFINITY, 0, &mt,
+                      err, errsize))
         goto fail;
     if (median ? self->grace < 0 : self->grace <= 0) {
         snprintf(err, errsize, "early_stopping.grace: must be %s",

@@ -318,23 +318,6 @@ static const sched_ops s_ops = {
     .load_timeout = s_load_timeout,
 };
 
-static int s_opt_num(const json_t *o, const char *key, double lo, double hi, int integer,
-                     double dflt, double *out, char *err, size_t errsize)
-{
-    json_t *v = json_object_get(o, key);
-    *out = dflt;
-    if (!v)
-        return 0;
-    if (!json_is_number(v) || (integer && !json_is_integer(v)) ||
-        !(json_number_value(v) >= lo && json_number_value(v) <= hi)) {
-        snprintf(err, errsize, "guard.%s: must be %s from %g to %g", key,
-                 integer ? "an integer" : "a number", lo, hi);
-        return -1;
-    }
-    *out = json_number_value(v);
-    return 0;
-}
-
 static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *out,
                      size_t size, char *err, size_t errsize)
 {
@@ -378,14 +361,17 @@ sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize)
         s_opt_str(o, "lr_metric", "lr", g->lr_metric, sizeof g->lr_metric, err,
                   errsize) ||
         s_opt_str(o, "lr_param", "lr", g->lr_param, sizeof g->lr_param, err, errsize) ||
-        s_opt_num(o, "jump", 1.0 + 1e-9, 1e6, 0, 3.0, &g->jump, err, errsize) ||
-        s_opt_num(o, "ema", 1e-6, 1, 0, 0.2, &g->alpha, err, errsize) ||
-        s_opt_num(o, "warmup", 1, 1e6, 1, 3, &warmup, err, errsize) ||
-        s_opt_num(o, "lr_factor", 1e-6, 1 - 1e-9, 0, 0.5, &g->lr_factor, err, errsize) ||
-        s_opt_num(o, "max_rollbacks", 0, 1000, 1, 3, &maxr, err, errsize) ||
-        s_opt_num(o, "checkpoint_every", 0, 1e12, 1, 0, &every, err, errsize) ||
-        s_opt_num(o, "load_timeout_s", 0, 1e9, 0, SCHED_LOAD_TIMEOUT_DEFAULT_S, &timeout,
-                  err, errsize)) {
+        sched_opt_num(o, "guard", "jump", 3.0, 1.0 + 1e-9, 1e6, 0, &g->jump, err,
+                      errsize) ||
+        sched_opt_num(o, "guard", "ema", 0.2, 1e-6, 1, 0, &g->alpha, err, errsize) ||
+        sched_opt_num(o, "guard", "warmup", 3, 1, 1e6, 1, &warmup, err, errsize) ||
+        sched_opt_num(o, "guard", "lr_factor", 0.5, 1e-6, 1 - 1e-9, 0, &g->lr_factor, err,
+                      errsize) ||
+        sched_opt_num(o, "guard", "max_rollbacks", 3, 0, 1000, 1, &maxr, err, errsize) ||
+        sched_opt_num(o, "guard", "checkpoint_every", 0, 0, 1e12, 1, &every, err,
+                      errsize) ||
+        sched_opt_num(o, "guard", "load_timeout_s", SCHED_LOAD_TIMEOUT_DEFAULT_S, 0, 1e9,
+                      0, &timeout, err, errsize)) {
         free(g);
         return NULL;
     }

@@ -654,24 +654,6 @@ static const sched_ops s_ops = {
 
 /* ---- options ---------------------------------------------------------- */
 
-static int s_opt_num(const json_t *o, const char *key, double lo, double hi, double dflt,
-                     double *out, char *err, size_t errsize)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v) {
-        *out = dflt;
-        return 0;
-    }
-    if (!json_is_number(v) ||
-        !(json_number_value(v) >= lo && json_number_value(v) <= hi)) {
-        snprintf(err, errsize, "scheduler.%s: must be a number from %g to %g", key, lo,
-                 hi);
-        return -1;
-    }
-    *out = json_number_value(v);
-    return 0;
-}
-
 sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize)
 {
     static const char *const known[] = {
@@ -692,14 +674,18 @@ sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize)
         }
     }
     double interval, interval_s, quantile, resample_p, kappa, window, timeout;
-    if (s_opt_num(o, "interval", 1, 1e12, 0, &interval, err, errsize) ||
-        s_opt_num(o, "interval_s", 1e-3, 1e9, 0, &interval_s, err, errsize) ||
-        s_opt_num(o, "quantile", 1e-9, 0.5, 0.25, &quantile, err, errsize) ||
-        s_opt_num(o, "resample_p", 0, 1, 0.25, &resample_p, err, errsize) ||
-        s_opt_num(o, "kappa", 1e-9, 100, 2.0, &kappa, err, errsize) ||
-        s_opt_num(o, "window", 4, 1000, 48, &window, err, errsize) ||
-        s_opt_num(o, "load_timeout_s", 0, 1e9, PBT_DEFAULT_LOAD_TIMEOUT_S, &timeout, err,
-                  errsize))
+    if (sched_opt_num(o, "scheduler", "interval", 0, 1, 1e12, 0, &interval, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "interval_s", 0, 1e-3, 1e9, 0, &interval_s, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "quantile", 0.25, 1e-9, 0.5, 0, &quantile, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "resample_p", 0.25, 0, 1, 0, &resample_p, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "kappa", 2.0, 1e-9, 100, 0, &kappa, err, errsize) ||
+        sched_opt_num(o, "scheduler", "window", 48, 4, 1000, 0, &window, err, errsize) ||
+        sched_opt_num(o, "scheduler", "load_timeout_s", PBT_DEFAULT_LOAD_TIMEOUT_S, 0,
+                      1e9, 0, &timeout, err, errsize))
         return NULL;
     json_t *iv = json_object_get(o, "interval");
     if (iv && !json_is_integer(iv)) {

@@ -455,9 +455,9 @@ TEST(options_are_checked)
         {"{\"type\":\"batchsize\",\"grid\":\"odd\"}",
          "scheduler.grid: must be \"pow2\" or \"int\""},
         {"{\"type\":\"batchsize\",\"interval\":0}",
-         "scheduler.interval: must be a whole number in [1, 1e+12]"},
+         "scheduler.interval: must be an integer from 1 to 1e+12"},
         {"{\"type\":\"batchsize\",\"ema\":1}",
-         "scheduler.ema: must be a number in [0, 0.9999]"},
+         "scheduler.ema: must be a number from 0 to 0.9999"},
         {"{\"type\":\"batchsize\",\"lr_rule\":\"cubic\"}",
          "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or \"none\""},
     };

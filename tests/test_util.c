@@ -4,6 +4,8 @@
 #include "common/util.h"
 #include "schedulers/sched.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -120,6 +122,27 @@ TEST(sched_rows)
     free(rows);
 }
 
+TEST(sched_options_read)
+{
+    json_t *o = json_pack("{s:i, s:f, s:s, s:f}", "n", 7, "x", 2.5, "s", "3", "w", 4.0);
+    char err[128] = "";
+    double v;
+    CHECK(sched_opt_num(o, "guard", "absent", 1.5, 0, 10, 0, &v, err, sizeof err) == 0 &&
+          v == 1.5);
+    CHECK(sched_opt_num(o, "guard", "n", 0, 0, 10, 1, &v, err, sizeof err) == 0 &&
+          v == 7);
+    CHECK(sched_opt_num(o, "guard", "w", 0, 0, 10, 1, &v, err, sizeof err) == 0 &&
+          v == 4);
+    CHECK(sched_opt_num(o, "scheduler", "x", 0, 0, 10, 1, &v, err, sizeof err) == -1);
+    CHECK_STR(err, "scheduler.x: must be an integer from 0 to 10");
+    CHECK(sched_opt_num(o, "scheduler", "n", 0, 0, 5, 0, &v, err, sizeof err) == -1);
+    CHECK_STR(err, "scheduler.n: must be a number from 0 to 5");
+    CHECK(sched_opt_num(o, "early_stopping", "s", 0, -INFINITY, INFINITY, 0, &v, err,
+                        sizeof err) == -1);
+    CHECK_STR(err, "early_stopping.s: must be a number");
+    json_decref(o);
+}
+
 int main(void)
 {
     RUN(splitmix64_reference);
@@ -129,5 +152,6 @@ int main(void)
     RUN(clocks);
     RUN(mkdirs);
     RUN(sched_rows);
+    RUN(sched_options_read);
     TEST_DONE();
 }

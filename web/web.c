@@ -14,6 +14,7 @@
 #include "../common/log.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -309,6 +310,31 @@ static void s_mhd_log(void *cls, const char *fmt, va_list ap)
     log_debug("web", "%s", text);
 }
 
+/* At start, reads every study's points into the curve cache, a slice at a
+   time, so that the first look at a big study does not wait for them. */
+static void *s_warm(void *arg)
+{
+    web_t *w = arg;
+    char err[600];
+    store_t *s = store_open(w->db, 1, err, sizeof err);
+    json_t *list = s ? store_study_list(s) : NULL;
+    size_t i;
+    json_t *row;
+    json_array_foreach(list, i, row)
+    {
+        long id = (long)json_integer_value(json_object_get(row, "id"));
+        long got;
+        while (!w->stopping &&
+               (got = web_curves_warm(w->curves, s, id, 200000, err, sizeof err)) > 0)
+            ;
+        if (w->stopping)
+            break;
+    }
+    json_decref(list);
+    store_close(&s);
+    return NULL;
+}
+
 static int s_parse_listen(const char *listen, struct sockaddr_in *sa, char *err,
                           size_t errsize)
 {
@@ -371,6 +397,7 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
     const union MHD_DaemonInfo *info =
         MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
     w->port = info ? info->port : ntohs(sa.sin_port);
+    w->warming = pthread_create(&w->warm, NULL, s_warm, w) == 0;
     return w;
 }
 
@@ -385,6 +412,8 @@ void web_destroy(web_t **wp)
         return;
     web_t *w = *wp;
     w->stopping = 1;
+    if (w->warming)
+        pthread_join(w->warm, NULL);
     MHD_stop_daemon(w->d);
     web_curves_destroy(&w->curves);
     free(w);

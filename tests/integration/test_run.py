@@ -14,7 +14,8 @@ def example(jz, name, **patch):
     with open(os.path.join(ROOT, "examples", name)) as f:
         spec = json.load(f)
     spec["trial"]["command"] = [
-        os.path.join(ROOT, a) if a.startswith("examples/") else a for a in spec["trial"]["command"]]
+        os.path.join(ROOT, "examples", a) if a.startswith("./") else a
+        for a in spec["trial"]["command"]]
     spec["trial"].get("env", {}).pop("PYTHONPATH", None)
     spec.update(patch)
     return jz.write_spec(spec), spec

@@ -53,11 +53,11 @@ def free_port():
     return port
 
 
-def daemons(jz, conf, *extra):
+def daemons(jz, conf, *extra, lost="20"):
     """A controller on TCP and a slurm dispatcher; returns (ctl, disp)."""
     jz.env["SLURM_CONF"] = conf
     ep = f"tcp://127.0.0.1:{free_port()}"
-    ctl = start_controller(jz, ep)
+    ctl = start_controller(jz, ep, lost)
     disp = jz.popen("dispatcher", "--backend", "slurm", "--controller", ep, "--name", "sl",
                     "--max-jobs", "4", "--poll-s", "0.2", "--log-dir",
                     os.path.join(jz.dir, "logs"), "--log", os.path.join(jz.dir, "disp.log"),
@@ -122,6 +122,41 @@ def test_six_trials_parallel_two_each_a_slurm_job(jz, slurm):
         stop(disp, ctl)
 
 
+def test_a_queued_job_is_neither_lost_nor_timed_out(jz, slurm):
+    """Waiting in Slurm's queue longer than the controller's lost timeout and
+    than timeout_s: the dispatcher lists the job as its own meanwhile, and
+    the trial's clock starts when the job runs."""
+    env = dict(os.environ, SLURM_CONF=slurm)
+    hog = subprocess.run(["sbatch", "--parsable", "-n", "2", "-o", "/dev/null", "--wrap",
+                          "sleep 8"], env=env, capture_output=True, text=True, check=True,
+                         timeout=30).stdout.strip()
+    ctl, disp = daemons(jz, slurm, lost="3")
+    try:
+        jz.wait_for(lambda: scontrol(slurm, hog).get("JobState") == "RUNNING", 30,
+                    "the job holding both CPUs to run")
+        spec = base_spec("queued", ["sh", "-c", "sleep 1; jizhi report score=1"], trials=1,
+                         parallel=1, timeout_s=5)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT id FROM trials"), 30, "the trial")
+        ((tid,),) = jz.sql("SELECT id FROM trials")
+
+        def queued():
+            return subprocess.run(["squeue", "-h", "-n", f"jizhi-{tid}.0", "-o", "%T"],
+                                  env=env, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        jz.wait_for(lambda: queued() == "PENDING", 30, "the trial's job in the queue")
+        wait_study(jz, "queued", 60)
+        ((job,),) = jz.sql("SELECT pid FROM trials")
+        ((state, attempt),) = jz.sql("SELECT state, attempt FROM trials")
+        assert (state, attempt) == ("completed", 0)
+        assert jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0] == 0
+        # it waited for the CPUs: it started only after the other job ended
+        assert scontrol(slurm, job)["StartTime"] >= scontrol(slurm, hog)["EndTime"]
+    finally:
+        subprocess.run(["scancel", hog], env=env, timeout=30)
+        stop(disp, ctl)
+
+
 def test_job_cancelled_outside_is_lost_and_retried(jz, slurm):
     ctl, disp = daemons(jz, slurm)
     try:
@@ -174,6 +209,28 @@ def test_dispatcher_restart_takes_its_jobs_back(jz, slurm):
         with open(os.path.join(jz.dir, "disp2.log")) as f:
             assert f"took back job {job0}" in f.read()
         assert jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0] == 0
+    finally:
+        stop(disp, ctl)
+
+
+def test_preempted_job_is_lost_and_retried(jz, slurm):
+    """A job of the higher-priority partition "urgent" needs both CPUs:
+    Slurm preempts (cancels) the trial's job; jizhi runs the trial again."""
+    ctl, disp = daemons(jz, slurm)
+    env = dict(os.environ, SLURM_CONF=slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("preempt", 1, 1, "150")), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                    "the first attempt to report")
+        ((job0,),) = jz.sql("SELECT pid FROM trials")
+        subprocess.run(["sbatch", "-p", "urgent", "-n", "2", "-o", "/dev/null", "--wrap",
+                        "sleep 1"], env=env, check=True, capture_output=True, timeout=30)
+        wait_study(jz, "preempt", 120)
+        ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
+        assert (state, attempt) == ("completed", 1) and job1 != job0
+        assert scontrol(slurm, job0).get("JobState") == "PREEMPTED"
+        detail = " ".join(str(r) for r in jz.sql("SELECT detail FROM events"))
+        assert "was preempted" in detail, detail
     finally:
         stop(disp, ctl)
 

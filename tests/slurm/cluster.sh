@@ -149,7 +149,11 @@ MinJobAge=600
 InactiveLimit=0
 SlurmdTimeout=60
 NodeName=jizhi-node NodeHostname=$host NodeAddr=127.0.0.1 CPUs=2 ${node_gres}State=UNKNOWN
-PartitionName=debug Nodes=jizhi-node Default=YES MaxTime=INFINITE State=UP
+# jobs in "urgent" preempt (cancel) those in "debug"
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes=jizhi-node Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=jizhi-node MaxTime=INFINITE State=UP PriorityTier=10
 CONF
 export SLURM_CONF="$dir/slurm.conf"
 

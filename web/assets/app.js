@@ -439,6 +439,7 @@ async function studyPage(name) {
     }
     if (!(xmax >= xmin)) return {};
     if (xmax === xmin) xmax = xmin + 1;
+    if (xmin > 0 && xmin < 0.1 * xmax) xmin = 0; /* start the axis at 0, not at a bucket's end */
     const y = range.min !== undefined ? range : ymax > ymin ? { min: ymin, max: ymax } : { min: ymin - 1, max: ymax + 1 };
     return { x: { min: xmin, max: xmax }, y };
   }
@@ -526,7 +527,7 @@ async function studyPage(name) {
     const scores = withV.map(trialScore);
     const vlo = Math.min(...scores), vhi = Math.max(...scores);
     axes.push({ name: S.study.objective.metric, pos: (v) => (vhi > vlo ? (v - vlo) / (vhi - vlo) : 0.5), lo: vlo, hi: vhi, objective: true });
-    const top = 28, bottom = H - 26, left = 40, right = W - 40;
+    const top = 44, bottom = H - 26, left = 40, right = W - 40;
     const ax = (i) => (axes.length > 1 ? left + (i * (right - left)) / (axes.length - 1) : (left + right) / 2);
     const y = (u) => bottom - u * (bottom - top);
     const col = colours();
@@ -549,10 +550,10 @@ async function studyPage(name) {
     g.font = "12px system-ui, sans-serif"; g.textAlign = "center";
     axes.forEach((a, i) => {
       g.beginPath(); g.moveTo(ax(i), top); g.lineTo(ax(i), bottom); g.stroke();
-      g.fillText(a.name, ax(i), top - 10);
+      g.fillText(a.name, ax(i), top - 22);
       g.font = "11px system-ui, sans-serif"; g.fillStyle = "#6a7489";
       if (a.cats) a.cats.forEach((c) => g.fillText(c, ax(i), y(a.pos(c)) - 3));
-      else { g.fillText(fmt(a.hi), ax(i), top + 12 > bottom ? top : top - 0 + 12); g.fillText(fmt(a.lo), ax(i), bottom + 14); }
+      else { g.fillText(fmt(a.hi), ax(i), top - 6); g.fillText(fmt(a.lo), ax(i), bottom + 14); }
       g.font = "12px system-ui, sans-serif"; g.fillStyle = "#33405e";
     });
     if (!withV.length) { g.fillStyle = "#7a8499"; g.fillText("no trial has a value yet", W / 2, H / 2); }
