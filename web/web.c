@@ -2,7 +2,8 @@
     request goes through, and turning a handler's answer into a response
     (see web.h; routes and shapes in docs/WEB.md).
 
-    Checks, in order: a known route (404) and method (405); for POST a JSON
+    Checks, in order: on a loopback address a Host header naming it (403:
+    DNS rebinding); a known route (404) and method (405); for POST a JSON
     content type (415), an Origin equal to the server's own when the
     browser sends one (403: cross-site requests), a body within
     WEB_MAX_BODY (413) that parses as a JSON object (400), and a valid
