@@ -744,9 +744,9 @@ int cmd_plot(int argc, char **argv)
     char path[1100];
     if (metric_x && nx == 0) {
         cli_error(
-            "plot: --x %s: no trial of %s reported a metric \"%s\" (use step, time, "
+            "plot: --x %s: no trial of %s reported a metric \"%s\"%s (use step, time, "
             "or a metric the trials report)",
-            xaxis, name, xaxis);
+            xaxis, name, xaxis, strcmp(xaxis, "samples") ? "" : " or batch_size");
         rc = CLI_USAGE;
         goto done;
     }
