@@ -189,6 +189,10 @@ def test_live_set_reaches_every_rank_at_one_step(jz):
         for what in ("set lr", "set batch_size", "stop"):
             assert set(steps.get(what, {})) == {0, 1}, logs
             assert len(set(steps[what].values())) == 1, steps  # the same step on both ranks
+        # acknowledged as applied (rank 0 acks once both ranks applied)
+        sets = [a for a, d in jz.sql("SELECT applied, detail FROM events WHERE trial_id=? AND "
+                                      "kind='instruction'", tid) if '"set"' in (d or "")]
+        assert sets and all(a == 1 for a in sets), sets
     finally:
         if run_.poll() is None:
             run_.kill()
