@@ -81,6 +81,9 @@ void cli_print_json(json_t *j);
    in neither folder is refused: -1 with err naming the field; else 0. */
 int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_t size);
 
+/* Prints the study's warning events ("warning: ..." lines), if any. */
+void cli_print_warnings(store_t *s, long study_id);
+
 /* Prints trials (store_trial_json objects, borrowed) as the table that
    `study show` and `trial list` share: ID STATE TRY STEP VALUE PARAMS,
    then the reason of each failed trial. */

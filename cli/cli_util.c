@@ -232,3 +232,19 @@ int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_
     }
     return 0;
 }
+
+void cli_print_warnings(store_t *s, long study_id)
+{
+    json_t *ev = store_events_list(s, study_id);
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        const char *why =
+            json_string_value(json_object_get(json_object_get(e, "detail"), "reason"));
+        if (kind && why && !strcmp(kind, "warning"))
+            printf("warning: %s\n", why);
+    }
+    json_decref(ev);
+}

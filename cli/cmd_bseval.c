@@ -310,13 +310,30 @@ int cmd_bseval(int argc, char **argv)
         }
     }
     free(acc.pts);
+    /* An interval wider than WIDE_RATIO (hi/lo), or open, says little: more
+       steps or a bigger big batch would narrow it. The recommended range is
+       the powers of two within [B/2, 2B] (training near the critical batch
+       trades steps for examples evenly), kept inside the interval. */
+    enum { WIDE_RATIO = 4 };
+    int trusted =
+        boot > 0 && !isnan(r.lo) && !isnan(r.hi) && r.lo > 0 && r.hi / r.lo <= WIDE_RATIO;
+    double rlo = r.b_simple / 2, rhi = r.b_simple * 2;
+    if (trusted) {
+        rlo = fmax(rlo, r.lo);
+        rhi = fmin(rhi, r.hi);
+    }
+    rlo = pow(2, ceil(log2(fmax(rlo, 1))));
+    rhi = pow(2, floor(log2(fmax(rhi, 1))));
+    if (rhi < rlo)
+        rhi = rlo;
     if (json) {
-        json_t *o =
-            json_pack("{s:f, s:o, s:o, s:f, s:i, s:f, s:f, s:i, s:f, s:f}", "b_simple",
-                      r.b_simple, "lo", isnan(r.lo) ? json_null() : json_real(r.lo), "hi",
-                      isnan(r.hi) ? json_null() : json_real(r.hi), "conf", conf,
-                      "measurements", r.n, "grad_sqnorm", r.g2, "trace", r.trace,
-                      "bootstrap", (int)boot, "batch_small", bs, "batch_big", bb);
+        json_t *o = json_pack(
+            "{s:f, s:o, s:o, s:f, s:i, s:f, s:f, s:i, s:f, s:f, s:b, s:[f, f]}",
+            "b_simple", r.b_simple, "lo", isnan(r.lo) ? json_null() : json_real(r.lo),
+            "hi", isnan(r.hi) ? json_null() : json_real(r.hi), "conf", conf,
+            "measurements", r.n, "grad_sqnorm", r.g2, "trace", r.trace, "bootstrap",
+            (int)boot, "batch_small", bs, "batch_big", bb, "trusted", trusted,
+            "recommended", rlo, rhi);
         cli_print_json(o);
         return CLI_OK;
     }
@@ -333,5 +350,12 @@ int cmd_bseval(int argc, char **argv)
     }
     printf("  |G|^2 = %.4g, tr(Sigma) = %.4g, measured with batches %.0f/%.0f\n", r.g2,
            r.trace, bs, bb);
+    if (boot > 0 && !trusted)
+        printf(
+            "  the interval is too wide to trust (more than %dx, or open): measure for "
+            "more steps or with a bigger big batch\n",
+            WIDE_RATIO);
+    printf("  recommended batch size: %.0f .. %.0f%s\n", rlo, rhi,
+           trusted ? "" : " (from B_simple alone; tentative)");
     return CLI_OK;
 }

@@ -179,6 +179,7 @@ static int s_show(const cli_opts *o)
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
         cli_print_trials(trials);
+        cli_print_warnings(s, st.id);
         json_decref(trials);
     }
     store_study_fini(&st);
@@ -423,29 +424,54 @@ static int s_events(const cli_opts *o)
         cli_print_json(ev);
         return CLI_OK;
     }
+    printf("%-24s %-10s %-9s %-34s %-20s %s\n", "TIME", "WHO", "TRIAL", "WHAT", "OUTCOME",
+           "REASON");
     size_t i;
     json_t *e;
     json_array_foreach(ev, i, e)
     {
-        char *d =
-            text_json_dumps(json_object_get(e, "detail"), JSON_COMPACT | JSON_ENCODE_ANY);
+        json_t *detail = json_object_get(e, "detail");
         json_t *trial = json_object_get(e, "trial"),
                *applied = json_object_get(e, "applied");
         json_t *lat = json_object_get(e, "latency_s");
-        char tb[32] = "-", lb[32] = "";
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        const char *reason = json_string_value(json_object_get(detail, "reason"));
+        const char *result = json_string_value(json_object_get(e, "result"));
+        char tm[TEXT_TIME_MAX], tb[32] = "-", what[256], outcome[128];
+        text_time(json_number_value(json_object_get(e, "time")), tm);
         if (json_is_integer(trial))
-            snprintf(tb, sizeof tb, "%" JSON_INTEGER_FORMAT, json_integer_value(trial));
-        if (json_is_number(lat))
-            snprintf(lb, sizeof lb, "%.1fms", json_number_value(lat) * 1e3);
-        printf("%-6" JSON_INTEGER_FORMAT " trial %-5s %-10s %-16s %-8s %-9s %s\n",
-               json_integer_value(json_object_get(e, "id")), tb,
-               json_string_value(json_object_get(e, "who")),
-               json_string_value(json_object_get(e, "kind")),
-               json_is_null(applied)   ? "pending"
-               : json_is_true(applied) ? "applied"
-                                       : "refused",
-               lb, d ? d : "");
-        free(d);
+            snprintf(tb, sizeof tb, "trial %" JSON_INTEGER_FORMAT,
+                     json_integer_value(trial));
+        /* what: the event's kind, an instruction's own kind and arguments */
+        const char *ins = json_string_value(json_object_get(detail, "kind"));
+        size_t n =
+            (size_t)snprintf(what, sizeof what, "%s",
+                             kind && !strcmp(kind, "instruction") && ins ? ins : kind);
+        const char *k;
+        json_t *v;
+        json_object_foreach(detail, k, v)
+        {
+            if (!strcmp(k, "kind") || !strcmp(k, "reason") || n >= sizeof what)
+                continue;
+            char *text = text_json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+            n += (size_t)snprintf(what + n, sizeof what - n, " %s=%s", k,
+                                  text ? text : "?");
+            free(text);
+        }
+        if (json_is_null(applied))
+            snprintf(outcome, sizeof outcome, "pending");
+        else if (json_is_number(lat))
+            snprintf(outcome, sizeof outcome, "%s in %.1f ms",
+                     json_is_true(applied) ? "applied" : "refused",
+                     json_number_value(lat) * 1e3);
+        else
+            snprintf(outcome, sizeof outcome, "%s",
+                     json_is_true(applied) ? "done" : "refused");
+        printf("%-24s %-10s %-9s %-34s %-20s %s%s%s\n", tm,
+               json_string_value(json_object_get(e, "who")), tb, what, outcome,
+               reason && *reason ? reason : "",
+               result && *result && reason && *reason ? "; " : "",
+               result && *result ? result : "");
     }
     json_decref(ev);
     return CLI_OK;

@@ -99,6 +99,8 @@ typedef struct {
     char action[16]; /* stop, pause, resume, set */
     char edit[128];
     char status[256];
+    char warning[512]; /* the study's latest warning event, "" when none */
+    enum { W_BY_ID, W_BY_OBJECTIVE, W_BY_STATE, W_SORTS } sort; /* key o cycles */
     void *zctx, *sock;
     long next_req;
     w_pending pending[W_MAX_PENDING];
@@ -203,11 +205,31 @@ static int s_on_point(void *arg, long trial_id, long attempt, long step, const c
     return 0;
 }
 
-static int s_cmp_number(const void *a, const void *b)
+static const w_view *s_sort_view; /* qsort's context (the UI is one thread) */
+
+/* Display order: by id; or by objective, best first (trials without one
+   last); or by state (running first), then id. */
+static int s_cmp_trials(const void *a, const void *b)
 {
-    const long *x = a, *y = b; /* {number, index} pairs */
-    return x[0] < y[0] ? -1 : x[0] > y[0];
+    const w_view *v = s_sort_view;
+    const w_trial *x = &v->trials[*(const long *)a], *y = &v->trials[*(const long *)b];
+    if (v->sort == W_BY_OBJECTIVE) {
+        double fx = isfinite(x->value) ? x->value : x->mval[W_MAX_NAMES];
+        double fy = isfinite(y->value) ? y->value : y->mval[W_MAX_NAMES];
+        if (isfinite(fx) != isfinite(fy))
+            return isfinite(fx) ? -1 : 1;
+        if (isfinite(fx) && fx != fy)
+            return (v->maximize ? fx > fy : fx < fy) ? -1 : 1;
+    } else if (v->sort == W_BY_STATE) {
+        int rx = strcmp(x->state, "running") != 0, ry = strcmp(y->state, "running") != 0;
+        int c = rx != ry ? rx - ry : strcmp(x->state, y->state);
+        if (c)
+            return c;
+    }
+    return x->id < y->id ? -1 : x->id > y->id;
 }
+
+static const char *const s_sort_names[] = {"id", "objective", "state"};
 
 /* Reads what changed since the last refresh. 0, or -1 with a message. */
 static int s_load(w_view *v, char *err, size_t errsize)
@@ -221,6 +243,7 @@ static int s_load(w_view *v, char *err, size_t errsize)
     v->created = st.created;
     v->finished = st.finished;
     store_study_fini(&st);
+    store_event_last_reason(v->s, v->study_id, "warning", v->warning, sizeof v->warning);
     /* metrics first: a trial is inserted before any of its points, and a
        point for a trial not seen yet creates its entry */
     for (int chunk = 0; chunk < 50; chunk++) {
@@ -255,28 +278,19 @@ static int s_load(w_view *v, char *err, size_t errsize)
         t->ended = rows[i].ended;
     }
     store_trials_free(rows, n);
-    /* display order: by trial number */
-    long(*pairs)[2] = malloc((size_t)(v->ntrials ? v->ntrials : 1) * sizeof *pairs);
     long *order =
         realloc(v->order, (size_t)(v->ntrials ? v->ntrials : 1) * sizeof *order);
-    if (!pairs || !order) {
-        free(pairs);
-        if (order)
-            v->order = order;
+    if (!order) {
         snprintf(err, errsize, "out of memory");
         return -1;
     }
     v->order = order;
     v->norder = 0;
     for (long i = 0; i < v->ntrials; i++)
-        if (v->trials[i].have_row) {
-            pairs[v->norder][0] = v->trials[i].number;
-            pairs[v->norder++][1] = i;
-        }
-    qsort(pairs, (size_t)v->norder, sizeof *pairs, s_cmp_number);
-    for (long i = 0; i < v->norder; i++)
-        v->order[i] = pairs[i][1];
-    free(pairs);
+        if (v->trials[i].have_row)
+            v->order[v->norder++] = i;
+    s_sort_view = v;
+    qsort(v->order, (size_t)v->norder, sizeof *v->order, s_cmp_trials);
     return 0;
 }
 
@@ -640,12 +654,24 @@ static void s_draw(w_view *v)
                  v->maximize ? "max" : "min", v->metric);
     }
     s_put(1, 0, line);
+    if (v->warning[0]) {
+        snprintf(line, sizeof line, "warning: %s", v->warning);
+        attron(COLOR_PAIR(C_STOP));
+        s_put(2, 0, line);
+        attroff(COLOR_PAIR(C_STOP));
+    }
 
     /* table: ID STATE STEP TIME objective [metric] [metric] CURVE PARAMS */
     int cols[2];
     int ncols = s_columns(v, cols);
     const int y0 = 3, x_state = 13, x_step = 23, x_time = 31, x_obj = 41;
-    const int x_spark = x_obj + 12 * (1 + ncols), x_params = x_spark + W_SPARK + 2;
+    /* narrow terminals keep room for the params: fewer metric columns,
+       then no curve */
+    enum { W_PARAMS_MIN = 24 };
+    while (ncols > 0 && x_obj + 12 * (1 + ncols) + W_SPARK + 2 > COLS - W_PARAMS_MIN)
+        ncols--;
+    const int spark_w = x_obj + 12 + W_SPARK + 2 > COLS - W_PARAMS_MIN ? 0 : W_SPARK + 2;
+    const int x_spark = x_obj + 12 * (1 + ncols), x_params = x_spark + spark_w;
     attron(A_BOLD | COLOR_PAIR(C_HEAD));
     s_put(y0, 1, "ID");
     s_put(y0, x_state, "STATE");
@@ -656,7 +682,8 @@ static void s_draw(w_view *v)
                  k == 0 ? v->metric : v->names[cols[k - 1]]);
         s_put(y0, x_obj + 12 * k, line);
     }
-    s_put(y0, x_spark, "CURVE");
+    if (spark_w)
+        s_put(y0, x_spark, "CURVE");
     s_put(y0, x_params, "PARAMS");
     attroff(A_BOLD | COLOR_PAIR(C_HEAD));
     int rows = LINES - y0 - 1 - 3;
@@ -707,7 +734,7 @@ static void s_draw(w_view *v)
         }
         char spark[W_SPARK * 4 + 1];
         s_sparkline(v, t, spark, sizeof spark);
-        if (x_spark + W_SPARK <= COLS)
+        if (spark_w && x_spark + W_SPARK <= COLS)
             mvaddstr(y, x_spark, spark);
         s_params_text(t->params, params, sizeof params);
         s_put(y, x_params, params);
@@ -758,7 +785,8 @@ static void s_draw(w_view *v)
     }
     attron(A_DIM);
     s_put(LINES - 1, 0,
-          "up/down j/k select   s stop   p pause   r resume   e set KEY=VALUE   q quit");
+          "up/down j/k select   s stop   p pause   r resume   e set KEY=VALUE   o sort   "
+          "q quit");
     attroff(A_DIM);
     if (v->mode == W_EDIT) {
         curs_set(1);
@@ -838,6 +866,12 @@ static int s_key(w_view *v, int ch)
         break;
     case KEY_NPAGE:
         s_move(v, LINES > 10 ? LINES - 8 : 1);
+        break;
+    case 'o':
+        v->sort = (v->sort + 1) % W_SORTS;
+        s_sort_view = v;
+        qsort(v->order, (size_t)v->norder, sizeof *v->order, s_cmp_trials);
+        snprintf(v->status, sizeof v->status, "sorted by %s", s_sort_names[v->sort]);
         break;
     case KEY_HOME:
     case 'g':
@@ -934,11 +968,15 @@ static int s_run_tty(w_view *v)
 
 static int s_run_lines(w_view *v)
 {
-    char last[1024] = "", line[1024], err[512];
+    char last[1024] = "", line[1024], err[512], warned[512] = "";
     for (;;) {
         if (s_load(v, err, sizeof err) != 0) {
             cli_error("watch: %s", err);
             return CLI_FAIL;
+        }
+        if (strcmp(v->warning, warned)) {
+            printf("warning: %s\n", v->warning);
+            snprintf(warned, sizeof warned, "%s", v->warning);
         }
         for (long i = 0; i < v->norder; i++) {
             w_trial *t = &v->trials[v->order[i]];

@@ -8,6 +8,7 @@
 #include "ctl_internal.h"
 
 #include "../common/log.h"
+#include "../common/text.h"
 #include "../common/util.h"
 
 #include <assert.h>
@@ -119,6 +120,12 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
         ctl__study_free(s);
         return NULL;
     }
+    json_t *res = json_object_get(s->spec->early_stop, "resource");
+    if (s->spec->early_stop)
+        snprintf(s->es_resource, sizeof s->es_resource, "%s",
+                 json_is_string(res) ? json_string_value(res) : "epoch");
+    if (!strcmp(s->es_resource, "step")) /* the report step itself: always there */
+        s->es_resource[0] = 0;
     s->nmon = sched_monitors_new(s->spec, s->mon, 4, err, errsize);
     if (s->nmon < 0) {
         s->nmon = 0;
@@ -185,6 +192,49 @@ int ctl__load(ctl_t *c, char *err, size_t errsize)
     return 0;
 }
 
+/* The first field where JSON values a (stored) and b (given) differ, as
+   "path: stored X, given Y" into buf. 1 when they differ, 0 when equal. */
+static int s_json_diff(const json_t *a, const json_t *b, const char *path, char *buf,
+                       size_t size)
+{
+    char sub[256];
+    if (json_is_object(a) && json_is_object(b)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)a, k, v)
+        {
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", k);
+            if (s_json_diff(v, json_object_get(b, k), sub, buf, size))
+                return 1;
+        }
+        json_object_foreach((json_t *)b, k, v)
+        {
+            snprintf(sub, sizeof sub, "%s%s%s", path, *path ? "." : "", k);
+            if (!json_object_get(a, k))
+                return s_json_diff(NULL, v, sub, buf, size);
+        }
+        return 0;
+    }
+    if (json_is_array(a) && json_is_array(b) &&
+        json_array_size(a) == json_array_size(b)) {
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            snprintf(sub, sizeof sub, "%s[%zu]", path, i);
+            if (s_json_diff(json_array_get(a, i), json_array_get(b, i), sub, buf, size))
+                return 1;
+        }
+        return 0;
+    }
+    if (a && b && json_equal((json_t *)a, (json_t *)b))
+        return 0;
+    char *ta = a ? text_json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    char *tb = b ? text_json_dumps(b, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    snprintf(buf, size, "%s: stored %.60s, given %.60s", path, ta ? ta : "(none)",
+             tb ? tb : "(none)");
+    free(ta);
+    free(tb);
+    return 1;
+}
+
 int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int *finished,
                 const char **code, char *msg, size_t msgsize)
 {
@@ -214,11 +264,15 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
     } else if (found == 1) {
         char *old = json_dumps(row.spec, JSON_SORT_KEYS | JSON_COMPACT);
         if (strcmp(old, canon) != 0) {
+            char diff[300] = "";
+            json_t *given = json_loads(canon, 0, NULL);
+            s_json_diff(row.spec, given, "", diff, sizeof diff);
+            json_decref(given);
             *code = "conflict";
             snprintf(msg, msgsize,
-                     "a study named \"%s\" already exists with a different spec; "
+                     "a study named \"%s\" already exists with a different spec (%s); "
                      "choose another name or use the same spec to continue it",
-                     spec->name);
+                     spec->name, diff);
         } else if (store_study_state_parse(row.state, &state) != 0) {
             *code = "internal";
             snprintf(msg, msgsize, "study %s has an unknown state \"%s\"", spec->name,

@@ -35,9 +35,11 @@ struct ctl_study {
     int nmon;
     ctl_trial **trials; /* owned, index = trial number */
     size_t ntrials, cap;
-    int exhausted;   /* scheduler returned SCHED_DONE */
-    int sched_dirty; /* scheduler state to persist this iteration */
-    long next_id;    /* id reserved for the trial being suggested, 0 if none */
+    int exhausted;        /* scheduler returned SCHED_DONE */
+    int sched_dirty;      /* scheduler state to persist this iteration */
+    long next_id;         /* id reserved for the trial being suggested, 0 if none */
+    char es_resource[64]; /* early stopping's resource metric, "" when none or "step" */
+    int es_warned;        /* a warning said trials report no es_resource */
 };
 
 /* 1 when `from -> to` is a legal study move. */

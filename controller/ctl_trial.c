@@ -527,6 +527,32 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
     }
 }
 
+/* Early stopping judges trials by a resource metric (epoch by default):
+   a trial that reports its objective a few times without it is never
+   judged. Says so once per study (event, log), rather than doing nothing
+   silently. */
+static void s_check_resource(ctl_t *c, ctl_trial *t)
+{
+    enum { REPORTS_BEFORE_WARNING = 3 };
+    ctl_study *s = t->study;
+    if (!s->es_resource[0] || s->es_warned || t->saw_resource ||
+        t->objective_reports < REPORTS_BEFORE_WARNING)
+        return;
+    s->es_warned = 1;
+    char why[512];
+    snprintf(why, sizeof why,
+             "early_stopping: trial %ld reported %s %ld times but never '%s' (the "
+             "resource early stopping judges by), so it is never stopped early; report "
+             "'%s' or set early_stopping.resource",
+             t->row.id, s->spec->metric, t->objective_reports, s->es_resource,
+             s->es_resource);
+    json_t *detail = json_pack("{s:s}", "reason", why);
+    store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller", "warning",
+                    detail, 1);
+    json_decref(detail);
+    log_warn("ctl", "study %s: %s", s->row.name, why);
+}
+
 int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
                        double now)
 {
@@ -539,7 +565,10 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
     for (size_t i = 0; i < n; i++) {
         if (pts[i].step > t->row.last_step)
             t->row.last_step = pts[i].step;
+        if (s->es_resource[0] && !strcmp(pts[i].name, s->es_resource))
+            t->saw_resource = 1;
         if (!strcmp(pts[i].name, s->spec->metric)) {
+            t->objective_reports++;
             t->row.last_value = pts[i].value;
             if (!isnan(pts[i].value) &&
                 spec_better(s->spec, pts[i].value, t->row.best_value))
@@ -558,6 +587,7 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
             ctl__trial_apply_sched(c, s, sc, ins, k);
         }
     }
+    s_check_resource(c, t);
     return ctl__trial_save(c, t);
 }
 

@@ -93,6 +93,8 @@ struct ctl_trial {
     double last_heard; /* monotonic: last message from it or its dispatcher listing it */
     ctl_disp *disp;    /* where it runs, NULL when not started */
     long gpus;         /* GPUs it holds on its dispatcher */
+    long objective_reports; /* objective points it reported (all attempts) */
+    int saw_resource;       /* reported its study's early-stopping resource */
 };
 
 /* ---- the state machine (pure: no store, no sockets) ---- */

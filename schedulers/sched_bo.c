@@ -821,6 +821,13 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
        per core for every call; the GP's matrices are small, and the
        controller shares the machine with trials, so one thread is faster. */
     openblas_set_num_threads(1);
+    if (spec->nparams == 0) {
+        snprintf(
+            err, errsize,
+            "space: empty, so bo has nothing to search and every trial would be the "
+            "same; list a parameter, or use scheduler \"random\" to repeat the command");
+        return NULL;
+    }
     sched_bo *b = calloc(1, sizeof *b);
     if (!b) {
         snprintf(err, errsize, "out of memory");

@@ -883,6 +883,24 @@ json_t *store_events_since(store_t *s, long study_id, long after, long limit)
     return out;
 }
 
+int store_event_last_reason(store_t *s, long study_id, const char *kind, char *buf,
+                            size_t size)
+{
+    buf[0] = 0;
+    sqlite3_stmt *st =
+        s_prepare(s, "SELECT json_extract(detail, '$.reason') FROM events "
+                     "WHERE study_id=? AND kind=? ORDER BY id DESC LIMIT 1");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_TEXT)
+        snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
 /* ---- dispatchers ---- */
 
 int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char *gpus,

@@ -185,6 +185,10 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
                         const char *detail);
 /* Events of a study as a JSON array (caller owns). */
 json_t *store_events_list(store_t *s, long study_id);
+/* The detail's "reason" of the study's latest event of `kind` into buf
+   ("" when none). 0, or -1 on error. */
+int store_event_last_reason(store_t *s, long study_id, const char *kind, char *buf,
+                            size_t size);
 
 /* Events of a study with id > after, oldest first, at most `limit` (<= 0:
    all), as in store_events_list. Caller owns; NULL on error. */

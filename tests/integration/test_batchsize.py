@@ -151,6 +151,21 @@ def test_batchsize_eval_estimates_the_critical_batch(jz):
     # text output and errors
     p3 = jz.run("batchsize-eval", "--log", log, check=0)
     assert "critical batch size" in p3.stdout and "95% confidence interval" in p3.stdout
+    # a recommended range: powers of two inside [B/2, 2B] and the interval
+    lo, hi = r["recommended"]
+    assert lo <= hi and lo >= r["b_simple"] / 2 and hi <= 2 * r["b_simple"]
+    assert all(x & (x - 1) == 0 for x in (int(lo), int(hi)))
+    assert f"recommended batch size: {lo:.0f} .. {hi:.0f}" in p3.stdout
+    assert r["trusted"] == (r["hi"] / r["lo"] <= 4)
+    # a small batch far below B_simple, few steps: an interval too wide to trust
+    short = os.path.join(jz.dir, "short.log")
+    with open(short, "w") as f:
+        subprocess.run(cmd, cwd=jz.dir, stderr=f, timeout=60, check=True,
+                       env=dict(env, JIZHI_PARAMS='{"batch_size": 16}', B_SIMPLE="2000",
+                                STEPS="40"))
+    p5 = jz.run("batchsize-eval", "--log", short, check=0)
+    rs = json.loads(jz.run("batchsize-eval", "--log", short, "--json", check=0).stdout)
+    assert not rs["trusted"] and "too wide to trust" in p5.stdout and "tentative" in p5.stdout
     empty = os.path.join(jz.dir, "empty.log")
     open(empty, "w").close()
     p4 = jz.run("batchsize-eval", "--log", empty)

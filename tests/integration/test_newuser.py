@@ -263,3 +263,61 @@ def test_relative_paths_resolved_by_the_submitting_command(jz, tmp_path):
     bad = base_spec("missing-file", ["python3", "no/such/file.py"])
     r = jz.run("study", "submit", jz.write_spec(bad, "bad.json"))
     assert r.returncode == 1 and 'trial.command[1]: "no/such/file.py" is not found' in r.stderr
+
+
+def test_early_stopping_without_its_resource_warns(jz):
+    cmd = ["sh", "-c", "for s in 1 2 3 4 5; do jizhi report --step $s score={x}; done"]
+    spec = base_spec("no-epoch", cmd, trials=2, parallel=1)
+    spec["early_stopping"] = {"type": "asha", "grace": 1}  # resource: epoch, never reported
+    p = jz.run("run", jz.write_spec(spec), check=0)
+    assert "warning: early_stopping:" in p.stdout and "never 'epoch'" in p.stdout
+    show = jz.run("study", "show", "no-epoch", check=0).stdout
+    assert "warning: early_stopping:" in show
+    ev = json.loads(jz.run("study", "events", "no-epoch", "--json", check=0).stdout)
+    assert len([e for e in ev if e["kind"] == "warning"]) == 1  # once per study
+    watch = jz.run("watch", "no-epoch", check=0).stdout  # not a tty: plain lines
+    assert "warning: early_stopping:" in watch
+    # a trial that reports the resource: no warning
+    cmd = ["sh", "-c", "for s in 1 2 3 4 5; do jizhi report --step $s score={x} epoch=$s; done"]
+    spec = base_spec("with-epoch", cmd, trials=2, parallel=1)
+    spec["early_stopping"] = {"type": "asha", "grace": 1}
+    p = jz.run("run", jz.write_spec(spec, "ok.json"), check=0)
+    assert "warning" not in p.stdout
+
+
+def test_study_events_text_has_time_who_what_and_outcome(jz):
+    from test_control import daemons, live_spec, running_trial
+    from test_recovery import stop
+
+    ep, ctl, disp = daemons(jz)
+    try:
+        jz.run("study", "submit", jz.write_spec(live_spec("ev", steps="400")), check=0)
+        tid = running_trial(jz)
+        jz.run("trial", "set", str(tid), "lr=0.05", check=0)
+        jz.run("trial", "set", str(tid), "color=blue")  # refused by the program
+        jz.run("trial", "stop", str(tid), check=0)
+    finally:
+        stop(ctl, disp)
+    out = jz.run("study", "events", "ev", check=0).stdout.splitlines()
+    assert out[0].split()[:5] == ["TIME", "WHO", "TRIAL", "WHAT", "OUTCOME"]
+    line = [l for l in out if "name=\"lr\"" in l][0]
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z\s+cli\s+trial " + str(tid), line)
+    assert re.search(r"set name=\"lr\" value=0.05\s+applied in [0-9.]+ ms", line), line
+    refused = [l for l in out if "color" in l][0]
+    assert "refused in" in refused and "unknown parameter color" in refused, refused
+
+
+def test_spec_conflicts_and_empty_bo_space_are_explained(jz):
+    spec = base_spec("conflict", ["sh", "-c", "jizhi report score={x}"], trials=2, parallel=1)
+    path = jz.write_spec(spec)
+    jz.run("run", path, check=0)
+    spec["budget"]["trials"] = 3
+    r = jz.run("run", jz.write_spec(spec), check=None)
+    assert r.returncode == 1
+    assert "budget.trials: stored 2, given 3" in r.stderr, r.stderr
+    empty = base_spec("empty-bo", ["sh", "-c", "jizhi report score=1"])
+    empty["space"] = {}
+    empty["scheduler"] = {"type": "bo", "seed": 1}
+    r = jz.run("run", jz.write_spec(empty, "empty.json"))
+    assert r.returncode == 1 and "space: empty, so bo has nothing to search" in r.stderr
+    assert not jz.sql("SELECT name FROM studies WHERE name='empty-bo'")

@@ -165,3 +165,26 @@ def test_watch_errors(jz):
     p = jz.run("watch", "nope", "--db", os.path.join(jz.dir, "missing.db"), check=1)
     assert "cannot read database" in p.stderr
     assert jz.run("watch", "--help", check=0).stdout.startswith("usage: jizhi watch")
+
+
+def test_watch_sorts_and_keeps_params_at_80_columns(jz):
+    from conftest import base_spec
+
+    spec = base_spec("sorted", ["sh", "-c", "jizhi report score={x}"], trials=4, parallel=2)
+    jz.run("run", jz.write_spec(spec), check=0)
+    rows = jz.sql("SELECT id, value FROM trials")
+    best = max(rows, key=lambda r: r[1])[0]
+    tm = Tmux(jz, [JIZHI, "watch", "sorted", "--db", jz.db, "--interval", "0.2"])
+    try:
+        tm.tmux("resize-window", "-x", "80", "-y", "24")
+        tm.wait_screen(r"PARAMS", "the params header at 80 columns")
+        screen = tm.screen()
+        assert all(len(l) <= 80 for l in screen.splitlines())
+        assert len(re.findall(r"^.\d+\s+completed.*x=", screen, re.M)) == 4, screen
+        tm.keys("o")
+        tm.wait_screen(r"sorted by objective", "the sort status")
+        first = [l for l in tm.screen().splitlines() if re.match(r"^.\d+\s+completed", l)][0]
+        assert int(first[1:].split()[0]) == best, tm.screen()
+        tm.keys("q")
+    finally:
+        tm.close()
