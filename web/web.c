@@ -2,7 +2,8 @@
     request goes through, and turning a handler's answer into a response
     (see web.h; routes and shapes in docs/WEB.md).
 
-    Checks, in order: a known route (404) and method (405); for POST a JSON
+    Checks, in order: on a loopback address a Host header naming it (403:
+    DNS rebinding); a known route (404) and method (405); for POST a JSON
     content type (415), an Origin equal to the server's own when the
     browser sends one (403: cross-site requests), a body within
     WEB_MAX_BODY (413) that parses as a JSON object (400), and a valid
@@ -193,8 +194,32 @@ static int s_post_checks(web_req *r, const s_route *rt)
     return 0;
 }
 
+/* On a loopback address, the Host header must name it (127.0.0.1, localhost
+   or [::1] with our port): a page elsewhere whose name was made to point at
+   127.0.0.1 (DNS rebinding) gets nothing, not even reads. */
+static int s_host_ok(web_req *r)
+{
+    if (!r->w->loopback)
+        return 1;
+    const char *host = s_header(r, "Host");
+    if (!host)
+        return 0;
+    char want[64];
+    static const char *const names[] = {"127.0.0.1", "localhost", "[::1]"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(want, sizeof want, "%s:%d", names[i], r->w->port);
+        if (!strcmp(host, want))
+            return 1;
+    }
+    return 0;
+}
+
 static int s_dispatch(web_req *r)
 {
+    if (!s_host_ok(r))
+        return web__error(r, 403, "bad_host",
+                          "this server answers only to 127.0.0.1:%d or localhost:%d",
+                          r->w->port, r->w->port);
     if (strncmp(r->path, "/api/", 5) != 0 && strcmp(r->path, "/api")) {
         if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD"))
             return web__error(r, 405, "method", "only GET serves the page");
@@ -397,6 +422,7 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
     const union MHD_DaemonInfo *info =
         MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
     w->port = info ? info->port : ntohs(sa.sin_port);
+    w->loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
     w->warming = pthread_create(&w->warm, NULL, s_warm, w) == 0;
     return w;
 }

@@ -33,6 +33,7 @@ struct web {
     pthread_t warm;        /* reads the curves of every study at start */
     int warming;           /* the thread was started */
     int port;
+    int loopback; /* bound to 127.x.x.x: Host must name it */
 };
 
 /* One request: filled by web.c, answered by a handler. */

@@ -449,7 +449,8 @@ async function studyPage(name) {
     jz.curveLines = lines;
     const range = yRange(lines.map((l) => l.data));
     const b = bounds(lines, range);
-    const xtitle = { step: "step", time: "seconds since the trial's first point", epoch: "epoch", samples: "samples" }[S.xaxis];
+    const xtitle = { step: "step", time: "seconds since the trial's first point", epoch: "epoch", samples: "samples",
+      samples_bs: "samples (sum of batch_size over the steps)" }[S.xaxis];
     $("#curves-note").textContent = `${lines.length} trials, ${lines.reduce((n, l) => n + l.data.length, 0)} points (downsampled); ` +
       "dark = better final objective, red = best, dashed = stopped, ▲ = interventions and scheduler decisions. Click a curve to open its trial.";
     if (jz.charts.curves) jz.charts.curves.destroy();
@@ -482,13 +483,26 @@ async function studyPage(name) {
     metricSel.replaceChildren(...S.metrics.map((m) => el("option", { value: m, text: m })));
     metricSel.value = S.metric;
     const xs = ["step", "time", ...["epoch", "samples"].filter((m) => S.metrics.includes(m))];
-    xSel.replaceChildren(...xs.map((m) => el("option", { value: m, text: m })));
+    /* trials that report their batch size but not a sample count: the
+       samples seen, summed from batch_size over the steps */
+    if (!S.metrics.includes("samples") && S.metrics.includes("batch_size")) xs.push("samples_bs");
+    const label = { samples_bs: "samples (Σ batch_size)", time: "time (s)" };
+    xSel.replaceChildren(...xs.map((m) => el("option", { value: m, text: label[m] || m })));
     xSel.value = S.xaxis;
   }
   async function loadCurves() {
     const q = `/api/studies/${encodeURIComponent(name)}/curves?points=${data.points || 100}&metric=`;
     S.curves = (await getJSON(q + encodeURIComponent(S.metric))).trials;
-    if (S.xaxis !== "step" && S.xaxis !== "time" && !S.xcurves[S.xaxis])
+    if (S.xaxis === "samples_bs" && !S.xcurves.samples_bs) {
+      const bs = (await getJSON(q + "batch_size")).trials, cum = {};
+      for (const [tid, c] of Object.entries(bs)) {
+        const y = [];
+        let total = 0, prev = -1;
+        c.s.forEach((st, i) => { total += c.y[i] * (st - prev); prev = st; y.push(total); });
+        cum[tid] = { s: c.s, y };
+      }
+      S.xcurves.samples_bs = cum;
+    } else if (S.xaxis !== "step" && S.xaxis !== "time" && S.xaxis !== "samples_bs" && !S.xcurves[S.xaxis])
       S.xcurves[S.xaxis] = (await getJSON(q + encodeURIComponent(S.xaxis))).trials;
     drawCurves();
   }
