@@ -128,34 +128,45 @@ def convergence():
     d = abs(res["4 ranks dense"][1] - res["4 ranks top-k 1% EF"][1]) * 100
     d1 = abs(res["4 ranks dense"][1] - res["1 rank"][1]) * 100
     print(f"  test_acc: dense vs top-k {d:.2f} points, dense 4 ranks vs 1 rank {d1:.2f} "
-          f"points (goal: within 1)\n")
+          f"points (goal: within 1)")
+    # With top-k, LARS takes its trust ratio from an estimate of the dense
+    # gradient norm (trainer/train.c); the few coordinates sent per step over
+    # ~70 steps still limit what error feedback can deliver. The same
+    # comparison with SGD (momentum 0.9, lr 0.2) separates optimiser and
+    # compression.
+    sgd = [a if a not in ("lars", "8") else {"lars": "sgd", "8": "0.2"}[a] for a in base]
+    r2 = {}
+    for label, extra in (("dense", []), ("top-k 1% EF", ["--topk", "0.01"])):
+        p = mpi(4, *sgd, *extra, timeout=3600)
+        r2[label] = metric(p.stderr, "test_acc")[-1]
+    print(f"  same with SGD momentum lr 0.2, 4 ranks: dense test_acc {r2['dense']:.4f}, top-k 1% "
+          f"EF {r2['top-k 1% EF']:.4f} ({abs(r2['dense'] - r2['top-k 1% EF']) * 100:.2f} points)\n")
 
 
 # ---- 4. alpha-beta model ----------------------------------------------------------
 
 def fit(rows, p):
-    """t = 2(p-1) alpha + 2(p-1)/p S beta, least squares over sizes."""
-    xs = [(2 * (p - 1), 2 * (p - 1) / p * s) for s, _, _ in rows]
-    ys = [t for _, t, _ in rows]
-    # normal equations for two unknowns
-    a11 = sum(x[0] * x[0] for x in xs); a12 = sum(x[0] * x[1] for x in xs)
-    a22 = sum(x[1] * x[1] for x in xs)
-    b1 = sum(x[0] * y for x, y in zip(xs, ys)); b2 = sum(x[1] * y for x, y in zip(xs, ys))
-    det = a11 * a22 - a12 * a12
-    alpha = (b1 * a22 - b2 * a12) / det
-    beta = (a11 * b2 - a12 * b1) / det
-    return max(alpha, 1e-7), beta
+    """alpha from the smallest message (its time over the 2(p-1) ring steps),
+    beta from the messages of 1 MB and more (least squares through the
+    alpha intercept): a global least-squares fit is swamped by the noise of
+    oversubscribed cores."""
+    s0, t0, _ = rows[0]
+    alpha = t0 / (2 * (p - 1))
+    big = [(2 * (p - 1) / p * s, t - 2 * (p - 1) * alpha) for s, t, _ in rows if s >= 1 << 20]
+    beta = sum(x * y for x, y in big) / sum(x * x for x, _ in big)
+    return alpha, max(beta, 1e-12)
 
 
 def model(cv):
-    print("scaling model: ring time = 2(p-1) alpha + 2(p-1)/p S beta, fitted to the ring curves")
+    print("scaling model: ring time = 2(p-1) alpha + 2(p-1)/p S beta; alpha from the 4 KB ring "
+          "time, beta from the >= 1 MB ring times")
     alphas = []
     for np_, rows in sorted(cv.items()):
         a, b = fit(rows["ring"], np_)
         alphas.append(a)
         print(f"  {np_} ranks here: alpha {a * 1e6:.1f} us, 1/beta {1 / b / 1e9:.2f} GB/s "
               f"(shared memory, oversubscribed cores)")
-    alpha = max(alphas)
+    alpha = min(alphas)  # the least disturbed fit (the cores are shared and oversubscribed)
     B_in, B_out = 150e9, 100e9 / 8  # bytes/s: NVLink-class inside a node, 100 Gb/s between
     G = 8
     params = 25.6e6

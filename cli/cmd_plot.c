@@ -9,7 +9,8 @@
                step line (<path class="best">);
       curves   the objective (or --metric) of every trial's latest attempt
                against the step, the time since the trial's first point, or
-               another metric such as epoch or samples (--x), one <polyline
+               another metric such as epoch or samples (--x; samples falls
+               back to batch_size summed over the steps), one <polyline
                class="curve" id="trial-ID" data-trial=ID> per trial (empty
                points when it reported nothing yet; long curves thinned to
                2000 vertices), coloured by the trial's objective (dark is
@@ -37,7 +38,8 @@ static const char s_usage[] =
     "Writes an SVG of the optimisation history (every trial's objective and the\n"
     "best so far) and the learning curves (objective, or --metric, against the\n"
     "step, the seconds since the trial's first point, or another metric such as\n"
-    "epoch or samples; coloured by objective, interventions marked). The y range\n"
+    "epoch or samples (without a samples metric: batch_size summed over the\n"
+    "steps); coloured by objective, interventions marked). The y range\n"
     "follows the curves' tails unless --full-y. Default output: STUDY.svg;\n"
     "--output - writes to stdout.\n";
 
@@ -721,6 +723,17 @@ int cmd_plot(int argc, char **argv)
         p_curve xs = {0};
         if (metric_x) {
             store_trial_points(s, rows[i].id, xaxis, s_curve_add, &xs);
+            if (xs.n == 0 && !strcmp(xaxis, "samples")) {
+                /* no sample count reported: the batch sizes summed over the
+                   steps (jizhi-train reports batch_size every step) */
+                store_trial_points(s, rows[i].id, "batch_size", s_curve_add, &xs);
+                double total = 0, prev = -1;
+                for (long k = 0; k < xs.n; k++) {
+                    total += xs.y[k] * (xs.x[k] - prev);
+                    prev = xs.x[k];
+                    xs.y[k] = total;
+                }
+            }
             nx += xs.n;
         }
         s_curve_remap(&cv[i], xaxis, metric_x ? &xs : NULL);
@@ -731,9 +744,9 @@ int cmd_plot(int argc, char **argv)
     char path[1100];
     if (metric_x && nx == 0) {
         cli_error(
-            "plot: --x %s: no trial of %s reported a metric \"%s\" (use step, time, "
+            "plot: --x %s: no trial of %s reported a metric \"%s\"%s (use step, time, "
             "or a metric the trials report)",
-            xaxis, name, xaxis);
+            xaxis, name, xaxis, strcmp(xaxis, "samples") ? "" : " or batch_size");
         rc = CLI_USAGE;
         goto done;
     }

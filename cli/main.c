@@ -24,7 +24,7 @@ static const char s_usage[] =
     "  trial list STUDY | show ID | logs ID | stop ID | pause ID | resume ID\n"
     "        | set ID KEY=VALUE...\n"
     "  watch STUDY [--interval S]                  live terminal view; steer the trials\n"
-    "  plot STUDY [--output FILE.svg]              SVG: optimisation history, learning "
+    "  plot STUDY [--output FILE.svg] [--x step|time|METRIC]   SVG: history, learning "
     "curves\n"
     "  batchsize-eval [OPTS] -- COMMAND | --log FILE | --trial ID   critical batch size\n"
     "  serve [--http HOST:PORT] [--db FILE]        web dashboard and HTTP API\n"

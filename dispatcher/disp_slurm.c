@@ -37,6 +37,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@
 
 #define TAG "slurm"
 #define SLURM_CMD_TIMEOUT_S 30.0
-#define SLURM_OUT_MAX 65536
+#define SLURM_OUT_MAX (256 * 1024)
 
 extern char **environ;
 
@@ -189,43 +190,123 @@ static int s_cmd(char *const argv[], char **envp, char *out, size_t outsz, char 
 
 typedef enum { ST_QUEUED, ST_RUNNING, ST_REQUEUED, ST_ENDED, ST_UNKNOWN } s_kind;
 
-/* What a Slurm job state (squeue %T, scontrol JobState, sacct State) means
-   here. */
+/* How an ended job ended, for the report. */
+typedef enum {
+    END_EXIT,      /* ExitCode=code:signal tells */
+    END_CANCELLED, /* ours (killed) or someone else's (lost) */
+    END_TIMEOUT,   /* Slurm's time limit */
+    END_OOM,       /* killed for memory */
+    END_PREEMPTED, /* lost */
+    END_NODE_FAIL, /* lost */
+    END_OTHER,     /* lost */
+} s_end_kind;
+
+/* What a Slurm job state (squeue %T, scontrol JobState, sacct State)
+   means here. */
+static const struct {
+    const char *name;
+    s_kind kind;
+    s_end_kind end; /* for ST_ENDED */
+} s_states[] = {
+    {"PENDING", ST_QUEUED, 0},
+    {"CONFIGURING", ST_QUEUED, 0},
+    {"RESV_DEL_HOLD", ST_QUEUED, 0},
+    {"RUNNING", ST_RUNNING, 0},
+    {"COMPLETING", ST_RUNNING, 0},
+    {"SUSPENDED", ST_RUNNING, 0},
+    {"STOPPED", ST_RUNNING, 0},
+    {"SIGNALING", ST_RUNNING, 0},
+    {"STAGE_OUT", ST_RUNNING, 0},
+    {"RESIZING", ST_RUNNING, 0},
+    {"REQUEUED", ST_REQUEUED, 0},
+    {"REQUEUE_FED", ST_REQUEUED, 0},
+    {"REQUEUE_HOLD", ST_REQUEUED, 0},
+    {"SPECIAL_EXIT", ST_REQUEUED, 0},
+    {"COMPLETED", ST_ENDED, END_EXIT},
+    {"FAILED", ST_ENDED, END_EXIT},
+    {"CANCELLED", ST_ENDED, END_CANCELLED},
+    {"TIMEOUT", ST_ENDED, END_TIMEOUT},
+    {"DEADLINE", ST_ENDED, END_TIMEOUT},
+    {"NODE_FAIL", ST_ENDED, END_NODE_FAIL},
+    {"BOOT_FAIL", ST_ENDED, END_NODE_FAIL},
+    {"PREEMPTED", ST_ENDED, END_PREEMPTED},
+    {"OUT_OF_MEMORY", ST_ENDED, END_OOM},
+    {"REVOKED", ST_ENDED, END_OTHER},
+};
+
+/* The row of state st, or -1 when Slurm has a state this table lacks. */
+static int s_state_row(const char *st)
+{
+    for (size_t i = 0; i < sizeof s_states / sizeof s_states[0]; i++)
+        if (!strcmp(st, s_states[i].name))
+            return (int)i;
+    return -1;
+}
+
 static s_kind s_classify(const char *st)
 {
-    static const struct {
-        const char *name;
-        s_kind kind;
-    } tab[] = {
-        {"PENDING", ST_QUEUED},        {"CONFIGURING", ST_QUEUED},
-        {"RESV_DEL_HOLD", ST_QUEUED},  {"RUNNING", ST_RUNNING},
-        {"COMPLETING", ST_RUNNING},    {"SUSPENDED", ST_RUNNING},
-        {"STOPPED", ST_RUNNING},       {"SIGNALING", ST_RUNNING},
-        {"STAGE_OUT", ST_RUNNING},     {"RESIZING", ST_RUNNING},
-        {"REQUEUED", ST_REQUEUED},     {"REQUEUE_FED", ST_REQUEUED},
-        {"REQUEUE_HOLD", ST_REQUEUED}, {"SPECIAL_EXIT", ST_REQUEUED},
-        {"COMPLETED", ST_ENDED},       {"FAILED", ST_ENDED},
-        {"CANCELLED", ST_ENDED},       {"TIMEOUT", ST_ENDED},
-        {"DEADLINE", ST_ENDED},        {"NODE_FAIL", ST_ENDED},
-        {"BOOT_FAIL", ST_ENDED},       {"PREEMPTED", ST_ENDED},
-        {"OUT_OF_MEMORY", ST_ENDED},   {"REVOKED", ST_ENDED},
-    };
-    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
-        if (!strcmp(st, tab[i].name))
-            return tab[i].kind;
-    return ST_UNKNOWN;
+    int r = s_state_row(st);
+    return r < 0 ? ST_UNKNOWN : s_states[r].kind;
+}
+
+/* The one transition function of a job: QUEUED -> RUNNING -> ENDED, or
+   QUEUED -> ENDED. Nothing leaves ENDED; a job back in the queue after it
+   ran is ended as lost by its caller, not moved back. */
+static void s_job_move(s_job *j, s_job_state to)
+{
+    static const char *const names[] = {"queued", "running", "ended"};
+    int ok = (j->state == JOB_QUEUED && to != JOB_QUEUED) ||
+             (j->state == JOB_RUNNING && to == JOB_ENDED) || j->state == to;
+    if (!ok) {
+        log_error(TAG, "job %ld: no move from %s to %s", j->id, names[j->state],
+                  names[to]);
+        return;
+    }
+    if (to == JOB_RUNNING || (to == JOB_ENDED && j->state == JOB_RUNNING))
+        j->ran = 1;
+    j->state = to;
+}
+
+/* Ends j as lost, with what happened. */
+static void s_end_lost(s_job *j, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void s_end_lost(s_job *j, const char *fmt, ...)
+{
+    memset(&j->end, 0, sizeof j->end);
+    j->end.how = "lost";
+    j->end.code = -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->end.what, sizeof j->end.what, fmt, ap);
+    va_end(ap);
+    s_job_move(j, JOB_ENDED);
 }
 
 /* Fills j->end from a final state and ExitCode=code:sig. */
 static void s_set_end(s_job *j, const char *state, int code, int sig)
 {
-    disp__end *e = &j->end;
-    memset(e, 0, sizeof *e);
-    e->code = -1;
-    if (j->state == JOB_RUNNING || strcmp(state, "CANCELLED"))
+    int r = s_state_row(state);
+    s_end_kind kind = r < 0 || s_states[r].kind != ST_ENDED ? END_OTHER : s_states[r].end;
+    if (kind != END_CANCELLED)
         j->ran = 1; /* only a cancel ends a job that never ran */
-    j->state = JOB_ENDED;
-    if (!strcmp(state, "COMPLETED") || !strcmp(state, "FAILED")) {
+    disp__end *e = &j->end;
+    switch (kind) {
+    case END_CANCELLED:
+        if (!j->cancelled) {
+            s_end_lost(j,
+                       "Slurm job %ld was cancelled outside jizhi (scancel by a user or "
+                       "an administrator)",
+                       j->id);
+            return;
+        }
+        memset(e, 0, sizeof *e);
+        e->code = -1;
+        e->sig = sig > 0 ? sig : SIGTERM;
+        snprintf(e->what, sizeof e->what, "Slurm job %ld cancelled (scancel)", j->id);
+        break;
+    case END_EXIT:
+        memset(e, 0, sizeof *e);
+        e->code = -1;
         if (sig > 0) {
             e->sig = sig;
             snprintf(e->what, sizeof e->what,
@@ -235,36 +316,33 @@ static void s_set_end(s_job *j, const char *state, int code, int sig)
             e->code = code;
             snprintf(e->what, sizeof e->what, "exit code %d", code);
         }
-    } else if (!strcmp(state, "CANCELLED") && j->cancelled) {
-        e->sig = sig > 0 ? sig : SIGTERM;
-        snprintf(e->what, sizeof e->what, "Slurm job %ld cancelled (scancel)", j->id);
-    } else if (!strcmp(state, "CANCELLED")) {
-        e->how = "lost";
-        snprintf(e->what, sizeof e->what,
-                 "Slurm job %ld was cancelled outside jizhi (scancel by a user or an "
-                 "administrator)",
-                 j->id);
-    } else if (!strcmp(state, "TIMEOUT") || !strcmp(state, "DEADLINE")) {
+        break;
+    case END_TIMEOUT:
+        memset(e, 0, sizeof *e);
+        e->code = -1;
         e->how = "timeout";
         e->sig = sig;
         snprintf(e->what, sizeof e->what, "Slurm job %ld reached its time limit (%s)",
                  j->id, state);
-    } else if (!strcmp(state, "OUT_OF_MEMORY")) {
+        break;
+    case END_OOM:
+        memset(e, 0, sizeof *e);
+        e->code = -1;
         e->sig = SIGKILL;
         snprintf(e->what, sizeof e->what,
                  "Slurm job %ld ran out of memory (OUT_OF_MEMORY)", j->id);
-    } else if (!strcmp(state, "PREEMPTED")) {
-        e->how = "lost";
-        snprintf(e->what, sizeof e->what, "Slurm job %ld was preempted", j->id);
-    } else if (!strcmp(state, "NODE_FAIL") || !strcmp(state, "BOOT_FAIL")) {
-        e->how = "lost";
-        snprintf(e->what, sizeof e->what, "Slurm job %ld: its node failed (%s)", j->id,
-                 state);
-    } else {
-        e->how = "lost";
-        snprintf(e->what, sizeof e->what, "Slurm job %ld ended in state %.40s", j->id,
-                 state);
+        break;
+    case END_PREEMPTED:
+        s_end_lost(j, "Slurm job %ld was preempted", j->id);
+        return;
+    case END_NODE_FAIL:
+        s_end_lost(j, "Slurm job %ld: its node failed (%s)", j->id, state);
+        return;
+    case END_OTHER:
+        s_end_lost(j, "Slurm job %ld ended in state %.40s", j->id, state);
+        return;
     }
+    s_job_move(j, JOB_ENDED);
 }
 
 /* The value of KEY= in a `scontrol show job -o` line (words separated by
@@ -502,7 +580,7 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
         goto out;
     }
     j->id = id;
-    j->state = JOB_QUEUED;
+    j->state = JOB_QUEUED; /* where every job starts */
     p->pid = (pid_t)id;
     p->job = j;
     j = NULL;
@@ -552,14 +630,8 @@ static void s_requeued(s_job *j, const char *state)
              "trial as a new attempt",
              j->id, state);
     s_cancel(j, 0);
-    j->ran = j->state == JOB_RUNNING;
-    memset(&j->end, 0, sizeof j->end);
-    j->end.how = "lost";
-    j->end.code = -1;
-    snprintf(j->end.what, sizeof j->end.what,
-             "Slurm job %ld was requeued (%s: preempted, or its node failed)", j->id,
-             state);
-    j->state = JOB_ENDED;
+    s_end_lost(j, "Slurm job %ld was requeued (%s: preempted, or its node failed)", j->id,
+               state);
 }
 
 static void s_refresh(disp__backend *b, disp__proc **procs, size_t n, double now)
@@ -568,43 +640,21 @@ static void s_refresh(disp__backend *b, disp__proc **procs, size_t n, double now
     if (now - s->last_poll < s->poll_s)
         return;
     s->last_poll = now;
-    size_t cap = 16, len = 0, live = 0;
-    char *ids = malloc(cap);
-    if (!ids)
-        return;
-    ids[0] = 0;
+    int live = 0;
     for (size_t i = 0; i < n; i++) {
         s_job *j = procs[i]->job;
-        if (!j || j->state == JOB_ENDED)
-            continue;
-        char one[32];
-        int k = snprintf(one, sizeof one, "%s%ld", live ? "," : "", j->id);
-        if (len + (size_t)k + 1 > cap) {
-            char *ni = realloc(ids, cap = 2 * (len + (size_t)k + 1));
-            if (!ni) {
-                free(ids);
-                return;
-            }
-            ids = ni;
-        }
-        memcpy(ids + len, one, (size_t)k + 1);
-        len += (size_t)k;
-        live++;
+        live |= j && j->state != JOB_ENDED;
     }
-    if (!live) {
-        free(ids);
+    if (!live)
         return;
-    }
-    char *argv[] = {"squeue", "-h", "-t", "all", "-o", "%i|%T", "-j", ids, NULL};
+    /* all of the user's jobs Slurm still remembers, ours picked out here:
+       asking for ids (-j) fails as a whole once one of them is forgotten */
+    char *argv[] = {"squeue", "-h", "--me", "-t", "all", "-o", "%i|%T", NULL};
     char *out = malloc(SLURM_OUT_MAX), err[1024];
-    if (!out) {
-        free(ids);
+    if (!out)
         return;
-    }
-    int x = s_cmd(argv, NULL, out, SLURM_OUT_MAX, err, sizeof err, SLURM_CMD_TIMEOUT_S);
-    free(ids);
-    /* one id that Slurm forgot makes squeue fail: then none is listed */
-    if (x != 0 && !strstr(err, "Invalid job id")) {
+    if (s_cmd(argv, NULL, out, SLURM_OUT_MAX, err, sizeof err, SLURM_CMD_TIMEOUT_S) !=
+        0) {
         if (!s->squeue_down)
             log_warn(TAG, "squeue failed (%s); job states unknown until it answers", err);
         s->squeue_down = 1;
@@ -617,7 +667,7 @@ static void s_refresh(disp__backend *b, disp__proc **procs, size_t n, double now
     for (size_t i = 0; i < n; i++)
         if (procs[i]->job)
             ((s_job *)procs[i]->job)->unseen++;
-    for (char *line = out, *next; x == 0 && line && *line; line = next) {
+    for (char *line = out, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         if (next)
             *next++ = 0;
@@ -636,7 +686,7 @@ static void s_refresh(disp__backend *b, disp__proc **procs, size_t n, double now
                 s_requeued(j, state);
             break;
         case ST_RUNNING:
-            j->state = JOB_RUNNING;
+            s_job_move(j, JOB_RUNNING);
             break;
         case ST_REQUEUED:
             if (!j->cancelled)
@@ -652,24 +702,23 @@ static void s_refresh(disp__backend *b, disp__proc **procs, size_t n, double now
         }
     }
     free(out);
-    /* not listed at all: purged from slurmctld's memory already */
+    /* not listed (squeue's output cut short, or slurmctld forgot it) */
     for (size_t i = 0; i < n; i++) {
         s_job *j = procs[i]->job;
         if (!j || j->state == JOB_ENDED || j->unseen == 0)
             continue;
-        int r = s_lookup_end(s, j);
-        if (r < 0 && j->unseen >= 3) {
-            memset(&j->end, 0, sizeof j->end);
-            j->end.how = j->cancelled ? NULL : "lost";
-            j->end.code = -1;
-            j->end.unknown = j->cancelled;
-            j->ran = j->state == JOB_RUNNING;
-            snprintf(j->end.what, sizeof j->end.what,
-                     "Slurm job %ld is gone and neither scontrol nor sacct knows how it "
-                     "ended",
-                     j->id);
-            j->state = JOB_ENDED;
+        if (s_lookup_end(s, j) >= 0 || j->unseen < 3)
+            continue;
+        const char *what = "is gone and neither scontrol nor sacct knows how it ended";
+        if (!j->cancelled) {
+            s_end_lost(j, "Slurm job %ld %s", j->id, what);
+            continue;
         }
+        memset(&j->end, 0, sizeof j->end); /* ours, and over */
+        j->end.code = -1;
+        j->end.unknown = 1;
+        snprintf(j->end.what, sizeof j->end.what, "Slurm job %ld %s", j->id, what);
+        s_job_move(j, JOB_ENDED);
     }
 }
 
@@ -790,7 +839,9 @@ static size_t s_adopt(disp__backend *b, disp__proc ***out)
         p->pid = (pid_t)id;
         p->ranks = ranks;
         j->id = id;
-        j->state = kind == ST_RUNNING ? JOB_RUNNING : JOB_QUEUED;
+        j->state = JOB_QUEUED;
+        if (kind == ST_RUNNING)
+            s_job_move(j, JOB_RUNNING);
         p->job = j;
         v[n++] = p;
         log_info(TAG, "took back job %ld (%s): trial %ld attempt %ld", id, state, trial,

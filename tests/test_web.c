@@ -174,6 +174,12 @@ TEST(curves_are_downsampled_means_and_follow_new_points)
     json_error_t jerr;
     json_t *j = json_loads(b.data, 0, &jerr);
     REQUIRE(j);
+    /* the same question with nothing new: the same answer */
+    web_buf again;
+    web_buf_init(&again);
+    REQUIRE(web_curves_json(c, s, sid, "loss", 10, 1, &again, err, sizeof err) == 0);
+    CHECK_STR(again.data, b.data);
+    web_buf_fini(&again);
     json_t *trials = json_object_get(j, "trials");
     CHECK(json_object_size(trials) == 3);
     const char *key;

@@ -6,6 +6,7 @@
     macros do in the trainer. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "trainer/comm.h"
 
@@ -16,28 +17,39 @@ typedef struct {
     int we_init; /* this object called MPI_Init_thread */
 } s_mpi;
 
+/* Waits for the requests without holding a core: a short spin, then
+   sleeps of 20 us between tests. MPI's blocking calls poll at full speed,
+   which on a shared CPU takes the core from the training thread while the
+   communication thread waits. */
+static int s_wait(MPI_Request *r, int n)
+{
+    for (long i = 0;; i++) {
+        int done = 0;
+        if (MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return -1;
+        if (done)
+            return 0;
+        if (i > 200) {
+            struct timespec ts = {0, 20 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 static int s_sendrecv(void *self, const void *sbuf, size_t sbytes, int dst, void *rbuf,
                       size_t rbytes, int src)
 {
     (void)self;
     const int tag = 77;
-    if (dst >= 0 && src >= 0)
-        return MPI_Sendrecv(sbuf, (int)sbytes, MPI_BYTE, dst, tag, rbuf, (int)rbytes,
-                            MPI_BYTE, src, tag, MPI_COMM_WORLD,
-                            MPI_STATUS_IGNORE) == MPI_SUCCESS
-                   ? 0
-                   : -1;
-    if (dst >= 0)
-        return MPI_Send(sbuf, (int)sbytes, MPI_BYTE, dst, tag, MPI_COMM_WORLD) ==
-                       MPI_SUCCESS
-                   ? 0
-                   : -1;
-    if (src >= 0)
-        return MPI_Recv(rbuf, (int)rbytes, MPI_BYTE, src, tag, MPI_COMM_WORLD,
-                        MPI_STATUS_IGNORE) == MPI_SUCCESS
-                   ? 0
-                   : -1;
-    return 0;
+    MPI_Request r[2];
+    int n = 0;
+    if (src >= 0 && MPI_Irecv(rbuf, (int)rbytes, MPI_BYTE, src, tag, MPI_COMM_WORLD,
+                              &r[n++]) != MPI_SUCCESS)
+        return -1;
+    if (dst >= 0 && MPI_Isend(sbuf, (int)sbytes, MPI_BYTE, dst, tag, MPI_COMM_WORLD,
+                              &r[n++]) != MPI_SUCCESS)
+        return -1;
+    return n ? s_wait(r, n) : 0;
 }
 
 static int s_allreduce_f(void *self, float *buf, long n)

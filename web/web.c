@@ -2,7 +2,8 @@
     request goes through, and turning a handler's answer into a response
     (see web.h; routes and shapes in docs/WEB.md).
 
-    Checks, in order: a known route (404) and method (405); for POST a JSON
+    Checks, in order: on a loopback address a Host header naming it (403:
+    DNS rebinding); a known route (404) and method (405); for POST a JSON
     content type (415), an Origin equal to the server's own when the
     browser sends one (403: cross-site requests), a body within
     WEB_MAX_BODY (413) that parses as a JSON object (400), and a valid
@@ -14,6 +15,7 @@
 #include "../common/log.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -192,8 +194,32 @@ static int s_post_checks(web_req *r, const s_route *rt)
     return 0;
 }
 
+/* On a loopback address, the Host header must name it (127.0.0.1, localhost
+   or [::1] with our port): a page elsewhere whose name was made to point at
+   127.0.0.1 (DNS rebinding) gets nothing, not even reads. */
+static int s_host_ok(web_req *r)
+{
+    if (!r->w->loopback)
+        return 1;
+    const char *host = s_header(r, "Host");
+    if (!host)
+        return 0;
+    char want[64];
+    static const char *const names[] = {"127.0.0.1", "localhost", "[::1]"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(want, sizeof want, "%s:%d", names[i], r->w->port);
+        if (!strcmp(host, want))
+            return 1;
+    }
+    return 0;
+}
+
 static int s_dispatch(web_req *r)
 {
+    if (!s_host_ok(r))
+        return web__error(r, 403, "bad_host",
+                          "this server answers only to 127.0.0.1:%d or localhost:%d",
+                          r->w->port, r->w->port);
     if (strncmp(r->path, "/api/", 5) != 0 && strcmp(r->path, "/api")) {
         if (strcmp(r->method, "GET") && strcmp(r->method, "HEAD"))
             return web__error(r, 405, "method", "only GET serves the page");
@@ -309,6 +335,31 @@ static void s_mhd_log(void *cls, const char *fmt, va_list ap)
     log_debug("web", "%s", text);
 }
 
+/* At start, reads every study's points into the curve cache, a slice at a
+   time, so that the first look at a big study does not wait for them. */
+static void *s_warm(void *arg)
+{
+    web_t *w = arg;
+    char err[600];
+    store_t *s = store_open(w->db, 1, err, sizeof err);
+    json_t *list = s ? store_study_list(s) : NULL;
+    size_t i;
+    json_t *row;
+    json_array_foreach(list, i, row)
+    {
+        long id = (long)json_integer_value(json_object_get(row, "id"));
+        long got;
+        while (!w->stopping &&
+               (got = web_curves_warm(w->curves, s, id, 200000, err, sizeof err)) > 0)
+            ;
+        if (w->stopping)
+            break;
+    }
+    json_decref(list);
+    store_close(&s);
+    return NULL;
+}
+
 static int s_parse_listen(const char *listen, struct sockaddr_in *sa, char *err,
                           size_t errsize)
 {
@@ -371,6 +422,8 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
     const union MHD_DaemonInfo *info =
         MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
     w->port = info ? info->port : ntohs(sa.sin_port);
+    w->loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
+    w->warming = pthread_create(&w->warm, NULL, s_warm, w) == 0;
     return w;
 }
 
@@ -385,6 +438,8 @@ void web_destroy(web_t **wp)
         return;
     web_t *w = *wp;
     w->stopping = 1;
+    if (w->warming)
+        pthread_join(w->warm, NULL);
     MHD_stop_daemon(w->d);
     web_curves_destroy(&w->curves);
     free(w);

@@ -36,12 +36,18 @@ typedef struct study {
     trial *trials; /* hash table, open addressing on id */
     size_t ntrials, tcap;
     long *order; /* trial ids in first-seen order */
+    /* the last answer, reused while no point was added */
+    web_buf last;
+    char last_metric[128];
+    int last_points, last_band;
+    long last_after; /* `after` when it was made; -1: none */
     struct study *next;
 } study;
 
 struct web_curves {
     pthread_mutex_t mu;
     study *studies;
+    int reuse; /* reuse the last answer while nothing changed */
 };
 
 static void *s_alloc(size_t n)
@@ -56,6 +62,8 @@ web_curves_t *web_curves_new(void)
 {
     web_curves_t *c = s_alloc(sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
+    const char *e = getenv("JIZHI_WEB_CURVE_REUSE"); /* 0: off, for measurements */
+    c->reuse = !(e && !strcmp(e, "0"));
     return c;
 }
 
@@ -71,6 +79,7 @@ static void s_study_free(study *st)
         free(st->names[k]);
     free(st->trials);
     free(st->order);
+    web_buf_fini(&st->last);
     free(st);
 }
 
@@ -233,8 +242,8 @@ static int s_fold(void *arg, const store_metric_row *r)
 }
 
 /* Finds or makes the study's cache and folds in what is new. Locked. */
-static study *s_update(web_curves_t *c, store_t *s, long study_id, char *err,
-                       size_t errsize)
+static study *s_update(web_curves_t *c, store_t *s, long study_id, long limit, long *got,
+                       char *err, size_t errsize)
 {
     study *st = c->studies;
     while (st && st->id != study_id)
@@ -242,13 +251,18 @@ static study *s_update(web_curves_t *c, store_t *s, long study_id, char *err,
     if (!st) {
         st = s_alloc(sizeof *st);
         st->id = study_id;
+        st->last_after = -1;
+        web_buf_init(&st->last);
         st->next = c->studies;
         c->studies = st;
     }
-    if (store_study_points_since(s, study_id, &st->after, 0, s_fold, st) < 0) {
+    long n = store_study_points_since(s, study_id, &st->after, limit, s_fold, st);
+    if (n < 0) {
         snprintf(err, errsize, "reading metrics: %s", store_errmsg(s));
         return NULL;
     }
+    if (got)
+        *got = n;
     return st;
 }
 
@@ -298,11 +312,18 @@ int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metr
     if (points > WEB_CURVE_BUCKETS)
         points = WEB_CURVE_BUCKETS;
     pthread_mutex_lock(&c->mu);
-    study *st = s_update(c, s, study_id, err, errsize);
+    study *st = s_update(c, s, study_id, 0, NULL, err, errsize);
     if (!st) {
         pthread_mutex_unlock(&c->mu);
         return -1;
     }
+    if (c->reuse && st->last_after == st->after && st->last_points == points &&
+        st->last_band == band && !strcmp(st->last_metric, metric)) {
+        web_buf_add(out, st->last.data, st->last.len);
+        pthread_mutex_unlock(&c->mu);
+        return 0;
+    }
+    size_t start = out->len;
     int k = -1;
     for (int i = 0; i < st->nnames; i++)
         if (!strcmp(st->names[i], metric))
@@ -322,6 +343,14 @@ int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metr
         s_emit(t->c[k], points, band, out);
     }
     web_buf_str(out, "}}");
+    if (c->reuse && strlen(metric) < sizeof st->last_metric) {
+        st->last.len = 0;
+        web_buf_add(&st->last, out->data + start, out->len - start);
+        snprintf(st->last_metric, sizeof st->last_metric, "%s", metric);
+        st->last_points = points;
+        st->last_band = band;
+        st->last_after = st->after;
+    }
     pthread_mutex_unlock(&c->mu);
     return 0;
 }
@@ -330,7 +359,7 @@ int web_curves_names(web_curves_t *c, store_t *s, long study_id, web_buf *out, c
                      size_t errsize)
 {
     pthread_mutex_lock(&c->mu);
-    study *st = s_update(c, s, study_id, err, errsize);
+    study *st = s_update(c, s, study_id, 0, NULL, err, errsize);
     if (st) {
         web_buf_str(out, "[");
         for (int i = 0; i < st->nnames; i++) {
@@ -342,4 +371,14 @@ int web_curves_names(web_curves_t *c, store_t *s, long study_id, web_buf *out, c
     }
     pthread_mutex_unlock(&c->mu);
     return st ? 0 : -1;
+}
+
+long web_curves_warm(web_curves_t *c, store_t *s, long study_id, long limit, char *err,
+                     size_t errsize)
+{
+    long got = 0;
+    pthread_mutex_lock(&c->mu);
+    study *st = s_update(c, s, study_id, limit, &got, err, errsize);
+    pthread_mutex_unlock(&c->mu);
+    return st ? got : -1;
 }

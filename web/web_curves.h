@@ -8,6 +8,9 @@
     only the points stored since the previous one (by rowid), so a page
     with 1000 trials x 10 000 points costs one full read, then what is new.
 
+    The last answer per study is kept and given again while no point was
+    added (JIZHI_WEB_CURVE_REUSE=0 turns that off, for measurements).
+
     Thread-safe (one mutex). Out of memory aborts (the server's policy).
 */
 #ifndef JZ_WEB_CURVES_H
@@ -36,6 +39,12 @@ int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metr
 /* Names of the metrics seen in the study so far (after the same update):
    a JSON array appended to out. 0 or -1. */
 int web_curves_names(web_curves_t *c, store_t *s, long study_id, web_buf *out, char *err,
+                     size_t errsize);
+
+/* Reads at most `limit` new points of the study into the cache (the
+   server warms its caches at start with this, a slice at a time).
+   Returns how many it read (0: up to date), or -1 with err. */
+long web_curves_warm(web_curves_t *c, store_t *s, long study_id, long limit, char *err,
                      size_t errsize);
 
 #endif

@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 
 #define WEB_MAX_BODY (1024 * 1024) /* bytes of a POST body */
 
@@ -28,8 +29,11 @@ struct web {
     char db[1024];        /* store path */
     char controller[512]; /* fixed endpoint, "" to read <db>.endpoint */
     web_curves_t *curves;
-    volatile int stopping; /* set by web_destroy: streams end */
+    volatile int stopping; /* set by web_destroy: streams and the warm-up end */
+    pthread_t warm;        /* reads the curves of every study at start */
+    int warming;           /* the thread was started */
     int port;
+    int loopback; /* bound to 127.x.x.x: Host must name it */
 };
 
 /* One request: filled by web.c, answered by a handler. */

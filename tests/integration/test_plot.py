@@ -143,3 +143,22 @@ def test_plot_marks_stopped_trials_interventions_and_takes_an_x_axis(jz):
     os.remove(out)
     p = jz.run("plot", "marks", "--db", jz.db, "--output", out, "--x", "epoch")
     assert p.returncode == 2 and "epoch" in p.stderr and not os.path.exists(out)
+
+
+def test_plot_x_samples_sums_batch_size_when_no_samples_metric(jz):
+    prog = os.path.join(jz.dir, "bs.sh")
+    with open(prog, "w") as f:
+        f.write("#!/bin/sh\nfor s in 0 1 2 3 4; do\n"
+                "  jizhi report --step $s batch_size=32 score=$s || exit 1\ndone\n")
+    os.chmod(prog, os.stat(prog).st_mode | stat.S_IXUSR)
+    jz.run("run", jz.write_spec(base_spec("bs", [prog], trials=1, parallel=1)), timeout=120,
+           check=0)
+    out = os.path.join(jz.dir, "bs.svg")
+    jz.run("plot", "bs", "--db", jz.db, "--output", out, "--x", "samples", check=0)
+    root = ET.parse(out).getroot()
+    (curve,) = [el for el in root.iter(SVG + "polyline") if "curve" in classes(el)]
+    xs = [float(p.split(",")[0]) for p in curve.get("points").split()]
+    assert len(xs) == 5 and xs == sorted(xs) and len(set(xs)) == 5
+    ticks = [t.text for t in root.iter(SVG + "text") if "tick-label" in classes(t)]
+    assert "160" in ticks  # 5 steps x 32 samples
+    assert "samples" in [t.text for t in root.iter(SVG + "text")]

@@ -270,10 +270,23 @@ def test_bad_requests_get_4xx_json_and_change_nothing(jz):
             assert (st, isinstance(j, dict) and j.get("error")) == (status, err), (method, u, kw, j)
             assert isinstance(j["message"], str) and j["message"]
         # a raw request with a path that climbs out of the root
-        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), 10) as s:
-            s.sendall(b"GET /../../../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n")
-            reply = s.recv(4096)
+        port = int(url.rsplit(":", 1)[1])
+
+        def raw(path, host):
+            with socket.create_connection(("127.0.0.1", port), 10) as sock:
+                sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n"
+                             "Connection: close\r\n\r\n".encode())
+                out = b""
+                while chunk := sock.recv(65536):
+                    out += chunk
+            return out
+        reply = raw("/../../../../etc/passwd", f"127.0.0.1:{port}")
         assert reply.startswith(b"HTTP/1.1 404") and b"root:" not in reply
+        # DNS rebinding: a name other than the loopback address gets nothing
+        reply = raw("/api/studies", f"evil.example:{port}")
+        assert reply.startswith(b"HTTP/1.1 403") and b"bad_host" in reply
+        assert b"b1" not in reply
+        assert raw("/api/studies", f"localhost:{port}").startswith(b"HTTP/1.1 200")
         # GETs on every read endpoint change nothing either
         for path in ("/api/studies", "/api/studies/b1", "/api/studies/b1/trials",
                      "/api/studies/b1/events", "/api/studies/b1/curves", "/api/studies/b1/page",

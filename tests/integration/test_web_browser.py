@@ -132,6 +132,14 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
                                  ".map(r => Number(r.dataset.trial))")
         assert ids == sorted(ids, reverse=True)
         study_png = shot(drv, "web-study.png")
+        # the x axis and the log scale switch
+        from selenium.webdriver.support.ui import Select
+        Select(drv.find_element("id", "curve-x")).select_by_value("time")
+        wait_js(drv, "jz.charts.curves.options.scales.x.title.text.startsWith('seconds')",
+                what="x = time")
+        assert drv.execute_script("return jz.curveLines.every(l => l.data.every(p => p.x >= 0))")
+        drv.find_element("id", "curve-log").click()
+        wait_js(drv, "jz.charts.curves.options.scales.y.type === 'logarithmic'", what="log y")
 
         # the trial page: set lr through the form, with a token
         (tid,) = jz.sql("SELECT id FROM trials WHERE state='running' ORDER BY id LIMIT 1")[0]

@@ -439,6 +439,7 @@ async function studyPage(name) {
     }
     if (!(xmax >= xmin)) return {};
     if (xmax === xmin) xmax = xmin + 1;
+    if (xmin > 0 && xmin < 0.1 * xmax) xmin = 0; /* start the axis at 0, not at a bucket's end */
     const y = range.min !== undefined ? range : ymax > ymin ? { min: ymin, max: ymax } : { min: ymin - 1, max: ymax + 1 };
     return { x: { min: xmin, max: xmax }, y };
   }
@@ -448,7 +449,8 @@ async function studyPage(name) {
     jz.curveLines = lines;
     const range = yRange(lines.map((l) => l.data));
     const b = bounds(lines, range);
-    const xtitle = { step: "step", time: "seconds since the trial's first point", epoch: "epoch", samples: "samples" }[S.xaxis];
+    const xtitle = { step: "step", time: "seconds since the trial's first point", epoch: "epoch", samples: "samples",
+      samples_bs: "samples (sum of batch_size over the steps)" }[S.xaxis];
     $("#curves-note").textContent = `${lines.length} trials, ${lines.reduce((n, l) => n + l.data.length, 0)} points (downsampled); ` +
       "dark = better final objective, red = best, dashed = stopped, ▲ = interventions and scheduler decisions. Click a curve to open its trial.";
     if (jz.charts.curves) jz.charts.curves.destroy();
@@ -481,13 +483,26 @@ async function studyPage(name) {
     metricSel.replaceChildren(...S.metrics.map((m) => el("option", { value: m, text: m })));
     metricSel.value = S.metric;
     const xs = ["step", "time", ...["epoch", "samples"].filter((m) => S.metrics.includes(m))];
-    xSel.replaceChildren(...xs.map((m) => el("option", { value: m, text: m })));
+    /* trials that report their batch size but not a sample count: the
+       samples seen, summed from batch_size over the steps */
+    if (!S.metrics.includes("samples") && S.metrics.includes("batch_size")) xs.push("samples_bs");
+    const label = { samples_bs: "samples (Σ batch_size)", time: "time (s)" };
+    xSel.replaceChildren(...xs.map((m) => el("option", { value: m, text: label[m] || m })));
     xSel.value = S.xaxis;
   }
   async function loadCurves() {
     const q = `/api/studies/${encodeURIComponent(name)}/curves?points=${data.points || 100}&metric=`;
     S.curves = (await getJSON(q + encodeURIComponent(S.metric))).trials;
-    if (S.xaxis !== "step" && S.xaxis !== "time" && !S.xcurves[S.xaxis])
+    if (S.xaxis === "samples_bs" && !S.xcurves.samples_bs) {
+      const bs = (await getJSON(q + "batch_size")).trials, cum = {};
+      for (const [tid, c] of Object.entries(bs)) {
+        const y = [];
+        let total = 0, prev = -1;
+        c.s.forEach((st, i) => { total += c.y[i] * (st - prev); prev = st; y.push(total); });
+        cum[tid] = { s: c.s, y };
+      }
+      S.xcurves.samples_bs = cum;
+    } else if (S.xaxis !== "step" && S.xaxis !== "time" && S.xaxis !== "samples_bs" && !S.xcurves[S.xaxis])
       S.xcurves[S.xaxis] = (await getJSON(q + encodeURIComponent(S.xaxis))).trials;
     drawCurves();
   }
@@ -526,7 +541,7 @@ async function studyPage(name) {
     const scores = withV.map(trialScore);
     const vlo = Math.min(...scores), vhi = Math.max(...scores);
     axes.push({ name: S.study.objective.metric, pos: (v) => (vhi > vlo ? (v - vlo) / (vhi - vlo) : 0.5), lo: vlo, hi: vhi, objective: true });
-    const top = 28, bottom = H - 26, left = 40, right = W - 40;
+    const top = 44, bottom = H - 26, left = 40, right = W - 40;
     const ax = (i) => (axes.length > 1 ? left + (i * (right - left)) / (axes.length - 1) : (left + right) / 2);
     const y = (u) => bottom - u * (bottom - top);
     const col = colours();
@@ -549,10 +564,10 @@ async function studyPage(name) {
     g.font = "12px system-ui, sans-serif"; g.textAlign = "center";
     axes.forEach((a, i) => {
       g.beginPath(); g.moveTo(ax(i), top); g.lineTo(ax(i), bottom); g.stroke();
-      g.fillText(a.name, ax(i), top - 10);
+      g.fillText(a.name, ax(i), top - 22);
       g.font = "11px system-ui, sans-serif"; g.fillStyle = "#6a7489";
       if (a.cats) a.cats.forEach((c) => g.fillText(c, ax(i), y(a.pos(c)) - 3));
-      else { g.fillText(fmt(a.hi), ax(i), top + 12 > bottom ? top : top - 0 + 12); g.fillText(fmt(a.lo), ax(i), bottom + 14); }
+      else { g.fillText(fmt(a.hi), ax(i), top - 6); g.fillText(fmt(a.lo), ax(i), bottom + 14); }
       g.font = "12px system-ui, sans-serif"; g.fillStyle = "#33405e";
     });
     if (!withV.length) { g.fillStyle = "#7a8499"; g.fillText("no trial has a value yet", W / 2, H / 2); }
