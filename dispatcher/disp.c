@@ -391,8 +391,9 @@ static void s_terminate(disp_t *d, disp__proc *p, const char *how, const char *r
     d->be->ops->signal(d->be, p, SIGTERM);
     d->be->ops->signal(d->be, p, SIGCONT); /* a stopped process must see it */
     p->kill_at = util_now() + d->kill_grace_s;
-    log_info(TAG, "trial %ld.%ld: %s, SIGTERM to process group %d", p->trial, p->attempt,
-             !strcmp(how, "timeout") ? "timed out" : "kill requested", (int)p->pid);
+    log_info(TAG, "trial %ld.%ld: %s, SIGTERM to %s %d", p->trial, p->attempt,
+             !strcmp(how, "timeout") ? "timed out" : "kill requested",
+             d->be->ops->id_word, (int)p->pid);
 }
 
 /* Picks `want` free GPUs into a new array; NULL when there are not enough
