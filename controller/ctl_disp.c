@@ -78,15 +78,36 @@ void ctl__disp_release(ctl_trial *t)
     t->disp = NULL;
 }
 
+/* 1 when some loaded trial is bound to d. */
+static int s_disp_in_use(const ctl_t *c, const ctl_disp *d)
+{
+    for (size_t s = 0; s < c->nstudies; s++)
+        for (size_t k = 0; k < c->studies[s]->ntrials; k++)
+            if (c->studies[s]->trials[k]->disp == d)
+                return 1;
+    return 0;
+}
+
 void ctl__disp_check_silence(ctl_t *c, double now)
 {
-    for (size_t i = 0; i < c->ndisps; i++) {
+    for (size_t i = 0; i < c->ndisps;) {
         ctl_disp *d = c->disps[i];
         if (d->alive && now - d->last_seen > c->lost_timeout) {
             d->alive = 0;
             log_warn("ctl", "dispatcher %s is silent; its trials will be marked lost",
                      d->name);
         }
+        /* a dispatcher silent for long with no trial is forgotten, so that
+           names registered and never heard again do not pile up */
+        if (!d->alive && now - d->last_seen > 2 * c->lost_timeout &&
+            !s_disp_in_use(c, d) && ctl__txn(c) == 0) {
+            store_dispatcher_delete(c->store, d->name);
+            log_info("ctl", "forgot dispatcher %s (silent, no trials)", d->name);
+            free(d);
+            c->disps[i] = c->disps[--c->ndisps];
+            continue;
+        }
+        i++;
     }
 }
 

@@ -146,6 +146,10 @@ void ctl__instr_free_all(ctl_t *c);
 ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name);
 /* The named dispatcher, created (not alive, no slots) when new. */
 ctl_disp *ctl__disp_get(ctl_t *c, const char *name);
+/* Dispatchers silent for twice --lost-timeout, with no trial, are
+   forgotten (memory and store). At most CTL_MAX_DISPS are known at once:
+   a new name beyond that is refused. */
+#define CTL_MAX_DISPS 4096
 /* The alive dispatcher with a free slot per rank and `gpus` free GPUs per
    rank that has the most free slots, or NULL. */
 ctl_disp *ctl__disp_pick(ctl_t *c, long gpus, long ranks);

@@ -306,6 +306,12 @@ static void s_register(ctl_t *c, const ctl_msg *m)
                       "register needs name, slots >= 0, gpus (array of <= 64), running");
         return;
     }
+    if (!ctl__disp_by_name(c, name) && c->ndisps >= CTL_MAX_DISPS) {
+        s_reply_error(c, m->from, m->req, "too_many",
+                      "too many dispatchers are known; silent ones are forgotten after "
+                      "a while");
+        return;
+    }
     ctl_disp *d = ctl__disp_get(c, name);
     s_disp_spoke(d, m->from);
     d->slots = slots;

@@ -964,6 +964,17 @@ int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+int store_dispatcher_delete(store_t *s, const char *name)
+{
+    sqlite3_stmt *st = s_prepare(s, "DELETE FROM dispatchers WHERE name=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
 /* ---- incremental reads ---- */
 
 long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg)

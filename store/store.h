@@ -204,6 +204,8 @@ int store_event_last_reason(store_t *s, long study_id, const char *kind, char *b
 json_t *store_events_since(store_t *s, long study_id, long after, long limit);
 
 /* ---- dispatchers ---- */
+/* Forgets dispatcher `name` (0 or -1). */
+int store_dispatcher_delete(store_t *s, const char *name);
 int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char *gpus,
                             double now);
 

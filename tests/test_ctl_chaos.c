@@ -35,6 +35,16 @@ static void *s_ctl_thread(void *arg)
     return NULL;
 }
 
+static void *s_ctl_thread2(void *arg)
+{
+    struct {
+        ctl_t *c;
+        volatile int *stop;
+    } *a = arg;
+    ctl_run(a->c, a->stop);
+    return NULL;
+}
+
 static uint64_t s_rng = 0x9E3779B97F4A7C15ULL;
 static uint64_t s_next(void)
 {
@@ -381,6 +391,72 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     CHECK(ours >= 1); /* at least the first, well-formed report */
 }
 
+/* Dispatchers registered and never heard again are forgotten (memory and
+   store) once silent for twice the lost timeout; one that heartbeats stays.
+   A controller of its own, with a short lost timeout. */
+TEST(silent_dispatchers_are_forgotten)
+{
+    char dir[64] = "/tmp/jz-forget-XXXXXX", db[128], ep[160], err[256];
+    REQUIRE(mkdtemp(dir) != NULL);
+    snprintf(db, sizeof db, "%s/f.db", dir);
+    snprintf(ep, sizeof ep, "ipc://%s/ctl.sock", dir);
+    ctl_config cfg = {.db_path = db, .bind = ep, .lost_timeout_s = 0.3};
+    ctl_t *c = ctl_new(&cfg, err, sizeof err);
+    REQUIRE(c != NULL);
+    volatile int stop = 0;
+    struct {
+        ctl_t *c;
+        volatile int *stop;
+    } arg = {c, &stop};
+    pthread_t th;
+    pthread_create(&th, NULL, s_ctl_thread2, &arg);
+    void *sock = zmq_socket(s_ctx, ZMQ_DEALER);
+    wire_socket_setup(sock);
+    zmq_connect(sock, ep);
+    enum { N = 200 };
+    int registered = 0;
+    for (int i = 0; i <= N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, i < N ? "fake-%d" : "keep", i);
+        registered +=
+            s_ok(wire_request(sock,
+                              json_pack("{s:s, s:s, s:i, s:[], s:[]}", "type", "register",
+                                        "name", name, "slots", 1, "gpus", "running"),
+                              5000, err, sizeof err));
+    }
+    CHECK(registered == N + 1);
+    for (int k = 0; k < 15; k++) { /* 1.5 s: "keep" heartbeats, the others are silent */
+        json_decref(wire_request(sock,
+                                 json_pack("{s:s, s:s, s:[]}", "type", "disp_heartbeat",
+                                           "name", "keep", "running"),
+                                 5000, err, sizeof err));
+        usleep(100 * 1000);
+    }
+    json_t *r = wire_request(sock,
+                             json_pack("{s:s, s:s, s:[]}", "type", "disp_heartbeat",
+                                       "name", "fake-7", "running"),
+                             5000, err, sizeof err);
+    const char *code = json_string_value(json_object_get(r, "code"));
+    CHECK(code && !strcmp(code, "unknown_dispatcher"));
+    json_decref(r);
+    zmq_close(sock);
+    stop = 1;
+    pthread_join(th, NULL);
+    ctl_destroy(&c);
+    sqlite3 *q;
+    REQUIRE(sqlite3_open(db, &q) == SQLITE_OK);
+    sqlite3_stmt *st;
+    REQUIRE(sqlite3_prepare_v2(q, "SELECT COUNT(*), SUM(name='keep') FROM dispatchers",
+                               -1, &st, NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+    CHECK(sqlite3_column_int(st, 0) == 1 && sqlite3_column_int(st, 1) == 1);
+    sqlite3_finalize(st);
+    sqlite3_close(q);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     snprintf(s_dir, sizeof s_dir, "/tmp/jz-chaos-XXXXXX");
@@ -405,6 +481,7 @@ int main(void)
 
     RUN(roles_are_checked_first_and_refusals_change_nothing);
     RUN(chaos_keeps_the_controller_alive_and_consistent);
+    RUN(silent_dispatchers_are_forgotten);
 
     zmq_close(s_sock);
     zmq_ctx_term(s_ctx);
