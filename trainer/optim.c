@@ -70,7 +70,7 @@ static void s_sgd(const trn_optim *o, trn_param *p, double lr, double wd)
         }
 }
 
-static void s_lars(const trn_optim *o, trn_param *p, double lr)
+static void s_lars(const trn_optim *o, trn_param *p, double lr, int k)
 {
     float mu = (float)o->momentum;
     if (p->kind != TRN_PW) { /* biases, BN: momentum SGD, no decay, no LARS */
@@ -80,7 +80,8 @@ static void s_lars(const trn_optim *o, trn_param *p, double lr)
         }
         return;
     }
-    double wn = s_norm(p->w, p->n), gn = s_norm(p->g, p->n), wd = o->weight_decay;
+    double wn = s_norm(p->w, p->n), wd = o->weight_decay;
+    double gn = o->gnorm ? o->gnorm[k] : s_norm(p->g, p->n);
     double local = 1.0;
     if (wn > 0 && gn > 0)
         local = o->trust * wn / (gn + wd * wn);
@@ -118,7 +119,7 @@ void trn_optim_step(trn_optim *o, trn_param *params, int np, double lr)
             s_sgd(o, p, lr, wd);
             break;
         case TRN_LARS:
-            s_lars(o, p, lr);
+            s_lars(o, p, lr, k);
             break;
         case TRN_ADAMW:
             s_adam_dir(o, p, wd);

@@ -400,13 +400,34 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
         red[1] = s_sqnorm(t, (double)cnt / nb);
         red[2] = 1;
     }
-    if (trn_dist_finish(t->dist) < 0 || trn_comm_sum_d(t->comm, red, 3) < 0)
+    /* top-k: g will hold only what was sent; LARS's trust ratio takes the
+       dense gradient's norm instead, estimated as the sum over ranks of each
+       rank's dense norm (exact when the ranks' gradients agree) */
+    double *gnorm = NULL;
+    if (c->topk > 0 && t->opt.kind == TRN_LARS) {
+        gnorm = calloc((size_t)np, sizeof(double));
+        if (!gnorm)
+            return -1;
+        for (int i = 0; i < np; i++) {
+            trn_param *p = trn_net_param(t->net, i);
+            double acc = 0;
+            for (long j = 0; j < p->n; j++)
+                acc += (double)p->g[j] * p->g[j];
+            gnorm[i] = sqrt(acc) * t->unscale[i];
+        }
+    }
+    if (trn_dist_finish(t->dist) < 0 || trn_comm_sum_d(t->comm, red, 3) < 0 ||
+        (gnorm && trn_comm_sum_d(t->comm, gnorm, np) < 0)) {
+        free(gnorm);
         return -1;
+    }
     long ns = trn_net_state_count(t->net);
     if (ns > 0) { /* BN running statistics: the mean over ranks */
         float *st = trn_net_state(t->net);
-        if (trn_comm_allreduce(t->comm, st, ns, TRN_AR_RING, TRN_WIRE_FP32) < 0)
+        if (trn_comm_allreduce(t->comm, st, ns, TRN_AR_RING, TRN_WIRE_FP32) < 0) {
+            free(gnorm);
             return -1;
+        }
         float inv = 1.0f / (float)t->nranks;
         for (long j = 0; j < ns; j++)
             st[j] *= inv;
@@ -417,8 +438,10 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
     t->loss_n++;
 
     int *bad = calloc((size_t)(t->nlayers > 0 ? t->nlayers : 1), sizeof(int));
-    if (!bad)
+    if (!bad) {
+        free(gnorm);
         return -1;
+    }
     int overflow = s_overflow_layers(t, bad);
     int skip;
     if (per_layer) {
@@ -441,11 +464,14 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
             t->b_big = nb;
             t->have_gns = 1;
         }
+        t->opt.gnorm = gnorm;
         trn_optim_step(&t->opt, trn_net_param(t->net, 0), np, lr);
+        t->opt.gnorm = NULL;
         trn_net_sync_weights(t->net);
     } else if (measure) {
         t->have_gns = 0;
     }
+    free(gnorm);
     s_advance(t, nb);
     return skip;
 }

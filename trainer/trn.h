@@ -328,6 +328,10 @@ typedef struct {
     double momentum, weight_decay, beta1, beta2, eps, trust;
     int nesterov;
     long t; /* Adam-family step count (bias correction) */
+    /* LARS: per param, the gradient norm for the trust ratio instead of the
+       norm of g (top-k ranks: an estimate of the dense gradient's norm, as
+       g holds only what was sent). NULL: from g. Borrowed. */
+    const double *gnorm;
 } trn_optim;
 
 int trn_optim_from_name(const char *s); /* kind or -1 */
