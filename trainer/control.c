@@ -176,7 +176,9 @@ static void s_finish(trn_trainer *t, const jz_instruction *ins, int ok,
    (count, then the records); every rank applies them in order at this
    step boundary; the acknowledgements follow a sum of the ranks' refusals,
    so an instruction is acknowledged only once all ranks applied it. */
-#define S_MAX_ROUND 32
+/* One instruction per round: the helper keeps one instruction open until it
+   is acknowledged (jz_poll before jz_ack abandons it). */
+#define S_MAX_ROUND 1
 static int s_control_ranks(trn_trainer *t)
 {
     jz_instruction *ins = calloc(S_MAX_ROUND, sizeof *ins);

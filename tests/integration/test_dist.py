@@ -175,6 +175,9 @@ def test_live_set_reaches_every_rank_at_one_step(jz):
         jz.wait_for(lambda: jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='batch_small' "
                                    "ORDER BY step DESC LIMIT 1", tid)[0][0] == 20,
                     timeout=60, what="the re-split batch (20 per rank)")
+        for verb in ("pause", "resume"):
+            r = jz.run("trial", verb, str(tid), timeout=60)
+            assert r.returncode == 0, r.stdout + r.stderr
         st = jz.run("trial", "stop", str(tid), timeout=60)
         assert st.returncode == 0, st.stdout + st.stderr
         run_.wait(timeout=120)
@@ -183,12 +186,17 @@ def test_live_set_reaches_every_rank_at_one_step(jz):
         logs = jz.run("trial", "logs", str(tid), "--stderr", timeout=60).stdout
         steps = {}
         for rank, what, step in re.findall(
-                r"rank (\d+): instruction \d+ \((set lr|set batch_size|stop)\) applied at step (\d+)",
+                r"rank (\d+): instruction \d+ \((set lr|set batch_size|pause|resume|stop)\) applied "
+                r"at step (\d+)",
                 logs):
             steps.setdefault(what, {})[int(rank)] = int(step)
-        for what in ("set lr", "set batch_size", "stop"):
+        for what in ("set lr", "set batch_size", "pause", "resume", "stop"):
             assert set(steps.get(what, {})) == {0, 1}, logs
             assert len(set(steps[what].values())) == 1, steps  # the same step on both ranks
+        # acknowledged as applied (rank 0 acks once both ranks applied)
+        sets = [a for a, d in jz.sql("SELECT applied, detail FROM events WHERE trial_id=? AND "
+                                      "kind='instruction'", tid) if '"set"' in (d or "")]
+        assert sets and all(a == 1 for a in sets), sets
     finally:
         if run_.poll() is None:
             run_.kill()

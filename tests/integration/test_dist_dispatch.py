@@ -4,6 +4,7 @@ under mpirun as one attempt; a crashed rank or a timeout ends every rank
 runs end to end with the batch-size scheduler; without MPI the study is
 refused with a clear message. Skipped when mpirun is not installed."""
 import os
+import re
 import shutil
 import signal
 import time
@@ -155,3 +156,33 @@ def test_study_with_two_ranks_and_the_batchsize_scheduler(jz):
     assert smalls and all(v == bigs[s_] // 2 for v, s_ in smalls)
     err = jz.run("trial", "logs", str(tid), "--stderr").stdout
     assert "rank 1: instruction" in err and "set batch_size" in err
+
+
+def test_pbt_over_two_rank_trials(jz):
+    # PBT's checkpoint and load reach both ranks of each trial: rank 0 writes
+    # the checkpoint once, every rank loads the donor's, and the trial's new
+    # params are broadcast from rank 0
+    s = {
+        "name": "pbt-ranks",
+        "objective": {"metric": "val_acc", "mode": "max"},
+        "scheduler": {"type": "pbt", "seed": 3, "interval": 60},
+        "budget": {"trials": 2, "parallel": 2},
+        "space": {"lr": {"type": "float", "low": 1e-4, "high": 0.5, "log": True}},
+        "trial": {"command": [TRAIN, "--dataset", "synthetic", "--synthetic-n", "6000",
+                              "--val-size", "500", "--hidden", "128,128", "--epochs", "3",
+                              "--batch-size", "64", "--eval-every", "30", "--threads", "1",
+                              "--quiet"],
+                  "ranks": 2, "timeout_s": 180, "retries": 0},
+    }
+    p = jz.run("run", jz.write_spec(s), "--slots", "4", timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    states = jz.sql("SELECT state FROM trials")
+    assert all(st == "completed" for (st,) in states), states
+    rows = jz.sql("SELECT trial_id, applied, result, detail FROM events WHERE kind='instruction'")
+    loads = [r for r in rows if '"load"' in (r[3] or "")]
+    assert any(r[1] == 1 for r in loads), rows
+    for tid, applied, _, _ in loads:
+        if applied == 1:
+            err = jz.run("trial", "logs", str(tid), "--stderr").stdout
+            assert "rank 0: instruction" in err and "rank 1: instruction" in err
+            assert re.search(r"rank 1: instruction \d+ \(load\) applied", err), err
