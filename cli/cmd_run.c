@@ -303,7 +303,9 @@ static int s_print_best(const char *db, const char *name)
     printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
            st.state, n, completed, failed, stopped);
     s_print_failures(rows, n);
-    cli_print_warnings(s, st.id);
+    json_t *events = store_events_list(s, st.id);
+    cli_print_warnings(events);
+    json_decref(events);
     int rc = CLI_OK;
     if (best >= 0) {
         char *params = text_json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
