@@ -383,3 +383,36 @@ def test_remote_reads_through_the_controller(jz, tmp_path):
         assert "not connected" in rj("trial", "logs", "1", check=1).stderr
     finally:
         stop(ctl)
+
+
+def test_run_dirs_left_by_kill_9_are_swept(jz):
+    import glob
+    import signal
+
+    before = set(glob.glob("/tmp/jizhi-run-*"))
+    spec = base_spec("killed", ["sleep", "30"], trials=1, parallel=1)
+    proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db)
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0] == 1,
+                60, "a running trial")
+    mine = [d for d in set(glob.glob("/tmp/jizhi-run-*")) - before
+            if open(f"{d}/pid").read().strip() == str(proc.pid)]
+    assert len(mine) == 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    subprocess.run(["pkill", "-f", "sleep 30"], check=False)
+    assert os.path.isdir(mine[0])  # left behind by kill -9
+    # another run sweeps it; a directory of a live process stays
+    import uuid
+    alive = "/tmp/jizhi-run-" + uuid.uuid4().hex[:6]  # named as mkdtemp names them
+    os.mkdir(alive)
+    with open(f"{alive}/pid", "w") as f:
+        f.write(f"{os.getpid()}\n")
+    try:
+        live = base_spec("after", ["sh", "-c", "jizhi report score=1"], trials=1, parallel=1)
+        jz.run("run", jz.write_spec(live, "after.json"), "--db", os.path.join(jz.dir, "b.db"),
+               check=0)
+        assert not os.path.exists(mine[0])
+        assert os.path.exists(f"{alive}/pid")
+    finally:
+        os.unlink(f"{alive}/pid")
+        os.rmdir(alive)
