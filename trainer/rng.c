@@ -2,21 +2,14 @@
     saved in checkpoints so a resumed run draws the same numbers. */
 #include <math.h>
 
+#include "common/util.h"
 #include "trainer/trn.h"
-
-static uint64_t s_splitmix(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 void trn_rng_seed(trn_rng *r, uint64_t seed)
 {
     uint64_t x = seed;
     for (int i = 0; i < 4; i++)
-        r->s[i] = s_splitmix(&x);
+        r->s[i] = util_splitmix64(&x);
 }
 
 static inline uint64_t s_rotl(uint64_t x, int k)

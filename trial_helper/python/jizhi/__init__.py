@@ -147,7 +147,7 @@ def _s(b):
     return b.decode("utf-8", "replace") if b is not None else None
 
 
-class Instruction(object):
+class Instruction:
     """A live instruction from the controller, as returned by Trial.poll().
 
     kind:  'set', 'stop', 'pause', 'resume', 'checkpoint' or 'load'
@@ -200,7 +200,7 @@ def _close_all():
             pass
 
 
-class Trial(object):
+class Trial:
     """The current trial (from the JIZHI_* environment), or a standalone one.
 
     Raises JizhiError when the environment is set but malformed (the library
