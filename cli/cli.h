@@ -81,8 +81,8 @@ void cli_print_json(json_t *j);
    in neither folder is refused: -1 with err naming the field; else 0. */
 int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_t size);
 
-/* Prints the study's warning events ("warning: ..." lines), if any. */
-void cli_print_warnings(store_t *s, long study_id);
+/* Prints the warning events of `events` (borrowed) as "warning: ..." lines. */
+void cli_print_warnings(const json_t *events);
 
 /* Prints trials (store_trial_json objects, borrowed) as the table that
    `study show` and `trial list` share: ID STATE TRY STEP VALUE PARAMS,
@@ -122,5 +122,23 @@ typedef struct {
    `usage` to stderr. */
 int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage,
                    cli_opts *o);
+
+/* Where the read commands (list, show, export, events, logs, watch) read:
+   the database file, or a controller when --controller is given (or
+   $JIZHI_CONTROLLER is set and no database file is readable), so they work
+   from another machine. */
+typedef struct {
+    store_t *s;     /* the database, or NULL when remote */
+    char ep[512];   /* the controller's endpoint when remote */
+    const char *db; /* borrowed */
+} cli_src;
+/* Opens the source for o (prints why not). CLI_OK or CLI_FAIL. */
+int cli_src_open(const cli_opts *o, cli_src *src);
+void cli_src_close(cli_src *src);
+/* Reads "studies", "study" (name), "trial" (id) or "metrics_since" (name,
+   after) as the controller's `read` answers it (docs/PROTOCOL.md): the
+   data (caller owns), or NULL after printing why. */
+json_t *cli_src_read(cli_src *src, const char *what, const char *study, long id,
+                     long after);
 
 #endif

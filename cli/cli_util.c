@@ -233,9 +233,8 @@ int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_
     return 0;
 }
 
-void cli_print_warnings(store_t *s, long study_id)
+void cli_print_warnings(const json_t *ev)
 {
-    json_t *ev = store_events_list(s, study_id);
     size_t i;
     json_t *e;
     json_array_foreach(ev, i, e)
@@ -246,5 +245,60 @@ void cli_print_warnings(store_t *s, long study_id)
         if (kind && why && !strcmp(kind, "warning"))
             printf("warning: %s\n", why);
     }
-    json_decref(ev);
+}
+
+int cli_src_open(const cli_opts *o, cli_src *src)
+{
+    memset(src, 0, sizeof *src);
+    src->db = o->db;
+    const char *env = getenv("JIZHI_CONTROLLER");
+    const char *ep = o->controller                               ? o->controller
+                     : (access(o->db, R_OK) != 0 && env && *env) ? env
+                                                                 : NULL;
+    if (ep) {
+        snprintf(src->ep, sizeof src->ep, "%s", ep);
+        return CLI_OK;
+    }
+    src->s = cli_open_db(o->db);
+    return src->s ? CLI_OK : CLI_FAIL;
+}
+
+void cli_src_close(cli_src *src)
+{
+    store_close(&src->s);
+}
+
+json_t *cli_src_read(cli_src *src, const char *what, const char *study, long id,
+                     long after)
+{
+    if (!src->s) {
+        json_t *req = json_pack("{s:s, s:s}", "type", "read", "what", what);
+        if (study)
+            json_object_set_new(req, "study", json_string(study));
+        if (!strcmp(what, "trial"))
+            json_object_set_new(req, "trial", json_integer(id));
+        if (!strcmp(what, "metrics_since"))
+            json_object_set_new(req, "after", json_integer(after));
+        json_t *r = cli_request(src->ep, req, 30000);
+        json_t *data = r ? json_incref(json_object_get(r, "data")) : NULL;
+        json_decref(r);
+        return data;
+    }
+    json_t *data = NULL;
+    if (!strcmp(what, "studies")) {
+        data = store_study_list(src->s);
+        if (!data)
+            cli_error("cannot list studies: %s", store_errmsg(src->s));
+    } else if (!strcmp(what, "study")) {
+        data = store_study_detail(src->s, study);
+        if (!data)
+            cli_error("no study named \"%s\" in %s", study, src->db);
+    } else if (!strcmp(what, "trial")) {
+        data = store_trial_detail(src->s, id);
+        if (!data)
+            cli_error("no trial %ld in %s", id, src->db);
+    } else {
+        cli_error("cannot read %s from %s", what, src->db);
+    }
+    return data;
 }

@@ -12,6 +12,8 @@
 #include "../dispatcher/disp.h"
 #include "../schedulers/sched.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <math.h>
@@ -271,6 +273,61 @@ static void s_stop_others(const char *ep, const char *db, const char *mine)
     json_decref(list);
 }
 
+/* ---- the run directory: /tmp/jizhi-run-XXXXXX holds the controller's
+   socket and a `pid` file naming the jizhi run that owns it ---- */
+
+static int s_write_pid(const char *dir)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/pid", dir);
+    FILE *f = fopen(path, "we");
+    if (!f)
+        return -1;
+    fprintf(f, "%ld\n", (long)getpid());
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static void s_remove_rundir(const char *dir)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/pid", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/ctl.sock", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* Removes the run directories of earlier runs of this user that were
+   killed (kill -9 leaves them): those whose pid file names a process that
+   no longer exists. */
+static void s_sweep_rundirs(void)
+{
+    DIR *d = opendir("/tmp");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "jizhi-run-", 10) || strlen(e->d_name) != 16)
+            continue;
+        char dir[64], path[96];
+        snprintf(dir, sizeof dir, "/tmp/%s", e->d_name);
+        struct stat sb;
+        if (lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != getuid())
+            continue;
+        snprintf(path, sizeof path, "%s/pid", dir);
+        FILE *f = fopen(path, "re");
+        long pid = 0;
+        if (!f)
+            continue; /* not ours to judge */
+        if (fscanf(f, "%ld", &pid) != 1)
+            pid = 0;
+        fclose(f);
+        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            s_remove_rundir(dir);
+    }
+    closedir(d);
+}
+
 /* Prints the best trial of a study from the database. */
 static int s_print_best(const char *db, const char *name)
 {
@@ -303,7 +360,9 @@ static int s_print_best(const char *db, const char *name)
     printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
            st.state, n, completed, failed, stopped);
     s_print_failures(rows, n);
-    cli_print_warnings(s, st.id);
+    json_t *events = store_events_list(s, st.id);
+    cli_print_warnings(events);
+    json_decref(events);
     int rc = CLI_OK;
     if (best >= 0) {
         char *params = text_json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
@@ -398,8 +457,9 @@ int cmd_run(int argc, char **argv)
         return CLI_FAIL;
     }
 
+    s_sweep_rundirs();
     char rundir[] = "/tmp/jizhi-run-XXXXXX";
-    if (!mkdtemp(rundir)) {
+    if (!mkdtemp(rundir) || s_write_pid(rundir) != 0) {
         cli_error("cannot create a run directory in /tmp");
         json_decref(spec_json);
         return CLI_FAIL;
@@ -418,7 +478,7 @@ int cmd_run(int argc, char **argv)
     ctl_t *ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {
         cli_error("%s", err);
-        rmdir(rundir);
+        s_remove_rundir(rundir);
         json_decref(spec_json);
         return CLI_FAIL;
     }
@@ -429,7 +489,7 @@ int cmd_run(int argc, char **argv)
     disp_t *disp = disp_new(&dc);
     if (!disp) {
         ctl_destroy(&ctl);
-        rmdir(rundir);
+        s_remove_rundir(rundir);
         json_decref(spec_json);
         return CLI_FAIL;
     }
@@ -437,7 +497,7 @@ int cmd_run(int argc, char **argv)
     if (http && !web) {
         disp_destroy(&disp);
         ctl_destroy(&ctl);
-        rmdir(rundir);
+        s_remove_rundir(rundir);
         json_decref(spec_json);
         return CLI_FAIL;
     }
@@ -500,10 +560,7 @@ int cmd_run(int argc, char **argv)
     s_remove_endpoint(db, ctl_endpoint(ctl));
     disp_destroy(&disp);
     ctl_destroy(&ctl);
-    char sock[160];
-    snprintf(sock, sizeof sock, "%s/ctl.sock", rundir);
-    unlink(sock);
-    rmdir(rundir);
+    s_remove_rundir(rundir);
     json_decref(spec_json);
     if (s_interrupted) {
         fprintf(stderr,

@@ -106,15 +106,13 @@ static int s_submit(const cli_opts *o)
 
 static int s_list(const cli_opts *o)
 {
-    store_t *s = cli_open_db(o->db);
-    if (!s)
+    cli_src src;
+    if (cli_src_open(o, &src) != CLI_OK)
         return CLI_FAIL;
-    json_t *list = store_study_list(s);
-    store_close(&s);
-    if (!list) {
-        cli_error("cannot list studies");
+    json_t *list = cli_src_read(&src, "studies", NULL, 0, 0);
+    cli_src_close(&src);
+    if (!list)
         return CLI_FAIL;
-    }
     if (o->json) {
         cli_print_json(list);
         return CLI_OK;
@@ -140,50 +138,39 @@ static int s_list(const cli_opts *o)
     return CLI_OK;
 }
 
-/* Loads a study and its trials (as JSON) from the database. */
-static int s_load(const char *db, const char *name, store_t **s, store_study *st,
-                  json_t **trials)
+/* The study `name` as store_study_detail gives it, from the database or
+   the controller; NULL after printing why. */
+static json_t *s_detail(const cli_opts *o, const char *name)
 {
-    *s = cli_open_db(db);
-    if (!*s)
-        return CLI_FAIL;
-    int found = store_study_get(*s, name, st);
-    if (found != 1) {
-        cli_error("no study named \"%s\" in %s", name, db);
-        store_close(s);
-        return CLI_FAIL;
-    }
-    store_trial *rows;
-    long n = store_trials_load(*s, st->id, &rows);
-    *trials = json_array();
-    for (long i = 0; i < n; i++)
-        json_array_append_new(*trials, store_trial_json(&rows[i], *s));
-    store_trials_free(rows, n < 0 ? 0 : n);
-    return CLI_OK;
+    cli_src src;
+    if (cli_src_open(o, &src) != CLI_OK)
+        return NULL;
+    json_t *d = cli_src_read(&src, "study", name, 0, 0);
+    cli_src_close(&src);
+    return d;
 }
 
 static int s_show(const cli_opts *o)
 {
-    store_t *s;
-    store_study st;
-    json_t *trials;
-    if (s_load(o->db, o->args[0], &s, &st, &trials) != CLI_OK)
+    json_t *d = s_detail(o, o->args[0]);
+    if (!d)
         return CLI_FAIL;
     if (o->json) {
-        cli_print_json(json_pack("{s:s, s:s, s:O, s:o, s:o}", "name", st.name, "state",
-                                 st.state, "spec", st.spec, "trials", trials, "events",
-                                 store_events_list(s, st.id)));
+        cli_print_json(json_pack(
+            "{s:O, s:O, s:O, s:O, s:O}", "name", json_object_get(d, "name"), "state",
+            json_object_get(d, "state"), "spec", json_object_get(d, "spec"), "trials",
+            json_object_get(d, "trials"), "events", json_object_get(d, "events")));
     } else {
-        json_t *obj = json_object_get(st.spec, "objective");
-        printf("study %s (%s), objective %s %s\n", st.name, st.state,
+        json_t *obj = json_object_get(json_object_get(d, "spec"), "objective");
+        printf("study %s (%s), objective %s %s\n",
+               json_string_value(json_object_get(d, "name")),
+               json_string_value(json_object_get(d, "state")),
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
-        cli_print_trials(trials);
-        cli_print_warnings(s, st.id);
-        json_decref(trials);
+        cli_print_trials(json_object_get(d, "trials"));
+        cli_print_warnings(json_object_get(d, "events"));
     }
-    store_study_fini(&st);
-    store_close(&s);
+    json_decref(d);
     return CLI_OK;
 }
 
@@ -247,24 +234,6 @@ static void s_cell(const json_t *v, char *cell, size_t size)
         cell[0] = 0;
     else
         cli_format_value(v, cell, size);
-}
-
-/* Adds to each trial "sampled": its params as first suggested (generation
-   0), before any live change or PBT exploit. */
-static void s_add_sampled(store_t *s, json_t *trials)
-{
-    size_t i;
-    json_t *t;
-    json_array_foreach(trials, i, t)
-    {
-        json_t *lin =
-            store_trial_lineage(s, json_integer_value(json_object_get(t, "id")));
-        json_t *first = json_array_get(lin, 0);
-        json_object_set(t, "sampled",
-                        first ? json_object_get(first, "params")
-                              : json_object_get(t, "params"));
-        json_decref(lin);
-    }
 }
 
 /* Names of the params some trial changed after it was sampled. */
@@ -371,55 +340,52 @@ static int s_export(const cli_opts *o)
         cli_error("--format: expected csv, json or curves, got \"%s\"", o->format);
         return CLI_USAGE;
     }
-    store_t *s;
-    store_study st;
-    json_t *trials;
-    if (s_load(o->db, o->args[0], &s, &st, &trials) != CLI_OK)
+    cli_src src;
+    if (cli_src_open(o, &src) != CLI_OK)
         return CLI_FAIL;
-    FILE *f = o->output ? fopen(o->output, "w") : stdout;
+    if (!strcmp(o->format, "curves") && !src.s) {
+        cli_error("--format curves reads the database file (every metric point): run it "
+                  "where the database is, with --db");
+        cli_src_close(&src);
+        return CLI_FAIL;
+    }
+    json_t *d = cli_src_read(&src, "study", o->args[0], 0, 0);
+    FILE *f = d ? (o->output ? fopen(o->output, "w") : stdout) : NULL;
     int rc = CLI_OK;
-    if (!f) {
+    if (!d) {
+        rc = CLI_FAIL;
+    } else if (!f) {
         cli_error("cannot write %s: %s", o->output, strerror(errno));
         rc = CLI_FAIL;
     } else if (!strcmp(o->format, "curves")) {
         fputs("trial,attempt,step,metric,value,time\n", f);
         s_curves_arg a = {f, o->all};
-        if (store_study_curves(s, st.id, s_curve_row, &a) < 0) {
-            cli_error("cannot read the metrics: %s", store_errmsg(s));
+        long id = (long)json_integer_value(json_object_get(d, "id"));
+        if (store_study_curves(src.s, id, s_curve_row, &a) < 0) {
+            cli_error("cannot read the metrics: %s", store_errmsg(src.s));
             rc = CLI_FAIL;
         }
+    } else if (!strcmp(o->format, "json")) {
+        char *text = text_json_dumps(json_object_get(d, "trials"), JSON_INDENT(2));
+        fprintf(f, "%s\n", text);
+        free(text);
     } else {
-        s_add_sampled(s, trials);
-        if (!strcmp(o->format, "json")) {
-            char *text = text_json_dumps(trials, JSON_INDENT(2));
-            fprintf(f, "%s\n", text);
-            free(text);
-        } else {
-            s_export_csv(f, trials, o->all);
-        }
+        s_export_csv(f, json_object_get(d, "trials"), o->all);
     }
     if (f && o->output)
         fclose(f);
-    json_decref(trials);
-    store_study_fini(&st);
-    store_close(&s);
+    json_decref(d);
+    cli_src_close(&src);
     return rc;
 }
 
 static int s_events(const cli_opts *o)
 {
-    store_t *s = cli_open_db(o->db);
-    if (!s)
+    json_t *d = s_detail(o, o->args[0]);
+    if (!d)
         return CLI_FAIL;
-    store_study st;
-    if (store_study_get(s, o->args[0], &st) != 1) {
-        cli_error("no study named \"%s\" in %s", o->args[0], o->db);
-        store_close(&s);
-        return CLI_FAIL;
-    }
-    json_t *ev = store_events_list(s, st.id);
-    store_study_fini(&st);
-    store_close(&s);
+    json_t *ev = json_incref(json_object_get(d, "events"));
+    json_decref(d);
     if (o->json) {
         cli_print_json(ev);
         return CLI_OK;

@@ -43,23 +43,18 @@ static int s_trial_id(const char *text, long *id)
 
 static int s_list(const cli_opts *o)
 {
-    store_t *s = cli_open_db(o->db);
-    if (!s)
+    cli_src src;
+    if (cli_src_open(o, &src) != CLI_OK)
         return CLI_FAIL;
-    store_study st;
-    if (store_study_get(s, o->args[0], &st) != 1) {
-        cli_error("no study named \"%s\" in %s", o->args[0], o->db);
-        store_close(&s);
+    json_t *d = cli_src_read(&src, "study", o->args[0], 0, 0);
+    cli_src_close(&src);
+    if (!d)
         return CLI_FAIL;
-    }
-    store_trial *rows;
-    long n = store_trials_load(s, st.id, &rows);
-    json_t *arr = json_array();
-    for (long i = 0; i < n; i++)
-        json_array_append_new(arr, store_trial_json(&rows[i], s));
-    store_trials_free(rows, n < 0 ? 0 : n);
-    store_study_fini(&st);
-    store_close(&s);
+    json_t *arr = json_incref(json_object_get(d, "trials"));
+    json_decref(d);
+    size_t i;
+    json_t *t;
+    json_array_foreach(arr, i, t) json_object_del(t, "sampled");
     if (o->json) {
         cli_print_json(arr);
         return CLI_OK;
@@ -69,30 +64,25 @@ static int s_list(const cli_opts *o)
     return CLI_OK;
 }
 
-/* Loads one trial row. */
-static int s_get(const cli_opts *o, long id, store_t **s, store_trial *t)
+/* The trial as store_trial_detail gives it (from the database or the
+   controller), or NULL after printing why. */
+static json_t *s_trial(const cli_opts *o, cli_src *src, long id)
 {
-    *s = cli_open_db(o->db);
-    if (!*s)
-        return CLI_FAIL;
-    if (store_trial_get(*s, id, t) != 1) {
-        cli_error("no trial %ld in %s", id, o->db);
-        store_close(s);
-        return CLI_FAIL;
-    }
-    return CLI_OK;
+    if (cli_src_open(o, src) != CLI_OK)
+        return NULL;
+    json_t *j = cli_src_read(src, "trial", NULL, id, 0);
+    if (!j)
+        cli_src_close(src);
+    return j;
 }
 
 static int s_show(const cli_opts *o, long id)
 {
-    store_t *s;
-    store_trial t;
-    if (s_get(o, id, &s, &t) != CLI_OK)
+    cli_src src;
+    json_t *j = s_trial(o, &src, id);
+    if (!j)
         return CLI_FAIL;
-    json_t *j = store_trial_json(&t, s);
-    json_object_set_new(j, "lineage", store_trial_lineage(s, id));
-    store_trial_fini(&t);
-    store_close(&s);
+    cli_src_close(&src);
     if (o->json) {
         cli_print_json(j);
         return CLI_OK;
@@ -126,112 +116,114 @@ static int s_show(const cli_opts *o, long id)
     return CLI_OK;
 }
 
-static int s_cat(const char *path)
+/* Reads up to `max` bytes of the trial's log `stream` ("out" or "err")
+   from `off`: from the file when the source is the database (the log is on
+   this machine), else through the controller, which asks the trial's
+   dispatcher. Returns the bytes put in buf and sets *used to the bytes of
+   the file they stand for (they differ when the dispatcher replaced bytes
+   that are not UTF-8); 0 at the end; -1 after printing why. */
+static long s_log_read(cli_src *src, const json_t *t, const char *stream, long off,
+                       char *buf, long max, long *used)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        cli_error("cannot read log %s: %s", path, strerror(errno));
-        return CLI_FAIL;
+    if (src->s) {
+        const char *path = json_string_value(
+            json_object_get(t, !strcmp(stream, "out") ? "stdout" : "stderr"));
+        FILE *f = path && *path ? fopen(path, "r") : NULL;
+        if (!f)
+            return 0; /* not there (yet) */
+        long n = fseek(f, off, SEEK_SET) == 0 ? (long)fread(buf, 1, (size_t)max, f) : 0;
+        fclose(f);
+        *used = n;
+        return n;
     }
-    char buf[8192];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        fwrite(buf, 1, n, stdout);
-    fclose(f);
-    return CLI_OK;
+    json_t *r = cli_request(
+        src->ep,
+        json_pack("{s:s, s:I, s:I, s:s, s:I, s:I}", "type", "read_log", "trial",
+                  json_integer_value(json_object_get(t, "id")), "attempt",
+                  json_integer_value(json_object_get(t, "attempt")), "stream", stream,
+                  "offset", (json_int_t)off, "max", (json_int_t)max),
+        15000);
+    if (!r)
+        return -1;
+    const char *data = json_string_value(json_object_get(r, "data"));
+    long n = data ? (long)json_string_length(json_object_get(r, "data")) : 0;
+    if (n > max)
+        n = max;
+    memcpy(buf, data ? data : "", (size_t)n);
+    *used = (long)json_integer_value(json_object_get(r, "bytes"));
+    json_decref(r);
+    return n;
 }
 
-/* Copies what `path` holds past *off to `to`; advances *off. A file that
-   does not exist (yet) copies nothing. */
-static void s_copy_new(const char *path, long *off, FILE *to)
+/* Copies the log `stream` from *off to `to` and advances *off. -1 on a
+   failed remote read. */
+static int s_log_copy(cli_src *src, const json_t *t, const char *stream, long *off,
+                      FILE *to)
 {
-    FILE *f = path[0] ? fopen(path, "r") : NULL;
-    if (!f)
-        return;
-    if (fseek(f, *off, SEEK_SET) == 0) {
-        char buf[8192];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-            fwrite(buf, 1, n, to);
-            *off += (long)n;
-        }
-        fflush(to);
+    char buf[65536];
+    for (;;) {
+        long used = 0, n = s_log_read(src, t, stream, *off, buf, sizeof buf, &used);
+        if (n < 0)
+            return -1;
+        if (used <= 0)
+            break;
+        fwrite(buf, 1, (size_t)n, to);
+        *off += used;
     }
-    fclose(f);
+    fflush(to);
+    return 0;
 }
 
 static int s_ended_state(const char *state)
 {
     store_trial_state st;
-    return store_trial_state_parse(state, &st) == 0 &&
+    return state && store_trial_state_parse(state, &st) == 0 &&
            (st == TRIAL_COMPLETED || st == TRIAL_FAILED || st == TRIAL_STOPPED);
 }
 
-/* trial logs -f: prints the logs as they grow (stdout to stdout, stderr to
-   stderr), follows a retry into its new files, and returns once the trial
-   has ended and everything it wrote was printed. */
-static int s_follow(const cli_opts *o, long id)
-{
-    store_t *s;
-    store_trial t;
-    if (s_get(o, id, &s, &t) != CLI_OK)
-        return CLI_FAIL;
-    char out[sizeof t.out_path] = "", err[sizeof t.err_path] = "";
-    long off_out = 0, off_err = 0;
-    for (;;) {
-        if (strcmp(out, t.out_path) || strcmp(err, t.err_path)) { /* a new attempt */
-            snprintf(out, sizeof out, "%s", t.out_path);
-            snprintf(err, sizeof err, "%s", t.err_path);
-            off_out = off_err = 0;
-        }
-        int ended = s_ended_state(t.state);
-        if (!o->err_only)
-            s_copy_new(out, &off_out, stdout);
-        s_copy_new(err, &off_err, o->err_only ? stdout : stderr);
-        store_trial_fini(&t);
-        if (ended)
-            break;
-        usleep(200 * 1000);
-        if (store_trial_get(s, id, &t) != 1) {
-            cli_error("trial %ld disappeared from %s", id, o->db);
-            store_close(&s);
-            return CLI_FAIL;
-        }
-    }
-    store_close(&s);
-    return CLI_OK;
-}
-
+/* trial logs [-f]: stdout to stdout, stderr to stderr (--stderr: only it,
+   to stdout). With -f, prints them as they grow, follows a retry into its
+   new files, and returns once the trial has ended and all was printed. */
 static int s_logs(const cli_opts *o, long id)
 {
-    if (o->follow)
-        return s_follow(o, id);
-    store_t *s;
-    store_trial t;
-    if (s_get(o, id, &s, &t) != CLI_OK)
+    cli_src src;
+    json_t *t = s_trial(o, &src, id);
+    if (!t)
         return CLI_FAIL;
+    const char *out0 = json_string_value(json_object_get(t, "stdout"));
+    const char *err0 = json_string_value(json_object_get(t, "stderr"));
+    if (!o->follow && (!out0 || !*out0) && (!err0 || !*err0)) {
+        cli_error("trial %ld has no logs yet (state %s)", id,
+                  json_string_value(json_object_get(t, "state")));
+        json_decref(t);
+        cli_src_close(&src);
+        return CLI_FAIL;
+    }
+    long attempt = -1, off_out = 0, off_err = 0;
     int rc = CLI_OK;
-    if (!t.out_path[0] && !t.err_path[0]) {
-        cli_error("trial %ld has no logs yet (state %s)", id, t.state);
-        rc = CLI_FAIL;
-    } else if (o->err_only) {
-        rc = s_cat(t.err_path);
-    } else {
-        rc = s_cat(t.out_path);
-        if (t.err_path[0]) {
-            fflush(stdout);
-            FILE *f = fopen(t.err_path, "r");
-            if (f) {
-                char buf[8192];
-                size_t n;
-                while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-                    fwrite(buf, 1, n, stderr);
-                fclose(f);
-            }
+    for (;;) {
+        long a = (long)json_integer_value(json_object_get(t, "attempt"));
+        if (a != attempt) { /* a new attempt writes new files */
+            attempt = a;
+            off_out = off_err = 0;
+        }
+        int ended = s_ended_state(json_string_value(json_object_get(t, "state")));
+        if ((!o->err_only && s_log_copy(&src, t, "out", &off_out, stdout) != 0) ||
+            s_log_copy(&src, t, "err", &off_err, o->err_only ? stdout : stderr) != 0) {
+            rc = CLI_FAIL;
+            break;
+        }
+        if (!o->follow || ended)
+            break;
+        usleep(200 * 1000);
+        json_decref(t);
+        if (!(t = cli_src_read(&src, "trial", NULL, id, 0))) {
+            rc = CLI_FAIL;
+            break;
         }
     }
-    store_trial_fini(&t);
-    store_close(&s);
+    json_decref(t);
+    cli_src_close(&src);
     return rc;
 }
 

@@ -100,6 +100,7 @@ typedef struct {
     char edit[128];
     char status[256];
     char warning[512]; /* the study's latest warning event, "" when none */
+    cli_src src;       /* remote reads (--controller) when src.s is NULL */
     enum { W_BY_ID, W_BY_OBJECTIVE, W_BY_STATE, W_SORTS } sort; /* key o cycles */
     void *zctx, *sock;
     long next_req;
@@ -232,8 +233,70 @@ static int s_cmp_trials(const void *a, const void *b)
 static const char *const s_sort_names[] = {"id", "objective", "state"};
 
 /* Reads what changed since the last refresh. 0, or -1 with a message. */
+/* The trial fields shown, from a store_trial_json object (remote). */
+static void s_take_row(w_view *v, const json_t *r)
+{
+    w_trial *t = s_trial(v, (long)json_integer_value(json_object_get(r, "id")));
+    if (!t)
+        return;
+    t->have_row = 1;
+    t->number = (long)json_integer_value(json_object_get(r, "number"));
+    t->attempt = (long)json_integer_value(json_object_get(r, "attempt"));
+    t->last_step = (long)json_integer_value(json_object_get(r, "last_step"));
+    const char *state = json_string_value(json_object_get(r, "state"));
+    snprintf(t->state, sizeof t->state, "%s", state ? state : "?");
+    json_decref(t->params);
+    t->params = json_incref(json_object_get(r, "params"));
+    json_t *val = json_object_get(r, "value");
+    t->value = json_is_number(val) ? json_number_value(val) : NAN;
+    t->started = json_number_value(json_object_get(r, "started"));
+    t->ended = json_number_value(json_object_get(r, "ended"));
+}
+
+/* s_load through the controller (--controller): the same reads, paged. */
+static int s_load_remote(w_view *v, char *err, size_t errsize)
+{
+    for (int chunk = 0; chunk < 50; chunk++) {
+        json_t *d = cli_src_read(&v->src, "metrics_since", v->name, 0, v->after);
+        if (!d) {
+            snprintf(err, errsize, "cannot read study %.100s from %.200s", v->name,
+                     v->src.ep);
+            return -1;
+        }
+        json_t *pts = json_object_get(d, "points");
+        size_t i;
+        json_t *p;
+        json_array_foreach(pts, i, p)
+        {
+            json_t *val = json_array_get(p, 4);
+            s_on_point(v, (long)json_integer_value(json_array_get(p, 0)),
+                       (long)json_integer_value(json_array_get(p, 1)),
+                       (long)json_integer_value(json_array_get(p, 2)),
+                       json_string_value(json_array_get(p, 3)),
+                       json_is_number(val) ? json_number_value(val) : NAN);
+        }
+        v->after = (long)json_integer_value(json_object_get(d, "after"));
+        const char *state = json_string_value(json_object_get(d, "state"));
+        const char *warning = json_string_value(json_object_get(d, "warning"));
+        snprintf(v->study_state, sizeof v->study_state, "%s", state ? state : "?");
+        snprintf(v->warning, sizeof v->warning, "%s", warning ? warning : "");
+        v->created = json_number_value(json_object_get(d, "created"));
+        v->finished = json_number_value(json_object_get(d, "finished"));
+        json_array_foreach(json_object_get(d, "trials"), i, p) s_take_row(v, p);
+        size_t npts = json_array_size(pts);
+        json_decref(d);
+        if (npts < 100000)
+            break;
+    }
+    return 0;
+}
+
+static int s_order(w_view *v, char *err, size_t errsize);
+
 static int s_load(w_view *v, char *err, size_t errsize)
 {
+    if (!v->s)
+        return s_load_remote(v, err, errsize) || s_order(v, err, errsize);
     store_study st;
     if (store_study_get_id(v->s, v->study_id, &st) != 1) {
         snprintf(err, errsize, "cannot read study %s: %s", v->name, store_errmsg(v->s));
@@ -278,6 +341,12 @@ static int s_load(w_view *v, char *err, size_t errsize)
         t->ended = rows[i].ended;
     }
     store_trials_free(rows, n);
+    return s_order(v, err, errsize);
+}
+
+/* The display order of the trials with rows (v->sort). */
+static int s_order(w_view *v, char *err, size_t errsize)
+{
     long *order =
         realloc(v->order, (size_t)(v->ntrials ? v->ntrials : 1) * sizeof *order);
     if (!order) {
@@ -1060,25 +1129,28 @@ int cmd_watch(int argc, char **argv)
         return CLI_USAGE;
     }
     v.name = argv[optind];
-    v.db = cli_db_path(v.db);
-    v.s = cli_open_db(v.db);
-    if (!v.s)
+    cli_opts o = {.db = cli_db_path(v.db), .controller = v.controller};
+    v.db = o.db;
+    if (cli_src_open(&o, &v.src) != CLI_OK)
         return CLI_FAIL;
-    store_study st;
-    if (store_study_get(v.s, v.name, &st) != 1) {
-        cli_error("no study named \"%s\" in %s", v.name, v.db);
-        store_close(&v.s);
+    v.s = v.src.s;
+    json_t *d = cli_src_read(&v.src, "study", v.name, 0, 0);
+    if (!d) {
+        cli_src_close(&v.src);
         return CLI_FAIL;
     }
-    v.study_id = st.id;
-    json_t *obj = json_object_get(st.spec, "objective");
+    if (!v.controller && !v.s)
+        v.controller = v.src.ep; /* instructions go where the reads come from */
+    v.study_id = (long)json_integer_value(json_object_get(d, "id"));
+    json_t *spec = json_object_get(d, "spec");
+    json_t *obj = json_object_get(spec, "objective");
     const char *metric = json_string_value(json_object_get(obj, "metric"));
     snprintf(v.metric, sizeof v.metric, "%s", metric ? metric : "objective");
     const char *mode = json_string_value(json_object_get(obj, "mode"));
     v.maximize = mode && !strcmp(mode, "max");
-    json_t *bt = json_object_get(json_object_get(st.spec, "budget"), "trials");
+    json_t *bt = json_object_get(json_object_get(spec, "budget"), "trials");
     v.budget = json_is_integer(bt) ? (long)json_integer_value(bt) : 0;
-    store_study_fini(&st);
+    json_decref(d);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -1097,6 +1169,6 @@ int cmd_watch(int argc, char **argv)
         json_decref(v.trials[i].params);
     free(v.trials);
     free(v.order);
-    store_close(&v.s);
+    cli_src_close(&v.src);
     return rc;
 }

@@ -39,14 +39,72 @@ int spec_valid_name(const char *s)
     return strlen(s) < 64;
 }
 
+/* Study names become folder names (logs, checkpoints): no leading '.' or
+   '-', so never "." or "..". */
 static int s_valid_study_name(const char *s)
 {
-    if (!s || !*s || strlen(s) > 100)
+    if (!s || !*s || strlen(s) > 100 || *s == '.' || *s == '-')
         return 0;
     for (const char *p = s; *p; p++)
         if (!(isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '.'))
             return 0;
     return 1;
+}
+
+typedef struct {
+    char *key; /* the value's type and text: "s:lars", "i:3", "r:0.5" */
+    size_t idx;
+} s_choice_key;
+
+static int s_cmp_choice_key(const void *a, const void *b)
+{
+    const s_choice_key *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+/* The index of the first value of the array `vals` (strings and numbers)
+   that repeats an earlier one (as json_equal: 1 and 1.0 differ), -1 when
+   none, -2 when out of memory. Sorts, so a long list costs n log n. */
+static size_t s_first_repeat(const json_t *vals)
+{
+    size_t n = json_array_size(vals), first = (size_t)-1;
+    s_choice_key *k = calloc(n ? n : 1, sizeof *k);
+    if (!k)
+        return (size_t)-2;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(vals, i);
+        char num[TEXT_DOUBLE_MAX];
+        const char *text = json_is_string(v) ? json_string_value(v)
+                           : json_is_integer(v)
+                               ? (snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT,
+                                           json_integer_value(v)),
+                                  num)
+                               : text_double(json_real_value(v), num);
+        size_t len = strlen(text) + 3;
+        k[i].idx = i;
+        if (!(k[i].key = malloc(len))) {
+            first = (size_t)-2;
+            n = i;
+            break;
+        }
+        snprintf(k[i].key, len, "%c:%s",
+                 json_is_string(v)    ? 's'
+                 : json_is_integer(v) ? 'i'
+                                      : 'r',
+                 text);
+    }
+    if (first != (size_t)-2) {
+        qsort(k, n, sizeof *k, s_cmp_choice_key);
+        for (size_t i = 1; i < n; i++)
+            if (!strcmp(k[i].key, k[i - 1].key) &&
+                (k[i].idx < first || first == (size_t)-1))
+                first = k[i].idx; /* k[i-1] is an earlier equal value */
+    }
+    for (size_t i = 0; i < n; i++)
+        free(k[i].key);
+    free(k);
+    return first;
 }
 
 /* Checks that object `obj` at `path` has only keys from the NULL-ended
@@ -182,11 +240,13 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
                 return s_fail(err, field, "must be a string or a number, not %s",
                               s_type_name(v));
             }
-            for (size_t j = 0; j < i; j++)
-                if (json_equal(v, json_array_get(vals, j))) {
-                    snprintf(field, sizeof field, "%s.values[%zu]", path, i);
-                    return s_fail(err, field, "repeats an earlier value");
-                }
+        }
+        size_t rep = s_first_repeat(vals);
+        if (rep == (size_t)-2)
+            return s_fail(err, field, "out of memory");
+        if (rep != (size_t)-1) {
+            snprintf(field, sizeof field, "%s.values[%zu]", path, rep);
+            return s_fail(err, field, "repeats an earlier value");
         }
         p->values = json_incref(vals);
         p->nvalues = json_array_size(vals);
@@ -240,7 +300,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         return -1;
     if (!s_valid_study_name(json_string_value(v)))
         return s_fail(err, "name",
-                      "must be 1-100 characters of letters, digits, '_', '-' or '.'");
+                      "must be 1-100 characters of letters, digits, '_', '-' or '.', "
+                      "starting with a letter, digit or '_'");
     s->name = strdup(json_string_value(v));
 
     json_t *obj;

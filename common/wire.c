@@ -58,6 +58,8 @@ json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t e
     int n = 0, more = 1;
     if (err && errsize)
         err[0] = 0;
+    if (from)
+        from->len = 0; /* set from the first frame, whatever follows */
     while (more) {
         if (n == 3) {
             s_drain(sock);
@@ -78,17 +80,14 @@ json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t e
             return NULL;
         }
         more = zmq_msg_more(&frames[n]);
+        if (n == 0 && from && zmq_msg_size(&frames[0]) <= WIRE_MAX_ID) {
+            from->len = zmq_msg_size(&frames[0]);
+            memcpy(from->id, zmq_msg_data(&frames[0]), from->len);
+        }
         n++;
     }
     json_t *out = NULL;
     int want = from ? 3 : 2; /* ROUTER: id, "", body; DEALER: "", body */
-    if (from) {
-        from->len = 0;
-        if (n >= 1 && zmq_msg_size(&frames[0]) <= WIRE_MAX_ID) {
-            from->len = zmq_msg_size(&frames[0]);
-            memcpy(from->id, zmq_msg_data(&frames[0]), from->len);
-        }
-    }
     if (n != want || zmq_msg_size(&frames[want - 2]) != 0) {
         snprintf(err, errsize, "expected %d frames with an empty delimiter, got %d", want,
                  n);

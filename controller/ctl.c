@@ -187,6 +187,7 @@ void ctl_destroy(ctl_t **cp)
     for (size_t i = 0; i < c->nout; i++)
         json_decref(c->outbox[i].msg);
     free(c->outbox);
+    free(c->logreads);
     if (c->router)
         zmq_close(c->router);
     if (c->zctx)

@@ -66,6 +66,15 @@ typedef struct {
     long waiter_req;
 } ctl_instr;
 
+/* A `read_log` relayed to a dispatcher, waiting for its `log_data`. */
+typedef struct {
+    long id;          /* sent to the dispatcher, echoed in its answer */
+    char disp[64];    /* the dispatcher asked */
+    wire_peer waiter; /* the CLI that asked */
+    long waiter_req;
+    double deadline; /* monotonic: answered with an error after it */
+} ctl_logread;
+
 /* A message to send after the iteration's commit. */
 typedef struct {
     wire_peer to;
@@ -91,6 +100,9 @@ struct ctl {
     size_t ninstrs, instr_cap;
     ctl_out *outbox;
     size_t nout, out_cap;
+    ctl_logread *logreads; /* relayed read_log requests (ctl_read.c) */
+    size_t nlogreads, logread_cap;
+    long next_logread;
 };
 
 /* ---- ctl.c ---- */
@@ -100,6 +112,18 @@ int ctl__txn(ctl_t *c);
 void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg);
 /* The loaded trial with this id, or NULL. */
 ctl_trial *ctl__trial_by_id(ctl_t *c, long id);
+
+/* ---- ctl_read.c ---- */
+/* Answers a `read` request (msg borrowed) from the store: the data (caller
+   owns), or NULL with *code and err set. Changes nothing. */
+json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, size_t size);
+/* read_log from `from`: relays it to the dispatcher holding the trial's
+   logs (answers an error at once when it cannot). msg borrowed. */
+void ctl__read_log(ctl_t *c, const wire_peer *from, long req, const json_t *msg);
+/* log_data from dispatcher `disp`: answers the waiting CLI. */
+void ctl__log_data(ctl_t *c, const char *disp, const json_t *msg);
+/* Answers the relayed reads past their deadline with an error. */
+void ctl__read_expire(ctl_t *c, double now);
 
 /* ---- ctl_instr.c ---- */
 /* Creates, records and queues an instruction for a running trial.

@@ -617,6 +617,30 @@ static void s_trial_set_msg(ctl_t *c, const ctl_msg *m)
     s_trial_cmd(c, m, TRIAL_CMD_SET);
 }
 
+static void s_read(ctl_t *c, const ctl_msg *m)
+{
+    const char *code;
+    char err[300];
+    json_t *data = ctl__read(c, m->msg, &code, err, sizeof err);
+    if (!data) {
+        s_reply_error(c, m->from, m->req, code, err);
+        return;
+    }
+    json_t *ok = wire_ok(m->req);
+    json_object_set_new(ok, "data", data);
+    ctl__send(c, m->from, ok);
+}
+
+static void s_read_log(ctl_t *c, const ctl_msg *m)
+{
+    ctl__read_log(c, m->from, m->req, m->msg);
+}
+
+static void s_log_data(ctl_t *c, const ctl_msg *m)
+{
+    ctl__log_data(c, m->disp->name, m->msg);
+}
+
 static void s_ping(ctl_t *c, const ctl_msg *m)
 {
     json_t *ok = wire_ok(m->req);
@@ -642,6 +666,7 @@ static const struct {
     {"disp_heartbeat", PEER_DISPATCHER, s_disp_heartbeat},
     {"started", PEER_DISPATCHER, s_started},
     {"exited", PEER_DISPATCHER, s_exited},
+    {"log_data", PEER_DISPATCHER, s_log_data},
     /* CLI -> controller */
     {"submit", PEER_ANY, s_submit},
     {"status", PEER_ANY, s_status},
@@ -651,6 +676,8 @@ static const struct {
     {"trial_pause", PEER_ANY, s_trial_pause},
     {"trial_resume", PEER_ANY, s_trial_resume},
     {"trial_set", PEER_ANY, s_trial_set_msg},
+    {"read", PEER_ANY, s_read},
+    {"read_log", PEER_ANY, s_read_log},
     {"ping", PEER_ANY, s_ping},
 };
 

@@ -442,6 +442,7 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
 void ctl__tick(ctl_t *c, double now)
 {
     ctl__disp_check_silence(c, now);
+    ctl__read_expire(c, now);
     for (size_t i = 0; i < c->nstudies; i++)
         if (c->studies[i]->state == STUDY_RUNNING)
             s_tick_study(c, c->studies[i], now);

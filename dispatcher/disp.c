@@ -391,8 +391,9 @@ static void s_terminate(disp_t *d, disp__proc *p, const char *how, const char *r
     d->be->ops->signal(d->be, p, SIGTERM);
     d->be->ops->signal(d->be, p, SIGCONT); /* a stopped process must see it */
     p->kill_at = util_now() + d->kill_grace_s;
-    log_info(TAG, "trial %ld.%ld: %s, SIGTERM to process group %d", p->trial, p->attempt,
-             !strcmp(how, "timeout") ? "timed out" : "kill requested", (int)p->pid);
+    log_info(TAG, "trial %ld.%ld: %s, SIGTERM to %s %d", p->trial, p->attempt,
+             !strcmp(how, "timeout") ? "timed out" : "kill requested",
+             d->be->ops->id_word, (int)p->pid);
 }
 
 /* Picks `want` free GPUs into a new array; NULL when there are not enough
@@ -765,6 +766,78 @@ static void s_on_reply(disp_t *d, const json_t *msg, int ok)
     }
 }
 
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid
+   or cut off. */
+static size_t s_utf8_len(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] < 0x80             ? 1
+                 : (s[0] & 0xE0) == 0xC0 ? 2
+                 : (s[0] & 0xF0) == 0xE0 ? 3
+                 : (s[0] & 0xF8) == 0xF0 ? 4
+                                         : 0;
+    if (len == 0 || len > n || (len == 2 && s[0] < 0xC2))
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+/* read_log: a chunk of one of this dispatcher's trial logs for the
+   controller (`jizhi trial logs` from another machine). Only files named
+   like the logs of the trial asked for (trial-<id>.<attempt>.out|err) are
+   read; bytes that are not UTF-8 become '?', and `bytes` says how many
+   bytes of the file the text stands for. */
+static void s_on_read_log(disp_t *d, json_t *msg)
+{
+    enum { MAX_CHUNK = 65536 };
+    long id = 0, trial = 0, off = 0, max = 0;
+    const char *path = json_string_value(json_object_get(msg, "path"));
+    char err[128] = "", expect[64];
+    if (wire_get_long(msg, "id", &id, err, sizeof err) ||
+        wire_get_long(msg, "trial", &trial, err, sizeof err) ||
+        wire_get_long(msg, "offset", &off, err, sizeof err) ||
+        wire_get_long(msg, "max", &max, err, sizeof err) || !path) {
+        log_warn(TAG, "refusing malformed read_log: %s", err[0] ? err : "no path");
+        return;
+    }
+    json_t *reply = json_pack("{s:s, s:s, s:I}", "type", "log_data", "name", d->name,
+                              "id", (json_int_t)id);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(expect, sizeof expect, "trial-%ld.", trial);
+    size_t bl = strlen(base);
+    FILE *f = NULL;
+    if (strncmp(base, expect, strlen(expect)) ||
+        (bl < 4 || (strcmp(base + bl - 4, ".out") && strcmp(base + bl - 4, ".err")))) {
+        json_object_set_new(reply, "error", json_string("not a log of that trial"));
+    } else if (!(f = fopen(path, "re"))) {
+        json_object_set_new(reply, "data", json_string("")); /* not written yet */
+        json_object_set_new(reply, "bytes", json_integer(0));
+    } else {
+        unsigned char *buf = malloc(MAX_CHUNK + 1);
+        size_t n = 0;
+        if (buf && off >= 0 && fseek(f, off, SEEK_SET) == 0)
+            n = fread(buf, 1, max > 0 && max < MAX_CHUNK ? (size_t)max : MAX_CHUNK, f);
+        size_t used = 0, k;
+        while (buf && used < n) { /* drop a sequence cut at the end: next time */
+            if ((k = s_utf8_len(buf + used, n - used)) == 0) {
+                if (n - used < 4 && buf[used] >= 0xC0 && n == MAX_CHUNK)
+                    break;
+                buf[used] = '?';
+                k = 1;
+            }
+            used += k;
+        }
+        json_object_set_new(
+            reply, "data", buf ? json_stringn((const char *)buf, used) : json_string(""));
+        json_object_set_new(reply, "bytes", json_integer((json_int_t)used));
+        free(buf);
+        fclose(f);
+    }
+    s_send(d, reply);
+}
+
 static void s_on_message(disp_t *d, json_t *msg)
 {
     const char *type = wire_type(msg);
@@ -777,6 +850,8 @@ static void s_on_message(disp_t *d, json_t *msg)
         s_on_start(d, msg);
     else if (!strcmp(type, "kill"))
         s_on_kill(d, msg);
+    else if (!strcmp(type, "read_log"))
+        s_on_read_log(d, msg);
     else
         log_warn(TAG, "ignoring message of unknown type \"%.40s\"", type);
 }

@@ -719,6 +719,49 @@ json_t *store_trial_lineage(store_t *s, long trial_id)
     return out;
 }
 
+json_t *store_study_detail(store_t *s, const char *name)
+{
+    store_study st;
+    if (store_study_get(s, name, &st) != 1)
+        return NULL;
+    store_trial *rows;
+    long n = store_trials_load(s, st.id, &rows);
+    json_t *trials = json_array();
+    for (long i = 0; i < n; i++) {
+        json_t *t = store_trial_json(&rows[i], s);
+        json_t *lin = store_trial_lineage(s, rows[i].id);
+        json_t *first = json_array_get(lin, 0);
+        json_object_set(t, "sampled",
+                        first ? json_object_get(first, "params") : rows[i].params);
+        json_decref(lin);
+        json_array_append_new(trials, t);
+    }
+    store_trials_free(rows, n < 0 ? 0 : n);
+    json_t *out =
+        json_pack("{s:I, s:s, s:s, s:O, s:o, s:o, s:o, s:o}", "id", (json_int_t)st.id,
+                  "name", st.name, "state", st.state, "spec", st.spec, "created",
+                  s_num_or_null(st.created), "finished", s_num_or_null(st.finished),
+                  "trials", trials, "events", store_events_list(s, st.id));
+    store_study_fini(&st);
+    return out;
+}
+
+json_t *store_trial_detail(store_t *s, long trial_id)
+{
+    store_trial t;
+    if (store_trial_get(s, trial_id, &t) != 1)
+        return NULL;
+    json_t *j = store_trial_json(&t, s);
+    json_object_set_new(j, "lineage", store_trial_lineage(s, t.id));
+    store_study st;
+    if (store_study_get_id(s, t.study_id, &st) == 1) {
+        json_object_set_new(j, "study", json_string(st.name));
+        store_study_fini(&st);
+    }
+    store_trial_fini(&t);
+    return j;
+}
+
 /* ---- metrics ---- */
 
 int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts,

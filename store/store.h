@@ -163,6 +163,15 @@ json_t *store_trial_json(const store_trial *t, store_t *s);
 /* Parameter history: array of {generation, parent, params}. Caller owns. */
 json_t *store_trial_lineage(store_t *s, long trial_id);
 
+/* What `study show` and `export` read, as one object (caller owns): {id,
+   name, state, spec, created, finished, trials: [store_trial_json + sampled
+   (its params as first suggested)], events}. NULL when there is no such
+   study or on error. */
+json_t *store_study_detail(store_t *s, const char *name);
+/* What `trial show` reads (caller owns): store_trial_json + lineage and
+   study (its name). NULL when there is no such trial or on error. */
+json_t *store_trial_detail(store_t *s, long trial_id);
+
 /* ---- metrics ---- */
 /* Inserts n points for (trial, attempt). Call inside a transaction. */
 int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts,

@@ -441,6 +441,58 @@ TEST(study_name_length)
     spec_destroy(&s);
 }
 
+/* Names that would climb out of the log and checkpoint folders. */
+TEST(study_names_are_not_dot_folders)
+{
+    const char *bad[] = {".", "..", "...", ".hidden", "-rf"};
+    const char *fmt =
+        "{\"name\":\"%s\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
+        "\"budget\":{\"trials\":5},\"space\":{\"x\":{\"type\":\"int\",\"low\":0,\"high\":"
+        "1}},\"trial\":{\"command\":[\"sh\"]}}";
+    char buf[1024];
+    spec_error err;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(buf, sizeof buf, fmt, bad[i]);
+        spec_t *s = s_parse_text(buf, 0, &err);
+        CHECK(s == NULL);
+        CHECK_STR(err.field, "name");
+        spec_destroy(&s);
+    }
+    snprintf(buf, sizeof buf, fmt, "run.2-a_b");
+    spec_t *s = s_parse_text(buf, 0, &err);
+    CHECK(s != NULL);
+    spec_destroy(&s);
+}
+
+/* A choice of 100 000 values: a repeat is found (sorted, not pairwise),
+   where it is, and the same list without it is accepted. */
+TEST(long_choice_repeat_found)
+{
+    enum { N = 100000 };
+    json_t *vals = json_array();
+    for (int i = 0; i < N; i++)
+        json_array_append_new(vals, i % 3 ? json_integer(i) : json_sprintf("v%d", i));
+    json_t *spec = json_pack("{s:s, s:{s:s, s:s}, s:{s:i}, s:{s:{s:s, s:O}}, s:{s:[s]}}",
+                             "name", "long", "objective", "metric", "y", "mode", "min",
+                             "budget", "trials", 5, "space", "c", "type", "choice",
+                             "values", vals, "trial", "command", "sh");
+    spec_error err;
+    spec_t *s = spec_parse(spec, 0, &err);
+    CHECK(s != NULL);
+    spec_destroy(&s);
+    /* 1.0 next to the integer 1 is another value; a second "v3" is not */
+    json_array_set_new(vals, 50000, json_real(1.0));
+    json_array_set_new(vals, 70001, json_string("v3"));
+    json_array_set_new(vals, 90001, json_string("v3"));
+    json_object_set(json_object_get(json_object_get(spec, "space"), "c"), "values", vals);
+    s = spec_parse(spec, 0, &err);
+    CHECK(s == NULL);
+    CHECK_STR(err.field, "space.c.values[70001]");
+    spec_destroy(&s);
+    json_decref(vals);
+    json_decref(spec);
+}
+
 TEST(check_command_modes)
 {
     spec_error err;
@@ -834,6 +886,8 @@ int main(void)
     RUN(not_an_object_and_null_err);
     RUN(valid_names);
     RUN(study_name_length);
+    RUN(study_names_are_not_dot_folders);
+    RUN(long_choice_repeat_found);
     RUN(check_command_modes);
     RUN(float_linear_mapping);
     RUN(float_log_mapping);

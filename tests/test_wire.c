@@ -207,6 +207,32 @@ TEST(malformed_at_router)
     s_pair_close(&p);
 }
 
+/* A message with too many frames names its own sender, not the peer heard
+   before it (it is answered there). */
+TEST(too_many_frames_names_its_sender)
+{
+    pair_t p;
+    REQUIRE(s_pair_open(&p, 0, "peer-a") == 0);
+    void *b = zmq_socket(s_ctx, ZMQ_DEALER);
+    REQUIRE(b != NULL);
+    zmq_setsockopt(b, ZMQ_ROUTING_ID, "peer-b", 6);
+    REQUIRE(zmq_connect(b, p.endpoint) == 0);
+    CHECK(wire_send(p.dealer, NULL, s_msg("good", 1), 0) == 0);
+    wire_peer from;
+    memset(&from, 0, sizeof from);
+    char err[256] = "";
+    json_t *m = wire_recv(p.router, &from, 0, err, sizeof err);
+    CHECK(m != NULL && from.len == 6 && !memcmp(from.id, "peer-a", 6));
+    json_decref(m);
+    const char *frames[] = {"", "{\"type\":\"x\"}", "a", "b", NULL};
+    s_send_frames(b, frames);
+    CHECK(wire_recv(p.router, &from, 0, err, sizeof err) == NULL);
+    CHECK(strstr(err, "too many frames") != NULL);
+    CHECK(from.len == 6 && !memcmp(from.id, "peer-b", 6));
+    zmq_close(b);
+    s_pair_close(&p);
+}
+
 /* A malformed message with err NULL must not crash. */
 TEST(malformed_without_err_buffer)
 {
@@ -559,6 +585,7 @@ int main(void)
     RUN(nothing_there);
     RUN(send_failures);
     RUN(malformed_at_router);
+    RUN(too_many_frames_names_its_sender);
     RUN(malformed_without_err_buffer);
     RUN(malformed_at_dealer);
     RUN(size_limit);

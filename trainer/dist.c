@@ -13,8 +13,7 @@
 #include <string.h>
 
 #include "trainer/dist.h"
-
-double trn__now(void); /* train.c */
+#include "common/util.h"
 
 typedef struct {
     int first, last; /* param indices, first > last (backward order) */
@@ -176,13 +175,13 @@ int trn_dist_fit_curve(trn_comm *c, const trn_dist_opts *o, double *alpha, doubl
         int reps = s < 3 ? 10 : 3;
         trn_comm_allreduce(c, buf, sizes[s], o->algo, o->wire); /* warm */
         trn_comm_barrier(c);
-        double t0 = trn__now();
+        double t0 = util_now();
         for (int r = 0; r < reps; r++)
             if (trn_comm_allreduce(c, buf, sizes[s], o->algo, o->wire) < 0) {
                 free(buf);
                 return -1;
             }
-        t[s] = (trn__now() - t0) / reps;
+        t[s] = (util_now() - t0) / reps;
     }
     free(buf);
     /* least squares of t = a + b * bytes */

@@ -22,13 +22,7 @@
 #include <time.h>
 
 #include "trainer/train_impl.h"
-
-double trn__now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "common/util.h"
 
 static void s_setup_scalers(trn_trainer *t)
 {
@@ -112,7 +106,7 @@ trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
     trn_net_init(t->net, &t->rng);
     trn_net_set_precision(t->net, t->prec);
     s_setup_scalers(t);
-    t->t_since = trn__now();
+    t->t_since = util_now();
     return t;
 fail:
     trn_trainer_destroy(&t);
@@ -653,7 +647,7 @@ static void s_report(trn_trainer *t, const char *name, double v)
 
 static void s_report_train(trn_trainer *t)
 {
-    double now = trn__now();
+    double now = util_now();
     double dt = now - t->t_since;
     if (t->loss_n)
         s_report(t, "train_loss", t->loss_acc / t->loss_n);
@@ -676,7 +670,7 @@ static void s_report_train(trn_trainer *t)
     t->loss_acc = 0;
     t->loss_n = 0;
     t->samples_since = 0;
-    t->t_since = trn__now();
+    t->t_since = util_now();
 }
 
 static void s_report_eval(trn_trainer *t, double *vl_out, double *va_out)
@@ -712,7 +706,7 @@ static int s_auto_checkpoint(trn_trainer *t, char *err)
 int trn_trainer_run(trn_trainer *t, char *err)
 {
     const trn_config *c = &t->cfg;
-    double t0 = trn__now();
+    double t0 = util_now();
     t->t_since = t0;
     t->samples_since = 0;
     for (;;) {
@@ -747,7 +741,7 @@ int trn_trainer_run(trn_trainer *t, char *err)
                     "jizhi-train: epoch %d/%d step %ld loss %.4f val_loss %.4f val_acc "
                     "%.4f lr %.4g scale %g %.1fs\n",
                     t->epoch, c->epochs, t->step, t->last_loss, vl, va, trn_trainer_lr(t),
-                    t->scaler.scale, trn__now() - t0);
+                    t->scaler.scale, util_now() - t0);
             if (epoch_end && c->checkpoint_every > 0 &&
                 t->epoch % c->checkpoint_every == 0 && s_auto_checkpoint(t, err) < 0)
                 return -1;
@@ -765,7 +759,7 @@ int trn_trainer_run(trn_trainer *t, char *err)
         if (!c->quiet)
             fprintf(stderr,
                     "jizhi-train: done: %ld steps, test_loss %.4f test_acc %.4f, %.1fs\n",
-                    t->step, tl, ta, trn__now() - t0);
+                    t->step, tl, ta, util_now() - t0);
     }
     if (c->save[0] && trn_trainer_save(t, c->save, err) < 0)
         return -1;

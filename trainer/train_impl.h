@@ -50,7 +50,6 @@ struct trn_trainer {
     int rank, nranks;
 };
 
-double trn__now(void);
 /* Resets optimiser hyperparameters and precision from cfg after a change. */
 void trn__apply_config(trn_trainer *t);
 

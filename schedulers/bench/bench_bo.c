@@ -16,6 +16,7 @@
     METHOD: bo, bo-ucb, random (any scheduler type, with a seed).
 */
 #include "schedulers/sched.h"
+#include "common/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -152,13 +153,6 @@ static const s_func *s_find(const char *name)
     return NULL;
 }
 
-static double s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static spec_t *s_spec(const s_func *f, const char *method, long seed)
 {
     json_t *space = json_object();
@@ -242,7 +236,7 @@ static int s_run(const s_func *f, const char *method, int evals, long seed)
         spec_destroy(&sp);
         return -1;
     }
-    double best = INFINITY, t0 = s_now();
+    double best = INFINITY, t0 = util_now();
     for (long id = 1; id <= evals; id++) {
         json_t *p = NULL;
         double x[f->d];
@@ -261,7 +255,7 @@ static int s_run(const s_func *f, const char *method, int evals, long seed)
     }
     json_t *line = json_pack("{s:s,s:s,s:I,s:f,s:f,s:f}", "func", f->name, "method",
                              method, "seed", (json_int_t)seed, "regret", best - f->fopt,
-                             "best", best, "seconds", s_now() - t0);
+                             "best", best, "seconds", util_now() - t0);
     char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(17));
     printf("%s\n", text);
     free(text);
@@ -300,10 +294,10 @@ static int s_latency(int n, int repeats)
     double ms[repeats + 1];
     for (int k = 0; k <= repeats; k++) {
         json_t *p = NULL;
-        double t0 = s_now();
+        double t0 = util_now();
         if (s_get(s, n + 1 + k, &p) != SCHED_OK)
             return -1;
-        ms[k] = 1e3 * (s_now() - t0);
+        ms[k] = 1e3 * (util_now() - t0);
         double x[6];
         s_params_x(p, 6, x);
         s->ops->on_complete(s, n + 1 + k, p, SCHED_COMPLETED, f->f(x, 6));

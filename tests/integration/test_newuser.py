@@ -321,3 +321,98 @@ def test_spec_conflicts_and_empty_bo_space_are_explained(jz):
     r = jz.run("run", jz.write_spec(empty, "empty.json"))
     assert r.returncode == 1 and "space: empty, so bo has nothing to search" in r.stderr
     assert not jz.sql("SELECT name FROM studies WHERE name='empty-bo'")
+
+
+def test_remote_reads_through_the_controller(jz, tmp_path):
+    """list, show, export, events, trial list/show/logs (-f) and watch from a
+    folder with no database file, through --controller over TCP, give what
+    the database file gives."""
+    import socket
+    from test_recovery import start_controller, stop
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ep = f"tcp://127.0.0.1:{port}"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    env = {k: v for k, v in jz.env.items() if k != "JIZHI_DB"}
+
+    def rj(*args, check=0):
+        p = subprocess.run([JIZHI, *args, "--controller", ep], cwd=remote, env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert check is None or p.returncode == check, p.stderr
+        return p
+
+    try:
+        cmd = ["sh", "-c", "echo out-{x}; echo err-line >&2; sleep 1; jizhi report score={x}"]
+        jz.run("study", "submit", jz.write_spec(base_spec("far", cmd, trials=3, parallel=2)),
+               check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=1")[0][0] == "running",
+                    60, "trial 1 running")
+        f = rj("trial", "logs", "1", "-f")  # follows until the trial ends
+        assert f.stdout.startswith("out-") and f.stderr.strip() == "err-line"
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
+                    "the study to finish")
+        assert not os.path.exists(remote / "jizhi.db")
+        for args in (["study", "list"], ["study", "show", "far"], ["study", "events", "far"],
+                     ["study", "export", "far"], ["study", "export", "far", "--format", "json"],
+                     ["trial", "list", "far"], ["trial", "show", "2"], ["trial", "logs", "2"],
+                     ["study", "show", "far", "--json"]):
+            local = jz.run(*args, check=0)
+            far = rj(*args)
+            assert far.stdout == local.stdout, args
+            assert far.stderr == local.stderr, args
+        assert "out-" in rj("trial", "logs", "3").stdout
+        assert "err-line" in rj("trial", "logs", "3", "--stderr").stdout
+        w = rj("watch", "far")
+        assert "study far finished: done 3/3" in w.stdout
+        # errors name what is wrong
+        assert "no study named" in rj("study", "show", "nope", check=1).stderr
+        assert "no trial 99" in rj("trial", "show", "99", check=1).stderr
+        assert "--format curves reads the database file" in rj(
+            "study", "export", "far", "--format", "curves", check=1).stderr
+    finally:
+        stop(ctl, disp)
+    # the dispatcher is gone: its logs cannot be read from afar, and it says so
+    ctl = start_controller(jz, ep)
+    try:
+        assert "not connected" in rj("trial", "logs", "1", check=1).stderr
+    finally:
+        stop(ctl)
+
+
+def test_run_dirs_left_by_kill_9_are_swept(jz):
+    import glob
+    import signal
+
+    before = set(glob.glob("/tmp/jizhi-run-*"))
+    spec = base_spec("killed", ["sleep", "30"], trials=1, parallel=1)
+    proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db)
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0] == 1,
+                60, "a running trial")
+    mine = [d for d in set(glob.glob("/tmp/jizhi-run-*")) - before
+            if open(f"{d}/pid").read().strip() == str(proc.pid)]
+    assert len(mine) == 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    subprocess.run(["pkill", "-f", "sleep 30"], check=False)
+    assert os.path.isdir(mine[0])  # left behind by kill -9
+    # another run sweeps it; a directory of a live process stays
+    import uuid
+    alive = "/tmp/jizhi-run-" + uuid.uuid4().hex[:6]  # named as mkdtemp names them
+    os.mkdir(alive)
+    with open(f"{alive}/pid", "w") as f:
+        f.write(f"{os.getpid()}\n")
+    try:
+        live = base_spec("after", ["sh", "-c", "jizhi report score=1"], trials=1, parallel=1)
+        jz.run("run", jz.write_spec(live, "after.json"), "--db", os.path.join(jz.dir, "b.db"),
+               check=0)
+        assert not os.path.exists(mine[0])
+        assert os.path.exists(f"{alive}/pid")
+    finally:
+        os.unlink(f"{alive}/pid")
+        os.rmdir(alive)

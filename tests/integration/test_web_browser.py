@@ -176,6 +176,8 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
         assert jz.sql("SELECT who FROM events WHERE kind='instruction'") == [("web:alice",)]
         wait_js(drv, "document.querySelector('#trial-events').innerText.includes('web:alice')",
                 what="the intervention in the trial's events")
+        wait_js(drv, "jz.trialMarks.some(m => m.label === 'lr=0.5')",
+                what="the change marked on the trial's curves")
         trial_png = shot(drv, "web-trial.png")
 
         # back on the study page the intervention is in the event log

@@ -781,7 +781,7 @@ async function trialPage(id) {
   }
   function drawLineage() {
     const keys = [...new Set((T.lineage || []).flatMap((g) => Object.keys(g.params || {})))];
-    const head = el("tr", {}, el("th", { text: "generation" }), el("th", { text: "parent" }), ...keys.map((k) => el("th", { text: k })));
+    const head = el("tr", {}, el("th", { text: "generation", class: "num" }), el("th", { text: "parent" }), ...keys.map((k) => el("th", { text: k, class: "num" })));
     const rows = (T.lineage || []).map((g) => el("tr", {}, el("td", { class: "num", text: g.generation }), el("td", { text: g.parent == null ? "–" : g.parent }),
       ...keys.map((k) => el("td", { class: "num", text: fmt(g.params[k]) }))));
     $("#lineage-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
@@ -791,6 +791,37 @@ async function trialPage(id) {
   let series = {};
   try { series = (await getJSON(`/api/trials/${id}/metrics?points=1000`)).metrics; } catch (e) { return fail(e); }
   const charted = Object.keys(series).sort((a, b) => (a === T.objective.metric ? -1 : b === T.objective.metric ? 1 : a.localeCompare(b)));
+  /* the trial's interventions as dashed vertical lines at their step */
+  jz.trialMarks = [];
+  const marksPlugin = {
+    id: "jzTrialMarks",
+    afterDatasetsDraw(chart) {
+      const g = chart.ctx, xs = chart.scales.x, area = chart.chartArea;
+      g.save();
+      g.strokeStyle = "#d62728"; g.fillStyle = "#d62728"; g.setLineDash([4, 3]); g.lineWidth = 1;
+      g.font = "11px system-ui, sans-serif";
+      for (const mk of jz.trialMarks) {
+        const px = xs.getPixelForValue(mk.step);
+        if (!(px >= area.left && px <= area.right)) continue;
+        g.beginPath(); g.moveTo(px, area.top); g.lineTo(px, area.bottom); g.stroke();
+        g.fillText(mk.label, Math.min(px + 3, area.right - 60), area.top + 11);
+      }
+      g.restore();
+    },
+  };
+  function markOf(e, step) {
+    const d = e.detail || {};
+    return { step, label: d.name ? `${d.name}=${fmt(d.value)}` : d.kind || e.kind };
+  }
+  function stepAt(time) {
+    /* the step reported nearest in time to an event */
+    const c = series[T.objective.metric] || Object.values(series)[0];
+    if (!c || !c.s.length) return null;
+    const rel = time - (T.started || 0);
+    let best = 0;
+    for (let i = 1; i < c.t.length; i++) if (Math.abs(c.t[i] - rel) < Math.abs(c.t[best] - rel)) best = i;
+    return c.s[best];
+  }
   function chartFor(m) {
     const c = series[m];
     const box = el("div", { class: "chart-box short" }, el("canvas", { id: "metric-" + m }));
@@ -798,6 +829,7 @@ async function trialPage(id) {
     jz.charts["m:" + m] = new Chart(box.firstChild, {
       type: "line",
       data: { datasets: [{ label: m, data: c.s.map((s, i) => ({ x: s, y: c.y[i] })), borderColor: m === T.objective.metric ? "#2171b5" : "#555", borderWidth: 1.5, pointRadius: 0 }] },
+      plugins: [marksPlugin],
       options: { animation: false, maintainAspectRatio: false, parsing: false, normalized: true,
         scales: { x: { type: "linear", title: { display: true, text: "step" } } }, plugins: { legend: { display: false } } },
     });
@@ -823,6 +855,12 @@ async function trialPage(id) {
   try {
     events = (await getJSON(`/api/studies/${encodeURIComponent(T.study)}/events?limit=100000`)).events.filter((e) => e.trial === id);
   } catch (e) { /* the page still works without them */ }
+  for (const e of events) {
+    if (e.kind !== "instruction") continue;
+    const st = stepAt(e.time);
+    if (st !== null) jz.trialMarks.push(markOf(e, st));
+  }
+  for (const m of Object.keys(series)) if (jz.charts["m:" + m]) jz.charts["m:" + m].update("none");
   drawTrialEvents();
 
   async function steer(what) {
@@ -847,15 +885,22 @@ async function trialPage(id) {
         : a.restarting ? `${text}: restarting from its checkpoint — controller answered in ${fmt(r.round_trip_ms)} ms`
         : `${text}: accepted by the controller in ${fmt(r.round_trip_ms)} ms`;
     } catch (e) { ack.className = "err"; ack.textContent = `${text}: ${e.message}`; }
+    /* the change's event now says whether it was applied, and how fast */
+    try {
+      events = (await getJSON(`/api/studies/${encodeURIComponent(T.study)}/events?limit=100000`)).events.filter((e) => e.trial === id);
+      drawTrialEvents();
+    } catch (e) { /* the stream brings the rest */ }
   }
 
   const redraw = throttle(() => { for (const m of Object.keys(series)) if (jz.charts["m:" + m]) jz.charts["m:" + m].update("none"); }, 500);
   const src = new EventSource(`/api/studies/${encodeURIComponent(T.study)}/stream?trial=${id}&metric=${T.marks.metric}&event=${T.marks.event}`);
   cleanup.push(() => src.close());
   src.addEventListener("metrics", (m) => {
-    for (const [tid, name, step, value] of JSON.parse(m.data).points) {
+    for (const [tid, name, step, value, time] of JSON.parse(m.data).points) {
       if (tid !== id) continue;
       if (!series[name]) { series[name] = { s: [], y: [], t: [] }; chartFor(name); }
+      const c = series[name];
+      c.s.push(step); c.y.push(value); c.t.push(time - (T.started || 0));
       jz.charts["m:" + name].data.datasets[0].data.push({ x: step, y: value });
       T.last_step = step;
       if (name === T.objective.metric) T.last_value = value;
@@ -870,6 +915,11 @@ async function trialPage(id) {
     const evs = JSON.parse(m.data).filter((e) => e.trial === id);
     if (!evs.length) return;
     events.push(...evs);
+    for (const e of evs) {
+      const st = e.kind === "instruction" ? stepAt(e.time) : null;
+      if (st !== null) jz.trialMarks.push(markOf(e, st));
+    }
+    redraw();
     drawTrialEvents();
     try { const j = await getJSON(`/api/trials/${id}`); T.params = j.params; T.generation = j.generation; T.lineage = j.lineage; drawInfo(); drawLineage(); } catch (e) { /* next time */ }
   });
