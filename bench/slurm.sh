@@ -70,23 +70,6 @@ JSON
     fi
 }
 
-# Slurm alone, for reference: sbatch of a script that stamps the time it runs
-cat > "$dir/stamp.sh" <<'SH'
-#!/bin/sh
-date +%s.%N > "$STAMP"
-SH
-chmod +x "$dir/stamp.sh"
-: > "$dir/raw.txt"
-for i in $(seq "$TRIALS"); do
-    export STAMP="$dir/stamp.$i"
-    t0=$(date +%s.%N)
-    sbatch --parsable -o /dev/null "$dir/stamp.sh" >/dev/null
-    for _ in $(seq 3000); do [ -s "$STAMP" ] && break; sleep 0.01; done
-    echo "$t0 $(cat "$STAMP" 2>/dev/null || echo nan)" >> "$dir/raw.txt"
-    # the next one starts on an empty node, as each trial of the studies does
-    for _ in $(seq 1000); do [ -z "$(squeue -h -o %i)" ] && break; sleep 0.01; done
-done
-
 run_study local --slots 1
 run_study slurm --backend slurm --max-jobs 1 --poll-s "$POLL_S"
 
@@ -104,13 +87,10 @@ for name in ("local", "slurm"):
     if len(lat) != n:
         sys.exit(f"bench-slurm: {name}: {len(lat)} of {n} trials completed with a report")
     res[name] = (statistics.median(lat), lat[int(0.9 * (len(lat) - 1))])
-print(f"start decision -> first report, {n} trials one at a time (Slurm poll {poll} s):")
+print(f"start decision -> first report, {n} trials one at a time (Slurm poll {poll} s; "
+      "one-node test cluster, SchedulerParameters=batch_sched_delay=0):")
 for name, (med, p90) in res.items():
     print(f"  {name:6s} median {med * 1000:8.1f} ms   p90 {p90 * 1000:8.1f} ms")
-raw = sorted(float(b) - float(a) for a, b in (l.split() for l in open(f"{d}/raw.txt")))
-print(f"  (for reference, Slurm alone, jobs submitted back to back by a shell loop: sbatch -> its script running: median {statistics.median(raw) * 1000:.1f} ms, "
-      f"p90 {raw[int(0.9 * (len(raw) - 1))] * 1000:.1f} ms; one-node test cluster, "
-      "SchedulerParameters=batch_sched_delay=0)")
 print(f"  slurm/local ratio: median {res['slurm'][0] / res['local'][0]:.1f}x, "
       f"p90 {res['slurm'][1] / res['local'][1]:.1f}x")
 PY
