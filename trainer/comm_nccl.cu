@@ -5,10 +5,10 @@
     every call stages its buffers through device memory on one stream:
     copy in, the NCCL call (ncclSend/ncclRecv inside a group for the
     point-to-point the algorithms use, ncclAllReduce for the backend's own
-    all-reduce, ncclBroadcast), copy out. Device = local rank modulo the
-    visible devices (the dispatcher hands each trial trial.gpus x ranks
-    devices in CUDA_VISIBLE_DEVICES). Bootstrap: with MPI (under mpirun)
-    rank 0's ncclUniqueId is broadcast over MPI_COMM_WORLD; without it the
+    all-reduce, ncclBroadcast), copy out. Device = the first of the rank's
+    JIZHI_GPUS_PER_RANK devices (the dispatcher hands each trial trial.gpus
+    x ranks devices in CUDA_VISIBLE_DEVICES), modulo the visible ones. Bootstrap: with MPI
+   (under mpirun) rank 0's ncclUniqueId is broadcast over MPI_COMM_WORLD; without it the
     backend is one rank.
     Errors: NCCL/CUDA failures during construction return NULL with err;
     later ones make the call return -1.
@@ -193,7 +193,10 @@ extern "C" trn_comm *trn_comm_nccl_new(char *err)
         trn_comm_destroy(&c);
         return NULL;
     }
-    cudaSetDevice(local % ndev);
+    /* the dispatcher hands trial.gpus devices per rank, in rank order */
+    const char *gpr_env = getenv("JIZHI_GPUS_PER_RANK");
+    int gpr = gpr_env && atoi(gpr_env) > 0 ? atoi(gpr_env) : 1;
+    cudaSetDevice((local * gpr) % ndev);
     ncclUniqueId id;
     if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
         snprintf(err, TRN_ERRLEN, "--comm nccl: ncclGetUniqueId failed");
