@@ -247,13 +247,26 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
     {
         ctl_trial *t =
             ctl__trial_by_id(c, (long)json_integer_value(json_object_get(e, "trial")));
-        if (t && ctl_trial_active(t) &&
-            json_integer_value(json_object_get(e, "attempt")) == t->row.attempt) {
+        json_int_t attempt = json_integer_value(json_object_get(e, "attempt"));
+        if (t && ctl_trial_active(t) && attempt == t->row.attempt) {
             t->last_heard = now;
             if (!t->disp) {
                 t->disp = d;
                 d->used += t->study && t->study->spec ? t->study->spec->ranks : 1;
             }
+        } else if (json_integer_value(json_object_get(e, "pid")) != 0 &&
+                   (!t || attempt != t->row.attempt || !ctl_trial_active(t))) {
+            /* a process of an attempt that is over for the controller (lost
+               and run again elsewhere, or ended): it must not run on */
+            log_warn("ctl",
+                     "dispatcher %s still runs trial %" JSON_INTEGER_FORMAT
+                     ".%" JSON_INTEGER_FORMAT ", a stale attempt: killing it",
+                     d->name, json_integer_value(json_object_get(e, "trial")), attempt);
+            ctl__send(
+                c, &d->peer,
+                json_pack("{s:s, s:O, s:I, s:s}", "type", "kill", "trial",
+                          json_object_get(e, "trial"), "attempt", attempt, "reason",
+                          "stale attempt: the controller runs a newer one or none"));
         }
     }
     if (!reconcile)

@@ -266,13 +266,21 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
 }
 
 /* Puts a trial back to pending for another attempt. */
+/* A new attempt gets a new token: an earlier attempt that shows up again
+   (declared lost, yet still running somewhere) is refused. */
+static void s_new_attempt(ctl_trial *t)
+{
+    t->row.attempt++;
+    util_random_hex(t->row.token, 16);
+}
+
 static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
 {
     if (ctl_trial_move(t, TRIAL_PENDING) != 0)
         return;
     ctl__disp_release(t);
     ctl_trial_plan_to(t, PLAN_NONE);
-    t->row.attempt++;
+    s_new_attempt(t);
     snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
     t->row.last_value = t->row.best_value = NAN;
     t->row.last_step = -1;
@@ -495,7 +503,7 @@ void ctl__trial_rerun(ctl_t *c, ctl_trial *t)
     if (t->state != TRIAL_STOPPED || !t->row.study_stopped ||
         ctl_trial_move(t, TRIAL_PENDING) != 0)
         return;
-    t->row.attempt++;
+    s_new_attempt(t);
     t->row.study_stopped = 0;
     ctl__trial_save(c, t);
 }

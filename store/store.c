@@ -30,7 +30,8 @@ static const char *const s_sql[Q_COUNT] = {
         "best_value=?6, last_step=?7, metric_req=?8, dispatcher=?9, pid=?10, "
         "exit_how=?11, exit_code=?12, reason=?13, out_path=?14, err_path=?15, "
         "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
-        "generation=?20, parent=?21, metric_session=?22, study_stopped=?23 WHERE id=?1",
+        "generation=?20, parent=?21, metric_session=?22, study_stopped=?23, token=?24 "
+        "WHERE id=?1",
     [Q_TRIAL_INSERT] =
         "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
         "parent, created, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -551,6 +552,7 @@ int store_trial_save(store_t *s, const store_trial *t)
         sqlite3_bind_int64(st, 21, t->parent);
     s_bind_text_or_null(st, 22, t->metric_session);
     sqlite3_bind_int(st, 23, t->study_stopped != 0);
+    sqlite3_bind_text(st, 24, t->token, -1, SQLITE_TRANSIENT);
     return s_run(st);
 }
 

@@ -63,7 +63,7 @@ typedef struct {
     long number;       /* 0-based index within its study */
     char state[16];    /* store_trial_state_name() of a store_trial_state */
     long attempt;      /* 0 for the first run; +1 per retry */
-    char token[40];    /* per-trial secret */
+    char token[40];    /* the current attempt's secret (new for each attempt) */
     json_t *params;    /* current params (latest generation), owned */
     long generation;   /* PBT generation of params (0 at creation) */
     long parent;       /* trial whose checkpoint this one continues, or -1 */

@@ -416,3 +416,55 @@ def test_run_dirs_left_by_kill_9_are_swept(jz):
     finally:
         os.unlink(f"{alive}/pid")
         os.rmdir(alive)
+
+
+def test_a_stale_attempt_is_refused_and_killed(jz):
+    """A machine hangs (its dispatcher and trial stopped with SIGSTOP): the
+    trial is declared lost and run again on another dispatcher with a new
+    token. When the machine comes back still running the old attempt, that
+    attempt's reports are refused and the controller has it killed; the
+    result is the new attempt's."""
+    import signal
+    import time
+    from test_recovery import start_controller, stop
+
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep, lost="2")
+    logs = os.path.join(jz.dir, "logs")
+    a = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--name", "a",
+                 "--log-dir", logs)
+    b = None
+    try:
+        spec = base_spec("stale", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1,
+                         parallel=1, env={"STEPS": "200"})
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60, "a report")
+        (token0, pid0) = jz.sql("SELECT token, pid FROM trials")[0]
+        a.send_signal(signal.SIGSTOP)
+        os.kill(pid0, signal.SIGSTOP)
+        b = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--name", "b",
+                     "--log-dir", logs)
+        jz.wait_for(lambda: jz.sql("SELECT attempt, dispatcher FROM trials")[0] == (1, "b"),
+                    60, "the retry on dispatcher b")
+        (token1,) = jz.sql("SELECT token FROM trials")[0]
+        assert token1 != token0  # a new attempt, a new token
+        a.send_signal(signal.SIGCONT)
+        os.kill(pid0, signal.SIGCONT)
+        jz.wait_for(lambda: subprocess.run(["kill", "-0", str(pid0)],
+                                           capture_output=True).returncode != 0,
+                    60, "the stale attempt to be killed")
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "completed", 120,
+                    "the new attempt to complete")
+        # no point of the old attempt was stored after the retry
+        (n_old_after,) = jz.sql(
+            "SELECT COUNT(*) FROM metrics m JOIN events e ON e.kind='retry' "
+            "WHERE m.attempt=0 AND m.time > e.time")[0]
+        assert n_old_after == 0
+        log = open(os.path.join(jz.dir, "controller.log")).read()
+        assert "a stale attempt: killing it" in log
+        assert "for trial 1: wrong token" in log  # its reports were refused
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+        subprocess.run(["kill", "-CONT", str(pid0)], capture_output=True)
+        stop(*(p for p in (ctl, a, b) if p))
