@@ -14,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
 #include <math.h>
@@ -72,7 +73,10 @@ static int s_write_endpoint(const char *db, const char *endpoint)
     char path[1100], tmp[1200];
     cli_endpoint_file(db, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* the owner's */
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f && fd >= 0)
+        close(fd);
     if (!f || fprintf(f, "%s\n", endpoint) < 0 || fclose(f) != 0 ||
         rename(tmp, path) != 0) {
         cli_error("cannot write %s", path);

@@ -7,11 +7,13 @@
 
 #include "../common/text.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum {
     Q_METRIC_INSERT,
@@ -200,6 +202,12 @@ store_t *store_open(const char *path, int readonly, char *err, size_t errsize)
     s->readonly = readonly;
     int flags =
         readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    if (!readonly) { /* a new database is the owner's alone (its -wal and
+                        -shm files take the same mode) */
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
+    }
     if (sqlite3_open_v2(path, &s->db, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         snprintf(err, errsize, "cannot open database %s: %s", path,
                  s->db ? sqlite3_errmsg(s->db) : "out of memory");

@@ -468,3 +468,20 @@ def test_a_stale_attempt_is_refused_and_killed(jz):
             a.send_signal(signal.SIGCONT)
         subprocess.run(["kill", "-CONT", str(pid0)], capture_output=True)
         stop(*(p for p in (ctl, a, b) if p))
+
+
+def test_database_and_endpoint_files_are_the_owners_alone(jz):
+    import stat
+
+    spec = base_spec("private", ["sh", "-c", "sleep 1; jizhi report score=1"], trials=1,
+                     parallel=1)
+    proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db)
+    try:
+        ep = jz.db + ".endpoint"
+        jz.wait_for(lambda: os.path.exists(ep), 60, "the endpoint file")
+        for path in (jz.db, ep, jz.db + "-wal"):
+            if os.path.exists(path):
+                assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    finally:
+        proc.wait(60)
+    assert stat.S_IMODE(os.stat(jz.db).st_mode) == 0o600
