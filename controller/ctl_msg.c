@@ -17,6 +17,7 @@
 #include "../common/ident.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "jizhi.h" /* JZ_VERSION */
 
 #include <ctype.h>
 #include <math.h>
@@ -663,7 +664,7 @@ static void s_log_data(ctl_t *c, const ctl_msg *m)
 static void s_ping(ctl_t *c, const ctl_msg *m)
 {
     json_t *ok = wire_ok(m->req);
-    json_object_set_new(ok, "version", json_string("0.1.0"));
+    json_object_set_new(ok, "version", json_string(JZ_VERSION));
     ctl__send(c, m->from, ok);
 }
 
