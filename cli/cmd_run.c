@@ -56,9 +56,14 @@ static void s_spawn(pthread_t *t, void *(*fn)(void *), void *arg)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+static volatile int s_ctl_failed; /* the controller stopped by itself */
+
 static void *s_ctl_thread(void *arg)
 {
-    ctl_run(arg, &s_stop_ctl);
+    if (ctl_run(arg, &s_stop_ctl) != 0) {
+        s_ctl_failed = 1; /* e.g. the database could not be written: wake main */
+        kill(getpid(), SIGTERM);
+    }
     return NULL;
 }
 
@@ -566,6 +571,11 @@ int cmd_run(int argc, char **argv)
     ctl_destroy(&ctl);
     s_remove_rundir(rundir);
     json_decref(spec_json);
+    if (s_ctl_failed) {
+        fprintf(stderr, "the controller stopped (see above); run the same command again "
+                        "to continue the study\n");
+        return CLI_FAIL;
+    }
     if (s_interrupted) {
         fprintf(stderr,
                 "interrupted; run the same command again to continue the study\n");
@@ -661,7 +671,7 @@ int cmd_controller(int argc, char **argv)
     pthread_join(tc, NULL);
     s_remove_endpoint(db, ctl_endpoint(ctl));
     ctl_destroy(&ctl);
-    return CLI_OK;
+    return s_ctl_failed ? CLI_FAIL : CLI_OK;
 }
 
 static const char s_disp_usage[] =

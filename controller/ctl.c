@@ -47,13 +47,20 @@ void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg)
 }
 
 /* Commits the iteration, then sends what it produced. On a failed commit
-   nothing is sent: peers resend what was not acknowledged. */
-static void s_commit_and_flush(ctl_t *c)
+   (disk full, I/O error) nothing is sent and -1 is returned: the memory
+   now holds changes the database does not, so the controller stops
+   serving (fail-stop) rather than go on inconsistent; started again it
+   rebuilds everything from the database, and peers resend what was not
+   acknowledged. */
+static int s_commit_and_flush(ctl_t *c)
 {
     int ok = 1;
     if (c->in_txn) {
         if (store_commit(c->store) != 0) {
-            log_error("ctl", "commit failed, dropping this iteration's replies: %s",
+            log_error("ctl",
+                      "cannot store this iteration (%s): stopping, nothing of it was "
+                      "acknowledged; start the controller again when the database can be "
+                      "written (it continues from the database)",
                       store_errmsg(c->store));
             store_rollback(c->store);
             ok = 0;
@@ -67,6 +74,7 @@ static void s_commit_and_flush(ctl_t *c)
             json_decref(c->outbox[i].msg);
     }
     c->nout = 0;
+    return ok ? 0 : -1;
 }
 
 ctl_trial *ctl__trial_by_id(ctl_t *c, long id)
@@ -166,7 +174,8 @@ int ctl_run(ctl_t *c, volatile int *stop)
         }
         ctl__tick(c, util_now());
         ctl__instr_expire(c);
-        s_commit_and_flush(c);
+        if (s_commit_and_flush(c) != 0)
+            return -1;
     }
     return 0;
 }

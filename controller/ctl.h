@@ -34,7 +34,8 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize);
 const char *ctl_endpoint(const ctl_t *c);
 
 /* Runs the event loop until *stop becomes nonzero (checked every 50 ms).
-   Returns 0, or -1 on a fatal socket error. */
+   Returns 0, or -1 on a fatal socket error or when the database cannot be
+   written (it stops rather than serve state it could not store). */
 int ctl_run(ctl_t *c, volatile int *stop);
 
 /* NULL-safe; sets *cp to NULL. */

@@ -49,6 +49,7 @@ struct store {
     sqlite3 *db;
     sqlite3_stmt *q[Q_COUNT];
     int readonly;
+    int write_failed; /* a write of the open transaction failed (s_step) */
 };
 
 /* Migrations: migration[i] brings the schema from version i to i+1. */
@@ -268,11 +269,14 @@ const char *store_errmsg(store_t *s)
 
 int store_begin(store_t *s)
 {
+    s->write_failed = 0;
     return sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
 int store_commit(store_t *s)
 {
+    if (s->write_failed) /* part of the transaction may be gone: keep none */
+        return -1;
     return sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
@@ -309,9 +313,31 @@ static json_t *s_col_json(sqlite3_stmt *st, int i)
 }
 
 /* Runs a cached statement to completion and resets it. */
-static int s_run(sqlite3_stmt *st)
+/* sqlite3_step that remembers a failed write (disk full, I/O error, ...):
+   SQLite may then have rolled back part or all of the transaction, so the
+   caller's commit must fail too (see store_commit). */
+static int s_step(store_t *s, sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+    case SQLITE_NOMEM:
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+        s->write_failed = 1;
+        break;
+    default:
+        break;
+    }
+    return rc;
+}
+
+static int s_run(store_t *s, sqlite3_stmt *st)
+{
+    int rc = s_step(s, st);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     return rc == SQLITE_DONE ? 0 : -1;
@@ -339,7 +365,7 @@ long store_study_insert(store_t *s, const char *name, const json_t *spec,
     sqlite3_bind_text(st, 2, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 4, now);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     sqlite3_finalize(st);
     free(text);
     return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(s->db) : -1;
@@ -366,7 +392,7 @@ int store_study_get(store_t *s, const char *name, store_study *out)
     if (!st)
         return -1;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     int found = rc == SQLITE_ROW ? s_study_row(st, out) : rc == SQLITE_DONE ? 0 : -1;
     sqlite3_finalize(st);
     return found;
@@ -378,7 +404,7 @@ int store_study_get_id(store_t *s, long id, store_study *out)
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     int found = rc == SQLITE_ROW ? s_study_row(st, out) : rc == SQLITE_DONE ? 0 : -1;
     sqlite3_finalize(st);
     return found;
@@ -403,7 +429,7 @@ int store_study_set_state(store_t *s, long id, const char *state, double now)
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 3, now);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
@@ -417,7 +443,7 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
     if (text)
         sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, id);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     sqlite3_finalize(st);
     free(text);
     return rc == SQLITE_DONE ? 0 : -1;
@@ -435,7 +461,7 @@ json_t *store_study_list(store_t *s)
     if (!st)
         return NULL;
     json_t *out = json_array();
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (s_step(s, st) == SQLITE_ROW) {
         json_array_append_new(
             out, json_pack("{s:I, s:s, s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:I}", "id",
                            (json_int_t)sqlite3_column_int64(st, 0), "name",
@@ -463,7 +489,7 @@ long store_running_studies(store_t *s, long **ids)
         return -1;
     long n = 0, cap = 8;
     *ids = malloc((size_t)cap * sizeof **ids);
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (s_step(s, st) == SQLITE_ROW) {
         if (n == cap)
             *ids = realloc(*ids, (size_t)(cap *= 2) * sizeof **ids);
         (*ids)[n++] = (long)sqlite3_column_int64(st, 0);
@@ -489,7 +515,7 @@ static int s_params_insert(store_t *s, long trial_id, long generation, long pare
             sqlite3_bind_int64(st, 3, parent);
         sqlite3_bind_text(st, 4, name, -1, SQLITE_TRANSIENT);
         sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
-        int rc = s_run(st);
+        int rc = s_run(s, st);
         free(text);
         if (rc)
             return -1;
@@ -511,7 +537,7 @@ int store_trial_insert(store_t *s, store_trial *t)
     sqlite3_bind_double(st, 8, t->created);
     if (t->id > 0)
         sqlite3_bind_int64(st, 9, t->id);
-    if (s_run(st))
+    if (s_run(s, st))
         return -1;
     t->id = (long)sqlite3_last_insert_rowid(s->db);
     return s_params_insert(s, t->id, t->generation, t->parent, t->params);
@@ -528,7 +554,7 @@ long store_trial_next_id(store_t *s)
     sqlite3_stmt *st = s_prepare(s, "SELECT COALESCE(MAX(id), 0) + 1 FROM trials");
     if (!st)
         return -1;
-    long id = sqlite3_step(st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
+    long id = s_step(s, st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
     sqlite3_finalize(st);
     return id;
 }
@@ -561,7 +587,7 @@ int store_trial_save(store_t *s, const store_trial *t)
     s_bind_text_or_null(st, 22, t->metric_session);
     sqlite3_bind_int(st, 23, t->study_stopped != 0);
     sqlite3_bind_text(st, 24, t->token, -1, SQLITE_TRANSIENT);
-    return s_run(st);
+    return s_run(s, st);
 }
 
 int store_trial_set_params(store_t *s, long trial_id, long generation, long parent,
@@ -587,7 +613,7 @@ static json_t *s_params_of(store_t *s, long trial_id, long generation)
         return p;
     sqlite3_bind_int64(st, 1, trial_id);
     sqlite3_bind_int64(st, 2, generation);
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (s_step(s, st) == SQLITE_ROW) {
         json_t *v =
             json_loads((const char *)sqlite3_column_text(st, 1), JSON_DECODE_ANY, NULL);
         if (v)
@@ -644,7 +670,7 @@ long store_trials_load(store_t *s, long study_id, store_trial **out)
     sqlite3_bind_int64(st, 1, study_id);
     long n = 0, cap = 16;
     *out = malloc((size_t)cap * sizeof **out);
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (s_step(s, st) == SQLITE_ROW) {
         if (n == cap)
             *out = realloc(*out, (size_t)(cap *= 2) * sizeof **out);
         s_trial_row(s, st, &(*out)[n++]);
@@ -659,7 +685,7 @@ int store_trial_get(store_t *s, long trial_id, store_trial *out)
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, trial_id);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     int found = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
     if (found == 1)
         s_trial_row(s, st, out);
@@ -716,7 +742,7 @@ json_t *store_trial_lineage(store_t *s, long trial_id)
     if (!st)
         return out;
     sqlite3_bind_int64(st, 1, trial_id);
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (s_step(s, st) == SQLITE_ROW) {
         long gen = (long)sqlite3_column_int64(st, 0);
         json_array_append_new(
             out, json_pack("{s:I, s:o, s:o}", "generation", (json_int_t)gen, "parent",
@@ -785,7 +811,7 @@ int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point
         sqlite3_bind_text(st, 4, pts[i].name, -1, SQLITE_STATIC);
         s_bind_double(st, 5, pts[i].value);
         sqlite3_bind_double(st, 6, now);
-        int rc = sqlite3_step(st);
+        int rc = s_step(s, st);
         sqlite3_reset(st);
         if (rc != SQLITE_DONE)
             return -1;
@@ -799,7 +825,7 @@ long store_metrics_count(store_t *s, long trial_id)
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, trial_id);
-    long n = sqlite3_step(st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
+    long n = s_step(s, st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
     sqlite3_finalize(st);
     return n;
 }
@@ -815,7 +841,7 @@ json_t *store_metrics_last(store_t *s, long trial_id)
     if (!st)
         return out;
     sqlite3_bind_int64(st, 1, trial_id);
-    while (sqlite3_step(st) == SQLITE_ROW)
+    while (s_step(s, st) == SQLITE_ROW)
         json_object_set_new(out, (const char *)sqlite3_column_text(st, 0),
                             s_num_or_null(s_col_double(st, 1)));
     sqlite3_finalize(st);
@@ -831,7 +857,7 @@ json_t *store_metrics_series(store_t *s, long trial_id, const char *name)
         return out;
     sqlite3_bind_int64(st, 1, trial_id);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
-    while (sqlite3_step(st) == SQLITE_ROW)
+    while (s_step(s, st) == SQLITE_ROW)
         json_array_append_new(out,
                               json_pack("[I,o]", (json_int_t)sqlite3_column_int64(st, 0),
                                         s_num_or_null(s_col_double(st, 1))));
@@ -857,7 +883,7 @@ long store_event_add(store_t *s, double now, long study_id, long trial_id,
         sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
     if (applied >= 0)
         sqlite3_bind_int(st, 7, applied);
-    int rc = s_run(st);
+    int rc = s_run(s, st);
     free(text);
     return rc ? -1 : (long)sqlite3_last_insert_rowid(s->db);
 }
@@ -873,7 +899,7 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
     sqlite3_bind_double(st, 2, latency_s);
     s_bind_text_or_null(st, 3, detail);
     sqlite3_bind_int64(st, 4, event_id);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
@@ -908,7 +934,7 @@ json_t *store_events_list(store_t *s, long study_id)
     if (!st)
         return out;
     sqlite3_bind_int64(st, 1, study_id);
-    while (sqlite3_step(st) == SQLITE_ROW)
+    while (s_step(s, st) == SQLITE_ROW)
         json_array_append_new(out, s_event_row(st));
     sqlite3_finalize(st);
     return out;
@@ -926,7 +952,7 @@ json_t *store_events_since(store_t *s, long study_id, long after, long limit)
     sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
     json_t *out = json_array();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    while ((rc = s_step(s, st)) == SQLITE_ROW)
         json_array_append_new(out, s_event_row(st));
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
@@ -947,7 +973,7 @@ int store_event_last_reason(store_t *s, long study_id, const char *kind, char *b
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
     sqlite3_bind_text(st, 2, kind, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_TEXT)
         snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
@@ -969,7 +995,7 @@ int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char
     sqlite3_bind_int64(st, 2, slots);
     sqlite3_bind_text(st, 3, gpus ? gpus : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 4, now);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
@@ -980,7 +1006,7 @@ int store_dispatcher_delete(store_t *s, const char *name)
     if (!st)
         return -1;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    int rc = s_step(s, st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
@@ -999,7 +1025,7 @@ long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg)
     sqlite3_bind_int64(st, 1, study_id);
     long n = 0;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = s_step(s, st)) == SQLITE_ROW) {
         n++;
         const char *name = (const char *)sqlite3_column_text(st, 3);
         if (fn(arg, (long)sqlite3_column_int64(st, 0), (long)sqlite3_column_int64(st, 1),
@@ -1029,7 +1055,7 @@ long store_study_metrics_since(store_t *s, long study_id, long *after, long limi
     sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
     long n = 0;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = s_step(s, st)) == SQLITE_ROW) {
         *after = (long)sqlite3_column_int64(st, 0);
         n++;
         const char *name = (const char *)sqlite3_column_text(st, 4);

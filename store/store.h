@@ -116,6 +116,9 @@ void store_close(store_t **sp);
 /* The last SQLite error message (borrowed). */
 const char *store_errmsg(store_t *s);
 
+/* Transactions. store_commit fails (-1, nothing committed: roll back)
+   also when any write of the transaction failed (disk full, I/O error),
+   since SQLite may have rolled part of it back already. */
 int store_begin(store_t *s);
 int store_commit(store_t *s);
 void store_rollback(store_t *s);
