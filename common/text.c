@@ -17,10 +17,20 @@ char *text_double(double v, char buf[TEXT_DOUBLE_MAX])
         strcpy(buf, v < 0 ? "-inf" : "inf");
         return buf;
     }
-    for (int prec = 1; prec <= 17; prec++) {
+    int prec = 1;
+    for (; prec <= 17; prec++) {
         snprintf(buf, TEXT_DOUBLE_MAX, "%.*g", prec, v);
         if (strtod(buf, NULL) == v)
             break;
+    }
+    /* %g writes 50 with one digit as 5e+01: a whole number of up to 15
+       digits reads better written out ("50", "340"); below 1e15 such a
+       value is that integer exactly, so the added digits are zeros */
+    const char *e = strchr(buf, 'e');
+    if (e) {
+        int exp = atoi(e + 1);
+        if (exp >= 0 && exp < 15)
+            snprintf(buf, TEXT_DOUBLE_MAX, "%.*g", exp + 1 > prec ? exp + 1 : prec, v);
     }
     return buf;
 }

@@ -16,6 +16,11 @@ TEST(shortest_known_values)
     CHECK(!strcmp(text_double(3.0, b), "3"));
     CHECK(!strcmp(text_double(-0.1, b), "-0.1"));
     CHECK(!strcmp(text_double(0.1 + 0.2, b), "0.30000000000000004"));
+    CHECK(!strcmp(text_double(50.0, b), "50"));
+    CHECK(!strcmp(text_double(340.0, b), "340"));
+    CHECK(!strcmp(text_double(1e14, b), "100000000000000"));
+    CHECK(!strcmp(text_double(1e15, b), "1e+15"));
+    CHECK(!strcmp(text_double(-2500.0, b), "-2500"));
     CHECK(!strcmp(text_double(NAN, b), "nan"));
     CHECK(!strcmp(text_double(-INFINITY, b), "-inf"));
 }
@@ -37,11 +42,19 @@ TEST(shortest_round_trips_and_is_minimal)
         text_double(v, b);
         REQUIRE(strtod(b, NULL) == v);
         /* one digit fewer does not read back */
-        int digits = 0, seen = 0; /* significant digits */
+        /* significant digits: no leading zeros, and the zeros that end a
+           whole number written out ("340") only place the point */
+        int digits = 0, seen = 0, zeros = 0;
         for (const char *p = b; *p && *p != 'e'; p++) {
+            if (*p == '.')
+                zeros = 0;
             seen |= *p >= '1' && *p <= '9';
-            digits += seen && *p >= '0' && *p <= '9';
+            if (seen && *p >= '0' && *p <= '9') {
+                digits++;
+                zeros = *p == '0' && !strchr(b, '.') ? zeros + 1 : 0;
+            }
         }
+        digits -= zeros;
         if (digits > 1) {
             snprintf(shorter, sizeof shorter, "%.*g", digits - 1 > 17 ? 17 : digits - 1,
                      v);
