@@ -436,6 +436,10 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
         store_event_add(c->store, util_wall(), s->row.id, -1, "controller",
                         "study_finished", NULL, 1);
         log_info("ctl", "study %s finished", s->row.name);
+        char text[200];
+        snprintf(text, sizeof text, "study %s finished (%zu trials)", s->row.name,
+                 s->ntrials);
+        ctl__alert(c, s, NULL, SPEC_ALERT_FINISHED, 0, text, NULL);
     }
 }
 

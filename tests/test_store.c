@@ -759,6 +759,10 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     /* back to version 1's schema */
     CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN study_stopped") == -1);
     CHECK(s_sql_int("v1.db", "DROP TABLE tokens") == -1); /* version 3's */
+    CHECK(s_sql_int("v1.db", "DROP TABLE alerts") == -1); /* version 4's */
+    CHECK(s_sql_int("v1.db", "DROP TABLE quotas") == -1);
+    CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN preemptions") == -1);
+    CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN preempted") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version=1") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version") == 1);
     /* read-only opening refuses the older schema; a writer migrates it */
