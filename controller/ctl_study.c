@@ -354,6 +354,9 @@ static int s_create(ctl_t *c, ctl_study *s)
         s->exhausted = 1;
         return -1;
     }
+    /* inactive conditional parameters never reach a trial, whatever the
+       scheduler drew for them */
+    spec_params_prune(s->spec, params);
     if (ctl__txn(c) != 0) {
         json_decref(params);
         return 0;

@@ -200,13 +200,19 @@ static json_t *s_perturb_one(sched_pbt *self, const spec_param *p, const json_t 
     return p->type == SPEC_INT ? json_integer((json_int_t)nx) : json_real(nx);
 }
 
-/* Perturbed copy of params (every param of the space). */
+/* Perturbed copy of params (every active param of the space; parents come
+   first, so a conditional parameter follows its perturbed parent: it is
+   dropped when it turns inactive and drawn afresh when it turns active). */
 static json_t *s_explore(sched_pbt *self, const json_t *params)
 {
     const spec_t *spec = self->base.spec;
-    json_t *out = json_deep_copy(params ? params : json_object());
+    json_t *out = params ? json_deep_copy(params) : json_object();
     for (size_t i = 0; i < spec->nparams; i++) {
         const spec_param *p = &spec->params[i];
+        if (!spec_param_active(spec, i, out)) {
+            json_object_del(out, p->name);
+            continue;
+        }
         json_object_set_new(out, p->name,
                             s_perturb_one(self, p, json_object_get(params, p->name)));
     }
@@ -255,6 +261,7 @@ static json_t *s_new_params(sched_pbt *self, const pbt_member *donor)
             json_t *out = json_deep_copy(donor->params);
             json_object_update(out, p);
             json_decref(p);
+            spec_params_prune(self->base.spec, out); /* conditional spaces */
             return out;
         }
     }
