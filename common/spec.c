@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static void s_format_number(const json_t *v, char *buf, size_t size);
+
 static int s_fail(spec_error *err, const char *field, const char *fmt, ...)
 {
     if (err) {
@@ -183,8 +185,10 @@ static int s_get(json_t *obj, const char *path, const char *key, json_type want,
     return 0;
 }
 
-/* Parses p->when from def.when: parents are earlier choice/const parameters
-   (params[0..k)), each with a non-empty array of its legal values. */
+/* Parses p->when from def.when: parents are other choice/const parameters
+   of the space, each with a non-empty array of its legal values. Cycles
+   are refused afterwards by s_check_cycles (the stored spec's keys are
+   sorted, so "defined earlier" cannot be the rule). */
 static int s_parse_when(const spec_t *s, size_t k, json_t *def, const char *path,
                         spec_error *err)
 {
@@ -205,19 +209,9 @@ static int s_parse_when(const spec_t *s, size_t k, json_t *def, const char *path
         snprintf(field, sizeof field, "%s.when.%s", path, key);
         if (!strcmp(key, p->name))
             return s_fail(err, field, "a parameter cannot depend on itself");
-        int j = -1;
-        for (size_t i = 0; i < k; i++)
-            if (!strcmp(s->params[i].name, key))
-                j = (int)i;
-        if (j < 0) {
-            for (size_t i = k + 1; i < s->nparams; i++)
-                if (s->params[i].name && !strcmp(s->params[i].name, key))
-                    j = (int)i;
-            return s_fail(err, field,
-                          j >= 0 ? "the parent must be defined before this parameter "
-                                   "in space (no cycles)"
-                                 : "names no parameter in space");
-        }
+        int j = spec_param_index(s, key);
+        if (j < 0)
+            return s_fail(err, field, "names no parameter in space");
         const spec_param *par = &s->params[j];
         if (par->type != SPEC_CHOICE)
             return s_fail(err, field, "the parent must be a choice or a const");
@@ -235,6 +229,47 @@ static int s_parse_when(const spec_t *s, size_t k, json_t *def, const char *path
         }
     }
     p->when = json_incref(w);
+    return 0;
+}
+
+/* 1 when `target` is reached from parameter k by following `when`
+   parents; depth-bounded by the number of parameters. */
+static int s_reaches(const spec_t *s, size_t k, size_t target, size_t depth)
+{
+    if (depth > s->nparams || !s->params[k].when)
+        return 0;
+    const char *parent;
+    json_t *v;
+    json_object_foreach(s->params[k].when, parent, v)
+    {
+        int j = spec_param_index(s, parent);
+        if (j < 0)
+            continue;
+        if ((size_t)j == target || s_reaches(s, (size_t)j, target, depth + 1))
+            return 1;
+    }
+    return 0;
+}
+
+static int s_check_cycles(const spec_t *s, spec_error *err)
+{
+    for (size_t k = 0; k < s->nparams; k++) {
+        if (!s->params[k].when)
+            continue;
+        const char *parent;
+        json_t *v;
+        json_object_foreach(s->params[k].when, parent, v)
+        {
+            int j = spec_param_index(s, parent);
+            if (j >= 0 && s_reaches(s, (size_t)j, k, 0)) {
+                char field[200];
+                snprintf(field, sizeof field, "space.%s.when.%s", s->params[k].name,
+                         parent);
+                return s_fail(err, field, "a cycle: %s depends on %s through %s",
+                              s->params[k].name, s->params[k].name, parent);
+            }
+        }
+    }
     return 0;
 }
 
@@ -466,18 +501,11 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         snprintf(path, sizeof path, "space.%s", key);
         if (s_parse_when(s, i, v, path, err))
             return -1;
-        spec_param *p = &s->params[i++];
-        p->conditional = p->when != NULL;
-        const char *parent;
-        json_t *pv;
-        if (p->when)
-            json_object_foreach(p->when, parent, pv)
-            {
-                int pj = spec_param_index(s, parent);
-                if (pj >= 0 && s->params[pj].conditional)
-                    p->conditional = 1;
-            }
+        s->params[i].conditional = s->params[i].when != NULL;
+        i++;
     }
+    if (s_check_cycles(s, err))
+        return -1;
 
     if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
         return -1;
@@ -860,14 +888,68 @@ int spec_param_active(const spec_t *s, size_t k, const json_t *params)
 
 int spec_params_prune(const spec_t *s, json_t *params)
 {
+    /* decide every parameter on the values as given, then remove */
+    unsigned char *drop = calloc(s->nparams ? s->nparams : 1, 1);
+    if (!drop)
+        return -1;
+    for (size_t k = 0; k < s->nparams; k++)
+        drop[k] = s->params[k].when && !spec_param_active(s, k, params) &&
+                  json_object_get(params, s->params[k].name);
     int removed = 0;
     for (size_t k = 0; k < s->nparams; k++)
-        if (s->params[k].when && !spec_param_active(s, k, params) &&
-            json_object_get(params, s->params[k].name)) {
+        if (drop[k]) {
             json_object_del(params, s->params[k].name);
             removed++;
         }
+    free(drop);
     return removed;
+}
+
+void spec_params_coerce(const spec_t *s, json_t *params)
+{
+    for (size_t k = 0; k < s->nparams; k++) {
+        const spec_param *p = &s->params[k];
+        json_t *v = json_object_get(params, p->name);
+        if (!v || spec_param_legal(p, v))
+            continue;
+        json_t *nv = NULL;
+        if (json_is_string(v)) {
+            const char *t = json_string_value(v);
+            char *end;
+            errno = 0;
+            long long i = strtoll(t, &end, 10);
+            if (*t && !*end && !errno)
+                nv = json_integer(i);
+            else {
+                double d = strtod(t, &end);
+                if (*t && !*end)
+                    nv = json_real(d);
+            }
+            if (nv && p->type == SPEC_FLOAT && json_is_integer(nv)) {
+                json_t *r = json_real((double)json_integer_value(nv));
+                json_decref(nv);
+                nv = r;
+            }
+        } else if (json_is_number(v) && p->type == SPEC_CHOICE) {
+            char buf[64];
+            if (json_is_integer(v))
+                snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+            else
+                s_format_number(v, buf, sizeof buf);
+            nv = json_string(buf);
+        } else if (json_is_integer(v) && p->type == SPEC_FLOAT) {
+            nv = json_real((double)json_integer_value(v));
+        }
+        if (nv && p->type == SPEC_CHOICE && !spec_param_legal(p, nv) &&
+            json_is_integer(nv)) {
+            json_t *r = json_real((double)json_integer_value(nv));
+            json_decref(nv);
+            nv = r;
+        }
+        if (nv && spec_param_legal(p, nv))
+            json_object_set(params, p->name, nv);
+        json_decref(nv);
+    }
 }
 
 int spec_params_check(const spec_t *s, json_t *params, spec_error *err)

@@ -24,10 +24,9 @@ typedef struct {
     int konst;        /* "const": a CHOICE of exactly one value (values[0]) */
     json_t *when;     /* condition {parent: [values..], ...} or NULL, owned: the
                          parameter is active when every parent is active and has
-                         one of the listed values (parents are earlier choices or
-                         consts) */
-    int conditional;  /* 1 when this parameter or one of its parents has `when`,
-                         so it can be inactive */
+                         one of the listed values (parents are other choices or
+                         consts; no cycles) */
+    int conditional;  /* 1 when it has `when`, so it can be inactive */
 } spec_param;
 
 typedef struct {
@@ -96,12 +95,11 @@ double spec_param_to_unit(const spec_param *p, const json_t *value);
 int spec_param_legal(const spec_param *p, const json_t *value);
 
 /* 1 when parameter k is active in `params` (an object holding at least the
-   values of the earlier parameters that decide it). */
+   values of the parameters that decide it). */
 int spec_param_active(const spec_t *s, size_t k, const json_t *params);
 
 /* Removes the inactive parameters (see `when`) from the object `params`,
-   in the spec's order so parents decide first. Returns how many were
-   removed. */
+   each judged on the values as given. Returns how many were removed. */
 int spec_params_prune(const spec_t *s, json_t *params);
 
 /* Checks a complete set of parameters given by a person (study enqueue):
@@ -109,6 +107,13 @@ int spec_params_prune(const spec_t *s, json_t *params);
    A const missing from `params` is added. 0, or -1 with err naming the
    parameter ("params.lr: ..."). */
 int spec_params_check(const spec_t *s, json_t *params, spec_error *err);
+
+/* Turns values typed on a command line into the parameters' types, in
+   place: a text that reads as a number for a float or int parameter (or a
+   choice holding that number), a number for a choice holding its text.
+   Values that fit already, and unknown names, are left for
+   spec_params_check to judge. */
+void spec_params_coerce(const spec_t *s, json_t *params);
 
 /* Index of the parameter named `name`, or -1. */
 int spec_param_index(const spec_t *s, const char *name);

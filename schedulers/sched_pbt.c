@@ -200,21 +200,32 @@ static json_t *s_perturb_one(sched_pbt *self, const spec_param *p, const json_t 
     return p->type == SPEC_INT ? json_integer((json_int_t)nx) : json_real(nx);
 }
 
-/* Perturbed copy of params (every active param of the space; parents come
-   first, so a conditional parameter follows its perturbed parent: it is
-   dropped when it turns inactive and drawn afresh when it turns active). */
+/* Perturbed copy of params: every parameter active in params is perturbed;
+   then a conditional one that the perturbed parents turn off is dropped,
+   and one they turn on is drawn afresh (repeated, for chains). */
 static json_t *s_explore(sched_pbt *self, const json_t *params)
 {
     const spec_t *spec = self->base.spec;
     json_t *out = params ? json_deep_copy(params) : json_object();
     for (size_t i = 0; i < spec->nparams; i++) {
         const spec_param *p = &spec->params[i];
-        if (!spec_param_active(spec, i, out)) {
-            json_object_del(out, p->name);
+        if (params && !spec_param_active(spec, i, params))
             continue;
-        }
         json_object_set_new(out, p->name,
                             s_perturb_one(self, p, json_object_get(params, p->name)));
+    }
+    for (size_t round = 0; round <= spec->nparams; round++) {
+        int changed = spec_params_prune(spec, out) > 0;
+        for (size_t i = 0; i < spec->nparams; i++) {
+            const spec_param *p = &spec->params[i];
+            if (!json_object_get(out, p->name) && spec_param_active(spec, i, out)) {
+                json_object_set_new(
+                    out, p->name, spec_param_from_unit(p, sched_rng_uniform(&self->rng)));
+                changed = 1;
+            }
+        }
+        if (!changed)
+            break;
     }
     return out;
 }
