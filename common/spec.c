@@ -818,7 +818,8 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
                     return NULL;
                 }
                 if (!v)
-                    add = dflt;
+                    snprintf(piece, sizeof piece, "%s",
+                             dflt); /* name ends with this block */
                 else if (json_is_string(v))
                     add = json_string_value(v);
                 else
