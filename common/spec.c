@@ -392,11 +392,54 @@ static int s_command_found(const char *cmd)
     return 0;
 }
 
+/* priority, preemptible, owner, alerts (docs/spec.md: Queue, Alerts). */
+static int s_parse_queue(spec_t *s, json_t *j, spec_error *err)
+{
+    json_t *v;
+    if (s_get(j, "", "priority", JSON_STRING, 0, &v, err))
+        return -1;
+    s->priority = v ? spec_priority_parse(json_string_value(v)) : SPEC_PRIO_NORMAL;
+    if (s->priority < 0)
+        return s_fail(err, "priority", "must be \"high\", \"normal\" or \"low\"");
+    if (s_get(j, "", "preemptible", JSON_STRING, 0, &v, err))
+        return -1;
+    const char *p = v ? json_string_value(v) : "checkpoint";
+    s->preemptible = !strcmp(p, "checkpoint") ? SPEC_PREEMPT_CHECKPOINT
+                     : !strcmp(p, "restart")  ? SPEC_PREEMPT_RESTART
+                     : !strcmp(p, "never")    ? SPEC_PREEMPT_NEVER
+                                              : -1;
+    if (s->preemptible < 0)
+        return s_fail(err, "preemptible",
+                      "must be \"checkpoint\", \"restart\" or \"never\"");
+    if (s_get(j, "", "owner", JSON_STRING, 0, &v, err))
+        return -1;
+    if (v) {
+        const char *o = json_string_value(v);
+        size_t n = strlen(o);
+        int ok = n > 0 && n < 64 && (isalnum((unsigned char)*o) || *o == '_');
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)o[i]) || strchr("_.-@", o[i]);
+        if (!ok)
+            return s_fail(err, "owner",
+                          "must be 1-63 letters, digits, '_', '.', '-' or '@', starting "
+                          "with a letter, digit or '_'");
+        s->owner = strdup(o);
+    }
+    v = json_object_get(j, "alerts");
+    if (v) {
+        if (spec_alerts_check(v, "alerts", err))
+            return -1;
+        s->alerts = json_incref(v);
+    }
+    return 0;
+}
+
 static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 {
-    static const char *const top[] = {"name",           "objective", "scheduler",
-                                      "early_stopping", "guard",     "budget",
-                                      "space",          "trial",     NULL};
+    static const char *const top[] = {
+        "name",   "objective", "scheduler", "early_stopping", "guard",
+        "budget", "space",     "trial",     "priority",       "preemptible",
+        "owner",  "alerts",    NULL};
     if (!json_is_object(j))
         return s_fail(err, "", "the spec must be a JSON object");
     if (s_only_keys(j, "", top, err))
@@ -586,6 +629,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         }
     }
     s->env = v ? json_incref(v) : json_object();
+    if (s_parse_queue(s, j, err))
+        return -1;
     s->json = json_incref(j);
     return 0;
 }
@@ -650,6 +695,8 @@ void spec_destroy(spec_t **sp)
     json_decref(s->command);
     json_decref(s->env);
     json_decref(s->json);
+    free(s->owner);
+    json_decref(s->alerts);
     free(s);
     *sp = NULL;
 }

@@ -53,7 +53,31 @@ typedef struct {
     long retries;     /* trial.retries */
     json_t *env;      /* trial.env object of strings, owned */
     json_t *json;     /* the normalised spec as given, owned */
+    int priority;     /* spec_priority: "priority" (default normal) */
+    int preemptible;  /* spec_preempt: "preemptible" (default checkpoint) */
+    char *owner;      /* "owner": who the queue counts the study's trials for
+                         (quotas, fair share) until authenticated identities
+                         name it; NULL when not given */
+    json_t *alerts;   /* "alerts": rules checked by spec_alerts_check, owned,
+                         NULL when none */
 } spec_t;
+
+/* Study priorities, lowest first (the queue starts higher ones first and
+   preempts lower ones for them). */
+typedef enum { SPEC_PRIO_LOW, SPEC_PRIO_NORMAL, SPEC_PRIO_HIGH } spec_priority;
+/* Whether the queue may preempt a study's trials for a higher priority:
+   CHECKPOINT (default) only trials that have saved a checkpoint (released
+   and resumed from it), RESTART any trial (killed and started again, from
+   its checkpoint when it has one), NEVER none. */
+typedef enum {
+    SPEC_PREEMPT_CHECKPOINT,
+    SPEC_PREEMPT_RESTART,
+    SPEC_PREEMPT_NEVER
+} spec_preempt;
+/* "high", "normal", "low"; "invalid" out of range. */
+const char *spec_priority_name(int priority);
+/* The priority named `text`, or -1. */
+int spec_priority_parse(const char *text);
 
 #define SPEC_MAX_RANKS 1024
 
@@ -62,6 +86,29 @@ typedef struct {
     char field[128]; /* dotted path of the field at fault, "" for the file */
     char text[256];  /* what was expected */
 } spec_error;
+
+/* The alert rules (docs/spec.md, Alerts): "on" is one of the names below.
+   ALERT_COUNT ends the list. */
+typedef enum {
+    SPEC_ALERT_TRIAL_FAILED,
+    SPEC_ALERT_FAILURES, /* "failures_in_a_row": count, stop_study */
+    SPEC_ALERT_GUARD,    /* the divergence guard rolled back or stopped a trial */
+    SPEC_ALERT_STALLED,  /* a running trial silent for `seconds` */
+    SPEC_ALERT_BEST,     /* "best_improved": a completed trial beat the study's best */
+    SPEC_ALERT_FINISHED, /* "study_finished" */
+    SPEC_ALERT_COUNT
+} spec_alert_on;
+const char *spec_alert_on_name(spec_alert_on on);
+/* Checks an array of alert rules at `path` ("alerts" in a spec, the
+   controller's --alerts file): 0, or -1 with err naming the field.
+   Changes nothing. A rule's identity (what "at most once per rule and
+   trial" counts by) is its "name", else "<on>#<index>": spec_alert_id. */
+int spec_alerts_check(json_t *alerts, const char *path, spec_error *err);
+/* The identity of rule `i` of an array checked by spec_alerts_check into
+   buf. Returns buf. */
+const char *spec_alert_id(const json_t *rule, size_t i, char *buf, size_t size);
+/* The `on` of a checked rule. */
+spec_alert_on spec_alert_kind(const json_t *rule);
 
 /* Parses and validates a spec. Borrows `json`. Returns a new spec (caller
    owns it; release with spec_destroy) or NULL with `err` filled. When

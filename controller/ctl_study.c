@@ -117,7 +117,7 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
         return NULL;
     }
     s->spec->trials += s->row.extra_trials; /* study extend */
-    s->queued = store_queue_count(c->store, s->row.id);
+    s->queued = store_enqueued_count(c->store, s->row.id);
     if (s->queued < 0)
         s->queued = 0;
     s->sched = sched_new(s->spec, err, errsize);
@@ -347,7 +347,7 @@ static int s_create_queued(ctl_t *c, ctl_study *s)
     if (s->queued <= 0 || ctl__txn(c) != 0)
         return 0;
     json_t *params = NULL;
-    long qid = store_queue_first(c->store, s->row.id, &params);
+    long qid = store_enqueued_first(c->store, s->row.id, &params);
     if (qid <= 0) {
         s->queued = qid < 0 ? s->queued : 0;
         return 0;
@@ -361,13 +361,13 @@ static int s_create_queued(ctl_t *c, ctl_study *s)
                         "enqueued_dropped", d, 0);
         json_decref(d);
         json_decref(params);
-        store_queue_del(c->store, qid);
+        store_enqueued_del(c->store, qid);
         s->queued--;
         return 0;
     }
     if (s->next_id <= 0)
         s->next_id = c->next_trial_id++;
-    if (store_queue_del(c->store, qid) != 0) {
+    if (store_enqueued_del(c->store, qid) != 0) {
         json_decref(params);
         return 0;
     }
@@ -487,6 +487,10 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
         store_event_add(c->store, util_wall(), s->row.id, -1, "controller",
                         "study_finished", NULL, 1);
         log_info("ctl", "study %s finished", s->row.name);
+        char text[200];
+        snprintf(text, sizeof text, "study %s finished (%zu trials)", s->row.name,
+                 s->ntrials);
+        ctl__alert(c, s, NULL, SPEC_ALERT_FINISHED, 0, text, NULL);
     }
 }
 
@@ -537,7 +541,7 @@ int ctl__study_enqueue(ctl_t *c, ctl_study *s, json_t *params, const char *who,
         return -1;
     }
     if (ctl__txn(c) != 0 ||
-        store_queue_add(c->store, s->row.id, params, who, util_wall()) < 0) {
+        store_enqueued_add(c->store, s->row.id, params, who, util_wall()) < 0) {
         *code = "internal";
         snprintf(msg, msgsize, "cannot store the configuration: %s",
                  store_errmsg(c->store));

@@ -759,7 +759,11 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     /* back to version 1's schema */
     CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN study_stopped") == -1);
     CHECK(s_sql_int("v1.db", "DROP TABLE tokens") == -1); /* version 3's */
-    CHECK(s_sql_int("v1.db", "DROP TABLE queue") == -1);  /* version 4's */
+    CHECK(s_sql_int("v1.db", "DROP TABLE alerts") == -1); /* version 4's */
+    CHECK(s_sql_int("v1.db", "DROP TABLE quotas") == -1);
+    CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN preemptions") == -1);
+    CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN preempted") == -1);
+    CHECK(s_sql_int("v1.db", "DROP TABLE enqueued") == -1); /* version 5's */
     CHECK(s_sql_int("v1.db", "ALTER TABLE studies DROP COLUMN extra_trials") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version=1") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version") == 1);
@@ -795,20 +799,20 @@ TEST(queue_and_extra_trials)
     json_decref(spec);
     REQUIRE(sid > 0);
     json_t *a = json_pack("{s:f}", "x", 0.25), *b = json_pack("{s:s}", "opt", "sgd");
-    long qa = store_queue_add(s, sid, a, "cli", 1),
-         qb = store_queue_add(s, sid, b, "cli", 2);
+    long qa = store_enqueued_add(s, sid, a, "cli", 1),
+         qb = store_enqueued_add(s, sid, b, "cli", 2);
     CHECK(qa > 0 && qb > qa);
-    CHECK(store_queue_count(s, sid) == 2);
+    CHECK(store_enqueued_count(s, sid) == 2);
     json_t *p = NULL;
-    CHECK(store_queue_first(s, sid, &p) == qa); /* first in, first out */
+    CHECK(store_enqueued_first(s, sid, &p) == qa); /* first in, first out */
     CHECK(json_equal(p, a));
     json_decref(p);
-    CHECK(store_queue_del(s, qa) == 0);
-    CHECK(store_queue_first(s, sid, &p) == qb && json_equal(p, b));
+    CHECK(store_enqueued_del(s, qa) == 0);
+    CHECK(store_enqueued_first(s, sid, &p) == qb && json_equal(p, b));
     json_decref(p);
-    CHECK(store_queue_del(s, qb) == 0);
-    CHECK(store_queue_first(s, sid, &p) == 0 && p == NULL);
-    CHECK(store_queue_count(s, sid) == 0);
+    CHECK(store_enqueued_del(s, qb) == 0);
+    CHECK(store_enqueued_first(s, sid, &p) == 0 && p == NULL);
+    CHECK(store_enqueued_count(s, sid) == 0);
     json_decref(a);
     json_decref(b);
     /* extend: the row and the list carry the added trials */

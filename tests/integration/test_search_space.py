@@ -91,7 +91,7 @@ def test_enqueue_runs_next_survives_kill9_and_extend_reruns(jz):
         assert p.returncode == 1 and "nope" in p.stderr
         p = jz.run("study", "enqueue", "q", "opt")
         assert p.returncode == 2 and "PARAM=VALUE" in p.stderr
-        assert jz.sql("SELECT COUNT(*) FROM queue")[0][0] == 0
+        assert jz.sql("SELECT COUNT(*) FROM enqueued")[0][0] == 0
         # two queued configurations survive a kill -9 of the controller
         jz.run("study", "enqueue", "q", "opt=adam", "x=0.123", check=0)
         jz.run("study", "enqueue", "q", "opt=sgd", "x=0.456", "m=0.5", check=0)
@@ -103,7 +103,7 @@ def test_enqueue_runs_next_survives_kill9_and_extend_reruns(jz):
         xs = [r["params"]["x"] for r in logged(jz)]
         assert 0.123 in xs and 0.456 in xs and len(xs) == 3
         # they ran before the scheduler's later suggestions: trial numbers 0..2 hold them
-        assert jz.sql("SELECT COUNT(*) FROM queue")[0][0] == 0
+        assert jz.sql("SELECT COUNT(*) FROM enqueued")[0][0] == 0
         ev = json.loads(jz.run("study", "events", "q", "--json", check=0).stdout)
         assert sum(e["kind"] == "trial_enqueued" for e in ev) == 2
         # extend: the finished study runs 2 more trials, an enqueued one first
