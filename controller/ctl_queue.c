@@ -56,9 +56,10 @@ const char *ctl_study_owner(const ctl_study *s)
 
 /* ---- quotas ---- */
 
+/* q may be NULL (a ctl built without ctl_new, as unit tests do): no quotas. */
 static s_quota *s_quota_of(ctl_queue *q, const char *user)
 {
-    for (size_t i = 0; i < q->nquotas; i++)
+    for (size_t i = 0; q && i < q->nquotas; i++)
         if (!strcmp(q->quotas[i].user, user))
             return &q->quotas[i];
     return NULL;
@@ -359,7 +360,8 @@ json_t *ctl__queue_status(ctl_t *c)
 {
     json_t *waiting = json_array(), *users = json_array();
     size_t n = c->nstudies;
-    s_usage *use = util_xcalloc(n + c->queue->nquotas + 1, sizeof *use);
+    size_t nq = c->queue ? c->queue->nquotas : 0;
+    s_usage *use = util_xcalloc(n + nq + 1, sizeof *use);
     size_t nuse = 0;
     for (size_t i = 0; i < n; i++) {
         ctl_study *s = c->studies[i];
@@ -387,7 +389,7 @@ json_t *ctl__queue_status(ctl_t *c)
                       (json_int_t)(s->exhausted ? 0 : s->spec->trials - (long)s->ntrials),
                       "reason", s->queue_why));
     }
-    for (size_t i = 0; i < c->queue->nquotas; i++)
+    for (size_t i = 0; i < nq; i++)
         s_usage_of(use, &nuse, c->queue->quotas[i].user);
     for (size_t i = 0; i < nuse; i++) {
         s_quota *q = s_quota_of(c->queue, use[i].user);
