@@ -111,7 +111,8 @@ enum {
     CLI_OPT_RELEASE = 1 << 4,  /* --release */
     CLI_OPT_ALL = 1 << 5,      /* --all */
     CLI_OPT_FOLLOW = 1 << 6,   /* --follow, -f */
-    CLI_OPT_PRIORITY = 1 << 7, /* --priority high|normal|low */
+    CLI_OPT_TRIALS = 1 << 7,   /* --trials N (study extend) */
+    CLI_OPT_PRIORITY = 1 << 8, /* --priority high|normal|low */
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
@@ -120,6 +121,7 @@ typedef struct {
     const char *output;     /* --output or NULL */
     const char *priority;   /* --priority or NULL */
     int json, no_wait, err_only, release, all, follow;
+    long trials;    /* --trials, 0 when absent */
     double timeout; /* --timeout, default 30 s */
     int nargs;      /* positional arguments left */
     char **args;    /* borrowed from argv */

@@ -149,7 +149,8 @@ void cli_print_trials(const json_t *trials)
                json_integer_value(json_object_get(t, "id")),
                json_string_value(json_object_get(t, "state")),
                json_integer_value(json_object_get(t, "attempt")),
-               json_integer_value(json_object_get(t, "preemptions")), step, v, p ? p : "");
+               json_integer_value(json_object_get(t, "preemptions")), step, v,
+               p ? p : "");
         free(p);
     }
     int header = 0;

@@ -21,6 +21,12 @@ typedef struct {
     int log;          /* FLOAT and INT: sample on a log scale */
     json_t *values;   /* CHOICE: array of strings or numbers, owned */
     size_t nvalues;   /* CHOICE: length of values */
+    int konst;        /* "const": a CHOICE of exactly one value (values[0]) */
+    json_t *when;     /* condition {parent: [values..], ...} or NULL, owned: the
+                         parameter is active when every parent is active and has
+                         one of the listed values (parents are other choices or
+                         consts; no cycles) */
+    int conditional;  /* 1 when it has `when`, so it can be inactive */
 } spec_param;
 
 typedef struct {
@@ -135,9 +141,35 @@ double spec_param_to_unit(const spec_param *p, const json_t *value);
 /* 1 when `value` is a legal value of p, else 0. */
 int spec_param_legal(const spec_param *p, const json_t *value);
 
+/* 1 when parameter k is active in `params` (an object holding at least the
+   values of the parameters that decide it). */
+int spec_param_active(const spec_t *s, size_t k, const json_t *params);
+
+/* Removes the inactive parameters (see `when`) from the object `params`,
+   each judged on the values as given. Returns how many were removed. */
+int spec_params_prune(const spec_t *s, json_t *params);
+
+/* Checks a complete set of parameters given by a person (study enqueue):
+   every active parameter present and legal, no inactive or unknown one.
+   A const missing from `params` is added. 0, or -1 with err naming the
+   parameter ("params.lr: ..."). */
+int spec_params_check(const spec_t *s, json_t *params, spec_error *err);
+
+/* Turns values typed on a command line into the parameters' types, in
+   place: a text that reads as a number for a float or int parameter (or a
+   choice holding that number), a number for a choice holding its text.
+   Values that fit already, and unknown names, are left for
+   spec_params_check to judge. */
+void spec_params_coerce(const spec_t *s, json_t *params);
+
+/* Index of the parameter named `name`, or -1. */
+int spec_param_index(const spec_t *s, const char *name);
+
 /* Expands {name} placeholders in trial.command with the params. Returns a
    new array of strings (caller owns) or NULL when a placeholder names no
-   parameter (err filled). "{{" and "}}" stand for literal braces. */
+   parameter (err filled). "{{" and "}}" stand for literal braces.
+   "{name:default}" uses `default` when `name` is absent from params (an
+   inactive conditional parameter). */
 json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *err);
 
 /* 1 when s matches [A-Za-z_][A-Za-z0-9_]* and is under 64 characters. */

@@ -380,14 +380,15 @@ json_t *ctl__queue_status(ctl_t *c)
         if (!s->queue_why[0])
             continue;
         json_array_append_new(
-            waiting,
-            json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "study", s->row.name,
-                      "owner", ctl_study_owner(s), "priority",
-                      spec_priority_name(s->spec->priority), "running",
-                      (json_int_t)active, "pending", (json_int_t)pending, "preempted",
-                      (json_int_t)preempted, "new",
-                      (json_int_t)(s->exhausted ? 0 : s->spec->trials - (long)s->ntrials),
-                      "reason", s->queue_why));
+            waiting, json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "study",
+                               s->row.name, "owner", ctl_study_owner(s), "priority",
+                               spec_priority_name(s->spec->priority), "running",
+                               (json_int_t)active, "pending", (json_int_t)pending,
+                               "preempted", (json_int_t)preempted, "new",
+                               (json_int_t)(s->exhausted && s->queued <= 0
+                                                ? 0
+                                                : s->spec->trials - (long)s->ntrials),
+                               "reason", s->queue_why));
     }
     for (size_t i = 0; i < nq; i++)
         s_usage_of(use, &nuse, c->queue->quotas[i].user);

@@ -503,6 +503,7 @@ static int s_new_generation(ctl_t *c, ctl_trial *t, const json_t *args)
         return 0;
     json_t *merged = json_deep_copy(t->row.params);
     json_object_update(merged, params);
+    spec_params_prune(t->study->spec, merged); /* conditional spaces */
     long parent = json_is_integer(from) ? (long)json_integer_value(from) : t->row.parent;
     if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1, parent,
                                merged) != 0) {

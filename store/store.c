@@ -102,6 +102,12 @@ static const char *const s_migrations[] = {
     "REAL);"
     "ALTER TABLE trials ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE trials ADD COLUMN preempted INTEGER NOT NULL DEFAULT 0;",
+    /* 5: configurations a person queued (study enqueue), run before the
+       scheduler's; trials added to a study's budget (study extend) */
+    "CREATE TABLE enqueued("
+    "  id INTEGER PRIMARY KEY, study_id INTEGER NOT NULL REFERENCES studies(id),"
+    "  params TEXT NOT NULL, who TEXT, created REAL);"
+    "ALTER TABLE studies ADD COLUMN extra_trials INTEGER NOT NULL DEFAULT 0;",
 };
 /* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
    migration bumps it, and this fails to compile until both agree. */
@@ -399,10 +405,11 @@ static int s_study_row(sqlite3_stmt *st, store_study *out)
     out->sched_state = s_col_json(st, 4);
     out->created = s_col_double(st, 5);
     out->finished = s_col_double(st, 6);
+    out->extra_trials = (long)sqlite3_column_int64(st, 7);
     return out->spec ? 1 : -1;
 }
 
-#define STUDY_COLS "id, name, state, spec, sched_state, created, finished"
+#define STUDY_COLS "id, name, state, spec, sched_state, created, finished, extra_trials"
 
 int store_study_get(store_t *s, const char *name, store_study *out)
 {
@@ -467,13 +474,88 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+int store_study_add_trials(store_t *s, long id, long n)
+{
+    sqlite3_stmt *st =
+        s_prepare(s, "UPDATE studies SET extra_trials = extra_trials + ? WHERE id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, n);
+    sqlite3_bind_int64(st, 2, id);
+    int rc = s_step(s, st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE && sqlite3_changes(s->db) == 1 ? 0 : -1;
+}
+
+long store_enqueued_add(store_t *s, long study_id, const json_t *params, const char *who,
+                        double now)
+{
+    sqlite3_stmt *st = s_prepare(
+        s, "INSERT INTO enqueued(study_id, params, who, created) VALUES (?,?,?,?)");
+    if (!st)
+        return -1;
+    char *text = text_json_dumps(params, JSON_COMPACT);
+    sqlite3_bind_int64(st, 1, study_id);
+    sqlite3_bind_text(st, 2, text ? text : "{}", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, who ? who : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 4, now);
+    int rc = s_step(s, st);
+    sqlite3_finalize(st);
+    free(text);
+    return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(s->db) : -1;
+}
+
+long store_enqueued_first(store_t *s, long study_id, json_t **params)
+{
+    *params = NULL;
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT id, params FROM enqueued WHERE study_id=? ORDER BY id LIMIT 1");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    int rc = s_step(s, st);
+    long id = 0;
+    if (rc == SQLITE_ROW) {
+        id = (long)sqlite3_column_int64(st, 0);
+        *params = s_col_json(st, 1);
+        if (!*params)
+            id = -1;
+    } else if (rc != SQLITE_DONE) {
+        id = -1;
+    }
+    sqlite3_finalize(st);
+    return id;
+}
+
+long store_enqueued_count(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT COUNT(*) FROM enqueued WHERE study_id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    long n = s_step(s, st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
+}
+
+int store_enqueued_del(store_t *s, long id)
+{
+    sqlite3_stmt *st = s_prepare(s, "DELETE FROM enqueued WHERE id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = s_step(s, st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
 json_t *store_study_list(store_t *s)
 {
     sqlite3_stmt *st =
         s_prepare(s, "SELECT s.id, s.name, s.state, s.created, s.finished, COUNT(t.id),"
                      " SUM(t.state='completed'), SUM(t.state='failed'), SUM(t.state IN "
                      "('running','starting','paused')),"
-                     " json_extract(s.spec, '$.budget.trials')"
+                     " json_extract(s.spec, '$.budget.trials') + s.extra_trials"
                      " FROM studies s LEFT JOIN trials t ON t.study_id = s.id GROUP BY "
                      "s.id ORDER BY s.id");
     if (!st)

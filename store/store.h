@@ -52,7 +52,7 @@ int store_study_state_parse(const char *text, store_study_state *out);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
@@ -97,6 +97,7 @@ typedef struct {
     json_t *spec;        /* owned */
     json_t *sched_state; /* owned, NULL when none saved */
     double created, finished;
+    long extra_trials; /* trials added by `study extend`, on top of budget.trials */
 } store_study;
 
 /* A metric point. NaN values are stored as NULL and read back as NaN. */
@@ -136,6 +137,20 @@ int store_study_get_id(store_t *s, long id, store_study *out);
 int store_study_set_state(store_t *s, long id, const char *state, double now);
 /* Saves the scheduler state (borrowed). */
 int store_study_set_sched(store_t *s, long id, const json_t *sched_state);
+/* Adds n trials to a study's budget (extra_trials). 0 or -1. */
+int store_study_add_trials(store_t *s, long id, long n);
+
+/* The queue of configurations a person asked for (study enqueue), first
+   in first out. store_enqueued_add returns the entry's id or -1 (params
+   borrowed). store_enqueued_first fills *params with the oldest entry's
+   params (caller owns) and returns its id, 0 when the queue is empty,
+   -1 on error. store_enqueued_count: entries or -1. store_enqueued_del: 0/-1. */
+long store_enqueued_add(store_t *s, long study_id, const json_t *params, const char *who,
+                        double now);
+long store_enqueued_first(store_t *s, long study_id, json_t **params);
+long store_enqueued_count(store_t *s, long study_id);
+int store_enqueued_del(store_t *s, long id);
+
 /* Every study as a JSON array of {id, name, state, created, finished,
    trials, completed, failed, running} (caller owns), NULL on error. */
 json_t *store_study_list(store_t *s);
