@@ -119,7 +119,8 @@ TEST(topk_momentum_correction_sends_velocity_and_masks)
                 nonzero++;
                 masked_ok &= vel[i] == 0 && res[i] == 0; /* factor masking */
             } else {
-                masked_ok &= fabsf(vel[i] - u_expect[i]) <= 1e-6f * (1 + fabsf(u_expect[i]));
+                masked_ok &=
+                    fabsf(vel[i] - u_expect[i]) <= 1e-6f * (1 + fabsf(u_expect[i]));
             }
         }
         count_ok &= nonzero <= k;

@@ -481,6 +481,18 @@ int trn_comm_allreduce(trn_comm *c, float *buf, long n, trn_ar_algo a, trn_wire 
     return rc;
 }
 
+int trn_comm_gather(trn_comm *c, const void *sbuf, size_t bytes, void *rbuf)
+{
+    if (c->rank != 0)
+        return c->ops->sendrecv(c->self, sbuf, bytes, 0, NULL, 0, -1);
+    memcpy(rbuf, sbuf, bytes);
+    for (int r = 1; r < c->size; r++)
+        if (c->ops->sendrecv(c->self, NULL, 0, -1, (char *)rbuf + bytes * (size_t)r,
+                             bytes, r) < 0)
+            return -1;
+    return 0;
+}
+
 int trn_comm_bcast(trn_comm *c, void *buf, size_t bytes, int root)
 {
     return c->size <= 1 ? 0 : c->ops->bcast(c->self, buf, bytes, root);

@@ -115,6 +115,11 @@ int trn_comm_topk_dgc(trn_comm *c, float *buf, float *residual, float *velocity,
    ascending into idx. Exposed for tests. */
 void trn_topk_select(const float *v, long n, long k, int32_t *idx);
 
+/* Gathers `bytes` from every rank to rank 0 (rbuf: size * bytes, in rank
+   order; only rank 0's rbuf is written). Point-to-point, not counted in
+   bytes_out. Collective. 0 or -1. */
+int trn_comm_gather(trn_comm *c, const void *sbuf, size_t bytes, void *rbuf);
+
 /* Small helpers on the backend. */
 int trn_comm_bcast(trn_comm *c, void *buf, size_t bytes, int root);
 int trn_comm_sum_d(trn_comm *c, double *buf, long n);

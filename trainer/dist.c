@@ -35,7 +35,7 @@ struct trn_dist {
     int nb;
     int *bucket_of; /* param -> bucket */
     double *unscale;
-    double *gnorm; /* top-k: per param, this rank's gradient norm (after clipping) */
+    double *gnorm;     /* top-k: per param, this rank's gradient norm (after clipping) */
     int next_queue;    /* first bucket not yet queued */
     int complete_upto; /* buckets [0, complete_upto) reduced */
     int failed;
@@ -219,6 +219,15 @@ void trn_dist_state_get(const trn_dist *d, float *out)
             memcpy(out, d->b[i].velocity, (size_t)d->b[i].n * sizeof(float));
             out += d->b[i].n;
         }
+    }
+}
+
+void trn_dist_state_clear(trn_dist *d)
+{
+    for (int i = 0; d->o.topk > 0 && i < d->nb; i++) {
+        memset(d->b[i].residual, 0, (size_t)d->b[i].n * sizeof(float));
+        if (d->b[i].velocity)
+            memset(d->b[i].velocity, 0, (size_t)d->b[i].n * sizeof(float));
     }
 }
 

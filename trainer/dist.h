@@ -59,6 +59,7 @@ const double *trn_dist_local_gnorm(const trn_dist *d);
 long trn_dist_state_count(const trn_dist *d);
 void trn_dist_state_get(const trn_dist *d, float *out);
 int trn_dist_state_set(trn_dist *d, const float *in, long n);
+void trn_dist_state_clear(trn_dist *d);
 
 /* Starts a step: unscale[i] is the factor bringing param i's gradient to
    true units (1 / its loss scale). Copies the factors. */

@@ -82,7 +82,7 @@ static void s_lars(const trn_optim *o, trn_param *p, double lr, int k)
 {
     float mu = (float)o->momentum;
     if (p->kind != TRN_PW) { /* biases, BN: momentum SGD, no decay, no LARS */
-        if (o->corrected) { /* momentum already in g (top-k) */
+        if (o->corrected) {  /* momentum already in g (top-k) */
             for (long i = 0; i < p->n; i++)
                 p->w[i] -= (float)lr * p->g[i];
             return;

@@ -368,8 +368,8 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
         t->unscale[i] = 1.0 / (per_layer ? t->lscale[p->layer] : S);
     }
     if (c->topk > 0)
-        trn_dist_set_density(t->dist, trn_topk_density(c, t->epoch + (double)t->pos /
-                                                              t->train->n));
+        trn_dist_set_density(
+            t->dist, trn_topk_density(c, t->epoch + (double)t->pos / t->train->n));
     trn_dist_begin(t->dist, t->unscale);
     trn_net_zero_grad(t->net);
     if (cnt == 0) /* no examples this step: contribute zeros */
@@ -403,7 +403,8 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
        when the ranks' gradients agree), so the ratio scales the decompressed
        update consistently */
     double *gnorm = NULL;
-    if (c->topk > 0 && t->opt.kind == TRN_LARS && !(gnorm = calloc((size_t)np, sizeof(double))))
+    if (c->topk > 0 && t->opt.kind == TRN_LARS &&
+        !(gnorm = calloc((size_t)np, sizeof(double))))
         return -1;
     int frc = trn_dist_finish(t->dist);
     if (gnorm)
@@ -473,7 +474,8 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
 double trn_topk_density(const trn_config *c, double epoch)
 {
     const double d0 = 0.25;
-    if (!(c->topk > 0) || c->topk >= d0 || !(c->topk_warmup > 0) || epoch >= c->topk_warmup)
+    if (!(c->topk > 0) || c->topk >= d0 || !(c->topk_warmup > 0) ||
+        epoch >= c->topk_warmup)
         return c->topk;
     double f = epoch < 0 ? 0 : epoch / c->topk_warmup;
     return d0 * pow(c->topk / d0, f);
@@ -539,12 +541,11 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
                 "jizhi-train: %d ranks (%s), all-reduce %s, wire %s%s, fusion %ld KiB "
                 "(%d buckets%s), overlap %s\n",
                 c->size, c->ops->name, cfg->allreduce, cfg->wire,
-                cfg->topk <= 0          ? ""
+                cfg->topk <= 0      ? ""
                 : t->dist_corrected ? ", top-k (momentum correction)"
                                     : ", top-k",
-                trn_dist_fusion_bytes(t->dist) / 1024,
-                trn_dist_nbuckets(t->dist), cfg->fusion_kb < 0 ? ", auto" : "",
-                cfg->overlap ? "on" : "off");
+                trn_dist_fusion_bytes(t->dist) / 1024, trn_dist_nbuckets(t->dist),
+                cfg->fusion_kb < 0 ? ", auto" : "", cfg->overlap ? "on" : "off");
     return 0;
 }
 

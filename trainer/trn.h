@@ -83,13 +83,13 @@ typedef struct trn_config {
     char backend[8];              /* cpu | cuda */
     int quiet;                    /* no progress lines on stderr */
     /* data-parallel ranks (comm.h, dist.h) */
-    char comm[8];       /* auto | local | mpi | nccl: the backend */
-    char allreduce[8];  /* ring | hier | native */
-    int ranks_per_node; /* hier: ranks per node (0 = MPI's shared-memory split) */
-    long fusion_kb;     /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
-    int overlap;        /* all-reduce on a thread during backward */
-    char wire[8];       /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
-    double topk;        /* 0 = dense; else the fraction of each bucket sent */
+    char comm[8];        /* auto | local | mpi | nccl: the backend */
+    char allreduce[8];   /* ring | hier | native */
+    int ranks_per_node;  /* hier: ranks per node (0 = MPI's shared-memory split) */
+    long fusion_kb;      /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
+    int overlap;         /* all-reduce on a thread during backward */
+    char wire[8];        /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
+    double topk;         /* 0 = dense; else the fraction of each bucket sent */
     int topk_correction; /* top-k + sgd/lars momentum: momentum correction */
     double topk_warmup;  /* epochs of density warm-up, 25% -> topk exponentially */
     double topk_clip;    /* local gradient clipping threshold (0 = off) */
