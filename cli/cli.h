@@ -11,6 +11,8 @@
     cmd_plot.c   plot (metric curves as SVG)
     cmd_serve.c  serve (the web dashboard), --http of run and controller
     cmd_token.c  token create|list|revoke (web API bearer tokens)
+    cmd_alerts.c alerts (the alerts that fired)
+    cmd_queue.c  queue (what waits and why), quota set|list
 
     Exit status: 0 success, 1 the operation failed, 2 usage error.
 */
@@ -38,6 +40,9 @@ int cmd_watch(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_token(int argc, char **argv);
+int cmd_alerts(int argc, char **argv);
+int cmd_queue(int argc, char **argv);
+int cmd_quota(int argc, char **argv);
 
 /* Starts the web server (web/) on `listen` over db, sending changes to
    `controller` (NULL: the one in db.endpoint), and prints its address.
@@ -105,6 +110,7 @@ enum {
     CLI_OPT_RELEASE = 1 << 4, /* --release */
     CLI_OPT_ALL = 1 << 5,     /* --all */
     CLI_OPT_FOLLOW = 1 << 6,  /* --follow, -f */
+    CLI_OPT_TRIALS = 1 << 7,  /* --trials N (study extend) */
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
@@ -112,6 +118,7 @@ typedef struct {
     const char *format;     /* --format, default "csv" */
     const char *output;     /* --output or NULL */
     int json, no_wait, err_only, release, all, follow;
+    long trials;    /* --trials, 0 when absent */
     double timeout; /* --timeout, default 30 s */
     int nargs;      /* positional arguments left */
     char **args;    /* borrowed from argv */

@@ -27,6 +27,7 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         {{"release", no_argument, 0, 'r'}, CLI_OPT_RELEASE},
         {{"all", no_argument, 0, 'a'}, CLI_OPT_ALL},
         {{"follow", no_argument, 0, 'f'}, CLI_OPT_FOLLOW},
+        {{"trials", required_argument, 0, 'T'}, CLI_OPT_TRIALS},
     };
     enum { N = sizeof table / sizeof table[0] };
     struct option opts[N + 1];
@@ -82,6 +83,17 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
             o->timeout = strtod(optarg, &end);
             if (*end || !(o->timeout > 0)) {
                 cli_error("--timeout: expected seconds > 0, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            break;
+        }
+        case 'T': {
+            char *end;
+            o->trials = strtol(optarg, &end, 10);
+            if (*end || !*optarg || o->trials < 1 || o->trials > 1000000) {
+                cli_error(
+                    "--trials: expected a whole number from 1 to 1000000, got \"%s\"",
+                    optarg);
                 return CLI_USAGE;
             }
             break;

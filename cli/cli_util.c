@@ -297,6 +297,14 @@ json_t *cli_src_read(cli_src *src, const char *what, const char *study, long id,
         data = store_trial_detail(src->s, id);
         if (!data)
             cli_error("no trial %ld in %s", id, src->db);
+    } else if (!strcmp(what, "alerts")) {
+        store_study st = {0};
+        int found = study ? store_study_get(src->s, study, &st) : 1;
+        if (found != 1)
+            cli_error("no study named \"%s\" in %s", study, src->db);
+        else if (!(data = store_alerts_list(src->s, study ? st.id : 0)))
+            cli_error("cannot read alerts: %s", store_errmsg(src->s));
+        store_study_fini(&st);
     } else {
         cli_error("cannot read %s from %s", what, src->db);
     }

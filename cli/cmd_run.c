@@ -588,8 +588,9 @@ int cmd_run(int argc, char **argv)
 
 static const char s_ctl_usage[] =
     "usage: jizhi controller [--db FILE] [--bind ENDPOINT] [--lost-timeout SECONDS]\n"
-    "                        [--log FILE|syslog] [--http HOST:PORT]\n"
+    "                        [--log FILE|syslog] [--http HOST:PORT] [--alerts FILE]\n"
     "Runs the controller daemon (default bind tcp://*:7755) until SIGINT/SIGTERM.\n"
+    "--alerts FILE: controller-wide alert rules, {\"alerts\": [...]} (docs/spec.md).\n"
     "It writes the endpoint it serves to FILE.endpoint for other commands.\n";
 
 int cmd_controller(int argc, char **argv)
@@ -599,9 +600,10 @@ int cmd_controller(int argc, char **argv)
                                          {"lost-timeout", required_argument, 0, 't'},
                                          {"log", required_argument, 0, 'L'},
                                          {"http", required_argument, 0, 'H'},
+                                         {"alerts", required_argument, 0, 'A'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *dbflag = NULL, *bind = "tcp://*:7755", *http = NULL;
+    const char *dbflag = NULL, *bind = "tcp://*:7755", *http = NULL, *alerts = NULL;
     double lost = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -614,6 +616,9 @@ int cmd_controller(int argc, char **argv)
             break;
         case 'H':
             http = optarg;
+            break;
+        case 'A':
+            alerts = optarg;
             break;
         case 'L':
             if (s_log_target(optarg) != 0)
@@ -645,7 +650,8 @@ int cmd_controller(int argc, char **argv)
     if (s_check_no_controller(db) != 0)
         return CLI_FAIL;
     char err[512];
-    ctl_config cc = {.db_path = db, .bind = bind, .lost_timeout_s = lost};
+    ctl_config cc = {
+        .db_path = db, .bind = bind, .lost_timeout_s = lost, .alerts = alerts};
     ctl_t *ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {
         cli_error("%s", err);

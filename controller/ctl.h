@@ -21,12 +21,13 @@ typedef struct {
     const char *bind;      /* endpoint to bind; tcp port "*" picks a free one */
     const char *ckpt_root; /* root of per-trial checkpoint dirs; NULL: next to the db */
     double lost_timeout_s; /* a running trial unheard for this long is lost; <= 0: 30 s */
+    const char *alerts;    /* JSON file of controller-wide alert rules, or NULL */
 } ctl_config;
 
 /* Opens the store, reloads unfinished studies and binds the socket.
-   Returns NULL with a message in err when the database cannot be opened
-   or the endpoint cannot be bound. Borrows cfg's strings during the call.
-   Caller owns the result and must destroy it. */
+   Returns NULL with a message in err when the database cannot be opened,
+   the alerts file is invalid or the endpoint cannot be bound. Borrows cfg's strings
+   during the call. Caller owns the result and must destroy it. */
 ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize);
 
 /* The endpoint peers should connect to (wildcards resolved; "*" hosts

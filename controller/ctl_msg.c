@@ -516,6 +516,59 @@ static void s_study_resume(ctl_t *c, const ctl_msg *m)
     s_study_cmd(c, m, 0);
 }
 
+/* study_enqueue {study, params}: the study is loaded from the store when
+   it is not (a finished one keeps the configuration until it is
+   extended). */
+static void s_study_enqueue(ctl_t *c, const ctl_msg *m)
+{
+    const char *name, *code = "internal";
+    char text[512];
+    if (wire_get_str(m->msg, "study", &name, text, sizeof text)) {
+        s_reply_error(c, m->from, m->req, "malformed", text);
+        return;
+    }
+    json_t *params = json_object_get(m->msg, "params");
+    if (!json_is_object(params)) {
+        s_reply_error(c, m->from, m->req, "malformed",
+                      "field 'params': expected an object");
+        return;
+    }
+    ctl_study *s = ctl__study_load(c, name, &code, text, sizeof text);
+    json_t *copy = json_deep_copy(params);
+    if (!s || ctl__study_enqueue(c, s, copy, s_who(m->msg), &code, text, sizeof text)) {
+        json_decref(copy);
+        s_reply_error(c, m->from, m->req, code, text);
+        return;
+    }
+    json_t *r = wire_ok(m->req);
+    json_object_set_new(r, "params", copy);
+    json_object_set_new(r, "queued", json_integer(s->queued));
+    json_object_set_new(r, "state", json_string(store_study_state_name(s->state)));
+    ctl__send(c, m->from, r);
+}
+
+/* study_extend {study, trials} */
+static void s_study_extend(ctl_t *c, const ctl_msg *m)
+{
+    const char *name, *code = "internal";
+    char text[512];
+    long n;
+    if (wire_get_str(m->msg, "study", &name, text, sizeof text) ||
+        wire_get_long(m->msg, "trials", &n, text, sizeof text)) {
+        s_reply_error(c, m->from, m->req, "malformed", text);
+        return;
+    }
+    ctl_study *s = ctl__study_load(c, name, &code, text, sizeof text);
+    if (!s || ctl__study_extend(c, s, n, s_who(m->msg), &code, text, sizeof text)) {
+        s_reply_error(c, m->from, m->req, code, text);
+        return;
+    }
+    json_t *r = wire_ok(m->req);
+    json_object_set_new(r, "trials", json_integer(s->spec->trials));
+    json_object_set_new(r, "state", json_string(store_study_state_name(s->state)));
+    ctl__send(c, m->from, r);
+}
+
 static void s_reply_instruction(ctl_t *c, const ctl_msg *m, long iid)
 {
     json_t *r = wire_ok(m->req);
@@ -692,6 +745,8 @@ static const struct {
     {"status", PEER_ANY, s_status},
     {"study_stop", PEER_ANY, s_study_stop},
     {"study_resume", PEER_ANY, s_study_resume},
+    {"study_enqueue", PEER_ANY, s_study_enqueue},
+    {"study_extend", PEER_ANY, s_study_extend},
     {"trial_stop", PEER_ANY, s_trial_stop},
     {"trial_pause", PEER_ANY, s_trial_pause},
     {"trial_resume", PEER_ANY, s_trial_resume},
