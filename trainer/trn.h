@@ -434,6 +434,11 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
    changes nothing. Return 0 or -1 with err. */
 int trn_trainer_save(trn_trainer *t, const char *path, char *err);
 int trn_trainer_load(trn_trainer *t, const char *path, char *err);
+/* After a load: the trial's params (the helper's, JIZHI_PARAMS standalone)
+   that may change live are set on top of the checkpoint's config, as a live
+   `load` does. A param that cannot be set is skipped and named in detail
+   (empty when all were set). Collective with several ranks. */
+void trn_trainer_reapply_params(trn_trainer *t, char *detail, size_t len);
 
 /* Verifies a checkpoint file's header and checksum only. */
 int trn_ckpt_verify(const char *path, char *err);
