@@ -11,6 +11,7 @@
     cmd_plot.c   plot (metric curves as SVG)
     cmd_serve.c  serve (the web dashboard), --http of run and controller
     cmd_token.c  token create|list|revoke (web API bearer tokens)
+    cmd_keygen.c keygen (CURVE key pairs)
 
     Exit status: 0 success, 1 the operation failed, 2 usage error.
 */
@@ -38,6 +39,7 @@ int cmd_watch(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_token(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 
 /* Starts the web server (web/) on `listen` over db, sending changes to
    `controller` (NULL: the one in db.endpoint), and prints its address.

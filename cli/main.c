@@ -29,6 +29,7 @@ static const char s_usage[] =
     "  batchsize-eval [OPTS] -- COMMAND | --log FILE | --trial ID   critical batch size\n"
     "  serve [--http HOST:PORT] [--db FILE]        web dashboard and HTTP API\n"
     "  token create USER [--role R] | list | revoke ID|USER   web API tokens\n"
+    "  keygen [--out DIR] [--name NAME]            a CURVE key pair for tcp://\n"
     "  report [--step N] NAME=VALUE...             from inside a trial\n"
     "\n"
     "  --version                                   print the version\n"
@@ -85,6 +86,7 @@ int main(int argc, char **argv)
         {"plot", cmd_plot},
         {"serve", cmd_serve},
         {"token", cmd_token},
+        {"keygen", cmd_keygen},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(cmd, table[i].name))
