@@ -12,6 +12,8 @@
     cmd_serve.c  serve (the web dashboard), --http of run and controller
     cmd_token.c  token create|list|revoke (web API bearer tokens)
     cmd_keygen.c keygen (CURVE key pairs)
+    cmd_alerts.c alerts (the alerts that fired)
+    cmd_queue.c  queue (what waits and why), quota set|list
 
     Exit status: 0 success, 1 the operation failed, 2 usage error.
 */
@@ -40,6 +42,9 @@ int cmd_plot(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_token(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);
+int cmd_alerts(int argc, char **argv);
+int cmd_queue(int argc, char **argv);
+int cmd_quota(int argc, char **argv);
 
 /* Starts the web server (web/) on `listen` over db, sending changes to
    `controller` (NULL: the one in db.endpoint), and prints its address.
@@ -87,7 +92,8 @@ int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_
 void cli_print_warnings(const json_t *events);
 
 /* Prints trials (store_trial_json objects, borrowed) as the table that
-   `study show` and `trial list` share: ID STATE TRY STEP VALUE PARAMS,
+   `study show` and `trial list` share: ID STATE TRY PRE (preemptions) STEP
+   VALUE PARAMS,
    then the reason of each failed trial. */
 void cli_print_trials(const json_t *trials);
 
@@ -100,20 +106,24 @@ void cli_format_elapsed(double s, char *buf, size_t size);
 /* The options `study` and `trial` share (cli_opts.c). --db, --controller,
    --json and --help always; the others when `accept` has their bit. */
 enum {
-    CLI_OPT_FORMAT = 1 << 0,  /* --format csv|json */
-    CLI_OPT_OUTPUT = 1 << 1,  /* --output FILE, -o FILE */
-    CLI_OPT_WAIT = 1 << 2,    /* --no-wait, --timeout S */
-    CLI_OPT_STDERR = 1 << 3,  /* --stderr */
-    CLI_OPT_RELEASE = 1 << 4, /* --release */
-    CLI_OPT_ALL = 1 << 5,     /* --all */
-    CLI_OPT_FOLLOW = 1 << 6,  /* --follow, -f */
+    CLI_OPT_FORMAT = 1 << 0,   /* --format csv|json */
+    CLI_OPT_OUTPUT = 1 << 1,   /* --output FILE, -o FILE */
+    CLI_OPT_WAIT = 1 << 2,     /* --no-wait, --timeout S */
+    CLI_OPT_STDERR = 1 << 3,   /* --stderr */
+    CLI_OPT_RELEASE = 1 << 4,  /* --release */
+    CLI_OPT_ALL = 1 << 5,      /* --all */
+    CLI_OPT_FOLLOW = 1 << 6,   /* --follow, -f */
+    CLI_OPT_TRIALS = 1 << 7,   /* --trials N (study extend) */
+    CLI_OPT_PRIORITY = 1 << 8, /* --priority high|normal|low */
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
     const char *controller; /* --controller or NULL (borrowed from argv) */
     const char *format;     /* --format, default "csv" */
     const char *output;     /* --output or NULL */
+    const char *priority;   /* --priority or NULL */
     int json, no_wait, err_only, release, all, follow;
+    long trials;    /* --trials, 0 when absent */
     double timeout; /* --timeout, default 30 s */
     int nargs;      /* positional arguments left */
     char **args;    /* borrowed from argv */

@@ -588,7 +588,7 @@ int cmd_run(int argc, char **argv)
 
 static const char s_ctl_usage[] =
     "usage: jizhi controller [--db FILE] [--bind ENDPOINT] [--lost-timeout SECONDS]\n"
-    "                        [--log FILE|syslog] [--http HOST:PORT]\n"
+    "                        [--log FILE|syslog] [--http HOST:PORT] [--alerts FILE]\n"
     "                        [--key FILE] [--authorized-keys FILE] [--insecure]\n"
     "Runs the controller daemon until SIGINT/SIGTERM. By default it listens on an\n"
     "ipc:// socket in a private directory (0700), where local users are known by\n"
@@ -597,6 +597,7 @@ static const char s_ctl_usage[] =
     "and the clients' keys in --authorized-keys (default KEYDIR/authorized_keys;\n"
     "reread on SIGHUP). --insecure allows plain TCP, trusted networks only.\n"
     "KEYDIR is $JIZHI_HOME, else ~/.config/jizhi.\n"
+    "--alerts FILE: controller-wide alert rules, {\"alerts\": [...]} (docs/spec.md).\n"
     "It writes the endpoint it serves to FILE.endpoint for other commands.\n";
 
 static ctl_t *volatile s_hup_ctl;
@@ -615,12 +616,14 @@ int cmd_controller(int argc, char **argv)
                                          {"lost-timeout", required_argument, 0, 't'},
                                          {"log", required_argument, 0, 'L'},
                                          {"http", required_argument, 0, 'H'},
+                                         {"alerts", required_argument, 0, 'A'},
                                          {"key", required_argument, 0, 'k'},
-                                         {"authorized-keys", required_argument, 0, 'A'},
+                                         {"authorized-keys", required_argument, 0, 'K'},
                                          {"insecure", no_argument, 0, 'I'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *dbflag = NULL, *bind = NULL, *http = NULL, *key = NULL, *akeys = NULL;
+    const char *dbflag = NULL, *bind = NULL, *http = NULL, *key = NULL, *akeys = NULL,
+               *alerts = NULL;
     int insecure = 0;
     double lost = 0;
     int c;
@@ -635,10 +638,13 @@ int cmd_controller(int argc, char **argv)
         case 'H':
             http = optarg;
             break;
+        case 'A':
+            alerts = optarg;
+            break;
         case 'k':
             key = optarg;
             break;
-        case 'A':
+        case 'K':
             akeys = optarg;
             break;
         case 'I':
@@ -684,7 +690,8 @@ int cmd_controller(int argc, char **argv)
                      .lost_timeout_s = lost,
                      .key_path = key,
                      .authorized_keys = akeys,
-                     .insecure = insecure};
+                     .insecure = insecure,
+                     .alerts = alerts};
     ctl_t *ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {
         cli_error("%s", err);

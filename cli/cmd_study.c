@@ -1,7 +1,8 @@
-/*  cmd_study.c - `jizhi study submit|list|show|stop|resume|export|events`.
+/*  cmd_study.c - `jizhi study submit|list|show|stop|resume|enqueue|extend|export|events`.
 
     list/show/export/events read the database file (they work with no
-    controller running); submit/stop/resume ask the controller.
+    controller running); submit/stop/resume/enqueue/extend ask the
+    controller.
 */
 #include "cli.h"
 
@@ -17,10 +18,15 @@
 #include <unistd.h>
 
 static const char s_usage[] =
-    "usage: jizhi study submit SPEC.json        submit to the running controller\n"
+    "usage: jizhi study submit SPEC.json [--priority high|normal|low]\n"
+    "           submit to the running controller (--priority overrides the spec's)\n"
     "       jizhi study list [--json]\n"
     "       jizhi study show NAME [--json]\n"
     "       jizhi study stop NAME | resume NAME\n"
+    "       jizhi study enqueue NAME PARAM=VALUE...  run this configuration next\n"
+    "       jizhi study extend NAME --trials N       add N trials (a finished study "
+    "runs\n"
+    "           again)\n"
     "       jizhi study export NAME [--format csv|json|curves] [--all] [--output FILE]\n"
     "           csv: a row per trial: params as now (param_X) and, where one changed\n"
     "           live, as sampled (sampled_X), and last metrics; curves: every metric\n"
@@ -81,6 +87,8 @@ static int s_submit(const cli_opts *o)
         spec_destroy(&spec);
         return CLI_FAIL;
     }
+    if (o->priority) /* --priority overrides the spec's */
+        json_object_set_new(spec->json, "priority", json_string(o->priority));
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
     if (!ep) {
         cli_error(
@@ -443,6 +451,103 @@ static int s_events(const cli_opts *o)
     return CLI_OK;
 }
 
+/* PARAM=VALUE arguments as an object: a value that reads as a JSON number
+   is a number (the controller turns it back into text for a choice of
+   strings, and a text into a number for a numeric parameter). */
+static json_t *s_kv_params(const cli_opts *o)
+{
+    json_t *p = json_object();
+    for (int i = 1; i < o->nargs; i++) {
+        const char *a = o->args[i], *eq = strchr(a, '=');
+        char name[128];
+        if (!eq || eq == a || (size_t)(eq - a) >= sizeof name) {
+            cli_error("study enqueue: expected PARAM=VALUE, got \"%s\"", a);
+            json_decref(p);
+            return NULL;
+        }
+        memcpy(name, a, (size_t)(eq - a));
+        name[eq - a] = 0;
+        if (json_object_get(p, name)) {
+            cli_error("study enqueue: %s is given twice", name);
+            json_decref(p);
+            return NULL;
+        }
+        json_t *v = json_loads(eq + 1, JSON_DECODE_ANY, NULL);
+        if (!v || !json_is_number(v)) {
+            json_decref(v);
+            v = json_string(eq + 1);
+        }
+        json_object_set_new(p, name, v);
+    }
+    return p;
+}
+
+static int s_enqueue(const cli_opts *o)
+{
+    if (o->nargs < 2) {
+        cli_error("study enqueue: expected NAME and at least one PARAM=VALUE");
+        fputs(s_usage, stderr);
+        return CLI_USAGE;
+    }
+    json_t *p = s_kv_params(o);
+    if (!p)
+        return CLI_USAGE;
+    char buf[512];
+    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
+    if (!ep) {
+        cli_error(
+            "no controller known for %s: start `jizhi controller` (or `jizhi run`), "
+            "or pass --controller ENDPOINT",
+            o->db);
+        json_decref(p);
+        return CLI_FAIL;
+    }
+    json_t *r = cli_request(ep,
+                            json_pack("{s:s, s:s, s:o}", "type", "study_enqueue", "study",
+                                      o->args[0], "params", p),
+                            10000);
+    if (!r)
+        return CLI_FAIL;
+    char *text = text_json_dumps(json_object_get(r, "params"), JSON_COMPACT);
+    const char *state = json_string_value(json_object_get(r, "state"));
+    printf("study %s: queued %s (%lld waiting)%s\n", o->args[0], text ? text : "",
+           (long long)json_integer_value(json_object_get(r, "queued")),
+           state && !strcmp(state, "finished")
+               ? "; the study has finished: `jizhi study extend` runs it"
+               : "");
+    free(text);
+    json_decref(r);
+    return CLI_OK;
+}
+
+static int s_extend(const cli_opts *o)
+{
+    if (o->nargs != 1 || o->trials <= 0) {
+        cli_error("study extend: expected NAME --trials N");
+        fputs(s_usage, stderr);
+        return CLI_USAGE;
+    }
+    char buf[512];
+    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
+    if (!ep) {
+        cli_error("no controller known for %s: start `jizhi controller --db %s`, or pass "
+                  "--controller ENDPOINT",
+                  o->db, o->db);
+        return CLI_FAIL;
+    }
+    json_t *r = cli_request(ep,
+                            json_pack("{s:s, s:s, s:I}", "type", "study_extend", "study",
+                                      o->args[0], "trials", (json_int_t)o->trials),
+                            10000);
+    if (!r)
+        return CLI_FAIL;
+    printf("study %s: %lld trials in all (%s)\n", o->args[0],
+           (long long)json_integer_value(json_object_get(r, "trials")),
+           json_string_value(json_object_get(r, "state")));
+    json_decref(r);
+    return CLI_OK;
+}
+
 int cmd_study(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -452,7 +557,10 @@ int cmd_study(int argc, char **argv)
     const char *sub = argv[1];
     cli_opts o;
     int rc = cli_opts_parse(argc - 1, argv + 1,
-                            CLI_OPT_FORMAT | CLI_OPT_OUTPUT | CLI_OPT_ALL, s_usage, &o);
+                            CLI_OPT_FORMAT | CLI_OPT_OUTPUT | CLI_OPT_ALL |
+                                (!strcmp(sub, "extend") ? CLI_OPT_TRIALS : 0) |
+                                (!strcmp(sub, "submit") ? CLI_OPT_PRIORITY : 0),
+                            s_usage, &o);
     if (rc < 0)
         return CLI_OK;
     if (rc)
@@ -466,6 +574,10 @@ int cmd_study(int argc, char **argv)
         return (rc = s_need_args(&o, 1, "show: expected NAME")) ? rc : s_show(&o);
     if (!strcmp(sub, "export"))
         return (rc = s_need_args(&o, 1, "export: expected NAME")) ? rc : s_export(&o);
+    if (!strcmp(sub, "enqueue"))
+        return s_enqueue(&o);
+    if (!strcmp(sub, "extend"))
+        return s_extend(&o);
     if (!strcmp(sub, "events"))
         return (rc = s_need_args(&o, 1, "events: expected NAME")) ? rc : s_events(&o);
     if (!strcmp(sub, "stop") || !strcmp(sub, "resume")) {

@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static void s_format_number(const json_t *v, char *buf, size_t size);
+
 static int s_fail(spec_error *err, const char *field, const char *fmt, ...)
 {
     if (err) {
@@ -183,6 +185,94 @@ static int s_get(json_t *obj, const char *path, const char *key, json_type want,
     return 0;
 }
 
+/* Parses p->when from def.when: parents are other choice/const parameters
+   of the space, each with a non-empty array of its legal values. Cycles
+   are refused afterwards by s_check_cycles (the stored spec's keys are
+   sorted, so "defined earlier" cannot be the rule). */
+static int s_parse_when(const spec_t *s, size_t k, json_t *def, const char *path,
+                        spec_error *err)
+{
+    spec_param *p = &s->params[k];
+    json_t *w = json_object_get(def, "when");
+    if (!w)
+        return 0;
+    char field[200];
+    snprintf(field, sizeof field, "%s.when", path);
+    if (!json_is_object(w) || json_object_size(w) == 0)
+        return s_fail(err, field,
+                      "must be a non-empty object {\"parent\": [values...]}, not %s",
+                      json_is_object(w) ? "an empty object" : s_type_name(w));
+    const char *key;
+    json_t *vals;
+    json_object_foreach(w, key, vals)
+    {
+        snprintf(field, sizeof field, "%s.when.%s", path, key);
+        if (!strcmp(key, p->name))
+            return s_fail(err, field, "a parameter cannot depend on itself");
+        int j = spec_param_index(s, key);
+        if (j < 0)
+            return s_fail(err, field, "names no parameter in space");
+        const spec_param *par = &s->params[j];
+        if (par->type != SPEC_CHOICE)
+            return s_fail(err, field, "the parent must be a choice or a const");
+        if (!json_is_array(vals) || json_array_size(vals) == 0)
+            return s_fail(err, field, "must be a non-empty array of values of %s", key);
+        size_t i;
+        json_t *v;
+        json_array_foreach(vals, i, v)
+        {
+            if (!spec_param_legal(par, v)) {
+                char f2[240];
+                snprintf(f2, sizeof f2, "%s[%zu]", field, i);
+                return s_fail(err, f2, "not a value of %s", key);
+            }
+        }
+    }
+    p->when = json_incref(w);
+    return 0;
+}
+
+/* 1 when `target` is reached from parameter k by following `when`
+   parents; depth-bounded by the number of parameters. */
+static int s_reaches(const spec_t *s, size_t k, size_t target, size_t depth)
+{
+    if (depth > s->nparams || !s->params[k].when)
+        return 0;
+    const char *parent;
+    json_t *v;
+    json_object_foreach(s->params[k].when, parent, v)
+    {
+        int j = spec_param_index(s, parent);
+        if (j < 0)
+            continue;
+        if ((size_t)j == target || s_reaches(s, (size_t)j, target, depth + 1))
+            return 1;
+    }
+    return 0;
+}
+
+static int s_check_cycles(const spec_t *s, spec_error *err)
+{
+    for (size_t k = 0; k < s->nparams; k++) {
+        if (!s->params[k].when)
+            continue;
+        const char *parent;
+        json_t *v;
+        json_object_foreach(s->params[k].when, parent, v)
+        {
+            int j = spec_param_index(s, parent);
+            if (j >= 0 && s_reaches(s, (size_t)j, k, 0)) {
+                char field[200];
+                snprintf(field, sizeof field, "space.%s.when.%s", s->params[k].name,
+                         parent);
+                return s_fail(err, field, "a cycle: %s depends on %s through %s",
+                              s->params[k].name, s->params[k].name, parent);
+            }
+        }
+    }
+    return 0;
+}
+
 static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_error *err)
 {
     char path[128];
@@ -200,7 +290,7 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
     const char *t = json_string_value(type);
     char field[160];
     if (!strcmp(t, "float") || !strcmp(t, "int")) {
-        static const char *const keys[] = {"type", "low", "high", "log", NULL};
+        static const char *const keys[] = {"type", "low", "high", "log", "when", NULL};
         if (s_only_keys(def, path, keys, err))
             return -1;
         p->type = !strcmp(t, "float") ? SPEC_FLOAT : SPEC_INT;
@@ -221,7 +311,7 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
         if (p->log && p->low <= 0)
             return s_fail(err, field, "must be > 0 when log is true");
     } else if (!strcmp(t, "choice")) {
-        static const char *const keys[] = {"type", "values", NULL};
+        static const char *const keys[] = {"type", "values", "when", NULL};
         if (s_only_keys(def, path, keys, err))
             return -1;
         p->type = SPEC_CHOICE;
@@ -250,9 +340,25 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
         }
         p->values = json_incref(vals);
         p->nvalues = json_array_size(vals);
+    } else if (!strcmp(t, "const")) {
+        static const char *const keys[] = {"type", "value", "when", NULL};
+        if (s_only_keys(def, path, keys, err))
+            return -1;
+        json_t *val = json_object_get(def, "value");
+        snprintf(field, sizeof field, "%s.value", path);
+        if (!val)
+            return s_fail(err, field, "missing (required)");
+        if (!json_is_string(val) && !json_is_number(val))
+            return s_fail(err, field, "must be a string or a number, not %s",
+                          s_type_name(val));
+        p->type = SPEC_CHOICE;
+        p->konst = 1;
+        p->values = json_pack("[O]", val);
+        p->nvalues = 1;
     } else {
         snprintf(field, sizeof field, "%s.type", path);
-        return s_fail(err, field, "must be \"float\", \"int\" or \"choice\", not \"%s\"",
+        return s_fail(err, field,
+                      "must be \"float\", \"int\", \"choice\" or \"const\", not \"%s\"",
                       t);
     }
     return 0;
@@ -286,11 +392,54 @@ static int s_command_found(const char *cmd)
     return 0;
 }
 
+/* priority, preemptible, owner, alerts (docs/spec.md: Queue, Alerts). */
+static int s_parse_queue(spec_t *s, json_t *j, spec_error *err)
+{
+    json_t *v;
+    if (s_get(j, "", "priority", JSON_STRING, 0, &v, err))
+        return -1;
+    s->priority = v ? spec_priority_parse(json_string_value(v)) : SPEC_PRIO_NORMAL;
+    if (s->priority < 0)
+        return s_fail(err, "priority", "must be \"high\", \"normal\" or \"low\"");
+    if (s_get(j, "", "preemptible", JSON_STRING, 0, &v, err))
+        return -1;
+    const char *p = v ? json_string_value(v) : "checkpoint";
+    s->preemptible = !strcmp(p, "checkpoint") ? SPEC_PREEMPT_CHECKPOINT
+                     : !strcmp(p, "restart")  ? SPEC_PREEMPT_RESTART
+                     : !strcmp(p, "never")    ? SPEC_PREEMPT_NEVER
+                                              : -1;
+    if (s->preemptible < 0)
+        return s_fail(err, "preemptible",
+                      "must be \"checkpoint\", \"restart\" or \"never\"");
+    if (s_get(j, "", "owner", JSON_STRING, 0, &v, err))
+        return -1;
+    if (v) {
+        const char *o = json_string_value(v);
+        size_t n = strlen(o);
+        int ok = n > 0 && n < 64 && (isalnum((unsigned char)*o) || *o == '_');
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)o[i]) || strchr("_.-@", o[i]);
+        if (!ok)
+            return s_fail(err, "owner",
+                          "must be 1-63 letters, digits, '_', '.', '-' or '@', starting "
+                          "with a letter, digit or '_'");
+        s->owner = strdup(o);
+    }
+    v = json_object_get(j, "alerts");
+    if (v) {
+        if (spec_alerts_check(v, "alerts", err))
+            return -1;
+        s->alerts = json_incref(v);
+    }
+    return 0;
+}
+
 static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 {
-    static const char *const top[] = {"name",           "objective", "scheduler",
-                                      "early_stopping", "guard",     "budget",
-                                      "space",          "trial",     NULL};
+    static const char *const top[] = {
+        "name",   "objective", "scheduler", "early_stopping", "guard",
+        "budget", "space",     "trial",     "priority",       "preemptible",
+        "owner",  "alerts",    NULL};
     if (!json_is_object(j))
         return s_fail(err, "", "the spec must be a JSON object");
     if (s_only_keys(j, "", top, err))
@@ -388,6 +537,18 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         if (s_parse_param(&s->params[i++], key, v, err))
             return -1;
     }
+    i = 0;
+    json_object_foreach(obj, key, v)
+    {
+        char path[128];
+        snprintf(path, sizeof path, "space.%s", key);
+        if (s_parse_when(s, i, v, path, err))
+            return -1;
+        s->params[i].conditional = s->params[i].when != NULL;
+        i++;
+    }
+    if (s_check_cycles(s, err))
+        return -1;
 
     if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
         return -1;
@@ -415,15 +576,20 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         return s_fail(err, "trial.command[0]",
                       "command not found: \"%s\" (not on PATH or not executable)", cmd0);
     spec_error perr;
-    json_t *probe = json_object();
-    for (size_t k = 0; k < s->nparams; k++)
-        json_object_set_new(probe, s->params[k].name,
-                            spec_param_from_unit(&s->params[k], 0.5));
-    json_t *expanded = spec_expand_command(s, probe, &perr);
-    json_decref(probe);
-    if (!expanded)
-        return s_fail(err, perr.field, "%s", perr.text);
-    json_decref(expanded);
+    /* twice: with every parameter, then without the conditional ones (a
+       placeholder for one of those needs a {name:default}) */
+    for (int pass = 0; pass < 2; pass++) {
+        json_t *probe = json_object();
+        for (size_t k = 0; k < s->nparams; k++)
+            if (!pass || !s->params[k].conditional)
+                json_object_set_new(probe, s->params[k].name,
+                                    spec_param_from_unit(&s->params[k], 0.5));
+        json_t *expanded = spec_expand_command(s, probe, &perr);
+        json_decref(probe);
+        if (!expanded)
+            return s_fail(err, perr.field, "%s", perr.text);
+        json_decref(expanded);
+    }
 
     if (s_get(obj, "trial", "gpus", JSON_INTEGER, 0, &v, err))
         return -1;
@@ -463,6 +629,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         }
     }
     s->env = v ? json_incref(v) : json_object();
+    if (s_parse_queue(s, j, err))
+        return -1;
     s->json = json_incref(j);
     return 0;
 }
@@ -515,6 +683,7 @@ void spec_destroy(spec_t **sp)
     for (size_t i = 0; i < s->nparams; i++) {
         free(s->params[i].name);
         json_decref(s->params[i].values);
+        json_decref(s->params[i].when);
     }
     free(s->params);
     free(s->name);
@@ -526,6 +695,8 @@ void spec_destroy(spec_t **sp)
     json_decref(s->command);
     json_decref(s->env);
     json_decref(s->json);
+    free(s->owner);
+    json_decref(s->alerts);
     free(s);
     *sp = NULL;
 }
@@ -664,17 +835,39 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
                 }
                 memcpy(name, p + 1, n);
                 name[n] = 0;
+                char *dflt = strchr(name, ':');
+                if (dflt)
+                    *dflt++ = 0;
                 json_t *v = json_object_get(params, name);
-                if (!v) {
+                if (!v && !dflt) {
                     char field[64];
                     snprintf(field, sizeof field, "trial.command[%zu]", i);
-                    s_fail(err, field, "placeholder {%s} names no parameter in space",
-                           name);
+                    int k = spec_param_index(s, name);
+                    if (k >= 0)
+                        s_fail(err, field,
+                               "placeholder {%s} names a parameter that can be inactive "
+                               "(space.%s.when): give a default, {%s:VALUE}",
+                               name, name, name);
+                    else
+                        s_fail(err, field, "placeholder {%s} names no parameter in space",
+                               name);
                     free(buf);
                     json_decref(out);
                     return NULL;
                 }
-                if (json_is_string(v))
+                if (!v && spec_param_index(s, name) < 0) {
+                    char field[64];
+                    snprintf(field, sizeof field, "trial.command[%zu]", i);
+                    s_fail(err, field, "placeholder {%s:%s} names no parameter in space",
+                           name, dflt);
+                    free(buf);
+                    json_decref(out);
+                    return NULL;
+                }
+                if (!v)
+                    snprintf(piece, sizeof piece, "%s",
+                             dflt); /* name ends with this block */
+                else if (json_is_string(v))
                     add = json_string_value(v);
                 else
                     s_format_number(v, piece, sizeof piece);
@@ -704,6 +897,155 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
         free(buf);
     }
     return out;
+}
+
+int spec_param_index(const spec_t *s, const char *name)
+{
+    for (size_t k = 0; k < s->nparams; k++)
+        if (s->params[k].name && !strcmp(s->params[k].name, name))
+            return (int)k;
+    return -1;
+}
+
+int spec_param_active(const spec_t *s, size_t k, const json_t *params)
+{
+    const spec_param *p = &s->params[k];
+    if (!p->when)
+        return 1;
+    const char *parent;
+    json_t *vals;
+    json_object_foreach(p->when, parent, vals)
+    {
+        int j = spec_param_index(s, parent);
+        if (j < 0 || !spec_param_active(s, (size_t)j, params))
+            return 0;
+        const json_t *v = json_object_get(params, parent);
+        int hit = 0;
+        size_t i;
+        json_t *w;
+        json_array_foreach(vals, i, w)
+        {
+            if (v && json_equal((json_t *)v, w))
+                hit = 1;
+        }
+        if (!hit)
+            return 0;
+    }
+    return 1;
+}
+
+int spec_params_prune(const spec_t *s, json_t *params)
+{
+    /* decide every parameter on the values as given, then remove */
+    unsigned char *drop = calloc(s->nparams ? s->nparams : 1, 1);
+    if (!drop)
+        return -1;
+    for (size_t k = 0; k < s->nparams; k++)
+        drop[k] = s->params[k].when && !spec_param_active(s, k, params) &&
+                  json_object_get(params, s->params[k].name);
+    int removed = 0;
+    for (size_t k = 0; k < s->nparams; k++)
+        if (drop[k]) {
+            json_object_del(params, s->params[k].name);
+            removed++;
+        }
+    free(drop);
+    return removed;
+}
+
+void spec_params_coerce(const spec_t *s, json_t *params)
+{
+    for (size_t k = 0; k < s->nparams; k++) {
+        const spec_param *p = &s->params[k];
+        json_t *v = json_object_get(params, p->name);
+        if (!v || spec_param_legal(p, v))
+            continue;
+        json_t *nv = NULL;
+        if (json_is_string(v)) {
+            const char *t = json_string_value(v);
+            char *end;
+            errno = 0;
+            long long i = strtoll(t, &end, 10);
+            if (*t && !*end && !errno)
+                nv = json_integer(i);
+            else {
+                double d = strtod(t, &end);
+                if (*t && !*end)
+                    nv = json_real(d);
+            }
+            if (nv && p->type == SPEC_FLOAT && json_is_integer(nv)) {
+                json_t *r = json_real((double)json_integer_value(nv));
+                json_decref(nv);
+                nv = r;
+            }
+        } else if (json_is_number(v) && p->type == SPEC_CHOICE) {
+            char buf[64];
+            if (json_is_integer(v))
+                snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+            else
+                s_format_number(v, buf, sizeof buf);
+            nv = json_string(buf);
+        } else if (json_is_integer(v) && p->type == SPEC_FLOAT) {
+            nv = json_real((double)json_integer_value(v));
+        }
+        if (nv && p->type == SPEC_CHOICE && !spec_param_legal(p, nv) &&
+            json_is_integer(nv)) {
+            json_t *r = json_real((double)json_integer_value(nv));
+            json_decref(nv);
+            nv = r;
+        }
+        if (nv && spec_param_legal(p, nv))
+            json_object_set(params, p->name, nv);
+        json_decref(nv);
+    }
+}
+
+int spec_params_check(const spec_t *s, json_t *params, spec_error *err)
+{
+    char field[128];
+    if (!json_is_object(params))
+        return s_fail(err, "params", "must be an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach(params, key, v)
+    {
+        if (spec_param_index(s, key) < 0) {
+            snprintf(field, sizeof field, "params.%s", key);
+            return s_fail(err, field, "names no parameter in space");
+        }
+    }
+    for (size_t k = 0; k < s->nparams; k++) {
+        const spec_param *p = &s->params[k];
+        snprintf(field, sizeof field, "params.%s", p->name);
+        v = json_object_get(params, p->name);
+        int active = spec_param_active(s, k, params);
+        if (!active) {
+            if (v)
+                return s_fail(
+                    err, field,
+                    "is inactive for these values (space.%s.when); leave it out",
+                    p->name);
+            continue;
+        }
+        if (!v && p->konst) {
+            json_object_set(params, p->name, json_array_get(p->values, 0));
+            continue;
+        }
+        if (!v)
+            return s_fail(err, field, "missing (every active parameter needs a value)");
+        if (!spec_param_legal(p, v)) {
+            if (p->type == SPEC_CHOICE) {
+                char *list = text_json_dumps(p->values, JSON_COMPACT);
+                s_fail(err, field, "must be one of %s", list ? list : "the values");
+                free(list);
+                return -1;
+            }
+            return s_fail(err, field, "must be %s from %g to %g",
+                          p->type == SPEC_INT ? "an integer" : "a number", p->low,
+                          p->high);
+        }
+    }
+    return 0;
 }
 
 int spec_better(const spec_t *s, double a, double b)

@@ -21,6 +21,12 @@ typedef struct {
     int log;          /* FLOAT and INT: sample on a log scale */
     json_t *values;   /* CHOICE: array of strings or numbers, owned */
     size_t nvalues;   /* CHOICE: length of values */
+    int konst;        /* "const": a CHOICE of exactly one value (values[0]) */
+    json_t *when;     /* condition {parent: [values..], ...} or NULL, owned: the
+                         parameter is active when every parent is active and has
+                         one of the listed values (parents are other choices or
+                         consts; no cycles) */
+    int conditional;  /* 1 when it has `when`, so it can be inactive */
 } spec_param;
 
 typedef struct {
@@ -47,7 +53,31 @@ typedef struct {
     long retries;     /* trial.retries */
     json_t *env;      /* trial.env object of strings, owned */
     json_t *json;     /* the normalised spec as given, owned */
+    int priority;     /* spec_priority: "priority" (default normal) */
+    int preemptible;  /* spec_preempt: "preemptible" (default checkpoint) */
+    char *owner;      /* "owner": who the queue counts the study's trials for
+                         (quotas, fair share) until authenticated identities
+                         name it; NULL when not given */
+    json_t *alerts;   /* "alerts": rules checked by spec_alerts_check, owned,
+                         NULL when none */
 } spec_t;
+
+/* Study priorities, lowest first (the queue starts higher ones first and
+   preempts lower ones for them). */
+typedef enum { SPEC_PRIO_LOW, SPEC_PRIO_NORMAL, SPEC_PRIO_HIGH } spec_priority;
+/* Whether the queue may preempt a study's trials for a higher priority:
+   CHECKPOINT (default) only trials that have saved a checkpoint (released
+   and resumed from it), RESTART any trial (killed and started again, from
+   its checkpoint when it has one), NEVER none. */
+typedef enum {
+    SPEC_PREEMPT_CHECKPOINT,
+    SPEC_PREEMPT_RESTART,
+    SPEC_PREEMPT_NEVER
+} spec_preempt;
+/* "high", "normal", "low"; "invalid" out of range. */
+const char *spec_priority_name(int priority);
+/* The priority named `text`, or -1. */
+int spec_priority_parse(const char *text);
 
 #define SPEC_MAX_RANKS 1024
 
@@ -56,6 +86,29 @@ typedef struct {
     char field[128]; /* dotted path of the field at fault, "" for the file */
     char text[256];  /* what was expected */
 } spec_error;
+
+/* The alert rules (docs/spec.md, Alerts): "on" is one of the names below.
+   ALERT_COUNT ends the list. */
+typedef enum {
+    SPEC_ALERT_TRIAL_FAILED,
+    SPEC_ALERT_FAILURES, /* "failures_in_a_row": count, stop_study */
+    SPEC_ALERT_GUARD,    /* the divergence guard rolled back or stopped a trial */
+    SPEC_ALERT_STALLED,  /* a running trial silent for `seconds` */
+    SPEC_ALERT_BEST,     /* "best_improved": a completed trial beat the study's best */
+    SPEC_ALERT_FINISHED, /* "study_finished" */
+    SPEC_ALERT_COUNT
+} spec_alert_on;
+const char *spec_alert_on_name(spec_alert_on on);
+/* Checks an array of alert rules at `path` ("alerts" in a spec, the
+   controller's --alerts file): 0, or -1 with err naming the field.
+   Changes nothing. A rule's identity (what "at most once per rule and
+   trial" counts by) is its "name", else "<on>#<index>": spec_alert_id. */
+int spec_alerts_check(json_t *alerts, const char *path, spec_error *err);
+/* The identity of rule `i` of an array checked by spec_alerts_check into
+   buf. Returns buf. */
+const char *spec_alert_id(const json_t *rule, size_t i, char *buf, size_t size);
+/* The `on` of a checked rule. */
+spec_alert_on spec_alert_kind(const json_t *rule);
 
 /* Parses and validates a spec. Borrows `json`. Returns a new spec (caller
    owns it; release with spec_destroy) or NULL with `err` filled. When
@@ -88,9 +141,35 @@ double spec_param_to_unit(const spec_param *p, const json_t *value);
 /* 1 when `value` is a legal value of p, else 0. */
 int spec_param_legal(const spec_param *p, const json_t *value);
 
+/* 1 when parameter k is active in `params` (an object holding at least the
+   values of the parameters that decide it). */
+int spec_param_active(const spec_t *s, size_t k, const json_t *params);
+
+/* Removes the inactive parameters (see `when`) from the object `params`,
+   each judged on the values as given. Returns how many were removed. */
+int spec_params_prune(const spec_t *s, json_t *params);
+
+/* Checks a complete set of parameters given by a person (study enqueue):
+   every active parameter present and legal, no inactive or unknown one.
+   A const missing from `params` is added. 0, or -1 with err naming the
+   parameter ("params.lr: ..."). */
+int spec_params_check(const spec_t *s, json_t *params, spec_error *err);
+
+/* Turns values typed on a command line into the parameters' types, in
+   place: a text that reads as a number for a float or int parameter (or a
+   choice holding that number), a number for a choice holding its text.
+   Values that fit already, and unknown names, are left for
+   spec_params_check to judge. */
+void spec_params_coerce(const spec_t *s, json_t *params);
+
+/* Index of the parameter named `name`, or -1. */
+int spec_param_index(const spec_t *s, const char *name);
+
 /* Expands {name} placeholders in trial.command with the params. Returns a
    new array of strings (caller owns) or NULL when a placeholder names no
-   parameter (err filled). "{{" and "}}" stand for literal braces. */
+   parameter (err filled). "{{" and "}}" stand for literal braces.
+   "{name:default}" uses `default` when `name` is absent from params (an
+   inactive conditional parameter). */
 json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *err);
 
 /* 1 when s matches [A-Za-z_][A-Za-z0-9_]* and is under 64 characters. */

@@ -74,6 +74,7 @@ static int s_commit_and_flush(ctl_t *c)
             json_decref(c->outbox[i].msg);
     }
     c->nout = 0;
+    ctl__alerts_after_commit(c, ok);
     return ok ? 0 : -1;
 }
 
@@ -148,8 +149,9 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
     }
     if (!bind)
         bind = defbind;
-    if (c->next_trial_id < 0 || s_bind(c, cfg, bind, err, errsize) != 0 ||
-        ctl__load(c, err, errsize) != 0) {
+    if (c->next_trial_id < 0 || ctl__alerts_init(c, cfg->alerts, err, errsize) != 0 ||
+        ctl__queue_init(c, err, errsize) != 0 ||
+        s_bind(c, cfg, bind, err, errsize) != 0 || ctl__load(c, err, errsize) != 0) {
         ctl_destroy(&c);
         return NULL;
     }
@@ -190,6 +192,7 @@ int ctl_run(ctl_t *c, volatile int *stop)
             json_decref(msg);
         }
         ctl__tick(c, util_now());
+        ctl__alerts_tick(c, util_now());
         ctl__instr_expire(c);
         if (s_commit_and_flush(c) != 0)
             return -1;
@@ -210,6 +213,8 @@ void ctl_destroy(ctl_t **cp)
     ctl_idmap_clear(&c->trials);
     ctl__disp_free_all(c);
     ctl__instr_free_all(c);
+    ctl__alerts_free(c);
+    ctl__queue_free(c);
     for (size_t i = 0; i < c->nout; i++)
         json_decref(c->outbox[i].msg);
     free(c->outbox);

@@ -29,6 +29,7 @@ typedef struct {
                                     (authkeys.h); NULL: KEYDIR/authorized_keys
                                     if it exists */
     int insecure;                /* tcp: plain, every peer the admin (warned) */
+    const char *alerts;          /* JSON file of controller-wide alert rules, or NULL */
 } ctl_config;
 
 /* The default endpoint for the database at db_path: ipc://DIR/ctl-<hash>.sock
@@ -43,9 +44,9 @@ int ctl_default_bind(const char *db_path, char *out, size_t size, char *err,
 void ctl_reload_keys(ctl_t *c);
 
 /* Opens the store, reloads unfinished studies and binds the socket.
-   Returns NULL with a message in err when the database cannot be opened
-   or the endpoint cannot be bound. Borrows cfg's strings during the call.
-   Caller owns the result and must destroy it. */
+   Returns NULL with a message in err when the database cannot be opened,
+   the alerts file is invalid or the endpoint cannot be bound. Borrows cfg's strings
+   during the call. Caller owns the result and must destroy it. */
 ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize);
 
 /* The endpoint peers should connect to (wildcards resolved; "*" hosts

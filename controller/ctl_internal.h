@@ -45,6 +45,8 @@
 typedef struct ctl_study ctl_study;
 typedef struct ctl_trial ctl_trial;
 typedef struct ctl_disp ctl_disp;
+typedef struct ctl_alerts ctl_alerts; /* ctl_alert.c */
+typedef struct ctl_queue ctl_queue;   /* ctl_queue.c */
 
 #include "ctl_idmap.h"
 #include "ctl_study.h"
@@ -128,6 +130,8 @@ struct ctl {
     char keys_path[1024];         /* their file, "" if none */
     ident_t self;                 /* the controller's own user (admin) */
     volatile sig_atomic_t reload; /* SIGHUP: reread keys_path */
+    ctl_alerts *alerts;           /* alert rules and running hooks (ctl_alert.c), owned */
+    ctl_queue *queue;             /* quotas and why studies wait (ctl_queue.c), owned */
 };
 
 /* ---- ctl.c ---- */
@@ -188,6 +192,44 @@ void ctl__disp_check_silence(ctl_t *c, double now);
 /* Queues a `kill` of t's current attempt to its dispatcher (if it has one). */
 void ctl__disp_kill(ctl_t *c, ctl_trial *t, const char *reason);
 void ctl__disp_free_all(ctl_t *c);
+
+/* ---- ctl_alert.c ---- */
+/* Loads the controller-wide rules of --alerts FILE (NULL: none). 0, or -1
+   with err naming the file and field. */
+int ctl__alerts_init(ctl_t *c, const char *path, char *err, size_t errsize);
+void ctl__alerts_free(ctl_t *c);
+/* Something happened: fires the rules of s's spec and of the controller
+   that are `on` it, each at most once per (rule, study, trial; t NULL for
+   the study itself). `value`: the failures in a row (FAILURES), else
+   unused. detail borrowed. Returns 1 when a fired rule asks to stop the
+   study (failures_in_a_row with stop_study). */
+int ctl__alert(ctl_t *c, ctl_study *s, ctl_trial *t, spec_alert_on on, double value,
+               const char *text, const json_t *detail);
+/* Each tick: stalled trials; reaps and times out hooks. */
+void ctl__alerts_tick(ctl_t *c, double now);
+/* After the iteration's commit (committed 1) or its failure (0): starts
+   the hooks of the alerts it stored, or drops them. */
+void ctl__alerts_after_commit(ctl_t *c, int committed);
+
+/* ---- ctl_queue.c ---- */
+/* Loads the quotas. 0, or -1 with err. */
+int ctl__queue_init(ctl_t *c, char *err, size_t errsize);
+void ctl__queue_free(ctl_t *c);
+/* The user a study's trials count for (quotas, fair share): the spec's
+   owner until identities name it; "-" when none. Borrowed. */
+const char *ctl_study_owner(const ctl_study *s);
+/* Each tick: starts waiting trials on free slots in queue order, sets
+   each waiting study's queue_why, preempts for higher priorities. */
+void ctl__queue_fill(ctl_t *c, double now);
+/* A preempted (SUSPENDED) trial goes back to PENDING, loading its
+   checkpoint at the next start, keeping the values it reported. */
+void ctl__queue_resume(ctl_t *c, ctl_trial *t);
+/* Sets (persists) user's quota; -1 means no limit. 0 or -1. */
+int ctl__queue_quota_set(ctl_t *c, const char *user, long slots, long gpus);
+/* What waits and why, and each user's usage and quota (caller owns):
+   {waiting: [{study, owner, priority, running, pending, preempted, new,
+   reason}], users: [{user, slots, gpus, quota_slots, quota_gpus}]}. */
+json_t *ctl__queue_status(ctl_t *c);
 
 /* ---- ctl_msg.c ---- */
 /* Handles one decoded message from `from` (borrowed), sent by `who`. */

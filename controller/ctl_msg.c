@@ -517,6 +517,59 @@ static void s_study_resume(ctl_t *c, const ctl_msg *m)
     s_study_cmd(c, m, 0);
 }
 
+/* study_enqueue {study, params}: the study is loaded from the store when
+   it is not (a finished one keeps the configuration until it is
+   extended). */
+static void s_study_enqueue(ctl_t *c, const ctl_msg *m)
+{
+    const char *name, *code = "internal";
+    char text[512];
+    if (wire_get_str(m->msg, "study", &name, text, sizeof text)) {
+        s_reply_error(c, m->from, m->req, "malformed", text);
+        return;
+    }
+    json_t *params = json_object_get(m->msg, "params");
+    if (!json_is_object(params)) {
+        s_reply_error(c, m->from, m->req, "malformed",
+                      "field 'params': expected an object");
+        return;
+    }
+    ctl_study *s = ctl__study_load(c, name, &code, text, sizeof text);
+    json_t *copy = json_deep_copy(params);
+    if (!s || ctl__study_enqueue(c, s, copy, s_who(m->msg), &code, text, sizeof text)) {
+        json_decref(copy);
+        s_reply_error(c, m->from, m->req, code, text);
+        return;
+    }
+    json_t *r = wire_ok(m->req);
+    json_object_set_new(r, "params", copy);
+    json_object_set_new(r, "queued", json_integer(s->queued));
+    json_object_set_new(r, "state", json_string(store_study_state_name(s->state)));
+    ctl__send(c, m->from, r);
+}
+
+/* study_extend {study, trials} */
+static void s_study_extend(ctl_t *c, const ctl_msg *m)
+{
+    const char *name, *code = "internal";
+    char text[512];
+    long n;
+    if (wire_get_str(m->msg, "study", &name, text, sizeof text) ||
+        wire_get_long(m->msg, "trials", &n, text, sizeof text)) {
+        s_reply_error(c, m->from, m->req, "malformed", text);
+        return;
+    }
+    ctl_study *s = ctl__study_load(c, name, &code, text, sizeof text);
+    if (!s || ctl__study_extend(c, s, n, s_who(m->msg), &code, text, sizeof text)) {
+        s_reply_error(c, m->from, m->req, code, text);
+        return;
+    }
+    json_t *r = wire_ok(m->req);
+    json_object_set_new(r, "trials", json_integer(s->spec->trials));
+    json_object_set_new(r, "state", json_string(store_study_state_name(s->state)));
+    ctl__send(c, m->from, r);
+}
+
 static void s_reply_instruction(ctl_t *c, const ctl_msg *m, long iid)
 {
     json_t *r = wire_ok(m->req);
@@ -662,6 +715,71 @@ static void s_log_data(ctl_t *c, const ctl_msg *m)
     ctl__log_data(c, m->disp->name, m->msg);
 }
 
+static void s_queue(ctl_t *c, const ctl_msg *m)
+{
+    json_t *ok = wire_ok(m->req);
+    json_t *q = ctl__queue_status(c);
+    json_object_update(ok, q);
+    json_decref(q);
+    ctl__send(c, m->from, ok);
+}
+
+/* quota_set: user, slots and/or gpus (-1: no limit; a missing one keeps
+   its value). Any client until the controller authenticates roles. */
+static void s_quota_set(ctl_t *c, const ctl_msg *m)
+{
+    const char *user = json_string_value(json_object_get(m->msg, "user"));
+    if (!user || !ident_valid_user(user)) {
+        s_reply_error(c, m->from, m->req, "malformed",
+                      "field 'user': expected a user name ([A-Za-z0-9_.@-], 1-63 chars)");
+        return;
+    }
+    long v[2] = {-1, -1};
+    json_t *quotas = store_quota_list(c->store);
+    size_t i;
+    json_t *e;
+    json_array_foreach(quotas, i, e)
+    {
+        if (!strcmp(json_string_value(json_object_get(e, "user")), user)) {
+            v[0] = (long)json_integer_value(json_object_get(e, "slots"));
+            v[1] = (long)json_integer_value(json_object_get(e, "gpus"));
+        }
+    }
+    json_decref(quotas);
+    static const char *const keys[2] = {"slots", "gpus"};
+    int given = 0;
+    for (int k = 0; k < 2; k++) {
+        json_t *x = json_object_get(m->msg, keys[k]);
+        if (!x)
+            continue;
+        if (!json_is_integer(x) || json_integer_value(x) < -1 ||
+            json_integer_value(x) > 1000000) {
+            char err[128];
+            snprintf(
+                err, sizeof err,
+                "field '%s': expected an integer from 0 to 1000000, or -1 for no limit",
+                keys[k]);
+            s_reply_error(c, m->from, m->req, "malformed", err);
+            return;
+        }
+        v[k] = (long)json_integer_value(x);
+        given = 1;
+    }
+    if (!given) {
+        s_reply_error(c, m->from, m->req, "malformed", "give 'slots', 'gpus' or both");
+        return;
+    }
+    if (ctl__queue_quota_set(c, user, v[0], v[1]) != 0) {
+        s_reply_error(c, m->from, m->req, "internal", "cannot store the quota");
+        return;
+    }
+    json_t *ok = wire_ok(m->req);
+    json_object_set_new(ok, "user", json_string(user));
+    json_object_set_new(ok, "slots", json_integer(v[0]));
+    json_object_set_new(ok, "gpus", json_integer(v[1]));
+    ctl__send(c, m->from, ok);
+}
+
 static void s_ping(ctl_t *c, const ctl_msg *m)
 {
     json_t *ok = wire_ok(m->req);
@@ -698,6 +816,8 @@ static const struct {
     {"status", PEER_ANY, IDENT_READ, s_status},
     {"study_stop", PEER_ANY, IDENT_STEER, s_study_stop},
     {"study_resume", PEER_ANY, IDENT_STEER, s_study_resume},
+    {"study_enqueue", PEER_ANY, IDENT_STEER, s_study_enqueue},
+    {"study_extend", PEER_ANY, IDENT_STEER, s_study_extend},
     {"trial_stop", PEER_ANY, IDENT_STEER, s_trial_stop},
     {"trial_pause", PEER_ANY, IDENT_STEER, s_trial_pause},
     {"trial_resume", PEER_ANY, IDENT_STEER, s_trial_resume},
@@ -705,6 +825,8 @@ static const struct {
     {"read", PEER_ANY, IDENT_READ, s_read},
     {"read_log", PEER_ANY, IDENT_READ, s_read_log},
     {"ping", PEER_ANY, ACT_FREE, s_ping},
+    {"queue", PEER_ANY, IDENT_READ, s_queue},
+    {"quota_set", PEER_ANY, IDENT_ADMINISTER, s_quota_set},
 };
 
 static const char *const s_action_text[] = {

@@ -38,6 +38,8 @@ json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, siz
     }
     if (!strcmp(what, "studies"))
         return store_study_list(c->store);
+    if (!strcmp(what, "quotas"))
+        return store_quota_list(c->store);
     if (!strcmp(what, "trial")) {
         json_t *id = json_object_get(msg, "trial");
         if (!json_is_integer(id)) {
@@ -51,14 +53,18 @@ json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, siz
         }
         return j;
     }
-    if (strcmp(what, "study") && strcmp(what, "metrics_since")) {
+    const char *name = json_string_value(json_object_get(msg, "study"));
+    if (!strcmp(what, "alerts") && !name)
+        return store_alerts_list(c->store, 0);
+    if (strcmp(what, "study") && strcmp(what, "metrics_since") &&
+        strcmp(what, "alerts")) {
         snprintf(err, size,
-                 "field 'what': expected studies, study, trial or metrics_since, got "
-                 "\"%.40s\"",
+                 "field 'what': expected studies, study, trial, metrics_since, alerts or "
+                 "quotas, "
+                 "got \"%.40s\"",
                  what);
         return NULL;
     }
-    const char *name = json_string_value(json_object_get(msg, "study"));
     if (!name) {
         snprintf(err, size, "field 'study': expected a string");
         return NULL;
@@ -72,6 +78,8 @@ json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, siz
     json_t *out;
     if (!strcmp(what, "study")) {
         out = store_study_detail(c->store, name);
+    } else if (!strcmp(what, "alerts")) {
+        out = store_alerts_list(c->store, st.id);
     } else { /* metrics_since: points after rowid `after`, at most MAX_POINTS */
         json_t *a = json_object_get(msg, "after");
         long after = json_is_integer(a) ? (long)json_integer_value(a) : 0;

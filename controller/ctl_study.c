@@ -22,7 +22,8 @@
 int ctl_study_move_legal(store_study_state from, store_study_state to)
 {
     return (from == STUDY_RUNNING && (to == STUDY_STOPPED || to == STUDY_FINISHED)) ||
-           (from == STUDY_STOPPED && to == STUDY_RUNNING);
+           (from == STUDY_STOPPED && to == STUDY_RUNNING) ||
+           (from == STUDY_FINISHED && to == STUDY_RUNNING); /* study extend */
 }
 
 int ctl__study_move(ctl_t *c, ctl_study *s, store_study_state to)
@@ -115,6 +116,10 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
         ctl__study_free(s);
         return NULL;
     }
+    s->spec->trials += s->row.extra_trials; /* study extend */
+    s->queued = store_enqueued_count(c->store, s->row.id);
+    if (s->queued < 0)
+        s->queued = 0;
     s->sched = sched_new(s->spec, err, errsize);
     if (!s->sched) {
         ctl__study_free(s);
@@ -334,8 +339,51 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
 /* ---- scheduling ---- */
 
 /* Asks the scheduler for a new trial. 1 created, 0 not now, -1 no more. */
+/* Starts the oldest configuration a person queued, if any: 1 created, 0
+   none (or not now). One that no longer fits the spec is dropped with an
+   event. */
+static int s_create_queued(ctl_t *c, ctl_study *s)
+{
+    if (s->queued <= 0 || ctl__txn(c) != 0)
+        return 0;
+    json_t *params = NULL;
+    long qid = store_enqueued_first(c->store, s->row.id, &params);
+    if (qid <= 0) {
+        s->queued = qid < 0 ? s->queued : 0;
+        return 0;
+    }
+    spec_error serr;
+    if (spec_params_check(s->spec, params, &serr) != 0) {
+        char buf[400];
+        json_t *d = json_pack("{s:s, s:O}", "reason",
+                              spec_strerror(&serr, buf, sizeof buf), "params", params);
+        store_event_add(c->store, util_wall(), s->row.id, -1, "controller",
+                        "enqueued_dropped", d, 0);
+        json_decref(d);
+        json_decref(params);
+        store_enqueued_del(c->store, qid);
+        s->queued--;
+        return 0;
+    }
+    if (s->next_id <= 0)
+        s->next_id = c->next_trial_id++;
+    if (store_enqueued_del(c->store, qid) != 0) {
+        json_decref(params);
+        return 0;
+    }
+    if (!ctl__trial_create(c, s, s->next_id, params))
+        return 0;
+    s->next_id = 0;
+    s->queued--;
+    return 1;
+}
+
 static int s_create(ctl_t *c, ctl_study *s)
 {
+    if (s_create_queued(c, s))
+        return 1;
+    if (s->exhausted)
+        return -1;
     json_t *params = NULL;
     /* the new trial's id is reserved before suggest and kept across
        SCHED_WAIT, so the scheduler sees the id the trial will have */
@@ -354,6 +402,9 @@ static int s_create(ctl_t *c, ctl_study *s)
         s->exhausted = 1;
         return -1;
     }
+    /* inactive conditional parameters never reach a trial, whatever the
+       scheduler drew for them */
+    spec_params_prune(s->spec, params);
     if (ctl__txn(c) != 0) {
         json_decref(params);
         return 0;
@@ -384,9 +435,10 @@ static void s_save_sched(ctl_t *c, ctl_study *s)
     s->sched_dirty = 0;
 }
 
-static void s_tick_study(ctl_t *c, ctl_study *s, double now)
+/* The first part of a study's tick: lost trials, the time budget, stop
+   grace periods. */
+static void s_tick_trials(ctl_t *c, ctl_study *s, double now)
 {
-    long active = 0, pending = 0, held = 0; /* held: suspended by pause --release */
     int time_over = s_time_over(s);
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
@@ -399,43 +451,81 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
                 ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
             ctl__instr_load_fallback(c, t, now);
             ctl__trial_tick(c, t, now);
-            active++;
-        } else if (t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) {
-            if (time_over)
-                ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
-            else if (t->state == TRIAL_PENDING)
-                pending++;
-            else
-                held++;
+        } else if ((t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) &&
+                   time_over) {
+            ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
         }
     }
-    /* fill free parallel slots: retries first, then new trials */
-    while (active < s->spec->parallel && !time_over) {
-        ctl_trial *next = NULL;
-        for (size_t i = 0; i < s->ntrials && !next; i++)
-            if (s->trials[i]->state == TRIAL_PENDING)
-                next = s->trials[i];
-        ctl_disp *d = ctl__disp_pick(c, s->spec->gpus, s->spec->ranks);
-        if (!d)
-            break;
-        if (!next) {
-            if ((long)s->ntrials >= s->spec->trials || s->exhausted ||
-                s_create(c, s) != 1)
-                break;
-            next = s->trials[s->ntrials - 1];
-        } else {
-            pending--;
-        }
-        ctl__trial_start(c, next, d);
-        active++;
+}
+
+int ctl__study_wants(const ctl_study *s, long *active)
+{
+    long n = 0, waiting = 0;
+    for (size_t i = 0; i < s->ntrials; i++) {
+        const ctl_trial *t = s->trials[i];
+        n += ctl_trial_active(t);
+        waiting += t->state == TRIAL_PENDING ||
+                   (t->state == TRIAL_SUSPENDED && t->row.preempted);
+    }
+    *active = n;
+    if (s->state != STUDY_RUNNING || s_time_over(s))
+        return 0;
+    return waiting > 0 ||
+           ((long)s->ntrials < s->spec->trials && (!s->exhausted || s->queued > 0));
+}
+
+int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
+{
+    /* preempted trials first (they resume from their checkpoint), then
+       retries, then new trials */
+    ctl_trial *next = NULL;
+    for (size_t i = 0; i < s->ntrials && !next; i++)
+        if (s->trials[i]->state == TRIAL_SUSPENDED && s->trials[i]->row.preempted)
+            next = s->trials[i];
+    for (size_t i = 0; i < s->ntrials && !next; i++)
+        if (s->trials[i]->state == TRIAL_PENDING)
+            next = s->trials[i];
+    if (!next) {
+        if ((long)s->ntrials >= s->spec->trials)
+            return -1;
+        /* a configuration a person queued, else the scheduler's */
+        int rc = s_create(c, s);
+        if (rc != 1)
+            return rc;
+        next = s->trials[s->ntrials - 1];
+    }
+    if (next->state == TRIAL_SUSPENDED)
+        ctl__queue_resume(c, next);
+    if (next->state != TRIAL_PENDING)
+        return 0;
+    next->row.preempted = 0;
+    ctl__trial_start(c, next, d);
+    return 1;
+}
+
+/* The last part of a study's tick, after the queue started what it could:
+   saves the scheduler, finishes the study when nothing is left. */
+static void s_tick_end(ctl_t *c, ctl_study *s)
+{
+    long active = 0, pending = 0, held = 0; /* held: suspended */
+    for (size_t i = 0; i < s->ntrials; i++) {
+        ctl_trial *t = s->trials[i];
+        active += ctl_trial_active(t);
+        pending += t->state == TRIAL_PENDING;
+        held += t->state == TRIAL_SUSPENDED;
     }
     s_save_sched(c, s);
-    int budget_done = (long)s->ntrials >= s->spec->trials || s->exhausted || time_over;
+    int budget_done = (long)s->ntrials >= s->spec->trials ||
+                      (s->exhausted && s->queued <= 0) || s_time_over(s);
     if (active == 0 && pending == 0 && held == 0 && budget_done &&
         ctl__study_move(c, s, STUDY_FINISHED) == 0) {
         store_event_add(c->store, util_wall(), s->row.id, -1, "controller",
                         "study_finished", NULL, 1);
         log_info("ctl", "study %s finished", s->row.name);
+        char text[200];
+        snprintf(text, sizeof text, "study %s finished (%zu trials)", s->row.name,
+                 s->ntrials);
+        ctl__alert(c, s, NULL, SPEC_ALERT_FINISHED, 0, text, NULL);
     }
 }
 
@@ -445,7 +535,90 @@ void ctl__tick(ctl_t *c, double now)
     ctl__read_expire(c, now);
     for (size_t i = 0; i < c->nstudies; i++)
         if (c->studies[i]->state == STUDY_RUNNING)
-            s_tick_study(c, c->studies[i], now);
+            s_tick_trials(c, c->studies[i], now);
+    /* free slots go to waiting trials in queue order (ctl_queue.c) */
+    ctl__queue_fill(c, now);
+    for (size_t i = 0; i < c->nstudies; i++)
+        if (c->studies[i]->state == STUDY_RUNNING)
+            s_tick_end(c, c->studies[i]);
+}
+
+ctl_study *ctl__study_load(ctl_t *c, const char *name, const char **code, char *msg,
+                           size_t msgsize)
+{
+    ctl_study *live = ctl__study_by_name(c, name);
+    if (live)
+        return live;
+    store_study row;
+    int found = store_study_get(c->store, name, &row);
+    if (found != 1) {
+        *code = found == 0 ? "unknown_study" : "internal";
+        if (found == 0)
+            snprintf(msg, msgsize, "no study named \"%s\" in the database", name);
+        else
+            snprintf(msg, msgsize, "database error: %s", store_errmsg(c->store));
+        return NULL;
+    }
+    live = s_study_open(c, &row, msg, msgsize);
+    store_study_fini(&row);
+    if (!live) {
+        *code = "internal";
+        return NULL;
+    }
+    s_add_study(c, live);
+    return live;
+}
+
+int ctl__study_enqueue(ctl_t *c, ctl_study *s, json_t *params, const char *who,
+                       const char **code, char *msg, size_t msgsize)
+{
+    spec_error serr;
+    char buf[400];
+    spec_params_coerce(s->spec, params);
+    if (spec_params_check(s->spec, params, &serr) != 0) {
+        *code = "bad_params";
+        snprintf(msg, msgsize, "%s", spec_strerror(&serr, buf, sizeof buf));
+        return -1;
+    }
+    if (ctl__txn(c) != 0 ||
+        store_enqueued_add(c->store, s->row.id, params, who, util_wall()) < 0) {
+        *code = "internal";
+        snprintf(msg, msgsize, "cannot store the configuration: %s",
+                 store_errmsg(c->store));
+        return -1;
+    }
+    json_t *d = json_pack("{s:O}", "params", params);
+    store_event_add(c->store, util_wall(), s->row.id, -1, who, "trial_enqueued", d, 1);
+    json_decref(d);
+    s->queued++;
+    return 0;
+}
+
+int ctl__study_extend(ctl_t *c, ctl_study *s, long n, const char *who, const char **code,
+                      char *msg, size_t msgsize)
+{
+    if (n < 1 || s->spec->trials + n > 1000000) {
+        *code = "malformed";
+        snprintf(msg, msgsize,
+                 "trials: must be from 1 to %ld (a study has at most 1000000)",
+                 1000000 - s->spec->trials);
+        return -1;
+    }
+    if (ctl__txn(c) != 0 || store_study_add_trials(c->store, s->row.id, n) != 0 ||
+        (s->state == STUDY_FINISHED && ctl__study_move(c, s, STUDY_RUNNING) != 0)) {
+        *code = "internal";
+        snprintf(msg, msgsize, "cannot extend the study: %s", store_errmsg(c->store));
+        return -1;
+    }
+    s->spec->trials += n;
+    s->row.extra_trials += n;
+    json_t *d = json_pack("{s:I, s:I}", "added", (json_int_t)n, "trials",
+                          (json_int_t)s->spec->trials);
+    store_event_add(c->store, util_wall(), s->row.id, -1, who, "study_extended", d, 1);
+    json_decref(d);
+    log_info("ctl", "study %s extended by %ld trials (%ld in all)", s->row.name, n,
+             s->spec->trials);
+    return 0;
 }
 
 void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason)
@@ -496,10 +669,11 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
                                 "number", (json_int_t)best->row.number, "value",
                                 wire_real(best->row.value), "params", best->row.params)
                     : json_null();
-    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o, s:f}", "study",
+    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o, s:f, s:I}", "study",
                      s->row.name, "state", store_study_state_name(s->state), "metric",
                      s->spec->metric, "total", (json_int_t)s->spec->trials, "done",
                      (json_int_t)done, "running", (json_int_t)running, "failed",
                      (json_int_t)failed, "pending", (json_int_t)pending, "best", b,
-                     "elapsed_s", util_wall() - s->row.created);
+                     "elapsed_s", util_wall() - s->row.created, "queued",
+                     (json_int_t)s->queued);
 }

@@ -11,11 +11,11 @@
         RUNNING <------- study_resume ------ STOPPED
           |        (or the same spec submitted again)
           | budget used up (trials, time or the scheduler is done)
-          | and no trial pending, active or suspended
-          v
-        FINISHED (final)
+          | and no trial pending, active or suspended      ^
+          v                                                |
+        FINISHED ------------ study_extend ----------------'
 
-    ctl_study_move_legal holds exactly these three moves; ctl__study_move
+    ctl_study_move_legal holds exactly these four moves; ctl__study_move
     treats another as a programmer error. A stop or resume asked by a
     message for a finished study is refused (`bad_state`); asking a
     running study to resume, or a stopped one to stop, changes nothing.
@@ -40,6 +40,9 @@ struct ctl_study {
     long next_id;         /* id reserved for the trial being suggested, 0 if none */
     char es_resource[64]; /* early stopping's resource metric, "" when none or "step" */
     int es_warned;        /* a warning said trials report no es_resource */
+    char queue_why[200];  /* why it waits in the queue, "" when it does not
+                             (ctl_queue.c, each tick) */
+    long queued;          /* configurations waiting in the store's queue */
 };
 
 /* 1 when `from -> to` is a legal study move. */
@@ -59,6 +62,27 @@ ctl_study *ctl__study_by_name(ctl_t *c, const char *name);
 /* Starts trials where budget and slots allow, detects lost trials,
    finishes studies. Called once per iteration. */
 void ctl__tick(ctl_t *c, double now);
+/* 1 when the running study has trials to start (pending, preempted or
+   new within its budget); *active: its active trials. */
+int ctl__study_wants(const ctl_study *s, long *active);
+/* Starts s's next trial on d: a preempted one (resumed from its
+   checkpoint), else a pending one, else a new one from the scheduler.
+   1 started, 0 not now (the scheduler waits), -1 nothing left. */
+int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d);
+/* The study named `name`: the loaded one, else opened from the store (a
+   finished or stopped study) and added. NULL with code/msg for the error
+   reply. */
+ctl_study *ctl__study_load(ctl_t *c, const char *name, const char **code, char *msg,
+                           size_t msgsize);
+/* Queues a configuration (borrowed; a missing const is filled in) after
+   checking it against the space; it runs before the scheduler's next
+   suggestion. 0, or -1 with code/msg ("bad_params": "params.lr: ..."). */
+int ctl__study_enqueue(ctl_t *c, ctl_study *s, json_t *params, const char *who,
+                       const char **code, char *msg, size_t msgsize);
+/* Adds n trials to the budget (persisted); a finished study runs again.
+   0, or -1 with code/msg. */
+int ctl__study_extend(ctl_t *c, ctl_study *s, long n, const char *who, const char **code,
+                      char *msg, size_t msgsize);
 /* Stops a running study: its active trials are stopped (by_study). */
 void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason);
 /* Resumes a stopped study; the trials its stop ended run again. */

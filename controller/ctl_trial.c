@@ -176,7 +176,7 @@ ctl_trial *ctl__trial_adopt(ctl_t *c, ctl_study *s, store_trial *row)
         return NULL;
     }
     /* a trial that was running gets lost_timeout to come back */
-    t->last_heard = util_now();
+    t->last_heard = t->last_report = util_now();
     ctl__study_add_trial(s, t);
     ctl_idmap_put(&c->trials, t->row.id, t);
     return t;
@@ -224,6 +224,50 @@ static long s_failures_in_a_row(const ctl_study *s)
     return n;
 }
 
+/* The best result of the study's completed trials other than t, NaN
+   when none. */
+static double s_best_other(const ctl_study *s, const ctl_trial *t)
+{
+    double best = NAN;
+    for (size_t i = 0; i < s->ntrials; i++) {
+        const ctl_trial *u = s->trials[i];
+        if (u != t && u->state == TRIAL_COMPLETED && !isnan(u->row.value) &&
+            (isnan(best) || spec_better(s->spec, u->row.value, best)))
+            best = u->row.value;
+    }
+    return best;
+}
+
+/* The alerts of a trial that ended: trial_failed, failures_in_a_row,
+   best_improved. 1 when a rule asks to stop the study. */
+static int s_end_alerts(ctl_t *c, ctl_trial *t, long fails, const char *reason)
+{
+    ctl_study *s = t->study;
+    char text[400];
+    int stop = 0;
+    if (t->state == TRIAL_FAILED) {
+        snprintf(text, sizeof text, "trial %ld failed: %s", t->row.id, reason);
+        json_t *d = json_pack("{s:s}", "reason", reason);
+        ctl__alert(c, s, t, SPEC_ALERT_TRIAL_FAILED, 0, text, d);
+        snprintf(text, sizeof text, "%ld trials failed in a row; the last: %s", fails,
+                 reason);
+        json_object_set_new(d, "failures_in_a_row", json_integer(fails));
+        stop = ctl__alert(c, s, t, SPEC_ALERT_FAILURES, (double)fails, text, d);
+        json_decref(d);
+    } else if (t->state == TRIAL_COMPLETED && !isnan(t->row.value)) {
+        double prev = s_best_other(s, t);
+        if (isnan(prev) || spec_better(s->spec, t->row.value, prev)) {
+            snprintf(text, sizeof text, "trial %ld: new best %s %.6g (was %.6g)",
+                     t->row.id, s->spec->metric, t->row.value, prev);
+            json_t *d = json_pack("{s:o, s:o}", "value", wire_real(t->row.value),
+                                  "previous", wire_real(prev));
+            ctl__alert(c, s, t, SPEC_ALERT_BEST, 0, text, d);
+            json_decref(d);
+        }
+    }
+    return stop;
+}
+
 static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason)
 {
     ctl_study *s = t->study;
@@ -255,7 +299,14 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     log_info("ctl", "study %s trial %ld %s%s%s", s->row.name, t->row.id, name,
              *reason ? ": " : "", reason);
     long fails = state == TRIAL_FAILED ? s_failures_in_a_row(s) : 0;
-    if (s->spec->max_failures > 0 && fails >= s->spec->max_failures) {
+    if (s_end_alerts(c, t, fails, reason)) {
+        char why[400];
+        snprintf(why, sizeof why,
+                 "%ld trials failed in a row (alert failures_in_a_row with stop_study); "
+                 "the last: %s",
+                 fails, reason);
+        ctl__study_stop(c, s, "controller", why);
+    } else if (s->spec->max_failures > 0 && fails >= s->spec->max_failures) {
         char why[400];
         snprintf(
             why, sizeof why,
@@ -338,7 +389,7 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
     snprintf(t->row.dispatcher, sizeof t->row.dispatcher, "%s", d->name);
     t->row.exit_how[0] = 0;
     t->row.started = util_wall();
-    t->last_heard = util_now();
+    t->last_heard = t->last_report = util_now();
     ctl_trial_plan_to(t, PLAN_NONE);
     if (ctl__trial_save(c, t) == 0)
         ctl__send(c, &d->peer, msg);
@@ -378,7 +429,9 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
             return;
         ctl__disp_release(t);
         ctl_trial_plan_to(t, PLAN_NONE);
-        snprintf(t->row.reason, sizeof t->row.reason, "paused and released at step %ld",
+        snprintf(t->row.reason, sizeof t->row.reason, "%s at step %ld",
+                 t->row.preempted ? "preempted (resumes when capacity frees)"
+                                  : "paused and released",
                  t->row.checkpoint_step);
         t->row.pid = 0;
         ctl__trial_save(c, t);
@@ -450,6 +503,7 @@ static int s_new_generation(ctl_t *c, ctl_trial *t, const json_t *args)
         return 0;
     json_t *merged = json_deep_copy(t->row.params);
     json_object_update(merged, params);
+    spec_params_prune(t->study->spec, merged); /* conditional spaces */
     long parent = json_is_integer(from) ? (long)json_integer_value(from) : t->row.parent;
     if (store_trial_set_params(c->store, t->row.id, t->row.generation + 1, parent,
                                merged) != 0) {
@@ -469,6 +523,12 @@ void ctl__trial_apply_sched(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *in
         ctl_trial *target = ctl__trial_by_id(c, ins[j].trial);
         if (target && ctl_trial_active(target) && target->study == s &&
             ctl__txn(c) == 0) {
+            if (!strcmp(by->ops->name, "guard")) {
+                json_t *d = json_pack("{s:s, s:s}", "action", ins[j].kind, "reason",
+                                      ins[j].reason);
+                ctl__alert(c, s, target, SPEC_ALERT_GUARD, 0, ins[j].reason, d);
+                json_decref(d);
+            }
             if (!strcmp(ins[j].kind, "stop"))
                 ctl__trial_stop(c, target, by->ops->name, ins[j].reason, 0);
             else if (strcmp(ins[j].kind, "load") ||
@@ -513,6 +573,7 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
     ctl_study *s = t->study;
     snprintf(t->row.checkpoint, sizeof t->row.checkpoint, "%s", path);
     t->row.checkpoint_step = step;
+    t->last_report = util_now();
     if (ctl__trial_save(c, t) != 0)
         return;
     json_t *detail = json_pack("{s:I, s:s}", "step", (json_int_t)step, "path", path);
@@ -570,6 +631,7 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
         log_error("ctl", "cannot store metrics: %s", store_errmsg(c->store));
         return -1;
     }
+    t->last_report = util_now();
     for (size_t i = 0; i < n; i++) {
         if (pts[i].step > t->row.last_step)
             t->row.last_step = pts[i].step;

@@ -95,6 +95,9 @@ struct ctl_trial {
     long gpus;         /* GPUs it holds on its dispatcher */
     long objective_reports; /* objective points it reported (all attempts) */
     int saw_resource;       /* reported its study's early-stopping resource */
+    double last_report;     /* monotonic: start, last metrics or checkpoint (alerts:
+                               stalled) */
+    unsigned stall_mask;    /* stalled alert rules already looked at (ctl_alert.c) */
 };
 
 /* ---- the state machine (pure: no store, no sockets) ---- */

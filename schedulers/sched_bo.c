@@ -94,6 +94,18 @@ typedef struct {
 
 /* ---- encoding --------------------------------------------------------- */
 
+/* The fixed encoding of an inactive conditional parameter: the middle of
+   a numeric dimension, all zeros for a one-hot block, so every trial
+   where it is inactive sits at the same place along its dimensions. */
+static void s_impute(const spec_param *p, double *xk)
+{
+    if (p->type == SPEC_CHOICE)
+        for (size_t i = 0; i < p->nvalues; i++)
+            xk[i] = 0;
+    else
+        xk[0] = 0.5;
+}
+
 static int s_encode(const s_layout *l, const json_t *params, double *x)
 {
     if (!json_is_object(params))
@@ -101,9 +113,13 @@ static int s_encode(const s_layout *l, const json_t *params, double *x)
     for (int k = 0; k < l->np; k++) {
         const spec_param *p = &l->spec->params[k];
         const json_t *v = json_object_get(params, p->name);
+        double *xk = x + l->off[k];
+        if (!v && p->when && !spec_param_active(l->spec, (size_t)k, params)) {
+            s_impute(p, xk); /* an inactive conditional parameter */
+            continue;
+        }
         if (!v || !spec_param_legal(p, v))
             return -1;
-        double *xk = x + l->off[k];
         if (p->type == SPEC_CHOICE) {
             for (size_t i = 0; i < p->nvalues; i++)
                 xk[i] = json_equal((json_t *)v, json_array_get(p->values, i)) ? 1 : 0;
@@ -138,6 +154,7 @@ static json_t *s_decode(const s_layout *l, const double *x)
                 : spec_param_from_unit(p, xk[0]);
         json_object_set_new(o, p->name, v);
     }
+    spec_params_prune(l->spec, o);
     return o;
 }
 
@@ -160,6 +177,17 @@ static void s_round(void *ctx, double *x)
             json_decref(v);
         }
     }
+    /* conditional spaces: inactive parameters to their fixed encoding */
+    int any = 0;
+    for (int k = 0; k < l->np; k++)
+        any |= l->spec->params[k].when != NULL;
+    if (!any)
+        return;
+    json_t *o = s_decode(l, x);
+    for (int k = 0; k < l->np; k++)
+        if (l->spec->params[k].when && !json_object_get(o, l->spec->params[k].name))
+            s_impute(&l->spec->params[k], x + l->off[k]);
+    json_decref(o);
 }
 
 /* ---- the worker ------------------------------------------------------- */
@@ -448,6 +476,7 @@ static int s_is_known(const sched_bo *b, const json_t *params)
 /* Records a suggestion as pending and hands it out. Takes params. */
 static int s_hand_out(sched_bo *b, long trial_id, json_t *params, json_t **out)
 {
+    spec_params_prune(b->lay.spec, params); /* conditional spaces */
     s_point p = {trial_id, params,
                  malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)), NAN, 0};
     if (!p.x || s_encode(&b->lay, params, p.x) != 0 ||

@@ -4,7 +4,10 @@
     evenly on the parameter's scale; an int range with fewer values takes
     them all; grid steps that round to the same value are kept once) and
     "shuffle" (visit the grid in a seeded random order). Choice parameters
-    take every value. The state is the next index.
+    take every value. Only active combinations are visited: a point where a
+    conditional parameter is inactive is suggested once (with that
+    parameter absent), not once per its values. The state is the next
+    index.
 */
 #include "sched.h"
 
@@ -45,24 +48,45 @@ static json_t *s_value(const spec_param *p, long i, long n)
     return spec_param_from_unit(p, (double)i / (double)(n - 1));
 }
 
+/* Builds grid point idx into *params. 0, or 1 when the point repeats an
+   earlier one: an inactive conditional parameter away from its first
+   value (only the first stands for all of them). */
+static int s_point(const sched_grid *g, const spec_t *spec, long idx, json_t **params)
+{
+    json_t *p = json_object();
+    long *at = calloc(spec->nparams ? spec->nparams : 1, sizeof *at);
+    /* the last parameter varies fastest */
+    for (size_t k = spec->nparams; k-- > 0;) {
+        long n = g->sizes[k];
+        at[k] = idx % n;
+        json_object_set_new(p, spec->params[k].name,
+                            json_deep_copy(json_array_get(g->vals[k], (size_t)at[k])));
+        idx /= n;
+    }
+    int dup = 0;
+    for (size_t k = 0; k < spec->nparams && !dup; k++)
+        dup = at[k] != 0 && !spec_param_active(spec, k, p);
+    free(at);
+    spec_params_prune(spec, p);
+    *params = p;
+    return dup;
+}
+
 static int s_suggest(sched_t *s, long trial_id, json_t **params)
 {
     sched_grid *g = (sched_grid *)s;
-    if (g->next >= g->total)
-        return SCHED_DONE;
-    long idx = g->order ? g->order[g->next] : g->next;
-    g->next++;
-    json_t *p = json_object();
-    /* the last parameter varies fastest */
-    for (size_t k = s->spec->nparams; k-- > 0;) {
-        const spec_param *sp = &s->spec->params[k];
-        long n = g->sizes[k];
-        json_object_set_new(
-            p, sp->name, json_deep_copy(json_array_get(g->vals[k], (size_t)(idx % n))));
-        idx /= n;
+    (void)trial_id;
+    while (g->next < g->total) {
+        long idx = g->order ? g->order[g->next] : g->next;
+        g->next++;
+        json_t *p = NULL;
+        if (s_point(g, s->spec, idx, &p) == 0) {
+            *params = p;
+            return SCHED_OK;
+        }
+        json_decref(p);
     }
-    *params = p;
-    return SCHED_OK;
+    return SCHED_DONE;
 }
 
 static json_t *s_save(sched_t *s)

@@ -200,15 +200,32 @@ static json_t *s_perturb_one(sched_pbt *self, const spec_param *p, const json_t 
     return p->type == SPEC_INT ? json_integer((json_int_t)nx) : json_real(nx);
 }
 
-/* Perturbed copy of params (every param of the space). */
+/* Perturbed copy of params: every parameter active in params is perturbed;
+   then a conditional one that the perturbed parents turn off is dropped,
+   and one they turn on is drawn afresh (repeated, for chains). */
 static json_t *s_explore(sched_pbt *self, const json_t *params)
 {
     const spec_t *spec = self->base.spec;
-    json_t *out = json_deep_copy(params ? params : json_object());
+    json_t *out = params ? json_deep_copy(params) : json_object();
     for (size_t i = 0; i < spec->nparams; i++) {
         const spec_param *p = &spec->params[i];
+        if (params && !spec_param_active(spec, i, params))
+            continue;
         json_object_set_new(out, p->name,
                             s_perturb_one(self, p, json_object_get(params, p->name)));
+    }
+    for (size_t round = 0; round <= spec->nparams; round++) {
+        int changed = spec_params_prune(spec, out) > 0;
+        for (size_t i = 0; i < spec->nparams; i++) {
+            const spec_param *p = &spec->params[i];
+            if (!json_object_get(out, p->name) && spec_param_active(spec, i, out)) {
+                json_object_set_new(
+                    out, p->name, spec_param_from_unit(p, sched_rng_uniform(&self->rng)));
+                changed = 1;
+            }
+        }
+        if (!changed)
+            break;
     }
     return out;
 }
@@ -255,6 +272,7 @@ static json_t *s_new_params(sched_pbt *self, const pbt_member *donor)
             json_t *out = json_deep_copy(donor->params);
             json_object_update(out, p);
             json_decref(p);
+            spec_params_prune(self->base.spec, out); /* conditional spaces */
             return out;
         }
     }

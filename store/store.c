@@ -32,8 +32,8 @@ static const char *const s_sql[Q_COUNT] = {
         "best_value=?6, last_step=?7, metric_req=?8, dispatcher=?9, pid=?10, "
         "exit_how=?11, exit_code=?12, reason=?13, out_path=?14, err_path=?15, "
         "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
-        "generation=?20, parent=?21, metric_session=?22, study_stopped=?23, token=?24 "
-        "WHERE id=?1",
+        "generation=?20, parent=?21, metric_session=?22, study_stopped=?23, token=?24, "
+        "preemptions=?25, preempted=?26 WHERE id=?1",
     [Q_TRIAL_INSERT] =
         "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
         "parent, created, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -90,6 +90,24 @@ static const char *const s_migrations[] = {
     "CREATE TABLE tokens("
     "  id INTEGER PRIMARY KEY, user TEXT NOT NULL, role TEXT NOT NULL,"
     "  hash TEXT NOT NULL UNIQUE, created REAL NOT NULL, revoked REAL);",
+    /* 4: alerts fired, at most once per (rule, study, trial; -1 for a study's
+       own alerts); per-user quotas; preemptions per trial (store_queue.c) */
+    "CREATE TABLE alerts("
+    "  id INTEGER PRIMARY KEY, time REAL NOT NULL, study_id INTEGER NOT NULL,"
+    "  trial_id INTEGER NOT NULL, rule TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT,"
+    "  UNIQUE(rule, study_id, trial_id));"
+    "CREATE INDEX alerts_by_study ON alerts(study_id);"
+    "CREATE TABLE quotas("
+    "  user TEXT PRIMARY KEY, slots INTEGER NOT NULL, gpus INTEGER NOT NULL, updated "
+    "REAL);"
+    "ALTER TABLE trials ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE trials ADD COLUMN preempted INTEGER NOT NULL DEFAULT 0;",
+    /* 5: configurations a person queued (study enqueue), run before the
+       scheduler's; trials added to a study's budget (study extend) */
+    "CREATE TABLE enqueued("
+    "  id INTEGER PRIMARY KEY, study_id INTEGER NOT NULL REFERENCES studies(id),"
+    "  params TEXT NOT NULL, who TEXT, created REAL);"
+    "ALTER TABLE studies ADD COLUMN extra_trials INTEGER NOT NULL DEFAULT 0;",
 };
 /* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
    migration bumps it, and this fails to compile until both agree. */
@@ -262,6 +280,12 @@ sqlite3 *store__db(store_t *s)
     return s->db;
 }
 
+static int s_step(store_t *s, sqlite3_stmt *st);
+int store__step(store_t *s, sqlite3_stmt *st)
+{
+    return s_step(s, st);
+}
+
 const char *store_errmsg(store_t *s)
 {
     return s && s->db ? sqlite3_errmsg(s->db) : "out of memory";
@@ -381,10 +405,11 @@ static int s_study_row(sqlite3_stmt *st, store_study *out)
     out->sched_state = s_col_json(st, 4);
     out->created = s_col_double(st, 5);
     out->finished = s_col_double(st, 6);
+    out->extra_trials = (long)sqlite3_column_int64(st, 7);
     return out->spec ? 1 : -1;
 }
 
-#define STUDY_COLS "id, name, state, spec, sched_state, created, finished"
+#define STUDY_COLS "id, name, state, spec, sched_state, created, finished, extra_trials"
 
 int store_study_get(store_t *s, const char *name, store_study *out)
 {
@@ -449,13 +474,88 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+int store_study_add_trials(store_t *s, long id, long n)
+{
+    sqlite3_stmt *st =
+        s_prepare(s, "UPDATE studies SET extra_trials = extra_trials + ? WHERE id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, n);
+    sqlite3_bind_int64(st, 2, id);
+    int rc = s_step(s, st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE && sqlite3_changes(s->db) == 1 ? 0 : -1;
+}
+
+long store_enqueued_add(store_t *s, long study_id, const json_t *params, const char *who,
+                        double now)
+{
+    sqlite3_stmt *st = s_prepare(
+        s, "INSERT INTO enqueued(study_id, params, who, created) VALUES (?,?,?,?)");
+    if (!st)
+        return -1;
+    char *text = text_json_dumps(params, JSON_COMPACT);
+    sqlite3_bind_int64(st, 1, study_id);
+    sqlite3_bind_text(st, 2, text ? text : "{}", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, who ? who : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 4, now);
+    int rc = s_step(s, st);
+    sqlite3_finalize(st);
+    free(text);
+    return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(s->db) : -1;
+}
+
+long store_enqueued_first(store_t *s, long study_id, json_t **params)
+{
+    *params = NULL;
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT id, params FROM enqueued WHERE study_id=? ORDER BY id LIMIT 1");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    int rc = s_step(s, st);
+    long id = 0;
+    if (rc == SQLITE_ROW) {
+        id = (long)sqlite3_column_int64(st, 0);
+        *params = s_col_json(st, 1);
+        if (!*params)
+            id = -1;
+    } else if (rc != SQLITE_DONE) {
+        id = -1;
+    }
+    sqlite3_finalize(st);
+    return id;
+}
+
+long store_enqueued_count(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = s_prepare(s, "SELECT COUNT(*) FROM enqueued WHERE study_id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    long n = s_step(s, st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
+}
+
+int store_enqueued_del(store_t *s, long id)
+{
+    sqlite3_stmt *st = s_prepare(s, "DELETE FROM enqueued WHERE id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = s_step(s, st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
 json_t *store_study_list(store_t *s)
 {
     sqlite3_stmt *st =
         s_prepare(s, "SELECT s.id, s.name, s.state, s.created, s.finished, COUNT(t.id),"
                      " SUM(t.state='completed'), SUM(t.state='failed'), SUM(t.state IN "
                      "('running','starting','paused')),"
-                     " json_extract(s.spec, '$.budget.trials')"
+                     " json_extract(s.spec, '$.budget.trials') + s.extra_trials"
                      " FROM studies s LEFT JOIN trials t ON t.study_id = s.id GROUP BY "
                      "s.id ORDER BY s.id");
     if (!st)
@@ -587,6 +687,8 @@ int store_trial_save(store_t *s, const store_trial *t)
     s_bind_text_or_null(st, 22, t->metric_session);
     sqlite3_bind_int(st, 23, t->study_stopped != 0);
     sqlite3_bind_text(st, 24, t->token, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 25, t->preemptions);
+    sqlite3_bind_int(st, 26, t->preempted != 0);
     return s_run(s, st);
 }
 
@@ -602,7 +704,7 @@ int store_trial_set_params(store_t *s, long trial_id, long generation, long pare
     "best_value, last_step, metric_req, dispatcher, pid, exit_how, exit_code, reason, "  \
     "out_path, "                                                                         \
     "err_path, checkpoint, checkpoint_step, created, started, ended, metric_session, "   \
-    "study_stopped"
+    "study_stopped, preemptions, preempted"
 
 static json_t *s_params_of(store_t *s, long trial_id, long generation)
 {
@@ -658,6 +760,8 @@ static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->ended = sqlite3_column_double(st, 24);
     s_col_text(st, 25, t->metric_session, sizeof t->metric_session);
     t->study_stopped = sqlite3_column_int(st, 26);
+    t->preemptions = (long)sqlite3_column_int64(st, 27);
+    t->preempted = sqlite3_column_int(st, 28);
     t->params = s_params_of(s, t->id, t->generation);
 }
 
@@ -729,6 +833,8 @@ json_t *store_trial_json(const store_trial *t, store_t *s)
         (json_int_t)t->exit_code, "reason", t->reason, "stdout", t->out_path, "stderr",
         t->err_path, "checkpoint", t->checkpoint, "created", t->created, "started",
         t->started, "ended", t->ended);
+    if (j)
+        json_object_set_new(j, "preemptions", json_integer(t->preemptions));
     if (j && s)
         json_object_set_new(j, "metrics", store_metrics_last(s, t->id));
     return j;

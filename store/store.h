@@ -52,7 +52,7 @@ int store_study_state_parse(const char *text, store_study_state *out);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 5
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
@@ -85,6 +85,8 @@ typedef struct {
     double created, started, ended; /* wall clock; 0 when not yet */
     int study_stopped; /* 1: stopped because its study was stopped; the study's
                           resume runs it again (schema version 2) */
+    long preemptions;  /* times the queue preempted it for a higher-priority study */
+    int preempted;     /* 1: suspended by a preemption; the queue resumes it (v4) */
 } store_trial;
 
 /* A study row. */
@@ -95,6 +97,7 @@ typedef struct {
     json_t *spec;        /* owned */
     json_t *sched_state; /* owned, NULL when none saved */
     double created, finished;
+    long extra_trials; /* trials added by `study extend`, on top of budget.trials */
 } store_study;
 
 /* A metric point. NaN values are stored as NULL and read back as NaN. */
@@ -134,6 +137,20 @@ int store_study_get_id(store_t *s, long id, store_study *out);
 int store_study_set_state(store_t *s, long id, const char *state, double now);
 /* Saves the scheduler state (borrowed). */
 int store_study_set_sched(store_t *s, long id, const json_t *sched_state);
+/* Adds n trials to a study's budget (extra_trials). 0 or -1. */
+int store_study_add_trials(store_t *s, long id, long n);
+
+/* The queue of configurations a person asked for (study enqueue), first
+   in first out. store_enqueued_add returns the entry's id or -1 (params
+   borrowed). store_enqueued_first fills *params with the oldest entry's
+   params (caller owns) and returns its id, 0 when the queue is empty,
+   -1 on error. store_enqueued_count: entries or -1. store_enqueued_del: 0/-1. */
+long store_enqueued_add(store_t *s, long study_id, const json_t *params, const char *who,
+                        double now);
+long store_enqueued_first(store_t *s, long study_id, json_t **params);
+long store_enqueued_count(store_t *s, long study_id);
+int store_enqueued_del(store_t *s, long id);
+
 /* Every study as a JSON array of {id, name, state, created, finished,
    trials, completed, failed, running} (caller owns), NULL on error. */
 json_t *store_study_list(store_t *s);
@@ -252,6 +269,26 @@ long store_token_revoke(store_t *s, long id, const char *user, double now);
 /* The SQLite handle, for the store's own files (store_token.c). Borrowed. */
 struct sqlite3;
 struct sqlite3 *store__db(store_t *s);
+/* sqlite3_step for the store's own files: a failed write marks the open
+   transaction failed, as every write of store.c does. */
+struct sqlite3_stmt;
+int store__step(store_t *s, struct sqlite3_stmt *st);
+
+/* ---- alerts and quotas (store_queue.c) ---- */
+/* Records that alert rule `rule` fired for (study, trial; -1: the study
+   itself), detail borrowed. 1 recorded now, 0 it had fired already (nothing
+   changed), -1 error. */
+int store_alert_add(store_t *s, double now, long study_id, long trial_id,
+                    const char *rule, const char *kind, const json_t *detail);
+/* Alerts of one study (study_id > 0) or of all (<= 0), oldest first, as a
+   JSON array of {id, time, study, study_id, trial, rule, kind, detail}
+   (caller owns), NULL on error. */
+json_t *store_alerts_list(store_t *s, long study_id);
+/* Sets user's quota (slots, gpus; -1: no limit). 0 or -1. */
+int store_quota_set(store_t *s, const char *user, long slots, long gpus, double now);
+/* Every quota as a JSON array of {user, slots, gpus} (-1: no limit),
+   ordered by user (caller owns), NULL on error. */
+json_t *store_quota_list(store_t *s);
 
 /* ---- the web API's reads (store_web.c) ---- */
 /* One stored metric point with where and when it came from. */

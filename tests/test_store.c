@@ -759,6 +759,12 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     /* back to version 1's schema */
     CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN study_stopped") == -1);
     CHECK(s_sql_int("v1.db", "DROP TABLE tokens") == -1); /* version 3's */
+    CHECK(s_sql_int("v1.db", "DROP TABLE alerts") == -1); /* version 4's */
+    CHECK(s_sql_int("v1.db", "DROP TABLE quotas") == -1);
+    CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN preemptions") == -1);
+    CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN preempted") == -1);
+    CHECK(s_sql_int("v1.db", "DROP TABLE enqueued") == -1); /* version 5's */
+    CHECK(s_sql_int("v1.db", "ALTER TABLE studies DROP COLUMN extra_trials") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version=1") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version") == 1);
     /* read-only opening refuses the older schema; a writer migrates it */
@@ -784,6 +790,44 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     store_close(&s);
 }
 
+TEST(queue_and_extra_trials)
+{
+    store_t *s = s_open("q.db", 0);
+    REQUIRE(s);
+    json_t *spec = json_pack("{s:s, s:{s:i}}", "name", "q", "budget", "trials", 4);
+    long sid = store_study_insert(s, "q", spec, "finished", 100);
+    json_decref(spec);
+    REQUIRE(sid > 0);
+    json_t *a = json_pack("{s:f}", "x", 0.25), *b = json_pack("{s:s}", "opt", "sgd");
+    long qa = store_enqueued_add(s, sid, a, "cli", 1),
+         qb = store_enqueued_add(s, sid, b, "cli", 2);
+    CHECK(qa > 0 && qb > qa);
+    CHECK(store_enqueued_count(s, sid) == 2);
+    json_t *p = NULL;
+    CHECK(store_enqueued_first(s, sid, &p) == qa); /* first in, first out */
+    CHECK(json_equal(p, a));
+    json_decref(p);
+    CHECK(store_enqueued_del(s, qa) == 0);
+    CHECK(store_enqueued_first(s, sid, &p) == qb && json_equal(p, b));
+    json_decref(p);
+    CHECK(store_enqueued_del(s, qb) == 0);
+    CHECK(store_enqueued_first(s, sid, &p) == 0 && p == NULL);
+    CHECK(store_enqueued_count(s, sid) == 0);
+    json_decref(a);
+    json_decref(b);
+    /* extend: the row and the list carry the added trials */
+    CHECK(store_study_add_trials(s, sid, 3) == 0);
+    CHECK(store_study_add_trials(s, sid + 100, 3) == -1); /* no such study */
+    store_study row;
+    REQUIRE(store_study_get_id(s, sid, &row) == 1);
+    CHECK(row.extra_trials == 3);
+    store_study_fini(&row);
+    json_t *list = store_study_list(s);
+    CHECK(json_integer_value(json_object_get(json_array_get(list, 0), "budget")) == 7);
+    json_decref(list);
+    store_close(&s);
+}
+
 int main(void)
 {
     snprintf(s_dir, sizeof s_dir, "/tmp/jz-test-store-XXXXXX");
@@ -801,6 +845,7 @@ int main(void)
     RUN(events);
     RUN(transactions_survive_reopen);
     RUN(migration_2_turns_the_reason_text_into_study_stopped);
+    RUN(queue_and_extra_trials);
     rmdir(s_dir);
     TEST_DONE();
 }

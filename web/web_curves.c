@@ -20,6 +20,10 @@ typedef struct {
     double t0;    /* time of the first point */
     int nb, cap;  /* buckets in use, allocated */
     bucket *b;
+    /* the curve's last JSON, given again until a point is added or another
+       size is asked for: a live study re-formats only its running trials */
+    web_buf json;
+    int json_points, json_band; /* what `json` was made for; 0 points: none */
 } curve;
 
 typedef struct {
@@ -36,18 +40,12 @@ typedef struct study {
     trial *trials; /* hash table, open addressing on id */
     size_t ntrials, tcap;
     long *order; /* trial ids in first-seen order */
-    /* the last answer, reused while no point was added */
-    web_buf last;
-    char last_metric[128];
-    int last_points, last_band;
-    long last_after; /* `after` when it was made; -1: none */
     struct study *next;
 } study;
 
 struct web_curves {
     pthread_mutex_t mu;
     study *studies;
-    int reuse; /* reuse the last answer while nothing changed */
 };
 
 static void *s_alloc(size_t n)
@@ -62,24 +60,28 @@ web_curves_t *web_curves_new(void)
 {
     web_curves_t *c = s_alloc(sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
-    const char *e = getenv("JIZHI_WEB_CURVE_REUSE"); /* 0: off, for measurements */
-    c->reuse = !(e && !strcmp(e, "0"));
     return c;
+}
+
+static void s_curves_free(trial *t)
+{
+    for (int k = 0; k < MAX_NAMES; k++)
+        if (t->c[k]) {
+            free(t->c[k]->b);
+            web_buf_fini(&t->c[k]->json);
+            free(t->c[k]);
+            t->c[k] = NULL;
+        }
 }
 
 static void s_study_free(study *st)
 {
     for (size_t i = 0; i < st->tcap; i++)
-        for (int k = 0; k < MAX_NAMES; k++)
-            if (st->trials[i].c[k]) {
-                free(st->trials[i].c[k]->b);
-                free(st->trials[i].c[k]);
-            }
+        s_curves_free(&st->trials[i]);
     for (int k = 0; k < st->nnames; k++)
         free(st->names[k]);
     free(st->trials);
     free(st->order);
-    web_buf_fini(&st->last);
     free(st);
 }
 
@@ -211,6 +213,7 @@ static void s_add(curve *cv, double step, double value, double time)
     if (cv->t0 == 0 || time < cv->t0)
         cv->t0 = time;
     s_merge(&cv->b[idx], &one);
+    cv->json_points = 0;
 }
 
 static int s_fold(void *arg, const store_metric_row *r)
@@ -222,12 +225,7 @@ static int s_fold(void *arg, const store_metric_row *r)
     if (r->attempt < t->attempt)
         return 0;
     if (r->attempt > t->attempt) { /* a new attempt starts its curves afresh */
-        for (int k = 0; k < MAX_NAMES; k++)
-            if (t->c[k]) {
-                free(t->c[k]->b);
-                free(t->c[k]);
-                t->c[k] = NULL;
-            }
+        s_curves_free(t);
         t->attempt = r->attempt;
     }
     int k = s_name(st, r->name);
@@ -236,6 +234,7 @@ static int s_fold(void *arg, const store_metric_row *r)
     if (!t->c[k]) {
         t->c[k] = s_alloc(sizeof(curve));
         t->c[k]->width = 1;
+        web_buf_init(&t->c[k]->json);
     }
     s_add(t->c[k], (double)r->step, r->value, r->time);
     return 0;
@@ -251,8 +250,6 @@ static study *s_update(web_curves_t *c, store_t *s, long study_id, long limit, l
     if (!st) {
         st = s_alloc(sizeof *st);
         st->id = study_id;
-        st->last_after = -1;
-        web_buf_init(&st->last);
         st->next = c->studies;
         c->studies = st;
     }
@@ -266,7 +263,7 @@ static study *s_update(web_curves_t *c, store_t *s, long study_id, long limit, l
     return st;
 }
 
-static void s_emit(const curve *cv, int points, int band, web_buf *out)
+static void s_format(const curve *cv, int points, int band, web_buf *out)
 {
     int used = 0;
     for (int i = 0; i < cv->nb; i++)
@@ -304,6 +301,18 @@ static void s_emit(const curve *cv, int points, int band, web_buf *out)
     free(g);
 }
 
+/* Appends the curve's JSON, formatting it only when it changed. */
+static void s_emit(curve *cv, int points, int band, web_buf *out)
+{
+    if (cv->json_points != points || cv->json_band != band) {
+        cv->json.len = 0;
+        s_format(cv, points, band, &cv->json);
+        cv->json_points = points;
+        cv->json_band = band;
+    }
+    web_buf_add(out, cv->json.data, cv->json.len);
+}
+
 int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metric,
                     int points, int band, web_buf *out, char *err, size_t errsize)
 {
@@ -317,13 +326,6 @@ int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metr
         pthread_mutex_unlock(&c->mu);
         return -1;
     }
-    if (c->reuse && st->last_after == st->after && st->last_points == points &&
-        st->last_band == band && !strcmp(st->last_metric, metric)) {
-        web_buf_add(out, st->last.data, st->last.len);
-        pthread_mutex_unlock(&c->mu);
-        return 0;
-    }
-    size_t start = out->len;
     int k = -1;
     for (int i = 0; i < st->nnames; i++)
         if (!strcmp(st->names[i], metric))
@@ -333,7 +335,7 @@ int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metr
     web_buf_str(out, ",\"trials\":{");
     int first = 1;
     for (size_t i = 0; k >= 0 && i < st->ntrials; i++) {
-        const trial *t = s_find(st, st->order[i]);
+        trial *t = s_find(st, st->order[i]);
         if (!t || !t->c[k])
             continue;
         web_buf_str(out, first ? "\"" : ",\"");
@@ -343,14 +345,6 @@ int web_curves_json(web_curves_t *c, store_t *s, long study_id, const char *metr
         s_emit(t->c[k], points, band, out);
     }
     web_buf_str(out, "}}");
-    if (c->reuse && strlen(metric) < sizeof st->last_metric) {
-        st->last.len = 0;
-        web_buf_add(&st->last, out->data + start, out->len - start);
-        snprintf(st->last_metric, sizeof st->last_metric, "%s", metric);
-        st->last_points = points;
-        st->last_band = band;
-        st->last_after = st->after;
-    }
     pthread_mutex_unlock(&c->mu);
     return 0;
 }

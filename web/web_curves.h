@@ -8,8 +8,9 @@
     only the points stored since the previous one (by rowid), so a page
     with 1000 trials x 10 000 points costs one full read, then what is new.
 
-    The last answer per study is kept and given again while no point was
-    added (JIZHI_WEB_CURVE_REUSE=0 turns that off, for measurements).
+    Each curve keeps its last JSON and gives it again until a point is
+    added to it, so a live study re-formats only the curves of its running
+    trials.
 
     Thread-safe (one mutex). Out of memory aborts (the server's policy).
 */

@@ -6,6 +6,8 @@
       event: metrics  data: {"points": [[trial, name, step, value, time], ...]}
       event: events   data: [event, ...]        (as GET .../events)
       event: trials   data: [brief trial, ...]  (those that changed)
+      event: resolved data: [event, ...]        (sent earlier with applied
+                                                 null, now settled)
     and a comment line every 10 s so proxies and browsers keep it open.
     Starting marks come from the page data ("marks"), so nothing stored
     between the page's read and the stream's start is missed. With
@@ -23,17 +25,20 @@
 
 #define POLL_MS 250
 #define KEEPALIVE_S 10.0
-#define MAX_POINTS 20000 /* per message */
+#define MAX_POINTS 20000   /* per message */
+#define MAX_UNSETTLED 1000 /* instructions followed until settled */
 
 typedef struct {
     web_t *w;
     long study_id;
     long trial; /* 0: every trial */
     long after_metric, after_event;
-    store_t *db;     /* opened in the connection's thread */
-    json_t *trials;  /* last sent brief rows, by id */
-    web_buf pending; /* formatted, not yet handed to MHD */
-    size_t sent;     /* bytes of pending already handed */
+    store_t *db;        /* opened in the connection's thread */
+    json_t *trials;     /* last sent brief rows, by id */
+    json_t *unsettled;  /* ids of events sent with applied null, by id */
+    long unsettled_min; /* smallest of them, or 0 */
+    web_buf pending;    /* formatted, not yet handed to MHD */
+    size_t sent;        /* bytes of pending already handed */
     double last_out, last_trials;
     int first;
 } s_stream;
@@ -43,6 +48,7 @@ static void s_free(void *cls)
     s_stream *st = cls;
     store_close(&st->db);
     json_decref(st->trials);
+    json_decref(st->unsettled);
     web_buf_fini(&st->pending);
     free(st);
 }
@@ -72,6 +78,72 @@ static int s_point(void *arg, const store_metric_row *row)
     return 0;
 }
 
+static long s_id(const json_t *event)
+{
+    return (long)json_integer_value(json_object_get(event, "id"));
+}
+
+/* Remembers the events of `ev` whose outcome is not known yet (an
+   instruction waits for the trial's acknowledgement) and whose id is at
+   most `upto`, so that their settling can be sent later. */
+static void s_follow(s_stream *st, const json_t *ev, long upto)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        if (s_id(e) > upto || !json_is_null(json_object_get(e, "applied")) ||
+            json_object_size(st->unsettled) >= MAX_UNSETTLED)
+            continue;
+        char key[32];
+        snprintf(key, sizeof key, "%ld", s_id(e));
+        json_object_set_new(st->unsettled, key, json_true());
+        if (!st->unsettled_min || s_id(e) < st->unsettled_min)
+            st->unsettled_min = s_id(e);
+    }
+}
+
+/* Sends, as `resolved`, the followed events that have settled since. */
+static int s_settled(s_stream *st)
+{
+    if (!st->unsettled_min)
+        return 0;
+    json_t *ev =
+        store_events_since(st->db, st->study_id, st->unsettled_min - 1, MAX_UNSETTLED);
+    if (!ev)
+        return -1;
+    json_t *done = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        char key[32];
+        snprintf(key, sizeof key, "%ld", s_id(e));
+        if (json_is_null(json_object_get(e, "applied")) ||
+            !json_object_get(st->unsettled, key))
+            continue;
+        json_array_append(done, e);
+        json_object_del(st->unsettled, key);
+    }
+    st->unsettled_min = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(st->unsettled, key, v)
+    {
+        long id = atol(key);
+        if (!st->unsettled_min || id < st->unsettled_min)
+            st->unsettled_min = id;
+    }
+    if (json_array_size(done)) {
+        char *text = json_dumps(done, JSON_COMPACT);
+        web_buf_printf(&st->pending, "event: resolved\ndata: %s\n\n", text);
+        free(text);
+    }
+    json_decref(done);
+    json_decref(ev);
+    return 0;
+}
+
 /* Polls the store once; formats what is new into st->pending. */
 static int s_poll(s_stream *st)
 {
@@ -93,8 +165,21 @@ static int s_poll(s_stream *st)
     }
     web_buf_fini(&pts);
     news |= got > 0;
+    if (st->first) {
+        /* instructions shown by the page's first read may settle later */
+        long from = st->after_event > MAX_UNSETTLED ? st->after_event - MAX_UNSETTLED : 0;
+        json_t *old = store_events_since(st->db, st->study_id, from, MAX_UNSETTLED);
+        if (old)
+            s_follow(st, old, st->after_event);
+        json_decref(old);
+    }
+    if (s_settled(st) != 0) {
+        web_buf_fini(&pts);
+        return -1;
+    }
     json_t *ev = store_events_since(st->db, st->study_id, st->after_event, 1000);
     if (ev && json_array_size(ev)) {
+        s_follow(st, ev, 1L << 62);
         json_t *last = json_array_get(ev, json_array_size(ev) - 1);
         st->after_event = (long)json_integer_value(json_object_get(last, "id"));
         char *text = json_dumps(ev, JSON_COMPACT);
@@ -192,6 +277,7 @@ int web__get_stream(web_req *r)
     st->after_metric = after_metric >= 0 ? after_metric : marks_m;
     st->after_event = after_event >= 0 ? after_event : marks_e;
     st->trials = json_object();
+    st->unsettled = json_object();
     st->first = 1;
     st->last_out = util_now();
     web_buf_init(&st->pending);
@@ -200,13 +286,13 @@ int web__get_stream(web_req *r)
     web_buf_printf(&st->pending,
                    "retry: 2000\nevent: hello\ndata: {\"metric\":%ld,\"event\":%ld}\n\n",
                    st->after_metric, st->after_event);
-    r->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, s_read, st,
-                                                s_free);
+    r->resp = web__mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, s_read,
+                                                     st, s_free);
     if (!r->resp) {
         s_free(st);
         return web__error(r, 503, "busy", "cannot start the stream");
     }
-    MHD_add_response_header(r->resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(r->resp, "Cache-Control", "no-store");
+    web__mhd.add_response_header(r->resp, "Content-Type", "text/event-stream");
+    web__mhd.add_response_header(r->resp, "Cache-Control", "no-store");
     return 200;
 }

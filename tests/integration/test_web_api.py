@@ -348,6 +348,35 @@ def test_stream_pushes_metrics_events_and_trial_states(jz):
         stop(ctl, disp)
 
 
+def test_stream_sends_an_instruction_again_when_it_settles(jz):
+    ep, ctl, disp, url = daemons_with_web(jz)
+    tok = make_token(jz, "alice")
+    try:
+        spec = live_spec("s1")
+        spec["trial"]["env"]["ACK_DELAY_S"] = "3"
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        tid = running(jz)[0]
+        resp = urllib.request.urlopen(url + "/api/studies/s1/stream", timeout=30)
+        read_events(resp, {"hello"})
+        done = []
+        threading.Thread(target=lambda: done.append(
+            http("POST", url + f"/api/trials/{tid}/set", {"values": {"lr": 0.07}}, token=tok)),
+            daemon=True).start()
+        # sent once while the trial has not acknowledged it ...
+        got = read_events(resp, {"events"})
+        (ev,) = [e for evs in got["events"] for e in evs if e["kind"] == "instruction"]
+        assert ev["applied"] is None and ev["trial"] == tid
+        # ... and again, settled, once it has
+        got = read_events(resp, {"resolved"})
+        (res,) = [e for evs in got["resolved"] for e in evs]
+        assert res["id"] == ev["id"] and res["applied"] is True and res["latency_s"] >= 2.5
+        jz.wait_for(lambda: done, 30, "the set's answer")
+        assert done[0][0] == 200
+        resp.close()
+    finally:
+        stop(ctl, disp)
+
+
 def test_serve_and_run_options(jz):
     # no database: a clear error, exit 1
     p = jz.run("serve", "--db", os.path.join(jz.dir, "missing.db"), "--http", "127.0.0.1:0")

@@ -731,6 +731,13 @@ async function studyPage(name) {
       getJSON(`/api/studies/${encodeURIComponent(name)}`).then((j) => { delete j.spec; Object.assign(S.study, j); renderHead(); }).catch(() => {});
     if (evs.some((e) => e.trial != null && (e.kind === "instruction" || e.kind === "stopped"))) redrawCurves();
   });
+  src.addEventListener("resolved", (m) => {
+    const evs = JSON.parse(m.data);
+    const at = new Map(S.events.map((e, i) => [e.id, i]));
+    for (const e of evs) if (at.has(e.id)) S.events[at.get(e.id)] = e;
+    jz.live.resolved = (jz.live.resolved || 0) + evs.length;
+    redrawEvents();
+  });
   const onResize = throttle(drawParallel, 200);
   window.addEventListener("resize", onResize);
   cleanup.push(() => window.removeEventListener("resize", onResize));
@@ -910,6 +917,13 @@ async function trialPage(id) {
   src.addEventListener("trials", (m) => {
     for (const r of JSON.parse(m.data)) if (r.id === id) Object.assign(T, r);
     drawInfo();
+  });
+  src.addEventListener("resolved", (m) => {
+    for (const e of JSON.parse(m.data)) {
+      const i = events.findIndex((x) => x.id === e.id);
+      if (i >= 0) events[i] = e;
+    }
+    drawTrialEvents();
   });
   src.addEventListener("events", async (m) => {
     const evs = JSON.parse(m.data).filter((e) => e.trial === id);

@@ -1,6 +1,7 @@
 """A trial that obeys live instructions: `set lr` changes the lr it reports
 from the next step on, unknown keys are refused, pause/resume hold it,
-stop ends it cleanly. Reports lr and score (= lr) every step."""
+stop ends it cleanly. Reports lr and score (= lr) every step. With
+ACK_DELAY_S, a `set lr` is acknowledged that many seconds after it came."""
 import os
 import time
 
@@ -9,12 +10,16 @@ import jizhi
 t = jizhi.Trial()
 lr = t.param("lr", 0.1)
 steps = int(os.environ.get("STEPS", "400"))
+ack_delay = float(os.environ.get("ACK_DELAY_S", "0"))
 paused = False
 step = 0
 while step < steps:
     for ins in t.poll():
         if ins.kind == "set":
             if ins.name == "lr":
+                if ack_delay:
+                    time.sleep(ack_delay)
+                    t.ack(ins, True)
                 lr = ins.value
             else:
                 t.ack(ins, False, f"unknown parameter {ins.name}")

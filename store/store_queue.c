@@ -1,0 +1,117 @@
+/*  store_queue.c - the alerts and quotas tables (see store.h): which alert
+    rule fired for which trial (so a restarted controller does not fire it
+    again), and the per-user quotas of the queue (controller/ctl_queue.c).
+    Written by the controller inside its iteration's transaction. */
+#include "store.h"
+
+#include "../common/text.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int store_alert_add(store_t *s, double now, long study_id, long trial_id,
+                    const char *rule, const char *kind, const json_t *detail)
+{
+    sqlite3 *db = store__db(s);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT OR IGNORE INTO alerts(time, study_id, trial_id, rule, "
+                           "kind, detail) VALUES (?,?,?,?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    char *text = detail ? text_json_dumps(detail, JSON_COMPACT) : NULL;
+    sqlite3_bind_double(st, 1, now);
+    sqlite3_bind_int64(st, 2, study_id);
+    sqlite3_bind_int64(st, 3, trial_id);
+    sqlite3_bind_text(st, 4, rule, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, kind, -1, SQLITE_TRANSIENT);
+    if (text)
+        sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
+    int rc = store__step(s, st);
+    sqlite3_finalize(st);
+    free(text);
+    if (rc != SQLITE_DONE)
+        return -1;
+    return sqlite3_changes(db) > 0 ? 1 : 0;
+}
+
+json_t *store_alerts_list(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "SELECT a.id, a.time, COALESCE(st.name, ''), a.study_id, "
+                           "a.trial_id, a.rule, a.kind, a.detail FROM alerts a "
+                           "LEFT JOIN studies st ON st.id=a.study_id "
+                           "WHERE ?1 <= 0 OR a.study_id=?1 ORDER BY a.id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_int64(st, 1, study_id);
+    json_t *out = json_array();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *d = (const char *)sqlite3_column_text(st, 7);
+        json_t *detail = d ? json_loads(d, 0, NULL) : NULL;
+        long trial = (long)sqlite3_column_int64(st, 4);
+        json_array_append_new(
+            out, json_pack("{s:I, s:f, s:s, s:I, s:o, s:s, s:s, s:o}", "id",
+                           (json_int_t)sqlite3_column_int64(st, 0), "time",
+                           sqlite3_column_double(st, 1), "study",
+                           (const char *)sqlite3_column_text(st, 2), "study_id",
+                           (json_int_t)sqlite3_column_int64(st, 3), "trial",
+                           trial >= 0 ? json_integer(trial) : json_null(), "rule",
+                           (const char *)sqlite3_column_text(st, 5), "kind",
+                           (const char *)sqlite3_column_text(st, 6), "detail",
+                           detail ? detail : json_object()));
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+int store_quota_set(store_t *s, const char *user, long slots, long gpus, double now)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "INSERT INTO quotas(user, slots, gpus, updated) VALUES "
+                           "(?,?,?,?) ON CONFLICT(user) DO UPDATE SET "
+                           "slots=excluded.slots, gpus=excluded.gpus, "
+                           "updated=excluded.updated",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, user, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, slots);
+    sqlite3_bind_int64(st, 3, gpus);
+    sqlite3_bind_double(st, 4, now);
+    int rc = store__step(s, st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+json_t *store_quota_list(store_t *s)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "SELECT user, slots, gpus FROM quotas ORDER BY user", -1, &st,
+                           NULL) != SQLITE_OK)
+        return NULL;
+    json_t *out = json_array();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(out,
+                              json_pack("{s:s, s:I, s:I}", "user",
+                                        (const char *)sqlite3_column_text(st, 0), "slots",
+                                        (json_int_t)sqlite3_column_int64(st, 1), "gpus",
+                                        (json_int_t)sqlite3_column_int64(st, 2)));
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
