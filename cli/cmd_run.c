@@ -348,11 +348,11 @@ static int s_print_best(const char *db, const char *name)
         store_close(&s);
         return CLI_FAIL;
     }
-    const char *metric = json_string_value(
-        json_object_get(json_object_get(st.spec, "objective"), "metric"));
-    int maximize = !strcmp(
-        json_string_value(json_object_get(json_object_get(st.spec, "objective"), "mode")),
-        "max");
+    const char *metric =
+        json_string_value(json_object_get(spec_json_objective(st.spec), "metric"));
+    const char *mode =
+        json_string_value(json_object_get(spec_json_objective(st.spec), "mode"));
+    int maximize = mode && !strcmp(mode, "max");
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
     long best = -1, completed = 0, failed = 0, stopped = 0;

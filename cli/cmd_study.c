@@ -166,7 +166,7 @@ static int s_show(const cli_opts *o)
             json_object_get(d, "state"), "spec", json_object_get(d, "spec"), "trials",
             json_object_get(d, "trials"), "events", json_object_get(d, "events")));
     } else {
-        json_t *obj = json_object_get(json_object_get(d, "spec"), "objective");
+        const json_t *obj = spec_json_objective(json_object_get(d, "spec"));
         printf("study %s (%s), objective %s %s\n",
                json_string_value(json_object_get(d, "name")),
                json_string_value(json_object_get(d, "state")),

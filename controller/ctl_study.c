@@ -620,9 +620,9 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
         failed += t->state == TRIAL_FAILED;
         running += ctl_trial_active(t);
         pending += t->state == TRIAL_PENDING;
-        if (t->state == TRIAL_COMPLETED &&
+        if (t->state == TRIAL_COMPLETED && ctl__trial_feasible(c, t) &&
             (!best || spec_better(s->spec, t->row.value, best->row.value)))
-            best = t;
+            best = t; /* the best feasible one */
     }
     json_t *b = best
                     ? json_pack("{s:I, s:I, s:o, s:O}", "trial", (json_int_t)best->row.id,
