@@ -211,6 +211,16 @@ double spec_violation(const spec_t *s, const json_t *metrics);
 int spec_objective_values(const spec_t *s, double value, const json_t *metrics,
                           double *out);
 
+/* Marks the trials of a study (an array of trial objects with "state",
+   "value" and "metrics" {name: last value}, as the store's study detail
+   gives them) in place: with constraints, "feasible": true/false on each
+   completed trial; with several objectives, "pareto": true/false on each
+   completed feasible one (not dominated by another); with one objective,
+   "best": true on the best completed feasible trial (with constraints
+   and several objectives too: best on the first). Returns how many are on
+   the front (1 or 0 with one objective). spec_front.c. */
+size_t spec_mark_trials(const spec_t *s, json_t *trials);
+
 /* Compares objective values: 1 when a is better than b for this study. */
 int spec_better(const spec_t *s, double a, double b);
 

@@ -33,6 +33,7 @@ static const s_route s_routes[] = {
     {"GET", "/api/studies", web__get_studies, IDENT_READ},
     {"GET", "/api/studies/*", web__get_study, IDENT_READ},
     {"GET", "/api/studies/*/trials", web__get_trials, IDENT_READ},
+    {"GET", "/api/studies/*/pareto", web__get_pareto, IDENT_READ},
     {"GET", "/api/studies/*/events", web__get_events, IDENT_READ},
     {"GET", "/api/studies/*/curves", web__get_curves, IDENT_READ},
     {"GET", "/api/studies/*/page", web__get_page, IDENT_READ},

@@ -78,6 +78,11 @@ int web__study(web_req *r, store_study *out);
 int web__get_studies(web_req *r);
 int web__get_study(web_req *r);
 int web__get_trials(web_req *r);
+/* GET /api/studies/NAME/pareto: the objectives, the constraints and the
+   trials on the Pareto front (feasible, not dominated; with one objective
+   the best feasible trial), each {id, number, values: {metric: v},
+   params}. */
+int web__get_pareto(web_req *r);
 int web__get_events(web_req *r);
 int web__get_curves(web_req *r);
 int web__get_page(web_req *r);
