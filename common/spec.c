@@ -558,12 +558,41 @@ static int s_parse_constraints(spec_t *s, json_t *j, spec_error *err)
     return 0;
 }
 
+/* warm_start: {"from": ["study", ...]} (1 to 16 names, not this study) */
+static int s_parse_warm(spec_t *s, json_t *j, spec_error *err)
+{
+    json_t *w = json_object_get(j, "warm_start"), *from;
+    if (!w)
+        return 0;
+    if (!json_is_object(w))
+        return s_fail(err, "warm_start",
+                      "must be an object {\"from\": [studies]}, not %s", s_type_name(w));
+    static const char *const keys[] = {"from", NULL};
+    if (s_only_keys(w, "warm_start", keys, err) ||
+        s_get(w, "warm_start", "from", JSON_ARRAY, 1, &from, err))
+        return -1;
+    size_t n = json_array_size(from);
+    if (n < 1 || n > 16)
+        return s_fail(err, "warm_start.from", "must name 1 to 16 studies");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(from, i);
+        char field[64];
+        snprintf(field, sizeof field, "warm_start.from[%zu]", i);
+        if (!json_is_string(v) || !s_valid_study_name(json_string_value(v)))
+            return s_fail(err, field, "must be a study name");
+        if (!strcmp(json_string_value(v), s->name))
+            return s_fail(err, field, "a study cannot warm-start from itself");
+    }
+    s->warm_from = json_incref(from);
+    return 0;
+}
+
 static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 {
     static const char *const top[] = {
-        "name",        "objective", "constraints", "scheduler", "early_stopping",
-        "guard",       "budget",    "space",       "trial",     "priority",
-        "preemptible", "owner",     "alerts",      NULL};
+        "name",           "objective",   "constraints", "warm_start", "scheduler",
+        "early_stopping", "guard",       "budget",      "space",      "trial",
+        "priority",       "preemptible", "owner",       "alerts",     NULL};
     if (!json_is_object(j))
         return s_fail(err, "", "the spec must be a JSON object");
     if (s_only_keys(j, "", top, err))
@@ -578,7 +607,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     s->name = strdup(json_string_value(v));
 
     json_t *obj;
-    if (s_parse_objectives(s, j, err) || s_parse_constraints(s, j, err))
+    if (s_parse_objectives(s, j, err) || s_parse_constraints(s, j, err) ||
+        s_parse_warm(s, j, err))
         return -1;
 
     if (s_get(j, "", "scheduler", JSON_OBJECT, 0, &obj, err))
@@ -801,6 +831,7 @@ void spec_destroy(spec_t **sp)
     for (size_t i = 0; i < s->nconstraints; i++)
         free(s->constraints[i].metric);
     free(s->constraints);
+    json_decref(s->warm_from);
     free(s->sched_type);
     json_decref(s->sched_opts);
     json_decref(s->early_stop);

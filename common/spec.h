@@ -53,6 +53,7 @@ typedef struct {
     size_t nobjectives;           /* 1, or more for a multi-objective study */
     spec_constraint *constraints; /* constraints on reported metrics, owned */
     size_t nconstraints;
+    json_t *warm_from;  /* warm_start.from: array of study names, owned, or NULL */
     char *sched_type;   /* scheduler.type */
     long seed;          /* scheduler.seed (default 0) */
     json_t *sched_opts; /* the whole scheduler object, owned */
