@@ -31,7 +31,7 @@ ALL_CFLAGS := $(CFLAGS) -std=gnu11 -fPIC -pthread -MMD -MP $(WARN) $(SANFLAGS) $
 LDFLAGS  ?=
 ALL_LDFLAGS := $(LDFLAGS) $(SANFLAGS) -pthread
 # GSL's linear algebra runs on OpenBLAS: link -lopenblas, not -lgslcblas.
-LIBS     := -lzmq -lmicrohttpd -lsodium -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
+LIBS     := -lzmq -lsodium -ljansson -lsqlite3 -lgsl -lopenblas -lz -lm
 
 # Optional parts: detected and reported, never required.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)

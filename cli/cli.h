@@ -90,7 +90,8 @@ int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_
 void cli_print_warnings(const json_t *events);
 
 /* Prints trials (store_trial_json objects, borrowed) as the table that
-   `study show` and `trial list` share: ID STATE TRY STEP VALUE PARAMS,
+   `study show` and `trial list` share: ID STATE TRY PRE (preemptions) STEP
+   VALUE PARAMS,
    then the reason of each failed trial. */
 void cli_print_trials(const json_t *trials);
 
@@ -103,20 +104,22 @@ void cli_format_elapsed(double s, char *buf, size_t size);
 /* The options `study` and `trial` share (cli_opts.c). --db, --controller,
    --json and --help always; the others when `accept` has their bit. */
 enum {
-    CLI_OPT_FORMAT = 1 << 0,  /* --format csv|json */
-    CLI_OPT_OUTPUT = 1 << 1,  /* --output FILE, -o FILE */
-    CLI_OPT_WAIT = 1 << 2,    /* --no-wait, --timeout S */
-    CLI_OPT_STDERR = 1 << 3,  /* --stderr */
-    CLI_OPT_RELEASE = 1 << 4, /* --release */
-    CLI_OPT_ALL = 1 << 5,     /* --all */
-    CLI_OPT_FOLLOW = 1 << 6,  /* --follow, -f */
-    CLI_OPT_TRIALS = 1 << 7,  /* --trials N (study extend) */
+    CLI_OPT_FORMAT = 1 << 0,   /* --format csv|json */
+    CLI_OPT_OUTPUT = 1 << 1,   /* --output FILE, -o FILE */
+    CLI_OPT_WAIT = 1 << 2,     /* --no-wait, --timeout S */
+    CLI_OPT_STDERR = 1 << 3,   /* --stderr */
+    CLI_OPT_RELEASE = 1 << 4,  /* --release */
+    CLI_OPT_ALL = 1 << 5,      /* --all */
+    CLI_OPT_FOLLOW = 1 << 6,   /* --follow, -f */
+    CLI_OPT_TRIALS = 1 << 7,   /* --trials N (study extend) */
+    CLI_OPT_PRIORITY = 1 << 8, /* --priority high|normal|low */
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
     const char *controller; /* --controller or NULL (borrowed from argv) */
     const char *format;     /* --format, default "csv" */
     const char *output;     /* --output or NULL */
+    const char *priority;   /* --priority or NULL */
     int json, no_wait, err_only, release, all, follow;
     long trials;    /* --trials, 0 when absent */
     double timeout; /* --timeout, default 30 s */

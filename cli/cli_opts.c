@@ -5,6 +5,8 @@
 */
 #include "cli.h"
 
+#include "../common/spec.h"
+
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,7 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         {{"release", no_argument, 0, 'r'}, CLI_OPT_RELEASE},
         {{"all", no_argument, 0, 'a'}, CLI_OPT_ALL},
         {{"follow", no_argument, 0, 'f'}, CLI_OPT_FOLLOW},
+        {{"priority", required_argument, 0, 'p'}, CLI_OPT_PRIORITY},
         {{"trials", required_argument, 0, 'T'}, CLI_OPT_TRIALS},
     };
     enum { N = sizeof table / sizeof table[0] };
@@ -77,6 +80,13 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
             break;
         case 'f':
             o->follow = 1;
+            break;
+        case 'p':
+            if (spec_priority_parse(optarg) < 0) {
+                cli_error("--priority: expected high, normal or low, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            o->priority = optarg;
             break;
         case 't': {
             char *end;

@@ -129,8 +129,8 @@ void cli_format_value(const json_t *v, char *buf, size_t size)
 
 void cli_print_trials(const json_t *trials)
 {
-    printf("%-7s %-10s %-3s %-7s %-12s %s\n", "ID", "STATE", "TRY", "STEP", "VALUE",
-           "PARAMS");
+    printf("%-7s %-10s %-3s %-3s %-7s %-12s %s\n", "ID", "STATE", "TRY", "PRE", "STEP",
+           "VALUE", "PARAMS");
     size_t i;
     json_t *t;
     json_array_foreach(trials, i, t)
@@ -145,10 +145,12 @@ void cli_print_trials(const json_t *trials)
         char *p =
             text_json_dumps(json_object_get(t, "params"), JSON_COMPACT | JSON_SORT_KEYS);
         printf("%-7" JSON_INTEGER_FORMAT " %-10s %-3" JSON_INTEGER_FORMAT
-               " %-7s %-12s %s\n",
+               " %-3" JSON_INTEGER_FORMAT " %-7s %-12s %s\n",
                json_integer_value(json_object_get(t, "id")),
                json_string_value(json_object_get(t, "state")),
-               json_integer_value(json_object_get(t, "attempt")), step, v, p ? p : "");
+               json_integer_value(json_object_get(t, "attempt")),
+               json_integer_value(json_object_get(t, "preemptions")), step, v,
+               p ? p : "");
         free(p);
     }
     int header = 0;
@@ -297,6 +299,9 @@ json_t *cli_src_read(cli_src *src, const char *what, const char *study, long id,
         data = store_trial_detail(src->s, id);
         if (!data)
             cli_error("no trial %ld in %s", id, src->db);
+    } else if (!strcmp(what, "quotas")) {
+        if (!(data = store_quota_list(src->s)))
+            cli_error("cannot read quotas: %s", store_errmsg(src->s));
     } else if (!strcmp(what, "alerts")) {
         store_study st = {0};
         int found = study ? store_study_get(src->s, study, &st) : 1;

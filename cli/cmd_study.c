@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 static const char s_usage[] =
-    "usage: jizhi study submit SPEC.json        submit to the running controller\n"
+    "usage: jizhi study submit SPEC.json [--priority high|normal|low]\n"
+    "           submit to the running controller (--priority overrides the spec's)\n"
     "       jizhi study list [--json]\n"
     "       jizhi study show NAME [--json]\n"
     "       jizhi study stop NAME | resume NAME\n"
@@ -86,6 +87,8 @@ static int s_submit(const cli_opts *o)
         spec_destroy(&spec);
         return CLI_FAIL;
     }
+    if (o->priority) /* --priority overrides the spec's */
+        json_object_set_new(spec->json, "priority", json_string(o->priority));
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
     if (!ep) {
         cli_error(
@@ -637,7 +640,8 @@ int cmd_study(int argc, char **argv)
     cli_opts o;
     int rc = cli_opts_parse(argc - 1, argv + 1,
                             CLI_OPT_FORMAT | CLI_OPT_OUTPUT | CLI_OPT_ALL |
-                                (!strcmp(sub, "extend") ? CLI_OPT_TRIALS : 0),
+                                (!strcmp(sub, "extend") ? CLI_OPT_TRIALS : 0) |
+                                (!strcmp(sub, "submit") ? CLI_OPT_PRIORITY : 0),
                             s_usage, &o);
     if (rc < 0)
         return CLI_OK;

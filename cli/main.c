@@ -30,6 +30,8 @@ static const char s_usage[] =
     "  serve [--http HOST:PORT] [--db FILE]        web dashboard and HTTP API\n"
     "  token create USER [--role R] | list | revoke ID|USER   web API tokens\n"
     "  alerts [STUDY]                              the alerts that fired\n"
+    "  queue                                       what waits for a slot, and why\n"
+    "  quota set USER slots=N gpus=N | list        per-user limits\n"
     "  report [--step N] NAME=VALUE...             from inside a trial\n"
     "\n"
     "  --version                                   print the version\n"
@@ -87,6 +89,8 @@ int main(int argc, char **argv)
         {"serve", cmd_serve},
         {"token", cmd_token},
         {"alerts", cmd_alerts},
+        {"queue", cmd_queue},
+        {"quota", cmd_quota},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (!strcmp(cmd, table[i].name))

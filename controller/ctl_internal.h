@@ -190,6 +190,21 @@ void ctl__alerts_after_commit(ctl_t *c, int committed);
 /* Loads the quotas. 0, or -1 with err. */
 int ctl__queue_init(ctl_t *c, char *err, size_t errsize);
 void ctl__queue_free(ctl_t *c);
+/* The user a study's trials count for (quotas, fair share): the spec's
+   owner until identities name it; "-" when none. Borrowed. */
+const char *ctl_study_owner(const ctl_study *s);
+/* Each tick: starts waiting trials on free slots in queue order, sets
+   each waiting study's queue_why, preempts for higher priorities. */
+void ctl__queue_fill(ctl_t *c, double now);
+/* A preempted (SUSPENDED) trial goes back to PENDING, loading its
+   checkpoint at the next start, keeping the values it reported. */
+void ctl__queue_resume(ctl_t *c, ctl_trial *t);
+/* Sets (persists) user's quota; -1 means no limit. 0 or -1. */
+int ctl__queue_quota_set(ctl_t *c, const char *user, long slots, long gpus);
+/* What waits and why, and each user's usage and quota (caller owns):
+   {waiting: [{study, owner, priority, running, pending, preempted, new,
+   reason}], users: [{user, slots, gpus, quota_slots, quota_gpus}]}. */
+json_t *ctl__queue_status(ctl_t *c);
 
 /* ---- ctl_msg.c ---- */
 /* Handles one decoded message from `from` (borrowed). */

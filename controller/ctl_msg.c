@@ -714,6 +714,71 @@ static void s_log_data(ctl_t *c, const ctl_msg *m)
     ctl__log_data(c, m->disp->name, m->msg);
 }
 
+static void s_queue(ctl_t *c, const ctl_msg *m)
+{
+    json_t *ok = wire_ok(m->req);
+    json_t *q = ctl__queue_status(c);
+    json_object_update(ok, q);
+    json_decref(q);
+    ctl__send(c, m->from, ok);
+}
+
+/* quota_set: user, slots and/or gpus (-1: no limit; a missing one keeps
+   its value). Any client until the controller authenticates roles. */
+static void s_quota_set(ctl_t *c, const ctl_msg *m)
+{
+    const char *user = json_string_value(json_object_get(m->msg, "user"));
+    if (!user || !ident_valid_user(user)) {
+        s_reply_error(c, m->from, m->req, "malformed",
+                      "field 'user': expected a user name ([A-Za-z0-9_.@-], 1-63 chars)");
+        return;
+    }
+    long v[2] = {-1, -1};
+    json_t *quotas = store_quota_list(c->store);
+    size_t i;
+    json_t *e;
+    json_array_foreach(quotas, i, e)
+    {
+        if (!strcmp(json_string_value(json_object_get(e, "user")), user)) {
+            v[0] = (long)json_integer_value(json_object_get(e, "slots"));
+            v[1] = (long)json_integer_value(json_object_get(e, "gpus"));
+        }
+    }
+    json_decref(quotas);
+    static const char *const keys[2] = {"slots", "gpus"};
+    int given = 0;
+    for (int k = 0; k < 2; k++) {
+        json_t *x = json_object_get(m->msg, keys[k]);
+        if (!x)
+            continue;
+        if (!json_is_integer(x) || json_integer_value(x) < -1 ||
+            json_integer_value(x) > 1000000) {
+            char err[128];
+            snprintf(
+                err, sizeof err,
+                "field '%s': expected an integer from 0 to 1000000, or -1 for no limit",
+                keys[k]);
+            s_reply_error(c, m->from, m->req, "malformed", err);
+            return;
+        }
+        v[k] = (long)json_integer_value(x);
+        given = 1;
+    }
+    if (!given) {
+        s_reply_error(c, m->from, m->req, "malformed", "give 'slots', 'gpus' or both");
+        return;
+    }
+    if (ctl__queue_quota_set(c, user, v[0], v[1]) != 0) {
+        s_reply_error(c, m->from, m->req, "internal", "cannot store the quota");
+        return;
+    }
+    json_t *ok = wire_ok(m->req);
+    json_object_set_new(ok, "user", json_string(user));
+    json_object_set_new(ok, "slots", json_integer(v[0]));
+    json_object_set_new(ok, "gpus", json_integer(v[1]));
+    ctl__send(c, m->from, ok);
+}
+
 static void s_ping(ctl_t *c, const ctl_msg *m)
 {
     json_t *ok = wire_ok(m->req);
@@ -754,6 +819,8 @@ static const struct {
     {"read", PEER_ANY, s_read},
     {"read_log", PEER_ANY, s_read_log},
     {"ping", PEER_ANY, s_ping},
+    {"queue", PEER_ANY, s_queue},
+    {"quota_set", PEER_ANY, s_quota_set},
 };
 
 void ctl__handle(ctl_t *c, const wire_peer *from, json_t *msg)

@@ -1,24 +1,405 @@
-/*  ctl_queue.c - the queue: which waiting trial gets a free slot. */
+/*  ctl_queue.c - the queue: which waiting trial gets a free slot, per-user
+    quotas, and preemption (docs/spec.md, Queue, priority and preemption).
+
+    Each tick, after the studies handled their trials, ctl__queue_fill
+    hands out the free slots one trial at a time: among the running
+    studies that want to start a trial, the one of highest priority; at
+    equal priority the one whose owner holds the fewest running slots
+    (fair share), then the older study. A study whose owner's quota
+    (slots, GPUs) would be exceeded waits; so does every study of a lower
+    priority than one that waits for capacity (no backfill past it). Each
+    waiting study keeps why in its queue_why, which `jizhi queue` shows.
+
+    Preemption: a study that waits for capacity may take it from studies
+    of lower priority. One trial is preempted at a time (the next only
+    after the previous one freed its slot): the lowest priority, then the
+    latest started. Its study's `preemptible` says how: "checkpoint" (only
+    trials that saved a checkpoint, through pause --release: checkpoint,
+    stop, SUSPENDED with row.preempted set), "restart" (killed and started
+    again later, from its latest checkpoint when it has one), "never".
+    A preempted trial is started again before any other trial of its
+    study (ctl__study_start_next). Every preemption is an event and
+    counted in the trial's row (preemptions).
+
+    Quotas are persisted (quotas table) and mirrored here; the owner of a
+    study is ctl_study_owner().
+*/
 #include "ctl_internal.h"
 
+#include "../common/log.h"
 #include "../common/util.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char user[64];
+    long slots, gpus; /* -1: no limit */
+} s_quota;
+
+typedef struct {
+    const char *user; /* borrowed from a study's spec */
+    long slots, gpus; /* held by active trials */
+} s_usage;
 
 struct ctl_queue {
-    int unused;
+    s_quota *quotas;
+    size_t nquotas;
 };
+
+const char *ctl_study_owner(const ctl_study *s)
+{
+    return s->spec->owner ? s->spec->owner : "-";
+}
+
+/* ---- quotas ---- */
+
+/* q may be NULL (a ctl built without ctl_new, as unit tests do): no quotas. */
+static s_quota *s_quota_of(ctl_queue *q, const char *user)
+{
+    for (size_t i = 0; q && i < q->nquotas; i++)
+        if (!strcmp(q->quotas[i].user, user))
+            return &q->quotas[i];
+    return NULL;
+}
+
+static void s_quota_put(ctl_queue *q, const char *user, long slots, long gpus)
+{
+    s_quota *e = s_quota_of(q, user);
+    if (!e) {
+        q->quotas = util_xrealloc(q->quotas, (q->nquotas + 1) * sizeof *q->quotas);
+        e = &q->quotas[q->nquotas++];
+        snprintf(e->user, sizeof e->user, "%s", user);
+    }
+    e->slots = slots;
+    e->gpus = gpus;
+}
 
 int ctl__queue_init(ctl_t *c, char *err, size_t errsize)
 {
-    (void)err;
-    (void)errsize;
     c->queue = util_xcalloc(1, sizeof *c->queue);
+    json_t *list = store_quota_list(c->store);
+    if (!list) {
+        snprintf(err, errsize, "cannot read the quotas: %s", store_errmsg(c->store));
+        return -1;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e)
+    {
+        s_quota_put(c->queue, json_string_value(json_object_get(e, "user")),
+                    (long)json_integer_value(json_object_get(e, "slots")),
+                    (long)json_integer_value(json_object_get(e, "gpus")));
+    }
+    json_decref(list);
     return 0;
 }
 
 void ctl__queue_free(ctl_t *c)
 {
+    if (!c->queue)
+        return;
+    free(c->queue->quotas);
     free(c->queue);
     c->queue = NULL;
+}
+
+int ctl__queue_quota_set(ctl_t *c, const char *user, long slots, long gpus)
+{
+    if (ctl__txn(c) != 0 ||
+        store_quota_set(c->store, user, slots, gpus, util_wall()) != 0)
+        return -1;
+    s_quota_put(c->queue, user, slots, gpus);
+    json_t *d = json_pack("{s:s, s:I, s:I}", "user", user, "slots", (json_int_t)slots,
+                          "gpus", (json_int_t)gpus);
+    store_event_add(c->store, util_wall(), -1, -1, "cli", "quota_set", d, 1);
+    json_decref(d);
+    log_info("ctl", "quota of %s: %ld slots, %ld GPUs (-1: no limit)", user, slots, gpus);
+    return 0;
+}
+
+/* ---- usage ---- */
+
+static long s_trial_slots(const ctl_study *s)
+{
+    return s->spec->ranks;
+}
+
+static long s_trial_gpus(const ctl_study *s)
+{
+    return s->spec->gpus * s->spec->ranks;
+}
+
+static s_usage *s_usage_of(s_usage *u, size_t *n, const char *user)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (!strcmp(u[i].user, user))
+            return &u[i];
+    u[*n] = (s_usage){user, 0, 0};
+    return &u[(*n)++];
+}
+
+/* ---- preemption ---- */
+
+/* 1 while a preemption started by the queue is still freeing its slot. */
+static int s_preempting(const ctl_t *c)
+{
+    for (size_t i = 0; i < c->nstudies; i++) {
+        const ctl_study *s = c->studies[i];
+        for (size_t k = 0; k < s->ntrials; k++) {
+            const ctl_trial *t = s->trials[k];
+            if (t->row.preempted && ctl_trial_active(t) && t->plan != PLAN_NONE)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* 1 when t may be preempted now. */
+static int s_preemptible(const ctl_trial *t)
+{
+    const spec_t *sp = t->study->spec;
+    if (t->state != TRIAL_RUNNING || t->plan != PLAN_NONE || !t->disp ||
+        sp->preemptible == SPEC_PREEMPT_NEVER)
+        return 0;
+    return t->row.checkpoint[0] || sp->preemptible == SPEC_PREEMPT_RESTART;
+}
+
+/* Preempts one trial of a study of lower priority than `for_s` that frees
+   what one of for_s's trials needs. 1 when one was preempted. */
+static int s_preempt_for(ctl_t *c, ctl_study *for_s)
+{
+    ctl_trial *victim = NULL;
+    for (size_t i = 0; i < c->nstudies; i++) {
+        ctl_study *s = c->studies[i];
+        if (s->state != STUDY_RUNNING || s->spec->priority >= for_s->spec->priority)
+            continue;
+        for (size_t k = 0; k < s->ntrials; k++) {
+            ctl_trial *t = s->trials[k];
+            /* it must free enough: its ranks' slots and GPUs per rank */
+            if (!s_preemptible(t) || s->spec->ranks < for_s->spec->ranks ||
+                s->spec->gpus < for_s->spec->gpus)
+                continue;
+            if (!victim || s->spec->priority < victim->study->spec->priority ||
+                (s->spec->priority == victim->study->spec->priority &&
+                 t->row.started > victim->row.started))
+                victim = t;
+        }
+    }
+    if (!victim)
+        return 0;
+    ctl_study *vs = victim->study;
+    int restart =
+        !victim->row.checkpoint[0] || vs->spec->preemptible == SPEC_PREEMPT_RESTART;
+    char why[300];
+    snprintf(why, sizeof why, "preempted for study %s (priority %s > %s)",
+             for_s->row.name, spec_priority_name(for_s->spec->priority),
+             spec_priority_name(vs->spec->priority));
+    victim->row.preemptions++;
+    victim->row.preempted = 1;
+    if (ctl__trial_save(c, victim) != 0)
+        return 0;
+    json_t *d = json_pack("{s:s, s:s, s:I, s:s, s:I}", "for_study", for_s->row.name,
+                          "how", restart ? "restart" : "checkpoint", "step",
+                          (json_int_t)victim->row.last_step, "reason", why, "count",
+                          (json_int_t)victim->row.preemptions);
+    store_event_add(c->store, util_wall(), vs->row.id, victim->row.id, "queue",
+                    "preempted", d, 1);
+    json_decref(d);
+    log_info("ctl", "study %s trial %ld: %s (%s)", vs->row.name, victim->row.id, why,
+             restart ? "restart" : "checkpoint and release");
+    if (restart)
+        ctl__trial_restart_from(c, victim, victim->row.checkpoint, why);
+    else
+        ctl__trial_release(c, victim, "queue");
+    return 1;
+}
+
+void ctl__queue_resume(ctl_t *c, ctl_trial *t)
+{
+    /* the run goes on from its checkpoint: keep what it reported so far */
+    double last = t->row.last_value, best = t->row.best_value;
+    ctl__trial_unsuspend(c, t, "queue");
+    if (t->state != TRIAL_PENDING)
+        return;
+    t->row.last_value = last;
+    t->row.best_value = best;
+    json_t *d = json_pack("{s:s, s:I}", "checkpoint", t->row.checkpoint, "step",
+                          (json_int_t)t->row.checkpoint_step);
+    store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, "queue",
+                    "preemption_resumed", d, 1);
+    json_decref(d);
+}
+
+/* ---- the fill ---- */
+
+typedef struct {
+    ctl_study *s;
+    long active;
+    int out; /* no more starts this tick */
+} s_cand;
+
+void ctl__queue_fill(ctl_t *c, double now)
+{
+    (void)now;
+    size_t n = c->nstudies;
+    if (n == 0)
+        return;
+    s_cand *cand = util_xcalloc(n, sizeof *cand);
+    s_usage *use = util_xcalloc(n, sizeof *use);
+    size_t ncand = 0, nuse = 0;
+    for (size_t i = 0; i < n; i++) {
+        ctl_study *s = c->studies[i];
+        s->queue_why[0] = 0;
+        if (s->state != STUDY_RUNNING)
+            continue;
+        long active;
+        int wants = ctl__study_wants(s, &active);
+        s_usage *u = s_usage_of(use, &nuse, ctl_study_owner(s));
+        u->slots += active * s_trial_slots(s);
+        u->gpus += active * s_trial_gpus(s);
+        if (!wants)
+            continue;
+        if (active >= s->spec->parallel) {
+            snprintf(s->queue_why, sizeof s->queue_why,
+                     "its own limit: budget.parallel %ld running", s->spec->parallel);
+            continue;
+        }
+        cand[ncand++] = (s_cand){s, active, 0};
+    }
+    int preempting = s_preempting(c);
+    int waiting_prio = -1; /* highest priority that waits for capacity */
+    const ctl_study *waiting_for = NULL;
+    for (;;) {
+        s_cand *best = NULL;
+        long best_used = 0;
+        for (size_t i = 0; i < ncand; i++) {
+            s_cand *k = &cand[i];
+            if (k->out)
+                continue;
+            ctl_study *s = k->s;
+            if (s->spec->priority < waiting_prio) {
+                snprintf(s->queue_why, sizeof s->queue_why,
+                         "lower priority: study %s (%s) waits for capacity first",
+                         waiting_for->row.name,
+                         spec_priority_name(waiting_for->spec->priority));
+                k->out = 1;
+                continue;
+            }
+            const char *owner = ctl_study_owner(s);
+            s_usage *u = s_usage_of(use, &nuse, owner);
+            s_quota *q = s_quota_of(c->queue, owner);
+            if (q && q->slots >= 0 && u->slots + s_trial_slots(s) > q->slots) {
+                snprintf(s->queue_why, sizeof s->queue_why,
+                         "quota: user %s runs %ld of %ld slots", owner, u->slots,
+                         q->slots);
+                k->out = 1;
+                continue;
+            }
+            if (q && q->gpus >= 0 && s_trial_gpus(s) > 0 &&
+                u->gpus + s_trial_gpus(s) > q->gpus) {
+                snprintf(s->queue_why, sizeof s->queue_why,
+                         "quota: user %s holds %ld of %ld GPUs", owner, u->gpus, q->gpus);
+                k->out = 1;
+                continue;
+            }
+            if (!best || s->spec->priority > best->s->spec->priority ||
+                (s->spec->priority == best->s->spec->priority &&
+                 (u->slots < best_used ||
+                  (u->slots == best_used && s->row.id < best->s->row.id)))) {
+                best = k;
+                best_used = u->slots;
+            }
+        }
+        if (!best)
+            break;
+        ctl_study *s = best->s;
+        ctl_disp *d = ctl__disp_pick(c, s->spec->gpus, s->spec->ranks);
+        if (!d) {
+            best->out = 1;
+            if (!preempting && s_preempt_for(c, s))
+                preempting = 1;
+            if (preempting)
+                snprintf(s->queue_why, sizeof s->queue_why,
+                         "no capacity: preempting a trial of lower priority for it");
+            else if (s->spec->gpus > 0)
+                snprintf(s->queue_why, sizeof s->queue_why,
+                         "no capacity: no dispatcher has a free slot with %ld free GPUs "
+                         "per rank",
+                         s->spec->gpus);
+            else
+                snprintf(s->queue_why, sizeof s->queue_why,
+                         "no capacity: no dispatcher has a free slot");
+            if (s->spec->priority > waiting_prio) {
+                waiting_prio = s->spec->priority;
+                waiting_for = s;
+            }
+            continue;
+        }
+        int rc = ctl__study_start_next(c, s, d);
+        if (rc != 1) {
+            best->out = 1;
+            if (rc == 0)
+                snprintf(s->queue_why, sizeof s->queue_why,
+                         "its scheduler waits for results before the next trial");
+            continue;
+        }
+        s_usage *u = s_usage_of(use, &nuse, ctl_study_owner(s));
+        u->slots += s_trial_slots(s);
+        u->gpus += s_trial_gpus(s);
+        if (++best->active >= s->spec->parallel || !ctl__study_wants(s, &best->active))
+            best->out = 1;
+    }
+    free(cand);
+    free(use);
+}
+
+json_t *ctl__queue_status(ctl_t *c)
+{
+    json_t *waiting = json_array(), *users = json_array();
+    size_t n = c->nstudies;
+    size_t nq = c->queue ? c->queue->nquotas : 0;
+    s_usage *use = util_xcalloc(n + nq + 1, sizeof *use);
+    size_t nuse = 0;
+    for (size_t i = 0; i < n; i++) {
+        ctl_study *s = c->studies[i];
+        if (s->state != STUDY_RUNNING)
+            continue;
+        long active = 0, pending = 0, preempted = 0;
+        for (size_t k = 0; k < s->ntrials; k++) {
+            const ctl_trial *t = s->trials[k];
+            active += ctl_trial_active(t);
+            pending += t->state == TRIAL_PENDING;
+            preempted += t->state == TRIAL_SUSPENDED && t->row.preempted;
+        }
+        s_usage *u = s_usage_of(use, &nuse, ctl_study_owner(s));
+        u->slots += active * s_trial_slots(s);
+        u->gpus += active * s_trial_gpus(s);
+        if (!s->queue_why[0])
+            continue;
+        json_array_append_new(
+            waiting, json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "study",
+                               s->row.name, "owner", ctl_study_owner(s), "priority",
+                               spec_priority_name(s->spec->priority), "running",
+                               (json_int_t)active, "pending", (json_int_t)pending,
+                               "preempted", (json_int_t)preempted, "new",
+                               (json_int_t)(s->exhausted && s->queued <= 0
+                                                ? 0
+                                                : s->spec->trials - (long)s->ntrials),
+                               "reason", s->queue_why));
+    }
+    for (size_t i = 0; i < nq; i++)
+        s_usage_of(use, &nuse, c->queue->quotas[i].user);
+    for (size_t i = 0; i < nuse; i++) {
+        s_quota *q = s_quota_of(c->queue, use[i].user);
+        json_array_append_new(
+            users, json_pack("{s:s, s:I, s:I, s:I, s:I}", "user", use[i].user, "slots",
+                             (json_int_t)use[i].slots, "gpus", (json_int_t)use[i].gpus,
+                             "quota_slots", (json_int_t)(q ? q->slots : -1), "quota_gpus",
+                             (json_int_t)(q ? q->gpus : -1)));
+    }
+    free(use);
+    return json_pack("{s:o, s:o}", "waiting", waiting, "users", users);
 }

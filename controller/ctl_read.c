@@ -38,6 +38,8 @@ json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, siz
     }
     if (!strcmp(what, "studies"))
         return store_study_list(c->store);
+    if (!strcmp(what, "quotas"))
+        return store_quota_list(c->store);
     if (!strcmp(what, "trial")) {
         json_t *id = json_object_get(msg, "trial");
         if (!json_is_integer(id)) {
@@ -57,7 +59,8 @@ json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, siz
     if (strcmp(what, "study") && strcmp(what, "metrics_since") &&
         strcmp(what, "alerts")) {
         snprintf(err, size,
-                 "field 'what': expected studies, study, trial, metrics_since or alerts, "
+                 "field 'what': expected studies, study, trial, metrics_since, alerts or "
+                 "quotas, "
                  "got \"%.40s\"",
                  what);
         return NULL;

@@ -531,9 +531,10 @@ static void s_save_sched(ctl_t *c, ctl_study *s)
     s->sched_dirty = 0;
 }
 
-static void s_tick_study(ctl_t *c, ctl_study *s, double now)
+/* The first part of a study's tick: lost trials, the time budget, stop
+   grace periods. */
+static void s_tick_trials(ctl_t *c, ctl_study *s, double now)
 {
-    long active = 0, pending = 0, held = 0; /* held: suspended by pause --release */
     int time_over = s_time_over(s);
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
@@ -546,38 +547,72 @@ static void s_tick_study(ctl_t *c, ctl_study *s, double now)
                 ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
             ctl__instr_load_fallback(c, t, now);
             ctl__trial_tick(c, t, now);
-            active++;
-        } else if (t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) {
-            if (time_over)
-                ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
-            else if (t->state == TRIAL_PENDING)
-                pending++;
-            else
-                held++;
+        } else if ((t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) &&
+                   time_over) {
+            ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
         }
     }
-    /* fill free parallel slots: retries first, then new trials */
-    while (active < s->spec->parallel && !time_over) {
-        ctl_trial *next = NULL;
-        for (size_t i = 0; i < s->ntrials && !next; i++)
-            if (s->trials[i]->state == TRIAL_PENDING)
-                next = s->trials[i];
-        ctl_disp *d = ctl__disp_pick(c, s->spec->gpus, s->spec->ranks);
-        if (!d)
-            break;
-        if (!next) {
-            if ((long)s->ntrials >= s->spec->trials || s_create(c, s) != 1)
-                break;
-            next = s->trials[s->ntrials - 1];
-        } else {
-            pending--;
-        }
-        ctl__trial_start(c, next, d);
-        active++;
+}
+
+int ctl__study_wants(const ctl_study *s, long *active)
+{
+    long n = 0, waiting = 0;
+    for (size_t i = 0; i < s->ntrials; i++) {
+        const ctl_trial *t = s->trials[i];
+        n += ctl_trial_active(t);
+        waiting += t->state == TRIAL_PENDING ||
+                   (t->state == TRIAL_SUSPENDED && t->row.preempted);
+    }
+    *active = n;
+    if (s->state != STUDY_RUNNING || s_time_over(s))
+        return 0;
+    return waiting > 0 ||
+           ((long)s->ntrials < s->spec->trials && (!s->exhausted || s->queued > 0));
+}
+
+int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
+{
+    /* preempted trials first (they resume from their checkpoint), then
+       retries, then new trials */
+    ctl_trial *next = NULL;
+    for (size_t i = 0; i < s->ntrials && !next; i++)
+        if (s->trials[i]->state == TRIAL_SUSPENDED && s->trials[i]->row.preempted)
+            next = s->trials[i];
+    for (size_t i = 0; i < s->ntrials && !next; i++)
+        if (s->trials[i]->state == TRIAL_PENDING)
+            next = s->trials[i];
+    if (!next) {
+        if ((long)s->ntrials >= s->spec->trials)
+            return -1;
+        /* a configuration a person queued, else the scheduler's */
+        int rc = s_create(c, s);
+        if (rc != 1)
+            return rc;
+        next = s->trials[s->ntrials - 1];
+    }
+    if (next->state == TRIAL_SUSPENDED)
+        ctl__queue_resume(c, next);
+    if (next->state != TRIAL_PENDING)
+        return 0;
+    next->row.preempted = 0;
+    ctl__trial_start(c, next, d);
+    return 1;
+}
+
+/* The last part of a study's tick, after the queue started what it could:
+   saves the scheduler, finishes the study when nothing is left. */
+static void s_tick_end(ctl_t *c, ctl_study *s)
+{
+    long active = 0, pending = 0, held = 0; /* held: suspended */
+    for (size_t i = 0; i < s->ntrials; i++) {
+        ctl_trial *t = s->trials[i];
+        active += ctl_trial_active(t);
+        pending += t->state == TRIAL_PENDING;
+        held += t->state == TRIAL_SUSPENDED;
     }
     s_save_sched(c, s);
     int budget_done = (long)s->ntrials >= s->spec->trials ||
-                      (s->exhausted && s->queued <= 0) || time_over;
+                      (s->exhausted && s->queued <= 0) || s_time_over(s);
     if (active == 0 && pending == 0 && held == 0 && budget_done &&
         ctl__study_move(c, s, STUDY_FINISHED) == 0) {
         store_event_add(c->store, util_wall(), s->row.id, -1, "controller",
@@ -596,7 +631,12 @@ void ctl__tick(ctl_t *c, double now)
     ctl__read_expire(c, now);
     for (size_t i = 0; i < c->nstudies; i++)
         if (c->studies[i]->state == STUDY_RUNNING)
-            s_tick_study(c, c->studies[i], now);
+            s_tick_trials(c, c->studies[i], now);
+    /* free slots go to waiting trials in queue order (ctl_queue.c) */
+    ctl__queue_fill(c, now);
+    for (size_t i = 0; i < c->nstudies; i++)
+        if (c->studies[i]->state == STUDY_RUNNING)
+            s_tick_end(c, c->studies[i]);
 }
 
 ctl_study *ctl__study_load(ctl_t *c, const char *name, const char **code, char *msg,

@@ -40,6 +40,8 @@ struct ctl_study {
     long next_id;         /* id reserved for the trial being suggested, 0 if none */
     char es_resource[64]; /* early stopping's resource metric, "" when none or "step" */
     int es_warned;        /* a warning said trials report no es_resource */
+    char queue_why[200];  /* why it waits in the queue, "" when it does not
+                             (ctl_queue.c, each tick) */
     long queued;          /* configurations waiting in the store's queue */
 };
 
@@ -60,6 +62,13 @@ ctl_study *ctl__study_by_name(ctl_t *c, const char *name);
 /* Starts trials where budget and slots allow, detects lost trials,
    finishes studies. Called once per iteration. */
 void ctl__tick(ctl_t *c, double now);
+/* 1 when the running study has trials to start (pending, preempted or
+   new within its budget); *active: its active trials. */
+int ctl__study_wants(const ctl_study *s, long *active);
+/* Starts s's next trial on d: a preempted one (resumed from its
+   checkpoint), else a pending one, else a new one from the scheduler.
+   1 started, 0 not now (the scheduler waits), -1 nothing left. */
+int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d);
 /* The study named `name`: the loaded one, else opened from the store (a
    finished or stopped study) and added. NULL with code/msg for the error
    reply. */

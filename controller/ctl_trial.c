@@ -455,7 +455,9 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
             return;
         ctl__disp_release(t);
         ctl_trial_plan_to(t, PLAN_NONE);
-        snprintf(t->row.reason, sizeof t->row.reason, "paused and released at step %ld",
+        snprintf(t->row.reason, sizeof t->row.reason, "%s at step %ld",
+                 t->row.preempted ? "preempted (resumes when capacity frees)"
+                                  : "paused and released",
                  t->row.checkpoint_step);
         t->row.pid = 0;
         ctl__trial_save(c, t);

@@ -80,7 +80,7 @@ store_t *web__db(web_req *r)
 
 const char *web__query(web_req *r, const char *key)
 {
-    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+    return web__mhd.lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
 int web__query_long(web_req *r, const char *key, long lo, long hi, long dflt, long *out)
@@ -155,7 +155,7 @@ static int s_route_find(web_req *r, const s_route **out)
 
 static const char *s_header(web_req *r, const char *name)
 {
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+    return web__mhd.lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 
 /* Origin (when a browser sends one) must be this server: http://HOST. */
@@ -244,9 +244,9 @@ static int s_dispatch(web_req *r)
 
 static void s_add_common_headers(struct MHD_Response *resp)
 {
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(resp, "X-Frame-Options", "DENY");
-    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    web__mhd.add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    web__mhd.add_response_header(resp, "X-Frame-Options", "DENY");
+    web__mhd.add_response_header(resp, "Referrer-Policy", "no-referrer");
 }
 
 static enum MHD_Result s_answer(web_req *r)
@@ -266,17 +266,17 @@ static enum MHD_Result s_answer(web_req *r)
         }
         if (!body)
             return MHD_NO;
-        resp = MHD_create_response_from_buffer_with_free_callback(len, body, free);
+        resp = web__mhd.create_response_from_buffer_with_free_callback(len, body, free);
         if (!resp) {
             free(body);
             return MHD_NO;
         }
-        MHD_add_response_header(resp, "Content-Type", ctype);
-        MHD_add_response_header(resp, "Cache-Control", "no-store");
+        web__mhd.add_response_header(resp, "Content-Type", ctype);
+        web__mhd.add_response_header(resp, "Cache-Control", "no-store");
     }
     s_add_common_headers(resp);
-    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
+    enum MHD_Result ret = web__mhd.queue_response(r->conn, (unsigned)status, resp);
+    web__mhd.destroy_response(resp);
     r->resp = NULL;
     if (status >= 500)
         log_warn("web", "%s %s: %d", r->method, r->path, status);
@@ -395,6 +395,8 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
     struct sockaddr_in sa;
     if (s_parse_listen(cfg->listen ? cfg->listen : "127.0.0.1:8080", &sa, err, errsize))
         return NULL;
+    if (web_mhd_load(err, errsize) != 0)
+        return NULL;
     web_t *w = calloc(1, sizeof *w);
     if (!w) {
         snprintf(err, errsize, "out of memory");
@@ -404,13 +406,13 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
     snprintf(w->controller, sizeof w->controller, "%s",
              cfg->controller ? cfg->controller : "");
     w->curves = web_curves_new();
-    w->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD |
-                                MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG,
-                            0, NULL, NULL, s_access, w, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
-                            s_completed, w, MHD_OPTION_CONNECTION_LIMIT, (unsigned)128,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                            MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, w, MHD_OPTION_END);
+    w->d = web__mhd.start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, s_access, w, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        MHD_OPTION_NOTIFY_COMPLETED, s_completed, w, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)128, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, w, MHD_OPTION_END);
     if (!w->d) {
         char addr[64];
         inet_ntop(AF_INET, &sa.sin_addr, addr, sizeof addr);
@@ -421,7 +423,7 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
         return NULL;
     }
     const union MHD_DaemonInfo *info =
-        MHD_get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
+        web__mhd.get_daemon_info(w->d, MHD_DAEMON_INFO_BIND_PORT);
     w->port = info ? info->port : ntohs(sa.sin_port);
     w->loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
     w->warming = pthread_create(&w->warm, NULL, s_warm, w) == 0;
@@ -441,7 +443,7 @@ void web_destroy(web_t **wp)
     w->stopping = 1;
     if (w->warming)
         pthread_join(w->warm, NULL);
-    MHD_stop_daemon(w->d);
+    web__mhd.stop_daemon(w->d);
     web_curves_destroy(&w->curves);
     free(w);
     *wp = NULL;

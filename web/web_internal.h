@@ -7,6 +7,7 @@
     web_static.c  the built-in page files
     web_curves.c  downsampled study curves kept in memory
     web_buf.c     text buffer for large replies
+    web_mhd.c     libmicrohttpd, loaded when a server starts
 */
 #ifndef JZ_WEB_INTERNAL_H
 #define JZ_WEB_INTERNAL_H
@@ -19,7 +20,7 @@
 #include "web_curves.h"
 
 #include <jansson.h>
-#include <microhttpd.h>
+#include "web_mhd.h"
 #include <pthread.h>
 
 #define WEB_MAX_BODY (1024 * 1024) /* bytes of a POST body */

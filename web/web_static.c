@@ -12,15 +12,16 @@ int web__static(web_req *r)
     for (size_t i = 0; i < web_nassets; i++) {
         if (strcmp(web_assets[i].path, path))
             continue;
-        r->resp = MHD_create_response_from_buffer(
+        r->resp = web__mhd.create_response_from_buffer(
             web_assets[i].len, (void *)web_assets[i].data, MHD_RESPMEM_PERSISTENT);
         if (!r->resp)
             return 0;
-        MHD_add_response_header(r->resp, "Content-Type", web_assets[i].ctype);
-        MHD_add_response_header(r->resp, "Cache-Control", "no-cache");
-        MHD_add_response_header(r->resp, "Content-Security-Policy",
-                                "default-src 'self'; style-src 'self' 'unsafe-inline'; "
-                                "img-src 'self' data:; frame-ancestors 'none'");
+        web__mhd.add_response_header(r->resp, "Content-Type", web_assets[i].ctype);
+        web__mhd.add_response_header(r->resp, "Cache-Control", "no-cache");
+        web__mhd.add_response_header(
+            r->resp, "Content-Security-Policy",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; frame-ancestors 'none'");
         return 1;
     }
     return 0;

@@ -286,13 +286,13 @@ int web__get_stream(web_req *r)
     web_buf_printf(&st->pending,
                    "retry: 2000\nevent: hello\ndata: {\"metric\":%ld,\"event\":%ld}\n\n",
                    st->after_metric, st->after_event);
-    r->resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, s_read, st,
-                                                s_free);
+    r->resp = web__mhd.create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, s_read,
+                                                     st, s_free);
     if (!r->resp) {
         s_free(st);
         return web__error(r, 503, "busy", "cannot start the stream");
     }
-    MHD_add_response_header(r->resp, "Content-Type", "text/event-stream");
-    MHD_add_response_header(r->resp, "Cache-Control", "no-store");
+    web__mhd.add_response_header(r->resp, "Content-Type", "text/event-stream");
+    web__mhd.add_response_header(r->resp, "Cache-Control", "no-store");
     return 200;
 }

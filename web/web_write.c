@@ -20,7 +20,7 @@
 int web__authenticate(web_req *r)
 {
     const char *auth =
-        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+        web__mhd.lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
     if (!auth || strncmp(auth, "Bearer ", 7)) {
         web__error(r, 401, "unauthenticated",
                    "this needs a token: Authorization: Bearer <token from `jizhi token "

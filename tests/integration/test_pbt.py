@@ -130,10 +130,14 @@ def test_guard_rolls_back_planted_spike(jz):
                         lr={"type": "choice", "values": [0.5]})
     spec["trial"]["env"] = {"FORMULA_STEPS": "40", "FORMULA_STEP_S": "0.02",
                             "FORMULA_SPIKE_STEP": "20", "FORMULA_SPIKE_LR": "0.3"}
+    spec["alerts"] = [{"on": "guard"}, {"on": "best_improved"}]
     p = jz.run("run", jz.write_spec(spec), timeout=90)
     assert p.returncode == 0, p.stderr
     ((tid, state),) = jz.sql("SELECT id, state FROM trials")
     assert state == "completed"
+    # the rollback and the first result raised one alert each
+    assert jz.sql("SELECT rule, trial_id FROM alerts ORDER BY id") == [
+        ("study:guard#0", tid), ("study:best_improved#1", tid)]
     loads = instructions(jz, "guard-formula", "load")
     assert len(loads) == 1, loads
     e = loads[0]
@@ -159,9 +163,14 @@ def test_guard_stops_a_trial_without_checkpoint(jz):
                         guard={"jump": 3}, lr={"type": "choice", "values": [0.5]})
     spec["trial"]["env"] = {"FORMULA_STEPS": "40", "FORMULA_STEP_S": "0.02",
                             "FORMULA_SPIKE_STEP": "10", "FORMULA_SPIKE_KIND": "spike"}
+    spec["alerts"] = [{"on": "guard", "name": "div"}]
     jz.run("run", jz.write_spec(spec), timeout=90)  # exits 1: no trial completed
     ((state, reason),) = jz.sql("SELECT state, reason FROM trials")
     assert state == "stopped" and reason.startswith("diverged"), (state, reason)
+    al = json.loads(jz.run("alerts", "guard-stop", "--json", check=0).stdout)
+    assert [(a["rule"], a["kind"]) for a in al] == [("study:div", "guard")]
+    assert al[0]["detail"]["detail"]["action"] == "stop"
+    assert al[0]["detail"]["text"].startswith("diverged")
 
 
 def test_restart_fallback_for_a_program_that_does_not_poll(jz):
