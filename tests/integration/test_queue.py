@@ -215,6 +215,15 @@ def test_preemption_round_trip_keeps_every_acknowledged_metric(jz):
         assert listing[1].split()[1:4] == ["suspended", "0", "1"]
         assert json.loads(jz.run("trial", "show", str(tid), "--json",
                                  check=0).stdout)["preemptions"] == 1
+        # a controller killed with -9 now and started again still knows the
+        # trial waits to be resumed
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(timeout=30)
+        os.unlink(jz.db + ".endpoint")
+        ctl = start_controller(jz, ep)
+        jz.wait_for(lambda: "low" in waiting(jz), 30, "the low study to wait again")
+        assert waiting(jz)["low"]["preempted"] == 1
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid) == [("suspended",)]
         # capacity frees: the low trial resumes from its checkpoint, to the end
         touch(jz, "go")
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies WHERE name='low'")[0][0] ==
