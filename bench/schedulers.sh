@@ -6,12 +6,23 @@
 # the numbers are reported, nothing is asserted.
 #
 #   BUILD=build PYTHON=/usr/bin/python3 bench/schedulers.sh [--quick]
-#   BENCH_SCHED_PARTS="pbt" restricts the parts run.
+#   BENCH_SCHED_PARTS="pbt batchsize" restricts the parts run (asha,
+#   batchsize, pbt). The parts merge their medians into
+#   $BUILD/bench/schedulers.json (BENCH_SCHED_JSON overrides the path):
+#   {"pbt": {"jizhi"|"ray"|"no_pbt": {best_val_acc, mean_val_acc, wall_s,
+#   ...}}, "batchsize": {"jizhi": {time_to_target_s, samples_to_target},
+#   "best_fixed": {..., batch_size}, ...}}. The pbt part installs ray[tune]
+#   into $BUILD/bench/ray-venv on first use (PyPI; pinned, see
+#   bench/schedulers_pbt.py); without it the Ray arm is SKIPPED.
 set -eu
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-/usr/bin/python3}
 BUILD=${BUILD:-build}
 export BUILD
+BENCH_SCHED_JSON=${BENCH_SCHED_JSON:-$BUILD/bench/schedulers.json}
+export BENCH_SCHED_JSON
+mkdir -p "$(dirname "$BENCH_SCHED_JSON")"
+rm -f "$BENCH_SCHED_JSON"
 rc=0
 for f in bench/schedulers_*.py bench/schedulers_*.sh; do
     [ -e "$f" ] || continue
@@ -25,4 +36,5 @@ for f in bench/schedulers_*.py bench/schedulers_*.sh; do
     *.sh) sh "$f" "$@" || rc=1 ;;
     esac
 done
+[ -f "$BENCH_SCHED_JSON" ] && echo "bench-schedulers: wrote $BENCH_SCHED_JSON"
 exit $rc

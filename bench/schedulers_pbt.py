@@ -1,24 +1,46 @@
-"""bench/schedulers_pbt.py - PBT against the same configurations without PBT.
+"""bench/schedulers_pbt.py - jizhi's live PBT against Ray Tune's PBT and
+against the same configurations without PBT (part of `make
+bench-schedulers`). A benchmark, not a test: nothing is asserted.
 
-Fashion-MNIST with jizhi-train (a small MLP on a subset, one thread per
-trial). Arm "pbt": scheduler pbt, population 4 (budget.parallel = trials
-= 4). Arm "fixed": scheduler random with the same seed and space, which
-draws exactly the 4 initial configurations PBT starts from (both use
-stream k of the seed for suggestion k; checked below), each trained to the
-end without exploit. Equal compute: the same number of trials, epochs and
-threads; a PBT receiver continues from its donor's step, so its run length
-in steps stays the same within one interval.
+The setting, and why PBT should matter in it: a Fashion-MNIST MLP trained
+with plain SGD (momentum 0.9) at a constant learning rate for long enough
+(about 11 epochs of 15000 examples in the full run) that the best final accuracy
+needs a schedule: a large rate early, a small one late. No fixed rate does
+both; PBT can find the schedule by exploiting the members that lowered
+their rate at the right time. The searched param is lr (log 1e-3..0.5).
 
-Reported per seed and on average: the best final val_acc over the 4 trials
-and the test_acc of that trial, the mean final val_acc, the number of
-exploits and the wall time. Not a test: nothing is asserted.
+Three arms per seed, all from the same 8 initial configurations (jizhi's
+random scheduler and its pbt scheduler draw suggestion k from stream k of
+the seed; checked below, and Ray is given them as points_to_evaluate):
 
-    python3 bench/schedulers_pbt.py [--seeds 3] [--quick]
+  no_pbt  jizhi, scheduler random: the 8 configurations trained to the end.
+  jizhi   jizhi, scheduler pbt (population 8): ready every `interval`
+          steps, bottom quarter copies a top-quarter member live (weights,
+          optimiser state and step through a checkpoint `load`, no
+          restart) and perturbs lr by 0.8/1.2 (resample 0.25).
+  ray     Ray Tune PopulationBasedTraining (bench/pbt_ray.py): the same
+          quantile, factors, resample probability and interval; a function
+          trainable that runs jizhi-train standalone per interval from the
+          trial's checkpoint; exploit restores the donor's checkpoint.
+
+Equal compute: population 8, the same steps per member (iterations x
+interval), one thread per trainer, on the machine's 2 CPUs: jizhi runs the
+8 members at once (the OS shares the cores); Ray runs 2 at a time (1 CPU
+per trial, num_cpus=2) and time-multiplexes the rest. Ray is installed
+into a virtual environment under $BUILD/bench (pip, with pins that keep
+Debian's numpy and torch); without it the Ray arm reports SKIPPED.
+
+Reported per seed and as medians over seeds: best and mean final val_acc,
+wall time, exploits (loads) and restarts (process starts beyond one per
+member). Writes the "pbt" section of $BENCH_SCHED_JSON when set.
+
+    python3 bench/schedulers_pbt.py [--quick] [--seeds 5] [--no-ray]
 """
 import argparse
 import json
 import os
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +51,17 @@ BUILD = os.environ.get("BUILD", "build")
 if not os.path.isabs(BUILD):
     BUILD = os.path.join(ROOT, BUILD)
 JIZHI = os.path.join(BUILD, "bin", "jizhi")
+TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 DATA = "/usr/share/datasets/fashion-mnist"
+VENV = os.path.join(BUILD, "bench", "ray-venv")
+# Ray 2.60 with what keeps Debian's numpy 1.24 (and so its torch 1.13)
+# working: pandas < 2.3 and pyarrow 17-18 still run on numpy 1.x.
+RAY_PINS = ["ray[tune]==2.60.0", "pandas<2.3", "pyarrow>=17,<19"]
+SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 0.5, "log": True}}
+POP = 8
+PERTURB = [0.8, 1.2]
+QUANTILE = 0.25
+RESAMPLE = 0.25
 
 
 def env():
@@ -41,107 +73,210 @@ def env():
     return e
 
 
-def spec(name, sched, args):
+def trainer_args(args, seed):
+    return ["--dataset", "fashion-mnist", "--train-subset", str(args.subset), "--val-size",
+            str(args.val), "--hidden", "128", "--batch-size", "64", "--momentum", "0.9",
+            "--epochs", "1000", "--eval-every", str(args.interval), "--log-every", "1000",
+            "--threads", "1", "--quiet", "--seed", str(seed)]
+
+
+def spec(name, sched, args, seed):
     return {
         "name": name,
         "objective": {"metric": "val_acc", "mode": "max"},
         "scheduler": sched,
-        "budget": {"trials": 4, "parallel": 4},
-        "space": {
-            "lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
-            "momentum": {"type": "float", "low": 0.0, "high": 0.99},
-        },
-        "trial": {
-            "command": ["jizhi-train", "--dataset", "fashion-mnist",
-                        "--train-subset", str(args.subset), "--val-size", "2000",
-                        "--hidden", "128", "--epochs", str(args.epochs), "--batch-size", "64",
-                        "--eval-every", str(args.interval // 2), "--log-every", "50",
-                        "--threads", "1", "--quiet"],
-            "timeout_s": 900, "retries": 0,
-        },
+        "budget": {"trials": POP, "parallel": POP},
+        "space": SPACE,
+        "trial": {"command": ["jizhi-train"] + trainer_args(args, seed) +
+                  ["--max-steps", str(args.iterations * args.interval)],
+                  "timeout_s": 1800, "retries": 0},
     }
 
 
-def run_arm(tmp, name, sched, args):
+def run_jizhi(tmp, name, sched, args, seed):
     d = os.path.join(tmp, name)
     os.makedirs(d)
     path = os.path.join(d, "spec.json")
     with open(path, "w") as f:
-        json.dump(spec(name, sched, args), f)
+        json.dump(spec(name, sched, args, seed), f)
     t0 = time.time()
-    p = subprocess.run([JIZHI, "run", path], cwd=d, env=env(), capture_output=True, text=True)
+    p = subprocess.run([JIZHI, "run", path, "--db", os.path.join(d, "jizhi.db"), "--slots",
+                        str(POP)], cwd=d, env=env(), capture_output=True, text=True)
     wall = time.time() - t0
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-2000:])
     con = sqlite3.connect(os.path.join(d, "jizhi.db"))
-    trials = [r[0] for r in con.execute("SELECT id FROM trials ORDER BY number")]
-    res = []
-    for tid in trials:
-        def last(metric):
-            r = con.execute("SELECT value FROM metrics WHERE trial_id = ? AND name = ? "
-                            "ORDER BY attempt DESC, step DESC, time DESC LIMIT 1",
-                            (tid, metric)).fetchone()
-            return r[0] if r and r[0] is not None else float("nan")
-        res.append({"val": last("val_acc"), "test": last("test_acc")})
+    finals = []
+    for (tid,) in con.execute("SELECT id FROM trials ORDER BY number"):
+        r = con.execute("SELECT value FROM metrics WHERE trial_id = ? AND name = 'val_acc' "
+                        "ORDER BY attempt DESC, step DESC, time DESC LIMIT 1", (tid,)).fetchone()
+        finals.append(r[0] if r and r[0] is not None else float("nan"))
     gen0 = {}
-    for tid, name_, value in con.execute("SELECT trial_id, name, value FROM params WHERE generation = 0"):
-        gen0.setdefault(tid, {})[name_] = value
+    for tid, pname, value in con.execute(
+            "SELECT trial_id, name, value FROM params WHERE generation = 0"):
+        gen0.setdefault(tid, {})[pname] = json.loads(value) if isinstance(value, str) else value
     loads = con.execute("SELECT count(*) FROM events WHERE kind = 'instruction' AND "
                         "json_extract(detail, '$.kind') = 'load' AND applied = 1").fetchone()[0]
+    attempts = con.execute("SELECT COALESCE(SUM(attempt), 0) FROM trials").fetchone()[0]
     con.close()
-    best = max(res, key=lambda r: r["val"] if r["val"] == r["val"] else -1)
-    vals = [r["val"] for r in res if r["val"] == r["val"]]
-    return {"best_val": best["val"], "best_test": best["test"],
-            "mean_val": sum(vals) / len(vals) if vals else float("nan"),
-            "loads": loads, "wall": wall, "initial": sorted(json.dumps(v, sort_keys=True) for v in gen0.values())}
+    configs = [gen0[k] for k in sorted(gen0)]
+    return {"finals": finals, "wall": wall, "loads": loads, "restarts": attempts,
+            "configs": configs}
+
+
+def ensure_ray(args):
+    """The Ray venv's python, or (None, why)."""
+    py = os.path.join(VENV, "bin", "python")
+    probe = [py, "-c", "import ray, ray.tune; print(ray.__version__)"]
+    if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
+        return py, None
+    if args.no_install:
+        return None, "ray[tune] not installed in %s (--no-install)" % VENV
+    print("pbt: installing %s into %s (once)" % (" ".join(RAY_PINS), VENV))
+    sys.stdout.flush()
+    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", VENV],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, "cannot create a venv: " + r.stderr.strip()[-300:]
+    try:
+        import numpy
+        cons = ["numpy==" + numpy.__version__]
+    except ImportError:
+        cons = []
+    cfile = os.path.join(VENV, "constraints.txt")
+    with open(cfile, "w") as f:
+        f.write("\n".join(cons) + "\n")
+    r = subprocess.run([py, "-m", "pip", "install", "-q", "-c", cfile] + RAY_PINS,
+                       capture_output=True, text=True)
+    if r.returncode != 0 or subprocess.run(probe, capture_output=True).returncode != 0:
+        return None, "pip install of ray[tune] failed: " + (r.stderr or r.stdout).strip()[-300:]
+    return py, None
+
+
+def run_ray(py, tmp, name, configs, args, seed):
+    d = os.path.join(tmp, name)
+    os.makedirs(d)
+    cfg = {"command": [TRAIN] + trainer_args(args, seed), "configs": configs,
+           "interval": args.interval, "iterations": args.iterations, "cpus": args.cpus,
+           "cpu_per_trial": args.cpus / POP if args.ray_cpu == 0 else args.ray_cpu,
+           "seed": seed, "space": SPACE, "perturb": PERTURB, "quantile": QUANTILE,
+           "resample_p": RESAMPLE, "workdir": d}
+    path = os.path.join(d, "cfg.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    e = env()
+    e["TMPDIR"] = d  # Ray's session files
+    t0 = time.time()
+    p = subprocess.run([py, os.path.join(ROOT, "bench", "pbt_ray.py"), path], cwd=d, env=e,
+                       capture_output=True, text=True)
+    wall = time.time() - t0
+    try:
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        sys.stderr.write("ray arm failed (exit %d):\n%s\n" % (p.returncode, p.stderr[-3000:]))
+        return None
+    out["wall_process"] = wall  # with Python and Ray start-up
+    out["loads"] = out["perturbations"]
+    out["restarts"] = out["process_starts"] - len(configs)
+    return out
+
+
+def summary(r):
+    vals = [v for v in r["finals"] if v == v]
+    return {"best": max(vals) if vals else float("nan"),
+            "mean": sum(vals) / len(vals) if vals else float("nan")}
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="1 seed, fewer epochs")
-    ap.add_argument("--epochs", type=int, default=8)
-    ap.add_argument("--subset", type=int, default=24000)
-    ap.add_argument("--interval", type=int, default=300, help="pbt interval in steps")
-    ap.add_argument("--pb2", action="store_true", help="also run pbt with pb2")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="1 seed, a shorter run")
+    ap.add_argument("--subset", type=int, default=15000)
+    ap.add_argument("--val", type=int, default=5000)
+    ap.add_argument("--interval", type=int, default=250, help="pbt interval in steps")
+    ap.add_argument("--iterations", type=int, default=10, help="intervals per member")
+    ap.add_argument("--cpus", type=int, default=2, help="Ray: CPUs (one per trial)")
+    ap.add_argument("--ray-cpu", type=float, default=0,
+                    help="Ray: CPUs per trial (0: cpus/population, all members at once)")
+    ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--no-install", action="store_true", help="do not pip install ray")
+    ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if args.quick:
-        args.seeds, args.epochs = 1, 3
+        args.seeds, args.iterations, args.interval, args.subset = 1, 6, 200, 8000
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
-        print("pbt: Fashion-MNIST not found in %s (apt-get install dataset-fashion-mnist); skipped" % DATA)
+        print("pbt: SKIPPED: Fashion-MNIST not found in %s (apt-get install "
+              "dataset-fashion-mnist)" % DATA)
         return 0
-    arms = [("fixed", lambda s: {"type": "random", "seed": s}),
-            ("pbt", lambda s: {"type": "pbt", "seed": s, "interval": args.interval})]
-    if args.pb2:
-        arms.append(("pb2", lambda s: {"type": "pbt", "seed": s, "interval": args.interval, "pb2": True}))
-    print("pbt: Fashion-MNIST, MLP 128, %d train examples, %d epochs, batch 64, population 4, "
-          "interval %d steps, 1 thread per trial, %d seeds" % (args.subset, args.epochs, args.interval,
-                                                              args.seeds))
-    print("%-6s %-6s %9s %10s %9s %6s %7s" % ("seed", "arm", "best_val", "its_test", "mean_val",
-                                             "loads", "wall_s"))
-    total = {a: {"best_val": 0.0, "best_test": 0.0, "mean_val": 0.0, "loads": 0, "wall": 0.0}
-             for a, _ in arms}
+    py, why = (None, "--no-ray") if args.no_ray else ensure_ray(args)
+    steps = args.iterations * args.interval
+    print("pbt: Fashion-MNIST, MLP 128, %d train examples, batch 64, SGD momentum 0.9, "
+          "%d steps (%.1f epochs) per member, population %d, interval %d steps, lr log "
+          "1e-3..0.5, %d CPUs, %d seed(s)" % (args.subset, steps, steps * 64 / args.subset,
+                                              POP, args.interval, args.cpus, args.seeds))
+    if why:
+        print("pbt: ray arm SKIPPED: %s" % why)
+    print("%-5s %-7s %9s %9s %7s %6s %8s" % ("seed", "arm", "best_val", "mean_val", "wall_s",
+                                             "loads", "restarts"))
+    rows = {"no_pbt": [], "jizhi": [], "ray": []}
     with tempfile.TemporaryDirectory(prefix="jz-bench-pbt-") as tmp:
         for seed in range(1, args.seeds + 1):
-            init = None
-            for arm, sched in arms:
-                r = run_arm(tmp, "%s-%d" % (arm, seed), sched(seed), args)
-                if init is None:
-                    init = r["initial"]
-                elif r["initial"] != init:
-                    print("  note: %s started from other configurations than fixed" % arm)
-                print("%-6d %-6s %9.4f %10.4f %9.4f %6d %7.1f" % (seed, arm, r["best_val"], r["best_test"],
-                                                                  r["mean_val"], r["loads"], r["wall"]))
-                for k in total[arm]:
-                    total[arm][k] += r[k]
-                sys.stdout.flush()
-    n = args.seeds
-    for arm, _ in arms:
-        t = total[arm]
-        print("%-6s %-6s %9.4f %10.4f %9.4f %6.1f %7.1f" % ("mean", arm, t["best_val"] / n,
-                                                            t["best_test"] / n, t["mean_val"] / n,
-                                                            t["loads"] / n, t["wall"] / n))
+            base = run_jizhi(tmp, "nopbt-%d" % seed, {"type": "random", "seed": seed}, args,
+                             seed)
+            live = run_jizhi(tmp, "pbt-%d" % seed,
+                             {"type": "pbt", "seed": seed, "interval": args.interval,
+                              "quantile": QUANTILE, "resample_p": RESAMPLE,
+                              "perturb": PERTURB}, args, seed)
+            if live["configs"] != base["configs"]:
+                print("  note: pbt started from other configurations than no_pbt")
+            arms = [("no_pbt", base), ("jizhi", live)]
+            if py:
+                r = run_ray(py, tmp, "ray-%d" % seed, base["configs"], args, seed)
+                if r:
+                    arms.append(("ray", r))
+            for arm, r in arms:
+                r.update(summary(r))
+                r["seed"] = seed
+                rows[arm].append(r)
+                print("%-5d %-7s %9.4f %9.4f %7.1f %6d %8d" % (
+                    seed, arm, r["best"], r["mean"], r["wall"], r["loads"], r["restarts"]))
+            sys.stdout.flush()
+    med = {}
+    for arm, rs in rows.items():
+        if not rs:
+            continue
+        med[arm] = {"best_val_acc": statistics.median(r["best"] for r in rs),
+                    "mean_val_acc": statistics.median(r["mean"] for r in rs),
+                    "wall_s": statistics.median(r["wall"] for r in rs),
+                    "loads": statistics.median(r["loads"] for r in rs),
+                    "restarts": statistics.median(r["restarts"] for r in rs),
+                    "seeds": len(rs)}
+        m = med[arm]
+        print("%-5s %-7s %9.4f %9.4f %7.1f %6.1f %8.1f" % (
+            "med", arm, m["best_val_acc"], m["mean_val_acc"], m["wall_s"], m["loads"],
+            m["restarts"]))
+    if "jizhi" in med and "ray" in med:
+        j, r, n = med["jizhi"], med["ray"], med["no_pbt"]
+        print("pbt: median best val_acc jizhi %.4f, ray %.4f, no-PBT %.4f; jizhi wall %.2fx "
+              "ray's" % (j["best_val_acc"], r["best_val_acc"], n["best_val_acc"],
+                         j["wall_s"] / r["wall_s"]))
+    if args.json:
+        write_json(args.json, "pbt", med)
     return 0
+
+
+def write_json(path, key, value):
+    """Merges {key: value} into the JSON object at path."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        doc = {}
+    doc[key] = value
+    with open(path + ".tmp", "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
     cmd_plot.c   plot (metric curves as SVG)
     cmd_serve.c  serve (the web dashboard), --http of run and controller
     cmd_token.c  token create|list|revoke (web API bearer tokens)
+    cmd_keygen.c keygen (CURVE key pairs)
     cmd_alerts.c alerts (the alerts that fired)
     cmd_queue.c  queue (what waits and why), quota set|list
 
@@ -40,6 +41,7 @@ int cmd_watch(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_token(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 int cmd_alerts(int argc, char **argv);
 int cmd_queue(int argc, char **argv);
 int cmd_quota(int argc, char **argv);

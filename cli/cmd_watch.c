@@ -22,6 +22,7 @@
 #include "cli.h"
 
 #include "../common/spec.h"
+#include "../common/keys.h"
 #include "../common/wire.h"
 #include "../common/util.h"
 
@@ -485,6 +486,11 @@ static int s_connect(w_view *v)
         v->zctx = zmq_ctx_new();
     v->sock = zmq_socket(v->zctx, ZMQ_DEALER);
     wire_socket_setup(v->sock);
+    if (keys_client_setup(v->sock, ep, NULL, v->status, sizeof v->status) != 0) {
+        zmq_close(v->sock);
+        v->sock = NULL;
+        return -1;
+    }
     if (zmq_connect(v->sock, ep) != 0) {
         snprintf(v->status, sizeof v->status,
                  "cannot connect to the controller at %s: %s", ep, zmq_strerror(errno));

@@ -13,6 +13,8 @@
     ctl_idmap.c  trial id -> trial, a hash map
     ctl_msg.c    the message table {type, peer role, handler} and the
                  handlers of docs/PROTOCOL.md
+    ctl_auth.c   who speaks: CURVE and the ZAP handler, authorized keys,
+                 Unix uids over ipc, the identity of each message
 
     Ownership: the ctl owns its studies, dispatchers, instructions and
     outbox; a study owns its trials, spec and schedulers; the id map
@@ -29,12 +31,15 @@
 
 #include "ctl.h"
 
+#include "../common/authkeys.h"
+#include "../common/ident.h"
 #include "../common/spec.h"
 #include "../common/wire.h"
 #include "../schedulers/sched.h"
 #include "../store/store.h"
 
 #include <jansson.h>
+#include <signal.h>
 #include <string.h>
 
 typedef struct ctl_study ctl_study;
@@ -77,6 +82,20 @@ typedef struct {
     double deadline; /* monotonic: answered with an error after it */
 } ctl_logread;
 
+/* How peers reach the controller (ctl_auth.c). */
+typedef enum {
+    CTL_TR_IPC = 0, /* Unix uids (SO_PEERCRED) */
+    CTL_TR_CURVE,   /* tcp:// with CURVE: authorized keys */
+    CTL_TR_TRUSTED, /* tcp:// --insecure, inproc://: every peer is the admin */
+} ctl_transport;
+
+/* The sender of one message. */
+typedef struct {
+    ident_t id;  /* role IDENT_NONE: anonymous (may only speak as a trial) */
+    int trusted; /* the controller's own user over ipc, or --insecure: may do
+                    everything, dispatcher work included */
+} ctl_ident;
+
 /* A message to send after the iteration's commit. */
 typedef struct {
     wire_peer to;
@@ -105,8 +124,14 @@ struct ctl {
     ctl_logread *logreads; /* relayed read_log requests (ctl_read.c) */
     size_t nlogreads, logread_cap;
     long next_logread;
-    ctl_alerts *alerts; /* alert rules and running hooks (ctl_alert.c), owned */
-    ctl_queue *queue;   /* quotas and why studies wait (ctl_queue.c), owned */
+    ctl_transport transport;      /* ctl_auth.c */
+    void *zap;                    /* ZAP handler socket (CURVE), or NULL */
+    authkeys_t keys;              /* authorized keys (CURVE) */
+    char keys_path[1024];         /* their file, "" if none */
+    ident_t self;                 /* the controller's own user (admin) */
+    volatile sig_atomic_t reload; /* SIGHUP: reread keys_path */
+    ctl_alerts *alerts;           /* alert rules and running hooks (ctl_alert.c), owned */
+    ctl_queue *queue;             /* quotas and why studies wait (ctl_queue.c), owned */
 };
 
 /* ---- ctl.c ---- */
@@ -207,7 +232,21 @@ int ctl__queue_quota_set(ctl_t *c, const char *user, long slots, long gpus);
 json_t *ctl__queue_status(ctl_t *c);
 
 /* ---- ctl_msg.c ---- */
-/* Handles one decoded message from `from` (borrowed). */
-void ctl__handle(ctl_t *c, const wire_peer *from, json_t *msg);
+/* Handles one decoded message from `from` (borrowed), sent by `who`. */
+void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *msg);
+
+/* ---- ctl_auth.c ---- */
+/* Sets the router (created, not bound) up for `bind`: CURVE and the ZAP
+   handler for tcp:// (refused without a server key unless cfg->insecure),
+   nothing for ipc://. 0, or -1 with err. */
+int ctl__auth_setup(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
+                    size_t errsize);
+/* The ZAP socket to poll, or NULL. */
+void *ctl__auth_socket(const ctl_t *c);
+/* Answers ZAP requests; applies a pending reload. */
+void ctl__auth_poll(ctl_t *c);
+/* The identity of a message's sender from its metadata. */
+void ctl__auth_identify(const ctl_t *c, const wire_meta *m, ctl_ident *out);
+void ctl__auth_fini(ctl_t *c);
 
 #endif

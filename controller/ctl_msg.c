@@ -51,8 +51,9 @@ typedef struct {
     const wire_peer *from;
     json_t *msg;
     long req;
-    ctl_trial *trial; /* PEER_TRIAL: the authenticated trial */
-    ctl_disp *disp;   /* PEER_DISPATCHER: the registered dispatcher */
+    ctl_trial *trial;     /* PEER_TRIAL: the authenticated trial */
+    ctl_disp *disp;       /* PEER_DISPATCHER: the registered dispatcher */
+    const ctl_ident *who; /* the sender as the transport identified it */
 } ctl_msg;
 
 typedef enum {
@@ -788,50 +789,87 @@ static void s_ping(ctl_t *c, const ctl_msg *m)
 
 /* ---- the table ---- */
 
+/* What the sender's role must allow (ident.h), or ACT_FREE: nothing (a
+   trial's token is its identity; ping answers anyone). */
+#define ACT_FREE (-1)
+
 static const struct {
     const char *type;
     ctl_peer_role role;
+    int action; /* ident_action, or ACT_FREE */
     void (*handler)(ctl_t *c, const ctl_msg *m);
 } s_table[] = {
     /* trial -> controller */
-    {"hello", PEER_TRIAL, s_hello},
-    {"metrics", PEER_TRIAL, s_metrics},
-    {"trial_heartbeat", PEER_TRIAL, s_trial_heartbeat},
-    {"ins_ack", PEER_TRIAL, s_ins_ack},
-    {"checkpoint_done", PEER_TRIAL, s_checkpoint_done},
+    {"hello", PEER_TRIAL, ACT_FREE, s_hello},
+    {"metrics", PEER_TRIAL, ACT_FREE, s_metrics},
+    {"trial_heartbeat", PEER_TRIAL, ACT_FREE, s_trial_heartbeat},
+    {"ins_ack", PEER_TRIAL, ACT_FREE, s_ins_ack},
+    {"checkpoint_done", PEER_TRIAL, ACT_FREE, s_checkpoint_done},
     /* dispatcher -> controller */
-    {"register", PEER_ANY, s_register},
-    {"disp_heartbeat", PEER_DISPATCHER, s_disp_heartbeat},
-    {"started", PEER_DISPATCHER, s_started},
-    {"exited", PEER_DISPATCHER, s_exited},
-    {"log_data", PEER_DISPATCHER, s_log_data},
+    {"register", PEER_ANY, IDENT_RUN, s_register},
+    {"disp_heartbeat", PEER_DISPATCHER, IDENT_RUN, s_disp_heartbeat},
+    {"started", PEER_DISPATCHER, IDENT_RUN, s_started},
+    {"exited", PEER_DISPATCHER, IDENT_RUN, s_exited},
+    {"log_data", PEER_DISPATCHER, IDENT_RUN, s_log_data},
     /* CLI -> controller */
-    {"submit", PEER_ANY, s_submit},
-    {"status", PEER_ANY, s_status},
-    {"study_stop", PEER_ANY, s_study_stop},
-    {"study_resume", PEER_ANY, s_study_resume},
-    {"study_enqueue", PEER_ANY, s_study_enqueue},
-    {"study_extend", PEER_ANY, s_study_extend},
-    {"trial_stop", PEER_ANY, s_trial_stop},
-    {"trial_pause", PEER_ANY, s_trial_pause},
-    {"trial_resume", PEER_ANY, s_trial_resume},
-    {"trial_set", PEER_ANY, s_trial_set_msg},
-    {"read", PEER_ANY, s_read},
-    {"read_log", PEER_ANY, s_read_log},
-    {"ping", PEER_ANY, s_ping},
-    {"queue", PEER_ANY, s_queue},
-    {"quota_set", PEER_ANY, s_quota_set},
+    {"submit", PEER_ANY, IDENT_SUBMIT, s_submit},
+    {"status", PEER_ANY, IDENT_READ, s_status},
+    {"study_stop", PEER_ANY, IDENT_STEER, s_study_stop},
+    {"study_resume", PEER_ANY, IDENT_STEER, s_study_resume},
+    {"study_enqueue", PEER_ANY, IDENT_STEER, s_study_enqueue},
+    {"study_extend", PEER_ANY, IDENT_STEER, s_study_extend},
+    {"trial_stop", PEER_ANY, IDENT_STEER, s_trial_stop},
+    {"trial_pause", PEER_ANY, IDENT_STEER, s_trial_pause},
+    {"trial_resume", PEER_ANY, IDENT_STEER, s_trial_resume},
+    {"trial_set", PEER_ANY, IDENT_STEER, s_trial_set_msg},
+    {"read", PEER_ANY, IDENT_READ, s_read},
+    {"read_log", PEER_ANY, IDENT_READ, s_read_log},
+    {"ping", PEER_ANY, ACT_FREE, s_ping},
+    {"queue", PEER_ANY, IDENT_READ, s_queue},
+    {"quota_set", PEER_ANY, IDENT_ADMINISTER, s_quota_set},
 };
 
-void ctl__handle(ctl_t *c, const wire_peer *from, json_t *msg)
+static const char *const s_action_text[] = {
+    [IDENT_READ] = "read",
+    [IDENT_SUBMIT] = "submit studies",
+    [IDENT_STEER] = "steer studies and trials",
+    [IDENT_RUN] = "do a dispatcher's work",
+    [IDENT_ADMINISTER] = "administer",
+};
+
+/* 1 when the sender may do `action`; else answers a refusal and logs it
+   (changes nothing). */
+static int s_permitted(ctl_t *c, const ctl_msg *m, int action)
+{
+    const ctl_ident *w = m->who;
+    if (action == ACT_FREE || w->trusted ||
+        ident_allows(w->id.role, (ident_action)action))
+        return 1;
+    if (w->id.role == IDENT_NONE) {
+        log_warn("ctl", "refused %s from an unknown key or peer", wire_type(m->msg));
+        s_reply_error(c, m->from, m->req, "unauthorized",
+                      "unknown key: the controller's authorized keys do not list it");
+    } else {
+        log_warn("ctl", "refused %s from %s (%s)", wire_type(m->msg), w->id.user,
+                 ident_role_str(w->id.role));
+        ctl__send(c, m->from,
+                  wire_error(m->req, "forbidden", "%s (role %s) may not %s", w->id.user,
+                             ident_role_str(w->id.role), s_action_text[action]));
+    }
+    return 0;
+}
+
+void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *msg)
 {
     const char *type = wire_type(msg);
     json_t *r = json_object_get(msg, "req");
-    ctl_msg m = {from, msg, json_is_integer(r) ? (long)json_integer_value(r) : -1, NULL,
-                 NULL};
+    ctl_msg m = {from, msg,  json_is_integer(r) ? (long)json_integer_value(r) : -1,
+                 NULL, NULL, who};
     for (size_t i = 0; i < sizeof s_table / sizeof s_table[0]; i++) {
         if (strcmp(type, s_table[i].type) != 0)
             continue;
+        if (!s_permitted(c, &m, s_table[i].action))
+            return;
         if (s_table[i].role == PEER_TRIAL && !(m.trial = s_auth_trial(c, &m)))
             return;
         if (s_table[i].role == PEER_DISPATCHER && !(m.disp = s_auth_disp(c, &m)))

@@ -10,7 +10,7 @@
     (option `ema`, default 0.95) before dividing: B_simple = tr/|G|^2.
     Throughput is fitted from `samples_per_s` (or `step_time_s`) at the
     batch sizes seen, as step time t(B) = alpha + beta*B (least squares over
-    the median step time of each size, beta kept at least a quarter of the
+    the lower-quartile step time of each size, beta kept at least a quarter of the
     best per-example time measured; before two sizes are seen, the prior
     alpha = prior_overhead * t(B1), default 0.5; and while only one size has
     been seen, the first decision that would keep it tries its better
@@ -50,7 +50,7 @@ enum { GNS_GS = 1, GNS_GB = 2, GNS_BS = 4, GNS_BB = 8, GNS_ALL = 15 };
 enum { RULE_ADASCALE = 0, RULE_SQRT, RULE_LINEAR, RULE_NONE };
 static const char *const s_rules[] = {"adascale", "sqrt", "linear", "none"};
 
-#define BS_TP_WIN 16 /* step times kept per batch size (their median is used) */
+#define BS_TP_WIN 16 /* step times kept per batch size (their lower quartile is used) */
 
 typedef struct {
     double b;            /* batch size */
@@ -229,14 +229,17 @@ static void s_tp_add(bs_trial *t, double b, double step_time)
         e->n++;
 }
 
-/* Median step time at one size: robust to the windows that include an
-   evaluation, a checkpoint or a neighbour's burst, which only slow. */
+/* The step time at one size: the lower quartile of the windows held. An
+   evaluation, a checkpoint or a neighbour's burst in a window only slows
+   it, and on a shared machine most windows can be slowed (the median of
+   measured bench windows moved 2-3x between sizes, by load alone), so
+   the fast end is the machine's speed at that size. */
 static double s_tp_time(const bs_tp *e)
 {
     double v[BS_TP_WIN];
     memcpy(v, e->t, (size_t)e->n * sizeof v[0]);
     qsort(v, (size_t)e->n, sizeof v[0], s_cmp_double);
-    return e->n % 2 ? v[e->n / 2] : (v[e->n / 2 - 1] + v[e->n / 2]) / 2;
+    return v[(e->n - 1) / 4];
 }
 
 /* Fits t(B) = alpha + beta*B. 0, or -1 when nothing was measured. */

@@ -64,9 +64,9 @@ static void s_ack(trn_trainer *t, const jz_instruction *ins, int ok, const char 
         t->io.ack(t->io.ud, ins, ok, detail);
 }
 
-/* After LOAD: the helper's params (updated with the new ones) win over the
-   checkpoint's, for the params that may change live. */
-static void s_reapply_params(trn_trainer *t, char *detail, size_t len)
+/* After LOAD (and --resume): the helper's params (updated with the new ones)
+   win over the checkpoint's, for the params that may change live. */
+void trn_trainer_reapply_params(trn_trainer *t, char *detail, size_t len)
 {
     detail[0] = 0;
     int multi = t->nranks > 1;
@@ -147,7 +147,7 @@ static int s_apply(trn_trainer *t, const jz_instruction *ins, char *detail, size
             snprintf(detail, dlen, "%s", err);
             return 0;
         }
-        s_reapply_params(t, detail, dlen);
+        trn_trainer_reapply_params(t, detail, dlen);
         return 1;
     }
     }

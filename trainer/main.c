@@ -171,6 +171,12 @@ int main(int argc, char **argv)
                 cfg.resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT", err);
         goto out;
     }
+    if (restore && *restore) { /* the trial's params win, as after a live load */
+        char detail[512];
+        trn_trainer_reapply_params(t, detail, sizeof detail);
+        if (detail[0] && !cfg.quiet)
+            fprintf(stderr, "jizhi-train: after the load: %s\n", detail);
+    }
     if (trn_trainer_run(t, err) < 0) {
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;

@@ -102,6 +102,29 @@ def test_save_resume_and_corrupt_checkpoint(tmp_path):
     assert "checkpoint is for model" in p.stderr
 
 
+def test_resume_takes_the_checkpoints_config_then_the_params(tmp_path):
+    """--resume restores the trajectory's options (a flag does not override
+    them), then the trial's params win, as after a live load: how a PBT
+    exploit restarts a standalone program with new params."""
+    ck = str(tmp_path / "a.jzck")
+    p = train(*FAST, "--lr", "0.1", "--max-steps", "20", "--save", ck)
+    assert p.returncode == 0, p.stderr
+    p = train(*FAST, "--lr", "0.3", "--max-steps", "40", "--resume", ck)
+    assert p.returncode == 0, p.stderr
+    lrs = reported(p.stderr, "lr")
+    assert lrs and all(v == pytest.approx(0.1) for v in lrs)
+    p = train(*FAST, "--lr", "0.3", "--max-steps", "40", "--resume", ck,
+              env={"JIZHI_PARAMS": json.dumps({"lr": 0.007, "momentum": 0.5})})
+    assert p.returncode == 0, p.stderr
+    lrs = reported(p.stderr, "lr")
+    assert lrs and all(v == pytest.approx(0.007) for v in lrs)
+    assert min(reported(p.stderr, "train_loss")) > 0  # it trained from step 20
+    p = train(*FAST, "--max-steps", "40", "--resume", ck,
+              env={"JIZHI_PARAMS": json.dumps({"lr": -1})})
+    assert p.returncode == 2, p.stderr
+    assert "param lr" in p.stderr
+
+
 def test_study_over_jizhi_train_with_live_lr(jz):
     spec = {
         "name": "trn",
