@@ -309,3 +309,27 @@ def test_a_preempted_trial_that_does_not_checkpoint_is_restarted_from_its_last_o
         assert acked <= stored and stored == set(range(1, 81))
     finally:
         stop(ctl, disp)
+
+
+def test_only_an_admin_sets_quotas(jz):
+    from test_auth import as_key, cli, curve_controller, free_port, keygen, write_keys
+    keygen(jz, "controller")
+    admin, user, viewer = (keygen(jz, n) for n in ("admin", "user", "viewer"))
+    write_keys(jz, [f"{admin} root admin", f"{user} bob user", f"{viewer} vic viewer"])
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    ctl = curve_controller(jz, ep)
+    try:
+        p = cli(jz, as_key(jz, "user"), "quota", "set", "bob", "slots=100", "--controller", ep)
+        assert p.returncode == 1 and "bob (role user) may not" in p.stderr, p.stderr
+        assert jz.sql("SELECT COUNT(*) FROM quotas") == [(0,)]
+        p = cli(jz, as_key(jz, "admin"), "quota", "set", "bob", "slots=1", "--controller", ep)
+        assert p.returncode == 0 and "quota of bob: slots 1" in p.stdout, p.stderr
+        assert jz.sql("SELECT user, slots, gpus FROM quotas") == [("bob", 1, -1)]
+        p = cli(jz, as_key(jz, "viewer"), "queue", "--json", "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["users"] == [
+            {"user": "bob", "slots": 0, "gpus": 0, "quota_slots": 1, "quota_gpus": -1}]
+        p = cli(jz, as_key(jz, "viewer"), "quota", "list", "--json", "--controller", ep)
+        assert p.returncode == 0 and json.loads(p.stdout)[0]["user"] == "bob"
+    finally:
+        stop(ctl)
