@@ -1,4 +1,5 @@
-/*  cmd_study.c - `jizhi study submit|list|show|stop|resume|enqueue|extend|export|events`.
+/*  cmd_study.c - `jizhi study submit|list|show|stop|resume|enqueue|extend|export|events`
+    (and `importance`, in cmd_importance.c).
 
     list/show/export/events read the database file (they work with no
     controller running); submit/stop/resume/enqueue/extend ask the
@@ -33,6 +34,8 @@ static const char s_usage[] =
     "           point (trial,attempt,step,metric,value,time); --all keeps the\n"
     "           schedulers' internal metrics (grad_sqnorm_*, batch_small/big)\n"
     "       jizhi study events NAME [--json]\n"
+    "       jizhi study importance NAME [--json]\n"
+    "           how much each parameter matters, from the completed trials\n"
     "Common options: --db FILE, --controller ENDPOINT.\n";
 
 static int s_need_args(const cli_opts *o, int n, const char *what)
@@ -574,6 +577,10 @@ int cmd_study(int argc, char **argv)
         return (rc = s_need_args(&o, 1, "show: expected NAME")) ? rc : s_show(&o);
     if (!strcmp(sub, "export"))
         return (rc = s_need_args(&o, 1, "export: expected NAME")) ? rc : s_export(&o);
+    if (!strcmp(sub, "importance"))
+        return (rc = s_need_args(&o, 1, "importance: expected NAME"))
+                   ? rc
+                   : cli_study_importance(&o);
     if (!strcmp(sub, "enqueue"))
         return s_enqueue(&o);
     if (!strcmp(sub, "extend"))
