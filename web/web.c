@@ -38,6 +38,7 @@ static const s_route s_routes[] = {
     {"GET", "/api/studies/*/curves", web__get_curves, IDENT_READ},
     {"GET", "/api/studies/*/page", web__get_page, IDENT_READ},
     {"GET", "/api/studies/*/stream", web__get_stream, IDENT_READ},
+    {"GET", "/api/studies/*/importance", web__get_importance, IDENT_READ},
     {"GET", "/api/trials/*", web__get_trial, IDENT_READ},
     {"GET", "/api/trials/*/metrics", web__get_trial_metrics, IDENT_READ},
     {"GET", "/api/whoami", web__get_whoami, IDENT_READ},

@@ -5,6 +5,7 @@
     web_write.c   POST handlers: requests to the controller
     web_stream.c  Server-Sent Events (metrics, events, trial states)
     web_static.c  the built-in page files
+    web_importance.c  parameter importance (schedulers/importance.h)
     web_curves.c  downsampled study curves kept in memory
     web_buf.c     text buffer for large replies
     web_mhd.c     libmicrohttpd, loaded when a server starts
@@ -90,6 +91,9 @@ int web__get_page(web_req *r);
 int web__get_trial(web_req *r);
 int web__get_trial_metrics(web_req *r);
 int web__get_whoami(web_req *r);
+
+/* web_importance.c */
+int web__get_importance(web_req *r);
 
 /* web_write.c */
 int web__post_submit(web_req *r);
