@@ -98,3 +98,34 @@ def test_bad_objective_lists_and_constraints_are_refused(jz):
     p = jz.run("study", "submit", jz.write_spec(spec), "--db", jz.db)
     assert p.returncode == 1 and "constraints[0]: needs exactly one bound" in p.stderr
     assert not os.path.exists(jz.db)
+
+
+def test_dashboard_marks_the_pareto_set(jz):
+    from test_web_browser import chromium, wait_js
+    drv = chromium()
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+    try:
+        spec = mo_spec("mo", 8, "random")
+        spec["trial"]["env"]["TRIAL_SLEEP"] = "0"
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 90,
+                    "the study to finish")
+    finally:
+        stop(ctl, disp)
+    front, _ = front_here(jz)
+    p, url = serve(jz)
+    try:
+        drv.get(url + "/#/study/mo")
+        wait_js(drv, "document.querySelector('#study-pareto')", what="the Pareto headline")
+        head = drv.execute_script("return document.querySelector('#study-pareto').innerText")
+        assert "Pareto set: %d trial" % len(front) in head
+        marked = drv.execute_script(
+            "return [...document.querySelectorAll('#trials-table td.pareto')]"
+            ".map((td) => td.parentNode.dataset.trial)")
+        assert {int(t) for t in marked} == front
+    finally:
+        drv.quit()
+        stop(p)

@@ -253,6 +253,24 @@ async function studyPage(name) {
       el("span", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(100 * s.progress)}%` })), ` ${s.done}/${s.total} done, ${s.running} running, ${s.failed} failed, ${s.stopped} stopped`),
       el("span", {}, `objective ${s.objective.metric} (${s.objective.mode})`),
       el("span", { class: "big", id: "study-best" }, best ? `best ${fmt(best.value)} — trial #${best.number}` : "no result yet"));
+    if (S.front && S.front.multi)
+      headline.append(el("span", { id: "study-pareto", title: "completed feasible trials no other one dominates; marked ◆ in the table" },
+        `Pareto set: ${S.front.n} trial${S.front.n === 1 ? "" : "s"} ◆ (${S.front.objectives.map((o) => o.metric + " " + o.mode).join(", ")})`));
+  }
+  /* several objectives or constraints: the server's Pareto set (GET
+     .../pareto), fetched again when the number of completed trials changes */
+  S.front = null;
+  let frontDone = -1;
+  function loadFront() {
+    const done = S.trials.filter((t) => t.state === "completed").length;
+    if (done === frontDone) return;
+    frontDone = done;
+    getJSON(`/api/studies/${encodeURIComponent(name)}/pareto`).then((j) => {
+      if (j.objectives.length < 2 && !j.constraints) return;
+      S.front = { multi: j.objectives.length > 1, objectives: j.objectives, ids: new Set(j.pareto.map((p) => p.id)), n: j.pareto.length };
+      renderHead();
+      drawTable();
+    }).catch(() => {});
   }
   function recount() {
     const s = S.study;
@@ -653,7 +671,11 @@ async function studyPage(name) {
     const body = rows.slice(0, limit).map((t) => el("tr", { class: t.id === bestId ? "best" : "", "data-trial": t.id },
       ...cols.map((c) => {
         const v = val(t, c.key);
-        if (c.key === "number") return el("td", { class: "num" }, el("a", { href: "#/trial/" + t.id, text: "#" + v }));
+        if (c.key === "number") {
+          const onFront = S.front && S.front.ids.has(t.id);
+          return el("td", { class: "num" + (onFront ? " pareto" : ""), title: onFront ? (S.front.multi ? "on the Pareto set" : "best feasible") : "" },
+            el("a", { href: "#/trial/" + t.id, text: "#" + v + (onFront ? " ◆" : "") }));
+        }
         if (c.key === "state") return el("td", {}, stateBadge(v));
         return el("td", { class: c.num ? "num" : "", text: typeof v === "number" ? fmt(v) : v == null ? "–" : String(v) });
       })));
@@ -695,12 +717,13 @@ async function studyPage(name) {
       t[k] = performance.now() - t0;
     }
   }
-  const redrawTrials = throttle(() => { recount(); renderHead(); drawHistory(); drawParallel(); drawImportance(); drawTable(); }, 1000);
+  const redrawTrials = throttle(() => { recount(); renderHead(); drawHistory(); drawParallel(); drawImportance(); drawTable(); loadFront(); }, 1000);
   const redrawEvents = throttle(drawEvents, 1000);
 
   data.points = data.curves_points;
   fillSelectors();
   drawAll();
+  loadFront();
   jz.drawnAt = performance.now();
   document.body.dataset.drawn = "study";
 
