@@ -70,6 +70,13 @@ def test_bo_two_objectives_with_a_constraint_survives_kill9_and_marks_the_front(
         rows_csv = list(csv.DictReader(io.StringIO(jz.run("study", "export", "mo", check=0).stdout)))
         assert {int(r["id"]) for r in rows_csv if r["pareto"] == "true"} == front
         assert all(r["feasible"] in ("true", "false") for r in rows_csv)
+        # plot rings the front's points in the history panel
+        jz.run("plot", "mo", "--db", jz.db, "--output", "mo.svg", check=0)
+        with open(os.path.join(jz.dir, "mo.svg")) as f:
+            svg = f.read()
+        import re
+        ringed = {int(t) for t in re.findall(r'<circle class="pareto" data-trial="(\d+)"', svg)}
+        assert ringed == front and "Pareto set (%d)" % len(front) in svg
     finally:
         stop(ctl, disp)
     # the web API's front (no controller needed)
