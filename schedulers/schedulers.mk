@@ -34,3 +34,19 @@ bench-bo: $(BENCH_BO)
 bench-importance: $(BENCH_BO)
 	@PYTHON=$(PYTHON) scripts/bench-peers-install.sh
 	@$(PYTHON) scripts/bench_importance.py --driver $(BENCH_BO) $(BENCH_IMPORTANCE_ARGS)
+
+#   make bench-mo     multi-objective and constrained bo against Optuna
+#                     (NSGA-II, multi-objective TPE, constraints_func):
+#                     hypervolume after 50 and 100 evaluations, 10 seeds.
+#                     BENCH_MO_ARGS="--quick" for 3 seeds.
+BENCH_MO := $(BUILD)/bin/bench_mo
+
+$(BENCH_MO): $(BUILD)/obj/schedulers/bench/bench_mo.o $(LIB_SCHED) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) -ljansson -lgsl -lopenblas -lm
+
+BENCHES += $(BENCH_MO)
+
+.PHONY: bench-mo
+bench-mo: $(BENCH_MO)
+	@$(PYTHON) bench/bench_mo.py --driver $(BENCH_MO) --out $(BUILD)/bench/bench_mo.json $(BENCH_MO_ARGS)
