@@ -654,7 +654,8 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
            the data's variance): on noisy data the interpolating basin of the
            likelihood is a poor local optimum BFGS cannot leave */
         int noisy = dflt_start && opts->default_start;
-        int nstarts = warm + dflt_start + noisy + (opts->restarts > 0 ? opts->restarts : 0);
+        int nstarts =
+            warm + dflt_start + noisy + (opts->restarts > 0 ? opts->restarts : 0);
         for (int k = 0; k < nstarts && !s_cancelled(opts->cancel); k++) {
             if (k == 0 && warm)
                 memcpy(t, opts->theta0, tbytes);
