@@ -70,7 +70,9 @@ status=0
 echo
 echo "== CPU vs CUDA: $STEPS steps, batch 128, same seed"
 printf '%-6s %12s %12s %10s %10s %s\n' prec cpu_loss cuda_loss cpu_acc cuda_acc verdict
-for prec in fp32 bf16 fp16; do
+PRECS=(fp32 bf16 fp16)
+[ "$CPU_ONLY" = 1 ] && PRECS=(fp32) # the CPU against itself: the logic once
+for prec in "${PRECS[@]}"; do
     c=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" --precision "$prec" 2>&1)
     g=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --precision "$prec" ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
         echo "$g" | tail -5; status=1; continue; }
