@@ -5,6 +5,7 @@
     cli_opts.c   the options study and trial share
     cmd_run.c    run (embedded controller + dispatcher), controller, dispatcher
     cmd_study.c  study submit|list|show|stop|resume|export|events
+    cmd_importance.c study importance (parameter importance)
     cmd_trial.c  trial list|show|logs|stop|pause|resume|set, report
     cmd_bseval.c batchsize-eval (batch-size measurements of a study)
     cmd_watch.c  watch (live terminal view of a study)
@@ -128,6 +129,10 @@ typedef struct {
     int nargs;      /* positional arguments left */
     char **args;    /* borrowed from argv */
 } cli_opts;
+
+/* `study importance NAME` (cmd_importance.c), with the options parsed:
+   o->args[0] is the study. CLI_OK or CLI_FAIL (after printing why). */
+int cli_study_importance(const cli_opts *o);
 
 /* Parses argv (argv[0] is the subcommand). 0 when done; -1 after printing
    `usage` to stdout for --help; CLI_USAGE after printing the error and

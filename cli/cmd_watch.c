@@ -1149,7 +1149,7 @@ int cmd_watch(int argc, char **argv)
         v.controller = v.src.ep; /* instructions go where the reads come from */
     v.study_id = (long)json_integer_value(json_object_get(d, "id"));
     json_t *spec = json_object_get(d, "spec");
-    json_t *obj = json_object_get(spec, "objective");
+    const json_t *obj = spec_json_objective(spec);
     const char *metric = json_string_value(json_object_get(obj, "metric"));
     snprintf(v.metric, sizeof v.metric, "%s", metric ? metric : "objective");
     const char *mode = json_string_value(json_object_get(obj, "mode"));

@@ -780,7 +780,7 @@ static void s_queue(ctl_t *c, const ctl_msg *m)
 }
 
 /* quota_set: user, slots and/or gpus (-1: no limit; a missing one keeps
-   its value). Any client until the controller authenticates roles. */
+   its value). The table row asks for the admin's right. */
 static void s_quota_set(ctl_t *c, const ctl_msg *m)
 {
     const char *user = json_string_value(json_object_get(m->msg, "user"));
