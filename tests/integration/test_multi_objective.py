@@ -70,6 +70,19 @@ def test_bo_two_objectives_with_a_constraint_survives_kill9_and_marks_the_front(
         rows_csv = list(csv.DictReader(io.StringIO(jz.run("study", "export", "mo", check=0).stdout)))
         assert {int(r["id"]) for r in rows_csv if r["pareto"] == "true"} == front
         assert all(r["feasible"] in ("true", "false") for r in rows_csv)
+        # plot rings the front's points in the history panel
+        jz.run("plot", "mo", "--db", jz.db, "--output", "mo.svg", check=0)
+        with open(os.path.join(jz.dir, "mo.svg")) as f:
+            svg = f.read()
+        import re
+        ringed = {int(t) for t in re.findall(r'<circle class="pareto" data-trial="(\d+)"', svg)}
+        assert ringed == front and "Pareto set (%d)" % len(front) in svg
+        # watch (no terminal: lines) names the Pareto set and the best feasible value
+        out = jz.run("watch", "mo", "--db", jz.db, "--interval", "0.1", timeout=60,
+                     check=0).stdout
+        last = [ln for ln in out.splitlines() if ln.startswith("study mo finished")][-1]
+        assert "best feasible a" in last
+        assert {int(t) for t in last.split("Pareto set:")[1].split(",")[0].split()} == front
     finally:
         stop(ctl, disp)
     # the web API's front (no controller needed)
