@@ -18,9 +18,12 @@ stored report, not the stop):
 
   fixed B, lr   B in the grid, lr = c * 0.05 * sqrt(B/64), c in the sweep
                 (0.5, 1, 2). Sweep on the first seed; every later seed runs
-                each B at the c that was fastest for it on the first seed
-                ("best lr in hindsight"). best_fixed per seed: the fastest
-                fixed arm.
+                each B at the c that was cheapest for it on the first seed
+                ("best lr in hindsight"). best_fixed per seed: the cheapest
+                fixed arm. Cheapest: least trainer CPU-s to the target
+                (--rank cpu, the default: the wall time of one run moved up
+                to 10x with the shared machine's load) or wall time
+                (--rank time).
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
   batchsize     scheduler batchsize from B0 = 64, lr 0.05, range 32..1024,
@@ -304,21 +307,22 @@ def bench_model(tmp, model, args, plots):
             for b in args.batches:
                 cands = [r for r in rows if r["seed"] == 1 and r["kind"] == "fixed" and
                          r["batch"] == b]
-                ok = [r for r in cands if r["time"] is not None]
-                pick = min(ok, key=lambda r: r["time"]) if ok else \
+                ok = [r for r in cands if r[args.rank] is not None]
+                pick = min(ok, key=lambda r: r[args.rank]) if ok else \
                     max(cands, key=lambda r: r["best"] or 0) if cands else None
                 best_c[b] = (pick["lr"] / (0.05 * (b / 64) ** 0.5)) if pick else 1.0
     # per seed: best fixed (fastest to target), the ratios
     per_seed = []
     for seed in range(1, seeds + 1):
-        fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and r["time"]]
+        fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and r["time"]
+                 and r[args.rank] is not None]
         ad = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize"]
         lin = [r for r in rows if r["seed"] == seed and r["kind"] == "linear"]
         if not fixed or not ad:
             print("seed %d: no fixed batch reached the target" % seed if not fixed else
                   "seed %d: the batchsize arm did not run" % seed)
             continue
-        bt = min(fixed, key=lambda r: r["time"])
+        bt = min(fixed, key=lambda r: r[args.rank])
         a, l = ad[0], lin[0] if lin else None
         per_seed.append({"seed": seed, "best_fixed": bt, "jizhi": a, "linear": l})
         bc = min((r for r in fixed if r["cpu"]), key=lambda r: r["cpu"], default=None)
@@ -395,6 +399,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 seed, MLP only, half the data")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--models", default=None, help="mlp,cnn (default: both; --quick: mlp)")
+    ap.add_argument("--rank", choices=["cpu", "time"], default="cpu",
+                    help="best fixed (and best lr) by the trainer's CPU-s or wall time to "
+                    "the target")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
