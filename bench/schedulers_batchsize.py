@@ -27,8 +27,14 @@ stored report, not the stop):
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
   batchsize     scheduler batchsize from B0 = 64, lr 0.05, range 32..1024,
-                AdaScale; its decisions (batch_size and lr reports) are
-                plotted to $BUILD/bench/batchsize-<model>-s<seed>.svg.
+                AdaScale, "throughput": "cpu" (step cost from the trainer's
+                step_cpu_s: the machine is shared, and wall-clock step
+                times measured at different sizes at different moments
+                compared the load, not the sizes); its decisions (batch_size
+                and lr reports) are plotted to
+                $BUILD/bench/<arm>-<model>-s<seed>.svg.
+  batchsize-wall  the same with "throughput": "wall" (samples_per_s), the
+                default.
 
 Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
 with 1 seed and no sweep (c = 1) in the full run and not in --quick: a CNN
@@ -91,9 +97,9 @@ def target_of(model, args):
 
 def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
-    if kind == "batchsize":
+    if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
-                 "warmup": 100}
+                 "warmup": 100, "throughput": "wall" if kind == "batchsize-wall" else "cpu"}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -278,13 +284,16 @@ def bench_model(tmp, model, args, plots):
     for seed in range(1, seeds + 1):
         arms = []
         for b in args.batches:
-            cs = sweep if seed == 1 else [best_c[b]]
+            cs = sweep if seed == 1 else [best_c.get(b, 1.0)]
             for c in cs:
                 lr = round(c * 0.05 * (b / 64) ** 0.5, 6)
                 arms.append(("fixed", b, lr, "fixed%d-lr%g" % (b, lr)))
         bl = max(args.batches)
         arms.append(("linear", bl, 0.05 * bl / 64, "linear%d" % bl))
         arms.append(("batchsize", 64, 0.05, "batchsize"))
+        arms.append(("batchsize-wall", 64, 0.05, "batchsize-wall"))
+        if args.only == "sched":
+            arms = [a for a in arms if a[0].startswith("batchsize")]
         # round robin would mix seeds; within a seed the arms alternate
         # between small and large batches so load drifts hit both
         for kind, b, lr, label in arms:
@@ -298,12 +307,12 @@ def bench_model(tmp, model, args, plots):
                 fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
                 r["changes"], r["final_b"], r["load"]))
             sys.stdout.flush()
-            if kind == "batchsize" and plots:
+            if kind.startswith("batchsize") and plots:
                 os.makedirs(plots, exist_ok=True)
-                svg_plot(os.path.join(plots, "batchsize-%s-s%d.svg" % (model, seed)),
-                         "batchsize scheduler, %s, seed %d: batch size (log), lr (log), "
-                         "val_acc over time" % (model, seed), r["trace"], target)
-        if seed == 1:
+                svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, model, seed)),
+                         "%s, %s, seed %d: batch size (log), lr (log), val_acc over time" % (
+                             kind, model, seed), r["trace"], target)
+        if seed == 1 and args.only == "all":
             for b in args.batches:
                 cands = [r for r in rows if r["seed"] == 1 and r["kind"] == "fixed" and
                          r["batch"] == b]
@@ -317,6 +326,7 @@ def bench_model(tmp, model, args, plots):
         fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and r["time"]
                  and r[args.rank] is not None]
         ad = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize"]
+        aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-wall"]
         lin = [r for r in rows if r["seed"] == seed and r["kind"] == "linear"]
         if not fixed or not ad:
             print("seed %d: no fixed batch reached the target" % seed if not fixed else
@@ -324,7 +334,8 @@ def bench_model(tmp, model, args, plots):
             continue
         bt = min(fixed, key=lambda r: r[args.rank])
         a, l = ad[0], lin[0] if lin else None
-        per_seed.append({"seed": seed, "best_fixed": bt, "jizhi": a, "linear": l})
+        per_seed.append({"seed": seed, "best_fixed": bt, "jizhi": a, "linear": l,
+                         "wall": aw[0] if aw else None})
         bc = min((r for r in fixed if r["cpu"]), key=lambda r: r["cpu"], default=None)
         per_seed[-1]["best_fixed_cpu"] = bc
         print("seed %d: best fixed B=%d lr %g %.1fs %d samples; batchsize %s (x%s time, "
@@ -367,6 +378,10 @@ def summarize(per_seed):
                           "cpu_to_target_s": med(p["best_fixed_cpu"]["cpu"] for p in per_seed
                                                  if p.get("best_fixed_cpu"))},
            "linear": {"time_to_target_s": statistics.median(lt)},
+           "jizhi_wall_throughput": {
+               "time_to_target_s": med(p["wall"]["time"] for p in per_seed if p["wall"]),
+               "samples_to_target": med(p["wall"]["samples"] for p in per_seed if p["wall"]),
+               "cpu_to_target_s": med(p["wall"]["cpu"] for p in per_seed if p["wall"])},
            "time_ratio_jizhi_to_best_fixed": statistics.median(ratios),
            "cpu_ratio_jizhi_to_least_fixed": statistics.median(cr),
            "seeds": len(per_seed)}
@@ -402,6 +417,8 @@ def main():
     ap.add_argument("--rank", choices=["cpu", "time"], default="cpu",
                     help="best fixed (and best lr) by the trainer's CPU-s or wall time to "
                     "the target")
+    ap.add_argument("--only", choices=["all", "sched"], default="all",
+                    help="sched: only the scheduler's arms (after a change to it)")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
