@@ -27,14 +27,13 @@ stored report, not the stop):
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
   batchsize     scheduler batchsize from B0 = 64, lr 0.05, range 32..1024,
-                AdaScale, "throughput": "cpu" (step cost from the trainer's
-                step_cpu_s: the machine is shared, and wall-clock step
-                times measured at different sizes at different moments
-                compared the load, not the sizes); its decisions (batch_size
-                and lr reports) are plotted to
+                AdaScale, default options ("throughput": "wall"); its
+                decisions (batch_size and lr reports) are plotted to
                 $BUILD/bench/<arm>-<model>-s<seed>.svg.
-  batchsize-wall  the same with "throughput": "wall" (samples_per_s), the
-                default.
+  batchsize-cpu the same with "throughput": "cpu" (step costs from the
+                trainer's step_cpu_s instead of wall-clock samples_per_s:
+                meant for a shared host, where wall-clock step times taken
+                at different sizes at different moments compare the load).
 
 Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
 with 1 seed and no sweep (c = 1) in the full run and not in --quick: a CNN
@@ -99,7 +98,7 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
     if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
-                 "warmup": 100, "throughput": "wall" if kind == "batchsize-wall" else "cpu"}
+                 "warmup": 100, "throughput": "cpu" if kind == "batchsize-cpu" else "wall"}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -291,7 +290,7 @@ def bench_model(tmp, model, args, plots):
         bl = max(args.batches)
         arms.append(("linear", bl, 0.05 * bl / 64, "linear%d" % bl))
         arms.append(("batchsize", 64, 0.05, "batchsize"))
-        arms.append(("batchsize-wall", 64, 0.05, "batchsize-wall"))
+        arms.append(("batchsize-cpu", 64, 0.05, "batchsize-cpu"))
         if args.only == "sched":
             arms = [a for a in arms if a[0].startswith("batchsize")]
         # round robin would mix seeds; within a seed the arms alternate
@@ -326,7 +325,7 @@ def bench_model(tmp, model, args, plots):
         fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and r["time"]
                  and r[args.rank] is not None]
         ad = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize"]
-        aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-wall"]
+        aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-cpu"]
         lin = [r for r in rows if r["seed"] == seed and r["kind"] == "linear"]
         if not fixed or not ad:
             print("seed %d: no fixed batch reached the target" % seed if not fixed else
@@ -378,7 +377,7 @@ def summarize(per_seed):
                           "cpu_to_target_s": med(p["best_fixed_cpu"]["cpu"] for p in per_seed
                                                  if p.get("best_fixed_cpu"))},
            "linear": {"time_to_target_s": statistics.median(lt)},
-           "jizhi_wall_throughput": {
+           "jizhi_cpu_throughput": {
                "time_to_target_s": med(p["wall"]["time"] for p in per_seed if p["wall"]),
                "samples_to_target": med(p["wall"]["samples"] for p in per_seed if p["wall"]),
                "cpu_to_target_s": med(p["wall"]["cpu"] for p in per_seed if p["wall"])},
