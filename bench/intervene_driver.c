@@ -12,6 +12,7 @@
     Prints the median, p90, p99 and max latency, and the median latency
     the controller measured itself (push to acknowledgement).
 */
+#include "common/keys.h"
 #include "common/wire.h"
 #include "common/util.h"
 
@@ -64,6 +65,11 @@ int main(int argc, char **argv)
     void *ctx = zmq_ctx_new();
     void *sock = zmq_socket(ctx, ZMQ_DEALER);
     wire_socket_setup(sock);
+    char kerr[600];
+    if (keys_client_setup(sock, ep, NULL, kerr, sizeof kerr) != 0) {
+        fprintf(stderr, "%s\n", kerr);
+        return 1;
+    }
     if (zmq_connect(sock, ep) != 0) {
         fprintf(stderr, "cannot connect to %s: %s\n", ep, zmq_strerror(errno));
         return 1;

@@ -46,7 +46,7 @@ run_study() {
  "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
  "trial": {"command": ["$TRIAL"], "timeout_s": 120, "retries": 0}}
 JSON
-    "$J" controller --db "$db" --bind "$ep" --log "$dir/$name.ctl.log" &
+    "$J" controller --db "$db" --bind "$ep" --insecure --log "$dir/$name.ctl.log" &
     local ctl=$!
     pids+=("$ctl")
     for _ in $(seq 100); do [ -s "$db.endpoint" ] && break; sleep 0.1; done

@@ -5,12 +5,14 @@
     cli_opts.c   the options study and trial share
     cmd_run.c    run (embedded controller + dispatcher), controller, dispatcher
     cmd_study.c  study submit|list|show|stop|resume|export|events
+    cmd_importance.c study importance (parameter importance)
     cmd_trial.c  trial list|show|logs|stop|pause|resume|set, report
     cmd_bseval.c batchsize-eval (batch-size measurements of a study)
     cmd_watch.c  watch (live terminal view of a study)
     cmd_plot.c   plot (metric curves as SVG)
     cmd_serve.c  serve (the web dashboard), --http of run and controller
     cmd_token.c  token create|list|revoke (web API bearer tokens)
+    cmd_keygen.c keygen (CURVE key pairs)
     cmd_alerts.c alerts (the alerts that fired)
     cmd_queue.c  queue (what waits and why), quota set|list
 
@@ -40,6 +42,7 @@ int cmd_watch(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_token(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
 int cmd_alerts(int argc, char **argv);
 int cmd_queue(int argc, char **argv);
 int cmd_quota(int argc, char **argv);
@@ -126,6 +129,10 @@ typedef struct {
     int nargs;      /* positional arguments left */
     char **args;    /* borrowed from argv */
 } cli_opts;
+
+/* `study importance NAME` (cmd_importance.c), with the options parsed:
+   o->args[0] is the study. CLI_OK or CLI_FAIL (after printing why). */
+int cli_study_importance(const cli_opts *o);
 
 /* Parses argv (argv[0] is the subcommand). 0 when done; -1 after printing
    `usage` to stdout for --help; CLI_USAGE after printing the error and

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "../common/client.h"
+#include "../common/keys.h"
 #include "../common/wire.h"
 
 #include <errno.h>
@@ -78,8 +79,9 @@ int cli_ping(const char *endpoint, int timeout_ms)
     void *sock = zmq_socket(ctx, ZMQ_DEALER);
     wire_socket_setup(sock);
     int alive = 0;
-    char err[128];
-    if (zmq_connect(sock, endpoint) == 0) {
+    char err[600];
+    if (keys_client_setup(sock, endpoint, NULL, err, sizeof err) == 0 &&
+        zmq_connect(sock, endpoint) == 0) {
         json_t *r = wire_request(sock, json_pack("{s:s}", "type", "ping"), timeout_ms,
                                  err, sizeof err);
         alive = r && !strcmp(wire_type(r), "ok");

@@ -348,17 +348,28 @@ static int s_print_best(const char *db, const char *name)
         store_close(&s);
         return CLI_FAIL;
     }
-    const char *metric = json_string_value(
-        json_object_get(json_object_get(st.spec, "objective"), "metric"));
-    int maximize = !strcmp(
-        json_string_value(json_object_get(json_object_get(st.spec, "objective"), "mode")),
-        "max");
+    const char *metric =
+        json_string_value(json_object_get(spec_json_objective(st.spec), "metric"));
+    const char *mode =
+        json_string_value(json_object_get(spec_json_objective(st.spec), "mode"));
+    int maximize = mode && !strcmp(mode, "max");
+    spec_error serr;
+    spec_t *spec = spec_parse(st.spec, 0, &serr); /* for its constraints */
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
-    long best = -1, completed = 0, failed = 0, stopped = 0;
+    long best = -1, completed = 0, failed = 0, stopped = 0, infeasible = 0;
     for (long i = 0; i < n; i++) {
         if (!strcmp(rows[i].state, "completed")) {
             completed++;
+            if (spec && spec->nconstraints) { /* best means best feasible */
+                json_t *m = store_metrics_last(s, rows[i].id);
+                int ok = m && spec_violation(spec, m) == 0;
+                json_decref(m);
+                if (!ok) {
+                    infeasible++;
+                    continue;
+                }
+            }
             if (best < 0 || (maximize ? rows[i].value > rows[best].value
                                       : rows[i].value < rows[best].value))
                 best = i;
@@ -368,6 +379,11 @@ static int s_print_best(const char *db, const char *name)
     }
     printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
            st.state, n, completed, failed, stopped);
+    if (spec && spec->nconstraints)
+        printf("%ld of the completed trials broke a constraint; the best is the best "
+               "feasible one\n",
+               infeasible);
+    spec_destroy(&spec);
     s_print_failures(rows, n);
     json_t *events = store_events_list(s, st.id);
     cli_print_warnings(events);
@@ -384,7 +400,7 @@ static int s_print_best(const char *db, const char *name)
         json_decref(m);
         free(params);
     } else {
-        printf("no trial completed\n");
+        printf(completed ? "no completed trial is feasible\n" : "no trial completed\n");
         rc = CLI_FAIL;
     }
     store_trials_free(rows, n < 0 ? 0 : n);
@@ -589,9 +605,25 @@ int cmd_run(int argc, char **argv)
 static const char s_ctl_usage[] =
     "usage: jizhi controller [--db FILE] [--bind ENDPOINT] [--lost-timeout SECONDS]\n"
     "                        [--log FILE|syslog] [--http HOST:PORT] [--alerts FILE]\n"
-    "Runs the controller daemon (default bind tcp://*:7755) until SIGINT/SIGTERM.\n"
+    "                        [--key FILE] [--authorized-keys FILE] [--insecure]\n"
+    "Runs the controller daemon until SIGINT/SIGTERM. By default it listens on an\n"
+    "ipc:// socket in a private directory (0700), where local users are known by\n"
+    "their Unix uid. A tcp:// bind uses CURVE: the controller's key pair (--key,\n"
+    "default KEYDIR/controller.key; make it with `jizhi keygen --name controller`)\n"
+    "and the clients' keys in --authorized-keys (default KEYDIR/authorized_keys;\n"
+    "reread on SIGHUP). --insecure allows plain TCP, trusted networks only.\n"
+    "KEYDIR is $JIZHI_HOME, else ~/.config/jizhi.\n"
     "--alerts FILE: controller-wide alert rules, {\"alerts\": [...]} (docs/spec.md).\n"
     "It writes the endpoint it serves to FILE.endpoint for other commands.\n";
+
+static ctl_t *volatile s_hup_ctl;
+
+static void s_on_hup(int sig)
+{
+    ctl_t *c = s_hup_ctl;
+    if (c)
+        ctl_reload_keys(c);
+}
 
 int cmd_controller(int argc, char **argv)
 {
@@ -601,9 +633,14 @@ int cmd_controller(int argc, char **argv)
                                          {"log", required_argument, 0, 'L'},
                                          {"http", required_argument, 0, 'H'},
                                          {"alerts", required_argument, 0, 'A'},
+                                         {"key", required_argument, 0, 'k'},
+                                         {"authorized-keys", required_argument, 0, 'K'},
+                                         {"insecure", no_argument, 0, 'I'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *dbflag = NULL, *bind = "tcp://*:7755", *http = NULL, *alerts = NULL;
+    const char *dbflag = NULL, *bind = NULL, *http = NULL, *key = NULL, *akeys = NULL,
+               *alerts = NULL;
+    int insecure = 0;
     double lost = 0;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -619,6 +656,15 @@ int cmd_controller(int argc, char **argv)
             break;
         case 'A':
             alerts = optarg;
+            break;
+        case 'k':
+            key = optarg;
+            break;
+        case 'K':
+            akeys = optarg;
+            break;
+        case 'I':
+            insecure = 1;
             break;
         case 'L':
             if (s_log_target(optarg) != 0)
@@ -649,15 +695,30 @@ int cmd_controller(int argc, char **argv)
     const char *db = cli_db_path(dbflag);
     if (s_check_no_controller(db) != 0)
         return CLI_FAIL;
-    char err[512];
-    ctl_config cc = {
-        .db_path = db, .bind = bind, .lost_timeout_s = lost, .alerts = alerts};
+    if ((key || akeys || insecure) && !(bind && !strncmp(bind, "tcp://", 6))) {
+        cli_error("controller: --key, --authorized-keys and --insecure are for a tcp:// "
+                  "--bind");
+        return CLI_USAGE;
+    }
+    char err[1600];
+    ctl_config cc = {.db_path = db,
+                     .bind = bind,
+                     .lost_timeout_s = lost,
+                     .key_path = key,
+                     .authorized_keys = akeys,
+                     .insecure = insecure,
+                     .alerts = alerts};
     ctl_t *ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {
         cli_error("%s", err);
         return CLI_FAIL;
     }
     s_signals();
+    s_hup_ctl = ctl;
+    struct sigaction hup;
+    memset(&hup, 0, sizeof hup);
+    hup.sa_handler = s_on_hup;
+    sigaction(SIGHUP, &hup, NULL);
     if (s_write_endpoint(db, ctl_endpoint(ctl)) != 0) {
         ctl_destroy(&ctl);
         return CLI_FAIL;
@@ -676,6 +737,8 @@ int cmd_controller(int argc, char **argv)
     s_stop_ctl = 1;
     pthread_join(tc, NULL);
     s_remove_endpoint(db, ctl_endpoint(ctl));
+    signal(SIGHUP, SIG_IGN);
+    s_hup_ctl = NULL;
     ctl_destroy(&ctl);
     return s_ctl_failed ? CLI_FAIL : CLI_OK;
 }
@@ -683,14 +746,19 @@ int cmd_controller(int argc, char **argv)
 static const char s_disp_usage[] =
     "usage: jizhi dispatcher --controller ENDPOINT [--gpus LIST|none] [--slots N]\n"
     "                        [--name NAME] [--log-dir DIR] [--log FILE|syslog]\n"
-    "                        [--trial-endpoint ENDPOINT]\n"
+    "                        [--trial-endpoint ENDPOINT] [--key FILE]\n"
+    "                        [--server-key KEY|FILE]\n"
     "       jizhi dispatcher --backend slurm --controller tcp://HOST:PORT\n"
     "                        [--partition P] [--account A] [--max-jobs N]\n"
     "                        [--max-gpus N] [--poll-s S] [--name NAME] [--log-dir DIR]\n"
     "Runs trials for the controller until SIGINT/SIGTERM: as processes on this\n"
     "machine (--backend local, the default), or as one Slurm job per trial\n"
     "attempt (--backend slurm; --log-dir must be on a file system the compute\n"
-    "nodes share, and the endpoint reachable from them).\n";
+    "nodes share, and the endpoint reachable from them).\n"
+    "Over tcp:// it uses CURVE: --server-key (or JIZHI_SERVER_KEY, default\n"
+    "KEYDIR/controller.pub) and its own pair --key (or JIZHI_KEY, default\n"
+    "KEYDIR/client.key), listed as role `dispatcher` in the controller's\n"
+    "authorized keys; trials get JIZHI_SERVER_KEY from it.\n";
 
 /* A count option from 0 (or 1) to 4096. */
 static int s_parse_count(const char *opt, const char *text, int min, int *out)
@@ -720,6 +788,8 @@ int cmd_dispatcher(int argc, char **argv)
                                          {"max-jobs", required_argument, 0, 'j'},
                                          {"max-gpus", required_argument, 0, 'G'},
                                          {"poll-s", required_argument, 0, 'P'},
+                                         {"key", required_argument, 0, 'k'},
+                                         {"server-key", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     disp_config dc = {0};
@@ -786,6 +856,12 @@ int cmd_dispatcher(int argc, char **argv)
             slurm_only = 1, slurm_opt = "--poll-s";
             break;
         }
+        case 'k': /* read by keys_client_setup (common/keys.h) */
+            setenv("JIZHI_KEY", optarg, 1);
+            break;
+        case 'S':
+            setenv("JIZHI_SERVER_KEY", optarg, 1);
+            break;
         case 'h':
             fputs(s_disp_usage, stdout);
             return CLI_OK;

@@ -29,6 +29,7 @@ static const char s_usage[] =
     "  batchsize-eval [OPTS] -- COMMAND | --log FILE | --trial ID   critical batch size\n"
     "  serve [--http HOST:PORT] [--db FILE]        web dashboard and HTTP API\n"
     "  token create USER [--role R] | list | revoke ID|USER   web API tokens\n"
+    "  keygen [--out DIR] [--name NAME]            a CURVE key pair for tcp://\n"
     "  alerts [STUDY]                              the alerts that fired\n"
     "  queue                                       what waits for a slot, and why\n"
     "  quota set USER slots=N gpus=N | list        per-user limits\n"
@@ -88,6 +89,7 @@ int main(int argc, char **argv)
         {"plot", cmd_plot},
         {"serve", cmd_serve},
         {"token", cmd_token},
+        {"keygen", cmd_keygen},
         {"alerts", cmd_alerts},
         {"queue", cmd_queue},
         {"quota", cmd_quota},

@@ -1,10 +1,12 @@
 /*  client.c - one request to the controller (see client.h). */
 #include "client.h"
 
+#include "keys.h"
 #include "wire.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 #include <zmq.h>
 
 json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err,
@@ -18,7 +20,11 @@ json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err
         json_decref(msg);
     } else {
         wire_socket_setup(sock);
-        if (zmq_connect(sock, endpoint) != 0) {
+        char kerr[600], spub[KEYS_Z85_LEN + 1];
+        if (keys_client_setup(sock, endpoint, spub, kerr, sizeof kerr) != 0) {
+            snprintf(err, errsize, "%s", kerr);
+            json_decref(msg);
+        } else if (zmq_connect(sock, endpoint) != 0) {
             snprintf(err, errsize, "cannot connect to the controller at %s: %s", endpoint,
                      zmq_strerror(errno));
             json_decref(msg);
@@ -27,8 +33,11 @@ json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err
             reply = wire_request(sock, msg, timeout_ms, why, sizeof why);
             if (!reply)
                 snprintf(err, errsize,
-                         "no answer from the controller at %s (%s); is it running?",
-                         endpoint, why);
+                         "no answer from the controller at %s (%s); is it running?%s",
+                         endpoint, why,
+                         strncmp(endpoint, "tcp://", 6) ? ""
+                         : spub[0] ? " (CURVE: is JIZHI_SERVER_KEY its public key?)"
+                                   : " (a CURVE controller needs JIZHI_SERVER_KEY)");
         }
         zmq_close(sock);
     }

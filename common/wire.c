@@ -54,12 +54,26 @@ static void s_drain(void *sock)
 
 json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t errsize)
 {
+    return wire_recv_meta(sock, from, NULL, dontwait, err, errsize);
+}
+
+static void s_meta_copy(zmq_msg_t *m, const char *prop, char *out, size_t size)
+{
+    const char *v = zmq_msg_gets(m, prop);
+    snprintf(out, size, "%s", v ? v : "");
+}
+
+json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, int dontwait,
+                       char *err, size_t errsize)
+{
     zmq_msg_t frames[3];
     int n = 0, more = 1;
     if (err && errsize)
         err[0] = 0;
     if (from)
         from->len = 0; /* set from the first frame, whatever follows */
+    if (meta)
+        meta->user_id[0] = meta->peer_addr[0] = 0;
     while (more) {
         if (n == 3) {
             s_drain(sock);
@@ -80,6 +94,11 @@ json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t e
             return NULL;
         }
         more = zmq_msg_more(&frames[n]);
+        if (!more && meta) { /* a ROUTER's id frame carries none: the last does */
+            s_meta_copy(&frames[n], "User-Id", meta->user_id, sizeof meta->user_id);
+            s_meta_copy(&frames[n], "Peer-Address", meta->peer_addr,
+                        sizeof meta->peer_addr);
+        }
         if (n == 0 && from && zmq_msg_size(&frames[0]) <= WIRE_MAX_ID) {
             from->len = zmq_msg_size(&frames[0]);
             memcpy(from->id, zmq_msg_data(&frames[0]), from->len);

@@ -32,6 +32,19 @@ int wire_send(void *sock, const wire_peer *to, json_t *msg, int dontwait);
    `err` saying why (the frames are consumed, so the socket stays in sync). */
 json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t errsize);
 
+/* What the transport says about a message's sender (ZeroMQ metadata):
+   user_id is the ZAP handler's "User-Id" (CURVE: the controller sets the
+   client's public key), peer_addr the "Peer-Address" (tcp: the IP; ipc:
+   "...:uid:gid:pid" from SO_PEERCRED). "" when absent. */
+typedef struct {
+    char user_id[64];
+    char peer_addr[128];
+} wire_meta;
+
+/* wire_recv that also fills `meta` (may be NULL) from the message. */
+json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, int dontwait,
+                       char *err, size_t errsize);
+
 /* Sets the options every jizhi socket uses (linger, max message size). */
 void wire_socket_setup(void *sock);
 

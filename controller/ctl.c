@@ -90,12 +90,15 @@ const char *ctl_endpoint(const ctl_t *c)
     return c->endpoint;
 }
 
-static int s_bind(ctl_t *c, const char *bind, char *err, size_t errsize)
+static int s_bind(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
+                  size_t errsize)
 {
     c->router = zmq_socket(c->zctx, ZMQ_ROUTER);
     wire_socket_setup(c->router);
     int on = 1;
     zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &on, sizeof on);
+    if (ctl__auth_setup(c, cfg, bind, err, errsize) != 0)
+        return -1;
     if (zmq_bind(c->router, bind) != 0) {
         snprintf(err, errsize, "cannot bind %s: %s", bind, zmq_strerror(errno));
         return -1;
@@ -137,9 +140,18 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
     }
     c->next_trial_id = store_trial_next_id(c->store);
     c->zctx = zmq_ctx_new();
+    char defbind[1200];
+    const char *bind = cfg->bind;
+    if (!bind && c->next_trial_id >= 0 &&
+        ctl_default_bind(cfg->db_path, defbind, sizeof defbind, err, errsize) != 0) {
+        ctl_destroy(&c);
+        return NULL;
+    }
+    if (!bind)
+        bind = defbind;
     if (c->next_trial_id < 0 || ctl__alerts_init(c, cfg->alerts, err, errsize) != 0 ||
         ctl__queue_init(c, err, errsize) != 0 ||
-        s_bind(c, cfg->bind, err, errsize) != 0 || ctl__load(c, err, errsize) != 0) {
+        s_bind(c, cfg, bind, err, errsize) != 0 || ctl__load(c, err, errsize) != 0) {
         ctl_destroy(&c);
         return NULL;
     }
@@ -151,16 +163,19 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
 int ctl_run(ctl_t *c, volatile int *stop)
 {
     while (!*stop) {
-        zmq_pollitem_t item = {c->router, 0, ZMQ_POLLIN, 0};
-        int rc = zmq_poll(&item, 1, 50);
+        zmq_pollitem_t items[2] = {{c->router, 0, ZMQ_POLLIN, 0},
+                                   {ctl__auth_socket(c), 0, ZMQ_POLLIN, 0}};
+        int rc = zmq_poll(items, items[1].socket ? 2 : 1, 50);
         if (rc < 0 && errno != EINTR) {
             log_error("ctl", "poll failed: %s", zmq_strerror(errno));
             return -1;
         }
+        ctl__auth_poll(c);
         for (int i = 0; i < BURST; i++) {
             wire_peer from;
+            wire_meta meta;
             char why[256];
-            json_t *msg = wire_recv(c->router, &from, 1, why, sizeof why);
+            json_t *msg = wire_recv_meta(c->router, &from, &meta, 1, why, sizeof why);
             if (!msg) {
                 if (errno == EAGAIN)
                     break;
@@ -171,7 +186,9 @@ int ctl_run(ctl_t *c, volatile int *stop)
                     ctl__send(c, &from, wire_error(-1, "malformed", "%s", why));
                 continue;
             }
-            ctl__handle(c, &from, msg);
+            ctl_ident who;
+            ctl__auth_identify(c, &meta, &who);
+            ctl__handle(c, &from, &who, msg);
             json_decref(msg);
         }
         ctl__tick(c, util_now());
@@ -204,6 +221,7 @@ void ctl_destroy(ctl_t **cp)
     free(c->logreads);
     if (c->router)
         zmq_close(c->router);
+    ctl__auth_fini(c);
     if (c->zctx)
         zmq_ctx_term(c->zctx);
     store_close(&c->store);

@@ -18,11 +18,30 @@ typedef struct ctl ctl_t;
 
 typedef struct {
     const char *db_path;   /* SQLite file (created if missing) */
-    const char *bind;      /* endpoint to bind; tcp port "*" picks a free one */
+    const char *bind;      /* endpoint to bind; tcp port "*" picks a free one;
+                              NULL: ctl_default_bind. tcp:// needs CURVE keys
+                              (key_path) unless insecure */
     const char *ckpt_root; /* root of per-trial checkpoint dirs; NULL: next to the db */
     double lost_timeout_s; /* a running trial unheard for this long is lost; <= 0: 30 s */
-    const char *alerts;    /* JSON file of controller-wide alert rules, or NULL */
+    const char *key_path;  /* tcp: the controller's key pair (keys.h);
+                              NULL: KEYDIR/controller.key */
+    const char *authorized_keys; /* tcp: `<z85 key> <user> <role>` lines
+                                    (authkeys.h); NULL: KEYDIR/authorized_keys
+                                    if it exists */
+    int insecure;                /* tcp: plain, every peer the admin (warned) */
+    const char *alerts;          /* JSON file of controller-wide alert rules, or NULL */
 } ctl_config;
+
+/* The default endpoint for the database at db_path: ipc://DIR/ctl-<hash>.sock
+   where DIR is $XDG_RUNTIME_DIR/jizhi, else $JIZHI_HOME/run, else
+   /tmp/jizhi-<uid>, created 0700 and refused unless it is this user's
+   with mode 0700. 0, or -1 with err. */
+int ctl_default_bind(const char *db_path, char *out, size_t size, char *err,
+                     size_t errsize);
+
+/* Asks the controller to reread its authorized-keys file at its next
+   iteration (a bad file keeps the keys in use). Async-signal-safe. */
+void ctl_reload_keys(ctl_t *c);
 
 /* Opens the store, reloads unfinished studies and binds the socket.
    Returns NULL with a message in err when the database cannot be opened,

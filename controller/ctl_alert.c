@@ -246,6 +246,12 @@ static pid_t s_spawn(const s_hook_job *j)
     int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     pid_t pid = fork();
     if (pid == 0) { /* child: async-signal-safe calls only */
+        /* the controller's thread blocks signals; the hook starts clean */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigaction(SIGPIPE, &dfl, NULL);
         setpgid(0, 0);
         dup2(fd, 0);
         if (null >= 0)
@@ -281,7 +287,8 @@ static void s_start_waiting(ctl_alerts *a, double now)
         }
         s_job_free(j);
     }
-    memmove(a->waiting, a->waiting + k, (a->nwaiting - k) * sizeof *a->waiting);
+    if (k > 0 && k < a->nwaiting)
+        memmove(a->waiting, a->waiting + k, (a->nwaiting - k) * sizeof *a->waiting);
     a->nwaiting -= k;
 }
 

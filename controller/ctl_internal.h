@@ -13,6 +13,8 @@
     ctl_idmap.c  trial id -> trial, a hash map
     ctl_msg.c    the message table {type, peer role, handler} and the
                  handlers of docs/PROTOCOL.md
+    ctl_auth.c   who speaks: CURVE and the ZAP handler, authorized keys,
+                 Unix uids over ipc, the identity of each message
 
     Ownership: the ctl owns its studies, dispatchers, instructions and
     outbox; a study owns its trials, spec and schedulers; the id map
@@ -29,12 +31,15 @@
 
 #include "ctl.h"
 
+#include "../common/authkeys.h"
+#include "../common/ident.h"
 #include "../common/spec.h"
 #include "../common/wire.h"
 #include "../schedulers/sched.h"
 #include "../store/store.h"
 
 #include <jansson.h>
+#include <signal.h>
 #include <string.h>
 
 typedef struct ctl_study ctl_study;
@@ -56,6 +61,7 @@ struct ctl_disp {
     int gpu_used[64];
     double last_seen; /* monotonic */
     int alive;
+    char owner[72]; /* the principal (ctl_ident) its name is bound to */
 };
 
 /* An instruction sent to a trial and not yet acknowledged. */
@@ -76,6 +82,22 @@ typedef struct {
     long waiter_req;
     double deadline; /* monotonic: answered with an error after it */
 } ctl_logread;
+
+/* How peers reach the controller (ctl_auth.c). */
+typedef enum {
+    CTL_TR_IPC = 0, /* Unix uids (SO_PEERCRED) */
+    CTL_TR_CURVE,   /* tcp:// with CURVE: authorized keys */
+    CTL_TR_TRUSTED, /* tcp:// --insecure, inproc://: every peer is the admin */
+} ctl_transport;
+
+/* The sender of one message. */
+typedef struct {
+    ident_t id;         /* role IDENT_NONE: anonymous (may only speak as a trial) */
+    int trusted;        /* the controller's own user over ipc, or --insecure: may do
+                           everything, dispatcher work included */
+    char principal[72]; /* what it proves: "key:<z85>", "uid:<n>", "trusted";
+                           a dispatcher name is bound to it */
+} ctl_ident;
 
 /* A message to send after the iteration's commit. */
 typedef struct {
@@ -105,8 +127,14 @@ struct ctl {
     ctl_logread *logreads; /* relayed read_log requests (ctl_read.c) */
     size_t nlogreads, logread_cap;
     long next_logread;
-    ctl_alerts *alerts; /* alert rules and running hooks (ctl_alert.c), owned */
-    ctl_queue *queue;   /* quotas and why studies wait (ctl_queue.c), owned */
+    ctl_transport transport;      /* ctl_auth.c */
+    void *zap;                    /* ZAP handler socket (CURVE), or NULL */
+    authkeys_t keys;              /* authorized keys (CURVE) */
+    char keys_path[1024];         /* their file, "" if none */
+    ident_t self;                 /* the controller's own user (admin) */
+    volatile sig_atomic_t reload; /* SIGHUP: reread keys_path */
+    ctl_alerts *alerts;           /* alert rules and running hooks (ctl_alert.c), owned */
+    ctl_queue *queue;             /* quotas and why studies wait (ctl_queue.c), owned */
 };
 
 /* ---- ctl.c ---- */
@@ -207,7 +235,36 @@ int ctl__queue_quota_set(ctl_t *c, const char *user, long slots, long gpus);
 json_t *ctl__queue_status(ctl_t *c);
 
 /* ---- ctl_msg.c ---- */
-/* Handles one decoded message from `from` (borrowed). */
-void ctl__handle(ctl_t *c, const wire_peer *from, json_t *msg);
+/* Handles one decoded message from `from` (borrowed), sent by `who`. */
+void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *msg);
+
+/* ---- ctl_auth.c ---- */
+/* Sets the router (created, not bound) up for `bind`: CURVE and the ZAP
+   handler for tcp:// (refused without a server key unless cfg->insecure),
+   nothing for ipc://. 0, or -1 with err. */
+int ctl__auth_setup(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
+                    size_t errsize);
+/* The ZAP socket to poll, or NULL. */
+void *ctl__auth_socket(const ctl_t *c);
+/* Answers ZAP requests; applies a pending reload. */
+void ctl__auth_poll(ctl_t *c);
+/* The identity of a message's sender from its metadata. */
+void ctl__auth_identify(const ctl_t *c, const wire_meta *m, ctl_ident *out);
+void ctl__auth_fini(ctl_t *c);
+/* The identity a message acts for: `who`, or, when `who` is trusted or an
+   admin and the message says "who": "web:USER" with "as_role", that user
+   and role (the web API acting for its token's user). */
+void ctl__auth_effective(const json_t *msg, const ctl_ident *who, ctl_ident *out);
+/* The study's owner: its spec's "owner", else the controller's own user.
+   Borrowed. */
+const char *ctl__auth_owner(const ctl_t *c, const ctl_study *s);
+/* 1 when `who` may steer s (stop, resume, pause, set, enqueue, extend): its
+   owner (role user), an admin, or a trusted peer. */
+int ctl__auth_may_steer(const ctl_t *c, const ctl_ident *who, const ctl_study *s);
+/* Sets the owner of a study `who` submits: an untrusted sender owns it
+   (an "owner" naming another user is refused unless `who` is an admin).
+   0, or -1 with err. spec is modified. */
+int ctl__auth_submit_owner(const ctl_t *c, const ctl_ident *who, json_t *spec, char *err,
+                           size_t errsize);
 
 #endif

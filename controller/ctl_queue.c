@@ -143,18 +143,46 @@ static s_usage *s_usage_of(s_usage *u, size_t *n, const char *user)
 
 /* ---- preemption ---- */
 
-/* 1 while a preemption started by the queue is still freeing its slot. */
-static int s_preempting(const ctl_t *c)
+/* A preempted trial that does not answer the checkpoint instruction
+   within its study's load timeout is killed and restarted later from its
+   latest checkpoint (the one that made it preemptible): what it computed
+   since is lost, what it reported is not. */
+static void s_preempt_fallback(ctl_t *c, ctl_trial *t, double now)
 {
+    double limit = ctl__study_load_timeout(t->study);
+    if (t->plan != PLAN_RELEASE_CHECKPOINT || t->plan_since <= 0 || limit <= 0 ||
+        now - t->plan_since <= limit || ctl__txn(c) != 0 ||
+        ctl_trial_plan_to(t, PLAN_NONE) != 0)
+        return;
+    char why[200];
+    snprintf(why, sizeof why,
+             "preempted: no checkpoint within %.0f s of asking; restarting from step %ld",
+             limit, t->row.checkpoint_step);
+    json_t *d = json_pack("{s:s, s:I}", "reason", why, "step",
+                          (json_int_t)t->row.checkpoint_step);
+    store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, "queue",
+                    "preemption_fallback", d, 1);
+    json_decref(d);
+    log_warn("ctl", "study %s trial %ld: %s", t->study->row.name, t->row.id, why);
+    ctl__trial_restart_from(c, t, t->row.checkpoint, why);
+}
+
+/* 1 while a preemption started by the queue is still freeing its slot;
+   applies the fallback to those that take too long. */
+static int s_preempting(ctl_t *c, double now)
+{
+    int busy = 0;
     for (size_t i = 0; i < c->nstudies; i++) {
-        const ctl_study *s = c->studies[i];
+        ctl_study *s = c->studies[i];
         for (size_t k = 0; k < s->ntrials; k++) {
-            const ctl_trial *t = s->trials[k];
-            if (t->row.preempted && ctl_trial_active(t) && t->plan != PLAN_NONE)
-                return 1;
+            ctl_trial *t = s->trials[k];
+            if (!t->row.preempted || !ctl_trial_active(t) || t->plan == PLAN_NONE)
+                continue;
+            s_preempt_fallback(c, t, now);
+            busy = 1;
         }
     }
-    return 0;
+    return busy;
 }
 
 /* 1 when t may be preempted now. */
@@ -212,8 +240,10 @@ static int s_preempt_for(ctl_t *c, ctl_study *for_s)
              restart ? "restart" : "checkpoint and release");
     if (restart)
         ctl__trial_restart_from(c, victim, victim->row.checkpoint, why);
-    else
+    else {
         ctl__trial_release(c, victim, "queue");
+        victim->plan_since = util_now(); /* for the fallback */
+    }
     return 1;
 }
 
@@ -243,7 +273,6 @@ typedef struct {
 
 void ctl__queue_fill(ctl_t *c, double now)
 {
-    (void)now;
     size_t n = c->nstudies;
     if (n == 0)
         return;
@@ -269,7 +298,7 @@ void ctl__queue_fill(ctl_t *c, double now)
         }
         cand[ncand++] = (s_cand){s, active, 0};
     }
-    int preempting = s_preempting(c);
+    int preempting = s_preempting(c, now);
     int waiting_prio = -1; /* highest priority that waits for capacity */
     const ctl_study *waiting_for = NULL;
     for (;;) {

@@ -15,6 +15,7 @@
 #include "disp.h"
 #include "disp_int.h"
 #include "common/log.h"
+#include "common/keys.h"
 #include "common/wire.h"
 #include "common/util.h"
 
@@ -45,8 +46,9 @@ typedef struct s_report {
 } s_report;
 
 struct disp {
-    char *endpoint;       /* controller endpoint */
-    char *trial_endpoint; /* JIZHI_ENDPOINT default for trials */
+    char *endpoint;                    /* controller endpoint */
+    char *trial_endpoint;              /* JIZHI_ENDPOINT default for trials */
+    char server_key[KEYS_Z85_LEN + 1]; /* the controller's CURVE key, "" if none */
     char *name;
     char *log_dir; /* absolute */
     int slots;
@@ -521,7 +523,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
         goto out;
     }
     disp__spawn_args a = {&st,     dir,  d->trial_endpoint, ckpt,
-                          d->name, cuda, d->kill_on_stop};
+                          d->name, cuda, d->kill_on_stop,   d->server_key};
     if (d->be->ops->start(d->be, &a, p, err, sizeof err) != 0) {
         free(p);
         s_report_start_failed(d, st.trial, st.attempt, err);
@@ -1003,6 +1005,13 @@ int disp_run(disp_t *d, volatile int *stop)
     wire_socket_setup(d->sock);
     int immediate = 1; /* no queueing towards a controller that is not there */
     zmq_setsockopt(d->sock, ZMQ_IMMEDIATE, &immediate, sizeof immediate);
+    char kerr[600];
+    if (keys_client_setup(d->sock, d->endpoint, d->server_key, kerr, sizeof kerr) != 0) {
+        log_error(TAG, "%s", kerr);
+        zmq_close(d->sock);
+        d->sock = NULL;
+        return -1;
+    }
     if (zmq_connect(d->sock, d->endpoint) != 0) {
         log_error(TAG, "cannot connect to %s: %s", d->endpoint, zmq_strerror(errno));
         zmq_close(d->sock);

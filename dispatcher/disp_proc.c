@@ -37,11 +37,10 @@ extern char **environ;
 
 /* Variables jizhi sets: never inherited from the dispatcher's own
    environment, so a dispatcher started inside a trial leaks nothing. */
-static const char *const s_scrub[] = {"JIZHI_ENDPOINT",       "JIZHI_STUDY",
-                                      "JIZHI_TRIAL",          "JIZHI_ATTEMPT",
-                                      "JIZHI_TOKEN",          "JIZHI_PARAMS",
-                                      "JIZHI_CHECKPOINT_DIR", "JIZHI_DISPATCHER",
-                                      "CUDA_VISIBLE_DEVICES", NULL};
+static const char *const s_scrub[] = {
+    "JIZHI_ENDPOINT",       "JIZHI_STUDY",  "JIZHI_TRIAL",          "JIZHI_ATTEMPT",
+    "JIZHI_TOKEN",          "JIZHI_PARAMS", "JIZHI_CHECKPOINT_DIR", "JIZHI_DISPATCHER",
+    "CUDA_VISIBLE_DEVICES", "JIZHI_KEY",    "JIZHI_SERVER_KEY",     NULL};
 
 /* ---- environment -------------------------------------------------------- */
 
@@ -141,6 +140,11 @@ char **disp__build_env(const disp__spawn_args *a)
     snprintf(num, sizeof num, "%ld", a->st->attempt);
     s_env_set(&e, "JIZHI_ATTEMPT", num, 1);
     s_env_set(&e, "JIZHI_DISPATCHER", a->disp_name, 1);
+    /* over CURVE a trial needs the controller's public key; its token, not
+       the dispatcher's key, is what identifies it */
+    if (a->server_key && *a->server_key)
+        s_env_set(&e, "JIZHI_SERVER_KEY", a->server_key, 1);
+    s_env_set(&e, "JIZHI_KEY", "anonymous", 1);
     if (a->cuda_devices)
         s_env_set(&e, "CUDA_VISIBLE_DEVICES", a->cuda_devices, 1);
     if (e.oom || !e.v) {

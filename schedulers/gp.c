@@ -765,7 +765,8 @@ int gp_predict_batch(gp_t *gp, const double *Xs, int m, double *mean, double *va
     if (!gp->factored) {
         for (int i = 0; i < m; i++) {
             mean[i] = 0;
-            var[i] = sf2;
+            if (var)
+                var[i] = sf2;
         }
         return 0;
     }
@@ -787,6 +788,8 @@ int gp_predict_batch(gp_t *gp, const double *Xs, int m, double *mean, double *va
         }
         gsl_vector_view mv = gsl_vector_view_array(mean + i0, (size_t)bs);
         gsl_blas_dgemv(CblasNoTrans, 1.0, &K.matrix, gp->alpha, 0.0, &mv.vector);
+        if (!var)
+            continue;
         /* rows of K L^-T are (L^-1 k)' */
         gsl_blas_dtrsm(CblasRight, CblasLower, CblasTrans, CblasNonUnit, 1.0, gp->L,
                        &K.matrix);

@@ -117,7 +117,8 @@ void gp_predict(gp_t *gp, const double *x, double *mean, double *var, double *dm
                 double *dvar);
 
 /* Posterior mean and variance at m points Xs (row-major m x d), in
-   batches through BLAS level 3. 0 or -1 when out of memory. */
+   batches through BLAS level 3; var may be NULL (the mean alone is much
+   cheaper). 0 or -1 when out of memory. */
 int gp_predict_batch(gp_t *gp, const double *Xs, int m, double *mean, double *var);
 
 #endif

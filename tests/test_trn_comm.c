@@ -90,6 +90,73 @@ TEST(topk_error_feedback_keeps_every_gradient)
     CHECK(worst < 1e-4);
 }
 
+/* Momentum correction: the residual accumulates the velocity u = m*u + g,
+   so what was sent plus the residual is the sum of the velocities a
+   masking-free momentum would have had, minus what masking cleared; sent
+   coordinates are cleared in both residual and velocity. */
+TEST(topk_momentum_correction_sends_velocity_and_masks)
+{
+    enum { N = 500, STEPS = 30 };
+    long k = 5;
+    const float mu = 0.9f;
+    float buf[N], res[N] = {0}, vel[N] = {0};
+    double sum_u[N] = {0}, sum_sent[N] = {0};
+    trn_rng r;
+    trn_rng_seed(&r, 11);
+    int masked_ok = 1, count_ok = 1;
+    for (int s = 0; s < STEPS; s++) {
+        float u_expect[N];
+        for (int i = 0; i < N; i++) {
+            buf[i] = (float)trn_rng_normal(&r);
+            u_expect[i] = mu * vel[i] + buf[i]; /* the velocity before masking */
+            sum_u[i] += u_expect[i];
+        }
+        REQUIRE(trn_comm_topk_dgc(g_comm, buf, res, vel, N, k, mu, 0) == 0);
+        int nonzero = 0;
+        for (int i = 0; i < N; i++) {
+            sum_sent[i] += buf[i];
+            if (buf[i] != 0) {
+                nonzero++;
+                masked_ok &= vel[i] == 0 && res[i] == 0; /* factor masking */
+            } else {
+                masked_ok &=
+                    fabsf(vel[i] - u_expect[i]) <= 1e-6f * (1 + fabsf(u_expect[i]));
+            }
+        }
+        count_ok &= nonzero <= k;
+    }
+    CHECK(masked_ok);
+    CHECK(count_ok);
+    double worst = 0;
+    for (int i = 0; i < N; i++)
+        worst = fmax(worst, fabs(sum_sent[i] + res[i] - sum_u[i]));
+    CHECK(worst < 1e-3);
+    /* with momentum 0 it is plain error feedback */
+    float b1[4] = {1, -4, 2, 0.5f}, r1[4] = {0}, v1[4] = {0};
+    float b2[4] = {1, -4, 2, 0.5f}, r2[4] = {0};
+    REQUIRE(trn_comm_topk_dgc(g_comm, b1, r1, v1, 4, 2, 0.0f, 0) == 0);
+    REQUIRE(trn_comm_topk(g_comm, b2, r2, 4, 2) == 0);
+    CHECK(memcmp(b1, b2, sizeof b1) == 0 && memcmp(r1, r2, sizeof r1) == 0);
+    CHECK(b1[1] == -4 && b1[2] == 2 && b1[0] == 0);
+}
+
+TEST(topk_density_warms_up_exponentially)
+{
+    trn_config c;
+    trn_config_defaults(&c);
+    c.topk = 0.01;
+    c.topk_warmup = 4;
+    CHECK(fabs(trn_topk_density(&c, 0) - 0.25) < 1e-12);
+    CHECK(fabs(trn_topk_density(&c, 2) - 0.05) < 1e-12); /* geometric midpoint */
+    CHECK(trn_topk_density(&c, 4) == 0.01 && trn_topk_density(&c, 9) == 0.01);
+    CHECK(trn_topk_density(&c, 1) > trn_topk_density(&c, 1.5));
+    c.topk_warmup = 0;
+    CHECK(trn_topk_density(&c, 0) == 0.01);
+    c.topk = 0.5; /* denser than the warm-up's start: no warm-up */
+    c.topk_warmup = 4;
+    CHECK(trn_topk_density(&c, 0) == 0.5);
+}
+
 TEST(one_rank_collectives_are_the_identity)
 {
     float x[5] = {1, 2, 3, 4, 5};
@@ -218,6 +285,8 @@ int main(int argc, char **argv)
     RUN(topk_selects_largest_magnitudes);
     if (!mpi) {
         RUN(topk_error_feedback_keeps_every_gradient);
+        RUN(topk_momentum_correction_sends_velocity_and_masks);
+        RUN(topk_density_warms_up_exponentially);
         RUN(one_rank_collectives_are_the_identity);
     } else {
         RUN(mpi_ring_matches_reference);

@@ -11,7 +11,12 @@
     optimiser's step count, RNG state, loss scaler(s), the restorable
     config as "name=value" lines (everything that may change live, plus the
     seed), then every param's master weights and optimiser moments by name,
-    then BN running statistics. Everything is stored raw, so a round trip
+    then BN running statistics, then (top-k runs) the ranks' compression
+    state: tag "DIST", rank count R, floats per rank C, R x C floats
+    gathered to rank 0 (each rank's residuals and momentum-correction
+    velocities, dist.h). The section is optional: a checkpoint without it,
+    or for another rank count or bucket layout, restores with the state
+    zeroed (said on stderr). Everything is stored raw, so a round trip
     is bit-exact and a resumed run continues exactly as the uninterrupted
     one (the epoch's order is regenerated from seed and epoch).
     Load reads and checks the whole file (magic, version, length, checksum,
@@ -31,6 +36,7 @@
 #define CK_BOM 0x01020304u
 #define CK_HDR 24
 #define CK_MAX ((size_t)1 << 34)
+#define CK_DIST_TAG 0x54534944u /* "DIST" */
 
 typedef struct {
     unsigned char *p;
@@ -138,8 +144,47 @@ static void s_sync_from_backend(trn_trainer *t)
         t->backend->sync_to_host(t->backend->self, t->net);
 }
 
+/* Gathers every rank's compression state to rank 0 (collective; *all is
+   NULL when there is none). -1 when a rank could not (all ranks agree). */
+static int s_gather_dist(trn_trainer *t, float **all, long *count)
+{
+    *all = NULL;
+    *count = t->dist ? trn_dist_state_count(t->dist) : 0;
+    if (*count == 0)
+        return 0;
+    size_t bytes = (size_t)*count * sizeof(float);
+    float *mine = malloc(bytes);
+    float *buf = t->rank == 0 ? malloc(bytes * (size_t)t->nranks) : NULL;
+    double bad = !mine || (t->rank == 0 && !buf);
+    if (t->nranks > 1 && trn_comm_sum_d(t->comm, &bad, 1) < 0)
+        bad = 1;
+    if (bad) {
+        free(mine);
+        free(buf);
+        return -1;
+    }
+    trn_dist_state_get(t->dist, mine);
+    int rc = t->nranks > 1 ? trn_comm_gather(t->comm, mine, bytes, buf) : 0;
+    if (t->nranks <= 1)
+        memcpy(buf, mine, bytes);
+    free(mine);
+    if (rc < 0) {
+        free(buf);
+        return -1;
+    }
+    *all = buf;
+    return 0;
+}
+
 int trn_trainer_save(trn_trainer *t, const char *path, char *err)
 {
+    float *dstate;
+    long dcount;
+    if (s_gather_dist(t, &dstate, &dcount) < 0) {
+        snprintf(err, TRN_ERRLEN, "%s: out of memory gathering the ranks' top-k state",
+                 path);
+        return -1;
+    }
     if (t->nranks > 1 && t->rank != 0) /* ranks hold the same state: rank 0 writes */
         return 0;
     s_sync_from_backend(t);
@@ -180,6 +225,13 @@ int trn_trainer_save(trn_trainer *t, const char *path, char *err)
     }
     s_u64(&b, (uint64_t)trn_net_state_count(n));
     s_put(&b, trn_net_state(n), (size_t)trn_net_state_count(n) * sizeof(float));
+    if (dstate) {
+        s_u32(&b, CK_DIST_TAG);
+        s_u32(&b, (uint32_t)t->nranks);
+        s_u64(&b, (uint64_t)dcount);
+        s_put(&b, dstate, (size_t)dcount * sizeof(float) * (size_t)t->nranks);
+        free(dstate);
+    }
     if (b.oom) {
         free(b.p);
         snprintf(err, TRN_ERRLEN, "%s: out of memory writing the checkpoint", path);
@@ -418,6 +470,21 @@ static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int com
         return -1;
     }
     const void *st = s_get(&r, (size_t)ns * sizeof(float));
+    uint32_t dranks = 0;
+    uint64_t dcount = 0;
+    const unsigned char *dstate = NULL;
+    if (!r.bad && r.off < r.len) { /* the ranks' compression state */
+        uint32_t tag = s_gu32(&r);
+        dranks = s_gu32(&r);
+        dcount = s_gu64(&r);
+        if (!r.bad && (tag != CK_DIST_TAG || dranks == 0 ||
+                       dcount > CK_MAX / sizeof(float) / dranks)) {
+            snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (rank state section)",
+                     path);
+            return -1;
+        }
+        dstate = s_get(&r, (size_t)dcount * sizeof(float) * dranks);
+    }
     if (r.bad || r.off != r.len) {
         snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (payload does not parse)",
                  path);
@@ -436,6 +503,28 @@ static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int com
         return 0;
     if (ns)
         memcpy(trn_net_state(n), st, (size_t)ns * sizeof(float));
+    if (t->dist) {
+        long want = trn_dist_state_count(t->dist);
+        if (dstate && dranks == (uint32_t)t->nranks && dcount == (uint64_t)want) {
+            /* unaligned in the buffer: copy through a float array */
+            float *mine = malloc((size_t)want * sizeof(float) + 1);
+            if (mine) {
+                memcpy(mine, dstate + (size_t)t->rank * want * sizeof(float),
+                       (size_t)want * sizeof(float));
+                trn_dist_state_set(t->dist, mine, want);
+                free(mine);
+            } else {
+                trn_dist_state_clear(t->dist);
+            }
+        } else {
+            trn_dist_state_clear(t->dist);
+            if (want > 0 && t->rank == 0 && !t->cfg.quiet)
+                fprintf(stderr,
+                        "jizhi-train: %s: no top-k state for %d ranks of this layout in "
+                        "the checkpoint: residuals start from zero\n",
+                        path, t->nranks);
+        }
+    }
     t->cfg = c;
     trn__apply_config(t);
     t->step = step;

@@ -349,16 +349,16 @@ void trn_topk_select(const float *v, long n, long k, int32_t *idx)
     free(a);
 }
 
-int trn_comm_topk(trn_comm *c, float *buf, float *residual, long n, long k)
+/* Sends the k largest |residual| to every rank (sparse ring all-gather),
+   zeroes them in residual (and in velocity when given: momentum factor
+   masking) and writes the rank-ordered sum into buf. */
+static int s_topk_send(trn_comm *c, float *buf, float *residual, float *velocity, long n,
+                       long k)
 {
-    if (n <= 0)
-        return 0;
     if (k > n)
         k = n;
     if (k < 1)
         k = 1;
-    for (long i = 0; i < n; i++)
-        residual[i] += buf[i];
     size_t rec = (size_t)k * 8; /* k int32 indices then k floats */
     int p = c->size;
     if (s_reserve(&c->rbuf, &c->rcap, rec * (size_t)p) < 0 ||
@@ -372,6 +372,8 @@ int trn_comm_topk(trn_comm *c, float *buf, float *residual, long n, long k)
     for (long j = 0; j < k; j++) {
         val[j] = residual[idx[j]];
         residual[idx[j]] = 0;
+        if (velocity)
+            velocity[idx[j]] = 0;
     }
     if (p > 1) { /* ring all-gather of the fixed-size records */
         int right = (c->rank + 1) % p, left = (c->rank + p - 1) % p;
@@ -391,6 +393,35 @@ int trn_comm_topk(trn_comm *c, float *buf, float *residual, long n, long k)
             buf[ri[j]] += rv[j];
     }
     return 0;
+}
+
+int trn_comm_topk(trn_comm *c, float *buf, float *residual, long n, long k)
+{
+    if (n <= 0)
+        return 0;
+    for (long i = 0; i < n; i++)
+        residual[i] += buf[i];
+    return s_topk_send(c, buf, residual, NULL, n, k);
+}
+
+int trn_comm_topk_dgc(trn_comm *c, float *buf, float *residual, float *velocity, long n,
+                      long k, float momentum, int nesterov)
+{
+    if (n <= 0)
+        return 0;
+    if (nesterov)
+        for (long i = 0; i < n; i++) {
+            float u = momentum * (velocity[i] + buf[i]);
+            velocity[i] = u;
+            residual[i] += u + buf[i];
+        }
+    else
+        for (long i = 0; i < n; i++) {
+            float u = momentum * velocity[i] + buf[i];
+            velocity[i] = u;
+            residual[i] += u;
+        }
+    return s_topk_send(c, buf, residual, velocity, n, k);
 }
 
 /* ---- groups, dispatch --------------------------------------------------------- */
@@ -448,6 +479,18 @@ int trn_comm_allreduce(trn_comm *c, float *buf, long n, trn_ar_algo a, trn_wire 
     int rc = trn_comm_ring(c, g, c->size, buf, n, w);
     free(g);
     return rc;
+}
+
+int trn_comm_gather(trn_comm *c, const void *sbuf, size_t bytes, void *rbuf)
+{
+    if (c->rank != 0)
+        return c->ops->sendrecv(c->self, sbuf, bytes, 0, NULL, 0, -1);
+    memcpy(rbuf, sbuf, bytes);
+    for (int r = 1; r < c->size; r++)
+        if (c->ops->sendrecv(c->self, NULL, 0, -1, (char *)rbuf + bytes * (size_t)r,
+                             bytes, r) < 0)
+            return -1;
+    return 0;
 }
 
 int trn_comm_bcast(trn_comm *c, void *buf, size_t bytes, int root)

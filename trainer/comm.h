@@ -101,9 +101,24 @@ int trn_comm_hier(trn_comm *c, float *buf, long n, trn_wire w);
    order, identical on every rank). k >= 1. residual has n floats. */
 int trn_comm_topk(trn_comm *c, float *buf, float *residual, long n, long k);
 
+/* Top-k with momentum correction (Deep Gradient Compression, Lin et al.
+   2018): the local velocity u = momentum * u + g (Nesterov: u = momentum *
+   (u + g), accumulating u + g) is what goes into the residual, so what is
+   sent is already momentum-accumulated (the optimiser then applies it
+   without momentum of its own); the sent coordinates are cleared in both
+   residual and velocity (momentum factor masking). buf, residual, velocity:
+   n floats each. */
+int trn_comm_topk_dgc(trn_comm *c, float *buf, float *residual, float *velocity, long n,
+                      long k, float momentum, int nesterov);
+
 /* Selects the k largest |v[i]| (ties by lower index): writes their indices
    ascending into idx. Exposed for tests. */
 void trn_topk_select(const float *v, long n, long k, int32_t *idx);
+
+/* Gathers `bytes` from every rank to rank 0 (rbuf: size * bytes, in rank
+   order; only rank 0's rbuf is written). Point-to-point, not counted in
+   bytes_out. Collective. 0 or -1. */
+int trn_comm_gather(trn_comm *c, const void *sbuf, size_t bytes, void *rbuf);
 
 /* Small helpers on the backend. */
 int trn_comm_bcast(trn_comm *c, void *buf, size_t bytes, int root);

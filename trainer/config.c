@@ -422,6 +422,32 @@ static const s_opt s_opts[] = {
      .dflt = "0",
      .help = "top-k sparsification: fraction of each bucket sent, error feedback (0 = "
              "dense)"},
+    {.flag = "topk-correction",
+     .type = OPT_BOOL,
+     .off = O(topk_correction),
+     .lo = 0,
+     .hi = 1,
+     .dflt = "1",
+     .help = "top-k with sgd/lars momentum: accumulate the velocity, not the gradient, "
+             "into the residual and clear sent entries of both (momentum correction and "
+             "factor masking)"},
+    {.flag = "topk-warmup",
+     .type = OPT_DOUBLE,
+     .off = O(topk_warmup),
+     .lo = 0,
+     .hi = 1e6,
+     .dflt = "0",
+     .help = "top-k density warm-up: epochs over which the fraction sent falls from 25% "
+             "to --topk exponentially (0 = none)"},
+    {.flag = "topk-clip",
+     .type = OPT_DOUBLE,
+     .off = O(topk_clip),
+     .lo = 0,
+     .hi = 1e30,
+     .dflt = "0",
+     .help = "top-k local gradient clipping: global L2-norm threshold; each rank clips "
+             "its share of a bucket at clip*sqrt(bucket params/all params/ranks) (0 = "
+             "off)"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
 

@@ -20,6 +20,7 @@ typedef struct {
     long n;          /* floats */
     float *buf;      /* packed gradients */
     float *residual; /* top-k error feedback (n floats) */
+    float *velocity; /* top-k momentum correction (n floats) or NULL */
     int pending;     /* params not yet final this step */
 } s_bucket;
 
@@ -27,11 +28,14 @@ struct trn_dist {
     trn_comm *comm;
     trn_net *net;
     trn_dist_opts o;
+    double density; /* top-k: fraction sent now (warm-up) */
+    long ntotal;    /* floats over all buckets */
     long fusion_bytes;
     s_bucket *b;
     int nb;
     int *bucket_of; /* param -> bucket */
     double *unscale;
+    double *gnorm;     /* top-k: per param, this rank's gradient norm (after clipping) */
     int next_queue;    /* first bucket not yet queued */
     int complete_upto; /* buckets [0, complete_upto) reduced */
     int failed;
@@ -44,11 +48,42 @@ struct trn_dist {
     int quit;
 };
 
+/* Local gradient clipping (top-k): this rank's share of the bucket is
+   rescaled when its norm exceeds the bucket's part of the threshold. */
+static void s_clip(trn_dist *d, s_bucket *b)
+{
+    double thr = d->o.clip * sqrt((double)b->n / (double)d->ntotal / d->comm->size);
+    double s = 0;
+    for (long i = 0; i < b->n; i++)
+        s += (double)b->buf[i] * b->buf[i];
+    s = sqrt(s);
+    if (s > thr && thr > 0) {
+        float f = (float)(thr / s);
+        for (long i = 0; i < b->n; i++)
+            b->buf[i] *= f;
+    }
+}
+
 static int s_reduce(trn_dist *d, s_bucket *b)
 {
     if (d->o.topk > 0) {
-        long k = (long)ceil(d->o.topk * (double)b->n);
-        return trn_comm_topk(d->comm, b->buf, b->residual, b->n, k < 1 ? 1 : k);
+        long k = (long)ceil(d->density * (double)b->n);
+        k = k < 1 ? 1 : k;
+        if (d->o.clip > 0)
+            s_clip(d, b);
+        long off = 0; /* the norms of what enters compression (LARS) */
+        for (int i = b->first; i >= b->last; i--) {
+            long pn = trn_net_param(d->net, i)->n;
+            double acc = 0;
+            for (long j = 0; j < pn; j++)
+                acc += (double)b->buf[off + j] * b->buf[off + j];
+            d->gnorm[i] = sqrt(acc);
+            off += pn;
+        }
+        if (b->velocity)
+            return trn_comm_topk_dgc(d->comm, b->buf, b->residual, b->velocity, b->n, k,
+                                     (float)d->o.momentum, d->o.nesterov);
+        return trn_comm_topk(d->comm, b->buf, b->residual, b->n, k);
     }
     return trn_comm_allreduce(d->comm, b->buf, b->n, d->o.algo, d->o.wire);
 }
@@ -153,6 +188,64 @@ int trn_dist_finish(trn_dist *d)
     return d->failed ? -1 : 0;
 }
 
+void trn_dist_set_density(trn_dist *d, double density)
+{
+    d->density = density > 1 ? 1 : density > 0 ? density : d->o.topk;
+}
+
+double trn_dist_density(const trn_dist *d)
+{
+    return d->density;
+}
+
+const double *trn_dist_local_gnorm(const trn_dist *d)
+{
+    return d->gnorm;
+}
+
+long trn_dist_state_count(const trn_dist *d)
+{
+    if (!(d->o.topk > 0))
+        return 0;
+    return d->ntotal * (d->o.momentum > 0 ? 2 : 1);
+}
+
+void trn_dist_state_get(const trn_dist *d, float *out)
+{
+    for (int i = 0; d->o.topk > 0 && i < d->nb; i++) {
+        memcpy(out, d->b[i].residual, (size_t)d->b[i].n * sizeof(float));
+        out += d->b[i].n;
+        if (d->b[i].velocity) {
+            memcpy(out, d->b[i].velocity, (size_t)d->b[i].n * sizeof(float));
+            out += d->b[i].n;
+        }
+    }
+}
+
+void trn_dist_state_clear(trn_dist *d)
+{
+    for (int i = 0; d->o.topk > 0 && i < d->nb; i++) {
+        memset(d->b[i].residual, 0, (size_t)d->b[i].n * sizeof(float));
+        if (d->b[i].velocity)
+            memset(d->b[i].velocity, 0, (size_t)d->b[i].n * sizeof(float));
+    }
+}
+
+int trn_dist_state_set(trn_dist *d, const float *in, long n)
+{
+    if (n != trn_dist_state_count(d))
+        return -1;
+    for (int i = 0; d->o.topk > 0 && i < d->nb; i++) {
+        memcpy(d->b[i].residual, in, (size_t)d->b[i].n * sizeof(float));
+        in += d->b[i].n;
+        if (d->b[i].velocity) {
+            memcpy(d->b[i].velocity, in, (size_t)d->b[i].n * sizeof(float));
+            in += d->b[i].n;
+        }
+    }
+    return 0;
+}
+
 long trn_dist_fusion_bytes(const trn_dist *d)
 {
     return d->fusion_bytes;
@@ -213,7 +306,8 @@ static int s_build(trn_dist *d, long thr, char *err)
     d->b = calloc((size_t)np, sizeof *d->b);
     d->bucket_of = calloc((size_t)np, sizeof(int));
     d->unscale = calloc((size_t)np, sizeof(double));
-    if (!d->b || !d->bucket_of || !d->unscale)
+    d->gnorm = calloc((size_t)np, sizeof(double));
+    if (!d->b || !d->bucket_of || !d->unscale || !d->gnorm)
         goto oom;
     d->nb = 0;
     int i = np - 1;
@@ -235,6 +329,10 @@ static int s_build(trn_dist *d, long thr, char *err)
             goto oom;
         if (d->o.topk > 0 && !(b->residual = calloc((size_t)b->n, sizeof(float))))
             goto oom;
+        if (d->o.topk > 0 && d->o.momentum > 0 &&
+            !(b->velocity = calloc((size_t)b->n, sizeof(float))))
+            goto oom;
+        d->ntotal += b->n;
     }
     return 0;
 oom:
@@ -252,6 +350,7 @@ trn_dist *trn_dist_new(trn_comm *c, trn_net *net, const trn_dist_opts *o, char *
     d->comm = c;
     d->net = net;
     d->o = *o;
+    d->density = o->topk;
     long thr = o->fusion_bytes;
     if (thr < 0) {
         /* adaptive: the size at which latency is 10% of the transfer time,
@@ -302,10 +401,12 @@ void trn_dist_destroy(trn_dist **dp)
     for (int i = 0; d->b && i < d->nb; i++) {
         free(d->b[i].buf);
         free(d->b[i].residual);
+        free(d->b[i].velocity);
     }
     free(d->b);
     free(d->bucket_of);
     free(d->unscale);
+    free(d->gnorm);
     free(d);
     *dp = NULL;
 }

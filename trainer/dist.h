@@ -29,6 +29,12 @@ typedef struct {
     double topk;       /* 0: dense; else the fraction of each bucket sent */
     long fusion_bytes; /* bucket size; 0 = one param per bucket; -1 = auto */
     int overlap;       /* communication thread during backward */
+    /* top-k only (Deep Gradient Compression): momentum correction when
+       momentum > 0 (the optimiser's momentum; it then skips its own), and
+       local clipping of each bucket's share when clip > 0 */
+    double momentum;
+    int nesterov;
+    double clip; /* global-norm threshold; a rank's bucket: clip*sqrt(n_b/n/ranks) */
 } trn_dist_opts;
 
 typedef struct trn_dist trn_dist;
@@ -37,6 +43,23 @@ typedef struct trn_dist trn_dist;
    collective: every rank calls it). */
 trn_dist *trn_dist_new(trn_comm *c, trn_net *net, const trn_dist_opts *o, char *err);
 void trn_dist_destroy(trn_dist **dp);
+
+/* The fraction of each bucket top-k sends from now on (density warm-up);
+   (0, 1]. No effect when dense. */
+void trn_dist_set_density(trn_dist *d, double density);
+double trn_dist_density(const trn_dist *d);
+
+/* Top-k: per param, the L2 norm of this rank's gradient share as it entered
+   compression in the last step (true units, after clipping); borrowed. */
+const double *trn_dist_local_gnorm(const trn_dist *d);
+
+/* Per-rank compression state (top-k residuals, momentum-correction
+   velocities): its size in floats (0 when dense), and a copy out / in, in
+   bucket order. trn_dist_state_set fails (-1) on a size mismatch. */
+long trn_dist_state_count(const trn_dist *d);
+void trn_dist_state_get(const trn_dist *d, float *out);
+int trn_dist_state_set(trn_dist *d, const float *in, long n);
+void trn_dist_state_clear(trn_dist *d);
 
 /* Starts a step: unscale[i] is the factor bringing param i's gradient to
    true units (1 / its loss scale). Copies the factors. */

@@ -54,6 +54,14 @@ static void s_sgd(const trn_optim *o, trn_param *p, double lr, double wd)
     float *restrict w = p->w, *restrict m = p->m;
     const float *restrict gr = p->g;
     long n = p->n;
+    if (o->corrected) { /* g: the ranks' momentum-corrected sum (top-k) */
+        for (long i = 0; i < n; i++) {
+            float d = fwd * w[i];
+            m[i] = mu * m[i] + d;
+            w[i] -= flr * (gr[i] + (o->nesterov ? d + mu * m[i] : m[i]));
+        }
+        return;
+    }
     if (o->nesterov)
         for (long i = 0; i < n; i++) {
             float g = gr[i] + fwd * w[i];
@@ -74,6 +82,11 @@ static void s_lars(const trn_optim *o, trn_param *p, double lr, int k)
 {
     float mu = (float)o->momentum;
     if (p->kind != TRN_PW) { /* biases, BN: momentum SGD, no decay, no LARS */
+        if (o->corrected) {  /* momentum already in g (top-k) */
+            for (long i = 0; i < p->n; i++)
+                p->w[i] -= (float)lr * p->g[i];
+            return;
+        }
         for (long i = 0; i < p->n; i++) {
             p->m[i] = mu * p->m[i] + (float)lr * p->g[i];
             p->w[i] -= p->m[i];
@@ -86,6 +99,13 @@ static void s_lars(const trn_optim *o, trn_param *p, double lr, int k)
     if (wn > 0 && gn > 0)
         local = o->trust * wn / (gn + wd * wn);
     float step = (float)(lr * local), fwd = (float)wd;
+    if (o->corrected) { /* the trust ratio scales the decompressed update */
+        for (long i = 0; i < p->n; i++) {
+            p->m[i] = mu * p->m[i] + fwd * p->w[i];
+            p->w[i] -= step * (p->g[i] + p->m[i]);
+        }
+        return;
+    }
     for (long i = 0; i < p->n; i++) {
         p->m[i] = mu * p->m[i] + step * (p->g[i] + fwd * p->w[i]);
         p->w[i] -= p->m[i];

@@ -367,6 +367,9 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
         trn_param *p = trn_net_param(t->net, i);
         t->unscale[i] = 1.0 / (per_layer ? t->lscale[p->layer] : S);
     }
+    if (c->topk > 0)
+        trn_dist_set_density(
+            t->dist, trn_topk_density(c, t->epoch + (double)t->pos / t->train->n));
     trn_dist_begin(t->dist, t->unscale);
     trn_net_zero_grad(t->net);
     if (cnt == 0) /* no examples this step: contribute zeros */
@@ -396,21 +399,17 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
     }
     /* top-k: g will hold only what was sent; LARS's trust ratio takes the
        dense gradient's norm instead, estimated as the sum over ranks of each
-       rank's dense norm (exact when the ranks' gradients agree) */
+       rank's norm as it entered compression (after local clipping; exact
+       when the ranks' gradients agree), so the ratio scales the decompressed
+       update consistently */
     double *gnorm = NULL;
-    if (c->topk > 0 && t->opt.kind == TRN_LARS) {
-        gnorm = calloc((size_t)np, sizeof(double));
-        if (!gnorm)
-            return -1;
-        for (int i = 0; i < np; i++) {
-            trn_param *p = trn_net_param(t->net, i);
-            double acc = 0;
-            for (long j = 0; j < p->n; j++)
-                acc += (double)p->g[j] * p->g[j];
-            gnorm[i] = sqrt(acc) * t->unscale[i];
-        }
-    }
-    if (trn_dist_finish(t->dist) < 0 || trn_comm_sum_d(t->comm, red, 3) < 0 ||
+    if (c->topk > 0 && t->opt.kind == TRN_LARS &&
+        !(gnorm = calloc((size_t)np, sizeof(double))))
+        return -1;
+    int frc = trn_dist_finish(t->dist);
+    if (gnorm)
+        memcpy(gnorm, trn_dist_local_gnorm(t->dist), (size_t)np * sizeof(double));
+    if (frc < 0 || trn_comm_sum_d(t->comm, red, 3) < 0 ||
         (gnorm && trn_comm_sum_d(t->comm, gnorm, np) < 0)) {
         free(gnorm);
         return -1;
@@ -459,8 +458,10 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
             t->have_gns = 1;
         }
         t->opt.gnorm = gnorm;
+        t->opt.corrected = t->dist_corrected;
         trn_optim_step(&t->opt, trn_net_param(t->net, 0), np, lr);
         t->opt.gnorm = NULL;
+        t->opt.corrected = 0;
         trn_net_sync_weights(t->net);
     } else if (measure) {
         t->have_gns = 0;
@@ -468,6 +469,16 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
     free(gnorm);
     s_advance(t, nb);
     return skip;
+}
+
+double trn_topk_density(const trn_config *c, double epoch)
+{
+    const double d0 = 0.25;
+    if (!(c->topk > 0) || c->topk >= d0 || !(c->topk_warmup > 0) ||
+        epoch >= c->topk_warmup)
+        return c->topk;
+    double f = epoch < 0 ? 0 : epoch / c->topk_warmup;
+    return d0 * pow(c->topk / d0, f);
 }
 
 int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
@@ -496,7 +507,17 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
                        .wire = (trn_wire)trn_wire_from_name(cfg->wire),
                        .topk = cfg->topk,
                        .fusion_bytes = cfg->fusion_kb < 0 ? -1 : cfg->fusion_kb * 1024,
-                       .overlap = cfg->overlap};
+                       .overlap = cfg->overlap,
+                       .clip = cfg->topk > 0 ? cfg->topk_clip : 0};
+    /* momentum correction: only for the momentum optimisers, whose momentum
+       then moves into the residual */
+    int ok = trn_optim_from_name(cfg->optimizer);
+    if (cfg->topk > 0 && cfg->topk_correction && cfg->momentum > 0 &&
+        (ok == TRN_SGD || ok == TRN_LARS)) {
+        o.momentum = cfg->momentum;
+        o.nesterov = cfg->nesterov;
+        t->dist_corrected = 1;
+    }
     int np = trn_net_nparams(t->net);
     t->unscale = calloc((size_t)np, sizeof(double));
     if (!t->unscale) {
@@ -520,9 +541,11 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
                 "jizhi-train: %d ranks (%s), all-reduce %s, wire %s%s, fusion %ld KiB "
                 "(%d buckets%s), overlap %s\n",
                 c->size, c->ops->name, cfg->allreduce, cfg->wire,
-                cfg->topk > 0 ? ", top-k" : "", trn_dist_fusion_bytes(t->dist) / 1024,
-                trn_dist_nbuckets(t->dist), cfg->fusion_kb < 0 ? ", auto" : "",
-                cfg->overlap ? "on" : "off");
+                cfg->topk <= 0      ? ""
+                : t->dist_corrected ? ", top-k (momentum correction)"
+                                    : ", top-k",
+                trn_dist_fusion_bytes(t->dist) / 1024, trn_dist_nbuckets(t->dist),
+                cfg->fusion_kb < 0 ? ", auto" : "", cfg->overlap ? "on" : "off");
     return 0;
 }
 
@@ -781,6 +804,9 @@ int trn_trainer_run(trn_trainer *t, char *err)
                     "jizhi-train: done: %ld steps, test_loss %.4f test_acc %.4f, %.1fs\n",
                     t->step, tl, ta, util_now() - t0);
     }
+    if (t->dist && t->rank == 0 && !c->quiet && t->step > 0)
+        fprintf(stderr, "jizhi-train: rank 0 sent %.3f MB of gradients in %ld steps\n",
+                (double)t->comm->bytes_out / 1e6, t->step);
     if (c->save[0] && trn_trainer_save(t, c->save, err) < 0)
         return -1;
     return 0;

@@ -47,6 +47,7 @@ struct trn_trainer {
     /* data-parallel ranks: comm borrowed, dist owned (NULL with one rank) */
     trn_comm *comm;
     trn_dist *dist;
+    int dist_corrected;   /* top-k momentum correction: optimiser skips momentum */
     char ckpt_path[1200]; /* the last checkpoint an instruction wrote */
     double *unscale;      /* per param: 1 / its loss scale (dist steps) */
     int rank, nranks;

@@ -83,13 +83,16 @@ typedef struct trn_config {
     char backend[8];              /* cpu | cuda */
     int quiet;                    /* no progress lines on stderr */
     /* data-parallel ranks (comm.h, dist.h) */
-    char comm[8];       /* auto | local | mpi | nccl: the backend */
-    char allreduce[8];  /* ring | hier | native */
-    int ranks_per_node; /* hier: ranks per node (0 = MPI's shared-memory split) */
-    long fusion_kb;     /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
-    int overlap;        /* all-reduce on a thread during backward */
-    char wire[8];       /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
-    double topk;        /* 0 = dense; else the fraction of each bucket sent */
+    char comm[8];        /* auto | local | mpi | nccl: the backend */
+    char allreduce[8];   /* ring | hier | native */
+    int ranks_per_node;  /* hier: ranks per node (0 = MPI's shared-memory split) */
+    long fusion_kb;      /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
+    int overlap;         /* all-reduce on a thread during backward */
+    char wire[8];        /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
+    double topk;         /* 0 = dense; else the fraction of each bucket sent */
+    int topk_correction; /* top-k + sgd/lars momentum: momentum correction */
+    double topk_warmup;  /* epochs of density warm-up, 25% -> topk exponentially */
+    double topk_clip;    /* local gradient clipping threshold (0 = off) */
 } trn_config;
 
 /* Fills `c` with the defaults. */
@@ -332,6 +335,10 @@ typedef struct {
        norm of g (top-k ranks: an estimate of the dense gradient's norm, as
        g holds only what was sent). NULL: from g. Borrowed. */
     const double *gnorm;
+    /* SGD/LARS: g already carries momentum (top-k momentum correction,
+       dist.h): applied without the optimiser's momentum; weight decay,
+       identical on every rank, keeps its own momentum in m. */
+    int corrected;
 } trn_optim;
 
 int trn_optim_from_name(const char *s); /* kind or -1 */
@@ -389,6 +396,10 @@ void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b);
 typedef struct trn_comm trn_comm;
 int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err);
 int trn_trainer_rank(const trn_trainer *t);
+
+/* Top-k density at fractional epoch `epoch`: c->topk, or during the first
+   c->topk_warmup epochs 25% falling exponentially to c->topk. */
+double trn_topk_density(const trn_config *c, double epoch);
 
 /* Runs one optimisation step (one global batch). Returns 0, 1 when the
    step was skipped (loss-scale overflow), -1 on error. */

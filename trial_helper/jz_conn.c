@@ -22,6 +22,7 @@
 
 #include "common/log.h"
 #include "common/spec.h"
+#include "common/keys.h"
 #include "common/wire.h"
 #include "common/util.h"
 
@@ -642,7 +643,10 @@ static void *s_run(void *arg)
     zmq_setsockopt(c.sock, ZMQ_IMMEDIATE, &one, sizeof one);
     zmq_setsockopt(c.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     zmq_setsockopt(c.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
-    if (zmq_connect(c.sock, t->endpoint) != 0)
+    char kerr[600];
+    if (keys_client_setup(c.sock, t->endpoint, NULL, kerr, sizeof kerr) != 0)
+        log_error("jizhi", "trial %ld: %s", t->trial_id, kerr);
+    else if (zmq_connect(c.sock, t->endpoint) != 0)
         log_error("jizhi", "trial %ld: cannot connect to %s: %s", t->trial_id,
                   t->endpoint, zmq_strerror(errno));
     c.last_batch = util_now();

@@ -136,6 +136,41 @@ static void s_sty_b(int i, double *lo, double *hi)
     *hi = 5;
 }
 
+static double s_shekel(const double *x, int d)
+{
+    static const double beta[10] = {1, 2, 2, 4, 4, 6, 3, 7, 5, 5};
+    static const double C[4][10] = {{4, 1, 8, 6, 3, 2, 5, 8, 6, 7},
+                                    {4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6},
+                                    {4, 1, 8, 6, 3, 2, 5, 8, 6, 7},
+                                    {4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6}};
+    double s = 0;
+    for (int i = 0; i < 10; i++) {
+        double e = 0.1 * beta[i];
+        for (int j = 0; j < 4; j++)
+            e += (x[j] - C[j][i]) * (x[j] - C[j][i]);
+        s -= 1 / e;
+    }
+    return s;
+}
+
+static void s_shekel_b(int i, double *lo, double *hi)
+{
+    *lo = 0;
+    *hi = 10;
+}
+
+static double s_sixhump(const double *x, int d)
+{
+    double a = x[0] * x[0], b = x[1] * x[1];
+    return (4 - 2.1 * a + a * a / 3) * a + x[0] * x[1] + (-4 + 4 * b) * b;
+}
+
+static void s_sixhump_b(int i, double *lo, double *hi)
+{
+    *lo = i == 0 ? -3 : -2;
+    *hi = i == 0 ? 3 : 2;
+}
+
 static const s_func s_funcs[] = {
     {"branin", 2, 0.397887357729738, s_branin, s_branin_b},
     {"hartmann6", 6, -3.32236801141551, s_hartmann6, s_unit_b},
@@ -143,6 +178,10 @@ static const s_func s_funcs[] = {
     {"rosenbrock4", 4, 0, s_rosenbrock, s_rosen_b},
     {"levy4", 4, 0, s_levy, s_levy_b},
     {"styblinski4", 4, -39.16616570377142 * 4, s_styblinski, s_sty_b},
+    /* beyond the usual six, so that a change is not fitted to them */
+    {"shekel10", 4, -10.53644315348353, s_shekel, s_shekel_b},
+    {"sixhump", 2, -1.0316284534898774, s_sixhump, s_sixhump_b},
+    {"levy8", 8, 0, s_levy, s_levy_b},
 };
 
 static const s_func *s_find(const char *name)

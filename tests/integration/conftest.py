@@ -22,7 +22,8 @@ def env_for_trials():
     env["JIZHI_LIB"] = os.path.join(BUILD, "lib", "libjizhi.so")
     env.pop("JIZHI_DB", None)
     env.pop("JIZHI_CONTROLLER", None)
-    for k in ("JIZHI_TRIAL", "JIZHI_TOKEN", "JIZHI_ENDPOINT", "JIZHI_PARAMS"):
+    for k in ("JIZHI_TRIAL", "JIZHI_TOKEN", "JIZHI_ENDPOINT", "JIZHI_PARAMS", "JIZHI_KEY",
+              "JIZHI_SERVER_KEY", "XDG_RUNTIME_DIR"):
         env.pop(k, None)
     return env
 
@@ -34,6 +35,8 @@ class Jizhi:
         self.dir = str(tmp)
         self.db = os.path.join(self.dir, "jizhi.db")
         self.env = env_for_trials()
+        # keys and default sockets of this test only, never ~/.config/jizhi
+        self.env["JIZHI_HOME"] = os.path.join(self.dir, "home")
 
     def run(self, *args, timeout=120, check=None):
         p = subprocess.run([JIZHI, *args], cwd=self.dir, env=self.env, capture_output=True,

@@ -215,6 +215,15 @@ def test_preemption_round_trip_keeps_every_acknowledged_metric(jz):
         assert listing[1].split()[1:4] == ["suspended", "0", "1"]
         assert json.loads(jz.run("trial", "show", str(tid), "--json",
                                  check=0).stdout)["preemptions"] == 1
+        # a controller killed with -9 now and started again still knows the
+        # trial waits to be resumed
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(timeout=30)
+        os.unlink(jz.db + ".endpoint")
+        ctl = start_controller(jz, ep)
+        jz.wait_for(lambda: "low" in waiting(jz), 30, "the low study to wait again")
+        assert waiting(jz)["low"]["preempted"] == 1
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid) == [("suspended",)]
         # capacity frees: the low trial resumes from its checkpoint, to the end
         touch(jz, "go")
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies WHERE name='low'")[0][0] ==
@@ -262,3 +271,65 @@ def test_preemptible_restart_kills_and_reruns_a_trial_without_checkpoint(jz):
                       "ON s.id=t.study_id WHERE s.name='low'") == [("completed", 1)]
     finally:
         stop(ctl, disp)
+
+
+def test_a_preempted_trial_that_does_not_checkpoint_is_restarted_from_its_last_one(jz):
+    ack = os.path.join(jz.dir, "acked.log")
+    ep, ctl, disp = daemons(jz, slots="1")
+    try:
+        low = base_spec("low", ["python3", os.path.join(PROGS, "ckpt_trial.py")], trials=1,
+                        parallel=1, env={"STEPS": "80", "CKPT_EVERY": "10", "CKPT_UNTIL": "20",
+                                         "IGNORE_CHECKPOINT": "1", "STEP_SLEEP": "0.05",
+                                         "ACK_LOG": ack})
+        low["priority"] = "low"
+        low["guard"] = {"load_timeout_s": 2}  # how long a trial has to answer
+        jz.run("study", "submit", jz.write_spec(low, "low.json"), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT checkpoint_step = 20 AND last_step > 25 FROM "
+                                   "trials")[0][0] == 1, 60, "the last checkpoint")
+        ((tid,),) = jz.sql("SELECT id FROM trials")
+        jz.run("study", "submit", jz.write_spec(gated(jz, "high", "hal", 1, 1, priority="high"),
+                                                "h.json"), check=0)
+        jz.wait_for(lambda: running_by_study(jz).get("high") == 1, 60, "the high trial")
+        kinds = [e["kind"] for e in json.loads(jz.run("study", "events", "low", "--json",
+                                                      check=0).stdout)]
+        assert "preempted" in kinds and "preemption_fallback" in kinds
+        assert jz.sql("SELECT state, attempt, preemptions FROM trials WHERE id=?", tid) == [
+            ("pending", 1, 1)]
+        touch(jz, "go")
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies WHERE name='low'")[0][0] ==
+                    "finished", 90, "the low study to finish")
+        assert jz.sql("SELECT state, attempt FROM trials WHERE id=?", tid) == [("completed", 1)]
+        (first,) = jz.sql("SELECT MIN(step) FROM metrics WHERE trial_id=? AND attempt=1",
+                          tid)[0]
+        assert first == 21
+        with open(ack) as f:
+            acked = {(int(l.split()[1])) for l in f}
+        stored = {s for (s,) in jz.sql("SELECT step FROM metrics WHERE trial_id=? AND "
+                                       "name='score'", tid)}
+        assert acked <= stored and stored == set(range(1, 81))
+    finally:
+        stop(ctl, disp)
+
+
+def test_only_an_admin_sets_quotas(jz):
+    from test_auth import as_key, cli, curve_controller, free_port, keygen, write_keys
+    keygen(jz, "controller")
+    admin, user, viewer = (keygen(jz, n) for n in ("admin", "user", "viewer"))
+    write_keys(jz, [f"{admin} root admin", f"{user} bob user", f"{viewer} vic viewer"])
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    ctl = curve_controller(jz, ep)
+    try:
+        p = cli(jz, as_key(jz, "user"), "quota", "set", "bob", "slots=100", "--controller", ep)
+        assert p.returncode == 1 and "bob (role user) may not" in p.stderr, p.stderr
+        assert jz.sql("SELECT COUNT(*) FROM quotas") == [(0,)]
+        p = cli(jz, as_key(jz, "admin"), "quota", "set", "bob", "slots=1", "--controller", ep)
+        assert p.returncode == 0 and "quota of bob: slots 1" in p.stdout, p.stderr
+        assert jz.sql("SELECT user, slots, gpus FROM quotas") == [("bob", 1, -1)]
+        p = cli(jz, as_key(jz, "viewer"), "queue", "--json", "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["users"] == [
+            {"user": "bob", "slots": 0, "gpus": 0, "quota_slots": 1, "quota_gpus": -1}]
+        p = cli(jz, as_key(jz, "viewer"), "quota", "list", "--json", "--controller", ep)
+        assert p.returncode == 0 and json.loads(p.stdout)[0]["user"] == "bob"
+    finally:
+        stop(ctl)

@@ -9,8 +9,10 @@ from conftest import PROGS, base_spec
 
 
 def start_controller(jz, ep, lost="20"):
+    # plain TCP needs --insecure (test_auth.py covers CURVE)
+    insecure = ["--insecure"] if ep.startswith("tcp://") else []
     ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--lost-timeout", lost,
-                   "--log", os.path.join(jz.dir, "controller.log"))
+                   "--log", os.path.join(jz.dir, "controller.log"), *insecure)
     jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the controller's endpoint file")
     return ctl
 

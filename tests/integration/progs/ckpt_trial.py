@@ -3,7 +3,9 @@ report is acknowledged and only then appends "TRIAL ATTEMPT STEP" to
 $ACK_LOG (so a test knows exactly what was acknowledged). It saves a
 checkpoint (the step, in a file) every $CKPT_EVERY steps and when asked,
 exits cleanly on stop, and continues after $JIZHI_LOAD_CHECKPOINT's step
-when started from one. $STEPS steps of $STEP_SLEEP seconds."""
+when started from one. $STEPS steps of $STEP_SLEEP seconds. With
+$IGNORE_CHECKPOINT set it never answers a checkpoint instruction, and it
+saves none after step $CKPT_UNTIL."""
 import os
 import time
 
@@ -12,6 +14,8 @@ import jizhi
 t = jizhi.Trial()
 steps = int(os.environ.get("STEPS", "60"))
 every = int(os.environ.get("CKPT_EVERY", "10"))
+until = int(os.environ.get("CKPT_UNTIL", "1000000000"))
+ignore = bool(os.environ.get("IGNORE_CHECKPOINT"))
 pause = float(os.environ.get("STEP_SLEEP", "0.05"))
 log = os.environ["ACK_LOG"]
 attempt = os.environ.get("JIZHI_ATTEMPT", "?")
@@ -32,7 +36,7 @@ if load:
 step = start
 while step <= steps:
     for ins in t.poll():
-        if ins.kind == "checkpoint":
+        if ins.kind == "checkpoint" and not ignore:
             save(step - 1)
         elif ins.kind == "stop":
             t.close()
@@ -41,7 +45,7 @@ while step <= steps:
     if t.flush(120000):
         with open(log, "a") as f:
             f.write(f"{t.trial_id} {step}\n")
-    if step % every == 0:
+    if step % every == 0 and step <= until:
         save(step)
     step += 1
     time.sleep(pause)

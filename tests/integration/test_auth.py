@@ -1,0 +1,230 @@
+"""Authentication over real daemons (docs/design.md, "Authentication"):
+the default ipc:// socket in a private 0700 directory; tcp:// refused
+without a server key, plain only with --insecure; CURVE over
+tcp://127.0.0.1 with an authorized-keys file: an unknown key, a wrong
+server key and a viewer are refused and nothing runs, a dispatcher key
+runs trials, a user key cannot register a dispatcher, SIGHUP adds and
+removes keys and a bad file keeps the old ones."""
+import os
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+
+from conftest import JIZHI, base_spec
+from test_recovery import stop
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(jz, name):
+    p = jz.run("keygen", "--name", name, check=0)
+    pub = p.stdout.strip()
+    assert len(pub) == 40
+    return pub
+
+
+def as_key(jz, key, server_key=None):
+    """An environment that speaks with KEY (a file name in the key dir)."""
+    env = dict(jz.env)
+    env["JIZHI_KEY"] = os.path.join(env["JIZHI_HOME"], key + ".key")
+    if server_key:
+        env["JIZHI_SERVER_KEY"] = server_key
+    return env
+
+
+def cli(jz, env, *args, timeout=60):
+    return subprocess.run([JIZHI, *args], cwd=jz.dir, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def write_keys(jz, lines):
+    path = os.path.join(jz.env["JIZHI_HOME"], "authorized_keys")
+    with open(path, "w") as f:
+        f.write("# key user role\n" + "".join(l + "\n" for l in lines))
+    return path
+
+
+def curve_controller(jz, ep):
+    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--lost-timeout", "20",
+                   "--log", os.path.join(jz.dir, "controller.log"))
+    jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+    return ctl
+
+
+def log_has(jz, text, timeout=10):
+    path = os.path.join(jz.dir, "controller.log")
+    jz.wait_for(lambda: text in open(path).read(), timeout, f"log line {text!r}")
+
+
+def test_default_bind_is_ipc_in_a_private_directory(jz):
+    rt = tempfile.mkdtemp(prefix="jzrt-")  # short: ipc paths are limited to 107 bytes
+    jz.env["XDG_RUNTIME_DIR"] = rt
+    ctl = jz.popen("controller", "--db", jz.db)
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        ep = open(jz.db + ".endpoint").read().strip()
+        assert ep.startswith(f"ipc://{rt}/jizhi/ctl-") and ep.endswith(".sock"), ep
+        d = os.stat(os.path.join(rt, "jizhi"))
+        assert stat.S_IMODE(d.st_mode) == 0o700 and d.st_uid == os.geteuid()
+        assert stat.S_IMODE(os.stat(jz.db + ".endpoint").st_mode) == 0o600
+        # the local user is the admin: submit and list through the socket
+        jz.run("study", "submit", jz.write_spec(base_spec("local", ["true"])), check=0)
+        assert "local" in jz.run("study", "list", check=0).stdout
+    finally:
+        stop(ctl)
+    # a socket directory someone else could enter is refused
+    os.chmod(os.path.join(rt, "jizhi"), 0o755)
+    p = jz.run("controller", "--db", jz.db, timeout=30)
+    assert p.returncode == 1 and "mode 0700" in p.stderr, p.stderr
+    os.chmod(os.path.join(rt, "jizhi"), 0o700)
+
+
+def test_tcp_needs_a_server_key_or_insecure(jz):
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    p = jz.run("controller", "--db", jz.db, "--bind", ep, timeout=30)
+    assert p.returncode == 1
+    assert "needs a server key for CURVE" in p.stderr and "jizhi keygen" in p.stderr
+    assert not os.path.exists(jz.db + ".endpoint")
+    p = jz.run("controller", "--db", jz.db, "--insecure", timeout=30)
+    assert p.returncode == 2 and "tcp://" in p.stderr
+    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--insecure")
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        assert jz.run("study", "list", "--controller", ep).returncode == 0
+    finally:
+        stop(ctl)
+    assert "WARNING: --insecure" in ctl.stderr.read()
+
+
+def test_curve_keys_roles_and_reload(jz):
+    spub = keygen(jz, "controller")
+    admin, viewer, rogue, stranger = (keygen(jz, n) for n in
+                                      ("admin", "viewer", "rogue", "stranger"))
+    dkey = keygen(jz, "disp")
+    write_keys(jz, [f"{admin} alice admin", f"{viewer} vic viewer",
+                    f"{rogue} mallory user", f"{dkey} m1 dispatcher"])
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    ctl = curve_controller(jz, ep)
+    procs = [ctl]
+    spec = jz.write_spec(base_spec("s1", ["sh", "-c", "jizhi report score=1"], trials=2))
+    try:
+        # an unlisted key: refused, nothing stored
+        p = cli(jz, as_key(jz, "stranger"), "study", "submit", spec, "--controller", ep)
+        assert p.returncode == 1 and "unknown key" in p.stderr, p.stderr
+        # a wrong server key: the handshake fails, no answer
+        p = cli(jz, as_key(jz, "admin", server_key=admin), "study", "list",
+                "--controller", ep)
+        assert p.returncode == 1 and "no answer" in p.stderr, p.stderr
+        # a viewer reads but cannot submit
+        p = cli(jz, as_key(jz, "viewer"), "study", "submit", spec, "--controller", ep)
+        assert p.returncode == 1 and "vic (role viewer) may not submit" in p.stderr
+        assert cli(jz, as_key(jz, "viewer"), "study", "list", "--controller",
+                   ep).returncode == 0
+        assert jz.sql("SELECT count(*) FROM studies") == [(0,)]
+        # a user key cannot be a dispatcher
+        rd = subprocess.Popen([JIZHI, "dispatcher", "--controller", ep, "--name", "m1",
+                               "--log-dir", os.path.join(jz.dir, "rlogs")], cwd=jz.dir,
+                              env=as_key(jz, "rogue"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+        procs.append(rd)
+        log_has(jz, "refused register from mallory (user)")
+        stop(rd)
+        # the admin submits, the dispatcher's key runs the trials (which get
+        # the server key from it and speak with their tokens)
+        p = cli(jz, as_key(jz, "admin"), "study", "submit", spec, "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        procs.append(jz.popen("dispatcher", "--controller", ep, "--name", "m1", "--key",
+                              os.path.join(jz.env["JIZHI_HOME"], "disp.key"),
+                              "--log-dir", os.path.join(jz.dir, "logs")))
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 60,
+                    "the study to finish")
+        assert jz.sql("SELECT count(*) FROM trials WHERE state='completed'") == [(2,)]
+        # SIGHUP: a new key works at once, a bad file keeps the old keys
+        p = cli(jz, as_key(jz, "stranger"), "study", "list", "--controller", ep)
+        assert p.returncode == 1 and "unknown key" in p.stderr
+        write_keys(jz, [f"{admin} alice admin", f"{stranger} sam viewer"])
+        ctl.send_signal(1)
+        log_has(jz, "reloaded")
+        assert cli(jz, as_key(jz, "stranger"), "study", "list", "--controller",
+                   ep).returncode == 0
+        path = write_keys(jz, [f"{admin} alice admin", "not-a-key bob user"])
+        ctl.send_signal(1)
+        log_has(jz, "line 3: \"not-a-key\" is not a public key")
+        assert cli(jz, as_key(jz, "stranger"), "study", "list", "--controller",
+                   ep).returncode == 0
+        # removing a key takes its rights away from live connections too
+        write_keys(jz, [f"{admin} alice admin"])
+        ctl.send_signal(1)
+        time.sleep(0.5)
+        p = cli(jz, as_key(jz, "stranger"), "study", "list", "--controller", ep)
+        assert p.returncode == 1 and "unknown key" in p.stderr
+        assert path
+    finally:
+        stop(*procs)
+
+
+def test_owners_roles_dispatcher_names_and_actors(jz):
+    """User carol cannot stop or set bob's study, the admin can; a second
+    dispatcher key cannot take the first one's name; events say who."""
+    import json
+    keygen(jz, "controller")
+    keys = {n: keygen(jz, n) for n in ("alice", "bob", "carol", "d1", "d2")}
+    write_keys(jz, [f"{keys['alice']} alice admin", f"{keys['bob']} bob user",
+                    f"{keys['carol']} carol user", f"{keys['d1']} m1 dispatcher",
+                    f"{keys['d2']} m2 dispatcher"])
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    ctl = curve_controller(jz, ep)
+    procs = [ctl]
+    home = jz.env["JIZHI_HOME"]
+    try:
+        procs.append(jz.popen("dispatcher", "--controller", ep, "--name", "m1", "--key",
+                              os.path.join(home, "d1.key"), "--slots", "2",
+                              "--log-dir", os.path.join(jz.dir, "logs")))
+        spec = base_spec("b1", ["sh", "-c", "sleep 60"], trials=1, parallel=1)
+        other = dict(spec, owner="carol")
+        p = cli(jz, as_key(jz, "bob"), "study", "submit", jz.write_spec(other, "o.json"),
+                "--controller", ep)
+        assert p.returncode == 1 and "bob may not submit a study owned by" in p.stderr
+        p = cli(jz, as_key(jz, "bob"), "study", "submit", jz.write_spec(spec),
+                "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "running", 60,
+                    "bob's trial running")
+        tid = str(jz.sql("SELECT id FROM trials")[0][0])
+        # another user: refused, nothing changes
+        for args in (["study", "stop", "b1"], ["trial", "set", tid, "x=0.5"],
+                     ["trial", "stop", tid], ["trial", "pause", tid]):
+            p = cli(jz, as_key(jz, "carol"), *args, "--controller", ep)
+            assert p.returncode == 1, (args, p.stderr)
+            assert "carol may not steer study b1: it belongs to bob" in p.stderr
+        assert jz.sql("SELECT state FROM studies") == [("running",)]
+        assert jz.sql("SELECT state FROM trials") == [("running",)]
+        # a second dispatcher key cannot take m1's name (its trial stays)
+        rd = subprocess.Popen([JIZHI, "dispatcher", "--controller", ep, "--name", "m1",
+                               "--log-dir", os.path.join(jz.dir, "rlogs")], cwd=jz.dir,
+                              env=as_key(jz, "d2"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+        procs.append(rd)
+        log_has(jz, "refused register of dispatcher m1 from another identity")
+        stop(rd)
+        assert jz.sql("SELECT state, dispatcher FROM trials") == [("running", "m1")]
+        # the admin may
+        p = cli(jz, as_key(jz, "alice"), "study", "stop", "b1", "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] != "running", 60,
+                    "the study to stop")
+        ev = json.loads(cli(jz, as_key(jz, "bob"), "study", "events", "b1", "--json",
+                            "--controller", ep).stdout)
+        actors = {e["kind"]: e["actor"] for e in ev}
+        assert actors.get("study_submitted") == "bob", ev
+        assert actors.get("study_stopped") == "alice", ev
+        out = cli(jz, as_key(jz, "bob"), "study", "events", "b1", "--controller", ep).stdout
+        assert "cli:alice" in out and "cli:bob" in out, out
+    finally:
+        stop(*procs)
