@@ -734,6 +734,17 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
     *acc = d->n ? (double)ok / d->n : 0;
 }
 
+/* CPU-seconds of the whole process (every thread): a step's cost that a
+   neighbour's load on a shared machine does not inflate, unlike its wall
+   time (step_cpu_s; the batchsize scheduler's "throughput": "cpu"). */
+static double s_cpu_now(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void s_report(trn_trainer *t, const char *name, double v)
 {
     if (t->io.report)
@@ -755,6 +766,8 @@ static void s_report_train(trn_trainer *t)
     s_report(t, "loss_scale", ls);
     if (dt > 0 && t->samples_since)
         s_report(t, "samples_per_s", t->samples_since / dt);
+    if (t->steps_since > 0 && t->step_cpu > 0)
+        s_report(t, "step_cpu_s", t->step_cpu / (double)t->steps_since);
     if (t->have_gns) {
         s_report(t, "grad_sqnorm_small", t->gs_small);
         s_report(t, "grad_sqnorm_big", t->gs_big);
@@ -765,6 +778,8 @@ static void s_report_train(trn_trainer *t)
     t->loss_acc = 0;
     t->loss_n = 0;
     t->samples_since = 0;
+    t->step_cpu = 0;
+    t->steps_since = 0;
     t->t_since = util_now();
 }
 
@@ -804,6 +819,8 @@ int trn_trainer_run(trn_trainer *t, char *err)
     double t0 = util_now();
     t->t_since = t0;
     t->samples_since = 0;
+    t->step_cpu = 0;
+    t->steps_since = 0;
     for (;;) {
         int rc = trn_trainer_control(t);
         if (rc < 0) {
@@ -816,11 +833,14 @@ int trn_trainer_run(trn_trainer *t, char *err)
             break;
         int ep = t->epoch;
         int nb = s_next_batch_size(t);
+        double cpu0 = s_cpu_now();
         if (trn_trainer_step(t) < 0) {
             snprintf(err, TRN_ERRLEN, "training step %ld failed (out of memory?)",
                      t->step);
             return -1;
         }
+        t->step_cpu += s_cpu_now() - cpu0;
+        t->steps_since++;
         t->samples_since += nb;
         if (!isfinite(t->last_loss) && t->prec == TRN_FP32 && !c->quiet)
             fprintf(stderr, "jizhi-train: step %ld: loss is %g\n", t->step, t->last_loss);
