@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,15 @@ ctl_trial *ctl__trial_by_id(ctl_t *c, long id)
     return ctl_idmap_get(&c->trials, id);
 }
 
+/* After a large message (its frame, and its parsed JSON at up to ~30
+   times the text): gives the freed memory back to the system, so that a
+   few big requests do not leave the controller's RSS high. */
+static void s_trim_after(size_t size)
+{
+    if (size >= 256 * 1024)
+        malloc_trim(0);
+}
+
 /* ---- object ---- */
 
 const char *ctl_endpoint(const ctl_t *c)
@@ -97,6 +107,8 @@ static int s_bind(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
     wire_socket_setup(c->router);
     int on = 1;
     zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &on, sizeof on);
+    int64_t hard = WIRE_MAX_REQUEST_HARD; /* larger: dropped unread, peer disconnected */
+    zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &hard, sizeof hard);
     if (ctl__auth_setup(c, cfg, bind, err, errsize) != 0)
         return -1;
     if (zmq_bind(c->router, bind) != 0) {
@@ -175,7 +187,9 @@ int ctl_run(ctl_t *c, volatile int *stop)
             wire_peer from;
             wire_meta meta;
             char why[256];
-            json_t *msg = wire_recv_meta(c->router, &from, &meta, 1, why, sizeof why);
+            size_t size;
+            json_t *msg = wire_recv_meta(c->router, &from, &meta, WIRE_MAX_REQUEST, &size,
+                                         1, why, sizeof why);
             if (!msg) {
                 if (errno == EAGAIN)
                     break;
@@ -183,13 +197,18 @@ int ctl_run(ctl_t *c, volatile int *stop)
                     return -1;
                 log_warn("ctl", "dropped a malformed message: %s", why);
                 if (from.len)
-                    ctl__send(c, &from, wire_error(-1, "malformed", "%s", why));
+                    ctl__send(c, &from,
+                              wire_error(
+                                  -1, size > WIRE_MAX_REQUEST ? "too_large" : "malformed",
+                                  "%s", why));
+                s_trim_after(size);
                 continue;
             }
             ctl_ident who;
             ctl__auth_identify(c, &meta, &who);
             ctl__handle(c, &from, &who, msg);
             json_decref(msg);
+            s_trim_after(size);
         }
         ctl__tick(c, util_now());
         ctl__alerts_tick(c, util_now());
