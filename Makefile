@@ -240,6 +240,11 @@ bench: deps
 bench-intervene: all $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/intervene.sh
 
+# What CURVE costs: ingest and trial set p99, CURVE vs --insecure plain TCP (bench/auth.sh).
+.PHONY: bench-auth
+bench-auth: all $(BUILD)/bench/ingest_trial $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/auth.sh
+
 # Slurm backend overhead: start decision -> first report, Slurm vs local (bench/slurm.sh).
 .PHONY: bench-slurm
 bench-slurm: all $(BUILD)/bench/slurm_trial
