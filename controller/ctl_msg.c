@@ -452,6 +452,18 @@ static void s_submit(ctl_t *c, const ctl_msg *m)
                       "field 'spec': expected an object");
         return;
     }
+    /* the queue counts a study for its spec's owner: only an admin (or
+       the controller's own user) may name someone else */
+    const char *owner = json_string_value(json_object_get(spec, "owner"));
+    const ctl_ident *w = m->who;
+    if (owner && w && !w->trusted && !ident_allows(w->id.role, IDENT_ADMINISTER) &&
+        strcmp(owner, w->id.user) != 0) {
+        char err[200];
+        snprintf(err, sizeof err, "owner: %s may submit studies as %s only, not as %.64s",
+                 w->id.user, w->id.user, owner);
+        s_reply_error(c, m->from, m->req, "forbidden", err);
+        return;
+    }
     ctl_study *s = NULL;
     int resumed, finished;
     const char *code = "internal";
