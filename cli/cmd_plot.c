@@ -26,6 +26,8 @@
 */
 #include "cli.h"
 
+#include "../common/spec.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -312,6 +314,8 @@ static double s_score(const store_trial *t)
 typedef struct {
     const char *metric, *curve_metric, *xaxis;
     int maximize, log_y, full_y;
+    json_t *front; /* several objectives or constraints: {"ID": true} for the trials
+                      on the Pareto set (or the best feasible one), else NULL */
 } p_opts;
 
 static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
@@ -346,12 +350,21 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
         double px = s_px(&x, (double)t->number), py = s_py(&y, v);
         int completed = !strcmp(t->state, "completed") && isfinite(t->value);
         int stopped = !strcmp(t->state, "stopped");
+        char key[32];
+        snprintf(key, sizeof key, "%ld", t->id);
+        int on_front = completed && json_object_get(o->front, key);
+        if (on_front) /* a ring around the point */
+            fprintf(f,
+                    "<circle class=\"pareto\" data-trial=\"%ld\" cx=\"%.2f\" "
+                    "cy=\"%.2f\" r=\"7\" fill=\"none\" stroke=\"#9467bd\" "
+                    "stroke-width=\"2\"/>\n",
+                    t->id, px, py);
         if (completed) {
             ncomp++;
             fprintf(f,
                     "<circle class=\"point\" data-trial=\"%ld\" cx=\"%.2f\" cy=\"%.2f\" "
-                    "r=\"4\" fill=\"#1f77b4\"><title>trial %ld (#%ld): %.6g ",
-                    t->id, px, py, t->id, t->number, v);
+                    "r=\"4\" fill=\"#1f77b4\"><title>trial %ld (#%ld): %.6g %s",
+                    t->id, px, py, t->id, t->number, v, on_front ? "(Pareto set) " : "");
         } else if (stopped) {
             nstop++;
             fprintf(
@@ -417,6 +430,14 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
             lx + 8, ly + 40, lx + 22, ly + 44, nrun, lx, ly + 60, lx + 16, ly + 60,
             lx + 22, ly + 64);
     (void)last_px;
+    if (o->front)
+        fprintf(f,
+                "<g class=\"legend\"><circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"none\" "
+                "stroke=\"#9467bd\" stroke-width=\"2\"/><text x=\"%d\" y=\"%d\">%s "
+                "(%zu)</text></g>\n",
+                lx + 8, ly + 80, lx + 22, ly + 84,
+                json_object_size(o->front) > 1 ? "Pareto set" : "best feasible",
+                json_object_size(o->front));
     fprintf(f, "</g>\n");
 }
 
@@ -707,7 +728,28 @@ int cmd_plot(int argc, char **argv)
     if (!curve_metric)
         curve_metric = metric;
     p_opts po = {metric, curve_metric, xaxis, mode && !strcmp(mode, "max"),
-                 log_y,  full_y};
+                 log_y,  full_y,       NULL};
+    spec_error serr;
+    spec_t *spec = spec_parse(st.spec, 0, &serr);
+    if (spec && (spec->nobjectives > 1 || spec->nconstraints)) {
+        json_t *d = store_study_detail(s, name);
+        size_t i;
+        json_t *t;
+        po.front = json_object();
+        spec_mark_trials(spec, json_object_get(d, "trials"));
+        json_array_foreach(json_object_get(d, "trials"), i, t)
+        {
+            if (json_is_true(
+                    json_object_get(t, spec->nobjectives > 1 ? "pareto" : "best"))) {
+                char key[32];
+                snprintf(key, sizeof key, "%" JSON_INTEGER_FORMAT,
+                         json_integer_value(json_object_get(t, "id")));
+                json_object_set_new(po.front, key, json_true());
+            }
+        }
+        json_decref(d);
+    }
+    spec_destroy(&spec);
     int metric_x = strcmp(xaxis, "step") && strcmp(xaxis, "time");
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
@@ -779,6 +821,7 @@ done:
     free(cv);
     store_trials_free(rows, n);
 out:
+    json_decref(po.front);
     store_study_fini(&st);
     store_close(&s);
     return rc;

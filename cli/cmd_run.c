@@ -348,17 +348,28 @@ static int s_print_best(const char *db, const char *name)
         store_close(&s);
         return CLI_FAIL;
     }
-    const char *metric = json_string_value(
-        json_object_get(json_object_get(st.spec, "objective"), "metric"));
-    int maximize = !strcmp(
-        json_string_value(json_object_get(json_object_get(st.spec, "objective"), "mode")),
-        "max");
+    const char *metric =
+        json_string_value(json_object_get(spec_json_objective(st.spec), "metric"));
+    const char *mode =
+        json_string_value(json_object_get(spec_json_objective(st.spec), "mode"));
+    int maximize = mode && !strcmp(mode, "max");
+    spec_error serr;
+    spec_t *spec = spec_parse(st.spec, 0, &serr); /* for its constraints */
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
-    long best = -1, completed = 0, failed = 0, stopped = 0;
+    long best = -1, completed = 0, failed = 0, stopped = 0, infeasible = 0;
     for (long i = 0; i < n; i++) {
         if (!strcmp(rows[i].state, "completed")) {
             completed++;
+            if (spec && spec->nconstraints) { /* best means best feasible */
+                json_t *m = store_metrics_last(s, rows[i].id);
+                int ok = m && spec_violation(spec, m) == 0;
+                json_decref(m);
+                if (!ok) {
+                    infeasible++;
+                    continue;
+                }
+            }
             if (best < 0 || (maximize ? rows[i].value > rows[best].value
                                       : rows[i].value < rows[best].value))
                 best = i;
@@ -368,6 +379,11 @@ static int s_print_best(const char *db, const char *name)
     }
     printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
            st.state, n, completed, failed, stopped);
+    if (spec && spec->nconstraints)
+        printf("%ld of the completed trials broke a constraint; the best is the best "
+               "feasible one\n",
+               infeasible);
+    spec_destroy(&spec);
     s_print_failures(rows, n);
     json_t *events = store_events_list(s, st.id);
     cli_print_warnings(events);
@@ -384,7 +400,7 @@ static int s_print_best(const char *db, const char *name)
         json_decref(m);
         free(params);
     } else {
-        printf("no trial completed\n");
+        printf(completed ? "no completed trial is feasible\n" : "no trial completed\n");
         rc = CLI_FAIL;
     }
     store_trials_free(rows, n < 0 ? 0 : n);

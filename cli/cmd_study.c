@@ -161,26 +161,95 @@ static json_t *s_detail(const cli_opts *o, const char *name)
     return d;
 }
 
+/* Marks feasible / Pareto / best trials in d's trials (spec_mark_trials)
+   for a study with several objectives or constraints. Returns the parsed
+   spec when it did (caller destroys), else NULL. */
+static spec_t *s_mark(json_t *d)
+{
+    spec_error err;
+    spec_t *spec = spec_parse(json_object_get(d, "spec"), 0, &err);
+    if (spec && (spec->nobjectives > 1 || spec->nconstraints)) {
+        spec_mark_trials(spec, json_object_get(d, "trials"));
+        return spec;
+    }
+    spec_destroy(&spec);
+    return NULL;
+}
+
+/* The lines under the trials table: the Pareto set and the best feasible
+   trial. */
+static void s_print_front(const spec_t *spec, const json_t *trials)
+{
+    size_t i;
+    json_t *t;
+    if (spec->nobjectives > 1) {
+        printf("Pareto set (not dominated%s):", spec->nconstraints ? ", feasible" : "");
+        int any = 0;
+        json_array_foreach(trials, i, t)
+        {
+            if (!json_is_true(json_object_get(t, "pareto")))
+                continue;
+            printf("%s trial %" JSON_INTEGER_FORMAT " (", any++ ? ";" : "",
+                   json_integer_value(json_object_get(t, "id")));
+            for (size_t k = 0; k < spec->nobjectives; k++) {
+                char v[64];
+                const json_t *x = k ? json_object_get(json_object_get(t, "metrics"),
+                                                      spec->objectives[k].metric)
+                                    : json_object_get(t, "value");
+                cli_format_value(x, v, sizeof v);
+                printf("%s%s=%s", k ? ", " : "", spec->objectives[k].metric, v);
+            }
+            printf(")");
+        }
+        printf("%s\n", any ? "" : " none yet");
+    }
+    if (spec->nconstraints) {
+        long feas = 0, done = 0;
+        const json_t *best = NULL;
+        json_array_foreach(trials, i, t)
+        {
+            json_t *f = json_object_get(t, "feasible");
+            done += f != NULL;
+            feas += json_is_true(f);
+            if (json_is_true(json_object_get(t, "best")))
+                best = t;
+        }
+        char v[64] = "-";
+        if (best)
+            cli_format_value(json_object_get(best, "value"), v, sizeof v);
+        printf("feasible: %ld of %ld completed; best feasible: ", feas, done);
+        if (best)
+            printf("trial %" JSON_INTEGER_FORMAT " %s %s\n",
+                   json_integer_value(json_object_get(best, "id")), spec->metric, v);
+        else
+            printf("none yet\n");
+    }
+}
+
 static int s_show(const cli_opts *o)
 {
     json_t *d = s_detail(o, o->args[0]);
     if (!d)
         return CLI_FAIL;
+    spec_t *marked = s_mark(d);
     if (o->json) {
         cli_print_json(json_pack(
             "{s:O, s:O, s:O, s:O, s:O}", "name", json_object_get(d, "name"), "state",
             json_object_get(d, "state"), "spec", json_object_get(d, "spec"), "trials",
             json_object_get(d, "trials"), "events", json_object_get(d, "events")));
     } else {
-        json_t *obj = json_object_get(json_object_get(d, "spec"), "objective");
+        const json_t *obj = spec_json_objective(json_object_get(d, "spec"));
         printf("study %s (%s), objective %s %s\n",
                json_string_value(json_object_get(d, "name")),
                json_string_value(json_object_get(d, "state")),
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
         cli_print_trials(json_object_get(d, "trials"));
+        if (marked)
+            s_print_front(marked, json_object_get(d, "trials"));
         cli_print_warnings(json_object_get(d, "events"));
     }
+    spec_destroy(&marked);
     json_decref(d);
     return CLI_OK;
 }
@@ -287,6 +356,17 @@ static void s_export_csv(FILE *f, json_t *trials, int all)
                                         "attempt", "generation", "value"};
     for (size_t c = 0; c < sizeof fixed / sizeof fixed[0]; c++)
         json_array_append_new(cols, json_pack("[s, n, s]", "", fixed[c]));
+    /* spec_mark_trials' marks, for studies with several objectives or
+       constraints */
+    static const char *const marks[] = {"feasible", "pareto", "best"};
+    for (size_t c = 0; c < sizeof marks / sizeof marks[0]; c++) {
+        int any = 0;
+        size_t i;
+        json_t *t;
+        json_array_foreach(trials, i, t) any |= json_object_get(t, marks[c]) != NULL;
+        if (any)
+            json_array_append_new(cols, json_pack("[s, n, s]", "", marks[c]));
+    }
     const struct {
         json_t *keys;
         const char *prefix, *field;
@@ -361,6 +441,8 @@ static int s_export(const cli_opts *o)
         return CLI_FAIL;
     }
     json_t *d = cli_src_read(&src, "study", o->args[0], 0, 0);
+    spec_t *marked = d ? s_mark(d) : NULL;
+    spec_destroy(&marked);
     FILE *f = d ? (o->output ? fopen(o->output, "w") : stdout) : NULL;
     int rc = CLI_OK;
     if (!d) {
@@ -401,7 +483,7 @@ static int s_events(const cli_opts *o)
         cli_print_json(ev);
         return CLI_OK;
     }
-    printf("%-24s %-10s %-9s %-34s %-20s %s\n", "TIME", "WHO", "TRIAL", "WHAT", "OUTCOME",
+    printf("%-24s %-16s %-9s %-34s %-20s %s\n", "TIME", "WHO", "TRIAL", "WHAT", "OUTCOME",
            "REASON");
     size_t i;
     json_t *e;
@@ -444,8 +526,18 @@ static int s_events(const cli_opts *o)
         else
             snprintf(outcome, sizeof outcome, "%s",
                      json_is_true(applied) ? "done" : "refused");
-        printf("%-24s %-10s %-9s %-34s %-20s %s%s%s\n", tm,
-               json_string_value(json_object_get(e, "who")), tb, what, outcome,
+        /* who: the channel ("cli", "web:USER", "controller") and, when the
+           channel does not say it, the authenticated user behind it */
+        const char *who = json_string_value(json_object_get(e, "who"));
+        const char *actor = json_string_value(json_object_get(e, "actor"));
+        char wb[160];
+        size_t wl = who ? strlen(who) : 0, al = actor ? strlen(actor) : 0;
+        if (actor && *actor &&
+            !(wl > al && who[wl - al - 1] == ':' && !strcmp(who + wl - al, actor)))
+            snprintf(wb, sizeof wb, "%s:%s", who ? who : "?", actor);
+        else
+            snprintf(wb, sizeof wb, "%s", who ? who : "?");
+        printf("%-24s %-16s %-9s %-34s %-20s %s%s%s\n", tm, wb, tb, what, outcome,
                reason && *reason ? reason : "",
                result && *result && reason && *reason ? "; " : "",
                result && *result ? result : "");

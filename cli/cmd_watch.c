@@ -67,6 +67,9 @@ typedef struct {
     int nseries, stride, slot_fill;
     char shown_state[16]; /* last state printed in line mode */
     int paused;           /* this view's pause was acknowledged (no resume since) */
+    int mark;             /* on the Pareto set (several objectives) or the best
+                             feasible trial (constraints): spec_mark_trials */
+    int infeasible;       /* completed but breaks a constraint */
 } w_trial;
 
 typedef struct {
@@ -84,6 +87,8 @@ typedef struct {
     double created, finished;
     char metric[64]; /* objective metric */
     int maximize;
+    spec_t *spec;    /* parsed when the study has several objectives or
+                        constraints (for the marks), else NULL; owned */
     long budget;     /* budget.trials, 0 when unknown */
     long after;      /* metrics rowid read up to */
     w_trial *trials; /* by id, unordered */
@@ -294,10 +299,42 @@ static int s_load_remote(w_view *v, char *err, size_t errsize)
 
 static int s_order(w_view *v, char *err, size_t errsize);
 
+/* Marks the Pareto set / best feasible trial and the infeasible ones from
+   the last metric values this view holds (spec_mark_trials). */
+static void s_marks(w_view *v)
+{
+    if (!v->spec)
+        return;
+    json_t *arr = json_array();
+    for (long i = 0; i < v->norder; i++) {
+        w_trial *t = &v->trials[v->order[i]];
+        json_t *m = json_object();
+        for (int k = 0; k < v->nnames; k++)
+            if (isfinite(t->mval[k]))
+                json_object_set_new(m, v->names[k], json_real(t->mval[k]));
+        json_array_append_new(
+            arr, json_pack("{s:s, s:o, s:o}", "state", t->state, "value",
+                           isfinite(t->value) ? json_real(t->value) : json_null(),
+                           "metrics", m));
+    }
+    spec_mark_trials(v->spec, arr);
+    const char *mark = v->spec->nobjectives > 1 ? "pareto" : "best";
+    for (long i = 0; i < v->norder; i++) {
+        w_trial *t = &v->trials[v->order[i]];
+        json_t *r = json_array_get(arr, (size_t)i);
+        t->mark = json_is_true(json_object_get(r, mark));
+        t->infeasible = json_is_false(json_object_get(r, "feasible"));
+    }
+    json_decref(arr);
+}
+
 static int s_load(w_view *v, char *err, size_t errsize)
 {
-    if (!v->s)
-        return s_load_remote(v, err, errsize) || s_order(v, err, errsize);
+    if (!v->s) {
+        int rc = s_load_remote(v, err, errsize) || s_order(v, err, errsize);
+        s_marks(v);
+        return rc;
+    }
     store_study st;
     if (store_study_get_id(v->s, v->study_id, &st) != 1) {
         snprintf(err, errsize, "cannot read study %s: %s", v->name, store_errmsg(v->s));
@@ -342,7 +379,9 @@ static int s_load(w_view *v, char *err, size_t errsize)
         t->ended = rows[i].ended;
     }
     store_trials_free(rows, n);
-    return s_order(v, err, errsize);
+    int rc = s_order(v, err, errsize);
+    s_marks(v);
+    return rc;
 }
 
 /* The display order of the trials with rows (v->sort). */
@@ -389,8 +428,9 @@ static void s_progress(const w_view *v, w_progress *p)
             p->pending++;
         if (!strcmp(t->state, "failed"))
             p->failed++;
-        if (isfinite(t->value) && (!p->best || (v->maximize ? t->value > p->best->value
-                                                            : t->value < p->best->value)))
+        if (isfinite(t->value) && !t->infeasible &&
+            (!p->best ||
+             (v->maximize ? t->value > p->best->value : t->value < p->best->value)))
             p->best = t;
     }
     p->total = v->budget > v->norder ? v->budget : v->norder;
@@ -781,7 +821,10 @@ static void s_draw(w_view *v)
             attron(A_REVERSE);
             mvhline(y, 0, ' ', COLS); /* the bar spans the whole line */
         }
-        snprintf(line, sizeof line, "%c%-6ld", is_sel ? '>' : ' ', t->id);
+        snprintf(line, sizeof line, "%c%-6ld%s", is_sel ? '>' : ' ', t->id,
+                 t->mark         ? (v->utf8 ? "\u25c6" : "*")
+                 : t->infeasible ? "x"
+                                 : "");
         s_put(y, 0, line);
         int paused = t->paused && !strcmp(t->state, "running");
         int color = paused ? C_STOP : s_state_color(t->state);
@@ -1073,9 +1116,17 @@ static int s_run_lines(w_view *v)
             snprintf(best, sizeof best, "%s (trial %ld)", b, p.best->id);
         }
         snprintf(line, sizeof line,
-                 "study %s %s: done %ld/%ld, running %ld, failed %ld, best %s %s",
-                 v->name, v->study_state, p.done, p.total, p.running, p.failed, v->metric,
-                 best);
+                 "study %s %s: done %ld/%ld, running %ld, failed %ld, best %s%s %s",
+                 v->name, v->study_state, p.done, p.total, p.running, p.failed,
+                 v->spec && v->spec->nconstraints ? "feasible " : "", v->metric, best);
+        if (v->spec && v->spec->nobjectives > 1) {
+            size_t len = strlen(line);
+            len += (size_t)snprintf(line + len, sizeof line - len, ", Pareto set:");
+            for (long i = 0; i < v->norder && len < sizeof line - 16; i++)
+                if (v->trials[v->order[i]].mark)
+                    len += (size_t)snprintf(line + len, sizeof line - len, " %ld",
+                                            v->trials[v->order[i]].id);
+        }
         if (strcmp(line, last)) {
             char el[32];
             cli_format_elapsed(p.elapsed, el, sizeof el);
@@ -1149,13 +1200,21 @@ int cmd_watch(int argc, char **argv)
         v.controller = v.src.ep; /* instructions go where the reads come from */
     v.study_id = (long)json_integer_value(json_object_get(d, "id"));
     json_t *spec = json_object_get(d, "spec");
-    json_t *obj = json_object_get(spec, "objective");
+    const json_t *obj = spec_json_objective(spec);
     const char *metric = json_string_value(json_object_get(obj, "metric"));
     snprintf(v.metric, sizeof v.metric, "%s", metric ? metric : "objective");
     const char *mode = json_string_value(json_object_get(obj, "mode"));
     v.maximize = mode && !strcmp(mode, "max");
     json_t *bt = json_object_get(json_object_get(spec, "budget"), "trials");
     v.budget = json_is_integer(bt) ? (long)json_integer_value(bt) : 0;
+    spec_error serr;
+    v.spec = spec_parse(spec, 0, &serr);
+    if (v.spec && v.spec->nobjectives <= 1 && !v.spec->nconstraints)
+        spec_destroy(&v.spec);
+    for (size_t k = 0; v.spec && k < v.spec->nobjectives + v.spec->nconstraints; k++)
+        s_name_index(&v, k < v.spec->nobjectives
+                             ? v.spec->objectives[k].metric
+                             : v.spec->constraints[k - v.spec->nobjectives].metric);
     json_decref(d);
 
     struct sigaction sa;
@@ -1175,6 +1234,7 @@ int cmd_watch(int argc, char **argv)
         json_decref(v.trials[i].params);
     free(v.trials);
     free(v.order);
+    spec_destroy(&v.spec);
     cli_src_close(&v.src);
     return rc;
 }

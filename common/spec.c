@@ -434,12 +434,165 @@ static int s_parse_queue(spec_t *s, json_t *j, spec_error *err)
     return 0;
 }
 
+/* One objective {metric, mode[, use]} at `path` into s->objectives[k]. */
+static int s_parse_objective(spec_t *s, size_t k, json_t *obj, const char *path,
+                             spec_error *err)
+{
+    char field[160];
+    json_t *v;
+    if (!json_is_object(obj))
+        return s_fail(err, path, "must be an object {\"metric\", \"mode\"}, not %s",
+                      s_type_name(obj));
+    static const char *const okeys[] = {"metric", "mode", "use", NULL};
+    if (s_only_keys(obj, path, okeys, err) ||
+        s_get(obj, path, "metric", JSON_STRING, 1, &v, err))
+        return -1;
+    snprintf(field, sizeof field, "%s.metric", path);
+    if (!spec_valid_name(json_string_value(v)))
+        return s_fail(err, field, "must match [A-Za-z_][A-Za-z0-9_]*");
+    for (size_t i = 0; i < k; i++)
+        if (!strcmp(s->objectives[i].metric, json_string_value(v)))
+            return s_fail(err, field, "\"%s\" is already an objective",
+                          json_string_value(v));
+    s->objectives[k].metric = strdup(json_string_value(v));
+    if (s_get(obj, path, "mode", JSON_STRING, 1, &v, err))
+        return -1;
+    snprintf(field, sizeof field, "%s.mode", path);
+    if (strcmp(json_string_value(v), "max") && strcmp(json_string_value(v), "min"))
+        return s_fail(err, field, "must be \"max\" or \"min\"");
+    s->objectives[k].maximize = !strcmp(json_string_value(v), "max");
+    if (s_get(obj, path, "use", JSON_STRING, 0, &v, err))
+        return -1;
+    snprintf(field, sizeof field, "%s.use", path);
+    if (v && strcmp(json_string_value(v), "last") && strcmp(json_string_value(v), "best"))
+        return s_fail(err, field, "must be \"last\" or \"best\"");
+    if (v && k > 0 && !strcmp(json_string_value(v), "best"))
+        return s_fail(err, field,
+                      "only the first objective may use \"best\" (the others take "
+                      "the last value)");
+    if (k == 0)
+        s->use_best = v && !strcmp(json_string_value(v), "best");
+    return 0;
+}
+
+/* objective: one object, or an array of 1 to SPEC_MAX_OBJECTIVES of them
+   (multi-objective). s->metric / s->maximize are the first. */
+static int s_parse_objectives(spec_t *s, json_t *j, spec_error *err)
+{
+    json_t *obj = json_object_get(j, "objective");
+    if (!obj)
+        return s_fail(err, "objective", "missing (required)");
+    if (json_is_array(obj)) {
+        size_t n = json_array_size(obj);
+        if (n < 1 || n > SPEC_MAX_OBJECTIVES)
+            return s_fail(err, "objective", "a list of objectives holds 1 to %d of them",
+                          SPEC_MAX_OBJECTIVES);
+        s->objectives = calloc(n, sizeof *s->objectives);
+        if (!s->objectives)
+            return s_fail(err, "objective", "out of memory");
+        s->nobjectives = n;
+        for (size_t k = 0; k < n; k++) {
+            char path[64];
+            snprintf(path, sizeof path, "objective[%zu]", k);
+            if (s_parse_objective(s, k, json_array_get(obj, k), path, err))
+                return -1;
+        }
+    } else if (json_is_object(obj)) {
+        s->objectives = calloc(1, sizeof *s->objectives);
+        if (!s->objectives)
+            return s_fail(err, "objective", "out of memory");
+        s->nobjectives = 1;
+        if (s_parse_objective(s, 0, obj, "objective", err))
+            return -1;
+    } else {
+        return s_fail(err, "objective",
+                      "must be an object or an array of objects, not %s",
+                      s_type_name(obj));
+    }
+    s->metric = strdup(s->objectives[0].metric);
+    s->maximize = s->objectives[0].maximize;
+    return 0;
+}
+
+/* constraints: [{"metric": M, "<=": X} or {"metric": M, ">=": X}, ...] */
+static int s_parse_constraints(spec_t *s, json_t *j, spec_error *err)
+{
+    json_t *arr = json_object_get(j, "constraints");
+    if (!arr)
+        return 0;
+    if (!json_is_array(arr))
+        return s_fail(err, "constraints", "must be an array, not %s", s_type_name(arr));
+    size_t n = json_array_size(arr);
+    if (n > SPEC_MAX_CONSTRAINTS)
+        return s_fail(err, "constraints", "at most %d constraints", SPEC_MAX_CONSTRAINTS);
+    s->constraints = calloc(n ? n : 1, sizeof *s->constraints);
+    if (!s->constraints)
+        return s_fail(err, "constraints", "out of memory");
+    for (size_t k = 0; k < n; k++) {
+        char path[64], field[96];
+        snprintf(path, sizeof path, "constraints[%zu]", k);
+        json_t *c = json_array_get(arr, k), *v;
+        if (!json_is_object(c))
+            return s_fail(err, path,
+                          "must be an object {\"metric\": M, \"<=\": X}, not %s",
+                          s_type_name(c));
+        static const char *const ckeys[] = {"metric", "<=", ">=", NULL};
+        if (s_only_keys(c, path, ckeys, err) ||
+            s_get(c, path, "metric", JSON_STRING, 1, &v, err))
+            return -1;
+        snprintf(field, sizeof field, "%s.metric", path);
+        if (!spec_valid_name(json_string_value(v)))
+            return s_fail(err, field, "must match [A-Za-z_][A-Za-z0-9_]*");
+        spec_constraint *sc = &s->constraints[s->nconstraints++];
+        sc->metric = strdup(json_string_value(v));
+        json_t *le = json_object_get(c, "<="), *ge = json_object_get(c, ">=");
+        if (!!le == !!ge)
+            return s_fail(err, path, "needs exactly one bound, \"<=\" or \">=\"");
+        snprintf(field, sizeof field, "%s.%s", path, le ? "<=" : ">=");
+        v = le ? le : ge;
+        if (!json_is_number(v) || !isfinite(json_number_value(v)))
+            return s_fail(err, field, "must be a finite number, not %s", s_type_name(v));
+        sc->upper = le != NULL;
+        sc->bound = json_number_value(v);
+    }
+    return 0;
+}
+
+/* warm_start: {"from": ["study", ...]} (1 to 16 names, not this study) */
+static int s_parse_warm(spec_t *s, json_t *j, spec_error *err)
+{
+    json_t *w = json_object_get(j, "warm_start"), *from;
+    if (!w)
+        return 0;
+    if (!json_is_object(w))
+        return s_fail(err, "warm_start",
+                      "must be an object {\"from\": [studies]}, not %s", s_type_name(w));
+    static const char *const keys[] = {"from", NULL};
+    if (s_only_keys(w, "warm_start", keys, err) ||
+        s_get(w, "warm_start", "from", JSON_ARRAY, 1, &from, err))
+        return -1;
+    size_t n = json_array_size(from);
+    if (n < 1 || n > 16)
+        return s_fail(err, "warm_start.from", "must name 1 to 16 studies");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(from, i);
+        char field[64];
+        snprintf(field, sizeof field, "warm_start.from[%zu]", i);
+        if (!json_is_string(v) || !s_valid_study_name(json_string_value(v)))
+            return s_fail(err, field, "must be a study name");
+        if (!strcmp(json_string_value(v), s->name))
+            return s_fail(err, field, "a study cannot warm-start from itself");
+    }
+    s->warm_from = json_incref(from);
+    return 0;
+}
+
 static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 {
     static const char *const top[] = {
-        "name",   "objective", "scheduler", "early_stopping", "guard",
-        "budget", "space",     "trial",     "priority",       "preemptible",
-        "owner",  "alerts",    NULL};
+        "name",           "objective",   "constraints", "warm_start", "scheduler",
+        "early_stopping", "guard",       "budget",      "space",      "trial",
+        "priority",       "preemptible", "owner",       "alerts",     NULL};
     if (!json_is_object(j))
         return s_fail(err, "", "the spec must be a JSON object");
     if (s_only_keys(j, "", top, err))
@@ -454,25 +607,9 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     s->name = strdup(json_string_value(v));
 
     json_t *obj;
-    if (s_get(j, "", "objective", JSON_OBJECT, 1, &obj, err))
+    if (s_parse_objectives(s, j, err) || s_parse_constraints(s, j, err) ||
+        s_parse_warm(s, j, err))
         return -1;
-    static const char *const okeys[] = {"metric", "mode", "use", NULL};
-    if (s_only_keys(obj, "objective", okeys, err) ||
-        s_get(obj, "objective", "metric", JSON_STRING, 1, &v, err))
-        return -1;
-    if (!spec_valid_name(json_string_value(v)))
-        return s_fail(err, "objective.metric", "must match [A-Za-z_][A-Za-z0-9_]*");
-    s->metric = strdup(json_string_value(v));
-    if (s_get(obj, "objective", "mode", JSON_STRING, 1, &v, err))
-        return -1;
-    if (strcmp(json_string_value(v), "max") && strcmp(json_string_value(v), "min"))
-        return s_fail(err, "objective.mode", "must be \"max\" or \"min\"");
-    s->maximize = !strcmp(json_string_value(v), "max");
-    if (s_get(obj, "objective", "use", JSON_STRING, 0, &v, err))
-        return -1;
-    if (v && strcmp(json_string_value(v), "last") && strcmp(json_string_value(v), "best"))
-        return s_fail(err, "objective.use", "must be \"last\" or \"best\"");
-    s->use_best = v && !strcmp(json_string_value(v), "best");
 
     if (s_get(j, "", "scheduler", JSON_OBJECT, 0, &obj, err))
         return -1;
@@ -688,6 +825,13 @@ void spec_destroy(spec_t **sp)
     free(s->params);
     free(s->name);
     free(s->metric);
+    for (size_t i = 0; i < s->nobjectives; i++)
+        free(s->objectives[i].metric);
+    free(s->objectives);
+    for (size_t i = 0; i < s->nconstraints; i++)
+        free(s->constraints[i].metric);
+    free(s->constraints);
+    json_decref(s->warm_from);
     free(s->sched_type);
     json_decref(s->sched_opts);
     json_decref(s->early_stop);
@@ -1046,6 +1190,45 @@ int spec_params_check(const spec_t *s, json_t *params, spec_error *err)
         }
     }
     return 0;
+}
+
+const json_t *spec_json_objective(const json_t *spec)
+{
+    const json_t *o = json_object_get(spec, "objective");
+    return json_is_array(o) ? json_array_get(o, 0) : o;
+}
+
+double spec_violation(const spec_t *s, const json_t *metrics)
+{
+    double v = 0;
+    for (size_t k = 0; k < s->nconstraints; k++) {
+        const spec_constraint *c = &s->constraints[k];
+        const json_t *m = json_object_get(metrics, c->metric);
+        if (!json_is_number(m) || !isfinite(json_number_value(m)))
+            return INFINITY;
+        double x = json_number_value(m);
+        double over = c->upper ? x - c->bound : c->bound - x;
+        if (over > 0)
+            v += over;
+    }
+    return v;
+}
+
+int spec_objective_values(const spec_t *s, double value, const json_t *metrics,
+                          double *out)
+{
+    int ok = 1;
+    for (size_t k = 0; k < s->nobjectives; k++) {
+        double x = value;
+        if (k > 0) {
+            const json_t *m = json_object_get(metrics, s->objectives[k].metric);
+            x = json_is_number(m) ? json_number_value(m) : NAN;
+        }
+        if (!isfinite(x))
+            ok = 0;
+        out[k] = s->objectives[k].maximize ? -x : x;
+    }
+    return ok ? 0 : -1;
 }
 
 int spec_better(const spec_t *s, double a, double b)

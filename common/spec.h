@@ -30,10 +30,30 @@ typedef struct {
 } spec_param;
 
 typedef struct {
-    char *name;         /* study name */
-    char *metric;       /* objective.metric */
-    int maximize;       /* objective.mode == "max" */
-    int use_best;       /* objective.use == "best" (default: last) */
+    char *metric; /* owned */
+    int maximize; /* mode == "max" */
+} spec_objective;
+
+typedef struct {
+    char *metric; /* owned */
+    int upper;    /* 1: metric <= bound; 0: metric >= bound */
+    double bound;
+} spec_constraint;
+
+#define SPEC_MAX_OBJECTIVES 4
+#define SPEC_MAX_CONSTRAINTS 8
+
+typedef struct {
+    char *name;                   /* study name */
+    char *metric;                 /* objective.metric */
+    int maximize;                 /* objective.mode == "max" */
+    int use_best;                 /* objective.use == "best" (default: last) */
+    spec_objective *objectives;   /* every objective (objective may be a list), owned;
+                                     [0] is metric/maximize */
+    size_t nobjectives;           /* 1, or more for a multi-objective study */
+    spec_constraint *constraints; /* constraints on reported metrics, owned */
+    size_t nconstraints;
+    json_t *warm_from;  /* warm_start.from: array of study names, owned, or NULL */
     char *sched_type;   /* scheduler.type */
     long seed;          /* scheduler.seed (default 0) */
     json_t *sched_opts; /* the whole scheduler object, owned */
@@ -174,6 +194,33 @@ json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *e
 
 /* 1 when s matches [A-Za-z_][A-Za-z0-9_]* and is under 64 characters. */
 int spec_valid_name(const char *s);
+
+/* The (first) objective object of a spec's JSON, whether `objective` is
+   one object or a list (borrowed; NULL when absent). */
+const json_t *spec_json_objective(const json_t *spec);
+
+/* How far a trial's last metrics (object {name: value}, borrowed) are
+   from meeting the constraints: the sum of the amounts by which each
+   bound is passed; 0 when feasible (or no constraints), INFINITY when a
+   constraint metric is missing or not finite. */
+double spec_violation(const spec_t *s, const json_t *metrics);
+
+/* The objective vector of a trial in minimisation form (a "max" objective
+   negated) into out[0..nobjectives): out[0] from `value` (the primary
+   objective's result), the others from `metrics`. 0, or -1 when one is
+   missing or not finite (out holds NaN there). */
+int spec_objective_values(const spec_t *s, double value, const json_t *metrics,
+                          double *out);
+
+/* Marks the trials of a study (an array of trial objects with "state",
+   "value" and "metrics" {name: last value}, as the store's study detail
+   gives them) in place: with constraints, "feasible": true/false on each
+   completed trial; with several objectives, "pareto": true/false on each
+   completed feasible one (not dominated by another); with one objective,
+   "best": true on the best completed feasible trial (with constraints
+   and several objectives too: best on the first). Returns how many are on
+   the front (1 or 0 with one objective). spec_front.c. */
+size_t spec_mark_trials(const spec_t *s, json_t *trials);
 
 /* Compares objective values: 1 when a is better than b for this study. */
 int spec_better(const spec_t *s, double a, double b);

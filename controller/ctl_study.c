@@ -96,6 +96,84 @@ double ctl__study_load_timeout(const ctl_study *s)
 /* Builds the in-memory study from its row (takes ownership of row's
    JSON) with its trials. NULL with err on failure; then the trials it
    had put in the id map are gone again. */
+/* warm_start: the completed trials of the studies named in
+   spec->warm_from whose params fit this space (unknown names dropped,
+   consts filled in, then spec_params_check) and that report this study's
+   objectives go to the scheduler as finished trials, with ids -1, -2, ...
+   (never a real trial's). Once, when the study has no saved scheduler
+   state yet: afterwards they are part of that state. An event says how
+   many came from each study. */
+static void s_warm_start(ctl_t *c, ctl_study *s)
+{
+    sched_t *sc = s->sched;
+    if (!s->spec->warm_from || (!sc->ops->on_complete && !sc->ops->on_complete_metrics))
+        return;
+    long next = -1;
+    size_t i;
+    json_t *name;
+    json_array_foreach(s->spec->warm_from, i, name)
+    {
+        store_study row;
+        long used = 0, skipped = 0;
+        if (store_study_get(c->store, json_string_value(name), &row) != 1)
+            continue;
+        const json_t *their = spec_json_objective(row.spec);
+        const char *tm = json_string_value(json_object_get(their, "metric"));
+        int same = tm && !strcmp(tm, s->spec->metric);
+        store_trial *rows = NULL;
+        long n = same ? store_trials_load(c->store, row.id, &rows) : 0;
+        for (long k = 0; k < n; k++) {
+            if (strcmp(rows[k].state, "completed") || !isfinite(rows[k].value)) {
+                skipped += strcmp(rows[k].state, "completed") == 0;
+                continue;
+            }
+            json_t *p = json_object();
+            const char *key;
+            json_t *v;
+            json_object_foreach(rows[k].params, key, v)
+            {
+                if (spec_param_index(s->spec, key) >= 0)
+                    json_object_set(p, key, v);
+            }
+            spec_error serr;
+            json_t *m = NULL;
+            int ok = spec_params_check(s->spec, p, &serr) == 0;
+            if (ok && (s->spec->nobjectives > 1 || s->spec->nconstraints)) {
+                m = store_metrics_last(c->store, rows[k].id);
+                double f[SPEC_MAX_OBJECTIVES];
+                ok = m && spec_objective_values(s->spec, rows[k].value, m, f) == 0;
+            }
+            if (ok) {
+                if (m && sc->ops->on_complete_metrics)
+                    sc->ops->on_complete_metrics(sc, next, p, SCHED_COMPLETED,
+                                                 rows[k].value, m);
+                else if (sc->ops->on_complete)
+                    sc->ops->on_complete(sc, next, p, SCHED_COMPLETED, rows[k].value);
+                next--;
+                used++;
+            } else {
+                skipped++;
+            }
+            json_decref(m);
+            json_decref(p);
+        }
+        store_trials_free(rows, n < 0 ? 0 : n);
+        json_t *d = json_pack("{s:s, s:I, s:I}", "from", json_string_value(name), "used",
+                              (json_int_t)used, "skipped", (json_int_t)skipped);
+        if (!same)
+            json_object_set_new(d, "reason",
+                                json_string("its objective metric differs from this "
+                                            "study's"));
+        store_event_add(c->store, util_wall(), s->row.id, -1, "controller", "warm_start",
+                        d, 1);
+        json_decref(d);
+        log_info("ctl", "study %s: warm start from %s: %ld trials used, %ld skipped",
+                 s->row.name, json_string_value(name), used, skipped);
+        store_study_fini(&row);
+    }
+    s->sched_dirty = 1;
+}
+
 static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t errsize)
 {
     ctl_study *s = util_xcalloc(1, sizeof *s);
@@ -149,6 +227,8 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
         ctl__study_free(s);
         return NULL;
     }
+    if (!saved && ctl__txn(c) == 0)
+        s_warm_start(c, s);
     store_trial *rows;
     long n = store_trials_load(c->store, s->row.id, &rows);
     if (n < 0) {
@@ -256,6 +336,22 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
         *code = "bad_spec";
         spec_destroy(&spec);
         return -1;
+    }
+    size_t wi;
+    json_t *wname;
+    json_array_foreach(spec->warm_from, wi, wname)
+    {
+        store_study wrow;
+        int wf = store_study_get(c->store, json_string_value(wname), &wrow);
+        if (wf == 1)
+            store_study_fini(&wrow);
+        else {
+            *code = "bad_spec";
+            snprintf(msg, msgsize, "warm_start.from[%zu]: no study named \"%s\" in %s",
+                     wi, json_string_value(wname), "this database");
+            spec_destroy(&spec);
+            return -1;
+        }
     }
     char *canon = spec_canonical(spec);
     ctl_study *live = ctl__study_by_name(c, spec->name);
@@ -660,9 +756,9 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
         failed += t->state == TRIAL_FAILED;
         running += ctl_trial_active(t);
         pending += t->state == TRIAL_PENDING;
-        if (t->state == TRIAL_COMPLETED &&
+        if (t->state == TRIAL_COMPLETED && ctl__trial_feasible(c, t) &&
             (!best || spec_better(s->spec, t->row.value, best->row.value)))
-            best = t;
+            best = t; /* the best feasible one */
     }
     json_t *b = best
                     ? json_pack("{s:I, s:I, s:o, s:O}", "trial", (json_int_t)best->row.id,

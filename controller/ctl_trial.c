@@ -224,14 +224,29 @@ static long s_failures_in_a_row(const ctl_study *s)
     return n;
 }
 
-/* The best result of the study's completed trials other than t, NaN
-   when none. */
-static double s_best_other(const ctl_study *s, const ctl_trial *t)
+int ctl__trial_feasible(ctl_t *c, ctl_trial *t)
+{
+    if (!t->study->spec->nconstraints)
+        return 1;
+    if (!t->feas) {
+        json_t *last = store_metrics_last(c->store, t->row.id);
+        if (!last)
+            return 1; /* unknown now: judged again next time */
+        t->feas = spec_violation(t->study->spec, last) == 0 ? 1 : 2;
+        json_decref(last);
+    }
+    return t->feas == 1;
+}
+
+/* The best result of the study's completed feasible trials other than t,
+   NaN when none. */
+static double s_best_other(ctl_t *c, const ctl_study *s, const ctl_trial *t)
 {
     double best = NAN;
     for (size_t i = 0; i < s->ntrials; i++) {
-        const ctl_trial *u = s->trials[i];
+        ctl_trial *u = s->trials[i];
         if (u != t && u->state == TRIAL_COMPLETED && !isnan(u->row.value) &&
+            ctl__trial_feasible(c, u) &&
             (isnan(best) || spec_better(s->spec, u->row.value, best)))
             best = u->row.value;
     }
@@ -254,8 +269,9 @@ static int s_end_alerts(ctl_t *c, ctl_trial *t, long fails, const char *reason)
         json_object_set_new(d, "failures_in_a_row", json_integer(fails));
         stop = ctl__alert(c, s, t, SPEC_ALERT_FAILURES, (double)fails, text, d);
         json_decref(d);
-    } else if (t->state == TRIAL_COMPLETED && !isnan(t->row.value)) {
-        double prev = s_best_other(s, t);
+    } else if (t->state == TRIAL_COMPLETED && !isnan(t->row.value) &&
+               ctl__trial_feasible(c, t)) {
+        double prev = s_best_other(c, s, t);
         if (isnan(prev) || spec_better(s->spec, t->row.value, prev)) {
             snprintf(text, sizeof text, "trial %ld: new best %s %.6g (was %.6g)",
                      t->row.id, s->spec->metric, t->row.value, prev);
@@ -284,11 +300,21 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     sched_outcome oc = state == TRIAL_COMPLETED ? SCHED_COMPLETED
                        : state == TRIAL_STOPPED ? SCHED_STOPPED
                                                 : SCHED_FAILED;
+    /* several objectives or constraints: the schedulers that can use
+       them get every metric's last value */
+    json_t *last = s->spec->nobjectives > 1 || s->spec->nconstraints
+                       ? store_metrics_last(c->store, t->row.id)
+                       : NULL;
     for (int m = -1; m < s->nmon; m++) {
         sched_t *sc = m < 0 ? s->sched : s->mon[m];
-        if (sc->ops->on_complete)
+        if (last && sc->ops->on_complete_metrics)
+            sc->ops->on_complete_metrics(sc, t->row.id, t->row.params, oc, t->row.value,
+                                         last);
+        else if (sc->ops->on_complete)
             sc->ops->on_complete(sc, t->row.id, t->row.params, oc, t->row.value);
     }
+    t->feas = !last || spec_violation(s->spec, last) == 0 ? 1 : 2;
+    json_decref(last);
     s->sched_dirty = 1;
     const char *name = store_trial_state_name(state);
     json_t *detail =

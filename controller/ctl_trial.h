@@ -98,7 +98,12 @@ struct ctl_trial {
     double last_report;     /* monotonic: start, last metrics or checkpoint (alerts:
                                stalled) */
     unsigned stall_mask;    /* stalled alert rules already looked at (ctl_alert.c) */
+    int feas; /* constraints: 0 not judged yet, 1 met, 2 not met (ctl__trial_feasible) */
 };
+
+/* 1 when t's last metrics meet its study's constraints (always 1 without
+   constraints); judged once from the store and remembered. */
+int ctl__trial_feasible(ctl_t *c, ctl_trial *t);
 
 /* ---- the state machine (pure: no store, no sockets) ---- */
 

@@ -48,4 +48,14 @@ int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int 
 /* NULL-safe. */
 void imp_result_fini(imp_result *r);
 
+/* The importance of a study's parameters from `detail` (borrowed: the
+   shape of store_study_detail, {"spec", "trials": [{"state", "value",
+   "params"}]}), fitted on its completed trials with a finite value (the
+   others' values are not final): {"method": "sobol-gp", "trials": N,
+   "params": [{"name", "importance", "first", "total"}, ...]}, most
+   important first (ties in spec order). New reference, or NULL with a
+   message in err (as imp_compute, or a spec that no longer parses).
+   importance_study.c. */
+json_t *imp_study(const json_t *detail, char *err, size_t errsize);
+
 #endif

@@ -79,6 +79,13 @@ typedef struct {
        it sent may go unacknowledged before the controller restarts the
        trial from the load's checkpoint instead; <= 0: never. */
     double (*load_timeout)(const sched_t *s);
+    /* Optional (NULL: on_complete alone). For a study with several
+       objectives or with constraints, called instead of on_complete, with
+       the trial's last value of every metric it reported (`metrics`, an
+       object {name: value}, borrowed; NULL when unknown). */
+    void (*on_complete_metrics)(sched_t *s, long trial_id, const json_t *params,
+                                sched_outcome outcome, double value,
+                                const json_t *metrics);
 } sched_ops;
 
 /* The load timeout when no scheduler of a study states one. */

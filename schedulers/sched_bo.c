@@ -46,10 +46,12 @@ typedef struct {
 
 typedef struct {
     long trial;
-    json_t *params; /* owned */
-    double *x;      /* D, encoded */
-    double value;   /* objective as reported; NaN when none */
-    int failed;     /* no usable value: imputed as the worst */
+    json_t *params;  /* owned */
+    double *x;       /* D, encoded */
+    double value;    /* objective as reported; NaN when none */
+    int failed;      /* no usable value: imputed as the worst */
+    json_t *metrics; /* other objectives and constraint metrics, owned, or NULL
+                        (sched_bo_mo.c) */
 } s_point;
 
 typedef struct {
@@ -390,6 +392,8 @@ static void s_job_abandon(sched_bo *b)
 
 static void s_point_fini(s_point *p)
 {
+    json_decref(p->metrics);
+    p->metrics = NULL;
     json_decref(p->params);
     free(p->x);
     p->params = NULL;
@@ -477,8 +481,9 @@ static int s_is_known(const sched_bo *b, const json_t *params)
 static int s_hand_out(sched_bo *b, long trial_id, json_t *params, json_t **out)
 {
     spec_params_prune(b->lay.spec, params); /* conditional spaces */
-    s_point p = {trial_id, params,
-                 malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)), NAN, 0};
+    s_point p = {
+        trial_id, params, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
+        NAN,      0,      NULL};
     if (!p.x || s_encode(&b->lay, params, p.x) != 0 ||
         s_push(&b->pend, &b->npend, &b->cappend, p) != 0) {
         free(p.x);
@@ -488,6 +493,31 @@ static int s_hand_out(sched_bo *b, long trial_id, json_t *params, json_t **out)
     b->count++;
     *out = json_deep_copy(params);
     return *out ? SCHED_OK : SCHED_ERR;
+}
+
+/* Several objectives or constraints: y from sched_bo_mo.c instead. */
+static int s_mo_targets(sched_bo *b, double *y)
+{
+    const spec_t *spec = b->base.spec;
+    if (spec->nobjectives <= 1 && !spec->nconstraints)
+        return 0;
+    size_t n = b->nobs;
+    double *v = malloc(sizeof(double) * (n ? n : 1));
+    json_t **mt = malloc(sizeof(json_t *) * (n ? n : 1));
+    unsigned char *f = malloc(n ? n : 1);
+    int rc = -1;
+    if (v && mt && f) {
+        for (size_t i = 0; i < n; i++) {
+            v[i] = b->obs[i].value;
+            mt[i] = b->obs[i].metrics;
+            f[i] = (unsigned char)b->obs[i].failed;
+        }
+        rc = sched__bo_targets(spec, n, v, mt, f, s_job_seed(b), y);
+    }
+    free(v);
+    free(mt);
+    free(f);
+    return rc;
 }
 
 static int s_start_job(sched_bo *b)
@@ -519,6 +549,10 @@ static int s_start_job(sched_bo *b)
         const s_point *p = &b->obs[i];
         memcpy(j->X + (size_t)i * D, p->x, sizeof(double) * (size_t)D);
         j->y[i] = p->failed ? NAN : maximize ? -p->value : p->value;
+    }
+    if (s_mo_targets(b, j->y) != 0) {
+        s_job_free(j);
+        return -1;
     }
     for (int i = 0; i < j->m; i++)
         memcpy(j->Xp + (size_t)i * D, b->pend[i].x, sizeof(double) * (size_t)D);
@@ -617,7 +651,8 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
 {
     sched_bo *b = (sched_bo *)s;
     int D = b->lay.D;
-    s_point p = {trial_id, NULL, malloc(sizeof(double) * (size_t)(D ? D : 1)), value, 0};
+    s_point p = {trial_id, NULL, malloc(sizeof(double) * (size_t)(D ? D : 1)),
+                 value,    0,    NULL};
     if (!p.x)
         return;
     /* the trial's own params (they may have been changed live), else what
@@ -657,16 +692,46 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
         s_point_fini(&p);
 }
 
+/* on_complete with the trial's last metrics: keeps the other objectives
+   and the constraint metrics with the observation. */
+static void s_on_complete_metrics(sched_t *s, long trial_id, const json_t *params,
+                                  sched_outcome outcome, double value,
+                                  const json_t *metrics)
+{
+    sched_bo *b = (sched_bo *)s;
+    s_on_complete(s, trial_id, params, outcome, value);
+    const spec_t *spec = s->spec;
+    for (size_t i = 0; i < b->nobs; i++) {
+        if (b->obs[i].trial != trial_id)
+            continue;
+        json_t *keep = json_object();
+        for (size_t k = 1; k < spec->nobjectives; k++) {
+            json_t *v = json_object_get(metrics, spec->objectives[k].metric);
+            if (v)
+                json_object_set(keep, spec->objectives[k].metric, v);
+        }
+        for (size_t k = 0; k < spec->nconstraints; k++) {
+            json_t *v = json_object_get(metrics, spec->constraints[k].metric);
+            if (v)
+                json_object_set(keep, spec->constraints[k].metric, v);
+        }
+        json_decref(b->obs[i].metrics);
+        b->obs[i].metrics = keep;
+    }
+}
+
 static json_t *s_save(sched_t *s)
 {
     sched_bo *b = (sched_bo *)s;
     json_t *obs = json_array(), *pend = json_array(), *theta = json_null();
     for (size_t i = 0; i < b->nobs; i++) {
         const s_point *p = &b->obs[i];
-        json_array_append_new(obs,
-                              json_pack("{s:I,s:O,s:o}", "trial", (json_int_t)p->trial,
-                                        "params", p->params, "value",
-                                        p->failed ? json_null() : json_real(p->value)));
+        json_t *o =
+            json_pack("{s:I,s:O,s:o}", "trial", (json_int_t)p->trial, "params", p->params,
+                      "value", p->failed ? json_null() : json_real(p->value));
+        if (p->metrics)
+            json_object_set(o, "metrics", p->metrics);
+        json_array_append_new(obs, o);
     }
     for (size_t i = 0; i < b->npend; i++)
         json_array_append_new(pend, json_pack("{s:I,s:O}", "trial",
@@ -695,8 +760,9 @@ static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out
         if (json_unpack(e, "{s:I,s:o,s?o}", "trial", &trial, "params", &params, "value",
                         &value) != 0)
             return -1;
-        s_point p = {(long)trial, NULL,
-                     malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)), NAN, 0};
+        s_point p = {
+            (long)trial, NULL, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
+            NAN,         0,    NULL};
         if (!p.x || s_encode(&b->lay, params, p.x) != 0) {
             free(p.x);
             return -1;
@@ -712,6 +778,9 @@ static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out
             }
         }
         p.params = json_deep_copy(params);
+        json_t *mt = json_object_get(e, "metrics");
+        if (json_is_object(mt))
+            p.metrics = json_deep_copy(mt);
         if (s_push(out, n, cap, p) != 0) {
             s_point_fini(&p);
             return -1;
@@ -791,6 +860,7 @@ static void s_destroy(sched_t *s)
 static const sched_ops s_ops = {.name = "bo",
                                 .suggest = s_suggest,
                                 .on_complete = s_on_complete,
+                                .on_complete_metrics = s_on_complete_metrics,
                                 .save = s_save,
                                 .restore = s_restore,
                                 .destroy = s_destroy};

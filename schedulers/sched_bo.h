@@ -25,4 +25,14 @@
    result and must destroy it with sched_destroy. */
 sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize);
 
+/* Internal (sched_bo_mo.c): the values the GP models for a study with
+   several objectives or constraints, lower is better, into y[0..n): for
+   observation i, `value[i]` (the first objective as reported), its last
+   metrics `metrics[i]` (borrowed, may be NULL) and whether it failed.
+   Failed ones, and ones missing an objective or constraint metric, get
+   NaN. `seed` draws the ParEGO weights. 0, or -1 when out of memory. */
+int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
+                      json_t *const *metrics, const unsigned char *failed,
+                      unsigned long long seed, double *y);
+
 #endif

@@ -25,3 +25,19 @@ BENCHES += $(BENCH_BO)
 .PHONY: bench-bo
 bench-bo: $(BENCH_BO)
 	@PYTHON=$(PYTHON) BENCH_BO=$(BENCH_BO) scripts/bench-bo.sh $(BENCH_BO_ARGS)
+
+#   make bench-mo     multi-objective and constrained bo against Optuna
+#                     (NSGA-II, multi-objective TPE, constraints_func):
+#                     hypervolume after 50 and 100 evaluations, 10 seeds.
+#                     BENCH_MO_ARGS="--quick" for 3 seeds.
+BENCH_MO := $(BUILD)/bin/bench_mo
+
+$(BENCH_MO): $(BUILD)/obj/schedulers/bench/bench_mo.o $(LIB_SCHED) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) -ljansson -lgsl -lopenblas -lm
+
+BENCHES += $(BENCH_MO)
+
+.PHONY: bench-mo
+bench-mo: $(BENCH_MO)
+	@$(PYTHON) bench/bench_mo.py --driver $(BENCH_MO) --out $(BUILD)/bench/bench_mo.json $(BENCH_MO_ARGS)

@@ -5,6 +5,7 @@
     web_write.c   POST handlers: requests to the controller
     web_stream.c  Server-Sent Events (metrics, events, trial states)
     web_static.c  the built-in page files
+    web_importance.c  parameter importance (schedulers/importance.h)
     web_curves.c  downsampled study curves kept in memory
     web_buf.c     text buffer for large replies
     web_mhd.c     libmicrohttpd, loaded when a server starts
@@ -79,12 +80,20 @@ int web__study(web_req *r, store_study *out);
 int web__get_studies(web_req *r);
 int web__get_study(web_req *r);
 int web__get_trials(web_req *r);
+/* GET /api/studies/NAME/pareto: the objectives, the constraints and the
+   trials on the Pareto front (feasible, not dominated; with one objective
+   the best feasible trial), each {id, number, values: {metric: v},
+   params}. */
+int web__get_pareto(web_req *r);
 int web__get_events(web_req *r);
 int web__get_curves(web_req *r);
 int web__get_page(web_req *r);
 int web__get_trial(web_req *r);
 int web__get_trial_metrics(web_req *r);
 int web__get_whoami(web_req *r);
+
+/* web_importance.c */
+int web__get_importance(web_req *r);
 
 /* web_write.c */
 int web__post_submit(web_req *r);

@@ -3,6 +3,8 @@
     writes. */
 #include "web_internal.h"
 
+#include "../common/spec.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +197,58 @@ int web__get_trials(web_req *r)
     if (rc != 0)
         return web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
     web_buf_str(&r->text, "}");
+    return 200;
+}
+
+int web__get_pareto(web_req *r)
+{
+    store_study st;
+    if (web__study(r, &st) != 1)
+        return r->status;
+    spec_error serr;
+    spec_t *spec = spec_parse(st.spec, 0, &serr);
+    store_study_fini(&st);
+    if (!spec)
+        return web__error(r, 500, "store", "the stored spec does not parse: %s",
+                          serr.text);
+    json_t *d = store_study_detail(r->db, r->arg);
+    if (!d) {
+        spec_destroy(&spec);
+        return web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
+    }
+    json_t *trials = json_object_get(d, "trials");
+    spec_mark_trials(spec, trials);
+    json_t *objs = json_array(), *front = json_array();
+    for (size_t k = 0; k < spec->nobjectives; k++)
+        json_array_append_new(
+            objs, json_pack("{s:s, s:s}", "metric", spec->objectives[k].metric, "mode",
+                            spec->objectives[k].maximize ? "max" : "min"));
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        const char *mark = spec->nobjectives > 1 ? "pareto" : "best";
+        if (!json_is_true(json_object_get(t, mark)))
+            continue;
+        json_t *vals = json_object();
+        for (size_t k = 0; k < spec->nobjectives; k++) {
+            json_t *v = k ? json_object_get(json_object_get(t, "metrics"),
+                                            spec->objectives[k].metric)
+                          : json_object_get(t, "value");
+            json_object_set(vals, spec->objectives[k].metric, v ? v : json_null());
+        }
+        json_array_append_new(
+            front, json_pack("{s:O, s:O, s:o, s:O}", "id", json_object_get(t, "id"),
+                             "number", json_object_get(t, "number"), "values", vals,
+                             "params", json_object_get(t, "params")));
+    }
+    r->json = json_pack("{s:o, s:O, s:o}", "objectives", objs, "constraints",
+                        json_object_get(spec->json, "constraints")
+                            ? json_object_get(spec->json, "constraints")
+                            : json_null(),
+                        "pareto", front);
+    json_decref(d);
+    spec_destroy(&spec);
     return 200;
 }
 

@@ -1,10 +1,12 @@
 """`jizhi study importance`: a study whose score is 3a + 2b + c (d does
 nothing) ranks the parameters a > b > c > d with shares near the known
-first-order Sobol indices 9:4:1:0 (/14); usage and user errors."""
+first-order Sobol indices 9:4:1:0 (/14); the web API gives the same
+answer; usage and user errors."""
 import json
 import os
 
 from conftest import base_spec
+from webutil import http, serve
 
 
 def spec(jz, name, trials):
@@ -33,6 +35,18 @@ def test_importance_ranks_known_shares(jz):
     assert "from 32 completed trials" in text
     rows = [line.split() for line in text.splitlines()[3:]]
     assert [r[0] for r in rows] == ["a", "b", "c", "d"]
+    # the web API answers the same (the page's importance panel draws it)
+    web, url = serve(jz)
+    try:
+        st, j, _ = http("GET", url + "/api/studies/imp/importance")
+        assert st == 200 and j["method"] == "sobol-gp"
+        del out["study"]
+        assert j == out
+        st, j, _ = http("GET", url + "/api/studies/nosuch/importance")
+        assert st == 404 and j["error"]
+    finally:
+        web.terminate()
+        web.wait(timeout=30)
 
 
 def test_importance_errors(jz):
@@ -41,5 +55,12 @@ def test_importance_errors(jz):
     jz.run("run", jz.write_spec(spec(jz, "one", 1)), check=0, timeout=120)
     p = jz.run("study", "importance", "one", check=1)
     assert "1 finished trial with a value" in p.stderr and "at least 2" in p.stderr
+    web, url = serve(jz)
+    try:
+        st, j, _ = http("GET", url + "/api/studies/one/importance")
+        assert st == 409 and "at least 2" in j["message"]
+    finally:
+        web.terminate()
+        web.wait(timeout=30)
     p = jz.run("study", "importance", "nosuch", check=1)
     assert "nosuch" in p.stderr

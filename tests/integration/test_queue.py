@@ -334,7 +334,8 @@ def test_only_an_admin_sets_quotas(jz):
         # a user submits as themself only (the owner the quotas count for)
         p = cli(jz, as_key(jz, "user"), "study", "submit",
                 jz.write_spec(gated(jz, "not-mine", "alice", 1, 1), "a.json"), "--controller", ep)
-        assert p.returncode == 1 and "bob may submit studies as bob only" in p.stderr, p.stderr
+        assert p.returncode == 1 and 'bob may not submit a study owned by "alice"' in p.stderr, \
+            p.stderr
         assert jz.sql("SELECT COUNT(*) FROM studies") == [(0,)]
         p = cli(jz, as_key(jz, "user"), "study", "submit",
                 jz.write_spec(gated(jz, "mine", "bob", 1, 1), "b.json"), "--controller", ep)

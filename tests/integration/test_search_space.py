@@ -124,3 +124,38 @@ def test_enqueue_runs_next_survives_kill9_and_extend_reruns(jz):
         assert show[0]["budget"] == 5
     finally:
         stop(ctl, disp)
+
+
+def test_warm_start_feeds_bo_the_compatible_trials(jz):
+    ep, ctl, disp = daemons(jz)
+    try:
+        old = cond_spec("old", 6)
+        jz.run("study", "submit", jz.write_spec(old, "old.json"), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies WHERE name='old'")[0][0]
+                    == "finished", 90, "the first study")
+        new = cond_spec("new", 2)
+        new["scheduler"] = {"type": "bo", "seed": 1, "n_init": 4}
+        new["warm_start"] = {"from": ["nope"]}
+        p = jz.run("study", "submit", jz.write_spec(new, "new.json"))
+        assert p.returncode == 1 and 'warm_start.from[0]: no study named "nope"' in p.stderr
+        new["warm_start"] = {"from": ["new"]}
+        p = jz.run("study", "submit", jz.write_spec(new, "new.json"))
+        assert p.returncode == 1 and "cannot warm-start from itself" in p.stderr
+        new["warm_start"] = {"from": ["old"]}
+        jz.run("study", "submit", jz.write_spec(new, "new.json"), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies WHERE name='new'")[0][0]
+                    == "finished", 90, "the second study")
+        (state,) = jz.sql("SELECT sched_state FROM studies WHERE name='new'")[0]
+        obs = json.loads(state)["main"]["obs"]
+        warm = [o for o in obs if o["trial"] < 0]
+        assert len(warm) == 6 and len(obs) == 8
+        old_params = [json.loads(r["params"]) if isinstance(r.get("params"), str) else r["params"]
+                      for r in json.loads(jz.run("study", "export", "old", "--format", "json",
+                                                 check=0).stdout)]
+        assert sorted(json.dumps(o["params"], sort_keys=True) for o in warm) == \
+            sorted(json.dumps(p, sort_keys=True) for p in old_params)
+        ev = json.loads(jz.run("study", "events", "new", "--json", check=0).stdout)
+        (w,) = [e for e in ev if e["kind"] == "warm_start"]
+        assert w["detail"] == {"from": "old", "used": 6, "skipped": 0}
+    finally:
+        stop(ctl, disp)

@@ -107,6 +107,11 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
                          "s.name='quick' ORDER BY value DESC LIMIT 1")[0]
         assert drv.execute_script("return document.querySelector('#trials-table tr.best')"
                                   ".dataset.trial") == str(best)
+        # its importance panel draws the server's GP-based importance
+        wait_js(drv, "jz.importance && jz.importance.trials === 6", what="the importance answer")
+        assert drv.execute_script("return jz.charts.importance.data.labels") == ["lr"]
+        assert drv.execute_script("return jz.charts.importance.data.datasets[0].label") == \
+            "importance"
         finished_png = shot(drv, "web-study-finished.png")
 
         # the study page: trials and curves, then live growth

@@ -30,6 +30,10 @@ function fmt(x) {
 function when(t) {
   return t ? new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) : "–";
 }
+/* an event's channel ("cli", "web:USER") and the authenticated user behind it */
+function whoOf(e) {
+  return e.actor && !String(e.who).endsWith(":" + e.actor) ? `${e.who}:${e.actor}` : e.who;
+}
 function stateBadge(s) { return el("span", { class: "state " + s, text: s }); }
 function token() { return sessionStorage.getItem("jizhi-token") || ""; }
 
@@ -253,6 +257,24 @@ async function studyPage(name) {
       el("span", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(100 * s.progress)}%` })), ` ${s.done}/${s.total} done, ${s.running} running, ${s.failed} failed, ${s.stopped} stopped`),
       el("span", {}, `objective ${s.objective.metric} (${s.objective.mode})`),
       el("span", { class: "big", id: "study-best" }, best ? `best ${fmt(best.value)} — trial #${best.number}` : "no result yet"));
+    if (S.front && S.front.multi)
+      headline.append(el("span", { id: "study-pareto", title: "completed feasible trials no other one dominates; marked ◆ in the table" },
+        `Pareto set: ${S.front.n} trial${S.front.n === 1 ? "" : "s"} ◆ (${S.front.objectives.map((o) => o.metric + " " + o.mode).join(", ")})`));
+  }
+  /* several objectives or constraints: the server's Pareto set (GET
+     .../pareto), fetched again when the number of completed trials changes */
+  S.front = null;
+  let frontDone = -1;
+  function loadFront() {
+    const done = S.trials.filter((t) => t.state === "completed").length;
+    if (done === frontDone) return;
+    frontDone = done;
+    getJSON(`/api/studies/${encodeURIComponent(name)}/pareto`).then((j) => {
+      if (j.objectives.length < 2 && !j.constraints) return;
+      S.front = { multi: j.objectives.length > 1, objectives: j.objectives, ids: new Set(j.pareto.map((p) => p.id)), n: j.pareto.length };
+      renderHead();
+      drawTable();
+    }).catch(() => {});
   }
   function recount() {
     const s = S.study;
@@ -573,27 +595,52 @@ async function studyPage(name) {
     if (!withV.length) { g.fillStyle = "#7a8499"; g.fillText("no trial has a value yet", W / 2, H / 2); }
   }
 
+  /* importance: the server's (Sobol indices of a GP over the completed
+     trials, as `jizhi study importance`), fetched again when the number of
+     completed trials changes; |Spearman rho| until it has one */
+  let imp = { done: -1, data: null, busy: false };
   function drawImportance() {
     if (!$("#importance-chart")) return; /* the page was left */
-    const withV = S.trials.filter((t) => typeof t.value === "number");
-    const rows = [];
-    for (const p of pnames) {
-      const xs = [], ys = [];
-      for (const t of withV) {
-        const v = paramValue(t, p);
-        if (typeof v === "number") { xs.push(v); ys.push(t.value); }
-      }
-      if (xs.length >= 3) rows.push({ p, rho: Math.abs(pearson(ranks(xs), ranks(ys))), n: xs.length });
+    const done = S.trials.filter((t) => t.state === "completed").length;
+    if (done !== imp.done && done >= 2 && !imp.busy) {
+      imp.busy = true;
+      getJSON(`/api/studies/${encodeURIComponent(name)}/importance`)
+        .then((j) => { imp = { done, data: j, busy: false }; jz.importance = j; drawImportance(); })
+        .catch(() => { imp = { done, data: null, busy: false }; });
     }
-    rows.sort((a, b) => b.rho - a.rho);
-    const ds = { labels: rows.map((r) => r.p), datasets: [{ label: "|Spearman ρ|", data: rows.map((r) => r.rho), backgroundColor: "#3b6fd8" }] };
-    if (!rows.length) $("#importance-note").textContent = "Needs at least 3 finished trials with numeric parameters. " +
-      "|Spearman rank correlation| between each parameter and the objective (a correlation, not a model-based importance).";
-    if (jz.charts.importance) { jz.charts.importance.data = ds; jz.charts.importance.update("none"); return; }
+    let rows, label, axis, note;
+    if (imp.data) {
+      rows = imp.data.params.map((p) => ({ p: p.name, v: p.importance, first: p.first, total: p.total }));
+      label = "importance"; axis = "share of the objective's variance (Sobol, GP)";
+      note = `First-order Sobol indices of a GP fitted to ${imp.data.trials} completed trials, normalised to sum to 1 (as jizhi study importance).`;
+    } else {
+      const withV = S.trials.filter((t) => typeof t.value === "number");
+      rows = [];
+      for (const p of pnames) {
+        const xs = [], ys = [];
+        for (const t of withV) {
+          const v = paramValue(t, p);
+          if (typeof v === "number") { xs.push(v); ys.push(t.value); }
+        }
+        if (xs.length >= 3) rows.push({ p, v: Math.abs(pearson(ranks(xs), ranks(ys))) });
+      }
+      rows.sort((a, b) => b.v - a.v);
+      label = "|Spearman ρ|"; axis = "|rank correlation| with " + S.study.objective.metric;
+      note = (rows.length ? "" : "Needs at least 3 finished trials with numeric parameters. ") +
+        "|Spearman rank correlation| between each parameter and the objective, until two trials have completed (then a GP-based importance).";
+    }
+    $("#importance-note").textContent = note;
+    const ds = { labels: rows.map((r) => r.p), datasets: [{ label, data: rows.map((r) => r.v), backgroundColor: "#3b6fd8" }] };
+    if (jz.charts.importance) {
+      jz.charts.importance.data = ds;
+      jz.charts.importance.options.scales.x.title.text = axis;
+      jz.charts.importance.update("none");
+      return;
+    }
     jz.charts.importance = new Chart($("#importance-chart"), {
       type: "bar", data: ds,
       options: { indexAxis: "y", animation: false, maintainAspectRatio: false,
-        scales: { x: { min: 0, max: 1, title: { display: true, text: "|rank correlation| with " + S.study.objective.metric } } },
+        scales: { x: { min: 0, max: 1, title: { display: true, text: axis } } },
         plugins: { legend: { display: false } } },
     });
   }
@@ -628,7 +675,11 @@ async function studyPage(name) {
     const body = rows.slice(0, limit).map((t) => el("tr", { class: t.id === bestId ? "best" : "", "data-trial": t.id },
       ...cols.map((c) => {
         const v = val(t, c.key);
-        if (c.key === "number") return el("td", { class: "num" }, el("a", { href: "#/trial/" + t.id, text: "#" + v }));
+        if (c.key === "number") {
+          const onFront = S.front && S.front.ids.has(t.id);
+          return el("td", { class: "num" + (onFront ? " pareto" : ""), title: onFront ? (S.front.multi ? "on the Pareto set" : "best feasible") : "" },
+            el("a", { href: "#/trial/" + t.id, text: "#" + v + (onFront ? " ◆" : "") }));
+        }
         if (c.key === "state") return el("td", {}, stateBadge(v));
         return el("td", { class: c.num ? "num" : "", text: typeof v === "number" ? fmt(v) : v == null ? "–" : String(v) });
       })));
@@ -654,7 +705,7 @@ async function studyPage(name) {
     const rows = S.events.slice(-300).reverse().map((e) => el("tr", {},
       el("td", { text: when(e.time) }),
       el("td", {}, e.trial != null ? el("a", { href: "#/trial/" + e.trial, text: tmap[e.trial] ? "#" + tmap[e.trial].number : String(e.trial) }) : "–"),
-      el("td", { text: e.who }), el("td", { text: e.kind }), el("td", { text: describe(e) }),
+      el("td", { text: whoOf(e) }), el("td", { text: e.kind }), el("td", { text: describe(e) }),
       el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
       el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" })));
     $("#events-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
@@ -670,12 +721,13 @@ async function studyPage(name) {
       t[k] = performance.now() - t0;
     }
   }
-  const redrawTrials = throttle(() => { recount(); renderHead(); drawHistory(); drawParallel(); drawImportance(); drawTable(); }, 1000);
+  const redrawTrials = throttle(() => { recount(); renderHead(); drawHistory(); drawParallel(); drawImportance(); drawTable(); loadFront(); }, 1000);
   const redrawEvents = throttle(drawEvents, 1000);
 
   data.points = data.curves_points;
   fillSelectors();
   drawAll();
+  loadFront();
   jz.drawnAt = performance.now();
   document.body.dataset.drawn = "study";
 
@@ -852,7 +904,7 @@ async function trialPage(id) {
     const head = el("tr", {}, ...["time", "who", "what", "applied", "latency"].map((h) => el("th", { text: h })));
     const rows = events.slice(-200).reverse().map((e) => {
       const d = e.detail || {};
-      return el("tr", {}, el("td", { text: when(e.time) }), el("td", { text: e.who }),
+      return el("tr", {}, el("td", { text: when(e.time) }), el("td", { text: whoOf(e) }),
         el("td", { text: e.kind === "instruction" ? `${d.kind}${d.name ? " " + d.name + "=" + fmt(d.value) : ""}` : e.kind }),
         el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
         el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" }));

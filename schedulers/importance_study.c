@@ -1,0 +1,81 @@
+/*  importance_study.c - a study's parameter importance as JSON, from its
+    stored trials (see imp_study in importance.h); shared by `jizhi study
+    importance` and the web API. */
+#include "importance.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    double v;
+    int k;
+} s_rank;
+
+static int s_rank_cmp(const void *a, const void *b)
+{
+    const s_rank *x = a, *y = b;
+    if (x->v != y->v)
+        return x->v > y->v ? -1 : 1;
+    return x->k - y->k;
+}
+
+json_t *imp_study(const json_t *detail, char *err, size_t errsize)
+{
+    spec_error se;
+    spec_t *spec = spec_parse(json_object_get(detail, "spec"), 0, &se);
+    if (!spec) {
+        char buf[512];
+        snprintf(err, errsize, "its spec no longer parses: %s",
+                 spec_strerror(&se, buf, sizeof buf));
+        return NULL;
+    }
+    json_t *trials = json_object_get(detail, "trials");
+    size_t nt = json_array_size(trials);
+    json_t **params = malloc(sizeof(json_t *) * (nt ? nt : 1));
+    double *y = malloc(sizeof(double) * (nt ? nt : 1));
+    s_rank *rk = malloc(sizeof(s_rank) * (spec->nparams ? spec->nparams : 1));
+    imp_result r = {0};
+    json_t *out = NULL;
+    int n = 0;
+    if (!params || !y || !rk) {
+        snprintf(err, errsize, "out of memory");
+        goto done;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t)
+    {
+        json_t *v = json_object_get(t, "value");
+        const char *state = json_string_value(json_object_get(t, "state"));
+        if (!state || strcmp(state, "completed") || !json_is_number(v) ||
+            !isfinite(json_number_value(v)))
+            continue;
+        params[n] = json_object_get(t, "params");
+        y[n++] = json_number_value(v);
+    }
+    if (imp_compute(spec, params, y, n, 0, (unsigned long long)spec->seed, &r, err,
+                    errsize) != 0)
+        goto done;
+    for (size_t k = 0; k < spec->nparams; k++)
+        rk[k] = (s_rank){r.importance[k], (int)k};
+    qsort(rk, spec->nparams, sizeof *rk, s_rank_cmp);
+    json_t *arr = json_array();
+    for (size_t k = 0; k < spec->nparams; k++) {
+        int p = rk[k].k;
+        json_array_append_new(arr,
+                              json_pack("{s:s,s:f,s:f,s:f}", "name", spec->params[p].name,
+                                        "importance", r.importance[p], "first",
+                                        r.first[p], "total", r.total[p]));
+    }
+    out = json_pack("{s:s,s:i,s:o}", "method", "sobol-gp", "trials", r.n_used, "params",
+                    arr);
+done:
+    imp_result_fini(&r);
+    free(rk);
+    free(params);
+    free(y);
+    spec_destroy(&spec);
+    return out;
+}
