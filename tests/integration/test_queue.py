@@ -331,5 +331,21 @@ def test_only_an_admin_sets_quotas(jz):
             {"user": "bob", "slots": 0, "gpus": 0, "quota_slots": 1, "quota_gpus": -1}]
         p = cli(jz, as_key(jz, "viewer"), "quota", "list", "--json", "--controller", ep)
         assert p.returncode == 0 and json.loads(p.stdout)[0]["user"] == "bob"
+        # a user submits as themself only (the owner the quotas count for)
+        p = cli(jz, as_key(jz, "user"), "study", "submit",
+                jz.write_spec(gated(jz, "not-mine", "alice", 1, 1), "a.json"), "--controller", ep)
+        assert p.returncode == 1 and 'bob may not submit a study owned by "alice"' in p.stderr, \
+            p.stderr
+        assert jz.sql("SELECT COUNT(*) FROM studies") == [(0,)]
+        p = cli(jz, as_key(jz, "user"), "study", "submit",
+                jz.write_spec(gated(jz, "mine", "bob", 1, 1), "b.json"), "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        p = cli(jz, as_key(jz, "admin"), "study", "submit",
+                jz.write_spec(gated(jz, "for-alice", "alice", 1, 1), "c.json"), "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        w = {x["study"]: x for x in json.loads(cli(jz, as_key(jz, "viewer"), "queue", "--json",
+                                                   "--controller", ep).stdout)["waiting"]}
+        assert (w["mine"]["owner"], w["for-alice"]["owner"]) == ("bob", "alice")
+        assert w["mine"]["reason"].startswith("no capacity")
     finally:
         stop(ctl)
