@@ -5,6 +5,7 @@ tcp://127.0.0.1 with an authorized-keys file: an unknown key, a wrong
 server key and a viewer are refused and nothing runs, a dispatcher key
 runs trials, a user key cannot register a dispatcher, SIGHUP adds and
 removes keys and a bad file keeps the old ones."""
+import json
 import os
 import socket
 import stat
@@ -243,7 +244,6 @@ def test_message_size_caps_keep_the_controller_small(jz):
     an array of small numbers) and 8 of 3 MiB cost the controller little
     RSS; the large ones get a too_large reply and change nothing; over 4
     MiB the connection is dropped and the controller goes on."""
-    import json
     import threading
     from zmtp import Dealer
     ep = f"ipc://{jz.dir}/c.sock"
@@ -301,5 +301,49 @@ def test_message_size_caps_keep_the_controller_small(jz):
         p = jz.run("study", "submit", jz.write_spec(spec), "--controller", ep)
         assert p.returncode == 1 and "over the controller's limit" in p.stderr, p.stderr
         assert jz.sql("SELECT count(*) FROM studies") == [(0,)]
+    finally:
+        stop(ctl)
+
+
+def test_other_unix_users_are_users_named_by_their_login(jz):
+    """Over ipc the kernel tells the peer's uid: another uid is a `user`
+    named after its login, owns what it submits and cannot steer the
+    controller's user's studies."""
+    import pwd
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("needs root to run a client as another uid")
+    nobody = pwd.getpwnam("nobody")
+    sock_dir = tempfile.mkdtemp(prefix="jzpeer-")
+    os.chmod(sock_dir, 0o755)  # a shared socket, on purpose for this test
+    ep = f"ipc://{sock_dir}/ctl.sock"
+    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--log",
+                   os.path.join(jz.dir, "controller.log"))
+    spec_dir = tempfile.mkdtemp(prefix="jzspec-")
+    os.chmod(spec_dir, 0o755)
+
+    def as_nobody(*args):
+        env = dict(jz.env, HOME=spec_dir, JIZHI_HOME=spec_dir)
+        return subprocess.run([JIZHI, *args, "--controller", ep], cwd=spec_dir, env=env,
+                              capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: (os.setgid(nobody.pw_gid),
+                                                  os.setuid(nobody.pw_uid)))
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        os.chmod(os.path.join(sock_dir, "ctl.sock"), 0o777)
+        jz.run("study", "submit", jz.write_spec(base_spec("mine", ["sleep", "30"])), check=0)
+        path = os.path.join(spec_dir, "theirs.json")
+        with open(path, "w") as f:
+            json.dump(base_spec("theirs", ["true"]), f)
+        os.chmod(path, 0o644)
+        p = as_nobody("study", "submit", path)
+        assert p.returncode == 0, p.stderr
+        p = as_nobody("study", "stop", "mine")
+        assert p.returncode == 1 and "nobody may not steer study mine" in p.stderr, p.stderr
+        assert as_nobody("study", "stop", "theirs").returncode == 0
+        specs = dict(jz.sql("SELECT name, spec FROM studies"))
+        assert json.loads(specs["theirs"]).get("owner") == "nobody"
+        assert "owner" not in json.loads(specs["mine"])
+        assert jz.sql("SELECT state FROM studies WHERE name='mine'") == [("running",)]
     finally:
         stop(ctl)
