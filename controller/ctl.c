@@ -84,14 +84,13 @@ ctl_trial *ctl__trial_by_id(ctl_t *c, long id)
     return ctl_idmap_get(&c->trials, id);
 }
 
-/* After a large message (its frame, and its parsed JSON at up to ~30
-   times the text): gives the freed memory back to the system, so that a
-   few big requests do not leave the controller's RSS high. */
-static void s_trim_after(size_t size)
-{
-    if (size >= 256 * 1024)
-        malloc_trim(0);
-}
+/* Messages of at least this many bytes leave the controller's memory
+   trimmed once the loop is idle again: a large request's frame and its
+   parsed JSON (up to ~30 times the text) are freed, and malloc_trim gives
+   the pages back so that a few big requests do not leave the RSS high.
+   Not after each one: under a steady stream of large metric batches the
+   memory is reused anyway, and trimming would cost every iteration. */
+#define TRIM_AFTER_BYTES (256 * 1024)
 
 /* ---- object ---- */
 
@@ -174,6 +173,7 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
 
 int ctl_run(ctl_t *c, volatile int *stop)
 {
+    int trim_pending = 0; /* a large message came since the last trim */
     while (!*stop) {
         zmq_pollitem_t items[2] = {{c->router, 0, ZMQ_POLLIN, 0},
                                    {ctl__auth_socket(c), 0, ZMQ_POLLIN, 0}};
@@ -181,6 +181,10 @@ int ctl_run(ctl_t *c, volatile int *stop)
         if (rc < 0 && errno != EINTR) {
             log_error("ctl", "poll failed: %s", zmq_strerror(errno));
             return -1;
+        }
+        if (rc == 0 && trim_pending) { /* idle for a poll's timeout */
+            malloc_trim(0);
+            trim_pending = 0;
         }
         ctl__auth_poll(c);
         for (int i = 0; i < BURST; i++) {
@@ -201,14 +205,14 @@ int ctl_run(ctl_t *c, volatile int *stop)
                               wire_error(
                                   -1, size > WIRE_MAX_REQUEST ? "too_large" : "malformed",
                                   "%s", why));
-                s_trim_after(size);
+                trim_pending |= size >= TRIM_AFTER_BYTES;
                 continue;
             }
             ctl_ident who;
             ctl__auth_identify(c, &meta, &who);
             ctl__handle(c, &from, &who, msg);
             json_decref(msg);
-            s_trim_after(size);
+            trim_pending |= size >= TRIM_AFTER_BYTES;
         }
         ctl__tick(c, util_now());
         ctl__alerts_tick(c, util_now());
