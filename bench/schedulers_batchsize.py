@@ -4,7 +4,9 @@ linear scaling at a large batch (part of `make bench-schedulers`). A
 benchmark, not a test: nothing is asserted.
 
 Measure: wall time (and samples) from the trial's start to the first
-val_acc >= target, on Fashion-MNIST with jizhi-train (SGD, momentum 0.9),
+val_acc >= target, and the trainer's CPU-seconds by then (polled from
+/proc every 0.25 s; on a shared machine the wall time moves with the load,
+the CPU time much less), on Fashion-MNIST with jizhi-train (SGD, momentum 0.9),
 evaluated every 3200 samples. The anchor is Pollux's goodput (Qiao et al.,
 OSDI 2021): the scheduler picks the batch size that maximises throughput
 x statistical efficiency, the latter from the gradient noise scale the
@@ -16,14 +18,22 @@ stored report, not the stop):
 
   fixed B, lr   B in the grid, lr = c * 0.05 * sqrt(B/64), c in the sweep
                 (0.5, 1, 2). Sweep on the first seed; every later seed runs
-                each B at the c that was fastest for it on the first seed
-                ("best lr in hindsight"). best_fixed per seed: the fastest
-                fixed arm.
+                each B at the c that was cheapest for it on the first seed
+                ("best lr in hindsight"). best_fixed per seed: the cheapest
+                fixed arm. Cheapest: least trainer CPU-s to the target
+                (--rank cpu, the default: the wall time of one run moved up
+                to 10x with the shared machine's load) or wall time
+                (--rank time).
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
   batchsize     scheduler batchsize from B0 = 64, lr 0.05, range 32..1024,
-                AdaScale; its decisions (batch_size and lr reports) are
-                plotted to $BUILD/bench/batchsize-<model>-s<seed>.svg.
+                AdaScale, default options ("throughput": "wall"); its
+                decisions (batch_size and lr reports) are plotted to
+                $BUILD/bench/<arm>-<model>-s<seed>.svg.
+  batchsize-cpu the same with "throughput": "cpu" (step costs from the
+                trainer's step_cpu_s instead of wall-clock samples_per_s:
+                meant for a shared host, where wall-clock step times taken
+                at different sizes at different moments compare the load).
 
 Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
 with 1 seed and no sweep (c = 1) in the full run and not in --quick: a CNN
@@ -65,7 +75,7 @@ def env():
 
 MODELS = {
     # name: trainer flags, train subset, target, max epochs
-    "mlp": (["--model", "mlp", "--hidden", "256,256"], 20000, 0.85, 4),
+    "mlp": (["--model", "mlp", "--hidden", "256,256"], 30000, 0.86, 4),
     "cnn": (["--model", "cnn", "--channels", "8,16"], 10000, 0.80, 3),
 }
 
@@ -73,7 +83,7 @@ MODELS = {
 def base_cmd(model, seed, batch, args):
     flags, subset, _, epochs = MODELS[model]
     if args.quick:
-        subset, epochs = subset // 2, epochs
+        subset = subset // 3
     return ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset", str(subset),
             "--val-size", "5000", "--epochs", str(epochs), "--eval-every",
             str(max(1, EVAL_SAMPLES // batch)), "--log-every", "10", "--threads", "2",
@@ -81,14 +91,14 @@ def base_cmd(model, seed, batch, args):
 
 
 def target_of(model, args):
-    return MODELS[model][2] - (0.02 if args.quick else 0)
+    return MODELS[model][2] - (0.03 if args.quick else 0)
 
 
 def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
-    if kind == "batchsize":
+    if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
-                 "warmup": 100}
+                 "warmup": 100, "throughput": "cpu" if kind == "batchsize-cpu" else "wall"}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -110,6 +120,31 @@ def sql(db, q, *a):
         con.close()
 
 
+def trainer_cpu(root):
+    """CPU-seconds (user + system) of the jizhi-train processes under root."""
+    kids, comm, ticks = {}, {}, {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1:st.rindex(")")]
+        f = st[st.rindex(")") + 2:].split()
+        pid = int(d)
+        kids.setdefault(int(f[1]), []).append(pid)
+        comm[pid], ticks[pid] = name, int(f[11]) + int(f[12])
+    total, todo = 0, [root]
+    while todo:
+        q = todo.pop()
+        if comm.get(q, "").startswith("jizhi-train"):
+            total += ticks[q]
+        todo += kids.get(q, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def run_arm(tmp, name, model, seed, kind, batch, lr, args):
     """Runs one arm until the target (then stops it) or its epochs end."""
     target = target_of(model, args)
@@ -121,9 +156,10 @@ def run_arm(tmp, name, model, seed, kind, batch, lr, args):
         json.dump(arm_spec(name, model, seed, kind, batch, lr, args), f)
     p = subprocess.Popen([JIZHI, "run", path, "--db", db, "--slots", "1"], cwd=d, env=env(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    hit = None
+    hit, cpu = None, []  # cpu: (time, CPU-s of the trainer) every poll
     while p.poll() is None:
-        time.sleep(0.5)
+        time.sleep(0.25)
+        cpu.append((time.time(), trainer_cpu(p.pid)))
         try:
             hit = sql(db, "SELECT 1 FROM metrics WHERE name = 'val_acc' AND value >= ? LIMIT 1",
                       target)
@@ -161,12 +197,16 @@ def run_arm(tmp, name, model, seed, kind, batch, lr, args):
             cur, last = size_at[s], s
         return int(total + (step - last) * cur)
 
+    cpu_hit = None
+    if first:
+        before = [c for t, c in cpu if t <= first[2]]
+        cpu_hit = before[-1] if before else None
     changes = sql(db, "SELECT COUNT(*) FROM events WHERE who='batchsize' AND "
                   "kind='instruction' AND detail LIKE '%\"name\":\"batch_size\"%'")[0][0]
     return {"arm": name, "model": model, "seed": seed, "kind": kind, "batch": batch, "lr": lr,
             "steps": first[0] if first else None,
             "samples": samples_to(first[0]) if first else None,
-            "time": first[2] - started if first else None,
+            "time": first[2] - started if first else None, "cpu": cpu_hit,
             "best": max((v for _, v, _ in evals), default=None), "changes": changes,
             "final_b": sizes[-1][1] if sizes else batch,
             "trace": {"batch": [(t - started, v) for _, v, t in sizes],
@@ -237,19 +277,22 @@ def bench_model(tmp, model, args, plots):
           "%.2f, at most %d epochs, eval every %d samples, %d seed(s)" % (
               model, int(base_cmd(model, 1, 64, args)[4]), target, MODELS[model][3],
               EVAL_SAMPLES, seeds))
-    print("%4s %-18s %6s %8s %7s %8s %7s %7s %5s" % ("seed", "arm", "steps", "samples",
-                                                     "time-s", "best acc", "changes",
-                                                     "final B", "load"))
+    print("%4s %-18s %6s %8s %7s %6s %8s %7s %7s %5s" % (
+        "seed", "arm", "steps", "samples", "time-s", "CPU-s", "best acc", "changes", "final B",
+        "load"))
     for seed in range(1, seeds + 1):
         arms = []
         for b in args.batches:
-            cs = sweep if seed == 1 else [best_c[b]]
+            cs = sweep if seed == 1 else [best_c.get(b, 1.0)]
             for c in cs:
                 lr = round(c * 0.05 * (b / 64) ** 0.5, 6)
                 arms.append(("fixed", b, lr, "fixed%d-lr%g" % (b, lr)))
         bl = max(args.batches)
         arms.append(("linear", bl, 0.05 * bl / 64, "linear%d" % bl))
         arms.append(("batchsize", 64, 0.05, "batchsize"))
+        arms.append(("batchsize-cpu", 64, 0.05, "batchsize-cpu"))
+        if args.only == "sched":
+            arms = [a for a in arms if a[0].startswith("batchsize")]
         # round robin would mix seeds; within a seed the arms alternate
         # between small and large batches so load drifts hit both
         for kind, b, lr, label in arms:
@@ -258,43 +301,50 @@ def bench_model(tmp, model, args, plots):
                 continue
             r["label"] = label
             rows.append(r)
-            print("%4d %-18s %6s %8s %7s %8s %7d %7.0f %5.1f" % (
+            print("%4d %-18s %6s %8s %7s %6s %8s %7d %7.0f %5.1f" % (
                 seed, label, fmt(r["steps"], ">6"), fmt(r["samples"], ">8"),
-                fmt(r["time"], ">7.1f"), fmt(r["best"], ">8.4f"), r["changes"], r["final_b"],
-                r["load"]))
+                fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
+                r["changes"], r["final_b"], r["load"]))
             sys.stdout.flush()
-            if kind == "batchsize" and plots:
+            if kind.startswith("batchsize") and plots:
                 os.makedirs(plots, exist_ok=True)
-                svg_plot(os.path.join(plots, "batchsize-%s-s%d.svg" % (model, seed)),
-                         "batchsize scheduler, %s, seed %d: batch size (log), lr (log), "
-                         "val_acc over time" % (model, seed), r["trace"], target)
-        if seed == 1:
+                svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, model, seed)),
+                         "%s, %s, seed %d: batch size (log), lr (log), val_acc over time" % (
+                             kind, model, seed), r["trace"], target)
+        if seed == 1 and args.only == "all":
             for b in args.batches:
                 cands = [r for r in rows if r["seed"] == 1 and r["kind"] == "fixed" and
                          r["batch"] == b]
-                ok = [r for r in cands if r["time"] is not None]
-                pick = min(ok, key=lambda r: r["time"]) if ok else \
+                ok = [r for r in cands if r[args.rank] is not None]
+                pick = min(ok, key=lambda r: r[args.rank]) if ok else \
                     max(cands, key=lambda r: r["best"] or 0) if cands else None
                 best_c[b] = (pick["lr"] / (0.05 * (b / 64) ** 0.5)) if pick else 1.0
     # per seed: best fixed (fastest to target), the ratios
     per_seed = []
     for seed in range(1, seeds + 1):
-        fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and r["time"]]
+        fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and r["time"]
+                 and r[args.rank] is not None]
         ad = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize"]
+        aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-cpu"]
         lin = [r for r in rows if r["seed"] == seed and r["kind"] == "linear"]
         if not fixed or not ad:
             print("seed %d: no fixed batch reached the target" % seed if not fixed else
                   "seed %d: the batchsize arm did not run" % seed)
             continue
-        bt = min(fixed, key=lambda r: r["time"])
+        bt = min(fixed, key=lambda r: r[args.rank])
         a, l = ad[0], lin[0] if lin else None
-        per_seed.append({"seed": seed, "best_fixed": bt, "jizhi": a, "linear": l})
+        per_seed.append({"seed": seed, "best_fixed": bt, "jizhi": a, "linear": l,
+                         "wall": aw[0] if aw else None})
+        bc = min((r for r in fixed if r["cpu"]), key=lambda r: r["cpu"], default=None)
+        per_seed[-1]["best_fixed_cpu"] = bc
         print("seed %d: best fixed B=%d lr %g %.1fs %d samples; batchsize %s (x%s time, "
-              "x%s samples); linear B=%d %s" % (
+              "x%s samples; CPU-s x%s the least fixed, B=%s); linear B=%d %s" % (
                   seed, bt["batch"], bt["lr"], bt["time"], bt["samples"],
                   fmt(a["time"], ".1f") + "s" if a["time"] else "did not reach it",
                   fmt(a["time"] / bt["time"], ".2f") if a["time"] else "-",
                   fmt(a["samples"] / bt["samples"], ".2f") if a["samples"] else "-",
+                  fmt(a["cpu"] / bc["cpu"], ".2f") if a["cpu"] and bc else "-",
+                  bc["batch"] if bc else "-",
                   l["batch"] if l else 0,
                   fmt(l["time"], ".1f") + "s" if l and l["time"] else "did not reach it"))
     return rows, per_seed
@@ -314,22 +364,34 @@ def summarize(per_seed):
     lt = [p["linear"]["time"] if p["linear"] and p["linear"]["time"] is not None else inf
           for p in per_seed]
     ratios = [j / p["best_fixed"]["time"] for j, p in zip(jt, per_seed)]
+    jc = [p["jizhi"]["cpu"] if p["jizhi"]["cpu"] is not None else inf for p in per_seed]
+    cr = [j / p["best_fixed_cpu"]["cpu"] if p.get("best_fixed_cpu") else inf
+          for j, p in zip(jc, per_seed)]
     out = {"jizhi": {"time_to_target_s": statistics.median(jt),
-                     "samples_to_target": statistics.median(js)},
+                     "samples_to_target": statistics.median(js),
+                     "cpu_to_target_s": statistics.median(jc)},
            "best_fixed": {"time_to_target_s": med(p["best_fixed"]["time"] for p in per_seed),
                           "samples_to_target": med(p["best_fixed"]["samples"]
                                                    for p in per_seed),
-                          "batch_size": med(p["best_fixed"]["batch"] for p in per_seed)},
+                          "batch_size": med(p["best_fixed"]["batch"] for p in per_seed),
+                          "cpu_to_target_s": med(p["best_fixed_cpu"]["cpu"] for p in per_seed
+                                                 if p.get("best_fixed_cpu"))},
            "linear": {"time_to_target_s": statistics.median(lt)},
+           "jizhi_cpu_throughput": {
+               "time_to_target_s": med(p["wall"]["time"] for p in per_seed if p["wall"]),
+               "samples_to_target": med(p["wall"]["samples"] for p in per_seed if p["wall"]),
+               "cpu_to_target_s": med(p["wall"]["cpu"] for p in per_seed if p["wall"])},
            "time_ratio_jizhi_to_best_fixed": statistics.median(ratios),
+           "cpu_ratio_jizhi_to_least_fixed": statistics.median(cr),
            "seeds": len(per_seed)}
     for d in out.values():  # JSON has no infinity: null = not reached
         if isinstance(d, dict):
             for k, v in d.items():
                 if v == inf:
                     d[k] = None
-    if out["time_ratio_jizhi_to_best_fixed"] == inf:
-        out["time_ratio_jizhi_to_best_fixed"] = None
+    for k in ("time_ratio_jizhi_to_best_fixed", "cpu_ratio_jizhi_to_least_fixed"):
+        if out[k] == inf:
+            out[k] = None
     return out
 
 
@@ -351,6 +413,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 seed, MLP only, half the data")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--models", default=None, help="mlp,cnn (default: both; --quick: mlp)")
+    ap.add_argument("--rank", choices=["cpu", "time"], default="cpu",
+                    help="best fixed (and best lr) by the trainer's CPU-s or wall time to "
+                    "the target")
+    ap.add_argument("--only", choices=["all", "sched"], default="all",
+                    help="sched: only the scheduler's arms (after a change to it)")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
@@ -370,14 +437,16 @@ def main():
             if s:
                 out[model] = s
                 print("batchsize %s, medians over %d seed(s): jizhi %s s / %s samples; best "
-                      "fixed %s s / %s samples (B %s); linear %s s; time ratio %s" % (
+                      "fixed %s s / %s samples (B %s); linear %s s; time ratio %s; CPU-s ratio "
+                      "to the least-CPU fixed %s" % (
                           model, s["seeds"], fmt(s["jizhi"]["time_to_target_s"], ".1f"),
                           fmt(s["jizhi"]["samples_to_target"], ".0f"),
                           fmt(s["best_fixed"]["time_to_target_s"], ".1f"),
                           fmt(s["best_fixed"]["samples_to_target"], ".0f"),
                           fmt(s["best_fixed"]["batch_size"], ".0f"),
                           fmt(s["linear"]["time_to_target_s"], ".1f"),
-                          fmt(s["time_ratio_jizhi_to_best_fixed"], ".2f")))
+                          fmt(s["time_ratio_jizhi_to_best_fixed"], ".2f"),
+                          fmt(s["cpu_ratio_jizhi_to_least_fixed"], ".2f")))
     if args.json and out:
         first = out.get("mlp") or next(iter(out.values()))
         sec = dict(first)

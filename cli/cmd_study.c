@@ -483,7 +483,7 @@ static int s_events(const cli_opts *o)
         cli_print_json(ev);
         return CLI_OK;
     }
-    printf("%-24s %-10s %-9s %-34s %-20s %s\n", "TIME", "WHO", "TRIAL", "WHAT", "OUTCOME",
+    printf("%-24s %-16s %-9s %-34s %-20s %s\n", "TIME", "WHO", "TRIAL", "WHAT", "OUTCOME",
            "REASON");
     size_t i;
     json_t *e;
@@ -526,8 +526,18 @@ static int s_events(const cli_opts *o)
         else
             snprintf(outcome, sizeof outcome, "%s",
                      json_is_true(applied) ? "done" : "refused");
-        printf("%-24s %-10s %-9s %-34s %-20s %s%s%s\n", tm,
-               json_string_value(json_object_get(e, "who")), tb, what, outcome,
+        /* who: the channel ("cli", "web:USER", "controller") and, when the
+           channel does not say it, the authenticated user behind it */
+        const char *who = json_string_value(json_object_get(e, "who"));
+        const char *actor = json_string_value(json_object_get(e, "actor"));
+        char wb[160];
+        size_t wl = who ? strlen(who) : 0, al = actor ? strlen(actor) : 0;
+        if (actor && *actor &&
+            !(wl > al && who[wl - al - 1] == ':' && !strcmp(who + wl - al, actor)))
+            snprintf(wb, sizeof wb, "%s:%s", who ? who : "?", actor);
+        else
+            snprintf(wb, sizeof wb, "%s", who ? who : "?");
+        printf("%-24s %-16s %-9s %-34s %-20s %s%s%s\n", tm, wb, tb, what, outcome,
                reason && *reason ? reason : "",
                result && *result && reason && *reason ? "; " : "",
                result && *result ? result : "");

@@ -289,11 +289,13 @@ void ctl__auth_identify(const ctl_t *c, const wire_meta *m, ctl_ident *out)
     case CTL_TR_TRUSTED:
         out->id = c->self;
         out->trusted = 1;
+        snprintf(out->principal, sizeof out->principal, "trusted");
         return;
     case CTL_TR_CURVE: {
         const ident_t *id = authkeys_find(&c->keys, m->user_id);
         if (id)
             out->id = *id;
+        snprintf(out->principal, sizeof out->principal, "key:%s", m->user_id);
         return;
     }
     case CTL_TR_IPC: {
@@ -307,6 +309,7 @@ void ctl__auth_identify(const ctl_t *c, const wire_meta *m, ctl_ident *out)
         unsigned long uid = colons == 3 ? strtoul(p + 1, &end, 10) : 0;
         if (colons != 3 || *end != ':')
             return; /* unknown: anonymous */
+        snprintf(out->principal, sizeof out->principal, "uid:%lu", uid);
         if ((uid_t)uid == geteuid()) {
             out->id = c->self;
             out->trusted = 1;
@@ -325,4 +328,52 @@ void ctl__auth_fini(ctl_t *c)
         zmq_close(c->zap);
     c->zap = NULL;
     authkeys_fini(&c->keys);
+}
+
+/* ---- permissions beyond the role: delegation, owners, dispatcher names ---- */
+
+void ctl__auth_effective(const json_t *msg, const ctl_ident *who, ctl_ident *out)
+{
+    *out = *who;
+    if (!who->trusted && who->id.role != IDENT_ADMIN)
+        return;
+    /* a front end the controller trusts (the web server, as the
+       controller's own user or an admin key) acts for its token's user */
+    const char *w = json_string_value(json_object_get(msg, "who"));
+    const char *role = json_string_value(json_object_get(msg, "as_role"));
+    ident_role r;
+    if (!w || strncmp(w, "web:", 4) || !ident_valid_user(w + 4) || !role ||
+        ident_role_parse(role, &r) != 0)
+        return;
+    snprintf(out->id.user, sizeof out->id.user, "%s", w + 4);
+    out->id.role = r;
+    out->trusted = 0;
+}
+
+const char *ctl__auth_owner(const ctl_t *c, const ctl_study *s)
+{
+    return s->spec->owner ? s->spec->owner : c->self.user;
+}
+
+int ctl__auth_may_steer(const ctl_t *c, const ctl_ident *who, const ctl_study *s)
+{
+    if (who->trusted || who->id.role == IDENT_ADMIN)
+        return 1;
+    return who->id.role == IDENT_USER && !strcmp(ctl__auth_owner(c, s), who->id.user);
+}
+
+int ctl__auth_submit_owner(const ctl_t *c, const ctl_ident *who, json_t *spec, char *err,
+                           size_t errsize)
+{
+    if (who->trusted)
+        return 0; /* the controller's own user: the spec's owner, else its own */
+    const char *given = json_string_value(json_object_get(spec, "owner"));
+    if (given && strcmp(given, who->id.user) != 0 && who->id.role != IDENT_ADMIN) {
+        snprintf(err, errsize, "owner: %s may not submit a study owned by \"%.64s\"",
+                 who->id.user, given);
+        return -1;
+    }
+    if (!given)
+        json_object_set_new(spec, "owner", json_string(who->id.user));
+    return 0;
 }

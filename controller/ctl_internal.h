@@ -61,6 +61,7 @@ struct ctl_disp {
     int gpu_used[64];
     double last_seen; /* monotonic */
     int alive;
+    char owner[72]; /* the principal (ctl_ident) its name is bound to */
 };
 
 /* An instruction sent to a trial and not yet acknowledged. */
@@ -91,9 +92,11 @@ typedef enum {
 
 /* The sender of one message. */
 typedef struct {
-    ident_t id;  /* role IDENT_NONE: anonymous (may only speak as a trial) */
-    int trusted; /* the controller's own user over ipc, or --insecure: may do
-                    everything, dispatcher work included */
+    ident_t id;         /* role IDENT_NONE: anonymous (may only speak as a trial) */
+    int trusted;        /* the controller's own user over ipc, or --insecure: may do
+                           everything, dispatcher work included */
+    char principal[72]; /* what it proves: "key:<z85>", "uid:<n>", "trusted";
+                           a dispatcher name is bound to it */
 } ctl_ident;
 
 /* A message to send after the iteration's commit. */
@@ -248,5 +251,20 @@ void ctl__auth_poll(ctl_t *c);
 /* The identity of a message's sender from its metadata. */
 void ctl__auth_identify(const ctl_t *c, const wire_meta *m, ctl_ident *out);
 void ctl__auth_fini(ctl_t *c);
+/* The identity a message acts for: `who`, or, when `who` is trusted or an
+   admin and the message says "who": "web:USER" with "as_role", that user
+   and role (the web API acting for its token's user). */
+void ctl__auth_effective(const json_t *msg, const ctl_ident *who, ctl_ident *out);
+/* The study's owner: its spec's "owner", else the controller's own user.
+   Borrowed. */
+const char *ctl__auth_owner(const ctl_t *c, const ctl_study *s);
+/* 1 when `who` may steer s (stop, resume, pause, set, enqueue, extend): its
+   owner (role user), an admin, or a trusted peer. */
+int ctl__auth_may_steer(const ctl_t *c, const ctl_ident *who, const ctl_study *s);
+/* Sets the owner of a study `who` submits: an untrusted sender owns it
+   (an "owner" naming another user is refused unless `who` is an admin).
+   0, or -1 with err. spec is modified. */
+int ctl__auth_submit_owner(const ctl_t *c, const ctl_ident *who, json_t *spec, char *err,
+                           size_t errsize);
 
 #endif

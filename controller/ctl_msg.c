@@ -95,9 +95,34 @@ static ctl_disp *s_auth_disp(ctl_t *c, const ctl_msg *m)
         return NULL;
     }
     ctl_disp *d = ctl__disp_by_name(c, name);
-    if (!d)
+    if (!d) {
         s_reply_error(c, m->from, m->req, "unknown_dispatcher", "register first");
+        return NULL;
+    }
+    if (d->owner[0] && strcmp(d->owner, m->who->principal) != 0) {
+        log_warn("ctl", "refused %s for dispatcher %s from another identity (%s)",
+                 wire_type(m->msg), name, m->who->principal);
+        s_reply_error(c, m->from, m->req, "forbidden",
+                      "this dispatcher name belongs to another key or user");
+        return NULL;
+    }
     return d;
+}
+
+/* 1 when the sender may steer s; else answers `forbidden` (changes
+   nothing). */
+static int s_may_steer(ctl_t *c, const ctl_msg *m, const ctl_study *s)
+{
+    if (ctl__auth_may_steer(c, m->who, s))
+        return 1;
+    log_warn("ctl", "refused %s of study %s from %s (%s)", wire_type(m->msg), s->row.name,
+             m->who->id.user, ident_role_str(m->who->id.role));
+    ctl__send(c, m->from,
+              wire_error(m->req, "forbidden",
+                         "%s may not steer study %s: it belongs to %s (only its owner or "
+                         "an admin may)",
+                         m->who->id.user, s->row.name, ctl__auth_owner(c, s)));
+    return 0;
 }
 
 /* ---- trials ---- */
@@ -321,7 +346,21 @@ static void s_register(ctl_t *c, const ctl_msg *m)
                       "register needs name, slots >= 0, gpus (array of <= 64), running");
         return;
     }
-    if (!ctl__disp_by_name(c, name) && c->ndisps >= CTL_MAX_DISPS) {
+    /* a name is bound to the identity that first registered it */
+    ctl_disp *known = ctl__disp_by_name(c, name);
+    char bound[72] = "";
+    if (known && known->owner[0])
+        snprintf(bound, sizeof bound, "%s", known->owner);
+    else if (store_dispatcher_owner(c->store, name, bound, sizeof bound) != 0)
+        bound[0] = 0;
+    if (bound[0] && strcmp(bound, m->who->principal) != 0) {
+        log_warn("ctl", "refused register of dispatcher %s from another identity (%s)",
+                 name, m->who->principal);
+        s_reply_error(c, m->from, m->req, "forbidden",
+                      "this dispatcher name belongs to another key or user");
+        return;
+    }
+    if (!known && c->ndisps >= CTL_MAX_DISPS) {
         s_reply_error(c, m->from, m->req, "too_many",
                       "too many dispatchers are known; silent ones are forgotten after "
                       "a while");
@@ -347,6 +386,10 @@ static void s_register(ctl_t *c, const ctl_msg *m)
     char *gtext = json_dumps(gpus, JSON_COMPACT);
     store_dispatcher_upsert(c->store, name, slots, gtext, util_wall());
     free(gtext);
+    if (!d->owner[0]) {
+        snprintf(d->owner, sizeof d->owner, "%s", m->who->principal);
+        store_dispatcher_set_owner(c->store, name, d->owner);
+    }
     log_info("ctl", "dispatcher %s registered: %ld slots, %ld GPUs, %zu running", name,
              slots, d->ngpus, json_array_size(running));
     ctl__send(c, m->from, wire_ok(m->req));
@@ -456,6 +499,10 @@ static void s_submit(ctl_t *c, const ctl_msg *m)
     int resumed, finished;
     const char *code = "internal";
     char text[512] = "";
+    if (ctl__auth_submit_owner(c, m->who, spec, text, sizeof text) != 0) {
+        s_reply_error(c, m->from, m->req, "forbidden", text);
+        return;
+    }
     if (ctl__submit(c, spec, &s, &resumed, &finished, &code, text, sizeof text) != 0) {
         s_reply_error(c, m->from, m->req, code, text);
         return;
@@ -485,6 +532,8 @@ static void s_status(ctl_t *c, const ctl_msg *m)
    not an authenticated identity, until the controller checks keys. */
 static const char *s_who(const json_t *msg)
 {
+    /* the label is kept for a delegated web request (ctl__auth_effective);
+       the authenticated user goes to the events' actor either way */
     const char *w = json_string_value(json_object_get(msg, "who"));
     if (w && !strncmp(w, "web:", 4) && ident_valid_user(w + 4))
         return w;
@@ -494,7 +543,7 @@ static const char *s_who(const json_t *msg)
 static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
 {
     ctl_study *s = s_study_arg(c, m);
-    if (!s)
+    if (!s || !s_may_steer(c, m, s))
         return;
     if (s->state == STUDY_FINISHED) {
         s_reply_error(c, m->from, m->req, "bad_state", "the study has finished");
@@ -535,6 +584,8 @@ static void s_study_enqueue(ctl_t *c, const ctl_msg *m)
         return;
     }
     ctl_study *s = ctl__study_load(c, name, &code, text, sizeof text);
+    if (s && !s_may_steer(c, m, s))
+        return;
     json_t *copy = json_deep_copy(params);
     if (!s || ctl__study_enqueue(c, s, copy, s_who(m->msg), &code, text, sizeof text)) {
         json_decref(copy);
@@ -560,6 +611,8 @@ static void s_study_extend(ctl_t *c, const ctl_msg *m)
         return;
     }
     ctl_study *s = ctl__study_load(c, name, &code, text, sizeof text);
+    if (s && !s_may_steer(c, m, s))
+        return;
     if (!s || ctl__study_extend(c, s, n, s_who(m->msg), &code, text, sizeof text)) {
         s_reply_error(c, m->from, m->req, code, text);
         return;
@@ -627,6 +680,8 @@ static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
         s_reply_error(c, m->from, m->req, "unknown_trial", err);
         return;
     }
+    if (!s_may_steer(c, m, t->study))
+        return;
     if (cmd == TRIAL_CMD_PAUSE && json_is_true(json_object_get(m->msg, "release")))
         cmd = TRIAL_CMD_RELEASE;
     const char *refusal = ctl_trial_cmd_refusal(t, cmd, err, sizeof err);
@@ -863,8 +918,10 @@ void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *
 {
     const char *type = wire_type(msg);
     json_t *r = json_object_get(msg, "req");
+    ctl_ident eff;
+    ctl__auth_effective(msg, who, &eff);
     ctl_msg m = {from, msg,  json_is_integer(r) ? (long)json_integer_value(r) : -1,
-                 NULL, NULL, who};
+                 NULL, NULL, &eff};
     for (size_t i = 0; i < sizeof s_table / sizeof s_table[0]; i++) {
         if (strcmp(type, s_table[i].type) != 0)
             continue;
@@ -874,7 +931,13 @@ void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *
             return;
         if (s_table[i].role == PEER_DISPATCHER && !(m.disp = s_auth_disp(c, &m)))
             return;
+        /* the events this message causes record who did it */
+        store_set_actor(c->store,
+                        s_table[i].role != PEER_TRIAL && eff.id.role != IDENT_NONE
+                            ? eff.id.user
+                            : NULL);
         s_table[i].handler(c, &m);
+        store_set_actor(c->store, NULL);
         return;
     }
     log_warn("ctl", "dropped a message of unknown type \"%.40s\"", type);

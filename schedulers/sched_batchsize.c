@@ -9,20 +9,21 @@
     sched_gns_estimate), each smoothed by its own bias-corrected EMA
     (option `ema`, default 0.95) before dividing: B_simple = tr/|G|^2.
     Throughput is fitted from `samples_per_s` (or `step_time_s`) at the
-    batch sizes seen, as step time t(B) = alpha + beta*B (least squares over
-    the lower-quartile step time of each size, beta kept at least a quarter of the
-    best per-example time measured; before two sizes are seen, the prior
-    alpha = prior_overhead * t(B1), default 0.5; and while only one size has
-    been seen, the first decision that would keep it tries its better
-    neighbour, x2 or /2, instead: "explore"). Every candidate B in [min, max]
-    (option `grid`: "pow2" = the powers of two in range, default; "int" =
-    every integer) is scored by goodput(B) = B/t(B) * (B_simple + B0)/
-    (B_simple + B), B0 the trial's initial batch. When the best candidate
-    beats the current batch's goodput by `min_gain` (default 10%), and at
-    least `interval` steps (default 200) have passed since the last change
-    and `min_measurements` (default 3) were seen, the scheduler sends
-    `set batch_size` and a new learning rate lr0 * gain, gain from
-    `lr_rule`: "adascale" (default; r = (s2 + m2)/(s2/S + m2), S = B/B0),
+    batch sizes seen (with option `throughput` "cpu": from `step_cpu_s`,
+    the process CPU-seconds per step jizhi-train reports, so the cost per
+    example is in CPU time, which neighbours on a shared CPU host do not
+    inflate; not for GPU trainers, whose steps cost little CPU), as step time t(B) = alpha
+   + beta*B (least squares over the lower-quartile step time of each size, beta kept at
+   least a quarter of the best per-example time measured; before two sizes are seen, the
+   prior alpha = prior_overhead * t(B1), default 0.5; and while only one size has been
+   seen, the first decision that would keep it tries its better neighbour, x2 or /2,
+   instead: "explore"). Every candidate B in [min, max] (option `grid`: "pow2" = the
+   powers of two in range, default; "int" = every integer) is scored by goodput(B) =
+   B/t(B) * (B_simple + B0)/ (B_simple + B), B0 the trial's initial batch. When the best
+   candidate beats the current batch's goodput by `min_gain` (default 10%), and at least
+   `interval` steps (default 200) have passed since the last change and `min_measurements`
+   (default 3) were seen, the scheduler sends `set batch_size` and a new learning rate lr0
+   * gain, gain from `lr_rule`: "adascale" (default; r = (s2 + m2)/(s2/S + m2), S = B/B0),
     "sqrt", "linear" or "none". A higher rate is warmed up linearly over
     `warmup` steps (default 100) by further `set lr` instructions sent as
     the trial reports (the trainer's own warmup counts from the start of
@@ -87,6 +88,7 @@ typedef struct {
     long count;            /* suggestions made */
     long bmin, bmax;       /* batch range */
     int grid_int;          /* candidates: every integer (else powers of two) */
+    int tp_cpu;            /* step cost from step_cpu_s (else wall: samples_per_s) */
     long interval, warmup; /* steps */
     int rule;              /* RULE_* */
     double ema, min_gain, prior_overhead, lr_opt; /* lr_opt NaN = none */
@@ -500,13 +502,15 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     } else if (!strcmp(metric, "lr")) {
         if (!t->lr_fixed && isnan(self->lr_opt) && t->decisions == 0 && value > 0)
             t->lr0 = t->lr_sent = value; /* the rate in force before the first change */
-    } else if (!strcmp(metric, "samples_per_s") || !strcmp(metric, "step_time_s")) {
+    } else if (self->tp_cpu ? !strcmp(metric, "step_cpu_s")
+                            : (!strcmp(metric, "samples_per_s") ||
+                               !strcmp(metric, "step_time_s"))) {
         if (t->pend_b)
             ; /* measured at the old size */
         else if (t->skip_tp)
             t->skip_tp = 0; /* a window that straddles the change */
         else if (!isnan(t->b) && value > 0)
-            s_tp_add(t, t->b, metric[1] == 'a' ? t->b / value : value);
+            s_tp_add(t, t->b, !strcmp(metric, "samples_per_s") ? t->b / value : value);
     } else if (!strcmp(metric, "grad_sqnorm_small")) {
         bit = GNS_GS;
     } else if (!strcmp(metric, "grad_sqnorm_big")) {
@@ -686,9 +690,9 @@ static const sched_ops s_ops = {
 sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
 {
     static const char *const keys[] = {
-        "type",     "seed",           "min",     "max", "grid",
-        "interval", "warmup",         "lr_rule", "ema", "min_measurements",
-        "min_gain", "prior_overhead", "lr",      NULL};
+        "type",     "seed",           "min",     "max",        "grid",
+        "interval", "warmup",         "lr_rule", "ema",        "min_measurements",
+        "min_gain", "prior_overhead", "lr",      "throughput", NULL};
     const json_t *o = spec->sched_opts;
     const char *key;
     json_t *v;
@@ -755,6 +759,15 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
                  "scheduler.min: no power of two in [%ld, %ld] (use \"grid\": \"int\")",
                  self->bmin, self->bmax);
         goto fail;
+    }
+    json_t *tpo = json_object_get(o, "throughput");
+    if (tpo) {
+        const char *ts = json_string_value(tpo);
+        if (!ts || (strcmp(ts, "wall") && strcmp(ts, "cpu"))) {
+            snprintf(err, errsize, "scheduler.throughput: must be \"wall\" or \"cpu\"");
+            goto fail;
+        }
+        self->tp_cpu = !strcmp(ts, "cpu");
     }
     json_t *r = json_object_get(o, "lr_rule");
     if (r) {

@@ -41,8 +41,8 @@ static const char *const s_sql[Q_COUNT] = {
         "INSERT OR REPLACE INTO params(trial_id, generation, parent, name, value) "
         "VALUES (?1, ?2, ?3, ?4, ?5)",
     [Q_EVENT_INSERT] =
-        "INSERT INTO events(time, study_id, trial_id, who, kind, detail, applied) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO events(time, study_id, trial_id, who, kind, detail, applied, actor) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
 };
 
 struct store {
@@ -50,6 +50,7 @@ struct store {
     sqlite3_stmt *q[Q_COUNT];
     int readonly;
     int write_failed; /* a write of the open transaction failed (s_step) */
+    char actor[64];   /* store_set_actor: the events' actor, "" none */
 };
 
 /* Migrations: migration[i] brings the schema from version i to i+1. */
@@ -108,6 +109,10 @@ static const char *const s_migrations[] = {
     "  id INTEGER PRIMARY KEY, study_id INTEGER NOT NULL REFERENCES studies(id),"
     "  params TEXT NOT NULL, who TEXT, created REAL);"
     "ALTER TABLE studies ADD COLUMN extra_trials INTEGER NOT NULL DEFAULT 0;",
+    /* 6: who did it (the authenticated user behind an event) and which
+       identity a dispatcher name is bound to (store_auth.c) */
+    "ALTER TABLE events ADD COLUMN actor TEXT;"
+    "ALTER TABLE dispatchers ADD COLUMN owner TEXT;",
 };
 /* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
    migration bumps it, and this fails to compile until both agree. */
@@ -989,6 +994,8 @@ long store_event_add(store_t *s, double now, long study_id, long trial_id,
         sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
     if (applied >= 0)
         sqlite3_bind_int(st, 7, applied);
+    if (s->actor[0])
+        sqlite3_bind_text(st, 8, s->actor, -1, SQLITE_TRANSIENT);
     int rc = s_run(s, st);
     free(text);
     return rc ? -1 : (long)sqlite3_last_insert_rowid(s->db);
@@ -1013,7 +1020,7 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
 static json_t *s_event_row(sqlite3_stmt *st)
 {
     json_t *detail = s_col_json(st, 5);
-    return json_pack("{s:I, s:f, s:o, s:s, s:s, s:o, s:o, s:o, s:o}", "id",
+    return json_pack("{s:I, s:f, s:o, s:s, s:s, s:o, s:o, s:o, s:o, s:o}", "id",
                      (json_int_t)sqlite3_column_int64(st, 0), "time",
                      sqlite3_column_double(st, 1), "trial",
                      sqlite3_column_type(st, 2) == SQLITE_NULL
@@ -1028,14 +1035,23 @@ static json_t *s_event_row(sqlite3_stmt *st)
                      "latency_s", s_num_or_null(s_col_double(st, 7)), "result",
                      sqlite3_column_type(st, 8) == SQLITE_NULL
                          ? json_null()
-                         : json_string((const char *)sqlite3_column_text(st, 8)));
+                         : json_string((const char *)sqlite3_column_text(st, 8)),
+                     "actor",
+                     sqlite3_column_type(st, 9) == SQLITE_NULL
+                         ? json_null()
+                         : json_string((const char *)sqlite3_column_text(st, 9)));
+}
+
+void store_set_actor(store_t *s, const char *actor)
+{
+    snprintf(s->actor, sizeof s->actor, "%s", actor ? actor : "");
 }
 
 json_t *store_events_list(store_t *s, long study_id)
 {
     sqlite3_stmt *st =
         s_prepare(s, "SELECT id, time, trial_id, who, kind, detail, applied, "
-                     "latency_s, result FROM events WHERE study_id=? ORDER BY id");
+                     "latency_s, result, actor FROM events WHERE study_id=? ORDER BY id");
     json_t *out = json_array();
     if (!st)
         return out;
@@ -1049,8 +1065,8 @@ json_t *store_events_list(store_t *s, long study_id)
 json_t *store_events_since(store_t *s, long study_id, long after, long limit)
 {
     sqlite3_stmt *st = s_prepare(
-        s, "SELECT id, time, trial_id, who, kind, detail, applied, latency_s, result "
-           "FROM events WHERE study_id=?1 AND id>?2 ORDER BY id LIMIT ?3");
+        s, "SELECT id, time, trial_id, who, kind, detail, applied, latency_s, result, "
+           "actor FROM events WHERE study_id=?1 AND id>?2 ORDER BY id LIMIT ?3");
     if (!st)
         return NULL;
     sqlite3_bind_int64(st, 1, study_id);

@@ -52,7 +52,7 @@ int store_study_state_parse(const char *text, store_study_state *out);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
@@ -209,6 +209,10 @@ json_t *store_metrics_series(store_t *s, long trial_id, const char *name);
 long store_event_add(store_t *s, double now, long study_id, long trial_id,
                      const char *who, const char *kind, const json_t *detail,
                      int applied);
+/* The authenticated user the next events are recorded for (their `actor`)
+   until set again; NULL or "": none (the controller's own doing). The
+   events lists carry it as "actor" (null when none). */
+void store_set_actor(store_t *s, const char *actor);
 /* Marks an event applied/refused with its latency. */
 int store_event_resolve(store_t *s, long event_id, int applied, double latency_s,
                         const char *detail);
@@ -273,6 +277,13 @@ struct sqlite3 *store__db(store_t *s);
    transaction failed, as every write of store.c does. */
 struct sqlite3_stmt;
 int store__step(store_t *s, struct sqlite3_stmt *st);
+
+/* ---- identities (store_auth.c) ---- */
+/* The identity dispatcher `name` is bound to into out ("" when the name is
+   unknown or unbound). 0, or -1 on error. */
+int store_dispatcher_owner(store_t *s, const char *name, char *out, size_t size);
+/* Binds dispatcher `name` (already upserted) to `owner`. 0 or -1. */
+int store_dispatcher_set_owner(store_t *s, const char *name, const char *owner);
 
 /* ---- alerts and quotas (store_queue.c) ---- */
 /* Records that alert rule `rule` fired for (study, trial; -1: the study

@@ -445,6 +445,60 @@ TEST(throughput_uses_the_fast_quartile_of_slowed_windows)
     spec_destroy(&sp);
 }
 
+/* "throughput": "cpu": the step cost comes from step_cpu_s (the goodput
+   case's line, t = 0.01 + 1e-4 B, so the pick is 128 and the fit exact);
+   wall-clock samples_per_s, here wildly off (as if 64 were 10x faster),
+   is ignored. Without the option the same reports fit the wall times. */
+TEST(cpu_throughput_uses_step_cpu_s)
+{
+    ev e[64];
+    int n = 0;
+    e[n++] = (ev){1, 5, "batch_size", 64};
+    e[n++] = (ev){1, 5, "step_cpu_s", 1}; /* the start-up window: ignored */
+    e[n++] = (ev){1, 10, "lr", 0.1};
+    e[n++] = (ev){1, 10, "batch_size", 128};
+    e[n++] = (ev){1, 10, "samples_per_s", 128 / (0.1 + 1e-4 * 128)};
+    e[n++] = (ev){1, 10, "step_cpu_s", 0.01 + 1e-4 * 128};
+    e[n++] = (ev){1, 20, "batch_size", 64};
+    e[n++] = (ev){1, 20, "samples_per_s", 64 / (0.001 + 1e-4 * 64)};
+    e[n++] = (ev){1, 20, "step_cpu_s", 0.01 + 1e-4 * 64};
+    for (long step = 30; step <= 60; step += 10)
+        n += s_gns(e + n, 1, step, 256, 32, 64);
+    for (int cpu = 0; cpu < 2; cpu++) {
+        spec_t *sp = s_spec(cpu ? "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                                  "\"interval\":60,\"warmup\":0,\"throughput\":\"cpu\"}"
+                                : "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                                  "\"interval\":60,\"warmup\":0}");
+        REQUIRE(sp);
+        sched_t *s = s_new_bs(sp);
+        REQUIRE(s);
+        json_t *dec = NULL;
+        for (int i = 0; i < n; i++) {
+            sched_instr ins[8];
+            int k =
+                s->ops->on_metric(s, 1, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
+            for (int j = 0; j < k; j++) {
+                if (!dec &&
+                    !strcmp(json_string_value(json_object_get(ins[j].args, "name")),
+                            "batch_size"))
+                    dec = json_incref(json_object_get(ins[j].args, "decision"));
+                sched_instr_fini(&ins[j]);
+            }
+        }
+        if (cpu) {
+            REQUIRE(dec);
+            CHECK_NEAR(json_real_value(json_object_get(dec, "alpha")), 0.01, 1e-9);
+            CHECK_NEAR(json_real_value(json_object_get(dec, "beta")), 1e-4, 1e-9);
+        } else if (dec) { /* the wall line: 0.1 + 1e-4 B vs 0.001 + 1e-4 B */
+            CHECK(json_real_value(json_object_get(dec, "alpha")) < 0.005 ||
+                  json_real_value(json_object_get(dec, "beta")) > 2e-4);
+        }
+        json_decref(dec);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
 /* A retried trial reports from step 0 again: its state starts over. */
 TEST(a_retry_starts_the_trial_state_over)
 {
@@ -514,6 +568,8 @@ TEST(options_are_checked)
          "scheduler.ema: must be a number from 0 to 0.9999"},
         {"{\"type\":\"batchsize\",\"lr_rule\":\"cubic\"}",
          "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or \"none\""},
+        {"{\"type\":\"batchsize\",\"throughput\":\"gpu\"}",
+         "scheduler.throughput: must be \"wall\" or \"cpu\""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i].sched);
@@ -538,6 +594,7 @@ int main(void)
     RUN(at_most_one_change_per_interval_and_lr_warmup);
     RUN(throughput_fit_keeps_a_marginal_cost);
     RUN(throughput_uses_the_fast_quartile_of_slowed_windows);
+    RUN(cpu_throughput_uses_step_cpu_s);
     RUN(a_retry_starts_the_trial_state_over);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
     RUN(options_are_checked);

@@ -481,6 +481,56 @@ double trn_topk_density(const trn_config *c, double epoch)
     return d0 * pow(c->topk / d0, f);
 }
 
+typedef struct {
+    double t0;
+    double *ready;
+} s_probe;
+
+static void s_probe_hook(void *ud, int i)
+{
+    s_probe *p = ud;
+    p->ready[i] = util_now() - p->t0;
+}
+
+/* Auto fusion's input: one forward/backward of this rank's first shard
+   (twice; the second, warm one counts), recording when each param's
+   gradient is final. BN running statistics are put back and the gradients
+   zeroed, so training is unchanged. Returns the forward+backward seconds,
+   or -1 (ready left at 0). */
+static double s_probe_backward(trn_trainer *t, double *ready)
+{
+    int nb = t->cfg.batch_size < t->train->n ? t->cfg.batch_size : t->train->n;
+    int off, cnt;
+    s_shard(t, nb, &off, &cnt);
+    int mb =
+        t->cfg.micro_batch > 0 && t->cfg.micro_batch < cnt ? t->cfg.micro_batch : cnt;
+    if (mb <= 0 || s_gather_at(t, off, mb, NULL) < 0)
+        return -1;
+    long ns = trn_net_state_count(t->net);
+    float *st = ns > 0 ? malloc((size_t)ns * sizeof(float)) : NULL;
+    if (ns > 0 && !st)
+        return -1;
+    if (st)
+        memcpy(st, trn_net_state(t->net), (size_t)ns * sizeof(float));
+    s_probe p = {0, ready};
+    double total = -1;
+    for (int rep = 0; rep < 2; rep++) {
+        trn_net_zero_grad(t->net);
+        trn_net_set_grad_hook(t->net, s_probe_hook, &p);
+        p.t0 = util_now();
+        double l = trn_net_forward_backward(t->net, t->xb, t->yb, mb, 1,
+                                            t->cfg.label_smoothing, 1.0 / nb, NULL, NULL);
+        total = l < 0 ? -1 : util_now() - p.t0;
+        trn_net_set_grad_hook(t->net, NULL, NULL);
+    }
+    trn_net_zero_grad(t->net);
+    if (st) {
+        memcpy(trn_net_state(t->net), st, (size_t)ns * sizeof(float));
+        free(st);
+    }
+    return total;
+}
+
 int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
 {
     t->comm = c;
@@ -533,9 +583,31 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
         }
     }
     trn_net_sync_weights(t->net);
+    double *ready = NULL;
+    if (o.fusion_bytes < 0 && c->size > 1) { /* auto fusion: time the backward */
+        ready = calloc((size_t)np, sizeof(double));
+        if (!ready) {
+            snprintf(err, TRN_ERRLEN, "out of memory");
+            return -1;
+        }
+        o.backward_s = s_probe_backward(t, ready);
+        o.ready_s = o.backward_s > 0 ? ready : NULL;
+        if (o.backward_s < 0)
+            o.backward_s = 0;
+    }
     t->dist = trn_dist_new(c, t->net, &o, err);
+    free(ready);
     if (!t->dist)
         return -1;
+    if (ready && t->rank == 0 && !cfg->quiet) {
+        double a, b, cost, none;
+        trn_dist_fusion_model(t->dist, &a, &b, &cost, &none);
+        fprintf(
+            stderr,
+            "jizhi-train: fusion auto: alpha %.1f us, %.2f GB/s, forward+backward %.1f "
+            "ms: exposed communication predicted %.2f ms/step (no fusion %.2f ms)\n",
+            a * 1e6, 1e-9 / b, o.backward_s * 1e3, cost * 1e3, none * 1e3);
+    }
     if (t->rank == 0 && !cfg->quiet)
         fprintf(stderr,
                 "jizhi-train: %d ranks (%s), all-reduce %s, wire %s%s, fusion %ld KiB "
@@ -662,6 +734,17 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
     *acc = d->n ? (double)ok / d->n : 0;
 }
 
+/* CPU-seconds of the whole process (every thread): a step's cost that a
+   neighbour's load on a shared machine does not inflate, unlike its wall
+   time (step_cpu_s; the batchsize scheduler's "throughput": "cpu"). */
+static double s_cpu_now(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void s_report(trn_trainer *t, const char *name, double v)
 {
     if (t->io.report)
@@ -683,6 +766,8 @@ static void s_report_train(trn_trainer *t)
     s_report(t, "loss_scale", ls);
     if (dt > 0 && t->samples_since)
         s_report(t, "samples_per_s", t->samples_since / dt);
+    if (t->steps_since > 0 && t->step_cpu > 0)
+        s_report(t, "step_cpu_s", t->step_cpu / (double)t->steps_since);
     if (t->have_gns) {
         s_report(t, "grad_sqnorm_small", t->gs_small);
         s_report(t, "grad_sqnorm_big", t->gs_big);
@@ -693,6 +778,8 @@ static void s_report_train(trn_trainer *t)
     t->loss_acc = 0;
     t->loss_n = 0;
     t->samples_since = 0;
+    t->step_cpu = 0;
+    t->steps_since = 0;
     t->t_since = util_now();
 }
 
@@ -732,6 +819,8 @@ int trn_trainer_run(trn_trainer *t, char *err)
     double t0 = util_now();
     t->t_since = t0;
     t->samples_since = 0;
+    t->step_cpu = 0;
+    t->steps_since = 0;
     for (;;) {
         int rc = trn_trainer_control(t);
         if (rc < 0) {
@@ -744,11 +833,14 @@ int trn_trainer_run(trn_trainer *t, char *err)
             break;
         int ep = t->epoch;
         int nb = s_next_batch_size(t);
+        double cpu0 = s_cpu_now();
         if (trn_trainer_step(t) < 0) {
             snprintf(err, TRN_ERRLEN, "training step %ld failed (out of memory?)",
                      t->step);
             return -1;
         }
+        t->step_cpu += s_cpu_now() - cpu0;
+        t->steps_since++;
         t->samples_since += nb;
         if (!isfinite(t->last_loss) && t->prec == TRN_FP32 && !c->quiet)
             fprintf(stderr, "jizhi-train: step %ld: loss is %g\n", t->step, t->last_loss);

@@ -77,7 +77,8 @@ static int s_status_of(const char *code)
         const char *code;
         int status;
     } map[] = {{"unknown_study", 404}, {"unknown_trial", 404}, {"bad_state", 409},
-               {"malformed", 400},     {"bad_spec", 400},      {"unauthorized", 403}};
+               {"malformed", 400},     {"bad_spec", 400},      {"unauthorized", 403},
+               {"forbidden", 403}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (code && !strcmp(code, map[i].code))
             return map[i].status;
@@ -98,6 +99,9 @@ static int s_call(web_req *r, json_t *msg, int timeout_ms)
     char who[80];
     snprintf(who, sizeof who, "web:%s", r->who.user);
     json_object_set_new(msg, "who", json_string(who));
+    /* the controller applies this user's rights (owners, roles) when it
+       trusts this server: same Unix user, or an admin key */
+    json_object_set_new(msg, "as_role", json_string(ident_role_str(r->who.role)));
     double t0 = util_now();
     json_t *reply = client_call(ep, msg, timeout_ms, err, sizeof err);
     double ms = (util_now() - t0) * 1e3;

@@ -167,3 +167,64 @@ def test_curve_keys_roles_and_reload(jz):
         assert path
     finally:
         stop(*procs)
+
+
+def test_owners_roles_dispatcher_names_and_actors(jz):
+    """User carol cannot stop or set bob's study, the admin can; a second
+    dispatcher key cannot take the first one's name; events say who."""
+    import json
+    keygen(jz, "controller")
+    keys = {n: keygen(jz, n) for n in ("alice", "bob", "carol", "d1", "d2")}
+    write_keys(jz, [f"{keys['alice']} alice admin", f"{keys['bob']} bob user",
+                    f"{keys['carol']} carol user", f"{keys['d1']} m1 dispatcher",
+                    f"{keys['d2']} m2 dispatcher"])
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    ctl = curve_controller(jz, ep)
+    procs = [ctl]
+    home = jz.env["JIZHI_HOME"]
+    try:
+        procs.append(jz.popen("dispatcher", "--controller", ep, "--name", "m1", "--key",
+                              os.path.join(home, "d1.key"), "--slots", "2",
+                              "--log-dir", os.path.join(jz.dir, "logs")))
+        spec = base_spec("b1", ["sh", "-c", "sleep 60"], trials=1, parallel=1)
+        other = dict(spec, owner="carol")
+        p = cli(jz, as_key(jz, "bob"), "study", "submit", jz.write_spec(other, "o.json"),
+                "--controller", ep)
+        assert p.returncode == 1 and "bob may not submit a study owned by" in p.stderr
+        p = cli(jz, as_key(jz, "bob"), "study", "submit", jz.write_spec(spec),
+                "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials")[0][0] == "running", 60,
+                    "bob's trial running")
+        tid = str(jz.sql("SELECT id FROM trials")[0][0])
+        # another user: refused, nothing changes
+        for args in (["study", "stop", "b1"], ["trial", "set", tid, "x=0.5"],
+                     ["trial", "stop", tid], ["trial", "pause", tid]):
+            p = cli(jz, as_key(jz, "carol"), *args, "--controller", ep)
+            assert p.returncode == 1, (args, p.stderr)
+            assert "carol may not steer study b1: it belongs to bob" in p.stderr
+        assert jz.sql("SELECT state FROM studies") == [("running",)]
+        assert jz.sql("SELECT state FROM trials") == [("running",)]
+        # a second dispatcher key cannot take m1's name (its trial stays)
+        rd = subprocess.Popen([JIZHI, "dispatcher", "--controller", ep, "--name", "m1",
+                               "--log-dir", os.path.join(jz.dir, "rlogs")], cwd=jz.dir,
+                              env=as_key(jz, "d2"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+        procs.append(rd)
+        log_has(jz, "refused register of dispatcher m1 from another identity")
+        stop(rd)
+        assert jz.sql("SELECT state, dispatcher FROM trials") == [("running", "m1")]
+        # the admin may
+        p = cli(jz, as_key(jz, "alice"), "study", "stop", "b1", "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] != "running", 60,
+                    "the study to stop")
+        ev = json.loads(cli(jz, as_key(jz, "bob"), "study", "events", "b1", "--json",
+                            "--controller", ep).stdout)
+        actors = {e["kind"]: e["actor"] for e in ev}
+        assert actors.get("study_submitted") == "bob", ev
+        assert actors.get("study_stopped") == "alice", ev
+        out = cli(jz, as_key(jz, "bob"), "study", "events", "b1", "--controller", ep).stdout
+        assert "cli:alice" in out and "cli:bob" in out, out
+    finally:
+        stop(*procs)

@@ -301,7 +301,7 @@ def test_study_events_text_has_time_who_what_and_outcome(jz):
     out = jz.run("study", "events", "ev", check=0).stdout.splitlines()
     assert out[0].split()[:5] == ["TIME", "WHO", "TRIAL", "WHAT", "OUTCOME"]
     line = [l for l in out if "name=\"lr\"" in l][0]
-    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z\s+cli\s+trial " + str(tid), line)
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z\s+cli(:\S+)?\s+trial " + str(tid), line)
     assert re.search(r"set name=\"lr\" value=0.05\s+applied in [0-9.]+ ms", line), line
     refused = [l for l in out if "color" in l][0]
     assert "refused in" in refused and "unknown parameter color" in refused, refused

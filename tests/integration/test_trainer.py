@@ -60,12 +60,14 @@ def test_missing_data_is_a_clear_error(tmp_path):
 def test_synthetic_run_reports_the_metric_contract():
     p = train(*FAST)
     assert p.returncode == 0, p.stderr
-    for m in ["train_loss", "val_loss", "val_acc", "test_acc", "samples_per_s", "lr",
+    for m in ["train_loss", "val_loss", "val_acc", "test_acc", "samples_per_s", "step_cpu_s",
+              "lr",
               "batch_size", "loss_scale", "grad_sqnorm_small", "grad_sqnorm_big",
               "batch_small", "batch_big", "epoch"]:
         assert reported(p.stderr, m), f"{m} not reported"
     assert reported(p.stderr, "val_acc")[-1] > 0.9
     assert reported(p.stderr, "epoch")[-1] == 1
+    assert all(0 < v < 10 for v in reported(p.stderr, "step_cpu_s"))
 
 
 def test_params_override_flags():

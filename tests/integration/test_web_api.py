@@ -148,8 +148,16 @@ def test_write_endpoints_go_through_the_controller(jz):
         later = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' AND step>?",
                        tid, ack_step + 1)
         assert later and all(v == 0.5 for (v,) in later)
-        ev = jz.sql("SELECT who, kind, applied FROM events WHERE kind='instruction'")
-        assert ev == [("web:alice", "instruction", 1)]
+        ev = jz.sql("SELECT who, kind, applied, actor FROM events WHERE kind='instruction'")
+        assert ev == [("web:alice", "instruction", 1, "alice")]
+        # the token's user is who the controller checks: bob does not own w1
+        bob = make_token(jz, "bob")
+        before = db_state(jz)
+        for path in (f"/api/trials/{tid}/set", "/api/studies/w1/stop"):
+            st, j, _ = http("POST", url2 + path, {"values": {"lr": 0.1}}, token=bob)
+            assert st == 403 and j["error"] == "forbidden", j
+            assert "bob may not steer study w1: it belongs to alice" in j["message"]
+        assert db_state(jz) == before
 
         st, j, _ = http("POST", url2 + f"/api/trials/{tid}/pause", {}, token=tok)
         assert st == 200 and j["ack"]["latency_s"] >= 0
@@ -319,7 +327,9 @@ def test_stream_pushes_metrics_events_and_trial_states(jz):
     ep, ctl, disp, url = daemons_with_web(jz)
     tok = make_token(jz, "alice")
     try:
-        jz.run("study", "submit", jz.write_spec(live_spec("s1")), check=0)
+        spec = live_spec("s1")
+        spec["owner"] = "alice"  # a user steers her own studies only
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
         tid = running(jz, 2)[0]
         resp = urllib.request.urlopen(url + "/api/studies/s1/stream", timeout=30)
         assert resp.headers["Content-Type"] == "text/event-stream"
@@ -353,6 +363,7 @@ def test_stream_sends_an_instruction_again_when_it_settles(jz):
     tok = make_token(jz, "alice")
     try:
         spec = live_spec("s1")
+        spec["owner"] = "alice"  # a user steers her own studies only
         spec["trial"]["env"]["ACK_DELAY_S"] = "3"
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         tid = running(jz)[0]

@@ -30,6 +30,10 @@ function fmt(x) {
 function when(t) {
   return t ? new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) : "–";
 }
+/* an event's channel ("cli", "web:USER") and the authenticated user behind it */
+function whoOf(e) {
+  return e.actor && !String(e.who).endsWith(":" + e.actor) ? `${e.who}:${e.actor}` : e.who;
+}
 function stateBadge(s) { return el("span", { class: "state " + s, text: s }); }
 function token() { return sessionStorage.getItem("jizhi-token") || ""; }
 
@@ -701,7 +705,7 @@ async function studyPage(name) {
     const rows = S.events.slice(-300).reverse().map((e) => el("tr", {},
       el("td", { text: when(e.time) }),
       el("td", {}, e.trial != null ? el("a", { href: "#/trial/" + e.trial, text: tmap[e.trial] ? "#" + tmap[e.trial].number : String(e.trial) }) : "–"),
-      el("td", { text: e.who }), el("td", { text: e.kind }), el("td", { text: describe(e) }),
+      el("td", { text: whoOf(e) }), el("td", { text: e.kind }), el("td", { text: describe(e) }),
       el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
       el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" })));
     $("#events-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
@@ -900,7 +904,7 @@ async function trialPage(id) {
     const head = el("tr", {}, ...["time", "who", "what", "applied", "latency"].map((h) => el("th", { text: h })));
     const rows = events.slice(-200).reverse().map((e) => {
       const d = e.detail || {};
-      return el("tr", {}, el("td", { text: when(e.time) }), el("td", { text: e.who }),
+      return el("tr", {}, el("td", { text: when(e.time) }), el("td", { text: whoOf(e) }),
         el("td", { text: e.kind === "instruction" ? `${d.kind}${d.name ? " " + d.name + "=" + fmt(d.value) : ""}` : e.kind }),
         el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
         el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" }));
