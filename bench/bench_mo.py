@@ -8,7 +8,8 @@ Multi-objective: ZDT1, ZDT2 (6 parameters, 2 objectives; reference point
 (11, 11)) and DTLZ2 (6 parameters, 3 objectives; reference (1.1, 1.1,
 1.1)). Score: hypervolume of the evaluated points after 50 and 100
 evaluations (higher is better), computed here by one exact routine for
-every method. Constrained: Branin with a disk constraint ((x0-2.5)^2 +
+every method. The true fronts' hypervolumes: ZDT1 121 - 1/3 = 120.667,
+ZDT2 121 - 2/3 = 120.333, DTLZ2 1.331 - pi/6 = 0.807. Constrained: Branin with a disk constraint ((x0-2.5)^2 +
 (x1-7.5)^2 <= 50; optimum 0.397887) and Gardner's problem (min
 cos(2x0)cos(x1)+sin(x0) s.t. cos(x0+x1) <= 0.5 on [0,6]^2). Score: best
 feasible value after 50 and 100 evaluations (lower is better), and the
