@@ -349,3 +349,26 @@ def test_only_an_admin_sets_quotas(jz):
         assert w["mine"]["reason"].startswith("no capacity")
     finally:
         stop(ctl)
+
+
+def test_a_study_no_machine_can_host_holds_back_nothing(jz):
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--gpus", "none",
+                    "--name", "m1", "--log-dir", os.path.join(jz.dir, "logs"))
+    try:
+        big = gated(jz, "big", "hal", 1, 1, priority="high")
+        big["trial"]["gpus"] = 2
+        jz.run("study", "submit", jz.write_spec(big, "big.json"), check=0)
+        jz.run("study", "submit", jz.write_spec(gated(jz, "small", "lee", 1, 1, priority="low"),
+                                                "small.json"), check=0)
+        # the low study runs: no machine has the high study's GPUs
+        jz.wait_for(lambda: running_by_study(jz).get("small") == 1, 60, "the low trial")
+        w = waiting(jz)
+        assert w["big"]["reason"] == ("no dispatcher can run it: a trial needs 1 slots and 2 "
+                                      "GPUs on one machine"), w
+        assert "small" not in w
+        touch(jz, "go")
+        jz.run("study", "stop", "big", check=0)
+    finally:
+        stop(ctl, disp)
