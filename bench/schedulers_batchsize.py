@@ -30,6 +30,7 @@ stored report, not the stop):
                 AdaScale, default options ("throughput": "wall"); its
                 decisions (batch_size and lr reports) are plotted to
                 $BUILD/bench/<arm>-<model>-s<seed>.svg.
+  batchsize-grow  the same with "grow_only": true (never a smaller batch).
   batchsize-cpu the same with "throughput": "cpu" (step costs from the
                 trainer's step_cpu_s instead of wall-clock samples_per_s:
                 meant for a shared host, where wall-clock step times taken
@@ -98,7 +99,8 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
     if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
-                 "warmup": 100, "throughput": "cpu" if kind == "batchsize-cpu" else "wall"}
+                 "warmup": 100, "throughput": "cpu" if kind == "batchsize-cpu" else "wall",
+                 "grow_only": kind == "batchsize-grow"}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -291,8 +293,11 @@ def bench_model(tmp, model, args, plots):
         arms.append(("linear", bl, 0.05 * bl / 64, "linear%d" % bl))
         arms.append(("batchsize", 64, 0.05, "batchsize"))
         arms.append(("batchsize-cpu", 64, 0.05, "batchsize-cpu"))
+        arms.append(("batchsize-grow", 64, 0.05, "batchsize-grow"))
         if args.only == "sched":
             arms = [a for a in arms if a[0].startswith("batchsize")]
+        if args.arms:
+            arms = [a for a in arms if a[0] in args.arms.split(",")]
         # round robin would mix seeds; within a seed the arms alternate
         # between small and large batches so load drifts hit both
         for kind, b, lr, label in arms:
@@ -418,6 +423,8 @@ def main():
                     "the target")
     ap.add_argument("--only", choices=["all", "sched"], default="all",
                     help="sched: only the scheduler's arms (after a change to it)")
+    ap.add_argument("--arms", help="only these arm kinds (fixed,linear,batchsize,"
+                    "batchsize-cpu,batchsize-grow)")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
