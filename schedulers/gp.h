@@ -23,7 +23,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#define GP_NOISE_FLOOR 1e-6
+#define GP_NOISE_FLOOR 1e-9
 
 typedef struct gp gp_t;
 
@@ -79,7 +79,9 @@ typedef struct {
     int restarts;             /* random starts drawn from the prior, besides
                                  theta0 and the prior mean (default 2) */
     int default_start;        /* with theta0: also start from the prior
-                                 mean (default 1); without, always */
+                                 mean (without, always); and when set
+                                 (default 1), from the prior mean with a
+                                 noise of 1e-2 too */
     int max_iter;             /* BFGS iterations per start (default 100) */
     int subset;               /* when n > subset > 0, the starts run on a
                                  random subset of this size and only the

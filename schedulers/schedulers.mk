@@ -4,6 +4,10 @@
 #                     scikit-optimize gp_minimize, where installed, on six
 #                     test functions; plus bo suggestion latency.
 #                     BENCH_BO_ARGS="--seeds 3 --evals 30" for a quick run.
+#   make bench-importance
+#                     `study importance` (Sobol indices of the GP mean)
+#                     against Optuna's fANOVA evaluator on the same trials
+#                     and the functions' true first-order indices.
 #
 # The driver's main lives under schedulers/bench/ so the library's
 # wildcard (schedulers/*.c) does not pick it up.
@@ -25,6 +29,11 @@ BENCHES += $(BENCH_BO)
 .PHONY: bench-bo
 bench-bo: $(BENCH_BO)
 	@PYTHON=$(PYTHON) BENCH_BO=$(BENCH_BO) scripts/bench-bo.sh $(BENCH_BO_ARGS)
+
+.PHONY: bench-importance
+bench-importance: $(BENCH_BO)
+	@PYTHON=$(PYTHON) scripts/bench-peers-install.sh
+	@$(PYTHON) scripts/bench_importance.py --driver $(BENCH_BO) $(BENCH_IMPORTANCE_ARGS)
 
 #   make bench-mo     multi-objective and constrained bo against Optuna
 #                     (NSGA-II, multi-objective TPE, constraints_func):

@@ -12,15 +12,24 @@
 #               point where the bias is added before rounding differ)
 #   3. the NCCL backend of the comm layer (--comm nccl, jizhi-train-cuda):
 #      one rank through the fusion buckets and ncclAllReduce must equal the
-#      local path (val_loss within 1e-5 relative); dense vs compressed on the
-#      same path (top-k 1 % with error feedback: val_acc within 0.05 of
-#      dense); with 2 or more GPUs and mpirun, 2 NCCL ranks equal 1 rank
-#      (1e-5) and bf16 wire stays within 0.02 val_acc;
+#      local path (val_loss within 1e-5 relative), and so must one rank on
+#      NCCL's ring over the layer's own point-to-point calls; dense vs
+#      compressed on the same path (top-k 1 % with momentum correction,
+#      density warm-up and local clipping: val_acc within 0.02 of dense,
+#      and fewer bytes on the wire for 2 ranks); a top-k run checkpointed
+#      and resumed half-way ends at the uninterrupted run's val_loss (1e-6
+#      relative: the residuals are in the checkpoint); with 2 or more GPUs
+#      and mpirun, 2 NCCL ranks equal 1 rank (1e-5) and bf16 wire stays
+#      within 0.02 val_acc;
 #   4. speed: samples/s of jizhi-train-cuda and of PyTorch on the same GPU
 #      (same MLP, data resident on the device for PyTorch, fp32 and bf16
 #      autocast), batch 128, 1024 and 8192, and the ratio.
 # Exit status 0 when every comparison is within tolerance.
 # Environment: BUILD (build), PYTHON (/usr/bin/python3), STEPS (200).
+# --cpu: a machine without a GPU runs every comparison with the CPU binary
+# standing in for jizhi-train-cuda (--backend cuda dropped, --comm nccl
+# replaced by --comm mpi, 2 ranks under mpirun when it exists, no speed
+# part): it checks the script's own logic, not the GPU (tests run it so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -28,9 +37,25 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 STEPS=${STEPS:-200}
 CPU=$BUILD/bin/jizhi-train
 GPU=$BUILD/bin/jizhi-train-cuda
+CPU_ONLY=0
+case "${1:-}" in
+"") ;;
+--cpu) CPU_ONLY=1 ;;
+*) echo "usage: scripts/gpu-check.sh [--cpu]" >&2; exit 2 ;;
+esac
+BACKEND=(--backend cuda)
+COMM=nccl
+if [ "$CPU_ONLY" = 1 ]; then
+    GPU=$CPU BACKEND=() COMM=mpi
+    echo "== --cpu: the CPU binary stands in for jizhi-train-cuda (no GPU is checked)"
+fi
 
 echo "== build"
-make -s -j"$(nproc)" "$CPU" cuda
+if [ "$CPU_ONLY" = 1 ]; then
+    make -s -j"$(nproc)" "$CPU"
+else
+    make -s -j"$(nproc)" "$CPU" cuda
+fi
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
 
 COMMON=(--dataset fashion-mnist --train-subset 20000 --val-size 5000 --hidden 256,256
@@ -45,9 +70,11 @@ status=0
 echo
 echo "== CPU vs CUDA: $STEPS steps, batch 128, same seed"
 printf '%-6s %12s %12s %10s %10s %s\n' prec cpu_loss cuda_loss cpu_acc cuda_acc verdict
-for prec in fp32 bf16 fp16; do
+PRECS=(fp32 bf16 fp16)
+[ "$CPU_ONLY" = 1 ] && PRECS=(fp32) # the CPU against itself: the logic once
+for prec in "${PRECS[@]}"; do
     c=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" --precision "$prec" 2>&1)
-    g=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --precision "$prec" --backend cuda 2>&1) || {
+    g=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --precision "$prec" ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
         echo "$g" | tail -5; status=1; continue; }
     cl=$(echo "$c" | metric val_loss); gl=$(echo "$g" | metric val_loss)
     ca=$(echo "$c" | metric val_acc); ga=$(echo "$g" | metric val_acc)
@@ -60,7 +87,7 @@ print('ok' if abs(cl-gl)<=rt*abs(cl) and abs(ca-ga)<=at else 'FAIL')" "$cl" "$gl
 done
 
 echo
-echo "== NCCL comm layer (--comm nccl: gradients through fusion buckets and NCCL)"
+echo "== NCCL comm layer (--comm $COMM: gradients through fusion buckets and $COMM)"
 close() { # a b rel_tol -> ok|FAIL
     "$PYTHON" -c "import sys; a,b,t=map(float,sys.argv[1:]); \
 print('ok' if abs(a-b)<=t*max(abs(a),abs(b)) else 'FAIL')" "$1" "$2" "$3"
@@ -69,35 +96,81 @@ near() { # a b abs_tol -> ok|FAIL
     "$PYTHON" -c "import sys; a,b,t=map(float,sys.argv[1:]); print('ok' if abs(a-b)<=t else 'FAIL')" \
         "$1" "$2" "$3"
 }
+sent() { # < stderr: MB rank 0 sent per step
+    sed -n 's/^jizhi-train: rank 0 sent \([0-9.]*\) MB of gradients in \([0-9]*\) steps.*/\1 \2/p' |
+        tail -1 | awk '{ if ($2 > 0) printf "%.4f", $1 / $2 }'
+}
+# equality checks run EQ_STEPS: fp32 summation order differs between the
+# paths, and over a few hundred steps such differences grow chaotically
+EQ_STEPS=${EQ_STEPS:-20}
+EQ=(--max-steps "$EQ_STEPS" --eval-every "$EQ_STEPS")
+# top-k 1 % the way it converges: momentum correction (default), density
+# warm-up over the first half epoch, local clipping
+TOPK=(--topk 0.01 --topk-warmup 0.5 --topk-clip 1)
 loc=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" 2>&1)
-one=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --comm nccl --allreduce native --fusion-kb 64 2>&1) || {
-    echo "$one" | tail -5; status=1; }
-ll=$(echo "$loc" | metric val_loss); nl=$(echo "$one" | metric val_loss)
-v=$(close "$ll" "${nl:-nan}" 1e-5); [ "$v" = ok ] || status=1
-printf '1 rank nccl vs local: val_loss %s vs %s: %s (tol 1e-5 rel)\n' "$nl" "$ll" "$v"
-tk=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --comm nccl --topk 0.01 --fusion-kb 64 2>&1) || {
+la=$(echo "$loc" | metric val_acc)
+leq=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" "${EQ[@]}" 2>&1)
+ll=$(echo "$leq" | metric val_loss)
+for algo in native ring; do
+    one=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" --comm $COMM --allreduce $algo \
+        --fusion-kb 64 2>&1) || {
+        echo "$one" | tail -5; status=1; }
+    nl=$(echo "$one" | metric val_loss)
+    v=$(close "$ll" "${nl:-nan}" 1e-5); [ "$v" = ok ] || status=1
+    printf '1 rank %s %s vs local, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel)\n' "$COMM" "$algo" \
+        "$EQ_STEPS" "$nl" "$ll" "$v"
+done
+tk=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --quiet 0 --comm $COMM "${TOPK[@]}" --fusion-kb 64 2>&1) || {
     echo "$tk" | tail -5; status=1; }
-da=$(echo "$one" | metric val_acc); ta=$(echo "$tk" | metric val_acc)
-v=$(near "${da:-0}" "${ta:-0}" 0.05); [ "$v" = ok ] || status=1
-printf '1 rank nccl dense vs top-k 1%% EF: val_acc %s vs %s: %s (tol 0.05)\n' "$da" "$ta" "$v"
-ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
-if [ "$ngpu" -ge 2 ] && command -v mpirun >/dev/null; then
+ta=$(echo "$tk" | metric val_acc)
+v=$(near "${la:-0}" "${ta:-0}" 0.02); [ "$v" = ok ] || status=1
+case "$tk" in *"momentum correction"*) ;; *) v="FAIL (no momentum correction)"; status=1 ;; esac
+printf '1 rank %s top-k 1%% DGC vs dense local: val_acc %s vs %s: %s (tol 0.02)\n' "$COMM" "$ta" "$la" "$v"
+ck=$(mktemp -d)
+trap 'rm -rf "$ck"' EXIT
+half=$((STEPS / 2))
+h=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --comm $COMM "${TOPK[@]}" --fusion-kb 64 \
+    --max-steps "$half" --save "$ck/half.jzck" 2>&1) || { echo "$h" | tail -5; status=1; }
+r=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --comm $COMM "${TOPK[@]}" --fusion-kb 64 \
+    --resume "$ck/half.jzck" 2>&1) || { echo "$r" | tail -5; status=1; }
+tl=$(echo "$tk" | metric val_loss); rl=$(echo "$r" | metric val_loss)
+v=$(close "${tl:-nan}" "${rl:-nan}" 1e-6); [ "$v" = ok ] || status=1
+printf '1 rank %s top-k: checkpoint at step %s and resume vs uninterrupted: val_loss %s vs %s: %s (tol 1e-6 rel)\n' \
+    "$COMM" "$half" "$rl" "$tl" "$v"
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }; then
     MPI=(mpirun --oversubscribe -np 2 -x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    two=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" --comm nccl 2>&1) || {
+    two=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${EQ[@]}" --quiet 0 --comm $COMM 2>&1) || {
         echo "$two" | tail -5; status=1; }
     tl=$(echo "$two" | metric val_loss)
     v=$(close "$ll" "${tl:-nan}" 1e-5); [ "$v" = ok ] || status=1
-    printf '2 ranks nccl ring vs 1 rank: val_loss %s vs %s: %s (tol 1e-5 rel)\n' "$tl" "$ll" "$v"
-    bf=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" --comm nccl --wire bf16 2>&1) || {
+    printf '2 ranks %s ring vs 1 rank, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel)\n' "$COMM" \
+        "$EQ_STEPS" "$tl" "$ll" "$v"
+    bf=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" --comm $COMM --wire bf16 2>&1) || {
         echo "$bf" | tail -5; status=1; }
-    ba=$(echo "$bf" | metric val_acc); la=$(echo "$loc" | metric val_acc)
+    ba=$(echo "$bf" | metric val_acc)
     v=$(near "$la" "${ba:-0}" 0.02); [ "$v" = ok ] || status=1
-    printf '2 ranks nccl bf16 wire vs dense 1 rank: val_acc %s vs %s: %s (tol 0.02)\n' "$ba" "$la" "$v"
+    printf '2 ranks %s bf16 wire vs dense 1 rank: val_acc %s vs %s: %s (tol 0.02)\n' "$COMM" "$ba" "$la" "$v"
+    t2=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" --quiet 0 --comm $COMM "${TOPK[@]}" 2>&1) || {
+        echo "$t2" | tail -5; status=1; }
+    a2=$(echo "$t2" | metric val_acc); ds=$(echo "$two" | sent); ts=$(echo "$t2" | sent)
+    v=$(near "$la" "${a2:-0}" 0.02); [ "$v" = ok ] || status=1
+    fewer=$("$PYTHON" -c "import sys; d,t=map(float,sys.argv[1:]); print('%.1f' % (d/t) if t>0 else 'nan')" \
+        "${ds:-0}" "${ts:-0}")
+    "$PYTHON" -c "import sys; sys.exit(0 if float(sys.argv[1]) > 1 else 1)" "$fewer" 2>/dev/null || {
+        v="FAIL (bytes)"; status=1; }
+    printf '2 ranks %s top-k 1%% DGC vs dense 1 rank: val_acc %s vs %s; %s vs %s MB/step sent (%sx fewer): %s (tol 0.02)\n' \
+        "$COMM" "$a2" "$la" "$ts" "$ds" "$fewer" "$v"
 else
     echo "2 NCCL ranks: SKIPPED (needs 2 GPUs and mpirun; found $ngpu GPU(s))"
 fi
 
+if [ "$CPU_ONLY" = 1 ]; then
+    echo
+    echo "== speed on the GPU: SKIPPED (--cpu)"
+    exit $status
+fi
 echo
 echo "== speed on the GPU: MLP 784-256-256-10, samples/s"
 printf '%-6s %-6s %14s %14s %8s\n' batch prec jizhi-cuda pytorch ratio

@@ -237,6 +237,46 @@ TEST(fit_recovers_function)
     gp_destroy(&gp); /* NULL-safe */
 }
 
+/* The noise is learned: near the floor for a deterministic function (so
+   the model can resolve small differences near an optimum), and about
+   the true variance when the values are noisy. */
+TEST(noise_learned)
+{
+    int d = 2;
+    gp_fit_opts o;
+    gp_fit_opts_init(&o);
+    o.seed = 3;
+    gp_t *gp = s_make(d, 40);
+    REQUIRE(gp_fit(gp, &o) == 0);
+    double sd2 = gp_y_sd(gp) * gp_y_sd(gp);
+    double noise = (GP_NOISE_FLOOR + exp(gp_theta(gp)[d + 1])) * sd2;
+    CHECK(noise < 1e-5);
+    gp_destroy(&gp);
+
+    /* noise sd 0.3 on a function of range ~6 */
+    int n = 120;
+    gp = gp_new(d);
+    double X[120 * 2], y[120];
+    unsigned long long st = 99;
+    for (int a = 0; a < n; a++) {
+        for (int i = 0; i < d; i++)
+            X[a * d + i] = s_u();
+        double z = 0; /* Box-Muller from the test's own generator */
+        st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+        double u1 = ((st >> 11) + 0.5) / 9007199254740992.0;
+        st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+        double u2 = (double)(st >> 11) / 9007199254740992.0;
+        z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+        y[a] = 10 + 3 * s_func(X + a * d, d) + 0.3 * z;
+    }
+    REQUIRE(gp_set_data(gp, X, y, n, 1) == 0);
+    REQUIRE(gp_fit(gp, &o) == 0);
+    sd2 = gp_y_sd(gp) * gp_y_sd(gp);
+    noise = (GP_NOISE_FLOOR + exp(gp_theta(gp)[d + 1])) * sd2;
+    CHECK(noise > 0.09 / 3 && noise < 0.09 * 3);
+    gp_destroy(&gp);
+}
+
 TEST(cancel_gives_up)
 {
     gp_t *gp = s_make(2, 20);
@@ -257,6 +297,7 @@ int main(void)
     RUN(posterior_gradients_and_batch);
     RUN(jitter_escalates);
     RUN(fit_recovers_function);
+    RUN(noise_learned);
     RUN(cancel_gives_up);
     TEST_DONE();
 }

@@ -14,6 +14,7 @@
 
 #include "jz_test.h"
 #include "trainer/comm.h"
+#include "trainer/dist.h"
 
 static trn_comm *g_comm;
 
@@ -157,6 +158,39 @@ TEST(topk_density_warms_up_exponentially)
     CHECK(trn_topk_density(&c, 0) == 0.5);
 }
 
+/* Auto fusion's model: latency-bound links fuse everything, a fast link
+   with per-layer timing leaves the last (first layer's) gradient alone, and
+   without overlap one bucket is always cheapest. */
+TEST(fusion_choice_follows_the_alpha_beta_model)
+{
+    const long pn[6] = {20000, 100, 50000, 100, 30000, 10}; /* floats, net order */
+    const double ready[6] = {0.10, 0.09, 0.08, 0.05, 0.04, 0.01};
+    long total = 100210 * 4;
+    double cost, none;
+    /* latency 50 ms per all-reduce, 10 GB/s: one bucket */
+    long thr = trn_fusion_choose(6, pn, ready, 0.1, 0.05, 1e-10, 1, &cost, &none);
+    CHECK(thr >= total);
+    CHECK(cost < none);
+    CHECK(fabs(cost - (0.05 + total * 1e-10)) < 1e-9); /* starts at 0.1, all exposed */
+    /* no latency, 100 MB/s: what is left after backward is the first
+       layer's 20000 floats, whatever came before overlapped */
+    thr = trn_fusion_choose(6, pn, ready, 0.1, 1e-9, 1e-8, 1, &cost, &none);
+    CHECK(cost <= none * 1.02);
+    CHECK(fabs(cost - (1e-9 + 80000 * 1e-8)) < 1e-6);
+    CHECK(thr < total);
+    /* the same link, but communication longer than backward (1 MB/s):
+       every bucket's latency counts, and so does the early start */
+    thr = trn_fusion_choose(6, pn, ready, 0.1, 1e-3, 1e-6, 1, &cost, &none);
+    CHECK(cost <= none * 1.02 && cost < total * 1e-6); /* better than one bucket */
+    /* no overlap: the sum of the transfers, fewest buckets win */
+    thr = trn_fusion_choose(6, pn, ready, 0.1, 1e-4, 1e-9, 0, &cost, &none);
+    CHECK(thr >= total);
+    CHECK(fabs(none - cost - 5 * 1e-4) < 1e-9); /* 6 buckets vs 1 */
+    /* no timing: spread over backward by bytes */
+    thr = trn_fusion_choose(6, pn, NULL, 0.1, 0.05, 1e-10, 1, &cost, &none);
+    CHECK(thr >= total);
+}
+
 TEST(one_rank_collectives_are_the_identity)
 {
     float x[5] = {1, 2, 3, 4, 5};
@@ -287,6 +321,7 @@ int main(int argc, char **argv)
         RUN(topk_error_feedback_keeps_every_gradient);
         RUN(topk_momentum_correction_sends_velocity_and_masks);
         RUN(topk_density_warms_up_exponentially);
+        RUN(fusion_choice_follows_the_alpha_beta_model);
         RUN(one_rank_collectives_are_the_identity);
     } else {
         RUN(mpi_ring_matches_reference);

@@ -31,6 +31,7 @@ struct trn_dist {
     double density; /* top-k: fraction sent now (warm-up) */
     long ntotal;    /* floats over all buckets */
     long fusion_bytes;
+    double alpha, beta, pred, pred_none; /* auto fusion: fit and predictions */
     s_bucket *b;
     int nb;
     int *bucket_of; /* param -> bucket */
@@ -251,6 +252,15 @@ long trn_dist_fusion_bytes(const trn_dist *d)
     return d->fusion_bytes;
 }
 
+void trn_dist_fusion_model(const trn_dist *d, double *alpha, double *beta, double *cost,
+                           double *cost_none)
+{
+    *alpha = d->alpha;
+    *beta = d->beta;
+    *cost = d->pred;
+    *cost_none = d->pred_none;
+}
+
 int trn_dist_nbuckets(const trn_dist *d)
 {
     return d->nb;
@@ -264,22 +274,28 @@ int trn_dist_fit_curve(trn_comm *c, const trn_dist_opts *o, double *alpha, doubl
     float *buf = calloc((size_t)sizes[NS - 1], sizeof(float));
     if (!buf)
         return -1;
+    /* the fastest of a few repetitions: other processes on the cores only
+       ever add time */
     for (int s = 0; s < NS; s++) {
-        int reps = s < 3 ? 10 : 3;
+        int reps = s < 3 ? 10 : 4;
         trn_comm_allreduce(c, buf, sizes[s], o->algo, o->wire); /* warm */
         trn_comm_barrier(c);
-        double t0 = util_now();
-        for (int r = 0; r < reps; r++)
+        t[s] = 1e30;
+        for (int r = 0; r < reps; r++) {
+            double t0 = util_now();
             if (trn_comm_allreduce(c, buf, sizes[s], o->algo, o->wire) < 0) {
                 free(buf);
                 return -1;
             }
-        t[s] = (util_now() - t0) / reps;
+            double dt = util_now() - t0;
+            t[s] = dt < t[s] ? dt : t[s];
+        }
     }
     free(buf);
-    /* least squares of t = a + b * bytes */
+    /* beta: least squares of the slope over the three largest sizes (the
+       bandwidth part); alpha: the 4 KB time less its bandwidth part */
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int s = 0; s < NS; s++) {
+    for (int s = NS - 3; s < NS; s++) {
         double x = (double)sizes[s] * 4;
         sx += x;
         sy += t[s];
@@ -287,17 +303,82 @@ int trn_dist_fit_curve(trn_comm *c, const trn_dist_opts *o, double *alpha, doubl
         sxy += x * t[s];
     }
     double fit[2];
-    fit[1] = (NS * sxy - sx * sy) / (NS * sxx - sx * sx);
-    fit[0] = (sy - fit[1] * sx) / NS;
+    fit[1] = (3 * sxy - sx * sy) / (3 * sxx - sx * sx);
+    if (!(fit[1] > 0))
+        fit[1] = t[NS - 1] / ((double)sizes[NS - 1] * 4);
+    fit[0] = t[0] - (double)sizes[0] * 4 * fit[1];
     if (fit[0] < 1e-7) /* latency at least 0.1 us */
         fit[0] = 1e-7;
-    if (!(fit[1] > 0))
-        fit[1] = 1e-10;
     if (trn_comm_bcast(c, fit, sizeof fit, 0) < 0)
         return -1;
     *alpha = fit[0];
     *beta = fit[1];
     return 0;
+}
+
+/* Simulated cost of the layout threshold thr gives (see dist.h). */
+static double s_sim(int np, const long *pn, const double *ready, double bw, double a,
+                    double b, int overlap, long thr, long total)
+{
+    double end = 0, sum = 0;
+    long cum = 0;
+    int i = np - 1;
+    while (i >= 0) {
+        long n = 0;
+        double r = 0;
+        while (i >= 0) {
+            n += pn[i];
+            cum += pn[i];
+            double ri = ready ? ready[i] : bw * (double)cum / (double)total;
+            r = ri > r ? ri : r;
+            i--;
+            if (n * (long)sizeof(float) >= thr)
+                break;
+        }
+        double dur = a + (double)n * sizeof(float) * b;
+        double start = r > end ? r : end;
+        end = start + dur;
+        sum += dur;
+    }
+    if (!overlap)
+        return sum;
+    return end > bw ? end - bw : 0;
+}
+
+long trn_fusion_choose(int np, const long *pn, const double *ready_s, double backward_s,
+                       double alpha, double beta, int overlap, double *cost,
+                       double *cost_none)
+{
+    long total = 0;
+    for (int i = 0; i < np; i++)
+        total += pn[i];
+    if (total <= 0)
+        total = 1;
+    double best = s_sim(np, pn, ready_s, backward_s, alpha, beta, overlap, 0, total);
+    if (cost_none)
+        *cost_none = best;
+    /* candidates: no fusion, then a bucket closing after each param */
+    long cand[np + 1];
+    double c[np + 1];
+    int nc = 0;
+    cand[nc] = 0;
+    c[nc++] = best;
+    long cum = 0;
+    for (int i = np - 1; i >= 0; i--) {
+        cum += pn[i];
+        cand[nc] = cum * (long)sizeof(float);
+        c[nc] = s_sim(np, pn, ready_s, backward_s, alpha, beta, overlap, cand[nc], total);
+        if (c[nc] < best)
+            best = c[nc];
+        nc++;
+    }
+    int pick = 0;
+    for (int j = 0; j < nc; j++)
+        if (c[j] <= best * 1.02 + 1e-12 && cand[j] >= cand[pick])
+            pick = j;
+    if (cost)
+        *cost = c[pick];
+    return cand[pick];
 }
 
 static int s_build(trn_dist *d, long thr, char *err)
@@ -353,16 +434,37 @@ trn_dist *trn_dist_new(trn_comm *c, trn_net *net, const trn_dist_opts *o, char *
     d->density = o->topk;
     long thr = o->fusion_bytes;
     if (thr < 0) {
-        /* adaptive: the size at which latency is 10% of the transfer time,
-           within [64 KB, 64 MB] */
+        /* adaptive: the layout the alpha-beta model predicts cheapest for
+           this net's gradients and backward timing (trn_fusion_choose) */
         double a, b;
         if (trn_dist_fit_curve(c, o, &a, &b) < 0) {
             snprintf(err, TRN_ERRLEN, "fusion auto: measuring the all-reduce failed");
             free(d);
             return NULL;
         }
-        double x = 10.0 * a / b;
-        thr = x < 65536 ? 65536 : x > 67108864.0 ? 67108864 : (long)x;
+        int np = trn_net_nparams(net);
+        long *pn = malloc((size_t)(np > 0 ? np : 1) * sizeof(long));
+        if (!pn) {
+            snprintf(err, TRN_ERRLEN, "out of memory");
+            free(d);
+            return NULL;
+        }
+        for (int i = 0; i < np; i++)
+            pn[i] = trn_net_param(net, i)->n;
+        double pick[4] = {0};
+        pick[0] = (double)trn_fusion_choose(np, pn, o->ready_s, o->backward_s, a, b,
+                                            o->overlap, &pick[1], &pick[2]);
+        free(pn);
+        if (trn_comm_bcast(c, pick, sizeof pick, 0) < 0) { /* rank 0's choice */
+            snprintf(err, TRN_ERRLEN, "fusion auto: broadcasting the choice failed");
+            free(d);
+            return NULL;
+        }
+        thr = (long)pick[0];
+        d->alpha = a;
+        d->beta = b;
+        d->pred = pick[1];
+        d->pred_none = pick[2];
     }
     d->fusion_bytes = thr;
     if (s_build(d, thr, err) < 0) {

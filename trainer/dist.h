@@ -3,7 +3,8 @@
 
     Buckets are runs of parameters in backward order (last layer first),
     each at least `fusion_bytes` long (one parameter per bucket when 0;
-    chosen from a bandwidth curve measured at start when -1). During the
+    when -1, chosen at start from a measured bandwidth curve and the
+    backward's timing: trn_fusion_choose). During the
     backward pass of a step the net reports each parameter whose gradient
     is final (trn_dist_ready); a bucket whose parameters are all final is
     packed (unscaled into true units) and handed, in bucket order, to the
@@ -35,6 +36,11 @@ typedef struct {
     double momentum;
     int nesterov;
     double clip; /* global-norm threshold; a rank's bucket: clip*sqrt(n_b/n/ranks) */
+    /* auto fusion: when a param's gradient is final, seconds after the
+       step's forward starts (NULL: unknown), and the forward+backward time;
+       rank 0's choice is used everywhere */
+    const double *ready_s;
+    double backward_s;
 } trn_dist_opts;
 
 typedef struct trn_dist trn_dist;
@@ -75,6 +81,26 @@ int trn_dist_finish(trn_dist *d);
 /* The bucket size in use (bytes) and the bucket count. */
 long trn_dist_fusion_bytes(const trn_dist *d);
 int trn_dist_nbuckets(const trn_dist *d);
+/* Auto fusion: the fitted alpha (s) and beta (s/byte), and the predicted
+   exposed communication per step (s) of the choice and of no fusion (all
+   0 for a fixed threshold). */
+void trn_dist_fusion_model(const trn_dist *d, double *alpha, double *beta, double *cost,
+                           double *cost_none);
+
+/* The automatic fusion threshold: for every bucket layout a threshold can
+   give (no fusion, or a bucket closing after each param in backward
+   order), simulates one step with the fitted t = alpha + bytes * beta per
+   bucket: a bucket starts when its last param is ready (ready_s, or
+   spread over backward_s by bytes when NULL) and the previous bucket is
+   done; the cost is the communication left after backward ends (overlap)
+   or all of it (no overlap). Returns the threshold in bytes of the
+   cheapest layout (the largest threshold within 2 % of it, fewer buckets
+   being the safer side of a noisy fit); *cost and *cost_none (may be NULL)
+   get the predicted cost of the choice and of no fusion. pn: floats per
+   param in net order. */
+long trn_fusion_choose(int np, const long *pn, const double *ready_s, double backward_s,
+                       double alpha, double beta, int overlap, double *cost,
+                       double *cost_none);
 
 /* Measures the all-reduce time of the chosen algorithm at sizes 4 KB ...
    4 MB and fits t = alpha + bytes * beta (rank 0's fit, broadcast).

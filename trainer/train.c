@@ -481,6 +481,56 @@ double trn_topk_density(const trn_config *c, double epoch)
     return d0 * pow(c->topk / d0, f);
 }
 
+typedef struct {
+    double t0;
+    double *ready;
+} s_probe;
+
+static void s_probe_hook(void *ud, int i)
+{
+    s_probe *p = ud;
+    p->ready[i] = util_now() - p->t0;
+}
+
+/* Auto fusion's input: one forward/backward of this rank's first shard
+   (twice; the second, warm one counts), recording when each param's
+   gradient is final. BN running statistics are put back and the gradients
+   zeroed, so training is unchanged. Returns the forward+backward seconds,
+   or -1 (ready left at 0). */
+static double s_probe_backward(trn_trainer *t, double *ready)
+{
+    int nb = t->cfg.batch_size < t->train->n ? t->cfg.batch_size : t->train->n;
+    int off, cnt;
+    s_shard(t, nb, &off, &cnt);
+    int mb =
+        t->cfg.micro_batch > 0 && t->cfg.micro_batch < cnt ? t->cfg.micro_batch : cnt;
+    if (mb <= 0 || s_gather_at(t, off, mb, NULL) < 0)
+        return -1;
+    long ns = trn_net_state_count(t->net);
+    float *st = ns > 0 ? malloc((size_t)ns * sizeof(float)) : NULL;
+    if (ns > 0 && !st)
+        return -1;
+    if (st)
+        memcpy(st, trn_net_state(t->net), (size_t)ns * sizeof(float));
+    s_probe p = {0, ready};
+    double total = -1;
+    for (int rep = 0; rep < 2; rep++) {
+        trn_net_zero_grad(t->net);
+        trn_net_set_grad_hook(t->net, s_probe_hook, &p);
+        p.t0 = util_now();
+        double l = trn_net_forward_backward(t->net, t->xb, t->yb, mb, 1,
+                                            t->cfg.label_smoothing, 1.0 / nb, NULL, NULL);
+        total = l < 0 ? -1 : util_now() - p.t0;
+        trn_net_set_grad_hook(t->net, NULL, NULL);
+    }
+    trn_net_zero_grad(t->net);
+    if (st) {
+        memcpy(trn_net_state(t->net), st, (size_t)ns * sizeof(float));
+        free(st);
+    }
+    return total;
+}
+
 int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
 {
     t->comm = c;
@@ -533,9 +583,31 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
         }
     }
     trn_net_sync_weights(t->net);
+    double *ready = NULL;
+    if (o.fusion_bytes < 0 && c->size > 1) { /* auto fusion: time the backward */
+        ready = calloc((size_t)np, sizeof(double));
+        if (!ready) {
+            snprintf(err, TRN_ERRLEN, "out of memory");
+            return -1;
+        }
+        o.backward_s = s_probe_backward(t, ready);
+        o.ready_s = o.backward_s > 0 ? ready : NULL;
+        if (o.backward_s < 0)
+            o.backward_s = 0;
+    }
     t->dist = trn_dist_new(c, t->net, &o, err);
+    free(ready);
     if (!t->dist)
         return -1;
+    if (ready && t->rank == 0 && !cfg->quiet) {
+        double a, b, cost, none;
+        trn_dist_fusion_model(t->dist, &a, &b, &cost, &none);
+        fprintf(
+            stderr,
+            "jizhi-train: fusion auto: alpha %.1f us, %.2f GB/s, forward+backward %.1f "
+            "ms: exposed communication predicted %.2f ms/step (no fusion %.2f ms)\n",
+            a * 1e6, 1e-9 / b, o.backward_s * 1e3, cost * 1e3, none * 1e3);
+    }
     if (t->rank == 0 && !cfg->quiet)
         fprintf(stderr,
                 "jizhi-train: %d ranks (%s), all-reduce %s, wire %s%s, fusion %ld KiB "

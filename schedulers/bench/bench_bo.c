@@ -13,8 +13,13 @@
       bench_bo latency N1,N2,.. [REPEATS]  bo suggestion latency on
                                            Hartmann-6 with N observations:
                                            {"n","cold_ms","warm_ms"}
+      bench_bo importance < JSON           parameter importance (importance.h)
+                                           of {"space": {...}, "trials":
+                                           [{"params": {...}, "value": y}]}:
+                                           {"name": importance, ...}
     METHOD: bo, bo-ucb, random (any scheduler type, with a seed).
 */
+#include "schedulers/importance.h"
 #include "schedulers/sched.h"
 #include "common/util.h"
 
@@ -357,11 +362,66 @@ static int s_latency(int n, int repeats)
     return 0;
 }
 
+/* Reads {"space", "trials"} from stdin and prints the importances. */
+static int s_importance(void)
+{
+    json_error_t je;
+    json_t *in = json_loadf(stdin, 0, &je);
+    json_t *trials = json_object_get(in, "trials");
+    if (!in || !json_is_array(trials)) {
+        fprintf(stderr,
+                "bench_bo importance: expected {\"space\", \"trials\"} on stdin\n");
+        json_decref(in);
+        return 1;
+    }
+    json_t *j = json_pack("{s:s,s:{s:s,s:s},s:{s:s},s:O,s:{s:i},s:{s:[s]}}", "name",
+                          "bench", "objective", "metric", "y", "mode", "min", "scheduler",
+                          "type", "random", "space", json_object_get(in, "space"),
+                          "budget", "trials", 1, "trial", "command", "true");
+    spec_error err;
+    spec_t *sp = spec_parse(j, 0, &err);
+    json_decref(j);
+    size_t n = json_array_size(trials);
+    json_t **params = malloc(sizeof(json_t *) * (n ? n : 1));
+    double *y = malloc(sizeof(double) * (n ? n : 1));
+    int rc = 1;
+    imp_result r;
+    char e[256];
+    if (!sp || !params || !y) {
+        fprintf(stderr, "bench_bo importance: bad space or no memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(trials, i);
+        params[i] = json_object_get(t, "params");
+        y[i] = json_number_value(json_object_get(t, "value"));
+    }
+    if (imp_compute(sp, params, y, (int)n, 0, 0, &r, e, sizeof e) != 0) {
+        fprintf(stderr, "bench_bo importance: %s\n", e);
+        goto done;
+    }
+    json_t *out = json_object();
+    for (size_t k = 0; k < sp->nparams; k++)
+        json_object_set_new(out, sp->params[k].name, json_real(r.importance[k]));
+    char *text = json_dumps(out, JSON_COMPACT | JSON_REAL_PRECISION(10));
+    printf("%s\n", text);
+    free(text);
+    json_decref(out);
+    imp_result_fini(&r);
+    rc = 0;
+done:
+    free(params);
+    free(y);
+    spec_destroy(&sp);
+    json_decref(in);
+    return rc;
+}
+
 static int s_usage(void)
 {
     fprintf(stderr,
             "usage: bench_bo eval FUNC X1..Xd | run FUNC METHOD EVALS SEED0 NSEEDS | "
-            "latency N1,N2,.. [REPEATS]\n");
+            "latency N1,N2,.. [REPEATS] | importance < JSON\n");
     return 2;
 }
 
@@ -399,5 +459,7 @@ int main(int argc, char **argv)
         free(list);
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "importance"))
+        return s_importance();
     return s_usage();
 }

@@ -257,3 +257,25 @@ def test_nccl_needs_the_cuda_binary():
                        timeout=60)
     assert p.returncode == 2
     assert "built without NCCL" in p.stderr
+
+
+def test_gpu_check_script_parses_and_its_cpu_side_runs():
+    # scripts/gpu-check.sh verifies the NCCL path on a GPU machine; here it
+    # must parse, and with --cpu (the CPU binary standing in for
+    # jizhi-train-cuda, --comm mpi for nccl) every comparison it makes
+    # passes: 1 rank through the layer = local, top-k DGC within 0.02 of
+    # dense with fewer bytes, checkpoint + resume exact, 2 ranks = 1 rank.
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "scripts", "gpu-check.sh")
+    assert subprocess.run(["bash", "-n", script]).returncode == 0
+    e = mpi_env()
+    e["BUILD"] = BUILD
+    p = subprocess.run([script, "--cpu"], capture_output=True, text=True, env=e, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for line in ("1 rank mpi native vs local", "top-k 1% DGC vs dense local",
+                 "checkpoint at step 100 and resume", "2 ranks mpi ring vs 1 rank",
+                 "2 ranks mpi top-k 1% DGC", "speed on the GPU: SKIPPED (--cpu)"):
+        assert line in p.stdout, p.stdout
+    assert "FAIL" not in p.stdout, p.stdout
+    bad = subprocess.run([script, "--bogus"], capture_output=True, text=True, env=e)
+    assert bad.returncode == 2 and "usage" in bad.stderr
