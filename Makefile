@@ -166,9 +166,11 @@ HAVE_CLANG   := $(if $(shell command -v clang 2>/dev/null),yes,no)
 # What each target links and the seeds it starts from.
 FUZZ_SRC_fuzz_spec   := $(COMMON_SRC)
 FUZZ_SRC_fuzz_wire   := $(COMMON_SRC)
+FUZZ_SRC_fuzz_authkeys := $(COMMON_SRC)
 FUZZ_SRC_fuzz_ckpt   := $(COMMON_SRC) $(HELPER_SRC) $(filter-out trainer/main.c,$(wildcard trainer/*.c))
 FUZZ_SEEDS_fuzz_spec := tests/data/specs/valid tests/data/specs/invalid
 FUZZ_SEEDS_fuzz_wire := tests/fuzz/seeds/fuzz_wire
+FUZZ_SEEDS_fuzz_authkeys := tests/fuzz/seeds/fuzz_authkeys
 FUZZ_SEEDS_fuzz_ckpt := build-fuzz/seeds/fuzz_ckpt
 FUZZ_MAXLEN_fuzz_ckpt := 65536
 FUZZ_SEED_FILES := build-fuzz/seeds/fuzz_ckpt/tiny.ckpt
@@ -239,6 +241,11 @@ bench: deps
 .PHONY: bench-intervene
 bench-intervene: all $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/intervene.sh
+
+# What CURVE costs: ingest and trial set p99, CURVE vs --insecure plain TCP (bench/auth.sh).
+.PHONY: bench-auth
+bench-auth: all $(BUILD)/bench/ingest_trial $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/auth.sh
 
 # Slurm backend overhead: start decision -> first report, Slurm vs local (bench/slurm.sh).
 .PHONY: bench-slurm

@@ -8,7 +8,8 @@ Multi-objective: ZDT1, ZDT2 (6 parameters, 2 objectives; reference point
 (11, 11)) and DTLZ2 (6 parameters, 3 objectives; reference (1.1, 1.1,
 1.1)). Score: hypervolume of the evaluated points after 50 and 100
 evaluations (higher is better), computed here by one exact routine for
-every method. Constrained: Branin with a disk constraint ((x0-2.5)^2 +
+every method. The true fronts' hypervolumes: ZDT1 121 - 1/3 = 120.667,
+ZDT2 121 - 2/3 = 120.333, DTLZ2 1.331 - pi/6 = 0.807. Constrained: Branin with a disk constraint ((x0-2.5)^2 +
 (x1-7.5)^2 <= 50; optimum 0.397887) and Gardner's problem (min
 cos(2x0)cos(x1)+sin(x0) s.t. cos(x0+x1) <= 0.5 on [0,6]^2). Score: best
 feasible value after 50 and 100 evaluations (lower is better), and the
@@ -173,41 +174,9 @@ def fmt(xs):
     return "%.4g (%.3g)" % (med, statistics.pstdev(xs) if len(xs) > 1 else 0)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--driver", required=True)
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--evals", type=int, default=100)
-    ap.add_argument("--quick", action="store_true", help="3 seeds")
-    ap.add_argument("--funcs", default=",".join(list(MO) + list(CON)))
-    ap.add_argument("--bo-methods", default="bo",
-                    help="comma-separated driver methods (bo, random, bo:{json})")
-    ap.add_argument("--out")
-    a = ap.parse_args()
-    warnings.filterwarnings("ignore", message=".*constraints_func.*")
-    seeds = 3 if a.quick else a.seeds
-    check_eval(a.driver)
-    try:
-        import optuna
-        peers = ["nsga2", "tpe"]
-        print("optuna %s" % optuna.__version__)
-    except ImportError as e:
-        peers = []
-        print("SKIPPED the Optuna rows: optuna is not installed (%s); install with "
-              "/usr/bin/python3 -m pip install --break-system-packages 'optuna<4.1'" % e)
-    funcs = a.funcs.split(",")
-    results = []
-    for func in funcs:
-        methods = a.bo_methods.split(",") + ["random"]
-        for meth in methods:
-            results += run_driver(a.driver, func, meth, a.evals, 0, seeds)
-        for p in peers:
-            if func in CON and p == "nsga2":
-                continue  # single objective: TPE with constraints_func is the peer
-            results += [optuna_run(func, p, a.evals, s) for s in range(seeds)]
+def print_table(results, func, a, seeds):
     ks = [k for k in (50, 100) if k <= a.evals]
-    print("\n%d seeds; median (sd) over seeds" % seeds)
-    for func in funcs:
+    if True:
         rows = {}
         for r in results:
             if r["func"] == func:
@@ -247,6 +216,43 @@ def main():
                     else:
                         parts.append("@%d jizhi %.4g vs optuna-best %.4g" % (k, med, pb))
                 print("  %s: %s" % (meth, "; ".join(parts)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--driver", required=True)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--evals", type=int, default=100)
+    ap.add_argument("--quick", action="store_true", help="3 seeds")
+    ap.add_argument("--funcs", default=",".join(list(MO) + list(CON)))
+    ap.add_argument("--bo-methods", default="bo",
+                    help="comma-separated driver methods (bo, random, bo:{json})")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    warnings.filterwarnings("ignore", message=".*constraints_func.*")
+    seeds = 3 if a.quick else a.seeds
+    check_eval(a.driver)
+    try:
+        import optuna
+        peers = ["nsga2", "tpe"]
+        print("optuna %s" % optuna.__version__)
+    except ImportError as e:
+        peers = []
+        print("SKIPPED the Optuna rows: optuna is not installed (%s); install with "
+              "/usr/bin/python3 -m pip install --break-system-packages 'optuna<4.1'" % e)
+    funcs = a.funcs.split(",")
+    results = []
+    for func in funcs:
+        methods = a.bo_methods.split(",") + ["random"]
+        for meth in methods:
+            results += run_driver(a.driver, func, meth, a.evals, 0, seeds)
+        for p in peers:
+            if func in CON and p == "nsga2":
+                continue  # single objective: TPE with constraints_func is the peer
+            results += [optuna_run(func, p, a.evals, s) for s in range(seeds)]
+        print("\n%d seeds; median (sd) over seeds" % seeds)
+        print_table(results, func, a, seeds)
+        sys.stdout.flush()
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "w") as f:

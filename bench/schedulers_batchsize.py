@@ -27,10 +27,13 @@ stored report, not the stop):
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
   batchsize     scheduler batchsize from B0 = 64, lr 0.05, range 32..1024,
-                AdaScale, default options ("throughput": "wall"); its
-                decisions (batch_size and lr reports) are plotted to
+                AdaScale, "grow_only": true (measured: with the default
+                the batch went down as often as up, e.g. 128 -> 32 after a
+                noisy throughput fit, and such a shrink cost accuracy);
+                its decisions (batch_size and lr reports) are plotted to
                 $BUILD/bench/<arm>-<model>-s<seed>.svg.
-  batchsize-cpu the same with "throughput": "cpu" (step costs from the
+  batchsize-default  the scheduler's defaults (it may shrink).
+  batchsize-cpu the defaults with "throughput": "cpu" (step costs from the
                 trainer's step_cpu_s instead of wall-clock samples_per_s:
                 meant for a shared host, where wall-clock step times taken
                 at different sizes at different moments compare the load).
@@ -76,7 +79,8 @@ def env():
 MODELS = {
     # name: trainer flags, train subset, target, max epochs
     "mlp": (["--model", "mlp", "--hidden", "256,256"], 30000, 0.86, 4),
-    "cnn": (["--model", "cnn", "--channels", "8,16"], 10000, 0.80, 3),
+    # 0.80 was reached by no arm in 3 epochs (best 0.727 at B=32, 0.70 at 64)
+    "cnn": (["--model", "cnn", "--channels", "8,16"], 10000, 0.70, 3),
 }
 
 
@@ -98,7 +102,8 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
     if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
-                 "warmup": 100, "throughput": "cpu" if kind == "batchsize-cpu" else "wall"}
+                 "warmup": 100, "throughput": "cpu" if kind == "batchsize-cpu" else "wall",
+                 "grow_only": kind == "batchsize"}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -291,8 +296,11 @@ def bench_model(tmp, model, args, plots):
         arms.append(("linear", bl, 0.05 * bl / 64, "linear%d" % bl))
         arms.append(("batchsize", 64, 0.05, "batchsize"))
         arms.append(("batchsize-cpu", 64, 0.05, "batchsize-cpu"))
+        arms.append(("batchsize-default", 64, 0.05, "batchsize-default"))
         if args.only == "sched":
             arms = [a for a in arms if a[0].startswith("batchsize")]
+        if args.arms:
+            arms = [a for a in arms if a[0] in args.arms.split(",")]
         # round robin would mix seeds; within a seed the arms alternate
         # between small and large batches so load drifts hit both
         for kind, b, lr, label in arms:
@@ -325,7 +333,7 @@ def bench_model(tmp, model, args, plots):
         fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and r["time"]
                  and r[args.rank] is not None]
         ad = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize"]
-        aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-cpu"]
+        aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-default"]
         lin = [r for r in rows if r["seed"] == seed and r["kind"] == "linear"]
         if not fixed or not ad:
             print("seed %d: no fixed batch reached the target" % seed if not fixed else
@@ -377,7 +385,7 @@ def summarize(per_seed):
                           "cpu_to_target_s": med(p["best_fixed_cpu"]["cpu"] for p in per_seed
                                                  if p.get("best_fixed_cpu"))},
            "linear": {"time_to_target_s": statistics.median(lt)},
-           "jizhi_cpu_throughput": {
+           "jizhi_default_options": {
                "time_to_target_s": med(p["wall"]["time"] for p in per_seed if p["wall"]),
                "samples_to_target": med(p["wall"]["samples"] for p in per_seed if p["wall"]),
                "cpu_to_target_s": med(p["wall"]["cpu"] for p in per_seed if p["wall"])},
@@ -418,6 +426,8 @@ def main():
                     "the target")
     ap.add_argument("--only", choices=["all", "sched"], default="all",
                     help="sched: only the scheduler's arms (after a change to it)")
+    ap.add_argument("--arms", help="only these arm kinds (fixed,linear,batchsize,"
+                    "batchsize-default,batchsize-cpu)")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):

@@ -6,12 +6,25 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
 json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err,
                     size_t errsize)
 {
+    /* the controller refuses requests over WIRE_MAX_REQUEST: say so here */
+    char *text = json_dumps(msg, JSON_COMPACT);
+    size_t len = text ? strlen(text) : 0;
+    free(text);
+    if (len + 32 > WIRE_MAX_REQUEST) {
+        snprintf(err, errsize,
+                 "the request is %zu bytes, over the controller's limit of %d bytes per "
+                 "message (a smaller spec or fewer values)",
+                 len, WIRE_MAX_REQUEST);
+        json_decref(msg);
+        return NULL;
+    }
     void *ctx = zmq_ctx_new();
     void *sock = ctx ? zmq_socket(ctx, ZMQ_DEALER) : NULL;
     json_t *reply = NULL;

@@ -54,7 +54,7 @@ static void s_drain(void *sock)
 
 json_t *wire_recv(void *sock, wire_peer *from, int dontwait, char *err, size_t errsize)
 {
-    return wire_recv_meta(sock, from, NULL, dontwait, err, errsize);
+    return wire_recv_meta(sock, from, NULL, WIRE_MAX_BYTES, NULL, dontwait, err, errsize);
 }
 
 static void s_meta_copy(zmq_msg_t *m, const char *prop, char *out, size_t size)
@@ -63,9 +63,11 @@ static void s_meta_copy(zmq_msg_t *m, const char *prop, char *out, size_t size)
     snprintf(out, size, "%s", v ? v : "");
 }
 
-json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, int dontwait,
-                       char *err, size_t errsize)
+json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, size_t max_bytes,
+                       size_t *size_out, int dontwait, char *err, size_t errsize)
 {
+    if (size_out)
+        *size_out = 0;
     zmq_msg_t frames[3];
     int n = 0, more = 1;
     if (err && errsize)
@@ -105,14 +107,16 @@ json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, int dontwai
         }
         n++;
     }
+    if (size_out)
+        *size_out = zmq_msg_size(&frames[n - 1]);
     json_t *out = NULL;
     int want = from ? 3 : 2; /* ROUTER: id, "", body; DEALER: "", body */
     if (n != want || zmq_msg_size(&frames[want - 2]) != 0) {
         snprintf(err, errsize, "expected %d frames with an empty delimiter, got %d", want,
                  n);
-    } else if (zmq_msg_size(&frames[n - 1]) > WIRE_MAX_BYTES) {
-        snprintf(err, errsize, "message of %zu bytes is over the %d-byte limit",
-                 zmq_msg_size(&frames[n - 1]), WIRE_MAX_BYTES);
+    } else if (zmq_msg_size(&frames[n - 1]) > max_bytes) {
+        snprintf(err, errsize, "message of %zu bytes is over the %zu-byte limit",
+                 zmq_msg_size(&frames[n - 1]), max_bytes);
     } else {
         json_error_t jerr;
         out = json_loadb(zmq_msg_data(&frames[n - 1]), zmq_msg_size(&frames[n - 1]),

@@ -13,6 +13,12 @@
 #include <stddef.h>
 
 #define WIRE_MAX_BYTES (16 * 1024 * 1024)
+/* What the controller accepts in one message (its JSON text): parsing
+   costs many times the text's size in memory, so requests stay small
+   (senders split metric batches; larger ones get an error reply). Its
+   socket drops anything over WIRE_MAX_REQUEST_HARD unread. */
+#define WIRE_MAX_REQUEST (1024 * 1024)
+#define WIRE_MAX_REQUEST_HARD (4 * 1024 * 1024)
 #define WIRE_MAX_ID 255
 
 /* A peer's routing id as seen by a ROUTER socket. */
@@ -41,9 +47,11 @@ typedef struct {
     char peer_addr[128];
 } wire_meta;
 
-/* wire_recv that also fills `meta` (may be NULL) from the message. */
-json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, int dontwait,
-                       char *err, size_t errsize);
+/* wire_recv that also fills `meta` (may be NULL) from the message and
+   refuses a body over max_bytes (unparsed). *size_out (may be NULL) gets
+   the body's size, also for a refused one. */
+json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, size_t max_bytes,
+                       size_t *size_out, int dontwait, char *err, size_t errsize);
 
 /* Sets the options every jizhi socket uses (linger, max message size). */
 void wire_socket_setup(void *sock);

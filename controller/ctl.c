@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,14 @@ ctl_trial *ctl__trial_by_id(ctl_t *c, long id)
     return ctl_idmap_get(&c->trials, id);
 }
 
+/* Messages of at least this many bytes leave the controller's memory
+   trimmed once the loop is idle again: a large request's frame and its
+   parsed JSON (up to ~30 times the text) are freed, and malloc_trim gives
+   the pages back so that a few big requests do not leave the RSS high.
+   Not after each one: under a steady stream of large metric batches the
+   memory is reused anyway, and trimming would cost every iteration. */
+#define TRIM_AFTER_BYTES (256 * 1024)
+
 /* ---- object ---- */
 
 const char *ctl_endpoint(const ctl_t *c)
@@ -97,6 +106,8 @@ static int s_bind(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
     wire_socket_setup(c->router);
     int on = 1;
     zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &on, sizeof on);
+    int64_t hard = WIRE_MAX_REQUEST_HARD; /* larger: dropped unread, peer disconnected */
+    zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &hard, sizeof hard);
     if (ctl__auth_setup(c, cfg, bind, err, errsize) != 0)
         return -1;
     if (zmq_bind(c->router, bind) != 0) {
@@ -162,6 +173,7 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
 
 int ctl_run(ctl_t *c, volatile int *stop)
 {
+    int trim_pending = 0; /* a large message came since the last trim */
     while (!*stop) {
         zmq_pollitem_t items[2] = {{c->router, 0, ZMQ_POLLIN, 0},
                                    {ctl__auth_socket(c), 0, ZMQ_POLLIN, 0}};
@@ -170,12 +182,18 @@ int ctl_run(ctl_t *c, volatile int *stop)
             log_error("ctl", "poll failed: %s", zmq_strerror(errno));
             return -1;
         }
+        if (rc == 0 && trim_pending) { /* idle for a poll's timeout */
+            malloc_trim(0);
+            trim_pending = 0;
+        }
         ctl__auth_poll(c);
         for (int i = 0; i < BURST; i++) {
             wire_peer from;
             wire_meta meta;
             char why[256];
-            json_t *msg = wire_recv_meta(c->router, &from, &meta, 1, why, sizeof why);
+            size_t size;
+            json_t *msg = wire_recv_meta(c->router, &from, &meta, WIRE_MAX_REQUEST, &size,
+                                         1, why, sizeof why);
             if (!msg) {
                 if (errno == EAGAIN)
                     break;
@@ -183,13 +201,18 @@ int ctl_run(ctl_t *c, volatile int *stop)
                     return -1;
                 log_warn("ctl", "dropped a malformed message: %s", why);
                 if (from.len)
-                    ctl__send(c, &from, wire_error(-1, "malformed", "%s", why));
+                    ctl__send(c, &from,
+                              wire_error(
+                                  -1, size > WIRE_MAX_REQUEST ? "too_large" : "malformed",
+                                  "%s", why));
+                trim_pending |= size >= TRIM_AFTER_BYTES;
                 continue;
             }
             ctl_ident who;
             ctl__auth_identify(c, &meta, &who);
             ctl__handle(c, &from, &who, msg);
             json_decref(msg);
+            trim_pending |= size >= TRIM_AFTER_BYTES;
         }
         ctl__tick(c, util_now());
         ctl__alerts_tick(c, util_now());

@@ -219,7 +219,8 @@ void ctl__alerts_after_commit(ctl_t *c, int committed);
 int ctl__queue_init(ctl_t *c, char *err, size_t errsize);
 void ctl__queue_free(ctl_t *c);
 /* The user a study's trials count for (quotas, fair share): the spec's
-   owner until identities name it; "-" when none. Borrowed. */
+   owner, which the controller sets from the submitting identity
+   (ctl__auth_submit_owner); "-" when none. Borrowed. */
 const char *ctl_study_owner(const ctl_study *s);
 /* Each tick: starts waiting trials on free slots in queue order, sets
    each waiting study's queue_why, preempts for higher priorities. */

@@ -7,7 +7,8 @@
     equal priority the one whose owner holds the fewest running slots
     (fair share), then the older study. A study whose owner's quota
     (slots, GPUs) would be exceeded waits; so does every study of a lower
-    priority than one that waits for capacity (no backfill past it). Each
+    priority than one that waits for capacity (no backfill past it), unless
+    no alive dispatcher could ever host it (then it holds back nothing). Each
     waiting study keeps why in its queue_why, which `jizhi queue` shows.
 
     Preemption: a study that waits for capacity may take it from studies
@@ -263,6 +264,22 @@ void ctl__queue_resume(ctl_t *c, ctl_trial *t)
     json_decref(d);
 }
 
+/* 1 when some alive dispatcher could run one of s's trials once free, or
+   none is alive (one may come): a study that none of the machines there
+   can host does not hold back lower priorities. */
+static int s_fits_somewhere(const ctl_t *c, const ctl_study *s)
+{
+    int alive = 0;
+    for (size_t i = 0; i < c->ndisps; i++) {
+        const ctl_disp *d = c->disps[i];
+        alive += d->alive;
+        if (d->alive && d->slots >= s->spec->ranks &&
+            d->ngpus >= s->spec->gpus * s->spec->ranks)
+            return 1;
+    }
+    return !alive;
+}
+
 /* ---- the fill ---- */
 
 typedef struct {
@@ -346,6 +363,14 @@ void ctl__queue_fill(ctl_t *c, double now)
             break;
         ctl_study *s = best->s;
         ctl_disp *d = ctl__disp_pick(c, s->spec->gpus, s->spec->ranks);
+        if (!d && !s_fits_somewhere(c, s)) {
+            best->out = 1;
+            snprintf(s->queue_why, sizeof s->queue_why,
+                     "no dispatcher can run it: a trial needs %ld slots and %ld GPUs on "
+                     "one machine",
+                     s->spec->ranks, s->spec->gpus * s->spec->ranks);
+            continue;
+        }
         if (!d) {
             best->out = 1;
             if (!preempting && s_preempt_for(c, s))

@@ -441,6 +441,7 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
                 p, spec->params[i].name,
                 spec_param_from_unit(&spec->params[i], sched_rng_uniform(&r)));
     }
+    spec_params_prune(spec, p); /* conditional spaces: what the trial gets */
     pbt_member *m = s_member(self, trial_id);
     if (!m) {
         json_decref(p);

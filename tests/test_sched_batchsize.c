@@ -499,6 +499,68 @@ TEST(cpu_throughput_uses_step_cpu_s)
     }
 }
 
+/* grow_only: B_simple 8 at B = 64 with the goodput case's throughput
+   line makes 32 (or 16) the goodput pick, and without the option the
+   scheduler shrinks; with it, nothing below 64 is a candidate and 64
+   stays (no instruction), and a first explore from one size goes up. */
+TEST(grow_only_never_shrinks)
+{
+    ev e[64];
+    int n = 0;
+    e[n++] = (ev){1, 5, "batch_size", 64};
+    e[n++] = (ev){1, 5, "samples_per_s", 1};
+    e[n++] = (ev){1, 10, "lr", 0.1};
+    e[n++] = (ev){1, 10, "batch_size", 128};
+    e[n++] = (ev){1, 10, "samples_per_s", 128 / (0.01 + 1e-4 * 128)};
+    e[n++] = (ev){1, 20, "batch_size", 64};
+    e[n++] = (ev){1, 20, "samples_per_s", 64 / (0.01 + 1e-4 * 64)};
+    for (long step = 30; step <= 60; step += 10)
+        n += s_gns(e + n, 1, step, 8, 32, 64);
+    for (int grow = 0; grow < 2; grow++) {
+        spec_t *sp = s_spec(grow ? "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                                   "\"interval\":60,\"warmup\":0,\"grow_only\":true}"
+                                 : "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                                   "\"interval\":60,\"warmup\":0}");
+        REQUIRE(sp);
+        char out[2048];
+        sched_t *s = s_play(sp, e, n, -1, out, sizeof out);
+        REQUIRE(s);
+        if (grow)
+            CHECK(strstr(out, "set batch_size") == NULL);
+        else
+            CHECK(strstr(out, "set batch_size=32") != NULL ||
+                  strstr(out, "set batch_size=16") != NULL);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+    /* one size seen (64), B_simple 8: the prior picks a smaller batch;
+       grow_only tries 128 (the explore goes up) */
+    n = 0;
+    e[n++] = (ev){1, 5, "batch_size", 64};
+    e[n++] = (ev){1, 5, "samples_per_s", 1};
+    e[n++] = (ev){1, 10, "lr", 0.1};
+    e[n++] = (ev){1, 10, "samples_per_s", 64 / (0.01 + 1e-4 * 64)};
+    for (long step = 30; step <= 60; step += 10)
+        n += s_gns(e + n, 1, step, 8, 32, 64);
+    for (int grow = 0; grow < 2; grow++) {
+        spec_t *sp = s_spec(grow ? "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                                   "\"interval\":60,\"warmup\":0,\"grow_only\":true}"
+                                 : "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                                   "\"interval\":60,\"warmup\":0}");
+        REQUIRE(sp);
+        char out[2048];
+        sched_t *s = s_play(sp, e, n, -1, out, sizeof out);
+        REQUIRE(s);
+        if (grow)
+            CHECK(strstr(out, "set batch_size=128") != NULL);
+        else
+            CHECK(strstr(out, "set batch_size=16") != NULL ||
+                  strstr(out, "set batch_size=32") != NULL);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
 /* A retried trial reports from step 0 again: its state starts over. */
 TEST(a_retry_starts_the_trial_state_over)
 {
@@ -570,6 +632,8 @@ TEST(options_are_checked)
          "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or \"none\""},
         {"{\"type\":\"batchsize\",\"throughput\":\"gpu\"}",
          "scheduler.throughput: must be \"wall\" or \"cpu\""},
+        {"{\"type\":\"batchsize\",\"grow_only\":1}",
+         "scheduler.grow_only: must be true or false"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i].sched);
@@ -595,6 +659,7 @@ int main(void)
     RUN(throughput_fit_keeps_a_marginal_cost);
     RUN(throughput_uses_the_fast_quartile_of_slowed_windows);
     RUN(cpu_throughput_uses_step_cpu_s);
+    RUN(grow_only_never_shrinks);
     RUN(a_retry_starts_the_trial_state_over);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
     RUN(options_are_checked);

@@ -56,10 +56,12 @@ typedef struct {
     json_t *params; /* suggestion number -> params */
 } drv;
 
+static const char *s_space = NULL; /* SPACE unless a test sets another */
+
 static int s_drv_init(drv *d, const char *sched, int n)
 {
     memset(d, 0, sizeof *d);
-    d->spec = s_spec(sched, SPACE, n, n);
+    d->spec = s_spec(sched, s_space ? s_space : SPACE, n, n);
     if (!d->spec)
         return -1;
     char err[256] = "";
@@ -467,6 +469,69 @@ TEST(resample_stays_legal)
     s_drv_fini(&d);
 }
 
+/* A conditional space: every suggestion and every load carries exactly
+   the active parameters (spec_params_check), and a load that turns the
+   parent to the other branch drops the old child and draws the new one. */
+TEST(conditional_space_perturbs_active_params_only)
+{
+    s_space = "{\"lr\":{\"type\":\"float\",\"low\":1e-4,\"high\":1,\"log\":true},"
+              "\"opt\":{\"type\":\"choice\",\"values\":[\"sgd\",\"adam\"]},"
+              "\"mom\":{\"type\":\"float\",\"low\":0,\"high\":0.9,"
+              "\"when\":{\"opt\":[\"sgd\"]}},"
+              "\"beta\":{\"type\":\"float\",\"low\":0.9,\"high\":0.999,"
+              "\"when\":{\"opt\":[\"adam\"]}}}";
+    drv d;
+    int ok =
+        s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":5,\"interval\":5,\"resample_p\":0.5}",
+                   6) == 0;
+    s_space = NULL;
+    REQUIRE(ok);
+    REQUIRE(s_suggest_from(&d, 6, 100) == 6);
+    spec_error err;
+    for (size_t i = 0; i < json_array_size(d.params); i++) {
+        json_t *c = json_deep_copy(json_array_get(d.params, i));
+        CHECK(spec_params_check(d.spec, c, &err) == 0);
+        json_decref(c);
+    }
+    s_script(&d, 6, 12, 0);
+    size_t i;
+    json_t *e;
+    int loads = 0, bad = 0, switched = 0;
+    json_array_foreach(d.log, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "kind")), "load"))
+            continue;
+        loads++;
+        json_t *p = json_deep_copy(json_object_get(json_object_get(e, "args"), "params"));
+        if (spec_params_check(d.spec, p, &err) != 0) {
+            char b[300];
+            printf("load params: %s\n", spec_strerror(&err, b, sizeof b));
+            bad++;
+        }
+        json_decref(p);
+    }
+    /* a perturbed choice moves to its neighbour now and then: count loads
+       whose branch differs from the donor's suggestion */
+    json_array_foreach(d.log, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "kind")), "load"))
+            continue;
+        json_t *args = json_object_get(e, "args");
+        long from = (long)json_integer_value(json_object_get(args, "from"));
+        json_t *donor = from >= 100 && from < 106
+                            ? json_array_get(d.params, (size_t)(from - 100))
+                            : NULL;
+        const char *a =
+            json_string_value(json_object_get(json_object_get(args, "params"), "opt"));
+        const char *b = json_string_value(json_object_get(donor, "opt"));
+        switched += a && b && strcmp(a, b) != 0;
+    }
+    CHECK(loads >= 6);
+    CHECK(bad == 0);
+    CHECK(switched >= 1);
+    s_drv_fini(&d);
+}
+
 /* ---- ids, reproducibility, save/restore --------------------------------- */
 
 /* Each suggestion is the member of the trial id suggest() was given; a
@@ -695,6 +760,7 @@ int main(void)
     RUN(recent_checkpoint_loads_at_once);
     RUN(explore_rules);
     RUN(resample_stays_legal);
+    RUN(conditional_space_perturbs_active_params_only);
     RUN(members_are_the_suggested_trials);
     RUN(reproducible_and_restorable);
     RUN(interval_seconds_and_expiry);

@@ -293,7 +293,9 @@ int trn_dist_fit_curve(trn_comm *c, const trn_dist_opts *o, double *alpha, doubl
     }
     free(buf);
     /* beta: least squares of the slope over the three largest sizes (the
-       bandwidth part); alpha: the 4 KB time less its bandwidth part */
+       bandwidth part); alpha: the intercept of the line through the 4 KB
+       and 16 KB times (small messages run from cache, faster than the
+       large sizes' slope says, so that slope would leave no latency) */
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (int s = NS - 3; s < NS; s++) {
         double x = (double)sizes[s] * 4;
@@ -306,7 +308,9 @@ int trn_dist_fit_curve(trn_comm *c, const trn_dist_opts *o, double *alpha, doubl
     fit[1] = (3 * sxy - sx * sy) / (3 * sxx - sx * sx);
     if (!(fit[1] > 0))
         fit[1] = t[NS - 1] / ((double)sizes[NS - 1] * 4);
-    fit[0] = t[0] - (double)sizes[0] * 4 * fit[1];
+    fit[0] = (4 * t[0] - t[1]) / 3; /* sizes[1] = 4 sizes[0] */
+    if (!(fit[0] > 0))
+        fit[0] = t[0] / 2;
     if (fit[0] < 1e-7) /* latency at least 0.1 us */
         fit[0] = 1e-7;
     if (trn_comm_bcast(c, fit, sizeof fit, 0) < 0)

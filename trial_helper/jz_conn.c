@@ -546,6 +546,18 @@ static void s_maybe_batch(s_conn *c)
     if (t->npend > 0 && (t->npend >= JZ__BATCH_TRIGGER || t->flushing || t->stop ||
                          now - c->last_batch >= JZ__BATCH_EVERY)) {
         n = t->npend < JZ__BATCH_MAX ? t->npend : JZ__BATCH_MAX;
+        /* and under JZ__BATCH_BYTES of JSON: the controller refuses more */
+        size_t bytes = 512 + strlen(t->token_json);
+        for (size_t i = 0; i < n; i++) {
+            const jz__point *pt = &t->pend[i];
+            bytes += JZ__POINT_BYTES +
+                     strlen(t->names[pt->name / JZ__NAME_CHUNK] +
+                            (size_t)(pt->name % JZ__NAME_CHUNK) * JZ__NAME_LEN);
+            if (bytes > JZ__BATCH_BYTES) {
+                n = i;
+                break;
+            }
+        }
         if (n > c->capbatch) {
             size_t cap = c->capbatch ? c->capbatch : 1024;
             while (cap < n)

@@ -30,6 +30,10 @@
 #define JZ__QUEUE_MAX 1000000   /* unacknowledged points before jz_report fails */
 #define JZ__BATCH_TRIGGER 10000 /* queued points that trigger a batch at once */
 #define JZ__BATCH_MAX 100000    /* points per metrics message */
+/* bytes of one metrics message at most (under the controller's
+   WIRE_MAX_REQUEST): a point takes its name + JZ__POINT_BYTES at most */
+#define JZ__BATCH_BYTES (900 * 1024)
+#define JZ__POINT_BYTES 56      /* [step,"",value], with a 20-digit step, 24-char value */
 #define JZ__BATCH_EVERY 0.050   /* seconds between batches otherwise */
 #define JZ__RESEND_AFTER 2.0    /* seconds without a reply before resending */
 #define JZ__HEARTBEAT_EVERY 1.0 /* seconds of silence before a heartbeat */

@@ -5,6 +5,7 @@ tcp://127.0.0.1 with an authorized-keys file: an unknown key, a wrong
 server key and a viewer are refused and nothing runs, a dispatcher key
 runs trials, a user key cannot register a dispatcher, SIGHUP adds and
 removes keys and a bad file keeps the old ones."""
+import json
 import os
 import socket
 import stat
@@ -228,3 +229,123 @@ def test_owners_roles_dispatcher_names_and_actors(jz):
         assert "cli:alice" in out and "cli:bob" in out, out
     finally:
         stop(*procs)
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_message_size_caps_keep_the_controller_small(jz):
+    """8 concurrent messages at the 1 MiB cap (the costliest JSON to parse:
+    an array of small numbers) and 8 of 3 MiB cost the controller little
+    RSS; the large ones get a too_large reply and change nothing; over 4
+    MiB the connection is dropped and the controller goes on."""
+    import threading
+    from zmtp import Dealer
+    ep = f"ipc://{jz.dir}/c.sock"
+    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep)
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        path = ep[len("ipc://"):]
+        # at the cap: legal JSON, parsed, answered (unknown fields of a ping)
+        legal = b'{"type":"ping","req":7,"x":[' + b"0," * 524000 + b'0]}'
+        assert len(legal) <= 1024 * 1024
+        big = b'{"type":"ping","req":8,"x":[' + b"0," * (1536 * 1024) + b'0]}'
+        # warm up: one of each, then measure
+        for body in (legal, big):
+            d = Dealer(path)
+            d.send(body)
+            d.recv()
+            d.close()
+        before = rss_kb(ctl.pid)
+        replies = []
+
+        def one(body):
+            d = Dealer(path)
+            d.send(body)
+            replies.append(json.loads(d.recv()))
+            d.close()
+
+        for body in (legal, big):
+            ts = [threading.Thread(target=one, args=(body,)) for _ in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+        time.sleep(0.5)  # the controller trims its memory once idle
+        after = rss_kb(ctl.pid)
+        oks = [r for r in replies if r["type"] == "ok"]
+        too = [r for r in replies if r.get("code") == "too_large"]
+        assert len(oks) == 8 and len(too) == 8, replies
+        assert "over the 1048576-byte limit" in too[0]["message"]
+        # 16 messages, 32 MiB of text: the controller keeps well under that
+        print(f"controller RSS {before} kB before, {after} kB after 16 large messages")
+        assert after - before < 48 * 1024, (before, after)
+        # over the hard cap: dropped unread, the controller still answers
+        d = Dealer(path)
+        try:
+            d.send(b'{"type":"ping","req":9,"x":"' + b"a" * (5 * 1024 * 1024) + b'"}')
+            d.recv()
+            raise AssertionError("a message over the hard cap was answered")
+        except (BrokenPipeError, ConnectionError):
+            pass  # the controller hung up
+        d.close()
+        assert jz.run("study", "list", "--controller", ep).returncode == 0
+        time.sleep(0.5)
+        assert rss_kb(ctl.pid) - before < 48 * 1024
+        # the CLI refuses a request over the cap before sending it
+        spec = base_spec("huge", ["true"])
+        spec["space"] = {"c": {"type": "choice", "values": list(range(300000))}}
+        p = jz.run("study", "submit", jz.write_spec(spec), "--controller", ep)
+        assert p.returncode == 1 and "over the controller's limit" in p.stderr, p.stderr
+        assert jz.sql("SELECT count(*) FROM studies") == [(0,)]
+    finally:
+        stop(ctl)
+
+
+def test_other_unix_users_are_users_named_by_their_login(jz):
+    """Over ipc the kernel tells the peer's uid: another uid is a `user`
+    named after its login, owns what it submits and cannot steer the
+    controller's user's studies."""
+    import pwd
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("needs root to run a client as another uid")
+    nobody = pwd.getpwnam("nobody")
+    sock_dir = tempfile.mkdtemp(prefix="jzpeer-")
+    os.chmod(sock_dir, 0o755)  # a shared socket, on purpose for this test
+    ep = f"ipc://{sock_dir}/ctl.sock"
+    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--log",
+                   os.path.join(jz.dir, "controller.log"))
+    spec_dir = tempfile.mkdtemp(prefix="jzspec-")
+    os.chmod(spec_dir, 0o755)
+
+    def as_nobody(*args):
+        env = dict(jz.env, HOME=spec_dir, JIZHI_HOME=spec_dir)
+        return subprocess.run([JIZHI, *args, "--controller", ep], cwd=spec_dir, env=env,
+                              capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: (os.setgid(nobody.pw_gid),
+                                                  os.setuid(nobody.pw_uid)))
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        os.chmod(os.path.join(sock_dir, "ctl.sock"), 0o777)
+        jz.run("study", "submit", jz.write_spec(base_spec("mine", ["sleep", "30"])), check=0)
+        path = os.path.join(spec_dir, "theirs.json")
+        with open(path, "w") as f:
+            json.dump(base_spec("theirs", ["true"]), f)
+        os.chmod(path, 0o644)
+        p = as_nobody("study", "submit", path)
+        assert p.returncode == 0, p.stderr
+        p = as_nobody("study", "stop", "mine")
+        assert p.returncode == 1 and "nobody may not steer study mine" in p.stderr, p.stderr
+        assert as_nobody("study", "stop", "theirs").returncode == 0
+        specs = dict(jz.sql("SELECT name, spec FROM studies"))
+        assert json.loads(specs["theirs"]).get("owner") == "nobody"
+        assert "owner" not in json.loads(specs["mine"])
+        assert jz.sql("SELECT state FROM studies WHERE name='mine'") == [("running",)]
+    finally:
+        stop(ctl)

@@ -331,5 +331,44 @@ def test_only_an_admin_sets_quotas(jz):
             {"user": "bob", "slots": 0, "gpus": 0, "quota_slots": 1, "quota_gpus": -1}]
         p = cli(jz, as_key(jz, "viewer"), "quota", "list", "--json", "--controller", ep)
         assert p.returncode == 0 and json.loads(p.stdout)[0]["user"] == "bob"
+        # a user submits as themself only (the owner the quotas count for)
+        p = cli(jz, as_key(jz, "user"), "study", "submit",
+                jz.write_spec(gated(jz, "not-mine", "alice", 1, 1), "a.json"), "--controller", ep)
+        assert p.returncode == 1 and 'bob may not submit a study owned by "alice"' in p.stderr, \
+            p.stderr
+        assert jz.sql("SELECT COUNT(*) FROM studies") == [(0,)]
+        p = cli(jz, as_key(jz, "user"), "study", "submit",
+                jz.write_spec(gated(jz, "mine", "bob", 1, 1), "b.json"), "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        p = cli(jz, as_key(jz, "admin"), "study", "submit",
+                jz.write_spec(gated(jz, "for-alice", "alice", 1, 1), "c.json"), "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        w = {x["study"]: x for x in json.loads(cli(jz, as_key(jz, "viewer"), "queue", "--json",
+                                                   "--controller", ep).stdout)["waiting"]}
+        assert (w["mine"]["owner"], w["for-alice"]["owner"]) == ("bob", "alice")
+        assert w["mine"]["reason"].startswith("no capacity")
     finally:
         stop(ctl)
+
+
+def test_a_study_no_machine_can_host_holds_back_nothing(jz):
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--gpus", "none",
+                    "--name", "m1", "--log-dir", os.path.join(jz.dir, "logs"))
+    try:
+        big = gated(jz, "big", "hal", 1, 1, priority="high")
+        big["trial"]["gpus"] = 2
+        jz.run("study", "submit", jz.write_spec(big, "big.json"), check=0)
+        jz.run("study", "submit", jz.write_spec(gated(jz, "small", "lee", 1, 1, priority="low"),
+                                                "small.json"), check=0)
+        # the low study runs: no machine has the high study's GPUs
+        jz.wait_for(lambda: running_by_study(jz).get("small") == 1, 60, "the low trial")
+        w = waiting(jz)
+        assert w["big"]["reason"] == ("no dispatcher can run it: a trial needs 1 slots and 2 "
+                                      "GPUs on one machine"), w
+        assert "small" not in w
+        touch(jz, "go")
+        jz.run("study", "stop", "big", check=0)
+    finally:
+        stop(ctl, disp)

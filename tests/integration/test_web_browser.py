@@ -85,6 +85,7 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
         spec = base_spec("live", ["python3", os.path.join(PROGS, "live_trial.py")], trials=3,
                          parallel=3, env={"STEPS": "6000"})
         spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}}
+        spec["owner"] = "alice"  # the token's user steers her own study
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(DISTINCT m.trial_id) FROM metrics m JOIN trials t "
                                    "ON t.id=m.trial_id JOIN studies s ON s.id=t.study_id "
