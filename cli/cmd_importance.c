@@ -34,10 +34,13 @@ int cli_study_importance(const cli_opts *o)
         cli_print_json(imp);
         return CLI_OK;
     }
-    printf("study %s: parameter importance from %lld completed trials\n"
-           "(first-order Sobol indices of a GP fitted to them, normalised to sum to "
-           "1; TOTAL includes interactions)\n",
-           name, (long long)json_integer_value(json_object_get(imp, "trials")));
+    long long used = json_integer_value(json_object_get(imp, "trials"));
+    long long done = json_integer_value(json_object_get(imp, "completed"));
+    printf("study %s: parameter importance from %lld completed trials", name, used);
+    if (done > used)
+        printf(" (an evenly spaced %lld of %lld)", used, done);
+    printf("\n(first-order Sobol indices of a GP fitted to them, normalised to sum to "
+           "1; TOTAL includes interactions)\n");
     int w = 5;
     size_t i;
     json_t *p;

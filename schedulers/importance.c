@@ -106,6 +106,15 @@ int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int 
         if (ok)
             Y[m++] = y[i];
     }
+    if (m >
+        IMP_MAX_TRIALS) { /* an evenly spaced subsample keeps the fit's cost bounded */
+        for (int j = 0; j < IMP_MAX_TRIALS; j++) {
+            int from = (int)((long long)j * m / IMP_MAX_TRIALS);
+            memmove(X + (size_t)j * D, X + (size_t)from * D, sizeof(double) * (size_t)D);
+            Y[j] = Y[from];
+        }
+        m = IMP_MAX_TRIALS;
+    }
     out->n_used = m;
     if (m < 2) {
         snprintf(err, errsize,

@@ -27,11 +27,16 @@
 
 #include <jansson.h>
 
+/* At most this many trials are fitted (an evenly spaced subsample of the
+   usable ones, in their given order, beyond it): the GP's cost grows with
+   the cube of the trials, and 256 already pin the indices down. */
+#define IMP_MAX_TRIALS 256
+
 typedef struct {
     double *first;      /* nparams, owned */
     double *total;      /* nparams, owned */
     double *importance; /* nparams, owned */
-    int n_used;         /* trials the model was fitted on */
+    int n_used;         /* trials the model was fitted on (<= IMP_MAX_TRIALS) */
 } imp_result;
 
 /* Computes the indices for the parameters of spec from n trials: params[i]
@@ -51,8 +56,9 @@ void imp_result_fini(imp_result *r);
 /* The importance of a study's parameters from `detail` (borrowed: the
    shape of store_study_detail, {"spec", "trials": [{"state", "value",
    "params"}]}), fitted on its completed trials with a finite value (the
-   others' values are not final): {"method": "sobol-gp", "trials": N,
-   "params": [{"name", "importance", "first", "total"}, ...]}, most
+   others' values are not final): {"method": "sobol-gp", "trials": N
+   fitted, "completed": M usable (N < M beyond IMP_MAX_TRIALS), "params":
+   [{"name", "importance", "first", "total"}, ...]}, most
    important first (ties in spec order). New reference, or NULL with a
    message in err (as imp_compute, or a spec that no longer parses).
    importance_study.c. */

@@ -69,8 +69,8 @@ json_t *imp_study(const json_t *detail, char *err, size_t errsize)
                                         "importance", r.importance[p], "first",
                                         r.first[p], "total", r.total[p]));
     }
-    out = json_pack("{s:s,s:i,s:o}", "method", "sobol-gp", "trials", r.n_used, "params",
-                    arr);
+    out = json_pack("{s:s,s:i,s:i,s:o}", "method", "sobol-gp", "trials", r.n_used,
+                    "completed", n, "params", arr);
 done:
     imp_result_fini(&r);
     free(rk);

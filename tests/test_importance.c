@@ -71,6 +71,33 @@ TEST(linear_known_shares)
     spec_destroy(&sp);
 }
 
+/* More trials than IMP_MAX_TRIALS: an evenly spaced IMP_MAX_TRIALS of
+   them are fitted, and the shares are still the known ones. */
+TEST(many_trials_are_subsampled)
+{
+    spec_t *sp = s_spec("{\"a\":{\"type\":\"float\",\"low\":0,\"high\":1},"
+                        "\"b\":{\"type\":\"float\",\"low\":0,\"high\":1}}");
+    REQUIRE(sp);
+    enum { N = IMP_MAX_TRIALS * 3 + 7 };
+    static json_t *params[N];
+    static double y[N];
+    for (int i = 0; i < N; i++) {
+        double a = s_u(), b = s_u();
+        params[i] = json_pack("{s:f,s:f}", "a", a, "b", b);
+        y[i] = 2 * a + b;
+    }
+    imp_result r;
+    char err[256];
+    REQUIRE(imp_compute(sp, params, y, N, 2048, 1, &r, err, sizeof err) == 0);
+    CHECK(r.n_used == IMP_MAX_TRIALS);
+    CHECK_NEAR(r.importance[0], 0.8, 0.04); /* 4:1 */
+    CHECK_NEAR(r.importance[1], 0.2, 0.04);
+    imp_result_fini(&r);
+    for (int i = 0; i < N; i++)
+        json_decref(params[i]);
+    spec_destroy(&sp);
+}
+
 /* y = x1 x2 on [-1,1]^2 plus a choice that shifts y by 0 or 0.6: the
    product has no first-order part (every share is interaction), so x1 and
    x2 have first index ~0 and total index Var(x1 x2)/V = (1/9)/V; the
@@ -135,6 +162,7 @@ TEST(errors)
 int main(void)
 {
     RUN(linear_known_shares);
+    RUN(many_trials_are_subsampled);
     RUN(interaction_and_choice);
     RUN(errors);
     TEST_DONE();

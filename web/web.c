@@ -407,6 +407,7 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
     snprintf(w->controller, sizeof w->controller, "%s",
              cfg->controller ? cfg->controller : "");
     w->curves = web_curves_new();
+    pthread_mutex_init(&w->imp_mu, NULL);
     w->d = web__mhd.start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
             MHD_USE_ERROR_LOG,
@@ -420,6 +421,7 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
         snprintf(err, errsize, "cannot listen on %s:%d (in use, or not an address here)",
                  addr, ntohs(sa.sin_port));
         web_curves_destroy(&w->curves);
+        pthread_mutex_destroy(&w->imp_mu);
         free(w);
         return NULL;
     }
@@ -446,6 +448,8 @@ void web_destroy(web_t **wp)
         pthread_join(w->warm, NULL);
     web__mhd.stop_daemon(w->d);
     web_curves_destroy(&w->curves);
+    pthread_mutex_destroy(&w->imp_mu);
+    json_decref(w->imp);
     free(w);
     *wp = NULL;
 }

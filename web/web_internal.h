@@ -36,6 +36,12 @@ struct web {
     int warming;           /* the thread was started */
     int port;
     int loopback; /* bound to 127.x.x.x: Host must name it */
+    /* the last importance answer (web_importance.c), given again while the
+       study's completed trials are the same; computed under imp_mu, so
+       one fit runs at a time */
+    pthread_mutex_t imp_mu;
+    long imp_study, imp_done, imp_last; /* study id, completed count, last id */
+    json_t *imp;                        /* owned; NULL: none */
 };
 
 /* One request: filled by web.c, answered by a handler. */

@@ -598,15 +598,22 @@ async function studyPage(name) {
   /* importance: the server's (Sobol indices of a GP over the completed
      trials, as `jizhi study importance`), fetched again when the number of
      completed trials changes; |Spearman rho| until it has one */
-  let imp = { done: -1, data: null, busy: false };
+  /* the first fetch waits a second, so it does not compete with the page's first draw */
+  let imp = { done: -1, data: null, busy: false, at: Date.now() - 19000, timer: null };
   function drawImportance() {
     if (!$("#importance-chart")) return; /* the page was left */
     const done = S.trials.filter((t) => t.state === "completed").length;
     if (done !== imp.done && done >= 2 && !imp.busy) {
-      imp.busy = true;
-      getJSON(`/api/studies/${encodeURIComponent(name)}/importance`)
-        .then((j) => { imp = { done, data: j, busy: false }; jz.importance = j; drawImportance(); })
-        .catch(() => { imp = { done, data: null, busy: false }; });
+      /* at most every 20 s: a study of many trials costs the server a fit */
+      const wait = imp.at + 20000 - Date.now();
+      if (wait > 0) {
+        if (!imp.timer) imp.timer = setTimeout(() => { imp.timer = null; drawImportance(); }, wait);
+      } else {
+        imp.busy = true;
+        getJSON(`/api/studies/${encodeURIComponent(name)}/importance`)
+          .then((j) => { Object.assign(imp, { done, data: j, busy: false, at: Date.now() }); jz.importance = j; drawImportance(); })
+          .catch(() => Object.assign(imp, { done, data: null, busy: false, at: Date.now() }));
+      }
     }
     let rows, label, axis, note;
     if (imp.data) {
