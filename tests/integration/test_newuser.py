@@ -1,6 +1,5 @@
 """What a new user hit (issue: install, one trial number, honest
 acknowledgements, readable numbers): each case failed before its fix."""
-import contextlib
 import csv
 import io
 import json
@@ -437,7 +436,7 @@ def test_a_stale_attempt_is_refused_and_killed(jz):
     b = None
     try:
         spec = base_spec("stale", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1,
-                         parallel=1, env={"STEPS": "200"})
+                         parallel=1, env={"STEPS": "400"})
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60, "a report")
         (token0, pid0) = jz.sql("SELECT token, pid FROM trials")[0]
@@ -449,11 +448,14 @@ def test_a_stale_attempt_is_refused_and_killed(jz):
                     60, "the retry on dispatcher b")
         (token1,) = jz.sql("SELECT token FROM trials")[0]
         assert token1 != token0  # a new attempt, a new token
-        # the machine comes back (its dispatcher may kill and reap the
-        # stale trial before the trial itself is continued)
+        # the machine comes back: first the stale trial, whose reports the
+        # controller refuses (it talks to the controller directly) ...
+        os.kill(pid0, signal.SIGCONT)
+        ctl_log = os.path.join(jz.dir, "controller.log")
+        jz.wait_for(lambda: "for trial 1: wrong token" in open(ctl_log).read(), 60,
+                    "the stale attempt's reports to be refused")
+        # ... then its dispatcher, which still lists it as running
         a.send_signal(signal.SIGCONT)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid0, signal.SIGCONT)
         jz.wait_for(lambda: subprocess.run(["kill", "-0", str(pid0)],
                                            capture_output=True).returncode != 0,
                     60, "the stale attempt to be killed")
