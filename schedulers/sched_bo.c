@@ -553,7 +553,7 @@ static long s_nlevel(const sched_bo *b, int k)
 static int s_pick_level(const sched_bo *b)
 {
     long nfin = s_nfinal(b);
-    if (nfin >= b->n_init)
+    if (nfin >= b->n_init || b->fidelity == S_FID_FINAL)
         return -1;
     for (int k = sched__bo_mf_levels(b->mf) - 1; k >= 0; k--)
         if (s_nlevel(b, k) >= b->n_init)
@@ -707,7 +707,8 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
         nreal += !b->obs[i].failed;
     if (b->mf) { /* partial results count, finished-looking stopped ones do not */
         nreal = s_nfinal(b);
-        if (sched__bo_mf_levels(b->mf) > 0 && s_nlevel(b, 0) > nreal)
+        if (b->fidelity == S_FID_RUNGS && sched__bo_mf_levels(b->mf) > 0 &&
+            s_nlevel(b, 0) > nreal)
             nreal = s_nlevel(b, 0);
     }
     if ((long)(b->nobs + b->npend) < b->n_init || nreal < 2) {
@@ -834,8 +835,10 @@ static json_t *s_save(sched_t *s)
     json_t *st = json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count",
                            (json_int_t)b->count, "sobol", (json_int_t)b->sobol, "theta",
                            theta, "obs", obs, "pending", pend);
-    if (b->mf && st)
+    if (b->mf && st) {
         json_object_set_new(st, "partial", sched__bo_mf_save(b->mf));
+        json_object_set_new(st, "level", json_integer(b->level)); /* for people */
+    }
     return st;
 }
 
@@ -947,6 +950,8 @@ static int s_restore(sched_t *s, const json_t *state)
     b->cappend = tmp.cappend;
     b->count = (long)count;
     b->sobol = (long)sobol;
+    json_t *lv = json_object_get(state, "level");
+    b->level = json_is_integer(lv) ? (int)json_integer_value(lv) : -1;
     b->have_theta = have_theta;
     if (have_theta) /* checked above */
         for (int i = 0; i < nt; i++)
@@ -1103,8 +1108,7 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     /* multi-fidelity under early stopping, for one objective without
        constraints (those model the ended trials' last metrics) */
     b->level = -1;
-    if (spec->early_stop && b->fidelity == S_FID_RUNGS && spec->nobjectives <= 1 &&
-        !spec->nconstraints) {
+    if (spec->early_stop && spec->nobjectives <= 1 && !spec->nconstraints) {
         b->mf = sched__bo_mf_new(spec);
         if (!b->mf) {
             snprintf(err, errsize, "out of memory");
