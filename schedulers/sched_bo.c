@@ -34,7 +34,7 @@
 
 enum { S_BELIEVER = 0, S_LIAR = 1 };
 enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1 };
-enum { S_FID_RUNGS = 0, S_FID_FINAL = 1 };
+enum { S_FID_RUNGS = 0, S_FID_FINAL = 1, S_FID_JOINT = 2 };
 #define S_TOPK 8 /* ranked suggestions the worker returns */
 
 typedef struct {
@@ -43,6 +43,8 @@ typedef struct {
     int D;               /* encoded dimensions */
     int *off;            /* first dimension of parameter k */
     unsigned char *mask; /* 1 for float/int dimensions, 0 for one-hot */
+    int resdim;          /* 1: the last dimension is the resource (the joint
+                            multi-fidelity model), kept at 1 by s_round */
 } s_layout;
 
 typedef struct {
@@ -95,9 +97,11 @@ typedef struct {
     int have_theta;
     s_job *job; /* in flight, or NULL */
     /* multi-fidelity (sched_bo_mf.c): partial results under early stopping */
-    int fidelity; /* S_FID_* */
-    bo_mf *mf;    /* owned; NULL without early stopping or with "final" */
-    int level;    /* level the last model was fitted on (-1: final values) */
+    int fidelity;  /* S_FID_* */
+    bo_mf *mf;     /* owned; NULL without early stopping */
+    s_layout lay1; /* joint: lay plus the resource dimension (off shared) */
+    int joint;     /* the GP is over (params, resource) */
+    int level;     /* level the last model was fitted on (-1: final values) */
 } sched_bo;
 
 /* ---- encoding --------------------------------------------------------- */
@@ -172,6 +176,8 @@ static json_t *s_decode(const s_layout *l, const double *x)
 static void s_round(void *ctx, double *x)
 {
     const s_layout *l = ctx;
+    if (l->resdim) /* the joint model: suggestions are at the full resource */
+        x[l->D - 1] = 1;
     for (int k = 0; k < l->np; k++) {
         const spec_param *p = &l->spec->params[k];
         double *xk = x + l->off[k];
@@ -306,19 +312,35 @@ static void s_run_job(s_job *j)
 
     double best = INFINITY;
     int bi[3] = {-1, -1, -1};
+    double bv[3] = {INFINITY, INFINITY, INFINITY};
+    double *xr = l->resdim ? malloc(sizeof(double) * (size_t)D) : NULL;
+    if (l->resdim && !xr)
+        goto out;
     for (int i = 0; i < n; i++) {
         double v = gp_y_std(gp, i);
+        if (xr) {
+            /* the joint model: every observation's predicted value at the
+               full resource, the incumbent being the best of them */
+            double var;
+            memcpy(xr, j->X + (size_t)i * D, sizeof(double) * (size_t)D);
+            xr[D - 1] = 1;
+            gp_predict(gp, xr, &v, &var, NULL, NULL);
+        }
         best = fmin(best, v);
         /* the three best observations seed the local search */
         for (int r = 0; r < 3; r++) {
-            if (bi[r] < 0 || v < gp_y_std(gp, bi[r])) {
-                for (int s = 2; s > r; s--)
+            if (bi[r] < 0 || v < bv[r]) {
+                for (int s = 2; s > r; s--) {
                     bi[s] = bi[s - 1];
+                    bv[s] = bv[s - 1];
+                }
                 bi[r] = i;
+                bv[r] = v;
                 break;
             }
         }
     }
+    free(xr);
     if (m > 0) {
         /* fantasies: the pending points count as observed, at the GP mean
            (kriging believer) or at the worst value (constant liar) */
@@ -593,16 +615,52 @@ static void s_mf_data(sched_bo *b, s_job *j, int level)
     j->m = m;
 }
 
+/* The joint model's data: a row (x, u) per level a trial reached, u its
+   place on the resource ladder (sched__bo_mf_u), and (x, 1) for a finished
+   trial's final value (failed ones there as failures); running trials are
+   fantasies at (x, 1). Stopped trials have their partial rows only. */
+static void s_joint_data(sched_bo *b, s_job *j)
+{
+    int D = b->lay.D, D1 = D + 1, maximize = b->base.spec->maximize, n = 0, m = 0;
+    int nl = sched__bo_mf_levels(b->mf);
+    for (size_t i = 0; i < b->nobs + b->npend; i++) {
+        int ended = i < b->nobs;
+        const s_point *p = ended ? &b->obs[i] : &b->pend[i - b->nobs];
+        for (int k = 0; k <= nl; k++) {
+            double v = k < nl       ? sched__bo_mf_at(b->mf, p->trial, k)
+                       : !ended     ? NAN
+                       : p->failed  ? NAN
+                       : p->stopped ? NAN
+                                    : p->value;
+            double *row;
+            if (k == nl && !ended)
+                row = j->Xp + (size_t)m++ * D1;
+            else if (!isnan(v) || (k == nl && p->failed)) {
+                j->y[n] = p->failed && k == nl ? NAN : maximize ? -v : v;
+                row = j->X + (size_t)n++ * D1;
+            } else
+                continue;
+            memcpy(row, p->x, sizeof(double) * (size_t)D);
+            row[D] = sched__bo_mf_u(b->mf, k);
+        }
+    }
+    j->n = n;
+    j->m = m;
+}
+
 static int s_start_job(sched_bo *b)
 {
-    int D = b->lay.D, nt = gp_ntheta(D);
+    const s_layout *ml = b->joint ? &b->lay1 : &b->lay; /* the model's */
+    int D = ml->D, nt = gp_ntheta(D);
     s_job *j = calloc(1, sizeof *j);
     if (!j)
         return -1;
-    j->lay = &b->lay;
+    j->lay = ml;
     j->n = (int)b->nobs;
     j->m = (int)b->npend;
-    size_t rows = b->nobs + b->npend + 1; /* multi-fidelity: running ones too */
+    /* multi-fidelity: running ones too; joint: a row per level */
+    size_t rows = (b->nobs + b->npend + 1) *
+                  (b->joint ? (size_t)sched__bo_mf_levels(b->mf) + 1 : 1);
     j->X = malloc(sizeof(double) * rows * (size_t)D);
     j->y = malloc(sizeof(double) * rows);
     j->Xp = malloc(sizeof(double) * (size_t)(j->m ? j->m : 1) * (size_t)D);
@@ -620,7 +678,9 @@ static int s_start_job(sched_bo *b)
     }
     int maximize = b->base.spec->maximize;
     b->level = -1;
-    if (b->mf) {
+    if (b->joint) {
+        s_joint_data(b, j);
+    } else if (b->mf) {
         b->level = s_pick_level(b);
         s_mf_data(b, j, b->level);
     } else {
@@ -659,7 +719,7 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
     if (j->threaded)
         pthread_join(j->thread, NULL);
     b->job = NULL;
-    int D = b->lay.D, nt = gp_ntheta(D);
+    int D = (b->joint ? b->lay1.D : b->lay.D), nt = gp_ntheta(D);
     if (j->theta_ok) {
         memcpy(b->theta, j->theta, sizeof(double) * (size_t)nt);
         b->have_theta = 1;
@@ -707,7 +767,7 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
         nreal += !b->obs[i].failed;
     if (b->mf) { /* partial results count, finished-looking stopped ones do not */
         nreal = s_nfinal(b);
-        if (b->fidelity == S_FID_RUNGS && sched__bo_mf_levels(b->mf) > 0 &&
+        if (b->fidelity != S_FID_FINAL && sched__bo_mf_levels(b->mf) > 0 &&
             s_nlevel(b, 0) > nreal)
             nreal = s_nlevel(b, 0);
     }
@@ -829,7 +889,7 @@ static json_t *s_save(sched_t *s)
     if (b->have_theta) {
         json_decref(theta);
         theta = json_array();
-        for (int i = 0; i < gp_ntheta(b->lay.D); i++)
+        for (int i = 0; i < gp_ntheta(b->joint ? b->lay1.D : b->lay.D); i++)
             json_array_append_new(theta, json_real(b->theta[i]));
     }
     json_t *st = json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count",
@@ -900,7 +960,7 @@ static int s_restore(sched_t *s, const json_t *state)
         version != 1 || count < 0 || sobol < 0 || !json_is_array(obs) ||
         !json_is_array(pend))
         return -1;
-    int nt = gp_ntheta(b->lay.D);
+    int nt = gp_ntheta(b->joint ? b->lay1.D : b->lay.D);
     int have_theta = 0;
     if (json_is_array(theta)) {
         if (json_array_size(theta) != (size_t)nt)
@@ -969,6 +1029,7 @@ static void s_destroy(sched_t *s)
     free(b->theta);
     free(b->lay.off);
     free(b->lay.mask);
+    free(b->lay1.mask);
     sched__bo_mf_free(b->mf);
     free(b);
 }
@@ -1040,9 +1101,12 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             b->warp = !strcmp(a, "none") ? S_WARP_NONE : S_WARP_HALFRANK;
         } else if (!strcmp(key, "fidelity")) {
             const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "rungs") && strcmp(a, "final")))
-                return s_fail(err, errsize, key, "must be \"rungs\" or \"final\"");
-            b->fidelity = !strcmp(a, "final") ? S_FID_FINAL : S_FID_RUNGS;
+            if (!a || (strcmp(a, "rungs") && strcmp(a, "final") && strcmp(a, "joint")))
+                return s_fail(err, errsize, key,
+                              "must be \"rungs\", \"joint\" or \"final\"");
+            b->fidelity = !strcmp(a, "final")   ? S_FID_FINAL
+                          : !strcmp(a, "joint") ? S_FID_JOINT
+                                                : S_FID_RUNGS;
         } else {
             return s_fail(
                 err, errsize, key,
@@ -1094,7 +1158,7 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     }
     l->D = D;
     l->mask = malloc((size_t)(D ? D : 1));
-    b->theta = malloc(sizeof(double) * (size_t)gp_ntheta(D));
+    b->theta = malloc(sizeof(double) * (size_t)gp_ntheta(D + 1)); /* joint: D + 1 */
     if (!l->off || !l->mask || !b->theta) {
         snprintf(err, errsize, "out of memory");
         s_destroy(&b->base);
@@ -1116,6 +1180,20 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
             return NULL;
         }
         b->base.ops = &s_ops_mf;
+        if (b->fidelity == S_FID_JOINT) {
+            b->joint = 1;
+            b->lay1 = *l;
+            b->lay1.D = D + 1;
+            b->lay1.resdim = 1;
+            b->lay1.mask = malloc((size_t)D + 1);
+            if (!b->lay1.mask) {
+                snprintf(err, errsize, "out of memory");
+                s_destroy(&b->base);
+                return NULL;
+            }
+            memcpy(b->lay1.mask, l->mask, (size_t)D);
+            b->lay1.mask[D] = 1;
+        }
     }
     return &b->base;
 }

@@ -46,6 +46,9 @@ bo_mf *sched__bo_mf_new(const spec_t *spec);
 void sched__bo_mf_free(bo_mf *m);
 int sched__bo_mf_levels(const bo_mf *m);
 double sched__bo_mf_level(const bo_mf *m, int k);
+/* Level k's place on [0, 1] for the joint model: log(level/level 0) over
+   log(full resource/level 0); 1 (a full trial) for k out of range. */
+double sched__bo_mf_u(const bo_mf *m, int k);
 void sched__bo_mf_metric(bo_mf *m, long trial, long step, const char *metric,
                          double value);
 double sched__bo_mf_at(const bo_mf *m, long trial, int k);

@@ -43,6 +43,7 @@ struct bo_mf {
     char metric[64], resource[64];
     double level[MF_MAX_LEVELS];
     int nlevels;
+    double top; /* a full trial's resource: max_resource, else a level above all */
     mf_trial *trials;
     size_t n, cap;
 };
@@ -87,6 +88,7 @@ bo_mf *sched__bo_mf_new(const spec_t *spec)
             break;
         m->level[m->nlevels++] = l;
     }
+    m->top = rmax > 0 ? rmax : g * pow(eta, m->nlevels);
     return m;
 }
 
@@ -106,6 +108,14 @@ int sched__bo_mf_levels(const bo_mf *m)
 double sched__bo_mf_level(const bo_mf *m, int k)
 {
     return m && k >= 0 && k < m->nlevels ? m->level[k] : NAN;
+}
+
+double sched__bo_mf_u(const bo_mf *m, int k)
+{
+    if (!m || k < 0 || k >= m->nlevels)
+        return 1;
+    double span = log(m->top / m->level[0]);
+    return span > 0 ? log(m->level[k] / m->level[0]) / span : 0;
 }
 
 static mf_trial *s_trial(bo_mf *m, long id, int create)

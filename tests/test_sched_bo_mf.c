@@ -4,7 +4,7 @@
     hyperband and median specs, the level each model is fitted on (BOHB:
     the final values once n_init trials finished, else the highest level
     n_init trials reached), stopped trials never taken as finished, the
-    "fidelity" option, and save/restore mid-study giving the same
+    "fidelity" option (rungs, joint, final), and save/restore mid-study giving the same
     suggestions.
 */
 #include "jz_test.h"
@@ -274,7 +274,38 @@ TEST(stopped_trials_do_not_count_as_finished)
     sp = s_spec("{\"type\":\"bo\",\"fidelity\":\"all\"}", ASHA9, "last");
     REQUIRE(sp);
     CHECK(sched_check(sp, err, sizeof err) == -1);
-    CHECK_STR(err, "scheduler.fidelity: must be \"rungs\" or \"final\"");
+    CHECK_STR(err, "scheduler.fidelity: must be \"rungs\", \"joint\" or \"final\"");
+    spec_destroy(&sp);
+}
+
+/* The joint model (one GP over params and resource) on the same study:
+   every suggestion made, the same after restores. */
+TEST(joint_model_suggests_and_survives_restore)
+{
+    spec_t *sp =
+        s_spec("{\"type\":\"bo\",\"seed\":3,\"n_init\":3,\"fidelity\":\"joint\"}", ASHA9,
+               "last");
+    REQUIRE(sp);
+    int lv[4], lv2[4];
+    char *a = s_study(sp, 0, lv);
+    REQUIRE(a);
+    CHECK(!strstr(a, "null"));
+    char *b = s_study(sp, 1, lv2);
+    REQUIRE(b);
+    CHECK_STR(b, a);
+    /* suggestions stay in the space (the resource dimension is not a param) */
+    json_t *all = json_loads(a, 0, NULL);
+    size_t i;
+    json_t *p;
+    json_array_foreach(all, i, p)
+    {
+        CHECK(json_object_size(p) == 2);
+        double x = json_number_value(json_object_get(p, "x"));
+        CHECK(x >= 0 && x <= 1);
+    }
+    json_decref(all);
+    free(a);
+    free(b);
     spec_destroy(&sp);
 }
 
@@ -283,5 +314,6 @@ int main(void)
     RUN(levels_and_values_at_them);
     RUN(the_model_level_follows_the_data_and_survives_restore);
     RUN(stopped_trials_do_not_count_as_finished);
+    RUN(joint_model_suggests_and_survives_restore);
     TEST_DONE();
 }
