@@ -10,6 +10,8 @@ weight_decay (log 1e-6..1e-2) for the best val_acc. Arms:
 
   bo+asha        jizhi bo, early_stopping asha (grace 1, reduction 3,
                  max_resource 9); bo learns from the rungs (fidelity rungs)
+  bo+asha/joint  as bo+asha with fidelity "joint": one GP over (params,
+                 resource) instead of a model per rung
   bo+hyperband   jizhi bo, early_stopping hyperband (max_resource 9,
                  reduction 3: brackets with grace 1, 3, 9)
   bo+asha/final  as bo+asha with fidelity "final" (bo learns from finished
@@ -58,7 +60,8 @@ JIZHI = os.path.join(BUILD, "bin", "jizhi")
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 DATA = "/usr/share/datasets/fashion-mnist"
 EPOCHS = 9
-ARMS = ["bo+asha", "bo+hyperband", "bo+asha/final", "bo", "random+asha", "tpe+hyperband"]
+ARMS = ["bo+asha", "bo+asha/joint", "bo+hyperband", "bo+asha/final", "bo", "random+asha",
+        "tpe+hyperband"]
 SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True},
          "momentum": {"type": "float", "low": 0.0, "high": 0.99},
          "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-2, "log": True}}
@@ -351,7 +354,7 @@ def main():
     print(f"\nbest val_acc against CPU-seconds (Fashion-MNIST subset {args.subset}, MLP 128, "
           f"{EPOCHS} epochs a full trial, budget {args.budget} epochs, 2 at a time; mean over "
           f"{args.seeds} seed(s); load average {os.getloadavg()[1]:.1f})")
-    hdr = "".join(f"{'@' + format(sum(x for x, _ in table[arms[0]][f]) / len(table[arms[0]][f]), '.0f') + ' CPU-s':>14}"
+    hdr = "".join(f"{'@' + format(sum(x for x, _ in table[arms[0]][f]) / len(table[arms[0]][f]), '.1f') + ' CPU-s':>14}"
                   for f in fracs)
     print(f"{'arm':<16}{hdr}")
     summary = {}
