@@ -121,7 +121,9 @@ double acq_value(gp_t *gp, const acq_t *a, const double *x, double *grad)
             grad[i] = 0;
     }
     double v = 0;
-    if (!(a->ncons > 0 && a->infeasible)) {
+    if (a->ehvi && !(a->ncons > 0 && a->infeasible)) {
+        v = acq_ehvi_log(a->ehvi, x, grad);
+    } else if (!(a->ncons > 0 && a->infeasible)) {
         gp_predict(gp, x, &mu, &var, dm, dv);
         v = s_acq(a, mu, var, &gmu, &gsd);
         if (grad) {
@@ -150,10 +152,12 @@ int acq_values(gp_t *gp, const acq_t *a, const double *X, int m, double *vals)
     double *var = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1));
     int rc = -1;
     int base = !(a->ncons > 0 && a->infeasible);
-    if (mu && var && (!base || gp_predict_batch(gp, X, m, mu, var) == 0)) {
+    if (mu && var && (!base || a->ehvi || gp_predict_batch(gp, X, m, mu, var) == 0)) {
         for (int i = 0; i < m; i++) {
             double g1, g2;
-            vals[i] = base ? s_acq(a, mu[i], var[i], &g1, &g2) : 0;
+            vals[i] = !base     ? 0
+                      : a->ehvi ? acq_ehvi_log(a->ehvi, X + (size_t)i * gp_dim(gp), NULL)
+                                : s_acq(a, mu[i], var[i], &g1, &g2);
         }
         rc = 0;
         for (int k = 0; k < a->ncons && rc == 0; k++) {

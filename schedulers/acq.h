@@ -13,6 +13,7 @@
 #ifndef JZ_ACQ_H
 #define JZ_ACQ_H
 
+#include "acq_ehvi.h"
 #include "gp.h"
 
 typedef enum { ACQ_EI = 0, ACQ_UCB = 1 } acq_kind;
@@ -36,6 +37,10 @@ typedef struct {
     int ncons;
     const acq_con *cons; /* ncons, borrowed */
     int infeasible;
+    /* Several objectives: when non-NULL the base acquisition is log EHVI
+       over these objective models (acq_ehvi.h, borrowed) instead of the
+       one given GP's (which then only gives the dimension). */
+    const acq_ehvi *ehvi;
 } acq_t;
 
 /* log h(z) with h(z) = z Phi(z) + phi(z) = E[max(0, z + N(0,1))]; finite

@@ -35,6 +35,9 @@
 enum { S_BELIEVER = 0, S_LIAR = 1 };
 enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1 };
 enum { S_CON_POF = 0, S_CON_PENALTY = 1 };
+enum { S_MO_EHVI = 0, S_MO_PAREGO = 1 };
+#define S_EHVI_MAX_OBJECTIVES 3 /* the boxes grow as (front size)^(m-1) */
+#define S_EHVI_DRAWS 32
 enum { S_FID_RUNGS = 0, S_FID_FINAL = 1, S_FID_JOINT = 2 };
 #define S_TOPK 8 /* ranked suggestions the worker returns */
 
@@ -73,6 +76,10 @@ typedef struct {
     double *C;
     const spec_constraint *cons; /* nc, the spec's (outlives the job) */
     unsigned char *feas;
+    /* several objectives modelled by EHVI: nobj GPs on F (n x nobj, each
+       objective scaled to [0, 1], NaN for failed); nobj is 0 otherwise */
+    int nobj;
+    double *F;
     unsigned long long seed;
     atomic_int cancel;
     atomic_int done;
@@ -94,7 +101,8 @@ typedef struct {
     long n_init;
     int fantasy;
     int warp;
-    int cmodel; /* S_CON_POF or S_CON_PENALTY */
+    int cmodel;  /* S_CON_POF or S_CON_PENALTY */
+    int momodel; /* S_MO_EHVI or S_MO_PAREGO */
     /* state */
     s_point *obs;
     size_t nobs, capobs;
@@ -225,6 +233,7 @@ static void s_job_free(s_job *j)
     free(j->theta0);
     free(j->C);
     free(j->feas);
+    free(j->F);
     free(j->outp);
     free(j->theta);
     free(j);
@@ -277,6 +286,90 @@ static void s_warp_halfrank(double *y, int n)
     free(r);
 }
 
+/* EHVI (several objectives): a GP per objective on the observations that
+   have them all, the front from the feasible observations (by the
+   constraint models' means for pending points, which join it at their
+   believed values), the reference point 0.1 past the front's worst in
+   each objective. 0, or -1 (out of memory or cancelled). */
+static int s_ehvi(s_job *j, const acq_con *ac, int nac, const gp_fit_opts *fo,
+                  gp_t ***og_p, double **front_p, acq_ehvi **eh_p)
+{
+    const s_layout *l = j->lay;
+    int D = l->D, n = j->n, M = j->nobj, k = 0;
+    double *Xo = malloc(sizeof(double) * (size_t)(n ? n : 1) * (size_t)D);
+    double *yo = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    double *front = malloc(sizeof(double) * (size_t)(n + j->m + 1) * (size_t)M);
+    gp_t **og = calloc((size_t)M, sizeof *og);
+    *og_p = og;
+    *front_p = front;
+    int rc = -1;
+    if (!Xo || !yo || !front || !og)
+        goto out;
+    for (int o = 0; o < M; o++) {
+        k = 0;
+        for (int i = 0; i < n; i++) {
+            if (isnan(j->F[(size_t)i * M]))
+                continue;
+            memcpy(Xo + (size_t)k * D, j->X + (size_t)i * D, sizeof(double) * (size_t)D);
+            yo[k++] = j->F[(size_t)i * M + o];
+        }
+        gp_fit_opts f = *fo;
+        f.theta0 = NULL;
+        f.seed = fo->seed ^ (0xD1B54A32D192ED03ULL * (unsigned long long)(o + 1));
+        og[o] = gp_new(D);
+        if (!og[o] || gp_set_data(og[o], Xo, yo, k, 1) != 0 || gp_fit(og[o], &f) != 0)
+            goto out;
+    }
+    int np = 0;
+    for (int i = 0; i < n; i++)
+        if (!isnan(j->F[(size_t)i * M]) && (!j->nc || j->feas[i]))
+            memcpy(front + (size_t)(np++) * M, j->F + (size_t)i * M,
+                   sizeof(double) * (size_t)M);
+    for (int p = 0; p < j->m; p++) {
+        const double *xp = j->Xp + (size_t)p * D;
+        int ok = 1;
+        for (int c = 0; c < nac && ok; c++) {
+            double mu, var;
+            gp_predict(ac[c].gp, xp, &mu, &var, NULL, NULL);
+            ok = ac[c].upper ? mu <= ac[c].bound : mu >= ac[c].bound;
+        }
+        for (int o = 0; o < M && ok; o++) {
+            double mu, var;
+            gp_predict(og[o], xp, &mu, &var, NULL, NULL);
+            front[(size_t)np * M + o] = gp_y_mean(og[o]) + gp_y_sd(og[o]) * mu;
+        }
+        np += ok;
+    }
+    /* the reference point: 0.1 past the worst of the non-dominated points
+       (1.1, past every observation, while there are none) */
+    double ref[S_EHVI_MAX_OBJECTIVES];
+    for (int o = 0; o < M; o++)
+        ref[o] = np ? -INFINITY : 1;
+    for (int i = 0; i < np; i++) {
+        const double *q = front + (size_t)i * M;
+        int dom = 0;
+        for (int i2 = 0; i2 < np && !dom; i2++) {
+            const double *r = front + (size_t)i2 * M;
+            int le = 1, lt = 0;
+            for (int o = 0; o < M; o++) {
+                le &= r[o] <= q[o];
+                lt |= r[o] < q[o];
+            }
+            dom = le && lt;
+        }
+        for (int o = 0; o < M && !dom; o++)
+            ref[o] = fmax(ref[o], q[o]);
+    }
+    for (int o = 0; o < M; o++)
+        ref[o] += 0.1;
+    *eh_p = acq_ehvi_new(M, og, front, np, ref, S_EHVI_DRAWS, j->seed ^ 0x5EEDULL);
+    rc = *eh_p ? 0 : -1;
+out:
+    free(Xo);
+    free(yo);
+    return rc;
+}
+
 static void s_run_job(s_job *j)
 {
     const s_layout *l = j->lay;
@@ -289,6 +382,9 @@ static void s_run_job(s_job *j)
     gp_t **cg = NULL; /* constraint models */
     acq_con *ac = NULL;
     double *key = NULL, *Xc = NULL, *yc = NULL;
+    gp_t **og = NULL; /* objective models (EHVI) */
+    acq_ehvi *eh = NULL;
+    double *front = NULL;
     if (!y || !X || !starts || !gp)
         goto out;
     double worst = -INFINITY;
@@ -457,12 +553,15 @@ static void s_run_job(s_job *j)
             memcpy(starts + (size_t)(ns++) * D, j->X + (size_t)bi[r] * D,
                    sizeof(double) * (size_t)D);
 
+    if (j->nobj > 0 && s_ehvi(j, ac, nac, &fo, &og, &front, &eh) != 0)
+        goto out;
     acq_t a = {.kind = j->acq == 1 ? ACQ_UCB : ACQ_EI,
                .best = best,
                .kappa = j->kappa,
                .ncons = nac,
                .cons = ac,
-               .infeasible = nac > 0 && !any_feas};
+               .infeasible = nac > 0 && !any_feas,
+               .ehvi = eh};
     acq_opt_opts ao;
     acq_opt_opts_init(&ao);
     ao.n_candidates = D > 10 ? 2048 : 1024;
@@ -486,6 +585,11 @@ static void s_run_job(s_job *j)
     double vals[S_TOPK];
     j->got = acq_optimize(gp, &a, &ao, j->outp, vals, S_TOPK);
 out:
+    acq_ehvi_destroy(&eh);
+    for (int k = 0; og && k < j->nobj; k++)
+        gp_destroy(&og[k]);
+    free(og);
+    free(front);
     for (int c = 0; cg && c < j->nc; c++)
         gp_destroy(&cg[c]);
     free(cg);
@@ -781,6 +885,33 @@ static int s_con_data(sched_bo *b, s_job *j)
     return 0;
 }
 
+/* EHVI: every observation's objectives, each scaled to [0, 1]. */
+static int s_obj_data(sched_bo *b, s_job *j)
+{
+    const spec_t *spec = b->base.spec;
+    int n = j->n, m = (int)spec->nobjectives;
+    if (b->momodel != S_MO_EHVI || m < 2 || m > S_EHVI_MAX_OBJECTIVES)
+        return 0;
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    json_t **mt = malloc(sizeof(json_t *) * (size_t)(n ? n : 1));
+    unsigned char *f = malloc((size_t)(n ? n : 1));
+    j->F = malloc(sizeof(double) * (size_t)(n ? n : 1) * (size_t)m);
+    int rc = -1;
+    if (v && mt && f && j->F) {
+        for (int i = 0; i < n; i++) {
+            v[i] = b->obs[i].value;
+            mt[i] = b->obs[i].metrics;
+            f[i] = (unsigned char)b->obs[i].failed;
+        }
+        rc = sched__bo_objectives(spec, (size_t)n, v, mt, f, j->F);
+        j->nobj = rc == 0 ? m : 0;
+    }
+    free(v);
+    free(mt);
+    free(f);
+    return rc;
+}
+
 static int s_start_job(sched_bo *b)
 {
     const s_layout *ml = b->joint ? &b->lay1 : &b->lay; /* the model's */
@@ -822,7 +953,8 @@ static int s_start_job(sched_bo *b)
             memcpy(j->X + (size_t)i * D, p->x, sizeof(double) * (size_t)D);
             j->y[i] = p->failed ? NAN : maximize ? -p->value : p->value;
         }
-        if (s_mo_targets(b, j->y) != 0 || s_con_data(b, j) != 0) {
+        if (s_mo_targets(b, j->y) != 0 || s_con_data(b, j) != 0 ||
+            s_obj_data(b, j) != 0) {
             s_job_free(j);
             return -1;
         }
@@ -1232,6 +1364,11 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             if (!a || (strcmp(a, "pof") && strcmp(a, "penalty")))
                 return s_fail(err, errsize, key, "must be \"pof\" or \"penalty\"");
             b->cmodel = !strcmp(a, "penalty") ? S_CON_PENALTY : S_CON_POF;
+        } else if (!strcmp(key, "mo")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "ehvi") && strcmp(a, "parego")))
+                return s_fail(err, errsize, key, "must be \"ehvi\" or \"parego\"");
+            b->momodel = !strcmp(a, "parego") ? S_MO_PAREGO : S_MO_EHVI;
         } else if (!strcmp(key, "warp")) {
             const char *a = json_string_value(v);
             if (!a || (strcmp(a, "halfrank") && strcmp(a, "none")))
@@ -1249,7 +1386,7 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             return s_fail(
                 err, errsize, key,
                 "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
-                "n_init, fantasy, warp, constraint_model, fidelity)");
+                "n_init, fantasy, warp, constraint_model, mo, fidelity)");
         }
     }
     return 0;
@@ -1280,6 +1417,7 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     b->fantasy = S_BELIEVER;
     b->warp = S_WARP_HALFRANK;
     b->cmodel = S_CON_POF;
+    b->momodel = S_MO_EHVI;
     long np = (long)spec->nparams;
     b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
     if (spec->sched_opts && s_options(b, spec, err, errsize) != 0) {

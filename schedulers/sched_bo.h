@@ -53,6 +53,13 @@ int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
                       json_t *const *metrics, const unsigned char *failed,
                       unsigned long long seed, int penalise, double *y);
 
+/* Internal (sched_bo_mo.c): the objective vectors in minimisation form,
+   each objective scaled to [0, 1] over the observations that have them
+   all, into F (n x nobjectives); rows of failed observations, or ones
+   missing an objective, are NaN. 0, or -1 when out of memory. */
+int sched__bo_objectives(const spec_t *spec, size_t n, const double *value,
+                         json_t *const *metrics, const unsigned char *failed, double *F);
+
 /* Internal (sched_bo_mf.c): partial results under early stopping. A
    trial's objective at each level of a resource ladder (see that file).
    sched__bo_mf_new returns NULL when the spec has no early stopping (or

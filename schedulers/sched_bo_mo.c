@@ -26,19 +26,14 @@
 
 #define S_RHO 0.05
 
-int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
-                      json_t *const *metrics, const unsigned char *failed,
-                      unsigned long long seed, int penalise, double *y)
+int sched__bo_objectives(const spec_t *spec, size_t n, const double *value,
+                         json_t *const *metrics, const unsigned char *failed, double *F)
 {
-    size_t m = spec->nobjectives, nc = spec->nconstraints;
-    double *F = malloc(sizeof(double) * (n ? n : 1) * m);
+    size_t m = spec->nobjectives;
     double *lo = malloc(sizeof(double) * m), *hi = malloc(sizeof(double) * m);
-    double *w = malloc(sizeof(double) * m);
-    double *viol = calloc(n ? n : 1, sizeof(double));
-    double *cscale = calloc(nc ? nc : 1, sizeof(double));
     unsigned char *ok = calloc(n ? n : 1, 1);
     int rc = -1;
-    if (!F || !lo || !hi || !w || !viol || !cscale || !ok)
+    if (!lo || !hi || !ok)
         goto done;
     for (size_t k = 0; k < m; k++) {
         lo[k] = INFINITY;
@@ -52,6 +47,35 @@ int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
             hi[k] = fmax(hi[k], F[i * m + k]);
         }
     }
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < m; k++) {
+            double span = hi[k] - lo[k];
+            F[i * m + k] = !ok[i] ? NAN : span > 0 ? (F[i * m + k] - lo[k]) / span : 0;
+        }
+    rc = 0;
+done:
+    free(lo);
+    free(hi);
+    free(ok);
+    return rc;
+}
+
+int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
+                      json_t *const *metrics, const unsigned char *failed,
+                      unsigned long long seed, int penalise, double *y)
+{
+    size_t m = spec->nobjectives, nc = spec->nconstraints;
+    double *F = malloc(sizeof(double) * (n ? n : 1) * m);
+    double *w = malloc(sizeof(double) * m);
+    double *viol = calloc(n ? n : 1, sizeof(double));
+    double *cscale = calloc(nc ? nc : 1, sizeof(double));
+    unsigned char *ok = calloc(n ? n : 1, 1);
+    int rc = -1;
+    if (!F || !w || !viol || !cscale || !ok ||
+        sched__bo_objectives(spec, n, value, metrics, failed, F) != 0)
+        goto done;
+    for (size_t i = 0; i < n; i++)
+        ok[i] = !isnan(F[i * m]);
     /* constraint spreads: the largest distance to the bound seen */
     for (size_t c = 0; c < nc; c++) {
         for (size_t i = 0; i < n; i++) {
@@ -100,14 +124,11 @@ int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
         }
         double mx = -INFINITY, lin = 0;
         for (size_t k = 0; k < m; k++) {
-            double span = hi[k] - lo[k];
-            double f = span > 0 ? (F[i * m + k] - lo[k]) / span : 0;
-            mx = fmax(mx, w[k] * f);
-            lin += w[k] * f;
+            mx = fmax(mx, w[k] * F[i * m + k]);
+            lin += w[k] * F[i * m + k];
         }
-        double s = m == 1 ? F[i * m] : mx + S_RHO * lin;
-        if (m == 1 && nc && penalise) /* one objective: on the same [0, 1] scale */
-            s = hi[0] > lo[0] ? (F[i] - lo[0]) / (hi[0] - lo[0]) : 0;
+        /* one objective: itself, on the same [0, 1] scale as the penalty */
+        double s = m == 1 ? F[i] : mx + S_RHO * lin;
         if (nc && penalise && viol[i] > 0)
             s = any_feasible ? 1 + S_RHO * (double)m + viol[i] : viol[i];
         else if (nc && penalise && !any_feasible)
@@ -117,8 +138,6 @@ int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
     rc = 0;
 done:
     free(F);
-    free(lo);
-    free(hi);
     free(w);
     free(viol);
     free(cscale);
