@@ -11,7 +11,9 @@
     1 MB of data per batch, at least one call) between two barriers; the
     sample's time is the slowest rank's time per call. Rounds interleave
     the algorithms (the order rotates each round), and each algorithm's time
-    is the median of its samples; q1/q3 give the spread. The nccl-tests
+    is the median of its samples; q1/q3 of the per-round ratios give the
+    spread, and the fastest samples (the least disturbed by other programs)
+    give a second ratio. The nccl-tests
     definitions: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n. Also
     the bytes each rank sent (the layer counts them; for MPI_Allreduce the
     ring volume is assumed) and the ratios.
@@ -102,7 +104,7 @@ int main(int argc, char **argv)
         printf("%10s", "bytes");
         for (int a = 0; a < A_N; a++)
             printf(" | %-7s algbw  busbw", s_names[a]);
-        printf(" | ring/mpi busbw (q1..q3) | topk bytes vs ring\n");
+        printf(" | ring/mpi busbw (q1..q3), fastest samples | topk bytes vs ring\n");
     }
     for (long bytes = 4096; bytes <= max_bytes; bytes *= 4) {
         long n = bytes / 4;
@@ -129,10 +131,11 @@ int main(int argc, char **argv)
         double ratio[rounds > 0 ? rounds : 1];
         for (int r = 0; r < rounds; r++)
             ratio[r] = samp[A_MPI * rounds + r] / samp[A_RING * rounds + r];
-        double t[A_N], bus[A_N];
+        double t[A_N], tmin[A_N], bus[A_N];
         for (int a = 0; a < A_N; a++) {
             qsort(samp + a * rounds, (size_t)rounds, sizeof(double), s_cmp_d);
             t[a] = s_quant(samp + a * rounds, rounds, 0.5);
+            tmin[a] = samp[a * rounds];
             bus[a] = bytes / t[a] * 2.0 * (p - 1) / p;
         }
         qsort(ratio, (size_t)rounds, sizeof(double), s_cmp_d);
@@ -140,18 +143,20 @@ int main(int argc, char **argv)
             printf("%10ld", bytes);
             for (int a = 0; a < A_N; a++)
                 printf(" | %7s %5.2f %6.2f", "", bytes / t[a] / 1e9, bus[a] / 1e9);
-            printf(" | %5.2f (%4.2f..%4.2f)      | %.1fx fewer\n",
+            printf(" | %5.2f (%4.2f..%4.2f) best %4.2f | %.1fx fewer\n",
                    bus[A_RING] / bus[A_MPI], s_quant(ratio, rounds, 0.25),
-                   s_quant(ratio, rounds, 0.75),
+                   s_quant(ratio, rounds, 0.75), tmin[A_MPI] / tmin[A_RING],
                    (double)sent[A_RING] / (double)(sent[A_TOPK] ? sent[A_TOPK] : 1));
             for (int a = 0; a < A_N; a++)
-                printf("CURVE np=%d algo=%s bytes=%ld time=%.9g sent=%llu\n", p,
-                       s_names[a], bytes, t[a], (unsigned long long)sent[a]);
+                printf("CURVE np=%d algo=%s bytes=%ld time=%.9g sent=%llu tmin=%.9g\n", p,
+                       s_names[a], bytes, t[a], (unsigned long long)sent[a], tmin[a]);
         }
     }
     if (c->rank == 0)
-        printf("(GB/s; busbw = algbw * 2(n-1)/n; top-k: dense bytes / time; ring/mpi: "
-               "ratio of the medians, q1..q3 of the per-round ratios)\n");
+        printf(
+            "(GB/s; busbw = algbw * 2(n-1)/n; top-k: dense bytes / time; ring/mpi: "
+            "ratio of the medians, q1..q3 of the per-round ratios, ratio of the fastest "
+            "samples: the least disturbed by other load)\n");
     free(buf);
     free(res);
     free(samp);
