@@ -5,11 +5,9 @@
     Each trial has ready points every `interval` steps (or `interval_s`
     seconds of controller time) of its own progress, counted on the
     reports of the objective metric. At a ready point the live members
-    are ranked on their latest objective value (a member that has loaded
-    a copy is left out of the ranking until it reports from it); a member
-    in the bottom `quantile` (ceil(n * quantile) members, at most n/2, as
-    in Ray Tune) copies a random member of the top `quantile` (exploit)
-    and perturbs the copied params (explore):
+    are ranked on their latest objective value; a member in the bottom
+    `quantile` copies a random member of the top `quantile` (exploit) and
+    perturbs the copied params (explore):
 
       exploit  the donor's latest checkpoint is used when it is at or after
                the donor's last ready point; otherwise the donor is sent a
@@ -316,13 +314,7 @@ static int s_load(sched_pbt *self, pbt_member *r, pbt_member *d, const char *pat
     r->params = params;
     r->generation++;
     r->waiting = 0;
-    /* Until it reports from the copied state the receiver has no value of
-       its own: it is neither a donor (a copy with untried params, whose
-       checkpoint request would compound a second perturbation) nor a bottom
-       member that shields another from exploiting (Ray keeps its stale
-       score, which does). pb2 measures its improvement from the donor's. */
-    r->value = NAN;
-    r->ready_value = d->value;
+    r->value = r->ready_value = d->value;
     r->ready_step = step > r->step ? step : r->step;
     r->ready_time = now;
     self->exploits++;
@@ -364,10 +356,9 @@ static int s_ready(sched_pbt *self, pbt_member *m, double now, sched_instr *out,
     int k = 0;
     if (n >= 2) {
         s_sort(live, n, self);
-        /* as Ray Tune: ceil(n * quantile), at most n/2 */
-        size_t cut = (size_t)ceil((double)n * self->quantile);
-        if (cut > n / 2)
-            cut = n / 2;
+        size_t cut = (size_t)floor((double)n * self->quantile);
+        if (cut < 1)
+            cut = 1;
         size_t pos = 0;
         while (pos < n && live[pos] != m)
             pos++;
