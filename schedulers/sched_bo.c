@@ -34,6 +34,7 @@
 
 enum { S_BELIEVER = 0, S_LIAR = 1 };
 enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1 };
+enum { S_CON_POF = 0, S_CON_PENALTY = 1 };
 #define S_TOPK 8 /* ranked suggestions the worker returns */
 
 typedef struct {
@@ -61,6 +62,13 @@ typedef struct {
     double *theta0;      /* warm start or NULL */
     int acq, fantasy, warp;
     double kappa;
+    /* constraints modelled by probability of feasibility: nc GPs on the
+       constraint metrics C (n x nc, NaN when not reported); feas[i] says
+       whether observation i met every constraint. nc is 0 otherwise. */
+    int nc;
+    double *C;
+    const spec_constraint *cons; /* nc, the spec's (outlives the job) */
+    unsigned char *feas;
     unsigned long long seed;
     atomic_int cancel;
     atomic_int done;
@@ -82,6 +90,7 @@ typedef struct {
     long n_init;
     int fantasy;
     int warp;
+    int cmodel; /* S_CON_POF or S_CON_PENALTY */
     /* state */
     s_point *obs;
     size_t nobs, capobs;
@@ -202,6 +211,8 @@ static void s_job_free(s_job *j)
     free(j->y);
     free(j->Xp);
     free(j->theta0);
+    free(j->C);
+    free(j->feas);
     free(j->outp);
     free(j->theta);
     free(j);
@@ -263,6 +274,9 @@ static void s_run_job(s_job *j)
     double *X = malloc(sizeof(double) * (size_t)(n + m) * (size_t)D);
     double *starts = malloc(sizeof(double) * 3 * (size_t)D);
     gp_t *gp = gp_new(D);
+    gp_t **cg = NULL; /* constraint models */
+    acq_con *ac = NULL;
+    double *key = NULL, *Xc = NULL, *yc = NULL;
     if (!y || !X || !starts || !gp)
         goto out;
     double worst = -INFINITY;
@@ -298,14 +312,81 @@ static void s_run_job(s_job *j)
     memcpy(j->theta, gp_theta(gp), sizeof(double) * (size_t)nt);
     j->theta_ok = 1;
 
+    /* constraints: a GP per constraint metric, fitted on the observations
+       that reported it */
+    int nc = j->nc, nac = 0, any_feas = 0;
+    if (nc > 0) {
+        cg = calloc((size_t)nc, sizeof *cg);
+        ac = calloc((size_t)nc, sizeof *ac);
+        key = malloc(sizeof(double) * (size_t)n);
+        Xc = malloc(sizeof(double) * (size_t)n * (size_t)D);
+        yc = malloc(sizeof(double) * (size_t)n);
+        if (!cg || !ac || !key || !Xc || !yc)
+            goto out;
+        for (int c = 0; c < nc; c++) {
+            int k = 0;
+            for (int i = 0; i < n; i++) {
+                double v = j->C[(size_t)i * nc + c];
+                if (!isfinite(v))
+                    continue;
+                memcpy(Xc + (size_t)k * D, j->X + (size_t)i * D,
+                       sizeof(double) * (size_t)D);
+                yc[k++] = v;
+            }
+            if (k < 2)
+                continue; /* nothing to learn from yet */
+            gp_fit_opts fc = fo;
+            fc.theta0 = NULL;
+            fc.seed = j->seed ^ (0x9E3779B97F4A7C15ULL * (unsigned long long)(c + 1));
+            cg[c] = gp_new(D);
+            if (!cg[c] || gp_set_data(cg[c], Xc, yc, k, 1) != 0 ||
+                gp_fit(cg[c], &fc) != 0) {
+                if (atomic_load(&j->cancel))
+                    goto out;
+                gp_destroy(&cg[c]);
+                continue;
+            }
+            double sd = gp_y_sd(cg[c]);
+            ac[nac++] = (acq_con){cg[c], (j->cons[c].bound - gp_y_mean(cg[c])) / sd,
+                                  j->cons[c].upper};
+        }
+        for (int i = 0; i < n; i++)
+            any_feas |= j->feas[i];
+        /* while nothing is feasible, rank by the violation: the sum over
+           constraints of the distance past the bound, each over its spread */
+        for (int i = 0; i < n; i++)
+            key[i] = j->feas[i] ? gp_y_std(gp, i) : any_feas ? INFINITY : 0;
+        if (!any_feas) {
+            for (int c = 0; c < nc; c++) {
+                double spread = 0;
+                for (int i = 0; i < n; i++) {
+                    double v = j->C[(size_t)i * nc + c];
+                    if (isfinite(v))
+                        spread = fmax(spread, fabs(v - j->cons[c].bound));
+                }
+                for (int i = 0; i < n; i++) {
+                    double v = j->C[(size_t)i * nc + c];
+                    double over =
+                        j->cons[c].upper ? v - j->cons[c].bound : j->cons[c].bound - v;
+                    key[i] += !isfinite(v) ? INFINITY
+                              : over > 0   ? over / (spread > 0 ? spread : 1)
+                                           : 0;
+                }
+            }
+        }
+    }
     double best = INFINITY;
     int bi[3] = {-1, -1, -1};
     for (int i = 0; i < n; i++) {
         double v = gp_y_std(gp, i);
-        best = fmin(best, v);
+        if (nc == 0 || j->feas[i] || (!any_feas && nac == 0))
+            best = fmin(best, v);
+        double kv = nc > 0 ? key[i] : v;
+        if (nc > 0 && isinf(kv))
+            continue;
         /* the three best observations seed the local search */
         for (int r = 0; r < 3; r++) {
-            if (bi[r] < 0 || v < gp_y_std(gp, bi[r])) {
+            if (bi[r] < 0 || kv < (nc > 0 ? key[bi[r]] : gp_y_std(gp, bi[r]))) {
                 for (int s = 2; s > r; s--)
                     bi[s] = bi[s - 1];
                 bi[r] = i;
@@ -328,9 +409,19 @@ static void s_run_job(s_job *j)
         if (gp_set_data(gp, X, y, n + m, 0) != 0 || gp_set_theta(gp, j->theta) != 0)
             goto out;
         /* believed values count as observed: a fantasy better than the
-           incumbent becomes the incumbent, so EI at it is ~0 */
-        for (int p = 0; p < m; p++)
-            best = fmin(best, gp_y_std(gp, n + p));
+           incumbent becomes the incumbent, so EI at it is ~0 (with
+           constraints, a fantasy that the constraint models' means call
+           feasible) */
+        for (int p = 0; p < m; p++) {
+            int ok = nc == 0 || any_feas;
+            for (int c = 0; c < nac && ok; c++) {
+                double mu, var;
+                gp_predict(ac[c].gp, j->Xp + (size_t)p * D, &mu, &var, NULL, NULL);
+                ok = ac[c].upper ? mu <= ac[c].bound : mu >= ac[c].bound;
+            }
+            if (ok)
+                best = fmin(best, gp_y_std(gp, n + p));
+        }
     }
     int ns = 0;
     for (int r = 0; r < 3; r++)
@@ -338,7 +429,12 @@ static void s_run_job(s_job *j)
             memcpy(starts + (size_t)(ns++) * D, j->X + (size_t)bi[r] * D,
                    sizeof(double) * (size_t)D);
 
-    acq_t a = {j->acq == 1 ? ACQ_UCB : ACQ_EI, best, j->kappa};
+    acq_t a = {.kind = j->acq == 1 ? ACQ_UCB : ACQ_EI,
+               .best = best,
+               .kappa = j->kappa,
+               .ncons = nac,
+               .cons = ac,
+               .infeasible = nac > 0 && !any_feas};
     acq_opt_opts ao;
     acq_opt_opts_init(&ao);
     ao.n_candidates = D > 10 ? 2048 : 1024;
@@ -362,6 +458,13 @@ static void s_run_job(s_job *j)
     double vals[S_TOPK];
     j->got = acq_optimize(gp, &a, &ao, j->outp, vals, S_TOPK);
 out:
+    for (int c = 0; cg && c < j->nc; c++)
+        gp_destroy(&cg[c]);
+    free(cg);
+    free(ac);
+    free(key);
+    free(Xc);
+    free(yc);
     gp_destroy(&gp);
     free(starts);
     free(y);
@@ -512,12 +615,42 @@ static int s_mo_targets(sched_bo *b, double *y)
             mt[i] = b->obs[i].metrics;
             f[i] = (unsigned char)b->obs[i].failed;
         }
-        rc = sched__bo_targets(spec, n, v, mt, f, s_job_seed(b), y);
+        rc = sched__bo_targets(spec, n, v, mt, f, s_job_seed(b),
+                               b->cmodel == S_CON_PENALTY, y);
     }
     free(v);
     free(mt);
     free(f);
     return rc;
+}
+
+/* Probability of feasibility: the constraint metrics of every
+   observation, and which observations met every constraint. */
+static int s_con_data(sched_bo *b, s_job *j)
+{
+    const spec_t *spec = b->base.spec;
+    int n = j->n, nc = (int)spec->nconstraints;
+    if (b->cmodel != S_CON_POF || nc == 0)
+        return 0;
+    j->nc = nc;
+    j->cons = spec->constraints;
+    j->C = malloc(sizeof(double) * (size_t)(n ? n : 1) * (size_t)nc);
+    j->feas = malloc((size_t)(n ? n : 1));
+    if (!j->C || !j->feas)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        const s_point *p = &b->obs[i];
+        int ok = !p->failed && isfinite(j->y[i]);
+        for (int c = 0; c < nc; c++) {
+            const spec_constraint *sc = &spec->constraints[c];
+            const json_t *g = json_object_get(p->metrics, sc->metric);
+            double v = json_is_number(g) ? json_number_value(g) : NAN;
+            j->C[(size_t)i * nc + c] = isfinite(v) ? v : NAN;
+            ok = ok && isfinite(v) && (sc->upper ? v <= sc->bound : v >= sc->bound);
+        }
+        j->feas[i] = (unsigned char)ok;
+    }
+    return 0;
 }
 
 static int s_start_job(sched_bo *b)
@@ -550,7 +683,7 @@ static int s_start_job(sched_bo *b)
         memcpy(j->X + (size_t)i * D, p->x, sizeof(double) * (size_t)D);
         j->y[i] = p->failed ? NAN : maximize ? -p->value : p->value;
     }
-    if (s_mo_targets(b, j->y) != 0) {
+    if (s_mo_targets(b, j->y) != 0 || s_con_data(b, j) != 0) {
         s_job_free(j);
         return -1;
     }
@@ -899,6 +1032,11 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             if (!a || (strcmp(a, "believer") && strcmp(a, "liar")))
                 return s_fail(err, errsize, key, "must be \"believer\" or \"liar\"");
             b->fantasy = !strcmp(a, "liar") ? S_LIAR : S_BELIEVER;
+        } else if (!strcmp(key, "constraint_model")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "pof") && strcmp(a, "penalty")))
+                return s_fail(err, errsize, key, "must be \"pof\" or \"penalty\"");
+            b->cmodel = !strcmp(a, "penalty") ? S_CON_PENALTY : S_CON_POF;
         } else if (!strcmp(key, "warp")) {
             const char *a = json_string_value(v);
             if (!a || (strcmp(a, "halfrank") && strcmp(a, "none")))
@@ -908,7 +1046,7 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             return s_fail(
                 err, errsize, key,
                 "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
-                "n_init, fantasy, warp)");
+                "n_init, fantasy, warp, constraint_model)");
         }
     }
     return 0;
@@ -938,6 +1076,7 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     b->kappa = 1.96;
     b->fantasy = S_BELIEVER;
     b->warp = S_WARP_HALFRANK;
+    b->cmodel = S_CON_POF;
     long np = (long)spec->nparams;
     b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
     if (spec->sched_opts && s_options(b, spec, err, errsize) != 0) {

@@ -14,6 +14,13 @@
                                          worse half of the values is mapped by
                                          rank onto a Gaussian tail (default
                                          halfrank), or plain standardising
+      "constraint_model": "pof" | "penalty"
+                                         with the spec's constraints: a GP per
+                                         constraint metric and log EI + log
+                                         probability of feasibility (default;
+                                         while nothing is feasible, the
+                                         probability alone), or one GP on the
+                                         objective with a violation penalty
 */
 #ifndef JZ_SCHED_BO_H
 #define JZ_SCHED_BO_H
@@ -29,10 +36,13 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize);
    several objectives or constraints, lower is better, into y[0..n): for
    observation i, `value[i]` (the first objective as reported), its last
    metrics `metrics[i]` (borrowed, may be NULL) and whether it failed.
-   Failed ones, and ones missing an objective or constraint metric, get
-   NaN. `seed` draws the ParEGO weights. 0, or -1 when out of memory. */
+   Failed ones, and ones missing an objective metric, get NaN. With
+   `penalise` the constraints are folded in as a violation penalty (and a
+   missing constraint metric gives NaN too); without, they are ignored
+   here (probability of feasibility models them). `seed` draws the ParEGO
+   weights. 0, or -1 when out of memory. */
 int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
                       json_t *const *metrics, const unsigned char *failed,
-                      unsigned long long seed, double *y);
+                      unsigned long long seed, int penalise, double *y);
 
 #endif
