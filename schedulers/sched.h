@@ -166,6 +166,8 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize);
 sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize);
 sched_t *sched_asha_new(const spec_t *spec, char *err, size_t errsize);   /* a monitor */
 sched_t *sched_median_new(const spec_t *spec, char *err, size_t errsize); /* a monitor */
+sched_t *sched_hyperband_new(const spec_t *spec, char *err,
+                             size_t errsize); /* a monitor */
 
 /* One gradient-noise measurement (McCandlish et al. 2018): squared norms
    of the mean gradient over a small batch bs and a big batch bb > bs. */
