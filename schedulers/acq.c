@@ -21,6 +21,35 @@
 
 #define S_LOG_SQRT2PI 0.91893853320467274178
 
+/* c(t) = 1/(t + 2/(t + 3/(t + ...))) for t >= 3: Mills' ratio
+   Q(t)/phi(t) = 1/(t + c(t)). */
+static double s_mills_c(double t)
+{
+    int N = t < 4 ? 60 : t < 6 ? 40 : 24;
+    double tail = t;
+    for (int k = N; k >= 2; k--)
+        tail = t + k / tail;
+    return 1 / tail;
+}
+
+double acq_log_Phi(double z, double *dlog)
+{
+    if (z > -3) {
+        double Phi = 0.5 * erfc(-z * M_SQRT1_2);
+        if (dlog)
+            *dlog = exp(-0.5 * z * z - S_LOG_SQRT2PI) / Phi;
+        return log(Phi);
+    }
+    /* Phi(z) = Q(t) = phi(t) / (t + c(t)), t = -z */
+    double t = -z;
+    if (t > 1e150)
+        t = 1e150;
+    double c = s_mills_c(t);
+    if (dlog)
+        *dlog = t + c;
+    return -0.5 * t * t - S_LOG_SQRT2PI - log(t + c);
+}
+
 double acq_log_h(double z, double *dlogh)
 {
     if (z > -3) {
@@ -34,11 +63,7 @@ double acq_log_h(double z, double *dlogh)
     double t = -z;
     if (t > 1e150)
         t = 1e150; /* t^2 would overflow; the value saturates */
-    int N = t < 4 ? 60 : t < 6 ? 40 : 24;
-    double tail = t;
-    for (int k = N; k >= 2; k--)
-        tail = t + k / tail;
-    double c = 1 / tail;
+    double c = s_mills_c(t);
     if (dlogh)
         *dlogh = 1 / c;
     return -0.5 * t * t - S_LOG_SQRT2PI + log(c) - log(t + c);
@@ -70,6 +95,18 @@ static double s_acq(const acq_t *a, double mu, double var, double *dmu, double *
     return acq_log_ei(mu, sd, a->best, dmu, dsd);
 }
 
+/* log P(constraint holds) for a constraint model's posterior (mu, var),
+   and its partial derivatives in mu and sd. */
+static double s_log_pof(const acq_con *c, double mu, double var, double *dmu, double *dsd)
+{
+    double sd = sqrt(fmax(var, S_VAR_FLOOR)), r;
+    double z = c->upper ? (c->bound - mu) / sd : (mu - c->bound) / sd;
+    double v = acq_log_Phi(z, &r);
+    *dmu = (c->upper ? -r : r) / sd;
+    *dsd = -r * z / sd;
+    return v;
+}
+
 double acq_value(gp_t *gp, const acq_t *a, const double *x, double *grad)
 {
     int d = gp_dim(gp);
@@ -80,16 +117,30 @@ double acq_value(gp_t *gp, const acq_t *a, const double *x, double *grad)
         if (!dm)
             return NAN;
         dv = dm + d;
-    }
-    gp_predict(gp, x, &mu, &var, dm, dv);
-    double v = s_acq(a, mu, var, &gmu, &gsd);
-    if (grad) {
-        /* below the floor the sd does not move with x */
-        double dsd_dvar = var > S_VAR_FLOOR ? 0.5 / sqrt(var) : 0;
         for (int i = 0; i < d; i++)
-            grad[i] = gmu * dm[i] + gsd * dsd_dvar * dv[i];
-        free(dm);
+            grad[i] = 0;
     }
+    double v = 0;
+    if (!(a->ncons > 0 && a->infeasible)) {
+        gp_predict(gp, x, &mu, &var, dm, dv);
+        v = s_acq(a, mu, var, &gmu, &gsd);
+        if (grad) {
+            /* below the floor the sd does not move with x */
+            double dsd_dvar = var > S_VAR_FLOOR ? 0.5 / sqrt(var) : 0;
+            for (int i = 0; i < d; i++)
+                grad[i] += gmu * dm[i] + gsd * dsd_dvar * dv[i];
+        }
+    }
+    for (int k = 0; k < a->ncons; k++) {
+        gp_predict(a->cons[k].gp, x, &mu, &var, dm, dv);
+        v += s_log_pof(&a->cons[k], mu, var, &gmu, &gsd);
+        if (grad) {
+            double dsd_dvar = var > S_VAR_FLOOR ? 0.5 / sqrt(var) : 0;
+            for (int i = 0; i < d; i++)
+                grad[i] += gmu * dm[i] + gsd * dsd_dvar * dv[i];
+        }
+    }
+    free(dm);
     return v;
 }
 
@@ -98,14 +149,26 @@ int acq_values(gp_t *gp, const acq_t *a, const double *X, int m, double *vals)
     double *mu = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1));
     double *var = malloc(sizeof(double) * (size_t)(m > 0 ? m : 1));
     int rc = -1;
-    if (mu && var && gp_predict_batch(gp, X, m, mu, var) == 0) {
+    int base = !(a->ncons > 0 && a->infeasible);
+    if (mu && var && (!base || gp_predict_batch(gp, X, m, mu, var) == 0)) {
         for (int i = 0; i < m; i++) {
             double g1, g2;
-            vals[i] = s_acq(a, mu[i], var[i], &g1, &g2);
-            if (isnan(vals[i]))
-                vals[i] = -INFINITY;
+            vals[i] = base ? s_acq(a, mu[i], var[i], &g1, &g2) : 0;
         }
         rc = 0;
+        for (int k = 0; k < a->ncons && rc == 0; k++) {
+            if (gp_predict_batch(a->cons[k].gp, X, m, mu, var) != 0) {
+                rc = -1;
+                break;
+            }
+            for (int i = 0; i < m; i++) {
+                double g1, g2;
+                vals[i] += s_log_pof(&a->cons[k], mu[i], var[i], &g1, &g2);
+            }
+        }
+        for (int i = 0; i < m; i++)
+            if (isnan(vals[i]))
+                vals[i] = -INFINITY;
     }
     free(mu);
     free(var);

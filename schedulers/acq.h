@@ -3,11 +3,12 @@
     Log expected improvement (for minimisation, in the GP's standardised
     units), computed without underflow however far a point is from the
     incumbent (Ament et al. 2023, "Unexpected improvements to expected
-    improvement"), and a lower confidence bound ("ucb": mean - kappa sd,
-    negated so that both are maximised). The optimiser scores a Sobol set
-    (gsl_qrng_sobol with a seeded random shift) plus points drawn near
-    given starts, then polishes the best with a projected spectral gradient
-    method inside [0,1]^d, and returns the best distinct legal points.
+    improvement"), optionally times the probability of feasibility under
+    constraint models (in log form: log EI + sum log PoF), and a lower confidence bound
+   ("ucb": mean - kappa sd, negated so that both are maximised). The optimiser scores a
+   Sobol set (gsl_qrng_sobol with a seeded random shift) plus points drawn near given
+   starts, then polishes the best with a projected spectral gradient method inside
+   [0,1]^d, and returns the best distinct legal points.
 */
 #ifndef JZ_ACQ_H
 #define JZ_ACQ_H
@@ -16,16 +17,35 @@
 
 typedef enum { ACQ_EI = 0, ACQ_UCB = 1 } acq_kind;
 
+/* A constraint model for probability of feasibility: a GP (borrowed) of
+   the constraint metric, and the bound in that GP's standardised units. */
+typedef struct {
+    gp_t *gp;
+    double bound;
+    int upper; /* 1: feasible when the metric <= bound; 0: when >= bound */
+} acq_con;
+
 typedef struct {
     acq_kind kind;
     double best;  /* EI: incumbent value, standardised (lower is better) */
     double kappa; /* UCB: the bound is mean - kappa sd */
+    /* Constraints (Gardner et al. 2014): with ncons > 0 the acquisition is
+       the base one + sum_k log P(constraint k holds), i.e. log(EI x PoF)
+       for EI; while `infeasible` is set (nothing feasible is known yet, so
+       there is no incumbent) it is the log PoF alone. */
+    int ncons;
+    const acq_con *cons; /* ncons, borrowed */
+    int infeasible;
 } acq_t;
 
 /* log h(z) with h(z) = z Phi(z) + phi(z) = E[max(0, z + N(0,1))]; finite
    for every finite z (for |z| > 1e150 the value saturates near -5e299).
    When dlogh is non-NULL it receives d log h / dz = Phi(z) / h(z). */
 double acq_log_h(double z, double *dlogh);
+
+/* log Phi(z), the standard normal's log CDF; finite for every finite z.
+   When dlog is non-NULL it receives d log Phi / dz = phi(z) / Phi(z). */
+double acq_log_Phi(double z, double *dlog);
 
 /* log E[max(0, best - f)] for f ~ N(mu, sigma^2), sigma > 0, and its
    partial derivatives (when non-NULL). */

@@ -8,7 +8,9 @@
     Chebyshev scalarisation  max_k w_k f_k + 0.05 sum_k w_k f_k  with the
     one GP. Over many suggestions the weights sweep the front.
 
-    Constraints: a trial's violation is the sum over constraints of the
+    Constraints, with "constraint_model": "penalty" (by default they have
+    models of their own in sched_bo.c, and the targets here ignore them): a
+    trial's violation is the sum over constraints of the
     amount by which it passes its bound, each divided by that
     constraint's observed spread. Infeasible trials are not thrown away:
     they get a target worse than every feasible one and growing with the
@@ -26,7 +28,7 @@
 
 int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
                       json_t *const *metrics, const unsigned char *failed,
-                      unsigned long long seed, double *y)
+                      unsigned long long seed, int penalise, double *y)
 {
     size_t m = spec->nobjectives, nc = spec->nconstraints;
     double *F = malloc(sizeof(double) * (n ? n : 1) * m);
@@ -77,7 +79,7 @@ int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
             if (over > 0)
                 viol[i] += over / cscale[c];
         }
-        if (isinf(viol[i]))
+        if (isinf(viol[i]) && penalise)
             ok[i] = 0; /* a constraint metric never reported: as failed */
         any_feasible |= ok[i] && viol[i] == 0;
     }
@@ -104,11 +106,11 @@ int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
             lin += w[k] * f;
         }
         double s = m == 1 ? F[i * m] : mx + S_RHO * lin;
-        if (m == 1 && nc) /* one objective: on the same [0, 1] scale */
+        if (m == 1 && nc && penalise) /* one objective: on the same [0, 1] scale */
             s = hi[0] > lo[0] ? (F[i] - lo[0]) / (hi[0] - lo[0]) : 0;
-        if (nc && viol[i] > 0)
+        if (nc && penalise && viol[i] > 0)
             s = any_feasible ? 1 + S_RHO * (double)m + viol[i] : viol[i];
-        else if (nc && !any_feasible)
+        else if (nc && penalise && !any_feasible)
             s = 0;
         y[i] = s;
     }

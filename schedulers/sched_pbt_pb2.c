@@ -83,7 +83,7 @@ json_t *sched__pb2_select(const spec_t *spec, const pbt_obs *obs, int n, double 
         mask[i] = spec->params[i].type == SPEC_FLOAT;
     mask[d] = 0;
     s_round_ctx rc = {spec, step_now / tmax};
-    acq_t a = {ACQ_UCB, 0, kappa};
+    acq_t a = {.kind = ACQ_UCB, .best = 0, .kappa = kappa};
     acq_opt_opts ao;
     acq_opt_opts_init(&ao);
     ao.n_candidates = 512;

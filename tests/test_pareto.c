@@ -195,7 +195,7 @@ TEST(bo_targets_feasible_first)
         mt[i] = json_pack("{s:f}", "g", g[i]);
     unsigned char failed[5] = {0, 0, 0, 0, 1};
     double y[5];
-    CHECK(sched__bo_targets(s, 5, v, mt, failed, 1, y) == 0);
+    CHECK(sched__bo_targets(s, 5, v, mt, failed, 1, 1, y) == 0);
     /* feasible: 0 (v 5) and 3 (v 3, g on the bound): 3 is better */
     CHECK(y[3] < y[0]);
     /* every infeasible one is worse than every feasible one; more violation is worse */
@@ -209,7 +209,7 @@ TEST(bo_targets_feasible_first)
         mt[i] = json_pack("{s:f}", "g", g2[i]);
     }
     unsigned char f2[2] = {0, 0};
-    CHECK(sched__bo_targets(s, 2, v2, mt, f2, 1, y) == 0);
+    CHECK(sched__bo_targets(s, 2, v2, mt, f2, 1, 1, y) == 0);
     CHECK(y[1] < y[0]);
     for (int i = 0; i < 5; i++)
         json_decref(mt[i]);
@@ -226,13 +226,13 @@ TEST(bo_targets_feasible_first)
         mt[i] = json_pack("{s:f}", "b", vb[i]);
     unsigned char f4[4] = {0};
     double y1[4], y2[4], y3[4];
-    CHECK(sched__bo_targets(s, 4, va, mt, f4, 7, y1) == 0);
-    CHECK(sched__bo_targets(s, 4, va, mt, f4, 7, y2) == 0);
+    CHECK(sched__bo_targets(s, 4, va, mt, f4, 7, 1, y1) == 0);
+    CHECK(sched__bo_targets(s, 4, va, mt, f4, 7, 1, y2) == 0);
     for (int i = 0; i < 4; i++)
         CHECK(y1[i] == y2[i]);
     /* (1,1) is dominated by every other point: worst under any weights */
     for (unsigned long long seed = 1; seed < 20; seed++) {
-        CHECK(sched__bo_targets(s, 4, va, mt, f4, seed, y3) == 0);
+        CHECK(sched__bo_targets(s, 4, va, mt, f4, seed, 1, y3) == 0);
         CHECK(y3[3] > y3[0] && y3[3] > y3[1] && y3[3] > y3[2]);
     }
     for (int i = 0; i < 4; i++)
