@@ -32,7 +32,8 @@ if not os.path.isabs(BUILD):
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 AR = os.path.join(BUILD, "bench", "comm_allreduce")
 QUICK = "--quick" in sys.argv
-# --only curves,fusion,convergence: run those parts (the model needs the curves)
+# --only=curves,fusion,convergence: run those parts (the model needs the curves);
+# --rounds=N: fusion rounds (1 with --quick, else 3)
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")),
             "curves,fusion,convergence").split(",")
 MPIRUN = shutil.which("mpirun")
@@ -94,7 +95,8 @@ def fusion():
     # measured after step 30 only (the steps before count for none)
     skip = 30
     steps = "50" if QUICK else "70"
-    rounds = 1 if QUICK else 3
+    rounds = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--rounds=")),
+                      1 if QUICK else 3))
     models = {
         "MLP 1024,1024 batch 512": ["--hidden", "1024,1024", "--batch-size", "512"],
         "CNN 16,32 batch 128": ["--model", "cnn", "--batch-size", "128"],
