@@ -1241,10 +1241,10 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             const char *a = json_string_value(v);
             if (!a || (strcmp(a, "rungs") && strcmp(a, "final") && strcmp(a, "joint")))
                 return s_fail(err, errsize, key,
-                              "must be \"rungs\", \"joint\" or \"final\"");
+                              "must be \"joint\", \"rungs\" or \"final\"");
             b->fidelity = !strcmp(a, "final")   ? S_FID_FINAL
-                          : !strcmp(a, "joint") ? S_FID_JOINT
-                                                : S_FID_RUNGS;
+                          : !strcmp(a, "rungs") ? S_FID_RUNGS
+                                                : S_FID_JOINT;
         } else {
             return s_fail(
                 err, errsize, key,
@@ -1279,6 +1279,7 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     b->kappa = 1.96;
     b->fantasy = S_BELIEVER;
     b->warp = S_WARP_HALFRANK;
+    b->fidelity = S_FID_JOINT; /* bench-mf: see docs/design.md */
     b->cmodel = S_CON_POF;
     long np = (long)spec->nparams;
     b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
