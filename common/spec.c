@@ -627,8 +627,10 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         if (s_get(obj, "early_stopping", "type", JSON_STRING, 1, &v, err))
             return -1;
         if (strcmp(json_string_value(v), "asha") &&
+            strcmp(json_string_value(v), "hyperband") &&
             strcmp(json_string_value(v), "median"))
-            return s_fail(err, "early_stopping.type", "must be \"asha\" or \"median\"");
+            return s_fail(err, "early_stopping.type",
+                          "must be \"asha\", \"hyperband\" or \"median\"");
         s->early_stop = json_incref(obj);
     }
 

@@ -47,6 +47,7 @@ static const struct {
 } s_stoppers[] = {
     {"asha", sched_asha_new},
     {"median", sched_median_new},
+    {"hyperband", sched_hyperband_new},
 };
 
 int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err,

@@ -35,6 +35,7 @@
 enum { S_BELIEVER = 0, S_LIAR = 1 };
 enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1 };
 enum { S_CON_POF = 0, S_CON_PENALTY = 1 };
+enum { S_FID_RUNGS = 0, S_FID_FINAL = 1, S_FID_JOINT = 2 };
 #define S_TOPK 8 /* ranked suggestions the worker returns */
 
 typedef struct {
@@ -43,6 +44,8 @@ typedef struct {
     int D;               /* encoded dimensions */
     int *off;            /* first dimension of parameter k */
     unsigned char *mask; /* 1 for float/int dimensions, 0 for one-hot */
+    int resdim;          /* 1: the last dimension is the resource (the joint
+                            multi-fidelity model), kept at 1 by s_round */
 } s_layout;
 
 typedef struct {
@@ -53,6 +56,7 @@ typedef struct {
     int failed;      /* no usable value: imputed as the worst */
     json_t *metrics; /* other objectives and constraint metrics, owned, or NULL
                         (sched_bo_mo.c) */
+    int stopped;     /* ended early (stopped): a partial result, not a final one */
 } s_point;
 
 typedef struct {
@@ -103,6 +107,12 @@ typedef struct {
     double *theta; /* last fitted hyperparameters, D + 2 */
     int have_theta;
     s_job *job; /* in flight, or NULL */
+    /* multi-fidelity (sched_bo_mf.c): partial results under early stopping */
+    int fidelity;  /* S_FID_* */
+    bo_mf *mf;     /* owned; NULL without early stopping */
+    s_layout lay1; /* joint: lay plus the resource dimension (off shared) */
+    int joint;     /* the GP is over (params, resource) */
+    int level;     /* level the last model was fitted on (-1: final values) */
 } sched_bo;
 
 /* ---- encoding --------------------------------------------------------- */
@@ -177,6 +187,8 @@ static json_t *s_decode(const s_layout *l, const double *x)
 static void s_round(void *ctx, double *x)
 {
     const s_layout *l = ctx;
+    if (l->resdim) /* the joint model: suggestions are at the full resource */
+        x[l->D - 1] = 1;
     for (int k = 0; k < l->np; k++) {
         const spec_param *p = &l->spec->params[k];
         double *xk = x + l->off[k];
@@ -380,8 +392,20 @@ static void s_run_job(s_job *j)
     }
     double best = INFINITY;
     int bi[3] = {-1, -1, -1};
+    double bv[3] = {INFINITY, INFINITY, INFINITY};
+    double *xr = l->resdim ? malloc(sizeof(double) * (size_t)D) : NULL;
+    if (l->resdim && !xr)
+        goto out;
     for (int i = 0; i < n; i++) {
         double v = gp_y_std(gp, i);
+        if (xr) {
+            /* the joint model: every observation's predicted value at the
+               full resource, the incumbent being the best of them */
+            double var;
+            memcpy(xr, j->X + (size_t)i * D, sizeof(double) * (size_t)D);
+            xr[D - 1] = 1;
+            gp_predict(gp, xr, &v, &var, NULL, NULL);
+        }
         if (nc == 0 || j->feas[i] || (!any_feas && nac == 0))
             best = fmin(best, v);
         double kv = nc > 0 ? key[i] : v;
@@ -389,14 +413,18 @@ static void s_run_job(s_job *j)
             continue;
         /* the three best observations seed the local search */
         for (int r = 0; r < 3; r++) {
-            if (bi[r] < 0 || kv < (nc > 0 ? key[bi[r]] : gp_y_std(gp, bi[r]))) {
-                for (int s = 2; s > r; s--)
+            if (bi[r] < 0 || kv < bv[r]) {
+                for (int s = 2; s > r; s--) {
                     bi[s] = bi[s - 1];
+                    bv[s] = bv[s - 1];
+                }
                 bi[r] = i;
+                bv[r] = kv;
                 break;
             }
         }
     }
+    free(xr);
     if (m > 0) {
         /* fantasies: the pending points count as observed, at the GP mean
            (kriging believer) or at the worst value (constant liar) */
@@ -589,7 +617,8 @@ static int s_hand_out(sched_bo *b, long trial_id, json_t *params, json_t **out)
     spec_params_prune(b->lay.spec, params); /* conditional spaces */
     s_point p = {
         trial_id, params, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
-        NAN,      0,      NULL};
+        NAN,      0,      NULL,
+        0};
     if (!p.x || s_encode(&b->lay, params, p.x) != 0 ||
         s_push(&b->pend, &b->npend, &b->cappend, p) != 0) {
         free(p.x);
@@ -627,6 +656,105 @@ static int s_mo_targets(sched_bo *b, double *y)
     return rc;
 }
 
+/* Multi-fidelity: the trials that finished (not stopped, not failed). */
+static long s_nfinal(const sched_bo *b)
+{
+    long n = 0;
+    for (size_t i = 0; i < b->nobs; i++)
+        n += !b->obs[i].failed && !b->obs[i].stopped;
+    return n;
+}
+
+/* Multi-fidelity: how many trials, ended or running, reached level k. */
+static long s_nlevel(const sched_bo *b, int k)
+{
+    long n = 0;
+    for (size_t i = 0; i < b->nobs; i++)
+        n += !b->obs[i].failed && !isnan(sched__bo_mf_at(b->mf, b->obs[i].trial, k));
+    for (size_t i = 0; i < b->npend; i++)
+        n += !isnan(sched__bo_mf_at(b->mf, b->pend[i].trial, k));
+    return n;
+}
+
+/* The level to model (BOHB): the final values when n_init trials
+   finished, else the highest level n_init trials reached, else whichever
+   of the final values and the lowest level has more data. */
+static int s_pick_level(const sched_bo *b)
+{
+    long nfin = s_nfinal(b);
+    if (nfin >= b->n_init || b->fidelity == S_FID_FINAL)
+        return -1;
+    for (int k = sched__bo_mf_levels(b->mf) - 1; k >= 0; k--)
+        if (s_nlevel(b, k) >= b->n_init)
+            return k;
+    return sched__bo_mf_levels(b->mf) > 0 && s_nlevel(b, 0) > nfin ? 0 : -1;
+}
+
+/* Fills the job's data for multi-fidelity: at level -1 the ended trials
+   that were not stopped (failed ones as failures) with their final values;
+   at level k every trial, ended or running, that reached it, with its
+   value there, and the failed ones. Running trials that did not reach the
+   level are the fantasies; stopped ones below it are left out. */
+static void s_mf_data(sched_bo *b, s_job *j, int level)
+{
+    int D = b->lay.D, maximize = b->base.spec->maximize, n = 0, m = 0;
+    for (size_t i = 0; i < b->nobs; i++) {
+        const s_point *p = &b->obs[i];
+        double v = p->failed   ? NAN
+                   : level < 0 ? (p->stopped ? NAN : p->value)
+                               : sched__bo_mf_at(b->mf, p->trial, level);
+        if (!p->failed && isnan(v))
+            continue;
+        memcpy(j->X + (size_t)n * D, p->x, sizeof(double) * (size_t)D);
+        j->y[n++] = p->failed ? NAN : maximize ? -v : v;
+    }
+    for (size_t i = 0; i < b->npend; i++) {
+        const s_point *p = &b->pend[i];
+        double v = level < 0 ? NAN : sched__bo_mf_at(b->mf, p->trial, level);
+        if (isnan(v)) {
+            memcpy(j->Xp + (size_t)m++ * D, p->x, sizeof(double) * (size_t)D);
+            continue;
+        }
+        memcpy(j->X + (size_t)n * D, p->x, sizeof(double) * (size_t)D);
+        j->y[n++] = maximize ? -v : v;
+    }
+    j->n = n;
+    j->m = m;
+}
+
+/* The joint model's data: a row (x, u) per level a trial reached, u its
+   place on the resource ladder (sched__bo_mf_u), and (x, 1) for a finished
+   trial's final value (failed ones there as failures); running trials are
+   fantasies at (x, 1). Stopped trials have their partial rows only. */
+static void s_joint_data(sched_bo *b, s_job *j)
+{
+    int D = b->lay.D, D1 = D + 1, maximize = b->base.spec->maximize, n = 0, m = 0;
+    int nl = sched__bo_mf_levels(b->mf);
+    for (size_t i = 0; i < b->nobs + b->npend; i++) {
+        int ended = i < b->nobs;
+        const s_point *p = ended ? &b->obs[i] : &b->pend[i - b->nobs];
+        for (int k = 0; k <= nl; k++) {
+            double v = k < nl       ? sched__bo_mf_at(b->mf, p->trial, k)
+                       : !ended     ? NAN
+                       : p->failed  ? NAN
+                       : p->stopped ? NAN
+                                    : p->value;
+            double *row;
+            if (k == nl && !ended)
+                row = j->Xp + (size_t)m++ * D1;
+            else if (!isnan(v) || (k == nl && p->failed)) {
+                j->y[n] = p->failed && k == nl ? NAN : maximize ? -v : v;
+                row = j->X + (size_t)n++ * D1;
+            } else
+                continue;
+            memcpy(row, p->x, sizeof(double) * (size_t)D);
+            row[D] = sched__bo_mf_u(b->mf, k);
+        }
+    }
+    j->n = n;
+    j->m = m;
+}
+
 /* Probability of feasibility: the constraint metrics of every
    observation, and which observations met every constraint. */
 static int s_con_data(sched_bo *b, s_job *j)
@@ -658,15 +786,19 @@ static int s_con_data(sched_bo *b, s_job *j)
 
 static int s_start_job(sched_bo *b)
 {
-    int D = b->lay.D, nt = gp_ntheta(D);
+    const s_layout *ml = b->joint ? &b->lay1 : &b->lay; /* the model's */
+    int D = ml->D, nt = gp_ntheta(D);
     s_job *j = calloc(1, sizeof *j);
     if (!j)
         return -1;
-    j->lay = &b->lay;
+    j->lay = ml;
     j->n = (int)b->nobs;
     j->m = (int)b->npend;
-    j->X = malloc(sizeof(double) * (size_t)j->n * (size_t)D);
-    j->y = malloc(sizeof(double) * (size_t)j->n);
+    /* multi-fidelity: running ones too; joint: a row per level */
+    size_t rows = (b->nobs + b->npend + 1) *
+                  (b->joint ? (size_t)sched__bo_mf_levels(b->mf) + 1 : 1);
+    j->X = malloc(sizeof(double) * rows * (size_t)D);
+    j->y = malloc(sizeof(double) * rows);
     j->Xp = malloc(sizeof(double) * (size_t)(j->m ? j->m : 1) * (size_t)D);
     j->outp = malloc(sizeof(double) * S_TOPK * (size_t)D);
     j->theta = malloc(sizeof(double) * (size_t)nt);
@@ -681,17 +813,25 @@ static int s_start_job(sched_bo *b)
         return -1;
     }
     int maximize = b->base.spec->maximize;
-    for (int i = 0; i < j->n; i++) {
-        const s_point *p = &b->obs[i];
-        memcpy(j->X + (size_t)i * D, p->x, sizeof(double) * (size_t)D);
-        j->y[i] = p->failed ? NAN : maximize ? -p->value : p->value;
+    b->level = -1;
+    if (b->joint) {
+        s_joint_data(b, j);
+    } else if (b->mf) {
+        b->level = s_pick_level(b);
+        s_mf_data(b, j, b->level);
+    } else {
+        for (int i = 0; i < j->n; i++) {
+            const s_point *p = &b->obs[i];
+            memcpy(j->X + (size_t)i * D, p->x, sizeof(double) * (size_t)D);
+            j->y[i] = p->failed ? NAN : maximize ? -p->value : p->value;
+        }
+        if (s_mo_targets(b, j->y) != 0 || s_con_data(b, j) != 0) {
+            s_job_free(j);
+            return -1;
+        }
+        for (int i = 0; i < j->m; i++)
+            memcpy(j->Xp + (size_t)i * D, b->pend[i].x, sizeof(double) * (size_t)D);
     }
-    if (s_mo_targets(b, j->y) != 0 || s_con_data(b, j) != 0) {
-        s_job_free(j);
-        return -1;
-    }
-    for (int i = 0; i < j->m; i++)
-        memcpy(j->Xp + (size_t)i * D, b->pend[i].x, sizeof(double) * (size_t)D);
     j->acq = b->acq;
     j->kappa = b->kappa;
     j->fantasy = b->fantasy;
@@ -716,7 +856,7 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
     if (j->threaded)
         pthread_join(j->thread, NULL);
     b->job = NULL;
-    int D = b->lay.D, nt = gp_ntheta(D);
+    int D = (b->joint ? b->lay1.D : b->lay.D), nt = gp_ntheta(D);
     if (j->theta_ok) {
         memcpy(b->theta, j->theta, sizeof(double) * (size_t)nt);
         b->have_theta = 1;
@@ -762,6 +902,12 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     long nreal = 0;
     for (size_t i = 0; i < b->nobs; i++)
         nreal += !b->obs[i].failed;
+    if (b->mf) { /* partial results count, finished-looking stopped ones do not */
+        nreal = s_nfinal(b);
+        if (b->fidelity != S_FID_FINAL && sched__bo_mf_levels(b->mf) > 0 &&
+            s_nlevel(b, 0) > nreal)
+            nreal = s_nlevel(b, 0);
+    }
     if ((long)(b->nobs + b->npend) < b->n_init || nreal < 2) {
         int np = b->lay.np;
         double *u = malloc(sizeof(double) * (size_t)(np > 0 ? np : 1));
@@ -788,8 +934,8 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
 {
     sched_bo *b = (sched_bo *)s;
     int D = b->lay.D;
-    s_point p = {trial_id, NULL, malloc(sizeof(double) * (size_t)(D ? D : 1)),
-                 value,    0,    NULL};
+    s_point p = {trial_id, NULL, malloc(sizeof(double) * (size_t)(D ? D : 1)), value, 0,
+                 NULL,     0};
     if (!p.x)
         return;
     /* the trial's own params (they may have been changed live), else what
@@ -817,6 +963,7 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
     p.failed = outcome == SCHED_FAILED || !isfinite(value);
     if (p.failed)
         p.value = NAN;
+    p.stopped = outcome == SCHED_STOPPED;
     for (size_t i = 0; i < b->nobs; i++) {
         if (b->obs[i].trial == trial_id &&
             trial_id >= 0) { /* reported twice: the last wins */
@@ -868,6 +1015,8 @@ static json_t *s_save(sched_t *s)
                       "value", p->failed ? json_null() : json_real(p->value));
         if (p->metrics)
             json_object_set(o, "metrics", p->metrics);
+        if (p->stopped)
+            json_object_set_new(o, "stopped", json_true());
         json_array_append_new(obs, o);
     }
     for (size_t i = 0; i < b->npend; i++)
@@ -877,12 +1026,17 @@ static json_t *s_save(sched_t *s)
     if (b->have_theta) {
         json_decref(theta);
         theta = json_array();
-        for (int i = 0; i < gp_ntheta(b->lay.D); i++)
+        for (int i = 0; i < gp_ntheta(b->joint ? b->lay1.D : b->lay.D); i++)
             json_array_append_new(theta, json_real(b->theta[i]));
     }
-    return json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count",
-                     (json_int_t)b->count, "sobol", (json_int_t)b->sobol, "theta", theta,
-                     "obs", obs, "pending", pend);
+    json_t *st = json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count",
+                           (json_int_t)b->count, "sobol", (json_int_t)b->sobol, "theta",
+                           theta, "obs", obs, "pending", pend);
+    if (b->mf && st) {
+        json_object_set_new(st, "partial", sched__bo_mf_save(b->mf));
+        json_object_set_new(st, "level", json_integer(b->level)); /* for people */
+    }
+    return st;
 }
 
 static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out,
@@ -897,9 +1051,13 @@ static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out
         if (json_unpack(e, "{s:I,s:o,s?o}", "trial", &trial, "params", &params, "value",
                         &value) != 0)
             return -1;
-        s_point p = {
-            (long)trial, NULL, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
-            NAN,         0,    NULL};
+        s_point p = {(long)trial,
+                     NULL,
+                     malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
+                     NAN,
+                     0,
+                     NULL,
+                     0};
         if (!p.x || s_encode(&b->lay, params, p.x) != 0) {
             free(p.x);
             return -1;
@@ -918,6 +1076,7 @@ static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out
         json_t *mt = json_object_get(e, "metrics");
         if (json_is_object(mt))
             p.metrics = json_deep_copy(mt);
+        p.stopped = json_is_true(json_object_get(e, "stopped"));
         if (s_push(out, n, cap, p) != 0) {
             s_point_fini(&p);
             return -1;
@@ -938,7 +1097,7 @@ static int s_restore(sched_t *s, const json_t *state)
         version != 1 || count < 0 || sobol < 0 || !json_is_array(obs) ||
         !json_is_array(pend))
         return -1;
-    int nt = gp_ntheta(b->lay.D);
+    int nt = gp_ntheta(b->joint ? b->lay1.D : b->lay.D);
     int have_theta = 0;
     if (json_is_array(theta)) {
         if (json_array_size(theta) != (size_t)nt)
@@ -951,6 +1110,16 @@ static int s_restore(sched_t *s, const json_t *state)
         have_theta = 1;
     } else if (!json_is_null(theta))
         return -1;
+    /* partial results (absent in a state saved before multi-fidelity) */
+    json_t *partial = json_object_get(state, "partial");
+    bo_mf *mf = NULL;
+    if (b->mf) {
+        mf = sched__bo_mf_new(b->base.spec);
+        if (!mf || (partial && sched__bo_mf_restore(mf, partial) != 0)) {
+            sched__bo_mf_free(mf);
+            return -1;
+        }
+    }
     /* parse into a fresh scheduler state; swap only when all is well */
     sched_bo tmp = {0};
     tmp.lay = b->lay;
@@ -959,7 +1128,12 @@ static int s_restore(sched_t *s, const json_t *state)
         s_clear(&tmp);
         free(tmp.obs);
         free(tmp.pend);
+        sched__bo_mf_free(mf);
         return -1;
+    }
+    if (mf) {
+        sched__bo_mf_free(b->mf);
+        b->mf = mf;
     }
     s_job_abandon(b);
     s_clear(b);
@@ -973,6 +1147,8 @@ static int s_restore(sched_t *s, const json_t *state)
     b->cappend = tmp.cappend;
     b->count = (long)count;
     b->sobol = (long)sobol;
+    json_t *lv = json_object_get(state, "level");
+    b->level = json_is_integer(lv) ? (int)json_integer_value(lv) : -1;
     b->have_theta = have_theta;
     if (have_theta) /* checked above */
         for (int i = 0; i < nt; i++)
@@ -990,10 +1166,21 @@ static void s_destroy(sched_t *s)
     free(b->theta);
     free(b->lay.off);
     free(b->lay.mask);
+    free(b->lay1.mask);
+    sched__bo_mf_free(b->mf);
     free(b);
 }
 
-/* no on_metric (bo learns from finished trials only), no on_checkpoint */
+/* Multi-fidelity: the objective and resource reports of running trials. */
+static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
+                       double value, double now, sched_instr *out, int max)
+{
+    sched__bo_mf_metric(((sched_bo *)s)->mf, trial_id, step, metric, value);
+    return 0;
+}
+
+/* no on_metric without early stopping (bo learns from ended trials only),
+   no on_checkpoint */
 static const sched_ops s_ops = {.name = "bo",
                                 .suggest = s_suggest,
                                 .on_complete = s_on_complete,
@@ -1001,6 +1188,14 @@ static const sched_ops s_ops = {.name = "bo",
                                 .save = s_save,
                                 .restore = s_restore,
                                 .destroy = s_destroy};
+static const sched_ops s_ops_mf = {.name = "bo",
+                                   .suggest = s_suggest,
+                                   .on_metric = s_on_metric,
+                                   .on_complete = s_on_complete,
+                                   .on_complete_metrics = s_on_complete_metrics,
+                                   .save = s_save,
+                                   .restore = s_restore,
+                                   .destroy = s_destroy};
 
 static int s_fail(char *err, size_t errsize, const char *key, const char *text)
 {
@@ -1051,11 +1246,19 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             if (!a || (strcmp(a, "halfrank") && strcmp(a, "none")))
                 return s_fail(err, errsize, key, "must be \"halfrank\" or \"none\"");
             b->warp = !strcmp(a, "none") ? S_WARP_NONE : S_WARP_HALFRANK;
+        } else if (!strcmp(key, "fidelity")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "rungs") && strcmp(a, "final") && strcmp(a, "joint")))
+                return s_fail(err, errsize, key,
+                              "must be \"rungs\", \"joint\" or \"final\"");
+            b->fidelity = !strcmp(a, "final")   ? S_FID_FINAL
+                          : !strcmp(a, "joint") ? S_FID_JOINT
+                                                : S_FID_RUNGS;
         } else {
             return s_fail(
                 err, errsize, key,
                 "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
-                "n_init, fantasy, warp, constraint_model, lengthscale_prior)");
+                "n_init, fantasy, warp, constraint_model, lengthscale_prior, fidelity)");
         }
     }
     return 0;
@@ -1104,7 +1307,7 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     }
     l->D = D;
     l->mask = malloc((size_t)(D ? D : 1));
-    b->theta = malloc(sizeof(double) * (size_t)gp_ntheta(D));
+    b->theta = malloc(sizeof(double) * (size_t)gp_ntheta(D + 1)); /* joint: D + 1 */
     if (!l->off || !l->mask || !b->theta) {
         snprintf(err, errsize, "out of memory");
         s_destroy(&b->base);
@@ -1115,5 +1318,31 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
              i < (spec->params[k].type == SPEC_CHOICE ? (int)spec->params[k].nvalues : 1);
              i++)
             l->mask[l->off[k] + i] = spec->params[k].type != SPEC_CHOICE;
+    /* multi-fidelity under early stopping, for one objective without
+       constraints (those model the ended trials' last metrics) */
+    b->level = -1;
+    if (spec->early_stop && spec->nobjectives <= 1 && !spec->nconstraints) {
+        b->mf = sched__bo_mf_new(spec);
+        if (!b->mf) {
+            snprintf(err, errsize, "out of memory");
+            s_destroy(&b->base);
+            return NULL;
+        }
+        b->base.ops = &s_ops_mf;
+        if (b->fidelity == S_FID_JOINT) {
+            b->joint = 1;
+            b->lay1 = *l;
+            b->lay1.D = D + 1;
+            b->lay1.resdim = 1;
+            b->lay1.mask = malloc((size_t)D + 1);
+            if (!b->lay1.mask) {
+                snprintf(err, errsize, "out of memory");
+                s_destroy(&b->base);
+                return NULL;
+            }
+            memcpy(b->lay1.mask, l->mask, (size_t)D);
+            b->lay1.mask[D] = 1;
+        }
+    }
     return &b->base;
 }

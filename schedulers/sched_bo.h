@@ -27,6 +27,14 @@
                                          while nothing is feasible, the
                                          probability alone), or one GP on the
                                          objective with a violation penalty
+      "fidelity": "rungs" | "joint" | "final"
+                                         with early_stopping (one objective, no
+                                         constraints): a GP on the highest
+                                         resource level with n_init results
+                                         (default, BOHB), one GP over (params,
+                                         resource), or finished trials only;
+                                         stopped trials are never taken as
+                                         finished (sched_bo_mf.c)
 */
 #ifndef JZ_SCHED_BO_H
 #define JZ_SCHED_BO_H
@@ -50,5 +58,25 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize);
 int sched__bo_targets(const spec_t *spec, size_t n, const double *value,
                       json_t *const *metrics, const unsigned char *failed,
                       unsigned long long seed, int penalise, double *y);
+
+/* Internal (sched_bo_mf.c): partial results under early stopping. A
+   trial's objective at each level of a resource ladder (see that file).
+   sched__bo_mf_new returns NULL when the spec has no early stopping (or
+   memory runs out). Levels are 0..levels-1; _at gives NaN for a level the
+   trial did not reach (or an unknown trial). save returns a new array;
+   restore takes one back (0 or -1). */
+typedef struct bo_mf bo_mf;
+bo_mf *sched__bo_mf_new(const spec_t *spec);
+void sched__bo_mf_free(bo_mf *m);
+int sched__bo_mf_levels(const bo_mf *m);
+double sched__bo_mf_level(const bo_mf *m, int k);
+/* Level k's place on [0, 1] for the joint model: log(level/level 0) over
+   log(full resource/level 0); 1 (a full trial) for k out of range. */
+double sched__bo_mf_u(const bo_mf *m, int k);
+void sched__bo_mf_metric(bo_mf *m, long trial, long step, const char *metric,
+                         double value);
+double sched__bo_mf_at(const bo_mf *m, long trial, int k);
+json_t *sched__bo_mf_save(const bo_mf *m);
+int sched__bo_mf_restore(bo_mf *m, const json_t *arr);
 
 #endif

@@ -1,6 +1,6 @@
-/*  sched_es.c - early stopping monitors: ASHA and the median stopping rule
-    (docs/design.md, Schedulers). Both are monitors (suggest NULL) created from the spec's
-    early_stopping object, so they work next to any scheduler.
+/*  sched_es.c - early stopping monitors: ASHA, Hyperband brackets and the
+    median stopping rule (docs/design.md, Schedulers). All are monitors (suggest NULL)
+   created from the spec's early_stopping object, so they work next to any scheduler.
 
     Both pair each trial's objective with its resource (option `resource`,
     default "epoch"; "step" means the report step itself): a point (r, v)
@@ -28,6 +28,21 @@
     the other trials that have reached r, when at least `min_trials`
     (default 3) such trials exist. Finished trials count too.
 
+    hyperband - several brackets of asynchronous successive halving (Li et
+    al. 2017; brackets as Optuna's HyperbandPruner and Ray's
+    AsyncHyperBand lay them out). `max_resource` R is required; with
+    grace g and reduction η there are B = floor(log_η(R/g)) + 1 brackets
+    (at most ES_MAX_BRACKETS). Bracket b runs the ASHA rule above with its
+    own rung records and grace g·η^b (rungs g·η^(b+k) below R): bracket 0
+    stops the most, the last bracket (grace near R) stops few or none.
+    Trials are assigned to brackets in turn when first seen, in
+    proportion to Hyperband's trial counts n_b = ceil(B/(B-b)·η^(B-1-b)),
+    interleaved by smooth weighted round robin (each assignment adds n_b
+    to every bracket's credit, takes the bracket with the most credit,
+    lowest first on ties, and takes the total from it): for R/g = 9 and
+    η = 3, n = 9, 5, 3 and the trials go to brackets 0 1 0 2 0 1 0 2 0 ...
+    The credits are saved.
+
     State (every record, every trial's pairing) is in save/restore.
 */
 #include "sched.h"
@@ -38,6 +53,7 @@
 #include <string.h>
 
 #define ES_MAX_RUNGS 64
+#define ES_MAX_BRACKETS 16
 
 typedef struct {
     double r, v;
@@ -52,6 +68,7 @@ typedef struct {
     double res;    /* last resource value */
     int pend;      /* the last resource value waits for an objective */
     int next_rung; /* asha: first rung not yet judged */
+    int bracket;   /* hyperband: the trial's bracket (asha: 0) */
     double best;   /* median: best objective so far (NaN none) */
     es_pt *hist;   /* median: points (resource, objective), owned */
     size_t nhist, caphist;
@@ -68,22 +85,45 @@ typedef struct {
     size_t n, cap;
 } es_rung;
 
+enum { ES_ASHA = 0, ES_MEDIAN = 1, ES_HYPERBAND = 2 };
+
 typedef struct {
     sched_t base;
-    int median;          /* 0 asha, 1 median */
+    int rule;            /* ES_ASHA, ES_MEDIAN, ES_HYPERBAND */
+    int median;          /* rule == ES_MEDIAN */
     char metric[64];     /* objective metric */
     char resource[64];   /* resource metric, "step" = report step */
-    double grace;        /* asha: first rung; median: first resource judged */
-    double eta;          /* asha: reduction factor */
-    double max_resource; /* asha: 0 = none */
+    double grace;        /* asha: first rung; median: first resource judged;
+                            hyperband: bracket 0's first rung */
+    double eta;          /* asha, hyperband: reduction factor */
+    double max_resource; /* asha: 0 = none; hyperband: required */
     long min_trials;     /* median */
     es_trial *trials;    /* owned */
     size_t ntrials, captrials;
-    es_rung rungs[ES_MAX_RUNGS]; /* asha */
-    int nrungs;                  /* asha: rungs that exist (below max_resource) */
+    /* asha: bracket 0 only; hyperband: nbrackets */
+    es_rung rungs[ES_MAX_BRACKETS][ES_MAX_RUNGS];
+    int nrungs[ES_MAX_BRACKETS];    /* rungs that exist (below max_resource) */
+    int nbrackets;                  /* 1 for asha */
+    double weight[ES_MAX_BRACKETS]; /* hyperband: n_b */
+    double credit[ES_MAX_BRACKETS]; /* hyperband: round-robin credits (saved) */
 } sched_es;
 
 /* ---- trials ---- */
+
+/* Hyperband: the next trial's bracket by smooth weighted round robin. */
+static int s_assign(sched_es *self)
+{
+    double total = 0;
+    int pick = 0;
+    for (int b = 0; b < self->nbrackets; b++) {
+        self->credit[b] += self->weight[b];
+        total += self->weight[b];
+        if (self->credit[b] > self->credit[pick])
+            pick = b;
+    }
+    self->credit[pick] -= total;
+    return pick;
+}
 
 _Static_assert(offsetof(es_trial, id) == 0, "sched_rows: id first");
 
@@ -95,6 +135,7 @@ static es_trial *s_trial(sched_es *self, long id, int create)
     if (created) {
         t->obj_step = t->res_step = -1;
         t->obj = t->res = t->best = NAN;
+        t->bracket = self->rule == ES_HYPERBAND ? s_assign(self) : 0;
     }
     return t;
 }
@@ -145,9 +186,10 @@ static double s_quantile(double *v, size_t n, double q)
     return v[lo] + (v[hi] - v[lo]) * f;
 }
 
-static double s_rung_at(const sched_es *self, int k)
+/* Rung k of bracket b. */
+static double s_rung_at(const sched_es *self, int b, int k)
 {
-    return self->grace * pow(self->eta, k);
+    return self->grace * pow(self->eta, b + k);
 }
 
 static void s_instr_stop(sched_instr *out, long trial, const char *reason)
@@ -171,10 +213,11 @@ static int s_asha_point(sched_es *self, es_trial *t, double r, double v, char *r
 {
     int maximize = self->base.spec->maximize;
     const double tol = 1e-9;
-    while (t->next_rung < self->nrungs &&
-           r >= s_rung_at(self, t->next_rung) * (1 - tol)) {
+    int b = t->bracket;
+    while (t->next_rung < self->nrungs[b] &&
+           r >= s_rung_at(self, b, t->next_rung) * (1 - tol)) {
         int k = t->next_rung++;
-        es_rung *g = &self->rungs[k];
+        es_rung *g = &self->rungs[b][k];
         int stop = 0;
         double cutoff = NAN;
         if (g->n > 0) {
@@ -189,10 +232,17 @@ static int s_asha_point(sched_es *self, es_trial *t, double r, double v, char *r
         }
         if (!isnan(v))
             s_rung_add(g, t->id, v);
+        if (stop && self->rule == ES_HYPERBAND) {
+            snprintf(reason, rsize,
+                     "hyperband: bracket %d rung %d (%s %g): %.4g not in top 1/%g "
+                     "(cutoff %.4g)",
+                     b, k, self->resource, s_rung_at(self, b, k), v, self->eta, cutoff);
+            return 1;
+        }
         if (stop) {
             snprintf(reason, rsize,
                      "asha: rung %d (%s %g): %.4g not in top 1/%g (cutoff %.4g)", k,
-                     self->resource, s_rung_at(self, k), v, self->eta, cutoff);
+                     self->resource, s_rung_at(self, b, k), v, self->eta, cutoff);
             return 1;
         }
     }
@@ -348,18 +398,41 @@ static json_t *s_save(sched_t *s)
                               sched_json_real(t->res), "pend", t->pend, "next_rung",
                               t->next_rung, "best", sched_json_real(t->best), "hist", h,
                               "last_step", (json_int_t)t->last_step));
+        if (self->rule == ES_HYPERBAND)
+            json_object_set_new(json_array_get(trials, json_array_size(trials) - 1),
+                                "bracket", json_integer(t->bracket));
     }
-    json_t *rungs = json_array();
-    for (int k = 0; k < self->nrungs; k++) {
-        json_t *g = json_array();
-        for (size_t j = 0; j < self->rungs[k].n; j++)
-            json_array_append_new(
-                g, json_pack("[I,o]", (json_int_t)self->rungs[k].recs[j].trial,
-                             sched_json_real(self->rungs[k].recs[j].v)));
-        json_array_append_new(rungs, g);
+    /* asha: "rungs" [[trial, value]...] per rung; hyperband: "brackets",
+       one such list per bracket, and the round-robin "credit" */
+    json_t *brackets = json_array();
+    for (int b = 0; b < self->nbrackets; b++) {
+        json_t *rungs = json_array();
+        for (int k = 0; k < self->nrungs[b]; k++) {
+            const es_rung *g = &self->rungs[b][k];
+            json_t *ja = json_array();
+            for (size_t j = 0; j < g->n; j++)
+                json_array_append_new(ja, json_pack("[I,o]", (json_int_t)g->recs[j].trial,
+                                                    sched_json_real(g->recs[j].v)));
+            json_array_append_new(rungs, ja);
+        }
+        json_array_append_new(brackets, rungs);
     }
-    return json_pack("{s:s, s:o, s:o}", "rule", self->median ? "median" : "asha",
-                     "trials", trials, "rungs", rungs);
+    if (self->rule != ES_HYPERBAND) {
+        json_t *rungs = json_incref(json_array_get(brackets, 0));
+        json_decref(brackets);
+        return json_pack("{s:s, s:o, s:o}", "rule", self->median ? "median" : "asha",
+                         "trials", trials, "rungs", rungs ? rungs : json_array());
+    }
+    json_t *credit = json_array();
+    for (int b = 0; b < self->nbrackets; b++)
+        json_array_append_new(credit, json_real(self->credit[b]));
+    return json_pack("{s:s, s:o, s:o, s:o}", "rule", "hyperband", "trials", trials,
+                     "brackets", brackets, "credit", credit);
+}
+
+static const char *s_rule_name(const sched_es *self)
+{
+    return self->rule == ES_HYPERBAND ? "hyperband" : self->median ? "median" : "asha";
 }
 
 static void s_clear(sched_es *self)
@@ -369,21 +442,51 @@ static void s_clear(sched_es *self)
     free(self->trials);
     self->trials = NULL;
     self->ntrials = self->captrials = 0;
-    for (int k = 0; k < ES_MAX_RUNGS; k++) {
-        free(self->rungs[k].recs);
-        memset(&self->rungs[k], 0, sizeof self->rungs[k]);
+    for (int b = 0; b < ES_MAX_BRACKETS; b++)
+        for (int k = 0; k < ES_MAX_RUNGS; k++) {
+            free(self->rungs[b][k].recs);
+            memset(&self->rungs[b][k], 0, sizeof self->rungs[b][k]);
+        }
+    for (int b = 0; b < ES_MAX_BRACKETS; b++)
+        self->credit[b] = 0;
+}
+
+/* Restores one bracket's rung records ([[trial, value]...] per rung). */
+static int s_restore_rungs(sched_es *self, int b, const json_t *rungs)
+{
+    if (!json_is_array(rungs) || (int)json_array_size(rungs) > self->nrungs[b])
+        return -1;
+    size_t i;
+    json_t *g;
+    json_array_foreach(rungs, i, g)
+    {
+        size_t j;
+        json_t *rec;
+        json_array_foreach(g, j, rec)
+        {
+            json_t *tr = json_array_get(rec, 0), *v = json_array_get(rec, 1);
+            if (!json_is_integer(tr) || !json_is_number(v) ||
+                s_rung_add(&self->rungs[b][i], (long)json_integer_value(tr),
+                           json_number_value(v)))
+                return -1;
+        }
     }
+    return 0;
 }
 
 static int s_restore(sched_t *s, const json_t *state)
 {
     sched_es *self = (sched_es *)s;
     const char *rule = json_string_value(json_object_get(state, "rule"));
-    json_t *trials = json_object_get(state, "trials"),
-           *rungs = json_object_get(state, "rungs");
-    if (!rule || strcmp(rule, self->median ? "median" : "asha") ||
-        !json_is_array(trials) || !json_is_array(rungs) ||
-        (int)json_array_size(rungs) > self->nrungs)
+    json_t *trials = json_object_get(state, "trials");
+    int hb = self->rule == ES_HYPERBAND;
+    json_t *brackets = json_object_get(state, hb ? "brackets" : "rungs"),
+           *credit = json_object_get(state, "credit");
+    if (!rule || strcmp(rule, s_rule_name(self)) || !json_is_array(trials) ||
+        !json_is_array(brackets) ||
+        (hb &&
+         (json_array_size(brackets) != (size_t)self->nbrackets ||
+          !json_is_array(credit) || json_array_size(credit) != (size_t)self->nbrackets)))
         return -1;
     s_clear(self);
     size_t i;
@@ -405,6 +508,9 @@ static int s_restore(sched_t *s, const json_t *state)
         t->next_rung = (int)json_integer_value(json_object_get(jt, "next_rung"));
         t->best = sched_json_double(jt, "best");
         t->last_step = (long)json_integer_value(json_object_get(jt, "last_step"));
+        t->bracket = hb ? (int)json_integer_value(json_object_get(jt, "bracket")) : 0;
+        if (t->bracket < 0 || t->bracket >= self->nbrackets)
+            return -1;
         size_t j;
         json_t *p;
         json_array_foreach(h, j, p)
@@ -415,19 +521,14 @@ static int s_restore(sched_t *s, const json_t *state)
                 return -1;
         }
     }
-    json_t *g;
-    json_array_foreach(rungs, i, g)
-    {
-        size_t j;
-        json_t *rec;
-        json_array_foreach(g, j, rec)
-        {
-            json_t *tr = json_array_get(rec, 0), *v = json_array_get(rec, 1);
-            if (!json_is_integer(tr) || !json_is_number(v) ||
-                s_rung_add(&self->rungs[i], (long)json_integer_value(tr),
-                           json_number_value(v)))
-                return -1;
-        }
+    if (!hb)
+        return s_restore_rungs(self, 0, brackets);
+    for (int b = 0; b < self->nbrackets; b++) {
+        json_t *c = json_array_get(credit, (size_t)b);
+        if (!json_is_number(c) ||
+            s_restore_rungs(self, b, json_array_get(brackets, (size_t)b)))
+            return -1;
+        self->credit[b] = json_number_value(c);
     }
     return 0;
 }
@@ -441,6 +542,14 @@ static void s_destroy(sched_t *s)
 
 static const sched_ops s_asha_ops = {
     .name = "asha",
+    .on_metric = s_on_metric,
+    .on_complete = s_on_complete,
+    .save = s_save,
+    .restore = s_restore,
+    .destroy = s_destroy,
+};
+static const sched_ops s_hyperband_ops = {
+    .name = "hyperband",
     .on_metric = s_on_metric,
     .on_complete = s_on_complete,
     .save = s_save,
@@ -474,9 +583,10 @@ static int s_opt_str(const json_t *o, const char *key, const char *dflt, char *o
     return 0;
 }
 
-static sched_t *s_new(const spec_t *spec, int median, char *err, size_t errsize)
+static sched_t *s_new(const spec_t *spec, int rule, char *err, size_t errsize)
 {
     const json_t *o = spec->early_stop;
+    int median = rule == ES_MEDIAN, hb = rule == ES_HYPERBAND;
     static const char *const asha_keys[] = {
         "type", "resource", "grace", "reduction", "max_resource", "metric", NULL};
     static const char *const median_keys[] = {"type",       "resource", "grace",
@@ -491,16 +601,20 @@ static sched_t *s_new(const spec_t *spec, int median, char *err, size_t errsize)
             ok |= !strcmp(key, keys[i]);
         if (!ok) {
             snprintf(err, errsize, "early_stopping.%s: unknown option for %s", key,
-                     median ? "median" : "asha");
+                     hb       ? "hyperband"
+                     : median ? "median"
+                              : "asha");
             return NULL;
         }
     }
     sched_es *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
-    self->base.ops = median ? &s_median_ops : &s_asha_ops;
+    self->base.ops = hb ? &s_hyperband_ops : median ? &s_median_ops : &s_asha_ops;
     self->base.spec = spec;
+    self->rule = rule;
     self->median = median;
+    self->nbrackets = 1;
     double mt = 3;
     if (s_opt_str(o, "metric", spec->metric, self->metric, sizeof self->metric, err,
                   errsize) ||
@@ -524,6 +638,12 @@ static sched_t *s_new(const spec_t *spec, int median, char *err, size_t errsize)
         snprintf(err, errsize, "early_stopping.reduction: must be > 1");
         goto fail;
     }
+    if (hb && !json_object_get(o, "max_resource")) {
+        snprintf(err, errsize,
+                 "early_stopping.max_resource: required for hyperband (the resource a "
+                 "full trial gets, e.g. its number of epochs)");
+        goto fail;
+    }
     if (!median && json_object_get(o, "max_resource") &&
         self->max_resource < self->grace) {
         snprintf(err, errsize, "early_stopping.max_resource: must be >= grace (%g)",
@@ -535,11 +655,29 @@ static sched_t *s_new(const spec_t *spec, int median, char *err, size_t errsize)
         goto fail;
     }
     self->min_trials = (long)mt;
+    if (hb) {
+        /* B = floor(log_eta(R/g)) + 1 brackets */
+        int nb = 1;
+        while (nb <= ES_MAX_BRACKETS &&
+               self->grace * pow(self->eta, nb) <= self->max_resource * (1 + 1e-9))
+            nb++;
+        if (nb > ES_MAX_BRACKETS) {
+            snprintf(err, errsize,
+                     "early_stopping.max_resource: %g over grace %g gives more than %d "
+                     "brackets at reduction %g; raise grace or reduction",
+                     self->max_resource, self->grace, ES_MAX_BRACKETS, self->eta);
+            goto fail;
+        }
+        self->nbrackets = nb;
+        for (int b = 0; b < nb; b++)
+            self->weight[b] = ceil((double)nb / (nb - b) * pow(self->eta, nb - 1 - b));
+    }
     if (!median) {
-        while (self->nrungs < ES_MAX_RUNGS &&
-               (self->max_resource <= 0 ||
-                s_rung_at(self, self->nrungs) < self->max_resource * (1 - 1e-9)))
-            self->nrungs++;
+        for (int b = 0; b < self->nbrackets; b++)
+            while (self->nrungs[b] < ES_MAX_RUNGS &&
+                   (self->max_resource <= 0 || s_rung_at(self, b, self->nrungs[b]) <
+                                                   self->max_resource * (1 - 1e-9)))
+                self->nrungs[b]++;
     }
     return &self->base;
 fail:
@@ -549,10 +687,15 @@ fail:
 
 sched_t *sched_asha_new(const spec_t *spec, char *err, size_t errsize)
 {
-    return s_new(spec, 0, err, errsize);
+    return s_new(spec, ES_ASHA, err, errsize);
 }
 
 sched_t *sched_median_new(const spec_t *spec, char *err, size_t errsize)
 {
-    return s_new(spec, 1, err, errsize);
+    return s_new(spec, ES_MEDIAN, err, errsize);
+}
+
+sched_t *sched_hyperband_new(const spec_t *spec, char *err, size_t errsize)
+{
+    return s_new(spec, ES_HYPERBAND, err, errsize);
 }

@@ -50,3 +50,13 @@ BENCHES += $(BENCH_MO)
 .PHONY: bench-mo
 bench-mo: $(BENCH_MO)
 	@$(PYTHON) bench/bench_mo.py --driver $(BENCH_MO) --out $(BUILD)/bench/bench_mo.json $(BENCH_MO_ARGS)
+
+#   make bench-mf     multi-fidelity: jizhi bo with asha or hyperband (and
+#                     references) against Optuna TPE + HyperbandPruner on
+#                     Fashion-MNIST with jizhi-train, best val_acc against
+#                     CPU-seconds, 3 seeds (bench/mf.py; JSON in
+#                     build/bench/mf.json). BENCH_MF_ARGS="--quick" for 1 seed.
+.PHONY: bench-mf
+bench-mf: all
+	@PYTHON=$(PYTHON) scripts/bench-peers-install.sh
+	@BUILD=$(BUILD) $(PYTHON) bench/mf.py $(BENCH_MF_ARGS)

@@ -1,9 +1,9 @@
 /*  test_sched_es.c - early stopping monitors (schedulers/sched_es.c):
     option checks with "early_stopping.xxx" messages, ASHA stopping exactly
     the trials its rule says on a scripted sequence (cutoffs computed by
-    hand below), mode min, max_resource, either order of the objective and
-    resource reports, the median rule on a scripted sequence, and
-    save/restore at every point of a run giving the same decisions.
+    hand below), Hyperband's bracket assignment and per-bracket stops, mode min,
+   max_resource, either order of the objective and resource reports, the median rule on a
+   scripted sequence, and save/restore at every point of a run giving the same decisions.
 */
 #include "jz_test.h"
 #include "schedulers/sched.h"
@@ -300,12 +300,144 @@ TEST(median_forgets_a_failed_attempt)
     spec_destroy(&sp);
 }
 
+TEST(hyperband_options_are_checked)
+{
+    static const struct {
+        const char *es, *msg;
+    } bad[] = {
+        {"{\"type\":\"hyperband\",\"grace\":1}",
+         "early_stopping.max_resource: required for hyperband (the resource a full trial "
+         "gets, e.g. its number of epochs)"},
+        {"{\"type\":\"hyperband\",\"max_resource\":1e9,\"reduction\":2}",
+         "early_stopping.max_resource: 1e+09 over grace 1 gives more than 16 brackets at "
+         "reduction 2; raise grace or reduction"},
+        {"{\"type\":\"hyperband\",\"max_resource\":9,\"min_trials\":2}",
+         "early_stopping.min_trials: unknown option for hyperband"},
+        {"{\"type\":\"hyperband\",\"max_resource\":9,\"reduction\":1}",
+         "early_stopping.reduction: must be > 1"},
+        {"{\"type\":\"hyperband\",\"max_resource\":0.5}",
+         "early_stopping.max_resource: must be >= grace (1)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spec_t *sp = s_spec("max", bad[i].es);
+        REQUIRE(sp);
+        char err[256] = "";
+        CHECK(sched_check(sp, err, sizeof err) == -1);
+        CHECK_STR(err, bad[i].msg);
+        spec_destroy(&sp);
+    }
+}
+
+/* The bracket of each trial, from the saved state (-1 when unknown). */
+static int s_bracket_of(sched_t *m, long trial)
+{
+    json_t *st = m->ops->save(m);
+    int b = -1;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(st, "trials"), i, t)
+    {
+        if (json_integer_value(json_object_get(t, "id")) == trial)
+            b = (int)json_integer_value(json_object_get(t, "bracket"));
+    }
+    json_decref(st);
+    return b;
+}
+
+/* R 9, grace 1, eta 3: brackets 0 (rungs 1, 3), 1 (rung 3), 2 (none), with
+   Hyperband's counts 9, 5, 3, assigned in turn 0 1 0 2 0 1 0 2 0 ... */
+TEST(hyperband_assigns_brackets_in_proportion_and_in_turn)
+{
+    spec_t *sp =
+        s_spec("max", "{\"type\":\"hyperband\",\"max_resource\":9,\"reduction\":3}");
+    REQUIRE(sp);
+    char err[256];
+    sched_t *m = s_monitor(sp, err, sizeof err);
+    REQUIRE(m);
+    CHECK_STR(m->ops->name, "hyperband");
+    int count[3] = {0, 0, 0};
+    char seq[64] = "";
+    for (long t = 1; t <= 34; t++) {
+        sched_instr ins[8];
+        int k = m->ops->on_metric(m, t, 1, "acc", 0.5, 0, ins, 8);
+        for (int j = 0; j < k; j++)
+            sched_instr_fini(&ins[j]);
+        int b = s_bracket_of(m, t);
+        REQUIRE(b >= 0 && b < 3);
+        count[b]++;
+        if (t <= 9)
+            seq[t - 1] = (char)('0' + b);
+    }
+    CHECK_STR(seq, "010201020");
+    CHECK(count[0] == 18 && count[1] == 10 && count[2] == 6);
+    sched_destroy(&m);
+    spec_destroy(&sp);
+}
+
+/* Brackets as above; trials 1..8 go to brackets 0 1 0 2 0 1 0 2.
+   Bracket 0, rung 0 (epoch 1): t1 0.5 first; t3 0.4 vs [0.5] -> cutoff 0.5,
+   stopped; t5 0.6 vs [0.4 0.5] -> 0.4667 continues; t7 0.45 vs [.4 .5 .6]
+   -> 0.5333 stopped. Rung 1 (epoch 3): t1 0.7 first; t5 0.65 vs [0.7]
+   stopped. Bracket 1 is not judged at epoch 1 (ASHA alone would stop t2
+   at 0.1); at its rung (epoch 3) t2 0.3 first, t6 0.25 stopped. Bracket 2
+   has no rung below 9: t4 and t8 run to the end however bad. */
+static const ev HB_EVS[] = {
+    {1, 1, "acc", 0.5, 0},  {1, 1, "epoch", 1, 0},  {2, 1, "epoch", 1, 0},
+    {2, 1, "acc", 0.1, 0},  {3, 1, "acc", 0.4, 0},  {3, 1, "epoch", 1, 0},
+    {4, 1, "acc", 0.05, 0}, {4, 1, "epoch", 1, 0},  {5, 1, "acc", 0.6, 0},
+    {5, 1, "epoch", 1, 0},  {6, 1, "acc", 0.2, 0},  {6, 1, "epoch", 1, 0},
+    {7, 1, "acc", 0.45, 0}, {7, 1, "epoch", 1, 0},  {8, 1, "acc", 0.01, 0},
+    {8, 1, "epoch", 1, 0},  {1, 3, "acc", 0.7, 0},  {1, 3, "epoch", 3, 0},
+    {2, 3, "acc", 0.3, 0},  {2, 3, "epoch", 3, 0},  {5, 3, "epoch", 3, 0},
+    {5, 3, "acc", 0.65, 0}, {6, 3, "acc", 0.25, 0}, {6, 3, "epoch", 3, 0},
+    {4, 3, "acc", 0.02, 0}, {4, 3, "epoch", 3, 0},  {8, 3, "acc", 0.01, 0},
+    {8, 3, "epoch", 3, 0},  {4, 9, "acc", 0.03, 0}, {4, 9, "epoch", 9, 0},
+    {4, 0, NULL, 0.03, 1},
+};
+static const char *HB_STOPS =
+    "3:stop:hyperband: bracket 0 rung 0 (epoch 1): 0.4 not in top 1/3 (cutoff 0.5);"
+    "7:stop:hyperband: bracket 0 rung 0 (epoch 1): 0.45 not in top 1/3 (cutoff 0.5333);"
+    "5:stop:hyperband: bracket 0 rung 1 (epoch 3): 0.65 not in top 1/3 (cutoff 0.7);"
+    "6:stop:hyperband: bracket 1 rung 0 (epoch 3): 0.25 not in top 1/3 (cutoff 0.3);";
+
+TEST(hyperband_stops_by_the_rule_of_each_bracket_across_restores)
+{
+    spec_t *sp = s_spec("max", "{\"type\":\"hyperband\",\"resource\":\"epoch\","
+                               "\"max_resource\":9,\"grace\":1,\"reduction\":3}");
+    REQUIRE(sp);
+    int n = (int)(sizeof HB_EVS / sizeof HB_EVS[0]);
+    for (int cut = -1; cut < n; cut++) {
+        char out[4096];
+        sched_t *m = s_play(sp, HB_EVS, n, cut, out, sizeof out);
+        CHECK(m != NULL);
+        if (strcmp(out, HB_STOPS))
+            JZT_FAIL("restore before event %d: %s", cut, out);
+        sched_destroy(&m);
+    }
+    /* an asha state is refused, and so is a bracket out of range */
+    char err[256];
+    sched_t *m = s_monitor(sp, err, sizeof err);
+    REQUIRE(m);
+    json_t *bad = json_pack("{s:s, s:[], s:[]}", "rule", "asha", "trials", "rungs");
+    CHECK(m->ops->restore(m, bad) == -1);
+    json_decref(bad);
+    bad = json_pack("{s:s, s:[{s:i, s:i}], s:[[],[],[]], s:[i,i,i]}", "rule", "hyperband",
+                    "trials", "id", 1, "bracket", 7, "brackets", "credit", 0, 0, 0);
+    CHECK(m->ops->restore(m, bad) == -1);
+    json_decref(bad);
+    sched_destroy(&m);
+    spec_destroy(&sp);
+}
+
 int main(void)
 {
     RUN(options_are_checked);
     RUN(asha_stops_exactly_the_trials_the_rule_says);
     RUN(asha_save_restore_at_every_point_gives_the_same_decisions);
     RUN(asha_mode_min_step_resource_and_max_resource);
+    RUN(hyperband_options_are_checked);
+    RUN(hyperband_assigns_brackets_in_proportion_and_in_turn);
+    RUN(hyperband_stops_by_the_rule_of_each_bracket_across_restores);
     RUN(median_rule_stops_exactly_the_trials_the_rule_says);
     RUN(median_grace_and_min_trials);
     RUN(median_forgets_a_failed_attempt);
