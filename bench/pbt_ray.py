@@ -43,6 +43,7 @@ def main():
     os.makedirs(scratch, exist_ok=True)
     command, interval = cfg["command"], cfg["interval"]
     val_re = re.compile(r"^jizhi: step (\d+) val_acc=(\S+)$", re.M)
+    test_re = re.compile(r"^jizhi: step (\d+) test_acc=(\S+)$", re.M)
 
     def trainable(config):
         ck = tune.get_checkpoint()
@@ -69,10 +70,13 @@ def main():
                 raise RuntimeError("jizhi-train failed: " + p.stderr[-500:])
             vals = [(int(s), float(v)) for s, v in val_re.findall(p.stderr)]
             val = vals[-1][1] if vals and vals[-1][0] == target else float("nan")
+            tests = [float(v) for s, v in test_re.findall(p.stderr) if int(s) == target]
+            test = tests[-1] if tests else float("nan")
             with open(os.path.join(out, "step"), "w") as f:
                 f.write(str(target))
             step, resume = target, os.path.join(out, "model.jzck")
-            tune.report({"val_acc": val, "step": target, "lr_now": config["lr"]},
+            tune.report({"val_acc": val, "test_acc": test, "step": target,
+                         "lr_now": config["lr"]},
                         checkpoint=tune.Checkpoint.from_directory(out))
 
     mutations = {}
@@ -108,10 +112,12 @@ def main():
     results = tuner.fit()
     wall = time.time() - t0
     finals = [float(r.metrics.get("val_acc", float("nan"))) for r in results]
+    tests = [float(r.metrics.get("test_acc", float("nan"))) for r in results]
+    steps = [int(r.metrics.get("step", -1)) for r in results]
     with open(os.path.join(work, "starts.log")) as f:
         starts = len(f.read().split())
     ray.shutdown()
-    print(json.dumps({"finals": finals, "wall": wall, "ray_init_s": t_init,
+    print(json.dumps({"finals": finals, "tests": tests, "steps": steps, "wall": wall, "ray_init_s": t_init,
                       "perturbations": int(getattr(pbt, "_num_perturbations", -1)),
                       "process_starts": starts}))
     return 0

@@ -29,14 +29,17 @@ stored report, not the stop):
   batchsize     scheduler batchsize from B0 = 64, lr 0.05, range 32..1024,
                 AdaScale, "grow_only": true (measured: with the default
                 the batch went down as often as up, e.g. 128 -> 32 after a
-                noisy throughput fit, and such a shrink cost accuracy);
-                its decisions (batch_size and lr reports) are plotted to
-                $BUILD/bench/<arm>-<model>-s<seed>.svg.
-  batchsize-default  the scheduler's defaults (it may shrink).
-  batchsize-cpu the defaults with "throughput": "cpu" (step costs from the
-                trainer's step_cpu_s instead of wall-clock samples_per_s:
-                meant for a shared host, where wall-clock step times taken
-                at different sizes at different moments compare the load).
+                noisy throughput fit, and such a shrink cost accuracy),
+                "throughput": "cpu" (step costs from the trainer's
+                step_cpu_s: on a shared host wall-clock step times taken at
+                different sizes at different moments compare the load),
+                "momentum": 0.9 (the trainer's; the efficiency uses
+                B_simple / (1 - 0.9)); its decisions (batch_size and lr
+                reports) are plotted to $BUILD/bench/<arm>-<model>-s<seed>.svg.
+  batchsize-b_simple  the same with "momentum": 0: the efficiency from
+                B_simple alone (the model before the momentum correction).
+  batchsize-default  the scheduler's defaults (wall-clock throughput, may
+                shrink), with "momentum": 0.9.
 
 Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
 with 1 seed and no sweep (c = 1) in the full run and not in --quick: a CNN
@@ -102,8 +105,13 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
     if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
-                 "warmup": 100, "throughput": "cpu" if kind == "batchsize-cpu" else "wall",
-                 "grow_only": kind == "batchsize"}
+                 "warmup": 100,
+                 "throughput": "wall" if kind == "batchsize-default" else "cpu",
+                 "grow_only": kind != "batchsize-default",
+                 # the trial's SGD momentum (a flag here, not a param): the
+                 # efficiency uses B_simple / (1 - 0.9); the b_simple arm is
+                 # the model without it
+                 "momentum": 0.0 if kind == "batchsize-b_simple" else 0.9}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -295,7 +303,7 @@ def bench_model(tmp, model, args, plots):
         bl = max(args.batches)
         arms.append(("linear", bl, 0.05 * bl / 64, "linear%d" % bl))
         arms.append(("batchsize", 64, 0.05, "batchsize"))
-        arms.append(("batchsize-cpu", 64, 0.05, "batchsize-cpu"))
+        arms.append(("batchsize-b_simple", 64, 0.05, "batchsize-b_simple"))
         arms.append(("batchsize-default", 64, 0.05, "batchsize-default"))
         if args.only == "sched":
             arms = [a for a in arms if a[0].startswith("batchsize")]
@@ -334,6 +342,7 @@ def bench_model(tmp, model, args, plots):
                  and r[args.rank] is not None]
         ad = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize"]
         aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-default"]
+        ab = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-b_simple"]
         lin = [r for r in rows if r["seed"] == seed and r["kind"] == "linear"]
         if not fixed or not ad:
             print("seed %d: no fixed batch reached the target" % seed if not fixed else
@@ -342,7 +351,7 @@ def bench_model(tmp, model, args, plots):
         bt = min(fixed, key=lambda r: r[args.rank])
         a, l = ad[0], lin[0] if lin else None
         per_seed.append({"seed": seed, "best_fixed": bt, "jizhi": a, "linear": l,
-                         "wall": aw[0] if aw else None})
+                         "wall": aw[0] if aw else None, "bsimple": ab[0] if ab else None})
         bc = min((r for r in fixed if r["cpu"]), key=lambda r: r["cpu"], default=None)
         per_seed[-1]["best_fixed_cpu"] = bc
         print("seed %d: best fixed B=%d lr %g %.1fs %d samples; batchsize %s (x%s time, "
@@ -389,15 +398,25 @@ def summarize(per_seed):
                "time_to_target_s": med(p["wall"]["time"] for p in per_seed if p["wall"]),
                "samples_to_target": med(p["wall"]["samples"] for p in per_seed if p["wall"]),
                "cpu_to_target_s": med(p["wall"]["cpu"] for p in per_seed if p["wall"])},
+           "jizhi_b_simple_model": {
+               "time_to_target_s": med(p["bsimple"]["time"] for p in per_seed if p["bsimple"]),
+               "samples_to_target": med(p["bsimple"]["samples"] for p in per_seed
+                                        if p["bsimple"]),
+               "cpu_to_target_s": med(p["bsimple"]["cpu"] for p in per_seed if p["bsimple"])},
            "time_ratio_jizhi_to_best_fixed": statistics.median(ratios),
            "cpu_ratio_jizhi_to_least_fixed": statistics.median(cr),
+           "cpu_ratio_b_simple_model_to_least_fixed": statistics.median(
+               [p["bsimple"]["cpu"] / p["best_fixed_cpu"]["cpu"]
+                if p.get("bsimple") and p["bsimple"]["cpu"] and p.get("best_fixed_cpu")
+                else inf for p in per_seed]),
            "seeds": len(per_seed)}
     for d in out.values():  # JSON has no infinity: null = not reached
         if isinstance(d, dict):
             for k, v in d.items():
                 if v == inf:
                     d[k] = None
-    for k in ("time_ratio_jizhi_to_best_fixed", "cpu_ratio_jizhi_to_least_fixed"):
+    for k in ("time_ratio_jizhi_to_best_fixed", "cpu_ratio_jizhi_to_least_fixed",
+              "cpu_ratio_b_simple_model_to_least_fixed"):
         if out[k] == inf:
             out[k] = None
     return out
@@ -427,7 +446,7 @@ def main():
     ap.add_argument("--only", choices=["all", "sched"], default="all",
                     help="sched: only the scheduler's arms (after a change to it)")
     ap.add_argument("--arms", help="only these arm kinds (fixed,linear,batchsize,"
-                    "batchsize-default,batchsize-cpu)")
+                    "batchsize-default,batchsize-b_simple)")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
@@ -448,7 +467,7 @@ def main():
                 out[model] = s
                 print("batchsize %s, medians over %d seed(s): jizhi %s s / %s samples; best "
                       "fixed %s s / %s samples (B %s); linear %s s; time ratio %s; CPU-s ratio "
-                      "to the least-CPU fixed %s" % (
+                      "to the least-CPU fixed %s (B_simple-only model %s)" % (
                           model, s["seeds"], fmt(s["jizhi"]["time_to_target_s"], ".1f"),
                           fmt(s["jizhi"]["samples_to_target"], ".0f"),
                           fmt(s["best_fixed"]["time_to_target_s"], ".1f"),
@@ -456,7 +475,8 @@ def main():
                           fmt(s["best_fixed"]["batch_size"], ".0f"),
                           fmt(s["linear"]["time_to_target_s"], ".1f"),
                           fmt(s["time_ratio_jizhi_to_best_fixed"], ".2f"),
-                          fmt(s["cpu_ratio_jizhi_to_least_fixed"], ".2f")))
+                          fmt(s["cpu_ratio_jizhi_to_least_fixed"], ".2f"),
+                          fmt(s["cpu_ratio_b_simple_model_to_least_fixed"], ".2f")))
     if args.json and out:
         first = out.get("mlp") or next(iter(out.values()))
         sec = dict(first)
