@@ -42,6 +42,11 @@ def main():
     scratch = os.path.join(work, "scratch")
     os.makedirs(scratch, exist_ok=True)
     command, interval = cfg["command"], cfg["interval"]
+    # Every member's budget is `total` steps, as jizhi's --max-steps: a
+    # receiver restores its donor's step, so counting its own iterations
+    # (Ray's training_iteration) let members that copied a donor ahead of
+    # them train past it (2750 of 2500 steps, measured).
+    total = interval * cfg["iterations"]
     val_re = re.compile(r"^jizhi: step (\d+) val_acc=(\S+)$", re.M)
     test_re = re.compile(r"^jizhi: step (\d+) test_acc=(\S+)$", re.M)
 
@@ -56,7 +61,7 @@ def main():
         env = {k: v for k, v in os.environ.items() if not k.startswith("JIZHI_")}
         env["JIZHI_PARAMS"] = json.dumps({k: config[k] for k in cfg["space"]})
         while True:
-            target = step + interval
+            target = min(step + interval, total) if step < total else step
             out = tempfile.mkdtemp(dir=scratch)
             cmd = list(command) + ["--max-steps", str(target), "--save",
                                    os.path.join(out, "model.jzck")]
@@ -107,7 +112,7 @@ def main():
             reuse_actors=False),
         run_config=RunConfig(
             name="pbt", storage_path=os.path.join(work, "ray_results"), verbose=0,
-            stop={"training_iteration": cfg["iterations"]},
+            stop={"step": total},
             checkpoint_config=CheckpointConfig(num_to_keep=2)))
     results = tuner.fit()
     wall = time.time() - t0

@@ -106,8 +106,10 @@ def run_jizhi(tmp, name, sched, args, seed):
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-2000:])
     con = sqlite3.connect(os.path.join(d, "jizhi.db"))
-    finals, tests = [], []
+    finals, tests, steps = [], [], []
     for (tid,) in con.execute("SELECT id FROM trials ORDER BY number"):
+        steps.append(con.execute("SELECT max(step) FROM metrics WHERE trial_id = ? AND "
+                                 "name = 'val_acc'", (tid,)).fetchone()[0])
         for name, out in (("val_acc", finals), ("test_acc", tests)):
             r = con.execute("SELECT value FROM metrics WHERE trial_id = ? AND name = ? "
                             "ORDER BY attempt DESC, step DESC, time DESC LIMIT 1",
@@ -122,7 +124,7 @@ def run_jizhi(tmp, name, sched, args, seed):
     attempts = con.execute("SELECT COALESCE(SUM(attempt), 0) FROM trials").fetchone()[0]
     con.close()
     configs = [gen0[k] for k in sorted(gen0)]
-    return {"finals": finals, "tests": tests, "wall": wall, "loads": loads,
+    return {"finals": finals, "tests": tests, "steps": steps, "wall": wall, "loads": loads,
             "restarts": attempts, "configs": configs}
 
 
@@ -260,9 +262,11 @@ def main():
                 r.update(summary(r))
                 r["seed"] = seed
                 rows[arm].append(r)
-                print("%-5d %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6d %8d" % (
+                st = [x for x in r.get("steps") or [] if x is not None]
+                print("%-5d %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6d %8d   final steps %s" % (
                     seed, arm, r["best"], r["mean"], r["test_of_best"], r["mean_test"],
-                    r["wall"], r["loads"], r["restarts"]))
+                    r["wall"], r["loads"], r["restarts"],
+                    "%d..%d" % (min(st), max(st)) if st else "-"))
             sys.stdout.flush()
     med = {}
     for arm, rs in rows.items():
