@@ -6,8 +6,9 @@ benchmark, not a test: nothing is asserted.
 Measure: wall time (and samples) from the trial's start to the first
 val_acc >= target, and the trainer's CPU-seconds by then (polled from
 /proc every 0.25 s; on a shared machine the wall time moves with the load,
-the CPU time much less), on Fashion-MNIST with jizhi-train (SGD, momentum 0.9),
-evaluated every 3200 samples. The anchor is Pollux's goodput (Qiao et al.,
+the CPU time much less), on Fashion-MNIST with jizhi-train (SGD, momentum 0.9,
+one thread: with two, OpenBLAS's waiting threads counted CPU time that
+grew with the load), evaluated every 3200 samples. The anchor is Pollux's goodput (Qiao et al.,
 OSDI 2021): the scheduler picks the batch size that maximises throughput
 x statistical efficiency, the latter from the gradient noise scale the
 trainer reports, and rescales lr with AdaScale.
@@ -18,9 +19,10 @@ stored report, not the stop):
 
   fixed B, lr   B in the grid, lr = c * 0.05 * sqrt(B/64), c in the sweep
                 (0.5, 1, 2). Sweep on the first seed; every later seed runs
-                each B at the c that was cheapest for it on the first seed
-                ("best lr in hindsight"). best_fixed per seed: the cheapest
-                fixed arm. Cheapest: least trainer CPU-s to the target
+                each B at the c that needed the fewest samples for it on the
+                first seed ("best lr in hindsight"; at one batch size the cost
+                is proportional to the samples, which the load does not
+                move). best_fixed per seed: the cheapest fixed arm. Cheapest: least trainer CPU-s to the target
                 (--rank cpu, the default: the wall time of one run moved up
                 to 10x with the shared machine's load) or wall time
                 (--rank time).
@@ -95,7 +97,7 @@ def base_cmd(model, seed, batch, args):
         subset = subset // 3
     return ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset", str(subset),
             "--val-size", "5000", "--epochs", str(epochs), "--eval-every",
-            str(max(1, EVAL_SAMPLES // batch)), "--log-every", "10", "--threads", "2",
+            str(max(1, EVAL_SAMPLES // batch)), "--log-every", "10", "--threads", "1",
             "--quiet", "--seed", str(seed), "--momentum", "0.9"] + flags
 
 
@@ -288,7 +290,7 @@ def bench_model(tmp, model, args, plots):
     target = target_of(model, args)
     rows = []
     best_c = {}
-    print("\nbatchsize %s: Fashion-MNIST subset %d, SGD momentum 0.9, 2 threads, target val_acc "
+    print("\nbatchsize %s: Fashion-MNIST subset %d, SGD momentum 0.9, 1 thread, target val_acc "
           "%.2f, at most %d epochs, eval every %d samples, %d seed(s)" % (
               model, int(base_cmd(model, 1, 64, args)[4]), target, MODELS[model][3],
               EVAL_SAMPLES, seeds))
@@ -341,7 +343,11 @@ def bench_model(tmp, model, args, plots):
                     cands = [r for r in rows if r["seed"] == 1 and r["kind"] == "fixed" and
                              r["batch"] == b]
                     ok = [r for r in cands if r[args.rank] is not None]
-                    pick = min(ok, key=lambda r: r[args.rank]) if ok else \
+                    # within one batch size the cost is proportional to the
+                    # samples, which the load does not move (the CPU-s of one
+                    # run did, up to 1.5x at the same samples)
+                    ok = [r for r in cands if r["samples"] is not None]
+                    pick = min(ok, key=lambda r: r["samples"]) if ok else \
                         max(cands, key=lambda r: r["best"] or 0) if cands else None
                     best_c[b] = (pick["lr"] / (0.05 * (b / 64) ** 0.5)) if pick else 1.0
     # per seed: best fixed (fastest to target), the ratios
