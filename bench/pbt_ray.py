@@ -113,7 +113,11 @@ def main():
         run_config=RunConfig(
             name="pbt", storage_path=os.path.join(work, "ray_results"), verbose=0,
             stop={"step": total},
-            checkpoint_config=CheckpointConfig(num_to_keep=2)))
+            # every checkpoint is kept: with num_to_keep=2 a donor's
+            # checkpoint could be deleted before its receiver restored it,
+            # and the receiver failed ("does not exist on storage anymore":
+            # 2 of 8 members in a measured run)
+            checkpoint_config=CheckpointConfig(num_to_keep=None)))
     results = tuner.fit()
     wall = time.time() - t0
     finals = [float(r.metrics.get("val_acc", float("nan"))) for r in results]
@@ -122,7 +126,8 @@ def main():
     with open(os.path.join(work, "starts.log")) as f:
         starts = len(f.read().split())
     ray.shutdown()
-    print(json.dumps({"finals": finals, "tests": tests, "steps": steps, "wall": wall, "ray_init_s": t_init,
+    print(json.dumps({"finals": finals, "tests": tests, "steps": steps, "wall": wall,
+                      "errors": int(getattr(results, "num_errors", 0)), "ray_init_s": t_init,
                       "perturbations": int(getattr(pbt, "_num_perturbations", -1)),
                       "process_starts": starts}))
     return 0

@@ -199,6 +199,41 @@ def summary(r):
             "mean_test": sum(tests) / len(tests) if tests else nan}
 
 
+def medians(rows, args, show):
+    """Medians over the seeds done so far, printed when show; written to
+    the JSON after every seed (a long run cut short keeps what it did)."""
+    med = {}
+    for arm, rs in rows.items():
+        if not rs:
+            continue
+        med[arm] = {"best_val_acc": statistics.median(r["best"] for r in rs),
+                    "mean_val_acc": statistics.median(r["mean"] for r in rs),
+                    "test_acc_of_best": statistics.median(r["test_of_best"] for r in rs),
+                    "mean_test_acc": statistics.median(r["mean_test"] for r in rs),
+                    "wall_s": statistics.median(r["wall"] for r in rs),
+                    "loads": statistics.median(r["loads"] for r in rs),
+                    "restarts": statistics.median(r["restarts"] for r in rs),
+                    "seeds": len(rs),
+                    "per_seed": [{"seed": r["seed"], "best_val_acc": r["best"],
+                                  "test_acc_of_best": r["test_of_best"],
+                                  "mean_test_acc": r["mean_test"], "wall_s": r["wall"],
+                                  "errors": r.get("errors", 0)} for r in rs]}
+        m = med[arm]
+        if show:
+            print("%-5s %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6.1f %8.1f" % (
+                "med", arm, m["best_val_acc"], m["mean_val_acc"], m["test_acc_of_best"],
+                m["mean_test_acc"], m["wall_s"], m["loads"], m["restarts"]))
+    if show and "jizhi" in med and "ray" in med and "no_pbt" in med:
+        j, r, n = med["jizhi"], med["ray"], med["no_pbt"]
+        print("pbt: median best val_acc jizhi %.4f, ray %.4f, no-PBT %.4f; test_acc of the "
+              "best-val member jizhi %.4f, ray %.4f, no-PBT %.4f; jizhi wall %.2fx ray's" % (
+                  j["best_val_acc"], r["best_val_acc"], n["best_val_acc"],
+                  j["test_acc_of_best"], r["test_acc_of_best"], n["test_acc_of_best"],
+                  j["wall_s"] / r["wall_s"]))
+    if args.json:
+        write_json(args.json, "pbt", med)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=5)
@@ -263,38 +298,14 @@ def main():
                 r["seed"] = seed
                 rows[arm].append(r)
                 st = [x for x in r.get("steps") or [] if x is not None]
-                print("%-5d %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6d %8d   final steps %s" % (
+                print("%-5d %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6d %8d   final steps %s%s" % (
                     seed, arm, r["best"], r["mean"], r["test_of_best"], r["mean_test"],
                     r["wall"], r["loads"], r["restarts"],
-                    "%d..%d" % (min(st), max(st)) if st else "-"))
+                    "%d..%d" % (min(st), max(st)) if st else "-",
+                    ", %d failed" % r["errors"] if r.get("errors") else ""))
             sys.stdout.flush()
-    med = {}
-    for arm, rs in rows.items():
-        if not rs:
-            continue
-        med[arm] = {"best_val_acc": statistics.median(r["best"] for r in rs),
-                    "mean_val_acc": statistics.median(r["mean"] for r in rs),
-                    "test_acc_of_best": statistics.median(r["test_of_best"] for r in rs),
-                    "mean_test_acc": statistics.median(r["mean_test"] for r in rs),
-                    "wall_s": statistics.median(r["wall"] for r in rs),
-                    "loads": statistics.median(r["loads"] for r in rs),
-                    "restarts": statistics.median(r["restarts"] for r in rs),
-                    "seeds": len(rs),
-                    "per_seed": [{"seed": r["seed"], "best_val_acc": r["best"],
-                                  "test_acc_of_best": r["test_of_best"]} for r in rs]}
-        m = med[arm]
-        print("%-5s %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6.1f %8.1f" % (
-            "med", arm, m["best_val_acc"], m["mean_val_acc"], m["test_acc_of_best"],
-            m["mean_test_acc"], m["wall_s"], m["loads"], m["restarts"]))
-    if "jizhi" in med and "ray" in med and "no_pbt" in med:
-        j, r, n = med["jizhi"], med["ray"], med["no_pbt"]
-        print("pbt: median best val_acc jizhi %.4f, ray %.4f, no-PBT %.4f; test_acc of the "
-              "best-val member jizhi %.4f, ray %.4f, no-PBT %.4f; jizhi wall %.2fx ray's" % (
-                  j["best_val_acc"], r["best_val_acc"], n["best_val_acc"],
-                  j["test_acc_of_best"], r["test_acc_of_best"], n["test_acc_of_best"],
-                  j["wall_s"] / r["wall_s"]))
-    if args.json:
-        write_json(args.json, "pbt", med)
+            medians(rows, args, False)
+    medians(rows, args, True)
     return 0
 
 
