@@ -32,6 +32,9 @@ if not os.path.isabs(BUILD):
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 AR = os.path.join(BUILD, "bench", "comm_allreduce")
 QUICK = "--quick" in sys.argv
+# --only curves,fusion,convergence: run those parts (the model needs the curves)
+ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")),
+            "curves,fusion,convergence").split(",")
 MPIRUN = shutil.which("mpirun")
 
 
@@ -60,23 +63,27 @@ def metric(stderr, name):
 def curves():
     out = {}
     maxb = str(16 << 20) if QUICK else str(64 << 20)
+    rounds = "9" if QUICK else "15"
     for np_ in (2, 4):
-        p = mpi(np_, AR, maxb)
+        p = mpi(np_, AR, maxb, rounds)
         print("\n".join(l for l in p.stdout.splitlines() if not l.startswith("CURVE")))
-        for m in re.finditer(r"CURVE np=(\d+) algo=(\S+) bytes=(\d+) time=(\S+) sent=(\d+)",
-                             p.stdout):
+        for m in re.finditer(r"CURVE np=(\d+) algo=(\S+) bytes=(\d+) time=(\S+) sent=(\d+) "
+                             r"tmin=(\S+)", p.stdout):
             out.setdefault(int(m[1]), {}).setdefault(m[2], []).append(
-                (int(m[3]), float(m[4]), int(m[5])))
+                (int(m[3]), float(m[4]), int(m[5]), float(m[6])))
         rows = out[np_]
-        big = [(r, m) for r, m in zip(rows["ring"], rows["mpi"]) if r[0] >= 1 << 20]
-        ratios = sorted(m[1] / r[1] for r, m in big)
-        med = ratios[len(ratios) // 2]
+
+        def ratios(algo, col):
+            return sorted(m[col] / r[col] for r, m in zip(rows[algo], rows["mpi"])
+                          if r[0] >= 1 << 20)
+        rm, rb = ratios("ring", 1), ratios("ring", 3)
+        hm, hb = ratios("hier", 1), ratios("hier", 3)
         fewer = [r[2] / t[2] for r, t in zip(rows["ring"], rows["topk1%"]) if t[2]]
-        hr = sorted(m[1] / h[1] for h, m in zip(rows["hier"], rows["mpi"]) if h[0] >= 1 << 20)
-        print(f"== {np_} ranks, sizes >= 1 MB: ring busbw / MPI_Allreduce busbw: median "
-              f"{med:.2f}x (range {ratios[0]:.2f} .. {ratios[-1]:.2f}; goal >= 0.9); "
-              f"hier / MPI median {hr[len(hr) // 2]:.2f}x; top-k 1 % sends "
-              f"{min(fewer):.1f}x fewer bytes than ring (goal >= 20x)\n")
+        print(f"== {np_} ranks, sizes >= 1 MB: ring busbw / MPI_Allreduce busbw: median over "
+              f"sizes {rm[len(rm) // 2]:.2f}x (range {rm[0]:.2f} .. {rm[-1]:.2f}; fastest "
+              f"samples {rb[len(rb) // 2]:.2f}x, range {rb[0]:.2f} .. {rb[-1]:.2f}; goal >= 0.9); "
+              f"hier / MPI {hm[len(hm) // 2]:.2f}x (fastest {hb[len(hb) // 2]:.2f}x); top-k 1 % "
+              f"sends {min(fewer):.1f}x fewer bytes than ring (goal >= 20x)\n")
     return out
 
 
@@ -184,9 +191,9 @@ def fit(rows, p):
     beta from the messages of 1 MB and more (least squares through the
     alpha intercept): a global least-squares fit is swamped by the noise of
     oversubscribed cores."""
-    s0, t0, _ = rows[0]
+    s0, t0 = rows[0][:2]
     alpha = t0 / (2 * (p - 1))
-    big = [(2 * (p - 1) / p * s, t - 2 * (p - 1) * alpha) for s, t, _ in rows if s >= 1 << 20]
+    big = [(2 * (p - 1) / p * r[0], r[1] - 2 * (p - 1) * alpha) for r in rows if r[0] >= 1 << 20]
     beta = sum(x * y for x, y in big) / sum(x * x for x, _ in big)
     return alpha, max(beta, 1e-12)
 
@@ -267,10 +274,13 @@ def main():
     for f in (TRAIN, AR):
         if not os.access(f, os.X_OK):
             sys.exit(f"bench-comm: build first: {f}")
-    cv = curves()
-    fusion()
-    convergence()
-    model(cv)
+    cv = curves() if "curves" in ONLY else None
+    if "fusion" in ONLY:
+        fusion()
+    if "convergence" in ONLY:
+        convergence()
+    if cv:
+        model(cv)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ struct trn_dist {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int queued; /* buckets [0, queued) handed to the thread */
+    int queued;    /* buckets [0, queued) handed to the thread */
+    int computing; /* backward still runs: the thread's waits are patient */
     int quit;
 };
 
@@ -99,7 +100,11 @@ static void *s_thread(void *arg)
         if (d->quit)
             break;
         int i = d->complete_upto;
+        int computing = d->computing;
         pthread_mutex_unlock(&d->mu);
+        /* while backward runs, waits leave the core to the training thread;
+           once it waits for us, they poll */
+        trn_comm_set_patient(d->comm, computing);
         int rc = s_reduce(d, &d->b[i]);
         pthread_mutex_lock(&d->mu);
         if (rc < 0)
@@ -158,6 +163,11 @@ void trn_dist_begin(trn_dist *d, const double *unscale)
     d->complete_upto = 0;
     d->queued = 0;
     d->failed = 0;
+    if (d->threaded) {
+        pthread_mutex_lock(&d->mu);
+        d->computing = 1;
+        pthread_mutex_unlock(&d->mu);
+    }
 }
 
 void trn_dist_ready(trn_dist *d, int i)
@@ -176,9 +186,11 @@ int trn_dist_finish(trn_dist *d)
     s_queue_ready(d);
     if (d->threaded) {
         pthread_mutex_lock(&d->mu);
+        d->computing = 0;
         while (d->complete_upto < d->nb)
             pthread_cond_wait(&d->cv, &d->mu);
         pthread_mutex_unlock(&d->mu);
+        trn_comm_set_patient(d->comm, 0); /* the thread is idle: ours again */
     } else {
         for (int i = 0; i < d->nb; i++)
             if (s_reduce(d, &d->b[i]) < 0)
