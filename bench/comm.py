@@ -90,7 +90,10 @@ def curves():
 # ---- 2. fusion -----------------------------------------------------------------
 
 def fusion():
-    steps = "20" if QUICK else "30"
+    # auto times up to 6 layouts x 4 steps at the start: every config is
+    # measured after step 30 only (the steps before count for none)
+    skip = 30
+    steps = "50" if QUICK else "70"
     rounds = 1 if QUICK else 3
     models = {
         "MLP 1024,1024 batch 512": ["--hidden", "1024,1024", "--batch-size", "512"],
@@ -100,9 +103,9 @@ def fusion():
     configs = [("no fusion", ["--fusion-kb", "0"]), ("auto", ["--fusion-kb", "-1"])] + \
         [(f"{k} KiB", ["--fusion-kb", k]) for k in fixed] + \
         [("auto, no overlap", ["--fusion-kb", "-1", "--overlap", "0"])]
-    print(f"fusion: step time on 2 ranks ({steps} steps, Fashion-MNIST subset, 1 thread per "
-          f"rank; median of {rounds} interleaved rounds): no fusion vs the automatic threshold "
-          f"vs fixed thresholds")
+    print(f"fusion: step time on 2 ranks (steps {skip} .. {steps}, Fashion-MNIST subset, 1 "
+          f"thread per rank; median of {rounds} interleaved rounds): no fusion vs the automatic "
+          f"threshold (model, then timing the candidates in the first steps) vs fixed thresholds")
     for name, args in models.items():
         base = [TRAIN, "--train-subset", "20000", "--val-size", "500", "--epochs", "100",
                 "--max-steps", steps, "--log-every", "5", "--eval-every", "1000000",
@@ -112,13 +115,16 @@ def fusion():
         for _ in range(rounds):
             for label, extra in configs:
                 p = mpi(2, *base, *extra)
-                sps = metric(p.stderr, "samples_per_s")[1:]  # the first includes start-up
+                sps = [float(v) for st, v in re.findall(
+                    r"jizhi: step (\d+) samples_per_s=(\S+)", p.stderr) if int(st) > skip]
                 times.setdefault(label, []).append(bs / (sum(sps) / len(sps)) * 1000)
                 m = re.search(r"fusion (\d+) KiB \((\d+) buckets", p.stderr)
                 layout[label] = f"{m[2]} buckets, >= {m[1]} KiB" if m else "?"
-                m = re.search(r"fusion auto: (.*)", p.stderr)
-                if m and label == "auto":
-                    model_line = m[1]
+                m = re.search(r"using (.+?) \((\d+) buckets\)", p.stderr)
+                if m:  # auto's measured choice
+                    layout[label] = f"{m[2]} buckets, {m[1]}"
+                if label == "auto":
+                    model_line = "; ".join(re.findall(r"fusion auto: (.*)", p.stderr))
         med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
         best = min((f"{k} KiB" for k in fixed), key=lambda k: med[k])
         print(f"  {name}:")

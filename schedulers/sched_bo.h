@@ -14,6 +14,12 @@
                                          worse half of the values is mapped by
                                          rank onto a Gaussian tail (default
                                          halfrank), or plain standardising
+      "lengthscale_prior": "wall" | "lognormal"
+                                         the objective GP's prior on its
+                                         lengthscales (gp.h): steep walls
+                                         around 1 (default), or the weaker
+                                         log-normal (which resolves narrow
+                                         wells better)
       "constraint_model": "pof" | "penalty"
                                          with the spec's constraints: a GP per
                                          constraint metric and log EI + log

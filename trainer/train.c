@@ -444,6 +444,9 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
         !(gnorm = calloc((size_t)np, sizeof(double))))
         return -1;
     int frc = trn_dist_finish(t->dist);
+    const char *note = trn_dist_fusion_note(t->dist);
+    if (note && t->rank == 0 && !c->quiet)
+        fprintf(stderr, "jizhi-train: %s\n", note);
     if (gnorm)
         memcpy(gnorm, trn_dist_local_gnorm(t->dist), (size_t)np * sizeof(double));
     if (frc < 0 || trn_comm_sum_d(t->comm, red, 3) < 0 ||
