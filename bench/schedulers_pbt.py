@@ -223,6 +223,24 @@ def medians(rows, args, show):
             print("%-5s %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6.1f %8.1f" % (
                 "med", arm, m["best_val_acc"], m["mean_val_acc"], m["test_acc_of_best"],
                 m["mean_test_acc"], m["wall_s"], m["loads"], m["restarts"]))
+    if "jizhi" in med and "ray" in med:
+        # paired by seed (the same initial configurations): jizhi - ray
+        by = {r["seed"]: r for r in rows["ray"]}
+        pairs = [(r, by[r["seed"]]) for r in rows["jizhi"] if r["seed"] in by]
+        if pairs:
+            med["jizhi_minus_ray"] = {
+                "best_val_acc": statistics.median(a["best"] - b["best"] for a, b in pairs),
+                "test_acc_of_best": statistics.median(a["test_of_best"] - b["test_of_best"]
+                                                      for a, b in pairs),
+                "seeds_jizhi_ahead_test": sum(a["test_of_best"] >= b["test_of_best"]
+                                              for a, b in pairs),
+                "seeds": len(pairs)}
+            if show:
+                d = med["jizhi_minus_ray"]
+                print("pbt: per seed, jizhi - ray: median %+.4f best val_acc, %+.4f test_acc of "
+                      "the best-val member; jizhi >= ray on %d of %d seeds (test)" % (
+                          d["best_val_acc"], d["test_acc_of_best"], d["seeds_jizhi_ahead_test"],
+                          d["seeds"]))
     if show and "jizhi" in med and "ray" in med and "no_pbt" in med:
         j, r, n = med["jizhi"], med["ray"], med["no_pbt"]
         print("pbt: median best val_acc jizhi %.4f, ray %.4f, no-PBT %.4f; test_acc of the "
