@@ -106,8 +106,10 @@ def run_jizhi(tmp, name, sched, args, seed):
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-2000:])
     con = sqlite3.connect(os.path.join(d, "jizhi.db"))
-    finals, tests = [], []
+    finals, tests, steps = [], [], []
     for (tid,) in con.execute("SELECT id FROM trials ORDER BY number"):
+        steps.append(con.execute("SELECT max(step) FROM metrics WHERE trial_id = ? AND "
+                                 "name = 'val_acc'", (tid,)).fetchone()[0])
         for name, out in (("val_acc", finals), ("test_acc", tests)):
             r = con.execute("SELECT value FROM metrics WHERE trial_id = ? AND name = ? "
                             "ORDER BY attempt DESC, step DESC, time DESC LIMIT 1",
@@ -122,7 +124,7 @@ def run_jizhi(tmp, name, sched, args, seed):
     attempts = con.execute("SELECT COALESCE(SUM(attempt), 0) FROM trials").fetchone()[0]
     con.close()
     configs = [gen0[k] for k in sorted(gen0)]
-    return {"finals": finals, "tests": tests, "wall": wall, "loads": loads,
+    return {"finals": finals, "tests": tests, "steps": steps, "wall": wall, "loads": loads,
             "restarts": attempts, "configs": configs}
 
 
@@ -197,6 +199,59 @@ def summary(r):
             "mean_test": sum(tests) / len(tests) if tests else nan}
 
 
+def medians(rows, args, show):
+    """Medians over the seeds done so far, printed when show; written to
+    the JSON after every seed (a long run cut short keeps what it did)."""
+    med = {}
+    for arm, rs in rows.items():
+        if not rs:
+            continue
+        med[arm] = {"best_val_acc": statistics.median(r["best"] for r in rs),
+                    "mean_val_acc": statistics.median(r["mean"] for r in rs),
+                    "test_acc_of_best": statistics.median(r["test_of_best"] for r in rs),
+                    "mean_test_acc": statistics.median(r["mean_test"] for r in rs),
+                    "wall_s": statistics.median(r["wall"] for r in rs),
+                    "loads": statistics.median(r["loads"] for r in rs),
+                    "restarts": statistics.median(r["restarts"] for r in rs),
+                    "seeds": len(rs),
+                    "per_seed": [{"seed": r["seed"], "best_val_acc": r["best"],
+                                  "test_acc_of_best": r["test_of_best"],
+                                  "mean_test_acc": r["mean_test"], "wall_s": r["wall"],
+                                  "errors": r.get("errors", 0)} for r in rs]}
+        m = med[arm]
+        if show:
+            print("%-5s %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6.1f %8.1f" % (
+                "med", arm, m["best_val_acc"], m["mean_val_acc"], m["test_acc_of_best"],
+                m["mean_test_acc"], m["wall_s"], m["loads"], m["restarts"]))
+    if "jizhi" in med and "ray" in med:
+        # paired by seed (the same initial configurations): jizhi - ray
+        by = {r["seed"]: r for r in rows["ray"]}
+        pairs = [(r, by[r["seed"]]) for r in rows["jizhi"] if r["seed"] in by]
+        if pairs:
+            med["jizhi_minus_ray"] = {
+                "best_val_acc": statistics.median(a["best"] - b["best"] for a, b in pairs),
+                "test_acc_of_best": statistics.median(a["test_of_best"] - b["test_of_best"]
+                                                      for a, b in pairs),
+                "seeds_jizhi_ahead_test": sum(a["test_of_best"] >= b["test_of_best"]
+                                              for a, b in pairs),
+                "seeds": len(pairs)}
+            if show:
+                d = med["jizhi_minus_ray"]
+                print("pbt: per seed, jizhi - ray: median %+.4f best val_acc, %+.4f test_acc of "
+                      "the best-val member; jizhi >= ray on %d of %d seeds (test)" % (
+                          d["best_val_acc"], d["test_acc_of_best"], d["seeds_jizhi_ahead_test"],
+                          d["seeds"]))
+    if show and "jizhi" in med and "ray" in med and "no_pbt" in med:
+        j, r, n = med["jizhi"], med["ray"], med["no_pbt"]
+        print("pbt: median best val_acc jizhi %.4f, ray %.4f, no-PBT %.4f; test_acc of the "
+              "best-val member jizhi %.4f, ray %.4f, no-PBT %.4f; jizhi wall %.2fx ray's" % (
+                  j["best_val_acc"], r["best_val_acc"], n["best_val_acc"],
+                  j["test_acc_of_best"], r["test_acc_of_best"], n["test_acc_of_best"],
+                  j["wall_s"] / r["wall_s"]))
+    if args.json:
+        write_json(args.json, "pbt", med)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=5)
@@ -260,37 +315,15 @@ def main():
                 r.update(summary(r))
                 r["seed"] = seed
                 rows[arm].append(r)
-                print("%-5d %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6d %8d" % (
+                st = [x for x in r.get("steps") or [] if x is not None]
+                print("%-5d %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6d %8d   final steps %s%s" % (
                     seed, arm, r["best"], r["mean"], r["test_of_best"], r["mean_test"],
-                    r["wall"], r["loads"], r["restarts"]))
+                    r["wall"], r["loads"], r["restarts"],
+                    "%d..%d" % (min(st), max(st)) if st else "-",
+                    ", %d failed" % r["errors"] if r.get("errors") else ""))
             sys.stdout.flush()
-    med = {}
-    for arm, rs in rows.items():
-        if not rs:
-            continue
-        med[arm] = {"best_val_acc": statistics.median(r["best"] for r in rs),
-                    "mean_val_acc": statistics.median(r["mean"] for r in rs),
-                    "test_acc_of_best": statistics.median(r["test_of_best"] for r in rs),
-                    "mean_test_acc": statistics.median(r["mean_test"] for r in rs),
-                    "wall_s": statistics.median(r["wall"] for r in rs),
-                    "loads": statistics.median(r["loads"] for r in rs),
-                    "restarts": statistics.median(r["restarts"] for r in rs),
-                    "seeds": len(rs),
-                    "per_seed": [{"seed": r["seed"], "best_val_acc": r["best"],
-                                  "test_acc_of_best": r["test_of_best"]} for r in rs]}
-        m = med[arm]
-        print("%-5s %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6.1f %8.1f" % (
-            "med", arm, m["best_val_acc"], m["mean_val_acc"], m["test_acc_of_best"],
-            m["mean_test_acc"], m["wall_s"], m["loads"], m["restarts"]))
-    if "jizhi" in med and "ray" in med and "no_pbt" in med:
-        j, r, n = med["jizhi"], med["ray"], med["no_pbt"]
-        print("pbt: median best val_acc jizhi %.4f, ray %.4f, no-PBT %.4f; test_acc of the "
-              "best-val member jizhi %.4f, ray %.4f, no-PBT %.4f; jizhi wall %.2fx ray's" % (
-                  j["best_val_acc"], r["best_val_acc"], n["best_val_acc"],
-                  j["test_acc_of_best"], r["test_acc_of_best"], n["test_acc_of_best"],
-                  j["wall_s"] / r["wall_s"]))
-    if args.json:
-        write_json(args.json, "pbt", med)
+            medians(rows, args, False)
+    medians(rows, args, True)
     return 0
 
 
