@@ -32,6 +32,10 @@ if not os.path.isabs(BUILD):
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 AR = os.path.join(BUILD, "bench", "comm_allreduce")
 QUICK = "--quick" in sys.argv
+# --only=curves,fusion,convergence: run those parts (the model needs the curves);
+# --rounds=N: fusion rounds (1 with --quick, else 3)
+ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")),
+            "curves,fusion,convergence").split(",")
 MPIRUN = shutil.which("mpirun")
 
 
@@ -60,31 +64,39 @@ def metric(stderr, name):
 def curves():
     out = {}
     maxb = str(16 << 20) if QUICK else str(64 << 20)
+    rounds = "9" if QUICK else "15"
     for np_ in (2, 4):
-        p = mpi(np_, AR, maxb)
+        p = mpi(np_, AR, maxb, rounds)
         print("\n".join(l for l in p.stdout.splitlines() if not l.startswith("CURVE")))
-        for m in re.finditer(r"CURVE np=(\d+) algo=(\S+) bytes=(\d+) time=(\S+) sent=(\d+)",
-                             p.stdout):
+        for m in re.finditer(r"CURVE np=(\d+) algo=(\S+) bytes=(\d+) time=(\S+) sent=(\d+) "
+                             r"tmin=(\S+)", p.stdout):
             out.setdefault(int(m[1]), {}).setdefault(m[2], []).append(
-                (int(m[3]), float(m[4]), int(m[5])))
+                (int(m[3]), float(m[4]), int(m[5]), float(m[6])))
         rows = out[np_]
-        big = [(r, m) for r, m in zip(rows["ring"], rows["mpi"]) if r[0] >= 1 << 20]
-        ratios = sorted(m[1] / r[1] for r, m in big)
-        med = ratios[len(ratios) // 2]
+
+        def ratios(algo, col):
+            return sorted(m[col] / r[col] for r, m in zip(rows[algo], rows["mpi"])
+                          if r[0] >= 1 << 20)
+        rm, rb = ratios("ring", 1), ratios("ring", 3)
+        hm, hb = ratios("hier", 1), ratios("hier", 3)
         fewer = [r[2] / t[2] for r, t in zip(rows["ring"], rows["topk1%"]) if t[2]]
-        hr = sorted(m[1] / h[1] for h, m in zip(rows["hier"], rows["mpi"]) if h[0] >= 1 << 20)
-        print(f"== {np_} ranks, sizes >= 1 MB: ring busbw / MPI_Allreduce busbw: median "
-              f"{med:.2f}x (range {ratios[0]:.2f} .. {ratios[-1]:.2f}; goal >= 0.9); "
-              f"hier / MPI median {hr[len(hr) // 2]:.2f}x; top-k 1 % sends "
-              f"{min(fewer):.1f}x fewer bytes than ring (goal >= 20x)\n")
+        print(f"== {np_} ranks, sizes >= 1 MB: ring busbw / MPI_Allreduce busbw: median over "
+              f"sizes {rm[len(rm) // 2]:.2f}x (range {rm[0]:.2f} .. {rm[-1]:.2f}; fastest "
+              f"samples {rb[len(rb) // 2]:.2f}x, range {rb[0]:.2f} .. {rb[-1]:.2f}; goal >= 0.9); "
+              f"hier / MPI {hm[len(hm) // 2]:.2f}x (fastest {hb[len(hb) // 2]:.2f}x); top-k 1 % "
+              f"sends {min(fewer):.1f}x fewer bytes than ring (goal >= 20x)\n")
     return out
 
 
 # ---- 2. fusion -----------------------------------------------------------------
 
 def fusion():
-    steps = "20" if QUICK else "30"
-    rounds = 1 if QUICK else 3
+    # auto times up to 6 layouts x 4 steps at the start: every config is
+    # measured after step 30 only (the steps before count for none)
+    skip = 30
+    steps = "50" if QUICK else "70"
+    rounds = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--rounds=")),
+                      1 if QUICK else 3))
     models = {
         "MLP 1024,1024 batch 512": ["--hidden", "1024,1024", "--batch-size", "512"],
         "CNN 16,32 batch 128": ["--model", "cnn", "--batch-size", "128"],
@@ -93,9 +105,9 @@ def fusion():
     configs = [("no fusion", ["--fusion-kb", "0"]), ("auto", ["--fusion-kb", "-1"])] + \
         [(f"{k} KiB", ["--fusion-kb", k]) for k in fixed] + \
         [("auto, no overlap", ["--fusion-kb", "-1", "--overlap", "0"])]
-    print(f"fusion: step time on 2 ranks ({steps} steps, Fashion-MNIST subset, 1 thread per "
-          f"rank; median of {rounds} interleaved rounds): no fusion vs the automatic threshold "
-          f"vs fixed thresholds")
+    print(f"fusion: step time on 2 ranks (steps {skip} .. {steps}, Fashion-MNIST subset, 1 "
+          f"thread per rank; median of {rounds} interleaved rounds): no fusion vs the automatic "
+          f"threshold (model, then timing the candidates in the first steps) vs fixed thresholds")
     for name, args in models.items():
         base = [TRAIN, "--train-subset", "20000", "--val-size", "500", "--epochs", "100",
                 "--max-steps", steps, "--log-every", "5", "--eval-every", "1000000",
@@ -105,13 +117,16 @@ def fusion():
         for _ in range(rounds):
             for label, extra in configs:
                 p = mpi(2, *base, *extra)
-                sps = metric(p.stderr, "samples_per_s")[1:]  # the first includes start-up
+                sps = [float(v) for st, v in re.findall(
+                    r"jizhi: step (\d+) samples_per_s=(\S+)", p.stderr) if int(st) > skip]
                 times.setdefault(label, []).append(bs / (sum(sps) / len(sps)) * 1000)
                 m = re.search(r"fusion (\d+) KiB \((\d+) buckets", p.stderr)
                 layout[label] = f"{m[2]} buckets, >= {m[1]} KiB" if m else "?"
-                m = re.search(r"fusion auto: (.*)", p.stderr)
-                if m and label == "auto":
-                    model_line = m[1]
+                m = re.search(r"using (.+?) \((\d+) buckets\)", p.stderr)
+                if m:  # auto's measured choice
+                    layout[label] = f"{m[2]} buckets, {m[1]}"
+                if label == "auto":
+                    model_line = "; ".join(re.findall(r"fusion auto: (.*)", p.stderr))
         med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
         best = min((f"{k} KiB" for k in fixed), key=lambda k: med[k])
         print(f"  {name}:")
@@ -184,9 +199,9 @@ def fit(rows, p):
     beta from the messages of 1 MB and more (least squares through the
     alpha intercept): a global least-squares fit is swamped by the noise of
     oversubscribed cores."""
-    s0, t0, _ = rows[0]
+    s0, t0 = rows[0][:2]
     alpha = t0 / (2 * (p - 1))
-    big = [(2 * (p - 1) / p * s, t - 2 * (p - 1) * alpha) for s, t, _ in rows if s >= 1 << 20]
+    big = [(2 * (p - 1) / p * r[0], r[1] - 2 * (p - 1) * alpha) for r in rows if r[0] >= 1 << 20]
     beta = sum(x * y for x, y in big) / sum(x * x for x, _ in big)
     return alpha, max(beta, 1e-12)
 
@@ -267,10 +282,13 @@ def main():
     for f in (TRAIN, AR):
         if not os.access(f, os.X_OK):
             sys.exit(f"bench-comm: build first: {f}")
-    cv = curves()
-    fusion()
-    convergence()
-    model(cv)
+    cv = curves() if "curves" in ONLY else None
+    if "fusion" in ONLY:
+        fusion()
+    if "convergence" in ONLY:
+        convergence()
+    if cv:
+        model(cv)
 
 
 if __name__ == "__main__":

@@ -8,14 +8,15 @@ a training subset as in examples/asha.json, 9 epochs for a full trial,
 batch 128, one thread), searching lr (log 1e-3..1), momentum (0..0.99) and
 weight_decay (log 1e-6..1e-2) for the best val_acc. Arms:
 
-  bo+asha        jizhi bo, early_stopping asha (grace 1, reduction 3,
-                 max_resource 9); bo learns from the rungs (fidelity rungs)
-  bo+asha/joint  as bo+asha with fidelity "joint": one GP over (params,
-                 resource) instead of a model per rung
-  bo+hyperband   jizhi bo, early_stopping hyperband (max_resource 9,
+  bo+asha/joint  jizhi bo, early_stopping asha (grace 1, reduction 3,
+                 max_resource 9); bo's fidelity "joint" (the default): one
+                 GP over (params, resource)
+  bo+asha/rungs  the same with fidelity "rungs": a GP on one level (BOHB)
+  bo+hyperband/joint, bo+hyperband/rungs
+                 jizhi bo, early_stopping hyperband (max_resource 9,
                  reduction 3: brackets with grace 1, 3, 9)
-  bo+asha/final  as bo+asha with fidelity "final" (bo learns from finished
-                 trials only): what learning from partial results brings
+  bo+asha/final  fidelity "final" (bo learns from finished trials only):
+                 what learning from partial results brings
   bo             jizhi bo without early stopping
   random+asha    jizhi random search with asha
   tpe+hyperband  Optuna TPE (multivariate, seeded) with HyperbandPruner
@@ -60,8 +61,8 @@ JIZHI = os.path.join(BUILD, "bin", "jizhi")
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 DATA = "/usr/share/datasets/fashion-mnist"
 EPOCHS = 9
-ARMS = ["bo+asha", "bo+asha/joint", "bo+hyperband", "bo+asha/final", "bo", "random+asha",
-        "tpe+hyperband"]
+ARMS = ["bo+asha/joint", "bo+asha/rungs", "bo+hyperband/joint", "bo+hyperband/rungs",
+        "bo+asha/final", "bo", "random+asha", "tpe+hyperband"]
 SPACE = {"lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True},
          "momentum": {"type": "float", "low": 0.0, "high": 0.99},
          "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-2, "log": True}}
@@ -313,7 +314,7 @@ def main():
     args.budget = args.budget or (27 if args.quick else 90)
     args.subset = args.subset or (5000 if args.quick else 20000)
     arms = args.arms.split(",") if args.arms else (
-        ["bo+asha", "random+asha", "tpe+hyperband"] if args.quick else ARMS)
+        ["bo+asha/joint", "random+asha", "tpe+hyperband"] if args.quick else ARMS)
     for a in arms:
         if a not in ARMS:
             raise SystemExit(f"bench-mf: unknown arm {a!r} (expected one of {', '.join(ARMS)})")

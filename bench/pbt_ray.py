@@ -42,7 +42,13 @@ def main():
     scratch = os.path.join(work, "scratch")
     os.makedirs(scratch, exist_ok=True)
     command, interval = cfg["command"], cfg["interval"]
+    # Every member's budget is `total` steps, as jizhi's --max-steps: a
+    # receiver restores its donor's step, so counting its own iterations
+    # (Ray's training_iteration) let members that copied a donor ahead of
+    # them train past it (2750 of 2500 steps, measured).
+    total = interval * cfg["iterations"]
     val_re = re.compile(r"^jizhi: step (\d+) val_acc=(\S+)$", re.M)
+    test_re = re.compile(r"^jizhi: step (\d+) test_acc=(\S+)$", re.M)
 
     def trainable(config):
         ck = tune.get_checkpoint()
@@ -55,7 +61,7 @@ def main():
         env = {k: v for k, v in os.environ.items() if not k.startswith("JIZHI_")}
         env["JIZHI_PARAMS"] = json.dumps({k: config[k] for k in cfg["space"]})
         while True:
-            target = step + interval
+            target = min(step + interval, total) if step < total else step
             out = tempfile.mkdtemp(dir=scratch)
             cmd = list(command) + ["--max-steps", str(target), "--save",
                                    os.path.join(out, "model.jzck")]
@@ -69,10 +75,13 @@ def main():
                 raise RuntimeError("jizhi-train failed: " + p.stderr[-500:])
             vals = [(int(s), float(v)) for s, v in val_re.findall(p.stderr)]
             val = vals[-1][1] if vals and vals[-1][0] == target else float("nan")
+            tests = [float(v) for s, v in test_re.findall(p.stderr) if int(s) == target]
+            test = tests[-1] if tests else float("nan")
             with open(os.path.join(out, "step"), "w") as f:
                 f.write(str(target))
             step, resume = target, os.path.join(out, "model.jzck")
-            tune.report({"val_acc": val, "step": target, "lr_now": config["lr"]},
+            tune.report({"val_acc": val, "test_acc": test, "step": target,
+                         "lr_now": config["lr"]},
                         checkpoint=tune.Checkpoint.from_directory(out))
 
     mutations = {}
@@ -103,15 +112,22 @@ def main():
             reuse_actors=False),
         run_config=RunConfig(
             name="pbt", storage_path=os.path.join(work, "ray_results"), verbose=0,
-            stop={"training_iteration": cfg["iterations"]},
-            checkpoint_config=CheckpointConfig(num_to_keep=2)))
+            stop={"step": total},
+            # every checkpoint is kept: with num_to_keep=2 a donor's
+            # checkpoint could be deleted before its receiver restored it,
+            # and the receiver failed ("does not exist on storage anymore":
+            # 2 of 8 members in a measured run)
+            checkpoint_config=CheckpointConfig(num_to_keep=None)))
     results = tuner.fit()
     wall = time.time() - t0
     finals = [float(r.metrics.get("val_acc", float("nan"))) for r in results]
+    tests = [float(r.metrics.get("test_acc", float("nan"))) for r in results]
+    steps = [int(r.metrics.get("step", -1)) for r in results]
     with open(os.path.join(work, "starts.log")) as f:
         starts = len(f.read().split())
     ray.shutdown()
-    print(json.dumps({"finals": finals, "wall": wall, "ray_init_s": t_init,
+    print(json.dumps({"finals": finals, "tests": tests, "steps": steps, "wall": wall,
+                      "errors": int(getattr(results, "num_errors", 0)), "ray_init_s": t_init,
                       "perturbations": int(getattr(pbt, "_num_perturbations", -1)),
                       "process_starts": starts}))
     return 0

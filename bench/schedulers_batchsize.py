@@ -6,8 +6,9 @@ benchmark, not a test: nothing is asserted.
 Measure: wall time (and samples) from the trial's start to the first
 val_acc >= target, and the trainer's CPU-seconds by then (polled from
 /proc every 0.25 s; on a shared machine the wall time moves with the load,
-the CPU time much less), on Fashion-MNIST with jizhi-train (SGD, momentum 0.9),
-evaluated every 3200 samples. The anchor is Pollux's goodput (Qiao et al.,
+the CPU time much less), on Fashion-MNIST with jizhi-train (SGD, momentum 0.9,
+one thread: with two, OpenBLAS's waiting threads counted CPU time that
+grew with the load), evaluated every 3200 samples. The anchor is Pollux's goodput (Qiao et al.,
 OSDI 2021): the scheduler picks the batch size that maximises throughput
 x statistical efficiency, the latter from the gradient noise scale the
 trainer reports, and rescales lr with AdaScale.
@@ -18,25 +19,31 @@ stored report, not the stop):
 
   fixed B, lr   B in the grid, lr = c * 0.05 * sqrt(B/64), c in the sweep
                 (0.5, 1, 2). Sweep on the first seed; every later seed runs
-                each B at the c that was cheapest for it on the first seed
-                ("best lr in hindsight"). best_fixed per seed: the cheapest
-                fixed arm. Cheapest: least trainer CPU-s to the target
+                each B at the c that needed the fewest samples for it on the
+                first seed ("best lr in hindsight"; at one batch size the cost
+                is proportional to the samples, which the load does not
+                move). best_fixed per seed: the cheapest fixed arm. Cheapest: least trainer CPU-s to the target
                 (--rank cpu, the default: the wall time of one run moved up
                 to 10x with the shared machine's load) or wall time
                 (--rank time).
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
-  batchsize     scheduler batchsize from B0 = 64, lr 0.05, range 32..1024,
+  batchsize     scheduler batchsize from B0 = 64 at the lr that was best for
+                fixed 64 on the first seed (the fixed arms' hindsight; run
+                after them), range 32..1024,
                 AdaScale, "grow_only": true (measured: with the default
                 the batch went down as often as up, e.g. 128 -> 32 after a
-                noisy throughput fit, and such a shrink cost accuracy);
-                its decisions (batch_size and lr reports) are plotted to
-                $BUILD/bench/<arm>-<model>-s<seed>.svg.
-  batchsize-default  the scheduler's defaults (it may shrink).
-  batchsize-cpu the defaults with "throughput": "cpu" (step costs from the
-                trainer's step_cpu_s instead of wall-clock samples_per_s:
-                meant for a shared host, where wall-clock step times taken
-                at different sizes at different moments compare the load).
+                noisy throughput fit, and such a shrink cost accuracy),
+                "throughput": "cpu" (step costs from the trainer's
+                step_cpu_s: on a shared host wall-clock step times taken at
+                different sizes at different moments compare the load),
+                "momentum": 0.9 (the trainer's; the efficiency uses
+                B_simple / (1 - 0.9)); its decisions (batch_size and lr
+                reports) are plotted to $BUILD/bench/<arm>-<model>-s<seed>.svg.
+  batchsize-b_simple  the same with "momentum": 0: the efficiency from
+                B_simple alone (the model before the momentum correction).
+  batchsize-default  the scheduler's defaults (wall-clock throughput, may
+                shrink), with "momentum": 0.9.
 
 Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
 with 1 seed and no sweep (c = 1) in the full run and not in --quick: a CNN
@@ -90,7 +97,7 @@ def base_cmd(model, seed, batch, args):
         subset = subset // 3
     return ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset", str(subset),
             "--val-size", "5000", "--epochs", str(epochs), "--eval-every",
-            str(max(1, EVAL_SAMPLES // batch)), "--log-every", "10", "--threads", "2",
+            str(max(1, EVAL_SAMPLES // batch)), "--log-every", "10", "--threads", "1",
             "--quiet", "--seed", str(seed), "--momentum", "0.9"] + flags
 
 
@@ -102,8 +109,13 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
     if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
-                 "warmup": 100, "throughput": "cpu" if kind == "batchsize-cpu" else "wall",
-                 "grow_only": kind == "batchsize"}
+                 "warmup": 100,
+                 "throughput": "wall" if kind == "batchsize-default" else "cpu",
+                 "grow_only": kind != "batchsize-default",
+                 # the trial's SGD momentum (a flag here, not a param): the
+                 # efficiency uses B_simple / (1 - 0.9); the b_simple arm is
+                 # the model without it
+                 "momentum": 0.0 if kind == "batchsize-b_simple" else 0.9}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -278,7 +290,7 @@ def bench_model(tmp, model, args, plots):
     target = target_of(model, args)
     rows = []
     best_c = {}
-    print("\nbatchsize %s: Fashion-MNIST subset %d, SGD momentum 0.9, 2 threads, target val_acc "
+    print("\nbatchsize %s: Fashion-MNIST subset %d, SGD momentum 0.9, 1 thread, target val_acc "
           "%.2f, at most %d epochs, eval every %d samples, %d seed(s)" % (
               model, int(base_cmd(model, 1, 64, args)[4]), target, MODELS[model][3],
               EVAL_SAMPLES, seeds))
@@ -286,47 +298,58 @@ def bench_model(tmp, model, args, plots):
         "seed", "arm", "steps", "samples", "time-s", "CPU-s", "best acc", "changes", "final B",
         "load"))
     for seed in range(1, seeds + 1):
-        arms = []
+        fixed_arms = []
         for b in args.batches:
             cs = sweep if seed == 1 else [best_c.get(b, 1.0)]
             for c in cs:
                 lr = round(c * 0.05 * (b / 64) ** 0.5, 6)
-                arms.append(("fixed", b, lr, "fixed%d-lr%g" % (b, lr)))
-        bl = max(args.batches)
-        arms.append(("linear", bl, 0.05 * bl / 64, "linear%d" % bl))
-        arms.append(("batchsize", 64, 0.05, "batchsize"))
-        arms.append(("batchsize-cpu", 64, 0.05, "batchsize-cpu"))
-        arms.append(("batchsize-default", 64, 0.05, "batchsize-default"))
-        if args.only == "sched":
-            arms = [a for a in arms if a[0].startswith("batchsize")]
-        if args.arms:
-            arms = [a for a in arms if a[0] in args.arms.split(",")]
-        # round robin would mix seeds; within a seed the arms alternate
-        # between small and large batches so load drifts hit both
-        for kind, b, lr, label in arms:
-            r = run_arm(tmp, "%s-%s-s%d" % (model, label, seed), model, seed, kind, b, lr, args)
-            if r is None:
-                continue
-            r["label"] = label
-            rows.append(r)
-            print("%4d %-18s %6s %8s %7s %6s %8s %7d %7.0f %5.1f" % (
-                seed, label, fmt(r["steps"], ">6"), fmt(r["samples"], ">8"),
-                fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
-                r["changes"], r["final_b"], r["load"]))
-            sys.stdout.flush()
-            if kind.startswith("batchsize") and plots:
-                os.makedirs(plots, exist_ok=True)
-                svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, model, seed)),
-                         "%s, %s, seed %d: batch size (log), lr (log), val_acc over time" % (
-                             kind, model, seed), r["trace"], target)
-        if seed == 1 and args.only == "all":
-            for b in args.batches:
-                cands = [r for r in rows if r["seed"] == 1 and r["kind"] == "fixed" and
-                         r["batch"] == b]
-                ok = [r for r in cands if r[args.rank] is not None]
-                pick = min(ok, key=lambda r: r[args.rank]) if ok else \
-                    max(cands, key=lambda r: r["best"] or 0) if cands else None
-                best_c[b] = (pick["lr"] / (0.05 * (b / 64) ** 0.5)) if pick else 1.0
+                fixed_arms.append(("fixed", b, lr, "fixed%d-lr%g" % (b, lr)))
+
+        def later_arms():
+            # the scheduler starts at B0 = 64 with the lr that was best for
+            # fixed 64 on seed 1 (the same hindsight the fixed arms get)
+            lr0 = round(best_c.get(64, 1.0) * 0.05, 6)
+            bl = max(args.batches)
+            return [("linear", bl, 0.05 * bl / 64, "linear%d" % bl),
+                    ("batchsize", 64, lr0, "batchsize"),
+                    ("batchsize-b_simple", 64, lr0, "batchsize-b_simple"),
+                    ("batchsize-default", 64, lr0, "batchsize-default")]
+
+        for phase in (0, 1):
+            arms = fixed_arms if phase == 0 else later_arms()
+            if args.only == "sched":
+                arms = [a for a in arms if a[0].startswith("batchsize")]
+            if args.arms:
+                arms = [a for a in arms if a[0] in args.arms.split(",")]
+            for kind, b, lr, label in arms:
+                r = run_arm(tmp, "%s-%s-s%d" % (model, label, seed), model, seed, kind, b, lr,
+                            args)
+                if r is None:
+                    continue
+                r["label"] = label
+                rows.append(r)
+                print("%4d %-18s %6s %8s %7s %6s %8s %7d %7.0f %5.1f" % (
+                    seed, label, fmt(r["steps"], ">6"), fmt(r["samples"], ">8"),
+                    fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
+                    r["changes"], r["final_b"], r["load"]))
+                sys.stdout.flush()
+                if kind.startswith("batchsize") and plots:
+                    os.makedirs(plots, exist_ok=True)
+                    svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, model, seed)),
+                             "%s, %s, seed %d (lr0 %g): batch size (log), lr (log), val_acc "
+                             "over time" % (kind, model, seed, lr), r["trace"], target)
+            if phase == 0 and seed == 1 and args.only == "all":
+                for b in args.batches:
+                    cands = [r for r in rows if r["seed"] == 1 and r["kind"] == "fixed" and
+                             r["batch"] == b]
+                    ok = [r for r in cands if r[args.rank] is not None]
+                    # within one batch size the cost is proportional to the
+                    # samples, which the load does not move (the CPU-s of one
+                    # run did, up to 1.5x at the same samples)
+                    ok = [r for r in cands if r["samples"] is not None]
+                    pick = min(ok, key=lambda r: r["samples"]) if ok else \
+                        max(cands, key=lambda r: r["best"] or 0) if cands else None
+                    best_c[b] = (pick["lr"] / (0.05 * (b / 64) ** 0.5)) if pick else 1.0
     # per seed: best fixed (fastest to target), the ratios
     per_seed = []
     for seed in range(1, seeds + 1):
@@ -334,6 +357,7 @@ def bench_model(tmp, model, args, plots):
                  and r[args.rank] is not None]
         ad = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize"]
         aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-default"]
+        ab = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-b_simple"]
         lin = [r for r in rows if r["seed"] == seed and r["kind"] == "linear"]
         if not fixed or not ad:
             print("seed %d: no fixed batch reached the target" % seed if not fixed else
@@ -342,7 +366,7 @@ def bench_model(tmp, model, args, plots):
         bt = min(fixed, key=lambda r: r[args.rank])
         a, l = ad[0], lin[0] if lin else None
         per_seed.append({"seed": seed, "best_fixed": bt, "jizhi": a, "linear": l,
-                         "wall": aw[0] if aw else None})
+                         "wall": aw[0] if aw else None, "bsimple": ab[0] if ab else None})
         bc = min((r for r in fixed if r["cpu"]), key=lambda r: r["cpu"], default=None)
         per_seed[-1]["best_fixed_cpu"] = bc
         print("seed %d: best fixed B=%d lr %g %.1fs %d samples; batchsize %s (x%s time, "
@@ -389,15 +413,25 @@ def summarize(per_seed):
                "time_to_target_s": med(p["wall"]["time"] for p in per_seed if p["wall"]),
                "samples_to_target": med(p["wall"]["samples"] for p in per_seed if p["wall"]),
                "cpu_to_target_s": med(p["wall"]["cpu"] for p in per_seed if p["wall"])},
+           "jizhi_b_simple_model": {
+               "time_to_target_s": med(p["bsimple"]["time"] for p in per_seed if p["bsimple"]),
+               "samples_to_target": med(p["bsimple"]["samples"] for p in per_seed
+                                        if p["bsimple"]),
+               "cpu_to_target_s": med(p["bsimple"]["cpu"] for p in per_seed if p["bsimple"])},
            "time_ratio_jizhi_to_best_fixed": statistics.median(ratios),
            "cpu_ratio_jizhi_to_least_fixed": statistics.median(cr),
+           "cpu_ratio_b_simple_model_to_least_fixed": statistics.median(
+               [p["bsimple"]["cpu"] / p["best_fixed_cpu"]["cpu"]
+                if p.get("bsimple") and p["bsimple"]["cpu"] and p.get("best_fixed_cpu")
+                else inf for p in per_seed]),
            "seeds": len(per_seed)}
     for d in out.values():  # JSON has no infinity: null = not reached
         if isinstance(d, dict):
             for k, v in d.items():
                 if v == inf:
                     d[k] = None
-    for k in ("time_ratio_jizhi_to_best_fixed", "cpu_ratio_jizhi_to_least_fixed"):
+    for k in ("time_ratio_jizhi_to_best_fixed", "cpu_ratio_jizhi_to_least_fixed",
+              "cpu_ratio_b_simple_model_to_least_fixed"):
         if out[k] == inf:
             out[k] = None
     return out
@@ -427,7 +461,7 @@ def main():
     ap.add_argument("--only", choices=["all", "sched"], default="all",
                     help="sched: only the scheduler's arms (after a change to it)")
     ap.add_argument("--arms", help="only these arm kinds (fixed,linear,batchsize,"
-                    "batchsize-default,batchsize-cpu)")
+                    "batchsize-default,batchsize-b_simple)")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
@@ -448,7 +482,7 @@ def main():
                 out[model] = s
                 print("batchsize %s, medians over %d seed(s): jizhi %s s / %s samples; best "
                       "fixed %s s / %s samples (B %s); linear %s s; time ratio %s; CPU-s ratio "
-                      "to the least-CPU fixed %s" % (
+                      "to the least-CPU fixed %s (B_simple-only model %s)" % (
                           model, s["seeds"], fmt(s["jizhi"]["time_to_target_s"], ".1f"),
                           fmt(s["jizhi"]["samples_to_target"], ".0f"),
                           fmt(s["best_fixed"]["time_to_target_s"], ".1f"),
@@ -456,7 +490,8 @@ def main():
                           fmt(s["best_fixed"]["batch_size"], ".0f"),
                           fmt(s["linear"]["time_to_target_s"], ".1f"),
                           fmt(s["time_ratio_jizhi_to_best_fixed"], ".2f"),
-                          fmt(s["cpu_ratio_jizhi_to_least_fixed"], ".2f")))
+                          fmt(s["cpu_ratio_jizhi_to_least_fixed"], ".2f"),
+                          fmt(s["cpu_ratio_b_simple_model_to_least_fixed"], ".2f")))
     if args.json and out:
         first = out.get("mlp") or next(iter(out.values()))
         sec = dict(first)

@@ -106,11 +106,15 @@ def run_jizhi(tmp, name, sched, args, seed):
     if p.returncode != 0:
         sys.stderr.write(p.stderr[-2000:])
     con = sqlite3.connect(os.path.join(d, "jizhi.db"))
-    finals = []
+    finals, tests, steps = [], [], []
     for (tid,) in con.execute("SELECT id FROM trials ORDER BY number"):
-        r = con.execute("SELECT value FROM metrics WHERE trial_id = ? AND name = 'val_acc' "
-                        "ORDER BY attempt DESC, step DESC, time DESC LIMIT 1", (tid,)).fetchone()
-        finals.append(r[0] if r and r[0] is not None else float("nan"))
+        steps.append(con.execute("SELECT max(step) FROM metrics WHERE trial_id = ? AND "
+                                 "name = 'val_acc'", (tid,)).fetchone()[0])
+        for name, out in (("val_acc", finals), ("test_acc", tests)):
+            r = con.execute("SELECT value FROM metrics WHERE trial_id = ? AND name = ? "
+                            "ORDER BY attempt DESC, step DESC, time DESC LIMIT 1",
+                            (tid, name)).fetchone()
+            out.append(r[0] if r and r[0] is not None else float("nan"))
     gen0 = {}
     for tid, pname, value in con.execute(
             "SELECT trial_id, name, value FROM params WHERE generation = 0"):
@@ -120,8 +124,8 @@ def run_jizhi(tmp, name, sched, args, seed):
     attempts = con.execute("SELECT COALESCE(SUM(attempt), 0) FROM trials").fetchone()[0]
     con.close()
     configs = [gen0[k] for k in sorted(gen0)]
-    return {"finals": finals, "wall": wall, "loads": loads, "restarts": attempts,
-            "configs": configs}
+    return {"finals": finals, "tests": tests, "steps": steps, "wall": wall, "loads": loads,
+            "restarts": attempts, "configs": configs}
 
 
 def ensure_ray(args):
@@ -182,9 +186,70 @@ def run_ray(py, tmp, name, configs, args, seed):
 
 
 def summary(r):
-    vals = [v for v in r["finals"] if v == v]
-    return {"best": max(vals) if vals else float("nan"),
-            "mean": sum(vals) / len(vals) if vals else float("nan")}
+    """best/mean final val_acc; the test_acc of the member with the best final
+    val_acc (the model one would pick, scored on examples no arm selected on)
+    and the mean test_acc."""
+    nan = float("nan")
+    pairs = [(v, t) for v, t in zip(r["finals"], r.get("tests") or [nan] * len(r["finals"]))
+             if v == v]
+    tests = [t for _, t in pairs if t == t]
+    return {"best": max(v for v, _ in pairs) if pairs else nan,
+            "mean": sum(v for v, _ in pairs) / len(pairs) if pairs else nan,
+            "test_of_best": max(pairs)[1] if pairs else nan,
+            "mean_test": sum(tests) / len(tests) if tests else nan}
+
+
+def medians(rows, args, show):
+    """Medians over the seeds done so far, printed when show; written to
+    the JSON after every seed (a long run cut short keeps what it did)."""
+    med = {}
+    for arm, rs in rows.items():
+        if not rs:
+            continue
+        med[arm] = {"best_val_acc": statistics.median(r["best"] for r in rs),
+                    "mean_val_acc": statistics.median(r["mean"] for r in rs),
+                    "test_acc_of_best": statistics.median(r["test_of_best"] for r in rs),
+                    "mean_test_acc": statistics.median(r["mean_test"] for r in rs),
+                    "wall_s": statistics.median(r["wall"] for r in rs),
+                    "loads": statistics.median(r["loads"] for r in rs),
+                    "restarts": statistics.median(r["restarts"] for r in rs),
+                    "seeds": len(rs),
+                    "per_seed": [{"seed": r["seed"], "best_val_acc": r["best"],
+                                  "test_acc_of_best": r["test_of_best"],
+                                  "mean_test_acc": r["mean_test"], "wall_s": r["wall"],
+                                  "errors": r.get("errors", 0)} for r in rs]}
+        m = med[arm]
+        if show:
+            print("%-5s %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6.1f %8.1f" % (
+                "med", arm, m["best_val_acc"], m["mean_val_acc"], m["test_acc_of_best"],
+                m["mean_test_acc"], m["wall_s"], m["loads"], m["restarts"]))
+    if "jizhi" in med and "ray" in med:
+        # paired by seed (the same initial configurations): jizhi - ray
+        by = {r["seed"]: r for r in rows["ray"]}
+        pairs = [(r, by[r["seed"]]) for r in rows["jizhi"] if r["seed"] in by]
+        if pairs:
+            med["jizhi_minus_ray"] = {
+                "best_val_acc": statistics.median(a["best"] - b["best"] for a, b in pairs),
+                "test_acc_of_best": statistics.median(a["test_of_best"] - b["test_of_best"]
+                                                      for a, b in pairs),
+                "seeds_jizhi_ahead_test": sum(a["test_of_best"] >= b["test_of_best"]
+                                              for a, b in pairs),
+                "seeds": len(pairs)}
+            if show:
+                d = med["jizhi_minus_ray"]
+                print("pbt: per seed, jizhi - ray: median %+.4f best val_acc, %+.4f test_acc of "
+                      "the best-val member; jizhi >= ray on %d of %d seeds (test)" % (
+                          d["best_val_acc"], d["test_acc_of_best"], d["seeds_jizhi_ahead_test"],
+                          d["seeds"]))
+    if show and "jizhi" in med and "ray" in med and "no_pbt" in med:
+        j, r, n = med["jizhi"], med["ray"], med["no_pbt"]
+        print("pbt: median best val_acc jizhi %.4f, ray %.4f, no-PBT %.4f; test_acc of the "
+              "best-val member jizhi %.4f, ray %.4f, no-PBT %.4f; jizhi wall %.2fx ray's" % (
+                  j["best_val_acc"], r["best_val_acc"], n["best_val_acc"],
+                  j["test_acc_of_best"], r["test_acc_of_best"], n["test_acc_of_best"],
+                  j["wall_s"] / r["wall_s"]))
+    if args.json:
+        write_json(args.json, "pbt", med)
 
 
 def main():
@@ -192,7 +257,11 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="1 seed, a shorter run")
     ap.add_argument("--subset", type=int, default=15000)
-    ap.add_argument("--val", type=int, default=5000)
+    ap.add_argument("--val", type=int, default=10000,
+                    help="validation examples (PBT ranks on their val_acc)")
+    ap.add_argument("--arms", default="no_pbt,jizhi,ray",
+                    help="arms to run and report (no_pbt always runs: it gives the configs)")
+    ap.add_argument("--pbt-opts", help="JSON object merged into jizhi's pbt options")
     ap.add_argument("--interval", type=int, default=250, help="pbt interval in steps")
     ap.add_argument("--iterations", type=int, default=10, help="intervals per member")
     ap.add_argument("--cpus", type=int, default=2, help="Ray: CPUs (one per trial)")
@@ -208,28 +277,36 @@ def main():
         print("pbt: SKIPPED: Fashion-MNIST not found in %s (apt-get install "
               "dataset-fashion-mnist)" % DATA)
         return 0
-    py, why = (None, "--no-ray") if args.no_ray else ensure_ray(args)
+    arms_on = set(args.arms.split(","))
+    py, why = (None, "not in --arms") if "ray" not in arms_on else \
+        (None, "--no-ray") if args.no_ray else ensure_ray(args)
     steps = args.iterations * args.interval
     print("pbt: Fashion-MNIST, MLP 128, %d train examples, batch 64, SGD momentum 0.9, "
           "%d steps (%.1f epochs) per member, population %d, interval %d steps, lr log "
-          "1e-3..0.5, %d CPUs, %d seed(s)" % (args.subset, steps, steps * 64 / args.subset,
-                                              POP, args.interval, args.cpus, args.seeds))
+          "1e-3..0.5, val_acc on %d held-out training examples (what PBT ranks on), test_acc "
+          "on the 10000 test examples (never ranked on), %d CPUs, %d seed(s)" % (
+              args.subset, steps, steps * 64 / args.subset, POP, args.interval, args.val,
+              args.cpus, args.seeds))
     if why:
         print("pbt: ray arm SKIPPED: %s" % why)
-    print("%-5s %-7s %9s %9s %7s %6s %8s" % ("seed", "arm", "best_val", "mean_val", "wall_s",
-                                             "loads", "restarts"))
+    print("%-5s %-7s %9s %9s %9s %9s %7s %6s %8s" % (
+        "seed", "arm", "best_val", "mean_val", "test@best", "mean_test", "wall_s", "loads",
+        "restarts"))
     rows = {"no_pbt": [], "jizhi": [], "ray": []}
+    opts = json.loads(args.pbt_opts) if args.pbt_opts else {}
     with tempfile.TemporaryDirectory(prefix="jz-bench-pbt-") as tmp:
         for seed in range(1, args.seeds + 1):
             base = run_jizhi(tmp, "nopbt-%d" % seed, {"type": "random", "seed": seed}, args,
                              seed)
-            live = run_jizhi(tmp, "pbt-%d" % seed,
-                             {"type": "pbt", "seed": seed, "interval": args.interval,
-                              "quantile": QUANTILE, "resample_p": RESAMPLE,
-                              "perturb": PERTURB}, args, seed)
-            if live["configs"] != base["configs"]:
-                print("  note: pbt started from other configurations than no_pbt")
-            arms = [("no_pbt", base), ("jizhi", live)]
+            arms = [("no_pbt", base)] if "no_pbt" in arms_on else []
+            if "jizhi" in arms_on:
+                sched = {"type": "pbt", "seed": seed, "interval": args.interval,
+                         "quantile": QUANTILE, "resample_p": RESAMPLE, "perturb": PERTURB}
+                sched.update(opts)
+                live = run_jizhi(tmp, "pbt-%d" % seed, sched, args, seed)
+                if live["configs"] != base["configs"]:
+                    print("  note: pbt started from other configurations than no_pbt")
+                arms.append(("jizhi", live))
             if py:
                 r = run_ray(py, tmp, "ray-%d" % seed, base["configs"], args, seed)
                 if r:
@@ -238,30 +315,15 @@ def main():
                 r.update(summary(r))
                 r["seed"] = seed
                 rows[arm].append(r)
-                print("%-5d %-7s %9.4f %9.4f %7.1f %6d %8d" % (
-                    seed, arm, r["best"], r["mean"], r["wall"], r["loads"], r["restarts"]))
+                st = [x for x in r.get("steps") or [] if x is not None]
+                print("%-5d %-7s %9.4f %9.4f %9.4f %9.4f %7.1f %6d %8d   final steps %s%s" % (
+                    seed, arm, r["best"], r["mean"], r["test_of_best"], r["mean_test"],
+                    r["wall"], r["loads"], r["restarts"],
+                    "%d..%d" % (min(st), max(st)) if st else "-",
+                    ", %d failed" % r["errors"] if r.get("errors") else ""))
             sys.stdout.flush()
-    med = {}
-    for arm, rs in rows.items():
-        if not rs:
-            continue
-        med[arm] = {"best_val_acc": statistics.median(r["best"] for r in rs),
-                    "mean_val_acc": statistics.median(r["mean"] for r in rs),
-                    "wall_s": statistics.median(r["wall"] for r in rs),
-                    "loads": statistics.median(r["loads"] for r in rs),
-                    "restarts": statistics.median(r["restarts"] for r in rs),
-                    "seeds": len(rs)}
-        m = med[arm]
-        print("%-5s %-7s %9.4f %9.4f %7.1f %6.1f %8.1f" % (
-            "med", arm, m["best_val_acc"], m["mean_val_acc"], m["wall_s"], m["loads"],
-            m["restarts"]))
-    if "jizhi" in med and "ray" in med:
-        j, r, n = med["jizhi"], med["ray"], med["no_pbt"]
-        print("pbt: median best val_acc jizhi %.4f, ray %.4f, no-PBT %.4f; jizhi wall %.2fx "
-              "ray's" % (j["best_val_acc"], r["best_val_acc"], n["best_val_acc"],
-                         j["wall_s"] / r["wall_s"]))
-    if args.json:
-        write_json(args.json, "pbt", med)
+            medians(rows, args, False)
+    medians(rows, args, True)
     return 0
 
 

@@ -39,6 +39,8 @@
 #define S_NOISE_MU (-13.815510557964274) /* log 1e-6 */
 #define S_NOISE_SD 3.0
 #define S_BOX_SD 0.05
+/* GP_PRIOR_WALL's weight (see gp.h) */
+#define S_WALL 0.1
 
 struct gp {
     int d, n;
@@ -49,6 +51,7 @@ struct gp {
     gsl_matrix *L;     /* Cholesky factor (lower) of K + noise I + jitter I */
     gsl_vector *alpha; /* K^-1 y */
     int factored;      /* L and alpha match theta and the data */
+    gp_prior prior;    /* the lengthscale prior */
     double jitter;     /* of the last factorisation */
     double objective;  /* log marginal + log prior of the last factorisation */
     double *il;        /* d: scratch for inverse length scales (heap: d is the
@@ -460,13 +463,31 @@ static void s_box(double t, double lo, double hi, double *lp, double *g)
 
 double gp_log_prior(int d, const double *theta, double *grad)
 {
+    return gp_log_prior_kind(d, GP_PRIOR_LOGNORMAL, theta, grad);
+}
+
+void gp_set_prior(gp_t *gp, gp_prior prior)
+{
+    gp->prior = prior;
+    gp->factored = 0;
+}
+
+double gp_log_prior_kind(int d, gp_prior prior, const double *theta, double *grad)
+{
     double lp = 0, mu = s_ls_mu(d), g;
     for (int i = 0; i < d + 2; i++) {
         double m = i < d ? mu : i == d ? S_SF_MU : S_NOISE_MU;
         double s = i < d ? S_LS_SD : i == d ? S_SF_SD : S_NOISE_SD;
         double z = (theta[i] - m) / s;
-        lp -= 0.5 * z * z;
-        g = -z / s;
+        if (i < d && prior == GP_PRIOR_WALL) {
+            /* -0.1 (l^2 + 1/l^2): mode at l = 1, steep on both sides */
+            double e2 = exp(2 * theta[i]);
+            lp -= S_WALL * (e2 + 1 / e2);
+            g = -2 * S_WALL * (e2 - 1 / e2);
+        } else {
+            lp -= 0.5 * z * z;
+            g = -z / s;
+        }
         if (i < d)
             s_box(theta[i], log(1e-3), log(1e3), &lp, &g);
         else if (i == d)
@@ -489,6 +510,7 @@ typedef struct {
     double *last_t, *last_g;
     int have_last;
     double *scr; /* 3 nt: theta, its lml gradient, its prior gradient */
+    gp_prior prior;
 } s_fit_ctx;
 
 static void s_eval(s_fit_ctx *c, const gsl_vector *v)
@@ -499,7 +521,7 @@ static void s_eval(s_fit_ctx *c, const gsl_vector *v)
     for (int i = 0; i < c->nt; i++)
         t[i] = gsl_vector_get(v, (size_t)i);
     double l = s_lml(c->d, c->X, c->w, t, g);
-    double p = gp_log_prior(c->d, t, gp_);
+    double p = gp_log_prior_kind(c->d, c->prior, t, gp_);
     double n = c->w->n;
     if (!isfinite(l)) {
         /* not factorisable: a high flat value, which BFGS backs away from */
@@ -645,7 +667,7 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
     }
     double *last_t = buf, *last_g = buf + nt, *best_t = buf + 2 * nt, *t = buf + 3 * nt;
     size_t tbytes = sizeof(double) * (size_t)nt;
-    s_fit_ctx c = {d, nt, Xs, &w, 0, last_t, last_g, 0, buf + 4 * nt};
+    s_fit_ctx c = {d, nt, Xs, &w, 0, last_t, last_g, 0, buf + 4 * nt, gp->prior};
     double best_f = INFINITY;
     if (s_ws_init(&w, ns, d, ys) == 0) {
         int warm = opts->theta0 != NULL, dflt_start = !warm || opts->default_start;
@@ -681,7 +703,8 @@ int gp_fit(gp_t *gp, const gp_fit_opts *opts)
         s_ws_free(&w);
         if (use_subset && opts->polish_iter > 0 && isfinite(best_f) &&
             !s_cancelled(opts->cancel) && s_ws_init(&w, n, d, gp->y) == 0) {
-            s_fit_ctx cf = {d, nt, gp->X, &w, 0, last_t, last_g, 0, buf + 4 * nt};
+            s_fit_ctx cf = {d,      nt,     gp->X, &w,           0,
+                            last_t, last_g, 0,     buf + 4 * nt, gp->prior};
             memcpy(t, best_t, tbytes);
             if (isfinite(s_bfgs(&cf, t, opts->polish_iter, opts->cancel)))
                 memcpy(best_t, t, tbytes);
@@ -722,8 +745,8 @@ int gp_set_theta(gp_t *gp, const double *theta)
     gsl_blas_ddot(&yv.vector, gp->alpha, &yKy);
     for (int a = 0; a < gp->n; a++)
         logdet += log(gsl_matrix_get(gp->L, (size_t)a, (size_t)a));
-    gp->objective =
-        -0.5 * yKy - logdet - 0.5 * gp->n * S_LOG2PI + gp_log_prior(d, theta, NULL);
+    gp->objective = -0.5 * yKy - logdet - 0.5 * gp->n * S_LOG2PI +
+                    gp_log_prior_kind(d, gp->prior, theta, NULL);
     gp->factored = 1;
     return 0;
 }

@@ -201,6 +201,13 @@ int sched_gns_critical(const sched_gns_point *pts, size_t n, int nboot, double c
    which equals S * efficiency. */
 double sched_bs_efficiency(double bsimple, double b0, double b);
 double sched_bs_adascale_gain(double bsimple, double b0, double b);
+/* The noise scale the efficiency uses for SGD with momentum m in [0, 1):
+   bsimple / (1 - m) (momentum raises the critical batch: in the
+   curvature-limited regime of large batches it allows a 1/(1 - m) larger
+   step, while the noise-limited regime of small ones is unchanged; Zhang
+   et al. 2019, "Which algorithmic choices matter at which batch sizes?").
+   bsimple itself for m = 0 or out of range. */
+double sched_bs_noise_scale(double bsimple, double momentum);
 
 /* Population based training (sched_pbt.c): scheduler.type "pbt". */
 sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize);

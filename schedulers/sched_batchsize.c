@@ -19,7 +19,14 @@
    seen, the first decision that would keep it tries its better neighbour, x2 or /2,
    instead: "explore"). Every candidate B in [min, max] (option `grid`: "pow2" = the
    powers of two in range, default; "int" = every integer) is scored by goodput(B) =
-   B/t(B) * (B_simple + B0)/ (B_simple + B), B0 the trial's initial batch. When the best
+   B/t(B) * (B_noise + B0)/ (B_noise + B), B0 the trial's initial batch, B_noise =
+   B_simple/(1 - m) for SGD with momentum m (option `momentum`, default 0;
+   sched_bs_noise_scale). On Fashion-MNIST with m = 0.9 it predicts the samples
+   better (1.3x at batch 512 against 64, measured 1.0-1.3x, where B_simple alone,
+   100-400, predicts 2-3x) but its decisions were no better (it picked 256 where
+   B_simple alone picked 128, the sample-efficient size there; both 0.99x the
+   best fixed batch over 5 seeds), so it is an option, not read from the
+   trial's `momentum` param. When the best
    candidate beats the current batch's goodput by `min_gain` (default 10%), and at least
    `interval` steps (default 200) have passed since the last change and `min_measurements`
    (default 3) were seen, the scheduler sends `set batch_size` and a new learning rate lr0
@@ -68,6 +75,7 @@ typedef struct {
 typedef struct {
     long id;
     double b0, lr0;        /* initial batch and base lr (NaN unknown) */
+    double mom;            /* the trial's SGD momentum (0: none or unknown) */
     double b;              /* current batch (last reported or set) */
     double lr_sent;        /* peak lr in force (last set, else lr0) */
     long pstep;            /* step of the pending gns measurement */
@@ -99,6 +107,7 @@ typedef struct {
     long interval, warmup; /* steps */
     int rule;              /* RULE_* */
     double ema, min_gain, prior_overhead, lr_opt; /* lr_opt NaN = none */
+    double mom_opt;                               /* option momentum, NaN = none */
     long min_meas;
     bs_trial *trials;
     size_t ntrials, cap;
@@ -184,6 +193,11 @@ double sched_bs_efficiency(double bsimple, double b0, double b)
     return (bsimple + b0) / (bsimple + b);
 }
 
+double sched_bs_noise_scale(double bsimple, double momentum)
+{
+    return momentum > 0 && momentum < 1 ? bsimple / (1 - momentum) : bsimple;
+}
+
 double sched_bs_adascale_gain(double bsimple, double b0, double b)
 {
     /* sigma^2 = tr/b0 and mu^2 = |G|^2, divided through by |G|^2 */
@@ -198,6 +212,7 @@ static void s_trial_init(bs_trial *t, long id)
     memset(t, 0, sizeof *t);
     t->id = id;
     t->b0 = t->lr0 = t->b = t->lr_sent = NAN;
+    t->mom = 0;
     t->pstep = -1;
     t->ramp_last = -1;
     t->skip_tp = 1; /* the first window holds the start-up */
@@ -342,9 +357,11 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     if (!(G2 > 0) || !(TR > 0))
         return 0; /* noise-dominated estimate: not usable yet */
     double bsimple = TR / G2, alpha, beta;
+    /* The critical batch of SGD with momentum m: B_simple / (1 - m). */
+    double bnoise = sched_bs_noise_scale(bsimple, t->mom);
     if (s_tp_fit(self, t, &alpha, &beta) != 0)
         return 0;
-#define GOODPUT(B) ((B) / (alpha + beta * (B)) * sched_bs_efficiency(bsimple, t->b0, (B)))
+#define GOODPUT(B) ((B) / (alpha + beta * (B)) * sched_bs_efficiency(bnoise, t->b0, (B)))
     double best_b = t->b, best_g = GOODPUT(t->b), cur_g = best_g;
     long span = self->bmax - self->bmin;
     if (self->grid_int) {
@@ -390,11 +407,13 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
         "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:b}",
         "b_simple", bsimple, "grad_sqnorm", G2, "trace", TR, "from", t->b, "b0", t->b0,
         "goodput_gain", best_g / cur_g, "efficiency",
-        sched_bs_efficiency(bsimple, t->b0, best_b), "alpha", alpha, "beta", beta,
+        sched_bs_efficiency(bnoise, t->b0, best_b), "alpha", alpha, "beta", beta,
         "lr_from", isnan(lr_old) ? 0.0 : lr_old, "lr", isnan(lr_new) ? 0.0 : lr_new,
         "lr_rule", s_rules[self->rule], "measurements", (json_int_t)t->nmeas, "explore",
         explore);
     json_object_set_new(d, "step", json_integer((json_int_t)step));
+    json_object_set_new(d, "b_noise", json_real(bnoise));
+    json_object_set_new(d, "momentum", json_real(t->mom));
     char reason[128];
     snprintf(reason, sizeof reason,
              "batchsize: B_simple %.4g, batch %.0f->%.0f, %s x%.3g, "
@@ -467,6 +486,8 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     self->count++;
     bs_trial *t = s_trial(self, trial_id, 1); /* B0 and lr0 from the params, when there */
     json_t *b = json_object_get(p, "batch_size"), *lr = json_object_get(p, "lr");
+    if (t) /* only from the option: the param is not read (see the header) */
+        t->mom = !isnan(self->mom_opt) ? self->mom_opt : 0;
     if (t && json_is_number(b))
         t->b0 = t->b = json_number_value(b);
     if (t && (json_is_number(lr) || !isnan(self->lr_opt))) {
@@ -485,9 +506,10 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     if (!t)
         return -1;
     if (step < t->last_step) { /* a retry starts over: so does its state */
-        double b0 = t->b0, lr0 = t->lr0;
+        double b0 = t->b0, lr0 = t->lr0, mom = t->mom;
         int fixed = t->lr_fixed;
         s_trial_init(t, trial_id);
+        t->mom = mom;
         if (fixed)
             t->lr0 = t->lr_sent = lr0, t->lr_fixed = 1;
         t->b0 = b0;
@@ -495,6 +517,8 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     t->last_step = step;
     if (isnan(t->lr0) && !isnan(self->lr_opt))
         t->lr0 = t->lr_sent = self->lr_opt;
+    if (!isnan(self->mom_opt))
+        t->mom = self->mom_opt;
     int k = s_ramp(self, t, step, out, max);
     int bit = 0;
     if (!strcmp(metric, "batch_size") && value > 0) {
@@ -591,6 +615,7 @@ static json_t *s_save(sched_t *s)
             "ramp_start", (json_int_t)t->ramp_start, "ramp_last",
             (json_int_t)t->ramp_last, "decisions", (json_int_t)t->decisions);
         json_object_set_new(o, "last_step", json_integer((json_int_t)t->last_step));
+        json_object_set_new(o, "mom", json_real(t->mom));
         json_array_append_new(trials, o);
     }
     return json_pack("{s:I, s:o}", "count", (json_int_t)self->count, "trials", trials);
@@ -672,6 +697,11 @@ static int s_restore(sched_t *s, const json_t *state)
         t->ramp_last = (long)json_integer_value(json_object_get(o, "ramp_last"));
         t->decisions = (long)json_integer_value(json_object_get(o, "decisions"));
         t->last_step = (long)json_integer_value(json_object_get(o, "last_step"));
+        json_t *mo = json_object_get(o, "mom"); /* absent in older states: 0 */
+        t->mom =
+            json_is_number(mo) && json_number_value(mo) >= 0 && json_number_value(mo) < 1
+                ? json_number_value(mo)
+                : 0;
     }
     return 0;
 }
@@ -697,11 +727,15 @@ static const sched_ops s_ops = {
 
 sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
 {
-    static const char *const keys[] = {
-        "type",     "seed",           "min",     "max",        "grid",
-        "interval", "warmup",         "lr_rule", "ema",        "min_measurements",
-        "min_gain", "prior_overhead", "lr",      "throughput", "grow_only",
-        NULL};
+    static const char *const keys[] = {"type",      "seed",
+                                       "min",       "max",
+                                       "grid",      "interval",
+                                       "warmup",    "lr_rule",
+                                       "ema",       "min_measurements",
+                                       "min_gain",  "prior_overhead",
+                                       "lr",        "throughput",
+                                       "grow_only", "momentum",
+                                       NULL};
     const json_t *o = spec->sched_opts;
     const char *key;
     json_t *v;
@@ -742,7 +776,9 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
                       errsize) ||
         sched_opt_num(o, "scheduler", "prior_overhead", 0.5, 0, 0.99, 0,
                       &self->prior_overhead, err, errsize) ||
-        sched_opt_num(o, "scheduler", "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize))
+        sched_opt_num(o, "scheduler", "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize) ||
+        sched_opt_num(o, "scheduler", "momentum", NAN, 0, 0.999, 0, &self->mom_opt, err,
+                      errsize))
         goto fail;
     if (bmax < bmin) {
         snprintf(err, errsize, "scheduler.max: must be >= min (%g)", bmin);

@@ -68,6 +68,7 @@ typedef struct {
     double *X, *y, *Xp;  /* n x D, n (lower is better; NaN = failed), m x D */
     double *theta0;      /* warm start or NULL */
     int acq, fantasy, warp;
+    gp_prior prior; /* the objective model's lengthscale prior */
     double kappa;
     /* constraints modelled by probability of feasibility: nc GPs on the
        constraint metrics C (n x nc, NaN when not reported); feas[i] says
@@ -101,8 +102,9 @@ typedef struct {
     long n_init;
     int fantasy;
     int warp;
-    int cmodel;  /* S_CON_POF or S_CON_PENALTY */
-    int momodel; /* S_MO_EHVI or S_MO_PAREGO */
+    int cmodel;     /* S_CON_POF or S_CON_PENALTY */
+    int momodel;    /* S_MO_EHVI or S_MO_PAREGO */
+    gp_prior prior; /* the objective model's lengthscale prior */
     /* state */
     s_point *obs;
     size_t nobs, capobs;
@@ -398,6 +400,7 @@ static void s_run_job(s_job *j)
     memcpy(X, j->X, sizeof(double) * (size_t)n * (size_t)D);
     if (gp_set_data(gp, X, y, n, 1) != 0)
         goto out;
+    gp_set_prior(gp, j->prior);
 
     gp_fit_opts fo;
     gp_fit_opts_init(&fo);
@@ -965,6 +968,7 @@ static int s_start_job(sched_bo *b)
     j->kappa = b->kappa;
     j->fantasy = b->fantasy;
     j->warp = b->warp;
+    j->prior = b->prior;
     j->seed = s_job_seed(b);
     atomic_init(&j->cancel, 0);
     atomic_init(&j->done, 0);
@@ -1369,6 +1373,11 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             if (!a || (strcmp(a, "ehvi") && strcmp(a, "parego")))
                 return s_fail(err, errsize, key, "must be \"ehvi\" or \"parego\"");
             b->momodel = !strcmp(a, "parego") ? S_MO_PAREGO : S_MO_EHVI;
+        } else if (!strcmp(key, "lengthscale_prior")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "wall") && strcmp(a, "lognormal")))
+                return s_fail(err, errsize, key, "must be \"wall\" or \"lognormal\"");
+            b->prior = !strcmp(a, "lognormal") ? GP_PRIOR_LOGNORMAL : GP_PRIOR_WALL;
         } else if (!strcmp(key, "warp")) {
             const char *a = json_string_value(v);
             if (!a || (strcmp(a, "halfrank") && strcmp(a, "none")))
@@ -1378,15 +1387,16 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             const char *a = json_string_value(v);
             if (!a || (strcmp(a, "rungs") && strcmp(a, "final") && strcmp(a, "joint")))
                 return s_fail(err, errsize, key,
-                              "must be \"rungs\", \"joint\" or \"final\"");
+                              "must be \"joint\", \"rungs\" or \"final\"");
             b->fidelity = !strcmp(a, "final")   ? S_FID_FINAL
-                          : !strcmp(a, "joint") ? S_FID_JOINT
-                                                : S_FID_RUNGS;
+                          : !strcmp(a, "rungs") ? S_FID_RUNGS
+                                                : S_FID_JOINT;
         } else {
             return s_fail(
                 err, errsize, key,
                 "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
-                "n_init, fantasy, warp, constraint_model, mo, fidelity)");
+                "n_init, fantasy, warp, constraint_model, lengthscale_prior, mo, "
+                "fidelity)");
         }
     }
     return 0;
@@ -1416,8 +1426,10 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     b->kappa = 1.96;
     b->fantasy = S_BELIEVER;
     b->warp = S_WARP_HALFRANK;
+    b->fidelity = S_FID_JOINT; /* bench-mf: see docs/design.md */
     b->cmodel = S_CON_POF;
     b->momodel = S_MO_EHVI;
+    b->prior = GP_PRIOR_WALL;
     long np = (long)spec->nparams;
     b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
     if (spec->sched_opts && s_options(b, spec, err, errsize) != 0) {

@@ -14,6 +14,12 @@
                                          worse half of the values is mapped by
                                          rank onto a Gaussian tail (default
                                          halfrank), or plain standardising
+      "lengthscale_prior": "wall" | "lognormal"
+                                         the objective GP's prior on its
+                                         lengthscales (gp.h): steep walls
+                                         around 1 (default), or the weaker
+                                         log-normal (which resolves narrow
+                                         wells better)
       "constraint_model": "pof" | "penalty"
                                          with the spec's constraints: a GP per
                                          constraint metric and log EI + log
@@ -21,14 +27,14 @@
                                          while nothing is feasible, the
                                          probability alone), or one GP on the
                                          objective with a violation penalty
-      "fidelity": "rungs" | "joint" | "final"
+      "fidelity": "joint" | "rungs" | "final"
                                          with early_stopping (one objective, no
-                                         constraints): a GP on the highest
-                                         resource level with n_init results
-                                         (default, BOHB), one GP over (params,
-                                         resource), or finished trials only;
-                                         stopped trials are never taken as
-                                         finished (sched_bo_mf.c)
+                                         constraints): one GP over (params,
+                                         resource) (default), a GP on the
+                                         highest resource level with n_init
+                                         results (BOHB), or finished trials
+                                         only; stopped trials are never taken
+                                         as finished (sched_bo_mf.c)
 */
 #ifndef JZ_SCHED_BO_H
 #define JZ_SCHED_BO_H

@@ -15,9 +15,11 @@
     in sched_es.c: a point forms when both arrive for the same step, or
     the objective arrives at or after the step of an unpaired resource.
 
-    sched_bo.c chooses, for each suggestion, the level to model (BOHB,
+    sched_bo.c models them with one GP over (params, resource), the
+    resource placed by sched__bo_mf_u (fidelity "joint", the default), or
+    chooses for each suggestion the level to model (fidelity "rungs", BOHB,
     Falkner et al. 2018): the finished trials' final values when at least
-    `nmin` trials finished, else the highest level that at least `nmin`
+    n_init trials finished, else the highest level that at least n_init
     trials reached, else the lowest level (the one with the most data).
 
     State: every trial's level values and pairing, in save/restore.

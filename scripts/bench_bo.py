@@ -15,7 +15,7 @@ Peers that are not installed are skipped with a note. Regret runs go in
 parallel, one thread each; latency runs one at a time with all cores.
 Results are also written as JSON (--out).
 
-    scripts/bench_bo.py --driver build/bin/bench_bo [--seeds 10] [--evals 50]
+    scripts/bench_bo.py --driver build/bin/bench_bo [--seeds 10] [--seed0 0] [--evals 50]
         [--funcs branin,...] [--methods jizhi-bo,...] [--latency 100,500,1000]
 """
 import argparse
@@ -200,6 +200,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--driver", default=os.environ.get("BENCH_BO", "build/bin/bench_bo"))
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seed0", type=int, default=0,
+                    help="first seed (seeds seed0 .. seed0+seeds-1; more seeds for near ties)")
     ap.add_argument("--evals", type=int, default=50)
     ap.add_argument("--funcs", default=",".join(FUNCS))
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -245,7 +247,8 @@ def main():
             if abs(c - p) > 1e-9 * max(1, abs(p)):
                 sys.exit(f"bench_bo: {name} differs between C ({c}) and Python ({p})")
 
-    tasks = [(m, f, s, a.evals, a.driver) for f in funcs for m in methods for s in range(a.seeds)]
+    tasks = [(m, f, s, a.evals, a.driver) for f in funcs for m in methods
+             for s in range(a.seed0, a.seed0 + a.seeds)]
     print(f"bench-bo: {len(tasks)} runs ({len(funcs)} functions x {len(methods)} methods x "
           f"{a.seeds} seeds, {a.evals} evaluations each) on {a.jobs} processes", flush=True)
     res = {}
@@ -264,7 +267,8 @@ def main():
         ran = set(methods)
         for key, v in old.get("regret", {}).items():
             f, m = key.split("/", 1)
-            if f in funcs and m not in ran and len(v) == a.seeds and old.get("evals") == a.evals:
+            if (f in funcs and m not in ran and len(v) == a.seeds and old.get("evals") == a.evals
+                    and old.get("seed0", 0) == a.seed0):
                 res[(f, m)] = v
                 if m not in methods:
                     methods.append(m)
@@ -274,7 +278,8 @@ def main():
     med = {k: statistics.median(v) for k, v in res.items()}
     w = 13
     print()
-    print(f"median simple regret over {a.seeds} seeds, {a.evals} evaluations (lower is better)")
+    print(f"median simple regret over {a.seeds} seeds ({a.seed0}..{a.seed0 + a.seeds - 1}), "
+          f"{a.evals} evaluations (lower is better)")
     print("function".ljust(13) + "".join(m.rjust(w) for m in methods) + "   bo vs best(tpe, gp, skopt)")
     wins = 0
     compared = 0
@@ -324,7 +329,7 @@ def main():
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "w") as fh:
-            json.dump({"seeds": a.seeds, "evals": a.evals,
+            json.dump({"seeds": a.seeds, "seed0": a.seed0, "evals": a.evals,
                        "regret": {f"{f}/{m}": v for (f, m), v in res.items()},
                        "median": {f"{f}/{m}": v for (f, m), v in med.items()},
                        "latency": lat, "skipped": skipped}, fh, indent=1)

@@ -289,6 +289,57 @@ TEST(cancel_gives_up)
     CHECK(gp_new(0) == NULL);
 }
 
+TEST(wall_prior)
+{
+    /* the wall prior's gradient against finite differences, across the
+       range of lengthscales and in its soft box; mode at l = 1 */
+    int d = 3, nt = gp_ntheta(d);
+    double th[5], g[5];
+    gp_default_theta(d, th);
+    for (double t = log(5e-4); t < log(2e3); t += 0.7) {
+        th[1] = t;
+        gp_log_prior_kind(d, GP_PRIOR_WALL, th, g);
+        for (int j = 0; j < nt; j++) {
+            double h = 1e-6, tp[5], tm[5];
+            memcpy(tp, th, sizeof th);
+            memcpy(tm, th, sizeof th);
+            tp[j] += h;
+            tm[j] -= h;
+            double fd = (gp_log_prior_kind(d, GP_PRIOR_WALL, tp, NULL) -
+                         gp_log_prior_kind(d, GP_PRIOR_WALL, tm, NULL)) /
+                        (2 * h);
+            CHECK_NEAR(g[j], fd, 1e-5 * (1 + fabs(fd)));
+        }
+    }
+    th[1] = 0;
+    double at1 = gp_log_prior_kind(d, GP_PRIOR_WALL, th, NULL);
+    th[1] = log(0.8);
+    CHECK(gp_log_prior_kind(d, GP_PRIOR_WALL, th, NULL) < at1);
+    th[1] = log(1.25);
+    CHECK(gp_log_prior_kind(d, GP_PRIOR_WALL, th, NULL) < at1);
+    /* at l = 0.1 the wall costs about 10 nats more than at l = 1; the
+       log-normal about 1.5 */
+    th[1] = log(0.1);
+    CHECK(at1 - gp_log_prior_kind(d, GP_PRIOR_WALL, th, NULL) > 9);
+    /* on a few points of a wiggly function, the fitted lengthscale is
+       longer under the wall than under the log-normal prior */
+    double X[8], y[8];
+    for (int i = 0; i < 8; i++) {
+        X[i] = (i + 0.5) / 8;
+        y[i] = sin(25 * X[i]);
+    }
+    gp_t *a = gp_new(1), *b = gp_new(1);
+    REQUIRE(a && b);
+    gp_set_data(a, X, y, 8, 1);
+    gp_set_data(b, X, y, 8, 1);
+    gp_set_prior(b, GP_PRIOR_WALL);
+    REQUIRE(gp_fit(a, NULL) == 0 && gp_fit(b, NULL) == 0);
+    CHECK(gp_theta(b)[0] > gp_theta(a)[0]);
+    CHECK(gp_theta(b)[0] > gp_theta(a)[0] + log(2.0)); /* 0.14 against 0.04 */
+    gp_destroy(&a);
+    gp_destroy(&b);
+}
+
 int main(void)
 {
     RUN(kernel_gradients);
@@ -299,5 +350,6 @@ int main(void)
     RUN(fit_recovers_function);
     RUN(noise_learned);
     RUN(cancel_gives_up);
+    RUN(wall_prior);
     TEST_DONE();
 }

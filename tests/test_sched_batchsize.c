@@ -263,6 +263,76 @@ TEST(goodput_picks_the_hand_computed_batch_and_adascale_lr)
     }
 }
 
+/* The same case for SGD with momentum 0.5: the efficiency uses
+   B_noise = 256 / (1 - 0.5) = 512, goodput(B) = B/t(B) * 576/(512 + B):
+     64: 3902.4  128: 5052.6  256: 5393.3  512: 4706.3
+   so 256 wins; the AdaScale gain still comes from B_simple 256: S = 4,
+   r = (4 + 1)/(4/4 + 1) = 2.5. The momentum comes from the option only:
+   a trial's `momentum` param of 0.5 alone leaves the B_simple model (the
+   hand-computed case above: 128). */
+TEST(momentum_raises_the_noise_scale_of_the_efficiency)
+{
+    ev e[64];
+    int n = s_goodput_case(e);
+    for (int from_param = 0; from_param < 2; from_param++) {
+        char buf[1024];
+        snprintf(
+            buf, sizeof buf,
+            "{\"name\":\"t\",\"objective\":{\"metric\":\"val_acc\",\"mode\":\"max\"},"
+            "\"scheduler\":{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+            "\"interval\":60,\"warmup\":0%s},\"budget\":{\"trials\":5},"
+            "\"space\":{\"lr\":{\"type\":\"float\",\"low\":0.1,\"high\":0.1},"
+            "\"momentum\":{\"type\":\"float\",\"low\":%s,\"high\":%s}},"
+            "\"trial\":{\"command\":[\"true\"]}}",
+            from_param ? "" : ",\"momentum\":0.5", from_param ? "0.5" : "0.9",
+            from_param ? "0.5" : "0.9");
+        json_t *j = json_loads(buf, 0, NULL);
+        REQUIRE(j);
+        spec_error serr;
+        spec_t *sp = spec_parse(j, 0, &serr);
+        json_decref(j);
+        REQUIRE(sp);
+        sched_t *s = s_new_bs(sp);
+        REQUIRE(s);
+        json_t *p = NULL;
+        REQUIRE(s->ops->suggest(s, 1, &p) == SCHED_OK); /* trial 1: lr 0.1 */
+        json_decref(p);
+        json_t *dec = NULL;
+        double lr = NAN;
+        for (int i = 0; i < n; i++) {
+            sched_instr ins[8];
+            int k = s->ops->on_metric(s, e[i].trial, e[i].step, e[i].metric, e[i].value,
+                                      0, ins, 8);
+            for (int q = 0; q < k; q++) {
+                const char *name =
+                    json_string_value(json_object_get(ins[q].args, "name"));
+                double v = json_number_value(json_object_get(ins[q].args, "value"));
+                if (!strcmp(name, "batch_size")) {
+                    CHECK(v == (from_param ? 128 : 256));
+                    dec = json_incref(json_object_get(ins[q].args, "decision"));
+                } else {
+                    lr = v;
+                }
+                sched_instr_fini(&ins[q]);
+            }
+        }
+        REQUIRE(dec);
+        CHECK_NEAR(json_real_value(json_object_get(dec, "b_simple")), 256, 1e-9);
+        CHECK_NEAR(json_real_value(json_object_get(dec, "b_noise")),
+                   from_param ? 256 : 512, 1e-9);
+        CHECK_NEAR(json_real_value(json_object_get(dec, "momentum")),
+                   from_param ? 0 : 0.5, 1e-12);
+        CHECK_NEAR(json_real_value(json_object_get(dec, "efficiency")),
+                   from_param ? 320.0 / 384 : 576.0 / 768, 1e-12);
+        CHECK_NEAR(lr, from_param ? 0.1 * 5.0 / 3.0 : 0.25, 1e-9);
+        CHECK_NEAR(sched_bs_noise_scale(256, 0.5), 512, 1e-9);
+        CHECK(sched_bs_noise_scale(256, 0) == 256 && sched_bs_noise_scale(256, 1) == 256);
+        json_decref(dec);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
 /* B_simple switches between 20 and 5000 every 150 steps (no EMA
    smoothing), step time t = 0.02 + 1e-4 B, measurements every 10 steps
    over 2000, starting at B = 32: the scheduler wants to flip every 150
@@ -634,6 +704,8 @@ TEST(options_are_checked)
          "scheduler.throughput: must be \"wall\" or \"cpu\""},
         {"{\"type\":\"batchsize\",\"grow_only\":1}",
          "scheduler.grow_only: must be true or false"},
+        {"{\"type\":\"batchsize\",\"momentum\":1}",
+         "scheduler.momentum: must be a number from 0 to 0.999"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i].sched);
@@ -655,6 +727,7 @@ int main(void)
     RUN(estimator_recovers_a_known_b_simple);
     RUN(efficiency_and_adascale_gain_by_hand);
     RUN(goodput_picks_the_hand_computed_batch_and_adascale_lr);
+    RUN(momentum_raises_the_noise_scale_of_the_efficiency);
     RUN(at_most_one_change_per_interval_and_lr_warmup);
     RUN(throughput_fit_keeps_a_marginal_cost);
     RUN(throughput_uses_the_fast_quartile_of_slowed_windows);

@@ -74,6 +74,8 @@ TEST(options_checked)
         {"{\"type\":\"bo\",\"kappa\":-1}", "scheduler.kappa: "},
         {"{\"type\":\"bo\",\"fantasy\":1}", "scheduler.fantasy: "},
         {"{\"type\":\"bo\",\"warp\":\"log\"}", "scheduler.warp: "},
+        {"{\"type\":\"bo\",\"lengthscale_prior\":\"flat\"}",
+         "scheduler.lengthscale_prior: "},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i][0], QSPACE, "min");
@@ -85,10 +87,10 @@ TEST(options_checked)
             JZT_FAIL("error \"%s\", expected \"%s...\"", err, bad[i][1]);
         spec_destroy(&sp);
     }
-    spec_t *sp =
-        s_spec("{\"type\":\"bo\",\"seed\":3,\"acq\":\"ucb\",\"kappa\":2,\"n_init\":4,"
-               "\"fantasy\":\"liar\",\"warp\":\"none\"}",
-               QSPACE, "min");
+    spec_t *sp = s_spec(
+        "{\"type\":\"bo\",\"seed\":3,\"acq\":\"ucb\",\"kappa\":2,\"n_init\":4,"
+        "\"fantasy\":\"liar\",\"warp\":\"none\",\"lengthscale_prior\":\"lognormal\"}",
+        QSPACE, "min");
     REQUIRE(sp);
     sched_t *s = sched_bo_new(sp, err, sizeof err);
     CHECK(s != NULL);

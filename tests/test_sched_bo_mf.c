@@ -223,7 +223,9 @@ out:;
 
 TEST(the_model_level_follows_the_data_and_survives_restore)
 {
-    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":3,\"n_init\":3}", ASHA9, "last");
+    spec_t *sp =
+        s_spec("{\"type\":\"bo\",\"seed\":3,\"n_init\":3,\"fidelity\":\"rungs\"}", ASHA9,
+               "last");
     REQUIRE(sp);
     int lv[4] = {9, 9, 9, 9}, lv2[4] = {9, 9, 9, 9};
     char *a = s_study(sp, 0, lv);
@@ -274,7 +276,7 @@ TEST(stopped_trials_do_not_count_as_finished)
     sp = s_spec("{\"type\":\"bo\",\"fidelity\":\"all\"}", ASHA9, "last");
     REQUIRE(sp);
     CHECK(sched_check(sp, err, sizeof err) == -1);
-    CHECK_STR(err, "scheduler.fidelity: must be \"rungs\", \"joint\" or \"final\"");
+    CHECK_STR(err, "scheduler.fidelity: must be \"joint\", \"rungs\" or \"final\"");
     spec_destroy(&sp);
 }
 

@@ -11,6 +11,7 @@
 */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "jz_test.h"
 #include "trainer/comm.h"
@@ -220,9 +221,12 @@ static int s_same_everywhere(const float *buf, long n)
 
 static void s_check_algo(trn_ar_algo a, trn_wire w, double tol)
 {
-    const long sizes[] = {1, 3, 1000, 4097, 100003};
-    for (int s = 0; s < 5; s++) {
+    /* 300007 with 10007-float segments: many segments per chunk, the last
+       ones shorter or empty */
+    const long sizes[] = {1, 3, 1000, 4097, 100003, 300007, 300007};
+    for (int s = 0; s < 7; s++) {
         long n = sizes[s];
+        g_comm->seglen = s == 6 ? 10007 : 0;
         float *x = malloc((size_t)n * sizeof(float));
         REQUIRE(x);
         for (long i = 0; i < n; i++)
@@ -240,11 +244,44 @@ static void s_check_algo(trn_ar_algo a, trn_wire w, double tol)
         CHECK(s_same_everywhere(x, n));
         free(x);
     }
+    g_comm->seglen = 0;
 }
 
 TEST(mpi_ring_matches_reference)
 {
     s_check_algo(TRN_AR_RING, TRN_WIRE_FP32, 1e-5);
+}
+
+/* A backend without exchange (NCCL's) gets one sendrecv per segment from
+   comm.c: the same bits as MPI's pipelined exchange, ring and hierarchical. */
+TEST(mpi_segment_by_segment_fallback_gives_the_same_bits)
+{
+    const long n = 300007;
+    g_comm->seglen = 10007;
+    float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+    REQUIRE(a && b);
+    const trn_comm_ops *ops = g_comm->ops;
+    trn_comm_ops plain = *ops;
+    plain.exchange = NULL;
+    for (int algo = 0; algo < 2; algo++)
+        for (int w = 0; w < 2; w++) {
+            trn_ar_algo al = algo ? TRN_AR_HIER : TRN_AR_RING;
+            trn_wire wi = w ? TRN_WIRE_BF16 : TRN_WIRE_FP32;
+            REQUIRE(trn_comm_set_nodes(g_comm, algo ? 2 : 0) == 0);
+            for (long i = 0; i < n; i++)
+                a[i] = b[i] = s_val(g_comm->rank, i);
+            REQUIRE(trn_comm_allreduce(g_comm, a, n, al, wi) == 0);
+            g_comm->ops = &plain;
+            int rc = trn_comm_allreduce(g_comm, b, n, al, wi);
+            g_comm->ops = ops;
+            REQUIRE(rc == 0);
+            if (memcmp(a, b, (size_t)n * sizeof(float)) != 0)
+                JZT_FAIL("algo %d wire %d: the fallback differs", algo, w);
+        }
+    REQUIRE(trn_comm_set_nodes(g_comm, 0) == 0);
+    g_comm->seglen = 0;
+    free(a);
+    free(b);
 }
 
 TEST(mpi_native_matches_reference)
@@ -325,6 +362,7 @@ int main(int argc, char **argv)
         RUN(one_rank_collectives_are_the_identity);
     } else {
         RUN(mpi_ring_matches_reference);
+        RUN(mpi_segment_by_segment_fallback_gives_the_same_bits);
         RUN(mpi_native_matches_reference);
         RUN(mpi_hierarchical_two_per_node_matches_reference);
         RUN(mpi_wire_formats);

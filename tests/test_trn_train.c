@@ -210,6 +210,51 @@ TEST(fashion_mnist_short_run)
     trn_data_free(&tr), trn_data_free(&va), trn_data_free(&te);
 }
 
+/* grad_sqnorm_small is the mean |g|^2 over the full-size micro-batches,
+   each measured alone: by Cauchy-Schwarz that mean is never below |G|^2 of
+   their average (the whole batch), so the noise trace it implies is never
+   negative. The first chunk alone (the old measure) is below the whole
+   batch's on many steps. */
+TEST(gradient_noise_small_is_the_mean_over_chunks)
+{
+    int mbs[] = {0, 8}; /* two halves on report steps; four micro-batches */
+    for (int k = 0; k < 2; k++) {
+        trn_config c;
+        s_cfg(&c);
+        c.log_every = 1;
+        c.epochs = 1; /* ~190 measurements: the report buffer holds them */
+        c.micro_batch = mbs[k];
+        trn_trainer *t = s_new(&c);
+        REQUIRE(t);
+        fake_io f = {0};
+        trn_io io = s_io(&f);
+        trn_trainer_set_io(t, &io);
+        char err[TRN_ERRLEN];
+        REQUIRE(trn_trainer_run(t, err) == 0);
+        int n = 0, below = 0;
+        double gs = NAN;
+        for (int i = 0; i < f.nrep; i++) {
+            if (!strcmp(f.rep_name[i], "grad_sqnorm_small"))
+                gs = f.rep_val[i];
+            else if (!strcmp(f.rep_name[i], "grad_sqnorm_big") && !isnan(gs)) {
+                n++;
+                below += gs < f.rep_val[i] * (1 - 1e-5);
+                gs = NAN;
+            }
+        }
+        printf("  micro-batch %d: %d measurements, %d with small < big\n", mbs[k], n,
+               below);
+        CHECK(n >= 20);
+        CHECK(below == 0);
+        double first_small = NAN; /* the last step of the epoch may be short */
+        for (int i = 0; i < f.nrep && isnan(first_small); i++)
+            if (!strcmp(f.rep_name[i], "batch_small"))
+                first_small = f.rep_val[i];
+        CHECK(first_small == (k ? 8 : 16));
+        trn_trainer_destroy(&t);
+    }
+}
+
 TEST(mixed_precision_trains)
 {
     const char *precs[] = {"bf16", "fp16"};
@@ -622,6 +667,7 @@ int main(void)
         return 1;
     trn_cpu_set_threads(0);
     RUN(fashion_mnist_short_run);
+    RUN(gradient_noise_small_is_the_mean_over_chunks);
     RUN(mixed_precision_trains);
     RUN(overflow_skips_and_halves);
     RUN(checkpoint_roundtrip_and_resume);

@@ -32,6 +32,10 @@
 typedef enum { TRN_AR_RING = 0, TRN_AR_HIER, TRN_AR_NATIVE } trn_ar_algo;
 typedef enum { TRN_WIRE_FP32 = 0, TRN_WIRE_FP16, TRN_WIRE_BF16 } trn_wire;
 
+/* Called for each received segment of an exchange: bytes [off, off + len)
+   of the receive buffer have arrived. */
+typedef void (*trn_seg_fn)(void *arg, size_t off, size_t len);
+
 /* What a backend provides. Buffers are host memory. */
 typedef struct {
     const char *name;
@@ -45,6 +49,19 @@ typedef struct {
     int (*bcast)(void *self, void *buf, size_t bytes, int root);
     int (*barrier)(void *self);
     void (*destroy)(void *self);
+    /* Optional (NULL: comm.c exchanges the segments one sendrecv at a
+       time). Sends sbuf to dst and receives rbuf from src, each cut into
+       nseg messages of seg bytes (the last ones shorter or empty; both ends
+       use the same nseg and seg), with all of them in flight at once; calls
+       done for each received segment in order as soon as it has arrived,
+       while the later ones are still moving. dst/src = -1 skips a side. */
+    int (*exchange)(void *self, const void *sbuf, size_t sbytes, int dst, void *rbuf,
+                    size_t rbytes, int src, size_t seg, long nseg, trn_seg_fn done,
+                    void *arg);
+    /* Optional: patient = 1 while another thread of this rank computes (the
+       overlap thread): waits then leave the core sooner (sleep rather than
+       poll). Default 0: poll, yielding the core to other runnable threads. */
+    void (*set_patient)(void *self, int patient);
 } trn_comm_ops;
 
 typedef struct trn_comm {
@@ -58,6 +75,9 @@ typedef struct trn_comm {
     int nlocal;
     int *leaders; /* one leader (lowest rank) per node, ascending */
     int nleaders;
+    /* floats per segment of the pipelined transfers (0: the default,
+       1 Mi floats); tests set it small to exercise many segments */
+    long seglen;
     /* scratch (grown on demand) */
     void *sbuf, *rbuf;
     size_t scap, rcap;
@@ -85,6 +105,9 @@ void trn_comm_destroy(trn_comm **cp);
 /* Sets node ids: ranks_per_node > 0 overrides the backend's (rank /
    ranks_per_node). Builds the local and leader groups. 0 or -1. */
 int trn_comm_set_nodes(trn_comm *c, int ranks_per_node);
+
+/* See trn_comm_ops.set_patient; a no-op where the backend has none. */
+void trn_comm_set_patient(trn_comm *c, int patient);
 
 /* Sum all-reduce of n floats with algorithm a and wire format w. */
 int trn_comm_allreduce(trn_comm *c, float *buf, long n, trn_ar_algo a, trn_wire w);

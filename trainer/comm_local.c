@@ -36,8 +36,9 @@ static int s_barrier(void *self)
     return 0;
 }
 
-static const trn_comm_ops s_ops = {"local", s_sendrecv, s_allreduce_f, s_allreduce_d,
-                                   s_bcast, s_barrier,  NULL};
+static const trn_comm_ops s_ops = {"local",       s_sendrecv, s_allreduce_f,
+                                   s_allreduce_d, s_bcast,    s_barrier,
+                                   NULL,          NULL,       NULL};
 
 trn_comm *trn_comm_local_new(char *err)
 {

@@ -144,7 +144,7 @@ static void s_destroy(void *self)
 }
 
 static const trn_comm_ops s_ops = {"nccl",  s_sendrecv, s_allreduce_f, s_allreduce_d,
-                                   s_bcast, s_barrier,  s_destroy};
+                                   s_bcast, s_barrier,  s_destroy, NULL, NULL};
 
 extern "C" trn_comm *trn_comm_nccl_new(char *err)
 {

@@ -15,6 +15,12 @@
 #include "trainer/dist.h"
 #include "common/util.h"
 
+/* Measuring auto fusion: at most this many candidate layouts, each timed
+   in this many rounds (the first one a warm-up). */
+#define S_TUNE_MAX 6
+#define S_TUNE_ROUNDS 4
+#define S_ONE_BUCKET (1L << 40) /* a threshold no net reaches */
+
 typedef struct {
     int first, last; /* param indices, first > last (backward order) */
     long n;          /* floats */
@@ -45,7 +51,20 @@ struct trn_dist {
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int queued; /* buckets [0, queued) handed to the thread */
+    /* the buckets' storage: one array each, buckets point into them, so a
+       new layout is only a new partition (bucket order = backward order) */
+    float *flat_buf, *flat_res, *flat_vel;
+    /* auto fusion, measuring: candidate thresholds, each used in turn for
+       one step per round; the time of trn_dist_begin .. the end of
+       trn_dist_finish of rounds after the first (warm-up) is recorded */
+    int tune_n, tune_step, tune_model; /* tune_model: index of the model's pick */
+    long tune_thr[S_TUNE_MAX];
+    double tune_t[S_TUNE_MAX][S_TUNE_ROUNDS];
+    double tune_t0;
+    int tuning, tune_told; /* measuring now; 1 once the choice is made, until told */
+    char tune_note[512];
+    int queued;    /* buckets [0, queued) handed to the thread */
+    int computing; /* backward still runs: the thread's waits are patient */
     int quit;
 };
 
@@ -89,6 +108,9 @@ static int s_reduce(trn_dist *d, s_bucket *b)
     return trn_comm_allreduce(d->comm, b->buf, b->n, d->o.algo, d->o.wire);
 }
 
+static void s_layout(trn_dist *d, long thr);
+static int s_tune_decide(trn_dist *d);
+
 static void *s_thread(void *arg)
 {
     trn_dist *d = arg;
@@ -99,7 +121,11 @@ static void *s_thread(void *arg)
         if (d->quit)
             break;
         int i = d->complete_upto;
+        int computing = d->computing;
         pthread_mutex_unlock(&d->mu);
+        /* while backward runs, waits leave the core to the training thread;
+           once it waits for us, they poll */
+        trn_comm_set_patient(d->comm, computing);
         int rc = s_reduce(d, &d->b[i]);
         pthread_mutex_lock(&d->mu);
         if (rc < 0)
@@ -152,12 +178,21 @@ void trn_dist_begin(trn_dist *d, const double *unscale)
 {
     int np = trn_net_nparams(d->net);
     memcpy(d->unscale, unscale, (size_t)np * sizeof(double));
+    if (d->tuning) { /* this step's candidate (the thread is idle) */
+        s_layout(d, d->tune_thr[d->tune_step % d->tune_n]);
+        d->tune_t0 = util_now();
+    }
     for (int i = 0; i < d->nb; i++)
         d->b[i].pending = d->b[i].first - d->b[i].last + 1;
     d->next_queue = 0;
     d->complete_upto = 0;
     d->queued = 0;
     d->failed = 0;
+    if (d->threaded) {
+        pthread_mutex_lock(&d->mu);
+        d->computing = 1;
+        pthread_mutex_unlock(&d->mu);
+    }
 }
 
 void trn_dist_ready(trn_dist *d, int i)
@@ -176,9 +211,11 @@ int trn_dist_finish(trn_dist *d)
     s_queue_ready(d);
     if (d->threaded) {
         pthread_mutex_lock(&d->mu);
+        d->computing = 0;
         while (d->complete_upto < d->nb)
             pthread_cond_wait(&d->cv, &d->mu);
         pthread_mutex_unlock(&d->mu);
+        trn_comm_set_patient(d->comm, 0); /* the thread is idle: ours again */
     } else {
         for (int i = 0; i < d->nb; i++)
             if (s_reduce(d, &d->b[i]) < 0)
@@ -186,7 +223,28 @@ int trn_dist_finish(trn_dist *d)
     }
     for (int i = 0; i < d->nb; i++)
         s_unpack(d, &d->b[i]);
-    return d->failed ? -1 : 0;
+    if (d->failed)
+        return -1;
+    if (d->tuning) {
+        int k = d->tune_step % d->tune_n, r = d->tune_step / d->tune_n;
+        d->tune_t[k][r] = util_now() - d->tune_t0;
+        if (++d->tune_step >= d->tune_n * S_TUNE_ROUNDS && s_tune_decide(d) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+const char *trn_dist_fusion_note(trn_dist *d)
+{
+    if (d->tune_told != 1)
+        return NULL;
+    d->tune_told = 2;
+    return d->tune_note;
+}
+
+int trn_dist_fusion_tuning(const trn_dist *d)
+{
+    return d->tuning;
 }
 
 void trn_dist_set_density(trn_dist *d, double density)
@@ -385,16 +443,40 @@ long trn_fusion_choose(int np, const long *pn, const double *ready_s, double bac
     return cand[pick];
 }
 
-static int s_build(trn_dist *d, long thr, char *err)
+/* Allocates the flat storage and the bucket table (once). */
+static int s_alloc(trn_dist *d, char *err)
 {
     int np = trn_net_nparams(d->net);
-    d->b = calloc((size_t)np, sizeof *d->b);
-    d->bucket_of = calloc((size_t)np, sizeof(int));
-    d->unscale = calloc((size_t)np, sizeof(double));
-    d->gnorm = calloc((size_t)np, sizeof(double));
-    if (!d->b || !d->bucket_of || !d->unscale || !d->gnorm)
+    long total = 0;
+    for (int i = 0; i < np; i++)
+        total += trn_net_param(d->net, i)->n;
+    size_t bytes = (size_t)(total > 0 ? total : 1) * sizeof(float);
+    d->b = calloc((size_t)(np > 0 ? np : 1), sizeof *d->b);
+    d->bucket_of = calloc((size_t)(np > 0 ? np : 1), sizeof(int));
+    d->unscale = calloc((size_t)(np > 0 ? np : 1), sizeof(double));
+    d->gnorm = calloc((size_t)(np > 0 ? np : 1), sizeof(double));
+    d->flat_buf = malloc(bytes);
+    if (!d->b || !d->bucket_of || !d->unscale || !d->gnorm || !d->flat_buf)
         goto oom;
+    if (d->o.topk > 0 && !(d->flat_res = calloc(1, bytes)))
+        goto oom;
+    if (d->o.topk > 0 && d->o.momentum > 0 && !(d->flat_vel = calloc(1, bytes)))
+        goto oom;
+    d->ntotal = total;
+    return 0;
+oom:
+    snprintf(err, TRN_ERRLEN, "out of memory (fusion buckets)");
+    return -1;
+}
+
+/* Cuts the params, in backward order, into buckets of at least thr bytes
+   (one param per bucket when 0). No allocation: buckets point into the
+   flat arrays. */
+static void s_layout(trn_dist *d, long thr)
+{
+    int np = trn_net_nparams(d->net);
     d->nb = 0;
+    long off = 0;
     int i = np - 1;
     while (i >= 0) {
         s_bucket *b = &d->b[d->nb];
@@ -408,21 +490,121 @@ static int s_build(trn_dist *d, long thr, char *err)
                 break;
         }
         b->last = i + 1;
+        b->buf = d->flat_buf + off;
+        b->residual = d->flat_res ? d->flat_res + off : NULL;
+        b->velocity = d->flat_vel ? d->flat_vel + off : NULL;
+        off += b->n;
         d->nb++;
-        b->buf = malloc((size_t)b->n * sizeof(float));
-        if (!b->buf)
-            goto oom;
-        if (d->o.topk > 0 && !(b->residual = calloc((size_t)b->n, sizeof(float))))
-            goto oom;
-        if (d->o.topk > 0 && d->o.momentum > 0 &&
-            !(b->velocity = calloc((size_t)b->n, sizeof(float))))
-            goto oom;
-        d->ntotal += b->n;
     }
+    d->fusion_bytes = thr;
+}
+
+/* The first param index of each bucket thr gives, as a signature: equal
+   signatures are the same layout. Returns the bucket count. */
+static int s_signature(const trn_dist *d, long thr, int *sig)
+{
+    int np = trn_net_nparams(d->net), nb = 0;
+    int i = np - 1;
+    while (i >= 0) {
+        long n = 0;
+        sig[nb++] = i;
+        while (i >= 0) {
+            n += trn_net_param(d->net, i)->n;
+            i--;
+            if (n * (long)sizeof(float) >= thr)
+                break;
+        }
+    }
+    return nb;
+}
+
+/* The candidates auto fusion times: the model's pick, no fusion, 256 KiB,
+   1 MiB, 4 MiB and everything in one bucket, each layout once. */
+static void s_tune_candidates(trn_dist *d, long model_thr)
+{
+    const long cand[] = {model_thr, 0, 256L << 10, 1L << 20, 4L << 20, S_ONE_BUCKET};
+    int np = trn_net_nparams(d->net), w = np > 0 ? np : 1;
+    int *sig = malloc((size_t)(S_TUNE_MAX + 1) * (size_t)w * sizeof(int));
+    int nsig[S_TUNE_MAX];
+    d->tune_n = 0;
+    d->tune_model = 0;
+    if (!sig) { /* no memory: the model's pick alone (nothing to time) */
+        d->tune_thr[d->tune_n++] = model_thr;
+        return;
+    }
+    int *cur = sig + (size_t)S_TUNE_MAX * (size_t)w;
+    for (size_t c = 0; c < sizeof cand / sizeof cand[0] && d->tune_n < S_TUNE_MAX; c++) {
+        int nb = s_signature(d, cand[c], cur), dup = 0;
+        for (int k = 0; k < d->tune_n && !dup; k++)
+            dup = nsig[k] == nb &&
+                  !memcmp(sig + (size_t)k * (size_t)w, cur, (size_t)nb * sizeof(int));
+        if (dup)
+            continue;
+        memcpy(sig + (size_t)d->tune_n * (size_t)w, cur, (size_t)nb * sizeof(int));
+        nsig[d->tune_n] = nb;
+        d->tune_thr[d->tune_n++] = cand[c];
+    }
+    free(sig);
+}
+
+static void s_thr_name(long t, char *out, size_t n)
+{
+    if (t == 0)
+        snprintf(out, n, "no fusion");
+    else if (t >= S_ONE_BUCKET)
+        snprintf(out, n, "one bucket");
+    else
+        snprintf(out, n, "%ld KiB", t / 1024);
+}
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* After the rounds: rank 0 picks the candidate with the lowest median step
+   time, every rank takes its pick. Collective (every rank reaches it at the
+   same step). */
+static int s_tune_decide(trn_dist *d)
+{
+    double med[S_TUNE_MAX], pick = 0;
+    const int m = S_TUNE_ROUNDS - 1;
+    for (int k = 0; k < d->tune_n; k++) {
+        double v[S_TUNE_ROUNDS];
+        memcpy(v, d->tune_t[k] + 1, (size_t)m * sizeof(double));
+        qsort(v, (size_t)m, sizeof(double), s_cmp_double);
+        med[k] = m % 2 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
+        if (med[k] < med[(int)pick])
+            pick = k;
+    }
+    if (trn_comm_bcast(d->comm, &pick, sizeof pick, 0) < 0)
+        return -1;
+    int p = (int)pick;
+    if (p < 0 || p >= d->tune_n)
+        p = d->tune_model;
+    s_layout(d, d->tune_thr[p]);
+    /* the note: what was timed */
+    char *o = d->tune_note, name[32];
+    size_t left = sizeof d->tune_note;
+    int w = snprintf(o, left,
+                     "fusion auto: timed %d steps of each layout, ms per step "
+                     "(median of the last %d):",
+                     S_TUNE_ROUNDS, m);
+    for (int k = 0; k < d->tune_n && w > 0 && (size_t)w < left; k++) {
+        o += w;
+        left -= (size_t)w;
+        s_thr_name(d->tune_thr[k], name, sizeof name);
+        w = snprintf(o, left, "%s %s%s %.2f", k ? "," : "", name,
+                     k == d->tune_model ? " (model's pick)" : "", med[k] * 1e3);
+    }
+    if (w > 0 && (size_t)w < left) {
+        s_thr_name(d->fusion_bytes, name, sizeof name);
+        snprintf(o + w, left - (size_t)w, "; using %s (%d buckets)", name, d->nb);
+    }
+    d->tuning = 0;
+    d->tune_told = 1;
     return 0;
-oom:
-    snprintf(err, TRN_ERRLEN, "out of memory (fusion buckets)");
-    return -1;
 }
 
 trn_dist *trn_dist_new(trn_comm *c, trn_net *net, const trn_dist_opts *o, char *err)
@@ -470,10 +652,16 @@ trn_dist *trn_dist_new(trn_comm *c, trn_net *net, const trn_dist_opts *o, char *
         d->pred = pick[1];
         d->pred_none = pick[2];
     }
-    d->fusion_bytes = thr;
-    if (s_build(d, thr, err) < 0) {
+    if (s_alloc(d, err) < 0) {
         trn_dist_destroy(&d);
         return NULL;
+    }
+    s_layout(d, thr);
+    /* auto, dense, several ranks: the model shortlists, the first steps
+       decide by timing (top-k selects per bucket, so its layout stays put) */
+    if (o->fusion_bytes < 0 && c->size > 1 && !(o->topk > 0)) {
+        s_tune_candidates(d, thr);
+        d->tuning = d->tune_n > 1;
     }
     if (o->overlap) {
         pthread_mutex_init(&d->mu, NULL);
@@ -504,11 +692,9 @@ void trn_dist_destroy(trn_dist **dp)
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->cv);
     }
-    for (int i = 0; d->b && i < d->nb; i++) {
-        free(d->b[i].buf);
-        free(d->b[i].residual);
-        free(d->b[i].velocity);
-    }
+    free(d->flat_buf);
+    free(d->flat_res);
+    free(d->flat_vel);
     free(d->b);
     free(d->bucket_of);
     free(d->unscale);

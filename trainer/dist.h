@@ -87,6 +87,19 @@ int trn_dist_nbuckets(const trn_dist *d);
 void trn_dist_fusion_model(const trn_dist *d, double *alpha, double *beta, double *cost,
                            double *cost_none);
 
+/* Auto fusion also measures (dense, several ranks): trn_dist_new takes
+   the model's pick (trn_fusion_choose) and shortlists the distinct layouts
+   of it, no fusion, 256 KiB, 1 MiB, 4 MiB and one bucket; the first
+   candidates x 4 training steps use them in turn (the layout only changes
+   how gradients are grouped, not their sums), timing trn_dist_begin ..
+   the end of trn_dist_finish; then every rank takes the candidate with
+   rank 0's lowest median over the last 3 rounds (a broadcast inside
+   trn_dist_finish). trn_dist_fusion_tuning: 1 while measuring.
+   trn_dist_fusion_note: once, right after the choice, a line saying what
+   was timed (else NULL); borrowed. */
+int trn_dist_fusion_tuning(const trn_dist *d);
+const char *trn_dist_fusion_note(trn_dist *d);
+
 /* The automatic fusion threshold: for every bucket layout a threshold can
    give (no fusion, or a bucket closing after each param in backward
    order), simulates one step with the fitted t = alpha + bytes * beta per

@@ -5,9 +5,11 @@
     order), run forward/backward over micro-batches accumulating gradients
     of loss * loss_scale, check for inf/NaN (skip the step and halve the
     scale), unscale, [all-reduce between ranks goes here], then the
-    optimiser. The gradient-noise-scale inputs come for free: |G|^2 after
-    the first micro-batch (B_small) and after the whole batch (B_big); on
-    report steps without micro-batching the batch is split in two halves.
+    optimiser. The gradient-noise-scale inputs come almost for free: the
+    mean |g|^2 of the full-size micro-batches (B_small; each chunk's
+    gradient is the accumulators' growth over it) and |G|^2 after the whole
+    batch (B_big); on report steps without micro-batching the batch is split
+    in two halves.
 
     With several ranks (trn_trainer_set_comm) each rank runs its shard of
     the global batch, the gradients go through the fusion buckets of dist.c
@@ -127,6 +129,7 @@ void trn_trainer_destroy(trn_trainer **tp)
     free(t->xb);
     free(t->yb);
     free(t->unscale);
+    free(t->gns_prev);
     trn_dist_destroy(&t->dist);
     free(t);
     *tp = NULL;
@@ -201,6 +204,40 @@ static double s_sqnorm(trn_trainer *t, double mult)
         for (long j = 0; j < p->n; j++)
             acc += (double)p->g[j] * p->g[j];
         s += acc / (sc * sc);
+    }
+    return s;
+}
+
+/* |g|^2 of the chunk just accumulated, in true units: the accumulators
+   minus their copy from before the chunk (mult as s_sqnorm), then the copy
+   is brought up to date. -1 without memory for the copy. */
+static double s_chunk_sqnorm(trn_trainer *t, double mult, int first)
+{
+    trn_net *n = t->net;
+    long total = 0;
+    for (int i = 0; i < trn_net_nparams(n); i++)
+        total += trn_net_param(n, i)->n;
+    if (total > t->gns_prev_n) {
+        float *b = realloc(t->gns_prev, (size_t)total * sizeof *b);
+        if (!b)
+            return -1;
+        t->gns_prev = b;
+        t->gns_prev_n = total;
+    }
+    double s = 0;
+    float *prev = t->gns_prev;
+    for (int i = 0; i < trn_net_nparams(n); i++) {
+        trn_param *p = trn_net_param(n, i);
+        double sc =
+            (t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale) * mult;
+        double acc = 0;
+        for (long j = 0; j < p->n; j++) {
+            double d = first ? (double)p->g[j] : (double)p->g[j] - prev[j];
+            acc += d * d;
+            prev[j] = p->g[j];
+        }
+        s += acc / (sc * sc);
+        prev += p->n;
     }
     return s;
 }
@@ -407,6 +444,9 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
         !(gnorm = calloc((size_t)np, sizeof(double))))
         return -1;
     int frc = trn_dist_finish(t->dist);
+    const char *note = trn_dist_fusion_note(t->dist);
+    if (note && t->rank == 0 && !c->quiet)
+        fprintf(stderr, "jizhi-train: %s\n", note);
     if (gnorm)
         memcpy(gnorm, trn_dist_local_gnorm(t->dist), (size_t)np * sizeof(double));
     if (frc < 0 || trn_comm_sum_d(t->comm, red, 3) < 0 ||
@@ -662,10 +702,22 @@ int trn_trainer_step(trn_trainer *t)
         if (l < 0)
             return -1;
         loss_sum += l * m;
-        if (measure && off == 0 && m < nb) {
-            /* after the first chunk the accumulators hold (m/nb) * g_small */
-            t->gs_small = s_sqnorm(t, (double)m / nb);
-            t->b_small = m;
+        if (measure && m == mb && mb < nb) {
+            /* each full-size chunk adds (m/nb) * g_chunk to the accumulators:
+               grad_sqnorm_small is the mean |g|^2 over these chunks (each an
+               unbiased estimate of |G|^2 + tr(Sigma)/m; the mean of two
+               halves has half the variance of the first one alone) */
+            double g = s_chunk_sqnorm(t, (double)m / nb, off == 0);
+            if (off == 0)
+                t->gns_sum = 0, t->gns_chunks = 0;
+            if (g >= 0) {
+                t->gns_sum += g;
+                t->gns_chunks++;
+            }
+            if (t->gns_chunks > 0) {
+                t->gs_small = t->gns_sum / t->gns_chunks;
+                t->b_small = m;
+            }
         }
     }
     double loss = loss_sum / nb;

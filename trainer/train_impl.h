@@ -41,6 +41,10 @@ struct trn_trainer {
     double last_loss;
     double gs_small, gs_big; /* last |G|^2 at micro-batch and batch */
     int b_small, b_big;
+    float *gns_prev; /* measure steps: the accumulators before this chunk (owned) */
+    long gns_prev_n; /* its length: every parameter's gradient */
+    double gns_sum;  /* sum of the full-size chunks' |g|^2 so far */
+    int gns_chunks;  /* and how many */
     int have_gns;
     long last_eval_step; /* -1: never */
     int paused, stop;

@@ -77,6 +77,16 @@ def test_ranks_train_the_one_rank_model(one_rank, np_, extra):
     assert set(reported(p.stderr, "batch_big")) == {100}
     assert reported(p.stderr, "samples_per_s")
     assert f"{np_} ranks: weights identical on every rank" in p.stderr
+    if "--fusion-kb" not in extra:
+        # auto fusion timed its shortlisted layouts in the first steps (the
+        # losses above match 1 rank although the layout changed every step)
+        m = re.search(r"fusion auto: timed 4 steps of each layout, ms per step \(median of the "
+                      r"last 3\): (.*); using (.+) \((\d+) buckets\)", p.stderr)
+        assert m, p.stderr
+        timed = dict(re.findall(r"(no fusion|one bucket|\d+ KiB)(?: \(model's pick\))? "
+                                r"([\d.]+)", m[1]))
+        assert "no fusion" in timed and len(timed) >= 2 and m[2] in timed, m[0]
+        assert float(timed[m[2]]) == min(float(v) for v in timed.values()), m[0]
 
 
 def test_batch_not_divisible_by_ranks():

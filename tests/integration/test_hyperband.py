@@ -108,7 +108,7 @@ def test_bad_hyperband_specs_are_refused(jz):
                     sched={"type": "bo", "fidelity": "some"})
     p = jz.run("study", "submit", jz.write_spec(spec), "--db", jz.db)
     assert p.returncode == 1
-    assert 'scheduler.fidelity: must be "rungs", "joint" or "final"' in p.stderr
+    assert 'scheduler.fidelity: must be "joint", "rungs" or "final"' in p.stderr
     # nothing was stored
     assert not os.path.exists(jz.db) or not jz.sql(
         "SELECT name FROM sqlite_master WHERE name='studies'") or \
