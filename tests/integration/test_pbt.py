@@ -88,6 +88,8 @@ def test_pbt_exploits_live_with_lineage(jz):
     # at least the donor's score at that checkpoint
     jumped = 0
     for e in loads:
+        if e["applied"] != 1:
+            continue  # reached a trial that had just ended: nothing to continue
         path = e["detail"]["path"]
         ck_step = int(os.path.basename(path).split("-")[1].split(".")[0])
         donor = e["detail"]["from"]
