@@ -36,6 +36,9 @@ def test_trial_set_changes_lr_at_the_next_step_and_is_acknowledged(jz):
     try:
         jz.run("study", "submit", jz.write_spec(live_spec("live")), check=0)
         tid = running_trial(jz)
+        # a few steps at the sampled lr first, so there is a "before" to compare
+        jz.wait_for(lambda: (jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=? AND "
+                                    "name='lr'", tid)[0][0] or 0) >= 3, 30, "3 steps")
         p = jz.run("trial", "set", str(tid), "lr=0.5", check=0)
         assert "acknowledged" in p.stdout
         # the step after the acknowledgement reports the new lr
