@@ -160,6 +160,10 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
     if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
                  "warmup": 100,
+                 # the first change, and the one after an exploring change, need
+                 # only the noise and step-time measurements (the default waits
+                 # the full interval, 200 steps, for each)
+                 **({} if kind == "batchsize-default" else {"probe_interval": 50}),
                  "throughput": "wall" if kind == "batchsize-default" else "cpu",
                  "grow_only": kind != "batchsize-default",
                  # the trial's SGD momentum (a flag here, not a param): the
@@ -297,6 +301,9 @@ def run_arm(tmp, name, model, seed, kind, batch, lr, args):
             if first else None,
             "best": max((v for _, v, _ in evals), default=None), "changes": changes,
             "final_b": sizes[-1][1] if sizes else batch,
+            "changes_at": [(s, int(v)) for (s, v), prev in zip(sizes, [batch] + [v for _, v, _
+                                                                               in sizes])
+                           if v != prev],
             "trace": {"batch": [(t - started, v) for _, v, t in sizes],
                       "lr": [(t - started, v) for _, v, t in lrs],
                       "val": [(t - started, v) for _, v, t in evals]},
@@ -414,6 +421,9 @@ def bench_model(tmp, setting, args, plots):
                     seed, label, fmt(r["steps"], ">6"), fmt(r["samples"], ">8"),
                     fmt(r["profile"], ">7.2f"), fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
                     r["changes"], r["final_b"], r["load"]))
+                if kind.startswith("batchsize"):
+                    print("     %s decisions (step: batch): %s" % (label, ", ".join(
+                        "%d: %d" % c for c in r["changes_at"]) or "none"))
                 sys.stdout.flush()
                 if kind.startswith("batchsize") and plots:
                     os.makedirs(plots, exist_ok=True)
