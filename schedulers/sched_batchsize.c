@@ -29,7 +29,11 @@
    trial's `momentum` param. When the best
    candidate beats the current batch's goodput by `min_gain` (default 10%), and at least
    `interval` steps (default 200) have passed since the last change and `min_measurements`
-   (default 3) were seen, the scheduler sends `set batch_size` and a new learning rate lr0
+   (default 3) were seen (before the first change and after an exploring one,
+   `probe_interval` steps, default `interval`, once the size in force has
+   `min_measurements` step-time windows: those decisions wait for measurements,
+   not for the model to settle; a trial of 2 ranks reached 512 at step ~100
+   instead of ~400), the scheduler sends `set batch_size` and a new learning rate lr0
    * gain, gain from `lr_rule`: "adascale" (default; r = (s2 + m2)/(s2/S + m2), S = B/B0),
     "sqrt", "linear" or "none". A higher rate is warmed up linearly over
     `warmup` steps (default 100) by further `set lr` instructions sent as
