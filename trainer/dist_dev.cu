@@ -1,0 +1,442 @@
+/*  dist_dev.cu - the gradient exchange of the CUDA backend's data-parallel
+    step: fusion buckets in device memory, events between the compute and
+    the communication stream, the ring on ncclSend/ncclRecv (see
+    dist_dev.h). Built by `make cuda` into jizhi-train-cuda; the device
+    path needs NCCL (TRN_WITH_NCCL), the host path only the comm layer.
+*/
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "trainer/devplan.h"
+#include "trainer/dist_dev.h"
+#ifdef TRN_WITH_NCCL
+#include "trainer/comm_nccl.h"
+#endif
+}
+
+#define CUDA_CHECK(x)                                                                   \
+    do {                                                                                \
+        cudaError_t e_ = (x);                                                           \
+        if (e_ != cudaSuccess) {                                                        \
+            fprintf(stderr, "jizhi-train: CUDA error %s at %s:%d: %s\n",                \
+                    cudaGetErrorName(e_), __FILE__, __LINE__, cudaGetErrorString(e_));  \
+            exit(1);                                                                    \
+        }                                                                               \
+    } while (0)
+
+/* auto fusion on this path: a fixed threshold (no curve is measured) */
+#define S_AUTO_BYTES (4L << 20)
+
+struct trn_devdist {
+    trn_comm *comm; /* borrowed */
+    trn_dist_opts o;
+    trn_grad_path path;
+    int np, nstages, nb;
+    int next; /* first bucket not yet launched this step */
+    long ntotal; /* floats over all buckets */
+    long fusion_bytes;
+    long *pn;   /* floats per param */
+    long *poff; /* param -> offset in dbuf */
+    trn_devbucket *b;
+    float *dbuf;           /* the buckets (device) */
+    void *dsend, *drecv;   /* ring: wire scratch (device) */
+    float *hbuf;           /* host path: pinned copy of dbuf */
+    cudaStream_t cs;       /* compute (the backend's) */
+    cudaStream_t ms;       /* communication (NCCL's) */
+    cudaEvent_t *ev;       /* one per stage, recorded on cs */
+    cudaEvent_t done;      /* recorded on ms after the last bucket */
+    void **g;              /* this step's gradients (device) */
+    trn_precision prec;
+    float unscale;
+};
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+template <typename T> __device__ __forceinline__ float s_to_f(T v);
+template <> __device__ __forceinline__ float s_to_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ float s_to_f<__nv_bfloat16>(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+template <> __device__ __forceinline__ float s_to_f<__half>(__half v)
+{
+    return __half2float(v);
+}
+template <typename T> __device__ __forceinline__ T s_from_f(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 s_from_f<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half s_from_f<__half>(float v)
+{
+    return __float2half_rn(v);
+}
+
+/* out = g * f in fp32 (dist.c's s_pack: the same product) */
+template <typename T>
+__global__ void k_pack(const T *g, float *out, long n, float f)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = s_to_f<T>(g[i]) * f;
+}
+
+__global__ void k_add(float *__restrict__ x, const float *__restrict__ y, long n)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] += y[i];
+}
+
+template <typename W>
+__global__ void k_encode(const float *x, W *y, long n)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = s_from_f<W>(x[i]);
+}
+
+/* add: x += decoded (comm.c adds x[i] + v in this order), else x = decoded */
+template <typename W>
+__global__ void k_decode(const W *y, float *x, long n, int add)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = s_to_f<W>(y[i]);
+        x[i] = add ? x[i] + v : v;
+    }
+}
+
+template <typename W>
+__global__ void k_round(float *x, long n)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = s_to_f<W>(s_from_f<W>(x[i]));
+}
+
+static unsigned s_blocks(long n)
+{
+    return (unsigned)((n + 255) / 256);
+}
+
+/* ---- the ring on the device ------------------------------------------------------ */
+
+#ifdef TRN_WITH_NCCL
+static void s_encode(trn_wire w, const float *x, void *y, long n, cudaStream_t st)
+{
+    if (w == TRN_WIRE_FP16)
+        k_encode<__half><<<s_blocks(n), 256, 0, st>>>(x, (__half *)y, n);
+    else
+        k_encode<__nv_bfloat16><<<s_blocks(n), 256, 0, st>>>(x, (__nv_bfloat16 *)y, n);
+}
+
+static void s_decode(trn_wire w, const void *y, float *x, long n, int add, cudaStream_t st)
+{
+    if (w == TRN_WIRE_FP16)
+        k_decode<__half><<<s_blocks(n), 256, 0, st>>>((const __half *)y, x, n, add);
+    else
+        k_decode<__nv_bfloat16><<<s_blocks(n), 256, 0, st>>>((const __nv_bfloat16 *)y, x, n,
+                                                             add);
+}
+
+/* comm.c's trn_comm_ring over every rank, on device memory: the same
+   chunks, steps, additions and wire roundings (devplan.h's schedule). */
+static int s_ring(trn_devdist *d, float *buf, long n)
+{
+    trn_comm *c = d->comm;
+    int p = c->size, me = c->rank;
+    if (p <= 1 || n <= 0)
+        return 0;
+    int right = (me + 1) % p, left = (me + p - 1) % p;
+    trn_wire w = d->o.wire;
+    size_t ws = w == TRN_WIRE_FP32 ? 4 : 2;
+    cudaStream_t st = d->ms;
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1 && w != TRN_WIRE_FP32) { /* the owner rounds its chunk */
+            long oo, ol;
+            trn_ring_chunk(n, p, trn_ring_owned(p, me), &oo, &ol);
+            if (ol > 0) {
+                if (w == TRN_WIRE_FP16)
+                    k_round<__half><<<s_blocks(ol), 256, 0, st>>>(buf + oo, ol);
+                else
+                    k_round<__nv_bfloat16><<<s_blocks(ol), 256, 0, st>>>(buf + oo, ol);
+            }
+        }
+        for (int s = 0; s < p - 1; s++) {
+            int sc, rc;
+            long co, cl, ro, rl;
+            trn_ring_step(p, me, phase, s, &sc, &rc);
+            trn_ring_chunk(n, p, sc, &co, &cl);
+            trn_ring_chunk(n, p, rc, &ro, &rl);
+            const void *sp = buf + co;
+            void *rp = phase == 1 && w == TRN_WIRE_FP32 ? (void *)(buf + ro) : d->drecv;
+            if (w != TRN_WIRE_FP32 && cl > 0) {
+                s_encode(w, buf + co, d->dsend, cl, st);
+                sp = d->dsend;
+            }
+            /* a side of length 0 is skipped on both ends (same chunk) */
+            if (trn_nccl_dev_sendrecv(c, sp, (size_t)cl * ws, cl > 0 ? right : -1, rp,
+                                      (size_t)rl * ws, rl > 0 ? left : -1) < 0)
+                return -1;
+            c->bytes_out += (uint64_t)cl * ws;
+            if (rl <= 0)
+                continue;
+            if (w == TRN_WIRE_FP32) {
+                if (phase == 0)
+                    k_add<<<s_blocks(rl), 256, 0, st>>>(buf + ro, (const float *)d->drecv, rl);
+            } else {
+                s_decode(w, d->drecv, buf + ro, rl, phase == 0, st);
+            }
+        }
+    }
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+#endif
+
+/* ---- buckets --------------------------------------------------------------------- */
+
+/* Packs bucket k's params into dbuf on stream st: unscaled, fp32. */
+static void s_pack(trn_devdist *d, int k, cudaStream_t st)
+{
+    const trn_devbucket *b = &d->b[k];
+    for (int i = b->first; i >= b->last; i--) {
+        long n = d->pn[i];
+        float *out = d->dbuf + d->poff[i];
+        if (n <= 0)
+            continue;
+        if (d->prec == TRN_BF16)
+            k_pack<__nv_bfloat16><<<s_blocks(n), 256, 0, st>>>(
+                (const __nv_bfloat16 *)d->g[i], out, n, d->unscale);
+        else if (d->prec == TRN_FP16)
+            k_pack<__half><<<s_blocks(n), 256, 0, st>>>((const __half *)d->g[i], out, n,
+                                                         d->unscale);
+        else
+            k_pack<float><<<s_blocks(n), 256, 0, st>>>((const float *)d->g[i], out, n,
+                                                        d->unscale);
+    }
+}
+
+/* Device path: bucket k after the event of stage s: packed and reduced on
+   the communication stream. */
+static int s_launch(trn_devdist *d, int k, cudaEvent_t after)
+{
+#ifdef TRN_WITH_NCCL
+    CUDA_CHECK(cudaStreamWaitEvent(d->ms, after, 0));
+    s_pack(d, k, d->ms);
+    float *buf = d->dbuf + d->b[k].off;
+    if (d->o.algo == TRN_AR_NATIVE)
+        return trn_nccl_dev_allreduce(d->comm, buf, d->b[k].n);
+    return s_ring(d, buf, d->b[k].n);
+#else
+    (void)d, (void)k, (void)after;
+    return -1;
+#endif
+}
+
+trn_grad_path trn_devdist_auto_path(trn_comm *c, const trn_dist_opts *o)
+{
+#ifdef TRN_WITH_NCCL
+    if (trn_nccl_is(c) && (o->algo == TRN_AR_NATIVE || o->algo == TRN_AR_RING))
+        return TRN_GRAD_DEVICE;
+#else
+    (void)c, (void)o;
+#endif
+    return TRN_GRAD_HOST;
+}
+
+int trn_devdist_check(trn_comm *c, const trn_dist_opts *o, trn_grad_path path, char *err)
+{
+    if (o->topk > 0) {
+        snprintf(err, TRN_ERRLEN,
+                 "--topk with --backend cuda: top-k compression runs on the CPU path only "
+                 "(drop --backend cuda or --topk)");
+        return -1;
+    }
+    if (path == TRN_GRAD_DEVICE) {
+#ifdef TRN_WITH_NCCL
+        if (!trn_nccl_is(c)) {
+            snprintf(err, TRN_ERRLEN,
+                     "--grad-path device needs --comm nccl (the comm is %s); use "
+                     "--grad-path host or auto",
+                     c->ops->name);
+            return -1;
+        }
+        if (o->algo == TRN_AR_HIER) {
+            snprintf(err, TRN_ERRLEN,
+                     "--grad-path device runs --allreduce native or ring; hier runs on "
+                     "--grad-path host (or auto)");
+            return -1;
+        }
+#else
+        snprintf(err, TRN_ERRLEN,
+                 "--grad-path device: this jizhi-train-cuda is built without NCCL");
+        return -1;
+#endif
+    }
+    return 0;
+}
+
+trn_devdist *trn_devdist_new(trn_comm *c, int np, const long *pn, const int *stage,
+                             int nstages, const trn_dist_opts *o, trn_grad_path path,
+                             void *compute_stream, char *err)
+{
+    if (trn_devdist_check(c, o, path, err) < 0)
+        return NULL;
+    if (np < 1 || nstages < 1) {
+        snprintf(err, TRN_ERRLEN, "no parameters to exchange");
+        return NULL;
+    }
+    trn_devdist *d = (trn_devdist *)calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    d->comm = c;
+    d->o = *o;
+    d->path = path;
+    d->np = np;
+    d->nstages = nstages;
+    d->cs = (cudaStream_t)compute_stream;
+    d->pn = (long *)calloc((size_t)np, sizeof(long));
+    d->poff = (long *)calloc((size_t)np, sizeof(long));
+    d->b = (trn_devbucket *)calloc((size_t)np, sizeof *d->b);
+    d->g = (void **)calloc((size_t)np, sizeof(void *));
+    d->ev = (cudaEvent_t *)calloc((size_t)nstages, sizeof(cudaEvent_t));
+    if (!d->pn || !d->poff || !d->b || !d->g || !d->ev) {
+        trn_devdist_destroy(&d);
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    memcpy(d->pn, pn, (size_t)np * sizeof(long));
+    d->fusion_bytes = o->fusion_bytes < 0 ? S_AUTO_BYTES : o->fusion_bytes;
+    /* the host path reduces after the backward: its plan has no overlap */
+    d->nb = trn_devplan_buckets(np, pn, stage, nstages, d->fusion_bytes,
+                                path == TRN_GRAD_DEVICE && o->overlap, d->b);
+    long maxn = 0;
+    for (int k = 0; k < d->nb; k++) {
+        for (long i = d->b[k].first, off = d->b[k].off; i >= d->b[k].last; i--) {
+            d->poff[i] = off;
+            off += pn[i];
+        }
+        maxn = d->b[k].n > maxn ? d->b[k].n : maxn;
+        d->ntotal += d->b[k].n;
+    }
+    CUDA_CHECK(cudaMalloc(&d->dbuf, (size_t)(d->ntotal > 0 ? d->ntotal : 1) * sizeof(float)));
+    if (path == TRN_GRAD_HOST) {
+        CUDA_CHECK(cudaMallocHost(&d->hbuf,
+                                  (size_t)(d->ntotal > 0 ? d->ntotal : 1) * sizeof(float)));
+    } else {
+#ifdef TRN_WITH_NCCL
+        d->ms = (cudaStream_t)trn_nccl_stream(c);
+        size_t chunk = (size_t)(maxn / (c->size > 0 ? c->size : 1) + 1) * sizeof(float);
+        CUDA_CHECK(cudaMalloc(&d->dsend, chunk));
+        CUDA_CHECK(cudaMalloc(&d->drecv, chunk));
+#endif
+        for (int s = 0; s < nstages; s++)
+            CUDA_CHECK(cudaEventCreateWithFlags(&d->ev[s], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
+    }
+    return d;
+}
+
+void trn_devdist_destroy(trn_devdist **dp)
+{
+    if (!dp || !*dp)
+        return;
+    trn_devdist *d = *dp;
+    if (d->ms)
+        cudaStreamSynchronize(d->ms);
+    cudaFree(d->dbuf);
+    cudaFree(d->dsend);
+    cudaFree(d->drecv);
+    if (d->hbuf)
+        cudaFreeHost(d->hbuf);
+    for (int s = 0; d->ev && d->ms && s < d->nstages; s++)
+        cudaEventDestroy(d->ev[s]);
+    if (d->done)
+        cudaEventDestroy(d->done);
+    free(d->ev);
+    free(d->pn);
+    free(d->poff);
+    free(d->b);
+    free(d->g);
+    free(d);
+    *dp = NULL;
+}
+
+void trn_devdist_begin(trn_devdist *d, void *const *g, trn_precision prec, float unscale)
+{
+    memcpy(d->g, g, (size_t)d->np * sizeof(void *));
+    d->prec = prec;
+    d->unscale = unscale;
+    d->next = 0;
+}
+
+int trn_devdist_stage(trn_devdist *d, int s)
+{
+    if (d->path != TRN_GRAD_DEVICE || s < 0 || s >= d->nstages)
+        return 0;
+    if (d->next >= d->nb || d->b[d->next].launch != s)
+        return 0; /* nothing starts after this stage: no event needed */
+    CUDA_CHECK(cudaEventRecord(d->ev[s], d->cs));
+    while (d->next < d->nb && d->b[d->next].launch == s)
+        if (s_launch(d, d->next++, d->ev[s]) < 0)
+            return -1;
+    return 0;
+}
+
+int trn_devdist_finish(trn_devdist *d)
+{
+    if (d->path == TRN_GRAD_HOST) {
+        for (int k = 0; k < d->nb; k++)
+            s_pack(d, k, d->cs);
+        size_t bytes = (size_t)d->ntotal * sizeof(float);
+        CUDA_CHECK(cudaMemcpyAsync(d->hbuf, d->dbuf, bytes, cudaMemcpyDeviceToHost, d->cs));
+        CUDA_CHECK(cudaStreamSynchronize(d->cs));
+        int rc = 0;
+        for (int k = 0; k < d->nb; k++) /* in bucket order on every rank */
+            if (trn_comm_allreduce(d->comm, d->hbuf + d->b[k].off, d->b[k].n, d->o.algo,
+                                   d->o.wire) < 0)
+                rc = -1;
+        CUDA_CHECK(cudaMemcpyAsync(d->dbuf, d->hbuf, bytes, cudaMemcpyHostToDevice, d->cs));
+        return rc;
+    }
+    int rc = 0;
+    if (d->next < d->nb) { /* stages not reported: after everything so far */
+        int last = d->nstages - 1;
+        CUDA_CHECK(cudaEventRecord(d->ev[last], d->cs));
+        while (d->next < d->nb)
+            if (s_launch(d, d->next++, d->ev[last]) < 0)
+                rc = -1;
+    }
+    CUDA_CHECK(cudaEventRecord(d->done, d->ms));
+    CUDA_CHECK(cudaStreamWaitEvent(d->cs, d->done, 0));
+    return rc;
+}
+
+float *trn_devdist_grad(trn_devdist *d, int i)
+{
+    return d->dbuf + d->poff[i];
+}
+
+trn_grad_path trn_devdist_path(const trn_devdist *d)
+{
+    return d->path;
+}
+
+int trn_devdist_nbuckets(const trn_devdist *d)
+{
+    return d->nb;
+}
+
+long trn_devdist_fusion_bytes(const trn_devdist *d)
+{
+    return d->fusion_bytes;
+}
