@@ -29,8 +29,9 @@
 #      and mpirun, 2 ranks on the device path equal the host path
 #      (--grad-path host: copied to host and summed by the comm layer) within
 #      1e-5 relative after DH_STEPS (50) steps for native, ring, ring without
-#      overlap and ring with a bf16 wire, and overlap on/off give the same
-#      bits; samples/s printed next to each (no assertion on time);
+#      overlap, ring and hier with a bf16 wire, and overlap on/off give the same
+#      bits; ms per step (from the best samples/s) printed next to each, no
+#      assertion on time;
 #   5. speed: samples/s of jizhi-train-cuda and of PyTorch on the same GPU
 #      (same MLP, data resident on the device for PyTorch, fp32 and bf16
 #      autocast), batch 128, 1024 and 8192, and the ratio.
@@ -180,7 +181,7 @@ fi
 echo
 echo "== GPU-resident gradients (--backend cuda --comm $COMM: buckets summed in GPU memory)"
 # --grad-path device: the CUDA backend's buckets are packed and all-reduced
-# in device memory on NCCL's stream (native: ncclAllReduce; ring:
+# in device memory on NCCL's stream (native: ncclAllReduce; ring and hier:
 # ncclSend/ncclRecv with the adds as kernels), launched after each layer's
 # backward (overlap on) or after the whole backward (off); --grad-path
 # host: copied to host memory and summed by the comm layer (the reference).
@@ -191,10 +192,10 @@ HOST=(--grad-path host)
 DH_STEPS=${DH_STEPS:-50}
 DH=(--max-steps "$DH_STEPS" --eval-every "$DH_STEPS")
 LOGS=(--log-every 10) # samples/s every 10 steps (the same on both sides of a check)
-sps() { # < stderr: the best samples/s reported (- when none)
+msstep() { # < stderr: ms per step at batch 128 from the best samples/s reported (- when none)
     local v
     v=$(sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | sort -g | tail -1)
-    printf '%.0f' "${v:-0}" | sed 's/^0$/-/'
+    "$PYTHON" -c "import sys; v=float(sys.argv[1] or 0); print('%.3f' % (128e3 / v) if v > 0 else '-')" "${v:-}"
 }
 exact() { # a b -> ok|FAIL: the same printed bits
     [ -n "$1" ] && [ "$1" = "$2" ] && echo ok || echo FAIL
@@ -208,8 +209,8 @@ for algo in native ring; do
         echo "$o" | tail -5; status=1; }
     ol=$(echo "$o" | metric val_loss)
     v=$(close "${lcl:-nan}" "${ol:-nan}" 1e-5); [ "$v" = ok ] || status=1
-    printf '1 rank device path %s vs local backend, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel); samples/s %s vs %s\n' \
-        "$algo" "$EQ_STEPS" "$ol" "$lcl" "$v" "$(echo "$o" | sps)" "$(echo "$lc" | sps)"
+    printf '1 rank device path %s vs local backend, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel); ms/step %s vs %s\n' \
+        "$algo" "$EQ_STEPS" "$ol" "$lcl" "$v" "$(echo "$o" | msstep)" "$(echo "$lc" | msstep)"
 done
 ovrun() { # overlap -> val_loss of 1 rank on the device path, native, no fusion
     local o
@@ -223,8 +224,9 @@ ov0=$(ovrun 0) || status=1
 v=$(exact "${ov1:-}" "${ov0:-}"); [ "$v" = ok ] || status=1
 printf '1 rank device path native, overlap on vs off: val_loss %s vs %s: %s (same bits)\n' "$ov1" "$ov0" "$v"
 if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }; then
-    printf '%-7s %-5s %-7s %20s %20s %8s %13s\n' algo wire overlap device_loss host_loss verdict "dev samples/s"
-    for cfg in "native fp32 1" "ring fp32 1" "ring fp32 0" "ring bf16 1"; do
+    printf '%-7s %-5s %-7s %20s %20s %7s %11s %11s\n' algo wire overlap device_loss host_loss verdict \
+        dev_ms/step host_ms/step
+    for cfg in "native fp32 1" "ring fp32 1" "ring fp32 0" "ring bf16 1" "hier bf16 1"; do
         set -- $cfg
         d=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
             ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce "$1" --wire "$2" \
@@ -234,8 +236,8 @@ if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }
             --overlap "$3" --fusion-kb 64 2>&1) || { echo "$h" | tail -5; status=1; }
         dl=$(echo "$d" | metric val_loss); hl=$(echo "$h" | metric val_loss)
         v=$(close "${dl:-nan}" "${hl:-nan}" 1e-5); [ "$v" = ok ] || status=1
-        printf '%-7s %-5s %-7s %20s %20s %8s %13s\n' "$1" "$2" "$3" "${dl:-none}" "${hl:-none}" "$v" \
-            "$(echo "$d" | sps)"
+        printf '%-7s %-5s %-7s %20s %20s %7s %11s %11s\n' "$1" "$2" "$3" "${dl:-none}" "${hl:-none}" \
+            "$v" "$(echo "$d" | msstep)" "$(echo "$h" | msstep)"
         if [ "$cfg" = "ring fp32 1" ]; then r1=$dl; fi
         if [ "$cfg" = "ring fp32 0" ]; then r0=$dl; fi
     done

@@ -700,7 +700,9 @@ static int s_set_comm(void *self, trn_comm *comm, const struct trn_dist_opts *o,
     if (path == TRN_GRAD_DEVICE)
         snprintf(msg, TRN_ERRLEN,
                  "gradients summed in GPU memory (%s on the NCCL stream, %s backward)",
-                 o->algo == TRN_AR_NATIVE ? "ncclAllReduce" : "ring on ncclSend/ncclRecv",
+                 o->algo == TRN_AR_NATIVE ? "ncclAllReduce"
+                 : o->algo == TRN_AR_HIER ? "hierarchical on ncclSend/ncclRecv"
+                                          : "ring on ncclSend/ncclRecv",
                  o->overlap ? "overlapped with" : "after");
     else
         snprintf(msg, TRN_ERRLEN,

@@ -456,8 +456,7 @@ static const s_opt s_opts[] = {
      .dflt = "auto",
      .help = "--backend cuda, several ranks: where gradient buckets are summed: device "
              "(NCCL in GPU memory, overlapped with backward), host (copied to host, the "
-             "comm layer's algorithms), auto (device with --comm nccl and native or "
-             "ring)"},
+             "comm layer's algorithms), auto (device with --comm nccl)"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
 

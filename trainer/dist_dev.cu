@@ -52,6 +52,7 @@ struct trn_devdist {
     cudaEvent_t *ev;       /* one per stage, recorded on cs */
     cudaEvent_t done;      /* recorded on ms after the last bucket */
     void **g;              /* this step's gradients (device) */
+    int *ring_all;         /* 0 .. size-1: the flat ring's group */
     trn_precision prec;
     float unscale;
 };
@@ -137,6 +138,14 @@ static void s_encode(trn_wire w, const float *x, void *y, long n, cudaStream_t s
         k_encode<__nv_bfloat16><<<s_blocks(n), 256, 0, st>>>(x, (__nv_bfloat16 *)y, n);
 }
 
+static void s_round(trn_wire w, float *x, long n, cudaStream_t st)
+{
+    if (w == TRN_WIRE_FP16)
+        k_round<__half><<<s_blocks(n), 256, 0, st>>>(x, n);
+    else if (w == TRN_WIRE_BF16)
+        k_round<__nv_bfloat16><<<s_blocks(n), 256, 0, st>>>(x, n);
+}
+
 static void s_decode(trn_wire w, const void *y, float *x, long n, int add, cudaStream_t st)
 {
     if (w == TRN_WIRE_FP16)
@@ -146,15 +155,21 @@ static void s_decode(trn_wire w, const void *y, float *x, long n, int add, cudaS
                                                              add);
 }
 
-/* comm.c's trn_comm_ring over every rank, on device memory: the same
-   chunks, steps, additions and wire roundings (devplan.h's schedule). */
-static int s_ring(trn_devdist *d, float *buf, long n)
+/* comm.c's trn_comm_ring over the ranks group[0..gn), on device memory:
+   the same chunks, steps, additions and wire roundings (devplan.h's
+   schedule). */
+static int s_ring(trn_devdist *d, const int *group, int gn, float *buf, long n)
 {
     trn_comm *c = d->comm;
-    int p = c->size, me = c->rank;
-    if (p <= 1 || n <= 0)
+    if (gn <= 1 || n <= 0)
         return 0;
-    int right = (me + 1) % p, left = (me + p - 1) % p;
+    int me = -1;
+    for (int i = 0; i < gn; i++)
+        if (group[i] == c->rank)
+            me = i;
+    if (me < 0)
+        return -1;
+    int p = gn, right = group[(me + 1) % p], left = group[(me + p - 1) % p];
     trn_wire w = d->o.wire;
     size_t ws = w == TRN_WIRE_FP32 ? 4 : 2;
     cudaStream_t st = d->ms;
@@ -162,12 +177,8 @@ static int s_ring(trn_devdist *d, float *buf, long n)
         if (phase == 1 && w != TRN_WIRE_FP32) { /* the owner rounds its chunk */
             long oo, ol;
             trn_ring_chunk(n, p, trn_ring_owned(p, me), &oo, &ol);
-            if (ol > 0) {
-                if (w == TRN_WIRE_FP16)
-                    k_round<__half><<<s_blocks(ol), 256, 0, st>>>(buf + oo, ol);
-                else
-                    k_round<__nv_bfloat16><<<s_blocks(ol), 256, 0, st>>>(buf + oo, ol);
-            }
+            if (ol > 0)
+                s_round(w, buf + oo, ol, st);
         }
         for (int s = 0; s < p - 1; s++) {
             int sc, rc;
@@ -195,6 +206,61 @@ static int s_ring(trn_devdist *d, float *buf, long n)
                 s_decode(w, d->drecv, buf + ro, rl, phase == 0, st);
             }
         }
+    }
+    return cudaGetLastError() == cudaSuccess ? 0 : -1;
+}
+
+/* comm.c's trn_comm_hier on device memory: the node's members send their
+   buckets to the leader, which adds them in rank order; the ring across
+   the leaders; the leader rounds to the wire format and sends the result
+   to each member. */
+static int s_hier(trn_devdist *d, float *buf, long n)
+{
+    trn_comm *c = d->comm;
+    if (c->size <= 1 || n <= 0)
+        return 0;
+    trn_wire w = d->o.wire;
+    size_t ws = w == TRN_WIRE_FP32 ? 4 : 2, bytes = (size_t)n * ws;
+    cudaStream_t st = d->ms;
+    int leader = c->local[0];
+    if (c->rank != leader) {
+        const void *sp = buf;
+        if (w != TRN_WIRE_FP32) {
+            s_encode(w, buf, d->dsend, n, st);
+            sp = d->dsend;
+        }
+        if (trn_nccl_dev_sendrecv(c, sp, bytes, leader, NULL, 0, -1) < 0)
+            return -1;
+        c->bytes_out += bytes;
+        void *rp = w == TRN_WIRE_FP32 ? (void *)buf : d->drecv;
+        if (trn_nccl_dev_sendrecv(c, NULL, 0, -1, rp, bytes, leader) < 0)
+            return -1;
+        if (w != TRN_WIRE_FP32)
+            s_decode(w, d->drecv, buf, n, 0, st);
+        return cudaGetLastError() == cudaSuccess ? 0 : -1;
+    }
+    for (int i = 1; i < c->nlocal; i++) {
+        if (trn_nccl_dev_sendrecv(c, NULL, 0, -1, d->drecv, bytes, c->local[i]) < 0)
+            return -1;
+        if (w == TRN_WIRE_FP32)
+            k_add<<<s_blocks(n), 256, 0, st>>>(buf, (const float *)d->drecv, n);
+        else
+            s_decode(w, d->drecv, buf, n, 1, st);
+    }
+    if (s_ring(d, c->leaders, c->nleaders, buf, n) < 0)
+        return -1;
+    if (c->nlocal <= 1)
+        return 0;
+    const void *sp = buf;
+    if (w != TRN_WIRE_FP32) {
+        s_round(w, buf, n, st);
+        s_encode(w, buf, d->dsend, n, st);
+        sp = d->dsend;
+    }
+    for (int i = 1; i < c->nlocal; i++) {
+        if (trn_nccl_dev_sendrecv(c, sp, bytes, c->local[i], NULL, 0, -1) < 0)
+            return -1;
+        c->bytes_out += bytes;
     }
     return cudaGetLastError() == cudaSuccess ? 0 : -1;
 }
@@ -231,9 +297,12 @@ static int s_launch(trn_devdist *d, int k, cudaEvent_t after)
     CUDA_CHECK(cudaStreamWaitEvent(d->ms, after, 0));
     s_pack(d, k, d->ms);
     float *buf = d->dbuf + d->b[k].off;
+    long n = d->b[k].n;
     if (d->o.algo == TRN_AR_NATIVE)
-        return trn_nccl_dev_allreduce(d->comm, buf, d->b[k].n);
-    return s_ring(d, buf, d->b[k].n);
+        return trn_nccl_dev_allreduce(d->comm, buf, n);
+    if (d->o.algo == TRN_AR_HIER)
+        return s_hier(d, buf, n);
+    return d->ring_all ? s_ring(d, d->ring_all, d->comm->size, buf, n) : -1;
 #else
     (void)d, (void)k, (void)after;
     return -1;
@@ -243,7 +312,7 @@ static int s_launch(trn_devdist *d, int k, cudaEvent_t after)
 trn_grad_path trn_devdist_auto_path(trn_comm *c, const trn_dist_opts *o)
 {
 #ifdef TRN_WITH_NCCL
-    if (trn_nccl_is(c) && (o->algo == TRN_AR_NATIVE || o->algo == TRN_AR_RING))
+    if (trn_nccl_is(c))
         return TRN_GRAD_DEVICE;
 #else
     (void)c, (void)o;
@@ -266,12 +335,6 @@ int trn_devdist_check(trn_comm *c, const trn_dist_opts *o, trn_grad_path path, c
                      "--grad-path device needs --comm nccl (the comm is %s); use "
                      "--grad-path host or auto",
                      c->ops->name);
-            return -1;
-        }
-        if (o->algo == TRN_AR_HIER) {
-            snprintf(err, TRN_ERRLEN,
-                     "--grad-path device runs --allreduce native or ring; hier runs on "
-                     "--grad-path host (or auto)");
             return -1;
         }
 #else
@@ -335,7 +398,18 @@ trn_devdist *trn_devdist_new(trn_comm *c, int np, const long *pn, const int *sta
     } else {
 #ifdef TRN_WITH_NCCL
         d->ms = (cudaStream_t)trn_nccl_stream(c);
-        size_t chunk = (size_t)(maxn / (c->size > 0 ? c->size : 1) + 1) * sizeof(float);
+        /* scratch: a ring chunk, or a whole bucket for hier's in-node steps */
+        size_t chunk = (size_t)(o->algo == TRN_AR_HIER ? maxn + 1
+                                                       : maxn / (c->size > 0 ? c->size : 1) + 1) *
+                       sizeof(float);
+        d->ring_all = (int *)calloc((size_t)(c->size > 0 ? c->size : 1), sizeof(int));
+        if (!d->ring_all || (o->algo == TRN_AR_HIER && !c->local && trn_comm_set_nodes(c, 0) < 0)) {
+            trn_devdist_destroy(&d);
+            snprintf(err, TRN_ERRLEN, "out of memory");
+            return NULL;
+        }
+        for (int r = 0; r < c->size; r++)
+            d->ring_all[r] = r;
         CUDA_CHECK(cudaMalloc(&d->dsend, chunk));
         CUDA_CHECK(cudaMalloc(&d->drecv, chunk));
 #endif
@@ -358,11 +432,13 @@ void trn_devdist_destroy(trn_devdist **dp)
     cudaFree(d->drecv);
     if (d->hbuf)
         cudaFreeHost(d->hbuf);
-    for (int s = 0; d->ev && d->ms && s < d->nstages; s++)
-        cudaEventDestroy(d->ev[s]);
+    for (int s = 0; d->ev && s < d->nstages; s++)
+        if (d->ev[s])
+            cudaEventDestroy(d->ev[s]);
     if (d->done)
         cudaEventDestroy(d->done);
     free(d->ev);
+    free(d->ring_all);
     free(d->pn);
     free(d->poff);
     free(d->b);

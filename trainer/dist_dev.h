@@ -7,9 +7,10 @@
     flat device buffer, cut and launched as devplan.h says, and summed over
     the ranks on one of two paths:
       TRN_GRAD_DEVICE  in device memory on the NCCL backend's communication
-                       stream: --allreduce native is ncclAllReduce, ring is
-                       comm.c's ring over ncclSend/ncclRecv with the adds
-                       and the fp16/bf16 wire conversions as kernels on that
+                       stream: --allreduce native is ncclAllReduce, ring
+                       and hier are comm.c's ring and hierarchical
+                       all-reduce over ncclSend/ncclRecv with the adds and
+                       the fp16/bf16 wire conversions as kernels on that
                        stream (the same order of additions and roundings as
                        comm.c, so the same bits from the same inputs). With
                        overlap, the communication stream waits for the
@@ -21,7 +22,7 @@
                        host memory, reduced by comm.c (trn_comm_allreduce:
                        ring, hier or native, any wire, on any backend) and
                        copied back: the reference the device path is checked
-                       against, and the path for hier and for MPI ranks.
+                       against, and the path of CUDA ranks over MPI.
     trn_devdist_finish makes the compute stream wait for the communication
     stream (the optimiser step reads the sums).
     Caller owns a trn_devdist and must destroy it (after the compute stream
@@ -38,8 +39,8 @@ typedef enum { TRN_GRAD_DEVICE = 0, TRN_GRAD_HOST } trn_grad_path;
 
 typedef struct trn_devdist trn_devdist;
 
-/* The path "auto" picks for a comm and options: device with the NCCL
-   backend and --allreduce native or ring, else host. */
+/* The path "auto" picks for a comm: device with the NCCL backend, else
+   host. */
 trn_grad_path trn_devdist_auto_path(trn_comm *c, const trn_dist_opts *o);
 
 /* Checks that path can run o on c (what trn_devdist_new refuses): 0, or
@@ -50,7 +51,7 @@ int trn_devdist_check(trn_comm *c, const trn_dist_opts *o, trn_grad_path path, c
    after which param i is final, in [0, nstages); compute_stream: the
    backend's cudaStream_t. o->fusion_bytes < 0 (auto) on this path: 4 MiB
    (see trainer/README.md). Refuses top-k, and the device path without the
-   NCCL backend or with hier, with a message in err. Collective. */
+   NCCL backend, with a message in err. Not collective. */
 trn_devdist *trn_devdist_new(trn_comm *c, int np, const long *pn, const int *stage,
                              int nstages, const trn_dist_opts *o, trn_grad_path path,
                              void *compute_stream, char *err);
