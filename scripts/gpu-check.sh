@@ -30,7 +30,8 @@
 #      (--grad-path host: copied to host and summed by the comm layer) within
 #      1e-5 relative after DH_STEPS (50) steps for native, ring, ring without
 #      overlap, ring and hier with a bf16 wire, and overlap on/off give the same
-#      bits; ms per step (from the best samples/s) printed next to each, no
+#      bits; ring with automatic fusion (curve timed on the device, layout
+#      from 3 timed steps; its line printed) equals the host path (1e-5); ms per step (from the best samples/s) printed next to each, no
 #      assertion on time;
 #   5. speed: samples/s of jizhi-train-cuda and of PyTorch on the same GPU
 #      (same MLP, data resident on the device for PyTorch, fp32 and bf16
@@ -242,6 +243,20 @@ if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }
         if [ "$cfg" = "ring fp32 0" ]; then r0=$dl; fi
     done
     echo "2 ranks device path vs host path, $DH_STEPS steps: table above (tol 1e-5 rel)"
+    # auto fusion on the device: the curve timed with NCCL, the layout chosen
+    # from 3 timed steps; the sums do not depend on the layout beyond rounding
+    d=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+        ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce ring --fusion-kb -1 \
+        2>&1) || { echo "$d" | tail -5; status=1; }
+    h=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+        ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${HOST[@]}" --allreduce ring --fusion-kb 64 \
+        2>&1) || { echo "$h" | tail -5; status=1; }
+    dl=$(echo "$d" | metric val_loss); hl=$(echo "$h" | metric val_loss)
+    v=$(close "${dl:-nan}" "${hl:-nan}" 1e-5); [ "$v" = ok ] || status=1
+    note=$(echo "$d" | grep -m1 "fusion auto" || true)
+    [ -n "$note" ] || { v="FAIL (no fusion auto line)"; status=1; }
+    printf '2 ranks device path ring, fusion auto vs host path 64 KiB: val_loss %s vs %s: %s (tol 1e-5 rel); ms/step %s\n  %s\n' \
+        "${dl:-none}" "${hl:-none}" "$v" "$(echo "$d" | msstep)" "${note#jizhi-train: }"
     v=$(exact "${r1:-}" "${r0:-}"); [ "$v" = ok ] || status=1
     printf '2 ranks device path ring, overlap on vs off: val_loss %s vs %s: %s (same bits)\n' \
         "$r1" "$r0" "$v"

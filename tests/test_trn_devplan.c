@@ -212,6 +212,44 @@ TEST(ring_chunks_cover)
         }
 }
 
+TEST(fit_recovers_a_line)
+{
+    const long fl[6] = {1024, 4096, 16384, 65536, 262144, 1048576};
+    double t[6], a, b;
+    for (int s = 0; s < 6; s++)
+        t[s] = 20e-6 + (double)fl[s] * 4 * 1e-10; /* 20 us, 10 GB/s */
+    trn_devplan_fit(fl, t, 6, &a, &b);
+    CHECK_NEAR(a, 20e-6, 1e-9);
+    CHECK_NEAR(b, 1e-10, 1e-15);
+    /* small sizes faster than the line: alpha floors at t0 / 2, then 0.1 us */
+    t[1] = 10 * t[0];
+    trn_devplan_fit(fl, t, 6, &a, &b);
+    CHECK_NEAR(a, t[0] / 2, 1e-12);
+    for (int s = 0; s < 6; s++)
+        t[s] = 1e-9;
+    trn_devplan_fit(fl, t, 6, &a, &b);
+    CHECK(a >= 1e-7 && b > 0); /* a flat curve still gives a positive slope */
+}
+
+TEST(ready_times_per_param)
+{
+    const double st[3] = {0.004, 0.006, 0.009}; /* stage ends, seconds */
+    double ready[6];
+    double total = trn_devplan_ready(6, g_stage, 3, st, ready);
+    CHECK(total == 0.009);
+    CHECK(ready[5] == 0.004 && ready[4] == 0.004 && ready[3] == 0.006 &&
+          ready[0] == 0.009);
+    /* what auto fusion then picks from it, with overlap: never worse than
+       no fusion, and the plan of its threshold has the launch stages */
+    long thr = trn_fusion_choose(6, g_pn, ready, total, 30e-6, 1e-10, 1, NULL, NULL);
+    trn_devbucket b[6];
+    int nb = trn_devplan_buckets(6, g_pn, g_stage, 3, thr, 1, b);
+    CHECK(nb >= 1 && nb <= 6 && s_well_formed(b, nb, 6, g_pn));
+    double cost, none;
+    trn_fusion_choose(6, g_pn, ready, total, 30e-6, 1e-10, 1, &cost, &none);
+    CHECK(cost <= none);
+}
+
 int main(void)
 {
     RUN(buckets_one_param_each);
@@ -219,5 +257,7 @@ int main(void)
     RUN(buckets_match_dist_layout);
     RUN(ring_schedule_sums_on_every_rank);
     RUN(ring_chunks_cover);
+    RUN(fit_recovers_a_line);
+    RUN(ready_times_per_param);
     TEST_DONE();
 }

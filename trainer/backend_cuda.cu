@@ -411,8 +411,7 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
         g[2 * l] = c->gw[l];
         g[2 * l + 1] = c->gb[l];
     }
-    trn_devdist_begin(c->dd, g, c->prec, (float)(1.0 / loss_scale));
-    int rc = 0;
+    int rc = trn_devdist_begin(c->dd, g, c->prec, (float)(1.0 / loss_scale));
     if (nb > 0) {
         CUDA_CHECK(cudaMemcpyAsync(c->xin, x, (size_t)nb * d0 * sizeof(float),
                                    cudaMemcpyHostToDevice, st));
@@ -542,6 +541,11 @@ static void s_detach(void *self)
     if (!c->blas)
         return;
     cudaStreamSynchronize(c->stream);
+    /* auto fusion decided: a re-attach (precision schedule, load, live
+       change) keeps the layout instead of measuring again */
+    if (c->dd && keep.o.fusion_bytes < 0 && !trn_devdist_tuning(c->dd) &&
+        trn_devdist_path(c->dd) == TRN_GRAD_DEVICE && keep.comm && keep.comm->size > 1)
+        keep.o.fusion_bytes = trn_devdist_fusion_bytes(c->dd);
     trn_devdist_destroy(&c->dd);
     for (int l = 0; l < c->nl; l++) {
         cudaFree(c->w[l]), cudaFree(c->b[l]), cudaFree(c->mw[l]), cudaFree(c->mb[l]);
@@ -633,7 +637,7 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
             stage[2 * l] = stage[2 * l + 1] = c->nl - 1 - l;
         }
         c->dd = trn_devdist_new(c->rk.comm, np, pn, stage, c->nl, &c->rk.o, c->rk.path,
-                                (void *)c->stream, err);
+                                (void *)c->stream, !cfg->quiet, err);
         if (!c->dd)
             return -1;
     }
@@ -699,16 +703,20 @@ static int s_set_comm(void *self, trn_comm *comm, const struct trn_dist_opts *o,
     c->rk.path = path;
     if (path == TRN_GRAD_DEVICE)
         snprintf(msg, TRN_ERRLEN,
-                 "gradients summed in GPU memory (%s on the NCCL stream, %s backward)",
+                 "gradients summed in GPU memory (%s on the NCCL stream, %s backward%s)",
                  o->algo == TRN_AR_NATIVE ? "ncclAllReduce"
                  : o->algo == TRN_AR_HIER ? "hierarchical on ncclSend/ncclRecv"
                                           : "ring on ncclSend/ncclRecv",
-                 o->overlap ? "overlapped with" : "after");
+                 o->overlap ? "overlapped with" : "after",
+                 o->fusion_bytes < 0 && comm->size > 1
+                     ? "; fusion auto: curve timed on the device, layout chosen after 3 "
+                       "timed steps"
+                     : "");
     else
         snprintf(msg, TRN_ERRLEN,
                  "gradients copied to host memory and summed by the comm layer (%s), "
-                 "after backward",
-                 comm->ops->name);
+                 "after backward%s",
+                 comm->ops->name, o->fusion_bytes < 0 ? "; fusion auto: 4096 KiB" : "");
     return 0;
 }
 

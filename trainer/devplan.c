@@ -53,3 +53,34 @@ int trn_ring_owned(int p, int me)
 {
     return (me + 1) % p;
 }
+
+void trn_devplan_fit(const long *floats, const double *t, int ns, double *alpha,
+                     double *beta)
+{
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int s = ns - 3; s < ns; s++) {
+        double x = (double)floats[s] * 4;
+        sx += x;
+        sy += t[s];
+        sxx += x * x;
+        sxy += x * t[s];
+    }
+    double b = (3 * sxy - sx * sy) / (3 * sxx - sx * sx);
+    if (!(b > 0))
+        b = t[ns - 1] / ((double)floats[ns - 1] * 4);
+    double a = (4 * t[0] - t[1]) / 3; /* floats[1] = 4 floats[0] */
+    if (!(a > 0))
+        a = t[0] / 2;
+    if (a < 1e-7)
+        a = 1e-7;
+    *alpha = a;
+    *beta = b;
+}
+
+double trn_devplan_ready(int np, const int *stage, int nstages, const double *stage_s,
+                         double *ready)
+{
+    for (int i = 0; i < np; i++)
+        ready[i] = stage_s[stage[i]];
+    return stage_s[nstages - 1];
+}

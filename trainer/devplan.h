@@ -42,4 +42,21 @@ void trn_ring_chunk(long n, int p, int i, long *off, long *len);
 void trn_ring_step(int p, int me, int phase, int s, int *send, int *recv);
 int trn_ring_owned(int p, int me);
 
+/* Auto fusion on the device path: fits t = alpha + bytes * beta to the
+   all-reduce times t[0..ns) (seconds) of sizes floats[0..ns) (ns >= 4,
+   ascending, floats[1] = 4 floats[0]) the way dist.c fits its curve: beta
+   by least squares over the three largest sizes, alpha from the intercept
+   of the line through the two smallest (at least 0.1 us; t[0] / 2 when
+   that intercept is not positive; beta from the largest size alone when
+   the slope is not positive). */
+void trn_devplan_fit(const long *floats, const double *t, int ns, double *alpha,
+                     double *beta);
+
+/* The backward's timing as trn_fusion_choose (dist.h) takes it: ready[i]
+   = stage_s[stage[i]] (seconds from the step's start to the end of the
+   stage that makes param i final) for np params; returns the last
+   stage's time (forward + backward). */
+double trn_devplan_ready(int np, const int *stage, int nstages, const double *stage_s,
+                         double *ready);
+
 #endif

@@ -30,8 +30,13 @@ extern "C" {
         }                                                                               \
     } while (0)
 
-/* auto fusion on this path: a fixed threshold (no curve is measured) */
+/* auto fusion: the layout of the timed steps (and of the host path, which
+   measures nothing), the sizes of the measured curve (floats) and the
+   steps timed (the first a warm-up) */
 #define S_AUTO_BYTES (4L << 20)
+#define S_CURVE_N 6
+#define S_TUNE_STEPS 3
+static const long s_curve[S_CURVE_N] = {1024, 4096, 16384, 65536, 262144, 1048576};
 
 struct trn_devdist {
     trn_comm *comm; /* borrowed */
@@ -53,6 +58,14 @@ struct trn_devdist {
     cudaEvent_t done;      /* recorded on ms after the last bucket */
     void **g;              /* this step's gradients (device) */
     int *ring_all;         /* 0 .. size-1: the flat ring's group */
+    int *stage;            /* param -> backward stage */
+    /* auto fusion (device path, several ranks): the curve's fit, then the
+       first S_TUNE_STEPS steps timed with events (tev0 at the start, tev[s]
+       after stage s, on the compute stream); the choice at the next begin */
+    int tuning, tune_step, verbose;
+    double alpha, beta;
+    cudaEvent_t tev0, *tev;
+    double *stage_s; /* fastest end of each stage over the timed steps (s) */
     trn_precision prec;
     float unscale;
 };
@@ -289,24 +302,114 @@ static void s_pack(trn_devdist *d, int k, cudaStream_t st)
     }
 }
 
-/* Device path: bucket k after the event of stage s: packed and reduced on
-   the communication stream. */
-static int s_launch(trn_devdist *d, int k, cudaEvent_t after)
+/* Device path: the sum over ranks of n floats at buf, enqueued on the
+   communication stream. */
+static int s_reduce(trn_devdist *d, float *buf, long n)
 {
 #ifdef TRN_WITH_NCCL
-    CUDA_CHECK(cudaStreamWaitEvent(d->ms, after, 0));
-    s_pack(d, k, d->ms);
-    float *buf = d->dbuf + d->b[k].off;
-    long n = d->b[k].n;
     if (d->o.algo == TRN_AR_NATIVE)
         return trn_nccl_dev_allreduce(d->comm, buf, n);
     if (d->o.algo == TRN_AR_HIER)
         return s_hier(d, buf, n);
     return d->ring_all ? s_ring(d, d->ring_all, d->comm->size, buf, n) : -1;
 #else
-    (void)d, (void)k, (void)after;
+    (void)d, (void)buf, (void)n;
     return -1;
 #endif
+}
+
+/* Device path: bucket k after the event `after`: packed and reduced on the
+   communication stream. */
+static int s_launch(trn_devdist *d, int k, cudaEvent_t after)
+{
+    CUDA_CHECK(cudaStreamWaitEvent(d->ms, after, 0));
+    s_pack(d, k, d->ms);
+    return s_reduce(d, d->dbuf + d->b[k].off, d->b[k].n);
+}
+
+/* Cuts the buckets for threshold thr and places the params in dbuf. */
+static void s_plan(trn_devdist *d, long thr, int overlap)
+{
+    d->fusion_bytes = thr;
+    d->nb = trn_devplan_buckets(d->np, d->pn, d->stage, d->nstages, thr, overlap, d->b);
+    for (int k = 0; k < d->nb; k++)
+        for (long i = d->b[k].first, off = d->b[k].off; i >= d->b[k].last; i--) {
+            d->poff[i] = off;
+            off += d->pn[i];
+        }
+}
+
+/* Auto fusion: times the all-reduce of the chosen algorithm on the device
+   at S_CURVE_N sizes (the fastest of a few runs each, CUDA events on the
+   communication stream) and fits alpha, beta; rank 0's fit is used by all.
+   Collective. 0 or -1. */
+static int s_measure(trn_devdist *d)
+{
+    float *buf = NULL;
+    long big = s_curve[S_CURVE_N - 1];
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaMalloc(&buf, (size_t)big * sizeof(float)));
+    CUDA_CHECK(cudaMemsetAsync(buf, 0, (size_t)big * sizeof(float), d->ms));
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    uint64_t sent = d->comm->bytes_out;
+    double t[S_CURVE_N];
+    int rc = 0;
+    for (int k = 0; k < S_CURVE_N && rc == 0; k++) {
+        int reps = k < 3 ? 10 : 4;
+        rc = s_reduce(d, buf, s_curve[k]); /* warm */
+        t[k] = 1e30;
+        for (int r = 0; r < reps && rc == 0; r++) {
+            CUDA_CHECK(cudaEventRecord(e0, d->ms));
+            rc = s_reduce(d, buf, s_curve[k]);
+            CUDA_CHECK(cudaEventRecord(e1, d->ms));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            t[k] = ms * 1e-3 < t[k] ? ms * 1e-3 : t[k];
+        }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(d->ms));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(buf);
+    d->comm->bytes_out = sent; /* measuring is not training traffic */
+    if (rc < 0)
+        return -1;
+    double fit[2];
+    trn_devplan_fit(s_curve, t, S_CURVE_N, &fit[0], &fit[1]);
+    if (trn_comm_bcast(d->comm, fit, sizeof fit, 0) < 0)
+        return -1;
+    d->alpha = fit[0];
+    d->beta = fit[1];
+    return 0;
+}
+
+/* Auto fusion, after the timed steps: rank 0 simulates every layout with
+   the fit and the measured stage ends (trn_fusion_choose) and every rank
+   takes its pick. Collective. 0 or -1. */
+static int s_tune_decide(trn_devdist *d)
+{
+    double *ready = (double *)calloc((size_t)d->np, sizeof(double));
+    if (!ready)
+        return -1;
+    double total = trn_devplan_ready(d->np, d->stage, d->nstages, d->stage_s, ready);
+    double pick[3] = {0, 0, 0};
+    pick[0] = (double)trn_fusion_choose(d->np, d->pn, ready, total, d->alpha, d->beta,
+                                        d->o.overlap, &pick[1], &pick[2]);
+    free(ready);
+    if (trn_comm_bcast(d->comm, pick, sizeof pick, 0) < 0)
+        return -1;
+    s_plan(d, (long)pick[0], d->o.overlap);
+    d->tuning = 0;
+    if (d->verbose && d->comm->rank == 0)
+        fprintf(stderr,
+                "jizhi-train: fusion auto (device): alpha %.1f us, %.2f GB/s, "
+                "forward+backward %.3f ms: %ld KiB, %d buckets, exposed communication "
+                "predicted %.3f ms/step (no fusion %.3f ms)\n",
+                d->alpha * 1e6, 1e-9 / d->beta, total * 1e3, d->fusion_bytes / 1024, d->nb,
+                pick[1] * 1e3, pick[2] * 1e3);
+    return 0;
 }
 
 trn_grad_path trn_devdist_auto_path(trn_comm *c, const trn_dist_opts *o)
@@ -348,7 +451,7 @@ int trn_devdist_check(trn_comm *c, const trn_dist_opts *o, trn_grad_path path, c
 
 trn_devdist *trn_devdist_new(trn_comm *c, int np, const long *pn, const int *stage,
                              int nstages, const trn_dist_opts *o, trn_grad_path path,
-                             void *compute_stream, char *err)
+                             void *compute_stream, int verbose, char *err)
 {
     if (trn_devdist_check(c, o, path, err) < 0)
         return NULL;
@@ -372,25 +475,29 @@ trn_devdist *trn_devdist_new(trn_comm *c, int np, const long *pn, const int *sta
     d->b = (trn_devbucket *)calloc((size_t)np, sizeof *d->b);
     d->g = (void **)calloc((size_t)np, sizeof(void *));
     d->ev = (cudaEvent_t *)calloc((size_t)nstages, sizeof(cudaEvent_t));
-    if (!d->pn || !d->poff || !d->b || !d->g || !d->ev) {
+    d->tev = (cudaEvent_t *)calloc((size_t)nstages, sizeof(cudaEvent_t));
+    d->stage = (int *)calloc((size_t)np, sizeof(int));
+    d->stage_s = (double *)calloc((size_t)nstages, sizeof(double));
+    d->verbose = verbose;
+    if (!d->pn || !d->poff || !d->b || !d->g || !d->ev || !d->tev || !d->stage ||
+        !d->stage_s) {
         trn_devdist_destroy(&d);
         snprintf(err, TRN_ERRLEN, "out of memory");
         return NULL;
     }
     memcpy(d->pn, pn, (size_t)np * sizeof(long));
-    d->fusion_bytes = o->fusion_bytes < 0 ? S_AUTO_BYTES : o->fusion_bytes;
+    memcpy(d->stage, stage, (size_t)np * sizeof(int));
     /* the host path reduces after the backward: its plan has no overlap */
-    d->nb = trn_devplan_buckets(np, pn, stage, nstages, d->fusion_bytes,
-                                path == TRN_GRAD_DEVICE && o->overlap, d->b);
+    s_plan(d, o->fusion_bytes < 0 ? S_AUTO_BYTES : o->fusion_bytes,
+           path == TRN_GRAD_DEVICE && o->overlap);
+    d->tuning = path == TRN_GRAD_DEVICE && o->fusion_bytes < 0 && c->size > 1;
     long maxn = 0;
     for (int k = 0; k < d->nb; k++) {
-        for (long i = d->b[k].first, off = d->b[k].off; i >= d->b[k].last; i--) {
-            d->poff[i] = off;
-            off += pn[i];
-        }
         maxn = d->b[k].n > maxn ? d->b[k].n : maxn;
         d->ntotal += d->b[k].n;
     }
+    if (d->tuning) /* any layout may follow, and the curve's sizes */
+        maxn = d->ntotal > s_curve[S_CURVE_N - 1] ? d->ntotal : s_curve[S_CURVE_N - 1];
     CUDA_CHECK(cudaMalloc(&d->dbuf, (size_t)(d->ntotal > 0 ? d->ntotal : 1) * sizeof(float)));
     if (path == TRN_GRAD_HOST) {
         CUDA_CHECK(cudaMallocHost(&d->hbuf,
@@ -417,6 +524,18 @@ trn_devdist *trn_devdist_new(trn_comm *c, int np, const long *pn, const int *sta
             CUDA_CHECK(cudaEventCreateWithFlags(&d->ev[s], cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&d->done, cudaEventDisableTiming));
     }
+    if (d->tuning) {
+        CUDA_CHECK(cudaEventCreate(&d->tev0));
+        for (int s = 0; s < nstages; s++) {
+            CUDA_CHECK(cudaEventCreate(&d->tev[s]));
+            d->stage_s[s] = 1e30;
+        }
+        if (s_measure(d) < 0) {
+            trn_devdist_destroy(&d);
+            snprintf(err, TRN_ERRLEN, "fusion auto: measuring the all-reduce failed");
+            return NULL;
+        }
+    }
     return d;
 }
 
@@ -435,6 +554,14 @@ void trn_devdist_destroy(trn_devdist **dp)
     for (int s = 0; d->ev && s < d->nstages; s++)
         if (d->ev[s])
             cudaEventDestroy(d->ev[s]);
+    for (int s = 0; d->tev && s < d->nstages; s++)
+        if (d->tev[s])
+            cudaEventDestroy(d->tev[s]);
+    if (d->tev0)
+        cudaEventDestroy(d->tev0);
+    free(d->tev);
+    free(d->stage);
+    free(d->stage_s);
     if (d->done)
         cudaEventDestroy(d->done);
     free(d->ev);
@@ -447,18 +574,28 @@ void trn_devdist_destroy(trn_devdist **dp)
     *dp = NULL;
 }
 
-void trn_devdist_begin(trn_devdist *d, void *const *g, trn_precision prec, float unscale)
+int trn_devdist_begin(trn_devdist *d, void *const *g, trn_precision prec, float unscale)
 {
     memcpy(d->g, g, (size_t)d->np * sizeof(void *));
     d->prec = prec;
     d->unscale = unscale;
     d->next = 0;
+    /* auto fusion: the timed steps are over, choose before this step's
+       buckets (the previous step's readers of dbuf are ahead of them on the
+       compute stream) */
+    if (d->tuning && d->tune_step >= S_TUNE_STEPS && s_tune_decide(d) < 0)
+        return -1;
+    if (d->tuning)
+        CUDA_CHECK(cudaEventRecord(d->tev0, d->cs));
+    return 0;
 }
 
 int trn_devdist_stage(trn_devdist *d, int s)
 {
     if (d->path != TRN_GRAD_DEVICE || s < 0 || s >= d->nstages)
         return 0;
+    if (d->tuning)
+        CUDA_CHECK(cudaEventRecord(d->tev[s], d->cs));
     if (d->next >= d->nb || d->b[d->next].launch != s)
         return 0; /* nothing starts after this stage: no event needed */
     CUDA_CHECK(cudaEventRecord(d->ev[s], d->cs));
@@ -494,7 +631,21 @@ int trn_devdist_finish(trn_devdist *d)
     }
     CUDA_CHECK(cudaEventRecord(d->done, d->ms));
     CUDA_CHECK(cudaStreamWaitEvent(d->cs, d->done, 0));
+    if (d->tuning && d->tune_step < S_TUNE_STEPS) { /* the stage ends of this step */
+        CUDA_CHECK(cudaEventSynchronize(d->tev[d->nstages - 1]));
+        for (int s = 0; d->tune_step > 0 && s < d->nstages; s++) { /* step 0 warms up */
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, d->tev0, d->tev[s]));
+            d->stage_s[s] = ms * 1e-3 < d->stage_s[s] ? ms * 1e-3 : d->stage_s[s];
+        }
+        d->tune_step++;
+    }
     return rc;
+}
+
+int trn_devdist_tuning(const trn_devdist *d)
+{
+    return d->tuning;
 }
 
 float *trn_devdist_grad(trn_devdist *d, int i)

@@ -49,18 +49,24 @@ int trn_devdist_check(trn_comm *c, const trn_dist_opts *o, trn_grad_path path, c
 
 /* np params of pn[i] floats (net order); stage[i] the backward stage
    after which param i is final, in [0, nstages); compute_stream: the
-   backend's cudaStream_t. o->fusion_bytes < 0 (auto) on this path: 4 MiB
-   (see trainer/README.md). Refuses top-k, and the device path without the
-   NCCL backend, with a message in err. Not collective. */
+   backend's cudaStream_t. o->fusion_bytes < 0 (auto): on the device path
+   with several ranks the all-reduce is timed on the device at 4 KB ... 4 MB
+   and fitted (t = alpha + bytes * beta), the first 3 steps run with 4 MiB
+   buckets while events time when each stage ends (the first a warm-up),
+   and the next trn_devdist_begin takes the layout trn_fusion_choose
+   (dist.h) predicts cheapest (rank 0's pick, printed when verbose);
+   elsewhere 4 MiB. Refuses top-k, and the device path without the NCCL
+   backend, with a message in err. Collective when it measures. */
 trn_devdist *trn_devdist_new(trn_comm *c, int np, const long *pn, const int *stage,
                              int nstages, const trn_dist_opts *o, trn_grad_path path,
-                             void *compute_stream, char *err);
+                             void *compute_stream, int verbose, char *err);
 void trn_devdist_destroy(trn_devdist **dp);
 
 /* Starts a step: g[i] is param i's device gradient of element type prec
    (TRN_FP32, TRN_BF16 or TRN_FP16), unscale the factor to true units.
-   Copies the pointers. */
-void trn_devdist_begin(trn_devdist *d, void *const *g, trn_precision prec, float unscale);
+   Copies the pointers. Collective on the step auto fusion decides. 0 or
+   -1. */
+int trn_devdist_begin(trn_devdist *d, void *const *g, trn_precision prec, float unscale);
 
 /* Stage s of the backward has been enqueued on the compute stream:
    records its event and launches the buckets the plan starts after it.
@@ -76,6 +82,8 @@ int trn_devdist_finish(trn_devdist *d);
 float *trn_devdist_grad(trn_devdist *d, int i);
 
 trn_grad_path trn_devdist_path(const trn_devdist *d);
+/* 1 while auto fusion is still timing steps (the layout may change). */
+int trn_devdist_tuning(const trn_devdist *d);
 int trn_devdist_nbuckets(const trn_devdist *d);
 long trn_devdist_fusion_bytes(const trn_devdist *d);
 

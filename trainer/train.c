@@ -674,10 +674,9 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
             fprintf(
                 stderr,
                 "jizhi-train: %d ranks (%s), --backend %s: %s; all-reduce %s, wire %s, "
-                "fusion %s, overlap %s\n",
+                "fusion-kb %ld, overlap %s\n",
                 c->size, c->ops->name, t->backend->name, msg, cfg->allreduce, cfg->wire,
-                cfg->fusion_kb < 0 ? "auto (4096 KiB on this path)" : "as given",
-                cfg->overlap ? "on" : "off");
+                cfg->fusion_kb, cfg->overlap ? "on" : "off");
         return 0;
     }
     double *ready = NULL;

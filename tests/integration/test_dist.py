@@ -291,7 +291,8 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
                  "1 rank device path ring vs local backend",
                  "1 rank device path native, overlap on vs off",
                  "2 ranks device path vs host path, 50 steps",
-                 "2 ranks device path ring, overlap on vs off"):
+                 "2 ranks device path ring, overlap on vs off",
+                 "2 ranks device path ring, fusion auto vs host path 64 KiB"):
         assert line in p.stdout, p.stdout
     assert "FAIL" not in p.stdout, p.stdout
     bad = subprocess.run([script, "--bogus"], capture_output=True, text=True, env=e)
