@@ -457,6 +457,15 @@ static const s_opt s_opts[] = {
      .help = "top-k local gradient clipping: global L2-norm threshold; each rank clips "
              "its share of a bucket at clip*sqrt(bucket params/all params/ranks) (0 = "
              "off)"},
+    {.flag = "grad-path",
+     .type = OPT_STR,
+     .off = O(grad_path),
+     .size = SZ(grad_path),
+     .choices = "auto|device|host",
+     .dflt = "auto",
+     .help = "--backend cuda, several ranks: where gradient buckets are summed: device "
+             "(NCCL in GPU memory, overlapped with backward), host (copied to host, the "
+             "comm layer's algorithms), auto (device with --comm nccl)"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
 

@@ -53,6 +53,7 @@ struct trn_trainer {
     trn_comm *comm;
     trn_dist *dist;
     int dist_corrected;   /* top-k momentum correction: optimiser skips momentum */
+    int backend_dist;     /* the device backend takes the rank's steps (step_dist) */
     char ckpt_path[1200]; /* the last checkpoint an instruction wrote */
     double *unscale;      /* per param: 1 / its loss scale (dist steps) */
     int rank, nranks;
