@@ -3,12 +3,18 @@ fixed batch size of a grid, each at its best learning rate, and against
 linear scaling at a large batch (part of `make bench-schedulers`). A
 benchmark, not a test: nothing is asserted.
 
-Measure: wall time (and samples) from the trial's start to the first
-val_acc >= target, and the trainer's CPU-seconds by then (polled from
-/proc every 0.25 s; on a shared machine the wall time moves with the load,
-the CPU time much less), on Fashion-MNIST with jizhi-train (SGD, momentum 0.9,
-one thread: with two, OpenBLAS's waiting threads counted CPU time that
-grew with the load), evaluated every 3200 samples. The anchor is Pollux's goodput (Qiao et al.,
+Measure, to the first val_acc >= target: the samples; the profiled time,
+the steps taken at each batch size times that size's step time from the
+step-time curve measured first (standalone runs of the same setting, each
+size at the faster of two runs, the lower quartile of its reports: the
+machine's speed at that size, which the load of a shared machine cannot
+reach into the arms' own numbers; as in Pollux's evaluation, which replays
+measured throughput; evaluation and start-up are left out, the same for
+every arm); the wall time from the trial's start; and the trainer's
+CPU-seconds by then (polled from /proc every 0.25 s). On Fashion-MNIST with
+jizhi-train (SGD, momentum 0.9, one thread per rank: with two, OpenBLAS's
+waiting threads counted CPU time that grew with the load), evaluated every
+3200 samples (--eval-every-samples, whatever the batch size). The anchor is Pollux's goodput (Qiao et al.,
 OSDI 2021): the scheduler picks the batch size that maximises throughput
 x statistical efficiency, the latter from the gradient noise scale the
 trainer reports, and rescales lr with AdaScale.
@@ -22,15 +28,17 @@ stored report, not the stop):
                 each B at the c that needed the fewest samples for it on the
                 first seed ("best lr in hindsight"; at one batch size the cost
                 is proportional to the samples, which the load does not
-                move). best_fixed per seed: the cheapest fixed arm. Cheapest: least trainer CPU-s to the target
-                (--rank cpu, the default: the wall time of one run moved up
-                to 10x with the shared machine's load) or wall time
-                (--rank time).
+                move). best_fixed per seed: the cheapest fixed arm by the
+                profiled time (--rank profile, the default: at load 9-15
+                the wall time and CPU-s of one 2-rank run moved up to 10x),
+                the trainer's CPU-s (--rank cpu) or wall time (--rank time).
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
   batchsize     scheduler batchsize from B0 = 64 at the lr that was best for
                 fixed 64 on the first seed (the fixed arms' hindsight; run
-                after them), range 32..1024,
+                after them), range 32..1024, "probe_interval": 50 (the
+                first change and the one after an exploring x2 wait for the
+                measurements only, not for the 200-step interval),
                 AdaScale, "grow_only": true (measured: with the default
                 the batch went down as often as up, e.g. 128 -> 32 after a
                 noisy throughput fit, and such a shrink cost accuracy),
@@ -45,13 +53,16 @@ stored report, not the stop):
   batchsize-default  the scheduler's defaults (wall-clock throughput, may
                 shrink), with "momentum": 0.9.
 
-Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
+Settings: a model, and with "-2r" two data-parallel ranks (trial.ranks 2,
+mpirun; every step all-reduces the gradient, a fixed cost per step, so
+throughput grows with the batch: Pollux's setting). Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
 with 1 seed and no sweep (c = 1) in the full run and not in --quick: a CNN
 step costs ~20x an MLP step on these 2 cores. Wall times depend on the
 machine's load (it is shared); samples do not. Writes the "batchsize"
 section of $BENCH_SCHED_JSON (medians over seeds, MLP).
 
-    python3 bench/schedulers_batchsize.py [--quick] [--seeds 5] [--models mlp,cnn]
+    python3 bench/schedulers_batchsize.py [--quick] [--seeds 5] [--models mlp,mlp-2r,cnn]
+        [--target 0.88 --subset 0 --epochs 8] [--lock /tmp/jizhi-bench.lock]
 """
 import argparse
 import json
