@@ -102,6 +102,12 @@ MODELS = {
 }
 
 
+# per setting, unless given on the command line: two ranks train on all the
+# data to 0.88, where the noise scale is larger (the setting of the
+# documented numbers)
+SETTING_DEFAULTS = {"mlp-2r": {"subset": 0, "target": 0.88, "epochs": 8}}
+
+
 def split_setting(setting):
     """'mlp-2r' -> ('mlp', 2): a model of MODELS and its data-parallel ranks."""
     model, _, r = setting.partition("-")
@@ -416,6 +422,18 @@ def fmt(x, f):
 
 
 def bench_model(tmp, setting, args, plots):
+    given = {k: getattr(args, k) for k in ("subset", "target", "epochs")}
+    for k, v in SETTING_DEFAULTS.get(setting, {}).items():
+        if getattr(args, k) is None and not args.quick:
+            setattr(args, k, v)
+    try:
+        return bench_setting(tmp, setting, args, plots)
+    finally:
+        for k, v in given.items():
+            setattr(args, k, v)
+
+
+def bench_setting(tmp, setting, args, plots):
     model, args.ranks = split_setting(setting)
     seeds = args.seeds if model == "mlp" else 1
     sweep = args.sweep if model == "mlp" else [1.0]
@@ -611,7 +629,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, MLP only, half the data")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--models", default=None, help="mlp,cnn (default: both; --quick: mlp)")
+    ap.add_argument("--models", default=None, help="settings: mlp, cnn, mlp-2r (2 ranks), ... "
+                    "(default: mlp-2r,mlp,cnn; --quick: mlp)")
     ap.add_argument("--rank", choices=["profile", "cpu", "time"], default="profile",
                     help="the best fixed arm by the profiled time (steps x the step-time "
                     "curve), the trainer's CPU-s or wall time to the target")
@@ -642,7 +661,7 @@ def main():
         return 0
     args.batches = args.batches or [32, 64, 128, 256, 512]
     args.sweep = args.sweep or [0.5, 1.0, 2.0]
-    models = (args.models or ("mlp" if args.quick else "mlp,cnn")).split(",")
+    models = (args.models or ("mlp" if args.quick else "mlp-2r,mlp,cnn")).split(",")
     if args.quick:
         args.seeds, args.batches, args.sweep = 1, [32, 128, 512], [1.0, 2.0]
     plots = os.path.join(BUILD, "bench")
@@ -677,7 +696,8 @@ def main():
                             for k in ("jizhi_b_simple_model", "jizhi_default_options",
                                       "linear")]))
     if args.json and out:
-        first = out.get("mlp") or next(iter(out.values()))
+        # the headline: two ranks, the setting where throughput grows with the batch
+        first = out.get("mlp-2r") or out.get("mlp") or next(iter(out.values()))
         sec = dict(first)
         sec["models"] = out
         write_json(args.json, "batchsize", sec)

@@ -33,8 +33,9 @@
    or one made on the throughput prior alone, `probe_interval` steps, default
    `interval`, once the size in force has
    `min_measurements` step-time windows: those decisions wait for measurements,
-   not for the model to settle; a trial of 2 ranks reached 512 at step ~100
-   instead of ~400), the scheduler sends `set batch_size` and a new learning rate lr0
+   not for the model to settle; with probe_interval 50 a 2-rank trial went
+   64 -> 256 at step 60, but to 512 only at 270-460 until the prior-alone rule), the
+   scheduler sends `set batch_size` and a new learning rate lr0
    * gain, gain from `lr_rule`: "adascale" (default; r = (s2 + m2)/(s2/S + m2), S = B/B0),
     "sqrt", "linear" or "none". A higher rate is warmed up linearly over
     `warmup` steps (default 100) by further `set lr` instructions sent as
