@@ -48,9 +48,11 @@ def env():
     return e
 
 
-def mpi(np_, *cmd, timeout=1200):
+def mpi(np_, *cmd, timeout=1200, extra_env=None):
     argv = list(cmd) if np_ == 1 else [MPIRUN, "--oversubscribe", "-np", str(np_), *cmd]
-    p = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=timeout)
+    e = env()
+    e.update(extra_env or {})
+    p = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=timeout)
     if p.returncode != 0:
         sys.exit(f"bench-comm: {' '.join(argv)} failed:\n{p.stdout}\n{p.stderr}")
     return p
@@ -100,6 +102,20 @@ def curves():
               f"samples {rb[len(rb) // 2]:.2f}x (range {rb[0]:.2f} .. {rb[-1]:.2f}); "
               f"hier / MPI {hm[len(hm) // 2]:.2f}x (fastest {hb[len(hb) // 2]:.2f}x); top-k 1 % "
               f"sends {min(fewer):.1f}x fewer bytes than ring (goal >= 20x)\n")
+    # What MPI_Allreduce runs: OpenMPI 4.1's fixed decision (coll tuned) takes
+    # recursive halving + doubling (Rabenseifner: 2 log2(p) steps) from 8 KB
+    # up at 4 ranks, and from 256 KB up at 2, where it is the same halving
+    # exchange as our ring. Its own ring (algorithm 4, forced) against ours,
+    # the same algorithm on both sides, at 4 ranks:
+    forced = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+              "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}
+    p = mpi(4, AR, maxb, "9" if QUICK else "15", extra_env=forced)
+    paired = {int(m[1]): [float(v) for v in m[2].split()]
+              for m in re.finditer(r"RATIOS np=\d+ bytes=(\d+) (.*)", p.stdout)}
+    cells = [f"{b >> 20} MB {quart(v)[1]:.2f} ({quart(v)[0]:.2f}..{quart(v)[2]:.2f})"
+             for b, v in sorted(paired.items()) if b >= 1 << 20]
+    print(f"== 4 ranks, MPI_Allreduce forced to OpenMPI's ring (coll_tuned_allreduce_algorithm 4): "
+          f"our ring / its ring, paired per round, median (q1..q3): {'; '.join(cells)}\n")
     return out
 
 
