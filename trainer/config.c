@@ -329,6 +329,15 @@ static const s_opt s_opts[] = {
      .dflt = "0",
      .help = "evaluate every N steps (0 = each epoch)",
      .when = OPT_LIVE},
+    {.flag = "eval-every-samples",
+     .type = OPT_LONG,
+     .off = O(eval_every_samples),
+     .lo = 0,
+     .hi = 1 << 30,
+     .dflt = "0",
+     .help = "also evaluate once N samples were trained since the last evaluation, "
+             "whatever the batch size (0 = off)",
+     .when = OPT_LIVE},
     {.flag = "checkpoint-dir",
      .type = OPT_STR,
      .off = O(checkpoint_dir),
@@ -458,6 +467,15 @@ static const s_opt s_opts[] = {
      .help = "top-k local gradient clipping: global L2-norm threshold; each rank clips "
              "its share of a bucket at clip*sqrt(bucket params/all params/ranks) (0 = "
              "off)"},
+    {.flag = "grad-path",
+     .type = OPT_STR,
+     .off = O(grad_path),
+     .size = SZ(grad_path),
+     .choices = "auto|device|host",
+     .dflt = "auto",
+     .help = "--backend cuda, several ranks: where gradient buckets are summed: device "
+             "(NCCL in GPU memory, overlapped with backward), host (copied to host, the "
+             "comm layer's algorithms), auto (device with --comm nccl)"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
 

@@ -24,7 +24,7 @@
 
 #include "trainer/comm.h"
 
-typedef struct {
+typedef struct trn_dist_opts {
     trn_ar_algo algo;  /* ring | hier | native */
     trn_wire wire;     /* fp32 | fp16 | bf16 (ring and hier) */
     double topk;       /* 0: dense; else the fraction of each bucket sent */

@@ -287,7 +287,9 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     # must parse, and with --cpu (the CPU binary standing in for
     # jizhi-train-cuda, --comm mpi for nccl) every comparison it makes
     # passes: 1 rank through the layer = local, top-k DGC within 0.02 of
-    # dense with fewer bytes, checkpoint + resume exact, 2 ranks = 1 rank.
+    # dense with fewer bytes, checkpoint + resume exact, 2 ranks = 1 rank,
+    # and the GPU-resident gradient section's comparisons (device vs host
+    # path, overlap on vs off) with the CPU path standing in for both.
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "scripts", "gpu-check.sh")
     assert subprocess.run(["bash", "-n", script]).returncode == 0
@@ -297,7 +299,13 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     assert p.returncode == 0, p.stdout + p.stderr
     for line in ("1 rank mpi native vs local", "top-k 1% DGC vs dense local",
                  "checkpoint at step 100 and resume", "2 ranks mpi ring vs 1 rank",
-                 "2 ranks mpi top-k 1% DGC", "speed on the GPU: SKIPPED (--cpu)"):
+                 "2 ranks mpi top-k 1% DGC", "speed on the GPU: SKIPPED (--cpu)",
+                 "1 rank device path native vs local backend",
+                 "1 rank device path ring vs local backend",
+                 "1 rank device path native, overlap on vs off",
+                 "2 ranks device path vs host path, 50 steps",
+                 "2 ranks device path ring, overlap on vs off",
+                 "2 ranks device path ring, fusion auto vs host path 64 KiB"):
         assert line in p.stdout, p.stdout
     assert "FAIL" not in p.stdout, p.stdout
     bad = subprocess.run([script, "--bogus"], capture_output=True, text=True, env=e)
