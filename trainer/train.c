@@ -671,6 +671,14 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
     trn_net_sync_weights(t->net);
     if (t->backend) { /* the device backend sums its own gradients */
         char msg[TRN_ERRLEN];
+        if (o.ncompare > 0) {
+            snprintf(err, TRN_ERRLEN,
+                     "--fusion-compare: times the CPU trainer's buckets; it cannot run "
+                     "with --backend %s",
+                     t->backend->name);
+            return -1;
+        }
+        o.compare = NULL; /* cmp lives on this stack */
         if (t->backend->set_comm(t->backend->self, c, &o, cfg->grad_path, msg) < 0) {
             memcpy(err, msg, TRN_ERRLEN); /* names the flags involved */
             return -1;
