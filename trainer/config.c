@@ -417,7 +417,7 @@ static const s_opt s_opts[] = {
      .help = "benchmark of bucket layouts (dense, several ranks): after the layout in "
              "use is fixed, steps cycle through it and these KiB thresholds (e.g. "
              "0,256,1024; 0 = no fusion, -1 = the layout in use again, a control), one "
-             "step each in an order rotated each cycle, timed; the summary is printed "
+             "step each in an order shuffled each cycle, timed; the summary is printed "
              "at the end"},
     {.flag = "overlap",
      .type = OPT_BOOL,

@@ -65,8 +65,8 @@ struct trn_dist {
     char tune_note[512];
     /* the layout benchmark (opts.compare): cmp_thr[0] is the layout in
        use, the others the compared ones (cmp_again: the layout in use once
-       more, an A/A control); cycle c times each once, in an order rotated
-       by c, and the time of layout k is cmp_t[c * cmp_n + k] */
+       more, an A/A control); cycle c times each once, in an order of its
+       own (s_cmp_arm), and the time of layout k is cmp_t[c * cmp_n + k] */
     long cmp_thr[TRN_COMPARE_KB_MAX + 1];
     int cmp_again[TRN_COMPARE_KB_MAX + 1];
     int cmp_n, cmp_on;
@@ -120,10 +120,26 @@ static int s_reduce(trn_dist *d, s_bucket *b)
 static void s_layout(trn_dist *d, long thr);
 static int s_tune_decide(trn_dist *d);
 
-/* The layout benchmark's step k: which layout (rotated by the cycle). */
+/* The layout benchmark's step k: which layout. Each cycle takes the
+   layouts in its own shuffled order (Fisher-Yates on a xorshift seeded by
+   the cycle number: the same on every rank), so no layout always follows
+   the same one (a fixed or rotated order let the A/A control always
+   follow the layout it repeats, and it measured faster than itself). */
 static int s_cmp_arm(const trn_dist *d, long k)
 {
-    return (int)((k % d->cmp_n + k / d->cmp_n) % d->cmp_n);
+    int perm[TRN_COMPARE_KB_MAX + 1], n = d->cmp_n;
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(k / n + 1);
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    return perm[k % n];
 }
 static void s_thr_name(long t, char *out, size_t n);
 static int s_cmp_double(const void *a, const void *b);
@@ -291,11 +307,12 @@ int trn_dist_compare_report(const trn_dist *d, char *out, size_t n)
         return -1;
     char name[32];
     size_t used = 0;
-    int w = snprintf(out, n,
-                     "fusion compare: %ld cycles of %d steps (order rotated each cycle), "
-                     "ms per step (forward + backward + communication; q1 median q3), "
-                     "ratio to the layout in use per cycle (q1 median q3):",
-                     cycles, d->cmp_n);
+    int w =
+        snprintf(out, n,
+                 "fusion compare: %ld cycles of %d steps (order shuffled each cycle), "
+                 "ms per step (forward + backward + communication; q1 median q3), "
+                 "ratio to the layout in use per cycle (q1 median q3):",
+                 cycles, d->cmp_n);
     for (int k = 0; k < d->cmp_n && w > 0 && (used += (size_t)w) < n; k++) {
         double q[3], r[3];
         for (long c = 0; c < cycles; c++)

@@ -46,7 +46,8 @@ typedef struct trn_dist_opts {
        through the layout in use and these thresholds (bytes; 0 = no
        fusion), one step each, timing each step's trn_dist_begin .. end of
        trn_dist_finish; each cycle times every layout once, in an order
-       rotated by one each cycle; trn_dist_compare_report sums them up.
+       shuffled per cycle (the same on every rank); trn_dist_compare_report
+       sums them up.
        A threshold < 0 is the layout in use once more (an A/A control: its
        ratio shows the noise). ncompare entries (at most
        TRN_COMPARE_KB_MAX), copied. */
