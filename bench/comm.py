@@ -167,8 +167,14 @@ def fusion():
             best = min(((a, v) for a, v in arms.items() if a != "in use again"),
                        key=lambda kv: kv[1][4])
             if nf and aa:
-                verdict = ("pays" if nf[3] > 1 else "pays in most cycles" if nf[4] > 1
-                           else "does not pay")
+                if auto.startswith("no fusion"):
+                    verdict = "chose no fusion itself (the same layout: its ratio is noise)"
+                elif nf[4] > aa[5]:
+                    verdict = "pays (no fusion's median ratio above the A/A q3)"
+                elif nf[4] < aa[3]:
+                    verdict = "loses (no fusion's median ratio below the A/A q1)"
+                else:
+                    verdict = "is within the noise floor of no fusion"
                 print(f"    no fusion / auto: median per-cycle ratio {nf[4]:.3f} (q1 {nf[3]:.3f}, "
                       f"q3 {nf[5]:.3f}): auto {verdict}; best fixed ({best[0]}) / auto "
                       f"{best[1][4]:.3f}; noise floor (auto / auto, A/A) {aa[4]:.3f} (q1 "
