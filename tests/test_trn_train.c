@@ -534,6 +534,42 @@ TEST(live_control)
     trn_trainer_destroy(&t);
 }
 
+TEST(eval_every_samples)
+{
+    /* --eval-every-samples 1000 on 6000 synthetic examples, one epoch:
+       at batch 32 an evaluation once 1000 samples were trained since the
+       last (steps 32, 64, ... 160: 32 x 32 = 1024), then the epoch end (step
+       188, a last batch of 16); after a live set batch_size 100 every 10
+       steps, whatever the batch size (the steps would be 32, 64, ... with a
+       count of steps). */
+    static const long want[2][7] = {{32, 64, 96, 128, 160, 188, -1},
+                                    {10, 20, 30, 40, 50, 60, -1}};
+    for (int k = 0; k < 2; k++) {
+        trn_config c;
+        s_cfg(&c);
+        c.epochs = 1;
+        c.eval_every_samples = 1000;
+        fake_io f;
+        memset(&f, 0, sizeof f);
+        if (k == 1)
+            s_push_set(&f, "batch_size", 100);
+        trn_trainer *t = s_new(&c);
+        REQUIRE(t);
+        trn_io io = s_io(&f);
+        trn_trainer_set_io(t, &io);
+        char err[TRN_ERRLEN];
+        CHECK(trn_trainer_run(t, err) == 0);
+        int n = 0, ok = 1;
+        for (int i = 0; i < f.nrep; i++)
+            if (!strcmp(f.rep_name[i], "val_acc")) {
+                ok &= n < 6 && f.rep_step[i] == want[k][n];
+                n++;
+            }
+        CHECK(ok && n == 6);
+        trn_trainer_destroy(&t);
+    }
+}
+
 TEST(cnn_trains)
 {
     /* conv-BN-ReLU stem, a residual block per stage, stride-2 transition,
@@ -814,6 +850,7 @@ int main(void)
     RUN(checkpoint_roundtrip_and_resume);
     RUN(bad_checkpoints_refused);
     RUN(live_control);
+    RUN(eval_every_samples);
     RUN(cnn_trains);
     RUN(backend_plumbing);
     RUN(backend_dist_plumbing);

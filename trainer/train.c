@@ -953,14 +953,17 @@ int trn_trainer_run(trn_trainer *t, char *err)
         t->step_cpu += s_cpu_now() - cpu0;
         t->steps_since++;
         t->samples_since += nb;
+        t->samples_eval += nb;
         if (!isfinite(t->last_loss) && t->prec == TRN_FP32 && !c->quiet)
             fprintf(stderr, "jizhi-train: step %ld: loss is %g\n", t->step, t->last_loss);
         if (t->step % c->log_every == 0)
             s_report_train(t);
         int epoch_end = t->epoch != ep;
-        if (epoch_end || (c->eval_every > 0 && t->step % c->eval_every == 0)) {
+        if (epoch_end || (c->eval_every > 0 && t->step % c->eval_every == 0) ||
+            (c->eval_every_samples > 0 && t->samples_eval >= c->eval_every_samples)) {
             double vl, va;
             s_report_eval(t, &vl, &va);
+            t->samples_eval = 0;
             if (epoch_end && !c->quiet)
                 fprintf(
                     stderr,

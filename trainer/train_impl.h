@@ -35,9 +35,10 @@ struct trn_trainer {
     double loss_acc; /* sum of batch losses since last report */
     long loss_n;
     long samples_since;
-    double t_since;   /* time at last train report */
-    double step_cpu;  /* process CPU-seconds in training steps since then */
-    long steps_since; /* steps since then */
+    long samples_eval; /* samples trained since the last evaluation */
+    double t_since;    /* time at last train report */
+    double step_cpu;   /* process CPU-seconds in training steps since then */
+    long steps_since;  /* steps since then */
     double last_loss;
     double gs_small, gs_big; /* last |G|^2 at micro-batch and batch */
     int b_small, b_big;

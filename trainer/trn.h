@@ -76,6 +76,7 @@ typedef struct trn_config {
     int threads;                  /* BLAS threads (0 = all cores) */
     int log_every;                /* report train metrics every N steps */
     int eval_every;               /* evaluate every N steps (0 = each epoch) */
+    long eval_every_samples;      /* also once N samples since the last eval (0 = off) */
     char checkpoint_dir[256];     /* "" = the helper's directory */
     int checkpoint_every;         /* save every N epochs (0 = only on request) */
     char resume[256];             /* checkpoint to resume from */
