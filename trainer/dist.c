@@ -123,8 +123,8 @@ static int s_tune_decide(trn_dist *d);
 /* The layout benchmark's step k: which layout. Each cycle takes the
    layouts in its own shuffled order (Fisher-Yates on a xorshift seeded by
    the cycle number: the same on every rank), so no layout always follows
-   the same one (a fixed or rotated order let the A/A control always
-   follow the layout it repeats, and it measured faster than itself). */
+   the same one (with a rotated order the A/A control always followed the
+   layout it repeats, which could favour it). */
 static int s_cmp_arm(const trn_dist *d, long k)
 {
     int perm[TRN_COMPARE_KB_MAX + 1], n = d->cmp_n;
