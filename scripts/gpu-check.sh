@@ -31,7 +31,10 @@
 #      1e-5 relative after DH_STEPS (50) steps for native, ring, ring without
 #      overlap, ring and hier with a bf16 wire, and overlap on/off give the same
 #      bits; ring with automatic fusion (curve timed on the device, layout
-#      from 3 timed steps; its line printed) equals the host path (1e-5); ms per step (from the best samples/s) printed next to each, no
+#      from 3 timed steps; its line printed) equals the host path (1e-5);
+#      then ms per step of 2 ranks on a bigger MLP (784-2048-2048-2048-10,
+#      batch 8192, bf16) for device ring with overlap on and off, device
+#      native and host ring (timing only); ms per step (from the best samples/s) printed next to each, no
 #      assertion on time;
 #   5. speed: samples/s of jizhi-train-cuda and of PyTorch on the same GPU
 #      (same MLP, data resident on the device for PyTorch, fp32 and bf16
@@ -260,6 +263,25 @@ if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }
     v=$(exact "${r1:-}" "${r0:-}"); [ "$v" = ok ] || status=1
     printf '2 ranks device path ring, overlap on vs off: val_loss %s vs %s: %s (same bits)\n' \
         "$r1" "$r0" "$v"
+    if [ "$CPU_ONLY" = 1 ]; then
+        echo "2 ranks overlap timing (MLP 784-2048-2048-2048-10, batch 8192): SKIPPED (--cpu)"
+    else
+        # where overlap can matter: 4 big layers, ~10 M parameters; times only
+        echo "2 ranks, MLP 784-2048-2048-2048-10, batch 8192, bf16, 200 steps: ms per step (no assertion)"
+        printf '%-28s %10s\n' path ms/step
+        for cfg in "device ring overlap=1 --grad-path device --allreduce ring --overlap 1" \
+                   "device ring overlap=0 --grad-path device --allreduce ring --overlap 0" \
+                   "device native overlap=1 --grad-path device --allreduce native --overlap 1" \
+                   "host ring --grad-path host --allreduce ring --overlap 1"; do
+            name=${cfg%% --*}; flags=(${cfg#"$name" })
+            o=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" --backend cuda --comm nccl --hidden 2048,2048,2048 \
+                --batch-size 8192 --precision bf16 --max-steps 200 --epochs 1000 --log-every 40 \
+                --eval-every 100000 --fusion-kb 1024 "${flags[@]}" 2>&1) || { echo "$o" | tail -5; status=1; }
+            v=$(echo "$o" | sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g | tail -1)
+            printf '%-28s %10s\n' "$name" "$("$PYTHON" -c "import sys; v=float(sys.argv[1] or 0); \
+print('%.2f' % (8192e3 / v) if v > 0 else '-')" "${v:-}")"
+        done
+    fi
 else
     echo "2 ranks device path vs host path: SKIPPED (needs 2 GPUs and mpirun; found $ngpu GPU(s))"
 fi

@@ -409,6 +409,16 @@ static const s_opt s_opts[] = {
      .hi = 1 << 20,
      .dflt = "-1",
      .help = "gradient bucket KiB (0 = no fusion, -1 = auto from a measured curve)"},
+    {.flag = "fusion-compare",
+     .type = OPT_STR,
+     .off = O(fusion_compare),
+     .size = SZ(fusion_compare),
+     .dflt = "",
+     .help = "benchmark of bucket layouts (dense, several ranks): after the layout in "
+             "use is fixed, steps cycle through it and these KiB thresholds (e.g. "
+             "0,256,1024; 0 = no fusion, -1 = the layout in use again, a control), one "
+             "step each in an order shuffled each cycle, timed; the summary is printed "
+             "at the end"},
     {.flag = "overlap",
      .type = OPT_BOOL,
      .off = O(overlap),
@@ -767,6 +777,27 @@ int trn_parse_int_list(const char *s, int *out, int max)
     }
 }
 
+int trn_parse_kb_list(const char *s, long *out, int max)
+{
+    int n = 0;
+    const char *p = s;
+    if (!*p)
+        return 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < -1 || v > 1 << 20 || n >= max)
+            return -1;
+        out[n++] = v;
+        if (*end == 0)
+            return n;
+        if (*end != ',')
+            return -1;
+        p = end + 1;
+    }
+}
+
 trn_precision trn_precision_from_name(const char *s)
 {
     if (!strcmp(s, "bf16"))
@@ -793,6 +824,18 @@ int trn_config_validate(const trn_config *c, char *err)
         s_err(err,
               "--channels: expected 1 to 8 comma-separated sizes like 16,32, got \"%s\"",
               c->channels);
+        return -1;
+    }
+    long kb[TRN_COMPARE_KB_MAX];
+    if (trn_parse_kb_list(c->fusion_compare, kb, TRN_COMPARE_KB_MAX) < 0) {
+        s_err(err,
+              "--fusion-compare: expected up to %d comma-separated KiB like 0,256,1024 "
+              "(each -1 .. 1048576), got \"%s\"",
+              TRN_COMPARE_KB_MAX, c->fusion_compare);
+        return -1;
+    }
+    if (c->fusion_compare[0] && c->topk > 0) {
+        s_err(err, "--fusion-compare: compares dense layouts; it cannot run with --topk");
         return -1;
     }
     if (c->micro_batch > c->batch_size) {

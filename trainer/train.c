@@ -647,6 +647,13 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
         o.nesterov = cfg->nesterov;
         t->dist_corrected = 1;
     }
+    long cmp[TRN_COMPARE_KB_MAX];
+    o.ncompare = trn_parse_kb_list(cfg->fusion_compare, cmp, TRN_COMPARE_KB_MAX);
+    if (o.ncompare < 0 || (o.ncompare > 0 && cfg->topk > 0))
+        o.ncompare = 0;                  /* trn_config_validate said why */
+    for (int i = 0; i < o.ncompare; i++) /* -1 (the layout in use) stays */
+        cmp[i] = cmp[i] < 0 ? -1 : cmp[i] * 1024;
+    o.compare = cmp;
     int np = trn_net_nparams(t->net);
     t->unscale = calloc((size_t)np, sizeof(double));
     if (!t->unscale) {
@@ -664,6 +671,14 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
     trn_net_sync_weights(t->net);
     if (t->backend) { /* the device backend sums its own gradients */
         char msg[TRN_ERRLEN];
+        if (o.ncompare > 0) {
+            snprintf(err, TRN_ERRLEN,
+                     "--fusion-compare: times the CPU trainer's buckets; it cannot run "
+                     "with --backend %s",
+                     t->backend->name);
+            return -1;
+        }
+        o.compare = NULL; /* cmp lives on this stack */
         if (t->backend->set_comm(t->backend->self, c, &o, cfg->grad_path, msg) < 0) {
             memcpy(err, msg, TRN_ERRLEN); /* names the flags involved */
             return -1;
@@ -993,6 +1008,10 @@ int trn_trainer_run(trn_trainer *t, char *err)
     if ((t->dist || t->backend_dist) && t->rank == 0 && !c->quiet && t->step > 0)
         fprintf(stderr, "jizhi-train: rank 0 sent %.3f MB of gradients in %ld steps\n",
                 (double)t->comm->bytes_out / 1e6, t->step);
+    char line[1024];
+    if (t->dist && t->rank == 0 && c->fusion_compare[0] &&
+        trn_dist_compare_report(t->dist, line, sizeof line) == 0)
+        fprintf(stderr, "jizhi-train: %s\n", line);
     if (c->save[0] && trn_trainer_save(t, c->save, err) < 0)
         return -1;
     return 0;

@@ -84,17 +84,18 @@ typedef struct trn_config {
     char backend[8];              /* cpu | cuda */
     int quiet;                    /* no progress lines on stderr */
     /* data-parallel ranks (comm.h, dist.h) */
-    char comm[8];        /* auto | local | mpi | nccl: the backend */
-    char allreduce[8];   /* ring | hier | native */
-    int ranks_per_node;  /* hier: ranks per node (0 = MPI's shared-memory split) */
-    long fusion_kb;      /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
-    int overlap;         /* all-reduce on a thread during backward */
-    char wire[8];        /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
-    double topk;         /* 0 = dense; else the fraction of each bucket sent */
-    int topk_correction; /* top-k + sgd/lars momentum: momentum correction */
-    double topk_warmup;  /* epochs of density warm-up, 25% -> topk exponentially */
-    double topk_clip;    /* local gradient clipping threshold (0 = off) */
-    char grad_path[8];   /* auto | device | host: --backend cuda's gradient exchange */
+    char comm[8];            /* auto | local | mpi | nccl: the backend */
+    char allreduce[8];       /* ring | hier | native */
+    int ranks_per_node;      /* hier: ranks per node (0 = MPI's shared-memory split) */
+    long fusion_kb;          /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
+    char fusion_compare[64]; /* benchmark: KiB list the steps cycle through ("" = off) */
+    int overlap;             /* all-reduce on a thread during backward */
+    char wire[8];            /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
+    double topk;             /* 0 = dense; else the fraction of each bucket sent */
+    int topk_correction;     /* top-k + sgd/lars momentum: momentum correction */
+    double topk_warmup;      /* epochs of density warm-up, 25% -> topk exponentially */
+    double topk_clip;        /* local gradient clipping threshold (0 = off) */
+    char grad_path[8]; /* auto | device | host: --backend cuda's gradient exchange */
 } trn_config;
 
 /* Fills `c` with the defaults. */
@@ -140,6 +141,11 @@ void trn_config_usage(FILE *out);
 
 /* Parses "256,256" into sizes (max n). Returns count or -1. */
 int trn_parse_int_list(const char *s, int *out, int max);
+
+/* Parses a comma-separated list of KiB (each -1 .. 2^20) into out (at most
+   max); returns the count, or -1 when malformed or too long. */
+int trn_parse_kb_list(const char *s, long *out, int max);
+#define TRN_COMPARE_KB_MAX 8 /* --fusion-compare: at most this many thresholds */
 
 trn_precision trn_precision_from_name(const char *s);
 const char *trn_precision_name(trn_precision p);
