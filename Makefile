@@ -17,7 +17,7 @@ SANITIZE ?=
 BUILD    ?= build
 
 ifneq ($(SANITIZE),)
-BUILD    := build-san
+override BUILD := build-san
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 

@@ -7,7 +7,8 @@ same run.
    MPI_Allreduce of the same OpenMPI (build/bench/comm_allreduce).
 2. Fusion: step time of the MLP and the CNN on 2 ranks, no fusion (a bucket
    per tensor) vs the automatic threshold vs fixed thresholds (64 KiB ..
-   4 MiB), overlap on; and auto without overlap.
+   4 MiB), interleaved step by step in one run (--fusion-compare), with
+   overlap on and off.
 3. Convergence: Fashion-MNIST MLP, global batch 8192, LARS: 1 rank vs 4
    ranks dense vs 4 ranks top-k 1 %: plain error feedback, + momentum
    correction and factor masking, + density warm-up and local clipping (Deep
@@ -33,7 +34,7 @@ TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 AR = os.path.join(BUILD, "bench", "comm_allreduce")
 QUICK = "--quick" in sys.argv
 # --only=curves,fusion,convergence: run those parts (the model needs the curves);
-# --rounds=N: fusion rounds (1 with --quick, else 3)
+# --cycles=N: fusion cycles through the layouts (12 with --quick, else 40)
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")),
             "curves,fusion,convergence").split(",")
 MPIRUN = shutil.which("mpirun")
@@ -47,9 +48,11 @@ def env():
     return e
 
 
-def mpi(np_, *cmd, timeout=1200):
+def mpi(np_, *cmd, timeout=1200, extra_env=None):
     argv = list(cmd) if np_ == 1 else [MPIRUN, "--oversubscribe", "-np", str(np_), *cmd]
-    p = subprocess.run(argv, capture_output=True, text=True, env=env(), timeout=timeout)
+    e = env()
+    e.update(extra_env or {})
+    p = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=timeout)
     if p.returncode != 0:
         sys.exit(f"bench-comm: {' '.join(argv)} failed:\n{p.stdout}\n{p.stderr}")
     return p
@@ -61,17 +64,25 @@ def metric(stderr, name):
 
 # ---- 1. all-reduce curves ----------------------------------------------------------
 
+def quart(xs):
+    """q1, median, q3 (nearest rank) of a non-empty list."""
+    xs = sorted(xs)
+    return tuple(xs[int(q * (len(xs) - 1) + 0.5)] for q in (0.25, 0.5, 0.75))
+
+
 def curves():
     out = {}
     maxb = str(16 << 20) if QUICK else str(64 << 20)
-    rounds = "9" if QUICK else "15"
+    rounds = "9" if QUICK else "31"
     for np_ in (2, 4):
         p = mpi(np_, AR, maxb, rounds)
-        print("\n".join(l for l in p.stdout.splitlines() if not l.startswith("CURVE")))
+        print("\n".join(l for l in p.stdout.splitlines() if not l.startswith(("CURVE", "RATIOS"))))
         for m in re.finditer(r"CURVE np=(\d+) algo=(\S+) bytes=(\d+) time=(\S+) sent=(\d+) "
                              r"tmin=(\S+)", p.stdout):
             out.setdefault(int(m[1]), {}).setdefault(m[2], []).append(
                 (int(m[3]), float(m[4]), int(m[5]), float(m[6])))
+        paired = {int(m[1]): [float(v) for v in m[2].split()]
+                  for m in re.finditer(r"RATIOS np=\d+ bytes=(\d+) (.*)", p.stdout)}
         rows = out[np_]
 
         def ratios(algo, col):
@@ -79,68 +90,97 @@ def curves():
                           if r[0] >= 1 << 20)
         rm, rb = ratios("ring", 1), ratios("ring", 3)
         hm, hb = ratios("hier", 1), ratios("hier", 3)
+        big = {b: v for b, v in paired.items() if b >= 1 << 20}
+        per_size = sorted(quart(v)[1] for v in big.values())
+        pooled = quart([x for v in big.values() for x in v])
         fewer = [r[2] / t[2] for r, t in zip(rows["ring"], rows["topk1%"]) if t[2]]
-        print(f"== {np_} ranks, sizes >= 1 MB: ring busbw / MPI_Allreduce busbw: median over "
-              f"sizes {rm[len(rm) // 2]:.2f}x (range {rm[0]:.2f} .. {rm[-1]:.2f}; fastest "
-              f"samples {rb[len(rb) // 2]:.2f}x, range {rb[0]:.2f} .. {rb[-1]:.2f}; goal >= 0.9); "
+        print(f"== {np_} ranks, sizes >= 1 MB: ring busbw / MPI_Allreduce busbw, paired per round: "
+              f"median over sizes {per_size[len(per_size) // 2]:.2f}x (sizes' medians "
+              f"{' '.join(f'{x:.2f}' for x in per_size)}; all rounds of these sizes q1 "
+              f"{pooled[0]:.2f}, median {pooled[1]:.2f}, q3 {pooled[2]:.2f}; goal >= 0.9); ratio "
+              f"of medians {rm[len(rm) // 2]:.2f}x (range {rm[0]:.2f} .. {rm[-1]:.2f}); fastest "
+              f"samples {rb[len(rb) // 2]:.2f}x (range {rb[0]:.2f} .. {rb[-1]:.2f}); "
               f"hier / MPI {hm[len(hm) // 2]:.2f}x (fastest {hb[len(hb) // 2]:.2f}x); top-k 1 % "
               f"sends {min(fewer):.1f}x fewer bytes than ring (goal >= 20x)\n")
+    # What MPI_Allreduce runs: OpenMPI 4.1's fixed decision (coll tuned) takes
+    # recursive halving + doubling (Rabenseifner: 2 log2(p) steps) from 8 KB
+    # up at 4 ranks, and from 256 KB up at 2, where it is the same halving
+    # exchange as our ring. Its own ring (algorithm 4, forced) against ours,
+    # the same algorithm on both sides, at 4 ranks:
+    forced = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+              "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}
+    p = mpi(4, AR, maxb, "9" if QUICK else "15", extra_env=forced)
+    paired = {int(m[1]): [float(v) for v in m[2].split()]
+              for m in re.finditer(r"RATIOS np=\d+ bytes=(\d+) (.*)", p.stdout)}
+    cells = [f"{b >> 20} MB {quart(v)[1]:.2f} ({quart(v)[0]:.2f}..{quart(v)[2]:.2f})"
+             for b, v in sorted(paired.items()) if b >= 1 << 20]
+    print(f"== 4 ranks, MPI_Allreduce forced to OpenMPI's ring (coll_tuned_allreduce_algorithm 4): "
+          f"our ring / its ring, paired per round, median (q1..q3): {'; '.join(cells)}\n")
     return out
 
 
 # ---- 2. fusion -----------------------------------------------------------------
 
 def fusion():
-    # auto times up to 6 layouts x 4 steps at the start: every config is
-    # measured after step 30 only (the steps before count for none)
-    skip = 30
-    steps = "50" if QUICK else "70"
-    rounds = int(next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--rounds=")),
-                      1 if QUICK else 3))
+    # One run per model and overlap setting: auto fusion tunes in the first
+    # steps, then (--fusion-compare) the steps cycle through auto's choice,
+    # no fusion and fixed thresholds, one step each, so every layout is
+    # timed at the same moments as the others: the per-cycle ratios to
+    # auto's choice cancel load that comes and goes (separate runs of one
+    # layout differed 1.7-2.3x on this shared machine).
+    cycles = 12 if QUICK else int(next((a.split("=", 1)[1] for a in sys.argv
+                                        if a.startswith("--cycles=")), 40))
+    fixed = ["-1", "0", "64", "256", "1024", "4096"]  # -1: auto's choice again (A/A)
     models = {
         "MLP 1024,1024 batch 512": ["--hidden", "1024,1024", "--batch-size", "512"],
         "CNN 16,32 batch 128": ["--model", "cnn", "--batch-size", "128"],
     }
-    fixed = ["64", "256", "1024", "4096"]
-    configs = [("no fusion", ["--fusion-kb", "0"]), ("auto", ["--fusion-kb", "-1"])] + \
-        [(f"{k} KiB", ["--fusion-kb", k]) for k in fixed] + \
-        [("auto, no overlap", ["--fusion-kb", "-1", "--overlap", "0"])]
-    print(f"fusion: step time on 2 ranks (steps {skip} .. {steps}, Fashion-MNIST subset, 1 "
-          f"thread per rank; median of {rounds} interleaved rounds): no fusion vs the automatic "
-          f"threshold (model, then timing the candidates in the first steps) vs fixed thresholds")
+    num = r"([\d.]+) ([\d.]+) ([\d.]+)"
+    print(f"fusion: 2 ranks, Fashion-MNIST subset, 1 thread per rank; auto fusion's choice vs no "
+          f"fusion vs fixed thresholds, interleaved one step each for {cycles} cycles after auto's "
+          f"tuning steps (ms per step: forward + backward + exposed communication, q1 median q3; "
+          f"ratio: per cycle, layout / auto's choice, q1 median q3)")
     for name, args in models.items():
-        base = [TRAIN, "--train-subset", "20000", "--val-size", "500", "--epochs", "100",
-                "--max-steps", steps, "--log-every", "5", "--eval-every", "1000000",
-                "--threads", "1", *args]
-        bs = float(args[args.index("--batch-size") + 1])
-        times, layout, model_line = {}, {}, ""
-        for _ in range(rounds):
-            for label, extra in configs:
-                p = mpi(2, *base, *extra)
-                sps = [float(v) for st, v in re.findall(
-                    r"jizhi: step (\d+) samples_per_s=(\S+)", p.stderr) if int(st) > skip]
-                times.setdefault(label, []).append(bs / (sum(sps) / len(sps)) * 1000)
-                m = re.search(r"fusion (\d+) KiB \((\d+) buckets", p.stderr)
-                layout[label] = f"{m[2]} buckets, >= {m[1]} KiB" if m else "?"
-                m = re.search(r"using (.+?) \((\d+) buckets\)", p.stderr)
-                if m:  # auto's measured choice
-                    layout[label] = f"{m[2]} buckets, {m[1]}"
-                if label == "auto":
-                    model_line = "; ".join(re.findall(r"fusion auto: (.*)", p.stderr))
-        med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-        best = min((f"{k} KiB" for k in fixed), key=lambda k: med[k])
-        print(f"  {name}:")
-        for label, _ in configs:
-            print(f"    {label:>17}: {med[label]:7.1f} ms/step ({layout[label]})")
-        # with few tensors, thresholds giving auto's bucket count group the
-        # same tensors: they time the same work, so their spread is this
-        # run's noise floor
-        same = [k for k, _ in configs if "no overlap" not in k and
-                layout[k].split(",")[0] == layout["auto"].split(",")[0]]
-        spread = max(med[k] for k in same) / min(med[k] for k in same)
-        print(f"    auto / no fusion = {med['auto'] / med['no fusion']:.2f}x time, auto / best "
-              f"fixed ({best}) = {med['auto'] / med[best]:.2f}x; runs with auto's bucket count "
-              f"({', '.join(same)}) spread {spread:.2f}x (noise floor); auto's model: {model_line}")
+        for overlap in ("1", "0"):
+            # tuning: at most 6 layouts x 4 steps; then the cycles
+            steps = str(24 + cycles * (len(fixed) + 1))
+            p = mpi(2, TRAIN, "--train-subset", "20000", "--val-size", "500", "--epochs", "100",
+                    "--max-steps", steps, "--log-every", "1000", "--eval-every", "1000000",
+                    "--threads", "1", "--fusion-kb", "-1", "--overlap", overlap,
+                    "--fusion-compare", ",".join(fixed), *args)
+            m = re.search(r"fusion compare: (\d+) cycles .*?: (.+?) \(auto's choice\) " + num +
+                          r"(.*)", p.stderr)
+            if not m:
+                sys.exit(f"bench-comm: no fusion compare line:\n{p.stderr}")
+            auto, rest = m[2], m[6]
+            arms = {a: tuple(float(v) for v in g) for a, *g in re.findall(
+                r"; (in use again|no fusion|\d+ KiB) " + num + r" ratio " + num, rest)}
+            tuned = re.search(r"fusion auto: timed .*", p.stderr)
+            buckets = re.search(r"using .+? \((\d+) buckets\)", p.stderr)
+            print(f"  {name}, overlap {'on' if overlap == '1' else 'off'} ({m[1]} cycles):")
+            print(f"    {'auto: ' + auto + (' (' + buckets[1] + ' buckets)' if buckets else ''):>34}"
+                  f": {float(m[3]):7.1f} {float(m[4]):7.1f} {float(m[5]):7.1f} ms")
+            for a, v in arms.items():
+                print(f"    {a:>34}: {v[0]:7.1f} {v[1]:7.1f} {v[2]:7.1f} ms   ratio to auto "
+                      f"{v[3]:.3f} {v[4]:.3f} {v[5]:.3f}")
+            nf, aa = arms.get("no fusion"), arms.get("in use again")
+            best = min(((a, v) for a, v in arms.items() if a != "in use again"),
+                       key=lambda kv: kv[1][4])
+            if nf and aa:
+                if auto.startswith("no fusion"):
+                    verdict = "chose no fusion itself (the same layout: its ratio is noise)"
+                elif nf[4] > aa[5]:
+                    verdict = "pays (no fusion's median ratio above the A/A q3)"
+                elif nf[4] < aa[3]:
+                    verdict = "loses (no fusion's median ratio below the A/A q1)"
+                else:
+                    verdict = "is within the noise floor of no fusion"
+                print(f"    no fusion / auto: median per-cycle ratio {nf[4]:.3f} (q1 {nf[3]:.3f}, "
+                      f"q3 {nf[5]:.3f}): auto {verdict}; best fixed ({best[0]}) / auto "
+                      f"{best[1][4]:.3f}; noise floor (auto / auto, A/A) {aa[4]:.3f} (q1 "
+                      f"{aa[3]:.3f}, q3 {aa[5]:.3f})")
+            if tuned:
+                print(f"    {tuned[0]}")
     print()
 
 

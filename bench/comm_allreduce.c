@@ -11,14 +11,16 @@
     1 MB of data per batch, at least one call) between two barriers; the
     sample's time is the slowest rank's time per call. Rounds interleave
     the algorithms (the order rotates each round), and each algorithm's time
-    is the median of its samples; q1/q3 of the per-round ratios give the
-    spread, and the fastest samples (the least disturbed by other programs)
-    give a second ratio. The nccl-tests
-    definitions: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n. Also
-    the bytes each rank sent (the layer counts them; for MPI_Allreduce the
-    ring volume is assumed) and the ratios.
-    Machine-readable lines start with "CURVE".
-    Usage: comm_allreduce [max_bytes [rounds]]
+    is the median of its samples. The ring/MPI ratio is also taken per
+    round, from two samples of the same moment: its median and q1..q3 over
+    the rounds are the paired comparison, the least moved by load that comes
+    and goes; the fastest samples (the least disturbed by other programs)
+    give a third ratio. The nccl-tests definitions: algbw = bytes / time,
+    busbw = algbw * 2 (n - 1) / n. Also the bytes each rank sent (the layer
+    counts them; for MPI_Allreduce the ring volume is assumed).
+    Machine-readable lines start with "CURVE" (per algorithm and size) and
+    "RATIOS" (the per-round ring/MPI ratios of a size, in round order).
+    Usage: comm_allreduce [max_bytes [rounds]] (default 64 MiB, 31 rounds)
 */
 #include <stdio.h>
 
@@ -84,7 +86,7 @@ int main(int argc, char **argv)
         return 1;
     }
     long max_bytes = argc > 1 ? atol(argv[1]) : 64L << 20;
-    int rounds = argc > 2 ? atoi(argv[2]) : 15;
+    int rounds = argc > 2 ? atoi(argv[2]) : 31;
     if (max_bytes < 4096 || rounds < 1) {
         fprintf(stderr, "usage: comm_allreduce [max_bytes >= 4096 [rounds >= 1]]\n");
         trn_comm_destroy(&c);
@@ -104,7 +106,7 @@ int main(int argc, char **argv)
         printf("%10s", "bytes");
         for (int a = 0; a < A_N; a++)
             printf(" | %-7s algbw  busbw", s_names[a]);
-        printf(" | ring/mpi busbw (q1..q3), fastest samples | topk bytes vs ring\n");
+        printf(" | ring/mpi busbw; per round (q1..q3), fastest | topk bytes vs ring\n");
     }
     for (long bytes = 4096; bytes <= max_bytes; bytes *= 4) {
         long n = bytes / 4;
@@ -138,14 +140,21 @@ int main(int argc, char **argv)
             tmin[a] = samp[a * rounds];
             bus[a] = bytes / t[a] * 2.0 * (p - 1) / p;
         }
+        if (c->rank == 0) { /* the per-round ratios in round order */
+            printf("RATIOS np=%d bytes=%ld", p, bytes);
+            for (int r = 0; r < rounds; r++)
+                printf(" %.4f", ratio[r]);
+            printf("\n");
+        }
         qsort(ratio, (size_t)rounds, sizeof(double), s_cmp_d);
         if (c->rank == 0) {
             printf("%10ld", bytes);
             for (int a = 0; a < A_N; a++)
                 printf(" | %7s %5.2f %6.2f", "", bytes / t[a] / 1e9, bus[a] / 1e9);
-            printf(" | %5.2f (%4.2f..%4.2f) best %4.2f | %.1fx fewer\n",
-                   bus[A_RING] / bus[A_MPI], s_quant(ratio, rounds, 0.25),
-                   s_quant(ratio, rounds, 0.75), tmin[A_MPI] / tmin[A_RING],
+            printf(" | %5.2f; %4.2f (%4.2f..%4.2f) best %4.2f | %.1fx fewer\n",
+                   bus[A_RING] / bus[A_MPI], s_quant(ratio, rounds, 0.5),
+                   s_quant(ratio, rounds, 0.25), s_quant(ratio, rounds, 0.75),
+                   tmin[A_MPI] / tmin[A_RING],
                    (double)sent[A_RING] / (double)(sent[A_TOPK] ? sent[A_TOPK] : 1));
             for (int a = 0; a < A_N; a++)
                 printf("CURVE np=%d algo=%s bytes=%ld time=%.9g sent=%llu tmin=%.9g\n", p,
@@ -155,8 +164,9 @@ int main(int argc, char **argv)
     if (c->rank == 0)
         printf(
             "(GB/s; busbw = algbw * 2(n-1)/n; top-k: dense bytes / time; ring/mpi: "
-            "ratio of the medians, q1..q3 of the per-round ratios, ratio of the fastest "
-            "samples: the least disturbed by other load)\n");
+            "ratio of the medians; median (q1..q3) of the per-round ratios, each of two "
+            "samples taken in the same round; ratio of the fastest samples: the least "
+            "disturbed by other load)\n");
     free(buf);
     free(res);
     free(samp);

@@ -3,12 +3,18 @@ fixed batch size of a grid, each at its best learning rate, and against
 linear scaling at a large batch (part of `make bench-schedulers`). A
 benchmark, not a test: nothing is asserted.
 
-Measure: wall time (and samples) from the trial's start to the first
-val_acc >= target, and the trainer's CPU-seconds by then (polled from
-/proc every 0.25 s; on a shared machine the wall time moves with the load,
-the CPU time much less), on Fashion-MNIST with jizhi-train (SGD, momentum 0.9,
-one thread: with two, OpenBLAS's waiting threads counted CPU time that
-grew with the load), evaluated every 3200 samples. The anchor is Pollux's goodput (Qiao et al.,
+Measure, to the first val_acc >= target: the samples; the profiled time,
+the steps taken at each batch size times that size's step time from the
+step-time curve measured first (standalone runs of the same setting, each
+size at the faster of two runs, the lower quartile of its reports: the
+machine's speed at that size, which the load of a shared machine cannot
+reach into the arms' own numbers; as in Pollux's evaluation, which replays
+measured throughput; evaluation and start-up are left out, the same for
+every arm); the wall time from the trial's start; and the trainer's
+CPU-seconds by then (polled from /proc every 0.25 s). On Fashion-MNIST with
+jizhi-train (SGD, momentum 0.9, one thread per rank: with two, OpenBLAS's
+waiting threads counted CPU time that grew with the load), evaluated every
+3200 samples (--eval-every-samples, whatever the batch size). The anchor is Pollux's goodput (Qiao et al.,
 OSDI 2021): the scheduler picks the batch size that maximises throughput
 x statistical efficiency, the latter from the gradient noise scale the
 trainer reports, and rescales lr with AdaScale.
@@ -22,15 +28,17 @@ stored report, not the stop):
                 each B at the c that needed the fewest samples for it on the
                 first seed ("best lr in hindsight"; at one batch size the cost
                 is proportional to the samples, which the load does not
-                move). best_fixed per seed: the cheapest fixed arm. Cheapest: least trainer CPU-s to the target
-                (--rank cpu, the default: the wall time of one run moved up
-                to 10x with the shared machine's load) or wall time
-                (--rank time).
+                move). best_fixed per seed: the cheapest fixed arm by the
+                profiled time (--rank profile, the default: at load 9-15
+                the wall time and CPU-s of one 2-rank run moved up to 10x),
+                the trainer's CPU-s (--rank cpu) or wall time (--rank time).
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
   batchsize     scheduler batchsize from B0 = 64 at the lr that was best for
                 fixed 64 on the first seed (the fixed arms' hindsight; run
-                after them), range 32..1024,
+                after them), range 32..1024, "probe_interval": 50 (the
+                first change and the one after an exploring x2 wait for the
+                measurements only, not for the 200-step interval),
                 AdaScale, "grow_only": true (measured: with the default
                 the batch went down as often as up, e.g. 128 -> 32 after a
                 noisy throughput fit, and such a shrink cost accuracy),
@@ -45,13 +53,16 @@ stored report, not the stop):
   batchsize-default  the scheduler's defaults (wall-clock throughput, may
                 shrink), with "momentum": 0.9.
 
-Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
+Settings: a model, and with "-2r" two data-parallel ranks (trial.ranks 2,
+mpirun; every step all-reduces the gradient, a fixed cost per step, so
+throughput grows with the batch: Pollux's setting). Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
 with 1 seed and no sweep (c = 1) in the full run and not in --quick: a CNN
 step costs ~20x an MLP step on these 2 cores. Wall times depend on the
 machine's load (it is shared); samples do not. Writes the "batchsize"
 section of $BENCH_SCHED_JSON (medians over seeds, MLP).
 
-    python3 bench/schedulers_batchsize.py [--quick] [--seeds 5] [--models mlp,cnn]
+    python3 bench/schedulers_batchsize.py [--quick] [--seeds 5] [--models mlp,mlp-2r,cnn]
+        [--target 0.88 --subset 0 --epochs 8] [--lock /tmp/jizhi-bench.lock]
 """
 import argparse
 import json
@@ -91,18 +102,71 @@ MODELS = {
 }
 
 
+def split_setting(setting):
+    """'mlp-2r' -> ('mlp', 2): a model of MODELS and its data-parallel ranks."""
+    model, _, r = setting.partition("-")
+    if model not in MODELS or (r and not (r.endswith("r") and r[:-1].isdigit())):
+        raise SystemExit("batchsize: unknown setting %r (mlp, cnn, optionally -<N>r for N "
+                         "ranks, e.g. mlp-2r)" % setting)
+    return model, int(r[:-1]) if r else 1
+
+
 def base_cmd(model, seed, batch, args):
     flags, subset, _, epochs = MODELS[model]
+    epochs = args.epochs or epochs
+    subset = subset if args.subset is None else args.subset
     if args.quick:
         subset = subset // 3
     return ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset", str(subset),
-            "--val-size", "5000", "--epochs", str(epochs), "--eval-every",
-            str(max(1, EVAL_SAMPLES // batch)), "--log-every", "10", "--threads", "1",
+            "--val-size", "5000", "--epochs", str(epochs), "--eval-every-samples",
+            str(EVAL_SAMPLES), "--log-every", "10", "--threads", "1",
             "--quiet", "--seed", str(seed), "--momentum", "0.9"] + flags
 
 
 def target_of(model, args):
+    if args.target:
+        return args.target
     return MODELS[model][2] - (0.03 if args.quick else 0)
+
+
+def step_curve(model, ranks, args, batches):
+    """The trainer's step time over batch sizes: {B: (wall ms, CPU ms of rank 0, total
+    CPU us per example)} from standalone runs (medians of its reports after the
+    first two), the setting's ranks under mpirun. What the scheduler's throughput
+    fit sees, measured apart so it can be judged."""
+    out = {}
+    # every size twice, up then down: a size is taken at its faster run (on
+    # the shared machine one run at 1024 took 469 ms a step, 5 ms in others)
+    for b in list(batches) + list(reversed(batches)):
+        steps = max(40, 30000 // b)
+        cmd = base_cmd(model, 1, b, args) + ["--batch-size", str(b), "--max-steps", str(steps),
+                                             "--eval-every-samples", "0", "--epochs", "1000"]
+        if ranks > 1:
+            cmd = [shutil.which("mpirun") or "mpirun", "--oversubscribe", "-np", str(ranks)] + \
+                cmd
+        e = env()
+        e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        p = subprocess.run(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+        sps, cpu = [], []
+        for line in p.stderr.splitlines():
+            if line.startswith("jizhi: step ") and "=" in line:
+                k, _, v = line.split()[-1].partition("=")
+                if k == "samples_per_s":
+                    sps.append(float(v))
+                elif k == "step_cpu_s":
+                    cpu.append(float(v))
+        if len(sps) < 3 or len(cpu) < 3:
+            sys.stderr.write("step curve B=%d: no reports (rc %d): %s\n" % (
+                b, p.returncode, p.stderr[-800:]))
+            continue
+        # the lower quartile: a report spans 10 steps, and the other jobs of a
+        # shared machine only ever slow a step down
+        w = sorted(sps[2:])[len(sps[2:]) * 3 // 4]
+        c = sorted(cpu[2:])[len(cpu[2:]) // 4]
+        if b not in out or 1e3 * b / w < out[b][0]:
+            out[b] = (1e3 * b / w, 1e3 * c, 1e6 * c * ranks / b)
+    return out
 
 
 def arm_spec(name, model, seed, kind, batch, lr, args):
@@ -110,6 +174,10 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
     if kind.startswith("batchsize"):
         sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
                  "warmup": 100,
+                 # the first change, and the one after an exploring change, need
+                 # only the noise and step-time measurements (the default waits
+                 # the full interval, 200 steps, for each)
+                 **({} if kind == "batchsize-default" else {"probe_interval": 50}),
                  "throughput": "wall" if kind == "batchsize-default" else "cpu",
                  "grow_only": kind != "batchsize-default",
                  # the trial's SGD momentum (a flag here, not a param): the
@@ -126,7 +194,8 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
             cmd += ["--warmup-epochs", "0.5"]
     return {"name": name, "objective": {"metric": "val_acc", "mode": "max", "use": "best"},
             "scheduler": sched, "budget": {"trials": 1, "parallel": 1}, "space": space,
-            "trial": {"command": cmd, "timeout_s": 3600, "retries": 0}}
+            "trial": dict({"command": cmd, "timeout_s": 3600, "retries": 0},
+                          **({"ranks": args.ranks} if args.ranks > 1 else {}))}
 
 
 def sql(db, q, *a):
@@ -162,8 +231,46 @@ def trainer_cpu(root):
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def step_ms(curve, b):
+    """The profiled wall time of one step at batch b (ms): the step-time curve,
+    log-log interpolated between its sizes."""
+    import math
+    xs = sorted(curve)
+    if b in curve:
+        return curve[b][0]
+    lo = max([x for x in xs if x <= b] or [xs[0]])
+    hi = min([x for x in xs if x >= b] or [xs[-1]])
+    if lo == hi:
+        return curve[lo][0] * b / lo
+    f = (math.log(b) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return math.exp((1 - f) * math.log(curve[lo][0]) + f * math.log(curve[hi][0]))
+
+
+class Lock:
+    """flock on args.lock (if any) around one timing run: each arm and the
+    step-time curve hold it alone, so a long bench never holds it for long."""
+
+    def __init__(self, args):
+        self.path, self.f = args.lock, None
+
+    def __enter__(self):
+        if self.path:
+            import fcntl
+            self.f = open(self.path, "a")
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc):
+        if self.f:
+            self.f.close()
+
+
 def run_arm(tmp, name, model, seed, kind, batch, lr, args):
     """Runs one arm until the target (then stops it) or its epochs end."""
+    with Lock(args):
+        return run_arm_locked(tmp, name, model, seed, kind, batch, lr, args)
+
+
+def run_arm_locked(tmp, name, model, seed, kind, batch, lr, args):
     target = target_of(model, args)
     d = os.path.join(tmp, name)
     shutil.rmtree(d, ignore_errors=True)
@@ -171,7 +278,7 @@ def run_arm(tmp, name, model, seed, kind, batch, lr, args):
     path, db = os.path.join(d, "spec.json"), os.path.join(d, "jizhi.db")
     with open(path, "w") as f:
         json.dump(arm_spec(name, model, seed, kind, batch, lr, args), f)
-    p = subprocess.Popen([JIZHI, "run", path, "--db", db, "--slots", "1"], cwd=d, env=env(),
+    p = subprocess.Popen([JIZHI, "run", path, "--db", db, "--slots", str(args.ranks)], cwd=d, env=env(),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     hit, cpu = None, []  # cpu: (time, CPU-s of the trainer) every poll
     while p.poll() is None:
@@ -204,15 +311,18 @@ def run_arm(tmp, name, model, seed, kind, batch, lr, args):
     first = next(((s, v, t) for s, v, t in evals if v >= target), None)
     size_at = {st: v for st, v, _ in sizes}
 
-    def samples_to(step):
+    def sum_to(step, f):
         # the batch in force at each step: the last reported size before it
         total, cur, last = 0, batch, 0
         for s in sorted(size_at):
             if s > step:
                 break
-            total += (s - last) * cur
+            total += (s - last) * f(cur)
             cur, last = size_at[s], s
-        return int(total + (step - last) * cur)
+        return total + (step - last) * f(cur)
+
+    def samples_to(step):
+        return int(sum_to(step, lambda b: b))
 
     cpu_hit = None
     if first:
@@ -224,8 +334,12 @@ def run_arm(tmp, name, model, seed, kind, batch, lr, args):
             "steps": first[0] if first else None,
             "samples": samples_to(first[0]) if first else None,
             "time": first[2] - started if first else None, "cpu": cpu_hit,
+            "profile": sum_to(first[0], lambda b: step_ms(args.curve, b)) / 1e3
+            if first else None,
             "best": max((v for _, v, _ in evals), default=None), "changes": changes,
             "final_b": sizes[-1][1] if sizes else batch,
+            "changes_at": [(s, int(v)) for (s, v, _), prev in
+                           zip(sizes, [batch] + [v for _, v, _ in sizes]) if v != prev],
             "trace": {"batch": [(t - started, v) for _, v, t in sizes],
                       "lr": [(t - started, v) for _, v, t in lrs],
                       "val": [(t - started, v) for _, v, t in evals]},
@@ -284,19 +398,31 @@ def fmt(x, f):
     return format(x, f) if x is not None else "-"
 
 
-def bench_model(tmp, model, args, plots):
+def bench_model(tmp, setting, args, plots):
+    model, args.ranks = split_setting(setting)
     seeds = args.seeds if model == "mlp" else 1
     sweep = args.sweep if model == "mlp" else [1.0]
     target = target_of(model, args)
     rows = []
     best_c = {}
-    print("\nbatchsize %s: Fashion-MNIST subset %d, SGD momentum 0.9, 1 thread, target val_acc "
-          "%.2f, at most %d epochs, eval every %d samples, %d seed(s)" % (
-              model, int(base_cmd(model, 1, 64, args)[4]), target, MODELS[model][3],
-              EVAL_SAMPLES, seeds))
-    print("%4s %-18s %6s %8s %7s %6s %8s %7s %7s %5s" % (
-        "seed", "arm", "steps", "samples", "time-s", "CPU-s", "best acc", "changes", "final B",
-        "load"))
+    print("\nbatchsize %s: Fashion-MNIST subset %d, SGD momentum 0.9, %d rank(s) of 1 thread, "
+          "target val_acc %.2f, at most %s epochs, eval every %d samples, %d seed(s)" % (
+              setting, int(base_cmd(model, 1, 64, args)[4]), args.ranks, target,
+              base_cmd(model, 1, 64, args)[8], EVAL_SAMPLES, seeds))
+    with Lock(args):
+        curve = step_curve(model, args.ranks, args,
+                           sorted(set([2 ** k for k in range(4, 11)] + args.batches)))
+    args.curve = curve
+    print("step time (standalone, median of the reports; CPU-s of rank 0 per step, "
+          "CPU-us per example of all ranks; load %.1f):" % os.getloadavg()[0])
+    print("  %6s %9s %9s %10s %12s" % ("batch", "wall-ms", "CPU-ms", "CPU-us/ex",
+                                        "samples/s"))
+    for b, (w, c, pe) in sorted(curve.items()):
+        print("  %6d %9.3f %9.3f %10.2f %12.0f" % (b, w, c, pe, 1e3 * b / w))
+    sys.stdout.flush()
+    print("%4s %-18s %6s %8s %7s %7s %6s %8s %7s %7s %5s" % (
+        "seed", "arm", "steps", "samples", "prof-s", "time-s", "CPU-s", "best acc", "changes",
+        "final B", "load"))
     for seed in range(1, seeds + 1):
         fixed_arms = []
         for b in args.batches:
@@ -322,22 +448,25 @@ def bench_model(tmp, model, args, plots):
             if args.arms:
                 arms = [a for a in arms if a[0] in args.arms.split(",")]
             for kind, b, lr, label in arms:
-                r = run_arm(tmp, "%s-%s-s%d" % (model, label, seed), model, seed, kind, b, lr,
-                            args)
+                r = run_arm(tmp, "%s-%s-s%d" % (setting, label, seed), model, seed, kind, b,
+                            lr, args)
                 if r is None:
                     continue
                 r["label"] = label
                 rows.append(r)
-                print("%4d %-18s %6s %8s %7s %6s %8s %7d %7.0f %5.1f" % (
+                print("%4d %-18s %6s %8s %7s %7s %6s %8s %7d %7.0f %5.1f" % (
                     seed, label, fmt(r["steps"], ">6"), fmt(r["samples"], ">8"),
-                    fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
+                    fmt(r["profile"], ">7.2f"), fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
                     r["changes"], r["final_b"], r["load"]))
+                if kind.startswith("batchsize"):
+                    print("     %s decisions (step: batch): %s" % (label, ", ".join(
+                        "%d: %d" % c for c in r["changes_at"]) or "none"))
                 sys.stdout.flush()
                 if kind.startswith("batchsize") and plots:
                     os.makedirs(plots, exist_ok=True)
-                    svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, model, seed)),
+                    svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, setting, seed)),
                              "%s, %s, seed %d (lr0 %g): batch size (log), lr (log), val_acc "
-                             "over time" % (kind, model, seed, lr), r["trace"], target)
+                             "over time" % (kind, setting, seed, lr), r["trace"], target)
             if phase == 0 and seed == 1 and args.only == "all":
                 for b in args.batches:
                     cands = [r for r in rows if r["seed"] == 1 and r["kind"] == "fixed" and
@@ -350,36 +479,47 @@ def bench_model(tmp, model, args, plots):
                     pick = min(ok, key=lambda r: r["samples"]) if ok else \
                         max(cands, key=lambda r: r["best"] or 0) if cands else None
                     best_c[b] = (pick["lr"] / (0.05 * (b / 64) ** 0.5)) if pick else 1.0
-    # per seed: best fixed (fastest to target), the ratios
+    # per seed: the best fixed arm by each measure, the scheduler arms' ratios
     per_seed = []
     for seed in range(1, seeds + 1):
-        fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and r["time"]
-                 and r[args.rank] is not None]
-        ad = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize"]
-        aw = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-default"]
-        ab = [r for r in rows if r["seed"] == seed and r["kind"] == "batchsize-b_simple"]
-        lin = [r for r in rows if r["seed"] == seed and r["kind"] == "linear"]
-        if not fixed or not ad:
+        fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
+                 r["steps"] is not None]
+        arm = {k: next((r for r in rows if r["seed"] == seed and r["kind"] == k), None)
+               for k in SCHED_KINDS + ("linear",)}
+        if not fixed or not arm["batchsize"]:
             print("seed %d: no fixed batch reached the target" % seed if not fixed else
                   "seed %d: the batchsize arm did not run" % seed)
             continue
-        bt = min(fixed, key=lambda r: r[args.rank])
-        a, l = ad[0], lin[0] if lin else None
-        per_seed.append({"seed": seed, "best_fixed": bt, "jizhi": a, "linear": l,
-                         "wall": aw[0] if aw else None, "bsimple": ab[0] if ab else None})
-        bc = min((r for r in fixed if r["cpu"]), key=lambda r: r["cpu"], default=None)
-        per_seed[-1]["best_fixed_cpu"] = bc
-        print("seed %d: best fixed B=%d lr %g %.1fs %d samples; batchsize %s (x%s time, "
-              "x%s samples; CPU-s x%s the least fixed, B=%s); linear B=%d %s" % (
-                  seed, bt["batch"], bt["lr"], bt["time"], bt["samples"],
-                  fmt(a["time"], ".1f") + "s" if a["time"] else "did not reach it",
-                  fmt(a["time"] / bt["time"], ".2f") if a["time"] else "-",
-                  fmt(a["samples"] / bt["samples"], ".2f") if a["samples"] else "-",
-                  fmt(a["cpu"] / bc["cpu"], ".2f") if a["cpu"] and bc else "-",
-                  bc["batch"] if bc else "-",
-                  l["batch"] if l else 0,
-                  fmt(l["time"], ".1f") + "s" if l and l["time"] else "did not reach it"))
-    return rows, per_seed
+        best = {m: min((r for r in fixed if r[m] is not None), key=lambda r: r[m],
+                       default=None) for m in MEASURES}
+        per_seed.append({"seed": seed, "best": best, "arm": arm})
+        bt, a = best[args.rank], arm["batchsize"]
+
+        def ratio(r, m):
+            return fmt(r[m] / best[m][m], ".2f") if r and r[m] and best[m] else "-"
+
+        print("seed %d: best fixed (by %s) B=%d lr %g, %s samples; batchsize %s samples, "
+              "profiled x%s (best B=%d), wall x%s (B=%d), CPU-s x%s (B=%d); b_simple x%s, "
+              "default x%s profiled; linear B=%s %s" % (
+                  seed, args.rank, bt["batch"], bt["lr"], bt["samples"],
+                  fmt(a["samples"], "d") if a["samples"] else "did not reach it",
+                  ratio(a, "profile"), best["profile"]["batch"], ratio(a, "time"),
+                  best["time"]["batch"], ratio(a, "cpu"),
+                  best["cpu"]["batch"] if best["cpu"] else 0,
+                  ratio(arm["batchsize-b_simple"], "profile"),
+                  ratio(arm["batchsize-default"], "profile"),
+                  arm["linear"]["batch"] if arm["linear"] else "-",
+                  "x%s profiled" % ratio(arm["linear"], "profile") if arm["linear"] and
+                  arm["linear"]["steps"] else "did not reach it"))
+    return rows, per_seed, curve
+
+
+# the measures to the target: profiled time (steps x the step-time curve),
+# wall time, the trainer's CPU-seconds
+MEASURES = ("profile", "time", "cpu")
+SCHED_KINDS = ("batchsize", "batchsize-b_simple", "batchsize-default")
+KEYS = {"profile": "profiled_time_to_target_s", "time": "time_to_target_s",
+        "cpu": "cpu_to_target_s", "samples": "samples_to_target"}
 
 
 def med(xs):
@@ -387,53 +527,49 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-def summarize(per_seed):
+def summarize(per_seed, rank):
+    """Medians over seeds; an arm that missed the target counts as infinitely
+    slow in its ratios (a median of them may still be finite); null = not
+    reached or not run."""
     if not per_seed:
         return None
     inf = float("inf")
-    jt = [p["jizhi"]["time"] if p["jizhi"]["time"] is not None else inf for p in per_seed]
-    js = [p["jizhi"]["samples"] if p["jizhi"]["samples"] is not None else inf for p in per_seed]
-    lt = [p["linear"]["time"] if p["linear"] and p["linear"]["time"] is not None else inf
-          for p in per_seed]
-    ratios = [j / p["best_fixed"]["time"] for j, p in zip(jt, per_seed)]
-    jc = [p["jizhi"]["cpu"] if p["jizhi"]["cpu"] is not None else inf for p in per_seed]
-    cr = [j / p["best_fixed_cpu"]["cpu"] if p.get("best_fixed_cpu") else inf
-          for j, p in zip(jc, per_seed)]
-    out = {"jizhi": {"time_to_target_s": statistics.median(jt),
-                     "samples_to_target": statistics.median(js),
-                     "cpu_to_target_s": statistics.median(jc)},
-           "best_fixed": {"time_to_target_s": med(p["best_fixed"]["time"] for p in per_seed),
-                          "samples_to_target": med(p["best_fixed"]["samples"]
-                                                   for p in per_seed),
-                          "batch_size": med(p["best_fixed"]["batch"] for p in per_seed),
-                          "cpu_to_target_s": med(p["best_fixed_cpu"]["cpu"] for p in per_seed
-                                                 if p.get("best_fixed_cpu"))},
-           "linear": {"time_to_target_s": statistics.median(lt)},
-           "jizhi_default_options": {
-               "time_to_target_s": med(p["wall"]["time"] for p in per_seed if p["wall"]),
-               "samples_to_target": med(p["wall"]["samples"] for p in per_seed if p["wall"]),
-               "cpu_to_target_s": med(p["wall"]["cpu"] for p in per_seed if p["wall"])},
-           "jizhi_b_simple_model": {
-               "time_to_target_s": med(p["bsimple"]["time"] for p in per_seed if p["bsimple"]),
-               "samples_to_target": med(p["bsimple"]["samples"] for p in per_seed
-                                        if p["bsimple"]),
-               "cpu_to_target_s": med(p["bsimple"]["cpu"] for p in per_seed if p["bsimple"])},
-           "time_ratio_jizhi_to_best_fixed": statistics.median(ratios),
-           "cpu_ratio_jizhi_to_least_fixed": statistics.median(cr),
-           "cpu_ratio_b_simple_model_to_least_fixed": statistics.median(
-               [p["bsimple"]["cpu"] / p["best_fixed_cpu"]["cpu"]
-                if p.get("bsimple") and p["bsimple"]["cpu"] and p.get("best_fixed_cpu")
-                else inf for p in per_seed]),
-           "seeds": len(per_seed)}
-    for d in out.values():  # JSON has no infinity: null = not reached
-        if isinstance(d, dict):
-            for k, v in d.items():
-                if v == inf:
-                    d[k] = None
-    for k in ("time_ratio_jizhi_to_best_fixed", "cpu_ratio_jizhi_to_least_fixed",
-              "cpu_ratio_b_simple_model_to_least_fixed"):
-        if out[k] == inf:
-            out[k] = None
+
+    def val(r, m):
+        return r[m] if r and r[m] is not None else inf
+
+    def med_inf(xs):
+        v = statistics.median(xs) if xs else inf
+        return None if v == inf else v
+
+    out = {}
+    for name, kind in (("jizhi", "batchsize"), ("jizhi_b_simple_model", "batchsize-b_simple"),
+                       ("jizhi_default_options", "batchsize-default"), ("linear", "linear")):
+        got = [p for p in per_seed if p["arm"][kind]]
+        if not got:
+            continue
+        out[name] = {KEYS[m]: med_inf([val(p["arm"][kind], m) for p in got])
+                     for m in MEASURES + ("samples",)}
+        for m in MEASURES:  # against each seed's best fixed arm by the same measure
+            out[name]["%s_ratio_to_best_fixed" % m] = med_inf(
+                [val(p["arm"][kind], m) / p["best"][m][m] if p["best"][m] else inf
+                 for p in got])
+    bf = [p["best"][rank] for p in per_seed]
+    out["best_fixed"] = {KEYS[m]: med(r[m] for r in bf) for m in MEASURES + ("samples",)}
+    out["best_fixed"]["batch_size"] = med(r["batch"] for r in bf)
+    out["best_fixed"]["batch_sizes"] = [r["batch"] for r in bf]
+    out["best_fixed"]["ranked_by"] = rank
+    for m in MEASURES:
+        out["best_fixed_by_" + m] = {KEYS[m]: med(p["best"][m][m] for p in per_seed
+                                                  if p["best"][m]),
+                                     "batch_sizes": [p["best"][m]["batch"] if p["best"][m]
+                                                     else None for p in per_seed]}
+    # the documented ratios: wall time to the fastest fixed arm, CPU-s to the
+    # least-CPU one; and the profiled time to the best fixed arm by it
+    out["time_ratio_jizhi_to_best_fixed"] = out["jizhi"]["time_ratio_to_best_fixed"]
+    out["cpu_ratio_jizhi_to_least_fixed"] = out["jizhi"]["cpu_ratio_to_best_fixed"]
+    out["profiled_ratio_jizhi_to_best_fixed"] = out["jizhi"]["profile_ratio_to_best_fixed"]
+    out["seeds"] = len(per_seed)
     return out
 
 
@@ -455,20 +591,31 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 seed, MLP only, half the data")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--models", default=None, help="mlp,cnn (default: both; --quick: mlp)")
-    ap.add_argument("--rank", choices=["cpu", "time"], default="cpu",
-                    help="best fixed (and best lr) by the trainer's CPU-s or wall time to "
-                    "the target")
+    ap.add_argument("--rank", choices=["profile", "cpu", "time"], default="profile",
+                    help="the best fixed arm by the profiled time (steps x the step-time "
+                    "curve), the trainer's CPU-s or wall time to the target")
     ap.add_argument("--only", choices=["all", "sched"], default="all",
                     help="sched: only the scheduler's arms (after a change to it)")
     ap.add_argument("--arms", help="only these arm kinds (fixed,linear,batchsize,"
                     "batchsize-default,batchsize-b_simple)")
+    ap.add_argument("--target", type=float, help="val_acc target (default: the model's)")
+    ap.add_argument("--epochs", type=int, help="at most this many epochs (default: the "
+                    "model's)")
+    ap.add_argument("--subset", type=int, help="training examples (0 = all; default: the "
+                    "model's)")
+    ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
+                    help="the fixed batch grid (default 32,64,128,256,512)")
+    ap.add_argument("--sweep", type=lambda s: [float(x) for x in s.split(",")],
+                    help="the lr multipliers c swept on the first seed (default 0.5,1,2)")
+    ap.add_argument("--lock", help="flock this file around each arm (e.g. "
+                    "/tmp/jizhi-bench.lock; the default holds none)")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         print("batchsize: SKIPPED: Fashion-MNIST not found in %s" % DATA)
         return 0
-    args.batches = [32, 64, 128, 256, 512]
-    args.sweep = [0.5, 1.0, 2.0]
+    args.batches = args.batches or [32, 64, 128, 256, 512]
+    args.sweep = args.sweep or [0.5, 1.0, 2.0]
     models = (args.models or ("mlp" if args.quick else "mlp,cnn")).split(",")
     if args.quick:
         args.seeds, args.batches, args.sweep = 1, [32, 128, 512], [1.0, 2.0]
@@ -476,22 +623,33 @@ def main():
     out = {}
     with tempfile.TemporaryDirectory(prefix="jz-bench-bs-") as tmp:
         for model in models:
-            rows, per_seed = bench_model(tmp, model, args, plots)
-            s = summarize(per_seed)
+            rows, per_seed, curve = bench_model(tmp, model, args, plots)
+            s = summarize(per_seed, args.rank)
             if s:
+                s["step_time"] = {str(b): {"wall_ms": w, "cpu_ms_rank0": c,
+                                           "cpu_us_per_example": pe}
+                                  for b, (w, c, pe) in sorted(curve.items())}
                 out[model] = s
-                print("batchsize %s, medians over %d seed(s): jizhi %s s / %s samples; best "
-                      "fixed %s s / %s samples (B %s); linear %s s; time ratio %s; CPU-s ratio "
-                      "to the least-CPU fixed %s (B_simple-only model %s)" % (
-                          model, s["seeds"], fmt(s["jizhi"]["time_to_target_s"], ".1f"),
-                          fmt(s["jizhi"]["samples_to_target"], ".0f"),
-                          fmt(s["best_fixed"]["time_to_target_s"], ".1f"),
+                j = s["jizhi"]
+                print("batchsize %s, medians over %d seed(s): jizhi %s samples, profiled %s s, "
+                      "wall %s s, CPU %s s; best fixed (by %s; B %s) %s samples, profiled %s s, "
+                      "wall %s s, CPU %s s; ratios to each seed's best fixed: profiled %s, wall "
+                      "%s, CPU-s %s (B_simple-only model: profiled %s; default options: %s; "
+                      "linear: %s)" % (
+                          model, s["seeds"], fmt(j["samples_to_target"], ".0f"),
+                          fmt(j["profiled_time_to_target_s"], ".2f"),
+                          fmt(j["time_to_target_s"], ".1f"), fmt(j["cpu_to_target_s"], ".1f"),
+                          args.rank, s["best_fixed"]["batch_sizes"],
                           fmt(s["best_fixed"]["samples_to_target"], ".0f"),
-                          fmt(s["best_fixed"]["batch_size"], ".0f"),
-                          fmt(s["linear"]["time_to_target_s"], ".1f"),
+                          fmt(s["best_fixed"]["profiled_time_to_target_s"], ".2f"),
+                          fmt(s["best_fixed"]["time_to_target_s"], ".1f"),
+                          fmt(s["best_fixed"]["cpu_to_target_s"], ".1f"),
+                          fmt(s["profiled_ratio_jizhi_to_best_fixed"], ".2f"),
                           fmt(s["time_ratio_jizhi_to_best_fixed"], ".2f"),
                           fmt(s["cpu_ratio_jizhi_to_least_fixed"], ".2f"),
-                          fmt(s["cpu_ratio_b_simple_model_to_least_fixed"], ".2f")))
+                          *[fmt(s.get(k, {}).get("profile_ratio_to_best_fixed"), ".2f")
+                            for k in ("jizhi_b_simple_model", "jizhi_default_options",
+                                      "linear")]))
     if args.json and out:
         first = out.get("mlp") or next(iter(out.values()))
         sec = dict(first)

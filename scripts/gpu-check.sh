@@ -21,11 +21,27 @@
 #      relative: the residuals are in the checkpoint); with 2 or more GPUs
 #      and mpirun, 2 NCCL ranks equal 1 rank (1e-5) and bf16 wire stays
 #      within 0.02 val_acc;
-#   4. speed: samples/s of jizhi-train-cuda and of PyTorch on the same GPU
+#   4. the GPU-resident gradient path (--backend cuda --comm nccl
+#      --grad-path device: buckets packed and all-reduced in device memory
+#      on NCCL's stream, each launched after its layer's backward): one rank
+#      equals the local CUDA backend (val_loss within 1e-5 relative, native
+#      and ring); overlap on and off give the same bits; with 2 or more GPUs
+#      and mpirun, 2 ranks on the device path equal the host path
+#      (--grad-path host: copied to host and summed by the comm layer) within
+#      1e-5 relative after DH_STEPS (50) steps for native, ring, ring without
+#      overlap, ring and hier with a bf16 wire, and overlap on/off give the same
+#      bits; ring with automatic fusion (curve timed on the device, layout
+#      from 3 timed steps; its line printed) equals the host path (1e-5);
+#      then ms per step of 2 ranks on a bigger MLP (784-2048-2048-2048-10,
+#      batch 8192, bf16) for device ring with overlap on and off, device
+#      native and host ring (timing only); ms per step (from the best samples/s) printed next to each, no
+#      assertion on time;
+#   5. speed: samples/s of jizhi-train-cuda and of PyTorch on the same GPU
 #      (same MLP, data resident on the device for PyTorch, fp32 and bf16
 #      autocast), batch 128, 1024 and 8192, and the ratio.
 # Exit status 0 when every comparison is within tolerance.
-# Environment: BUILD (build), PYTHON (/usr/bin/python3), STEPS (200).
+# Environment: BUILD (build), PYTHON (/usr/bin/python3), STEPS (200),
+# EQ_STEPS (20), DH_STEPS (50).
 # --cpu: a machine without a GPU runs every comparison with the CPU binary
 # standing in for jizhi-train-cuda (--backend cuda dropped, --comm nccl
 # replaced by --comm mpi, 2 ranks under mpirun when it exists, no speed
@@ -138,9 +154,9 @@ v=$(close "${tl:-nan}" "${rl:-nan}" 1e-6); [ "$v" = ok ] || status=1
 printf '1 rank %s top-k: checkpoint at step %s and resume vs uninterrupted: val_loss %s vs %s: %s (tol 1e-6 rel)\n' \
     "$COMM" "$half" "$rl" "$tl" "$v"
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+MPI=(mpirun --oversubscribe -np 2 -x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }; then
-    MPI=(mpirun --oversubscribe -np 2 -x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     two=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${EQ[@]}" --quiet 0 --comm $COMM 2>&1) || {
         echo "$two" | tail -5; status=1; }
     tl=$(echo "$two" | metric val_loss)
@@ -164,6 +180,110 @@ if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }
         "$COMM" "$a2" "$la" "$ts" "$ds" "$fewer" "$v"
 else
     echo "2 NCCL ranks: SKIPPED (needs 2 GPUs and mpirun; found $ngpu GPU(s))"
+fi
+
+echo
+echo "== GPU-resident gradients (--backend cuda --comm $COMM: buckets summed in GPU memory)"
+# --grad-path device: the CUDA backend's buckets are packed and all-reduced
+# in device memory on NCCL's stream (native: ncclAllReduce; ring and hier:
+# ncclSend/ncclRecv with the adds as kernels), launched after each layer's
+# backward (overlap on) or after the whole backward (off); --grad-path
+# host: copied to host memory and summed by the comm layer (the reference).
+# With --cpu both flags are inert (no device backend): the CPU path stands
+# in for both and the script's logic is what is checked.
+DEV=(--grad-path device)
+HOST=(--grad-path host)
+DH_STEPS=${DH_STEPS:-50}
+DH=(--max-steps "$DH_STEPS" --eval-every "$DH_STEPS")
+LOGS=(--log-every 10) # samples/s every 10 steps (the same on both sides of a check)
+msstep() { # < stderr: ms per step at batch 128 from the best samples/s reported (- when none)
+    local v
+    v=$(sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | sort -g | tail -1)
+    "$PYTHON" -c "import sys; v=float(sys.argv[1] or 0); print('%.3f' % (128e3 / v) if v > 0 else '-')" "${v:-}"
+}
+exact() { # a b -> ok|FAIL: the same printed bits
+    [ -n "$1" ] && [ "$1" = "$2" ] && echo ok || echo FAIL
+}
+lc=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" --quiet 0 ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
+    echo "$lc" | tail -5; status=1; }
+lcl=$(echo "$lc" | metric val_loss)
+for algo in native ring; do
+    o=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" --quiet 0 \
+        ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce $algo --fusion-kb 64 2>&1) || {
+        echo "$o" | tail -5; status=1; }
+    ol=$(echo "$o" | metric val_loss)
+    v=$(close "${lcl:-nan}" "${ol:-nan}" 1e-5); [ "$v" = ok ] || status=1
+    printf '1 rank device path %s vs local backend, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel); ms/step %s vs %s\n' \
+        "$algo" "$EQ_STEPS" "$ol" "$lcl" "$v" "$(echo "$o" | msstep)" "$(echo "$lc" | msstep)"
+done
+ovrun() { # overlap -> val_loss of 1 rank on the device path, native, no fusion
+    local o
+    o=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" \
+        ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce native --fusion-kb 0 \
+        --overlap "$1" 2>&1) || { echo "$o" | tail -5 >&2; return 1; }
+    echo "$o" | metric val_loss
+}
+ov1=$(ovrun 1) || status=1
+ov0=$(ovrun 0) || status=1
+v=$(exact "${ov1:-}" "${ov0:-}"); [ "$v" = ok ] || status=1
+printf '1 rank device path native, overlap on vs off: val_loss %s vs %s: %s (same bits)\n' "$ov1" "$ov0" "$v"
+if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }; then
+    printf '%-7s %-5s %-7s %20s %20s %7s %11s %11s\n' algo wire overlap device_loss host_loss verdict \
+        dev_ms/step host_ms/step
+    for cfg in "native fp32 1" "ring fp32 1" "ring fp32 0" "ring bf16 1" "hier bf16 1"; do
+        set -- $cfg
+        d=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+            ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce "$1" --wire "$2" \
+            --overlap "$3" --fusion-kb 64 2>&1) || { echo "$d" | tail -5; status=1; }
+        h=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+            ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${HOST[@]}" --allreduce "$1" --wire "$2" \
+            --overlap "$3" --fusion-kb 64 2>&1) || { echo "$h" | tail -5; status=1; }
+        dl=$(echo "$d" | metric val_loss); hl=$(echo "$h" | metric val_loss)
+        v=$(close "${dl:-nan}" "${hl:-nan}" 1e-5); [ "$v" = ok ] || status=1
+        printf '%-7s %-5s %-7s %20s %20s %7s %11s %11s\n' "$1" "$2" "$3" "${dl:-none}" "${hl:-none}" \
+            "$v" "$(echo "$d" | msstep)" "$(echo "$h" | msstep)"
+        if [ "$cfg" = "ring fp32 1" ]; then r1=$dl; fi
+        if [ "$cfg" = "ring fp32 0" ]; then r0=$dl; fi
+    done
+    echo "2 ranks device path vs host path, $DH_STEPS steps: table above (tol 1e-5 rel)"
+    # auto fusion on the device: the curve timed with NCCL, the layout chosen
+    # from 3 timed steps; the sums do not depend on the layout beyond rounding
+    d=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+        ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce ring --fusion-kb -1 \
+        2>&1) || { echo "$d" | tail -5; status=1; }
+    h=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+        ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${HOST[@]}" --allreduce ring --fusion-kb 64 \
+        2>&1) || { echo "$h" | tail -5; status=1; }
+    dl=$(echo "$d" | metric val_loss); hl=$(echo "$h" | metric val_loss)
+    v=$(close "${dl:-nan}" "${hl:-nan}" 1e-5); [ "$v" = ok ] || status=1
+    note=$(echo "$d" | grep -m1 "fusion auto" || true)
+    [ -n "$note" ] || { v="FAIL (no fusion auto line)"; status=1; }
+    printf '2 ranks device path ring, fusion auto vs host path 64 KiB: val_loss %s vs %s: %s (tol 1e-5 rel); ms/step %s\n  %s\n' \
+        "${dl:-none}" "${hl:-none}" "$v" "$(echo "$d" | msstep)" "${note#jizhi-train: }"
+    v=$(exact "${r1:-}" "${r0:-}"); [ "$v" = ok ] || status=1
+    printf '2 ranks device path ring, overlap on vs off: val_loss %s vs %s: %s (same bits)\n' \
+        "$r1" "$r0" "$v"
+    if [ "$CPU_ONLY" = 1 ]; then
+        echo "2 ranks overlap timing (MLP 784-2048-2048-2048-10, batch 8192): SKIPPED (--cpu)"
+    else
+        # where overlap can matter: 4 big layers, ~10 M parameters; times only
+        echo "2 ranks, MLP 784-2048-2048-2048-10, batch 8192, bf16, 200 steps: ms per step (no assertion)"
+        printf '%-28s %10s\n' path ms/step
+        for cfg in "device ring overlap=1 --grad-path device --allreduce ring --overlap 1" \
+                   "device ring overlap=0 --grad-path device --allreduce ring --overlap 0" \
+                   "device native overlap=1 --grad-path device --allreduce native --overlap 1" \
+                   "host ring --grad-path host --allreduce ring --overlap 1"; do
+            name=${cfg%% --*}; flags=(${cfg#"$name" })
+            o=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" --backend cuda --comm nccl --hidden 2048,2048,2048 \
+                --batch-size 8192 --precision bf16 --max-steps 200 --epochs 1000 --log-every 40 \
+                --eval-every 100000 --fusion-kb 1024 "${flags[@]}" 2>&1) || { echo "$o" | tail -5; status=1; }
+            v=$(echo "$o" | sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g | tail -1)
+            printf '%-28s %10s\n' "$name" "$("$PYTHON" -c "import sys; v=float(sys.argv[1] or 0); \
+print('%.2f' % (8192e3 / v) if v > 0 else '-')" "${v:-}")"
+        done
+    fi
+else
+    echo "2 ranks device path vs host path: SKIPPED (needs 2 GPUs and mpirun; found $ngpu GPU(s))"
 fi
 
 if [ "$CPU_ONLY" = 1 ]; then

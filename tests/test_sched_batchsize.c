@@ -409,6 +409,71 @@ TEST(at_most_one_change_per_interval_and_lr_warmup)
     spec_destroy(&sp);
 }
 
+/* probe_interval 20, interval 300, B_simple 20 until step 100 and 5000
+   after (ema 0), step time 0.02 + 1e-4 B from batch 64. The first change
+   needs no interval: at step 40, when 3 noise measurements and 3 step-time
+   windows at 64 (the first one dropped) are in, an exploring x2 (under the
+   prior's 20% overhead 128 is worse, efficiency (20+64)/(20+128)); the next
+   decision also waits only probe_interval and 3 windows at the new size,
+   and at step 100 the noise scale calls for the largest batch; after that
+   non-exploring change the next needs 300 steps. Without the option the
+   first change waits the interval, as before. */
+TEST(probe_interval_lets_the_first_and_the_exploring_changes_come_early)
+{
+    for (int k = 0; k < 2; k++) {
+        spec_t *sp =
+            s_spec(k == 0 ? "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                            "\"interval\":300,\"probe_interval\":20,\"warmup\":0,"
+                            "\"ema\":0,\"prior_overhead\":0.2,\"grow_only\":true}"
+                          : "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                            "\"interval\":300,\"warmup\":0,"
+                            "\"ema\":0,\"prior_overhead\":0.2,\"grow_only\":true}");
+        REQUIRE(sp);
+        sched_t *s = s_new_bs(sp);
+        REQUIRE(s);
+        double b = 64;
+        long at[8];
+        int explore[8], nch = 0;
+        double to[8];
+        for (long step = 10; step <= 1000; step += 10) {
+            ev e[8];
+            int n = 0;
+            e[n++] = (ev){1, step, "batch_size", b};
+            e[n++] = (ev){1, step, "lr", 0.05};
+            e[n++] = (ev){1, step, "samples_per_s", b / (0.02 + 1e-4 * b)};
+            n += s_gns(e + n, 1, step, step < 100 ? 20 : 5000, b / 2, b);
+            for (int i = 0; i < n; i++) {
+                sched_instr ins[8];
+                int m = s->ops->on_metric(s, 1, e[i].step, e[i].metric, e[i].value, 0,
+                                          ins, 8);
+                for (int j = 0; j < m; j++) {
+                    const char *name =
+                        json_string_value(json_object_get(ins[j].args, "name"));
+                    if (!strcmp(name, "batch_size") && nch < 8) {
+                        json_t *d = json_object_get(ins[j].args, "decision");
+                        at[nch] = step;
+                        to[nch] =
+                            json_number_value(json_object_get(ins[j].args, "value"));
+                        explore[nch] = json_is_true(json_object_get(d, "explore"));
+                        b = to[nch++];
+                    }
+                    sched_instr_fini(&ins[j]);
+                }
+            }
+        }
+        if (k == 0) {
+            REQUIRE(nch == 2);
+            CHECK(at[0] == 40 && explore[0] && to[0] == 128);
+            CHECK(at[1] == 100 && !explore[1] && to[1] == 1024);
+        } else {
+            REQUIRE(nch >= 1);
+            CHECK(at[0] >= 300);
+        }
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
 /* Equal step times at 64 and 128 fit a flat line: beta is held at a
    quarter of the best per-example time, 0.25 * 0.01/128, and alpha takes
    the rest of the mean, 0.01 - beta * 96; so a large B_simple cannot
@@ -729,6 +794,7 @@ int main(void)
     RUN(goodput_picks_the_hand_computed_batch_and_adascale_lr);
     RUN(momentum_raises_the_noise_scale_of_the_efficiency);
     RUN(at_most_one_change_per_interval_and_lr_warmup);
+    RUN(probe_interval_lets_the_first_and_the_exploring_changes_come_early);
     RUN(throughput_fit_keeps_a_marginal_cost);
     RUN(throughput_uses_the_fast_quartile_of_slowed_windows);
     RUN(cpu_throughput_uses_step_cpu_s);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "jz_test.h"
+#include "trainer/comm.h"
 #include "trainer/train_impl.h" /* per-layer scalers */
 #include "trainer/trn.h"
 
@@ -533,6 +534,42 @@ TEST(live_control)
     trn_trainer_destroy(&t);
 }
 
+TEST(eval_every_samples)
+{
+    /* --eval-every-samples 1000 on 6000 synthetic examples, one epoch:
+       at batch 32 an evaluation once 1000 samples were trained since the
+       last (steps 32, 64, ... 160: 32 x 32 = 1024), then the epoch end (step
+       188, a last batch of 16); after a live set batch_size 100 every 10
+       steps, whatever the batch size (the steps would be 32, 64, ... with a
+       count of steps). */
+    static const long want[2][7] = {{32, 64, 96, 128, 160, 188, -1},
+                                    {10, 20, 30, 40, 50, 60, -1}};
+    for (int k = 0; k < 2; k++) {
+        trn_config c;
+        s_cfg(&c);
+        c.epochs = 1;
+        c.eval_every_samples = 1000;
+        fake_io f;
+        memset(&f, 0, sizeof f);
+        if (k == 1)
+            s_push_set(&f, "batch_size", 100);
+        trn_trainer *t = s_new(&c);
+        REQUIRE(t);
+        trn_io io = s_io(&f);
+        trn_trainer_set_io(t, &io);
+        char err[TRN_ERRLEN];
+        CHECK(trn_trainer_run(t, err) == 0);
+        int n = 0, ok = 1;
+        for (int i = 0; i < f.nrep; i++)
+            if (!strcmp(f.rep_name[i], "val_acc")) {
+                ok &= n < 6 && f.rep_step[i] == want[k][n];
+                n++;
+            }
+        CHECK(ok && n == 6);
+        trn_trainer_destroy(&t);
+    }
+}
+
 TEST(cnn_trains)
 {
     /* conv-BN-ReLU stem, a residual block per stage, stride-2 transition,
@@ -626,7 +663,12 @@ static void fd_detach(void *self)
 TEST(backend_plumbing)
 {
     fake_dev dev = {0};
-    trn_backend b = {"fake", fd_attach, fd_step, fd_sync, fd_detach, &dev};
+    trn_backend b = {.name = "fake",
+                     .attach = fd_attach,
+                     .step = fd_step,
+                     .sync_to_host = fd_sync,
+                     .detach = fd_detach,
+                     .self = &dev};
     trn_config c;
     s_cfg(&c);
     strcpy(c.precision_schedule, "fp32:1,bf16:1");
@@ -656,6 +698,141 @@ TEST(backend_plumbing)
     CHECK(dev.detach == 2);
 }
 
+/* The data-parallel hooks (set_comm, step_dist) of a device backend, with
+   the stand-in on the host: the trainer hands the options and the shard
+   over, sums the returned loss over ranks, and the trajectory equals the
+   one-rank backend step's (one rank: the shard is the whole batch). */
+typedef struct {
+    fake_dev base;
+    int set_comm, steps, fail_at;
+    trn_comm *comm;
+    trn_dist_opts o;
+    char path[8];
+    long examples; /* shard examples seen */
+} fake_ddev;
+
+static int fdd_set_comm(void *self, trn_comm *c, const struct trn_dist_opts *o,
+                        const char *grad_path, char *msg)
+{
+    fake_ddev *d = self;
+    d->set_comm++;
+    d->comm = c;
+    d->o = *o;
+    snprintf(d->path, sizeof d->path, "%s", grad_path);
+    if (!strcmp(grad_path, "device")) {
+        snprintf(msg, TRN_ERRLEN, "--grad-path device: refused by the fake");
+        return -1;
+    }
+    snprintf(msg, TRN_ERRLEN, "fake host path");
+    return 0;
+}
+
+static double fdd_step_dist(void *self, const float *x, const uint8_t *y, int nb,
+                            int global, double lr, double loss_scale, int *overflow,
+                            double *gsq)
+{
+    fake_ddev *d = self;
+    if (++d->steps == d->fail_at)
+        return -1;
+    d->examples += nb;
+    trn_net *net = d->base.net;
+    trn_net_zero_grad(net);
+    double l =
+        trn_net_forward_backward(net, x, y, nb, 1, 0.0, loss_scale / global, NULL, NULL);
+    for (int i = 0; i < trn_net_nparams(net); i++) { /* the sum over ranks */
+        trn_param *p = trn_net_param(net, i);
+        if (trn_comm_allreduce(d->comm, p->g, p->n, d->o.algo, d->o.wire) < 0)
+            return -1;
+    }
+    *overflow = 0;
+    *gsq = trn_net_grad_sqnorm(net) / (loss_scale * loss_scale);
+    for (int i = 0; i < trn_net_nparams(net); i++) {
+        trn_param *p = trn_net_param(net, i);
+        for (long j = 0; j < p->n; j++)
+            p->w[j] -= (float)(lr * p->g[j] / loss_scale);
+    }
+    trn_net_sync_weights(net);
+    return l * nb;
+}
+
+TEST(backend_dist_plumbing)
+{
+    char err[TRN_ERRLEN];
+    trn_config c;
+    s_cfg(&c);
+    c.max_steps = 30;
+    /* reference: the one-rank backend step */
+    fake_dev ref = {0};
+    trn_backend rb = {.name = "fake",
+                      .attach = fd_attach,
+                      .step = fd_step,
+                      .sync_to_host = fd_sync,
+                      .detach = fd_detach,
+                      .self = &ref};
+    trn_trainer *t0 = s_new(&c);
+    REQUIRE(t0);
+    trn_trainer_set_backend(t0, &rb);
+    for (int i = 0; i < 30; i++)
+        REQUIRE(trn_trainer_step(t0) == 0);
+    double l0, a0;
+    trn_trainer_evaluate(t0, &g_syn_val, &l0, &a0);
+
+    /* one rank through the comm layer (--comm mpi on a local comm) */
+    strcpy(c.comm, "mpi");
+    strcpy(c.allreduce, "native");
+    c.fusion_kb = 64;
+    strcpy(c.grad_path, "host");
+    fake_ddev dd = {0};
+    trn_backend db = {.name = "fake",
+                      .attach = fd_attach,
+                      .step = fd_step,
+                      .sync_to_host = fd_sync,
+                      .detach = fd_detach,
+                      .self = &dd,
+                      .set_comm = fdd_set_comm,
+                      .step_dist = fdd_step_dist};
+    trn_comm *comm = trn_comm_local_new(err);
+    REQUIRE(comm);
+    trn_trainer *t = s_new(&c);
+    REQUIRE(t);
+    trn_trainer_set_backend(t, &db);
+    REQUIRE(trn_trainer_set_comm(t, comm, err) == 0);
+    CHECK(dd.set_comm == 1);
+    CHECK(dd.o.algo == TRN_AR_NATIVE && dd.o.fusion_bytes == 64 * 1024 && dd.o.overlap);
+    CHECK_STR(dd.path, "host");
+    for (int i = 0; i < 30; i++)
+        REQUIRE(trn_trainer_step(t) == 0);
+    CHECK(dd.steps == 30 && dd.base.step == 0); /* every step went through step_dist */
+    CHECK(dd.examples == 30L * 32);
+    CHECK(dd.base.attach == 1);
+    double l1, a1;
+    trn_trainer_evaluate(t, &g_syn_val, &l1, &a1);
+    CHECK(l1 == l0); /* the same trajectory, bit for bit */
+    CHECK(trn_trainer_last_loss(t) == trn_trainer_last_loss(t0));
+    /* a failed exchange fails the step */
+    dd.fail_at = dd.steps + 1;
+    CHECK(trn_trainer_step(t) == -1);
+    trn_trainer_destroy(&t);
+    trn_trainer_destroy(&t0);
+
+    /* the backend's refusal reaches the caller */
+    strcpy(c.grad_path, "device");
+    t = s_new(&c);
+    REQUIRE(t);
+    trn_trainer_set_backend(t, &db);
+    CHECK(trn_trainer_set_comm(t, comm, err) == -1);
+    CHECK(strstr(err, "--grad-path device") != NULL);
+    trn_trainer_destroy(&t);
+    /* a backend without the hooks runs one rank only */
+    t = s_new(&c);
+    REQUIRE(t);
+    trn_trainer_set_backend(t, &rb);
+    CHECK(trn_trainer_set_comm(t, comm, err) == -1);
+    CHECK(strstr(err, "one rank only") != NULL);
+    trn_trainer_destroy(&t);
+    trn_comm_destroy(&comm);
+}
+
 int main(void)
 {
     char err[TRN_ERRLEN];
@@ -673,8 +850,10 @@ int main(void)
     RUN(checkpoint_roundtrip_and_resume);
     RUN(bad_checkpoints_refused);
     RUN(live_control);
+    RUN(eval_every_samples);
     RUN(cnn_trains);
     RUN(backend_plumbing);
+    RUN(backend_dist_plumbing);
     trn_data_free(&g_syn);
     trn_data_free(&g_syn_val);
     char cmd[300];

@@ -17,6 +17,17 @@
     the CPU. Own kernels do the rest: bias+ReLU, softmax cross-entropy,
     ReLU backward, bias gradients, norms, the fused unscale/update.
 
+    Data-parallel ranks (set_comm, step_dist): each rank runs its shard
+    with the weight gradients scaled by shard/global batch; after each
+    layer's backward the gradients of that layer are final and the device
+    gradient exchange (dist_dev.h) is told (trn_devdist_stage): on the
+    device path it records an event and the NCCL communication stream
+    packs and all-reduces the buckets that layer completes while this
+    stream computes the next layer's backward. The optimiser step waits
+    for the communication stream and reads the summed fp32 gradients (true
+    units); the overflow check and the norms run on the sums, so every rank
+    takes the same decision.
+
     Error handling: CUDA_CHECK/CUBLAS_CHECK exit the process (the trainer
     only, never a daemon; CONVENTIONS.md).
 */
@@ -31,6 +42,7 @@
 #include <string.h>
 
 extern "C" {
+#include "trainer/dist_dev.h"
 #include "trainer/trn.h"
 }
 
@@ -194,16 +206,17 @@ __global__ void k_norms(const float *w, const T *g, long n, float inv_scale, flo
 }
 
 /* fused: g = g_lp/scale (+ wd*w), momentum, update master, refresh lp copy.
-   mode 0 SGD (nesterov), 1 LARS weight, 2 LARS bias (no wd, no trust). */
-template <typename T>
-__global__ void k_update(float *w, T *wlp, const T *glp, float *m, long n, float inv_scale,
+   mode 0 SGD (nesterov), 1 LARS weight, 2 LARS bias (no wd, no trust).
+   G: the gradient's element type (T, or fp32 sums of the ranks). */
+template <typename T, typename G>
+__global__ void k_update(float *w, T *wlp, const G *glp, float *m, long n, float inv_scale,
                          float lr, float mu, float wd, int nesterov, int mode, float trust,
                          const float *norms)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= n)
         return;
-    float g = to_f<T>(glp[i]) * inv_scale;
+    float g = to_f<G>(glp[i]) * inv_scale;
     float wi = w[i];
     if (mode == 0) {
         g += wd * wi;
@@ -227,6 +240,13 @@ __global__ void k_update(float *w, T *wlp, const T *glp, float *m, long n, float
 
 /* ---- state ---------------------------------------------------------------- */
 
+/* data-parallel settings (set_comm): kept across attach/detach */
+typedef struct {
+    trn_comm *comm; /* borrowed; NULL: one rank */
+    trn_dist_opts o;
+    trn_grad_path path;
+} s_ranks;
+
 typedef struct {
     cublasHandle_t blas;
     cudaStream_t stream;
@@ -248,6 +268,8 @@ typedef struct {
     double momentum, wd, trust;
     int nesterov;
     double smoothing;
+    s_ranks rk;
+    trn_devdist *dd; /* with rk.comm: built at attach */
 } s_cuda;
 
 static void s_free_bufs(s_cuda *c)
@@ -358,12 +380,12 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
         int lars = c->opt == TRN_LARS;
         for (int l = 0; l < c->nl; l++) {
             long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
-            k_update<T><<<s_blocks(nw), 256, 0, st>>>(c->w[l], (T *)c->wlp[l],
+            k_update<T, T><<<s_blocks(nw), 256, 0, st>>>(c->w[l], (T *)c->wlp[l],
                                                        (const T *)c->gw[l], c->mw[l], nw, inv,
                                                        (float)lr, mu, wd, c->nesterov,
                                                        lars ? 1 : 0, (float)c->trust,
                                                        c->scratch + 1 + 2 * l);
-            k_update<T><<<s_blocks(nbias), 256, 0, st>>>(c->b[l], (T *)c->blp[l],
+            k_update<T, T><<<s_blocks(nbias), 256, 0, st>>>(c->b[l], (T *)c->blp[l],
                                                           (const T *)c->gb[l], c->mb[l], nbias,
                                                           inv, (float)lr, mu, 0.0f, c->nesterov,
                                                           lars ? 2 : 0, (float)c->trust, NULL);
@@ -371,6 +393,109 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
         CUDA_CHECK(cudaGetLastError());
     }
     return host[0] / nb;
+}
+
+/* One rank's step of a data-parallel run (see trn_backend.step_dist). */
+template <typename T>
+static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb, int global,
+                            double lr, double loss_scale, int *overflow, double *grad_sqnorm)
+{
+    cudaStream_t st = c->stream;
+    if (nb > 0)
+        s_reserve(c, nb);
+    int d0 = c->dims[0];
+    CUDA_CHECK(cudaMemsetAsync(c->scratch, 0, SCR_N * sizeof(float), st));
+    CUDA_CHECK(cudaMemsetAsync(c->flag, 0, sizeof(int), st));
+    void *g[2 * MAXL];
+    for (int l = 0; l < c->nl; l++) {
+        g[2 * l] = c->gw[l];
+        g[2 * l + 1] = c->gb[l];
+    }
+    int rc = trn_devdist_begin(c->dd, g, c->prec, (float)(1.0 / loss_scale));
+    if (nb > 0) {
+        CUDA_CHECK(cudaMemcpyAsync(c->xin, x, (size_t)nb * d0 * sizeof(float),
+                                   cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(c->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
+        k_convert<T><<<s_blocks((long)nb * d0), 256, 0, st>>>(c->xin, (T *)c->act[0],
+                                                               (long)nb * d0);
+        for (int l = 0; l < c->nl; l++) {
+            int k = c->dims[l], m = c->dims[l + 1];
+            s_gemm<T>(c, CUBLAS_OP_T, CUBLAS_OP_N, m, nb, k, c->wlp[l], k, c->act[l], k,
+                      c->act[l + 1], m, 0.0f);
+            k_bias_act<T><<<s_blocks((long)nb * m), 256, 0, st>>>(
+                (T *)c->act[l + 1], (const T *)c->blp[l], nb, m, l < c->nl - 1);
+        }
+        /* the shard's share of the global mean: loss_scale / global */
+        int K = c->dims[c->nl];
+        k_softmax_ce<T><<<(nb + 127) / 128, 128, 0, st>>>(
+            (const T *)c->act[c->nl], c->y, (T *)c->dact[c->nl], nb, K, (float)c->smoothing,
+            (float)(loss_scale / global), c->scratch);
+        for (int l = c->nl - 1; l >= 0; l--) {
+            int k = c->dims[l], m = c->dims[l + 1];
+            if (l < c->nl - 1)
+                k_relu_bwd<T><<<s_blocks((long)nb * m), 256, 0, st>>>(
+                    (const T *)c->act[l + 1], (T *)c->dact[l + 1], (long)nb * m);
+            s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_T, k, m, nb, c->act[l], k, c->dact[l + 1], m,
+                      c->gw[l], k, 0.0f);
+            k_bias_grad<T><<<s_blocks(m), 256, 0, st>>>((const T *)c->dact[l + 1],
+                                                         (T *)c->gb[l], nb, m);
+            /* layer l's gradients are final: its buckets may go while the
+               next layer's backward runs */
+            if (trn_devdist_stage(c->dd, c->nl - 1 - l) < 0)
+                rc = -1;
+            if (l > 0)
+                s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_N, k, nb, m, c->wlp[l], k, c->dact[l + 1],
+                          m, c->dact[l], k, 0.0f);
+        }
+    } else { /* no examples this step: zeros, through the same collectives */
+        for (int l = c->nl - 1; l >= 0; l--) {
+            long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
+            CUDA_CHECK(cudaMemsetAsync(c->gw[l], 0, (size_t)nw * c->esize, st));
+            CUDA_CHECK(cudaMemsetAsync(c->gb[l], 0, (size_t)nbias * c->esize, st));
+            if (trn_devdist_stage(c->dd, c->nl - 1 - l) < 0)
+                rc = -1;
+        }
+    }
+    if (trn_devdist_finish(c->dd) < 0) /* the compute stream now waits for the sums */
+        rc = -1;
+    /* norms and the overflow flag on the sums (true units: scale 1) */
+    for (int l = 0; l < c->nl; l++) {
+        long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
+        k_norms<float><<<s_blocks(nw), 256, 0, st>>>(
+            c->w[l], trn_devdist_grad(c->dd, 2 * l), nw, 1.0f, c->scratch + 1 + 2 * l, c->flag);
+        k_norms<float><<<s_blocks(nbias), 256, 0, st>>>(c->b[l],
+                                                         trn_devdist_grad(c->dd, 2 * l + 1),
+                                                         nbias, 1.0f, c->scratch + SCR_BIAS,
+                                                         c->flag);
+    }
+    float host[SCR_N];
+    int flag = 0;
+    CUDA_CHECK(cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaMemcpyAsync(&flag, c->flag, sizeof flag, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double gsq = host[SCR_BIAS + 1];
+    for (int l = 0; l < c->nl; l++)
+        gsq += host[2 + 2 * l];
+    *grad_sqnorm = gsq;
+    *overflow = flag;
+    if (rc < 0)
+        return -1;
+    if (!flag) {
+        float mu = (float)c->momentum, wd = (float)c->wd;
+        int lars = c->opt == TRN_LARS;
+        for (int l = 0; l < c->nl; l++) {
+            long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
+            k_update<T, float><<<s_blocks(nw), 256, 0, st>>>(
+                c->w[l], (T *)c->wlp[l], trn_devdist_grad(c->dd, 2 * l), c->mw[l], nw, 1.0f,
+                (float)lr, mu, wd, c->nesterov, lars ? 1 : 0, (float)c->trust,
+                c->scratch + 1 + 2 * l);
+            k_update<T, float><<<s_blocks(nbias), 256, 0, st>>>(
+                c->b[l], (T *)c->blp[l], trn_devdist_grad(c->dd, 2 * l + 1), c->mb[l], nbias,
+                1.0f, (float)lr, mu, 0.0f, c->nesterov, lars ? 2 : 0, (float)c->trust, NULL);
+        }
+        CUDA_CHECK(cudaGetLastError());
+    }
+    return host[0];
 }
 
 /* ---- trn_backend interface ------------------------------------------------------ */
@@ -412,9 +537,16 @@ static void s_upload_lp(s_cuda *c)
 static void s_detach(void *self)
 {
     s_cuda *c = (s_cuda *)self;
+    s_ranks keep = c->rk;
     if (!c->blas)
         return;
     cudaStreamSynchronize(c->stream);
+    /* auto fusion decided: a re-attach (precision schedule, load, live
+       change) keeps the layout instead of measuring again */
+    if (c->dd && keep.o.fusion_bytes < 0 && !trn_devdist_tuning(c->dd) &&
+        trn_devdist_path(c->dd) == TRN_GRAD_DEVICE && keep.comm && keep.comm->size > 1)
+        keep.o.fusion_bytes = trn_devdist_fusion_bytes(c->dd);
+    trn_devdist_destroy(&c->dd);
     for (int l = 0; l < c->nl; l++) {
         cudaFree(c->w[l]), cudaFree(c->b[l]), cudaFree(c->mw[l]), cudaFree(c->mb[l]);
         cudaFree(c->wlp[l]), cudaFree(c->blp[l]), cudaFree(c->gw[l]), cudaFree(c->gb[l]);
@@ -425,6 +557,7 @@ static void s_detach(void *self)
     cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);
     memset(c, 0, sizeof *c);
+    c->rk = keep;
 }
 
 static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
@@ -494,6 +627,20 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     else
         s_upload_lp<float>(c);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    if (c->rk.comm) { /* the gradient exchange: layer l's params final at stage nl-1-l */
+        int np = 2 * c->nl;
+        long pn[2 * MAXL];
+        int stage[2 * MAXL];
+        for (int l = 0; l < c->nl; l++) {
+            pn[2 * l] = (long)c->dims[l] * c->dims[l + 1];
+            pn[2 * l + 1] = c->dims[l + 1];
+            stage[2 * l] = stage[2 * l + 1] = c->nl - 1 - l;
+        }
+        c->dd = trn_devdist_new(c->rk.comm, np, pn, stage, c->nl, &c->rk.o, c->rk.path,
+                                (void *)c->stream, !cfg->quiet, err);
+        if (!c->dd)
+            return -1;
+    }
     return 0;
 }
 
@@ -506,6 +653,71 @@ static double s_step(void *self, const float *x, const uint8_t *y, int nb, doubl
     if (c->prec == TRN_FP16)
         return s_step_t<__half>(c, x, y, nb, lr, loss_scale, overflow, grad_sqnorm);
     return s_step_t<float>(c, x, y, nb, lr, loss_scale, overflow, grad_sqnorm);
+}
+
+static double s_step_dist(void *self, const float *x, const uint8_t *y, int nb, int global,
+                          double lr, double loss_scale, int *overflow, double *grad_sqnorm)
+{
+    s_cuda *c = (s_cuda *)self;
+    if (!c->dd) {
+        fprintf(stderr, "jizhi-train: cuda backend: a data-parallel step without set_comm\n");
+        return -1;
+    }
+    if (c->prec == TRN_BF16)
+        return s_step_dist_t<__nv_bfloat16>(c, x, y, nb, global, lr, loss_scale, overflow,
+                                            grad_sqnorm);
+    if (c->prec == TRN_FP16)
+        return s_step_dist_t<__half>(c, x, y, nb, global, lr, loss_scale, overflow,
+                                     grad_sqnorm);
+    return s_step_dist_t<float>(c, x, y, nb, global, lr, loss_scale, overflow, grad_sqnorm);
+}
+
+static int s_set_comm(void *self, trn_comm *comm, const struct trn_dist_opts *o,
+                      const char *grad_path, char *msg)
+{
+    s_cuda *c = (s_cuda *)self;
+    trn_grad_path path = !strcmp(grad_path, "device") ? TRN_GRAD_DEVICE
+                         : !strcmp(grad_path, "host") ? TRN_GRAD_HOST
+                                                      : trn_devdist_auto_path(comm, o);
+    if (trn_devdist_check(comm, o, path, msg) < 0)
+        return -1;
+    /* the rank's GPU: the NCCL backend has chosen it already; with another
+       comm (MPI, host path) the first of the rank's JIZHI_GPUS_PER_RANK
+       devices by its index on the node (OpenMPI's local rank, else the
+       comm's node grouping), modulo the visible ones */
+    if (comm->size > 1 && strcmp(comm->ops->name, "nccl")) {
+        int ndev = 0, local = 0;
+        const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        if (lr && *lr)
+            local = atoi(lr);
+        else
+            for (int r = 0; r < comm->rank; r++)
+                local += comm->node[r] == comm->node[comm->rank];
+        const char *gpr_env = getenv("JIZHI_GPUS_PER_RANK");
+        int gpr = gpr_env && atoi(gpr_env) > 0 ? atoi(gpr_env) : 1;
+        if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0)
+            CUDA_CHECK(cudaSetDevice((local * gpr) % ndev));
+    }
+    c->rk.comm = comm;
+    c->rk.o = *o;
+    c->rk.path = path;
+    if (path == TRN_GRAD_DEVICE)
+        snprintf(msg, TRN_ERRLEN,
+                 "gradients summed in GPU memory (%s on the NCCL stream, %s backward%s)",
+                 o->algo == TRN_AR_NATIVE ? "ncclAllReduce"
+                 : o->algo == TRN_AR_HIER ? "hierarchical on ncclSend/ncclRecv"
+                                          : "ring on ncclSend/ncclRecv",
+                 o->overlap ? "overlapped with" : "after",
+                 o->fusion_bytes < 0 && comm->size > 1
+                     ? "; fusion auto: curve timed on the device, layout chosen after 3 "
+                       "timed steps"
+                     : "");
+    else
+        snprintf(msg, TRN_ERRLEN,
+                 "gradients copied to host memory and summed by the comm layer (%s), "
+                 "after backward%s",
+                 comm->ops->name, o->fusion_bytes < 0 ? "; fusion auto: 4096 KiB" : "");
+    return 0;
 }
 
 static void s_sync_to_host(void *self, trn_net *net)
@@ -545,6 +757,8 @@ extern "C" trn_backend *trn_cuda_backend_new(char *err)
     b->attach = s_attach;
     b->step = s_step;
     b->sync_to_host = s_sync_to_host;
+    b->set_comm = s_set_comm;
+    b->step_dist = s_step_dist;
     b->detach = s_detach;
     b->self = c;
     return b;

@@ -1,11 +1,15 @@
 /*  comm_nccl.cu - the NCCL backend of the comm layer (comm.h), linked into
     jizhi-train-cuda where nccl.h exists (`make cuda`, TRN_WITH_NCCL).
 
-    The trainer's gradients live in host memory (the CPU training path), so
-    every call stages its buffers through device memory on one stream:
-    copy in, the NCCL call (ncclSend/ncclRecv inside a group for the
-    point-to-point the algorithms use, ncclAllReduce for the backend's own
-    all-reduce, ncclBroadcast), copy out. Device = the first of the rank's
+    The comm layer's calls (comm.h) take host buffers (the CPU training
+    path, and the CUDA backend's host gradient path), so each stages its
+    buffers through device memory on the backend's stream: copy in, the
+    NCCL call (ncclSend/ncclRecv inside a group for the point-to-point the
+    algorithms use, ncclAllReduce for the backend's own all-reduce,
+    ncclBroadcast), copy out, wait. The device calls of comm_nccl.h take
+    device buffers and only enqueue on the same stream (the communication
+    stream of the CUDA backend's device gradient path, dist_dev.cu): no
+    staging, no wait; a later staged call waits for them by stream order. Device = the first of the rank's
     JIZHI_GPUS_PER_RANK devices (the dispatcher hands each trial trial.gpus
     x ranks devices in CUDA_VISIBLE_DEVICES), modulo the visible ones. Bootstrap: with MPI
    (under mpirun) rank 0's ncclUniqueId is broadcast over MPI_COMM_WORLD; without it the
@@ -25,6 +29,7 @@
 
 extern "C" {
 #include "trainer/comm.h"
+#include "trainer/comm_nccl.h"
 }
 
 typedef struct {
@@ -145,6 +150,48 @@ static void s_destroy(void *self)
 
 static const trn_comm_ops s_ops = {"nccl",  s_sendrecv, s_allreduce_f, s_allreduce_d,
                                    s_bcast, s_barrier,  s_destroy, NULL, NULL};
+
+/* ---- device-memory calls (comm_nccl.h) ------------------------------------ */
+
+extern "C" int trn_nccl_is(const trn_comm *c)
+{
+    return c && c->ops == &s_ops;
+}
+
+extern "C" void *trn_nccl_stream(trn_comm *c)
+{
+    return trn_nccl_is(c) ? (void *)((s_nccl *)c->self)->st : NULL;
+}
+
+static int s_enq(ncclResult_t r)
+{
+    if (r != ncclSuccess) {
+        fprintf(stderr, "jizhi-train: nccl: %s\n", ncclGetErrorString(r));
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" int trn_nccl_dev_allreduce(trn_comm *c, float *dbuf, long n)
+{
+    s_nccl *m = (s_nccl *)c->self;
+    if (n <= 0)
+        return 0;
+    return s_enq(ncclAllReduce(dbuf, dbuf, (size_t)n, ncclFloat, ncclSum, m->nc, m->st));
+}
+
+extern "C" int trn_nccl_dev_sendrecv(trn_comm *c, const void *sbuf, size_t sbytes, int dst,
+                                     void *rbuf, size_t rbytes, int src)
+{
+    s_nccl *m = (s_nccl *)c->self;
+    if (s_enq(ncclGroupStart()) < 0)
+        return -1;
+    if (dst >= 0)
+        ncclSend(sbuf, sbytes, ncclChar, dst, m->nc, m->st);
+    if (src >= 0)
+        ncclRecv(rbuf, rbytes, ncclChar, src, m->nc, m->st);
+    return s_enq(ncclGroupEnd());
+}
 
 extern "C" trn_comm *trn_comm_nccl_new(char *err)
 {

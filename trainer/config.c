@@ -329,6 +329,15 @@ static const s_opt s_opts[] = {
      .dflt = "0",
      .help = "evaluate every N steps (0 = each epoch)",
      .when = OPT_LIVE},
+    {.flag = "eval-every-samples",
+     .type = OPT_LONG,
+     .off = O(eval_every_samples),
+     .lo = 0,
+     .hi = 1 << 30,
+     .dflt = "0",
+     .help = "also evaluate once N samples were trained since the last evaluation, "
+             "whatever the batch size (0 = off)",
+     .when = OPT_LIVE},
     {.flag = "checkpoint-dir",
      .type = OPT_STR,
      .off = O(checkpoint_dir),
@@ -400,6 +409,16 @@ static const s_opt s_opts[] = {
      .hi = 1 << 20,
      .dflt = "-1",
      .help = "gradient bucket KiB (0 = no fusion, -1 = auto from a measured curve)"},
+    {.flag = "fusion-compare",
+     .type = OPT_STR,
+     .off = O(fusion_compare),
+     .size = SZ(fusion_compare),
+     .dflt = "",
+     .help = "benchmark of bucket layouts (dense, several ranks): after the layout in "
+             "use is fixed, steps cycle through it and these KiB thresholds (e.g. "
+             "0,256,1024; 0 = no fusion, -1 = the layout in use again, a control), one "
+             "step each in an order shuffled each cycle, timed; the summary is printed "
+             "at the end"},
     {.flag = "overlap",
      .type = OPT_BOOL,
      .off = O(overlap),
@@ -448,6 +467,15 @@ static const s_opt s_opts[] = {
      .help = "top-k local gradient clipping: global L2-norm threshold; each rank clips "
              "its share of a bucket at clip*sqrt(bucket params/all params/ranks) (0 = "
              "off)"},
+    {.flag = "grad-path",
+     .type = OPT_STR,
+     .off = O(grad_path),
+     .size = SZ(grad_path),
+     .choices = "auto|device|host",
+     .dflt = "auto",
+     .help = "--backend cuda, several ranks: where gradient buckets are summed: device "
+             "(NCCL in GPU memory, overlapped with backward), host (copied to host, the "
+             "comm layer's algorithms), auto (device with --comm nccl)"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
 
@@ -749,6 +777,27 @@ int trn_parse_int_list(const char *s, int *out, int max)
     }
 }
 
+int trn_parse_kb_list(const char *s, long *out, int max)
+{
+    int n = 0;
+    const char *p = s;
+    if (!*p)
+        return 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < -1 || v > 1 << 20 || n >= max)
+            return -1;
+        out[n++] = v;
+        if (*end == 0)
+            return n;
+        if (*end != ',')
+            return -1;
+        p = end + 1;
+    }
+}
+
 trn_precision trn_precision_from_name(const char *s)
 {
     if (!strcmp(s, "bf16"))
@@ -775,6 +824,18 @@ int trn_config_validate(const trn_config *c, char *err)
         s_err(err,
               "--channels: expected 1 to 8 comma-separated sizes like 16,32, got \"%s\"",
               c->channels);
+        return -1;
+    }
+    long kb[TRN_COMPARE_KB_MAX];
+    if (trn_parse_kb_list(c->fusion_compare, kb, TRN_COMPARE_KB_MAX) < 0) {
+        s_err(err,
+              "--fusion-compare: expected up to %d comma-separated KiB like 0,256,1024 "
+              "(each -1 .. 1048576), got \"%s\"",
+              TRN_COMPARE_KB_MAX, c->fusion_compare);
+        return -1;
+    }
+    if (c->fusion_compare[0] && c->topk > 0) {
+        s_err(err, "--fusion-compare: compares dense layouts; it cannot run with --topk");
         return -1;
     }
     if (c->micro_batch > c->batch_size) {

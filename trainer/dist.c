@@ -63,6 +63,15 @@ struct trn_dist {
     double tune_t0;
     int tuning, tune_told; /* measuring now; 1 once the choice is made, until told */
     char tune_note[512];
+    /* the layout benchmark (opts.compare): cmp_thr[0] is the layout in
+       use, the others the compared ones (cmp_again: the layout in use once
+       more, an A/A control); cycle c times each once, in an order of its
+       own (s_cmp_arm), and the time of layout k is cmp_t[c * cmp_n + k] */
+    long cmp_thr[TRN_COMPARE_KB_MAX + 1];
+    int cmp_again[TRN_COMPARE_KB_MAX + 1];
+    int cmp_n, cmp_on;
+    double *cmp_t;
+    long cmp_steps, cmp_cap;
     int queued;    /* buckets [0, queued) handed to the thread */
     int computing; /* backward still runs: the thread's waits are patient */
     int quit;
@@ -110,6 +119,30 @@ static int s_reduce(trn_dist *d, s_bucket *b)
 
 static void s_layout(trn_dist *d, long thr);
 static int s_tune_decide(trn_dist *d);
+
+/* The layout benchmark's step k: which layout. Each cycle takes the
+   layouts in its own shuffled order (Fisher-Yates on a xorshift seeded by
+   the cycle number: the same on every rank), so no layout always follows
+   the same one (with a rotated order the A/A control always followed the
+   layout it repeats, which could favour it). */
+static int s_cmp_arm(const trn_dist *d, long k)
+{
+    int perm[TRN_COMPARE_KB_MAX + 1], n = d->cmp_n;
+    uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(k / n + 1);
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1)), t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    return perm[k % n];
+}
+static void s_thr_name(long t, char *out, size_t n);
+static int s_cmp_double(const void *a, const void *b);
 
 static void *s_thread(void *arg)
 {
@@ -181,6 +214,15 @@ void trn_dist_begin(trn_dist *d, const double *unscale)
     if (d->tuning) { /* this step's candidate (the thread is idle) */
         s_layout(d, d->tune_thr[d->tune_step % d->tune_n]);
         d->tune_t0 = util_now();
+    } else if (d->cmp_n > 1) { /* the layout benchmark: this step's layout */
+        if (!d->cmp_on) {
+            for (int k = 0; k < d->cmp_n; k++) /* the choice, once made */
+                if (k == 0 || d->cmp_again[k])
+                    d->cmp_thr[k] = d->fusion_bytes;
+            d->cmp_on = 1;
+        }
+        s_layout(d, d->cmp_thr[s_cmp_arm(d, d->cmp_steps)]);
+        d->tune_t0 = util_now();
     }
     for (int i = 0; i < d->nb; i++)
         d->b[i].pending = d->b[i].first - d->b[i].last + 1;
@@ -230,7 +272,67 @@ int trn_dist_finish(trn_dist *d)
         d->tune_t[k][r] = util_now() - d->tune_t0;
         if (++d->tune_step >= d->tune_n * S_TUNE_ROUNDS && s_tune_decide(d) < 0)
             return -1;
+    } else if (d->cmp_on) {
+        double t = util_now() - d->tune_t0;
+        long cycle = d->cmp_steps / d->cmp_n;
+        if ((cycle + 1) * d->cmp_n > d->cmp_cap) {
+            long cap = d->cmp_cap ? d->cmp_cap * 2 : 64L * d->cmp_n;
+            double *q = realloc(d->cmp_t, (size_t)cap * sizeof *q);
+            if (!q)
+                return 0; /* no memory: the benchmark stops growing, training goes on */
+            d->cmp_t = q;
+            d->cmp_cap = cap;
+        }
+        d->cmp_t[cycle * d->cmp_n + s_cmp_arm(d, d->cmp_steps)] = t;
+        d->cmp_steps++;
     }
+    return 0;
+}
+
+/* q1, median, q3 (nearest rank) of v[0..n), sorted in place. */
+static void s_quartiles(double *v, long n, double q[3])
+{
+    qsort(v, (size_t)n, sizeof(double), s_cmp_double);
+    for (int i = 0; i < 3; i++)
+        q[i] = v[(long)((0.25 * (i + 1)) * (double)(n - 1) + 0.5)];
+}
+
+int trn_dist_compare_report(const trn_dist *d, char *out, size_t n)
+{
+    long cycles = d->cmp_n > 1 ? d->cmp_steps / d->cmp_n : 0;
+    if (cycles < 1 || n == 0)
+        return -1;
+    double *v = malloc((size_t)cycles * sizeof(double));
+    if (!v)
+        return -1;
+    char name[32];
+    size_t used = 0;
+    int w =
+        snprintf(out, n,
+                 "fusion compare: %ld cycles of %d steps (order shuffled each cycle), "
+                 "ms per step (forward + backward + communication; q1 median q3), "
+                 "ratio to the layout in use per cycle (q1 median q3):",
+                 cycles, d->cmp_n);
+    for (int k = 0; k < d->cmp_n && w > 0 && (used += (size_t)w) < n; k++) {
+        double q[3], r[3];
+        for (long c = 0; c < cycles; c++)
+            v[c] = d->cmp_t[c * d->cmp_n + k] / d->cmp_t[c * d->cmp_n];
+        s_quartiles(v, cycles, r);
+        for (long c = 0; c < cycles; c++)
+            v[c] = d->cmp_t[c * d->cmp_n + k];
+        s_quartiles(v, cycles, q);
+        s_thr_name(d->cmp_thr[k], name, sizeof name);
+        if (d->cmp_again[k])
+            snprintf(name, sizeof name, "in use again");
+        if (k == 0)
+            w = snprintf(out + used, n - used, " %s%s %.2f %.2f %.2f", name,
+                         d->o.fusion_bytes < 0 ? " (auto's choice)" : " (in use)",
+                         q[0] * 1e3, q[1] * 1e3, q[2] * 1e3);
+        else
+            w = snprintf(out + used, n - used, "; %s %.2f %.2f %.2f ratio %.3f %.3f %.3f",
+                         name, q[0] * 1e3, q[1] * 1e3, q[2] * 1e3, r[0], r[1], r[2]);
+    }
+    free(v);
     return 0;
 }
 
@@ -663,6 +765,16 @@ trn_dist *trn_dist_new(trn_comm *c, trn_net *net, const trn_dist_opts *o, char *
         s_tune_candidates(d, thr);
         d->tuning = d->tune_n > 1;
     }
+    if (o->ncompare > 0 && !(o->topk > 0)) { /* the layout benchmark */
+        int m = o->ncompare < TRN_COMPARE_KB_MAX ? o->ncompare : TRN_COMPARE_KB_MAX;
+        d->cmp_thr[0] = d->fusion_bytes;
+        for (int k = 0; k < m; k++) {
+            d->cmp_again[k + 1] = o->compare[k] < 0;
+            d->cmp_thr[k + 1] = o->compare[k] < 0 ? d->fusion_bytes : o->compare[k];
+        }
+        d->cmp_n = m + 1;
+    }
+    d->o.compare = NULL; /* borrowed: not kept */
     if (o->overlap) {
         pthread_mutex_init(&d->mu, NULL);
         pthread_cond_init(&d->cv, NULL);
@@ -699,6 +811,7 @@ void trn_dist_destroy(trn_dist **dp)
     free(d->bucket_of);
     free(d->unscale);
     free(d->gnorm);
+    free(d->cmp_t);
     free(d);
     *dp = NULL;
 }

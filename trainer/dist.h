@@ -24,7 +24,7 @@
 
 #include "trainer/comm.h"
 
-typedef struct {
+typedef struct trn_dist_opts {
     trn_ar_algo algo;  /* ring | hier | native */
     trn_wire wire;     /* fp32 | fp16 | bf16 (ring and hier) */
     double topk;       /* 0: dense; else the fraction of each bucket sent */
@@ -41,6 +41,18 @@ typedef struct {
        rank 0's choice is used everywhere */
     const double *ready_s;
     double backward_s;
+    /* A benchmark of the layouts (dense only): after auto fusion's choice
+       (or from the first step with a fixed threshold) the steps cycle
+       through the layout in use and these thresholds (bytes; 0 = no
+       fusion), one step each, timing each step's trn_dist_begin .. end of
+       trn_dist_finish; each cycle times every layout once, in an order
+       shuffled per cycle (the same on every rank); trn_dist_compare_report
+       sums them up.
+       A threshold < 0 is the layout in use once more (an A/A control: its
+       ratio shows the noise). ncompare entries (at most
+       TRN_COMPARE_KB_MAX), copied. */
+    const long *compare;
+    int ncompare;
 } trn_dist_opts;
 
 typedef struct trn_dist trn_dist;
@@ -99,6 +111,14 @@ void trn_dist_fusion_model(const trn_dist *d, double *alpha, double *beta, doubl
    was timed (else NULL); borrowed. */
 int trn_dist_fusion_tuning(const trn_dist *d);
 const char *trn_dist_fusion_note(trn_dist *d);
+
+/* The layout benchmark (trn_dist_opts.compare) so far, one line into out
+   (n bytes): per layout the median and q1..q3 of its step times (rank 0's
+   clock) and, per cycle through the layouts, the ratio of each one's time
+   to the layout in use (median, q1..q3): two steps of the same moment, so
+   load that comes and goes cancels. Returns 0, or -1 (out untouched)
+   when no full cycle was timed. */
+int trn_dist_compare_report(const trn_dist *d, char *out, size_t n);
 
 /* The automatic fusion threshold: for every bucket layout a threshold can
    give (no fusion, or a bucket closing after each param in backward

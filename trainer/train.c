@@ -12,7 +12,9 @@
     in two halves.
 
     With several ranks (trn_trainer_set_comm) each rank runs its shard of
-    the global batch, the gradients go through the fusion buckets of dist.c
+    the global batch (a device backend with step_dist runs it and sums the
+    gradients itself: dist_dev.h), the gradients go through the fusion
+    buckets of dist.c
     (all-reduced, in true units, during or after backward) and the loss
     scaler sees the summed gradients, so every rank takes the same decision.
     B_small is then a rank's shard (|G|^2 averaged over ranks) and B_big the
@@ -336,7 +338,9 @@ static void s_set_epoch_precision(trn_trainer *t)
     }
 }
 
-static int s_step_backend(trn_trainer *t, int nb, double lr)
+/* Attaches the device backend when needed (first step, after a precision
+   change, a load or a live change). 0 or -1. */
+static int s_backend_ready(trn_trainer *t)
 {
     char err[TRN_ERRLEN];
     if (t->backend_attached && t->backend_prec != t->prec) { /* precision schedule */
@@ -354,6 +358,13 @@ static int s_step_backend(trn_trainer *t, int nb, double lr)
         }
         t->backend_attached = 1;
     }
+    return 0;
+}
+
+static int s_step_backend(trn_trainer *t, int nb, double lr)
+{
+    if (s_backend_ready(t) < 0)
+        return -1;
     int overflow = 0;
     double gsq = 0;
     double loss = t->backend->step(t->backend->self, t->xb, t->yb, nb, lr,
@@ -382,6 +393,37 @@ static void s_shard(const trn_trainer *t, int nb, int *off, int *cnt)
     int base = nb / t->nranks, extra = nb % t->nranks, r = t->rank;
     *off = r * base + (r < extra ? r : extra);
     *cnt = base + (r < extra ? 1 : 0);
+}
+
+/* One step as one of several ranks on a device backend: the backend runs
+   the shard and sums the gradients itself (trn_backend.step_dist); the
+   overflow decision comes from the sums, the same on every rank. */
+static int s_step_backend_dist(trn_trainer *t, int nb, double lr)
+{
+    int off, cnt;
+    s_shard(t, nb, &off, &cnt);
+    if (cnt > 0 && s_gather_at(t, off, cnt, NULL) < 0)
+        return -1;
+    if (s_backend_ready(t) < 0)
+        return -1;
+    int overflow = 0;
+    double gsq = 0;
+    double red = t->backend->step_dist(t->backend->self, t->xb, t->yb, cnt, nb, lr,
+                                       t->scaler.scale, &overflow, &gsq);
+    if (red < 0 || trn_comm_sum_d(t->comm, &red, 1) < 0)
+        return -1;
+    int skip = trn_scaler_update(&t->scaler, overflow);
+    double loss = red / nb;
+    t->last_loss = loss;
+    t->loss_acc += loss;
+    t->loss_n++;
+    if (!skip) {
+        t->gs_big = gsq;
+        t->b_big = nb;
+        t->have_gns = 0;
+    }
+    s_advance(t, nb);
+    return skip;
 }
 
 /* One step as one of several ranks (see the header comment). */
@@ -581,11 +623,8 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
        `--comm nccl` on one GPU exercises it); else the plain step */
     if (!c || (c->size <= 1 && strcmp(t->cfg.comm, "mpi") && strcmp(t->cfg.comm, "nccl")))
         return 0;
-    if (t->backend) {
-        snprintf(err, TRN_ERRLEN,
-                 "--backend %s: several ranks run on the CPU path only (the device "
-                 "step does not expose its gradients yet)",
-                 t->backend->name);
+    if (t->backend && !t->backend->set_comm) {
+        snprintf(err, TRN_ERRLEN, "--backend %s: runs one rank only", t->backend->name);
         return -1;
     }
     const trn_config *cfg = &t->cfg;
@@ -608,6 +647,13 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
         o.nesterov = cfg->nesterov;
         t->dist_corrected = 1;
     }
+    long cmp[TRN_COMPARE_KB_MAX];
+    o.ncompare = trn_parse_kb_list(cfg->fusion_compare, cmp, TRN_COMPARE_KB_MAX);
+    if (o.ncompare < 0 || (o.ncompare > 0 && cfg->topk > 0))
+        o.ncompare = 0;                  /* trn_config_validate said why */
+    for (int i = 0; i < o.ncompare; i++) /* -1 (the layout in use) stays */
+        cmp[i] = cmp[i] < 0 ? -1 : cmp[i] * 1024;
+    o.compare = cmp;
     int np = trn_net_nparams(t->net);
     t->unscale = calloc((size_t)np, sizeof(double));
     if (!t->unscale) {
@@ -623,6 +669,31 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
         }
     }
     trn_net_sync_weights(t->net);
+    if (t->backend) { /* the device backend sums its own gradients */
+        char msg[TRN_ERRLEN];
+        if (o.ncompare > 0) {
+            snprintf(err, TRN_ERRLEN,
+                     "--fusion-compare: times the CPU trainer's buckets; it cannot run "
+                     "with --backend %s",
+                     t->backend->name);
+            return -1;
+        }
+        o.compare = NULL; /* cmp lives on this stack */
+        if (t->backend->set_comm(t->backend->self, c, &o, cfg->grad_path, msg) < 0) {
+            memcpy(err, msg, TRN_ERRLEN); /* names the flags involved */
+            return -1;
+        }
+        t->backend_dist = 1;
+        t->backend_attached = 0; /* attach builds the exchange */
+        if (t->rank == 0 && !cfg->quiet)
+            fprintf(
+                stderr,
+                "jizhi-train: %d ranks (%s), --backend %s: %s; all-reduce %s, wire %s, "
+                "fusion-kb %ld, overlap %s\n",
+                c->size, c->ops->name, t->backend->name, msg, cfg->allreduce, cfg->wire,
+                cfg->fusion_kb, cfg->overlap ? "on" : "off");
+        return 0;
+    }
     double *ready = NULL;
     if (o.fusion_bytes < 0 && c->size > 1) { /* auto fusion: time the backward */
         ready = calloc((size_t)np, sizeof(double));
@@ -672,6 +743,8 @@ int trn_trainer_step(trn_trainer *t)
     s_set_epoch_precision(t);
     int nb = s_next_batch_size(t);
     double lr = trn_trainer_lr(t);
+    if (t->backend_dist)
+        return s_step_backend_dist(t, nb, lr);
     if (t->dist)
         return s_step_dist(t, nb, lr);
     if (t->backend) {
@@ -764,7 +837,8 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
     long ok = 0;
     const int chunk = 256; /* bounds the im2col workspace of a CNN */
     int lo = 0, hi = d->n;
-    if (t->dist) { /* this rank's slice; sums over ranks below */
+    int split = t->dist || t->backend_dist;
+    if (split) { /* this rank's slice; sums over ranks below */
         int cnt;
         s_shard(t, d->n, &lo, &cnt);
         hi = lo + cnt;
@@ -776,7 +850,7 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
         ls += l * m;
         ok += c;
     }
-    if (t->dist) {
+    if (split) {
         double r[2] = {ls, (double)ok};
         trn_comm_sum_d(t->comm, r, 2);
         ls = r[0];
@@ -894,14 +968,17 @@ int trn_trainer_run(trn_trainer *t, char *err)
         t->step_cpu += s_cpu_now() - cpu0;
         t->steps_since++;
         t->samples_since += nb;
+        t->samples_eval += nb;
         if (!isfinite(t->last_loss) && t->prec == TRN_FP32 && !c->quiet)
             fprintf(stderr, "jizhi-train: step %ld: loss is %g\n", t->step, t->last_loss);
         if (t->step % c->log_every == 0)
             s_report_train(t);
         int epoch_end = t->epoch != ep;
-        if (epoch_end || (c->eval_every > 0 && t->step % c->eval_every == 0)) {
+        if (epoch_end || (c->eval_every > 0 && t->step % c->eval_every == 0) ||
+            (c->eval_every_samples > 0 && t->samples_eval >= c->eval_every_samples)) {
             double vl, va;
             s_report_eval(t, &vl, &va);
+            t->samples_eval = 0;
             if (epoch_end && !c->quiet)
                 fprintf(
                     stderr,
@@ -928,9 +1005,13 @@ int trn_trainer_run(trn_trainer *t, char *err)
                     "jizhi-train: done: %ld steps, test_loss %.4f test_acc %.4f, %.1fs\n",
                     t->step, tl, ta, util_now() - t0);
     }
-    if (t->dist && t->rank == 0 && !c->quiet && t->step > 0)
+    if ((t->dist || t->backend_dist) && t->rank == 0 && !c->quiet && t->step > 0)
         fprintf(stderr, "jizhi-train: rank 0 sent %.3f MB of gradients in %ld steps\n",
                 (double)t->comm->bytes_out / 1e6, t->step);
+    char line[1024];
+    if (t->dist && t->rank == 0 && c->fusion_compare[0] &&
+        trn_dist_compare_report(t->dist, line, sizeof line) == 0)
+        fprintf(stderr, "jizhi-train: %s\n", line);
     if (c->save[0] && trn_trainer_save(t, c->save, err) < 0)
         return -1;
     return 0;

@@ -35,9 +35,10 @@ struct trn_trainer {
     double loss_acc; /* sum of batch losses since last report */
     long loss_n;
     long samples_since;
-    double t_since;   /* time at last train report */
-    double step_cpu;  /* process CPU-seconds in training steps since then */
-    long steps_since; /* steps since then */
+    long samples_eval; /* samples trained since the last evaluation */
+    double t_since;    /* time at last train report */
+    double step_cpu;   /* process CPU-seconds in training steps since then */
+    long steps_since;  /* steps since then */
     double last_loss;
     double gs_small, gs_big; /* last |G|^2 at micro-batch and batch */
     int b_small, b_big;
@@ -52,6 +53,7 @@ struct trn_trainer {
     trn_comm *comm;
     trn_dist *dist;
     int dist_corrected;   /* top-k momentum correction: optimiser skips momentum */
+    int backend_dist;     /* the device backend takes the rank's steps (step_dist) */
     char ckpt_path[1200]; /* the last checkpoint an instruction wrote */
     double *unscale;      /* per param: 1 / its loss scale (dist steps) */
     int rank, nranks;

@@ -45,6 +45,7 @@ CUDA_ARCH   ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code
                -gencode arch=compute_90,code=compute_90
 NVCCFLAGS   ?= -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall
 TRN_CUDA_OBJ := $(BUILD)/obj/trainer/backend_cuda.o
+TRN_DDEV_OBJ := $(BUILD)/obj/trainer/dist_dev.o
 TRN_MAIN_CUDA := $(BUILD)/obj/trainer/main_cuda.o
 
 .PHONY: cuda bench-train
@@ -55,7 +56,8 @@ cuda:
 	@echo "make cuda: nvcc not found (install the CUDA toolkit or set NVCC=...)"; exit 1
 endif
 
-$(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/trn.h
+$(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/trn.h trainer/dist_dev.h trainer/dist.h \
+                 trainer/comm.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -c $< -o $@
 
@@ -67,17 +69,26 @@ NCCL_LIBS   := -lnccl
 NCCL_INC    := $(patsubst %/nccl.h,-I%,$(firstword $(wildcard /usr/include/nccl.h $(CUDA_HOME)/include/nccl.h)))
 endif
 
-$(TRN_NCCL_OBJ): trainer/comm_nccl.cu trainer/comm.h trainer/trn.h
+$(TRN_NCCL_OBJ): trainer/comm_nccl.cu trainer/comm.h trainer/comm_nccl.h trainer/trn.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper $(NCCL_INC) $(MPI_CFLAGS) -c $< -o $@
+
+# The CUDA backend's gradient exchange (device path with NCCL, host path
+# through the comm layer).
+$(TRN_DDEV_OBJ): trainer/dist_dev.cu trainer/dist_dev.h trainer/dist.h trainer/comm.h \
+                 trainer/comm_nccl.h trainer/devplan.h trainer/trn.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper $(NCCL_INC) $(NCCL_DEF) -c $< -o $@
 
 $(TRN_MAIN_CUDA): trainer/main.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -I$(BLAS_INC) -DTRN_WITH_CUDA $(NCCL_DEF) -c $< -o $@
 
-$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_NCCL_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
+$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_DDEV_OBJ) $(TRN_NCCL_OBJ) $(LIB_TRN) \
+               $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_NCCL_OBJ) $(LIB_TRN) $(LIB_HELPER) \
+	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_DDEV_OBJ) $(TRN_NCCL_OBJ) $(LIB_TRN) \
+	    $(LIB_HELPER) \
 	    $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 	    $(NCCL_LIBS) -lcublasLt -lcublas -lcudart -lstdc++
 

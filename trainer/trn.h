@@ -76,6 +76,7 @@ typedef struct trn_config {
     int threads;                  /* BLAS threads (0 = all cores) */
     int log_every;                /* report train metrics every N steps */
     int eval_every;               /* evaluate every N steps (0 = each epoch) */
+    long eval_every_samples;      /* also once N samples since the last eval (0 = off) */
     char checkpoint_dir[256];     /* "" = the helper's directory */
     int checkpoint_every;         /* save every N epochs (0 = only on request) */
     char resume[256];             /* checkpoint to resume from */
@@ -83,16 +84,18 @@ typedef struct trn_config {
     char backend[8];              /* cpu | cuda */
     int quiet;                    /* no progress lines on stderr */
     /* data-parallel ranks (comm.h, dist.h) */
-    char comm[8];        /* auto | local | mpi | nccl: the backend */
-    char allreduce[8];   /* ring | hier | native */
-    int ranks_per_node;  /* hier: ranks per node (0 = MPI's shared-memory split) */
-    long fusion_kb;      /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
-    int overlap;         /* all-reduce on a thread during backward */
-    char wire[8];        /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
-    double topk;         /* 0 = dense; else the fraction of each bucket sent */
-    int topk_correction; /* top-k + sgd/lars momentum: momentum correction */
-    double topk_warmup;  /* epochs of density warm-up, 25% -> topk exponentially */
-    double topk_clip;    /* local gradient clipping threshold (0 = off) */
+    char comm[8];            /* auto | local | mpi | nccl: the backend */
+    char allreduce[8];       /* ring | hier | native */
+    int ranks_per_node;      /* hier: ranks per node (0 = MPI's shared-memory split) */
+    long fusion_kb;          /* bucket size in KiB; 0 = one param per bucket; -1 = auto */
+    char fusion_compare[64]; /* benchmark: KiB list the steps cycle through ("" = off) */
+    int overlap;             /* all-reduce on a thread during backward */
+    char wire[8];            /* fp32 | fp16 | bf16: values on the wire (ring, hier) */
+    double topk;             /* 0 = dense; else the fraction of each bucket sent */
+    int topk_correction;     /* top-k + sgd/lars momentum: momentum correction */
+    double topk_warmup;      /* epochs of density warm-up, 25% -> topk exponentially */
+    double topk_clip;        /* local gradient clipping threshold (0 = off) */
+    char grad_path[8]; /* auto | device | host: --backend cuda's gradient exchange */
 } trn_config;
 
 /* Fills `c` with the defaults. */
@@ -138,6 +141,11 @@ void trn_config_usage(FILE *out);
 
 /* Parses "256,256" into sizes (max n). Returns count or -1. */
 int trn_parse_int_list(const char *s, int *out, int max);
+
+/* Parses a comma-separated list of KiB (each -1 .. 2^20) into out (at most
+   max); returns the count, or -1 when malformed or too long. */
+int trn_parse_kb_list(const char *s, long *out, int max);
+#define TRN_COMPARE_KB_MAX 8 /* --fusion-compare: at most this many thresholds */
 
 trn_precision trn_precision_from_name(const char *s);
 const char *trn_precision_name(trn_precision p);
@@ -374,6 +382,7 @@ typedef struct trn_trainer trn_trainer;
 /* Backend hooks: a device backend (CUDA) may take over the training step of
    an MLP. NULL means the CPU path. */
 typedef struct trn_backend trn_backend;
+typedef struct trn_comm trn_comm;
 
 /* Creates a trainer: builds and initialises the model. The datasets are
    borrowed and must outlive it. Returns NULL with err. */
@@ -392,8 +401,9 @@ void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b);
    sums the shard-weighted gradients over ranks, so the update is the
    global-batch mean; BatchNorm normalises with each rank's own shard
    statistics and the running statistics are averaged over ranks every step.
-   Also broadcasts rank 0's weights. Returns 0 or -1 with err. */
-typedef struct trn_comm trn_comm;
+   Also broadcasts rank 0's weights. With a device backend that has
+   set_comm (CUDA, MLP) the backend takes the steps and exchanges its
+   gradients itself (dist_dev.h; --grad-path). Returns 0 or -1 with err. */
 int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err);
 int trn_trainer_rank(const trn_trainer *t);
 
@@ -452,6 +462,7 @@ void trn_cpu_set_threads(int n);
 int trn_cpu_cores(void);
 
 /* Optional device backend interface (backend_cuda.cu implements it). */
+struct trn_dist_opts; /* dist.h */
 struct trn_backend {
     const char *name;
     /* Creates device state for the net (MLP only). Returns 0 or -1. */
@@ -465,6 +476,23 @@ struct trn_backend {
     void (*sync_to_host)(void *self, trn_net *net);
     void (*detach)(void *self);
     void *self;
+    /* Optional, after self so that older initialisers stay valid (NULL:
+       one rank only). Makes the backend one rank of a
+       data-parallel run over c (borrowed, must outlive the backend): the
+       gradients go through a device gradient exchange (dist_dev.h) with
+       options o on path grad_path ("auto", "device" or "host"), built at
+       the next attach. Checks what it can at once: 0 with a line naming
+       the path taken in msg, or -1 with the reason in msg (TRN_ERRLEN). */
+    int (*set_comm)(void *self, trn_comm *c, const struct trn_dist_opts *o,
+                    const char *grad_path, char *msg);
+    /* With set_comm: one step on this rank's shard x, y of nb examples
+       (nb may be 0) of a global batch of `global`: forward, backward of
+       loss_scale * (shard loss sum) / global, the gradients summed over the
+       ranks, the overflow check and |G|^2 on the sums (the same on every
+       rank), the update unless overflow. Returns the shard's loss sum, or
+       -1 when the exchange failed. */
+    double (*step_dist)(void *self, const float *x, const uint8_t *y, int nb, int global,
+                        double lr, double loss_scale, int *overflow, double *grad_sqnorm);
 };
 
 #endif
