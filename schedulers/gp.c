@@ -842,3 +842,28 @@ int gp_predict_batch(gp_t *gp, const double *Xs, int m, double *mean, double *va
     gsl_matrix_free(Ks);
     return 0;
 }
+
+int gp_loo(gp_t *gp, double *mu, double *var)
+{
+    int n = gp->n;
+    if (!gp->factored || n < 2)
+        return -1;
+    gsl_matrix *Ki = gsl_matrix_alloc((size_t)n, (size_t)n);
+    if (!Ki)
+        return -1;
+    /* K^-1 from the factor: LOO mean y_i - [K^-1 y]_i / [K^-1]_ii, variance
+       1 / [K^-1]_ii (Rasmussen & Williams 5.12) */
+    gsl_matrix_memcpy(Ki, gp->L);
+    int rc = s_potri(Ki);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        double kii = gsl_matrix_get(Ki, (size_t)i, (size_t)i);
+        if (!(kii > 0)) {
+            rc = -1;
+            break;
+        }
+        mu[i] = gp->y[i] - gsl_vector_get(gp->alpha, (size_t)i) / kii;
+        var[i] = 1 / kii;
+    }
+    gsl_matrix_free(Ki);
+    return rc;
+}

@@ -140,4 +140,11 @@ void gp_predict(gp_t *gp, const double *x, double *mean, double *var, double *dm
    cheaper). 0 or -1 when out of memory. */
 int gp_predict_batch(gp_t *gp, const double *Xs, int m, double *mean, double *var);
 
+/* Leave-one-out posterior of each data point's (noisy) value given the
+   others, in standardised units, under the current factorisation
+   (theta kept): mean into mu and variance into var (n values each).
+   0, or -1 without a factorisation, with fewer than 2 points or when out
+   of memory. */
+int gp_loo(gp_t *gp, double *mu, double *var);
+
 #endif

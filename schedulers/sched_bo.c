@@ -22,6 +22,7 @@
 
 #include "acq.h"
 #include "gp.h"
+#include "warp.h"
 
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_qrng.h>
@@ -33,13 +34,18 @@
 #include <string.h>
 
 enum { S_BELIEVER = 0, S_LIAR = 1 };
-enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1 };
+enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1, S_WARP_POWER = 2, S_WARP_AUTO = 3 };
 enum { S_CON_POF = 0, S_CON_PENALTY = 1 };
 enum { S_MO_EHVI = 0, S_MO_PAREGO = 1 };
 #define S_EHVI_MAX_OBJECTIVES 3 /* the boxes grow as (front size)^(m-1) */
 #define S_EHVI_DRAWS 32
 enum { S_FID_RUNGS = 0, S_FID_FINAL = 1, S_FID_JOINT = 2 };
 #define S_TOPK 8 /* ranked suggestions the worker returns */
+/* warp "auto" chooses between its two warps from this many observations
+   on, and up to this many (beyond, a second fit and the leave-one-out
+   inverse cost too much: the power warp with half-rank is used) */
+#define S_AUTO_MIN 8
+#define S_AUTO_MAX 300
 
 typedef struct {
     const spec_t *spec;
@@ -241,53 +247,6 @@ static void s_job_free(s_job *j)
     free(j);
 }
 
-typedef struct {
-    double v;
-    int i;
-} s_vi;
-
-static int s_vi_cmp(const void *a, const void *b)
-{
-    const s_vi *x = a, *y = b;
-    if (x->v != y->v)
-        return x->v < y->v ? -1 : 1;
-    return x->i - y->i;
-}
-
-/* Half-rank output warping (after Vizier): values at or below the median
-   stay; worse ones are replaced by median + s Phi^-1(q) with q their rank
-   quantile and s the RMS distance of the better half from the median, so
-   outliers stop dominating the GP while the order is kept. */
-static void s_warp_halfrank(double *y, int n)
-{
-    if (n < 4)
-        return;
-    s_vi *r = malloc(sizeof(s_vi) * (size_t)n);
-    if (!r)
-        return;
-    for (int i = 0; i < n; i++)
-        r[i] = (s_vi){y[i], i};
-    qsort(r, (size_t)n, sizeof *r, s_vi_cmp);
-    int half = (n - 1) / 2;
-    double med = r[half].v, s = 0;
-    for (int i = 0; i <= half; i++)
-        s += (r[i].v - med) * (r[i].v - med);
-    s = sqrt(s / (half + 1));
-    if (s > 0) {
-        for (int a = half + 1; a < n;) {
-            int b = a; /* ties share their mean rank */
-            while (b + 1 < n && r[b + 1].v == r[a].v)
-                b++;
-            double q = ((a + b) / 2.0 + 0.5) / n;
-            double w = med + s * gsl_cdf_ugaussian_Pinv(q);
-            for (int i = a; i <= b; i++)
-                y[r[i].i] = fmin(r[i].v, w);
-            a = b + 1;
-        }
-    }
-    free(r);
-}
-
 /* EHVI (several objectives): a GP per objective on the observations that
    have them all, the front from the feasible observations (by the
    constraint models' means for pending points, which join it at their
@@ -372,6 +331,89 @@ out:
     return rc;
 }
 
+/* Leave-one-out log density of the better half of the observations (the
+   values at or below the median of yo, the unwarped targets), in the units
+   the two candidate warps share there (the power warp's): the GP's LOO
+   posterior of each such point given the others, in standardised units,
+   less log of the GP's standardising sd. -INFINITY when it cannot be
+   computed. */
+static double s_loo_score(gp_t *gp, const double *yo, double med, double *mv, int n)
+{
+    if (gp_loo(gp, mv, mv + n) != 0)
+        return -INFINITY;
+    double sc = 0, lsd = log(gp_y_sd(gp));
+    for (int i = 0; i < n; i++) {
+        if (yo[i] > med)
+            continue;
+        double r = gp_y_std(gp, i) - mv[i], v = mv[n + i];
+        sc += -0.5 * r * r / v - 0.5 * log(v) - lsd;
+    }
+    return isfinite(sc) ? sc : -INFINITY;
+}
+
+static int s_dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* warp "auto": *gp_p was fitted on y = half-rank(Yeo-Johnson(targets)).
+   Fits a second GP on Yeo-Johnson(targets) alone and keeps the one whose
+   leave-one-out density of the better half is higher (both warps agree on
+   that half, so the densities compare); when it is the second, y receives
+   its values. 0, or -1 when cancelled; any other failure keeps the first
+   model. */
+static int s_auto_warp(s_job *j, gp_t **gp_p, const gp_fit_opts *fo, double *y)
+{
+    int n = j->n, D = j->lay->D, rc = 0;
+    double *yo = malloc(sizeof(double) * (size_t)n);
+    double *yy = malloc(sizeof(double) * (size_t)n);
+    double *srt = malloc(sizeof(double) * (size_t)n);
+    double *mv = malloc(sizeof(double) * 2 * (size_t)n);
+    gp_t *g2 = gp_new(D);
+    if (!yo || !yy || !srt || !mv || !g2)
+        goto done;
+    double worst = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (isfinite(j->y[i]))
+            worst = fmax(worst, j->y[i]);
+    for (int i = 0; i < n; i++)
+        yo[i] = isfinite(j->y[i]) ? j->y[i] : worst;
+    memcpy(srt, yo, sizeof(double) * (size_t)n);
+    qsort(srt, (size_t)n, sizeof(double), s_dbl_cmp);
+    double med = srt[(n - 1) / 2];
+    memcpy(yy, yo, sizeof(double) * (size_t)n);
+    warp_yeojohnson(yy, n);
+    if (gp_set_data(g2, j->X, yy, n, 1) != 0)
+        goto done;
+    gp_set_prior(g2, j->prior);
+    /* one start, from the first model's hyperparameters: the data differ
+       only in the worse half */
+    gp_fit_opts f2 = *fo;
+    f2.theta0 = gp_theta(*gp_p);
+    f2.restarts = 0;
+    f2.default_start = 0;
+    if (gp_fit(g2, &f2) != 0) {
+        rc = atomic_load(&j->cancel) ? -1 : 0;
+        goto done;
+    }
+    double s1 = s_loo_score(*gp_p, yo, med, mv, n);
+    double s2 = s_loo_score(g2, yo, med, mv, n);
+    if (s2 > s1) {
+        gp_t *t = *gp_p;
+        *gp_p = g2;
+        g2 = t;
+        memcpy(y, yy, sizeof(double) * (size_t)n);
+    }
+done:
+    gp_destroy(&g2);
+    free(yo);
+    free(yy);
+    free(srt);
+    free(mv);
+    return rc;
+}
+
 static void s_run_job(s_job *j)
 {
     const s_layout *l = j->lay;
@@ -395,8 +437,10 @@ static void s_run_job(s_job *j)
             worst = fmax(worst, j->y[i]);
     for (int i = 0; i < n; i++)
         y[i] = isfinite(j->y[i]) ? j->y[i] : worst;
-    if (j->warp == S_WARP_HALFRANK)
-        s_warp_halfrank(y, n);
+    if (j->warp == S_WARP_POWER || j->warp == S_WARP_AUTO)
+        warp_yeojohnson(y, n);
+    if (j->warp != S_WARP_NONE)
+        warp_halfrank(y, n);
     memcpy(X, j->X, sizeof(double) * (size_t)n * (size_t)D);
     if (gp_set_data(gp, X, y, n, 1) != 0)
         goto out;
@@ -419,6 +463,9 @@ static void s_run_job(s_job *j)
         fo.polish_iter = 0;
     }
     if (gp_fit(gp, &fo) != 0)
+        goto out;
+    if (j->warp == S_WARP_AUTO && n >= S_AUTO_MIN && n <= S_AUTO_MAX &&
+        s_auto_warp(j, &gp, &fo, y) != 0)
         goto out;
     memcpy(j->theta, gp_theta(gp), sizeof(double) * (size_t)nt);
     j->theta_ok = 1;
@@ -1380,9 +1427,14 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
             b->prior = !strcmp(a, "lognormal") ? GP_PRIOR_LOGNORMAL : GP_PRIOR_WALL;
         } else if (!strcmp(key, "warp")) {
             const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "halfrank") && strcmp(a, "none")))
-                return s_fail(err, errsize, key, "must be \"halfrank\" or \"none\"");
-            b->warp = !strcmp(a, "none") ? S_WARP_NONE : S_WARP_HALFRANK;
+            if (!a || (strcmp(a, "auto") && strcmp(a, "power") && strcmp(a, "halfrank") &&
+                       strcmp(a, "none")))
+                return s_fail(err, errsize, key,
+                              "must be \"auto\", \"power\", \"halfrank\" or \"none\"");
+            b->warp = !strcmp(a, "none")       ? S_WARP_NONE
+                      : !strcmp(a, "halfrank") ? S_WARP_HALFRANK
+                      : !strcmp(a, "power")    ? S_WARP_POWER
+                                               : S_WARP_AUTO;
         } else if (!strcmp(key, "fidelity")) {
             const char *a = json_string_value(v);
             if (!a || (strcmp(a, "rungs") && strcmp(a, "final") && strcmp(a, "joint")))
@@ -1425,7 +1477,7 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     b->acq = 0;
     b->kappa = 1.96;
     b->fantasy = S_BELIEVER;
-    b->warp = S_WARP_HALFRANK;
+    b->warp = S_WARP_AUTO;
     b->fidelity = S_FID_JOINT; /* bench-mf: see docs/design.md */
     b->cmodel = S_CON_POF;
     b->momodel = S_MO_EHVI;

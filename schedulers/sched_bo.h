@@ -10,10 +10,20 @@
       "fantasy": "believer" | "liar"     pending trials count as observed at
                                          the GP mean (kriging believer,
                                          default) or at the worst value
-      "warp": "halfrank" | "none"        output warping before the GP: the
-                                         worse half of the values is mapped by
-                                         rank onto a Gaussian tail (default
-                                         halfrank), or plain standardising
+      "warp": "auto" | "power" | "halfrank" | "none"
+                                         output warping before the GP
+                                         (warp.h): "halfrank" maps the worse
+                                         half of the values by rank onto a
+                                         Gaussian tail; "power" applies a
+                                         Yeo-Johnson transform (lambda by
+                                         maximum likelihood) first; "auto"
+                                         (default) also fits a GP to the
+                                         Yeo-Johnson values alone and keeps
+                                         the model with the higher
+                                         leave-one-out density of the better
+                                         half (from 8 to 300 observations;
+                                         else "power"); "none" only
+                                         standardises
       "lengthscale_prior": "wall" | "lognormal"
                                          the objective GP's prior on its
                                          lengthscales (gp.h): steep walls

@@ -1,7 +1,8 @@
 /*  test_gp.c - the Gaussian-process module (schedulers/gp.c): kernel,
     marginal-likelihood and posterior gradients against central finite
     differences in double precision, a posterior computed by hand, jitter
-    escalation, and a fit that recovers a smooth function.
+    escalation, a fit that recovers a smooth function, and the
+    leave-one-out posterior against refits without each point.
 */
 #include "jz_test.h"
 #include "schedulers/gp.h"
@@ -340,6 +341,48 @@ TEST(wall_prior)
     gp_destroy(&b);
 }
 
+TEST(loo_matches_refit)
+{
+    /* the closed-form leave-one-out posterior against a GP on the other
+       n - 1 points with the same hyperparameters and standardisation: its
+       mean, and its latent variance plus the noise */
+    enum { D = 2, N = 12 };
+    double X[N * D], y[N], Xk[N * D], yk[N];
+    for (int a = 0; a < N; a++) {
+        for (int i = 0; i < D; i++)
+            X[a * D + i] = s_u();
+        y[a] = 10 + 3 * s_func(X + a * D, D);
+    }
+    gp_t *gp = gp_new(D);
+    REQUIRE(gp && gp_set_data(gp, X, y, N, 1) == 0);
+    double th[4] = {log(0.4), log(0.6), log(1.3), log(1e-3)};
+    REQUIRE(gp_set_theta(gp, th) == 0);
+    REQUIRE(gp_jitter(gp) == 0);
+    double mu[N], var[N];
+    REQUIRE(gp_loo(gp, mu, var) == 0);
+    for (int k = 0; k < N; k++) {
+        int m = 0;
+        for (int a = 0; a < N; a++) {
+            if (a == k)
+                continue;
+            memcpy(Xk + m * D, X + a * D, sizeof(double) * D);
+            yk[m++] = gp_y_std(gp, a);
+        }
+        gp_t *g = gp_new(D); /* mean 0, sd 1: yk is used as given */
+        REQUIRE(g && gp_set_data(g, Xk, yk, m, 0) == 0 && gp_set_theta(g, th) == 0);
+        double pm, pv;
+        gp_predict(g, X + k * D, &pm, &pv, NULL, NULL);
+        CHECK_NEAR(mu[k], pm, 1e-8);
+        CHECK_NEAR(var[k], pv + GP_NOISE_FLOOR + 1e-3, 1e-8);
+        gp_destroy(&g);
+    }
+    gp_destroy(&gp);
+    gp_t *g0 = gp_new(1); /* no data, no factorisation */
+    REQUIRE(g0);
+    CHECK(gp_loo(g0, mu, var) == -1);
+    gp_destroy(&g0);
+}
+
 int main(void)
 {
     RUN(kernel_gradients);
@@ -351,5 +394,6 @@ int main(void)
     RUN(noise_learned);
     RUN(cancel_gives_up);
     RUN(wall_prior);
+    RUN(loo_matches_refit);
     TEST_DONE();
 }

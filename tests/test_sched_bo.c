@@ -73,7 +73,8 @@ TEST(options_checked)
         {"{\"type\":\"bo\",\"n_init\":0}", "scheduler.n_init: "},
         {"{\"type\":\"bo\",\"kappa\":-1}", "scheduler.kappa: "},
         {"{\"type\":\"bo\",\"fantasy\":1}", "scheduler.fantasy: "},
-        {"{\"type\":\"bo\",\"warp\":\"log\"}", "scheduler.warp: "},
+        {"{\"type\":\"bo\",\"warp\":\"log\"}",
+         "scheduler.warp: must be \"auto\", \"power\", \"halfrank\" or \"none\""},
         {"{\"type\":\"bo\",\"lengthscale_prior\":\"flat\"}",
          "scheduler.lengthscale_prior: "},
     };
@@ -98,6 +99,17 @@ TEST(options_checked)
     sched_destroy(&s);
     CHECK(s == NULL);
     spec_destroy(&sp);
+    const char *warps[] = {"{\"type\":\"bo\",\"warp\":\"auto\"}",
+                           "{\"type\":\"bo\",\"warp\":\"power\"}",
+                           "{\"type\":\"bo\",\"warp\":\"halfrank\"}"};
+    for (size_t i = 0; i < sizeof warps / sizeof warps[0]; i++) {
+        sp = s_spec(warps[i], QSPACE, "min");
+        REQUIRE(sp);
+        s = sched_bo_new(sp, err, sizeof err);
+        CHECK(s != NULL);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
 }
 
 /* Runs a sequential study of n trials on f; returns the best value and
