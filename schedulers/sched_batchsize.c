@@ -29,11 +29,13 @@
    trial's `momentum` param. When the best
    candidate beats the current batch's goodput by `min_gain` (default 10%), and at least
    `interval` steps (default 200) have passed since the last change and `min_measurements`
-   (default 3) were seen (before the first change and after an exploring one,
-   `probe_interval` steps, default `interval`, once the size in force has
+   (default 3) were seen (before the first change and after an exploring one
+   or one made on the throughput prior alone, `probe_interval` steps, default
+   `interval`, once the size in force has
    `min_measurements` step-time windows: those decisions wait for measurements,
-   not for the model to settle; a trial of 2 ranks reached 512 at step ~100
-   instead of ~400), the scheduler sends `set batch_size` and a new learning rate lr0
+   not for the model to settle; with probe_interval 50 a 2-rank trial went
+   64 -> 256 at step 60, but to 512 only at 270-460 until the prior-alone rule), the
+   scheduler sends `set batch_size` and a new learning rate lr0
    * gain, gain from `lr_rule`: "adascale" (default; r = (s2 + m2)/(s2/S + m2), S = B/B0),
     "sqrt", "linear" or "none". A higher rate is warmed up linearly over
     `warmup` steps (default 100) by further `set lr` instructions sent as
@@ -444,7 +446,9 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     t->pend_b = 1;
     t->last_change = step;
     t->skip_tp = 1;
-    t->probing = explore;
+    /* a change on the throughput prior alone (one size measured) is a probe
+       too: the next decision has two sizes to fit */
+    t->probing = explore || t->ntp == 1;
     t->decisions++;
     if (self->rule != RULE_NONE && isfinite(lr_new) && lr_new != lr_old) {
         if (self->warmup > 0 && lr_new > lr_old) {
