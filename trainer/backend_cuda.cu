@@ -315,20 +315,18 @@ static void s_gemm(s_cuda *c, cublasOperation_t ta, cublasOperation_t tb, int m,
                               CUBLAS_GEMM_DEFAULT));
 }
 
+/* Copies a batch of nb examples in, runs the forward pass and the loss,
+   leaving dlogits = dscale * d(summed loss) in c->dact[nl] and the summed
+   loss in c->scratch[0] (on c->stream; nb > 0, s_reserve done). */
 template <typename T>
-static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, double lr,
-                       double loss_scale, int *overflow, double *grad_sqnorm)
+static void s_forward_loss(s_cuda *c, const float *x, const uint8_t *y, int nb, float dscale)
 {
     cudaStream_t st = c->stream;
-    s_reserve(c, nb);
     int d0 = c->dims[0];
     CUDA_CHECK(cudaMemcpyAsync(c->xin, x, (size_t)nb * d0 * sizeof(float),
                                cudaMemcpyHostToDevice, st));
     CUDA_CHECK(cudaMemcpyAsync(c->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaMemsetAsync(c->scratch, 0, SCR_N * sizeof(float), st));
-    CUDA_CHECK(cudaMemsetAsync(c->flag, 0, sizeof(int), st));
     k_convert<T><<<s_blocks((long)nb * d0), 256, 0, st>>>(c->xin, (T *)c->act[0], (long)nb * d0);
-    /* forward */
     for (int l = 0; l < c->nl; l++) {
         int k = c->dims[l], m = c->dims[l + 1];
         s_gemm<T>(c, CUBLAS_OP_T, CUBLAS_OP_N, m, nb, k, c->wlp[l], k, c->act[l], k,
@@ -336,12 +334,21 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
         k_bias_act<T><<<s_blocks((long)nb * m), 256, 0, st>>>(
             (T *)c->act[l + 1], (const T *)c->blp[l], nb, m, l < c->nl - 1);
     }
-    /* loss and dlogits: gradient of loss_scale * mean loss */
     int K = c->dims[c->nl];
-    k_softmax_ce<T><<<(nb + 127) / 128, 128, 0, st>>>(
-        (const T *)c->act[c->nl], c->y, (T *)c->dact[c->nl], nb, K, (float)c->smoothing,
-        (float)(loss_scale / nb), c->scratch);
-    /* backward */
+    k_softmax_ce<T><<<(nb + 127) / 128, 128, 0, st>>>((const T *)c->act[c->nl], c->y,
+                                                      (T *)c->dact[c->nl], nb, K,
+                                                      (float)c->smoothing, dscale, c->scratch);
+}
+
+/* The backward pass from c->dact[nl] into c->gw/c->gb, last layer first.
+   Once layer l's gradients are final (before its input gradient is
+   computed) it calls layer_done(ctx, l) when given; a nonzero return is
+   remembered and returned as -1 at the end (the pass always completes). */
+template <typename T>
+static int s_backward(s_cuda *c, int nb, int (*layer_done)(void *ctx, int l), void *ctx)
+{
+    cudaStream_t st = c->stream;
+    int rc = 0;
     for (int l = c->nl - 1; l >= 0; l--) {
         int k = c->dims[l], m = c->dims[l + 1];
         if (l < c->nl - 1)
@@ -352,10 +359,26 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
                   c->gw[l], k, 0.0f);
         k_bias_grad<T><<<s_blocks(m), 256, 0, st>>>((const T *)c->dact[l + 1], (T *)c->gb[l],
                                                      nb, m);
+        if (layer_done && layer_done(ctx, l) != 0)
+            rc = -1;
         if (l > 0) /* dX^T (k x nb) = W^T (k x m) . dY^T (m x nb) */
             s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_N, k, nb, m, c->wlp[l], k, c->dact[l + 1], m,
                       c->dact[l], k, 0.0f);
     }
+    return rc;
+}
+
+template <typename T>
+static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, double lr,
+                       double loss_scale, int *overflow, double *grad_sqnorm)
+{
+    cudaStream_t st = c->stream;
+    s_reserve(c, nb);
+    CUDA_CHECK(cudaMemsetAsync(c->scratch, 0, SCR_N * sizeof(float), st));
+    CUDA_CHECK(cudaMemsetAsync(c->flag, 0, sizeof(int), st));
+    /* dlogits: gradient of loss_scale * mean loss */
+    s_forward_loss<T>(c, x, y, nb, (float)(loss_scale / nb));
+    s_backward<T>(c, nb, NULL, NULL);
     /* norms (for LARS and |G|^2) and the overflow flag */
     float inv = (float)(1.0 / loss_scale);
     for (int l = 0; l < c->nl; l++) {
@@ -395,6 +418,13 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
     return host[0] / nb;
 }
 
+/* s_backward's hook on a data-parallel rank: layer l's buckets are ready. */
+static int s_stage_layer(void *ctx, int l)
+{
+    s_cuda *c = (s_cuda *)ctx;
+    return trn_devdist_stage(c->dd, c->nl - 1 - l) < 0 ? -1 : 0;
+}
+
 /* One rank's step of a data-parallel run (see trn_backend.step_dist). */
 template <typename T>
 static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb, int global,
@@ -403,7 +433,6 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
     cudaStream_t st = c->stream;
     if (nb > 0)
         s_reserve(c, nb);
-    int d0 = c->dims[0];
     CUDA_CHECK(cudaMemsetAsync(c->scratch, 0, SCR_N * sizeof(float), st));
     CUDA_CHECK(cudaMemsetAsync(c->flag, 0, sizeof(int), st));
     void *g[2 * MAXL];
@@ -413,40 +442,12 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
     }
     int rc = trn_devdist_begin(c->dd, g, c->prec, (float)(1.0 / loss_scale));
     if (nb > 0) {
-        CUDA_CHECK(cudaMemcpyAsync(c->xin, x, (size_t)nb * d0 * sizeof(float),
-                                   cudaMemcpyHostToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(c->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
-        k_convert<T><<<s_blocks((long)nb * d0), 256, 0, st>>>(c->xin, (T *)c->act[0],
-                                                               (long)nb * d0);
-        for (int l = 0; l < c->nl; l++) {
-            int k = c->dims[l], m = c->dims[l + 1];
-            s_gemm<T>(c, CUBLAS_OP_T, CUBLAS_OP_N, m, nb, k, c->wlp[l], k, c->act[l], k,
-                      c->act[l + 1], m, 0.0f);
-            k_bias_act<T><<<s_blocks((long)nb * m), 256, 0, st>>>(
-                (T *)c->act[l + 1], (const T *)c->blp[l], nb, m, l < c->nl - 1);
-        }
-        /* the shard's share of the global mean: loss_scale / global */
-        int K = c->dims[c->nl];
-        k_softmax_ce<T><<<(nb + 127) / 128, 128, 0, st>>>(
-            (const T *)c->act[c->nl], c->y, (T *)c->dact[c->nl], nb, K, (float)c->smoothing,
-            (float)(loss_scale / global), c->scratch);
-        for (int l = c->nl - 1; l >= 0; l--) {
-            int k = c->dims[l], m = c->dims[l + 1];
-            if (l < c->nl - 1)
-                k_relu_bwd<T><<<s_blocks((long)nb * m), 256, 0, st>>>(
-                    (const T *)c->act[l + 1], (T *)c->dact[l + 1], (long)nb * m);
-            s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_T, k, m, nb, c->act[l], k, c->dact[l + 1], m,
-                      c->gw[l], k, 0.0f);
-            k_bias_grad<T><<<s_blocks(m), 256, 0, st>>>((const T *)c->dact[l + 1],
-                                                         (T *)c->gb[l], nb, m);
-            /* layer l's gradients are final: its buckets may go while the
-               next layer's backward runs */
-            if (trn_devdist_stage(c->dd, c->nl - 1 - l) < 0)
-                rc = -1;
-            if (l > 0)
-                s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_N, k, nb, m, c->wlp[l], k, c->dact[l + 1],
-                          m, c->dact[l], k, 0.0f);
-        }
+        /* the shard's share of the global mean: loss_scale / global; each
+           layer's buckets go as soon as its gradients are final, while the
+           next layer's backward runs */
+        s_forward_loss<T>(c, x, y, nb, (float)(loss_scale / global));
+        if (s_backward<T>(c, nb, s_stage_layer, c) != 0)
+            rc = -1;
     } else { /* no examples this step: zeros, through the same collectives */
         for (int l = c->nl - 1; l >= 0; l--) {
             long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
