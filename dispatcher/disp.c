@@ -35,6 +35,7 @@
 #define TAG "disp"
 #define DISP_TICK_MS 50
 #define DISP_REG_RING 8
+#define DISP_REG_BACKOFF_MAX 60.0 /* s: longest wait between refused registers */
 #define DISP_DONE_RING 256
 
 /* A `started` or `exited` report waiting for its answer. */
@@ -62,10 +63,11 @@ struct disp {
     int own_ctx;
     void *sock; /* DEALER, only while disp_run runs */
 
-    int ready;                    /* READY, else REGISTERING */
-    double last_reg;              /* when register was last sent */
-    double last_hb;               /* when heartbeat was last sent */
-    double last_heard;            /* when the controller last sent anything */
+    int ready;          /* READY, else REGISTERING */
+    double last_reg;    /* when register was last sent */
+    double reg_backoff; /* extra wait after a refused register (doubles, capped) */
+    double last_hb;     /* when heartbeat was last sent */
+    double last_heard;  /* when the controller last sent anything */
     long reg_reqs[DISP_REG_RING]; /* recent register reqs */
     int reg_i;
     long next_req;
@@ -731,10 +733,17 @@ static void s_on_reply(disp_t *d, const json_t *msg, int ok)
             log_info(TAG, "registered with %s as %s (%d slots, %d GPUs, %d running)",
                      d->endpoint, d->name, d->slots, d->ngpus, (int)d->nprocs);
             d->ready = 1;
+            d->reg_backoff = 0;
             d->last_hb = util_now();
             s_send_reports(d, util_now(), 1);
         } else if (!ok) {
-            log_warn(TAG, "register refused: %s: %s", code, text);
+            /* a refusal (a key or role the controller does not accept) stands
+               until its authorized keys change: ask again ever more slowly */
+            d->reg_backoff = d->reg_backoff > 0 ? 2 * d->reg_backoff : d->resend_s;
+            if (d->reg_backoff > DISP_REG_BACKOFF_MAX)
+                d->reg_backoff = DISP_REG_BACKOFF_MAX;
+            log_warn(TAG, "register refused: %s: %s; asking again in %.0f s", code, text,
+                     d->resend_s + d->reg_backoff);
         }
         return;
     }
@@ -891,7 +900,7 @@ static void s_timers(disp_t *d, double now)
     if (d->ready && now - d->last_heard >= d->silence_s)
         s_to_registering(d, "no reply from the controller");
     if (!d->ready) {
-        if (now - d->last_reg >= d->resend_s)
+        if (now - d->last_reg >= d->resend_s + d->reg_backoff)
             s_send_register(d, now);
         return;
     }

@@ -29,13 +29,7 @@
    trial's `momentum` param. When the best
    candidate beats the current batch's goodput by `min_gain` (default 10%), and at least
    `interval` steps (default 200) have passed since the last change and `min_measurements`
-   (default 3) were seen (before the first change and after an exploring one
-   or one made on the throughput prior alone, `probe_interval` steps, default
-   `interval`, once the size in force has
-   `min_measurements` step-time windows: those decisions wait for measurements,
-   not for the model to settle; with probe_interval 50 a 2-rank trial went
-   64 -> 256 at step 60, but to 512 only at 270-460 until the prior-alone rule), the
-   scheduler sends `set batch_size` and a new learning rate lr0
+   (default 3) were seen, the scheduler sends `set batch_size` and a new learning rate lr0
    * gain, gain from `lr_rule`: "adascale" (default; r = (s2 + m2)/(s2/S + m2), S = B/B0),
     "sqrt", "linear" or "none". A higher rate is warmed up linearly over
     `warmup` steps (default 100) by further `set lr` instructions sent as
@@ -44,6 +38,12 @@
     jizhi-train with its default --lr-scaling none, or the rate is scaled
     twice. The numbers behind each decision travel in the instruction's
     args ("decision") and reason, so they land in the events table.
+
+    Probes wait less: before the first change, and after a change that
+    explored or was made on the throughput prior alone (one size measured),
+    `probe_interval` steps (default `interval`) are enough once the size in
+    force has `min_measurements` step-time windows. Those decisions wait for
+    measurements, not for the model to settle.
 
     With `grow_only` (default false) no candidate is below the current
     batch, and the exploring step goes up: the noise scale grows as the

@@ -34,6 +34,7 @@ typedef struct {
     wire_peer peer;           /* the dispatcher, once heard */
     int hb_mode;              /* how heartbeats are answered */
     int reg_silent;           /* do not answer register */
+    int reg_refuse;           /* answer register with forbidden */
     int drop_exited;          /* exited acks still to drop */
     const char *exited_error; /* answer exited with this error code */
     int nregister;            /* registers seen */
@@ -70,7 +71,9 @@ static json_t *fc_recv(fake_ctl *fc, double timeout_s)
     json_int_t req = json_integer_value(json_object_get(m, "req"));
     if (!strcmp(type, "register")) {
         fc->nregister++;
-        if (!fc->reg_silent)
+        if (fc->reg_refuse)
+            fc_reply(fc, wire_error(req, "forbidden", "not a dispatcher's key"));
+        else if (!fc->reg_silent)
             fc_reply(fc, wire_ok(req));
     } else if (!strcmp(type, "disp_heartbeat")) {
         fc->nheartbeat++;
@@ -483,6 +486,35 @@ TEST(reregister_after_silence)
     r = fc_wait(&fc, "register", -1, 10);
     CHECK(r != NULL);
     json_decref(r);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+TEST(refused_register_backs_off)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.resend_s = 0.2;
+    disp_thread t;
+    fc.reg_refuse = 1;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    /* every 0.2 s would be ~15 registers in 3 s; waits of 0.2 + 0.2, 0.4,
+       0.8, 1.6 ... after each refusal leave about 3 */
+    int before = fc.nregister;
+    json_t *none = fc_wait(&fc, "no-such-type", -1, 3.0);
+    CHECK(none == NULL);
+    int sent = fc.nregister - before;
+    CHECK(sent >= 2 && sent <= 6);
+    /* once accepted (keys reloaded), it registers and works */
+    fc.reg_refuse = 0;
+    json_t *r = fc_wait(&fc, "register", -1, 10);
+    CHECK(r != NULL);
+    json_decref(r);
+    json_t *hb = fc_wait(&fc, "disp_heartbeat", -1, 15);
+    CHECK(hb != NULL);
+    json_decref(hb);
     dt_stop(&t, &fc, NULL);
     fc_close(&fc);
 }
@@ -1079,6 +1111,7 @@ int main(void)
     RUN(timeouts);
     RUN(kill_request);
     RUN(resend_until_acked);
+    RUN(refused_register_backs_off);
     RUN(malformed_messages);
     RUN(slots_and_gpus);
     RUN(stop_without_kill);
