@@ -361,14 +361,11 @@ static int s_backend_ready(trn_trainer *t)
     return 0;
 }
 
-static int s_step_backend(trn_trainer *t, int nb, double lr)
+/* After a backend's step of a global batch of nb: the loss scaler sees the
+   overflow, the loss is accounted, |G|^2 of the batch kept when the step
+   was taken (a backend gives no small-batch measure). 1 = skipped. */
+static int s_backend_done(trn_trainer *t, int nb, double loss, int overflow, double gsq)
 {
-    if (s_backend_ready(t) < 0)
-        return -1;
-    int overflow = 0;
-    double gsq = 0;
-    double loss = t->backend->step(t->backend->self, t->xb, t->yb, nb, lr,
-                                   t->scaler.scale, &overflow, &gsq);
     int skip = trn_scaler_update(&t->scaler, overflow);
     t->last_loss = loss;
     t->loss_acc += loss;
@@ -380,6 +377,17 @@ static int s_step_backend(trn_trainer *t, int nb, double lr)
     }
     s_advance(t, nb);
     return skip;
+}
+
+static int s_step_backend(trn_trainer *t, int nb, double lr)
+{
+    if (s_backend_ready(t) < 0)
+        return -1;
+    int overflow = 0;
+    double gsq = 0;
+    double loss = t->backend->step(t->backend->self, t->xb, t->yb, nb, lr,
+                                   t->scaler.scale, &overflow, &gsq);
+    return s_backend_done(t, nb, loss, overflow, gsq);
 }
 
 static void s_grad_ready(void *ud, int i)
@@ -412,18 +420,7 @@ static int s_step_backend_dist(trn_trainer *t, int nb, double lr)
                                        t->scaler.scale, &overflow, &gsq);
     if (red < 0 || trn_comm_sum_d(t->comm, &red, 1) < 0)
         return -1;
-    int skip = trn_scaler_update(&t->scaler, overflow);
-    double loss = red / nb;
-    t->last_loss = loss;
-    t->loss_acc += loss;
-    t->loss_n++;
-    if (!skip) {
-        t->gs_big = gsq;
-        t->b_big = nb;
-        t->have_gns = 0;
-    }
-    s_advance(t, nb);
-    return skip;
+    return s_backend_done(t, nb, red / nb, overflow, gsq);
 }
 
 /* One step as one of several ranks (see the header comment). */
