@@ -87,9 +87,8 @@ typedef struct {
     gp_prior prior; /* the objective model's lengthscale prior */
     double kappa;
     /* the end-game: > 0 to search only the trust region of this side
-       around the incumbent (the best observation), by local_acq */
+       around the incumbent (the best observation) */
     double tr_len;
-    int local_acq;
     /* constraints modelled by probability of feasibility: nc GPs on the
        constraint metrics C (n x nc, NaN when not reported); feas[i] says
        whether observation i met every constraint. nc is 0 otherwise. */
@@ -122,12 +121,10 @@ typedef struct {
     long n_init;
     int fantasy;
     int warp;
-    int cmodel;      /* S_CON_POF or S_CON_PENALTY */
-    int momodel;     /* S_MO_EHVI or S_MO_PAREGO */
-    gp_prior prior;  /* the objective model's lengthscale prior */
-    double local;    /* the end-game: this fraction of budget.trials, last */
-    int local_acq;   /* 0: EI in the trust region, 1: the GP mean */
-    int local_every; /* in the end-game, every local_every-th suggestion is local */
+    int cmodel;     /* S_CON_POF or S_CON_PENALTY */
+    int momodel;    /* S_MO_EHVI or S_MO_PAREGO */
+    gp_prior prior; /* the objective model's lengthscale prior */
+    double local;   /* the end-game: this fraction of budget.trials, last */
     /* state */
     s_point *obs;
     size_t nobs, capobs;
@@ -677,10 +674,9 @@ static void s_run_job(s_job *j)
 
     if (j->nobj > 0 && s_ehvi(j, ac, nac, &fo, &og, &front, &eh) != 0)
         goto out;
-    int mean = box && j->local_acq == 1; /* the GP mean: UCB with kappa 0 */
-    acq_t a = {.kind = j->acq == 1 || mean ? ACQ_UCB : ACQ_EI,
+    acq_t a = {.kind = j->acq == 1 ? ACQ_UCB : ACQ_EI,
                .best = best,
-               .kappa = mean ? 0 : j->kappa,
+               .kappa = j->kappa,
                .ncons = nac,
                .cons = ac,
                .infeasible = nac > 0 && !any_feas,
@@ -1040,7 +1036,7 @@ static int s_obj_data(sched_bo *b, s_job *j)
 }
 
 /* Whether the next suggestion is the end-game's (option "local"): within
-   the last `local` fraction of budget.trials, every local_every-th one,
+   the last `local` fraction of budget.trials,
    for one objective without constraints or early stopping. */
 static int s_local_now(const sched_bo *b)
 {
@@ -1048,7 +1044,7 @@ static int s_local_now(const sched_bo *b)
     if (!(b->local > 0) || b->mf || sp->nobjectives > 1 || sp->nconstraints)
         return 0;
     long start = (long)ceil((1 - b->local) * (double)sp->trials - 1e-9);
-    return b->count >= start && (b->count - start) % b->local_every == 0;
+    return b->count >= start;
 }
 
 static int s_start_job(sched_bo *b)
@@ -1106,7 +1102,6 @@ static int s_start_job(sched_bo *b)
     j->warp = b->warp;
     j->prior = b->prior;
     j->tr_len = s_local_now(b) ? b->tr_len : 0;
-    j->local_acq = b->local_acq;
     j->seed = s_job_seed(b);
     atomic_init(&j->cancel, 0);
     atomic_init(&j->done, 0);
@@ -1570,16 +1565,6 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
                               "must be a number from 0 to 1 (the fraction of "
                               "budget.trials at the end searched locally; 0: never)");
             b->local = json_number_value(v);
-        } else if (!strcmp(key, "local_acq")) {
-            const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "ei") && strcmp(a, "mean")))
-                return s_fail(err, errsize, key, "must be \"ei\" or \"mean\"");
-            b->local_acq = !strcmp(a, "mean");
-        } else if (!strcmp(key, "local_every")) {
-            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-                json_integer_value(v) > 100)
-                return s_fail(err, errsize, key, "must be an integer from 1 to 100");
-            b->local_every = (int)json_integer_value(v);
         } else if (!strcmp(key, "fidelity")) {
             const char *a = json_string_value(v);
             if (!a || (strcmp(a, "rungs") && strcmp(a, "final") && strcmp(a, "joint")))
@@ -1593,7 +1578,7 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
                 err, errsize, key,
                 "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
                 "n_init, fantasy, warp, constraint_model, lengthscale_prior, mo, "
-                "fidelity, local, local_acq, local_every)");
+                "fidelity, local)");
         }
     }
     return 0;
@@ -1628,8 +1613,6 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     b->momodel = S_MO_EHVI;
     b->prior = GP_PRIOR_WALL;
     b->local = 0.3; /* bench-bo: see docs/design.md */
-    b->local_acq = 0;
-    b->local_every = 1;
     b->tr_len = S_TR_INIT;
     long np = (long)spec->nparams;
     b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;

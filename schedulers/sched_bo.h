@@ -53,10 +53,6 @@
                                          and sched__bo_tr_update); 0 never.
                                          One objective without constraints
                                          or early stopping only
-      "local_acq": "ei" | "mean"         what the end-game maximises: log EI
-                                         (default) or minus the GP mean
-      "local_every": integer >= 1        in the end-game, every k-th
-                                         suggestion is local (default 1)
 */
 #ifndef JZ_SCHED_BO_H
 #define JZ_SCHED_BO_H

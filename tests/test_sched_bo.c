@@ -79,8 +79,6 @@ TEST(options_checked)
          "scheduler.lengthscale_prior: "},
         {"{\"type\":\"bo\",\"local\":1.5}", "scheduler.local: must be a number"},
         {"{\"type\":\"bo\",\"local\":\"end\"}", "scheduler.local: "},
-        {"{\"type\":\"bo\",\"local_acq\":\"pi\"}", "scheduler.local_acq: "},
-        {"{\"type\":\"bo\",\"local_every\":0}", "scheduler.local_every: "},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i][0], QSPACE, "min");
