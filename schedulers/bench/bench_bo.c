@@ -10,9 +10,12 @@
       bench_bo run FUNC METHOD EVALS SEED0 NSEEDS
                                            one JSON line per seed:
                                            {"func","method","seed","regret","best","seconds"}
-      bench_bo latency N1,N2,.. [REPEATS]  bo suggestion latency on
+      bench_bo latency N1,N2,.. [REPEATS [METHOD]]
+                                           bo suggestion latency on
                                            Hartmann-6 with N observations:
-                                           {"n","cold_ms","warm_ms"}
+                                           {"n","cold_ms","warm_ms"}; METHOD
+                                           (default bo) e.g. bo{"local":1}
+                                           to time the end-game's search
       bench_bo importance < JSON           parameter importance (importance.h)
                                            of {"space": {...}, "trials":
                                            [{"params": {...}, "value": y}]}:
@@ -316,10 +319,10 @@ static int s_run(const s_func *f, const char *method, int evals, long seed)
 /* n random observations of Hartmann-6, then suggestions timed from the
    first suggest call to SCHED_OK: the first (cold: no hyperparameters to
    start from) and the median of `repeats` more (warm). */
-static int s_latency(int n, int repeats)
+static int s_latency(int n, int repeats, const char *method)
 {
     const s_func *f = s_find("hartmann6");
-    spec_t *sp = s_spec(f, "bo", 1, 1000000);
+    spec_t *sp = s_spec(f, method, 1, 1000000);
     char err[256];
     sched_t *s = sp ? sched_new(sp, err, sizeof err) : NULL;
     if (!s)
@@ -424,7 +427,7 @@ static int s_usage(void)
 {
     fprintf(stderr,
             "usage: bench_bo eval FUNC X1..Xd | run FUNC METHOD EVALS SEED0 NSEEDS | "
-            "latency N1,N2,.. [REPEATS] | importance < JSON\n");
+            "latency N1,N2,.. [REPEATS [METHOD]] | importance < JSON\n");
     return 2;
 }
 
@@ -451,11 +454,12 @@ int main(int argc, char **argv)
                 return 1;
         return 0;
     }
-    if ((argc == 3 || argc == 4) && !strcmp(argv[1], "latency")) {
-        int repeats = argc == 4 ? atoi(argv[3]) : 3;
+    if (argc >= 3 && argc <= 5 && !strcmp(argv[1], "latency")) {
+        const char *method = argc == 5 ? argv[4] : "bo";
+        int repeats = argc >= 4 ? atoi(argv[3]) : 3;
         char *save = NULL, *list = strdup(argv[2]);
         for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
-            if (s_latency(atoi(t), repeats) != 0) {
+            if (s_latency(atoi(t), repeats, method) != 0) {
                 free(list);
                 return 1;
             }
