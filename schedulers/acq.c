@@ -188,9 +188,11 @@ void acq_opt_opts_init(acq_opt_opts *o)
     o->max_iter = 40;
 }
 
-static double s_clamp01(double x)
+/* dimension i's bounds: the box when given, else [0, 1] */
+static double s_clamp(const double *lo, const double *hi, int i, double x)
 {
-    return x < 0 ? 0 : x > 1 ? 1 : x;
+    double a = lo ? lo[i] : 0, b = hi ? hi[i] : 1;
+    return x < a ? a : x > b ? b : x;
 }
 
 /* ---- polishing -------------------------------------------------------- */
@@ -199,25 +201,25 @@ static double s_clamp01(double x)
    backtracking line search (spectral projected gradient, monotone).
    Moves only the dimensions in mask. x is updated; returns its value. */
 static double s_polish_from(gp_t *gp, const acq_t *a, const unsigned char *mask,
-                            double *x, int max_iter, double *g, double *xn, double *gn,
-                            double *dir);
+                            const double *lo, const double *hi, double *x, int max_iter,
+                            double *g, double *xn, double *gn, double *dir);
 
-static double s_polish(gp_t *gp, const acq_t *a, const unsigned char *mask, double *x,
-                       int max_iter)
+static double s_polish(gp_t *gp, const acq_t *a, const unsigned char *mask,
+                       const double *lo, const double *hi, double *x, int max_iter)
 {
     int d = gp_dim(gp);
     double *g = malloc(sizeof(double) * 4 * (size_t)d);
     if (!g)
         return NAN;
     double *xn = g + d, *gn = g + 2 * d, *dir = g + 3 * d;
-    double f = s_polish_from(gp, a, mask, x, max_iter, g, xn, gn, dir);
+    double f = s_polish_from(gp, a, mask, lo, hi, x, max_iter, g, xn, gn, dir);
     free(g);
     return f;
 }
 
 static double s_polish_from(gp_t *gp, const acq_t *a, const unsigned char *mask,
-                            double *x, int max_iter, double *g, double *xn, double *gn,
-                            double *dir)
+                            const double *lo, const double *hi, double *x, int max_iter,
+                            double *g, double *xn, double *gn, double *dir)
 {
     int d = gp_dim(gp);
     size_t vbytes = sizeof(double) * (size_t)d;
@@ -234,7 +236,8 @@ static double s_polish_from(gp_t *gp, const acq_t *a, const unsigned char *mask,
     for (int it = 0; it < max_iter; it++) {
         double nd = 0, gd = 0;
         for (int i = 0; i < d; i++) {
-            dir[i] = (!mask || mask[i]) ? s_clamp01(x[i] + lam * g[i]) - x[i] : 0;
+            dir[i] =
+                (!mask || mask[i]) ? s_clamp(lo, hi, i, x[i] + lam * g[i]) - x[i] : 0;
             nd = fmax(nd, fabs(dir[i]));
             gd += g[i] * dir[i];
         }
@@ -244,7 +247,7 @@ static double s_polish_from(gp_t *gp, const acq_t *a, const unsigned char *mask,
         int ok = 0;
         for (int ls = 0; ls < 20; ls++) {
             for (int i = 0; i < d; i++)
-                xn[i] = s_clamp01(x[i] + t * dir[i]);
+                xn[i] = s_clamp(lo, hi, i, x[i] + t * dir[i]);
             fn = acq_value(gp, a, xn, gn);
             if (isfinite(fn) && fn >= f + 1e-4 * t * gd) {
                 ok = 1;
@@ -342,6 +345,8 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
         for (int i = 0; i < d; i++) {
             double w = u[i] + (q ? shift[i] : 0);
             x[i] = w >= 1 ? w - 1 : w;
+            if (o->lo && (!o->mask || o->mask[i])) /* into the box */
+                x[i] = o->lo[i] + (o->hi[i] - o->lo[i]) * x[i];
         }
     }
     if (q)
@@ -355,7 +360,7 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
         double scale = exp(log(1e-3) + util_unif01(&seed) * (log(0.2) - log(1e-3)));
         for (int i = 0; i < d; i++) {
             if (!o->mask || o->mask[i])
-                x[i] = s_clamp01(s0[i] + scale * util_normal(&seed));
+                x[i] = s_clamp(o->lo, o->hi, i, s0[i] + scale * util_normal(&seed));
             else
                 x[i] = util_unif01(&seed) < 1.0 / d ? util_unif01(&seed) : s0[i];
         }
@@ -384,7 +389,7 @@ int acq_optimize(gp_t *gp, const acq_t *a, const acq_opt_opts *o, double *out,
             continue;
         double *x = P + (size_t)(m + polished) * d;
         memcpy(x, x0, sizeof(double) * (size_t)d);
-        s_polish(gp, a, o->mask, x, o->max_iter);
+        s_polish(gp, a, o->mask, o->lo, o->hi, x, o->max_iter);
         if (o->round)
             o->round(o->round_ctx, x);
         v[m + polished] = acq_value(gp, a, x, NULL);

@@ -75,7 +75,10 @@ typedef struct {
                                   perturbed), 0 discrete; NULL = all 1 */
     acq_round_fn round;        /* NULL = every point is legal */
     void *round_ctx;
-    const double *starts; /* n_starts rows of d: where to search locally */
+    const double *lo, *hi; /* a box inside [0,1]^d that every point of the
+                              search stays in, on the mask's dimensions
+                              (d values each); NULL = all of [0,1]^d */
+    const double *starts;  /* n_starts rows of d: where to search locally */
     int n_starts;
     unsigned long long seed;  /* for the Sobol shift and the local draws */
     const atomic_int *cancel; /* when non-NULL and set, gives up (-1) */

@@ -46,6 +46,15 @@ enum { S_FID_RUNGS = 0, S_FID_FINAL = 1, S_FID_JOINT = 2 };
    inverse cost too much: the power warp with half-rank is used) */
 #define S_AUTO_MIN 8
 #define S_AUTO_MAX 300
+/* the end-game's trust region (option "local"): its side on a dimension of
+   average lengthscale, in [0,1] units, starts at S_TR_INIT, doubles after
+   S_TR_SUCC improvements in a row and halves after S_TR_FAIL local trials
+   in a row that did not improve, within [S_TR_MIN, S_TR_MAX] */
+#define S_TR_INIT 0.2
+#define S_TR_MIN (1.0 / 256)
+#define S_TR_MAX 0.8
+#define S_TR_SUCC 2
+#define S_TR_FAIL 2
 
 typedef struct {
     const spec_t *spec;
@@ -66,6 +75,7 @@ typedef struct {
     json_t *metrics; /* other objectives and constraint metrics, owned, or NULL
                         (sched_bo_mo.c) */
     int stopped;     /* ended early (stopped): a partial result, not a final one */
+    int local;       /* pending: suggested inside the end-game's trust region */
 } s_point;
 
 typedef struct {
@@ -76,6 +86,9 @@ typedef struct {
     int acq, fantasy, warp;
     gp_prior prior; /* the objective model's lengthscale prior */
     double kappa;
+    /* the end-game: > 0 to search only the trust region of this side
+       around the incumbent (the best observation) */
+    double tr_len;
     /* constraints modelled by probability of feasibility: nc GPs on the
        constraint metrics C (n x nc, NaN when not reported); feas[i] says
        whether observation i met every constraint. nc is 0 otherwise. */
@@ -111,6 +124,7 @@ typedef struct {
     int cmodel;     /* S_CON_POF or S_CON_PENALTY */
     int momodel;    /* S_MO_EHVI or S_MO_PAREGO */
     gp_prior prior; /* the objective model's lengthscale prior */
+    double local;   /* the end-game: this fraction of budget.trials, last */
     /* state */
     s_point *obs;
     size_t nobs, capobs;
@@ -121,6 +135,9 @@ typedef struct {
     double *theta; /* last fitted hyperparameters, D + 2 */
     int have_theta;
     s_job *job; /* in flight, or NULL */
+    /* the end-game's trust region (see S_TR_INIT) */
+    double tr_len;
+    int tr_succ, tr_fail;
     /* multi-fidelity (sched_bo_mf.c): partial results under early stopping */
     int fidelity;  /* S_FID_* */
     bo_mf *mf;     /* owned; NULL without early stopping */
@@ -414,6 +431,46 @@ done:
     return rc;
 }
 
+void sched__bo_tr_box(int D, const unsigned char *mask, const double *theta,
+                      const double *x0, double len, double *lo, double *hi)
+{
+    double ls = 0;
+    int nm = 0;
+    for (int i = 0; i < D; i++)
+        if (!mask || mask[i]) {
+            ls += theta[i];
+            nm++;
+        }
+    ls = nm ? ls / nm : 0; /* log of the geometric mean */
+    for (int i = 0; i < D; i++) {
+        if (mask && !mask[i]) {
+            lo[i] = 0;
+            hi[i] = 1;
+            continue;
+        }
+        double h = 0.5 * len * exp(theta[i] - ls);
+        lo[i] = fmax(0, x0[i] - h);
+        hi[i] = fmin(1, x0[i] + h);
+    }
+}
+
+void sched__bo_tr_update(double *len, int *succ, int *fail, int improved)
+{
+    if (improved) {
+        *fail = 0;
+        if (++*succ >= S_TR_SUCC) {
+            *len = fmin(2 * *len, S_TR_MAX);
+            *succ = 0;
+        }
+    } else {
+        *succ = 0;
+        if (++*fail >= S_TR_FAIL) {
+            *len = fmax(0.5 * *len, S_TR_MIN);
+            *fail = 0;
+        }
+    }
+}
+
 static void s_run_job(s_job *j)
 {
     const s_layout *l = j->lay;
@@ -429,6 +486,7 @@ static void s_run_job(s_job *j)
     gp_t **og = NULL; /* objective models (EHVI) */
     acq_ehvi *eh = NULL;
     double *front = NULL;
+    double *box = NULL; /* the end-game's trust region: lo (D), hi (D) */
     if (!y || !X || !starts || !gp)
         goto out;
     double worst = -INFINITY;
@@ -602,6 +660,17 @@ static void s_run_job(s_job *j)
         if (bi[r] >= 0)
             memcpy(starts + (size_t)(ns++) * D, j->X + (size_t)bi[r] * D,
                    sizeof(double) * (size_t)D);
+    /* the end-game: a box around the incumbent, its sides in proportion to
+       the lengthscales (their geometric mean gets tr_len), searched from
+       the incumbent alone */
+    if (j->tr_len > 0 && bi[0] >= 0) {
+        box = malloc(sizeof(double) * 2 * (size_t)D);
+        if (!box)
+            goto out;
+        sched__bo_tr_box(D, l->mask, gp_theta(gp), j->X + (size_t)bi[0] * D, j->tr_len,
+                         box, box + D);
+        ns = 1;
+    }
 
     if (j->nobj > 0 && s_ehvi(j, ac, nac, &fo, &og, &front, &eh) != 0)
         goto out;
@@ -630,11 +699,14 @@ static void s_run_job(s_job *j)
     ao.round_ctx = (void *)l;
     ao.starts = starts;
     ao.n_starts = ns;
+    ao.lo = box;
+    ao.hi = box ? box + D : NULL;
     ao.seed = j->seed ^ 0xA5A5A5A5ULL;
     ao.cancel = &j->cancel;
     double vals[S_TOPK];
     j->got = acq_optimize(gp, &a, &ao, j->outp, vals, S_TOPK);
 out:
+    free(box);
     acq_ehvi_destroy(&eh);
     for (int k = 0; og && k < j->nobj; k++)
         gp_destroy(&og[k]);
@@ -762,14 +834,15 @@ static int s_is_known(const sched_bo *b, const json_t *params)
     return 0;
 }
 
-/* Records a suggestion as pending and hands it out. Takes params. */
-static int s_hand_out(sched_bo *b, long trial_id, json_t *params, json_t **out)
+/* Records a suggestion as pending (local: from the end-game's trust
+   region) and hands it out. Takes params. */
+static int s_hand_out(sched_bo *b, long trial_id, json_t *params, int local, json_t **out)
 {
     spec_params_prune(b->lay.spec, params); /* conditional spaces */
     s_point p = {
         trial_id, params, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
         NAN,      0,      NULL,
-        0};
+        0,        local};
     if (!p.x || s_encode(&b->lay, params, p.x) != 0 ||
         s_push(&b->pend, &b->npend, &b->cappend, p) != 0) {
         free(p.x);
@@ -962,6 +1035,18 @@ static int s_obj_data(sched_bo *b, s_job *j)
     return rc;
 }
 
+/* Whether the next suggestion is the end-game's (option "local"): within
+   the last `local` fraction of budget.trials,
+   for one objective without constraints or early stopping. */
+static int s_local_now(const sched_bo *b)
+{
+    const spec_t *sp = b->base.spec;
+    if (!(b->local > 0) || b->mf || sp->nobjectives > 1 || sp->nconstraints)
+        return 0;
+    long start = (long)ceil((1 - b->local) * (double)sp->trials - 1e-9);
+    return b->count >= start;
+}
+
 static int s_start_job(sched_bo *b)
 {
     const s_layout *ml = b->joint ? &b->lay1 : &b->lay; /* the model's */
@@ -1016,6 +1101,7 @@ static int s_start_job(sched_bo *b)
     j->fantasy = b->fantasy;
     j->warp = b->warp;
     j->prior = b->prior;
+    j->tr_len = s_local_now(b) ? b->tr_len : 0;
     j->seed = s_job_seed(b);
     atomic_init(&j->cancel, 0);
     atomic_init(&j->done, 0);
@@ -1041,6 +1127,7 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
         b->have_theta = 1;
     }
     json_t *pick = NULL;
+    int local = j->tr_len > 0;
     for (int r = 0; r < j->got && !pick; r++) {
         json_t *p = s_decode(&b->lay, j->outp + (size_t)r * D);
         if (!s_is_known(b, p))
@@ -1051,6 +1138,7 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
     s_job_free(j);
     if (!pick) {
         /* the model failed, or every good point is taken: a random one */
+        local = 0;
         sched_rng r;
         s_rng(b, &r, 4, b->count);
         pick = json_object();
@@ -1060,7 +1148,7 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
                                 spec_param_from_unit(sp, sched_rng_uniform(&r)));
         }
     }
-    return s_hand_out(b, trial_id, pick, params);
+    return s_hand_out(b, trial_id, pick, local, params);
 }
 
 /* ---- the interface ---------------------------------------------------- */
@@ -1099,7 +1187,7 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
             json_object_set_new(p, b->lay.spec->params[k].name,
                                 spec_param_from_unit(&b->lay.spec->params[k], u[k]));
         free(u);
-        return s_hand_out(b, trial_id, p, params);
+        return s_hand_out(b, trial_id, p, 0, params);
     }
     if (s_start_job(b) != 0)
         return SCHED_ERR;
@@ -1108,13 +1196,29 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     return SCHED_WAIT;
 }
 
+/* The end-game's rule for a local trial that ended: did it improve on
+   the best value of the other trials by 1e-3 of their spread? */
+static void s_tr_result(sched_bo *b, long trial_id, sched_outcome outcome, double value)
+{
+    double sign = b->base.spec->maximize ? -1 : 1, lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < b->nobs; i++)
+        if (!b->obs[i].failed && b->obs[i].trial != trial_id) {
+            lo = fmin(lo, sign * b->obs[i].value);
+            hi = fmax(hi, sign * b->obs[i].value);
+        }
+    int ok = outcome != SCHED_FAILED && isfinite(value);
+    int improved = ok && (!isfinite(lo) || sign * value < lo - 1e-3 * (hi - lo));
+    sched__bo_tr_update(&b->tr_len, &b->tr_succ, &b->tr_fail, improved);
+}
+
 static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
                           sched_outcome outcome, double value)
 {
     sched_bo *b = (sched_bo *)s;
     int D = b->lay.D;
-    s_point p = {trial_id, NULL, malloc(sizeof(double) * (size_t)(D ? D : 1)), value, 0,
-                 NULL,     0};
+    s_point p = {trial_id, NULL, malloc(sizeof(double) * (size_t)(D ? D : 1)),
+                 value,    0,    NULL,
+                 0,        0};
     if (!p.x)
         return;
     /* the trial's own params (they may have been changed live), else what
@@ -1129,6 +1233,8 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
         p.params = json_incref(b->pend[pi].params);
         memcpy(p.x, b->pend[pi].x, sizeof(double) * (size_t)D);
     }
+    if (pi >= 0 && b->pend[pi].local && p.params)
+        s_tr_result(b, trial_id, outcome, value);
     if (pi >= 0) {
         s_point_fini(&b->pend[pi]);
         memmove(&b->pend[pi], &b->pend[pi + 1],
@@ -1198,10 +1304,13 @@ static json_t *s_save(sched_t *s)
             json_object_set_new(o, "stopped", json_true());
         json_array_append_new(obs, o);
     }
-    for (size_t i = 0; i < b->npend; i++)
-        json_array_append_new(pend, json_pack("{s:I,s:O}", "trial",
-                                              (json_int_t)b->pend[i].trial, "params",
-                                              b->pend[i].params));
+    for (size_t i = 0; i < b->npend; i++) {
+        json_t *o = json_pack("{s:I,s:O}", "trial", (json_int_t)b->pend[i].trial,
+                              "params", b->pend[i].params);
+        if (o && b->pend[i].local)
+            json_object_set_new(o, "local", json_true());
+        json_array_append_new(pend, o);
+    }
     if (b->have_theta) {
         json_decref(theta);
         theta = json_array();
@@ -1211,6 +1320,10 @@ static json_t *s_save(sched_t *s)
     json_t *st = json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count",
                            (json_int_t)b->count, "sobol", (json_int_t)b->sobol, "theta",
                            theta, "obs", obs, "pending", pend);
+    if (b->local > 0 && st)
+        json_object_set_new(st, "trust",
+                            json_pack("{s:f,s:i,s:i}", "len", b->tr_len, "succ",
+                                      b->tr_succ, "fail", b->tr_fail));
     if (b->mf && st) {
         json_object_set_new(st, "partial", sched__bo_mf_save(b->mf));
         json_object_set_new(st, "level", json_integer(b->level)); /* for people */
@@ -1230,13 +1343,10 @@ static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out
         if (json_unpack(e, "{s:I,s:o,s?o}", "trial", &trial, "params", &params, "value",
                         &value) != 0)
             return -1;
-        s_point p = {(long)trial,
-                     NULL,
-                     malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
-                     NAN,
-                     0,
-                     NULL,
-                     0};
+        s_point p = {
+            (long)trial, NULL, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
+            NAN,         0,    NULL,
+            0,           0};
         if (!p.x || s_encode(&b->lay, params, p.x) != 0) {
             free(p.x);
             return -1;
@@ -1256,6 +1366,7 @@ static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out
         if (json_is_object(mt))
             p.metrics = json_deep_copy(mt);
         p.stopped = json_is_true(json_object_get(e, "stopped"));
+        p.local = !with_value && json_is_true(json_object_get(e, "local"));
         if (s_push(out, n, cap, p) != 0) {
             s_point_fini(&p);
             return -1;
@@ -1288,6 +1399,15 @@ static int s_restore(sched_t *s, const json_t *state)
         }
         have_theta = 1;
     } else if (!json_is_null(theta))
+        return -1;
+    /* the end-game's trust region (absent in a state saved before it) */
+    double tr_len = S_TR_INIT;
+    int tr_succ = 0, tr_fail = 0;
+    json_t *trust = json_object_get(state, "trust");
+    if (trust &&
+        (json_unpack(trust, "{s:F,s:i,s:i}", "len", &tr_len, "succ", &tr_succ, "fail",
+                     &tr_fail) != 0 ||
+         !(tr_len >= S_TR_MIN && tr_len <= S_TR_MAX) || tr_succ < 0 || tr_fail < 0))
         return -1;
     /* partial results (absent in a state saved before multi-fidelity) */
     json_t *partial = json_object_get(state, "partial");
@@ -1326,6 +1446,9 @@ static int s_restore(sched_t *s, const json_t *state)
     b->cappend = tmp.cappend;
     b->count = (long)count;
     b->sobol = (long)sobol;
+    b->tr_len = tr_len;
+    b->tr_succ = tr_succ;
+    b->tr_fail = tr_fail;
     json_t *lv = json_object_get(state, "level");
     b->level = json_is_integer(lv) ? (int)json_integer_value(lv) : -1;
     b->have_theta = have_theta;
@@ -1435,6 +1558,13 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
                       : !strcmp(a, "halfrank") ? S_WARP_HALFRANK
                       : !strcmp(a, "power")    ? S_WARP_POWER
                                                : S_WARP_AUTO;
+        } else if (!strcmp(key, "local")) {
+            if (!json_is_number(v) || !(json_number_value(v) >= 0) ||
+                json_number_value(v) > 1)
+                return s_fail(err, errsize, key,
+                              "must be a number from 0 to 1 (the fraction of "
+                              "budget.trials at the end searched locally; 0: never)");
+            b->local = json_number_value(v);
         } else if (!strcmp(key, "fidelity")) {
             const char *a = json_string_value(v);
             if (!a || (strcmp(a, "rungs") && strcmp(a, "final") && strcmp(a, "joint")))
@@ -1448,7 +1578,7 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
                 err, errsize, key,
                 "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
                 "n_init, fantasy, warp, constraint_model, lengthscale_prior, mo, "
-                "fidelity)");
+                "fidelity, local)");
         }
     }
     return 0;
@@ -1482,6 +1612,8 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     b->cmodel = S_CON_POF;
     b->momodel = S_MO_EHVI;
     b->prior = GP_PRIOR_WALL;
+    b->local = 0.3; /* bench-bo: see docs/design.md */
+    b->tr_len = S_TR_INIT;
     long np = (long)spec->nparams;
     b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
     if (spec->sched_opts && s_options(b, spec, err, errsize) != 0) {

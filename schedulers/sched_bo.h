@@ -45,6 +45,14 @@
                                          results (BOHB), or finished trials
                                          only; stopped trials are never taken
                                          as finished (sched_bo_mf.c)
+      "local": number in [0, 1]          the end-game: the last fraction
+                                         (default 0.3) of budget.trials
+                                         maximises the acquisition only in
+                                         a trust region around the best
+                                         observation (see sched__bo_tr_box
+                                         and sched__bo_tr_update); 0 never.
+                                         One objective without constraints
+                                         or early stopping only
 */
 #ifndef JZ_SCHED_BO_H
 #define JZ_SCHED_BO_H
@@ -95,5 +103,19 @@ void sched__bo_mf_metric(bo_mf *m, long trial, long step, const char *metric,
 double sched__bo_mf_at(const bo_mf *m, long trial, int k);
 json_t *sched__bo_mf_save(const bo_mf *m);
 int sched__bo_mf_restore(bo_mf *m, const json_t *arr);
+
+/* Internal (sched_bo.c), the end-game's trust region (option "local"):
+   the box [lo, hi] (D values each) of side `len` around x0 on the mask's
+   dimensions (NULL mask: all), each side in proportion to that dimension's
+   lengthscale (theta's first D values are their logs) so that their
+   geometric mean is len, cut to [0, 1]; [0, 1] on the other dimensions. */
+void sched__bo_tr_box(int D, const unsigned char *mask, const double *theta,
+                      const double *x0, double len, double *lo, double *hi);
+
+/* Internal (sched_bo.c): the trust region's rule after a local trial
+   ended, improving the incumbent or not: *len doubles after S_TR_SUCC
+   improvements in a row and halves after S_TR_FAIL failures to improve in
+   a row (the counters *succ and *fail then restart), within its limits. */
+void sched__bo_tr_update(double *len, int *succ, int *fail, int improved);
 
 #endif

@@ -77,6 +77,8 @@ TEST(options_checked)
          "scheduler.warp: must be \"auto\", \"power\", \"halfrank\" or \"none\""},
         {"{\"type\":\"bo\",\"lengthscale_prior\":\"flat\"}",
          "scheduler.lengthscale_prior: "},
+        {"{\"type\":\"bo\",\"local\":1.5}", "scheduler.local: must be a number"},
+        {"{\"type\":\"bo\",\"local\":\"end\"}", "scheduler.local: "},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i][0], QSPACE, "min");
@@ -419,6 +421,176 @@ TEST(constraints_probability_of_feasibility)
     spec_destroy(&sp);
 }
 
+/* The end-game's rule and box (sched_bo.h), then a study whose last half
+   is local: every local suggestion lies in the box around the incumbent
+   that the saved state describes (its theta and trust region), the region
+   follows the rule trial by trial, and a restored scheduler continues
+   identically. */
+TEST(local_trust_region)
+{
+    double len = 0.2;
+    int succ = 0, fail = 0;
+    sched__bo_tr_update(&len, &succ, &fail, 1);
+    CHECK(len == 0.2 && succ == 1 && fail == 0);
+    sched__bo_tr_update(&len, &succ, &fail, 1); /* two in a row: doubles */
+    CHECK(len == 0.4 && succ == 0);
+    sched__bo_tr_update(&len, &succ, &fail, 1);
+    sched__bo_tr_update(&len, &succ, &fail, 0); /* a failure resets the successes */
+    CHECK(len == 0.4 && succ == 0 && fail == 1);
+    sched__bo_tr_update(&len, &succ, &fail, 0); /* two failures: halves */
+    CHECK(len == 0.2 && fail == 0);
+    for (int i = 0; i < 40; i++)
+        sched__bo_tr_update(&len, &succ, &fail, 0);
+    CHECK(len > 0 && len < 0.01); /* shrinks to its floor, not to 0 */
+    double floor = len;
+    sched__bo_tr_update(&len, &succ, &fail, 0);
+    sched__bo_tr_update(&len, &succ, &fail, 0);
+    CHECK(len == floor);
+    for (int i = 0; i < 40; i++)
+        sched__bo_tr_update(&len, &succ, &fail, 1);
+    CHECK(len <= 1 && len >= 0.5); /* grows to its ceiling */
+
+    /* the box: sides in proportion to the lengthscales, geometric mean len,
+       cut to [0, 1]; dimension 3 (not in the mask) is left whole */
+    double theta[4 + 2] = {log(0.1), log(0.4), log(0.25), log(9), 0, 0};
+    double x0[4] = {0.5, 0.5, 0.02, 0.5}, lo[4], hi[4];
+    unsigned char mask[4] = {1, 1, 1, 0};
+    sched__bo_tr_box(4, mask, theta, x0, 0.2, lo, hi); /* geometric mean 0.2154 */
+    double g = cbrt(0.1 * 0.4 * 0.25);
+    CHECK(fabs((hi[0] - lo[0]) - 0.2 * 0.1 / g) < 1e-12);
+    CHECK(fabs((hi[1] - lo[1]) - 0.2 * 0.4 / g) < 1e-12);
+    CHECK(fabs(lo[0] + hi[0] - 1) < 1e-12); /* centred on x0 */
+    CHECK(lo[2] == 0 && fabs(hi[2] - (0.02 + 0.1 * 0.25 / g)) < 1e-12);
+    CHECK(lo[3] == 0 && hi[3] == 1);
+
+    /* a study of 30 trials, the last half local */
+    const char *sched = "{\"type\":\"bo\",\"seed\":4,\"local\":0.5}";
+    spec_t *sp = s_spec(sched, QSPACE, "min");
+    REQUIRE(sp);
+    REQUIRE(sp->trials == 50);
+    spec_destroy(&sp);
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
+             "\"scheduler\":%s,\"budget\":{\"trials\":30},"
+             "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
+             sched, QSPACE);
+    json_t *j = json_loads(buf, 0, NULL);
+    spec_error e;
+    sp = j ? spec_parse(j, 0, &e) : NULL;
+    json_decref(j);
+    REQUIRE(sp);
+    char err[256];
+    sched_t *s = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(s);
+    double tl = 0.2, best = INFINITY, worst = -INFINITY;
+    int ts = 0, tf = 0, nlocal = 0, shrunk = 0;
+    for (long id = 1; id <= 30; id++) {
+        json_t *p = NULL;
+        REQUIRE(s_get(s, id, &p) == SCHED_OK);
+        json_t *st = s->ops->save(s);
+        json_t *pend = json_array_get(json_object_get(st, "pending"), 0);
+        int local = json_is_true(json_object_get(pend, "local"));
+        CHECK(local == (id > 15)); /* trials 16..30 */
+        double u[2] = {(s_num(p, "x") + 1) / 2, (s_num(p, "y") + 1) / 2};
+        if (local) {
+            nlocal++;
+            /* the region the suggestion came from: the saved length (the
+               rule's, checked against ours), the fitted theta, the best
+               observation */
+            json_t *tr = json_object_get(st, "trust");
+            CHECK(fabs(json_number_value(json_object_get(tr, "len")) - tl) < 1e-15);
+            json_t *th = json_object_get(st, "theta");
+            double t[4], c[2] = {0, 0}, bv = INFINITY;
+            for (int i = 0; i < 4; i++)
+                t[i] = json_number_value(json_array_get(th, (size_t)i));
+            size_t i;
+            json_t *o;
+            json_array_foreach(json_object_get(st, "obs"), i, o)
+            {
+                double v = json_number_value(json_object_get(o, "value"));
+                if (v < bv) {
+                    json_t *op = json_object_get(o, "params");
+                    bv = v;
+                    c[0] = (s_num(op, "x") + 1) / 2;
+                    c[1] = (s_num(op, "y") + 1) / 2;
+                }
+            }
+            double blo[2], bhi[2];
+            sched__bo_tr_box(2, NULL, t, c, tl, blo, bhi);
+            for (int k = 0; k < 2; k++)
+                if (!(u[k] >= blo[k] - 1e-12 && u[k] <= bhi[k] + 1e-12))
+                    JZT_FAIL("trial %ld: %g outside [%g, %g] on dimension %d", id, u[k],
+                             blo[k], bhi[k], k);
+        }
+        json_decref(st);
+        double v = s_quad(p);
+        if (local) {
+            double before = tl;
+            sched__bo_tr_update(&tl, &ts, &tf, v < best - 1e-3 * (worst - best));
+            shrunk += tl < before;
+        }
+        best = fmin(best, v);
+        worst = fmax(worst, v);
+        s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
+        json_decref(p);
+    }
+    CHECK(nlocal == 15);
+    CHECK(shrunk > 0); /* on a quadratic the region closes in */
+    CHECK(best < 1e-5);
+    json_t *st = s->ops->save(s);
+    CHECK(fabs(json_number_value(json_object_get(json_object_get(st, "trust"), "len")) -
+               tl) < 1e-15);
+    json_decref(st);
+    sched_destroy(&s);
+
+    /* save in the local phase with a local trial pending, restore into a
+       fresh scheduler: both continue identically */
+    sched_t *a = sched_bo_new(sp, err, sizeof err),
+            *b = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(a && b);
+    json_t *p = NULL;
+    for (long id = 1; id <= 20; id++) {
+        REQUIRE(s_get(a, id, &p) == SCHED_OK);
+        if (id < 20)
+            a->ops->on_complete(a, id, p, SCHED_COMPLETED, s_quad(p));
+        if (id < 20)
+            json_decref(p);
+    }
+    st = a->ops->save(a);
+    REQUIRE(b->ops->restore(b, st) == 0);
+    json_t *st2 = b->ops->save(b);
+    CHECK(json_equal(st, st2));
+    CHECK(json_is_true(
+        json_object_get(json_array_get(json_object_get(st2, "pending"), 0), "local")));
+    json_decref(st2);
+    json_t *bad = json_deep_copy(st);
+    json_object_set_new(json_object_get(bad, "trust"), "len", json_real(-1));
+    CHECK(b->ops->restore(b, bad) == -1);
+    json_decref(bad);
+    json_decref(st);
+    a->ops->on_complete(a, 20, NULL, SCHED_COMPLETED, s_quad(p));
+    b->ops->on_complete(b, 20, NULL, SCHED_COMPLETED, s_quad(p));
+    json_decref(p);
+    for (long id = 21; id <= 24; id++) {
+        json_t *pa = NULL, *pb = NULL;
+        REQUIRE(s_get(a, id, &pa) == SCHED_OK);
+        REQUIRE(s_get(b, id, &pb) == SCHED_OK);
+        CHECK(json_equal(pa, pb));
+        a->ops->on_complete(a, id, pa, SCHED_COMPLETED, s_quad(pa));
+        b->ops->on_complete(b, id, pb, SCHED_COMPLETED, s_quad(pb));
+        json_decref(pa);
+        json_decref(pb);
+    }
+    json_t *fa = a->ops->save(a), *fb = b->ops->save(b);
+    CHECK(json_equal(fa, fb));
+    json_decref(fa);
+    json_decref(fb);
+    sched_destroy(&a);
+    sched_destroy(&b);
+    spec_destroy(&sp);
+}
+
 int main(void)
 {
     RUN(options_checked);
@@ -429,5 +601,6 @@ int main(void)
     RUN(parallel_suggestions_differ);
     RUN(save_restore_continues);
     RUN(constraints_probability_of_feasibility);
+    RUN(local_trust_region);
     TEST_DONE();
 }

@@ -17,7 +17,10 @@
                                            of {"space": {...}, "trials":
                                            [{"params": {...}, "value": y}]}:
                                            {"name": importance, ...}
-    METHOD: bo, bo-ucb, random (any scheduler type, with a seed).
+    METHOD: bo, bo-ucb, random (any scheduler type, with a seed), or
+    TYPE{json options}. A run's spec has budget.trials = EVALS (bo's
+    end-game, option "local", needs the budget); latency runs a budget of
+    1000000.
 */
 #include "schedulers/importance.h"
 #include "schedulers/sched.h"
@@ -197,7 +200,7 @@ static const s_func *s_find(const char *name)
     return NULL;
 }
 
-static spec_t *s_spec(const s_func *f, const char *method, long seed)
+static spec_t *s_spec(const s_func *f, const char *method, long seed, long trials)
 {
     json_t *space = json_object();
     for (int i = 0; i < f->d; i++) {
@@ -234,7 +237,7 @@ static spec_t *s_spec(const s_func *f, const char *method, long seed)
     json_t *j =
         json_pack("{s:s,s:{s:s,s:s},s:o,s:{s:i},s:o,s:{s:[s]}}", "name", "bench",
                   "objective", "metric", "y", "mode", "min", "scheduler", sched, "budget",
-                  "trials", 1000000, "space", space, "trial", "command", "true");
+                  "trials", (int)trials, "space", space, "trial", "command", "true");
     spec_error err;
     spec_t *s = spec_parse(j, 0, &err);
     if (!s) {
@@ -271,7 +274,7 @@ static int s_params_x(const json_t *p, int d, double *x)
 
 static int s_run(const s_func *f, const char *method, int evals, long seed)
 {
-    spec_t *sp = s_spec(f, method, seed);
+    spec_t *sp = s_spec(f, method, seed, evals);
     char err[256];
     sched_t *s = sp ? sched_new(sp, err, sizeof err) : NULL;
     if (!s) {
@@ -316,7 +319,7 @@ static int s_run(const s_func *f, const char *method, int evals, long seed)
 static int s_latency(int n, int repeats)
 {
     const s_func *f = s_find("hartmann6");
-    spec_t *sp = s_spec(f, "bo", 1);
+    spec_t *sp = s_spec(f, "bo", 1, 1000000);
     char err[256];
     sched_t *s = sp ? sched_new(sp, err, sizeof err) : NULL;
     if (!s)
