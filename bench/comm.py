@@ -16,6 +16,9 @@ same run.
 4. An alpha-beta model fitted to the ring curves, projected to a 25.6 M
    parameter model at 8 .. 1024 GPUs (8 per node) under stated link speeds.
 
+--fifo runs the all-reduce curves under SCHED_FIFO (root only): on a machine
+shared with other jobs the ranks then keep the cores while they run.
+
 This machine: 2 shared cores, so ranks are oversubscribed and the numbers
 are noisy; the ratios between algorithms in one run are what to read.
 """
@@ -33,6 +36,10 @@ if not os.path.isabs(BUILD):
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 AR = os.path.join(BUILD, "bench", "comm_allreduce")
 QUICK = "--quick" in sys.argv
+# --fifo: the all-reduce curves run their ranks under SCHED_FIFO (chrt -f 50;
+# needs root), so other jobs on a shared machine do not run in between; ring
+# and MPI_Allreduce still take turns in the same rounds
+FIFO = "--fifo" in sys.argv
 # --only=curves,fusion,convergence: run those parts (the model needs the curves);
 # --cycles=N: fusion cycles through the layouts (12 with --quick, else 40)
 ONLY = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")),
@@ -48,8 +55,10 @@ def env():
     return e
 
 
-def mpi(np_, *cmd, timeout=1200, extra_env=None):
+def mpi(np_, *cmd, timeout=1200, extra_env=None, fifo=False):
     argv = list(cmd) if np_ == 1 else [MPIRUN, "--oversubscribe", "-np", str(np_), *cmd]
+    if fifo:
+        argv = ["chrt", "-f", "50", *argv]
     e = env()
     e.update(extra_env or {})
     p = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=timeout)
@@ -75,7 +84,7 @@ def curves():
     maxb = str(16 << 20) if QUICK else str(64 << 20)
     rounds = "9" if QUICK else "31"
     for np_ in (2, 4):
-        p = mpi(np_, AR, maxb, rounds)
+        p = mpi(np_, AR, maxb, rounds, fifo=FIFO)
         print("\n".join(l for l in p.stdout.splitlines() if not l.startswith(("CURVE", "RATIOS"))))
         for m in re.finditer(r"CURVE np=(\d+) algo=(\S+) bytes=(\d+) time=(\S+) sent=(\d+) "
                              r"tmin=(\S+)", p.stdout):
@@ -109,7 +118,7 @@ def curves():
     # the same algorithm on both sides, at 4 ranks:
     forced = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
               "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}
-    p = mpi(4, AR, maxb, "9" if QUICK else "15", extra_env=forced)
+    p = mpi(4, AR, maxb, "9" if QUICK else "15", extra_env=forced, fifo=FIFO)
     paired = {int(m[1]): [float(v) for v in m[2].split()]
               for m in re.finditer(r"RATIOS np=\d+ bytes=(\d+) (.*)", p.stdout)}
     cells = [f"{b >> 20} MB {quart(v)[1]:.2f} ({quart(v)[0]:.2f}..{quart(v)[2]:.2f})"

@@ -34,7 +34,12 @@ Reported per seed and as medians over seeds: best and mean final val_acc,
 wall time, exploits (loads) and restarts (process starts beyond one per
 member). Writes the "pbt" section of $BENCH_SCHED_JSON when set.
 
-    python3 bench/schedulers_pbt.py [--quick] [--seeds 5] [--no-ray]
+    python3 bench/schedulers_pbt.py [--quick] [--seeds 5] [--first-seed 1] [--no-ray]
+        [--arms no_pbt,jizhi,ray] [--pbt-opts JSON] [--keep DIR]
+
+--first-seed picks fresh seeds (tuning on other seeds than the reported
+ones); --keep leaves each arm's directory (its jizhi.db: metrics, loads
+and their reasons, params by generation) in DIR (a new directory).
 """
 import argparse
 import json
@@ -255,12 +260,17 @@ def medians(rows, args, show):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=1,
+                    help="seeds first-seed..first-seed+seeds-1 (fresh seeds for tuning)")
+    ap.add_argument("--keep", help="keep the arms' directories (databases) in this new "
+                    "directory")
     ap.add_argument("--quick", action="store_true", help="1 seed, a shorter run")
     ap.add_argument("--subset", type=int, default=15000)
     ap.add_argument("--val", type=int, default=10000,
                     help="validation examples (PBT ranks on their val_acc)")
     ap.add_argument("--arms", default="no_pbt,jizhi,ray",
-                    help="arms to run and report (no_pbt always runs: it gives the configs)")
+                    help="arms to run and report (no_pbt also runs for the ray arm: it "
+                    "gives the configs)")
     ap.add_argument("--pbt-opts", help="JSON object merged into jizhi's pbt options")
     ap.add_argument("--interval", type=int, default=250, help="pbt interval in steps")
     ap.add_argument("--iterations", type=int, default=10, help="intervals per member")
@@ -294,17 +304,20 @@ def main():
         "restarts"))
     rows = {"no_pbt": [], "jizhi": [], "ray": []}
     opts = json.loads(args.pbt_opts) if args.pbt_opts else {}
-    with tempfile.TemporaryDirectory(prefix="jz-bench-pbt-") as tmp:
-        for seed in range(1, args.seeds + 1):
-            base = run_jizhi(tmp, "nopbt-%d" % seed, {"type": "random", "seed": seed}, args,
-                             seed)
+    with tempfile.TemporaryDirectory(prefix="jz-bench-pbt-") as scratch:
+        tmp = args.keep or scratch
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            base = None
+            if "no_pbt" in arms_on or py:
+                base = run_jizhi(tmp, "nopbt-%d" % seed, {"type": "random", "seed": seed},
+                                 args, seed)
             arms = [("no_pbt", base)] if "no_pbt" in arms_on else []
             if "jizhi" in arms_on:
                 sched = {"type": "pbt", "seed": seed, "interval": args.interval,
                          "quantile": QUANTILE, "resample_p": RESAMPLE, "perturb": PERTURB}
                 sched.update(opts)
                 live = run_jizhi(tmp, "pbt-%d" % seed, sched, args, seed)
-                if live["configs"] != base["configs"]:
+                if base and live["configs"] != base["configs"]:
                     print("  note: pbt started from other configurations than no_pbt")
                 arms.append(("jizhi", live))
             if py:

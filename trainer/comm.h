@@ -76,7 +76,7 @@ typedef struct trn_comm {
     int *leaders; /* one leader (lowest rank) per node, ascending */
     int nleaders;
     /* floats per segment of the pipelined transfers (0: the default,
-       1 Mi floats); tests set it small to exercise many segments */
+       16 Mi floats, 64 MB); tests set it small to exercise many segments */
     long seglen;
     /* scratch (grown on demand) */
     void *sbuf, *rbuf;
