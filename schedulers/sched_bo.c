@@ -1101,7 +1101,14 @@ static int s_start_job(sched_bo *b)
     j->fantasy = b->fantasy;
     j->warp = b->warp;
     j->prior = b->prior;
-    j->tr_len = s_local_now(b) ? b->tr_len : 0;
+    if (!s_local_now(b)) {
+        /* before the end-game, or out of it again after `study extend`
+           moved budget.trials: the next end-game starts afresh */
+        b->tr_len = S_TR_INIT;
+        b->tr_succ = b->tr_fail = 0;
+        j->tr_len = 0;
+    } else
+        j->tr_len = b->tr_len;
     j->seed = s_job_seed(b);
     atomic_init(&j->cancel, 0);
     atomic_init(&j->done, 0);

@@ -586,6 +586,17 @@ TEST(local_trust_region)
     CHECK(json_equal(fa, fb));
     json_decref(fa);
     json_decref(fb);
+    /* `study extend` raises budget.trials (the controller updates the
+       spec in place): 24 suggestions of 60 are before the new end-game
+       (from 42), so the next one is global and the region starts afresh */
+    sp->trials = 60;
+    REQUIRE(s_get(a, 25, &p) == SCHED_OK);
+    st = a->ops->save(a);
+    CHECK(!json_is_true(
+        json_object_get(json_array_get(json_object_get(st, "pending"), 0), "local")));
+    CHECK(json_number_value(json_object_get(json_object_get(st, "trust"), "len")) == 0.2);
+    json_decref(st);
+    json_decref(p);
     sched_destroy(&a);
     sched_destroy(&b);
     spec_destroy(&sp);
