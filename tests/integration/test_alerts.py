@@ -8,7 +8,7 @@ import signal
 import sys
 
 from conftest import PROGS, base_spec
-from test_recovery import start_controller, stop
+from test_recovery import start_controller, start_dispatcher, stop
 
 
 def hook(path):
@@ -35,8 +35,7 @@ def test_alert_hooks_fire_once_per_rule_and_trial(jz):
     ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--alerts", rules,
                    "--log", os.path.join(jz.dir, "controller.log"))
     jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the controller")
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep)
     try:
         # x in [-1, -0.5]: every trial fails; 3 trials, stop after 3 in a row
         spec = base_spec("failing", [os.path.join(PROGS, "crash_if_negative.sh"), "{x}"],
@@ -88,8 +87,7 @@ def test_stalled_trial_alert_once_across_kill9_and_restart(jz):
     fired = os.path.join(jz.dir, "fired.jsonl")
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep, lost="60")
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep, 1)
     ctl2 = None
     try:
         # a trial that never reports: stalled after 1 s; a second rule after 4 s

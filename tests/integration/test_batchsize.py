@@ -215,12 +215,11 @@ def test_batchsize_resumes_after_a_controller_kill(jz):
     import signal
     import time
 
-    from test_recovery import start_controller, stop
+    from test_recovery import start_controller, start_dispatcher, stop
 
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep)
     ctl2 = None
     try:
         jz.run("study", "submit", jz.write_spec(gns_spec("bs-restart", SLEEP="0.004")), check=0)

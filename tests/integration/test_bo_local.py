@@ -8,7 +8,7 @@ import os
 import signal
 
 from conftest import PROGS, base_spec
-from test_recovery import start_controller, stop
+from test_recovery import start_controller, start_dispatcher, stop
 
 
 def local_spec(name, trials, local):
@@ -24,8 +24,7 @@ def local_spec(name, trials, local):
 def test_bo_local_phase_survives_kill9(jz):
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep, 1)
     try:
         jz.run("study", "submit", jz.write_spec(local_spec("loc", 14, 0.5)), check=0)
         # trials 8..14 are local; kill once the first local ones have ended

@@ -8,14 +8,13 @@ import subprocess
 import time
 
 from conftest import JIZHI, PROGS, base_spec
-from test_recovery import start_controller, stop
+from test_recovery import start_controller, start_dispatcher, stop
 
 
 def daemons(jz, slots="2", lost="20"):
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep, lost)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", slots, "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep, slots)
     return ep, ctl, disp
 
 
@@ -127,8 +126,7 @@ def test_dispatcher_killed_trials_are_lost_and_retried(jz):
         running_trial(jz)
         disp.send_signal(signal.SIGKILL)
         disp.wait(timeout=10)
-        disp2 = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                         "--log-dir", os.path.join(jz.dir, "logs"))
+        disp2 = start_dispatcher(jz, ep)
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
                     "the study to finish on the new dispatcher")
         rows = jz.sql("SELECT state, attempt FROM trials")

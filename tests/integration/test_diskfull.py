@@ -9,7 +9,7 @@ import signal
 import subprocess
 
 from conftest import JIZHI, PROGS, base_spec
-from test_recovery import start_controller, stop
+from test_recovery import start_controller, start_dispatcher, stop
 
 
 def test_disk_full_stops_the_controller_and_nothing_acknowledged_is_lost(jz):
@@ -25,8 +25,7 @@ def test_disk_full_stops_the_controller_and_nothing_acknowledged_is_lost(jz):
     ctl = subprocess.Popen([JIZHI, "controller", "--db", jz.db, "--bind", ep,
                             "--lost-timeout", "30"], cwd=jz.dir, env=jz.env,
                            stdout=subprocess.DEVNULL, stderr=log, preexec_fn=starve)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep)
     ctl2 = None
     try:
         jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")

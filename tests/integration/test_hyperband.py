@@ -15,7 +15,7 @@ import signal
 
 from conftest import PROGS
 from test_early_stopping import check_stops, points, quantile
-from test_recovery import start_controller, stop
+from test_recovery import start_controller, start_dispatcher, stop
 
 
 def spec_for(name, es, trials, sched=None, parallel=1):
@@ -118,8 +118,7 @@ def test_bad_hyperband_specs_are_refused(jz):
 def test_bo_with_hyperband_survives_kill9(jz):
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep)
     es = {"type": "hyperband", "resource": "epoch", "max_resource": 8, "reduction": 2}
     spec = spec_for("bohb", es, 14, sched={"type": "bo", "seed": 2, "n_init": 4}, parallel=2)
     try:

@@ -10,7 +10,7 @@ import os
 import signal
 
 from conftest import PROGS, base_spec
-from test_recovery import start_controller, stop
+from test_recovery import start_controller, start_dispatcher, stop
 from webutil import http, serve
 
 
@@ -40,8 +40,7 @@ def front_here(jz):
 def test_bo_two_objectives_with_a_constraint_survives_kill9_and_marks_the_front(jz):
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep)
     try:
         jz.run("study", "submit", jz.write_spec(mo_spec("mo", 12)), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='completed'")[0][0]
@@ -118,8 +117,7 @@ def test_dashboard_marks_the_pareto_set(jz):
     drv = chromium()
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep)
     try:
         spec = mo_spec("mo", 8, "random")
         spec["trial"]["env"]["TRIAL_SLEEP"] = "0"

@@ -328,15 +328,14 @@ def test_remote_reads_through_the_controller(jz, tmp_path):
     folder with no database file, through --controller over TCP, give what
     the database file gives."""
     import socket
-    from test_recovery import start_controller, stop
+    from test_recovery import start_controller, start_dispatcher, stop
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ep = f"tcp://127.0.0.1:{port}"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep)
     remote = tmp_path / "remote"
     remote.mkdir()
     env = {k: v for k, v in jz.env.items() if k != "JIZHI_DB"}

@@ -87,12 +87,11 @@ def test_plot_marks_stopped_trials_interventions_and_takes_an_x_axis(jz):
     objective with the best in red, and --x / --log-y / --full-y work."""
     import sys
     sys.path.insert(0, os.path.dirname(__file__))
-    from test_recovery import start_controller, stop
+    from test_recovery import start_controller, start_dispatcher, stop
     from conftest import PROGS
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "3", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep, 3)
     try:
         spec = base_spec("marks", ["python3", os.path.join(PROGS, "live_trial.py")], trials=3,
                          parallel=3, env={"STEPS": "60"})

@@ -17,6 +17,11 @@ def start_controller(jz, ep, lost="20"):
     return ctl
 
 
+def start_dispatcher(jz, ep, slots=2, name="m1"):
+    return jz.popen("dispatcher", "--controller", ep, "--slots", str(slots), "--name", name,
+                    "--log-dir", os.path.join(jz.dir, "logs"))
+
+
 def stop(*procs):
     for p in procs:
         if p.poll() is None:
@@ -32,8 +37,7 @@ def test_kill9_controller_then_restart_finishes_with_every_acked_metric(jz):
     ep = f"ipc://{jz.dir}/ctl.sock"
     ack_log = os.path.join(jz.dir, "acked.log")
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "2", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep)
     ctl2 = None
     try:
         spec = base_spec("recover", ["python3", os.path.join(PROGS, "acked_reporter.py")],
@@ -74,8 +78,7 @@ def test_kill9_controller_then_restart_finishes_with_every_acked_metric(jz):
 def test_wrong_token_is_refused(jz):
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep, 1)
     try:
         spec = base_spec("tokens", ["sleep", "20"], trials=1, parallel=1)
         jz.run("study", "submit", jz.write_spec(spec), check=0)
@@ -110,8 +113,7 @@ def test_trial_that_ends_while_the_controller_is_down_completes(jz):
     dispatcher: the trial completes once, it is not taken for lost."""
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", "1", "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep, 1)
     ctl2 = None
     try:
         spec = base_spec("down", ["sh", "-c", "jizhi report --step 1 score=1 && sleep 1"],

@@ -8,14 +8,13 @@ import os
 import signal
 
 from conftest import PROGS, base_spec
-from test_recovery import start_controller, stop
+from test_recovery import start_controller, start_dispatcher, stop
 
 
 def daemons(jz, slots="2"):
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", slots, "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep, slots)
     return ep, ctl, disp
 
 

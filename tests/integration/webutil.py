@@ -8,6 +8,8 @@ import time
 import urllib.error
 import urllib.request
 
+from test_recovery import start_dispatcher
+
 
 
 def wait_url(proc, timeout=30):
@@ -52,8 +54,7 @@ def daemons_with_web(jz, slots="2"):
                     "--log", os.path.join(jz.dir, "controller.log"), "--http", "127.0.0.1:0")
     url = wait_url(ctl)
     jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
-    disp = jz.popen("dispatcher", "--controller", ep, "--slots", slots, "--name", "m1",
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+    disp = start_dispatcher(jz, ep, slots)
     return ep, ctl, disp, url
 
 
