@@ -16,8 +16,9 @@ same run.
 4. An alpha-beta model fitted to the ring curves, projected to a 25.6 M
    parameter model at 8 .. 1024 GPUs (8 per node) under stated link speeds.
 
---fifo runs the all-reduce curves under SCHED_FIFO (root only): on a machine
-shared with other jobs the ranks then keep the cores while they run.
+--fifo runs the all-reduce curves and the fusion runs under SCHED_FIFO (root
+only): on a machine shared with other jobs the ranks then keep the cores
+while they run.
 
 This machine: 2 shared cores, so ranks are oversubscribed and the numbers
 are noisy; the ratios between algorithms in one run are what to read.
@@ -36,7 +37,7 @@ if not os.path.isabs(BUILD):
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 AR = os.path.join(BUILD, "bench", "comm_allreduce")
 QUICK = "--quick" in sys.argv
-# --fifo: the all-reduce curves run their ranks under SCHED_FIFO (chrt -f 50;
+# --fifo: the curves and fusion runs start their ranks under SCHED_FIFO (chrt -f 50;
 # needs root), so other jobs on a shared machine do not run in between; ring
 # and MPI_Allreduce still take turns in the same rounds
 FIFO = "--fifo" in sys.argv
@@ -156,7 +157,7 @@ def fusion():
             p = mpi(2, TRAIN, "--train-subset", "20000", "--val-size", "500", "--epochs", "100",
                     "--max-steps", steps, "--log-every", "1000", "--eval-every", "1000000",
                     "--threads", "1", "--fusion-kb", "-1", "--overlap", overlap,
-                    "--fusion-compare", ",".join(fixed), *args)
+                    "--fusion-compare", ",".join(fixed), *args, fifo=FIFO)
             m = re.search(r"fusion compare: (\d+) cycles .*?: (.+?) \(auto's choice\) " + num +
                           r"(.*)", p.stderr)
             if not m:
