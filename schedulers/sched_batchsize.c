@@ -45,6 +45,19 @@
     force has `min_measurements` step-time windows. Those decisions wait for
     measurements, not for the model to settle.
 
+    Annealing by batch growth (option `plateau_window` W, default 0 = off;
+    "Don't decay the learning rate, increase the batch size", Smith et al.
+    2018): when the least-squares trend of the study objective over the
+    trial's last W reports gains less than `plateau_delta` (default 0.01,
+    in the objective's units; a fall for "min") across those W reports, the
+    trial has reached the noise floor of its lr/B: the batch is doubled
+    with the lr held, which halves lr/B as halving the lr would; at `max`
+    the lr is halved instead. The window then starts over. From the first
+    such decision on the trial is annealing: goodput decisions stop (their
+    AdaScale lr would undo the annealing). Evaluations evenly spaced in
+    samples (jizhi-train --eval-every-samples) keep the window's span
+    the same whatever the batch.
+
     With `grow_only` (default false) no candidate is below the current
     batch, and the exploring step goes up: the noise scale grows as the
     loss falls (McCandlish et al.), so a smaller batch later is the
@@ -71,6 +84,7 @@ enum { RULE_ADASCALE = 0, RULE_SQRT, RULE_LINEAR, RULE_NONE };
 static const char *const s_rules[] = {"adascale", "sqrt", "linear", "none"};
 
 #define BS_TP_WIN 16 /* step times kept per batch size (their lower quartile is used) */
+#define BS_PL_MAX 64 /* the largest plateau_window */
 
 typedef struct {
     double b;            /* batch size */
@@ -102,6 +116,9 @@ typedef struct {
     long ramp_start, ramp_last; /* ramp start step; last step a ramp lr was considered */
     long decisions;
     long last_step; /* highest step reported (a lower one: a new attempt) */
+    double pl[BS_PL_MAX]; /* the objective's reports since the last change (a ring) */
+    int npl, pl_next;     /* how many held, where the next goes */
+    int annealing;        /* a plateau decision was made: goodput no longer decides */
 } bs_trial;
 
 typedef struct {
@@ -117,6 +134,8 @@ typedef struct {
     double ema, min_gain, prior_overhead, lr_opt; /* lr_opt NaN = none */
     double mom_opt;                               /* option momentum, NaN = none */
     long min_meas;
+    int plateau_w;         /* objective reports in the plateau window (0: off) */
+    double plateau_delta;  /* the least gain of the window's trend */
     bs_trial *trials;
     size_t ntrials, cap;
 } sched_bs;
@@ -369,7 +388,7 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     double corr = 1 - pow(e, (double)t->nmeas);
     double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
     long wait = t->probing ? self->probe : self->interval;
-    if (t->nmeas < self->min_meas || step - t->last_change < wait || t->ramp || max < 2 ||
+    if (t->annealing || t->nmeas < self->min_meas || step - t->last_change < wait || t->ramp || max < 2 ||
         isnan(t->b) || isnan(t->b0) || (self->rule != RULE_NONE && isnan(t->lr0)))
         return 0;
     if (!(G2 > 0) || !(TR > 0))
@@ -450,6 +469,7 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
        too: the next decision has two sizes to fit */
     t->probing = explore || t->ntp == 1;
     t->decisions++;
+    t->npl = t->pl_next = 0; /* the plateau window starts over at the new size */
     if (self->rule != RULE_NONE && isfinite(lr_new) && lr_new != lr_old) {
         if (self->warmup > 0 && lr_new > lr_old) {
             t->ramp = 1;
@@ -466,6 +486,73 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
         }
     }
     return k;
+}
+
+/* The gain of the least-squares trend across the window (oldest to newest
+   report, evenly spaced), signed so that positive is better. */
+static double s_trend_gain(const bs_trial *t, int w, int maximize)
+{
+    double mx = (w - 1) / 2.0, my = 0, sxy = 0, sxx = 0;
+    for (int i = 0; i < w; i++)
+        my += t->pl[(t->pl_next + BS_PL_MAX - w + i) % BS_PL_MAX];
+    my /= w;
+    for (int i = 0; i < w; i++) {
+        double y = t->pl[(t->pl_next + BS_PL_MAX - w + i) % BS_PL_MAX];
+        sxy += (i - mx) * (y - my);
+        sxx += (i - mx) * (i - mx);
+    }
+    double gain = sxy / sxx * (w - 1);
+    return maximize ? gain : -gain;
+}
+
+/* A report of the objective: maybe a plateau decision (batch x2 holding
+   the lr, or at `max` the lr halved). */
+static int s_plateau(sched_bs *self, bs_trial *t, long step, double value, sched_instr *out,
+                     int max)
+{
+    if (!isfinite(value) || t->pend_b)
+        return 0; /* a report in flight from the old size is not of the new one */
+    t->pl[t->pl_next] = value;
+    t->pl_next = (t->pl_next + 1) % BS_PL_MAX;
+    if (t->npl < BS_PL_MAX)
+        t->npl++;
+    int w = self->plateau_w;
+    if (t->npl < w || t->ramp || isnan(t->b) || max < 1)
+        return 0;
+    double gain = s_trend_gain(t, w, self->base.spec->maximize);
+    if (gain >= self->plateau_delta)
+        return 0;
+    double b2 = t->b * 2;
+    int grow = b2 <= (double)self->bmax;
+    if (!grow && !(t->lr_sent > 0))
+        return 0; /* at max with no known lr: nothing to anneal */
+    json_t *d = json_pack("{s:s, s:f, s:i, s:f, s:f, s:f, s:I}", "rule", "plateau",
+                          "trend_gain", gain, "window", w, "delta", self->plateau_delta,
+                          "from", t->b, "lr_from", t->lr_sent > 0 ? t->lr_sent : 0.0,
+                          "step", (json_int_t)step);
+    char reason[128];
+    if (grow) {
+        snprintf(reason, sizeof reason,
+                 "batchsize: plateau (trend %+.3g over %d reports), batch %.0f->%.0f, lr "
+                 "held",
+                 gain, w, t->b, b2);
+        s_set(out, t->id, "batch_size", json_integer((json_int_t)b2), d, reason);
+        t->b = b2;
+        t->pend_b = 1;
+        t->skip_tp = 1;
+    } else {
+        snprintf(reason, sizeof reason,
+                 "batchsize: plateau (trend %+.3g over %d reports) at max batch %.0f, lr "
+                 "%.3g->%.3g",
+                 gain, w, t->b, t->lr_sent, t->lr_sent / 2);
+        s_set(out, t->id, "lr", json_real(t->lr_sent / 2), d, reason);
+        t->lr_sent /= 2;
+    }
+    t->annealing = 1;
+    t->last_change = step;
+    t->decisions++;
+    t->npl = t->pl_next = 0;
+    return 1;
 }
 
 /* Warmup of a raised lr: a new value when it moved by a fifth of the ramp
@@ -566,6 +653,8 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
             t->skip_tp = 0; /* a window that straddles the change */
         else if (!isnan(t->b) && value > 0)
             s_tp_add(t, t->b, !strcmp(metric, "samples_per_s") ? t->b / value : value);
+    } else if (self->plateau_w && !strcmp(metric, s->spec->metric)) {
+        k += s_plateau(self, t, step, value, out + k, max - k);
     } else if (!strcmp(metric, "grad_sqnorm_small")) {
         bit = GNS_GS;
     } else if (!strcmp(metric, "grad_sqnorm_big")) {
@@ -640,6 +729,12 @@ static json_t *s_save(sched_t *s)
             (json_int_t)t->ramp_last, "decisions", (json_int_t)t->decisions);
         json_object_set_new(o, "last_step", json_integer((json_int_t)t->last_step));
         json_object_set_new(o, "mom", json_real(t->mom));
+        json_t *pl = json_array(); /* the plateau window, oldest first */
+        for (int j = 0; j < t->npl; j++)
+            json_array_append_new(
+                pl, json_real(t->pl[(t->pl_next + BS_PL_MAX - t->npl + j) % BS_PL_MAX]));
+        json_object_set_new(o, "plateau", pl);
+        json_object_set_new(o, "annealing", json_boolean(t->annealing));
         json_array_append_new(trials, o);
     }
     return json_pack("{s:I, s:o}", "count", (json_int_t)self->count, "trials", trials);
@@ -727,6 +822,17 @@ static int s_restore(sched_t *s, const json_t *state)
             json_is_number(mo) && json_number_value(mo) >= 0 && json_number_value(mo) < 1
                 ? json_number_value(mo)
                 : 0;
+        json_t *pl = json_object_get(o, "plateau"); /* absent in older states: empty */
+        if (pl && (!json_is_array(pl) || json_array_size(pl) > BS_PL_MAX))
+            return -1;
+        json_array_foreach(pl, j, e)
+        {
+            if (!json_is_number(e))
+                return -1;
+            t->pl[t->npl++] = json_number_value(e);
+        }
+        t->pl_next = t->npl % BS_PL_MAX;
+        t->annealing = json_is_true(json_object_get(o, "annealing"));
     }
     return 0;
 }
@@ -756,7 +862,7 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
         "type",     "seed",           "min",     "max",        "grid",
         "interval", "warmup",         "lr_rule", "ema",        "min_measurements",
         "min_gain", "prior_overhead", "lr",      "throughput", "grow_only",
-        "momentum", "probe_interval", NULL};
+        "momentum", "probe_interval", "plateau_window", "plateau_delta", NULL};
     const json_t *o = spec->sched_opts;
     const char *key;
     json_t *v;
@@ -778,7 +884,7 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
             dmin = spec->params[i].low;
             dmax = spec->params[i].high;
         }
-    double bmin, bmax, interval, warmup, mm, lr, probe;
+    double bmin, bmax, interval, warmup, mm, lr, probe, plw;
     sched_bs *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
@@ -801,8 +907,18 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
                       &self->prior_overhead, err, errsize) ||
         sched_opt_num(o, "scheduler", "lr", NAN, 1e-300, 1e300, 0, &lr, err, errsize) ||
         sched_opt_num(o, "scheduler", "momentum", NAN, 0, 0.999, 0, &self->mom_opt, err,
-                      errsize))
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "plateau_window", 0, 0, BS_PL_MAX, 1, &plw, err,
+                      errsize) ||
+        sched_opt_num(o, "scheduler", "plateau_delta", 0.01, 0, 1e300, 0,
+                      &self->plateau_delta, err, errsize))
         goto fail;
+    if (plw > 0 && plw < 3) {
+        snprintf(err, errsize, "scheduler.plateau_window: must be 0 (off) or 3 to %d",
+                 BS_PL_MAX);
+        goto fail;
+    }
+    self->plateau_w = (int)plw;
     if (bmax < bmin) {
         snprintf(err, errsize, "scheduler.max: must be >= min (%g)", bmin);
         goto fail;

@@ -753,6 +753,104 @@ TEST(save_restore_at_every_point_gives_the_same_decisions)
     spec_destroy(&sp);
 }
 
+/* Plateau (window 4, delta 0.01): a rising objective decides nothing; a
+   flat one doubles the batch with the lr held, then at max halves the lr;
+   the window starts over after each decision; a "min" objective falls. */
+static int s_plateau_case(ev *e, const double *acc, int nacc, long step0, double batch)
+{
+    int n = 0;
+    for (int i = 0; i < nacc; i++) {
+        long step = step0 + 10 * i;
+        e[n++] = (ev){1, step, "batch_size", batch};
+        e[n++] = (ev){1, step, "val_acc", acc[i]};
+    }
+    return n;
+}
+
+TEST(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max)
+{
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":256,\"lr\":0.1,"
+                        "\"plateau_window\":4,\"plateau_delta\":0.01}");
+    REQUIRE(sp);
+    static const double rising[] = {0.5, 0.6, 0.7, 0.8, 0.85, 0.9};
+    static const double flat[] = {0.80, 0.805, 0.80, 0.806};
+    ev e[64];
+    int n = s_plateau_case(e, rising, 6, 10, 128);
+    char out[4096];
+    sched_t *s = s_play(sp, e, n, -1, out, sizeof out);
+    REQUIRE(s);
+    CHECK(out[0] == 0); /* trend +0.3 .. +0.15 across 4 reports: no plateau */
+    sched_destroy(&s);
+
+    /* flat at 128: 256 with the lr held; the reports in flight at 128 do
+       not count; flat at 256 (max): lr 0.1 -> 0.05 */
+    n = s_plateau_case(e, flat, 4, 10, 128);
+    n += s_plateau_case(e + n, flat, 2, 50, 128);
+    n += s_plateau_case(e + n, flat, 3, 70, 256);
+    int before_last = n;
+    n += s_plateau_case(e + n, flat, 1, 100, 256);
+    n += s_plateau_case(e + n, flat, 4, 110, 256);
+    s = s_play(sp, e, before_last, -1, out, sizeof out);
+    REQUIRE(s);
+    CHECK(strstr(out, "set batch_size=256") != NULL);
+    CHECK(strstr(out, "lr held") != NULL);
+    CHECK(strstr(out, "set lr") == NULL); /* 3 reports at 256: not a window yet */
+    sched_destroy(&s);
+    char ref[4096];
+    s = s_play(sp, e, n, -1, ref, sizeof ref);
+    REQUIRE(s);
+    CHECK(strstr(ref, "set batch_size=256") != NULL);
+    CHECK(strstr(ref, "set lr=0.05") != NULL);
+    CHECK(strstr(ref, "at max batch 256") != NULL);
+    /* the window starts over after the lr decision: 4 more flat reports
+       decide again (lr 0.025) */
+    CHECK(strstr(ref, "set lr=0.025") != NULL);
+    sched_destroy(&s);
+    for (int cut = 0; cut < n; cut++) { /* the window and the phase are saved */
+        s = s_play(sp, e, n, cut, out, sizeof out);
+        CHECK(s != NULL);
+        if (strcmp(out, ref))
+            JZT_FAIL("restore before event %d:\n%s\nvs\n%s", cut, out, ref);
+        sched_destroy(&s);
+    }
+    spec_destroy(&sp);
+
+    /* off by default: the same flat reports decide nothing */
+    sp = s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":256,\"lr\":0.1}");
+    REQUIRE(sp);
+    n = s_plateau_case(e, flat, 4, 10, 128);
+    n += s_plateau_case(e + n, flat, 4, 50, 128);
+    s = s_play(sp, e, n, -1, out, sizeof out);
+    REQUIRE(s);
+    CHECK(out[0] == 0);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
+/* After a plateau decision the trial anneals: a goodput case that alone
+   picks 128 (s_goodput_case) changes nothing once the batch was doubled. */
+TEST(after_a_plateau_goodput_no_longer_decides)
+{
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":60,"
+                        "\"warmup\":0,\"plateau_window\":4}");
+    REQUIRE(sp);
+    ev e[128];
+    static const double flat[] = {0.80, 0.805, 0.80, 0.806};
+    int n = s_plateau_case(e, flat, 4, 1, 64);
+    int m = s_goodput_case(e + n);
+    for (int i = 0; i < m; i++) /* the goodput reports, at 64 -> 128 after the plateau */
+        e[n + i].step += 100;
+    n += m;
+    char out[4096];
+    sched_t *s = s_play(sp, e, n, -1, out, sizeof out);
+    REQUIRE(s);
+    CHECK(strstr(out, "set batch_size=128") != NULL);
+    CHECK(strstr(out, "plateau") != NULL);
+    CHECK(strstr(out, "goodput") == NULL);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
 TEST(options_are_checked)
 {
     static const struct {
@@ -778,6 +876,12 @@ TEST(options_are_checked)
          "scheduler.grow_only: must be true or false"},
         {"{\"type\":\"batchsize\",\"momentum\":1}",
          "scheduler.momentum: must be a number from 0 to 0.999"},
+        {"{\"type\":\"batchsize\",\"plateau_window\":2}",
+         "scheduler.plateau_window: must be 0 (off) or 3 to 64"},
+        {"{\"type\":\"batchsize\",\"plateau_window\":65}",
+         "scheduler.plateau_window: must be an integer from 0 to 64"},
+        {"{\"type\":\"batchsize\",\"plateau_delta\":-1}",
+         "scheduler.plateau_delta: must be a number from 0 to 1e+300"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i].sched);
@@ -808,6 +912,8 @@ int main(void)
     RUN(grow_only_never_shrinks);
     RUN(a_retry_starts_the_trial_state_over);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
+    RUN(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max);
+    RUN(after_a_plateau_goodput_no_longer_decides);
     RUN(options_are_checked);
     TEST_DONE();
 }
