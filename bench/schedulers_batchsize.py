@@ -48,8 +48,16 @@ stored report, not the stop):
                 "momentum": 0.9 (the trainer's; the efficiency uses
                 B_simple / (1 - 0.9)); its decisions (batch_size and lr
                 reports) are plotted to $BUILD/bench/<arm>-<model>-s<seed>.svg.
-  batchsize-b_simple  the same with "momentum": 0: the efficiency from
-                B_simple alone (the model before the momentum correction).
+                "plateau_window": 16, "plateau_delta": 0.01: once the val_acc
+                trend over the last 16 evaluations (51200 samples) gains less
+                than 0.01, the batch doubles with the lr held (annealing:
+                lr/B halves), at 1024 the lr halves instead; goodput stops.
+  batchsize-goodput  the same without the plateau rule (goodput only: the
+                scheduler before the plateau rule).
+  fixed-plateau  the baseline the plateau rule must also face: the seed's
+                best fixed batch at its lr, the lr halved on the same plateau
+                rule (the scheduler with min = max = that batch: a fixed batch
+                with ReduceLROnPlateau).
   batchsize-default  the scheduler's defaults (wall-clock throughput, may
                 shrink), with "momentum": 0.9.
 
@@ -177,8 +185,9 @@ def step_curve(model, ranks, args, batches):
 
 def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
-    if kind.startswith("batchsize"):
-        sched = {"type": "batchsize", "seed": seed, "min": 32, "max": 1024, "interval": 200,
+    if kind.startswith("batchsize") or kind == "fixed-plateau":
+        lo, hi = (batch, batch) if kind == "fixed-plateau" else (32, 1024)
+        sched = {"type": "batchsize", "seed": seed, "min": lo, "max": hi, "interval": 200,
                  "warmup": 100,
                  # the first change, and the one after an exploring change, need
                  # only the noise and step-time measurements (the default waits
@@ -187,9 +196,12 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
                  "throughput": "wall" if kind == "batchsize-default" else "cpu",
                  "grow_only": kind != "batchsize-default",
                  # the trial's SGD momentum (a flag here, not a param): the
-                 # efficiency uses B_simple / (1 - 0.9); the b_simple arm is
-                 # the model without it
-                 "momentum": 0.0 if kind == "batchsize-b_simple" else 0.9}
+                 # efficiency uses B_simple / (1 - 0.9)
+                 "momentum": 0.9,
+                 # annealing once the val_acc trend flattens (not in the
+                 # goodput-only and default arms)
+                 **({"plateau_window": 16, "plateau_delta": 0.01}
+                    if kind in ("batchsize", "fixed-plateau") else {})}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -473,10 +485,17 @@ def bench_setting(tmp, setting, args, plots):
             # fixed 64 on seed 1 (the same hindsight the fixed arms get)
             lr0 = args.lr0 or round(best_c.get(64, 1.0) * 0.05, 6)
             bl = max(args.batches)
+            # this seed's best fixed arm so far (by profiled time), for the
+            # fixed-plateau baseline
+            done = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
+                    r["profile"] is not None]
+            bf = min(done, key=lambda r: r["profile"]) if done else None
             return [("linear", bl, 0.05 * bl / 64, "linear%d" % bl),
                     ("batchsize", 64, lr0, "batchsize"),
-                    ("batchsize-b_simple", 64, lr0, "batchsize-b_simple"),
-                    ("batchsize-default", 64, lr0, "batchsize-default")]
+                    ("batchsize-goodput", 64, lr0, "batchsize-goodput"),
+                    ("batchsize-default", 64, lr0, "batchsize-default")] + \
+                ([("fixed-plateau", bf["batch"], bf["lr"], "fixed%d-plateau" % bf["batch"])]
+                 if bf else [])
 
         for phase in (0, 1):
             arms = fixed_arms if phase == 0 else later_arms()
@@ -497,11 +516,11 @@ def bench_setting(tmp, setting, args, plots):
                     seed, label, fmt(r["steps"], ">6"), fmt(r["samples"], ">8"),
                     fmt(r["profile"], ">7.2f"), fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
                     r["changes"], r["final_b"], r["load"]))
-                if kind.startswith("batchsize"):
+                if kind.startswith("batchsize") or kind == "fixed-plateau":
                     print("     %s decisions (step: batch): %s" % (label, ", ".join(
                         "%d: %d" % c for c in r["changes_at"]) or "none"))
                 sys.stdout.flush()
-                if kind.startswith("batchsize") and plots:
+                if (kind.startswith("batchsize") or kind == "fixed-plateau") and plots:
                     os.makedirs(plots, exist_ok=True)
                     svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, setting, seed)),
                              "%s, %s, seed %d (lr0 %g): batch size (log), lr (log), val_acc "
@@ -538,15 +557,16 @@ def bench_setting(tmp, setting, args, plots):
             return fmt(r[m] / best[m][m], ".2f") if r and r[m] and best[m] else "-"
 
         print("seed %d: best fixed (by %s) B=%d lr %g, %s samples; batchsize %s samples, "
-              "profiled x%s (best B=%d), wall x%s (B=%d), CPU-s x%s (B=%d); b_simple x%s, "
-              "default x%s profiled; linear B=%s %s" % (
+              "profiled x%s (best B=%d), wall x%s (B=%d), CPU-s x%s (B=%d); goodput-only x%s, "
+              "default x%s, fixed-plateau x%s profiled; linear B=%s %s" % (
                   seed, args.rank, bt["batch"], bt["lr"], bt["samples"],
                   fmt(a["samples"], "d") if a["samples"] else "did not reach it",
                   ratio(a, "profile"), best["profile"]["batch"], ratio(a, "time"),
                   best["time"]["batch"], ratio(a, "cpu"),
                   best["cpu"]["batch"] if best["cpu"] else 0,
-                  ratio(arm["batchsize-b_simple"], "profile"),
+                  ratio(arm["batchsize-goodput"], "profile"),
                   ratio(arm["batchsize-default"], "profile"),
+                  ratio(arm["fixed-plateau"], "profile"),
                   arm["linear"]["batch"] if arm["linear"] else "-",
                   "x%s profiled" % ratio(arm["linear"], "profile") if arm["linear"] and
                   arm["linear"]["steps"] else "did not reach it"))
@@ -556,7 +576,7 @@ def bench_setting(tmp, setting, args, plots):
 # the measures to the target: profiled time (steps x the step-time curve),
 # wall time, the trainer's CPU-seconds
 MEASURES = ("profile", "time", "cpu")
-SCHED_KINDS = ("batchsize", "batchsize-b_simple", "batchsize-default")
+SCHED_KINDS = ("batchsize", "batchsize-goodput", "batchsize-default", "fixed-plateau")
 KEYS = {"profile": "profiled_time_to_target_s", "time": "time_to_target_s",
         "cpu": "cpu_to_target_s", "samples": "samples_to_target"}
 
@@ -582,8 +602,9 @@ def summarize(per_seed, rank):
         return None if v == inf else v
 
     out = {}
-    for name, kind in (("jizhi", "batchsize"), ("jizhi_b_simple_model", "batchsize-b_simple"),
-                       ("jizhi_default_options", "batchsize-default"), ("linear", "linear")):
+    for name, kind in (("jizhi", "batchsize"), ("jizhi_goodput_only", "batchsize-goodput"),
+                       ("jizhi_default_options", "batchsize-default"),
+                       ("best_fixed_plateau_lr", "fixed-plateau"), ("linear", "linear")):
         got = [p for p in per_seed if p["arm"][kind]]
         if not got:
             continue
@@ -637,14 +658,14 @@ def main():
     ap.add_argument("--only", choices=["all", "sched"], default="all",
                     help="sched: only the scheduler's arms (after a change to it)")
     ap.add_argument("--arms", help="only these arm kinds (fixed,linear,batchsize,"
-                    "batchsize-default,batchsize-b_simple)")
+                    "batchsize-goodput,batchsize-default,fixed-plateau)")
     ap.add_argument("--target", type=float, help="val_acc target (default: the model's)")
     ap.add_argument("--epochs", type=int, help="at most this many epochs (default: the "
                     "model's)")
     ap.add_argument("--subset", type=int, help="training examples (0 = all; default: the "
                     "model's)")
     ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
-                    help="the fixed batch grid (default 32,64,128,256,512)")
+                    help="the fixed batch grid (default 32,64,128,256,512,1024: the scheduler's range)")
     ap.add_argument("--sweep", type=lambda s: [float(x) for x in s.split(",")],
                     help="the lr multipliers c swept on the first seed (default 0.5,1,2)")
     ap.add_argument("--cap", dest="cap_factor", type=float, default=3.0,
@@ -659,7 +680,7 @@ def main():
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         print("batchsize: SKIPPED: Fashion-MNIST not found in %s" % DATA)
         return 0
-    args.batches = args.batches or [32, 64, 128, 256, 512]
+    args.batches = args.batches or [32, 64, 128, 256, 512, 1024]
     args.sweep = args.sweep or [0.5, 1.0, 2.0]
     models = (args.models or ("mlp" if args.quick else "mlp-2r,mlp,cnn")).split(",")
     if args.quick:
@@ -679,8 +700,8 @@ def main():
                 print("batchsize %s, medians over %d seed(s): jizhi %s samples, profiled %s s, "
                       "wall %s s, CPU %s s; best fixed (by %s; B %s) %s samples, profiled %s s, "
                       "wall %s s, CPU %s s; ratios to each seed's best fixed: profiled %s, wall "
-                      "%s, CPU-s %s (B_simple-only model: profiled %s; default options: %s; "
-                      "linear: %s)" % (
+                      "%s, CPU-s %s (goodput only: profiled %s; default options: %s; best fixed "
+                      "batch with lr halved on plateau: %s; linear: %s)" % (
                           model, s["seeds"], fmt(j["samples_to_target"], ".0f"),
                           fmt(j["profiled_time_to_target_s"], ".2f"),
                           fmt(j["time_to_target_s"], ".1f"), fmt(j["cpu_to_target_s"], ".1f"),
@@ -693,8 +714,8 @@ def main():
                           fmt(s["time_ratio_jizhi_to_best_fixed"], ".2f"),
                           fmt(s["cpu_ratio_jizhi_to_least_fixed"], ".2f"),
                           *[fmt(s.get(k, {}).get("profile_ratio_to_best_fixed"), ".2f")
-                            for k in ("jizhi_b_simple_model", "jizhi_default_options",
-                                      "linear")]))
+                            for k in ("jizhi_goodput_only", "jizhi_default_options",
+                                      "best_fixed_plateau_lr", "linear")]))
     if args.json and out:
         # the headline: two ranks, the setting where throughput grows with the batch
         first = out.get("mlp-2r") or out.get("mlp") or next(iter(out.values()))

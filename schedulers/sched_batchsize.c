@@ -115,7 +115,7 @@ typedef struct {
     double ramp_from, ramp_to;
     long ramp_start, ramp_last; /* ramp start step; last step a ramp lr was considered */
     long decisions;
-    long last_step; /* highest step reported (a lower one: a new attempt) */
+    long last_step;       /* highest step reported (a lower one: a new attempt) */
     double pl[BS_PL_MAX]; /* the objective's reports since the last change (a ring) */
     int npl, pl_next;     /* how many held, where the next goes */
     int annealing;        /* a plateau decision was made: goodput no longer decides */
@@ -134,8 +134,8 @@ typedef struct {
     double ema, min_gain, prior_overhead, lr_opt; /* lr_opt NaN = none */
     double mom_opt;                               /* option momentum, NaN = none */
     long min_meas;
-    int plateau_w;         /* objective reports in the plateau window (0: off) */
-    double plateau_delta;  /* the least gain of the window's trend */
+    int plateau_w;        /* objective reports in the plateau window (0: off) */
+    double plateau_delta; /* the least gain of the window's trend */
     bs_trial *trials;
     size_t ntrials, cap;
 } sched_bs;
@@ -388,8 +388,9 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     double corr = 1 - pow(e, (double)t->nmeas);
     double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
     long wait = t->probing ? self->probe : self->interval;
-    if (t->annealing || t->nmeas < self->min_meas || step - t->last_change < wait || t->ramp || max < 2 ||
-        isnan(t->b) || isnan(t->b0) || (self->rule != RULE_NONE && isnan(t->lr0)))
+    if (t->annealing || t->nmeas < self->min_meas || step - t->last_change < wait ||
+        t->ramp || max < 2 || isnan(t->b) || isnan(t->b0) ||
+        (self->rule != RULE_NONE && isnan(t->lr0)))
         return 0;
     if (!(G2 > 0) || !(TR > 0))
         return 0; /* noise-dominated estimate: not usable yet */
@@ -507,8 +508,8 @@ static double s_trend_gain(const bs_trial *t, int w, int maximize)
 
 /* A report of the objective: maybe a plateau decision (batch x2 holding
    the lr, or at `max` the lr halved). */
-static int s_plateau(sched_bs *self, bs_trial *t, long step, double value, sched_instr *out,
-                     int max)
+static int s_plateau(sched_bs *self, bs_trial *t, long step, double value,
+                     sched_instr *out, int max)
 {
     if (!isfinite(value) || t->pend_b)
         return 0; /* a report in flight from the old size is not of the new one */
@@ -526,10 +527,10 @@ static int s_plateau(sched_bs *self, bs_trial *t, long step, double value, sched
     int grow = b2 <= (double)self->bmax;
     if (!grow && !(t->lr_sent > 0))
         return 0; /* at max with no known lr: nothing to anneal */
-    json_t *d = json_pack("{s:s, s:f, s:i, s:f, s:f, s:f, s:I}", "rule", "plateau",
-                          "trend_gain", gain, "window", w, "delta", self->plateau_delta,
-                          "from", t->b, "lr_from", t->lr_sent > 0 ? t->lr_sent : 0.0,
-                          "step", (json_int_t)step);
+    json_t *d =
+        json_pack("{s:s, s:f, s:i, s:f, s:f, s:f, s:I}", "rule", "plateau", "trend_gain",
+                  gain, "window", w, "delta", self->plateau_delta, "from", t->b,
+                  "lr_from", t->lr_sent > 0 ? t->lr_sent : 0.0, "step", (json_int_t)step);
     char reason[128];
     if (grow) {
         snprintf(reason, sizeof reason,
@@ -858,11 +859,26 @@ static const sched_ops s_ops = {
 
 sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
 {
-    static const char *const keys[] = {
-        "type",     "seed",           "min",     "max",        "grid",
-        "interval", "warmup",         "lr_rule", "ema",        "min_measurements",
-        "min_gain", "prior_overhead", "lr",      "throughput", "grow_only",
-        "momentum", "probe_interval", "plateau_window", "plateau_delta", NULL};
+    static const char *const keys[] = {"type",
+                                       "seed",
+                                       "min",
+                                       "max",
+                                       "grid",
+                                       "interval",
+                                       "warmup",
+                                       "lr_rule",
+                                       "ema",
+                                       "min_measurements",
+                                       "min_gain",
+                                       "prior_overhead",
+                                       "lr",
+                                       "throughput",
+                                       "grow_only",
+                                       "momentum",
+                                       "probe_interval",
+                                       "plateau_window",
+                                       "plateau_delta",
+                                       NULL};
     const json_t *o = spec->sched_opts;
     const char *key;
     json_t *v;
