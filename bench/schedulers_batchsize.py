@@ -69,7 +69,7 @@ step costs ~20x an MLP step on these 2 cores. Wall times depend on the
 machine's load (it is shared); samples do not. Writes the "batchsize"
 section of $BENCH_SCHED_JSON (medians over seeds, MLP).
 
-    python3 bench/schedulers_batchsize.py [--quick] [--seeds 5] [--models mlp,mlp-2r,cnn]
+    python3 bench/schedulers_batchsize.py [--quick] [--seeds 5] [--first-seed 1] [--models mlp,mlp-2r,cnn]
         [--target 0.88 --subset 0 --epochs 8] [--lock /tmp/jizhi-bench.lock]
 """
 import argparse
@@ -375,6 +375,8 @@ def run_arm_locked(tmp, name, model, seed, kind, batch, lr, args):
             "final_b": sizes[-1][1] if sizes else batch,
             "changes_at": [(s, int(v)) for (s, v, _), prev in
                            zip(sizes, [batch] + [v for _, v, _ in sizes]) if v != prev],
+            "lr_at": [(s, v) for (s, v, _), prev in zip(lrs, [lr] + [v for _, v, _ in lrs])
+                      if abs(v - prev) > 1e-9 * max(abs(prev), 1e-12)],
             "trace": {"batch": [(t - started, v) for _, v, t in sizes],
                       "lr": [(t - started, v) for _, v, t in lrs],
                       "val": [(t - started, v) for _, v, t in evals]},
@@ -470,12 +472,12 @@ def bench_setting(tmp, setting, args, plots):
     print("%4s %-18s %6s %8s %7s %7s %6s %8s %7s %7s %5s" % (
         "seed", "arm", "steps", "samples", "prof-s", "time-s", "CPU-s", "best acc", "changes",
         "final B", "load"))
-    for seed in range(1, seeds + 1):
+    for seed in range(args.first_seed, args.first_seed + seeds):
         fixed_arms = []
         # the largest batch first: the cheapest arm so far caps the others
         args.cap = None
         for b in sorted(args.batches, reverse=True):
-            cs = sweep if seed == 1 else [best_c.get(b, 1.0)]
+            cs = sweep if seed == args.first_seed else [best_c.get(b, 1.0)]
             for c in cs:
                 lr = round(c * 0.05 * (b / 64) ** 0.5, 6)
                 fixed_arms.append(("fixed", b, lr, "fixed%d-lr%g" % (b, lr)))
@@ -517,17 +519,20 @@ def bench_setting(tmp, setting, args, plots):
                     fmt(r["profile"], ">7.2f"), fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
                     r["changes"], r["final_b"], r["load"]))
                 if kind.startswith("batchsize") or kind == "fixed-plateau":
-                    print("     %s decisions (step: batch): %s" % (label, ", ".join(
-                        "%d: %d" % c for c in r["changes_at"]) or "none"))
+                    print("     %s decisions (step: batch): %s; lr changes (reported step: lr): %s"
+                          % (label, ", ".join("%d: %d" % c for c in r["changes_at"]) or "none",
+                             (", ".join("%d: %.4g" % c for c in r["lr_at"][:8]) or "none") +
+                             (" ... (%d in all)" % len(r["lr_at"]) if len(r["lr_at"]) > 8
+                              else "")))
                 sys.stdout.flush()
                 if (kind.startswith("batchsize") or kind == "fixed-plateau") and plots:
                     os.makedirs(plots, exist_ok=True)
                     svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, setting, seed)),
                              "%s, %s, seed %d (lr0 %g): batch size (log), lr (log), val_acc "
                              "over time" % (kind, setting, seed, lr), r["trace"], target)
-            if phase == 0 and seed == 1 and args.only == "all":
+            if phase == 0 and seed == args.first_seed and args.only == "all":
                 for b in args.batches:
-                    cands = [r for r in rows if r["seed"] == 1 and r["kind"] == "fixed" and
+                    cands = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
                              r["batch"] == b]
                     ok = [r for r in cands if r[args.rank] is not None]
                     # within one batch size the cost is proportional to the
@@ -539,7 +544,7 @@ def bench_setting(tmp, setting, args, plots):
                     best_c[b] = (pick["lr"] / (0.05 * (b / 64) ** 0.5)) if pick else 1.0
     # per seed: the best fixed arm by each measure, the scheduler arms' ratios
     per_seed = []
-    for seed in range(1, seeds + 1):
+    for seed in range(args.first_seed, args.first_seed + seeds):
         fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
                  r["steps"] is not None]
         arm = {k: next((r for r in rows if r["seed"] == seed and r["kind"] == k), None)
@@ -650,6 +655,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, MLP only, half the data")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=1,
+                    help="seeds first..first+seeds-1 (the sweep runs on the first); "
+                    "other seeds than the reported 1-5, to try a change without "
+                    "tuning it on them")
     ap.add_argument("--models", default=None, help="settings: mlp, cnn, mlp-2r (2 ranks), ... "
                     "(default: mlp-2r,mlp,cnn; --quick: mlp)")
     ap.add_argument("--rank", choices=["profile", "cpu", "time"], default="profile",
