@@ -387,7 +387,12 @@ def svg_plot(path, title, trace, target):
     """A small SVG of batch size (log2), lr and val_acc over time."""
     W, H, L, R, T, B = 720, 300, 60, 60, 30, 40
     series = [("batch", "#1f77b4", True), ("lr", "#d62728", True), ("val", "#2ca02c", False)]
-    tmax = max([t for k, _, _ in series for t, _ in trace[k]] + [1e-9])
+    # time from the first report (the trainers' start-up before it is the
+    # same for every arm and shows nothing)
+    ts = [t for k, _, _ in series for t, _ in trace[k]]
+    t0 = min(ts, default=0)
+    trace = {k: [(t - t0, v) for t, v in trace[k]] for k, _, _ in series}
+    tmax = max([t - t0 for t in ts] + [1e-9])
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
            'font-family="sans-serif" font-size="11">' % (W, H),
            '<rect width="100%" height="100%" fill="white"/>',
@@ -397,7 +402,10 @@ def svg_plot(path, title, trace, target):
     for i in range(6):
         t = tmax * i / 5
         x = L + (W - L - R) * i / 5
-        out.append('<text x="%.0f" y="%d" text-anchor="middle">%.0fs</text>' % (x, H - B + 15, t))
+        out.append('<text x="%.0f" y="%d" text-anchor="middle">%.2g s</text>' % (x, H - B + 15,
+                                                                                t))
+    out.append('<text x="%d" y="%d" text-anchor="end">since the first report</text>' % (
+        W - R, H - B + 28))
     import math
     for k, color, logy in series:
         pts = [(t, v) for t, v in trace[k] if v and v > 0]
@@ -417,6 +425,8 @@ def svg_plot(path, title, trace, target):
                 d.append("L%.1f,%.1f" % (sx(t), sy(prev)))
             d.append(("M" if not d else "L") + "%.1f,%.1f" % (sx(t), sy(y)))
             prev = y
+        if k != "val":  # in force to the end
+            d.append("L%.1f,%.1f" % (sx(tmax), sy(prev)))
         out.append('<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>' % (" ".join(d),
                                                                                  color))
         fmt = (lambda y: "%g" % round(2 ** y, 4)) if logy else (lambda y: "%.3f" % y)
