@@ -860,26 +860,13 @@ static const sched_ops s_ops = {
 
 sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
 {
-    static const char *const keys[] = {"type",
-                                       "seed",
-                                       "min",
-                                       "max",
-                                       "grid",
-                                       "interval",
-                                       "warmup",
-                                       "lr_rule",
-                                       "ema",
-                                       "min_measurements",
-                                       "min_gain",
-                                       "prior_overhead",
-                                       "lr",
-                                       "throughput",
-                                       "grow_only",
-                                       "momentum",
-                                       "probe_interval",
-                                       "plateau_window",
-                                       "plateau_delta",
-                                       NULL};
+    /* the options (a set: the order only keeps the list compact) */
+    static const char *const keys[] = {
+        "type",       "min",       "plateau_window", "probe_interval",
+        "min_gain",   "grow_only", "interval",       "grid",
+        "momentum",   "warmup",    "prior_overhead", "min_measurements",
+        "lr",         "max",       "lr_rule",        "ema",
+        "throughput", "seed",      "plateau_delta",  NULL};
     const json_t *o = spec->sched_opts;
     const char *key;
     json_t *v;
