@@ -63,6 +63,8 @@
     loss falls (McCandlish et al.), so a smaller batch later is the
     throughput fit's noise more often than the model's insight; a shrink
     mid-run also costs accuracy (a measured 0.85 -> 0.80 drop at 128->32).
+    The one exception: the decision after an explore may go back to the
+    size the explore left, if the explored one measured worse.
 
     lr0 is option `lr` if given, else the trial's `lr` param if the space
     has one, else the last `lr` the trial reported before the first change
@@ -108,6 +110,8 @@ typedef struct {
     int skip_tp;      /* drop the first throughput report after a change */
     int pend_b;       /* a set batch_size not yet seen in the reports */
     int explored;     /* tried a second size to measure throughput */
+    double undo_b;    /* the size an explore left, a candidate even under grow_only
+                         until the next decision (NaN: none) */
     int probing;      /* no change yet, or the last one explored: `probe` steps apply */
     int lr_fixed;     /* lr0 came from the params or the option, not reports */
     long last_change; /* step of the last decision (0 at start) */
@@ -238,7 +242,7 @@ static void s_trial_init(bs_trial *t, long id)
 {
     memset(t, 0, sizeof *t);
     t->id = id;
-    t->b0 = t->lr0 = t->b = t->lr_sent = NAN;
+    t->b0 = t->lr0 = t->b = t->lr_sent = t->undo_b = NAN;
     t->mom = 0;
     t->pstep = -1;
     t->ramp_last = -1;
@@ -407,13 +411,14 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     if (self->grid_int) {
         long stepc = span > 100000 ? span / 100000 + 1 : 1;
         for (long b = self->bmin; b <= self->bmax; b += stepc)
-            if ((!self->grow_only || b >= t->b) && GOODPUT((double)b) > best_g) {
+            if ((!self->grow_only || b >= t->b || b == t->undo_b) &&
+                GOODPUT((double)b) > best_g) {
                 best_g = GOODPUT((double)b);
                 best_b = (double)b;
             }
     } else {
         for (long b = 1; b <= self->bmax && b > 0; b *= 2)
-            if (b >= self->bmin && (!self->grow_only || b >= t->b) &&
+            if (b >= self->bmin && (!self->grow_only || b >= t->b || b == t->undo_b) &&
                 GOODPUT((double)b) > best_g) {
                 best_g = GOODPUT((double)b);
                 best_b = (double)b;
@@ -437,6 +442,7 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
             t->explored = 1;
         }
     }
+
 #undef GOODPUT
     if (!explore && (best_b == t->b || best_g < (1 + self->min_gain) * cur_g))
         return 0;
@@ -463,6 +469,10 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
              best_g / cur_g, lr_old, lr_new, s_rules[self->rule]);
     int k = 0;
     s_set(&out[k++], t->id, "batch_size", json_integer((json_int_t)best_b), d, reason);
+    /* grow_only forbids a shrink the model asks for, not going back from a
+       probe: measured worse (the CNN on one CPU rank: an example costs 10%
+       more at 128 than at 64), the explored size is left for the one before */
+    t->undo_b = explore ? t->b : NAN;
     t->b = best_b;
     t->pend_b = 1;
     t->last_change = step;
@@ -551,6 +561,7 @@ static int s_plateau(sched_bs *self, bs_trial *t, long step, double value,
         t->lr_sent /= 2;
     }
     t->annealing = 1;
+    t->undo_b = NAN;
     t->last_change = step;
     t->decisions++;
     t->npl = t->pl_next = 0;
@@ -737,6 +748,7 @@ static json_t *s_save(sched_t *s)
                 pl, json_real(t->pl[(t->pl_next + BS_PL_MAX - t->npl + j) % BS_PL_MAX]));
         json_object_set_new(o, "plateau", pl);
         json_object_set_new(o, "annealing", json_boolean(t->annealing));
+        json_object_set_new(o, "undo_b", sched_json_real(t->undo_b));
         json_array_append_new(trials, o);
     }
     return json_pack("{s:I, s:o}", "count", (json_int_t)self->count, "trials", trials);
@@ -835,6 +847,7 @@ static int s_restore(sched_t *s, const json_t *state)
         }
         t->pl_next = t->npl % BS_PL_MAX;
         t->annealing = json_is_true(json_object_get(o, "annealing"));
+        t->undo_b = sched_json_double(o, "undo_b"); /* absent in older states: NaN */
     }
     return 0;
 }

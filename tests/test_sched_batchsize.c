@@ -4,7 +4,8 @@
     bootstrap interval that covers it; the scheduler picks the
     goodput-maximising batch in a hand-computed case and scales the rate
     by the AdaScale gain computed by hand; at most one change per
-    interval; lr warmup after a raise; option checks; suggestions are
+    interval; lr warmup after a raise; grow_only goes back from an explore
+    measured worse; option checks; suggestions are
     legal; save/restore at every point gives the same decisions.
 */
 #include "jz_test.h"
@@ -704,6 +705,77 @@ TEST(grow_only_never_shrinks)
     }
 }
 
+/* grow_only, one size measured (64), B_simple 8: the first change explores
+   up, to 128 (the prior picks the direction). Measured there, an example
+   costs more (step 0.025 s against 0.01 at 64, where the prior promised
+   0.015), so the next decision goes back to 64 though grow_only forbids
+   other shrinks, and nothing changes after that (16 and 32 stay out of
+   reach). A save/restore at any step gives the same decisions. */
+static void s_undo_run(const spec_t *sp, long cut, char *out, size_t size)
+{
+    sched_t *s = s_new_bs(sp);
+    double b = 64;
+    out[0] = 0;
+    for (long step = 5; step <= 400 && s; step += 5) {
+        if (step == cut) {
+            json_t *st = s->ops->save(s);
+            char *txt = json_dumps(st, JSON_COMPACT);
+            json_decref(st);
+            sched_destroy(&s);
+            s = s_new_bs(sp);
+            json_t *back = json_loads(txt, 0, NULL);
+            free(txt);
+            if (!back || s->ops->restore(s, back) != 0)
+                sched_destroy(&s);
+            json_decref(back);
+            if (!s)
+                break;
+        }
+        ev e[8];
+        int n = 0;
+        e[n++] = (ev){1, step, "batch_size", b};
+        e[n++] = (ev){1, step, "lr", 0.1};
+        e[n++] = (ev){1, step, "samples_per_s", b / (b > 64 ? 0.025 : 0.01)};
+        n += s_gns(e + n, 1, step, 8, b / 2, b);
+        for (int i = 0; i < n; i++) {
+            sched_instr ins[8];
+            int k =
+                s->ops->on_metric(s, 1, e[i].step, e[i].metric, e[i].value, 0, ins, 8);
+            for (int j = 0; j < k; j++)
+                if (!strcmp(json_string_value(json_object_get(ins[j].args, "name")),
+                            "batch_size"))
+                    b = json_number_value(json_object_get(ins[j].args, "value"));
+            s_fmt(ins, k, out, size);
+        }
+    }
+    sched_destroy(&s);
+}
+
+TEST(grow_only_goes_back_from_an_explore_measured_worse)
+{
+    spec_t *sp =
+        s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":60,"
+               "\"probe_interval\":20,\"warmup\":0,\"ema\":0,\"grow_only\":true}");
+    REQUIRE(sp);
+    char ref[4096];
+    s_undo_run(sp, -1, ref, sizeof ref);
+    const char *up = strstr(ref, "set batch_size=128");
+    REQUIRE(up);
+    CHECK(strstr(up, "explore") != NULL);
+    const char *back = strstr(up, "set batch_size=64");
+    REQUIRE(back);
+    CHECK(strstr(back + 1, "set batch_size") == NULL);
+    CHECK(strstr(ref, "set batch_size=32") == NULL &&
+          strstr(ref, "set batch_size=16") == NULL);
+    for (long cut = 5; cut <= 400; cut += 5) {
+        char out[4096];
+        s_undo_run(sp, cut, out, sizeof out);
+        if (strcmp(out, ref))
+            JZT_FAIL("restore at step %ld:\n%s\nvs\n%s", cut, out, ref);
+    }
+    spec_destroy(&sp);
+}
+
 /* A retried trial reports from step 0 again: its state starts over. */
 TEST(a_retry_starts_the_trial_state_over)
 {
@@ -911,6 +983,7 @@ int main(void)
     RUN(throughput_uses_the_fast_quartile_of_slowed_windows);
     RUN(cpu_throughput_uses_step_cpu_s);
     RUN(grow_only_never_shrinks);
+    RUN(grow_only_goes_back_from_an_explore_measured_worse);
     RUN(a_retry_starts_the_trial_state_over);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
     RUN(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max);
