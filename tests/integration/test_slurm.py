@@ -227,10 +227,18 @@ def test_preempted_job_is_lost_and_retried(jz, slurm):
                         "sleep 1"], env=env, check=True, capture_output=True, timeout=30)
         wait_study(jz, "preempt", 120)
         ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
-        assert (state, attempt) == ("completed", 1) and job1 != job0
-        assert scontrol(slurm, job0).get("JobState") == "PREEMPTED"
-        detail = " ".join(str(r) for r in jz.sql("SELECT detail FROM events"))
-        assert "was preempted" in detail, detail
+        events = jz.sql("SELECT kind, detail FROM events")
+        why = f"events {events}; job {job0}: {scontrol(slurm, job0)}"
+        ctld = os.path.join(os.path.dirname(slurm), "logs", "slurmctld.log")
+        for path in (os.path.join(jz.dir, "disp.log"), os.path.join(jz.dir, "controller.log"),
+                     ctld):
+            if os.path.exists(path):
+                with open(path) as f:
+                    why += f"\n{os.path.basename(path)}: " + " | ".join(
+                        f.read().splitlines()[-25:])
+        assert (state, attempt) == ("completed", 1) and job1 != job0, why
+        assert scontrol(slurm, job0).get("JobState") == "PREEMPTED", why
+        assert "was preempted" in " ".join(str(e) for e in events), why
     finally:
         stop(disp, ctl)
 
