@@ -200,7 +200,7 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
                  "momentum": 0.9,
                  # annealing once the val_acc trend flattens (not in the
                  # goodput-only and default arms)
-                 **({"plateau_window": 16, "plateau_delta": 0.01}
+                 **({"plateau_window": args.plateau[0], "plateau_delta": args.plateau[1]}
                     if kind in ("batchsize", "fixed-plateau") else {})}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
@@ -678,6 +678,9 @@ def main():
                     help="sched: only the scheduler's arms (after a change to it)")
     ap.add_argument("--arms", help="only these arm kinds (fixed,linear,batchsize,"
                     "batchsize-goodput,batchsize-default,fixed-plateau)")
+    ap.add_argument("--plateau", type=lambda s: (int(s.split(",")[0]), float(s.split(",")[1])),
+                    default=(16, 0.01), help="W,delta: the plateau rule's window and delta "
+                    "(default 16,0.01)")
     ap.add_argument("--target", type=float, help="val_acc target (default: the model's)")
     ap.add_argument("--epochs", type=int, help="at most this many epochs (default: the "
                     "model's)")
