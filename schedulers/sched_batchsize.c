@@ -44,8 +44,7 @@
     explored or was made on the throughput prior alone (one size measured),
     `probe_interval` steps (default `interval`) are enough once the size in
     force has `min_measurements` step-time windows. Those decisions wait for
-    measurements, not for the model to settle, nor for an lr warmup in
-    progress (a new one starts from the rate reached).
+    measurements, not for the model to settle.
 
     Annealing by batch growth (option `plateau_window` W, default 0 = off;
     "Don't decay the learning rate, increase the batch size", Smith et al.
@@ -407,11 +406,8 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     double corr = 1 - pow(e, (double)t->nmeas);
     double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
     long wait = t->probing ? self->probe : self->interval;
-    /* a probe's decision rests on step times, which the lr ramp does not
-       change: it need not wait for the ramp (on two CPU ranks the 100-step
-       ramp after the explore 64->128 held the move to 512 back 50 steps) */
     if (t->annealing || t->nmeas < self->min_meas || step - t->last_change < wait ||
-        (t->ramp && wait >= self->interval) || max < 2 || isnan(t->b) || isnan(t->b0) ||
+        t->ramp || max < 2 || isnan(t->b) || isnan(t->b0) ||
         (self->rule != RULE_NONE && isnan(t->lr0)))
         return 0;
     if (!(G2 > 0) || !(TR > 0))
@@ -502,7 +498,6 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     t->probing = explore || t->ntp == 1;
     t->decisions++;
     t->npl = t->pl_next = 0; /* the plateau window starts over at the new size */
-    t->ramp = 0;             /* a ramp in progress is replaced, from where it is */
     if (self->rule != RULE_NONE && isfinite(lr_new) && lr_new != lr_old) {
         if (self->warmup > 0 && lr_new > lr_old) {
             t->ramp = 1;
