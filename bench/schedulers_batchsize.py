@@ -188,7 +188,7 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
     if kind.startswith("batchsize") or kind == "fixed-plateau":
         lo, hi = (batch, batch) if kind == "fixed-plateau" else (32, 1024)
         sched = {"type": "batchsize", "seed": seed, "min": lo, "max": hi, "interval": 200,
-                 "warmup": 100,
+                 "warmup": args.warmup,
                  # the first change, and the one after an exploring change, need
                  # only the noise and step-time measurements (the default waits
                  # the full interval, 200 steps, for each)
@@ -681,6 +681,8 @@ def main():
     ap.add_argument("--plateau", type=lambda s: (int(s.split(",")[0]), float(s.split(",")[1])),
                     default=(16, 0.01), help="W,delta: the plateau rule's window and delta "
                     "(default 16,0.01)")
+    ap.add_argument("--warmup", type=int, default=100, help="the scheduler arms' lr warmup "
+                    "in steps after a raise (default 100)")
     ap.add_argument("--target", type=float, help="val_acc target (default: the model's)")
     ap.add_argument("--epochs", type=int, help="at most this many epochs (default: the "
                     "model's)")
