@@ -64,7 +64,7 @@ stored report, not the stop):
 Settings: a model, and with "-2r" two data-parallel ranks (trial.ranks 2,
 mpirun; every step all-reduces the gradient, a fixed cost per step, so
 throughput grows with the batch: Pollux's setting). Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
-with 1 seed and no sweep (c = 1) in the full run and not in --quick: a CNN
+with 1 seed (--cnn-seeds N for more) and no sweep (c = 1) in the full run and not in --quick: a CNN
 step costs ~20x an MLP step on these 2 cores. Wall times depend on the
 machine's load (it is shared); samples do not. Writes the "batchsize"
 section of $BENCH_SCHED_JSON (medians over seeds, MLP).
@@ -459,7 +459,7 @@ def bench_model(tmp, setting, args, plots):
 
 def bench_setting(tmp, setting, args, plots):
     model, args.ranks = split_setting(setting)
-    seeds = args.seeds if model == "mlp" else 1
+    seeds = args.seeds if model == "mlp" else args.cnn_seeds
     sweep = args.sweep if model == "mlp" else [1.0]
     target = target_of(model, args)
     rows = []
@@ -665,6 +665,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, MLP only, half the data")
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--cnn-seeds", type=int, default=1,
+                    help="seeds of the CNN (default 1: a CNN step costs 10-200x an MLP "
+                    "step here)")
     ap.add_argument("--first-seed", type=int, default=1,
                     help="seeds first..first+seeds-1 (the sweep runs on the first); "
                     "other seeds than the reported 1-5, to try a change without "
