@@ -45,6 +45,51 @@ def slurm():
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def empty_queue(request):
+    """Each cluster test leaves Slurm's queue empty for the next: a job a
+    test left running (its dispatcher stopped, or the test failed) must not
+    hold CPUs, nor be taken back by the next test's dispatcher of the same
+    name as a trial of its own."""
+    if "slurm" not in request.fixturenames:
+        yield
+        return
+    conf = request.getfixturevalue("slurm")
+    yield
+    env = dict(os.environ, SLURM_CONF=conf)
+    subprocess.run(["scancel", "-u", "root"], env=env, capture_output=True, timeout=30)
+    end = time.time() + 30
+    while time.time() < end:
+        p = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True,
+                           text=True, timeout=30)
+        if p.returncode == 0 and not p.stdout.strip():
+            return
+        time.sleep(0.2)
+    raise AssertionError("jobs still in Slurm's queue 30 s after scancel")
+
+
+def squeue_answer(conf, *args):
+    """squeue's stdout once it answers (slurmctld can be busy for a moment)."""
+    env = dict(os.environ, SLURM_CONF=conf)
+    end = time.time() + 30
+    while True:
+        p = subprocess.run(["squeue", "-h", *args], env=env, capture_output=True, text=True,
+                           timeout=30)
+        if p.returncode == 0 or time.time() > end:
+            assert p.returncode == 0, f"squeue {' '.join(args)}: {p.stderr.strip()}"
+            return p.stdout.strip()
+        time.sleep(0.2)
+
+
+def first_report(jz):
+    """Waits for the trial's first metric and for its job id: the trial can
+    report before the dispatcher's squeue saw its job run and told the
+    controller (the trial's pid is 0 until then)."""
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0 and
+                (jz.sql("SELECT pid FROM trials")[0][0] or 0) > 0, 60,
+                "the first attempt to report and its job to be known")
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -161,8 +206,7 @@ def test_job_cancelled_outside_is_lost_and_retried(jz, slurm):
     ctl, disp = daemons(jz, slurm)
     try:
         jz.run("study", "submit", jz.write_spec(formula("cancel", 1, 1, "150")), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
-                    "the first attempt to report")
+        first_report(jz)
         ((tid, job0),) = jz.sql("SELECT id, pid FROM trials")
         env = dict(os.environ, SLURM_CONF=slurm)
         subprocess.run(["scancel", str(job0)], check=True, env=env, timeout=30)
@@ -187,17 +231,14 @@ def test_dispatcher_restart_takes_its_jobs_back(jz, slurm):
     ctl, disp = daemons(jz, slurm)
     try:
         jz.run("study", "submit", jz.write_spec(formula("restart", 1, 1, "200")), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
-                    "the first attempt to report")
+        first_report(jz)
         ((job0,),) = jz.sql("SELECT pid FROM trials")
         stop(disp)
         assert disp.returncode == 0
         assert scontrol(slurm, job0).get("JobState") == "RUNNING"
         ((tid,),) = jz.sql("SELECT id FROM trials")
-        comment = subprocess.run(["squeue", "-h", "-j", str(job0), "-o", "%k"], text=True,
-                                 capture_output=True, timeout=30,
-                                 env=dict(os.environ, SLURM_CONF=slurm)).stdout.strip()
-        assert comment == f"jizhi sl trial {tid} attempt 0"
+        comment = squeue_answer(slurm, "-t", "all", "-j", str(job0), "-o", "%k|%T")
+        assert comment == f"jizhi sl trial {tid} attempt 0|RUNNING"
         disp = jz.popen("dispatcher", "--backend", "slurm", "--controller",
                         open(jz.db + ".endpoint").read().strip(), "--name", "sl",
                         "--poll-s", "0.2", "--log-dir", os.path.join(jz.dir, "logs"),
@@ -220,8 +261,7 @@ def test_preempted_job_is_lost_and_retried(jz, slurm):
     env = dict(os.environ, SLURM_CONF=slurm)
     try:
         jz.run("study", "submit", jz.write_spec(formula("preempt", 1, 1, "150")), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
-                    "the first attempt to report")
+        first_report(jz)
         ((job0,),) = jz.sql("SELECT pid FROM trials")
         subprocess.run(["sbatch", "-p", "urgent", "-n", "2", "-o", "/dev/null", "--wrap",
                         "sleep 1"], env=env, check=True, capture_output=True, timeout=30)
@@ -253,8 +293,7 @@ def test_node_failure_is_lost_and_retried(jz, slurm):
 
     try:
         jz.run("study", "submit", jz.write_spec(formula("nodefail", 1, 1, "150")), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
-                    "the first attempt to report")
+        first_report(jz)
         ((job0,),) = jz.sql("SELECT pid FROM trials")
         node("State=DOWN", "Reason=jizhi-test")  # Slurm kills its jobs: NODE_FAIL
         jz.wait_for(lambda: scontrol(slurm, job0).get("JobState") == "NODE_FAIL", 30,
@@ -283,8 +322,7 @@ def test_job_requeued_by_an_administrator_is_cancelled_lost_and_retried(jz, slur
     env = dict(os.environ, SLURM_CONF=slurm)
     try:
         jz.run("study", "submit", jz.write_spec(formula("requeue", 1, 1, "150")), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
-                    "the first attempt to report")
+        first_report(jz)
         ((job0,),) = jz.sql("SELECT pid FROM trials")
         assert scontrol(slurm, job0).get("Requeue") == "0"
         for cmd in (["update", f"JobId={job0}", "Requeue=1"], ["requeue", str(job0)]):
