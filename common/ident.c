@@ -74,6 +74,14 @@ void ident_token_hash(const char *token, char out[IDENT_HASH_LEN + 1])
     sodium_bin2hex(out, IDENT_HASH_LEN + 1, h, sizeof h);
 }
 
+void ident_attempt_tag(const char *token, char out[IDENT_TAG_LEN + 1])
+{
+    char h[IDENT_HASH_LEN + 1];
+    ident_token_hash(token, h);
+    memcpy(out, h, IDENT_TAG_LEN);
+    out[IDENT_TAG_LEN] = 0;
+}
+
 int ident_token_wellformed(const char *text)
 {
     if (!text || strlen(text) != IDENT_TOKEN_LEN || strncmp(text, "jzt_", 4))

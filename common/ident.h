@@ -66,6 +66,14 @@ int ident_token_new(char out[IDENT_TOKEN_LEN + 1]);
 /* Writes the hex SHA-256 of `token` (IDENT_HASH_LEN chars + NUL). */
 void ident_token_hash(const char *token, char out[IDENT_HASH_LEN + 1]);
 
+#define IDENT_TAG_LEN 16 /* an attempt's tag: the first hex digits of that hash */
+
+/* Writes the tag of a trial attempt's secret token (its JIZHI_TOKEN):
+   IDENT_TAG_LEN hex digits + NUL, the start of ident_token_hash. Public:
+   a Slurm job's comment carries it, so that a dispatcher that takes the
+   job back can tell whether it is the controller's current attempt. */
+void ident_attempt_tag(const char *token, char out[IDENT_TAG_LEN + 1]);
+
 /* 1 when `text` has a token's shape (prefix, length, hex digits). */
 int ident_token_wellformed(const char *text);
 

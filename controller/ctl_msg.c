@@ -264,6 +264,35 @@ static int s_listed(json_t *running, const ctl_trial *t)
     return 0;
 }
 
+/* 1 when a process a dispatcher names by trial `id`, `attempt` and the
+   attempt's `tag` (NULL: none given, from a dispatcher that does not
+   know it) is this store's. The current attempt's tag must match; an
+   earlier attempt's token is gone, so such a process is taken as ours. A
+   Slurm job of another store, taken back by a dispatcher of the same
+   name, is not. */
+static int s_ours(ctl_t *c, const ctl_trial *t, long id, long attempt, const char *tag)
+{
+    if (!tag)
+        return 1;
+    char mine[IDENT_TAG_LEN + 1];
+    if (t) {
+        if (attempt != t->row.attempt)
+            return 1;
+        ident_attempt_tag(t->row.token, mine);
+        return !strcmp(tag, mine);
+    }
+    store_trial row;
+    if (store_trial_get(c->store, id, &row) != 1)
+        return 0;
+    int ours = row.attempt != attempt;
+    if (!ours) {
+        ident_attempt_tag(row.token, mine);
+        ours = !strcmp(tag, mine);
+    }
+    store_trial_fini(&row);
+    return ours;
+}
+
 /* Marks the trials a dispatcher lists as alive. */
 static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile)
 {
@@ -272,9 +301,23 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
     json_t *e;
     json_array_foreach(running, i, e)
     {
-        ctl_trial *t =
-            ctl__trial_by_id(c, (long)json_integer_value(json_object_get(e, "trial")));
+        long id = (long)json_integer_value(json_object_get(e, "trial"));
+        ctl_trial *t = ctl__trial_by_id(c, id);
         json_int_t attempt = json_integer_value(json_object_get(e, "attempt"));
+        const char *tag = json_string_value(json_object_get(e, "tag"));
+        if (!s_ours(c, t, id, (long)attempt, tag)) {
+            /* not this store's to keep or to kill */
+            log_warn("ctl",
+                     "dispatcher %s lists trial %ld.%" JSON_INTEGER_FORMAT
+                     " (pid %" JSON_INTEGER_FORMAT
+                     ") with another attempt's tag: not this controller's; disowning it",
+                     d->name, id, attempt, json_integer_value(json_object_get(e, "pid")));
+            ctl__send(c, &d->peer,
+                      json_pack("{s:s, s:I, s:I, s:s, s:s}", "type", "disown", "trial",
+                                (json_int_t)id, "attempt", attempt, "tag", tag, "reason",
+                                "not an attempt of this controller's store"));
+            continue;
+        }
         if (t && ctl_trial_active(t) && attempt == t->row.attempt) {
             t->last_heard = now;
             if (!t->disp) {
@@ -316,8 +359,10 @@ static int s_valid_running(json_t *running)
     json_t *e;
     json_array_foreach(running, i, e)
     {
+        json_t *tag = json_object_get(e, "tag");
         if (!json_is_object(e) || !json_is_integer(json_object_get(e, "trial")) ||
-            !json_is_integer(json_object_get(e, "attempt")))
+            !json_is_integer(json_object_get(e, "attempt")) ||
+            (tag && !json_is_string(tag)))
             return 0;
     }
     return 1;
@@ -415,7 +460,8 @@ static ctl_trial *s_reported_trial(ctl_t *c, const ctl_msg *m)
         return NULL;
     }
     ctl_trial *t = ctl__trial_by_id(c, id);
-    if (!t || t->row.attempt != attempt) {
+    const char *tag = json_string_value(json_object_get(m->msg, "tag"));
+    if (!t || t->row.attempt != attempt || !s_ours(c, t, id, attempt, tag)) {
         ctl__send(c, m->from, wire_ok(m->req)); /* stale: nothing to apply */
         return NULL;
     }

@@ -277,19 +277,31 @@ static int s_send(disp_t *d, json_t *msg)
    processes, and those whose `exited` report is not answered yet (a trial
    that ended while the controller was away is reported after the
    registration, not taken for lost by it). */
+/* Adds the attempt's tag to a message about it, when it is known. */
+static json_t *s_tagged(json_t *m, const char *tag)
+{
+    if (m && tag && tag[0])
+        json_object_set_new(m, "tag", json_string(tag));
+    return m;
+}
+
 static json_t *s_running(disp_t *d)
 {
     json_t *a = json_array();
     for (size_t i = 0; i < d->nprocs; i++)
-        json_array_append_new(a, json_pack("{s:I, s:I, s:i}", "trial",
-                                           (json_int_t)d->procs[i]->trial, "attempt",
-                                           (json_int_t)d->procs[i]->attempt, "pid",
-                                           (int)d->procs[i]->pid));
+        json_array_append_new(
+            a,
+            s_tagged(json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)d->procs[i]->trial,
+                               "attempt", (json_int_t)d->procs[i]->attempt, "pid",
+                               (int)d->procs[i]->pid),
+                     d->procs[i]->tag));
     for (s_report *r = d->reports; r; r = r->next)
         if (!strcmp(wire_type(r->msg), "exited"))
             json_array_append_new(
-                a, json_pack("{s:O, s:O, s:i}", "trial", json_object_get(r->msg, "trial"),
-                             "attempt", json_object_get(r->msg, "attempt"), "pid", 0));
+                a, s_tagged(json_pack("{s:O, s:O, s:i}", "trial",
+                                      json_object_get(r->msg, "trial"), "attempt",
+                                      json_object_get(r->msg, "attempt"), "pid", 0),
+                            json_string_value(json_object_get(r->msg, "tag"))));
     return a;
 }
 
@@ -534,6 +546,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
     p->gpus = gpus;
     p->ngpus = want;
     p->ranks = st.ranks;
+    memcpy(p->tag, st.tag, sizeof p->tag);
     gpus = NULL;
     p->t_start = util_now();
     p->timeout_s = st.timeout_s; /* the clock starts when it runs */
@@ -571,6 +584,38 @@ static void s_on_kill(disp_t *d, const json_t *msg)
         log_info(TAG, "kill: trial %ld.%ld is not running here", trial, attempt);
 }
 
+/* The controller says a trial attempt listed here is not its own (a Slurm
+   job of another store, taken back under the same dispatcher name): a job
+   taken back is forgotten and left running, one started here is ended. */
+static void s_on_disown(disp_t *d, const json_t *msg)
+{
+    long trial, attempt;
+    const char *reason;
+    char err[256];
+    const char *tag = json_string_value(json_object_get(msg, "tag"));
+    if (disp__parse_kill(msg, &trial, &attempt, &reason, err, sizeof err) != 0 || !tag) {
+        log_warn(TAG, "refusing malformed disown: %s",
+                 tag ? err : "field 'tag': expected a string");
+        return;
+    }
+    for (size_t i = 0; i < d->nprocs; i++) {
+        disp__proc *p = d->procs[i];
+        if (p->trial != trial || p->attempt != attempt || strcmp(p->tag, tag))
+            continue;
+        if (!p->adopted) {
+            s_terminate(d, p, "killed", reason);
+            continue;
+        }
+        log_warn(TAG, "trial %ld.%ld (%s %d): %s; left running, no longer watched", trial,
+                 attempt, d->be->ops->id_word, (int)p->pid, reason ? reason : "disowned");
+        d->be->ops->fini(d->be, p);
+        free(p);
+        memmove(&d->procs[i], &d->procs[i + 1], (d->nprocs - i - 1) * sizeof *d->procs);
+        d->nprocs--;
+        i--;
+    }
+}
+
 static void s_queue_started(disp_t *d, disp__proc *p)
 {
     p->started = 1;
@@ -579,10 +624,12 @@ static void s_queue_started(disp_t *d, disp__proc *p)
     json_t *gpus = json_array();
     for (int i = 0; i < p->ngpus; i++)
         json_array_append_new(gpus, json_integer(p->gpus[i]));
-    s_report_add(d, json_pack("{s:s, s:I, s:I, s:i, s:s, s:s, s:o}", "type", "started",
-                              "trial", (json_int_t)p->trial, "attempt",
-                              (json_int_t)p->attempt, "pid", (int)p->pid, "stdout",
-                              p->out_path, "stderr", p->err_path, "gpus", gpus));
+    s_report_add(d,
+                 s_tagged(json_pack("{s:s, s:I, s:I, s:i, s:s, s:s, s:o}", "type",
+                                    "started", "trial", (json_int_t)p->trial, "attempt",
+                                    (json_int_t)p->attempt, "pid", (int)p->pid, "stdout",
+                                    p->out_path, "stderr", p->err_path, "gpus", gpus),
+                          p->tag));
 }
 
 /* Appends a line to the trial's stderr log (for exec failures). */
@@ -658,11 +705,14 @@ static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
     s_last_line(p->err_path, last, sizeof last);
     log_info(TAG, "trial %ld.%ld: %s: %s", p->trial, p->attempt, how, msg);
     s_report_add(
-        d, json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s, s:s}",
-                     "type", "exited", "trial", (json_int_t)p->trial, "attempt",
-                     (json_int_t)p->attempt, "how", how, "code", code, "signal", sig,
-                     "message", msg, "elapsed_s", elapsed, "pid", (int)p->pid, "stdout",
-                     p->out_path, "stderr", p->err_path, "stderr_tail", last));
+        d,
+        s_tagged(json_pack("{s:s, s:I, s:I, s:s, s:i, s:i, s:s, s:f, s:i, s:s, s:s, s:s}",
+                           "type", "exited", "trial", (json_int_t)p->trial, "attempt",
+                           (json_int_t)p->attempt, "how", how, "code", code, "signal",
+                           sig, "message", msg, "elapsed_s", elapsed, "pid", (int)p->pid,
+                           "stdout", p->out_path, "stderr", p->err_path, "stderr_tail",
+                           last),
+                 p->tag));
 }
 
 /* Exec results, exits, timeouts, kill escalation. */
@@ -861,6 +911,8 @@ static void s_on_message(disp_t *d, json_t *msg)
         s_on_start(d, msg);
     else if (!strcmp(type, "kill"))
         s_on_kill(d, msg);
+    else if (!strcmp(type, "disown"))
+        s_on_disown(d, msg);
     else if (!strcmp(type, "read_log"))
         s_on_read_log(d, msg);
     else

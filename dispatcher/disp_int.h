@@ -14,6 +14,8 @@
 #ifndef JZ_DISP_INT_H
 #define JZ_DISP_INT_H
 
+#include "common/ident.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -23,15 +25,16 @@
 /* A validated `start` message. Every pointer is borrowed from the message
    and valid while it lives. */
 typedef struct {
-    long trial;          /* >= 0 */
-    long attempt;        /* >= 0 */
-    const char *study;   /* non-empty */
-    const json_t *argv;  /* non-empty array of strings without NUL bytes */
-    const json_t *env;   /* object of strings, or NULL */
-    double timeout_s;    /* 0: none */
-    int gpus;            /* devices wanted per rank, >= 0 */
-    int ranks;           /* MPI ranks, >= 1 (absent: 1) */
-    const char *log_dir; /* root for the logs, or NULL: the dispatcher's */
+    long trial;                  /* >= 0 */
+    long attempt;                /* >= 0 */
+    const char *study;           /* non-empty */
+    const json_t *argv;          /* non-empty array of strings without NUL bytes */
+    const json_t *env;           /* object of strings, or NULL */
+    double timeout_s;            /* 0: none */
+    int gpus;                    /* devices wanted per rank, >= 0 */
+    int ranks;                   /* MPI ranks, >= 1 (absent: 1) */
+    const char *log_dir;         /* root for the logs, or NULL: the dispatcher's */
+    char tag[IDENT_TAG_LEN + 1]; /* ident_attempt_tag of env's JIZHI_TOKEN, or "" */
 } disp__start;
 
 #define DISP_MAX_RANKS 1024
@@ -72,11 +75,13 @@ typedef struct {
     char *reason;     /* why it was killed (kill's `reason`), or NULL */
     int *gpus;        /* device indices handed to it */
     int ngpus;
-    int ranks;      /* slots it holds: its MPI ranks (1: a plain process) */
-    char *argv0;    /* for messages */
-    char *out_path; /* stdout log */
-    char *err_path; /* stderr log */
-    void *job;      /* the backend's own record (Slurm: the job), or NULL */
+    int ranks;                   /* slots it holds: its MPI ranks (1: a plain process) */
+    char *argv0;                 /* for messages */
+    char *out_path;              /* stdout log */
+    char *err_path;              /* stderr log */
+    void *job;                   /* the backend's own record (Slurm: the job), or NULL */
+    char tag[IDENT_TAG_LEN + 1]; /* its attempt's tag (disp__start), "" unknown */
+    int adopted; /* taken back from an earlier run (Slurm), not started by this one */
 } disp__proc;
 
 /* What disp__spawn needs besides the start message. */

@@ -93,6 +93,9 @@ int disp__parse_start(const json_t *msg, disp__start *out, int *have_ids, char *
             }
         }
         out->env = v;
+        const char *token = json_string_value(json_object_get(v, "JIZHI_TOKEN"));
+        if (token)
+            ident_attempt_tag(token, out->tag);
     }
 
     v = json_object_get(msg, "timeout_s");

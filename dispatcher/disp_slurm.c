@@ -509,8 +509,8 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     e_arg = esc ? util_strf("--error=%s", esc) : NULL;
     free(esc);
     name = util_strf("--job-name=jizhi-%ld.%ld", st->trial, st->attempt);
-    comment = util_strf("--comment=jizhi %s trial %ld attempt %ld", s->name, st->trial,
-                        st->attempt);
+    comment = util_strf("--comment=jizhi %s trial %ld attempt %ld%s%s", s->name,
+                        st->trial, st->attempt, st->tag[0] ? " tag " : "", st->tag);
     ntasks = util_strf("--ntasks=%d", ranks);
     if (!o_arg || !e_arg || !name || !comment || !ntasks) {
         snprintf(err, errsize, "out of memory");
@@ -762,7 +762,8 @@ static void s_signal(disp__backend *b, disp__proc *p, int sig)
     }
 }
 
-/* Jobs are found again by their comment, "jizhi NAME trial T attempt A",
+/* Jobs are found again by their comment, "jizhi NAME trial T attempt A tag H"
+   (H: the attempt's tag, which the controller checks; older jobs lack it),
    among the user's jobs that are still queued or running. */
 static size_t s_adopt(disp__backend *b, disp__proc ***out)
 {
@@ -789,7 +790,11 @@ static size_t s_adopt(disp__backend *b, disp__proc ***out)
         char *b1 = strchr(line, '|'), *b2 = b1 ? strchr(b1 + 1, '|') : NULL;
         char *b3 = b2 ? strstr(b2, prefix) : NULL;
         long trial, attempt;
-        if (!b3 || sscanf(b3 + strlen(prefix), "%ld attempt %ld", &trial, &attempt) != 2)
+        char tag[IDENT_TAG_LEN + 1] = "";
+        int got = b3 ? sscanf(b3 + strlen(prefix), "%ld attempt %ld tag %16[0-9a-f]",
+                              &trial, &attempt, tag)
+                     : 0;
+        if (got < 2 || (got == 3 && strlen(tag) != IDENT_TAG_LEN))
             continue;
         *b1 = *b2 = *b3 = 0;
         const char *state = b1 + 1, *script = b2 + 1;
@@ -838,14 +843,16 @@ static size_t s_adopt(disp__backend *b, disp__proc ***out)
         p->attempt = attempt;
         p->pid = (pid_t)id;
         p->ranks = ranks;
+        p->adopted = 1;
+        memcpy(p->tag, tag, sizeof p->tag);
         j->id = id;
         j->state = JOB_QUEUED;
         if (kind == ST_RUNNING)
             s_job_move(j, JOB_RUNNING);
         p->job = j;
         v[n++] = p;
-        log_info(TAG, "took back job %ld (%s): trial %ld attempt %ld", id, state, trial,
-                 attempt);
+        log_info(TAG, "took back job %ld (%s): trial %ld attempt %ld%s%s", id, state,
+                 trial, attempt, tag[0] ? " tag " : "", tag);
     }
 out:
     free(buf);

@@ -15,6 +15,7 @@
 #include "jz_test.h"
 
 #include "controller/ctl.h"
+#include "common/ident.h"
 #include "common/util.h"
 #include "common/log.h"
 #include "common/wire.h"
@@ -33,16 +34,6 @@ static void *s_ctx, *s_sock;
 static void *s_ctl_thread(void *arg)
 {
     ctl_run(arg, &s_stop);
-    return NULL;
-}
-
-static void *s_ctl_thread2(void *arg)
-{
-    struct {
-        ctl_t *c;
-        volatile int *stop;
-    } *a = arg;
-    ctl_run(a->c, a->stop);
     return NULL;
 }
 
@@ -121,11 +112,12 @@ static json_t *s_mutant(long trial, const char *token)
     const char *type = types[s_next() % (sizeof types / sizeof types[0])];
     json_t *m = json_pack(
         "{s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:[[I,s,f]], s:s, s:I, s:b, s:{s:f}, "
-        "s:[], s:[], s:s, s:I}",
+        "s:[], s:[], s:s, s:I, s:s}",
         "type", type, "trial", (json_int_t)trial, "token", token, "name", "d1", "study",
         "chaos", "attempt", (json_int_t)0, "slots", (json_int_t)2, "points",
         (json_int_t)1, "score", 0.5, "how", "exited", "code", (json_int_t)0, "applied", 1,
-        "values", "lr", 0.1, "gpus", "running", "path", "/tmp/x", "step", (json_int_t)3);
+        "values", "lr", 0.1, "gpus", "running", "path", "/tmp/x", "step", (json_int_t)3,
+        "tag", "0123456789abcdef");
     const char *key;
     json_t *v;
     void *tmp;
@@ -392,28 +384,67 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     CHECK(ours >= 1); /* at least the first, well-formed report */
 }
 
+/* A controller of its own in a new directory (a test that needs other
+   settings than the shared one), run in a thread, with a DEALER on it. */
+typedef struct {
+    char dir[64], db[128], ep[160];
+    ctl_t *c;
+    volatile int stop;
+    pthread_t th;
+    void *sock;
+} own_ctl;
+
+static void *s_own_thread(void *arg)
+{
+    own_ctl *o = arg;
+    ctl_run(o->c, &o->stop);
+    return NULL;
+}
+
+static int s_own_start(own_ctl *o, const char *prefix, double lost_timeout_s)
+{
+    char err[256];
+    memset(o, 0, sizeof *o);
+    snprintf(o->dir, sizeof o->dir, "/tmp/%s-XXXXXX", prefix);
+    if (!mkdtemp(o->dir))
+        return -1;
+    snprintf(o->db, sizeof o->db, "%s/c.db", o->dir);
+    snprintf(o->ep, sizeof o->ep, "ipc://%s/ctl.sock", o->dir);
+    ctl_config cfg = {.db_path = o->db, .bind = o->ep, .lost_timeout_s = lost_timeout_s};
+    if (!(o->c = ctl_new(&cfg, err, sizeof err)))
+        return -1;
+    pthread_create(&o->th, NULL, s_own_thread, o);
+    o->sock = zmq_socket(s_ctx, ZMQ_DEALER);
+    wire_socket_setup(o->sock);
+    zmq_connect(o->sock, o->ep);
+    return 0;
+}
+
+/* Stops it; its store stays for the test to read until s_own_remove. */
+static void s_own_stop(own_ctl *o)
+{
+    zmq_close(o->sock);
+    o->stop = 1;
+    pthread_join(o->th, NULL);
+    ctl_destroy(&o->c);
+}
+
+static void s_own_remove(own_ctl *o)
+{
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", o->dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* Dispatchers registered and never heard again are forgotten (memory and
    store) once silent for twice the lost timeout; one that heartbeats stays.
    A controller of its own, with a short lost timeout. */
 TEST(silent_dispatchers_are_forgotten)
 {
-    char dir[64] = "/tmp/jz-forget-XXXXXX", db[128], ep[160], err[256];
-    REQUIRE(mkdtemp(dir) != NULL);
-    snprintf(db, sizeof db, "%s/f.db", dir);
-    snprintf(ep, sizeof ep, "ipc://%s/ctl.sock", dir);
-    ctl_config cfg = {.db_path = db, .bind = ep, .lost_timeout_s = 1.0};
-    ctl_t *c = ctl_new(&cfg, err, sizeof err);
-    REQUIRE(c != NULL);
-    volatile int stop = 0;
-    struct {
-        ctl_t *c;
-        volatile int *stop;
-    } arg = {c, &stop};
-    pthread_t th;
-    pthread_create(&th, NULL, s_ctl_thread2, &arg);
-    void *sock = zmq_socket(s_ctx, ZMQ_DEALER);
-    wire_socket_setup(sock);
-    zmq_connect(sock, ep);
+    own_ctl o;
+    REQUIRE(s_own_start(&o, "jz-forget", 1.0) == 0);
+    void *sock = o.sock;
+    char err[256];
     enum { N = 200 };
     int registered = 0;
     for (int i = 0; i <= N; i++) {
@@ -443,12 +474,9 @@ TEST(silent_dispatchers_are_forgotten)
     const char *code = json_string_value(json_object_get(r, "code"));
     CHECK(code && !strcmp(code, "unknown_dispatcher"));
     json_decref(r);
-    zmq_close(sock);
-    stop = 1;
-    pthread_join(th, NULL);
-    ctl_destroy(&c);
+    s_own_stop(&o);
     sqlite3 *q;
-    REQUIRE(sqlite3_open(db, &q) == SQLITE_OK);
+    REQUIRE(sqlite3_open(o.db, &q) == SQLITE_OK);
     sqlite3_stmt *st;
     REQUIRE(sqlite3_prepare_v2(q, "SELECT COUNT(*), SUM(name='keep') FROM dispatchers",
                                -1, &st, NULL) == SQLITE_OK);
@@ -456,9 +484,159 @@ TEST(silent_dispatchers_are_forgotten)
     CHECK(sqlite3_column_int(st, 0) == 1 && sqlite3_column_int(st, 1) == 1);
     sqlite3_finalize(st);
     sqlite3_close(q);
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    s_own_remove(&o);
+}
+
+/* Sends `msg` with req 1 on `sock` and collects what comes until the
+   reply: the pushes (kill, disown, start) the controller sent before it.
+   Returns the pushes of type `type` (caller owns), counts the reply's
+   being ok in *ok. */
+static json_t *s_pushes_until_reply(void *sock, json_t *msg, const char *type, int *ok)
+{
+    json_t *out = json_array();
+    json_object_set_new(msg, "req", json_integer(1));
+    *ok = 0;
+    if (wire_send(sock, NULL, msg, 0) != 0)
+        return out;
+    for (double t0 = util_now(); util_now() - t0 < 5.0;) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 100) <= 0)
+            continue;
+        char err[128];
+        json_t *m = wire_recv(sock, NULL, 1, err, sizeof err);
+        if (!m)
+            continue;
+        const char *t = wire_type(m);
+        if (!strcmp(t, "ok") || !strcmp(t, "error")) {
+            *ok = !strcmp(t, "ok");
+            json_decref(m);
+            break;
+        }
+        if (!strcmp(t, type))
+            json_array_append(out, m);
+        json_decref(m);
+    }
+    return out;
+}
+
+/* A dispatcher names a process by trial, attempt and the attempt's tag
+   (a Slurm job of another store can carry this store's trial and attempt
+   numbers): the controller disowns one whose tag is not its current
+   attempt's, and ignores its reports. Without a tag, as before. */
+TEST(the_attempts_tag_tells_this_stores_processes_from_others)
+{
+    own_ctl o;
+    REQUIRE(s_own_start(&o, "jz-tag", 30.0) == 0);
+    void *sock = o.sock;
+    char err[256];
+
+    /* no trial 42 in this store: a tagged process is disowned, an untagged
+       one killed as a stale attempt (as before tags) */
+    int ok;
+    json_t *reg = json_pack(
+        "{s:s, s:s, s:i, s:[], s:[{s:i, s:i, s:i, s:s}, {s:i, s:i, s:i}]}", "type",
+        "register", "name", "dt", "slots", 1, "gpus", "running", "trial", 42, "attempt",
+        0, "pid", 77, "tag", "0123456789abcdef", "trial", 43, "attempt", 0, "pid", 78);
+    json_t *got = s_pushes_until_reply(sock, json_deep_copy(reg), "disown", &ok);
+    CHECK(ok && json_array_size(got) == 1);
+    json_t *d0 = json_array_get(got, 0);
+    CHECK(json_integer_value(json_object_get(d0, "trial")) == 42);
+    CHECK(!strcmp(json_string_value(json_object_get(d0, "tag")), "0123456789abcdef"));
+    json_decref(got);
+    got = s_pushes_until_reply(sock, reg, "kill", &ok);
+    CHECK(ok && json_array_size(got) == 1 &&
+          json_integer_value(json_object_get(json_array_get(got, 0), "trial")) == 43);
+    json_decref(got);
+    /* a heartbeat whose list has a malformed tag is not taken (as any bad list) */
+    got = s_pushes_until_reply(sock,
+                               json_pack("{s:s, s:s, s:[{s:i, s:i, s:i, s:i}]}", "type",
+                                         "disp_heartbeat", "name", "dt", "running",
+                                         "trial", 42, "attempt", 0, "pid", 77, "tag", 5),
+                               "disown", &ok);
+    CHECK(json_array_size(got) == 0);
+    json_decref(got);
+
+    /* a study's trial started on dt */
+    json_t *spec = json_loads(
+        "{\"name\":\"tagged\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
+        "\"budget\":{\"trials\":1,\"parallel\":1},"
+        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+        "\"trial\":{\"command\":[\"true\"]}}",
+        0, NULL);
+    REQUIRE(
+        s_ok(wire_request(sock, json_pack("{s:s, s:o}", "type", "submit", "spec", spec),
+                          5000, err, sizeof err)));
+    json_t *start = NULL;
+    for (double t0 = util_now(); !start && util_now() - t0 < 10.0;) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 100) <= 0)
+            continue;
+        json_t *m = wire_recv(sock, NULL, 1, err, sizeof err);
+        if (m && !strcmp(wire_type(m), "start"))
+            start = m;
+        else
+            json_decref(m);
+    }
+    REQUIRE(start);
+    json_int_t id = json_integer_value(json_object_get(start, "trial"));
+    const char *token =
+        json_string_value(json_object_get(json_object_get(start, "env"), "JIZHI_TOKEN"));
+    REQUIRE(token);
+    char tag[IDENT_TAG_LEN + 1];
+    ident_attempt_tag(token, tag);
+    json_decref(start);
+
+    /* its own tag: kept; another: disowned */
+    got =
+        s_pushes_until_reply(sock,
+                             json_pack("{s:s, s:s, s:[{s:I, s:i, s:i, s:s}]}", "type",
+                                       "disp_heartbeat", "name", "dt", "running", "trial",
+                                       id, "attempt", 0, "pid", 79, "tag", tag),
+                             "disown", &ok);
+    CHECK(ok && json_array_size(got) == 0);
+    json_decref(got);
+    got = s_pushes_until_reply(sock,
+                               json_pack("{s:s, s:s, s:[{s:I, s:i, s:i, s:s}]}", "type",
+                                         "disp_heartbeat", "name", "dt", "running",
+                                         "trial", id, "attempt", 0, "pid", 80, "tag",
+                                         "0123456789abcdef"),
+                               "disown", &ok);
+    CHECK(ok && json_array_size(got) == 1);
+    json_decref(got);
+
+    /* a report under another tag changes nothing; under its own it ends
+       the attempt */
+    for (int own = 0; own < 2; own++) {
+        got = s_pushes_until_reply(
+            sock,
+            json_pack("{s:s, s:s, s:I, s:i, s:s, s:i, s:i, s:s, s:s}", "type", "exited",
+                      "name", "dt", "trial", id, "attempt", 0, "how", "exited", "code", 3,
+                      "signal", 0, "message", "exit 3", "tag",
+                      own ? tag : "0123456789abcdef"),
+            "none", &ok);
+        CHECK(ok);
+        json_decref(got);
+        char state[16] = "";
+        for (double t0 = util_now(); util_now() - t0 < (own ? 5.0 : 0.5);) {
+            store_t *st = store_open(o.db, 1, err, sizeof err);
+            store_trial row;
+            if (st && store_trial_get(st, (long)id, &row) == 1) {
+                snprintf(state, sizeof state, "%s", row.state);
+                store_trial_fini(&row);
+            }
+            store_close(&st);
+            if (own && strcmp(state, "starting") && strcmp(state, "running"))
+                break;
+            usleep(50 * 1000);
+        }
+        if (own)
+            CHECK(strcmp(state, "starting") && strcmp(state, "running"));
+        else
+            CHECK(!strcmp(state, "starting") || !strcmp(state, "running"));
+    }
+
+    s_own_stop(&o);
+    s_own_remove(&o);
 }
 
 int main(void)
@@ -486,6 +664,7 @@ int main(void)
     RUN(roles_are_checked_first_and_refusals_change_nothing);
     RUN(chaos_keeps_the_controller_alive_and_consistent);
     RUN(silent_dispatchers_are_forgotten);
+    RUN(the_attempts_tag_tells_this_stores_processes_from_others);
 
     zmq_close(s_sock);
     zmq_ctx_term(s_ctx);

@@ -846,6 +846,54 @@ TEST(kill_request)
     fc_close(&fc);
 }
 
+/* A trial's reports carry its attempt's tag (from JIZHI_TOKEN); a disown
+   names the attempt by it: another tag changes nothing, and a process this
+   dispatcher started is ended, not left unwatched. */
+TEST(disown_by_tag)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    json_t *m = s_start_msg(5, 0, json_pack("[s,s]", "sleep", "30"));
+    json_object_set_new(m, "env", json_pack("{s:s}", "JIZHI_TOKEN", "abc"));
+    fc_send(&fc, m);
+    json_t *st = fc_wait(&fc, "started", 5, 10);
+    REQUIRE(st);
+    pid_t pid = (pid_t)s_int(st, "pid");
+    CHECK_STR(s_str(st, "tag"), "ba7816bf8f01cfea"); /* SHA-256("abc"), its start */
+    json_decref(st);
+    json_t *hb = fc_wait(&fc, "disp_heartbeat", -1, 10);
+    REQUIRE(hb);
+    json_t *e = json_array_get(json_object_get(hb, "running"), 0);
+    CHECK(json_integer_value(json_object_get(e, "trial")) == 5);
+    CHECK_STR(json_string_value(json_object_get(e, "tag")), "ba7816bf8f01cfea");
+    json_decref(hb);
+
+    fc_send(&fc,
+            json_pack("{s:s, s:I, s:I, s:s}", "type", "disown", "trial", (json_int_t)5,
+                      "attempt", (json_int_t)0, "tag", "0000000000000000"));
+    fc_send(&fc, json_pack("{s:s, s:I, s:I}", "type", "disown", "trial", (json_int_t)5,
+                           "attempt", (json_int_t)0)); /* no tag: malformed */
+    usleep(300 * 1000);
+    CHECK(!s_proc_dead(pid));
+    fc_send(&fc, json_pack("{s:s, s:I, s:I, s:s, s:s}", "type", "disown", "trial",
+                           (json_int_t)5, "attempt", (json_int_t)0, "tag",
+                           "ba7816bf8f01cfea", "reason", "not this store's"));
+    json_t *ex = fc_wait(&fc, "exited", 5, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "killed");
+    CHECK_STR(s_str(ex, "tag"), "ba7816bf8f01cfea");
+    CHECK(strstr(s_str(ex, "message"), "not this store's") != NULL);
+    CHECK(s_wait_dead(pid, 5));
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
 TEST(resend_until_acked)
 {
     fake_ctl fc;
@@ -1110,6 +1158,7 @@ int main(void)
     RUN(start_failed);
     RUN(timeouts);
     RUN(kill_request);
+    RUN(disown_by_tag);
     RUN(resend_until_acked);
     RUN(refused_register_backs_off);
     RUN(malformed_messages);

@@ -69,6 +69,9 @@ TEST(tokens_are_random_and_only_their_hash_is_kept)
     char h[IDENT_HASH_LEN + 1];
     ident_token_hash("abc", h);
     CHECK_STR(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    char tag[IDENT_TAG_LEN + 1];
+    ident_attempt_tag("abc", tag); /* the hash's first 16 digits */
+    CHECK_STR(tag, "ba7816bf8f01cfea");
 }
 
 static double s_roundtrip(double x, char *text, size_t size)

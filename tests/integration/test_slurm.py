@@ -4,6 +4,7 @@ with parallel 2 where every trial attempt is a Slurm job, a job cancelled
 from outside with scancel that comes back as a retried attempt, exit codes
 and timeouts through Slurm, and the dispatcher's usage errors. Where Slurm
 is missing or does not start, the cluster tests are SKIPPED with the reason."""
+import hashlib
 import os
 import re
 import shutil
@@ -236,9 +237,10 @@ def test_dispatcher_restart_takes_its_jobs_back(jz, slurm):
         stop(disp)
         assert disp.returncode == 0
         assert scontrol(slurm, job0).get("JobState") == "RUNNING"
-        ((tid,),) = jz.sql("SELECT id FROM trials")
+        ((tid, token),) = jz.sql("SELECT id, token FROM trials")
         comment = squeue_answer(slurm, "-t", "all", "-j", str(job0), "-o", "%k|%T")
-        assert comment == f"jizhi sl trial {tid} attempt 0|RUNNING"
+        tag = hashlib.sha256(token.encode()).hexdigest()[:16]
+        assert comment == f"jizhi sl trial {tid} attempt 0 tag {tag}|RUNNING"
         disp = jz.popen("dispatcher", "--backend", "slurm", "--controller",
                         open(jz.db + ".endpoint").read().strip(), "--name", "sl",
                         "--poll-s", "0.2", "--log-dir", os.path.join(jz.dir, "logs"),
@@ -250,6 +252,44 @@ def test_dispatcher_restart_takes_its_jobs_back(jz, slurm):
         with open(os.path.join(jz.dir, "disp2.log")) as f:
             assert f"took back job {job0}" in f.read()
         assert jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0] == 0
+    finally:
+        stop(disp, ctl)
+
+
+def test_a_job_of_another_store_is_not_taken_for_this_ones_trial(jz, slurm):
+    """A job another store's dispatcher of the same name left running, with
+    the comment of trial 1 attempt 0: this dispatcher takes it back, the
+    controller finds its tag is not its trial 1's and disowns it. The job
+    is left alone, and this store's trial 1 runs in a job of its own."""
+    env = dict(os.environ, SLURM_CONF=slurm)
+    script = os.path.join(jz.dir, "trial-1.0.sbatch")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\nsleep 120\n")
+    os.chmod(script, 0o755)
+    stranger = subprocess.run(
+        ["sbatch", "--parsable", "--comment=jizhi sl trial 1 attempt 0 tag 0123456789abcdef",
+         "-o", "/dev/null", script], env=env, capture_output=True, text=True, check=True,
+        timeout=30).stdout.strip()
+    jz.wait_for(lambda: scontrol(slurm, stranger).get("JobState") == "RUNNING", 30,
+                "the stranger job to run")
+    ctl, disp = daemons(jz, slurm)
+    try:
+        jz.run("study", "submit", jz.write_spec(formula("stranger", 1, 1, "30")), check=0)
+        wait_study(jz, "stranger", 120)
+        ((tid, state, attempt, job),) = jz.sql("SELECT id, state, attempt, pid FROM trials")
+        assert (tid, state, attempt) == (1, "completed", 0)
+        assert job != int(stranger)
+        assert jz.sql("SELECT COUNT(*) FROM metrics WHERE name='score'")[0][0] == 30
+        assert scontrol(slurm, stranger).get("JobState") == "RUNNING"
+        with open(os.path.join(jz.dir, "disp.log")) as f:
+            log = f.read()
+        assert f"took back job {stranger} (RUNNING): trial 1 attempt 0 tag 0123456789abcdef" \
+            in log, log
+        assert "not an attempt of this controller's store; left running" in log, log
+        # this store's own job carries its attempt's tag
+        comment = squeue_answer(slurm, "-t", "all", "-j", str(job), "-o", "%k")
+        assert re.fullmatch(r"jizhi sl trial 1 attempt 0 tag [0-9a-f]{16}", comment), comment
+        assert not comment.endswith("0123456789abcdef")
     finally:
         stop(disp, ctl)
 
