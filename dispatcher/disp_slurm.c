@@ -46,6 +46,7 @@
 
 #define TAG "slurm"
 #define SLURM_CMD_TIMEOUT_S 30.0
+#define SLURM_ADOPT_TRIES 3 /* squeue asked at start to find jobs to take back */
 #define SLURM_OUT_MAX (256 * 1024)
 
 extern char **environ;
@@ -776,10 +777,20 @@ static size_t s_adopt(disp__backend *b, disp__proc ***out)
     size_t n = 0, cap = 0;
     if (!buf || !prefix)
         goto out;
-    if (s_cmd(argv, NULL, buf, SLURM_OUT_MAX, err, sizeof err, SLURM_CMD_TIMEOUT_S) !=
-        0) {
-        log_warn(TAG, "squeue --me: %s; jobs of an earlier run are not taken back", err);
-        goto out;
+    /* a busy slurmctld can refuse a moment: its jobs would be lost and run
+       again, so ask a few times */
+    int tries = 0;
+    while (s_cmd(argv, NULL, buf, SLURM_OUT_MAX, err, sizeof err, SLURM_CMD_TIMEOUT_S) !=
+           0) {
+        if (++tries == SLURM_ADOPT_TRIES) {
+            log_warn(TAG,
+                     "squeue --me: %s (%d tries); jobs of an earlier run are not "
+                     "taken back",
+                     err, tries);
+            goto out;
+        }
+        log_info(TAG, "squeue --me: %s; asking again in 1 s", err);
+        sleep(1);
     }
     for (char *line = buf, *next; line && *line; line = next) {
         next = strchr(line, '\n');

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, PROGS, ROOT, base_spec
+from conftest import BUILD, JIZHI, PROGS, ROOT, base_spec
 from test_recovery import start_controller, stop
 
 CLUSTER = os.path.join(ROOT, "tests", "slurm", "cluster.sh")
@@ -241,16 +241,30 @@ def test_dispatcher_restart_takes_its_jobs_back(jz, slurm):
         comment = squeue_answer(slurm, "-t", "all", "-j", str(job0), "-o", "%k|%T")
         tag = hashlib.sha256(token.encode()).hexdigest()[:16]
         assert comment == f"jizhi sl trial {tid} attempt 0 tag {tag}|RUNNING"
-        disp = jz.popen("dispatcher", "--backend", "slurm", "--controller",
-                        open(jz.db + ".endpoint").read().strip(), "--name", "sl",
-                        "--poll-s", "0.2", "--log-dir", os.path.join(jz.dir, "logs"),
-                        "--log", os.path.join(jz.dir, "disp2.log"))
+        # its first squeue fails, as with a busy slurmctld: it asks again
+        shim = os.path.join(jz.dir, "shim")
+        os.makedirs(shim)
+        real = shutil.which("squeue")
+        with open(os.path.join(shim, "squeue"), "w") as f:
+            f.write(f"#!/bin/sh\nif [ ! -e {shim}/failed ]; then : > {shim}/failed; "
+                    "echo 'squeue: error: Socket timed out' >&2; exit 1; fi\n"
+                    f'exec {real} "$@"\n')
+        os.chmod(os.path.join(shim, "squeue"), 0o755)
+        disp = subprocess.Popen(
+            [JIZHI, "dispatcher", "--backend", "slurm",
+             "--controller", open(jz.db + ".endpoint").read().strip(), "--name", "sl",
+             "--poll-s", "0.2", "--log-dir", os.path.join(jz.dir, "logs"), "--log",
+             os.path.join(jz.dir, "disp2.log")], cwd=jz.dir,
+            env=dict(jz.env, PATH=shim + os.pathsep + jz.env.get("PATH", "")),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         wait_study(jz, "restart", 120)
         ((state, attempt, job1),) = jz.sql("SELECT state, attempt, pid FROM trials")
         assert (state, attempt, job1) == ("completed", 0, job0)
         assert scontrol(slurm, job0).get("JobState") == "COMPLETED"
         with open(os.path.join(jz.dir, "disp2.log")) as f:
-            assert f"took back job {job0}" in f.read()
+            log = f.read()
+        assert "squeue --me: squeue: error: Socket timed out; asking again in 1 s" in log, log
+        assert f"took back job {job0}" in log, log
         assert jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0] == 0
     finally:
         stop(disp, ctl)
