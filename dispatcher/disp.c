@@ -273,10 +273,6 @@ static int s_send(disp_t *d, json_t *msg)
     return 0;
 }
 
-/* The trials the controller must still consider running here: live
-   processes, and those whose `exited` report is not answered yet (a trial
-   that ended while the controller was away is reported after the
-   registration, not taken for lost by it). */
 /* Adds the attempt's tag to a message about it, when it is known. */
 static json_t *s_tagged(json_t *m, const char *tag)
 {
@@ -285,6 +281,10 @@ static json_t *s_tagged(json_t *m, const char *tag)
     return m;
 }
 
+/* The trials the controller must still consider running here: live
+   processes, and those whose `exited` report is not answered yet (a trial
+   that ended while the controller was away is reported after the
+   registration, not taken for lost by it). */
 static json_t *s_running(disp_t *d)
 {
     json_t *a = json_array();
