@@ -1,8 +1,9 @@
 """The Slurm backend against a real one-node Slurm cluster on localhost
 (tests/slurm/cluster.sh: munged, slurmctld, slurmd, 2 CPUs): a 6-trial study
 with parallel 2 where every trial attempt is a Slurm job, a job cancelled
-from outside with scancel that comes back as a retried attempt, exit codes
-and timeouts through Slurm, and the dispatcher's usage errors. Where Slurm
+from outside with scancel that comes back as a retried attempt, a restarted
+dispatcher taking its jobs back (and leaving another store's alone), exit
+codes and timeouts through Slurm, and the dispatcher's usage errors. Where Slurm
 is missing or does not start, the cluster tests are SKIPPED with the reason."""
 import hashlib
 import os
