@@ -258,6 +258,11 @@ bench-slurm: all $(BUILD)/bench/slurm_trial
 bench-schedulers: all
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/schedulers.sh $(BENCH_SCHED_ARGS)
 
+# The best the batch-size scheduler's moves can do, chosen in hindsight (bench/batchsize_ceiling.py).
+.PHONY: bench-batchsize-ceiling
+bench-batchsize-ceiling: all
+	@BUILD=$(BUILD) $(PYTHON) bench/batchsize_ceiling.py $(BENCH_CEILING_ARGS)
+
 # ---- install ---------------------------------------------------------------
 # make install [PREFIX=/usr/local] [DESTDIR=]: the commands, the helper
 # library with its soname, its header, a pkg-config file with the installed
