@@ -133,8 +133,12 @@ def main():
           "; each seed's best schedule (oracle) %.2f" % oracle)
     if args.json:
         with open(args.json, "w") as f:
+            # a miss (inf) is written as null: JSON has no infinity
+            fin = lambda x: x if x != float("inf") else None  # noqa: E731
             json.dump({"batch": b, "lr": lr, "target": args.target, "schedules": names,
-                       "ratios": rows, "medians": med, "oracle_median": oracle}, f, indent=1)
+                       "ratios": {s: [fin(x) for x in r] for s, r in rows.items()},
+                       "medians": {n: fin(m) for n, m in med.items()},
+                       "oracle_median": fin(oracle)}, f, indent=1)
     return 0
 
 
