@@ -63,7 +63,9 @@ stored report, not the stop):
 
 Settings: a model, and with "-2r" two data-parallel ranks (trial.ranks 2,
 mpirun; every step all-reduces the gradient, a fixed cost per step, so
-throughput grows with the batch: Pollux's setting). Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
+throughput grows with the batch: Pollux's setting). With --link RATE the two ranks talk over
+MPI's TCP on loopback shaped to RATE each way by tc (two hosts on one
+link) instead of shared memory. Models: the MLP (256,256) with 5 seeds, and a small CNN (channels 8,16)
 with 1 seed (--cnn-seeds N for more) and no sweep (c = 1) in the full run and not in --quick: a CNN
 step costs ~20x an MLP step on these 2 cores. Wall times depend on the
 machine's load (it is shared); samples do not. Writes the "batchsize"
@@ -71,6 +73,7 @@ section of $BENCH_SCHED_JSON (medians over seeds, MLP).
 
     python3 bench/schedulers_batchsize.py [--quick] [--seeds 5] [--first-seed 1] [--models mlp,mlp-2r,cnn]
         [--target 0.88 --subset 0 --epochs 8] [--lock /tmp/jizhi-bench.lock]
+        [--batches 256,512,1024,2048 --sched-max 2048] [--link 10gbit]
 """
 import argparse
 import json
@@ -114,6 +117,63 @@ MODELS = {
 # data to 0.88, where the noise scale is larger (the setting of the
 # documented numbers)
 SETTING_DEFAULTS = {"mlp-2r": {"subset": 0, "target": 0.88, "epochs": 8}}
+
+
+# --link: MPI's TCP ports (a u32 match of 0xb300/0xff00: 45824-46079)
+LINK_PORT_MIN, LINK_PORT_RANGE = 45824, 256
+
+
+class Link:
+    """--link RATE (e.g. 10gbit): the ranks as two hosts on a RATE link, each
+    way: MPI over TCP on loopback (btl tcp,self, its ports pinned), their
+    traffic shaped by a tc htb class per direction; every other loopback
+    flow is left alone. Needs root and tc; the qdisc is removed on exit."""
+
+    def __init__(self, rate):
+        self.rate, self.set = rate, False
+
+    def tc(self, *a):
+        p = subprocess.run(["tc"] + list(a), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+        if p.returncode:
+            raise SystemExit("batchsize: --link %s: tc %s: %s" % (self.rate, " ".join(a),
+                                                                 p.stderr.strip()))
+        return p.stdout
+
+    def __enter__(self):
+        if not self.rate:
+            return self
+        if not shutil.which("tc"):
+            raise SystemExit("batchsize: --link needs tc (Debian package iproute2)")
+        if not self.tc("qdisc", "show", "dev", "lo").startswith("qdisc noqueue"):
+            raise SystemExit("batchsize: --link: lo already has a qdisc (tc qdisc show dev "
+                             "lo); not replacing it")
+        self.set = True
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # __exit__ runs
+        try:
+            self.tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1",
+                    "r2q", "1000")
+            self.tc("class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb",
+                    "rate", "100gbit")
+            port = "0x%x" % LINK_PORT_MIN
+            for cls, way in (("1:10", "dport"), ("1:11", "sport")):
+                self.tc("class", "add", "dev", "lo", "parent", "1:", "classid", cls, "htb",
+                        "rate", self.rate, "ceil", self.rate, "burst", "64k", "cburst", "64k")
+                self.tc("filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio",
+                        "1", "u32", "match", "ip", way, port, "0xff00", "flowid", cls)
+        except SystemExit:
+            self.__exit__()
+            raise
+        os.environ.update(OMPI_MCA_btl="tcp,self",
+                          OMPI_MCA_btl_tcp_port_min_v4=str(LINK_PORT_MIN),
+                          OMPI_MCA_btl_tcp_port_range_v4=str(LINK_PORT_RANGE))
+        return self
+
+    def __exit__(self, *exc):
+        if self.set:
+            subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"],
+                           stderr=subprocess.DEVNULL)
+            self.set = False
 
 
 def split_setting(setting):
@@ -186,7 +246,7 @@ def step_curve(model, ranks, args, batches):
 def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
     if kind.startswith("batchsize") or kind == "fixed-plateau":
-        lo, hi = (batch, batch) if kind == "fixed-plateau" else (32, 1024)
+        lo, hi = (batch, batch) if kind == "fixed-plateau" else (32, args.sched_max)
         sched = {"type": "batchsize", "seed": seed, "min": lo, "max": hi, "interval": 200,
                  "warmup": args.warmup,
                  # the first change, and the one after an exploring change, need
@@ -693,6 +753,11 @@ def main():
                     "model's)")
     ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
                     help="the fixed batch grid (default 32,64,128,256,512,1024: the scheduler's range)")
+    ap.add_argument("--sched-max", type=int, default=1024,
+                    help="the scheduler arms' largest batch (default 1024)")
+    ap.add_argument("--link", help="RATE (tc's units, e.g. 10gbit): the ranks talk over "
+                    "MPI's TCP on loopback shaped to RATE each way, two hosts on one link "
+                    "(needs root and tc; default: shared memory)")
     ap.add_argument("--sweep", type=lambda s: [float(x) for x in s.split(",")],
                     help="the lr multipliers c swept on the first seed (default 0.5,1,2)")
     ap.add_argument("--cap", dest="cap_factor", type=float, default=3.0,
@@ -714,7 +779,7 @@ def main():
         args.seeds, args.batches, args.sweep = 1, [32, 128, 512], [1.0, 2.0]
     plots = os.path.join(BUILD, "bench")
     out = {}
-    with tempfile.TemporaryDirectory(prefix="jz-bench-bs-") as tmp:
+    with Link(args.link), tempfile.TemporaryDirectory(prefix="jz-bench-bs-") as tmp:
         for model in models:
             rows, per_seed, curve = bench_model(tmp, model, args, plots)
             s = summarize(per_seed, args.rank)
