@@ -28,6 +28,7 @@ schedule (the oracle: the switch point chosen per seed in hindsight).
 
     BUILD=build python3 bench/batchsize_ceiling.py [--seeds 5] [--first-seed 1]
         [--batch 512] [--lr 0.0707] [--switch 108,162,216,270,324] [--hold 108]
+        [--link 1gbit]
 """
 import argparse
 import json
@@ -96,6 +97,8 @@ def main():
     ap.add_argument("--hold", type=int, default=108,
                     help="hot: steps at 2B and 2 lr before the lr halves (default 108)")
     ap.add_argument("--target", type=float, default=0.88)
+    ap.add_argument("--link", help="RATE: the ranks over MPI's TCP on loopback shaped to RATE "
+                    "each way (the scheduler bench's --link; needs root and tc)")
     ap.add_argument("--json", help="write the table and medians here")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(sb.DATA, "train-images-idx3-ubyte.gz")):
@@ -104,6 +107,11 @@ def main():
     # what sb.base_cmd reads: the mlp-2r setting of the scheduler bench
     args.quick, args.subset, args.epochs = False, 0, 8
     b, lr = args.batch, args.lr
+    with sb.Link(args.link):
+        return ceiling(args, b, lr)
+
+
+def ceiling(args, b, lr):
     args.curve = sb.step_curve("mlp", 2, args, [b, 2 * b])
     print("step-time curve (2 ranks): " + ", ".join(
         "%d: %.2f ms" % (k, v[0]) for k, v in sorted(args.curve.items())))

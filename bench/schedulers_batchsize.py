@@ -34,8 +34,8 @@ stored report, not the stop):
                 the trainer's CPU-s (--rank cpu) or wall time (--rank time).
   linear        B = the grid's largest, lr = 0.05 * B/64 with 0.5 epochs
                 of warmup (Goyal et al.).
-  batchsize     scheduler batchsize from B0 = 64 at the lr that was best for
-                fixed 64 on the first seed (the fixed arms' hindsight; run
+  batchsize     scheduler batchsize from B0 = 64 (--sched-start) at the lr
+                that was best for fixed B0 on the first seed (the fixed arms' hindsight; run
                 after them), range 32..1024, "probe_interval": 50 (the
                 first change and the one after an exploring x2 wait for the
                 measurements only, not for the 200-step interval),
@@ -74,6 +74,7 @@ section of $BENCH_SCHED_JSON (medians over seeds, MLP).
     python3 bench/schedulers_batchsize.py [--quick] [--seeds 5] [--first-seed 1] [--models mlp,mlp-2r,cnn]
         [--target 0.88 --subset 0 --epochs 8] [--lock /tmp/jizhi-bench.lock]
         [--batches 256,512,1024,2048 --sched-max 2048] [--link 10gbit]
+        [--sched-start 256] [--throughput cpu|wall] [--lr-rule adascale|sqrt|linear|none]
 """
 import argparse
 import json
@@ -253,7 +254,8 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
                  # only the noise and step-time measurements (the default waits
                  # the full interval, 200 steps, for each)
                  **({} if kind == "batchsize-default" else {"probe_interval": 50}),
-                 "throughput": "wall" if kind == "batchsize-default" else "cpu",
+                 "throughput": "wall" if kind == "batchsize-default" else args.throughput,
+                 **({"lr_rule": args.lr_rule} if args.lr_rule else {}),
                  "grow_only": kind != "batchsize-default",
                  # the trial's SGD momentum (a flag here, not a param): the
                  # efficiency uses B_simple / (1 - 0.9)
@@ -553,9 +555,11 @@ def bench_setting(tmp, setting, args, plots):
                 fixed_arms.append(("fixed", b, lr, "fixed%d-lr%g" % (b, lr)))
 
         def later_arms():
-            # the scheduler starts at B0 = 64 with the lr that was best for
-            # fixed 64 on seed 1 (the same hindsight the fixed arms get)
-            lr0 = args.lr0 or round(best_c.get(64, 1.0) * 0.05, 6)
+            # the scheduler starts at B0 (--sched-start, 64) with the lr that
+            # was best for fixed B0 on seed 1 (the same hindsight the fixed
+            # arms get)
+            b0 = args.sched_start
+            lr0 = args.lr0 or round(best_c.get(b0, 1.0) * 0.05 * (b0 / 64) ** 0.5, 6)
             bl = max(args.batches)
             # this seed's best fixed arm so far (by profiled time), for the
             # fixed-plateau baseline
@@ -563,9 +567,9 @@ def bench_setting(tmp, setting, args, plots):
                     r["profile"] is not None]
             bf = min(done, key=lambda r: r["profile"]) if done else None
             return [("linear", bl, 0.05 * bl / 64, "linear%d" % bl),
-                    ("batchsize", 64, lr0, "batchsize"),
-                    ("batchsize-goodput", 64, lr0, "batchsize-goodput"),
-                    ("batchsize-default", 64, lr0, "batchsize-default")] + \
+                    ("batchsize", b0, lr0, "batchsize"),
+                    ("batchsize-goodput", b0, lr0, "batchsize-goodput"),
+                    ("batchsize-default", b0, lr0, "batchsize-default")] + \
                 ([("fixed-plateau", bf["batch"], bf["lr"], "fixed%d-plateau" % bf["batch"])]
                  if bf else [])
 
@@ -755,6 +759,9 @@ def main():
                     help="the fixed batch grid (default 32,64,128,256,512,1024: the scheduler's range)")
     ap.add_argument("--sched-max", type=int, default=1024,
                     help="the scheduler arms' largest batch (default 1024)")
+    ap.add_argument("--sched-start", type=int, default=64,
+                    help="the scheduler arms' first batch, at the lr best for that fixed "
+                    "batch on the first seed (default 64; put it in --batches)")
     ap.add_argument("--link", help="RATE (tc's units, e.g. 10gbit): the ranks talk over "
                     "MPI's TCP on loopback shaped to RATE each way, two hosts on one link "
                     "(needs root and tc; default: shared memory)")
@@ -763,8 +770,14 @@ def main():
     ap.add_argument("--cap", dest="cap_factor", type=float, default=3.0,
                     help="stop an arm once its profiled time passes this multiple of the "
                     "seed's best so far: it cannot be the best (0 = never)")
+    ap.add_argument("--throughput", choices=["cpu", "wall"], default="cpu",
+                    help="the scheduler arms' step costs (default cpu: step_cpu_s; the "
+                    "defaults arm always uses wall)")
+    ap.add_argument("--lr-rule", choices=["adascale", "sqrt", "linear", "none"],
+                    help="the scheduler arms' lr rule (default: the scheduler's, adascale)")
     ap.add_argument("--lr0", type=float, help="the scheduler arms' starting lr (default: "
-                    "the best for fixed 64 on the first seed; with --only sched: 0.05)")
+                    "the best for fixed --sched-start on the first seed; with --only sched: "
+                    "0.05 * sqrt(start/64))")
     ap.add_argument("--lock", help="flock this file around each arm (e.g. "
                     "/tmp/jizhi-bench.lock; the default holds none)")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
