@@ -715,6 +715,34 @@ static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
                  p->tag));
 }
 
+/* A multi-rank launcher (local, not adopted) that lost a rank and is still
+   there DISP_MPI_ORPHAN_S later is hung: SIGKILL to its tree. Looks once a
+   second. */
+static void s_check_ranks(disp_t *d, disp__proc *p, double now)
+{
+    if (p->ranks <= 1 || !p->running || p->how || p->killed_hard || p->adopted ||
+        p->job || now < p->rank_check_at)
+        return;
+    p->rank_check_at = now + 1.0;
+    int live = disp__mpi_live_children(p->pid);
+    if (live > p->ranks_peak)
+        p->ranks_peak = live;
+    if (live >= p->ranks_peak) {
+        p->rank_gone_at = 0;
+        return;
+    }
+    if (p->rank_gone_at == 0)
+        p->rank_gone_at = now;
+    if (now - p->rank_gone_at >= DISP_MPI_ORPHAN_S) {
+        log_warn(TAG,
+                 "trial %ld.%ld: a rank ended %g s ago and the MPI launcher %d did not "
+                 "end the job: SIGKILL to its ranks",
+                 p->trial, p->attempt, DISP_MPI_ORPHAN_S, (int)p->pid);
+        d->be->ops->signal(d->be, p, SIGKILL);
+        p->killed_hard = 1;
+    }
+}
+
 /* Exec results, exits, timeouts, kill escalation. */
 static void s_check_procs(disp_t *d, double now)
 {
@@ -737,6 +765,7 @@ static void s_check_procs(disp_t *d, double now)
         }
         if (!p->how && p->deadline > 0 && now >= p->deadline)
             s_terminate(d, p, "timeout", NULL);
+        s_check_ranks(d, p, now);
         if (p->kill_at > 0 && !p->killed_hard && now >= p->kill_at) {
             log_info(TAG, "trial %ld.%ld: still there %g s after SIGTERM, SIGKILL",
                      p->trial, p->attempt, d->kill_grace_s);

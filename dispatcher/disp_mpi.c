@@ -10,6 +10,10 @@
     launcher gets SIGTERM; the ranks are leaders of their own process
     groups, so signals go to the launcher's descendants too
     (disp__mpi_signal_tree), and a SIGKILL of the launcher leaves no rank.
+    A launcher that outlives one of its ranks by DISP_MPI_ORPHAN_S is hung
+    (OpenMPI 4.1 can miss a rank that dies during MPI_Init, leaving its
+    sibling a zombie and itself waiting forever): disp.c kills its tree,
+    so the attempt ends as "killed by signal 9" and may be retried.
 */
 #include "disp_int.h"
 
@@ -98,8 +102,8 @@ int disp__mpi_prepare(const disp__start *st, json_t **argv, json_t **env, char *
     return 0;
 }
 
-/* Parent pid of pid from /proc, or -1. */
-static pid_t s_ppid(pid_t pid)
+/* Parent pid of pid from /proc, or -1; *state gets its state letter. */
+static pid_t s_ppid_state(pid_t pid, char *state)
 {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -111,10 +115,33 @@ static pid_t s_ppid(pid_t pid)
     buf[n] = 0;
     const char *rp = strrchr(buf, ')'); /* the name may hold spaces */
     int ppid;
-    char state;
-    if (!rp || sscanf(rp + 1, " %c %d", &state, &ppid) != 2)
+    if (!rp || sscanf(rp + 1, " %c %d", state, &ppid) != 2)
         return -1;
     return (pid_t)ppid;
+}
+
+static pid_t s_ppid(pid_t pid)
+{
+    char state;
+    return s_ppid_state(pid, &state);
+}
+
+int disp__mpi_live_children(pid_t root)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char *end, state = 0;
+        long v = strtol(de->d_name, &end, 10);
+        if (*end || v <= 0)
+            continue;
+        if (s_ppid_state((pid_t)v, &state) == root && state != 'Z' && state != 'X')
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 int disp__mpi_signal_tree(pid_t root, int sig)

@@ -2,7 +2,8 @@
 under mpirun as one attempt; a crashed rank or a timeout ends every rank
 (no process left) and a retry restarts them all; a study with `ranks: 2`
 runs end to end with the batch-size scheduler; without MPI the study is
-refused with a clear message. Skipped when mpirun is not installed."""
+refused with a clear message; a launcher that outlives a rank is killed.
+Skipped when mpirun is not installed."""
 import os
 import re
 import shutil
@@ -103,6 +104,44 @@ def test_one_rank_killed_fails_the_attempt_and_a_retry_restarts_all(jz):
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+HUNG_MPIRUN = """#!/bin/sh
+# a launcher that never notices its ranks end: starts -np copies, then
+# waits forever without reaping them (as OpenMPI 4.1's mpirun can when a
+# rank dies during MPI_Init)
+[ "$1" = --oversubscribe ] && [ "$2" = -np ] || exit 3
+n=$3; shift 3
+i=0
+while [ $i -lt $n ]; do RANK=$i "$@" & i=$((i + 1)); done
+exec sleep 100000
+"""
+# rank 1 fails after 2 s, rank 0 would run for 1000 s
+RANK_SCRIPT = 'if [ "$RANK" = 1 ]; then sleep 2; exit 1; fi; exec sleep 1000'
+
+
+def test_a_hung_launcher_is_killed_when_a_rank_ends(jz):
+    fake = os.path.join(jz.dir, "fakempi")
+    os.makedirs(fake)
+    with open(os.path.join(fake, "mpirun"), "w") as f:
+        f.write(HUNG_MPIRUN)
+    os.chmod(os.path.join(fake, "mpirun"), 0o755)
+    jz.env["PATH"] = fake + os.pathsep + jz.env["PATH"]
+    s = spec("hung", command=["/bin/sh", "-c", RANK_SCRIPT], timeout_s=300)
+    p = jz.run("run", jz.write_spec(s), "--slots", "2", timeout=120)
+    state, how, reason = jz.sql("SELECT state, exit_how, reason FROM trials")[0]
+    assert p.returncode != 0 and state == "failed", (state, how, reason, p.stderr)
+    assert "killed by signal 9" in reason, reason
+    assert how == "signaled", how  # not timeout_s: the dispatcher ended the hung launcher
+    def cmdline(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline") as f:
+                return f.read().replace("\0", " ")
+        except OSError:
+            return ""
+    left = [d for d in os.listdir("/proc") if d.isdigit() and "sleep 1000" in cmdline(d)
+            and alive(int(d))]
+    assert not left, left
 
 
 def test_timeout_ends_every_rank(jz):
