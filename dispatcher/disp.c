@@ -715,29 +715,25 @@ static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
                  p->tag));
 }
 
-/* A multi-rank launcher (local, not adopted) that lost a rank and is still
-   there DISP_MPI_ORPHAN_S later is hung: SIGKILL to its tree. Looks once a
-   second. */
+/* A local multi-rank launcher that leaves one of its ranks a zombie for
+   DISP_MPI_ORPHAN_S is hung: SIGKILL to its tree. Looks once a second. */
 static void s_check_ranks(disp_t *d, disp__proc *p, double now)
 {
     if (p->ranks <= 1 || !p->running || p->how || p->killed_hard || p->adopted ||
         p->job || now < p->rank_check_at)
         return;
     p->rank_check_at = now + 1.0;
-    int live = disp__mpi_live_children(p->pid);
-    if (live > p->ranks_peak)
-        p->ranks_peak = live;
-    if (live >= p->ranks_peak) {
-        p->rank_gone_at = 0;
+    if (disp__mpi_zombie_children(p->pid) == 0) {
+        p->zombie_since = 0;
         return;
     }
-    if (p->rank_gone_at == 0)
-        p->rank_gone_at = now;
-    if (now - p->rank_gone_at >= DISP_MPI_ORPHAN_S) {
+    if (p->zombie_since == 0)
+        p->zombie_since = now;
+    if (now - p->zombie_since >= DISP_MPI_ORPHAN_S) {
         log_warn(TAG,
-                 "trial %ld.%ld: a rank ended %g s ago and the MPI launcher %d did not "
-                 "end the job: SIGKILL to its ranks",
-                 p->trial, p->attempt, DISP_MPI_ORPHAN_S, (int)p->pid);
+                 "trial %ld.%ld: the MPI launcher %d left an ended rank unreaped for "
+                 "%g s (hung): SIGKILL to its ranks",
+                 p->trial, p->attempt, (int)p->pid, DISP_MPI_ORPHAN_S);
         d->be->ops->signal(d->be, p, SIGKILL);
         p->killed_hard = 1;
     }

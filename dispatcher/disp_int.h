@@ -76,9 +76,8 @@ typedef struct {
     int *gpus;        /* device indices handed to it */
     int ngpus;
     int ranks;                   /* slots it holds: its MPI ranks (1: a plain process) */
-    int ranks_peak;              /* most live children the launcher had (ranks > 1) */
-    double rank_check_at;        /* monotonic time of the next look at them */
-    double rank_gone_at;         /* when fewer than the peak were first seen, 0: not */
+    double rank_check_at;        /* ranks > 1: monotonic time of the next look */
+    double zombie_since;         /* when an unreaped rank was first seen, 0: none */
     char *argv0;                 /* for messages */
     char *out_path;              /* stdout log */
     char *err_path;              /* stderr log */
@@ -125,10 +124,10 @@ int disp__exec_poll(disp__proc *p);
 int disp__mpi_prepare(const disp__start *st, json_t **argv, json_t **env, char *err,
                       size_t errsize);
 
-/* How many direct children of root are running (zombies not counted). */
-int disp__mpi_live_children(pid_t root);
+/* How many direct children of root are zombies (exited, not reaped). */
+int disp__mpi_zombie_children(pid_t root);
 
-/* Seconds a launcher may outlive one of its ranks before it is killed. */
+/* Seconds a launcher may leave a rank unreaped before it is killed. */
 #define DISP_MPI_ORPHAN_S 10.0
 
 /* Sends sig to every descendant of root (and the process group of each

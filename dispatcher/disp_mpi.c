@@ -10,10 +10,12 @@
     launcher gets SIGTERM; the ranks are leaders of their own process
     groups, so signals go to the launcher's descendants too
     (disp__mpi_signal_tree), and a SIGKILL of the launcher leaves no rank.
-    A launcher that outlives one of its ranks by DISP_MPI_ORPHAN_S is hung
-    (OpenMPI 4.1 can miss a rank that dies during MPI_Init, leaving its
-    sibling a zombie and itself waiting forever): disp.c kills its tree,
-    so the attempt ends as "killed by signal 9" and may be retried.
+    A launcher that leaves a rank unreaped (a zombie) for DISP_MPI_ORPHAN_S
+    is hung (OpenMPI 4.1.4 can miss a rank that dies during MPI_Init,
+    leaving its sibling a zombie and itself waiting forever): disp.c kills
+    its tree, so the attempt ends as "killed by signal 9" and may be
+    retried. A working launcher reaps its ranks at once, however unevenly
+    they finish.
 */
 #include "disp_int.h"
 
@@ -126,7 +128,7 @@ static pid_t s_ppid(pid_t pid)
     return s_ppid_state(pid, &state);
 }
 
-int disp__mpi_live_children(pid_t root)
+int disp__mpi_zombie_children(pid_t root)
 {
     int n = 0;
     DIR *d = opendir("/proc");
@@ -136,7 +138,7 @@ int disp__mpi_live_children(pid_t root)
         long v = strtol(de->d_name, &end, 10);
         if (*end || v <= 0)
             continue;
-        if (s_ppid_state((pid_t)v, &state) == root && state != 'Z' && state != 'X')
+        if (s_ppid_state((pid_t)v, &state) == root && state == 'Z')
             n++;
     }
     if (d)

@@ -2,7 +2,8 @@
 under mpirun as one attempt; a crashed rank or a timeout ends every rank
 (no process left) and a retry restarts them all; a study with `ranks: 2`
 runs end to end with the batch-size scheduler; without MPI the study is
-refused with a clear message; a launcher that outlives a rank is killed.
+refused with a clear message; a launcher that leaves a rank unreaped is
+killed, one whose ranks end far apart is not.
 Skipped when mpirun is not installed."""
 import os
 import re
@@ -142,6 +143,18 @@ def test_a_hung_launcher_is_killed_when_a_rank_ends(jz):
     left = [d for d in os.listdir("/proc") if d.isdigit() and "sleep 1000" in cmdline(d)
             and alive(int(d))]
     assert not left, left
+
+
+def test_ranks_that_end_far_apart_are_waited_for(jz):
+    # rank 1 ends at once, rank 0 after 13 s: mpirun reaps rank 1 and waits,
+    # and the dispatcher must not take that for a hung launcher
+    script = ('if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then sleep 13; echo done > rank0; fi; '
+              'exit 0')
+    s = spec("apart", command=["/bin/sh", "-c", script], timeout_s=300)
+    jz.run("run", jz.write_spec(s), "--slots", "2", timeout=120)
+    state, how, reason = jz.sql("SELECT state, exit_how, reason FROM trials")[0]
+    assert how == "exited" and "without reporting its objective" in reason, (how, reason)
+    assert os.path.exists(os.path.join(jz.dir, "rank0")), "rank 0 ran to its end"
 
 
 def test_timeout_ends_every_rank(jz):
