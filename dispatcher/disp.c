@@ -716,7 +716,7 @@ static void s_queue_exited(disp_t *d, disp__proc *p, const disp__end *e)
 }
 
 /* A local multi-rank launcher that leaves one of its ranks a zombie for
-   DISP_MPI_ORPHAN_S is hung: SIGKILL to its tree. Looks once a second. */
+   DISP_MPI_UNREAPED_S is hung: SIGKILL to its tree. Looks once a second. */
 static void s_check_ranks(disp_t *d, disp__proc *p, double now)
 {
     if (p->ranks <= 1 || !p->running || p->how || p->killed_hard || p->adopted ||
@@ -729,11 +729,11 @@ static void s_check_ranks(disp_t *d, disp__proc *p, double now)
     }
     if (p->zombie_since == 0)
         p->zombie_since = now;
-    if (now - p->zombie_since >= DISP_MPI_ORPHAN_S) {
+    if (now - p->zombie_since >= DISP_MPI_UNREAPED_S) {
         log_warn(TAG,
                  "trial %ld.%ld: the MPI launcher %d left an ended rank unreaped for "
                  "%g s (hung): SIGKILL to its ranks",
-                 p->trial, p->attempt, (int)p->pid, DISP_MPI_ORPHAN_S);
+                 p->trial, p->attempt, (int)p->pid, DISP_MPI_UNREAPED_S);
         d->be->ops->signal(d->be, p, SIGKILL);
         p->killed_hard = 1;
     }

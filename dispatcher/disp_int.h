@@ -128,7 +128,7 @@ int disp__mpi_prepare(const disp__start *st, json_t **argv, json_t **env, char *
 int disp__mpi_zombie_children(pid_t root);
 
 /* Seconds a launcher may leave a rank unreaped before it is killed. */
-#define DISP_MPI_ORPHAN_S 10.0
+#define DISP_MPI_UNREAPED_S 10.0
 
 /* Sends sig to every descendant of root (and the process group of each
    that leads one). Returns how many were signalled. */

@@ -10,7 +10,7 @@
     launcher gets SIGTERM; the ranks are leaders of their own process
     groups, so signals go to the launcher's descendants too
     (disp__mpi_signal_tree), and a SIGKILL of the launcher leaves no rank.
-    A launcher that leaves a rank unreaped (a zombie) for DISP_MPI_ORPHAN_S
+    A launcher that leaves a rank unreaped (a zombie) for DISP_MPI_UNREAPED_S
     is hung (OpenMPI 4.1.4 can miss a rank that dies during MPI_Init,
     leaving its sibling a zombie and itself waiting forever): disp.c kills
     its tree, so the attempt ends as "killed by signal 9" and may be
