@@ -41,7 +41,8 @@
 #      autocast), batch 128, 1024 and 8192, and the ratio.
 # Exit status 0 when every comparison is within tolerance.
 # Environment: BUILD (build), PYTHON (/usr/bin/python3), STEPS (200),
-# EQ_STEPS (20), DH_STEPS (50).
+# EQ_STEPS (20), DH_STEPS (50), PREBUILT (set: no build, the binaries in
+# $BUILD/bin are used as they are).
 # --cpu: a machine without a GPU runs every comparison with the CPU binary
 # standing in for jizhi-train-cuda (--backend cuda dropped, --comm nccl
 # replaced by --comm mpi, 2 ranks under mpirun when it exists, no speed
@@ -67,7 +68,14 @@ if [ "$CPU_ONLY" = 1 ]; then
 fi
 
 echo "== build"
-if [ "$CPU_ONLY" = 1 ]; then
+if [ -n "${PREBUILT:-}" ]; then
+    # binaries built elsewhere and carried (a GPU machine without the build's
+    # packages: ZeroMQ, jansson, OpenBLAS): used as they are
+    for b in "$CPU" "$GPU"; do
+        [ -x "$b" ] || { echo "PREBUILT: $b is missing" >&2; exit 2; }
+    done
+    echo "PREBUILT: $CPU and $GPU used as they are"
+elif [ "$CPU_ONLY" = 1 ]; then
     make -s -j"$(nproc)" "$CPU"
 else
     make -s -j"$(nproc)" "$CPU" cuda
