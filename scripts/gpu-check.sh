@@ -2,14 +2,20 @@
 # gpu-check.sh - one command for a machine with an NVIDIA GPU:
 #   1. builds jizhi-train (CPU) and jizhi-train-cuda (`make cuda`);
 #   2. correctness: the same short Fashion-MNIST run (MLP 784-256-256-10,
-#      batch 128, 200 steps of SGD, same seed, same data order) on the CPU
-#      backend and on the CUDA backend, in fp32, bf16 and fp16; the
-#      validation loss and accuracy must agree within a stated tolerance:
-#        fp32: |dloss| <= 1e-3 * loss and |dacc| <= 0.005
+#      batch 128, SGD, same seed, same data order) on the CPU backend and on
+#      the CUDA backend, in fp32, bf16 and fp16. The validation loss after
+#      EQ_STEPS (20) steps and the validation accuracy after STEPS (200)
+#      must agree within a stated tolerance:
+#        fp32: |dloss| <= 1e-6 * loss at 20 steps, |dacc| <= 0.005 at 200
 #              (cuBLAS pedantic fp32 vs OpenBLAS: only summation order differs)
-#        bf16/fp16: |dloss| <= 0.03 * loss and |dacc| <= 0.02
+#        bf16/fp16: |dloss| <= 0.01 * loss at 20 steps, |dacc| <= 0.02 at 200
 #              (the CPU emulates the rounding; GEMM accumulation order and the
 #               point where the bias is added before rounding differ)
+#      The loss is not compared at 200 steps: measured on an H200, fp32 CPU
+#      and CUDA agree to 6e-8 through step 50, and then part (3e-3 at step
+#      100), as the CPU does from itself with 2 threads against 16 (5e-3 at
+#      step 200); bf16 and fp16 part by 4e-4 to 4e-3 at step 20 and up to
+#      6e-2 by step 100;
 #   3. the NCCL backend of the comm layer (--comm nccl, jizhi-train-cuda):
 #      one rank through the fusion buckets and ncclAllReduce must equal the
 #      local path (val_loss within 1e-5 relative), and so must one rank on
@@ -86,26 +92,38 @@ COMMON=(--dataset fashion-mnist --train-subset 20000 --val-size 5000 --hidden 25
         --batch-size 128 --lr 0.05 --max-steps "$STEPS" --epochs 100 --log-every 50
         --eval-every "$STEPS" --seed 3 --quiet)
 
+# equality checks run EQ_STEPS: fp32 summation order differs between the
+# paths, and over a few hundred steps such differences grow chaotically
+EQ_STEPS=${EQ_STEPS:-20}
+EQ=(--max-steps "$EQ_STEPS" --eval-every "$EQ_STEPS")
+
 metric() { # name < stderr
     sed -n "s/^jizhi: step [0-9]* $1=//p" | tail -1
 }
 
 status=0
 echo
-echo "== CPU vs CUDA: $STEPS steps, batch 128, same seed"
+echo "== CPU vs CUDA: val_loss after $EQ_STEPS steps, val_acc after $STEPS, batch 128, same seed"
 printf '%-6s %12s %12s %10s %10s %s\n' prec cpu_loss cuda_loss cpu_acc cuda_acc verdict
 PRECS=(fp32 bf16 fp16)
 [ "$CPU_ONLY" = 1 ] && PRECS=(fp32) # the CPU against itself: the logic once
 for prec in "${PRECS[@]}"; do
-    c=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" --precision "$prec" 2>&1)
-    g=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --precision "$prec" ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
-        echo "$g" | tail -5; status=1; continue; }
-    cl=$(echo "$c" | metric val_loss); gl=$(echo "$g" | metric val_loss)
-    ca=$(echo "$c" | metric val_acc); ga=$(echo "$g" | metric val_acc)
-    if [ "$prec" = fp32 ]; then rt=0.001; at=0.005; else rt=0.03; at=0.02; fi
+    runs=() # loss at EQ_STEPS, accuracy at STEPS; CPU then CUDA
+    for bin in "$CPU" "$GPU"; do
+        flags=(--precision "$prec")
+        [ "$bin" = "$GPU" ] && flags+=(${BACKEND[@]+"${BACKEND[@]}"})
+        o=$(env -u JIZHI_TRIAL "$bin" "${COMMON[@]}" "${EQ[@]}" "${flags[@]}" 2>&1) || {
+            echo "$o" | tail -5; status=1; }
+        runs+=("$(echo "$o" | metric val_loss)")
+        o=$(env -u JIZHI_TRIAL "$bin" "${COMMON[@]}" "${flags[@]}" 2>&1) || {
+            echo "$o" | tail -5; status=1; }
+        runs+=("$(echo "$o" | metric val_acc)")
+    done
+    cl=${runs[0]:-nan} ca=${runs[1]:-nan} gl=${runs[2]:-nan} ga=${runs[3]:-nan}
+    if [ "$prec" = fp32 ]; then rt=1e-6; at=0.005; else rt=0.01; at=0.02; fi
     ok=$("$PYTHON" -c "import sys; cl,gl,ca,ga,rt,at=map(float,sys.argv[1:]); \
 print('ok' if abs(cl-gl)<=rt*abs(cl) and abs(ca-ga)<=at else 'FAIL')" "$cl" "$gl" "$ca" "$ga" "$rt" "$at")
-    printf '%-6s %12.6f %12.6f %10.4f %10.4f %s (tol loss %s rel, acc %s)\n' \
+    printf '%-6s %12.8f %12.8f %10.4f %10.4f %s (tol loss %s rel, acc %s)\n' \
         "$prec" "$cl" "$gl" "$ca" "$ga" "$ok" "$rt" "$at"
     [ "$ok" = ok ] || status=1
 done
@@ -124,10 +142,6 @@ sent() { # < stderr: MB rank 0 sent per step
     sed -n 's/^jizhi-train: rank 0 sent \([0-9.]*\) MB of gradients in \([0-9]*\) steps.*/\1 \2/p' |
         tail -1 | awk '{ if ($2 > 0) printf "%.4f", $1 / $2 }'
 }
-# equality checks run EQ_STEPS: fp32 summation order differs between the
-# paths, and over a few hundred steps such differences grow chaotically
-EQ_STEPS=${EQ_STEPS:-20}
-EQ=(--max-steps "$EQ_STEPS" --eval-every "$EQ_STEPS")
 # top-k 1 % the way it converges: momentum correction (default), density
 # warm-up over the first half epoch, local clipping
 TOPK=(--topk 0.01 --topk-warmup 0.5 --topk-clip 1)

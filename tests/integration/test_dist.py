@@ -302,7 +302,8 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     e["BUILD"] = BUILD
     p = subprocess.run([script, "--cpu"], capture_output=True, text=True, env=e, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
-    for line in ("1 rank mpi native vs local", "top-k 1% DGC vs dense local",
+    for line in ("CPU vs CUDA: val_loss after 20 steps, val_acc after 200",
+                 "1 rank mpi native vs local", "top-k 1% DGC vs dense local",
                  "checkpoint at step 100 and resume", "2 ranks mpi ring vs 1 rank",
                  "2 ranks mpi top-k 1% DGC", "speed on the GPU: SKIPPED (--cpu)",
                  "1 rank device path native vs local backend",
@@ -315,3 +316,9 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     assert "FAIL" not in p.stdout, p.stdout
     bad = subprocess.run([script, "--bogus"], capture_output=True, text=True, env=e)
     assert bad.returncode == 2 and "usage" in bad.stderr
+    # PREBUILT (binaries carried to a GPU machine without the build's
+    # packages): no build, and a binary that is not there is named
+    e2 = dict(e, PREBUILT="1", BUILD=os.path.join(BUILD, "no-such-build"))
+    miss = subprocess.run([script], capture_output=True, text=True, env=e2, timeout=60)
+    assert miss.returncode == 2, miss.stdout + miss.stderr
+    assert "PREBUILT:" in miss.stderr and "jizhi-train is missing" in miss.stderr
