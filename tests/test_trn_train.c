@@ -3,7 +3,8 @@
     overflow skips the step and halves the scale, checkpoints round-trip
     bit-exactly and a resumed run equals the uninterrupted one, corrupt and
     foreign checkpoints are refused, live instructions (lr, batch_size,
-    stop, checkpoint, load, unknown keys) act at the next step. */
+    stop, checkpoint, load, unknown keys) act at the next step, measuring
+    the gradient noise does not change the trajectory. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -253,6 +254,38 @@ TEST(gradient_noise_small_is_the_mean_over_chunks)
                 first_small = f.rep_val[i];
         CHECK(first_small == (k ? 8 : 16));
         trn_trainer_destroy(&t);
+    }
+}
+
+/* Measuring the gradient noise (every --log-every steps) leaves the
+   training untouched: a run that measures every third step ends with the
+   same bits as one that never measures, in every precision, with per-layer
+   loss scales, with BN (the CNN), and with an odd batch (unequal halves). */
+TEST(measuring_does_not_change_the_trajectory)
+{
+    const char *precs[] = {"fp32", "bf16", "fp16", "fp16", "fp32", "bf16"};
+    const char *models[] = {"mlp", "mlp", "mlp", "cnn", "mlp", "cnn"};
+    int per_layer[] = {0, 0, 1, 1, 0, 0}, batch[] = {32, 32, 32, 16, 33, 15};
+    for (int k = 0; k < 6; k++) {
+        trn_trainer *t[2];
+        for (int j = 0; j < 2; j++) {
+            trn_config c;
+            s_cfg(&c);
+            strcpy(c.model, models[k]);
+            strcpy(c.channels, "4,8");
+            snprintf(c.precision, sizeof c.precision, "%s", precs[k]);
+            c.per_layer_scale = per_layer[k];
+            c.batch_size = batch[k];
+            c.log_every = j ? 1000 : 3;
+            REQUIRE(t[j] = s_new(&c));
+            for (int i = 0; i < 30; i++)
+                REQUIRE(trn_trainer_step(t[j]) >= 0);
+        }
+        if (!s_same_state(t[0], t[1]))
+            JZT_FAIL("%s %s batch %d: measuring changed the weights", models[k], precs[k],
+                     batch[k]);
+        trn_trainer_destroy(&t[0]);
+        trn_trainer_destroy(&t[1]);
     }
 }
 
@@ -845,6 +878,7 @@ int main(void)
     trn_cpu_set_threads(0);
     RUN(fashion_mnist_short_run);
     RUN(gradient_noise_small_is_the_mean_over_chunks);
+    RUN(measuring_does_not_change_the_trajectory);
     RUN(mixed_precision_trains);
     RUN(overflow_skips_and_halves);
     RUN(checkpoint_roundtrip_and_resume);

@@ -244,6 +244,52 @@ static double s_chunk_sqnorm(trn_trainer *t, double mult, int first)
     return s;
 }
 
+/* Folds one chunk's |g|^2 (from s_chunk_sqnorm; < 0: none) of m examples
+   (0: do not count it) into grad_sqnorm_small, the mean over the chunks. */
+static void s_measure_add(trn_trainer *t, double g, int m)
+{
+    if (m > 0 && g >= 0 && isfinite(g)) {
+        t->gns_sum += g;
+        t->gns_chunks++;
+    }
+    if (t->gns_chunks > 0) {
+        t->gs_small = t->gns_sum / t->gns_chunks;
+        t->b_small = m > 0 ? m : t->b_small;
+    }
+}
+
+/* A measuring step without micro-batches: the first m of its nb examples
+   (at x) are run forward and backward on their own, before the whole batch,
+   and their accumulators are kept in gns_prev (the chunk measure of the
+   whole batch then gives the other half's as the difference). BN running
+   statistics are put back afterwards, and the whole batch then runs as on
+   any step, so measuring (--log-every) does not change the trajectory by a
+   bit. Without memory for the copies nothing is measured. Returns -1 if
+   the pass fails. */
+static int s_measure_half(trn_trainer *t, const float *x, int m, int nb, double gscale)
+{
+    const trn_config *c = &t->cfg;
+    t->gns_sum = 0, t->gns_chunks = 0, t->b_small = 0;
+    long ns = trn_net_state_count(t->net);
+    float *keep = ns > 0 ? malloc((size_t)ns * sizeof *keep) : NULL;
+    if (ns > 0 && !keep)
+        return 0;
+    if (keep)
+        memcpy(keep, trn_net_state(t->net), (size_t)ns * sizeof *keep);
+    trn_net_zero_grad(t->net);
+    double l =
+        trn_net_forward_backward(t->net, x, t->yb, m, 1, c->label_smoothing, gscale,
+                                 c->per_layer_scale ? t->lscale : NULL, NULL);
+    if (keep) {
+        memcpy(trn_net_state(t->net), keep, (size_t)ns * sizeof *keep);
+        free(keep);
+    }
+    if (l < 0)
+        return -1;
+    s_measure_add(t, s_chunk_sqnorm(t, (double)m / nb, 1), m);
+    return 0;
+}
+
 /* |G|^2 of gradients already in true units. */
 static double s_sqnorm_true(trn_trainer *t)
 {
@@ -753,8 +799,8 @@ int trn_trainer_step(trn_trainer *t)
     int per_layer = c->per_layer_scale;
     int mb = c->micro_batch > 0 && c->micro_batch < nb ? c->micro_batch : nb;
     int measure = (t->step + 1) % c->log_every == 0;
-    if (measure && mb == nb && nb >= 2)
-        mb = (nb + 1) / 2;
+    /* a one-chunk step that measures runs its first half once more, alone */
+    int half = measure && mb == nb && nb >= 2 ? nb / 2 : 0;
     /* one chunk: gather straight into the model's input buffer */
     float *direct = mb == nb ? trn_net_input(t->net, nb) : NULL;
     if (s_gather(t, nb, direct) < 0)
@@ -762,6 +808,8 @@ int trn_trainer_step(trn_trainer *t)
     const float *xsrc = direct ? direct : t->xb;
     double S = t->scaler.scale;
     double gscale = (per_layer ? 1.0 : S) / nb;
+    if (half && s_measure_half(t, xsrc, half, nb, gscale) < 0)
+        return -1;
     trn_net_zero_grad(t->net);
     double loss_sum = 0;
     for (int off = 0; off < nb; off += mb) {
@@ -777,19 +825,14 @@ int trn_trainer_step(trn_trainer *t)
                grad_sqnorm_small is the mean |g|^2 over these chunks (each an
                unbiased estimate of |G|^2 + tr(Sigma)/m; the mean of two
                halves has half the variance of the first one alone) */
-            double g = s_chunk_sqnorm(t, (double)m / nb, off == 0);
             if (off == 0)
-                t->gns_sum = 0, t->gns_chunks = 0;
-            if (g >= 0) {
-                t->gns_sum += g;
-                t->gns_chunks++;
-            }
-            if (t->gns_chunks > 0) {
-                t->gs_small = t->gns_sum / t->gns_chunks;
-                t->b_small = m;
-            }
+                t->gns_sum = 0, t->gns_chunks = 0, t->b_small = 0;
+            s_measure_add(t, s_chunk_sqnorm(t, (double)m / nb, off == 0), m);
         }
     }
+    if (half && t->gns_chunks > 0) /* the second half: the whole batch less the first */
+        s_measure_add(t, s_chunk_sqnorm(t, (double)(nb - half) / nb, 0),
+                      nb - half == half ? half : 0);
     double loss = loss_sum / nb;
     t->last_loss = loss;
     t->loss_acc += loss;
