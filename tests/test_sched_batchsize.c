@@ -5,7 +5,8 @@
     goodput-maximising batch in a hand-computed case and scales the rate
     by the AdaScale gain computed by hand; at most one change per
     interval; lr warmup after a raise; grow_only goes back from an explore
-    measured worse; option checks; suggestions are
+    measured worse; a plateau doubles the batch, or halves the lr where
+    twice the batch was measured to cost more per example; option checks; suggestions are
     legal; save/restore at every point gives the same decisions.
 */
 #include "jz_test.h"
@@ -908,6 +909,47 @@ TEST(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max)
     spec_destroy(&sp);
 }
 
+/* A plateau where the step-time table holds 2B: 128 measured at 0.025 s
+   a step against 0.01 at 64 (an example costs 1.25x there) halves the lr
+   and holds the batch; measured at 0.015 (0.75x) the batch doubles with
+   the lr held. Unmeasured sizes are never judged costlier (the fit's
+   alpha >= 0), so the first test above doubles. */
+TEST(plateau_halves_the_lr_where_twice_the_batch_costs_more_per_example)
+{
+    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"lr\":0.1,"
+                        "\"plateau_window\":4,\"plateau_delta\":0.01}");
+    REQUIRE(sp);
+    static const double flat[] = {0.80, 0.805, 0.80, 0.806};
+    for (int k = 0; k < 2; k++) {
+        double t128 = k ? 0.015 : 0.025;
+        ev e[64];
+        int n = 0;
+        for (long step = 5; step <= 30; step += 5) { /* the first report is dropped */
+            e[n++] = (ev){1, step, "batch_size", 128};
+            e[n++] = (ev){1, step, "samples_per_s", 128 / t128};
+        }
+        for (long step = 35; step <= 60; step += 5) {
+            e[n++] = (ev){1, step, "batch_size", 64};
+            e[n++] = (ev){1, step, "samples_per_s", 64 / 0.01};
+        }
+        n += s_plateau_case(e + n, flat, 4, 70, 64);
+        char out[4096];
+        sched_t *s = s_play(sp, e, n, -1, out, sizeof out);
+        REQUIRE(s);
+        if (k) {
+            CHECK(strstr(out, "set batch_size=128") != NULL);
+            CHECK(strstr(out, "lr held") != NULL);
+            CHECK(strstr(out, "set lr") == NULL);
+        } else {
+            CHECK(strstr(out, "set lr=0.05") != NULL);
+            CHECK(strstr(out, "batch 64 held (x1.25 an example at 128)") != NULL);
+            CHECK(strstr(out, "set batch_size") == NULL);
+        }
+        sched_destroy(&s);
+    }
+    spec_destroy(&sp);
+}
+
 /* After a plateau decision the trial anneals: a goodput case that alone
    picks 128 (s_goodput_case) changes nothing once the batch was doubled. */
 TEST(after_a_plateau_goodput_no_longer_decides)
@@ -995,6 +1037,7 @@ int main(void)
     RUN(a_retry_starts_the_trial_state_over);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
     RUN(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max);
+    RUN(plateau_halves_the_lr_where_twice_the_batch_costs_more_per_example);
     RUN(after_a_plateau_goodput_no_longer_decides);
     RUN(options_are_checked);
     TEST_DONE();
