@@ -65,8 +65,9 @@
     loss falls (McCandlish et al.), so a smaller batch later is the
     throughput fit's noise more often than the model's insight; a shrink
     mid-run also costs accuracy (a measured 0.85 -> 0.80 drop at 128->32).
-    The one exception: the decision after an explore may go back to the
-    size the explore left, if the explored one measured worse.
+    The one exception: the decision after an explore, if it comes within
+    `interval` steps of it, may go back to the size the explore left, if
+    the explored one measured worse.
 
     lr0 is option `lr` if given, else the trial's `lr` param if the space
     has one, else the last `lr` the trial reported before the first change
@@ -113,7 +114,7 @@ typedef struct {
     int pend_b;       /* a set batch_size not yet seen in the reports */
     int explored;     /* tried a second size to measure throughput */
     double undo_b;    /* the size an explore left, a candidate even under grow_only
-                         until the next decision (NaN: none) */
+                         until the next decision, within `interval` steps (NaN: none) */
     int probing;      /* no change yet, or the last one explored: `probe` steps apply */
     int lr_fixed;     /* lr0 came from the params or the option, not reports */
     long last_change; /* step of the last decision (0 at start) */
@@ -423,19 +424,23 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
 #define GOODPUT(B)                                                                       \
     ((B) / s_step_time(self, t, (B), alpha, beta) *                                      \
      sched_bs_efficiency(bnoise, t->b0, (B)))
+    /* going back from an explore is judging it: within `interval` steps of
+       it, or the shrink is one grow_only forbids (on two MLP ranks a dip in
+       B_simple took 128 back to 64 430-530 steps after the explore) */
+    double undo = step - t->last_change <= self->interval ? t->undo_b : NAN;
     double best_b = t->b, best_g = GOODPUT(t->b), cur_g = best_g;
     long span = self->bmax - self->bmin;
     if (self->grid_int) {
         long stepc = span > 100000 ? span / 100000 + 1 : 1;
         for (long b = self->bmin; b <= self->bmax; b += stepc)
-            if ((!self->grow_only || b >= t->b || b == t->undo_b) &&
+            if ((!self->grow_only || b >= t->b || b == undo) &&
                 GOODPUT((double)b) > best_g) {
                 best_g = GOODPUT((double)b);
                 best_b = (double)b;
             }
     } else {
         for (long b = 1; b <= self->bmax && b > 0; b *= 2)
-            if (b >= self->bmin && (!self->grow_only || b >= t->b || b == t->undo_b) &&
+            if (b >= self->bmin && (!self->grow_only || b >= t->b || b == undo) &&
                 GOODPUT((double)b) > best_g) {
                 best_g = GOODPUT((double)b);
                 best_b = (double)b;

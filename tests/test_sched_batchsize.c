@@ -717,7 +717,8 @@ TEST(grow_only_never_shrinks)
    the origin and makes an example cost the same at both; measured, 64 has
    1.25x the throughput. A save/restore at any step gives the same
    decisions. */
-static void s_undo_run(const spec_t *sp, double bsimple, long cut, char *out, size_t size)
+static void s_undo_run(const spec_t *sp, double bsimple, double t128, long dip, long cut,
+                       char *out, size_t size)
 {
     sched_t *s = s_new_bs(sp);
     double b = 64;
@@ -741,8 +742,8 @@ static void s_undo_run(const spec_t *sp, double bsimple, long cut, char *out, si
         int n = 0;
         e[n++] = (ev){1, step, "batch_size", b};
         e[n++] = (ev){1, step, "lr", 0.1};
-        e[n++] = (ev){1, step, "samples_per_s", b / (b > 64 ? 0.025 : 0.01)};
-        n += s_gns(e + n, 1, step, bsimple, b / 2, b);
+        e[n++] = (ev){1, step, "samples_per_s", b / (b > 64 ? t128 : 0.01)};
+        n += s_gns(e + n, 1, step, dip >= 0 && step >= dip ? 8 : bsimple, b / 2, b);
         for (int i = 0; i < n; i++) {
             sched_instr ins[8];
             int k =
@@ -766,7 +767,7 @@ TEST(grow_only_goes_back_from_an_explore_measured_worse)
     for (int k = 0; k < 2; k++) {
         double bsimple = k ? 10000 : 8;
         char ref[4096];
-        s_undo_run(sp, bsimple, -1, ref, sizeof ref);
+        s_undo_run(sp, bsimple, 0.025, -1, -1, ref, sizeof ref);
         const char *up = strstr(ref, "set batch_size=128");
         REQUIRE(up);
         CHECK(strstr(up, "explore") != NULL);
@@ -777,11 +778,36 @@ TEST(grow_only_goes_back_from_an_explore_measured_worse)
               strstr(ref, "set batch_size=16") == NULL);
         for (long cut = 5; cut <= 400; cut += 5) {
             char out[4096];
-            s_undo_run(sp, bsimple, cut, out, sizeof out);
+            s_undo_run(sp, bsimple, 0.025, -1, cut, out, sizeof out);
             if (strcmp(out, ref))
                 JZT_FAIL("restore at step %ld:\n%s\nvs\n%s", cut, out, ref);
         }
     }
+    spec_destroy(&sp);
+}
+
+/* The way back from an explore stays open for `interval` steps only: 128
+   explored at the same cost per example as 64 and B_simple 10000 keep 128;
+   B_simple then falling to 8 makes 64 the goodput pick (x1.7), which goes
+   back while within 60 steps of the explore and is a shrink grow_only
+   forbids after. */
+TEST(grow_only_goes_back_only_soon_after_the_explore)
+{
+    spec_t *sp =
+        s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":60,"
+               "\"probe_interval\":20,\"warmup\":0,\"ema\":0,\"grow_only\":true}");
+    REQUIRE(sp);
+    char out[4096];
+    s_undo_run(sp, 10000, 0.02, -1, -1, out, sizeof out);
+    const char *up = strstr(out, "set batch_size=128");
+    REQUIRE(up);
+    CHECK(strstr(up, "explore") != NULL);
+    CHECK(strstr(up, "set batch_size=64") == NULL);
+    s_undo_run(sp, 10000, 0.02, 60, -1, out, sizeof out); /* the dip within 60 steps */
+    CHECK(strstr(out, "set batch_size=64") != NULL);
+    s_undo_run(sp, 10000, 0.02, 150, -1, out, sizeof out); /* the dip after */
+    CHECK(strstr(out, "set batch_size=128") != NULL);
+    CHECK(strstr(out, "set batch_size=64") == NULL);
     spec_destroy(&sp);
 }
 
@@ -1034,6 +1060,7 @@ int main(void)
     RUN(cpu_throughput_uses_step_cpu_s);
     RUN(grow_only_never_shrinks);
     RUN(grow_only_goes_back_from_an_explore_measured_worse);
+    RUN(grow_only_goes_back_only_soon_after_the_explore);
     RUN(a_retry_starts_the_trial_state_over);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
     RUN(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max);
