@@ -54,9 +54,9 @@
     trial has reached the noise floor of its lr/B: the batch is doubled
     with the lr held, which halves lr/B as halving the lr would; at `max`,
     or where the step-time table has measured an example to cost more at
-    twice the batch, the lr is halved instead. The window then starts over. From the first
-    such decision on the trial is annealing: goodput decisions stop (their
-    AdaScale lr would undo the annealing). Evaluations evenly spaced in
+    twice the batch, the lr is halved instead. The window then starts
+    over. From the first such decision on the trial is annealing: goodput
+    decisions stop (their AdaScale lr would undo the annealing). Evaluations evenly spaced in
     samples (jizhi-train --eval-every-samples) keep the window's span
     the same whatever the batch.
 
