@@ -56,9 +56,10 @@
     or where the step-time table has measured an example to cost more at
     twice the batch, the lr is halved instead. The window then starts
     over. From the first such decision on the trial is annealing: goodput
-    decisions stop (their AdaScale lr would undo the annealing). Evaluations evenly spaced
-   in samples (jizhi-train --eval-every-samples) keep the window's span the same whatever
-   the batch.
+    decisions stop (their AdaScale lr would undo the annealing).
+    Evaluations evenly spaced in samples (jizhi-train
+    --eval-every-samples) keep the window's span the same whatever the
+    batch.
 
     With `grow_only` (default false) no candidate is below the current
     batch, and the exploring step goes up: the noise scale grows as the
