@@ -52,6 +52,8 @@ stored report, not the stop):
                 trend over the last 16 evaluations (51200 samples) gains less
                 than 0.01, the batch doubles with the lr held (annealing:
                 lr/B halves), at 1024 the lr halves instead; goodput stops.
+                The plateau rule's instructions are listed under each arm
+                (the step it decided at: batch or lr).
   batchsize-goodput  the same without the plateau rule (goodput only: the
                 scheduler before the plateau rule).
   fixed-plateau  the baseline the plateau rule must also face: the seed's
@@ -427,6 +429,12 @@ def run_arm_locked(tmp, name, model, seed, kind, batch, lr, args):
         cpu_hit = before[-1] if before else None
     changes = sql(db, "SELECT COUNT(*) FROM events WHERE who='batchsize' AND "
                   "kind='instruction' AND detail LIKE '%\"name\":\"batch_size\"%'")[0][0]
+    plateau = []  # the plateau rule's instructions: (step, "batch_size" or "lr", value)
+    for (detail,) in sql(db, "SELECT detail FROM events WHERE who='batchsize' AND "
+                         "kind='instruction' AND detail LIKE '%\"rule\":\"plateau\"%' "
+                         "ORDER BY id"):
+        d = json.loads(detail)
+        plateau.append((d["decision"]["step"], d["name"], d["value"]))
     return {"arm": name, "model": model, "seed": seed, "kind": kind, "batch": batch, "lr": lr,
             "steps": first[0] if first else None,
             "samples": samples_to(first[0]) if first else None,
@@ -435,6 +443,7 @@ def run_arm_locked(tmp, name, model, seed, kind, batch, lr, args):
             if first else None,
             "best": max((v for _, v, _ in evals), default=None), "changes": changes,
             "final_b": sizes[-1][1] if sizes else batch,
+            "plateau_at": plateau,
             "changes_at": [(s, int(v)) for (s, v, _), prev in
                            zip(sizes, [batch] + [v for _, v, _ in sizes]) if v != prev],
             "lr_at": [(s, v) for (s, v, _), prev in zip(lrs, [lr] + [v for _, v, _ in lrs])
@@ -598,6 +607,10 @@ def bench_setting(tmp, setting, args, plots):
                              (", ".join("%d: %.4g" % c for c in r["lr_at"][:8]) or "none") +
                              (" ... (%d in all)" % len(r["lr_at"]) if len(r["lr_at"]) > 8
                               else "")))
+                    print("     %s plateau decisions (step: batch or lr): %s" % (
+                        label, ", ".join("%d: %s %.4g" % (st, "batch" if n == "batch_size"
+                                                          else "lr", v)
+                                         for st, n, v in r["plateau_at"]) or "none"))
                 sys.stdout.flush()
                 if (kind.startswith("batchsize") or kind == "fixed-plateau") and plots:
                     os.makedirs(plots, exist_ok=True)
