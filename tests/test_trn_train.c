@@ -4,7 +4,8 @@
     bit-exactly and a resumed run equals the uninterrupted one, corrupt and
     foreign checkpoints are refused, live instructions (lr, batch_size,
     stop, checkpoint, load, unknown keys) act at the next step, measuring
-    the gradient noise does not change the trajectory. */
+    the gradient noise does not change the trajectory, and precise BN
+    (--bn-recompute) changes the evaluation only. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -643,6 +644,74 @@ TEST(cnn_trains)
     trn_data_free(&tr), trn_data_free(&va), trn_data_free(&te);
 }
 
+/* Precise BN (--bn-recompute). Net: recomputed from one batch, evaluating
+   that batch matches a training-mode forward of it (batch statistics; the
+   running variance is unbiased by s/(s-1), s = 32*784 per channel at the
+   stem, so within 1e-3), which training's running averages after 30 steps
+   at lr 0.2 do not; from two chunks the statistics are the two chunks'
+   average. Trainer: with and without it, steps are bit-identical and the
+   running averages are put back after each evaluation; only the
+   evaluation differs. */
+TEST(bn_recompute_evaluates_with_the_statistics_of_the_weights_in_force)
+{
+    trn_config c;
+    trn_config_defaults(&c);
+    strcpy(c.model, "cnn");
+    strcpy(c.channels, "8,16");
+    c.train_subset = 3200;
+    c.val_size = 500;
+    c.batch_size = 32;
+    c.lr = 0.2;
+    c.log_every = 1000;
+    c.quiet = 1;
+    trn_dataset tr, va, te;
+    char err[TRN_ERRLEN];
+    REQUIRE(trn_data_load(&c, &tr, &va, &te, err) == 0);
+    trn_trainer *t = trn_trainer_new(&c, &tr, &va, NULL, err);
+    c.bn_recompute = 2;
+    trn_trainer *tp = trn_trainer_new(&c, &tr, &va, NULL, err);
+    REQUIRE(t && tp);
+    for (int i = 0; i < 30; i++)
+        REQUIRE(trn_trainer_step(t) == 0 && trn_trainer_step(tp) == 0);
+    double l0, a0, l1, a1;
+    trn_trainer_evaluate(t, &va, &l0, &a0);
+    trn_trainer_evaluate(tp, &va, &l1, &a1);
+    printf("  val loss: running averages %.4f, recomputed %.4f\n", l0, l1);
+    CHECK(l1 != l0);
+    CHECK(s_same_state(t, tp)); /* put back */
+    for (int i = 0; i < 10; i++)
+        REQUIRE(trn_trainer_step(t) == 0 && trn_trainer_step(tp) == 0);
+    CHECK(s_same_state(t, tp));
+    CHECK(trn_trainer_last_loss(t) == trn_trainer_last_loss(tp));
+
+    trn_net *n = trn_trainer_net(t);
+    long ns = trn_net_state_count(n);
+    float *a = malloc((size_t)ns * sizeof *a), *b = malloc((size_t)ns * sizeof *b);
+    REQUIRE(a && b);
+    int ok;
+    double l_ema = trn_net_eval(n, tr.x, tr.y, 32, &ok);
+    REQUIRE(trn_net_bn_recompute(n, tr.x, 32, 32) == 0);
+    double l_pb = trn_net_eval(n, tr.x, tr.y, 32, &ok);
+    memcpy(a, trn_net_state(n), (size_t)ns * sizeof *a);
+    double l_train = trn_net_forward_backward(n, tr.x, tr.y, 32, 1, 0, 0, NULL, &ok);
+    printf("  batch loss: train mode %.5f, eval recomputed %.5f, eval running %.5f\n",
+           l_train, l_pb, l_ema);
+    CHECK(fabs(l_pb - l_train) < 1e-3 * l_train);
+    CHECK(fabs(l_ema - l_train) > 0.05);
+    REQUIRE(trn_net_bn_recompute(n, tr.x + 32L * tr.dim, 32, 32) == 0);
+    memcpy(b, trn_net_state(n), (size_t)ns * sizeof *b);
+    REQUIRE(trn_net_bn_recompute(n, tr.x, 64, 32) == 0);
+    const float *ab = trn_net_state(n);
+    double worst = 0;
+    for (long j = 0; j < ns; j++)
+        worst = fmax(worst, fabs(ab[j] - 0.5 * (a[j] + b[j])) / (fabs(a[j]) + fabs(b[j]) + 1e-6));
+    CHECK(worst < 1e-5);
+    free(a), free(b);
+    trn_trainer_destroy(&t);
+    trn_trainer_destroy(&tp);
+    trn_data_free(&tr), trn_data_free(&va), trn_data_free(&te);
+}
+
 /* A stand-in device backend that runs on the host, to test the plumbing
    (attach per precision, sync before evaluation and checkpoints, re-attach
    after a live change) without a GPU. */
@@ -886,6 +955,7 @@ int main(void)
     RUN(live_control);
     RUN(eval_every_samples);
     RUN(cnn_trains);
+    RUN(bn_recompute_evaluates_with_the_statistics_of_the_weights_in_force);
     RUN(backend_plumbing);
     RUN(backend_dist_plumbing);
     trn_data_free(&g_syn);

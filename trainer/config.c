@@ -338,6 +338,16 @@ static const s_opt s_opts[] = {
      .help = "also evaluate once N samples were trained since the last evaluation, "
              "whatever the batch size (0 = off)",
      .when = OPT_LIVE},
+    {.flag = "bn-recompute",
+     .type = OPT_INT,
+     .off = O(bn_recompute),
+     .lo = 0,
+     .hi = 1 << 16,
+     .dflt = "0",
+     .help = "before each evaluation, recompute BatchNorm's running statistics from N "
+             "batches of 256 training examples (the first N*256) under the weights in "
+             "force (precise BN); the evaluation uses them, training is unchanged (0 = "
+             "off: the running averages of training)"},
     {.flag = "checkpoint-dir",
      .type = OPT_STR,
      .off = O(checkpoint_dir),

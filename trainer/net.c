@@ -53,6 +53,7 @@ struct trn_net {
     int nlayers;
     float *state; /* BN running mean/var */
     long nstate;
+    float bn_momentum; /* the running statistics' update weight (s_bn_momentum) */
     float *cols; /* im2col workspace */
     long cols_per_sample;
     int cap; /* samples the buffers hold */
@@ -222,6 +223,7 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
         return NULL;
     }
     n->classes = classes;
+    n->bn_momentum = s_bn_momentum;
     int x = s_buf_new(n, c * h * w);
     int ok = 1;
     if (!strcmp(cfg->model, "mlp")) {
@@ -491,8 +493,9 @@ static void s_forward(trn_net *n, int nb, int train)
                     double var = 1.0 / ((double)o->invstd[j] * o->invstd[j]) - s_bn_eps;
                     if (s > 1)
                         var *= (double)s / (double)(s - 1);
-                    rm[j] = (1 - s_bn_momentum) * rm[j] + s_bn_momentum * o->mean[j];
-                    rv[j] = (float)((1 - s_bn_momentum) * rv[j] + s_bn_momentum * var);
+                    float mo = n->bn_momentum;
+                    rm[j] = (1 - mo) * rm[j] + mo * o->mean[j];
+                    rv[j] = (float)((1 - mo) * rv[j] + mo * var);
                 }
             } else {
                 float *rm = n->state + o->st;
@@ -656,6 +659,25 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
 float *trn_net_input(trn_net *n, int nb)
 {
     return s_reserve(n, nb) < 0 ? NULL : n->bufs[0].x;
+}
+
+int trn_net_bn_recompute(trn_net *n, const float *x, int count, int chunk)
+{
+    if (n->nstate == 0 || count <= 0 || chunk <= 0)
+        return 0;
+    if (s_reserve(n, count < chunk ? count : chunk) < 0)
+        return -1;
+    s_buf *in = &n->bufs[0];
+    int k = 0;
+    for (int i = 0; i < count; i += chunk, k++) {
+        int m = count - i < chunk ? count - i : chunk;
+        memcpy(in->x, x + (size_t)i * in->feat, (size_t)m * in->feat * sizeof(float));
+        trn_round_buf(in->x, (long)m * in->feat, n->prec);
+        n->bn_momentum = 1.0f / (float)(k + 1); /* the first batch replaces */
+        s_forward(n, m, 1);
+    }
+    n->bn_momentum = s_bn_momentum;
+    return 0;
 }
 
 double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct)

@@ -876,6 +876,19 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
     double ls = 0;
     long ok = 0;
     const int chunk = 256; /* bounds the im2col workspace of a CNN */
+    /* --bn-recompute: every rank the same first training examples, so the
+       same statistics; training's running averages are put back after, so
+       checkpoints and later evaluations without it see only those (out of
+       memory for the copy: the running averages are used) */
+    long ns = trn_net_state_count(t->net);
+    float *keep = NULL;
+    if (t->cfg.bn_recompute > 0 && ns > 0 && t->train &&
+        (keep = malloc((size_t)ns * sizeof *keep))) {
+        memcpy(keep, trn_net_state(t->net), (size_t)ns * sizeof *keep);
+        long cnt = (long)t->cfg.bn_recompute * chunk;
+        trn_net_bn_recompute(t->net, t->train->x, cnt < t->train->n ? (int)cnt : t->train->n,
+                             chunk);
+    }
     int lo = 0, hi = d->n;
     int split = t->dist || t->backend_dist;
     if (split) { /* this rank's slice; sums over ranks below */
@@ -895,6 +908,10 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
         trn_comm_sum_d(t->comm, r, 2);
         ls = r[0];
         ok = (long)r[1];
+    }
+    if (keep) {
+        memcpy(trn_net_state(t->net), keep, (size_t)ns * sizeof *keep);
+        free(keep);
     }
     *loss = d->n ? ls / d->n : 0;
     *acc = d->n ? (double)ok / d->n : 0;

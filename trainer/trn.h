@@ -77,6 +77,7 @@ typedef struct trn_config {
     int log_every;                /* report train metrics every N steps */
     int eval_every;               /* evaluate every N steps (0 = each epoch) */
     long eval_every_samples;      /* also once N samples since the last eval (0 = off) */
+    int bn_recompute;             /* BN stats from N batches of 256 before each eval */
     char checkpoint_dir[256];     /* "" = the helper's directory */
     int checkpoint_every;         /* save every N epochs (0 = only on request) */
     char resume[256];             /* checkpoint to resume from */
@@ -317,6 +318,13 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
    to trn_net_forward_backward, saving a copy. Borrowed; valid until the
    next call that takes a larger nb. */
 float *trn_net_input(trn_net *n, int nb);
+
+/* Precise BN: sets the BN running statistics to the average of the batch
+   statistics of count examples x[count*dim], taken in chunks of `chunk`,
+   under the weights in force (forward only; gradients untouched). Only
+   evaluation reads the running statistics, so training is unchanged. 0
+   (also without BN), -1 on allocation failure (statistics unchanged). */
+int trn_net_bn_recompute(trn_net *n, const float *x, int count, int chunk);
 
 /* Like trn_net_forward_backward in evaluation mode (running BN stats). */
 double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct);
