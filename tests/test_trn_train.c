@@ -704,7 +704,8 @@ TEST(bn_recompute_evaluates_with_the_statistics_of_the_weights_in_force)
     const float *ab = trn_net_state(n);
     double worst = 0;
     for (long j = 0; j < ns; j++)
-        worst = fmax(worst, fabs(ab[j] - 0.5 * (a[j] + b[j])) / (fabs(a[j]) + fabs(b[j]) + 1e-6));
+        worst = fmax(worst, fabs(ab[j] - 0.5 * (a[j] + b[j])) /
+                                (fabs(a[j]) + fabs(b[j]) + 1e-6));
     CHECK(worst < 1e-5);
     free(a), free(b);
     trn_trainer_destroy(&t);

@@ -54,7 +54,7 @@ struct trn_net {
     float *state; /* BN running mean/var */
     long nstate;
     float bn_momentum; /* the running statistics' update weight (s_bn_momentum) */
-    float *cols; /* im2col workspace */
+    float *cols;       /* im2col workspace */
     long cols_per_sample;
     int cap; /* samples the buffers hold */
     int classes;

@@ -886,8 +886,8 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
         (keep = malloc((size_t)ns * sizeof *keep))) {
         memcpy(keep, trn_net_state(t->net), (size_t)ns * sizeof *keep);
         long cnt = (long)t->cfg.bn_recompute * chunk;
-        trn_net_bn_recompute(t->net, t->train->x, cnt < t->train->n ? (int)cnt : t->train->n,
-                             chunk);
+        trn_net_bn_recompute(t->net, t->train->x,
+                             cnt < t->train->n ? (int)cnt : t->train->n, chunk);
     }
     int lo = 0, hi = d->n;
     int split = t->dist || t->backend_dist;
