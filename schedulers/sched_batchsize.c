@@ -20,8 +20,7 @@
    "explore", and does not jump on the prior; a size with `min_measurements` windows is
    scored by its own measured time, the fit only extrapolates). Every candidate B in [min,
    max] (option `grid`: "pow2" = the powers of two in range, default; "int" = every
-   integer) up to twice the largest size measured (growth goes in measured doublings) is
-   scored by goodput(B) = B/t(B) * (B_noise + B0)/ (B_noise + B), B0 the
+   integer) is scored by goodput(B) = B/t(B) * (B_noise + B0)/ (B_noise + B), B0 the
    trial's initial batch, B_noise = B_simple/(1 - m) for SGD with momentum m (option
    `momentum`, default 0; sched_bs_noise_scale). On Fashion-MNIST with m = 0.9 it predicts
    the samples better (1.3x at batch 512 against 64, measured 1.0-1.3x, where B_simple
@@ -430,29 +429,18 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
        it, or the shrink is one grow_only forbids (on two MLP ranks a dip in
        B_simple took 128 back to 64 430-530 steps after the explore) */
     double undo = step - t->last_change <= self->interval ? t->undo_b : NAN;
-    /* The line is fitted to the sizes measured, and beyond them it bends
-       the wrong way (the step time of a CPU flattens out): on two MLP ranks
-       the fit through 64 and 128 put 512 10% ahead of 256 where the two
-       were measured the same, the size of `min_gain`, so some trials went
-       128 -> 512 at once; those needed 116k-184k samples to the target,
-       the ones that went through 256 98k-140k. So a candidate is at most
-       twice the largest size measured; growth goes in doublings, each
-       measured before the next. */
-    double reach = 0;
-    for (int i = 0; i < t->ntp; i++)
-        reach = fmax(reach, 2 * t->tp[i].b);
     double best_b = t->b, best_g = GOODPUT(t->b), cur_g = best_g;
     long span = self->bmax - self->bmin;
     if (self->grid_int) {
         long stepc = span > 100000 ? span / 100000 + 1 : 1;
-        for (long b = self->bmin; b <= self->bmax && b <= reach; b += stepc)
+        for (long b = self->bmin; b <= self->bmax; b += stepc)
             if ((!self->grow_only || b >= t->b || b == undo) &&
                 GOODPUT((double)b) > best_g) {
                 best_g = GOODPUT((double)b);
                 best_b = (double)b;
             }
     } else {
-        for (long b = 1; b <= self->bmax && b <= reach && b > 0; b *= 2)
+        for (long b = 1; b <= self->bmax && b > 0; b *= 2)
             if (b >= self->bmin && (!self->grow_only || b >= t->b || b == undo) &&
                 GOODPUT((double)b) > best_g) {
                 best_g = GOODPUT((double)b);
