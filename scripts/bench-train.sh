@@ -5,14 +5,16 @@
 # 1. Throughput: MLP 784-256-256-10 on Fashion-MNIST, fp32, SGD+momentum,
 #    all cores (and one thread), batch 128 and 1024: samples/s of both and the ratio. Each
 #    side runs REPEATS times, alternating, and the best run counts (the
-#    machine may be shared; the load average is printed).
+#    machine may be shared; the load average is printed). Then the residual
+#    CNN (channels 8,16) on one thread at batch 32, 128 and 1024.
 # 2. Large batch (jizhi-train only): test accuracy after EPOCHS epochs for
 #    batch 128 SGD; batch 8192 SGD with linear lr scaling and warmup;
 #    batch 8192 SGD with sqrt lr scaling (for context); batch 8192 LARS with
 #    warmup and polynomial decay.
 #
 # Environment: BUILD (build), PYTHON (/usr/bin/python3), REPEATS (3),
-# STEPS_SAMPLES (samples per timed run, 200000), EPOCHS (20), SKIP_TABLE=1,
+# STEPS_SAMPLES (samples per timed MLP run, 200000), CNN_SAMPLES (per CNN run,
+# 16384), EPOCHS (20), SKIP_TABLE=1,
 # SKIP_SPEED=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,7 @@ BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 REPEATS=${REPEATS:-3}
 SAMPLES=${STEPS_SAMPLES:-200000}
+CNN_SAMPLES=${CNN_SAMPLES:-16384}
 EPOCHS=${EPOCHS:-20}
 TRAIN=$BUILD/bin/jizhi-train
 CORES=$(nproc)
@@ -29,23 +32,42 @@ if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
 fi
 TORCHV=$("$PYTHON" -c 'import torch; print(torch.__version__)')
 
+# The model both sides train (flags common to jizhi-train and bench_train_torch.py).
+MODEL=(--model mlp --hidden 256,256)
+
 # samples/s of one jizhi-train run: the median of its periodic reports
 # (the first report, which includes start-up, is dropped).
 ours() { # batch steps threads
-    local b=$1 steps=$2 th=$3 every=$(( $2 / 6 ))
-    env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --batch-size "$b" --hidden 256,256 --max-steps "$steps" --epochs 1000 \
+    local b=$1 steps=$2 th=$3 every=$(( $2 / 6 > 0 ? $2 / 6 : 1 ))
+    env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --batch-size "$b" "${MODEL[@]}" --max-steps "$steps" --epochs 1000 \
         --log-every "$every" --threads "$th" --quiet 2>&1 |
         sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g |
         awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print 0}'
 }
 
 peer() { # batch steps threads
-    "$PYTHON" scripts/bench_train_torch.py --batch-size "$1" --hidden 256,256 --steps "$2" \
-        --warmup-steps 20 --threads "$3" |
+    "$PYTHON" scripts/bench_train_torch.py --batch-size "$1" "${MODEL[@]}" --steps "$2" \
+        --warmup-steps "$(( $2 / 10 > 20 ? 20 : $2 / 10 + 1 ))" --threads "$3" |
         "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])'
 }
 
 best() { sort -g | tail -1; }
+
+# One table row per batch: the best of REPEATS alternating runs of each side.
+compare() { # threads samples batches...
+    local th=$1 samples=$2; shift 2
+    for b in "$@"; do
+        local steps=$(( samples / b > 12 ? samples / b : 12 )) o=() p=()
+        for _ in $(seq "$REPEATS"); do
+            o+=("$(ours "$b" "$steps" "$th")")
+            p+=("$(peer "$b" "$steps" "$th")")
+        done
+        local ob pb
+        ob=$(printf '%s\n' "${o[@]}" | best)
+        pb=$(printf '%s\n' "${p[@]}" | best)
+        printf '%-8s %-8s %16.0f %16.0f %7.2fx\n' "$th" "$b" "$ob" "$pb" "$(awk -v a="$ob" -v b="$pb" 'BEGIN {print (b > 0 ? a / b : 0)}')"
+    done
+}
 
 if [ "${SKIP_SPEED:-0}" != 1 ]; then
 echo "== jizhi-train vs PyTorch $TORCHV: MLP 784-256-256-10, Fashion-MNIST, fp32, SGD"
@@ -53,19 +75,15 @@ echo "   (best of $REPEATS alternating runs of $SAMPLES samples; load average: $
 printf '%-8s %-8s %16s %16s %8s\n' threads batch jizhi-train pytorch ratio
 # all cores (the goal), then one thread (less sensitive to a busy machine)
 for th in $(printf '%s\n' "$CORES" 1 | uniq); do
-    for b in 128 1024; do
-        steps=$(( SAMPLES / b ))
-        o=(); p=()
-        for _ in $(seq "$REPEATS"); do
-            o+=("$(ours "$b" "$steps" "$th")")
-            p+=("$(peer "$b" "$steps" "$th")")
-        done
-        ob=$(printf '%s\n' "${o[@]}" | best)
-        pb=$(printf '%s\n' "${p[@]}" | best)
-        printf '%-8s %-8s %16.0f %16.0f %7.2fx\n' "$th" "$b" "$ob" "$pb" "$(awk -v a="$ob" -v b="$pb" 'BEGIN {print (b > 0 ? a / b : 0)}')"
-    done
+    compare "$th" "$SAMPLES" 128 1024
 done
 echo "   goal: >= 1.2x at batch 128, >= 1.0x at batch 1024"
+echo
+MODEL=(--model cnn --channels 8,16)
+echo "== jizhi-train vs PyTorch $TORCHV: residual CNN (channels 8,16), one thread"
+echo "   (the setting of the batch-size scheduler's CNN bench; best of $REPEATS runs of $CNN_SAMPLES samples)"
+printf '%-8s %-8s %16s %16s %8s\n' threads batch jizhi-train pytorch ratio
+compare 1 "$CNN_SAMPLES" 32 128 1024
 
 fi
 

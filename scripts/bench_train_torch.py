@@ -2,7 +2,9 @@
 """bench_train_torch.py - the PyTorch peer of jizhi-train for `make bench-train`
 and scripts/gpu-check.sh.
 
-Trains the same MLP (784-H-...-10, ReLU, cross-entropy) on Fashion-MNIST
+Trains the same MLP (784-H-...-10, ReLU, cross-entropy), or with --model cnn
+the same residual CNN (conv-BN-ReLU stem, per stage a stride-2 transition
+after the first and one residual block, global average pool, linear), on Fashion-MNIST
 with the same normalisation and SGD/LARS settings, in the simplest fast
 PyTorch loop (tensors in memory, a random permutation per epoch, no
 DataLoader), and prints one JSON line: samples/s over the timed steps,
@@ -61,10 +63,59 @@ class LARS(torch.optim.Optimizer):
                 p.sub_(st["v"])
 
 
+def mlp(sizes):
+    layers = []
+    for i in range(len(sizes) - 1):
+        lin = torch.nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        bound = math.sqrt((1.0 if last else 6.0) / sizes[i])  # same init as jizhi-train
+        torch.nn.init.uniform_(lin.weight, -bound, bound)
+        torch.nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if not last:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def cbr(ci, co, stride, relu=True, zero_gamma=False):
+    bn = torch.nn.BatchNorm2d(co)
+    if zero_gamma:
+        torch.nn.init.zeros_(bn.weight)
+    layers = [torch.nn.Conv2d(ci, co, 3, stride, 1, bias=False), bn]
+    return torch.nn.Sequential(*(layers + [torch.nn.ReLU()] if relu else layers))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.a, self.b = cbr(c, c, 1), cbr(c, c, 1, relu=False, zero_gamma=True)
+
+    def forward(self, x):
+        return torch.relu(self.b(self.a(x)) + x)
+
+
+class Images(torch.nn.Module):
+    def forward(self, x):
+        return x.view(-1, 1, 28, 28)
+
+
+def cnn(channels):
+    layers, c = [Images(), cbr(1, channels[0], 1)], channels[0]
+    for i, co in enumerate(channels):
+        if i:
+            layers.append(cbr(c, co, 2))
+            c = co
+        layers.append(Block(c))
+    return torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                               torch.nn.Linear(c, 10))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     ap.add_argument("--hidden", default="256,256")
+    ap.add_argument("--channels", default="16,32", help="cnn: channels per stage")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=0, help="timed steps (throughput mode)")
     ap.add_argument("--warmup-steps", type=int, default=20)
@@ -99,18 +150,10 @@ def main():
         x, y = x[: a.train_subset], y[: a.train_subset]
     x, y, xv, yv, xt, yt = (t.to(dev) for t in (x, y, xv, yv, xt, yt))
 
-    sizes = [784] + [int(s) for s in a.hidden.split(",") if s] + [10]
-    layers = []
-    for i in range(len(sizes) - 1):
-        lin = torch.nn.Linear(sizes[i], sizes[i + 1])
-        last = i == len(sizes) - 2
-        bound = math.sqrt((1.0 if last else 6.0) / sizes[i])  # same init as jizhi-train
-        torch.nn.init.uniform_(lin.weight, -bound, bound)
-        torch.nn.init.zeros_(lin.bias)
-        layers.append(lin)
-        if not last:
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers).to(dev)
+    if a.model == "cnn":
+        model = cnn([int(s) for s in a.channels.split(",") if s]).to(dev)
+    else:
+        model = mlp([784] + [int(s) for s in a.hidden.split(",") if s] + [10]).to(dev)
     decay = [p for p in model.parameters() if p.dim() > 1]
     nodecay = [p for p in model.parameters() if p.dim() <= 1]
     if a.optimizer == "lars":

@@ -177,6 +177,73 @@ TEST(conv1x1_grad)
     conv_case(1, 1, 0);
 }
 
+/* Batches whose im2col columns exceed TRN_CONV_TILE bytes are convolved a
+   tile of images at a time: forward, dW (accumulated over the tiles on top
+   of beta * dW) and dX (added to dxbeta * dX) against a direct convolution,
+   with `cols` exactly as large as trn.h says, so ASan sees any overrun.
+   28x28 images of 4 channels: one image a tile at stride 1 (3 tiles), four at
+   stride 2 (a full tile and a remainder of 2). */
+static void conv_tiled_case(int n, int s)
+{
+    int c = 4, h = 28, wd = 28, co = 5, k = 3, p = 1;
+    int ho = trn_conv_out(h, k, s, p), wo = trn_conv_out(wd, k, s, p);
+    long nx = (long)c * n * h * wd, nw = (long)co * c * k * k,
+         ny = (long)co * n * ho * wo;
+    long per = (long)c * k * k * ho * wo * (long)sizeof(double);
+    REQUIRE(TRN_CONV_TILE / per < n); /* more than one tile */
+    double *x = s_rand(nx), *w = s_rand(nw), *dy = s_rand(ny),
+           *y = malloc((size_t)ny * 8);
+    double *dx = s_rand(nx), *dw = s_rand(nw), *rdx = malloc((size_t)nx * 8),
+           *rdw = malloc((size_t)nw * 8);
+    double *cols = malloc((size_t)(per > TRN_CONV_TILE ? per : TRN_CONV_TILE));
+    for (long i = 0; i < nx; i++)
+        rdx[i] = dx[i]; /* dxbeta 1 */
+    for (long i = 0; i < nw; i++)
+        rdw[i] = 0.5 * dw[i]; /* beta 0.5 */
+    double err = 0;
+    for (int o = 0; o < co; o++)
+        for (int ni = 0; ni < n; ni++)
+            for (int oh = 0; oh < ho; oh++)
+                for (int ow = 0; ow < wo; ow++) {
+                    double acc = 0, g = dy[(((long)o * n + ni) * ho + oh) * wo + ow];
+                    for (int ci = 0; ci < c; ci++)
+                        for (int ki = 0; ki < k; ki++)
+                            for (int kj = 0; kj < k; kj++) {
+                                int ih = oh * s - p + ki, iw = ow * s - p + kj;
+                                if (ih < 0 || ih >= h || iw < 0 || iw >= wd)
+                                    continue;
+                                long xi = (((long)ci * n + ni) * h + ih) * wd + iw;
+                                long wi = (((long)o * c + ci) * k + ki) * k + kj;
+                                acc += w[wi] * x[xi];
+                                rdw[wi] += g * x[xi];
+                                rdx[xi] += g * w[wi];
+                            }
+                    y[(((long)o * n + ni) * ho + oh) * wo + ow] = acc;
+                }
+    double *ty = malloc((size_t)ny * 8);
+    trn_conv_fwd_d(x, w, ty, cols, c, n, h, wd, co, k, s, p);
+    for (long i = 0; i < ny; i++)
+        err = fmax(err, fabs(ty[i] - y[i]));
+    CHECK(err < 1e-10);
+    trn_conv_bwd_d(x, w, dy, dx, dw, cols, c, n, h, wd, co, k, s, p, 0.5, 1.0);
+    err = 0;
+    for (long i = 0; i < nw; i++)
+        err = fmax(err, fabs(dw[i] - rdw[i]) / (1 + fabs(rdw[i])));
+    CHECK(err < 1e-10);
+    err = 0;
+    for (long i = 0; i < nx; i++)
+        err = fmax(err, fabs(dx[i] - rdx[i]));
+    CHECK(err < 1e-10);
+    free(x), free(w), free(dy), free(y), free(ty), free(dx), free(dw), free(rdx),
+        free(rdw), free(cols);
+}
+
+TEST(conv_tiles_match_the_direct_convolution)
+{
+    conv_tiled_case(3, 1);
+    conv_tiled_case(6, 2);
+}
+
 /* ---- batch norm (training mode) ---- */
 typedef struct {
     double *x, *g, *b, *y, *r, *mean, *invstd;
@@ -356,6 +423,7 @@ int main(void)
     RUN(conv3x3_grad);
     RUN(conv3x3_stride2_grad);
     RUN(conv1x1_grad);
+    RUN(conv_tiles_match_the_direct_convolution);
     RUN(batchnorm_grad);
     RUN(gap_grad);
     RUN(softmax_ce_grad);

@@ -453,8 +453,10 @@ static int s_reserve(trn_net *n, int nb)
             return -1;
         b->g = g;
     }
-    if (n->cols_per_sample) {
-        float *c = realloc(n->cols, (size_t)nb * n->cols_per_sample * sizeof(float));
+    if (n->cols_per_sample) { /* a tile of images (trn.h, TRN_CONV_TILE) */
+        long cps = n->cols_per_sample, tile = TRN_CONV_TILE / (long)sizeof(float);
+        long ncols = (long)nb * cps > tile ? (cps > tile ? cps : tile) : (long)nb * cps;
+        float *c = realloc(n->cols, (size_t)ncols * sizeof(float));
         if (!c)
             return -1;
         n->cols = c;

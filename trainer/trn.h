@@ -219,6 +219,12 @@ void trn_data_free(trn_dataset *d);
 TRN_KERNEL_DECLS(float, f)
 TRN_KERNEL_DECLS(double, d)
 
+/* Bytes of im2col columns a conv kernel builds at a time: a tile of whole
+   images (at least one), so the columns it multiplies are still in cache.
+   `cols` needs min(n, tile) images of c*k*k*ho*wo values, at most
+   max(one image, TRN_CONV_TILE bytes). */
+#define TRN_CONV_TILE (256L * 1024)
+
 /* Output size of a conv along one axis. */
 static inline int trn_conv_out(int in, int k, int stride, int pad)
 {
