@@ -44,7 +44,10 @@
     explored or was made on the throughput prior alone (one size measured),
     `probe_interval` steps (default `interval`) are enough once the size in
     force has `min_measurements` step-time windows. Those decisions wait for
-    measurements, not for the model to settle.
+    measurements, not for the model to settle. The way back from an
+    explore is taken then even while the explored size's rate is still
+    ramping up (other changes wait for the ramp's end); a change ends any
+    ramp under way at the rate it had reached.
 
     Annealing by batch growth (option `plateau_window` W, default 0 = off;
     "Don't decay the learning rate, increase the batch size", Smith et al.
@@ -409,8 +412,14 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     double corr = 1 - pow(e, (double)t->nmeas);
     double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
     long wait = t->probing ? self->probe : self->interval;
+    /* the way back from an explore is open once the explored size is
+       measured, its warmup ramp over or not: on the CNN the ramp kept a size
+       measured worse for 100 steps, at a rate raised for it (other changes
+       wait for the ramp: on two MLP ranks, going on from 128 to 512 mid-ramp
+       moved nothing but the spread) */
+    int judge = !isnan(t->undo_b) && s_tp_windows(t, t->b) >= self->min_meas;
     if (t->annealing || t->nmeas < self->min_meas || step - t->last_change < wait ||
-        t->ramp || max < 2 || isnan(t->b) || isnan(t->b0) ||
+        (t->ramp && !judge) || max < 2 || isnan(t->b) || isnan(t->b0) ||
         (self->rule != RULE_NONE && isnan(t->lr0)))
         return 0;
     if (!(G2 > 0) || !(TR > 0))
@@ -469,6 +478,8 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
 #undef GOODPUT
     if (!explore && (best_b == t->b || best_g < (1 + self->min_gain) * cur_g))
         return 0;
+    if (t->ramp && best_b != t->undo_b)
+        return 0; /* mid-ramp only the way back */
     double lr_new = self->rule == RULE_NONE
                         ? t->lr_sent
                         : t->lr0 * s_gain(self, bsimple, t->b0, best_b);
@@ -505,6 +516,7 @@ static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, i
     t->probing = explore || t->ntp == 1;
     t->decisions++;
     t->npl = t->pl_next = 0; /* the plateau window starts over at the new size */
+    t->ramp = 0;             /* a ramp under way ends at the rate it reached */
     if (self->rule != RULE_NONE && isfinite(lr_new) && lr_new != lr_old) {
         if (self->warmup > 0 && lr_new > lr_old) {
             t->ramp = 1;

@@ -786,6 +786,31 @@ TEST(grow_only_goes_back_from_an_explore_measured_worse)
     spec_destroy(&sp);
 }
 
+/* An explore is judged once the explored size is measured, not when its
+   warmup ramp ends: with `warmup` 100 the way back from 128 (an example
+   measured 1.25x as costly as at 64, B_simple 10000) comes after a ramp step
+   and before the ramp's last, sets the rate back at once, and no ramp step
+   follows it. */
+TEST(an_explore_is_judged_before_its_warmup_ends)
+{
+    spec_t *sp =
+        s_spec("{\"type\":\"batchsize\",\"min\":16,\"max\":1024,\"interval\":60,"
+               "\"probe_interval\":20,\"warmup\":100,\"ema\":0,\"grow_only\":true}");
+    REQUIRE(sp);
+    char out[4096];
+    s_undo_run(sp, 10000, 0.025, -1, -1, out, sizeof out); /* AdaScale: 0.1 -> 0.2 */
+    const char *up = strstr(out, "set batch_size=128");
+    REQUIRE(up);
+    const char *back = strstr(up, "set batch_size=64");
+    REQUIRE(back);
+    CHECK(strstr(up, "lr warmup") != NULL && strstr(up, "lr warmup") < back);
+    const char *end = strstr(up, "(100/100 steps)");
+    CHECK(end == NULL || end > back);
+    CHECK(strstr(back, "set lr=0.1 ") != NULL);
+    CHECK(strstr(back, "lr warmup") == NULL);
+    spec_destroy(&sp);
+}
+
 /* The way back from an explore stays open for `interval` steps only: 128
    explored at the same cost per example as 64 and B_simple 10000 keep 128;
    B_simple then falling to 8 makes 64 the goodput pick (x1.7), which goes
@@ -1061,6 +1086,7 @@ int main(void)
     RUN(grow_only_never_shrinks);
     RUN(grow_only_goes_back_from_an_explore_measured_worse);
     RUN(grow_only_goes_back_only_soon_after_the_explore);
+    RUN(an_explore_is_judged_before_its_warmup_ends);
     RUN(a_retry_starts_the_trial_state_over);
     RUN(save_restore_at_every_point_gives_the_same_decisions);
     RUN(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max);
