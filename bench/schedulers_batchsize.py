@@ -794,7 +794,7 @@ def main():
     ap.add_argument("--throughput", choices=["cpu", "wall"], default="cpu",
                     help="the scheduler arms' step costs (default cpu: step_cpu_s; the "
                     "defaults arm always uses wall)")
-    ap.add_argument("--lr-rule", choices=["adascale", "sqrt", "linear", "none", "greedy"],
+    ap.add_argument("--lr-rule", choices=["adascale", "sqrt", "linear", "none"],
                     help="the scheduler arms' lr rule (default: the scheduler's, adascale)")
     ap.add_argument("--lr0", type=float, help="the scheduler arms' starting lr (default: "
                     "the best for fixed --sched-start on the first seed; with --only sched: "

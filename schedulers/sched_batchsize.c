@@ -32,14 +32,7 @@
    `interval` steps (default 200) have passed since the last change and `min_measurements`
    (default 3) were seen, the scheduler sends `set batch_size` and a new learning rate lr0
    * gain, gain from `lr_rule`: "adascale" (default; r = (s2 + m2)/(s2/S + m2), S = B/B0),
-    "sqrt", "linear", "none" or "greedy": the rate McCandlish et al. give as
-    optimal for one noisy step, eps_max / (1 + B_noise/B), where the first
-    usable measurement fixes eps_max = lr (1 + B_noise/B) from the rate in
-    force and B_noise is the momentum-corrected noise scale. At a batch
-    change this is AdaScale's gain with B_noise for B_simple; between
-    changes the rate follows the noise scale as it grows, so it anneals by
-    itself (a `set lr` once it moved by 5%, not during a ramp; not with
-    `plateau_window`). A higher rate is warmed up linearly over
+    "sqrt", "linear" or "none". A higher rate is warmed up linearly over
     `warmup` steps (default 100) by further `set lr` instructions sent as
     the trial reports (the trainer's own warmup counts from the start of
     training, so the scheduler does it); a lower rate is set at once. Run
@@ -96,9 +89,8 @@
 #define BS_MAX_TP 24 /* distinct batch sizes in a trial's throughput table */
 
 enum { GNS_GS = 1, GNS_GB = 2, GNS_BS = 4, GNS_BB = 8, GNS_ALL = 15 };
-enum { RULE_ADASCALE = 0, RULE_SQRT, RULE_LINEAR, RULE_NONE, RULE_GREEDY, RULE_N };
-static const char *const s_rules[RULE_N] = {"adascale", "sqrt", "linear", "none",
-                                            "greedy"};
+enum { RULE_ADASCALE = 0, RULE_SQRT, RULE_LINEAR, RULE_NONE };
+static const char *const s_rules[] = {"adascale", "sqrt", "linear", "none"};
 
 #define BS_TP_WIN 16 /* step times kept per batch size (their lower quartile is used) */
 #define BS_PL_MAX 64 /* the largest plateau_window */
@@ -138,8 +130,6 @@ typedef struct {
     double pl[BS_PL_MAX]; /* the objective's reports since the last change (a ring) */
     int npl, pl_next;     /* how many held, where the next goes */
     int annealing;        /* a plateau decision was made: goodput no longer decides */
-    double eps_max;       /* lr_rule greedy: the noiseless step lr (1 + B_noise/B), fixed
-                             at the first usable measurement (NaN before) */
 } bs_trial;
 
 typedef struct {
@@ -259,7 +249,7 @@ static void s_trial_init(bs_trial *t, long id)
 {
     memset(t, 0, sizeof *t);
     t->id = id;
-    t->b0 = t->lr0 = t->b = t->lr_sent = t->undo_b = t->eps_max = NAN;
+    t->b0 = t->lr0 = t->b = t->lr_sent = t->undo_b = NAN;
     t->mom = 0;
     t->pstep = -1;
     t->ramp_last = -1;
@@ -409,47 +399,18 @@ static void s_set(sched_instr *out, long trial, const char *name, json_t *value,
     snprintf(out->reason, sizeof out->reason, "%s", reason);
 }
 
-/* lr_rule greedy: the rate for batch b at noise scale bnoise. */
-static double s_greedy_lr(const bs_trial *t, double bnoise, double b)
+/* A complete measurement at `step`: fold it in and maybe decide. */
+static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, int max)
 {
-    return t->eps_max / (1 + bnoise / b);
-}
-
-/* lr_rule greedy: the first usable measurement fixes eps_max from the
-   rate in force; between decisions the rate then follows eps_max / (1 +
-   B_noise/B) as B_noise grows (a `set lr` once it moved by 5%; not during a
-   ramp or a batch change in flight). Returns the instructions written. */
-static int s_greedy(bs_trial *t, double bnoise, sched_instr *out, int max)
-{
-    double lr = isnan(t->lr_sent) ? t->lr0 : t->lr_sent;
-    if (!(bnoise > 0) || isnan(t->b) || !(lr > 0))
+    double g2, tr;
+    if (sched_gns_estimate(&t->p, &g2, &tr) != 0)
         return 0;
-    if (isnan(t->eps_max)) {
-        t->eps_max = lr * (1 + bnoise / t->b);
-        return 0;
-    }
-    if (max < 1)
-        return 0;
-    double want = s_greedy_lr(t, bnoise, t->b);
-    if (t->ramp || t->pend_b || fabs(want / lr - 1) < 0.05)
-        return 0;
-    char reason[128];
-    snprintf(reason, sizeof reason,
-             "batchsize: lr %.4g for B_noise %.4g at batch %.0f (greedy)", want, bnoise,
-             t->b);
-    s_set(out, t->id, "lr", json_real(want),
-          json_pack("{s:s, s:f, s:f, s:f}", "rule", "greedy", "b_noise", bnoise,
-                    "eps_max", t->eps_max, "lr_from", lr),
-          reason);
-    t->lr_sent = want;
-    return 1;
-}
-
-/* Maybe a goodput decision from the smoothed |G|^2 and tr(Sigma): a batch
-   size, and its lr. Returns the instructions written. */
-static int s_decide(sched_bs *self, bs_trial *t, long step, double G2, double TR,
-                    sched_instr *out, int max)
-{
+    double e = self->ema;
+    t->ema_g2 = e * t->ema_g2 + (1 - e) * g2;
+    t->ema_tr = e * t->ema_tr + (1 - e) * tr;
+    t->nmeas++;
+    double corr = 1 - pow(e, (double)t->nmeas);
+    double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
     long wait = t->probing ? self->probe : self->interval;
     /* the way back from an explore is open once the explored size is
        measured, its warmup ramp over or not: on the CNN the ramp kept a size
@@ -519,9 +480,8 @@ static int s_decide(sched_bs *self, bs_trial *t, long step, double G2, double TR
         return 0;
     if (t->ramp && best_b != t->undo_b)
         return 0; /* mid-ramp only the way back */
-    double lr_new = self->rule == RULE_NONE ? t->lr_sent
-                    : self->rule == RULE_GREEDY
-                        ? s_greedy_lr(t, bnoise, best_b)
+    double lr_new = self->rule == RULE_NONE
+                        ? t->lr_sent
                         : t->lr0 * s_gain(self, bsimple, t->b0, best_b);
     double lr_old = isnan(t->lr_sent) ? t->lr0 : t->lr_sent;
     json_t *d = json_pack(
@@ -572,29 +532,6 @@ static int s_decide(sched_bs *self, bs_trial *t, long step, double G2, double TR
             t->lr_sent = lr_new;
         }
     }
-    return k;
-}
-
-/* A complete measurement at `step`: fold it in, maybe decide, and with
-   lr_rule greedy otherwise follow the noise scale. */
-static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, int max)
-{
-    double g2, tr;
-    if (sched_gns_estimate(&t->p, &g2, &tr) != 0)
-        return 0;
-    double e = self->ema;
-    t->ema_g2 = e * t->ema_g2 + (1 - e) * g2;
-    t->ema_tr = e * t->ema_tr + (1 - e) * tr;
-    t->nmeas++;
-    double corr = 1 - pow(e, (double)t->nmeas);
-    double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
-    int greedy =
-        self->rule == RULE_GREEDY && t->nmeas >= self->min_meas && G2 > 0 && TR > 0;
-    if (greedy && isnan(t->eps_max))
-        s_greedy(t, sched_bs_noise_scale(TR / G2, t->mom), out, 0); /* the anchor */
-    int k = s_decide(self, t, step, G2, TR, out, max);
-    if (!k && greedy)
-        k = s_greedy(t, sched_bs_noise_scale(TR / G2, t->mom), out, max);
     return k;
 }
 
@@ -869,7 +806,6 @@ static json_t *s_save(sched_t *s)
         json_object_set_new(o, "plateau", pl);
         json_object_set_new(o, "annealing", json_boolean(t->annealing));
         json_object_set_new(o, "undo_b", sched_json_real(t->undo_b));
-        json_object_set_new(o, "eps_max", sched_json_real(t->eps_max));
         json_array_append_new(trials, o);
     }
     return json_pack("{s:I, s:o}", "count", (json_int_t)self->count, "trials", trials);
@@ -968,8 +904,7 @@ static int s_restore(sched_t *s, const json_t *state)
         }
         t->pl_next = t->npl % BS_PL_MAX;
         t->annealing = json_is_true(json_object_get(o, "annealing"));
-        t->undo_b = sched_json_double(o, "undo_b");   /* absent in older states: NaN */
-        t->eps_max = sched_json_double(o, "eps_max"); /* likewise */
+        t->undo_b = sched_json_double(o, "undo_b"); /* absent in older states: NaN */
     }
     return 0;
 }
@@ -1103,22 +1038,15 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
     if (r) {
         const char *rs = json_string_value(r);
         self->rule = -1;
-        for (int i = 0; rs && i < RULE_N; i++)
+        for (int i = 0; rs && i < 4; i++)
             if (!strcmp(rs, s_rules[i]))
                 self->rule = i;
         if (self->rule < 0) {
             snprintf(err, errsize,
-                     "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\", "
-                     "\"none\" or \"greedy\"");
+                     "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or "
+                     "\"none\"");
             goto fail;
         }
-    }
-    if (self->rule == RULE_GREEDY && self->plateau_w) {
-        snprintf(
-            err, errsize,
-            "scheduler.plateau_window: not with lr_rule \"greedy\" (its rate anneals "
-            "by itself)");
-        goto fail;
     }
     return &self->base;
 fail:

@@ -3,8 +3,7 @@
     known B_simple from simulated gradients (stated tolerance) with a
     bootstrap interval that covers it; the scheduler picks the
     goodput-maximising batch in a hand-computed case and scales the rate
-    by the AdaScale gain computed by hand; lr_rule greedy follows the
-    noise scale from its anchor; at most one change per
+    by the AdaScale gain computed by hand; at most one change per
     interval; lr warmup after a raise; grow_only goes back from an explore
     measured worse; a plateau doubles the batch, or halves the lr where
     twice the batch was measured to cost more per example; option checks; suggestions are
@@ -241,12 +240,10 @@ TEST(goodput_picks_the_hand_computed_batch_and_adascale_lr)
     sched_destroy(&s);
     spec_destroy(&sp);
 
-    /* sqrt and linear rules on the same case; greedy with the noise scale
-       unchanged since its anchor is AdaScale: eps_max = 0.1 (1 + 256/64) =
-       0.5, at 128 0.5 / (1 + 256/128) = 0.1 * 5/3 */
-    const char *rules[] = {"sqrt", "linear", "none", "greedy"};
-    double want[] = {0.1 * sqrt(2.0), 0.2, NAN, 0.1 * 5.0 / 3.0};
-    for (int r = 0; r < 4; r++) {
+    /* sqrt and linear rules on the same case */
+    const char *rules[] = {"sqrt", "linear", "none"};
+    double want[] = {0.1 * sqrt(2.0), 0.2, NAN};
+    for (int r = 0; r < 3; r++) {
         char opt[256];
         snprintf(
             opt, sizeof opt,
@@ -266,39 +263,6 @@ TEST(goodput_picks_the_hand_computed_batch_and_adascale_lr)
         sched_destroy(&s);
         spec_destroy(&sp);
     }
-}
-
-/* lr_rule greedy at a fixed batch (min = max = 256, ema 0: each
-   measurement alone, momentum 0.5: B_noise = 2 B_simple): the third
-   measurement fixes eps_max = 0.1 (1 + 256/256) = 0.2 from the rate in force
-   and sends nothing; then the rate follows 0.2 / (1 + B_noise/256): 0.05 at
-   B_noise 768, nothing at 800 (3% from 0.05), 0.2/6 at 1280, and back up to
-   0.2/4 at 768 again. A restored state keeps eps_max. */
-TEST(greedy_lr_follows_the_noise_scale)
-{
-    spec_t *sp = s_spec("{\"type\":\"batchsize\",\"min\":256,\"max\":256,\"lr_rule\":"
-                        "\"greedy\",\"ema\":0,\"min_measurements\":3,\"momentum\":0.5}");
-    REQUIRE(sp);
-    ev e[64];
-    int n = 0;
-    e[n++] = (ev){1, 5, "batch_size", 256};
-    e[n++] = (ev){1, 10, "lr", 0.1};
-    const double bsimple[] = {128, 128, 128, 384, 400, 640, 384};
-    for (int i = 0; i < 7; i++)
-        n += s_gns(e + n, 1, 20 + 10 * i, bsimple[i], 128, 256);
-    const char *want =
-        "1:set lr=0.05 [batchsize: lr 0.05 for B_noise 768 at batch 256 (greedy)];"
-        "1:set lr=0.0333333 [batchsize: lr 0.03333 for B_noise 1280 at batch 256 "
-        "(greedy)];"
-        "1:set lr=0.05 [batchsize: lr 0.05 for B_noise 768 at batch 256 (greedy)];";
-    for (int cut = -1; cut < n; cut++) {
-        char out[2048];
-        sched_t *s = s_play(sp, e, n, cut, out, sizeof out);
-        REQUIRE(s);
-        CHECK_STR(out, want);
-        sched_destroy(&s);
-    }
-    spec_destroy(&sp);
 }
 
 /* The same case for SGD with momentum 0.5: the efficiency uses
@@ -1079,11 +1043,7 @@ TEST(options_are_checked)
         {"{\"type\":\"batchsize\",\"ema\":1}",
          "scheduler.ema: must be a number from 0 to 0.9999"},
         {"{\"type\":\"batchsize\",\"lr_rule\":\"cubic\"}",
-         "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\", \"none\" or "
-         "\"greedy\""},
-        {"{\"type\":\"batchsize\",\"lr_rule\":\"greedy\",\"plateau_window\":16}",
-         "scheduler.plateau_window: not with lr_rule \"greedy\" (its rate anneals by "
-         "itself)"},
+         "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or \"none\""},
         {"{\"type\":\"batchsize\",\"throughput\":\"gpu\"}",
          "scheduler.throughput: must be \"wall\" or \"cpu\""},
         {"{\"type\":\"batchsize\",\"grow_only\":1}",
@@ -1132,7 +1092,6 @@ int main(void)
     RUN(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max);
     RUN(plateau_halves_the_lr_where_twice_the_batch_costs_more_per_example);
     RUN(after_a_plateau_goodput_no_longer_decides);
-    RUN(greedy_lr_follows_the_noise_scale);
     RUN(options_are_checked);
     TEST_DONE();
 }
