@@ -66,12 +66,12 @@ stored report, not the stop):
 Replicas (--replicas R; default 3 for mlp-2r outside --quick, else 1): one
 trial's time to the target is chaotic. On two ranks, fixed 512 at lr
 0.070711 reached 0.88 on seeds 1-10 in a median of 321 steps, and at
-0.070704 and 0.070718 (1e-4 either side) in 415 and 394; one seed moved
-from 460 to 338 steps. With R > 1 every arm,
-fixed or scheduled, runs R times at lr x (1 + 1e-4 k), k = 0, -1, 1, ...
-(the scheduler arms: their lr0), and its measures are those of its median
-replica, so that neither side's number is one draw of that chaos; the
-first seed's sweep compares medians too. Replica k = 0 is the run of R = 1.
+0.070704 and 0.070718 (1e-4 either side) in 415 and 394; seed 4 moved
+from 293 to 460 steps. With R > 1 every arm, fixed or scheduled, runs R
+times at lr x (1 + 1e-4 k), k = 0, -1, 1, ... (the scheduler arms: their
+lr0), and its measures are those of its median replica, so that neither
+side's number is one draw of that chaos; the first seed's sweep compares
+medians too. Replica k = 0 is the run of R = 1.
 
 Settings: a model, and with "-2r" two data-parallel ranks (trial.ranks 2,
 mpirun; every step all-reduces the gradient, a fixed cost per step, so
