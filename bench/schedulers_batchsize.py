@@ -28,7 +28,10 @@ stored report, not the stop):
                 each B at the c that needed the fewest samples for it on the
                 first seed ("best lr in hindsight"; at one batch size the cost
                 is proportional to the samples, which the load does not
-                move). best_fixed per seed: the cheapest fixed arm by the
+                move). With --sweep-all every seed runs every c and each
+                B gets the c with the fewest samples in the median over the
+                seeds (the fixed arms of all seeds run first); the other
+                rates are not baselines. best_fixed per seed: the cheapest fixed arm by the
                 profiled time (--rank profile, the default: at load 9-15
                 the wall time and CPU-s of one 2-rank run moved up to 10x),
                 the trainer's CPU-s (--rank cpu) or wall time (--rank time).
@@ -587,90 +590,123 @@ def bench_setting(tmp, setting, args, plots):
     print("%4s %-18s %6s %8s %7s %7s %6s %8s %7s %7s %5s" % (
         "seed", "arm", "steps", "samples", "prof-s", "time-s", "CPU-s", "best acc", "changes",
         "final B", "load"))
-    for seed in range(args.first_seed, args.first_seed + seeds):
-        fixed_arms = []
+    def rate(b, c):
+        return round(c * 0.05 * (b / 64) ** 0.5, 6)
+
+    def fixed_arms_of(seed):
         # the largest batch first: the cheapest arm so far caps the others
-        args.cap = None
-        for b in sorted(args.batches, reverse=True):
-            cs = sweep if seed == args.first_seed else [best_c.get(b, 1.0)]
-            for c in cs:
-                lr = round(c * 0.05 * (b / 64) ** 0.5, 6)
-                fixed_arms.append(("fixed", b, lr, "fixed%d-lr%g" % (b, lr)))
+        cs_all = seed == args.first_seed or args.sweep_all
+        return [("fixed", b, rate(b, c), "fixed%d-lr%g" % (b, rate(b, c)))
+                for b in sorted(args.batches, reverse=True)
+                for c in (sweep if cs_all else [best_c.get(b, 1.0)])]
 
-        def later_arms():
-            # the scheduler starts at B0 (--sched-start, 64) with the lr that
-            # was best for fixed B0 on seed 1 (the same hindsight the fixed
-            # arms get)
-            b0 = args.sched_start
-            lr0 = args.lr0 or round(best_c.get(b0, 1.0) * 0.05 * (b0 / 64) ** 0.5, 6)
-            bl = max(args.batches)
-            # this seed's best fixed arm so far (by profiled time), for the
-            # fixed-plateau baseline
-            done = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
-                    r["profile"] is not None]
-            bf = min(done, key=lambda r: r["profile"]) if done else None
-            return [("linear", bl, 0.05 * bl / 64, "linear%d" % bl),
-                    ("batchsize", b0, lr0, "batchsize"),
-                    ("batchsize-goodput", b0, lr0, "batchsize-goodput"),
-                    ("batchsize-default", b0, lr0, "batchsize-default")] + \
-                ([("fixed-plateau", bf["batch"], bf["lr"], "fixed%d-plateau" % bf["batch"])]
-                 if bf else [])
+    def chosen(r):
+        # with --sweep-all every rate ran on every seed: only the rate picked
+        # for the batch is its baseline
+        return not args.sweep_all or r["lr"] == rate(r["batch"], best_c.get(r["batch"], 1.0))
 
-        for phase in (0, 1):
-            arms = fixed_arms if phase == 0 else later_arms()
-            if args.only == "sched":
-                arms = [a for a in arms if a[0].startswith("batchsize")]
-            if args.arms:
-                arms = [a for a in arms if a[0] in args.arms.split(",")]
-            for kind, b, lr, label in arms:
-                r = run_arm(tmp, "%s-%s-s%d" % (setting, label, seed), model, seed, kind, b,
-                            lr, args)
-                if r is None:
-                    continue
-                r["label"] = label
-                rows.append(r)
-                if r["profile"] is not None and args.cap_factor:
-                    args.cap = min(args.cap or float("inf"), args.cap_factor * r["profile"])
-                print("%4d %-18s %6s %8s %7s %7s %6s %8s %7d %7.0f %5.1f" % (
-                    seed, label, fmt(r["steps"], ">6"), fmt(r["samples"], ">8"),
-                    fmt(r["profile"], ">7.2f"), fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
-                    r["changes"], r["final_b"], r["load"]))
-                if len(r["replicas"]) > 1:
-                    print("     %s replicas, profiled s (the median above): %s" % (
-                        label, ", ".join(fmt(x, ".2f") for x in r["replicas"])))
-                if kind.startswith("batchsize") or kind == "fixed-plateau":
-                    print("     %s decisions (step: batch): %s; lr changes (reported step: lr): %s"
-                          % (label, ", ".join("%d: %d" % c for c in r["changes_at"]) or "none",
-                             (", ".join("%d: %.4g" % c for c in r["lr_at"][:8]) or "none") +
-                             (" ... (%d in all)" % len(r["lr_at"]) if len(r["lr_at"]) > 8
-                              else "")))
-                    print("     %s plateau decisions (step: batch or lr): %s" % (
-                        label, ", ".join("%d: %s %.4g" % (st, "batch" if n == "batch_size"
-                                                          else "lr", v)
-                                         for st, n, v in r["plateau_at"]) or "none"))
-                sys.stdout.flush()
-                if (kind.startswith("batchsize") or kind == "fixed-plateau") and plots:
-                    os.makedirs(plots, exist_ok=True)
-                    svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, setting, seed)),
-                             "%s, %s, seed %d (lr0 %g): batch size (log), lr (log), val_acc "
-                             "over time" % (kind, setting, seed, lr), r["trace"], target)
-            if phase == 0 and seed == args.first_seed and args.only == "all":
-                for b in args.batches:
-                    cands = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
-                             r["batch"] == b]
-                    ok = [r for r in cands if r[args.rank] is not None]
-                    # within one batch size the cost is proportional to the
-                    # samples, which the load does not move (the CPU-s of one
-                    # run did, up to 1.5x at the same samples)
-                    ok = [r for r in cands if r["samples"] is not None]
-                    pick = min(ok, key=lambda r: r["samples"]) if ok else \
-                        max(cands, key=lambda r: r["best"] or 0) if cands else None
-                    best_c[b] = (pick["lr"] / (0.05 * (b / 64) ** 0.5)) if pick else 1.0
+    def later_arms(seed):
+        # the scheduler starts at B0 (--sched-start, 64) with the lr that
+        # was best for fixed B0 in the sweep (the same hindsight the fixed
+        # arms get)
+        b0 = args.sched_start
+        lr0 = args.lr0 or rate(b0, best_c.get(b0, 1.0))
+        bl = max(args.batches)
+        # this seed's best fixed arm (by profiled time), for the fixed-plateau
+        # baseline
+        done = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
+                r["profile"] is not None and chosen(r)]
+        bf = min(done, key=lambda r: r["profile"]) if done else None
+        return [("linear", bl, 0.05 * bl / 64, "linear%d" % bl),
+                ("batchsize", b0, lr0, "batchsize"),
+                ("batchsize-goodput", b0, lr0, "batchsize-goodput"),
+                ("batchsize-default", b0, lr0, "batchsize-default")] + \
+            ([("fixed-plateau", bf["batch"], bf["lr"], "fixed%d-plateau" % bf["batch"])]
+             if bf else [])
+
+    def run_arms(seed, arms):
+        if args.only == "sched":
+            arms = [a for a in arms if a[0].startswith("batchsize")]
+        if args.arms:
+            arms = [a for a in arms if a[0] in args.arms.split(",")]
+        for kind, b, lr, label in arms:
+            r = run_arm(tmp, "%s-%s-s%d" % (setting, label, seed), model, seed, kind, b,
+                        lr, args)
+            if r is None:
+                continue
+            r["label"] = label
+            rows.append(r)
+            if r["profile"] is not None and args.cap_factor:
+                args.cap = min(args.cap or float("inf"), args.cap_factor * r["profile"])
+            print("%4d %-18s %6s %8s %7s %7s %6s %8s %7d %7.0f %5.1f" % (
+                seed, label, fmt(r["steps"], ">6"), fmt(r["samples"], ">8"),
+                fmt(r["profile"], ">7.2f"), fmt(r["time"], ">7.1f"), fmt(r["cpu"], ">6.1f"), fmt(r["best"], ">8.4f"),
+                r["changes"], r["final_b"], r["load"]))
+            if len(r["replicas"]) > 1:
+                print("     %s replicas, profiled s (the median above): %s" % (
+                    label, ", ".join(fmt(x, ".2f") for x in r["replicas"])))
+            if kind.startswith("batchsize") or kind == "fixed-plateau":
+                print("     %s decisions (step: batch): %s; lr changes (reported step: lr): %s"
+                      % (label, ", ".join("%d: %d" % c for c in r["changes_at"]) or "none",
+                         (", ".join("%d: %.4g" % c for c in r["lr_at"][:8]) or "none") +
+                         (" ... (%d in all)" % len(r["lr_at"]) if len(r["lr_at"]) > 8
+                          else "")))
+                print("     %s plateau decisions (step: batch or lr): %s" % (
+                    label, ", ".join("%d: %s %.4g" % (st, "batch" if n == "batch_size"
+                                                      else "lr", v)
+                                     for st, n, v in r["plateau_at"]) or "none"))
+            sys.stdout.flush()
+            if (kind.startswith("batchsize") or kind == "fixed-plateau") and plots:
+                os.makedirs(plots, exist_ok=True)
+                svg_plot(os.path.join(plots, "%s-%s-s%d.svg" % (kind, setting, seed)),
+                         "%s, %s, seed %d (lr0 %g): batch size (log), lr (log), val_acc "
+                         "over time" % (kind, setting, seed, lr), r["trace"], target)
+
+    def pick_rates(seed_list):
+        # each batch's rate: the fewest samples to the target, the median over
+        # the sweep's seeds (within one batch size the cost is proportional to
+        # the samples, which the load does not move: the CPU-s of one run did,
+        # up to 1.5x at the same samples); none reached it: the best val_acc
+        inf = float("inf")
+        for b in args.batches:
+            by_lr = {}
+            for r in rows:
+                if r["kind"] == "fixed" and r["batch"] == b and r["seed"] in seed_list:
+                    by_lr.setdefault(r["lr"], []).append(r)
+            if not by_lr:
+                continue
+            med_samples = {lr: statistics.median([r["samples"] or inf for r in rs])
+                           for lr, rs in by_lr.items()}
+            pick = min(med_samples, key=med_samples.get)
+            if med_samples[pick] == inf:
+                pick = max(by_lr, key=lambda lr: statistics.median(
+                    [r["best"] or 0 for r in by_lr[lr]]))
+            best_c[b] = pick / (0.05 * (b / 64) ** 0.5)
+
+    seed_list = list(range(args.first_seed, args.first_seed + seeds))
+    if args.sweep_all:
+        for seed in seed_list:
+            args.cap = None
+            run_arms(seed, fixed_arms_of(seed))
+        if args.only == "all":
+            pick_rates(seed_list)
+        for seed in seed_list:
+            base = [r["profile"] for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
+                    r["profile"] is not None and chosen(r)]
+            args.cap = args.cap_factor * min(base) if base and args.cap_factor else None
+            run_arms(seed, later_arms(seed))
+    else:
+        for seed in seed_list:
+            args.cap = None
+            run_arms(seed, fixed_arms_of(seed))
+            if seed == args.first_seed and args.only == "all":
+                pick_rates([seed])
+            run_arms(seed, later_arms(seed))
     # per seed: the best fixed arm by each measure, the scheduler arms' ratios
     per_seed = []
     for seed in range(args.first_seed, args.first_seed + seeds):
         fixed = [r for r in rows if r["seed"] == seed and r["kind"] == "fixed" and
-                 r["steps"] is not None]
+                 r["steps"] is not None and chosen(r)]
         arm = {k: next((r for r in rows if r["seed"] == seed and r["kind"] == k), None)
                for k in SCHED_KINDS + ("linear",)}
         if not fixed or not arm["batchsize"]:
@@ -832,6 +868,10 @@ def main():
     ap.add_argument("--lr0", type=float, help="the scheduler arms' starting lr (default: "
                     "the best for fixed --sched-start on the first seed; with --only sched: "
                     "0.05 * sqrt(start/64))")
+    ap.add_argument("--sweep-all", action="store_true",
+                    help="sweep every rate on every seed and give each batch the rate with "
+                    "the fewest samples over all of them (median), the fixed arms first "
+                    "(default: the sweep on the first seed only)")
     ap.add_argument("--replicas", type=int,
                     help="runs per arm, replica k at the arm's lr x (1 + 1e-4 k), k = 0, -1, "
                     "1, ...; the arm's measures are its median replica's (default: 3 for "
