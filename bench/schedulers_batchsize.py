@@ -28,7 +28,8 @@ stored report, not the stop):
                 each B at the c that needed the fewest samples for it on the
                 first seed ("best lr in hindsight"; at one batch size the cost
                 is proportional to the samples, which the load does not
-                move). With --sweep-all every seed runs every c and each
+                move). With --sweep-all (the default for mlp-2r outside
+                --quick) every seed runs every c and each
                 B gets the c with the fewest samples in the median over the
                 seeds (the fixed arms of all seeds run first); the other
                 rates are not baselines. best_fixed per seed: the cheapest fixed arm by the
@@ -135,8 +136,10 @@ MODELS = {
 
 # per setting, unless given on the command line: two ranks train on all the
 # data to 0.88, where the noise scale is larger (the setting of the
-# documented numbers)
-SETTING_DEFAULTS = {"mlp-2r": {"subset": 0, "target": 0.88, "epochs": 8, "replicas": 3}}
+# documented numbers), each arm the median of 3 replicas and each batch's
+# rate swept on every seed (one trial's time to the target is chaotic)
+SETTING_DEFAULTS = {"mlp-2r": {"subset": 0, "target": 0.88, "epochs": 8, "replicas": 3,
+                               "sweep_all": True}}
 
 
 # --link: MPI's TCP ports (a u32 match of 0xb300/0xff00: 45824-46079)
@@ -553,7 +556,8 @@ def fmt(x, f):
 
 
 def bench_model(tmp, setting, args, plots):
-    given = {k: getattr(args, k) for k in ("subset", "target", "epochs", "replicas")}
+    given = {k: getattr(args, k) for k in ("subset", "target", "epochs", "replicas",
+                                           "sweep_all")}
     for k, v in SETTING_DEFAULTS.get(setting, {}).items():
         if getattr(args, k) is None and not args.quick:
             setattr(args, k, v)
@@ -868,10 +872,11 @@ def main():
     ap.add_argument("--lr0", type=float, help="the scheduler arms' starting lr (default: "
                     "the best for fixed --sched-start on the first seed; with --only sched: "
                     "0.05 * sqrt(start/64))")
-    ap.add_argument("--sweep-all", action="store_true",
+    ap.add_argument("--sweep-all", action="store_true", default=None,
                     help="sweep every rate on every seed and give each batch the rate with "
                     "the fewest samples over all of them (median), the fixed arms first "
-                    "(default: the sweep on the first seed only)")
+                    "(default: on for mlp-2r outside --quick, else the sweep on the first "
+                    "seed only)")
     ap.add_argument("--replicas", type=int,
                     help="runs per arm, replica k at the arm's lr x (1 + 1e-4 k), k = 0, -1, "
                     "1, ...; the arm's measures are its median replica's (default: 3 for "
