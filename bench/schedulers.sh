@@ -7,13 +7,15 @@
 #
 #   BUILD=build PYTHON=/usr/bin/python3 bench/schedulers.sh [--quick]
 #   BENCH_SCHED_PARTS="pbt batchsize" restricts the parts run (asha,
-#   batchsize, pbt). The parts merge their medians into
+#   batchsize, batchsize_adaptdl, pbt). The parts merge their medians into
 #   $BUILD/bench/schedulers.json (BENCH_SCHED_JSON overrides the path):
 #   {"pbt": {"jizhi"|"ray"|"no_pbt": {best_val_acc, mean_val_acc, wall_s,
 #   ...}}, "batchsize": {"jizhi": {time_to_target_s, samples_to_target},
-#   "best_fixed": {..., batch_size}, ...}}. The pbt part installs ray[tune]
-#   into $BUILD/bench/ray-venv on first use (PyPI; pinned, see
-#   bench/schedulers_pbt.py); without it the Ray arm is SKIPPED.
+#   "best_fixed": {..., batch_size}, ...}, "batchsize_adaptdl": {...}}. The
+#   pbt part installs ray[tune] into $BUILD/bench/ray-venv on first use, and
+#   batchsize_adaptdl AdaptDL (Pollux's library) into
+#   $BUILD/bench/adaptdl-venv (PyPI, pinned, for the benchmarks only);
+#   without them those arms are SKIPPED.
 set -eu
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-/usr/bin/python3}

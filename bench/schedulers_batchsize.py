@@ -884,6 +884,8 @@ def main():
                     "module's docstring)")
     ap.add_argument("--lock", help="flock this file around each arm (e.g. "
                     "/tmp/jizhi-bench.lock; the default holds none)")
+    ap.add_argument("--keep", help="keep the arms' directories (their jizhi.db: metrics, "
+                    "the scheduler's decisions in events) in this new directory")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
@@ -896,7 +898,8 @@ def main():
         args.seeds, args.batches, args.sweep = 1, [32, 128, 512], [1.0, 2.0]
     plots = os.path.join(BUILD, "bench")
     out = {}
-    with Link(args.link), tempfile.TemporaryDirectory(prefix="jz-bench-bs-") as tmp:
+    with Link(args.link), tempfile.TemporaryDirectory(prefix="jz-bench-bs-") as scratch:
+        tmp = args.keep or scratch
         for model in models:
             rows, per_seed, curve = bench_model(tmp, model, args, plots)
             s = summarize(per_seed, args.rank)
