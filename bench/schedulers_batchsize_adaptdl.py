@@ -64,7 +64,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
+BUILD = os.path.abspath(os.environ.get("BUILD", os.path.join(ROOT, "build")))
 VENV = os.path.join(BUILD, "bench", "adaptdl-venv")
 PINS = ["adaptdl==0.2.11"]
 DATA = "/usr/share/datasets/fashion-mnist"
