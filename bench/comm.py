@@ -23,7 +23,6 @@ while they run.
 This machine: 2 shared cores, so ranks are oversubscribed and the numbers
 are noisy; the ratios between algorithms in one run are what to read.
 """
-import math
 import os
 import re
 import shutil

@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD", "build")
 if not os.path.isabs(BUILD):
@@ -160,7 +162,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="one seed, fewer trials")
     ap.add_argument("--seeds", type=int, default=2)
-    ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"),
+                    help="merge the rows into this JSON object (key asha)")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         print("asha: SKIPPED: Fashion-MNIST not found in %s" % DATA)
@@ -174,8 +177,7 @@ def main():
     if args.json:
         for r in rows:
             r.pop("curve", None)
-        with open(args.json, "w") as f:
-            json.dump({"asha": rows}, f, indent=1)
+        write_json(args.json, "asha", rows)
     return 0
 
 

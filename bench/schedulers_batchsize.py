@@ -105,6 +105,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import median_replica, replica_factor, write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD", "build")
 if not os.path.isabs(BUILD):
@@ -380,10 +382,6 @@ def profiled_so_far(db, batch, curve):
     return (total + (last - at) * step_ms(curve, cur)) / 1e3
 
 
-# --replicas: replica k runs at lr x (1 + JITTER k), k = 0, -1, 1, -2, 2, ...
-JITTER = 1e-4
-
-
 def run_arm(tmp, name, model, seed, kind, batch, lr, args):
     """Runs one arm until the target (then stops it) or its epochs end. With
     --replicas R, R times, replica k at lr x (1 + JITTER k), and returns the
@@ -391,18 +389,14 @@ def run_arm(tmp, name, model, seed, kind, batch, lr, args):
     every replica's in "replicas"; "lr" stays the arm's own."""
     reps = []
     for i in range(args.replicas or 1):
-        k = (i + 1) // 2 * (-1 if i % 2 else 1)
+        f, k = replica_factor(i)
         with Lock(args):
             r = run_arm_locked(tmp, name + ("-r%d" % k if k else ""), model, seed, kind, batch,
-                               lr * (1 + JITTER * k), args)
+                               lr * f, args)
         if r is not None:
             reps.append(r)
-    if not reps:
-        return None
-    reps.sort(key=lambda r: (r["profile"] is None, r["profile"] or 0))
-    mid = dict(reps[(len(reps) - 1) // 2], lr=lr)
-    mid["replicas"] = [r["profile"] for r in reps]
-    return mid
+    mid = median_replica(reps, "profile")
+    return dict(mid, lr=lr) if mid else None
 
 
 def run_arm_locked(tmp, name, model, seed, kind, batch, lr, args):
@@ -800,19 +794,6 @@ def summarize(per_seed, rank):
     out["profiled_ratio_jizhi_to_best_fixed"] = out["jizhi"]["profile_ratio_to_best_fixed"]
     out["seeds"] = len(per_seed)
     return out
-
-
-def write_json(path, key, value):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        doc = {}
-    doc[key] = value
-    with open(path + ".tmp", "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-    os.replace(path + ".tmp", path)
 
 
 def main():

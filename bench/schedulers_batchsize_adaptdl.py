@@ -63,13 +63,14 @@ import sys
 import tempfile
 import time
 
+from benchlib import ensure_venv, median_replica, replica_factor, write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.abspath(os.environ.get("BUILD", os.path.join(ROOT, "build")))
 VENV = os.path.join(BUILD, "bench", "adaptdl-venv")
 PINS = ["adaptdl==0.2.11"]
 DATA = "/usr/share/datasets/fashion-mnist"
 TARGET, EPOCHS, VAL, EVAL_SAMPLES, B0, BMAX = 0.88, 8, 5000, 3200, 64, 1024
-JITTER = 1e-4
 
 
 # ---- the worker: one rank of one arm (runs in the venv) ----
@@ -210,33 +211,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ensure_venv():
-    """The venv's python, or (None, why)."""
-    py = os.path.join(VENV, "bin", "python")
-    probe = [py, "-c", "import numpy; numpy.int = int; import adaptdl.torch"]
-    if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
-        return py, None
-    print("adaptdl: installing %s into %s (once)" % (" ".join(PINS), VENV))
-    sys.stdout.flush()
-    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", VENV],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        return None, "cannot create a venv: " + r.stderr.strip()[-300:]
-    try:
-        import numpy
-        cons = ["numpy==" + numpy.__version__]  # torch is built against it
-    except ImportError:
-        cons = []
-    cfile = os.path.join(VENV, "constraints.txt")
-    with open(cfile, "w") as f:
-        f.write("\n".join(cons) + "\n")
-    r = subprocess.run([py, "-m", "pip", "install", "-q", "-c", cfile] + PINS,
-                       capture_output=True, text=True)
-    if r.returncode != 0 or subprocess.run(probe, capture_output=True).returncode != 0:
-        return None, "pip install of adaptdl failed: " + (r.stderr or r.stdout).strip()[-300:]
-    return py, None
-
-
 def run_arm(py, tmp, kind, seed, lr, batch, args):
     out = os.path.join(tmp, "out-%s-%d-%d-%.8g.json" % (kind, seed, batch, lr))
     port = free_port()
@@ -274,18 +248,10 @@ def run_arm(py, tmp, kind, seed, lr, batch, args):
 
 def run_replicas(py, tmp, kind, seed, lr, batch, args):
     """The arm's median replica by time (a miss counts as the slowest)."""
-    reps = []
-    for i in range(args.replicas):
-        k = (i + 1) // 2 * (1 if i % 2 == 0 else -1)  # 0, -1, 1, -2, 2, ...
-        r = run_arm(py, tmp, kind, seed, lr * (1 + JITTER * k), batch, args)
-        if r:
-            reps.append(r)
-    if not reps:
-        return None
-    reps.sort(key=lambda r: (r["time"] is None, r["time"] or 0))
-    mid = dict(reps[(len(reps) - 1) // 2], lr=lr)
-    mid["replicas"] = [r["time"] for r in reps]
-    return mid
+    reps = [run_arm(py, tmp, kind, seed, lr * replica_factor(i)[0], batch, args)
+            for i in range(args.replicas)]
+    mid = median_replica([r for r in reps if r], "time")
+    return dict(mid, lr=lr) if mid else None
 
 
 def fmt(v, f="%.2f"):
@@ -333,7 +299,8 @@ def main():
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
         print("adaptdl: SKIPPED: Fashion-MNIST not found in %s" % DATA)
         return 0
-    py, why = ensure_venv()
+    py, why = ensure_venv(VENV, PINS, "import numpy; numpy.int = int; import adaptdl.torch",
+                          "adaptdl")
     if not py:
         print("adaptdl: SKIPPED: %s" % why)
         return 0
@@ -428,8 +395,6 @@ def main():
                       b0, what, TARGET, fmt(opt(med)),
                       ", ".join(fmt(opt(x)) for x in ratios[(b0, m)])))
     if args.json:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from schedulers_batchsize import write_json
         write_json(args.json, "batchsize_adaptdl", summary)
     return 0
 

@@ -51,6 +51,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import ensure_venv, write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD", "build")
 if not os.path.isabs(BUILD):
@@ -135,31 +137,13 @@ def run_jizhi(tmp, name, sched, args, seed):
 
 def ensure_ray(args):
     """The Ray venv's python, or (None, why)."""
-    py = os.path.join(VENV, "bin", "python")
-    probe = [py, "-c", "import ray, ray.tune; print(ray.__version__)"]
-    if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
-        return py, None
+    probe = "import ray, ray.tune"
     if args.no_install:
-        return None, "ray[tune] not installed in %s (--no-install)" % VENV
-    print("pbt: installing %s into %s (once)" % (" ".join(RAY_PINS), VENV))
-    sys.stdout.flush()
-    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", VENV],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        return None, "cannot create a venv: " + r.stderr.strip()[-300:]
-    try:
-        import numpy
-        cons = ["numpy==" + numpy.__version__]
-    except ImportError:
-        cons = []
-    cfile = os.path.join(VENV, "constraints.txt")
-    with open(cfile, "w") as f:
-        f.write("\n".join(cons) + "\n")
-    r = subprocess.run([py, "-m", "pip", "install", "-q", "-c", cfile] + RAY_PINS,
-                       capture_output=True, text=True)
-    if r.returncode != 0 or subprocess.run(probe, capture_output=True).returncode != 0:
-        return None, "pip install of ray[tune] failed: " + (r.stderr or r.stdout).strip()[-300:]
-    return py, None
+        py = os.path.join(VENV, "bin", "python")
+        ok = os.path.exists(py) and subprocess.run([py, "-c", probe],
+                                                   capture_output=True).returncode == 0
+        return (py, None) if ok else (None, "ray[tune] not installed in %s (--no-install)" % VENV)
+    return ensure_venv(VENV, RAY_PINS, probe, "pbt")
 
 
 def run_ray(py, tmp, name, configs, args, seed):
@@ -338,20 +322,6 @@ def main():
             medians(rows, args, False)
     medians(rows, args, True)
     return 0
-
-
-def write_json(path, key, value):
-    """Merges {key: value} into the JSON object at path."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        doc = {}
-    doc[key] = value
-    with open(path + ".tmp", "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":
