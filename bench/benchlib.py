@@ -29,14 +29,16 @@ def median_replica(reps, key):
     return mid
 
 
-def ensure_venv(venv, pins, probe, what):
+def ensure_venv(venv, pins, probe, what, install=True):
     """The python of venv (made with the system's packages, so its numpy and
     torch) once `probe` (python code) runs in it, installing pins first if
-    needed; or (None, why)."""
+    needed and `install`; or (None, why)."""
     py = os.path.join(venv, "bin", "python")
     check = [py, "-c", probe]
     if os.path.exists(py) and subprocess.run(check, capture_output=True).returncode == 0:
         return py, None
+    if not install:
+        return None, "%s not installed in %s" % (" ".join(pins), venv)
     print("%s: installing %s into %s (once)" % (what, " ".join(pins), venv))
     sys.stdout.flush()
     r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv],

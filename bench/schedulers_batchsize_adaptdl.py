@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/batchsize_adaptdl.py - the batch-size scheduler's peer: AdaptDL, the
+"""bench/schedulers_batchsize_adaptdl.py - the batch-size scheduler's peer: AdaptDL, the
 library of Pollux (OSDI 2021), against PyTorch's own best fixed batch, on the
 setting of the batch-size bench's headline (`mlp-2r`): the Fashion-MNIST MLP
 (784-256-256-10) on two data-parallel CPU ranks of one thread, SGD with
@@ -35,8 +35,8 @@ printed too. The machine must be otherwise idle.
 What the harness does to AdaptDL 0.2.11, and why: numpy's `np.int` (removed in
 numpy 1.24, used once in its goodput.py) is aliased to int; its data loader
 gets a collate function that indexes the in-memory tensors (its default
-collates example by example, 1-3 ms a step at 512 here, which no arm should
-pay); and rank 0 refits its throughput model every --fit-every steps, which
+collates example by example, a Python cost per example that the fixed arms,
+which index the tensors, do not pay); and rank 0 refits its throughput model every --fit-every steps, which
 AdaptDL does every 30 s, a cadence for jobs of hours (this one trains for
 seconds, so it would never fit and never adapt). What is not changed: it
 re-decides the batch size where it was built to, at the start of each pass over
@@ -66,7 +66,9 @@ import time
 from benchlib import ensure_venv, median_replica, replica_factor, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.abspath(os.environ.get("BUILD", os.path.join(ROOT, "build")))
+BUILD = os.environ.get("BUILD", "build")
+if not os.path.isabs(BUILD):  # the workers start in a scratch folder
+    BUILD = os.path.join(ROOT, BUILD)
 VENV = os.path.join(BUILD, "bench", "adaptdl-venv")
 PINS = ["adaptdl==0.2.11"]
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -193,7 +195,6 @@ def worker(cfg):
                     resume()
             if done:
                 break
-        rec["gain"] = float(getattr(model, "gain", float("nan")))
     pause()
     if rank == 0:
         with open(cfg["out"], "w") as f:

@@ -137,13 +137,8 @@ def run_jizhi(tmp, name, sched, args, seed):
 
 def ensure_ray(args):
     """The Ray venv's python, or (None, why)."""
-    probe = "import ray, ray.tune"
-    if args.no_install:
-        py = os.path.join(VENV, "bin", "python")
-        ok = os.path.exists(py) and subprocess.run([py, "-c", probe],
-                                                   capture_output=True).returncode == 0
-        return (py, None) if ok else (None, "ray[tune] not installed in %s (--no-install)" % VENV)
-    return ensure_venv(VENV, RAY_PINS, probe, "pbt")
+    return ensure_venv(VENV, RAY_PINS, "import ray, ray.tune", "pbt",
+                       install=not args.no_install)
 
 
 def run_ray(py, tmp, name, configs, args, seed):
