@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 # replica k of an arm runs at its rate x (1 + JITTER k), k = 0, -1, 1, -2, 2, ...:
-# one trial's time to a target is chaotic (docs/design.md, stop 32)
+# one trial's time to a target is chaotic (docs/bench.md, stop 32)
 JITTER = 1e-4
 
 

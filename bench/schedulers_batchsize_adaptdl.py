@@ -25,7 +25,7 @@ gloo on loopback):
                  starts at 512 with the rate chosen for fixed 512 (--starts).
 Each arm runs --replicas times at its rate times 1 + 1e-4 k (k = 0, -1, 1, ...)
 and keeps its median replica by time: one run's time to the target is chaotic
-(docs/design.md).
+(docs/bench.md).
 
 The measure is the training time to the first evaluation at or over the
 target: the wall time of the training loop on rank 0 with the evaluations (and,

@@ -1615,11 +1615,11 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     b->kappa = 1.96;
     b->fantasy = S_BELIEVER;
     b->warp = S_WARP_AUTO;
-    b->fidelity = S_FID_JOINT; /* bench-mf: see docs/design.md */
+    b->fidelity = S_FID_JOINT; /* bench-mf: see docs/bench.md */
     b->cmodel = S_CON_POF;
     b->momodel = S_MO_EHVI;
     b->prior = GP_PRIOR_WALL;
-    b->local = 0.3; /* bench-bo: see docs/design.md */
+    b->local = 0.3; /* bench-bo: see docs/bench.md */
     b->tr_len = S_TR_INIT;
     long np = (long)spec->nparams;
     b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
