@@ -287,7 +287,8 @@ def arm_spec(name, model, seed, kind, batch, lr, args):
                  # annealing once the val_acc trend flattens (not in the
                  # goodput-only and default arms)
                  **({"plateau_window": args.plateau[0], "plateau_delta": args.plateau[1]}
-                    if kind in ("batchsize", "fixed-plateau") else {})}
+                    if kind in ("batchsize", "fixed-plateau") else {}),
+                 **(args.sched_opts if kind == "batchsize" else {})}
         space = {"lr": {"type": "float", "low": lr, "high": lr},
                  "batch_size": {"type": "int", "low": batch, "high": batch}}
     else:
@@ -848,6 +849,9 @@ def main():
     ap.add_argument("--throughput", choices=["cpu", "wall"], default="cpu",
                     help="the scheduler arms' step costs (default cpu: step_cpu_s; the "
                     "defaults arm always uses wall)")
+    ap.add_argument("--sched-opts", type=json.loads, default={},
+                    help="JSON: more options of the scheduler arms' batchsize scheduler, over "
+                    "the bench's (e.g. '{\"interval\": 100000}': goodput never decides)")
     ap.add_argument("--lr-rule", choices=["adascale", "sqrt", "linear", "none"],
                     help="the scheduler arms' lr rule (default: the scheduler's, adascale)")
     ap.add_argument("--lr0", type=float, help="the scheduler arms' starting lr (default: "
