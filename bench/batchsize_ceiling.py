@@ -19,6 +19,8 @@ batch of the scheduler bench and its rate):
              example), for every S of --switch
   hot S      B at 2 lr to step S, 2B at 2 lr to step S + --hold, then 2B at
              lr (a hotter start and two annealing moves)
+  halve S    B at lr to step S, then B at lr/2 (the plateau rule's other move,
+             the one it makes at `max`: a fixed batch with its lr halved once)
 
 The measure is the scheduler bench's profiled time: the steps at each batch
 size times that size's step time from a step-time curve measured first. The
@@ -26,9 +28,17 @@ table gives each schedule's time to the target over the fixed batch's; the
 summary the median over seeds of each schedule, and of each seed's best
 schedule (the oracle: the switch point chosen per seed in hindsight).
 
+The scheduler bench's robust measure, here too: with --replicas R every
+schedule (and the fixed batch) runs R times, replica k with all its rates
+times 1 + 1e-4 k (bench/benchlib.py), and its time is its median replica's;
+with --best SEED:B:LR,... each seed's ratios are over that seed's best fixed
+batch B at LR (what the scheduler bench found, every rate swept on every
+seed), run here with the same replicas on the same curve, instead of over
+fixed --batch at --lr.
+
     BUILD=build python3 bench/batchsize_ceiling.py [--seeds 5] [--first-seed 1]
         [--batch 512] [--lr 0.0707] [--switch 108,162,216,270,324] [--hold 108]
-        [--link 1gbit]
+        [--replicas 3] [--best 6:512:0.0707,...] [--link 1gbit]
 """
 import argparse
 import json
@@ -41,6 +51,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
 import schedulers_batchsize as sb  # noqa: E402  (the bench this one bounds)
 
 REPORT = re.compile(r"jizhi: step (\d+) val_acc=(\S+)")
@@ -71,7 +82,18 @@ def run_stage(tmp, args, seed, batch, lr, until, resume=None, params=None):
 
 def schedule_time(tmp, args, seed, stages):
     """Profiled seconds to the target of a schedule [(batch, lr, until)], the
-    last stage's until 0 (to the end); None if it never reaches the target."""
+    last stage's until 0 (to the end), the median of --replicas runs with
+    jittered rates; None (a miss) counts as the slowest."""
+    reps = []
+    for i in range(args.replicas):
+        f, _ = benchlib.replica_factor(i)
+        reps.append({"t": one_schedule_time(tmp, args, seed,
+                                            [(b, lr * f, u) for b, lr, u in stages])})
+    return benchlib.median_replica(reps, "t")["t"]
+
+
+def one_schedule_time(tmp, args, seed, stages):
+    """One run of schedule_time's: None if it never reaches the target."""
     ck, start, total = None, 0, 0.0
     for i, (batch, lr, until) in enumerate(stages):
         params = {"batch_size": batch, "lr": lr} if i else None
@@ -84,6 +106,18 @@ def schedule_time(tmp, args, seed, stages):
         total += (until - start) * sb.step_ms(args.curve, batch) / 1e3
         start = until
     return None
+
+
+def parse_best(text):
+    """SEED:B:LR,... -> {seed: (B, LR)}"""
+    out = {}
+    for item in text.split(","):
+        try:
+            seed, b, lr = item.split(":")
+            out[int(seed)] = (int(b), float(lr))
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r: expected SEED:BATCH:LR" % item)
+    return out
 
 
 def main():
@@ -99,8 +133,15 @@ def main():
     ap.add_argument("--target", type=float, default=0.88)
     ap.add_argument("--link", help="RATE: the ranks over MPI's TCP on loopback shaped to RATE "
                     "each way (the scheduler bench's --link; needs root and tc)")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="runs of each schedule at jittered rates, the median kept (default 1)")
+    ap.add_argument("--best", type=parse_best, default={},
+                    help="SEED:B:LR,...: each seed's best fixed batch and rate to judge "
+                    "against (default: --batch at --lr)")
     ap.add_argument("--json", help="write the table and medians here")
     args = ap.parse_args()
+    if args.replicas < 1:
+        ap.error("--replicas must be at least 1")
     if not os.path.exists(os.path.join(sb.DATA, "train-images-idx3-ubyte.gz")):
         print("ceiling: SKIPPED: Fashion-MNIST not found in %s" % sb.DATA)
         return 0
@@ -112,30 +153,37 @@ def main():
 
 
 def ceiling(args, b, lr):
-    args.curve = sb.step_curve("mlp", 2, args, [b, 2 * b])
+    sizes = sorted({b, 2 * b} | {bb for bb, _ in args.best.values()})
+    args.curve = sb.step_curve("mlp", 2, args, sizes)
     print("step-time curve (2 ranks): " + ", ".join(
         "%d: %.2f ms" % (k, v[0]) for k, v in sorted(args.curve.items())))
-    names = ["fixed 2lr"] + ["grow %d" % s for s in args.switch] + \
-        ["hot %d" % s for s in args.switch]
-    print("profiled time to val_acc %.2f over fixed %d at lr %g, per seed:" % (args.target, b, lr))
-    print("seed  fixed s  " + "  ".join("%9s" % n for n in names))
+    names = ["fixed", "fixed 2lr"] + ["grow %d" % s for s in args.switch] + \
+        ["hot %d" % s for s in args.switch] + ["halve %d" % s for s in args.switch]
+    print("profiled time to val_acc %.2f over %s, per seed (%d replicas):" % (
+        args.target, "each seed's best fixed batch (--best)" if args.best else
+        "fixed %d at lr %g" % (b, lr), args.replicas))
+    print("seed  base      base s  " + "  ".join("%9s" % n for n in names))
     rows = {}
     with tempfile.TemporaryDirectory(prefix="jz-bench-ceiling-") as tmp:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
-            fixed = schedule_time(tmp, args, seed, [(b, lr, 0)])
-            times = [schedule_time(tmp, args, seed, [(b, 2 * lr, 0)])]
+            own = schedule_time(tmp, args, seed, [(b, lr, 0)])
+            base = args.best.get(seed, (b, lr))
+            fixed = own if base == (b, lr) else schedule_time(tmp, args, seed, [base + (0,)])
+            times = [own, schedule_time(tmp, args, seed, [(b, 2 * lr, 0)])]
             times += [schedule_time(tmp, args, seed, [(b, lr, s), (2 * b, lr, 0)])
                       for s in args.switch]
             times += [schedule_time(tmp, args, seed, [(b, 2 * lr, s),
                                                       (2 * b, 2 * lr, s + args.hold),
                                                       (2 * b, lr, 0)])
                       for s in args.switch]
+            times += [schedule_time(tmp, args, seed, [(b, lr, s), (b, lr / 2, 0)])
+                      for s in args.switch]
             # a schedule that never reaches the target counts as the worst
             rows[seed] = [t / fixed if t and fixed else float("inf") for t in times]
-            print("%4d  %7s  " % (seed, "%.3f" % fixed if fixed else "-") +
+            print("%4d  %-8s  %6s  " % (seed, "%d@%.3g" % base, "%.3f" % fixed if fixed else "-") +
                   "  ".join("%9.2f" % r for r in rows[seed]), flush=True)
     med = {n: statistics.median(r[i] for r in rows.values()) for i, n in enumerate(names)}
-    oracle = statistics.median(min(r[1:]) for r in rows.values())
+    oracle = statistics.median(min(r[2:]) for r in rows.values())
     print("medians over %d seeds: " % len(rows) +
           ", ".join("%s %.2f" % (n, m) for n, m in med.items()) +
           "; each seed's best schedule (oracle) %.2f" % oracle)
@@ -144,6 +192,8 @@ def ceiling(args, b, lr):
             # a miss (inf) is written as null: JSON has no infinity
             fin = lambda x: x if x != float("inf") else None  # noqa: E731
             json.dump({"batch": b, "lr": lr, "target": args.target, "schedules": names,
+                       "replicas": args.replicas,
+                       "best": {s: list(v) for s, v in args.best.items()},
                        "ratios": {s: [fin(x) for x in r] for s, r in rows.items()},
                        "medians": {n: fin(m) for n, m in med.items()},
                        "oracle_median": fin(oracle)}, f, indent=1)
