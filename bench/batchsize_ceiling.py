@@ -37,8 +37,8 @@ seed), run here with the same replicas on the same curve, instead of over
 fixed --batch at --lr.
 
     BUILD=build python3 bench/batchsize_ceiling.py [--seeds 5] [--first-seed 1]
-        [--batch 512] [--lr 0.0707] [--switch 108,162,216,270,324] [--hold 108]
-        [--replicas 3] [--best 6:512:0.0707,...] [--link 1gbit]
+        [--batch 512] [--lr 0.070711] [--switch 108,162,216,270,324] [--hold 108]
+        [--replicas 3] [--best 6:512:0.07071067811865475,...] [--link 1gbit]
 """
 import argparse
 import json
@@ -125,7 +125,9 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--batch", type=int, default=512, help="the fixed batch B (default 512)")
-    ap.add_argument("--lr", type=float, default=0.0707, help="its rate (default 0.0707)")
+    ap.add_argument("--lr", type=float, default=0.05 * 8 ** 0.5,
+                    help="its rate (default 0.05 sqrt(512/64) = 0.070711, the scheduler "
+                    "bench's rate for 512, to the last digit: a rate 1e-4 away is another run)")
     ap.add_argument("--switch", type=lambda s: [int(x) for x in s.split(",")],
                     default=[108, 162, 216, 270, 324], help="the steps S to switch at")
     ap.add_argument("--hold", type=int, default=108,
