@@ -149,6 +149,7 @@ def main():
         return 0
     # what sb.base_cmd reads: the mlp-2r setting of the scheduler bench
     args.quick, args.subset, args.epochs = False, 0, 8
+    args.trainer, args.trainer_args = "jizhi-train", ""
     b, lr = args.batch, args.lr
     with sb.Link(args.link):
         return ceiling(args, b, lr)

@@ -92,10 +92,20 @@ section of $BENCH_SCHED_JSON (medians over seeds, MLP).
         [--target 0.88 --subset 0 --epochs 8] [--lock /tmp/jizhi-bench.lock]
         [--batches 256,512,1024,2048 --sched-max 2048] [--link 10gbit]
         [--sched-start 256] [--throughput cpu|wall] [--lr-rule adascale|sqrt|linear|none]
+        [--sched-opts JSON] [--keep DIR]
+
+On a machine with an NVIDIA GPU (`make cuda` built jizhi-train-cuda), the
+same comparison on the GPU backend, where a step costs about the same from
+64 to thousands of examples:
+
+    python3 bench/schedulers_batchsize.py --models mlp --trainer jizhi-train-cuda
+        --trainer-args "--backend cuda" --throughput wall
+        --batches 64,128,256,512,1024,2048,4096,8192 --sched-max 8192
 """
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -216,10 +226,11 @@ def base_cmd(model, seed, batch, args):
     subset = subset if args.subset is None else args.subset
     if args.quick:
         subset = subset // 3
-    return ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset", str(subset),
+    return [args.trainer, "--dataset", "fashion-mnist", "--train-subset", str(subset),
             "--val-size", "5000", "--epochs", str(epochs), "--eval-every-samples",
             str(EVAL_SAMPLES), "--log-every", "10", "--threads", "1",
-            "--quiet", "--seed", str(seed), "--momentum", "0.9"] + flags
+            "--quiet", "--seed", str(seed), "--momentum", "0.9"] + flags + \
+        shlex.split(args.trainer_args)
 
 
 def target_of(model, args):
@@ -578,6 +589,9 @@ def bench_setting(tmp, setting, args, plots):
     with Lock(args):
         curve = step_curve(model, args.ranks, args,
                            sorted(set([2 ** k for k in range(4, 11)] + args.batches)))
+    if not curve:
+        raise SystemExit("batchsize: %s trained at no batch size (its errors are above): "
+                         "nothing to measure" % args.trainer)
     args.curve = curve
     print("step time (standalone, median of the reports; CPU-s of rank 0 per step, "
           "CPU-us per example of all ranks; load %.1f):" % os.getloadavg()[0])
@@ -849,6 +863,12 @@ def main():
     ap.add_argument("--throughput", choices=["cpu", "wall"], default="cpu",
                     help="the scheduler arms' step costs (default cpu: step_cpu_s; the "
                     "defaults arm always uses wall)")
+    ap.add_argument("--trainer", default="jizhi-train",
+                    help="the trainer's program, in $BUILD/bin or on PATH (default "
+                    "jizhi-train; jizhi-train-cuda for a GPU)")
+    ap.add_argument("--trainer-args", default="",
+                    help="flags added to every trainer command (e.g. '--backend cuda'; "
+                    "on a GPU give --throughput wall too: a step's CPU time is not its cost)")
     ap.add_argument("--sched-opts", type=json.loads, default={},
                     help="JSON: more options of the scheduler arms' batchsize scheduler, over "
                     "the bench's (e.g. '{\"interval\": 100000}': goodput never decides)")
