@@ -97,7 +97,7 @@ section of $BENCH_SCHED_JSON (medians over seeds, MLP).
 On a machine with an NVIDIA GPU (`make cuda` built jizhi-train-cuda), the
 same comparison on the GPU backend (its step-time curve, printed first, is
 the question there: on the H200 of trainer/README.md its throughput stopped
-growing at 0.5-0.7 M samples/s, near batch 1024):
+growing at 0.5-0.7 M samples/s):
 
     python3 bench/schedulers_batchsize.py --models mlp --trainer jizhi-train-cuda
         --trainer-args "--backend cuda" --throughput wall
