@@ -60,7 +60,7 @@ const char *cli_controller(const char *flag, const char *db, char *buf, size_t s
 
 json_t *cli_request(const char *endpoint, json_t *msg, int timeout_ms)
 {
-    char err[512];
+    char err[1200];
     json_t *reply = client_call(endpoint, msg, timeout_ms, err, sizeof err);
     if (!reply) {
         cli_error("%s", err);
@@ -79,7 +79,7 @@ int cli_ping(const char *endpoint, int timeout_ms)
     void *sock = zmq_socket(ctx, ZMQ_DEALER);
     wire_socket_setup(sock);
     int alive = 0;
-    char err[600];
+    char err[1200];
     if (keys_client_setup(sock, endpoint, NULL, err, sizeof err) == 0 &&
         zmq_connect(sock, endpoint) == 0) {
         json_t *r = wire_request(sock, json_pack("{s:s}", "type", "ping"), timeout_ms,

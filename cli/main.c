@@ -40,6 +40,10 @@ static const char s_usage[] =
     "Every command takes --help. The database is ./jizhi.db unless --db FILE or\n"
     "JIZHI_DB says otherwise; commands find the controller serving it through\n"
     "FILE.endpoint, or --controller ENDPOINT / JIZHI_CONTROLLER.\n"
+    "Over tcp:// every command that talks to a controller needs its public key:\n"
+    "--server-key KEY|FILE or JIZHI_SERVER_KEY (default KEYDIR/controller.pub;\n"
+    "`jizhi keygen --name controller` printed it on the controller's host), or\n"
+    "--insecure for plain TCP to an --insecure controller (trusted networks only).\n"
     "Exit status: 0 success, 1 the operation failed, 2 usage error.\n";
 
 static void s_path_setup(void)
@@ -58,6 +62,55 @@ static void s_path_setup(void)
     free(np);
 }
 
+/* The options every command that talks to a controller takes, wherever
+   they stand before a "--": --server-key KEY|FILE and --insecure, read by
+   keys_client_setup (common/keys.h) through JIZHI_SERVER_KEY ("none" for
+   plain TCP). Removes them from argv; returns the new argc, or -1 after
+   printing a usage error. */
+static int s_client_opts(int argc, char **argv)
+{
+    const char *key = NULL;
+    int insecure = 0, n = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) {
+            while (i < argc)
+                argv[n++] = argv[i++];
+            break;
+        }
+        if (!strcmp(a, "--insecure")) {
+            insecure = 1;
+        } else if (!strcmp(a, "--server-key")) {
+            if (i + 1 >= argc || !argv[i + 1][0]) {
+                cli_error("--server-key: expected the controller's public key or its "
+                          "file");
+                return -1;
+            }
+            key = argv[++i];
+        } else if (!strncmp(a, "--server-key=", 13)) {
+            key = a + 13;
+            if (!*key) {
+                cli_error("--server-key: expected the controller's public key or its "
+                          "file");
+                return -1;
+            }
+        } else {
+            argv[n++] = argv[i];
+        }
+    }
+    argv[n] = NULL;
+    if (insecure && key) {
+        cli_error("--insecure and --server-key: choose one (plain TCP, or CURVE with "
+                  "that key)");
+        return -1;
+    }
+    if (insecure)
+        setenv("JIZHI_SERVER_KEY", "none", 1);
+    else if (key)
+        setenv("JIZHI_SERVER_KEY", key, 1);
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -74,29 +127,36 @@ int main(int argc, char **argv)
         return CLI_OK;
     }
     s_path_setup();
+    /* client: takes --server-key and --insecure as a client of a controller
+       (the controller's own --insecure is the server side) */
     static const struct {
         const char *name;
         int (*fn)(int, char **);
+        int client;
     } table[] = {
-        {"run", cmd_run},
-        {"controller", cmd_controller},
-        {"dispatcher", cmd_dispatcher},
-        {"study", cmd_study},
-        {"trial", cmd_trial},
-        {"report", cmd_report},
-        {"batchsize-eval", cmd_bseval},
-        {"watch", cmd_watch},
-        {"plot", cmd_plot},
-        {"serve", cmd_serve},
-        {"token", cmd_token},
-        {"keygen", cmd_keygen},
-        {"alerts", cmd_alerts},
-        {"queue", cmd_queue},
-        {"quota", cmd_quota},
+        {"run", cmd_run, 0},
+        {"controller", cmd_controller, 0},
+        {"dispatcher", cmd_dispatcher, 1},
+        {"study", cmd_study, 1},
+        {"trial", cmd_trial, 1},
+        {"report", cmd_report, 1},
+        {"batchsize-eval", cmd_bseval, 1},
+        {"watch", cmd_watch, 1},
+        {"plot", cmd_plot, 1},
+        {"serve", cmd_serve, 1},
+        {"token", cmd_token, 1},
+        {"keygen", cmd_keygen, 0},
+        {"alerts", cmd_alerts, 1},
+        {"queue", cmd_queue, 1},
+        {"quota", cmd_quota, 1},
     };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (!strcmp(cmd, table[i].name))
-            return table[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(cmd, table[i].name) != 0)
+            continue;
+        if (table[i].client && (argc = s_client_opts(argc, argv)) < 0)
+            return CLI_USAGE;
+        return table[i].fn(argc - 1, argv + 1);
+    }
     cli_error("unknown command \"%s\"", cmd);
     fputs(s_usage, stderr);
     return CLI_USAGE;

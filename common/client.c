@@ -33,7 +33,7 @@ json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err
         json_decref(msg);
     } else {
         wire_socket_setup(sock);
-        char kerr[600], spub[KEYS_Z85_LEN + 1];
+        char kerr[1200], spub[KEYS_Z85_LEN + 1];
         if (keys_client_setup(sock, endpoint, spub, kerr, sizeof kerr) != 0) {
             snprintf(err, errsize, "%s", kerr);
             json_decref(msg);
@@ -50,7 +50,8 @@ json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err
                          endpoint, why,
                          strncmp(endpoint, "tcp://", 6) ? ""
                          : spub[0] ? " (CURVE: is JIZHI_SERVER_KEY its public key?)"
-                                   : " (a CURVE controller needs JIZHI_SERVER_KEY)");
+                                   : " (plain TCP by --insecure: a CURVE controller "
+                                     "needs --server-key or JIZHI_SERVER_KEY)");
         }
         zmq_close(sock);
     }

@@ -13,8 +13,9 @@
 /* Sends `msg` (takes ownership, even on failure) to the controller at
    `endpoint` and waits up to timeout_ms. Returns the reply, "ok" or
    "error" (caller owns), or NULL with `err` saying why (cannot connect,
-   no answer, a request over WIRE_MAX_REQUEST). Thread-safe: each call uses its own ZeroMQ
-   context. */
+   no answer, a request over WIRE_MAX_REQUEST, a tcp:// endpoint without
+   the controller's key and without JIZHI_SERVER_KEY=none: see keys.h). Thread-safe: each
+   call uses its own ZeroMQ context. */
 json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err,
                     size_t errsize);
 

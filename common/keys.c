@@ -167,34 +167,72 @@ int keys_read_public(const char *text, char out[KEYS_Z85_LEN + 1], char *err,
     return -1;
 }
 
-int keys_client_setup(void *sock, const char *endpoint, char *server_pub, char *err,
-                      size_t errsize)
+/* The refusal of a tcp:// endpoint without a server key: what to do. */
+static void s_no_key(const char *endpoint, int have_dir, const char *dir, char *err,
+                     size_t errsize)
 {
-    if (server_pub)
-        server_pub[0] = 0;
+    char here[3200];
+    if (have_dir)
+        snprintf(here, sizeof here, ", or copy that file to %s/controller.pub here", dir);
+    else
+        here[0] = 0;
+    snprintf(err, errsize,
+             "%s: no server key: over tcp:// jizhi speaks CURVE and needs the "
+             "controller's public key, so that no one on the network can pose as the "
+             "controller or read the traffic. Pass --server-key KEY|FILE or set "
+             "JIZHI_SERVER_KEY (`jizhi keygen --name controller` printed it on the "
+             "controller's host, where it is KEYDIR/controller.pub%s); --insecure "
+             "(JIZHI_SERVER_KEY=none) speaks plain TCP to a controller started with "
+             "--insecure, on a trusted network only",
+             endpoint, here);
+}
+
+int keys_client_server_key(const char *endpoint, char server_pub[KEYS_Z85_LEN + 1],
+                           char *err, size_t errsize)
+{
+    server_pub[0] = 0;
     if (strncmp(endpoint, "tcp://", 6) != 0)
         return 0;
-    char dir[3072], path[4096], spub[KEYS_Z85_LEN + 1];
+    char dir[3072], path[4096];
     int have_dir = keys_dir(dir, sizeof dir) == 0;
     const char *sk = getenv("JIZHI_SERVER_KEY");
     if (sk && *sk) {
         if (!strcmp(sk, "none"))
             return 0;
-        if (keys_read_public(sk, spub, err, errsize) != 0) {
+        if (keys_read_public(sk, server_pub, err, errsize) != 0) {
             char why[512];
             snprintf(why, sizeof why, "%s", err);
             snprintf(err, errsize, "JIZHI_SERVER_KEY: %s", why);
+            server_pub[0] = 0;
             return -1;
         }
-    } else {
-        if (!have_dir)
-            return 0;
-        snprintf(path, sizeof path, "%s/controller.pub", dir);
-        if (access(path, F_OK) != 0)
-            return 0;
-        if (keys_read_public(path, spub, err, errsize) != 0)
-            return -1;
+        return 0;
     }
+    if (have_dir &&
+        snprintf(path, sizeof path, "%s/controller.pub", dir) < (int)sizeof path &&
+        access(path, F_OK) == 0) {
+        if (keys_read_public(path, server_pub, err, errsize) != 0) {
+            server_pub[0] = 0;
+            return -1;
+        }
+        return 0;
+    }
+    s_no_key(endpoint, have_dir, dir, err, errsize);
+    return -1;
+}
+
+int keys_client_setup(void *sock, const char *endpoint, char *server_pub, char *err,
+                      size_t errsize)
+{
+    if (server_pub)
+        server_pub[0] = 0;
+    char spub[KEYS_Z85_LEN + 1];
+    if (keys_client_server_key(endpoint, spub, err, errsize) != 0)
+        return -1;
+    if (!spub[0])
+        return 0; /* ipc://, inproc://, or plain TCP by choice */
+    char dir[3072], path[4096];
+    int have_dir = keys_dir(dir, sizeof dir) == 0;
     keys_pair kp;
     const char *ck = getenv("JIZHI_KEY");
     if (ck && *ck && strcmp(ck, "anonymous") != 0) {

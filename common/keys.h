@@ -12,8 +12,11 @@
     Client side (CLI, web, dispatcher, trial helper) over tcp:// only:
       JIZHI_SERVER_KEY  the controller's public key: Z85 text or a file
                         (.pub or .key); default KEYDIR/controller.pub if it
-                        exists. "none": plain TCP (an --insecure controller).
-                        Without a server key the socket stays plain.
+                        exists. "none": plain TCP (an --insecure controller;
+                        what the commands' --insecure sets). Without any of
+                        these a tcp:// endpoint is refused, with a message
+                        that says where to get the key: never a silent
+                        fallback to plain TCP.
       JIZHI_KEY         the client's own pair (a .key file); default
                         KEYDIR/client.key if it exists, else a fresh pair
                         made for this connection (anonymous: good enough
@@ -58,11 +61,19 @@ int keys_read_pair(const char *path, keys_pair *kp, char *err, size_t errsize);
 int keys_read_public(const char *text, char out[KEYS_Z85_LEN + 1], char *err,
                      size_t errsize);
 
+/* Client side: the controller's public key for `endpoint` by the rules
+   above, into server_pub: "" for ipc:// and inproc:// (left as they are)
+   and for plain TCP chosen with JIZHI_SERVER_KEY=none. 0, or -1 with err
+   (a key named but unreadable; a tcp:// endpoint with no key and no
+   "none": the err says how to get the key). Creates nothing. */
+int keys_client_server_key(const char *endpoint, char server_pub[KEYS_Z85_LEN + 1],
+                           char *err, size_t errsize);
+
 /* Client side: makes `sock` (not yet connected) a CURVE client of the
-   controller at `endpoint` when it is tcp:// and a server key is known
-   (the rules above); ipc:// and inproc:// are left as they are. When
-   server_pub is not NULL it receives the server key used ("" if none).
-   0, or -1 with err (a key named but unreadable). */
+   controller at `endpoint` when it is tcp:// (keys_client_server_key;
+   refused without a key unless plain TCP was chosen); ipc:// and
+   inproc:// are left as they are. When server_pub is not NULL it
+   receives the server key used ("" if none). 0, or -1 with err. */
 int keys_client_setup(void *sock, const char *endpoint, char *server_pub, char *err,
                       size_t errsize);
 

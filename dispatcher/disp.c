@@ -20,6 +20,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -50,6 +51,8 @@ struct disp {
     char *endpoint;                    /* controller endpoint */
     char *trial_endpoint;              /* JIZHI_ENDPOINT default for trials */
     char server_key[KEYS_Z85_LEN + 1]; /* the controller's CURVE key, "" if none */
+    char trial_key[KEYS_Z85_LEN + 1];  /* JIZHI_SERVER_KEY for trials: a key, "none"
+                                          (plain TCP by --insecure) or "" (unset) */
     char *name;
     char *log_dir; /* absolute */
     int slots;
@@ -97,6 +100,43 @@ static char *s_abs(const char *path)
 }
 
 /* ---- construction ------------------------------------------------------- */
+
+/* The controller's key (common/keys.h): over tcp:// a dispatcher without
+   one refuses to start unless plain TCP was chosen (--insecure, that is
+   JIZHI_SERVER_KEY=none); a `start` from whoever answers a plain socket
+   would run as this user. Also decides what trials get as
+   JIZHI_SERVER_KEY, and warns when root runs trials for a tcp://
+   controller. 0, or -1 after saying why on stderr. */
+static int s_keys(disp_t *d)
+{
+    char err[1200];
+    if (keys_client_server_key(d->endpoint, d->server_key, err, sizeof err) != 0) {
+        fprintf(stderr, "jizhi dispatcher: %s\n", err);
+        return -1;
+    }
+    int tcp = !strncmp(d->endpoint, "tcp://", 6);
+    d->trial_key[0] = 0;
+    if (!strncmp(d->trial_endpoint, "tcp://", 6)) {
+        int known = 1;
+        if (!strcmp(d->trial_endpoint, d->endpoint))
+            memcpy(d->trial_key, d->server_key, sizeof d->trial_key);
+        else if (keys_client_server_key(d->trial_endpoint, d->trial_key, err,
+                                        sizeof err) != 0)
+            known = 0;                 /* left to the trial's own env or key directory */
+        if (known && !d->trial_key[0]) /* plain TCP by choice: the trials too */
+            snprintf(d->trial_key, sizeof d->trial_key, "none");
+    }
+    if (tcp && geteuid() == 0) {
+        const char *w = "WARNING: running as root for the tcp:// controller %s: every "
+                        "trial's command runs as root on this machine, whoever submitted "
+                        "it; run dispatchers as an unprivileged user";
+        fprintf(stderr, "jizhi dispatcher: ");
+        fprintf(stderr, w, d->endpoint);
+        fputc('\n', stderr);
+        log_warn(TAG, w, d->endpoint);
+    }
+    return 0;
+}
 
 disp_t *disp_new(const disp_config *cfg)
 {
@@ -192,6 +232,8 @@ disp_t *disp_new(const disp_config *cfg)
         d->ngpus = n;
     }
     if (!d->be && !(d->be = disp__local_new()))
+        goto fail;
+    if (s_keys(d) != 0)
         goto fail;
 
     if (cfg->zmq_ctx) {
@@ -487,7 +529,8 @@ static void s_on_start(disp_t *d, const json_t *msg)
         return;
     }
 
-    /* <log_dir>/<study>/, and a default checkpoint dir beside the logs */
+    /* <log_dir>/<study>/, and a default checkpoint dir beside the logs; what
+       it creates is this user's only (0700): trials' output and weights */
     char *root = s_abs(st.log_dir ? st.log_dir : d->log_dir);
     char *study = disp__path_component(st.study);
     char *dir = root && study ? util_strf("%s/%s", root, study) : NULL;
@@ -501,13 +544,13 @@ static void s_on_start(disp_t *d, const json_t *msg)
         s_report_start_failed(d, st.trial, st.attempt, "out of memory");
         goto out;
     }
-    if (util_mkdirs(dir, 0755) != 0) {
+    if (util_mkdirs(dir, 0700) != 0) {
         snprintf(err, sizeof err, "cannot create log directory %s: %s", dir,
                  strerror(errno));
         s_report_start_failed(d, st.trial, st.attempt, err);
         goto out;
     }
-    if (ckpt && util_mkdirs(ckpt, 0755) != 0) {
+    if (ckpt && util_mkdirs(ckpt, 0700) != 0) {
         log_warn(TAG, "cannot create %s: %s", ckpt, strerror(errno));
         free(ckpt);
         ckpt = NULL;
@@ -515,7 +558,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
     /* a checkpoint dir chosen by the controller lives on this machine too */
     const char *given =
         json_string_value(json_object_get(st.env, "JIZHI_CHECKPOINT_DIR"));
-    if (given && given[0] == '/' && util_mkdirs(given, 0755) != 0)
+    if (given && given[0] == '/' && util_mkdirs(given, 0700) != 0)
         log_warn(TAG, "cannot create %s: %s", given, strerror(errno));
     for (int i = 0; i < want; i++) {
         size_t n = strlen(cuda);
@@ -537,7 +580,7 @@ static void s_on_start(disp_t *d, const json_t *msg)
         goto out;
     }
     disp__spawn_args a = {&st,     dir,  d->trial_endpoint, ckpt,
-                          d->name, cuda, d->kill_on_stop,   d->server_key};
+                          d->name, cuda, d->kill_on_stop,   d->trial_key};
     if (d->be->ops->start(d->be, &a, p, err, sizeof err) != 0) {
         free(p);
         s_report_start_failed(d, st.trial, st.attempt, err);
@@ -635,7 +678,10 @@ static void s_queue_started(disp_t *d, disp__proc *p)
 /* Appends a line to the trial's stderr log (for exec failures). */
 static void s_append_err(const disp__proc *p, const char *text)
 {
-    FILE *f = fopen(p->err_path, "ae");
+    int fd = open(p->err_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!f && fd >= 0)
+        close(fd);
     if (f) {
         fprintf(f, "jizhi dispatcher: %s\n", text);
         fclose(f);

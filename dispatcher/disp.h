@@ -13,6 +13,12 @@
     inside `jizhi run`: it installs no signal handler and waits only for
     its own children (never waitpid(-1)), so it can share a process.
 
+    Trust: a trial's argv runs as the dispatcher's own user, whoever
+    submitted the study, so dispatchers run unprivileged. Over tcp://
+    disp_new refuses a controller whose public key is not known (common/
+    keys.h) unless plain TCP was chosen (JIZHI_SERVER_KEY=none, which
+    trials then get too), and warns when it runs as root.
+
     Resources: `slots` trials at once; each also takes `gpus` of the GPU
     indices (cfg->gpus, or what nvidia-smi lists). A start that does not
     fit is answered with exited/start_failed ("no free slot", "no free GPU
@@ -23,7 +29,8 @@
     children; what is left of the group when it exits is killed), and gets
     PR_SET_PDEATHSIG(SIGTERM) when kill_on_stop is on, so it dies with the
     thread running disp_run. stdin is /dev/null; stdout and stderr go to
-    <log_dir>/<study>/trial-<id>.<attempt>.out and .err (log_dir: the
+    <log_dir>/<study>/trial-<id>.<attempt>.out and .err (mode 0600; the
+    directories it creates, checkpoints' too, are 0700; log_dir: the
     start's `log_dir`, else cfg->log_dir; <study> with '/' and control
     bytes made '_'). Its environment: the dispatcher's own, minus the
     variables below; then the start's `env`; then, where `env` did not set
@@ -111,8 +118,9 @@ typedef struct {
 
 /* Creates a dispatcher (connects lazily: a controller that is not up yet
    is fine). Borrows cfg's strings only during the call. Returns NULL with
-   a message on stderr when the configuration is invalid. Caller owns the
-   result and must destroy it. */
+   a message on stderr when the configuration is invalid (a tcp://
+   controller without its public key and without JIZHI_SERVER_KEY=none
+   included). Caller owns the result and must destroy it. */
 disp_t *disp_new(const disp_config *cfg);
 
 /* Runs the event loop until *stop becomes nonzero (checked at least every

@@ -96,7 +96,8 @@ typedef struct {
     const char *cuda_devices; /* CUDA_VISIBLE_DEVICES ("" for none; NULL: not set,
                                  e.g. Slurm sets it from --gres) */
     int pdeathsig;            /* set PR_SET_PDEATHSIG(SIGTERM) in the child */
-    const char *server_key;   /* JIZHI_SERVER_KEY ("" or NULL: not set) */
+    const char *server_key;   /* JIZHI_SERVER_KEY: the controller's key, "none"
+                                 (plain TCP by --insecure), "" or NULL: not set */
 } disp__spawn_args;
 
 /* Builds the trial's environment: the inherited one without the variables

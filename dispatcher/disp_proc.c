@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -140,8 +141,9 @@ char **disp__build_env(const disp__spawn_args *a)
     snprintf(num, sizeof num, "%ld", a->st->attempt);
     s_env_set(&e, "JIZHI_ATTEMPT", num, 1);
     s_env_set(&e, "JIZHI_DISPATCHER", a->disp_name, 1);
-    /* over CURVE a trial needs the controller's public key; its token, not
-       the dispatcher's key, is what identifies it */
+    /* over CURVE a trial needs the controller's public key ("none" from an
+       --insecure dispatcher: plain TCP); its token, not the dispatcher's
+       key, is what identifies it */
     if (a->server_key && *a->server_key)
         s_env_set(&e, "JIZHI_SERVER_KEY", a->server_key, 1);
     s_env_set(&e, "JIZHI_KEY", "anonymous", 1);
@@ -237,15 +239,16 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
     for (size_t i = 0; i < argc; i++)
         argv[i] = (char *)json_string_value(json_array_get(st->argv, i));
 
+    /* the trial's output is the dispatcher's user's only */
     const int wflags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY;
     in_fd = s_fd_high(open("/dev/null", O_RDONLY | O_CLOEXEC));
-    out_fd = s_fd_high(open(p->out_path, wflags, 0644));
-    if (out_fd < 0) {
+    out_fd = s_fd_high(open(p->out_path, wflags, 0600));
+    if (out_fd < 0 || fchmod(out_fd, 0600) != 0) {
         snprintf(err, errsize, "cannot open %s: %s", p->out_path, strerror(errno));
         goto out;
     }
-    err_fd = s_fd_high(open(p->err_path, wflags, 0644));
-    if (err_fd < 0) {
+    err_fd = s_fd_high(open(p->err_path, wflags, 0600));
+    if (err_fd < 0 || fchmod(err_fd, 0600) != 0) {
         snprintf(err, errsize, "cannot open %s: %s", p->err_path, strerror(errno));
         goto out;
     }

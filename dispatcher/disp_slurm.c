@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -481,9 +482,26 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     }
 
     /* the script: exec the argv unchanged (srun starts the ranks) */
-    FILE *f = fopen(script, "we");
+    /* the script names the trial's argv, the logs hold its output: the
+       dispatcher's user's only (0600); Slurm keeps the mode of a log file
+       that exists */
+    for (int i = 0; i < 2; i++) {
+        const char *log = i ? p->err_path : p->out_path;
+        int lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0600);
+        if (lfd < 0 || fchmod(lfd, 0600) != 0) {
+            snprintf(err, errsize, "cannot create %s: %s", log, strerror(errno));
+            if (lfd >= 0)
+                close(lfd);
+            goto out;
+        }
+        close(lfd);
+    }
+    int sfd = open(script, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0600);
+    FILE *f = sfd >= 0 && fchmod(sfd, 0600) == 0 ? fdopen(sfd, "w") : NULL;
     if (!f) {
         snprintf(err, errsize, "cannot write %s: %s", script, strerror(errno));
+        if (sfd >= 0)
+            close(sfd);
         goto out;
     }
     fprintf(f, "#!/bin/sh\n# jizhi: trial %ld attempt %ld of study ", st->trial,

@@ -88,8 +88,8 @@ int jz_poll(jz_trial *t, jz_instruction *out);
 int jz_ack(jz_trial *t, const jz_instruction *ins, int applied, const char *detail);
 
 /* Directory where this trial should write checkpoints (created if
-   missing). Borrowed string; "." in standalone mode without
-   JIZHI_CHECKPOINT_DIR. */
+   missing, mode 0700: the trial's user's only). Borrowed string; "." in standalone mode
+   without JIZHI_CHECKPOINT_DIR. */
 const char *jz_checkpoint_dir(jz_trial *t);
 
 /* Tells the controller that a checkpoint for `step` is complete at

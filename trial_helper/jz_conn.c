@@ -325,71 +325,90 @@ static const struct {
                {"checkpoint", JZ_INS_CHECKPOINT},
                {"load", JZ_INS_LOAD}};
 
+int jz__parse_instruction(const json_t *m, jz__pending_ins *out, char *detail,
+                          size_t size)
+{
+    memset(out, 0, sizeof *out);
+    out->ins.value = NAN;
+    detail[0] = 0;
+    json_t *jid = json_object_get(m, "id");
+    if (!json_is_integer(jid))
+        return -1;
+    out->ins.id = (long)json_integer_value(jid);
+    const char *kind = json_string_value(json_object_get(m, "kind"));
+    for (size_t i = 0; kind && i < sizeof s_kinds / sizeof s_kinds[0]; i++)
+        if (!strcmp(kind, s_kinds[i].name))
+            out->ins.kind = s_kinds[i].kind;
+    if (out->ins.kind == JZ_INS_NONE) {
+        snprintf(detail, size, "unknown instruction kind");
+        return 1;
+    }
+    if (out->ins.kind == JZ_INS_SET) {
+        const char *name = json_string_value(json_object_get(m, "name"));
+        json_t *v = json_object_get(m, "value");
+        if (!name || !spec_valid_name(name) || strlen(name) >= sizeof out->ins.name) {
+            snprintf(detail, size, "set: 'name' must be a parameter name");
+            return 1;
+        }
+        snprintf(out->ins.name, sizeof out->ins.name, "%s", name);
+        if (json_is_integer(v)) {
+            out->ins.value = (double)json_integer_value(v);
+            snprintf(out->ins.str, sizeof out->ins.str, "%" JSON_INTEGER_FORMAT,
+                     json_integer_value(v));
+        } else if (json_is_real(v)) {
+            out->ins.value = json_real_value(v);
+            int k = jz__fmt_double(out->ins.str, sizeof out->ins.str - 2, out->ins.value);
+            if (isfinite(out->ins.value) && !strpbrk(out->ins.str, ".e"))
+                memcpy(out->ins.str + k, ".0", 3); /* a real reads as one: "1.0" */
+        } else if (json_is_string(v) && json_string_length(v) < sizeof out->ins.str &&
+                   strlen(json_string_value(v)) == json_string_length(v)) {
+            snprintf(out->ins.str, sizeof out->ins.str, "%s", json_string_value(v));
+        } else {
+            snprintf(detail, size,
+                     "set: 'value' must be a number or a string under 1024 bytes");
+            return 1;
+        }
+        out->value = json_incref(v);
+    } else if (out->ins.kind == JZ_INS_LOAD) {
+        json_t *path = json_object_get(m, "path");
+        json_t *params = json_object_get(m, "params");
+        if (!json_is_string(path) || json_string_length(path) >= sizeof out->ins.str ||
+            strlen(json_string_value(path)) != json_string_length(path)) {
+            snprintf(detail, size, "load: 'path' must be a string under 1024 bytes");
+            return 1;
+        }
+        if (params && !json_is_object(params) && !json_is_null(params)) {
+            snprintf(detail, size, "load: 'params' must be an object");
+            return 1;
+        }
+        snprintf(out->ins.str, sizeof out->ins.str, "%s", json_string_value(path));
+        if (json_is_object(params))
+            out->params = json_incref(params);
+    }
+    return 0;
+}
+
 static void s_on_instruction(s_conn *c, json_t *m)
 {
     jz_trial *t = c->t;
-    json_t *jid = json_object_get(m, "id");
-    if (!json_is_integer(jid)) {
+    jz__pending_ins p;
+    char detail[128];
+    int rc = jz__parse_instruction(m, &p, detail, sizeof detail);
+    if (rc < 0) {
         log_warn("jizhi", "trial %ld: instruction without an integer id dropped",
                  t->trial_id);
         return;
     }
-    long id = (long)json_integer_value(jid);
-    if (s_seen(c, id))
-        return;
-    jz__pending_ins p;
-    memset(&p, 0, sizeof p);
-    p.ins.id = id;
-    p.ins.value = NAN;
-    const char *kind = json_string_value(json_object_get(m, "kind"));
-    for (size_t i = 0; kind && i < sizeof s_kinds / sizeof s_kinds[0]; i++)
-        if (!strcmp(kind, s_kinds[i].name))
-            p.ins.kind = s_kinds[i].kind;
-    if (p.ins.kind == JZ_INS_NONE) {
-        log_warn("jizhi", "trial %ld: instruction %ld of unknown kind refused",
-                 t->trial_id, id);
-        s_ack_direct(c, id, "unknown instruction kind");
+    if (s_seen(c, p.ins.id)) {
+        jz__pending_ins_fini(&p);
         return;
     }
-    if (p.ins.kind == JZ_INS_SET) {
-        const char *name = json_string_value(json_object_get(m, "name"));
-        json_t *v = json_object_get(m, "value");
-        if (!name || !spec_valid_name(name)) {
-            s_ack_direct(c, id, "set: 'name' must be a parameter name");
-            return;
-        }
-        snprintf(p.ins.name, sizeof p.ins.name, "%s", name);
-        if (json_is_integer(v)) {
-            p.ins.value = (double)json_integer_value(v);
-            snprintf(p.ins.str, sizeof p.ins.str, "%" JSON_INTEGER_FORMAT,
-                     json_integer_value(v));
-        } else if (json_is_real(v)) {
-            p.ins.value = json_real_value(v);
-            int k = jz__fmt_double(p.ins.str, sizeof p.ins.str - 2, p.ins.value);
-            if (isfinite(p.ins.value) && !strpbrk(p.ins.str, ".e"))
-                memcpy(p.ins.str + k, ".0", 3); /* a real reads as one: "1.0", not "1" */
-        } else if (json_is_string(v) && json_string_length(v) < sizeof p.ins.str) {
-            snprintf(p.ins.str, sizeof p.ins.str, "%s", json_string_value(v));
-        } else {
-            s_ack_direct(c, id,
-                         "set: 'value' must be a number or a string under 1024 bytes");
-            return;
-        }
-        p.value = json_incref(v);
-    } else if (p.ins.kind == JZ_INS_LOAD) {
-        json_t *path = json_object_get(m, "path");
-        json_t *params = json_object_get(m, "params");
-        if (!json_is_string(path) || json_string_length(path) >= sizeof p.ins.str) {
-            s_ack_direct(c, id, "load: 'path' must be a string under 1024 bytes");
-            return;
-        }
-        if (params && !json_is_object(params) && !json_is_null(params)) {
-            s_ack_direct(c, id, "load: 'params' must be an object");
-            return;
-        }
-        snprintf(p.ins.str, sizeof p.ins.str, "%s", json_string_value(path));
-        if (json_is_object(params))
-            p.params = json_incref(params);
+    if (rc > 0) {
+        log_warn("jizhi", "trial %ld: instruction %ld refused: %s", t->trial_id, p.ins.id,
+                 detail);
+        s_ack_direct(c, p.ins.id, detail);
+        jz__pending_ins_fini(&p);
+        return;
     }
     pthread_mutex_lock(&t->mu);
     if (t->inq_head > 0 && t->inq_head == t->ninq)

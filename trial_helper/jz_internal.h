@@ -129,6 +129,15 @@ JZ__HIDDEN void jz__wake(jz_trial *t);
 /* Frees a pending instruction's JSON values. */
 JZ__HIDDEN void jz__pending_ins_fini(jz__pending_ins *p);
 
+/* Decodes an `instruction` push from the controller (docs/PROTOCOL.md)
+   into *out, zeroed first. Returns 0 when it is to be delivered (out's
+   value and params are new references: free them with
+   jz__pending_ins_fini); 1 when it is refused: out->ins.id is set and
+   `detail` says why, for an ins_ack with applied false; -1 when it has no
+   integer id (it is dropped). Pure: no trial, no socket; any JSON is safe. */
+JZ__HIDDEN int jz__parse_instruction(const json_t *m, jz__pending_ins *out, char *detail,
+                                     size_t size);
+
 /* Writes `x` as the shortest decimal text that reads back as the same
    double (finite), or "nan"/"inf"/"-inf". Returns the length. */
 JZ__HIDDEN int jz__fmt_double(char *buf, size_t size, double x);

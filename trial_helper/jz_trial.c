@@ -561,7 +561,7 @@ const char *jz_checkpoint_dir(jz_trial *t)
         return NULL;
     if (!t->ckdir_made) {
         t->ckdir_made = 1;
-        if (util_mkdirs(t->ckdir, 0777) != 0)
+        if (util_mkdirs(t->ckdir, 0700) != 0)
             log_warn("jizhi", "cannot create checkpoint directory %s: %s", t->ckdir,
                      strerror(errno));
     }
