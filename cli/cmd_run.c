@@ -723,6 +723,8 @@ int cmd_controller(int argc, char **argv)
         ctl_destroy(&ctl);
         return CLI_FAIL;
     }
+    if (insecure) /* its own web server (--http) talks plain TCP to it */
+        setenv("JIZHI_SERVER_KEY", "none", 1);
     web_t *web = http ? cli_web_start(http, db, ctl_endpoint(ctl)) : NULL;
     if (http && !web) {
         s_remove_endpoint(db, ctl_endpoint(ctl));
@@ -747,7 +749,7 @@ static const char s_disp_usage[] =
     "usage: jizhi dispatcher --controller ENDPOINT [--gpus LIST|none] [--slots N]\n"
     "                        [--name NAME] [--log-dir DIR] [--log FILE|syslog]\n"
     "                        [--trial-endpoint ENDPOINT] [--key FILE]\n"
-    "                        [--server-key KEY|FILE]\n"
+    "                        [--server-key KEY|FILE | --insecure]\n"
     "       jizhi dispatcher --backend slurm --controller tcp://HOST:PORT\n"
     "                        [--partition P] [--account A] [--max-jobs N]\n"
     "                        [--max-gpus N] [--poll-s S] [--name NAME] [--log-dir DIR]\n"
@@ -758,7 +760,14 @@ static const char s_disp_usage[] =
     "Over tcp:// it uses CURVE: --server-key (or JIZHI_SERVER_KEY, default\n"
     "KEYDIR/controller.pub) and its own pair --key (or JIZHI_KEY, default\n"
     "KEYDIR/client.key), listed as role `dispatcher` in the controller's\n"
-    "authorized keys; trials get JIZHI_SERVER_KEY from it.\n";
+    "authorized keys; trials get JIZHI_SERVER_KEY from it. Without a server key\n"
+    "it refuses tcp:// unless --insecure (plain TCP to an --insecure controller,\n"
+    "trusted networks only).\n"
+    "Trust: a trial's `command` runs as the user who runs this dispatcher, with\n"
+    "that user's files and rights, whoever submitted the study. Run dispatchers\n"
+    "as an unprivileged user of their own, never as root (it warns at start when\n"
+    "it runs as root on a tcp:// controller). Trial logs are written 0600 and the\n"
+    "log and checkpoint directories it creates 0700.\n";
 
 /* A count option from 0 (or 1) to 4096. */
 static int s_parse_count(const char *opt, const char *text, int min, int *out)
