@@ -34,6 +34,8 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 int cmd_run(int argc, char **argv);
 int cmd_controller(int argc, char **argv);
 int cmd_dispatcher(int argc, char **argv);
+/* `jizhi dispatcher release NAME` (cmd_disp_release.c). */
+int cmd_disp_release(int argc, char **argv);
 int cmd_study(int argc, char **argv);
 int cmd_trial(int argc, char **argv);
 int cmd_report(int argc, char **argv);

@@ -370,9 +370,8 @@ static int s_print_best(const char *db, const char *name)
                     continue;
                 }
             }
-            if (best < 0 || (maximize ? rows[i].value > rows[best].value
-                                      : rows[i].value < rows[best].value))
-                best = i;
+            if (best < 0 || spec_better_mode(maximize, rows[i].value, rows[best].value))
+                best = i; /* a diverged run (inf, nan) ranks worst */
         }
         failed += !strcmp(rows[i].state, "failed");
         stopped += !strcmp(rows[i].state, "stopped");
@@ -801,6 +800,8 @@ int cmd_dispatcher(int argc, char **argv)
                                          {"server-key", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    if (argc > 1 && !strcmp(argv[1], "release"))
+        return cmd_disp_release(argc - 1, argv + 1);
     disp_config dc = {0};
     int c, slurm_only = 0;
     const char *slurm_opt = NULL;

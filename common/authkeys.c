@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void authkeys_init(authkeys_t *a)
 {
@@ -136,6 +138,19 @@ int authkeys_load(const char *path, authkeys_t *out, char *err, size_t errsize)
     FILE *f = fopen(path, "re");
     if (!f) {
         snprintf(err, errsize, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    /* as ssh's StrictModes: a file another user could write would let
+       them add a key of their own */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || (st.st_mode & 022) ||
+        (st.st_uid != geteuid() && st.st_uid != 0)) {
+        snprintf(
+            err, errsize,
+            "%s: refused: it must be a regular file owned by this user (or root) and "
+            "writable by no one else (mode %04o; chmod 600 it)",
+            path, (unsigned)(st.st_mode & 07777));
+        fclose(f);
         return -1;
     }
     size_t cap = 4096, n = 0;

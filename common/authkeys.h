@@ -36,8 +36,9 @@ void authkeys_init(authkeys_t *a);
    "line N: ..." and *out untouched. */
 int authkeys_parse(const char *text, authkeys_t *out, char *err, size_t errsize);
 
-/* Reads and parses the file at path (at most 16 MB). 0, or -1 with err
-   naming the file. */
+/* Reads and parses the file at path (at most 16 MB). A file that is not
+   a regular file owned by this user or root, or that group or others may
+   write, is refused. 0, or -1 with err naming the file. */
 int authkeys_load(const char *path, authkeys_t *out, char *err, size_t errsize);
 
 /* The identity of `key` (borrowed from a), or NULL when not listed. */

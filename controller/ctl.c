@@ -15,6 +15,7 @@
 #include <libgen.h>
 #include <malloc.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,29 @@ void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg)
     c->outbox[c->nout].to = *to;
     c->outbox[c->nout].msg = msg;
     c->nout++;
+}
+
+void ctl__refused(ctl_t *c, const char *fmt, ...)
+{
+    double now = util_now();
+    if (now - c->refusal_window >= CTL_REFUSAL_WINDOW_S) {
+        if (c->refusals_dropped)
+            log_warn("ctl", "%ld more refusals in the last %.0f s were not logged",
+                     c->refusals_dropped, CTL_REFUSAL_WINDOW_S);
+        c->refusal_window = now;
+        c->refusals_logged = c->refusals_dropped = 0;
+    }
+    if (c->refusals_logged >= CTL_REFUSALS_LOGGED) {
+        c->refusals_dropped++;
+        return;
+    }
+    c->refusals_logged++;
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    log_warn("ctl", "%s", text);
 }
 
 /* Commits the iteration, then sends what it produced. On a failed commit
@@ -199,7 +223,7 @@ int ctl_run(ctl_t *c, volatile int *stop)
                     break;
                 if (errno == ETERM)
                     return -1;
-                log_warn("ctl", "dropped a malformed message: %s", why);
+                ctl__refused(c, "dropped a malformed message: %s", why);
                 if (from.len)
                     ctl__send(c, &from,
                               wire_error(

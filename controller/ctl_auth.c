@@ -345,6 +345,11 @@ void ctl__auth_effective(const json_t *msg, const ctl_ident *who, ctl_ident *out
     if (!w || strncmp(w, "web:", 4) || !ident_valid_user(w + 4) || !role ||
         ident_role_parse(role, &r) != 0)
         return;
+    /* a web token is an admin's, a user's or a viewer's: delegation never
+       grants a dispatcher's work (the sender keeps its own identity, and an
+       admin's may not run trials) */
+    if (r != IDENT_ADMIN && r != IDENT_USER && r != IDENT_VIEWER)
+        return;
     snprintf(out->id.user, sizeof out->id.user, "%s", w + 4);
     out->id.role = r;
     out->trusted = 0;
@@ -373,6 +378,24 @@ int ctl__auth_submit_owner(const ctl_t *c, const ctl_ident *who, json_t *spec, c
                  who->id.user, given);
         return -1;
     }
+    /* an alert hook runs as the controller's user on its host: only an
+       admin may ask for one (a user's alerts notify, they never run code) */
+    json_t *alerts = json_object_get(spec, "alerts"), *rule;
+    size_t i;
+    if (who->id.role != IDENT_ADMIN && json_is_array(alerts))
+        json_array_foreach(alerts, i, rule)
+        {
+            if (json_is_object(rule) && json_object_get(rule, "hook")) {
+                snprintf(err, errsize,
+                         "alerts[%zu].hook: %s (role %s) may not submit an alert hook: "
+                         "hooks run programs as the controller's user, so they come only "
+                         "from an admin (the controller's --alerts FILE or an admin's "
+                         "submit); drop the hook and the alert still fires (events, "
+                         "`jizhi alerts`)",
+                         i, who->id.user, ident_role_str(who->id.role));
+                return -1;
+            }
+        }
     if (!given)
         json_object_set_new(spec, "owner", json_string(who->id.user));
     return 0;

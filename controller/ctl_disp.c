@@ -1,7 +1,10 @@
 /*  ctl_disp.c - the dispatchers the controller knows (see ctl_internal.h):
     their slots and GPUs, which trial holds what, and their silence.
-    A dispatcher is created by its first `register` and never removed; a
-    silent one is marked dead until it registers or speaks again.
+    A dispatcher is created by its first `register`; a silent one is
+    marked dead until it registers or speaks again, and forgotten (in
+    memory) after twice the lost timeout without trials. Its name stays
+    bound to the identity that registered it (in the store) until an admin
+    releases it.
 */
 #include "ctl_internal.h"
 
@@ -98,10 +101,11 @@ void ctl__disp_check_silence(ctl_t *c, double now)
                      d->name);
         }
         /* a dispatcher silent for long with no trial is forgotten, so that
-           names registered and never heard again do not pile up */
+           names registered and never heard again do not pile up in memory;
+           its name stays bound to its identity in the store until an admin
+           releases it (ctl__disp_release_name) */
         if (!d->alive && now - d->last_seen > 2 * c->lost_timeout &&
-            !s_disp_in_use(c, d) && ctl__txn(c) == 0) {
-            store_dispatcher_delete(c->store, d->name);
+            !s_disp_in_use(c, d)) {
             log_info("ctl", "forgot dispatcher %s (silent, no trials)", d->name);
             free(d);
             c->disps[i] = c->disps[--c->ndisps];
@@ -109,6 +113,23 @@ void ctl__disp_check_silence(ctl_t *c, double now)
         }
         i++;
     }
+}
+
+int ctl__disp_release_name(ctl_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->ndisps; i++) {
+        ctl_disp *d = c->disps[i];
+        if (strcmp(d->name, name) != 0)
+            continue;
+        if (d->alive || s_disp_in_use(c, d))
+            return -1;
+        free(d);
+        c->disps[i] = c->disps[--c->ndisps];
+        break;
+    }
+    if (ctl__txn(c) != 0 || store_dispatcher_delete(c->store, name) != 0)
+        return -1;
+    return 0;
 }
 
 void ctl__disp_kill(ctl_t *c, ctl_trial *t, const char *reason)

@@ -92,6 +92,14 @@ static void s_applied(ctl_t *c, const ctl_instr *in)
     ctl__trial_save(c, t);
 }
 
+long ctl__instr_trial(const ctl_t *c, long id)
+{
+    for (size_t i = 0; i < c->ninstrs; i++)
+        if (c->instrs[i].id == id)
+            return c->instrs[i].trial_id;
+    return -1;
+}
+
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
 {
     for (size_t i = 0; i < c->ninstrs; i++) {

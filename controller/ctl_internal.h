@@ -135,6 +135,8 @@ struct ctl {
     volatile sig_atomic_t reload; /* SIGHUP: reread keys_path */
     ctl_alerts *alerts;           /* alert rules and running hooks (ctl_alert.c), owned */
     ctl_queue *queue;             /* quotas and why studies wait (ctl_queue.c), owned */
+    double refusal_window;        /* ctl__refused: the window's start (monotonic) */
+    long refusals_logged, refusals_dropped; /* ... and its counts */
 };
 
 /* ---- ctl.c ---- */
@@ -142,6 +144,12 @@ struct ctl {
 int ctl__txn(ctl_t *c);
 /* Queues msg (takes ownership) for `to`, sent after the commit. */
 void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg);
+/* Logs a refusal of a peer's message (or a malformed one): at most
+   CTL_REFUSALS_LOGGED lines per CTL_REFUSAL_WINDOW_S, then one line
+   counting those not logged, so that no peer can flood the log. */
+#define CTL_REFUSALS_LOGGED 20
+#define CTL_REFUSAL_WINDOW_S 10.0
+void ctl__refused(ctl_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The loaded trial with this id, or NULL. */
 ctl_trial *ctl__trial_by_id(ctl_t *c, long id);
 
@@ -163,6 +171,9 @@ void ctl__read_expire(ctl_t *c, double now);
 long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
                    const char *who, const char *reason, const wire_peer *waiter,
                    long waiter_req);
+/* The trial an outstanding instruction is addressed to, or -1 when no
+   instruction with this id is outstanding. */
+long ctl__instr_trial(const ctl_t *c, long id);
 /* Resolves an outstanding instruction; answers its waiter. */
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail);
 /* Re-pushes outstanding instructions of a trial (after it spoke). */
@@ -179,8 +190,8 @@ ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name);
 /* The named dispatcher, created (not alive, no slots) when new. */
 ctl_disp *ctl__disp_get(ctl_t *c, const char *name);
 /* Dispatchers silent for twice --lost-timeout, with no trial, are
-   forgotten (memory and store). At most CTL_MAX_DISPS are known at once:
-   a new name beyond that is refused. */
+   forgotten in memory (their name's binding stays in the store). At most CTL_MAX_DISPS
+   are known at once: a new name beyond that is refused. */
 #define CTL_MAX_DISPS 4096
 /* The alive dispatcher with a free slot per rank and `gpus` free GPUs per
    rank that has the most free slots, or NULL. */
@@ -192,6 +203,10 @@ void ctl__disp_take(ctl_disp *d, ctl_trial *t, long gpus, long ranks);
 void ctl__disp_release(ctl_trial *t);
 /* Marks dispatchers silent for longer than the lost timeout as dead. */
 void ctl__disp_check_silence(ctl_t *c, double now);
+/* An admin frees dispatcher name `name` from its identity: forgotten in
+   memory and in the store. -1 while such a dispatcher is alive or holds
+   trials (or the store fails); nothing changed then. */
+int ctl__disp_release_name(ctl_t *c, const char *name);
 /* Queues a `kill` of t's current attempt to its dispatcher (if it has one). */
 void ctl__disp_kill(ctl_t *c, ctl_trial *t, const char *reason);
 void ctl__disp_free_all(ctl_t *c);
@@ -228,8 +243,19 @@ void ctl__queue_fill(ctl_t *c, double now);
 /* A preempted (SUSPENDED) trial goes back to PENDING, loading its
    checkpoint at the next start, keeping the values it reported. */
 void ctl__queue_resume(ctl_t *c, ctl_trial *t);
-/* Sets (persists) user's quota; -1 means no limit. 0 or -1. */
-int ctl__queue_quota_set(ctl_t *c, const char *user, long slots, long gpus);
+/* quota_set (msg borrowed): {user, slots, gpus (-1: no limit),
+   max_priority ("normal" or "high")}, one not given keeping its value.
+   Checks, persists and applies it; the admin's right is the caller's to
+   check. The quota as {user, slots, gpus, max_priority} (caller owns), or
+   NULL with *code and err (nothing changed). */
+json_t *ctl__queue_quota_msg(ctl_t *c, const json_t *msg, const char **code, char *err,
+                             size_t size);
+/* At submit: 0 when `who` may ask for the spec's priority (normal or
+   low: anyone; high: an admin, a trusted peer, or a user whose quota's
+   max_priority an admin set to high), else -1 with err saying why and
+   how to get it. Changes nothing. */
+int ctl__queue_check_priority(const ctl_t *c, const ctl_ident *who, const json_t *spec,
+                              char *err, size_t size);
 /* What waits and why, and each user's usage and quota (caller owns):
    {waiting: [{study, owner, priority, running, pending, preempted, new,
    reason}], users: [{user, slots, gpus, quota_slots, quota_gpus}]}. */
@@ -262,9 +288,11 @@ const char *ctl__auth_owner(const ctl_t *c, const ctl_study *s);
 /* 1 when `who` may steer s (stop, resume, pause, set, enqueue, extend): its
    owner (role user), an admin, or a trusted peer. */
 int ctl__auth_may_steer(const ctl_t *c, const ctl_ident *who, const ctl_study *s);
-/* Sets the owner of a study `who` submits: an untrusted sender owns it
-   (an "owner" naming another user is refused unless `who` is an admin).
-   0, or -1 with err. spec is modified. */
+/* What `who` may put in a spec it submits, and its owner: an untrusted
+   sender owns it (an "owner" naming another user is refused unless `who`
+   is an admin), and only an admin or a trusted peer may give an alert a
+   `hook` (it runs as the controller's user). 0, or -1 with err (nothing
+   changed). spec is modified (its owner). */
 int ctl__auth_submit_owner(const ctl_t *c, const ctl_ident *who, json_t *spec, char *err,
                            size_t errsize);
 

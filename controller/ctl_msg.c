@@ -77,8 +77,8 @@ static ctl_trial *s_auth_trial(ctl_t *c, const ctl_msg *m)
     }
     ctl_trial *t = ctl__trial_by_id(c, id);
     if (!t || strcmp(t->row.token, token) != 0) {
-        log_warn("ctl", "refused a %s message for trial %ld: wrong token",
-                 wire_type(m->msg), id);
+        ctl__refused(c, "refused a %s message for trial %ld: wrong token",
+                     wire_type(m->msg), id);
         s_reply_error(c, m->from, m->req, "unauthorized", "wrong token for this trial");
         return NULL;
     }
@@ -100,8 +100,8 @@ static ctl_disp *s_auth_disp(ctl_t *c, const ctl_msg *m)
         return NULL;
     }
     if (d->owner[0] && strcmp(d->owner, m->who->principal) != 0) {
-        log_warn("ctl", "refused %s for dispatcher %s from another identity (%s)",
-                 wire_type(m->msg), name, m->who->principal);
+        ctl__refused(c, "refused %s for dispatcher %s from another identity (%s)",
+                     wire_type(m->msg), name, m->who->principal);
         s_reply_error(c, m->from, m->req, "forbidden",
                       "this dispatcher name belongs to another key or user");
         return NULL;
@@ -115,8 +115,8 @@ static int s_may_steer(ctl_t *c, const ctl_msg *m, const ctl_study *s)
 {
     if (ctl__auth_may_steer(c, m->who, s))
         return 1;
-    log_warn("ctl", "refused %s of study %s from %s (%s)", wire_type(m->msg), s->row.name,
-             m->who->id.user, ident_role_str(m->who->id.role));
+    ctl__refused(c, "refused %s of study %s from %s (%s)", wire_type(m->msg), s->row.name,
+                 m->who->id.user, ident_role_str(m->who->id.role));
     ctl__send(c, m->from,
               wire_error(m->req, "forbidden",
                          "%s may not steer study %s: it belongs to %s (only its owner or "
@@ -225,6 +225,16 @@ static void s_ins_ack(ctl_t *c, const ctl_msg *m)
                       "ins_ack needs 'id' (integer) and 'applied' (boolean)");
         return;
     }
+    long to = ctl__instr_trial(c, id);
+    if (to >= 0 && to != m->trial->row.id) {
+        ctl__refused(c, "trial %ld acknowledged instruction %ld of trial %ld",
+                     m->trial->row.id, id, to);
+        ctl__send(c, m->from,
+                  wire_error(m->req, "forbidden",
+                             "instruction %ld is not addressed to trial %ld", id,
+                             m->trial->row.id));
+        return;
+    }
     const char *detail = json_string_value(json_object_get(m->msg, "detail"));
     ctl__instr_done(c, id, json_is_true(applied), detail);
     ctl__send(c, m->from, wire_ok(m->req));
@@ -293,6 +303,13 @@ static int s_ours(ctl_t *c, const ctl_trial *t, long id, long attempt, const cha
     return ours;
 }
 
+/* 1 when d holds t's current attempt: only that dispatcher may report
+   on it (started, exited, running lists). */
+static int s_holds(const ctl_disp *d, const ctl_trial *t)
+{
+    return !strcmp(t->row.dispatcher, d->name);
+}
+
 /* Marks the trials a dispatcher lists as alive. */
 static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile)
 {
@@ -316,6 +333,15 @@ static void s_running_list(ctl_t *c, ctl_disp *d, json_t *running, int reconcile
                       json_pack("{s:s, s:I, s:I, s:s, s:s}", "type", "disown", "trial",
                                 (json_int_t)id, "attempt", attempt, "tag", tag, "reason",
                                 "not an attempt of this controller's store"));
+            continue;
+        }
+        if (t && ctl_trial_active(t) && attempt == t->row.attempt && !s_holds(d, t)) {
+            /* another dispatcher's attempt: neither kept alive nor killed */
+            ctl__refused(c,
+                         "dispatcher %s lists trial %ld.%" JSON_INTEGER_FORMAT
+                         ", which runs on %s: ignored",
+                         d->name, id, attempt,
+                         t->row.dispatcher[0] ? t->row.dispatcher : "no dispatcher");
             continue;
         }
         if (t && ctl_trial_active(t) && attempt == t->row.attempt) {
@@ -399,8 +425,8 @@ static void s_register(ctl_t *c, const ctl_msg *m)
     else if (store_dispatcher_owner(c->store, name, bound, sizeof bound) != 0)
         bound[0] = 0;
     if (bound[0] && strcmp(bound, m->who->principal) != 0) {
-        log_warn("ctl", "refused register of dispatcher %s from another identity (%s)",
-                 name, m->who->principal);
+        ctl__refused(c, "refused register of dispatcher %s from another identity (%s)",
+                     name, m->who->principal);
         s_reply_error(c, m->from, m->req, "forbidden",
                       "this dispatcher name belongs to another key or user");
         return;
@@ -463,6 +489,17 @@ static ctl_trial *s_reported_trial(ctl_t *c, const ctl_msg *m)
     const char *tag = json_string_value(json_object_get(m->msg, "tag"));
     if (!t || t->row.attempt != attempt || !s_ours(c, t, id, attempt, tag)) {
         ctl__send(c, m->from, wire_ok(m->req)); /* stale: nothing to apply */
+        return NULL;
+    }
+    if (!s_holds(m->disp, t)) {
+        ctl__refused(
+            c, "refused %s of trial %ld.%ld from dispatcher %s: the attempt runs on %s",
+            wire_type(m->msg), id, attempt, m->disp->name,
+            t->row.dispatcher[0] ? t->row.dispatcher : "no dispatcher");
+        ctl__send(c, m->from,
+                  wire_error(m->req, "forbidden",
+                             "trial %ld attempt %ld is not this dispatcher's (%s)", id,
+                             attempt, m->disp->name));
         return NULL;
     }
     return t;
@@ -545,7 +582,8 @@ static void s_submit(ctl_t *c, const ctl_msg *m)
     int resumed, finished;
     const char *code = "internal";
     char text[512] = "";
-    if (ctl__auth_submit_owner(c, m->who, spec, text, sizeof text) != 0) {
+    if (ctl__auth_submit_owner(c, m->who, spec, text, sizeof text) != 0 ||
+        ctl__queue_check_priority(c, m->who, spec, text, sizeof text) != 0) {
         s_reply_error(c, m->from, m->req, "forbidden", text);
         return;
     }
@@ -825,60 +863,50 @@ static void s_queue(ctl_t *c, const ctl_msg *m)
     ctl__send(c, m->from, ok);
 }
 
-/* quota_set: user, slots and/or gpus (-1: no limit; a missing one keeps
-   its value). The table row asks for the admin's right. */
+/* quota_set: user, slots, gpus and/or max_priority (ctl_queue.c). The
+   table row asks for the admin's right. */
 static void s_quota_set(ctl_t *c, const ctl_msg *m)
 {
-    const char *user = json_string_value(json_object_get(m->msg, "user"));
-    if (!user || !ident_valid_user(user)) {
-        s_reply_error(c, m->from, m->req, "malformed",
-                      "field 'user': expected a user name ([A-Za-z0-9_.@-], 1-63 chars)");
-        return;
-    }
-    long v[2] = {-1, -1};
-    json_t *quotas = store_quota_list(c->store);
-    size_t i;
-    json_t *e;
-    json_array_foreach(quotas, i, e)
-    {
-        if (!strcmp(json_string_value(json_object_get(e, "user")), user)) {
-            v[0] = (long)json_integer_value(json_object_get(e, "slots"));
-            v[1] = (long)json_integer_value(json_object_get(e, "gpus"));
-        }
-    }
-    json_decref(quotas);
-    static const char *const keys[2] = {"slots", "gpus"};
-    int given = 0;
-    for (int k = 0; k < 2; k++) {
-        json_t *x = json_object_get(m->msg, keys[k]);
-        if (!x)
-            continue;
-        if (!json_is_integer(x) || json_integer_value(x) < -1 ||
-            json_integer_value(x) > 1000000) {
-            char err[128];
-            snprintf(
-                err, sizeof err,
-                "field '%s': expected an integer from 0 to 1000000, or -1 for no limit",
-                keys[k]);
-            s_reply_error(c, m->from, m->req, "malformed", err);
-            return;
-        }
-        v[k] = (long)json_integer_value(x);
-        given = 1;
-    }
-    if (!given) {
-        s_reply_error(c, m->from, m->req, "malformed", "give 'slots', 'gpus' or both");
-        return;
-    }
-    if (ctl__queue_quota_set(c, user, v[0], v[1]) != 0) {
-        s_reply_error(c, m->from, m->req, "internal", "cannot store the quota");
+    const char *code;
+    char err[200];
+    json_t *q = ctl__queue_quota_msg(c, m->msg, &code, err, sizeof err);
+    if (!q) {
+        s_reply_error(c, m->from, m->req, code, err);
         return;
     }
     json_t *ok = wire_ok(m->req);
-    json_object_set_new(ok, "user", json_string(user));
-    json_object_set_new(ok, "slots", json_integer(v[0]));
-    json_object_set_new(ok, "gpus", json_integer(v[1]));
+    json_object_update(ok, q);
+    json_decref(q);
     ctl__send(c, m->from, ok);
+}
+
+/* disp_release: an admin frees a dispatcher name from the identity it
+   is bound to (the table row asks for the admin's right). */
+static void s_disp_release(ctl_t *c, const ctl_msg *m)
+{
+    const char *name;
+    char err[128];
+    if (wire_get_str(m->msg, "name", &name, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
+        return;
+    }
+    char bound[72] = "";
+    if (store_dispatcher_owner(c->store, name, bound, sizeof bound) != 0 || !bound[0]) {
+        ctl__send(c, m->from,
+                  wire_error(m->req, "unknown_dispatcher",
+                             "no dispatcher name \"%.64s\" is bound", name));
+        return;
+    }
+    if (ctl__disp_release_name(c, name) != 0) {
+        ctl__send(
+            c, m->from,
+            wire_error(m->req, "bad_state",
+                       "dispatcher %.64s is connected or holds trials; stop it first",
+                       name));
+        return;
+    }
+    log_info("ctl", "dispatcher name %s released (it was bound to %s)", name, bound);
+    ctl__send(c, m->from, wire_ok(m->req));
 }
 
 static void s_ping(ctl_t *c, const ctl_msg *m)
@@ -928,6 +956,7 @@ static const struct {
     {"ping", PEER_ANY, ACT_FREE, s_ping},
     {"queue", PEER_ANY, IDENT_READ, s_queue},
     {"quota_set", PEER_ANY, IDENT_ADMINISTER, s_quota_set},
+    {"disp_release", PEER_ANY, IDENT_ADMINISTER, s_disp_release},
 };
 
 static const char *const s_action_text[] = {
@@ -947,12 +976,12 @@ static int s_permitted(ctl_t *c, const ctl_msg *m, int action)
         ident_allows(w->id.role, (ident_action)action))
         return 1;
     if (w->id.role == IDENT_NONE) {
-        log_warn("ctl", "refused %s from an unknown key or peer", wire_type(m->msg));
+        ctl__refused(c, "refused %s from an unknown key or peer", wire_type(m->msg));
         s_reply_error(c, m->from, m->req, "unauthorized",
                       "unknown key: the controller's authorized keys do not list it");
     } else {
-        log_warn("ctl", "refused %s from %s (%s)", wire_type(m->msg), w->id.user,
-                 ident_role_str(w->id.role));
+        ctl__refused(c, "refused %s from %s (%s)", wire_type(m->msg), w->id.user,
+                     ident_role_str(w->id.role));
         ctl__send(c, m->from,
                   wire_error(m->req, "forbidden", "%s (role %s) may not %s", w->id.user,
                              ident_role_str(w->id.role), s_action_text[action]));
@@ -986,7 +1015,7 @@ void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *
         store_set_actor(c->store, NULL);
         return;
     }
-    log_warn("ctl", "dropped a message of unknown type \"%.40s\"", type);
+    ctl__refused(c, "dropped a message of unknown type \"%.40s\"", type);
     ctl__send(c, from,
               wire_error(m.req, "malformed", "unknown message type \"%.40s\"", type));
 }

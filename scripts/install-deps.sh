@@ -8,7 +8,7 @@ PKGS=(build-essential pkg-config clang clang-format libzmq3-dev libsqlite3-dev s
       libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
       libmicrohttpd-dev libsodium-dev libjs-chart.js
       dataset-fashion-mnist python3 python3-pytest python3-pip python3-setuptools
-      python3-wheel tmux
+      python3-wheel python3-zmq tmux
       openmpi-bin libopenmpi-dev)
 # The Slurm backend's tests and bench-slurm start a one-node cluster
 # (tests/slurm/cluster.sh): slurm-wlm (slurmctld, slurmd, the client

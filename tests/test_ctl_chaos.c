@@ -436,8 +436,10 @@ static void s_own_remove(own_ctl *o)
     CHECK(system(cmd) == 0);
 }
 
-/* Dispatchers registered and never heard again are forgotten (memory and
-   store) once silent for twice the lost timeout; one that heartbeats stays.
+/* Dispatchers registered and never heard again are forgotten in memory
+   once silent for twice the lost timeout, their names still bound to their
+   identity in the store until an admin releases one; one that heartbeats
+   stays.
    A controller of its own, with a short lost timeout. */
 TEST(silent_dispatchers_are_forgotten)
 {
@@ -474,14 +476,30 @@ TEST(silent_dispatchers_are_forgotten)
     const char *code = json_string_value(json_object_get(r, "code"));
     CHECK(code && !strcmp(code, "unknown_dispatcher"));
     json_decref(r);
+    /* an admin releases a forgotten name; a connected one is refused */
+    r = wire_request(sock,
+                     json_pack("{s:s, s:s}", "type", "disp_release", "name", "fake-8"),
+                     5000, err, sizeof err);
+    CHECK(s_ok(r));
+    r = wire_request(sock,
+                     json_pack("{s:s, s:s}", "type", "disp_release", "name", "keep"),
+                     5000, err, sizeof err);
+    code = json_string_value(json_object_get(r, "code"));
+    CHECK(code && !strcmp(code, "bad_state"));
+    json_decref(r);
     s_own_stop(&o);
     sqlite3 *q;
     REQUIRE(sqlite3_open(o.db, &q) == SQLITE_OK);
     sqlite3_stmt *st;
-    REQUIRE(sqlite3_prepare_v2(q, "SELECT COUNT(*), SUM(name='keep') FROM dispatchers",
+    /* the forgotten names stay bound to their identity in the store, but
+       for the released one */
+    REQUIRE(sqlite3_prepare_v2(q,
+                               "SELECT COUNT(*), SUM(name='keep'), SUM(name='fake-8'), "
+                               "SUM(owner IS NOT NULL) FROM dispatchers",
                                -1, &st, NULL) == SQLITE_OK);
     REQUIRE(sqlite3_step(st) == SQLITE_ROW);
-    CHECK(sqlite3_column_int(st, 0) == 1 && sqlite3_column_int(st, 1) == 1);
+    CHECK(sqlite3_column_int(st, 0) == N && sqlite3_column_int(st, 1) == 1 &&
+          sqlite3_column_int(st, 2) == 0 && sqlite3_column_int(st, 3) == N);
     sqlite3_finalize(st);
     sqlite3_close(q);
     s_own_remove(&o);
