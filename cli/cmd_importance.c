@@ -1,7 +1,10 @@
 /*  cmd_importance.c - `jizhi study importance NAME`: how much each
     parameter matters to the objective, from the study's completed trials
-    (schedulers/importance.h: Sobol indices of a GP fitted to them). Reads
-    like `study show` (the database file, or a controller). Trials that
+    (schedulers/importance.h: Sobol indices of a GP fitted to them, or,
+    over the model's caps, the rank correlation, with a line saying why).
+    It runs in this process, never in the controller: the controller only
+    answers the `read` of the study. Reads like `study show` (the
+    database file, or a controller). Trials that
     failed, were stopped or early-stopped, or are still running are left
     out: their values are not final.
 */
@@ -36,11 +39,16 @@ int cli_study_importance(const cli_opts *o)
     }
     long long used = json_integer_value(json_object_get(imp, "trials"));
     long long done = json_integer_value(json_object_get(imp, "completed"));
+    const char *note = json_string_value(json_object_get(imp, "note"));
+    int model = !note; /* sobol-gp; else the rank correlation, with why */
     printf("study %s: parameter importance from %lld completed trials", name, used);
     if (done > used)
         printf(" (an evenly spaced %lld of %lld)", used, done);
-    printf("\n(first-order Sobol indices of a GP fitted to them, normalised to sum to "
-           "1; TOTAL includes interactions)\n");
+    if (model)
+        printf("\n(first-order Sobol indices of a GP fitted to them, normalised to sum "
+               "to 1; TOTAL includes interactions)\n");
+    else
+        printf("\n(%s)\n", note);
     int w = 5;
     size_t i;
     json_t *p;
@@ -49,14 +57,18 @@ int cli_study_importance(const cli_opts *o)
         int len = (int)strlen(json_string_value(json_object_get(p, "name")));
         w = len > w ? len : w;
     }
-    printf("%-*s  IMPORTANCE  FIRST   TOTAL\n", w, "PARAM");
+    printf(model ? "%-*s  IMPORTANCE  FIRST   TOTAL\n" : "%-*s  |RANK CORR|\n", w,
+           "PARAM");
     json_array_foreach(params, i, p)
     {
-        printf("%-*s  %10.3f  %6.3f  %6.3f\n", w,
-               json_string_value(json_object_get(p, "name")),
-               json_real_value(json_object_get(p, "importance")),
-               json_real_value(json_object_get(p, "first")),
-               json_real_value(json_object_get(p, "total")));
+        const char *pname = json_string_value(json_object_get(p, "name"));
+        double v = json_real_value(json_object_get(p, "importance"));
+        if (model)
+            printf("%-*s  %10.3f  %6.3f  %6.3f\n", w, pname, v,
+                   json_real_value(json_object_get(p, "first")),
+                   json_real_value(json_object_get(p, "total")));
+        else
+            printf("%-*s  %11.3f\n", w, pname, v);
     }
     json_decref(imp);
     return CLI_OK;

@@ -60,6 +60,27 @@ static int s_fail(char *err, size_t errsize, const char *text)
     return -1;
 }
 
+long imp_width(const spec_t *spec)
+{
+    long D = 0;
+    for (size_t k = 0; k < spec->nparams; k++)
+        D += s_width(&spec->params[k]);
+    return D;
+}
+
+/* Whether trial i has a finite value and a legal value of every parameter. */
+static int s_usable(const spec_t *spec, json_t *const *params, const double *y, int i)
+{
+    if (!isfinite(y[i]) || !json_is_object(params[i]))
+        return 0;
+    for (size_t k = 0; k < spec->nparams; k++) {
+        json_t *v = json_object_get(params[i], spec->params[k].name);
+        if (!v || !spec_param_legal(&spec->params[k], v))
+            return 0;
+    }
+    return 1;
+}
+
 int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int n,
                 int samples, unsigned long long seed, imp_result *out, char *err,
                 size_t errsize)
@@ -68,60 +89,71 @@ int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int 
     int np = (int)spec->nparams;
     if (np < 1)
         return s_fail(err, errsize, "the study has no parameters");
-    int *off = malloc(sizeof(int) * (size_t)(np + 1));
-    if (!off)
-        return s_fail(err, errsize, "out of memory");
-    int D = 0;
-    for (int k = 0; k < np; k++) {
-        off[k] = D;
-        D += s_width(&spec->params[k]);
+    long width = imp_width(spec);
+    if (np > IMP_MAX_PARAMS || width > IMP_MAX_WIDTH) {
+        snprintf(err, errsize,
+                 "the space has %d parameters encoded in %ld dimensions, over the "
+                 "model's cap (%d parameters, %d dimensions)",
+                 np, width, IMP_MAX_PARAMS, IMP_MAX_WIDTH);
+        return -1;
     }
-    off[np] = D;
-    int N = samples > 0 ? samples : 2048;
-    size_t rows = (size_t)N * (size_t)(np + 2);
-    double *X = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1) * (size_t)D);
-    double *Y = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-    double *P = malloc(sizeof(double) * rows * (size_t)D); /* A, B, AB_1.. AB_np */
-    double *f = malloc(sizeof(double) * rows);
-    out->first = calloc((size_t)np, sizeof(double));
-    out->total = calloc((size_t)np, sizeof(double));
-    out->importance = calloc((size_t)np, sizeof(double));
-    gp_t *gp = gp_new(D);
-    int rc = -1;
-    if (!X || !Y || !P || !f || !out->first || !out->total || !out->importance || !gp) {
-        s_fail(err, errsize, "out of memory");
-        goto done;
-    }
-
-    /* the trials: those with every parameter legal and a finite value */
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        if (!isfinite(y[i]) || !json_is_object(params[i]))
-            continue;
-        int ok = 1;
-        for (int k = 0; k < np && ok; k++)
-            ok = s_encode_one(&spec->params[k],
-                              json_object_get(params[i], spec->params[k].name),
-                              X + (size_t)m * D + off[k]) == 0;
-        if (ok)
-            Y[m++] = y[i];
-    }
-    if (m >
-        IMP_MAX_TRIALS) { /* an evenly spaced subsample keeps the fit's cost bounded */
-        for (int j = 0; j < IMP_MAX_TRIALS; j++) {
-            int from = (int)((long long)j * m / IMP_MAX_TRIALS);
-            memmove(X + (size_t)j * D, X + (size_t)from * D, sizeof(double) * (size_t)D);
-            Y[j] = Y[from];
-        }
-        m = IMP_MAX_TRIALS;
-    }
+    int D = (int)width;
+    /* the usable trials, then an evenly spaced subsample of them: only
+       those are encoded, so memory follows the cap, not the study */
+    int cap = D > IMP_WIDE ? IMP_MAX_TRIALS_WIDE : IMP_MAX_TRIALS;
+    int usable = 0;
+    for (int i = 0; i < n; i++)
+        usable += s_usable(spec, params, y, i);
+    int m = usable < cap ? usable : cap;
     out->n_used = m;
     if (m < 2) {
         snprintf(err, errsize,
                  "%d finished trial%s with a value and legal parameters; at least 2 are "
                  "needed",
                  m, m == 1 ? "" : "s");
+        return -1;
+    }
+    int N = samples;
+    if (N <= 0) { /* 2048, fewer where the prediction's work would pass the cap */
+        double per = (double)(np + 2) * m * D;
+        N = per * 2048 > IMP_MAX_WORK ? (int)(IMP_MAX_WORK / per) : 2048;
+        N = N < IMP_MIN_SAMPLES ? IMP_MIN_SAMPLES : N;
+    }
+    int *off = malloc(sizeof(int) * (size_t)(np + 1));
+    if (!off)
+        return s_fail(err, errsize, "out of memory");
+    for (int k = 0, at = 0; k <= np; k++) {
+        off[k] = at;
+        at += k < np ? s_width(&spec->params[k]) : 0;
+    }
+    size_t rows = (size_t)N * (size_t)(np + 2);
+    double *X = malloc(sizeof(double) * (size_t)m * (size_t)D);
+    double *Y = malloc(sizeof(double) * (size_t)m);
+    double *P = malloc(sizeof(double) * (size_t)N * 2 * (size_t)D); /* A, B */
+    double *AB = malloc(sizeof(double) * (size_t)N * (size_t)D);    /* AB_k, one k */
+    double *f = malloc(sizeof(double) * rows);
+    out->first = calloc((size_t)np, sizeof(double));
+    out->total = calloc((size_t)np, sizeof(double));
+    out->importance = calloc((size_t)np, sizeof(double));
+    gp_t *gp = gp_new(D);
+    int rc = -1;
+    if (!X || !Y || !P || !AB || !f || !out->first || !out->total || !out->importance ||
+        !gp) {
+        s_fail(err, errsize, "out of memory");
         goto done;
+    }
+
+    /* the j-th of m evenly spaced usable trials is usable trial j*usable/m */
+    for (int i = 0, u = 0, j = 0; i < n && j < m; i++) {
+        if (!s_usable(spec, params, y, i))
+            continue;
+        if (u++ != (int)((long long)j * usable / m))
+            continue;
+        for (int k = 0; k < np; k++)
+            s_encode_one(&spec->params[k],
+                         json_object_get(params[i], spec->params[k].name),
+                         X + (size_t)j * D + off[k]);
+        Y[j++] = y[i];
     }
     gp_fit_opts fo;
     gp_fit_opts_init(&fo);
@@ -147,17 +179,22 @@ int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int 
             }
         }
     }
-    /* AB_k: A with parameter k from B */
-    for (int k = 0; k < np; k++)
+    if (gp_predict_batch(gp, P, 2 * N, f, NULL) != 0) {
+        s_fail(err, errsize, "out of memory");
+        goto done;
+    }
+    /* AB_k: A with parameter k from B, one k at a time */
+    for (int k = 0; k < np; k++) {
         for (int r = 0; r < N; r++) {
-            double *x = P + ((size_t)(2 + k) * N + r) * D;
+            double *x = AB + (size_t)r * D;
             memcpy(x, P + (size_t)r * D, sizeof(double) * (size_t)D);
             memcpy(x + off[k], P + ((size_t)N + r) * D + off[k],
                    sizeof(double) * (size_t)(off[k + 1] - off[k]));
         }
-    if (gp_predict_batch(gp, P, (int)rows, f, NULL) != 0) {
-        s_fail(err, errsize, "out of memory");
-        goto done;
+        if (gp_predict_batch(gp, AB, N, f + (size_t)(2 + k) * N, NULL) != 0) {
+            s_fail(err, errsize, "out of memory");
+            goto done;
+        }
     }
     double mean = 0, V = 0;
     for (int r = 0; r < 2 * N; r++)
@@ -190,6 +227,7 @@ done:
     free(X);
     free(Y);
     free(P);
+    free(AB);
     free(f);
     if (rc != 0)
         imp_result_fini(out);

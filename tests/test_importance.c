@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static unsigned long long s_state = 777;
 static double s_u(void)
@@ -159,11 +160,191 @@ TEST(errors)
     spec_destroy(&sp);
 }
 
+/* A spec whose space is one float "x" and one choice "c" of nvalues
+   values ("v0", "v1", ... or 0, 1, ... when numbers). */
+static spec_t *s_spec_choice(int nvalues, int numbers)
+{
+    json_t *values = json_array();
+    for (int i = 0; i < nvalues; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "v%d", i);
+        json_array_append_new(values, numbers ? json_integer(i) : json_string(v));
+    }
+    json_t *j = json_pack(
+        "{s:s, s:{s:s, s:s}, s:{s:s}, s:{s:i}, s:{s:{s:s, s:f, s:f}, s:{s:s, s:o}}, "
+        "s:{s:[s]}}",
+        "name", "t", "objective", "metric", "y", "mode", "min", "scheduler", "type",
+        "random", "budget", "trials", 50, "space", "x", "type", "float", "low", 0.0,
+        "high", 1.0, "c", "type", "choice", "values", values, "trial", "command", "true");
+    spec_error err;
+    spec_t *s = j ? spec_parse(j, 0, &err) : NULL;
+    json_decref(j);
+    return s;
+}
+
+/* The peak resident memory of this process so far, in MiB. */
+static double s_peak_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+/* A choice of 10 000 values (the most a spec may hold) is over the
+   model's cap: imp_compute refuses it at once, and imp_study answers with
+   the rank correlation, says so, and stays within a few MiB (a fit of a
+   100 000-value choice took 4.7 GB before the cap). */
+TEST(wide_choice_falls_back_to_ranks_within_bounded_memory)
+{
+    spec_t *sp = s_spec_choice(10000, 0);
+    REQUIRE(sp);
+    CHECK(imp_width(sp) == 10001);
+    enum { N = 40 };
+    json_t *params[N];
+    double y[N];
+    json_t *trials = json_array();
+    for (int i = 0; i < N; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "v%d", (i * 7919) % 10000);
+        double x = s_u();
+        params[i] = json_pack("{s:f, s:s}", "x", x, "c", v);
+        y[i] = 5 * x;
+        json_array_append_new(trials, json_pack("{s:s, s:f, s:O}", "state", "completed",
+                                                "value", y[i], "params", params[i]));
+    }
+    imp_result r;
+    char err[256] = "";
+    CHECK(imp_compute(sp, params, y, N, 0, 1, &r, err, sizeof err) == -1);
+    CHECK(strstr(err, "10001 dimensions") != NULL && strstr(err, "cap") != NULL);
+    double before = s_peak_mib();
+    json_t *detail = json_pack("{s:O, s:o}", "spec", sp->json, "trials", trials);
+    json_t *imp = imp_study(detail, err, sizeof err);
+    REQUIRE(imp);
+    CHECK(s_peak_mib() - before < 64);
+    CHECK(!strcmp(json_string_value(json_object_get(imp, "method")), "spearman"));
+    const char *note = json_string_value(json_object_get(imp, "note"));
+    CHECK(note && strstr(note, "no model fitted") && strstr(note, "Spearman"));
+    CHECK(json_integer_value(json_object_get(imp, "trials")) == N);
+    json_t *ps = json_object_get(imp, "params");
+    REQUIRE(json_array_size(ps) == 2);
+    /* y is x alone: x ranks first with rho 1; c, a value per trial,
+       explains nothing */
+    json_t *p0 = json_array_get(ps, 0), *p1 = json_array_get(ps, 1);
+    CHECK(!strcmp(json_string_value(json_object_get(p0, "name")), "x"));
+    CHECK_NEAR(json_real_value(json_object_get(p0, "importance")), 1.0, 1e-12);
+    CHECK(json_is_null(json_object_get(p0, "first")));
+    CHECK_NEAR(json_real_value(json_object_get(p1, "importance")), 0.0, 1e-12);
+    json_decref(imp);
+    json_decref(detail);
+    for (int i = 0; i < N; i++)
+        json_decref(params[i]);
+    spec_destroy(&sp);
+}
+
+/* The rank measures against hand-computed values: a string choice whose
+   groups do not overlap in y, with a float that orders y within them;
+   then y = x (|rho| 1) with a choice that cycles without effect; a
+   decreasing choice of numbers is ranked as numbers. */
+TEST(rank_fallback_known_values)
+{
+    spec_t *sp = s_spec_choice(3, 0);
+    REQUIRE(sp);
+    enum { N = 30 };
+    json_t *params[N];
+    double y[N], out[2];
+    static const char *const names[3] = {"v0", "v1", "v2"};
+    for (int i = 0; i < N; i++) {
+        double x = (i + 0.5) / N;
+        params[i] = json_pack("{s:f, s:s}", "x", x, "c", names[i % 3]);
+        y[i] = -exp(3 * x) + 100 * (i % 3); /* c's groups do not overlap */
+    }
+    int used = 0;
+    char err[256];
+    REQUIRE(imp_rank(sp, params, y, N, out, &used, err, sizeof err) == 0);
+    CHECK(used == N);
+    /* c's three groups hold ranks 0-9, 10-19, 20-29: within-group rank
+       variance 8.25 each of 2247.5/30 in all, adjusted for 3 groups */
+    CHECK_NEAR(out[1], sqrt(1 - (247.5 / 27) / (2247.5 / 29)), 1e-12);
+    /* y's rank is 10 (i mod 3) + 9 - i/3 against x's i: rho = -7/29 */
+    CHECK_NEAR(out[0], 7.0 / 29, 1e-12);
+    for (int i = 0; i < N; i++) {
+        json_decref(params[i]);
+        y[i] = (double)i; /* now y is x, and c cycles without effect */
+        params[i] = json_pack("{s:f, s:s}", "x", (i + 0.5) / N, "c", names[i % 3]);
+    }
+    REQUIRE(imp_rank(sp, params, y, N, out, &used, err, sizeof err) == 0);
+    CHECK_NEAR(out[0], 1.0, 1e-12);
+    CHECK(out[1] < 0.1);
+    for (int i = 0; i < N; i++)
+        json_decref(params[i]);
+    spec_destroy(&sp);
+
+    sp = s_spec_choice(5, 1); /* a choice of numbers: Spearman on them */
+    REQUIRE(sp);
+    for (int i = 0; i < N; i++) {
+        params[i] = json_pack("{s:f, s:i}", "x", 0.5, "c", i % 5);
+        y[i] = -(double)(i % 5);
+    }
+    REQUIRE(imp_rank(sp, params, y, N, out, &used, err, sizeof err) == 0);
+    CHECK_NEAR(out[1], 1.0, 1e-12);
+    CHECK(out[0] == 0); /* x is constant */
+    for (int i = 0; i < N; i++)
+        json_decref(params[i]);
+    spec_destroy(&sp);
+}
+
+/* Over the caps in parameters: refused by the model, answered by ranks. */
+TEST(too_many_parameters_fall_back)
+{
+    char space[8192];
+    size_t at = 0;
+    at += (size_t)snprintf(space + at, sizeof space - at, "{");
+    for (int k = 0; k <= IMP_MAX_PARAMS; k++)
+        at += (size_t)snprintf(space + at, sizeof space - at,
+                               "%s\"p%d\":{\"type\":\"float\",\"low\":0,\"high\":1}",
+                               k ? "," : "", k);
+    snprintf(space + at, sizeof space - at, "}");
+    json_t *sj = json_loads(space, 0, NULL);
+    REQUIRE(sj);
+    json_t *j = json_pack("{s:s, s:{s:s, s:s}, s:{s:s}, s:{s:i}, s:o, s:{s:[s]}}", "name",
+                          "t", "objective", "metric", "y", "mode", "max", "scheduler",
+                          "type", "random", "budget", "trials", 9, "space", sj, "trial",
+                          "command", "true");
+    spec_error se;
+    spec_t *sp = spec_parse(j, 0, &se);
+    REQUIRE(sp);
+    json_t *trials = json_array();
+    for (int i = 0; i < 12; i++) {
+        json_t *p = json_object();
+        for (int k = 0; k <= IMP_MAX_PARAMS; k++) {
+            char nm[16];
+            snprintf(nm, sizeof nm, "p%d", k);
+            json_object_set_new(p, nm, json_real(k == 3 ? i / 12.0 : s_u()));
+        }
+        json_array_append_new(trials, json_pack("{s:s, s:f, s:o}", "state", "completed",
+                                                "value", (double)i, "params", p));
+    }
+    json_t *detail = json_pack("{s:o, s:o}", "spec", j, "trials", trials);
+    char err[256];
+    json_t *imp = imp_study(detail, err, sizeof err);
+    REQUIRE(imp);
+    CHECK(!strcmp(json_string_value(json_object_get(imp, "method")), "spearman"));
+    json_t *top = json_array_get(json_object_get(imp, "params"), 0);
+    CHECK(!strcmp(json_string_value(json_object_get(top, "name")), "p3"));
+    CHECK_NEAR(json_real_value(json_object_get(top, "importance")), 1.0, 1e-12);
+    json_decref(imp);
+    json_decref(detail);
+    spec_destroy(&sp);
+}
+
 int main(void)
 {
     RUN(linear_known_shares);
     RUN(many_trials_are_subsampled);
     RUN(interaction_and_choice);
     RUN(errors);
+    RUN(wide_choice_falls_back_to_ranks_within_bounded_memory);
+    RUN(rank_fallback_known_values);
+    RUN(too_many_parameters_fall_back);
     TEST_DONE();
 }

@@ -102,6 +102,36 @@ int web__query_long(web_req *r, const char *key, long lo, long hi, long dflt, lo
     return 0;
 }
 
+int web__heavy_enter(web_req *r)
+{
+    if (web_gate_enter(&r->w->heavy, WEB_HEAVY_WAIT_MS) == 0)
+        return 0;
+    r->retry_after = 2;
+    web__error(r, 503, "busy",
+               "%d expensive reads are running; try again in a few seconds",
+               WEB_MAX_HEAVY);
+    return -1;
+}
+
+void web__heavy_leave(web_req *r)
+{
+    web_gate_leave(&r->w->heavy);
+}
+
+void web__peer_ip(web_req *r, char *out, size_t size)
+{
+    *out = 0;
+    const union MHD_ConnectionInfo *ci =
+        web__mhd.get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out,
+                  (socklen_t)size);
+    else if (sa && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out,
+                  (socklen_t)size);
+}
+
 int web__study(web_req *r, store_study *out)
 {
     store_t *s = web__db(r);
@@ -276,6 +306,11 @@ static enum MHD_Result s_answer(web_req *r)
         web__mhd.add_response_header(resp, "Cache-Control", "no-store");
     }
     s_add_common_headers(resp);
+    if (r->retry_after > 0) {
+        char secs[16];
+        snprintf(secs, sizeof secs, "%d", r->retry_after);
+        web__mhd.add_response_header(resp, "Retry-After", secs);
+    }
     enum MHD_Result ret = web__mhd.queue_response(r->conn, (unsigned)status, resp);
     web__mhd.destroy_response(resp);
     r->resp = NULL;
@@ -391,6 +426,18 @@ static int s_parse_listen(const char *listen, struct sockaddr_in *sa, char *err,
     return 0;
 }
 
+/* Frees what web_new made besides the daemon. */
+static void s_free(web_t *w)
+{
+    web_curves_destroy(&w->curves);
+    pthread_mutex_destroy(&w->imp_mu);
+    pthread_mutex_destroy(&w->stream_mu);
+    web_gate_fini(&w->heavy);
+    for (int i = 0; i < WEB_IMP_CACHE; i++)
+        json_decref(w->imp[i].ans);
+    free(w);
+}
+
 web_t *web_new(const web_config *cfg, char *err, size_t errsize)
 {
     struct sockaddr_in sa;
@@ -408,21 +455,27 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
              cfg->controller ? cfg->controller : "");
     w->curves = web_curves_new();
     pthread_mutex_init(&w->imp_mu, NULL);
+    pthread_mutex_init(&w->stream_mu, NULL);
+    web_gate_init(&w->heavy, WEB_MAX_HEAVY);
+    const char *smax = getenv("JIZHI_WEB_STREAM_MAX_S");
+    w->stream_max_s = smax && atof(smax) > 0 ? atof(smax) : WEB_STREAM_MAX_S;
+    /* no client may hold every connection: WEB_MAX_PER_IP from one
+       address, and an idle one is closed after WEB_IDLE_TIMEOUT_S */
     w->d = web__mhd.start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
             MHD_USE_ERROR_LOG,
         0, NULL, NULL, s_access, w, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, w, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)128, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, w, MHD_OPTION_END);
+        (unsigned)WEB_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)WEB_MAX_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)WEB_IDLE_TIMEOUT_S, MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, w,
+        MHD_OPTION_END);
     if (!w->d) {
         char addr[64];
         inet_ntop(AF_INET, &sa.sin_addr, addr, sizeof addr);
         snprintf(err, errsize, "cannot listen on %s:%d (in use, or not an address here)",
                  addr, ntohs(sa.sin_port));
-        web_curves_destroy(&w->curves);
-        pthread_mutex_destroy(&w->imp_mu);
-        free(w);
+        s_free(w);
         return NULL;
     }
     const union MHD_DaemonInfo *info =
@@ -447,9 +500,6 @@ void web_destroy(web_t **wp)
     if (w->warming)
         pthread_join(w->warm, NULL);
     web__mhd.stop_daemon(w->d);
-    web_curves_destroy(&w->curves);
-    pthread_mutex_destroy(&w->imp_mu);
-    json_decref(w->imp);
-    free(w);
+    s_free(w);
     *wp = NULL;
 }

@@ -7,6 +7,9 @@
     web_static.c  the built-in page files
     web_importance.c  parameter importance (schedulers/importance.h)
     web_curves.c  downsampled study curves kept in memory
+    web_gate.c    at most N expensive reads at once
+    web_body.c    POST bodies: parsed and checked (fuzzed)
+    web_access.c  who asks: the optional token of a read, trial.env hidden
     web_buf.c     text buffer for large replies
     web_mhd.c     libmicrohttpd, loaded when a server starts
 */
@@ -19,12 +22,30 @@
 #include "../store/store.h"
 #include "web_buf.h"
 #include "web_curves.h"
+#include "web_gate.h"
 
 #include <jansson.h>
 #include "web_mhd.h"
 #include <pthread.h>
 
 #define WEB_MAX_BODY (1024 * 1024) /* bytes of a POST body */
+/* What one client may hold, so that no client locks out the others:
+   connections in all and from one address, how long one may sit idle,
+   event streams in all and from one address and how long one lasts (the
+   browser's EventSource reconnects, resuming from its Last-Event-ID;
+   JIZHI_WEB_STREAM_MAX_S overrides it). */
+#define WEB_MAX_CONNECTIONS 256
+#define WEB_MAX_PER_IP 32
+#define WEB_IDLE_TIMEOUT_S 30
+#define WEB_MAX_STREAMS 64
+#define WEB_MAX_STREAMS_PER_IP 8
+#define WEB_STREAM_MAX_S 600.0
+/* Expensive reads (an importance fit, a whole study's detail, a trial's
+   every point): at most WEB_MAX_HEAVY at once; the next wait up to
+   WEB_HEAVY_WAIT_MS, then get 503 with Retry-After. */
+#define WEB_MAX_HEAVY 2
+#define WEB_HEAVY_WAIT_MS 2000
+#define WEB_IMP_CACHE 16 /* importance answers kept (one per study) */
 
 struct web {
     struct MHD_Daemon *d;
@@ -36,12 +57,22 @@ struct web {
     int warming;           /* the thread was started */
     int port;
     int loopback; /* bound to 127.x.x.x: Host must name it */
-    /* the last importance answer (web_importance.c), given again while the
-       study's completed trials are the same; computed under imp_mu, so
-       one fit runs at a time */
+    /* importance answers (web_importance.c), each given again while its
+       study's completed trials are the same; imp_mu guards the table
+       only, never a fit */
     pthread_mutex_t imp_mu;
-    long imp_study, imp_done, imp_last; /* study id, completed count, last id */
-    json_t *imp;                        /* owned; NULL: none */
+    struct {
+        long study, done, last; /* study id, completed count, last id */
+        unsigned long used;     /* imp_clock when last given: the oldest goes */
+        json_t *ans;            /* owned; NULL: a free entry */
+    } imp[WEB_IMP_CACHE];
+    unsigned long imp_clock;
+    web_gate heavy; /* expensive reads at once (WEB_MAX_HEAVY) */
+    /* open event streams (web_stream.c), by client address, under
+       stream_mu: at most WEB_MAX_STREAMS, WEB_MAX_STREAMS_PER_IP each */
+    pthread_mutex_t stream_mu;
+    char stream_ip[WEB_MAX_STREAMS][48]; /* "" free */
+    double stream_max_s;                 /* a stream ends after this long */
 };
 
 /* One request: filled by web.c, answered by a handler. */
@@ -62,6 +93,7 @@ typedef struct {
     web_buf text;
     const char *ctype;
     struct MHD_Response *resp;
+    int retry_after; /* > 0: a Retry-After header (503 busy) */
 } web_req;
 
 /* A handler returns the HTTP status and sets r->json (or r->text, or r->resp). */
@@ -78,6 +110,12 @@ const char *web__query(web_req *r, const char *key);
 /* A query argument as an integer in [lo, hi], or `dflt` when absent;
    -1 with a 400 error set when malformed. */
 int web__query_long(web_req *r, const char *key, long lo, long hi, long dflt, long *out);
+/* Enters the server's gate for expensive reads: 0 (call web__heavy_leave
+   after), or -1 with 503 `busy` and Retry-After set. */
+int web__heavy_enter(web_req *r);
+void web__heavy_leave(web_req *r);
+/* The client's address as text ("127.0.0.2"), "" when unknown. */
+void web__peer_ip(web_req *r, char *out, size_t size);
 /* Finds the study named r->arg: 1 (filled, release with store_study_fini),
    0 with a 404 set, -1 with a 5xx set. */
 int web__study(web_req *r, store_study *out);
@@ -97,6 +135,18 @@ int web__get_page(web_req *r);
 int web__get_trial(web_req *r);
 int web__get_trial_metrics(web_req *r);
 int web__get_whoami(web_req *r);
+
+/* web_access.c: what a reader may see */
+#define WEB_HIDDEN "***" /* a trial.env value shown to others than its owner */
+/* Whether the request carries a valid bearer token: 1 with r->who set,
+   else 0 (none, or one that does not check out: an anonymous read). */
+int web__reader(web_req *r);
+/* 1 when the reader may see the values of spec's trial.env: an admin
+   token, or a user token of the spec's owner. */
+int web__may_see_env(web_req *r, const json_t *spec);
+/* spec as this reader may see it: itself, or a copy whose trial.env
+   values are WEB_HIDDEN. New reference. */
+json_t *web__spec_for(web_req *r, json_t *spec);
 
 /* web_importance.c */
 int web__get_importance(web_req *r);

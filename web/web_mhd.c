@@ -43,6 +43,7 @@ static void s_load(void)
         "MHD_add_response_header",
         "MHD_queue_response",
         "MHD_destroy_response",
+        "MHD_get_connection_info",
     };
     void **slots[] = {
         (void **)&a.start_daemon,
@@ -55,6 +56,7 @@ static void s_load(void)
         (void **)&a.add_response_header,
         (void **)&a.queue_response,
         (void **)&a.destroy_response,
+        (void **)&a.get_connection_info,
     };
     _Static_assert(sizeof names / sizeof *names == sizeof slots / sizeof *slots,
                    "one slot per name");

@@ -38,6 +38,8 @@ typedef struct {
     enum MHD_Result (*queue_response)(struct MHD_Connection *c, unsigned int status_code,
                                       struct MHD_Response *r);
     void (*destroy_response)(struct MHD_Response *r);
+    const union MHD_ConnectionInfo *(*get_connection_info)(
+        struct MHD_Connection *c, enum MHD_ConnectionInfoType type, ...);
 } web_mhd_api;
 
 extern web_mhd_api web__mhd;

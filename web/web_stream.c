@@ -11,8 +11,16 @@
     and a comment line every 10 s so proxies and browsers keep it open.
     Starting marks come from the page data ("marks"), so nothing stored
     between the page's read and the stream's start is missed. With
-    `trial`, metrics are only that trial's. The stream ends when the
-    server stops or the client goes away. */
+    `trial`, metrics are only that trial's.
+
+    A stream holds a connection and its thread, so it is bounded: at most
+    WEB_MAX_STREAMS open, WEB_MAX_STREAMS_PER_IP from one address (503
+    `too_many_streams` beyond), and each ends after w->stream_max_s (or
+    when the server stops or the client goes away). After each batch an
+    `id: METRIC,EVENT` line names the marks reached; the browser's
+    EventSource reconnects by itself with them in Last-Event-ID, which
+    takes precedence over the query's marks, and then gets every trial
+    row once (those changed meanwhile included). */
 #include "web_internal.h"
 
 #include "../common/wire.h"
@@ -40,12 +48,41 @@ typedef struct {
     web_buf pending;    /* formatted, not yet handed to MHD */
     size_t sent;        /* bytes of pending already handed */
     double last_out, last_trials;
+    double ends; /* util_now() after which the stream ends */
     int first;
+    int resumed; /* started from Last-Event-ID: send every trial row once */
+    int slot;    /* index in w->stream_ip, -1 none */
 } s_stream;
+
+/* Takes a place for a stream from `ip`: its index, or -1 when the server
+   or this address holds its most. */
+static int s_slot_take(web_t *w, const char *ip)
+{
+    int free_at = -1, mine = 0;
+    pthread_mutex_lock(&w->stream_mu);
+    for (int i = 0; i < WEB_MAX_STREAMS; i++) {
+        if (!w->stream_ip[i][0])
+            free_at = free_at < 0 ? i : free_at;
+        else
+            mine += !strcmp(w->stream_ip[i], ip);
+    }
+    if (free_at >= 0 && mine < WEB_MAX_STREAMS_PER_IP)
+        snprintf(w->stream_ip[free_at], sizeof w->stream_ip[free_at], "%s",
+                 *ip ? ip : "?");
+    else
+        free_at = -1;
+    pthread_mutex_unlock(&w->stream_mu);
+    return free_at;
+}
 
 static void s_free(void *cls)
 {
     s_stream *st = cls;
+    if (st->slot >= 0) {
+        pthread_mutex_lock(&st->w->stream_mu);
+        st->w->stream_ip[st->slot][0] = 0;
+        pthread_mutex_unlock(&st->w->stream_mu);
+    }
     store_close(&st->db);
     json_decref(st->trials);
     json_decref(st->unsettled);
@@ -144,8 +181,21 @@ static int s_settled(s_stream *st)
     return 0;
 }
 
-/* Polls the store once; formats what is new into st->pending. */
+static int s_poll_once(s_stream *st);
+
+/* Polls the store once; formats what is new into st->pending, then the
+   marks reached as the SSE id. */
 static int s_poll(s_stream *st)
+{
+    size_t had = st->pending.len;
+    int rc = s_poll_once(st);
+    if (rc == 0 && st->pending.len > had) /* where a reconnect resumes from */
+        web_buf_printf(&st->pending, "id: %ld,%ld\n\n", st->after_metric,
+                       st->after_event);
+    return rc;
+}
+
+static int s_poll_once(s_stream *st)
 {
     double now = util_now();
     int news = 0;
@@ -205,7 +255,7 @@ static int s_poll(s_stream *st)
                 json_object_set(st->trials, key, t);
             }
         }
-        if (json_array_size(changed) && !st->first) {
+        if (json_array_size(changed) && (!st->first || st->resumed)) {
             char *text = json_dumps(changed, JSON_COMPACT);
             web_buf_printf(&st->pending, "event: trials\ndata: %s\n\n", text);
             free(text);
@@ -233,7 +283,7 @@ static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max)
             st->last_out = util_now();
             return (ssize_t)n;
         }
-        if (st->w->stopping)
+        if (st->w->stopping || util_now() > st->ends)
             return MHD_CONTENT_READER_END_OF_STREAM;
         if (!st->db) {
             char err[600];
@@ -254,6 +304,27 @@ static ssize_t s_read(void *cls, uint64_t pos, char *buf, size_t max)
     }
 }
 
+/* Last-Event-ID "METRIC,EVENT" (sent by a reconnecting EventSource):
+   1 with the marks, 0 when absent or malformed. */
+static int s_last_id(web_req *r, long *metric, long *event)
+{
+    const char *v =
+        web__mhd.lookup_connection_value(r->conn, MHD_HEADER_KIND, "Last-Event-ID");
+    if (!v)
+        return 0;
+    char *end;
+    long m = strtol(v, &end, 10);
+    if (end == v || *end != ',' || m < 0)
+        return 0;
+    const char *e0 = end + 1;
+    long e = strtol(e0, &end, 10);
+    if (end == e0 || *end || e < 0)
+        return 0;
+    *metric = m;
+    *event = e;
+    return 1;
+}
+
 int web__get_stream(web_req *r)
 {
     long after_metric, after_event, trial;
@@ -261,17 +332,33 @@ int web__get_stream(web_req *r)
         web__query_long(r, "event", 0, 1L << 62, -1, &after_event) ||
         web__query_long(r, "trial", 1, 1L << 62, 0, &trial))
         return 400;
+    int resumed = s_last_id(r, &after_metric, &after_event);
     store_study sd;
     if (web__study(r, &sd) != 1)
         return r->status;
+    char ip[48];
+    web__peer_ip(r, ip, sizeof ip);
+    int slot = s_slot_take(r->w, ip);
+    if (slot < 0) {
+        store_study_fini(&sd);
+        r->retry_after = 30;
+        return web__error(r, 503, "too_many_streams",
+                          "too many live streams are open (at most %d, %d from one "
+                          "address); close a page or try again later",
+                          WEB_MAX_STREAMS, WEB_MAX_STREAMS_PER_IP);
+    }
     long marks_m = 0, marks_e = 0;
     store_marks(r->db, &marks_m, &marks_e);
     s_stream *st = calloc(1, sizeof *st);
     if (!st) {
         store_study_fini(&sd);
+        pthread_mutex_lock(&r->w->stream_mu);
+        r->w->stream_ip[slot][0] = 0;
+        pthread_mutex_unlock(&r->w->stream_mu);
         return web__error(r, 503, "busy", "out of memory");
     }
     st->w = r->w;
+    st->slot = slot;
     st->study_id = sd.id;
     st->trial = trial;
     st->after_metric = after_metric >= 0 ? after_metric : marks_m;
@@ -279,7 +366,9 @@ int web__get_stream(web_req *r)
     st->trials = json_object();
     st->unsettled = json_object();
     st->first = 1;
+    st->resumed = resumed;
     st->last_out = util_now();
+    st->ends = st->last_out + r->w->stream_max_s;
     web_buf_init(&st->pending);
     store_study_fini(&sd);
     /* a first line at once, so the client sees the stream open */
