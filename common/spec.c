@@ -331,6 +331,11 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
                               s_type_name(v));
             }
         }
+        if (json_array_size(vals) > SPEC_MAX_CHOICE_VALUES)
+            return s_fail(err, field,
+                          "%zu values is more than the limit of %d values per spec "
+                          "(docs/spec.md, Limits)",
+                          json_array_size(vals), SPEC_MAX_CHOICE_VALUES);
         size_t rep = s_first_repeat(vals);
         if (rep == (size_t)-2)
             return s_fail(err, field, "out of memory");
@@ -388,6 +393,123 @@ static int s_command_found(const char *cmd)
         if (!end)
             break;
         path = end + 1;
+    }
+    return 0;
+}
+
+/* ---- limits (docs/spec.md, Limits) ---- */
+
+#define S_REAL_MAX_LEN 24 /* "-2.2250738585072014e-308": %.17g, jansson's */
+
+/* The length of the longest value of p: as compact JSON (`json` set: a
+   string quoted and escaped) or as the text a {placeholder} becomes. */
+static size_t s_value_max_len(const spec_param *p, int json)
+{
+    if (p->type == SPEC_FLOAT)
+        return S_REAL_MAX_LEN;
+    if (p->type == SPEC_INT) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "%.0f", p->low);
+        snprintf(b, sizeof b, "%.0f", p->high);
+        return strlen(a) > strlen(b) ? strlen(a) : strlen(b);
+    }
+    size_t most = 0, i;
+    json_t *v;
+    json_array_foreach(p->values, i, v)
+    {
+        size_t len;
+        if (!json && json_is_string(v)) {
+            len = strlen(json_string_value(v));
+        } else if (json_is_real(v)) {
+            len = S_REAL_MAX_LEN;
+        } else {
+            char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            len = t ? strlen(t) : S_REAL_MAX_LEN;
+            free(t);
+        }
+        if (len > most)
+            most = len;
+    }
+    return most;
+}
+
+size_t spec_params_json_max(const spec_t *s)
+{
+    size_t len = 2; /* {} */
+    for (size_t k = 0; k < s->nparams; k++) {
+        const spec_param *p = &s->params[k];
+        /* "name":value, names need no escaping (spec_valid_name) */
+        len += strlen(p->name) + 3 + s_value_max_len(p, 1) + (k > 0);
+    }
+    return len;
+}
+
+/* Total choice values, and JIZHI_PARAMS within the exec limit. */
+static int s_check_sizes(const spec_t *s, spec_error *err)
+{
+    size_t total = 0;
+    for (size_t k = 0; k < s->nparams; k++)
+        if (s->params[k].type == SPEC_CHOICE)
+            total += s->params[k].nvalues;
+    if (total > SPEC_MAX_CHOICE_VALUES)
+        return s_fail(err, "space",
+                      "%zu choice values in all is more than the limit of %d values per "
+                      "spec (docs/spec.md, Limits)",
+                      total, SPEC_MAX_CHOICE_VALUES);
+    size_t pj = spec_params_json_max(s);
+    if (pj > SPEC_MAX_PARAMS_JSON)
+        return s_fail(
+            err, "space",
+            "the parameters' JSON (JIZHI_PARAMS) can reach %zu bytes, more than "
+            "the limit of %d bytes (a trial could not be started: one "
+            "environment string must stay under 128 KiB); use fewer "
+            "parameters or shorter names and values (docs/spec.md, Limits)",
+            pj, SPEC_MAX_PARAMS_JSON);
+    return 0;
+}
+
+/* Each trial.command argument, its placeholders replaced by their longest
+   values, within the exec limit (an upper bound: the placeholder's own
+   text is counted too). */
+static int s_check_args(const spec_t *s, spec_error *err)
+{
+    size_t i;
+    json_t *arg;
+    json_array_foreach(s->command, i, arg)
+    {
+        const char *a = json_string_value(arg);
+        size_t len = strlen(a);
+        for (const char *p = strchr(a, '{'); p; p = strchr(p, '{')) {
+            if (p[1] == '{') {
+                p += 2;
+                continue;
+            }
+            const char *close = strchr(p, '}');
+            if (!close)
+                break; /* spec_expand_command names the error */
+            char name[128];
+            size_t n = (size_t)(close - p - 1);
+            if (n < sizeof name) {
+                memcpy(name, p + 1, n);
+                name[n] = 0;
+                char *colon = strchr(name, ':');
+                if (colon)
+                    *colon = 0;
+                int k = spec_param_index(s, name);
+                if (k >= 0)
+                    len += s_value_max_len(&s->params[k], 0);
+            }
+            p = close + 1;
+        }
+        if (len > SPEC_MAX_ARG_BYTES) {
+            char field[64];
+            snprintf(field, sizeof field, "trial.command[%zu]", i);
+            return s_fail(err, field,
+                          "can reach %zu bytes once its placeholders are replaced, more "
+                          "than the limit of %d bytes per argument (docs/spec.md, "
+                          "Limits)",
+                          len, SPEC_MAX_ARG_BYTES);
+        }
     }
     return 0;
 }
@@ -667,6 +789,11 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 
     if (s_get(j, "", "space", JSON_OBJECT, 1, &obj, err))
         return -1;
+    if (json_object_size(obj) > SPEC_MAX_PARAMS)
+        return s_fail(err, "space",
+                      "%zu parameters is more than the limit of %d parameters per spec "
+                      "(docs/spec.md, Limits)",
+                      json_object_size(obj), SPEC_MAX_PARAMS);
     s->nparams = json_object_size(obj);
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
     size_t i = 0;
@@ -686,7 +813,7 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         s->params[i].conditional = s->params[i].when != NULL;
         i++;
     }
-    if (s_check_cycles(s, err))
+    if (s_check_cycles(s, err) || s_check_sizes(s, err))
         return -1;
 
     if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
@@ -708,6 +835,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         }
     }
     s->command = json_incref(v);
+    if (s_check_args(s, err))
+        return -1;
     const char *cmd0 = json_string_value(json_array_get(v, 0));
     if (!*cmd0)
         return s_fail(err, "trial.command[0]", "must not be empty");

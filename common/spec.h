@@ -101,6 +101,25 @@ int spec_priority_parse(const char *text);
 
 #define SPEC_MAX_RANKS 1024
 
+/* Limits on one spec (docs/spec.md, Limits), checked by spec_parse: they
+   bound what a study costs the controller and keep every trial startable.
+   A spec over one is refused with a message naming the limit and the
+   value. */
+#define SPEC_MAX_PARAMS 1000         /* parameters in space */
+#define SPEC_MAX_CHOICE_VALUES 10000 /* values of every choice and const together */
+/* The longest JIZHI_PARAMS (the compact JSON of a trial's parameters, in
+   its environment) and the longest trial.command argument once expanded,
+   in bytes. Linux refuses to exec a program with one environment or
+   argument string over MAX_ARG_STRLEN (128 KiB); half of that leaves room
+   for the rest. */
+#define SPEC_MAX_PARAMS_JSON (64 * 1024)
+#define SPEC_MAX_ARG_BYTES (64 * 1024)
+
+/* The length in bytes of the longest JIZHI_PARAMS text a trial of s can
+   get: every parameter present (conditional ones too) with its longest
+   value, as the controller writes it (compact JSON). */
+size_t spec_params_json_max(const spec_t *s);
+
 /* Error detail for parsing, like jansson's json_error_t. */
 typedef struct {
     char field[128]; /* dotted path of the field at fault, "" for the file */

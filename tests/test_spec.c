@@ -468,7 +468,7 @@ TEST(study_names_are_not_dot_folders)
    where it is, and the same list without it is accepted. */
 TEST(long_choice_repeat_found)
 {
-    enum { N = 100000 };
+    enum { N = SPEC_MAX_CHOICE_VALUES };
     json_t *vals = json_array();
     for (int i = 0; i < N; i++)
         json_array_append_new(vals, i % 3 ? json_integer(i) : json_sprintf("v%d", i));
@@ -481,16 +481,144 @@ TEST(long_choice_repeat_found)
     CHECK(s != NULL);
     spec_destroy(&s);
     /* 1.0 next to the integer 1 is another value; a second "v3" is not */
-    json_array_set_new(vals, 50000, json_real(1.0));
-    json_array_set_new(vals, 70001, json_string("v3"));
-    json_array_set_new(vals, 90001, json_string("v3"));
+    json_array_set_new(vals, 5000, json_real(1.0));
+    json_array_set_new(vals, 7001, json_string("v3"));
+    json_array_set_new(vals, 9001, json_string("v3"));
     json_object_set(json_object_get(json_object_get(spec, "space"), "c"), "values", vals);
     s = spec_parse(spec, 0, &err);
     CHECK(s == NULL);
-    CHECK_STR(err.field, "space.c.values[70001]");
+    CHECK_STR(err.field, "space.c.values[7001]");
     spec_destroy(&s);
     json_decref(vals);
     json_decref(spec);
+}
+
+/* ---- limits (docs/spec.md, Limits) ---- */
+
+/* A spec {name, objective, budget, trial.command} around `space` (taken). */
+static json_t *s_spec_json(json_t *space, json_t *command)
+{
+    return json_pack("{s:s, s:{s:s, s:s}, s:{s:i}, s:o, s:{s:o}}", "name", "big",
+                     "objective", "metric", "y", "mode", "min", "budget", "trials", 5,
+                     "space", space, "trial", "command",
+                     command ? command : json_pack("[s]", "true"));
+}
+
+/* Parses (and frees) j; NULL with err naming the refusal. */
+static spec_t *s_parse_json(json_t *j, spec_error *err)
+{
+    spec_t *s = spec_parse(j, 0, err);
+    json_decref(j);
+    return s;
+}
+
+static json_t *s_floats(int n)
+{
+    json_t *space = json_object();
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "p%d", i);
+        json_object_set_new(
+            space, name,
+            json_pack("{s:s, s:f, s:f}", "type", "float", "low", 0.0, "high", 1.0));
+    }
+    return space;
+}
+
+static json_t *s_choice(int n, int first)
+{
+    json_t *vals = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(vals, json_integer(first + i));
+    return json_pack("{s:s, s:o}", "type", "choice", "values", vals);
+}
+
+TEST(limit_parameters_per_spec)
+{
+    spec_error err;
+    spec_t *s = s_parse_json(s_spec_json(s_floats(SPEC_MAX_PARAMS), NULL), &err);
+    CHECK(s != NULL);
+    CHECK(s && s->nparams == SPEC_MAX_PARAMS);
+    spec_destroy(&s);
+    s = s_parse_json(s_spec_json(s_floats(SPEC_MAX_PARAMS + 1), NULL), &err);
+    REQUIRE(s == NULL);
+    CHECK_STR(err.field, "space");
+    CHECK(strstr(err.text, "1001 parameters") != NULL);
+    CHECK(strstr(err.text, "limit of 1000 parameters per spec") != NULL);
+}
+
+TEST(limit_choice_values_per_spec)
+{
+    spec_error err;
+    /* one choice over the limit: refused before its values are compared */
+    json_t *space = json_pack("{s:o}", "c", s_choice(SPEC_MAX_CHOICE_VALUES + 1, 0));
+    spec_t *s = s_parse_json(s_spec_json(space, NULL), &err);
+    REQUIRE(s == NULL);
+    CHECK_STR(err.field, "space.c.values");
+    CHECK(strstr(err.text, "10001 values") && strstr(err.text, "limit of 10000 values"));
+    /* two under it, together over it */
+    space = json_pack("{s:o, s:o}", "a", s_choice(6000, 0), "b", s_choice(4001, 0));
+    s = s_parse_json(s_spec_json(space, NULL), &err);
+    REQUIRE(s == NULL);
+    CHECK_STR(err.field, "space");
+    CHECK(strstr(err.text, "10001 choice values in all") != NULL);
+    CHECK(strstr(err.text, "limit of 10000 values per spec") != NULL);
+    /* at the limit: accepted */
+    space = json_pack("{s:o, s:o}", "a", s_choice(6000, 0), "b", s_choice(4000, 0));
+    s = s_parse_json(s_spec_json(space, NULL), &err);
+    CHECK(s != NULL);
+    spec_destroy(&s);
+}
+
+TEST(limit_params_json_fits_exec)
+{
+    spec_error err;
+    /* 1000 floats with short names: ~33 bytes each, within 64 KiB */
+    spec_t *s = s_parse_json(s_spec_json(s_floats(1000), NULL), &err);
+    REQUIRE(s != NULL);
+    size_t max = spec_params_json_max(s);
+    CHECK(max > 1000 * 24 && max <= SPEC_MAX_PARAMS_JSON);
+    /* the worst case is at least what a trial really gets */
+    json_t *p = json_object();
+    for (size_t k = 0; k < s->nparams; k++)
+        json_object_set_new(p, s->params[k].name, json_real(-2.2250738585072014e-308));
+    char *text = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+    CHECK(strlen(text) <= max);
+    free(text);
+    json_decref(p);
+    spec_destroy(&s);
+    /* choices of long strings: a few values of 20 KB each are legal, but
+       four parameters of them make a JIZHI_PARAMS of ~80 KB */
+    char *big = malloc(20001);
+    memset(big, 'a', 20000);
+    big[20000] = 0;
+    json_t *space = json_object();
+    for (int i = 0; i < 4; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "c%d", i);
+        json_object_set_new(
+            space, name,
+            json_pack("{s:s, s:[s, s]}", "type", "choice", "values", "short", big));
+    }
+    s = s_parse_json(s_spec_json(json_deep_copy(space), NULL), &err);
+    REQUIRE(s == NULL);
+    CHECK_STR(err.field, "space");
+    CHECK(strstr(err.text, "JIZHI_PARAMS") && strstr(err.text, "can reach 80") &&
+          strstr(err.text, "limit of 65536 bytes"));
+    /* three of them fit */
+    json_object_del(space, "c3");
+    s = s_parse_json(s_spec_json(json_deep_copy(space), NULL), &err);
+    CHECK(s != NULL);
+    spec_destroy(&s);
+    /* ... but not four placeholders of them in one argument */
+    char arg[64];
+    snprintf(arg, sizeof arg, "--x={c0}{c1}{c2}{c0}");
+    s = s_parse_json(s_spec_json(space, json_pack("[s, s]", "prog", arg)), &err);
+    REQUIRE(s == NULL);
+    CHECK_STR(err.field, "trial.command[1]");
+    CHECK(strstr(err.text, "can reach 800") &&
+          strstr(err.text, "limit of 65536 bytes per argument"));
+    free(big);
 }
 
 TEST(check_command_modes)
@@ -898,5 +1026,8 @@ int main(void)
     RUN(expand_long_values);
     RUN(canonical);
     RUN(better);
+    RUN(limit_parameters_per_spec);
+    RUN(limit_choice_values_per_spec);
+    RUN(limit_params_json_fits_exec);
     TEST_DONE();
 }
