@@ -1,5 +1,6 @@
 /*  cmd_queue.c - `jizhi queue` (what waits for a slot and why) and `jizhi
-    quota set|list` (per-user limits on running slots and GPUs). See
+    quota set|list` (per-user limits on live slots and GPUs, and the
+    highest priority a user may submit). See
     docs/cli.md; the queue itself is controller/ctl_queue.c. */
 #include "cli.h"
 
@@ -14,12 +15,15 @@ static const char s_queue_usage[] =
     "against their quota. Asks the controller.\n";
 
 static const char s_quota_usage[] =
-    "usage: jizhi quota set USER [slots=N] [gpus=N] [--db FILE] [--controller ENDPOINT]\n"
+    "usage: jizhi quota set USER [slots=N] [gpus=N] [max_priority=normal|high]\n"
+    "                       [--db FILE] [--controller ENDPOINT]\n"
     "       jizhi quota list [--json] [--db FILE] [--controller ENDPOINT]\n"
-    "set limits what USER's running trials hold at once: slots (one per rank)\n"
+    "set limits what USER's live trials hold at once: slots (one per rank)\n"
     "and GPUs; N is a count, or `none` for no limit; a limit not given keeps\n"
     "its value. Trials beyond it wait in the queue; running ones are not\n"
-    "stopped.\n";
+    "stopped. max_priority=high lets USER submit studies of priority high\n"
+    "(which preempt others' trials); without it USER may submit normal and\n"
+    "low only. Admins only.\n";
 
 static const char *s_endpoint(const cli_opts *o, char *buf, size_t size)
 {
@@ -105,20 +109,32 @@ int cmd_queue(int argc, char **argv)
     return CLI_OK;
 }
 
-/* "slots=N" / "gpus=N" / "...=none" into msg; CLI_USAGE on a bad one. */
+/* "slots=N" / "gpus=N" / "...=none" / "max_priority=P" into msg; CLI_USAGE
+   on a bad one. */
 static int s_quota_arg(json_t *msg, const char *arg)
 {
     const char *eq = strchr(arg, '=');
     size_t klen = eq ? (size_t)(eq - arg) : 0;
-    const char *key = !eq                                      ? NULL
-                      : klen == 5 && !strncmp(arg, "slots", 5) ? "slots"
-                      : klen == 4 && !strncmp(arg, "gpus", 4)  ? "gpus"
-                                                               : NULL;
+    const char *key = !eq                                               ? NULL
+                      : klen == 5 && !strncmp(arg, "slots", 5)          ? "slots"
+                      : klen == 4 && !strncmp(arg, "gpus", 4)           ? "gpus"
+                      : klen == 12 && !strncmp(arg, "max_priority", 12) ? "max_priority"
+                                                                        : NULL;
     if (!key) {
-        cli_error("quota set: expected slots=N or gpus=N, got \"%s\"", arg);
+        cli_error("quota set: expected slots=N, gpus=N or max_priority=normal|high, got "
+                  "\"%s\"",
+                  arg);
         return CLI_USAGE;
     }
     const char *v = eq + 1;
+    if (!strcmp(key, "max_priority")) {
+        if (strcmp(v, "normal") != 0 && strcmp(v, "high") != 0) {
+            cli_error("quota set: max_priority: expected normal or high, got \"%s\"", v);
+            return CLI_USAGE;
+        }
+        json_object_set_new(msg, key, json_string(v));
+        return CLI_OK;
+    }
     long n = -1;
     if (strcmp(v, "none") != 0) {
         char *end;
@@ -132,6 +148,14 @@ static int s_quota_arg(json_t *msg, const char *arg)
     }
     json_object_set_new(msg, key, json_integer(n));
     return CLI_OK;
+}
+
+/* A quota's max_priority, "normal" when the reply has none (an older
+   controller or database). */
+static const char *s_max_priority(const json_t *q)
+{
+    const char *p = json_string_value(json_object_get(q, "max_priority"));
+    return p ? p : "normal";
 }
 
 int cmd_quota(int argc, char **argv)
@@ -167,7 +191,7 @@ int cmd_quota(int argc, char **argv)
             cli_print_json(list);
             return CLI_OK;
         }
-        printf("%-24s %8s %8s\n", "USER", "SLOTS", "GPUS");
+        printf("%-24s %8s %8s  %s\n", "USER", "SLOTS", "GPUS", "MAX PRIORITY");
         size_t i;
         json_t *q;
         json_array_foreach(list, i, q)
@@ -175,8 +199,8 @@ int cmd_quota(int argc, char **argv)
             char a[32], b[32];
             s_limit(json_integer_value(json_object_get(q, "slots")), a, sizeof a);
             s_limit(json_integer_value(json_object_get(q, "gpus")), b, sizeof b);
-            printf("%-24s %8s %8s\n", json_string_value(json_object_get(q, "user")), a,
-                   b);
+            printf("%-24s %8s %8s  %s\n", json_string_value(json_object_get(q, "user")),
+                   a, b, s_max_priority(q));
         }
         json_decref(list);
         return CLI_OK;
@@ -187,7 +211,8 @@ int cmd_quota(int argc, char **argv)
         return CLI_USAGE;
     }
     if (o.nargs < 2) {
-        cli_error("quota set: expected USER and slots=N and/or gpus=N");
+        cli_error("quota set: expected USER and slots=N, gpus=N and/or "
+                  "max_priority=normal|high");
         fputs(s_quota_usage, stderr);
         return CLI_USAGE;
     }
@@ -209,8 +234,8 @@ int cmd_quota(int argc, char **argv)
     char a[32], b[32];
     s_limit(json_integer_value(json_object_get(r, "slots")), a, sizeof a);
     s_limit(json_integer_value(json_object_get(r, "gpus")), b, sizeof b);
-    printf("quota of %s: slots %s, gpus %s\n",
-           json_string_value(json_object_get(r, "user")), a, b);
+    printf("quota of %s: slots %s, gpus %s, max priority %s\n",
+           json_string_value(json_object_get(r, "user")), a, b, s_max_priority(r));
     json_decref(r);
     return CLI_OK;
 }

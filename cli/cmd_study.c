@@ -419,8 +419,8 @@ static int s_curve_row(void *arg, long trial, long attempt, long step, const cha
     char v[TEXT_DOUBLE_MAX], tm[TEXT_TIME_MAX];
     fprintf(a->f, "%ld,%ld,%ld,", trial, attempt, step);
     s_csv_field(a->f, name, 0);
-    fprintf(a->f, "%s,%s\n", isnan(value) ? "" : text_double(value, v),
-            text_time(time, tm));
+    /* a point always has a value: NaN is one reported ("nan") */
+    fprintf(a->f, "%s,%s\n", text_double(value, v), text_time(time, tm));
     return 0;
 }
 

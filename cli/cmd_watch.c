@@ -146,9 +146,9 @@ static w_trial *s_trial(w_view *v, long id)
     t->id = id;
     t->m_step = -1;
     t->stride = 1;
-    t->value = NAN;
+    t->value = wire_none(); /* a reported NaN is a value: "nan" */
     for (int k = 0; k <= W_MAX_NAMES; k++)
-        t->mval[k] = NAN;
+        t->mval[k] = wire_none();
     v->cache = v->ntrials++;
     return t;
 }
@@ -199,7 +199,7 @@ static int s_on_point(void *arg, long trial_id, long attempt, long step, const c
         t->nseries = t->slot_fill = 0;
         t->stride = 1;
         for (int k = 0; k <= W_MAX_NAMES; k++)
-            t->mval[k] = NAN;
+            t->mval[k] = wire_none();
     }
     if (step > t->m_step)
         t->m_step = step;
@@ -254,7 +254,8 @@ static void s_take_row(w_view *v, const json_t *r)
     json_decref(t->params);
     t->params = json_incref(json_object_get(r, "params"));
     json_t *val = json_object_get(r, "value");
-    t->value = json_is_number(val) ? json_number_value(val) : NAN;
+    if (wire_to_value(val, &t->value) != 0)
+        t->value = wire_none();
     t->started = json_number_value(json_object_get(r, "started"));
     t->ended = json_number_value(json_object_get(r, "ended"));
 }
@@ -274,12 +275,13 @@ static int s_load_remote(w_view *v, char *err, size_t errsize)
         json_t *p;
         json_array_foreach(pts, i, p)
         {
-            json_t *val = json_array_get(p, 4);
+            double x;
+            if (wire_to_value(json_array_get(p, 4), &x) != 0)
+                x = wire_none();
             s_on_point(v, (long)json_integer_value(json_array_get(p, 0)),
                        (long)json_integer_value(json_array_get(p, 1)),
                        (long)json_integer_value(json_array_get(p, 2)),
-                       json_string_value(json_array_get(p, 3)),
-                       json_is_number(val) ? json_number_value(val) : NAN);
+                       json_string_value(json_array_get(p, 3)), x);
         }
         v->after = (long)json_integer_value(json_object_get(d, "after"));
         const char *state = json_string_value(json_object_get(d, "state"));
@@ -312,10 +314,8 @@ static void s_marks(w_view *v)
         for (int k = 0; k < v->nnames; k++)
             if (isfinite(t->mval[k]))
                 json_object_set_new(m, v->names[k], json_real(t->mval[k]));
-        json_array_append_new(
-            arr, json_pack("{s:s, s:o, s:o}", "state", t->state, "value",
-                           isfinite(t->value) ? json_real(t->value) : json_null(),
-                           "metrics", m));
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:o}", "state", t->state,
+                                             "value", wire_real(t->value), "metrics", m));
     }
     spec_mark_trials(v->spec, arr);
     const char *mark = v->spec->nobjectives > 1 ? "pareto" : "best";
@@ -465,7 +465,7 @@ static void s_params_text(const json_t *params, char *buf, size_t size)
 
 static void s_num(double x, char *buf, size_t size)
 {
-    if (isnan(x))
+    if (wire_is_none(x))
         snprintf(buf, size, "-");
     else
         snprintf(buf, size, "%.5g", x);
@@ -872,7 +872,7 @@ static void s_draw(w_view *v)
         for (int k = 0; k <= W_MAX_NAMES && len < sizeof line - 1; k++) {
             if (k < W_MAX_NAMES && k >= v->nnames)
                 continue;
-            if (isnan(t->mval[k]))
+            if (wire_is_none(t->mval[k]))
                 continue;
             s_num(t->mval[k], a, sizeof a);
             int w = snprintf(line + len, sizeof line - len, " %s=%s",
@@ -1102,7 +1102,8 @@ static int s_run_lines(w_view *v)
                 continue;
             char params[512], val[64];
             s_params_text(t->params, params, sizeof params);
-            s_num(isfinite(t->value) ? t->value : t->mval[W_MAX_NAMES], val, sizeof val);
+            s_num(!wire_is_none(t->value) ? t->value : t->mval[W_MAX_NAMES], val,
+                  sizeof val);
             printf("trial %ld %s step %ld %s=%s  %s\n", t->id, t->state,
                    t->m_step >= 0 ? t->m_step : t->last_step, v->metric, val, params);
             snprintf(t->shown_state, sizeof t->shown_state, "%s", t->state);

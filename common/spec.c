@@ -1364,9 +1364,16 @@ int spec_objective_values(const spec_t *s, double value, const json_t *metrics,
 
 int spec_better(const spec_t *s, double a, double b)
 {
-    if (isnan(a))
-        return 0;
-    if (isnan(b))
-        return 1;
-    return s->maximize ? a > b : a < b;
+    return spec_better_mode(s->maximize, a, b);
+}
+
+int spec_better_mode(int maximize, double a, double b)
+{
+    /* a diverged run (inf, -inf, nan) is the worst result in either
+       direction; an infinity still beats a NaN (also "no value yet") */
+    if (isfinite(a) != isfinite(b))
+        return isfinite(a);
+    if (!isfinite(a))
+        return !isnan(a) && isnan(b);
+    return maximize ? a > b : a < b;
 }

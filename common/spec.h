@@ -143,6 +143,11 @@ const char *spec_alert_on_name(spec_alert_on on);
    Changes nothing. A rule's identity (what "at most once per rule and
    trial" counts by) is its "name", else "<on>#<index>": spec_alert_id. */
 int spec_alerts_check(json_t *alerts, const char *path, spec_error *err);
+/* The rules of the controller's --alerts file `path`, parsed as `doc`
+   (borrowed): {"alerts": [rules]} or the array itself, checked as
+   spec_alerts_check does. The rules (a new reference: caller owns), or
+   NULL with err naming the file and the field. */
+json_t *spec_alerts_file(json_t *doc, const char *path, char *err, size_t errsize);
 /* The identity of rule `i` of an array checked by spec_alerts_check into
    buf. Returns buf. */
 const char *spec_alert_id(const json_t *rule, size_t i, char *buf, size_t size);
@@ -241,7 +246,11 @@ int spec_objective_values(const spec_t *s, double value, const json_t *metrics,
    the front (1 or 0 with one objective). spec_front.c. */
 size_t spec_mark_trials(const spec_t *s, json_t *trials);
 
-/* Compares objective values: 1 when a is better than b for this study. */
+/* Compares objective values: 1 when a is better than b for this study.
+   Non-finite values rank below every finite one in either direction
+   (inf and -inf alike, NaN below them). */
 int spec_better(const spec_t *s, double a, double b);
+/* The same for a direction alone (maximize 1 or 0). */
+int spec_better_mode(int maximize, double a, double b);
 
 #endif

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,13 +178,38 @@ int wire_get_str(const json_t *msg, const char *key, const char **out, char *err
     return 0;
 }
 
+/* A quiet NaN whose payload spells "none": no operation makes it from
+   a reported value (strtod and the JSON decoders give the plain NAN). */
+#define WIRE_NONE_BITS UINT64_C(0x7ff800006e6f6e65)
+
+double wire_none(void)
+{
+    uint64_t b = WIRE_NONE_BITS;
+    double x;
+    memcpy(&x, &b, sizeof x);
+    return x;
+}
+
+int wire_is_none(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b == WIRE_NONE_BITS;
+}
+
+const char *wire_real_name(double x)
+{
+    if (isfinite(x) || wire_is_none(x))
+        return NULL;
+    return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+}
+
 json_t *wire_real(double x)
 {
-    if (isnan(x))
-        return json_string("nan");
-    if (isinf(x))
-        return json_string(x > 0 ? "inf" : "-inf");
-    return json_real(x);
+    if (wire_is_none(x))
+        return json_null();
+    const char *name = wire_real_name(x);
+    return name ? json_string(name) : json_real(x);
 }
 
 int wire_to_double(const json_t *v, double *out)
@@ -204,6 +230,15 @@ int wire_to_double(const json_t *v, double *out)
     else
         return -1;
     return 0;
+}
+
+int wire_to_value(const json_t *v, double *out)
+{
+    if (!v || json_is_null(v)) {
+        *out = wire_none();
+        return 0;
+    }
+    return wire_to_double(v, out);
 }
 
 json_t *wire_ok(long req)

@@ -68,10 +68,30 @@ int wire_get_double(const json_t *msg, const char *key, double *out, char *err,
 int wire_get_str(const json_t *msg, const char *key, const char **out, char *err,
                  size_t errsize);
 
-/* A double as JSON: a real, or "nan"/"inf"/"-inf". New reference. */
+/* "No value" where a double field may lack one (a trial's objective
+   before its first report, a failed trial's result): a NaN with a payload
+   of its own, so that a NaN a trial reported (a diverged loss) stays a
+   value. isnan() is true for both; wire_is_none() only for this one. Only
+   the bits tell it: keep it out of arithmetic (copies keep it). */
+double wire_none(void);
+int wire_is_none(double x);
+
+/* The one encoding of a double in JSON, everywhere values leave a
+   process (wire, CLI --json and exports, the web API): a real when
+   finite, the string "nan", "inf" or "-inf" when not (JSON has no
+   numbers for them; json_real() would fail), null for wire_none().
+   New reference; NULL only when out of memory. */
 json_t *wire_real(double x);
-/* Reads a number or one of the three strings. 0 or -1. */
+/* The string wire_real writes for x: "nan", "inf" or "-inf"; NULL when x
+   is finite or wire_none() (for encoders that write JSON text directly). */
+const char *wire_real_name(double x);
+/* Reads a number or one of the three strings into *out (a reported NaN
+   is NAN, never wire_none()). 0, or -1 for anything else (null
+   included), *out untouched. */
 int wire_to_double(const json_t *v, double *out);
+/* wire_to_double that also reads null (and an absent value) as
+   wire_none(). 0 or -1. */
+int wire_to_value(const json_t *v, double *out);
 
 /* Builds replies. New references. */
 json_t *wire_ok(long req);

@@ -22,8 +22,15 @@
     study (ctl__study_start_next). Every preemption is an event and
     counted in the trial's row (preemptions).
 
+    Usage counts every live process: each active trial (STARTING, RUNNING,
+    PAUSED) of every loaded study, whatever the study's state; a stopped
+    study's trials hold their slots until they exit or are killed after
+    the stop's grace (ctl_study.c's tick).
+
     Quotas are persisted (quotas table) and mirrored here; the owner of a
-    study is ctl_study_owner().
+    study is ctl_study_owner(). A quota also says the highest priority
+    the user may submit (max_priority, normal unless an admin granted
+    high): ctl__queue_check_priority refuses a submit above it.
 */
 #include "ctl_internal.h"
 
@@ -38,6 +45,7 @@
 typedef struct {
     char user[64];
     long slots, gpus; /* -1: no limit */
+    int max_prio;     /* spec_priority: the highest the user may submit */
 } s_quota;
 
 typedef struct {
@@ -66,7 +74,8 @@ static s_quota *s_quota_of(ctl_queue *q, const char *user)
     return NULL;
 }
 
-static void s_quota_put(ctl_queue *q, const char *user, long slots, long gpus)
+static void s_quota_put(ctl_queue *q, const char *user, long slots, long gpus,
+                        int max_prio)
 {
     s_quota *e = s_quota_of(q, user);
     if (!e) {
@@ -76,6 +85,7 @@ static void s_quota_put(ctl_queue *q, const char *user, long slots, long gpus)
     }
     e->slots = slots;
     e->gpus = gpus;
+    e->max_prio = max_prio;
 }
 
 int ctl__queue_init(ctl_t *c, char *err, size_t errsize)
@@ -90,9 +100,14 @@ int ctl__queue_init(ctl_t *c, char *err, size_t errsize)
     json_t *e;
     json_array_foreach(list, i, e)
     {
-        s_quota_put(c->queue, json_string_value(json_object_get(e, "user")),
-                    (long)json_integer_value(json_object_get(e, "slots")),
-                    (long)json_integer_value(json_object_get(e, "gpus")));
+        const char *user = json_string_value(json_object_get(e, "user"));
+        int prio =
+            spec_priority_parse(json_string_value(json_object_get(e, "max_priority")));
+        if (!user)
+            continue;
+        s_quota_put(c->queue, user, (long)json_integer_value(json_object_get(e, "slots")),
+                    (long)json_integer_value(json_object_get(e, "gpus")),
+                    prio < 0 ? SPEC_PRIO_NORMAL : prio);
     }
     json_decref(list);
     return 0;
@@ -107,18 +122,88 @@ void ctl__queue_free(ctl_t *c)
     c->queue = NULL;
 }
 
-int ctl__queue_quota_set(ctl_t *c, const char *user, long slots, long gpus)
+json_t *ctl__queue_quota_msg(ctl_t *c, const json_t *msg, const char **code, char *err,
+                             size_t size)
 {
+    *code = "malformed";
+    const char *user = json_string_value(json_object_get(msg, "user"));
+    if (!user || !ident_valid_user(user)) {
+        snprintf(err, size,
+                 "field 'user': expected a user name ([A-Za-z0-9_.@-], 1-63 "
+                 "chars)");
+        return NULL;
+    }
+    const s_quota *old = s_quota_of(c->queue, user);
+    long v[2] = {old ? old->slots : -1, old ? old->gpus : -1};
+    int prio = old ? old->max_prio : SPEC_PRIO_NORMAL;
+    static const char *const keys[2] = {"slots", "gpus"};
+    int given = 0;
+    for (int k = 0; k < 2; k++) {
+        json_t *x = json_object_get(msg, keys[k]);
+        if (!x)
+            continue;
+        if (!json_is_integer(x) || json_integer_value(x) < -1 ||
+            json_integer_value(x) > 1000000) {
+            snprintf(err, size,
+                     "field '%s': expected an integer from 0 to 1000000, or -1 for no "
+                     "limit",
+                     keys[k]);
+            return NULL;
+        }
+        v[k] = (long)json_integer_value(x);
+        given = 1;
+    }
+    json_t *mp = json_object_get(msg, "max_priority");
+    if (mp) {
+        int p = json_is_string(mp) ? spec_priority_parse(json_string_value(mp)) : -1;
+        if (p != SPEC_PRIO_NORMAL && p != SPEC_PRIO_HIGH) {
+            snprintf(err, size, "field 'max_priority': expected \"normal\" or \"high\"");
+            return NULL;
+        }
+        prio = p;
+        given = 1;
+    }
+    if (!given) {
+        snprintf(err, size, "give 'slots', 'gpus', 'max_priority' or several");
+        return NULL;
+    }
+    const char *pname = spec_priority_name(prio);
     if (ctl__txn(c) != 0 ||
-        store_quota_set(c->store, user, slots, gpus, util_wall()) != 0)
-        return -1;
-    s_quota_put(c->queue, user, slots, gpus);
-    json_t *d = json_pack("{s:s, s:I, s:I}", "user", user, "slots", (json_int_t)slots,
-                          "gpus", (json_int_t)gpus);
-    store_event_add(c->store, util_wall(), -1, -1, "cli", "quota_set", d, 1);
-    json_decref(d);
-    log_info("ctl", "quota of %s: %ld slots, %ld GPUs (-1: no limit)", user, slots, gpus);
-    return 0;
+        store_quota_set(c->store, user, v[0], v[1], pname, util_wall()) != 0) {
+        *code = "internal";
+        snprintf(err, size, "cannot store the quota: %s", store_errmsg(c->store));
+        return NULL;
+    }
+    s_quota_put(c->queue, user, v[0], v[1], prio);
+    json_t *q = json_pack("{s:s, s:I, s:I, s:s}", "user", user, "slots", (json_int_t)v[0],
+                          "gpus", (json_int_t)v[1], "max_priority", pname);
+    store_event_add(c->store, util_wall(), -1, -1, "cli", "quota_set", q, 1);
+    log_info("ctl", "quota of %s: %ld slots, %ld GPUs (-1: no limit), priority up to %s",
+             user, v[0], v[1], pname);
+    return q;
+}
+
+int ctl__queue_check_priority(const ctl_t *c, const ctl_ident *who, const json_t *spec,
+                              char *err, size_t size)
+{
+    if (who->trusted || who->id.role == IDENT_ADMIN)
+        return 0; /* an admin's submit grants what it asks */
+    const char *asked = json_string_value(json_object_get(spec, "priority"));
+    int prio = asked ? spec_priority_parse(asked) : SPEC_PRIO_NORMAL;
+    if (prio <= SPEC_PRIO_NORMAL)
+        return 0; /* unknown names are the spec check's to refuse */
+    const s_quota *q = s_quota_of(c->queue, who->id.user);
+    int max = q ? q->max_prio : SPEC_PRIO_NORMAL;
+    if (prio <= max)
+        return 0;
+    snprintf(
+        err, size,
+        "priority: %s (role %s) may submit at most priority %s, not %s: priority "
+        "above normal preempts everyone else's trials, so an admin grants it (`jizhi "
+        "quota set %s max_priority=high`) or submits the study",
+        who->id.user, ident_role_str(who->id.role), spec_priority_name(max),
+        spec_priority_name(prio), who->id.user);
+    return -1;
 }
 
 /* ---- usage ---- */
@@ -299,8 +384,8 @@ void ctl__queue_fill(ctl_t *c, double now)
     for (size_t i = 0; i < n; i++) {
         ctl_study *s = c->studies[i];
         s->queue_why[0] = 0;
-        if (s->state != STUDY_RUNNING)
-            continue;
+        /* every live process counts, a stopped study's too (its trials
+           hold their slots until they exit or are killed) */
         long active;
         int wants = ctl__study_wants(s, &active);
         s_usage *u = s_usage_of(use, &nuse, ctl_study_owner(s));
@@ -419,8 +504,6 @@ json_t *ctl__queue_status(ctl_t *c)
     size_t nuse = 0;
     for (size_t i = 0; i < n; i++) {
         ctl_study *s = c->studies[i];
-        if (s->state != STUDY_RUNNING)
-            continue;
         long active = 0, pending = 0, preempted = 0;
         for (size_t k = 0; k < s->ntrials; k++) {
             const ctl_trial *t = s->trials[k];
@@ -431,7 +514,7 @@ json_t *ctl__queue_status(ctl_t *c)
         s_usage *u = s_usage_of(use, &nuse, ctl_study_owner(s));
         u->slots += active * s_trial_slots(s);
         u->gpus += active * s_trial_gpus(s);
-        if (!s->queue_why[0])
+        if (s->state != STUDY_RUNNING || !s->queue_why[0])
             continue;
         json_array_append_new(
             waiting, json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "study",

@@ -256,7 +256,7 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
 int ctl__load(ctl_t *c, char *err, size_t errsize)
 {
     long *ids = NULL;
-    long n = store_running_studies(c->store, &ids);
+    long n = store_live_studies(c->store, &ids);
     if (n < 0) {
         snprintf(err, errsize, "cannot list studies: %s", store_errmsg(c->store));
         return -1;
@@ -532,10 +532,16 @@ static void s_save_sched(ctl_t *c, ctl_study *s)
 }
 
 /* The first part of a study's tick: lost trials, the time budget, stop
-   grace periods. */
+   grace periods. Every loaded study, whatever its state: the trials of a
+   stopped study live until they exit or are killed, and one that never
+   reads its stop instruction is killed after the grace like any other.
+   An active trial of a study that is not running and that no stop drives
+   yet (a controller that restarted forgot the plan) is stopped by its
+   study. */
 static void s_tick_trials(ctl_t *c, ctl_study *s, double now)
 {
-    int time_over = s_time_over(s);
+    int running = s->state == STUDY_RUNNING;
+    int time_over = running && s_time_over(s);
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
         if (ctl_trial_active(t)) {
@@ -545,7 +551,8 @@ static void s_tick_trials(ctl_t *c, ctl_study *s, double now)
             }
             if (time_over)
                 ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
-            ctl__instr_load_fallback(c, t, now);
+            if (running)
+                ctl__instr_load_fallback(c, t, now);
             ctl__trial_tick(c, t, now);
         } else if ((t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) &&
                    time_over) {
@@ -590,6 +597,9 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
             return rc;
         next = s->trials[s->ntrials - 1];
     }
+            if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE &&
+                ctl__txn(c) == 0)
+                ctl__trial_stop(c, t, "controller", "study stopped", 1);
     if (next->state == TRIAL_SUSPENDED)
         ctl__queue_resume(c, next);
     if (next->state != TRIAL_PENDING)
@@ -630,8 +640,7 @@ void ctl__tick(ctl_t *c, double now)
     ctl__disp_check_silence(c, now);
     ctl__read_expire(c, now);
     for (size_t i = 0; i < c->nstudies; i++)
-        if (c->studies[i]->state == STUDY_RUNNING)
-            s_tick_trials(c, c->studies[i], now);
+        s_tick_trials(c, c->studies[i], now);
     /* free slots go to waiting trials in queue order (ctl_queue.c) */
     ctl__queue_fill(c, now);
     for (size_t i = 0; i < c->nstudies; i++)

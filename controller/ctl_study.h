@@ -52,7 +52,9 @@ int ctl_study_move_legal(store_study_state from, store_study_state to);
    0, or -1 for an illegal move or a store error (nothing changed). */
 int ctl__study_move(ctl_t *c, ctl_study *s, store_study_state to);
 
-/* Loads the running studies from the store. 0 or -1. */
+/* Loads the running studies from the store, and the stopped ones whose
+   trials still run (the tick stops and, after the grace, kills them).
+   0 or -1. */
 int ctl__load(ctl_t *c, char *err, size_t errsize);
 /* Submits a spec (borrowed json). Fills *out with the study; sets
  *resumed and *finished. 0, or -1 with code/message for the error reply. */
@@ -63,7 +65,8 @@ ctl_study *ctl__study_by_name(ctl_t *c, const char *name);
    finishes studies. Called once per iteration. */
 void ctl__tick(ctl_t *c, double now);
 /* 1 when the running study has trials to start (pending, preempted or
-   new within its budget); *active: its active trials. */
+   new within its budget); *active: its active trials, whatever the
+   study's state (a stopped study's trials live until they exit). */
 int ctl__study_wants(const ctl_study *s, long *active);
 /* Starts s's next trial on d: a preempted one (resumed from its
    checkpoint), else a pending one, else a new one from the scheduler.

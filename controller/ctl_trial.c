@@ -150,7 +150,7 @@ ctl_trial *ctl__trial_create(ctl_t *c, ctl_study *s, long id, json_t *params)
     util_random_hex(t->row.token, 16);
     t->row.params = params;
     t->row.parent = -1;
-    t->row.value = t->row.last_value = t->row.best_value = NAN;
+    t->row.value = t->row.last_value = t->row.best_value = wire_none();
     t->row.last_step = -1;
     t->row.created = util_wall();
     if (store_trial_insert(c->store, &t->row) != 0) {
@@ -245,7 +245,7 @@ static double s_best_other(ctl_t *c, const ctl_study *s, const ctl_trial *t)
     double best = NAN;
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *u = s->trials[i];
-        if (u != t && u->state == TRIAL_COMPLETED && !isnan(u->row.value) &&
+        if (u != t && u->state == TRIAL_COMPLETED && isfinite(u->row.value) &&
             ctl__trial_feasible(c, u) &&
             (isnan(best) || spec_better(s->spec, u->row.value, best)))
             best = u->row.value;
@@ -269,7 +269,7 @@ static int s_end_alerts(ctl_t *c, ctl_trial *t, long fails, const char *reason)
         json_object_set_new(d, "failures_in_a_row", json_integer(fails));
         stop = ctl__alert(c, s, t, SPEC_ALERT_FAILURES, (double)fails, text, d);
         json_decref(d);
-    } else if (t->state == TRIAL_COMPLETED && !isnan(t->row.value) &&
+    } else if (t->state == TRIAL_COMPLETED && isfinite(t->row.value) &&
                ctl__trial_feasible(c, t)) {
         double prev = s_best_other(c, s, t);
         if (isnan(prev) || spec_better(s->spec, t->row.value, prev)) {
@@ -294,7 +294,7 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     ctl_trial_plan_to(t, PLAN_NONE);
     t->load_on_start[0] = 0;
     snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
-    t->row.value = state != TRIAL_FAILED ? ctl__trial_result(t) : NAN;
+    t->row.value = state != TRIAL_FAILED ? ctl__trial_result(t) : wire_none();
     t->row.ended = util_wall();
     ctl__trial_save(c, t);
     sched_outcome oc = state == TRIAL_COMPLETED ? SCHED_COMPLETED
@@ -359,7 +359,7 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
     ctl_trial_plan_to(t, PLAN_NONE);
     s_new_attempt(t);
     snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
-    t->row.last_value = t->row.best_value = NAN;
+    t->row.last_value = t->row.best_value = wire_none();
     t->row.last_step = -1;
     t->row.metric_req = 0;
     t->row.metric_session[0] = 0;
@@ -443,7 +443,7 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
     int clean = !strcmp(how, "exited") && code == 0;
     if (t->plan == PLAN_RESTART) {
         /* killed for a restart; a run that completed before the kill stands */
-        if (!clean || isnan(ctl__trial_result(t))) {
+        if (!clean || wire_is_none(ctl__trial_result(t))) {
             s_retry(c, t, "restart from a checkpoint (load not acknowledged)");
             return;
         }
@@ -471,7 +471,7 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
         s_end(c, t, TRIAL_STOPPED, reason);
         return;
     }
-    if (clean && !isnan(ctl__trial_result(t))) {
+    if (clean && !wire_is_none(ctl__trial_result(t))) { /* a NaN reported counts */
         s_end(c, t, TRIAL_COMPLETED, "");
         return;
     }
@@ -666,7 +666,7 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
         if (!strcmp(pts[i].name, s->spec->metric)) {
             t->objective_reports++;
             t->row.last_value = pts[i].value;
-            if (!isnan(pts[i].value) &&
+            if (wire_is_none(t->row.best_value) ||
                 spec_better(s->spec, pts[i].value, t->row.best_value))
                 t->row.best_value = pts[i].value;
         }

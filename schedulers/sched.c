@@ -5,6 +5,7 @@
 */
 #include "sched.h"
 #include "common/util.h"
+#include "common/wire.h"
 #include "sched_bo.h"
 
 #include <math.h>
@@ -108,13 +109,13 @@ void sched_instr_fini(sched_instr *in)
 
 json_t *sched_json_real(double x)
 {
-    return isfinite(x) ? json_real(x) : json_null();
+    return wire_real(x);
 }
 
 double sched_json_double(const json_t *obj, const char *key)
 {
-    json_t *v = json_object_get(obj, key);
-    return json_is_number(v) ? json_number_value(v) : NAN;
+    double x;
+    return wire_to_double(json_object_get(obj, key), &x) == 0 ? x : NAN;
 }
 
 /* splitmix64 (common/util.h) with a seed and a stream mixed in. */

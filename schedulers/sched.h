@@ -152,8 +152,9 @@ int sched_opt_num(const json_t *obj, const char *where, const char *key, double 
                   double lo, double hi, int whole, double *out, char *err,
                   size_t errsize);
 
-/* Saved-state helpers: a double as JSON (null when not finite; new
-   reference), and a number field of `obj` back (NaN when absent or null). */
+/* Saved-state helpers: a double as JSON (wire_real: "nan", "inf", "-inf"
+   when not finite; new reference), and a number field of `obj` back (those
+   strings too; NaN when absent or null). */
 json_t *sched_json_real(double x);
 double sched_json_double(const json_t *obj, const char *key);
 

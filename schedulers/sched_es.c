@@ -228,9 +228,9 @@ static int s_asha_point(sched_es *self, es_trial *t, double r, double v, char *r
                 vals[i] = g->recs[i].v;
             cutoff = s_quantile(vals, g->n, maximize ? 1 - 1 / self->eta : 1 / self->eta);
             free(vals);
-            stop = isnan(v) || (maximize ? v < cutoff : v > cutoff);
+            stop = !isfinite(v) || (maximize ? v < cutoff : v > cutoff);
         }
-        if (!isnan(v))
+        if (isfinite(v)) /* a diverged run (inf, nan) is stopped, never a cutoff */
             s_rung_add(g, t->id, v);
         if (stop && self->rule == ES_HYPERBAND) {
             snprintf(reason, rsize,
@@ -291,7 +291,7 @@ static int s_median_point(sched_es *self, es_trial *t, double r, double v, char 
         if (o->id == t->id || s_max_res(o) < r * (1 - 1e-9))
             continue;
         double a = s_running_avg(o, r);
-        if (!isnan(a))
+        if (isfinite(a)) /* a diverged run is no median to beat */
             avgs[n++] = a;
     }
     int stop = 0;

@@ -351,7 +351,7 @@ static int s_ready(sched_pbt *self, pbt_member *m, double now, sched_instr *out,
         return 0;
     size_t n = 0;
     for (size_t i = 0; i < self->nm; i++)
-        if (!self->m[i].ended && isfinite(self->m[i].value))
+        if (!self->m[i].ended && !isnan(self->m[i].value)) /* NaN: none yet */
             live[n++] = &self->m[i];
     int k = 0;
     if (n >= 2) {
@@ -465,7 +465,8 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
         m->ready_time = now;
     if (strcmp(metric, s->spec->metric) != 0)
         return 0;
-    m->value = value;
+    /* a diverged run (inf, -inf, nan) ranks worst, so it is exploited */
+    m->value = isfinite(value) ? value : s->spec->maximize ? -INFINITY : INFINITY;
     m->step = step;
     s_expire(self, now);
     if (m->waiting)

@@ -6,6 +6,7 @@
 #include "store.h"
 
 #include "../common/text.h"
+#include "../common/wire.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -113,6 +114,9 @@ static const char *const s_migrations[] = {
        identity a dispatcher name is bound to (store_auth.c) */
     "ALTER TABLE events ADD COLUMN actor TEXT;"
     "ALTER TABLE dispatchers ADD COLUMN owner TEXT;",
+    /* 7: the highest priority a user may submit, an admin's grant
+       (store_queue.c; controller/ctl_queue.c) */
+    "ALTER TABLE quotas ADD COLUMN max_priority TEXT NOT NULL DEFAULT 'normal';",
 };
 /* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
    migration bumps it, and this fails to compile until both agree. */
@@ -327,6 +331,37 @@ static void s_bind_double(sqlite3_stmt *st, int i, double x)
 static double s_col_double(sqlite3_stmt *st, int i)
 {
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+/* An objective value: SQLite keeps inf and -inf in a REAL column but
+   turns a NaN into NULL, which is "none" here; a reported NaN is stored
+   as the text 'nan' (REAL affinity leaves text that is no number as it
+   is), so it reads back as a value. */
+static void s_bind_value(sqlite3_stmt *st, int i, double x)
+{
+    if (wire_is_none(x))
+        sqlite3_bind_null(st, i);
+    else if (isnan(x))
+        sqlite3_bind_text(st, i, "nan", -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_double(st, i, x);
+}
+
+double store__col_value(sqlite3_stmt *st, int i)
+{
+    switch (sqlite3_column_type(st, i)) {
+    case SQLITE_NULL:
+        return wire_none();
+    case SQLITE_TEXT: {
+        double x;
+        json_t *j = json_string((const char *)sqlite3_column_text(st, i));
+        int ok = wire_to_double(j, &x) == 0;
+        json_decref(j);
+        return ok ? x : NAN;
+    }
+    default:
+        return sqlite3_column_double(st, i);
+    }
 }
 
 static void s_col_text(sqlite3_stmt *st, int i, char *buf, size_t size)
@@ -586,10 +621,12 @@ json_t *store_study_list(store_t *s)
     return out;
 }
 
-long store_running_studies(store_t *s, long **ids)
+long store_live_studies(store_t *s, long **ids)
 {
-    sqlite3_stmt *st =
-        s_prepare(s, "SELECT id FROM studies WHERE state='running' ORDER BY id");
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT id FROM studies WHERE state='running' OR (state='stopped' AND "
+           "EXISTS (SELECT 1 FROM trials t WHERE t.study_id=studies.id AND "
+           "t.state IN ('starting','running','paused'))) ORDER BY id");
     if (!st)
         return -1;
     long n = 0, cap = 8;
@@ -670,9 +707,9 @@ int store_trial_save(store_t *s, const store_trial *t)
     sqlite3_bind_int64(st, 1, t->id);
     sqlite3_bind_text(st, 2, t->state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, t->attempt);
-    s_bind_double(st, 4, t->value);
-    s_bind_double(st, 5, t->last_value);
-    s_bind_double(st, 6, t->best_value);
+    s_bind_value(st, 4, t->value);
+    s_bind_value(st, 5, t->last_value);
+    s_bind_value(st, 6, t->best_value);
     sqlite3_bind_int64(st, 7, t->last_step);
     sqlite3_bind_int64(st, 8, t->metric_req);
     s_bind_text_or_null(st, 9, t->dispatcher);
@@ -743,9 +780,9 @@ static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->parent = sqlite3_column_type(st, 7) == SQLITE_NULL
                     ? -1
                     : (long)sqlite3_column_int64(st, 7);
-    t->value = s_col_double(st, 8);
-    t->last_value = s_col_double(st, 9);
-    t->best_value = s_col_double(st, 10);
+    t->value = store__col_value(st, 8);
+    t->last_value = store__col_value(st, 9);
+    t->best_value = store__col_value(st, 10);
     /* NULL until the first save (store_trial_insert does not write it) */
     t->last_step = sqlite3_column_type(st, 11) == SQLITE_NULL
                        ? -1
@@ -817,6 +854,7 @@ void store_trials_free(store_trial *t, long n)
     free(t);
 }
 
+/* A time or latency: null when not there (NaN). */
 static json_t *s_num_or_null(double x)
 {
     return isnan(x) ? json_null() : json_real(x);
@@ -832,8 +870,8 @@ json_t *store_trial_json(const store_trial *t, store_t *s)
         (json_int_t)t->number, "state", t->state, "attempt", (json_int_t)t->attempt,
         "params", t->params, "generation", (json_int_t)t->generation, "parent",
         t->parent >= 0 ? json_integer(t->parent) : json_null(), "value",
-        s_num_or_null(t->value), "last_value", s_num_or_null(t->last_value), "best_value",
-        s_num_or_null(t->best_value), "last_step", (json_int_t)t->last_step, "dispatcher",
+        wire_real(t->value), "last_value", wire_real(t->last_value), "best_value",
+        wire_real(t->best_value), "last_step", (json_int_t)t->last_step, "dispatcher",
         t->dispatcher, "pid", (json_int_t)t->pid, "exit_how", t->exit_how, "exit_code",
         (json_int_t)t->exit_code, "reason", t->reason, "stdout", t->out_path, "stderr",
         t->err_path, "checkpoint", t->checkpoint, "created", t->created, "started",
@@ -954,7 +992,7 @@ json_t *store_metrics_last(store_t *s, long trial_id)
     sqlite3_bind_int64(st, 1, trial_id);
     while (s_step(s, st) == SQLITE_ROW)
         json_object_set_new(out, (const char *)sqlite3_column_text(st, 0),
-                            s_num_or_null(s_col_double(st, 1)));
+                            wire_real(s_col_double(st, 1)));
     sqlite3_finalize(st);
     return out;
 }
@@ -971,7 +1009,7 @@ json_t *store_metrics_series(store_t *s, long trial_id, const char *name)
     while (s_step(s, st) == SQLITE_ROW)
         json_array_append_new(out,
                               json_pack("[I,o]", (json_int_t)sqlite3_column_int64(st, 0),
-                                        s_num_or_null(s_col_double(st, 1))));
+                                        wire_real(s_col_double(st, 1))));
     sqlite3_finalize(st);
     return out;
 }

@@ -52,11 +52,14 @@ int store_study_state_parse(const char *text, store_study_state *out);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
-   (release with store_trial_fini). */
+   (release with store_trial_fini). The objective values are wire_none()
+   (common/wire.h) when there is none; a reported NaN, inf or -inf is a
+   value, kept as reported (stored as the text 'nan', Inf, -Inf; NULL is
+   none). */
 typedef struct {
     long id; /* trials.id (global) */
     long study_id;
@@ -67,9 +70,9 @@ typedef struct {
     json_t *params;    /* current params (latest generation), owned */
     long generation;   /* PBT generation of params (0 at creation) */
     long parent;       /* trial whose checkpoint this one continues, or -1 */
-    double value;      /* objective result when ended, NaN when none */
-    double last_value; /* last reported objective this attempt, NaN when none */
-    double best_value; /* best reported objective this attempt, NaN when none */
+    double value;      /* objective result when ended, wire_none() when none */
+    double last_value; /* last reported objective this attempt, or wire_none() */
+    double best_value; /* best reported objective this attempt, or wire_none() */
     long last_step;    /* last step reported this attempt, -1 when none */
     long metric_req;   /* highest persisted metrics batch of metric_session (dedup) */
     char metric_session[40]; /* helper session that sent metric_req, "" when none */
@@ -100,7 +103,8 @@ typedef struct {
     long extra_trials; /* trials added by `study extend`, on top of budget.trials */
 } store_study;
 
-/* A metric point. NaN values are stored as NULL and read back as NaN. */
+/* A metric point. NaN values are stored as NULL and read back as NaN
+   (a point always has a value: NULL is the NaN reported). */
 typedef struct {
     long step;
     const char *name; /* borrowed */
@@ -154,8 +158,11 @@ int store_enqueued_del(store_t *s, long id);
 /* Every study as a JSON array of {id, name, state, created, finished,
    trials, completed, failed, running} (caller owns), NULL on error. */
 json_t *store_study_list(store_t *s);
-/* Ids of studies in state "running" (caller frees *ids). Count or -1. */
-long store_running_studies(store_t *s, long **ids);
+/* Ids of the studies a controller loads when it starts: those in state
+   "running", and stopped ones with a trial still starting, running or
+   paused (its process lives until it exits or is killed). Caller frees
+   *ids. Count or -1. */
+long store_live_studies(store_t *s, long **ids);
 void store_study_fini(store_study *st);
 
 /* ---- trials ---- */
@@ -277,6 +284,9 @@ struct sqlite3 *store__db(store_t *s);
    transaction failed, as every write of store.c does. */
 struct sqlite3_stmt;
 int store__step(store_t *s, struct sqlite3_stmt *st);
+/* An objective value column (trials.value, last_value, best_value) as
+   stored by store_trial_save: NULL is wire_none(), the text 'nan' NaN. */
+double store__col_value(struct sqlite3_stmt *st, int i);
 
 /* ---- identities (store_auth.c) ---- */
 /* The identity dispatcher `name` is bound to into out ("" when the name is
@@ -295,10 +305,13 @@ int store_alert_add(store_t *s, double now, long study_id, long trial_id,
    JSON array of {id, time, study, study_id, trial, rule, kind, detail}
    (caller owns), NULL on error. */
 json_t *store_alerts_list(store_t *s, long study_id);
-/* Sets user's quota (slots, gpus; -1: no limit). 0 or -1. */
-int store_quota_set(store_t *s, const char *user, long slots, long gpus, double now);
-/* Every quota as a JSON array of {user, slots, gpus} (-1: no limit),
-   ordered by user (caller owns), NULL on error. */
+/* Sets user's quota (slots, gpus; -1: no limit) and the highest priority
+   the user may submit (`max_priority`, a spec priority's name: "normal",
+   "high"; borrowed). 0 or -1. */
+int store_quota_set(store_t *s, const char *user, long slots, long gpus,
+                    const char *max_priority, double now);
+/* Every quota as a JSON array of {user, slots, gpus, max_priority} (-1: no
+   limit), ordered by user (caller owns), NULL on error. */
 json_t *store_quota_list(store_t *s);
 
 /* ---- the web API's reads (store_web.c) ---- */
@@ -332,7 +345,8 @@ typedef struct {
     long id, number, attempt, generation;
     long last_step; /* -1 when none */
     const char *state, *reason;
-    double value, last_value, best_value, started, ended; /* NaN when none */
+    double value, last_value, best_value; /* wire_none() when none */
+    double started, ended;                /* NaN when none */
 } store_trial_brief;
 typedef int (*store_brief_fn)(void *arg, const store_trial_brief *t,
                               const char *params_json);

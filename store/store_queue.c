@@ -74,20 +74,22 @@ json_t *store_alerts_list(store_t *s, long study_id)
     return out;
 }
 
-int store_quota_set(store_t *s, const char *user, long slots, long gpus, double now)
+int store_quota_set(store_t *s, const char *user, long slots, long gpus,
+                    const char *max_priority, double now)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(store__db(s),
-                           "INSERT INTO quotas(user, slots, gpus, updated) VALUES "
-                           "(?,?,?,?) ON CONFLICT(user) DO UPDATE SET "
+                           "INSERT INTO quotas(user, slots, gpus, max_priority, updated) "
+                           "VALUES (?,?,?,?,?) ON CONFLICT(user) DO UPDATE SET "
                            "slots=excluded.slots, gpus=excluded.gpus, "
-                           "updated=excluded.updated",
+                           "max_priority=excluded.max_priority, updated=excluded.updated",
                            -1, &st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_text(st, 1, user, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, slots);
     sqlite3_bind_int64(st, 3, gpus);
-    sqlite3_bind_double(st, 4, now);
+    sqlite3_bind_text(st, 4, max_priority, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 5, now);
     int rc = store__step(s, st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
@@ -97,17 +99,20 @@ json_t *store_quota_list(store_t *s)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT user, slots, gpus FROM quotas ORDER BY user", -1, &st,
-                           NULL) != SQLITE_OK)
+                           "SELECT user, slots, gpus, max_priority FROM quotas "
+                           "ORDER BY user",
+                           -1, &st, NULL) != SQLITE_OK)
         return NULL;
+    enum { C_USER, C_SLOTS, C_GPUS, C_MAX_PRIORITY };
     json_t *out = json_array();
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(out,
-                              json_pack("{s:s, s:I, s:I}", "user",
-                                        (const char *)sqlite3_column_text(st, 0), "slots",
-                                        (json_int_t)sqlite3_column_int64(st, 1), "gpus",
-                                        (json_int_t)sqlite3_column_int64(st, 2)));
+        json_array_append_new(
+            out, json_pack("{s:s, s:I, s:I, s:s}", "user",
+                           (const char *)sqlite3_column_text(st, C_USER), "slots",
+                           (json_int_t)sqlite3_column_int64(st, C_SLOTS), "gpus",
+                           (json_int_t)sqlite3_column_int64(st, C_GPUS), "max_priority",
+                           (const char *)sqlite3_column_text(st, C_MAX_PRIORITY)));
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
         json_decref(out);

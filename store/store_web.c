@@ -4,6 +4,8 @@
     Read-only; safe on a connection opened with store_open(readonly). */
 #include "store.h"
 
+#include "../common/wire.h"
+
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -19,6 +21,13 @@ static json_t *s_num(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL
                ? json_null()
                : json_real(sqlite3_column_double(st, i));
+}
+
+/* An objective value column as JSON (common/wire.h: a reported NaN or
+   infinity as "nan", "inf", "-inf"; none as null). */
+static json_t *s_val(sqlite3_stmt *st, int i)
+{
+    return wire_real(store__col_value(st, i));
 }
 
 static long s_rows(sqlite3_stmt *st, store_row_fn fn, void *arg, long *after)
@@ -115,8 +124,8 @@ json_t *store_trials_brief(store_t *s, long study_id)
                       "id", (json_int_t)sqlite3_column_int64(st, 0), "number",
                       (json_int_t)sqlite3_column_int64(st, 1), "state",
                       (const char *)sqlite3_column_text(st, 2), "attempt",
-                      (json_int_t)sqlite3_column_int64(st, 3), "value", s_num(st, 4),
-                      "last_value", s_num(st, 5), "best_value", s_num(st, 6), "last_step",
+                      (json_int_t)sqlite3_column_int64(st, 3), "value", s_val(st, 4),
+                      "last_value", s_val(st, 5), "best_value", s_val(st, 6), "last_step",
                       sqlite3_column_type(st, 7) == SQLITE_NULL
                           ? json_null()
                           : json_integer(sqlite3_column_int64(st, 7)),
@@ -156,9 +165,9 @@ long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
         const char *state = (const char *)sqlite3_column_text(st, 2);
         b.state = state ? state : "";
         b.attempt = (long)sqlite3_column_int64(st, 3);
-        b.value = s_dbl(st, 4);
-        b.last_value = s_dbl(st, 5);
-        b.best_value = s_dbl(st, 6);
+        b.value = store__col_value(st, 4);
+        b.last_value = store__col_value(st, 5);
+        b.best_value = store__col_value(st, 6);
         b.last_step = sqlite3_column_type(st, 7) == SQLITE_NULL
                           ? -1
                           : (long)sqlite3_column_int64(st, 7);

@@ -996,8 +996,18 @@ TEST(better)
     CHECK(spec_better(mn, 1, NAN));
     CHECK(spec_better(&mx, -1e300, NAN));
     CHECK(!spec_better(mn, NAN, NAN));
-    CHECK(spec_better(mn, -INFINITY, 0));
-    CHECK(spec_better(&mx, INFINITY, 0));
+    /* a diverged run (inf, -inf) is the worst in either direction, above
+       only NaN; every finite value beats it */
+    CHECK(!spec_better(mn, -INFINITY, 0));
+    CHECK(!spec_better(&mx, INFINITY, 0));
+    CHECK(spec_better(mn, 1e300, -INFINITY));
+    CHECK(spec_better(&mx, -1e300, INFINITY));
+    CHECK(spec_better(mn, 0, INFINITY) && spec_better(&mx, 0, -INFINITY));
+    CHECK(spec_better(mn, INFINITY, NAN) && spec_better(&mx, -INFINITY, NAN));
+    CHECK(!spec_better(mn, NAN, INFINITY) && !spec_better(&mx, NAN, -INFINITY));
+    CHECK(!spec_better(&mx, INFINITY, -INFINITY) &&
+          !spec_better(&mx, -INFINITY, INFINITY));
+    CHECK(spec_better_mode(1, 2, 1) && spec_better_mode(0, 1, 2));
     spec_destroy(&mn);
 }
 

@@ -7,6 +7,7 @@
 */
 #include "jz_test.h"
 #include "store/store.h"
+#include "common/wire.h"
 
 #include <sqlite3.h>
 #include <unistd.h>
@@ -78,7 +79,7 @@ static void s_fill_trial(store_trial *t, long study, long number)
                           "opt", "sgd");
     t->generation = 0;
     t->parent = -1;
-    t->value = t->last_value = t->best_value = NAN;
+    t->value = t->last_value = t->best_value = wire_none();
     t->last_step = -1;
     t->created = 1700000000.5 + (double)number;
 }
@@ -238,9 +239,10 @@ TEST(studies)
     store_study_fini(&st);
     json_decref(sched);
 
-    /* running studies */
+    /* the studies a controller loads: running ones (beta is stopped with
+       no trial alive) */
     long *ids = NULL;
-    CHECK(store_running_studies(s, &ids) == 1);
+    CHECK(store_live_studies(s, &ids) == 1);
     CHECK(ids && ids[0] == a);
     free(ids);
 
@@ -272,6 +274,20 @@ TEST(studies)
     CHECK_NEAR(json_real_value(json_object_get(lb, "created")), 20.25, 0);
     json_decref(list);
 
+    /* a stopped study whose trial still runs is loaded too (its process
+       is stopped, then killed after the grace, and counts for quotas) */
+    store_trial live;
+    s_fill_trial(&live, b, 100);
+    CHECK(store_trial_insert(s, &live) == 0);
+    CHECK(store_live_studies(s, &ids) == 1); /* pending: no process */
+    free(ids);
+    snprintf(live.state, sizeof live.state, "running");
+    CHECK(store_trial_save(s, &live) == 0);
+    CHECK(store_live_studies(s, &ids) == 2);
+    CHECK(ids && ids[0] == a && ids[1] == b);
+    free(ids);
+    store_trial_fini(&live);
+
     json_decref(spec1);
     json_decref(spec2);
     store_close(&s);
@@ -288,6 +304,12 @@ static void s_check_same_trial(const store_trial *a, const store_trial *b, int l
 #define SAME_D(f)                                                                        \
     if (!((isnan(a->f) && isnan(b->f)) || a->f == b->f))                                 \
     JZT_FAIL("line %d: " #f " %.17g != %.17g", line, a->f, b->f)
+/* an objective value: none (wire_none) and a reported NaN differ */
+#define SAME_V(f)                                                                        \
+    if (wire_is_none(a->f) != wire_is_none(b->f) ||                                      \
+        !((isnan(a->f) && isnan(b->f)) || a->f == b->f))                                 \
+    JZT_FAIL("line %d: " #f " %.17g != %.17g (none %d %d)", line, a->f, b->f,            \
+             wire_is_none(a->f), wire_is_none(b->f))
 #define SAME_S(f)                                                                        \
     if (strcmp(a->f, b->f))                                                              \
     JZT_FAIL("line %d: " #f " \"%s\" != \"%s\"", line, a->f, b->f)
@@ -299,9 +321,9 @@ static void s_check_same_trial(const store_trial *a, const store_trial *b, int l
     SAME_S(token);
     SAME_L(generation);
     SAME_L(parent);
-    SAME_D(value);
-    SAME_D(last_value);
-    SAME_D(best_value);
+    SAME_V(value);
+    SAME_V(last_value);
+    SAME_V(best_value);
     SAME_L(last_step);
     SAME_L(metric_req);
     SAME_S(metric_session);
@@ -321,6 +343,7 @@ static void s_check_same_trial(const store_trial *a, const store_trial *b, int l
         JZT_FAIL("line %d: params differ", line);
 #undef SAME_L
 #undef SAME_D
+#undef SAME_V
 #undef SAME_S
 }
 
@@ -367,9 +390,31 @@ TEST(trial_round_trip)
     s_check_same_trial(&t, &got, __LINE__);
     store_trial_fini(&got);
 
-    /* and back to empty strings and NaNs (a retry) */
+    /* a diverged run: inf, -inf and a reported NaN are values, kept as
+       such (SQLite turns a bound NaN into NULL, which is none) */
+    t.value = INFINITY;
+    t.last_value = NAN;
+    t.best_value = -INFINITY;
+    REQUIRE(store_trial_save(s, &t) == 0);
+    REQUIRE(store_trial_get(s, t.id, &got) == 1);
+    s_check_same_trial(&t, &got, __LINE__);
+    CHECK(isnan(got.last_value) && !wire_is_none(got.last_value));
+    CHECK(isinf(got.value) && got.value > 0 && isinf(got.best_value) &&
+          got.best_value < 0);
+    json_t *tj = store_trial_json(&got, NULL);
+    REQUIRE(tj);
+    CHECK_STR(json_string_value(json_object_get(tj, "value")), "inf");
+    CHECK_STR(json_string_value(json_object_get(tj, "last_value")), "nan");
+    CHECK_STR(json_string_value(json_object_get(tj, "best_value")), "-inf");
+    char *text = json_dumps(tj, 0);
+    CHECK(text != NULL);
+    free(text);
+    json_decref(tj);
+    store_trial_fini(&got);
+
+    /* and back to empty strings and none (a retry) */
     snprintf(t.state, sizeof t.state, "pending");
-    t.value = t.best_value = NAN;
+    t.value = t.best_value = wire_none();
     t.last_value = 3.5;
     t.last_step = -1;
     t.metric_req = 0;
@@ -506,6 +551,80 @@ TEST(params_generations_and_lineage)
 
 /* ---- metrics ---------------------------------------------------------------- */
 
+static int s_brief_value(void *arg, const store_trial_brief *t, const char *params)
+{
+    double *out = arg;
+    out[0] = t->value;
+    out[1] = t->last_value;
+    out[2] = t->best_value;
+    return 0;
+}
+
+/* inf, -inf and NaN, as a metric and as a trial's objective, come back
+   out of every read as values: "inf", "-inf", "nan" in JSON, never
+   dropped and never null (issue 36 item 8) */
+TEST(non_finite_values)
+{
+    store_t *s = s_open("nf.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("nf");
+    long sid = store_study_insert(s, "nf", spec, "running", 1);
+    json_decref(spec);
+    store_trial t;
+    s_fill_trial(&t, sid, 0);
+    REQUIRE(store_trial_insert(s, &t) == 0);
+    store_point pts[] = {{1, "a", INFINITY}, {1, "b", -INFINITY}, {1, "c", NAN}};
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_metrics_add(s, t.id, 0, pts, 3, 10.0) == 0);
+    snprintf(t.state, sizeof t.state, "completed");
+    t.value = t.last_value = NAN;
+    t.best_value = INFINITY;
+    CHECK(store_trial_save(s, &t) == 0);
+    REQUIRE(store_commit(s) == 0);
+
+    json_t *last = store_metrics_last(s, t.id);
+    CHECK_STR(json_string_value(json_object_get(last, "a")), "inf");
+    CHECK_STR(json_string_value(json_object_get(last, "b")), "-inf");
+    CHECK_STR(json_string_value(json_object_get(last, "c")), "nan");
+    json_decref(last);
+
+    json_t *d = store_study_detail(s, "nf");
+    REQUIRE(d);
+    json_t *tj = json_array_get(json_object_get(d, "trials"), 0);
+    REQUIRE(tj);
+    CHECK_STR(json_string_value(json_object_get(tj, "value")), "nan");
+    CHECK_STR(json_string_value(json_object_get(tj, "best_value")), "inf");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(tj, "metrics"), "b")),
+              "-inf");
+    char *text = json_dumps(d, 0); /* valid JSON text, all of it */
+    CHECK(text && strstr(text, "\"nan\""));
+    free(text);
+    json_decref(d);
+
+    json_t *brief = store_trials_brief(s, sid);
+    REQUIRE(brief && json_array_size(brief) == 1);
+    json_t *b0 = json_array_get(brief, 0);
+    CHECK_STR(json_string_value(json_object_get(b0, "value")), "nan");
+    CHECK_STR(json_string_value(json_object_get(b0, "best_value")), "inf");
+    json_decref(brief);
+    double v[3] = {0, 0, 0};
+    CHECK(store_trials_each(s, sid, s_brief_value, v) == 1);
+    CHECK(isnan(v[0]) && !wire_is_none(v[0]) && isinf(v[2]) && v[2] > 0);
+
+    /* none stays none: null, not "nan" */
+    t.value = t.last_value = t.best_value = wire_none();
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_trial_save(s, &t) == 0);
+    REQUIRE(store_commit(s) == 0);
+    CHECK(store_trials_each(s, sid, s_brief_value, v) == 1);
+    CHECK(wire_is_none(v[0]) && wire_is_none(v[1]) && wire_is_none(v[2]));
+    brief = store_trials_brief(s, sid);
+    CHECK(json_is_null(json_object_get(json_array_get(brief, 0), "value")));
+    json_decref(brief);
+    store_trial_fini(&t);
+    store_close(&s);
+}
+
 TEST(metrics)
 {
     store_t *s = s_open("m.db", 0);
@@ -531,11 +650,12 @@ TEST(metrics)
     json_t *last = store_metrics_last(s, t.id);
     CHECK(json_object_size(last) == 2);
     CHECK_NEAR(json_real_value(json_object_get(last, "loss")), 1.25, 0);
-    CHECK(json_is_null(json_object_get(last, "acc"))); /* the last acc was NaN */
+    /* the last acc was NaN: a value reported, written as wire_real does */
+    CHECK_STR(json_string_value(json_object_get(last, "acc")), "nan");
     json_decref(last);
 
     json_t *series = store_metrics_series(s, t.id, "loss");
-    json_t *want = json_loads("[[0,2.5],[1,null],[2,1.25]]", 0, NULL);
+    json_t *want = json_loads("[[0,2.5],[1,\"nan\"],[2,1.25]]", 0, NULL);
     CHECK(json_equal(series, want));
     json_decref(series);
     json_decref(want);
@@ -568,7 +688,7 @@ TEST(metrics)
     series = store_metrics_series(s, t.id, "lr");
     CHECK(json_array_size(series) == N / 2);
     json_t *p7 = json_array_get(series, 0); /* i = 0: NaN */
-    CHECK(json_is_null(json_array_get(p7, 1)));
+    CHECK_STR(json_string_value(json_array_get(p7, 1)), "nan");
     json_t *p2 = json_array_get(series, 1); /* i = 2 */
     CHECK(json_integer_value(json_array_get(p2, 0)) == 102);
     CHECK_NEAR(json_real_value(json_array_get(p2, 1)), 1.0, 0);
@@ -830,6 +950,31 @@ TEST(queue_and_extra_trials)
     store_close(&s);
 }
 
+TEST(quotas_keep_the_granted_priority)
+{
+    store_t *s = s_open("quota.db", 0);
+    REQUIRE(s);
+    CHECK(store_quota_set(s, "bob", 2, -1, "normal", 1) == 0);
+    CHECK(store_quota_set(s, "amy", -1, 4, "high", 2) == 0);
+    CHECK(store_quota_set(s, "bob", 3, 1, "high", 3) == 0); /* replaces bob's */
+    store_close(&s);
+    s = s_open("quota.db", 0); /* persisted */
+    REQUIRE(s);
+    json_t *list = store_quota_list(s);
+    REQUIRE(json_array_size(list) == 2);
+    json_t *amy = json_array_get(list, 0), *bob = json_array_get(list, 1);
+    CHECK_STR(json_string_value(json_object_get(amy, "user")), "amy");
+    CHECK(json_integer_value(json_object_get(amy, "slots")) == -1);
+    CHECK(json_integer_value(json_object_get(amy, "gpus")) == 4);
+    CHECK_STR(json_string_value(json_object_get(amy, "max_priority")), "high");
+    CHECK_STR(json_string_value(json_object_get(bob, "user")), "bob");
+    CHECK(json_integer_value(json_object_get(bob, "slots")) == 3);
+    CHECK_STR(json_string_value(json_object_get(bob, "max_priority")), "high");
+    json_decref(list);
+    store_close(&s);
+    s_rm_db("quota.db");
+}
+
 int main(void)
 {
     snprintf(s_dir, sizeof s_dir, "/tmp/jz-test-store-XXXXXX");
@@ -844,10 +989,12 @@ int main(void)
     RUN(trials_load_in_order);
     RUN(params_generations_and_lineage);
     RUN(metrics);
+    RUN(non_finite_values);
     RUN(events);
     RUN(transactions_survive_reopen);
     RUN(migration_2_turns_the_reason_text_into_study_stopped);
     RUN(queue_and_extra_trials);
+    RUN(quotas_keep_the_granted_priority);
     rmdir(s_dir);
     TEST_DONE();
 }

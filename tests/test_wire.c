@@ -386,6 +386,62 @@ TEST(non_finite_doubles)
     CHECK(x == 42); /* untouched on failure */
 }
 
+/* wire_none() is "no value", a reported NaN is a value: the encoder and
+   the store tell them apart (issue 36 item 8) */
+TEST(none_and_nan_differ)
+{
+    double none = wire_none();
+    CHECK(isnan(none) && wire_is_none(none));
+    CHECK(!wire_is_none(NAN) && !wire_is_none(-NAN) && !wire_is_none(0.0));
+    CHECK(!wire_is_none(INFINITY) && !wire_is_none(-INFINITY));
+    double copy = none; /* copies keep it */
+    CHECK(wire_is_none(copy));
+    CHECK(!wire_is_none(strtod("nan", NULL)));
+
+    json_t *v = wire_real(none);
+    CHECK(json_is_null(v));
+    json_decref(v);
+    CHECK(wire_real_name(none) == NULL && wire_real_name(1.5) == NULL);
+    CHECK_STR(wire_real_name(NAN), "nan");
+    CHECK_STR(wire_real_name(-NAN), "nan");
+    CHECK_STR(wire_real_name(INFINITY), "inf");
+    CHECK_STR(wire_real_name(-INFINITY), "-inf");
+    CHECK_STR(wire_real_name(-HUGE_VAL), "-inf");
+
+    /* every double gives a value json_dumps can write */
+    double xs[] = {0.0, -0.0, 1e308, -1e-308, 5e-324, NAN, INFINITY, -INFINITY, none};
+    json_t *arr = json_array();
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        json_t *e = wire_real(xs[i]);
+        CHECK(e != NULL);
+        json_array_append_new(arr, e);
+    }
+    char *text = json_dumps(arr, JSON_COMPACT);
+    REQUIRE(text);
+    CHECK_STR(strchr(text, '"'), "\"nan\",\"inf\",\"-inf\",null]");
+    free(text);
+    /* and reads back: the same doubles, none as none */
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        double x = 42;
+        CHECK(wire_to_value(json_array_get(arr, i), &x) == 0);
+        if (isnan(xs[i]))
+            CHECK(isnan(x) && wire_is_none(x) == wire_is_none(xs[i]));
+        else
+            CHECK(x == xs[i]);
+    }
+    json_decref(arr);
+    double x = 42;
+    CHECK(wire_to_value(NULL, &x) == 0 && wire_is_none(x));
+    v = json_string("NaN");
+    x = 42;
+    CHECK(wire_to_value(v, &x) == -1 && x == 42);
+    json_decref(v);
+    /* a decoded "nan" is a value, never none */
+    v = json_string("nan");
+    CHECK(wire_to_double(v, &x) == 0 && isnan(x) && !wire_is_none(x));
+    json_decref(v);
+}
+
 TEST(non_finite_over_the_wire)
 {
     pair_t p;
@@ -590,6 +646,7 @@ int main(void)
     RUN(malformed_at_dealer);
     RUN(size_limit);
     RUN(non_finite_doubles);
+    RUN(none_and_nan_differ);
     RUN(non_finite_over_the_wire);
     RUN(getters);
     RUN(replies);

@@ -4,6 +4,7 @@
 #include "web_internal.h"
 
 #include "../common/spec.h"
+#include "../common/wire.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +46,17 @@ static void s_num_full(web_buf *b, double x)
         web_buf_printf(b, "%.17g", x);
 }
 
+/* An objective value as wire_real writes it (common/wire.h): a reported
+   NaN or infinity as "nan", "inf", "-inf", none as null. */
+static void s_value_full(web_buf *b, double x)
+{
+    const char *name = wire_real_name(x);
+    if (name)
+        web_buf_jstr(b, name);
+    else
+        s_num_full(b, x); /* null for none */
+}
+
 static int s_tally_row(void *arg, const store_trial_brief *t, const char *params)
 {
     s_tally *y = arg;
@@ -72,11 +84,11 @@ static int s_tally_row(void *arg, const store_trial_brief *t, const char *params
     web_buf_str(b, ",\"attempt\":");
     web_buf_long(b, t->attempt);
     web_buf_str(b, ",\"value\":");
-    s_num_full(b, t->value);
+    s_value_full(b, t->value);
     web_buf_str(b, ",\"last_value\":");
-    s_num_full(b, t->last_value);
+    s_value_full(b, t->last_value);
     web_buf_str(b, ",\"best_value\":");
-    s_num_full(b, t->best_value);
+    s_value_full(b, t->best_value);
     web_buf_str(b, ",\"last_step\":");
     if (t->last_step >= 0)
         web_buf_long(b, t->last_step);

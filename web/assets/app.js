@@ -666,8 +666,10 @@ async function studyPage(name) {
     const f = S.filter.toLowerCase();
     let rows = S.trials.filter((t) => !f || t.state === f || JSON.stringify([t.number, t.id, t.state, t.params, t.reason]).toLowerCase().includes(f));
     const { key, dir } = S.sort;
+    /* a diverged value ("inf", "-inf", "nan" from the API) sorts as a number */
+    const num = (v) => (v === "inf" ? Infinity : v === "-inf" ? -Infinity : v === "nan" ? null : v);
     rows = rows.sort((a, b) => {
-      const x = val(a, key), y = val(b, key);
+      const x = num(val(a, key)), y = num(val(b, key));
       if (x == null && y == null) return 0;
       if (x == null) return 1;
       if (y == null) return -1;
