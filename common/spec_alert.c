@@ -182,3 +182,26 @@ int spec_alerts_check(json_t *alerts, const char *path, spec_error *err)
     }
     return 0;
 }
+
+json_t *spec_alerts_file(json_t *doc, const char *path, char *err, size_t errsize)
+{
+    /* {"alerts": [...]} or the array itself */
+    json_t *rules = json_is_object(doc) ? json_object_get(doc, "alerts") : doc;
+    if (json_is_object(doc) && json_object_size(doc) != 1) {
+        snprintf(err, errsize,
+                 "--alerts %s: expected {\"alerts\": [rules]} and nothing else", path);
+        return NULL;
+    }
+    if (!rules) {
+        snprintf(err, errsize, "--alerts %s: alerts: missing (required)", path);
+        return NULL;
+    }
+    spec_error serr;
+    if (spec_alerts_check(rules, "alerts", &serr) != 0) {
+        char buf[400];
+        snprintf(err, errsize, "--alerts %s: %s", path,
+                 spec_strerror(&serr, buf, sizeof buf));
+        return NULL;
+    }
+    return json_incref(rules);
+}

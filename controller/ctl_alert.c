@@ -76,29 +76,11 @@ int ctl__alerts_init(ctl_t *c, const char *path, char *err, size_t errsize)
         snprintf(err, errsize, "--alerts %s: %s (line %d)", path, jerr.text, jerr.line);
         return -1;
     }
-    /* {"alerts": [...]} or the array itself */
-    json_t *rules = json_is_object(j) ? json_object_get(j, "alerts") : j;
-    if (json_is_object(j) && json_object_size(j) != 1) {
-        snprintf(err, errsize,
-                 "--alerts %s: expected {\"alerts\": [rules]} and nothing else", path);
-        json_decref(j);
-        return -1;
-    }
-    spec_error serr;
-    if (!rules) {
-        snprintf(err, errsize, "--alerts %s: alerts: missing (required)", path);
-        json_decref(j);
-        return -1;
-    }
-    if (spec_alerts_check(rules, "alerts", &serr) != 0) {
-        char buf[400];
-        snprintf(err, errsize, "--alerts %s: %s", path,
-                 spec_strerror(&serr, buf, sizeof buf));
-        json_decref(j);
-        return -1;
-    }
-    c->alerts->rules = json_incref(rules);
+    json_t *rules = spec_alerts_file(j, path, err, errsize);
     json_decref(j);
+    if (!rules)
+        return -1;
+    c->alerts->rules = rules;
     log_info("ctl", "%zu controller-wide alert rules from %s", json_array_size(rules),
              path);
     return 0;
