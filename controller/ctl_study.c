@@ -596,10 +596,10 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
         if (rc != 1)
             return rc;
         next = s->trials[s->ntrials - 1];
-    }
             if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE &&
                 ctl__txn(c) == 0)
                 ctl__trial_stop(c, t, "controller", "study stopped", 1);
+    }
     if (next->state == TRIAL_SUSPENDED)
         ctl__queue_resume(c, next);
     if (next->state != TRIAL_PENDING)
