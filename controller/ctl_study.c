@@ -320,6 +320,51 @@ static int s_json_diff(const json_t *a, const json_t *b, const char *path, char 
     return 1;
 }
 
+/* The most live (running or stopped) studies one owner may have loaded at
+   once (docs/spec.md, Limits): every loaded study holds its spec, its
+   scheduler and its trials in the controller's memory. Admins (the
+   controller's own user, an admin key) are exempt. */
+#define S_MAX_LIVE_STUDIES 100
+
+/* 1 when `user` is an admin: the controller's own user or a name an admin
+   key carries. */
+static int s_owner_is_admin(const ctl_t *c, const char *user)
+{
+    if (!strcmp(user, c->self.user))
+        return 1;
+    for (size_t i = 0; i < c->keys.n; i++)
+        if (c->keys.v[i].id.role == IDENT_ADMIN && !strcmp(c->keys.v[i].id.user, user))
+            return 1;
+    return 0;
+}
+
+/* Refuses a study that would be one more live study of its owner than
+   S_MAX_LIVE_STUDIES: 0, or -1 with code and msg. A spec without an owner
+   comes from the controller's own user (ctl__auth_submit_owner sets every
+   other sender's). */
+static int s_check_live_limit(ctl_t *c, const spec_t *spec, const char **code, char *msg,
+                              size_t msgsize)
+{
+    if (!spec->owner || s_owner_is_admin(c, spec->owner))
+        return 0;
+    long live = 0;
+    for (size_t i = 0; i < c->nstudies; i++) {
+        const ctl_study *s = c->studies[i];
+        if (s->state != STUDY_FINISHED && s->spec->owner &&
+            !strcmp(s->spec->owner, spec->owner))
+            live++;
+    }
+    if (live < S_MAX_LIVE_STUDIES)
+        return 0;
+    *code = "limit";
+    snprintf(msg, msgsize,
+             "%s has %ld live (running or stopped) studies, and the limit is %d live "
+             "studies per user: study %s is refused until one of them finishes "
+             "(docs/spec.md, Limits)",
+             spec->owner, live, S_MAX_LIVE_STUDIES, spec->name);
+    return -1;
+}
+
 int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int *finished,
                 const char **code, char *msg, size_t msgsize)
 {
@@ -384,23 +429,29 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
             rc = 0;
         } else {
             *resumed = 1;
-            if (!live) {
-                /* stopped earlier: load it and run it again */
-                live = s_study_open(c, &row, msg, msgsize);
-                if (live)
-                    s_add_study(c, live);
-            }
-            if (live) {
-                if (live->state == STUDY_STOPPED)
-                    ctl__study_resume(c, live, "cli");
-                *out = live;
-                rc = 0;
+            if (!live && s_check_live_limit(c, spec, code, msg, msgsize) != 0) {
+                *resumed = 0; /* refused: one live study too many */
             } else {
-                *code = "internal";
+                if (!live) {
+                    /* stopped earlier: load it and run it again */
+                    live = s_study_open(c, &row, msg, msgsize);
+                    if (live)
+                        s_add_study(c, live);
+                }
+                if (live) {
+                    if (live->state == STUDY_STOPPED)
+                        ctl__study_resume(c, live, "cli");
+                    *out = live;
+                    rc = 0;
+                } else {
+                    *code = "internal";
+                }
             }
         }
         free(old);
         store_study_fini(&row);
+    } else if (s_check_live_limit(c, spec, code, msg, msgsize) != 0) {
+        /* refused before anything is stored */
     } else {
         long id =
             ctl__txn(c) == 0

@@ -3,9 +3,14 @@
 
     Parameters are encoded into [0,1]^D: float and int parameters take one
     dimension each through spec_param_to_unit (log scale for log ones),
-    choices are one-hot. Suggestions are decoded with spec_param_from_unit
-    and an argmax per choice, and the acquisition is only ever evaluated at
-    such legal points (acq's round callback). Until n_init trials are known
+    choices are one-hot while the whole encoding stays within
+    S_MAX_ONEHOT_DIMS (the smallest choices first); a choice beyond that
+    takes one ordered dimension, its values' cells in the spec's order, as
+    an int does (a 100 000-value choice one-hot made every fit take 2 GB
+    and every save of the 100 002 hyperparameters a second of the
+    controller's loop). Suggestions are decoded with spec_param_from_unit
+    and an argmax per one-hot choice, and the acquisition is only ever
+    evaluated at such legal points (acq's round callback). Until n_init trials are known
     (finished or pending), and until two have results, suggestions come
     from a Sobol design with a seeded random shift.
 
@@ -41,6 +46,10 @@ enum { S_MO_EHVI = 0, S_MO_PAREGO = 1 };
 #define S_EHVI_DRAWS 32
 enum { S_FID_RUNGS = 0, S_FID_FINAL = 1, S_FID_JOINT = 2 };
 #define S_TOPK 8 /* ranked suggestions the worker returns */
+/* The most dimensions one-hot choices may bring the encoding to; beyond,
+   a choice is one ordered dimension. Bounds the model's size (theta has
+   D + 2 values, the candidates D each) whatever the spec's choices. */
+#define S_MAX_ONEHOT_DIMS 256
 /* warp "auto" chooses between its two warps from this many observations
    on, and up to this many (beyond, a second fit and the leave-one-out
    inverse cost too much: the power warp with half-rank is used) */
@@ -61,7 +70,9 @@ typedef struct {
     int np;              /* parameters */
     int D;               /* encoded dimensions */
     int *off;            /* first dimension of parameter k */
-    unsigned char *mask; /* 1 for float/int dimensions, 0 for one-hot */
+    unsigned char *mask; /* 1 for float/int/ordered dimensions, 0 for one-hot */
+    unsigned char *hot;  /* per parameter: 1 for a one-hot choice (owned by lay,
+                            shared by lay1) */
     int resdim;          /* 1: the last dimension is the resource (the joint
                             multi-fidelity model), kept at 1 by s_round */
 } s_layout;
@@ -151,9 +162,10 @@ typedef struct {
 /* The fixed encoding of an inactive conditional parameter: the middle of
    a numeric dimension, all zeros for a one-hot block, so every trial
    where it is inactive sits at the same place along its dimensions. */
-static void s_impute(const spec_param *p, double *xk)
+static void s_impute(const s_layout *l, int k, double *xk)
 {
-    if (p->type == SPEC_CHOICE)
+    const spec_param *p = &l->spec->params[k];
+    if (l->hot[k])
         for (size_t i = 0; i < p->nvalues; i++)
             xk[i] = 0;
     else
@@ -169,12 +181,12 @@ static int s_encode(const s_layout *l, const json_t *params, double *x)
         const json_t *v = json_object_get(params, p->name);
         double *xk = x + l->off[k];
         if (!v && p->when && !spec_param_active(l->spec, (size_t)k, params)) {
-            s_impute(p, xk); /* an inactive conditional parameter */
+            s_impute(l, k, xk); /* an inactive conditional parameter */
             continue;
         }
         if (!v || !spec_param_legal(p, v))
             return -1;
-        if (p->type == SPEC_CHOICE) {
+        if (l->hot[k]) {
             for (size_t i = 0; i < p->nvalues; i++)
                 xk[i] = json_equal((json_t *)v, json_array_get(p->values, i)) ? 1 : 0;
         } else {
@@ -203,7 +215,7 @@ static json_t *s_decode(const s_layout *l, const double *x)
         const spec_param *p = &l->spec->params[k];
         const double *xk = x + l->off[k];
         json_t *v =
-            p->type == SPEC_CHOICE
+            l->hot[k]
                 ? json_deep_copy(json_array_get(p->values, s_argmax(xk, p->nvalues)))
                 : spec_param_from_unit(p, xk[0]);
         json_object_set_new(o, p->name, v);
@@ -223,10 +235,18 @@ static void s_round(void *ctx, double *x)
     for (int k = 0; k < l->np; k++) {
         const spec_param *p = &l->spec->params[k];
         double *xk = x + l->off[k];
-        if (p->type == SPEC_CHOICE) {
+        if (l->hot[k]) {
             size_t b = s_argmax(xk, p->nvalues);
             for (size_t i = 0; i < p->nvalues; i++)
                 xk[i] = i == b ? 1 : 0;
+        } else if (p->type == SPEC_CHOICE) {
+            /* an ordered choice: the centre of its value's cell, as
+               spec_param_from_unit and spec_param_to_unit map it */
+            double u = isnan(xk[0]) ? 0.5 : fmin(fmax(xk[0], 0), 1);
+            size_t i = (size_t)(u * (double)p->nvalues);
+            if (i >= p->nvalues)
+                i = p->nvalues - 1;
+            xk[0] = ((double)i + 0.5) / (double)p->nvalues;
         } else if (p->type == SPEC_INT) {
             json_t *v = spec_param_from_unit(p, xk[0]);
             xk[0] = spec_param_to_unit(p, v);
@@ -242,7 +262,7 @@ static void s_round(void *ctx, double *x)
     json_t *o = s_decode(l, x);
     for (int k = 0; k < l->np; k++)
         if (l->spec->params[k].when && !json_object_get(o, l->spec->params[k].name))
-            s_impute(&l->spec->params[k], x + l->off[k]);
+            s_impute(l, k, x + l->off[k]);
     json_decref(o);
 }
 
@@ -1396,9 +1416,12 @@ static int s_restore(sched_t *s, const json_t *state)
         return -1;
     int nt = gp_ntheta(b->joint ? b->lay1.D : b->lay.D);
     int have_theta = 0;
-    if (json_is_array(theta)) {
-        if (json_array_size(theta) != (size_t)nt)
-            return -1;
+    if (json_is_array(theta) && json_array_size(theta) != (size_t)nt) {
+        /* saved under another encoding (a large choice was one-hot before
+           S_MAX_ONEHOT_DIMS): only a warm start, so the next fit starts
+           afresh */
+        have_theta = 0;
+    } else if (json_is_array(theta)) {
         for (int i = 0; i < nt; i++) {
             json_t *t = json_array_get(theta, (size_t)i);
             if (!json_is_number(t) || !isfinite(json_number_value(t)))
@@ -1474,6 +1497,7 @@ static void s_destroy(sched_t *s)
     free(b->pend);
     free(b->theta);
     free(b->lay.off);
+    free(b->lay.hot);
     free(b->lay.mask);
     free(b->lay1.mask);
     sched__bo_mf_free(b->mf);
@@ -1591,6 +1615,43 @@ static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
     return 0;
 }
 
+/* Which choices are one-hot (hot[k] = 1): every one while the encoding
+   stays within S_MAX_ONEHOT_DIMS dimensions, else the smallest first
+   (ties in the spec's order) while they fit. 0, or -1 out of memory. */
+static int s_pick_onehot(const spec_t *spec, unsigned char *hot)
+{
+    size_t np = spec->nparams, D = np, nc = 0;
+    size_t *order = malloc(sizeof(size_t) * (np ? np : 1));
+    if (!order)
+        return -1;
+    for (size_t k = 0; k < np; k++)
+        if (spec->params[k].type == SPEC_CHOICE)
+            order[nc++] = k;
+    /* insertion sort by size, stable (nc is at most SPEC_MAX_PARAMS) */
+    for (size_t i = 1; i < nc; i++)
+        for (size_t j = i;
+             j > 0 && spec->params[order[j]].nvalues < spec->params[order[j - 1]].nvalues;
+             j--) {
+            size_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (size_t i = 0; i < nc; i++) {
+        size_t extra = spec->params[order[i]].nvalues - 1;
+        if (D + extra > S_MAX_ONEHOT_DIMS)
+            break;
+        D += extra;
+        hot[order[i]] = 1;
+    }
+    free(order);
+    return 0;
+}
+
+int sched__bo_dims(const sched_t *s)
+{
+    return ((const sched_bo *)s)->lay.D;
+}
+
 sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
 {
     /* OpenBLAS (under GSL here) otherwise starts one busy-waiting thread
@@ -1631,24 +1692,28 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     l->spec = spec;
     l->np = (int)spec->nparams;
     l->off = malloc(sizeof(int) * (size_t)(l->np + 1));
+    l->hot = calloc((size_t)l->np, 1);
+    if (!l->off || !l->hot || s_pick_onehot(spec, l->hot) != 0) {
+        snprintf(err, errsize, "out of memory");
+        s_destroy(&b->base);
+        return NULL;
+    }
     int D = 0;
-    for (int k = 0; l->off && k < l->np; k++) {
+    for (int k = 0; k < l->np; k++) {
         l->off[k] = D;
-        D += spec->params[k].type == SPEC_CHOICE ? (int)spec->params[k].nvalues : 1;
+        D += l->hot[k] ? (int)spec->params[k].nvalues : 1;
     }
     l->D = D;
     l->mask = malloc((size_t)(D ? D : 1));
     b->theta = malloc(sizeof(double) * (size_t)gp_ntheta(D + 1)); /* joint: D + 1 */
-    if (!l->off || !l->mask || !b->theta) {
+    if (!l->mask || !b->theta) {
         snprintf(err, errsize, "out of memory");
         s_destroy(&b->base);
         return NULL;
     }
     for (int k = 0; k < l->np; k++)
-        for (int i = 0;
-             i < (spec->params[k].type == SPEC_CHOICE ? (int)spec->params[k].nvalues : 1);
-             i++)
-            l->mask[l->off[k] + i] = spec->params[k].type != SPEC_CHOICE;
+        for (int i = 0; i < (l->hot[k] ? (int)spec->params[k].nvalues : 1); i++)
+            l->mask[l->off[k] + i] = !l->hot[k];
     /* multi-fidelity under early stopping, for one objective without
        constraints (those model the ended trials' last metrics) */
     b->level = -1;

@@ -118,4 +118,9 @@ void sched__bo_tr_box(int D, const unsigned char *mask, const double *theta,
    a row (the counters *succ and *fail then restart), within its limits. */
 void sched__bo_tr_update(double *len, int *succ, int *fail, int improved);
 
+/* Internal (sched_bo.c), for tests: the dimensions of a bo scheduler's
+   encoding (one-hot choices within S_MAX_ONEHOT_DIMS, one ordered
+   dimension per other choice, one per float or int). */
+int sched__bo_dims(const sched_t *s);
+
 #endif

@@ -8,6 +8,7 @@
 #include "schedulers/sched.h"
 #include "schedulers/sched_bo.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 static spec_t *s_spec(const char *sched, const char *space, const char *mode)
@@ -602,6 +603,105 @@ TEST(local_trust_region)
     spec_destroy(&sp);
 }
 
+/* ---- a space too wide for one-hot (docs/spec.md, Limits) ---- */
+
+static double s_peak_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+/* A spec with a float "x" and a choice "c" of n integer values (built as
+   JSON: too long for s_spec's buffer). */
+static spec_t *s_wide_spec(int n, int small)
+{
+    json_t *vals = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(vals, json_integer(i));
+    json_t *space =
+        json_pack("{s:{s:s, s:f, s:f}, s:{s:s, s:o}}", "x", "type", "float", "low", 0.0,
+                  "high", 1.0, "c", "type", "choice", "values", vals);
+    if (small)
+        json_object_set_new(
+            space, "k",
+            json_pack("{s:s, s:[s,s,s]}", "type", "choice", "values", "a", "b", "c"));
+    json_t *j =
+        json_pack("{s:s, s:{s:s, s:s}, s:{s:s, s:i, s:i}, s:{s:i, s:i}, s:o, "
+                  "s:{s:[s]}}",
+                  "name", "wide", "objective", "metric", "y", "mode", "min", "scheduler",
+                  "type", "bo", "seed", 5, "n_init", 3, "budget", "trials", 50,
+                  "parallel", 2, "space", space, "trial", "command", "true");
+    spec_error err;
+    spec_t *sp = j ? spec_parse(j, 0, &err) : NULL;
+    if (j && !sp) {
+        char eb[400];
+        printf("spec: %s\n", spec_strerror(&err, eb, sizeof eb));
+    }
+    json_decref(j);
+    return sp;
+}
+
+/* A choice of 9 997 values (with a 3-value one, the most a spec may hold) is one ordered
+   dimension, not 10 000 one-hot ones: a fit stays small (one took 2 GB at
+   100 000 values, 200 MB at 10 000), the saved state holds a few
+   hyperparameters, not 10 002, and suggestions are legal values. Small
+   choices stay one-hot. */
+TEST(wide_choice_is_one_ordered_dimension)
+{
+    char err[256];
+    spec_t *sp = s_wide_spec(5, 1);
+    REQUIRE(sp);
+    sched_t *s = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(s);
+    CHECK(sched__bo_dims(s) == 1 + 5 + 3); /* all one-hot */
+    sched_destroy(&s);
+    spec_destroy(&sp);
+
+    sp = s_wide_spec(SPEC_MAX_CHOICE_VALUES - 3, 1);
+    REQUIRE(sp);
+    s = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(s);
+    CHECK(sched__bo_dims(s) == 1 + 1 + 3); /* x, c ordered, k one-hot */
+    double before = s_peak_mib();
+    for (long id = 1; id <= 8; id++) {
+        json_t *p = NULL;
+        REQUIRE(s_get(s, id, &p) == SCHED_OK);
+        json_t *c = json_object_get(p, "c");
+        CHECK(json_is_integer(c) && json_integer_value(c) >= 0 &&
+              json_integer_value(c) < SPEC_MAX_CHOICE_VALUES - 3);
+        /* the best near c = 7000 */
+        double v =
+            fabs((double)json_integer_value(c) - 7000) / 10000 + s_num(p, "x") * 0.1;
+        s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
+        json_decref(p);
+    }
+    double grew = s_peak_mib() - before;
+    printf("  wide choice: peak RSS grew %.1f MiB over 5 fits\n", grew);
+    CHECK(grew < 64);
+    json_t *st = s->ops->save(s);
+    REQUIRE(st);
+    CHECK(json_array_size(json_object_get(st, "theta")) == 5 + 2);
+    /* a state saved under the one-hot encoding (10 003 hyperparameters)
+       restores, its warm start dropped */
+    json_t *old = json_deep_copy(st);
+    json_t *th = json_array();
+    for (int i = 0; i < 10003; i++)
+        json_array_append_new(th, json_real(0.1));
+    json_object_set_new(old, "theta", th);
+    sched_t *r = sched_bo_new(sp, err, sizeof err);
+    REQUIRE(r);
+    CHECK(r->ops->restore(r, old) == 0);
+    json_t *p = NULL;
+    CHECK(s_get(r, 9, &p) == SCHED_OK);
+    json_decref(p);
+    sched_destroy(&r);
+    json_decref(old);
+    json_decref(st);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
 int main(void)
 {
     RUN(options_checked);
@@ -613,5 +713,6 @@ int main(void)
     RUN(save_restore_continues);
     RUN(constraints_probability_of_feasibility);
     RUN(local_trust_region);
+    RUN(wide_choice_is_one_ordered_dimension);
     TEST_DONE();
 }
