@@ -596,6 +596,9 @@ static void s_tick_trials(ctl_t *c, ctl_study *s, double now)
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
         if (ctl_trial_active(t)) {
+            if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE &&
+                ctl__txn(c) == 0)
+                ctl__trial_stop(c, t, "controller", "study stopped", 1);
             if (now - t->last_heard > c->lost_timeout) {
                 ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
                 continue;
@@ -647,9 +650,6 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
         if (rc != 1)
             return rc;
         next = s->trials[s->ntrials - 1];
-            if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE &&
-                ctl__txn(c) == 0)
-                ctl__trial_stop(c, t, "controller", "study stopped", 1);
     }
     if (next->state == TRIAL_SUSPENDED)
         ctl__queue_resume(c, next);
