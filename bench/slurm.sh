@@ -50,11 +50,11 @@ JSON
     local ctl=$!
     pids+=("$ctl")
     for _ in $(seq 100); do [ -s "$db.endpoint" ] && break; sleep 0.1; done
-    "$J" dispatcher --controller "$ep" --name "$name" --log-dir "$dir/logs" \
+    "$J" dispatcher --controller "$ep" --insecure --name "$name" --log-dir "$dir/logs" \
         --log "$dir/$name.disp.log" "$@" &
     local disp=$!
     pids+=("$disp")
-    "$J" study submit "$dir/$name.json" --db "$db" >/dev/null
+    "$J" study submit "$dir/$name.json" --db "$db" --insecure >/dev/null
     local state=""
     for _ in $(seq 1200); do
         state=$(sqlite3 "$db" "SELECT state FROM studies WHERE name='$name'")

@@ -152,8 +152,13 @@ int keys_read_public(const char *text, char out[KEYS_Z85_LEN + 1], char *err,
         return 0;
     }
     char buf[512];
-    if (s_read_small(text, buf, sizeof buf, err, errsize) != 0)
+    if (s_read_small(text, buf, sizeof buf, err, errsize) != 0) {
+        snprintf(err, errsize,
+                 "%.200s: not a public key (40 z85 characters) nor a file that holds "
+                 "one (%s)",
+                 text, strerror(errno));
         return -1;
+    }
     if (s_field(buf, "public", out) == 0)
         return 0;
     size_t n = strcspn(buf, " \t\r\n");
@@ -181,7 +186,7 @@ static void s_no_key(const char *endpoint, int have_dir, const char *dir, char *
              "controller's public key, so that no one on the network can pose as the "
              "controller or read the traffic. Pass --server-key KEY|FILE or set "
              "JIZHI_SERVER_KEY (`jizhi keygen --name controller` printed it on the "
-             "controller's host, where it is KEYDIR/controller.pub%s); --insecure "
+             "controller's host, where it is KEYDIR/controller.pub)%s; --insecure "
              "(JIZHI_SERVER_KEY=none) speaks plain TCP to a controller started with "
              "--insecure, on a trusted network only",
              endpoint, here);

@@ -1143,6 +1143,107 @@ TEST(stop_without_kill)
     fc_close(&fc);
 }
 
+/* Trial logs 0600; the log and checkpoint directories it creates 0700,
+   whatever the umask lets through (issue 36). */
+TEST(files_private)
+{
+    mode_t old = umask(022);
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    char ck2[300];
+    snprintf(ck2, sizeof ck2, "%s/given/ck", fc.dir);
+    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", "echo out")));
+    json_t *e1 = fc_wait(&fc, "exited", 1, 10);
+    json_t *m = s_start_msg(2, 0, json_pack("[s]", "true"));
+    json_object_set_new(json_object_get(m, "env"), "JIZHI_CHECKPOINT_DIR",
+                        json_string(ck2));
+    fc_send(&fc, m);
+    json_t *e2 = fc_wait(&fc, "exited", 2, 10);
+    REQUIRE(e1 && e2);
+    char path[600];
+    struct {
+        const char *rel;
+        mode_t mode;
+    } want[] = {{"logs", 0700},
+                {"logs/s1", 0700},
+                {"logs/s1/trial-1.0.out", 0600},
+                {"logs/s1/trial-1.0.err", 0600},
+                {"logs/s1/checkpoints", 0700},
+                {"logs/s1/checkpoints/trial-1", 0700},
+                {"given", 0700},
+                {"given/ck", 0700}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", fc.dir, want[i].rel);
+        CHECK(stat(path, &sb) == 0);
+        if ((sb.st_mode & 07777) != want[i].mode)
+            fprintf(stderr, "  %s: mode %03o, want %03o\n", path,
+                    (unsigned)(sb.st_mode & 07777), (unsigned)want[i].mode);
+        CHECK((sb.st_mode & 07777) == want[i].mode);
+    }
+    json_decref(e1);
+    json_decref(e2);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+    umask(old);
+}
+
+/* Over tcp:// a dispatcher needs the controller's public key, or plain TCP
+   chosen with JIZHI_SERVER_KEY=none (--insecure), which its trials then
+   get too (issue 36: no silent fallback to plain TCP). */
+TEST(tcp_needs_server_key)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char home[300], logs[256], ep[256];
+    snprintf(home, sizeof home, "%s/home", fc.dir); /* no controller.pub there */
+    setenv("JIZHI_HOME", home, 1);
+    unsetenv("JIZHI_SERVER_KEY");
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.controller = "tcp://127.0.0.1:9";
+    disp_t *d = disp_new(&cfg);
+    CHECK(d == NULL);
+    disp_destroy(&d);
+    struct stat sb;
+    CHECK(stat(logs, &sb) != 0); /* nothing made */
+
+    /* a key that is no key: refused too */
+    setenv("JIZHI_SERVER_KEY", "not-a-key", 1);
+    d = disp_new(&cfg);
+    CHECK(d == NULL);
+    disp_destroy(&d);
+
+    /* --insecure: plain TCP, and trials are told so */
+    setenv("JIZHI_SERVER_KEY", "none", 1);
+    void *tcp = zmq_socket(fc.ctx, ZMQ_ROUTER);
+    wire_socket_setup(tcp);
+    REQUIRE(zmq_bind(tcp, "tcp://127.0.0.1:*") == 0);
+    size_t n = sizeof ep;
+    REQUIRE(zmq_getsockopt(tcp, ZMQ_LAST_ENDPOINT, ep, &n) == 0);
+    void *ipc = fc.router;
+    fc.router = tcp;
+    cfg.controller = ep;
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    fc_send(&fc, s_start_msg(1, 0, json_pack("[s]", "env")));
+    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    REQUIRE(ex);
+    char *o = s_read(s_str(ex, "stdout")), v[256];
+    CHECK(o && s_env_line(o, "JIZHI_SERVER_KEY", v, sizeof v) && !strcmp(v, "none"));
+    CHECK(o && s_env_line(o, "JIZHI_ENDPOINT", v, sizeof v) && !strcmp(v, ep));
+    free(o);
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    zmq_close(ipc);
+    unsetenv("JIZHI_SERVER_KEY");
+    unsetenv("JIZHI_HOME");
+    fc_close(&fc);
+}
+
 int main(void)
 {
     if (!getenv("JIZHI_LOG"))
@@ -1164,5 +1265,7 @@ int main(void)
     RUN(malformed_messages);
     RUN(slots_and_gpus);
     RUN(stop_without_kill);
+    RUN(files_private);
+    RUN(tcp_needs_server_key);
     TEST_DONE();
 }

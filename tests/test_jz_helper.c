@@ -16,6 +16,8 @@
 */
 #include "jizhi.h"
 
+#include "jz_internal.h"
+
 #include "common/wire.h"
 #include "common/util.h"
 #include "jz_test.h"
@@ -227,6 +229,8 @@ static fake *fake_start_at(const char *endpoint)
         fprintf(stderr, "fake: cannot bind %s: %s\n", f->endpoint, zmq_strerror(errno));
         exit(2);
     }
+    size_t elen = sizeof f->endpoint; /* tcp://127.0.0.1:* gets its port */
+    zmq_getsockopt(f->sock, ZMQ_LAST_ENDPOINT, f->endpoint, &elen);
     pthread_create(&f->thread, NULL, fake_run, f);
     return f;
 }
@@ -965,6 +969,136 @@ TEST(controller_restart_resend_dedup)
 
 /* ---- --serve mode --------------------------------------------------------- */
 
+/* The instruction parser alone (jz__parse_instruction; fuzzed by
+   tests/fuzz/fuzz_instr.c): what is delivered, refused with a reason, or
+   dropped. */
+TEST(instruction_parser)
+{
+    jz__pending_ins p;
+    char detail[128];
+    struct {
+        const char *json;
+        int rc;             /* 0 delivered, 1 refused, -1 dropped */
+        const char *detail; /* part of the refusal */
+    } cases[] = {
+        {"{\"type\":\"instruction\",\"kind\":\"stop\"}", -1, ""},
+        {"{\"id\":\"3\",\"kind\":\"stop\"}", -1, ""},
+        {"{\"id\":3,\"kind\":\"explode\"}", 1, "unknown instruction kind"},
+        {"{\"id\":3,\"kind\":7}", 1, "unknown instruction kind"},
+        {"{\"id\":3,\"kind\":\"stop\"}", 0, ""},
+        {"{\"id\":3,\"kind\":\"set\",\"name\":\"a b\",\"value\":1}", 1, "'name'"},
+        {"{\"id\":3,\"kind\":\"set\",\"value\":1}", 1, "'name'"},
+        {"{\"id\":3,\"kind\":\"set\",\"name\":\"lr\",\"value\":{}}", 1, "'value'"},
+        {"{\"id\":3,\"kind\":\"set\",\"name\":\"lr\",\"value\":\"a\\u0000b\"}", 1,
+         "'value'"},
+        {"{\"id\":3,\"kind\":\"set\",\"name\":\"lr\"}", 1, "'value'"},
+        {"{\"id\":3,\"kind\":\"load\",\"path\":5}", 1, "'path'"},
+        {"{\"id\":3,\"kind\":\"load\",\"path\":\"/c\",\"params\":[1]}", 1, "'params'"},
+        {"{\"id\":3,\"kind\":\"load\",\"path\":\"/c\",\"params\":null}", 0, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *m = json_loads(cases[i].json, JSON_ALLOW_NUL, NULL);
+        REQUIRE(m != NULL);
+        int rc = jz__parse_instruction(m, &p, detail, sizeof detail);
+        if (rc != cases[i].rc || !strstr(detail, cases[i].detail))
+            fprintf(stderr, "  case %zu: %s -> %d \"%s\"\n", i, cases[i].json, rc,
+                    detail);
+        CHECK(rc == cases[i].rc);
+        CHECK(strstr(detail, cases[i].detail) != NULL);
+        if (rc >= 0)
+            CHECK(p.ins.id == 3);
+        jz__pending_ins_fini(&p);
+        json_decref(m);
+    }
+    /* what a delivered set and load carry */
+    json_t *m = json_pack("{s:i, s:s, s:s, s:f}", "id", 9, "kind", "set", "name", "lr",
+                          "value", 1.0);
+    CHECK(jz__parse_instruction(m, &p, detail, sizeof detail) == 0);
+    CHECK(p.ins.kind == JZ_INS_SET && p.ins.id == 9);
+    CHECK_STR(p.ins.name, "lr");
+    CHECK_STR(p.ins.str, "1.0");
+    CHECK(p.ins.value == 1.0 && json_is_real(p.value));
+    jz__pending_ins_fini(&p);
+    json_decref(m);
+    m = json_pack("{s:i, s:s, s:s, s:s}", "id", 9, "kind", "set", "name", "opt", "value",
+                  "lamb");
+    CHECK(jz__parse_instruction(m, &p, detail, sizeof detail) == 0);
+    CHECK_STR(p.ins.str, "lamb");
+    CHECK(isnan(p.ins.value));
+    jz__pending_ins_fini(&p);
+    json_decref(m);
+    m = json_pack("{s:i, s:s, s:s, s:{s:i}}", "id", 10, "kind", "load", "path", "/ck/5",
+                  "params", "bs", 64);
+    CHECK(jz__parse_instruction(m, &p, detail, sizeof detail) == 0);
+    CHECK(p.ins.kind == JZ_INS_LOAD);
+    CHECK_STR(p.ins.str, "/ck/5");
+    CHECK(json_integer_value(json_object_get(p.params, "bs")) == 64);
+    jz__pending_ins_fini(&p);
+    json_decref(m);
+}
+
+/* The checkpoint directory the helper creates is the trial's user's only. */
+TEST(checkpoint_dir_private)
+{
+    mode_t old = umask(022);
+    env_trial(NULL, NULL);
+    char dir[400], sub[420];
+    snprintf(dir, sizeof dir, "%s/ck", s_tmpdir);
+    snprintf(sub, sizeof sub, "%s/ck/trial-3", s_tmpdir);
+    setenv("JIZHI_CHECKPOINT_DIR", sub, 1);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK_STR(jz_checkpoint_dir(t), sub);
+    struct stat sb;
+    CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 07777) == 0700);
+    CHECK(stat(sub, &sb) == 0 && (sb.st_mode & 07777) == 0700);
+    jz_close(&t);
+    unsetenv("JIZHI_CHECKPOINT_DIR");
+    umask(old);
+}
+
+/* A trial told a tcp:// endpoint without the controller's key does not
+   fall back to plain TCP: it says how to get the key and sends nothing;
+   JIZHI_SERVER_KEY=none (from an --insecure dispatcher) is plain TCP. */
+TEST(tcp_needs_server_key)
+{
+    fake *f = fake_start_at("tcp://127.0.0.1:*");
+    env_trial(f, NULL);
+    char home[400];
+    snprintf(home, sizeof home, "%s/nokeys", s_tmpdir);
+    setenv("JIZHI_HOME", home, 1);
+    unsetenv("JIZHI_SERVER_KEY");
+    setenv("JIZHI_HELLO_TIMEOUT_MS", "300", 1);
+    setenv("JIZHI_CLOSE_TIMEOUT_MS", "300", 1);
+    capture_begin();
+    jz_trial *t = jz_open();
+    CHECK(t != NULL);
+    jz_report(t, 1, "loss", 1);
+    jz_flush(t, 300);
+    jz_close(&t);
+    const char *err = capture_end();
+    CHECK(strstr(err, "no server key") != NULL);
+    CHECK(strstr(err, "--insecure") != NULL);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->hellos == 0 && f->npoints == 0);
+    pthread_mutex_unlock(&f->mu);
+
+    setenv("JIZHI_SERVER_KEY", "none", 1);
+    setenv("JIZHI_HELLO_TIMEOUT_MS", "3000", 1);
+    t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK(jz_report(t, 1, "loss", 1) == 0);
+    CHECK(jz_flush(t, 5000) == 0);
+    jz_close(&t);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->hellos >= 1 && f->npoints == 1);
+    pthread_mutex_unlock(&f->mu);
+    unsetenv("JIZHI_SERVER_KEY");
+    unsetenv("JIZHI_HOME");
+    unsetenv("JIZHI_CLOSE_TIMEOUT_MS");
+    fake_stop(f);
+}
+
 static int serve(const char *endpoint, long want, const char *params)
 {
     snprintf(s_tmpdir, sizeof s_tmpdir, "/tmp");
@@ -1063,6 +1197,9 @@ int main(int argc, char **argv)
     RUN(queue_bounded_without_controller);
     RUN(controller_starts_late);
     RUN(controller_restart_resend_dedup);
+    RUN(instruction_parser);
+    RUN(checkpoint_dir_private);
+    RUN(tcp_needs_server_key);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", s_tmpdir);
     if (system(cmd) != 0)

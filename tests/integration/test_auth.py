@@ -97,7 +97,10 @@ def test_tcp_needs_a_server_key_or_insecure(jz):
     ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--insecure")
     try:
         jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
-        assert jz.run("study", "list", "--controller", ep).returncode == 0
+        # the client says --insecure too: no silent fallback to plain TCP
+        p = jz.run("study", "list", "--controller", ep)
+        assert p.returncode == 1 and "no server key" in p.stderr, p.stderr
+        assert jz.run("study", "list", "--controller", ep, "--insecure").returncode == 0
     finally:
         stop(ctl)
     assert "WARNING: --insecure" in ctl.stderr.read()

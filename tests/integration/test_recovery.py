@@ -9,8 +9,11 @@ from conftest import PROGS, base_spec
 
 
 def start_controller(jz, ep, lost="20"):
-    # plain TCP needs --insecure (test_auth.py covers CURVE)
+    # plain TCP needs --insecure (test_auth.py covers CURVE), on the clients'
+    # side too: JIZHI_SERVER_KEY=none is the commands' --insecure
     insecure = ["--insecure"] if ep.startswith("tcp://") else []
+    if insecure:
+        jz.env["JIZHI_SERVER_KEY"] = "none"
     ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--lost-timeout", lost,
                    "--log", os.path.join(jz.dir, "controller.log"), *insecure)
     jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the controller's endpoint file")
@@ -18,8 +21,9 @@ def start_controller(jz, ep, lost="20"):
 
 
 def start_dispatcher(jz, ep, slots=2, name="m1"):
+    insecure = ["--insecure"] if ep.startswith("tcp://") else []
     return jz.popen("dispatcher", "--controller", ep, "--slots", str(slots), "--name", name,
-                    "--log-dir", os.path.join(jz.dir, "logs"))
+                    "--log-dir", os.path.join(jz.dir, "logs"), *insecure)
 
 
 def stop(*procs):
