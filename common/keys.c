@@ -178,17 +178,17 @@ static void s_no_key(const char *endpoint, int have_dir, const char *dir, char *
 {
     char here[3200];
     if (have_dir)
-        snprintf(here, sizeof here, ", or copy that file to %s/controller.pub here", dir);
+        snprintf(here, sizeof here, " (copy that file to %s/controller.pub here)", dir);
     else
         here[0] = 0;
     snprintf(err, errsize,
-             "%s: no server key: over tcp:// jizhi speaks CURVE and needs the "
-             "controller's public key, so that no one on the network can pose as the "
-             "controller or read the traffic. Pass --server-key KEY|FILE or set "
-             "JIZHI_SERVER_KEY (`jizhi keygen --name controller` printed it on the "
-             "controller's host, where it is KEYDIR/controller.pub)%s; --insecure "
-             "(JIZHI_SERVER_KEY=none) speaks plain TCP to a controller started with "
-             "--insecure, on a trusted network only",
+             "%s: no server key (CURVE over tcp://): pass --server-key KEY|FILE or set "
+             "JIZHI_SERVER_KEY to the controller's public key, or --insecure "
+             "(JIZHI_SERVER_KEY=none) for plain TCP to a controller started with "
+             "--insecure, on a trusted network only. `jizhi keygen --name controller` "
+             "printed the key on the controller's host, where it is "
+             "KEYDIR/controller.pub%s; without it anyone on the network could pose as "
+             "the controller",
              endpoint, here);
 }
 
