@@ -223,6 +223,42 @@ TEST(asha_mode_min_step_resource_and_max_resource)
     spec_destroy(&sp);
 }
 
+/* A diverged report (inf, -inf, nan) is the worst in either direction
+   (issue 36 item 8): ASHA stops it at its rung and keeps it out of the
+   cutoffs. Before, t2's inf passed (inf > 0.5) and raised the cutoff to
+   inf, which then stopped t3's 0.6; in mode min, -inf passed as the best. */
+TEST(asha_stops_a_diverged_report_in_either_direction)
+{
+    spec_t *sp = s_spec("max", "{\"type\":\"asha\",\"resource\":\"step\",\"grace\":2,"
+                               "\"reduction\":2}");
+    REQUIRE(sp);
+    static const ev evs[] = {
+        {1, 2, "acc", 0.5, 0},
+        {2, 2, "acc", INFINITY, 0},
+        {3, 2, "acc", 0.6, 0},
+        {4, 2, "acc", NAN, 0},
+    };
+    char out[2048];
+    sched_t *m = s_play(sp, evs, 4, -1, out, sizeof out);
+    CHECK_STR(out, "2:stop:asha: rung 0 (step 2): inf not in top 1/2 (cutoff 0.5);"
+                   "4:stop:asha: rung 0 (step 2): nan not in top 1/2 (cutoff 0.55);");
+    sched_destroy(&m);
+    spec_destroy(&sp);
+
+    sp = s_spec("min", "{\"type\":\"asha\",\"resource\":\"step\",\"grace\":2,"
+                       "\"reduction\":2}");
+    REQUIRE(sp);
+    static const ev mins[] = {
+        {1, 2, "acc", 1.0, 0},
+        {2, 2, "acc", -INFINITY, 0},
+        {3, 2, "acc", 0.5, 0},
+    };
+    m = s_play(sp, mins, 3, -1, out, sizeof out);
+    CHECK_STR(out, "2:stop:asha: rung 0 (step 2): -inf not in top 1/2 (cutoff 1);");
+    sched_destroy(&m);
+    spec_destroy(&sp);
+}
+
 /* mode max, min_trials 3, grace 1 on epochs. Running averages at epoch r:
      t1 0.5 0.6 0.7 -> 0.5, 0.55, 0.6     t2 0.4 0.5 0.6 -> 0.4, 0.45, 0.5
      t3 0.3 0.35 0.4 -> 0.3, 0.325, 0.35 (fewer than 3 others before: kept)
@@ -435,6 +471,7 @@ int main(void)
     RUN(asha_stops_exactly_the_trials_the_rule_says);
     RUN(asha_save_restore_at_every_point_gives_the_same_decisions);
     RUN(asha_mode_min_step_resource_and_max_resource);
+    RUN(asha_stops_a_diverged_report_in_either_direction);
     RUN(hyperband_options_are_checked);
     RUN(hyperband_assigns_brackets_in_proportion_and_in_turn);
     RUN(hyperband_stops_by_the_rule_of_each_bracket_across_restores);

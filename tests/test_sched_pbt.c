@@ -700,6 +700,29 @@ TEST(ended_members_are_not_donors)
     s_drv_fini(&d);
 }
 
+/* A member whose objective diverges (inf in mode max, or nan) ranks worst
+   and is exploited: it asks the best member's checkpoint (issue 36 item
+   8). Before, a non-finite member was left out of the ranking and trained
+   on forever. */
+TEST(a_diverged_member_is_exploited)
+{
+    const double diverged[] = {INFINITY, NAN, -INFINITY};
+    for (size_t c = 0; c < sizeof diverged / sizeof diverged[0]; c++) {
+        drv d;
+        REQUIRE(s_drv_init(&d, "{\"type\":\"pbt\",\"seed\":1,\"interval\":10}", 4) == 0);
+        REQUIRE(s_suggest_all(&d, 4) == 4);
+        for (int i = 0; i < 4; i++)
+            s_report(&d, i, 5, i + 1, 0);
+        CHECK(json_array_size(d.log) == 0);
+        s_report(&d, 0, 10, diverged[c], 1);
+        REQUIRE(json_array_size(d.log) == 1);
+        json_t *e = json_array_get(d.log, 0);
+        CHECK(json_integer_value(json_object_get(e, "trial")) == 3); /* the best */
+        CHECK_STR(json_string_value(json_object_get(e, "kind")), "checkpoint");
+        s_drv_fini(&d);
+    }
+}
+
 /* ---- pb2 -------------------------------------------------------------- */
 
 TEST(pb2_finds_the_best_region)
@@ -765,6 +788,7 @@ int main(void)
     RUN(reproducible_and_restorable);
     RUN(interval_seconds_and_expiry);
     RUN(ended_members_are_not_donors);
+    RUN(a_diverged_member_is_exploited);
     RUN(pb2_finds_the_best_region);
     RUN(pb2_loads_legal_params);
     TEST_DONE();
