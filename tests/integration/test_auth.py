@@ -302,7 +302,9 @@ def test_message_size_caps_keep_the_controller_small(jz):
         assert rss_kb(ctl.pid) - before < 48 * 1024
         # the CLI refuses a request over the cap before sending it
         spec = base_spec("huge", ["true"])
-        spec["space"] = {"c": {"type": "choice", "values": list(range(300000))}}
+        # (within the spec's limits: 10 000 values, but 1.1 MB of them)
+        spec["space"] = {"c": {"type": "choice",
+                               "values": [f"{i:0110d}" for i in range(10000)]}}
         p = jz.run("study", "submit", jz.write_spec(spec), "--controller", ep)
         assert p.returncode == 1 and "over the controller's limit" in p.stderr, p.stderr
         assert jz.sql("SELECT count(*) FROM studies") == [(0,)]
