@@ -46,11 +46,12 @@ static uint64_t s_next(void)
     return s_rng;
 }
 
-/* A reply to `msg` (takes ownership), or NULL after a timeout. */
+/* A reply to `msg` (takes ownership), or NULL after a timeout (generous:
+   a liveness check on a loaded machine, not a latency bound). */
 static json_t *s_ask(json_t *msg)
 {
     char err[128];
-    return wire_request(s_sock, msg, 5000, err, sizeof err);
+    return wire_request(s_sock, msg, 20000, err, sizeof err);
 }
 
 static int s_ok(json_t *reply)
