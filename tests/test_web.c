@@ -1,13 +1,19 @@
 /*  test_web.c - the web part's pieces that need no HTTP: roles and tokens
-    (common/ident), number formatting (web_buf) and the study curves cache
-    (web_curves) over a real SQLite store. The HTTP API and the page are
+    (common/ident), number formatting (web_buf), the study curves cache
+    (web_curves) over a real SQLite store, the gate on expensive reads
+    (web_gate) and the checks of POST bodies (web_body). The HTTP API and the page are
     tested end to end in tests/integration/test_web_*.py. */
 #include "jz_test.h"
 
 #include "../common/ident.h"
 #include "../store/store.h"
+#include "../web/web_body.h"
 #include "../web/web_buf.h"
 #include "../web/web_curves.h"
+#include "../web/web_gate.h"
+
+#include <pthread.h>
+#include <time.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -245,6 +251,88 @@ TEST(curves_are_downsampled_means_and_follow_new_points)
     store_close(&s);
 }
 
+/* The gate lets `max` in; the next is refused at once (wait 0) or after
+   its wait; a place given back lets a waiter in. */
+static web_gate s_gate;
+static void *s_leave_soon(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, 50 * 1000000L};
+    nanosleep(&ts, NULL);
+    web_gate_leave(&s_gate);
+    return NULL;
+}
+
+TEST(gate_bounds_expensive_reads)
+{
+    web_gate_init(&s_gate, 2);
+    CHECK(web_gate_enter(&s_gate, 0) == 0);
+    CHECK(web_gate_enter(&s_gate, 0) == 0);
+    CHECK(web_gate_enter(&s_gate, 0) == -1);
+    CHECK(web_gate_enter(&s_gate, 20) == -1);
+    CHECK(s_gate.busy == 2);
+    /* a waiter gets the place given back while it waits */
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, s_leave_soon, NULL) == 0);
+    CHECK(web_gate_enter(&s_gate, 60000) == 0);
+    pthread_join(th, NULL);
+    CHECK(s_gate.busy == 2);
+    web_gate_leave(&s_gate);
+    web_gate_leave(&s_gate);
+    CHECK(s_gate.busy == 0);
+    CHECK(web_gate_enter(&s_gate, 0) == 0);
+    web_gate_leave(&s_gate);
+    web_gate_fini(&s_gate);
+}
+
+/* POST bodies: what each check accepts and the message it refuses with
+   (the fuzz target tests/fuzz/fuzz_webjson.c drives the same functions). */
+TEST(post_bodies_are_checked)
+{
+    json_t *in = NULL;
+    char err[300];
+    CHECK(web_body_parse("", 0, &in, err, sizeof err) == 0 && json_object_size(in) == 0);
+    json_decref(in);
+    CHECK(web_body_parse("[1]", 3, &in, err, sizeof err) == -1 && !in);
+    CHECK(strstr(err, "must be a JSON object") != NULL);
+    CHECK(web_body_parse("{\"a\":", 5, &in, err, sizeof err) == -1 && !in);
+    CHECK(strstr(err, "malformed JSON") != NULL);
+    /* a key given twice is ambiguous: refused */
+    CHECK(web_body_parse("{\"a\":1,\"a\":2}", 13, &in, err, sizeof err) == -1);
+    /* not NUL-terminated: only len bytes are read */
+    CHECK(web_body_parse("{}garbage", 2, &in, err, sizeof err) == 0);
+    json_decref(in);
+
+    const json_t *values;
+    static const char *const bad[] = {"{}",
+                                      "{\"values\":{}}",
+                                      "{\"values\":[1]}",
+                                      "{\"values\":{\"a b\":1}}",
+                                      "{\"values\":{\"lr\":[0.1]}}",
+                                      "{\"values\":{\"lr\":null}}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        REQUIRE(web_body_parse(bad[i], strlen(bad[i]), &in, err, sizeof err) == 0);
+        err[0] = 0;
+        CHECK(web_body_set_values(in, &values, err, sizeof err) == -1 && !values &&
+              err[0]);
+        json_decref(in);
+    }
+    const char *good = "{\"values\":{\"lr\":0.01,\"opt\":\"adam\"}}";
+    REQUIRE(web_body_parse(good, strlen(good), &in, err, sizeof err) == 0);
+    CHECK(web_body_set_values(in, &values, err, sizeof err) == 0);
+    CHECK(json_object_size(values) == 2);
+    int release = -1;
+    CHECK(web_body_release(in, &release, err, sizeof err) == 0 && release == 0);
+    json_decref(in);
+    REQUIRE(web_body_parse("{\"release\":1}", 13, &in, err, sizeof err) == 0);
+    CHECK(web_body_release(in, &release, err, sizeof err) == -1);
+    CHECK(strstr(err, "release: expected true or false") != NULL);
+    json_decref(in);
+    REQUIRE(web_body_parse("{\"release\":true}", 16, &in, err, sizeof err) == 0);
+    CHECK(web_body_release(in, &release, err, sizeof err) == 0 && release == 1);
+    json_decref(in);
+}
+
 int main(void)
 {
     snprintf(s_dir, sizeof s_dir, "/tmp/jz-test-web-XXXXXX");
@@ -256,6 +344,8 @@ int main(void)
     RUN(tokens_are_random_and_only_their_hash_is_kept);
     RUN(numbers_print_with_seven_digits_and_integers_exactly);
     RUN(curves_are_downsampled_means_and_follow_new_points);
+    RUN(gate_bounds_expensive_reads);
+    RUN(post_bodies_are_checked);
     char path[128];
     snprintf(path, sizeof path, "rm -rf %s", s_dir);
     if (system(path) != 0)

@@ -13,6 +13,7 @@
 #include "web_internal.h"
 
 #include "../common/log.h"
+#include "web_body.h"
 
 #include <arpa/inet.h>
 #include <pthread.h>
@@ -211,13 +212,9 @@ static int s_post_checks(web_req *r, const s_route *rt)
                           "requests from another origin are refused");
     if (r->too_big)
         return web__error(r, 413, "too_large", "the body is over %d bytes", WEB_MAX_BODY);
-    json_error_t jerr;
-    r->in = json_loadb(r->body.data ? r->body.data : "{}", r->body.len ? r->body.len : 2,
-                       0, &jerr);
-    if (!json_is_object(r->in))
-        return web__error(r, 400, "malformed",
-                          r->in ? "the body must be a JSON object" : "malformed JSON: %s",
-                          jerr.text);
+    char err[300];
+    if (web_body_parse(r->body.data, r->body.len, &r->in, err, sizeof err) != 0)
+        return web__error(r, 400, "malformed", "%s", err);
     if (web__authenticate(r) != 0)
         return r->status;
     if (!ident_allows(r->who.role, rt->need))

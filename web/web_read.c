@@ -189,7 +189,7 @@ int web__get_study(web_req *r)
         return r->status;
     json_t *sum = s_summary(r->db, &st);
     if (sum)
-        json_object_set(sum, "spec", st.spec);
+        json_object_set_new(sum, "spec", web__spec_for(r, st.spec));
     store_study_fini(&st);
     if (!sum)
         return web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
@@ -341,7 +341,7 @@ int web__get_page(web_req *r)
     json_t *events =
         store_events_since(s, st.id, mark_event > nevents ? mark_event - nevents : 0, 0);
     if (head)
-        json_object_set(head, "spec", st.spec);
+        json_object_set_new(head, "spec", web__spec_for(r, st.spec));
     long id = st.id;
     store_study_fini(&st);
     if (!head || !events) {

@@ -10,6 +10,7 @@
 #include "../common/wire.h"
 #include "../schedulers/sched.h"
 #include "../common/util.h"
+#include "web_body.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,10 +188,10 @@ int web__post_trial_stop(web_req *r)
 
 int web__post_trial_pause(web_req *r)
 {
-    json_t *rel = json_object_get(r->in, "release");
-    if (rel && !json_is_boolean(rel))
-        return web__error(r, 400, "malformed", "release: expected true or false");
-    int release = json_is_true(rel);
+    int release;
+    char err[300];
+    if (web_body_release(r->in, &release, err, sizeof err) != 0)
+        return web__error(r, 400, "malformed", "%s", err);
     return s_trial_cmd(r, "pause", !release, release);
 }
 
@@ -204,20 +205,10 @@ int web__post_trial_set(web_req *r)
     long id = s_trial_id(r);
     if (!id)
         return r->status;
-    json_t *values = json_object_get(r->in, "values");
-    if (!json_is_object(values) || json_object_size(values) == 0)
-        return web__error(r, 400, "malformed",
-                          "values: expected a non-empty object {\"name\": value}");
-    const char *key;
-    json_t *v;
-    json_object_foreach(values, key, v)
-    {
-        if (!spec_valid_name(key))
-            return web__error(r, 400, "malformed", "\"%s\" is not a parameter name", key);
-        if (!json_is_number(v) && !json_is_string(v))
-            return web__error(r, 400, "malformed",
-                              "values.%s: expected a number or string", key);
-    }
+    const json_t *values;
+    char err[300];
+    if (web_body_set_values(r->in, &values, err, sizeof err) != 0)
+        return web__error(r, 400, "malformed", "%s", err);
     json_t *msg = json_pack("{s:s, s:I, s:b, s:O}", "type", "trial_set", "trial",
                             (json_int_t)id, "wait", 1, "values", values);
     return s_call(r, msg, WAIT_MS);

@@ -1,0 +1,63 @@
+/*  web_body.c - POST bodies parsed and checked (see web_body.h). */
+#include "web_body.h"
+
+#include "../common/spec.h"
+
+#include <stdio.h>
+
+int web_body_parse(const char *data, size_t len, json_t **out, char *err, size_t errsize)
+{
+    json_error_t jerr;
+    json_t *in =
+        json_loadb(len ? data : "{}", len ? len : 2, JSON_REJECT_DUPLICATES, &jerr);
+    *out = NULL;
+    if (!in) {
+        snprintf(err, errsize, "malformed JSON: %s", jerr.text);
+        return -1;
+    }
+    if (!json_is_object(in)) {
+        json_decref(in);
+        snprintf(err, errsize, "the body must be a JSON object");
+        return -1;
+    }
+    *out = in;
+    return 0;
+}
+
+int web_body_set_values(const json_t *in, const json_t **values, char *err,
+                        size_t errsize)
+{
+    json_t *v = json_object_get(in, "values");
+    *values = NULL;
+    if (!json_is_object(v) || json_object_size(v) == 0) {
+        snprintf(err, errsize, "values: expected a non-empty object {\"name\": value}");
+        return -1;
+    }
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x)
+    {
+        if (!spec_valid_name(key)) {
+            snprintf(err, errsize, "\"%.64s\" is not a parameter name", key);
+            return -1;
+        }
+        if (!json_is_number(x) && !json_is_string(x)) {
+            snprintf(err, errsize, "values.%s: expected a number or string", key);
+            return -1;
+        }
+    }
+    *values = v;
+    return 0;
+}
+
+int web_body_release(const json_t *in, int *release, char *err, size_t errsize)
+{
+    json_t *rel = json_object_get(in, "release");
+    *release = 0;
+    if (rel && !json_is_boolean(rel)) {
+        snprintf(err, errsize, "release: expected true or false");
+        return -1;
+    }
+    *release = json_is_true(rel);
+    return 0;
+}
