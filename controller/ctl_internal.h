@@ -154,9 +154,11 @@ void ctl__refused(ctl_t *c, const char *fmt, ...) __attribute__((format(printf, 
 ctl_trial *ctl__trial_by_id(ctl_t *c, long id);
 
 /* ---- ctl_read.c ---- */
-/* Answers a `read` request (msg borrowed) from the store: the data (caller
-   owns), or NULL with *code and err set. Changes nothing. */
-json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, size_t size);
+/* Answers a `read` request (msg borrowed) from `who` from the store: the
+   data (caller owns), or NULL with *code and err set. A study's
+   trial.env values are "***" unless `who` may steer it. Changes nothing. */
+json_t *ctl__read(ctl_t *c, const ctl_ident *who, const json_t *msg, const char **code,
+                  char *err, size_t size);
 /* read_log from `from`: relays it to the dispatcher holding the trial's
    logs (answers an error at once when it cannot). msg borrowed. */
 void ctl__read_log(ctl_t *c, const wire_peer *from, long req, const json_t *msg);

@@ -834,7 +834,7 @@ static void s_read(ctl_t *c, const ctl_msg *m)
 {
     const char *code;
     char err[300];
-    json_t *data = ctl__read(c, m->msg, &code, err, sizeof err);
+    json_t *data = ctl__read(c, m->who, m->msg, &code, err, sizeof err);
     if (!data) {
         s_reply_error(c, m->from, m->req, code, err);
         return;

@@ -28,7 +28,38 @@ static int s_on_point(void *arg, long trial, long attempt, long step, const char
     return 0;
 }
 
-json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, size_t size)
+/* Whether `who` may see the values of a study's trial.env (where people
+   put secrets): its owner (role user), an admin, or a trusted peer, as
+   ctl__auth_may_steer decides for a loaded study. */
+static int s_may_see_env(const ctl_t *c, const ctl_ident *who, const json_t *spec)
+{
+    if (who->trusted || who->id.role == IDENT_ADMIN)
+        return 1;
+    const char *owner = json_string_value(json_object_get(spec, "owner"));
+    return who->id.role == IDENT_USER &&
+           !strcmp(owner ? owner : c->self.user, who->id.user);
+}
+
+/* Replaces the values of detail's spec.trial.env by "***" (names kept). */
+static void s_hide_env(json_t *detail)
+{
+    json_t *spec = json_object_get(detail, "spec");
+    json_t *env = json_object_get(json_object_get(spec, "trial"), "env");
+    if (!json_object_size(env))
+        return;
+    json_t *copy = json_deep_copy(spec); /* spec may be shared with the study */
+    env = json_object_get(json_object_get(copy, "trial"), "env");
+    const char *key;
+    json_t *v;
+    json_object_foreach(env, key, v)
+    {
+        json_object_set_new(env, key, json_string("***"));
+    }
+    json_object_set_new(detail, "spec", copy);
+}
+
+json_t *ctl__read(ctl_t *c, const ctl_ident *who, const json_t *msg, const char **code,
+                  char *err, size_t size)
 {
     const char *what = json_string_value(json_object_get(msg, "what"));
     *code = "malformed";
@@ -78,6 +109,10 @@ json_t *ctl__read(ctl_t *c, const json_t *msg, const char **code, char *err, siz
     json_t *out;
     if (!strcmp(what, "study")) {
         out = store_study_detail(c->store, name);
+        ctl_ident eff;
+        ctl__auth_effective(msg, who, &eff); /* a trusted front end reads for its user */
+        if (out && !s_may_see_env(c, &eff, st.spec))
+            s_hide_env(out);
     } else if (!strcmp(what, "alerts")) {
         out = store_alerts_list(c->store, st.id);
     } else { /* metrics_since: points after rowid `after`, at most MAX_POINTS */
