@@ -223,7 +223,12 @@ int web__get_pareto(web_req *r)
     if (!spec)
         return web__error(r, 500, "store", "the stored spec does not parse: %s",
                           serr.text);
+    if (web__heavy_enter(r) != 0) { /* the study's whole detail is read */
+        spec_destroy(&spec);
+        return r->status;
+    }
     json_t *d = store_study_detail(r->db, r->arg);
+    web__heavy_leave(r);
     if (!d) {
         spec_destroy(&spec);
         return web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
@@ -439,54 +444,72 @@ int web__get_trial(web_req *r)
     return 200;
 }
 
-/* Points of one series, averaged down to at most `max` by equal counts. */
+/* Points of one series, averaged down to at most `max` by equal counts,
+   in two passes over the store: the first counts (and finds the first
+   time), the second folds each group of points as it comes, so memory
+   follows `max`, not how many points the trial reported. */
 typedef struct {
-    double *step, *value, *time;
-    long n, cap;
+    long n;       /* pass 1: points; pass 2: points folded */
+    double first; /* time of the first point */
+    long group;   /* points per output point */
+    long at, k;   /* points in the open group, those with a value */
+    double sum, last_s, last_t;
+    double *s, *y, *t; /* output points */
+    long ng, cap;
 } s_series;
 
-static int s_collect(void *arg, const store_metric_row *row)
+static int s_count(void *arg, const store_metric_row *row)
 {
     s_series *se = arg;
-    if (se->n == se->cap) {
-        se->cap = se->cap ? se->cap * 2 : 1024;
-        se->step = realloc(se->step, (size_t)se->cap * sizeof(double));
-        se->value = realloc(se->value, (size_t)se->cap * sizeof(double));
-        se->time = realloc(se->time, (size_t)se->cap * sizeof(double));
-        if (!se->step || !se->value || !se->time)
-            abort();
-    }
-    se->step[se->n] = (double)row->step;
-    se->value[se->n] = row->value;
-    se->time[se->n] = row->time;
-    se->n++;
+    if (!se->n++)
+        se->first = row->time;
     return 0;
 }
 
-static void s_series_json(const s_series *se, long max, double t0, web_buf *b)
+static void s_flush(s_series *se)
 {
-    long group = se->n <= max ? 1 : (se->n + max - 1) / max;
+    if (!se->at)
+        return;
+    if (se->ng == se->cap) {
+        se->cap = se->cap ? se->cap * 2 : 256;
+        se->s = realloc(se->s, (size_t)se->cap * sizeof(double));
+        se->y = realloc(se->y, (size_t)se->cap * sizeof(double));
+        se->t = realloc(se->t, (size_t)se->cap * sizeof(double));
+        if (!se->s || !se->y || !se->t)
+            abort(); /* the server's policy (web_curves.h) */
+    }
+    se->s[se->ng] = se->last_s;
+    se->y[se->ng] = se->k ? se->sum / (double)se->k : NAN;
+    se->t[se->ng] = se->last_t;
+    se->ng++;
+    se->at = se->k = 0;
+    se->sum = 0;
+}
+
+static int s_fold(void *arg, const store_metric_row *row)
+{
+    s_series *se = arg;
+    if (!isnan(row->value)) {
+        se->sum += row->value;
+        se->k++;
+    }
+    se->last_s = (double)row->step;
+    se->last_t = row->time;
+    if (++se->at == se->group)
+        s_flush(se);
+    return 0;
+}
+
+static void s_series_json(const s_series *se, double t0, web_buf *b)
+{
     const char *keys[] = {"{\"s\":[", "],\"y\":[", "],\"t\":["};
+    const double *col[] = {se->s, se->y, se->t};
     for (int f = 0; f < 3; f++) {
         web_buf_str(b, keys[f]);
-        int first = 1;
-        for (long i = 0; i < se->n; i += group) {
-            double sum = 0, last_s = 0, last_t = 0;
-            long k = 0;
-            for (long j = i; j < i + group && j < se->n; j++) {
-                if (!isnan(se->value[j])) {
-                    sum += se->value[j];
-                    k++;
-                }
-                last_s = se->step[j];
-                last_t = se->time[j];
-            }
-            if (!first)
+        for (long i = 0; i < se->ng; i++) {
+            if (i)
                 web_buf_add(b, ",", 1);
-            first = 0;
-            web_buf_num(b, f == 0   ? last_s
-                           : f == 1 ? (k ? sum / (double)k : NAN)
-                                    : round((last_t - t0) * 10) / 10);
+            web_buf_num(b, f < 2 ? col[f][i] : round((col[f][i] - t0) * 10) / 10);
         }
     }
     web_buf_str(b, "]}");
@@ -500,6 +523,10 @@ int web__get_trial_metrics(web_req *r)
     store_trial t;
     if (!s_trial_arg(r, &t))
         return r->status;
+    if (web__heavy_enter(r) != 0) { /* every point of the trial is read */
+        store_trial_fini(&t);
+        return r->status;
+    }
     const char *only = web__query(r, "name");
     json_t *names = only ? json_pack("[s]", only) : store_trial_metric_names(r->db, t.id);
     web_buf *b = &r->text;
@@ -511,25 +538,31 @@ int web__get_trial_metrics(web_req *r)
     int status = 200;
     json_array_foreach(names, i, nm)
     {
+        const char *name = json_string_value(nm);
         s_series se = {0};
-        if (store_trial_points(r->db, t.id, json_string_value(nm), s_collect, &se) < 0) {
+        int bad = store_trial_points(r->db, t.id, name, s_count, &se) < 0;
+        se.group = se.n <= points ? 1 : (se.n + points - 1) / points;
+        double t0 = t.started > 0 ? t.started : (se.n ? se.first : 0);
+        se.n = 0;
+        bad = bad || store_trial_points(r->db, t.id, name, s_fold, &se) < 0;
+        s_flush(&se);
+        if (bad) {
             status =
                 web__error(r, 500, "store", "reading metrics: %s", store_errmsg(r->db));
-            free(se.step);
-            free(se.value);
-            free(se.time);
-            break;
+        } else {
+            if (i)
+                web_buf_add(b, ",", 1);
+            web_buf_jstr(b, name);
+            web_buf_add(b, ":", 1);
+            s_series_json(&se, t0, b);
         }
-        if (i)
-            web_buf_add(b, ",", 1);
-        web_buf_jstr(b, json_string_value(nm));
-        web_buf_add(b, ":", 1);
-        s_series_json(&se, points, t.started > 0 ? t.started : (se.n ? se.time[0] : 0),
-                      b);
-        free(se.step);
-        free(se.value);
-        free(se.time);
+        free(se.s);
+        free(se.y);
+        free(se.t);
+        if (bad)
+            break;
     }
+    web__heavy_leave(r);
     web_buf_str(b, "}}");
     json_decref(names);
     store_trial_fini(&t);
