@@ -616,10 +616,15 @@ async function studyPage(name) {
       }
     }
     let rows, label, axis, note;
-    if (imp.data) {
+    if (imp.data && imp.data.method === "sobol-gp") {
       rows = imp.data.params.map((p) => ({ p: p.name, v: p.importance, first: p.first, total: p.total }));
       label = "importance"; axis = "share of the objective's variance (Sobol, GP)";
       note = `First-order Sobol indices of a GP fitted to ${imp.data.trials} completed trials, normalised to sum to 1 (as jizhi study importance).`;
+    } else if (imp.data) {
+      /* over the model's caps the server answers with rank correlations and says why */
+      rows = imp.data.params.map((p) => ({ p: p.name, v: p.importance }));
+      label = "|rank correlation|"; axis = "|rank correlation| with " + S.study.objective.metric;
+      note = imp.data.note || "";
     } else {
       const withV = S.trials.filter((t) => typeof t.value === "number");
       rows = [];
