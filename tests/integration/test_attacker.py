@@ -17,16 +17,15 @@ changed: no file created, no state moved, no event applied.
 The other attacks of the suite are in test_attacker_*.py."""
 import json
 import os
-import pwd
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 
-from conftest import JIZHI, base_spec
-from test_auth import as_key, cli, curve_controller, free_port, keygen, log_has, write_keys
+from conftest import base_spec
+from test_auth import (SharedSocket, as_key, cli, curve_controller, free_port, keygen, log_has,
+                       write_keys)
 from test_recovery import stop
 from webutil import daemons_with_web, http, make_token
 
@@ -145,32 +144,17 @@ def test_a_web_user_token_cannot_submit_a_hook(jz):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another uid")
 def test_another_local_uid_cannot_submit_a_hook(jz):
-    nobody = pwd.getpwnam("nobody")
-    sock_dir = tempfile.mkdtemp(prefix="jzhook-")
-    os.chmod(sock_dir, 0o755)  # a shared socket, on purpose for this test
-    ep = f"ipc://{sock_dir}/ctl.sock"
-    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep)
-    spec_dir = tempfile.mkdtemp(prefix="jzhspec-")
-    os.chmod(spec_dir, 0o777)
-    marker = os.path.join(spec_dir, "pwned")
+    site = SharedSocket(jz)
+    marker = os.path.join(site.dir, "pwned")
     try:
-        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
-        os.chmod(os.path.join(sock_dir, "ctl.sock"), 0o777)
-        path = os.path.join(spec_dir, "evil.json")
-        with open(path, "w") as f:
-            json.dump(hook_spec("evil", marker), f)
-        os.chmod(path, 0o644)
-        env = dict(jz.env, HOME=spec_dir, JIZHI_HOME=spec_dir)
-        p = subprocess.run([JIZHI, "study", "submit", path, "--controller", ep], cwd=spec_dir,
-                           env=env, capture_output=True, text=True, timeout=60,
-                           preexec_fn=lambda: (os.setgid(nobody.pw_gid),
-                                               os.setuid(nobody.pw_uid)))
+        p = site.as_nobody("study", "submit", site.write_json("evil.json",
+                                                              hook_spec("evil", marker)))
         assert p.returncode == 1, p.stderr
         assert "nobody (role user) may not submit an alert hook" in p.stderr
         assert jz.sql("SELECT count(*) FROM studies") == [(0,)]
         assert not os.path.exists(marker)
     finally:
-        stop(ctl)
+        site.stop()
 
 
 def trial_rows(jz):

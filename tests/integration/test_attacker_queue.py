@@ -13,15 +13,13 @@ and 7), against a CURVE controller with an admin key (alice), a user key
   running one."""
 import json
 import os
-import pwd
 import signal
-import subprocess
-import tempfile
 
 import pytest
 
-from conftest import JIZHI, base_spec
-from test_auth import as_key, cli, curve_controller, free_port, keygen, write_keys
+from conftest import base_spec
+from test_auth import (SharedSocket, as_key, cli, curve_controller, free_port, keygen,
+                       write_keys)
 from test_recovery import stop
 
 
@@ -167,33 +165,18 @@ def test_a_user_cannot_submit_high_priority_unless_an_admin_grants_it(jz):
 def test_another_uid_on_a_shared_socket_cannot_submit_high_priority(jz):
     if os.geteuid() != 0:
         pytest.skip("needs root to run a client as another uid")
-    nobody = pwd.getpwnam("nobody")
-    sock_dir = tempfile.mkdtemp(prefix="jzpeer-")
-    os.chmod(sock_dir, 0o755)  # a shared socket, on purpose for this test
-    ep = f"ipc://{sock_dir}/ctl.sock"
-    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--log",
-                   os.path.join(jz.dir, "controller.log"))
-    spec_dir = tempfile.mkdtemp(prefix="jzspec-")
-    os.chmod(spec_dir, 0o755)
+    site = SharedSocket(jz)
     try:
-        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
-        os.chmod(os.path.join(sock_dir, "ctl.sock"), 0o777)
-        path = os.path.join(spec_dir, "theirs.json")
-        with open(path, "w") as f:
-            json.dump(dict(base_spec("theirs", ["true"]), priority="high"), f)
-        os.chmod(path, 0o644)
-        env = dict(jz.env, HOME=spec_dir, JIZHI_HOME=spec_dir)
-        p = subprocess.run([JIZHI, "study", "submit", path, "--controller", ep],
-                           cwd=spec_dir, env=env, capture_output=True, text=True,
-                           timeout=60, preexec_fn=lambda: (os.setgid(nobody.pw_gid),
-                                                           os.setuid(nobody.pw_uid)))
+        path = site.write_json("theirs.json",
+                               dict(base_spec("theirs", ["true"]), priority="high"))
+        p = site.as_nobody("study", "submit", path)
         assert p.returncode == 1, p.stderr
         assert "nobody (role user) may submit at most priority normal" in p.stderr
         assert jz.sql("SELECT COUNT(*) FROM studies") == [(0,)]
         # the controller's own user is its admin: it may
-        jz.run("study", "submit", path, "--controller", ep, check=0)
+        jz.run("study", "submit", path, "--controller", site.ep, check=0)
     finally:
-        stop(ctl)
+        site.stop()
 
 
 # ---- item 6: a stopped study's trials are killed after the grace and count ----

@@ -14,16 +14,14 @@ nothing else changed.
 """
 import json
 import os
-import pwd
 import re
 import socket
-import subprocess
-import tempfile
 import time
 
 import pytest
 
-from conftest import JIZHI, base_spec
+from conftest import base_spec
+from test_auth import SharedSocket
 from test_recovery import stop
 from webutil import daemons_with_web, http, make_token, serve
 
@@ -257,29 +255,11 @@ def test_trial_env_values_only_for_the_owner_and_admins(jz):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another uid")
 def test_study_show_hides_env_from_another_local_user(jz):
-    nobody = pwd.getpwnam("nobody")
-    sock_dir = tempfile.mkdtemp(prefix="jzpeer-")
-    os.chmod(sock_dir, 0o755)  # a shared socket, on purpose for this test
-    ep = f"ipc://{sock_dir}/ctl.sock"
-    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--log",
-                   os.path.join(jz.dir, "controller.log"))
-    spec_dir = tempfile.mkdtemp(prefix="jzspec-")
-    os.chmod(spec_dir, 0o755)
-
-    def as_nobody(*args):
-        env = dict(jz.env, HOME=spec_dir, JIZHI_HOME=spec_dir)
-        return subprocess.run([JIZHI, *args, "--controller", ep], cwd=spec_dir, env=env,
-                              capture_output=True, text=True, timeout=60,
-                              preexec_fn=lambda: (os.setgid(nobody.pw_gid),
-                                                  os.setuid(nobody.pw_uid)))
+    site = SharedSocket(jz)
+    as_nobody, ep = site.as_nobody, site.ep
     try:
-        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
-        os.chmod(os.path.join(sock_dir, "ctl.sock"), 0o777)
         jz.run("study", "submit", jz.write_spec(env_spec("mine")), check=0)
-        path = os.path.join(spec_dir, "theirs.json")
-        with open(path, "w") as f:
-            json.dump(env_spec("theirs"), f)
-        os.chmod(path, 0o644)
+        path = site.write_json("theirs.json", env_spec("theirs"))
         assert as_nobody("study", "submit", path).returncode == 0
         p = as_nobody("study", "show", "mine", "--json")
         assert p.returncode == 0, p.stderr
@@ -294,4 +274,4 @@ def test_study_show_hides_env_from_another_local_user(jz):
         out = jz.run("study", "show", "theirs", "--json", "--controller", ep, check=0).stdout
         assert json.loads(out)["spec"]["trial"]["env"]["API_KEY"] == "s3cret-value"
     finally:
-        stop(ctl)
+        site.stop()

@@ -234,6 +234,44 @@ def test_owners_roles_dispatcher_names_and_actors(jz):
         stop(*procs)
 
 
+class SharedSocket:
+    """A controller on an ipc:// socket every local user may reach (on
+    purpose, for the tests of other uids), and `nobody` as a client of it.
+    Needs root (the tests that use it skip without)."""
+
+    def __init__(self, jz):
+        import pwd
+        self.jz, self.nobody = jz, pwd.getpwnam("nobody")
+        sock_dir = tempfile.mkdtemp(prefix="jzpeer-")
+        os.chmod(sock_dir, 0o755)
+        self.ep = f"ipc://{sock_dir}/ctl.sock"
+        self.ctl = jz.popen("controller", "--db", jz.db, "--bind", self.ep, "--log",
+                            os.path.join(jz.dir, "controller.log"))
+        self.dir = tempfile.mkdtemp(prefix="jzspec-")  # nobody's home and files
+        os.chmod(self.dir, 0o755)
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        os.chmod(os.path.join(sock_dir, "ctl.sock"), 0o777)
+
+    def write_json(self, name, obj):
+        """A file nobody can read; returns its path."""
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            json.dump(obj, f)
+        os.chmod(path, 0o644)
+        return path
+
+    def as_nobody(self, *args):
+        """Runs `jizhi ARGS --controller EP` as nobody."""
+        env = dict(self.jz.env, HOME=self.dir, JIZHI_HOME=self.dir)
+        uid, gid = self.nobody.pw_uid, self.nobody.pw_gid
+        return subprocess.run([JIZHI, *args, "--controller", self.ep], cwd=self.dir, env=env,
+                              capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: (os.setgid(gid), os.setuid(uid)))
+
+    def stop(self):
+        stop(self.ctl)
+
+
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -316,41 +354,21 @@ def test_other_unix_users_are_users_named_by_their_login(jz):
     """Over ipc the kernel tells the peer's uid: another uid is a `user`
     named after its login, owns what it submits and cannot steer the
     controller's user's studies."""
-    import pwd
     if os.geteuid() != 0:
         import pytest
         pytest.skip("needs root to run a client as another uid")
-    nobody = pwd.getpwnam("nobody")
-    sock_dir = tempfile.mkdtemp(prefix="jzpeer-")
-    os.chmod(sock_dir, 0o755)  # a shared socket, on purpose for this test
-    ep = f"ipc://{sock_dir}/ctl.sock"
-    ctl = jz.popen("controller", "--db", jz.db, "--bind", ep, "--log",
-                   os.path.join(jz.dir, "controller.log"))
-    spec_dir = tempfile.mkdtemp(prefix="jzspec-")
-    os.chmod(spec_dir, 0o755)
-
-    def as_nobody(*args):
-        env = dict(jz.env, HOME=spec_dir, JIZHI_HOME=spec_dir)
-        return subprocess.run([JIZHI, *args, "--controller", ep], cwd=spec_dir, env=env,
-                              capture_output=True, text=True, timeout=60,
-                              preexec_fn=lambda: (os.setgid(nobody.pw_gid),
-                                                  os.setuid(nobody.pw_uid)))
+    site = SharedSocket(jz)
     try:
-        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
-        os.chmod(os.path.join(sock_dir, "ctl.sock"), 0o777)
         jz.run("study", "submit", jz.write_spec(base_spec("mine", ["sleep", "30"])), check=0)
-        path = os.path.join(spec_dir, "theirs.json")
-        with open(path, "w") as f:
-            json.dump(base_spec("theirs", ["true"]), f)
-        os.chmod(path, 0o644)
-        p = as_nobody("study", "submit", path)
+        path = site.write_json("theirs.json", base_spec("theirs", ["true"]))
+        p = site.as_nobody("study", "submit", path)
         assert p.returncode == 0, p.stderr
-        p = as_nobody("study", "stop", "mine")
+        p = site.as_nobody("study", "stop", "mine")
         assert p.returncode == 1 and "nobody may not steer study mine" in p.stderr, p.stderr
-        assert as_nobody("study", "stop", "theirs").returncode == 0
+        assert site.as_nobody("study", "stop", "theirs").returncode == 0
         specs = dict(jz.sql("SELECT name, spec FROM studies"))
         assert json.loads(specs["theirs"]).get("owner") == "nobody"
         assert "owner" not in json.loads(specs["mine"])
         assert jz.sql("SELECT state FROM studies WHERE name='mine'") == [("running",)]
     finally:
-        stop(ctl)
+        site.stop()
