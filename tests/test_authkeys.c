@@ -1,7 +1,8 @@
 /*  test_authkeys.c - the authorized-keys parser (common/authkeys.c) and
     key files (common/keys.c): good files with comments and blank lines,
     every kind of bad line named by its number, duplicates, lookups, a
-    large file parsed in n log n, key pairs written 0600 and read back.
+    large file parsed in n log n, key pairs written 0600 and read back, a
+    file others may write refused.
 */
 #include "jz_test.h"
 #include "common/authkeys.h"
@@ -139,11 +140,46 @@ TEST(key_files_round_trip_private)
     rmdir(dir);
 }
 
+/* As ssh's StrictModes: a file group or others may write is refused on
+   load, naming the file and the mode; 0644 and 0600 are read. */
+TEST(writable_files_are_refused)
+{
+    char path[] = "/tmp/jz-authkeys-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    keys_pair a = s_pair();
+    char line[128], err[512] = "";
+    int n = snprintf(line, sizeof line, "%s alice admin\n", a.pub);
+    REQUIRE(write(fd, line, (size_t)n) == n);
+    close(fd);
+    static const mode_t bad[] = {0666, 0620, 0602};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        chmod(path, bad[i]);
+        authkeys_t k;
+        authkeys_init(&k);
+        CHECK(authkeys_load(path, &k, err, sizeof err) == -1);
+        CHECK(strstr(err, path) && strstr(err, "writable by no one else") &&
+              strstr(err, "chmod 600"));
+        CHECK(k.n == 0);
+        authkeys_fini(&k);
+    }
+    static const mode_t good[] = {0644, 0600};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        chmod(path, good[i]);
+        authkeys_t k;
+        authkeys_init(&k);
+        CHECK(authkeys_load(path, &k, err, sizeof err) == 0 && k.n == 1);
+        authkeys_fini(&k);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     RUN(parses_entries_comments_and_blank_lines);
     RUN(bad_lines_are_named_with_their_number);
     RUN(large_file_parses);
     RUN(key_files_round_trip_private);
+    RUN(writable_files_are_refused);
     TEST_DONE();
 }
