@@ -204,8 +204,9 @@ json_t *sched__bo_mf_save(const bo_mf *m)
     for (size_t i = 0; m && i < m->n; i++) {
         const mf_trial *t = &m->trials[i];
         json_t *at = json_array();
-        for (int k = 0; k < m->nlevels; k++)
-            json_array_append_new(at, sched_json_real(t->at[k]));
+        for (int k = 0; k < m->nlevels; k++) /* NaN: the level is not reached */
+            json_array_append_new(at, isnan(t->at[k]) ? json_null()
+                                                      : sched_json_real(t->at[k]));
         json_array_append_new(
             arr,
             json_pack("{s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:b, s:o}", "id",
