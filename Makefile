@@ -217,7 +217,9 @@ fuzz: fuzz-build
 deps:
 	@scripts/install-deps.sh
 
-run: deps
+# `make run` installs only what building and the example need (--run).
+run:
+	@scripts/install-deps.sh --run
 	@$(MAKE) --no-print-directory all
 	@scripts/run-example.sh
 

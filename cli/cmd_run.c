@@ -154,6 +154,33 @@ static int s_ranks_check(long ranks, int *slots)
     return 0;
 }
 
+/* A PBT study: its population (budget.parallel trials, at most
+   budget.trials) must run at once, or its members run as generations that
+   never meet. Refuses --slots below the population; without --slots, gives
+   it a slot per member (they oversubscribe the cores). 0 or -1 (message
+   printed). */
+static int s_pbt_check(const spec_t *spec, int *slots)
+{
+    long pop = spec->parallel < spec->trials ? spec->parallel : spec->trials;
+    if (*slots > 0 && *slots < pop) {
+        cli_error("--slots %d is fewer than the PBT population of %ld (budget.parallel): "
+                  "its members would run one after another and never exploit each "
+                  "other; give --slots %ld or a smaller budget.parallel",
+                  *slots, pop, pop);
+        return -1;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (*slots == 0 && cores < pop) {
+        fprintf(
+            stderr,
+            "jizhi: the PBT population of %ld runs at once on %ld slots (more than the "
+            "%ld cores; --slots sets them)\n",
+            pop, pop, cores);
+        *slots = (int)pop;
+    }
+    return 0;
+}
+
 static int s_parse_slots(const char *text, int *out)
 {
     char *end;
@@ -471,6 +498,10 @@ int cmd_run(int argc, char **argv)
             spec_destroy(&spec);
             return CLI_FAIL;
         }
+    }
+    if (strcmp(spec->sched_type, "pbt") == 0 && s_pbt_check(spec, &slots) != 0) {
+        spec_destroy(&spec);
+        return CLI_FAIL;
     }
     json_t *spec_json = json_incref(spec->json);
     char name[128];

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # install-deps.sh - installs the Debian packages jizhi needs (docs/design.md, Dependencies).
 # Idempotent: does nothing when every package is already installed.
-# Called by `make run`, `make test` and .ci/run.
+# Called by `make run` (with --run: only what building and running the
+# example study needs), `make test` and .ci/run (everything the tests use).
+# When another apt or dpkg holds the package lock, it waits for it (up to
+# JIZHI_APT_WAIT seconds, default 600) instead of failing.
 set -euo pipefail
 
-PKGS=(build-essential pkg-config clang clang-format libzmq3-dev libsqlite3-dev sqlite3
+# What `make run` needs: the build, and Fashion-MNIST for the example.
+RUN_PKGS=(build-essential pkg-config libzmq3-dev libsqlite3-dev sqlite3
       libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
-      libmicrohttpd-dev libsodium-dev libjs-chart.js
-      dataset-fashion-mnist python3 python3-pytest python3-pip python3-setuptools
-      python3-wheel python3-zmq tmux
+      libmicrohttpd-dev libsodium-dev libjs-chart.js dataset-fashion-mnist python3)
+# What the tests add: formatting, fuzzing, pytest, MPI, the Python package's
+# build tools and a ZeroMQ client for the attacker tests.
+PKGS=("${RUN_PKGS[@]}" clang clang-format python3-pytest python3-pip python3-setuptools
+      python3-wheel python3-venv python3-zmq tmux
       openmpi-bin libopenmpi-dev)
 # The Slurm backend's tests and bench-slurm start a one-node cluster
 # (tests/slurm/cluster.sh): slurm-wlm (slurmctld, slurmd, the client
@@ -22,6 +28,18 @@ BROWSER=(chromium chromium-driver python3-selenium)
 OPTIONAL=(python3-torch)
 [ "${JIZHI_NO_TORCH:-0}" = 1 ] && OPTIONAL=()
 [ "${JIZHI_NO_BROWSER:-0}" = 1 ] && BROWSER=()
+LIST=0
+for a in "$@"; do
+    case $a in
+    --run) PKGS=("${RUN_PKGS[@]}"); SLURM=(); OPTIONAL=(); BROWSER=() ;;
+    --list) LIST=1 ;; # print the packages it would ensure, install nothing
+    *) echo "usage: scripts/install-deps.sh [--run] [--list]" >&2; exit 2 ;;
+    esac
+done
+if [ $LIST = 1 ]; then
+    printf '%s\n' "${PKGS[@]}" "${SLURM[@]}" "${OPTIONAL[@]}" "${BROWSER[@]}"
+    exit 0
+fi
 
 missing=()
 for p in "${PKGS[@]}" "${SLURM[@]}" "${OPTIONAL[@]}" "${BROWSER[@]}"; do
@@ -33,5 +51,7 @@ echo "install-deps: installing ${missing[*]}"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Wait for the lock another apt or dpkg holds rather than fail at once.
+LOCK=(-o "DPkg::Lock::Timeout=${JIZHI_APT_WAIT:-600}")
+$SUDO apt-get "${LOCK[@]}" update -qq
+$SUDO apt-get "${LOCK[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
