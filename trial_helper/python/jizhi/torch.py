@@ -1,0 +1,686 @@
+"""jizhi.torch - live control of a plain PyTorch training loop.
+
+    import torch, jizhi, jizhi.torch
+    t = jizhi.Trial()
+    opt = torch.optim.SGD(model.parameters(), lr=t.param("lr", 0.1))
+    ctl = jizhi.torch.attach(t, opt, model=model)   # after init_process_group under DDP
+    for x, y in ctl.loader(train_set, batch_size=t.param("batch_size", 64),
+                           shuffle=True, epochs=5):
+        opt.zero_grad(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step()
+        if not ctl.step(loss=loss):      # applies pending instructions, on every rank
+            break
+        ...
+    ctl.report_eval(val_acc=acc)
+
+At `ctl.step` the pending instructions are applied between optimizer steps:
+`set` of lr, momentum, weight_decay, betas/beta1/beta2, eps (every param
+group) and batch_size (loaders made by `ctl.loader` are rebuilt at the next
+batch), `checkpoint` (torch.save of model, optimizer, GradScaler, lr
+scheduler, step, RNG and loader positions into trial.checkpoint_dir, then
+trial.checkpoint_done), `load` (the same, back; then the trial's live
+params on top), `pause` (blocks until resume or stop), `stop` (step()
+returns False after a final report). What it cannot apply is acknowledged
+as refused with the reason. A restarted trial (`pause --release` and
+`resume`, or the controller's restart after an unacknowledged load) starts
+from $JIZHI_LOAD_CHECKPOINT: attach() loads it.
+
+Under DDP (torch.distributed initialised, world size > 1) only rank 0 polls
+the controller and reports; at each step rank 0 broadcasts whether an
+instruction is pending (one 8-byte broadcast), then each instruction, and
+every rank applies it at the same step; rank 0 acknowledges it once every
+rank has (a refusal on any rank refuses it).
+
+This module imports torch; `import jizhi` alone does not. docs/helper-api.md
+(PyTorch) is the guided tour.
+"""
+
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import JizhiError
+
+__all__ = ["attach", "Controller"]
+
+_FORMAT = "jizhi.torch/1"
+_BUILTIN = ("lr", "momentum", "weight_decay", "betas", "beta1", "beta2", "eps", "batch_size")
+_LR_RULES = ("none", "linear", "sqrt", "adascale")
+_PAUSE_POLL_S = 0.2
+
+
+def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_every=10,
+           lr_scaling="none", noise_scale=None, handlers=None, keep_checkpoints=3,
+           sync_every=1, extra_state=None, resume=True):
+    """Attaches live control to a training loop; returns a Controller.
+
+    trial:        a jizhi.Trial (on DDP ranks other than 0 it is not used)
+    optimizer:    a torch.optim.Optimizer; `set` changes every param group
+    model, scaler, scheduler: saved and loaded with checkpoints (optional);
+                  with a scheduler, `set lr` sets the base rate it scales
+    report_every: steps between train reports (train_loss, lr, ...), 0: never
+    lr_scaling:   "none" (default), "linear", "sqrt" or "adascale" (needs
+                  noise_scale, the gradient noise scale B_simple): how the
+                  lr follows a batch_size change made through ctl.loader
+    handlers:     {name: fn(value) or None} for `set` of other parameters
+                  (called on every rank; False or an exception refuses it;
+                  None accepts it: read the value from ctl.params)
+    keep_checkpoints: how many of its own checkpoint files to keep (None: all)
+    sync_every:   steps between looks at the instructions (1)
+    extra_state:  {name: object with state_dict()/load_state_dict()} saved too
+    resume:       load $JIZHI_LOAD_CHECKPOINT when set (a restarted trial)
+    Raises ValueError for bad options."""
+    return Controller(trial, optimizer, model=model, scaler=scaler, scheduler=scheduler,
+                      report_every=report_every, lr_scaling=lr_scaling,
+                      noise_scale=noise_scale, handlers=handlers,
+                      keep_checkpoints=keep_checkpoints, sync_every=sync_every,
+                      extra_state=extra_state, resume=resume)
+
+
+class _Refused(Exception):
+    """An instruction that cannot be applied; the message is the reason."""
+
+
+def _number(name, value, low=None, high=None, low_open=False, high_open=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Refused("%s: expected a number, got %r" % (name, value))
+    v = float(value)
+    if not math.isfinite(v):
+        raise _Refused("%s: %r is not finite" % (name, value))
+    if low is not None and (v < low or (low_open and v == low)):
+        raise _Refused("%s: %r is out of range (must be %s %g)"
+                       % (name, value, ">" if low_open else ">=", low))
+    if high is not None and (v > high or (high_open and v == high)):
+        raise _Refused("%s: %r is out of range (must be %s %g)"
+                       % (name, value, "<" if high_open else "<=", high))
+    return v
+
+
+def _lr_gain(rule, b0, b, noise_scale):
+    if not b0 or not b or rule == "none":
+        return 1.0
+    if rule == "linear":
+        return b / b0
+    if rule == "sqrt":
+        return math.sqrt(b / b0)
+    s2, S = noise_scale / b0, b / b0  # AdaScale, as schedulers/sched_batchsize.c
+    return (s2 + 1) / (s2 / S + 1)
+
+
+class _Loader:
+    """An iterable over batches that jizhi.torch can rebuild: a new batch
+    size from the next batch on, and the position (epoch, samples into it)
+    saved in and restored from checkpoints. Under DDP each rank reads its
+    DistributedSampler share; batch_size is per rank."""
+
+    def __init__(self, ctl, dataset, batch_size, shuffle, seed, epochs, drop_last, kwargs):
+        self._ctl = ctl
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.epochs = epochs
+        self.drop_last = bool(drop_last)
+        self._kwargs = kwargs
+        self.epoch = 0  # epochs completed
+        self.pos = 0  # samples of this rank's share read in the current epoch
+        self._version = 0
+        self._gen = torch.Generator()  # the DataLoader draws its seed here, not from
+        self._gen.manual_seed(self.seed)  # the global RNG (so a rebuild changes nothing)
+
+    def _indices(self, epoch):
+        if self._ctl.ddp:
+            s = torch.utils.data.distributed.DistributedSampler(
+                self.dataset, num_replicas=self._ctl.world_size, rank=self._ctl.rank,
+                shuffle=self.shuffle, seed=self.seed)
+            s.set_epoch(epoch)
+            return list(s)
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + epoch)
+            return torch.randperm(len(self.dataset), generator=g).tolist()
+        return list(range(len(self.dataset)))
+
+    def _end(self, n):
+        return n - n % self.batch_size if self.drop_last else n
+
+    def __len__(self):
+        """Batches left in the current epoch at the current batch size."""
+        n = self._end(len(self._indices(self.epoch)))
+        return max(0, -(-(n - self.pos) // self.batch_size))
+
+    def __iter__(self):
+        # epochs=None: to the end of the current epoch, like a DataLoader;
+        # epochs=E: until E epochs are done in all (so a resumed run ends
+        # where an uninterrupted one would)
+        one = self.epochs is None
+        while one or self.epoch < self.epochs:
+            version = self._version
+            idx = self._indices(self.epoch)
+            n = self._end(len(idx))
+            if self.pos >= n:
+                self.epoch += 1
+                self.pos = 0
+                if one:
+                    return
+                continue
+            kw = dict(self._kwargs)
+            kw.setdefault("generator", self._gen)
+            dl = torch.utils.data.DataLoader(self.dataset, batch_size=self.batch_size,
+                                             sampler=idx[self.pos:n], **kw)
+            for batch in dl:
+                self.pos = min(n, self.pos + self.batch_size)
+                yield batch
+                if self._version != version:
+                    break  # a new batch size or a load: rebuild from self.pos
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "pos": self.pos, "batch_size": self.batch_size,
+                "seed": self.seed, "gen": self._gen.get_state()}
+
+    def load_state_dict(self, st):
+        self.epoch = int(st["epoch"])
+        self.pos = int(st["pos"])
+        self.batch_size = int(st["batch_size"])
+        self.seed = int(st["seed"])
+        if "gen" in st:
+            self._gen.set_state(st["gen"])
+        self._version += 1
+
+
+class Controller:
+    """What attach() returns. Members: step(), loader(), report_eval(),
+    save(), load(), params, global_step, rank, world_size, ddp, stopped."""
+
+    def __init__(self, trial, optimizer, model=None, scaler=None, scheduler=None, *,
+                 report_every=10, lr_scaling="none", noise_scale=None, handlers=None,
+                 keep_checkpoints=3, sync_every=1, extra_state=None, resume=True):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError("jizhi.torch.attach: optimizer must be a torch.optim.Optimizer, "
+                             "not %s" % type(optimizer).__name__)
+        if lr_scaling not in _LR_RULES:
+            raise ValueError("jizhi.torch.attach: lr_scaling must be one of %s, not %r"
+                             % (", ".join(_LR_RULES), lr_scaling))
+        if lr_scaling == "adascale" and not (noise_scale and noise_scale > 0):
+            raise ValueError("jizhi.torch.attach: lr_scaling='adascale' needs noise_scale "
+                             "(the gradient noise scale B_simple, > 0)")
+        if int(report_every) < 0 or int(sync_every) < 1:
+            raise ValueError("jizhi.torch.attach: report_every must be >= 0 and "
+                             "sync_every >= 1")
+        if keep_checkpoints is not None and int(keep_checkpoints) < 1:
+            raise ValueError("jizhi.torch.attach: keep_checkpoints must be >= 1 or None")
+        self.trial = trial
+        self.optimizer = optimizer
+        self.model = model
+        self.scaler = scaler
+        self.scheduler = scheduler
+        self.report_every = int(report_every)
+        self.lr_scaling = lr_scaling
+        self.noise_scale = noise_scale
+        self.handlers = dict(handlers or {})
+        self.keep_checkpoints = keep_checkpoints
+        self.sync_every = int(sync_every)
+        self.extra_state = dict(extra_state or {})
+
+        self.ddp = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self.rank = dist.get_rank() if self.ddp else 0
+        self.world_size = dist.get_world_size() if self.ddp else 1
+        self._dev = torch.device("cpu")
+        if self.ddp and dist.get_backend() == "nccl":
+            self._dev = torch.device("cuda", torch.cuda.current_device())
+        self._flag = torch.zeros(1, dtype=torch.int64, device=self._dev)
+
+        self.global_step = 0
+        self.stopped = False
+        self._moved = False  # a load or resume moved the step away from the caller's
+        self._paused = False
+        self._loaders = []
+        self._loader_states = []  # restored before the loaders were made
+        self._b0 = None  # the first loader's batch size: lr_scaling's reference
+        self._lr_scale = 1.0
+        self._saved = []  # our checkpoint files, oldest first
+        self._loss_sum = 0.0
+        self._loss_n = 0
+        self._t_last = time.perf_counter()
+        self._step_last = 0
+        self.last_checkpoint = None
+
+        base = self._bases()
+        self._lr = base[0]
+        self._ratio = [b / base[0] if base[0] else 1.0 for b in base]
+        self._lead = self.rank == 0 and trial is not None and not trial.standalone
+        params = trial.params if (self.rank == 0 and trial is not None) else None
+        self.params = self._bcast(params) if self.ddp else (params or {})
+
+        path = os.environ.get("JIZHI_LOAD_CHECKPOINT") if resume else None
+        if path:
+            try:
+                self._load(path)
+            except _Refused as e:
+                raise JizhiError("jizhi.torch: JIZHI_LOAD_CHECKPOINT: %s" % e)
+            self._apply_params(self.params)
+            self._moved = True
+            self._say("resumed from %s at step %d" % (path, self.global_step))
+
+    # ---- the training loop's calls --------------------------------------------
+
+    def loader(self, dataset, batch_size=None, shuffle=False, *, epochs=None, seed=0,
+               drop_last=False, **dataloader_kwargs):
+        """An iterable over `dataset`'s batches that follows `set batch_size`
+        (rebuilt at the next batch) and is saved with checkpoints. epochs=None
+        iterates one epoch per `for` (like a DataLoader); epochs=E iterates
+        until E epochs are done in all, counting those before a restart.
+        batch_size defaults to the trial's batch_size param (else 64); other
+        keywords go to torch.utils.data.DataLoader (not sampler/shuffle)."""
+        for k in ("sampler", "batch_sampler", "shuffle"):
+            if k in dataloader_kwargs:
+                raise ValueError("jizhi.torch: ctl.loader makes its own sampler; %r is "
+                                 "not an option" % k)
+        if batch_size is None:
+            batch_size = self.params.get("batch_size", 64)
+        if isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1:
+            raise ValueError("jizhi.torch: batch_size must be a positive integer, not %r"
+                             % (batch_size,))
+        ld = _Loader(self, dataset, batch_size, shuffle, seed, epochs, drop_last,
+                     dataloader_kwargs)
+        if self._b0 is None:
+            self._b0 = ld.batch_size
+        i = len(self._loaders)
+        if i < len(self._loader_states) and self._loader_states[i] is not None:
+            ld.load_state_dict(self._loader_states[i])
+            if "batch_size" in self.params:  # the live param wins, as after a load
+                ld.batch_size = int(self.params["batch_size"])
+        self._loaders.append(ld)
+        return ld
+
+    def step(self, step=None, loss=None, **metrics):
+        """Call once per optimizer step, after optimizer.step(). Counts the
+        step (the caller's `step` when given, until a load or a restart moves
+        training to a checkpoint's step), applies pending instructions, and
+        every report_every steps reports train_loss (the mean since the last
+        report), lr, batch_size, step_time_s and `metrics` (rank 0 only).
+        Returns False once a stop has arrived (after a final report), else
+        True. Blocks while the trial is paused."""
+        if self.stopped:
+            return False
+        if step is not None and not self._moved:
+            self.global_step = int(step)
+        else:
+            self.global_step += 1
+        if loss is not None:
+            self._loss_sum += loss.detach() if torch.is_tensor(loss) else float(loss)
+            self._loss_n += 1
+        if self.report_every and self.global_step % self.report_every == 0:
+            self._report(metrics)
+            metrics = None
+        if self.global_step % self.sync_every == 0:
+            self._sync()
+        if self.stopped:
+            if metrics is not None or self._loss_n:
+                self._report(metrics or {})
+            if self._lead:
+                self.trial.flush(5000)
+            return False
+        return True
+
+    def report_eval(self, **metrics):
+        """Reports evaluation metrics (val_acc=..., ...) at the current step,
+        from rank 0. True, or False when the helper's queue refused them."""
+        if self.rank != 0 or self.trial is None:
+            return True
+        vals = {k: float(v.item() if torch.is_tensor(v) else v) for k, v in metrics.items()}
+        return self.trial.report(self.global_step, **vals)
+
+    @property
+    def lr(self):
+        """The lr param's current value (the base rate of the first param group,
+        before lr_scaling)."""
+        return self._lr
+
+    # ---- checkpoints --------------------------------------------------------
+
+    def save(self, path=None):
+        """Saves a checkpoint (every rank must call it under DDP; rank 0 writes)
+        to `path`, by default trial.checkpoint_dir/ckpt-STEP.pt, written whole
+        then renamed. Returns the path. Does not tell the controller."""
+        st = self._state()
+        if self.ddp:
+            rngs = [None] * self.world_size
+            dist.all_gather_object(rngs, st["rng"])
+            st["rng_ranks"] = rngs
+        if self.rank != 0:
+            return path
+        if path is None:
+            d = self.trial.checkpoint_dir if self.trial is not None else "."
+            path = os.path.join(d, "ckpt-%d.pt" % self.global_step)
+        path = os.path.abspath(path)
+        tmp = "%s.tmp.%d" % (path, os.getpid())
+        try:
+            torch.save(st, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    def load(self, path):
+        """Loads a checkpoint written by save() (every rank under DDP). The
+        trial's live params are not applied on top: a load instruction does."""
+        self._load(path)
+        self._moved = True
+
+    def _state(self):
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        np = sys.modules.get("numpy")
+        if np is not None:
+            rng["numpy"] = np.random.get_state()
+        st = {
+            "format": _FORMAT,
+            "step": self.global_step,
+            "optimizer": self.optimizer.state_dict(),
+            "lr": self._lr, "lr_scale": self._lr_scale, "b0": self._b0,
+            "loaders": [ld.state_dict() for ld in self._loaders],
+            "rng": rng,
+            "world_size": self.world_size,
+            "params": dict(self.params),
+        }
+        if self.model is not None:
+            st["model"] = self.model.state_dict()
+        if self.scaler is not None:
+            st["scaler"] = self.scaler.state_dict()
+        if self.scheduler is not None:
+            st["scheduler"] = self.scheduler.state_dict()
+        st["extra"] = {k: v.state_dict() for k, v in self.extra_state.items()}
+        return st
+
+    def _load(self, path):
+        try:
+            st = torch.load(path, map_location="cpu")
+        except Exception as e:
+            raise _Refused("cannot read checkpoint %s: %s" % (path, e))
+        if not isinstance(st, dict) or st.get("format") != _FORMAT:
+            raise _Refused("%s is not a jizhi.torch checkpoint" % path)
+        for k, have in (("model", self.model), ("scaler", self.scaler),
+                        ("scheduler", self.scheduler)):
+            if have is not None and k not in st:
+                raise _Refused("checkpoint %s has no %s state" % (path, k))
+        try:
+            if self.model is not None:
+                self.model.load_state_dict(st["model"])
+            self.optimizer.load_state_dict(st["optimizer"])
+            if self.scaler is not None:
+                self.scaler.load_state_dict(st["scaler"])
+            if self.scheduler is not None:
+                self.scheduler.load_state_dict(st["scheduler"])
+            for k, v in self.extra_state.items():
+                if k in st.get("extra", {}):
+                    v.load_state_dict(st["extra"][k])
+        except Exception as e:
+            raise _Refused("cannot load checkpoint %s: %s" % (path, e))
+        rng = st["rng"]
+        ranks = st.get("rng_ranks")
+        if ranks and len(ranks) == self.world_size:
+            rng = ranks[self.rank]
+        torch.set_rng_state(rng["torch"])
+        random.setstate(rng["python"])
+        if "cuda" in rng and torch.cuda.is_available():
+            try:
+                torch.cuda.set_rng_state_all(rng["cuda"])
+            except Exception:
+                pass
+        np = sys.modules.get("numpy")
+        if np is not None and "numpy" in rng:
+            np.random.set_state(rng["numpy"])
+        self.global_step = int(st["step"])
+        self._lr = float(st.get("lr", self._lr))
+        self._lr_scale = float(st.get("lr_scale", 1.0))
+        if st.get("b0") is not None:
+            self._b0 = st["b0"]
+        states = st.get("loaders", [])
+        for ld, s in zip(self._loaders, states):
+            ld.load_state_dict(s)
+        self._loader_states = states
+        self._loss_sum, self._loss_n = 0.0, 0
+
+    # ---- instructions ---------------------------------------------------------
+
+    def _sync(self):
+        """Takes the pending instructions one by one (rank 0 polls; under DDP
+        it broadcasts a flag, then the instruction) and applies each on every
+        rank. While paused, loops here."""
+        while True:
+            msg = self._next() if self.rank == 0 else None
+            if self.ddp:
+                self._flag.fill_(1 if msg is not None else 0)
+                dist.broadcast(self._flag, 0)
+                if self._flag.item():
+                    msg = self._bcast(msg)
+            if msg is None:
+                if not self._paused:
+                    return
+                time.sleep(_PAUSE_POLL_S)
+                continue
+            detail = self._apply(msg)
+            if self.ddp:
+                self._flag.fill_(0 if detail is None else 1)
+                dist.all_reduce(self._flag)
+                refused = int(self._flag.item())
+                if refused and detail is None:
+                    detail = "refused on %d of %d ranks" % (refused, self.world_size)
+            if self.rank == 0 and self._ins is not None:
+                if msg["kind"] == "checkpoint" and detail is None:
+                    pass  # checkpoint_done acknowledged it
+                else:
+                    self.trial.ack(self._ins, detail is None, detail)
+                self._ins = None
+            if self.stopped:
+                return
+
+    _ins = None
+
+    def _next(self):
+        """Rank 0: the next instruction as a plain dict, or None."""
+        if not self._lead:
+            return None
+        for ins in self.trial.poll():
+            self._ins = ins
+            msg = {"kind": ins.kind, "id": ins.id, "name": ins.name, "value": ins.value,
+                   "path": ins.path}
+            if ins.kind in ("set", "load"):
+                msg["params"] = self.trial.params
+            return msg
+        return None
+
+    def _apply(self, msg):
+        """Applies one instruction on this rank. None, or why it was refused."""
+        kind = msg["kind"]
+        try:
+            if "params" in msg:
+                self.params = msg["params"]
+            if kind == "set":
+                self._set(msg["name"], msg["value"])
+            elif kind == "checkpoint":
+                path = self.save()
+                if self.rank == 0:
+                    self._prune(path)
+                    self.last_checkpoint = path
+                    if self._lead:
+                        self.trial.checkpoint_done(self.global_step, path)
+            elif kind == "load":
+                self._load(msg["path"])
+                self._moved = True
+                self._apply_params(self.params)
+                self._say("loaded %s: at step %d" % (msg["path"], self.global_step))
+            elif kind == "pause":
+                self._paused = True
+            elif kind == "resume":
+                self._paused = False
+            elif kind == "stop":
+                self._paused = False
+                self.stopped = True
+            else:
+                raise _Refused("jizhi.torch cannot apply %r" % kind)
+        except _Refused as e:
+            return "jizhi.torch: %s" % e
+        except Exception as e:  # a failing save, a handler's error
+            return "jizhi.torch: %s failed: %s: %s" % (kind, type(e).__name__, e)
+        return None
+
+    def _prune(self, path):
+        if path in self._saved:
+            self._saved.remove(path)
+        self._saved.append(path)
+        while self.keep_checkpoints is not None and len(self._saved) > self.keep_checkpoints:
+            old = self._saved.pop(0)
+            try:
+                os.unlink(old)
+            except OSError:
+                pass
+
+    def _apply_params(self, params):
+        """After a load: the live params this module applies, on top."""
+        for name in _BUILTIN:
+            if name in params and name not in self.handlers:
+                try:
+                    self._set(name, params[name], quiet=True)
+                except _Refused:
+                    pass
+
+    def _set(self, name, value, quiet=False):
+        groups = self.optimizer.param_groups
+        if name in self.handlers:
+            fn = self.handlers[name]
+            if fn is not None and fn(value) is False:
+                raise _Refused("%s: the program's handler refused %r" % (name, value))
+            return
+        opt = type(self.optimizer).__name__
+        if name == "lr":
+            v = _number(name, value, 0, low_open=True)
+            cls = type(self.scheduler).__name__ if self.scheduler is not None else ""
+            if cls in ("OneCycleLR", "CyclicLR"):
+                raise _Refused("lr: %s sets the rate itself; handle lr with handlers=" % cls)
+            self._set_lr(v, self._lr_scale)
+        elif name in ("momentum", "weight_decay", "eps"):
+            low_open = name == "eps"
+            v = _number(name, value, 0, low_open=low_open)
+            if name == "momentum" and v >= 1:
+                raise _Refused("momentum: %r is out of range (must be < 1)" % value)
+            if any(name not in g for g in groups):
+                hint = " (its betas[0] is: set beta1)" if name == "momentum" and \
+                    all("betas" in g for g in groups) else ""
+                raise _Refused("%s has no %s%s" % (opt, name, hint))
+            for g in groups:
+                g[name] = v
+        elif name in ("betas", "beta1", "beta2"):
+            if any("betas" not in g for g in groups):
+                raise _Refused("%s has no betas" % opt)
+            if name == "betas":
+                b = value
+                if isinstance(value, str):
+                    b = value.strip().strip("[]()").replace(",", " ").split()
+                    try:
+                        b = [float(x) for x in b]
+                    except ValueError:
+                        raise _Refused("betas: expected two numbers as 'b1,b2', got %r"
+                                       % value)
+                if not isinstance(b, (list, tuple)) or len(b) != 2:
+                    raise _Refused("betas: expected two numbers as 'b1,b2', got %r" % (value,))
+                b = [_number("betas", x, 0, 1, high_open=True) for x in b]
+                for g in groups:
+                    g["betas"] = (b[0], b[1])
+            else:
+                v = _number(name, value, 0, 1, high_open=True)
+                k = 0 if name == "beta1" else 1
+                for g in groups:
+                    b = list(g["betas"])
+                    b[k] = v
+                    g["betas"] = tuple(b)
+        elif name == "batch_size":
+            v = _number(name, value, 1)
+            if v != int(v):
+                raise _Refused("batch_size: %r is not an integer" % value)
+            if not self._loaders:
+                raise _Refused("batch_size: the program reads no ctl.loader to rebuild "
+                               "(pass handlers={'batch_size': fn} to attach)")
+            v = int(v)
+            for ld in self._loaders:
+                if ld.batch_size != v:
+                    ld.batch_size = v
+                    ld._version += 1
+            scale = _lr_gain(self.lr_scaling, self._b0, v, self.noise_scale)
+            if scale != self._lr_scale:
+                self._set_lr(self._lr, scale)
+        else:
+            raise _Refused("no handler for parameter %r (jizhi.torch applies %s; pass "
+                           "handlers={%r: fn} to attach)" % (name, ", ".join(_BUILTIN), name))
+        if not quiet:
+            self._say("set %s=%r at step %d" % (name, value, self.global_step))
+
+    def _bases(self):
+        bl = getattr(self.scheduler, "base_lrs", None)
+        if bl is not None and len(bl) == len(self.optimizer.param_groups):
+            return [float(b) for b in bl]
+        return [float(g["lr"]) for g in self.optimizer.param_groups]
+
+    def _set_lr(self, lr, scale):
+        """Sets the lr param (group 0's base rate before lr_scaling) and the
+        scaling: every group's base is lr x its ratio x scale; with a
+        scheduler its base_lrs change and each group's current rate keeps
+        its ratio to the base (the schedule's factor)."""
+        groups = self.optimizer.param_groups
+        bl = getattr(self.scheduler, "base_lrs", None)
+        if bl is not None and len(bl) != len(groups):
+            bl = None
+        for i, g in enumerate(groups):
+            new = lr * self._ratio[i] * scale
+            if bl is not None:
+                old = float(bl[i])
+                factor = g["lr"] / old if old else 1.0
+                bl[i] = new
+                g["initial_lr"] = new
+                g["lr"] = new * factor
+            else:
+                g["lr"] = new
+        self._lr = lr
+        self._lr_scale = scale
+
+    # ---- helpers --------------------------------------------------------------
+
+    def _bcast(self, obj):
+        box = [obj]
+        dist.broadcast_object_list(box, 0, device=self._dev if self._dev.type == "cuda"
+                                   else None)
+        return box[0]
+
+    def _report(self, metrics):
+        n = self._loss_n
+        loss = self._loss_sum
+        self._loss_sum, self._loss_n = 0.0, 0
+        if self.rank != 0 or self.trial is None:
+            return
+        now = time.perf_counter()
+        vals = {}
+        if n:
+            vals["train_loss"] = float(loss) / n
+        vals["lr"] = float(self.optimizer.param_groups[0]["lr"])
+        if self._loaders:
+            vals["batch_size"] = float(self._loaders[0].batch_size)
+        steps = self.global_step - self._step_last
+        if steps > 0:
+            vals["step_time_s"] = (now - self._t_last) / steps
+        self._t_last, self._step_last = now, self.global_step
+        for k, v in (metrics or {}).items():
+            vals[k] = float(v.item() if torch.is_tensor(v) else v)
+        self.trial.report(self.global_step, **vals)
+
+    def _say(self, text):
+        if os.environ.get("JIZHI_TORCH_QUIET"):
+            return
+        who = "rank %d: " % self.rank if self.ddp else ""
+        print("jizhi.torch: %s%s" % (who, text), file=sys.stderr, flush=True)
