@@ -178,7 +178,7 @@ static int s_ended_state(const char *state)
 {
     store_trial_state st;
     return state && store_trial_state_parse(state, &st) == 0 &&
-           (st == TRIAL_COMPLETED || st == TRIAL_FAILED || st == TRIAL_STOPPED);
+           store_trial_state_ended(st);
 }
 
 /* trial logs [-f]: stdout to stdout, stderr to stderr (--stderr: only it,

@@ -254,3 +254,14 @@ int spec_better(const spec_t *s, double a, double b);
 int spec_better_mode(int maximize, double a, double b);
 
 #endif
+/* The one definition of which trials count for a study's best (docs/
+   design.md, "Best trial"; as Optuna's best_trial, COMPLETE only): 1 when
+   a trial in state `state` (store text) with objective result `value`
+   and feasibility `feasible` (1 without constraints) is a candidate:
+   completed (not pruned, stopped, failed or still running), a finite
+   value, constraints met. Among candidates the best is the better value
+   by spec_better, the lower trial id on a tie. spec_mark_trials, the
+   controller's status, study show/list/export, run, watch, plot and the
+   web API all judge with it. spec_front.c. */
+int spec_best_counts(const char *state, double value, int feasible);
+

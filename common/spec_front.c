@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+int spec_best_counts(const char *state, double value, int feasible)
+{
+    return state && !strcmp(state, "completed") && isfinite(value) && feasible;
+}
+
 size_t spec_mark_trials(const spec_t *s, json_t *trials)
 {
     size_t n = json_array_size(trials), m = s->nobjectives, count = 0;
@@ -33,7 +38,7 @@ size_t spec_mark_trials(const spec_t *s, json_t *trials)
             if (completed)
                 json_object_set_new(t, "feasible", json_boolean(feasible));
         }
-        ok[i] = completed && feasible &&
+        ok[i] = completed && spec_best_counts(state, json_number_value(val), feasible) &&
                 spec_objective_values(s, json_number_value(val), metrics, F + i * m) == 0;
         if (ok[i] && (best < 0 || F[i * m] < F[(size_t)best * m]))
             best = (long)i;

@@ -598,19 +598,21 @@ static void s_tick_trials(ctl_t *c, ctl_study *s, double now)
         if (ctl_trial_active(t)) {
             if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE &&
                 ctl__txn(c) == 0)
-                ctl__trial_stop(c, t, "controller", "study stopped", 1);
+                ctl__trial_stop(c, t, "controller", "study stopped", CTL_STOP_BY_STUDY);
             if (now - t->last_heard > c->lost_timeout) {
                 ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
                 continue;
             }
             if (time_over)
-                ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
+                ctl__trial_stop(c, t, "controller", "study time budget used up",
+                                CTL_STOP_BY_PERSON);
             if (running)
                 ctl__instr_load_fallback(c, t, now);
             ctl__trial_tick(c, t, now);
         } else if ((t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) &&
                    time_over) {
-            ctl__trial_stop(c, t, "controller", "study time budget used up", 0);
+            ctl__trial_stop(c, t, "controller", "study time budget used up",
+                            CTL_STOP_BY_PERSON);
         }
     }
 }
@@ -783,7 +785,7 @@ void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason
         return;
     for (size_t i = 0; i < s->ntrials; i++)
         if (ctl_trial_active(s->trials[i]))
-            ctl__trial_stop(c, s->trials[i], who, "study stopped", 1);
+            ctl__trial_stop(c, s->trials[i], who, "study stopped", CTL_STOP_BY_STUDY);
     if (ctl__study_move(c, s, STUDY_STOPPED) == 0) {
         json_t *detail = reason ? json_pack("{s:s}", "reason", reason) : NULL;
         store_event_add(c->store, util_wall(), s->row.id, -1, who, "study_stopped",
@@ -808,15 +810,20 @@ void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who)
 
 json_t *ctl__study_status(ctl_t *c, ctl_study *s)
 {
-    long done = 0, running = 0, failed = 0, pending = 0;
+    long done = 0, running = 0, failed = 0, pending = 0, pruned = 0;
     ctl_trial *best = NULL;
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
         done += ctl_trial_ended(t);
         failed += t->state == TRIAL_FAILED;
+        pruned += t->state == TRIAL_PRUNED;
         running += ctl_trial_active(t);
         pending += t->state == TRIAL_PENDING;
-        if (t->state == TRIAL_COMPLETED && ctl__trial_feasible(c, t) &&
+        /* the one definition (spec_best_counts); several objectives have
+           a Pareto set instead (study show) */
+        if (s->spec->nobjectives == 1 &&
+            spec_best_counts(t->row.state, t->row.value, 1) &&
+            ctl__trial_feasible(c, t) &&
             (!best || spec_better(s->spec, t->row.value, best->row.value)))
             best = t; /* the best feasible one */
     }
@@ -825,11 +832,11 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
                                 "number", (json_int_t)best->row.number, "value",
                                 wire_real(best->row.value), "params", best->row.params)
                     : json_null();
-    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:o, s:f, s:I}", "study",
-                     s->row.name, "state", store_study_state_name(s->state), "metric",
-                     s->spec->metric, "total", (json_int_t)s->spec->trials, "done",
-                     (json_int_t)done, "running", (json_int_t)running, "failed",
-                     (json_int_t)failed, "pending", (json_int_t)pending, "best", b,
-                     "elapsed_s", util_wall() - s->row.created, "queued",
-                     (json_int_t)s->queued);
+    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:f, s:I}",
+                     "study", s->row.name, "state", store_study_state_name(s->state),
+                     "metric", s->spec->metric, "total", (json_int_t)s->spec->trials,
+                     "done", (json_int_t)done, "running", (json_int_t)running, "failed",
+                     (json_int_t)failed, "pruned", (json_int_t)pruned, "pending",
+                     (json_int_t)pending, "best", b, "elapsed_s",
+                     util_wall() - s->row.created, "queued", (json_int_t)s->queued);
 }

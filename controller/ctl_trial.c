@@ -24,15 +24,18 @@
 static const unsigned s_moves[TRIAL_STATE_COUNT] = {
     [TRIAL_PENDING] = B(TRIAL_STARTING) | B(TRIAL_FAILED) | B(TRIAL_STOPPED),
     [TRIAL_STARTING] = B(TRIAL_RUNNING) | B(TRIAL_PENDING) | B(TRIAL_COMPLETED) |
-                       B(TRIAL_FAILED) | B(TRIAL_STOPPED),
+                       B(TRIAL_FAILED) | B(TRIAL_STOPPED) | B(TRIAL_PRUNED),
     [TRIAL_RUNNING] = B(TRIAL_PAUSED) | B(TRIAL_SUSPENDED) | B(TRIAL_PENDING) |
-                      B(TRIAL_COMPLETED) | B(TRIAL_FAILED) | B(TRIAL_STOPPED),
+                      B(TRIAL_COMPLETED) | B(TRIAL_FAILED) | B(TRIAL_STOPPED) |
+                      B(TRIAL_PRUNED),
     [TRIAL_PAUSED] = B(TRIAL_RUNNING) | B(TRIAL_SUSPENDED) | B(TRIAL_PENDING) |
-                     B(TRIAL_COMPLETED) | B(TRIAL_FAILED) | B(TRIAL_STOPPED),
+                     B(TRIAL_COMPLETED) | B(TRIAL_FAILED) | B(TRIAL_STOPPED) |
+                     B(TRIAL_PRUNED),
     [TRIAL_SUSPENDED] = B(TRIAL_PENDING) | B(TRIAL_STOPPED),
     [TRIAL_COMPLETED] = 0,
     [TRIAL_FAILED] = 0,
     [TRIAL_STOPPED] = B(TRIAL_PENDING),
+    [TRIAL_PRUNED] = 0,
 };
 
 /* s_plans[from]: the plans `from` may move to (any plan may go back to
@@ -95,6 +98,7 @@ int ctl_trial_plan_to(ctl_trial *t, ctl_trial_plan to)
     if (to == PLAN_NONE) {
         t->plan_reason[0] = 0;
         t->plan_by_study = 0;
+        t->plan_pruned = 0;
         t->plan_since = 0;
         t->kill_sent = 0;
     }
@@ -115,8 +119,7 @@ int ctl_trial_active(const ctl_trial *t)
 
 int ctl_trial_ended(const ctl_trial *t)
 {
-    return t->state == TRIAL_COMPLETED || t->state == TRIAL_FAILED ||
-           t->state == TRIAL_STOPPED;
+    return store_trial_state_ended(t->state);
 }
 
 const char *ctl_trial_cmd_refusal(const ctl_trial *t, ctl_trial_cmd cmd, char *buf,
@@ -215,7 +218,8 @@ static long s_failures_in_a_row(const ctl_study *s)
     double after = -1; /* end time of the latest non-failure */
     for (size_t i = 0; i < s->ntrials; i++) {
         const ctl_trial *u = s->trials[i];
-        if ((u->state == TRIAL_COMPLETED || u->state == TRIAL_STOPPED) &&
+        if ((u->state == TRIAL_COMPLETED || u->state == TRIAL_STOPPED ||
+             u->state == TRIAL_PRUNED) &&
             u->row.ended > after)
             after = u->row.ended;
     }
@@ -245,7 +249,7 @@ static double s_best_other(ctl_t *c, const ctl_study *s, const ctl_trial *t)
     double best = NAN;
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *u = s->trials[i];
-        if (u != t && u->state == TRIAL_COMPLETED && isfinite(u->row.value) &&
+        if (u != t && spec_best_counts(u->row.state, u->row.value, 1) &&
             ctl__trial_feasible(c, u) &&
             (isnan(best) || spec_better(s->spec, u->row.value, best)))
             best = u->row.value;
@@ -269,7 +273,7 @@ static int s_end_alerts(ctl_t *c, ctl_trial *t, long fails, const char *reason)
         json_object_set_new(d, "failures_in_a_row", json_integer(fails));
         stop = ctl__alert(c, s, t, SPEC_ALERT_FAILURES, (double)fails, text, d);
         json_decref(d);
-    } else if (t->state == TRIAL_COMPLETED && isfinite(t->row.value) &&
+    } else if (spec_best_counts(t->row.state, t->row.value, 1) &&
                ctl__trial_feasible(c, t)) {
         double prev = s_best_other(c, s, t);
         if (isnan(prev) || spec_better(s->spec, t->row.value, prev)) {
@@ -297,9 +301,9 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     t->row.value = state != TRIAL_FAILED ? ctl__trial_result(t) : wire_none();
     t->row.ended = util_wall();
     ctl__trial_save(c, t);
-    sched_outcome oc = state == TRIAL_COMPLETED ? SCHED_COMPLETED
-                       : state == TRIAL_STOPPED ? SCHED_STOPPED
-                                                : SCHED_FAILED;
+    sched_outcome oc = state == TRIAL_COMPLETED                          ? SCHED_COMPLETED
+                       : state == TRIAL_STOPPED || state == TRIAL_PRUNED ? SCHED_STOPPED
+                                                                         : SCHED_FAILED;
     /* several objectives or constraints: the schedulers that can use
        them get every metric's last value */
     json_t *last = s->spec->nobjectives > 1 || s->spec->nconstraints
@@ -468,7 +472,7 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
     if (t->plan == PLAN_STOP) {
         char reason[sizeof t->plan_reason];
         snprintf(reason, sizeof reason, "%s", t->plan_reason);
-        s_end(c, t, TRIAL_STOPPED, reason);
+        s_end(c, t, t->plan_pruned ? TRIAL_PRUNED : TRIAL_STOPPED, reason);
         return;
     }
     if (clean && !wire_is_none(ctl__trial_result(t))) { /* a NaN reported counts */
@@ -508,7 +512,7 @@ void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
     if (t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) {
         char reason[sizeof t->plan_reason];
         snprintf(reason, sizeof reason, "%s", t->plan_reason);
-        s_end(c, t, TRIAL_STOPPED, reason);
+        s_end(c, t, t->plan_pruned ? TRIAL_PRUNED : TRIAL_STOPPED, reason);
         return;
     }
     /* losing a trial is not its fault: it gets its retries plus two; a
@@ -556,7 +560,8 @@ void ctl__trial_apply_sched(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *in
                 json_decref(d);
             }
             if (!strcmp(ins[j].kind, "stop"))
-                ctl__trial_stop(c, target, by->ops->name, ins[j].reason, 0);
+                ctl__trial_stop(c, target, by->ops->name, ins[j].reason,
+                                CTL_STOP_BY_SCHED);
             else if (strcmp(ins[j].kind, "load") ||
                      s_new_generation(c, target, ins[j].args) == 0)
                 ctl__instruct(c, target, ins[j].kind, ins[j].args, by->ops->name,
@@ -688,11 +693,11 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
 }
 
 void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason,
-                     int by_study)
+                     ctl_stop_by by)
 {
     if (t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) {
-        t->plan_by_study = by_study;
-        s_end(c, t, TRIAL_STOPPED, reason);
+        t->plan_by_study = by == CTL_STOP_BY_STUDY;
+        s_end(c, t, TRIAL_STOPPED, reason); /* never ran this attempt: not pruned */
         return;
     }
     if (!ctl_trial_active(t) || t->plan == PLAN_STOP || t->plan == PLAN_RELEASE)
@@ -700,7 +705,8 @@ void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason
     if (ctl_trial_plan_to(t, PLAN_STOP) != 0)
         return;
     snprintf(t->plan_reason, sizeof t->plan_reason, "%s", reason);
-    t->plan_by_study = by_study;
+    t->plan_by_study = by == CTL_STOP_BY_STUDY;
+    t->plan_pruned = by == CTL_STOP_BY_SCHED;
     t->plan_since = util_now();
     ctl__instruct(c, t, "stop", NULL, who, reason, NULL, 0);
 }

@@ -18,28 +18,31 @@
        |           '--- released exit of RUNNING or PAUSED
        |
        '--- exit or loss of STARTING, RUNNING or PAUSED ---> COMPLETED,
-            with retries left (else)                         FAILED, STOPPED
+            with retries left (else)                         FAILED, STOPPED,
+                                                             PRUNED
 
     The legal moves, exactly (ctl_trial_move_legal):
 
       PENDING   -> STARTING (start sent), FAILED (its command cannot be
                    expanded), STOPPED (stopped while waiting)
       STARTING  -> RUNNING (the trial or its dispatcher spoke), PENDING
-                   (retry), COMPLETED, FAILED, STOPPED (exit or loss)
+                   (retry), COMPLETED, FAILED, STOPPED, PRUNED (exit or loss)
       RUNNING   -> PAUSED (pause applied), SUSPENDED (released exit),
-                   PENDING, COMPLETED, FAILED, STOPPED
+                   PENDING, COMPLETED, FAILED, STOPPED, PRUNED
       PAUSED    -> RUNNING (resume applied), SUSPENDED, PENDING,
-                   COMPLETED, FAILED, STOPPED
+                   COMPLETED, FAILED, STOPPED, PRUNED
       SUSPENDED -> PENDING (resume: restarts from its checkpoint), STOPPED
       STOPPED   -> PENDING (its study resumes and it was stopped by the
                    study stop: store_trial.study_stopped)
-      COMPLETED, FAILED: final.
+      COMPLETED, FAILED, PRUNED: final. PRUNED is the exit of a stop a
+      scheduler asked for (early stopping: ASHA, Hyperband, median, the
+      divergence guard); STOPPED the exit of any other stop.
 
     `plan` is what the controller is driving the process towards while
     it is meant to be alive (STARTING, RUNNING, PAUSED); in memory only (a
     restarted controller handles the exit as a plain one):
 
-      NONE ----------> STOP ------------------------------> (exit: STOPPED)
+      NONE ----------> STOP -------------------> (exit: STOPPED, or PRUNED)
         |  stop         ^ stop  (kill after STOP_GRACE_S)
         |               |
         +-> RELEASE_CHECKPOINT --checkpoint saved--> RELEASE -> (exit: SUSPENDED)
@@ -85,6 +88,7 @@ struct ctl_trial {
     ctl_trial_plan plan;      /* see above */
     char plan_reason[128];    /* why it is being stopped (STOP, RELEASE) */
     int plan_by_study;        /* STOP came from its study's stop */
+    int plan_pruned;          /* STOP came from a scheduler: the exit is PRUNED */
     double plan_since;        /* monotonic time of the stop instruction, 0 if none */
     int kill_sent;            /* a kill went to its dispatcher this attempt */
     char load_on_start[1024]; /* checkpoint the next start loads, "" if none */
@@ -128,7 +132,7 @@ const char *ctl_trial_plan_name(ctl_trial_plan p);
 /* 1 while the trial's process is meant to be alive (STARTING, RUNNING,
    PAUSED). */
 int ctl_trial_active(const ctl_trial *t);
-/* 1 for COMPLETED, FAILED, STOPPED. */
+/* 1 for COMPLETED, FAILED, STOPPED, PRUNED. */
 int ctl_trial_ended(const ctl_trial *t);
 
 /* ---- lifecycle (ctl_trial.c; each change is saved in the iteration's
@@ -162,10 +166,16 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path);
 int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
                        double now);
 /* Stops one trial: a waiting one at once, an active one by instruction,
-   then a kill after a grace period. `by_study`: the study's stop (the
-   study's resume runs it again). */
+   then a kill after a grace period. `by`: who asks (ctl_stop_by). */
+/* Who stops a trial (ctl__trial_stop). */
+typedef enum {
+    CTL_STOP_BY_PERSON = 0, /* a person, the time budget: ends STOPPED */
+    CTL_STOP_BY_STUDY = 1,  /* the study's stop: STOPPED, its resume runs it again */
+    CTL_STOP_BY_SCHED = 2,  /* a scheduler's early-stopping decision: ends PRUNED */
+} ctl_stop_by;
+
 void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason,
-                     int by_study);
+                     ctl_stop_by by);
 /* pause --release: checkpoint, then exit, so the slot is free; the trial
    is SUSPENDED until ctl__trial_unsuspend puts it back to PENDING with
    JIZHI_LOAD_CHECKPOINT set to that checkpoint. */

@@ -130,6 +130,7 @@ static const char *const s_trial_states[TRIAL_STATE_COUNT] = {
     [TRIAL_RUNNING] = "running",     [TRIAL_PAUSED] = "paused",
     [TRIAL_SUSPENDED] = "suspended", [TRIAL_COMPLETED] = "completed",
     [TRIAL_FAILED] = "failed",       [TRIAL_STOPPED] = "stopped",
+    [TRIAL_PRUNED] = "pruned",
 };
 
 static const char *const s_study_states[STUDY_STATE_COUNT] = {
@@ -151,6 +152,12 @@ int store_trial_state_parse(const char *text, store_trial_state *out)
             return 0;
         }
     return -1;
+}
+
+int store_trial_state_ended(store_trial_state st)
+{
+    return st == TRIAL_COMPLETED || st == TRIAL_FAILED || st == TRIAL_STOPPED ||
+           st == TRIAL_PRUNED;
 }
 
 const char *store_study_state_name(store_study_state st)
@@ -595,7 +602,8 @@ json_t *store_study_list(store_t *s)
         s_prepare(s, "SELECT s.id, s.name, s.state, s.created, s.finished, COUNT(t.id),"
                      " SUM(t.state='completed'), SUM(t.state='failed'), SUM(t.state IN "
                      "('running','starting','paused')),"
-                     " json_extract(s.spec, '$.budget.trials') + s.extra_trials"
+                     " json_extract(s.spec, '$.budget.trials') + s.extra_trials,"
+                     " SUM(t.state='stopped'), SUM(t.state='pruned')"
                      " FROM studies s LEFT JOIN trials t ON t.study_id = s.id GROUP BY "
                      "s.id ORDER BY s.id");
     if (!st)
@@ -616,8 +624,22 @@ json_t *store_study_list(store_t *s)
                            (json_int_t)sqlite3_column_int64(st, 7), "running",
                            (json_int_t)sqlite3_column_int64(st, 8), "budget",
                            (json_int_t)sqlite3_column_int64(st, 9)));
+        json_t *e = json_array_get(out, json_array_size(out) - 1);
+        json_object_set_new(e, "stopped", json_integer(sqlite3_column_int64(st, 10)));
+        json_object_set_new(e, "pruned", json_integer(sqlite3_column_int64(st, 11)));
     }
     sqlite3_finalize(st);
+    /* each study's best (or Pareto set), by the one definition */
+    size_t i;
+    json_t *e;
+    json_array_foreach(out, i, e)
+    {
+        store_study row = {0};
+        if (store_study_get_id(s, json_integer_value(json_object_get(e, "id")), &row) ==
+            1)
+            store_study_best(s, &row, e);
+        store_study_fini(&row);
+    }
     return out;
 }
 
@@ -927,6 +949,7 @@ json_t *store_study_detail(store_t *s, const char *name)
                   "name", st.name, "state", st.state, "spec", st.spec, "created",
                   s_num_or_null(st.created), "finished", s_num_or_null(st.finished),
                   "trials", trials, "events", store_events_list(s, st.id));
+    store_study_best(s, &st, out); /* best, or the Pareto set */
     store_study_fini(&st);
     return out;
 }

@@ -30,7 +30,9 @@ typedef enum {
     TRIAL_SUSPENDED, /* released by pause --release: checkpointed, no process */
     TRIAL_COMPLETED, /* ended with a result */
     TRIAL_FAILED,    /* ended without one, retries used up */
-    TRIAL_STOPPED,   /* ended by a stop (person, scheduler, budget, study stop) */
+    TRIAL_STOPPED,   /* ended by a stop (a person, the budget, the study's stop) */
+    TRIAL_PRUNED,    /* ended by its scheduler's early-stopping decision (ASHA,
+                        Hyperband, median, the divergence guard) */
     TRIAL_STATE_COUNT
 } store_trial_state;
 
@@ -49,6 +51,8 @@ const char *store_trial_state_name(store_trial_state st);
 int store_trial_state_parse(const char *text, store_trial_state *out);
 const char *store_study_state_name(store_study_state st);
 int store_study_state_parse(const char *text, store_study_state *out);
+/* 1 for the final states of an attempt: COMPLETED, FAILED, STOPPED, PRUNED. */
+int store_trial_state_ended(store_trial_state st);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
@@ -156,8 +160,18 @@ long store_enqueued_count(store_t *s, long study_id);
 int store_enqueued_del(store_t *s, long id);
 
 /* Every study as a JSON array of {id, name, state, created, finished,
-   trials, completed, failed, running} (caller owns), NULL on error. */
+   trials, completed, failed, stopped, pruned, running, budget, best} and,
+   with several objectives, pareto (store_study_best) (caller owns), NULL
+   on error. */
 json_t *store_study_list(store_t *s);
+/* A study's answer by the one definition of best (spec_best_counts,
+   spec_mark_trials; store_best.c), set in `out` (an object, borrowed):
+   "best": {trial (the global id), number, value, params} of the best
+   completed feasible trial, or null (and null with several objectives);
+   with several objectives also "pareto": [{trial, number, value, values:
+   {metric: value}, params}], the completed feasible trials no other one
+   dominates, by id. 0, or -1 on a store error (nothing set). */
+int store_study_best(store_t *s, const store_study *st, json_t *out);
 /* Ids of the studies a controller loads when it starts: those in state
    "running", and stopped ones with a trial still starting, running or
    paused (its process lives until it exits or is killed). Caller frees
@@ -192,7 +206,8 @@ json_t *store_trial_lineage(store_t *s, long trial_id);
 
 /* What `study show` and `export` read, as one object (caller owns): {id,
    name, state, spec, created, finished, trials: [store_trial_json + sampled
-   (its params as first suggested)], events}. NULL when there is no such
+   (its params as first suggested)], events, best (and pareto):
+   store_study_best}. NULL when there is no such
    study or on error. */
 json_t *store_study_detail(store_t *s, const char *name);
 /* What `trial show` reads (caller owns): store_trial_json + lineage and

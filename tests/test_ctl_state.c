@@ -45,7 +45,8 @@ static const move s_trial_moves[] = {
     {TRIAL_PAUSED, TRIAL_PENDING},    {TRIAL_PAUSED, TRIAL_COMPLETED},
     {TRIAL_PAUSED, TRIAL_FAILED},     {TRIAL_PAUSED, TRIAL_STOPPED},
     {TRIAL_SUSPENDED, TRIAL_PENDING}, {TRIAL_SUSPENDED, TRIAL_STOPPED},
-    {TRIAL_STOPPED, TRIAL_PENDING},
+    {TRIAL_STOPPED, TRIAL_PENDING},   {TRIAL_STARTING, TRIAL_PRUNED},
+    {TRIAL_RUNNING, TRIAL_PRUNED},    {TRIAL_PAUSED, TRIAL_PRUNED},
 };
 
 static const move s_plan_moves[] = {
@@ -566,6 +567,71 @@ TEST(restart_plan_and_stop_plans)
     ctl_destroy(&c);
 }
 
+/* A scheduler's stop ends a trial PRUNED (its own state, persisted as
+   "pruned"), a person's stop STOPPED; the status counts the pruned one
+   and its best is the best completed trial, whatever the pruned and
+   stopped ones reported (spec_best_counts). */
+TEST(a_scheduler_stop_prunes_and_best_counts_completed_only)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    json_t *spec = json_loads(
+        "{\"name\":\"prune\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
+        "\"budget\":{\"trials\":3,\"parallel\":1},"
+        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+        "\"trial\":{\"command\":[\"true\"]}}",
+        0, NULL);
+    ctl_study *s = NULL;
+    int resumed, finished;
+    const char *code = "";
+    char msg[256];
+    REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
+    json_decref(spec);
+    ctl_disp *d = ctl__disp_get(c, "d1");
+    d->alive = 1;
+    d->slots = 1;
+    d->last_seen = util_now();
+    static const double scores[3] = {0.9, 0.5, 0.99};
+    for (int k = 0; k < 3; k++) {
+        ctl__tick(c, util_now());
+        REQUIRE(s->ntrials == (size_t)k + 1);
+        ctl_trial *t = s->trials[k];
+        ctl__trial_heard(c, t);
+        store_point p = {.step = 1, .name = "score", .value = scores[k]};
+        CHECK(ctl__txn(c) == 0);
+        CHECK(ctl__trial_metrics(c, t, &p, 1, util_now()) == 0);
+        if (k == 0) { /* the scheduler stops it: pruned */
+            sched_instr ins = {.trial = t->row.id};
+            snprintf(ins.kind, sizeof ins.kind, "stop");
+            snprintf(ins.reason, sizeof ins.reason, "asha: below the rung's cutoff");
+            ctl__trial_apply_sched(c, s, s->sched, &ins, 1);
+            CHECK(t->plan == PLAN_STOP && t->plan_pruned);
+        } else if (k == 2) { /* a person stops it */
+            ctl__trial_stop(c, t, "cli", "stopped by a person", CTL_STOP_BY_PERSON);
+            CHECK(t->plan == PLAN_STOP && !t->plan_pruned);
+        }
+        ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
+        s_commit(c, "");
+    }
+    CHECK(s->trials[0]->state == TRIAL_PRUNED);
+    CHECK_STR(s_persisted(c, s->trials[0]->row.id, NULL), "pruned");
+    CHECK_STR(s->trials[0]->row.reason, "asha: below the rung's cutoff");
+    CHECK(s->trials[1]->state == TRIAL_COMPLETED);
+    CHECK(s->trials[2]->state == TRIAL_STOPPED);
+    CHECK_STR(s_persisted(c, s->trials[2]->row.id, NULL), "stopped");
+    CHECK(ctl_trial_ended(s->trials[0]));
+    /* PRUNED is final: a study stop and resume leave it pruned */
+    CHECK(!ctl_trial_move_legal(TRIAL_PRUNED, TRIAL_PENDING));
+    json_t *st = ctl__study_status(c, s);
+    CHECK(json_integer_value(json_object_get(st, "pruned")) == 1);
+    CHECK(json_integer_value(json_object_get(st, "done")) == 3);
+    json_t *best = json_object_get(st, "best");
+    CHECK(json_integer_value(json_object_get(best, "trial")) == s->trials[1]->row.id);
+    CHECK(json_real_value(json_object_get(best, "value")) == 0.5);
+    json_decref(st);
+    ctl_destroy(&c);
+}
+
 int main(void)
 {
     snprintf(s_dir, sizeof s_dir, "/tmp/jz-state-XXXXXX");
@@ -580,6 +646,7 @@ int main(void)
     RUN(id_map_finds_every_id_and_nothing_else);
     RUN(a_lifecycle_through_every_move_on_a_real_store);
     RUN(restart_plan_and_stop_plans);
+    RUN(a_scheduler_stop_prunes_and_best_counts_completed_only);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
     if (system(cmd) != 0)

@@ -181,6 +181,80 @@ TEST(spec_objectives_and_constraints)
     spec_destroy(&s);
 }
 
+/* The one definition of best (spec_best_counts, spec_mark_trials):
+   completed trials only, finite values, constraints met; the lower id
+   on a tie; a pruned or stopped trial with a better value, a running one
+   and a diverged one never count. */
+TEST(best_counts_completed_feasible_finite_only)
+{
+    CHECK(spec_best_counts("completed", 0.5, 1));
+    CHECK(!spec_best_counts("pruned", 0.5, 1));
+    CHECK(!spec_best_counts("stopped", 0.5, 1));
+    CHECK(!spec_best_counts("failed", 0.5, 1));
+    CHECK(!spec_best_counts("running", 0.5, 1));
+    CHECK(!spec_best_counts("completed", NAN, 1));
+    CHECK(!spec_best_counts("completed", INFINITY, 1));
+    CHECK(!spec_best_counts("completed", 0.5, 0)); /* infeasible */
+    CHECK(!spec_best_counts(NULL, 0.5, 1));
+
+    spec_error err;
+    spec_t *s = s_spec_text("{\"metric\":\"acc\",\"mode\":\"max\"}", "",
+                            "{\"type\":\"random\"}", &err);
+    REQUIRE(s);
+    json_t *trials = json_loads("[{\"state\":\"pruned\",\"value\":0.99},"
+                                "{\"state\":\"completed\",\"value\":0.7},"
+                                "{\"state\":\"stopped\",\"value\":0.95},"
+                                "{\"state\":\"running\",\"value\":null},"
+                                "{\"state\":\"completed\",\"value\":\"nan\"},"
+                                "{\"state\":\"completed\",\"value\":0.8},"
+                                "{\"state\":\"completed\",\"value\":0.8}]",
+                                0, NULL);
+    REQUIRE(trials);
+    CHECK(spec_mark_trials(s, trials) == 1);
+    for (size_t i = 0; i < json_array_size(trials); i++)
+        CHECK(json_is_true(json_object_get(json_array_get(trials, i), "best")) ==
+              (i == 5)); /* 0.8, the first of the tie */
+    json_decref(trials);
+    spec_destroy(&s);
+
+    /* min with constraints: the best feasible, not the best value */
+    s = s_spec_text("{\"metric\":\"loss\",\"mode\":\"min\"}",
+                    "\"constraints\":[{\"metric\":\"mem\",\"<=\":4}],",
+                    "{\"type\":\"random\"}", &err);
+    REQUIRE(s);
+    trials =
+        json_loads("[{\"state\":\"completed\",\"value\":0.1,\"metrics\":{\"mem\":9}},"
+                   "{\"state\":\"completed\",\"value\":0.3,\"metrics\":{\"mem\":2}},"
+                   "{\"state\":\"pruned\",\"value\":0.2,\"metrics\":{\"mem\":1}}]",
+                   0, NULL);
+    REQUIRE(trials);
+    spec_mark_trials(s, trials);
+    CHECK(!json_object_get(json_array_get(trials, 0), "best"));
+    CHECK(json_is_true(json_object_get(json_array_get(trials, 1), "best")));
+    CHECK(!json_object_get(json_array_get(trials, 2), "best"));
+    json_decref(trials);
+    spec_destroy(&s);
+
+    /* two objectives: the Pareto set of the completed trials only */
+    s = s_spec_text("[{\"metric\":\"a\",\"mode\":\"min\"},{\"metric\":\"b\",\"mode\":"
+                    "\"max\"}]",
+                    "", "{\"type\":\"random\"}", &err);
+    REQUIRE(s);
+    trials = json_loads("[{\"state\":\"completed\",\"value\":1,\"metrics\":{\"b\":1}},"
+                        "{\"state\":\"completed\",\"value\":2,\"metrics\":{\"b\":3}},"
+                        "{\"state\":\"completed\",\"value\":3,\"metrics\":{\"b\":2}},"
+                        "{\"state\":\"pruned\",\"value\":0,\"metrics\":{\"b\":9}}]",
+                        0, NULL);
+    REQUIRE(trials);
+    CHECK(spec_mark_trials(s, trials) == 2);
+    static const int on_front[] = {1, 1, 0, 0};
+    for (size_t i = 0; i < 4; i++)
+        CHECK(json_is_true(json_object_get(json_array_get(trials, i), "pareto")) ==
+              on_front[i]);
+    json_decref(trials);
+    spec_destroy(&s);
+}
+
 TEST(bo_targets_feasible_first)
 {
     spec_error err;
@@ -314,6 +388,7 @@ int main(void)
     RUN(hypervolume_known_values);
     RUN(hypervolume_matches_cell_counting);
     RUN(spec_objectives_and_constraints);
+    RUN(best_counts_completed_feasible_finite_only);
     RUN(bo_targets_feasible_first);
     RUN(bo_two_objectives_beats_random_and_restores);
     TEST_DONE();
