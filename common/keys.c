@@ -226,6 +226,20 @@ int keys_client_server_key(const char *endpoint, char server_pub[KEYS_Z85_LEN + 
     return -1;
 }
 
+const char *keys_client_key_path(char *path, size_t size)
+{
+    char dir[3072];
+    const char *ck = getenv("JIZHI_KEY");
+    *path = 0;
+    if (ck && *ck && strcmp(ck, "anonymous") != 0)
+        snprintf(path, size, "%s", ck);
+    else if (!ck && keys_dir(dir, sizeof dir) == 0 &&
+             snprintf(path, size, "%s/client.key", dir) < (int)size &&
+             access(path, F_OK) != 0)
+        *path = 0;
+    return path;
+}
+
 int keys_client_setup(void *sock, const char *endpoint, char *server_pub, char *err,
                       size_t errsize)
 {
@@ -236,22 +250,16 @@ int keys_client_setup(void *sock, const char *endpoint, char *server_pub, char *
         return -1;
     if (!spub[0])
         return 0; /* ipc://, inproc://, or plain TCP by choice */
-    char dir[3072], path[4096];
-    int have_dir = keys_dir(dir, sizeof dir) == 0;
+    char path[4096];
     keys_pair kp;
     const char *ck = getenv("JIZHI_KEY");
-    if (ck && *ck && strcmp(ck, "anonymous") != 0) {
-        if (keys_read_pair(ck, &kp, err, errsize) != 0) {
+    if (*keys_client_key_path(path, sizeof path)) {
+        if (keys_read_pair(path, &kp, err, errsize) != 0) {
             char why[512];
             snprintf(why, sizeof why, "%s", err);
-            snprintf(err, errsize, "JIZHI_KEY: %s", why);
+            snprintf(err, errsize, "%s%s", ck && *ck ? "JIZHI_KEY: " : "", why);
             return -1;
         }
-    } else if (!ck && have_dir &&
-               snprintf(path, sizeof path, "%s/client.key", dir) < (int)sizeof path &&
-               access(path, F_OK) == 0) {
-        if (keys_read_pair(path, &kp, err, errsize) != 0)
-            return -1;
     } else if (keys_generate(&kp) != 0) {
         snprintf(err, errsize, "this libzmq has no CURVE support");
         return -1;

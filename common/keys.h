@@ -77,4 +77,10 @@ int keys_client_server_key(const char *endpoint, char server_pub[KEYS_Z85_LEN + 
 int keys_client_setup(void *sock, const char *endpoint, char *server_pub, char *err,
                       size_t errsize);
 
+/* The client key pair keys_client_setup uses: JIZHI_KEY's path, else
+   KEYDIR/client.key when it exists, written into `path`; "" when the
+   client speaks with a fresh anonymous pair (JIZHI_KEY=anonymous, or no
+   key). Returns path. */
+const char *keys_client_key_path(char *path, size_t size);
+
 #endif
