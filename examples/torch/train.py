@@ -131,13 +131,15 @@ def main():
         if step % args.eval_every == 0:
             acc, vloss = evaluate(model, val, ddp)
             if ctl is not None:
-                ctl.report_eval(val_acc=acc, val_loss=vloss)
+                ctl.report_eval(val_acc=acc, val_loss=vloss,
+                                epoch=batches.epoch + batches.pos / len(train) * ctl.world_size)
         if args.max_steps and step >= args.max_steps:
             break
     elapsed = time.perf_counter() - t0
     acc, vloss = evaluate(model, val, ddp)
     if ctl is not None:
-        ctl.report_eval(val_acc=acc, val_loss=vloss)
+        ctl.report_eval(val_acc=acc, val_loss=vloss,
+                        epoch=batches.epoch + batches.pos / len(train) * ctl.world_size)
     else:
         t.report(step, val_acc=acc, val_loss=vloss)
     if not ddp or dist.get_rank() == 0:
