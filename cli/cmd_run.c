@@ -776,13 +776,15 @@ int cmd_controller(int argc, char **argv)
 }
 
 static const char s_disp_usage[] =
-    "usage: jizhi dispatcher --controller ENDPOINT [--gpus LIST|none] [--slots N]\n"
+    "usage: jizhi dispatcher --controller ENDPOINT|--db FILE [--gpus LIST|none] [--slots N]\n"
     "                        [--name NAME] [--log-dir DIR] [--log FILE|syslog]\n"
     "                        [--trial-endpoint ENDPOINT] [--key FILE]\n"
     "                        [--server-key KEY|FILE | --insecure]\n"
     "       jizhi dispatcher --backend slurm --controller tcp://HOST:PORT\n"
     "                        [--partition P] [--account A] [--max-jobs N]\n"
     "                        [--max-gpus N] [--poll-s S] [--name NAME] [--log-dir DIR]\n"
+    "       jizhi dispatcher release NAME   (admin) free the name of a dispatcher\n"
+    "                        gone silent, for a new key\n"
     "Runs trials for the controller until SIGINT/SIGTERM: as processes on this\n"
     "machine (--backend local, the default), or as one Slurm job per trial\n"
     "attempt (--backend slurm; --log-dir must be on a file system the compute\n"
@@ -829,13 +831,14 @@ int cmd_dispatcher(int argc, char **argv)
                                          {"poll-s", required_argument, 0, 'P'},
                                          {"key", required_argument, 0, 'k'},
                                          {"server-key", required_argument, 0, 'S'},
+                                         {"db", required_argument, 0, 'd'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     if (argc > 1 && !strcmp(argv[1], "release"))
         return cmd_disp_release(argc - 1, argv + 1);
     disp_config dc = {0};
     int c, slurm_only = 0;
-    const char *slurm_opt = NULL;
+    const char *slurm_opt = NULL, *dbflag = NULL;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
@@ -903,6 +906,9 @@ int cmd_dispatcher(int argc, char **argv)
         case 'S':
             setenv("JIZHI_SERVER_KEY", optarg, 1);
             break;
+        case 'd':
+            dbflag = optarg;
+            break;
         case 'h':
             fputs(s_disp_usage, stdout);
             return CLI_OK;
@@ -916,12 +922,22 @@ int cmd_dispatcher(int argc, char **argv)
         return CLI_USAGE;
     }
     char buf[512];
-    if (!dc.controller)
-        dc.controller = cli_controller(NULL, cli_db_path(NULL), buf, sizeof buf);
-    if (!dc.controller || optind != argc) {
-        cli_error("dispatcher: --controller ENDPOINT is required");
+    if (optind != argc) {
+        cli_error("dispatcher: unexpected argument \"%s\"", argv[optind]);
         fputs(s_disp_usage, stderr);
         return CLI_USAGE;
+    }
+    if (dc.controller && dbflag) {
+        cli_error("dispatcher: --controller and --db: choose one");
+        return CLI_USAGE;
+    }
+    if (!dc.controller) /* the controller serving the database, as other commands */
+        dc.controller = cli_controller(NULL, cli_db_path(dbflag), buf, sizeof buf);
+    if (!dc.controller) {
+        cli_error("dispatcher: no controller: give --controller ENDPOINT, or --db FILE "
+                  "of a running local controller (%s.endpoint does not exist)",
+                  cli_db_path(dbflag));
+        return CLI_FAIL;
     }
     disp_t *d = disp_new(&dc);
     if (!d)

@@ -1,0 +1,40 @@
+"""Small things a new user hit at the command line (issue: new user, second
+round, item 9): the dispatcher finds a local controller from --db like
+every other command; ..."""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conftest import JIZHI, base_spec  # noqa: E402
+from test_recovery import stop  # noqa: E402
+
+
+def test_dispatcher_finds_a_local_controller_from_db(jz, tmp_path):
+    db = os.path.join(jz.dir, "team.db")
+    ctl = jz.popen("controller", "--db", db)
+    procs = [ctl]
+    try:
+        jz.wait_for(lambda: os.path.exists(db + ".endpoint"), 30, "the endpoint file")
+        spec = jz.write_spec(base_spec("from-db", ["sh", "-c", "jizhi report score=1"],
+                                       trials=2))
+        jz.run("study", "submit", spec, "--db", db, check=0)
+        # started from another folder, with only --db
+        other = tmp_path / "elsewhere"
+        other.mkdir()
+        disp = subprocess.Popen([JIZHI, "dispatcher", "--db", db, "--slots", "2"],
+                                cwd=str(other), env=jz.env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        procs.append(disp)
+        jz.db = db
+        jz.wait_for(lambda: jz.sql("SELECT count(*) FROM trials WHERE state='completed'")
+                    == [(2,)], 60, "both trials completed")
+    finally:
+        stop(*procs)
+    # no controller there: said, exit 1
+    p = subprocess.run([JIZHI, "dispatcher", "--db", os.path.join(jz.dir, "none.db")],
+                       capture_output=True, text=True, env=jz.env, timeout=30)
+    assert p.returncode == 1 and "none.db.endpoint does not exist" in p.stderr, p.stderr
+    p = subprocess.run([JIZHI, "dispatcher", "--db", db, "--controller", "ipc:///x"],
+                       capture_output=True, text=True, env=jz.env, timeout=30)
+    assert p.returncode == 2 and "choose one" in p.stderr
