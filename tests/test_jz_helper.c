@@ -429,6 +429,49 @@ TEST(env_errors)
     CHECK(strstr(err, "JIZHI_PARAMS") != NULL);
 }
 
+/* A rank other than 0 of a multi-rank trial (JIZHI_RANK > 0) never talks
+   to the controller: params from JIZHI_PARAMS, reports dropped silently,
+   nothing to poll. Rank 0 connects as any trial does. */
+TEST(follower_rank_sends_nothing)
+{
+    fake *f = fake_start();
+    env_trial(f, "{\"lr\":0.5}");
+    setenv("JIZHI_RANK", "1", 1);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK(jz_trial_id(t) == 7);
+    CHECK_NEAR(jz_param_double(t, "lr", 0.1), 0.5, 0);
+    capture_begin();
+    int r1 = jz_report(t, 1, "loss", 0.25);
+    int r2 = jz_report(t, 1, "bad name", 1);
+    int r3 = jz_checkpoint_done(t, 1, "/tmp/x");
+    const char *err = capture_end();
+    CHECK(r1 == 0 && r2 == -1 && r3 == 0);
+    CHECK_STR(err, "");
+    jz_instruction ins;
+    CHECK(jz_poll(t, &ins) == 0 && ins.kind == JZ_INS_NONE);
+    CHECK(jz_flush(t, 1000) == 0);
+    jz_close(&t);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->hellos == 0 && f->batches == 0);
+    pthread_mutex_unlock(&f->mu);
+
+    /* rank 0 is the trial's voice */
+    setenv("JIZHI_RANK", "0", 1);
+    t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK(jz_report(t, 1, "loss", 0.25) == 0);
+    CHECK(jz_flush(t, 5000) == 0);
+    jz_close(&t);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->hellos >= 1 && f->npoints == 1);
+    pthread_mutex_unlock(&f->mu);
+    fake_stop(f);
+    expect_env_error("JIZHI_RANK", "one", "JIZHI_RANK");
+    expect_env_error("JIZHI_RANK", "-1", "JIZHI_RANK");
+    unsetenv("JIZHI_RANK");
+}
+
 TEST(hello_params_override_env)
 {
     fake *f = fake_start();
@@ -1182,6 +1225,7 @@ int main(int argc, char **argv)
     RUN(standalone_mode);
     RUN(param_types_and_defaults);
     RUN(env_errors);
+    RUN(follower_rank_sends_nothing);
     RUN(hello_params_override_env);
     RUN(batching_in_order_with_resend_dedup);
     RUN(large_volume_batches_capped);

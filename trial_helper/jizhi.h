@@ -11,6 +11,14 @@
     stderr and jz_poll returns nothing, so the same program runs with and
     without jizhi.
 
+    Multi-rank trials: only rank 0 talks to the controller. A process with
+    JIZHI_RANK set to a rank > 0 (the dispatcher sets it on every rank under
+    trial.launcher "torch") never connects: params come from JIZHI_PARAMS
+    as usual, jz_report and jz_checkpoint_done succeed and send nothing,
+    jz_poll returns nothing, jz_trial_id gives the trial's id. Rank 0
+    passes its instructions on to the others itself (the Python package's
+    jizhi.torch broadcasts them through torch.distributed).
+
     Thread safety: one jz_trial may be used from one thread at a time.
     Only symbols prefixed jz_ are exported by the library.
 */

@@ -64,8 +64,10 @@ typedef struct {
 
 struct jz_trial {
     /* config: set by jz_open, then read-only */
-    int standalone;       /* 1: no JIZHI_TRIAL, nothing is sent */
-    long trial_id;        /* -1 standalone */
+    int standalone;       /* 1: no JIZHI_TRIAL, or a follower: nothing is sent */
+    int follower;         /* JIZHI_RANK > 0: a rank other than 0 of a multi-rank
+                             trial; standalone, and reports are dropped silently */
+    long trial_id;        /* -1 standalone (a follower keeps its trial's id) */
     char *endpoint;       /* JIZHI_ENDPOINT */
     char *study;          /* JIZHI_STUDY, may be NULL */
     char *token_json;     /* JIZHI_TOKEN as a JSON string literal, quotes included */

@@ -8,6 +8,10 @@
     applies SET and LOAD to the params table, which only this side touches
     (so strings returned by jz_param_str stay valid until the next jz_poll).
     Standalone (JIZHI_TRIAL unset) nothing is started: reports go to stderr.
+    A rank other than 0 of a multi-rank trial (JIZHI_RANK > 0, set by the
+    dispatcher's torch launcher) is a follower: it never connects (only
+    rank 0 talks to the controller), reads JIZHI_PARAMS, drops its reports
+    silently and polls nothing; jizhi.torch gives it rank 0's instructions.
 */
 #include "jz_internal.h"
 
@@ -180,6 +184,22 @@ jz_trial *jz_open(void)
         goto fail;
     }
     t->trial_id = id;
+    const char *rank = s_env("JIZHI_RANK");
+    if (rank) {
+        errno = 0;
+        long r = strtol(rank, &end, 10);
+        if (errno || *end || r < 0) {
+            fprintf(stderr,
+                    "jizhi: JIZHI_RANK: expected a rank (an integer >= 0), "
+                    "got '%s'\n",
+                    rank);
+            goto fail;
+        }
+        if (r > 0) { /* only rank 0 talks to the controller */
+            t->standalone = t->follower = 1;
+            return t;
+        }
+    }
     const char *endpoint = s_env("JIZHI_ENDPOINT");
     const char *token = s_env("JIZHI_TOKEN");
     if (!endpoint) {
@@ -470,6 +490,8 @@ int jz_report(jz_trial *t, long step, const char *metric, double value)
     if (t->standalone) {
         if (!s_valid_metric(metric))
             return -1;
+        if (t->follower)
+            return 0; /* rank 0 reports for the trial */
         char v[32];
         jz__fmt_double(v, sizeof v, value);
         fprintf(stderr, "jizhi: step %ld %s=%s\n", step, metric, v);
@@ -573,7 +595,8 @@ int jz_checkpoint_done(jz_trial *t, long step, const char *path)
     if (!t || !path)
         return -1;
     if (t->standalone) {
-        fprintf(stderr, "jizhi: step %ld checkpoint=%s\n", step, path);
+        if (!t->follower)
+            fprintf(stderr, "jizhi: step %ld checkpoint=%s\n", step, path);
         return 0;
     }
     t->open_ckpt_done = 1;
