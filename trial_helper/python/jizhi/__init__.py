@@ -16,8 +16,9 @@ Outside a study (JIZHI_TRIAL unset) the same code runs standalone: params
 take their defaults (or JIZHI_PARAMS), reports are printed to stderr.
 
 The library is found through JIZHI_LIB (a path to libjizhi.so), then the
-path `make install` recorded, then build/lib/libjizhi.so of the source tree this package sits in, then the
-system's library path. No dependency beyond the standard library.
+copy `pip install` built into the package (jizhi/libjizhi.so), then the
+path `make install` recorded, then build/lib/libjizhi.so of the source tree
+this package sits in, then the system's library path. No dependency beyond the standard library.
 """
 
 import atexit
@@ -68,13 +69,16 @@ def _candidates():
     env = os.environ.get("JIZHI_LIB")
     if env:
         yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "libjizhi.so")  # built by `pip install` (setup.py)
+    if os.path.exists(bundled):
+        yield bundled
     try:  # written by `make install`
         from ._installed import LIBJIZHI
 
         yield LIBJIZHI
     except ImportError:
         pass
-    here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.normpath(os.path.join(here, "..", "..", "..", "build", "lib", "libjizhi.so"))
     found = ctypes.util.find_library("jizhi")
     if found:
