@@ -115,6 +115,36 @@ def test_batch_not_divisible_by_ranks():
     assert rel(reported(p1.stderr, "val_loss")[-1], reported(p4.stderr, "val_loss")[-1]) < 1e-5
 
 
+# Issue 38, item 0: several epochs with weight decay and momentum on, a
+# short last batch at every epoch boundary (1000 = 10 x 96 + 40), every
+# epoch's val_loss compared with 1 rank. 2 or 3 ranks sum the same
+# gradient in another fp32 order (one GEMM per shard, then the all-reduce),
+# so they agree to rounding (5e-8 here, measured over 5 seeds and the
+# Prescott, Haswell and SkylakeX kernels), not bit for bit. The step is
+# kept in the non-chaotic regime on purpose: at --lr 0.05 with momentum 0.9
+# a ReLU unit that sits within rounding of 0 on one example flips on one
+# side only and the runs part (the issue's 2.6e-3 at step 100; 1 rank with
+# --threads 2 against --threads 1 parts by 8.6e-3 the same way, and with
+# --weight-decay 0 seeds 5-7 part by up to 1.5e-2; docs in trainer/README).
+# What this does catch: weight decay skipped at an epoch's last step on the
+# ranks (2.8e-4 off) or momentum reset at an epoch start (0.17 off).
+EPOCHS_WD = ["--train-subset", "1000", "--val-size", "1000", "--hidden", "64",
+             "--batch-size", "96", "--epochs", "6", "--eval-every", "0", "--log-every", "1000",
+             "--lr", "0.01", "--momentum", "0.9", "--weight-decay", "0.005", "--seed", "2",
+             "--threads", "1"]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ranks_follow_one_rank_across_epochs_with_weight_decay(np_):
+    v1 = reported(run(0, *EPOCHS_WD).stderr, "val_loss")
+    p = run(np_, *EPOCHS_WD)
+    vn = reported(p.stderr, "val_loss")
+    assert len(v1) == len(vn) == 6, (v1, vn)  # one evaluation per epoch
+    for e, (a, b) in enumerate(zip(v1, vn)):
+        assert rel(a, b) < 1e-6, (e + 1, a, b)
+    assert f"{np_} ranks: weights identical on every rank" in p.stderr
+
+
 def test_hierarchical_2x2_equals_flat():
     flat = run(4, *MLP, "--allreduce", "ring")
     hier = run(4, *MLP, "--allreduce", "hier", "--ranks-per-node", "2")
