@@ -986,6 +986,15 @@ static double s_clamp01(double u)
     return u < 0 ? 0 : u > 1 ? 1 : u;
 }
 
+double spec_round_sig(double x)
+{
+    if (!isfinite(x) || x == 0)
+        return x;
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.15g", x);
+    return strtod(buf, NULL);
+}
+
 json_t *spec_param_from_unit(const spec_param *p, double u)
 {
     u = s_clamp01(isnan(u) ? 0.5 : u);
@@ -996,8 +1005,8 @@ json_t *spec_param_from_unit(const spec_param *p, double u)
         return json_deep_copy(json_array_get(p->values, i));
     }
     if (p->type == SPEC_FLOAT) {
-        double x = p->log ? exp(log(p->low) + u * (log(p->high) - log(p->low)))
-                          : p->low + u * (p->high - p->low);
+        double x = spec_round_sig(p->log ? exp(log(p->low) + u * (log(p->high) - log(p->low)))
+                                         : p->low + u * (p->high - p->low));
         if (x < p->low)
             x = p->low;
         if (x > p->high)

@@ -185,6 +185,11 @@ double spec_param_to_unit(const spec_param *p, const json_t *value);
 /* 1 when `value` is a legal value of p, else 0. */
 int spec_param_legal(const spec_param *p, const json_t *value);
 
+/* x rounded to 15 significant digits: what float arithmetic adds past them
+   (exp(log(0.001)) = 0.0010000000000000002, 0.1 * 3) is noise, not a
+   hyperparameter. Non-finite x is returned as is. Pure. */
+double spec_round_sig(double x);
+
 /* 1 when parameter k is active in `params` (an object holding at least the
    values of the parameters that decide it). */
 int spec_param_active(const spec_t *s, size_t k, const json_t *params);

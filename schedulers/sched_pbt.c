@@ -196,7 +196,7 @@ static json_t *s_perturb_one(sched_pbt *self, const spec_param *p, const json_t 
         if (nx == x) /* too small to move: one step in the factor's direction */
             nx = f > 1 ? x + 1 : x - 1;
     }
-    nx = fmin(fmax(nx, p->low), p->high);
+    nx = fmin(fmax(spec_round_sig(nx), p->low), p->high);
     return p->type == SPEC_INT ? json_integer((json_int_t)nx) : json_real(nx);
 }
 

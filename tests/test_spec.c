@@ -6,6 +6,7 @@
 */
 #include "jz_test.h"
 #include "common/spec.h"
+#include "common/text.h"
 #include "schedulers/sched.h"
 #include "trainer/trn.h"
 
@@ -1011,6 +1012,33 @@ TEST(better)
     spec_destroy(&mn);
 }
 
+/* Sampled floats carry no arithmetic noise past 15 significant digits:
+   the log boundary is 0.001 itself, not 0.0010000000000000002. */
+TEST(sampled_values_without_noise)
+{
+    spec_t *s = s_spec("{\"lr\":{\"type\":\"float\",\"low\":0.001,\"high\":0.3,"
+                       "\"log\":true},\"m\":{\"type\":\"float\",\"low\":0.1,\"high\":0.7}}",
+                       "[\"sh\"]");
+    REQUIRE(s);
+    char buf[TEXT_DOUBLE_MAX];
+    json_t *v = spec_param_from_unit(&s->params[0], 0);
+    CHECK_STR(text_double(json_real_value(v), buf), "0.001");
+    json_decref(v);
+    for (size_t k = 0; k < 2; k++)
+        for (int i = 0; i <= 1000; i++) {
+            v = spec_param_from_unit(&s->params[k], i / 1000.0);
+            CHECK(spec_param_legal(&s->params[k], v));
+            CHECK(strlen(text_double(json_real_value(v), buf)) <= 21); /* 15 digits */
+            json_decref(v);
+        }
+    v = spec_param_from_unit(&s->params[1], 1.0 / 3); /* 0.1 + 0.6 / 3 = 0.3 */
+    CHECK_STR(text_double(json_real_value(v), buf), "0.3");
+    json_decref(v);
+    CHECK(spec_round_sig(0.1 + 0.2) == 0.3);
+    CHECK(isnan(spec_round_sig(NAN)) && spec_round_sig(-INFINITY) == -INFINITY);
+    spec_destroy(&s);
+}
+
 int main(void)
 {
     RUN(valid_cases);
@@ -1029,6 +1057,7 @@ int main(void)
     RUN(check_command_modes);
     RUN(float_linear_mapping);
     RUN(float_log_mapping);
+    RUN(sampled_values_without_noise);
     RUN(int_mapping);
     RUN(int_log_and_single_value);
     RUN(choice_mapping);
