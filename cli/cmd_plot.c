@@ -320,7 +320,7 @@ typedef struct {
 
 static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
 {
-    long ncomp = 0, nstop = 0, nrun = 0;
+    long ncomp = 0, nstop = 0, nrun = 0, npruned = 0;
     double vlo = INFINITY, vhi = -INFINITY, nlo = INFINITY, nhi = -INFINITY;
     for (long i = 0; i < n; i++) {
         double v = s_score(&rows[i]);
@@ -338,7 +338,8 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
     p_axis y = {vlo, vhi, 0, 0, P_TOP1 + P_PH, P_TOP1};
     s_range(&y.lo, &y.hi, 0.05);
     fprintf(f, "<g id=\"history\" class=\"panel\">\n");
-    s_labels(f, P_TOP1, "Optimisation history", "trial number", o->metric);
+    s_labels(f, P_TOP1, "Optimisation history", "trial (its number in the study)",
+             o->metric);
     s_axes(f, &x, &y, 1, 0);
     double best = NAN;
     int first = 1;
@@ -349,7 +350,8 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
             continue;
         double px = s_px(&x, (double)t->number), py = s_py(&y, v);
         int completed = !strcmp(t->state, "completed") && isfinite(t->value);
-        int stopped = !strcmp(t->state, "stopped");
+        int pruned = !strcmp(t->state, "pruned"); /* by early stopping */
+        int stopped = pruned || !strcmp(t->state, "stopped");
         char key[32];
         snprintf(key, sizeof key, "%ld", t->id);
         int on_front = completed && json_object_get(o->front, key);
@@ -363,16 +365,18 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
             ncomp++;
             fprintf(f,
                     "<circle class=\"point\" data-trial=\"%ld\" cx=\"%.2f\" cy=\"%.2f\" "
-                    "r=\"4\" fill=\"#1f77b4\"><title>trial %ld (#%ld): %.6g %s",
+                    "r=\"4\" fill=\"#1f77b4\"><title>trial %ld (no. %ld in the study): "
+                    "%.6g %s",
                     t->id, px, py, t->id, t->number, v, on_front ? "(Pareto set) " : "");
         } else if (stopped) {
-            nstop++;
-            fprintf(
-                f,
-                "<path class=\"stopped-point\" data-trial=\"%ld\" d=\"M%.2f %.2f l8 8 "
-                "m0 -8 l-8 8\" stroke=\"#d9822b\" stroke-width=\"2\"><title>trial %ld "
-                "(#%ld) stopped at %.6g: ",
-                t->id, px - 4, py - 4, t->id, t->number, v);
+            nstop += !pruned;
+            npruned += pruned;
+            fprintf(f,
+                    "<path class=\"%s-point\" data-trial=\"%ld\" d=\"M%.2f %.2f l8 8 "
+                    "m0 -8 l-8 8\" stroke=\"%s\" stroke-width=\"2\"><title>trial %ld "
+                    "(no. %ld in the study) %s at %.6g: ",
+                    t->state, t->id, px - 4, py - 4, pruned ? "#8c564b" : "#d9822b",
+                    t->id, t->number, t->state, v);
             s_xml(f, t->reason);
             fputc(' ', f);
         } else {
@@ -380,7 +384,8 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
             fprintf(f,
                     "<circle class=\"running-point\" data-trial=\"%ld\" cx=\"%.2f\" "
                     "cy=\"%.2f\" r=\"4\" fill=\"none\" stroke=\"#2ca25f\" "
-                    "stroke-width=\"1.5\"><title>trial %ld (#%ld) %s, latest %.6g ",
+                    "stroke-width=\"1.5\"><title>trial %ld (no. %ld in the study) %s, "
+                    "latest %.6g ",
                     t->id, px, py, t->id, t->number, t->state, v);
         }
         s_params_title(f, t->params);
@@ -394,8 +399,8 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
           f);
     double last_px = 0;
     for (long i = 0; i < n; i++) {
-        if (strcmp(rows[i].state, "completed") || !isfinite(rows[i].value))
-            continue;
+        if (!spec_best_counts(rows[i].state, rows[i].value, 1))
+            continue; /* the one definition of best */
         double v = rows[i].value;
         last_px = s_px(&x, (double)rows[i].number);
         if (isnan(best) || (o->maximize ? v > best : v < best)) {
@@ -421,7 +426,7 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
             "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"#1f77b4\"/>"
             "<text x=\"%d\" y=\"%d\">completed (%ld)</text>\n"
             "<path d=\"M%d %d l8 8 m0 -8 l-8 8\" stroke=\"#d9822b\" stroke-width=\"2\"/>"
-            "<text x=\"%d\" y=\"%d\">stopped, last value (%ld)</text>\n"
+            "<text x=\"%d\" y=\"%d\">stopped by a person, last value (%ld)</text>\n"
             "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"none\" stroke=\"#2ca25f\"/>"
             "<text x=\"%d\" y=\"%d\">running, latest (%ld)</text>\n"
             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" "
@@ -430,6 +435,12 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
             lx + 8, ly + 40, lx + 22, ly + 44, nrun, lx, ly + 60, lx + 16, ly + 60,
             lx + 22, ly + 64);
     (void)last_px;
+    fprintf(f,
+            "<g class=\"legend\"><path d=\"M%d %d l8 8 m0 -8 l-8 8\" stroke=\"#8c564b\" "
+            "stroke-width=\"2\"/><text x=\"%d\" y=\"%d\">pruned (early stopping), last "
+            "value (%ld)</text></g>\n",
+            lx + 4, ly + 76, lx + 22, ly + 84, npruned);
+    ly += 20;
     if (o->front)
         fprintf(f,
                 "<g class=\"legend\"><circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"none\" "
@@ -513,10 +524,10 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
             continue;
         slo = fmin(slo, v);
         shi = fmax(shi, v);
-        if (!strcmp(rows[i].state, "completed") && isfinite(rows[i].value) &&
+        if (spec_best_counts(rows[i].state, rows[i].value, 1) &&
             (best < 0 || (o->maximize ? rows[i].value > rows[best].value
                                       : rows[i].value < rows[best].value)))
-            best = i;
+            best = i; /* the one definition of best */
     }
     for (long pass = 0; pass < 2; pass++)
         for (long i = 0; i < n; i++) {
@@ -530,8 +541,9 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
                 double u = (v - slo) / (shi - slo);
                 s_ramp(o->maximize ? u : 1 - u, color, sizeof color);
             }
-            int dashed =
-                !strcmp(rows[i].state, "failed") || !strcmp(rows[i].state, "stopped");
+            int dashed = !strcmp(rows[i].state, "failed") ||
+                         !strcmp(rows[i].state, "stopped") ||
+                         !strcmp(rows[i].state, "pruned");
             fprintf(
                 f,
                 "<polyline class=\"curve state-%s%s\" id=\"trial-%ld\" "
@@ -550,8 +562,8 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
                         s_py(&cy, cv[i].y[k]));
                 first = 0;
             }
-            fprintf(f, "\"><title>trial %ld (#%ld, %s) %.6g ", rows[i].id, rows[i].number,
-                    rows[i].state, v);
+            fprintf(f, "\"><title>trial %ld (no. %ld in the study, %s) %.6g ", rows[i].id,
+                    rows[i].number, rows[i].state, v);
             s_params_title(f, rows[i].params);
             fputs("</title></polyline>\n", f);
         }
@@ -564,7 +576,8 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
         const char *kind = json_string_value(json_object_get(e, "kind"));
         json_t *tj = json_object_get(e, "trial");
         if (!kind || !json_is_integer(tj) ||
-            (strcmp(kind, "instruction") && strcmp(kind, "stopped")))
+            (strcmp(kind, "instruction") && strcmp(kind, "stopped") &&
+             strcmp(kind, "pruned")))
             continue;
         long tid = (long)json_integer_value(tj), i = -1;
         for (long k = 0; k < n && i < 0; k++)
@@ -589,7 +602,7 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
             "<path class=\"intervention\" data-trial=\"%ld\" d=\"M%.2f %.2f l5 -9 h-10 "
             "z\" fill=\"#111\" stroke=\"#fff\" stroke-width=\"0.8\"><title>trial %ld: ",
             tid, px, py - 2, tid);
-        s_xml(f, !strcmp(kind, "stopped") ? "stopped" : what ? what : kind);
+        s_xml(f, strcmp(kind, "instruction") ? kind : what ? what : kind);
         if (name) {
             fputc(' ', f);
             s_xml(f, name);
@@ -617,12 +630,11 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
         lx, ly + 4, o->metric, lx, ly + 12, lx, ly + 34, lx + 120, ly + 34);
     ly += 52;
     if (best >= 0) {
-        fprintf(f,
-                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" "
-                "stroke-width=\"3\"/><text x=\"%d\" y=\"%d\">best: trial %ld (#%ld) "
-                "%.6g</text>\n",
-                lx, ly, lx + 16, ly, lx + 22, ly + 4, rows[best].id, rows[best].number,
-                rows[best].value);
+        fprintf(
+            f,
+            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" "
+            "stroke-width=\"3\"/><text x=\"%d\" y=\"%d\">best: trial %ld %.6g</text>\n",
+            lx, ly, lx + 16, ly, lx + 22, ly + 4, rows[best].id, rows[best].value);
         ly += 18;
     }
     fprintf(

@@ -221,10 +221,13 @@ static void s_progress(const json_t *st, int tty, long *last_done)
         snprintf(bv, sizeof bv, "%.6g (trial %" JSON_INTEGER_FORMAT ")", v,
                  json_integer_value(json_object_get(best, "trial")));
     }
-    char line[400];
+    long pruned = (long)json_integer_value(json_object_get(st, "pruned"));
+    char line[400], pr[48] = "";
+    if (pruned > 0) /* early stopping's count */
+        snprintf(pr, sizeof pr, " (%ld pruned)", pruned);
     snprintf(line, sizeof line,
-             "[%s] %ld/%ld done, %ld running, %ld failed, best %s=%s, %s",
-             json_string_value(json_object_get(st, "study")), done, total, running,
+             "[%s] %ld/%ld done%s, %ld running, %ld failed, best %s=%s, %s",
+             json_string_value(json_object_get(st, "study")), done, total, pr, running,
              failed, json_string_value(json_object_get(st, "metric")), bv, el);
     if (tty) {
         fprintf(stderr, "\r\033[K%s", line);
@@ -377,34 +380,36 @@ static int s_print_best(const char *db, const char *name)
     }
     const char *metric =
         json_string_value(json_object_get(spec_json_objective(st.spec), "metric"));
-    const char *mode =
-        json_string_value(json_object_get(spec_json_objective(st.spec), "mode"));
-    int maximize = mode && !strcmp(mode, "max");
     spec_error serr;
     spec_t *spec = spec_parse(st.spec, 0, &serr); /* for its constraints */
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
-    long best = -1, completed = 0, failed = 0, stopped = 0, infeasible = 0;
+    long completed = 0, failed = 0, stopped = 0, pruned = 0, infeasible = 0;
     for (long i = 0; i < n; i++) {
         if (!strcmp(rows[i].state, "completed")) {
             completed++;
             if (spec && spec->nconstraints) { /* best means best feasible */
                 json_t *m = store_metrics_last(s, rows[i].id);
-                int ok = m && spec_violation(spec, m) == 0;
+                infeasible += !m || spec_violation(spec, m) != 0;
                 json_decref(m);
-                if (!ok) {
-                    infeasible++;
-                    continue;
-                }
             }
-            if (best < 0 || spec_better_mode(maximize, rows[i].value, rows[best].value))
-                best = i; /* a diverged run (inf, nan) ranks worst */
         }
         failed += !strcmp(rows[i].state, "failed");
         stopped += !strcmp(rows[i].state, "stopped");
+        pruned += !strcmp(rows[i].state, "pruned");
     }
-    printf("study %s: %s, %ld trials (%ld completed, %ld failed, %ld stopped)\n", name,
-           st.state, n, completed, failed, stopped);
+    /* the best by the one definition (store_study_best), as study show */
+    json_t *answer = json_object();
+    store_study_best(s, &st, answer);
+    const json_t *bj = json_object_get(answer, "best"),
+                 *front = json_object_get(answer, "pareto");
+    long best = -1;
+    for (long i = 0; json_is_object(bj) && i < n; i++)
+        if (rows[i].id == json_integer_value(json_object_get(bj, "trial")))
+            best = i;
+    printf("study %s: %s, %ld trials (%ld completed, %ld pruned, %ld failed, %ld "
+           "stopped)\n",
+           name, st.state, n, completed, pruned, failed, stopped);
     if (spec && spec->nconstraints)
         printf("%ld of the completed trials broke a constraint; the best is the best "
                "feasible one\n",
@@ -415,7 +420,22 @@ static int s_print_best(const char *db, const char *name)
     cli_print_warnings(events);
     json_decref(events);
     int rc = CLI_OK;
-    if (best >= 0) {
+    if (json_array_size(front)) { /* several objectives: the Pareto set */
+        printf("Pareto set (%zu trials):\n", json_array_size(front));
+        size_t k;
+        const json_t *p;
+        json_array_foreach(front, k, p)
+        {
+            char *vals = text_json_dumps(json_object_get(p, "values"), JSON_COMPACT);
+            char *params = text_json_dumps(json_object_get(p, "params"),
+                                           JSON_COMPACT | JSON_SORT_KEYS);
+            printf("  trial %" JSON_INTEGER_FORMAT " %s params %s\n",
+                   json_integer_value(json_object_get(p, "trial")), vals ? vals : "",
+                   params ? params : "");
+            free(vals);
+            free(params);
+        }
+    } else if (best >= 0) {
         char *params = text_json_dumps(rows[best].params, JSON_COMPACT | JSON_SORT_KEYS);
         printf("best trial %ld: %s=%.6g\n  params %s\n", rows[best].id, metric,
                rows[best].value, params);
@@ -429,6 +449,7 @@ static int s_print_best(const char *db, const char *name)
         printf(completed ? "no completed trial is feasible\n" : "no trial completed\n");
         rc = CLI_FAIL;
     }
+    json_decref(answer);
     store_trials_free(rows, n < 0 ? 0 : n);
     store_study_fini(&st);
     store_close(&s);

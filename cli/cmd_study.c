@@ -115,6 +115,58 @@ static int s_submit(const cli_opts *o)
     return rc;
 }
 
+/* A study's answer in a few words (store_study_best's "best" or
+   "pareto"): "0.93 (trial 7)", "Pareto set: 3 trials (4 9 12)", "-". */
+static void s_best_text(const json_t *e, char *buf, size_t size)
+{
+    const json_t *best = json_object_get(e, "best"),
+                 *front = json_object_get(e, "pareto");
+    snprintf(buf, size, "-");
+    if (json_is_object(best)) {
+        char v[64];
+        cli_format_value(json_object_get(best, "value"), v, sizeof v);
+        snprintf(buf, size, "%s (trial %" JSON_INTEGER_FORMAT ")", v,
+                 json_integer_value(json_object_get(best, "trial")));
+    } else if (json_array_size(front)) {
+        size_t n = json_array_size(front);
+        int len = snprintf(buf, size, "Pareto set: %zu trial%s (", n, n == 1 ? "" : "s");
+        size_t i;
+        const json_t *p;
+        json_array_foreach(front, i, p)
+        {
+            if (len < 0 || (size_t)len + 24 >= size) { /* room for " ...)" */
+                len += snprintf(buf + len, size - (size_t)len, " ...");
+                break;
+            }
+            len +=
+                snprintf(buf + len, size - (size_t)len, "%s%" JSON_INTEGER_FORMAT,
+                         i ? " " : "", json_integer_value(json_object_get(p, "trial")));
+        }
+        if (len >= 0 && (size_t)len + 1 < size)
+            snprintf(buf + len, size - (size_t)len, ")");
+    }
+}
+
+/* The best trial's line under study show's header: value, trial (the
+   global id that `trial` commands take) and params. */
+static void s_print_best(const json_t *d, const char *metric)
+{
+    const json_t *best = json_object_get(d, "best");
+    if (json_object_get(d, "pareto"))
+        return; /* several objectives: the Pareto set under the table */
+    if (!json_is_object(best)) {
+        printf("best: none yet (no completed trial with a finite %s)\n", metric);
+        return;
+    }
+    char v[64];
+    cli_format_value(json_object_get(best, "value"), v, sizeof v);
+    char *p =
+        text_json_dumps(json_object_get(best, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+    printf("best: trial %" JSON_INTEGER_FORMAT " %s=%s params %s\n",
+           json_integer_value(json_object_get(best, "trial")), metric, v, p ? p : "{}");
+    free(p);
+}
+
 static int s_list(const cli_opts *o)
 {
     cli_src src;
@@ -128,22 +180,25 @@ static int s_list(const cli_opts *o)
         cli_print_json(list);
         return CLI_OK;
     }
-    printf("%-24s %-9s %7s %9s %6s %7s\n", "NAME", "STATE", "TRIALS", "COMPLETED",
-           "FAILED", "RUNNING");
+    printf("%-24s %-9s %7s %9s %6s %6s %7s  %s\n", "NAME", "STATE", "TRIALS", "COMPLETED",
+           "PRUNED", "FAILED", "RUNNING", "BEST");
     size_t i;
     json_t *e;
     json_array_foreach(list, i, e)
     {
+        char best[128];
+        s_best_text(e, best, sizeof best);
         printf("%-24s %-9s %3" JSON_INTEGER_FORMAT "/%-3" JSON_INTEGER_FORMAT
                " %9" JSON_INTEGER_FORMAT " %6" JSON_INTEGER_FORMAT
-               " %7" JSON_INTEGER_FORMAT "\n",
+               " %6" JSON_INTEGER_FORMAT " %7" JSON_INTEGER_FORMAT "  %s\n",
                json_string_value(json_object_get(e, "name")),
                json_string_value(json_object_get(e, "state")),
                json_integer_value(json_object_get(e, "trials")),
                json_integer_value(json_object_get(e, "budget")),
                json_integer_value(json_object_get(e, "completed")),
+               json_integer_value(json_object_get(e, "pruned")),
                json_integer_value(json_object_get(e, "failed")),
-               json_integer_value(json_object_get(e, "running")));
+               json_integer_value(json_object_get(e, "running")), best);
     }
     json_decref(list);
     return CLI_OK;
@@ -233,10 +288,17 @@ static int s_show(const cli_opts *o)
         return CLI_FAIL;
     spec_t *marked = s_mark(d);
     if (o->json) {
-        cli_print_json(json_pack(
+        json_t *out = json_pack(
             "{s:O, s:O, s:O, s:O, s:O}", "name", json_object_get(d, "name"), "state",
             json_object_get(d, "state"), "spec", json_object_get(d, "spec"), "trials",
-            json_object_get(d, "trials"), "events", json_object_get(d, "events")));
+            json_object_get(d, "trials"), "events", json_object_get(d, "events"));
+        /* the answer: best (null with several objectives) and the Pareto set */
+        json_object_set(out, "best",
+                        json_object_get(d, "best") ? json_object_get(d, "best")
+                                                   : json_null());
+        if (json_object_get(d, "pareto"))
+            json_object_set(out, "pareto", json_object_get(d, "pareto"));
+        cli_print_json(out);
     } else {
         const json_t *obj = spec_json_objective(json_object_get(d, "spec"));
         printf("study %s (%s), objective %s %s\n",
@@ -244,6 +306,7 @@ static int s_show(const cli_opts *o)
                json_string_value(json_object_get(d, "state")),
                json_string_value(json_object_get(obj, "mode")),
                json_string_value(json_object_get(obj, "metric")));
+        s_print_best(d, json_string_value(json_object_get(obj, "metric")));
         cli_print_trials(json_object_get(d, "trials"));
         if (marked)
             s_print_front(marked, json_object_get(d, "trials"));

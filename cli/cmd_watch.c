@@ -405,8 +405,8 @@ static int s_order(w_view *v, char *err, size_t errsize)
 
 static int s_is_ended(const char *state)
 {
-    return !strcmp(state, "completed") || !strcmp(state, "failed") ||
-           !strcmp(state, "stopped");
+    store_trial_state st;
+    return store_trial_state_parse(state, &st) == 0 && store_trial_state_ended(st);
 }
 
 typedef struct {
@@ -428,9 +428,9 @@ static void s_progress(const w_view *v, w_progress *p)
             p->pending++;
         if (!strcmp(t->state, "failed"))
             p->failed++;
-        if (isfinite(t->value) && !t->infeasible &&
-            (!p->best ||
-             (v->maximize ? t->value > p->best->value : t->value < p->best->value)))
+        /* the best is the one s_marks found (spec_mark_trials, the one
+           definition); several objectives have a Pareto set instead */
+        if (t->mark && v->spec && v->spec->nobjectives == 1)
             p->best = t;
     }
     p->total = v->budget > v->norder ? v->budget : v->norder;
@@ -737,7 +737,7 @@ static int s_state_color(const char *state)
         return C_DONE;
     if (!strcmp(state, "failed"))
         return C_FAIL;
-    if (!strcmp(state, "stopped"))
+    if (!strcmp(state, "stopped") || !strcmp(state, "pruned"))
         return C_STOP;
     return 0;
 }
@@ -1209,9 +1209,7 @@ int cmd_watch(int argc, char **argv)
     json_t *bt = json_object_get(json_object_get(spec, "budget"), "trials");
     v.budget = json_is_integer(bt) ? (long)json_integer_value(bt) : 0;
     spec_error serr;
-    v.spec = spec_parse(spec, 0, &serr);
-    if (v.spec && v.spec->nobjectives <= 1 && !v.spec->nconstraints)
-        spec_destroy(&v.spec);
+    v.spec = spec_parse(spec, 0, &serr); /* the best and the marks: s_marks */
     for (size_t k = 0; v.spec && k < v.spec->nobjectives + v.spec->nconstraints; k++)
         s_name_index(&v, k < v.spec->nobjectives
                              ? v.spec->objectives[k].metric

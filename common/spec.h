@@ -251,14 +251,6 @@ int spec_objective_values(const spec_t *s, double value, const json_t *metrics,
    the front (1 or 0 with one objective). spec_front.c. */
 size_t spec_mark_trials(const spec_t *s, json_t *trials);
 
-/* Compares objective values: 1 when a is better than b for this study.
-   Non-finite values rank below every finite one in either direction
-   (inf and -inf alike, NaN below them). */
-int spec_better(const spec_t *s, double a, double b);
-/* The same for a direction alone (maximize 1 or 0). */
-int spec_better_mode(int maximize, double a, double b);
-
-#endif
 /* The one definition of which trials count for a study's best (docs/
    design.md, "Best trial"; as Optuna's best_trial, COMPLETE only): 1 when
    a trial in state `state` (store text) with objective result `value`
@@ -270,3 +262,11 @@ int spec_better_mode(int maximize, double a, double b);
    web API all judge with it. spec_front.c. */
 int spec_best_counts(const char *state, double value, int feasible);
 
+/* Compares objective values: 1 when a is better than b for this study.
+   Non-finite values rank below every finite one in either direction
+   (inf and -inf alike, NaN below them). */
+int spec_better(const spec_t *s, double a, double b);
+/* The same for a direction alone (maximize 1 or 0). */
+int spec_better_mode(int maximize, double a, double b);
+
+#endif

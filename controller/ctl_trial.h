@@ -165,8 +165,6 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path);
 /* Stores a batch of metrics for a trial; runs schedulers. 0 or -1. */
 int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
                        double now);
-/* Stops one trial: a waiting one at once, an active one by instruction,
-   then a kill after a grace period. `by`: who asks (ctl_stop_by). */
 /* Who stops a trial (ctl__trial_stop). */
 typedef enum {
     CTL_STOP_BY_PERSON = 0, /* a person, the time budget: ends STOPPED */
@@ -174,6 +172,8 @@ typedef enum {
     CTL_STOP_BY_SCHED = 2,  /* a scheduler's early-stopping decision: ends PRUNED */
 } ctl_stop_by;
 
+/* Stops one trial: a waiting one at once, an active one by instruction,
+   then a kill after a grace period. `by`: who asks (ctl_stop_by). */
 void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason,
                      ctl_stop_by by);
 /* pause --release: checkpoint, then exit, so the slot is free; the trial

@@ -30,9 +30,7 @@ static void s_objective(const json_t *spec, const char **metric, int *maximize)
 typedef struct {
     web_buf *out; /* NULL: count only */
     int maximize;
-    long n, completed, failed, stopped, running;
-    long best_id, best_number; /* best_id 0: none */
-    double best;
+    long n, completed, failed, stopped, pruned, running;
 } s_tally;
 
 /* A double as JSON with full precision (null when not finite). */
@@ -64,14 +62,9 @@ static int s_tally_row(void *arg, const store_trial_brief *t, const char *params
     y->completed += !strcmp(t->state, "completed");
     y->failed += !strcmp(t->state, "failed");
     y->stopped += !strcmp(t->state, "stopped");
+    y->pruned += !strcmp(t->state, "pruned");
     y->running += !strcmp(t->state, "running") || !strcmp(t->state, "starting") ||
                   !strcmp(t->state, "paused");
-    if (isfinite(t->value) &&
-        (!y->best_id || (y->maximize ? t->value > y->best : t->value < y->best))) {
-        y->best_id = t->id;
-        y->best_number = t->number;
-        y->best = t->value;
-    }
     web_buf *b = y->out;
     if (!b)
         return 0;
@@ -123,36 +116,48 @@ static int s_tally_run(store_t *s, const store_study *st, s_tally *y, web_buf *o
     return n < 0 ? -1 : 0;
 }
 
-/* A study's summary: name, state, objective, counts, progress, best. */
-static json_t *s_summary_of(const store_study *st, const s_tally *y)
+/* A study's summary: name, state, objective, counts, progress, and its
+   best (or Pareto set) by the one definition: store_study_best's, or
+   taken from `answer` (a row of store_study_list, which holds it) when
+   not NULL. */
+static json_t *s_summary_of(store_t *s, const store_study *st, const s_tally *y,
+                            const json_t *answer)
 {
     const char *metric;
     int maximize;
     s_objective(st->spec, &metric, &maximize);
-    long done = y->completed + y->failed + y->stopped;
+    long done = y->completed + y->failed + y->stopped + y->pruned;
     json_t *budget = json_object_get(json_object_get(st->spec, "budget"), "trials");
     long total = json_is_integer(budget) ? (long)json_integer_value(budget) : y->n;
-    return json_pack(
+    json_t *out = json_pack(
         "{s:I, s:s, s:s, s:{s:s, s:s}, s:f, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
-        "s:o}",
+        "s:I}",
         "id", (json_int_t)st->id, "name", st->name, "state", st->state, "objective",
         "metric", metric, "mode", maximize ? "max" : "min", "created", st->created,
         "finished", st->finished > 0 ? json_real(st->finished) : json_null(), "trials",
         (json_int_t)y->n, "total", (json_int_t)total, "done", (json_int_t)done,
         "completed", (json_int_t)y->completed, "failed", (json_int_t)y->failed, "stopped",
         (json_int_t)y->stopped, "running", (json_int_t)y->running, "progress",
-        total > 0 ? (double)done / (double)total : 0.0, "best",
-        y->best_id ? json_pack("{s:I, s:I, s:f}", "trial", (json_int_t)y->best_id,
-                               "number", (json_int_t)y->best_number, "value", y->best)
-                   : json_null());
+        total > 0 ? (double)done / (double)total : 0.0, "pruned", (json_int_t)y->pruned);
+    if (out && answer) {
+        json_object_set(out, "best",
+                        json_object_get(answer, "best") ? json_object_get(answer, "best")
+                                                        : json_null());
+        if (json_object_get(answer, "pareto"))
+            json_object_set(out, "pareto", json_object_get(answer, "pareto"));
+    } else if (out && store_study_best(s, st, out) != 0) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
 }
 
-static json_t *s_summary(store_t *s, const store_study *st)
+static json_t *s_summary(store_t *s, const store_study *st, const json_t *answer)
 {
     s_tally y;
     if (s_tally_run(s, st, &y, NULL) != 0)
         return NULL;
-    return s_summary_of(st, &y);
+    return s_summary_of(s, st, &y, answer);
 }
 
 int web__get_studies(web_req *r)
@@ -172,7 +177,7 @@ int web__get_studies(web_req *r)
         const char *name = json_string_value(json_object_get(row, "name"));
         if (store_study_get(s, name, &st) != 1)
             continue;
-        json_t *sum = s_summary(s, &st);
+        json_t *sum = s_summary(s, &st, row);
         if (sum)
             json_array_append_new(out, sum);
         store_study_fini(&st);
@@ -187,7 +192,7 @@ int web__get_study(web_req *r)
     store_study st;
     if (web__study(r, &st) != 1)
         return r->status;
-    json_t *sum = s_summary(r->db, &st);
+    json_t *sum = s_summary(r->db, &st, NULL);
     if (sum)
         json_object_set_new(sum, "spec", web__spec_for(r, st.spec));
     store_study_fini(&st);
@@ -342,7 +347,7 @@ int web__get_page(web_req *r)
     web_buf_init(&trials);
     s_tally y;
     int ok = s_tally_run(s, &st, &y, &trials) == 0;
-    json_t *head = ok ? s_summary_of(&st, &y) : NULL;
+    json_t *head = ok ? s_summary_of(s, &st, &y, NULL) : NULL;
     json_t *events =
         store_events_since(s, st.id, mark_event > nevents ? mark_event - nevents : 0, 0);
     if (head)

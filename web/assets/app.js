@@ -66,6 +66,13 @@ function ramp(u) {
 }
 const BEST = "#d62728";
 
+/* The one definition of which trials count for the best (docs/design.md,
+   "Best trial"; common/spec.h spec_best_counts): completed, with a finite
+   value. Pruned, stopped, failed and running trials never do. */
+function countsForBest(t) {
+  return t.state === "completed" && typeof t.value === "number" && isFinite(t.value);
+}
+
 function trialScore(t) {
   if (typeof t.value === "number") return t.value;
   if (typeof t.last_value === "number") return t.last_value;
@@ -162,6 +169,15 @@ function fail(e) {
 
 /* ---------- studies list ---------- */
 
+/* A study's answer as the server judges it (docs/design.md, "Best
+   trial"): the best completed trial by its id, the one `jizhi trial`
+   commands take, or the size of the Pareto set. */
+function bestText(s) {
+  if (s.best) return `${fmt(s.best.value)} (trial ${s.best.trial})`;
+  if (s.pareto && s.pareto.length) return `Pareto set: ${s.pareto.length} trial${s.pareto.length === 1 ? "" : "s"}`;
+  return "–";
+}
+
 async function studiesPage() {
   jz.view = "studies";
   crumbs({ text: "studies" });
@@ -171,19 +187,20 @@ async function studiesPage() {
   async function load() {
     let j;
     try { j = await getJSON("/api/studies"); } catch (e) { return fail(e); }
-    const head = el("tr", {}, ...["study", "state", "progress", "running", "failed", "stopped", "best", "objective", "created"].map((h) => el("th", { text: h, class: ["running", "failed", "stopped", "best"].includes(h) ? "num" : "" })));
+    const head = el("tr", {}, ...["study", "state", "progress", "running", "failed", "pruned", "stopped", "best", "objective", "created"].map((h) => el("th", { text: h, class: ["running", "failed", "pruned", "stopped", "best"].includes(h) ? "num" : "" })));
     const rows = j.studies.map((s) => el("tr", { "data-study": s.name },
       el("td", {}, el("a", { href: "#/study/" + encodeURIComponent(s.name), text: s.name })),
       el("td", {}, stateBadge(s.state)),
       el("td", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(100 * s.progress)}%` })), ` ${s.done}/${s.total}`),
       el("td", { class: "num", text: s.running }),
       el("td", { class: "num", text: s.failed }),
+      el("td", { class: "num", text: s.pruned || 0 }),
       el("td", { class: "num", text: s.stopped }),
-      el("td", { class: "num" }, s.best ? `${fmt(s.best.value)} (#${s.best.number})` : "–"),
+      el("td", { class: "num" }, bestText(s)),
       el("td", { text: `${s.objective.metric} (${s.objective.mode})` }),
       el("td", { text: when(s.created) })));
     table.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
-    if (!rows.length) table.append(el("tr", {}, el("td", { colspan: 9, class: "muted", text: "No studies yet: jizhi study submit SPEC.json" })));
+    if (!rows.length) table.append(el("tr", {}, el("td", { colspan: 10, class: "muted", text: "No studies yet: jizhi study submit SPEC.json" })));
     if (jz.drawnAt === null) jz.drawnAt = performance.now();
   }
   await load();
@@ -203,7 +220,7 @@ async function studyPage(name) {
   const S = {
     name, study: data.study, trials: data.trials, events: data.events, metrics: data.metrics,
     metric: data.curves.metric, curves: data.curves.trials, xcurves: {}, xaxis: "step",
-    logy: false, robust: true, sort: { key: "number", dir: 1 }, filter: "",
+    logy: false, robust: true, sort: { key: "id", dir: 1 }, filter: "",
   };
   jz.study = S;
   const maximize = S.study.objective.mode === "max";
@@ -227,7 +244,7 @@ async function studyPage(name) {
     el("div", { class: "grid" },
       el("div", { class: "panel" }, el("h2", { text: "Optimisation history" }),
         el("div", { class: "chart-box" }, el("canvas", { id: "history-chart" })),
-        el("div", { class: "note", text: "Every trial: stopped ones (early stopping or a person) at their last value, running ones at their latest value." })),
+        el("div", { class: "note", text: "Every trial: pruned ones (stopped by early stopping) and ones a person stopped at their last value, running ones at their latest value; best so far over the completed trials." })),
       el("div", { class: "panel" }, el("h2", { text: "Learning curves" }),
         el("div", { class: "controls" },
           el("label", {}, "metric ", metricSel), el("label", {}, "x ", xSel),
@@ -254,9 +271,9 @@ async function studyPage(name) {
     const best = s.best;
     headline.replaceChildren(
       el("span", {}, stateBadge(s.state)),
-      el("span", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(100 * s.progress)}%` })), ` ${s.done}/${s.total} done, ${s.running} running, ${s.failed} failed, ${s.stopped} stopped`),
+      el("span", {}, el("span", { class: "bar" }, el("span", { style: `width:${Math.round(100 * s.progress)}%` })), ` ${s.done}/${s.total} done, ${s.running} running, ${s.failed} failed, ${s.pruned || 0} pruned, ${s.stopped} stopped`),
       el("span", {}, `objective ${s.objective.metric} (${s.objective.mode})`),
-      el("span", { class: "big", id: "study-best" }, best ? `best ${fmt(best.value)} — trial #${best.number}` : "no result yet"));
+      el("span", { class: "big", id: "study-best", title: best ? `the trial's number in the study: ${best.number}` : "" }, best ? `best ${fmt(best.value)} — trial ${best.trial}` : S.front && S.front.multi ? "" : "no completed trial yet"));
     if (S.front && S.front.multi)
       headline.append(el("span", { id: "study-pareto", title: "completed feasible trials no other one dominates; marked ◆ in the table" },
         `Pareto set: ${S.front.n} trial${S.front.n === 1 ? "" : "s"} ◆ (${S.front.objectives.map((o) => o.metric + " " + o.mode).join(", ")})`));
@@ -278,19 +295,30 @@ async function studyPage(name) {
   }
   function recount() {
     const s = S.study;
-    const c = { done: 0, running: 0, failed: 0, stopped: 0, completed: 0 };
+    const c = { done: 0, running: 0, failed: 0, stopped: 0, pruned: 0, completed: 0 };
     for (const t of S.trials) {
       if (t.state === "completed") c.completed++;
       if (t.state === "failed") c.failed++;
       if (t.state === "stopped") c.stopped++;
+      if (t.state === "pruned") c.pruned++;
       if (["running", "starting", "paused"].includes(t.state)) c.running++;
     }
-    c.done = c.completed + c.failed + c.stopped;
+    c.done = c.completed + c.failed + c.stopped + c.pruned;
     Object.assign(s, c);
     s.progress = s.total ? c.done / s.total : 0;
+    /* the one definition of best (docs/design.md): completed trials with a
+       finite value; with constraints or several objectives the server's
+       judgement (GET .../pareto) stands */
+    if (S.front || (s.spec && s.spec.constraints) || s.pareto) {
+      if (S.front && !S.front.multi) {
+        const t = S.trials.find((u) => S.front.ids.has(u.id));
+        s.best = t ? { trial: t.id, number: t.number, value: t.value } : null;
+      }
+      return;
+    }
     let best = null;
     for (const t of S.trials)
-      if (typeof t.value === "number" && (!best || (maximize ? t.value > best.value : t.value < best.value)))
+      if (countsForBest(t) && (!best || (maximize ? t.value > best.value : t.value < best.value)))
         best = { trial: t.id, number: t.number, value: t.value };
     s.best = best;
   }
@@ -311,7 +339,7 @@ async function studyPage(name) {
 
   /* optimisation history */
   function historyData() {
-    const done = [], stopped = [], running = [], bestLine = [];
+    const done = [], stopped = [], pruned = [], running = [], bestLine = [];
     let best = null;
     const sorted = [...S.trials].sort((a, b) => a.number - b.number);
     for (const t of sorted) {
@@ -319,21 +347,21 @@ async function studyPage(name) {
       if (v === null) continue;
       const p = { x: t.number, y: v, id: t.id };
       if (t.state === "stopped") stopped.push(p);
+      else if (t.state === "pruned") pruned.push(p);
       else if (typeof t.value === "number") done.push(p);
       else running.push(p);
-      if (typeof t.value === "number" && t.state !== "stopped" || t.state === "stopped") {
-        if (best === null || (maximize ? v > best : v < best)) best = v;
-      }
+      if (countsForBest(t) && (best === null || (maximize ? v > best : v < best))) best = v;
       if (best !== null) bestLine.push({ x: t.number, y: best });
     }
-    return { done, stopped, running, bestLine };
+    return { done, stopped, pruned, running, bestLine };
   }
   function drawHistory() {
     if (!$("#history-chart")) return; /* the page was left */
     const d = historyData();
     const ds = [
       { label: "completed", data: d.done, backgroundColor: "#2171b5", pointRadius: 4, showLine: false },
-      { label: "stopped", data: d.stopped, borderColor: "#d9822b", backgroundColor: "#d9822b", pointStyle: "crossRot", pointRadius: 6, borderWidth: 2, showLine: false },
+      { label: "stopped by a person", data: d.stopped, borderColor: "#d9822b", backgroundColor: "#d9822b", pointStyle: "crossRot", pointRadius: 6, borderWidth: 2, showLine: false },
+      { label: "pruned (early stopping)", data: d.pruned, borderColor: "#8c564b", backgroundColor: "#8c564b", pointStyle: "crossRot", pointRadius: 6, borderWidth: 2, showLine: false },
       { label: "running", data: d.running, borderColor: "#2ca25f", backgroundColor: "rgba(0,0,0,0)", pointRadius: 4, borderWidth: 1.5, showLine: false },
       { label: "best so far", type: "line", data: d.bestLine, borderColor: BEST, borderWidth: 1.5, pointRadius: 0, stepped: true, fill: false },
     ];
@@ -346,9 +374,9 @@ async function studyPage(name) {
       type: "scatter", data: { datasets: ds },
       options: {
         animation: false, maintainAspectRatio: false, parsing: false,
-        scales: { x: { title: { display: true, text: "trial number" }, ticks: { precision: 0 } }, y: { title: { display: true, text: S.study.objective.metric } } },
+        scales: { x: { title: { display: true, text: "trial's number in the study" }, ticks: { precision: 0 } }, y: { title: { display: true, text: S.study.objective.metric } } },
         plugins: { legend: { position: "bottom", labels: { boxWidth: 10 } },
-          tooltip: { callbacks: { label: (c) => `trial #${c.raw.x}: ${fmt(c.raw.y)}` } } },
+          tooltip: { callbacks: { label: (c) => `trial ${c.raw.id} (no. ${c.raw.x} in the study): ${fmt(c.raw.y)}` } } },
         onClick: (e, items) => { const p = items[0] && items[0].element && ds[items[0].datasetIndex].data[items[0].index]; if (p && p.id) location.hash = "#/trial/" + p.id; },
       },
     });
@@ -383,7 +411,7 @@ async function studyPage(name) {
        the point nearest in time */
     const pts = [];
     for (const e of S.events) {
-      if (e.trial == null || !(e.kind === "instruction" || e.kind === "stopped")) continue;
+      if (e.trial == null || !(e.kind === "instruction" || e.kind === "stopped" || e.kind === "pruned")) continue;
       const c = S.curves[e.trial];
       if (!c || !c.s.length) continue;
       const rel = e.time - c.t0;
@@ -392,7 +420,7 @@ async function studyPage(name) {
       const x = xOf(e.trial, c, best), y = c.y[best];
       if (x === null || y === null) continue;
       const d = e.detail || {};
-      const what = e.kind === "stopped" ? "stopped" : d.name ? `${d.kind} ${d.name}=${fmt(d.value)}` : d.kind || e.kind;
+      const what = e.kind !== "instruction" ? e.kind : d.name ? `${d.kind} ${d.name}=${fmt(d.value)}` : d.kind || e.kind;
       pts.push({ x, y, label: `trial ${e.trial}: ${what} by ${e.who}${d.reason ? " — " + d.reason : ""}` });
     }
     return pts;
@@ -425,7 +453,7 @@ async function studyPage(name) {
       if (!t) continue;
       const isBest = Number(tid) === bestId;
       lines.push({ trialId: Number(tid), number: t.number, data: curvePoints(tid, c), color: col(t),
-        width: isBest ? 3 : 1, dash: t.state === "stopped" ? [4, 3] : [], best: isBest });
+        width: isBest ? 3 : 1, dash: t.state === "stopped" || t.state === "pruned" ? [4, 3] : [], best: isBest });
     }
     lines.sort((a, b) => a.best - b.best); /* the best on top */
     return lines;
@@ -661,7 +689,7 @@ async function studyPage(name) {
   function drawTable() {
     if (!$("#trials-table")) return; /* the page was left */
     const cols = [
-      { key: "number", label: "#", num: true }, { key: "id", label: "id", num: true },
+      { key: "id", label: "trial", num: true }, { key: "number", label: "no. in study", num: true },
       { key: "state", label: "state" }, { key: "value", label: S.study.objective.metric, num: true },
       { key: "last_value", label: "last", num: true }, { key: "last_step", label: "step", num: true },
       ...pnames.map((p) => ({ key: "p:" + p, label: p, num: true })),
@@ -689,10 +717,10 @@ async function studyPage(name) {
     const body = rows.slice(0, limit).map((t) => el("tr", { class: t.id === bestId ? "best" : "", "data-trial": t.id },
       ...cols.map((c) => {
         const v = val(t, c.key);
-        if (c.key === "number") {
+        if (c.key === "id") { /* the trial's id: what `jizhi trial ...` takes */
           const onFront = S.front && S.front.ids.has(t.id);
           return el("td", { class: "num" + (onFront ? " pareto" : ""), title: onFront ? (S.front.multi ? "on the Pareto set" : "best feasible") : "" },
-            el("a", { href: "#/trial/" + t.id, text: "#" + v + (onFront ? " ◆" : "") }));
+            el("a", { href: "#/trial/" + t.id, text: String(v) + (onFront ? " ◆" : "") }));
         }
         if (c.key === "state") return el("td", {}, stateBadge(v));
         return el("td", { class: c.num ? "num" : "", text: typeof v === "number" ? fmt(v) : v == null ? "–" : String(v) });
@@ -718,7 +746,7 @@ async function studyPage(name) {
     const tmap = byId();
     const rows = S.events.slice(-300).reverse().map((e) => el("tr", {},
       el("td", { text: when(e.time) }),
-      el("td", {}, e.trial != null ? el("a", { href: "#/trial/" + e.trial, text: tmap[e.trial] ? "#" + tmap[e.trial].number : String(e.trial) }) : "–"),
+      el("td", {}, e.trial != null ? el("a", { href: "#/trial/" + e.trial, text: String(e.trial), title: tmap[e.trial] ? `no. ${tmap[e.trial].number} in the study` : "" }) : "–"),
       el("td", { text: whoOf(e) }), el("td", { text: e.kind }), el("td", { text: describe(e) }),
       el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
       el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" })));
@@ -795,7 +823,7 @@ async function studyPage(name) {
     redrawEvents();
     if (evs.some((e) => e.kind.startsWith("study_")))
       getJSON(`/api/studies/${encodeURIComponent(name)}`).then((j) => { delete j.spec; Object.assign(S.study, j); renderHead(); }).catch(() => {});
-    if (evs.some((e) => e.trial != null && (e.kind === "instruction" || e.kind === "stopped"))) redrawCurves();
+    if (evs.some((e) => e.trial != null && (e.kind === "instruction" || e.kind === "stopped" || e.kind === "pruned"))) redrawCurves();
   });
   src.addEventListener("resolved", (m) => {
     const evs = JSON.parse(m.data);
@@ -815,7 +843,7 @@ async function trialPage(id) {
   jz.view = "trial";
   let T;
   try { T = await getJSON(`/api/trials/${id}`); } catch (e) { return fail(e); }
-  crumbs({ text: "studies", href: "#/" }, { text: T.study, href: "#/study/" + encodeURIComponent(T.study) }, { text: `trial #${T.number}` });
+  crumbs({ text: "studies", href: "#/" }, { text: T.study, href: "#/study/" + encodeURIComponent(T.study) }, { text: `trial ${T.id}` });
   const main = $("#main");
   const info = el("div", { class: "kv", id: "trial-info" });
   const names = [...new Set([...Object.keys(T.space || {}), "lr", "batch_size", ...Object.keys(T.params || {})])];
@@ -824,7 +852,7 @@ async function trialPage(id) {
   const ack = el("div", { id: "ack" });
   const charts = el("div", { class: "grid", id: "trial-charts" });
   main.replaceChildren(
-    el("div", { class: "panel" }, el("h1", { text: `Trial #${T.number} (id ${T.id}) of ${T.study}` }), info),
+    el("div", { class: "panel" }, el("h1", { text: `Trial ${T.id} of ${T.study} (no. ${T.number} in the study)` }), info),
     el("div", { class: "panel" }, el("h2", { text: "Steer" }),
       el("datalist", { id: "param-names" }, ...names.map((n) => el("option", { value: n }))),
       el("div", { class: "controls" },
@@ -946,7 +974,7 @@ async function trialPage(id) {
       text = `set ${n}=${raw}`;
     } else if (what === "release") { path = "pause"; body = { release: true }; text = "pause and release"; }
     if (!token()) { ack.className = "err"; ack.textContent = "enter a token (top right) to steer trials"; return; }
-    if (!confirm(`${text} on trial #${T.number} (id ${T.id})?`)) return;
+    if (!confirm(`${text} on trial ${T.id}?`)) return;
     ack.className = ""; ack.textContent = `${text}: sent…`;
     try {
       const r = await post(`/api/trials/${id}/${path}`, body);
