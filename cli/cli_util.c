@@ -150,7 +150,9 @@ void cli_print_trials(const json_t *trials)
                " %-3" JSON_INTEGER_FORMAT " %-7s %-12s %s\n",
                json_integer_value(json_object_get(t, "id")),
                json_string_value(json_object_get(t, "state")),
-               json_integer_value(json_object_get(t, "attempt")),
+               /* TRY counts runs from 1, as "retrying (try 2)" does; the
+                  stored attempt (log file names, exports) counts from 0 */
+               json_integer_value(json_object_get(t, "attempt")) + 1,
                json_integer_value(json_object_get(t, "preemptions")), step, v,
                p ? p : "");
         free(p);

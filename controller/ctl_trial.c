@@ -375,7 +375,7 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
     store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, "controller",
                     "retry", detail, 1);
     json_decref(detail);
-    log_info("ctl", "study %s trial %ld: %s; retrying (attempt %ld)", t->study->row.name,
+    log_info("ctl", "study %s trial %ld: %s; retrying (try %ld)", t->study->row.name,
              t->row.id, reason, t->row.attempt + 1);
 }
 

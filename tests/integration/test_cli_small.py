@@ -38,3 +38,27 @@ def test_dispatcher_finds_a_local_controller_from_db(jz, tmp_path):
     p = subprocess.run([JIZHI, "dispatcher", "--db", db, "--controller", "ipc:///x"],
                        capture_output=True, text=True, env=jz.env, timeout=30)
     assert p.returncode == 2 and "choose one" in p.stderr
+
+
+def test_try_column_and_retry_log_count_alike(jz):
+    """A trial that fails once and passes on its retry: `trial list` shows
+    TRY 2 and the controller's log says "retrying (try 2)"."""
+    prog = ("if [ -f ran.$JIZHI_TRIAL ]; then jizhi report score=1; "
+            "else touch ran.$JIZHI_TRIAL; exit 3; fi")
+    spec = base_spec("retry-once", ["sh", "-c", prog], trials=1, parallel=1)
+    spec["trial"]["retries"] = 1
+    log = os.path.join(jz.dir, "ctl.log")
+    ctl = jz.popen("controller", "--db", jz.db, "--log", log)
+    disp = None
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        disp = jz.popen("dispatcher", "--slots", "1")
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials") == [("completed",)], 60,
+                    "the retry to complete")
+        p = jz.run("trial", "list", "retry-once", check=0)
+    finally:
+        stop(*[x for x in (disp, ctl) if x])
+    rows = [l.split() for l in p.stdout.splitlines()[1:] if l.strip()]
+    assert rows[0][1] == "completed" and rows[0][2] == "2", p.stdout
+    assert "retrying (try 2)" in open(log).read()

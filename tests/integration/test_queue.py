@@ -212,7 +212,7 @@ def test_preemption_round_trip_keeps_every_acknowledged_metric(jz):
         assert w["low"]["preempted"] == 1 and w["low"]["reason"].startswith("no capacity")
         listing = jz.run("trial", "list", "low", check=0).stdout.splitlines()
         assert listing[0].split()[:5] == ["ID", "STATE", "TRY", "PRE", "STEP"]
-        assert listing[1].split()[1:4] == ["suspended", "0", "1"]
+        assert listing[1].split()[1:4] == ["suspended", "1", "1"]  # try 1, preempted once
         assert json.loads(jz.run("trial", "show", str(tid), "--json",
                                  check=0).stdout)["preemptions"] == 1
         # a controller killed with -9 now and started again still knows the
