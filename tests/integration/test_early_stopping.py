@@ -65,7 +65,8 @@ def asha_replay(jz, grace, eta, resource="epoch", mode="max", rungs=99):
 
 def check_stops(jz, expected, who):
     rows = jz.sql("SELECT id, state, reason FROM trials ORDER BY number")
-    got = {tid: reason for tid, state, reason in rows if state == "stopped"}
+    # a rule's stop ends a trial "pruned" (a person's stop: "stopped")
+    got = {tid: reason for tid, state, reason in rows if state == "pruned"}
     assert got == expected
     others = [state for tid, state, _ in rows if tid not in expected]
     assert all(s == "completed" for s in others), rows
@@ -172,7 +173,7 @@ def test_asha_resumes_after_a_controller_kill(jz):
         spec["budget"]["parallel"] = 2
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state IN "
-                                   "('completed','stopped')")[0][0] >= 3, 90, "three trials done")
+                                   "('completed','pruned')")[0][0] >= 3, 90, "three trials done")
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0] > 0,
                     30, "a running trial")
         ctl.send_signal(signal.SIGKILL)
@@ -184,8 +185,8 @@ def test_asha_resumes_after_a_controller_kill(jz):
     finally:
         stop(*(p for p in (ctl, ctl2, disp) if p))
     rows = jz.sql("SELECT id, state, reason FROM trials ORDER BY number")
-    assert len(rows) == 8 and all(s in ("completed", "stopped") for _, s, _ in rows), rows
-    assert all(r.startswith("asha: rung") for _, s, r in rows if s == "stopped"), rows
+    assert len(rows) == 8 and all(s in ("completed", "pruned") for _, s, _ in rows), rows
+    assert all(r.startswith("asha: rung") for _, s, r in rows if s == "pruned"), rows
     state = json.loads(jz.sql("SELECT sched_state FROM studies")[0][0])
     rungs = state["monitors"][0]["rungs"]
     for k, recs in enumerate(rungs):
@@ -193,7 +194,7 @@ def test_asha_resumes_after_a_controller_kill(jz):
         assert len(ids) == len(set(ids)), f"a trial judged twice at rung {k}"
     for tid, st, reason in rows:
         top = max((r for r, _ in points(jz, tid)), default=0)
-        stopped_at = int(reason.split()[2]) if st == "stopped" else None
+        stopped_at = int(reason.split()[2]) if st == "pruned" else None
         for k, milestone in enumerate((1, 3)):
             judged = any(t == tid for t, _ in rungs[k]) if k < len(rungs) else False
             due = top >= milestone and (stopped_at is None or k <= stopped_at)

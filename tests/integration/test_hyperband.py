@@ -124,7 +124,7 @@ def test_bo_with_hyperband_survives_kill9(jz):
     try:
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state IN "
-                                   "('completed', 'stopped')")[0][0] >= 5, 120,
+                                   "('completed', 'pruned')")[0][0] >= 5, 120,
                     "five trials ended")
         ctl.send_signal(signal.SIGKILL)
         ctl.wait()
@@ -134,8 +134,8 @@ def test_bo_with_hyperband_survives_kill9(jz):
     finally:
         stop(ctl, disp)
     rows = jz.sql("SELECT id, state FROM trials ORDER BY number")
-    assert len(rows) == 14 and all(s in ("completed", "stopped") for _, s in rows), rows
-    stopped = {t for t, s in rows if s == "stopped"}
+    assert len(rows) == 14 and all(s in ("completed", "pruned") for _, s in rows), rows
+    stopped = {t for t, s in rows if s == "pruned"}  # a rule's stop: pruned
     assert stopped  # bracket 0 stops some
     (state,) = jz.sql("SELECT sched_state FROM studies")[0]
     st = json.loads(state)
@@ -147,7 +147,7 @@ def test_bo_with_hyperband_survives_kill9(jz):
     assert got == sorted(assignments(weights, 14))
     # stops name the trial's own bracket
     by = {t["id"]: t["bracket"] for t in mon["trials"]}
-    for tid, reason in jz.sql("SELECT id, reason FROM trials WHERE state='stopped'"):
+    for tid, reason in jz.sql("SELECT id, reason FROM trials WHERE state='pruned'"):
         assert reason.startswith("hyperband: bracket %d " % by[tid]), reason
     # bo: every trial's values at epochs 1, 2, 4 (as far as it got), the
     # stopped ones marked stopped, none taken as finished

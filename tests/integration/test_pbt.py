@@ -168,7 +168,7 @@ def test_guard_stops_a_trial_without_checkpoint(jz):
     spec["alerts"] = [{"on": "guard", "name": "div"}]
     jz.run("run", jz.write_spec(spec), timeout=90)  # exits 1: no trial completed
     ((state, reason),) = jz.sql("SELECT state, reason FROM trials")
-    assert state == "stopped" and reason.startswith("diverged"), (state, reason)
+    assert state == "pruned" and reason.startswith("diverged"), (state, reason)  # the guard: pruned
     al = json.loads(jz.run("alerts", "guard-stop", "--json", check=0).stdout)
     assert [(a["rule"], a["kind"]) for a in al] == [("study:div", "guard")]
     assert al[0]["detail"]["detail"]["action"] == "stop"
