@@ -1,0 +1,61 @@
+"""bench-torch's 2-rank trial: examples/torch's CNN under DDP on gloo, its
+ranks started here as torchrun would (rank 1 without a trial identity, as
+libjizhi runs on ranks other than 0). Each rank appends "lr wall-time step"
+to $LOG.<rank> when its optimizer's lr changes, so the bench sees when a
+`trial set lr` reached both optimizers."""
+import os
+import socket
+import subprocess
+import sys
+import time
+
+if "RANK" not in os.environ:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                   LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if r:
+            for k in ("JIZHI_TRIAL", "JIZHI_TOKEN", "JIZHI_ENDPOINT"):
+                env.pop(k, None)
+        procs.append(subprocess.Popen([sys.executable, __file__], env=env))
+    sys.exit(max(p.wait() for p in procs))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "examples", "torch"))
+from train import Net, fashion_mnist  # noqa: E402
+import jizhi  # noqa: E402
+import jizhi.torch  # noqa: E402
+
+torch.set_num_threads(1)
+torch.manual_seed(0)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+t = jizhi.Trial()
+net = nn.parallel.DistributedDataParallel(Net(8))
+opt = torch.optim.SGD(net.parameters(), lr=t.param("lr", 0.01), momentum=0.9)
+ctl = jizhi.torch.attach(t, opt, model=net)
+log = open("%s.%d" % (os.environ["LOG"], rank), "a")
+last = None
+for x, y in ctl.loader(fashion_mnist("train", 4096), batch_size=32, shuffle=True, epochs=10000):
+    opt.zero_grad()
+    F.cross_entropy(net(x), y).backward()
+    opt.step()
+    ok = ctl.step()
+    lr = opt.param_groups[0]["lr"]
+    if lr != last:
+        log.write("%r %.6f %d\n" % (lr, time.time(), ctl.global_step))
+        log.flush()
+        last = lr
+    if not ok:
+        break
+t.close()
+dist.destroy_process_group()
