@@ -118,6 +118,7 @@ enum {
     CLI_OPT_FOLLOW = 1 << 6,   /* --follow, -f */
     CLI_OPT_TRIALS = 1 << 7,   /* --trials N (study extend) */
     CLI_OPT_PRIORITY = 1 << 8, /* --priority high|normal|low */
+    CLI_OPT_FORCE = 1 << 9,    /* --force (trial set: a value outside the space) */
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
@@ -125,7 +126,7 @@ typedef struct {
     const char *format;     /* --format, default "csv" */
     const char *output;     /* --output or NULL */
     const char *priority;   /* --priority or NULL */
-    int json, no_wait, err_only, release, all, follow;
+    int json, no_wait, err_only, release, all, follow, force;
     long trials;    /* --trials, 0 when absent */
     double timeout; /* --timeout, default 30 s */
     int nargs;      /* positional arguments left */

@@ -31,6 +31,7 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         {{"follow", no_argument, 0, 'f'}, CLI_OPT_FOLLOW},
         {{"priority", required_argument, 0, 'p'}, CLI_OPT_PRIORITY},
         {{"trials", required_argument, 0, 'T'}, CLI_OPT_TRIALS},
+        {{"force", no_argument, 0, 'F'}, CLI_OPT_FORCE},
     };
     enum { N = sizeof table / sizeof table[0] };
     struct option opts[N + 1];
@@ -80,6 +81,9 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
             break;
         case 'f':
             o->follow = 1;
+            break;
+        case 'F':
+            o->force = 1;
             break;
         case 'p':
             if (spec_priority_parse(optarg) < 0) {

@@ -23,11 +23,14 @@ static const char s_usage[] =
     "       jizhi trial pause ID --release   checkpoint, exit and free the slot; "
     "`resume`\n"
     "                                        restarts it from that checkpoint\n"
-    "       jizhi trial set ID KEY=VALUE... [--no-wait] [--timeout S]\n"
+    "       jizhi trial set ID KEY=VALUE... [--force] [--no-wait] [--timeout S]\n"
     "Common options: --db FILE, --controller ENDPOINT.\n"
     "set/pause/resume return once the trial has acknowledged (or fail after the "
     "timeout,\n"
-    "default 30 s); --no-wait returns as soon as the controller has recorded it.\n";
+    "default 30 s); pause --release once the trial has checkpointed and exited (exit 1\n"
+    "when it refused); --no-wait returns as soon as the controller has recorded it.\n"
+    "set refuses a value of the wrong type for a parameter of the space, and one\n"
+    "outside the space unless --force; other names go to the program as given.\n";
 
 static int s_trial_id(const char *text, long *id)
 {
@@ -263,10 +266,17 @@ static int s_control(const cli_opts *o, const char *sub, long id)
         cli_error("--release goes with `trial pause` only");
         return CLI_USAGE;
     }
-    json_t *msg = json_pack("{s:s, s:I, s:b, s:b}", "type", type, "trial", (json_int_t)id,
-                            "wait", !o->no_wait && strcmp(sub, "stop") && !o->release,
-                            "release", o->release);
+    if (o->force && strcmp(sub, "set")) {
+        cli_error("--force goes with `trial set` only");
+        return CLI_USAGE;
+    }
+    /* the controller answers a wait that ran out itself, saying what it
+       knows; the margin is for its answer to arrive */
+    json_t *msg = json_pack("{s:s, s:I, s:b, s:b, s:f}", "type", type, "trial",
+                            (json_int_t)id, "wait", !o->no_wait && strcmp(sub, "stop"),
+                            "release", o->release, "wait_s", o->timeout);
     if (!strcmp(sub, "set")) {
+        json_object_set_new(msg, "force", json_boolean(o->force));
         json_t *values = json_object();
         for (int i = 1; i < o->nargs; i++) {
             int rc = s_kv(o->args[i], values);
@@ -297,14 +307,18 @@ static int s_control(const cli_opts *o, const char *sub, long id)
         json_decref(msg);
         return CLI_FAIL;
     }
-    json_t *r = cli_request(ep, msg, (int)(o->timeout * 1000));
+    json_t *r = cli_request(ep, msg, (int)(o->timeout * 1000) + 5000);
     if (!r)
         return CLI_FAIL;
     json_t *lat = json_object_get(r, "latency_s");
-    if (json_is_true(json_object_get(r, "releasing")))
-        printf("trial %ld: releasing (checkpoint, then exit); `jizhi trial resume %ld` "
-               "restarts it "
-               "from the checkpoint\n",
+    if (json_is_true(json_object_get(r, "released")))
+        printf("trial %ld: released: it saved a checkpoint at step %" JSON_INTEGER_FORMAT
+               ", exited and freed its slot; `jizhi trial resume %ld` restarts it from "
+               "the checkpoint\n",
+               id, json_integer_value(json_object_get(r, "checkpoint_step")), id);
+    else if (json_is_true(json_object_get(r, "releasing")))
+        printf("trial %ld: releasing (checkpoint, then exit), not waited for: `jizhi "
+               "trial show %ld` tells whether it was suspended\n",
                id, id);
     else if (json_is_true(json_object_get(r, "restarting")))
         printf("trial %ld: restarting from its checkpoint\n", id);
@@ -325,9 +339,10 @@ int cmd_trial(int argc, char **argv)
     }
     const char *sub = argv[1];
     cli_opts o;
-    int rc = cli_opts_parse(
-        argc - 1, argv + 1,
-        CLI_OPT_WAIT | CLI_OPT_STDERR | CLI_OPT_RELEASE | CLI_OPT_FOLLOW, s_usage, &o);
+    int rc = cli_opts_parse(argc - 1, argv + 1,
+                            CLI_OPT_WAIT | CLI_OPT_STDERR | CLI_OPT_RELEASE |
+                                CLI_OPT_FOLLOW | CLI_OPT_FORCE,
+                            s_usage, &o);
     if (rc < 0)
         return CLI_OK;
     if (rc)

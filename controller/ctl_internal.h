@@ -72,7 +72,27 @@ typedef struct {
     double sent;      /* monotonic, first send */
     wire_peer waiter; /* CLI peer waiting for the ack, len 0 if none */
     long waiter_req;
+    double wait_until; /* monotonic: the waiter is answered `not_acknowledged`
+                          after it (0: never) */
+    double wait_s;     /* the wait it was given, for that answer */
+    long batch;        /* a `trial set` of several values: the first one's id
+                          (one params generation for all), 0 alone */
+    int release;       /* the checkpoint of a person's `pause --release` */
+    int nbatch;        /* values in its batch */
+    int nrefused;      /* waiter's instruction of a batch: values of the batch the
+                          trial refused so far ... */
+    char refused[400]; /* ... and what it said */
 } ctl_instr;
+
+/* A person's `pause --release` whose checkpoint the trial saved: the
+   waiter is answered once the trial has exited (suspended) or ended. */
+typedef struct {
+    long trial_id;
+    wire_peer waiter;
+    long waiter_req;
+    double until; /* monotonic: answered `not_acknowledged` after it */
+    double wait_s;
+} ctl_release;
 
 /* A `read_log` relayed to a dispatcher, waiting for its `log_data`. */
 typedef struct {
@@ -122,6 +142,8 @@ struct ctl {
     size_t ndisps;
     ctl_instr *instrs;
     size_t ninstrs, instr_cap;
+    ctl_release *releases; /* waited releases past their checkpoint (ctl_instr.c) */
+    size_t nreleases, release_cap;
     ctl_out *outbox;
     size_t nout, out_cap;
     ctl_logread *logreads; /* relayed read_log requests (ctl_read.c) */
@@ -176,8 +198,30 @@ long ctl__instruct(ctl_t *c, ctl_trial *t, const char *kind, const json_t *args,
 /* The trial an outstanding instruction is addressed to, or -1 when no
    instruction with this id is outstanding. */
 long ctl__instr_trial(const ctl_t *c, long id);
+/* The outstanding instruction with this id (borrowed: valid until the
+   next instruction is created or resolved), or NULL. */
+ctl_instr *ctl__instr_get(ctl_t *c, long id);
+/* Makes `from` wait for instruction `id`: answered when the trial
+   acknowledges it, or `not_acknowledged` after wait_s seconds (the
+   instruction stays outstanding). */
+void ctl__instr_wait(ctl_t *c, long id, const wire_peer *from, long req, double wait_s);
 /* Resolves an outstanding instruction; answers its waiter. */
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail);
+/* trial_set's values checked against t's space: each of a tuned
+   parameter must have its type (a number for float and int, a whole one
+   for int, a text that reads as a number is taken as one; a choice's
+   type) and, unless `force`, lie in the space; others go as given, for
+   the program's ack to decide. The values to send (caller owns), or NULL
+   with *code ("malformed", "bad_value", "out_of_space") and err. Changes
+   nothing. */
+json_t *ctl__set_check(const ctl_trial *t, const json_t *values, int force,
+                       const char **code, char *err, size_t size);
+/* Sends checked values (borrowed) to t as one batch: one instruction per
+   value, one params generation once applied; `from` (may be NULL) waits
+   for all of them, answered as ctl__instr_wait says. Returns the last
+   instruction's id, or -1. */
+long ctl__set_send(ctl_t *c, ctl_trial *t, const json_t *values, const char *who,
+                   const wire_peer *from, long req, double wait_s);
 /* Re-pushes outstanding instructions of a trial (after it spoke). */
 void ctl__instr_resend(ctl_t *c, ctl_trial *t);
 /* Resolves the instructions of trials that are no longer active. */

@@ -133,6 +133,7 @@ static void s_trial_spoke(ctl_t *c, const ctl_msg *m)
 {
     ctl_trial *t = m->trial;
     t->peer = *m->from;
+    t->spoke_wall = util_wall();
     ctl__trial_heard(c, t);
     ctl__instr_resend(c, t);
 }
@@ -714,40 +715,33 @@ static void s_reply_instruction(ctl_t *c, const ctl_msg *m, long iid)
     ctl__send(c, m->from, r);
 }
 
-/* trial set: one instruction per key; the reply waits for the last. */
+/* How long a waited steering request waits for the trial: `wait_s`, else
+   30 s. */
+static double s_wait_s(const json_t *msg)
+{
+    json_t *w = json_object_get(msg, "wait_s");
+    double x = json_is_number(w) ? json_number_value(w) : 30.0;
+    return x > 0 && x <= 86400 ? x : 30.0;
+}
+
+/* trial set: the values checked against the space (nothing recorded when
+   one is refused), then one batch; the reply waits for all of it. */
 static void s_trial_set(ctl_t *c, const ctl_msg *m, ctl_trial *t, int wait)
 {
-    json_t *values = json_object_get(m->msg, "values");
-    char err[160];
-    if (!json_is_object(values) || json_object_size(values) == 0) {
-        s_reply_error(c, m->from, m->req, "malformed",
-                      "field 'values': expected a non-empty object");
+    const char *code;
+    char err[600];
+    json_t *checked = ctl__set_check(t, json_object_get(m->msg, "values"),
+                                     json_is_true(json_object_get(m->msg, "force")),
+                                     &code, err, sizeof err);
+    if (!checked) {
+        s_reply_error(c, m->from, m->req, code, err);
         return;
     }
-    const char *key;
-    json_t *v;
-    json_object_foreach(values, key, v)
-    {
-        if (!spec_valid_name(key) || !(json_is_number(v) || json_is_string(v))) {
-            snprintf(err, sizeof err,
-                     "values.%.60s: expected a name and a number or string", key);
-            s_reply_error(c, m->from, m->req, "malformed", err);
-            return;
-        }
-    }
-    size_t left = json_object_size(values);
-    json_object_foreach(values, key, v)
-    {
-        json_t *args = json_pack("{s:s, s:O}", "name", key, "value", v);
-        int last = --left == 0;
-        long iid = ctl__instruct(c, t, "set", args, s_who(m->msg), "set by a person",
-                                 wait && last ? m->from : NULL, m->req);
-        json_decref(args);
-        if (iid < 0)
-            return;
-        if (last && !wait)
-            s_reply_instruction(c, m, iid);
-    }
+    long iid = ctl__set_send(c, t, checked, s_who(m->msg), wait ? m->from : NULL, m->req,
+                             s_wait_s(m->msg));
+    json_decref(checked);
+    if (iid >= 0 && !wait)
+        s_reply_instruction(c, m, iid);
 }
 
 static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
@@ -789,9 +783,19 @@ static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
         }
         break;
     case TRIAL_CMD_RELEASE:
-        ctl__trial_release(c, t, s_who(m->msg));
+        iid = ctl__trial_release(c, t, s_who(m->msg));
+        if (iid < 0) {
+            s_reply_error(c, m->from, m->req, "internal", "cannot record the release");
+            return;
+        }
+        ctl__instr_get(c, iid)->release = 1;
+        if (wait) { /* answered once released, refused or ended */
+            ctl__instr_wait(c, iid, m->from, m->req, s_wait_s(m->msg));
+            return;
+        }
         r = wire_ok(m->req);
         json_object_set_new(r, "releasing", json_true());
+        json_object_set_new(r, "instruction", json_integer(iid));
         ctl__send(c, m->from, r);
         return;
     case TRIAL_CMD_STOP:
@@ -805,8 +809,10 @@ static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
         break;
     }
     iid = ctl__instruct(c, t, cmd == TRIAL_CMD_PAUSE ? "pause" : "resume", NULL,
-                        s_who(m->msg), "by a person", wait ? m->from : NULL, m->req);
-    if (iid >= 0 && !wait)
+                        s_who(m->msg), "by a person", NULL, 0);
+    if (iid >= 0 && wait)
+        ctl__instr_wait(c, iid, m->from, m->req, s_wait_s(m->msg));
+    else if (iid >= 0)
         s_reply_instruction(c, m, iid);
 }
 

@@ -573,12 +573,12 @@ void ctl__trial_apply_sched(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *in
         s->sched_dirty = 1;
 }
 
-void ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who)
+long ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who)
 {
     if (ctl_trial_plan_to(t, PLAN_RELEASE_CHECKPOINT) != 0)
-        return;
-    ctl__instruct(c, t, "checkpoint", NULL, who, "pause --release: checkpoint, then exit",
-                  NULL, 0);
+        return -1;
+    return ctl__instruct(c, t, "checkpoint", NULL, who,
+                         "pause --release: checkpoint, then exit", NULL, 0);
 }
 
 void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who)

@@ -103,6 +103,9 @@ struct ctl_trial {
                                stalled) */
     unsigned stall_mask;    /* stalled alert rules already looked at (ctl_alert.c) */
     int feas; /* constraints: 0 not judged yet, 1 met, 2 not met (ctl__trial_feasible) */
+    double spoke_wall; /* wall clock of its last own message (0: none yet) */
+    long set_batch;    /* the `trial set` batch (ctl_instr.batch) that made ... */
+    long set_gen;      /* ... this params generation */
 };
 
 /* 1 when t's last metrics meet its study's constraints (always 1 without
@@ -178,8 +181,9 @@ void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason
                      ctl_stop_by by);
 /* pause --release: checkpoint, then exit, so the slot is free; the trial
    is SUSPENDED until ctl__trial_unsuspend puts it back to PENDING with
-   JIZHI_LOAD_CHECKPOINT set to that checkpoint. */
-void ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who);
+   JIZHI_LOAD_CHECKPOINT set to that checkpoint. Returns the checkpoint
+   instruction's id, or -1 (nothing sent). */
+long ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who);
 void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who);
 /* A stopped trial of a resumed study runs again (STOPPED -> PENDING). */
 void ctl__trial_rerun(ctl_t *c, ctl_trial *t);

@@ -50,14 +50,26 @@ int web_body_set_values(const json_t *in, const json_t **values, char *err,
     return 0;
 }
 
-int web_body_release(const json_t *in, int *release, char *err, size_t errsize)
+/* The boolean field `name` of in: absent is false. */
+static int s_flag(const json_t *in, const char *name, int *flag, char *err,
+                  size_t errsize)
 {
-    json_t *rel = json_object_get(in, "release");
-    *release = 0;
-    if (rel && !json_is_boolean(rel)) {
-        snprintf(err, errsize, "release: expected true or false");
+    json_t *v = json_object_get(in, name);
+    *flag = 0;
+    if (v && !json_is_boolean(v)) {
+        snprintf(err, errsize, "%s: expected true or false", name);
         return -1;
     }
-    *release = json_is_true(rel);
+    *flag = json_is_true(v);
     return 0;
+}
+
+int web_body_release(const json_t *in, int *release, char *err, size_t errsize)
+{
+    return s_flag(in, "release", release, err, errsize);
+}
+
+int web_body_force(const json_t *in, int *force, char *err, size_t errsize)
+{
+    return s_flag(in, "force", force, err, errsize);
 }

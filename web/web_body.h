@@ -24,4 +24,8 @@ int web_body_set_values(const json_t *in, const json_t **values, char *err,
 /* POST /api/trials/ID/pause: {"release": true|false} (absent: false). */
 int web_body_release(const json_t *in, int *release, char *err, size_t errsize);
 
+/* POST /api/trials/ID/set: {"force": true|false} (absent: false): send a
+   value outside the study's space. */
+int web_body_force(const json_t *in, int *force, char *err, size_t errsize);
+
 #endif

@@ -16,7 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WAIT_MS 30000 /* how long a waited acknowledgement may take */
+/* How long a waited acknowledgement may take: the controller answers one
+   that runs out itself after WAIT_S (saying what it knows of the trial),
+   the margin is for its answer to arrive. */
+#define WAIT_S 25
+#define WAIT_MS ((WAIT_S + 5) * 1000)
 
 int web__authenticate(web_req *r)
 {
@@ -77,9 +81,10 @@ static int s_status_of(const char *code)
     static const struct {
         const char *code;
         int status;
-    } map[] = {{"unknown_study", 404}, {"unknown_trial", 404}, {"bad_state", 409},
-               {"malformed", 400},     {"bad_spec", 400},      {"unauthorized", 403},
-               {"forbidden", 403}};
+    } map[] = {{"unknown_study", 404}, {"unknown_trial", 404},   {"bad_state", 409},
+               {"malformed", 400},     {"bad_spec", 400},        {"unauthorized", 403},
+               {"forbidden", 403},     {"bad_value", 400},       {"out_of_space", 409},
+               {"refused", 409},       {"not_acknowledged", 504}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (code && !strcmp(code, map[i].code))
             return map[i].status;
@@ -176,8 +181,9 @@ static int s_trial_cmd(web_req *r, const char *kind, int wait, int release)
         return r->status;
     char type[32];
     snprintf(type, sizeof type, "trial_%s", kind);
-    json_t *msg = json_pack("{s:s, s:I, s:b, s:b}", "type", type, "trial", (json_int_t)id,
-                            "wait", wait, "release", release);
+    json_t *msg =
+        json_pack("{s:s, s:I, s:b, s:b, s:i}", "type", type, "trial", (json_int_t)id,
+                  "wait", wait, "release", release, "wait_s", WAIT_S);
     return s_call(r, msg, wait ? WAIT_MS : 10000);
 }
 
@@ -192,7 +198,7 @@ int web__post_trial_pause(web_req *r)
     char err[300];
     if (web_body_release(r->in, &release, err, sizeof err) != 0)
         return web__error(r, 400, "malformed", "%s", err);
-    return s_trial_cmd(r, "pause", !release, release);
+    return s_trial_cmd(r, "pause", 1, release); /* a release: until released */
 }
 
 int web__post_trial_resume(web_req *r)
@@ -207,9 +213,12 @@ int web__post_trial_set(web_req *r)
         return r->status;
     const json_t *values;
     char err[300];
-    if (web_body_set_values(r->in, &values, err, sizeof err) != 0)
+    int force;
+    if (web_body_set_values(r->in, &values, err, sizeof err) != 0 ||
+        web_body_force(r->in, &force, err, sizeof err) != 0)
         return web__error(r, 400, "malformed", "%s", err);
-    json_t *msg = json_pack("{s:s, s:I, s:b, s:O}", "type", "trial_set", "trial",
-                            (json_int_t)id, "wait", 1, "values", values);
+    json_t *msg = json_pack("{s:s, s:I, s:b, s:O, s:b, s:i}", "type", "trial_set",
+                            "trial", (json_int_t)id, "wait", 1, "values", values, "force",
+                            force, "wait_s", WAIT_S);
     return s_call(r, msg, WAIT_MS);
 }

@@ -38,7 +38,10 @@ def test_trial_set_changes_lr_at_the_next_step_and_is_acknowledged(jz):
         # a few steps at the sampled lr first, so there is a "before" to compare
         jz.wait_for(lambda: (jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=? AND "
                                     "name='lr'", tid)[0][0] or 0) >= 3, 30, "3 steps")
-        p = jz.run("trial", "set", str(tid), "lr=0.5", check=0)
+        # 0.5 lies outside the space [0.01, 0.1]: refused, then sent with --force
+        p = jz.run("trial", "set", str(tid), "lr=0.5")
+        assert p.returncode == 1 and "outside the space" in p.stderr
+        p = jz.run("trial", "set", str(tid), "lr=0.5", "--force", check=0)
         assert "acknowledged" in p.stdout
         # the step after the acknowledgement reports the new lr
         (ack_step,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=? AND name='lr'", tid)[0]
@@ -179,9 +182,8 @@ def test_pause_release_frees_the_slot_and_resume_restarts_from_the_checkpoint(jz
         (tid,) = running[0]
         assert jz.sql("SELECT COUNT(DISTINCT trial_id) FROM metrics")[0][0] == 1
         p = jz.run("trial", "pause", str(tid), "--release", check=0)
-        assert "releasing" in p.stdout
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] ==
-                    "suspended", 60, "the trial to checkpoint and exit")
+        assert f"trial {tid}: released" in p.stdout  # it waits for the outcome
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == "suspended"
         (ckpt, ckpt_step, attempt) = jz.sql(
             "SELECT checkpoint, checkpoint_step, attempt FROM trials WHERE id=?", tid)[0]
         assert os.path.exists(ckpt) and ckpt_step >= 100 and attempt == 0

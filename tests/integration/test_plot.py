@@ -100,7 +100,7 @@ def test_plot_marks_stopped_trials_interventions_and_takes_an_x_axis(jz):
         jz.wait_for(lambda: jz.sql("SELECT COUNT(DISTINCT trial_id) FROM metrics")[0][0] == 3,
                     60, "three reporting trials")
         ids = [r[0] for r in jz.sql("SELECT id FROM trials ORDER BY id")]
-        jz.run("trial", "set", str(ids[0]), "lr=0.5", check=0)
+        jz.run("trial", "set", str(ids[0]), "lr=0.5", "--force", check=0)  # outside the space
         jz.run("trial", "stop", str(ids[1]), check=0)
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 60,
                     "the study to finish")
