@@ -273,6 +273,12 @@ bench-schedulers: all
 bench-batchsize-ceiling: all
 	@BUILD=$(BUILD) $(PYTHON) bench/batchsize_ceiling.py $(BENCH_CEILING_ARGS)
 
+# What jizhi.torch costs a PyTorch loop, and trial set -> both DDP ranks' optimizers
+# (bench/torch_bench.py; Debian's python3 with python3-torch).
+.PHONY: bench-torch
+bench-torch: all
+	@BUILD=$(BUILD) /usr/bin/python3 bench/torch_bench.py $(BENCH_TORCH_ARGS)
+
 # ---- install ---------------------------------------------------------------
 # make install [PREFIX=/usr/local] [DESTDIR=]: the commands, the helper
 # library with its soname, its header, a pkg-config file with the installed
