@@ -146,3 +146,43 @@ def test_several_objectives_list_and_show_the_pareto_set(jz):
     assert d["best"] is None and {p["trial"] for p in d["pareto"]} == front
     out = jz.run("study", "show", "mo", check=0).stdout
     assert "best: " not in out and "Pareto set" in out, out
+
+
+def test_page_shows_global_ids_the_best_and_pruned(jz):
+    """The page in headless Chromium: the studies list, the headline, the
+    trials and events tables name trials by the id commands take, the
+    best is the best completed trial, and ASHA's stops read "pruned"."""
+    from test_web_browser import chromium, shot, wait_js
+    drv = chromium()
+    run_two_studies(jz)
+    tid, number, _, _ = expected_best(jz, "mix")
+    pruned = {t for (t,) in jz.sql("SELECT id FROM trials WHERE state='pruned'")}
+    srv, url = serve(jz)
+    try:
+        drv.get(url + "/#/")
+        wait_js(drv, "document.querySelector('tr[data-study=\"mix\"]')", what="the study row")
+        row = drv.execute_script("return document.querySelector('tr[data-study=\"mix\"]')"
+                                 ".innerText")
+        assert f"(trial {tid})" in row and f"#{number}" not in row, row
+        shot(drv, "web-best-studies.png")
+        drv.get(url + "/#/study/mix")
+        wait_js(drv, "document.body.dataset.drawn === 'study'", what="the study page")
+        head = drv.execute_script("return document.getElementById('study-head').innerText")
+        assert f"trial {tid}" in head and f"{len(pruned)} pruned" in head, head
+        links = drv.execute_script(
+            "return [...document.querySelectorAll('#trials-table tbody tr')].map(r => "
+            "[Number(r.dataset.trial), r.querySelector('a').innerText, r.innerText])")
+        assert links and all(str(t) == a.split()[0] for t, a, _ in links), links
+        assert {t for t, _, text in links if "pruned" in text} == pruned
+        ev = drv.execute_script(
+            "return [...document.querySelectorAll('#events-table tbody tr a')].map(a => "
+            "[a.getAttribute('href'), a.innerText])")
+        assert ev and all(h == "#/trial/" + a for h, a in ev), ev
+        assert drv.execute_script("return jz.study.study.best.trial") == tid
+        shot(drv, "web-best-study.png")
+        errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        drv.quit()
+        srv.terminate()
+        srv.wait(timeout=10)

@@ -502,7 +502,7 @@ async function studyPage(name) {
     const xtitle = { step: "step", time: "seconds since the trial's first point", epoch: "epoch", samples: "samples",
       samples_bs: "samples (sum of batch_size over the steps)" }[S.xaxis];
     $("#curves-note").textContent = `${lines.length} trials, ${lines.reduce((n, l) => n + l.data.length, 0)} points (downsampled); ` +
-      "dark = better final objective, red = best, dashed = stopped, ▲ = interventions and scheduler decisions. Click a curve to open its trial.";
+      "dark = better final objective, red = best, dashed = pruned or stopped, ▲ = interventions and scheduler decisions. Click a curve to open its trial.";
     if (jz.charts.curves) jz.charts.curves.destroy();
     const marks = { label: "interventions", type: "scatter", data: marksData(), pointStyle: "triangle", pointRadius: 6,
       backgroundColor: "#111", borderColor: "#fff", borderWidth: 1 };
