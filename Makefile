@@ -282,13 +282,20 @@ bench-torch: all
 # ---- install ---------------------------------------------------------------
 # make install [PREFIX=/usr/local] [DESTDIR=]: the commands, the helper
 # library with its soname, its header, a pkg-config file with the installed
-# paths, and the Python package (next to Debian's python3 modules).
+# paths, and the Python package where $(PYTHON) (Debian's python3) looks
+# under PREFIX: the first *-packages folder of its sys.path below
+# $(PREFIX)/lib/ (/usr/local/lib/python3.X/dist-packages for /usr/local,
+# /usr/lib/python3/dist-packages for /usr); for a prefix it does not search,
+# $(PREFIX)/lib/python3/dist-packages (then set PYTHONPATH).
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  := $(PREFIX)/bin
 LIBDIR  := $(PREFIX)/lib
 INCDIR  := $(PREFIX)/include
-PYDIR   ?= $(PREFIX)/lib/python3/dist-packages
+PYSITE   = $(shell $(PYTHON) -I -c 'import sys; p = sys.argv[1].rstrip("/") + "/lib/"; \
+             print(next((d for d in sys.path if d.startswith(p) and d.endswith("-packages")), ""))' \
+             '$(PREFIX)' 2>/dev/null)
+PYDIR   ?= $(or $(PYSITE),$(PREFIX)/lib/python3/dist-packages)
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) \
 	    $(DESTDIR)$(PYDIR)/jizhi
