@@ -10,6 +10,15 @@
     Each row is encoded once (through spec_param_from_unit, so an int is
     rounded and a choice is one of its values); AB_k is assembled from the
     encodings of A and B.
+
+    Conditional parameters (`when`): each gets one more dimension, 1 when
+    it is active and 0 when not (its value dimensions then sit at 0.5, or 0
+    for a choice's), so trials where it is inactive are usable too. A row
+    is then decoded to parameter values and the inactive ones are judged
+    by spec_param_active before encoding, and AB_k is assembled from the
+    unit draws and encoded afresh (swapping a parent changes which
+    children are active). first[k] of a parent thus includes what its
+    children's activity does.
 */
 #include "importance.h"
 
@@ -21,17 +30,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Encoded width of parameter p: 1, or its number of values. */
+/* Encoded width of parameter p: 1, or its number of values; one more for
+   a conditional one's activity. */
 static int s_width(const spec_param *p)
 {
-    return p->type == SPEC_CHOICE ? (int)p->nvalues : 1;
+    return (p->type == SPEC_CHOICE ? (int)p->nvalues : 1) + (p->conditional ? 1 : 0);
 }
 
-/* Encodes a legal value of p into x (s_width(p) values). 0 or -1. */
+/* Encodes a legal value of p into x (s_width(p) values), or, with v NULL,
+   a conditional p as inactive. 0 or -1. */
 static int s_encode_one(const spec_param *p, const json_t *v, double *x)
 {
+    int w = s_width(p) - (p->conditional ? 1 : 0);
+    if (!v && p->conditional) {
+        for (int i = 0; i < w; i++)
+            x[i] = p->type == SPEC_CHOICE ? 0 : 0.5;
+        x[w] = 0;
+        return 0;
+    }
     if (!v || !spec_param_legal(p, v))
         return -1;
+    if (p->conditional)
+        x[w] = 1;
     if (p->type == SPEC_CHOICE) {
         for (size_t i = 0; i < p->nvalues; i++)
             x[i] = json_equal((json_t *)v, json_array_get(p->values, i)) ? 1 : 0;
@@ -42,6 +62,24 @@ static int s_encode_one(const spec_param *p, const json_t *v, double *x)
         return -1;
     x[0] = u;
     return 0;
+}
+
+/* Encodes the point whose parameters are drawn at the unit values u[0..np)
+   into x: each decoded, the inactive ones encoded as such. 0 or -1. */
+static int s_encode_unit(const spec_t *spec, const double *u, const int *off, double *x)
+{
+    json_t *obj = json_object();
+    int rc = obj ? 0 : -1;
+    for (size_t k = 0; k < spec->nparams && rc == 0; k++)
+        rc = json_object_set_new(obj, spec->params[k].name,
+                                 spec_param_from_unit(&spec->params[k], u[k]));
+    for (size_t k = 0; k < spec->nparams && rc == 0; k++) {
+        const spec_param *p = &spec->params[k];
+        int on = !p->conditional || spec_param_active(spec, k, obj);
+        rc = s_encode_one(p, on ? json_object_get(obj, p->name) : NULL, x + off[k]);
+    }
+    json_decref(obj);
+    return rc;
 }
 
 void imp_result_fini(imp_result *r)
@@ -68,17 +106,29 @@ long imp_width(const spec_t *spec)
     return D;
 }
 
-/* Whether trial i has a finite value and a legal value of every parameter. */
+/* Whether trial i has a finite value and a legal value of every parameter
+   active in it. */
 static int s_usable(const spec_t *spec, json_t *const *params, const double *y, int i)
 {
     if (!isfinite(y[i]) || !json_is_object(params[i]))
         return 0;
     for (size_t k = 0; k < spec->nparams; k++) {
         json_t *v = json_object_get(params[i], spec->params[k].name);
+        if (spec->params[k].conditional && !spec_param_active(spec, k, params[i]))
+            continue;
         if (!v || !spec_param_legal(&spec->params[k], v))
             return 0;
     }
     return 1;
+}
+
+/* The value of parameter k in a usable trial's params: NULL when it is
+   inactive there. */
+static const json_t *s_value(const spec_t *spec, size_t k, const json_t *params)
+{
+    if (spec->params[k].conditional && !spec_param_active(spec, k, params))
+        return NULL;
+    return json_object_get(params, spec->params[k].name);
 }
 
 int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int n,
@@ -132,26 +182,30 @@ int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int 
     double *P = malloc(sizeof(double) * (size_t)N * 2 * (size_t)D); /* A, B */
     double *AB = malloc(sizeof(double) * (size_t)N * (size_t)D);    /* AB_k, one k */
     double *f = malloc(sizeof(double) * rows);
+    double *U = malloc(sizeof(double) * (size_t)N * 2 * (size_t)np); /* unit draws */
+    double *u = malloc(sizeof(double) * (size_t)np); /* one row of AB_k's draws */
+    int cond = 0;
+    for (int k = 0; k < np; k++)
+        cond |= spec->params[k].conditional;
     out->first = calloc((size_t)np, sizeof(double));
     out->total = calloc((size_t)np, sizeof(double));
     out->importance = calloc((size_t)np, sizeof(double));
     gp_t *gp = gp_new(D);
     int rc = -1;
-    if (!X || !Y || !P || !AB || !f || !out->first || !out->total || !out->importance ||
-        !gp) {
+    if (!X || !Y || !P || !AB || !f || !U || !u || !out->first || !out->total ||
+        !out->importance || !gp) {
         s_fail(err, errsize, "out of memory");
         goto done;
     }
 
     /* the j-th of m evenly spaced usable trials is usable trial j*usable/m */
-    for (int i = 0, u = 0, j = 0; i < n && j < m; i++) {
+    for (int i = 0, seen = 0, j = 0; i < n && j < m; i++) {
         if (!s_usable(spec, params, y, i))
             continue;
-        if (u++ != (int)((long long)j * usable / m))
+        if (seen++ != (int)((long long)j * usable / m))
             continue;
         for (int k = 0; k < np; k++)
-            s_encode_one(&spec->params[k],
-                         json_object_get(params[i], spec->params[k].name),
+            s_encode_one(&spec->params[k], s_value(spec, (size_t)k, params[i]),
                          X + (size_t)j * D + off[k]);
         Y[j++] = y[i];
     }
@@ -164,29 +218,33 @@ int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int 
         goto done;
     }
 
-    /* A (rows 0..N-1) and B (N..2N-1) */
+    /* A (rows 0..N-1) and B (N..2N-1), from the unit draws U */
     uint64_t st = seed ^ 0x9E3779B97F4A7C15ULL;
-    for (int r = 0; r < 2 * N; r++) {
-        double *x = P + (size_t)r * D;
-        for (int k = 0; k < np; k++) {
-            const spec_param *p = &spec->params[k];
-            json_t *v = spec_param_from_unit(p, util_unif01(&st));
-            int bad = s_encode_one(p, v, x + off[k]);
-            json_decref(v);
-            if (bad) {
-                s_fail(err, errsize, "a sampled value could not be encoded");
-                goto done;
-            }
+    for (size_t q = 0; q < (size_t)2 * N * np; q++)
+        U[q] = util_unif01(&st);
+    for (int r = 0; r < 2 * N; r++)
+        if (s_encode_unit(spec, U + (size_t)r * np, off, P + (size_t)r * D) != 0) {
+            s_fail(err, errsize, "a sampled value could not be encoded");
+            goto done;
         }
-    }
     if (gp_predict_batch(gp, P, 2 * N, f, NULL) != 0) {
         s_fail(err, errsize, "out of memory");
         goto done;
     }
-    /* AB_k: A with parameter k from B, one k at a time */
+    /* AB_k: A with parameter k from B, one k at a time (encoded afresh
+       where activity may change) */
     for (int k = 0; k < np; k++) {
         for (int r = 0; r < N; r++) {
             double *x = AB + (size_t)r * D;
+            if (cond) {
+                memcpy(u, U + (size_t)r * np, sizeof(double) * (size_t)np);
+                u[k] = U[((size_t)N + r) * np + k];
+                if (s_encode_unit(spec, u, off, x) != 0) {
+                    s_fail(err, errsize, "a sampled value could not be encoded");
+                    goto done;
+                }
+                continue;
+            }
             memcpy(x, P + (size_t)r * D, sizeof(double) * (size_t)D);
             memcpy(x + off[k], P + ((size_t)N + r) * D + off[k],
                    sizeof(double) * (size_t)(off[k + 1] - off[k]));
@@ -215,6 +273,10 @@ int imp_compute(const spec_t *spec, json_t *const *params, const double *y, int 
         /* a flat mean (relative to the data's unit scale) explains nothing */
         out->first[k] = V > 1e-12 ? s1 / N / V : 0;
         out->total[k] = V > 1e-12 ? st2 / (2.0 * N) / V : 0;
+        /* the estimators' sampling noise can break what the indices are:
+           0 <= first <= total <= 1 */
+        out->first[k] = fmin(fmax(out->first[k], 0), 1);
+        out->total[k] = fmin(fmax(out->total[k], out->first[k]), 1);
         out->importance[k] = fmax(out->first[k], 0);
         sum += out->importance[k];
     }
@@ -229,6 +291,8 @@ done:
     free(P);
     free(AB);
     free(f);
+    free(U);
+    free(u);
     if (rc != 0)
         imp_result_fini(out);
     return rc;
