@@ -821,8 +821,12 @@ static void s_draw(w_view *v)
             attron(A_REVERSE);
             mvhline(y, 0, ' ', COLS); /* the bar spans the whole line */
         }
+        /* the mark: the Pareto set, or the best feasible trial (a plain
+           study's best is in the header line) */
+        int marked =
+            t->mark && v->spec && (v->spec->nobjectives > 1 || v->spec->nconstraints);
         snprintf(line, sizeof line, "%c%-6ld%s", is_sel ? '>' : ' ', t->id,
-                 t->mark         ? (v->utf8 ? "\u25c6" : "*")
+                 marked          ? (v->utf8 ? "\u25c6" : "*")
                  : t->infeasible ? "x"
                                  : "");
         s_put(y, 0, line);

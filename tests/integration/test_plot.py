@@ -65,7 +65,7 @@ def test_plot_svg_has_a_series_per_trial_and_a_point_per_completed_trial(jz):
 
     # axes with labels and tick labels, and a legend per panel
     texts = [t.text or "" for t in root.iter(SVG + "text")]
-    assert "trial number" in texts and "step" in texts and "score" in texts
+    assert "trial (its number in the study)" in texts and "step" in texts and "score" in texts
     assert sum(1 for el in root.iter(SVG + "text") if "tick-label" in classes(el)) >= 8
     assert len([g for g in root.iter(SVG + "g") if "legend" in classes(g)]) == 2
 

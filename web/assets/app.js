@@ -220,7 +220,7 @@ async function studyPage(name) {
   const S = {
     name, study: data.study, trials: data.trials, events: data.events, metrics: data.metrics,
     metric: data.curves.metric, curves: data.curves.trials, xcurves: {}, xaxis: "step",
-    logy: false, robust: true, sort: { key: "id", dir: 1 }, filter: "",
+    logy: false, robust: true, sort: { key: "number", dir: 1 }, filter: "",
   };
   jz.study = S;
   const maximize = S.study.objective.mode === "max";
