@@ -8,17 +8,22 @@
 #include "../common/util.h"
 
 #include <getopt.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char s_usage[] =
-    "usage: jizhi token create USER [--role admin|user|viewer] [--db FILE]\n"
+    "usage: jizhi token create [USER] [--role admin|user|viewer] [--db FILE]\n"
     "       jizhi token list [--json] [--db FILE]\n"
     "       jizhi token revoke ID|USER [--db FILE]\n"
-    "create prints a new token for USER (default role: user) once; keep it. The\n"
-    "web page and API take it as \"Authorization: Bearer TOKEN\". revoke ID revokes\n"
-    "one token, revoke USER every token of that user.\n";
+    "create prints a new token for USER (default: you, by your login name, the\n"
+    "owner of the studies you submit; default role: user) once; keep it. A\n"
+    "user's token steers only the studies that user owns. The web page and API\n"
+    "take it as \"Authorization: Bearer TOKEN\". revoke ID revokes one token,\n"
+    "revoke USER every token of that user.\n";
 
 static store_t *s_open_rw(const char *db)
 {
@@ -27,6 +32,19 @@ static store_t *s_open_rw(const char *db)
     if (!s)
         cli_error("%s", err);
     return s;
+}
+
+/* The login name of uid into out; "" when it has none that is a valid
+   user name. Returns out. */
+static const char *s_login(uid_t uid, char *out, size_t size)
+{
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    *out = 0;
+    if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res &&
+        ident_valid_user(res->pw_name))
+        snprintf(out, size, "%s", res->pw_name);
+    return out;
 }
 
 static int s_create(const char *db, const char *user, const char *role_text)
@@ -61,6 +79,17 @@ static int s_create(const char *db, const char *user, const char *role_text)
     printf("%s\n", token);
     fprintf(stderr, "token %ld for %s (role %s); it is shown only now\n", id, user,
             ident_role_str(role));
+    /* the controller owns the database file, and the studies its own user
+       submits from the command line are that user's */
+    struct stat st;
+    char owner[64];
+    if (role == IDENT_USER && stat(db, &st) == 0 &&
+        *s_login(st.st_uid, owner, sizeof owner) && strcmp(owner, user) != 0)
+        fprintf(stderr,
+                "note: %s steers only the studies %s owns; those submitted from the "
+                "command line by %s (the controller's user) are %s's: `jizhi token "
+                "create %s` makes a token that steers them\n",
+                user, user, owner, owner, owner);
     return CLI_OK;
 }
 
@@ -160,8 +189,14 @@ int cmd_token(int argc, char **argv)
     int nargs = argc - optind;
     char **args = argv + optind;
     const char *db = cli_db_path(dbflag);
-    if (nargs == 2 && !strcmp(args[0], "create"))
-        return s_create(db, args[1], role ? role : "user");
+    if ((nargs == 1 || nargs == 2) && !strcmp(args[0], "create")) {
+        char me[64];
+        if (nargs == 1 && !*s_login(geteuid(), me, sizeof me)) {
+            cli_error("token create: your uid has no login name; name the USER");
+            return CLI_USAGE;
+        }
+        return s_create(db, nargs == 2 ? args[1] : me, role ? role : "user");
+    }
     if (role) {
         cli_error("token: --role goes with `token create` only");
         return CLI_USAGE;
@@ -170,7 +205,7 @@ int cmd_token(int argc, char **argv)
         return s_list(db, as_json);
     if (nargs == 2 && !strcmp(args[0], "revoke"))
         return s_revoke(db, args[1]);
-    cli_error("token: expected create USER, list, or revoke ID|USER");
+    cli_error("token: expected create [USER], list, or revoke ID|USER");
     fputs(s_usage, stderr);
     return CLI_USAGE;
 }

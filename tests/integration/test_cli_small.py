@@ -62,3 +62,31 @@ def test_try_column_and_retry_log_count_alike(jz):
     rows = [l.split() for l in p.stdout.splitlines()[1:] if l.strip()]
     assert rows[0][1] == "completed" and rows[0][2] == "2", p.stdout
     assert "retrying (try 2)" in open(log).read()
+
+
+def test_the_readmes_token_steers_what_the_cli_submitted(jz):
+    """README: `TOKEN=$(jizhi token create)` is a token for the caller's
+    login, the owner of what that user submits from the command line, so
+    its set is accepted; a token for another user says at creation that it
+    steers only that user's studies, and is refused (403)."""
+    import getpass
+    from test_web_api import live_spec, running
+    from webutil import daemons_with_web, http
+    ep, ctl, disp, url = daemons_with_web(jz)
+    try:
+        jz.run("study", "submit", jz.write_spec(live_spec("mine")), check=0)
+        tid = running(jz, 1)[0]
+        p = jz.run("token", "create", "--db", jz.db, check=0)
+        me = getpass.getuser()
+        assert f"for {me} (role user)" in p.stderr, p.stderr
+        st, j, _ = http("POST", url + f"/api/trials/{tid}/set", {"values": {"lr": 0.05}},
+                        token=p.stdout.strip())
+        assert st == 200, j
+        other = "bob" if me != "bob" else "carol"
+        p = jz.run("token", "create", other, "--db", jz.db, check=0)
+        assert f"`jizhi token create {me}`" in p.stderr, p.stderr
+        st, j, _ = http("POST", url + f"/api/trials/{tid}/set", {"values": {"lr": 0.05}},
+                        token=p.stdout.strip())
+        assert st == 403, j
+    finally:
+        stop(disp, ctl)
