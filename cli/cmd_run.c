@@ -461,7 +461,9 @@ static const char s_run_usage[] =
     "HOST:PORT]\n"
     "Runs a study to the end with a controller and a local dispatcher in this\n"
     "process, shows progress, and prints the best trial. Run it again on the\n"
-    "same database to continue an unfinished study.\n";
+    "same database to continue an unfinished study. Their log goes to\n"
+    "LOG-DIR/jizhi-run.log (LOG-DIR: --log-dir, else jizhi-logs beside the\n"
+    "database); JIZHI_LOG=LEVEL keeps it on stderr instead.\n";
 
 int cmd_run(int argc, char **argv)
 {
@@ -548,8 +550,19 @@ int cmd_run(int argc, char **argv)
         snprintf(logroot, sizeof logroot, "%s/jizhi-logs", dirname(tmp));
         logdir = logroot;
     }
-    if (!getenv("JIZHI_LOG"))
-        log_set_level(LOGL_WARN); /* the progress line is the output */
+    /* the progress line is the output: the daemons' log goes to a file
+       (JIZHI_LOG keeps it on stderr at that level) */
+    char logfile[1100];
+    if (!getenv("JIZHI_LOG")) {
+        snprintf(logfile, sizeof logfile, "%s/jizhi-run.log", logdir);
+        if (util_mkdirs(logdir, 0700) != 0 || log_set_target(logfile) != 0) {
+            cli_error("cannot write the run's log %s: %s", logfile, strerror(errno));
+            s_remove_rundir(rundir);
+            json_decref(spec_json);
+            return CLI_FAIL;
+        }
+        fprintf(stderr, "jizhi: the controller's and dispatcher's log: %s\n", logfile);
+    }
     ctl_config cc = {.db_path = db, .bind = bind};
     ctl_t *ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {

@@ -90,3 +90,18 @@ def test_the_readmes_token_steers_what_the_cli_submitted(jz):
         assert st == 403, j
     finally:
         stop(disp, ctl)
+
+
+def test_run_keeps_the_daemons_log_out_of_its_progress(jz):
+    """`jizhi run` prints progress and the result; the controller's and the
+    dispatcher's log lines go to LOG-DIR/jizhi-run.log, named once."""
+    spec = base_spec("quiet", ["sh", "-c", "echo noisy >&2; jizhi report score=1"],
+                     trials=2)
+    spec["trial"]["command"] = ["sh", "-c", "exit 3"]  # failures make the daemons log
+    p = jz.run("run", jz.write_spec(spec), check=None)
+    log = os.path.join(jz.dir, "jizhi-logs", "jizhi-run.log")
+    assert f"log: ./jizhi-logs/jizhi-run.log" in p.stderr or log in p.stderr, p.stderr
+    for line in (p.stdout + p.stderr).splitlines():
+        assert " warn " not in line and " info " not in line and " ctl:" not in line, line
+    text = open(log).read()
+    assert "ctl: serving" in text and "exit" in text
