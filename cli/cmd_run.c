@@ -384,10 +384,13 @@ static int s_print_best(const char *db, const char *name)
     spec_t *spec = spec_parse(st.spec, 0, &serr); /* for its constraints */
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
-    long completed = 0, failed = 0, stopped = 0, pruned = 0, infeasible = 0;
+    long completed = 0, failed = 0, stopped = 0, pruned = 0, infeasible = 0, nonfinite = 0,
+         silent = 0;
     for (long i = 0; i < n; i++) {
         if (!strcmp(rows[i].state, "completed")) {
             completed++;
+            silent += wire_is_none(rows[i].value);
+            nonfinite += !wire_is_none(rows[i].value) && !isfinite(rows[i].value);
             if (spec && spec->nconstraints) { /* best means best feasible */
                 json_t *m = store_metrics_last(s, rows[i].id);
                 infeasible += !m || spec_violation(spec, m) != 0;
@@ -446,7 +449,14 @@ static int s_print_best(const char *db, const char *name)
         json_decref(m);
         free(params);
     } else {
-        printf(completed ? "no completed trial is feasible\n" : "no trial completed\n");
+        if (!completed)
+            printf("no trial completed\n");
+        else if (nonfinite + silent == completed) /* nothing to rank: say what they sent */
+            printf("no completed trial has a finite %s: %ld reported nan or inf, %ld "
+                   "reported none\n",
+                   metric, nonfinite, silent);
+        else
+            printf("no completed trial is feasible\n");
         rc = CLI_FAIL;
     }
     json_decref(answer);

@@ -105,3 +105,13 @@ def test_run_keeps_the_daemons_log_out_of_its_progress(jz):
         assert " warn " not in line and " info " not in line and " ctl:" not in line, line
     text = open(log).read()
     assert "ctl: serving" in text and "exit" in text
+
+
+def test_run_summary_says_a_nan_objective_is_nan(jz):
+    """Trials that report NaN are not 'infeasible' or silent: the summary
+    says what they reported."""
+    prog = ("import jizhi; t = jizhi.Trial(); t.report(1, score=float('nan')); t.close()")
+    spec = base_spec("nanobj", ["python3", "-c", prog], trials=2, parallel=1)
+    p = jz.run("run", jz.write_spec(spec), check=0)
+    assert "no completed trial has a finite score: 2 reported nan or inf" in p.stdout, p.stdout
+    assert "feasible" not in p.stdout
