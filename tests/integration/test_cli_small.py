@@ -112,6 +112,7 @@ def test_run_summary_says_a_nan_objective_is_nan(jz):
     says what they reported."""
     prog = ("import jizhi; t = jizhi.Trial(); t.report(1, score=float('nan')); t.close()")
     spec = base_spec("nanobj", ["python3", "-c", prog], trials=2, parallel=1)
-    p = jz.run("run", jz.write_spec(spec), check=0)
+    p = jz.run("run", jz.write_spec(spec))
+    assert p.returncode == 1  # no result to give
     assert "no completed trial has a finite score: 2 reported nan or inf" in p.stdout, p.stdout
     assert "feasible" not in p.stdout
