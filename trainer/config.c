@@ -389,6 +389,14 @@ static const s_opt s_opts[] = {
      .dflt = "0",
      .help = "no progress lines on stderr",
      .when = OPT_LIVE},
+    {.flag = "verbose",
+     .type = OPT_BOOL,
+     .off = O(verbose),
+     .lo = 0,
+     .hi = 1,
+     .dflt = "0",
+     .help = "say at start which BLAS kernels run and why (JIZHI_BLAS_CORE, "
+             "OPENBLAS_CORETYPE)"},
     /* data-parallel ranks (comm.h, dist.h): fixed for a run */
     {.flag = "comm",
      .type = OPT_STR,

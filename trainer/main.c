@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "common/blaskern.h"
 #include "trainer/comm.h"
 #include "trainer/trn.h"
 
@@ -64,8 +65,30 @@ static int s_check_ranks_agree(trn_trainer *t, trn_comm *c, int quiet)
     return differ > 0 ? -1 : 0;
 }
 
+/* Rank 0 at start: the BLAS kernels line (--verbose), a warning when they
+   are narrower than the CPU allows (always), and both as metrics at step
+   0: blas_vector_bits, cpu_vector_bits (blaskern.h). */
+static void s_say_kernels(const trn_config *cfg, jz_trial *jz)
+{
+    char line[512];
+    if (cfg->verbose) {
+        blaskern_describe(line, sizeof line);
+        fprintf(stderr, "jizhi-train: %s\n", line);
+    }
+    if (blaskern_warning(line, sizeof line))
+        fprintf(stderr, "jizhi-train: warning: %s\n", line);
+    blaskern_info in;
+    blaskern_get(&in);
+    if (jz && in.core_level != BLASKERN_UNKNOWN) {
+        jz_report(jz, 0, "blas_vector_bits", blaskern_bits(in.core_level));
+        jz_report(jz, 0, "cpu_vector_bits", blaskern_bits(in.cpu_level));
+    }
+}
+
 int main(int argc, char **argv)
 {
+    /* before anything else: may re-execute with OPENBLAS_CORETYPE set */
+    blaskern_choose(argv);
     char err[TRN_ERRLEN];
     trn_config cfg;
     trn_config_defaults(&cfg);
@@ -137,6 +160,8 @@ int main(int argc, char **argv)
 #endif
     }
     trn_cpu_set_threads(cfg.threads);
+    if (comm->rank == 0)
+        s_say_kernels(&cfg, jz);
 
     trn_dataset train, val, test;
     if (trn_data_load(&cfg, &train, &val, &test, err) < 0) {

@@ -84,6 +84,7 @@ typedef struct trn_config {
     char save[256];               /* write a checkpoint here at the end */
     char backend[8];              /* cpu | cuda */
     int quiet;                    /* no progress lines on stderr */
+    int verbose;                  /* the BLAS kernels line at start */
     /* data-parallel ranks (comm.h, dist.h) */
     char comm[8];            /* auto | local | mpi | nccl: the backend */
     char allreduce[8];       /* ring | hier | native */

@@ -184,3 +184,76 @@ def test_study_over_jizhi_train_with_live_lr(jz):
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+# ---- BLAS kernels chosen from cpuid (issue 38, item 1) ----------------------
+
+def kernels(stderr):
+    """(kernel bits, cpu bits, the whole line) from --verbose's BLAS line."""
+    m = re.search(r"^jizhi-train: BLAS .*?, kernels \S+ \((\d+)-bit\); CPU (\d+)-bit .*$",
+                  stderr, re.M)
+    assert m, stderr
+    return int(m[1]), int(m[2]), m[0]
+
+
+def blas_env(**kv):
+    """The trials' environment with exactly these BLAS variables."""
+    e = env_for_trials()
+    for k in ("OPENBLAS_CORETYPE", "JIZHI_BLAS_CORE", "JIZHI_BLAS_REEXEC"):
+        e.pop(k, None)
+    e.update(kv)
+    return e
+
+
+def test_verbose_names_the_kernels_and_reports_them_as_metrics():
+    p = subprocess.run([TRAIN, *FAST, "--verbose"], capture_output=True, text=True,
+                       timeout=120, env=blas_env())
+    assert p.returncode == 0, p.stderr
+    kb, cb, line = kernels(p.stderr)
+    assert "OpenBLAS" in line
+    assert reported(p.stderr, "blas_vector_bits") == [kb]
+    assert reported(p.stderr, "cpu_vector_bits") == [cb]
+    # Debian's OpenBLAS knows this CPU or jizhi re-executed with the right
+    # core: either way the kernels are as wide as the CPU allows, no warning
+    assert kb == cb, line
+    assert "warning: BLAS kernels" not in p.stderr
+
+
+def test_generic_kernels_forced_by_the_environment_are_named_and_warned_about():
+    e = blas_env(OPENBLAS_CORETYPE="Prescott")
+    p = subprocess.run([TRAIN, *FAST, "--verbose"], capture_output=True, text=True,
+                       timeout=120, env=e)
+    assert p.returncode == 0, p.stderr
+    kb, cb, line = kernels(p.stderr)
+    assert kb == 128 and "kernels Prescott" in line, line
+    assert "OPENBLAS_CORETYPE=Prescott from the environment" in line
+    assert reported(p.stderr, "blas_vector_bits") == [128]
+    if cb > 128:  # a CPU with wider vectors: said without --verbose too
+        q = subprocess.run([TRAIN, *FAST], capture_output=True, text=True, timeout=120, env=e)
+        assert q.returncode == 0, q.stderr
+        assert re.search(r"warning: BLAS kernels Prescott use 128-bit vectors on a CPU with "
+                         r"%d-bit ones \(\S+ would run them\)" % cb, q.stderr), q.stderr
+
+
+def test_cpuid_choice_overrides_a_wrong_core_before_openblas_starts():
+    # OpenBLAS fixes its core in its constructor, before main(): jizhi-train
+    # re-executes itself once with OPENBLAS_CORETYPE from cpuid. The
+    # environment's Prescott stands for OpenBLAS's own fallback on a CPU it
+    # does not know (a Xeon it was not built for; the issue's machine).
+    e = blas_env(OPENBLAS_CORETYPE="Prescott", JIZHI_BLAS_CORE="cpuid")
+    p = subprocess.run([TRAIN, *FAST, "--verbose"], capture_output=True, text=True,
+                       timeout=120, env=e)
+    assert p.returncode == 0, p.stderr
+    kb, cb, line = kernels(p.stderr)
+    if cb <= 128:
+        pytest.skip("this CPU has nothing wider than the generic kernels")
+    assert kb == cb, line
+    assert "set by jizhi from cpuid (OpenBLAS picked Prescott)" in line
+    assert "warning: BLAS kernels" not in p.stderr
+    assert reported(p.stderr, "test_acc")  # and it trained
+    # a core named in JIZHI_BLAS_CORE is used as named
+    p = subprocess.run([TRAIN, *FAST, "--verbose"], capture_output=True, text=True,
+                       timeout=120,
+                       env=blas_env(JIZHI_BLAS_CORE="Prescott"))
+    assert p.returncode == 0, p.stderr
+    assert "kernels Prescott (128-bit)" in p.stderr and "JIZHI_BLAS_CORE=Prescott" in p.stderr
