@@ -24,6 +24,7 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "../common/spec.h"
 #include "../common/text.h"
 #include "../store/store.h"
 #include "../web/web.h"
@@ -83,13 +84,22 @@ store_t *cli_open_db(const char *db);
 /* Prints a JSON value to stdout, indented. Takes ownership. */
 void cli_print_json(json_t *j);
 
-/* Resolves relative paths in spec_json's trial.command (arguments after
-   the program) and trial.env against this process's folder, else the
-   folder of the spec file `spec_path`, rewriting them as absolute paths,
-   so trials find them wherever the dispatcher runs. An argument that looks
-   like a relative path (has a '/', no placeholder, '=' or ':') but exists
-   in neither folder is refused: -1 with err naming the field; else 0. */
+/* Sets spec_json's trial.cwd to this process's folder when absent (a
+   relative one is taken against it), trial.venv absolute against
+   trial.cwd, and resolves relative paths in trial.command and trial.env
+   against trial.cwd, else the folder of the spec file `spec_path`,
+   rewriting them as absolute paths, so trials find them wherever the
+   dispatcher runs (a bare name like `train.py` is left: the trial runs in
+   trial.cwd). An argument that looks like a relative path (has a '/', no
+   placeholder, '=' or ':') but exists in neither folder is refused: -1
+   with err naming the field; else 0. */
 int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_t size);
+
+/* Reads the spec file `path`, resolves its paths (cli_resolve_paths) and
+   parses it with every check of a submitter (spec_parse's check_command:
+   trial.cwd, trial.venv, trial.command[0]). The spec (caller owns it), or
+   NULL with err ("field: text", or the file's error). */
+spec_t *cli_spec_load(const char *path, char *err, size_t size);
 
 /* Prints the warning events of `events` (borrowed) as "warning: ..." lines. */
 void cli_print_warnings(const json_t *events);

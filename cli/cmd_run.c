@@ -312,6 +312,29 @@ static void s_stop_others(const char *ep, const char *db, const char *mine)
     json_decref(list);
 }
 
+/* 1 when the queue of the controller at `ep` says study `name` waits
+   because no dispatcher of it can ever run one of its trials (too few GPUs
+   or slots), with the queue's reason in why. */
+static int s_unfit(const char *ep, const char *name, char *why, size_t size)
+{
+    json_t *q = cli_request(ep, json_pack("{s:s}", "type", "queue"), 5000);
+    size_t i;
+    json_t *w;
+    int unfit = 0;
+    json_array_foreach(json_object_get(q, "waiting"), i, w)
+    {
+        const char *study = json_string_value(json_object_get(w, "study"));
+        const char *reason = json_string_value(json_object_get(w, "reason"));
+        if (study && reason && !strcmp(study, name) &&
+            json_is_true(json_object_get(w, "unfit"))) {
+            unfit = 1;
+            snprintf(why, size, "%s", reason);
+        }
+    }
+    json_decref(q);
+    return unfit;
+}
+
 /* ---- the run directory: /tmp/jizhi-run-XXXXXX holds the controller's
    socket and a `pid` file naming the jizhi run that owns it ---- */
 
@@ -512,16 +535,13 @@ int cmd_run(int argc, char **argv)
         return CLI_USAGE;
     }
     const char *db = cli_db_path(dbflag);
-    spec_error serr;
-    spec_t *spec = spec_load(argv[optind], 1, &serr);
+    char err[512];
+    spec_t *spec = cli_spec_load(argv[optind], err, sizeof err);
     if (!spec) {
-        char buf[512];
-        cli_error("%s: %s", argv[optind], spec_strerror(&serr, buf, sizeof buf));
+        cli_error("%s: %s", argv[optind], err);
         return CLI_FAIL;
     }
-    char err[512];
-    if (sched_check(spec, err, sizeof err) != 0 ||
-        cli_resolve_paths(spec->json, argv[optind], err, sizeof err) != 0) {
+    if (sched_check(spec, err, sizeof err) != 0) {
         cli_error("%s: %s", argv[optind], err);
         spec_destroy(&spec);
         return CLI_FAIL;
@@ -610,7 +630,8 @@ int cmd_run(int argc, char **argv)
     json_t *r =
         cli_request(ctl_endpoint(ctl),
                     json_pack("{s:s, s:O}", "type", "submit", "spec", spec_json), 10000);
-    int finished = 0;
+    int finished = 0, unfit = 0;
+    char unfit_why[256];
     if (r) {
         finished = json_is_true(json_object_get(r, "finished"));
         if (json_is_true(json_object_get(r, "resumed")))
@@ -629,7 +650,13 @@ int cmd_run(int argc, char **argv)
             s_progress(st, tty, &last_done);
             const char *state = json_string_value(json_object_get(st, "state"));
             finished = strcmp(state, "running") != 0;
+            long running = (long)json_integer_value(json_object_get(st, "running"));
             json_decref(st);
+            if (!finished && running == 0 &&
+                s_unfit(ctl_endpoint(ctl), name, unfit_why, sizeof unfit_why)) {
+                unfit = 1;
+                break;
+            }
             if (!finished) {
                 struct timespec ts = {0, 250 * 1000 * 1000};
                 nanosleep(&ts, NULL);
@@ -637,7 +664,12 @@ int cmd_run(int argc, char **argv)
         }
         if (tty)
             fputc('\n', stderr);
-        if (s_interrupted == 1) {
+        if (unfit) { /* stopped: `jizhi run` on a machine that can continues it */
+            cli_error("study %s cannot start: %s; it is stopped (`jizhi run` where "
+                      "nvidia-smi lists enough GPUs continues it)",
+                      name, unfit_why);
+            s_stop_and_drain(ctl_endpoint(ctl), name, 1, 60);
+        } else if (s_interrupted == 1) {
             fprintf(stderr,
                     "stopping the trials of study %s (Ctrl-C again to quit at once)\n",
                     name);
@@ -671,7 +703,7 @@ int cmd_run(int argc, char **argv)
                 "interrupted; run the same command again to continue the study\n");
         return CLI_FAIL;
     }
-    if (finished)
+    if (finished && !unfit)
         rc = s_print_best(db, name);
     return rc;
 }
@@ -820,7 +852,8 @@ int cmd_controller(int argc, char **argv)
 }
 
 static const char s_disp_usage[] =
-    "usage: jizhi dispatcher --controller ENDPOINT|--db FILE [--gpus LIST|none] [--slots N]\n"
+    "usage: jizhi dispatcher --controller ENDPOINT|--db FILE [--gpus LIST|none] [--slots "
+    "N]\n"
     "                        [--name NAME] [--log-dir DIR] [--log FILE|syslog]\n"
     "                        [--trial-endpoint ENDPOINT] [--key FILE]\n"
     "                        [--server-key KEY|FILE | --insecure]\n"

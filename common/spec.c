@@ -376,14 +376,26 @@ static int s_executable(const char *path)
     return access(path, X_OK) == 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static int s_command_found(const char *cmd)
+/* 1 when the program `cmd` is found as a trial would find it: a path with
+   a '/' relative to `cwd` (NULL: this process's folder), a bare name in
+   venv/bin (when `venv`) and then on PATH. */
+static int s_command_found(const char *cmd, const char *cwd, const char *venv)
 {
-    if (strchr(cmd, '/'))
-        return s_executable(cmd);
+    char buf[4096];
+    if (strchr(cmd, '/')) {
+        if (cmd[0] == '/' || !cwd)
+            return s_executable(cmd);
+        snprintf(buf, sizeof buf, "%s/%s", cwd, cmd);
+        return s_executable(buf);
+    }
+    if (venv) {
+        snprintf(buf, sizeof buf, "%s/bin/%s", venv, cmd);
+        if (s_executable(buf))
+            return 1;
+    }
     const char *path = getenv("PATH");
     if (!path)
         path = "/usr/bin:/bin";
-    char buf[4096];
     while (*path) {
         const char *end = strchr(path, ':');
         size_t len = end ? (size_t)(end - path) : strlen(path);
@@ -393,6 +405,73 @@ static int s_command_found(const char *cmd)
         if (!end)
             break;
         path = end + 1;
+    }
+    return 0;
+}
+
+/* trial.command[0] judged from where the trial runs (trial.cwd,
+   trial.venv): 0, or -1 with err naming what was looked for. */
+static int s_check_command(const spec_t *s, const char *cmd0, spec_error *err)
+{
+    if (s_command_found(cmd0, s->cwd, s->venv))
+        return 0;
+    if (strchr(cmd0, '/') && cmd0[0] != '/' && s->cwd)
+        return s_fail(err, "trial.command[0]",
+                      "command not found: \"%s\" (looked for %s/%s, in trial.cwd; not "
+                      "there or not executable)",
+                      cmd0, s->cwd, strncmp(cmd0, "./", 2) ? cmd0 : cmd0 + 2);
+    if (s->venv && !strchr(cmd0, '/'))
+        return s_fail(err, "trial.command[0]",
+                      "command not found: \"%s\" (not in %s/bin, not on PATH or not "
+                      "executable)",
+                      cmd0, s->venv);
+    return s_fail(err, "trial.command[0]",
+                  "command not found: \"%s\" (not on PATH or not executable)", cmd0);
+}
+
+/* trial.cwd and trial.venv: absolute paths (`jizhi run` and `study submit`
+   make relative ones absolute, the web API fills in its folder), stored
+   in s. With `check` (the submitter sees the file system the trials will
+   see): cwd is a folder, venv a virtual environment with bin/python. */
+static int s_parse_paths(spec_t *s, json_t *trial, int check, spec_error *err)
+{
+    static const char *const keys[2] = {"cwd", "venv"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v;
+        char field[32];
+        snprintf(field, sizeof field, "trial.%s", keys[i]);
+        if (s_get(trial, "trial", keys[i], JSON_STRING, 0, &v, err))
+            return -1;
+        if (!v)
+            continue;
+        const char *p = json_string_value(v);
+        if (p[0] != '/' || strlen(p) != json_string_length(v) || strlen(p) > 2048)
+            return s_fail(err, field,
+                          "must be an absolute path (at most 2048 bytes), not \"%.200s\"",
+                          p);
+        char *copy = strdup(p);
+        if (!copy)
+            return s_fail(err, field, "out of memory");
+        if (i == 0)
+            s->cwd = copy;
+        else
+            s->venv = copy;
+    }
+    if (!check)
+        return 0;
+    struct stat st;
+    if (s->cwd && stat(s->cwd, &st) != 0)
+        return s_fail(err, "trial.cwd", "%s: %s", s->cwd, strerror(errno));
+    if (s->cwd && !S_ISDIR(st.st_mode))
+        return s_fail(err, "trial.cwd", "%s is not a folder", s->cwd);
+    if (s->venv) {
+        char py[2100];
+        snprintf(py, sizeof py, "%s/bin/python", s->venv);
+        if (!s_executable(py))
+            return s_fail(err, "trial.venv",
+                          "%s is not a virtual environment: it has no executable "
+                          "bin/python (make one with `python3 -m venv %s`)",
+                          s->venv, s->venv);
     }
     return 0;
 }
@@ -818,8 +897,9 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
 
     if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
         return -1;
-    static const char *const tkeys[] = {"command", "gpus", "ranks", "timeout_s",
-                                        "retries", "env",  NULL};
+    static const char *const tkeys[] = {"command",   "gpus",    "ranks", "launcher",
+                                        "timeout_s", "retries", "env",   "cwd",
+                                        "venv",      NULL};
     if (s_only_keys(obj, "trial", tkeys, err) ||
         s_get(obj, "trial", "command", JSON_ARRAY, 1, &v, err))
         return -1;
@@ -840,9 +920,10 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     const char *cmd0 = json_string_value(json_array_get(v, 0));
     if (!*cmd0)
         return s_fail(err, "trial.command[0]", "must not be empty");
-    if (check_command && !strchr(cmd0, '{') && !s_command_found(cmd0))
-        return s_fail(err, "trial.command[0]",
-                      "command not found: \"%s\" (not on PATH or not executable)", cmd0);
+    if (s_parse_paths(s, obj, check_command, err) != 0)
+        return -1;
+    if (check_command && !strchr(cmd0, '{') && s_check_command(s, cmd0, err) != 0)
+        return -1;
     spec_error perr;
     /* twice: with every parameter, then without the conditional ones (a
        placeholder for one of those needs a {name:default}) */
@@ -869,6 +950,15 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     s->ranks = v ? (long)json_integer_value(v) : 1;
     if (s->ranks < 1 || s->ranks > SPEC_MAX_RANKS)
         return s_fail(err, "trial.ranks", "must be from 1 to %d", SPEC_MAX_RANKS);
+    if (s_get(obj, "trial", "launcher", JSON_STRING, 0, &v, err))
+        return -1;
+    s->launcher = SPEC_LAUNCH_MPIRUN;
+    if (v && !strcmp(json_string_value(v), "torch"))
+        s->launcher = SPEC_LAUNCH_TORCH;
+    else if (v && strcmp(json_string_value(v), "mpirun"))
+        return s_fail(err, "trial.launcher",
+                      "must be \"mpirun\" or \"torch\", not \"%.64s\"",
+                      json_string_value(v));
     if (s->gpus * s->ranks > 64)
         return s_fail(err, "trial.gpus", "%ld GPUs per rank x %ld ranks is more than 64",
                       s->gpus, s->ranks);
@@ -969,6 +1059,8 @@ void spec_destroy(spec_t **sp)
     json_decref(s->guard);
     json_decref(s->command);
     json_decref(s->env);
+    free(s->cwd);
+    free(s->venv);
     json_decref(s->json);
     free(s->owner);
     json_decref(s->alerts);
@@ -1005,8 +1097,9 @@ json_t *spec_param_from_unit(const spec_param *p, double u)
         return json_deep_copy(json_array_get(p->values, i));
     }
     if (p->type == SPEC_FLOAT) {
-        double x = spec_round_sig(p->log ? exp(log(p->low) + u * (log(p->high) - log(p->low)))
-                                         : p->low + u * (p->high - p->low));
+        double x =
+            spec_round_sig(p->log ? exp(log(p->low) + u * (log(p->high) - log(p->low)))
+                                  : p->low + u * (p->high - p->low));
         if (x < p->low)
             x = p->low;
         if (x > p->high)
@@ -1385,4 +1478,11 @@ int spec_better_mode(int maximize, double a, double b)
     if (!isfinite(a))
         return !isnan(a) && isnan(b);
     return maximize ? a > b : a < b;
+}
+
+const char *spec_launcher_name(int launcher)
+{
+    return launcher == SPEC_LAUNCH_MPIRUN  ? "mpirun"
+           : launcher == SPEC_LAUNCH_TORCH ? "torch"
+                                           : "invalid";
 }

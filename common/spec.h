@@ -68,10 +68,16 @@ typedef struct {
     size_t nparams;
     json_t *command;  /* trial.command, array of strings, owned */
     long gpus;        /* trial.gpus (per rank) */
-    long ranks;       /* trial.ranks: data-parallel ranks under MPI (default 1) */
+    long ranks;       /* trial.ranks: data-parallel ranks of one trial (default 1) */
+    int launcher;     /* spec_launcher: trial.launcher, how the ranks are started
+                         (default SPEC_LAUNCH_MPIRUN) */
     double timeout_s; /* trial.timeout_s (0 = none) */
     long retries;     /* trial.retries */
     json_t *env;      /* trial.env object of strings, owned */
+    char *cwd;        /* trial.cwd: the folder trials run in (absolute), owned;
+                         NULL: the dispatcher's */
+    char *venv;       /* trial.venv: a virtual environment (absolute) whose bin
+                         goes first on the trials' PATH, owned, or NULL */
     json_t *json;     /* the normalised spec as given, owned */
     int priority;     /* spec_priority: "priority" (default normal) */
     int preemptible;  /* spec_preempt: "preemptible" (default checkpoint) */
@@ -100,6 +106,14 @@ const char *spec_priority_name(int priority);
 int spec_priority_parse(const char *text);
 
 #define SPEC_MAX_RANKS 1024
+
+/* How a trial's ranks are started (trial.launcher): MPIRUN (default) runs
+   `mpirun -np RANKS command` when ranks > 1; TORCH has the dispatcher start
+   the ranks itself with torchrun's environment (RANK, WORLD_SIZE,
+   MASTER_ADDR, ...), for torch.distributed programs. */
+typedef enum { SPEC_LAUNCH_MPIRUN, SPEC_LAUNCH_TORCH } spec_launcher;
+/* "mpirun", "torch"; "invalid" out of range. */
+const char *spec_launcher_name(int launcher);
 
 /* Limits on one spec (docs/spec.md, Limits), checked by spec_parse: they
    bound what a study costs the controller and keep every trial startable.
@@ -156,8 +170,11 @@ spec_alert_on spec_alert_kind(const json_t *rule);
 
 /* Parses and validates a spec. Borrows `json`. Returns a new spec (caller
    owns it; release with spec_destroy) or NULL with `err` filled. When
-   `check_command` is set, trial.command[0] must be found on PATH (or be
-   an executable path). */
+   `check_command` is set (the caller sees the file system the trials
+   will see), trial.cwd must be a folder, trial.venv hold bin/python, and
+   trial.command[0] be found as a trial would: a relative path in
+   trial.cwd, a bare name in trial.venv's bin or on PATH. Without it
+   nothing is looked up (the controller: dispatchers judge). */
 spec_t *spec_parse(json_t *json, int check_command, spec_error *err);
 
 /* Reads and parses a spec file. NULL with `err` filled on failure (the

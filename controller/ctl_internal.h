@@ -283,6 +283,10 @@ void ctl__queue_free(ctl_t *c);
    owner, which the controller sets from the submitting identity
    (ctl__auth_submit_owner); "-" when none. Borrowed. */
 const char *ctl_study_owner(const ctl_study *s);
+/* 1 when dispatchers are alive and none of them could ever run one trial
+   of `spec` (its ranks' slots, gpus x ranks GPUs), with why (the queue's
+   words, as `jizhi queue` shows them); else 0. */
+int ctl__queue_unfit(const ctl_t *c, const spec_t *spec, char *why, size_t size);
 /* Each tick: starts waiting trials on free slots in queue order, sets
    each waiting study's queue_why, preempts for higher priorities. */
 void ctl__queue_fill(ctl_t *c, double now);

@@ -597,6 +597,9 @@ static void s_submit(ctl_t *c, const ctl_msg *m)
                         json_string(json_string_value(json_object_get(spec, "name"))));
     json_object_set_new(r, "resumed", json_boolean(resumed));
     json_object_set_new(r, "finished", json_boolean(finished));
+    char why[200];
+    if (s && !finished && ctl__queue_unfit(c, s->spec, why, sizeof why))
+        json_object_set_new(r, "warning", json_string(why)); /* stored all the same */
     ctl__send(c, m->from, r);
 }
 

@@ -349,20 +349,30 @@ void ctl__queue_resume(ctl_t *c, ctl_trial *t)
     json_decref(d);
 }
 
-/* 1 when some alive dispatcher could run one of s's trials once free, or
-   none is alive (one may come): a study that none of the machines there
-   can host does not hold back lower priorities. */
-static int s_fits_somewhere(const ctl_t *c, const ctl_study *s)
+/* 1 when some alive dispatcher could run one of the spec's trials once
+   free, or none is alive (one may come): a study that none of the
+   machines there can host does not hold back lower priorities. */
+static int s_fits_somewhere(const ctl_t *c, const spec_t *spec)
 {
     int alive = 0;
     for (size_t i = 0; i < c->ndisps; i++) {
         const ctl_disp *d = c->disps[i];
         alive += d->alive;
-        if (d->alive && d->slots >= s->spec->ranks &&
-            d->ngpus >= s->spec->gpus * s->spec->ranks)
+        if (d->alive && d->slots >= spec->ranks && d->ngpus >= spec->gpus * spec->ranks)
             return 1;
     }
     return !alive;
+}
+
+int ctl__queue_unfit(const ctl_t *c, const spec_t *spec, char *why, size_t size)
+{
+    if (s_fits_somewhere(c, spec))
+        return 0;
+    snprintf(why, size,
+             "no dispatcher can run it: a trial needs %ld slots and %ld GPUs on one "
+             "machine",
+             spec->ranks, spec->gpus * spec->ranks);
+    return 1;
 }
 
 /* ---- the fill ---- */
@@ -384,6 +394,7 @@ void ctl__queue_fill(ctl_t *c, double now)
     for (size_t i = 0; i < n; i++) {
         ctl_study *s = c->studies[i];
         s->queue_why[0] = 0;
+        s->queue_unfit = 0;
         /* every live process counts, a stopped study's too (its trials
            hold their slots until they exit or are killed) */
         long active;
@@ -448,12 +459,9 @@ void ctl__queue_fill(ctl_t *c, double now)
             break;
         ctl_study *s = best->s;
         ctl_disp *d = ctl__disp_pick(c, s->spec->gpus, s->spec->ranks);
-        if (!d && !s_fits_somewhere(c, s)) {
+        if (!d && ctl__queue_unfit(c, s->spec, s->queue_why, sizeof s->queue_why)) {
             best->out = 1;
-            snprintf(s->queue_why, sizeof s->queue_why,
-                     "no dispatcher can run it: a trial needs %ld slots and %ld GPUs on "
-                     "one machine",
-                     s->spec->ranks, s->spec->gpus * s->spec->ranks);
+            s->queue_unfit = 1;
             continue;
         }
         if (!d) {
@@ -526,6 +534,10 @@ json_t *ctl__queue_status(ctl_t *c)
                                                 ? 0
                                                 : s->spec->trials - (long)s->ntrials),
                                "reason", s->queue_why));
+        /* no alive dispatcher can ever run one of its trials (`jizhi run`
+           gives up on it) */
+        json_object_set_new(json_array_get(waiting, json_array_size(waiting) - 1),
+                            "unfit", json_boolean(s->queue_unfit));
     }
     for (size_t i = 0; i < nq; i++)
         s_usage_of(use, &nuse, c->queue->quotas[i].user);

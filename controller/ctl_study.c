@@ -371,7 +371,7 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
     spec_error serr;
     char buf[400];
     *resumed = *finished = 0;
-    spec_t *spec = spec_parse(spec_json, 1, &serr);
+    spec_t *spec = spec_parse(spec_json, 0, &serr); /* dispatchers judge paths */
     if (!spec) {
         *code = "bad_spec";
         snprintf(msg, msgsize, "%s", spec_strerror(&serr, buf, sizeof buf));

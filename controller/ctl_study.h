@@ -42,6 +42,8 @@ struct ctl_study {
     int es_warned;        /* a warning said trials report no es_resource */
     char queue_why[200];  /* why it waits in the queue, "" when it does not
                              (ctl_queue.c, each tick) */
+    int queue_unfit;      /* it waits because no alive dispatcher can ever run
+                             one of its trials (ctl__queue_unfit) */
     long queued;          /* configurations waiting in the store's queue */
 };
 

@@ -415,6 +415,13 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
                   "gpus", (json_int_t)s->spec->gpus);
     if (s->spec->ranks > 1)
         json_object_set_new(msg, "ranks", json_integer(s->spec->ranks));
+    if (s->spec->cwd) /* absent: the dispatcher's folder */
+        json_object_set_new(msg, "cwd", json_string(s->spec->cwd));
+    if (s->spec->venv)
+        json_object_set_new(msg, "venv", json_string(s->spec->venv));
+    if (s->spec->launcher != SPEC_LAUNCH_MPIRUN) /* absent: mpirun */
+        json_object_set_new(msg, "launcher",
+                            json_string(spec_launcher_name(s->spec->launcher)));
     ctl__disp_take(d, t, s->spec->gpus, s->spec->ranks);
     snprintf(t->row.dispatcher, sizeof t->row.dispatcher, "%s", d->name);
     t->row.exit_how[0] = 0;

@@ -130,6 +130,13 @@ static int s_call(web_req *r, json_t *msg, int timeout_ms)
 
 int web__post_submit(web_req *r)
 {
+    /* a web client has no folder: trials without trial.cwd run in this
+       server's (docs/WEB.md); a relative one is refused by spec_parse */
+    json_t *trial = json_object_get(r->in, "trial");
+    char here[4096];
+    if (json_is_object(trial) && !json_object_get(trial, "cwd") &&
+        getcwd(here, sizeof here))
+        json_object_set_new(trial, "cwd", json_string(here));
     spec_error serr;
     spec_t *spec = spec_parse(r->in, 1, &serr);
     if (!spec) {
