@@ -160,9 +160,18 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
         name.clear()
         name.send_keys("lr")
         drv.find_element("id", "set-value").send_keys("0.5")
+        # 0.5 lies outside the space [0.01, 0.1]: the page asks, as the CLI's --force
+        n_events = jz.sql("SELECT COUNT(*) FROM events")[0][0]
         drv.find_element("id", "set-btn").click()
         alert = drv.switch_to.alert
-        assert "lr=0.5" in alert.text
+        assert "lr=0.5 is outside the space (0.01 to 0.1, log scale)" in alert.text, alert.text
+        alert.dismiss()
+        wait_js(drv, "document.getElementById('ack').innerText.includes('not sent')",
+                what="the page to say nothing was sent")
+        assert jz.sql("SELECT COUNT(*) FROM events")[0][0] == n_events
+        drv.find_element("id", "set-btn").click()
+        alert = drv.switch_to.alert
+        assert "lr=0.5" in alert.text and "anyway" in alert.text
         alert.accept()
         ack = wait_js(drv, "(t => t.includes('acknowledged') || t.includes(':') && "
                            "document.getElementById('ack').className === 'err' ? t : '')"
@@ -196,6 +205,18 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
         # and no script error on any page
         errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
+        # pause and release a program that cannot checkpoint: the page waits and
+        # shows the refusal with the program's reason; the trial keeps running
+        drv.get(url + f"/#/trial/{tid}")
+        wait_js(drv, "document.body.dataset.drawn === 'trial'", what="the trial page again")
+        drv.find_element("id", "release-btn").click()
+        drv.switch_to.alert.accept()
+        ack = wait_js(drv, "document.getElementById('ack').className === 'err' && "
+                           "document.getElementById('ack').innerText", what="the release outcome")
+        assert "was not released: it refused to checkpoint (the program wrote no checkpoint)" \
+            in ack and "keeps running" in ack, ack
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid) == [("running",)]
+        shot(drv, "web-trial-release-refused.png")
         jz.run("study", "stop", "live", check=0)
     finally:
         drv.quit()

@@ -52,7 +52,7 @@ async function post(url, body) {
   });
   const j = await r.json();
   j.http_ms = performance.now() - t0;
-  if (!r.ok) throw new Error(j.message || r.statusText);
+  if (!r.ok) throw Object.assign(new Error(j.message || r.statusText), { code: j.error });
   return j;
 }
 
@@ -959,11 +959,22 @@ async function trialPage(id) {
   for (const e of events) {
     if (e.kind !== "instruction") continue;
     const st = stepAt(e.time);
-    if (st !== null) jz.trialMarks.push(markOf(e, st));
+    if (st !== null) jz.trialMarks.push({ ...markOf(e, st), id: e.id });
   }
   for (const m of Object.keys(series)) if (jz.charts["m:" + m]) jz.charts["m:" + m].update("none");
   drawTrialEvents();
 
+  /* why value v of parameter n lies outside the study's space, or "" */
+  function outsideSpace(n, v) {
+    const p = (T.space || {})[n];
+    if (!p) return "";
+    const vals = Array.isArray(p.values) ? p.values : p.type === "const" ? [p.value] : null;
+    if (vals && !vals.some((x) => x === v || String(x) === String(v)))
+      return `${n}=${v} is not one of the space's values (${JSON.stringify(vals)})`;
+    if (typeof v === "number" && typeof p.low === "number" && (v < p.low || v > p.high))
+      return `${n}=${v} is outside the space (${p.low} to ${p.high}${p.log ? ", log scale" : ""})`;
+    return "";
+  }
   async function steer(what) {
     let body = {}, path = what, text = what;
     if (what === "set") {
@@ -974,14 +985,29 @@ async function trialPage(id) {
       text = `set ${n}=${raw}`;
     } else if (what === "release") { path = "pause"; body = { release: true }; text = "pause and release"; }
     if (!token()) { ack.className = "err"; ack.textContent = "enter a token (top right) to steer trials"; return; }
-    if (!confirm(`${text} on trial ${T.id}?`)) return;
-    ack.className = ""; ack.textContent = `${text}: sent…`;
+    const outside = what === "set" ? outsideSpace(...Object.entries(body.values)[0]) : "";
+    if (outside) {
+      /* the controller refuses it without "force": the CLI's --force, confirmed */
+      if (!confirm(`${outside}\n\n${text} on trial ${T.id} anyway?`)) { ack.className = ""; ack.textContent = `${text}: not sent`; return; }
+      body.force = true;
+    } else if (!confirm(`${text} on trial ${T.id}?`)) return;
+    ack.className = "";
+    ack.textContent = what === "release" ? `${text}: sent, waiting for the trial to checkpoint and exit…` : `${text}: sent…`;
     try {
-      const r = await post(`/api/trials/${id}/${path}`, body);
+      let r;
+      try {
+        r = await post(`/api/trials/${id}/${path}`, body);
+      } catch (e) {
+        /* outside the space: the same confirmation as the CLI's --force */
+        if (e.code !== "out_of_space" || !confirm(`${e.message}\n\nSend ${text.slice(4)} to trial ${T.id} anyway?`)) throw e;
+        ack.textContent = `${text} (outside the space): sent…`;
+        r = await post(`/api/trials/${id}/${path}`, { ...body, force: true });
+      }
       const a = r.ack || {};
       ack.className = "ok";
       ack.textContent = a.latency_s != null
         ? `${text}: acknowledged by the trial in ${fmt(a.latency_s * 1000)} ms (round trip ${fmt(r.round_trip_ms)} ms)`
+        : a.released ? `${text}: released — checkpoint at step ${a.checkpoint_step} saved, the trial exited and freed its slot (answered in ${fmt(r.round_trip_ms)} ms); Resume restarts it from the checkpoint`
         : a.releasing ? `${text}: releasing (checkpoint, then exit) — controller answered in ${fmt(r.round_trip_ms)} ms`
         : a.restarting ? `${text}: restarting from its checkpoint — controller answered in ${fmt(r.round_trip_ms)} ms`
         : `${text}: accepted by the controller in ${fmt(r.round_trip_ms)} ms`;
@@ -1022,10 +1048,11 @@ async function trialPage(id) {
   src.addEventListener("events", async (m) => {
     const evs = JSON.parse(m.data).filter((e) => e.trial === id);
     if (!evs.length) return;
-    events.push(...evs);
+    /* steer()'s own read may hold some already (a waited release answers late) */
+    events.push(...evs.filter((e) => !events.some((x) => x.id === e.id)));
     for (const e of evs) {
-      const st = e.kind === "instruction" ? stepAt(e.time) : null;
-      if (st !== null) jz.trialMarks.push(markOf(e, st));
+      const st = e.kind === "instruction" && !jz.trialMarks.some((mk) => mk.id === e.id) ? stepAt(e.time) : null;
+      if (st !== null) jz.trialMarks.push({ ...markOf(e, st), id: e.id });
     }
     redraw();
     drawTrialEvents();
