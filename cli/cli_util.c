@@ -268,15 +268,16 @@ int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_
     return 0;
 }
 
+/* The message in err never names the file: callers print "PATH: err". */
 spec_t *cli_spec_load(const char *path, char *err, size_t size)
 {
     json_error_t jerr;
     json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!j) {
         if (jerr.line <= 0 && access(path, R_OK) != 0)
-            snprintf(err, size, "cannot read %s: %s", path, strerror(errno));
+            snprintf(err, size, "cannot read it: %s", strerror(errno));
         else
-            snprintf(err, size, "%s:%d:%d: invalid JSON: %s", path, jerr.line,
+            snprintf(err, size, "line %d, column %d: invalid JSON: %s", jerr.line,
                      jerr.column, jerr.text);
         return NULL;
     }

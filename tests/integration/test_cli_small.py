@@ -116,3 +116,15 @@ def test_run_summary_says_a_nan_objective_is_nan(jz):
     assert p.returncode == 1  # no result to give
     assert "no completed trial has a finite score: 2 reported nan or inf" in p.stdout, p.stdout
     assert "feasible" not in p.stdout
+
+
+def test_a_bad_spec_file_is_named_once(jz):
+    bad = os.path.join(jz.dir, "s.json")
+    with open(bad, "w") as f:
+        f.write('{"name": 3')
+    for cmd in (("study", "submit", "s.json"), ("run", "s.json")):
+        p = jz.run(*cmd)
+        assert p.returncode == 1 and p.stderr.count("s.json") == 1, p.stderr
+        assert "s.json: line 1, column" in p.stderr and "invalid JSON" in p.stderr
+    p = jz.run("run", "missing.json")
+    assert p.returncode == 1 and p.stderr.count("missing.json") == 1, p.stderr
