@@ -4,6 +4,7 @@
     trials find `jizhi` (for `jizhi report`) and `jizhi-train` next to it.
 */
 #include "cli.h"
+#include "common/blaskern.h"
 
 #include <libgen.h>
 #include <stdio.h>
@@ -128,6 +129,10 @@ int main(int argc, char **argv)
         printf("jizhi %s\n", JIZHI_VERSION);
         return CLI_OK;
     }
+    /* the commands that host the controller (the bo GP's BLAS): kernels
+       from cpuid, before OpenBLAS is used (common/blaskern.h) */
+    if (!strcmp(cmd, "run") || !strcmp(cmd, "controller"))
+        blaskern_choose(argv);
     s_path_setup();
     /* client: takes --server-key and --insecure as a client of a controller
        (the controller's own --insecure is the server side) */
