@@ -6,6 +6,7 @@
     web_stream.c  Server-Sent Events (metrics, events, trial states)
     web_static.c  the built-in page files
     web_importance.c  parameter importance (schedulers/importance.h)
+    web_export.c  downloads: a study's export (CSV, JSON), a trial's log
     web_curves.c  downsampled study curves kept in memory
     web_gate.c    at most N expensive reads at once
     web_body.c    POST bodies: parsed and checked (fuzzed)
@@ -148,6 +149,16 @@ int web__may_see_env(web_req *r, const json_t *spec);
    values are WEB_HIDDEN. New reference. */
 json_t *web__spec_for(web_req *r, json_t *spec);
 
+/* web_export.c: the page's downloads */
+#define WEB_LOG_MAX (256 * 1024) /* bytes of a log's tail in one answer */
+/* GET /api/studies/NAME/export?format=csv|json[&all=1]: `jizhi study
+   export`'s bytes, as an attachment. */
+int web__get_export(web_req *r);
+/* GET /api/trials/ID/log?stream=out|err[&tail=N]: the last N bytes (at
+   most WEB_LOG_MAX) of the trial's latest log, from the file when it is
+   on this machine, else its first N bytes through the controller. */
+int web__get_trial_log(web_req *r);
+
 /* web_importance.c */
 int web__get_importance(web_req *r);
 
@@ -161,6 +172,9 @@ int web__post_trial_resume(web_req *r);
 int web__post_trial_set(web_req *r);
 /* Checks the bearer token of a POST: 0 with r->who set, or -1 with 401 set. */
 int web__authenticate(web_req *r);
+/* The controller serving the database: the configured endpoint, else the
+   one in <db>.endpoint (read into buf); NULL when none. */
+const char *web__endpoint(web_req *r, char *buf, size_t size);
 
 /* web_stream.c: GET /api/studies/NAME/stream */
 int web__get_stream(web_req *r);

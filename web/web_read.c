@@ -245,12 +245,15 @@ int web__get_pareto(web_req *r)
         json_array_append_new(
             objs, json_pack("{s:s, s:s}", "metric", spec->objectives[k].metric, "mode",
                             spec->objectives[k].maximize ? "max" : "min"));
+    json_t *all = json_array(); /* every completed trial: the page's scatter */
     size_t i;
     json_t *t;
     json_array_foreach(trials, i, t)
     {
         const char *mark = spec->nobjectives > 1 ? "pareto" : "best";
-        if (!json_is_true(json_object_get(t, mark)))
+        int on = json_is_true(json_object_get(t, mark));
+        const char *state = json_string_value(json_object_get(t, "state"));
+        if (!on && (!state || strcmp(state, "completed")))
             continue;
         json_t *vals = json_object();
         for (size_t k = 0; k < spec->nobjectives; k++) {
@@ -259,16 +262,24 @@ int web__get_pareto(web_req *r)
                           : json_object_get(t, "value");
             json_object_set(vals, spec->objectives[k].metric, v ? v : json_null());
         }
+        json_t *feasible = json_object_get(t, "feasible");
         json_array_append_new(
-            front, json_pack("{s:O, s:O, s:o, s:O}", "id", json_object_get(t, "id"),
-                             "number", json_object_get(t, "number"), "values", vals,
-                             "params", json_object_get(t, "params")));
+            all,
+            json_pack("{s:O, s:O, s:O, s:b, s:b}", "id", json_object_get(t, "id"),
+                      "number", json_object_get(t, "number"), "values", vals, "feasible",
+                      !feasible || json_is_true(feasible), "pareto", on));
+        if (on)
+            json_array_append_new(
+                front, json_pack("{s:O, s:O, s:O, s:O}", "id", json_object_get(t, "id"),
+                                 "number", json_object_get(t, "number"), "values", vals,
+                                 "params", json_object_get(t, "params")));
+        json_decref(vals);
     }
-    r->json = json_pack("{s:o, s:O, s:o}", "objectives", objs, "constraints",
+    r->json = json_pack("{s:o, s:O, s:o, s:o}", "objectives", objs, "constraints",
                         json_object_get(spec->json, "constraints")
                             ? json_object_get(spec->json, "constraints")
                             : json_null(),
-                        "pareto", front);
+                        "pareto", front, "trials", all);
     json_decref(d);
     spec_destroy(&spec);
     return 200;
