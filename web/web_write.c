@@ -56,9 +56,7 @@ int web__authenticate(web_req *r)
     return 0;
 }
 
-/* The controller serving the database: the configured endpoint, else the
-   one in <db>.endpoint. */
-static const char *s_endpoint(web_req *r, char *buf, size_t size)
+const char *web__endpoint(web_req *r, char *buf, size_t size)
 {
     if (r->w->controller[0])
         return r->w->controller;
@@ -95,7 +93,7 @@ static int s_status_of(const char *code)
 static int s_call(web_req *r, json_t *msg, int timeout_ms)
 {
     char buf[512], err[600];
-    const char *ep = s_endpoint(r, buf, sizeof buf);
+    const char *ep = web__endpoint(r, buf, sizeof buf);
     if (!ep) {
         json_decref(msg);
         return web__error(r, 503, "no_controller",
