@@ -579,8 +579,15 @@ static void s_on_start(disp_t *d, const json_t *msg)
         s_report_start_failed(d, st.trial, st.attempt, "out of memory");
         goto out;
     }
-    disp__spawn_args a = {&st,     dir,  d->trial_endpoint, ckpt,
-                          d->name, cuda, d->kill_on_stop,   d->trial_key};
+    disp__spawn_args a = {&st,
+                          dir,
+                          d->trial_endpoint,
+                          ckpt,
+                          d->name,
+                          cuda,
+                          d->kill_on_stop,
+                          d->trial_key,
+                          .kill_grace_s = d->kill_grace_s};
     if (d->be->ops->start(d->be, &a, p, err, sizeof err) != 0) {
         free(p);
         s_report_start_failed(d, st.trial, st.attempt, err);

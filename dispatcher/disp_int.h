@@ -6,6 +6,8 @@
     disp_proc.c  one trial process: environment, fork/exec, signals, reaping
     disp_gpu.c   the GPU list: parsing "0,1,3" and asking nvidia-smi
     disp_local.c the local backend: trials as child processes (disp_proc.c)
+    disp_mpi.c   ranks under mpirun (trial.launcher "mpirun")
+    disp_torch.c ranks started by the dispatcher, torchrun's way ("torch")
     disp_slurm.c the Slurm backend: each trial attempt is a Slurm job
 
     A backend (disp__backend) is how a trial runs; disp.c keeps everything
@@ -15,6 +17,7 @@
 #define JZ_DISP_INT_H
 
 #include "common/ident.h"
+#include "common/spec.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -32,8 +35,11 @@ typedef struct {
     const json_t *env;           /* object of strings, or NULL */
     double timeout_s;            /* 0: none */
     int gpus;                    /* devices wanted per rank, >= 0 */
-    int ranks;                   /* MPI ranks, >= 1 (absent: 1) */
+    int ranks;                   /* ranks, >= 1 (absent: 1) */
+    int launcher;                /* spec_launcher: how ranks start (absent: mpirun) */
     const char *log_dir;         /* root for the logs, or NULL: the dispatcher's */
+    const char *cwd;             /* trial.cwd: absolute folder to run in, or NULL */
+    const char *venv;            /* trial.venv: absolute, its bin first on PATH, or NULL */
     char tag[IDENT_TAG_LEN + 1]; /* ident_attempt_tag of env's JIZHI_TOKEN, or "" */
 } disp__start;
 
@@ -98,17 +104,30 @@ typedef struct {
     int pdeathsig;            /* set PR_SET_PDEATHSIG(SIGTERM) in the child */
     const char *server_key;   /* JIZHI_SERVER_KEY: the controller's key, "none"
                                  (plain TCP by --insecure), "" or NULL: not set */
+    double kill_grace_s;      /* a launcher's SIGTERM -> SIGKILL delay for ranks */
+    /* Set by disp_torch.c: instead of exec, the child calls launch (after
+       the log fds are on 0..2 and the child's setup is done) with argv and
+       the exec-status fd; it never returns. NULL: exec argv. */
+    void (*launch)(void *arg, char **argv, int status_fd);
+    void *launch_arg;
 } disp__spawn_args;
 
 /* Builds the trial's environment: the inherited one without the variables
    jizhi sets, then the message's env, then the defaults it did not set,
    then the forced ones (JIZHI_STUDY/TRIAL/ATTEMPT/DISPATCHER,
-   CUDA_VISIBLE_DEVICES). NULL-terminated; caller frees with
+   CUDA_VISIBLE_DEVICES; with st->venv: VIRTUAL_ENV, its bin first on
+   PATH, no PYTHONHOME). NULL-terminated; caller frees with
    disp__strv_free. NULL when out of memory. */
 char **disp__build_env(const disp__spawn_args *a);
 void disp__strv_free(char **v);
 
-/* Opens the log files and forks; the child execs argv unchanged. Fills p
+/* Whether the trial of st can start on this machine: st->cwd is a
+   folder, st->venv has bin/python (argv[0] is left to exec, whose failure
+   names the path tried). 0, or -1 with err naming the path at fault. */
+int disp__check_start(const disp__start *st, char *err, size_t errsize);
+
+/* Opens the log files and forks; the child enters st->cwd (when set) and
+   execs argv unchanged. Fills p
    (pid, pidfd, exec_fd, paths). Returns 0, or -1 with err when nothing
    was started (p is then left empty). p->gpus is not touched. */
 int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errsize);
@@ -147,6 +166,32 @@ int disp__reap(disp__proc *p, int *status, int *lost);
 
 /* Frees what p owns (fds, strings); does not signal the process. */
 void disp__proc_fini(disp__proc *p);
+
+/* ---- disp_torch.c -------------------------------------------------------- */
+
+/* For st->launcher == SPEC_LAUNCH_TORCH: starts the trial as a launcher
+   process (forked from the dispatcher, not exec'd: p->pid, its own process
+   group) that starts st->ranks copies of argv with torchrun's environment
+   (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
+   MASTER_PORT a free port, JIZHI_RANK, JIZHI_RANKS, JIZHI_GPUS_PER_RANK,
+   OMP_NUM_THREADS=1 unless set, CUDA_VISIBLE_DEVICES: rank r the r-th
+   `gpus` of a->cuda_devices). A rank that fails ends the others (SIGTERM,
+   SIGKILL after a->kill_grace_s); the launcher then writes one line naming
+   the rank, how it ended and its last stderr line, and ends the same way.
+   Fills p like disp__spawn. 0, or -1 with err when nothing was started. */
+int disp__torch_spawn(const disp__spawn_args *a, disp__proc *p, char *err,
+                      size_t errsize);
+
+/* The /bin/sh text that, run by each srun task with the trial's argv as
+   "$@", sets torchrun's environment from Slurm's (RANK=$SLURM_PROCID, ...;
+   MASTER_ADDR and MASTER_PORT come from the batch script,
+   disp__torch_slurm_head) and execs the argv. Static storage. */
+const char *disp__torch_slurm_task(void);
+
+/* The lines of a batch script before its srun: MASTER_ADDR (the job's
+   first node), MASTER_PORT (from the job id), WORLD_SIZE, exported.
+   Static storage. */
+const char *disp__torch_slurm_head(void);
 
 /* ---- backends (disp_local.c, disp_slurm.c) ------------------------------ */
 

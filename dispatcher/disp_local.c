@@ -1,6 +1,7 @@
 /*  disp_local.c - the local backend: each trial is a child process of the
     dispatcher (fork/exec, process groups and reaping live in disp_proc.c;
-    a multi-rank trial is one mpirun, disp_mpi.c).
+    a multi-rank trial is one mpirun, disp_mpi.c, or, with trial.launcher
+    "torch", a launcher that starts the ranks itself, disp_torch.c).
 
     It is the default backend and the one `jizhi run` uses; disp_slurm.c
     implements the same operations with Slurm jobs.
@@ -14,12 +15,15 @@
 #include <string.h>
 #include <sys/wait.h>
 
-/* A trial with ranks > 1 runs under mpirun (disp_mpi.c): the launcher is
-   the trial's process. */
+/* A trial with ranks > 1 runs under mpirun (disp_mpi.c), one with the
+   torch launcher under disp_torch.c's: the launcher is the trial's
+   process. */
 static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, char *err,
                    size_t errsize)
 {
     (void)b;
+    if (a->st->launcher == SPEC_LAUNCH_TORCH)
+        return disp__torch_spawn(a, p, err, errsize);
     if (a->st->ranks <= 1)
         return disp__spawn(a, p, err, errsize);
     json_t *argv, *env;

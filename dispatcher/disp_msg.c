@@ -133,6 +133,31 @@ int disp__parse_start(const json_t *msg, disp__start *out, int *have_ids, char *
         out->ranks = (int)r;
     }
 
+    out->launcher = SPEC_LAUNCH_MPIRUN;
+    v = json_object_get(msg, "launcher");
+    if (v && !json_is_null(v)) {
+        const char *l = json_string_value(v);
+        if (l && !strcmp(l, "torch"))
+            out->launcher = SPEC_LAUNCH_TORCH;
+        else if (!l || strcmp(l, "mpirun")) {
+            snprintf(err, errsize, "field 'launcher': expected \"mpirun\" or \"torch\"");
+            return -1;
+        }
+    }
+
+    /* trial.cwd and trial.venv: absolute paths, or absent */
+    static const char *const paths[2] = {"cwd", "venv"};
+    for (int i = 0; i < 2; i++) {
+        v = json_object_get(msg, paths[i]);
+        if (!v || json_is_null(v))
+            continue;
+        if (!s_is_cstring(v) || json_string_value(v)[0] != '/') {
+            snprintf(err, errsize, "field '%s': expected an absolute path", paths[i]);
+            return -1;
+        }
+        *(i ? &out->venv : &out->cwd) = json_string_value(v);
+    }
+
     v = json_object_get(msg, "log_dir");
     if (v && !json_is_null(v)) {
         if (!s_is_cstring(v) || json_string_length(v) == 0) {

@@ -38,10 +38,19 @@ extern char **environ;
 
 /* Variables jizhi sets: never inherited from the dispatcher's own
    environment, so a dispatcher started inside a trial leaks nothing. */
-static const char *const s_scrub[] = {
-    "JIZHI_ENDPOINT",       "JIZHI_STUDY",  "JIZHI_TRIAL",          "JIZHI_ATTEMPT",
-    "JIZHI_TOKEN",          "JIZHI_PARAMS", "JIZHI_CHECKPOINT_DIR", "JIZHI_DISPATCHER",
-    "CUDA_VISIBLE_DEVICES", "JIZHI_KEY",    "JIZHI_SERVER_KEY",     NULL};
+static const char *const s_scrub[] = {"JIZHI_ENDPOINT",
+                                      "JIZHI_STUDY",
+                                      "JIZHI_TRIAL",
+                                      "JIZHI_ATTEMPT",
+                                      "JIZHI_TOKEN",
+                                      "JIZHI_PARAMS",
+                                      "JIZHI_CHECKPOINT_DIR",
+                                      "JIZHI_DISPATCHER",
+                                      "CUDA_VISIBLE_DEVICES",
+                                      "JIZHI_KEY",
+                                      "JIZHI_SERVER_KEY",
+                                      "JIZHI_RANK",
+                                      NULL};
 
 /* ---- environment -------------------------------------------------------- */
 
@@ -93,6 +102,17 @@ static void s_env_set(s_envv *e, const char *key, const char *val, int overwrite
     e->v[e->n] = NULL;
 }
 
+/* Removes KEY. */
+static void s_env_unset(s_envv *e, const char *key)
+{
+    long i = s_env_find(e, key, strlen(key));
+    if (i < 0)
+        return;
+    free(e->v[i]);
+    e->v[i] = e->v[--e->n];
+    e->v[e->n] = NULL;
+}
+
 void disp__strv_free(char **v)
 {
     for (size_t i = 0; v && v[i]; i++)
@@ -127,6 +147,17 @@ char **disp__build_env(const disp__spawn_args *a)
         const json_t *val;
         json_object_foreach((json_t *)a->st->env, key, val)
             s_env_set(&e, key, json_string_value(val), 1);
+    }
+    if (a->st->venv) { /* trial.venv: what its bin/activate would do */
+        long i = s_env_find(&e, "PATH", 4);
+        char *path =
+            util_strf("%s/bin:%s", a->st->venv, i >= 0 ? e.v[i] + 5 : "/usr/bin:/bin");
+        if (!path)
+            e.oom = 1;
+        s_env_set(&e, "PATH", path, 1);
+        free(path);
+        s_env_set(&e, "VIRTUAL_ENV", a->st->venv, 1);
+        s_env_unset(&e, "PYTHONHOME");
     }
     /* defaults the controller may override through `env` */
     s_env_set(&e, "JIZHI_ENDPOINT", a->endpoint, 0);
@@ -175,6 +206,9 @@ typedef struct {
     int pdeathsig;
     pid_t parent;
     int max_fd; /* fallback bound for marking fds CLOEXEC */
+    void (*launch)(void *arg, char **argv, int status_fd); /* disp__spawn_args */
+    void *launch_arg;
+    const char *cwd; /* trial.cwd, or NULL: the dispatcher's folder */
 } s_child_args;
 
 /* In the child, between fork and exec: async-signal-safe calls only. */
@@ -209,11 +243,60 @@ static void __attribute__((noreturn)) s_child(const s_child_args *c)
         for (int fd = 3; fd < c->max_fd; fd++)
             if (fd != c->status_fd)
                 fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (c->cwd && chdir(c->cwd) != 0) { /* disp__check_start looked before fork */
+        int e = errno;
+        (void)!write(c->status_fd, &e, sizeof e);
+        _exit(127);
+    }
     environ = c->envp; /* execvp searches the trial's PATH */
+    if (c->launch)     /* a launcher (disp_torch.c) starts the ranks itself */
+        c->launch(c->launch_arg, c->argv, c->status_fd);
     execvp(c->argv[0], c->argv);
     int e = errno;
     (void)!write(c->status_fd, &e, sizeof e);
     _exit(127);
+}
+
+/* 1 when path is a regular file this user may execute. */
+static int s_runnable(const char *path)
+{
+    struct stat sb;
+    return access(path, X_OK) == 0 && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+int disp__check_start(const disp__start *st, char *err, size_t errsize)
+{
+    struct stat sb;
+    if (st->cwd && stat(st->cwd, &sb) != 0) {
+        snprintf(err, errsize, "trial.cwd %s: %s on this dispatcher's machine", st->cwd,
+                 strerror(errno));
+        return -1;
+    }
+    if (st->cwd && !S_ISDIR(sb.st_mode)) {
+        snprintf(err, errsize, "trial.cwd %s is not a folder", st->cwd);
+        return -1;
+    }
+    if (!st->venv)
+        return 0;
+    char *python = util_strf("%s/bin/python", st->venv);
+    int ok = !python || s_runnable(python);
+    if (!ok)
+        snprintf(err, errsize,
+                 "trial.venv %s is not a virtual environment on this dispatcher's "
+                 "machine: %s is missing or not executable",
+                 st->venv, python);
+    free(python);
+    return ok ? 0 : -1;
+}
+
+/* argv[0] for messages: a relative path as the child finds it, in
+   st->cwd (the exec failure then names the path tried). Caller frees. */
+static char *s_argv0(const disp__start *st)
+{
+    const char *cmd = json_string_value(json_array_get(st->argv, 0));
+    if (!st->cwd || cmd[0] == '/' || !strchr(cmd, '/'))
+        return strdup(cmd);
+    return util_strf("%s/%s", st->cwd, strncmp(cmd, "./", 2) ? cmd : cmd + 2);
 }
 
 int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errsize)
@@ -229,7 +312,7 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
     char **envp = disp__build_env(a);
     p->out_path = util_strf("%s/trial-%ld.%ld.out", a->dir, st->trial, st->attempt);
     p->err_path = util_strf("%s/trial-%ld.%ld.err", a->dir, st->trial, st->attempt);
-    p->argv0 = strdup(json_string_value(json_array_get(st->argv, 0)));
+    p->argv0 = s_argv0(st);
     int in_fd = -1, out_fd = -1, err_fd = -1, ep[2] = {-1, -1};
     int rc = -1;
     if (!argv || !envp || !p->out_path || !p->err_path || !p->argv0) {
@@ -238,6 +321,8 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
     }
     for (size_t i = 0; i < argc; i++)
         argv[i] = (char *)json_string_value(json_array_get(st->argv, i));
+    if (disp__check_start(st, err, errsize) != 0)
+        goto out;
 
     /* the trial's output is the dispatcher's user's only */
     const int wflags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY;
@@ -267,8 +352,8 @@ int disp__spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_t errs
     int max_fd = 4096;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         max_fd = rl.rlim_cur < 65536 ? (int)rl.rlim_cur : 65536;
-    s_child_args c = {argv,  envp,         in_fd,    out_fd, err_fd,
-                      ep[1], a->pdeathsig, getpid(), max_fd};
+    s_child_args c = {argv,         envp,     in_fd,  out_fd,    err_fd,        ep[1],
+                      a->pdeathsig, getpid(), max_fd, a->launch, a->launch_arg, st->cwd};
 
     pid_t pid = fork();
     if (pid == 0)

@@ -3,7 +3,9 @@
     start   writes <dir>/trial-<id>.<attempt>.sbatch (a /bin/sh script that
             execs the trial's argv, every word single-quoted; with ranks
             > 1 it execs `srun --ntasks=R` with the argv, so srun starts
-            the MPI ranks, and the job asks --ntasks=R) and runs sbatch
+            the MPI ranks, and the job asks --ntasks=R; with trial.launcher
+            "torch" srun runs each rank through disp_torch.c's wrapper, which
+            sets torchrun's variables) and runs sbatch
             --parsable in the trial's environment, which sbatch exports to
             the job. The job id is the trial's `pid`.
     refresh at most every poll_s, one `squeue -h -t all -j ID,...` for the
@@ -460,6 +462,7 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     s_slurm *s = (s_slurm *)b;
     const disp__start *st = a->st;
     int ranks = st->ranks > 1 ? st->ranks : 1;
+    int torch = st->launcher == SPEC_LAUNCH_TORCH; /* srun starts even one rank */
     memset(p, 0, sizeof *p);
     p->pidfd = p->exec_fd = -1;
     p->trial = st->trial;
@@ -470,6 +473,7 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     char *script = util_strf("%s/trial-%ld.%ld.sbatch", a->dir, st->trial, st->attempt);
     char *o_arg = NULL, *e_arg = NULL, *name = NULL, *comment = NULL, *time_arg = NULL;
     char *gres = NULL, *part = NULL, *acct = NULL, *ntasks = NULL, *esc = NULL;
+    char *chdir_arg = NULL;
     char **envp = NULL;
     json_t *env = NULL;
     disp__start st_ranks;
@@ -508,9 +512,14 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
             st->attempt);
     for (const char *c = st->study; *c; c++)
         fputc(*c == '\n' || *c == '\r' ? ' ' : *c, f);
-    fprintf(f, ", dispatcher %s\nexec", s->name);
-    if (ranks > 1)
+    fprintf(f, ", dispatcher %s\n%sexec", s->name, torch ? disp__torch_slurm_head() : "");
+    if (ranks > 1 || torch)
         fprintf(f, " srun --ntasks=%d --kill-on-bad-exit=1 --", ranks);
+    if (torch) { /* each task: torchrun's variables from Slurm's, then the argv */
+        fputs(" /bin/sh -c ", f);
+        s_quote(f, disp__torch_slurm_task());
+        fputs(" jizhi-rank", f);
+    }
     for (size_t i = 0; i < json_array_size(st->argv); i++) {
         fputc(' ', f);
         s_quote(f, json_string_value(json_array_get(st->argv, i)));
@@ -545,6 +554,11 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     argv[n++] = o_arg;
     argv[n++] = e_arg;
     argv[n++] = ntasks;
+    if (st->cwd) { /* trial.cwd: the job starts there */
+        if (!(chdir_arg = util_strf("--chdir=%s", st->cwd)))
+            goto oom;
+        argv[n++] = chdir_arg;
+    }
     if (st->timeout_s > 0) {
         /* a backstop after our own timeout and kill grace, in whole minutes */
         long min = (long)ceil((st->timeout_s + s->kill_grace_s + 30.0) / 60.0);
@@ -554,8 +568,8 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
     }
     if (st->gpus > 0) {
         /* per rank: a one-task job asks the node, a multi-rank one each task */
-        if (!(gres = ranks > 1 ? util_strf("--gpus-per-task=%d", st->gpus)
-                               : util_strf("--gres=gpu:%d", st->gpus)))
+        if (!(gres = ranks > 1 || torch ? util_strf("--gpus-per-task=%d", st->gpus)
+                                        : util_strf("--gres=gpu:%d", st->gpus)))
             goto oom;
         argv[n++] = gres;
     }
@@ -574,7 +588,7 @@ static int s_start(disp__backend *b, const disp__spawn_args *a, disp__proc *p, c
 
     /* sbatch exports its environment (the trial's) to the job */
     /* what the local backend's mpirun sets too */
-    if (ranks > 1) {
+    if (ranks > 1 || torch) {
         char num[32];
         if (!(env = st->env ? json_deep_copy(st->env) : json_object()))
             goto oom;
@@ -618,6 +632,7 @@ out:
     free(comment);
     free(time_arg);
     free(gres);
+    free(chdir_arg);
     free(part);
     free(acct);
     free(ntasks);

@@ -760,6 +760,99 @@ TEST(start_failed)
     fc_close(&fc);
 }
 
+/* trial.cwd and trial.venv: the child runs in cwd, with the venv's bin
+   first on PATH, VIRTUAL_ENV set and PYTHONHOME unset; a missing cwd or a
+   venv without bin/python fails the start naming the path; a relative
+   program is tried in cwd and the failure names that path. */
+TEST(cwd_and_venv)
+{
+    setenv("PYTHONHOME", "/jz-test-home", 1); /* before the thread exists */
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256], venv[300], py[340], work[300], v[1024];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    snprintf(venv, sizeof venv, "%s/venv", fc.dir);
+    snprintf(work, sizeof work, "%s/work", fc.dir);
+    snprintf(py, sizeof py, "%s/bin", venv);
+    REQUIRE(util_mkdirs(py, 0700) == 0 && util_mkdirs(work, 0700) == 0);
+    snprintf(py, sizeof py, "%s/bin/python", venv);
+    FILE *f = fopen(py, "w");
+    REQUIRE(f);
+    fputs("#!/bin/sh\n", f);
+    fclose(f);
+    chmod(py, 0700);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    json_t *m = s_start_msg(
+        1, 0,
+        json_pack("[s,s,s]", "sh", "-c",
+                  "echo CWD=$(pwd); echo PATH=$PATH; echo VIRTUAL_ENV=$VIRTUAL_ENV; "
+                  "echo PYTHONHOME=${PYTHONHOME-unset}"));
+    json_object_set_new(m, "cwd", json_string(work));
+    json_object_set_new(m, "venv", json_string(venv));
+    fc_send(&fc, m);
+    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    REQUIRE(ex);
+    CHECK(s_int(ex, "code") == 0);
+    char *o = s_read(s_str(ex, "stdout"));
+    REQUIRE(o);
+    CHECK_STR(s_env_line(o, "CWD", v, sizeof v), work);
+    char want[800];
+    snprintf(want, sizeof want, "%s/bin:", venv);
+    CHECK(s_env_line(o, "PATH", v, sizeof v) && !strncmp(v, want, strlen(want)));
+    CHECK_STR(s_env_line(o, "VIRTUAL_ENV", v, sizeof v), venv);
+    CHECK_STR(s_env_line(o, "PYTHONHOME", v, sizeof v), "unset");
+    free(o);
+    json_decref(ex);
+
+    /* a venv without bin/python, a cwd that is not there */
+    unlink(py);
+    m = s_start_msg(2, 0, json_pack("[s]", "true"));
+    json_object_set_new(m, "venv", json_string(venv));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 2, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "start_failed");
+    snprintf(want, sizeof want,
+             "trial.venv %s is not a virtual environment on this dispatcher's machine: "
+             "%s is missing or not executable",
+             venv, py);
+    CHECK_STR(s_str(ex, "message"), want);
+    json_decref(ex);
+    m = s_start_msg(3, 0, json_pack("[s]", "true"));
+    json_object_set_new(m, "cwd", json_string("/jz-no-such-folder"));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 3, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "message"), "trial.cwd /jz-no-such-folder: No such file or "
+                                    "directory on this dispatcher's machine");
+    json_decref(ex);
+
+    /* ./prog is looked for in cwd */
+    m = s_start_msg(4, 0, json_pack("[s]", "./prog"));
+    json_object_set_new(m, "cwd", json_string(work));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 4, 10);
+    REQUIRE(ex);
+    snprintf(want, sizeof want, "execvp %s/prog: No such file or directory", work);
+    CHECK_STR(s_str(ex, "message"), want);
+    json_decref(ex);
+
+    /* a relative cwd is a malformed start */
+    m = s_start_msg(5, 0, json_pack("[s]", "true"));
+    json_object_set_new(m, "cwd", json_string("work"));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 5, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "message"),
+              "malformed start: field 'cwd': expected an absolute path");
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+    unsetenv("PYTHONHOME");
+}
+
 TEST(timeouts)
 {
     fake_ctl fc;
@@ -1244,6 +1337,236 @@ TEST(tcp_needs_server_key)
     fc_close(&fc);
 }
 
+/* ---- trial.launcher "torch" (disp_torch.c) ------------------------------- */
+
+static json_t *s_torch_msg(long trial, int ranks, int gpus, const char *script)
+{
+    json_t *m = s_start_msg(trial, 0, json_pack("[s,s,s]", "/bin/sh", "-c", script));
+    json_object_set_new(m, "ranks", json_integer(ranks));
+    json_object_set_new(m, "gpus", json_integer(gpus));
+    json_object_set_new(m, "launcher", json_string("torch"));
+    json_object_set_new(json_object_get(m, "env"), "JIZHI_TOKEN", json_string("tok"));
+    return m;
+}
+
+/* The line of `out` that starts with `prefix`, copied into buf; NULL. */
+static const char *s_line(const char *out, const char *prefix, char *buf, size_t n)
+{
+    const char *p = out;
+    while (p && *p) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (!strncmp(p, prefix, strlen(prefix))) {
+            snprintf(buf, n, "%.*s", (int)len, p);
+            return buf;
+        }
+        p = e ? e + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* Each rank gets torchrun's environment, its own share of the trial's GPUs
+   and the trial's JIZHI_* variables. */
+TEST(torch_launcher_environment)
+{
+    unsetenv("OMP_NUM_THREADS");
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.gpus = "0,1,2,3";
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    const char *show = "echo \"rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE "
+                       "lworld=$LOCAL_WORLD_SIZE addr=$MASTER_ADDR port=$MASTER_PORT "
+                       "jrank=$JIZHI_RANK jranks=$JIZHI_RANKS gpr=$JIZHI_GPUS_PER_RANK "
+                       "cuda=$CUDA_VISIBLE_DEVICES trial=$JIZHI_TRIAL tok=$JIZHI_TOKEN "
+                       "omp=$OMP_NUM_THREADS\"";
+    fc_send(&fc, s_torch_msg(1, 2, 2, show));
+    json_t *st = fc_wait(&fc, "started", 1, 10);
+    REQUIRE(st);
+    CHECK(json_array_size(json_object_get(st, "gpus")) == 4);
+    json_decref(st);
+    json_t *ex = fc_wait(&fc, "exited", 1, 20);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "exited");
+    CHECK(s_int(ex, "code") == 0);
+    char *o = s_read(s_str(ex, "stdout"));
+    REQUIRE(o);
+    char l0[512], l1[512], want[512];
+    REQUIRE(s_line(o, "rank=0 ", l0, sizeof l0));
+    REQUIRE(s_line(o, "rank=1 ", l1, sizeof l1));
+    const char *pp = strstr(l0, "port=");
+    REQUIRE(pp);
+    int port = atoi(pp + 5);
+    CHECK(port > 0 && port < 65536);
+    snprintf(want, sizeof want,
+             "rank=0 local=0 world=2 lworld=2 addr=127.0.0.1 port=%d jrank=0 jranks=2 "
+             "gpr=2 cuda=0,1 trial=1 tok=tok omp=1",
+             port);
+    CHECK_STR(l0, want);
+    snprintf(want, sizeof want,
+             "rank=1 local=1 world=2 lworld=2 addr=127.0.0.1 port=%d jrank=1 jranks=2 "
+             "gpr=2 cuda=2,3 trial=1 tok=tok omp=1",
+             port);
+    CHECK_STR(l1, want);
+    free(o);
+    json_decref(ex);
+
+    /* no GPUs: none visible; one rank still gets the variables; the study's
+       OMP_NUM_THREADS wins */
+    json_t *m = s_torch_msg(2, 1, 0, show);
+    json_object_set_new(json_object_get(m, "env"), "OMP_NUM_THREADS", json_string("2"));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 2, 20);
+    REQUIRE(ex);
+    CHECK(s_int(ex, "code") == 0);
+    o = s_read(s_str(ex, "stdout"));
+    REQUIRE(o);
+    CHECK(s_line(o, "rank=0 local=0 world=1 lworld=1 addr=127.0.0.1 port=", l0,
+                 sizeof l0) != NULL);
+    CHECK(strstr(l0, " jrank=0 jranks=1 gpr=0 cuda= trial=2 tok=tok omp=2") != NULL);
+    free(o);
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+/* Reads the pid a rank wrote into DIR/rankR.pid (waits for it). */
+static pid_t s_rank_pid(const fake_ctl *fc, int r)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/rank%d.pid", fc->dir, r);
+    char *s = s_read_wait(path, 10);
+    pid_t pid = s ? (pid_t)atoi(s) : 0;
+    free(s);
+    return pid;
+}
+
+/* A rank that dies ends the trial: the others are ended, and its exit
+   status and its last stderr line are the attempt's end and stderr tail. */
+TEST(torch_launcher_rank_death)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256], script[1024];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    /* rank 1 is killed by SIGKILL; rank 0 would sleep on */
+    snprintf(script, sizeof script,
+             "echo $$ > %s/rank$RANK.pid; echo \"rank $RANK up\" >&2; "
+             "if [ \"$RANK\" = 1 ]; then while [ ! -s %s/rank0.pid ]; do sleep 0.05; "
+             "done; echo 'rank one: about to die' >&2; kill -9 $$; fi; exec sleep 60",
+             fc.dir, fc.dir);
+    fc_send(&fc, s_torch_msg(1, 2, 0, script));
+    json_t *ex = fc_wait(&fc, "exited", 1, 30);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "signaled");
+    CHECK(s_int(ex, "signal") == 9);
+    pid_t r0 = s_rank_pid(&fc, 0), r1 = s_rank_pid(&fc, 1);
+    REQUIRE(r0 > 0 && r1 > 0);
+    char want[256];
+    snprintf(want, sizeof want,
+             "jizhi: rank 1 of 2 (pid %d) was killed by signal 9 (SIGKILL); its last "
+             "stderr line: rank one: about to die",
+             (int)r1);
+    CHECK_STR(s_str(ex, "stderr_tail"), want);
+    CHECK(s_wait_dead(r0, 10)); /* the other rank is gone too */
+    char *e = s_read(s_str(ex, "stderr"));
+    CHECK(e && strstr(e, "rank 0 up") && strstr(e, "rank 1 up"));
+    free(e);
+    json_decref(ex);
+
+    /* rank 0 exits 3 while rank 1 sleeps: its code is the attempt's */
+    char p0[256];
+    snprintf(p0, sizeof p0, "%s/rank0.pid", fc.dir);
+    unlink(p0);
+    snprintf(script, sizeof script,
+             "echo $$ > %s/rank$RANK.pid; if [ \"$RANK\" = 0 ]; then "
+             "echo 'RuntimeError: boom' >&2; exit 3; fi; exec sleep 60",
+             fc.dir);
+    fc_send(&fc, s_torch_msg(2, 2, 0, script));
+    ex = fc_wait(&fc, "exited", 2, 30);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "exited");
+    CHECK(s_int(ex, "code") == 3);
+    CHECK(strstr(s_str(ex, "stderr_tail"), "rank 0 of 2 (pid ") != NULL);
+    CHECK(strstr(s_str(ex, "stderr_tail"),
+                 ") exited with code 3; its last stderr line: RuntimeError: boom") !=
+          NULL);
+    json_decref(ex);
+
+    /* ranks that all exit 0 end the attempt cleanly, however far apart */
+    fc_send(&fc, s_torch_msg(3, 2, 0, "[ \"$RANK\" = 1 ] && sleep 0.5; exit 0"));
+    ex = fc_wait(&fc, "exited", 3, 30);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "exited");
+    CHECK(s_int(ex, "code") == 0);
+    CHECK_STR(s_str(ex, "stderr_tail"), "");
+    json_decref(ex);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
+/* A kill ends every rank; a command that cannot be exec'd fails the start
+   as a plain trial's does. */
+TEST(torch_launcher_kill_and_exec_failure)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256], script[512];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    /* ranks that ignore SIGTERM: SIGKILL after the grace */
+    snprintf(script, sizeof script,
+             "trap '' TERM; echo $$ > %s/rank$RANK.pid; while :; do sleep 0.1; done",
+             fc.dir);
+    fc_send(&fc, s_torch_msg(1, 2, 0, script));
+    json_t *st = fc_wait(&fc, "started", 1, 10);
+    REQUIRE(st);
+    json_decref(st);
+    pid_t r0 = s_rank_pid(&fc, 0), r1 = s_rank_pid(&fc, 1);
+    REQUIRE(r0 > 0 && r1 > 0);
+    fc_send(&fc, json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial", (json_int_t)1,
+                           "attempt", (json_int_t)0, "reason", "test"));
+    json_t *ex = fc_wait(&fc, "exited", 1, 30);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "killed");
+    CHECK(s_wait_dead(r0, 10) && s_wait_dead(r1, 10));
+    json_decref(ex);
+
+    json_t *m = s_torch_msg(2, 2, 0, "x");
+    json_object_set_new(m, "argv", json_pack("[s]", "jizhi-no-such-program"));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 2, 20);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "start_failed");
+    CHECK(strstr(s_str(ex, "message"), "jizhi-no-such-program") != NULL);
+    json_decref(ex);
+
+    /* a launcher the controller does not know is refused, naming the field */
+    m = s_torch_msg(3, 2, 0, "true");
+    json_object_set_new(m, "launcher", json_string("horovod"));
+    fc_send(&fc, m);
+    ex = fc_wait(&fc, "exited", 3, 10);
+    REQUIRE(ex);
+    CHECK_STR(s_str(ex, "how"), "start_failed");
+    CHECK(strstr(s_str(ex, "message"), "field 'launcher'") != NULL);
+    json_decref(ex);
+    json_t *seen = json_array();
+    dt_stop(&t, &fc, seen);
+    size_t i;
+    json_array_foreach(seen, i, m) if (!strcmp(wire_type(m), "started"))
+        CHECK(s_int(m, "trial") != 2 && s_int(m, "trial") != 3);
+    json_decref(seen);
+    fc_close(&fc);
+}
+
 int main(void)
 {
     if (!getenv("JIZHI_LOG"))
@@ -1257,6 +1580,7 @@ int main(void)
     RUN(run_and_logs);
     RUN(environment);
     RUN(start_failed);
+    RUN(cwd_and_venv);
     RUN(timeouts);
     RUN(kill_request);
     RUN(disown_by_tag);
@@ -1267,5 +1591,8 @@ int main(void)
     RUN(stop_without_kill);
     RUN(files_private);
     RUN(tcp_needs_server_key);
+    RUN(torch_launcher_environment);
+    RUN(torch_launcher_rank_death);
+    RUN(torch_launcher_kill_and_exec_failure);
     TEST_DONE();
 }

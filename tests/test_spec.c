@@ -352,6 +352,13 @@ TEST(defaults)
     s = spec_load("tests/data/specs/valid/ranks_four.json", 1, &err);
     REQUIRE(s);
     CHECK(s->ranks == 4 && s->gpus == 2);
+    CHECK(s->launcher == SPEC_LAUNCH_MPIRUN);
+    spec_destroy(&s);
+    s = spec_load("tests/data/specs/valid/ranks_torch.json", 1, &err);
+    REQUIRE(s);
+    CHECK(s->ranks == 2 && s->launcher == SPEC_LAUNCH_TORCH);
+    CHECK_STR(spec_launcher_name(s->launcher), "torch");
+    CHECK_STR(spec_launcher_name(SPEC_LAUNCH_MPIRUN), "mpirun");
     spec_destroy(&s);
 }
 

@@ -1,0 +1,191 @@
+"""DDP trials started by the dispatcher (`"trial": {"ranks": 2, "launcher":
+"torch"}`, dispatcher/disp_torch.c) against real daemons: each rank gets
+torchrun's environment and the trial's JIZHI_* variables, only rank 0's
+helper talks to the controller, a `jizhi trial set lr=...` reaches both
+ranks' optimizers at the same step (jizhi.torch broadcasts rank 0's
+instructions), and a rank killed with SIGKILL ends the trial with the
+rank, its signal and its last stderr line as the reason, the other rank
+gone too.
+
+The ranks are plain torch DDP programs with gloo on CPU, run by Debian's
+/usr/bin/python3 (python3-torch) on a Fashion-MNIST subset with the
+example's model (examples/torch/train.py); the tests skip, saying why,
+where it has no torch or the dataset is missing.
+"""
+import json
+import os
+import signal
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import ROOT, base_spec
+from test_recovery import start_controller, start_dispatcher, stop
+
+PY = "/usr/bin/python3"
+EXAMPLE = os.path.join(ROOT, "examples", "torch")
+FMNIST = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+
+
+def _has_torch():
+    try:
+        return subprocess.run([PY, "-c", "import torch.distributed"], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+pytestmark = [
+    pytest.mark.skipif(not _has_torch(), reason="%s has no torch (python3-torch)" % PY),
+    pytest.mark.skipif(not os.path.exists(FMNIST),
+                       reason="Fashion-MNIST missing (Debian's dataset-fashion-mnist)"),
+]
+
+# One rank: plain DDP over gloo, jizhi.torch attached. $LOG.<rank> gets one
+# JSON line with the rank's environment, then one per step with the lr its
+# optimizer holds after ctl.step; $LOG.<rank>.pid its pid.
+RANK = textwrap.dedent("""
+    import json, os, sys, time
+    import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+    sys.path.insert(0, %(example)r)
+    from train import fashion_mnist, Net
+    import jizhi, jizhi.torch
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    base = os.environ["LOG"] + ".%%d" %% rank
+    with open(base + ".pid", "w") as f:
+        f.write(str(os.getpid()))
+    log = open(base, "a")
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+            "MASTER_PORT", "JIZHI_RANK", "JIZHI_RANKS", "JIZHI_TRIAL", "OMP_NUM_THREADS")
+    log.write(json.dumps({"env": {k: os.environ.get(k) for k in keys},
+                          "world": dist.get_world_size()}) + "\\n")
+    log.flush()
+    t = jizhi.Trial()
+    net = nn.parallel.DistributedDataParallel(Net(4))
+    opt = torch.optim.SGD(net.parameters(), lr=t.param("lr", 0.01), momentum=0.9)
+    ctl = jizhi.torch.attach(t, opt, model=net, report_every=5)
+    for x, y in ctl.loader(fashion_mnist("train", 1024), batch_size=16, shuffle=True,
+                           epochs=1000):
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+        ok = ctl.step()
+        log.write(json.dumps({"step": ctl.global_step,
+                              "lr": opt.param_groups[0]["lr"]}) + "\\n")
+        log.flush()
+        if not ok:
+            break
+        if rank == 1:
+            print("rank 1 at step %%d" %% ctl.global_step, file=sys.stderr, flush=True)
+        time.sleep(0.02)
+    t.close()
+    dist.destroy_process_group()
+""") % {"example": EXAMPLE}
+
+
+def records(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+def steps(path):
+    return [r for r in records(path) if "step" in r]
+
+
+def submit_ddp(jz, name, log):
+    prog = os.path.join(jz.dir, name + ".py")
+    with open(prog, "w") as f:
+        f.write(RANK)
+    spec = base_spec(name, [PY, prog], trials=1, parallel=1, env={"LOG": log}, ranks=2,
+                     launcher="torch")
+    spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1}}
+    spec["trial"]["timeout_s"] = 180
+    jz.run("study", "submit", jz.write_spec(spec), check=0)
+    for r in (0, 1):
+        jz.wait_for(lambda: len(steps(log + ".%d" % r)) > 0, 90, "rank %d training" % r)
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
+                "rank 0's first report")
+    return jz.sql("SELECT id FROM trials ORDER BY id")[0][0]
+
+
+def daemons(jz):
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    return ctl, start_dispatcher(jz, ep, slots=2)
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_set_lr_reaches_both_ranks_at_the_same_step(jz):
+    ctl, disp = daemons(jz)
+    log = os.path.join(jz.dir, "rank")
+    try:
+        tid = submit_ddp(jz, "ddp", log)
+        # torchrun's environment, one rank each, the trial's identity on both
+        envs = [records(log + ".%d" % r)[0] for r in (0, 1)]
+        for r, e in enumerate(envs):
+            assert e["world"] == 2
+            assert {k: e["env"][k] for k in ("RANK", "LOCAL_RANK", "JIZHI_RANK")} == \
+                {"RANK": str(r), "LOCAL_RANK": str(r), "JIZHI_RANK": str(r)}, e
+            assert (e["env"]["WORLD_SIZE"], e["env"]["LOCAL_WORLD_SIZE"],
+                    e["env"]["JIZHI_RANKS"], e["env"]["MASTER_ADDR"]) == \
+                ("2", "2", "2", "127.0.0.1"), e
+            assert e["env"]["JIZHI_TRIAL"] == str(tid)
+        assert envs[0]["env"]["MASTER_PORT"] == envs[1]["env"]["MASTER_PORT"]
+        for lr in ("0.0333", "0.0444"):
+            p = jz.run("trial", "set", str(tid), "lr=" + lr)
+            assert p.returncode == 0 and "acknowledged" in p.stdout, p.stdout + p.stderr
+            at = []
+            for r in (0, 1):
+                path = log + ".%d" % r
+                jz.wait_for(lambda: any(x["lr"] == float(lr) for x in steps(path)), 30,
+                            "rank %d to log lr %s" % (r, lr))
+                at.append(next(x["step"] for x in steps(path) if x["lr"] == float(lr)))
+            assert at[0] == at[1], at
+        # only rank 0 reports: every stored point once
+        dup = jz.sql("SELECT COUNT(*) FROM (SELECT step, name, COUNT(*) c FROM metrics "
+                     "WHERE trial_id=? GROUP BY step, name HAVING c > 1)", tid)[0][0]
+        assert dup == 0
+        jz.run("trial", "stop", str(tid), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0]
+                    == "stopped", 60, "both ranks to stop")
+        ends = [steps(log + ".%d" % r)[-1]["step"] for r in (0, 1)]
+        assert ends[0] == ends[1], ends
+    finally:
+        stop(ctl, disp)
+
+
+def test_a_rank_killed_ends_the_trial_with_its_reason(jz):
+    ctl, disp = daemons(jz)
+    log = os.path.join(jz.dir, "rank")
+    try:
+        tid = submit_ddp(jz, "ddpkill", log)
+        pids = []
+        for r in (0, 1):
+            with open(log + ".%d.pid" % r) as f:
+                pids.append(int(f.read()))
+        assert all(alive(p) for p in pids)
+        os.kill(pids[1], signal.SIGKILL)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0]
+                    == "failed", 60, "the trial to fail")
+        (reason,) = jz.sql("SELECT reason FROM trials WHERE id=?", tid)[0]
+        assert "killed by signal 9" in reason, reason
+        assert ("rank 1 of 2 (pid %d) was killed by signal 9 (SIGKILL); its last stderr "
+                "line: rank 1 at step" % pids[1]) in reason, reason
+        jz.wait_for(lambda: not alive(pids[0]), 30, "rank 0 to be gone")
+        p = jz.run("trial", "show", str(tid))
+        assert p.returncode == 0 and "rank 1 of 2 (pid %d)" % pids[1] in p.stdout, p.stdout
+    finally:
+        stop(ctl, disp)
