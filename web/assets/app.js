@@ -224,6 +224,9 @@ async function studyPage(name) {
   };
   jz.study = S;
   const maximize = S.study.objective.mode === "max";
+  /* several objectives: a Pareto-front scatter, and a column per objective */
+  const objectives = Array.isArray(S.study.spec.objective) ? S.study.spec.objective : [S.study.spec.objective || {}];
+  const multiObjective = objectives.length > 1;
   const byId = () => Object.fromEntries(S.trials.map((t) => [t.id, t]));
 
   /* layout */
@@ -240,7 +243,11 @@ async function studyPage(name) {
   const colourNote = el("span", { class: "small muted" });
   main.replaceChildren(
     el("div", { class: "panel" }, el("h1", { text: "Study " + name }), headline,
-      el("div", { class: "controls" }, stopBtn, resumeBtn, studyAck)),
+      el("div", { class: "controls" }, stopBtn, resumeBtn, studyAck,
+        /* the bytes of `jizhi study export` (GET .../export) */
+        el("span", { class: "small muted downloads" }, "download trials: ",
+          el("a", { id: "export-csv", href: `/api/studies/${encodeURIComponent(name)}/export?format=csv`, download: `${name}.csv`, text: "CSV" }), " · ",
+          el("a", { id: "export-json", href: `/api/studies/${encodeURIComponent(name)}/export?format=json`, download: `${name}.json`, text: "JSON" })))),
     el("div", { class: "grid" },
       el("div", { class: "panel" }, el("h2", { text: "Optimisation history" }),
         el("div", { class: "chart-box" }, el("canvas", { id: "history-chart" })),
@@ -251,9 +258,13 @@ async function studyPage(name) {
           el("label", {}, logBox, " log y"), el("label", {}, robustBox, " robust y range"), colourNote),
         el("div", { class: "chart-box" }, el("canvas", { id: "curves-chart" })),
         el("div", { class: "note", id: "curves-note" })),
+      ...(multiObjective ? [el("div", { class: "panel", id: "pareto-panel" }, el("h2", { text: "Pareto front" }),
+        el("div", { class: "controls", id: "pareto-axes" }),
+        el("div", { class: "chart-box" }, el("canvas", { id: "pareto-chart" })),
+        el("div", { class: "note", id: "pareto-note" }))] : []),
       el("div", { class: "panel" }, el("h2", { text: "Parallel coordinates" }),
         el("canvas", { class: "pc", id: "parallel" }),
-        el("div", { class: "note", text: "One line per trial with a value, coloured by the objective (dark = better, red = best)." })),
+        el("div", { class: "note", text: "One line per trial with a value, coloured by the objective (dark = better, red = best). Constant parameters have no axis; a conditional parameter that was inactive in a trial is drawn at \u201cinactive\u201d under its axis." })),
       el("div", { class: "panel" }, el("h2", { text: "Parameter importance" }),
         el("div", { class: "chart-box short" }, el("canvas", { id: "importance-chart" })),
         el("div", { class: "note", id: "importance-note", text: "|Spearman rank correlation| between each parameter and the objective over trials with a value. A correlation, not a model-based importance: it misses interactions and non-monotone effects." })),
@@ -288,10 +299,58 @@ async function studyPage(name) {
     frontDone = done;
     getJSON(`/api/studies/${encodeURIComponent(name)}/pareto`).then((j) => {
       if (j.objectives.length < 2 && !j.constraints) return;
-      S.front = { multi: j.objectives.length > 1, objectives: j.objectives, ids: new Set(j.pareto.map((p) => p.id)), n: j.pareto.length };
+      S.front = { multi: j.objectives.length > 1, objectives: j.objectives, ids: new Set(j.pareto.map((p) => p.id)), n: j.pareto.length,
+        trials: j.trials || [], values: Object.fromEntries((j.trials || []).map((t) => [t.id, t.values])) };
       renderHead();
       drawTable();
+      drawPareto();
     }).catch(() => {});
+  }
+  /* the Pareto-front scatter: every completed trial by two objectives
+     (chosen above the chart when there are more), the front in red */
+  const paretoAxes = { x: 0, y: 1 };
+  function drawPareto() {
+    if (!$("#pareto-chart") || !S.front || !S.front.multi) return;
+    const objs = S.front.objectives, box = $("#pareto-axes");
+    if (objs.length > 2 && !box.childElementCount) {
+      for (const a of ["x", "y"]) {
+        const sel = el("select", { id: "pareto-" + a }, ...objs.map((o, i) => el("option", { value: String(i), text: o.metric })));
+        sel.value = String(paretoAxes[a]);
+        sel.addEventListener("change", () => { paretoAxes[a] = Number(sel.value); drawPareto(); });
+        box.append(el("label", {}, a + " ", sel));
+      }
+    }
+    const ox = objs[paretoAxes.x], oy = objs[paretoAxes.y];
+    const sets = { front: [], dominated: [], infeasible: [] };
+    let skipped = 0;
+    for (const t of S.front.trials) {
+      const x = t.values[ox.metric], y = t.values[oy.metric];
+      if (typeof x !== "number" || typeof y !== "number") { skipped++; continue; }
+      const p = { x, y, id: t.id, number: t.number };
+      (t.pareto ? sets.front : t.feasible ? sets.dominated : sets.infeasible).push(p);
+    }
+    sets.front.sort((a, b) => a.x - b.x || a.y - b.y);
+    const n = sets.front.length + sets.dominated.length + sets.infeasible.length;
+    jz.pareto = { points: n, front: sets.front.length, skipped };
+    $("#pareto-note").textContent = `${n} completed trials${skipped ? ` (${skipped} without a finite value of both left out)` : ""}; ` +
+      `red = the Pareto set (no other completed feasible trial is as good in every objective and better in one)` +
+      (objs.length > 2 ? ", judged on all objectives" : "") + ". Click a point to open its trial.";
+    const ds = [
+      { label: "Pareto set", data: sets.front, backgroundColor: BEST, borderColor: BEST, pointRadius: 5, showLine: true, borderDash: [4, 3], borderWidth: 1 },
+      { label: "dominated", data: sets.dominated, backgroundColor: "#6baed6", pointRadius: 3.5 },
+      { label: "infeasible (constraints)", data: sets.infeasible, backgroundColor: "#bbb", borderColor: "#999", pointStyle: "crossRot", pointRadius: 5, borderWidth: 1.5 },
+    ].filter((d, i) => i < 2 || d.data.length);
+    if (jz.charts.pareto) jz.charts.pareto.destroy();
+    jz.charts.pareto = new Chart($("#pareto-chart"), {
+      type: "scatter", data: { datasets: ds },
+      options: {
+        animation: false, maintainAspectRatio: false, parsing: false,
+        scales: { x: { title: { display: true, text: `${ox.metric} (${ox.mode})` } }, y: { title: { display: true, text: `${oy.metric} (${oy.mode})` } } },
+        plugins: { legend: { position: "bottom", labels: { boxWidth: 10 } },
+          tooltip: { callbacks: { label: (c) => `trial ${c.raw.id} (no. ${c.raw.number} in the study): ${ox.metric} ${fmt(c.raw.x)}, ${oy.metric} ${fmt(c.raw.y)}` } } },
+        onClick: (e, items) => { const p = items[0] && ds[items[0].datasetIndex].data[items[0].index]; if (p && p.id) location.hash = "#/trial/" + p.id; },
+      },
+    });
   }
   function recount() {
     const s = S.study;
@@ -414,6 +473,8 @@ async function studyPage(name) {
       if (e.trial == null || !(e.kind === "instruction" || e.kind === "stopped" || e.kind === "pruned")) continue;
       const c = S.curves[e.trial];
       if (!c || !c.s.length) continue;
+      /* a trial stopped after one evaluation is a marker of its own (a cross) */
+      if (c.s.length === 1 && e.kind !== "instruction") continue;
       const rel = e.time - c.t0;
       let best = 0;
       for (let i = 1; i < c.t.length; i++) if (Math.abs(c.t[i] - rel) < Math.abs(c.t[best] - rel)) best = i;
@@ -430,7 +491,10 @@ async function studyPage(name) {
     /* quantiles of the curves' tails (their last half), so that early
        transients do not squash the part that matters */
     const tails = [];
-    for (const d of sets) for (let i = Math.floor(d.length / 2); i < d.length; i++) tails.push(d[i].y);
+    /* trials with a single evaluation (pruned at the first rung) are left
+       out while some trial has a curve: their early values would set the range */
+    const curves = sets.some((d) => d.length > 1) ? sets.filter((d) => d.length > 1) : sets;
+    for (const d of curves) for (let i = Math.floor(d.length / 2); i < d.length; i++) tails.push(d[i].y);
     if (tails.length < 4) return {};
     tails.sort((a, b) => a - b);
     let lo = quantile(tails, 0.02), hi = quantile(tails, 0.98);
@@ -468,6 +532,15 @@ async function studyPage(name) {
       g.clip();
       for (const l of jz.curveLines || []) {
         if (l.data.length < 1) continue;
+        if (l.data.length === 1) { /* one evaluation: a marker, a cross when it was stopped there */
+          const px = xs.getPixelForValue(l.data[0].x), py = ys.getPixelForValue(l.data[0].y), r = l.best ? 5 : 3.5;
+          g.beginPath();
+          g.setLineDash([]);
+          g.strokeStyle = l.color; g.fillStyle = l.color; g.lineWidth = l.best ? 2.5 : 1.5;
+          if (l.dash.length) { g.moveTo(px - r, py - r); g.lineTo(px + r, py + r); g.moveTo(px - r, py + r); g.lineTo(px + r, py - r); g.stroke(); }
+          else { g.arc(px, py, r, 0, 2 * Math.PI); g.fill(); }
+          continue;
+        }
         g.beginPath();
         g.strokeStyle = l.color;
         g.lineWidth = l.width;
@@ -501,8 +574,12 @@ async function studyPage(name) {
     const b = bounds(lines, range);
     const xtitle = { step: "step", time: "seconds since the trial's first point", epoch: "epoch", samples: "samples",
       samples_bs: "samples (sum of batch_size over the steps)" }[S.xaxis];
+    const single = lines.filter((l) => l.data.length === 1).length;
+    jz.curvesSingle = single;
     $("#curves-note").textContent = `${lines.length} trials, ${lines.reduce((n, l) => n + l.data.length, 0)} points (downsampled); ` +
-      "dark = better final objective, red = best, dashed = pruned or stopped, ▲ = interventions and scheduler decisions. Click a curve to open its trial.";
+      "dark = better final objective, red = best, dashed = pruned or stopped, ▲ = interventions and scheduler decisions" +
+      (single ? `; ${single} trial${single === 1 ? "" : "s"} with one evaluation: ● (× when pruned or stopped there)${S.robust ? ", left out of the robust y range" : ""}` : "") +
+      ". Click a curve to open its trial.";
     if (jz.charts.curves) jz.charts.curves.destroy();
     const marks = { label: "interventions", type: "scatter", data: marksData(), pointStyle: "triangle", pointRadius: 6,
       backgroundColor: "#111", borderColor: "#fff", borderWidth: 1 };
@@ -565,19 +642,27 @@ async function studyPage(name) {
   const space = S.study.spec.space || {};
   const pnames = Object.keys(space);
   function paramValue(t, p) { return t.params ? t.params[p] : undefined; }
+  /* an inactive conditional parameter (its `when` false) has no value: it
+     is drawn at its own "inactive" place under the axis */
+  const conditional = (p) => !!(space[p] && space[p].when) ||
+    S.trials.some((t) => t.params && Object.keys(t.params).length && paramValue(t, p) === undefined);
   function axisOf(p) {
     const sp = space[p] || {};
     const vals = S.trials.map((t) => paramValue(t, p)).filter((v) => v !== undefined);
+    const cond = conditional(p);
     if (vals.length && vals.every((v) => typeof v === "number")) {
       const log = !!sp.log && vals.every((v) => v > 0);
       const f = log ? Math.log10 : (v) => v;
       let lo = Math.min(...vals.map(f)), hi = Math.max(...vals.map(f));
       if (typeof sp.low === "number" && typeof sp.high === "number" && (!log || sp.low > 0)) { lo = f(sp.low); hi = f(sp.high); }
-      return { name: p + (log ? " (log)" : ""), pos: (v) => (hi > lo ? (f(v) - lo) / (hi - lo) : 0.5), lo: log ? 10 ** lo : lo, hi: log ? 10 ** hi : hi };
+      return { name: p + (log ? " (log)" : ""), pos: (v) => (hi > lo ? (f(v) - lo) / (hi - lo) : 0.5), lo: log ? 10 ** lo : lo, hi: log ? 10 ** hi : hi, cond };
     }
     const cats = [...new Set(vals.map(String))].sort();
-    return { name: p, pos: (v) => (cats.length > 1 ? cats.indexOf(String(v)) / (cats.length - 1) : 0.5), cats };
+    return { name: p, pos: (v) => (cats.length > 1 ? cats.indexOf(String(v)) / (cats.length - 1) : 0.5), cats, cond };
   }
+  /* the axes: every tuned parameter (a const one, or a choice of one
+     value, has nothing to show) and the objective */
+  const pcNames = pnames.filter((p) => space[p].type !== "const" && !(Array.isArray(space[p].values) && space[p].values.length < 2));
   function drawParallel() {
     if (!$("#parallel")) return; /* the page was left */
     const cv = $("#parallel");
@@ -587,21 +672,42 @@ async function studyPage(name) {
     g.scale(dpr, dpr);
     g.clearRect(0, 0, W, H);
     const withV = S.trials.filter((t) => trialScore(t) !== null);
-    const axes = pnames.map(axisOf);
+    const axes = pcNames.map(axisOf);
     const scores = withV.map(trialScore);
     const vlo = Math.min(...scores), vhi = Math.max(...scores);
     axes.push({ name: S.study.objective.metric, pos: (v) => (vhi > vlo ? (v - vlo) / (vhi - vlo) : 0.5), lo: vlo, hi: vhi, objective: true });
-    const top = 44, bottom = H - 26, left = 40, right = W - 40;
-    const ax = (i) => (axes.length > 1 ? left + (i * (right - left)) / (axes.length - 1) : (left + right) / 2);
+    const anyCond = axes.some((a) => a.cond);
+    const NAME = "12px system-ui, sans-serif", TICK = "11px system-ui, sans-serif";
+    g.font = NAME;
+    const nameW = axes.map((a) => g.measureText(a.name).width);
+    g.font = TICK;
+    const tickW = (a) => Math.max(0, ...(a.cats || [fmt(a.hi), fmt(a.lo)]).map((c) => g.measureText(c).width));
+    /* margins that hold the first and last axis's labels */
+    const left = Math.max(30, Math.min(W / 4, Math.max(nameW[0] / 2, tickW(axes[0]) / 2) + 6));
+    const right = W - Math.max(30, Math.min(W / 4, Math.max(nameW[nameW.length - 1] / 2, tickW(axes[axes.length - 1]) / 2) + 6));
+    const gap = axes.length > 1 ? (right - left) / (axes.length - 1) : right - left;
+    /* names wider than the gap between axes go on two staggered rows */
+    const stagger = nameW.some((w) => w > gap - 8);
+    const top = stagger ? 58 : 44, bottom = H - (anyCond ? 44 : 26), inactiveY = H - 16;
+    jz.parallel = { axes: axes.map((a) => a.name), stagger, inactive: 0 };
+    const ax = (i) => (axes.length > 1 ? left + i * gap : (left + right) / 2);
     const y = (u) => bottom - u * (bottom - top);
+    /* text centred on x, kept inside the canvas and at most maxW wide */
+    const text = (s, x, yy, maxW) => {
+      let t = s;
+      while (t.length > 2 && g.measureText(t).width > maxW) t = t.slice(0, -2) + "…";
+      const w = g.measureText(t).width;
+      g.fillText(t, Math.min(Math.max(x, w / 2 + 2), W - w / 2 - 2), yy);
+    };
     const col = colours();
     const bestId = S.study.best ? S.study.best.trial : null;
     const order = [...withV].sort((a, b) => (a.id === bestId) - (b.id === bestId));
     for (const t of order) {
       g.beginPath();
       axes.forEach((a, i) => {
-        const v = a.objective ? trialScore(t) : paramValue(t, pnames[i]);
-        const py = y(v === undefined ? 0 : a.pos(v));
+        const v = a.objective ? trialScore(t) : paramValue(t, pcNames[i]);
+        if (v === undefined) jz.parallel.inactive++;
+        const py = v === undefined ? inactiveY : y(a.pos(v));
         if (i) g.lineTo(ax(i), py); else g.moveTo(ax(i), py);
       });
       g.strokeStyle = col(t);
@@ -610,17 +716,22 @@ async function studyPage(name) {
       g.stroke();
     }
     g.globalAlpha = 1;
-    g.fillStyle = "#33405e"; g.strokeStyle = "#8892a8"; g.lineWidth = 1;
-    g.font = "12px system-ui, sans-serif"; g.textAlign = "center";
+    g.strokeStyle = "#8892a8"; g.lineWidth = 1; g.textAlign = "center";
     axes.forEach((a, i) => {
       g.beginPath(); g.moveTo(ax(i), top); g.lineTo(ax(i), bottom); g.stroke();
-      g.fillText(a.name, ax(i), top - 22);
-      g.font = "11px system-ui, sans-serif"; g.fillStyle = "#6a7489";
-      if (a.cats) a.cats.forEach((c) => g.fillText(c, ax(i), y(a.pos(c)) - 3));
-      else { g.fillText(fmt(a.hi), ax(i), top - 6); g.fillText(fmt(a.lo), ax(i), bottom + 14); }
-      g.font = "12px system-ui, sans-serif"; g.fillStyle = "#33405e";
+      g.font = NAME; g.fillStyle = "#33405e";
+      text(a.name, ax(i), top - 22 - (stagger && i % 2 ? 14 : 0), stagger ? 2 * gap - 8 : Math.max(gap - 8, 40));
+      g.font = TICK; g.fillStyle = "#6a7489";
+      const tw = Math.max(gap - 6, 30);
+      if (a.cats) a.cats.forEach((c) => text(c, ax(i), y(a.pos(c)) - 3, tw));
+      else { text(fmt(a.hi), ax(i), top - 6, tw); text(fmt(a.lo), ax(i), bottom + 14, tw); }
+      if (a.cond) { /* the inactive place, apart from the axis */
+        g.save(); g.setLineDash([2, 3]); g.beginPath(); g.moveTo(ax(i), bottom + 18); g.lineTo(ax(i), inactiveY); g.stroke(); g.restore();
+        g.beginPath(); g.arc(ax(i), inactiveY, 2.5, 0, 2 * Math.PI); g.fill();
+        g.font = "italic " + TICK; text("inactive", ax(i) + (i === axes.length - 1 ? -28 : 28), inactiveY + 4, 60);
+      }
     });
-    if (!withV.length) { g.fillStyle = "#7a8499"; g.fillText("no trial has a value yet", W / 2, H / 2); }
+    if (!withV.length) { g.fillStyle = "#7a8499"; g.font = NAME; g.fillText("no trial has a value yet", W / 2, H / 2); }
   }
 
   /* importance: the server's (Sobol indices of a GP over the completed
@@ -656,7 +767,7 @@ async function studyPage(name) {
     } else {
       const withV = S.trials.filter((t) => typeof t.value === "number");
       rows = [];
-      for (const p of pnames) {
+      for (const p of pcNames) {
         const xs = [], ys = [];
         for (const t of withV) {
           const v = paramValue(t, p);
@@ -691,11 +802,13 @@ async function studyPage(name) {
     const cols = [
       { key: "id", label: "trial", num: true }, { key: "number", label: "no. in study", num: true },
       { key: "state", label: "state" }, { key: "value", label: S.study.objective.metric, num: true },
+      ...objectives.slice(1).map((o) => ({ key: "o:" + o.metric, label: o.metric, num: true })),
       { key: "last_value", label: "last", num: true }, { key: "last_step", label: "step", num: true },
       ...pnames.map((p) => ({ key: "p:" + p, label: p, num: true })),
       { key: "generation", label: "gen", num: true }, { key: "reason", label: "why it ended" },
     ];
-    const val = (t, k) => (k.startsWith("p:") ? paramValue(t, k.slice(2)) : t[k]);
+    const val = (t, k) => (k.startsWith("p:") ? paramValue(t, k.slice(2))
+      : k.startsWith("o:") ? (S.front && S.front.values && S.front.values[t.id] || {})[k.slice(2)] : t[k]);
     const f = S.filter.toLowerCase();
     let rows = S.trials.filter((t) => !f || t.state === f || JSON.stringify([t.number, t.id, t.state, t.params, t.reason]).toLowerCase().includes(f));
     const { key, dir } = S.sort;
@@ -737,7 +850,7 @@ async function studyPage(name) {
   function describe(e) {
     const d = e.detail || {};
     if (e.kind === "instruction") return `${d.kind}${d.name ? " " + d.name + "=" + fmt(d.value) : ""}${d.reason ? " — " + d.reason : ""}`;
-    if (typeof d === "object" && d) return Object.entries(d).filter(([, v]) => v !== "" && v !== null).map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : fmt(v)}`).join(" ");
+    if (typeof d === "object" && d) return Object.entries(d).filter(([, v]) => v !== "" && v !== null).map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v).replace(/,(?=["{\[\d-])/g, ", ") : fmt(v)}`).join(" ");
     return String(d);
   }
   function drawEvents() {
@@ -747,7 +860,7 @@ async function studyPage(name) {
     const rows = S.events.slice(-300).reverse().map((e) => el("tr", {},
       el("td", { text: when(e.time) }),
       el("td", {}, e.trial != null ? el("a", { href: "#/trial/" + e.trial, text: String(e.trial), title: tmap[e.trial] ? `no. ${tmap[e.trial].number} in the study` : "" }) : "–"),
-      el("td", { text: whoOf(e) }), el("td", { text: e.kind }), el("td", { text: describe(e) }),
+      el("td", { text: whoOf(e) }), el("td", { text: e.kind }), el("td", { class: "wrap", text: describe(e) }),
       el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
       el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" })));
     $("#events-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
@@ -866,6 +979,11 @@ async function trialPage(id) {
       ack,
       el("div", { class: "note", text: "Every change asks for confirmation, needs a token (top right), goes through the controller and shows the trial's acknowledgement with its latency." })),
     el("div", { class: "panel" }, el("h2", { text: "Live curves" }), charts),
+    el("div", { class: "panel", id: "log-panel" }, el("h2", { text: "Log" }),
+      el("div", { class: "controls" },
+        el("label", {}, "stream ", el("select", { id: "log-stream" }, el("option", { value: "out", text: "stdout" }), el("option", { value: "err", text: "stderr" }))),
+        el("button", { id: "log-refresh", text: "Refresh" }), el("span", { class: "small muted", id: "log-note" })),
+      el("pre", { class: "log", id: "trial-log" })),
     el("div", { class: "grid" },
       el("div", { class: "panel" }, el("h2", { text: "Parameters by generation" }), el("div", { class: "scroll" }, el("table", { id: "lineage-table" }))),
       el("div", { class: "panel" }, el("h2", { text: "Events of this trial" }), el("div", { class: "scroll" }, el("table", { id: "trial-events" })))));
@@ -889,6 +1007,28 @@ async function trialPage(id) {
   }
   drawInfo(); drawLineage();
 
+  /* the latest attempt's stdout or stderr, its last 64 KiB (GET .../log),
+     read again every 5 s while the trial runs */
+  async function loadLog() {
+    const pre = $("#trial-log");
+    if (!pre) return;
+    const stream = $("#log-stream").value;
+    try {
+      const j = await getJSON(`/api/trials/${id}/log?stream=${stream}&tail=65536`);
+      const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      pre.textContent = j.data || "";
+      if (atEnd) pre.scrollTop = pre.scrollHeight;
+      $("#log-note").textContent = !j.data ? `no ${stream === "out" ? "stdout" : "stderr"} output yet (attempt ${j.attempt + 1})`
+        : `attempt ${j.attempt + 1}` + (j.from > 0 ? `, its last ${fmt(j.size - j.from)} of ${fmt(j.size)} bytes` : "") +
+          (j.source === "dispatcher" ? `, read through dispatcher ${T.dispatcher}` : "") + "; jizhi trial logs " + id + " prints it all";
+    } catch (e) { $("#log-note").textContent = "log: " + e.message; }
+  }
+  $("#log-stream").addEventListener("change", loadLog);
+  $("#log-refresh").addEventListener("click", loadLog);
+  loadLog();
+  const logTimer = setInterval(() => { if (["running", "starting", "paused"].includes(T.state)) loadLog(); }, 5000);
+  cleanup.push(() => clearInterval(logTimer));
+
   let series = {};
   try { series = (await getJSON(`/api/trials/${id}/metrics?points=1000`)).metrics; } catch (e) { return fail(e); }
   const charted = Object.keys(series).sort((a, b) => (a === T.objective.metric ? -1 : b === T.objective.metric ? 1 : a.localeCompare(b)));
@@ -901,12 +1041,23 @@ async function trialPage(id) {
       g.save();
       g.strokeStyle = "#d62728"; g.fillStyle = "#d62728"; g.setLineDash([4, 3]); g.lineWidth = 1;
       g.font = "11px system-ui, sans-serif";
-      for (const mk of jz.trialMarks) {
+      /* labels that would overlap (a pause and its resume a few steps
+         apart) go on the next row down */
+      const rows = [];
+      const placed = [];
+      for (const mk of [...jz.trialMarks].sort((a, b) => a.step - b.step)) {
         const px = xs.getPixelForValue(mk.step);
         if (!(px >= area.left && px <= area.right)) continue;
         g.beginPath(); g.moveTo(px, area.top); g.lineTo(px, area.bottom); g.stroke();
-        g.fillText(mk.label, Math.min(px + 3, area.right - 60), area.top + 11);
+        const w = g.measureText(mk.label).width;
+        const lx = Math.min(px + 3, area.right - w - 2);
+        let row = rows.findIndex((end) => lx > end + 4);
+        if (row < 0) { row = rows.length; rows.push(0); }
+        rows[row] = lx + w;
+        g.fillText(mk.label, lx, area.top + 11 + 12 * row);
+        placed.push({ label: mk.label, x: lx, w, row });
       }
+      chart.jzLabels = placed;
       g.restore();
     },
   };
