@@ -6,6 +6,7 @@ dispatcher taking its jobs back (and leaving another store's alone), exit
 codes and timeouts through Slurm, and the dispatcher's usage errors. Where Slurm
 is missing or does not start, the cluster tests are SKIPPED with the reason."""
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -492,6 +493,44 @@ def test_two_rank_trial_through_srun(jz, slurm):
         assert "2 ranks: weights identical on every rank" in log, log[-2000:]
         assert jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id=? AND name='val_acc'",
                       tid)[0][0] > 0
+    finally:
+        stop(disp, ctl)
+
+
+def test_torch_launcher_two_ranks_through_srun(jz, slurm):
+    """trial.launcher "torch", ranks 2: one job whose srun starts both ranks
+    through the wrapper that maps SLURM_PROCID and friends to RANK and
+    friends, MASTER_ADDR the job's first node (its NodeAddr): the gloo group
+    forms across the two tasks and rank 0 reports the all_reduce."""
+    py = "/usr/bin/python3"
+    if subprocess.run([py, "-c", "import torch.distributed"], capture_output=True,
+                      timeout=60).returncode != 0:
+        pytest.skip("%s has no torch (python3-torch)" % py)
+    ctl, disp = daemons(jz, slurm)
+    try:
+        spec = base_spec("tddp", [py, os.path.join(PROGS, "ddp_env.py"), JIZHI], trials=1,
+                         parallel=1, ranks=2, launcher="torch", timeout_s=120)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        wait_study(jz, "tddp", 180)
+        ((tid, state, job, out, reason),) = jz.sql(
+            "SELECT id, state, pid, out_path, reason FROM trials")
+        assert state == "completed", reason
+        info = scontrol(slurm, job)
+        assert info.get("NumTasks") == "2" and info.get("JobState") == "COMPLETED", info
+        with open(out) as f:
+            ranks = sorted((json.loads(line) for line in f if line.startswith("{")),
+                           key=lambda r: r["rank"])
+        assert [r["rank"] for r in ranks] == [0, 1], ranks
+        for r in ranks:
+            e = r["env"]
+            assert (r["world"], r["sum"]) == (2, 3.0), r
+            assert (e["RANK"], e["LOCAL_RANK"], e["JIZHI_RANK"]) == (str(r["rank"]),) * 3, e
+            assert (e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"],
+                    e["MASTER_ADDR"], e["JIZHI_TRIAL"]) == ("2", "2", "0", "127.0.0.1",
+                                                            str(tid)), e
+        assert ranks[0]["env"]["MASTER_PORT"] == ranks[1]["env"]["MASTER_PORT"]
+        assert jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='score'",
+                      tid) == [(3.0,)]
     finally:
         stop(disp, ctl)
 
