@@ -129,6 +129,7 @@ enum {
     CLI_OPT_TRIALS = 1 << 7,   /* --trials N (study extend) */
     CLI_OPT_PRIORITY = 1 << 8, /* --priority high|normal|low */
     CLI_OPT_FORCE = 1 << 9,    /* --force (trial set: a value outside the space) */
+    CLI_OPT_YES = 1 << 10,     /* --yes, -y (study delete: no question) */
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
@@ -136,7 +137,7 @@ typedef struct {
     const char *format;     /* --format, default "csv" */
     const char *output;     /* --output or NULL */
     const char *priority;   /* --priority or NULL */
-    int json, no_wait, err_only, release, all, follow, force;
+    int json, no_wait, err_only, release, all, follow, force, yes;
     long trials;    /* --trials, 0 when absent */
     double timeout; /* --timeout, default 30 s */
     int nargs;      /* positional arguments left */
@@ -146,6 +147,11 @@ typedef struct {
 /* `study importance NAME` (cmd_importance.c), with the options parsed:
    o->args[0] is the study. CLI_OK or CLI_FAIL (after printing why). */
 int cli_study_importance(const cli_opts *o);
+
+/* `study delete NAME` and `study copy NAME NEW` (cmd_study_ops.c), with
+   the options parsed. CLI_OK, CLI_FAIL or CLI_USAGE (after printing why). */
+int cli_study_delete(const cli_opts *o);
+int cli_study_copy(const cli_opts *o);
 
 /* Parses argv (argv[0] is the subcommand). 0 when done; -1 after printing
    `usage` to stdout for --help; CLI_USAGE after printing the error and

@@ -32,6 +32,7 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         {{"priority", required_argument, 0, 'p'}, CLI_OPT_PRIORITY},
         {{"trials", required_argument, 0, 'T'}, CLI_OPT_TRIALS},
         {{"force", no_argument, 0, 'F'}, CLI_OPT_FORCE},
+        {{"yes", no_argument, 0, 'y'}, CLI_OPT_YES},
     };
     enum { N = sizeof table / sizeof table[0] };
     struct option opts[N + 1];
@@ -49,6 +50,8 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         strcat(shorts, "o:");
     if (accept & CLI_OPT_FOLLOW)
         strcat(shorts, "f");
+    if (accept & CLI_OPT_YES)
+        strcat(shorts, "y");
     int c;
     while ((c = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
         switch (c) {
@@ -84,6 +87,9 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
             break;
         case 'F':
             o->force = 1;
+            break;
+        case 'y':
+            o->yes = 1;
             break;
         case 'p':
             if (spec_priority_parse(optarg) < 0) {

@@ -1,5 +1,6 @@
 /*  cmd_study.c - `jizhi study submit|list|show|stop|resume|enqueue|extend|export|events`
-    (and `importance`, in cmd_importance.c).
+    (and `importance`, in cmd_importance.c; `delete` and `copy`, in
+    cmd_study_ops.c).
 
     list/show/export/events read the database file (they work with no
     controller running); submit/stop/resume/enqueue/extend ask the
@@ -25,6 +26,9 @@ static const char s_usage[] =
     "       jizhi study list [--json]\n"
     "       jizhi study show NAME [--json]\n"
     "       jizhi study stop NAME | resume NAME\n"
+    "       jizhi study delete NAME [--yes]          a stopped or finished study, from\n"
+    "           the database (logs and checkpoints stay); asks unless --yes\n"
+    "       jizhi study copy NAME NEW                a new study with NAME's spec\n"
     "       jizhi study enqueue NAME PARAM=VALUE...  run this configuration next\n"
     "       jizhi study extend NAME --trials N       add N trials (a finished study "
     "runs\n"
@@ -49,6 +53,15 @@ static int s_need_args(const cli_opts *o, int n, const char *what)
     return 0;
 }
 
+/* Says why a study or trial that a resume continued waits (the reply's
+   `waiting`: the queue's words), if it does. */
+static void s_say_waiting(const json_t *r, const char *what)
+{
+    const char *why = json_string_value(json_object_get(r, "waiting"));
+    if (why)
+        printf("%s waits: %s (`jizhi queue` shows the queue)\n", what, why);
+}
+
 static int s_controller_cmd(const cli_opts *o, json_t *msg)
 {
     char buf[512];
@@ -68,9 +81,17 @@ static int s_controller_cmd(const cli_opts *o, json_t *msg)
         json_decref(msg);
         return CLI_FAIL;
     }
+    const char *type = json_string_value(json_object_get(msg, "type"));
+    int resume = type && !strcmp(type, "study_resume");
+    char what[200];
+    snprintf(what, sizeof what, "study %s",
+             json_string_value(json_object_get(msg, "study")));
     json_t *r = cli_request(ep, msg, 10000);
     if (!r)
         return CLI_FAIL;
+    printf("%s %s\n", what, resume ? "resumed" : "stopped");
+    if (resume)
+        s_say_waiting(r, what);
     json_decref(r);
     return CLI_OK;
 }
@@ -109,6 +130,9 @@ static int s_submit(const cli_opts *o)
         const char *warn = json_string_value(json_object_get(r, "warning"));
         if (warn) /* stored and waiting: say why it may never start */
             fprintf(stderr, "jizhi: warning: study %s waits: %s\n", spec->name, warn);
+        char what[200];
+        snprintf(what, sizeof what, "study %s", spec->name);
+        s_say_waiting(r, what);
         json_decref(r);
         rc = CLI_OK;
     }
@@ -558,7 +582,8 @@ int cmd_study(int argc, char **argv)
     int rc = cli_opts_parse(argc - 1, argv + 1,
                             CLI_OPT_FORMAT | CLI_OPT_OUTPUT | CLI_OPT_ALL |
                                 (!strcmp(sub, "extend") ? CLI_OPT_TRIALS : 0) |
-                                (!strcmp(sub, "submit") ? CLI_OPT_PRIORITY : 0),
+                                (!strcmp(sub, "submit") ? CLI_OPT_PRIORITY : 0) |
+                                (!strcmp(sub, "delete") ? CLI_OPT_YES : 0),
                             s_usage, &o);
     if (rc < 0)
         return CLI_OK;
@@ -581,19 +606,21 @@ int cmd_study(int argc, char **argv)
         return s_enqueue(&o);
     if (!strcmp(sub, "extend"))
         return s_extend(&o);
+    if (!strcmp(sub, "delete") || !strcmp(sub, "copy")) {
+        rc = !strcmp(sub, "delete") ? cli_study_delete(&o) : cli_study_copy(&o);
+        if (rc == CLI_USAGE)
+            fputs(s_usage, stderr);
+        return rc;
+    }
     if (!strcmp(sub, "events"))
         return (rc = s_need_args(&o, 1, "events: expected NAME")) ? rc : s_events(&o);
     if (!strcmp(sub, "stop") || !strcmp(sub, "resume")) {
         if ((rc = s_need_args(&o, 1, "stop/resume: expected NAME")))
             return rc;
-        rc = s_controller_cmd(
+        return s_controller_cmd(
             &o, json_pack("{s:s, s:s}", "type",
                           !strcmp(sub, "stop") ? "study_stop" : "study_resume", "study",
                           o.args[0]));
-        if (rc == CLI_OK)
-            printf("study %s %s\n", o.args[0],
-                   !strcmp(sub, "stop") ? "stopped" : "resumed");
-        return rc;
     }
     cli_error("study: unknown subcommand \"%s\"", sub);
     fputs(s_usage, stderr);

@@ -320,6 +320,11 @@ static int s_control(const cli_opts *o, const char *sub, long id)
         printf("trial %ld: releasing (checkpoint, then exit), not waited for: `jizhi "
                "trial show %ld` tells whether it was suspended\n",
                id, id);
+    else if (json_is_true(json_object_get(r, "restarting")) &&
+             json_is_string(json_object_get(r, "waiting"))) /* queued, not started */
+        printf("trial %ld: restarting from its checkpoint once it gets a slot; it waits: "
+               "%s (`jizhi queue` shows the queue)\n",
+               id, json_string_value(json_object_get(r, "waiting")));
     else if (json_is_true(json_object_get(r, "restarting")))
         printf("trial %ld: restarting from its checkpoint\n", id);
     else if (json_is_number(lat))

@@ -689,6 +689,31 @@ static void s_put(int y, int x, const char *text)
     mvaddnstr(y, x, text, COLS - x);
 }
 
+/* s_put for text that may not fit (params, a trial's line): cut with
+   "..." at the screen's edge, so a cut never looks like the end. */
+static void s_put_cut(int y, int x, const char *text)
+{
+    int room = COLS - x;
+    if (y < 0 || y >= LINES || room <= 0)
+        return;
+    if ((int)strlen(text) <= room || room <= 3) {
+        mvaddnstr(y, x, text, room);
+        return;
+    }
+    mvaddnstr(y, x, text, room - 3);
+    addstr("...");
+}
+
+/* The first of `n` candidate lines (widest first) that fits `cols`
+   columns, else the last. */
+static const char *s_fit(char cand[][256], int n, int cols)
+{
+    for (int i = 0; i < n; i++)
+        if ((int)strlen(cand[i]) <= cols)
+            return cand[i];
+    return cand[n - 1];
+}
+
 static const w_trial *s_selected(const w_view *v, long *index)
 {
     for (long i = 0; i < v->norder; i++)
@@ -749,13 +774,20 @@ static void s_draw(w_view *v)
     w_progress p;
     s_progress(v, &p);
     cli_format_elapsed(p.elapsed, a, sizeof a);
-    snprintf(
-        line, sizeof line,
-        "jizhi watch  %s  [%s]   done %ld/%ld   running %ld   pending %ld   failed %ld   "
-        "elapsed %s",
-        v->name, v->study_state, p.done, p.total, p.running, p.pending, p.failed, a);
+    /* the header, as wide as the terminal allows (80 columns take the
+       narrowest): narrower gaps, then no "jizhi watch" */
+    char head[5][256];
+    static const char *const gap[4] = {"   ", "  ", "  ", " "};
+    for (int k = 0; k < 4; k++)
+        snprintf(
+            head[k], sizeof head[k],
+            "%s%s [%s]%sdone %ld/%ld%srunning %ld%spending %ld%sfailed %ld%selapsed %s",
+            k < 2 ? "jizhi watch  " : "", v->name, v->study_state, gap[k], p.done,
+            p.total, gap[k], p.running, gap[k], p.pending, gap[k], p.failed, gap[k], a);
+    snprintf(head[4], sizeof head[4], "%s [%s] done %ld/%ld run %ld pend %ld fail %ld %s",
+             v->name, v->study_state, p.done, p.total, p.running, p.pending, p.failed, a);
     attron(A_BOLD);
-    s_put(0, 0, line);
+    s_put(0, 0, s_fit(head, 5, COLS));
     attroff(A_BOLD);
     char params[512];
     if (p.best) {
@@ -768,7 +800,7 @@ static void s_draw(w_view *v)
         snprintf(line, sizeof line, "objective: %s %s   best: none completed yet",
                  v->maximize ? "max" : "min", v->metric);
     }
-    s_put(1, 0, line);
+    s_put_cut(1, 0, line);
     if (v->warning[0]) {
         snprintf(line, sizeof line, "warning: %s", v->warning);
         attron(COLOR_PAIR(C_STOP));
@@ -859,7 +891,7 @@ static void s_draw(w_view *v)
         if (spark_w && x_spark + W_SPARK <= COLS)
             mvaddstr(y, x_spark, spark);
         s_params_text(t->params, params, sizeof params);
-        s_put(y, x_params, params);
+        s_put_cut(y, x_params, params);
         if (is_sel)
             attroff(A_REVERSE);
     }
@@ -872,7 +904,8 @@ static void s_draw(w_view *v)
         s_params_text(t->params, params, sizeof params);
         size_t len =
             (size_t)snprintf(line, sizeof line, "trial %ld (try %ld, %s): %s |", t->id,
-                             t->attempt, t->state, params[0] ? params : "no params");
+                             t->attempt + 1, /* runs from 1, as TRY in `trial list` */
+                             t->state, params[0] ? params : "no params");
         for (int k = 0; k <= W_MAX_NAMES && len < sizeof line - 1; k++) {
             if (k < W_MAX_NAMES && k >= v->nnames)
                 continue;
@@ -885,7 +918,7 @@ static void s_draw(w_view *v)
                 break;
             len += (size_t)w;
         }
-        s_put(LINES - 3, 0, line);
+        s_put_cut(LINES - 3, 0, line);
     }
     if (v->mode == W_EDIT) {
         snprintf(line, sizeof line,
@@ -903,12 +936,16 @@ static void s_draw(w_view *v)
         s_put(LINES - 2, 0, line);
         attroff(A_BOLD);
     } else {
-        s_put(LINES - 2, 0, v->status);
+        s_put_cut(LINES - 2, 0, v->status);
     }
+    /* the keys: every one of them, also in 80 columns */
+    char keys[3][256] = {
+        "up/down j/k select   s stop   p pause   r resume   e set KEY=VALUE   o sort   "
+        "q quit",
+        "j/k select  s stop  p pause  r resume  e set KEY=VALUE  o sort  q quit",
+        "j/k sel s stop p pause r resume e set o sort q quit"};
     attron(A_DIM);
-    s_put(LINES - 1, 0,
-          "up/down j/k select   s stop   p pause   r resume   e set KEY=VALUE   o sort   "
-          "q quit");
+    s_put(LINES - 1, 0, s_fit(keys, 3, COLS));
     attroff(A_DIM);
     if (v->mode == W_EDIT) {
         curs_set(1);

@@ -24,6 +24,7 @@ static const char s_usage[] =
     "  study submit SPEC.json | list | show NAME | stop NAME | resume NAME\n"
     "        | enqueue NAME PARAM=VALUE... | extend NAME --trials N\n"
     "        | export NAME [--format csv|json|curves] | events NAME | importance NAME\n"
+    "        | delete NAME [--yes] | copy NAME NEW\n"
     "  trial list STUDY | show ID | logs ID | stop ID | pause ID [--release]\n"
     "        | resume ID | set ID KEY=VALUE... [--force]\n"
     "  watch STUDY [--interval S]                  live terminal view; steer the trials\n"

@@ -175,6 +175,28 @@ void ctl__refused(ctl_t *c, const char *fmt, ...) __attribute__((format(printf, 
 /* The loaded trial with this id, or NULL. */
 ctl_trial *ctl__trial_by_id(ctl_t *c, long id);
 
+/* ---- ctl_study_ops.c ---- */
+/* study_delete (ctl_study_ops.c): removes the stopped or finished study
+   `name` and all the store holds of it (trials, params, metrics, events,
+   alerts, enqueued), and unloads it; its log and checkpoint folders are
+   left and named in the answer. Only its owner or an admin (`who`); a
+   running study, or a stopped one whose trials still run, is refused
+   (bad_state). The answer's fields {deleted, trials, metrics, events,
+   enqueued, checkpoints, logs} (caller owns), or NULL with code and err. */
+json_t *ctl__study_delete(ctl_t *c, const ctl_ident *who, const char *name,
+                          const char *label, const char **code, char *err, size_t size);
+/* study_copy: a new study `new_name` with the stored spec of `name` (no
+   trials), owned by `who`, who must be its owner or an admin. The
+   answer's fields {study, from, trials, warning?} (caller owns), or NULL
+   with code ("conflict" when new_name is taken) and err. */
+json_t *ctl__study_copy(ctl_t *c, const ctl_ident *who, const char *name,
+                        const char *new_name, const char **code, char *err, size_t size);
+/* After a resume of s (t: the resumed trial, NULL for the study): lets the
+   queue start what it can now, then 1 with why (the queue's words, as
+   `jizhi queue` shows them) when t, or every trial of s, still waits;
+   else 0. */
+int ctl__study_waits(ctl_t *c, ctl_study *s, const ctl_trial *t, char *why, size_t size);
+
 /* ---- ctl_read.c ---- */
 /* Answers a `read` request (msg borrowed) from `who` from the store: the
    data (caller owns), or NULL with *code and err set. A study's

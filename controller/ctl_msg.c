@@ -600,6 +600,8 @@ static void s_submit(ctl_t *c, const ctl_msg *m)
     char why[200];
     if (s && !finished && ctl__queue_unfit(c, s->spec, why, sizeof why))
         json_object_set_new(r, "warning", json_string(why)); /* stored all the same */
+    else if (s && resumed && ctl__study_waits(c, s, NULL, why, sizeof why))
+        json_object_set_new(r, "waiting", json_string(why)); /* continues, queued */
     ctl__send(c, m->from, r);
 }
 
@@ -641,7 +643,51 @@ static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
         ctl__study_stop(c, s, s_who(m->msg), NULL);
     else
         ctl__study_resume(c, s, s_who(m->msg));
-    ctl__send(c, m->from, wire_ok(m->req));
+    json_t *r = wire_ok(m->req);
+    char why[200];
+    if (!stop && ctl__study_waits(c, s, NULL, why, sizeof why))
+        json_object_set_new(r, "waiting", json_string(why)); /* nothing could start */
+    ctl__send(c, m->from, r);
+}
+
+/* study_delete {study} and study_copy {study, name} (ctl_study_ops.c) */
+static void s_study_delete(ctl_t *c, const ctl_msg *m)
+{
+    const char *name, *code = "internal";
+    char err[600];
+    if (wire_get_str(m->msg, "study", &name, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
+        return;
+    }
+    json_t *d = ctl__study_delete(c, m->who, name, s_who(m->msg), &code, err, sizeof err);
+    if (!d) {
+        s_reply_error(c, m->from, m->req, code, err);
+        return;
+    }
+    json_t *r = wire_ok(m->req);
+    json_object_update(r, d);
+    json_decref(d);
+    ctl__send(c, m->from, r);
+}
+
+static void s_study_copy(ctl_t *c, const ctl_msg *m)
+{
+    const char *name, *to, *code = "internal";
+    char err[600];
+    if (wire_get_str(m->msg, "study", &name, err, sizeof err) ||
+        wire_get_str(m->msg, "name", &to, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
+        return;
+    }
+    json_t *d = ctl__study_copy(c, m->who, name, to, &code, err, sizeof err);
+    if (!d) {
+        s_reply_error(c, m->from, m->req, code, err);
+        return;
+    }
+    json_t *r = wire_ok(m->req);
+    json_object_update(r, d);
+    json_decref(d);
+    ctl__send(c, m->from, r);
 }
 
 static void s_study_stop(ctl_t *c, const ctl_msg *m)
@@ -781,6 +827,9 @@ static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
             ctl__trial_unsuspend(c, t, s_who(m->msg));
             r = wire_ok(m->req);
             json_object_set_new(r, "restarting", json_true());
+            char why[200];
+            if (ctl__study_waits(c, t->study, t, why, sizeof why))
+                json_object_set_new(r, "waiting", json_string(why)); /* queued */
             ctl__send(c, m->from, r);
             return;
         }
@@ -956,6 +1005,8 @@ static const struct {
     {"study_resume", PEER_ANY, IDENT_STEER, s_study_resume},
     {"study_enqueue", PEER_ANY, IDENT_STEER, s_study_enqueue},
     {"study_extend", PEER_ANY, IDENT_STEER, s_study_extend},
+    {"study_delete", PEER_ANY, IDENT_STEER, s_study_delete},
+    {"study_copy", PEER_ANY, IDENT_SUBMIT, s_study_copy},
     {"trial_stop", PEER_ANY, IDENT_STEER, s_trial_stop},
     {"trial_pause", PEER_ANY, IDENT_STEER, s_trial_pause},
     {"trial_resume", PEER_ANY, IDENT_STEER, s_trial_resume},

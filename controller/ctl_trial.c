@@ -353,6 +353,9 @@ static void s_new_attempt(ctl_trial *t)
 {
     t->row.attempt++;
     util_random_hex(t->row.token, 16);
+    /* the objective value and end of the attempt before are not this one's */
+    t->row.value = wire_none();
+    t->row.ended = 0;
 }
 
 static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
@@ -603,6 +606,17 @@ void ctl__trial_rerun(ctl_t *c, ctl_trial *t)
         return;
     s_new_attempt(t);
     t->row.study_stopped = 0;
+    /* a fresh run: nothing of the stopped attempt shows as this one's
+       (its metrics stay, under their attempt) */
+    t->row.reason[0] = 0;
+    t->row.exit_how[0] = 0;
+    t->row.exit_code = 0;
+    t->row.last_value = t->row.best_value = wire_none();
+    t->row.last_step = -1;
+    t->row.metric_req = 0;
+    t->row.metric_session[0] = 0;
+    t->row.pid = 0;
+    t->peer.len = 0;
     ctl__trial_save(c, t);
 }
 

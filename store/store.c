@@ -715,7 +715,11 @@ static void s_bind_text_or_null(sqlite3_stmt *st, int i, const char *text)
 
 long store_trial_next_id(store_t *s)
 {
-    sqlite3_stmt *st = s_prepare(s, "SELECT COALESCE(MAX(id), 0) + 1 FROM trials");
+    /* a deleted study's last trial id is in its study_deleted event */
+    sqlite3_stmt *st = s_prepare(
+        s, "SELECT MAX(COALESCE((SELECT MAX(id) FROM trials), 0), "
+           "COALESCE((SELECT MAX(json_extract(detail, '$.last_trial')) FROM events "
+           "WHERE kind='study_deleted'), 0)) + 1");
     if (!st)
         return -1;
     long id = s_step(s, st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;

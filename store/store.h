@@ -148,6 +148,19 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state);
 /* Adds n trials to a study's budget (extra_trials). 0 or -1. */
 int store_study_add_trials(store_t *s, long id, long n);
 
+/* What store_study_delete removed. */
+typedef struct {
+    long trials, metrics, events, enqueued; /* rows removed */
+    long last_trial; /* the study's highest trial id, 0 when it had none */
+} store_deleted;
+/* Removes study `study_id` and what the store holds under it (trials,
+   params, metrics, events, alerts, enqueued configurations) in the open
+   transaction; files (logs, checkpoints) are left. 0, or -1 (roll back).
+   The caller records the deletion (an event of kind "study_deleted" with
+   "last_trial" in its detail) so that store_trial_next_id never gives a
+   deleted trial's id again: its log files keep that id. */
+int store_study_delete(store_t *s, long study_id, store_deleted *out);
+
 /* The queue of configurations a person asked for (study enqueue), first
    in first out. store_enqueued_add returns the entry's id or -1 (params
    borrowed). store_enqueued_first fills *params with the oldest entry's
@@ -184,7 +197,8 @@ void store_study_fini(store_study *st);
    t->id > 0 is used as the id (it must be unused), else one is chosen and
    stored in t->id. 0 or -1. */
 int store_trial_insert(store_t *s, store_trial *t);
-/* One more than the largest trial id ever stored, or -1. */
+/* One more than the largest trial id ever stored (a deleted study's
+   too: store_study_delete), or -1. */
 long store_trial_next_id(store_t *s);
 /* Writes every mutable column of `t` (matched by t->id). 0 or -1. */
 int store_trial_save(store_t *s, const store_trial *t);
