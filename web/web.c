@@ -48,6 +48,8 @@ static const s_route s_routes[] = {
     {"POST", "/api/studies", web__post_submit, IDENT_SUBMIT},
     {"POST", "/api/studies/*/stop", web__post_study_stop, IDENT_STEER},
     {"POST", "/api/studies/*/resume", web__post_study_resume, IDENT_STEER},
+    {"POST", "/api/studies/*/delete", web__post_study_delete, IDENT_STEER},
+    {"POST", "/api/studies/*/copy", web__post_study_copy, IDENT_SUBMIT},
     {"POST", "/api/trials/*/stop", web__post_trial_stop, IDENT_STEER},
     {"POST", "/api/trials/*/pause", web__post_trial_pause, IDENT_STEER},
     {"POST", "/api/trials/*/resume", web__post_trial_resume, IDENT_STEER},

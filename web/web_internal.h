@@ -166,6 +166,10 @@ int web__get_importance(web_req *r);
 int web__post_submit(web_req *r);
 int web__post_study_stop(web_req *r);
 int web__post_study_resume(web_req *r);
+/* study_delete; study_copy with {"name": NEW} (the controller's rules:
+   the study's owner or an admin) */
+int web__post_study_delete(web_req *r);
+int web__post_study_copy(web_req *r);
 int web__post_trial_stop(web_req *r);
 int web__post_trial_pause(web_req *r);
 int web__post_trial_resume(web_req *r);

@@ -79,10 +79,10 @@ static int s_status_of(const char *code)
     static const struct {
         const char *code;
         int status;
-    } map[] = {{"unknown_study", 404}, {"unknown_trial", 404},   {"bad_state", 409},
-               {"malformed", 400},     {"bad_spec", 400},        {"unauthorized", 403},
-               {"forbidden", 403},     {"bad_value", 400},       {"out_of_space", 409},
-               {"refused", 409},       {"not_acknowledged", 504}};
+    } map[] = {{"unknown_study", 404}, {"unknown_trial", 404},    {"bad_state", 409},
+               {"malformed", 400},     {"bad_spec", 400},         {"unauthorized", 403},
+               {"forbidden", 403},     {"bad_value", 400},        {"out_of_space", 409},
+               {"refused", 409},       {"not_acknowledged", 504}, {"conflict", 409}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (code && !strcmp(code, map[i].code))
             return map[i].status;
@@ -165,6 +165,23 @@ int web__post_study_stop(web_req *r)
 int web__post_study_resume(web_req *r)
 {
     return s_study_cmd(r, "study_resume");
+}
+
+int web__post_study_delete(web_req *r)
+{
+    return s_study_cmd(r, "study_delete");
+}
+
+int web__post_study_copy(web_req *r)
+{
+    const char *name = json_string_value(json_object_get(r->in, "name"));
+    if (!name)
+        return web__error(r, 400, "malformed",
+                          "body: expected {\"name\": NEW}, the new study's name");
+    return s_call(
+        r,
+        json_pack("{s:s, s:s, s:s}", "type", "study_copy", "study", r->arg, "name", name),
+        10000);
 }
 
 /* The trial id in the path: > 0, or 0 with a 400 set. */

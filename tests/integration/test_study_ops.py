@@ -10,8 +10,6 @@ import json
 import os
 import re
 import subprocess
-import urllib.error
-import urllib.request
 
 from conftest import JIZHI, PROGS, base_spec
 from test_auth import as_key, cli, curve_controller, free_port, keygen, write_keys
@@ -240,4 +238,43 @@ def test_watch_fits_80_columns(jz):
     finally:
         if tm:
             tm.close()
+        stop(ctl, disp)
+
+
+def test_the_api_deletes_and_copies_with_the_same_rules(jz):
+    from webutil import daemons_with_web, http, make_token
+    ep, ctl, disp, url = daemons_with_web(jz)
+    alice, bob = make_token(jz, "alice"), make_token(jz, "bob")
+    try:
+        st, j, _ = http("POST", url + "/api/studies",
+                        live_spec("w1", trials=1, steps="100000"), token=alice)
+        assert st == 200, j
+        running_trial(jz)
+        # running: 409, naming the stop; another user: 403; nothing changes
+        st, j, _ = http("POST", url + "/api/studies/w1/delete", token=alice)
+        assert st == 409 and "stop it first" in j["message"], j
+        http("POST", url + "/api/studies/w1/stop", token=alice)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state IN "
+                                   "('running', 'starting', 'paused')")[0][0] == 0, 60,
+                    "the trial to stop")
+        for path, body in (("delete", None), ("copy", {"name": "theirs"})):
+            st, j, _ = http("POST", url + f"/api/studies/w1/{path}", body, token=bob)
+            assert st == 403 and f"bob may not {path} study w1" in j["message"], j
+        assert jz.sql("SELECT name FROM studies") == [("w1",)]
+        # copy: a body with the new name; a used name is a conflict
+        st, j, _ = http("POST", url + "/api/studies/w1/copy", {}, token=alice)
+        assert st == 400 and j["error"] == "malformed", j
+        st, j, _ = http("POST", url + "/api/studies/w1/copy", {"name": "w2"}, token=alice)
+        assert st == 200 and j["ack"]["study"] == "w2" and j["ack"]["from"] == "w1", j
+        st, j, _ = http("POST", url + "/api/studies/w1/copy", {"name": "w2"}, token=alice)
+        assert st == 409 and j["error"] == "conflict", j
+        # delete: the answer names what went and the folders left
+        st, j, _ = http("POST", url + "/api/studies/w1/delete", token=alice)
+        assert st == 200 and j["ack"]["deleted"] == "w1" and j["ack"]["trials"] == 1, j
+        assert j["ack"]["logs"] and j["ack"]["checkpoints"].endswith("/w1"), j
+        assert [n for (n,) in jz.sql("SELECT name FROM studies")] == ["w2"]
+        st, j, _ = http("POST", url + "/api/studies/w1/delete", token=alice)
+        assert st == 404, j
+        http("POST", url + "/api/studies/w2/stop", token=alice)
+    finally:
         stop(ctl, disp)
