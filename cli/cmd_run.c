@@ -407,8 +407,8 @@ static int s_print_best(const char *db, const char *name)
     spec_t *spec = spec_parse(st.spec, 0, &serr); /* for its constraints */
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
-    long completed = 0, failed = 0, stopped = 0, pruned = 0, infeasible = 0, nonfinite = 0,
-         silent = 0;
+    long completed = 0, failed = 0, stopped = 0, pruned = 0, infeasible = 0,
+         nonfinite = 0, silent = 0;
     for (long i = 0; i < n; i++) {
         if (!strcmp(rows[i].state, "completed")) {
             completed++;
@@ -474,7 +474,8 @@ static int s_print_best(const char *db, const char *name)
     } else {
         if (!completed)
             printf("no trial completed\n");
-        else if (nonfinite + silent == completed) /* nothing to rank: say what they sent */
+        else if (nonfinite + silent ==
+                 completed) /* nothing to rank: say what they sent */
             printf("no completed trial has a finite %s: %ld reported nan or inf, %ld "
                    "reported none\n",
                    metric, nonfinite, silent);

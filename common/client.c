@@ -87,11 +87,12 @@ static void s_unknown_key_hint(void *sock, json_t *reply)
                  "operator too needs a line with role admin)",
                  text);
     else
-        snprintf(more, sizeof more,
-                 "%s. This client's public key is %s (%.900s): on the controller's host add "
-                 "the line '%s USER ROLE' to its authorized_keys and send it SIGHUP "
-                 "(after --bind tcp:// the operator too needs a line with role admin)",
-                 text, pub, path, pub);
+        snprintf(
+            more, sizeof more,
+            "%s. This client's public key is %s (%.900s): on the controller's host add "
+            "the line '%s USER ROLE' to its authorized_keys and send it SIGHUP "
+            "(after --bind tcp:// the operator too needs a line with role admin)",
+            text, pub, path, pub);
     json_object_set_new(reply, "message", json_string(more));
 }
 

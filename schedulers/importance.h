@@ -61,8 +61,8 @@ typedef struct {
    in them: a conditional one may be absent where its `when` is not met)
    and their objective values y[i] (finite; the mode does not matter).
    Trials whose params are not all legal are skipped. 0 <= first[k] <=
-   total[k] <= 1 (the estimates are clipped to what the indices are). samples is N (0: 2048, less
-   when IMP_MAX_WORK says so). 0 and *out filled (release with
+   total[k] <= 1 (the estimates are clipped to what the indices are). samples is N (0:
+   2048, less when IMP_MAX_WORK says so). 0 and *out filled (release with
    imp_result_fini), or -1 with a message in err: fewer than 2 usable
    trials, a spec with no parameters or over IMP_MAX_PARAMS/IMP_MAX_WIDTH,
    a model that could not be fitted, or no memory. */

@@ -1023,9 +1023,10 @@ TEST(better)
    the log boundary is 0.001 itself, not 0.0010000000000000002. */
 TEST(sampled_values_without_noise)
 {
-    spec_t *s = s_spec("{\"lr\":{\"type\":\"float\",\"low\":0.001,\"high\":0.3,"
-                       "\"log\":true},\"m\":{\"type\":\"float\",\"low\":0.1,\"high\":0.7}}",
-                       "[\"sh\"]");
+    spec_t *s =
+        s_spec("{\"lr\":{\"type\":\"float\",\"low\":0.001,\"high\":0.3,"
+               "\"log\":true},\"m\":{\"type\":\"float\",\"low\":0.1,\"high\":0.7}}",
+               "[\"sh\"]");
     REQUIRE(s);
     char buf[TEXT_DOUBLE_MAX];
     json_t *v = spec_param_from_unit(&s->params[0], 0);
