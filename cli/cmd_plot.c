@@ -430,26 +430,94 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
             "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"none\" stroke=\"#2ca25f\"/>"
             "<text x=\"%d\" y=\"%d\">running, latest (%ld)</text>\n"
             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#d62728\" "
-            "stroke-width=\"2\"/><text x=\"%d\" y=\"%d\">best so far</text>\n</g>\n",
+            "stroke-width=\"2\"/><text x=\"%d\" y=\"%d\">best so far</text>\n",
             lx + 8, ly, lx + 22, ly + 4, ncomp, lx + 4, ly + 16, lx + 22, ly + 24, nstop,
             lx + 8, ly + 40, lx + 22, ly + 44, nrun, lx, ly + 60, lx + 16, ly + 60,
             lx + 22, ly + 64);
     (void)last_px;
     fprintf(f,
-            "<g class=\"legend\"><path d=\"M%d %d l8 8 m0 -8 l-8 8\" stroke=\"#8c564b\" "
+            "<path d=\"M%d %d l8 8 m0 -8 l-8 8\" stroke=\"#8c564b\" "
             "stroke-width=\"2\"/><text x=\"%d\" y=\"%d\">pruned (early stopping), last "
-            "value (%ld)</text></g>\n",
+            "value (%ld)</text>\n",
             lx + 4, ly + 76, lx + 22, ly + 84, npruned);
     ly += 20;
     if (o->front)
         fprintf(f,
-                "<g class=\"legend\"><circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"none\" "
+                "<circle cx=\"%d\" cy=\"%d\" r=\"7\" fill=\"none\" "
                 "stroke=\"#9467bd\" stroke-width=\"2\"/><text x=\"%d\" y=\"%d\">%s "
-                "(%zu)</text></g>\n",
+                "(%zu)</text>\n",
                 lx + 8, ly + 80, lx + 22, ly + 84,
                 json_object_size(o->front) > 1 ? "Pareto set" : "best feasible",
                 json_object_size(o->front));
-    fprintf(f, "</g>\n");
+    fprintf(f, "</g>\n</g>\n"); /* the legend, the panel */
+}
+
+/* The kinds of marks on the curves, each with its own colour and legend
+   line (the order of the legend). */
+enum {
+    P_MARK_CHANGE,
+    P_MARK_STOP,
+    P_MARK_PRUNE,
+    P_MARK_PBT,
+    P_MARK_BATCH,
+    P_MARK_SCHED,
+    P_MARKS
+};
+static const struct {
+    const char *cls, *color, *label;
+} s_marks[P_MARKS] = {
+    {"change", "#111", "a person's change (set, pause, resume)"},
+    {"stop", "#d9822b", "stopped by a person"},
+    {"prune", "#8c564b", "pruned by early stopping"},
+    {"pbt", "#9467bd", "PBT: checkpoint, exploit, explore"},
+    {"batch", "#2ca02c", "batch-size scheduler"},
+    {"sched", "#555", "other scheduler decisions"},
+};
+
+/* 1 when someone (not a scheduler) gave the instruction: cli, cli:USER,
+   web:USER. */
+static int s_by_person(const char *who)
+{
+    return who && (!strncmp(who, "cli", 3) || !strncmp(who, "web:", 4));
+}
+
+/* The kind of mark (P_MARK_*) of event e, or -1 for none. A trial's end
+   as stopped or pruned is not marked again when a stop instruction of
+   that trial is (each stop counts once). */
+static int s_mark_of(const json_t *events, const json_t *e)
+{
+    const char *kind = json_string_value(json_object_get(e, "kind"));
+    json_t *tj = json_object_get(e, "trial");
+    if (!kind || !json_is_integer(tj))
+        return -1;
+    const char *who = json_string_value(json_object_get(e, "who"));
+    const char *what =
+        json_string_value(json_object_get(json_object_get(e, "detail"), "kind"));
+    if (!strcmp(kind, "stopped") || !strcmp(kind, "pruned")) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(events, i, x)
+        {
+            const char *xk = json_string_value(json_object_get(x, "kind"));
+            const char *xw =
+                json_string_value(json_object_get(json_object_get(x, "detail"), "kind"));
+            if (xk && xw && !strcmp(xk, "instruction") && !strcmp(xw, "stop") &&
+                json_equal(json_object_get(x, "trial"), tj))
+                return -1;
+        }
+        return !strcmp(kind, "pruned") ? P_MARK_PRUNE : P_MARK_STOP;
+    }
+    if (strcmp(kind, "instruction"))
+        return -1;
+    if (what && !strcmp(what, "stop"))
+        return s_by_person(who) ? P_MARK_STOP : P_MARK_PRUNE;
+    if (s_by_person(who))
+        return P_MARK_CHANGE;
+    if (who && (!strcmp(who, "pbt") || !strcmp(who, "pb2")))
+        return P_MARK_PBT;
+    if (who && !strcmp(who, "batchsize"))
+        return P_MARK_BATCH;
+    return P_MARK_SCHED;
 }
 
 static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
@@ -457,9 +525,11 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
 {
     /* ranges: x over everything; y over the tails (robust) or everything */
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
-    long npoints = 0, ntail = 0;
-    for (long i = 0; i < n; i++)
+    long npoints = 0, ntail = 0, ncurves = 0;
+    for (long i = 0; i < n; i++) {
         npoints += cv[i].n;
+        ncurves += cv[i].n > 1;
+    }
     double *tails = malloc((size_t)(npoints ? npoints : 1) * sizeof *tails);
     for (long i = 0; i < n; i++)
         for (long k = 0; k < cv[i].n; k++) {
@@ -474,7 +544,9 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
             xhi = fmax(xhi, cv[i].x[k]);
             ylo = fmin(ylo, yv);
             yhi = fmax(yhi, yv);
-            if (tails && k >= cv[i].n / 2)
+            /* a trial with one evaluation (pruned at the first rung) is
+               left out of the robust range while some trial has a curve */
+            if (tails && k >= cv[i].n / 2 && (cv[i].n > 1 || !ncurves))
                 tails[ntail++] = yv;
         }
     if (!o->full_y && tails && ntail >= 4) {
@@ -529,6 +601,7 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
                                       : rows[i].value < rows[best].value)))
             best = i; /* the one definition of best */
     }
+    long nsingle = 0; /* trials with one evaluation, drawn as markers */
     for (long pass = 0; pass < 2; pass++)
         for (long i = 0; i < n; i++) {
             if ((i == best) != (pass == 1))
@@ -566,18 +639,35 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
                     rows[i].number, rows[i].state, v);
             s_params_title(f, rows[i].params);
             fputs("</title></polyline>\n", f);
+            double py1 = cv[i].n == 1 ? s_py(&cy, cv[i].y[0]) : NAN;
+            if (isfinite(py1) && py1 >= P_TOP2 && py1 <= P_TOP2 + P_PH) {
+                /* one evaluation: a line of one vertex shows nothing, so a
+                   marker (a cross when it was stopped there) */
+                double px1 = s_px(&cx, cv[i].x[0]);
+                if (dashed)
+                    fprintf(f,
+                            "<path class=\"single\" data-trial=\"%ld\" d=\"M%.2f %.2f "
+                            "l7 7 m0 -7 l-7 7\" stroke=\"%s\" stroke-width=\"1.5\"/>\n",
+                            rows[i].id, px1 - 3.5, py1 - 3.5, color);
+                else
+                    fprintf(f,
+                            "<circle class=\"single\" data-trial=\"%ld\" cx=\"%.2f\" "
+                            "cy=\"%.2f\" r=\"3.5\" fill=\"%s\"/>\n",
+                            rows[i].id, px1, py1, color);
+            }
+            nsingle += cv[i].n == 1;
         }
-    /* interventions and scheduler decisions, where they happened on the curve */
-    long nmarks = 0;
+    /* interventions and scheduler decisions, where they happened on the
+       curve, each of one kind (s_mark_of): a stop counts once */
+    long nmarks[P_MARKS] = {0};
     size_t ei;
     json_t *e;
     json_array_foreach(events, ei, e)
     {
         const char *kind = json_string_value(json_object_get(e, "kind"));
         json_t *tj = json_object_get(e, "trial");
-        if (!kind || !json_is_integer(tj) ||
-            (strcmp(kind, "instruction") && strcmp(kind, "stopped") &&
-             strcmp(kind, "pruned")))
+        int mk = s_mark_of(events, e);
+        if (mk < 0)
             continue;
         long tid = (long)json_integer_value(tj), i = -1;
         for (long k = 0; k < n && i < 0; k++)
@@ -597,11 +687,11 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
         const char *what = json_string_value(json_object_get(d, "kind"));
         const char *name = json_string_value(json_object_get(d, "name"));
         const char *who = json_string_value(json_object_get(e, "who"));
-        fprintf(
-            f,
-            "<path class=\"intervention\" data-trial=\"%ld\" d=\"M%.2f %.2f l5 -9 h-10 "
-            "z\" fill=\"#111\" stroke=\"#fff\" stroke-width=\"0.8\"><title>trial %ld: ",
-            tid, px, py - 2, tid);
+        fprintf(f,
+                "<path class=\"intervention mark-%s\" data-trial=\"%ld\" d=\"M%.2f %.2f "
+                "l5 -9 h-10 z\" fill=\"%s\" stroke=\"#fff\" stroke-width=\"0.8\"><title>"
+                "trial %ld: ",
+                s_marks[mk].cls, tid, px, py - 2, s_marks[mk].color, tid);
         s_xml(f, strcmp(kind, "instruction") ? kind : what ? what : kind);
         if (name) {
             fputc(' ', f);
@@ -613,7 +703,7 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
         fputs(" by ", f);
         s_xml(f, who ? who : "?");
         fputs("</title></path>\n", f);
-        nmarks++;
+        nmarks[mk]++;
     }
     /* legend: the colour scale, not one entry per trial */
     int lx = P_RIGHT + 20, ly = P_TOP2 + 10;
@@ -640,12 +730,34 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
     fprintf(
         f,
         "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#777\" "
-        "stroke-dasharray=\"4 3\"/><text x=\"%d\" y=\"%d\">stopped or failed</text>\n"
-        "<path d=\"M%d %d l5 -9 h-10 z\" fill=\"#111\"/><text x=\"%d\" y=\"%d\">"
-        "intervention, stop (%ld)</text>\n"
+        "stroke-dasharray=\"4 3\"/><text x=\"%d\" y=\"%d\">stopped or failed</text>\n",
+        lx, ly, lx + 16, ly, lx + 22, ly + 4);
+    ly += 18;
+    if (nsingle) {
+        fprintf(f,
+                "<circle cx=\"%d\" cy=\"%d\" r=\"3.5\" fill=\"#6baed6\"/><text "
+                "class=\"legend-single\" x=\"%d\" y=\"%d\">one evaluation (%ld), x if "
+                "stopped</text>\n",
+                lx + 8, ly, lx + 22, ly + 4, nsingle);
+        ly += 18;
+    }
+    /* one line per kind of mark that occurs, with its count */
+    for (int k = 0; k < P_MARKS; k++) {
+        if (!nmarks[k])
+            continue;
+        fprintf(
+            f,
+            "<path d=\"M%d %d l5 -9 h-10 z\" fill=\"%s\"/><text class=\"legend-mark\" "
+            "data-kind=\"%s\" x=\"%d\" y=\"%d\">%s (%ld)</text>\n",
+            lx + 8, ly + 6, s_marks[k].color, s_marks[k].cls, lx + 22, ly + 4,
+            s_marks[k].label, nmarks[k]);
+        ly += 18;
+    }
+    fprintf(
+        f,
         "<text x=\"%d\" y=\"%d\" font-size=\"10\">%ld trials; y: %s</text>\n</g>\n</g>\n",
-        lx, ly, lx + 16, ly, lx + 22, ly + 4, lx + 8, ly + 22, lx + 22, ly + 22, nmarks,
-        lx, ly + 42, n, o->full_y ? "full range" : "2-98 % of the curves' tails");
+        lx, ly + 6, n,
+        o->full_y ? "full range" : "2-98 % of the curves' tails (of 2+ points)");
 }
 
 static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, p_curve *cv,

@@ -127,6 +127,13 @@ def test_plot_marks_stopped_trials_interventions_and_takes_an_x_axis(jz):
     titles = [el.find(SVG + "title").text for el in marks]
     assert any(f"trial {ids[0]}: set lr=0.5 by cli" == t for t in titles), titles
     assert any(t.startswith(f"trial {ids[1]}: stop") for t in titles), titles
+    # the legend counts each stop once (its instruction, not its end again)
+    # and names a person's changes apart from stops
+    legend = {t.get("data-kind"): t.text for t in root.iter(SVG + "text")
+              if "legend-mark" in classes(t)}
+    assert legend == {"change": "a person's change (set, pause, resume) (1)",
+                      "stop": "stopped by a person (1)"}, legend
+    assert len(marks) == 2, titles
     # x = time, a log y scale, the full range: still one vertex per point
     for args, xlabel in ((["--x", "time"], "seconds since the trial's first point"),
                          (["--x", "lr", "--log-y", "--full-y"], "lr")):
@@ -161,3 +168,49 @@ def test_plot_x_samples_sums_batch_size_when_no_samples_metric(jz):
     ticks = [t.text for t in root.iter(SVG + "text") if "tick-label" in classes(t)]
     assert "160" in ticks  # 5 steps x 32 samples
     assert "samples" in [t.text for t in root.iter(SVG + "text")]
+
+
+def legend_of(root):
+    return {t.get("data-kind"): t.text for t in root.iter(SVG + "text")
+            if "legend-mark" in classes(t)}
+
+
+def test_plot_legend_names_pbt_decisions_apart(jz):
+    from test_pbt import formula_spec
+    spec = formula_spec("pbt-plot", {"type": "pbt", "seed": 5, "interval": 10})
+    spec["trial"]["env"] = {"FORMULA_STEPS": "60", "FORMULA_STEP_S": "0.03"}
+    p = jz.run("run", jz.write_spec(spec), timeout=90, check=0)
+    assert p.returncode == 0, p.stderr
+    (n_pbt,) = jz.sql("SELECT COUNT(*) FROM events WHERE kind='instruction' AND who='pbt'")[0]
+    assert n_pbt > 0
+    out = os.path.join(jz.dir, "pbt.svg")
+    jz.run("plot", "pbt-plot", "--db", jz.db, "--output", out, check=0)
+    root = ET.parse(out).getroot()
+    legend = legend_of(root)
+    assert legend == {"pbt": f"PBT: checkpoint, exploit, explore ({n_pbt})"}, legend
+    marks = [el for el in root.iter(SVG + "path") if "mark-pbt" in classes(el)]
+    assert len(marks) == n_pbt
+
+
+def test_plot_one_evaluation_is_a_marker_outside_the_robust_range(jz):
+    """Trials that report once (a = 50, far above the curves in [0, 1.5])
+    are markers, and the robust y range leaves them out."""
+    from test_web_page2 import page_spec
+    jz.run("run", jz.write_spec(page_spec()), "--slots", "2", check=0)
+    single = {t for (t,) in jz.sql("SELECT trial_id FROM metrics WHERE name='a' GROUP BY "
+                                   "trial_id HAVING COUNT(*) = 1")}
+    assert single
+    out = os.path.join(jz.dir, "page.svg")
+    jz.run("plot", "page", "--db", jz.db, "--output", out, check=0)
+    root = ET.parse(out).getroot()
+    curves = [g for g in root.iter(SVG + "g") if g.get("id") == "curves"][0]
+    ticks = [float(t.text) for t in curves.iter(SVG + "text")
+             if "tick-label" in classes(t) and float(t.get("y", 0)) and t.get("text-anchor") == "end"]
+    assert ticks and max(ticks) < 5, ticks
+    assert not [el for el in curves.iter() if "single" in classes(el)]  # outside: not drawn
+    assert any("one evaluation (%d)" % len(single) in (t.text or "")
+               for t in curves.iter(SVG + "text")), [t.text for t in curves.iter(SVG + "text")]
+    jz.run("plot", "page", "--db", jz.db, "--output", out, "--full-y", check=0)
+    root = ET.parse(out).getroot()
+    drawn = {int(el.get("data-trial")) for el in root.iter() if "single" in classes(el)}
+    assert drawn == single
