@@ -47,7 +47,7 @@ static const char s_usage[] =
 
 /* Geometry (SVG user units). */
 enum {
-    P_W = 1000,    /* image width */
+    P_W = 1120,    /* image width (the legend needs 320 px right of the plots) */
     P_LEFT = 90,   /* plot area left edge */
     P_RIGHT = 780, /* plot area right edge; the legend is to its right */
     P_PH = 360,    /* plot area height */
