@@ -28,18 +28,18 @@
 /* A validated `start` message. Every pointer is borrowed from the message
    and valid while it lives. */
 typedef struct {
-    long trial;                  /* >= 0 */
-    long attempt;                /* >= 0 */
-    const char *study;           /* non-empty */
-    const json_t *argv;          /* non-empty array of strings without NUL bytes */
-    const json_t *env;           /* object of strings, or NULL */
-    double timeout_s;            /* 0: none */
-    int gpus;                    /* devices wanted per rank, >= 0 */
-    int ranks;                   /* ranks, >= 1 (absent: 1) */
-    int launcher;                /* spec_launcher: how ranks start (absent: mpirun) */
-    const char *log_dir;         /* root for the logs, or NULL: the dispatcher's */
-    const char *cwd;             /* trial.cwd: absolute folder to run in, or NULL */
-    const char *venv;            /* trial.venv: absolute, its bin first on PATH, or NULL */
+    long trial;          /* >= 0 */
+    long attempt;        /* >= 0 */
+    const char *study;   /* non-empty */
+    const json_t *argv;  /* non-empty array of strings without NUL bytes */
+    const json_t *env;   /* object of strings, or NULL */
+    double timeout_s;    /* 0: none */
+    int gpus;            /* devices wanted per rank, >= 0 */
+    int ranks;           /* ranks, >= 1 (absent: 1) */
+    int launcher;        /* spec_launcher: how ranks start (absent: mpirun) */
+    const char *log_dir; /* root for the logs, or NULL: the dispatcher's */
+    const char *cwd;     /* trial.cwd: absolute folder to run in, or NULL */
+    const char *venv;    /* trial.venv: absolute, its bin first on PATH, or NULL */
     char tag[IDENT_TAG_LEN + 1]; /* ident_attempt_tag of env's JIZHI_TOKEN, or "" */
 } disp__start;
 
