@@ -24,7 +24,10 @@ def test_one_trial_number_everywhere(jz):
     # the progress line names the best by the same number
     assert re.search(rf"\(trial {best}\)", p.stderr)
     # study show and trial list: same columns, keyed by that id
-    hdr_show = jz.run("study", "show", "ids", check=0).stdout.splitlines()[1].split()
+    shown = jz.run("study", "show", "ids", check=0).stdout.splitlines()
+    hdr_show = next(l for l in shown if l.startswith("ID ")).split()
+    # and study show names the best by that id too
+    assert any(l.startswith(f"best: trial {best} ") for l in shown), shown
     hdr_list = jz.run("trial", "list", "ids", check=0).stdout.splitlines()[0].split()
     assert hdr_show == hdr_list and hdr_show[0] == "ID"
 
