@@ -278,3 +278,41 @@ def test_the_api_deletes_and_copies_with_the_same_rules(jz):
         http("POST", url + "/api/studies/w2/stop", token=alice)
     finally:
         stop(ctl, disp)
+
+
+def test_the_page_deletes_a_finished_study_after_a_confirmation(jz):
+    from test_web_browser import chromium, shot, wait_js
+    from webutil import daemons_with_web, make_token
+    drv = chromium()
+    ep, ctl, disp, url = daemons_with_web(jz)
+    tok = make_token(jz, "alice")
+    try:
+        spec = base_spec("gone", ["sh", "-c", "jizhi report --step 1 score=1"], trials=2,
+                         parallel=2)
+        spec["owner"] = "alice"
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 60,
+                    "the study to finish")
+        drv.get(url + "/#/study/gone")
+        wait_js(drv, "document.body.dataset.drawn === 'study'", what="the study page")
+        drv.find_element("id", "token-input").send_keys(tok)
+        drv.find_element("id", "token-save").click()
+        wait_js(drv, "document.getElementById('whoami').innerText.includes('alice')",
+                what="the token accepted")
+        shot(drv, "web-study-delete-button.png")
+        # cancelled: nothing sent
+        drv.execute_script("window.confirm = (t) => { window.asked = t; return false; }")
+        drv.find_element("id", "study-delete").click()
+        assert "Delete study gone: its 2 trials" in drv.execute_script("return window.asked")
+        assert jz.sql("SELECT COUNT(*) FROM studies") == [(1,)]
+        # confirmed: deleted, and the page goes back to the list
+        drv.execute_script("window.confirm = () => true")
+        drv.find_element("id", "study-delete").click()
+        wait_js(drv, "document.getElementById('study-ack').innerText.startsWith('deleted: 2 "
+                "trials')", what="the deletion acknowledged")
+        shot(drv, "web-study-deleted.png")
+        assert jz.sql("SELECT COUNT(*) FROM studies") == [(0,)]
+        wait_js(drv, "location.hash === '#/'", what="back to the studies list")
+    finally:
+        drv.quit()
+        stop(ctl, disp)

@@ -74,12 +74,12 @@ def test_watch_shows_the_running_trial_sets_and_stops_it_by_key(jz):
         # e: set lr=0.5 after confirmation; the acknowledgement lands in the status line
         tm.keys("e")
         tm.wait_screen(r"KEY=VALUE\.\.\. \(Enter to send", "the KEY=VALUE prompt")
-        tm.keys("lr=0.5", "Enter")
-        tm.wait_screen(rf"set lr=0\.5 on trial {tid}\? \(y/n\)", "the confirmation question")
+        tm.keys("lr=0.05", "Enter")
+        tm.wait_screen(rf"set lr=0\.05 on trial {tid}\? \(y/n\)", "the confirmation question")
         tm.keys("y")
-        tm.wait_screen(rf"trial {tid}: set lr=0\.5 acknowledged in [0-9.]+ ms", "the acknowledgement")
+        tm.wait_screen(rf"trial {tid}: set lr=0\.05 acknowledged in [0-9.]+ ms", "the acknowledgement")
         jz.wait_for(lambda: jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='lr' "
-                                   "ORDER BY rowid DESC LIMIT 1", tid)[0][0] == 0.5, 30,
+                                   "ORDER BY rowid DESC LIMIT 1", tid)[0][0] == 0.05, 30,
                     "the new lr in the trial's reports")
 
         # a key the program does not accept: the refusal lands in the status line

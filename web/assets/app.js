@@ -234,6 +234,7 @@ async function studyPage(name) {
   const headline = el("div", { class: "headline", id: "study-head" });
   const stopBtn = el("button", { class: "danger", id: "study-stop", text: "Stop study" });
   const resumeBtn = el("button", { id: "study-resume", text: "Resume study" });
+  const deleteBtn = el("button", { class: "danger", id: "study-delete", text: "Delete study" });
   const studyAck = el("span", { class: "small muted", id: "study-ack" });
   const metricSel = el("select", { id: "curve-metric" });
   const xSel = el("select", { id: "curve-x" });
@@ -243,7 +244,7 @@ async function studyPage(name) {
   const colourNote = el("span", { class: "small muted" });
   main.replaceChildren(
     el("div", { class: "panel" }, el("h1", { text: "Study " + name }), headline,
-      el("div", { class: "controls" }, stopBtn, resumeBtn, studyAck,
+      el("div", { class: "controls" }, stopBtn, resumeBtn, deleteBtn, studyAck,
         /* the bytes of `jizhi study export` (GET .../export) */
         el("span", { class: "small muted downloads" }, "download trials: ",
           el("a", { id: "export-csv", href: `/api/studies/${encodeURIComponent(name)}/export?format=csv`, download: `${name}.csv`, text: "CSV" }), " · ",
@@ -897,6 +898,17 @@ async function studyPage(name) {
   }
   stopBtn.addEventListener("click", () => studyCmd("stop"));
   resumeBtn.addEventListener("click", () => studyCmd("resume"));
+  /* POST .../delete: a stopped or finished study, its owner or an admin
+     (the controller says why not); logs and checkpoints stay on disk */
+  deleteBtn.addEventListener("click", async () => {
+    if (!confirm(`Delete study ${name}: its ${S.trials.length} trials, their metrics and events, from the database? Logs and checkpoints stay on disk. This cannot be undone.`)) return;
+    studyAck.textContent = "…";
+    try {
+      const r = await post(`/api/studies/${encodeURIComponent(name)}/delete`);
+      studyAck.textContent = `deleted: ${r.ack.trials} trials; logs left in ${(r.ack.logs || []).join(", ") || "-"}`;
+      setTimeout(() => { location.hash = "#/"; }, 1500);
+    } catch (e) { studyAck.textContent = `delete: ${e.message}`; }
+  });
 
   /* live updates */
   let refetching = false;
