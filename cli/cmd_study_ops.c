@@ -46,9 +46,9 @@ static int s_confirm(const cli_opts *o, const char *name)
     }
     if (ntrials >= 0)
         fprintf(stderr,
-                "delete study %s (%s) and its %ld trials, their metrics and events from "
+                "delete study %s (%s) and its %ld trial%s, their metrics and events from "
                 "%s? Logs and checkpoints stay on disk. [y/N] ",
-                name, state, ntrials, o->db);
+                name, state, ntrials, ntrials == 1 ? "" : "s", o->db);
     else
         fprintf(stderr, "delete study %s from %s? [y/N] ", name, o->db);
     char line[32];

@@ -142,6 +142,15 @@ def test_copy_starts_a_new_study_from_the_stored_spec(jz):
         assert jz.run("study", "copy", "orig", check=2).stderr.startswith(
             "jizhi: study copy: expected NAME NEW")
         assert jz.sql("SELECT COUNT(*) FROM studies") == [(2,)]
+        # on a terminal, delete asks first: n keeps the study, y deletes it
+        for answer, rc in (("n", 1), ("y", 0)):
+            p = subprocess.run(["script", "-qec", f"{JIZHI} study delete again", "/dev/null"],
+                               cwd=jz.dir, env=jz.env, input=answer + "\n",
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode == rc, p.stdout
+            assert "delete study again (finished) and its 2 trials" in p.stdout, p.stdout
+        assert "study again not deleted" not in p.stdout and "deleted from" in p.stdout
+        assert [n for (n,) in jz.sql("SELECT name FROM studies")] == ["orig"]
     finally:
         stop(ctl, disp)
 
