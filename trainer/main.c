@@ -65,10 +65,9 @@ static int s_check_ranks_agree(trn_trainer *t, trn_comm *c, int quiet)
     return differ > 0 ? -1 : 0;
 }
 
-/* Rank 0 at start: the BLAS kernels line (--verbose), a warning when they
-   are narrower than the CPU allows (always), and both as metrics at step
-   0: blas_vector_bits, cpu_vector_bits (blaskern.h). */
-static void s_say_kernels(const trn_config *cfg, jz_trial *jz)
+/* Rank 0 at start: the BLAS kernels line (--verbose) and a warning when
+   they are narrower than the CPU allows (always). */
+static void s_say_kernels(const trn_config *cfg)
 {
     char line[512];
     if (cfg->verbose) {
@@ -77,11 +76,19 @@ static void s_say_kernels(const trn_config *cfg, jz_trial *jz)
     }
     if (blaskern_warning(line, sizeof line))
         fprintf(stderr, "jizhi-train: warning: %s\n", line);
+}
+
+/* Rank 0, once the start step is known (0, or a restored checkpoint's):
+   the kernels as metrics at the first step this run makes (`step` + 1),
+   blas_vector_bits and cpu_vector_bits (blaskern.h), so a resumed run
+   reports nothing at or before its checkpoint. */
+static void s_report_kernels(jz_trial *jz, long step)
+{
     blaskern_info in;
     blaskern_get(&in);
     if (jz && in.core_level != BLASKERN_UNKNOWN) {
-        jz_report(jz, 0, "blas_vector_bits", blaskern_bits(in.core_level));
-        jz_report(jz, 0, "cpu_vector_bits", blaskern_bits(in.cpu_level));
+        jz_report(jz, step + 1, "blas_vector_bits", blaskern_bits(in.core_level));
+        jz_report(jz, step + 1, "cpu_vector_bits", blaskern_bits(in.cpu_level));
     }
 }
 
@@ -161,7 +168,7 @@ int main(int argc, char **argv)
     }
     trn_cpu_set_threads(cfg.threads);
     if (comm->rank == 0)
-        s_say_kernels(&cfg, jz);
+        s_say_kernels(&cfg);
 
     trn_dataset train, val, test;
     if (trn_data_load(&cfg, &train, &val, &test, err) < 0) {
@@ -202,6 +209,8 @@ int main(int argc, char **argv)
         if (detail[0] && !cfg.quiet)
             fprintf(stderr, "jizhi-train: after the load: %s\n", detail);
     }
+    if (comm->rank == 0)
+        s_report_kernels(jz, trn_trainer_step_count(t));
     if (trn_trainer_run(t, err) < 0) {
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
