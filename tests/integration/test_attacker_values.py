@@ -141,4 +141,4 @@ def test_non_finite_values_rank_worst_in_either_direction(jz):
         assert f"best trial {want}: score={best}" in p.stdout, p.stdout
         assert f"best score={best} (trial {want})" in p.stderr, p.stderr
         # every trial completed, none lost or failed, the nan one included
-        assert f"{len(VALUES)} trials ({len(VALUES)} completed, 0 failed" in p.stdout
+        assert f"{len(VALUES)} trials ({len(VALUES)} completed, 0 pruned, 0 failed" in p.stdout
