@@ -224,7 +224,8 @@ def latency(d, args):
     for i in range(args.sets):
         lr = round(0.02 + 0.0001 * (i + 1), 6)
         t0 = time.time()
-        d.jizhi("trial", "set", str(tid), "lr=%r" % lr, "--no-wait")
+        # outside the narrow space the study samples from: --force
+        d.jizhi("trial", "set", str(tid), "lr=%r" % lr, "--no-wait", "--force")
         d.wait(lambda: seen(0, lr) is not None and seen(1, lr) is not None, 30, "lr %r" % lr)
         lats.append(max(seen(0, lr), seen(1, lr)) - t0)
         time.sleep(0.05)
