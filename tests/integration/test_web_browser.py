@@ -3,7 +3,8 @@ chromium-driver): it opens a running study, sees trials and curves update
 live, changes a running trial's lr through the trial page, and the trial
 reports the new lr. Screenshots of each page go to
 build/test-artifacts/. Reports SKIPPED, with the reason, when Chromium
-cannot start here."""
+cannot start here; in CI (CI set, or JIZHI_REQUIRE_BROWSER=1, which .ci/run
+sets) a browser that cannot start FAILS the test instead."""
 import base64
 import os
 import shutil
@@ -18,17 +19,33 @@ from webutil import daemons_with_web, make_token
 ARTIFACTS = os.path.join(BUILD, "test-artifacts")
 
 
+def browser_required():
+    """True in CI (CI set to anything but empty/0/false, or JIZHI_REQUIRE_BROWSER=1)."""
+    if os.environ.get("JIZHI_REQUIRE_BROWSER", "") == "1":
+        return True
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def no_browser(reason):
+    """Skips with the reason here; fails with it in CI, where the browser
+    tests must run."""
+    if browser_required():
+        pytest.fail(f"the browser tests must run in CI but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 def chromium():
-    """A headless Chromium driven by Selenium, or pytest.skip with why not."""
+    """A headless Chromium driven by Selenium, or no_browser with why not."""
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError as e:
-        pytest.skip(f"python3-selenium is not installed ({e})")
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+        no_browser(f"python3-selenium is not installed ({e})")
+    binary = shutil.which(os.environ.get("JIZHI_CHROMIUM", "chromium")) or \
+        shutil.which("chromium-browser")
     driver = shutil.which("chromedriver") or "/usr/bin/chromedriver"
     if not binary or not os.path.exists(driver):
-        pytest.skip("chromium / chromium-driver are not installed")
+        no_browser("chromium / chromium-driver are not installed")
     opts = webdriver.ChromeOptions()
     opts.binary_location = binary
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -38,7 +55,7 @@ def chromium():
     try:
         return webdriver.Chrome(service=Service(driver), options=opts)
     except Exception as e:  # no display libraries, a crash at start...
-        pytest.skip(f"Chromium cannot start here: {str(e).splitlines()[0]}")
+        no_browser(f"Chromium cannot start here: {str(e).splitlines()[0]}")
 
 
 def wait_js(drv, expr, timeout=30, what=None):
