@@ -5,6 +5,7 @@
     was expected.
 */
 #include "spec.h"
+#include "spec_internal.h"
 #include "text.h"
 
 #include <ctype.h>
@@ -17,9 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void s_format_number(const json_t *v, char *buf, size_t size);
-
-static int s_fail(spec_error *err, const char *field, const char *fmt, ...)
+int spec__fail(spec_error *err, const char *field, const char *fmt, ...)
 {
     if (err) {
         snprintf(err->field, sizeof err->field, "%s", field);
@@ -130,7 +129,7 @@ static int s_only_keys(json_t *obj, const char *path, const char *const *allowed
             for (const char *const *a = allowed; *a && off < sizeof list; a++)
                 off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
                                         a == allowed ? "" : ", ", *a);
-            return s_fail(err, field, "unknown key (expected one of: %s)", list);
+            return spec__fail(err, field, "unknown key (expected one of: %s)", list);
         }
     }
     return 0;
@@ -167,7 +166,7 @@ static int s_get(json_t *obj, const char *path, const char *key, json_type want,
     *out = NULL;
     if (!v) {
         if (required)
-            return s_fail(err, field, "missing (required)");
+            return spec__fail(err, field, "missing (required)");
         return 0;
     }
     int ok = json_typeof(v) == want || (want == JSON_REAL && json_is_integer(v)) ||
@@ -179,7 +178,7 @@ static int s_get(json_t *obj, const char *path, const char *key, json_type want,
                                : want == JSON_INTEGER ? "an integer"
                                : want == JSON_REAL    ? "a number"
                                                       : "true or false";
-        return s_fail(err, field, "must be %s, not %s", expected, s_type_name(v));
+        return spec__fail(err, field, "must be %s, not %s", expected, s_type_name(v));
     }
     *out = v;
     return 0;
@@ -199,24 +198,25 @@ static int s_parse_when(const spec_t *s, size_t k, json_t *def, const char *path
     char field[200];
     snprintf(field, sizeof field, "%s.when", path);
     if (!json_is_object(w) || json_object_size(w) == 0)
-        return s_fail(err, field,
-                      "must be a non-empty object {\"parent\": [values...]}, not %s",
-                      json_is_object(w) ? "an empty object" : s_type_name(w));
+        return spec__fail(err, field,
+                          "must be a non-empty object {\"parent\": [values...]}, not %s",
+                          json_is_object(w) ? "an empty object" : s_type_name(w));
     const char *key;
     json_t *vals;
     json_object_foreach(w, key, vals)
     {
         snprintf(field, sizeof field, "%s.when.%s", path, key);
         if (!strcmp(key, p->name))
-            return s_fail(err, field, "a parameter cannot depend on itself");
+            return spec__fail(err, field, "a parameter cannot depend on itself");
         int j = spec_param_index(s, key);
         if (j < 0)
-            return s_fail(err, field, "names no parameter in space");
+            return spec__fail(err, field, "names no parameter in space");
         const spec_param *par = &s->params[j];
         if (par->type != SPEC_CHOICE)
-            return s_fail(err, field, "the parent must be a choice or a const");
+            return spec__fail(err, field, "the parent must be a choice or a const");
         if (!json_is_array(vals) || json_array_size(vals) == 0)
-            return s_fail(err, field, "must be a non-empty array of values of %s", key);
+            return spec__fail(err, field, "must be a non-empty array of values of %s",
+                              key);
         size_t i;
         json_t *v;
         json_array_foreach(vals, i, v)
@@ -224,7 +224,7 @@ static int s_parse_when(const spec_t *s, size_t k, json_t *def, const char *path
             if (!spec_param_legal(par, v)) {
                 char f2[240];
                 snprintf(f2, sizeof f2, "%s[%zu]", field, i);
-                return s_fail(err, f2, "not a value of %s", key);
+                return spec__fail(err, f2, "not a value of %s", key);
             }
         }
     }
@@ -265,8 +265,8 @@ static int s_check_cycles(const spec_t *s, spec_error *err)
                 char field[200];
                 snprintf(field, sizeof field, "space.%s.when.%s", s->params[k].name,
                          parent);
-                return s_fail(err, field, "a cycle: %s depends on %s through %s",
-                              s->params[k].name, s->params[k].name, parent);
+                return spec__fail(err, field, "a cycle: %s depends on %s through %s",
+                                  s->params[k].name, s->params[k].name, parent);
             }
         }
     }
@@ -278,11 +278,11 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
     char path[128];
     snprintf(path, sizeof path, "space.%s", name);
     if (!spec_valid_name(name))
-        return s_fail(
+        return spec__fail(
             err, path,
             "parameter names must match [A-Za-z_][A-Za-z0-9_]* (under 64 characters)");
     if (!json_is_object(def))
-        return s_fail(err, path, "must be an object, not %s", s_type_name(def));
+        return spec__fail(err, path, "must be an object, not %s", s_type_name(def));
     p->name = strdup(name);
     json_t *type;
     if (s_get(def, path, "type", JSON_STRING, 1, &type, err))
@@ -304,12 +304,12 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
         p->high = json_number_value(hi);
         p->log = lg && json_is_true(lg);
         if (!isfinite(p->low) || !isfinite(p->high))
-            return s_fail(err, path, "low and high must be finite");
+            return spec__fail(err, path, "low and high must be finite");
         snprintf(field, sizeof field, "%s.low", path);
         if (p->low > p->high)
-            return s_fail(err, field, "must be <= high (%g > %g)", p->low, p->high);
+            return spec__fail(err, field, "must be <= high (%g > %g)", p->low, p->high);
         if (p->log && p->low <= 0)
-            return s_fail(err, field, "must be > 0 when log is true");
+            return spec__fail(err, field, "must be > 0 when log is true");
     } else if (!strcmp(t, "choice")) {
         static const char *const keys[] = {"type", "values", "when", NULL};
         if (s_only_keys(def, path, keys, err))
@@ -320,28 +320,28 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
             return -1;
         snprintf(field, sizeof field, "%s.values", path);
         if (json_array_size(vals) == 0)
-            return s_fail(err, field, "must not be empty");
+            return spec__fail(err, field, "must not be empty");
         size_t i;
         json_t *v;
         json_array_foreach(vals, i, v)
         {
             if (!json_is_string(v) && !json_is_number(v)) {
                 snprintf(field, sizeof field, "%s.values[%zu]", path, i);
-                return s_fail(err, field, "must be a string or a number, not %s",
-                              s_type_name(v));
+                return spec__fail(err, field, "must be a string or a number, not %s",
+                                  s_type_name(v));
             }
         }
         if (json_array_size(vals) > SPEC_MAX_CHOICE_VALUES)
-            return s_fail(err, field,
-                          "%zu values is more than the limit of %d values per spec "
-                          "(docs/spec.md, Limits)",
-                          json_array_size(vals), SPEC_MAX_CHOICE_VALUES);
+            return spec__fail(err, field,
+                              "%zu values is more than the limit of %d values per spec "
+                              "(docs/spec.md, Limits)",
+                              json_array_size(vals), SPEC_MAX_CHOICE_VALUES);
         size_t rep = s_first_repeat(vals);
         if (rep == (size_t)-2)
-            return s_fail(err, field, "out of memory");
+            return spec__fail(err, field, "out of memory");
         if (rep != (size_t)-1) {
             snprintf(field, sizeof field, "%s.values[%zu]", path, rep);
-            return s_fail(err, field, "repeats an earlier value");
+            return spec__fail(err, field, "repeats an earlier value");
         }
         p->values = json_incref(vals);
         p->nvalues = json_array_size(vals);
@@ -352,19 +352,19 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
         json_t *val = json_object_get(def, "value");
         snprintf(field, sizeof field, "%s.value", path);
         if (!val)
-            return s_fail(err, field, "missing (required)");
+            return spec__fail(err, field, "missing (required)");
         if (!json_is_string(val) && !json_is_number(val))
-            return s_fail(err, field, "must be a string or a number, not %s",
-                          s_type_name(val));
+            return spec__fail(err, field, "must be a string or a number, not %s",
+                              s_type_name(val));
         p->type = SPEC_CHOICE;
         p->konst = 1;
         p->values = json_pack("[O]", val);
         p->nvalues = 1;
     } else {
         snprintf(field, sizeof field, "%s.type", path);
-        return s_fail(err, field,
-                      "must be \"float\", \"int\", \"choice\" or \"const\", not \"%s\"",
-                      t);
+        return spec__fail(
+            err, field, "must be \"float\", \"int\", \"choice\" or \"const\", not \"%s\"",
+            t);
     }
     return 0;
 }
@@ -416,17 +416,18 @@ static int s_check_command(const spec_t *s, const char *cmd0, spec_error *err)
     if (s_command_found(cmd0, s->cwd, s->venv))
         return 0;
     if (strchr(cmd0, '/') && cmd0[0] != '/' && s->cwd)
-        return s_fail(err, "trial.command[0]",
-                      "command not found: \"%s\" (looked for %s/%s, in trial.cwd; not "
-                      "there or not executable)",
-                      cmd0, s->cwd, strncmp(cmd0, "./", 2) ? cmd0 : cmd0 + 2);
+        return spec__fail(
+            err, "trial.command[0]",
+            "command not found: \"%s\" (looked for %s/%s, in trial.cwd; not "
+            "there or not executable)",
+            cmd0, s->cwd, strncmp(cmd0, "./", 2) ? cmd0 : cmd0 + 2);
     if (s->venv && !strchr(cmd0, '/'))
-        return s_fail(err, "trial.command[0]",
-                      "command not found: \"%s\" (not in %s/bin, not on PATH or not "
-                      "executable)",
-                      cmd0, s->venv);
-    return s_fail(err, "trial.command[0]",
-                  "command not found: \"%s\" (not on PATH or not executable)", cmd0);
+        return spec__fail(err, "trial.command[0]",
+                          "command not found: \"%s\" (not in %s/bin, not on PATH or not "
+                          "executable)",
+                          cmd0, s->venv);
+    return spec__fail(err, "trial.command[0]",
+                      "command not found: \"%s\" (not on PATH or not executable)", cmd0);
 }
 
 /* trial.cwd and trial.venv: absolute paths (`jizhi run` and `study submit`
@@ -446,12 +447,12 @@ static int s_parse_paths(spec_t *s, json_t *trial, int check, spec_error *err)
             continue;
         const char *p = json_string_value(v);
         if (p[0] != '/' || strlen(p) != json_string_length(v) || strlen(p) > 2048)
-            return s_fail(err, field,
-                          "must be an absolute path (at most 2048 bytes), not \"%.200s\"",
-                          p);
+            return spec__fail(
+                err, field,
+                "must be an absolute path (at most 2048 bytes), not \"%.200s\"", p);
         char *copy = strdup(p);
         if (!copy)
-            return s_fail(err, field, "out of memory");
+            return spec__fail(err, field, "out of memory");
         if (i == 0)
             s->cwd = copy;
         else
@@ -461,134 +462,17 @@ static int s_parse_paths(spec_t *s, json_t *trial, int check, spec_error *err)
         return 0;
     struct stat st;
     if (s->cwd && stat(s->cwd, &st) != 0)
-        return s_fail(err, "trial.cwd", "%s: %s", s->cwd, strerror(errno));
+        return spec__fail(err, "trial.cwd", "%s: %s", s->cwd, strerror(errno));
     if (s->cwd && !S_ISDIR(st.st_mode))
-        return s_fail(err, "trial.cwd", "%s is not a folder", s->cwd);
+        return spec__fail(err, "trial.cwd", "%s is not a folder", s->cwd);
     if (s->venv) {
         char py[2100];
         snprintf(py, sizeof py, "%s/bin/python", s->venv);
         if (!s_executable(py))
-            return s_fail(err, "trial.venv",
-                          "%s is not a virtual environment: it has no executable "
-                          "bin/python (make one with `python3 -m venv %s`)",
-                          s->venv, s->venv);
-    }
-    return 0;
-}
-
-/* ---- limits (docs/spec.md, Limits) ---- */
-
-#define S_REAL_MAX_LEN 24 /* "-2.2250738585072014e-308": %.17g, jansson's */
-
-/* The length of the longest value of p: as compact JSON (`json` set: a
-   string quoted and escaped) or as the text a {placeholder} becomes. */
-static size_t s_value_max_len(const spec_param *p, int json)
-{
-    if (p->type == SPEC_FLOAT)
-        return S_REAL_MAX_LEN;
-    if (p->type == SPEC_INT) {
-        char a[64], b[64];
-        snprintf(a, sizeof a, "%.0f", p->low);
-        snprintf(b, sizeof b, "%.0f", p->high);
-        return strlen(a) > strlen(b) ? strlen(a) : strlen(b);
-    }
-    size_t most = 0, i;
-    json_t *v;
-    json_array_foreach(p->values, i, v)
-    {
-        size_t len;
-        if (!json && json_is_string(v)) {
-            len = strlen(json_string_value(v));
-        } else if (json_is_real(v)) {
-            len = S_REAL_MAX_LEN;
-        } else {
-            char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            len = t ? strlen(t) : S_REAL_MAX_LEN;
-            free(t);
-        }
-        if (len > most)
-            most = len;
-    }
-    return most;
-}
-
-size_t spec_params_json_max(const spec_t *s)
-{
-    size_t len = 2; /* {} */
-    for (size_t k = 0; k < s->nparams; k++) {
-        const spec_param *p = &s->params[k];
-        /* "name":value, names need no escaping (spec_valid_name) */
-        len += strlen(p->name) + 3 + s_value_max_len(p, 1) + (k > 0);
-    }
-    return len;
-}
-
-/* Total choice values, and JIZHI_PARAMS within the exec limit. */
-static int s_check_sizes(const spec_t *s, spec_error *err)
-{
-    size_t total = 0;
-    for (size_t k = 0; k < s->nparams; k++)
-        if (s->params[k].type == SPEC_CHOICE)
-            total += s->params[k].nvalues;
-    if (total > SPEC_MAX_CHOICE_VALUES)
-        return s_fail(err, "space",
-                      "%zu choice values in all is more than the limit of %d values per "
-                      "spec (docs/spec.md, Limits)",
-                      total, SPEC_MAX_CHOICE_VALUES);
-    size_t pj = spec_params_json_max(s);
-    if (pj > SPEC_MAX_PARAMS_JSON)
-        return s_fail(
-            err, "space",
-            "the parameters' JSON (JIZHI_PARAMS) can reach %zu bytes, more than "
-            "the limit of %d bytes (a trial could not be started: one "
-            "environment string must stay under 128 KiB); use fewer "
-            "parameters or shorter names and values (docs/spec.md, Limits)",
-            pj, SPEC_MAX_PARAMS_JSON);
-    return 0;
-}
-
-/* Each trial.command argument, its placeholders replaced by their longest
-   values, within the exec limit (an upper bound: the placeholder's own
-   text is counted too). */
-static int s_check_args(const spec_t *s, spec_error *err)
-{
-    size_t i;
-    json_t *arg;
-    json_array_foreach(s->command, i, arg)
-    {
-        const char *a = json_string_value(arg);
-        size_t len = strlen(a);
-        for (const char *p = strchr(a, '{'); p; p = strchr(p, '{')) {
-            if (p[1] == '{') {
-                p += 2;
-                continue;
-            }
-            const char *close = strchr(p, '}');
-            if (!close)
-                break; /* spec_expand_command names the error */
-            char name[128];
-            size_t n = (size_t)(close - p - 1);
-            if (n < sizeof name) {
-                memcpy(name, p + 1, n);
-                name[n] = 0;
-                char *colon = strchr(name, ':');
-                if (colon)
-                    *colon = 0;
-                int k = spec_param_index(s, name);
-                if (k >= 0)
-                    len += s_value_max_len(&s->params[k], 0);
-            }
-            p = close + 1;
-        }
-        if (len > SPEC_MAX_ARG_BYTES) {
-            char field[64];
-            snprintf(field, sizeof field, "trial.command[%zu]", i);
-            return s_fail(err, field,
-                          "can reach %zu bytes once its placeholders are replaced, more "
-                          "than the limit of %d bytes per argument (docs/spec.md, "
-                          "Limits)",
-                          len, SPEC_MAX_ARG_BYTES);
-        }
+            return spec__fail(err, "trial.venv",
+                              "%s is not a virtual environment: it has no executable "
+                              "bin/python (make one with `python3 -m venv %s`)",
+                              s->venv, s->venv);
     }
     return 0;
 }
@@ -601,7 +485,7 @@ static int s_parse_queue(spec_t *s, json_t *j, spec_error *err)
         return -1;
     s->priority = v ? spec_priority_parse(json_string_value(v)) : SPEC_PRIO_NORMAL;
     if (s->priority < 0)
-        return s_fail(err, "priority", "must be \"high\", \"normal\" or \"low\"");
+        return spec__fail(err, "priority", "must be \"high\", \"normal\" or \"low\"");
     if (s_get(j, "", "preemptible", JSON_STRING, 0, &v, err))
         return -1;
     const char *p = v ? json_string_value(v) : "checkpoint";
@@ -610,8 +494,8 @@ static int s_parse_queue(spec_t *s, json_t *j, spec_error *err)
                      : !strcmp(p, "never")    ? SPEC_PREEMPT_NEVER
                                               : -1;
     if (s->preemptible < 0)
-        return s_fail(err, "preemptible",
-                      "must be \"checkpoint\", \"restart\" or \"never\"");
+        return spec__fail(err, "preemptible",
+                          "must be \"checkpoint\", \"restart\" or \"never\"");
     if (s_get(j, "", "owner", JSON_STRING, 0, &v, err))
         return -1;
     if (v) {
@@ -621,9 +505,10 @@ static int s_parse_queue(spec_t *s, json_t *j, spec_error *err)
         for (size_t i = 0; ok && i < n; i++)
             ok = isalnum((unsigned char)o[i]) || strchr("_.-@", o[i]);
         if (!ok)
-            return s_fail(err, "owner",
-                          "must be 1-63 letters, digits, '_', '.', '-' or '@', starting "
-                          "with a letter, digit or '_'");
+            return spec__fail(
+                err, "owner",
+                "must be 1-63 letters, digits, '_', '.', '-' or '@', starting "
+                "with a letter, digit or '_'");
         s->owner = strdup(o);
     }
     v = json_object_get(j, "alerts");
@@ -642,35 +527,35 @@ static int s_parse_objective(spec_t *s, size_t k, json_t *obj, const char *path,
     char field[160];
     json_t *v;
     if (!json_is_object(obj))
-        return s_fail(err, path, "must be an object {\"metric\", \"mode\"}, not %s",
-                      s_type_name(obj));
+        return spec__fail(err, path, "must be an object {\"metric\", \"mode\"}, not %s",
+                          s_type_name(obj));
     static const char *const okeys[] = {"metric", "mode", "use", NULL};
     if (s_only_keys(obj, path, okeys, err) ||
         s_get(obj, path, "metric", JSON_STRING, 1, &v, err))
         return -1;
     snprintf(field, sizeof field, "%s.metric", path);
     if (!spec_valid_name(json_string_value(v)))
-        return s_fail(err, field, "must match [A-Za-z_][A-Za-z0-9_]*");
+        return spec__fail(err, field, "must match [A-Za-z_][A-Za-z0-9_]*");
     for (size_t i = 0; i < k; i++)
         if (!strcmp(s->objectives[i].metric, json_string_value(v)))
-            return s_fail(err, field, "\"%s\" is already an objective",
-                          json_string_value(v));
+            return spec__fail(err, field, "\"%s\" is already an objective",
+                              json_string_value(v));
     s->objectives[k].metric = strdup(json_string_value(v));
     if (s_get(obj, path, "mode", JSON_STRING, 1, &v, err))
         return -1;
     snprintf(field, sizeof field, "%s.mode", path);
     if (strcmp(json_string_value(v), "max") && strcmp(json_string_value(v), "min"))
-        return s_fail(err, field, "must be \"max\" or \"min\"");
+        return spec__fail(err, field, "must be \"max\" or \"min\"");
     s->objectives[k].maximize = !strcmp(json_string_value(v), "max");
     if (s_get(obj, path, "use", JSON_STRING, 0, &v, err))
         return -1;
     snprintf(field, sizeof field, "%s.use", path);
     if (v && strcmp(json_string_value(v), "last") && strcmp(json_string_value(v), "best"))
-        return s_fail(err, field, "must be \"last\" or \"best\"");
+        return spec__fail(err, field, "must be \"last\" or \"best\"");
     if (v && k > 0 && !strcmp(json_string_value(v), "best"))
-        return s_fail(err, field,
-                      "only the first objective may use \"best\" (the others take "
-                      "the last value)");
+        return spec__fail(err, field,
+                          "only the first objective may use \"best\" (the others take "
+                          "the last value)");
     if (k == 0)
         s->use_best = v && !strcmp(json_string_value(v), "best");
     return 0;
@@ -682,15 +567,16 @@ static int s_parse_objectives(spec_t *s, json_t *j, spec_error *err)
 {
     json_t *obj = json_object_get(j, "objective");
     if (!obj)
-        return s_fail(err, "objective", "missing (required)");
+        return spec__fail(err, "objective", "missing (required)");
     if (json_is_array(obj)) {
         size_t n = json_array_size(obj);
         if (n < 1 || n > SPEC_MAX_OBJECTIVES)
-            return s_fail(err, "objective", "a list of objectives holds 1 to %d of them",
-                          SPEC_MAX_OBJECTIVES);
+            return spec__fail(err, "objective",
+                              "a list of objectives holds 1 to %d of them",
+                              SPEC_MAX_OBJECTIVES);
         s->objectives = calloc(n, sizeof *s->objectives);
         if (!s->objectives)
-            return s_fail(err, "objective", "out of memory");
+            return spec__fail(err, "objective", "out of memory");
         s->nobjectives = n;
         for (size_t k = 0; k < n; k++) {
             char path[64];
@@ -701,14 +587,14 @@ static int s_parse_objectives(spec_t *s, json_t *j, spec_error *err)
     } else if (json_is_object(obj)) {
         s->objectives = calloc(1, sizeof *s->objectives);
         if (!s->objectives)
-            return s_fail(err, "objective", "out of memory");
+            return spec__fail(err, "objective", "out of memory");
         s->nobjectives = 1;
         if (s_parse_objective(s, 0, obj, "objective", err))
             return -1;
     } else {
-        return s_fail(err, "objective",
-                      "must be an object or an array of objects, not %s",
-                      s_type_name(obj));
+        return spec__fail(err, "objective",
+                          "must be an object or an array of objects, not %s",
+                          s_type_name(obj));
     }
     s->metric = strdup(s->objectives[0].metric);
     s->maximize = s->objectives[0].maximize;
@@ -722,37 +608,40 @@ static int s_parse_constraints(spec_t *s, json_t *j, spec_error *err)
     if (!arr)
         return 0;
     if (!json_is_array(arr))
-        return s_fail(err, "constraints", "must be an array, not %s", s_type_name(arr));
+        return spec__fail(err, "constraints", "must be an array, not %s",
+                          s_type_name(arr));
     size_t n = json_array_size(arr);
     if (n > SPEC_MAX_CONSTRAINTS)
-        return s_fail(err, "constraints", "at most %d constraints", SPEC_MAX_CONSTRAINTS);
+        return spec__fail(err, "constraints", "at most %d constraints",
+                          SPEC_MAX_CONSTRAINTS);
     s->constraints = calloc(n ? n : 1, sizeof *s->constraints);
     if (!s->constraints)
-        return s_fail(err, "constraints", "out of memory");
+        return spec__fail(err, "constraints", "out of memory");
     for (size_t k = 0; k < n; k++) {
         char path[64], field[96];
         snprintf(path, sizeof path, "constraints[%zu]", k);
         json_t *c = json_array_get(arr, k), *v;
         if (!json_is_object(c))
-            return s_fail(err, path,
-                          "must be an object {\"metric\": M, \"<=\": X}, not %s",
-                          s_type_name(c));
+            return spec__fail(err, path,
+                              "must be an object {\"metric\": M, \"<=\": X}, not %s",
+                              s_type_name(c));
         static const char *const ckeys[] = {"metric", "<=", ">=", NULL};
         if (s_only_keys(c, path, ckeys, err) ||
             s_get(c, path, "metric", JSON_STRING, 1, &v, err))
             return -1;
         snprintf(field, sizeof field, "%s.metric", path);
         if (!spec_valid_name(json_string_value(v)))
-            return s_fail(err, field, "must match [A-Za-z_][A-Za-z0-9_]*");
+            return spec__fail(err, field, "must match [A-Za-z_][A-Za-z0-9_]*");
         spec_constraint *sc = &s->constraints[s->nconstraints++];
         sc->metric = strdup(json_string_value(v));
         json_t *le = json_object_get(c, "<="), *ge = json_object_get(c, ">=");
         if (!!le == !!ge)
-            return s_fail(err, path, "needs exactly one bound, \"<=\" or \">=\"");
+            return spec__fail(err, path, "needs exactly one bound, \"<=\" or \">=\"");
         snprintf(field, sizeof field, "%s.%s", path, le ? "<=" : ">=");
         v = le ? le : ge;
         if (!json_is_number(v) || !isfinite(json_number_value(v)))
-            return s_fail(err, field, "must be a finite number, not %s", s_type_name(v));
+            return spec__fail(err, field, "must be a finite number, not %s",
+                              s_type_name(v));
         sc->upper = le != NULL;
         sc->bound = json_number_value(v);
     }
@@ -766,23 +655,24 @@ static int s_parse_warm(spec_t *s, json_t *j, spec_error *err)
     if (!w)
         return 0;
     if (!json_is_object(w))
-        return s_fail(err, "warm_start",
-                      "must be an object {\"from\": [studies]}, not %s", s_type_name(w));
+        return spec__fail(err, "warm_start",
+                          "must be an object {\"from\": [studies]}, not %s",
+                          s_type_name(w));
     static const char *const keys[] = {"from", NULL};
     if (s_only_keys(w, "warm_start", keys, err) ||
         s_get(w, "warm_start", "from", JSON_ARRAY, 1, &from, err))
         return -1;
     size_t n = json_array_size(from);
     if (n < 1 || n > 16)
-        return s_fail(err, "warm_start.from", "must name 1 to 16 studies");
+        return spec__fail(err, "warm_start.from", "must name 1 to 16 studies");
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(from, i);
         char field[64];
         snprintf(field, sizeof field, "warm_start.from[%zu]", i);
         if (!json_is_string(v) || !s_valid_study_name(json_string_value(v)))
-            return s_fail(err, field, "must be a study name");
+            return spec__fail(err, field, "must be a study name");
         if (!strcmp(json_string_value(v), s->name))
-            return s_fail(err, field, "a study cannot warm-start from itself");
+            return spec__fail(err, field, "a study cannot warm-start from itself");
     }
     s->warm_from = json_incref(from);
     return 0;
@@ -795,16 +685,16 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         "early_stopping", "guard",       "budget",      "space",      "trial",
         "priority",       "preemptible", "owner",       "alerts",     NULL};
     if (!json_is_object(j))
-        return s_fail(err, "", "the spec must be a JSON object");
+        return spec__fail(err, "", "the spec must be a JSON object");
     if (s_only_keys(j, "", top, err))
         return -1;
     json_t *v;
     if (s_get(j, "", "name", JSON_STRING, 1, &v, err))
         return -1;
     if (!s_valid_study_name(json_string_value(v)))
-        return s_fail(err, "name",
-                      "must be 1-100 characters of letters, digits, '_', '-' or '.', "
-                      "starting with a letter, digit or '_'");
+        return spec__fail(err, "name",
+                          "must be 1-100 characters of letters, digits, '_', '-' or '.', "
+                          "starting with a letter, digit or '_'");
     s->name = strdup(json_string_value(v));
 
     json_t *obj;
@@ -830,8 +720,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         if (strcmp(json_string_value(v), "asha") &&
             strcmp(json_string_value(v), "hyperband") &&
             strcmp(json_string_value(v), "median"))
-            return s_fail(err, "early_stopping.type",
-                          "must be \"asha\", \"hyperband\" or \"median\"");
+            return spec__fail(err, "early_stopping.type",
+                              "must be \"asha\", \"hyperband\" or \"median\"");
         s->early_stop = json_incref(obj);
     }
 
@@ -848,31 +738,32 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         return -1;
     s->trials = (long)json_integer_value(v);
     if (s->trials < 1 || s->trials > 1000000)
-        return s_fail(err, "budget.trials", "must be from 1 to 1000000");
+        return spec__fail(err, "budget.trials", "must be from 1 to 1000000");
     if (s_get(obj, "budget", "parallel", JSON_INTEGER, 0, &v, err))
         return -1;
     s->parallel = v ? (long)json_integer_value(v) : 1;
     if (s->parallel < 1 || s->parallel > 10000)
-        return s_fail(err, "budget.parallel", "must be from 1 to 10000");
+        return spec__fail(err, "budget.parallel", "must be from 1 to 10000");
     if (s_get(obj, "budget", "time_s", JSON_REAL, 0, &v, err))
         return -1;
     s->time_s = v ? json_number_value(v) : 0;
     if (s->time_s < 0)
-        return s_fail(err, "budget.time_s", "must be >= 0");
+        return spec__fail(err, "budget.time_s", "must be >= 0");
     if (s_get(obj, "budget", "max_consecutive_failures", JSON_INTEGER, 0, &v, err))
         return -1;
     s->max_failures = v ? (long)json_integer_value(v) : 5;
     if (s->max_failures < 0)
-        return s_fail(err, "budget.max_consecutive_failures",
-                      "must be >= 0 (0: never stop)");
+        return spec__fail(err, "budget.max_consecutive_failures",
+                          "must be >= 0 (0: never stop)");
 
     if (s_get(j, "", "space", JSON_OBJECT, 1, &obj, err))
         return -1;
     if (json_object_size(obj) > SPEC_MAX_PARAMS)
-        return s_fail(err, "space",
-                      "%zu parameters is more than the limit of %d parameters per spec "
-                      "(docs/spec.md, Limits)",
-                      json_object_size(obj), SPEC_MAX_PARAMS);
+        return spec__fail(
+            err, "space",
+            "%zu parameters is more than the limit of %d parameters per spec "
+            "(docs/spec.md, Limits)",
+            json_object_size(obj), SPEC_MAX_PARAMS);
     s->nparams = json_object_size(obj);
     s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
     size_t i = 0;
@@ -892,7 +783,7 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         s->params[i].conditional = s->params[i].when != NULL;
         i++;
     }
-    if (s_check_cycles(s, err) || s_check_sizes(s, err))
+    if (s_check_cycles(s, err) || spec__check_sizes(s, err))
         return -1;
 
     if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
@@ -904,22 +795,22 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         s_get(obj, "trial", "command", JSON_ARRAY, 1, &v, err))
         return -1;
     if (json_array_size(v) == 0)
-        return s_fail(err, "trial.command", "must not be empty");
+        return spec__fail(err, "trial.command", "must not be empty");
     json_t *a;
     json_array_foreach(v, i, a)
     {
         if (!json_is_string(a)) {
             char field[64];
             snprintf(field, sizeof field, "trial.command[%zu]", i);
-            return s_fail(err, field, "must be a string, not %s", s_type_name(a));
+            return spec__fail(err, field, "must be a string, not %s", s_type_name(a));
         }
     }
     s->command = json_incref(v);
-    if (s_check_args(s, err))
+    if (spec__check_args(s, err))
         return -1;
     const char *cmd0 = json_string_value(json_array_get(v, 0));
     if (!*cmd0)
-        return s_fail(err, "trial.command[0]", "must not be empty");
+        return spec__fail(err, "trial.command[0]", "must not be empty");
     if (s_parse_paths(s, obj, check_command, err) != 0)
         return -1;
     if (check_command && !strchr(cmd0, '{') && s_check_command(s, cmd0, err) != 0)
@@ -936,7 +827,7 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         json_t *expanded = spec_expand_command(s, probe, &perr);
         json_decref(probe);
         if (!expanded)
-            return s_fail(err, perr.field, "%s", perr.text);
+            return spec__fail(err, perr.field, "%s", perr.text);
         json_decref(expanded);
     }
 
@@ -944,34 +835,35 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         return -1;
     s->gpus = v ? (long)json_integer_value(v) : 0;
     if (s->gpus < 0 || s->gpus > 64)
-        return s_fail(err, "trial.gpus", "must be from 0 to 64");
+        return spec__fail(err, "trial.gpus", "must be from 0 to 64");
     if (s_get(obj, "trial", "ranks", JSON_INTEGER, 0, &v, err))
         return -1;
     s->ranks = v ? (long)json_integer_value(v) : 1;
     if (s->ranks < 1 || s->ranks > SPEC_MAX_RANKS)
-        return s_fail(err, "trial.ranks", "must be from 1 to %d", SPEC_MAX_RANKS);
+        return spec__fail(err, "trial.ranks", "must be from 1 to %d", SPEC_MAX_RANKS);
     if (s_get(obj, "trial", "launcher", JSON_STRING, 0, &v, err))
         return -1;
     s->launcher = SPEC_LAUNCH_MPIRUN;
     if (v && !strcmp(json_string_value(v), "torch"))
         s->launcher = SPEC_LAUNCH_TORCH;
     else if (v && strcmp(json_string_value(v), "mpirun"))
-        return s_fail(err, "trial.launcher",
-                      "must be \"mpirun\" or \"torch\", not \"%.64s\"",
-                      json_string_value(v));
+        return spec__fail(err, "trial.launcher",
+                          "must be \"mpirun\" or \"torch\", not \"%.64s\"",
+                          json_string_value(v));
     if (s->gpus * s->ranks > 64)
-        return s_fail(err, "trial.gpus", "%ld GPUs per rank x %ld ranks is more than 64",
-                      s->gpus, s->ranks);
+        return spec__fail(err, "trial.gpus",
+                          "%ld GPUs per rank x %ld ranks is more than 64", s->gpus,
+                          s->ranks);
     if (s_get(obj, "trial", "timeout_s", JSON_REAL, 0, &v, err))
         return -1;
     s->timeout_s = v ? json_number_value(v) : 0;
     if (s->timeout_s < 0)
-        return s_fail(err, "trial.timeout_s", "must be >= 0");
+        return spec__fail(err, "trial.timeout_s", "must be >= 0");
     if (s_get(obj, "trial", "retries", JSON_INTEGER, 0, &v, err))
         return -1;
     s->retries = v ? (long)json_integer_value(v) : 0;
     if (s->retries < 0 || s->retries > 100)
-        return s_fail(err, "trial.retries", "must be from 0 to 100");
+        return spec__fail(err, "trial.retries", "must be from 0 to 100");
     if (s_get(obj, "trial", "env", JSON_OBJECT, 0, &v, err))
         return -1;
     if (v) {
@@ -980,10 +872,11 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
             char field[128];
             snprintf(field, sizeof field, "trial.env.%s", key);
             if (!json_is_string(a))
-                return s_fail(err, field, "must be a string, not %s", s_type_name(a));
+                return spec__fail(err, field, "must be a string, not %s", s_type_name(a));
             if (!*key || strchr(key, '=') || !strncmp(key, "JIZHI_", 6))
-                return s_fail(err, field,
-                              "not a settable variable name (no '=', no JIZHI_ prefix)");
+                return spec__fail(
+                    err, field,
+                    "not a settable variable name (no '=', no JIZHI_ prefix)");
         }
     }
     s->env = v ? json_incref(v) : json_object();
@@ -997,7 +890,7 @@ spec_t *spec_parse(json_t *json, int check_command, spec_error *err)
 {
     spec_t *s = calloc(1, sizeof *s);
     if (!s) {
-        s_fail(err, "", "out of memory");
+        spec__fail(err, "", "out of memory");
         return NULL;
     }
     if (s_parse(s, json, check_command, err)) {
@@ -1013,10 +906,10 @@ spec_t *spec_load(const char *path, int check_command, spec_error *err)
     json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!j) {
         if (jerr.line <= 0 && access(path, R_OK) != 0)
-            s_fail(err, "", "cannot read %s: %s", path, strerror(errno));
+            spec__fail(err, "", "cannot read %s: %s", path, strerror(errno));
         else
-            s_fail(err, "", "%s:%d:%d: invalid JSON: %s", path, jerr.line, jerr.column,
-                   jerr.text);
+            spec__fail(err, "", "%s:%d:%d: invalid JSON: %s", path, jerr.line,
+                       jerr.column, jerr.text);
         return NULL;
     }
     spec_t *s = spec_parse(j, check_command, err);
@@ -1071,418 +964,4 @@ void spec_destroy(spec_t **sp)
 char *spec_canonical(const spec_t *s)
 {
     return text_json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
-}
-
-static double s_clamp01(double u)
-{
-    return u < 0 ? 0 : u > 1 ? 1 : u;
-}
-
-double spec_round_sig(double x)
-{
-    if (!isfinite(x) || x == 0)
-        return x;
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.15g", x);
-    return strtod(buf, NULL);
-}
-
-json_t *spec_param_from_unit(const spec_param *p, double u)
-{
-    u = s_clamp01(isnan(u) ? 0.5 : u);
-    if (p->type == SPEC_CHOICE) {
-        size_t i = (size_t)(u * (double)p->nvalues);
-        if (i >= p->nvalues)
-            i = p->nvalues - 1;
-        return json_deep_copy(json_array_get(p->values, i));
-    }
-    if (p->type == SPEC_FLOAT) {
-        double x =
-            spec_round_sig(p->log ? exp(log(p->low) + u * (log(p->high) - log(p->low)))
-                                  : p->low + u * (p->high - p->low));
-        if (x < p->low)
-            x = p->low;
-        if (x > p->high)
-            x = p->high;
-        return json_real(x);
-    }
-    /* int: each integer owns an equal cell of [low-0.5, high+0.5] */
-    double lo = p->low - 0.5, hi = p->high + 0.5;
-    double x = p->log ? exp(log(lo) + u * (log(hi) - log(lo))) : lo + u * (hi - lo);
-    double r = floor(x + 0.5);
-    if (r < p->low)
-        r = p->low;
-    if (r > p->high)
-        r = p->high;
-    return json_integer((json_int_t)r);
-}
-
-double spec_param_to_unit(const spec_param *p, const json_t *value)
-{
-    if (!spec_param_legal(p, value))
-        return -1;
-    if (p->type == SPEC_CHOICE) {
-        for (size_t i = 0; i < p->nvalues; i++)
-            if (json_equal((json_t *)value, json_array_get(p->values, i)))
-                return ((double)i + 0.5) / (double)p->nvalues;
-        return -1;
-    }
-    double x = json_number_value(value);
-    double lo = p->low, hi = p->high;
-    if (p->type == SPEC_INT) {
-        lo -= 0.5;
-        hi += 0.5;
-    }
-    if (hi == lo)
-        return 0.5;
-    double u = p->log ? (log(x) - log(lo)) / (log(hi) - log(lo)) : (x - lo) / (hi - lo);
-    return s_clamp01(u);
-}
-
-int spec_param_legal(const spec_param *p, const json_t *value)
-{
-    if (!value)
-        return 0;
-    if (p->type == SPEC_CHOICE) {
-        for (size_t i = 0; i < p->nvalues; i++)
-            if (json_equal((json_t *)value, json_array_get(p->values, i)))
-                return 1;
-        return 0;
-    }
-    if (p->type == SPEC_INT && !json_is_integer(value))
-        return 0;
-    if (!json_is_number(value))
-        return 0;
-    double x = json_number_value(value);
-    return isfinite(x) && x >= p->low && x <= p->high;
-}
-
-/* Shortest text that reads back as the same double. */
-static void s_format_number(const json_t *v, char *buf, size_t size)
-{
-    if (json_is_integer(v)) {
-        snprintf(buf, size, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        return;
-    }
-    double x = json_real_value(v);
-    for (int prec = 6; prec <= 17; prec++) {
-        snprintf(buf, size, "%.*g", prec, x);
-        if (strtod(buf, NULL) == x)
-            return;
-    }
-}
-
-json_t *spec_expand_command(const spec_t *s, const json_t *params, spec_error *err)
-{
-    json_t *out = json_array();
-    size_t i;
-    json_t *arg;
-    json_array_foreach(s->command, i, arg)
-    {
-        const char *a = json_string_value(arg);
-        size_t cap = strlen(a) + 64, len = 0;
-        char *buf = malloc(cap);
-        if (!buf) {
-            s_fail(err, "trial.command", "out of memory");
-            json_decref(out);
-            return NULL;
-        }
-        for (const char *p = a; *p;) {
-            char piece[512];
-            const char *add = piece;
-            size_t addlen;
-            if ((p[0] == '{' && p[1] == '{') || (p[0] == '}' && p[1] == '}')) {
-                piece[0] = p[0];
-                addlen = 1;
-                p += 2;
-            } else if (p[0] == '{') {
-                const char *close = strchr(p, '}');
-                char name[128];
-                size_t n = close ? (size_t)(close - p - 1) : 0;
-                if (!close || n == 0 || n >= sizeof name) {
-                    char field[64];
-                    snprintf(field, sizeof field, "trial.command[%zu]", i);
-                    s_fail(err, field,
-                           "unclosed or empty '{' placeholder in \"%s\" (write {{ for a "
-                           "brace)",
-                           a);
-                    free(buf);
-                    json_decref(out);
-                    return NULL;
-                }
-                memcpy(name, p + 1, n);
-                name[n] = 0;
-                char *dflt = strchr(name, ':');
-                if (dflt)
-                    *dflt++ = 0;
-                json_t *v = json_object_get(params, name);
-                if (!v && !dflt) {
-                    char field[64];
-                    snprintf(field, sizeof field, "trial.command[%zu]", i);
-                    int k = spec_param_index(s, name);
-                    if (k >= 0)
-                        s_fail(err, field,
-                               "placeholder {%s} names a parameter that can be inactive "
-                               "(space.%s.when): give a default, {%s:VALUE}",
-                               name, name, name);
-                    else
-                        s_fail(err, field, "placeholder {%s} names no parameter in space",
-                               name);
-                    free(buf);
-                    json_decref(out);
-                    return NULL;
-                }
-                if (!v && spec_param_index(s, name) < 0) {
-                    char field[64];
-                    snprintf(field, sizeof field, "trial.command[%zu]", i);
-                    s_fail(err, field, "placeholder {%s:%s} names no parameter in space",
-                           name, dflt);
-                    free(buf);
-                    json_decref(out);
-                    return NULL;
-                }
-                if (!v)
-                    snprintf(piece, sizeof piece, "%s",
-                             dflt); /* name ends with this block */
-                else if (json_is_string(v))
-                    add = json_string_value(v);
-                else
-                    s_format_number(v, piece, sizeof piece);
-                addlen = strlen(add);
-                p = close + 1;
-            } else {
-                piece[0] = *p++;
-                addlen = 1;
-            }
-            if (len + addlen + 1 > cap) {
-                size_t ncap = (len + addlen + 1) * 2;
-                char *nbuf = realloc(buf, ncap);
-                if (!nbuf) {
-                    s_fail(err, "trial.command", "out of memory");
-                    free(buf);
-                    json_decref(out);
-                    return NULL;
-                }
-                buf = nbuf;
-                cap = ncap;
-            }
-            memcpy(buf + len, add, addlen);
-            len += addlen;
-        }
-        buf[len] = 0;
-        json_array_append_new(out, json_string(buf));
-        free(buf);
-    }
-    return out;
-}
-
-int spec_param_index(const spec_t *s, const char *name)
-{
-    for (size_t k = 0; k < s->nparams; k++)
-        if (s->params[k].name && !strcmp(s->params[k].name, name))
-            return (int)k;
-    return -1;
-}
-
-int spec_param_active(const spec_t *s, size_t k, const json_t *params)
-{
-    const spec_param *p = &s->params[k];
-    if (!p->when)
-        return 1;
-    const char *parent;
-    json_t *vals;
-    json_object_foreach(p->when, parent, vals)
-    {
-        int j = spec_param_index(s, parent);
-        if (j < 0 || !spec_param_active(s, (size_t)j, params))
-            return 0;
-        const json_t *v = json_object_get(params, parent);
-        int hit = 0;
-        size_t i;
-        json_t *w;
-        json_array_foreach(vals, i, w)
-        {
-            if (v && json_equal((json_t *)v, w))
-                hit = 1;
-        }
-        if (!hit)
-            return 0;
-    }
-    return 1;
-}
-
-int spec_params_prune(const spec_t *s, json_t *params)
-{
-    /* decide every parameter on the values as given, then remove */
-    unsigned char *drop = calloc(s->nparams ? s->nparams : 1, 1);
-    if (!drop)
-        return -1;
-    for (size_t k = 0; k < s->nparams; k++)
-        drop[k] = s->params[k].when && !spec_param_active(s, k, params) &&
-                  json_object_get(params, s->params[k].name);
-    int removed = 0;
-    for (size_t k = 0; k < s->nparams; k++)
-        if (drop[k]) {
-            json_object_del(params, s->params[k].name);
-            removed++;
-        }
-    free(drop);
-    return removed;
-}
-
-void spec_params_coerce(const spec_t *s, json_t *params)
-{
-    for (size_t k = 0; k < s->nparams; k++) {
-        const spec_param *p = &s->params[k];
-        json_t *v = json_object_get(params, p->name);
-        if (!v || spec_param_legal(p, v))
-            continue;
-        json_t *nv = NULL;
-        if (json_is_string(v)) {
-            const char *t = json_string_value(v);
-            char *end;
-            errno = 0;
-            long long i = strtoll(t, &end, 10);
-            if (*t && !*end && !errno)
-                nv = json_integer(i);
-            else {
-                double d = strtod(t, &end);
-                if (*t && !*end)
-                    nv = json_real(d);
-            }
-            if (nv && p->type == SPEC_FLOAT && json_is_integer(nv)) {
-                json_t *r = json_real((double)json_integer_value(nv));
-                json_decref(nv);
-                nv = r;
-            }
-        } else if (json_is_number(v) && p->type == SPEC_CHOICE) {
-            char buf[64];
-            if (json_is_integer(v))
-                snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-            else
-                s_format_number(v, buf, sizeof buf);
-            nv = json_string(buf);
-        } else if (json_is_integer(v) && p->type == SPEC_FLOAT) {
-            nv = json_real((double)json_integer_value(v));
-        }
-        if (nv && p->type == SPEC_CHOICE && !spec_param_legal(p, nv) &&
-            json_is_integer(nv)) {
-            json_t *r = json_real((double)json_integer_value(nv));
-            json_decref(nv);
-            nv = r;
-        }
-        if (nv && spec_param_legal(p, nv))
-            json_object_set(params, p->name, nv);
-        json_decref(nv);
-    }
-}
-
-int spec_params_check(const spec_t *s, json_t *params, spec_error *err)
-{
-    char field[128];
-    if (!json_is_object(params))
-        return s_fail(err, "params", "must be an object");
-    const char *key;
-    json_t *v;
-    json_object_foreach(params, key, v)
-    {
-        if (spec_param_index(s, key) < 0) {
-            snprintf(field, sizeof field, "params.%s", key);
-            return s_fail(err, field, "names no parameter in space");
-        }
-    }
-    for (size_t k = 0; k < s->nparams; k++) {
-        const spec_param *p = &s->params[k];
-        snprintf(field, sizeof field, "params.%s", p->name);
-        v = json_object_get(params, p->name);
-        int active = spec_param_active(s, k, params);
-        if (!active) {
-            if (v)
-                return s_fail(
-                    err, field,
-                    "is inactive for these values (space.%s.when); leave it out",
-                    p->name);
-            continue;
-        }
-        if (!v && p->konst) {
-            json_object_set(params, p->name, json_array_get(p->values, 0));
-            continue;
-        }
-        if (!v)
-            return s_fail(err, field, "missing (every active parameter needs a value)");
-        if (!spec_param_legal(p, v)) {
-            if (p->type == SPEC_CHOICE) {
-                char *list = text_json_dumps(p->values, JSON_COMPACT);
-                s_fail(err, field, "must be one of %s", list ? list : "the values");
-                free(list);
-                return -1;
-            }
-            return s_fail(err, field, "must be %s from %g to %g",
-                          p->type == SPEC_INT ? "an integer" : "a number", p->low,
-                          p->high);
-        }
-    }
-    return 0;
-}
-
-const json_t *spec_json_objective(const json_t *spec)
-{
-    const json_t *o = json_object_get(spec, "objective");
-    return json_is_array(o) ? json_array_get(o, 0) : o;
-}
-
-double spec_violation(const spec_t *s, const json_t *metrics)
-{
-    double v = 0;
-    for (size_t k = 0; k < s->nconstraints; k++) {
-        const spec_constraint *c = &s->constraints[k];
-        const json_t *m = json_object_get(metrics, c->metric);
-        if (!json_is_number(m) || !isfinite(json_number_value(m)))
-            return INFINITY;
-        double x = json_number_value(m);
-        double over = c->upper ? x - c->bound : c->bound - x;
-        if (over > 0)
-            v += over;
-    }
-    return v;
-}
-
-int spec_objective_values(const spec_t *s, double value, const json_t *metrics,
-                          double *out)
-{
-    int ok = 1;
-    for (size_t k = 0; k < s->nobjectives; k++) {
-        double x = value;
-        if (k > 0) {
-            const json_t *m = json_object_get(metrics, s->objectives[k].metric);
-            x = json_is_number(m) ? json_number_value(m) : NAN;
-        }
-        if (!isfinite(x))
-            ok = 0;
-        out[k] = s->objectives[k].maximize ? -x : x;
-    }
-    return ok ? 0 : -1;
-}
-
-int spec_better(const spec_t *s, double a, double b)
-{
-    return spec_better_mode(s->maximize, a, b);
-}
-
-int spec_better_mode(int maximize, double a, double b)
-{
-    /* a diverged run (inf, -inf, nan) is the worst result in either
-       direction; an infinity still beats a NaN (also "no value yet") */
-    if (isfinite(a) != isfinite(b))
-        return isfinite(a);
-    if (!isfinite(a))
-        return !isnan(a) && isnan(b);
-    return maximize ? a > b : a < b;
-}
-
-const char *spec_launcher_name(int launcher)
-{
-    return launcher == SPEC_LAUNCH_MPIRUN  ? "mpirun"
-           : launcher == SPEC_LAUNCH_TORCH ? "torch"
-                                           : "invalid";
 }
