@@ -4,17 +4,20 @@
     Parameters are encoded into [0,1]^D: float and int parameters take one
     dimension each through spec_param_to_unit (log scale for log ones),
     choices are one-hot while the whole encoding stays within
-    S_MAX_ONEHOT_DIMS (the smallest choices first); a choice beyond that
+    BO_MAX_ONEHOT_DIMS (the smallest choices first); a choice beyond that
     takes one ordered dimension, its values' cells in the spec's order, as
     an int does (a 100 000-value choice one-hot made every fit take 2 GB
     and every save of the 100 002 hyperparameters a second of the
     controller's loop). Suggestions are decoded with spec_param_from_unit
     and an argmax per one-hot choice, and the acquisition is only ever
-    evaluated at such legal points (acq's round callback). Until n_init trials are known
-    (finished or pending), and until two have results, suggestions come
+    evaluated at such legal points (acq's round callback). Until n_init
+    trials are known (finished or pending), and until two have results, suggestions come
     from a Sobol design with a seeded random shift.
 
-    The GP fit and the acquisition search run in a worker thread per
+    The encoding is sched_bo_enc.c's, the GP fit and the acquisition
+    search are sched_bo_job.c's; this file holds the state (observations,
+    pending trials, counters) and the interface. The GP fit and the
+    acquisition search run in a worker thread per
     suggestion: the first `suggest` snapshots the data (results, failures
     imputed as the worst value, pending trials as fantasies) and returns
     SCHED_WAIT; later calls return SCHED_WAIT until the worker is done, then
@@ -23,59 +26,14 @@
     the two counters and the last hyperparameters (the warm start); a
     restored scheduler computes the same suggestions.
 */
-#include "sched_bo.h"
+#include "sched_bo_job.h"
 
-#include "acq.h"
-#include "gp.h"
-#include "warp.h"
-
-#include <gsl/gsl_cdf.h>
 #include <gsl/gsl_qrng.h>
 #include <cblas.h> /* OpenBLAS: openblas_set_num_threads */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { S_BELIEVER = 0, S_LIAR = 1 };
-enum { S_WARP_HALFRANK = 0, S_WARP_NONE = 1, S_WARP_POWER = 2, S_WARP_AUTO = 3 };
-enum { S_CON_POF = 0, S_CON_PENALTY = 1 };
-enum { S_MO_EHVI = 0, S_MO_PAREGO = 1 };
-#define S_EHVI_MAX_OBJECTIVES 3 /* the boxes grow as (front size)^(m-1) */
-#define S_EHVI_DRAWS 32
-enum { S_FID_RUNGS = 0, S_FID_FINAL = 1, S_FID_JOINT = 2 };
-#define S_TOPK 8 /* ranked suggestions the worker returns */
-/* The most dimensions one-hot choices may bring the encoding to; beyond,
-   a choice is one ordered dimension. Bounds the model's size (theta has
-   D + 2 values, the candidates D each) whatever the spec's choices. */
-#define S_MAX_ONEHOT_DIMS 256
-/* warp "auto" chooses between its two warps from this many observations
-   on, and up to this many (beyond, a second fit and the leave-one-out
-   inverse cost too much: the power warp with half-rank is used) */
-#define S_AUTO_MIN 8
-#define S_AUTO_MAX 300
-/* the end-game's trust region (option "local"): its side on a dimension of
-   average lengthscale, in [0,1] units, starts at S_TR_INIT, doubles after
-   S_TR_SUCC improvements in a row and halves after S_TR_FAIL local trials
-   in a row that did not improve, within [S_TR_MIN, S_TR_MAX] */
-#define S_TR_INIT 0.2
-#define S_TR_MIN (1.0 / 256)
-#define S_TR_MAX 0.8
-#define S_TR_SUCC 2
-#define S_TR_FAIL 2
-
-typedef struct {
-    const spec_t *spec;
-    int np;              /* parameters */
-    int D;               /* encoded dimensions */
-    int *off;            /* first dimension of parameter k */
-    unsigned char *mask; /* 1 for float/int/ordered dimensions, 0 for one-hot */
-    unsigned char *hot;  /* per parameter: 1 for a one-hot choice (owned by lay,
-                            shared by lay1) */
-    int resdim;          /* 1: the last dimension is the resource (the joint
-                            multi-fidelity model), kept at 1 by s_round */
-} s_layout;
 
 typedef struct {
     long trial;
@@ -90,52 +48,9 @@ typedef struct {
 } s_point;
 
 typedef struct {
-    const s_layout *lay; /* borrowed from the scheduler, read-only */
-    int n, m;            /* observations, pending */
-    double *X, *y, *Xp;  /* n x D, n (lower is better; NaN = failed), m x D */
-    double *theta0;      /* warm start or NULL */
-    int acq, fantasy, warp;
-    gp_prior prior; /* the objective model's lengthscale prior */
-    double kappa;
-    /* the end-game: > 0 to search only the trust region of this side
-       around the incumbent (the best observation) */
-    double tr_len;
-    /* constraints modelled by probability of feasibility: nc GPs on the
-       constraint metrics C (n x nc, NaN when not reported); feas[i] says
-       whether observation i met every constraint. nc is 0 otherwise. */
-    int nc;
-    double *C;
-    const spec_constraint *cons; /* nc, the spec's (outlives the job) */
-    unsigned char *feas;
-    /* several objectives modelled by EHVI: nobj GPs on F (n x nobj, each
-       objective scaled to [0, 1], NaN for failed); nobj is 0 otherwise */
-    int nobj;
-    double *F;
-    unsigned long long seed;
-    atomic_int cancel;
-    atomic_int done;
-    pthread_t thread;
-    int threaded;
-    /* results */
-    double *outp;  /* S_TOPK x D */
-    int got;       /* rows in outp, or -1 */
-    double *theta; /* fitted, D + 2 */
-    int theta_ok;
-} s_job;
-
-typedef struct {
     sched_t base;
-    s_layout lay;
-    /* options */
-    int acq;
-    double kappa;
-    long n_init;
-    int fantasy;
-    int warp;
-    int cmodel;     /* S_CON_POF or S_CON_PENALTY */
-    int momodel;    /* S_MO_EHVI or S_MO_PAREGO */
-    gp_prior prior; /* the objective model's lengthscale prior */
-    double local;   /* the end-game: this fraction of budget.trials, last */
+    bo_layout lay;
+    bo_opts opt; /* the options (sched_bo_opts.c) */
     /* state */
     s_point *obs;
     size_t nobs, capobs;
@@ -145,625 +60,16 @@ typedef struct {
     long count;    /* suggestions made */
     double *theta; /* last fitted hyperparameters, D + 2 */
     int have_theta;
-    s_job *job; /* in flight, or NULL */
-    /* the end-game's trust region (see S_TR_INIT) */
+    bo_job *job; /* in flight, or NULL */
+    /* the end-game's trust region (see BO_TR_INIT) */
     double tr_len;
     int tr_succ, tr_fail;
     /* multi-fidelity (sched_bo_mf.c): partial results under early stopping */
-    int fidelity;  /* S_FID_* */
-    bo_mf *mf;     /* owned; NULL without early stopping */
-    s_layout lay1; /* joint: lay plus the resource dimension (off shared) */
-    int joint;     /* the GP is over (params, resource) */
-    int level;     /* level the last model was fitted on (-1: final values) */
+    bo_mf *mf;      /* owned; NULL without early stopping */
+    bo_layout lay1; /* joint: lay plus the resource dimension (off shared) */
+    int joint;      /* the GP is over (params, resource) */
+    int level;      /* level the last model was fitted on (-1: final values) */
 } sched_bo;
-
-/* ---- encoding --------------------------------------------------------- */
-
-/* The fixed encoding of an inactive conditional parameter: the middle of
-   a numeric dimension, all zeros for a one-hot block, so every trial
-   where it is inactive sits at the same place along its dimensions. */
-static void s_impute(const s_layout *l, int k, double *xk)
-{
-    const spec_param *p = &l->spec->params[k];
-    if (l->hot[k])
-        for (size_t i = 0; i < p->nvalues; i++)
-            xk[i] = 0;
-    else
-        xk[0] = 0.5;
-}
-
-static int s_encode(const s_layout *l, const json_t *params, double *x)
-{
-    if (!json_is_object(params))
-        return -1;
-    for (int k = 0; k < l->np; k++) {
-        const spec_param *p = &l->spec->params[k];
-        const json_t *v = json_object_get(params, p->name);
-        double *xk = x + l->off[k];
-        if (!v && p->when && !spec_param_active(l->spec, (size_t)k, params)) {
-            s_impute(l, k, xk); /* an inactive conditional parameter */
-            continue;
-        }
-        if (!v || !spec_param_legal(p, v))
-            return -1;
-        if (l->hot[k]) {
-            for (size_t i = 0; i < p->nvalues; i++)
-                xk[i] = json_equal((json_t *)v, json_array_get(p->values, i)) ? 1 : 0;
-        } else {
-            double u = spec_param_to_unit(p, v);
-            if (u < 0)
-                return -1;
-            xk[0] = u;
-        }
-    }
-    return 0;
-}
-
-static size_t s_argmax(const double *x, size_t n)
-{
-    size_t b = 0;
-    for (size_t i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
-static json_t *s_decode(const s_layout *l, const double *x)
-{
-    json_t *o = json_object();
-    for (int k = 0; k < l->np; k++) {
-        const spec_param *p = &l->spec->params[k];
-        const double *xk = x + l->off[k];
-        json_t *v =
-            l->hot[k]
-                ? json_deep_copy(json_array_get(p->values, s_argmax(xk, p->nvalues)))
-                : spec_param_from_unit(p, xk[0]);
-        json_object_set_new(o, p->name, v);
-    }
-    spec_params_prune(l->spec, o);
-    return o;
-}
-
-/* acq's round callback: int dimensions to their integer's position, one-hot
-   blocks to their argmax. Thread-safe (reads the spec, allocates only
-   private values). */
-static void s_round(void *ctx, double *x)
-{
-    const s_layout *l = ctx;
-    if (l->resdim) /* the joint model: suggestions are at the full resource */
-        x[l->D - 1] = 1;
-    for (int k = 0; k < l->np; k++) {
-        const spec_param *p = &l->spec->params[k];
-        double *xk = x + l->off[k];
-        if (l->hot[k]) {
-            size_t b = s_argmax(xk, p->nvalues);
-            for (size_t i = 0; i < p->nvalues; i++)
-                xk[i] = i == b ? 1 : 0;
-        } else if (p->type == SPEC_CHOICE) {
-            /* an ordered choice: the centre of its value's cell, as
-               spec_param_from_unit and spec_param_to_unit map it */
-            double u = isnan(xk[0]) ? 0.5 : fmin(fmax(xk[0], 0), 1);
-            size_t i = (size_t)(u * (double)p->nvalues);
-            if (i >= p->nvalues)
-                i = p->nvalues - 1;
-            xk[0] = ((double)i + 0.5) / (double)p->nvalues;
-        } else if (p->type == SPEC_INT) {
-            json_t *v = spec_param_from_unit(p, xk[0]);
-            xk[0] = spec_param_to_unit(p, v);
-            json_decref(v);
-        }
-    }
-    /* conditional spaces: inactive parameters to their fixed encoding */
-    int any = 0;
-    for (int k = 0; k < l->np; k++)
-        any |= l->spec->params[k].when != NULL;
-    if (!any)
-        return;
-    json_t *o = s_decode(l, x);
-    for (int k = 0; k < l->np; k++)
-        if (l->spec->params[k].when && !json_object_get(o, l->spec->params[k].name))
-            s_impute(l, k, x + l->off[k]);
-    json_decref(o);
-}
-
-/* ---- the worker ------------------------------------------------------- */
-
-static void s_job_free(s_job *j)
-{
-    if (!j)
-        return;
-    free(j->X);
-    free(j->y);
-    free(j->Xp);
-    free(j->theta0);
-    free(j->C);
-    free(j->feas);
-    free(j->F);
-    free(j->outp);
-    free(j->theta);
-    free(j);
-}
-
-/* EHVI (several objectives): a GP per objective on the observations that
-   have them all, the front from the feasible observations (by the
-   constraint models' means for pending points, which join it at their
-   believed values), the reference point 0.1 past the front's worst in
-   each objective. 0, or -1 (out of memory or cancelled). */
-static int s_ehvi(s_job *j, const acq_con *ac, int nac, const gp_fit_opts *fo,
-                  gp_t ***og_p, double **front_p, acq_ehvi **eh_p)
-{
-    const s_layout *l = j->lay;
-    int D = l->D, n = j->n, M = j->nobj, k = 0;
-    double *Xo = malloc(sizeof(double) * (size_t)(n ? n : 1) * (size_t)D);
-    double *yo = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    double *front = malloc(sizeof(double) * (size_t)(n + j->m + 1) * (size_t)M);
-    gp_t **og = calloc((size_t)M, sizeof *og);
-    *og_p = og;
-    *front_p = front;
-    int rc = -1;
-    if (!Xo || !yo || !front || !og)
-        goto out;
-    for (int o = 0; o < M; o++) {
-        k = 0;
-        for (int i = 0; i < n; i++) {
-            if (isnan(j->F[(size_t)i * M]))
-                continue;
-            memcpy(Xo + (size_t)k * D, j->X + (size_t)i * D, sizeof(double) * (size_t)D);
-            yo[k++] = j->F[(size_t)i * M + o];
-        }
-        gp_fit_opts f = *fo;
-        f.theta0 = NULL;
-        f.seed = fo->seed ^ (0xD1B54A32D192ED03ULL * (unsigned long long)(o + 1));
-        og[o] = gp_new(D);
-        if (!og[o] || gp_set_data(og[o], Xo, yo, k, 1) != 0 || gp_fit(og[o], &f) != 0)
-            goto out;
-    }
-    int np = 0;
-    for (int i = 0; i < n; i++)
-        if (!isnan(j->F[(size_t)i * M]) && (!j->nc || j->feas[i]))
-            memcpy(front + (size_t)(np++) * M, j->F + (size_t)i * M,
-                   sizeof(double) * (size_t)M);
-    for (int p = 0; p < j->m; p++) {
-        const double *xp = j->Xp + (size_t)p * D;
-        int ok = 1;
-        for (int c = 0; c < nac && ok; c++) {
-            double mu, var;
-            gp_predict(ac[c].gp, xp, &mu, &var, NULL, NULL);
-            ok = ac[c].upper ? mu <= ac[c].bound : mu >= ac[c].bound;
-        }
-        for (int o = 0; o < M && ok; o++) {
-            double mu, var;
-            gp_predict(og[o], xp, &mu, &var, NULL, NULL);
-            front[(size_t)np * M + o] = gp_y_mean(og[o]) + gp_y_sd(og[o]) * mu;
-        }
-        np += ok;
-    }
-    /* the reference point: 0.1 past the worst of the non-dominated points
-       (1.1, past every observation, while there are none) */
-    double ref[S_EHVI_MAX_OBJECTIVES];
-    for (int o = 0; o < M; o++)
-        ref[o] = np ? -INFINITY : 1;
-    for (int i = 0; i < np; i++) {
-        const double *q = front + (size_t)i * M;
-        int dom = 0;
-        for (int i2 = 0; i2 < np && !dom; i2++) {
-            const double *r = front + (size_t)i2 * M;
-            int le = 1, lt = 0;
-            for (int o = 0; o < M; o++) {
-                le &= r[o] <= q[o];
-                lt |= r[o] < q[o];
-            }
-            dom = le && lt;
-        }
-        for (int o = 0; o < M && !dom; o++)
-            ref[o] = fmax(ref[o], q[o]);
-    }
-    for (int o = 0; o < M; o++)
-        ref[o] += 0.1;
-    *eh_p = acq_ehvi_new(M, og, front, np, ref, S_EHVI_DRAWS, j->seed ^ 0x5EEDULL);
-    rc = *eh_p ? 0 : -1;
-out:
-    free(Xo);
-    free(yo);
-    return rc;
-}
-
-/* Leave-one-out log density of the better half of the observations (the
-   values at or below the median of yo, the unwarped targets), in the units
-   the two candidate warps share there (the power warp's): the GP's LOO
-   posterior of each such point given the others, in standardised units,
-   less log of the GP's standardising sd. -INFINITY when it cannot be
-   computed. */
-static double s_loo_score(gp_t *gp, const double *yo, double med, double *mv, int n)
-{
-    if (gp_loo(gp, mv, mv + n) != 0)
-        return -INFINITY;
-    double sc = 0, lsd = log(gp_y_sd(gp));
-    for (int i = 0; i < n; i++) {
-        if (yo[i] > med)
-            continue;
-        double r = gp_y_std(gp, i) - mv[i], v = mv[n + i];
-        sc += -0.5 * r * r / v - 0.5 * log(v) - lsd;
-    }
-    return isfinite(sc) ? sc : -INFINITY;
-}
-
-static int s_dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* warp "auto": *gp_p was fitted on y = half-rank(Yeo-Johnson(targets)).
-   Fits a second GP on Yeo-Johnson(targets) alone and keeps the one whose
-   leave-one-out density of the better half is higher (both warps agree on
-   that half, so the densities compare); when it is the second, y receives
-   its values. 0, or -1 when cancelled; any other failure keeps the first
-   model. */
-static int s_auto_warp(s_job *j, gp_t **gp_p, const gp_fit_opts *fo, double *y)
-{
-    int n = j->n, D = j->lay->D, rc = 0;
-    double *yo = malloc(sizeof(double) * (size_t)n);
-    double *yy = malloc(sizeof(double) * (size_t)n);
-    double *srt = malloc(sizeof(double) * (size_t)n);
-    double *mv = malloc(sizeof(double) * 2 * (size_t)n);
-    gp_t *g2 = gp_new(D);
-    if (!yo || !yy || !srt || !mv || !g2)
-        goto done;
-    double worst = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (isfinite(j->y[i]))
-            worst = fmax(worst, j->y[i]);
-    for (int i = 0; i < n; i++)
-        yo[i] = isfinite(j->y[i]) ? j->y[i] : worst;
-    memcpy(srt, yo, sizeof(double) * (size_t)n);
-    qsort(srt, (size_t)n, sizeof(double), s_dbl_cmp);
-    double med = srt[(n - 1) / 2];
-    memcpy(yy, yo, sizeof(double) * (size_t)n);
-    warp_yeojohnson(yy, n);
-    if (gp_set_data(g2, j->X, yy, n, 1) != 0)
-        goto done;
-    gp_set_prior(g2, j->prior);
-    /* one start, from the first model's hyperparameters: the data differ
-       only in the worse half */
-    gp_fit_opts f2 = *fo;
-    f2.theta0 = gp_theta(*gp_p);
-    f2.restarts = 0;
-    f2.default_start = 0;
-    if (gp_fit(g2, &f2) != 0) {
-        rc = atomic_load(&j->cancel) ? -1 : 0;
-        goto done;
-    }
-    double s1 = s_loo_score(*gp_p, yo, med, mv, n);
-    double s2 = s_loo_score(g2, yo, med, mv, n);
-    if (s2 > s1) {
-        gp_t *t = *gp_p;
-        *gp_p = g2;
-        g2 = t;
-        memcpy(y, yy, sizeof(double) * (size_t)n);
-    }
-done:
-    gp_destroy(&g2);
-    free(yo);
-    free(yy);
-    free(srt);
-    free(mv);
-    return rc;
-}
-
-void sched__bo_tr_box(int D, const unsigned char *mask, const double *theta,
-                      const double *x0, double len, double *lo, double *hi)
-{
-    double ls = 0;
-    int nm = 0;
-    for (int i = 0; i < D; i++)
-        if (!mask || mask[i]) {
-            ls += theta[i];
-            nm++;
-        }
-    ls = nm ? ls / nm : 0; /* log of the geometric mean */
-    for (int i = 0; i < D; i++) {
-        if (mask && !mask[i]) {
-            lo[i] = 0;
-            hi[i] = 1;
-            continue;
-        }
-        double h = 0.5 * len * exp(theta[i] - ls);
-        lo[i] = fmax(0, x0[i] - h);
-        hi[i] = fmin(1, x0[i] + h);
-    }
-}
-
-void sched__bo_tr_update(double *len, int *succ, int *fail, int improved)
-{
-    if (improved) {
-        *fail = 0;
-        if (++*succ >= S_TR_SUCC) {
-            *len = fmin(2 * *len, S_TR_MAX);
-            *succ = 0;
-        }
-    } else {
-        *succ = 0;
-        if (++*fail >= S_TR_FAIL) {
-            *len = fmax(0.5 * *len, S_TR_MIN);
-            *fail = 0;
-        }
-    }
-}
-
-static void s_run_job(s_job *j)
-{
-    const s_layout *l = j->lay;
-    int D = l->D, n = j->n, m = j->m, nt = gp_ntheta(D);
-    j->got = -1;
-    double *y = malloc(sizeof(double) * (size_t)(n + m));
-    double *X = malloc(sizeof(double) * (size_t)(n + m) * (size_t)D);
-    double *starts = malloc(sizeof(double) * 3 * (size_t)D);
-    gp_t *gp = gp_new(D);
-    gp_t **cg = NULL; /* constraint models */
-    acq_con *ac = NULL;
-    double *key = NULL, *Xc = NULL, *yc = NULL;
-    gp_t **og = NULL; /* objective models (EHVI) */
-    acq_ehvi *eh = NULL;
-    double *front = NULL;
-    double *box = NULL; /* the end-game's trust region: lo (D), hi (D) */
-    if (!y || !X || !starts || !gp)
-        goto out;
-    double worst = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (isfinite(j->y[i]))
-            worst = fmax(worst, j->y[i]);
-    for (int i = 0; i < n; i++)
-        y[i] = isfinite(j->y[i]) ? j->y[i] : worst;
-    if (j->warp == S_WARP_POWER || j->warp == S_WARP_AUTO)
-        warp_yeojohnson(y, n);
-    if (j->warp != S_WARP_NONE)
-        warp_halfrank(y, n);
-    memcpy(X, j->X, sizeof(double) * (size_t)n * (size_t)D);
-    if (gp_set_data(gp, X, y, n, 1) != 0)
-        goto out;
-    gp_set_prior(gp, j->prior);
-
-    gp_fit_opts fo;
-    gp_fit_opts_init(&fo);
-    fo.theta0 = j->theta0;
-    fo.seed = j->seed;
-    fo.cancel = &j->cancel;
-    /* the cost of a likelihood evaluation grows as n^3: fewer starts as n
-       grows, and past 300 points the hyperparameters come from a random
-       subset of 300 (the final model uses every point) */
-    if (n > 60) {
-        fo.restarts = 0;
-        fo.default_start = 0;
-    }
-    if (n > 300) {
-        fo.subset = 300;
-        fo.polish_iter = 0;
-    }
-    if (gp_fit(gp, &fo) != 0)
-        goto out;
-    if (j->warp == S_WARP_AUTO && n >= S_AUTO_MIN && n <= S_AUTO_MAX &&
-        s_auto_warp(j, &gp, &fo, y) != 0)
-        goto out;
-    memcpy(j->theta, gp_theta(gp), sizeof(double) * (size_t)nt);
-    j->theta_ok = 1;
-
-    /* constraints: a GP per constraint metric, fitted on the observations
-       that reported it */
-    int nc = j->nc, nac = 0, any_feas = 0;
-    if (nc > 0) {
-        cg = calloc((size_t)nc, sizeof *cg);
-        ac = calloc((size_t)nc, sizeof *ac);
-        key = malloc(sizeof(double) * (size_t)n);
-        Xc = malloc(sizeof(double) * (size_t)n * (size_t)D);
-        yc = malloc(sizeof(double) * (size_t)n);
-        if (!cg || !ac || !key || !Xc || !yc)
-            goto out;
-        for (int c = 0; c < nc; c++) {
-            int k = 0;
-            for (int i = 0; i < n; i++) {
-                double v = j->C[(size_t)i * nc + c];
-                if (!isfinite(v))
-                    continue;
-                memcpy(Xc + (size_t)k * D, j->X + (size_t)i * D,
-                       sizeof(double) * (size_t)D);
-                yc[k++] = v;
-            }
-            if (k < 2)
-                continue; /* nothing to learn from yet */
-            gp_fit_opts fc = fo;
-            fc.theta0 = NULL;
-            fc.seed = j->seed ^ (0x9E3779B97F4A7C15ULL * (unsigned long long)(c + 1));
-            cg[c] = gp_new(D);
-            if (!cg[c] || gp_set_data(cg[c], Xc, yc, k, 1) != 0 ||
-                gp_fit(cg[c], &fc) != 0) {
-                if (atomic_load(&j->cancel))
-                    goto out;
-                gp_destroy(&cg[c]);
-                continue;
-            }
-            double sd = gp_y_sd(cg[c]);
-            ac[nac++] = (acq_con){cg[c], (j->cons[c].bound - gp_y_mean(cg[c])) / sd,
-                                  j->cons[c].upper};
-        }
-        for (int i = 0; i < n; i++)
-            any_feas |= j->feas[i];
-        /* while nothing is feasible, rank by the violation: the sum over
-           constraints of the distance past the bound, each over its spread */
-        for (int i = 0; i < n; i++)
-            key[i] = j->feas[i] ? gp_y_std(gp, i) : any_feas ? INFINITY : 0;
-        if (!any_feas) {
-            for (int c = 0; c < nc; c++) {
-                double spread = 0;
-                for (int i = 0; i < n; i++) {
-                    double v = j->C[(size_t)i * nc + c];
-                    if (isfinite(v))
-                        spread = fmax(spread, fabs(v - j->cons[c].bound));
-                }
-                for (int i = 0; i < n; i++) {
-                    double v = j->C[(size_t)i * nc + c];
-                    double over =
-                        j->cons[c].upper ? v - j->cons[c].bound : j->cons[c].bound - v;
-                    key[i] += !isfinite(v) ? INFINITY
-                              : over > 0   ? over / (spread > 0 ? spread : 1)
-                                           : 0;
-                }
-            }
-        }
-    }
-    double best = INFINITY;
-    int bi[3] = {-1, -1, -1};
-    double bv[3] = {INFINITY, INFINITY, INFINITY};
-    double *xr = l->resdim ? malloc(sizeof(double) * (size_t)D) : NULL;
-    if (l->resdim && !xr)
-        goto out;
-    for (int i = 0; i < n; i++) {
-        double v = gp_y_std(gp, i);
-        if (xr) {
-            /* the joint model: every observation's predicted value at the
-               full resource, the incumbent being the best of them */
-            double var;
-            memcpy(xr, j->X + (size_t)i * D, sizeof(double) * (size_t)D);
-            xr[D - 1] = 1;
-            gp_predict(gp, xr, &v, &var, NULL, NULL);
-        }
-        if (nc == 0 || j->feas[i] || (!any_feas && nac == 0))
-            best = fmin(best, v);
-        double kv = nc > 0 ? key[i] : v;
-        if (nc > 0 && isinf(kv))
-            continue;
-        /* the three best observations seed the local search */
-        for (int r = 0; r < 3; r++) {
-            if (bi[r] < 0 || kv < bv[r]) {
-                for (int s = 2; s > r; s--) {
-                    bi[s] = bi[s - 1];
-                    bv[s] = bv[s - 1];
-                }
-                bi[r] = i;
-                bv[r] = kv;
-                break;
-            }
-        }
-    }
-    free(xr);
-    if (m > 0) {
-        /* fantasies: the pending points count as observed, at the GP mean
-           (kriging believer) or at the worst value (constant liar) */
-        double wy = -INFINITY;
-        for (int i = 0; i < n; i++)
-            wy = fmax(wy, y[i]);
-        for (int p = 0; p < m; p++) {
-            double mu, var;
-            gp_predict(gp, j->Xp + (size_t)p * D, &mu, &var, NULL, NULL);
-            y[n + p] = j->fantasy == S_LIAR ? wy : gp_y_mean(gp) + gp_y_sd(gp) * mu;
-        }
-        memcpy(X + (size_t)n * D, j->Xp, sizeof(double) * (size_t)m * (size_t)D);
-        if (gp_set_data(gp, X, y, n + m, 0) != 0 || gp_set_theta(gp, j->theta) != 0)
-            goto out;
-        /* believed values count as observed: a fantasy better than the
-           incumbent becomes the incumbent, so EI at it is ~0 (with
-           constraints, a fantasy that the constraint models' means call
-           feasible) */
-        for (int p = 0; p < m; p++) {
-            int ok = nc == 0 || any_feas;
-            for (int c = 0; c < nac && ok; c++) {
-                double mu, var;
-                gp_predict(ac[c].gp, j->Xp + (size_t)p * D, &mu, &var, NULL, NULL);
-                ok = ac[c].upper ? mu <= ac[c].bound : mu >= ac[c].bound;
-            }
-            if (ok)
-                best = fmin(best, gp_y_std(gp, n + p));
-        }
-    }
-    int ns = 0;
-    for (int r = 0; r < 3; r++)
-        if (bi[r] >= 0)
-            memcpy(starts + (size_t)(ns++) * D, j->X + (size_t)bi[r] * D,
-                   sizeof(double) * (size_t)D);
-    /* the end-game: a box around the incumbent, its sides in proportion to
-       the lengthscales (their geometric mean gets tr_len), searched from
-       the incumbent alone */
-    if (j->tr_len > 0 && bi[0] >= 0) {
-        box = malloc(sizeof(double) * 2 * (size_t)D);
-        if (!box)
-            goto out;
-        sched__bo_tr_box(D, l->mask, gp_theta(gp), j->X + (size_t)bi[0] * D, j->tr_len,
-                         box, box + D);
-        ns = 1;
-    }
-
-    if (j->nobj > 0 && s_ehvi(j, ac, nac, &fo, &og, &front, &eh) != 0)
-        goto out;
-    acq_t a = {.kind = j->acq == 1 ? ACQ_UCB : ACQ_EI,
-               .best = best,
-               .kappa = j->kappa,
-               .ncons = nac,
-               .cons = ac,
-               .infeasible = nac > 0 && !any_feas,
-               .ehvi = eh};
-    acq_opt_opts ao;
-    acq_opt_opts_init(&ao);
-    ao.n_candidates = D > 10 ? 2048 : 1024;
-    if (n + m <= 100) {
-        /* cheap while n is small: search the acquisition harder */
-        ao.n_local = 512;
-        ao.n_polish = 10;
-        ao.max_iter = 80;
-    } else if (n + m > 500) {
-        ao.n_candidates = 512;
-        ao.n_polish = 3;
-        ao.max_iter = 20;
-    }
-    ao.mask = l->mask;
-    ao.round = s_round;
-    ao.round_ctx = (void *)l;
-    ao.starts = starts;
-    ao.n_starts = ns;
-    ao.lo = box;
-    ao.hi = box ? box + D : NULL;
-    ao.seed = j->seed ^ 0xA5A5A5A5ULL;
-    ao.cancel = &j->cancel;
-    double vals[S_TOPK];
-    j->got = acq_optimize(gp, &a, &ao, j->outp, vals, S_TOPK);
-out:
-    free(box);
-    acq_ehvi_destroy(&eh);
-    for (int k = 0; og && k < j->nobj; k++)
-        gp_destroy(&og[k]);
-    free(og);
-    free(front);
-    for (int c = 0; cg && c < j->nc; c++)
-        gp_destroy(&cg[c]);
-    free(cg);
-    free(ac);
-    free(key);
-    free(Xc);
-    free(yc);
-    gp_destroy(&gp);
-    free(starts);
-    free(y);
-    free(X);
-}
-
-static void *s_worker(void *arg)
-{
-    s_job *j = arg;
-    s_run_job(j);
-    atomic_store(&j->done, 1);
-    return NULL;
-}
-
-/* Stops and frees the job in flight, if any. */
-static void s_job_abandon(sched_bo *b)
-{
-    if (!b->job)
-        return;
-    atomic_store(&b->job->cancel, 1);
-    if (b->job->threaded)
-        pthread_join(b->job->thread, NULL);
-    s_job_free(b->job);
-    b->job = NULL;
-}
 
 /* ---- state ------------------------------------------------------------ */
 
@@ -863,7 +169,7 @@ static int s_hand_out(sched_bo *b, long trial_id, json_t *params, int local, jso
         trial_id, params, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
         NAN,      0,      NULL,
         0,        local};
-    if (!p.x || s_encode(&b->lay, params, p.x) != 0 ||
+    if (!p.x || sched__bo_encode(&b->lay, params, p.x) != 0 ||
         s_push(&b->pend, &b->npend, &b->cappend, p) != 0) {
         free(p.x);
         json_decref(params);
@@ -892,7 +198,7 @@ static int s_mo_targets(sched_bo *b, double *y)
             f[i] = (unsigned char)b->obs[i].failed;
         }
         rc = sched__bo_targets(spec, n, v, mt, f, s_job_seed(b),
-                               b->cmodel == S_CON_PENALTY, y);
+                               b->opt.cmodel == BO_CON_PENALTY, y);
     }
     free(v);
     free(mt);
@@ -926,10 +232,10 @@ static long s_nlevel(const sched_bo *b, int k)
 static int s_pick_level(const sched_bo *b)
 {
     long nfin = s_nfinal(b);
-    if (nfin >= b->n_init || b->fidelity == S_FID_FINAL)
+    if (nfin >= b->opt.n_init || b->opt.fidelity == BO_FID_FINAL)
         return -1;
     for (int k = sched__bo_mf_levels(b->mf) - 1; k >= 0; k--)
-        if (s_nlevel(b, k) >= b->n_init)
+        if (s_nlevel(b, k) >= b->opt.n_init)
             return k;
     return sched__bo_mf_levels(b->mf) > 0 && s_nlevel(b, 0) > nfin ? 0 : -1;
 }
@@ -939,7 +245,7 @@ static int s_pick_level(const sched_bo *b)
    at level k every trial, ended or running, that reached it, with its
    value there, and the failed ones. Running trials that did not reach the
    level are the fantasies; stopped ones below it are left out. */
-static void s_mf_data(sched_bo *b, s_job *j, int level)
+static void s_mf_data(sched_bo *b, bo_job *j, int level)
 {
     int D = b->lay.D, maximize = b->base.spec->maximize, n = 0, m = 0;
     for (size_t i = 0; i < b->nobs; i++) {
@@ -970,7 +276,7 @@ static void s_mf_data(sched_bo *b, s_job *j, int level)
    place on the resource ladder (sched__bo_mf_u), and (x, 1) for a finished
    trial's final value (failed ones there as failures); running trials are
    fantasies at (x, 1). Stopped trials have their partial rows only. */
-static void s_joint_data(sched_bo *b, s_job *j)
+static void s_joint_data(sched_bo *b, bo_job *j)
 {
     int D = b->lay.D, D1 = D + 1, maximize = b->base.spec->maximize, n = 0, m = 0;
     int nl = sched__bo_mf_levels(b->mf);
@@ -1001,11 +307,11 @@ static void s_joint_data(sched_bo *b, s_job *j)
 
 /* Probability of feasibility: the constraint metrics of every
    observation, and which observations met every constraint. */
-static int s_con_data(sched_bo *b, s_job *j)
+static int s_con_data(sched_bo *b, bo_job *j)
 {
     const spec_t *spec = b->base.spec;
     int n = j->n, nc = (int)spec->nconstraints;
-    if (b->cmodel != S_CON_POF || nc == 0)
+    if (b->opt.cmodel != BO_CON_POF || nc == 0)
         return 0;
     j->nc = nc;
     j->cons = spec->constraints;
@@ -1029,11 +335,11 @@ static int s_con_data(sched_bo *b, s_job *j)
 }
 
 /* EHVI: every observation's objectives, each scaled to [0, 1]. */
-static int s_obj_data(sched_bo *b, s_job *j)
+static int s_obj_data(sched_bo *b, bo_job *j)
 {
     const spec_t *spec = b->base.spec;
     int n = j->n, m = (int)spec->nobjectives;
-    if (b->momodel != S_MO_EHVI || m < 2 || m > S_EHVI_MAX_OBJECTIVES)
+    if (b->opt.momodel != BO_MO_EHVI || m < 2 || m > BO_EHVI_MAX_OBJECTIVES)
         return 0;
     double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
     json_t **mt = malloc(sizeof(json_t *) * (size_t)(n ? n : 1));
@@ -1061,17 +367,17 @@ static int s_obj_data(sched_bo *b, s_job *j)
 static int s_local_now(const sched_bo *b)
 {
     const spec_t *sp = b->base.spec;
-    if (!(b->local > 0) || b->mf || sp->nobjectives > 1 || sp->nconstraints)
+    if (!(b->opt.local > 0) || b->mf || sp->nobjectives > 1 || sp->nconstraints)
         return 0;
-    long start = (long)ceil((1 - b->local) * (double)sp->trials - 1e-9);
+    long start = (long)ceil((1 - b->opt.local) * (double)sp->trials - 1e-9);
     return b->count >= start;
 }
 
 static int s_start_job(sched_bo *b)
 {
-    const s_layout *ml = b->joint ? &b->lay1 : &b->lay; /* the model's */
+    const bo_layout *ml = b->joint ? &b->lay1 : &b->lay; /* the model's */
     int D = ml->D, nt = gp_ntheta(D);
-    s_job *j = calloc(1, sizeof *j);
+    bo_job *j = calloc(1, sizeof *j);
     if (!j)
         return -1;
     j->lay = ml;
@@ -1083,7 +389,7 @@ static int s_start_job(sched_bo *b)
     j->X = malloc(sizeof(double) * rows * (size_t)D);
     j->y = malloc(sizeof(double) * rows);
     j->Xp = malloc(sizeof(double) * (size_t)(j->m ? j->m : 1) * (size_t)D);
-    j->outp = malloc(sizeof(double) * S_TOPK * (size_t)D);
+    j->outp = malloc(sizeof(double) * BO_TOPK * (size_t)D);
     j->theta = malloc(sizeof(double) * (size_t)nt);
     if (b->have_theta) {
         j->theta0 = malloc(sizeof(double) * (size_t)nt);
@@ -1092,7 +398,7 @@ static int s_start_job(sched_bo *b)
     }
     if (!j->X || !j->y || !j->Xp || !j->outp || !j->theta ||
         (b->have_theta && !j->theta0)) {
-        s_job_free(j);
+        sched__bo_job_free(j);
         return -1;
     }
     int maximize = b->base.spec->maximize;
@@ -1110,43 +416,35 @@ static int s_start_job(sched_bo *b)
         }
         if (s_mo_targets(b, j->y) != 0 || s_con_data(b, j) != 0 ||
             s_obj_data(b, j) != 0) {
-            s_job_free(j);
+            sched__bo_job_free(j);
             return -1;
         }
         for (int i = 0; i < j->m; i++)
             memcpy(j->Xp + (size_t)i * D, b->pend[i].x, sizeof(double) * (size_t)D);
     }
-    j->acq = b->acq;
-    j->kappa = b->kappa;
-    j->fantasy = b->fantasy;
-    j->warp = b->warp;
-    j->prior = b->prior;
+    j->acq = b->opt.acq;
+    j->kappa = b->opt.kappa;
+    j->fantasy = b->opt.fantasy;
+    j->warp = b->opt.warp;
+    j->prior = b->opt.prior;
     if (!s_local_now(b)) {
         /* before the end-game, or out of it again after `study extend`
            moved budget.trials: the next end-game starts afresh */
-        b->tr_len = S_TR_INIT;
+        b->tr_len = BO_TR_INIT;
         b->tr_succ = b->tr_fail = 0;
         j->tr_len = 0;
     } else
         j->tr_len = b->tr_len;
     j->seed = s_job_seed(b);
-    atomic_init(&j->cancel, 0);
-    atomic_init(&j->done, 0);
     b->job = j;
-    if (pthread_create(&j->thread, NULL, s_worker, j) == 0) {
-        j->threaded = 1;
-    } else {
-        /* no thread: compute here rather than fail */
-        s_worker(j);
-    }
+    sched__bo_job_launch(j);
     return 0;
 }
 
 static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
 {
-    s_job *j = b->job;
-    if (j->threaded)
-        pthread_join(j->thread, NULL);
+    bo_job *j = b->job;
+    sched__bo_job_join(j);
     b->job = NULL;
     int D = (b->joint ? b->lay1.D : b->lay.D), nt = gp_ntheta(D);
     if (j->theta_ok) {
@@ -1156,13 +454,13 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
     json_t *pick = NULL;
     int local = j->tr_len > 0;
     for (int r = 0; r < j->got && !pick; r++) {
-        json_t *p = s_decode(&b->lay, j->outp + (size_t)r * D);
+        json_t *p = sched__bo_decode(&b->lay, j->outp + (size_t)r * D);
         if (!s_is_known(b, p))
             pick = p;
         else
             json_decref(p);
     }
-    s_job_free(j);
+    sched__bo_job_free(j);
     if (!pick) {
         /* the model failed, or every good point is taken: a random one */
         local = 0;
@@ -1198,11 +496,11 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
         nreal += !b->obs[i].failed;
     if (b->mf) { /* partial results count, finished-looking stopped ones do not */
         nreal = s_nfinal(b);
-        if (b->fidelity != S_FID_FINAL && sched__bo_mf_levels(b->mf) > 0 &&
+        if (b->opt.fidelity != BO_FID_FINAL && sched__bo_mf_levels(b->mf) > 0 &&
             s_nlevel(b, 0) > nreal)
             nreal = s_nlevel(b, 0);
     }
-    if ((long)(b->nobs + b->npend) < b->n_init || nreal < 2) {
+    if ((long)(b->nobs + b->npend) < b->opt.n_init || nreal < 2) {
         int np = b->lay.np;
         double *u = malloc(sizeof(double) * (size_t)(np > 0 ? np : 1));
         if (!u)
@@ -1254,7 +552,7 @@ static void s_on_complete(sched_t *s, long trial_id, const json_t *params,
     for (size_t i = 0; i < b->npend; i++)
         if (b->pend[i].trial == trial_id)
             pi = (long)i;
-    if (params && s_encode(&b->lay, params, p.x) == 0) {
+    if (params && sched__bo_encode(&b->lay, params, p.x) == 0) {
         p.params = json_deep_copy(params);
     } else if (pi >= 0) {
         p.params = json_incref(b->pend[pi].params);
@@ -1347,7 +645,7 @@ static json_t *s_save(sched_t *s)
     json_t *st = json_pack("{s:i,s:I,s:I,s:o,s:o,s:o}", "version", 1, "count",
                            (json_int_t)b->count, "sobol", (json_int_t)b->sobol, "theta",
                            theta, "obs", obs, "pending", pend);
-    if (b->local > 0 && st)
+    if (b->opt.local > 0 && st)
         json_object_set_new(st, "trust",
                             json_pack("{s:f,s:i,s:i}", "len", b->tr_len, "succ",
                                       b->tr_succ, "fail", b->tr_fail));
@@ -1374,7 +672,7 @@ static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out
             (long)trial, NULL, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
             NAN,         0,    NULL,
             0,           0};
-        if (!p.x || s_encode(&b->lay, params, p.x) != 0) {
+        if (!p.x || sched__bo_encode(&b->lay, params, p.x) != 0) {
             free(p.x);
             return -1;
         }
@@ -1418,7 +716,7 @@ static int s_restore(sched_t *s, const json_t *state)
     int have_theta = 0;
     if (json_is_array(theta) && json_array_size(theta) != (size_t)nt) {
         /* saved under another encoding (a large choice was one-hot before
-           S_MAX_ONEHOT_DIMS): only a warm start, so the next fit starts
+           BO_MAX_ONEHOT_DIMS): only a warm start, so the next fit starts
            afresh */
         have_theta = 0;
     } else if (json_is_array(theta)) {
@@ -1431,13 +729,13 @@ static int s_restore(sched_t *s, const json_t *state)
     } else if (!json_is_null(theta))
         return -1;
     /* the end-game's trust region (absent in a state saved before it) */
-    double tr_len = S_TR_INIT;
+    double tr_len = BO_TR_INIT;
     int tr_succ = 0, tr_fail = 0;
     json_t *trust = json_object_get(state, "trust");
     if (trust &&
         (json_unpack(trust, "{s:F,s:i,s:i}", "len", &tr_len, "succ", &tr_succ, "fail",
                      &tr_fail) != 0 ||
-         !(tr_len >= S_TR_MIN && tr_len <= S_TR_MAX) || tr_succ < 0 || tr_fail < 0))
+         !(tr_len >= BO_TR_MIN && tr_len <= BO_TR_MAX) || tr_succ < 0 || tr_fail < 0))
         return -1;
     /* partial results (absent in a state saved before multi-fidelity) */
     json_t *partial = json_object_get(state, "partial");
@@ -1464,7 +762,8 @@ static int s_restore(sched_t *s, const json_t *state)
         sched__bo_mf_free(b->mf);
         b->mf = mf;
     }
-    s_job_abandon(b);
+    sched__bo_job_abandon(b->job);
+    b->job = NULL;
     s_clear(b);
     free(b->obs);
     free(b->pend);
@@ -1491,14 +790,13 @@ static int s_restore(sched_t *s, const json_t *state)
 static void s_destroy(sched_t *s)
 {
     sched_bo *b = (sched_bo *)s;
-    s_job_abandon(b);
+    sched__bo_job_abandon(b->job);
+    b->job = NULL;
     s_clear(b);
     free(b->obs);
     free(b->pend);
     free(b->theta);
-    free(b->lay.off);
-    free(b->lay.hot);
-    free(b->lay.mask);
+    sched__bo_layout_fini(&b->lay);
     free(b->lay1.mask);
     sched__bo_mf_free(b->mf);
     free(b);
@@ -1530,123 +828,6 @@ static const sched_ops s_ops_mf = {.name = "bo",
                                    .restore = s_restore,
                                    .destroy = s_destroy};
 
-static int s_fail(char *err, size_t errsize, const char *key, const char *text)
-{
-    snprintf(err, errsize, "scheduler.%s: %s", key, text);
-    return -1;
-}
-
-static int s_options(sched_bo *b, const spec_t *spec, char *err, size_t errsize)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach(spec->sched_opts, key, v)
-    {
-        if (!strcmp(key, "type") || !strcmp(key, "seed"))
-            continue;
-        if (!strcmp(key, "acq")) {
-            const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "ei") && strcmp(a, "ucb")))
-                return s_fail(err, errsize, key, "must be \"ei\" or \"ucb\"");
-            b->acq = !strcmp(a, "ucb");
-        } else if (!strcmp(key, "kappa")) {
-            if (!json_is_number(v) || !(json_number_value(v) >= 0) ||
-                json_number_value(v) > 100)
-                return s_fail(err, errsize, key, "must be a number from 0 to 100");
-            b->kappa = json_number_value(v);
-        } else if (!strcmp(key, "n_init")) {
-            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-                json_integer_value(v) > 100000)
-                return s_fail(err, errsize, key, "must be an integer from 1 to 100000");
-            b->n_init = (long)json_integer_value(v);
-        } else if (!strcmp(key, "fantasy")) {
-            const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "believer") && strcmp(a, "liar")))
-                return s_fail(err, errsize, key, "must be \"believer\" or \"liar\"");
-            b->fantasy = !strcmp(a, "liar") ? S_LIAR : S_BELIEVER;
-        } else if (!strcmp(key, "constraint_model")) {
-            const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "pof") && strcmp(a, "penalty")))
-                return s_fail(err, errsize, key, "must be \"pof\" or \"penalty\"");
-            b->cmodel = !strcmp(a, "penalty") ? S_CON_PENALTY : S_CON_POF;
-        } else if (!strcmp(key, "mo")) {
-            const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "ehvi") && strcmp(a, "parego")))
-                return s_fail(err, errsize, key, "must be \"ehvi\" or \"parego\"");
-            b->momodel = !strcmp(a, "parego") ? S_MO_PAREGO : S_MO_EHVI;
-        } else if (!strcmp(key, "lengthscale_prior")) {
-            const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "wall") && strcmp(a, "lognormal")))
-                return s_fail(err, errsize, key, "must be \"wall\" or \"lognormal\"");
-            b->prior = !strcmp(a, "lognormal") ? GP_PRIOR_LOGNORMAL : GP_PRIOR_WALL;
-        } else if (!strcmp(key, "warp")) {
-            const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "auto") && strcmp(a, "power") && strcmp(a, "halfrank") &&
-                       strcmp(a, "none")))
-                return s_fail(err, errsize, key,
-                              "must be \"auto\", \"power\", \"halfrank\" or \"none\"");
-            b->warp = !strcmp(a, "none")       ? S_WARP_NONE
-                      : !strcmp(a, "halfrank") ? S_WARP_HALFRANK
-                      : !strcmp(a, "power")    ? S_WARP_POWER
-                                               : S_WARP_AUTO;
-        } else if (!strcmp(key, "local")) {
-            if (!json_is_number(v) || !(json_number_value(v) >= 0) ||
-                json_number_value(v) > 1)
-                return s_fail(err, errsize, key,
-                              "must be a number from 0 to 1 (the fraction of "
-                              "budget.trials at the end searched locally; 0: never)");
-            b->local = json_number_value(v);
-        } else if (!strcmp(key, "fidelity")) {
-            const char *a = json_string_value(v);
-            if (!a || (strcmp(a, "rungs") && strcmp(a, "final") && strcmp(a, "joint")))
-                return s_fail(err, errsize, key,
-                              "must be \"joint\", \"rungs\" or \"final\"");
-            b->fidelity = !strcmp(a, "final")   ? S_FID_FINAL
-                          : !strcmp(a, "rungs") ? S_FID_RUNGS
-                                                : S_FID_JOINT;
-        } else {
-            return s_fail(
-                err, errsize, key,
-                "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
-                "n_init, fantasy, warp, constraint_model, lengthscale_prior, mo, "
-                "fidelity, local)");
-        }
-    }
-    return 0;
-}
-
-/* Which choices are one-hot (hot[k] = 1): every one while the encoding
-   stays within S_MAX_ONEHOT_DIMS dimensions, else the smallest first
-   (ties in the spec's order) while they fit. 0, or -1 out of memory. */
-static int s_pick_onehot(const spec_t *spec, unsigned char *hot)
-{
-    size_t np = spec->nparams, D = np, nc = 0;
-    size_t *order = malloc(sizeof(size_t) * (np ? np : 1));
-    if (!order)
-        return -1;
-    for (size_t k = 0; k < np; k++)
-        if (spec->params[k].type == SPEC_CHOICE)
-            order[nc++] = k;
-    /* insertion sort by size, stable (nc is at most SPEC_MAX_PARAMS) */
-    for (size_t i = 1; i < nc; i++)
-        for (size_t j = i;
-             j > 0 && spec->params[order[j]].nvalues < spec->params[order[j - 1]].nvalues;
-             j--) {
-            size_t t = order[j];
-            order[j] = order[j - 1];
-            order[j - 1] = t;
-        }
-    for (size_t i = 0; i < nc; i++) {
-        size_t extra = spec->params[order[i]].nvalues - 1;
-        if (D + extra > S_MAX_ONEHOT_DIMS)
-            break;
-        D += extra;
-        hot[order[i]] = 1;
-    }
-    free(order);
-    return 0;
-}
-
 int sched__bo_dims(const sched_t *s)
 {
     return ((const sched_bo *)s)->lay.D;
@@ -1672,48 +853,20 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
     }
     b->base.ops = &s_ops;
     b->base.spec = spec;
-    b->acq = 0;
-    b->kappa = 1.96;
-    b->fantasy = S_BELIEVER;
-    b->warp = S_WARP_AUTO;
-    b->fidelity = S_FID_JOINT; /* bench-mf: see docs/bench.md */
-    b->cmodel = S_CON_POF;
-    b->momodel = S_MO_EHVI;
-    b->prior = GP_PRIOR_WALL;
-    b->local = 0.3; /* bench-bo: see docs/bench.md */
-    b->tr_len = S_TR_INIT;
-    long np = (long)spec->nparams;
-    b->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
-    if (spec->sched_opts && s_options(b, spec, err, errsize) != 0) {
+    b->tr_len = BO_TR_INIT;
+    if (sched__bo_options(&b->opt, spec, err, errsize) != 0) {
         free(b);
         return NULL;
     }
-    s_layout *l = &b->lay;
-    l->spec = spec;
-    l->np = (int)spec->nparams;
-    l->off = malloc(sizeof(int) * (size_t)(l->np + 1));
-    l->hot = calloc((size_t)l->np, 1);
-    if (!l->off || !l->hot || s_pick_onehot(spec, l->hot) != 0) {
+    bo_layout *l = &b->lay;
+    if (sched__bo_layout_init(l, spec) != 0 ||
+        !(b->theta = malloc(sizeof(double) * (size_t)gp_ntheta(l->D + 1)))) {
+        /* joint: D + 1 */
         snprintf(err, errsize, "out of memory");
         s_destroy(&b->base);
         return NULL;
     }
-    int D = 0;
-    for (int k = 0; k < l->np; k++) {
-        l->off[k] = D;
-        D += l->hot[k] ? (int)spec->params[k].nvalues : 1;
-    }
-    l->D = D;
-    l->mask = malloc((size_t)(D ? D : 1));
-    b->theta = malloc(sizeof(double) * (size_t)gp_ntheta(D + 1)); /* joint: D + 1 */
-    if (!l->mask || !b->theta) {
-        snprintf(err, errsize, "out of memory");
-        s_destroy(&b->base);
-        return NULL;
-    }
-    for (int k = 0; k < l->np; k++)
-        for (int i = 0; i < (l->hot[k] ? (int)spec->params[k].nvalues : 1); i++)
-            l->mask[l->off[k] + i] = !l->hot[k];
+    int D = l->D;
     /* multi-fidelity under early stopping, for one objective without
        constraints (those model the ended trials' last metrics) */
     b->level = -1;
@@ -1725,7 +878,7 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
             return NULL;
         }
         b->base.ops = &s_ops_mf;
-        if (b->fidelity == S_FID_JOINT) {
+        if (b->opt.fidelity == BO_FID_JOINT) {
             b->joint = 1;
             b->lay1 = *l;
             b->lay1.D = D + 1;

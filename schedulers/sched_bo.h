@@ -104,7 +104,7 @@ double sched__bo_mf_at(const bo_mf *m, long trial, int k);
 json_t *sched__bo_mf_save(const bo_mf *m);
 int sched__bo_mf_restore(bo_mf *m, const json_t *arr);
 
-/* Internal (sched_bo.c), the end-game's trust region (option "local"):
+/* Internal (sched_bo_job.c), the end-game's trust region (option "local"):
    the box [lo, hi] (D values each) of side `len` around x0 on the mask's
    dimensions (NULL mask: all), each side in proportion to that dimension's
    lengthscale (theta's first D values are their logs) so that their
@@ -112,14 +112,14 @@ int sched__bo_mf_restore(bo_mf *m, const json_t *arr);
 void sched__bo_tr_box(int D, const unsigned char *mask, const double *theta,
                       const double *x0, double len, double *lo, double *hi);
 
-/* Internal (sched_bo.c): the trust region's rule after a local trial
-   ended, improving the incumbent or not: *len doubles after S_TR_SUCC
-   improvements in a row and halves after S_TR_FAIL failures to improve in
+/* Internal (sched_bo_job.c): the trust region's rule after a local trial
+   ended, improving the incumbent or not: *len doubles after BO_TR_SUCC
+   improvements in a row and halves after BO_TR_FAIL failures to improve in
    a row (the counters *succ and *fail then restart), within its limits. */
 void sched__bo_tr_update(double *len, int *succ, int *fail, int improved);
 
 /* Internal (sched_bo.c), for tests: the dimensions of a bo scheduler's
-   encoding (one-hot choices within S_MAX_ONEHOT_DIMS, one ordered
+   encoding (one-hot choices within BO_MAX_ONEHOT_DIMS, one ordered
    dimension per other choice, one per float or int). */
 int sched__bo_dims(const sched_t *s);
 

@@ -22,7 +22,7 @@ BENCH_BO := $(BUILD)/bin/bench_bo
 
 $(BENCH_BO): $(BUILD)/obj/schedulers/bench/bench_bo.o $(LIB_SCHED) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) -ljansson -lgsl -lopenblas -lm
+	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
 
 BENCHES += $(BENCH_BO)
 
@@ -43,7 +43,7 @@ BENCH_MO := $(BUILD)/bin/bench_mo
 
 $(BENCH_MO): $(BUILD)/obj/schedulers/bench/bench_mo.o $(LIB_SCHED) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) -ljansson -lgsl -lopenblas -lm
+	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
 
 BENCHES += $(BENCH_MO)
 
