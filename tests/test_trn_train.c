@@ -936,6 +936,79 @@ TEST(backend_dist_plumbing)
     trn_comm_destroy(&comm);
 }
 
+/* The step paths share one loss-scale decision: one rank through the comm
+   layer (--comm mpi on a local comm) skips, halves, grows and keeps
+   per-layer scales exactly as the plain step does, fp16 overflowing on
+   purpose (the plain step used to unscale a growing step's gradients with
+   the grown scale, halving that update). */
+TEST(step_paths_take_the_same_loss_scale_decisions)
+{
+    char err[TRN_ERRLEN];
+    trn_comm *comm = trn_comm_local_new(err);
+    REQUIRE(comm);
+    for (int per_layer = 0; per_layer <= 1; per_layer++) {
+        trn_config c;
+        s_cfg(&c);
+        strcpy(c.precision, "fp16");
+        strcpy(c.loss_scale, "dynamic");
+        c.per_layer_scale = per_layer;
+        c.scale_window = 3; /* grows as well as backs off within the run */
+        c.log_every = 1000;
+        c.init_loss_scale = per_layer ? 0x1p19 : 0x1p40;
+        trn_trainer *a = s_new(&c);
+        strcpy(c.comm, "mpi");
+        trn_trainer *b = s_new(&c);
+        REQUIRE(a && b);
+        REQUIRE(trn_trainer_set_comm(b, comm, err) == 0);
+        REQUIRE(b->dist != NULL); /* the comm-layer step path */
+        int skips = 0;
+        for (int i = 0; i < 25; i++) {
+            int sa = trn_trainer_step(a), sb = trn_trainer_step(b);
+            REQUIRE(sa >= 0);
+            CHECK(sa == sb);
+            skips += sa;
+        }
+        printf("  per_layer=%d: %d skipped, scale 2^%g\n", per_layer, skips,
+               log2(trn_trainer_scaler(a)->scale));
+        CHECK(skips >= 1);
+        CHECK(trn_trainer_scaler(a)->scale == trn_trainer_scaler(b)->scale);
+        CHECK(trn_trainer_scaler(a)->skipped == trn_trainer_scaler(b)->skipped);
+        CHECK(trn_trainer_scaler(a)->good_steps == trn_trainer_scaler(b)->good_steps);
+        for (int l = 0; l < a->nlayers; l++)
+            CHECK(a->lscale[l] == b->lscale[l]);
+        CHECK(trn_trainer_last_loss(a) == trn_trainer_last_loss(b));
+        trn_trainer_destroy(&a);
+        trn_trainer_destroy(&b);
+    }
+    trn_comm_destroy(&comm);
+
+    /* a step on which the dynamic scale grows is unscaled with the scale
+       its gradients carry: in fp32 a power-of-two scale is exact, so a
+       scale that doubles every step trains bit for bit as no scale */
+    for (int per_layer = 0; per_layer <= 1; per_layer++) {
+        trn_config c;
+        s_cfg(&c);
+        strcpy(c.loss_scale, "none");
+        trn_trainer *a = s_new(&c);
+        strcpy(c.loss_scale, "dynamic");
+        c.per_layer_scale = per_layer;
+        c.init_loss_scale = 0x1p10;
+        c.scale_window = 1;
+        trn_trainer *b = s_new(&c);
+        REQUIRE(a && b);
+        for (int i = 0; i < 12; i++) {
+            REQUIRE(trn_trainer_step(a) == 0);
+            REQUIRE(trn_trainer_step(b) == 0);
+        }
+        CHECK(trn_trainer_scaler(b)->scale == (per_layer ? 0x1p10 : 0x1p22));
+        CHECK(!per_layer || b->lscale[0] == 0x1p22);
+        CHECK(s_same_state(a, b));
+        CHECK(trn_trainer_last_loss(a) == trn_trainer_last_loss(b));
+        trn_trainer_destroy(&a);
+        trn_trainer_destroy(&b);
+    }
+}
+
 int main(void)
 {
     char err[TRN_ERRLEN];
@@ -959,6 +1032,7 @@ int main(void)
     RUN(bn_recompute_evaluates_with_the_statistics_of_the_weights_in_force);
     RUN(backend_plumbing);
     RUN(backend_dist_plumbing);
+    RUN(step_paths_take_the_same_loss_scale_decisions);
     trn_data_free(&g_syn);
     trn_data_free(&g_syn_val);
     char cmd[300];

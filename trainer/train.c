@@ -98,8 +98,10 @@ trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
     t->nlayers = trn_net_nlayers(t->net);
     t->lscalers = calloc((size_t)t->nlayers, sizeof *t->lscalers);
     t->lscale = calloc((size_t)t->nlayers, sizeof *t->lscale);
+    t->bad = calloc((size_t)(t->nlayers > 0 ? t->nlayers : 1), sizeof *t->bad);
+    t->unscale = calloc((size_t)trn_net_nparams(t->net), sizeof *t->unscale);
     t->perm = malloc((size_t)train->n * sizeof(int));
-    if (!t->lscalers || !t->lscale || !t->perm) {
+    if (!t->lscalers || !t->lscale || !t->bad || !t->unscale || !t->perm) {
         snprintf(err, TRN_ERRLEN, "out of memory");
         goto fail;
     }
@@ -127,6 +129,7 @@ void trn_trainer_destroy(trn_trainer **tp)
     trn_net_destroy(&t->net);
     free(t->lscalers);
     free(t->lscale);
+    free(t->bad);
     free(t->perm);
     free(t->xb);
     free(t->yb);
@@ -192,16 +195,27 @@ double trn_trainer_lr(const trn_trainer *t)
                          c->poly_power);
 }
 
-/* |G|^2 of the accumulated gradients in true units: layer l's gradients
-   carry scale[l] (or the global scale) times `mult`. */
+/* The scale each param's gradients carry in this step (its layer's, or the
+   global one), taken before the step's decision can change it: 1/scale
+   into t->unscale, which unscaling and the |G|^2 measures then use. */
+static void s_step_scales(trn_trainer *t)
+{
+    for (int i = 0; i < trn_net_nparams(t->net); i++) {
+        trn_param *p = trn_net_param(t->net, i);
+        t->unscale[i] =
+            1.0 / (t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale);
+    }
+}
+
+/* |G|^2 of the accumulated gradients in true units: param i's gradients
+   carry 1/t->unscale[i] (s_step_scales) times `mult`. */
 static double s_sqnorm(trn_trainer *t, double mult)
 {
     trn_net *n = t->net;
     double s = 0;
     for (int i = 0; i < trn_net_nparams(n); i++) {
         trn_param *p = trn_net_param(n, i);
-        double sc =
-            (t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale) * mult;
+        double sc = mult / t->unscale[i];
         double acc = 0;
         for (long j = 0; j < p->n; j++)
             acc += (double)p->g[j] * p->g[j];
@@ -230,8 +244,7 @@ static double s_chunk_sqnorm(trn_trainer *t, double mult, int first)
     float *prev = t->gns_prev;
     for (int i = 0; i < trn_net_nparams(n); i++) {
         trn_param *p = trn_net_param(n, i);
-        double sc =
-            (t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale) * mult;
+        double sc = mult / t->unscale[i];
         double acc = 0;
         for (long j = 0; j < p->n; j++) {
             double d = first ? (double)p->g[j] : (double)p->g[j] - prev[j];
@@ -334,31 +347,52 @@ static int s_gather(trn_trainer *t, int nb, float *dst)
     return s_gather_at(t, 0, nb, dst);
 }
 
-static int s_overflow_layers(trn_trainer *t, int *bad)
+/* The loss-scale decision of every step path, in one place. With host
+   gradients (host = 1) each layer's gradients are checked for inf/NaN;
+   a device backend passes its own flag in `overflow` (host = 0). With
+   per-layer scales each layer's scaler sees its own layers' result and
+   the global scaler only counts the skip; otherwise the global scaler
+   decides. Also accounts the step's mean loss. Returns 1 when the step
+   must be skipped. */
+static int s_scale_step(trn_trainer *t, int host, int overflow, double loss)
 {
-    trn_net *n = t->net;
-    int any = 0;
-    for (int l = 0; l < t->nlayers; l++)
-        bad[l] = 0;
-    for (int i = 0; i < trn_net_nparams(n); i++) {
-        trn_param *p = trn_net_param(n, i);
-        if (trn_has_nonfinite(p->g, p->n)) {
-            bad[p->layer] = 1;
-            any = 1;
+    t->last_loss = loss;
+    t->loss_acc += loss;
+    t->loss_n++;
+    int per_layer = host && t->cfg.per_layer_scale;
+    if (host) {
+        trn_net *n = t->net;
+        for (int l = 0; l < t->nlayers; l++)
+            t->bad[l] = 0;
+        for (int i = 0; i < trn_net_nparams(n); i++) {
+            trn_param *p = trn_net_param(n, i);
+            if (trn_has_nonfinite(p->g, p->n)) {
+                t->bad[p->layer] = 1;
+                overflow = 1;
+            }
         }
     }
-    return any;
+    if (!per_layer)
+        return trn_scaler_update(&t->scaler, overflow);
+    for (int l = 0; l < t->nlayers; l++) {
+        trn_scaler_update(&t->lscalers[l], t->bad[l]);
+        t->lscale[l] = t->lscalers[l].scale;
+    }
+    if (overflow)
+        t->scaler.skipped++;
+    return overflow;
 }
 
+/* Brings the gradients to true units with the scales they were computed
+   at (s_step_scales), whatever the step's decision did to the scalers. */
 static void s_unscale(trn_trainer *t)
 {
     trn_net *n = t->net;
     for (int i = 0; i < trn_net_nparams(n); i++) {
         trn_param *p = trn_net_param(n, i);
-        double sc = t->cfg.per_layer_scale ? t->lscale[p->layer] : t->scaler.scale;
-        if (sc == 1.0)
+        if (t->unscale[i] == 1.0)
             continue;
-        float inv = (float)(1.0 / sc);
+        float inv = (float)t->unscale[i];
         for (long j = 0; j < p->n; j++)
             p->g[j] *= inv;
     }
@@ -412,10 +446,7 @@ static int s_backend_ready(trn_trainer *t)
    was taken (a backend gives no small-batch measure). 1 = skipped. */
 static int s_backend_done(trn_trainer *t, int nb, double loss, int overflow, double gsq)
 {
-    int skip = trn_scaler_update(&t->scaler, overflow);
-    t->last_loss = loss;
-    t->loss_acc += loss;
-    t->loss_n++;
+    int skip = s_scale_step(t, 0, overflow, loss);
     if (!skip) {
         t->gs_big = gsq;
         t->b_big = nb;
@@ -485,10 +516,7 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
     double S = t->scaler.scale;
     double gscale = (per_layer ? 1.0 : S) / nb;
     int np = trn_net_nparams(t->net);
-    for (int i = 0; i < np; i++) {
-        trn_param *p = trn_net_param(t->net, i);
-        t->unscale[i] = 1.0 / (per_layer ? t->lscale[p->layer] : S);
-    }
+    s_step_scales(t);
     if (c->topk > 0)
         trn_dist_set_density(
             t->dist, trn_topk_density(c, t->epoch + (double)t->pos / t->train->n));
@@ -550,30 +578,7 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
         for (long j = 0; j < ns; j++)
             st[j] *= inv;
     }
-    double loss = red[0] / nb;
-    t->last_loss = loss;
-    t->loss_acc += loss;
-    t->loss_n++;
-
-    int *bad = calloc((size_t)(t->nlayers > 0 ? t->nlayers : 1), sizeof(int));
-    if (!bad) {
-        free(gnorm);
-        return -1;
-    }
-    int overflow = s_overflow_layers(t, bad);
-    int skip;
-    if (per_layer) {
-        skip = overflow;
-        for (int l = 0; l < t->nlayers; l++) {
-            trn_scaler_update(&t->lscalers[l], bad[l]);
-            t->lscale[l] = t->lscalers[l].scale;
-        }
-        if (overflow)
-            t->scaler.skipped++;
-    } else {
-        skip = trn_scaler_update(&t->scaler, overflow);
-    }
-    free(bad);
+    int skip = s_scale_step(t, 1, 0, red[0] / nb);
     if (!skip) {
         if (measure && red[2] > 0 && nb / t->nranks > 0) {
             t->gs_small = red[1] / red[2];
@@ -698,11 +703,6 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
         cmp[i] = cmp[i] < 0 ? -1 : cmp[i] * 1024;
     o.compare = cmp;
     int np = trn_net_nparams(t->net);
-    t->unscale = calloc((size_t)np, sizeof(double));
-    if (!t->unscale) {
-        snprintf(err, TRN_ERRLEN, "out of memory");
-        return -1;
-    }
     /* one model: rank 0's initial weights everywhere */
     for (int i = 0; i < np; i++) {
         trn_param *p = trn_net_param(t->net, i);
@@ -808,6 +808,7 @@ int trn_trainer_step(trn_trainer *t)
     const float *xsrc = direct ? direct : t->xb;
     double S = t->scaler.scale;
     double gscale = (per_layer ? 1.0 : S) / nb;
+    s_step_scales(t);
     if (half && s_measure_half(t, xsrc, half, nb, gscale) < 0)
         return -1;
     trn_net_zero_grad(t->net);
@@ -833,26 +834,7 @@ int trn_trainer_step(trn_trainer *t)
     if (half && t->gns_chunks > 0) /* the second half: the whole batch less the first */
         s_measure_add(t, s_chunk_sqnorm(t, (double)(nb - half) / nb, 0),
                       nb - half == half ? half : 0);
-    double loss = loss_sum / nb;
-    t->last_loss = loss;
-    t->loss_acc += loss;
-    t->loss_n++;
-
-    int bad[t->nlayers > 0 ? t->nlayers : 1];
-    int overflow = s_overflow_layers(t, bad);
-    int skip;
-    if (per_layer) {
-        skip = overflow;
-        for (int l = 0; l < t->nlayers; l++) {
-            trn_scaler_update(&t->lscalers[l], bad[l]);
-            t->lscale[l] = t->lscalers[l].scale;
-        }
-        /* the global scaler only keeps the skip count */
-        if (overflow)
-            t->scaler.skipped++;
-    } else {
-        skip = trn_scaler_update(&t->scaler, overflow);
-    }
+    int skip = s_scale_step(t, 1, 0, loss_sum / nb);
     if (!skip) {
         if (measure && t->b_small > 0 && t->b_small < nb) {
             t->gs_big = s_sqnorm(t, 1.0);

@@ -15,6 +15,7 @@ struct trn_trainer {
     trn_scaler scaler;    /* the global loss scale */
     trn_scaler *lscalers; /* per-layer loss scales (per_layer_scale) */
     double *lscale;       /* their current values, one per layer */
+    int *bad;             /* per layer: inf/NaN in this step's gradients */
     int nlayers;
     trn_prec_schedule psched; /* n = 0: fixed cfg.precision */
     trn_precision prec;       /* precision of the current epoch */
@@ -55,7 +56,7 @@ struct trn_trainer {
     int dist_corrected;   /* top-k momentum correction: optimiser skips momentum */
     int backend_dist;     /* the device backend takes the rank's steps (step_dist) */
     char ckpt_path[1200]; /* the last checkpoint an instruction wrote */
-    double *unscale;      /* per param: 1 / its loss scale (dist steps) */
+    double *unscale;      /* per param: 1 / the loss scale of this step's gradients */
     int rank, nranks;
 };
 
