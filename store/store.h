@@ -188,7 +188,8 @@ int store_study_best(store_t *s, const store_study *st, json_t *out);
 /* Ids of the studies a controller loads when it starts: those in state
    "running", and stopped ones with a trial still starting, running or
    paused (its process lives until it exits or is killed). Caller frees
-   *ids. Count or -1. */
+   *ids. Count, or -1 (out of memory or a failed read; *ids is NULL
+   then). */
 long store_live_studies(store_t *s, long **ids);
 void store_study_fini(store_study *st);
 
@@ -206,7 +207,8 @@ int store_trial_save(store_t *s, const store_trial *t);
 int store_trial_set_params(store_t *s, long trial_id, long generation, long parent,
                            const json_t *params);
 /* Loads all trials of a study, ordered by number. Returns the count (and
- *out, caller frees with store_trials_free) or -1. */
+   *out, caller frees with store_trials_free) or -1 (out of memory or a
+   failed read; *out is NULL then). */
 long store_trials_load(store_t *s, long study_id, store_trial **out);
 /* Loads one trial. 1 found, 0 not found, -1 error. store_trial_fini after. */
 int store_trial_get(store_t *s, long trial_id, store_trial *out);
@@ -306,16 +308,8 @@ json_t *store_token_list(store_t *s);
    Returns how many were revoked (0: none matched) or -1. */
 long store_token_revoke(store_t *s, long id, const char *user, double now);
 
-/* The SQLite handle, for the store's own files (store_token.c). Borrowed. */
-struct sqlite3;
-struct sqlite3 *store__db(store_t *s);
-/* sqlite3_step for the store's own files: a failed write marks the open
-   transaction failed, as every write of store.c does. */
-struct sqlite3_stmt;
-int store__step(store_t *s, struct sqlite3_stmt *st);
-/* An objective value column (trials.value, last_value, best_value) as
-   stored by store_trial_save: NULL is wire_none(), the text 'nan' NaN. */
-double store__col_value(struct sqlite3_stmt *st, int i);
+/* The store's own files share store_internal.h (the store_t, its statements
+   and column helpers); nothing outside store/ includes it. */
 
 /* ---- identities (store_auth.c) ---- */
 /* The identity dispatcher `name` is bound to into out ("" when the name is

@@ -1,7 +1,7 @@
 /*  store_auth.c - the identities the store keeps: which identity (a CURVE
     key or a Unix uid, as the controller names it) a dispatcher name is
     bound to (see store.h). */
-#include "store.h"
+#include "store_internal.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
     (the controller's iteration: all of it is committed or none). Logs and
     checkpoints are files the store does not know; the controller names
     their folders. */
-#include "store.h"
+#include "store_internal.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
     rule fired for which trial (so a restarted controller does not fire it
     again), and the per-user quotas of the queue (controller/ctl_queue.c).
     Written by the controller inside its iteration's transaction. */
-#include "store.h"
+#include "store_internal.h"
 
 #include "../common/text.h"
 

@@ -2,7 +2,7 @@
     tokens with their user and role (see store.h). Written by `jizhi
     token` (a short read-write open of the store), read by the web server
     on each POST. */
-#include "store.h"
+#include "store_internal.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
     points with their time, one trial's series, the trials of a study
     without their params, and the high-water marks a live page polls from.
     Read-only; safe on a connection opened with store_open(readonly). */
-#include "store.h"
+#include "store_internal.h"
 
 #include "../common/wire.h"
 

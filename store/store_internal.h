@@ -1,0 +1,75 @@
+/*  store_internal.h - what the store's own files share and nothing outside
+    store/ may include: the store_t itself, its cached statements, and the
+    binding and column helpers (defined in store.c).
+
+    Every helper here borrows the statement it is given; none of them
+    finalizes it. Column indexes are named beside each SELECT, in the file
+    that runs it (an enum of STUDY_C_*, TRIAL_C_*, ...); a one-column
+    SELECT (a COUNT, an id) reads its column 0.
+*/
+#ifndef JZ_STORE_INTERNAL_H
+#define JZ_STORE_INTERNAL_H
+
+#include "store.h"
+
+#include <sqlite3.h>
+#include <stddef.h>
+
+/* The statements prepared once by store_open (store.c, s_sql). */
+enum {
+    Q_METRIC_INSERT,
+    Q_TRIAL_SAVE,
+    Q_TRIAL_INSERT,
+    Q_PARAM_INSERT,
+    Q_EVENT_INSERT,
+    Q_COUNT
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *q[Q_COUNT]; /* owned; NULL on a read-only store */
+    int readonly;
+    int write_failed; /* a write of the open transaction failed (store__step) */
+    char actor[64];   /* store_set_actor: the events' actor, "" none */
+};
+
+/* The SQLite handle. Borrowed. */
+sqlite3 *store__db(store_t *s);
+/* sqlite3_step that remembers a failed write (disk full, I/O error, ...):
+   SQLite may then have rolled back part or all of the transaction, so the
+   caller's commit must fail too (store_commit). Returns sqlite3_step's code. */
+int store__step(store_t *s, sqlite3_stmt *st);
+/* Runs a cached statement to completion, then resets it and clears its
+   bindings. 0 when it ran to SQLITE_DONE, else -1. */
+int store__run(store_t *s, sqlite3_stmt *st);
+/* A statement prepared per call: caller finalizes it. NULL on error
+   (store_errmsg tells why). */
+sqlite3_stmt *store__prepare(store_t *s, const char *sql);
+
+/* Makes room at index n of the growing array *arrayp (arrayp is the
+   address of a T *, size is sizeof(T), *cap its capacity): allocates 8
+   when *arrayp is NULL, doubles it when n reaches *cap. 0, or -1 when
+   memory runs out, leaving *arrayp and *cap as they were (the caller
+   still owns and frees it). */
+int store__reserve(void *arrayp, long *cap, long n, size_t size);
+
+/* Binds x, or NULL when x is NaN. */
+void store__bind_double(sqlite3_stmt *st, int i, double x);
+/* Binds an objective value: wire_none() as NULL, NaN as the text 'nan'. */
+void store__bind_value(sqlite3_stmt *st, int i, double x);
+/* Binds text, leaving the parameter NULL when text is NULL or "". */
+void store__bind_text_or_null(sqlite3_stmt *st, int i, const char *text);
+
+/* Column i as a double, NaN when NULL. */
+double store__col_double(sqlite3_stmt *st, int i);
+/* Column i copied into buf ("" when NULL), truncated to size. */
+void store__col_text(sqlite3_stmt *st, int i, char *buf, size_t size);
+/* Column i parsed as JSON; NULL when NULL or not JSON. Caller owns. */
+json_t *store__col_json(sqlite3_stmt *st, int i);
+/* An objective value column (trials.value, last_value, best_value) as
+   stored by store_trial_save: NULL is wire_none(), the text 'nan' NaN. */
+double store__col_value(sqlite3_stmt *st, int i);
+/* A time or latency as JSON: null when NaN. Caller owns. */
+json_t *store__num_or_null(double x);
+
+#endif

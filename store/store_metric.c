@@ -1,0 +1,138 @@
+/*  store_metric.c - the metrics table: points as trials report them, a
+    trial's last values and series, and the incremental reads over a whole
+    study (store_study_curves, store_study_metrics_since) (see store.h).
+*/
+#include "store_internal.h"
+
+#include "../common/wire.h"
+
+/* ---- metrics ---- */
+
+int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts,
+                      size_t n, double now)
+{
+    sqlite3_stmt *st = s->q[Q_METRIC_INSERT];
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_bind_int64(st, 1, trial_id);
+        sqlite3_bind_int64(st, 2, attempt);
+        sqlite3_bind_int64(st, 3, pts[i].step);
+        sqlite3_bind_text(st, 4, pts[i].name, -1, SQLITE_STATIC);
+        store__bind_double(st, 5, pts[i].value);
+        sqlite3_bind_double(st, 6, now);
+        int rc = store__step(s, st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE)
+            return -1;
+    }
+    return 0;
+}
+
+long store_metrics_count(store_t *s, long trial_id)
+{
+    sqlite3_stmt *st = store__prepare(s, "SELECT COUNT(*) FROM metrics WHERE trial_id=?");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    long n = store__step(s, st) == SQLITE_ROW ? (long)sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
+}
+
+json_t *store_metrics_last(store_t *s, long trial_id)
+{
+    /* the row with the largest rowid per name is the last reported */
+    enum { C_NAME, C_VALUE };
+    sqlite3_stmt *st = store__prepare(
+        s,
+        "SELECT name, value FROM metrics WHERE rowid IN "
+        "(SELECT MAX(rowid) FROM metrics WHERE trial_id=? GROUP BY name) ORDER BY name");
+    json_t *out = json_object();
+    if (!st)
+        return out;
+    sqlite3_bind_int64(st, 1, trial_id);
+    while (store__step(s, st) == SQLITE_ROW)
+        json_object_set_new(out, (const char *)sqlite3_column_text(st, C_NAME),
+                            wire_real(store__col_double(st, C_VALUE)));
+    sqlite3_finalize(st);
+    return out;
+}
+
+json_t *store_metrics_series(store_t *s, long trial_id, const char *name)
+{
+    enum { C_STEP, C_VALUE };
+    sqlite3_stmt *st = store__prepare(
+        s, "SELECT step, value FROM metrics WHERE trial_id=? AND name=? ORDER BY rowid");
+    json_t *out = json_array();
+    if (!st)
+        return out;
+    sqlite3_bind_int64(st, 1, trial_id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
+    while (store__step(s, st) == SQLITE_ROW)
+        json_array_append_new(out, json_pack("[I,o]",
+                                             (json_int_t)sqlite3_column_int64(st, C_STEP),
+                                             wire_real(store__col_double(st, C_VALUE))));
+    sqlite3_finalize(st);
+    return out;
+}
+
+/* ---- incremental reads ---- */
+
+long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg)
+{
+    enum { C_TRIAL_ID, C_ATTEMPT, C_STEP, C_NAME, C_VALUE, C_TIME };
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT trial_id, attempt, step, name, value, time "
+                          "FROM metrics WHERE trial_id IN (SELECT id FROM trials "
+                          "WHERE study_id=?1) ORDER BY trial_id, name, attempt, "
+                          "step, rowid");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    long n = 0;
+    int rc;
+    while ((rc = store__step(s, st)) == SQLITE_ROW) {
+        n++;
+        const char *name = (const char *)sqlite3_column_text(st, C_NAME);
+        if (fn(arg, (long)sqlite3_column_int64(st, C_TRIAL_ID),
+               (long)sqlite3_column_int64(st, C_ATTEMPT),
+               (long)sqlite3_column_int64(st, C_STEP), name ? name : "",
+               store__col_double(st, C_VALUE), store__col_double(st, C_TIME)))
+            break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
+}
+
+long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
+                               store_metric_fn fn, void *arg)
+{
+    /* rowid order is insertion order (rows are never deleted); the rowid
+       range keeps each poll proportional to what is new. The unary + keeps
+       SQLite off the (trial_id, name) index, which would read every point
+       of the study and sort them on each call. */
+    enum { C_ROWID, C_TRIAL_ID, C_ATTEMPT, C_STEP, C_NAME, C_VALUE };
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT rowid, trial_id, attempt, step, name, value "
+                          "FROM metrics WHERE rowid > ?1 "
+                          "AND +trial_id IN (SELECT id FROM trials WHERE "
+                          "study_id=?2) ORDER BY rowid LIMIT ?3");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, *after);
+    sqlite3_bind_int64(st, 2, study_id);
+    sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
+    long n = 0;
+    int rc;
+    while ((rc = store__step(s, st)) == SQLITE_ROW) {
+        *after = (long)sqlite3_column_int64(st, C_ROWID);
+        n++;
+        const char *name = (const char *)sqlite3_column_text(st, C_NAME);
+        if (fn(arg, (long)sqlite3_column_int64(st, C_TRIAL_ID),
+               (long)sqlite3_column_int64(st, C_ATTEMPT),
+               (long)sqlite3_column_int64(st, C_STEP), name ? name : "",
+               store__col_double(st, C_VALUE)))
+            break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
+}
