@@ -9,6 +9,7 @@
     cmd_trial.c  trial list|show|logs|stop|pause|resume|set, report
     cmd_bseval.c batchsize-eval (batch-size measurements of a study)
     cmd_watch.c  watch (live terminal view of a study)
+    watch_model.c, watch_view.c  its model and its screen (watch_internal.h)
     cmd_plot.c   plot (metric curves as SVG)
     cmd_serve.c  serve (the web dashboard), --http of run and controller
     cmd_token.c  token create|list|revoke (web API bearer tokens)

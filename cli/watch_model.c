@@ -1,0 +1,332 @@
+/*  watch_model.c - the model of `jizhi watch` (watch_internal.h): the
+    study row, its trials and only the metric points stored since the
+    previous refresh, read from the store (a read-only connection) or
+    from the controller (--controller); per trial the last value of every
+    metric and a downsampled series of the objective; the display order,
+    the marks (best, Pareto set, infeasible) and the progress counts.
+*/
+#include "watch_internal.h"
+
+#include "../common/util.h"
+#include "../common/wire.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+w_trial *cli__watch_trial(w_view *v, long id)
+{
+    if (v->cache >= 0 && v->cache < v->ntrials && v->trials[v->cache].id == id)
+        return &v->trials[v->cache];
+    for (long i = 0; i < v->ntrials; i++)
+        if (v->trials[i].id == id) {
+            v->cache = i;
+            return &v->trials[i];
+        }
+    if (v->ntrials == v->cap) {
+        long cap = v->cap ? v->cap * 2 : 64;
+        w_trial *nt = realloc(v->trials, (size_t)cap * sizeof *nt);
+        if (!nt)
+            return NULL;
+        v->trials = nt;
+        v->cap = cap;
+    }
+    w_trial *t = &v->trials[v->ntrials];
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->m_step = -1;
+    t->stride = 1;
+    t->value = wire_none(); /* a reported NaN is a value: "nan" */
+    for (int k = 0; k <= W_MAX_NAMES; k++)
+        t->mval[k] = wire_none();
+    v->cache = v->ntrials++;
+    return t;
+}
+
+/* Index of a metric name, adding it; -1 when the table is full. */
+int cli__watch_name_index(w_view *v, const char *name)
+{
+    if (!strcmp(name, v->metric))
+        return W_MAX_NAMES;
+    for (int i = 0; i < v->nnames; i++)
+        if (!strcmp(v->names[i], name))
+            return i;
+    if (v->nnames == W_MAX_NAMES)
+        return -1;
+    snprintf(v->names[v->nnames], sizeof v->names[0], "%s", name);
+    return v->nnames++;
+}
+
+/* Appends to the objective series: each slot holds the latest of `stride`
+   points; when full, pairs of slots merge (the later wins) and the stride
+   doubles, so the series always spans the whole run. */
+static void s_series_add(w_trial *t, double x)
+{
+    if (t->slot_fill == 0) {
+        if (t->nseries == W_SERIES_CAP) {
+            for (int i = 0; i < W_SERIES_CAP / 2; i++)
+                t->series[i] = t->series[2 * i + 1];
+            t->nseries = W_SERIES_CAP / 2;
+            t->stride *= 2;
+        }
+        t->nseries++;
+    }
+    t->series[t->nseries - 1] = (float)x;
+    if (++t->slot_fill >= t->stride)
+        t->slot_fill = 0;
+}
+
+static int s_on_point(void *arg, long trial_id, long attempt, long step, const char *name,
+                      double value)
+{
+    w_view *v = arg;
+    w_trial *t = cli__watch_trial(v, trial_id);
+    if (!t || attempt < t->m_attempt)
+        return 0;
+    if (attempt > t->m_attempt) { /* a retry starts its curves afresh */
+        t->m_attempt = attempt;
+        t->m_step = -1;
+        t->nseries = t->slot_fill = 0;
+        t->stride = 1;
+        for (int k = 0; k <= W_MAX_NAMES; k++)
+            t->mval[k] = wire_none();
+    }
+    if (step > t->m_step)
+        t->m_step = step;
+    int k = cli__watch_name_index(v, name);
+    if (k < 0)
+        return 0;
+    t->mval[k] = value;
+    if (k == W_MAX_NAMES)
+        s_series_add(t, value);
+    return 0;
+}
+
+static const w_view *s_sort_view; /* qsort's context (the UI is one thread) */
+
+/* Display order: by id; or by objective, best first (trials without one
+   last); or by state (running first), then id. */
+static int s_cmp_trials(const void *a, const void *b)
+{
+    const w_view *v = s_sort_view;
+    const w_trial *x = &v->trials[*(const long *)a], *y = &v->trials[*(const long *)b];
+    if (v->sort == W_BY_OBJECTIVE) {
+        double fx = isfinite(x->value) ? x->value : x->mval[W_MAX_NAMES];
+        double fy = isfinite(y->value) ? y->value : y->mval[W_MAX_NAMES];
+        if (isfinite(fx) != isfinite(fy))
+            return isfinite(fx) ? -1 : 1;
+        if (isfinite(fx) && fx != fy)
+            return (v->maximize ? fx > fy : fx < fy) ? -1 : 1;
+    } else if (v->sort == W_BY_STATE) {
+        int rx = strcmp(x->state, "running") != 0, ry = strcmp(y->state, "running") != 0;
+        int c = rx != ry ? rx - ry : strcmp(x->state, y->state);
+        if (c)
+            return c;
+    }
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+void cli__watch_sort(w_view *v)
+{
+    s_sort_view = v;
+    qsort(v->order, (size_t)v->norder, sizeof *v->order, s_cmp_trials);
+}
+
+const char *cli__watch_sort_name(const w_view *v)
+{
+    static const char *const names[W_SORTS] = {"id", "objective", "state"};
+    return (unsigned)v->sort < W_SORTS ? names[v->sort] : "?";
+}
+
+/* The trial fields shown, from a store_trial_json object (remote). */
+static void s_take_row(w_view *v, const json_t *r)
+{
+    w_trial *t = cli__watch_trial(v, (long)json_integer_value(json_object_get(r, "id")));
+    if (!t)
+        return;
+    t->have_row = 1;
+    t->number = (long)json_integer_value(json_object_get(r, "number"));
+    t->attempt = (long)json_integer_value(json_object_get(r, "attempt"));
+    t->last_step = (long)json_integer_value(json_object_get(r, "last_step"));
+    const char *state = json_string_value(json_object_get(r, "state"));
+    snprintf(t->state, sizeof t->state, "%s", state ? state : "?");
+    json_decref(t->params);
+    t->params = json_incref(json_object_get(r, "params"));
+    json_t *val = json_object_get(r, "value");
+    if (wire_to_value(val, &t->value) != 0)
+        t->value = wire_none();
+    t->started = json_number_value(json_object_get(r, "started"));
+    t->ended = json_number_value(json_object_get(r, "ended"));
+}
+
+/* cli__watch_load through the controller (--controller): the same reads, paged. */
+static int s_load_remote(w_view *v, char *err, size_t errsize)
+{
+    for (int chunk = 0; chunk < 50; chunk++) {
+        json_t *d = cli_src_read(&v->src, "metrics_since", v->name, 0, v->after);
+        if (!d) {
+            snprintf(err, errsize, "cannot read study %.100s from %.200s", v->name,
+                     v->src.ep);
+            return -1;
+        }
+        json_t *pts = json_object_get(d, "points");
+        size_t i;
+        json_t *p;
+        json_array_foreach(pts, i, p)
+        {
+            double x;
+            if (wire_to_value(json_array_get(p, 4), &x) != 0)
+                x = wire_none();
+            s_on_point(v, (long)json_integer_value(json_array_get(p, 0)),
+                       (long)json_integer_value(json_array_get(p, 1)),
+                       (long)json_integer_value(json_array_get(p, 2)),
+                       json_string_value(json_array_get(p, 3)), x);
+        }
+        v->after = (long)json_integer_value(json_object_get(d, "after"));
+        const char *state = json_string_value(json_object_get(d, "state"));
+        const char *warning = json_string_value(json_object_get(d, "warning"));
+        snprintf(v->study_state, sizeof v->study_state, "%s", state ? state : "?");
+        snprintf(v->warning, sizeof v->warning, "%s", warning ? warning : "");
+        v->created = json_number_value(json_object_get(d, "created"));
+        v->finished = json_number_value(json_object_get(d, "finished"));
+        json_array_foreach(json_object_get(d, "trials"), i, p) s_take_row(v, p);
+        size_t npts = json_array_size(pts);
+        json_decref(d);
+        if (npts < 100000)
+            break;
+    }
+    return 0;
+}
+
+static int s_order(w_view *v, char *err, size_t errsize);
+
+/* Marks the Pareto set / best feasible trial and the infeasible ones from
+   the last metric values this view holds (spec_mark_trials). */
+static void s_marks(w_view *v)
+{
+    if (!v->spec)
+        return;
+    json_t *arr = json_array();
+    for (long i = 0; i < v->norder; i++) {
+        w_trial *t = &v->trials[v->order[i]];
+        json_t *m = json_object();
+        for (int k = 0; k < v->nnames; k++)
+            if (isfinite(t->mval[k]))
+                json_object_set_new(m, v->names[k], json_real(t->mval[k]));
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:o}", "state", t->state,
+                                             "value", wire_real(t->value), "metrics", m));
+    }
+    spec_mark_trials(v->spec, arr);
+    const char *mark = v->spec->nobjectives > 1 ? "pareto" : "best";
+    for (long i = 0; i < v->norder; i++) {
+        w_trial *t = &v->trials[v->order[i]];
+        json_t *r = json_array_get(arr, (size_t)i);
+        t->mark = json_is_true(json_object_get(r, mark));
+        t->infeasible = json_is_false(json_object_get(r, "feasible"));
+    }
+    json_decref(arr);
+}
+
+int cli__watch_load(w_view *v, char *err, size_t errsize)
+{
+    if (!v->s) {
+        int rc = s_load_remote(v, err, errsize) || s_order(v, err, errsize);
+        s_marks(v);
+        return rc;
+    }
+    store_study st;
+    if (store_study_get_id(v->s, v->study_id, &st) != 1) {
+        snprintf(err, errsize, "cannot read study %s: %s", v->name, store_errmsg(v->s));
+        return -1;
+    }
+    snprintf(v->study_state, sizeof v->study_state, "%s", st.state);
+    v->created = st.created;
+    v->finished = st.finished;
+    store_study_fini(&st);
+    store_event_last_reason(v->s, v->study_id, "warning", v->warning, sizeof v->warning);
+    /* metrics first: a trial is inserted before any of its points, and a
+       point for a trial not seen yet creates its entry */
+    for (int chunk = 0; chunk < 50; chunk++) {
+        long n = store_study_metrics_since(v->s, v->study_id, &v->after, 100000,
+                                           s_on_point, v);
+        if (n < 0) {
+            snprintf(err, errsize, "cannot read metrics: %s", store_errmsg(v->s));
+            return -1;
+        }
+        if (n < 100000)
+            break;
+    }
+    store_trial *rows;
+    long n = store_trials_load(v->s, v->study_id, &rows);
+    if (n < 0) {
+        snprintf(err, errsize, "cannot read trials: %s", store_errmsg(v->s));
+        return -1;
+    }
+    for (long i = 0; i < n; i++) {
+        w_trial *t = cli__watch_trial(v, rows[i].id);
+        if (!t)
+            break;
+        t->have_row = 1;
+        t->number = rows[i].number;
+        t->attempt = rows[i].attempt;
+        t->last_step = rows[i].last_step;
+        snprintf(t->state, sizeof t->state, "%s", rows[i].state);
+        json_decref(t->params);
+        t->params = json_incref(rows[i].params);
+        t->value = rows[i].value;
+        t->started = rows[i].started;
+        t->ended = rows[i].ended;
+    }
+    store_trials_free(rows, n);
+    int rc = s_order(v, err, errsize);
+    s_marks(v);
+    return rc;
+}
+
+/* The display order of the trials with rows (v->sort). */
+static int s_order(w_view *v, char *err, size_t errsize)
+{
+    long *order =
+        realloc(v->order, (size_t)(v->ntrials ? v->ntrials : 1) * sizeof *order);
+    if (!order) {
+        snprintf(err, errsize, "out of memory");
+        return -1;
+    }
+    v->order = order;
+    v->norder = 0;
+    for (long i = 0; i < v->ntrials; i++)
+        if (v->trials[i].have_row)
+            v->order[v->norder++] = i;
+    cli__watch_sort(v);
+    return 0;
+}
+
+static int s_is_ended(const char *state)
+{
+    store_trial_state st;
+    return store_trial_state_parse(state, &st) == 0 && store_trial_state_ended(st);
+}
+
+void cli__watch_progress(const w_view *v, w_progress *p)
+{
+    memset(p, 0, sizeof *p);
+    for (long i = 0; i < v->norder; i++) {
+        const w_trial *t = &v->trials[v->order[i]];
+        if (s_is_ended(t->state))
+            p->done++;
+        if (!strcmp(t->state, "running") || !strcmp(t->state, "starting"))
+            p->running++;
+        else if (!strcmp(t->state, "pending"))
+            p->pending++;
+        if (!strcmp(t->state, "failed"))
+            p->failed++;
+        /* the best is the one s_marks found (spec_mark_trials, the one
+           definition); several objectives have a Pareto set instead */
+        if (t->mark && v->spec && v->spec->nobjectives == 1)
+            p->best = t;
+    }
+    p->total = v->budget > v->norder ? v->budget : v->norder;
+    double end =
+        v->finished > 0 && strcmp(v->study_state, "running") ? v->finished : util_wall();
+    p->elapsed = v->created > 0 ? end - v->created : 0;
+}
