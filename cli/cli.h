@@ -149,6 +149,12 @@ typedef struct {
    o->args[0] is the study. CLI_OK or CLI_FAIL (after printing why). */
 int cli_study_importance(const cli_opts *o);
 
+/* `trial ask STUDY` and `trial tell ID VALUE...|failed [MESSAGE]|pruned
+   [VALUE...]` (cmd_ask.c), with the options parsed (o->args: what follows
+   the subcommand). CLI_OK, CLI_FAIL or CLI_USAGE (after printing why). */
+int cli_trial_ask(const cli_opts *o);
+int cli_trial_tell(const cli_opts *o);
+
 /* `study delete NAME` and `study copy NAME NEW` (cmd_study_ops.c), with
    the options parsed. CLI_OK, CLI_FAIL or CLI_USAGE (after printing why). */
 int cli_study_delete(const cli_opts *o);

@@ -24,6 +24,13 @@ static const char s_usage[] =
     "`resume`\n"
     "                                        restarts it from that checkpoint\n"
     "       jizhi trial set ID KEY=VALUE... [--force] [--no-wait] [--timeout S]\n"
+    "       jizhi trial ask STUDY [--json] [--timeout S]   a new trial of an "
+    "ask-and-tell\n"
+    "                                        study: prints its ID and params (--json:\n"
+    "                                        and its token, for jizhi.h's jz_open_as)\n"
+    "       jizhi trial tell ID VALUE...      end an asked trial with its objective\n"
+    "                                        (one VALUE per objective)\n"
+    "       jizhi trial tell ID failed [MESSAGE] | pruned [VALUE...]\n"
     "Common options: --db FILE, --controller ENDPOINT.\n"
     "set/pause/resume return once the trial has acknowledged (or fail after the "
     "timeout,\n"
@@ -352,6 +359,10 @@ int cmd_trial(int argc, char **argv)
         return CLI_OK;
     if (rc)
         return rc;
+    if (!strcmp(sub, "ask"))
+        return cli_trial_ask(&o);
+    if (!strcmp(sub, "tell"))
+        return cli_trial_tell(&o);
     if (!strcmp(sub, "list")) {
         if (o.nargs != 1) {
             cli_error("trial list: expected STUDY");

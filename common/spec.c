@@ -786,8 +786,21 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     if (s_check_cycles(s, err) || spec__check_sizes(s, err))
         return -1;
 
-    if (s_get(j, "", "trial", JSON_OBJECT, 1, &obj, err))
+    if (s_get(j, "", "trial", JSON_OBJECT, 0, &obj, err))
         return -1;
+    if (!obj) { /* ask-and-tell: the program asks for its trials itself */
+        s->ask_only = 1;
+        s->command = json_array();
+        s->env = json_object();
+        s->ranks = 1;
+        s->launcher = SPEC_LAUNCH_MPIRUN;
+        if (!s->command || !s->env)
+            return spec__fail(err, "trial", "out of memory");
+        if (s_parse_queue(s, j, err))
+            return -1;
+        s->json = json_incref(j);
+        return 0;
+    }
     static const char *const tkeys[] = {"command",   "gpus",    "ranks", "launcher",
                                         "timeout_s", "retries", "env",   "cwd",
                                         "venv",      NULL};

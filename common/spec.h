@@ -66,7 +66,11 @@ typedef struct {
                            that many trials failed in a row (default 5, 0 = never) */
     spec_param *params; /* space, in the order of the spec file */
     size_t nparams;
-    json_t *command;  /* trial.command, array of strings, owned */
+    json_t *command;  /* trial.command, array of strings, owned (empty when
+                         ask_only) */
+    int ask_only;     /* no `trial` section: an ask-and-tell study, whose trials
+                         a program asks for (trial_ask) and ends (trial_tell);
+                         the queue never starts them on a dispatcher */
     long gpus;        /* trial.gpus (per rank) */
     long ranks;       /* trial.ranks: data-parallel ranks of one trial (default 1) */
     int launcher;     /* spec_launcher: trial.launcher, how the ranks are started

@@ -197,6 +197,22 @@ json_t *ctl__study_copy(ctl_t *c, const ctl_ident *who, const char *name,
    else 0. */
 int ctl__study_waits(ctl_t *c, ctl_study *s, const ctl_trial *t, char *why, size_t size);
 
+/* ---- ctl_ask.c ---- */
+/* trial_ask {study} from `who`: a new RUNNING trial of the ask-and-tell
+   study (spec ask_only) from its scheduler; the answer's fields {trial,
+   number, token, params, study, endpoint, checkpoint_dir} (caller owns),
+   or NULL with *code (unknown_study, forbidden, bad_state, try_again: the
+   scheduler waits) and err; nothing changed then. msg borrowed. */
+json_t *ctl__trial_ask(ctl_t *c, const ctl_ident *who, const json_t *msg,
+                       const char **code, char *err, size_t size);
+/* trial_tell {trial, value | values, state, message} from `who`: ends the
+   asked trial (completed, failed or pruned; stopped or pruned when a stop
+   came first). The answer's fields {trial, state, value} (caller owns), or
+   NULL with *code (unknown_trial, forbidden, bad_state, malformed) and
+   err; nothing changed then. */
+json_t *ctl__trial_tell(ctl_t *c, const ctl_ident *who, const json_t *msg,
+                        const char **code, char *err, size_t size);
+
 /* ---- ctl_read.c ---- */
 /* Answers a `read` request (msg borrowed) from `who` from the store: the
    data (caller owns), or NULL with *code and err set. A study's

@@ -888,6 +888,34 @@ static void s_trial_set_msg(ctl_t *c, const ctl_msg *m)
     s_trial_cmd(c, m, TRIAL_CMD_SET);
 }
 
+/* trial_ask {study} and trial_tell {trial, value|values, state, message}
+   (ctl_ask.c) */
+static void s_ask_tell(ctl_t *c, const ctl_msg *m, int tell)
+{
+    const char *code = "internal";
+    char err[600];
+    json_t *d = tell ? ctl__trial_tell(c, m->who, m->msg, &code, err, sizeof err)
+                     : ctl__trial_ask(c, m->who, m->msg, &code, err, sizeof err);
+    if (!d) {
+        s_reply_error(c, m->from, m->req, code, err);
+        return;
+    }
+    json_t *r = wire_ok(m->req);
+    json_object_update(r, d);
+    json_decref(d);
+    ctl__send(c, m->from, r);
+}
+
+static void s_trial_ask(ctl_t *c, const ctl_msg *m)
+{
+    s_ask_tell(c, m, 0);
+}
+
+static void s_trial_tell(ctl_t *c, const ctl_msg *m)
+{
+    s_ask_tell(c, m, 1);
+}
+
 static void s_read(ctl_t *c, const ctl_msg *m)
 {
     const char *code;
@@ -1011,6 +1039,8 @@ static const struct {
     {"trial_pause", PEER_ANY, IDENT_STEER, s_trial_pause},
     {"trial_resume", PEER_ANY, IDENT_STEER, s_trial_resume},
     {"trial_set", PEER_ANY, IDENT_STEER, s_trial_set_msg},
+    {"trial_ask", PEER_ANY, IDENT_STEER, s_trial_ask},
+    {"trial_tell", PEER_ANY, IDENT_STEER, s_trial_tell},
     {"read", PEER_ANY, IDENT_READ, s_read},
     {"read_log", PEER_ANY, IDENT_READ, s_read_log},
     {"ping", PEER_ANY, ACT_FREE, s_ping},

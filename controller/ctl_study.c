@@ -485,7 +485,6 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
 
 /* ---- scheduling ---- */
 
-/* Asks the scheduler for a new trial. 1 created, 0 not now, -1 no more. */
 /* Starts the oldest configuration a person queued, if any: 1 created, 0
    none (or not now). One that no longer fits the spec is dropped with an
    event. */
@@ -525,7 +524,7 @@ static int s_create_queued(ctl_t *c, ctl_study *s)
     return 1;
 }
 
-static int s_create(ctl_t *c, ctl_study *s)
+int ctl__study_new_trial(ctl_t *c, ctl_study *s)
 {
     if (s_create_queued(c, s))
         return 1;
@@ -599,7 +598,7 @@ static void s_tick_trials(ctl_t *c, ctl_study *s, double now)
             if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE &&
                 ctl__txn(c) == 0)
                 ctl__trial_stop(c, t, "controller", "study stopped", CTL_STOP_BY_STUDY);
-            if (now - t->last_heard > c->lost_timeout) {
+            if (!s->spec->ask_only && now - t->last_heard > c->lost_timeout) {
                 ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
                 continue;
             }
@@ -627,7 +626,7 @@ int ctl__study_wants(const ctl_study *s, long *active)
                    (t->state == TRIAL_SUSPENDED && t->row.preempted);
     }
     *active = n;
-    if (s->state != STUDY_RUNNING || s_time_over(s))
+    if (s->state != STUDY_RUNNING || s_time_over(s) || s->spec->ask_only)
         return 0;
     return waiting > 0 ||
            ((long)s->ntrials < s->spec->trials && (!s->exhausted || s->queued > 0));
@@ -648,7 +647,7 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
         if ((long)s->ntrials >= s->spec->trials)
             return -1;
         /* a configuration a person queued, else the scheduler's */
-        int rc = s_create(c, s);
+        int rc = ctl__study_new_trial(c, s);
         if (rc != 1)
             return rc;
         next = s->trials[s->ntrials - 1];

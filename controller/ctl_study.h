@@ -70,6 +70,10 @@ void ctl__tick(ctl_t *c, double now);
    new within its budget); *active: its active trials, whatever the
    study's state (a stopped study's trials live until they exit). */
 int ctl__study_wants(const ctl_study *s, long *active);
+/* A new pending trial of s (the last of s->trials): the oldest
+   configuration a person queued, else the scheduler's suggestion. 1
+   created, 0 not now (the scheduler waits), -1 nothing more. */
+int ctl__study_new_trial(ctl_t *c, ctl_study *s);
 /* Starts s's next trial on d: a preempted one (resumed from its
    checkpoint), else a pending one, else a new one from the scheduler.
    1 started, 0 not now (the scheduler waits), -1 nothing left. */

@@ -444,6 +444,11 @@ void ctl__trial_heard(ctl_t *c, ctl_trial *t)
         ctl__trial_save(c, t);
 }
 
+void ctl__trial_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason)
+{
+    s_end(c, t, state, reason);
+}
+
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
                        const char *message, const char *stderr_tail)
 {

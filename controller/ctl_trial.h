@@ -161,6 +161,10 @@ void ctl__trial_heard(ctl_t *c, ctl_trial *t);
    reason of a failure. */
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
                        const char *message, const char *stderr_tail);
+/* Ends an active trial as `state` (COMPLETED, FAILED, STOPPED or PRUNED)
+   with `reason`: the value from its reports, the schedulers told, the
+   event and alerts (ctl_ask.c's tell). */
+void ctl__trial_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason);
 /* A trial is lost (its dispatcher no longer has it). */
 void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why);
 /* A trial saved a checkpoint: record it and tell the schedulers. */

@@ -61,6 +61,17 @@ typedef struct {
    result and must release it with jz_close. */
 jz_trial *jz_open(void);
 
+/* Opens trial `trial` of an ask-and-tell study as jz_open does, from the
+   values a trial_ask answered (`jizhi trial ask STUDY --json`: endpoint,
+   trial, token, params as compact JSON or NULL, checkpoint_dir or NULL)
+   instead of the environment (the environment still gives
+   JIZHI_SERVER_KEY and the timeouts). Several may be open at once, from
+   several threads. Returns NULL when an argument is missing or malformed
+   (a message on stderr). Caller owns the result and must release it with
+   jz_close (which does not end the trial: `trial tell` does). */
+jz_trial *jz_open_as(const char *endpoint, long trial, const char *token,
+                     const char *params_json, const char *checkpoint_dir);
+
 /* Parameter lookup. Returns the trial's value of `name`, converted, or
    `dflt` when the trial has no such parameter or it has another type.
    jz_param_str returns a string borrowed from the trial, valid until the

@@ -35,8 +35,16 @@
 
 /* ---- environment ---------------------------------------------------------- */
 
+/* jz_open_as: the values it gives, in place of the environment's, for the
+   thread that opens ({name, value} pairs, NULL-ended; a NULL value is
+   unset). */
+static __thread const char *const *s_given;
+
 static const char *s_env(const char *name)
 {
+    for (const char *const *g = s_given; g && *g; g += 2)
+        if (!strcmp(g[0], name))
+            return g[1] && *g[1] ? g[1] : NULL;
     const char *v = getenv(name);
     return v && *v ? v : NULL;
 }
@@ -251,6 +259,36 @@ fail:
     jz__conn_stop(t);
     s_free(t);
     return NULL;
+}
+
+jz_trial *jz_open_as(const char *endpoint, long trial, const char *token,
+                     const char *params_json, const char *checkpoint_dir)
+{
+    if (!endpoint || trial < 0 || !token) {
+        fprintf(stderr, "jizhi: jz_open_as: needs an endpoint, a trial id and a token\n");
+        return NULL;
+    }
+    char id[32];
+    snprintf(id, sizeof id, "%ld", trial);
+    const char *const given[] = {"JIZHI_ENDPOINT",
+                                 endpoint,
+                                 "JIZHI_TRIAL",
+                                 id,
+                                 "JIZHI_TOKEN",
+                                 token,
+                                 "JIZHI_PARAMS",
+                                 params_json,
+                                 "JIZHI_CHECKPOINT_DIR",
+                                 checkpoint_dir,
+                                 "JIZHI_RANK",
+                                 NULL,
+                                 "JIZHI_STUDY",
+                                 NULL,
+                                 NULL};
+    s_given = given;
+    jz_trial *t = jz_open();
+    s_given = NULL;
+    return t;
 }
 
 /* ---- params --------------------------------------------------------------- */

@@ -345,3 +345,9 @@ class Trial:
             return "<jizhi.Trial closed>"
         tid = self.trial_id
         return "<jizhi.Trial %s>" % ("standalone" if tid is None else "id=%d" % tid)
+
+
+# ask-and-tell and optimize (jizhi/study.py): imported last, it builds on Trial
+from .study import AskedTrial, Study, TrialPruned, create_study, load_study  # noqa: E402
+
+__all__ += ["AskedTrial", "Study", "TrialPruned", "create_study", "load_study"]

@@ -1,0 +1,237 @@
+"""Ask-and-tell (issue 41): trials a program asks for and ends itself, from
+Python (jizhi.create_study / ask / tell / optimize, embedded and against a
+daemon) and from a shell (`jizhi trial ask` / `jizhi trial tell`). Asked
+trials are ordinary trials: study show and export list them, ASHA stops
+them through should_stop(), a live `trial set` reaches their params; a tell
+for an unknown, ended or another user's trial is refused and changes
+nothing."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from conftest import BUILD, JIZHI, ROOT
+from test_auth import as_key, cli, curve_controller, free_port, keygen, write_keys
+from test_recovery import stop
+
+sys.path.insert(0, os.path.join(ROOT, "trial_helper", "python"))
+
+
+def ask_spec(name, trials=6, **extra):
+    spec = {
+        "name": name,
+        "objective": {"metric": "loss", "mode": "min"},
+        "scheduler": {"type": "random", "seed": 5},
+        "budget": {"trials": trials},
+        "space": {"x": {"type": "float", "low": -1.0, "high": 1.0},
+                  "k": {"type": "int", "low": 1, "high": 4}},
+    }
+    spec.update(extra)
+    return spec
+
+
+def py_env(jz):
+    env = dict(jz.env)
+    env["JIZHI_BIN"] = JIZHI
+    return env
+
+
+SCRIPT = r'''
+import json, sys, threading, time
+import jizhi
+spec = json.loads(sys.argv[1])
+study = jizhi.create_study(spec, db=sys.argv[2])
+lock = threading.Lock()
+live = [0, 0]          # in flight now, most at once
+def fn(trial):
+    with lock:
+        live[0] += 1
+        live[1] = max(live)
+    try:
+        time.sleep(0.3)
+        trial.report(0, loss=5.0)
+        if trial.number == 2:
+            raise ValueError("bad x %d" % trial.number)
+        return (trial.params["x"] - 0.25) ** 2 + trial.params["k"]
+    finally:
+        with lock:
+            live[0] -= 1
+study.optimize(fn, n_trials=6, n_jobs=3)
+out = {"most": live[1], "best_params": study.best_params, "best_value": study.best_value,
+       "best_id": study.best_trial["id"],
+       "trials": [(t["id"], t["state"], t["value"], t["reason"], t["params"])
+                  for t in study.trials]}
+errs = []
+for bad in (out["trials"][0][0], 999):
+    try:
+        study.tell(bad, 1.0)
+    except jizhi.JizhiError as e:
+        errs.append(str(e))
+out["errors"] = errs
+t = study.ask()
+t.report(3, loss=9.0)
+study.tell(t, 0.5)
+out["asked"] = t.id
+print(json.dumps(out))
+'''
+
+
+def test_embedded_optimize_threads_failures_and_exports(jz):
+    """No daemon: create_study starts one for the program's lifetime;
+    optimize with 3 threads runs trials at once, a raising fn is a failed
+    trial with its message, the best is the best completed; the trials are
+    the study's in study show and export after the program ended."""
+    script = os.path.join(jz.dir, "opt.py")
+    with open(script, "w") as f:
+        f.write(SCRIPT)
+    p = subprocess.run([sys.executable, script, json.dumps(ask_spec("emb", trials=8)),
+                        jz.db], cwd=jz.dir, env=py_env(jz), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["most"] >= 2
+    trials = out["trials"]
+    assert len(trials) == 6
+    failed = [t for t in trials if t[1] == "failed"]
+    assert len(failed) == 1 and failed[0][3] == "ValueError: bad x 2"
+    done = [t for t in trials if t[1] == "completed"]
+    assert len(done) == 5
+    for _, _, value, _, params in done:
+        assert abs(value - ((params["x"] - 0.25) ** 2 + params["k"])) < 1e-12
+    best = min(done, key=lambda t: t[2])
+    assert out["best_id"] == best[0] and out["best_value"] == best[2]
+    assert out["best_params"] == best[4]
+    assert "only a running trial can be told" in out["errors"][0]
+    assert "no trial 999" in out["errors"][1]
+    # the controller child ended with the program; the database holds it all
+    jz.wait_for(lambda: not os.path.exists(jz.db + ".endpoint"), 10, "the child to exit")
+    show = json.loads(jz.run("study", "show", "emb", "--json", "--db", jz.db, check=0).stdout)
+    states = {t["id"]: t["state"] for t in show["trials"]}
+    assert len(states) == 7 and states[out["asked"]] == "completed"
+    last = [t for t in show["trials"] if t["id"] == out["asked"]][0]
+    assert last["value"] == 0.5 and last["last_step"] == 4  # told after step 3
+    csv = jz.run("study", "export", "emb", "--format", "csv", "--db", jz.db, check=0).stdout
+    assert len(csv.strip().splitlines()) == 8 and "failed" in csv
+
+
+def test_daemon_asha_should_stop_and_live_set(jz, monkeypatch):
+    """Against a running controller: ASHA (resource step, grace 1, eta 2)
+    stops the second trial whose rung-0 value is worse, should_stop() says
+    so and its tell ends it pruned; `trial set` reaches an asked trial's
+    params; optimize's TrialPruned is a pruned trial."""
+    import jizhi
+
+    ctl = jz.popen("controller", "--db", jz.db)
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the endpoint file")
+        monkeypatch.setenv("JIZHI_BIN", JIZHI)
+        monkeypatch.setenv("JIZHI_LIB", os.path.join(BUILD, "lib", "libjizhi.so"))
+        ep = open(jz.db + ".endpoint").read().strip()
+        spec = ask_spec("asha", trials=5, early_stopping={
+            "type": "asha", "resource": "step", "grace": 1, "reduction": 2})
+        study = jizhi.create_study(spec, db=jz.db, controller=ep)
+        a = study.ask()
+        a.report(1, loss=0.1)
+        assert study.tell(a, 0.1)["state"] == "completed"
+        b = study.ask()
+        b.report(1, loss=0.9)
+        end = time.time() + 10
+        while not b.should_stop() and time.time() < end:
+            time.sleep(0.05)
+        assert b.should_stop()
+        r = study.tell(b, 0.9)
+        assert r["state"] == "pruned" and r["value"] == 0.9
+        # a live set reaches the asked trial
+        c = study.ask()
+        jz.run("trial", "set", str(c.id), "x=0.5", "--no-wait", "--db", jz.db, check=0)
+        end = time.time() + 10
+        while c.params["x"] != 0.5 and time.time() < end:
+            c.should_stop()
+            time.sleep(0.05)
+        assert c.params["x"] == 0.5
+        study.tell(c, state="failed", message="gave up")
+
+        def fn(t):
+            raise jizhi.TrialPruned()
+
+        study.optimize(fn, n_trials=1)
+        again = jizhi.load_study("asha", db=jz.db, controller=ep)
+        states = [t["state"] for t in again.trials]
+        assert states == ["completed", "pruned", "failed", "pruned"]
+        assert again.trials[2]["reason"] == "gave up"
+        assert again.best_trial["id"] == a.id and again.best_value == 0.1
+    finally:
+        stop(ctl)
+
+
+def test_cli_ask_tell_and_refusals(jz):
+    """`jizhi trial ask/tell` from a shell; what is refused (exit 1 or 2)
+    changes nothing."""
+    jz.write_spec(ask_spec("sh", trials=2, objective=[
+        {"metric": "loss", "mode": "min"}, {"metric": "ms", "mode": "min"}]), "sh.json")
+    cmd = {"name": "cmd", "objective": {"metric": "loss", "mode": "min"},
+           "scheduler": {"type": "random"}, "budget": {"trials": 1},
+           "space": {"x": {"type": "float", "low": 0, "high": 1}},
+           "trial": {"command": ["true"]}}
+    jz.write_spec(cmd, "cmd.json")
+    ctl = jz.popen("controller", "--db", jz.db)
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the endpoint file")
+        jz.run("study", "submit", "sh.json", check=0)
+        jz.run("study", "submit", "cmd.json", check=0)
+        p = jz.run("trial", "ask", "cmd", check=1)
+        assert "runs its trials through dispatchers" in p.stderr
+        p = jz.run("trial", "ask", "nope", check=1)
+        assert "nope" in p.stderr
+        line = jz.run("trial", "ask", "sh", check=0).stdout.split(" ", 1)
+        tid, params = line[0], json.loads(line[1])
+        assert set(params) == {"x", "k"} and -1 <= params["x"] <= 1
+        info = json.loads(jz.run("trial", "ask", "sh", "--json", check=0).stdout)
+        assert len(info["token"]) == 32 and info["study"] == "sh"
+        p = jz.run("trial", "ask", "sh", check=1)
+        assert "budget of 2 trials is used up" in p.stderr
+        p = jz.run("trial", "tell", tid, "0.5", check=1)  # two objectives
+        assert "tell 2 values, not 1" in p.stderr
+        p = jz.run("trial", "tell", tid, "fast", check=2)
+        assert "is not a number" in p.stderr
+        p = jz.run("trial", "tell", "4242", "1", check=1)
+        assert "no trial 4242" in p.stderr
+        assert jz.sql("SELECT state FROM trials WHERE id=?", int(tid)) == [("running",)]
+        p = jz.run("trial", "tell", tid, "--", "-0.5", "12", check=0)
+        assert p.stdout.strip() == f"trial {tid}: completed, value -0.5"
+        p = jz.run("trial", "tell", tid, "1", "2", check=1)
+        assert "only a running trial can be told" in p.stderr
+        jz.run("trial", "tell", str(info["trial"]), "pruned", check=0)
+        rows = jz.sql("SELECT id, state, value FROM trials ORDER BY id")
+        assert rows == [(int(tid), "completed", -0.5), (info["trial"], "pruned", None)]
+        m = jz.sql("SELECT name, value FROM metrics WHERE trial_id=? ORDER BY name", int(tid))
+        assert m == [("loss", -0.5), ("ms", 12.0)]
+    finally:
+        stop(ctl)
+
+
+def test_foreign_tell_is_refused(jz):
+    """Over CURVE: carol can neither ask for nor tell bob's trials; bob can."""
+    keygen(jz, "controller")
+    keys = {n: keygen(jz, n) for n in ("bob", "carol")}
+    write_keys(jz, [f"{keys['bob']} bob user", f"{keys['carol']} carol user"])
+    ep = f"tcp://127.0.0.1:{free_port()}"
+    ctl = curve_controller(jz, ep)
+    try:
+        spec = jz.write_spec(ask_spec("b", trials=3))
+        assert cli(jz, as_key(jz, "bob"), "study", "submit", spec, "--controller",
+                   ep).returncode == 0
+        p = cli(jz, as_key(jz, "bob"), "trial", "ask", "b", "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        tid = p.stdout.split()[0]
+        p = cli(jz, as_key(jz, "carol"), "trial", "tell", tid, "1", "--controller", ep)
+        assert p.returncode == 1 and f"carol may not tell trial {tid} of study b" in p.stderr
+        p = cli(jz, as_key(jz, "carol"), "trial", "ask", "b", "--controller", ep)
+        assert p.returncode == 1 and "carol may not ask for trials of study b" in p.stderr
+        assert jz.sql("SELECT id, state FROM trials") == [(int(tid), "running")]
+        p = cli(jz, as_key(jz, "bob"), "trial", "tell", tid, "1", "--controller", ep)
+        assert p.returncode == 0, p.stderr
+        assert jz.sql("SELECT state, value FROM trials") == [("completed", 1.0)]
+    finally:
+        stop(ctl)
