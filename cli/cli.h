@@ -131,6 +131,8 @@ enum {
     CLI_OPT_PRIORITY = 1 << 8, /* --priority high|normal|low */
     CLI_OPT_FORCE = 1 << 9,    /* --force (trial set: a value outside the space) */
     CLI_OPT_YES = 1 << 10,     /* --yes, -y (study delete: no question) */
+    CLI_OPT_GUARD = 1 << 11,   /* --guard[=values], --watch-steps K, --tolerance X */
+    CLI_OPT_FORK = 1 << 12,    /* --steps K, --keep best|all, --decide (trial fork) */
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
@@ -139,10 +141,17 @@ typedef struct {
     const char *output;     /* --output or NULL */
     const char *priority;   /* --priority or NULL */
     int json, no_wait, err_only, release, all, follow, force, yes;
-    long trials;    /* --trials, 0 when absent */
-    double timeout; /* --timeout, default 30 s */
-    int nargs;      /* positional arguments left */
-    char **args;    /* borrowed from argv */
+    long trials;      /* --trials, 0 when absent */
+    double timeout;   /* --timeout, default 30 s */
+    int timeout_set;  /* --timeout was given */
+    int guard;        /* --guard: 1, --guard=values: 2, else 0 */
+    long watch_steps; /* --watch-steps, 0 when absent */
+    double tolerance; /* --tolerance, -1 when absent */
+    long steps;       /* --steps (trial fork), 0 when absent */
+    const char *keep; /* --keep best|all, NULL when absent */
+    int decide;       /* --decide (trial fork) */
+    int nargs;        /* positional arguments left */
+    char **args;      /* borrowed from argv */
 } cli_opts;
 
 /* `study importance NAME` (cmd_importance.c), with the options parsed:

@@ -33,6 +33,12 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         {{"trials", required_argument, 0, 'T'}, CLI_OPT_TRIALS},
         {{"force", no_argument, 0, 'F'}, CLI_OPT_FORCE},
         {{"yes", no_argument, 0, 'y'}, CLI_OPT_YES},
+        {{"guard", optional_argument, 0, 'G'}, CLI_OPT_GUARD},
+        {{"watch-steps", required_argument, 0, 'W'}, CLI_OPT_GUARD},
+        {{"tolerance", required_argument, 0, 'O'}, CLI_OPT_GUARD},
+        {{"steps", required_argument, 0, 'S'}, CLI_OPT_FORK},
+        {{"keep", required_argument, 0, 'K'}, CLI_OPT_FORK},
+        {{"decide", no_argument, 0, 'D'}, CLI_OPT_FORK},
     };
     enum { N = sizeof table / sizeof table[0] };
     struct option opts[N + 1];
@@ -45,6 +51,7 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
     memset(o, 0, sizeof *o);
     o->format = "csv";
     o->timeout = 30;
+    o->tolerance = -1;
     char shorts[8] = "h";
     if (accept & CLI_OPT_OUTPUT)
         strcat(shorts, "o:");
@@ -98,8 +105,50 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
             }
             o->priority = optarg;
             break;
+        case 'G':
+            if (optarg && strcmp(optarg, "values")) {
+                cli_error(
+                    "--guard: expected --guard or --guard=values, got \"--guard=%s\"",
+                    optarg);
+                return CLI_USAGE;
+            }
+            o->guard = optarg ? 2 : 1;
+            break;
+        case 'W':
+        case 'S': {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*end || !*optarg || n < 1 || n > 100000) {
+                cli_error("--%s: expected a whole number from 1 to 100000, got \"%s\"",
+                          c == 'W' ? "watch-steps" : "steps", optarg);
+                return CLI_USAGE;
+            }
+            *(c == 'W' ? &o->watch_steps : &o->steps) = n;
+            break;
+        }
+        case 'O': {
+            char *end;
+            o->tolerance = strtod(optarg, &end);
+            if (*end || !*optarg || !(o->tolerance >= 0 && o->tolerance <= 100)) {
+                cli_error("--tolerance: expected a number from 0 to 100, got \"%s\"",
+                          optarg);
+                return CLI_USAGE;
+            }
+            break;
+        }
+        case 'K':
+            if (strcmp(optarg, "best") && strcmp(optarg, "all")) {
+                cli_error("--keep: expected best or all, got \"%s\"", optarg);
+                return CLI_USAGE;
+            }
+            o->keep = optarg;
+            break;
+        case 'D':
+            o->decide = 1;
+            break;
         case 't': {
             char *end;
+            o->timeout_set = 1;
             o->timeout = strtod(optarg, &end);
             if (*end || !(o->timeout > 0)) {
                 cli_error("--timeout: expected seconds > 0, got \"%s\"", optarg);

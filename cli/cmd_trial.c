@@ -24,6 +24,16 @@ static const char s_usage[] =
     "`resume`\n"
     "                                        restarts it from that checkpoint\n"
     "       jizhi trial set ID KEY=VALUE... [--force] [--no-wait] [--timeout S]\n"
+    "             [--guard[=values] [--watch-steps K] [--tolerance X]]\n"
+    "                                        --guard: checkpoint, change, watch the "
+    "next\n"
+    "                                        K reports (5) and revert from the "
+    "checkpoint\n"
+    "                                        on a loss jump, NaN or a trend worse than\n"
+    "                                        before by X (0.2); =values: set the old\n"
+    "                                        values back, no checkpoint. Returns the\n"
+    "                                        outcome: kept (exit 0) or reverted (exit "
+    "1)\n"
     "       jizhi trial ask STUDY [--json] [--timeout S]   a new trial of an "
     "ask-and-tell\n"
     "                                        study: prints its ID and params (--json:\n"
@@ -277,13 +287,36 @@ static int s_control(const cli_opts *o, const char *sub, long id)
         cli_error("--force goes with `trial set` only");
         return CLI_USAGE;
     }
+    if ((o->guard || o->watch_steps || o->tolerance >= 0) && strcmp(sub, "set")) {
+        cli_error("--guard, --watch-steps and --tolerance go with `trial set` only");
+        return CLI_USAGE;
+    }
+    if ((o->watch_steps || o->tolerance >= 0) && !o->guard) {
+        cli_error("--watch-steps and --tolerance go with --guard");
+        return CLI_USAGE;
+    }
+    if (o->steps || o->keep || o->decide) {
+        cli_error("--steps, --keep and --decide go with `trial fork` only");
+        return CLI_USAGE;
+    }
+    /* a guarded change is answered once decided: its window takes longer */
+    double wait_s = o->guard && !o->timeout_set ? 600 : o->timeout;
     /* the controller answers a wait that ran out itself, saying what it
        knows; the margin is for its answer to arrive */
     json_t *msg = json_pack("{s:s, s:I, s:b, s:b, s:f}", "type", type, "trial",
                             (json_int_t)id, "wait", !o->no_wait && strcmp(sub, "stop"),
-                            "release", o->release, "wait_s", o->timeout);
+                            "release", o->release, "wait_s", wait_s);
     if (!strcmp(sub, "set")) {
         json_object_set_new(msg, "force", json_boolean(o->force));
+        if (o->guard) {
+            json_t *g =
+                json_pack("{s:s}", "mode", o->guard == 2 ? "values" : "checkpoint");
+            if (o->watch_steps)
+                json_object_set_new(g, "watch_steps", json_integer(o->watch_steps));
+            if (o->tolerance >= 0)
+                json_object_set_new(g, "tolerance", json_real(o->tolerance));
+            json_object_set_new(msg, "guard", g);
+        }
         json_t *values = json_object();
         for (int i = 1; i < o->nargs; i++) {
             int rc = s_kv(o->args[i], values);
@@ -314,9 +347,26 @@ static int s_control(const cli_opts *o, const char *sub, long id)
         json_decref(msg);
         return CLI_FAIL;
     }
-    json_t *r = cli_request(ep, msg, (int)(o->timeout * 1000) + 5000);
+    json_t *r = cli_request(ep, msg, (int)(wait_s * 1000) + 5000);
     if (!r)
         return CLI_FAIL;
+    const char *outcome = json_string_value(json_object_get(r, "guard"));
+    if (outcome) { /* a guarded change, decided */
+        const char *why = json_string_value(json_object_get(r, "reason"));
+        printf("trial %ld: guarded change %s: %s\n", id, outcome, why ? why : "");
+        if (o->json)
+            cli_print_json(r);
+        int kept = !strcmp(outcome, "kept");
+        json_decref(r);
+        return kept ? CLI_OK : CLI_FAIL;
+    }
+    if (o->guard) {
+        printf("trial %ld: guarded change recorded, not waited for: `jizhi trial show "
+               "%ld` tells the outcome\n",
+               id, id);
+        json_decref(r);
+        return CLI_OK;
+    }
     json_t *lat = json_object_get(r, "latency_s");
     if (json_is_true(json_object_get(r, "released")))
         printf("trial %ld: released: it saved a checkpoint at step %" JSON_INTEGER_FORMAT
@@ -351,10 +401,11 @@ int cmd_trial(int argc, char **argv)
     }
     const char *sub = argv[1];
     cli_opts o;
-    int rc = cli_opts_parse(argc - 1, argv + 1,
-                            CLI_OPT_WAIT | CLI_OPT_STDERR | CLI_OPT_RELEASE |
-                                CLI_OPT_FOLLOW | CLI_OPT_FORCE,
-                            s_usage, &o);
+    int rc =
+        cli_opts_parse(argc - 1, argv + 1,
+                       CLI_OPT_WAIT | CLI_OPT_STDERR | CLI_OPT_RELEASE | CLI_OPT_FOLLOW |
+                           CLI_OPT_FORCE | CLI_OPT_GUARD | CLI_OPT_FORK,
+                       s_usage, &o);
     if (rc < 0)
         return CLI_OK;
     if (rc)

@@ -186,7 +186,8 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
         bind = defbind;
     if (c->next_trial_id < 0 || ctl__alerts_init(c, cfg->alerts, err, errsize) != 0 ||
         ctl__queue_init(c, err, errsize) != 0 ||
-        s_bind(c, cfg, bind, err, errsize) != 0 || ctl__load(c, err, errsize) != 0) {
+        s_bind(c, cfg, bind, err, errsize) != 0 || ctl__load(c, err, errsize) != 0 ||
+        ctl__interv_load(c, err, errsize) != 0) {
         ctl_destroy(&c);
         return NULL;
     }
@@ -262,6 +263,7 @@ void ctl_destroy(ctl_t **cp)
     ctl__instr_free_all(c);
     ctl__alerts_free(c);
     ctl__queue_free(c);
+    ctl__interv_free(c);
     for (size_t i = 0; i < c->nout; i++)
         json_decref(c->outbox[i].msg);
     free(c->outbox);

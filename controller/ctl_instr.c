@@ -272,8 +272,11 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
         s_release_resolved(c, in, applied, why);
     else if (in->waiter.len)
         s_answer(c, in, applied, why, latency);
+    long trial_id = in->trial_id;
     json_decref(in->msg);
     *in = c->instrs[--c->ninstrs];
+    /* last: a guarded change or fork may send the next instruction */
+    ctl__interv_instr_done(c, id, trial_id, applied, why);
 }
 
 void ctl__instr_resend(ctl_t *c, ctl_trial *t)

@@ -11,6 +11,8 @@
                  new trials from the scheduler, the periodic tick, status
     ctl_disp.c   dispatchers: registry, slots and GPUs, silence
     ctl_idmap.c  trial id -> trial, a hash map
+    ctl_interv.c a person's guarded changes (ctl_guard.c) and live forks
+                 (ctl_fork.c): persisted state machines (ctl_interv.h)
     ctl_msg.c    the message table {type, peer role, handler} and the
                  handlers of docs/PROTOCOL.md
     ctl_auth.c   who speaks: CURVE and the ZAP handler, authorized keys,
@@ -49,6 +51,7 @@ typedef struct ctl_alerts ctl_alerts; /* ctl_alert.c */
 typedef struct ctl_queue ctl_queue;   /* ctl_queue.c */
 
 #include "ctl_idmap.h"
+#include "ctl_interv.h"
 #include "ctl_study.h"
 #include "ctl_trial.h"
 
@@ -157,6 +160,7 @@ struct ctl {
     volatile sig_atomic_t reload; /* SIGHUP: reread keys_path */
     ctl_alerts *alerts;           /* alert rules and running hooks (ctl_alert.c), owned */
     ctl_queue *queue;             /* quotas and why studies wait (ctl_queue.c), owned */
+    ctl_interv *interv;           /* guarded changes and forks (ctl_interv.c), owned */
     double refusal_window;        /* ctl__refused: the window's start (monotonic) */
     long refusals_logged, refusals_dropped; /* ... and its counts */
 };

@@ -786,6 +786,16 @@ static void s_trial_set(ctl_t *c, const ctl_msg *m, ctl_trial *t, int wait)
         s_reply_error(c, m->from, m->req, code, err);
         return;
     }
+    json_t *guard = json_object_get(m->msg, "guard");
+    if (guard && !json_is_false(guard) && !json_is_null(guard)) { /* ctl_guard.c */
+        if (ctl__guard_start(c, t, checked, guard, s_who(m->msg), wait ? m->from : NULL,
+                             m->req, s_wait_s(m->msg), &code, err, sizeof err) != 0)
+            s_reply_error(c, m->from, m->req, code, err);
+        else if (!wait)
+            ctl__send(c, m->from, wire_ok(m->req));
+        json_decref(checked);
+        return;
+    }
     long iid = ctl__set_send(c, t, checked, s_who(m->msg), wait ? m->from : NULL, m->req,
                              s_wait_s(m->msg));
     json_decref(checked);

@@ -693,6 +693,7 @@ void ctl__tick(ctl_t *c, double now)
     ctl__read_expire(c, now);
     for (size_t i = 0; i < c->nstudies; i++)
         s_tick_trials(c, c->studies[i], now);
+    ctl__interv_tick(c, now); /* guarded changes and forks (ctl_interv.c) */
     /* free slots go to waiting trials in queue order (ctl_queue.c) */
     ctl__queue_fill(c, now);
     for (size_t i = 0; i < c->nstudies; i++)

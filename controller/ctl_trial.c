@@ -645,6 +645,7 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
         int k = sc->ops->on_checkpoint(sc, t->row.id, step, path, util_now(), ins, 8);
         ctl__trial_apply_sched(c, s, sc, ins, k);
     }
+    ctl__interv_checkpoint(c, t); /* a guarded change or fork waiting for it */
     if (t->plan == PLAN_RELEASE_CHECKPOINT && ctl_trial_active(t) &&
         ctl_trial_plan_to(t, PLAN_RELEASE) == 0) {
         snprintf(t->plan_reason, sizeof t->plan_reason, "paused and released");
@@ -715,6 +716,7 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
         }
     }
     s_check_resource(c, t);
+    ctl__interv_metrics(c, t, pts, n); /* a guarded change's watch, a fork's decision */
     return ctl__trial_save(c, t);
 }
 

@@ -217,4 +217,22 @@ sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize);
    NULL with err ("guard.xxx: ...") when its options are wrong. */
 sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize);
 
+/* The divergence guard's loss-jump test (sched_guard.c), shared with the
+   controller's guarded changes (controller/ctl_guard.c). */
+typedef struct {
+    double jump;  /* a value above jump × the average is a jump (guard.jump, 3) */
+    double alpha; /* weight of a new healthy value in the average (guard.ema, 0.2) */
+    long warmup;  /* healthy values before jumps are judged (guard.warmup, 3) */
+} sched_jump_test;
+/* Judges `value` of `metric` at `step` against the moving average *ema of
+   *n healthy values: 1 when it is NaN/inf or a jump, with what it saw in
+   `what` (average unchanged); else 0, and the value joins the average. */
+int sched_jump_judge(const sched_jump_test *test, const char *metric, long step,
+                     double value, double *ema, long *n, char *what, size_t size);
+/* The test the spec's "guard" object configures (its defaults without
+   one); 0, or -1 with err when its options are wrong. *metric (size
+   msize) gets guard.metric, "train_loss" by default. */
+int sched_jump_test_of(const spec_t *spec, sched_jump_test *out, char *metric,
+                       size_t msize, char *err, size_t errsize);
+
 #endif

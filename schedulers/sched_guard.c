@@ -31,6 +31,9 @@
     before that step shows the trial went back (at most 50 of them, in
     case the load was refused), and the average returns to its value at
     the checkpoint.
+
+    The loss-jump test itself (sched_jump_judge) is shared with a
+    person's guarded change (controller/ctl_guard.c).
 */
 #include "sched.h"
 
@@ -112,6 +115,23 @@ static int s_emit(sched_instr *out, int max, long trial, const char *kind, json_
     return 1;
 }
 
+int sched_jump_judge(const sched_jump_test *test, const char *metric, long step,
+                     double value, double *ema, long *n, char *what, size_t size)
+{
+    if (!isfinite(value))
+        snprintf(what, size, "%s is %s at step %ld", metric, isnan(value) ? "nan" : "inf",
+                 step);
+    else if (*n >= test->warmup && *ema > 0 && value > test->jump * *ema)
+        snprintf(what, size, "%s %.4g at step %ld > %g× its average %.4g", metric, value,
+                 step, test->jump, *ema);
+    else {
+        *ema = *n == 0 ? value : *ema + test->alpha * (value - *ema);
+        (*n)++;
+        return 0;
+    }
+    return 1;
+}
+
 static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
                        double value, double now, sched_instr *out, int max)
 {
@@ -133,15 +153,9 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
         t->stale = 0;
     }
     char what[256];
-    if (!isfinite(value))
-        snprintf(what, sizeof what, "%s is %s at step %ld", g->metric,
-                 isnan(value) ? "nan" : "inf", step);
-    else if (t->n >= g->warmup && t->ema > 0 && value > g->jump * t->ema)
-        snprintf(what, sizeof what, "%s %.4g at step %ld > %g× its average %.4g",
-                 g->metric, value, step, g->jump, t->ema);
-    else {
-        t->ema = t->n == 0 ? value : t->ema + g->alpha * (value - t->ema);
-        t->n++;
+    const sched_jump_test test = {g->jump, g->alpha, g->warmup};
+    if (!sched_jump_judge(&test, g->metric, step, value, &t->ema, &t->n, what,
+                          sizeof what)) {
         t->healthy = 1;
         if (g->checkpoint_every > 0 && step >= t->next_ckpt) {
             t->next_ckpt = step + g->checkpoint_every;
@@ -382,4 +396,24 @@ sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize)
     g->checkpoint_every = (long)every;
     g->load_timeout_s = timeout;
     return &g->base;
+}
+
+int sched_jump_test_of(const spec_t *spec, sched_jump_test *out, char *metric,
+                       size_t msize, char *err, size_t errsize)
+{
+    json_t *empty = json_object();
+    const json_t *o = spec->guard ? spec->guard : empty;
+    double warmup = 3;
+    int rc =
+        s_opt_str(o, "metric", "train_loss", metric, msize, err, errsize) ||
+                sched_opt_num(o, "guard", "jump", 3.0, 1.0 + 1e-9, 1e6, 0, &out->jump,
+                              err, errsize) ||
+                sched_opt_num(o, "guard", "ema", 0.2, 1e-6, 1, 0, &out->alpha, err,
+                              errsize) ||
+                sched_opt_num(o, "guard", "warmup", 3, 1, 1e6, 1, &warmup, err, errsize)
+            ? -1
+            : 0;
+    json_decref(empty);
+    out->warmup = (long)warmup;
+    return rc;
 }

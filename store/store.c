@@ -105,6 +105,13 @@ static const char *const s_migrations[] = {
     /* 7: the highest priority a user may submit, an admin's grant
        (store_queue.c; controller/ctl_queue.c) */
     "ALTER TABLE quotas ADD COLUMN max_priority TEXT NOT NULL DEFAULT 'normal';",
+    /* 8: a person's guarded changes and live forks, persisted state
+       machines (store_interv.c; controller/ctl_guard.c, ctl_fork.c) */
+    "CREATE TABLE interventions("
+    "  id INTEGER PRIMARY KEY, study_id INTEGER NOT NULL, trial_id INTEGER NOT NULL,"
+    "  kind TEXT NOT NULL, state TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0,"
+    "  data TEXT NOT NULL, created REAL, updated REAL);"
+    "CREATE INDEX interventions_by_trial ON interventions(trial_id);",
 };
 /* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
    migration bumps it, and this fails to compile until both agree. */

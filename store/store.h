@@ -56,7 +56,7 @@ int store_trial_state_ended(store_trial_state st);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
@@ -229,6 +229,21 @@ json_t *store_study_detail(store_t *s, const char *name);
 /* What `trial show` reads (caller owns): store_trial_json + lineage and
    study (its name). NULL when there is no such trial or on error. */
 json_t *store_trial_detail(store_t *s, long trial_id);
+
+/* ---- interventions (store_interv.c): a person's guarded changes and
+   live forks, each a state machine of the controller (ctl_guard.c,
+   ctl_fork.c) whose state and data are written before it acts ---- */
+/* Inserts one; `data` borrowed. Its id, or -1. */
+long store_interv_insert(store_t *s, long study_id, long trial_id, const char *kind,
+                         const char *state, int done, const json_t *data, double now);
+/* Writes its state, done flag and data (borrowed). 0 or -1. */
+int store_interv_save(store_t *s, long id, const char *state, int done,
+                      const json_t *data, double now);
+/* Interventions as an array of {id, study_id, trial_id, kind, state, done,
+   data, created, updated} (caller owns), oldest first: the unfinished
+   ones (open 1, trial_id ignored), or those of trial_id (open 0: the
+   ones on it and the forks it came from). NULL on error. */
+json_t *store_interv_list(store_t *s, int open, long trial_id);
 
 /* ---- metrics ---- */
 /* Inserts n points for (trial, attempt). Call inside a transaction. */

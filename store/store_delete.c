@@ -62,9 +62,10 @@ int store_study_delete(store_t *s, long study_id, store_deleted *out)
     out->events = s_exec(s, "DELETE FROM events WHERE study_id=?1", study_id);
     long alerts = s_exec(s, "DELETE FROM alerts WHERE study_id=?1", study_id);
     out->enqueued = s_exec(s, "DELETE FROM enqueued WHERE study_id=?1", study_id);
+    long interv = s_exec(s, "DELETE FROM interventions WHERE study_id=?1", study_id);
     long studies = s_exec(s, "DELETE FROM studies WHERE id=?1", study_id);
     if (params < 0 || out->metrics < 0 || out->trials < 0 || out->events < 0 ||
-        alerts < 0 || out->enqueued < 0 || studies != 1) {
+        alerts < 0 || out->enqueued < 0 || interv < 0 || studies != 1) {
         s_plain(s, "ROLLBACK TO study_delete");
         s_plain(s, "RELEASE study_delete");
         return -1;

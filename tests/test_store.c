@@ -887,6 +887,7 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     CHECK(s_sql_int("v1.db", "ALTER TABLE studies DROP COLUMN extra_trials") == -1);
     CHECK(s_sql_int("v1.db", "ALTER TABLE events DROP COLUMN actor") == -1); /* 6's */
     CHECK(s_sql_int("v1.db", "ALTER TABLE dispatchers DROP COLUMN owner") == -1);
+    CHECK(s_sql_int("v1.db", "DROP TABLE interventions") == -1); /* version 8's */
     CHECK(s_sql_int("v1.db", "PRAGMA user_version=1") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version") == 1);
     /* read-only opening refuses the older schema; a writer migrates it */

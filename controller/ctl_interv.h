@@ -1,0 +1,156 @@
+/*  ctl_interv.h - a person's interventions on a running trial, each a
+    persisted state machine (one row of the store's interventions table,
+    written before the controller acts, read back when it starts):
+
+    ctl_interv.c the list, loading and resuming, and the hooks below
+    ctl_guard.c  a guarded change (`trial set --guard`): checkpoint, apply,
+                 watch K reports with the divergence guard's loss-jump test
+                 (schedulers/sched.h: sched_jump_judge) and the trend, then
+                 keep or revert (load the checkpoint with the old values;
+                 `--guard=values`: set the old values back)
+
+                   CHECKPOINT --ack--> APPLY --ack--> WATCH --K reports--> KEPT
+                        |                |              |  jump, NaN,
+                        |  refused/ended |              |  worse trend
+                        v                v              v
+                     REFUSED          REFUSED         REVERT --ack--> REVERTED
+                     (nothing changed)                  |   refused/ended
+                                          ended: ENDED  '--------------> FAILED
+
+    ctl_fork.c   a live fork (`trial fork`): the parent checkpoints, then
+                 one sibling trial per value starts from that checkpoint
+                 (new trials of the study: the queue's slots, parallel
+                 budget and quotas; lineage parent = the forked trial);
+                 once every sibling has reported its objective K steps past
+                 the fork step (or `trial fork --decide`), the best
+                 continues and the others are stopped (keep best), or all
+                 continue (keep all)
+
+                   CHECKPOINT --ack--> RUNNING --K steps or --decide--> DECIDED
+                        |
+                        '--refused/ended--> REFUSED (nothing changed)
+
+    Ownership: the ctl owns its interventions (ctl->interv); each keeps
+    its persisted data (JSON) and, in memory only, the CLI or web request
+    waiting for its outcome. At most one unfinished intervention per trial.
+    Resumed after a restart: the instruction of the current state is sent
+    again (a checkpoint, the change, the revert), the watch goes on from
+    the reports counted so far, pending siblings load the fork's
+    checkpoint when they start.
+*/
+#ifndef JZ_CTL_INTERV_H
+#define JZ_CTL_INTERV_H
+
+/* included by ctl_internal.h, which declares the types used here */
+
+typedef struct ctl_interv ctl_interv; /* the list (ctl_interv.c) */
+
+typedef enum {
+    GUARD_CHECKPOINT, /* the trial was asked for a checkpoint */
+    GUARD_APPLY,      /* the change was sent */
+    GUARD_WATCH,      /* applied: the next K reports are watched */
+    GUARD_REVERT,     /* diverged: the revert was sent */
+    GUARD_KEPT,       /* final: the change stands */
+    GUARD_REVERTED,   /* final: the old values (and checkpoint) are back */
+    GUARD_REFUSED,    /* final: nothing was changed (no checkpoint, refused) */
+    GUARD_ENDED,      /* final: the trial ended while it was watched */
+    GUARD_FAILED,     /* final: the revert was refused or the trial ended first */
+    GUARD_COUNT
+} ctl_guard_state;
+
+typedef enum {
+    FORK_CHECKPOINT, /* the parent was asked for a checkpoint */
+    FORK_RUNNING,    /* the siblings run (or wait for a slot) */
+    FORK_DECIDED,    /* final: the best kept (or all) */
+    FORK_REFUSED,    /* final: no checkpoint, nothing created */
+    FORK_COUNT
+} ctl_fork_state;
+
+/* ---- the state machines (pure) ---- */
+/* 1 when the move is legal (the diagrams above). */
+int ctl_guard_move_legal(ctl_guard_state from, ctl_guard_state to);
+int ctl_fork_move_legal(ctl_fork_state from, ctl_fork_state to);
+const char *ctl_guard_state_name(ctl_guard_state s);
+const char *ctl_fork_state_name(ctl_fork_state s);
+/* The state a name stands for, or -1. */
+int ctl_guard_state_parse(const char *name);
+int ctl_fork_state_parse(const char *name);
+
+/* ---- the controller's side (ctl_guard.c, ctl_fork.c) ---- */
+/* Reads the unfinished interventions back and resumes them (after the
+   studies are loaded). 0, or -1 with err. */
+int ctl__interv_load(ctl_t *c, char *err, size_t errsize);
+void ctl__interv_free(ctl_t *c);
+/* An instruction was resolved (from ctl__instr_done). */
+void ctl__interv_instr_done(ctl_t *c, long id, long trial_id, int applied,
+                            const char *why);
+/* A trial reported (after ctl__trial_metrics stored the points). */
+void ctl__interv_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n);
+/* A trial saved a checkpoint (after ctl__trial_checkpoint recorded it). */
+void ctl__interv_checkpoint(ctl_t *c, ctl_trial *t);
+/* Each tick: trials that ended, waiters whose wait ran out, forks to decide. */
+void ctl__interv_tick(ctl_t *c, double now);
+
+/* trial_set with "guard" (msg borrowed; values checked by ctl__set_check,
+   borrowed): starts a guarded change of t; `from` (NULL: none) is answered
+   with its outcome, or `not_acknowledged` after wait_s. 0, or -1 with
+   *code and err (nothing changed). */
+int ctl__guard_start(ctl_t *c, ctl_trial *t, const json_t *values, const json_t *guard,
+                     const char *who, const wire_peer *from, long req, double wait_s,
+                     const char **code, char *err, size_t size);
+
+/* trial_fork (msg borrowed): forks t into siblings, or with "decide"
+   decides its running fork now. The answer's fields (caller owns) are
+   sent now for a fork not waited for (--no-wait) or a decision; a waited
+   fork is answered by the controller once it has decided. NULL with
+   *code and err (nothing changed). */
+json_t *ctl__fork_msg(ctl_t *c, ctl_trial *t, const json_t *msg, const char *who,
+                      const wire_peer *from, long req, double wait_s, const char **code,
+                      char *err, size_t size);
+
+/* ---- shared by ctl_interv.c, ctl_guard.c and ctl_fork.c ---- */
+typedef enum { IV_GUARD, IV_FORK } ctl_iv_kind;
+
+/* One intervention. */
+typedef struct {
+    long id; /* interventions.id */
+    long study_id, trial_id;
+    ctl_iv_kind kind;
+    int state;        /* ctl_guard_state or ctl_fork_state */
+    json_t *data;     /* persisted with the state, owned */
+    long instr;       /* the instruction it waits for, -1 none (memory) */
+    wire_peer waiter; /* the request waiting for its outcome, len 0 none */
+    long waiter_req;
+    double wait_until; /* monotonic; 0: no limit */
+    double wait_s;
+} ctl_iv;
+
+/* Adds one (data taken) to the list, inserted in the store with its
+   state. NULL on a store error (data released). */
+ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t *data,
+                    const char *state_name, int done);
+/* Persists iv's state (name, done) and data. 0 or -1. */
+int ctl__iv_save(ctl_t *c, ctl_iv *iv, const char *state_name, int done);
+/* The unfinished intervention on (or, for a fork, of a sibling) trial id. */
+ctl_iv *ctl__iv_of_trial(ctl_t *c, long trial_id);
+/* Answers iv's waiter with msg (taken) and forgets it. */
+void ctl__iv_answer(ctl_t *c, ctl_iv *iv, json_t *msg);
+
+/* ctl_guard.c / ctl_fork.c: one intervention's events (the list calls
+   them). `resume`: the state's instruction again after a restart. */
+void ctl__guard_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why);
+void ctl__guard_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts,
+                        size_t n);
+void ctl__guard_tick(ctl_t *c, ctl_iv *iv, double now);
+void ctl__guard_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t);
+void ctl__guard_resume(ctl_t *c, ctl_iv *iv);
+void ctl__fork_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why);
+void ctl__fork_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts,
+                       size_t n);
+void ctl__fork_tick(ctl_t *c, ctl_iv *iv, double now);
+void ctl__fork_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t);
+void ctl__fork_resume(ctl_t *c, ctl_iv *iv);
+/* 1 when iv is in a final state. */
+int ctl__iv_done(const ctl_iv *iv);
+
+#endif

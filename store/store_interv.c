@@ -1,0 +1,110 @@
+/*  store_interv.c - the interventions table (see store.h): a person's
+    guarded changes and live forks of running trials. The controller
+    (controller/ctl_guard.c, ctl_fork.c) writes a row's state and data
+    inside its iteration's transaction before it acts on them, and reads
+    the unfinished ones back when it starts, so that a decision under way
+    resumes after a restart. */
+#include "store_internal.h"
+
+#include "../common/text.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+long store_interv_insert(store_t *s, long study_id, long trial_id, const char *kind,
+                         const char *state, int done, const json_t *data, double now)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "INSERT INTO interventions(study_id, trial_id, kind, state, "
+                           "done, data, created, updated) VALUES (?,?,?,?,?,?,?,?7)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    char *text = text_json_dumps(data, JSON_COMPACT | JSON_SORT_KEYS);
+    sqlite3_bind_int64(st, 1, study_id);
+    sqlite3_bind_int64(st, 2, trial_id);
+    sqlite3_bind_text(st, 3, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 5, done);
+    sqlite3_bind_text(st, 6, text ? text : "{}", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 7, now);
+    int rc = store__step(s, st);
+    sqlite3_finalize(st);
+    free(text);
+    return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(store__db(s)) : -1;
+}
+
+int store_interv_save(store_t *s, long id, const char *state, int done,
+                      const json_t *data, double now)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "UPDATE interventions SET state=?, done=?, data=?, updated=? "
+                           "WHERE id=?",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    char *text = text_json_dumps(data, JSON_COMPACT | JSON_SORT_KEYS);
+    sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 2, done);
+    sqlite3_bind_text(st, 3, text ? text : "{}", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 4, now);
+    sqlite3_bind_int64(st, 5, id);
+    int rc = store__step(s, st);
+    sqlite3_finalize(st);
+    free(text);
+    return rc == SQLITE_DONE && sqlite3_changes(store__db(s)) == 1 ? 0 : -1;
+}
+
+/* The columns of store_interv_list's query, in order. */
+enum {
+    IV_ID,
+    IV_STUDY,
+    IV_TRIAL,
+    IV_KIND,
+    IV_STATE,
+    IV_DONE,
+    IV_DATA,
+    IV_CREATED,
+    IV_UPDATED
+};
+
+json_t *store_interv_list(store_t *s, int open, long trial_id)
+{
+    sqlite3_stmt *st = NULL;
+    const char *sql =
+        open ? "SELECT id, study_id, trial_id, kind, state, done, data, created, updated "
+               "FROM interventions WHERE done=0 ORDER BY id"
+             : "SELECT id, study_id, trial_id, kind, state, done, data, created, updated "
+               "FROM interventions WHERE trial_id=?1 OR (kind='fork' AND EXISTS "
+               "(SELECT 1 FROM json_each(interventions.data, '$.siblings') "
+               "WHERE json_each.value=?1)) ORDER BY id";
+    if (sqlite3_prepare_v2(store__db(s), sql, -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    if (!open)
+        sqlite3_bind_int64(st, 1, trial_id);
+    json_t *out = json_array();
+    int rc;
+    while ((rc = store__step(s, st)) == SQLITE_ROW) {
+        const char *d = (const char *)sqlite3_column_text(st, IV_DATA);
+        json_t *data = d ? json_loads(d, 0, NULL) : NULL;
+        json_array_append_new(
+            out, json_pack("{s:I, s:I, s:I, s:s, s:s, s:b, s:o, s:f, s:f}", "id",
+                           (json_int_t)sqlite3_column_int64(st, IV_ID), "study_id",
+                           (json_int_t)sqlite3_column_int64(st, IV_STUDY), "trial_id",
+                           (json_int_t)sqlite3_column_int64(st, IV_TRIAL), "kind",
+                           (const char *)sqlite3_column_text(st, IV_KIND), "state",
+                           (const char *)sqlite3_column_text(st, IV_STATE), "done",
+                           sqlite3_column_int(st, IV_DONE), "data",
+                           data ? data : json_object(), "created",
+                           sqlite3_column_double(st, IV_CREATED), "updated",
+                           sqlite3_column_double(st, IV_UPDATED)));
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}

@@ -1,0 +1,155 @@
+"""Guarded live changes and live forks through the daemons (issue 42), on
+tests/integration/progs/formula_trial.py (a deterministic score per lr and
+step, checkpoints and loads): a change that makes the loss jump is
+reverted within its watch window and the trial ends with the same score as
+an unchanged control; a harmless change is kept; --guard on a program
+that cannot checkpoint is refused with the reason and changes nothing; a
+kill -9 of the controller during the watch window is resumed after its
+restart."""
+import json
+import os
+import signal
+
+from conftest import PROGS, base_spec
+from test_recovery import start_controller, start_dispatcher, stop
+
+FORMULA = os.path.join(PROGS, "formula_trial.py")
+
+
+def daemons(jz, slots=3):
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    return ep, start_controller(jz, ep), start_dispatcher(jz, ep, slots)
+
+
+def formula_spec(name, trials, steps, step_s, **env):
+    spec = base_spec(name, ["python3", FORMULA], trials=trials, parallel=trials,
+                     env={"FORMULA_STEPS": str(steps), "FORMULA_STEP_S": str(step_s), **env})
+    spec["objective"] = {"metric": "score", "mode": "max"}
+    spec["scheduler"] = {"type": "random", "seed": 1}
+    spec["space"] = {"lr": {"type": "choice", "values": [0.1]}}
+    return spec
+
+
+def wait_steps(jz, tid, n):
+    jz.wait_for(lambda: (jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=? AND "
+                                "name='train_loss'", tid)[0][0] or 0) >= n, 60, f"{n} steps")
+
+
+def show(jz, tid):
+    return json.loads(jz.run("trial", "show", str(tid), "--json", check=0).stdout)
+
+
+def interventions(jz, tid):
+    rows = jz.sql("SELECT kind, state, done, data FROM interventions WHERE trial_id=? "
+                  "ORDER BY id", tid)
+    return [{"kind": k, "state": s, "done": d, "data": json.loads(x)} for k, s, d, x in rows]
+
+
+def test_guarded_change_reverted_on_divergence_kept_when_harmless(jz):
+    # three trials at lr 0.1: one gets lr=4 (the formula's loss jumps x20
+    # above lr 1), one lr=0.12 (harmless), one stays as the control
+    ep, ctl, disp = daemons(jz)
+    try:
+        spec = formula_spec("guard", 3, 70, 0.05, FORMULA_SPIKE_STEP="0",
+                            FORMULA_SPIKE_LR="1.0", FORMULA_SPIKE_KIND="spike")
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 3, 60, "3 running trials")
+        bad, good, control = [r[0] for r in jz.sql("SELECT id FROM trials ORDER BY id")]
+        wait_steps(jz, bad, 8)
+        p = jz.run("trial", "set", str(bad), "lr=4.0", "--force", "--guard", "--watch-steps",
+                   "4", timeout=60)
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert "guarded change reverted" in p.stdout and "train_loss" in p.stdout, p.stdout
+        assert "back to lr=0.1 from the checkpoint" in p.stdout, p.stdout
+        (iv,) = interventions(jz, bad)
+        assert iv["kind"] == "guard" and iv["state"] == "reverted" and iv["done"] == 1
+        ev = iv["data"]["evidence"]
+        assert 1 <= ev["reports"] <= 4 and "average" in ev["what"]  # within K reports
+        assert ev["before"]["n"] >= 3 and ev["checkpoint"]["step"] >= 8
+        # the trial's params are the old ones again, as a new generation
+        t = show(jz, bad)
+        assert t["params"]["lr"] == 0.1 and t["generation"] == 2, t
+        assert t["interventions"][0]["state"] == "reverted"
+
+        wait_steps(jz, good, 8)
+        p = jz.run("trial", "set", str(good), "lr=0.12", "--force", "--guard",
+                   "--watch-steps", "3", timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "guarded change kept" in p.stdout and "3 reports watched" in p.stdout, p.stdout
+        (iv,) = interventions(jz, good)
+        assert iv["state"] == "kept" and iv["data"]["seen"] == 3
+
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='completed'")[0][0]
+                    == 3, 60, "the three trials to complete")
+        vals = dict(jz.sql("SELECT id, value FROM trials"))
+        # reverted to the checkpoint with the old lr: the same score as the
+        # unchanged control, step for step; the kept change ends elsewhere
+        assert abs(vals[bad] - vals[control]) < 1e-12, vals
+        assert abs(vals[good] - vals[control]) > 1e-6, vals
+        kinds = [e for (e,) in jz.sql("SELECT detail FROM events WHERE kind='guarded_change' "
+                                      "AND applied=1")]
+        assert len(kinds) == 2
+    finally:
+        stop(disp, ctl)
+
+
+def test_guard_refused_without_checkpoints_and_values_mode(jz):
+    ep, ctl, disp = daemons(jz, slots=1)
+    try:
+        spec = base_spec("nockpt", ["python3", os.path.join(PROGS, "live_trial.py")],
+                         trials=1, parallel=1, env={"STEPS": "300"})
+        spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 3, 60, "reports")
+        (tid,) = jz.sql("SELECT id FROM trials")[0]
+        lr0 = show(jz, tid)["params"]["lr"]
+        p = jz.run("trial", "set", str(tid), "lr=0.05", "--guard", timeout=60)
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert "cannot checkpoint" in p.stderr and "--guard=values" in p.stderr, p.stderr
+        assert "nothing was changed" in p.stderr
+        t = show(jz, tid)
+        assert t["generation"] == 0 and t["params"]["lr"] == lr0, t
+        assert interventions(jz, tid)[0]["state"] == "refused"
+        # values only: no checkpoint needed; kept (live_trial reports no loss)
+        p = jz.run("trial", "set", str(tid), "lr=0.05", "--guard=values", "--watch-steps", "2",
+                   timeout=60)
+        assert p.returncode == 0 and "kept" in p.stdout, p.stdout + p.stderr
+        t = show(jz, tid)
+        assert t["generation"] == 1 and t["params"]["lr"] == 0.05, t
+        # usage errors
+        p = jz.run("trial", "set", str(tid), "lr=0.05", "--guard=maybe")
+        assert p.returncode == 2 and "--guard=values" in p.stderr
+        p = jz.run("trial", "set", str(tid), "lr=0.05", "--watch-steps", "3")
+        assert p.returncode == 2 and "go with --guard" in p.stderr
+    finally:
+        stop(disp, ctl)
+
+
+def test_kill9_during_the_watch_window_resumes_the_decision(jz):
+    ep, ctl, disp = daemons(jz, slots=1)
+    ctl2 = None
+    try:
+        spec = formula_spec("guard-kill", 1, 200, 0.05)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 1, 60, "a running trial")
+        (tid,) = jz.sql("SELECT id FROM trials")[0]
+        wait_steps(jz, tid, 5)
+        p = jz.run("trial", "set", str(tid), "lr=0.12", "--force", "--guard", "--watch-steps",
+                   "12", "--no-wait", timeout=30)
+        assert p.returncode == 0 and "not waited for" in p.stdout, p.stdout + p.stderr
+        jz.wait_for(lambda: [i["state"] for i in interventions(jz, tid)] == ["watch"] and
+                    interventions(jz, tid)[0]["data"]["seen"] >= 2, 30, "the watch window")
+        ctl.send_signal(signal.SIGKILL)
+        ctl.wait(timeout=10)
+        seen = interventions(jz, tid)[0]["data"]["seen"]
+        assert seen < 12
+        ctl2 = start_controller(jz, ep)
+        jz.wait_for(lambda: interventions(jz, tid)[0]["done"] == 1, 60, "the decision")
+        (iv,) = interventions(jz, tid)
+        assert iv["state"] == "kept" and iv["data"]["seen"] == 12, iv
+        t = show(jz, tid)
+        assert t["generation"] == 1 and t["params"]["lr"] == 0.12, t
+    finally:
+        stop(disp, *([ctl2] if ctl2 else []), ctl)
