@@ -5,6 +5,7 @@
 #   make test       install missing packages, build, run every test
 #   make bench      benchmarks (each prints the peer's number and the ratio)
 #   make SANITIZE=address,undefined test-unit   unit tests under ASan/UBSan
+#   make SANITIZE=thread tsan-tests   the threaded unit tests under TSan (build-tsan/)
 #   make valgrind   unit tests under valgrind
 #
 # Each part is one folder; its .c files are found by wildcard, so adding a
@@ -17,7 +18,7 @@ SANITIZE ?=
 BUILD    ?= build
 
 ifneq ($(SANITIZE),)
-override BUILD := build-san
+override BUILD := $(if $(filter thread,$(SANITIZE)),build-tsan,build-san)
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 endif
 
@@ -75,6 +76,11 @@ JIZHI      := $(BUILD)/bin/jizhi
 INTERNAL_LIBS := $(LIB_WEB) $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIB_HELPER) $(LIB_COMMON)
 
 UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+# The unit tests with threads of their own (the helper's I/O thread, the
+# web server's, the controller and dispatcher loops run beside a test
+# thread, the BO worker): `make test` runs them again under ThreadSanitizer
+# from build-tsan/ (suppressions for the uninstrumented libzmq: tests/tsan.supp).
+TSAN_TESTS := test_jz_helper test_web test_wire test_ctl_auth test_ctl_chaos test_disp test_sched_bo
 
 # Part makefiles add to these.
 EXTRA_BINS  :=
@@ -229,6 +235,7 @@ test: deps
 	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory cuda; \
 	 else echo "CUDA backend: not built (no nvcc)"; fi
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS))
+	@$(MAKE) --no-print-directory SANITIZE=thread $(addprefix build-tsan/tests/,$(TSAN_TESTS))
 	@if [ "$(HAVE_CLANG)" = yes ]; then $(MAKE) --no-print-directory fuzz-build; \
 	 else echo "fuzz targets: not built (no clang)"; fi
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run-all.sh
@@ -328,6 +335,6 @@ format-check:
 	 rm -f build-format.log; echo "format-check: $$(echo $$files | wc -w) files match .clang-format"
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-tsan build-fuzz
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

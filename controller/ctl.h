@@ -53,7 +53,9 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize);
    become 127.0.0.1). Borrowed, valid until destroy. */
 const char *ctl_endpoint(const ctl_t *c);
 
-/* Runs the event loop until *stop becomes nonzero (checked every 50 ms).
+/* Runs the event loop until *stop becomes nonzero (checked every 50 ms;
+   read with an atomic load, so another thread sets it with
+   __atomic_store_n, a signal handler with a plain store).
    Returns 0, or -1 on a fatal socket error or when the database cannot be
    written (it stops rather than serve state it could not store). */
 int ctl_run(ctl_t *c, volatile int *stop);

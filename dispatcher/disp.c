@@ -1164,7 +1164,7 @@ int disp_run(disp_t *d, volatile int *stop)
     d->last_reg = -INFINITY;
     d->last_heard = util_now();
     int rc = 0;
-    while (!*stop) {
+    while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
         s_timers(d, util_now());
         if (s_poll(d, DISP_TICK_MS) != 0 || s_drain_socket(d) != 0) {
             rc = -1;

@@ -124,9 +124,10 @@ typedef struct {
 disp_t *disp_new(const disp_config *cfg);
 
 /* Runs the event loop until *stop becomes nonzero (checked at least every
-   100 ms), then kills its running trials (SIGTERM, then SIGKILL) only if
-   `kill_on_stop` was requested with disp_set_kill_on_stop, else leaves them
-   running. Returns 0, or -1 on a fatal socket error. */
+   100 ms with an atomic load: another thread sets it with __atomic_store_n,
+   a signal handler with a plain store), then kills its running trials (SIGTERM, then
+   SIGKILL) only if `kill_on_stop` was requested with disp_set_kill_on_stop, else leaves
+   them running. Returns 0, or -1 on a fatal socket error. */
 int disp_run(disp_t *d, volatile int *stop);
 
 /* Whether disp_run kills running trials when it stops (default 1). */

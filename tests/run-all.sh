@@ -6,6 +6,9 @@
 #   sanitizer pass:    build-san/tests/test_* again under ASan/UBSan; its
 #                      result is its own line, not added to the count (the
 #                      same tests), and any failure there fails the run
+#   tsan pass:         build-tsan/tests/test_* (the threaded unit tests,
+#                      Makefile's TSAN_TESTS) under ThreadSanitizer, counted
+#                      like the sanitizer pass (tests/tsan.supp: libzmq only)
 #   integration tests: tests/integration/test_*.py with pytest
 #   fuzz targets:      build-fuzz/fuzz_* run for FUZZ_SECONDS (default 3)
 #                      each from their seeds; one test per target
@@ -66,6 +69,13 @@ if [ "${1:-}" != "--unit-only" ]; then
     else
         skips+=("sanitizer pass: build-san/ not built (make test builds it)")
     fi
+    if [ -d build-tsan/tests ]; then
+        echo "== ThreadSanitizer pass: the threaded unit tests"
+        TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+            run_unit build-tsan " [tsan]" san
+    else
+        skips+=("ThreadSanitizer pass: build-tsan/ not built (make test builds it)")
+    fi
 
     echo "== integration tests"
     out=$(mktemp)
@@ -103,8 +113,8 @@ fi
 echo
 [ ${#skips[@]} -gt 0 ] && printf 'skipped: %s\n' "${skips[@]}"
 [ ${#failures[@]} -gt 0 ] && printf 'failed: %s\n' "${failures[@]}"
-if [ "${1:-}" != "--unit-only" ] && [ -d build-san/tests ]; then
-    echo "sanitizer pass (ASan/UBSan, the unit tests again, not counted below): $san_passed passed, $san_failed failed"
+if [ "${1:-}" != "--unit-only" ] && { [ -d build-san/tests ] || [ -d build-tsan/tests ]; }; then
+    echo "sanitizer passes (ASan/UBSan and TSan, the unit tests again, not counted below): $san_passed passed, $san_failed failed"
 fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ] && [ "$san_failed" -eq 0 ]

@@ -131,7 +131,7 @@ TEST(a_dispatcher_name_belongs_to_its_key)
                                "running")),
               "");
 
-    stop = 1;
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
     ctl_destroy(&c);
     char cmd[128];

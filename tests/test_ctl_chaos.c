@@ -442,7 +442,7 @@ static int s_own_start(own_ctl *o, const char *prefix, double lost_timeout_s)
 static void s_own_stop(own_ctl *o)
 {
     zmq_close(o->sock);
-    o->stop = 1;
+    __atomic_store_n(&o->stop, 1, __ATOMIC_RELEASE);
     pthread_join(o->th, NULL);
     ctl_destroy(&o->c);
 }
@@ -704,7 +704,7 @@ int main(void)
 
     zmq_close(s_sock);
     zmq_ctx_term(s_ctx);
-    s_stop = 1;
+    __atomic_store_n(&s_stop, 1, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
     ctl_destroy(&c);
     char cmd[200];

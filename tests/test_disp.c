@@ -126,7 +126,7 @@ static void *s_disp_main(void *arg)
 {
     disp_thread *t = arg;
     t->rc = disp_run(t->d, &t->stop);
-    t->done = 1;
+    __atomic_store_n(&t->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -179,8 +179,8 @@ static int dt_start(disp_thread *t, fake_ctl *fc, const disp_config *cfg,
    into `seen` (when not NULL). */
 static void dt_stop(disp_thread *t, fake_ctl *fc, json_t *seen)
 {
-    t->stop = 1;
-    while (!t->done) {
+    __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&t->done, __ATOMIC_ACQUIRE)) {
         json_t *m = fc_recv(fc, 0.05);
         if (m && seen)
             json_array_append(seen, m);

@@ -475,8 +475,10 @@ TEST(follower_rank_sends_nothing)
 TEST(hello_params_override_env)
 {
     fake *f = fake_start();
+    pthread_mutex_lock(&f->mu); /* its thread reads them on a hello */
     json_object_set_new(f->hello_params, "lr", json_real(0.5));
     json_object_set_new(f->hello_params, "opt", json_string("lamb"));
+    pthread_mutex_unlock(&f->mu);
     env_trial(f, "{\"lr\":0.1,\"bs\":64}");
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
@@ -496,7 +498,9 @@ static const char *const s_metric_names[] = {"loss", "val_acc", "lr.group0"};
 TEST(batching_in_order_with_resend_dedup)
 {
     fake *f = fake_start();
+    pthread_mutex_lock(&f->mu);
     f->drop_replies = 1; /* the first batch's reply is lost: resent after 2 s */
+    pthread_mutex_unlock(&f->mu);
     env_trial(f, NULL);
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
@@ -669,7 +673,7 @@ static void *s_reporter(void *arg)
 {
     reporter_arg *r = arg;
     jz_report(r->t, 1, "loss", 1); /* blocks while the helper holds the pause */
-    r->returned = 1;
+    __atomic_store_n(&r->returned, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -706,10 +710,10 @@ TEST(unhandled_pause_is_carried_out_by_the_helper)
         pthread_mutex_unlock(&f->mu);
     }
     CHECK(a21 != NULL); /* acknowledged: the helper holds the program */
-    CHECK(!r.returned);
+    CHECK(!__atomic_load_n(&r.returned, __ATOMIC_ACQUIRE));
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 22, "kind", "resume"));
     pthread_join(th, NULL);
-    CHECK(r.returned);
+    CHECK(__atomic_load_n(&r.returned, __ATOMIC_ACQUIRE));
     /* the resume still reaches the program, and is applied: it runs */
     CHECK(s_poll_for(t, 22, &ins) == 0);
     CHECK(ins.kind == JZ_INS_RESUME);
@@ -737,7 +741,7 @@ TEST(stop_ends_a_pause_held_by_the_helper_and_reaches_the_program)
     REQUIRE(pthread_create(&th, NULL, s_reporter, &r) == 0);
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 32, "kind", "stop"));
     pthread_join(th, NULL);
-    CHECK(r.returned);
+    CHECK(__atomic_load_n(&r.returned, __ATOMIC_ACQUIRE));
     CHECK(s_poll_for(t, 32, &ins) == 0);
     CHECK(ins.kind == JZ_INS_STOP);
     jz_close(&t); /* the program closes: the stop was applied */
@@ -774,9 +778,11 @@ TEST(unpolled_instructions_refused_at_close)
 TEST(late_hello_does_not_undo_set)
 {
     fake *f = fake_start();
+    pthread_mutex_lock(&f->mu); /* its thread reads them on a hello */
     f->hold_hello = 1;
     json_object_set_new(f->hello_params, "lr", json_real(0.1));
     json_object_set_new(f->hello_params, "bs", json_integer(128));
+    pthread_mutex_unlock(&f->mu);
     env_trial(f, "{\"lr\":0.1,\"bs\":64}");
     setenv("JIZHI_HELLO_TIMEOUT_MS", "0", 1);
     capture_begin();

@@ -274,9 +274,15 @@ static void s_on_reply(s_conn *c, json_t *m, int ok)
     switch (kind) {
     case R_HELLO: {
         json_t *p = json_object_get(m, "params");
-        if (json_is_object(p)) {
+        /* a copy: the app thread takes it, and jansson's reference counts
+           are not meant to be shared across threads (build-tsan saw the
+           reply's last decref here race the app thread's) */
+        json_t *copy = json_is_object(p) ? json_deep_copy(p) : NULL;
+        if (copy) {
             json_decref(t->hello_params);
-            t->hello_params = json_incref(p);
+            t->hello_params = copy;
+        } else if (json_is_object(p)) {
+            log_error("jizhi", "out of memory copying the hello's params: not applied");
         }
         t->state = JZ__CONNECTED;
         break;
