@@ -1,21 +1,24 @@
-/*  ctl_msg.c - the controller's messages: one table row per message type
-    of docs/PROTOCOL.md, {type, peer role, handler}.
+/*  ctl_msg.c - the controller's messages: a handler per message type of
+    the schema (common/msg.h, docs/PROTOCOL.md).
 
-    ctl__handle looks the type up and authenticates the peer for the
-    row's role before the handler runs, and authentication changes
-    nothing: a trial message needs the trial's id and token (the handler
-    gets the trial), a dispatcher message a registered dispatcher name
-    (the handler gets the dispatcher); `register`, the CLI's requests and
-    `ping` need no identity. Each handler then validates its fields and
-    answers `error` without changing anything when they are wrong; only
-    then does it change state, through the trial's and study's
-    transition functions (ctl_trial.h, ctl_study.h), which refuse moves
-    the current state does not allow (`bad_state`).
+    ctl__handle looks the type up in the schema, checks that the sender's
+    role allows the row's action, authenticates the peer for the row's
+    identity (a trial message needs the trial's id and token: the handler
+    gets the trial; a dispatcher message a registered dispatcher name: the
+    handler gets the dispatcher; `register`, the CLI's requests and `ping`
+    need none), then checks the row's fields and their JSON types, once;
+    all of it changes nothing. A handler trusts those fields and checks
+    only their meaning (ranges, names), answering `error` without changing
+    anything when they are wrong; only then does it change state, through
+    the trial's and study's transition functions (ctl_trial.h,
+    ctl_study.h), which refuse moves the current state does not allow
+    (`bad_state`).
 */
 #include "ctl_internal.h"
 
 #include "../common/ident.h"
 #include "../common/log.h"
+#include "../common/msg.h"
 #include "../common/util.h"
 #include "jizhi.h" /* JZ_VERSION */
 
@@ -51,16 +54,10 @@ typedef struct {
     const wire_peer *from;
     json_t *msg;
     long req;
-    ctl_trial *trial;     /* PEER_TRIAL: the authenticated trial */
-    ctl_disp *disp;       /* PEER_DISPATCHER: the registered dispatcher */
+    ctl_trial *trial;     /* MSG_AUTH_TRIAL: the authenticated trial */
+    ctl_disp *disp;       /* MSG_AUTH_DISP: the registered dispatcher */
     const ctl_ident *who; /* the sender as the transport identified it */
 } ctl_msg;
-
-typedef enum {
-    PEER_TRIAL,      /* `trial` + `token` must match a loaded trial */
-    PEER_DISPATCHER, /* `name` must be a registered dispatcher */
-    PEER_ANY,        /* the CLI, `register`, `ping`: no identity needed */
-} ctl_peer_role;
 
 /* ---- authentication (changes nothing) ---- */
 
@@ -1012,51 +1009,45 @@ static void s_ping(ctl_t *c, const ctl_msg *m)
     ctl__send(c, m->from, ok);
 }
 
-/* ---- the table ---- */
+/* ---- the table: a view of the schema (common/msg.h) ---- */
 
-/* What the sender's role must allow (ident.h), or ACT_FREE: nothing (a
-   trial's token is its identity; ping answers anyone). */
-#define ACT_FREE (-1)
-
-static const struct {
-    const char *type;
-    ctl_peer_role role;
-    int action; /* ident_action, or ACT_FREE */
-    void (*handler)(ctl_t *c, const ctl_msg *m);
-} s_table[] = {
+/* The handler of each message type the controller receives; the row's
+   sender, identity check and action are the schema's. */
+typedef void (*ctl_handler)(ctl_t *c, const ctl_msg *m);
+static const ctl_handler s_handlers[MSG_COUNT] = {
     /* trial -> controller */
-    {"hello", PEER_TRIAL, ACT_FREE, s_hello},
-    {"metrics", PEER_TRIAL, ACT_FREE, s_metrics},
-    {"trial_heartbeat", PEER_TRIAL, ACT_FREE, s_trial_heartbeat},
-    {"ins_ack", PEER_TRIAL, ACT_FREE, s_ins_ack},
-    {"checkpoint_done", PEER_TRIAL, ACT_FREE, s_checkpoint_done},
+    [MSG_HELLO] = s_hello,
+    [MSG_METRICS] = s_metrics,
+    [MSG_TRIAL_HEARTBEAT] = s_trial_heartbeat,
+    [MSG_INS_ACK] = s_ins_ack,
+    [MSG_CHECKPOINT_DONE] = s_checkpoint_done,
     /* dispatcher -> controller */
-    {"register", PEER_ANY, IDENT_RUN, s_register},
-    {"disp_heartbeat", PEER_DISPATCHER, IDENT_RUN, s_disp_heartbeat},
-    {"started", PEER_DISPATCHER, IDENT_RUN, s_started},
-    {"exited", PEER_DISPATCHER, IDENT_RUN, s_exited},
-    {"log_data", PEER_DISPATCHER, IDENT_RUN, s_log_data},
+    [MSG_REGISTER] = s_register,
+    [MSG_DISP_HEARTBEAT] = s_disp_heartbeat,
+    [MSG_STARTED] = s_started,
+    [MSG_EXITED] = s_exited,
+    [MSG_LOG_DATA] = s_log_data,
     /* CLI -> controller */
-    {"submit", PEER_ANY, IDENT_SUBMIT, s_submit},
-    {"status", PEER_ANY, IDENT_READ, s_status},
-    {"study_stop", PEER_ANY, IDENT_STEER, s_study_stop},
-    {"study_resume", PEER_ANY, IDENT_STEER, s_study_resume},
-    {"study_enqueue", PEER_ANY, IDENT_STEER, s_study_enqueue},
-    {"study_extend", PEER_ANY, IDENT_STEER, s_study_extend},
-    {"study_delete", PEER_ANY, IDENT_STEER, s_study_delete},
-    {"study_copy", PEER_ANY, IDENT_SUBMIT, s_study_copy},
-    {"trial_stop", PEER_ANY, IDENT_STEER, s_trial_stop},
-    {"trial_pause", PEER_ANY, IDENT_STEER, s_trial_pause},
-    {"trial_resume", PEER_ANY, IDENT_STEER, s_trial_resume},
-    {"trial_set", PEER_ANY, IDENT_STEER, s_trial_set_msg},
-    {"trial_ask", PEER_ANY, IDENT_STEER, s_trial_ask},
-    {"trial_tell", PEER_ANY, IDENT_STEER, s_trial_tell},
-    {"read", PEER_ANY, IDENT_READ, s_read},
-    {"read_log", PEER_ANY, IDENT_READ, s_read_log},
-    {"ping", PEER_ANY, ACT_FREE, s_ping},
-    {"queue", PEER_ANY, IDENT_READ, s_queue},
-    {"quota_set", PEER_ANY, IDENT_ADMINISTER, s_quota_set},
-    {"disp_release", PEER_ANY, IDENT_ADMINISTER, s_disp_release},
+    [MSG_SUBMIT] = s_submit,
+    [MSG_STATUS] = s_status,
+    [MSG_STUDY_STOP] = s_study_stop,
+    [MSG_STUDY_RESUME] = s_study_resume,
+    [MSG_STUDY_ENQUEUE] = s_study_enqueue,
+    [MSG_STUDY_EXTEND] = s_study_extend,
+    [MSG_STUDY_DELETE] = s_study_delete,
+    [MSG_STUDY_COPY] = s_study_copy,
+    [MSG_TRIAL_STOP] = s_trial_stop,
+    [MSG_TRIAL_PAUSE] = s_trial_pause,
+    [MSG_TRIAL_RESUME] = s_trial_resume,
+    [MSG_TRIAL_SET] = s_trial_set_msg,
+    [MSG_TRIAL_ASK] = s_trial_ask,
+    [MSG_TRIAL_TELL] = s_trial_tell,
+    [MSG_READ] = s_read,
+    [MSG_READ_LOG] = s_read_log,
+    [MSG_PING] = s_ping,
+    [MSG_QUEUE] = s_queue,
+    [MSG_QUOTA_SET] = s_quota_set,
+    [MSG_DISP_RELEASE] = s_disp_release,
 };
 
 static const char *const s_action_text[] = {
@@ -1072,7 +1063,7 @@ static const char *const s_action_text[] = {
 static int s_permitted(ctl_t *c, const ctl_msg *m, int action)
 {
     const ctl_ident *w = m->who;
-    if (action == ACT_FREE || w->trusted ||
+    if (action == MSG_ACT_FREE || w->trusted ||
         ident_allows(w->id.role, (ident_action)action))
         return 1;
     if (w->id.role == IDENT_NONE) {
@@ -1097,25 +1088,31 @@ void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *
     ctl__auth_effective(msg, who, &eff);
     ctl_msg m = {from, msg,  json_is_integer(r) ? (long)json_integer_value(r) : -1,
                  NULL, NULL, &eff};
-    for (size_t i = 0; i < sizeof s_table / sizeof s_table[0]; i++) {
-        if (strcmp(type, s_table[i].type) != 0)
-            continue;
-        if (!s_permitted(c, &m, s_table[i].action))
-            return;
-        if (s_table[i].role == PEER_TRIAL && !(m.trial = s_auth_trial(c, &m)))
-            return;
-        if (s_table[i].role == PEER_DISPATCHER && !(m.disp = s_auth_disp(c, &m)))
-            return;
-        /* the events this message causes record who did it */
-        store_set_actor(c->store,
-                        s_table[i].role != PEER_TRIAL && eff.id.role != IDENT_NONE
-                            ? eff.id.user
-                            : NULL);
-        s_table[i].handler(c, &m);
-        store_set_actor(c->store, NULL);
+    const msg_def *def = msg_find(type, MSG_CTL);
+    if (!def || !s_handlers[def->type]) {
+        ctl__refused(c, "dropped a message of unknown type \"%.40s\"", type);
+        ctl__send(c, from,
+                  wire_error(m.req, "malformed", "unknown message type \"%.40s\"", type));
         return;
     }
-    ctl__refused(c, "dropped a message of unknown type \"%.40s\"", type);
-    ctl__send(c, from,
-              wire_error(m.req, "malformed", "unknown message type \"%.40s\"", type));
+    if (!s_permitted(c, &m, def->action))
+        return;
+    /* who it is (a trial's token, a registered name), then the fields,
+       once: a handler trusts the schema's fields and their types */
+    if (def->auth == MSG_AUTH_TRIAL && !(m.trial = s_auth_trial(c, &m)))
+        return;
+    if (def->auth == MSG_AUTH_DISP && !(m.disp = s_auth_disp(c, &m)))
+        return;
+    char err[160];
+    if (msg_check(def, msg, err, sizeof err) != 0) {
+        ctl__refused(c, "refused a malformed %s: %s", def->name, err);
+        ctl__send(c, from, wire_error(m.req, "malformed", "%s: %s", def->name, err));
+        return;
+    }
+    /* the events this message causes record who did it */
+    store_set_actor(c->store, def->auth != MSG_AUTH_TRIAL && eff.id.role != IDENT_NONE
+                                  ? eff.id.user
+                                  : NULL);
+    s_handlers[def->type](c, &m);
+    store_set_actor(c->store, NULL);
 }

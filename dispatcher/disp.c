@@ -16,6 +16,7 @@
 #include "disp_int.h"
 #include "common/log.h"
 #include "common/keys.h"
+#include "common/msg.h"
 #include "common/wire.h"
 #include "common/util.h"
 
@@ -480,7 +481,7 @@ static int *s_pick_gpus(disp_t *d, int want, int *nfree)
     return out;
 }
 
-static void s_on_start(disp_t *d, const json_t *msg)
+static void s_on_start(disp_t *d, json_t *msg)
 {
     disp__start st;
     int have_ids;
@@ -613,7 +614,7 @@ out:
     free(cuda);
 }
 
-static void s_on_kill(disp_t *d, const json_t *msg)
+static void s_on_kill(disp_t *d, json_t *msg)
 {
     long trial, attempt;
     const char *reason;
@@ -637,7 +638,7 @@ static void s_on_kill(disp_t *d, const json_t *msg)
 /* The controller says a trial attempt listed here is not its own (a Slurm
    job of another store, taken back under the same dispatcher name): a job
    taken back is forgotten and left running, one started here is ended. */
-static void s_on_disown(disp_t *d, const json_t *msg)
+static void s_on_disown(disp_t *d, json_t *msg)
 {
     long trial, attempt;
     const char *reason;
@@ -977,24 +978,57 @@ static void s_on_read_log(disp_t *d, json_t *msg)
     s_send(d, reply);
 }
 
+static void s_on_ok(disp_t *d, json_t *msg)
+{
+    s_on_reply(d, msg, 1);
+}
+
+static void s_on_error(disp_t *d, json_t *msg)
+{
+    s_on_reply(d, msg, 0);
+}
+
+/* A start the schema refused: answered with exited/start_failed when it
+   still names its trial and attempt, else only logged. */
+static void s_refuse_start(disp_t *d, const json_t *msg, const char *err)
+{
+    json_t *t = json_object_get(msg, "trial"), *a = json_object_get(msg, "attempt");
+    if (json_is_integer(t) && json_is_integer(a) && json_integer_value(t) >= 0 &&
+        json_integer_value(a) >= 0) {
+        char why[340];
+        snprintf(why, sizeof why, "malformed start: %s", err);
+        s_report_start_failed(d, (long)json_integer_value(t), (long)json_integer_value(a),
+                              why);
+    }
+}
+
+/* The handler of each message type a dispatcher receives: a view of the
+   schema (common/msg.h), which checks the fields before any of these. */
+typedef void (*s_handler)(disp_t *d, json_t *msg);
+static const s_handler s_handlers[MSG_COUNT] = {
+    [MSG_OK] = s_on_ok,         [MSG_ERROR] = s_on_error,
+    [MSG_START] = s_on_start,   [MSG_KILL] = s_on_kill,
+    [MSG_DISOWN] = s_on_disown, [MSG_DISP_READ_LOG] = s_on_read_log,
+};
+
 static void s_on_message(disp_t *d, json_t *msg)
 {
     const char *type = wire_type(msg);
     d->last_heard = util_now();
-    if (!strcmp(type, "ok"))
-        s_on_reply(d, msg, 1);
-    else if (!strcmp(type, "error"))
-        s_on_reply(d, msg, 0);
-    else if (!strcmp(type, "start"))
-        s_on_start(d, msg);
-    else if (!strcmp(type, "kill"))
-        s_on_kill(d, msg);
-    else if (!strcmp(type, "disown"))
-        s_on_disown(d, msg);
-    else if (!strcmp(type, "read_log"))
-        s_on_read_log(d, msg);
-    else
+    char err[300];
+    const msg_def *def = msg_decode(msg, MSG_DISP, err, sizeof err);
+    if (def && s_handlers[def->type]) {
+        s_handlers[def->type](d, msg);
+        return;
+    }
+    def = msg_find(type, MSG_DISP);
+    if (!def || !s_handlers[def->type]) {
         log_warn(TAG, "ignoring message of unknown type \"%.40s\"", type);
+        return;
+    }
+    log_warn(TAG, "refusing malformed %s: %s", def->name, err);
+    if (def->type == MSG_START)
+        s_refuse_start(d, msg, err);
 }
 
 /* Reads everything there is. -1 on a fatal socket error. */

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/spec.h"
 #include "common/keys.h"
+#include "common/msg.h"
 #include "common/wire.h"
 #include "common/util.h"
 
@@ -435,6 +436,48 @@ static void s_on_instruction(s_conn *c, json_t *m)
     pthread_mutex_unlock(&t->mu);
 }
 
+static void s_on_ok(s_conn *c, json_t *m)
+{
+    s_on_reply(c, m, 1);
+}
+
+static void s_on_error(s_conn *c, json_t *m)
+{
+    s_on_reply(c, m, 0);
+}
+
+/* The handler of each message type a trial receives: a view of the schema
+   (common/msg.h), which checks the fields before any of these. */
+typedef void (*s_handler)(s_conn *c, json_t *m);
+static const s_handler s_handlers[MSG_COUNT] = {
+    [MSG_OK] = s_on_ok,
+    [MSG_ERROR] = s_on_error,
+    [MSG_INSTRUCTION] = s_on_instruction,
+};
+
+/* A message the schema refused: logged and dropped; an instruction that
+   still has its id is acknowledged `applied: false` with the reason (once),
+   so that the controller does not send it again. */
+static void s_refuse_msg(s_conn *c, json_t *m, const char *err)
+{
+    const char *type = wire_type(m);
+    const msg_def *def = msg_find(type, MSG_TRIAL);
+    if (!def || !s_handlers[def->type]) {
+        log_warn("jizhi", "trial %ld: unexpected message '%.40s' dropped", c->t->trial_id,
+                 type);
+        return;
+    }
+    log_warn("jizhi", "trial %ld: malformed %s dropped: %s", c->t->trial_id, def->name,
+             err);
+    json_t *id = json_object_get(m, "id");
+    if (def->type == MSG_INSTRUCTION && json_is_integer(id) &&
+        !s_seen(c, (long)json_integer_value(id))) {
+        char detail[300];
+        snprintf(detail, sizeof detail, "malformed instruction: %s", err);
+        s_ack_direct(c, (long)json_integer_value(id), detail);
+    }
+}
+
 static void s_receive(s_conn *c)
 {
     for (;;) {
@@ -447,16 +490,11 @@ static void s_receive(s_conn *c)
                      err);
             continue;
         }
-        const char *type = wire_type(m);
-        if (!strcmp(type, "ok"))
-            s_on_reply(c, m, 1);
-        else if (!strcmp(type, "error"))
-            s_on_reply(c, m, 0);
-        else if (!strcmp(type, "instruction"))
-            s_on_instruction(c, m);
+        const msg_def *def = msg_decode(m, MSG_TRIAL, err, sizeof err);
+        if (def && s_handlers[def->type])
+            s_handlers[def->type](c, m);
         else
-            log_warn("jizhi", "trial %ld: unexpected message '%s' dropped",
-                     c->t->trial_id, type);
+            s_refuse_msg(c, m, err);
         json_decref(m);
     }
 }
