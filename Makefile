@@ -324,11 +324,12 @@ uninstall:
 	rm -rf $(DESTDIR)$(PYDIR)/jizhi
 
 format:
-	clang-format -i $(shell git ls-files '*.c' '*.h')
+	clang-format -i $(shell git ls-files '*.c' '*.h' '*.cu')
 
-# Fails, naming the files, when any tracked C file differs from .clang-format.
+# Fails, naming the files, when any tracked C or CUDA file differs from
+# .clang-format.
 format-check:
-	@files=$$(git ls-files '*.c' '*.h'); \
+	@files=$$(git ls-files '*.c' '*.h' '*.cu'); \
 	 if ! clang-format --dry-run -Werror $$files >build-format.log 2>&1; then \
 	     grep -E '^[^ ].*: error:' build-format.log | cut -d: -f1 | sort -u | sed 's/^/  not formatted: /'; \
 	     echo "format-check: failed; run \`make format\`"; rm -f build-format.log; exit 1; fi; \

@@ -66,6 +66,7 @@ typedef struct {
     int have;  /* bits of its four values */
     sched_gns_point cur;
     double batch; /* last batch_size seen */
+    int oom;      /* a measurement was dropped: memory ran out */
 } s_acc;
 
 static void s_add(s_acc *a, long step, const char *name, double v)
@@ -95,8 +96,14 @@ static void s_add(s_acc *a, long step, const char *name, double v)
     if (a->have == 15) {
         a->have = 0;
         if (a->n == a->cap) {
-            a->cap = a->cap ? a->cap * 2 : 64;
-            a->pts = realloc(a->pts, a->cap * sizeof *a->pts);
+            size_t cap = a->cap ? a->cap * 2 : 64;
+            sched_gns_point *more = realloc(a->pts, cap * sizeof *more);
+            if (!more) {
+                a->oom = 1;
+                return;
+            }
+            a->pts = more;
+            a->cap = cap;
         }
         a->pts[a->n++] = a->cur;
     }
@@ -279,6 +286,11 @@ int cmd_bseval(int argc, char **argv)
         if (f != stdin)
             fclose(f);
     } else if (s_from_db(&acc, cli_db_path(db), (long)trial) != 0) {
+        return CLI_FAIL;
+    }
+    if (acc.oom) {
+        cli_error("batchsize-eval: out of memory reading the measurements");
+        free(acc.pts);
         return CLI_FAIL;
     }
     size_t k = (size_t)skip < acc.n ? (size_t)skip : acc.n;

@@ -42,13 +42,6 @@ void log_set_level(log_level level)
     pthread_mutex_unlock(&s_lock);
 }
 
-void log_set_sink(FILE *f)
-{
-    pthread_mutex_lock(&s_lock);
-    s_sink = f;
-    pthread_mutex_unlock(&s_lock);
-}
-
 int log_open_file(const char *path)
 {
     FILE *f = fopen(path, "a");

@@ -17,9 +17,6 @@ typedef enum { LOGL_ERROR = 0, LOGL_WARN, LOGL_INFO, LOGL_DEBUG } log_level;
 /* Sets the threshold; messages above it are dropped. */
 void log_set_level(log_level level);
 
-/* Sends messages to `f` (borrowed, must stay open), or stderr when NULL. */
-void log_set_sink(FILE *f);
-
 /* Opens `path` for appending and makes it the sink. 0 or -1. */
 int log_open_file(const char *path);
 

@@ -283,7 +283,8 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
             "parameter names must match [A-Za-z_][A-Za-z0-9_]* (under 64 characters)");
     if (!json_is_object(def))
         return spec__fail(err, path, "must be an object, not %s", s_type_name(def));
-    p->name = strdup(name);
+    if (!(p->name = strdup(name)))
+        return spec__fail(err, path, "out of memory");
     json_t *type;
     if (s_get(def, path, "type", JSON_STRING, 1, &type, err))
         return -1;
@@ -509,7 +510,8 @@ static int s_parse_queue(spec_t *s, json_t *j, spec_error *err)
                 err, "owner",
                 "must be 1-63 letters, digits, '_', '.', '-' or '@', starting "
                 "with a letter, digit or '_'");
-        s->owner = strdup(o);
+        if (!(s->owner = strdup(o)))
+            return spec__fail(err, "owner", "out of memory");
     }
     v = json_object_get(j, "alerts");
     if (v) {
@@ -540,7 +542,8 @@ static int s_parse_objective(spec_t *s, size_t k, json_t *obj, const char *path,
         if (!strcmp(s->objectives[i].metric, json_string_value(v)))
             return spec__fail(err, field, "\"%s\" is already an objective",
                               json_string_value(v));
-    s->objectives[k].metric = strdup(json_string_value(v));
+    if (!(s->objectives[k].metric = strdup(json_string_value(v))))
+        return spec__fail(err, path, "out of memory");
     if (s_get(obj, path, "mode", JSON_STRING, 1, &v, err))
         return -1;
     snprintf(field, sizeof field, "%s.mode", path);
@@ -596,7 +599,8 @@ static int s_parse_objectives(spec_t *s, json_t *j, spec_error *err)
                           "must be an object or an array of objects, not %s",
                           s_type_name(obj));
     }
-    s->metric = strdup(s->objectives[0].metric);
+    if (!(s->metric = strdup(s->objectives[0].metric)))
+        return spec__fail(err, "objective", "out of memory");
     s->maximize = s->objectives[0].maximize;
     return 0;
 }
@@ -633,7 +637,8 @@ static int s_parse_constraints(spec_t *s, json_t *j, spec_error *err)
         if (!spec_valid_name(json_string_value(v)))
             return spec__fail(err, field, "must match [A-Za-z_][A-Za-z0-9_]*");
         spec_constraint *sc = &s->constraints[s->nconstraints++];
-        sc->metric = strdup(json_string_value(v));
+        if (!(sc->metric = strdup(json_string_value(v))))
+            return spec__fail(err, path, "out of memory");
         json_t *le = json_object_get(c, "<="), *ge = json_object_get(c, ">=");
         if (!!le == !!ge)
             return spec__fail(err, path, "needs exactly one bound, \"<=\" or \">=\"");
@@ -695,7 +700,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         return spec__fail(err, "name",
                           "must be 1-100 characters of letters, digits, '_', '-' or '.', "
                           "starting with a letter, digit or '_'");
-    s->name = strdup(json_string_value(v));
+    if (!(s->name = strdup(json_string_value(v))))
+        return spec__fail(err, "name", "out of memory");
 
     json_t *obj;
     if (s_parse_objectives(s, j, err) || s_parse_constraints(s, j, err) ||
@@ -707,7 +713,8 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
     s->sched_opts = obj ? json_incref(obj) : json_pack("{s:s}", "type", "random");
     if (s_get(s->sched_opts, "scheduler", "type", JSON_STRING, 1, &v, err))
         return -1;
-    s->sched_type = strdup(json_string_value(v));
+    if (!(s->sched_type = strdup(json_string_value(v))))
+        return spec__fail(err, "scheduler.type", "out of memory");
     if (s_get(s->sched_opts, "scheduler", "seed", JSON_INTEGER, 0, &v, err))
         return -1;
     s->seed = v ? (long)json_integer_value(v) : 0;
@@ -764,8 +771,11 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
             "%zu parameters is more than the limit of %d parameters per spec "
             "(docs/spec.md, Limits)",
             json_object_size(obj), SPEC_MAX_PARAMS);
+    s->params =
+        calloc(json_object_size(obj) ? json_object_size(obj) : 1, sizeof *s->params);
+    if (!s->params)
+        return spec__fail(err, "space", "out of memory");
     s->nparams = json_object_size(obj);
-    s->params = calloc(s->nparams ? s->nparams : 1, sizeof *s->params);
     size_t i = 0;
     const char *key;
     json_object_foreach(obj, key, v)

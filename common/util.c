@@ -146,14 +146,6 @@ void *util_xrealloc(void *p, size_t size)
     return q;
 }
 
-char *util_xstrdup(const char *s)
-{
-    char *d = strdup(s);
-    if (!d)
-        s_oom(strlen(s) + 1);
-    return d;
-}
-
 char *util_xstrf(const char *fmt, ...)
 {
     va_list ap;

@@ -4,6 +4,9 @@
     random hex ids, and the daemons' allocators. Everything here is
     thread-safe and keeps no global state.
 
+    Users: the daemons and the CLI; jizhi-train takes util_now and
+    util_splitmix64 only (trainer/README.md, "What it takes from common/").
+
     Out-of-memory policy. An allocation failure in a daemon must never
     leave a change half applied. Daemon code that can back out cleanly
     checks every allocation and fails the one operation (the dispatcher
@@ -63,7 +66,6 @@ int util_mkdirs(const char *path, mode_t mode);
 void *util_xmalloc(size_t size);
 void *util_xcalloc(size_t n, size_t size);
 void *util_xrealloc(void *p, size_t size);
-char *util_xstrdup(const char *s);
 char *util_xstrf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

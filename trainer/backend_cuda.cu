@@ -46,43 +46,53 @@ extern "C" {
 #include "trainer/trn.h"
 }
 
-#define CUDA_CHECK(x)                                                                   \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "jizhi-train: CUDA error %s at %s:%d: %s\n",                \
-                    cudaGetErrorName(e_), __FILE__, __LINE__, cudaGetErrorString(e_));  \
-            exit(1);                                                                    \
-        }                                                                               \
+#define CUDA_CHECK(x)                                                                    \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "jizhi-train: CUDA error %s at %s:%d: %s\n",                 \
+                    cudaGetErrorName(e_), __FILE__, __LINE__, cudaGetErrorString(e_));   \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
 
-#define CUBLAS_CHECK(x)                                                                 \
-    do {                                                                                \
-        cublasStatus_t s_ = (x);                                                        \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                              \
-            fprintf(stderr, "jizhi-train: cuBLAS error %d at %s:%d\n", (int)s_,         \
-                    __FILE__, __LINE__);                                                \
-            exit(1);                                                                    \
-        }                                                                               \
+#define CUBLAS_CHECK(x)                                                                  \
+    do {                                                                                 \
+        cublasStatus_t s_ = (x);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+            fprintf(stderr, "jizhi-train: cuBLAS error %d at %s:%d\n", (int)s_,          \
+                    __FILE__, __LINE__);                                                 \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
 
 #define MAXL 33
-/* scratch: [0] loss sum, [1+2l] |w_l|^2, [2+2l] |g_l|^2, [BIAS] |b|^2, [BIAS+1] |g_b|^2 */
+/* scratch: [0] loss sum, [1+2l] |w_l|^2, [2+2l] |g_l|^2, [BIAS] |b|^2, [BIAS+1] |g_b|^2
+ */
 #define SCR_BIAS (2 * MAXL + 1)
 #define SCR_N (2 * MAXL + 4)
 
 /* ---- element conversions ---------------------------------------------------- */
 
 template <typename T> __device__ __forceinline__ float to_f(T v);
-template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_f<float>(float v)
+{
+    return v;
+}
 template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v)
 {
     return __bfloat162float(v);
 }
-template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f<__half>(__half v)
+{
+    return __half2float(v);
+}
 
 template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ float from_f<float>(float v)
+{
+    return v;
+}
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v)
 {
     return __float2bfloat16_rn(v);
@@ -93,14 +103,22 @@ template <> __device__ __forceinline__ __half from_f<__half>(float v)
 }
 
 template <typename T> static cudaDataType_t dtype();
-template <> cudaDataType_t dtype<float>() { return CUDA_R_32F; }
-template <> cudaDataType_t dtype<__nv_bfloat16>() { return CUDA_R_16BF; }
-template <> cudaDataType_t dtype<__half>() { return CUDA_R_16F; }
+template <> cudaDataType_t dtype<float>()
+{
+    return CUDA_R_32F;
+}
+template <> cudaDataType_t dtype<__nv_bfloat16>()
+{
+    return CUDA_R_16BF;
+}
+template <> cudaDataType_t dtype<__half>()
+{
+    return CUDA_R_16F;
+}
 
 /* ---- kernels ----------------------------------------------------------------- */
 
-template <typename T>
-__global__ void k_convert(const float *x, T *y, long n)
+template <typename T> __global__ void k_convert(const float *x, T *y, long n)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n)
@@ -108,8 +126,7 @@ __global__ void k_convert(const float *x, T *y, long n)
 }
 
 /* z[n,m] += b (stored in T), then ReLU unless last */
-template <typename T>
-__global__ void k_bias_act(T *z, const T *b, int n, int m, int relu)
+template <typename T> __global__ void k_bias_act(T *z, const T *b, int n, int m, int relu)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= (long)n * m)
@@ -141,7 +158,8 @@ __global__ void k_softmax_ce(const T *z, const unsigned char *y, T *dz, int n, i
     }
     float lse = logf(se);
     int lab = y[i];
-    float l = -(1.0f - smoothing) * (to_f<T>(zi[lab]) - mx - lse) - smoothing * (sz / k - lse);
+    float l =
+        -(1.0f - smoothing) * (to_f<T>(zi[lab]) - mx - lse) - smoothing * (sz / k - lse);
     atomicAdd(loss, l);
     for (int j = 0; j < k; j++) {
         float p = expf(to_f<T>(zi[j]) - mx - lse);
@@ -151,8 +169,7 @@ __global__ void k_softmax_ce(const T *z, const unsigned char *y, T *dz, int n, i
 }
 
 /* dz = da * (a > 0), in place on da */
-template <typename T>
-__global__ void k_relu_bwd(const T *a, T *d, long n)
+template <typename T> __global__ void k_relu_bwd(const T *a, T *d, long n)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n && !(to_f<T>(a[i]) > 0))
@@ -160,8 +177,7 @@ __global__ void k_relu_bwd(const T *a, T *d, long n)
 }
 
 /* db[j] = sum_i dz[i,j], rounded through T like a stored gradient */
-template <typename T>
-__global__ void k_bias_grad(const T *dz, T *db, int n, int m)
+template <typename T> __global__ void k_bias_grad(const T *dz, T *db, int n, int m)
 {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= m)
@@ -209,9 +225,9 @@ __global__ void k_norms(const float *w, const T *g, long n, float inv_scale, flo
    mode 0 SGD (nesterov), 1 LARS weight, 2 LARS bias (no wd, no trust).
    G: the gradient's element type (T, or fp32 sums of the ranks). */
 template <typename T, typename G>
-__global__ void k_update(float *w, T *wlp, const G *glp, float *m, long n, float inv_scale,
-                         float lr, float mu, float wd, int nesterov, int mode, float trust,
-                         const float *norms)
+__global__ void k_update(float *w, T *wlp, const G *glp, float *m, long n,
+                         float inv_scale, float lr, float mu, float wd, int nesterov,
+                         int mode, float trust, const float *norms)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= n)
@@ -250,18 +266,18 @@ typedef struct {
 typedef struct {
     cublasHandle_t blas;
     cudaStream_t stream;
-    int nl;                 /* linear layers */
-    int dims[MAXL + 1];     /* dims[0] input ... dims[nl] classes */
+    int nl;             /* linear layers */
+    int dims[MAXL + 1]; /* dims[0] input ... dims[nl] classes */
     trn_precision prec;
-    int esize;              /* bytes per stored element */
+    int esize;                                      /* bytes per stored element */
     float *w[MAXL], *b[MAXL], *mw[MAXL], *mb[MAXL]; /* fp32 master + momentum */
     void *wlp[MAXL], *blp[MAXL];                    /* compute-format copies */
     void *gw[MAXL], *gb[MAXL];                      /* gradients, compute format */
-    void *act[MAXL + 1];    /* act[0] input, act[i+1] output of layer i */
+    void *act[MAXL + 1]; /* act[0] input, act[i+1] output of layer i */
     void *dact[MAXL + 1];
-    float *xin;             /* fp32 input staging */
+    float *xin; /* fp32 input staging */
     unsigned char *y;
-    float *scratch;         /* loss, norms[2*MAXL], gsq */
+    float *scratch; /* loss, norms[2*MAXL], gsq */
     int *flag;
     int cap;
     trn_opt_kind opt;
@@ -306,27 +322,30 @@ static unsigned s_blocks(long n)
 }
 
 template <typename T>
-static void s_gemm(s_cuda *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                   const void *a, int lda, const void *b, int ldb, void *cc, int ldc, float beta)
+static void s_gemm(s_cuda *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                   int k, const void *a, int lda, const void *b, int ldb, void *cc,
+                   int ldc, float beta)
 {
     float alpha = 1.0f;
-    CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k, &alpha, a, dtype<T>(), lda, b, dtype<T>(),
-                              ldb, &beta, cc, dtype<T>(), ldc, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(c->blas, ta, tb, m, n, k, &alpha, a, dtype<T>(), lda, b,
+                              dtype<T>(), ldb, &beta, cc, dtype<T>(), ldc,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* Copies a batch of nb examples in, runs the forward pass and the loss,
    leaving dlogits = dscale * d(summed loss) in c->dact[nl] and the summed
    loss in c->scratch[0] (on c->stream; nb > 0, s_reserve done). */
 template <typename T>
-static void s_forward_loss(s_cuda *c, const float *x, const uint8_t *y, int nb, float dscale)
+static void s_forward_loss(s_cuda *c, const float *x, const uint8_t *y, int nb,
+                           float dscale)
 {
     cudaStream_t st = c->stream;
     int d0 = c->dims[0];
     CUDA_CHECK(cudaMemcpyAsync(c->xin, x, (size_t)nb * d0 * sizeof(float),
                                cudaMemcpyHostToDevice, st));
     CUDA_CHECK(cudaMemcpyAsync(c->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
-    k_convert<T><<<s_blocks((long)nb * d0), 256, 0, st>>>(c->xin, (T *)c->act[0], (long)nb * d0);
+    k_convert<T>
+        <<<s_blocks((long)nb * d0), 256, 0, st>>>(c->xin, (T *)c->act[0], (long)nb * d0);
     for (int l = 0; l < c->nl; l++) {
         int k = c->dims[l], m = c->dims[l + 1];
         s_gemm<T>(c, CUBLAS_OP_T, CUBLAS_OP_N, m, nb, k, c->wlp[l], k, c->act[l], k,
@@ -335,9 +354,9 @@ static void s_forward_loss(s_cuda *c, const float *x, const uint8_t *y, int nb, 
             (T *)c->act[l + 1], (const T *)c->blp[l], nb, m, l < c->nl - 1);
     }
     int K = c->dims[c->nl];
-    k_softmax_ce<T><<<(nb + 127) / 128, 128, 0, st>>>((const T *)c->act[c->nl], c->y,
-                                                      (T *)c->dact[c->nl], nb, K,
-                                                      (float)c->smoothing, dscale, c->scratch);
+    k_softmax_ce<T><<<(nb + 127) / 128, 128, 0, st>>>(
+        (const T *)c->act[c->nl], c->y, (T *)c->dact[c->nl], nb, K, (float)c->smoothing,
+        dscale, c->scratch);
 }
 
 /* The backward pass from c->dact[nl] into c->gw/c->gb, last layer first.
@@ -357,13 +376,13 @@ static int s_backward(s_cuda *c, int nb, int (*layer_done)(void *ctx, int l), vo
         /* dW^T (k x m) = X^T (k x nb) . dY (nb x m) */
         s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_T, k, m, nb, c->act[l], k, c->dact[l + 1], m,
                   c->gw[l], k, 0.0f);
-        k_bias_grad<T><<<s_blocks(m), 256, 0, st>>>((const T *)c->dact[l + 1], (T *)c->gb[l],
-                                                     nb, m);
+        k_bias_grad<T><<<s_blocks(m), 256, 0, st>>>((const T *)c->dact[l + 1],
+                                                    (T *)c->gb[l], nb, m);
         if (layer_done && layer_done(ctx, l) != 0)
             rc = -1;
         if (l > 0) /* dX^T (k x nb) = W^T (k x m) . dY^T (m x nb) */
-            s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_N, k, nb, m, c->wlp[l], k, c->dact[l + 1], m,
-                      c->dact[l], k, 0.0f);
+            s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_N, k, nb, m, c->wlp[l], k, c->dact[l + 1],
+                      m, c->dact[l], k, 0.0f);
     }
     return rc;
 }
@@ -384,13 +403,14 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
     for (int l = 0; l < c->nl; l++) {
         long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
         k_norms<T><<<s_blocks(nw), 256, 0, st>>>(c->w[l], (const T *)c->gw[l], nw, inv,
-                                                  c->scratch + 1 + 2 * l, c->flag);
-        k_norms<T><<<s_blocks(nbias), 256, 0, st>>>(c->b[l], (const T *)c->gb[l], nbias, inv,
-                                                     c->scratch + SCR_BIAS, c->flag);
+                                                 c->scratch + 1 + 2 * l, c->flag);
+        k_norms<T><<<s_blocks(nbias), 256, 0, st>>>(c->b[l], (const T *)c->gb[l], nbias,
+                                                    inv, c->scratch + SCR_BIAS, c->flag);
     }
     float host[SCR_N];
     int flag = 0;
-    CUDA_CHECK(cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(
+        cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaMemcpyAsync(&flag, c->flag, sizeof flag, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     double gsq = host[SCR_BIAS + 1];
@@ -403,15 +423,13 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
         int lars = c->opt == TRN_LARS;
         for (int l = 0; l < c->nl; l++) {
             long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
-            k_update<T, T><<<s_blocks(nw), 256, 0, st>>>(c->w[l], (T *)c->wlp[l],
-                                                       (const T *)c->gw[l], c->mw[l], nw, inv,
-                                                       (float)lr, mu, wd, c->nesterov,
-                                                       lars ? 1 : 0, (float)c->trust,
-                                                       c->scratch + 1 + 2 * l);
-            k_update<T, T><<<s_blocks(nbias), 256, 0, st>>>(c->b[l], (T *)c->blp[l],
-                                                          (const T *)c->gb[l], c->mb[l], nbias,
-                                                          inv, (float)lr, mu, 0.0f, c->nesterov,
-                                                          lars ? 2 : 0, (float)c->trust, NULL);
+            k_update<T, T><<<s_blocks(nw), 256, 0, st>>>(
+                c->w[l], (T *)c->wlp[l], (const T *)c->gw[l], c->mw[l], nw, inv,
+                (float)lr, mu, wd, c->nesterov, lars ? 1 : 0, (float)c->trust,
+                c->scratch + 1 + 2 * l);
+            k_update<T, T><<<s_blocks(nbias), 256, 0, st>>>(
+                c->b[l], (T *)c->blp[l], (const T *)c->gb[l], c->mb[l], nbias, inv,
+                (float)lr, mu, 0.0f, c->nesterov, lars ? 2 : 0, (float)c->trust, NULL);
         }
         CUDA_CHECK(cudaGetLastError());
     }
@@ -427,8 +445,9 @@ static int s_stage_layer(void *ctx, int l)
 
 /* One rank's step of a data-parallel run (see trn_backend.step_dist). */
 template <typename T>
-static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb, int global,
-                            double lr, double loss_scale, int *overflow, double *grad_sqnorm)
+static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
+                            int global, double lr, double loss_scale, int *overflow,
+                            double *grad_sqnorm)
 {
     cudaStream_t st = c->stream;
     if (nb > 0)
@@ -462,16 +481,17 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
     /* norms and the overflow flag on the sums (true units: scale 1) */
     for (int l = 0; l < c->nl; l++) {
         long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
-        k_norms<float><<<s_blocks(nw), 256, 0, st>>>(
-            c->w[l], trn_devdist_grad(c->dd, 2 * l), nw, 1.0f, c->scratch + 1 + 2 * l, c->flag);
-        k_norms<float><<<s_blocks(nbias), 256, 0, st>>>(c->b[l],
-                                                         trn_devdist_grad(c->dd, 2 * l + 1),
-                                                         nbias, 1.0f, c->scratch + SCR_BIAS,
-                                                         c->flag);
+        k_norms<float>
+            <<<s_blocks(nw), 256, 0, st>>>(c->w[l], trn_devdist_grad(c->dd, 2 * l), nw,
+                                           1.0f, c->scratch + 1 + 2 * l, c->flag);
+        k_norms<float><<<s_blocks(nbias), 256, 0, st>>>(
+            c->b[l], trn_devdist_grad(c->dd, 2 * l + 1), nbias, 1.0f,
+            c->scratch + SCR_BIAS, c->flag);
     }
     float host[SCR_N];
     int flag = 0;
-    CUDA_CHECK(cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(
+        cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaMemcpyAsync(&flag, c->flag, sizeof flag, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     double gsq = host[SCR_BIAS + 1];
@@ -487,12 +507,13 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
         for (int l = 0; l < c->nl; l++) {
             long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
             k_update<T, float><<<s_blocks(nw), 256, 0, st>>>(
-                c->w[l], (T *)c->wlp[l], trn_devdist_grad(c->dd, 2 * l), c->mw[l], nw, 1.0f,
-                (float)lr, mu, wd, c->nesterov, lars ? 1 : 0, (float)c->trust,
+                c->w[l], (T *)c->wlp[l], trn_devdist_grad(c->dd, 2 * l), c->mw[l], nw,
+                1.0f, (float)lr, mu, wd, c->nesterov, lars ? 1 : 0, (float)c->trust,
                 c->scratch + 1 + 2 * l);
             k_update<T, float><<<s_blocks(nbias), 256, 0, st>>>(
-                c->b[l], (T *)c->blp[l], trn_devdist_grad(c->dd, 2 * l + 1), c->mb[l], nbias,
-                1.0f, (float)lr, mu, 0.0f, c->nesterov, lars ? 2 : 0, (float)c->trust, NULL);
+                c->b[l], (T *)c->blp[l], trn_devdist_grad(c->dd, 2 * l + 1), c->mb[l],
+                nbias, 1.0f, (float)lr, mu, 0.0f, c->nesterov, lars ? 2 : 0,
+                (float)c->trust, NULL);
         }
         CUDA_CHECK(cudaGetLastError());
     }
@@ -524,13 +545,13 @@ static int s_parse_arch(s_cuda *c, const char *arch, char *err)
     return 0;
 }
 
-template <typename T>
-static void s_upload_lp(s_cuda *c)
+template <typename T> static void s_upload_lp(s_cuda *c)
 {
     for (int l = 0; l < c->nl; l++) {
         long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
         k_convert<T><<<s_blocks(nw), 256, 0, c->stream>>>(c->w[l], (T *)c->wlp[l], nw);
-        k_convert<T><<<s_blocks(nbias), 256, 0, c->stream>>>(c->b[l], (T *)c->blp[l], nbias);
+        k_convert<T>
+            <<<s_blocks(nbias), 256, 0, c->stream>>>(c->b[l], (T *)c->blp[l], nbias);
     }
     CUDA_CHECK(cudaGetLastError());
 }
@@ -573,7 +594,8 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     }
     int opt = trn_optim_from_name(cfg->optimizer);
     if (opt != TRN_SGD && opt != TRN_LARS) {
-        snprintf(err, TRN_ERRLEN, "the CUDA backend supports --optimizer sgd and lars (not %s)",
+        snprintf(err, TRN_ERRLEN,
+                 "the CUDA backend supports --optimizer sgd and lars (not %s)",
                  cfg->optimizer);
         return -1;
     }
@@ -598,7 +620,7 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
     CUBLAS_CHECK(cublasSetMathMode(c->blas, c->prec == TRN_FP32 ? CUBLAS_PEDANTIC_MATH
-                                                                 : CUBLAS_DEFAULT_MATH));
+                                                                : CUBLAS_DEFAULT_MATH));
     for (int l = 0; l < c->nl; l++) {
         trn_param *pw = trn_net_param(net, 2 * l), *pb = trn_net_param(net, 2 * l + 1);
         long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
@@ -614,10 +636,14 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
         CUDA_CHECK(cudaMalloc(&c->gw[l], nw * c->esize));
         CUDA_CHECK(cudaMalloc(&c->blp[l], nbias * c->esize));
         CUDA_CHECK(cudaMalloc(&c->gb[l], nbias * c->esize));
-        CUDA_CHECK(cudaMemcpy(c->w[l], pw->w, nw * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(c->mw[l], pw->m, nw * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(c->b[l], pb->w, nbias * sizeof(float), cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(c->mb[l], pb->m, nbias * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(
+            cudaMemcpy(c->w[l], pw->w, nw * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(
+            cudaMemcpy(c->mw[l], pw->m, nw * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(
+            cudaMemcpy(c->b[l], pb->w, nbias * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(
+            cudaMemcpy(c->mb[l], pb->m, nbias * sizeof(float), cudaMemcpyHostToDevice));
     }
     CUDA_CHECK(cudaMalloc(&c->scratch, SCR_N * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&c->flag, sizeof(int)));
@@ -650,18 +676,21 @@ static double s_step(void *self, const float *x, const uint8_t *y, int nb, doubl
 {
     s_cuda *c = (s_cuda *)self;
     if (c->prec == TRN_BF16)
-        return s_step_t<__nv_bfloat16>(c, x, y, nb, lr, loss_scale, overflow, grad_sqnorm);
+        return s_step_t<__nv_bfloat16>(c, x, y, nb, lr, loss_scale, overflow,
+                                       grad_sqnorm);
     if (c->prec == TRN_FP16)
         return s_step_t<__half>(c, x, y, nb, lr, loss_scale, overflow, grad_sqnorm);
     return s_step_t<float>(c, x, y, nb, lr, loss_scale, overflow, grad_sqnorm);
 }
 
-static double s_step_dist(void *self, const float *x, const uint8_t *y, int nb, int global,
-                          double lr, double loss_scale, int *overflow, double *grad_sqnorm)
+static double s_step_dist(void *self, const float *x, const uint8_t *y, int nb,
+                          int global, double lr, double loss_scale, int *overflow,
+                          double *grad_sqnorm)
 {
     s_cuda *c = (s_cuda *)self;
     if (!c->dd) {
-        fprintf(stderr, "jizhi-train: cuda backend: a data-parallel step without set_comm\n");
+        fprintf(stderr,
+                "jizhi-train: cuda backend: a data-parallel step without set_comm\n");
         return -1;
     }
     if (c->prec == TRN_BF16)
@@ -670,7 +699,8 @@ static double s_step_dist(void *self, const float *x, const uint8_t *y, int nb, 
     if (c->prec == TRN_FP16)
         return s_step_dist_t<__half>(c, x, y, nb, global, lr, loss_scale, overflow,
                                      grad_sqnorm);
-    return s_step_dist_t<float>(c, x, y, nb, global, lr, loss_scale, overflow, grad_sqnorm);
+    return s_step_dist_t<float>(c, x, y, nb, global, lr, loss_scale, overflow,
+                                grad_sqnorm);
 }
 
 static int s_set_comm(void *self, trn_comm *comm, const struct trn_dist_opts *o,
@@ -729,10 +759,14 @@ static void s_sync_to_host(void *self, trn_net *net)
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     for (int l = 0; l < c->nl; l++) {
         trn_param *pw = trn_net_param(net, 2 * l), *pb = trn_net_param(net, 2 * l + 1);
-        CUDA_CHECK(cudaMemcpy(pw->w, c->w[l], pw->n * sizeof(float), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(pw->m, c->mw[l], pw->n * sizeof(float), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(pb->w, c->b[l], pb->n * sizeof(float), cudaMemcpyDeviceToHost));
-        CUDA_CHECK(cudaMemcpy(pb->m, c->mb[l], pb->n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(
+            cudaMemcpy(pw->w, c->w[l], pw->n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(
+            cudaMemcpy(pw->m, c->mw[l], pw->n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(
+            cudaMemcpy(pb->w, c->b[l], pb->n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(
+            cudaMemcpy(pb->m, c->mb[l], pb->n * sizeof(float), cudaMemcpyDeviceToHost));
     }
     trn_net_sync_weights(net);
 }

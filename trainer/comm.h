@@ -91,8 +91,6 @@ trn_comm *trn_comm_local_new(char *err);
 trn_comm *trn_comm_mpi_new(char *err);
 /* 1 when this process was started by an MPI launcher (OMPI/PMI env). */
 int trn_comm_under_mpi(void);
-/* 1 when the MPI backend is compiled in. */
-int trn_comm_have_mpi(void);
 
 /* Picks by name: "auto" (mpi when under an MPI launcher, else local),
    "local", "mpi", "nccl" (only where nccl_new is given). */

@@ -255,11 +255,6 @@ trn_comm *trn_comm_mpi_new(char *err)
     return c;
 }
 
-int trn_comm_have_mpi(void)
-{
-    return 1;
-}
-
 #else
 
 trn_comm *trn_comm_mpi_new(char *err)
@@ -268,11 +263,6 @@ trn_comm *trn_comm_mpi_new(char *err)
              "--comm mpi: this jizhi-train is built without MPI (install openmpi-bin and "
              "libopenmpi-dev, then rebuild)");
     return NULL;
-}
-
-int trn_comm_have_mpi(void)
-{
-    return 0;
 }
 
 #endif

@@ -9,13 +9,12 @@
     ncclBroadcast), copy out, wait. The device calls of comm_nccl.h take
     device buffers and only enqueue on the same stream (the communication
     stream of the CUDA backend's device gradient path, dist_dev.cu): no
-    staging, no wait; a later staged call waits for them by stream order. Device = the first of the rank's
-    JIZHI_GPUS_PER_RANK devices (the dispatcher hands each trial trial.gpus
-    x ranks devices in CUDA_VISIBLE_DEVICES), modulo the visible ones. Bootstrap: with MPI
-   (under mpirun) rank 0's ncclUniqueId is broadcast over MPI_COMM_WORLD; without it the
-    backend is one rank.
-    Errors: NCCL/CUDA failures during construction return NULL with err;
-    later ones make the call return -1.
+    staging, no wait; a later staged call waits for them by stream order. Device = the
+   first of the rank's JIZHI_GPUS_PER_RANK devices (the dispatcher hands each trial
+   trial.gpus x ranks devices in CUDA_VISIBLE_DEVICES), modulo the visible ones.
+   Bootstrap: with MPI (under mpirun) rank 0's ncclUniqueId is broadcast over
+   MPI_COMM_WORLD; without it the backend is one rank. Errors: NCCL/CUDA failures during
+   construction return NULL with err; later ones make the call return -1.
 */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -148,8 +147,9 @@ static void s_destroy(void *self)
     free(m);
 }
 
-static const trn_comm_ops s_ops = {"nccl",  s_sendrecv, s_allreduce_f, s_allreduce_d,
-                                   s_bcast, s_barrier,  s_destroy, NULL, NULL};
+static const trn_comm_ops s_ops = {"nccl",        s_sendrecv, s_allreduce_f,
+                                   s_allreduce_d, s_bcast,    s_barrier,
+                                   s_destroy,     NULL,       NULL};
 
 /* ---- device-memory calls (comm_nccl.h) ------------------------------------ */
 
@@ -180,8 +180,8 @@ extern "C" int trn_nccl_dev_allreduce(trn_comm *c, float *dbuf, long n)
     return s_enq(ncclAllReduce(dbuf, dbuf, (size_t)n, ncclFloat, ncclSum, m->nc, m->st));
 }
 
-extern "C" int trn_nccl_dev_sendrecv(trn_comm *c, const void *sbuf, size_t sbytes, int dst,
-                                     void *rbuf, size_t rbytes, int src)
+extern "C" int trn_nccl_dev_sendrecv(trn_comm *c, const void *sbuf, size_t sbytes,
+                                     int dst, void *rbuf, size_t rbytes, int src)
 {
     s_nccl *m = (s_nccl *)c->self;
     if (s_enq(ncclGroupStart()) < 0)

@@ -344,19 +344,9 @@ const char *trn_dist_fusion_note(trn_dist *d)
     return d->tune_note;
 }
 
-int trn_dist_fusion_tuning(const trn_dist *d)
-{
-    return d->tuning;
-}
-
 void trn_dist_set_density(trn_dist *d, double density)
 {
     d->density = density > 1 ? 1 : density > 0 ? density : d->o.topk;
-}
-
-double trn_dist_density(const trn_dist *d)
-{
-    return d->density;
 }
 
 const double *trn_dist_local_gnorm(const trn_dist *d)

@@ -65,7 +65,6 @@ void trn_dist_destroy(trn_dist **dp);
 /* The fraction of each bucket top-k sends from now on (density warm-up);
    (0, 1]. No effect when dense. */
 void trn_dist_set_density(trn_dist *d, double density);
-double trn_dist_density(const trn_dist *d);
 
 /* Top-k: per param, the L2 norm of this rank's gradient share as it entered
    compression in the last step (true units, after clipping); borrowed. */
@@ -106,10 +105,9 @@ void trn_dist_fusion_model(const trn_dist *d, double *alpha, double *beta, doubl
    how gradients are grouped, not their sums), timing trn_dist_begin ..
    the end of trn_dist_finish; then every rank takes the candidate with
    rank 0's lowest median over the last 3 rounds (a broadcast inside
-   trn_dist_finish). trn_dist_fusion_tuning: 1 while measuring.
+   trn_dist_finish).
    trn_dist_fusion_note: once, right after the choice, a line saying what
    was timed (else NULL); borrowed. */
-int trn_dist_fusion_tuning(const trn_dist *d);
 const char *trn_dist_fusion_note(trn_dist *d);
 
 /* The layout benchmark (trn_dist_opts.compare) so far, one line into out

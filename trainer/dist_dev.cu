@@ -20,14 +20,14 @@ extern "C" {
 #endif
 }
 
-#define CUDA_CHECK(x)                                                                   \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "jizhi-train: CUDA error %s at %s:%d: %s\n",                \
-                    cudaGetErrorName(e_), __FILE__, __LINE__, cudaGetErrorString(e_));  \
-            exit(1);                                                                    \
-        }                                                                               \
+#define CUDA_CHECK(x)                                                                    \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "jizhi-train: CUDA error %s at %s:%d: %s\n",                 \
+                    cudaGetErrorName(e_), __FILE__, __LINE__, cudaGetErrorString(e_));   \
+            exit(1);                                                                     \
+        }                                                                                \
     } while (0)
 
 /* auto fusion: the layout of the timed steps (and of the host path, which
@@ -43,22 +43,22 @@ struct trn_devdist {
     trn_dist_opts o;
     trn_grad_path path;
     int np, nstages, nb;
-    int next; /* first bucket not yet launched this step */
+    int next;    /* first bucket not yet launched this step */
     long ntotal; /* floats over all buckets */
     long fusion_bytes;
     long *pn;   /* floats per param */
     long *poff; /* param -> offset in dbuf */
     trn_devbucket *b;
-    float *dbuf;           /* the buckets (device) */
-    void *dsend, *drecv;   /* ring: wire scratch (device) */
-    float *hbuf;           /* host path: pinned copy of dbuf */
-    cudaStream_t cs;       /* compute (the backend's) */
-    cudaStream_t ms;       /* communication (NCCL's) */
-    cudaEvent_t *ev;       /* one per stage, recorded on cs */
-    cudaEvent_t done;      /* recorded on ms after the last bucket */
-    void **g;              /* this step's gradients (device) */
-    int *ring_all;         /* 0 .. size-1: the flat ring's group */
-    int *stage;            /* param -> backward stage */
+    float *dbuf;         /* the buckets (device) */
+    void *dsend, *drecv; /* ring: wire scratch (device) */
+    float *hbuf;         /* host path: pinned copy of dbuf */
+    cudaStream_t cs;     /* compute (the backend's) */
+    cudaStream_t ms;     /* communication (NCCL's) */
+    cudaEvent_t *ev;     /* one per stage, recorded on cs */
+    cudaEvent_t done;    /* recorded on ms after the last bucket */
+    void **g;            /* this step's gradients (device) */
+    int *ring_all;       /* 0 .. size-1: the flat ring's group */
+    int *stage;          /* param -> backward stage */
     /* auto fusion (device path, several ranks): the curve's fit, then the
        first S_TUNE_STEPS steps timed with events (tev0 at the start, tev[s]
        after stage s, on the compute stream); the choice at the next begin */
@@ -73,7 +73,10 @@ struct trn_devdist {
 /* ---- kernels ------------------------------------------------------------------ */
 
 template <typename T> __device__ __forceinline__ float s_to_f(T v);
-template <> __device__ __forceinline__ float s_to_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ float s_to_f<float>(float v)
+{
+    return v;
+}
 template <> __device__ __forceinline__ float s_to_f<__nv_bfloat16>(__nv_bfloat16 v)
 {
     return __bfloat162float(v);
@@ -93,8 +96,7 @@ template <> __device__ __forceinline__ __half s_from_f<__half>(float v)
 }
 
 /* out = g * f in fp32 (dist.c's s_pack: the same product) */
-template <typename T>
-__global__ void k_pack(const T *g, float *out, long n, float f)
+template <typename T> __global__ void k_pack(const T *g, float *out, long n, float f)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n)
@@ -108,8 +110,7 @@ __global__ void k_add(float *__restrict__ x, const float *__restrict__ y, long n
         x[i] += y[i];
 }
 
-template <typename W>
-__global__ void k_encode(const float *x, W *y, long n)
+template <typename W> __global__ void k_encode(const float *x, W *y, long n)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n)
@@ -117,8 +118,7 @@ __global__ void k_encode(const float *x, W *y, long n)
 }
 
 /* add: x += decoded (comm.c adds x[i] + v in this order), else x = decoded */
-template <typename W>
-__global__ void k_decode(const W *y, float *x, long n, int add)
+template <typename W> __global__ void k_decode(const W *y, float *x, long n, int add)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) {
@@ -127,8 +127,7 @@ __global__ void k_decode(const W *y, float *x, long n, int add)
     }
 }
 
-template <typename W>
-__global__ void k_round(float *x, long n)
+template <typename W> __global__ void k_round(float *x, long n)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n)
@@ -159,13 +158,14 @@ static void s_round(trn_wire w, float *x, long n, cudaStream_t st)
         k_round<__nv_bfloat16><<<s_blocks(n), 256, 0, st>>>(x, n);
 }
 
-static void s_decode(trn_wire w, const void *y, float *x, long n, int add, cudaStream_t st)
+static void s_decode(trn_wire w, const void *y, float *x, long n, int add,
+                     cudaStream_t st)
 {
     if (w == TRN_WIRE_FP16)
         k_decode<__half><<<s_blocks(n), 256, 0, st>>>((const __half *)y, x, n, add);
     else
-        k_decode<__nv_bfloat16><<<s_blocks(n), 256, 0, st>>>((const __nv_bfloat16 *)y, x, n,
-                                                             add);
+        k_decode<__nv_bfloat16>
+            <<<s_blocks(n), 256, 0, st>>>((const __nv_bfloat16 *)y, x, n, add);
 }
 
 /* comm.c's trn_comm_ring over the ranks group[0..gn), on device memory:
@@ -214,7 +214,8 @@ static int s_ring(trn_devdist *d, const int *group, int gn, float *buf, long n)
                 continue;
             if (w == TRN_WIRE_FP32) {
                 if (phase == 0)
-                    k_add<<<s_blocks(rl), 256, 0, st>>>(buf + ro, (const float *)d->drecv, rl);
+                    k_add<<<s_blocks(rl), 256, 0, st>>>(buf + ro, (const float *)d->drecv,
+                                                        rl);
             } else {
                 s_decode(w, d->drecv, buf + ro, rl, phase == 0, st);
             }
@@ -295,10 +296,10 @@ static void s_pack(trn_devdist *d, int k, cudaStream_t st)
                 (const __nv_bfloat16 *)d->g[i], out, n, d->unscale);
         else if (d->prec == TRN_FP16)
             k_pack<__half><<<s_blocks(n), 256, 0, st>>>((const __half *)d->g[i], out, n,
-                                                         d->unscale);
-        else
-            k_pack<float><<<s_blocks(n), 256, 0, st>>>((const float *)d->g[i], out, n,
                                                         d->unscale);
+        else
+            k_pack<float>
+                <<<s_blocks(n), 256, 0, st>>>((const float *)d->g[i], out, n, d->unscale);
     }
 }
 
@@ -407,8 +408,8 @@ static int s_tune_decide(trn_devdist *d)
                 "jizhi-train: fusion auto (device): alpha %.1f us, %.2f GB/s, "
                 "forward+backward %.3f ms: %ld KiB, %d buckets, exposed communication "
                 "predicted %.3f ms/step (no fusion %.3f ms)\n",
-                d->alpha * 1e6, 1e-9 / d->beta, total * 1e3, d->fusion_bytes / 1024, d->nb,
-                pick[1] * 1e3, pick[2] * 1e3);
+                d->alpha * 1e6, 1e-9 / d->beta, total * 1e3, d->fusion_bytes / 1024,
+                d->nb, pick[1] * 1e3, pick[2] * 1e3);
     return 0;
 }
 
@@ -426,9 +427,10 @@ trn_grad_path trn_devdist_auto_path(trn_comm *c, const trn_dist_opts *o)
 int trn_devdist_check(trn_comm *c, const trn_dist_opts *o, trn_grad_path path, char *err)
 {
     if (o->topk > 0) {
-        snprintf(err, TRN_ERRLEN,
-                 "--topk with --backend cuda: top-k compression runs on the CPU path only "
-                 "(drop --backend cuda or --topk)");
+        snprintf(
+            err, TRN_ERRLEN,
+            "--topk with --backend cuda: top-k compression runs on the CPU path only "
+            "(drop --backend cuda or --topk)");
         return -1;
     }
     if (path == TRN_GRAD_DEVICE) {
@@ -498,19 +500,22 @@ trn_devdist *trn_devdist_new(trn_comm *c, int np, const long *pn, const int *sta
     }
     if (d->tuning) /* any layout may follow, and the curve's sizes */
         maxn = d->ntotal > s_curve[S_CURVE_N - 1] ? d->ntotal : s_curve[S_CURVE_N - 1];
-    CUDA_CHECK(cudaMalloc(&d->dbuf, (size_t)(d->ntotal > 0 ? d->ntotal : 1) * sizeof(float)));
+    CUDA_CHECK(
+        cudaMalloc(&d->dbuf, (size_t)(d->ntotal > 0 ? d->ntotal : 1) * sizeof(float)));
     if (path == TRN_GRAD_HOST) {
-        CUDA_CHECK(cudaMallocHost(&d->hbuf,
-                                  (size_t)(d->ntotal > 0 ? d->ntotal : 1) * sizeof(float)));
+        CUDA_CHECK(cudaMallocHost(&d->hbuf, (size_t)(d->ntotal > 0 ? d->ntotal : 1) *
+                                                sizeof(float)));
     } else {
 #ifdef TRN_WITH_NCCL
         d->ms = (cudaStream_t)trn_nccl_stream(c);
         /* scratch: a ring chunk, or a whole bucket for hier's in-node steps */
-        size_t chunk = (size_t)(o->algo == TRN_AR_HIER ? maxn + 1
-                                                       : maxn / (c->size > 0 ? c->size : 1) + 1) *
-                       sizeof(float);
+        size_t chunk =
+            (size_t)(o->algo == TRN_AR_HIER ? maxn + 1
+                                            : maxn / (c->size > 0 ? c->size : 1) + 1) *
+            sizeof(float);
         d->ring_all = (int *)calloc((size_t)(c->size > 0 ? c->size : 1), sizeof(int));
-        if (!d->ring_all || (o->algo == TRN_AR_HIER && !c->local && trn_comm_set_nodes(c, 0) < 0)) {
+        if (!d->ring_all ||
+            (o->algo == TRN_AR_HIER && !c->local && trn_comm_set_nodes(c, 0) < 0)) {
             trn_devdist_destroy(&d);
             snprintf(err, TRN_ERRLEN, "out of memory");
             return NULL;
@@ -611,14 +616,16 @@ int trn_devdist_finish(trn_devdist *d)
         for (int k = 0; k < d->nb; k++)
             s_pack(d, k, d->cs);
         size_t bytes = (size_t)d->ntotal * sizeof(float);
-        CUDA_CHECK(cudaMemcpyAsync(d->hbuf, d->dbuf, bytes, cudaMemcpyDeviceToHost, d->cs));
+        CUDA_CHECK(
+            cudaMemcpyAsync(d->hbuf, d->dbuf, bytes, cudaMemcpyDeviceToHost, d->cs));
         CUDA_CHECK(cudaStreamSynchronize(d->cs));
         int rc = 0;
         for (int k = 0; k < d->nb; k++) /* in bucket order on every rank */
             if (trn_comm_allreduce(d->comm, d->hbuf + d->b[k].off, d->b[k].n, d->o.algo,
                                    d->o.wire) < 0)
                 rc = -1;
-        CUDA_CHECK(cudaMemcpyAsync(d->dbuf, d->hbuf, bytes, cudaMemcpyHostToDevice, d->cs));
+        CUDA_CHECK(
+            cudaMemcpyAsync(d->dbuf, d->hbuf, bytes, cudaMemcpyHostToDevice, d->cs));
         return rc;
     }
     int rc = 0;

@@ -775,11 +775,6 @@ int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err)
     return 0;
 }
 
-int trn_trainer_rank(const trn_trainer *t)
-{
-    return t->rank;
-}
-
 int trn_trainer_step(trn_trainer *t)
 {
     const trn_config *c = &t->cfg;

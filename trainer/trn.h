@@ -420,7 +420,6 @@ void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b);
    set_comm (CUDA, MLP) the backend takes the steps and exchanges its
    gradients itself (dist_dev.h; --grad-path). Returns 0 or -1 with err. */
 int trn_trainer_set_comm(trn_trainer *t, trn_comm *c, char *err);
-int trn_trainer_rank(const trn_trainer *t);
 
 /* Top-k density at fractional epoch `epoch`: c->topk, or during the first
    c->topk_warmup epochs 25% falling exponentially to c->topk. */

@@ -46,3 +46,32 @@ def test_no_reference_outside_the_repository():
     if p.returncode not in (0, 1):
         pytest.skip("not a git checkout: " + p.stderr.strip())
     assert p.returncode == 1 and p.stdout == "", p.stdout
+
+
+def test_readme_layout_names_every_folder_and_doc():
+    """README's Layout table has a row for every top-level folder the
+    repository tracks, and its docs row links every docs/*.md and
+    trainer/README.md."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    folders = sorted({f.split("/")[0] for f in files if "/" in f and not f.startswith(".")})
+    assert "web" in folders and "bench" in folders, folders
+    layout = read("README.md").split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z_]+)/` \|", layout, re.M)
+    assert [f for f in folders if f not in rows] == []
+    docs_row = re.search(r"^\| `docs/` \|(.*)$", layout, re.M).group(1)
+    docs = sorted(f for f in files if f.startswith("docs/") and f.endswith(".md"))
+    assert docs, files
+    assert [d for d in docs + ["trainer/README.md"] if f"({d})" not in docs_row] == []
+
+
+def test_format_check_covers_cuda_files():
+    """`make format-check` checks every tracked C, header and CUDA file:
+    the count it prints is theirs."""
+    files = subprocess.run(["git", "ls-files", "*.c", "*.h", "*.cu"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert any(f.endswith(".cu") for f in files), files
+    p = subprocess.run(["make", "--no-print-directory", "-s", "format-check"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"format-check: {len(files)} files match" in p.stdout, p.stdout
