@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 from conftest import JIZHI, PROGS, base_spec
 from test_recovery import start_controller, start_dispatcher, stop
@@ -28,6 +27,42 @@ def live_spec(name, trials=1, parallel=1, steps="400"):
 def running_trial(jz):
     jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60, "a reporting trial")
     return jz.sql("SELECT id FROM trials WHERE state='running' ORDER BY id")[0][0]
+
+
+def two_running_trials(jz):
+    """The ids of a study's two running trials, once both have reported."""
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(DISTINCT trial_id) FROM metrics")[0][0] == 2, 60,
+                "two reporting trials")
+    return [r[0] for r in jz.sql("SELECT id FROM trials WHERE state='running' ORDER BY id")]
+
+
+def last_step(jz, tid):
+    return jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0] or 0
+
+
+def held_while_paused(jz, tid, control, steps=8):
+    """Checks that paused trial `tid` makes no progress, with waits on
+    events, not on the clock: its pause is acknowledged as applied (the
+    helper then holds the program); the control trial (the same program at
+    the same step time, not paused) makes `steps` steps, so that a report
+    the paused one had in flight lands; the paused one's last step is read;
+    the control makes `steps` more, and the paused one none. Returns the
+    paused trial's last step."""
+    jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM events WHERE trial_id=? AND "
+                               "kind='instruction' AND applied=1 AND "
+                               "json_extract(detail, '$.kind')='pause'", tid)[0][0] == 1,
+                30, "the pause acknowledged")
+
+    def control_steps():
+        o = last_step(jz, control)
+        jz.wait_for(lambda: last_step(jz, control) >= o + steps, 60,
+                    f"{steps} steps of the control trial {control}")
+
+    control_steps()
+    s1 = last_step(jz, tid)
+    control_steps()
+    assert last_step(jz, tid) == s1, "a paused trial made progress"
+    return s1
 
 
 def test_trial_set_changes_lr_at_the_next_step_and_is_acknowledged(jz):
@@ -83,20 +118,19 @@ def test_trial_set_changes_lr_at_the_next_step_and_is_acknowledged(jz):
 def test_pause_and_resume_hold_the_trial(jz):
     ep, ctl, disp = daemons(jz)
     try:
-        jz.run("study", "submit", jz.write_spec(live_spec("pause")), check=0)
-        tid = running_trial(jz)
+        # two trials: the second is the control that shows time passing
+        jz.run("study", "submit", jz.write_spec(live_spec("pause", trials=2, parallel=2)),
+               check=0)
+        tid, control = two_running_trials(jz)
         jz.run("trial", "pause", str(tid), check=0)
         assert jz.sql("SELECT state FROM trials WHERE id=?", tid) == [("paused",)]
-        time.sleep(0.3)  # let a step in flight land
-        (s1,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
-        time.sleep(1.0)
-        (s2,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
-        assert s1 == s2, "a paused trial made progress"
+        s2 = held_while_paused(jz, tid, control)
         jz.run("trial", "resume", str(tid), check=0)
         assert jz.sql("SELECT state FROM trials WHERE id=?", tid) == [("running",)]
         jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0]
                     > s2, 30, "progress after resume")
         jz.run("trial", "stop", str(tid), check=0)
+        jz.run("trial", "stop", str(control), check=0)
     finally:
         stop(ctl, disp)
 

@@ -89,22 +89,19 @@ def test_pause_acknowledged_only_when_true(jz):
     """A program that ignores instructions: its pause is carried out by the
     helper (no progress while paused) and its resume lets it go on. (The
     other instructions' honest acknowledgements: tests/test_jz_helper.c.)"""
-    from test_control import daemons, running_trial
+    from test_control import daemons, held_while_paused, two_running_trials
     from test_recovery import stop
 
     ep, ctl, disp = daemons(jz)
     try:
-        spec = base_spec("ignore", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1,
-                         parallel=1, env={"STEPS": "400"})
+        # two trials: the second, not paused, is the control that shows time passing
+        spec = base_spec("ignore", ["python3", f"{PROGS}/ignoring_trial.py"], trials=2,
+                         parallel=2, env={"STEPS": "400"})
         jz.run("study", "submit", jz.write_spec(spec), check=0)
-        tid = running_trial(jz)
+        tid, control = two_running_trials(jz)
         jz.run("trial", "pause", str(tid), check=0)
-        import time
-        time.sleep(0.5)  # a step in flight lands
-        (s1,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
-        time.sleep(1.0)
-        (s2,) = jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0]
-        assert s1 == s2, "acknowledged a pause, yet the trial made progress"
+        # acknowledged a pause: no progress while the control trial makes some
+        s2 = held_while_paused(jz, tid, control)
         jz.run("trial", "resume", str(tid), check=0)
         jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?",
                                    tid)[0][0] > s2, 30, "progress after resume")
@@ -113,6 +110,7 @@ def test_pause_acknowledged_only_when_true(jz):
                  and e["detail"]["kind"] == "pause"][0]
         assert pause["applied"] is True and "helper" in (pause["result"] or ""), pause
         jz.run("trial", "stop", str(tid), check=0)
+        jz.run("trial", "stop", str(control), check=0)
     finally:
         stop(ctl, disp)
 

@@ -120,13 +120,19 @@ def test_trial_that_ends_while_the_controller_is_down_completes(jz):
     disp = start_dispatcher(jz, ep, 1)
     ctl2 = None
     try:
-        spec = base_spec("down", ["sh", "-c", "jizhi report --step 1 score=1 && sleep 1"],
+        # the trial waits for the go file, written once the controller is down
+        pidf, go = os.path.join(jz.dir, "trial.pid"), os.path.join(jz.dir, "go")
+        spec = base_spec("down", ["sh", "-c", f"echo $$ > {pidf}; jizhi report --step 1 "
+                                  f"score=1 && while [ ! -e {go} ]; do sleep 0.02; done"],
                          trials=1, parallel=1)
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] == 1, 30, "the report")
         ctl.send_signal(signal.SIGKILL)
         ctl.wait(timeout=10)
-        time.sleep(3)  # the trial exits meanwhile
+        pid = int(open(pidf).read())
+        open(go, "w").close()
+        # the trial exits meanwhile: its process is gone (reaped by the dispatcher)
+        jz.wait_for(lambda: not os.path.exists(f"/proc/{pid}"), 30, "the trial to exit")
         ctl2 = start_controller(jz, ep)
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 60,
                     "the study to finish")

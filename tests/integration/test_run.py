@@ -206,20 +206,23 @@ def test_report_standalone_prints_to_stderr(jz):
 
 def test_interrupted_run_continues_where_it_stopped(jz):
     import signal
-    import subprocess
-    import time
+    hold = os.path.join(jz.dir, "go")
+    ack_log = os.path.join(jz.dir, "acked.log")
+    # the trials hold after their first acknowledged step until `go` exists
     spec = base_spec("interrupted", ["python3", os.path.join(PROGS, "acked_reporter.py")],
-                     trials=4, parallel=2, env={"ACK_LOG": os.path.join(jz.dir, "acked.log"),
-                                                "STEPS": "30", "STEP_SLEEP": "0.05"})
+                     trials=4, parallel=2, env={"ACK_LOG": ack_log, "HOLD_FILE": hold,
+                                                "STEPS": "10", "STEP_SLEEP": "0.01"})
     path = jz.write_spec(spec)
     p = jz.popen("run", path)
-    jz.wait_for(lambda: os.path.exists(os.path.join(jz.dir, "acked.log")), 60, "a first report")
+    jz.wait_for(lambda: os.path.exists(ack_log) and len(open(ack_log).read().split("\n")) > 2,
+                60, "both running trials' first reports")
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 1 and "run the same command again" in err
-    done_before = jz.sql("SELECT COUNT(*) FROM trials WHERE state='completed'")[0][0]
-    assert done_before < 4
+    # interrupted while both trials were held: none had completed
+    assert jz.sql("SELECT COUNT(*) FROM trials WHERE state='completed'")[0][0] == 0
     assert jz.sql("SELECT COUNT(*) FROM trials WHERE state='failed'")[0][0] == 0
+    open(hold, "w").close()
     again = jz.run("run", path, timeout=120)
     assert again.returncode == 0, again.stderr
     assert "continuing study interrupted" in again.stderr

@@ -145,9 +145,9 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
                 what="the curves to grow")
         steps_shown = drv.execute_script(
             "return Math.max(...jz.study.trials.map(t => t.last_step || 0))")
-        time.sleep(1.5)
-        assert drv.execute_script(
-            "return Math.max(...jz.study.trials.map(t => t.last_step || 0))") > steps_shown
+        # the table's steps follow the running trials (an event, not a clock)
+        wait_js(drv, "Math.max(...jz.study.trials.map(t => t.last_step || 0)) > "
+                f"{steps_shown}", what="the table's steps to grow")
         # sorting and filtering the table
         drv.execute_script("document.querySelector('#trials-table th[data-key=\"id\"]').click()")
         drv.execute_script("document.querySelector('#trials-table th[data-key=\"id\"]').click()")

@@ -16,7 +16,9 @@ EPOCH_STEPS steps and at the end. quality = 1 - (x - 0.3)^2 when a param x is gi
 Obeys `set batch_size` and `set lr` (acknowledged as applied) and `stop`.
 Env: B_SIMPLE (default 1000), ALPHA (0.002), BETA (2e-5), STEPS (400),
 LOG (10), EPOCH_STEPS (50), N (10000), SEED (trial id), D (20),
-SLEEP (seconds per step, default 0).
+SLEEP (seconds per step, default 0), FLUSH_EPOCH (1: after each epoch's
+report, wait until the controller has acknowledged it, so that an
+instruction its rules decided on that report is polled before the next step).
 """
 import math
 import os
@@ -37,6 +39,7 @@ EPOCH_STEPS = int(env("EPOCH_STEPS", "50"))
 N = float(env("N", "10000"))
 D = int(env("D", "20"))
 SLEEP = float(env("SLEEP", "0"))
+FLUSH_EPOCH = env("FLUSH_EPOCH", "0") == "1"
 rng = random.Random(int(env("SEED", str(t.trial_id if t.trial_id else 1))))
 
 batch = int(t.param("batch_size", 32))
@@ -90,6 +93,8 @@ while step < STEPS:
                  grad_sqnorm_big=gb, batch_small=bs, batch_big=batch)
     if step % EPOCH_STEPS == 0:
         t.report(step, val_acc=quality * useful / (useful + N), epoch=examples / N)
+        if FLUSH_EPOCH and not t.flush():
+            sys.exit("gns_trial: the epoch's report was not acknowledged")
 if step % EPOCH_STEPS:
     t.report(step, val_acc=quality * useful / (useful + N), epoch=examples / N)
 t.close()
