@@ -117,22 +117,26 @@ void cli_format_value(const json_t *v, char *buf, size_t size);
 /* Formats seconds as HH:MM:SS. */
 void cli_format_elapsed(double s, char *buf, size_t size);
 
-/* The options `study` and `trial` share (cli_opts.c). --db, --controller,
-   --json and --help always; the others when `accept` has their bit. */
+/* The options the commands share (cli_opts.c): --help always; the others
+   when `accept` has their bit (cli_opts_parse adds CLI_OPT_BASE). */
 enum {
-    CLI_OPT_FORMAT = 1 << 0,   /* --format csv|json */
-    CLI_OPT_OUTPUT = 1 << 1,   /* --output FILE, -o FILE */
-    CLI_OPT_WAIT = 1 << 2,     /* --no-wait, --timeout S */
-    CLI_OPT_STDERR = 1 << 3,   /* --stderr */
-    CLI_OPT_RELEASE = 1 << 4,  /* --release */
-    CLI_OPT_ALL = 1 << 5,      /* --all */
-    CLI_OPT_FOLLOW = 1 << 6,   /* --follow, -f */
-    CLI_OPT_TRIALS = 1 << 7,   /* --trials N (study extend) */
-    CLI_OPT_PRIORITY = 1 << 8, /* --priority high|normal|low */
-    CLI_OPT_FORCE = 1 << 9,    /* --force (trial set: a value outside the space) */
-    CLI_OPT_YES = 1 << 10,     /* --yes, -y (study delete: no question) */
-    CLI_OPT_GUARD = 1 << 11,   /* --guard[=values], --watch-steps K, --tolerance X */
-    CLI_OPT_FORK = 1 << 12,    /* --steps K, --keep best|all, --decide (trial fork) */
+    CLI_OPT_FORMAT = 1 << 0,      /* --format csv|json */
+    CLI_OPT_OUTPUT = 1 << 1,      /* --output FILE, -o FILE */
+    CLI_OPT_WAIT = 1 << 2,        /* --no-wait, --timeout S */
+    CLI_OPT_STDERR = 1 << 3,      /* --stderr */
+    CLI_OPT_RELEASE = 1 << 4,     /* --release */
+    CLI_OPT_ALL = 1 << 5,         /* --all */
+    CLI_OPT_FOLLOW = 1 << 6,      /* --follow, -f */
+    CLI_OPT_TRIALS = 1 << 7,      /* --trials N (study extend) */
+    CLI_OPT_PRIORITY = 1 << 8,    /* --priority high|normal|low */
+    CLI_OPT_FORCE = 1 << 9,       /* --force (trial set: a value outside the space) */
+    CLI_OPT_YES = 1 << 10,        /* --yes, -y (study delete: no question) */
+    CLI_OPT_GUARD = 1 << 11,      /* --guard[=values], --watch-steps K, --tolerance X */
+    CLI_OPT_FORK = 1 << 12,       /* --steps K, --keep best|all, --decide (trial fork) */
+    CLI_OPT_DB = 1 << 24,         /* --db FILE */
+    CLI_OPT_CONTROLLER = 1 << 25, /* --controller ENDPOINT */
+    CLI_OPT_JSON = 1 << 26,       /* --json */
+    CLI_OPT_BASE = CLI_OPT_DB | CLI_OPT_CONTROLLER | CLI_OPT_JSON,
 };
 typedef struct {
     const char *db;         /* --db, else $JIZHI_DB, else ./jizhi.db (borrowed) */
@@ -174,6 +178,22 @@ int cli_study_copy(const cli_opts *o);
    `usage` to stderr. */
 int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage,
                    cli_opts *o);
+
+/* A command's own option, beside the shared ones: --NAME VALUE stores the
+   value (borrowed from argv) in *value, --NAME alone sets *flag to 1 (one
+   of the two is set). The command checks the values after the parse. A
+   table ends with {NULL}; at most 24 entries. */
+typedef struct {
+    const char *name;   /* without "--" */
+    const char **value; /* takes an argument: where it goes */
+    int *flag;          /* takes none: set to 1 */
+} cli_opt_extra;
+
+/* cli_opts_parse with the shared options chosen by `accept` alone (no
+   CLI_OPT_BASE added) and the command's own in `extra` (NULL: none).
+   Returns as cli_opts_parse. */
+int cli_opts_parse_ext(int argc, char **argv, unsigned accept, const cli_opt_extra *extra,
+                       const char *usage, cli_opts *o);
 
 /* Where the read commands (list, show, export, events, logs, watch) read:
    the database file, or a controller when --controller is given (or

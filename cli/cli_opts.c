@@ -1,25 +1,35 @@
-/*  cli_opts.c - the options `jizhi study` and `jizhi trial` share (cli.h).
+/*  cli_opts.c - the one option parser of the `jizhi` commands (cli.h).
 
     One getopt_long table; each command says which of the optional entries
     it accepts, and an option it does not accept is a usage error there.
+    A command's own options (run's --slots, watch's --interval, ...) come
+    as a table of cli_opt_extra beside it, so no command writes its own
+    getopt loop.
 */
 #include "cli.h"
 
 #include "../common/spec.h"
 
+#include <assert.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
 int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cli_opts *o)
 {
+    return cli_opts_parse_ext(argc, argv, accept | CLI_OPT_BASE, NULL, usage, o);
+}
+
+int cli_opts_parse_ext(int argc, char **argv, unsigned accept, const cli_opt_extra *extra,
+                       const char *usage, cli_opts *o)
+{
     static const struct {
         struct option opt;
         unsigned need; /* 0: every command */
     } table[] = {
-        {{"db", required_argument, 0, 'd'}, 0},
-        {{"controller", required_argument, 0, 'c'}, 0},
-        {{"json", no_argument, 0, 'j'}, 0},
+        {{"db", required_argument, 0, 'd'}, CLI_OPT_DB},
+        {{"controller", required_argument, 0, 'c'}, CLI_OPT_CONTROLLER},
+        {{"json", no_argument, 0, 'j'}, CLI_OPT_JSON},
         {{"help", no_argument, 0, 'h'}, 0},
         {{"format", required_argument, 0, 'm'}, CLI_OPT_FORMAT},
         {{"output", required_argument, 0, 'o'}, CLI_OPT_OUTPUT},
@@ -40,12 +50,19 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
         {{"keep", required_argument, 0, 'K'}, CLI_OPT_FORK},
         {{"decide", no_argument, 0, 'D'}, CLI_OPT_FORK},
     };
-    enum { N = sizeof table / sizeof table[0] };
-    struct option opts[N + 1];
+    enum { N = sizeof table / sizeof table[0], X_MAX = 24, X_BASE = 256 };
+    struct option opts[N + X_MAX + 1];
     int k = 0;
     for (int i = 0; i < N; i++)
         if (!table[i].need || (accept & table[i].need))
             opts[k++] = table[i].opt;
+    int nx = 0;
+    for (; extra && extra[nx].name; nx++) {
+        assert(nx < X_MAX && (!extra[nx].value != !extra[nx].flag));
+        opts[k++] = (struct option){extra[nx].name,
+                                    extra[nx].value ? required_argument : no_argument, 0,
+                                    X_BASE + nx};
+    }
     memset(&opts[k], 0, sizeof opts[k]);
 
     memset(o, 0, sizeof *o);
@@ -60,6 +77,7 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
     if (accept & CLI_OPT_YES)
         strcat(shorts, "y");
     int c;
+    optind = 1;
     while ((c = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
         switch (c) {
         case 'd':
@@ -171,6 +189,14 @@ int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cl
             fputs(usage, stdout);
             return -1;
         default:
+            if (c >= X_BASE && c < X_BASE + nx) { /* the command's own option */
+                const cli_opt_extra *x = &extra[c - X_BASE];
+                if (x->value)
+                    *x->value = optarg;
+                else
+                    *x->flag = 1;
+                break;
+            }
             fputs(usage, stderr);
             return CLI_USAGE;
         }

@@ -4,7 +4,6 @@
 
 #include "../common/keys.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -19,35 +18,15 @@ static const char s_usage[] =
 
 int cmd_keygen(int argc, char **argv)
 {
-    static const struct option opts[] = {{"out", required_argument, 0, 'o'},
-                                         {"name", required_argument, 0, 'n'},
-                                         {"force", no_argument, 0, 'f'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     const char *out = NULL, *name = "client";
-    int force = 0, c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'o':
-            out = optarg;
-            break;
-        case 'n':
-            name = optarg;
-            break;
-        case 'f':
-            force = 1;
-            break;
-        case 'h':
-            fputs(s_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_usage, stderr);
-            return CLI_USAGE;
-        }
-    }
-    if (optind != argc) {
-        cli_error("keygen: unexpected argument \"%s\"", argv[optind]);
+    const cli_opt_extra extra[] = {{"out", &out, NULL}, {"name", &name, NULL}, {NULL}};
+    cli_opts o;
+    int prc = cli_opts_parse_ext(argc, argv, CLI_OPT_FORCE, extra, s_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
+    int force = o.force;
+    if (o.nargs) {
+        cli_error("keygen: unexpected argument \"%s\"", o.args[0]);
         return CLI_USAGE;
     }
     size_t nl = strlen(name);

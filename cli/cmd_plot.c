@@ -29,7 +29,6 @@
 #include "../common/spec.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -787,42 +786,20 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, p_
 
 int cmd_plot(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'},     {"output", required_argument, 0, 'o'},
-        {"metric", required_argument, 0, 'm'}, {"x", required_argument, 0, 'x'},
-        {"log-y", no_argument, 0, 'l'},        {"full-y", no_argument, 0, 'f'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *db = NULL, *output = NULL, *curve_metric = NULL, *xaxis = "step";
-    int log_y = 0, full_y = 0, c;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            db = optarg;
-            break;
-        case 'o':
-            output = optarg;
-            break;
-        case 'm':
-            curve_metric = optarg;
-            break;
-        case 'x':
-            xaxis = optarg;
-            break;
-        case 'l':
-            log_y = 1;
-            break;
-        case 'f':
-            full_y = 1;
-            break;
-        case 'h':
-            fputs(s_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_usage, stderr);
-            return CLI_USAGE;
-        }
-    }
-    if (argc - optind != 1) {
+    const char *curve_metric = NULL, *xaxis = "step";
+    int log_y = 0, full_y = 0;
+    const cli_opt_extra extra[] = {{"metric", &curve_metric, NULL},
+                                   {"x", &xaxis, NULL},
+                                   {"log-y", NULL, &log_y},
+                                   {"full-y", NULL, &full_y},
+                                   {NULL}};
+    cli_opts o;
+    int prc =
+        cli_opts_parse_ext(argc, argv, CLI_OPT_DB | CLI_OPT_OUTPUT, extra, s_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
+    const char *db = o.db, *output = o.output;
+    if (o.nargs != 1) {
         cli_error("plot: expected STUDY");
         fputs(s_usage, stderr);
         return CLI_USAGE;
@@ -831,8 +808,7 @@ int cmd_plot(int argc, char **argv)
         cli_error("plot: --x expects step, time or a metric name");
         return CLI_USAGE;
     }
-    const char *name = argv[optind];
-    db = cli_db_path(db);
+    const char *name = o.args[0];
     store_t *s = cli_open_db(db);
     if (!s)
         return CLI_FAIL;

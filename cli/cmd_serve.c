@@ -5,7 +5,6 @@
 
 #include "../common/log.h"
 
-#include <getopt.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,37 +51,18 @@ static void s_on_signal(int sig)
 
 int cmd_serve(int argc, char **argv)
 {
-    static const struct option opts[] = {{"http", required_argument, 0, 'H'},
-                                         {"db", required_argument, 0, 'd'},
-                                         {"controller", required_argument, 0, 'c'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *listen = "127.0.0.1:8080", *dbflag = NULL, *controller = NULL;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'H':
-            listen = optarg;
-            break;
-        case 'd':
-            dbflag = optarg;
-            break;
-        case 'c':
-            controller = optarg;
-            break;
-        case 'h':
-            fputs(s_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_usage, stderr);
-            return CLI_USAGE;
-        }
-    }
-    if (optind != argc) {
-        cli_error("serve: unexpected argument \"%s\"", argv[optind]);
+    const char *listen = "127.0.0.1:8080";
+    const cli_opt_extra extra[] = {{"http", &listen, NULL}, {NULL}};
+    cli_opts o;
+    int prc = cli_opts_parse_ext(argc, argv, CLI_OPT_DB | CLI_OPT_CONTROLLER, extra,
+                                 s_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
+    if (o.nargs) {
+        cli_error("serve: unexpected argument \"%s\"", o.args[0]);
         return CLI_USAGE;
     }
-    const char *db = cli_db_path(dbflag);
+    const char *db = o.db, *controller = o.controller;
     store_t *s = cli_open_db(db); /* refuse a missing or foreign database now */
     if (!s)
         return CLI_FAIL;

@@ -7,7 +7,6 @@
 #include "../common/wire.h"
 #include "../common/util.h"
 
-#include <getopt.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,35 +159,16 @@ static int s_revoke(const char *db, const char *what)
 
 int cmd_token(int argc, char **argv)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"role", required_argument, 0, 'r'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *dbflag = NULL, *role = NULL;
-    int as_json = 0, c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            dbflag = optarg;
-            break;
-        case 'r':
-            role = optarg;
-            break;
-        case 'j':
-            as_json = 1;
-            break;
-        case 'h':
-            fputs(s_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_usage, stderr);
-            return CLI_USAGE;
-        }
-    }
-    int nargs = argc - optind;
-    char **args = argv + optind;
-    const char *db = cli_db_path(dbflag);
+    const char *role = NULL;
+    const cli_opt_extra extra[] = {{"role", &role, NULL}, {NULL}};
+    cli_opts o;
+    int prc =
+        cli_opts_parse_ext(argc, argv, CLI_OPT_DB | CLI_OPT_JSON, extra, s_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
+    int nargs = o.nargs, as_json = o.json;
+    char **args = o.args;
+    const char *db = o.db;
     if ((nargs == 1 || nargs == 2) && !strcmp(args[0], "create")) {
         char me[64];
         if (nargs == 1 && !*s_login(geteuid(), me, sizeof me)) {

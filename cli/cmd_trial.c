@@ -8,7 +8,6 @@
 #include "jizhi.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -454,41 +453,39 @@ static const char s_report_usage[] =
 
 int cmd_report(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"step", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *step_text = NULL;
+    const cli_opt_extra extra[] = {{"step", &step_text, NULL}, {NULL}};
+    cli_opts o;
+    int prc = cli_opts_parse_ext(argc, argv, 0, extra, s_report_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
     long step = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 's': {
-            char *end;
-            errno = 0;
-            step = strtol(optarg, &end, 10);
-            if (errno || *end || !*optarg) {
-                cli_error("--step: expected an integer, got \"%s\"", optarg);
-                return CLI_USAGE;
-            }
-            break;
-        }
-        case 'h':
-            fputs(s_report_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_report_usage, stderr);
+    if (step_text) {
+        char *end;
+        errno = 0;
+        step = strtol(step_text, &end, 10);
+        if (errno || *end || !*step_text) {
+            cli_error("--step: expected an integer, got \"%s\"", step_text);
             return CLI_USAGE;
         }
     }
-    if (optind >= argc) {
+    if (o.nargs < 1) {
         cli_error("report: expected NAME=VALUE");
         fputs(s_report_usage, stderr);
         return CLI_USAGE;
     }
     /* parse everything first: a bad argument reports nothing */
-    int n = argc - optind;
+    int n = o.nargs;
     char(*names)[64] = calloc((size_t)n, sizeof *names);
     double *vals = calloc((size_t)n, sizeof *vals);
+    if (!names || !vals) {
+        cli_error("report: out of memory");
+        free(names);
+        free(vals);
+        return CLI_FAIL;
+    }
     for (int i = 0; i < n; i++) {
-        const char *a = argv[optind + i], *eq = strchr(a, '=');
+        const char *a = o.args[i], *eq = strchr(a, '=');
         char *end;
         if (!eq || (size_t)(eq - a) >= 64) {
             cli_error("report: expected NAME=VALUE, got \"%s\"", a);

@@ -31,7 +31,6 @@
 
 #include <curses.h>
 #include <errno.h>
-#include <getopt.h>
 #include <langinfo.h>
 #include <locale.h>
 #include <math.h>
@@ -431,52 +430,35 @@ static int s_run_lines(w_view *v)
 
 int cmd_watch(int argc, char **argv)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"controller", required_argument, 0, 'c'},
-                                         {"interval", required_argument, 0, 'i'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     w_view v;
     memset(&v, 0, sizeof v);
     v.interval = 1.0;
     v.next_req = 1;
     v.cache = -1;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            v.db = optarg;
-            break;
-        case 'c':
-            v.controller = optarg;
-            break;
-        case 'i': {
-            char *end;
-            v.interval = strtod(optarg, &end);
-            if (*end || !(v.interval >= 0.05 && v.interval <= 3600)) {
-                cli_error(
-                    "--interval: expected seconds between 0.05 and 3600, got \"%s\"",
-                    optarg);
-                return CLI_USAGE;
-            }
-            break;
-        }
-        case 'h':
-            fputs(s_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_usage, stderr);
+    const char *interval = NULL;
+    const cli_opt_extra extra[] = {{"interval", &interval, NULL}, {NULL}};
+    cli_opts o;
+    int prc = cli_opts_parse_ext(argc, argv, CLI_OPT_DB | CLI_OPT_CONTROLLER, extra,
+                                 s_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
+    if (interval) {
+        char *end;
+        v.interval = strtod(interval, &end);
+        if (*end || !(v.interval >= 0.05 && v.interval <= 3600)) {
+            cli_error("--interval: expected seconds between 0.05 and 3600, got \"%s\"",
+                      interval);
             return CLI_USAGE;
         }
     }
-    if (argc - optind != 1) {
+    if (o.nargs != 1) {
         cli_error("watch: expected STUDY");
         fputs(s_usage, stderr);
         return CLI_USAGE;
     }
-    v.name = argv[optind];
-    cli_opts o = {.db = cli_db_path(v.db), .controller = v.controller};
+    v.name = o.args[0];
     v.db = o.db;
+    v.controller = o.controller;
     if (cli_src_open(&o, &v.src) != CLI_OK)
         return CLI_FAIL;
     v.s = v.src.s;

@@ -43,3 +43,41 @@ def test_top_help_lists_every_subcommand():
         section = top_section(top, cmd)
         missing = [s for s in sorted(subs) if not re.search(r"\b%s\b" % s, section)]
         assert not missing, "`jizhi --help` omits %s %s" % (cmd, missing)
+
+
+# (command, an option it takes with a value, a bad value for it or None,
+#  the positional arguments that go with the bad value)
+OPTION_CASES = [
+    (["keygen"], "--name", ".hidden", []),
+    (["plot"], "--x", "", ["S"]),
+    (["serve"], "--http", None, []),
+    (["token"], "--role", None, []),
+    (["report"], "--step", "1.5", ["y=1"]),
+    (["watch"], "--interval", "0.001", ["S"]),
+]
+
+
+def test_commands_share_one_option_parser(tmp_path):
+    """Every command parses through cli_opts_parse: --help prints its usage
+    (exit 0), an unknown option or a missing value is a usage error (exit 2)
+    with the usage, a bad value names the option, and the shared options a
+    command does not take are refused (keygen has no --db)."""
+    env = dict(os.environ, JIZHI_DB=str(tmp_path / "none.db"), JIZHI_HOME=str(tmp_path))
+
+    def run(*args):
+        return subprocess.run([JIZHI, *args], capture_output=True, text=True, timeout=30,
+                              env=env, stdin=subprocess.DEVNULL)
+
+    for cmd, opt, bad, pos in OPTION_CASES:
+        p = run(*cmd, "--help")
+        assert p.returncode == 0 and p.stdout.startswith("usage: jizhi " + cmd[0]), (cmd, p)
+        p = run(*cmd, "--no-such-option")
+        assert p.returncode == 2 and "usage: jizhi " + cmd[0] in p.stderr, (cmd, p)
+        p = run(*cmd, opt)
+        assert p.returncode == 2 and "usage:" in p.stderr, (cmd, opt, p)
+        if bad is not None:
+            p = run(*cmd, opt, bad, *pos)
+            assert p.returncode == 2 and opt in p.stderr + p.stdout, (cmd, opt, bad, p)
+    p = run("keygen", "--db", str(tmp_path / "x.db"))
+    assert p.returncode == 2, p
+    assert not os.path.exists(tmp_path / "client.key")
