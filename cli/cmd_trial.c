@@ -40,6 +40,12 @@ static const char s_usage[] =
     "       jizhi trial tell ID VALUE...      end an asked trial with its objective\n"
     "                                        (one VALUE per objective)\n"
     "       jizhi trial tell ID failed [MESSAGE] | pruned [VALUE...]\n"
+    "       jizhi trial fork ID KEY=VALUE[,KEY=VALUE...]... [--steps K] [--keep "
+    "best|all]\n"
+    "             [--force] [--no-wait] [--timeout S]   one sibling per argument, from\n"
+    "                                        a checkpoint of the trial (which goes on);\n"
+    "                                        after K steps (10) the best continues\n"
+    "       jizhi trial fork ID --decide      decide a running fork now\n"
     "Common options: --db FILE, --controller ENDPOINT.\n"
     "set/pause/resume return once the trial has acknowledged (or fail after the "
     "timeout,\n"
@@ -392,6 +398,116 @@ static int s_control(const cli_opts *o, const char *sub, long id)
     return CLI_OK;
 }
 
+/* Prints a decided fork: the decision, then each sibling's values and result. */
+static void s_fork_print(long id, const json_t *r)
+{
+    printf("trial %ld: fork %s: %s\n", id, json_string_value(json_object_get(r, "fork")),
+           json_string_value(json_object_get(r, "reason"))
+               ? json_string_value(json_object_get(r, "reason"))
+               : "");
+    json_t *sibs = json_object_get(r, "siblings"), *vals = json_object_get(r, "values");
+    json_t *results = json_object_get(r, "results"),
+           *stopped = json_object_get(json_object_get(r, "decision"), "stopped");
+    size_t i;
+    json_t *x;
+    json_array_foreach(sibs, i, x)
+    {
+        char key[32], res[64] = "-";
+        snprintf(key, sizeof key, "%" JSON_INTEGER_FORMAT, json_integer_value(x));
+        json_t *v = json_object_get(results, key);
+        if (v && !json_is_null(v))
+            cli_format_value(v, res, sizeof res);
+        char *text =
+            text_json_dumps(json_array_get(vals, i), JSON_COMPACT | JSON_SORT_KEYS);
+        int was_stopped = 0;
+        size_t k;
+        json_t *y;
+        json_array_foreach(stopped, k, y) was_stopped |= json_equal(x, y);
+        printf("  sibling %s  %s  result %s%s\n", key, text ? text : "", res,
+               json_object_get(r, "decision")
+                   ? (was_stopped ? "  stopped" : "  continues")
+                   : "");
+        free(text);
+    }
+}
+
+/* trial fork ID KEY=VALUE[,KEY=VALUE]... | --decide */
+static int s_fork(const cli_opts *o, long id)
+{
+    if (o->release || o->guard || o->watch_steps || o->tolerance >= 0) {
+        cli_error("trial fork takes --steps, --keep, --decide, --force, --no-wait and "
+                  "--timeout");
+        return CLI_USAGE;
+    }
+    if (o->decide && (o->nargs != 1 || o->steps || o->keep)) {
+        cli_error("trial fork ID --decide: no values, --steps or --keep");
+        return CLI_USAGE;
+    }
+    if (!o->decide && o->nargs < 2) {
+        cli_error(
+            "trial fork: expected KEY=VALUE for each sibling (several values of one "
+            "sibling joined by commas), or --decide");
+        return CLI_USAGE;
+    }
+    double wait_s = o->timeout_set ? o->timeout : 600;
+    json_t *msg = json_pack("{s:s, s:I, s:b, s:f, s:b, s:b}", "type", "trial_fork",
+                            "trial", (json_int_t)id, "wait", !o->no_wait, "wait_s",
+                            wait_s, "decide", o->decide, "force", o->force);
+    if (o->steps)
+        json_object_set_new(msg, "steps", json_integer(o->steps));
+    if (o->keep)
+        json_object_set_new(msg, "keep", json_string(o->keep));
+    json_t *sibs = json_array();
+    json_object_set_new(msg, "siblings", sibs);
+    for (int i = 1; i < o->nargs; i++) {
+        json_t *values = json_object();
+        json_array_append_new(sibs, values);
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", o->args[i]);
+        char *save = NULL;
+        for (char *p = strtok_r(buf, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+            int rc = s_kv(p, values);
+            if (rc) {
+                json_decref(msg);
+                return rc;
+            }
+        }
+    }
+    if (o->decide)
+        json_object_del(msg, "siblings");
+    char ep_buf[512];
+    const char *ep = cli_controller(o->controller, o->db, ep_buf, sizeof ep_buf);
+    if (!ep) {
+        cli_error(
+            "no controller known for %s: is the study running? (--controller ENDPOINT)",
+            o->db);
+        json_decref(msg);
+        return CLI_FAIL;
+    }
+    json_t *r = cli_request(ep, msg, (int)(wait_s * 1000) + 5000);
+    if (!r)
+        return CLI_FAIL;
+    const char *state = json_string_value(json_object_get(r, "fork"));
+    if (o->json)
+        cli_print_json(r);
+    else if (state && !strcmp(state, "decided"))
+        s_fork_print(id, r);
+    else if (state && !strcmp(state, "running")) {
+        printf("trial %ld: forked from step %" JSON_INTEGER_FORMAT
+               "; not waited for: `jizhi trial fork %ld --decide` decides now\n",
+               id, json_integer_value(json_object_get(r, "fork_step")), id);
+        if (json_is_string(json_object_get(r, "waiting")))
+            printf("  siblings wait for a slot: %s\n",
+                   json_string_value(json_object_get(r, "waiting")));
+        s_fork_print(id, r);
+    } else
+        printf("trial %ld: forking once it has checkpointed; not waited for: `jizhi "
+               "trial show %ld` tells the outcome\n",
+               id, id);
+    json_decref(r);
+    return CLI_OK;
+}
+
 int cmd_trial(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -420,7 +536,8 @@ int cmd_trial(int argc, char **argv)
         }
         return s_list(&o);
     }
-    static const char *const known[] = {"show", "logs", "stop", "pause", "resume", "set"};
+    static const char *const known[] = {"show",   "logs", "stop", "pause",
+                                        "resume", "set",  "fork"};
     int ok = 0;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         ok |= !strcmp(sub, known[i]);
@@ -440,6 +557,8 @@ int cmd_trial(int argc, char **argv)
         return o.nargs == 1 ? s_show(&o, id) : CLI_USAGE;
     if (!strcmp(sub, "logs"))
         return o.nargs == 1 ? s_logs(&o, id) : CLI_USAGE;
+    if (!strcmp(sub, "fork"))
+        return s_fork(&o, id);
     return s_control(&o, sub, id);
 }
 

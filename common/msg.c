@@ -73,7 +73,11 @@ static const msg_def s_table[MSG_COUNT] = {
     ROW(MSG_TRIAL_RESUME, "trial_resume", MSG_CLI, MSG_CTL, MSG_AUTH_NONE, IDENT_STEER,
         "trial:int wait?:bool wait_s?:num " DELEGATION),
     ROW(MSG_TRIAL_SET, "trial_set", MSG_CLI, MSG_CTL, MSG_AUTH_NONE, IDENT_STEER,
-        "trial:int values:object force?:bool wait?:bool wait_s?:num " DELEGATION),
+        "trial:int values:object force?:bool wait?:bool wait_s?:num "
+        "guard?:object " DELEGATION),
+    ROW(MSG_TRIAL_FORK, "trial_fork", MSG_CLI, MSG_CTL, MSG_AUTH_NONE, IDENT_STEER,
+        "trial:int siblings?:array steps?:int keep?:str decide?:bool force?:bool "
+        "wait?:bool wait_s?:num " DELEGATION),
     ROW(MSG_TRIAL_ASK, "trial_ask", MSG_CLI, MSG_CTL, MSG_AUTH_NONE, IDENT_STEER,
         "study:str " DELEGATION),
     ROW(MSG_TRIAL_TELL, "trial_tell", MSG_CLI, MSG_CTL, MSG_AUTH_NONE, IDENT_STEER,

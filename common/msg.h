@@ -77,6 +77,7 @@ typedef enum {
     MSG_TRIAL_PAUSE,
     MSG_TRIAL_RESUME,
     MSG_TRIAL_SET,
+    MSG_TRIAL_FORK,
     MSG_TRIAL_ASK,
     MSG_TRIAL_TELL,
     MSG_READ,

@@ -923,6 +923,41 @@ static void s_trial_tell(ctl_t *c, const ctl_msg *m)
     s_ask_tell(c, m, 1);
 }
 
+/* trial_fork: a live fork, or with `decide` its decision now
+   (ctl_fork.c); a waited fork is answered once decided. */
+static void s_trial_fork(ctl_t *c, const ctl_msg *m)
+{
+    long id;
+    char err[600];
+    const char *code;
+    if (wire_get_long(m->msg, "trial", &id, err, sizeof err)) {
+        s_reply_error(c, m->from, m->req, "malformed", err);
+        return;
+    }
+    ctl_trial *t = ctl__trial_by_id(c, id);
+    if (!t) {
+        snprintf(err, sizeof err, "no trial %ld in a study this controller runs", id);
+        s_reply_error(c, m->from, m->req, "unknown_trial", err);
+        return;
+    }
+    if (!s_may_steer(c, m, t->study) || ctl__txn(c) != 0)
+        return;
+    int answer_now = !json_is_true(json_object_get(m->msg, "wait")) ||
+                     json_is_true(json_object_get(m->msg, "decide"));
+    json_t *f = ctl__fork_msg(c, t, m->msg, s_who(m->msg), answer_now ? NULL : m->from,
+                              m->req, s_wait_s(m->msg), &code, err, sizeof err);
+    if (!f) {
+        s_reply_error(c, m->from, m->req, code, err);
+        return;
+    }
+    if (answer_now) {
+        json_t *ok = wire_ok(m->req);
+        json_object_update(ok, f);
+        ctl__send(c, m->from, ok);
+    }
+    json_decref(f);
+}
+
 static void s_read(ctl_t *c, const ctl_msg *m)
 {
     const char *code;
@@ -1040,6 +1075,7 @@ static const ctl_handler s_handlers[MSG_COUNT] = {
     [MSG_TRIAL_PAUSE] = s_trial_pause,
     [MSG_TRIAL_RESUME] = s_trial_resume,
     [MSG_TRIAL_SET] = s_trial_set_msg,
+    [MSG_TRIAL_FORK] = s_trial_fork,
     [MSG_TRIAL_ASK] = s_trial_ask,
     [MSG_TRIAL_TELL] = s_trial_tell,
     [MSG_READ] = s_read,

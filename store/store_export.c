@@ -108,8 +108,8 @@ void store_export_csv(FILE *f, json_t *trials, int all)
     /* columns: trial fields, param_X (final), sampled_X (for the params
        changed live), metric_X (last values) */
     json_t *cols = json_array(); /* [prefix, field of the trial, key] */
-    static const char *const fixed[] = {"number",  "id",         "state",
-                                        "attempt", "generation", "value"};
+    static const char *const fixed[] = {"number",     "id",     "state", "attempt",
+                                        "generation", "parent", "value"};
     for (size_t c = 0; c < sizeof fixed / sizeof fixed[0]; c++)
         json_array_append_new(cols, json_pack("[s, n, s]", "", fixed[c]));
     /* spec_mark_trials' marks, for studies with several objectives or

@@ -5,7 +5,11 @@ reverted within its watch window and the trial ends with the same score as
 an unchanged control; a harmless change is kept; --guard on a program
 that cannot checkpoint is refused with the reason and changes nothing; a
 kill -9 of the controller during the watch window is resumed after its
-restart."""
+restart; a fork of a running trial into 3 siblings continues the best
+and stops two, with lineage in `trial show` and the export, and its
+decision resumes after a kill -9 of the controller."""
+import csv
+import io
 import json
 import os
 import signal
@@ -117,6 +121,12 @@ def test_guard_refused_without_checkpoints_and_values_mode(jz):
         assert p.returncode == 0 and "kept" in p.stdout, p.stdout + p.stderr
         t = show(jz, tid)
         assert t["generation"] == 1 and t["params"]["lr"] == 0.05, t
+        # a fork needs a checkpoint too: refused, nothing created
+        p = jz.run("trial", "fork", str(tid), "lr=0.02", "lr=0.03", timeout=60)
+        assert p.returncode == 1 and "cannot checkpoint" in p.stderr, p.stdout + p.stderr
+        assert jz.sql("SELECT COUNT(*) FROM trials") == [(1,)]
+        p = jz.run("trial", "fork", str(tid), "--decide")
+        assert p.returncode == 1 and "no fork under way" in p.stderr, p.stderr
         # usage errors
         p = jz.run("trial", "set", str(tid), "lr=0.05", "--guard=maybe")
         assert p.returncode == 2 and "--guard=values" in p.stderr
@@ -151,5 +161,62 @@ def test_kill9_during_the_watch_window_resumes_the_decision(jz):
         assert iv["state"] == "kept" and iv["data"]["seen"] == 12, iv
         t = show(jz, tid)
         assert t["generation"] == 1 and t["params"]["lr"] == 0.12, t
+    finally:
+        stop(disp, *([ctl2] if ctl2 else []), ctl)
+
+
+def test_fork_into_three_siblings_keeps_the_best_after_a_kill9(jz):
+    ep, ctl, disp = daemons(jz, slots=4)
+    ctl2 = None
+    try:
+        spec = formula_spec("fork", 1, 90, 0.05)
+        spec["budget"]["parallel"] = 4
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 1, 60, "a running trial")
+        (parent,) = jz.sql("SELECT id FROM trials")[0]
+        wait_steps(jz, parent, 5)
+        # the formula is best at lr 0.1: the second sibling must win
+        p = jz.run("trial", "fork", str(parent), "lr=0.01", "lr=0.1", "lr=1.0", "--force",
+                   "--steps", "20", "--no-wait", timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
+        jz.wait_for(lambda: interventions(jz, parent)[0]["state"] == "running", 30,
+                    "the siblings")
+        sibs = interventions(jz, parent)[0]["data"]["siblings"]
+        fork_step = interventions(jz, parent)[0]["data"]["fork_step"]
+        assert len(sibs) == 3 and fork_step >= 5
+        # the siblings start from the parent's checkpoint: their first step
+        # is the one after it
+        for s in sibs:
+            jz.wait_for(lambda s=s: jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id=?",
+                                           s)[0][0] > 0, 30, "a sibling's reports")
+            (first,) = jz.sql("SELECT MIN(step) FROM metrics WHERE trial_id=?", s)[0]
+            assert first == fork_step + 1
+        assert interventions(jz, parent)[0]["done"] == 0
+        ctl.send_signal(signal.SIGKILL)  # before the decision (20 steps = 1 s)
+        ctl.wait(timeout=10)
+        assert interventions(jz, parent)[0]["done"] == 0
+        ctl2 = start_controller(jz, ep)
+        jz.wait_for(lambda: interventions(jz, parent)[0]["done"] == 1, 60, "the decision")
+        (iv,) = interventions(jz, parent)
+        dec = iv["data"]["decision"]
+        assert iv["state"] == "decided" and dec["best"] == sibs[1], iv
+        assert sorted(dec["stopped"]) == sorted([sibs[0], sibs[2]])
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state IN "
+                                   "('running', 'pending', 'starting')")[0][0] == 0, 60,
+                    "the trials to end")
+        states = dict(jz.sql("SELECT id, state FROM trials"))
+        assert states[parent] == "completed" and states[sibs[1]] == "completed", states
+        assert states[sibs[0]] == "stopped" and states[sibs[2]] == "stopped", states
+        # lineage: trial show and the export name the parent and the values
+        t = show(jz, sibs[1])
+        assert t["parent"] == parent and t["generation"] == 1 and t["params"]["lr"] == 0.1
+        assert t["interventions"][0]["kind"] == "fork"
+        rows = list(csv.DictReader(io.StringIO(
+            jz.run("study", "export", "fork", check=0).stdout)))
+        by_id = {int(r["id"]): r for r in rows}
+        assert all(by_id[s]["parent"] == str(parent) for s in sibs), rows
+        assert by_id[parent]["parent"] == ""
+        assert [float(by_id[s]["param_lr"]) for s in sibs] == [0.01, 0.1, 1.0]
     finally:
         stop(disp, *([ctl2] if ctl2 else []), ctl)
