@@ -8,12 +8,14 @@
 #define _GNU_SOURCE
 #include "jz_test.h"
 #include "common/log.h"
+#include "common/msg.h"
 #include "common/wire.h"
 #include "common/util.h"
 #include "dispatcher/disp.h"
 #include "dispatcher/disp_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -1130,6 +1132,142 @@ TEST(malformed_messages)
     fc_close(&fc);
 }
 
+/* A well-typed value for field f of a message to the dispatcher: names of
+   nothing there (a message that got through would change nothing), the
+   `trial` of a start its own so its start_failed can be told. */
+static json_t *s_good_field(const msg_field *f, long trial)
+{
+    if (!strcmp(f->name, "trial"))
+        return json_integer(trial);
+    if (!strcmp(f->name, "req"))
+        return json_integer(987654);
+    if (!strcmp(f->name, "argv"))
+        return json_pack("[s]", "true");
+    if (!strcmp(f->name, "code"))
+        return json_string("internal");
+    if (!strcmp(f->name, "path"))
+        return json_string("/nonexistent/trial-1.0.out");
+    switch (f->type) {
+    case MSG_T_INT:
+        return json_integer(0);
+    case MSG_T_NUM:
+        return json_real(0);
+    case MSG_T_STR:
+        return json_string("s1");
+    case MSG_T_BOOL:
+        return json_false();
+    case MSG_T_ARRAY:
+        return json_array();
+    case MSG_T_OBJECT:
+        return json_object();
+    }
+    return json_null();
+}
+
+/* Every type a dispatcher takes (common/msg.h), each required field
+   missing and then of the wrong JSON type: refused before its handler,
+   with a log line naming type and field; a start that still names its
+   trial and attempt is answered start_failed naming the field. */
+TEST(every_type_refuses_a_missing_or_mistyped_field)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256], logpath[300];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    snprintf(logpath, sizeof logpath, "%s/disp.log", fc.dir);
+    /* the log goes to stderr: into a file for this test */
+    fflush(stderr);
+    int lfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(lfd >= 0);
+    int saved_err = dup(2);
+    dup2(lfd, 2);
+    close(lfd);
+    log_set_level(LOGL_WARN);
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    char want[64][96];
+    long failed_trial[64];
+    int nwant = 0, nfailed = 0;
+    long trial = 700;
+    for (int ty = 0; ty < MSG_COUNT; ty++) {
+        const msg_def *d = msg_def_of((msg_type)ty);
+        if (d->to != MSG_DISP && d->to != MSG_ANY)
+            continue;
+        const char *cur = d->fields;
+        msg_field f;
+        while (msg_field_next(&cur, &f)) {
+            if (f.optional)
+                continue;
+            for (int retype = 0; retype < 2; retype++, trial++) {
+                json_t *m = json_pack("{s:s}", "type", d->name);
+                const char *c2 = d->fields;
+                msg_field g;
+                while (msg_field_next(&c2, &g))
+                    if (!g.optional && strcmp(g.name, f.name) != 0)
+                        json_object_set_new(m, g.name, s_good_field(&g, trial));
+                if (retype)
+                    json_object_set_new(m, f.name,
+                                        f.type == MSG_T_STR ? json_integer(5)
+                                                            : json_string("five"));
+                fc_send(&fc, m);
+                REQUIRE(nwant < 64);
+                snprintf(want[nwant++], sizeof want[0],
+                         "refusing malformed %s: field '%s': %s", d->name, f.name,
+                         retype ? "expected" : "missing");
+                if (d->type == MSG_START && strcmp(f.name, "trial") &&
+                    strcmp(f.name, "attempt"))
+                    failed_trial[nfailed++] = trial;
+            }
+        }
+    }
+    CHECK(nwant >= 20);
+    CHECK(nfailed >= 4);
+    /* the starts that named their trial: start_failed naming the field */
+    for (int i = 0; i < nfailed; i++) {
+        json_t *ex = fc_wait(&fc, "exited", failed_trial[i], 10);
+        CHECK(ex != NULL);
+        if (ex) {
+            CHECK_STR(s_str(ex, "how"), "start_failed");
+            CHECK(!strncmp(s_str(ex, "message"), "malformed start: field '", 24));
+        }
+        json_decref(ex);
+    }
+    /* every refusal logged, naming type and field (the log is written by the
+       dispatcher's thread: wait for the lines, answering it meanwhile) */
+    int found = 0;
+    double until = util_now() + 10;
+    while (found < nwant && util_now() < until) {
+        json_decref(fc_recv(&fc, 0.05));
+        char *text = s_read(logpath);
+        found = 0;
+        for (int i = 0; text && i < nwant; i++)
+            found += strstr(text, want[i]) != NULL;
+        if (found == nwant || util_now() >= until)
+            for (int i = 0; text && i < nwant; i++)
+                if (!strstr(text, want[i]))
+                    JZT_FAIL("not in the log: \"%s\"", want[i]);
+        free(text);
+    }
+    CHECK(found == nwant);
+    /* nothing ran and nothing was read: no started, no log_data */
+    json_t *seen = json_array();
+    dt_stop(&t, &fc, seen);
+    size_t i;
+    json_t *m;
+    json_array_foreach(seen, i, m)
+    {
+        CHECK(strcmp(wire_type(m), "started") != 0);
+        CHECK(strcmp(wire_type(m), "log_data") != 0);
+    }
+    json_decref(seen);
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    log_set_level(getenv("JIZHI_LOG") ? LOGL_INFO : LOGL_ERROR);
+    fc_close(&fc);
+}
+
 TEST(slots_and_gpus)
 {
     fake_ctl fc;
@@ -1587,6 +1725,7 @@ int main(void)
     RUN(resend_until_acked);
     RUN(refused_register_backs_off);
     RUN(malformed_messages);
+    RUN(every_type_refuses_a_missing_or_mistyped_field);
     RUN(slots_and_gpus);
     RUN(stop_without_kill);
     RUN(files_private);

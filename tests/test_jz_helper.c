@@ -18,6 +18,7 @@
 
 #include "jz_internal.h"
 
+#include "common/msg.h"
 #include "common/wire.h"
 #include "common/util.h"
 #include "jz_test.h"
@@ -52,6 +53,7 @@ typedef struct {
     int drop_replies;     /* metrics replies still to drop (points stored) */
     int silent;           /* answer nothing, push nothing */
     json_t *push;         /* instructions not yet acknowledged (resent) */
+    json_t *raw;          /* messages to send once, as they are */
     int push_new;         /* push now without waiting for a trial message */
     int hold_hello;       /* 1: keep the hello reply until release_hello */
     int release_hello;    /* 1: send the held hello reply now */
@@ -185,6 +187,13 @@ static void *fake_run(void *arg)
             f->held_req = -1;
             f->hold_hello = f->release_hello = 0;
         }
+        if (json_array_size(f->raw) && f->have_peer && !f->silent) {
+            size_t i;
+            json_t *m;
+            json_array_foreach(f->raw, i, m)
+                wire_send(f->sock, &f->peer, json_incref(m), 1);
+            json_array_clear(f->raw);
+        }
         if (f->push_new && !f->silent) {
             f->push_new = 0;
             fake_push_all(f);
@@ -216,6 +225,7 @@ static fake *fake_start_at(const char *endpoint)
     f->hello_params = json_object();
     f->held_req = -1;
     f->push = json_array();
+    f->raw = json_array();
     f->acks = json_array();
     f->checkpoints = json_array();
     if (endpoint)
@@ -250,6 +260,7 @@ static void fake_stop(fake *f)
     zmq_ctx_term(f->ctx);
     json_decref(f->hello_params);
     json_decref(f->push);
+    json_decref(f->raw);
     json_decref(f->acks);
     json_decref(f->checkpoints);
     free(f->points);
@@ -891,6 +902,129 @@ TEST(non_finite_values)
     fake_stop(f);
 }
 
+/* A well-typed value for field f of a message to a trial: a reply to no
+   request, an instruction of its own id that a trial could carry out. */
+static json_t *s_good_field(const msg_field *f, long id)
+{
+    if (!strcmp(f->name, "id"))
+        return json_integer(id);
+    if (!strcmp(f->name, "kind"))
+        return json_string("pause");
+    if (!strcmp(f->name, "req"))
+        return json_integer(987654);
+    if (!strcmp(f->name, "code"))
+        return json_string("internal");
+    switch (f->type) {
+    case MSG_T_INT:
+        return json_integer(0);
+    case MSG_T_NUM:
+        return json_real(0);
+    case MSG_T_STR:
+        return json_string("x");
+    case MSG_T_BOOL:
+        return json_false();
+    case MSG_T_ARRAY:
+        return json_array();
+    case MSG_T_OBJECT:
+        return json_object();
+    }
+    return json_null();
+}
+
+/* Every type a trial takes (common/msg.h), each required field missing and
+   then of the wrong JSON type: refused before its handler (nothing reaches
+   jz_poll), with a log line naming type and field; an instruction that
+   still has its id is acknowledged `applied: false` naming the field. */
+TEST(every_type_refuses_a_missing_or_mistyped_field)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    capture_begin();
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    char want[32][96];
+    long acked[32];
+    int nwant = 0, nacked = 0;
+    long id = 300;
+    pthread_mutex_lock(&f->mu);
+    for (int ty = 0; ty < MSG_COUNT; ty++) {
+        const msg_def *d = msg_def_of((msg_type)ty);
+        if (d->to != MSG_TRIAL && d->to != MSG_ANY)
+            continue;
+        const char *cur = d->fields;
+        msg_field fl;
+        while (msg_field_next(&cur, &fl)) {
+            if (fl.optional)
+                continue;
+            for (int retype = 0; retype < 2; retype++, id++) {
+                json_t *m = json_pack("{s:s}", "type", d->name);
+                const char *c2 = d->fields;
+                msg_field g;
+                while (msg_field_next(&c2, &g))
+                    if (!g.optional && strcmp(g.name, fl.name) != 0)
+                        json_object_set_new(m, g.name, s_good_field(&g, id));
+                if (retype)
+                    json_object_set_new(m, fl.name,
+                                        fl.type == MSG_T_STR ? json_integer(5)
+                                                             : json_string("five"));
+                json_array_append_new(f->raw, m);
+                REQUIRE(nwant < 32);
+                snprintf(want[nwant++], sizeof want[0],
+                         "malformed %s dropped: field '%s': %s", d->name, fl.name,
+                         retype ? "expected" : "missing");
+                if (d->type == MSG_INSTRUCTION && strcmp(fl.name, "id"))
+                    acked[nacked++] = id;
+            }
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    CHECK(nwant >= 10);
+    CHECK(nacked >= 2);
+    /* wait for the acks and the log lines; nothing may reach jz_poll */
+    int found = 0, acks = 0, polled = 0;
+    double until = util_now() + 10;
+    while ((found < nwant || acks < nacked) && util_now() < until) {
+        jz_instruction ins;
+        if (jz_poll(t, &ins) == 1)
+            polled++;
+        sleep_ms(5);
+        found = acks = 0;
+        FILE *fp = fopen(s_errpath, "r");
+        char buf[16384];
+        size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+        if (fp)
+            fclose(fp);
+        buf[n] = 0;
+        for (int i = 0; i < nwant; i++)
+            found += strstr(buf, want[i]) != NULL;
+        pthread_mutex_lock(&f->mu);
+        for (int i = 0; i < nacked; i++) {
+            size_t k;
+            json_t *a;
+            json_array_foreach(f->acks, k, a)
+            {
+                const char *detail = json_string_value(json_object_get(a, "detail"));
+                if (json_integer_value(json_object_get(a, "id")) == acked[i] &&
+                    json_is_false(json_object_get(a, "applied")) && detail &&
+                    !strncmp(detail, "malformed instruction: field 'kind'", 35)) {
+                    acks++;
+                    break;
+                }
+            }
+        }
+        pthread_mutex_unlock(&f->mu);
+    }
+    jz_close(&t);
+    const char *err = capture_end();
+    for (int i = 0; i < nwant; i++)
+        if (!strstr(err, want[i]))
+            JZT_FAIL("not in the log: \"%s\"", want[i]);
+    CHECK(found == nwant);
+    CHECK(acks == nacked);
+    CHECK(polled == 0);
+    fake_stop(f);
+}
+
 TEST(wrong_token_refused)
 {
     fake *f = fake_start();
@@ -1243,6 +1377,7 @@ int main(int argc, char **argv)
     RUN(flush_semantics);
     RUN(checkpoint_done_sent);
     RUN(non_finite_values);
+    RUN(every_type_refuses_a_missing_or_mistyped_field);
     RUN(wrong_token_refused);
     RUN(queue_bounded_without_controller);
     RUN(controller_starts_late);
