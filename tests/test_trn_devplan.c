@@ -212,6 +212,28 @@ TEST(ring_chunks_cover)
         }
 }
 
+/* The neighbours both rings take from trn_ring_place: over the ranks in
+   order (NULL) and over a subset in a given order (the hierarchical ring's
+   leaders); a rank outside the group is -1. */
+TEST(ring_place_names_the_neighbours)
+{
+    int right = -7, left = -7;
+    CHECK(trn_ring_place(NULL, 4, 0, &right, &left) == 0);
+    CHECK(right == 1 && left == 3);
+    CHECK(trn_ring_place(NULL, 4, 3, &right, &left) == 3);
+    CHECK(right == 0 && left == 2);
+    CHECK(trn_ring_place(NULL, 1, 0, &right, &left) == 0);
+    CHECK(right == 0 && left == 0);
+    const int leaders[] = {6, 2, 4};
+    CHECK(trn_ring_place(leaders, 3, 2, &right, &left) == 1);
+    CHECK(right == 4 && left == 6);
+    CHECK(trn_ring_place(leaders, 3, 6, &right, &left) == 0);
+    CHECK(right == 2 && left == 4);
+    right = left = -7;
+    CHECK(trn_ring_place(leaders, 3, 5, &right, &left) == -1);
+    CHECK(right == -7 && left == -7);
+}
+
 TEST(fit_recovers_a_line)
 {
     const long fl[6] = {1024, 4096, 16384, 65536, 262144, 1048576};
@@ -257,6 +279,7 @@ int main(void)
     RUN(buckets_match_dist_layout);
     RUN(ring_schedule_sums_on_every_rank);
     RUN(ring_chunks_cover);
+    RUN(ring_place_names_the_neighbours);
     RUN(fit_recovers_a_line);
     RUN(ready_times_per_param);
     TEST_DONE();

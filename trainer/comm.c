@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "trainer/comm.h"
+#include "trainer/ring.h"
 
 /* ---- wire formats --------------------------------------------------------- */
 
@@ -180,13 +181,6 @@ void trn_comm_set_patient(trn_comm *c, int patient)
 
 /* ---- ring ------------------------------------------------------------------ */
 
-static void s_chunk(long n, int p, int i, long *off, long *len)
-{
-    long base = n / p, extra = n % p;
-    *off = (long)i * base + (i < extra ? i : extra);
-    *len = base + (i < extra ? 1 : 0);
-}
-
 /* x += y, both n floats, not overlapping (restrict lets the compiler
    vectorise it; one clone per vector width, picked at load time: AVX-512
    and AVX2 clones measured 5-10 % more ring busbw than SSE2 alone from
@@ -250,13 +244,9 @@ int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn
 {
     if (gn <= 1 || n <= 0)
         return 0;
-    int me = -1;
-    for (int i = 0; i < gn; i++)
-        if (group[i] == c->rank)
-            me = i;
+    int right, left, me = trn_ring_place(group, gn, c->rank, &right, &left);
     if (me < 0)
         return -1;
-    int right = group[(me + 1) % gn], left = group[(me + gn - 1) % gn];
     size_t ws = s_wire_size(w);
     long maxlen = (n + gn - 1) / gn, seglen, nseg; /* the largest chunk */
     s_segs(c, maxlen, &seglen, &nseg);
@@ -265,10 +255,11 @@ int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn
         return -1;
     /* reduce-scatter */
     for (int s = 0; s < gn - 1; s++) {
-        int sc = ((me - s) % gn + gn) % gn, rc = ((me - s - 1) % gn + gn) % gn;
+        int sc, rc;
         long co, cl, ro, rl;
-        s_chunk(n, gn, sc, &co, &cl);
-        s_chunk(n, gn, rc, &ro, &rl);
+        trn_ring_step(gn, me, 0, s, &sc, &rc);
+        trn_ring_chunk(n, gn, sc, &co, &cl);
+        trn_ring_chunk(n, gn, rc, &ro, &rl);
         const void *sp = buf + co; /* fp32 goes out as it is */
         if (w != TRN_WIRE_FP32) {
             s_encode(w, buf + co, cl, c->sbuf);
@@ -279,16 +270,17 @@ int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn
                        (size_t)seglen * ws, nseg, s_sink_seg, &k) < 0)
             return -1;
     }
-    /* this rank owns chunk (me+1) mod gn: round it as the others will see it */
+    /* this rank owns a chunk now: round it as the others will see it */
     long oo, ol;
-    s_chunk(n, gn, (me + 1) % gn, &oo, &ol);
+    trn_ring_chunk(n, gn, trn_ring_owned(gn, me), &oo, &ol);
     s_round_wire(w, buf + oo, ol);
     /* all-gather */
     for (int s = 0; s < gn - 1; s++) {
-        int sc = ((me + 1 - s) % gn + gn) % gn, rc = ((me - s) % gn + gn) % gn;
+        int sc, rc;
         long co, cl, ro, rl;
-        s_chunk(n, gn, sc, &co, &cl);
-        s_chunk(n, gn, rc, &ro, &rl);
+        trn_ring_step(gn, me, 1, s, &sc, &rc);
+        trn_ring_chunk(n, gn, sc, &co, &cl);
+        trn_ring_chunk(n, gn, rc, &ro, &rl);
         if (w == TRN_WIRE_FP32) { /* straight into place, one message */
             if (s_exchange(c, buf + co, (size_t)cl * 4, right, buf + ro, (size_t)rl * 4,
                            left, (size_t)maxlen * 4, 1, NULL, NULL) < 0)
@@ -461,9 +453,10 @@ static int s_topk_send(trn_comm *c, float *buf, float *residual, float *velocity
             velocity[idx[j]] = 0;
     }
     if (p > 1) { /* ring all-gather of the fixed-size records */
-        int right = (c->rank + 1) % p, left = (c->rank + p - 1) % p;
+        int right, left, me = trn_ring_place(NULL, p, c->rank, &right, &left);
         for (int s = 0; s < p - 1; s++) {
-            int sb = ((c->rank - s) % p + p) % p, rb = ((c->rank - s - 1) % p + p) % p;
+            int sb, rb; /* the reduce-scatter's order: record sb goes, rb comes */
+            trn_ring_step(p, me, 0, s, &sb, &rb);
             /* send from rbuf, receive into sbuf then move (no aliasing) */
             if (s_sendrecv(c, all + rec * (size_t)sb, rec, right, c->sbuf, rec, left) < 0)
                 return -1;

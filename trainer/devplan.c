@@ -1,5 +1,5 @@
-/*  devplan.c - bucket layout, launch stages and the ring schedule of the
-    device-resident gradient exchange (see devplan.h). */
+/*  devplan.c - bucket layout and launch stages of the device-resident
+    gradient exchange (see devplan.h; the ring's schedule is ring.c). */
 #include "trainer/devplan.h"
 
 int trn_devplan_buckets(int np, const long *pn, const int *stage, int nstages, long thr,
@@ -29,29 +29,6 @@ int trn_devplan_buckets(int np, const long *pn, const int *stage, int nstages, l
         nb++;
     }
     return nb;
-}
-
-void trn_ring_chunk(long n, int p, int i, long *off, long *len)
-{
-    long base = n / p, extra = n % p;
-    *off = (long)i * base + (i < extra ? i : extra);
-    *len = base + (i < extra ? 1 : 0);
-}
-
-void trn_ring_step(int p, int me, int phase, int s, int *send, int *recv)
-{
-    if (phase == 0) {
-        *send = ((me - s) % p + p) % p;
-        *recv = ((me - s - 1) % p + p) % p;
-    } else {
-        *send = ((me + 1 - s) % p + p) % p;
-        *recv = ((me - s) % p + p) % p;
-    }
-}
-
-int trn_ring_owned(int p, int me)
-{
-    return (me + 1) % p;
 }
 
 void trn_devplan_fit(const long *floats, const double *t, int ns, double *alpha,

@@ -1,8 +1,9 @@
 /*  devplan.h - the host-side plan of the device-resident gradient exchange
     (dist_dev.cu): which parameters form each bucket, after which backward
-    stage each bucket is launched on the communication stream, and the
-    ring's chunk schedule. Pure functions (no CUDA), so every machine's unit
-    tests check them (tests/test_trn_devplan.c).
+    stage each bucket is launched on the communication stream; the ring's
+    schedule, shared with the host ring, is ring.h (included here). Pure
+    functions (no CUDA), so every machine's unit tests check them
+    (tests/test_trn_devplan.c).
 
     A backward "stage" is one unit of work after which some gradients are
     final (for the CUDA MLP: one linear layer's backward, stage 0 the last
@@ -13,6 +14,8 @@
 */
 #ifndef TRN_DEVPLAN_H
 #define TRN_DEVPLAN_H
+
+#include "trainer/ring.h"
 
 typedef struct {
     int first, last; /* param indices, first >= last (backward order) */
@@ -30,17 +33,6 @@ typedef struct {
    buckets. Returns the bucket count. */
 int trn_devplan_buckets(int np, const long *pn, const int *stage, int nstages, long thr,
                         int overlap, trn_devbucket *out);
-
-/* Chunk i of n floats cut over p ranks (the first n % p chunks one longer;
-   comm.c's split). */
-void trn_ring_chunk(long n, int p, int i, long *off, long *len);
-
-/* Step s (0 .. p-2) of the ring at position me of p: phase 0 reduce-scatter
-   (the received chunk is added), 1 all-gather (it is copied). *send is the
-   chunk sent to the right neighbour, *recv the one received from the left.
-   After the reduce-scatter position me owns chunk trn_ring_owned(p, me). */
-void trn_ring_step(int p, int me, int phase, int s, int *send, int *recv);
-int trn_ring_owned(int p, int me);
 
 /* Auto fusion on the device path: fits t = alpha + bytes * beta to the
    all-reduce times t[0..ns) (seconds) of sizes floats[0..ns) (ns >= 4,

@@ -169,20 +169,16 @@ static void s_decode(trn_wire w, const void *y, float *x, long n, int add,
 }
 
 /* comm.c's trn_comm_ring over the ranks group[0..gn), on device memory:
-   the same chunks, steps, additions and wire roundings (devplan.h's
-   schedule). */
+   the same neighbours, chunks, steps, additions and wire roundings (the one
+   schedule of ring.h). */
 static int s_ring(trn_devdist *d, const int *group, int gn, float *buf, long n)
 {
     trn_comm *c = d->comm;
     if (gn <= 1 || n <= 0)
         return 0;
-    int me = -1;
-    for (int i = 0; i < gn; i++)
-        if (group[i] == c->rank)
-            me = i;
+    int p = gn, right, left, me = trn_ring_place(group, gn, c->rank, &right, &left);
     if (me < 0)
         return -1;
-    int p = gn, right = group[(me + 1) % p], left = group[(me + p - 1) % p];
     trn_wire w = d->o.wire;
     size_t ws = w == TRN_WIRE_FP32 ? 4 : 2;
     cudaStream_t st = d->ms;
