@@ -155,8 +155,12 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(INTERNAL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(INTERNAL_LIBS) $(ALL_LDFLAGS) $(LIBS)
 
-# Benchmark drivers (bench/*.c), built by `make bench` only.
-BENCH_PROGS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+# Benchmark drivers (bench/*.c), built by `make bench` only. Every benchmark
+# lives under bench/: drivers, scripts and the peers' runners; the drivers
+# that link the scheduler library (bench_bo, bench_mo) have their rules in
+# schedulers/schedulers.mk.
+BENCH_PROGS := $(patsubst bench/%.c,$(BUILD)/bench/%,\
+                 $(filter-out bench/bench_bo.c bench/bench_mo.c,$(wildcard bench/*.c)))
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
@@ -252,7 +256,7 @@ valgrind: all
 
 bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_PROGS) $(BENCHES)
-	@PYTHON=$(PYTHON) BUILD=$(BUILD) scripts/bench-all.sh
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/all.sh
 
 # Live-change latency: scripted trials, trial set through the controller (bench/intervene.sh).
 .PHONY: bench-intervene

@@ -17,7 +17,7 @@ share of evaluations that were feasible; bo runs with both constraint
 models (probability of feasibility, the default, and the penalty).
 
 Optuna is installed into the system Python for this benchmark only
-(pinned as scripts/bench-bo.sh explains); without it the peers' rows are
+(pinned as bench/bo.sh explains); without it the peers' rows are
 skipped with the reason.
 
   bench/bench_mo.py --driver build/bin/bench_mo [--seeds 10] [--quick]

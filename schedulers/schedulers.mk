@@ -9,8 +9,9 @@
 #                     against Optuna's fANOVA evaluator on the same trials
 #                     and the functions' true first-order indices.
 #
-# The driver's main lives under schedulers/bench/ so the library's
-# wildcard (schedulers/*.c) does not pick it up.
+# The drivers (bench/bench_bo.c, bench/bench_mo.c) live with every other
+# benchmark under bench/; they link the scheduler library, so the generic
+# bench/*.c rule of the top Makefile leaves them to the rules here.
 
 # Nothing in a scheduler is sized by user input on the stack.
 $(call obj,$(SCHED_SRC)): ALL_CFLAGS += -Wvla
@@ -20,7 +21,7 @@ $(BUILD)/obj/schedulers/sched_bo.o: ALL_CFLAGS += -I$(BLAS_INC)
 
 BENCH_BO := $(BUILD)/bin/bench_bo
 
-$(BENCH_BO): $(BUILD)/obj/schedulers/bench/bench_bo.o $(LIB_SCHED) $(LIB_COMMON)
+$(BENCH_BO): $(BUILD)/obj/bench/bench_bo.o $(LIB_SCHED) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
 
@@ -28,12 +29,12 @@ BENCHES += $(BENCH_BO)
 
 .PHONY: bench-bo
 bench-bo: $(BENCH_BO)
-	@PYTHON=$(PYTHON) BENCH_BO=$(BENCH_BO) scripts/bench-bo.sh $(BENCH_BO_ARGS)
+	@PYTHON=$(PYTHON) BENCH_BO=$(BENCH_BO) bench/bo.sh $(BENCH_BO_ARGS)
 
 .PHONY: bench-importance
 bench-importance: $(BENCH_BO)
-	@PYTHON=$(PYTHON) scripts/bench-peers-install.sh
-	@$(PYTHON) scripts/bench_importance.py --driver $(BENCH_BO) $(BENCH_IMPORTANCE_ARGS)
+	@PYTHON=$(PYTHON) bench/peers-install.sh
+	@$(PYTHON) bench/bench_importance.py --driver $(BENCH_BO) $(BENCH_IMPORTANCE_ARGS)
 
 #   make bench-mo     multi-objective and constrained bo against Optuna
 #                     (NSGA-II, multi-objective TPE, constraints_func):
@@ -41,7 +42,7 @@ bench-importance: $(BENCH_BO)
 #                     BENCH_MO_ARGS="--quick" for 3 seeds.
 BENCH_MO := $(BUILD)/bin/bench_mo
 
-$(BENCH_MO): $(BUILD)/obj/schedulers/bench/bench_mo.o $(LIB_SCHED) $(LIB_COMMON)
+$(BENCH_MO): $(BUILD)/obj/bench/bench_mo.o $(LIB_SCHED) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIB_SCHED) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
 
@@ -58,5 +59,5 @@ bench-mo: $(BENCH_MO)
 #                     build/bench/mf.json). BENCH_MF_ARGS="--quick" for 1 seed.
 .PHONY: bench-mf
 bench-mf: all
-	@PYTHON=$(PYTHON) scripts/bench-peers-install.sh
+	@PYTHON=$(PYTHON) bench/peers-install.sh
 	@BUILD=$(BUILD) $(PYTHON) bench/mf.py $(BENCH_MF_ARGS)

@@ -323,7 +323,7 @@ for b in 128 1024 8192; do
             --precision "$prec" --max-steps "$steps" --epochs 100000 --log-every $((steps / 5)) \
             --quiet 2>&1 | sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 |
             sort -g | tail -1)
-        p=$("$PYTHON" scripts/bench_train_torch.py --device cuda --batch-size "$b" \
+        p=$("$PYTHON" bench/bench_train_torch.py --device cuda --batch-size "$b" \
             --precision "$prec" --steps "$steps" --warmup-steps 50 |
             "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
         printf '%-6s %-6s %14.0f %14.0f %7.2fx\n' "$b" "$prec" "${o:-0}" "$p" \

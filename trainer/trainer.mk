@@ -104,4 +104,4 @@ bench-comm: $(TRAIN_BIN) $(COMM_BENCH)
 	@BUILD=$(BUILD) $(PYTHON) bench/comm.py $(BENCH_COMM_ARGS)
 
 bench-train: $(TRAIN_BIN)
-	@PYTHON=$(PYTHON) BUILD=$(BUILD) scripts/bench-train.sh
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/train.sh

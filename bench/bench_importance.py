@@ -18,7 +18,7 @@ For each function and seed it prints the mean absolute error of each
 method's importances against the truth, Spearman's rank correlation with
 the truth, and the rank correlation of jizhi with Optuna.
 
-    scripts/bench_importance.py --driver build/bin/bench_bo [--seeds 5] [--trials 100]
+    bench/bench_importance.py --driver build/bin/bench_bo [--seeds 5] [--trials 100]
 """
 import argparse
 import json
@@ -165,7 +165,7 @@ def main():
     except Exception:
         have_optuna = False
         print("bench-importance: Optuna's fANOVA skipped: optuna or scikit-learn not "
-              "installed (scripts/bench-bo.sh installs them)")
+              "installed (bench/bo.sh installs them)")
     print(f"bench-importance: {a.trials} random trials x {a.seeds} seeds per function; "
           "MAE = mean |importance - truth| over the parameters, rho = Spearman rank "
           "correlation")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-train.sh - `make bench-train`: jizhi-train against PyTorch (Debian's
+# train.sh - `make bench-train`: jizhi-train against PyTorch (Debian's
 # python3-torch) on the same machine in the same run.
 #
 # 1. Throughput: MLP 784-256-256-10 on Fashion-MNIST, fp32, SGD+momentum,
@@ -46,7 +46,7 @@ ours() { # batch steps threads
 }
 
 peer() { # batch steps threads
-    "$PYTHON" scripts/bench_train_torch.py --batch-size "$1" "${MODEL[@]}" --steps "$2" \
+    "$PYTHON" bench/bench_train_torch.py --batch-size "$1" "${MODEL[@]}" --steps "$2" \
         --warmup-steps "$(( $2 / 10 > 20 ? 20 : $2 / 10 + 1 ))" --threads "$3" |
         "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])'
 }

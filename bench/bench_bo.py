@@ -15,7 +15,7 @@ Peers that are not installed are skipped with a note. Regret runs go in
 parallel, one thread each; latency runs one at a time with all cores.
 Results are also written as JSON (--out).
 
-    scripts/bench_bo.py --driver build/bin/bench_bo [--seeds 10] [--seed0 0] [--evals 50]
+    bench/bench_bo.py --driver build/bin/bench_bo [--seeds 10] [--seed0 0] [--evals 50]
         [--funcs branin,...] [--methods jizhi-bo,...] [--latency 100,500,1000]
 """
 import argparse

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-all.sh - `make bench`: every benchmark, each with its peer where
+# all.sh - `make bench`: every benchmark, each with its peer where
 # installed. Runs them all even when one fails, then lists the failures
 # and exits 1 if there was any.
 #

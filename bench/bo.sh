@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# bench-bo.sh - runs the bo benchmark (scripts/bench_bo.py) with the C
+# bo.sh - runs the bo benchmark (bench/bench_bo.py) with the C
 # driver built by `make bench-bo`. Extra arguments go to bench_bo.py
 # (e.g. --seeds 3 --evals 30 --latency 100). Optuna and scikit-optimize are
-# installed with pip when missing (scripts/bench-peers-install.sh, which
+# installed with pip when missing (bench/peers-install.sh, which
 # holds the pins); where that fails, those peers are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-/usr/bin/python3}
 BUILD=${BUILD:-build}
 BENCH_BO=${BENCH_BO:-$BUILD/bin/bench_bo}
-scripts/bench-peers-install.sh
+bench/peers-install.sh
 [ -x "$BENCH_BO" ] || { echo "bench-bo: $BENCH_BO missing (make bench-bo builds it)" >&2; exit 1; }
-exec "$PYTHON" scripts/bench_bo.py --driver "$BENCH_BO" --out "$BUILD/bench/bench_bo.json" "$@"
+exec "$PYTHON" bench/bench_bo.py --driver "$BENCH_BO" --out "$BUILD/bench/bench_bo.json" "$@"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench-peers-install.sh - installs the benchmark peers (Optuna, and
+# peers-install.sh - installs the benchmark peers (Optuna, and
 # scikit-optimize's gp_minimize) for bench-bo and bench-importance when
 # they are missing, with pins that keep Debian's numpy 1.24 (newer scipy
 # pulls numpy 2, which breaks Debian's torch 1.13; Optuna 4.1+ GPSampler

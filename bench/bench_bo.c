@@ -2,7 +2,7 @@
 
     Runs a jizhi scheduler directly (suggest -> evaluate -> on_complete) on
     the standard test functions, and measures suggestion latency. The
-    Python side (scripts/bench_bo.py) runs the peers and prints the table;
+    Python side (bench/bench_bo.py) runs the peers and prints the table;
     it checks that both sides evaluate the functions identically with the
     `eval` mode.
 
