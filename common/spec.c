@@ -291,7 +291,8 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
     const char *t = json_string_value(type);
     char field[160];
     if (!strcmp(t, "float") || !strcmp(t, "int")) {
-        static const char *const keys[] = {"type", "low", "high", "log", "when", NULL};
+        static const char *const keys[] = {"type", "low",  "high", "log",
+                                           "step", "when", NULL};
         if (s_only_keys(def, path, keys, err))
             return -1;
         p->type = !strcmp(t, "float") ? SPEC_FLOAT : SPEC_INT;
@@ -311,6 +312,8 @@ static int s_parse_param(spec_param *p, const char *name, json_t *def, spec_erro
             return spec__fail(err, field, "must be <= high (%g > %g)", p->low, p->high);
         if (p->log && p->low <= 0)
             return spec__fail(err, field, "must be > 0 when log is true");
+        if (spec__parse_step(p, json_object_get(def, "step"), path, err))
+            return -1;
     } else if (!strcmp(t, "choice")) {
         static const char *const keys[] = {"type", "values", "when", NULL};
         if (s_only_keys(def, path, keys, err))

@@ -19,6 +19,9 @@ typedef struct {
     spec_type type;
     double low, high; /* FLOAT and INT (INT holds whole numbers) */
     int log;          /* FLOAT and INT: sample on a log scale */
+    double step;      /* FLOAT and INT: "step", the grid low, low+step, ..., high
+                         every value lies on (0: none; an INT without it steps
+                         by 1); never with log */
     json_t *values;   /* CHOICE: array of strings or numbers, owned */
     size_t nvalues;   /* CHOICE: length of values */
     int konst;        /* "const": a CHOICE of exactly one value (values[0]) */
@@ -202,6 +205,16 @@ json_t *spec_param_from_unit(const spec_param *p, double u);
 /* Maps a legal value of p to [0,1] (the inverse of from_unit; a choice
    maps to the centre of its cell). Returns -1 when the value is illegal. */
 double spec_param_to_unit(const spec_param *p, const json_t *value);
+
+/* The number of values p can take: a choice's values, the points of a
+   stepped FLOAT or of an INT ((high - low) / step + 1); 0 for a FLOAT
+   without step (continuous). */
+long spec_param_grid(const spec_param *p);
+
+/* x moved onto p's range and grid (its step; whole numbers for INT) as
+   the JSON number a trial gets (an integer for INT). Caller owns the
+   result. p must be FLOAT or INT. */
+json_t *spec_param_snap(const spec_param *p, double x);
 
 /* 1 when `value` is a legal value of p, else 0. */
 int spec_param_legal(const spec_param *p, const json_t *value);

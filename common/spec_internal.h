@@ -24,4 +24,11 @@ int spec__check_sizes(const spec_t *s, spec_error *err);
    placeholders hold their longest values; 0 or -1 with err. */
 int spec__check_args(const spec_t *s, spec_error *err);
 
+/* Parses p's "step" (def_step, borrowed, may be NULL: none) once its
+   type, low, high and log are known: a whole number >= 1 for int, a
+   number > 0 for float, (high - low) a whole number of steps, never with
+   log. 0, or -1 with err naming path.step. */
+int spec__parse_step(spec_param *p, const json_t *def_step, const char *path,
+                     spec_error *err);
+
 #endif

@@ -31,9 +31,76 @@ double spec_round_sig(double x)
     return strtod(buf, NULL);
 }
 
+/* ---- steps (quantised parameters) ---- */
+
+int spec__parse_step(spec_param *p, const json_t *v, const char *path, spec_error *err)
+{
+    char field[200];
+    snprintf(field, sizeof field, "%s.step", path);
+    p->step = 0;
+    if (!v)
+        return 0;
+    if (p->type == SPEC_INT ? !json_is_integer(v) : !json_is_number(v))
+        return spec__fail(err, field, "must be %s",
+                          p->type == SPEC_INT ? "a whole number >= 1" : "a number > 0");
+    double st = json_number_value(v);
+    if (!isfinite(st) || st <= 0 || (p->type == SPEC_INT && st < 1))
+        return spec__fail(err, field, "must be %s, not %g",
+                          p->type == SPEC_INT ? ">= 1" : "> 0", st);
+    if (p->log)
+        return spec__fail(err, field,
+                          "step and log: choose one (a log scale has no even steps)");
+    double n = (p->high - p->low) / st;
+    if (n > 1e9)
+        return spec__fail(err, field, "%g gives more than 1e9 values from low to high",
+                          st);
+    if (fabs(n - floor(n + 0.5)) > 1e-9 * fmax(1, n))
+        return spec__fail(err, field,
+                          "high - low (%g) must be a whole number of steps of %g "
+                          "(high %g would be)",
+                          p->high - p->low, st, p->low + floor(n) * st);
+    p->step = st;
+    return 0;
+}
+
+long spec_param_grid(const spec_param *p)
+{
+    if (p->type == SPEC_CHOICE)
+        return (long)p->nvalues;
+    if (p->step > 0)
+        return (long)floor((p->high - p->low) / p->step + 0.5) + 1;
+    if (p->type == SPEC_INT)
+        return (long)(p->high - p->low) + 1;
+    return 0;
+}
+
+json_t *spec_param_snap(const spec_param *p, double x)
+{
+    if (isnan(x))
+        x = p->low;
+    x = x < p->low ? p->low : x > p->high ? p->high : x;
+    if (p->step > 0) {
+        long n = spec_param_grid(p);
+        double i = floor((x - p->low) / p->step + 0.5);
+        i = i < 0 ? 0 : i > (double)(n - 1) ? (double)(n - 1) : i;
+        x = i == (double)(n - 1) ? p->high : p->low + i * p->step;
+    }
+    if (p->type == SPEC_INT)
+        return json_integer((json_int_t)floor(x + 0.5));
+    x = spec_round_sig(x);
+    return json_real(x < p->low ? p->low : x > p->high ? p->high : x);
+}
+
 json_t *spec_param_from_unit(const spec_param *p, double u)
 {
     u = s_clamp01(isnan(u) ? 0.5 : u);
+    if (p->step > 0) { /* each grid value owns an equal cell of [0, 1] */
+        long n = spec_param_grid(p);
+        double i = floor(u * (double)n);
+        if (i > (double)(n - 1))
+            i = (double)(n - 1);
+        return spec_param_snap(p, p->low + i * p->step);
+    }
     if (p->type == SPEC_CHOICE) {
         size_t i = (size_t)(u * (double)p->nvalues);
         if (i >= p->nvalues)
@@ -72,6 +139,11 @@ double spec_param_to_unit(const spec_param *p, const json_t *value)
         return -1;
     }
     double x = json_number_value(value);
+    if (p->step > 0) {
+        long n = spec_param_grid(p);
+        double i = floor((x - p->low) / p->step + 0.5);
+        return s_clamp01((i + 0.5) / (double)n);
+    }
     double lo = p->low, hi = p->high;
     if (p->type == SPEC_INT) {
         lo -= 0.5;
@@ -98,7 +170,13 @@ int spec_param_legal(const spec_param *p, const json_t *value)
     if (!json_is_number(value))
         return 0;
     double x = json_number_value(value);
-    return isfinite(x) && x >= p->low && x <= p->high;
+    if (!isfinite(x) || x < p->low || x > p->high)
+        return 0;
+    if (p->step > 0) { /* on the grid, to rounding of the printed value */
+        double k = (x - p->low) / p->step;
+        return fabs(k - floor(k + 0.5)) <= 1e-9 * fmax(1, fabs(k));
+    }
+    return 1;
 }
 
 /* Shortest text that reads back as the same double. */
@@ -365,6 +443,10 @@ int spec_params_check(const spec_t *s, json_t *params, spec_error *err)
                 free(list);
                 return -1;
             }
+            if (p->step > 0)
+                return spec__fail(err, field, "must be %s from %g to %g in steps of %g",
+                                  p->type == SPEC_INT ? "an integer" : "a number", p->low,
+                                  p->high, p->step);
             return spec__fail(err, field, "must be %s from %g to %g",
                               p->type == SPEC_INT ? "an integer" : "a number", p->low,
                               p->high);

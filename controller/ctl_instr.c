@@ -384,10 +384,12 @@ static void s_space_text(const spec_param *p, char *buf, size_t size)
         free(list);
         return;
     }
-    char lo[TEXT_DOUBLE_MAX], hi[TEXT_DOUBLE_MAX];
-    snprintf(buf, size, "%s from %s to %s%s",
+    char lo[TEXT_DOUBLE_MAX], hi[TEXT_DOUBLE_MAX], st[TEXT_DOUBLE_MAX + 16] = "";
+    if (p->step > 0)
+        snprintf(st, sizeof st, " in steps of %s", text_double(p->step, lo));
+    snprintf(buf, size, "%s from %s to %s%s%s",
              p->type == SPEC_INT ? "a whole number" : "a number", text_double(p->low, lo),
-             text_double(p->high, hi), p->log ? ", log scale" : "");
+             text_double(p->high, hi), st, p->log ? ", log scale" : "");
 }
 
 /* v as tuned parameter p takes it: 0 in the space, 1 outside it (*out set
@@ -431,7 +433,7 @@ static int s_param_value(const spec_param *p, const json_t *v, json_t **out)
         x = json_real(d);
     }
     *out = x;
-    return d >= p->low && d <= p->high ? 0 : 1;
+    return spec_param_legal(p, x) ? 0 : 1; /* its range, and its step if any */
 }
 
 json_t *ctl__set_check(const ctl_trial *t, const json_t *values, int force,

@@ -31,8 +31,9 @@ static long s_size(const sched_grid *g, const spec_param *p)
 {
     if (p->type == SPEC_CHOICE)
         return (long)p->nvalues;
-    if (p->type == SPEC_INT && p->high - p->low + 1 <= g->points)
-        return (long)(p->high - p->low + 1);
+    long grid = spec_param_grid(p); /* an int's or a stepped float's values */
+    if (grid > 0 && grid <= g->points)
+        return grid;
     return g->points;
 }
 
@@ -42,8 +43,11 @@ static json_t *s_value(const spec_param *p, long i, long n)
         return json_deep_copy(json_array_get(p->values, (size_t)i));
     if (n == 1)
         return spec_param_from_unit(p, 0.5);
-    if (p->type == SPEC_INT && p->high - p->low + 1 == n)
-        return json_integer((json_int_t)(p->low + i));
+    if (spec_param_grid(p) == n) /* every value of the grid */
+        return spec_param_snap(p, p->low + (double)i * (p->step > 0 ? p->step : 1));
+    if (p->step > 0) /* evenly spaced, at least a step apart: distinct on the grid */
+        return spec_param_snap(p,
+                               p->low + (p->high - p->low) * (double)i / (double)(n - 1));
     /* from_unit maps u to the parameter's scale; u = i/(n-1) hits both ends */
     return spec_param_from_unit(p, (double)i / (double)(n - 1));
 }

@@ -191,13 +191,14 @@ static json_t *s_perturb_one(sched_pbt *self, const spec_param *p, const json_t 
         nx = x * f;
     else
         nx = x + (f - 1) * (p->high - p->low) / 2;
-    if (p->type == SPEC_INT) {
-        nx = floor(nx + 0.5);
-        if (nx == x) /* too small to move: one step in the factor's direction */
-            nx = f > 1 ? x + 1 : x - 1;
+    json_t *out = spec_param_snap(p, nx); /* its range, and its step or whole numbers */
+    if ((p->type == SPEC_INT || p->step > 0) && json_number_value(out) == x) {
+        /* too small to move: one step in the factor's direction */
+        double st = p->step > 0 ? p->step : 1;
+        json_decref(out);
+        out = spec_param_snap(p, f > 1 ? x + st : x - st);
     }
-    nx = fmin(fmax(spec_round_sig(nx), p->low), p->high);
-    return p->type == SPEC_INT ? json_integer((json_int_t)nx) : json_real(nx);
+    return out;
 }
 
 /* Perturbed copy of params: every parameter active in params is perturbed;

@@ -235,3 +235,40 @@ def test_foreign_tell_is_refused(jz):
         assert jz.sql("SELECT state, value FROM trials") == [("completed", 1.0)]
     finally:
         stop(ctl)
+
+
+def test_step_round_trip_ask_enqueue_export(jz):
+    """A stepped float and int (and a log int) from the spec through bo's
+    suggestions (asked) to the export; an enqueued value off the grid is
+    refused naming the step, one on it runs first."""
+    spec = ask_spec("st", trials=7, scheduler={"type": "bo", "seed": 2, "n_init": 3})
+    spec["space"] = {"x": {"type": "float", "low": -1, "high": 1, "step": 0.25},
+                     "k": {"type": "int", "low": 2, "high": 32, "step": 6},
+                     "m": {"type": "int", "low": 1, "high": 64, "log": True}}
+    jz.write_spec(spec, "st.json")
+    ctl = jz.popen("controller", "--db", jz.db)
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the endpoint file")
+        jz.run("study", "submit", "st.json", check=0)
+        p = jz.run("study", "enqueue", "st", "x=0.3", "k=8", "m=2", check=1)
+        assert "params.x: must be a number from -1 to 1 in steps of 0.25" in p.stderr
+        jz.run("study", "enqueue", "st", "x=0.75", "k=8", "m=2", check=0)
+        for i in range(7):
+            info = json.loads(jz.run("trial", "ask", "st", "--json", check=0).stdout)
+            x = info["params"]["x"]
+            if i == 0:
+                assert info["params"] == {"x": 0.75, "k": 8, "m": 2}
+            jz.run("trial", "tell", str(info["trial"]), "--", repr((x - 0.5) ** 2), check=0)
+        rows = json.loads(jz.run("study", "export", "st", "--format", "json",
+                                 check=0).stdout)
+        trials = rows["trials"] if isinstance(rows, dict) else rows
+        assert len(trials) == 7
+        for t in trials:
+            x, k, m = t["params"]["x"], t["params"]["k"], t["params"]["m"]
+            assert x in [-1 + 0.25 * i for i in range(9)], x
+            assert isinstance(k, int) and (k - 2) % 6 == 0 and 2 <= k <= 32, k
+            assert isinstance(m, int) and 1 <= m <= 64
+        show = json.loads(jz.run("study", "show", "st", "--json", check=0).stdout)
+        assert show["spec"]["space"]["x"]["step"] == 0.25
+    finally:
+        stop(ctl)
