@@ -238,7 +238,7 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory cuda; \
 	 else echo "CUDA backend: not built (no nvcc)"; fi
-	@$(MAKE) --no-print-directory SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS))
+	@$(MAKE) --no-print-directory SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS)) build-san/bin/jizhi
 	@$(MAKE) --no-print-directory SANITIZE=thread $(addprefix build-tsan/tests/,$(TSAN_TESTS))
 	@if [ "$(HAVE_CLANG)" = yes ]; then $(MAKE) --no-print-directory fuzz-build; \
 	 else echo "fuzz targets: not built (no clang)"; fi

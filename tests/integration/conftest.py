@@ -19,7 +19,11 @@ def env_for_trials():
     env = dict(os.environ)
     env["PATH"] = os.path.join(BUILD, "bin") + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.path.join(ROOT, "trial_helper", "python")
-    env["JIZHI_LIB"] = os.path.join(BUILD, "lib", "libjizhi.so")
+    # JIZHI_HELPER_LIB: the sanitizer pass runs daemons from build-san/ but
+    # Python trials on the plain library (an ASan library cannot load into
+    # a Python built without it)
+    env["JIZHI_LIB"] = os.environ.get("JIZHI_HELPER_LIB") or os.path.join(BUILD, "lib",
+                                                                         "libjizhi.so")
     env.pop("JIZHI_DB", None)
     env.pop("JIZHI_CONTROLLER", None)
     for k in ("JIZHI_TRIAL", "JIZHI_TOKEN", "JIZHI_ENDPOINT", "JIZHI_PARAMS", "JIZHI_KEY",
