@@ -39,7 +39,7 @@ static const char s_usage[] =
     "                                        and its token, for jizhi.h's jz_open_as)\n"
     "       jizhi trial tell ID VALUE...      end an asked trial with its objective\n"
     "                                        (one VALUE per objective)\n"
-    "       jizhi trial tell ID failed [MESSAGE] | pruned [VALUE...]\n"
+    "       jizhi trial tell ID failed [MESSAGE]    (or: ID pruned [VALUE...])\n"
     "       jizhi trial fork ID KEY=VALUE[,KEY=VALUE...]... [--steps K] [--keep "
     "best|all]\n"
     "             [--force] [--no-wait] [--timeout S]   one sibling per argument, from\n"

@@ -28,6 +28,7 @@ static const char s_usage[] =
     "  trial list STUDY | show ID | logs ID | stop ID | pause ID [--release]\n"
     "        | resume ID | set ID KEY=VALUE... [--force] [--guard[=values]]\n"
     "        | fork ID KEY=VALUE... [--steps K] [--keep best|all] | fork ID --decide\n"
+    "        | ask STUDY [--json] | tell ID VALUE...     ask-and-tell (docs/python.md)\n"
     "  watch STUDY [--interval S]                  live terminal view; steer the trials\n"
     "  plot STUDY [--output FILE.svg] [--x step|time|METRIC]   SVG: history, learning "
     "curves\n"

@@ -64,3 +64,57 @@ def test_importance_errors(jz):
         web.wait(timeout=30)
     p = jz.run("study", "importance", "nosuch", check=1)
     assert "nosuch" in p.stderr
+
+
+COND_SCRIPT = r'''
+import json, sys
+import jizhi
+spec = {"name": "cond", "objective": {"metric": "y", "mode": "min"},
+        "scheduler": {"type": "random", "seed": 7}, "budget": {"trials": 40},
+        "space": {"opt": {"type": "choice", "values": ["sgd", "adam"]},
+                  "mom": {"type": "float", "low": 0, "high": 1, "when": {"opt": ["sgd"]}},
+                  "x": {"type": "float", "low": 0, "high": 1}}}
+study = jizhi.create_study(spec, db=sys.argv[1])
+# sgd: y = 4 mom (mean 2); adam: y = 2; x does nothing
+study.optimize(lambda t: 4 * t.params["mom"] if t.params["opt"] == "sgd" else 2.0,
+               n_trials=40)
+print(json.dumps([t["params"] for t in study.trials]))
+'''
+
+
+def test_importance_conditional_space(jz):
+    """Issue 41 item 4: a study whose space has a `when` parameter (asked
+    and told from Python): study importance and the web API answer with the
+    model, not the rank fallback, from every trial (those where mom is
+    inactive included); mom carries the effect, x none."""
+    import subprocess
+    import sys
+
+    from conftest import JIZHI
+
+    script = os.path.join(jz.dir, "cond.py")
+    with open(script, "w") as f:
+        f.write(COND_SCRIPT)
+    env = dict(jz.env, JIZHI_BIN=JIZHI)
+    p = subprocess.run([sys.executable, script, jz.db], cwd=jz.dir, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    params = json.loads(p.stdout)
+    assert len(params) == 40 and any("mom" not in q for q in params)
+    out = json.loads(jz.run("study", "importance", "cond", "--json", check=0).stdout)
+    assert out["method"] == "sobol-gp" and out["trials"] == 40 and "note" not in out, out
+    imp = {q["name"]: q for q in out["params"]}
+    assert imp["x"]["importance"] < 0.05, out
+    assert imp["mom"]["importance"] > 0.3, out
+    assert out["params"][0]["name"] == "mom", out
+    for q in out["params"]:
+        assert 0 <= q["first"] <= q["total"] + 1e-9 <= 1 + 1e-9, out
+    web, url = serve(jz)
+    try:
+        st, j, _ = http("GET", url + "/api/studies/cond/importance")
+        assert st == 200 and j["method"] == "sobol-gp"
+        del out["study"]
+        assert j == out
+    finally:
+        web.terminate()
+        web.wait(timeout=30)

@@ -1136,6 +1136,11 @@ async function trialPage(id) {
       return `${n}=${v} is not one of the space's values (${JSON.stringify(vals)})`;
     if (typeof v === "number" && typeof p.low === "number" && (v < p.low || v > p.high))
       return `${n}=${v} is outside the space (${p.low} to ${p.high}${p.log ? ", log scale" : ""})`;
+    if (typeof v === "number" && typeof p.step === "number" && p.step > 0) {
+      const k = (v - p.low) / p.step;
+      if (Math.abs(k - Math.round(k)) > 1e-9 * Math.max(1, Math.abs(k)))
+        return `${n}=${v} is off the space's grid (${p.low} to ${p.high} in steps of ${p.step})`;
+    }
     return "";
   }
   async function steer(what) {
