@@ -1,7 +1,10 @@
 /*  disp_int.h - internals shared by the dispatcher's files (not public).
 
-    disp.c       the event loop and the protocol (register, heartbeat,
-                 start/kill handling, reports kept until acknowledged)
+    disp.c       the dispatcher object and its event loop (disp_core.h)
+    disp_send.c  register, heartbeat, reports kept until acknowledged, and
+                 watching the trials' processes
+    disp_recv.c  the controller's messages (start, kill, disown, read_log,
+                 replies), decoded through the schema (common/msg.h)
     disp_msg.c   validation of the controller's `start` and `kill` messages
     disp_proc.c  one trial process: environment, fork/exec, signals, reaping
     disp_gpu.c   the GPU list: parsing "0,1,3" and asking nvidia-smi
@@ -10,7 +13,7 @@
     disp_torch.c ranks started by the dispatcher, torchrun's way ("torch")
     disp_slurm.c the Slurm backend: each trial attempt is a Slurm job
 
-    A backend (disp__backend) is how a trial runs; disp.c keeps everything
+    A backend (disp__backend) is how a trial runs; disp*.c keep everything
     else (the protocol, slots, GPUs, timeouts, reports) the same for all.
 */
 #ifndef JZ_DISP_INT_H
