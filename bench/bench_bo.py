@@ -3,7 +3,8 @@
 
 Runs, in one run, jizhi `bo` and `random` (through the C driver
 build/bin/bench_bo) and, where installed, Optuna's TPESampler and GPSampler
-and scikit-optimize's gp_minimize, on Branin, Hartmann-6, Ackley-5,
+and scikit-optimize's gp_minimize (and on request jizhi `tpe` and `cmaes`
+against Optuna's TPESampler and CmaEsSampler: --methods), on Branin, Hartmann-6, Ackley-5,
 Rosenbrock-4, Levy-4, Styblinski-Tang-4, and (so that changes are not fitted
 to those six) Shekel-10, the six-hump camel and Levy-8 (minimisation, standard
 domains), EVALS evaluations x SEEDS seeds each, and prints the median simple
@@ -17,6 +18,7 @@ Results are also written as JSON (--out).
 
     bench/bench_bo.py --driver build/bin/bench_bo [--seeds 10] [--seed0 0] [--evals 50]
         [--funcs branin,...] [--methods jizhi-bo,...] [--latency 100,500,1000]
+        [--latency-method bo|tpe|cmaes]
 """
 import argparse
 import json
@@ -102,7 +104,13 @@ FUNCS = {
     "levy8": (levy, [(-10, 10)] * 8, 0.0),
 }
 
-METHODS = ["jizhi-bo", "jizhi-random", "optuna-tpe", "optuna-gp", "skopt-gp"]
+METHODS = ["jizhi-bo", "jizhi-random", "optuna-tpe", "optuna-gp", "skopt-gp",
+           "jizhi-tpe", "jizhi-cmaes", "optuna-cmaes"]
+# the methods run by default (tpe and cmaes against their Optuna peers:
+# --methods jizhi-tpe,optuna-tpe,jizhi-cmaes,optuna-cmaes)
+DEFAULT_METHODS = METHODS[:5]
+# head-to-head pairs summarised when both are run: jizhi's, Optuna's
+PAIRS = [("jizhi-tpe", "optuna-tpe"), ("jizhi-cmaes", "optuna-cmaes")]
 
 
 def have(module):
@@ -143,8 +151,12 @@ def run_task(task):
             torch.set_num_threads(1)
         except Exception:
             pass
-        sampler = (optuna.samplers.TPESampler(seed=seed) if method == "optuna-tpe"
-                   else optuna.samplers.GPSampler(seed=seed))
+        if method == "optuna-tpe":
+            sampler = optuna.samplers.TPESampler(seed=seed)
+        elif method == "optuna-cmaes":
+            sampler = optuna.samplers.CmaEsSampler(seed=seed)
+        else:
+            sampler = optuna.samplers.GPSampler(seed=seed)
         study = optuna.create_study(sampler=sampler, direction="minimize")
 
         def objective(trial):
@@ -204,9 +216,11 @@ def main():
                     help="first seed (seeds seed0 .. seed0+seeds-1; more seeds for near ties)")
     ap.add_argument("--evals", type=int, default=50)
     ap.add_argument("--funcs", default=",".join(FUNCS))
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
     ap.add_argument("--latency", default="100,500,1000", help="n values ('' to skip)")
     ap.add_argument("--latency-repeats", type=int, default=3)
+    ap.add_argument("--latency-method", default="bo",
+                    help="the jizhi scheduler timed (bo, tpe, cmaes); GPSampler is timed beside bo only")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--reuse", default=None,
@@ -226,7 +240,10 @@ def main():
             sys.exit(f"bench_bo: unknown function {f} (expected {', '.join(FUNCS)})")
     skipped = {}
     if not have("optuna"):
-        skipped.update({"optuna-tpe": "optuna not installed", "optuna-gp": "optuna not installed"})
+        skipped.update({"optuna-tpe": "optuna not installed", "optuna-gp": "optuna not installed",
+                        "optuna-cmaes": "optuna not installed"})
+    elif not have("cmaes"):
+        skipped["optuna-cmaes"] = "CmaEsSampler needs the cmaes package"
     elif not (have("torch") and have("scipy")):
         skipped["optuna-gp"] = "GPSampler needs torch and scipy"
     if not have("skopt"):
@@ -297,6 +314,15 @@ def main():
     if compared:
         print(f"jizhi bo no worse than the best of Optuna TPE, GPSampler and gp_minimize on "
               f"{wins} of {compared} functions (goal: >= 5 of the first 6)")
+    for mine, peer in PAIRS:
+        if mine not in methods or peer not in methods:
+            continue
+        n_ok = n_cmp = 0
+        for f in funcs[:6]:
+            if (f, mine) in med and (f, peer) in med:
+                n_cmp += 1
+                n_ok += med[(f, mine)] <= med[(f, peer)]
+        print(f"{mine} no worse than {peer} on {n_ok} of {n_cmp} of the first six functions")
     print("total seconds per method (all runs of this run): " +
           ", ".join(f"{m} {secs[m]:.0f}" for m in methods if m in secs))
 
@@ -304,7 +330,8 @@ def main():
     ns = [int(v) for v in a.latency.split(",") if v]
     if ns:
         print()
-        print(f"suggestion latency, Hartmann-6 with n random observations, {os.cpu_count()} cores "
+        print(f"suggestion latency of jizhi {a.latency_method}, Hartmann-6 with n random "
+              f"observations, {os.cpu_count()} cores "
               f"(cold: first suggestion, no warm start; warm: median of the next "
               f"{a.latency_repeats})")
         print("n".rjust(6) + "jizhi cold ms".rjust(15) + "jizhi warm ms".rjust(15) +
@@ -312,11 +339,12 @@ def main():
         env = {k: v for k, v in os.environ.items()
                if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         for n in ns:
-            out = subprocess.run([a.driver, "latency", str(n), str(a.latency_repeats)],
+            out = subprocess.run([a.driver, "latency", str(n), str(a.latency_repeats),
+                                  a.latency_method],
                                  capture_output=True, text=True, env=env, check=True)
             j = json.loads(out.stdout.strip().splitlines()[-1])
             g = None
-            if "optuna-gp" not in skipped:
+            if "optuna-gp" not in skipped and a.latency_method == "bo":
                 o = subprocess.run([sys.executable, __file__, "--gp-latency-only", str(n),
                                     "--latency-repeats", str(a.latency_repeats)],
                                    capture_output=True, text=True, env=env)
@@ -324,7 +352,8 @@ def main():
             lat.append({"n": n, "jizhi": j, "gpsampler": g})
             print(f"{n:6d}{j['cold_ms']:15.1f}{j['warm_ms']:15.1f}" +
                   (f"{g['cold_ms']:19.1f}{g['warm_ms']:19.1f}" if g else "-".rjust(19) * 2), flush=True)
-        print("goals: jizhi <= 50 ms at n=100, <= 1000 ms at n=1000")
+        print("goals: jizhi bo <= 50 ms at n=100, <= 1000 ms at n=1000; tpe and cmaes <= 5 ms "
+              "at n=1000")
 
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)

@@ -22,6 +22,8 @@ static const struct {
     {"random", sched_random_new},
     {"grid", sched_grid_new},
     {"bo", sched_bo_new},
+    {"tpe", sched_tpe_new},
+    {"cmaes", sched_cmaes_new},
     {"pbt", sched_pbt_new},
     {"batchsize", sched_batchsize_new},
 };

@@ -161,6 +161,12 @@ double sched_json_double(const json_t *obj, const char *key);
 /* Constructors of the built-in schedulers (registry in sched.c). */
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize);
 sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize);
+/* The tree-structured Parzen estimator (sched_tpe.c) and CMA-ES
+   (sched_cmaes.c); their options are in those files' headers and in
+   docs/spec.md. One objective without constraints: otherwise NULL with
+   "scheduler.type: ...". */
+sched_t *sched_tpe_new(const spec_t *spec, char *err, size_t errsize);
+sched_t *sched_cmaes_new(const spec_t *spec, char *err, size_t errsize);
 
 /* ---- batch size and early stopping (sched_batchsize.c, sched_es.c) ---- */
 

@@ -35,7 +35,8 @@ def test_every_spec_key_and_scheduler_is_in_spec_md(tmp_path):
     keys = [k.strip() for k in m.group(1).split(",")]
     doc = read("docs", "spec.md")
     assert [k for k in keys if f"`{k}`" not in doc] == []
-    for sched in ("random", "grid", "bo", "pbt", "batchsize", "asha", "hyperband", "median"):
+    for sched in ("random", "grid", "bo", "tpe", "cmaes", "pbt", "batchsize", "asha", "hyperband",
+                  "median"):
         assert f"`{sched}`" in doc, sched
 
 

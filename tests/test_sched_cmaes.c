@@ -1,0 +1,413 @@
+/*  test_sched_cmaes.c - the cmaes scheduler (schedulers/sched_cmaes.c)
+    through the scheduler interface: options and their messages, one study
+    per seed, legal values of every type and conditional spaces, far better
+    than random on a quadratic (full and separable), IPOP restarts on a
+    stalled population (and none without), save/restore mid-generation,
+    warm start and injected (enqueued) results, results of an older
+    generation under parallel trials.
+*/
+#include "jz_test.h"
+#include "schedulers/sched.h"
+
+static spec_t *s_spec(const char *sched, const char *space, const char *mode)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"%s\"},"
+             "\"scheduler\":%s,\"budget\":{\"trials\":60,\"parallel\":4},"
+             "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
+             mode, sched, space);
+    json_error_t je;
+    json_t *j = json_loads(buf, 0, &je);
+    if (!j) {
+        printf("bad test json: %s\n", je.text);
+        return NULL;
+    }
+    spec_error err;
+    spec_t *s = spec_parse(j, 0, &err);
+    json_decref(j);
+    if (!s) {
+        char eb[400];
+        printf("spec: %s\n", spec_strerror(&err, eb, sizeof eb));
+    }
+    return s;
+}
+
+static double s_num(const json_t *p, const char *k)
+{
+    return json_number_value(json_object_get(p, k));
+}
+
+/* 2-D quadratic, minimum 0 at (0.3, -0.2) */
+static double s_quad(const json_t *p)
+{
+    double x = s_num(p, "x"), y = s_num(p, "y");
+    return (x - 0.3) * (x - 0.3) + (y + 0.2) * (y + 0.2);
+}
+
+/* 4-D quadratic, minimum 0 at (0.3, -0.2, 0.1, 0.5) */
+static double s_quad4(const json_t *p)
+{
+    return s_quad(p) + pow(s_num(p, "z") - 0.1, 2) + pow(s_num(p, "w") - 0.5, 2);
+}
+
+static const char *QSPACE4 = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
+                             "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
+                             "\"z\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
+                             "\"w\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
+
+static const char *QSPACE = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
+                            "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
+
+/* every type, and a conditional pair under a choice */
+static const char *MIXED =
+    "{\"lr\":{\"type\":\"float\",\"low\":1e-5,\"high\":1,\"log\":true},"
+    "\"layers\":{\"type\":\"int\",\"low\":1,\"high\":6},"
+    "\"width\":{\"type\":\"int\",\"low\":8,\"high\":1024,\"log\":true},"
+    "\"act\":{\"type\":\"choice\",\"values\":[\"relu\",\"tanh\",\"gelu\"]},"
+    "\"opt\":{\"type\":\"choice\",\"values\":[\"sgd\",\"adam\"]},"
+    "\"momentum\":{\"type\":\"float\",\"low\":0,\"high\":0.99,\"when\":{\"opt\":[\"sgd\"]"
+    "}},"
+    "\"nesterov\":{\"type\":\"choice\",\"values\":[\"yes\",\"no\"],\"when\":{\"opt\":["
+    "\"sgd\"]}},"
+    "\"beta2\":{\"type\":\"float\",\"low\":0.9,\"high\":0.9999,\"when\":{\"opt\":["
+    "\"adam\"]}},"
+    "\"seed\":{\"type\":\"const\",\"value\":7}}";
+
+/* a loss over MIXED: adam with lr near 1e-3 and 3 layers is best */
+static double s_mixed(const json_t *p)
+{
+    double v = pow(log10(s_num(p, "lr")) + 3, 2) + pow(s_num(p, "layers") - 3, 2) / 4;
+    const char *opt = json_string_value(json_object_get(p, "opt"));
+    v += opt && !strcmp(opt, "adam") ? 10 * (0.9999 - s_num(p, "beta2")) : 1;
+    return v;
+}
+
+/* Runs n sequential trials of f on s (ids from id0); returns the best and
+   appends every suggestion to log when non-NULL. */
+static double s_study(sched_t *s, long id0, int n, double (*f)(const json_t *), int sign,
+                      json_t *log)
+{
+    double best = INFINITY;
+    for (long id = id0; id < id0 + n; id++) {
+        json_t *p = NULL;
+        if (s->ops->suggest(s, id, &p) != SCHED_OK || !p) {
+            JZT_FAIL("suggest failed at trial %ld", id);
+            return NAN;
+        }
+        spec_error e;
+        json_t *chk = json_deep_copy(p);
+        if (spec_params_check(s->spec, chk, &e) != 0)
+            JZT_FAIL("illegal suggestion at trial %ld: %s", id, e.text);
+        json_decref(chk);
+        double v = f(p);
+        best = fmin(best, v);
+        s->ops->on_complete(s, id, p, SCHED_COMPLETED, sign * v);
+        if (log)
+            json_array_append(log, p);
+        json_decref(p);
+    }
+    return best;
+}
+
+static sched_t *s_new(const spec_t *sp)
+{
+    char err[256] = "";
+    sched_t *s = sched_new(sp, err, sizeof err);
+    if (!s)
+        JZT_FAIL("sched_new: %s", err);
+    return s;
+}
+
+static json_t *s_state(sched_t *s)
+{
+    return s->ops->save(s);
+}
+
+static long s_int(const json_t *o, const char *k)
+{
+    return (long)json_integer_value(json_object_get(o, k));
+}
+
+TEST(options_checked)
+{
+    const char *bad[][2] = {
+        {"{\"type\":\"cmaes\",\"foo\":1}", "scheduler.foo: unknown option for the cmaes"},
+        {"{\"type\":\"cmaes\",\"restart\":\"bipop\"}",
+         "scheduler.restart: must be \"ipop\" or \"none\""},
+        {"{\"type\":\"cmaes\",\"separable\":1}", "scheduler.separable: must be true"},
+        {"{\"type\":\"cmaes\",\"sigma0\":0}", "scheduler.sigma0: must be a number from"},
+        {"{\"type\":\"cmaes\",\"popsize\":1}", "scheduler.popsize: must be an integer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spec_t *sp = s_spec(bad[i][0], QSPACE, "min");
+        REQUIRE(sp);
+        char err[256] = "";
+        sched_t *s = sched_new(sp, err, sizeof err);
+        CHECK(s == NULL);
+        if (strncmp(err, bad[i][1], strlen(bad[i][1])) != 0)
+            JZT_FAIL("error \"%s\", expected \"%s...\"", err, bad[i][1]);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+    /* only consts: nothing to adapt */
+    spec_t *sp =
+        s_spec("{\"type\":\"cmaes\"}", "{\"a\":{\"type\":\"const\",\"value\":1}}", "min");
+    REQUIRE(sp);
+    char err[256] = "";
+    sched_t *s = sched_new(sp, err, sizeof err);
+    CHECK(s == NULL && strncmp(err, "space: no parameter to search", 29) == 0);
+    spec_destroy(&sp);
+    sp = s_spec("{\"type\":\"cmaes\",\"seed\":1,\"restart\":\"none\",\"separable\":true,"
+                "\"sigma0\":0.3,\"popsize\":12}",
+                QSPACE, "min");
+    REQUIRE(sp);
+    s = s_new(sp);
+    CHECK_STR(s ? s->ops->name : NULL, "cmaes");
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
+TEST(same_seed_same_study)
+{
+    json_t *a = json_array(), *b = json_array(), *c = json_array();
+    const char *scheds[] = {"{\"type\":\"cmaes\",\"seed\":4}",
+                            "{\"type\":\"cmaes\",\"seed\":4}",
+                            "{\"type\":\"cmaes\",\"seed\":5}"};
+    json_t *logs[] = {a, b, c};
+    for (int k = 0; k < 3; k++) {
+        spec_t *sp = s_spec(scheds[k], MIXED, "min");
+        REQUIRE(sp);
+        sched_t *s = s_new(sp);
+        REQUIRE(s);
+        s_study(s, 1, 40, s_mixed, 1, logs[k]);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+    CHECK(json_equal(a, b));
+    CHECK(!json_equal(a, c));
+    json_decref(a);
+    json_decref(b);
+    json_decref(c);
+}
+
+/* Every suggestion legal (s_study checks it with spec_params_check:
+   active parameters present and legal, inactive ones absent), ints whole,
+   consts kept; the better branch of the condition is learned. */
+TEST(types_and_conditional_spaces)
+{
+    const char *scheds[] = {"{\"type\":\"cmaes\",\"seed\":2}",
+                            "{\"type\":\"cmaes\",\"seed\":2,\"separable\":true}"};
+    for (int k = 0; k < 2; k++) {
+        spec_t *sp = s_spec(scheds[k], MIXED, "min");
+        REQUIRE(sp);
+        sched_t *s = s_new(sp);
+        REQUIRE(s);
+        json_t *log = json_array();
+        s_study(s, 1, 150, s_mixed, 1, log);
+        int adam = 0;
+        size_t i;
+        json_t *p;
+        json_array_foreach(log, i, p)
+        {
+            CHECK(json_is_integer(json_object_get(p, "layers")));
+            CHECK(json_is_integer(json_object_get(p, "width")));
+            CHECK(json_integer_value(json_object_get(p, "seed")) == 7);
+            const char *opt = json_string_value(json_object_get(p, "opt"));
+            CHECK(!json_object_get(p, !strcmp(opt, "adam") ? "momentum" : "beta2"));
+            adam += i >= 100 && !strcmp(opt, "adam");
+        }
+        if (adam < 40)
+            JZT_FAIL("variant %d: adam in %d of the last 50 trials", k, adam);
+        json_decref(log);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
+TEST(far_better_than_random_on_a_quadratic)
+{
+    const char *scheds[] = {"{\"type\":\"cmaes\",\"seed\":1}",
+                            "{\"type\":\"cmaes\",\"seed\":1,\"separable\":true}"};
+    spec_t *sr = s_spec("{\"type\":\"random\",\"seed\":1}", QSPACE4, "min");
+    REQUIRE(sr);
+    sched_t *r = s_new(sr);
+    REQUIRE(r);
+    double br = INFINITY;
+    for (long id = 1; id <= 200; id++) {
+        json_t *p = NULL;
+        REQUIRE(r->ops->suggest(r, id, &p) == SCHED_OK);
+        br = fmin(br, s_quad4(p));
+        json_decref(p);
+    }
+    for (int k = 0; k < 2; k++) {
+        spec_t *sp = s_spec(scheds[k], QSPACE4, "min");
+        REQUIRE(sp);
+        sched_t *s = s_new(sp);
+        REQUIRE(s);
+        double bc = s_study(s, 1, 200, s_quad4, 1, NULL);
+        printf("  4-D quadratic, 200 trials: %s %.3g, random %.3g\n", scheds[k], bc, br);
+        CHECK(bc < 1e-3);
+        CHECK(bc < br / 100);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+    sched_destroy(&r);
+    spec_destroy(&sr);
+}
+
+static double s_flat(const json_t *p)
+{
+    return 1.0;
+}
+
+/* A constant objective stalls the population: IPOP restarts with twice the
+   population once the history of best values is flat; without restarts
+   it goes on with the same one. */
+TEST(ipop_restarts_a_stalled_population)
+{
+    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":1}", QSPACE, "min");
+    spec_t *sn =
+        s_spec("{\"type\":\"cmaes\",\"seed\":1,\"restart\":\"none\"}", QSPACE, "min");
+    REQUIRE(sp && sn);
+    sched_t *s = s_new(sp), *n = s_new(sn);
+    REQUIRE(s && n);
+    s_study(s, 1, 6, s_flat, 1, NULL);
+    json_t *st = s_state(s);
+    long lam0 = s_int(st, "lambda");
+    CHECK(lam0 == 6); /* 4 + floor(3 ln 2) */
+    CHECK(s_int(st, "restart") == 0 && s_int(st, "gen") == 1);
+    json_decref(st);
+    /* 10 + ceil(30 x 2 / 6) = 20 generations of history, then the check */
+    s_study(s, 7, 6 * 21, s_flat, 1, NULL);
+    s_study(n, 1, 6 * 22, s_flat, 1, NULL);
+    st = s_state(s);
+    CHECK(s_int(st, "restart") == 1);
+    CHECK(s_int(st, "lambda") == 2 * lam0);
+    CHECK(s_int(st, "gen") == 0);
+    json_decref(st);
+    st = s_state(n);
+    CHECK(s_int(st, "restart") == 0 && s_int(st, "lambda") == lam0 &&
+          s_int(st, "gen") == 22);
+    json_decref(st);
+    sched_destroy(&s);
+    sched_destroy(&n);
+    spec_destroy(&sp);
+    spec_destroy(&sn);
+}
+
+TEST(save_restore_mid_generation)
+{
+    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":6}", MIXED, "min");
+    REQUIRE(sp);
+    sched_t *a = s_new(sp), *b = s_new(sp);
+    REQUIRE(a && b);
+    s_study(a, 1, 23, s_mixed, 1, NULL); /* mid-generation (lambda 10) */
+    json_t *pa = NULL;
+    REQUIRE(a->ops->suggest(a, 24, &pa) == SCHED_OK); /* one running */
+    json_t *st = a->ops->save(a);
+    REQUIRE(st);
+    CHECK(b->ops->restore(b, st) == 0);
+    a->ops->on_complete(a, 24, pa, SCHED_COMPLETED, s_mixed(pa));
+    b->ops->on_complete(b, 24, pa, SCHED_COMPLETED, s_mixed(pa));
+    json_t *la = json_array(), *lb = json_array();
+    s_study(a, 25, 30, s_mixed, 1, la);
+    s_study(b, 25, 30, s_mixed, 1, lb);
+    CHECK(json_equal(la, lb));
+    /* a broken state is refused and changes nothing */
+    json_t *bad = json_deep_copy(st);
+    json_object_set_new(bad, "C", json_pack("[i]", 1));
+    CHECK(b->ops->restore(b, bad) == -1);
+    json_t *st2 = b->ops->save(b);
+    CHECK(s_int(st2, "count") == 54);
+    json_decref(st2);
+    json_decref(bad);
+    json_decref(pa);
+    json_decref(la);
+    json_decref(lb);
+    json_decref(st);
+    sched_destroy(&a);
+    sched_destroy(&b);
+    spec_destroy(&sp);
+}
+
+/* Results before the first suggestion (warm start) place the first mean
+   at the best of them; results of trials it did not suggest later
+   (enqueued) join the current generation. */
+TEST(warm_start_and_enqueued_results)
+{
+    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":8,\"sigma0\":0.05}", QSPACE, "min");
+    REQUIRE(sp);
+    sched_t *s = s_new(sp);
+    REQUIRE(s);
+    json_t *far = json_pack("{s:f,s:f}", "x", -0.9, "y", 0.9);
+    json_t *near = json_pack("{s:f,s:f}", "x", 0.25, "y", -0.15);
+    s->ops->on_complete(s, -1, far, SCHED_COMPLETED, s_quad(far));
+    s->ops->on_complete(s, -2, near, SCHED_COMPLETED, s_quad(near));
+    for (long id = 1; id <= 6; id++) {
+        json_t *p = NULL;
+        REQUIRE(s->ops->suggest(s, id, &p) == SCHED_OK);
+        /* sigma0 0.05 of the unit cube: 0.1 in x; far from (-0.9, 0.9) */
+        CHECK(fabs(s_num(p, "x") - 0.25) < 0.5 && fabs(s_num(p, "y") + 0.15) < 0.5);
+        json_decref(p);
+    }
+    json_t *st = s_state(s);
+    CHECK(json_array_size(json_object_get(st, "gf")) == 0);
+    json_decref(st);
+    /* an enqueued trial's result counts in this generation */
+    json_t *q = json_pack("{s:f,s:f}", "x", 0.3, "y", -0.2);
+    s->ops->on_complete(s, 100, q, SCHED_COMPLETED, 0);
+    st = s_state(s);
+    CHECK(json_array_size(json_object_get(st, "gf")) == 1);
+    CHECK(json_array_size(json_object_get(st, "pending")) == 6);
+    json_decref(st);
+    json_decref(q);
+    json_decref(far);
+    json_decref(near);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
+/* Parallel trials: suggestions past lambda come from the same generation;
+   once a generation is told, results of the older one only end. */
+TEST(parallel_generations)
+{
+    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":3}", QSPACE, "max");
+    REQUIRE(sp);
+    sched_t *s = s_new(sp);
+    REQUIRE(s);
+    json_t *p[8];
+    for (int k = 0; k < 8; k++)
+        REQUIRE(s->ops->suggest(s, k + 1, &p[k]) == SCHED_OK);
+    for (int k = 0; k < 8; k++)
+        for (int k2 = k + 1; k2 < 8; k2++)
+            CHECK(!json_equal(p[k], p[k2]));
+    for (int k = 0; k < 6; k++) /* lambda = 6 results: generation 1 */
+        s->ops->on_complete(s, k + 1, p[k], k == 2 ? SCHED_FAILED : SCHED_COMPLETED,
+                            k == 2 ? NAN : -s_quad(p[k]));
+    json_t *st = s_state(s);
+    CHECK(s_int(st, "gen") == 1 && json_array_size(json_object_get(st, "gf")) == 0);
+    json_decref(st);
+    s->ops->on_complete(s, 7, p[6], SCHED_COMPLETED, -s_quad(p[6]));
+    st = s_state(s);
+    CHECK(json_array_size(json_object_get(st, "gf")) == 0); /* an older generation's */
+    CHECK(json_array_size(json_object_get(st, "pending")) == 1);
+    json_decref(st);
+    for (int k = 0; k < 8; k++)
+        json_decref(p[k]);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
+int main(void)
+{
+    RUN(options_checked);
+    RUN(same_seed_same_study);
+    RUN(types_and_conditional_spaces);
+    RUN(far_better_than_random_on_a_quadratic);
+    RUN(ipop_restarts_a_stalled_population);
+    RUN(save_restore_mid_generation);
+    RUN(warm_start_and_enqueued_results);
+    RUN(parallel_generations);
+    TEST_DONE();
+}
