@@ -58,7 +58,7 @@ static const char *QSPACE4 = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},
 static const char *QSPACE = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
                             "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
 
-/* every type, and a conditional pair under a choice */
+/* every type (quantised ones too), and a conditional pair under a choice */
 static const char *MIXED =
     "{\"lr\":{\"type\":\"float\",\"low\":1e-5,\"high\":1,\"log\":true},"
     "\"layers\":{\"type\":\"int\",\"low\":1,\"high\":6},"
@@ -71,6 +71,8 @@ static const char *MIXED =
     "\"sgd\"]}},"
     "\"beta2\":{\"type\":\"float\",\"low\":0.9,\"high\":0.9999,\"when\":{\"opt\":["
     "\"adam\"]}},"
+    "\"drop\":{\"type\":\"float\",\"low\":0,\"high\":0.5,\"step\":0.125},"
+    "\"batch\":{\"type\":\"int\",\"low\":16,\"high\":256,\"step\":16},"
     "\"seed\":{\"type\":\"const\",\"value\":7}}";
 
 /* a loss over MIXED: adam with lr near 1e-3 and 3 layers is best */
@@ -212,6 +214,9 @@ TEST(types_and_conditional_spaces)
             CHECK(json_is_integer(json_object_get(p, "layers")));
             CHECK(json_is_integer(json_object_get(p, "width")));
             CHECK(json_integer_value(json_object_get(p, "seed")) == 7);
+            double drop = s_num(p, "drop");
+            CHECK(drop * 8 == floor(drop * 8));
+            CHECK(json_integer_value(json_object_get(p, "batch")) % 16 == 0);
             const char *opt = json_string_value(json_object_get(p, "opt"));
             CHECK(!json_object_get(p, !strcmp(opt, "adam") ? "momentum" : "beta2"));
             adam += i >= 30 && !strcmp(opt, "adam");
