@@ -167,6 +167,10 @@ int cli_study_importance(const cli_opts *o);
    the subcommand). CLI_OK, CLI_FAIL or CLI_USAGE (after printing why). */
 int cli_trial_ask(const cli_opts *o);
 int cli_trial_tell(const cli_opts *o);
+/* 1 after saying why when spec (from the file `path`) is an ask-and-tell
+   study, which `jizhi run` cannot run (nothing would start its trials); 0
+   otherwise. */
+int cli_ask_only_refused(const spec_t *spec, const char *path);
 
 /* `study delete NAME` and `study copy NAME NEW` (cmd_study_ops.c), with
    the options parsed. CLI_OK, CLI_FAIL or CLI_USAGE (after printing why). */

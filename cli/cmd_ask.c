@@ -15,6 +15,17 @@
 #include <string.h>
 #include <time.h>
 
+int cli_ask_only_refused(const spec_t *spec, const char *path)
+{
+    if (!spec->ask_only)
+        return 0;
+    cli_error("%s: trial: missing: `jizhi run` starts trials with trial.command; a spec "
+              "without it is an ask-and-tell study (`jizhi study submit`, then `jizhi "
+              "trial ask`/`tell`, or Python's jizhi.create_study: docs/python.md)",
+              path);
+    return 1;
+}
+
 /* The controller for o, or NULL after saying why. */
 static const char *s_endpoint(const cli_opts *o, char *buf, size_t size)
 {

@@ -547,6 +547,10 @@ int cmd_run(int argc, char **argv)
         spec_destroy(&spec);
         return CLI_FAIL;
     }
+    if (cli_ask_only_refused(spec, argv[optind])) { /* no trial would ever start */
+        spec_destroy(&spec);
+        return CLI_FAIL;
+    }
     if (spec->ranks > 1) { /* ranks need MPI and a slot each */
         if (s_ranks_check(spec->ranks, &slots) != 0) {
             spec_destroy(&spec);

@@ -156,9 +156,15 @@ def test_daemon_asha_should_stop_and_live_set(jz, monkeypatch):
             raise jizhi.TrialPruned()
 
         study.optimize(fn, n_trials=1)
+        # more than the budget's last trial: that one runs, then the refusal
+        try:
+            study.optimize(lambda t: 0.5, n_trials=3, n_jobs=2)
+            raise AssertionError("optimize past the budget did not raise")
+        except jizhi.JizhiError as e:
+            assert "budget of 5 trials is used up" in str(e)
         again = jizhi.load_study("asha", db=jz.db, controller=ep)
         states = [t["state"] for t in again.trials]
-        assert states == ["completed", "pruned", "failed", "pruned"]
+        assert states == ["completed", "pruned", "failed", "pruned", "completed"]
         assert again.trials[2]["reason"] == "gave up"
         assert again.best_trial["id"] == a.id and again.best_value == 0.1
     finally:
@@ -175,6 +181,9 @@ def test_cli_ask_tell_and_refusals(jz):
            "space": {"x": {"type": "float", "low": 0, "high": 1}},
            "trial": {"command": ["true"]}}
     jz.write_spec(cmd, "cmd.json")
+    p = jz.run("run", "sh.json", "--db", os.path.join(jz.dir, "run.db"), check=1)
+    assert "trial: missing: `jizhi run` starts trials with trial.command" in p.stderr
+    assert not os.path.exists(os.path.join(jz.dir, "run.db"))
     ctl = jz.popen("controller", "--db", jz.db)
     try:
         jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the endpoint file")

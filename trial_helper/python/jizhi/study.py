@@ -229,7 +229,9 @@ class Study:
         is left of the budget), n_jobs at a time (threads). func returns the
         objective (a list for several objectives); raising TrialPruned ends
         the trial as pruned, any other exception as failed with its message
-        (re-raised after telling when catch is False)."""
+        (re-raised after telling when catch is False). An ask the
+        controller refuses (the budget used up, the study stopped) ends the
+        loop and raises JizhiError once the running trials are told."""
         if n_trials is None:
             d = self._cli.json(["study", "show", self.name])
             n_trials = max(0, int(d["spec"]["budget"]["trials"]) - len(d["trials"]))
@@ -243,7 +245,12 @@ class Study:
                     if left[0] <= 0 or errors:
                         return
                     left[0] -= 1
-                trial = self.ask()
+                try:
+                    trial = self.ask()
+                except JizhiError as e:  # the budget is used up, the study stopped
+                    with lock:
+                        errors.append(e)
+                    return
                 try:
                     v = func(trial)
                 except TrialPruned as e:
