@@ -242,6 +242,19 @@ def test_foreign_tell_is_refused(jz):
         p = cli(jz, as_key(jz, "bob"), "trial", "tell", tid, "1", "--controller", ep)
         assert p.returncode == 0, p.stderr
         assert jz.sql("SELECT state, value FROM trials") == [("completed", 1.0)]
+        # bob from Python over CURVE: the asked trial's reports arrive too
+        code = ("import jizhi, sys\n"
+                "s = jizhi.load_study('b', controller=sys.argv[1])\n"
+                "t = s.ask(); t.report(1, loss=0.25)\n"
+                "print(t.id, s.tell(t, 0.2)['state'])\n")
+        env = dict(as_key(jz, "bob"), JIZHI_BIN=JIZHI)
+        p = subprocess.run([sys.executable, "-c", code, ep], cwd=jz.dir, env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        pid, state = p.stdout.split()
+        assert state == "completed"
+        assert jz.sql("SELECT step, value FROM metrics WHERE trial_id=? ORDER BY step",
+                      int(pid)) == [(1, 0.25), (2, 0.2)]
     finally:
         stop(ctl)
 

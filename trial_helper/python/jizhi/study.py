@@ -87,6 +87,8 @@ class _Cli:
         self.env = dict(os.environ)
         if server_key:
             self.env["JIZHI_SERVER_KEY"] = server_key
+            # the asked trials' helper connections read it from this process
+            os.environ["JIZHI_SERVER_KEY"] = server_key
 
     def run(self, args, tail=(), check=True):
         cmd = [self.bin] + list(args) + ["--db", self.db]
