@@ -258,6 +258,12 @@ bench: deps
 	@$(MAKE) --no-print-directory all $(BENCH_PROGS) $(BENCHES)
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/all.sh
 
+# Guarded changes and live forks on jizhi-train (bench/safety.py): lr x20 with and
+# without --guard; fork to choose lr against restarting the candidates.
+.PHONY: bench-safety
+bench-safety: all
+	@BUILD=$(BUILD) $(PYTHON) bench/safety.py $(BENCH_SAFETY_ARGS)
+
 # Live-change latency: scripted trials, trial set through the controller (bench/intervene.sh).
 .PHONY: bench-intervene
 bench-intervene: all $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver

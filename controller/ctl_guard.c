@@ -358,9 +358,11 @@ static void s_judge_trend(ctl_t *c, ctl_iv *iv, ctl_trial *t)
         snprintf(reason, sizeof reason, "%s kept: %ld reports watched, no divergence",
                  vals, s_long(iv->data, "seen", 0));
     json_object_set_new(iv->data, "evidence",
-                        json_pack("{s:O, s:O, s:o}", "before", base, "window",
+                        json_pack("{s:O, s:O, s:o, s:I, s:I}", "before", base, "window",
                                   json_object_get(iv->data, "window"), "mean",
-                                  sched_json_real(mean)));
+                                  sched_json_real(mean), "apply_step",
+                                  (json_int_t)s_long(iv->data, "apply_step", -1),
+                                  "reports", (json_int_t)s_long(iv->data, "seen", 0)));
     s_finish(c, iv, GUARD_KEPT, reason);
 }
 

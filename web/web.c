@@ -54,6 +54,7 @@ static const s_route s_routes[] = {
     {"POST", "/api/trials/*/pause", web__post_trial_pause, IDENT_STEER},
     {"POST", "/api/trials/*/resume", web__post_trial_resume, IDENT_STEER},
     {"POST", "/api/trials/*/set", web__post_trial_set, IDENT_STEER},
+    {"POST", "/api/trials/*/fork", web__post_trial_fork, IDENT_STEER},
 };
 #define NROUTES (sizeof s_routes / sizeof s_routes[0])
 

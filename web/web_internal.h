@@ -174,6 +174,8 @@ int web__post_trial_stop(web_req *r);
 int web__post_trial_pause(web_req *r);
 int web__post_trial_resume(web_req *r);
 int web__post_trial_set(web_req *r);
+/* trial_fork (ctl_fork.c): a live fork, or its decision now */
+int web__post_trial_fork(web_req *r);
 /* Checks the bearer token of a POST: 0 with r->who set, or -1 with 401 set. */
 int web__authenticate(web_req *r);
 /* The controller serving the database: the configured endpoint, else the

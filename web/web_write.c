@@ -21,6 +21,8 @@
    the margin is for its answer to arrive. */
 #define WAIT_S 25
 #define WAIT_MS ((WAIT_S + 5) * 1000)
+/* A guarded change is answered once decided: its watch window takes longer. */
+#define GUARD_WAIT_S 120
 
 int web__authenticate(web_req *r)
 {
@@ -239,8 +241,35 @@ int web__post_trial_set(web_req *r)
     if (web_body_set_values(r->in, &values, err, sizeof err) != 0 ||
         web_body_force(r->in, &force, err, sizeof err) != 0)
         return web__error(r, 400, "malformed", "%s", err);
+    json_t *guard = json_object_get(r->in, "guard");
+    if (guard && !json_is_object(guard) && !json_is_null(guard))
+        return web__error(r, 400, "malformed",
+                          "field 'guard': expected {\"mode\": \"checkpoint\" or "
+                          "\"values\", \"watch_steps\"?, \"tolerance\"?}");
+    int guarded = json_is_object(guard);
     json_t *msg = json_pack("{s:s, s:I, s:b, s:O, s:b, s:i}", "type", "trial_set",
                             "trial", (json_int_t)id, "wait", 1, "values", values, "force",
-                            force, "wait_s", WAIT_S);
+                            force, "wait_s", guarded ? GUARD_WAIT_S : WAIT_S);
+    if (guarded) /* the controller checks its fields */
+        json_object_set(msg, "guard", guard);
+    return s_call(r, msg, ((guarded ? GUARD_WAIT_S : WAIT_S) + 5) * 1000);
+}
+
+/* POST /api/trials/ID/fork {"siblings": [{values}...], "steps"?, "keep"?,
+   "force"?} or {"decide": true}: a live fork, answered at once (the
+   controller checks the fields). */
+int web__post_trial_fork(web_req *r)
+{
+    long id = s_trial_id(r);
+    if (!id)
+        return r->status;
+    json_t *msg = json_pack("{s:s, s:I, s:b}", "type", "trial_fork", "trial",
+                            (json_int_t)id, "wait", 0);
+    static const char *const keys[] = {"siblings", "steps", "keep", "force", "decide"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        json_t *v = json_object_get(r->in, keys[i]);
+        if (v && !json_is_null(v))
+            json_object_set(msg, keys[i], v);
+    }
     return s_call(r, msg, WAIT_MS);
 }

@@ -974,6 +974,11 @@ async function trialPage(id) {
   const names = [...new Set([...Object.keys(T.space || {}), "lr", "batch_size", ...Object.keys(T.params || {})])];
   const setName = el("input", { id: "set-name", list: "param-names", value: names.includes("lr") ? "lr" : names[0] || "" });
   const setValue = el("input", { id: "set-value", placeholder: "value", size: 10 });
+  /* a guarded change (trial set --guard) and a live fork (trial fork) */
+  const setGuard = el("input", { id: "set-guard", type: "checkbox" });
+  const guardSteps = el("input", { id: "guard-steps", type: "number", min: 1, value: 5, size: 4, title: "reports watched before the change is kept" });
+  const forkValues = el("input", { id: "fork-values", placeholder: "lr=0.1 lr=0.4", size: 18, title: "one sibling per KEY=VALUE (several values of one sibling joined by commas)" });
+  const forkSteps = el("input", { id: "fork-steps", type: "number", min: 1, value: 10, size: 4, title: "steps past the fork before the best sibling is kept" });
   const ack = el("div", { id: "ack" });
   const charts = el("div", { class: "grid", id: "trial-charts" });
   main.replaceChildren(
@@ -983,11 +988,16 @@ async function trialPage(id) {
       el("div", { class: "controls" },
         el("label", {}, "set ", setName), el("label", {}, "= ", setValue),
         el("button", { id: "set-btn", text: "Set", onclick: () => steer("set") }),
+        el("label", { title: "checkpoint first, watch the next reports, revert on a loss jump, NaN or a worse trend" }, setGuard, " guarded, watch ", guardSteps, " reports"),
         el("span", { class: "muted", text: " | " }),
         el("button", { id: "pause-btn", text: "Pause", onclick: () => steer("pause") }),
         el("button", { id: "release-btn", text: "Pause and release", onclick: () => steer("release") }),
         el("button", { id: "resume-btn", text: "Resume", onclick: () => steer("resume") }),
         el("button", { id: "stop-btn", class: "danger", text: "Stop", onclick: () => steer("stop") })),
+      el("div", { class: "controls" },
+        el("label", {}, "fork into ", forkValues), el("label", {}, " keep the best after ", forkSteps, " steps "),
+        el("button", { id: "fork-btn", text: "Fork", onclick: () => steer("fork") }),
+        el("button", { id: "fork-decide", text: "Decide fork now", onclick: () => steer("decide") })),
       ack,
       el("div", { class: "note", text: "Every change asks for confirmation, needs a token (top right), goes through the controller and shows the trial's acknowledgement with its latency." })),
     el("div", { class: "panel" }, el("h2", { text: "Live curves" }), charts),
@@ -1055,6 +1065,12 @@ async function trialPage(id) {
       g.font = "11px system-ui, sans-serif";
       /* labels that would overlap (a pause and its resume a few steps
          apart) go on the next row down */
+      g.fillStyle = "rgba(214, 39, 40, 0.08)";
+      for (const b of jz.trialBands) {
+        const x0 = Math.max(xs.getPixelForValue(b.from), area.left), x1 = Math.min(xs.getPixelForValue(b.to), area.right);
+        if (x1 > x0) g.fillRect(x0, area.top, x1 - x0, area.bottom - area.top);
+      }
+      g.fillStyle = "#d62728";
       const rows = [];
       const placed = [];
       for (const mk of [...jz.trialMarks].sort((a, b) => a.step - b.step)) {
@@ -1075,7 +1091,26 @@ async function trialPage(id) {
   };
   function markOf(e, step) {
     const d = e.detail || {};
+    if (e.kind === "guarded_change") return { step, label: `guard: ${d.guard || "watching"}` };
+    if (e.kind === "fork_started") return { step: d.fork_step != null ? d.fork_step : step, label: "fork" };
+    if (e.kind === "fork_decided") return { step, label: `fork decided: ${d.decision && d.decision.best != null ? "trial " + d.decision.best : "none"}` };
     return { step, label: d.name ? `${d.name}=${fmt(d.value)}` : d.kind || e.kind };
+  }
+  /* the watch window of a decided guarded change: from the change to its last report */
+  jz.trialBands = [];
+  function bandOf(e) {
+    const ev = (e.detail || {}).evidence || {};
+    const steps = (ev.window || []).map((p) => p[0]);
+    if (e.kind !== "guarded_change" || ev.apply_step == null || !steps.length) return null;
+    return { from: ev.apply_step, to: Math.max(...steps), label: e.detail.guard, id: e.id };
+  }
+  function markEvent(e) {
+    if (!["instruction", "guarded_change", "fork_started", "fork_decided"].includes(e.kind) || jz.trialMarks.some((mk) => mk.id === e.id)) return;
+    if (e.kind === "guarded_change" && !e.applied) return; /* its start: marked when decided */
+    const b = bandOf(e);
+    if (b) jz.trialBands.push(b);
+    const st = b ? b.to : stepAt(e.time);
+    if (st !== null) jz.trialMarks.push({ ...markOf(e, st), id: e.id });
   }
   function stepAt(time) {
     /* the step reported nearest in time to an event */
@@ -1110,7 +1145,9 @@ async function trialPage(id) {
     const rows = events.slice(-200).reverse().map((e) => {
       const d = e.detail || {};
       return el("tr", {}, el("td", { text: when(e.time) }), el("td", { text: whoOf(e) }),
-        el("td", { text: e.kind === "instruction" ? `${d.kind}${d.name ? " " + d.name + "=" + fmt(d.value) : ""}` : e.kind }),
+        el("td", { text: e.kind === "instruction" ? `${d.kind}${d.name ? " " + d.name + "=" + fmt(d.value) : ""}`
+          : e.kind === "guarded_change" ? `guarded change ${d.guard || "started"}${d.reason ? ": " + d.reason : ""}`
+          : e.kind === "fork_decided" || e.kind === "fork_started" ? `${e.kind.replace("_", " ")}${d.reason ? ": " + d.reason : ""}` : e.kind }),
         el("td", { text: e.applied === null ? "–" : e.applied ? "yes" : "refused" + (e.result ? ": " + e.result : "") }),
         el("td", { class: "num", text: e.latency_s != null ? fmt(e.latency_s * 1000) + " ms" : "–" }));
     });
@@ -1119,11 +1156,7 @@ async function trialPage(id) {
   try {
     events = (await getJSON(`/api/studies/${encodeURIComponent(T.study)}/events?limit=100000`)).events.filter((e) => e.trial === id);
   } catch (e) { /* the page still works without them */ }
-  for (const e of events) {
-    if (e.kind !== "instruction") continue;
-    const st = stepAt(e.time);
-    if (st !== null) jz.trialMarks.push({ ...markOf(e, st), id: e.id });
-  }
+  for (const e of events) markEvent(e);
   for (const m of Object.keys(series)) if (jz.charts["m:" + m]) jz.charts["m:" + m].update("none");
   drawTrialEvents();
 
@@ -1151,16 +1184,44 @@ async function trialPage(id) {
       const num = Number(raw);
       body = { values: { [n]: raw !== "" && Number.isFinite(num) ? num : raw } };
       text = `set ${n}=${raw}`;
+      if (setGuard.checked) { body.guard = { mode: "checkpoint", watch_steps: Number(guardSteps.value) || 5 }; text = `guarded ${text}`; }
     } else if (what === "release") { path = "pause"; body = { release: true }; text = "pause and release"; }
+    else if (what === "fork" || what === "decide") {
+      path = "fork";
+      if (what === "decide") { body = { decide: true }; text = "decide the fork"; }
+      else {
+        const sibs = [];
+        for (const arg of forkValues.value.trim().split(/\s+/).filter(Boolean)) {
+          const v = {};
+          for (const kv of arg.split(",")) {
+            const i = kv.indexOf("=");
+            if (i < 1) { ack.className = "err"; ack.textContent = `fork: expected KEY=VALUE, got "${kv}"`; return; }
+            const raw = kv.slice(i + 1), num = Number(raw);
+            v[kv.slice(0, i)] = raw !== "" && Number.isFinite(num) ? num : raw;
+          }
+          sibs.push(v);
+        }
+        if (!sibs.length) { ack.className = "err"; ack.textContent = "fork: give KEY=VALUE for each sibling"; return; }
+        body = { siblings: sibs, steps: Number(forkSteps.value) || 10 };
+        text = `fork into ${forkValues.value.trim()}`;
+        const outs = sibs.flatMap((v) => Object.entries(v).map(([n, x]) => outsideSpace(n, x))).filter(Boolean);
+        if (outs.length) {
+          if (!confirm(`${outs.join("\n")}\n\n${text} on trial ${T.id} anyway?`)) { ack.className = ""; ack.textContent = `${text}: not sent`; return; }
+          body.force = true;
+        }
+      }
+    }
     if (!token()) { ack.className = "err"; ack.textContent = "enter a token (top right) to steer trials"; return; }
     const outside = what === "set" ? outsideSpace(...Object.entries(body.values)[0]) : "";
-    if (outside) {
+    if (body.force && what === "fork") { /* confirmed above */ }
+    else if (outside) {
       /* the controller refuses it without "force": the CLI's --force, confirmed */
       if (!confirm(`${outside}\n\n${text} on trial ${T.id} anyway?`)) { ack.className = ""; ack.textContent = `${text}: not sent`; return; }
       body.force = true;
     } else if (!confirm(`${text} on trial ${T.id}?`)) return;
     ack.className = "";
-    ack.textContent = what === "release" ? `${text}: sent, waiting for the trial to checkpoint and exit…` : `${text}: sent…`;
+    ack.textContent = what === "release" ? `${text}: sent, waiting for the trial to checkpoint and exit…`
+      : body.guard ? `${text}: sent, watching the next ${body.guard.watch_steps} reports…` : `${text}: sent…`;
     try {
       let r;
       try {
@@ -1173,7 +1234,12 @@ async function trialPage(id) {
       }
       const a = r.ack || {};
       ack.className = "ok";
-      ack.textContent = a.latency_s != null
+      if (a.guard) ack.className = a.guard === "kept" ? "ok" : "err";
+      ack.textContent = a.guard ? `${text}: ${a.guard} — ${a.reason || ""}`
+        : a.fork === "decided" ? `${text}: ${a.reason} (siblings ${(a.siblings || []).join(", ")})`
+        : a.fork === "running" ? `${text}: forked from step ${a.fork_step} into trials ${(a.siblings || []).join(", ")}; the best continues after ${a.steps} steps${a.waiting ? " (waiting for a slot: " + a.waiting + ")" : ""}`
+        : a.fork ? `${text}: the trial checkpoints first; its siblings start from that checkpoint`
+        : a.latency_s != null
         ? `${text}: acknowledged by the trial in ${fmt(a.latency_s * 1000)} ms (round trip ${fmt(r.round_trip_ms)} ms)`
         : a.released ? `${text}: released — checkpoint at step ${a.checkpoint_step} saved, the trial exited and freed its slot (answered in ${fmt(r.round_trip_ms)} ms); Resume restarts it from the checkpoint`
         : a.releasing ? `${text}: releasing (checkpoint, then exit) — controller answered in ${fmt(r.round_trip_ms)} ms`
@@ -1183,6 +1249,8 @@ async function trialPage(id) {
     /* the change's event now says whether it was applied, and how fast */
     try {
       events = (await getJSON(`/api/studies/${encodeURIComponent(T.study)}/events?limit=100000`)).events.filter((e) => e.trial === id);
+      for (const e of events) markEvent(e); /* a guarded change's outcome, a fork */
+      redraw();
       drawTrialEvents();
     } catch (e) { /* the stream brings the rest */ }
   }
@@ -1218,10 +1286,7 @@ async function trialPage(id) {
     if (!evs.length) return;
     /* steer()'s own read may hold some already (a waited release answers late) */
     events.push(...evs.filter((e) => !events.some((x) => x.id === e.id)));
-    for (const e of evs) {
-      const st = e.kind === "instruction" && !jz.trialMarks.some((mk) => mk.id === e.id) ? stepAt(e.time) : null;
-      if (st !== null) jz.trialMarks.push({ ...markOf(e, st), id: e.id });
-    }
+    for (const e of evs) markEvent(e);
     redraw();
     drawTrialEvents();
     try { const j = await getJSON(`/api/trials/${id}`); T.params = j.params; T.generation = j.generation; T.lineage = j.lineage; drawInfo(); drawLineage(); } catch (e) { /* next time */ }

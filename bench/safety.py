@@ -1,0 +1,281 @@
+"""bench/safety.py - `make bench-safety`: guarded changes and live forks on
+jizhi-train (Fashion-MNIST, a 20 000-image subset, 256-256 MLP, batch 128,
+one thread per trial), through a controller and a dispatcher of this
+build.
+
+1. A bad change: three trials at lr 0.05 for STEPS steps; at mid-training
+   one gets lr x20 with `trial set --guard`, one the same without, and the
+   third is left alone (the control). Printed: each one's final val_acc,
+   and for the guarded one the steps lost (made after its checkpoint and
+   thrown away by the revert).
+2. Fork to choose lr: a trial at lr 0.003 runs to mid-training, then
+   `trial fork` into lr 0.03 and 0.1 (the parent goes on at 0.003 as the
+   third candidate; the best sibling after --steps continues), against
+   the same three candidates started from scratch at once. Both go to
+   STEPS steps in all. Printed: the time from the decision (the fork
+   command, or the restart's submit) until a trial reports val_acc >= B,
+   B the lower of the two arms' best val_acc, and the ratio fork/restart
+   (the issue's goal: <= 0.5).
+
+Numbers are wall-clock seconds on this machine (the trials share its
+cores); run it on a quiet machine. --quick: fewer steps.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
+if not os.path.isabs(BUILD):
+    BUILD = os.path.join(ROOT, BUILD)
+JIZHI = os.path.join(BUILD, "bin", "jizhi")
+
+
+def env():
+    e = dict(os.environ)
+    e["PATH"] = os.path.join(BUILD, "bin") + os.pathsep + e.get("PATH", "")
+    for k in list(e):
+        if k.startswith("JIZHI_"):
+            del e[k]
+    return e
+
+
+class Daemons:
+    def __init__(self, d, slots):
+        self.d = d
+        self.db = os.path.join(d, "jizhi.db")
+        self.ep = "ipc://%s/ctl.sock" % d
+        self.env = env()
+        self.env["JIZHI_HOME"] = os.path.join(d, "home")
+        self.ctl = subprocess.Popen([JIZHI, "controller", "--db", self.db, "--bind", self.ep,
+                                     "--log", os.path.join(d, "controller.log")],
+                                    cwd=d, env=self.env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+        self.wait(lambda: os.path.exists(self.db + ".endpoint"), 30)
+        self.disp = subprocess.Popen([JIZHI, "dispatcher", "--controller", self.ep, "--slots",
+                                      str(slots), "--name", "m1", "--log-dir",
+                                      os.path.join(d, "logs")],
+                                     cwd=d, env=self.env, stdout=subprocess.DEVNULL,
+                                     stderr=open(os.path.join(d, "dispatcher.log"), "w"))
+
+    def run(self, *args, timeout=900):
+        return subprocess.run([JIZHI, *args, "--db", self.db], cwd=self.d, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def sql(self, q, *p):
+        con = sqlite3.connect(self.db, timeout=10)
+        try:
+            return con.execute(q, p).fetchall()
+        finally:
+            con.close()
+
+    def wait(self, cond, timeout, poll=0.05):
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                if cond():
+                    return True
+            except (sqlite3.OperationalError, IndexError, TypeError):
+                pass
+            time.sleep(poll)
+        raise RuntimeError("timed out")
+
+    def step(self, tid, name="val_acc"):
+        return self.sql("SELECT MAX(step) FROM metrics WHERE trial_id=? AND name=?", tid,
+                        name)[0][0] or 0
+
+    def last(self, tid, name="val_acc"):
+        r = self.sql("SELECT value FROM metrics WHERE trial_id=? AND name=? ORDER BY rowid "
+                     "DESC LIMIT 1", tid, name)
+        return r[0][0] if r else None
+
+    def stop(self):
+        for p in (self.disp, self.ctl):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in (self.disp, self.ctl):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def train_cmd(steps):
+    return ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset", "20000",
+            "--val-size", "2000", "--hidden", "256,256", "--batch-size", "128",
+            "--momentum", "0.9", "--epochs", "1000", "--max-steps", str(steps),
+            "--eval-every", "50", "--log-every", "25", "--threads", "1", "--quiet",
+            "--seed", "1"]
+
+
+def spec(name, lrs, trials, steps, seed=1):
+    return {"name": name, "objective": {"metric": "val_acc", "mode": "max"},
+            "scheduler": {"type": "grid" if len(lrs) > 1 else "random", "seed": seed},
+            "budget": {"trials": trials, "parallel": trials},
+            "space": {"lr": {"type": "choice", "values": lrs}},
+            "trial": {"command": train_cmd(steps), "timeout_s": 1800, "retries": 0}}
+
+
+def submit(dm, sp):
+    path = os.path.join(dm.d, "spec.json")
+    with open(path, "w") as f:
+        json.dump(sp, f)
+    r = dm.run("study", "submit", path)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr)
+
+
+def bad_change(tmp, steps):
+    d = os.path.join(tmp, "bad")
+    os.makedirs(d)
+    dm = Daemons(d, 3)
+    try:
+        submit(dm, spec("bad", [0.05], 3, steps))
+        dm.wait(lambda: dm.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0] == 3,
+                120)
+        guarded, unguarded, control = [r[0] for r in dm.sql("SELECT id FROM trials ORDER BY id")]
+        mid = steps // 2
+        dm.wait(lambda: dm.step(unguarded, "train_loss") >= mid, 600)
+        r1 = dm.run("trial", "set", str(unguarded), "lr=1.0", "--force")
+        dm.wait(lambda: dm.step(guarded, "train_loss") >= mid, 600)
+        r2 = dm.run("trial", "set", str(guarded), "lr=1.0", "--force", "--guard")
+        dm.wait(lambda: dm.sql("SELECT COUNT(*) FROM trials WHERE state IN ('running', "
+                               "'starting', 'pending')")[0][0] == 0, 1800)
+        rows = dict((t, (s, v)) for t, s, v in dm.sql("SELECT id, state, value FROM trials"))
+        iv = dm.sql("SELECT state, data FROM interventions WHERE trial_id=?", guarded)
+        data = json.loads(iv[0][1]) if iv else {}
+        ev = data.get("evidence", {})
+        lost = None
+        if ev and data.get("ckpt"):
+            # steps made after the checkpoint and undone by the revert
+            lost = max(p[0] for p in ev.get("window", [[data["ckpt"]["step"]]])) - \
+                data["ckpt"]["step"]
+        return {"steps": steps, "change_at": mid,
+                "control_val_acc": dm.last(control), "unguarded_val_acc": dm.last(unguarded),
+                "guarded_val_acc": dm.last(guarded), "guard": iv[0][0] if iv else None,
+                "guard_reason": data.get("reason"), "steps_lost": lost,
+                "unguarded_set": r1.stdout.strip(), "guarded_set": r2.stdout.strip(),
+                "states": {str(k): v[0] for k, v in rows.items()}}
+    finally:
+        dm.stop()
+
+
+def first_time(dm, ids, target, t0):
+    """Seconds after t0 (wall) of the first val_acc >= target among ids."""
+    q = ("SELECT MIN(time) FROM metrics WHERE name='val_acc' AND value >= ? AND time >= ? "
+         "AND trial_id IN (%s)" % ",".join("?" * len(ids)))
+    r = dm.sql(q, target, t0, *ids)[0][0]
+    return None if r is None else r - t0
+
+
+def best_after(dm, ids, t0):
+    q = ("SELECT MAX(value) FROM metrics WHERE name='val_acc' AND time >= ? AND trial_id IN "
+         "(%s)" % ",".join("?" * len(ids)))
+    return dm.sql(q, t0, *ids)[0][0]
+
+
+def fork_arm(tmp, steps, fork_at, fork_steps, lrs):
+    d = os.path.join(tmp, "fork")
+    os.makedirs(d)
+    dm = Daemons(d, 3)
+    try:
+        sp = spec("fork", [lrs[0]], 1, steps)
+        sp["budget"]["parallel"] = 3
+        submit(dm, sp)
+        dm.wait(lambda: dm.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0] == 1,
+                120)
+        (parent,) = dm.sql("SELECT id FROM trials")[0]
+        dm.wait(lambda: dm.step(parent, "train_loss") >= fork_at, 600)
+        t0 = time.time()
+        r = dm.run("trial", "fork", str(parent), *["lr=%g" % x for x in lrs[1:]], "--force",
+                   "--steps", str(fork_steps), "--no-wait")
+        if r.returncode != 0:
+            raise RuntimeError(r.stdout + r.stderr)
+        dm.wait(lambda: dm.sql("SELECT COUNT(*) FROM trials WHERE state IN ('running', "
+                               "'starting', 'pending')")[0][0] == 0, 1800)
+        ids = [x for (x,) in dm.sql("SELECT id FROM trials")]
+        iv = dm.sql("SELECT state, data FROM interventions WHERE trial_id=?", parent)
+        data = json.loads(iv[0][1])
+        return dm, ids, t0, {"fork_step": data.get("fork_step"),
+                             "decision": data.get("reason"), "state": iv[0][0]}
+    except Exception:
+        dm.stop()
+        raise
+
+
+def restart_arm(tmp, steps, lrs):
+    d = os.path.join(tmp, "restart")
+    os.makedirs(d)
+    dm = Daemons(d, 3)
+    try:
+        t0 = time.time()
+        submit(dm, spec("restart", lrs, len(lrs), steps))
+        dm.wait(lambda: dm.sql("SELECT COUNT(*) FROM trials WHERE state IN ('completed', "
+                               "'failed', 'stopped')")[0][0] == len(lrs), 1800)
+        ids = [x for (x,) in dm.sql("SELECT id FROM trials")]
+        return dm, ids, t0
+    except Exception:
+        dm.stop()
+        raise
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", help="write the numbers here too")
+    args = ap.parse_args()
+    steps = 600 if args.quick else 1200
+    fork_at = steps // 2
+    if not os.access(JIZHI, os.X_OK):
+        sys.exit("build first: %s is missing" % JIZHI)
+    if not os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
+        print("bench-safety: skipped: Fashion-MNIST is not in /usr/share/datasets "
+              "(scripts/install-deps.sh)")
+        return
+    tmp = tempfile.mkdtemp(prefix="jz-bench-safety-")
+    out = {}
+    try:
+        b = bad_change(tmp, steps)
+        out["bad_change"] = b
+        print("1. lr x20 at step %d of %d (lr 0.05 -> 1.0):" % (b["change_at"], steps))
+        print("   final val_acc: control %.4f, unguarded %.4f, guarded %.4f (%s)" % (
+            b["control_val_acc"] or 0, b["unguarded_val_acc"] or 0,
+            b["guarded_val_acc"] or 0, b["guard"]))
+        print("   guard: %s" % b["guard_reason"])
+        print("   steps lost by the guarded trial: %s (made after its checkpoint, undone)"
+              % b["steps_lost"])
+        lrs = [0.003, 0.03, 0.1]
+        fdm, fids, ft0, finfo = fork_arm(tmp, steps, fork_at, 100, lrs)
+        rdm, rids, rt0 = restart_arm(tmp, steps, lrs)
+        try:
+            fb, rb = best_after(fdm, fids, ft0), best_after(rdm, rids, rt0)
+            target = min(fb, rb)
+            tf, tr = first_time(fdm, fids, target, ft0), first_time(rdm, rids, target, rt0)
+        finally:
+            fdm.stop()
+            rdm.stop()
+        out["fork"] = {"steps": steps, "fork_at": finfo["fork_step"], "lrs": lrs,
+                       "decision": finfo["decision"], "best_fork": fb, "best_restart": rb,
+                       "target": target, "time_fork_s": tf, "time_restart_s": tr,
+                       "ratio": tf / tr if tf and tr else None}
+        print("2. choose lr among %s at step %s of %d: fork (%s) vs restart from scratch:"
+              % (lrs, finfo["fork_step"], steps, finfo["decision"]))
+        print("   best val_acc: fork %.4f, restart %.4f; target %.4f" % (fb, rb, target))
+        print("   time to the target: fork %.1f s, restart %.1f s, ratio %.2f (goal <= 0.5)"
+              % (tf, tr, tf / tr))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=1)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
