@@ -2,7 +2,7 @@
     common/spec_param.c): the unit-cube map lands on the grid and reaches
     every value in equal cells, legality and the check of a person's values
     name the step, snapping, and every scheduler's suggestions (random,
-    grid, bo, pbt) lie on the grid.
+    grid, bo, pbt, tpe, cmaes) lie on the grid.
 */
 #include "jz_test.h"
 #include "common/spec.h"
@@ -139,6 +139,8 @@ TEST(every_scheduler_suggests_on_the_grid)
         "{\"type\":\"grid\",\"points\":20}",
         "{\"type\":\"bo\",\"seed\":3,\"n_init\":4}",
         "{\"type\":\"pbt\",\"seed\":3,\"interval\":5}",
+        "{\"type\":\"tpe\",\"seed\":3}",
+        "{\"type\":\"cmaes\",\"seed\":3}",
     };
     for (size_t k = 0; k < sizeof scheds / sizeof scheds[0]; k++) {
         spec_t *s = s_spec(scheds[k]);
