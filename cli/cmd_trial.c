@@ -118,6 +118,26 @@ static int s_show(const cli_opts *o, long id)
     json_object_foreach(j, key, v)
     {
         char buf[600];
+        if (!strcmp(key, "interventions")) { /* one line each: kind, state, why */
+            size_t i;
+            json_t *iv;
+            json_array_foreach(v, i, iv)
+            {
+                const json_t *d = json_object_get(iv, "data");
+                const char *why = json_string_value(json_object_get(d, "reason"));
+                long of = (long)json_integer_value(json_object_get(iv, "trial_id"));
+                printf("%-12s %s %s\n", i ? "" : "changes",
+                       json_string_value(json_object_get(iv, "kind")),
+                       json_string_value(json_object_get(iv, "state")));
+                if (of != id) /* this trial is one of the fork's siblings */
+                    printf("%-12s   a sibling: trial %ld forked at step "
+                           "%" JSON_INTEGER_FORMAT "\n",
+                           "", of, json_integer_value(json_object_get(d, "fork_step")));
+                if (why)
+                    printf("%-12s   %s\n", "", why);
+            }
+            continue;
+        }
         if (json_is_object(v) || json_is_array(v)) {
             char *text = text_json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
             printf("%-12s %s\n", key, text);

@@ -75,6 +75,8 @@ def test_guarded_change_reverted_on_divergence_kept_when_harmless(jz):
         t = show(jz, bad)
         assert t["params"]["lr"] == 0.1 and t["generation"] == 2, t
         assert t["interventions"][0]["state"] == "reverted"
+        text = jz.run("trial", "show", str(bad), check=0).stdout
+        assert "changes      guard reverted" in text and "back to lr=0.1" in text, text
 
         wait_steps(jz, good, 8)
         p = jz.run("trial", "set", str(good), "lr=0.12", "--force", "--guard",
@@ -212,6 +214,9 @@ def test_fork_into_three_siblings_keeps_the_best_after_a_kill9(jz):
         t = show(jz, sibs[1])
         assert t["parent"] == parent and t["generation"] == 1 and t["params"]["lr"] == 0.1
         assert t["interventions"][0]["kind"] == "fork"
+        text = jz.run("trial", "show", str(sibs[1]), check=0).stdout
+        assert "changes      fork decided" in text, text
+        assert f"a sibling: trial {parent} forked at step {fork_step}" in text, text
         rows = list(csv.DictReader(io.StringIO(
             jz.run("study", "export", "fork", check=0).stdout)))
         by_id = {int(r["id"]): r for r in rows}
