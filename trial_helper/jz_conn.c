@@ -15,6 +15,9 @@
     - sends a `trial_heartbeat` after a second without sending anything;
     - receives `instruction` pushes, drops ids it has already delivered and
       queues the rest for jz_poll.
+    What arrives is decoded once through the message schema (common/msg.h)
+    and dispatched by type (s_handlers); a message that does not decode is
+    logged and dropped (an instruction with an id is acked applied: false).
     The metrics body is written directly as text (%.17g per value): several
     times cheaper than building one json_t per point.
 */
