@@ -461,6 +461,10 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
     web_gate_init(&w->heavy, WEB_MAX_HEAVY);
     const char *smax = getenv("JIZHI_WEB_STREAM_MAX_S");
     w->stream_max_s = smax && atof(smax) > 0 ? atof(smax) : WEB_STREAM_MAX_S;
+    const char *idle_env = getenv("JIZHI_WEB_IDLE_S");
+    unsigned idle = WEB_IDLE_TIMEOUT_S;
+    if (idle_env && atoi(idle_env) > 0 && atoi(idle_env) <= WEB_IDLE_TIMEOUT_S)
+        idle = (unsigned)atoi(idle_env);
     /* no client may hold every connection: WEB_MAX_PER_IP from one
        address, and an idle one is closed after WEB_IDLE_TIMEOUT_S */
     w->d = web__mhd.start_daemon(
@@ -469,9 +473,8 @@ web_t *web_new(const web_config *cfg, char *err, size_t errsize)
         0, NULL, NULL, s_access, w, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, w, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)WEB_MAX_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)WEB_MAX_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)WEB_IDLE_TIMEOUT_S, MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, w,
-        MHD_OPTION_END);
+        (unsigned)WEB_MAX_PER_IP, MHD_OPTION_CONNECTION_TIMEOUT, idle,
+        MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, w, MHD_OPTION_END);
     if (!w->d) {
         char addr[64];
         inet_ntop(AF_INET, &sa.sin_addr, addr, sizeof addr);

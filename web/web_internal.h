@@ -34,7 +34,8 @@
    connections in all and from one address, how long one may sit idle,
    event streams in all and from one address and how long one lasts (the
    browser's EventSource reconnects, resuming from its Last-Event-ID;
-   JIZHI_WEB_STREAM_MAX_S overrides it). */
+   JIZHI_WEB_STREAM_MAX_S overrides it; JIZHI_WEB_IDLE_S overrides the
+   idle timeout, for tests that check it without waiting 30 s). */
 #define WEB_MAX_CONNECTIONS 256
 #define WEB_MAX_PER_IP 32
 #define WEB_IDLE_TIMEOUT_S 30

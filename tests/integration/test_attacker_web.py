@@ -151,9 +151,12 @@ def test_idle_connections_from_one_client_do_not_lock_out_another(jz):
 
 def test_an_idle_connection_is_closed(jz):
     quick_study(jz)
+    # the idle timeout shortened to 2 s (JIZHI_WEB_IDLE_S may only lower the
+    # default, 30 s: were it ignored, our 25 s timeout would fire first)
+    jz.env["JIZHI_WEB_IDLE_S"] = "2"
     web, url = serve(jz)
     try:
-        s = connect_from("127.0.0.1", url, timeout=75)  # the old limit was 120 s
+        s = connect_from("127.0.0.1", url, timeout=25)  # under the default 30 s
         assert s.recv(1) == b""  # closed by the server, not by our timeout
         s.close()
     finally:
@@ -162,7 +165,10 @@ def test_an_idle_connection_is_closed(jz):
 
 def test_event_streams_are_bounded_per_client_and_expire(jz):
     quick_study(jz)
-    jz.env["JIZHI_WEB_STREAM_MAX_S"] = "5"
+    jz.env["JIZHI_WEB_STREAM_MAX_S"] = "2"
+    # an ended stream's keep-alive connection closes once idle: after 4 s,
+    # not 30 (longer than the 2 s stream, which sends nothing after its hello)
+    jz.env["JIZHI_WEB_IDLE_S"] = "4"
     web, url = serve(jz)
     streams = []
     try:
@@ -180,7 +186,7 @@ def test_event_streams_are_bounded_per_client_and_expire(jz):
         assert b"too_many_streams" in head
         # another client still gets its stream and the page's reads
         st, body, h = http("GET", url + "/api/studies/q/stream", raw=True, timeout=30)
-        assert st == 200 and b"event: hello" in body  # ended by itself after 5 s
+        assert st == 200 and b"event: hello" in body  # ended by itself after 2 s
         assert http("GET", url + "/api/studies/q/page", timeout=20)[0] == 200
         # the attacker's streams end by themselves (EOF, not our timeout)
         for s in streams:
