@@ -15,22 +15,26 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-static volatile int s_stop_ctl, s_stop_disp, s_interrupted;
+/* Shared by the main thread, the controller and dispatcher threads and the
+   signal handlers: C11 atomics (lock-free here, so a handler may touch
+   them). ctl_run and disp_run watch their stop flag. */
+static atomic_int s_stop_ctl, s_stop_disp, s_interrupted;
 
 static void s_on_signal(int sig)
 {
-    s_interrupted++; /* the first asks for a clean stop, a second quits at once */
+    /* the first asks for a clean stop, a second quits at once */
+    atomic_fetch_add(&s_interrupted, 1);
 }
 
 static void s_signals(void)
@@ -56,12 +60,13 @@ static void s_spawn(pthread_t *t, void *(*fn)(void *), void *arg)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-static volatile int s_ctl_failed; /* the controller stopped by itself */
+static atomic_int s_ctl_failed; /* the controller stopped by itself */
 
 static void *s_ctl_thread(void *arg)
 {
     if (ctl_run(arg, &s_stop_ctl) != 0) {
-        s_ctl_failed = 1; /* e.g. the database could not be written: wake main */
+        atomic_store(&s_ctl_failed,
+                     1); /* e.g. the database could not be written: wake main */
         kill(getpid(), SIGTERM);
     }
     return NULL;
@@ -501,35 +506,19 @@ static const char s_run_usage[] =
 
 int cmd_run(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"db", required_argument, 0, 'd'},      {"slots", required_argument, 0, 's'},
-        {"log-dir", required_argument, 0, 'l'}, {"http", required_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    const char *dbflag = NULL, *logdir = NULL, *http = NULL;
-    int slots = 0, c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            dbflag = optarg;
-            break;
-        case 'l':
-            logdir = optarg;
-            break;
-        case 'H':
-            http = optarg;
-            break;
-        case 's':
-            if (s_parse_slots(optarg, &slots) != 0)
-                return CLI_USAGE;
-            break;
-        case 'h':
-            fputs(s_run_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_run_usage, stderr);
-            return CLI_USAGE;
-        }
-    }
+    const char *logdir = NULL, *http = NULL, *slots_text = NULL;
+    const cli_opt_extra extra[] = {{"slots", &slots_text, NULL},
+                                   {"log-dir", &logdir, NULL},
+                                   {"http", &http, NULL},
+                                   {NULL}};
+    cli_opts o;
+    int prc = cli_opts_parse_ext(argc, argv, CLI_OPT_DB, extra, s_run_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
+    int slots = 0;
+    if (slots_text && s_parse_slots(slots_text, &slots) != 0)
+        return CLI_USAGE;
+    const char *dbflag = o.db; /* positional arguments: argv[optind..] */
     if (optind != argc - 1) {
         cli_error("run: expected one SPEC.json");
         fputs(s_run_usage, stderr);
@@ -689,9 +678,9 @@ int cmd_run(int argc, char **argv)
        Ctrl-C) stay "running" in the store, and the next `jizhi run` finds
        them lost and runs them again instead of counting them as failed. */
     web_destroy(&web);
-    s_stop_ctl = 1;
+    atomic_store(&s_stop_ctl, 1);
     pthread_join(tc, NULL);
-    s_stop_disp = 1;
+    atomic_store(&s_stop_disp, 1);
     pthread_join(td, NULL);
     s_remove_endpoint(db, ctl_endpoint(ctl));
     disp_destroy(&disp);
@@ -727,78 +716,46 @@ static const char s_ctl_usage[] =
     "--alerts FILE: controller-wide alert rules, {\"alerts\": [...]} (docs/spec.md).\n"
     "It writes the endpoint it serves to FILE.endpoint for other commands.\n";
 
-static ctl_t *volatile s_hup_ctl;
+static _Atomic(ctl_t *) s_hup_ctl; /* the controller SIGHUP reloads the keys of */
 
 static void s_on_hup(int sig)
 {
-    ctl_t *c = s_hup_ctl;
+    ctl_t *c = atomic_load(&s_hup_ctl);
     if (c)
         ctl_reload_keys(c);
 }
 
 int cmd_controller(int argc, char **argv)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"bind", required_argument, 0, 'b'},
-                                         {"lost-timeout", required_argument, 0, 't'},
-                                         {"log", required_argument, 0, 'L'},
-                                         {"http", required_argument, 0, 'H'},
-                                         {"alerts", required_argument, 0, 'A'},
-                                         {"key", required_argument, 0, 'k'},
-                                         {"authorized-keys", required_argument, 0, 'K'},
-                                         {"insecure", no_argument, 0, 'I'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *dbflag = NULL, *bind = NULL, *http = NULL, *key = NULL, *akeys = NULL,
-               *alerts = NULL;
+    const char *bind = NULL, *http = NULL, *key = NULL, *akeys = NULL, *alerts = NULL,
+               *lost_text = NULL, *log_target = NULL;
     int insecure = 0;
+    const cli_opt_extra extra[] = {{"bind", &bind, NULL},
+                                   {"lost-timeout", &lost_text, NULL},
+                                   {"log", &log_target, NULL},
+                                   {"http", &http, NULL},
+                                   {"alerts", &alerts, NULL},
+                                   {"key", &key, NULL},
+                                   {"authorized-keys", &akeys, NULL},
+                                   {"insecure", NULL, &insecure},
+                                   {NULL}};
+    cli_opts o;
+    int prc = cli_opts_parse_ext(argc, argv, CLI_OPT_DB, extra, s_ctl_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
+    const char *dbflag = o.db;
     double lost = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            dbflag = optarg;
-            break;
-        case 'b':
-            bind = optarg;
-            break;
-        case 'H':
-            http = optarg;
-            break;
-        case 'A':
-            alerts = optarg;
-            break;
-        case 'k':
-            key = optarg;
-            break;
-        case 'K':
-            akeys = optarg;
-            break;
-        case 'I':
-            insecure = 1;
-            break;
-        case 'L':
-            if (s_log_target(optarg) != 0)
-                return CLI_FAIL;
-            break;
-        case 't': {
-            char *end;
-            lost = strtod(optarg, &end);
-            if (*end || !(lost > 0)) {
-                cli_error("--lost-timeout: expected a number of seconds > 0, got \"%s\"",
-                          optarg);
-                return CLI_USAGE;
-            }
-            break;
-        }
-        case 'h':
-            fputs(s_ctl_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_ctl_usage, stderr);
+    if (lost_text) {
+        char *end;
+        lost = strtod(lost_text, &end);
+        if (*end || !(lost > 0)) {
+            cli_error("--lost-timeout: expected a number of seconds > 0, got \"%s\"",
+                      lost_text);
             return CLI_USAGE;
         }
     }
+    if (log_target && s_log_target(log_target) != 0)
+        return CLI_FAIL;
     if (optind != argc) {
         cli_error("controller: unexpected argument \"%s\"", argv[optind]);
         return CLI_USAGE;
@@ -825,7 +782,7 @@ int cmd_controller(int argc, char **argv)
         return CLI_FAIL;
     }
     s_signals();
-    s_hup_ctl = ctl;
+    atomic_store(&s_hup_ctl, ctl);
     struct sigaction hup;
     memset(&hup, 0, sizeof hup);
     hup.sa_handler = s_on_hup;
@@ -847,11 +804,11 @@ int cmd_controller(int argc, char **argv)
     while (!s_interrupted)
         pause();
     web_destroy(&web);
-    s_stop_ctl = 1;
+    atomic_store(&s_stop_ctl, 1);
     pthread_join(tc, NULL);
     s_remove_endpoint(db, ctl_endpoint(ctl));
     signal(SIGHUP, SIG_IGN);
-    s_hup_ctl = NULL;
+    atomic_store(&s_hup_ctl, NULL);
     ctl_destroy(&ctl);
     return s_ctl_failed ? CLI_FAIL : CLI_OK;
 }
@@ -898,107 +855,68 @@ static int s_parse_count(const char *opt, const char *text, int min, int *out)
 
 int cmd_dispatcher(int argc, char **argv)
 {
-    static const struct option opts[] = {{"controller", required_argument, 0, 'c'},
-                                         {"gpus", required_argument, 0, 'g'},
-                                         {"slots", required_argument, 0, 's'},
-                                         {"name", required_argument, 0, 'n'},
-                                         {"log-dir", required_argument, 0, 'l'},
-                                         {"log", required_argument, 0, 'L'},
-                                         {"trial-endpoint", required_argument, 0, 'T'},
-                                         {"backend", required_argument, 0, 'b'},
-                                         {"partition", required_argument, 0, 'p'},
-                                         {"account", required_argument, 0, 'a'},
-                                         {"max-jobs", required_argument, 0, 'j'},
-                                         {"max-gpus", required_argument, 0, 'G'},
-                                         {"poll-s", required_argument, 0, 'P'},
-                                         {"key", required_argument, 0, 'k'},
-                                         {"server-key", required_argument, 0, 'S'},
-                                         {"db", required_argument, 0, 'd'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     if (argc > 1 && !strcmp(argv[1], "release"))
         return cmd_disp_release(argc - 1, argv + 1);
     disp_config dc = {0};
-    int c, slurm_only = 0;
-    const char *slurm_opt = NULL, *dbflag = NULL;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            dc.controller = optarg;
-            break;
-        case 'g':
-            dc.gpus = optarg;
-            break;
-        case 'n':
-            dc.name = optarg;
-            break;
-        case 'l':
-            dc.log_dir = optarg;
-            break;
-        case 'L':
-            if (s_log_target(optarg) != 0)
-                return CLI_FAIL;
-            break;
-        case 's':
-            if (s_parse_slots(optarg, &dc.slots) != 0)
-                return CLI_USAGE;
-            break;
-        case 'T':
-            dc.trial_endpoint = optarg;
-            break;
-        case 'b':
-            if (strcmp(optarg, "local") && strcmp(optarg, "slurm")) {
-                cli_error("--backend: expected local or slurm, got \"%s\"", optarg);
-                return CLI_USAGE;
-            }
-            dc.backend = optarg;
-            break;
-        case 'p':
-            dc.partition = optarg;
-            slurm_only = 1, slurm_opt = "--partition";
-            break;
-        case 'a':
-            dc.account = optarg;
-            slurm_only = 1, slurm_opt = "--account";
-            break;
-        case 'j':
-            if (s_parse_count("--max-jobs", optarg, 1, &dc.slots) != 0)
-                return CLI_USAGE;
-            slurm_only = 1, slurm_opt = "--max-jobs";
-            break;
-        case 'G':
-            if (s_parse_count("--max-gpus", optarg, 0, &dc.max_gpus) != 0)
-                return CLI_USAGE;
-            slurm_only = 1, slurm_opt = "--max-gpus";
-            break;
-        case 'P': {
-            char *end;
-            dc.poll_s = strtod(optarg, &end);
-            if (!*optarg || *end || !(dc.poll_s >= 0.05 && dc.poll_s <= 3600)) {
-                cli_error("--poll-s: expected seconds from 0.05 to 3600, got \"%s\"",
-                          optarg);
-                return CLI_USAGE;
-            }
-            slurm_only = 1, slurm_opt = "--poll-s";
-            break;
-        }
-        case 'k': /* read by keys_client_setup (common/keys.h) */
-            setenv("JIZHI_KEY", optarg, 1);
-            break;
-        case 'S':
-            setenv("JIZHI_SERVER_KEY", optarg, 1);
-            break;
-        case 'd':
-            dbflag = optarg;
-            break;
-        case 'h':
-            fputs(s_disp_usage, stdout);
-            return CLI_OK;
-        default:
-            fputs(s_disp_usage, stderr);
+    const char *dbflag = NULL, *log_target = NULL, *slots_text = NULL, *max_jobs = NULL,
+               *max_gpus = NULL, *poll_s = NULL, *key = NULL, *server_key = NULL;
+    const cli_opt_extra extra[] = {{"gpus", &dc.gpus, NULL},
+                                   {"slots", &slots_text, NULL},
+                                   {"name", &dc.name, NULL},
+                                   {"log-dir", &dc.log_dir, NULL},
+                                   {"log", &log_target, NULL},
+                                   {"trial-endpoint", &dc.trial_endpoint, NULL},
+                                   {"backend", &dc.backend, NULL},
+                                   {"partition", &dc.partition, NULL},
+                                   {"account", &dc.account, NULL},
+                                   {"max-jobs", &max_jobs, NULL},
+                                   {"max-gpus", &max_gpus, NULL},
+                                   {"poll-s", &poll_s, NULL},
+                                   {"key", &key, NULL},
+                                   {"server-key", &server_key, NULL},
+                                   {"db", &dbflag, NULL},
+                                   {NULL}};
+    cli_opts o;
+    int prc = cli_opts_parse_ext(argc, argv, CLI_OPT_CONTROLLER, extra, s_disp_usage, &o);
+    if (prc)
+        return prc < 0 ? CLI_OK : prc;
+    dc.controller = o.controller;
+    if (log_target && s_log_target(log_target) != 0)
+        return CLI_FAIL;
+    if (slots_text && max_jobs) {
+        cli_error("dispatcher: --slots and --max-jobs (its Slurm name): give one");
+        return CLI_USAGE;
+    }
+    if (slots_text && s_parse_slots(slots_text, &dc.slots) != 0)
+        return CLI_USAGE;
+    if (dc.backend && strcmp(dc.backend, "local") && strcmp(dc.backend, "slurm")) {
+        cli_error("--backend: expected local or slurm, got \"%s\"", dc.backend);
+        return CLI_USAGE;
+    }
+    if (max_jobs && s_parse_count("--max-jobs", max_jobs, 1, &dc.slots) != 0)
+        return CLI_USAGE;
+    if (max_gpus && s_parse_count("--max-gpus", max_gpus, 0, &dc.max_gpus) != 0)
+        return CLI_USAGE;
+    if (poll_s) {
+        char *end;
+        dc.poll_s = strtod(poll_s, &end);
+        if (!*poll_s || *end || !(dc.poll_s >= 0.05 && dc.poll_s <= 3600)) {
+            cli_error("--poll-s: expected seconds from 0.05 to 3600, got \"%s\"", poll_s);
             return CLI_USAGE;
         }
     }
+    if (key) /* read by keys_client_setup (common/keys.h) */
+        setenv("JIZHI_KEY", key, 1);
+    if (server_key)
+        setenv("JIZHI_SERVER_KEY", server_key, 1);
+    /* the Slurm-only options, in the order of --help */
+    const char *slurm_opt = dc.partition ? "--partition"
+                            : dc.account ? "--account"
+                            : max_jobs   ? "--max-jobs"
+                            : max_gpus   ? "--max-gpus"
+                            : poll_s     ? "--poll-s"
+                                         : NULL;
+    int slurm_only = slurm_opt != NULL;
     if (slurm_only && !(dc.backend && !strcmp(dc.backend, "slurm"))) {
         cli_error("dispatcher: %s needs --backend slurm", slurm_opt);
         return CLI_USAGE;
@@ -1029,7 +947,7 @@ int cmd_dispatcher(int argc, char **argv)
     s_spawn(&td, s_disp_thread, d);
     while (!s_interrupted)
         pause();
-    s_stop_disp = 1;
+    atomic_store(&s_stop_disp, 1);
     pthread_join(td, NULL);
     disp_destroy(&d);
     return CLI_OK;

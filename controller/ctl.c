@@ -196,10 +196,10 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
     return c;
 }
 
-int ctl_run(ctl_t *c, volatile int *stop)
+int ctl_run(ctl_t *c, atomic_int *stop)
 {
     int trim_pending = 0; /* a large message came since the last trim */
-    while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+    while (!atomic_load_explicit(stop, memory_order_acquire)) {
         zmq_pollitem_t items[2] = {{c->router, 0, ZMQ_POLLIN, 0},
                                    {ctl__auth_socket(c), 0, ZMQ_POLLIN, 0}};
         int rc = zmq_poll(items, items[1].socket ? 2 : 1, 50);

@@ -12,6 +12,7 @@
 #ifndef JZ_CTL_H
 #define JZ_CTL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 typedef struct ctl ctl_t;
@@ -53,12 +54,12 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize);
    become 127.0.0.1). Borrowed, valid until destroy. */
 const char *ctl_endpoint(const ctl_t *c);
 
-/* Runs the event loop until *stop becomes nonzero (checked every 50 ms;
-   read with an atomic load, so another thread sets it with
-   __atomic_store_n, a signal handler with a plain store).
+/* Runs the event loop until *stop becomes nonzero (an atomic load every
+   50 ms; another thread or a signal handler sets it with atomic_store:
+   atomic_int is lock-free, so that is async-signal-safe).
    Returns 0, or -1 on a fatal socket error or when the database cannot be
    written (it stops rather than serve state it could not store). */
-int ctl_run(ctl_t *c, volatile int *stop);
+int ctl_run(ctl_t *c, atomic_int *stop);
 
 /* NULL-safe; sets *cp to NULL. */
 void ctl_destroy(ctl_t **cp);

@@ -378,7 +378,7 @@ static void s_adopt(disp_t *d)
         log_info(TAG, "took back %zu trial(s) an earlier run left running", kept);
 }
 
-int disp_run(disp_t *d, volatile int *stop)
+int disp_run(disp_t *d, atomic_int *stop)
 {
     d->sock = zmq_socket(d->ctx, ZMQ_DEALER);
     if (!d->sock) {
@@ -408,7 +408,7 @@ int disp_run(disp_t *d, volatile int *stop)
     d->last_reg = -INFINITY;
     d->last_heard = util_now();
     int rc = 0;
-    while (!__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+    while (!atomic_load_explicit(stop, memory_order_acquire)) {
         s_timers(d, util_now());
         if (s_poll(d, DISP_TICK_MS) != 0 || disp__drain_socket(d) != 0) {
             rc = -1;

@@ -88,6 +88,8 @@
 #ifndef JZ_DISP_H
 #define JZ_DISP_H
 
+#include <stdatomic.h>
+
 typedef struct disp disp_t;
 
 typedef struct {
@@ -123,12 +125,13 @@ typedef struct {
    included). Caller owns the result and must destroy it. */
 disp_t *disp_new(const disp_config *cfg);
 
-/* Runs the event loop until *stop becomes nonzero (checked at least every
-   100 ms with an atomic load: another thread sets it with __atomic_store_n,
-   a signal handler with a plain store), then kills its running trials (SIGTERM, then
+/* Runs the event loop until *stop becomes nonzero (an atomic load at least
+   every 100 ms; another thread or a signal handler sets it with
+   atomic_store: atomic_int is lock-free, so that is async-signal-safe),
+   then kills its running trials (SIGTERM, then
    SIGKILL) only if `kill_on_stop` was requested with disp_set_kill_on_stop, else leaves
    them running. Returns 0, or -1 on a fatal socket error. */
-int disp_run(disp_t *d, volatile int *stop);
+int disp_run(disp_t *d, atomic_int *stop);
 
 /* Whether disp_run kills running trials when it stops (default 1). */
 void disp_set_kill_on_stop(disp_t *d, int on);

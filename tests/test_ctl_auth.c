@@ -22,7 +22,7 @@ static void *s_loop(void *arg)
 {
     struct {
         ctl_t *c;
-        volatile int *stop;
+        atomic_int *stop;
     } *a = arg;
     ctl_run(a->c, a->stop);
     return NULL;
@@ -92,10 +92,10 @@ TEST(a_dispatcher_name_belongs_to_its_key)
     REQUIRE(c != NULL);
     const char *ep = ctl_endpoint(c);
     REQUIRE(!strncmp(ep, "tcp://127.0.0.1:", 16));
-    volatile int stop = 0;
+    atomic_int stop = 0;
     struct {
         ctl_t *c;
-        volatile int *stop;
+        atomic_int *stop;
     } arg = {c, &stop};
     pthread_t th;
     pthread_create(&th, NULL, s_loop, &arg);
@@ -131,7 +131,7 @@ TEST(a_dispatcher_name_belongs_to_its_key)
                                "running")),
               "");
 
-    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+    atomic_store(&stop, 1);
     pthread_join(th, NULL);
     ctl_destroy(&c);
     char cmd[128];

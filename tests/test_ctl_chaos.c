@@ -28,7 +28,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-static volatile int s_stop;
+static atomic_int s_stop;
 static char s_dir[64], s_db[128], s_ep[160];
 static void *s_ctx, *s_sock;
 
@@ -572,7 +572,7 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
 typedef struct {
     char dir[64], db[128], ep[160];
     ctl_t *c;
-    volatile int stop;
+    atomic_int stop;
     pthread_t th;
     void *sock;
 } own_ctl;
@@ -607,7 +607,7 @@ static int s_own_start(own_ctl *o, const char *prefix, double lost_timeout_s)
 static void s_own_stop(own_ctl *o)
 {
     zmq_close(o->sock);
-    __atomic_store_n(&o->stop, 1, __ATOMIC_RELEASE);
+    atomic_store(&o->stop, 1);
     pthread_join(o->th, NULL);
     ctl_destroy(&o->c);
 }
@@ -870,7 +870,7 @@ int main(void)
 
     zmq_close(s_sock);
     zmq_ctx_term(s_ctx);
-    __atomic_store_n(&s_stop, 1, __ATOMIC_RELEASE);
+    atomic_store(&s_stop, 1);
     pthread_join(th, NULL);
     ctl_destroy(&c);
     char cmd[200];

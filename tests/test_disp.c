@@ -46,7 +46,7 @@ typedef struct {
 typedef struct {
     disp_t *d;
     pthread_t th;
-    volatile int stop;
+    atomic_int stop;
     volatile int done;
     int rc;
 } disp_thread;
@@ -181,7 +181,7 @@ static int dt_start(disp_thread *t, fake_ctl *fc, const disp_config *cfg,
    into `seen` (when not NULL). */
 static void dt_stop(disp_thread *t, fake_ctl *fc, json_t *seen)
 {
-    __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
+    atomic_store(&t->stop, 1);
     while (!__atomic_load_n(&t->done, __ATOMIC_ACQUIRE)) {
         json_t *m = fc_recv(fc, 0.05);
         if (m && seen)

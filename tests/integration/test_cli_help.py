@@ -54,6 +54,9 @@ OPTION_CASES = [
     (["token"], "--role", None, []),
     (["report"], "--step", "1.5", ["y=1"]),
     (["watch"], "--interval", "0.001", ["S"]),
+    (["run"], "--slots", "0", ["spec.json"]),
+    (["controller"], "--lost-timeout", "-1", []),
+    (["dispatcher"], "--poll-s", "0.001", []),
 ]
 
 
@@ -81,3 +84,19 @@ def test_commands_share_one_option_parser(tmp_path):
     p = run("keygen", "--db", str(tmp_path / "x.db"))
     assert p.returncode == 2, p
     assert not os.path.exists(tmp_path / "client.key")
+    # the dispatcher's Slurm-only options name themselves without --backend slurm,
+    # and --slots with its Slurm name --max-jobs is refused
+    p = run("dispatcher", "--controller", "ipc:///nonexistent", "--account", "a")
+    assert p.returncode == 2 and "--account needs --backend slurm" in p.stderr, p
+    p = run("dispatcher", "--controller", "ipc:///nonexistent", "--backend", "slurm",
+            "--slots", "2", "--max-jobs", "3")
+    assert p.returncode == 2 and "--slots and --max-jobs" in p.stderr, p
+    assert not os.path.exists(tmp_path / "none.db")
+
+
+def test_no_command_writes_its_own_getopt_loop():
+    """cli/cli_opts.c is the one place in cli/ that calls getopt_long."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    callers = subprocess.run(["git", "grep", "-l", "getopt_long(", "--", "cli/"], cwd=root,
+                             capture_output=True, text=True).stdout.split()
+    assert callers == ["cli/cli_opts.c"], callers
