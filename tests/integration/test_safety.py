@@ -7,7 +7,8 @@ that cannot checkpoint is refused with the reason and changes nothing; a
 kill -9 of the controller during the watch window is resumed after its
 restart; a fork of a running trial into 3 siblings continues the best
 and stops two, with lineage in `trial show` and the export, and its
-decision resumes after a kill -9 of the controller."""
+decision resumes after a kill -9 of the controller; a sibling that finds
+no slot waits in the queue and the fork says why.
 import csv
 import io
 import json
@@ -172,7 +173,9 @@ def test_fork_into_three_siblings_keeps_the_best_after_a_kill9(jz):
     ctl2 = None
     try:
         spec = formula_spec("fork", 1, 90, 0.05)
-        spec["budget"]["parallel"] = 4
+        # the parent and two siblings fill the study's parallel budget: the
+        # third sibling waits in the queue, and the fork says why
+        spec["budget"]["parallel"] = 3
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
                     == 1, 60, "a running trial")
@@ -184,9 +187,13 @@ def test_fork_into_three_siblings_keeps_the_best_after_a_kill9(jz):
         assert p.returncode == 0, p.stdout + p.stderr
         jz.wait_for(lambda: interventions(jz, parent)[0]["state"] == "running", 30,
                     "the siblings")
-        sibs = interventions(jz, parent)[0]["data"]["siblings"]
-        fork_step = interventions(jz, parent)[0]["data"]["fork_step"]
+        data = interventions(jz, parent)[0]["data"]
+        sibs, fork_step = data["siblings"], data["fork_step"]
         assert len(sibs) == 3 and fork_step >= 5
+        assert data.get("waiting"), data  # the queue's words
+        assert jz.sql("SELECT state FROM trials WHERE id=?", sibs[2]) == [("pending",)]
+        # stopping the control frees the slot: the third sibling starts
+        jz.run("trial", "stop", str(parent), check=0)
         # the siblings start from the parent's checkpoint: their first step
         # is the one after it
         for s in sibs:
@@ -208,7 +215,7 @@ def test_fork_into_three_siblings_keeps_the_best_after_a_kill9(jz):
                                    "('running', 'pending', 'starting')")[0][0] == 0, 60,
                     "the trials to end")
         states = dict(jz.sql("SELECT id, state FROM trials"))
-        assert states[parent] == "completed" and states[sibs[1]] == "completed", states
+        assert states[parent] == "stopped" and states[sibs[1]] == "completed", states
         assert states[sibs[0]] == "stopped" and states[sibs[2]] == "stopped", states
         # lineage: trial show and the export name the parent and the values
         t = show(jz, sibs[1])
