@@ -39,6 +39,10 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2
 HAVE_CUDA := $(if $(NVCC),yes,no)
 HAVE_NCCL := $(if $(wildcard /usr/include/nccl.h /usr/local/cuda/include/nccl.h),yes,no)
 HAVE_MPI  := $(if $(shell command -v mpicc 2>/dev/null),yes,no)
+# oneDNN (libdnnl-dev) for jizhi-train's CPU convolutions; DNNL=no builds
+# the im2col + GEMM fallback alone.
+DNNL     ?= $(if $(wildcard /usr/include/oneapi/dnnl/dnnl.h),yes,no)
+HAVE_DNNL := $(DNNL)
 
 # ---- sources by part -------------------------------------------------------
 COMMON_SRC := $(wildcard common/*.c)
@@ -102,7 +106,7 @@ all: $(EXTRA_BINS)
 
 config:
 	@echo "jizhi build: CC=$(CC) BUILD=$(BUILD) SANITIZE=$(if $(SANITIZE),$(SANITIZE),no)"
-	@echo "  CUDA (nvcc): $(HAVE_CUDA)   NCCL: $(HAVE_NCCL)   MPI: $(HAVE_MPI)"
+	@echo "  CUDA (nvcc): $(HAVE_CUDA)   NCCL: $(HAVE_NCCL)   MPI: $(HAVE_MPI)   oneDNN: $(HAVE_DNNL)"
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -8,8 +8,10 @@
 set -euo pipefail
 
 # What `make run` needs: the build, and Fashion-MNIST for the example.
+# libdnnl-dev: oneDNN, jizhi-train's CPU convolutions (the build falls
+# back to im2col + GEMM without it).
 RUN_PKGS=(build-essential pkg-config libzmq3-dev libsqlite3-dev sqlite3
-      libjansson-dev libgsl-dev libopenblas-dev zlib1g-dev libncurses-dev
+      libjansson-dev libgsl-dev libopenblas-dev libdnnl-dev zlib1g-dev libncurses-dev
       libmicrohttpd-dev libsodium-dev libjs-chart.js dataset-fashion-mnist python3)
 # What the tests add: formatting, fuzzing, pytest, MPI, the Python package's
 # build tools and a ZeroMQ client for the attacker tests.

@@ -3,12 +3,15 @@
     the float kernels the trainer runs, see trainer/kernels_impl.h).
     Loss = sum(out .* r) for a fixed random r, so d loss/d out = r.
     Tolerance: 1e-6 relative (or absolute) with step h = 1e-5.
-    Plus a whole-graph check in float (MLP and residual CNN with BN):
-    directional derivatives within 2% with h = 1e-3. */
+    The channels-last BN and pooling of the oneDNN path likewise, and
+    against their CNHW twins. Plus a whole-graph check in float (MLP and
+    residual CNN with BN, the CNN on both convolution paths): directional
+    derivatives within 2% with h = 1e-3. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "jz_test.h"
+#include "trainer/conv_dnnl.h"
 #include "trainer/trn.h"
 
 #define H 1e-5
@@ -311,6 +314,79 @@ TEST(gap_grad)
     free(c.x), free(c.y), free(c.r), free(dx);
 }
 
+/* ---- channels-last (NHWC) BN and pooling: the oneDNN path's layout ---- */
+static double bnh_loss(bn_ctx *c)
+{
+    trn_bn_fwd_train_nhwc_d(c->x, c->g, c->b, c->y, c->mean, c->invstd, c->c, c->s, 1e-5);
+    return s_dot(c->y, c->r, c->c * c->s);
+}
+
+/* 70 channels: two blocks of the kernels' channel tiling (64 + 6) */
+TEST(batchnorm_nhwc_grad)
+{
+    bn_ctx c = {.c = 70, .s = 5};
+    long n = c.c * c.s;
+    c.x = s_rand(n);
+    c.g = s_rand(c.c);
+    c.b = s_rand(c.c);
+    c.y = s_rand(n);
+    c.r = s_rand(n);
+    c.mean = calloc((size_t)c.c, 8);
+    c.invstd = calloc((size_t)c.c, 8);
+    double *dx = s_rand(n), *dx0 = malloc((size_t)n * 8), *dg = calloc((size_t)c.c, 8),
+           *db = calloc((size_t)c.c, 8);
+    memcpy(dx0, dx, (size_t)n * 8);
+    bnh_loss(&c);
+    trn_bn_bwd_nhwc_d(c.x, c.g, c.mean, c.invstd, c.r, dx, dg, db, c.c, c.s, 0.0, 1.0);
+    for (long i = 0; i < n; i++) /* dxbeta 1 adds */
+        dx[i] -= dx0[i];
+    double (*f)(void *) = (double (*)(void *))bnh_loss;
+    check_fd(c.x, n, dx, f, &c, "dx");
+    check_fd(c.g, c.c, dg, f, &c, "dgamma");
+    check_fd(c.b, c.c, db, f, &c, "dbeta");
+    /* the same numbers as the CNHW kernel on the transposed input */
+    double *xt = malloc((size_t)n * 8), *yt = malloc((size_t)n * 8),
+           *y2 = malloc((size_t)n * 8);
+    double *m2 = calloc((size_t)c.c, 8), *i2 = calloc((size_t)c.c, 8);
+    for (long i = 0; i < c.s; i++)
+        for (int j = 0; j < c.c; j++)
+            xt[j * c.s + i] = c.x[i * c.c + j];
+    bnh_loss(&c);
+    trn_bn_fwd_train_d(xt, c.g, c.b, yt, m2, i2, c.c, c.s, 1e-5);
+    for (long i = 0; i < c.s; i++)
+        for (int j = 0; j < c.c; j++)
+            CHECK_NEAR(c.y[i * c.c + j], yt[j * c.s + i], 1e-12);
+    /* eval mode with the batch statistics as running statistics */
+    double *rv = malloc((size_t)c.c * 8);
+    for (int i = 0; i < c.c; i++)
+        rv[i] = 1.0 / (c.invstd[i] * c.invstd[i]) - 1e-5;
+    trn_bn_fwd_eval_nhwc_d(c.x, c.g, c.b, y2, c.mean, rv, c.c, c.s, 1e-5);
+    for (long i = 0; i < n; i++)
+        CHECK_NEAR(y2[i], c.y[i], 1e-9);
+    free(c.x), free(c.g), free(c.b), free(c.y), free(c.r), free(c.mean), free(c.invstd);
+    free(dx), free(dx0), free(dg), free(db), free(xt), free(yt), free(y2), free(m2),
+        free(i2), free(rv);
+}
+
+static double gaph_loss(gap_ctx *c)
+{
+    trn_gap_fwd_nhwc_d(c->x, c->y, c->c, c->n, c->hw);
+    return s_dot(c->y, c->r, (long)c->c * c->n);
+}
+
+TEST(gap_nhwc_grad)
+{
+    gap_ctx c = {.c = 67, .n = 2, .hw = 5};
+    long nx = (long)c.c * c.n * c.hw;
+    c.x = s_rand(nx);
+    c.y = s_rand(c.c * c.n);
+    c.r = s_rand(c.c * c.n);
+    double *dx = calloc((size_t)nx, 8);
+    trn_gap_bwd_nhwc_d(c.r, dx, c.c, c.n, c.hw, 0.0);
+    check_fd(c.x, nx, dx, (double (*)(void *))gaph_loss, &c, "dx");
+    free(c.x), free(c.y), free(c.r), free(dx);
+}
+
 /* ---- softmax cross-entropy with label smoothing ---- */
 typedef struct {
     double *z;
@@ -343,7 +419,7 @@ TEST(softmax_ce_grad)
 }
 
 /* ---- whole graph in float: wiring, residual accumulation, BN ---- */
-static void net_case(const char *model, const char *channels)
+static void net_case(const char *model, const char *channels, const char *conv)
 {
     char err[TRN_ERRLEN];
     trn_config cfg;
@@ -352,6 +428,7 @@ static void net_case(const char *model, const char *channels)
     snprintf(cfg.hidden, sizeof cfg.hidden, "7,6");
     snprintf(cfg.channels, sizeof cfg.channels, "%s", channels);
     cfg.blocks = 1;
+    snprintf(cfg.conv, sizeof cfg.conv, "%s", conv);
     trn_net *n = trn_net_new(&cfg, 1, 6, 6, 4, err);
     REQUIRE(n);
     trn_rng r;
@@ -407,12 +484,20 @@ static void net_case(const char *model, const char *channels)
 
 TEST(mlp_graph_grad)
 {
-    net_case("mlp", "2");
+    net_case("mlp", "2", "gemm");
 }
 
 TEST(cnn_graph_grad)
 {
-    net_case("cnn", "2,3");
+    net_case("cnn", "2,3", "gemm");
+}
+
+/* the same whole-graph check with oneDNN's convolutions and NHWC layers */
+TEST(cnn_graph_grad_onednn)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    net_case("cnn", "2,3", "dnnl");
 }
 
 int main(void)
@@ -428,6 +513,9 @@ int main(void)
     RUN(gap_grad);
     RUN(softmax_ce_grad);
     RUN(mlp_graph_grad);
+    RUN(batchnorm_nhwc_grad);
+    RUN(gap_nhwc_grad);
     RUN(cnn_graph_grad);
+    RUN(cnn_graph_grad_onednn);
     TEST_DONE();
 }

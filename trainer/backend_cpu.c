@@ -1,4 +1,5 @@
-/*  backend_cpu.c - the CPU backend: OpenBLAS GEMMs (kernels_f32.c) on all
+/*  backend_cpu.c - the CPU backend: OpenBLAS GEMMs (kernels_f32.c) and,
+    where the build has it, oneDNN's convolutions (conv_dnnl.c) on all
     cores. The CPU path is the trainer's default; this file owns the thread
     setup. Device backends (backend_cuda.cu) plug in through trn_backend. */
 #define _GNU_SOURCE
@@ -6,6 +7,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "trainer/conv_dnnl.h"
 #include "trainer/trn.h"
 
 int trn_cpu_cores(void)
@@ -23,4 +25,5 @@ int trn_cpu_cores(void)
 void trn_cpu_set_threads(int n)
 {
     openblas_set_num_threads(n > 0 ? n : trn_cpu_cores());
+    trn_dnnl_set_threads(n > 0 ? n : trn_cpu_cores());
 }

@@ -309,6 +309,147 @@ void FN(trn_gap_bwd)(const R *dy, R *dx, int c, int n, int hw, R dxbeta)
         }
 }
 
+/* ---- channels last (NHWC), the oneDNN path's layout (conv_dnnl.h) -------
+   x[i][ci]: i over the s = n*h*w positions, c values at each. The same
+   arithmetic as the CNHW kernels above (double accumulators), a block of
+   up to NHWC_CB channels at a time so the accumulators stay on the stack. */
+#ifndef NHWC_CB
+#define NHWC_CB 64
+#endif
+
+void FN(trn_bn_fwd_train_nhwc)(const R *x, const R *g, const R *b, R *y, R *mean,
+                               R *invstd, int c, long s, R eps)
+{
+    for (int c0 = 0; c0 < c; c0 += NHWC_CB) {
+        int cb = c - c0 < NHWC_CB ? c - c0 : NHWC_CB;
+        double mu[NHWC_CB], sq[NHWC_CB];
+        R a[NHWC_CB], off[NHWC_CB];
+        for (int j = 0; j < cb; j++)
+            mu[j] = sq[j] = 0;
+        for (long i = 0; i < s; i++) {
+            const R *xi = x + i * c + c0;
+            for (int j = 0; j < cb; j++)
+                mu[j] += xi[j];
+        }
+        for (int j = 0; j < cb; j++)
+            mu[j] /= (double)s;
+        for (long i = 0; i < s; i++) {
+            const R *xi = x + i * c + c0;
+            for (int j = 0; j < cb; j++) {
+                double d = xi[j] - mu[j];
+                sq[j] += d * d;
+            }
+        }
+        for (int j = 0; j < cb; j++) {
+            int ci = c0 + j;
+            double is = 1.0 / sqrt(sq[j] / (double)s + eps);
+            mean[ci] = (R)mu[j];
+            invstd[ci] = (R)is;
+            a[j] = (R)(g[ci] * is);
+            off[j] = (R)(b[ci] - g[ci] * is * mu[j]);
+        }
+        for (long i = 0; i < s; i++) {
+            const R *xi = x + i * c + c0;
+            R *yi = y + i * c + c0;
+            for (int j = 0; j < cb; j++)
+                yi[j] = a[j] * xi[j] + off[j];
+        }
+    }
+}
+
+void FN(trn_bn_fwd_eval_nhwc)(const R *x, const R *g, const R *b, R *y, const R *rmean,
+                              const R *rvar, int c, long s, R eps)
+{
+    for (int c0 = 0; c0 < c; c0 += NHWC_CB) {
+        int cb = c - c0 < NHWC_CB ? c - c0 : NHWC_CB;
+        R a[NHWC_CB], off[NHWC_CB];
+        for (int j = 0; j < cb; j++) {
+            int ci = c0 + j;
+            double is = 1.0 / sqrt((double)rvar[ci] + eps);
+            a[j] = (R)(g[ci] * is);
+            off[j] = (R)(b[ci] - g[ci] * is * rmean[ci]);
+        }
+        for (long i = 0; i < s; i++) {
+            const R *xi = x + i * c + c0;
+            R *yi = y + i * c + c0;
+            for (int j = 0; j < cb; j++)
+                yi[j] = a[j] * xi[j] + off[j];
+        }
+    }
+}
+
+void FN(trn_bn_bwd_nhwc)(const R *x, const R *g, const R *mean, const R *invstd,
+                         const R *dy, R *dx, R *dg, R *db, int c, long s, R beta,
+                         R dxbeta)
+{
+    for (int c0 = 0; c0 < c; c0 += NHWC_CB) {
+        int cb = c - c0 < NHWC_CB ? c - c0 : NHWC_CB;
+        double sdy[NHWC_CB], sdyx[NHWC_CB], mu[NHWC_CB], is[NHWC_CB], k[NHWC_CB];
+        for (int j = 0; j < cb; j++) {
+            sdy[j] = sdyx[j] = 0;
+            mu[j] = mean[c0 + j];
+            is[j] = invstd[c0 + j];
+        }
+        for (long i = 0; i < s; i++) {
+            const R *xi = x + i * c + c0, *di = dy + i * c + c0;
+            for (int j = 0; j < cb; j++) {
+                sdy[j] += di[j];
+                sdyx[j] += di[j] * ((xi[j] - mu[j]) * is[j]);
+            }
+        }
+        for (int j = 0; j < cb; j++) {
+            int ci = c0 + j;
+            dg[ci] = (R)(beta == 0 ? sdyx[j] : beta * dg[ci] + sdyx[j]);
+            db[ci] = (R)(beta == 0 ? sdy[j] : beta * db[ci] + sdy[j]);
+            k[j] = g[ci] * is[j] / (double)s;
+        }
+        if (!dx)
+            continue;
+        for (long i = 0; i < s; i++) {
+            const R *xi = x + i * c + c0, *di = dy + i * c + c0;
+            R *o = dx + i * c + c0;
+            for (int j = 0; j < cb; j++) {
+                double xh = (xi[j] - mu[j]) * is[j];
+                R v = (R)(k[j] * ((double)s * di[j] - sdy[j] - xh * sdyx[j]));
+                o[j] = dxbeta == 0 ? v : o[j] + v;
+            }
+        }
+    }
+}
+
+void FN(trn_gap_fwd_nhwc)(const R *x, R *y, int c, int n, int hw)
+{
+    for (int ni = 0; ni < n; ni++)
+        for (int c0 = 0; c0 < c; c0 += NHWC_CB) {
+            int cb = c - c0 < NHWC_CB ? c - c0 : NHWC_CB;
+            double acc[NHWC_CB];
+            for (int j = 0; j < cb; j++)
+                acc[j] = 0;
+            for (int p = 0; p < hw; p++) {
+                const R *xi = x + ((long)ni * hw + p) * c + c0;
+                for (int j = 0; j < cb; j++)
+                    acc[j] += xi[j];
+            }
+            for (int j = 0; j < cb; j++)
+                y[(long)ni * c + c0 + j] = (R)(acc[j] / hw);
+        }
+}
+
+void FN(trn_gap_bwd_nhwc)(const R *dy, R *dx, int c, int n, int hw, R dxbeta)
+{
+    for (int ni = 0; ni < n; ni++)
+        for (int p = 0; p < hw; p++) {
+            R *o = dx + ((long)ni * hw + p) * c;
+            const R *d = dy + (long)ni * c;
+            if (dxbeta == 0)
+                for (int ci = 0; ci < c; ci++)
+                    o[ci] = d[ci] / (R)hw;
+            else
+                for (int ci = 0; ci < c; ci++)
+                    o[ci] += d[ci] / (R)hw;
+        }
+}
+
 /* Mean cross-entropy (label smoothing eps: target (1-eps) on the label plus
    eps/k everywhere). dlogits (may be NULL) = gscale * d(sum of losses). */
 double FN(trn_softmax_ce)(const R *logits, const uint8_t *labels, R *dlogits, int n,

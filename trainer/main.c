@@ -183,6 +183,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
     }
+    if (comm->rank == 0 && cfg.verbose) {
+        char line[512];
+        trn_net_conv_describe(trn_trainer_net(t), cfg.batch_size, line, sizeof line);
+        fprintf(stderr, "jizhi-train: convolutions: %s\n", line);
+    }
     if (jz) { /* rank 0 */
         trn_io io;
         trn_io_jizhi(&io, jz);

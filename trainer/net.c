@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/conv_dnnl.h"
 #include "trainer/trn.h"
 
 typedef enum { OP_LINEAR, OP_RELU, OP_CONV, OP_BN, OP_ADD, OP_GAP } s_kind;
@@ -31,6 +32,9 @@ typedef struct {
     int layer;              /* param-owning layer index, or -1 */
     long st;                /* BN: offset of running mean (var follows) in state */
     float *mean, *invstd;   /* BN: batch statistics saved for backward */
+    trn_dconv *dc;          /* conv on the oneDNN path (owned), else NULL */
+    int relu_op;            /* BN on the oneDNN path: the ReLU fused into it, or -1 */
+    int fused;              /* ReLU: runs inside the BN before it */
 } s_op;
 
 typedef struct {
@@ -59,6 +63,8 @@ struct trn_net {
     int cap; /* samples the buffers hold */
     int classes;
     trn_precision prec;
+    int nhwc;                  /* CNN activations channels last: the oneDNN conv path */
+    char conv_err[TRN_ERRLEN]; /* why the last pass failed (oneDNN) */
     int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */
     trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */
     void *hook_ud;
@@ -103,7 +109,7 @@ static s_op *s_op_new(trn_net *n, s_kind kind, int in)
     memset(o, 0, sizeof *o);
     o->kind = kind;
     o->in = in;
-    o->in2 = o->pw = o->pb = o->layer = -1;
+    o->in2 = o->pw = o->pb = o->layer = o->relu_op = -1;
     return o;
 }
 
@@ -152,8 +158,12 @@ static int s_conv(trn_net *n, int in, int c, int h, int w, int co, int k, int st
         return -1;
     int ho = trn_conv_out(h, k, stride, pad), wo = trn_conv_out(w, k, stride, pad);
     long cps = (long)c * k * k * ho * wo;
-    if (cps > n->cols_per_sample)
+    if (n->nhwc) {
+        if (!(o->dc = trn_dconv_new(c, h, w, co, k, stride, pad, n->conv_err)))
+            return -1;
+    } else if (cps > n->cols_per_sample) {
         n->cols_per_sample = cps;
+    }
     o->out = s_buf_new(n, co * ho * wo);
     return o->out;
 }
@@ -215,6 +225,25 @@ static int s_cbr(trn_net *n, int in, int c, int h, int w, int co, int stride, in
     return relu ? s_relu(n, x) : x;
 }
 
+/* On the oneDNN path: each BN whose only reader is a ReLU runs with it as
+   one kernel (kernels_nhwc.c); the BN output buffer then holds only the
+   gradient's place, never values. */
+static void s_fuse(trn_net *n)
+{
+    for (int i = 0; i + 1 < n->nops; i++) {
+        s_op *o = &n->ops[i], *r = &n->ops[i + 1];
+        if (o->kind != OP_BN || r->kind != OP_RELU || r->in != o->out)
+            continue;
+        int readers = 0;
+        for (int j = 0; j < n->nops; j++)
+            readers += (n->ops[j].in == o->out) + (n->ops[j].in2 == o->out);
+        if (readers == 1) {
+            o->relu_op = i + 1;
+            r->fused = 1;
+        }
+    }
+}
+
 trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, char *err)
 {
     trn_net *n = calloc(1, sizeof *n);
@@ -246,6 +275,19 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
             ok = s_linear(n, x, d, classes, 1) >= 0;
         snprintf(n->arch + len, sizeof n->arch - (size_t)len, "-%d", classes);
     } else if (!strcmp(cfg->model, "cnn")) {
+        /* the oneDNN path: asked for, or by default where the build has it
+           (single-channel images: their NCHW rows are already NHWC) */
+        if (!strcmp(cfg->conv, "dnnl") && (!trn_dnnl_available() || c != 1)) {
+            snprintf(
+                err, TRN_ERRLEN, "--conv dnnl: %s",
+                !trn_dnnl_available()
+                    ? "this jizhi-train was built without oneDNN (install libdnnl-dev "
+                      "and rebuild, or use --conv gemm)"
+                    : "the oneDNN path takes single-channel images");
+            trn_net_destroy(&n);
+            return NULL;
+        }
+        n->nhwc = strcmp(cfg->conv, "gemm") && trn_dnnl_available() && c == 1;
         int ch[8];
         int ns = trn_parse_int_list(cfg->channels, ch, 8);
         if (ns < 1) {
@@ -282,12 +324,15 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
         trn_net_destroy(&n);
         return NULL;
     }
+    if (ok && n->nhwc)
+        s_fuse(n);
     if (ok && n->nstate > 0) {
         n->state = calloc((size_t)n->nstate, sizeof(float));
         ok = n->state != NULL;
     }
     if (!ok) {
-        snprintf(err, TRN_ERRLEN, "out of memory building the model");
+        snprintf(err, TRN_ERRLEN, "%s",
+                 n->conv_err[0] ? n->conv_err : "out of memory building the model");
         trn_net_destroy(&n);
         return NULL;
     }
@@ -317,6 +362,7 @@ void trn_net_destroy(trn_net **np)
     for (int i = 0; i < n->nops; i++) {
         free(n->ops[i].mean);
         free(n->ops[i].invstd);
+        trn_dconv_destroy(&n->ops[i].dc);
     }
     for (int i = 0; i < n->nbufs; i++) {
         free(n->bufs[i].x);
@@ -465,7 +511,21 @@ static int s_reserve(trn_net *n, int nb)
     return 0;
 }
 
-static void s_forward(trn_net *n, int nb, int train)
+/* The BN running statistics after a training pass over s positions. */
+static void s_bn_running(trn_net *n, const s_op *o, long s)
+{
+    float *rm = n->state + o->st, *rv = rm + o->c;
+    for (int j = 0; j < o->c; j++) {
+        double var = 1.0 / ((double)o->invstd[j] * o->invstd[j]) - s_bn_eps;
+        if (s > 1)
+            var *= (double)s / (double)(s - 1);
+        float mo = n->bn_momentum;
+        rm[j] = (1 - mo) * rm[j] + mo * o->mean[j];
+        rv[j] = (float)((1 - mo) * rv[j] + mo * var);
+    }
+}
+
+static int s_forward(trn_net *n, int nb, int train)
 {
     for (int i = 0; i < n->nops; i++) {
         s_op *o = &n->ops[i];
@@ -479,30 +539,42 @@ static void s_forward(trn_net *n, int nb, int train)
                              o->co);
             break;
         case OP_RELU:
+            if (o->fused)
+                continue; /* ran inside the BN before it */
             trn_relu_fwd_f(x, y, cnt);
-            break;
+            continue; /* exact: its input is rounded already */
         case OP_CONV:
-            trn_conv_fwd_f(x, n->params[o->pw].wlp, y, n->cols, o->c, nb, o->h, o->w,
-                           o->co, o->k, o->stride, o->pad);
+            if (o->dc) {
+                if (trn_dconv_fwd(o->dc, x, n->params[o->pw].wlp, y, nb,
+                                  n->prec == TRN_BF16, n->conv_err) < 0)
+                    return -1;
+            } else {
+                trn_conv_fwd_f(x, n->params[o->pw].wlp, y, n->cols, o->c, nb, o->h, o->w,
+                               o->co, o->k, o->stride, o->pad);
+            }
             break;
         case OP_BN:
+            if (o->relu_op >= 0) { /* BN + ReLU in one pass, rounded inside */
+                float *rm = n->state + o->st;
+                trn_bn_relu_fwd_nhwc(x, n->params[o->pw].wlp, n->params[o->pb].wlp,
+                                     n->bufs[n->ops[o->relu_op].out].x, o->mean,
+                                     o->invstd, train ? NULL : rm, rm + o->c, o->c,
+                                     (long)nb * o->h, s_bn_eps, n->prec);
+                if (train)
+                    s_bn_running(n, o, (long)nb * o->h);
+                continue;
+            }
             if (train) {
                 long s = (long)nb * o->h;
-                trn_bn_fwd_train_f(x, n->params[o->pw].wlp, n->params[o->pb].wlp, y,
-                                   o->mean, o->invstd, o->c, s, s_bn_eps);
-                float *rm = n->state + o->st, *rv = rm + o->c;
-                for (int j = 0; j < o->c; j++) {
-                    double var = 1.0 / ((double)o->invstd[j] * o->invstd[j]) - s_bn_eps;
-                    if (s > 1)
-                        var *= (double)s / (double)(s - 1);
-                    float mo = n->bn_momentum;
-                    rm[j] = (1 - mo) * rm[j] + mo * o->mean[j];
-                    rv[j] = (float)((1 - mo) * rv[j] + mo * var);
-                }
+                (n->nhwc ? trn_bn_fwd_train_nhwc_f : trn_bn_fwd_train_f)(
+                    x, n->params[o->pw].wlp, n->params[o->pb].wlp, y, o->mean, o->invstd,
+                    o->c, s, s_bn_eps);
+                s_bn_running(n, o, s);
             } else {
                 float *rm = n->state + o->st;
-                trn_bn_fwd_eval_f(x, n->params[o->pw].wlp, n->params[o->pb].wlp, y, rm,
-                                  rm + o->c, o->c, (long)nb * o->h, s_bn_eps);
+                (n->nhwc ? trn_bn_fwd_eval_nhwc_f : trn_bn_fwd_eval_f)(
+                    x, n->params[o->pw].wlp, n->params[o->pb].wlp, y, rm, rm + o->c, o->c,
+                    (long)nb * o->h, s_bn_eps);
             }
             break;
         case OP_ADD: {
@@ -512,11 +584,12 @@ static void s_forward(trn_net *n, int nb, int train)
             break;
         }
         case OP_GAP:
-            trn_gap_fwd_f(x, y, o->c, nb, o->h);
+            (n->nhwc ? trn_gap_fwd_nhwc_f : trn_gap_fwd_f)(x, y, o->c, nb, o->h);
             break;
         }
         trn_round_buf(y, cnt, n->prec);
     }
+    return 0;
 }
 
 /* Makes buffer b's gradient ready to receive a contribution at scale s:
@@ -539,13 +612,16 @@ static float s_prepare_grad(trn_net *n, int b, int nb, double s)
     return 1.0f;
 }
 
-static void s_backward(trn_net *n, int nb, const double *lscale)
+static int s_backward(trn_net *n, int nb, const double *lscale)
 {
     const float pbeta = n->grad_fresh ? 0.0f : 1.0f; /* param gradients: write or add */
     n->grad_fresh = 0;
     for (int i = n->nops - 1; i >= 0; i--) {
         s_op *o = &n->ops[i];
-        s_buf *ob = &n->bufs[o->out];
+        if (o->fused) /* its gradient is taken inside the BN's backward */
+            continue;
+        /* a BN with its ReLU fused gets the ReLU output's gradient */
+        s_buf *ob = &n->bufs[o->relu_op >= 0 ? n->ops[o->relu_op].out : o->out];
         if (!ob->written)
             continue;
         long ocnt = (long)nb * ob->feat;
@@ -562,6 +638,9 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
         s_buf *ib = &n->bufs[o->in];
         float dxb = need_dx ? s_prepare_grad(n, o->in, nb, s) : 0;
         float *dx = need_dx ? ib->g : NULL;
+        /* dx needs no rounding when it is a copy or mask of a rounded
+           gradient, or the fused BN rounded it */
+        int exact = 0;
         switch (o->kind) {
         case OP_LINEAR: {
             trn_param *w = &n->params[o->pw], *b = o->pb >= 0 ? &n->params[o->pb] : NULL;
@@ -578,18 +657,32 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
         case OP_RELU:
             if (dx)
                 trn_relu_bwd_f(n->bufs[o->out].x, ob->g, dx, ocnt, dxb);
+            exact = dxb == 0;
             break;
         case OP_CONV: {
             trn_param *w = &n->params[o->pw];
-            trn_conv_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, n->cols, o->c, nb, o->h, o->w,
-                           o->co, o->k, o->stride, o->pad, pbeta, dxb);
+            if (o->dc) {
+                if (trn_dconv_bwd(o->dc, ib->x, w->wlp, ob->g, dx, w->g, nb,
+                                  n->prec == TRN_BF16, pbeta, dxb, n->conv_err) < 0)
+                    return -1;
+            } else {
+                trn_conv_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, n->cols, o->c, nb, o->h,
+                               o->w, o->co, o->k, o->stride, o->pad, pbeta, dxb);
+            }
             trn_round_buf(w->g, w->n, n->prec);
             break;
         }
         case OP_BN: {
             trn_param *g = &n->params[o->pw], *b = &n->params[o->pb];
-            trn_bn_bwd_f(ib->x, g->wlp, o->mean, o->invstd, ob->g, dx, g->g, b->g, o->c,
-                         (long)nb * o->h, pbeta, dxb);
+            if (o->relu_op >= 0) {
+                trn_bn_relu_bwd_nhwc(ib->x, g->wlp, o->mean, o->invstd, ob->x, ob->g, dx,
+                                     g->g, b->g, o->c, (long)nb * o->h, pbeta, dxb,
+                                     n->prec);
+                exact = 1;
+            } else
+                (n->nhwc ? trn_bn_bwd_nhwc_f
+                         : trn_bn_bwd_f)(ib->x, g->wlp, o->mean, o->invstd, ob->g, dx,
+                                         g->g, b->g, o->c, (long)nb * o->h, pbeta, dxb);
             trn_round_buf(g->g, g->n, n->prec);
             trn_round_buf(b->g, b->n, n->prec);
             break;
@@ -598,27 +691,31 @@ static void s_backward(trn_net *n, int nb, const double *lscale)
             if (dx)
                 for (long j = 0; j < ocnt; j++)
                     dx[j] = dxb == 0 ? ob->g[j] : dx[j] + ob->g[j];
+            exact = dxb == 0;
             if (o->in2 != 0) {
                 s_buf *b2 = &n->bufs[o->in2];
                 float b2b = s_prepare_grad(n, o->in2, nb, s);
                 for (long j = 0; j < ocnt; j++)
                     b2->g[j] = b2b == 0 ? ob->g[j] : b2->g[j] + ob->g[j];
-                trn_round_buf(b2->g, ocnt, n->prec);
+                if (b2b != 0)
+                    trn_round_buf(b2->g, ocnt, n->prec);
             }
             break;
         }
         case OP_GAP:
             if (dx)
-                trn_gap_bwd_f(ob->g, dx, o->c, nb, o->h, dxb);
+                (n->nhwc ? trn_gap_bwd_nhwc_f : trn_gap_bwd_f)(ob->g, dx, o->c, nb, o->h,
+                                                               dxb);
             break;
         }
-        if (dx)
+        if (dx && !exact)
             trn_round_buf(dx, (long)nb * ib->feat, n->prec);
         if (n->hook && o->pw >= 0)
             n->hook(n->hook_ud, o->pw);
         if (n->hook && o->pb >= 0)
             n->hook(n->hook_ud, o->pb);
     }
+    return 0;
 }
 
 void trn_net_set_grad_hook(trn_net *n, trn_grad_hook fn, void *ud)
@@ -639,7 +736,8 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
     if (x != in->x) /* else the caller gathered into trn_net_input */
         memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
     trn_round_buf(in->x, (long)nb * in->feat, n->prec);
-    s_forward(n, nb, train);
+    if (s_forward(n, nb, train) < 0)
+        return -1;
     s_buf *out = &n->bufs[n->nbufs - 1];
     int ok = 0;
     double top = lscale ? lscale[n->nlayers - 1] : 1.0;
@@ -654,7 +752,8 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
     out->written = 1;
     out->gs = top;
     trn_round_buf(out->g, (long)nb * out->feat, n->prec);
-    s_backward(n, nb, lscale);
+    if (s_backward(n, nb, lscale) < 0)
+        return -1;
     return loss;
 }
 
@@ -676,7 +775,10 @@ int trn_net_bn_recompute(trn_net *n, const float *x, int count, int chunk)
         memcpy(in->x, x + (size_t)i * in->feat, (size_t)m * in->feat * sizeof(float));
         trn_round_buf(in->x, (long)m * in->feat, n->prec);
         n->bn_momentum = 1.0f / (float)(k + 1); /* the first batch replaces */
-        s_forward(n, m, 1);
+        if (s_forward(n, m, 1) < 0) {
+            n->bn_momentum = s_bn_momentum;
+            return -1;
+        }
     }
     n->bn_momentum = s_bn_momentum;
     return 0;
@@ -691,7 +793,40 @@ double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *c
     s_buf *in = &n->bufs[0];
     memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
     trn_round_buf(in->x, (long)nb * in->feat, n->prec);
-    s_forward(n, nb, 0);
+    if (s_forward(n, nb, 0) < 0)
+        return -1;
     s_buf *out = &n->bufs[n->nbufs - 1];
     return trn_softmax_ce_f(out->x, y, NULL, nb, n->classes, 0.0, 0.0, correct);
+}
+
+int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
+{
+    const s_op *first = NULL;
+    for (int i = 0; i < n->nops && !first; i++)
+        if (n->ops[i].kind == OP_CONV)
+            first = &n->ops[i];
+    if (!first) {
+        snprintf(buf, len, "none (no convolutions in this model)");
+        return 0;
+    }
+    if (!first->dc) {
+        snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations%s",
+                 trn_dnnl_available() ? " (--conv gemm)" : " (no oneDNN in this build)");
+        return 0;
+    }
+    char ver[64], impl[256];
+    trn_dnnl_version(ver, sizeof ver);
+    int bf16 = n->prec == TRN_BF16;
+    if (trn_dconv_describe(first->dc, nb, bf16, impl, sizeof impl, n->conv_err) < 0) {
+        snprintf(buf, len, "%s", n->conv_err);
+        return -1;
+    }
+    snprintf(buf, len, "%s, NHWC activations, %s kernels: %s", ver,
+             bf16 ? "bf16" : "fp32", impl);
+    return 0;
+}
+
+const char *trn_net_error(const trn_net *n)
+{
+    return n->conv_err[0] ? n->conv_err : "out of memory";
 }

@@ -995,8 +995,8 @@ int trn_trainer_run(trn_trainer *t, char *err)
         int nb = s_next_batch_size(t);
         double cpu0 = s_cpu_now();
         if (trn_trainer_step(t) < 0) {
-            snprintf(err, TRN_ERRLEN, "training step %ld failed (out of memory?)",
-                     t->step);
+            snprintf(err, TRN_ERRLEN, "training step %ld failed: %s", t->step,
+                     trn_net_error(t->net));
             return -1;
         }
         t->step_cpu += s_cpu_now() - cpu0;

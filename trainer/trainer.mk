@@ -26,6 +26,15 @@ LIBS        += $(MPI_LIBS)
 endif
 EXTRA_BINS  += $(TRAIN_BIN)
 
+# oneDNN (optional): the CNN's convolutions through oneDNN (conv_dnnl.c)
+# where libdnnl-dev is installed; without it conv_dnnl.c compiles to stubs
+# and the network keeps the im2col + GEMM path. Its OpenMP runtime takes
+# the thread count from backend_cpu.c.
+ifeq ($(HAVE_DNNL),yes)
+$(call obj,trainer/conv_dnnl.c): ALL_CFLAGS += -DTRN_HAVE_DNNL -fopenmp
+LIBS        += -Wl,--push-state,--as-needed -ldnnl -lgomp -Wl,--pop-state
+endif
+
 # OpenBLAS's cblas.h for the trainer's objects only (GSL's gsl_cblas.h
 # never meets it in one file).
 $(TRN_OBJ) $(TRN_MAIN) $(patsubst tests/%.c,$(BUILD)/obj/tests/%.o,$(wildcard tests/test_trn_*.c)): ALL_CFLAGS += -I$(BLAS_INC)

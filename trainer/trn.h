@@ -83,6 +83,7 @@ typedef struct trn_config {
     char resume[256];             /* checkpoint to resume from */
     char save[256];               /* write a checkpoint here at the end */
     char backend[8];              /* cpu | cuda */
+    char conv[8];                 /* auto | dnnl | gemm: the CPU convolutions (net.c) */
     int quiet;                    /* no progress lines on stderr */
     int verbose;                  /* the BLAS kernels line at start */
     /* data-parallel ranks (comm.h, dist.h) */
@@ -214,11 +215,33 @@ void trn_data_free(trn_dataset *d);
                         R dxbeta);                                                       \
     void trn_gap_fwd_##S(const R *x, R *y, int c, int n, int hw);                        \
     void trn_gap_bwd_##S(const R *dy, R *dx, int c, int n, int hw, R dxbeta);            \
+    void trn_bn_fwd_train_nhwc_##S(const R *x, const R *g, const R *b, R *y, R *mean,    \
+                                   R *invstd, int c, long s, R eps);                     \
+    void trn_bn_fwd_eval_nhwc_##S(const R *x, const R *g, const R *b, R *y,              \
+                                  const R *rmean, const R *rvar, int c, long s, R eps);  \
+    void trn_bn_bwd_nhwc_##S(const R *x, const R *g, const R *mean, const R *invstd,     \
+                             const R *dy, R *dx, R *dg, R *db, int c, long s, R beta,    \
+                             R dxbeta);                                                  \
+    void trn_gap_fwd_nhwc_##S(const R *x, R *y, int c, int n, int hw);                   \
+    void trn_gap_bwd_nhwc_##S(const R *dy, R *dx, int c, int n, int hw, R dxbeta);       \
     double trn_softmax_ce_##S(const R *logits, const uint8_t *labels, R *dlogits, int n, \
                               int k, double smoothing, double gscale, int *correct);
 
 TRN_KERNEL_DECLS(float, f)
 TRN_KERNEL_DECLS(double, d)
+
+/* Fused channels-last BN + ReLU of the oneDNN path (kernels_nhwc.c).
+   Forward: training statistics into mean/invstd (rmean == NULL) or the
+   running ones (rmean, rvar), y = relu(round_p(BN(x))). Backward: BN's
+   gradients of the ReLU output's gradient dy masked by the ReLU output ry
+   (beta/dxbeta as the other kernels), dx rounded to p as it is stored. */
+void trn_bn_relu_fwd_nhwc(const float *x, const float *g, const float *b, float *y,
+                          float *mean, float *invstd, const float *rmean,
+                          const float *rvar, int c, long s, float eps, trn_precision p);
+void trn_bn_relu_bwd_nhwc(const float *x, const float *g, const float *mean,
+                          const float *invstd, const float *ry, const float *dy,
+                          float *dx, float *dg, float *db, int c, long s, float beta,
+                          float dxbeta, trn_precision p);
 
 /* Bytes of im2col columns a conv kernel builds at a time: a tile of whole
    images (at least one), so the columns it multiplies are still in cache.
@@ -344,6 +367,15 @@ void trn_net_set_grad_hook(trn_net *n, trn_grad_hook fn, void *ud);
 
 /* Sum of squares of all gradients. */
 double trn_net_grad_sqnorm(const trn_net *n);
+
+/* Which convolutions run (oneDNN with its kernels' names at batch nb and
+   the current precision, creating them if needed, or im2col + GEMM) into
+   buf. 0, or -1 with the reason in buf. */
+int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len);
+
+/* Why the last pass returned -1 (a oneDNN failure, else out of memory).
+   Borrowed. */
+const char *trn_net_error(const trn_net *n);
 
 /* ---- optimisers (optim.c) -------------------------------------------------- */
 

@@ -1,0 +1,229 @@
+/*  test_trn_conv_dnnl.c - oneDNN's convolutions (trainer/conv_dnnl.c)
+    against a direct convolution in double: forward, backward data and
+    backward weights, fp32 (tolerance 1e-5 of the largest value) and bf16
+    (inputs already bf16 values: products exact, fp32 sums; 1e-4), stride 1
+    and 2, accumulation into dW (beta) and dX (dxbeta), batch sizes that
+    come and go (the primitive cache); and the whole CNN on the oneDNN path
+    against the im2col + GEMM path: loss and every gradient. Skipped where
+    the build has no oneDNN. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jz_test.h"
+#include "trainer/conv_dnnl.h"
+#include "trainer/trn.h"
+
+static trn_rng g_rng;
+
+static float *s_rand(long n, int bf16)
+{
+    float *v = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) {
+        v[i] = (float)(2 * trn_rng_uniform(&g_rng) - 1);
+        if (bf16)
+            v[i] = trn_round_bf16(v[i]);
+    }
+    return v;
+}
+
+static double s_maxabs(const double *v, long n)
+{
+    double m = 0;
+    for (long i = 0; i < n; i++)
+        m = fmax(m, fabs(v[i]));
+    return m;
+}
+
+/* One layer against the direct convolution in double (NHWC activations,
+   OIHW weights); returns 0 or -1 after reporting. */
+static void conv_case(int n, int c, int h, int wd, int co, int s, int bf16)
+{
+    int k = 3, p = 1;
+    int ho = trn_conv_out(h, k, s, p), wo = trn_conv_out(wd, k, s, p);
+    long nx = (long)n * h * wd * c, nw = (long)co * c * k * k,
+         ny = (long)n * ho * wo * co;
+    float *x = s_rand(nx, bf16), *w = s_rand(nw, bf16), *dy = s_rand(ny, bf16);
+    float *y = malloc((size_t)ny * 4), *dx = s_rand(nx, 0), *dw = s_rand(nw, 0);
+    double *ry = calloc((size_t)ny, 8), *rdx = malloc((size_t)nx * 8),
+           *rdw = malloc((size_t)nw * 8);
+    for (long i = 0; i < nx; i++)
+        rdx[i] = dx[i]; /* dxbeta 1 */
+    for (long i = 0; i < nw; i++)
+        rdw[i] = 0.5 * dw[i]; /* beta 0.5 */
+    for (int ni = 0; ni < n; ni++)
+        for (int oh = 0; oh < ho; oh++)
+            for (int ow = 0; ow < wo; ow++)
+                for (int o = 0; o < co; o++) {
+                    long yi = (((long)ni * ho + oh) * wo + ow) * co + o;
+                    double acc = 0, g = dy[yi];
+                    for (int ki = 0; ki < k; ki++)
+                        for (int kj = 0; kj < k; kj++) {
+                            int ih = oh * s - p + ki, iw = ow * s - p + kj;
+                            if (ih < 0 || ih >= h || iw < 0 || iw >= wd)
+                                continue;
+                            for (int ci = 0; ci < c; ci++) {
+                                long xi = (((long)ni * h + ih) * wd + iw) * c + ci;
+                                long wi = (((long)o * c + ci) * k + ki) * k + kj;
+                                acc += (double)w[wi] * x[xi];
+                                rdw[wi] += g * x[xi];
+                                rdx[xi] += g * w[wi];
+                            }
+                        }
+                    ry[yi] = acc;
+                }
+    char err[TRN_ERRLEN];
+    trn_dconv *d = trn_dconv_new(c, h, wd, co, k, s, p, err);
+    REQUIRE(d);
+    /* another batch size first, so the entry for n is not the only one */
+    float *x2 = s_rand((long)(n + 1) * h * wd * c, bf16),
+          *y2 = malloc((size_t)(n + 1) * ho * wo * co * 4);
+    REQUIRE(trn_dconv_fwd(d, x2, w, y2, n + 1, bf16, err) == 0);
+    REQUIRE(trn_dconv_fwd(d, x, w, y, n, bf16, err) == 0);
+    REQUIRE(trn_dconv_bwd(d, x, w, dy, dx, dw, n, bf16, 0.5f, 1.0f, err) == 0);
+    double tol = bf16 ? 1e-4 : 1e-5, e = 0;
+    double sy = s_maxabs(ry, ny), sx = s_maxabs(rdx, nx), sw = s_maxabs(rdw, nw);
+    for (long i = 0; i < ny; i++)
+        e = fmax(e, fabs(y[i] - ry[i]) / sy);
+    printf("  n %d c %d->%d %dx%d stride %d %s: fwd %.2g", n, c, co, h, wd, s,
+           bf16 ? "bf16" : "fp32", e);
+    CHECK(e < tol);
+    e = 0;
+    for (long i = 0; i < nx; i++)
+        e = fmax(e, fabs(dx[i] - rdx[i]) / sx);
+    printf(", dx %.2g", e);
+    CHECK(e < tol);
+    e = 0;
+    for (long i = 0; i < nw; i++)
+        e = fmax(e, fabs(dw[i] - rdw[i]) / sw);
+    printf(", dw %.2g\n", e);
+    CHECK(e < tol);
+    /* beta 0 / dxbeta 0 overwrite, and without dx */
+    REQUIRE(trn_dconv_bwd(d, x, w, dy, NULL, dw, n, bf16, 0.0f, 0.0f, err) == 0);
+    char line[256];
+    REQUIRE(trn_dconv_describe(d, n, bf16, line, sizeof line, err) == 0);
+    printf("  kernels: %s\n", line);
+    CHECK(strstr(line, "ref") == NULL); /* never oneDNN's reference loops */
+    trn_dconv_destroy(&d);
+    CHECK(d == NULL);
+    free(x), free(w), free(dy), free(y), free(dx), free(dw), free(ry), free(rdx),
+        free(rdw), free(x2), free(y2);
+}
+
+TEST(conv_matches_the_direct_convolution_fp32)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    conv_case(3, 1, 12, 12, 8, 1, 0); /* the stem: one input channel */
+    conv_case(4, 8, 10, 9, 16, 2, 0); /* a stride-2 transition */
+    conv_case(2, 16, 7, 7, 16, 1, 0); /* a residual block */
+}
+
+TEST(conv_matches_the_direct_convolution_bf16)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    conv_case(3, 1, 12, 12, 8, 1, 1);
+    conv_case(4, 8, 10, 9, 16, 2, 1);
+    conv_case(2, 16, 7, 7, 16, 1, 1);
+}
+
+/* The whole CNN on both paths: the same loss and gradients (fp32 within
+   1e-4 of each param's largest gradient; bf16, where a different summation
+   order may move a rounded value by one bf16 step, within 3e-2). */
+static void net_case(const char *prec, double tol)
+{
+    char err[TRN_ERRLEN];
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    strcpy(cfg.model, "cnn");
+    strcpy(cfg.channels, "8,16");
+    trn_net *net[2];
+    const char *paths[2] = {"gemm", "dnnl"};
+    int nb = 12;
+    float *x = s_rand((long)nb * 28 * 28, 0);
+    uint8_t y[12];
+    for (int i = 0; i < nb; i++)
+        y[i] = (uint8_t)(i % 10);
+    double loss[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(cfg.conv, sizeof cfg.conv, "%s", paths[k]);
+        net[k] = trn_net_new(&cfg, 1, 28, 28, 10, err);
+        REQUIRE(net[k]);
+        trn_rng r;
+        trn_rng_seed(&r, 5);
+        trn_net_init(net[k], &r);
+        /* the zero-initialised residual BN gamma would hide its branch */
+        for (int i = 0; i < trn_net_nparams(net[k]); i++) {
+            trn_param *p = trn_net_param(net[k], i);
+            for (long j = 0; j < p->n; j++)
+                p->w[j] += (float)(0.1 * trn_rng_normal(&r));
+        }
+        trn_net_set_precision(net[k], trn_precision_from_name(prec));
+        trn_net_zero_grad(net[k]);
+        loss[k] =
+            trn_net_forward_backward(net[k], x, y, nb, 1, 0.0, 1.0 / nb, NULL, NULL);
+        REQUIRE(loss[k] > 0);
+    }
+    char line[512];
+    REQUIRE(trn_net_conv_describe(net[1], nb, line, sizeof line) == 0);
+    CHECK(strstr(line, "oneDNN") != NULL);
+    REQUIRE(trn_net_conv_describe(net[0], nb, line, sizeof line) == 0);
+    CHECK(strstr(line, "GEMM") != NULL);
+    double worst = 0;
+    for (int i = 0; i < trn_net_nparams(net[0]); i++) {
+        trn_param *a = trn_net_param(net[0], i), *b = trn_net_param(net[1], i);
+        double m = 0, e = 0;
+        for (long j = 0; j < a->n; j++)
+            m = fmax(m, fabs(a->g[j]));
+        for (long j = 0; j < a->n; j++)
+            e = fmax(e, fabs(a->g[j] - b->g[j]));
+        worst = fmax(worst, m > 0 ? e / m : e);
+    }
+    printf("  %s: loss %.8f (gemm) %.8f (oneDNN), worst gradient gap %.2g\n", prec,
+           loss[0], loss[1], worst);
+    CHECK(fabs(loss[0] - loss[1]) < tol * loss[0]);
+    CHECK(worst < tol);
+    trn_net_destroy(&net[0]);
+    trn_net_destroy(&net[1]);
+    free(x);
+}
+
+TEST(cnn_paths_agree)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    net_case("fp32", 1e-4);
+    net_case("bf16", 3e-2);
+}
+
+TEST(no_onednn_is_refused_clearly)
+{
+    char err[TRN_ERRLEN];
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    strcpy(cfg.model, "cnn");
+    strcpy(cfg.conv, "dnnl");
+    trn_net *n = trn_net_new(&cfg, 3, 28, 28, 10, err); /* three channels */
+    CHECK(n == NULL);
+    printf("  %s\n", err);
+    CHECK(strstr(err, "--conv dnnl") != NULL);
+    /* auto falls back to the GEMM path where oneDNN cannot run */
+    strcpy(cfg.conv, "auto");
+    n = trn_net_new(&cfg, 3, 28, 28, 10, err);
+    CHECK(n != NULL);
+    char line[256];
+    trn_net_conv_describe(n, 4, line, sizeof line);
+    CHECK(strstr(line, "GEMM") != NULL);
+    trn_net_destroy(&n);
+}
+
+int main(void)
+{
+    trn_rng_seed(&g_rng, 11);
+    RUN(conv_matches_the_direct_convolution_fp32);
+    RUN(conv_matches_the_direct_convolution_bf16);
+    RUN(cnn_paths_agree);
+    RUN(no_onednn_is_refused_clearly);
+    TEST_DONE();
+}

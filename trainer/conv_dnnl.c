@@ -1,0 +1,526 @@
+/*  conv_dnnl.c - convolutions through oneDNN's primitives (conv_dnnl.h).
+
+    One CPU engine and stream for the process, a scratchpad shared by every
+    primitive (user-managed, grown as needed), and per layer a small cache
+    of entries keyed by (batch, precision), each with its three convolution
+    primitives and the weight reorders between jizhi's OIHW and the layouts
+    the kernels chose. Activations are given as NHWC so that no activation
+    is reordered; only the weights (small) are.
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/conv_dnnl.h"
+#include "trainer/trn.h"
+
+#ifdef TRN_HAVE_DNNL
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#define S_CACHE                                                                          \
+    4 /* entries per layer: the training batch, evaluation, a last short batch */
+
+typedef struct {
+    int n, bf16, used;               /* key; used: LRU clock */
+    dnnl_primitive_desc_t pd[3];     /* fwd, bwd data, bwd weights */
+    dnnl_primitive_t prim[3];        /* same order */
+    dnnl_primitive_t wr_fwd, wr_bwd; /* OIHW f32 -> the fwd / bwd-data weights */
+    dnnl_primitive_t dwr; /* bwd-weights diff layout -> OIHW f32 (NULL: same) */
+    dnnl_memory_t src, dst, ddst, dsrc; /* NHWC, handles set per call */
+    dnnl_memory_t wuser, wfwd, wbwd, dw, dwuser, scratch[3];
+    void *wfwd_buf, *wbwd_buf, *dw_buf; /* owned: weights in the kernels' layouts */
+    char impl[3][64];
+} s_entry;
+
+struct trn_dconv {
+    int c, h, w, co, k, stride, pad, ho, wo;
+    s_entry e[S_CACHE];
+    int ne, clock;
+    uint16_t *xb, *dyb; /* bf16 copies of the input and the output gradient */
+    long xb_cap, dyb_cap;
+    const float *xb_of; /* xb holds this input of xb_n images (the last forward's) */
+    int xb_n;
+    float *tmp; /* dx or dw before accumulation */
+    long tmp_cap;
+};
+
+static dnnl_engine_t g_eng;
+static dnnl_stream_t g_stream;
+static void *g_scratch;
+static size_t g_scratch_cap;
+
+int trn_dnnl_available(void)
+{
+    return 1;
+}
+
+void trn_dnnl_version(char *buf, size_t len)
+{
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, len, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
+}
+
+void trn_dnnl_set_threads(int n)
+{
+    if (n > 0)
+        omp_set_num_threads(n);
+}
+
+static int s_engine(char *err)
+{
+    if (g_eng)
+        return 0;
+    if (dnnl_engine_create(&g_eng, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&g_stream, g_eng, dnnl_stream_default_flags) != dnnl_success) {
+        snprintf(err, TRN_ERRLEN, "oneDNN: cannot create the CPU engine");
+        return -1;
+    }
+    return 0;
+}
+
+trn_dconv *trn_dconv_new(int c, int h, int w, int co, int k, int stride, int pad,
+                         char *err)
+{
+    if (s_engine(err) < 0)
+        return NULL;
+    trn_dconv *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    d->c = c, d->h = h, d->w = w, d->co = co, d->k = k, d->stride = stride, d->pad = pad;
+    d->ho = trn_conv_out(h, k, stride, pad);
+    d->wo = trn_conv_out(w, k, stride, pad);
+    return d;
+}
+
+static void s_entry_free(s_entry *e)
+{
+    for (int i = 0; i < 3; i++) {
+        if (e->prim[i])
+            dnnl_primitive_destroy(e->prim[i]);
+        if (e->pd[i])
+            dnnl_primitive_desc_destroy(e->pd[i]);
+        if (e->scratch[i])
+            dnnl_memory_destroy(e->scratch[i]);
+    }
+    dnnl_primitive_t pr[] = {e->wr_fwd, e->wr_bwd, e->dwr};
+    for (size_t i = 0; i < sizeof pr / sizeof pr[0]; i++)
+        if (pr[i])
+            dnnl_primitive_destroy(pr[i]);
+    dnnl_memory_t m[] = {e->src,  e->dst,  e->ddst, e->dsrc,  e->wuser,
+                         e->wfwd, e->wbwd, e->dw,   e->dwuser};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (m[i])
+            dnnl_memory_destroy(m[i]);
+    free(e->wfwd_buf);
+    free(e->wbwd_buf);
+    free(e->dw_buf);
+    memset(e, 0, sizeof *e);
+}
+
+void trn_dconv_destroy(trn_dconv **dp)
+{
+    if (!dp || !*dp)
+        return;
+    trn_dconv *d = *dp;
+    for (int i = 0; i < d->ne; i++)
+        s_entry_free(&d->e[i]);
+    free(d->xb);
+    free(d->dyb);
+    free(d->tmp);
+    free(d);
+    *dp = NULL;
+}
+
+/* A reorder from one layout to another, or NULL (*same = 1) when equal. */
+static int s_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                     dnnl_primitive_t *out, int *same)
+{
+    *out = NULL;
+    *same = dnnl_memory_desc_equal(from, to);
+    if (*same)
+        return 0;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_reorder_primitive_desc_create(&pd, from, g_eng, to, g_eng, NULL) !=
+        dnnl_success)
+        return -1;
+    dnnl_status_t st = dnnl_primitive_create(out, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st == dnnl_success ? 0 : -1;
+}
+
+/* A memory object over md with its own buffer (*buf, owned by the entry). */
+static int s_owned(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void **buf)
+{
+    size_t sz = dnnl_memory_desc_get_size(md);
+    *buf = aligned_alloc(64, (sz + 63) / 64 * 64);
+    if (!*buf)
+        return -1;
+    return dnnl_memory_create(m, md, g_eng, *buf) == dnnl_success ? 0 : -1;
+}
+
+static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
+{
+    dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_dims_t sdims = {n, d->c, d->h, d->w}, ddims = {n, d->co, d->ho, d->wo},
+                wdims = {d->co, d->c, d->k, d->k}, strides = {d->stride, d->stride},
+                pad = {d->pad, d->pad};
+    dnnl_memory_desc_t src_lo, src_f, dst_lo, dst_f, wany, wuser;
+    dnnl_memory_desc_init_by_tag(&src_lo, 4, sdims, lo, dnnl_nhwc);
+    dnnl_memory_desc_init_by_tag(&src_f, 4, sdims, dnnl_f32, dnnl_nhwc);
+    dnnl_memory_desc_init_by_tag(&dst_lo, 4, ddims, lo, dnnl_nhwc);
+    dnnl_memory_desc_init_by_tag(&dst_f, 4, ddims, dnnl_f32, dnnl_nhwc);
+    dnnl_memory_desc_init_by_tag(&wany, 4, wdims, lo, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wuser, 4, wdims, dnnl_f32, dnnl_oihw);
+    dnnl_memory_desc_t wany_f;
+    dnnl_memory_desc_init_by_tag(&wany_f, 4, wdims, dnnl_f32, dnnl_format_tag_any);
+    /* the padding on the high side that makes the output size exact */
+    dnnl_dims_t pad_r = {(d->ho - 1) * d->stride + d->k - d->h - d->pad,
+                         (d->wo - 1) * d->stride + d->k - d->w - d->pad};
+    dnnl_convolution_desc_t cd[3];
+    dnnl_primitive_attr_t attr;
+    memset(e, 0, sizeof *e);
+    e->n = n;
+    e->bf16 = bf16;
+    if (dnnl_primitive_attr_create(&attr) != dnnl_success)
+        goto fail;
+    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if (dnnl_convolution_forward_desc_init(&cd[0], dnnl_forward_training,
+                                           dnnl_convolution_direct, &src_lo, &wany, NULL,
+                                           &dst_f, strides, pad, pad_r) != dnnl_success ||
+        dnnl_convolution_backward_data_desc_init(&cd[1], dnnl_convolution_direct, &src_f,
+                                                 &wany, &dst_lo, strides, pad,
+                                                 pad_r) != dnnl_success ||
+        dnnl_convolution_backward_weights_desc_init(&cd[2], dnnl_convolution_direct,
+                                                    &src_lo, &wany_f, NULL, &dst_lo,
+                                                    strides, pad, pad_r) != dnnl_success)
+        goto fail_attr;
+    if (dnnl_primitive_desc_create(&e->pd[0], &cd[0], attr, g_eng, NULL) != dnnl_success)
+        goto fail_attr;
+    for (int i = 1; i < 3; i++)
+        if (dnnl_primitive_desc_create(&e->pd[i], &cd[i], attr, g_eng, e->pd[0]) !=
+            dnnl_success)
+            goto fail_attr;
+    dnnl_primitive_attr_destroy(attr);
+    for (int i = 0; i < 3; i++) {
+        if (dnnl_primitive_create(&e->prim[i], e->pd[i]) != dnnl_success)
+            goto fail;
+        const char *impl = NULL;
+        dnnl_primitive_desc_query(e->pd[i], dnnl_query_impl_info_str, 0, &impl);
+        snprintf(e->impl[i], sizeof e->impl[i], "%s", impl ? impl : "?");
+        const dnnl_memory_desc_t *smd =
+            dnnl_primitive_desc_query_md(e->pd[i], dnnl_query_scratchpad_md, 0);
+        size_t sz = smd ? dnnl_memory_desc_get_size(smd) : 0;
+        if (sz > g_scratch_cap) {
+            free(g_scratch);
+            g_scratch = aligned_alloc(64, (sz + 63) / 64 * 64);
+            g_scratch_cap = g_scratch ? sz : 0;
+            if (!g_scratch)
+                goto fail;
+        }
+        if (sz && dnnl_memory_create(&e->scratch[i], smd, g_eng, DNNL_MEMORY_NONE) !=
+                      dnnl_success)
+            goto fail;
+    }
+    const dnnl_memory_desc_t *wf = dnnl_primitive_desc_query_md(e->pd[0],
+                                                                dnnl_query_weights_md, 0),
+                             *wb = dnnl_primitive_desc_query_md(e->pd[1],
+                                                                dnnl_query_weights_md, 0),
+                             *dwm = dnnl_primitive_desc_query_md(
+                                 e->pd[2], dnnl_query_diff_weights_md, 0);
+    int same;
+    if (dnnl_memory_create(&e->src, &src_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->dst, &dst_f, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->ddst, &dst_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->dsrc, &src_f, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->wuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->dwuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
+        goto fail;
+    if (s_owned(&e->wfwd, wf, &e->wfwd_buf) < 0 ||
+        s_owned(&e->wbwd, wb, &e->wbwd_buf) < 0 ||
+        s_reorder(&wuser, wf, &e->wr_fwd, &same) < 0 ||
+        s_reorder(&wuser, wb, &e->wr_bwd, &same) < 0 ||
+        s_reorder(dwm, &wuser, &e->dwr, &same) < 0)
+        goto fail;
+    if (e->dwr && s_owned(&e->dw, dwm, &e->dw_buf) < 0)
+        goto fail;
+    if (!e->dwr &&
+        dnnl_memory_create(&e->dw, dwm, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
+        goto fail;
+    return 0;
+fail_attr:
+    dnnl_primitive_attr_destroy(attr);
+fail:
+    snprintf(err, TRN_ERRLEN,
+             "oneDNN: no convolution for %dx%dx%d -> %d (k %d, stride %d) at batch %d%s",
+             d->c, d->h, d->w, d->co, d->k, d->stride, n, bf16 ? " in bf16" : "");
+    s_entry_free(e);
+    return -1;
+}
+
+/* The cached entry for (n, bf16), created on first use (LRU eviction). */
+static s_entry *s_get(trn_dconv *d, int n, int bf16, char *err)
+{
+    d->clock++;
+    for (int i = 0; i < d->ne; i++)
+        if (d->e[i].n == n && d->e[i].bf16 == bf16) {
+            d->e[i].used = d->clock;
+            return &d->e[i];
+        }
+    int slot = d->ne;
+    if (slot == S_CACHE) {
+        slot = 0;
+        for (int i = 1; i < S_CACHE; i++)
+            if (d->e[i].used < d->e[slot].used)
+                slot = i;
+        s_entry_free(&d->e[slot]);
+    } else {
+        d->ne++;
+    }
+    if (s_entry_init(d, &d->e[slot], n, bf16, err) < 0) {
+        d->e[slot] = d->e[d->ne - 1];
+        memset(&d->e[d->ne - 1], 0, sizeof d->e[0]);
+        d->ne--;
+        return NULL;
+    }
+    d->e[slot].used = d->clock;
+    return &d->e[slot];
+}
+
+static int s_exec(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args)
+{
+    return dnnl_primitive_execute(p, g_stream, nargs, args) == dnnl_success ? 0 : -1;
+}
+
+/* Runs primitive i of e with its scratchpad and the given args. */
+static int s_run(s_entry *e, int i, dnnl_exec_arg_t *args, int nargs)
+{
+    if (e->scratch[i]) {
+        dnnl_memory_set_data_handle(e->scratch[i], g_scratch);
+        args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch[i]};
+    }
+    return s_exec(e->prim[i], nargs, args);
+}
+
+/* Copies the user weights into a kernel layout (reorder r, or as they are). */
+static int s_weights(s_entry *e, dnnl_primitive_t r, dnnl_memory_t to, const float *w)
+{
+    dnnl_memory_set_data_handle(e->wuser, (void *)w);
+    if (!r) /* the same layout and type: f32 OIHW */
+        return dnnl_memory_set_data_handle(to, (void *)w) == dnnl_success ? 0 : -1;
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, e->wuser}, {DNNL_ARG_TO, to}};
+    return s_exec(r, 2, a);
+}
+
+/* fp32 -> bf16, round to nearest even (values from net.c are bf16 already);
+   compiled for AVX-512 and AVX2 too, chosen at load time. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+s_bf16_loop(uint16_t *restrict o, const uint32_t *restrict u, long n)
+{
+    for (long i = 0; i < n; i++)
+        o[i] = (uint16_t)((u[i] + 0x7fffu + ((u[i] >> 16) & 1u)) >> 16);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+s_axpby(float *restrict o, const float *restrict g, float beta, long n)
+{
+    for (long i = 0; i < n; i++)
+        o[i] = beta * o[i] + g[i];
+}
+
+static int s_to_bf16(uint16_t **buf, long *cap, const float *x, long n)
+{
+    if (n > *cap) {
+        uint16_t *b = realloc(*buf, (size_t)n * sizeof *b);
+        if (!b)
+            return -1;
+        *buf = b;
+        *cap = n;
+    }
+    s_bf16_loop(*buf, (const uint32_t *)x, n);
+    return 0;
+}
+
+static float *s_tmp(trn_dconv *d, long n)
+{
+    if (n > d->tmp_cap) {
+        float *t = realloc(d->tmp, (size_t)n * sizeof *t);
+        if (!t)
+            return NULL;
+        d->tmp = t;
+        d->tmp_cap = n;
+    }
+    return d->tmp;
+}
+
+int trn_dconv_fwd(trn_dconv *d, const float *x, const float *w, float *y, int n, int bf16,
+                  char *err)
+{
+    s_entry *e = s_get(d, n, bf16, err);
+    if (!e)
+        return -1;
+    const void *src = x;
+    if (bf16) {
+        d->xb_of = NULL;
+        if (s_to_bf16(&d->xb, &d->xb_cap, x, (long)n * d->c * d->h * d->w) < 0)
+            goto oom;
+        d->xb_of = x; /* the backward of this forward reuses it */
+        d->xb_n = n;
+        src = d->xb;
+    }
+    if (s_weights(e, e->wr_fwd, e->wfwd, w) < 0)
+        goto fail;
+    dnnl_memory_set_data_handle(e->src, (void *)src);
+    dnnl_memory_set_data_handle(e->dst, y);
+    dnnl_exec_arg_t a[4] = {
+        {DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, e->wfwd}, {DNNL_ARG_DST, e->dst}};
+    if (s_run(e, 0, a, 3) < 0)
+        goto fail;
+    return 0;
+oom:
+    snprintf(err, TRN_ERRLEN, "out of memory");
+    return -1;
+fail:
+    snprintf(err, TRN_ERRLEN, "oneDNN: convolution forward failed");
+    return -1;
+}
+
+int trn_dconv_bwd(trn_dconv *d, const float *x, const float *w, const float *dy,
+                  float *dx, float *dw, int n, int bf16, float beta, float dxbeta,
+                  char *err)
+{
+    s_entry *e = s_get(d, n, bf16, err);
+    if (!e)
+        return -1;
+    long nx = (long)n * d->c * d->h * d->w, nw = (long)d->co * d->c * d->k * d->k;
+    const void *src = x, *ddst = dy;
+    if (bf16) {
+        int have = d->xb_of == x && d->xb_n == n;
+        d->xb_of = NULL;
+        if ((!have && s_to_bf16(&d->xb, &d->xb_cap, x, nx) < 0) ||
+            s_to_bf16(&d->dyb, &d->dyb_cap, dy, (long)n * d->co * d->ho * d->wo) < 0)
+            goto oom;
+        src = d->xb;
+        ddst = d->dyb;
+    }
+    dnnl_memory_set_data_handle(e->src, (void *)src);
+    dnnl_memory_set_data_handle(e->ddst, (void *)ddst);
+    /* weights: dw = beta*dw + grad */
+    float *dwo = beta == 0 ? dw : s_tmp(d, nw);
+    if (!dwo)
+        goto oom;
+    dnnl_memory_set_data_handle(e->dwuser, dwo);
+    if (!e->dwr)
+        dnnl_memory_set_data_handle(e->dw, dwo);
+    dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->src},
+                            {DNNL_ARG_DIFF_DST, e->ddst},
+                            {DNNL_ARG_DIFF_WEIGHTS, e->dw}};
+    if (s_run(e, 2, a, 3) < 0)
+        goto fail;
+    if (e->dwr) {
+        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->dw}, {DNNL_ARG_TO, e->dwuser}};
+        if (s_exec(e->dwr, 2, r) < 0)
+            goto fail;
+    }
+    if (beta != 0)
+        s_axpby(dw, dwo, beta, nw);
+    if (!dx)
+        return 0;
+    /* data: dx = dxbeta*dx + grad */
+    float *dxo = dxbeta == 0 ? dx : s_tmp(d, nx);
+    if (!dxo)
+        goto oom;
+    if (s_weights(e, e->wr_bwd, e->wbwd, w) < 0)
+        goto fail;
+    dnnl_memory_set_data_handle(e->dsrc, dxo);
+    dnnl_exec_arg_t b[4] = {{DNNL_ARG_DIFF_DST, e->ddst},
+                            {DNNL_ARG_WEIGHTS, e->wbwd},
+                            {DNNL_ARG_DIFF_SRC, e->dsrc}};
+    if (s_run(e, 1, b, 3) < 0)
+        goto fail;
+    if (dxbeta != 0)
+        s_axpby(dx, dxo, dxbeta, nx);
+    return 0;
+oom:
+    snprintf(err, TRN_ERRLEN, "out of memory");
+    return -1;
+fail:
+    snprintf(err, TRN_ERRLEN, "oneDNN: convolution backward failed");
+    return -1;
+}
+
+int trn_dconv_describe(trn_dconv *d, int n, int bf16, char *buf, size_t len, char *err)
+{
+    s_entry *e = s_get(d, n, bf16, err);
+    if (!e)
+        return -1;
+    snprintf(buf, len, "fwd %s, bwd-data %s, bwd-weights %s", e->impl[0], e->impl[1],
+             e->impl[2]);
+    return 0;
+}
+
+#else /* no oneDNN in this build: net.c uses the GEMM path */
+
+struct trn_dconv {
+    int unused;
+};
+
+int trn_dnnl_available(void)
+{
+    return 0;
+}
+
+void trn_dnnl_version(char *buf, size_t len)
+{
+    snprintf(buf, len, "no oneDNN in this build");
+}
+
+void trn_dnnl_set_threads(int n)
+{
+    (void)n;
+}
+
+trn_dconv *trn_dconv_new(int c, int h, int w, int co, int k, int stride, int pad,
+                         char *err)
+{
+    (void)c, (void)h, (void)w, (void)co, (void)k, (void)stride, (void)pad;
+    snprintf(err, TRN_ERRLEN, "this jizhi-train was built without oneDNN");
+    return NULL;
+}
+
+void trn_dconv_destroy(trn_dconv **dp)
+{
+    if (dp)
+        *dp = NULL;
+}
+
+int trn_dconv_fwd(trn_dconv *d, const float *x, const float *w, float *y, int n, int bf16,
+                  char *err)
+{
+    (void)d, (void)x, (void)w, (void)y, (void)n, (void)bf16;
+    snprintf(err, TRN_ERRLEN, "this jizhi-train was built without oneDNN");
+    return -1;
+}
+
+int trn_dconv_bwd(trn_dconv *d, const float *x, const float *w, const float *dy,
+                  float *dx, float *dw, int n, int bf16, float beta, float dxbeta,
+                  char *err)
+{
+    (void)d, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)n, (void)bf16;
+    (void)beta, (void)dxbeta;
+    snprintf(err, TRN_ERRLEN, "this jizhi-train was built without oneDNN");
+    return -1;
+}
+
+int trn_dconv_describe(trn_dconv *d, int n, int bf16, char *buf, size_t len, char *err)
+{
+    (void)d, (void)n, (void)bf16, (void)buf, (void)len;
+    snprintf(err, TRN_ERRLEN, "this jizhi-train was built without oneDNN");
+    return -1;
+}
+
+#endif

@@ -1,0 +1,62 @@
+/*  conv_dnnl.h - convolutions through oneDNN (Intel's deep-learning kernel
+    library, Debian's libdnnl-dev; the library PyTorch's CPU convolutions
+    use), for the CNN of net.c when the build found it (TRN_HAVE_DNNL).
+
+    oneDNN picks its kernels by what the CPU has (cpuid) at run time. One
+    trn_dconv per convolution layer holds its primitives (forward, backward
+    data, backward weights and the weight reorders), created once per batch
+    size and precision and cached, so a step creates nothing. Activations
+    are NHWC (channels last, the layout net.c keeps across every layer of
+    the CNN on this path), weights are jizhi's OIHW ([co][c][k][k], as the
+    GEMM path), reordered into the kernel's blocked layout once per call.
+    bf16: the activations and weights (already rounded to bf16 by net.c)
+    are converted to real bf16 and the kernels multiply in bf16 with fp32
+    accumulation (avx512_bf16 where the CPU has it); outputs and gradients
+    come back in fp32 for net.c to round, as on the GEMM path.
+
+    Without oneDNN in the build every function fails and
+    trn_dnnl_available() says 0; net.c then uses the im2col + GEMM path.
+    Errors: 0/-1 (constructors NULL) with a message in err (TRN_ERRLEN).
+*/
+#ifndef TRN_CONV_DNNL_H
+#define TRN_CONV_DNNL_H
+
+#include <stddef.h>
+
+/* 1 when this build has oneDNN. */
+int trn_dnnl_available(void);
+
+/* "oneDNN 2.6.3" (or "no oneDNN in this build") into buf. */
+void trn_dnnl_version(char *buf, size_t len);
+
+/* Threads the oneDNN kernels use (its OpenMP runtime); n <= 0 leaves it. */
+void trn_dnnl_set_threads(int n);
+
+typedef struct trn_dconv trn_dconv;
+
+/* One convolution layer: input c x h x w per image, co outputs, k x k
+   kernel, stride, pad; no bias. Creates nothing yet (primitives come at
+   the first call of each batch size). Caller owns the result and must
+   destroy it; NULL with err when out of memory or without oneDNN. */
+trn_dconv *trn_dconv_new(int c, int h, int w, int co, int k, int stride, int pad,
+                         char *err);
+void trn_dconv_destroy(trn_dconv **dp);
+
+/* y[n][ho][wo][co] = conv(x[n][h][w][c], w[co][c][k][k]); bf16 != 0:
+   computed in bf16 (inputs must already be bf16 values). 0 or -1 with err. */
+int trn_dconv_fwd(trn_dconv *d, const float *x, const float *w, float *y, int n, int bf16,
+                  char *err);
+
+/* Backward of trn_dconv_fwd with the same x and w (x unchanged since: in
+   bf16 the forward's copy of x is reused): dw = beta*dw + dL/dw
+   (OIHW), and when dx is not NULL dx = dxbeta*dx + dL/dx (NHWC). 0 or -1. */
+int trn_dconv_bwd(trn_dconv *d, const float *x, const float *w, const float *dy,
+                  float *dx, float *dw, int n, int bf16, float beta, float dxbeta,
+                  char *err);
+
+/* The oneDNN implementations this layer runs for batch n ("fwd brg:avx512_core,
+   bwd-data ..., bwd-weights ...") into buf, creating the primitives when
+   needed. 0 or -1 with err. */
+int trn_dconv_describe(trn_dconv *d, int n, int bf16, char *buf, size_t len, char *err);
+
+#endif
