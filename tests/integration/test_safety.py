@@ -8,7 +8,7 @@ kill -9 of the controller during the watch window is resumed after its
 restart; a fork of a running trial into 3 siblings continues the best
 and stops two, with lineage in `trial show` and the export, and its
 decision resumes after a kill -9 of the controller; a sibling that finds
-no slot waits in the queue and the fork says why.
+no slot waits in the queue and the fork says why."""
 import csv
 import io
 import json
