@@ -170,6 +170,33 @@ def test_six_trials_parallel_two_each_a_slurm_job(jz, slurm):
         stop(disp, ctl)
 
 
+def test_trial_endpoint_is_the_address_the_jobs_reach_the_controller_at(jz, slurm):
+    """--trial-endpoint: the controller listens on every address; the
+    dispatcher reaches it at 127.0.0.1, the jobs are told 127.0.0.2 (as a
+    compute node would be told the controller's address on its network),
+    and their reports arrive through it."""
+    jz.env["SLURM_CONF"] = slurm
+    port = free_port()
+    ctl = start_controller(jz, f"tcp://*:{port}")
+    trial_ep = f"tcp://127.0.0.2:{port}"
+    disp = jz.popen("dispatcher", "--backend", "slurm", "--controller",
+                    f"tcp://127.0.0.1:{port}", "--trial-endpoint", trial_ep, "--name", "sl",
+                    "--max-jobs", "4", "--poll-s", "0.2", "--log-dir",
+                    os.path.join(jz.dir, "logs"), "--insecure")
+    seen = os.path.join(jz.dir, "endpoint-seen")
+    try:
+        spec = base_spec("ep", ["sh", "-c", f'echo "$JIZHI_ENDPOINT" >> {seen}; '
+                                "exec jizhi report --step 1 score={x}"], trials=2, parallel=2)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        wait_study(jz, "ep", 120)
+        assert [r[0] for r in jz.sql("SELECT state FROM trials")] == ["completed"] * 2
+        assert jz.sql("SELECT COUNT(*) FROM metrics WHERE name='score'") == [(2,)]
+        with open(seen) as f:
+            assert f.read().split() == [trial_ep] * 2
+    finally:
+        stop(disp, ctl)
+
+
 def test_a_queued_job_is_neither_lost_nor_timed_out(jz, slurm):
     """Waiting in Slurm's queue longer than the controller's lost timeout and
     than timeout_s: the dispatcher lists the job as its own meanwhile, and
