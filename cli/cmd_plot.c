@@ -859,6 +859,11 @@ int cmd_plot(int argc, char **argv)
         goto out;
     }
     p_curve *cv = calloc((size_t)(n ? n : 1), sizeof *cv);
+    if (!cv) {
+        cli_error("plot: out of memory");
+        store_trials_free(rows, n);
+        goto out;
+    }
     long ncomp = 0, nx = 0;
     for (long i = 0; i < n; i++) {
         store_trial_points(s, rows[i].id, curve_metric, s_curve_add, &cv[i]);

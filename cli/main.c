@@ -63,6 +63,8 @@ static void s_path_setup(void)
     const char *path = getenv("PATH");
     size_t len = strlen(dir) + (path ? strlen(path) : 0) + 2;
     char *np = malloc(len);
+    if (!np) /* PATH stays as it is: the commands still run by full path */
+        return;
     snprintf(np, len, "%s%s%s", dir, path ? ":" : "", path ? path : "");
     setenv("PATH", np, 1);
     free(np);

@@ -40,6 +40,7 @@ int store_alert_add(store_t *s, double now, long study_id, long trial_id,
 
 json_t *store_alerts_list(store_t *s, long study_id)
 {
+    enum { C_ID, C_TIME, C_STUDY, C_STUDY_ID, C_TRIAL_ID, C_RULE, C_KIND, C_DETAIL };
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(store__db(s),
                            "SELECT a.id, a.time, COALESCE(st.name, ''), a.study_id, "
@@ -52,18 +53,18 @@ json_t *store_alerts_list(store_t *s, long study_id)
     json_t *out = json_array();
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *d = (const char *)sqlite3_column_text(st, 7);
+        const char *d = (const char *)sqlite3_column_text(st, C_DETAIL);
         json_t *detail = d ? json_loads(d, 0, NULL) : NULL;
-        long trial = (long)sqlite3_column_int64(st, 4);
+        long trial = (long)sqlite3_column_int64(st, C_TRIAL_ID);
         json_array_append_new(
             out, json_pack("{s:I, s:f, s:s, s:I, s:o, s:s, s:s, s:o}", "id",
-                           (json_int_t)sqlite3_column_int64(st, 0), "time",
-                           sqlite3_column_double(st, 1), "study",
-                           (const char *)sqlite3_column_text(st, 2), "study_id",
-                           (json_int_t)sqlite3_column_int64(st, 3), "trial",
+                           (json_int_t)sqlite3_column_int64(st, C_ID), "time",
+                           sqlite3_column_double(st, C_TIME), "study",
+                           (const char *)sqlite3_column_text(st, C_STUDY), "study_id",
+                           (json_int_t)sqlite3_column_int64(st, C_STUDY_ID), "trial",
                            trial >= 0 ? json_integer(trial) : json_null(), "rule",
-                           (const char *)sqlite3_column_text(st, 5), "kind",
-                           (const char *)sqlite3_column_text(st, 6), "detail",
+                           (const char *)sqlite3_column_text(st, C_RULE), "kind",
+                           (const char *)sqlite3_column_text(st, C_KIND), "detail",
                            detail ? detail : json_object()));
     }
     sqlite3_finalize(st);

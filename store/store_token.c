@@ -26,22 +26,29 @@ long store_token_add(store_t *s, const char *user, const char *role, const char 
     return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(db) : -1;
 }
 
+/* A token row: TOKEN_COLS, read by s_row through TOKEN_C_*. */
+#define TOKEN_COLS "id, user, role, created, revoked"
+enum { TOKEN_C_ID, TOKEN_C_USER, TOKEN_C_ROLE, TOKEN_C_CREATED, TOKEN_C_REVOKED };
+
 static void s_row(sqlite3_stmt *st, store_token *out)
 {
     memset(out, 0, sizeof *out);
-    out->id = (long)sqlite3_column_int64(st, 0);
-    snprintf(out->user, sizeof out->user, "%s", (const char *)sqlite3_column_text(st, 1));
-    snprintf(out->role, sizeof out->role, "%s", (const char *)sqlite3_column_text(st, 2));
-    out->created = sqlite3_column_double(st, 3);
-    out->revoked =
-        sqlite3_column_type(st, 4) == SQLITE_NULL ? 0 : sqlite3_column_double(st, 4);
+    out->id = (long)sqlite3_column_int64(st, TOKEN_C_ID);
+    snprintf(out->user, sizeof out->user, "%s",
+             (const char *)sqlite3_column_text(st, TOKEN_C_USER));
+    snprintf(out->role, sizeof out->role, "%s",
+             (const char *)sqlite3_column_text(st, TOKEN_C_ROLE));
+    out->created = sqlite3_column_double(st, TOKEN_C_CREATED);
+    out->revoked = sqlite3_column_type(st, TOKEN_C_REVOKED) == SQLITE_NULL
+                       ? 0
+                       : sqlite3_column_double(st, TOKEN_C_REVOKED);
 }
 
 int store_token_find(store_t *s, const char *hash_hex, store_token *out)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT id, user, role, created, revoked FROM tokens "
+                           "SELECT " TOKEN_COLS " FROM tokens "
                            "WHERE hash=? AND revoked IS NULL",
                            -1, &st, NULL) != SQLITE_OK)
         return -1;
@@ -57,10 +64,8 @@ int store_token_find(store_t *s, const char *hash_hex, store_token *out)
 json_t *store_token_list(store_t *s)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(
-            store__db(s),
-            "SELECT id, user, role, created, revoked FROM tokens ORDER BY id", -1, &st,
-            NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(store__db(s), "SELECT " TOKEN_COLS " FROM tokens ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
         return NULL;
     json_t *out = json_array();
     int rc;

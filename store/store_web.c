@@ -30,20 +30,32 @@ static json_t *s_val(sqlite3_stmt *st, int i)
     return wire_real(store__col_value(st, i));
 }
 
+/* A metric row: MROW_COLS, read by s_rows through MROW_C_*. */
+#define MROW_COLS "rowid, trial_id, attempt, step, name, value, time"
+enum {
+    MROW_C_ROWID,
+    MROW_C_TRIAL_ID,
+    MROW_C_ATTEMPT,
+    MROW_C_STEP,
+    MROW_C_NAME,
+    MROW_C_VALUE,
+    MROW_C_TIME
+};
+
 static long s_rows(sqlite3_stmt *st, store_row_fn fn, void *arg, long *after)
 {
     long n = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_metric_row r;
-        r.rowid = (long)sqlite3_column_int64(st, 0);
-        r.trial_id = (long)sqlite3_column_int64(st, 1);
-        r.attempt = (long)sqlite3_column_int64(st, 2);
-        r.step = (long)sqlite3_column_int64(st, 3);
-        const char *name = (const char *)sqlite3_column_text(st, 4);
+        r.rowid = (long)sqlite3_column_int64(st, MROW_C_ROWID);
+        r.trial_id = (long)sqlite3_column_int64(st, MROW_C_TRIAL_ID);
+        r.attempt = (long)sqlite3_column_int64(st, MROW_C_ATTEMPT);
+        r.step = (long)sqlite3_column_int64(st, MROW_C_STEP);
+        const char *name = (const char *)sqlite3_column_text(st, MROW_C_NAME);
         r.name = name ? name : "";
-        r.value = s_dbl(st, 5);
-        r.time = s_dbl(st, 6);
+        r.value = s_dbl(st, MROW_C_VALUE);
+        r.time = s_dbl(st, MROW_C_TIME);
         if (after)
             *after = r.rowid;
         n++;
@@ -61,7 +73,7 @@ long store_study_points_since(store_t *s, long study_id, long *after, long limit
        what is new, not the whole study. */
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT rowid, trial_id, attempt, step, name, value, time "
+                           "SELECT " MROW_COLS " "
                            "FROM metrics WHERE rowid > ?1 AND +trial_id IN (SELECT id "
                            "FROM trials WHERE study_id=?2) ORDER BY rowid LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK)
@@ -77,7 +89,7 @@ long store_trial_points(store_t *s, long trial_id, const char *name, store_row_f
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT rowid, trial_id, attempt, step, name, value, time "
+                           "SELECT " MROW_COLS " "
                            "FROM metrics WHERE trial_id=?1 AND name=?2 AND attempt="
                            "(SELECT MAX(attempt) FROM metrics WHERE trial_id=?1 AND "
                            "name=?2) ORDER BY step, rowid",
@@ -104,34 +116,56 @@ json_t *store_trial_metric_names(store_t *s, long trial_id)
     return out;
 }
 
+/* A trial's brief row: BRIEF_COLS (store_trials_each adds its params as
+   BRIEF_C_PARAMS), read through BRIEF_C_*. */
+#define BRIEF_COLS                                                                       \
+    "t.id, t.number, t.state, t.attempt, t.value, t.last_value, t.best_value, "          \
+    "t.last_step, t.generation, t.started, t.ended, t.reason"
+enum {
+    BRIEF_C_ID,
+    BRIEF_C_NUMBER,
+    BRIEF_C_STATE,
+    BRIEF_C_ATTEMPT,
+    BRIEF_C_VALUE,
+    BRIEF_C_LAST_VALUE,
+    BRIEF_C_BEST_VALUE,
+    BRIEF_C_LAST_STEP,
+    BRIEF_C_GENERATION,
+    BRIEF_C_STARTED,
+    BRIEF_C_ENDED,
+    BRIEF_C_REASON,
+    BRIEF_C_PARAMS
+};
+
 json_t *store_trials_brief(store_t *s, long study_id)
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT id, number, state, attempt, value, last_value, "
-                           "best_value, last_step, generation, started, ended, reason "
-                           "FROM trials WHERE study_id=? ORDER BY number",
+                           "SELECT " BRIEF_COLS " FROM trials t WHERE t.study_id=? "
+                           "ORDER BY t.number",
                            -1, &st, NULL) != SQLITE_OK)
         return NULL;
     sqlite3_bind_int64(st, 1, study_id);
     json_t *out = json_array();
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *reason = (const char *)sqlite3_column_text(st, 11);
+        const char *reason = (const char *)sqlite3_column_text(st, BRIEF_C_REASON);
         json_array_append_new(
             out,
-            json_pack("{s:I, s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:s}",
-                      "id", (json_int_t)sqlite3_column_int64(st, 0), "number",
-                      (json_int_t)sqlite3_column_int64(st, 1), "state",
-                      (const char *)sqlite3_column_text(st, 2), "attempt",
-                      (json_int_t)sqlite3_column_int64(st, 3), "value", s_val(st, 4),
-                      "last_value", s_val(st, 5), "best_value", s_val(st, 6), "last_step",
-                      sqlite3_column_type(st, 7) == SQLITE_NULL
-                          ? json_null()
-                          : json_integer(sqlite3_column_int64(st, 7)),
-                      "generation", (json_int_t)sqlite3_column_int64(st, 8), "started",
-                      s_num(st, 9), "ended", s_num(st, 10), "reason",
-                      reason ? reason : ""));
+            json_pack(
+                "{s:I, s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:s}", "id",
+                (json_int_t)sqlite3_column_int64(st, BRIEF_C_ID), "number",
+                (json_int_t)sqlite3_column_int64(st, BRIEF_C_NUMBER), "state",
+                (const char *)sqlite3_column_text(st, BRIEF_C_STATE), "attempt",
+                (json_int_t)sqlite3_column_int64(st, BRIEF_C_ATTEMPT), "value",
+                s_val(st, BRIEF_C_VALUE), "last_value", s_val(st, BRIEF_C_LAST_VALUE),
+                "best_value", s_val(st, BRIEF_C_BEST_VALUE), "last_step",
+                sqlite3_column_type(st, BRIEF_C_LAST_STEP) == SQLITE_NULL
+                    ? json_null()
+                    : json_integer(sqlite3_column_int64(st, BRIEF_C_LAST_STEP)),
+                "generation", (json_int_t)sqlite3_column_int64(st, BRIEF_C_GENERATION),
+                "started", s_num(st, BRIEF_C_STARTED), "ended", s_num(st, BRIEF_C_ENDED),
+                "reason", reason ? reason : ""));
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
@@ -146,9 +180,7 @@ long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             store__db(s),
-            "SELECT t.id, t.number, t.state, t.attempt, t.value, t.last_value, "
-            "t.best_value, "
-            "t.last_step, t.generation, t.started, t.ended, t.reason, "
+            "SELECT " BRIEF_COLS ", "
             "(SELECT json_group_object(p.name, CASE WHEN json_valid(p.value) THEN "
             "json(p.value) ELSE json_quote(p.value) END) FROM params p "
             "WHERE p.trial_id = t.id AND p.generation = t.generation) "
@@ -160,23 +192,23 @@ long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_trial_brief b;
-        b.id = (long)sqlite3_column_int64(st, 0);
-        b.number = (long)sqlite3_column_int64(st, 1);
-        const char *state = (const char *)sqlite3_column_text(st, 2);
+        b.id = (long)sqlite3_column_int64(st, BRIEF_C_ID);
+        b.number = (long)sqlite3_column_int64(st, BRIEF_C_NUMBER);
+        const char *state = (const char *)sqlite3_column_text(st, BRIEF_C_STATE);
         b.state = state ? state : "";
-        b.attempt = (long)sqlite3_column_int64(st, 3);
-        b.value = store__col_value(st, 4);
-        b.last_value = store__col_value(st, 5);
-        b.best_value = store__col_value(st, 6);
-        b.last_step = sqlite3_column_type(st, 7) == SQLITE_NULL
+        b.attempt = (long)sqlite3_column_int64(st, BRIEF_C_ATTEMPT);
+        b.value = store__col_value(st, BRIEF_C_VALUE);
+        b.last_value = store__col_value(st, BRIEF_C_LAST_VALUE);
+        b.best_value = store__col_value(st, BRIEF_C_BEST_VALUE);
+        b.last_step = sqlite3_column_type(st, BRIEF_C_LAST_STEP) == SQLITE_NULL
                           ? -1
-                          : (long)sqlite3_column_int64(st, 7);
-        b.generation = (long)sqlite3_column_int64(st, 8);
-        b.started = s_dbl(st, 9);
-        b.ended = s_dbl(st, 10);
-        const char *reason = (const char *)sqlite3_column_text(st, 11);
+                          : (long)sqlite3_column_int64(st, BRIEF_C_LAST_STEP);
+        b.generation = (long)sqlite3_column_int64(st, BRIEF_C_GENERATION);
+        b.started = s_dbl(st, BRIEF_C_STARTED);
+        b.ended = s_dbl(st, BRIEF_C_ENDED);
+        const char *reason = (const char *)sqlite3_column_text(st, BRIEF_C_REASON);
         b.reason = reason ? reason : "";
-        const char *params = (const char *)sqlite3_column_text(st, 12);
+        const char *params = (const char *)sqlite3_column_text(st, BRIEF_C_PARAMS);
         n++;
         if (fn(arg, &b, params ? params : "{}"))
             break;
@@ -193,10 +225,11 @@ int store_marks(store_t *s, long *metric_rowid, long *event_id)
                            "(SELECT IFNULL(MAX(id),0) FROM events)",
                            -1, &st, NULL) != SQLITE_OK)
         return -1;
+    enum { C_METRIC_ROWID, C_EVENT_ID };
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-        *metric_rowid = (long)sqlite3_column_int64(st, 0);
-        *event_id = (long)sqlite3_column_int64(st, 1);
+        *metric_rowid = (long)sqlite3_column_int64(st, C_METRIC_ROWID);
+        *event_id = (long)sqlite3_column_int64(st, C_EVENT_ID);
     }
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : -1;
