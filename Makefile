@@ -240,7 +240,7 @@ run:
 
 test: deps
 	@$(MAKE) --no-print-directory format-check
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all $(BUILD)/bench/scale_rig
 	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory cuda; \
 	 else echo "CUDA backend: not built (no nvcc)"; fi
 	@$(MAKE) --no-print-directory SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS)) build-san/bin/jizhi
@@ -278,6 +278,13 @@ bench-intervene: all $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_dri
 .PHONY: bench-auth
 bench-auth: all $(BUILD)/bench/ingest_trial $(BUILD)/bench/intervene_trial $(BUILD)/bench/intervene_driver
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/auth.sh
+
+# One controller under a simulated cluster: fake dispatchers and trials, users
+# steering, the web API read (bench/scale.sh, bench/scale_rig.c); writes
+# $(BUILD)/bench/scale.json. QUICK=1 for one small level.
+.PHONY: bench-scale
+bench-scale: all $(BUILD)/bench/scale_rig
+	@PYTHON=$(PYTHON) BUILD=$(BUILD) bench/scale.sh
 
 # Slurm backend overhead: start decision -> first report, Slurm vs local (bench/slurm.sh).
 .PHONY: bench-slurm

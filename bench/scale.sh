@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# scale.sh - `make bench-scale`: one controller under a simulated cluster.
+# For each level (LEVELS: "NAME:DISPS:SLOTS:METRICS:PERIOD_MS", DISPS x SLOTS
+# running trials, each reporting METRICS points every PERIOD_MS) a fresh
+# `jizhi controller` on tcp://127.0.0.1 with CURVE and a fresh SQLite store
+# gets bench/scale_rig (fake dispatchers and trials, USERS users submitting
+# and steering with trial set ... wait), while a reader polls the web API
+# (`jizhi serve` on the same store: GET /api/studies and a study's trials).
+# After the level the controller is stopped and the store is counted:
+# lost = acknowledged points missing from it. Writes $OUT (default
+# $BUILD/bench/scale.json): per level the rig's numbers, plus the summary
+# keys dispatch_per_s, set_p99_ms {"100","1000","10000"}, points_per_s,
+# api_p99_ms, rss_mb, lost, ctl_cpu. QUICK=1: one small level (CI; the test
+# tests/integration/test_bench_scale.py asserts nothing is lost).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+USERS=${USERS:-4}
+STEADY_S=${STEADY_S:-20}
+OUT=${OUT:-$BUILD/bench/scale.json}
+if [ "${QUICK:-0}" = 1 ]; then
+    LEVELS=${LEVELS:-"100:10:10:10:200"}
+    STEADY_S=${STEADY_S_QUICK:-3}
+else
+    LEVELS=${LEVELS:-"100:10:10:10:1000 1000:100:10:10:5000 10000:1000:10:10:20000 ingest:8:1:5000:1"}
+fi
+J="$PWD/$BUILD/bin/jizhi"
+RIG="$PWD/$BUILD/bench/scale_rig"
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+mkdir -p "$(dirname "$OUT")"
+echo "jizhi scale: levels $LEVELS; $USERS users; steady ${STEADY_S} s; $(nproc) CPUs (shared with the rig)" >&2
+
+run_level() { # NAME DISPS SLOTS METRICS PERIOD
+    local name=$1 nd=$2 ns=$3 nm=$4 np=$5 d="$dir/$1"
+    mkdir -p "$d/home"
+    export JIZHI_HOME="$d/home"
+    "$J" keygen --name controller >/dev/null 2>&1
+    "$RIG" --keys --disps "$nd" --users "$USERS" > "$d/home/authorized_keys"
+    local ep="tcp://127.0.0.1:$(port)"
+    "$J" controller --db "$d/s.db" --bind "$ep" 2>"$d/ctl.err" >/dev/null &
+    local ctl=$!
+    pids=($ctl)
+    for _ in $(seq 100); do [ -s "$d/s.db.endpoint" ] && break; sleep 0.1; done
+    "$J" serve --db "$d/s.db" --http 127.0.0.1:0 2>"$d/web.err" >/dev/null &
+    pids+=($!)
+    local url=""
+    for _ in $(seq 100); do
+        url=$(sed -n 's/.*web dashboard at \([^ ]*\).*/\1/p' "$d/web.err" | head -1)
+        [ -n "$url" ] && break
+        sleep 0.1
+    done
+    "$PYTHON" - "${url%/}" "$d/api.lat" "$d/api.stop" <<'PY' &
+import sys, time, urllib.request, os
+url, out, stop = sys.argv[1:4]
+lat = []
+k = 0
+while not os.path.exists(stop):
+    path = "/api/studies" if k % 2 == 0 else "/api/studies/u0/trials"
+    k += 1
+    t = time.perf_counter()
+    try:
+        urllib.request.urlopen(url + path, timeout=30).read()
+        lat.append((time.perf_counter() - t) * 1e3)
+    except Exception:
+        lat.append(-1.0)
+    time.sleep(0.05)
+open(out, "w").write("\n".join(f"{x:.3f}" for x in lat) + "\n")
+PY
+    local reader=$!
+    pids+=($reader)
+    local procs=1
+    [ "$((nd * ns))" -gt 3000 ] && procs=2
+    "$RIG" --controller "$ep" --server-key "$(cat "$d/home/controller.pub")" \
+        --disps "$nd" --slots "$ns" --metrics "$nm" --period-ms "$np" --users "$USERS" \
+        --procs "$procs" --steady-s "$STEADY_S" --ctl-pid "$ctl" > "$d/rig.json" 2>"$d/rig.err" || true
+    touch "$d/api.stop"
+    wait "$reader" 2>/dev/null || true
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    pids=()
+    unset JIZHI_HOME
+    "$PYTHON" - "$name" "$d" <<'PY' >> "$dir/levels.jsonl"
+import json, sys, sqlite3
+name, d = sys.argv[1:3]
+try:
+    r = json.load(open(f"{d}/rig.json"))
+except Exception as e:
+    r = {"failed": f"rig: {e}: " + open(f"{d}/rig.err").read()[-500:]}
+db = sqlite3.connect(f"{d}/s.db")
+stored = db.execute("SELECT count(*) FROM metrics").fetchone()[0]
+r["level"] = name
+r["stored"] = stored
+if "points_acked" in r:
+    r["lost"] = max(0, r["points_acked"] - stored)
+lat = sorted(float(x) for x in open(f"{d}/api.lat").read().split() if float(x) >= 0)
+bad = sum(1 for x in open(f"{d}/api.lat").read().split() if float(x) < 0)
+pct = lambda q: lat[int(q * (len(lat) - 1) + 0.5)] if lat else None
+r["api_n"], r["api_failed"], r["api_p50_ms"], r["api_p99_ms"] = len(lat), bad, pct(0.5), pct(0.99)
+err = open(f"{d}/rig.err").read().strip().splitlines()
+r["rig_log"] = err[-5:]
+print(json.dumps(r))
+PY
+    tail -1 "$dir/levels.jsonl" >&2
+}
+
+for lv in $LEVELS; do
+    IFS=: read -r name nd ns nm np <<< "$lv"
+    run_level "$name" "$nd" "$ns" "$nm" "$np"
+done
+
+"$PYTHON" - "$dir/levels.jsonl" "$OUT" <<'PY'
+import json, sys
+levels = [json.loads(l) for l in open(sys.argv[1])]
+by = {l["level"]: l for l in levels}
+def biggest(key):
+    vals = [(l.get("running", 0), l[key]) for l in levels if l.get(key) is not None and l["level"] != "ingest"]
+    return max(vals)[1] if vals else None
+out = {
+    "dispatch_per_s": max((l.get("dispatch_per_s", 0) for l in levels), default=0),
+    "set_p99_ms": {k: by[k].get("set_p99_ms") for k in ("100", "1000", "10000") if k in by},
+    "points_per_s": max((l.get("points_per_s", 0) for l in levels), default=0),
+    "api_p99_ms": biggest("api_p99_ms"),
+    "rss_mb": by["10000"].get("ctl_rss_mb") if "10000" in by else biggest("ctl_rss_mb"),
+    "lost": sum(l.get("lost", 0) for l in levels),
+    "ctl_cpu": {l["level"]: l.get("ctl_cpu_frac") for l in levels},
+    "failed": [f"{l['level']}: {l.get('failed') or ''}{l.get('error_codes') or ''}"
+               f"{' behind ' + str(l['behind']) if l.get('behind') else ''}"
+               f"{' set failed ' + str(l['set_failed']) if l.get('set_failed') else ''}"
+               f"{' running ' + str(l.get('running')) + ' of ' + str(l.get('disps', 0) * l.get('slots', 0)) if l.get('running', 0) < l.get('disps', 0) * l.get('slots', 0) else ''}"
+               for l in levels],
+    "levels": levels,
+}
+out["failed"] = [f for f in out["failed"] if not f.endswith(": ")]
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+print(json.dumps({k: v for k, v in out.items() if k != "levels"}, indent=1))
+PY
