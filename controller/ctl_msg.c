@@ -77,6 +77,16 @@ static ctl_disp *s_auth_disp(ctl_t *c, const ctl_msg *m)
     return d;
 }
 
+long ctl__msg_int(const ctl_msg *m, const char *key)
+{
+    return (long)json_integer_value(json_object_get(m->msg, key));
+}
+
+const char *ctl__msg_str(const ctl_msg *m, const char *key)
+{
+    return json_string_value(json_object_get(m->msg, key));
+}
+
 void ctl__msg_error(ctl_t *c, const wire_peer *to, long req, const char *code,
                     const char *text)
 {
@@ -128,7 +138,7 @@ static void s_metrics(ctl_t *c, const ctl_msg *m)
     long req = m->req;
     s_trial_spoke(c, m);
     json_t *pts = json_object_get(m->msg, "points");
-    if (!json_is_array(pts) || json_array_size(pts) > MAX_POINTS) {
+    if (json_array_size(pts) > MAX_POINTS) {
         ctl__msg_error(
             c, from, req, "malformed",
             "field 'points': expected an array of at most 100000 [step, name, value]");
@@ -190,14 +200,7 @@ static void s_trial_heartbeat(ctl_t *c, const ctl_msg *m)
 static void s_ins_ack(ctl_t *c, const ctl_msg *m)
 {
     s_trial_spoke(c, m);
-    long id;
-    char err[128];
-    json_t *applied = json_object_get(m->msg, "applied");
-    if (wire_get_long(m->msg, "id", &id, err, sizeof err) || !json_is_boolean(applied)) {
-        ctl__msg_error(c, m->from, m->req, "malformed",
-                       "ins_ack needs 'id' (integer) and 'applied' (boolean)");
-        return;
-    }
+    long id = ctl__msg_int(m, "id");
     long to = ctl__instr_trial(c, id);
     if (to >= 0 && to != m->trial->row.id) {
         ctl__refused(c, "trial %ld acknowledged instruction %ld of trial %ld",
@@ -208,8 +211,8 @@ static void s_ins_ack(ctl_t *c, const ctl_msg *m)
                              m->trial->row.id));
         return;
     }
-    const char *detail = json_string_value(json_object_get(m->msg, "detail"));
-    ctl__instr_done(c, id, json_is_true(applied), detail);
+    ctl__instr_done(c, id, json_is_true(json_object_get(m->msg, "applied")),
+                    ctl__msg_str(m, "detail"));
     ctl__send(c, m->from, wire_ok(m->req));
 }
 
@@ -217,13 +220,10 @@ static void s_checkpoint_done(ctl_t *c, const ctl_msg *m)
 {
     ctl_trial *t = m->trial;
     s_trial_spoke(c, m);
-    long step;
-    const char *path;
-    char err[128] = "";
-    if (wire_get_long(m->msg, "step", &step, err, sizeof err) ||
-        wire_get_str(m->msg, "path", &path, err, sizeof err) ||
-        strlen(path) >= sizeof t->row.checkpoint) {
-        ctl__msg_error(c, m->from, m->req, "malformed", *err ? err : "path too long");
+    long step = ctl__msg_int(m, "step");
+    const char *path = ctl__msg_str(m, "path");
+    if (strlen(path) >= sizeof t->row.checkpoint) {
+        ctl__msg_error(c, m->from, m->req, "malformed", "field 'path': too long");
         return;
     }
     if (ctl__txn(c) != 0)

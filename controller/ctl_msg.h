@@ -31,6 +31,12 @@ extern const ctl_handler ctl__msg_trial_handlers[MSG_COUNT]; /* ctl_msg.c */
 extern const ctl_handler ctl__msg_disp_handlers[MSG_COUNT];  /* ctl_msg_disp.c */
 extern const ctl_handler ctl__msg_cli_handlers[MSG_COUNT];   /* ctl_msg_cli.c */
 
+/* A field of m's message as the schema's row has it (common/msg.h): a
+   required one is there with its type, so a handler reads it without
+   checking; an optional one absent or null gives 0 or NULL. Borrowed. */
+long ctl__msg_int(const ctl_msg *m, const char *key);
+const char *ctl__msg_str(const ctl_msg *m, const char *key);
+
 /* Answers `error` with `code` and `text` (changes nothing). */
 void ctl__msg_error(ctl_t *c, const wire_peer *to, long req, const char *code,
                     const char *text);

@@ -37,12 +37,7 @@ static int s_may_steer(ctl_t *c, const ctl_msg *m, const ctl_study *s)
 
 static ctl_study *s_study_arg(ctl_t *c, const ctl_msg *m)
 {
-    const char *name;
-    char err[128];
-    if (wire_get_str(m->msg, "study", &name, err, sizeof err)) {
-        ctl__msg_error(c, m->from, m->req, "malformed", err);
-        return NULL;
-    }
+    const char *name = ctl__msg_str(m, "study");
     ctl_study *s = ctl__study_by_name(c, name);
     if (!s) {
         char text[200];
@@ -56,11 +51,6 @@ static ctl_study *s_study_arg(ctl_t *c, const ctl_msg *m)
 static void s_submit(ctl_t *c, const ctl_msg *m)
 {
     json_t *spec = json_object_get(m->msg, "spec");
-    if (!json_is_object(spec)) {
-        ctl__msg_error(c, m->from, m->req, "malformed",
-                       "field 'spec': expected an object");
-        return;
-    }
     ctl_study *s = NULL;
     int resumed, finished;
     const char *code = "internal";
@@ -135,12 +125,8 @@ static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
 /* study_delete {study} and study_copy {study, name} (ctl_study_ops.c) */
 static void s_study_delete(ctl_t *c, const ctl_msg *m)
 {
-    const char *name, *code = "internal";
+    const char *name = ctl__msg_str(m, "study"), *code = "internal";
     char err[600];
-    if (wire_get_str(m->msg, "study", &name, err, sizeof err)) {
-        ctl__msg_error(c, m->from, m->req, "malformed", err);
-        return;
-    }
     json_t *d = ctl__study_delete(c, m->who, name, s_who(m->msg), &code, err, sizeof err);
     if (!d) {
         ctl__msg_error(c, m->from, m->req, code, err);
@@ -154,13 +140,9 @@ static void s_study_delete(ctl_t *c, const ctl_msg *m)
 
 static void s_study_copy(ctl_t *c, const ctl_msg *m)
 {
-    const char *name, *to, *code = "internal";
+    const char *name = ctl__msg_str(m, "study"), *to = ctl__msg_str(m, "name");
+    const char *code = "internal";
     char err[600];
-    if (wire_get_str(m->msg, "study", &name, err, sizeof err) ||
-        wire_get_str(m->msg, "name", &to, err, sizeof err)) {
-        ctl__msg_error(c, m->from, m->req, "malformed", err);
-        return;
-    }
     json_t *d = ctl__study_copy(c, m->who, name, to, &code, err, sizeof err);
     if (!d) {
         ctl__msg_error(c, m->from, m->req, code, err);
@@ -187,18 +169,9 @@ static void s_study_resume(ctl_t *c, const ctl_msg *m)
    extended). */
 static void s_study_enqueue(ctl_t *c, const ctl_msg *m)
 {
-    const char *name, *code = "internal";
+    const char *name = ctl__msg_str(m, "study"), *code = "internal";
     char text[512];
-    if (wire_get_str(m->msg, "study", &name, text, sizeof text)) {
-        ctl__msg_error(c, m->from, m->req, "malformed", text);
-        return;
-    }
     json_t *params = json_object_get(m->msg, "params");
-    if (!json_is_object(params)) {
-        ctl__msg_error(c, m->from, m->req, "malformed",
-                       "field 'params': expected an object");
-        return;
-    }
     ctl_study *s = ctl__study_load(c, name, &code, text, sizeof text);
     if (s && !s_may_steer(c, m, s))
         return;
@@ -218,14 +191,9 @@ static void s_study_enqueue(ctl_t *c, const ctl_msg *m)
 /* study_extend {study, trials} */
 static void s_study_extend(ctl_t *c, const ctl_msg *m)
 {
-    const char *name, *code = "internal";
+    const char *name = ctl__msg_str(m, "study"), *code = "internal";
     char text[512];
-    long n;
-    if (wire_get_str(m->msg, "study", &name, text, sizeof text) ||
-        wire_get_long(m->msg, "trials", &n, text, sizeof text)) {
-        ctl__msg_error(c, m->from, m->req, "malformed", text);
-        return;
-    }
+    long n = ctl__msg_int(m, "trials");
     ctl_study *s = ctl__study_load(c, name, &code, text, sizeof text);
     if (s && !s_may_steer(c, m, s))
         return;
@@ -287,12 +255,8 @@ static void s_trial_set(ctl_t *c, const ctl_msg *m, ctl_trial *t, int wait)
 
 static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
 {
-    long id;
+    long id = ctl__msg_int(m, "trial");
     char err[128];
-    if (wire_get_long(m->msg, "trial", &id, err, sizeof err)) {
-        ctl__msg_error(c, m->from, m->req, "malformed", err);
-        return;
-    }
     ctl_trial *t = ctl__trial_by_id(c, id);
     if (!t) {
         snprintf(err, sizeof err, "no trial %ld in a study this controller runs", id);
@@ -492,12 +456,7 @@ static void s_quota_set(ctl_t *c, const ctl_msg *m)
    is bound to (the table row asks for the admin's right). */
 static void s_disp_release(ctl_t *c, const ctl_msg *m)
 {
-    const char *name;
-    char err[128];
-    if (wire_get_str(m->msg, "name", &name, err, sizeof err)) {
-        ctl__msg_error(c, m->from, m->req, "malformed", err);
-        return;
-    }
+    const char *name = ctl__msg_str(m, "name");
     char bound[72] = "";
     if (store_dispatcher_owner(c->store, name, bound, sizeof bound) != 0 || !bound[0]) {
         ctl__send(c, m->from,

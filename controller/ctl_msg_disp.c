@@ -160,17 +160,15 @@ static void s_disp_spoke(ctl_disp *d, const wire_peer *from)
 
 static void s_register(ctl_t *c, const ctl_msg *m)
 {
-    const char *name;
-    long slots;
-    char err[128];
+    const char *name = ctl__msg_str(m, "name");
+    long slots = ctl__msg_int(m, "slots");
     json_t *gpus = json_object_get(m->msg, "gpus");
     json_t *running = json_object_get(m->msg, "running");
-    if (wire_get_str(m->msg, "name", &name, err, sizeof err) ||
-        wire_get_long(m->msg, "slots", &slots, err, sizeof err) || !json_is_array(gpus) ||
-        json_array_size(gpus) > 64 || !s_valid_running(running) || !*name ||
+    if (json_array_size(gpus) > 64 || !s_valid_running(running) || !*name ||
         strlen(name) >= 64 || slots < 0) {
         ctl__msg_error(c, m->from, m->req, "malformed",
-                       "register needs name, slots >= 0, gpus (array of <= 64), running");
+                       "register needs a name (1 to 63 characters), slots >= 0, at most "
+                       "64 gpus and running entries {trial, attempt, tag?}");
         return;
     }
     /* a name is bound to the identity that first registered it */
@@ -234,13 +232,7 @@ static void s_disp_heartbeat(ctl_t *c, const ctl_msg *m)
 /* The trial named by a dispatcher report, if the attempt is current. */
 static ctl_trial *s_reported_trial(ctl_t *c, const ctl_msg *m)
 {
-    long id, attempt;
-    char err[128];
-    if (wire_get_long(m->msg, "trial", &id, err, sizeof err) ||
-        wire_get_long(m->msg, "attempt", &attempt, err, sizeof err)) {
-        ctl__msg_error(c, m->from, m->req, "malformed", err);
-        return NULL;
-    }
+    long id = ctl__msg_int(m, "trial"), attempt = ctl__msg_int(m, "attempt");
     ctl_trial *t = ctl__trial_by_id(c, id);
     const char *tag = json_string_value(json_object_get(m->msg, "tag"));
     if (!t || t->row.attempt != attempt || !s_ours(c, t, id, attempt, tag)) {
@@ -268,12 +260,9 @@ static void s_started(ctl_t *c, const ctl_msg *m)
     if (!t)
         return;
     if (ctl_trial_active(t)) {
-        long pid = 0;
-        char err[64];
-        wire_get_long(m->msg, "pid", &pid, err, sizeof err);
-        t->row.pid = pid;
-        const char *out = json_string_value(json_object_get(m->msg, "stdout"));
-        const char *errp = json_string_value(json_object_get(m->msg, "stderr"));
+        t->row.pid = ctl__msg_int(m, "pid");
+        const char *out = ctl__msg_str(m, "stdout");
+        const char *errp = ctl__msg_str(m, "stderr");
         snprintf(t->row.out_path, sizeof t->row.out_path, "%s", out ? out : "");
         snprintf(t->row.err_path, sizeof t->row.err_path, "%s", errp ? errp : "");
         ctl__trial_heard(c, t);
@@ -289,17 +278,10 @@ static void s_exited(ctl_t *c, const ctl_msg *m)
     ctl_trial *t = s_reported_trial(c, m);
     if (!t)
         return;
-    const char *how = json_string_value(json_object_get(m->msg, "how"));
-    if (!how) {
-        ctl__msg_error(c, m->from, m->req, "malformed", "field 'how': expected a string");
-        return;
-    }
-    long code = 0, sig = 0;
-    char err[64];
-    wire_get_long(m->msg, "code", &code, err, sizeof err);
-    wire_get_long(m->msg, "signal", &sig, err, sizeof err);
-    const char *text = json_string_value(json_object_get(m->msg, "message"));
-    const char *tail = json_string_value(json_object_get(m->msg, "stderr_tail"));
+    const char *how = ctl__msg_str(m, "how");
+    long code = ctl__msg_int(m, "code"), sig = ctl__msg_int(m, "signal");
+    const char *text = ctl__msg_str(m, "message");
+    const char *tail = ctl__msg_str(m, "stderr_tail");
     if (ctl__txn(c) != 0)
         return;
     ctl__trial_exited(c, t, how, !strcmp(how, "signaled") ? sig : code, text, tail);
