@@ -5,10 +5,10 @@
     the statistics then y = relu(round(a*x + off)) straight into the ReLU's
     buffer (the BN output is never stored; rounding to the storage format
     commutes with ReLU as it keeps signs); backward, BN's gradient with the
-    ReLU mask applied as it reads, rounded as it is stored. The arithmetic is that of the separate
-    kernels in kernels_impl.h (double accumulators), which the gradient
-    tests check in double; tests/test_trn_grad.c compares these with them.
-    Compiled for AVX-512 and AVX2 too and chosen at load time by the CPU. */
+    ReLU mask applied as it reads, rounded as it is stored. The arithmetic is that of the
+   separate kernels in kernels_impl.h (double accumulators), which the gradient tests
+   check in double; tests/test_trn_grad.c compares these with them. Compiled for AVX-512
+   and AVX2 too and chosen at load time by the CPU. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
