@@ -25,6 +25,7 @@ typedef struct {
     long next;     /* next grid index to suggest */
     long *order;   /* permutation of [0,total) when shuffling, else NULL */
     json_t **vals; /* per parameter: its distinct grid values (array), owned */
+    long *at;      /* s_point's scratch: a point's value index per parameter */
 } sched_grid;
 
 static long s_size(const sched_grid *g, const spec_param *p)
@@ -58,7 +59,7 @@ static json_t *s_value(const spec_param *p, long i, long n)
 static int s_point(const sched_grid *g, const spec_t *spec, long idx, json_t **params)
 {
     json_t *p = json_object();
-    long *at = calloc(spec->nparams ? spec->nparams : 1, sizeof *at);
+    long *at = g->at;
     /* the last parameter varies fastest */
     for (size_t k = spec->nparams; k-- > 0;) {
         long n = g->sizes[k];
@@ -70,7 +71,6 @@ static int s_point(const sched_grid *g, const spec_t *spec, long idx, json_t **p
     int dup = 0;
     for (size_t k = 0; k < spec->nparams && !dup; k++)
         dup = at[k] != 0 && !spec_param_active(spec, k, p);
-    free(at);
     spec_params_prune(spec, p);
     *params = p;
     return dup;
@@ -115,6 +115,7 @@ static void s_destroy(sched_t *s)
     free(g->vals);
     free(g->sizes);
     free(g->order);
+    free(g->at);
     free(g);
 }
 
@@ -159,14 +160,22 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize)
         }
     }
     sched_grid *g = calloc(1, sizeof *g);
-    if (!g)
+    if (!g) {
+        snprintf(err, errsize, "scheduler: out of memory");
         return NULL;
+    }
     g->base.ops = &s_ops;
     g->base.spec = spec;
     g->points = (long)points;
     g->shuffle = shuffle;
     g->sizes = calloc(spec->nparams ? spec->nparams : 1, sizeof *g->sizes);
     g->vals = calloc(spec->nparams ? spec->nparams : 1, sizeof *g->vals);
+    g->at = calloc(spec->nparams ? spec->nparams : 1, sizeof *g->at);
+    if (!g->sizes || !g->vals || !g->at) {
+        snprintf(err, errsize, "scheduler: out of memory");
+        s_destroy(&g->base);
+        return NULL;
+    }
     g->total = 1;
     for (size_t k = 0; k < spec->nparams; k++) {
         /* Rounding (a log int range, low == high) can map several grid
@@ -193,6 +202,12 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize)
     }
     if (shuffle) {
         g->order = malloc((size_t)g->total * sizeof *g->order);
+        if (!g->order) {
+            snprintf(err, errsize,
+                     "scheduler: out of memory for %ld shuffled grid points", g->total);
+            s_destroy(&g->base);
+            return NULL;
+        }
         for (long i = 0; i < g->total; i++)
             g->order[i] = i;
         sched_rng rng;
