@@ -300,6 +300,23 @@ static int s_kv(const char *arg, json_t *values)
     return 0;
 }
 
+/* Sends msg (takes it) to the controller of o->db and returns its answer
+   (caller owns), waiting wait_s plus a margin for the controller's own
+   timeout answer; NULL after printing why. */
+static json_t *s_ask(const cli_opts *o, json_t *msg, double wait_s)
+{
+    char buf[512];
+    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
+    if (!ep) {
+        cli_error(
+            "no controller known for %s: is the study running? (--controller ENDPOINT)",
+            o->db);
+        json_decref(msg);
+        return NULL;
+    }
+    return cli_request(ep, msg, (int)(wait_s * 1000) + 5000);
+}
+
 static int s_control(const cli_opts *o, const char *sub, long id)
 {
     char type[32];
@@ -363,16 +380,7 @@ static int s_control(const cli_opts *o, const char *sub, long id)
         json_decref(msg);
         return CLI_USAGE;
     }
-    char buf[512];
-    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
-    if (!ep) {
-        cli_error(
-            "no controller known for %s: is the study running? (--controller ENDPOINT)",
-            o->db);
-        json_decref(msg);
-        return CLI_FAIL;
-    }
-    json_t *r = cli_request(ep, msg, (int)(wait_s * 1000) + 5000);
+    json_t *r = s_ask(o, msg, wait_s);
     if (!r)
         return CLI_FAIL;
     const char *outcome = json_string_value(json_object_get(r, "guard"));
@@ -495,16 +503,7 @@ static int s_fork(const cli_opts *o, long id)
     }
     if (o->decide)
         json_object_del(msg, "siblings");
-    char ep_buf[512];
-    const char *ep = cli_controller(o->controller, o->db, ep_buf, sizeof ep_buf);
-    if (!ep) {
-        cli_error(
-            "no controller known for %s: is the study running? (--controller ENDPOINT)",
-            o->db);
-        json_decref(msg);
-        return CLI_FAIL;
-    }
-    json_t *r = cli_request(ep, msg, (int)(wait_s * 1000) + 5000);
+    json_t *r = s_ask(o, msg, wait_s);
     if (!r)
         return CLI_FAIL;
     const char *state = json_string_value(json_object_get(r, "fork"));

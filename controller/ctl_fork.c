@@ -50,10 +50,7 @@ const char *ctl_fork_state_name(ctl_fork_state s)
 
 int ctl_fork_state_parse(const char *name)
 {
-    for (int i = 0; name && i < FORK_COUNT; i++)
-        if (!strcmp(name, s_names[i]))
-            return i;
-    return -1;
+    return ctl__iv_name_index(s_names, FORK_COUNT, name);
 }
 
 int ctl_fork_move_legal(ctl_fork_state from, ctl_fork_state to)
@@ -78,18 +75,6 @@ static int s_move(ctl_t *c, ctl_iv *iv, ctl_fork_state to)
     }
     iv->state = to;
     return ctl__iv_save(c, iv, ctl_fork_state_name(to), to >= FORK_DECIDED);
-}
-
-static long s_long(const json_t *o, const char *k, long dflt)
-{
-    json_t *v = json_object_get(o, k);
-    return json_is_integer(v) ? (long)json_integer_value(v) : dflt;
-}
-
-static const char *s_str(const json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
 }
 
 static json_t *s_fields(const ctl_iv *iv)
@@ -124,7 +109,7 @@ static void s_refuse(ctl_t *c, ctl_iv *iv, const char *reason)
 
 static void s_send_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 {
-    iv->instr = ctl__instruct(c, t, "checkpoint", NULL, s_str(iv->data, "who"),
+    iv->instr = ctl__instruct(c, t, "checkpoint", NULL, ctl__iv_str(iv, "who"),
                               "fork: the checkpoint its siblings start from", NULL, 0);
 }
 
@@ -136,7 +121,7 @@ static void s_create_siblings(ctl_t *c, ctl_iv *iv, ctl_trial *parent)
     long n = (long)json_array_size(values);
     const char *code;
     char err[300];
-    if (ctl__study_extend(c, s, n, s_str(iv->data, "who"), &code, err, sizeof err) != 0) {
+    if (ctl__study_extend(c, s, n, ctl__iv_str(iv, "who"), &code, err, sizeof err) != 0) {
         s_refuse(c, iv, err);
         return;
     }
@@ -177,7 +162,7 @@ static void s_create_siblings(ctl_t *c, ctl_iv *iv, ctl_trial *parent)
         json_object_set_new(iv->data, "waiting", json_string(why));
     json_t *d = s_fields(iv);
     store_event_add(c->store, util_wall(), iv->study_id, iv->trial_id,
-                    s_str(iv->data, "who"), "fork_started", d, 1);
+                    ctl__iv_str(iv, "who"), "fork_started", d, 1);
     json_decref(d);
     ctl__iv_save(c, iv, ctl_fork_state_name(iv->state), 0);
     log_info("ctl", "trial %ld: forked into %zu siblings from step %ld", iv->trial_id,
@@ -216,7 +201,7 @@ static void s_decide(ctl_t *c, ctl_iv *iv, const char *how)
             bestv = v;
         }
     }
-    int keep_all = !strcmp(s_str(iv->data, "keep"), "all");
+    int keep_all = !strcmp(ctl__iv_str(iv, "keep"), "all");
     json_t *kept = json_array(), *stopped = json_array();
     char reason[300];
     json_array_foreach(json_object_get(iv->data, "siblings"), i, x)
@@ -298,7 +283,7 @@ void ctl__fork_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pt
 {
     if (iv->state != FORK_RUNNING || t->row.id == iv->trial_id)
         return;
-    long target = s_long(iv->data, "fork_step", 0) + s_long(iv->data, "steps", 10);
+    long target = ctl__iv_long(iv, "fork_step", 0) + ctl__iv_long(iv, "steps", 10);
     char key[32];
     snprintf(key, sizeof key, "%ld", t->row.id);
     json_t *results = json_object_get(iv->data, "results");
@@ -443,12 +428,7 @@ json_t *ctl__fork_msg(ctl_t *c, ctl_trial *t, const json_t *msg, const char *who
         json_decref(values);
         return NULL;
     }
-    if (busy) {
-        snprintf(err, size,
-                 "trial %ld already has a %s under way (state %s); wait for its outcome",
-                 t->row.id, busy->kind == IV_GUARD ? "guarded change" : "fork",
-                 busy->kind == IV_GUARD ? ctl_guard_state_name(busy->state)
-                                        : ctl_fork_state_name(busy->state));
+    if (ctl__iv_busy(c, t, err, size)) {
         json_decref(values);
         return NULL;
     }

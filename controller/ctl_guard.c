@@ -57,10 +57,7 @@ const char *ctl_guard_state_name(ctl_guard_state s)
 
 int ctl_guard_state_parse(const char *name)
 {
-    for (int i = 0; name && i < GUARD_COUNT; i++)
-        if (!strcmp(name, s_names[i]))
-            return i;
-    return -1;
+    return ctl__iv_name_index(s_names, GUARD_COUNT, name);
 }
 
 int ctl_guard_move_legal(ctl_guard_state from, ctl_guard_state to)
@@ -96,18 +93,6 @@ static int s_move(ctl_t *c, ctl_iv *iv, ctl_guard_state to)
 static double s_num(const json_t *o, const char *k, double dflt)
 {
     return json_object_get(o, k) ? sched_json_double(o, k) : dflt;
-}
-
-static long s_long(const json_t *o, const char *k, long dflt)
-{
-    json_t *v = json_object_get(o, k);
-    return json_is_integer(v) ? (long)json_integer_value(v) : dflt;
-}
-
-static const char *s_str(const json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "";
 }
 
 /* "lr=0.4, momentum=0.9" of an object of values. */
@@ -209,14 +194,14 @@ static json_t *s_revert_values(const ctl_iv *iv)
 
 static void s_send_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 {
-    iv->instr = ctl__instruct(c, t, "checkpoint", NULL, s_str(iv->data, "who"),
+    iv->instr = ctl__instruct(c, t, "checkpoint", NULL, ctl__iv_str(iv, "who"),
                               "guarded change: a checkpoint to go back to", NULL, 0);
 }
 
 static void s_send_change(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 {
     iv->instr = ctl__set_send(c, t, json_object_get(iv->data, "values"),
-                              s_str(iv->data, "who"), NULL, 0, 0);
+                              ctl__iv_str(iv, "who"), NULL, 0, 0);
 }
 
 /* The revert: a load of the checkpoint with the old values (a new params
@@ -224,7 +209,7 @@ static void s_send_change(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 static void s_send_revert(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 {
     json_t *back = s_revert_values(iv);
-    if (!strcmp(s_str(iv->data, "mode"), "values")) {
+    if (!strcmp(ctl__iv_str(iv, "mode"), "values")) {
         iv->instr =
             json_object_size(back) ? ctl__set_send(c, t, back, "guard", NULL, 0, 0) : -1;
     } else {
@@ -242,7 +227,7 @@ static void s_send_revert(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 /* The average of the loss before the change, from the stored reports. */
 static void s_baseline(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 {
-    const char *metric = s_str(iv->data, "metric");
+    const char *metric = ctl__iv_str(iv, "metric");
     json_t *series = store_metrics_series(c->store, t->row.id, metric);
     size_t n = json_array_size(series),
            from = n > GUARD_BASE_POINTS ? n - GUARD_BASE_POINTS : 0;
@@ -288,12 +273,12 @@ static void s_revert(ctl_t *c, ctl_iv *iv, ctl_trial *t, const char *what)
                   "window", json_object_get(iv->data, "window"), "checkpoint",
                   json_object_get(iv->data, "ckpt") ? json_object_get(iv->data, "ckpt")
                                                     : json_null(),
-                  "apply_step", (json_int_t)s_long(iv->data, "apply_step", -1), "reports",
-                  (json_int_t)s_long(iv->data, "seen", 0));
+                  "apply_step", (json_int_t)ctl__iv_long(iv, "apply_step", -1), "reports",
+                  (json_int_t)ctl__iv_long(iv, "seen", 0));
     json_object_set_new(iv->data, "evidence", ev);
     snprintf(reason, sizeof reason, "%s after %s: %s; back to %s%s", vals, "the change",
              what, old,
-             strcmp(s_str(iv->data, "mode"), "values") ? " from the checkpoint"
+             strcmp(ctl__iv_str(iv, "mode"), "values") ? " from the checkpoint"
                                                        : " (values only)");
     json_object_set_new(iv->data, "reason", json_string(reason));
     if (s_move(c, iv, GUARD_REVERT) == 0)
@@ -309,7 +294,7 @@ static void s_judge_trend(ctl_t *c, ctl_iv *iv, ctl_trial *t)
     double tol = s_num(iv->data, "tolerance", GUARD_TOLERANCE_DEFAULT);
     double bema = sched_json_double(base, "ema"),
            bobj = sched_json_double(base, "objective");
-    const char *metric = s_str(iv->data, "metric");
+    const char *metric = ctl__iv_str(iv, "metric");
     const spec_t *spec = t->study->spec;
     double sum = 0, lastobj = NAN;
     long nloss = 0;
@@ -353,16 +338,16 @@ static void s_judge_trend(ctl_t *c, ctl_iv *iv, ctl_trial *t)
         snprintf(reason, sizeof reason,
                  "%s kept: %ld reports watched, %s averaged %.4g against %.4g before "
                  "(tolerance %g)",
-                 vals, s_long(iv->data, "seen", 0), metric, mean, bema, tol);
+                 vals, ctl__iv_long(iv, "seen", 0), metric, mean, bema, tol);
     else
         snprintf(reason, sizeof reason, "%s kept: %ld reports watched, no divergence",
-                 vals, s_long(iv->data, "seen", 0));
+                 vals, ctl__iv_long(iv, "seen", 0));
     json_object_set_new(iv->data, "evidence",
                         json_pack("{s:O, s:O, s:o, s:I, s:I}", "before", base, "window",
                                   json_object_get(iv->data, "window"), "mean",
                                   sched_json_real(mean), "apply_step",
-                                  (json_int_t)s_long(iv->data, "apply_step", -1),
-                                  "reports", (json_int_t)s_long(iv->data, "seen", 0)));
+                                  (json_int_t)ctl__iv_long(iv, "apply_step", -1),
+                                  "reports", (json_int_t)ctl__iv_long(iv, "seen", 0)));
     s_finish(c, iv, GUARD_KEPT, reason);
 }
 
@@ -396,11 +381,11 @@ void ctl__guard_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
     case GUARD_REVERT:
         if (!applied || !t) {
             snprintf(reason, sizeof reason, "%s; but the revert failed: %s",
-                     s_str(iv->data, "reason"), why && *why ? why : "refused");
+                     ctl__iv_str(iv, "reason"), why && *why ? why : "refused");
             s_finish(c, iv, GUARD_FAILED, reason);
             return;
         }
-        if (strcmp(s_str(iv->data, "mode"), "values")) { /* a load: a new generation */
+        if (strcmp(ctl__iv_str(iv, "mode"), "values")) { /* a load: a new generation */
             json_t *back = s_revert_values(iv);
             json_object_update(t->row.params, back);
             json_decref(back);
@@ -410,7 +395,7 @@ void ctl__guard_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
                 ctl__trial_save(c, t);
             }
         }
-        snprintf(reason, sizeof reason, "%s", s_str(iv->data, "reason"));
+        snprintf(reason, sizeof reason, "%s", ctl__iv_str(iv, "reason"));
         s_finish(c, iv, GUARD_REVERTED, reason);
         return;
     default:
@@ -435,15 +420,15 @@ void ctl__guard_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *p
     if (iv->state != GUARD_WATCH)
         return;
     const spec_t *spec = t->study->spec;
-    const char *metric = s_str(iv->data, "metric");
-    long apply_step = s_long(iv->data, "apply_step", -1);
-    long last = s_long(iv->data, "last_step", apply_step),
-         seen = s_long(iv->data, "seen", 0);
-    long K = s_long(iv->data, "watch_steps", GUARD_WATCH_DEFAULT);
+    const char *metric = ctl__iv_str(iv, "metric");
+    long apply_step = ctl__iv_long(iv, "apply_step", -1);
+    long last = ctl__iv_long(iv, "last_step", apply_step),
+         seen = ctl__iv_long(iv, "seen", 0);
+    long K = ctl__iv_long(iv, "watch_steps", GUARD_WATCH_DEFAULT);
     double ema = sched_json_double(iv->data, "ema");
-    long nh = s_long(iv->data, "n", 0);
+    long nh = ctl__iv_long(iv, "n", 0);
     sched_jump_test test = {s_num(iv->data, "jump", 3), s_num(iv->data, "alpha", 0.2),
-                            s_long(iv->data, "warmup", 3)};
+                            ctl__iv_long(iv, "warmup", 3)};
     json_t *window = json_object_get(iv->data, "window");
     char what[300] = "";
     for (size_t i = 0; i < n && !what[0] && seen < K; i++) {
@@ -546,15 +531,8 @@ int ctl__guard_start(ctl_t *c, ctl_trial *t, const json_t *values, const json_t 
                  t->row.id, store_trial_state_name(t->state));
         return -1;
     }
-    ctl_iv *busy = c->interv ? ctl__iv_of_trial(c, t->row.id) : NULL;
-    if (busy) {
-        snprintf(err, size,
-                 "trial %ld already has a %s under way (state %s); wait for its outcome",
-                 t->row.id, busy->kind == IV_GUARD ? "guarded change" : "fork",
-                 busy->kind == IV_GUARD ? ctl_guard_state_name(busy->state)
-                                        : ctl_fork_state_name(busy->state));
+    if (ctl__iv_busy(c, t, err, size))
         return -1;
-    }
     sched_jump_test test;
     char metric[64], why[200];
     if (sched_jump_test_of(t->study->spec, &test, metric, sizeof metric, why,

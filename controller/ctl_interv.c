@@ -31,6 +31,39 @@ int ctl__iv_done(const ctl_iv *iv)
     return iv->kind == IV_GUARD ? iv->state >= GUARD_KEPT : iv->state >= FORK_DECIDED;
 }
 
+long ctl__iv_long(const ctl_iv *iv, const char *k, long dflt)
+{
+    json_t *v = json_object_get(iv->data, k);
+    return json_is_integer(v) ? (long)json_integer_value(v) : dflt;
+}
+
+const char *ctl__iv_str(const ctl_iv *iv, const char *k)
+{
+    const char *s = json_string_value(json_object_get(iv->data, k));
+    return s ? s : "";
+}
+
+int ctl__iv_name_index(const char *const *names, int n, const char *name)
+{
+    for (int i = 0; name && i < n; i++)
+        if (!strcmp(name, names[i]))
+            return i;
+    return -1;
+}
+
+int ctl__iv_busy(ctl_t *c, const ctl_trial *t, char *err, size_t size)
+{
+    const ctl_iv *busy = c->interv ? ctl__iv_of_trial(c, t->row.id) : NULL;
+    if (!busy)
+        return 0;
+    snprintf(err, size,
+             "trial %ld already has a %s under way (state %s); wait for its outcome",
+             t->row.id, busy->kind == IV_GUARD ? "guarded change" : "fork",
+             busy->kind == IV_GUARD ? ctl_guard_state_name(busy->state)
+                                    : ctl_fork_state_name(busy->state));
+    return 1;
+}
+
 static ctl_iv *s_push(ctl_t *c)
 {
     ctl_interv *l = s_list(c);

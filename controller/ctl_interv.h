@@ -152,5 +152,14 @@ void ctl__fork_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t);
 void ctl__fork_resume(ctl_t *c, ctl_iv *iv);
 /* 1 when iv is in a final state. */
 int ctl__iv_done(const ctl_iv *iv);
+/* The data's integer `k` (dflt when absent) and text `k` ("" when absent,
+   borrowed). */
+long ctl__iv_long(const ctl_iv *iv, const char *k, long dflt);
+const char *ctl__iv_str(const ctl_iv *iv, const char *k);
+/* The index of `name` in names[0..n), or -1 (state names). */
+int ctl__iv_name_index(const char *const *names, int n, const char *name);
+/* 1 with why in err (code bad_state) when t already has an unfinished
+   guarded change or fork (as the trial or one of a fork's siblings). */
+int ctl__iv_busy(ctl_t *c, const ctl_trial *t, char *err, size_t size);
 
 #endif
