@@ -132,6 +132,13 @@ static int s_bind(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
     zmq_setsockopt(c->router, ZMQ_ROUTER_HANDOVER, &on, sizeof on);
     int64_t hard = WIRE_MAX_REQUEST_HARD; /* larger: dropped unread, peer disconnected */
     zmq_setsockopt(c->router, ZMQ_MAXMSGSIZE, &hard, sizeof hard);
+    /* A cluster's trials and dispatchers connect in bursts (thousands when
+       a study starts): with ZeroMQ's default listen queue of 100 the
+       kernel drops the SYNs beyond it and those peers retry after 1, 3,
+       7, 15 ... s (bench/scale.sh: 10 000 trials took minutes to say
+       hello). The kernel caps it at net.core.somaxconn. */
+    int backlog = CTL_LISTEN_BACKLOG;
+    zmq_setsockopt(c->router, ZMQ_BACKLOG, &backlog, sizeof backlog);
     if (ctl__auth_setup(c, cfg, bind, err, errsize) != 0)
         return -1;
     if (zmq_bind(c->router, bind) != 0) {

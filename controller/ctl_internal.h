@@ -281,6 +281,8 @@ ctl_disp *ctl__disp_get(ctl_t *c, const char *name);
    forgotten in memory (their name's binding stays in the store). At most CTL_MAX_DISPS
    are known at once: a new name beyond that is refused. */
 #define CTL_MAX_DISPS 4096
+/* The controller socket's listen queue (connections not yet accepted). */
+#define CTL_LISTEN_BACKLOG 4096
 /* The alive dispatcher with a free slot per rank and `gpus` free GPUs per
    rank that has the most free slots, or NULL. */
 ctl_disp *ctl__disp_pick(ctl_t *c, long gpus, long ranks);

@@ -30,3 +30,34 @@ def test_quick_scale_run_loses_nothing(tmp_path):
     assert res["lost"] == 0 and lv["errors"] == 0 and lv["set_failed"] == 0, lv
     assert lv["api_n"] > 0 and lv["api_failed"] == 0, lv
     assert res["failed"] == [], res["failed"]
+
+
+def test_controller_listen_queue_takes_a_burst_of_connections(jz):
+    """Thousands of trials connect at once when a large study starts; with
+    ZeroMQ's default listen queue (100) the kernel dropped the SYNs beyond
+    it and those peers waited seconds to minutes (bench/scale.sh). The
+    controller's listening socket now has a queue of 4096 (capped by
+    net.core.somaxconn): `ss` shows it as the listener's Send-Q."""
+    import shutil
+    import socket
+    ss = shutil.which("ss") or "/usr/sbin/ss"
+    if not os.path.exists(ss):
+        import pytest
+        pytest.skip("no `ss` (iproute2) to read the listen queue's size")
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    ctl = jz.popen("controller", "--db", jz.db, "--bind", f"tcp://127.0.0.1:{port}",
+                   "--insecure")
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the controller")
+        out = subprocess.run([ss, "-ltnH", f"sport = :{port}"], capture_output=True,
+                             text=True, timeout=10).stdout.split()
+        # State Recv-Q Send-Q Local Peer: Send-Q of a listener is its backlog
+        assert len(out) >= 4 and out[0] == "LISTEN", out
+        cap = int(open("/proc/sys/net/core/somaxconn").read())
+        assert int(out[2]) >= min(4096, cap), out
+    finally:
+        ctl.terminate()
+        ctl.wait(timeout=20)
