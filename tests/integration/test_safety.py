@@ -124,6 +124,15 @@ def test_guard_refused_without_checkpoints_and_values_mode(jz):
         assert p.returncode == 0 and "kept" in p.stdout, p.stdout + p.stderr
         t = show(jz, tid)
         assert t["generation"] == 1 and t["params"]["lr"] == 0.05, t
+        # its score is its lr: 0.011 makes the objective worse by more than
+        # the tolerance, so the old value is set back (no checkpoint)
+        p = jz.run("trial", "set", str(tid), "lr=0.011", "--guard=values", "--watch-steps",
+                   "2", timeout=60)
+        assert p.returncode == 1 and "reverted" in p.stdout, p.stdout + p.stderr
+        assert "score 0.011 after the change against 0.05 before" in p.stdout, p.stdout
+        assert "back to lr=0.05 (values only)" in p.stdout, p.stdout
+        t = show(jz, tid)
+        assert t["generation"] == 3 and t["params"]["lr"] == 0.05, t
         # a fork needs a checkpoint too: refused, nothing created
         p = jz.run("trial", "fork", str(tid), "lr=0.02", "lr=0.03", timeout=60)
         assert p.returncode == 1 and "cannot checkpoint" in p.stderr, p.stdout + p.stderr
