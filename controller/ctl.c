@@ -1,11 +1,12 @@
-/*  ctl.c - the controller object: its event loop, the iteration's
-    transaction and the outbox (see ctl.h).
+/*  ctl.c - the controller object (see ctl.h): its event loop, on top of
+    every other file of controller/ (ctl_internal.h); none calls it back.
 
     Each iteration: poll, receive up to a burst of messages and apply them
-    (ctl_msg.c) inside one transaction, run the periodic work (ctl__tick),
-    commit, then flush the outbox. Nothing leaves before the commit, so an
-    acknowledgement always means "persisted".
+    (ctl_msg.c) inside one transaction (ctl_svc.c), run the periodic work
+    (ctl__tick), commit, then flush the outbox (queued by ctl__send). Nothing leaves
+   before the commit, so an acknowledgement always means "persisted".
 */
+#include "ctl.h"
 #include "ctl_internal.h"
 
 #include "../common/log.h"
@@ -15,61 +16,12 @@
 #include <libgen.h>
 #include <malloc.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
 #define BURST 2000 /* messages applied per transaction at most */
-
-int ctl__txn(ctl_t *c)
-{
-    if (c->in_txn)
-        return 0;
-    if (store_begin(c->store) != 0) {
-        log_error("ctl", "cannot begin a transaction: %s", store_errmsg(c->store));
-        return -1;
-    }
-    c->in_txn = 1;
-    return 0;
-}
-
-void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg)
-{
-    if (!msg)
-        return;
-    if (c->nout == c->out_cap) {
-        c->out_cap = c->out_cap ? c->out_cap * 2 : 64;
-        c->outbox = util_xrealloc(c->outbox, c->out_cap * sizeof *c->outbox);
-    }
-    c->outbox[c->nout].to = *to;
-    c->outbox[c->nout].msg = msg;
-    c->nout++;
-}
-
-void ctl__refused(ctl_t *c, const char *fmt, ...)
-{
-    double now = util_now();
-    if (now - c->refusal_window >= CTL_REFUSAL_WINDOW_S) {
-        if (c->refusals_dropped)
-            log_warn("ctl", "%ld more refusals in the last %.0f s were not logged",
-                     c->refusals_dropped, CTL_REFUSAL_WINDOW_S);
-        c->refusal_window = now;
-        c->refusals_logged = c->refusals_dropped = 0;
-    }
-    if (c->refusals_logged >= CTL_REFUSALS_LOGGED) {
-        c->refusals_dropped++;
-        return;
-    }
-    c->refusals_logged++;
-    char text[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    log_warn("ctl", "%s", text);
-}
 
 /* Commits the iteration, then sends what it produced. On a failed commit
    (disk full, I/O error) nothing is sent and -1 is returned: the memory
@@ -103,11 +55,6 @@ static int s_commit_and_flush(ctl_t *c)
     return ok ? 0 : -1;
 }
 
-ctl_trial *ctl__trial_by_id(ctl_t *c, long id)
-{
-    return ctl_idmap_get(&c->trials, id);
-}
-
 /* Messages of at least this many bytes leave the controller's memory
    trimmed once the loop is idle again: a large request's frame and its
    parsed JSON (up to ~30 times the text) are freed, and malloc_trim gives
@@ -115,6 +62,27 @@ ctl_trial *ctl__trial_by_id(ctl_t *c, long id)
    Not after each one: under a steady stream of large metric batches the
    memory is reused anyway, and trimming would cost every iteration. */
 #define TRIM_AFTER_BYTES (256 * 1024)
+
+/* ---- the iteration ---- */
+
+/* The periodic work of one iteration, after its messages: dispatchers
+   gone silent, relayed reads past their deadline, each study's trials
+   (lost, over budget, stop grace, load fallback), then the queue gives
+   free slots to waiting trials, then running studies save their
+   scheduler and finish when nothing is left. */
+void ctl__tick(ctl_t *c, double now)
+{
+    ctl__disp_check_silence(c, now);
+    ctl__read_expire(c, now);
+    for (size_t i = 0; i < c->nstudies; i++)
+        ctl__study_tick_trials(c, c->studies[i], now);
+    ctl__interv_tick(c, now); /* guarded changes and forks (ctl_interv.c) */
+    /* free slots go to waiting trials in queue order (ctl_queue.c) */
+    ctl__queue_fill(c, now);
+    for (size_t i = 0; i < c->nstudies; i++)
+        if (c->studies[i]->state == STUDY_RUNNING)
+            ctl__study_tick_end(c, c->studies[i]);
+}
 
 /* ---- object ---- */
 
@@ -139,7 +107,8 @@ static int s_bind(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
        hello). The kernel caps it at net.core.somaxconn. */
     int backlog = CTL_LISTEN_BACKLOG;
     zmq_setsockopt(c->router, ZMQ_BACKLOG, &backlog, sizeof backlog);
-    if (ctl__auth_setup(c, cfg, bind, err, errsize) != 0)
+    if (ctl__auth_setup(c, bind, cfg->insecure, cfg->key_path, cfg->authorized_keys, err,
+                        errsize) != 0)
         return -1;
     if (zmq_bind(c->router, bind) != 0) {
         snprintf(err, errsize, "cannot bind %s: %s", bind, zmq_strerror(errno));
@@ -164,6 +133,9 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
     json_set_alloc_funcs(util_xmalloc, free);
     ctl_t *c = util_xcalloc(1, sizeof *c);
     c->lost_timeout = cfg->lost_timeout_s > 0 ? cfg->lost_timeout_s : 30;
+    c->on.instr_done = ctl__interv_instr_done; /* the interventions hear ... */
+    c->on.trial_metrics = ctl__interv_metrics;
+    c->on.trial_checkpoint = ctl__interv_checkpoint;
     c->started = util_now();
     if (cfg->ckpt_root) {
         snprintf(c->ckpt_root, sizeof c->ckpt_root, "%s", cfg->ckpt_root);

@@ -19,6 +19,7 @@
     - tcp:// with --insecure: plain TCP, every peer is the controller's
       admin (trusted network only); a warning at every start.
 */
+#include "ctl.h"
 #include "ctl_internal.h"
 
 #include "../common/log.h"
@@ -100,8 +101,8 @@ static void s_keydir_file(const char *name, char *out, size_t size)
         snprintf(out, size, "%s/%s", dir, name);
 }
 
-int ctl__auth_setup(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
-                    size_t errsize)
+int ctl__auth_setup(ctl_t *c, const char *bind, int insecure, const char *key_path,
+                    const char *authorized_keys, char *err, size_t errsize)
 {
     authkeys_init(&c->keys);
     c->self.role = IDENT_ADMIN;
@@ -114,7 +115,7 @@ int ctl__auth_setup(ctl_t *c, const ctl_config *cfg, const char *bind, char *err
         c->transport = CTL_TR_TRUSTED; /* inproc:// inside one process */
         return 0;
     }
-    if (cfg->insecure) {
+    if (insecure) {
         c->transport = CTL_TR_TRUSTED;
         const char *w = "WARNING: --insecure: plain TCP without authentication or "
                         "encryption; anyone who reaches %s is the admin (trusted "
@@ -133,8 +134,8 @@ int ctl__auth_setup(ctl_t *c, const ctl_config *cfg, const char *bind, char *err
         return -1;
     }
     char path[1024];
-    if (cfg->key_path)
-        snprintf(path, sizeof path, "%s", cfg->key_path);
+    if (key_path)
+        snprintf(path, sizeof path, "%s", key_path);
     else
         s_keydir_file("controller.key", path, sizeof path);
     keys_pair kp;
@@ -151,11 +152,11 @@ int ctl__auth_setup(ctl_t *c, const ctl_config *cfg, const char *bind, char *err
         snprintf(err, errsize, "--key: %s", why);
         return -1;
     }
-    if (cfg->authorized_keys)
-        snprintf(c->keys_path, sizeof c->keys_path, "%s", cfg->authorized_keys);
+    if (authorized_keys)
+        snprintf(c->keys_path, sizeof c->keys_path, "%s", authorized_keys);
     else
         s_keydir_file("authorized_keys", c->keys_path, sizeof c->keys_path);
-    if (cfg->authorized_keys || access(c->keys_path, F_OK) == 0) {
+    if (authorized_keys || access(c->keys_path, F_OK) == 0) {
         if (authkeys_load(c->keys_path, &c->keys, why, sizeof why) != 0) {
             snprintf(err, errsize, "--authorized-keys: %s", why);
             return -1;

@@ -34,36 +34,7 @@
 #define FORK_STEPS_DEFAULT 10
 #define FORK_MAX_SIBLINGS 16
 
-/* ---- the state machine ---- */
-
-static const char *const s_names[FORK_COUNT] = {
-    [FORK_CHECKPOINT] = "checkpoint",
-    [FORK_RUNNING] = "running",
-    [FORK_DECIDED] = "decided",
-    [FORK_REFUSED] = "refused",
-};
-
-const char *ctl_fork_state_name(ctl_fork_state s)
-{
-    return s >= 0 && s < FORK_COUNT ? s_names[s] : "?";
-}
-
-int ctl_fork_state_parse(const char *name)
-{
-    return ctl__iv_name_index(s_names, FORK_COUNT, name);
-}
-
-int ctl_fork_move_legal(ctl_fork_state from, ctl_fork_state to)
-{
-    switch (from) {
-    case FORK_CHECKPOINT:
-        return to == FORK_RUNNING || to == FORK_REFUSED;
-    case FORK_RUNNING:
-        return to == FORK_DECIDED;
-    default:
-        return 0;
-    }
-}
+/* ---- the state machine (its table and names: ctl_interv.c) ---- */
 
 /* Moves iv and persists it (with its data) before anything is sent. */
 static int s_move(ctl_t *c, ctl_iv *iv, ctl_fork_state to)

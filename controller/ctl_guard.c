@@ -36,45 +36,7 @@
 #define GUARD_TOLERANCE_DEFAULT 0.2
 #define GUARD_BASE_POINTS 20 /* reports before the change that make its average */
 
-/* ---- the state machine ---- */
-
-static const char *const s_names[GUARD_COUNT] = {
-    [GUARD_CHECKPOINT] = "checkpoint",
-    [GUARD_APPLY] = "apply",
-    [GUARD_WATCH] = "watch",
-    [GUARD_REVERT] = "revert",
-    [GUARD_KEPT] = "kept",
-    [GUARD_REVERTED] = "reverted",
-    [GUARD_REFUSED] = "refused",
-    [GUARD_ENDED] = "ended",
-    [GUARD_FAILED] = "failed",
-};
-
-const char *ctl_guard_state_name(ctl_guard_state s)
-{
-    return s >= 0 && s < GUARD_COUNT ? s_names[s] : "?";
-}
-
-int ctl_guard_state_parse(const char *name)
-{
-    return ctl__iv_name_index(s_names, GUARD_COUNT, name);
-}
-
-int ctl_guard_move_legal(ctl_guard_state from, ctl_guard_state to)
-{
-    switch (from) {
-    case GUARD_CHECKPOINT:
-        return to == GUARD_APPLY || to == GUARD_REFUSED;
-    case GUARD_APPLY:
-        return to == GUARD_WATCH || to == GUARD_REFUSED;
-    case GUARD_WATCH:
-        return to == GUARD_KEPT || to == GUARD_REVERT || to == GUARD_ENDED;
-    case GUARD_REVERT:
-        return to == GUARD_REVERTED || to == GUARD_FAILED;
-    default:
-        return 0;
-    }
-}
+/* ---- the state machine (its table and names: ctl_interv.c) ---- */
 
 /* Moves iv and persists it (with its data) before anything is sent. */
 static int s_move(ctl_t *c, ctl_iv *iv, ctl_guard_state to)

@@ -14,7 +14,9 @@
     JIZHI_LOAD_CHECKPOINT=path; its params are already the load's new
     generation. Recorded as a `restart_from_checkpoint` event. The
     pending restart lives in memory: a controller restarted in between
-    handles the exit as a normal one.
+    handles the exit as a normal one. (The fallback, ctl__instr_load_fallback,
+    is in ctl_trial.c: it restarts the trial, and a trial's file sits above
+    this one.)
 
     A person's steering: `trial set` values are checked against the space
     before anything is recorded (ctl__set_check) and sent as one batch,
@@ -276,7 +278,8 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
     json_decref(in->msg);
     *in = c->instrs[--c->ninstrs];
     /* last: a guarded change or fork may send the next instruction */
-    ctl__interv_instr_done(c, id, trial_id, applied, why);
+    if (c->on.instr_done)
+        c->on.instr_done(c, id, trial_id, applied, why);
 }
 
 void ctl__instr_resend(ctl_t *c, ctl_trial *t)
@@ -512,43 +515,6 @@ long ctl__set_send(ctl_t *c, ctl_trial *t, const json_t *values, const char *who
     }
     ctl__instr_wait(c, iid, from, req, wait_s);
     return iid;
-}
-
-void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now)
-{
-    ctl_study *s = t->study;
-    double limit = ctl__study_load_timeout(s);
-    if (limit <= 0 || t->plan != PLAN_NONE || !t->disp)
-        return;
-    for (size_t i = 0; i < c->ninstrs; i++) {
-        ctl_instr *in = &c->instrs[i];
-        const char *kind = json_string_value(json_object_get(in->msg, "kind"));
-        const char *path = json_string_value(json_object_get(in->msg, "path"));
-        if (in->trial_id != t->row.id || now - in->sent < limit || !kind ||
-            strcmp(kind, "load") || !path || strlen(path) >= sizeof t->load_on_start)
-            continue;
-        if (ctl__txn(c) != 0)
-            return;
-        json_t *detail = json_pack("{s:s, s:I, s:O?, s:f}", "path", path, "instruction",
-                                   (json_int_t)in->id, "from",
-                                   json_object_get(in->msg, "from"), "timeout_s", limit);
-        char why[160];
-        snprintf(why, sizeof why,
-                 "not acknowledged within %g s: restarting the trial from the "
-                 "checkpoint",
-                 limit);
-        ctl__trial_restart_from(c, t, path,
-                                "restart from a checkpoint (load not acknowledged)");
-        ctl__instr_done(c, in->id, 0, why); /* `in` and `path` are gone after this */
-        store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller",
-                        "restart_from_checkpoint", detail, 1);
-        json_decref(detail);
-        log_info("ctl",
-                 "study %s trial %ld: load not acknowledged within %g s; restarting it "
-                 "from %s",
-                 s->row.name, t->row.id, limit, t->load_on_start);
-        return;
-    }
 }
 
 void ctl__instr_free_all(ctl_t *c)

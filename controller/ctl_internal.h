@@ -1,26 +1,42 @@
-/*  ctl_internal.h - the controller's objects, shared by its files. One
-    object per file:
+/*  ctl_internal.h - the controller's files, what each one offers the
+    others, and in which order they may call each other. Every file of
+    controller/ includes this header. One object per file, on floors: a
+    file calls only files below it, never one above, so no two files call
+    each other (tests/integration/test_layers.py holds the code to it):
 
-    ctl.c        the ctl object: event loop, the iteration's transaction,
-                 the outbox (replies and pushes sent after the commit)
-    ctl_trial.c  a trial: its state machine (ctl_trial.h) and lifecycle:
-                 start, end, retry, exit, loss, stop, release, checkpoint
-    ctl_instr.c  instructions to trials: send, resend, acknowledgement,
-                 expiry, and the restart-from-checkpoint fallback of loads
-    ctl_study.c  a study: its state machine (ctl_study.h), loading, submit,
-                 new trials from the scheduler, the periodic tick, status
-    ctl_disp.c   dispatchers: registry, slots and GPUs, silence
-    ctl_idmap.c  trial id -> trial, a hash map
-    ctl_interv.c a person's guarded changes (ctl_guard.c) and live forks
-                 (ctl_fork.c): persisted state machines (ctl_interv.h)
-    ctl_msg.c    the message table {type, peer role, handler} and the
-                 handlers of docs/PROTOCOL.md
-    ctl_auth.c   who speaks: CURVE and the ZAP handler, authorized keys,
-                 Unix uids over ipc, the identity of each message
-
-    Ownership: the ctl owns its studies, dispatchers, instructions and
-    outbox; a study owns its trials, spec and schedulers; the id map
-    borrows the trials.
+    ctl.c          top: the event loop (poll, apply, tick, commit, flush)
+    ctl_msg.c      the dispatch of a message through its type's handler
+                   (ctl_msg.h) and the trials' messages
+    ctl_msg_cli.c  the CLI's and web server's messages
+    ctl_interv_ev.c  a person's interventions: the controller's events
+                   passed to the guarded change or the fork they concern
+    ctl_fork.c     a live fork (ctl_interv.h)
+    ctl_study_ops.c  study_delete, study_copy, what a resume waits for
+    ctl_ask.c      ask-and-tell: trial_ask, trial_tell
+    ctl_queue.c    quotas, priorities, the queue that starts waiting trials
+    ctl_study.c    a study: loading, submit, new trials from the
+                   scheduler, its part of the periodic tick, status
+    ctl_msg_disp.c the dispatchers' messages
+    ctl_trial.c    a trial's lifecycle: start, end, retry, exit, loss,
+                   stop, release, checkpoint, the load fallback; the stop
+                   of its study (a trial's end may ask for it); its
+                   metrics and checkpoints are told to ctl.on (ctl_types.h)
+    ctl_guard.c    a guarded change (ctl_interv.h)
+    ctl_read.c     read and read_log requests
+    ctl_interv.c   the list of interventions the guard and the fork share,
+                   and their state machines
+    ctl_instr.c    instructions to trials: send, resend, acknowledgement,
+                   expiry (a resolved one is told to ctl.on.instr_done)
+    ctl_disp.c     dispatchers: registry, slots and GPUs, silence
+    ctl_alert.c    alert rules and their hooks
+    ctl_auth.c     who speaks: CURVE and the ZAP handler, authorized keys,
+                   Unix uids over ipc, the identity of each message
+    ctl_svc.c      ground: the iteration's transaction, the outbox and
+                   error answers, the refusal log, lookups, saving rows
+    ctl_state.c    ground: the trial and study state machines (ctl_state.h)
+    ctl_idmap.c    ground: trial id -> trial, a hash map
+    ctl_types.h    ground: the data of them all; its `on` pointers, set by
+                   ctl_new, are the only calls up (to ctl_interv_ev.c)
 
     Out of memory: the controller cannot back a half-applied change out,
     so it allocates through util_xmalloc/util_xcalloc/util_xrealloc and
@@ -31,153 +47,15 @@
 #ifndef JZ_CTL_INTERNAL_H
 #define JZ_CTL_INTERNAL_H
 
-#include "ctl.h"
-
-#include "../common/authkeys.h"
-#include "../common/ident.h"
-#include "../common/spec.h"
-#include "../common/wire.h"
-#include "../schedulers/sched.h"
-#include "../store/store.h"
-
-#include <jansson.h>
-#include <signal.h>
-#include <string.h>
-
-typedef struct ctl_study ctl_study;
-typedef struct ctl_trial ctl_trial;
-typedef struct ctl_disp ctl_disp;
-typedef struct ctl_alerts ctl_alerts; /* ctl_alert.c */
-typedef struct ctl_queue ctl_queue;   /* ctl_queue.c */
-
 #include "ctl_idmap.h"
 #include "ctl_interv.h"
+#include "ctl_state.h"
 #include "ctl_study.h"
+#include "ctl_svc.h"
 #include "ctl_trial.h"
+#include "ctl_types.h"
 
-struct ctl_disp {
-    char name[64];
-    wire_peer peer;
-    long slots, used;
-    long ngpus;
-    int gpu_ids[64];
-    int gpu_used[64];
-    double last_seen; /* monotonic */
-    int alive;
-    char owner[72]; /* the principal (ctl_ident) its name is bound to */
-};
-
-/* An instruction sent to a trial and not yet acknowledged. */
-typedef struct {
-    long id; /* event id = instruction id */
-    long trial_id;
-    json_t *msg;      /* the `instruction` message, owned */
-    double sent;      /* monotonic, first send */
-    wire_peer waiter; /* CLI peer waiting for the ack, len 0 if none */
-    long waiter_req;
-    double wait_until; /* monotonic: the waiter is answered `not_acknowledged`
-                          after it (0: never) */
-    double wait_s;     /* the wait it was given, for that answer */
-    long batch;        /* a `trial set` of several values: the first one's id
-                          (one params generation for all), 0 alone */
-    int release;       /* the checkpoint of a person's `pause --release` */
-    int nbatch;        /* values in its batch */
-    int nrefused;      /* waiter's instruction of a batch: values of the batch the
-                          trial refused so far ... */
-    char refused[400]; /* ... and what it said */
-} ctl_instr;
-
-/* A person's `pause --release` whose checkpoint the trial saved: the
-   waiter is answered once the trial has exited (suspended) or ended. */
-typedef struct {
-    long trial_id;
-    wire_peer waiter;
-    long waiter_req;
-    double until; /* monotonic: answered `not_acknowledged` after it */
-    double wait_s;
-} ctl_release;
-
-/* A `read_log` relayed to a dispatcher, waiting for its `log_data`. */
-typedef struct {
-    long id;          /* sent to the dispatcher, echoed in its answer */
-    char disp[64];    /* the dispatcher asked */
-    wire_peer waiter; /* the CLI that asked */
-    long waiter_req;
-    double deadline; /* monotonic: answered with an error after it */
-} ctl_logread;
-
-/* How peers reach the controller (ctl_auth.c). */
-typedef enum {
-    CTL_TR_IPC = 0, /* Unix uids (SO_PEERCRED) */
-    CTL_TR_CURVE,   /* tcp:// with CURVE: authorized keys */
-    CTL_TR_TRUSTED, /* tcp:// --insecure, inproc://: every peer is the admin */
-} ctl_transport;
-
-/* The sender of one message. */
-typedef struct {
-    ident_t id;         /* role IDENT_NONE: anonymous (may only speak as a trial) */
-    int trusted;        /* the controller's own user over ipc, or --insecure: may do
-                           everything, dispatcher work included */
-    char principal[72]; /* what it proves: "key:<z85>", "uid:<n>", "trusted";
-                           a dispatcher name is bound to it */
-} ctl_ident;
-
-/* A message to send after the iteration's commit. */
-typedef struct {
-    wire_peer to;
-    json_t *msg; /* owned */
-} ctl_out;
-
-struct ctl {
-    store_t *store;
-    void *zctx;
-    void *router;
-    char endpoint[512];
-    char ckpt_root[1024];
-    double lost_timeout;
-    double started;     /* monotonic, controller start */
-    int in_txn;         /* a transaction is open this iteration */
-    long next_trial_id; /* next unused trials.id (ids are reserved before suggest) */
-    ctl_study **studies;
-    size_t nstudies;
-    ctl_idmap trials; /* every loaded trial by id (borrowed from the studies) */
-    ctl_disp **disps;
-    size_t ndisps;
-    ctl_instr *instrs;
-    size_t ninstrs, instr_cap;
-    ctl_release *releases; /* waited releases past their checkpoint (ctl_instr.c) */
-    size_t nreleases, release_cap;
-    ctl_out *outbox;
-    size_t nout, out_cap;
-    ctl_logread *logreads; /* relayed read_log requests (ctl_read.c) */
-    size_t nlogreads, logread_cap;
-    long next_logread;
-    ctl_transport transport;      /* ctl_auth.c */
-    void *zap;                    /* ZAP handler socket (CURVE), or NULL */
-    authkeys_t keys;              /* authorized keys (CURVE) */
-    char keys_path[1024];         /* their file, "" if none */
-    ident_t self;                 /* the controller's own user (admin) */
-    volatile sig_atomic_t reload; /* SIGHUP: reread keys_path */
-    ctl_alerts *alerts;           /* alert rules and running hooks (ctl_alert.c), owned */
-    ctl_queue *queue;             /* quotas and why studies wait (ctl_queue.c), owned */
-    ctl_interv *interv;           /* guarded changes and forks (ctl_interv.c), owned */
-    double refusal_window;        /* ctl__refused: the window's start (monotonic) */
-    long refusals_logged, refusals_dropped; /* ... and its counts */
-};
-
-/* ---- ctl.c ---- */
-/* Opens the iteration's transaction if needed. 0 or -1. */
-int ctl__txn(ctl_t *c);
-/* Queues msg (takes ownership) for `to`, sent after the commit. */
-void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg);
-/* Logs a refusal of a peer's message (or a malformed one): at most
-   CTL_REFUSALS_LOGGED lines per CTL_REFUSAL_WINDOW_S, then one line
-   counting those not logged, so that no peer can flood the log. */
-#define CTL_REFUSALS_LOGGED 20
-#define CTL_REFUSAL_WINDOW_S 10.0
-void ctl__refused(ctl_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* The loaded trial with this id, or NULL. */
-ctl_trial *ctl__trial_by_id(ctl_t *c, long id);
+#include <string.h>
 
 /* ---- ctl_study_ops.c ---- */
 /* study_delete (ctl_study_ops.c): removes the stopped or finished study
@@ -268,9 +146,6 @@ long ctl__set_send(ctl_t *c, ctl_trial *t, const json_t *values, const char *who
 void ctl__instr_resend(ctl_t *c, ctl_trial *t);
 /* Resolves the instructions of trials that are no longer active. */
 void ctl__instr_expire(ctl_t *c);
-/* Per active trial each tick: a `load` unacknowledged for longer than
-   the study's load timeout restarts the trial from the checkpoint. */
-void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now);
 void ctl__instr_free_all(ctl_t *c);
 
 /* ---- ctl_disp.c ---- */
@@ -278,9 +153,8 @@ ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name);
 /* The named dispatcher, created (not alive, no slots) when new. */
 ctl_disp *ctl__disp_get(ctl_t *c, const char *name);
 /* Dispatchers silent for twice --lost-timeout, with no trial, are
-   forgotten in memory (their name's binding stays in the store). At most CTL_MAX_DISPS
-   are known at once: a new name beyond that is refused. */
-#define CTL_MAX_DISPS 4096
+   forgotten in memory (their name's binding stays in the store). At most
+   CTL_MAX_DISPS (ctl_types.h) are known at once. */
 /* The controller socket's listen queue (connections not yet accepted). */
 #define CTL_LISTEN_BACKLOG 4096
 /* The alive dispatcher with a free slot per rank and `gpus` free GPUs per
@@ -334,9 +208,6 @@ int ctl__queue_unfit(const ctl_t *c, const spec_t *spec, char *why, size_t size)
 /* Each tick: starts waiting trials on free slots in queue order, sets
    each waiting study's queue_why, preempts for higher priorities. */
 void ctl__queue_fill(ctl_t *c, double now);
-/* A preempted (SUSPENDED) trial goes back to PENDING, loading its
-   checkpoint at the next start, keeping the values it reported. */
-void ctl__queue_resume(ctl_t *c, ctl_trial *t);
 /* quota_set (msg borrowed): {user, slots, gpus (-1: no limit),
    max_priority ("normal" or "high")}, one not given keeping its value.
    Checks, persists and applies it; the admin's right is the caller's to
@@ -355,16 +226,23 @@ int ctl__queue_check_priority(const ctl_t *c, const ctl_ident *who, const json_t
    reason}], users: [{user, slots, gpus, quota_slots, quota_gpus}]}. */
 json_t *ctl__queue_status(ctl_t *c);
 
+/* ---- ctl.c ---- */
+/* The periodic work of one iteration (after its messages, before the
+   commit): silent dispatchers, expired reads, each study's trials, the
+   queue, finished studies. */
+void ctl__tick(ctl_t *c, double now);
+
 /* ---- ctl_msg.c ---- */
 /* Handles one decoded message from `from` (borrowed), sent by `who`. */
 void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *msg);
 
 /* ---- ctl_auth.c ---- */
 /* Sets the router (created, not bound) up for `bind`: CURVE and the ZAP
-   handler for tcp:// (refused without a server key unless cfg->insecure),
-   nothing for ipc://. 0, or -1 with err. */
-int ctl__auth_setup(ctl_t *c, const ctl_config *cfg, const char *bind, char *err,
-                    size_t errsize);
+   handler for tcp:// (refused without a server key unless `insecure`),
+   nothing for ipc://. key_path, authorized_keys: ctl_config's (NULL: the
+   key directory's). 0, or -1 with err. */
+int ctl__auth_setup(ctl_t *c, const char *bind, int insecure, const char *key_path,
+                    const char *authorized_keys, char *err, size_t errsize);
 /* The ZAP socket to poll, or NULL. */
 void *ctl__auth_socket(const ctl_t *c);
 /* Answers ZAP requests; applies a pending reload. */

@@ -1,9 +1,10 @@
 /*  ctl_interv.c - the list of a person's interventions on running trials
     (ctl_interv.h): guarded changes (ctl_guard.c) and live forks
-    (ctl_fork.c). Adds and persists them, reads the unfinished ones back
-    when the controller starts, and passes the controller's events
+    (ctl_fork.c). Adds and persists them; finished interventions leave the
+    list (their rows stay in the store). The list sits below the guard and
+    the fork, which use it; ctl_interv_ev.c, above them, reads the
+    unfinished ones back at start and passes the controller's events
     (instructions resolved, metrics, ticks) to the one they concern.
-    Finished interventions leave the list; their rows stay in the store.
 */
 #include "ctl_internal.h"
 
@@ -14,12 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct ctl_interv {
-    ctl_iv *v;
-    size_t n, cap;
-};
-
-static ctl_interv *s_list(ctl_t *c)
+ctl_interv *ctl__iv_list(ctl_t *c)
 {
     if (!c->interv)
         c->interv = util_xcalloc(1, sizeof *c->interv);
@@ -64,9 +60,9 @@ int ctl__iv_busy(ctl_t *c, const ctl_trial *t, char *err, size_t size)
     return 1;
 }
 
-static ctl_iv *s_push(ctl_t *c)
+ctl_iv *ctl__iv_push(ctl_t *c)
 {
-    ctl_interv *l = s_list(c);
+    ctl_interv *l = ctl__iv_list(c);
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 8;
         l->v = util_xrealloc(l->v, l->cap * sizeof *l->v);
@@ -92,7 +88,7 @@ ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t 
         json_decref(data);
         return NULL;
     }
-    ctl_iv *iv = s_push(c);
+    ctl_iv *iv = ctl__iv_push(c);
     iv->id = id;
     iv->kind = kind;
     iv->study_id = t->study->row.id;
@@ -115,7 +111,7 @@ int ctl__iv_save(ctl_t *c, ctl_iv *iv, const char *state_name, int done)
 
 ctl_iv *ctl__iv_of_trial(ctl_t *c, long trial_id)
 {
-    ctl_interv *l = s_list(c);
+    ctl_interv *l = ctl__iv_list(c);
     for (size_t i = 0; i < l->n; i++) {
         ctl_iv *iv = &l->v[i];
         if (ctl__iv_done(iv))
@@ -144,10 +140,9 @@ void ctl__iv_answer(ctl_t *c, ctl_iv *iv, json_t *msg)
     iv->wait_until = 0;
 }
 
-/* Drops the finished ones from the list. */
-static void s_sweep(ctl_t *c)
+void ctl__iv_sweep(ctl_t *c)
 {
-    ctl_interv *l = s_list(c);
+    ctl_interv *l = ctl__iv_list(c);
     for (size_t i = 0; i < l->n;) {
         if (ctl__iv_done(&l->v[i]) && !l->v[i].waiter.len) {
             json_decref(l->v[i].data);
@@ -156,48 +151,6 @@ static void s_sweep(ctl_t *c)
         }
         i++;
     }
-}
-
-int ctl__interv_load(ctl_t *c, char *err, size_t errsize)
-{
-    json_t *rows = store_interv_list(c->store, 1, 0);
-    if (!rows) {
-        snprintf(err, errsize, "cannot read the interventions: %s",
-                 store_errmsg(c->store));
-        return -1;
-    }
-    size_t i;
-    json_t *r;
-    json_array_foreach(rows, i, r)
-    {
-        const char *kind = json_string_value(json_object_get(r, "kind"));
-        const char *state = json_string_value(json_object_get(r, "state"));
-        int guard = kind && !strcmp(kind, "guard");
-        int st = guard ? ctl_guard_state_parse(state) : ctl_fork_state_parse(state);
-        if (!kind || st < 0) {
-            log_warn("ctl",
-                     "intervention %" JSON_INTEGER_FORMAT
-                     ": unknown kind or state; left as it is",
-                     json_integer_value(json_object_get(r, "id")));
-            continue;
-        }
-        ctl_iv *iv = s_push(c);
-        iv->id = (long)json_integer_value(json_object_get(r, "id"));
-        iv->study_id = (long)json_integer_value(json_object_get(r, "study_id"));
-        iv->trial_id = (long)json_integer_value(json_object_get(r, "trial_id"));
-        iv->kind = guard ? IV_GUARD : IV_FORK;
-        iv->state = st;
-        iv->data = json_incref(json_object_get(r, "data"));
-        log_info("ctl", "resuming the %s of trial %ld (intervention %ld, state %s)",
-                 guard ? "guarded change" : "fork", iv->trial_id, iv->id, state);
-        if (guard)
-            ctl__guard_resume(c, iv);
-        else
-            ctl__fork_resume(c, iv);
-    }
-    json_decref(rows);
-    s_sweep(c);
-    return 0;
 }
 
 void ctl__interv_free(ctl_t *c)
@@ -211,71 +164,72 @@ void ctl__interv_free(ctl_t *c)
     c->interv = NULL;
 }
 
-void ctl__interv_instr_done(ctl_t *c, long id, long trial_id, int applied,
-                            const char *why)
+/* ---- the state machines of a guarded change and a fork (pure; here,
+   below both, because each names the other's states) ---- */
+
+static const char *const s_guard_names[GUARD_COUNT] = {
+    [GUARD_CHECKPOINT] = "checkpoint",
+    [GUARD_APPLY] = "apply",
+    [GUARD_WATCH] = "watch",
+    [GUARD_REVERT] = "revert",
+    [GUARD_KEPT] = "kept",
+    [GUARD_REVERTED] = "reverted",
+    [GUARD_REFUSED] = "refused",
+    [GUARD_ENDED] = "ended",
+    [GUARD_FAILED] = "failed",
+};
+
+const char *ctl_guard_state_name(ctl_guard_state s)
 {
-    ctl_interv *l = s_list(c);
-    for (size_t i = 0; i < l->n; i++) {
-        ctl_iv *iv = &l->v[i];
-        if (iv->instr != id || ctl__iv_done(iv))
-            continue;
-        iv->instr = -1;
-        if (iv->kind == IV_GUARD)
-            ctl__guard_instr_done(c, iv, applied, why);
-        else
-            ctl__fork_instr_done(c, iv, applied, why);
-        return;
+    return s >= 0 && s < GUARD_COUNT ? s_guard_names[s] : "?";
+}
+
+int ctl_guard_state_parse(const char *name)
+{
+    return ctl__iv_name_index(s_guard_names, GUARD_COUNT, name);
+}
+
+int ctl_guard_move_legal(ctl_guard_state from, ctl_guard_state to)
+{
+    switch (from) {
+    case GUARD_CHECKPOINT:
+        return to == GUARD_APPLY || to == GUARD_REFUSED;
+    case GUARD_APPLY:
+        return to == GUARD_WATCH || to == GUARD_REFUSED;
+    case GUARD_WATCH:
+        return to == GUARD_KEPT || to == GUARD_REVERT || to == GUARD_ENDED;
+    case GUARD_REVERT:
+        return to == GUARD_REVERTED || to == GUARD_FAILED;
+    default:
+        return 0;
     }
-    (void)trial_id;
 }
 
-void ctl__interv_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n)
+static const char *const s_fork_names[FORK_COUNT] = {
+    [FORK_CHECKPOINT] = "checkpoint",
+    [FORK_RUNNING] = "running",
+    [FORK_DECIDED] = "decided",
+    [FORK_REFUSED] = "refused",
+};
+
+const char *ctl_fork_state_name(ctl_fork_state s)
 {
-    ctl_iv *iv = c->interv ? ctl__iv_of_trial(c, t->row.id) : NULL;
-    if (!iv)
-        return;
-    if (iv->kind == IV_GUARD)
-        ctl__guard_metrics(c, iv, t, pts, n);
-    else
-        ctl__fork_metrics(c, iv, t, pts, n);
+    return s >= 0 && s < FORK_COUNT ? s_fork_names[s] : "?";
 }
 
-void ctl__interv_checkpoint(ctl_t *c, ctl_trial *t)
+int ctl_fork_state_parse(const char *name)
 {
-    ctl_iv *iv = c->interv ? ctl__iv_of_trial(c, t->row.id) : NULL;
-    if (!iv || iv->trial_id != t->row.id)
-        return;
-    if (iv->kind == IV_GUARD)
-        ctl__guard_checkpoint(c, iv, t);
-    else
-        ctl__fork_checkpoint(c, iv, t);
+    return ctl__iv_name_index(s_fork_names, FORK_COUNT, name);
 }
 
-void ctl__interv_tick(ctl_t *c, double now)
+int ctl_fork_move_legal(ctl_fork_state from, ctl_fork_state to)
 {
-    if (!c->interv)
-        return;
-    ctl_interv *l = c->interv;
-    for (size_t i = 0; i < l->n; i++) {
-        ctl_iv *iv = &l->v[i];
-        if (!ctl__iv_done(iv)) {
-            if (iv->kind == IV_GUARD)
-                ctl__guard_tick(c, iv, now);
-            else
-                ctl__fork_tick(c, iv, now);
-        }
-        if (iv->waiter.len && iv->wait_until > 0 && now > iv->wait_until)
-            ctl__iv_answer(
-                c, iv,
-                wire_error(iv->waiter_req, "not_acknowledged",
-                           "the %s of trial %ld is not decided within %g s (timed out); "
-                           "it goes on (state %s): `jizhi trial show %ld` tells the "
-                           "outcome",
-                           iv->kind == IV_GUARD ? "guarded change" : "fork", iv->trial_id,
-                           iv->wait_s,
-                           iv->kind == IV_GUARD ? ctl_guard_state_name(iv->state)
-                                                : ctl_fork_state_name(iv->state),
-                           iv->trial_id));
+    switch (from) {
+    case FORK_CHECKPOINT:
+        return to == FORK_RUNNING || to == FORK_REFUSED;
+    case FORK_RUNNING:
+        return to == FORK_DECIDED;
+    default:
+        return 0;
     }
-    s_sweep(c);
 }

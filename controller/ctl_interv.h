@@ -41,7 +41,7 @@
 #ifndef JZ_CTL_INTERV_H
 #define JZ_CTL_INTERV_H
 
-/* included by ctl_internal.h, which declares the types used here */
+#include "ctl_types.h"
 
 typedef struct ctl_interv ctl_interv; /* the list (ctl_interv.c) */
 
@@ -66,7 +66,7 @@ typedef enum {
     FORK_COUNT
 } ctl_fork_state;
 
-/* ---- the state machines (pure) ---- */
+/* ---- the state machines (pure; ctl_interv.c) ---- */
 /* 1 when the move is legal (the diagrams above). */
 int ctl_guard_move_legal(ctl_guard_state from, ctl_guard_state to);
 int ctl_fork_move_legal(ctl_fork_state from, ctl_fork_state to);
@@ -76,12 +76,15 @@ const char *ctl_fork_state_name(ctl_fork_state s);
 int ctl_guard_state_parse(const char *name);
 int ctl_fork_state_parse(const char *name);
 
-/* ---- the controller's side (ctl_guard.c, ctl_fork.c) ---- */
+/* ---- the controller's side (ctl_interv_ev.c passes the events to
+   ctl_guard.c and ctl_fork.c) ---- */
 /* Reads the unfinished interventions back and resumes them (after the
    studies are loaded). 0, or -1 with err. */
 int ctl__interv_load(ctl_t *c, char *err, size_t errsize);
-void ctl__interv_free(ctl_t *c);
-/* An instruction was resolved (from ctl__instr_done). */
+void ctl__interv_free(ctl_t *c); /* ctl_interv.c */
+/* These three hear the lower files' events through ctl.on (ctl_types.h),
+   which ctl_new points at them. An instruction was resolved (from
+   ctl__instr_done). */
 void ctl__interv_instr_done(ctl_t *c, long id, long trial_id, int applied,
                             const char *why);
 /* A trial reported (after ctl__trial_metrics stored the points). */
@@ -135,6 +138,17 @@ int ctl__iv_save(ctl_t *c, ctl_iv *iv, const char *state_name, int done);
 ctl_iv *ctl__iv_of_trial(ctl_t *c, long trial_id);
 /* Answers iv's waiter with msg (taken) and forgets it. */
 void ctl__iv_answer(ctl_t *c, ctl_iv *iv, json_t *msg);
+/* The list (created empty when there is none yet; owned by c). */
+struct ctl_interv {
+    ctl_iv *v;
+    size_t n, cap;
+};
+ctl_interv *ctl__iv_list(ctl_t *c);
+/* A new zeroed entry at the list's end (instr -1), borrowed until the
+   list changes. */
+ctl_iv *ctl__iv_push(ctl_t *c);
+/* Drops the finished ones whose waiter was answered. */
+void ctl__iv_sweep(ctl_t *c);
 
 /* ctl_guard.c / ctl_fork.c: one intervention's events (the list calls
    them). `resume`: the state's instruction again after a restart. */

@@ -77,22 +77,6 @@ static ctl_disp *s_auth_disp(ctl_t *c, const ctl_msg *m)
     return d;
 }
 
-long ctl__msg_int(const ctl_msg *m, const char *key)
-{
-    return (long)json_integer_value(json_object_get(m->msg, key));
-}
-
-const char *ctl__msg_str(const ctl_msg *m, const char *key)
-{
-    return json_string_value(json_object_get(m->msg, key));
-}
-
-void ctl__msg_error(ctl_t *c, const wire_peer *to, long req, const char *code,
-                    const char *text)
-{
-    ctl__send(c, to, wire_error(req, code, "%s", text));
-}
-
 #define MAX_POINTS 100000
 
 /* Metric names: [A-Za-z_][A-Za-z0-9_.]*, under 64 characters (jizhi.h). */

@@ -14,16 +14,7 @@
 
 #include "../common/msg.h"
 
-/* What a handler gets: the message, its sender, and the sender's
-   identity as the schema's row established it. All borrowed. */
-typedef struct {
-    const wire_peer *from;
-    json_t *msg;
-    long req;             /* the request's `req`, -1 when none */
-    ctl_trial *trial;     /* MSG_AUTH_TRIAL: the authenticated trial */
-    ctl_disp *disp;       /* MSG_AUTH_DISP: the registered dispatcher */
-    const ctl_ident *who; /* the sender as the transport identified it */
-} ctl_msg;
+/* What a handler gets (ctl_msg): ctl_types.h. */
 
 typedef void (*ctl_handler)(ctl_t *c, const ctl_msg *m);
 
@@ -31,14 +22,7 @@ extern const ctl_handler ctl__msg_trial_handlers[MSG_COUNT]; /* ctl_msg.c */
 extern const ctl_handler ctl__msg_disp_handlers[MSG_COUNT];  /* ctl_msg_disp.c */
 extern const ctl_handler ctl__msg_cli_handlers[MSG_COUNT];   /* ctl_msg_cli.c */
 
-/* A field of m's message as the schema's row has it (common/msg.h): a
-   required one is there with its type, so a handler reads it without
-   checking; an optional one absent or null gives 0 or NULL. Borrowed. */
-long ctl__msg_int(const ctl_msg *m, const char *key);
-const char *ctl__msg_str(const ctl_msg *m, const char *key);
-
-/* Answers `error` with `code` and `text` (changes nothing). */
-void ctl__msg_error(ctl_t *c, const wire_peer *to, long req, const char *code,
-                    const char *text);
+/* ctl__msg_int, ctl__msg_str and ctl__msg_error, which every handler file
+   uses: ctl_svc.h. */
 
 #endif

@@ -333,22 +333,6 @@ static int s_preempt_for(ctl_t *c, ctl_study *for_s)
     return 1;
 }
 
-void ctl__queue_resume(ctl_t *c, ctl_trial *t)
-{
-    /* the run goes on from its checkpoint: keep what it reported so far */
-    double last = t->row.last_value, best = t->row.best_value;
-    ctl__trial_unsuspend(c, t, "queue");
-    if (t->state != TRIAL_PENDING)
-        return;
-    t->row.last_value = last;
-    t->row.best_value = best;
-    json_t *d = json_pack("{s:s, s:I}", "checkpoint", t->row.checkpoint, "step",
-                          (json_int_t)t->row.checkpoint_step);
-    store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, "queue",
-                    "preemption_resumed", d, 1);
-    json_decref(d);
-}
-
 /* 1 when some alive dispatcher could run one of the spec's trials once
    free, or none is alive (one may come): a study that none of the
    machines there can host does not hold back lower priorities. */

@@ -1,6 +1,7 @@
-/*  ctl_study.c - a study in the controller (see ctl_study.h): its state
-    machine, loading, submit, new trials from the scheduler, the periodic
-    tick (starts, lost trials, budgets, completion) and status.
+/*  ctl_study.c - a study in the controller (see ctl_study.h): loading,
+    submit, new trials from the scheduler, its part of the periodic tick
+    (lost trials, budgets, completion; ctl__tick in ctl.c runs it) and
+    status. Its state machine is in ctl_state.c.
 
     Every change goes through the iteration's transaction (ctl__txn) and
     is committed before anything it causes leaves the controller.
@@ -17,42 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the state machine ---- */
-
-int ctl_study_move_legal(store_study_state from, store_study_state to)
-{
-    return (from == STUDY_RUNNING && (to == STUDY_STOPPED || to == STUDY_FINISHED)) ||
-           (from == STUDY_STOPPED && to == STUDY_RUNNING) ||
-           (from == STUDY_FINISHED && to == STUDY_RUNNING); /* study extend */
-}
-
-int ctl__study_move(ctl_t *c, ctl_study *s, store_study_state to)
-{
-    if (!ctl_study_move_legal(s->state, to)) {
-        log_error("ctl", "programmer error: study %s cannot move from %s to %s",
-                  s->row.name, store_study_state_name(s->state),
-                  store_study_state_name(to));
-        assert(!"illegal study state move");
-        return -1;
-    }
-    const char *name = store_study_state_name(to);
-    if (ctl__txn(c) != 0 || store_study_set_state(c->store, s->row.id, name, util_wall()))
-        return -1;
-    s->state = to;
-    snprintf(s->row.state, sizeof s->row.state, "%s", name);
-    return 0;
-}
-
 /* ---- objects ---- */
-
-void ctl__study_add_trial(ctl_study *s, ctl_trial *t)
-{
-    if (s->ntrials == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 16;
-        s->trials = util_xrealloc(s->trials, s->cap * sizeof *s->trials);
-    }
-    s->trials[s->ntrials++] = t;
-}
 
 void ctl__study_free(ctl_study *s)
 {
@@ -81,16 +47,6 @@ static void s_add_study(ctl_t *c, ctl_study *s)
 {
     c->studies = util_xrealloc(c->studies, (c->nstudies + 1) * sizeof *c->studies);
     c->studies[c->nstudies++] = s;
-}
-
-double ctl__study_load_timeout(const ctl_study *s)
-{
-    if (s->sched->ops->load_timeout)
-        return s->sched->ops->load_timeout(s->sched);
-    for (int i = 0; i < s->nmon; i++)
-        if (s->mon[i]->ops->load_timeout)
-            return s->mon[i]->ops->load_timeout(s->mon[i]);
-    return SCHED_LOAD_TIMEOUT_DEFAULT_S;
 }
 
 /* Builds the in-memory study from its row (takes ownership of row's
@@ -588,7 +544,7 @@ static void s_save_sched(ctl_t *c, ctl_study *s)
    An active trial of a study that is not running and that no stop drives
    yet (a controller that restarted forgot the plan) is stopped by its
    study. */
-static void s_tick_trials(ctl_t *c, ctl_study *s, double now)
+void ctl__study_tick_trials(ctl_t *c, ctl_study *s, double now)
 {
     int running = s->state == STUDY_RUNNING;
     int time_over = running && s_time_over(s);
@@ -663,7 +619,7 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
 
 /* The last part of a study's tick, after the queue started what it could:
    saves the scheduler, finishes the study when nothing is left. */
-static void s_tick_end(ctl_t *c, ctl_study *s)
+void ctl__study_tick_end(ctl_t *c, ctl_study *s)
 {
     long active = 0, pending = 0, held = 0; /* held: suspended */
     for (size_t i = 0; i < s->ntrials; i++) {
@@ -685,20 +641,6 @@ static void s_tick_end(ctl_t *c, ctl_study *s)
                  s->ntrials);
         ctl__alert(c, s, NULL, SPEC_ALERT_FINISHED, 0, text, NULL);
     }
-}
-
-void ctl__tick(ctl_t *c, double now)
-{
-    ctl__disp_check_silence(c, now);
-    ctl__read_expire(c, now);
-    for (size_t i = 0; i < c->nstudies; i++)
-        s_tick_trials(c, c->studies[i], now);
-    ctl__interv_tick(c, now); /* guarded changes and forks (ctl_interv.c) */
-    /* free slots go to waiting trials in queue order (ctl_queue.c) */
-    ctl__queue_fill(c, now);
-    for (size_t i = 0; i < c->nstudies; i++)
-        if (c->studies[i]->state == STUDY_RUNNING)
-            s_tick_end(c, c->studies[i]);
 }
 
 ctl_study *ctl__study_load(ctl_t *c, const char *name, const char **code, char *msg,
@@ -777,23 +719,6 @@ int ctl__study_extend(ctl_t *c, ctl_study *s, long n, const char *who, const cha
     log_info("ctl", "study %s extended by %ld trials (%ld in all)", s->row.name, n,
              s->spec->trials);
     return 0;
-}
-
-void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason)
-{
-    if (s->state != STUDY_RUNNING || ctl__txn(c) != 0)
-        return;
-    for (size_t i = 0; i < s->ntrials; i++)
-        if (ctl_trial_active(s->trials[i]))
-            ctl__trial_stop(c, s->trials[i], who, "study stopped", CTL_STOP_BY_STUDY);
-    if (ctl__study_move(c, s, STUDY_STOPPED) == 0) {
-        json_t *detail = reason ? json_pack("{s:s}", "reason", reason) : NULL;
-        store_event_add(c->store, util_wall(), s->row.id, -1, who, "study_stopped",
-                        detail, 1);
-        json_decref(detail);
-        if (reason)
-            log_warn("ctl", "study %s stopped: %s", s->row.name, reason);
-    }
 }
 
 void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who)

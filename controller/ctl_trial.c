@@ -1,4 +1,5 @@
-/*  ctl_trial.c - a trial's state machine and lifecycle (see ctl_trial.h).
+/*  ctl_trial.c - a trial's lifecycle (see ctl_trial.h); its state machine
+    is in ctl_state.c.
 
     Every change goes through the iteration's transaction (ctl__txn) and
     is committed before anything it causes leaves the controller.
@@ -15,129 +16,6 @@
 #include <string.h>
 
 #define STOP_GRACE_S 10.0 /* after a stop instruction, kill the process */
-
-/* ---- the state machine ---- */
-
-#define B(s) (1u << (s))
-
-/* s_moves[from]: the set of states `from` may move to. */
-static const unsigned s_moves[TRIAL_STATE_COUNT] = {
-    [TRIAL_PENDING] = B(TRIAL_STARTING) | B(TRIAL_FAILED) | B(TRIAL_STOPPED),
-    [TRIAL_STARTING] = B(TRIAL_RUNNING) | B(TRIAL_PENDING) | B(TRIAL_COMPLETED) |
-                       B(TRIAL_FAILED) | B(TRIAL_STOPPED) | B(TRIAL_PRUNED),
-    [TRIAL_RUNNING] = B(TRIAL_PAUSED) | B(TRIAL_SUSPENDED) | B(TRIAL_PENDING) |
-                      B(TRIAL_COMPLETED) | B(TRIAL_FAILED) | B(TRIAL_STOPPED) |
-                      B(TRIAL_PRUNED),
-    [TRIAL_PAUSED] = B(TRIAL_RUNNING) | B(TRIAL_SUSPENDED) | B(TRIAL_PENDING) |
-                     B(TRIAL_COMPLETED) | B(TRIAL_FAILED) | B(TRIAL_STOPPED) |
-                     B(TRIAL_PRUNED),
-    [TRIAL_SUSPENDED] = B(TRIAL_PENDING) | B(TRIAL_STOPPED),
-    [TRIAL_COMPLETED] = 0,
-    [TRIAL_FAILED] = 0,
-    [TRIAL_STOPPED] = B(TRIAL_PENDING),
-    [TRIAL_PRUNED] = 0,
-};
-
-/* s_plans[from]: the plans `from` may move to (any plan may go back to
-   NONE: the trial started, ended, retried or was suspended). */
-static const unsigned s_plans[PLAN_COUNT] = {
-    [PLAN_NONE] = B(PLAN_STOP) | B(PLAN_RELEASE_CHECKPOINT) | B(PLAN_RESTART),
-    [PLAN_RELEASE_CHECKPOINT] = B(PLAN_RELEASE) | B(PLAN_STOP),
-    [PLAN_RELEASE] = 0,
-    [PLAN_STOP] = 0,
-    [PLAN_RESTART] = B(PLAN_STOP),
-};
-
-int ctl_trial_move_legal(store_trial_state from, store_trial_state to)
-{
-    if ((unsigned)from >= TRIAL_STATE_COUNT || (unsigned)to >= TRIAL_STATE_COUNT)
-        return 0;
-    return (s_moves[from] & B(to)) != 0;
-}
-
-int ctl_trial_plan_legal(ctl_trial_plan from, ctl_trial_plan to)
-{
-    if ((unsigned)from >= PLAN_COUNT || (unsigned)to >= PLAN_COUNT)
-        return 0;
-    return to == PLAN_NONE || (s_plans[from] & B(to)) != 0;
-}
-
-const char *ctl_trial_plan_name(ctl_trial_plan p)
-{
-    static const char *const names[PLAN_COUNT] = {
-        [PLAN_NONE] = "none",       [PLAN_RELEASE_CHECKPOINT] = "release_checkpoint",
-        [PLAN_RELEASE] = "release", [PLAN_STOP] = "stop",
-        [PLAN_RESTART] = "restart",
-    };
-    return (unsigned)p < PLAN_COUNT ? names[p] : "invalid";
-}
-
-int ctl_trial_move(ctl_trial *t, store_trial_state to)
-{
-    if (!ctl_trial_move_legal(t->state, to)) {
-        log_error("ctl", "programmer error: trial %ld cannot move from %s to %s",
-                  t->row.id, store_trial_state_name(t->state),
-                  store_trial_state_name(to));
-        assert(!"illegal trial state move");
-        return -1;
-    }
-    t->state = to;
-    snprintf(t->row.state, sizeof t->row.state, "%s", store_trial_state_name(to));
-    return 0;
-}
-
-int ctl_trial_plan_to(ctl_trial *t, ctl_trial_plan to)
-{
-    if (!ctl_trial_plan_legal(t->plan, to)) {
-        log_error("ctl", "programmer error: trial %ld plan cannot move from %s to %s",
-                  t->row.id, ctl_trial_plan_name(t->plan), ctl_trial_plan_name(to));
-        assert(!"illegal trial plan move");
-        return -1;
-    }
-    t->plan = to;
-    if (to == PLAN_NONE) {
-        t->plan_reason[0] = 0;
-        t->plan_by_study = 0;
-        t->plan_pruned = 0;
-        t->plan_since = 0;
-        t->kill_sent = 0;
-    }
-    return 0;
-}
-
-int ctl_trial_init_state(ctl_trial *t)
-{
-    t->plan = PLAN_NONE;
-    return store_trial_state_parse(t->row.state, &t->state);
-}
-
-int ctl_trial_active(const ctl_trial *t)
-{
-    return t->state == TRIAL_STARTING || t->state == TRIAL_RUNNING ||
-           t->state == TRIAL_PAUSED;
-}
-
-int ctl_trial_ended(const ctl_trial *t)
-{
-    return store_trial_state_ended(t->state);
-}
-
-const char *ctl_trial_cmd_refusal(const ctl_trial *t, ctl_trial_cmd cmd, char *buf,
-                                  size_t size)
-{
-    if (t->state == TRIAL_SUSPENDED && (cmd == TRIAL_CMD_RESUME || cmd == TRIAL_CMD_STOP))
-        return NULL;
-    if (t->state == TRIAL_PENDING && cmd == TRIAL_CMD_STOP)
-        return NULL;
-    if (!ctl_trial_active(t)) {
-        snprintf(buf, size, "trial %ld is %s, not running", t->row.id,
-                 store_trial_state_name(t->state));
-        return buf;
-    }
-    if (cmd == TRIAL_CMD_RELEASE && (t->state == TRIAL_STARTING || t->plan != PLAN_NONE))
-        return "the trial is starting, stopping or already releasing";
-    return NULL;
-}
 
 /* ---- objects ---- */
 
@@ -191,15 +69,6 @@ void ctl__trial_free(ctl_trial *t)
         return;
     store_trial_fini(&t->row);
     free(t);
-}
-
-int ctl__trial_save(ctl_t *c, ctl_trial *t)
-{
-    if (ctl__txn(c) != 0 || store_trial_save(c->store, &t->row) != 0) {
-        log_error("ctl", "cannot save trial %ld: %s", t->row.id, store_errmsg(c->store));
-        return -1;
-    }
-    return 0;
 }
 
 double ctl__trial_result(const ctl_trial *t)
@@ -645,7 +514,8 @@ void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
         int k = sc->ops->on_checkpoint(sc, t->row.id, step, path, util_now(), ins, 8);
         ctl__trial_apply_sched(c, s, sc, ins, k);
     }
-    ctl__interv_checkpoint(c, t); /* a guarded change or fork waiting for it */
+    if (c->on.trial_checkpoint) /* a guarded change or fork waiting for it */
+        c->on.trial_checkpoint(c, t);
     if (t->plan == PLAN_RELEASE_CHECKPOINT && ctl_trial_active(t) &&
         ctl_trial_plan_to(t, PLAN_RELEASE) == 0) {
         snprintf(t->plan_reason, sizeof t->plan_reason, "paused and released");
@@ -716,7 +586,8 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
         }
     }
     s_check_resource(c, t);
-    ctl__interv_metrics(c, t, pts, n); /* a guarded change's watch, a fork's decision */
+    if (c->on.trial_metrics) /* a guarded change's watch, a fork's decision */
+        c->on.trial_metrics(c, t, pts, n);
     return ctl__trial_save(c, t);
 }
 
@@ -752,4 +623,78 @@ void ctl__trial_tick(ctl_t *c, ctl_trial *t, double now)
     if ((t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) && !t->kill_sent &&
         now - t->plan_since > STOP_GRACE_S && t->disp)
         ctl__disp_kill(c, t, t->plan_reason);
+}
+
+/* ---- moves the other files ask for, placed here so that they call down:
+   a trial's end may stop its study, the tick restarts a trial whose load
+   was not acknowledged, the queue resumes a preempted trial ---- */
+
+void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason)
+{
+    if (s->state != STUDY_RUNNING || ctl__txn(c) != 0)
+        return;
+    for (size_t i = 0; i < s->ntrials; i++)
+        if (ctl_trial_active(s->trials[i]))
+            ctl__trial_stop(c, s->trials[i], who, "study stopped", CTL_STOP_BY_STUDY);
+    if (ctl__study_move(c, s, STUDY_STOPPED) == 0) {
+        json_t *detail = reason ? json_pack("{s:s}", "reason", reason) : NULL;
+        store_event_add(c->store, util_wall(), s->row.id, -1, who, "study_stopped",
+                        detail, 1);
+        json_decref(detail);
+        if (reason)
+            log_warn("ctl", "study %s stopped: %s", s->row.name, reason);
+    }
+}
+
+void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now)
+{
+    ctl_study *s = t->study;
+    double limit = ctl__study_load_timeout(s);
+    if (limit <= 0 || t->plan != PLAN_NONE || !t->disp)
+        return;
+    for (size_t i = 0; i < c->ninstrs; i++) {
+        ctl_instr *in = &c->instrs[i];
+        const char *kind = json_string_value(json_object_get(in->msg, "kind"));
+        const char *path = json_string_value(json_object_get(in->msg, "path"));
+        if (in->trial_id != t->row.id || now - in->sent < limit || !kind ||
+            strcmp(kind, "load") || !path || strlen(path) >= sizeof t->load_on_start)
+            continue;
+        if (ctl__txn(c) != 0)
+            return;
+        json_t *detail = json_pack("{s:s, s:I, s:O?, s:f}", "path", path, "instruction",
+                                   (json_int_t)in->id, "from",
+                                   json_object_get(in->msg, "from"), "timeout_s", limit);
+        char why[160];
+        snprintf(why, sizeof why,
+                 "not acknowledged within %g s: restarting the trial from the "
+                 "checkpoint",
+                 limit);
+        ctl__trial_restart_from(c, t, path,
+                                "restart from a checkpoint (load not acknowledged)");
+        ctl__instr_done(c, in->id, 0, why); /* `in` and `path` are gone after this */
+        store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller",
+                        "restart_from_checkpoint", detail, 1);
+        json_decref(detail);
+        log_info("ctl",
+                 "study %s trial %ld: load not acknowledged within %g s; restarting it "
+                 "from %s",
+                 s->row.name, t->row.id, limit, t->load_on_start);
+        return;
+    }
+}
+
+void ctl__queue_resume(ctl_t *c, ctl_trial *t)
+{
+    /* the run goes on from its checkpoint: keep what it reported so far */
+    double last = t->row.last_value, best = t->row.best_value;
+    ctl__trial_unsuspend(c, t, "queue");
+    if (t->state != TRIAL_PENDING)
+        return;
+    t->row.last_value = last;
+    t->row.best_value = best;
+    json_t *d = json_pack("{s:s, s:I}", "checkpoint", t->row.checkpoint, "step",
+                          (json_int_t)t->row.checkpoint_step);
+    store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, "queue",
+                    "preemption_resumed", d, 1);
+    json_decref(d);
 }

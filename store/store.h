@@ -20,7 +20,7 @@ typedef struct store store_t;
 
 /* The trial states, in the order of the `state` column's text. The
    controller works on these values and turns them into text only here
-   (rows) and on the wire; controller/ctl_trial.h holds the diagram of
+   (rows) and on the wire; controller/ctl_state.h holds the diagram of
    the legal moves between them. */
 typedef enum {
     TRIAL_PENDING,   /* waits for a free slot */
@@ -36,7 +36,7 @@ typedef enum {
     TRIAL_STATE_COUNT
 } store_trial_state;
 
-/* The study states (diagram in controller/ctl_study.h). */
+/* The study states (diagram in controller/ctl_state.h). */
 typedef enum {
     STUDY_RUNNING,
     STUDY_STOPPED,

@@ -1,8 +1,8 @@
 /*  test_ctl_state.c - the controller's trial and study state machines,
     without sockets.
 
-    1. The transition tables against the diagrams (controller/ctl_trial.h,
-       ctl_study.h), written out here a second time: every pair of states
+    1. The transition tables against the diagrams (controller/ctl_state.h),
+       written out here a second time: every pair of states
        is checked, so a move added or dropped on one side fails.
     2. Every legal move applied through ctl_trial_move; an illegal one is
        a programmer error (assert: the child aborts, or with asserts off
@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "controller/ctl.h"
 #include "controller/ctl_internal.h"
 
 #include <fcntl.h>
@@ -241,6 +242,51 @@ TEST(commands_are_refused_in_states_that_do_not_allow_them)
     ctl_trial t = {.row = {.id = 5}, .state = TRIAL_COMPLETED};
     CHECK_STR(ctl_trial_cmd_refusal(&t, TRIAL_CMD_PAUSE, buf, sizeof buf),
               "trial 5 is completed, not running");
+}
+
+/* The pure refusal function over every state, plan and command, against
+   the rules written out again here, one row per state: for the commands
+   stop, pause, resume, set, release, 'y' allowed, 'n' not active, 'b'
+   busy; first with no plan, then with any plan. */
+TEST(the_refusal_of_every_state_plan_and_command)
+{
+    static const struct {
+        store_trial_state state;
+        const char *no_plan, *a_plan;
+    } rows[] = {
+        {TRIAL_PENDING, "ynnnn", "ynnnn"},   {TRIAL_STARTING, "yyyyb", "yyyyb"},
+        {TRIAL_RUNNING, "yyyyy", "yyyyb"},   {TRIAL_PAUSED, "yyyyy", "yyyyb"},
+        {TRIAL_SUSPENDED, "ynynn", "ynynn"}, {TRIAL_COMPLETED, "nnnnn", "nnnnn"},
+        {TRIAL_FAILED, "nnnnn", "nnnnn"},    {TRIAL_STOPPED, "nnnnn", "nnnnn"},
+        {TRIAL_PRUNED, "nnnnn", "nnnnn"},
+    };
+    CHECK(N(rows) == TRIAL_STATE_COUNT);
+    for (size_t r = 0; r < N(rows); r++)
+        for (int p = 0; p < PLAN_COUNT; p++)
+            for (int cmd = TRIAL_CMD_STOP; cmd <= TRIAL_CMD_RELEASE; cmd++) {
+                char want = (p == PLAN_NONE ? rows[r].no_plan : rows[r].a_plan)[cmd];
+                ctl_trial_refusal got = ctl_trial_state_refusal(
+                    rows[r].state, (ctl_trial_plan)p, (ctl_trial_cmd)cmd);
+                char g = got == TRIAL_REFUSE_NONE         ? 'y'
+                         : got == TRIAL_REFUSE_NOT_ACTIVE ? 'n'
+                         : got == TRIAL_REFUSE_BUSY       ? 'b'
+                                                          : '?';
+                if (g != want)
+                    JZT_FAIL("%s, plan %s, command %d: got %c, want %c",
+                             store_trial_state_name(rows[r].state),
+                             ctl_trial_plan_name((ctl_trial_plan)p), cmd, g, want);
+            }
+    /* the words a person reads, for each kind of refusal */
+    char buf[128];
+    ctl_trial t = {.row = {.id = 7}, .state = TRIAL_RUNNING, .plan = PLAN_STOP};
+    CHECK_STR(ctl_trial_cmd_refusal(&t, TRIAL_CMD_RELEASE, buf, sizeof buf),
+              "the trial is starting, stopping or already releasing");
+    t.state = TRIAL_PRUNED;
+    CHECK_STR(ctl_trial_cmd_refusal(&t, TRIAL_CMD_SET, buf, sizeof buf),
+              "trial 7 is pruned, not running");
+    t.state = TRIAL_PAUSED;
+    t.plan = PLAN_NONE;
+    CHECK(ctl_trial_cmd_refusal(&t, TRIAL_CMD_RELEASE, buf, sizeof buf) == NULL);
 }
 
 /* ---- the id map ---- */
@@ -643,6 +689,7 @@ int main(void)
     RUN(every_legal_move_applies);
     RUN(an_illegal_move_by_code_is_a_programmer_error);
     RUN(commands_are_refused_in_states_that_do_not_allow_them);
+    RUN(the_refusal_of_every_state_plan_and_command);
     RUN(id_map_finds_every_id_and_nothing_else);
     RUN(a_lifecycle_through_every_move_on_a_real_store);
     RUN(restart_plan_and_stop_plans);

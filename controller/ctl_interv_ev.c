@@ -1,0 +1,126 @@
+/*  ctl_interv_ev.c - the controller's events for a person's interventions
+    (ctl_interv.h): reads the unfinished ones back when the controller
+    starts, and passes each instruction resolved, metrics report,
+    checkpoint and tick to the guarded change (ctl_guard.c) or the fork
+    (ctl_fork.c) it concerns. Above both; the list they share is
+    ctl_interv.c, below them.
+*/
+#include "ctl_internal.h"
+
+#include "../common/log.h"
+#include "../common/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ctl__interv_load(ctl_t *c, char *err, size_t errsize)
+{
+    json_t *rows = store_interv_list(c->store, 1, 0);
+    if (!rows) {
+        snprintf(err, errsize, "cannot read the interventions: %s",
+                 store_errmsg(c->store));
+        return -1;
+    }
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r)
+    {
+        const char *kind = json_string_value(json_object_get(r, "kind"));
+        const char *state = json_string_value(json_object_get(r, "state"));
+        int guard = kind && !strcmp(kind, "guard");
+        int st = guard ? ctl_guard_state_parse(state) : ctl_fork_state_parse(state);
+        if (!kind || st < 0) {
+            log_warn("ctl",
+                     "intervention %" JSON_INTEGER_FORMAT
+                     ": unknown kind or state; left as it is",
+                     json_integer_value(json_object_get(r, "id")));
+            continue;
+        }
+        ctl_iv *iv = ctl__iv_push(c);
+        iv->id = (long)json_integer_value(json_object_get(r, "id"));
+        iv->study_id = (long)json_integer_value(json_object_get(r, "study_id"));
+        iv->trial_id = (long)json_integer_value(json_object_get(r, "trial_id"));
+        iv->kind = guard ? IV_GUARD : IV_FORK;
+        iv->state = st;
+        iv->data = json_incref(json_object_get(r, "data"));
+        log_info("ctl", "resuming the %s of trial %ld (intervention %ld, state %s)",
+                 guard ? "guarded change" : "fork", iv->trial_id, iv->id, state);
+        if (guard)
+            ctl__guard_resume(c, iv);
+        else
+            ctl__fork_resume(c, iv);
+    }
+    json_decref(rows);
+    ctl__iv_sweep(c);
+    return 0;
+}
+
+void ctl__interv_instr_done(ctl_t *c, long id, long trial_id, int applied,
+                            const char *why)
+{
+    ctl_interv *l = ctl__iv_list(c);
+    for (size_t i = 0; i < l->n; i++) {
+        ctl_iv *iv = &l->v[i];
+        if (iv->instr != id || ctl__iv_done(iv))
+            continue;
+        iv->instr = -1;
+        if (iv->kind == IV_GUARD)
+            ctl__guard_instr_done(c, iv, applied, why);
+        else
+            ctl__fork_instr_done(c, iv, applied, why);
+        return;
+    }
+    (void)trial_id;
+}
+
+void ctl__interv_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n)
+{
+    ctl_iv *iv = c->interv ? ctl__iv_of_trial(c, t->row.id) : NULL;
+    if (!iv)
+        return;
+    if (iv->kind == IV_GUARD)
+        ctl__guard_metrics(c, iv, t, pts, n);
+    else
+        ctl__fork_metrics(c, iv, t, pts, n);
+}
+
+void ctl__interv_checkpoint(ctl_t *c, ctl_trial *t)
+{
+    ctl_iv *iv = c->interv ? ctl__iv_of_trial(c, t->row.id) : NULL;
+    if (!iv || iv->trial_id != t->row.id)
+        return;
+    if (iv->kind == IV_GUARD)
+        ctl__guard_checkpoint(c, iv, t);
+    else
+        ctl__fork_checkpoint(c, iv, t);
+}
+
+void ctl__interv_tick(ctl_t *c, double now)
+{
+    if (!c->interv)
+        return;
+    ctl_interv *l = c->interv;
+    for (size_t i = 0; i < l->n; i++) {
+        ctl_iv *iv = &l->v[i];
+        if (!ctl__iv_done(iv)) {
+            if (iv->kind == IV_GUARD)
+                ctl__guard_tick(c, iv, now);
+            else
+                ctl__fork_tick(c, iv, now);
+        }
+        if (iv->waiter.len && iv->wait_until > 0 && now > iv->wait_until)
+            ctl__iv_answer(
+                c, iv,
+                wire_error(iv->waiter_req, "not_acknowledged",
+                           "the %s of trial %ld is not decided within %g s (timed out); "
+                           "it goes on (state %s): `jizhi trial show %ld` tells the "
+                           "outcome",
+                           iv->kind == IV_GUARD ? "guarded change" : "fork", iv->trial_id,
+                           iv->wait_s,
+                           iv->kind == IV_GUARD ? ctl_guard_state_name(iv->state)
+                                                : ctl_fork_state_name(iv->state),
+                           iv->trial_id));
+    }
+    ctl__iv_sweep(c);
+}
