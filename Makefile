@@ -160,6 +160,11 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(INTERNAL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(INTERNAL_LIBS) $(ALL_LDFLAGS) $(LIBS)
 
+# test_oom injects allocation failures: our code's allocations go through
+# its wrappers (jansson's through json_set_alloc_funcs); this binary only.
+$(BUILD)/tests/test_oom: ALL_LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc \
+    -Wl,--wrap=free,--wrap=strdup,--wrap=strndup,--wrap=json_loads,--wrap=json_loadb
+
 # Benchmark drivers (bench/*.c), built by `make bench` only. Every benchmark
 # lives under bench/: drivers, scripts and the peers' runners; the drivers
 # that link the scheduler library (bench_bo, bench_mo) have their rules in

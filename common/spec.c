@@ -841,19 +841,25 @@ static int s_parse(spec_t *s, json_t *j, int check_command, spec_error *err)
         return -1;
     if (check_command && !strchr(cmd0, '{') && s_check_command(s, cmd0, err) != 0)
         return -1;
-    spec_error perr;
+    spec_error perr = {"", ""};
     /* twice: with every parameter, then without the conditional ones (a
        placeholder for one of those needs a {name:default}) */
     for (int pass = 0; pass < 2; pass++) {
         json_t *probe = json_object();
+        if (!probe)
+            return spec__fail(err, "trial.command", "out of memory");
         for (size_t k = 0; k < s->nparams; k++)
-            if (!pass || !s->params[k].conditional)
+            if ((!pass || !s->params[k].conditional) &&
                 json_object_set_new(probe, s->params[k].name,
-                                    spec_param_from_unit(&s->params[k], 0.5));
+                                    spec_param_from_unit(&s->params[k], 0.5)) != 0) {
+                json_decref(probe);
+                return spec__fail(err, "trial.command", "out of memory");
+            }
         json_t *expanded = spec_expand_command(s, probe, &perr);
         json_decref(probe);
-        if (!expanded)
-            return spec__fail(err, perr.field, "%s", perr.text);
+        if (!expanded) /* perr is empty only when an allocation failed */
+            return spec__fail(err, perr.text[0] ? perr.field : "trial.command", "%s",
+                              perr.text[0] ? perr.text : "out of memory");
         json_decref(expanded);
     }
 
