@@ -19,11 +19,12 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 USERS=${USERS:-4}
 STEADY_S=${STEADY_S:-20}
 OUT=${OUT:-$BUILD/bench/scale.json}
+REPEAT=${REPEAT:-1} # runs of each level (a level's 6th field overrides); medians are kept
 if [ "${QUICK:-0}" = 1 ]; then
     LEVELS=${LEVELS:-"100:10:10:10:200"}
     STEADY_S=${STEADY_S_QUICK:-3}
 else
-    LEVELS=${LEVELS:-"100:10:10:10:1000 1000:100:10:10:5000 10000:1000:10:10:20000 ingest:8:1:5000:1"}
+    LEVELS=${LEVELS:-"100:10:10:10:1000:3 1000:100:10:10:5000:3 3000:300:10:10:10000:1 10000:1000:10:10:20000:1 ingest:8:1:5000:1:3"}
 fi
 J="$PWD/$BUILD/bin/jizhi"
 RIG="$PWD/$BUILD/bench/scale_rig"
@@ -32,7 +33,7 @@ pids=()
 cleanup() {
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$dir"
+    if [ -n "${KEEP:-}" ]; then echo "kept $dir" >&2; else rm -rf "$dir"; fi
 }
 trap cleanup EXIT
 port() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -113,13 +114,35 @@ PY
 }
 
 for lv in $LEVELS; do
-    IFS=: read -r name nd ns nm np <<< "$lv"
-    run_level "$name" "$nd" "$ns" "$nm" "$np"
+    IFS=: read -r name nd ns nm np reps <<< "$lv"
+    for r in $(seq "${reps:-$REPEAT}"); do
+        run_level "$name" "$nd" "$ns" "$nm" "$np"
+        [ -n "${KEEP:-}" ] || rm -rf "${dir:?}/$name"
+    done
 done
 
 "$PYTHON" - "$dir/levels.jsonl" "$OUT" <<'PY'
-import json, sys
-levels = [json.loads(l) for l in open(sys.argv[1])]
+import json, os, sys
+import statistics
+runs = [json.loads(l) for l in open(sys.argv[1])]
+names = list(dict.fromkeys(r["level"] for r in runs))
+levels = []
+for n in names:  # the median of each number over the level's runs
+    rs = [r for r in runs if r["level"] == n]
+    m = dict(rs[-1])
+    for k, v in rs[0].items():
+        vals = [r.get(k) for r in rs]
+        if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vals):
+            m[k] = statistics.median(vals) if k not in ("lost", "errors", "set_failed", "api_failed") else max(vals)
+    m["runs"] = len(rs)
+    if m.get("ctl_cpu_steady_frac", -1) > 0 and m.get("steady_s"):
+        # messages per second the controller handled in the steady phase
+        # (metric batches, dispatcher heartbeats, waited sets and their acks)
+        msgs = (m["points_acked_steady"] / m["metrics"] + m["disps"] * m["steady_s"]
+                + 2 * m["set_n"]) / m["steady_s"]
+        m["ctl_msgs_per_s"] = round(msgs, 1)
+        m["ctl_cpu_us_per_msg"] = round(m["ctl_cpu_steady_frac"] * 1e6 / msgs, 1)
+    levels.append(m)
 by = {l["level"]: l for l in levels}
 def biggest(key):
     vals = [(l.get("running", 0), l[key]) for l in levels if l.get(key) is not None and l["level"] != "ingest"]
@@ -131,7 +154,9 @@ out = {
     "api_p99_ms": biggest("api_p99_ms"),
     "rss_mb": by["10000"].get("ctl_rss_mb") if "10000" in by else biggest("ctl_rss_mb"),
     "lost": sum(l.get("lost", 0) for l in levels),
-    "ctl_cpu": {l["level"]: l.get("ctl_cpu_frac") for l in levels},
+    "ctl_cpu": {l["level"]: {"steady_frac": l.get("ctl_cpu_steady_frac"),
+                             "us_per_msg": l.get("ctl_cpu_us_per_msg")} for l in levels},
+    "load_avg": os.getloadavg(),
     "failed": [f"{l['level']}: {l.get('failed') or ''}{l.get('error_codes') or ''}"
                f"{' behind ' + str(l['behind']) if l.get('behind') else ''}"
                f"{' set failed ' + str(l['set_failed']) if l.get('set_failed') else ''}"

@@ -52,7 +52,8 @@ typedef struct {
     int user; /* owner's index, -1 when not one of this process's users */
     void *sock;
     long req, out_req, out_points;
-    double next_due;
+    double next_due, sent_at; /* sent_at: of the hello or batch not answered */
+    json_t *out_msg;          /* that batch, resent as is after 3 s (as libjizhi) */
     long step;
 } rig_trial;
 
@@ -89,7 +90,7 @@ typedef struct {
     rig_trial *trials; /* nd * slots */
     rig_user *users;
     long nu, u0;
-    long starts, running, errors, behind, set_failed;
+    long starts, running, errors, behind, set_failed, resent;
     double t_last_start;
     long acked_steady, acked_total;
     int steady;
@@ -193,7 +194,15 @@ static void s_trial_end(rig_t *r, long disp, rig_trial *t, const char *how)
     if (t->st == RT_RUNNING)
         r->running--;
     s_close(r, t->sock);
+    json_decref(t->out_msg);
     memset(t, 0, sizeof *t);
+}
+
+static json_t *s_hello(rig_trial *t, long idx)
+{
+    return json_pack("{s:s, s:I, s:s, s:I, s:i}", "type", "hello", "trial",
+                     (json_int_t)t->id, "token", t->token, "req", (json_int_t)t->out_req,
+                     "pid", (int)(100000 + idx));
 }
 
 static void s_on_disp(rig_t *r, long di, json_t *m)
@@ -245,9 +254,9 @@ static void s_on_disp(rig_t *r, long di, json_t *m)
                json_pack("{s:s, s:I, s:s, s:I, s:I, s:i}", "type", "started", "req",
                          (json_int_t)++d->req, "name", d->name, "trial", (json_int_t)id,
                          "attempt", (json_int_t)att, "pid", (int)(100000 + idx)));
-        s_send(t->sock, json_pack("{s:s, s:I, s:s, s:I, s:i}", "type", "hello", "trial",
-                                  (json_int_t)id, "token", t->token, "req",
-                                  (json_int_t)++t->req, "pid", (int)(100000 + idx)));
+        t->out_req = ++t->req;
+        t->sent_at = util_now();
+        s_send(t->sock, s_hello(t, idx));
     } else if (!strcmp(type, "kill")) {
         long id = (long)json_integer_value(json_object_get(m, "trial"));
         rig_trial *t = s_trial_by_id(r, di, id);
@@ -264,8 +273,9 @@ static void s_on_trial(rig_t *r, long ti, json_t *m)
     const char *type = wire_type(m);
     long req = (long)json_integer_value(json_object_get(m, "req"));
     if (!strcmp(type, "ok")) {
-        if (t->st == RT_HELLO) {
+        if (t->st == RT_HELLO && req == t->out_req) {
             t->st = RT_RUNNING;
+            t->out_req = 0;
             r->running++;
             t->next_due = util_now() + util_unif01(&r->rng) * r->o->period_ms / 1e3;
         } else if (req == t->out_req) {
@@ -273,13 +283,18 @@ static void s_on_trial(rig_t *r, long ti, json_t *m)
             if (r->steady)
                 r->acked_steady += t->out_points;
             t->out_req = 0;
+            json_decref(t->out_msg);
+            t->out_msg = NULL;
         }
     } else if (!strcmp(type, "error")) {
         char who[40];
         snprintf(who, sizeof who, "trial %ld", t->id);
         s_error(r, who, m);
-        if (req == t->out_req)
+        if (req == t->out_req && t->st == RT_RUNNING) {
             t->out_req = 0; /* not acknowledged: not counted */
+            json_decref(t->out_msg);
+            t->out_msg = NULL;
+        }
     } else if (!strcmp(type, "instruction")) {
         json_int_t id = json_integer_value(json_object_get(m, "id"));
         s_send(t->sock, json_pack("{s:s, s:I, s:s, s:I, s:I, s:b}", "type", "ins_ack",
@@ -392,6 +407,12 @@ static void s_tick(rig_t *r, double now)
     }
     for (long i = 0; i < r->nd * r->o->slots; i++) {
         rig_trial *t = &r->trials[i];
+        if (t->st != RT_FREE && t->out_req && now - t->sent_at > 3.0) {
+            r->resent++;
+            t->sent_at = now;
+            s_send(t->sock, t->st == RT_HELLO ? s_hello(t, i) : json_incref(t->out_msg));
+            s_drain(r, K_TRIAL, i);
+        }
         if (t->st != RT_RUNNING || now < t->next_due)
             continue;
         t->next_due += r->o->period_ms / 1e3;
@@ -415,10 +436,11 @@ static void s_tick(rig_t *r, double now)
         snprintf(session, sizeof session, "rig%ld", t->id);
         t->out_req = ++t->req;
         t->out_points = r->o->metrics;
-        s_send(t->sock,
-               json_pack("{s:s, s:I, s:s, s:I, s:s, s:o}", "type", "metrics", "trial",
-                         (json_int_t)t->id, "token", t->token, "req",
-                         (json_int_t)t->out_req, "session", session, "points", pts));
+        t->sent_at = now;
+        t->out_msg = json_pack("{s:s, s:I, s:s, s:I, s:s, s:o}", "type", "metrics",
+                               "trial", (json_int_t)t->id, "token", t->token, "req",
+                               (json_int_t)t->out_req, "session", session, "points", pts);
+        s_send(t->sock, json_incref(t->out_msg));
         s_drain(r, K_TRIAL, i);
     }
     if (!r->steady)
@@ -556,8 +578,8 @@ static int s_part(rig_opts *o, int part, int in, int out)
         s_sweep(&r);
     }
     qsort(r.lat, (size_t)r.nlat, sizeof *r.lat, s_cmp);
-    dprintf(out, "steady %.6f %ld %ld %ld %ld %ld %ld\n", t_steady, r.acked_steady,
-            r.acked_total, r.behind, r.errors, r.set_failed, r.running);
+    dprintf(out, "steady %.6f %ld %ld %ld %ld %ld %ld %ld\n", t_steady, r.acked_steady,
+            r.acked_total, r.behind, r.errors, r.set_failed, r.running, r.resent);
     dprintf(out, "codes %s\n", r.err_codes[0] ? r.err_codes : "-");
     for (long i = 0; i < r.nlat; i++)
         dprintf(out, "lat %.4f\n", r.lat[i]);
@@ -711,25 +733,40 @@ int main(int argc, char **argv)
             return 1;
     double t0 = 1e300, tlast = 0, steady_s = 0;
     long starts = 0, running = 0, acked_steady = 0, acked = 0, behind = 0, errors = 0,
-         set_failed = 0, still = 0;
+         set_failed = 0, still = 0, resent = 0;
     double *lat = NULL;
     long nlat = 0, caplat = 0;
     char codes[1024] = "";
     double rss = -1, cpu1 = -1, w1 = 0;
+    /* the steady phase starts when every part has reported its ramp */
+    double cpu_s0 = -1, w_s0 = 0;
     for (long p = 0; p < o.procs; p++) {
         while (getline(&line, &cap, from[p]) > 0) {
             double a, b;
-            long x1, x2, x3, x4, x5, x6;
-            char cs[600];
-            if (!strncmp(line, "end", 3))
-                break;
+            long x1, x2;
             if (sscanf(line, "ramp %lf %lf %ld %ld", &a, &b, &x1, &x2) == 4) {
                 t0 = a < t0 ? a : t0;
                 tlast = b > tlast ? b : tlast;
                 starts += x1;
                 running += x2;
-            } else if (sscanf(line, "steady %lf %ld %ld %ld %ld %ld %ld", &a, &x1, &x2,
-                              &x3, &x4, &x5, &x6) == 7) {
+                break;
+            }
+        }
+    }
+    if (o.ctl_pid) {
+        cpu_s0 = s_ctl_cpu(o.ctl_pid);
+        w_s0 = util_now();
+    }
+    for (long p = 0; p < o.procs; p++) {
+        while (getline(&line, &cap, from[p]) > 0) {
+            double a;
+            long x1, x2, x3, x4, x5, x6, x7;
+            char cs[600];
+            if (!strncmp(line, "end", 3))
+                break;
+            if (sscanf(line, "steady %lf %ld %ld %ld %ld %ld %ld %ld", &a, &x1, &x2, &x3,
+                       &x4, &x5, &x6, &x7) == 8) {
+                resent += x7;
                 steady_s = a > steady_s ? a : steady_s;
                 acked_steady += x1;
                 acked += x2;
@@ -748,12 +785,9 @@ int main(int argc, char **argv)
                 lat[nlat++] = a;
             }
         }
-        if (p == 0 && o.ctl_pid) {
-            /* every part is done with its steady phase: trials still connected */
-            rss = s_ctl_rss_mb(o.ctl_pid);
-        }
     }
-    if (o.ctl_pid) {
+    if (o.ctl_pid) { /* every part is past its steady phase: trials still connected */
+        rss = s_ctl_rss_mb(o.ctl_pid);
         cpu1 = s_ctl_cpu(o.ctl_pid);
         w1 = util_now();
     }
@@ -766,20 +800,23 @@ int main(int argc, char **argv)
     qsort(lat, (size_t)nlat, sizeof *lat, s_cmp);
 #define PCT(q) (nlat ? lat[(long)((q) * (double)(nlat - 1) + 0.5)] : -1.0)
     double disp_s = tlast > t0 ? tlast - t0 : 0;
-    printf("{\"disps\": %ld, \"slots\": %ld, \"users\": %ld, \"metrics\": %ld, "
-           "\"period_ms\": %ld, \"registered\": %ld, \"starts\": %ld, \"running\": %ld, "
-           "\"dispatch_s\": %.3f, \"dispatch_per_s\": %.1f, \"steady_s\": %.2f, "
-           "\"points_acked\": %ld, \"points_acked_steady\": %ld, \"points_per_s\": %.0f, "
-           "\"set_n\": %ld, \"set_p50_ms\": %.3f, \"set_p99_ms\": %.3f, "
-           "\"set_max_ms\": %.3f, \"set_failed\": %ld, \"behind\": %ld, \"errors\": %ld, "
-           "\"error_codes\": \"%s\", \"running_at_end\": %ld, \"ctl_cpu_s\": %.2f, "
-           "\"ctl_cpu_frac\": %.3f, \"ctl_rss_mb\": %.1f}\n",
-           o.ndisps, o.slots, o.nusers, o.metrics, o.period_ms, reg, starts, running,
-           disp_s, disp_s > 0 ? (double)starts / disp_s : 0.0, steady_s, acked,
-           acked_steady, steady_s > 0 ? (double)acked_steady / steady_s : 0.0, nlat,
-           PCT(0.5), PCT(0.99), nlat ? lat[nlat - 1] : -1.0, set_failed, behind, errors,
-           codes, still, cpu1 >= 0 ? cpu1 - cpu0 : -1.0,
-           cpu1 >= 0 && w1 > w0 ? (cpu1 - cpu0) / (w1 - w0) : -1.0, rss);
+    printf(
+        "{\"disps\": %ld, \"slots\": %ld, \"users\": %ld, \"metrics\": %ld, "
+        "\"period_ms\": %ld, \"registered\": %ld, \"starts\": %ld, \"running\": %ld, "
+        "\"dispatch_s\": %.3f, \"dispatch_per_s\": %.1f, \"steady_s\": %.2f, "
+        "\"points_acked\": %ld, \"points_acked_steady\": %ld, \"points_per_s\": %.0f, "
+        "\"set_n\": %ld, \"set_p50_ms\": %.3f, \"set_p99_ms\": %.3f, "
+        "\"set_max_ms\": %.3f, \"set_failed\": %ld, \"behind\": %ld, \"errors\": %ld, "
+        "\"error_codes\": \"%s\", \"running_at_end\": %ld, \"resent\": %ld, "
+        "\"ctl_cpu_s\": %.2f, "
+        "\"ctl_cpu_frac\": %.3f, \"ctl_cpu_steady_frac\": %.3f, \"ctl_rss_mb\": %.1f}\n",
+        o.ndisps, o.slots, o.nusers, o.metrics, o.period_ms, reg, starts, running, disp_s,
+        disp_s > 0 ? (double)starts / disp_s : 0.0, steady_s, acked, acked_steady,
+        steady_s > 0 ? (double)acked_steady / steady_s : 0.0, nlat, PCT(0.5), PCT(0.99),
+        nlat ? lat[nlat - 1] : -1.0, set_failed, behind, errors, codes, still, resent,
+        cpu1 >= 0 ? cpu1 - cpu0 : -1.0,
+        cpu1 >= 0 && w1 > w0 ? (cpu1 - cpu0) / (w1 - w0) : -1.0,
+        cpu_s0 >= 0 && w1 > w_s0 ? (cpu1 - cpu_s0) / (w1 - w_s0) : -1.0, rss);
     free(lat);
     free(line);
     return 0;
