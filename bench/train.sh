@@ -6,7 +6,10 @@
 #    all cores (and one thread), batch 128 and 1024: samples/s of both and the ratio. Each
 #    side runs REPEATS times, alternating, and the best run counts (the
 #    machine may be shared; the load average is printed). Then the residual
-#    CNN (channels 8,16) on one thread at batch 32, 128 and 1024.
+#    CNN (channels 8,16) in fp32 at batch 32, 128, 512 and 1024 on one thread
+#    and on all cores, and in bf16 (jizhi-train --precision bf16 against
+#    PyTorch's bf16 autocast) at batch 128 and 1024; the line before the
+#    CNN tables names the convolution kernels jizhi-train runs.
 # 2. Large batch (jizhi-train only): test accuracy after EPOCHS epochs for
 #    batch 128 SGD; batch 8192 SGD with linear lr scaling and warmup;
 #    batch 8192 SGD with sqrt lr scaling (for context); batch 8192 LARS with
@@ -14,7 +17,8 @@
 #
 # Environment: BUILD (build), PYTHON (/usr/bin/python3), REPEATS (3),
 # STEPS_SAMPLES (samples per timed MLP run, 200000), CNN_SAMPLES (per CNN run,
-# 16384), EPOCHS (20), SKIP_TABLE=1,
+# 16384), CNN_BATCHES ("32 128 512 1024"), BF16_BATCHES ("128 1024"), EPOCHS (20),
+# SKIP_TABLE=1,
 # SKIP_SPEED=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,19 +38,20 @@ TORCHV=$("$PYTHON" -c 'import torch; print(torch.__version__)')
 
 # The model both sides train (flags common to jizhi-train and bench_train_torch.py).
 MODEL=(--model mlp --hidden 256,256)
+PREC=fp32
 
 # samples/s of one jizhi-train run: the median of its periodic reports
 # (the first report, which includes start-up, is dropped).
 ours() { # batch steps threads
     local b=$1 steps=$2 th=$3 every=$(( $2 / 6 > 0 ? $2 / 6 : 1 ))
-    env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --batch-size "$b" "${MODEL[@]}" --max-steps "$steps" --epochs 1000 \
+    env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --batch-size "$b" "${MODEL[@]}" --precision "$PREC" --max-steps "$steps" --epochs 1000 \
         --log-every "$every" --threads "$th" --quiet 2>&1 |
         sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g |
         awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print 0}'
 }
 
 peer() { # batch steps threads
-    "$PYTHON" bench/bench_train_torch.py --batch-size "$1" "${MODEL[@]}" --steps "$2" \
+    "$PYTHON" bench/bench_train_torch.py --batch-size "$1" "${MODEL[@]}" --precision "$PREC" --steps "$2" \
         --warmup-steps "$(( $2 / 10 > 20 ? 20 : $2 / 10 + 1 ))" --threads "$3" |
         "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])'
 }
@@ -80,10 +85,26 @@ done
 echo "   goal: >= 1.2x at batch 128, >= 1.0x at batch 1024"
 echo
 MODEL=(--model cnn --channels 8,16)
-echo "== jizhi-train vs PyTorch $TORCHV: residual CNN (channels 8,16), one thread"
-echo "   (the setting of the batch-size scheduler's CNN bench; best of $REPEATS runs of $CNN_SAMPLES samples)"
+read -r -a CNN_B <<<"${CNN_BATCHES:-32 128 512 1024}"
+read -r -a BF16_B <<<"${BF16_BATCHES:-128 1024}"
+echo "== jizhi-train vs PyTorch $TORCHV: residual CNN (channels 8,16), fp32"
+env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" "${MODEL[@]}" --verbose --max-steps 1 --train-subset 256 \
+    --val-size 64 --quiet 2>&1 | sed -n 's/^jizhi-train: convolutions: /   convolutions: /p'
+echo "   (best of $REPEATS alternating runs of $CNN_SAMPLES samples; load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 printf '%-8s %-8s %16s %16s %8s\n' threads batch jizhi-train pytorch ratio
-compare 1 "$CNN_SAMPLES" 32 128 1024
+for th in 1 $([ "$CORES" -gt 1 ] && echo "$CORES"); do
+    compare "$th" "$CNN_SAMPLES" "${CNN_B[@]}"
+done
+echo "   goal: >= 1.0x at every batch on 1 and all threads"
+echo
+echo "== bf16: jizhi-train --precision bf16 vs PyTorch $TORCHV bf16 autocast, residual CNN (channels 8,16)"
+PREC=bf16
+printf '%-8s %-8s %16s %16s %8s\n' threads batch jizhi-train pytorch ratio
+for th in 1 $([ "$CORES" -gt 1 ] && echo "$CORES"); do
+    compare "$th" "$CNN_SAMPLES" "${BF16_B[@]}"
+done
+PREC=fp32
+echo "   goal: >= 1.0x, and jizhi-train bf16 above its fp32 at the same batch and threads"
 
 fi
 

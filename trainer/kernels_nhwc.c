@@ -16,6 +16,14 @@
 #include "trainer/trn.h"
 
 #define CB 64 /* channels per block: the accumulators stay on the stack */
+/* With oneDNN's OpenMP (trainer.mk) the passes over rows share the
+   threads the convolutions use (--threads); without it they run on one. */
+#ifdef _OPENMP
+#include <omp.h>
+#define S_OMP(x) _Pragma(x)
+#else
+#define S_OMP(x)
+#endif
 #define S_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 static inline float s_round(float v, trn_precision p)
@@ -31,33 +39,71 @@ static inline float s_round(float v, trn_precision p)
     return p == TRN_FP16 ? trn_round_fp16(v) : v;
 }
 
-/* Per-channel sums of x (and of (x - mu)^2 when mu is given) over s rows
-   of c values, channels [c0, c0 + cb): float partial sums over RB rows, so
-   the inner loop is one vector operation per row, added into double. */
+/* Per-channel sums over s rows of c values, channels [c0, c0 + cb): float
+   partial sums over RB rows (one vector operation per row), added into
+   double. The rows are cut into one range per thread and the ranges'
+   sums added in order, so the result depends on the thread count only,
+   never on timing. mu == NULL: sums of x into o1; else sums of
+   (x - mu)^2 into o1. With dy (and the ReLU output ry): sums of the
+   masked d into o1 and of d*(x - mu)*is into o2. */
 #define RB 128
-static inline void s_sums(const float *x, int c, int c0, int cb, long s, const float *mu,
-                          double *out)
+#define MAXT 16
+static inline void s_range_sums(const float *x, const float *dy, const float *ry,
+                                const float *mu, const float *is, int c, int c0, int cb,
+                                long lo, long hi, double *o1, double *o2)
 {
     for (int j = 0; j < cb; j++)
-        out[j] = 0;
-    for (long i0 = 0; i0 < s; i0 += RB) {
-        long i1 = i0 + RB < s ? i0 + RB : s;
-        float ps[CB];
+        o1[j] = o2[j] = 0;
+    for (long i0 = lo; i0 < hi; i0 += RB) {
+        long i1 = i0 + RB < hi ? i0 + RB : hi;
+        float p1[CB], p2[CB];
         for (int j = 0; j < cb; j++)
-            ps[j] = 0;
+            p1[j] = p2[j] = 0;
         for (long i = i0; i < i1; i++) {
             const float *xi = x + i * c + c0;
-            if (mu)
+            if (dy) {
+                const float *di = dy + i * c + c0, *ri = ry + i * c + c0;
+                for (int j = 0; j < cb; j++) {
+                    float d = ri[j] > 0 ? di[j] : 0.0f;
+                    p1[j] += d;
+                    p2[j] += d * ((xi[j] - mu[j]) * is[j]);
+                }
+            } else if (mu) {
                 for (int j = 0; j < cb; j++) {
                     float d = xi[j] - mu[j];
-                    ps[j] += d * d;
+                    p1[j] += d * d;
                 }
-            else
+            } else {
                 for (int j = 0; j < cb; j++)
-                    ps[j] += xi[j];
+                    p1[j] += xi[j];
+            }
         }
-        for (int j = 0; j < cb; j++)
-            out[j] += ps[j];
+        for (int j = 0; j < cb; j++) {
+            o1[j] += p1[j];
+            o2[j] += p2[j];
+        }
+    }
+}
+
+static void s_sums(const float *x, const float *dy, const float *ry, const float *mu,
+                   const float *is, int c, int c0, int cb, long s, double *o1, double *o2)
+{
+    int nt = 1;
+#ifdef _OPENMP
+    nt = s > 4 * RB ? omp_get_max_threads() : 1;
+    nt = nt < 1 ? 1 : nt > MAXT ? MAXT : nt;
+#endif
+    double part1[MAXT][CB], part2[MAXT][CB];
+    S_OMP("omp parallel for num_threads(nt) schedule(static, 1)")
+    for (int t = 0; t < nt; t++)
+        s_range_sums(x, dy, ry, mu, is, c, c0, cb, s * t / nt, s * (t + 1) / nt, part1[t],
+                     part2[t]);
+    for (int j = 0; j < cb; j++) {
+        o1[j] = o2[j] = 0;
+        for (int t = 0; t < nt; t++) {
+            o1[j] += part1[t][j];
+            o2[j] += part2[t][j];
+        }
     }
 }
 
@@ -70,12 +116,12 @@ S_CLONES void trn_bn_relu_fwd_nhwc(const float *x, const float *g, const float *
         int cb = c - c0 < CB ? c - c0 : CB;
         float a[CB], off[CB];
         if (!rmean) { /* training: this batch's statistics */
-            double sum[CB], sq[CB];
+            double sum[CB], sq[CB], unused[CB];
             float muf[CB];
-            s_sums(x, c, c0, cb, s, NULL, sum);
+            s_sums(x, NULL, NULL, NULL, NULL, c, c0, cb, s, sum, unused);
             for (int j = 0; j < cb; j++)
                 muf[j] = (float)(sum[j] / (double)s);
-            s_sums(x, c, c0, cb, s, muf, sq);
+            s_sums(x, NULL, NULL, muf, NULL, c, c0, cb, s, sq, unused);
             for (int j = 0; j < cb; j++) {
                 int ci = c0 + j;
                 double mu = sum[j] / (double)s;
@@ -95,6 +141,7 @@ S_CLONES void trn_bn_relu_fwd_nhwc(const float *x, const float *g, const float *
                 off[j] = (float)(b[ci] - g[ci] * is * rmean[ci]);
             }
         }
+        S_OMP("omp parallel for if (s > 4 * RB)")
         for (long i = 0; i < s; i++) {
             const float *xi = x + i * c + c0;
             float *yi = y + i * c + c0;
@@ -119,29 +166,10 @@ S_CLONES void trn_bn_relu_bwd_nhwc(const float *x, const float *g, const float *
         double sdy[CB], sdyx[CB];
         float mu[CB], is[CB], A[CB], B[CB], C[CB];
         for (int j = 0; j < cb; j++) {
-            sdy[j] = sdyx[j] = 0;
             mu[j] = mean[c0 + j];
             is[j] = invstd[c0 + j];
         }
-        for (long i0 = 0; i0 < s; i0 += RB) {
-            long i1 = i0 + RB < s ? i0 + RB : s;
-            float p1[CB], p2[CB];
-            for (int j = 0; j < cb; j++)
-                p1[j] = p2[j] = 0;
-            for (long i = i0; i < i1; i++) {
-                const float *xi = x + i * c + c0, *di = dy + i * c + c0,
-                            *ri = ry + i * c + c0;
-                for (int j = 0; j < cb; j++) {
-                    float d = ri[j] > 0 ? di[j] : 0.0f;
-                    p1[j] += d;
-                    p2[j] += d * ((xi[j] - mu[j]) * is[j]);
-                }
-            }
-            for (int j = 0; j < cb; j++) {
-                sdy[j] += p1[j];
-                sdyx[j] += p2[j];
-            }
-        }
+        s_sums(x, dy, ry, mu, is, c, c0, cb, s, sdy, sdyx);
         for (int j = 0; j < cb; j++) {
             int ci = c0 + j;
             dg[ci] = (float)(beta == 0 ? sdyx[j] : beta * dg[ci] + sdyx[j]);
@@ -153,6 +181,7 @@ S_CLONES void trn_bn_relu_bwd_nhwc(const float *x, const float *g, const float *
         }
         if (!dx)
             continue;
+        S_OMP("omp parallel for if (s > 4 * RB)")
         for (long i = 0; i < s; i++) {
             const float *xi = x + i * c + c0, *di = dy + i * c + c0,
                         *ri = ry + i * c + c0;

@@ -63,6 +63,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) static void
 s_round_bf16_buf(float *x, long n)
 {
     uint32_t *restrict u = (uint32_t *)x;
+#ifdef _OPENMP
+#pragma omp parallel for if (n > 65536)
+#endif
     for (long i = 0; i < n; i++) {
         uint32_t v = u[i];
         uint32_t r = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;

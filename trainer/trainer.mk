@@ -32,6 +32,7 @@ EXTRA_BINS  += $(TRAIN_BIN)
 # the thread count from backend_cpu.c.
 ifeq ($(HAVE_DNNL),yes)
 $(call obj,trainer/conv_dnnl.c): ALL_CFLAGS += -DTRN_HAVE_DNNL -fopenmp
+$(call obj,trainer/kernels_nhwc.c) $(call obj,trainer/precision.c): ALL_CFLAGS += -fopenmp
 LIBS        += -Wl,--push-state,--as-needed -ldnnl -lgomp -Wl,--pop-state
 endif
 
