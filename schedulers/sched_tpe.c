@@ -240,21 +240,33 @@ static int s_parzen_init(s_parzen *z, const sched_tpe *t, int d, const int *dims
         z->mu[(size_t)n * d + j] = 0.5;
         if (!t->multivariate || d == 1) {
             /* univariate: the larger gap to a neighbour among the points
-               (the ends of the range are no neighbours, as in Optuna) */
-            for (int i = 0; i < n; i++) {
-                srt[i].v = U[(size_t)i * d + j];
+               and the prior's centre (the ends of the range are no
+               neighbours, as in Optuna) */
+            for (int i = 0; i <= n; i++) {
+                srt[i].v = z->mu[(size_t)i * d + j];
                 srt[i].i = i;
             }
-            qsort(srt, (size_t)n, sizeof *srt, s_vi_cmp);
-            for (int q = 0; q < n; q++) {
+            qsort(srt, (size_t)n + 1, sizeof *srt, s_vi_cmp);
+            for (int q = 0; q <= n; q++) {
                 double left = q > 0 ? srt[q].v - srt[q - 1].v : -1;
-                double right = q + 1 < n ? srt[q + 1].v - srt[q].v : -1;
-                double sg = fmax(left, right);
-                z->sig[(size_t)srt[q].i * d + j] = sg > 0 ? sg : n > 1 ? 0 : 1;
+                double right = q < n ? srt[q + 1].v - srt[q].v : -1;
+                if (srt[q].i < n)
+                    z->sig[(size_t)srt[q].i * d + j] = fmax(fmax(left, right), 0);
             }
         } else {
+            /* multivariate: Optuna's 0.2 n^(-1/(d+4)), narrowed as the
+               points gather: times their sd over a uniform one's (capped
+               at 1), so the kernels shrink with the good region */
+            double m1 = 0, m2 = 0, f = 1;
             for (int i = 0; i < n; i++)
-                z->sig[(size_t)i * d + j] = msig;
+                m1 += U[(size_t)i * d + j];
+            m1 = n ? m1 / n : 0;
+            for (int i = 0; i < n; i++)
+                m2 += pow(U[(size_t)i * d + j] - m1, 2);
+            if (n >= 2)
+                f = fmin(1, sqrt(m2 / (n - 1)) * sqrt(12.0));
+            for (int i = 0; i < n; i++)
+                z->sig[(size_t)i * d + j] = msig * f;
         }
         z->sig[(size_t)n * d + j] = 1; /* the prior */
         for (int i = 0; i <= n; i++) {
@@ -354,7 +366,7 @@ static int s_sample_group(sched_tpe *t, const int *dims, int d, sched_rng *r, js
     const spec_t *sp = t->base.spec;
     size_t nall = t->nobs + t->npend, na = nall ? nall : 1;
     s_vi *good = malloc(sizeof(s_vi) * na);
-    unsigned char *side = calloc(na, 1); /* 0: inactive, 1: l, 2: g */
+    unsigned char *side = calloc(na, 1); /* 0: inactive, 1: in g, 2: in l */
     double *UL = malloc(sizeof(double) * na * (size_t)d);
     double *UG = malloc(sizeof(double) * na * (size_t)d);
     double *x = malloc(sizeof(double) * 2 * (size_t)d);
@@ -370,25 +382,31 @@ static int s_sample_group(sched_tpe *t, const int *dims, int d, sched_rng *r, js
             ok = !isnan(ob->u[dims[j]]);
         if (!ok)
             continue;
-        side[i] = 2;
         if (i < t->nobs && !ob->failed && !isnan(ob->value))
             good[ng++] = (s_vi){ob->value, (int)i};
+        else
+            side[i] = 1;
     }
     /* the best gamma(n) of those with values make l, the rest g */
     qsort(good, (size_t)ng, sizeof *good, s_vi_cmp);
     int nb = (int)ceil(t->gamma * ng);
     if (nb > t->gamma_max)
         nb = t->gamma_max;
-    for (int k = 0; k < nb && k < ng; k++)
+    if (nb > ng)
+        nb = ng;
+    /* kernels in the order of age (the obs array is in completion order,
+       then the running ones): past 25, the older ones weigh less
+       (s_parzen_init), as in Optuna */
+    for (int k = 0; k < nb; k++)
+        side[good[k].i] = 2;
+    for (int k = nb; k < ng; k++)
         side[good[k].i] = 1;
-    /* kernels in the order of age: the obs array is in completion order,
-       then the running ones */
     int nl = 0, nu = 0;
     for (size_t i = 0; i < nall; i++) {
         const s_obs *ob = i < t->nobs ? &t->obs[i] : &t->pend[i - t->nobs];
         if (!side[i])
             continue;
-        double *row = side[i] == 1 ? UL + (size_t)nl++ * d : UG + (size_t)nu++ * d;
+        double *row = side[i] == 2 ? UL + (size_t)nl++ * d : UG + (size_t)nu++ * d;
         for (int j = 0; j < d; j++)
             row[j] = ob->u[dims[j]];
     }
