@@ -168,7 +168,7 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize);
 sched_t *sched_tpe_new(const spec_t *spec, char *err, size_t errsize);
 sched_t *sched_cmaes_new(const spec_t *spec, char *err, size_t errsize);
 
-/* ---- batch size and early stopping (sched_batchsize.c, sched_es.c) ---- */
+/* ---- batch size (sched_batchsize.c, sched_bs_*.c), early stopping (sched_es.c) */
 
 sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize);
 sched_t *sched_asha_new(const spec_t *spec, char *err, size_t errsize);   /* a monitor */

@@ -78,576 +78,18 @@
     (with jizhi-train: its peak rate once any --warmup-epochs are over). B0
     is the trial's `batch_size` param, else the first batch_size it
     reports. State (EMAs, throughput table, ramp) is saved.
+
+    This file: the scheduler's interface (sched_ops), its state's save and
+    restore, and its options. The per-trial measurements and decisions are in
+    sched_bs_trial.c, the estimators in sched_bs_gns.c, the shared state in
+    sched_bs_internal.h.
 */
-#include "sched.h"
+#include "sched_bs_internal.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define BS_MAX_TP 24 /* distinct batch sizes in a trial's throughput table */
-
-enum { GNS_GS = 1, GNS_GB = 2, GNS_BS = 4, GNS_BB = 8, GNS_ALL = 15 };
-enum { RULE_ADASCALE = 0, RULE_SQRT, RULE_LINEAR, RULE_NONE };
-static const char *const s_rules[] = {"adascale", "sqrt", "linear", "none"};
-
-#define BS_TP_WIN 16 /* step times kept per batch size (their lower quartile is used) */
-#define BS_PL_MAX 64 /* the largest plateau_window */
-
-typedef struct {
-    double b;            /* batch size */
-    double t[BS_TP_WIN]; /* the last step times seen at b (a ring) */
-    int n, next;         /* how many held, where the next goes */
-} bs_tp;
-
-typedef struct {
-    long id;
-    double b0, lr0;        /* initial batch and base lr (NaN unknown) */
-    double mom;            /* the trial's SGD momentum (0: none or unknown) */
-    double b;              /* current batch (last reported or set) */
-    double lr_sent;        /* peak lr in force (last set, else lr0) */
-    long pstep;            /* step of the pending gns measurement */
-    int have;              /* GNS_* bits present for pstep */
-    sched_gns_point p;     /* the pending measurement */
-    double ema_g2, ema_tr; /* raw EMAs (bias-corrected on use) */
-    long nmeas;            /* measurements folded into the EMAs */
-    bs_tp tp[BS_MAX_TP];   /* throughput table */
-    int ntp;
-    int skip_tp;      /* drop the first throughput report after a change */
-    int pend_b;       /* a set batch_size not yet seen in the reports */
-    int explored;     /* tried a second size to measure throughput */
-    double undo_b;    /* the size an explore left, a candidate even under grow_only
-                         until the next decision, within `interval` steps (NaN: none) */
-    int probing;      /* no change yet, or the last one explored: `probe` steps apply */
-    int lr_fixed;     /* lr0 came from the params or the option, not reports */
-    long last_change; /* step of the last decision (0 at start) */
-    int ramp;         /* lr warmup in progress */
-    double ramp_from, ramp_to;
-    long ramp_start, ramp_last; /* ramp start step; last step a ramp lr was considered */
-    long decisions;
-    long last_step;       /* highest step reported (a lower one: a new attempt) */
-    double pl[BS_PL_MAX]; /* the objective's reports since the last change (a ring) */
-    int npl, pl_next;     /* how many held, where the next goes */
-    int annealing;        /* a plateau decision was made: goodput no longer decides */
-} bs_trial;
-
-typedef struct {
-    sched_t base;
-    long count;            /* suggestions made */
-    long bmin, bmax;       /* batch range */
-    int grid_int;          /* candidates: every integer (else powers of two) */
-    int tp_cpu;            /* step cost from step_cpu_s (else wall: samples_per_s) */
-    int grow_only;         /* never a smaller batch than the current one */
-    long interval, warmup; /* steps */
-    long probe;            /* steps before the first change and after an exploring one */
-    int rule;              /* RULE_* */
-    double ema, min_gain, prior_overhead, lr_opt; /* lr_opt NaN = none */
-    double mom_opt;                               /* option momentum, NaN = none */
-    long min_meas;
-    int plateau_w;        /* objective reports in the plateau window (0: off) */
-    double plateau_delta; /* the least gain of the window's trend */
-    bs_trial *trials;
-    size_t ntrials, cap;
-} sched_bs;
-
-/* ---- the estimators (public, used by `jizhi batchsize-eval` too) ---- */
-
-int sched_gns_estimate(const sched_gns_point *p, double *g2, double *trace)
-{
-    if (!(p->bb > p->bs) || !(p->bs > 0) || !isfinite(p->gs) || !isfinite(p->gb))
-        return -1;
-    *g2 = (p->bb * p->gb - p->bs * p->gs) / (p->bb - p->bs);
-    *trace = (p->gs - p->gb) / (1 / p->bs - 1 / p->bb);
-    return 0;
-}
-
-static int s_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-int sched_gns_critical(const sched_gns_point *pts, size_t n, int nboot, double conf,
-                       unsigned long long seed, sched_gns_result *out)
-{
-    memset(out, 0, sizeof *out);
-    out->lo = out->hi = NAN;
-    double *g2 = malloc((n ? n : 1) * sizeof *g2), *tr = malloc((n ? n : 1) * sizeof *tr);
-    if (!g2 || !tr) {
-        free(g2);
-        free(tr);
-        return -1;
-    }
-    size_t m = 0;
-    double sg = 0, st = 0;
-    for (size_t i = 0; i < n; i++)
-        if (sched_gns_estimate(&pts[i], &g2[m], &tr[m]) == 0) {
-            sg += g2[m];
-            st += tr[m];
-            m++;
-        }
-    out->n = (int)m;
-    if (m < 2 || sg <= 0) {
-        free(g2);
-        free(tr);
-        return -1;
-    }
-    out->g2 = sg / (double)m;
-    out->trace = st / (double)m;
-    out->b_simple = st / sg;
-    if (nboot > 0) {
-        double *bs = malloc((size_t)nboot * sizeof *bs);
-        if (bs) {
-            sched_rng r;
-            sched_rng_seed(&r, seed, 0x6e73);
-            for (int k = 0; k < nboot; k++) {
-                double a = 0, b = 0;
-                for (size_t i = 0; i < m; i++) {
-                    size_t j = (size_t)(sched_rng_uniform(&r) * (double)m);
-                    a += g2[j];
-                    b += tr[j];
-                }
-                bs[k] = a > 0 ? (b > 0 ? b / a : 0) : INFINITY; /* B_simple >= 0 */
-            }
-            qsort(bs, (size_t)nboot, sizeof *bs, s_cmp_double);
-            double ql = (1 - conf) / 2 * (nboot - 1), qh = (1 + conf) / 2 * (nboot - 1);
-            out->lo = bs[(size_t)floor(ql)];
-            out->hi = bs[(size_t)ceil(qh)];
-            if (!isfinite(out->lo))
-                out->lo = NAN;
-            if (!isfinite(out->hi))
-                out->hi = NAN;
-            free(bs);
-        }
-    }
-    free(g2);
-    free(tr);
-    return 0;
-}
-
-double sched_bs_efficiency(double bsimple, double b0, double b)
-{
-    return (bsimple + b0) / (bsimple + b);
-}
-
-double sched_bs_noise_scale(double bsimple, double momentum)
-{
-    return momentum > 0 && momentum < 1 ? bsimple / (1 - momentum) : bsimple;
-}
-
-double sched_bs_adascale_gain(double bsimple, double b0, double b)
-{
-    /* sigma^2 = tr/b0 and mu^2 = |G|^2, divided through by |G|^2 */
-    double s2 = bsimple / b0, S = b / b0;
-    return (s2 + 1) / (s2 / S + 1);
-}
-
-/* ---- per-trial state ---- */
-
-static void s_trial_init(bs_trial *t, long id)
-{
-    memset(t, 0, sizeof *t);
-    t->id = id;
-    t->b0 = t->lr0 = t->b = t->lr_sent = t->undo_b = NAN;
-    t->mom = 0;
-    t->pstep = -1;
-    t->ramp_last = -1;
-    t->skip_tp = 1; /* the first window holds the start-up */
-    t->probing = 1;
-}
-
-_Static_assert(offsetof(bs_trial, id) == 0, "sched_rows: id first");
-
-static bs_trial *s_trial(sched_bs *self, long id, int create)
-{
-    int created;
-    bs_trial *t =
-        SCHED_ROWS_GET(self->trials, self->ntrials, self->cap, id, create, &created);
-    if (created)
-        s_trial_init(t, id);
-    return t;
-}
-
-static void s_tp_add(bs_trial *t, double b, double step_time)
-{
-    if (!(step_time > 0) || !isfinite(step_time) || !(b > 0))
-        return;
-    bs_tp *e = NULL;
-    for (int i = 0; i < t->ntp && !e; i++)
-        if (t->tp[i].b == b)
-            e = &t->tp[i];
-    if (!e) {
-        if (t->ntp == BS_MAX_TP) /* forget the oldest size */
-            memmove(&t->tp[0], &t->tp[1], (BS_MAX_TP - 1) * sizeof t->tp[0]);
-        else
-            t->ntp++;
-        e = &t->tp[t->ntp - 1];
-        memset(e, 0, sizeof *e);
-        e->b = b;
-    }
-    e->t[e->next] = step_time;
-    e->next = (e->next + 1) % BS_TP_WIN;
-    if (e->n < BS_TP_WIN)
-        e->n++;
-}
-
-/* The step time at one size: the lower quartile of the windows held. An
-   evaluation, a checkpoint or a neighbour's burst in a window only slows
-   it, and on a shared machine most windows can be slowed (the median of
-   measured bench windows moved 2-3x between sizes, by load alone), so
-   the fast end is the machine's speed at that size. */
-static double s_tp_time(const bs_tp *e)
-{
-    double v[BS_TP_WIN];
-    memcpy(v, e->t, (size_t)e->n * sizeof v[0]);
-    qsort(v, (size_t)e->n, sizeof v[0], s_cmp_double);
-    return v[(e->n - 1) / 4];
-}
-
-/* How many step-time windows the table holds at size b. */
-static int s_tp_windows(const bs_trial *t, double b)
-{
-    for (int i = 0; i < t->ntp; i++)
-        if (t->tp[i].b == b)
-            return t->tp[i].n;
-    return 0;
-}
-
-/* Fits t(B) = alpha + beta*B. 0, or -1 when nothing was measured. */
-static int s_tp_fit(const sched_bs *self, const bs_trial *t, double *alpha, double *beta)
-{
-    if (t->ntp == 0)
-        return -1;
-    if (t->ntp == 1) {
-        double tau = s_tp_time(&t->tp[0]);
-        *alpha = self->prior_overhead * tau;
-        *beta = (1 - self->prior_overhead) * tau / t->tp[0].b;
-        return 0;
-    }
-    double mb = 0, mt = 0;
-    for (int i = 0; i < t->ntp; i++) {
-        mb += t->tp[i].b;
-        mt += s_tp_time(&t->tp[i]);
-    }
-    mb /= t->ntp;
-    mt /= t->ntp;
-    double sxy = 0, sxx = 0, sxt = 0, sbb = 0;
-    for (int i = 0; i < t->ntp; i++) {
-        double ti = s_tp_time(&t->tp[i]);
-        sxy += (t->tp[i].b - mb) * (ti - mt);
-        sxx += (t->tp[i].b - mb) * (t->tp[i].b - mb);
-        sxt += t->tp[i].b * ti;
-        sbb += t->tp[i].b * t->tp[i].b;
-    }
-    double b = sxx > 0 ? sxy / sxx : 0, a = mt - b * mb;
-    if (a < 0) { /* through the origin: no fixed cost per step */
-        a = 0;
-        b = sxt / sbb;
-    }
-    /* Noisy times can make the fitted slope tiny or negative, which would
-       promise examples for free at large B: an example's marginal cost is
-       kept at least a quarter of the best average cost measured. */
-    double floor_b = INFINITY;
-    for (int i = 0; i < t->ntp; i++)
-        floor_b = fmin(floor_b, 0.25 * s_tp_time(&t->tp[i]) / t->tp[i].b);
-    if (b < floor_b) {
-        b = floor_b;
-        a = fmax(0, mt - b * mb);
-    }
-    *alpha = a;
-    *beta = b;
-    return 0;
-}
-
-/* A candidate's step time: measured, where the table holds `min_measurements`
-   windows at it, else the fit. A line cannot bend: on the CNN on one CPU
-   rank an example costs 10% more at 128 than at 64, and the fit through
-   both (alpha < 0, so through the origin) made them cost the same. */
-static double s_step_time(const sched_bs *self, const bs_trial *t, double b, double alpha,
-                          double beta)
-{
-    for (int i = 0; i < t->ntp; i++)
-        if (t->tp[i].b == b && t->tp[i].n >= self->min_meas)
-            return s_tp_time(&t->tp[i]);
-    return alpha + beta * b;
-}
-
-static double s_gain(const sched_bs *self, double bsimple, double b0, double b)
-{
-    switch (self->rule) {
-    case RULE_ADASCALE:
-        return sched_bs_adascale_gain(bsimple, b0, b);
-    case RULE_SQRT:
-        return sqrt(b / b0);
-    case RULE_LINEAR:
-        return b / b0;
-    default:
-        return 1;
-    }
-}
-
-static void s_set(sched_instr *out, long trial, const char *name, json_t *value,
-                  json_t *decision, const char *reason)
-{
-    memset(out, 0, sizeof *out);
-    out->trial = trial;
-    snprintf(out->kind, sizeof out->kind, "set");
-    out->args = json_pack("{s:s, s:o}", "name", name, "value", value);
-    if (decision)
-        json_object_set_new(out->args, "decision", decision);
-    snprintf(out->reason, sizeof out->reason, "%s", reason);
-}
-
-/* A complete measurement at `step`: fold it in and maybe decide. */
-static int s_measure(sched_bs *self, bs_trial *t, long step, sched_instr *out, int max)
-{
-    double g2, tr;
-    if (sched_gns_estimate(&t->p, &g2, &tr) != 0)
-        return 0;
-    double e = self->ema;
-    t->ema_g2 = e * t->ema_g2 + (1 - e) * g2;
-    t->ema_tr = e * t->ema_tr + (1 - e) * tr;
-    t->nmeas++;
-    double corr = 1 - pow(e, (double)t->nmeas);
-    double G2 = t->ema_g2 / corr, TR = t->ema_tr / corr;
-    long wait = t->probing ? self->probe : self->interval;
-    /* the way back from an explore is open once the explored size is
-       measured, its warmup ramp over or not: on the CNN the ramp kept a size
-       measured worse for 100 steps, at a rate raised for it (other changes
-       wait for the ramp: on two MLP ranks, going on from 128 to 512 mid-ramp
-       moved nothing but the spread) */
-    int judge = !isnan(t->undo_b) && s_tp_windows(t, t->b) >= self->min_meas;
-    if (t->annealing || t->nmeas < self->min_meas || step - t->last_change < wait ||
-        (t->ramp && !judge) || max < 2 || isnan(t->b) || isnan(t->b0) ||
-        (self->rule != RULE_NONE && isnan(t->lr0)))
-        return 0;
-    if (!(G2 > 0) || !(TR > 0))
-        return 0; /* noise-dominated estimate: not usable yet */
-    if (wait < self->interval && s_tp_windows(t, t->b) < self->min_meas)
-        return 0; /* early: the size in force must have been measured */
-    double bsimple = TR / G2, alpha, beta;
-    /* The critical batch of SGD with momentum m: B_simple / (1 - m). */
-    double bnoise = sched_bs_noise_scale(bsimple, t->mom);
-    if (s_tp_fit(self, t, &alpha, &beta) != 0)
-        return 0;
-#define GOODPUT(B)                                                                       \
-    ((B) / s_step_time(self, t, (B), alpha, beta) *                                      \
-     sched_bs_efficiency(bnoise, t->b0, (B)))
-    /* going back from an explore is judging it: within `interval` steps of
-       it, or the shrink is one grow_only forbids (on two MLP ranks a dip in
-       B_simple took 128 back to 64 430-530 steps after the explore) */
-    double undo = step - t->last_change <= self->interval ? t->undo_b : NAN;
-    double best_b = t->b, best_g = GOODPUT(t->b), cur_g = best_g;
-    long span = self->bmax - self->bmin;
-    if (self->grid_int) {
-        long stepc = span > 100000 ? span / 100000 + 1 : 1;
-        for (long b = self->bmin; b <= self->bmax; b += stepc)
-            if ((!self->grow_only || b >= t->b || b == undo) &&
-                GOODPUT((double)b) > best_g) {
-                best_g = GOODPUT((double)b);
-                best_b = (double)b;
-            }
-    } else {
-        for (long b = 1; b <= self->bmax && b > 0; b *= 2)
-            if (b >= self->bmin && (!self->grow_only || b >= t->b || b == undo) &&
-                GOODPUT((double)b) > best_g) {
-                best_g = GOODPUT((double)b);
-                best_b = (double)b;
-            }
-    }
-    /* One size seen: the throughput model is only the prior, which can be
-       far off (alpha = 0.5 t(B1) predicted 1.5x the measured step at 512
-       from 64 on two CPU ranks, so the first jump went to 256, not 512).
-       Rather than act on it, try the better neighbour (x2 or /2) once, to
-       measure a second size; the prior only picks the direction. */
-    int explore = 0;
-    if (t->ntp == 1 && !t->explored) {
-        double up = self->grid_int ? t->b * 2 : pow(2, floor(log2(t->b)) + 1);
-        double down = self->grid_int ? floor(t->b / 2) : pow(2, ceil(log2(t->b)) - 1);
-        int up_ok = up <= (double)self->bmax,
-            down_ok = down >= (double)self->bmin && down >= 1 && !self->grow_only;
-        if (up_ok || down_ok) {
-            best_b = up_ok && (!down_ok || GOODPUT(up) >= GOODPUT(down)) ? up : down;
-            best_g = GOODPUT(best_b);
-            explore = 1;
-            t->explored = 1;
-        }
-    }
-
-#undef GOODPUT
-    if (!explore && (best_b == t->b || best_g < (1 + self->min_gain) * cur_g))
-        return 0;
-    if (t->ramp && best_b != t->undo_b)
-        return 0; /* mid-ramp only the way back */
-    double lr_new = self->rule == RULE_NONE
-                        ? t->lr_sent
-                        : t->lr0 * s_gain(self, bsimple, t->b0, best_b);
-    double lr_old = isnan(t->lr_sent) ? t->lr0 : t->lr_sent;
-    json_t *d = json_pack(
-        "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:I, s:b}",
-        "b_simple", bsimple, "grad_sqnorm", G2, "trace", TR, "from", t->b, "b0", t->b0,
-        "goodput_gain", best_g / cur_g, "efficiency",
-        sched_bs_efficiency(bnoise, t->b0, best_b), "alpha", alpha, "beta", beta,
-        "lr_from", isnan(lr_old) ? 0.0 : lr_old, "lr", isnan(lr_new) ? 0.0 : lr_new,
-        "lr_rule", s_rules[self->rule], "measurements", (json_int_t)t->nmeas, "explore",
-        explore);
-    json_object_set_new(d, "step", json_integer((json_int_t)step));
-    json_object_set_new(d, "b_noise", json_real(bnoise));
-    json_object_set_new(d, "momentum", json_real(t->mom));
-    char reason[128];
-    snprintf(reason, sizeof reason,
-             "batchsize: B_simple %.4g, batch %.0f->%.0f, %s x%.3g, "
-             "lr %.3g->%.3g (%s)",
-             bsimple, t->b, best_b, explore ? "explore, goodput" : "goodput",
-             best_g / cur_g, lr_old, lr_new, s_rules[self->rule]);
-    int k = 0;
-    s_set(&out[k++], t->id, "batch_size", json_integer((json_int_t)best_b), d, reason);
-    /* grow_only forbids a shrink the model asks for, not going back from a
-       probe: measured worse (the CNN on one CPU rank: an example costs 10%
-       more at 128 than at 64), the explored size is left for the one before */
-    t->undo_b = explore ? t->b : NAN;
-    t->b = best_b;
-    t->pend_b = 1;
-    t->last_change = step;
-    t->skip_tp = 1;
-    /* a change on the throughput prior alone (one size measured) is a probe
-       too: the next decision has two sizes to fit */
-    t->probing = explore || t->ntp == 1;
-    t->decisions++;
-    t->npl = t->pl_next = 0; /* the plateau window starts over at the new size */
-    t->ramp = 0;             /* a ramp under way ends at the rate it reached */
-    if (self->rule != RULE_NONE && isfinite(lr_new) && lr_new != lr_old) {
-        if (self->warmup > 0 && lr_new > lr_old) {
-            t->ramp = 1;
-            t->ramp_from = lr_old;
-            t->ramp_to = lr_new;
-            t->ramp_start = step;
-            t->ramp_last = step;
-        } else {
-            char r2[128];
-            snprintf(r2, sizeof r2, "batchsize: lr %.4g for batch %.0f (%s)", lr_new,
-                     best_b, s_rules[self->rule]);
-            s_set(&out[k++], t->id, "lr", json_real(lr_new), NULL, r2);
-            t->lr_sent = lr_new;
-        }
-    }
-    return k;
-}
-
-/* The gain of the least-squares trend across the window (oldest to newest
-   report, evenly spaced), signed so that positive is better. */
-static double s_trend_gain(const bs_trial *t, int w, int maximize)
-{
-    double mx = (w - 1) / 2.0, my = 0, sxy = 0, sxx = 0;
-    for (int i = 0; i < w; i++)
-        my += t->pl[(t->pl_next + BS_PL_MAX - w + i) % BS_PL_MAX];
-    my /= w;
-    for (int i = 0; i < w; i++) {
-        double y = t->pl[(t->pl_next + BS_PL_MAX - w + i) % BS_PL_MAX];
-        sxy += (i - mx) * (y - my);
-        sxx += (i - mx) * (i - mx);
-    }
-    double gain = sxy / sxx * (w - 1);
-    return maximize ? gain : -gain;
-}
-
-/* A report of the objective: maybe a plateau decision (batch x2 holding
-   the lr, or at `max` the lr halved). */
-static int s_plateau(sched_bs *self, bs_trial *t, long step, double value,
-                     sched_instr *out, int max)
-{
-    if (!isfinite(value) || t->pend_b)
-        return 0; /* a report in flight from the old size is not of the new one */
-    t->pl[t->pl_next] = value;
-    t->pl_next = (t->pl_next + 1) % BS_PL_MAX;
-    if (t->npl < BS_PL_MAX)
-        t->npl++;
-    int w = self->plateau_w;
-    if (t->npl < w || t->ramp || isnan(t->b) || max < 1)
-        return 0;
-    double gain = s_trend_gain(t, w, self->base.spec->maximize);
-    if (gain >= self->plateau_delta)
-        return 0;
-    double b2 = t->b * 2;
-    int grow = b2 <= (double)self->bmax;
-    /* Doubling the batch with the lr held and halving the lr with the batch
-       held both halve lr/B and need about the same samples (Smith et al.),
-       so the cheaper per example is taken: the batch doubles unless the
-       step-time table says an example costs more at 2B (the CNN on one CPU
-       rank: 13% more at 128 than at 64). The fit alone (alpha >= 0) never
-       says so; only a measured 2B can. */
-    double cost2 = NAN, alpha, beta;
-    if (grow && s_tp_fit(self, t, &alpha, &beta) == 0) {
-        cost2 = s_step_time(self, t, b2, alpha, beta) / 2 /
-                s_step_time(self, t, t->b, alpha, beta);
-        if (cost2 > 1 && t->lr_sent > 0)
-            grow = 0;
-    }
-    if (!grow && !(t->lr_sent > 0))
-        return 0; /* at max with no known lr: nothing to anneal */
-    json_t *d =
-        json_pack("{s:s, s:f, s:i, s:f, s:f, s:f, s:I}", "rule", "plateau", "trend_gain",
-                  gain, "window", w, "delta", self->plateau_delta, "from", t->b,
-                  "lr_from", t->lr_sent > 0 ? t->lr_sent : 0.0, "step", (json_int_t)step);
-    if (isfinite(cost2)) /* an example's cost at 2B over its cost at B */
-        json_object_set_new(d, "cost_x2", json_real(cost2));
-    char reason[128];
-    if (grow) {
-        snprintf(reason, sizeof reason,
-                 "batchsize: plateau (trend %+.3g over %d reports), batch %.0f->%.0f, lr "
-                 "held",
-                 gain, w, t->b, b2);
-        s_set(out, t->id, "batch_size", json_integer((json_int_t)b2), d, reason);
-        t->b = b2;
-        t->pend_b = 1;
-        t->skip_tp = 1;
-    } else {
-        if (b2 <= (double)self->bmax)
-            snprintf(reason, sizeof reason,
-                     "batchsize: plateau (trend %+.3g over %d reports), batch %.0f held "
-                     "(x%.3g an example at %.0f), lr %.3g->%.3g",
-                     gain, w, t->b, cost2, b2, t->lr_sent, t->lr_sent / 2);
-        else
-            snprintf(
-                reason, sizeof reason,
-                "batchsize: plateau (trend %+.3g over %d reports) at max batch %.0f, "
-                "lr %.3g->%.3g",
-                gain, w, t->b, t->lr_sent, t->lr_sent / 2);
-        s_set(out, t->id, "lr", json_real(t->lr_sent / 2), d, reason);
-        t->lr_sent /= 2;
-    }
-    t->annealing = 1;
-    t->undo_b = NAN;
-    t->last_change = step;
-    t->decisions++;
-    t->npl = t->pl_next = 0;
-    return 1;
-}
-
-/* Warmup of a raised lr: a new value when it moved by a fifth of the ramp
-   (and 2%), and at the end. */
-static int s_ramp(sched_bs *self, bs_trial *t, long step, sched_instr *out, int max)
-{
-    if (!t->ramp || step <= t->ramp_last || max < 1)
-        return 0;
-    t->ramp_last = step;
-    double f = (double)(step - t->ramp_start) / (double)self->warmup;
-    int end = f >= 1;
-    double lr = end ? t->ramp_to : t->ramp_from + (t->ramp_to - t->ramp_from) * f;
-    /* about five steps per ramp: each `set` is an event and a params generation */
-    double step_min = fmax(0.02 * t->lr_sent, 0.2 * fabs(t->ramp_to - t->ramp_from));
-    if (!end && fabs(lr - t->lr_sent) < step_min)
-        return 0;
-    char reason[128];
-    snprintf(reason, sizeof reason, "batchsize: lr warmup %.4g -> %.4g (%ld/%ld steps)",
-             lr, t->ramp_to, end ? self->warmup : step - t->ramp_start, self->warmup);
-    s_set(out, t->id, "lr", json_real(lr), NULL, reason);
-    t->lr_sent = lr;
-    if (end)
-        t->ramp = 0;
-    return 1;
-}
 
 /* ---- sched_ops ---- */
 
@@ -664,7 +106,8 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
                             spec_param_from_unit(sp, sched_rng_uniform(&rng)));
     }
     self->count++;
-    bs_trial *t = s_trial(self, trial_id, 1); /* B0 and lr0 from the params, when there */
+    bs_trial *t =
+        sched__bs_trial(self, trial_id, 1); /* B0 and lr0 from the params, when there */
     json_t *b = json_object_get(p, "batch_size"), *lr = json_object_get(p, "lr");
     if (t) /* only from the option: the param is not read (see the header) */
         t->mom = !isnan(self->mom_opt) ? self->mom_opt : 0;
@@ -682,13 +125,13 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
                        double value, double now, sched_instr *out, int max)
 {
     sched_bs *self = (sched_bs *)s;
-    bs_trial *t = s_trial(self, trial_id, 1);
+    bs_trial *t = sched__bs_trial(self, trial_id, 1);
     if (!t)
         return -1;
     if (step < t->last_step) { /* a retry starts over: so does its state */
         double b0 = t->b0, lr0 = t->lr0, mom = t->mom;
         int fixed = t->lr_fixed;
-        s_trial_init(t, trial_id);
+        sched__bs_trial_init(t, trial_id);
         t->mom = mom;
         if (fixed)
             t->lr0 = t->lr_sent = lr0, t->lr_fixed = 1;
@@ -699,7 +142,7 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
         t->lr0 = t->lr_sent = self->lr_opt;
     if (!isnan(self->mom_opt))
         t->mom = self->mom_opt;
-    int k = s_ramp(self, t, step, out, max);
+    int k = sched__bs_ramp(self, t, step, out, max);
     int bit = 0;
     if (!strcmp(metric, "batch_size") && value > 0) {
         if (isnan(t->b0))
@@ -722,9 +165,10 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
         else if (t->skip_tp)
             t->skip_tp = 0; /* a window that straddles the change */
         else if (!isnan(t->b) && value > 0)
-            s_tp_add(t, t->b, !strcmp(metric, "samples_per_s") ? t->b / value : value);
+            sched__bs_tp_add(t, t->b,
+                             !strcmp(metric, "samples_per_s") ? t->b / value : value);
     } else if (self->plateau_w && !strcmp(metric, s->spec->metric)) {
-        k += s_plateau(self, t, step, value, out + k, max - k);
+        k += sched__bs_plateau(self, t, step, value, out + k, max - k);
     } else if (!strcmp(metric, "grad_sqnorm_small")) {
         bit = GNS_GS;
     } else if (!strcmp(metric, "grad_sqnorm_big")) {
@@ -750,7 +194,7 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
             t->p.bb = value;
         if (t->have == GNS_ALL) {
             t->have = 0;
-            k += s_measure(self, t, step, out + k, max - k);
+            k += sched__bs_measure(self, t, step, out + k, max - k);
         }
     }
     return k;
@@ -831,7 +275,7 @@ static int s_restore(sched_t *s, const json_t *state)
         if (!json_is_integer(id) || json_array_size(p) != 4 || !json_is_array(tp) ||
             json_array_size(tp) > BS_MAX_TP)
             return -1;
-        bs_trial *t = s_trial(self, (long)json_integer_value(id), 1);
+        bs_trial *t = sched__bs_trial(self, (long)json_integer_value(id), 1);
         if (!t)
             return -1;
         t->b0 = sched_json_double(o, "b0");
@@ -1039,7 +483,7 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
         const char *rs = json_string_value(r);
         self->rule = -1;
         for (int i = 0; rs && i < 4; i++)
-            if (!strcmp(rs, s_rules[i]))
+            if (!strcmp(rs, sched__bs_rules[i]))
                 self->rule = i;
         if (self->rule < 0) {
             snprintf(err, errsize,

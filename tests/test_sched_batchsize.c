@@ -1,5 +1,5 @@
 /*  test_sched_batchsize.c - the batch-size scheduler and its estimators
-    (schedulers/sched_batchsize.c): the gradient-noise estimator recovers a
+    (schedulers/sched_batchsize.c, sched_bs_*.c): the gradient-noise estimator recovers a
     known B_simple from simulated gradients (stated tolerance) with a
     bootstrap interval that covers it; the scheduler picks the
     goodput-maximising batch in a hand-computed case and scales the rate

@@ -107,7 +107,7 @@ def _lr_gain(rule, b0, b, noise_scale):
         return b / b0
     if rule == "sqrt":
         return math.sqrt(b / b0)
-    s2, S = noise_scale / b0, b / b0  # AdaScale, as schedulers/sched_batchsize.c
+    s2, S = noise_scale / b0, b / b0  # AdaScale, as schedulers/sched_bs_gns.c
     return (s2 + 1) / (s2 / S + 1)
 
 
