@@ -97,9 +97,10 @@ void cli_print_json(json_t *j);
 int cli_resolve_paths(json_t *spec_json, const char *spec_path, char *err, size_t size);
 
 /* Reads the spec file `path`, resolves its paths (cli_resolve_paths) and
-   parses it with every check of a submitter (spec_parse's check_command:
-   trial.cwd, trial.venv, trial.command[0]). The spec (caller owns it), or
-   NULL with err ("field: text", or the file's error). */
+   admits it as every door does (sched_admit: spec_parse with every check
+   of a submitter, trial.cwd, trial.venv, trial.command[0], then its
+   scheduler and monitors). The spec (caller owns it), or NULL with err
+   ("field: text", or the file's error). */
 spec_t *cli_spec_load(const char *path, char *err, size_t size);
 
 /* Prints the warning events of `events` (borrowed) as "warning: ..." lines. */

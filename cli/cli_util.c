@@ -4,6 +4,7 @@
 #include "../common/client.h"
 #include "../common/keys.h"
 #include "../common/wire.h"
+#include "../schedulers/sched.h"
 
 #include <errno.h>
 #include <math.h>
@@ -281,10 +282,9 @@ spec_t *cli_spec_load(const char *path, char *err, size_t size)
                      jerr.column, jerr.text);
         return NULL;
     }
-    spec_error serr;
     spec_t *spec = NULL;
-    if (cli_resolve_paths(j, path, err, size) == 0 && !(spec = spec_parse(j, 1, &serr)))
-        spec_strerror(&serr, err, size);
+    if (cli_resolve_paths(j, path, err, size) == 0)
+        spec = sched_admit(j, 1, err, size); /* the spec, its scheduler, monitors */
     json_decref(j);
     return spec;
 }

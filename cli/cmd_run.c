@@ -531,11 +531,6 @@ int cmd_run(int argc, char **argv)
         cli_error("%s: %s", argv[optind], err);
         return CLI_FAIL;
     }
-    if (sched_check(spec, err, sizeof err) != 0) {
-        cli_error("%s: %s", argv[optind], err);
-        spec_destroy(&spec);
-        return CLI_FAIL;
-    }
     if (cli_ask_only_refused(spec, argv[optind])) { /* no trial would ever start */
         spec_destroy(&spec);
         return CLI_FAIL;

@@ -10,7 +10,6 @@
 
 #include "../common/spec.h"
 #include "../common/wire.h"
-#include "../schedulers/sched.h"
 #include "../store/store_export.h"
 
 #include <errno.h>
@@ -102,11 +101,6 @@ static int s_submit(const cli_opts *o)
     spec_t *spec = cli_spec_load(o->args[0], buf, sizeof buf);
     if (!spec) {
         cli_error("%s: %s", o->args[0], buf);
-        return CLI_FAIL;
-    }
-    if (sched_check(spec, buf, sizeof buf) != 0) {
-        cli_error("%s: %s", o->args[0], buf);
-        spec_destroy(&spec);
         return CLI_FAIL;
     }
     if (o->priority) /* --priority overrides the spec's */

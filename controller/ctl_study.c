@@ -324,18 +324,12 @@ static int s_check_live_limit(ctl_t *c, const spec_t *spec, const char **code, c
 int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int *finished,
                 const char **code, char *msg, size_t msgsize)
 {
-    spec_error serr;
-    char buf[400];
     *resumed = *finished = 0;
-    spec_t *spec = spec_parse(spec_json, 0, &serr); /* dispatchers judge paths */
+    /* the same admission as jizhi run's and the web's; no paths looked up
+       here (dispatchers judge them) */
+    spec_t *spec = sched_admit(spec_json, 0, msg, msgsize);
     if (!spec) {
         *code = "bad_spec";
-        snprintf(msg, msgsize, "%s", spec_strerror(&serr, buf, sizeof buf));
-        return -1;
-    }
-    if (sched_check(spec, msg, msgsize) != 0) {
-        *code = "bad_spec";
-        spec_destroy(&spec);
         return -1;
     }
     size_t wi;

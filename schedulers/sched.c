@@ -93,6 +93,21 @@ int sched_check(const spec_t *spec, char *err, size_t errsize)
     return n < 0 ? -1 : 0;
 }
 
+spec_t *sched_admit(json_t *spec_json, int check_command, char *err, size_t errsize)
+{
+    spec_error serr;
+    spec_t *spec = spec_parse(spec_json, check_command, &serr);
+    if (!spec) {
+        spec_strerror(&serr, err, errsize);
+        return NULL;
+    }
+    if (sched_check(spec, err, errsize) != 0) {
+        spec_destroy(&spec);
+        return NULL;
+    }
+    return spec;
+}
+
 void sched_destroy(sched_t **sp)
 {
     if (sp && *sp) {

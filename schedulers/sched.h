@@ -116,6 +116,16 @@ int sched_monitors_new(const spec_t *spec, sched_t **out, int max, char *err,
    0 or -1 with err filled ("scheduler.xxx: ..."). */
 int sched_check(const spec_t *spec, char *err, size_t errsize);
 
+/* A study's admission, the same at every door (jizhi run, jizhi study
+   submit, the web API's submit, the controller's submit): spec_json
+   parsed and validated (spec_parse; check_command as it says), then its
+   scheduler and monitors created with their options and destroyed
+   (sched_check). Borrows spec_json; changes nothing. The spec (caller owns
+   it: spec_destroy), or NULL with err: the spec's error as spec_strerror
+   words it ("params.lr.low: ...") or the scheduler's ("scheduler.xxx:
+   ...", "early_stopping.xxx: ..."). */
+spec_t *sched_admit(json_t *spec_json, int check_command, char *err, size_t errsize);
+
 /* NULL-safe; sets *sp to NULL. */
 void sched_destroy(sched_t **sp);
 

@@ -137,18 +137,10 @@ int web__post_submit(web_req *r)
     if (json_is_object(trial) && !json_object_get(trial, "cwd") &&
         getcwd(here, sizeof here))
         json_object_set_new(trial, "cwd", json_string(here));
-    spec_error serr;
-    spec_t *spec = spec_parse(r->in, 1, &serr);
-    if (!spec) {
-        char buf[512];
-        return web__error(r, 400, "bad_spec", "%s",
-                          spec_strerror(&serr, buf, sizeof buf));
-    }
     char buf[512];
-    if (sched_check(spec, buf, sizeof buf) != 0) {
-        spec_destroy(&spec);
+    spec_t *spec = sched_admit(r->in, 1, buf, sizeof buf); /* as every door does */
+    if (!spec)
         return web__error(r, 400, "bad_spec", "%s", buf);
-    }
     json_t *msg = json_pack("{s:s, s:O}", "type", "submit", "spec", spec->json);
     spec_destroy(&spec);
     return s_call(r, msg, 10000);
