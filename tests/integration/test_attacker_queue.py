@@ -182,6 +182,8 @@ def test_another_uid_on_a_shared_socket_cannot_submit_high_priority(jz):
 # ---- item 6: a stopped study's trials are killed after the grace and count ----
 
 def test_study_stop_kills_a_trial_that_never_reads_its_instructions(jz):
+    # its trials never read their stop: a 2 s kill grace instead of 10 s
+    jz.env["JIZHI_STOP_GRACE_S"] = "2"
     site = Site(jz, slots=2)
     try:
         p = site.as_user("bob", "study", "submit",
@@ -222,6 +224,8 @@ def test_a_restarted_controller_still_stops_a_stopped_studys_live_trial(jz):
 
 
 def test_a_quota_counts_the_live_trials_of_stopped_studies(jz):
+    # its trials never read their stop: a 2 s kill grace instead of 10 s
+    jz.env["JIZHI_STOP_GRACE_S"] = "2"
     site = Site(jz, slots=6)
     try:
         assert site.as_user("alice", "quota", "set", "bob", "slots=2").returncode == 0

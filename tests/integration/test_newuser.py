@@ -54,6 +54,8 @@ def test_numbers_and_times_are_readable(jz):
 
 
 def test_a_pending_trial_shows_dashes_not_zeros(jz):
+    # `sleep` ignores the stop: a 2 s kill grace instead of 10 s
+    jz.env["JIZHI_STOP_GRACE_S"] = "2"
     spec = base_spec("pend", ["sleep", "30"], trials=2, parallel=1, timeout_s=60)
     proc = jz.popen("run", jz.write_spec(spec), "--db", jz.db)
     try:
@@ -196,6 +198,8 @@ def test_a_broken_command_stops_the_study_after_failures_in_a_row(jz):
 
 
 def test_study_stop_ends_the_run_with_true_states_and_run_continues_it(jz):
+    # its trials never read their stop: a 2 s kill grace instead of 10 s
+    jz.env["JIZHI_STOP_GRACE_S"] = "2"
     spec = base_spec("stoppable", ["python3", f"{PROGS}/ignoring_trial.py"], trials=2,
                      parallel=1, env={"STEPS": "60"})
     path = jz.write_spec(spec)
@@ -215,6 +219,8 @@ def test_study_stop_ends_the_run_with_true_states_and_run_continues_it(jz):
 
 def test_ctrl_c_leaves_no_study_running_and_a_study_submitted_to_a_run_is_stopped(jz):
     import signal
+    # its trials never read their stop: a 2 s kill grace instead of 10 s
+    jz.env["JIZHI_STOP_GRACE_S"] = "2"
 
     spec = base_spec("own", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1, parallel=1,
                      env={"STEPS": "400"})
@@ -435,8 +441,10 @@ def test_a_stale_attempt_is_refused_and_killed(jz):
                  "--log-dir", logs)
     b = None
     try:
+        # 120 steps (6 s): the stale attempt, stopped after its first,
+        # is still running when its machine comes back; the new one ends soon
         spec = base_spec("stale", ["python3", f"{PROGS}/ignoring_trial.py"], trials=1,
-                         parallel=1, env={"STEPS": "400"})
+                         parallel=1, env={"STEPS": "120"})
         jz.run("study", "submit", jz.write_spec(spec), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60, "a report")
         (token0, pid0) = jz.sql("SELECT token, pid FROM trials")[0]
