@@ -63,17 +63,20 @@ typedef struct {
 
 /* A Parzen mixture over the parameters dims[0..d): nk kernels (the last
    the prior), each with a weight, and per dimension a centre and
-   bandwidth (numeric) or a probability row (choice). */
+   bandwidth (numeric); for a choice, kernel i < nk - 1 gives its value
+   (mu) (1 + b) / (1 + b nv) and every other value b / (1 + b nv), with
+   b = prior_weight / nk, the prior kernel 1 / nv (no table: a choice may
+   have 10 000 values). */
 typedef struct {
     const spec_t *spec;
     int d;
     const int *dims; /* parameter indices */
     int nk;
-    double *lw;    /* nk log weights (normalised) */
-    double *mu;    /* nk x d: centre in [0,1]; choice: the value's index */
-    double *sig;   /* nk x d: bandwidth (numeric) */
-    double *lz;    /* nk x d: log of the truncation mass (numeric) */
-    double **prob; /* per choice dimension: nk x nvalues probabilities */
+    double *lw;  /* nk log weights (normalised) */
+    double *mu;  /* nk x d: centre in [0,1]; choice: the value's index */
+    double *sig; /* nk x d: bandwidth (numeric) */
+    double *lz;  /* nk x d: log of the truncation mass (numeric) */
+    double b;    /* a choice kernel's spread: prior_weight / nk */
 } s_parzen;
 
 /* ---- encoding --------------------------------------------------------- */
@@ -152,10 +155,6 @@ static void s_parzen_fini(s_parzen *z)
     free(z->mu);
     free(z->sig);
     free(z->lz);
-    if (z->prob)
-        for (int j = 0; j < z->d; j++)
-            free(z->prob[j]);
-    free(z->prob);
     memset(z, 0, sizeof *z);
 }
 
@@ -191,9 +190,8 @@ static int s_parzen_init(s_parzen *z, const sched_tpe *t, int d, const int *dims
     z->mu = malloc(sizeof(double) * cells);
     z->sig = malloc(sizeof(double) * cells);
     z->lz = malloc(sizeof(double) * cells);
-    z->prob = calloc((size_t)(d ? d : 1), sizeof *z->prob);
     s_vi *srt = malloc(sizeof(s_vi) * (size_t)(n + 1));
-    if (!z->lw || !z->mu || !z->sig || !z->lz || !z->prob || !srt)
+    if (!z->lw || !z->mu || !z->sig || !z->lz || !srt)
         goto fail;
     /* weights */
     double tot = 0;
@@ -208,30 +206,14 @@ static int s_parzen_init(s_parzen *z, const sched_tpe *t, int d, const int *dims
     tot += t->prior_weight;
     for (int i = 0; i <= n; i++)
         z->lw[i] = log(z->lw[i] / tot);
+    z->b = t->prior_weight / (double)z->nk;
     double msig = 0.2 * pow((double)(n + 1), -1.0 / (d + 4));
     double minsig = 1.0 / fmin(100, 1 + n + 1);
     for (int j = 0; j < d; j++) {
         const spec_param *p = &sp->params[dims[j]];
         if (p->type == SPEC_CHOICE) {
-            size_t nv = p->nvalues;
-            double *pr = malloc(sizeof(double) * (size_t)z->nk * nv);
-            if (!pr)
-                goto fail;
-            z->prob[j] = pr;
-            double base = t->prior_weight / (double)z->nk;
-            for (int i = 0; i <= n; i++) {
-                double *row = pr + (size_t)i * nv;
-                for (size_t c = 0; c < nv; c++)
-                    row[c] = base;
-                if (i < n)
-                    row[(size_t)U[(size_t)i * d + j]] += 1;
-                double s = 0;
-                for (size_t c = 0; c < nv; c++)
-                    s += row[c];
-                for (size_t c = 0; c < nv; c++)
-                    row[c] /= s;
-                z->mu[(size_t)i * d + j] = i < n ? U[(size_t)i * d + j] : 0;
-            }
+            for (int i = 0; i <= n; i++)
+                z->mu[(size_t)i * d + j] = i < n ? U[(size_t)i * d + j] : -1;
             continue;
         }
         /* numeric: centres, bandwidths, truncation masses */
@@ -298,7 +280,9 @@ static double s_parzen_logpdf(const s_parzen *z, const double *x)
             const spec_param *p = &z->spec->params[z->dims[j]];
             size_t c = (size_t)i * z->d + j;
             if (p->type == SPEC_CHOICE) {
-                l += log(z->prob[j][(size_t)i * p->nvalues + (size_t)x[j]]);
+                double nv = (double)p->nvalues;
+                l += i == z->nk - 1 ? -log(nv)
+                                    : log(((z->mu[c] == x[j]) + z->b) / (1 + z->b * nv));
             } else {
                 double r = (x[j] - z->mu[c]) / z->sig[c];
                 l += -0.5 * r * r - log(z->sig[c]) - 0.5 * log(2 * M_PI) - z->lz[c];
@@ -331,16 +315,14 @@ static void s_parzen_sample(const s_parzen *z, sched_rng *r, double *x)
         const spec_param *p = &z->spec->params[z->dims[j]];
         size_t c = (size_t)k * z->d + j;
         if (p->type == SPEC_CHOICE) {
-            const double *row = z->prob[j] + (size_t)k * p->nvalues;
-            double v = sched_rng_uniform(r), cc = 0;
-            size_t pick = p->nvalues - 1;
-            for (size_t i = 0; i < p->nvalues; i++) {
-                cc += row[i];
-                if (v < cc) {
-                    pick = i;
-                    break;
-                }
-            }
+            /* the kernel's value with probability 1 / (1 + b nv), else
+               uniform (which may give it again) */
+            double nv = (double)p->nvalues;
+            size_t pick = (size_t)(sched_rng_uniform(r) * nv);
+            if (pick >= p->nvalues)
+                pick = p->nvalues - 1;
+            if (k < z->nk - 1 && sched_rng_uniform(r) < 1 / (1 + z->b * nv))
+                pick = (size_t)z->mu[c];
             x[j] = (double)pick;
             continue;
         }

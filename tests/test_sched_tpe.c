@@ -8,6 +8,8 @@
 #include "jz_test.h"
 #include "schedulers/sched.h"
 
+#include <sys/resource.h>
+
 static spec_t *s_spec(const char *sched, const char *space, const char *mode)
 {
     char buf[4096];
@@ -363,6 +365,61 @@ TEST(parallel_suggestions_differ)
     spec_destroy(&sp);
 }
 
+static double s_peak_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+/* A choice of 9 000 values next to a float, 1 500 results: a choice's
+   kernels are no table of (trials x values) probabilities (that was 100
+   MB per suggestion), and the suggestions stay legal. */
+TEST(wide_choice_costs_no_table)
+{
+    json_t *vals = json_array();
+    for (int i = 0; i < 9000; i++)
+        json_array_append_new(vals, json_integer(i));
+    json_t *j =
+        json_pack("{s:s,s:{s:s,s:s},s:{s:s,s:i},s:{s:i},s:{s:{s:s,s:o},s:{s:s,s:f,"
+                  "s:f}},s:{s:[s]}}",
+                  "name", "t", "objective", "metric", "y", "mode", "min", "scheduler",
+                  "type", "tpe", "seed", 1, "budget", "trials", 2000, "space", "c",
+                  "type", "choice", "values", vals, "x", "type", "float", "low", 0.0,
+                  "high", 1.0, "trial", "command", "true");
+    spec_error e;
+    spec_t *sp = j ? spec_parse(j, 0, &e) : NULL;
+    json_decref(j);
+    REQUIRE(sp);
+    sched_t *s = s_new(sp);
+    REQUIRE(s);
+    sched_rng r;
+    sched_rng_seed(&r, 5, 0);
+    for (long k = 1; k <= 1500; k++) {
+        int c = (int)(sched_rng_uniform(&r) * 9000);
+        double x = sched_rng_uniform(&r);
+        json_t *p = json_pack("{s:i,s:f}", "c", c, "x", x);
+        s->ops->on_complete(s, -k, p, SCHED_COMPLETED,
+                            fabs((double)c - 7000) / 9000.0 + x);
+        json_decref(p);
+    }
+    double before = s_peak_mib();
+    for (long id = 1; id <= 5; id++) {
+        json_t *p = NULL;
+        REQUIRE(s->ops->suggest(s, id, &p) == SCHED_OK);
+        json_t *c = json_object_get(p, "c");
+        CHECK(json_is_integer(c) && json_integer_value(c) >= 0 &&
+              json_integer_value(c) < 9000);
+        json_decref(p);
+    }
+    double grew = s_peak_mib() - before;
+    printf("  wide choice, 1500 trials: peak RSS grew %.1f MiB over 5 suggestions\n",
+           grew);
+    CHECK(grew < 32);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+}
+
 int main(void)
 {
     RUN(options_checked);
@@ -373,5 +430,6 @@ int main(void)
     RUN(save_restore_mid_study);
     RUN(warm_start_guides_the_first_suggestions);
     RUN(parallel_suggestions_differ);
+    RUN(wide_choice_costs_no_table);
     TEST_DONE();
 }
