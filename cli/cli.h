@@ -27,6 +27,7 @@
 
 #include "../common/spec.h"
 #include "../common/text.h"
+#include "../common/wire.h"
 #include "../store/store.h"
 #include "../web/web.h"
 
@@ -74,6 +75,10 @@ const char *cli_controller(const char *flag, const char *db, char *buf, size_t s
    the `ok` reply (caller owns). On an error reply or no answer it prints
    a message and returns NULL. */
 json_t *cli_request(const char *endpoint, json_t *msg, int timeout_ms);
+/* cli_request, asking check(arg) between slices of slice_ms of the wait
+   (client_call_check): its non-NULL result is taken as the answer. */
+json_t *cli_request_check(const char *endpoint, json_t *msg, int timeout_ms, int slice_ms,
+                          wire_check_fn check, void *arg);
 
 /* 1 when a controller answers a ping at endpoint within timeout_ms. */
 int cli_ping(const char *endpoint, int timeout_ms);

@@ -61,8 +61,15 @@ const char *cli_controller(const char *flag, const char *db, char *buf, size_t s
 
 json_t *cli_request(const char *endpoint, json_t *msg, int timeout_ms)
 {
+    return cli_request_check(endpoint, msg, timeout_ms, 0, NULL, NULL);
+}
+
+json_t *cli_request_check(const char *endpoint, json_t *msg, int timeout_ms, int slice_ms,
+                          wire_check_fn check, void *arg)
+{
     char err[1200];
-    json_t *reply = client_call(endpoint, msg, timeout_ms, err, sizeof err);
+    json_t *reply = client_call_check(endpoint, msg, timeout_ms, slice_ms, check, arg,
+                                      err, sizeof err);
     if (!reply) {
         cli_error("%s", err);
     } else if (strcmp(wire_type(reply), "ok") != 0) {

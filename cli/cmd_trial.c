@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "../common/spec.h"
+#include "../common/util.h"
 #include "../common/wire.h"
 #include "jizhi.h"
 
@@ -300,10 +301,83 @@ static int s_kv(const char *arg, json_t *values)
     return 0;
 }
 
+/* A wait for a guarded change or a fork that may outlive its controller:
+   the request dies with a controller killed during the wait, while the
+   restarted one resumes the intervention from the database and decides.
+   So the wait also reads the intervention's persisted state and answers
+   from it once it is final and the controller has not answered for
+   IV_GRACE_S since (the answer normally comes first). */
+#define IV_SLICE_MS 500
+#define IV_GRACE_S 2.0
+
+typedef struct {
+    store_t *store;   /* read-only, owned; NULL: no reading (the plain wait) */
+    long trial;       /* the trial intervened on */
+    const char *kind; /* "guard" or "fork" */
+    long after;       /* interventions on the trial up to this id are older */
+    double final_at;  /* when it was first seen final, 0 before */
+} s_iv_wait;
+
+/* The newest intervention of w's kind on its trial (borrowed from list),
+   or NULL. */
+static json_t *s_iv_newest(const s_iv_wait *w, json_t *list)
+{
+    json_t *found = NULL, *x;
+    size_t i;
+    json_array_foreach(list, i, x)
+    {
+        if (json_integer_value(json_object_get(x, "trial_id")) == w->trial &&
+            !strcmp(json_string_value(json_object_get(x, "kind")), w->kind))
+            found = x;
+    }
+    return found;
+}
+
+/* wire_check_fn: the answer the controller would have sent, from the
+   persisted intervention, once final for IV_GRACE_S; NULL meanwhile. */
+static json_t *s_iv_check(void *arg)
+{
+    s_iv_wait *w = arg;
+    json_t *list = store_interv_list(w->store, 0, w->trial);
+    json_t *iv = list ? s_iv_newest(w, list) : NULL;
+    json_t *out = NULL;
+    if (iv && json_integer_value(json_object_get(iv, "id")) > w->after &&
+        json_is_true(json_object_get(iv, "done"))) {
+        double now = util_now();
+        if (!w->final_at)
+            w->final_at = now;
+        else if (now - w->final_at >= IV_GRACE_S) {
+            out = json_pack("{s:s, s:O, s:I, s:O, s:b}", "type", "ok", w->kind,
+                            json_object_get(iv, "state"), "trial", (json_int_t)w->trial,
+                            "intervention", json_object_get(iv, "id"), "from_store", 1);
+            json_object_update_missing(out, json_object_get(iv, "data"));
+        }
+    }
+    json_decref(list);
+    return out;
+}
+
+/* Opens o->db to read kind's interventions on trial during a wait (w->store
+   stays NULL when it cannot: then only the controller's answer counts). */
+static void s_iv_wait_init(s_iv_wait *w, const cli_opts *o, long trial, const char *kind)
+{
+    memset(w, 0, sizeof *w);
+    w->trial = trial;
+    w->kind = kind;
+    char err[512];
+    if (access(o->db, R_OK) != 0 || !(w->store = store_open(o->db, 1, err, sizeof err)))
+        return;
+    json_t *list = store_interv_list(w->store, 0, trial);
+    json_t *iv = list ? s_iv_newest(w, list) : NULL;
+    w->after = iv ? (long)json_integer_value(json_object_get(iv, "id")) : 0;
+    json_decref(list);
+}
+
 /* Sends msg (takes it) to the controller of o->db and returns its answer
    (caller owns), waiting wait_s plus a margin for the controller's own
-   timeout answer; NULL after printing why. */
-static json_t *s_ask(const cli_opts *o, json_t *msg, double wait_s)
+   timeout answer; NULL after printing why. With w (a waited guarded change
+   or fork), the answer may come from the database instead (s_iv_check). */
+static json_t *s_ask_iv(const cli_opts *o, json_t *msg, double wait_s, s_iv_wait *w)
 {
     char buf[512];
     const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
@@ -314,6 +388,9 @@ static json_t *s_ask(const cli_opts *o, json_t *msg, double wait_s)
         json_decref(msg);
         return NULL;
     }
+    if (w && w->store)
+        return cli_request_check(ep, msg, (int)(wait_s * 1000) + 5000, IV_SLICE_MS,
+                                 s_iv_check, w);
     return cli_request(ep, msg, (int)(wait_s * 1000) + 5000);
 }
 
@@ -380,13 +457,20 @@ static int s_control(const cli_opts *o, const char *sub, long id)
         json_decref(msg);
         return CLI_USAGE;
     }
-    json_t *r = s_ask(o, msg, wait_s);
+    s_iv_wait w = {0};
+    if (o->guard && !o->no_wait)
+        s_iv_wait_init(&w, o, id, "guard");
+    json_t *r = s_ask_iv(o, msg, wait_s, o->guard && !o->no_wait ? &w : NULL);
+    store_close(&w.store);
     if (!r)
         return CLI_FAIL;
     const char *outcome = json_string_value(json_object_get(r, "guard"));
     if (outcome) { /* a guarded change, decided */
         const char *why = json_string_value(json_object_get(r, "reason"));
         printf("trial %ld: guarded change %s: %s\n", id, outcome, why ? why : "");
+        if (json_is_true(json_object_get(r, "from_store")))
+            printf("  (read from the database: the controller restarted during the "
+                   "wait)\n");
         if (o->json)
             cli_print_json(r);
         int kept = !strcmp(outcome, "kept");
@@ -503,15 +587,30 @@ static int s_fork(const cli_opts *o, long id)
     }
     if (o->decide)
         json_object_del(msg, "siblings");
-    json_t *r = s_ask(o, msg, wait_s);
+    s_iv_wait w = {0};
+    int waits = !o->no_wait && !o->decide;
+    if (waits)
+        s_iv_wait_init(&w, o, id, "fork");
+    json_t *r = s_ask_iv(o, msg, wait_s, waits ? &w : NULL);
+    store_close(&w.store);
     if (!r)
         return CLI_FAIL;
     const char *state = json_string_value(json_object_get(r, "fork"));
+    if (state && !strcmp(state, "refused")) { /* read from the database */
+        cli_error("%s", json_string_value(json_object_get(r, "reason"))
+                            ? json_string_value(json_object_get(r, "reason"))
+                            : "the fork was refused");
+        json_decref(r);
+        return CLI_FAIL;
+    }
     if (o->json)
         cli_print_json(r);
-    else if (state && !strcmp(state, "decided"))
+    else if (state && !strcmp(state, "decided")) {
         s_fork_print(id, r);
-    else if (state && !strcmp(state, "running")) {
+        if (json_is_true(json_object_get(r, "from_store")))
+            printf("  (read from the database: the controller restarted during the "
+                   "wait)\n");
+    } else if (state && !strcmp(state, "running")) {
         printf("trial %ld: forked from step %" JSON_INTEGER_FORMAT
                "; not waited for: `jizhi trial fork %ld --decide` decides now\n",
                id, json_integer_value(json_object_get(r, "fork_step")), id);

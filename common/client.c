@@ -99,6 +99,12 @@ static void s_unknown_key_hint(void *sock, json_t *reply)
 json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err,
                     size_t errsize)
 {
+    return client_call_check(endpoint, msg, timeout_ms, 0, NULL, NULL, err, errsize);
+}
+
+json_t *client_call_check(const char *endpoint, json_t *msg, int timeout_ms, int slice_ms,
+                          wire_check_fn check, void *arg, char *err, size_t errsize)
+{
     /* the controller refuses requests over WIRE_MAX_REQUEST: say so here */
     char *text = json_dumps(msg, JSON_COMPACT);
     size_t len = text ? strlen(text) : 0;
@@ -133,7 +139,8 @@ json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err
             json_decref(msg);
         } else {
             char why[200];
-            reply = wire_request(sock, msg, timeout_ms, why, sizeof why);
+            reply = wire_request_check(sock, msg, timeout_ms, slice_ms, check, arg, why,
+                                       sizeof why);
             if (reply && spub[0] && !strcmp(wire_type(reply), "error"))
                 s_unknown_key_hint(sock, reply);
             if (!reply)

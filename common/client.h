@@ -10,6 +10,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "wire.h"
+
 /* Sends `msg` (takes ownership, even on failure) to the controller at
    `endpoint` and waits up to timeout_ms. Returns the reply, "ok" or
    "error" (caller owns), or NULL with `err` saying why (cannot connect,
@@ -18,5 +20,9 @@
    call uses its own ZeroMQ context. */
 json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err,
                     size_t errsize);
+/* client_call, asking check(arg) between slices of slice_ms of the wait
+   (wire_request_check): a non-NULL result is returned as the reply. */
+json_t *client_call_check(const char *endpoint, json_t *msg, int timeout_ms, int slice_ms,
+                          wire_check_fn check, void *arg, char *err, size_t errsize);
 
 #endif

@@ -259,6 +259,12 @@ json_t *wire_error(long req, const char *code, const char *fmt, ...)
 
 json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err, size_t errsize)
 {
+    return wire_request_check(dealer, msg, timeout_ms, 0, NULL, NULL, err, errsize);
+}
+
+json_t *wire_request_check(void *dealer, json_t *msg, int timeout_ms, int slice_ms,
+                           wire_check_fn check, void *arg, char *err, size_t errsize)
+{
     static long s_next_req = 1;
     long req = __atomic_fetch_add(&s_next_req, 1, __ATOMIC_RELAXED);
     json_object_set_new(msg, "req", json_integer(req));
@@ -273,13 +279,20 @@ json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err, size_
             snprintf(err, errsize, "timeout");
             return NULL;
         }
+        long wait_ms = (long)(left * 1000) + 1;
+        if (check && slice_ms > 0 && wait_ms > slice_ms)
+            wait_ms = slice_ms;
         zmq_pollitem_t item = {dealer, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, (long)(left * 1000) + 1) < 0 && errno != EINTR) {
+        if (zmq_poll(&item, 1, wait_ms) < 0 && errno != EINTR) {
             snprintf(err, errsize, "poll failed: %s", zmq_strerror(errno));
             return NULL;
         }
-        if (!(item.revents & ZMQ_POLLIN))
+        if (!(item.revents & ZMQ_POLLIN)) {
+            json_t *known = check ? check(arg) : NULL;
+            if (known)
+                return known;
             continue;
+        }
         json_t *reply = wire_recv(dealer, NULL, 1, err, errsize);
         if (!reply) {
             if (errno == EAGAIN)

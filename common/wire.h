@@ -105,4 +105,14 @@ json_t *wire_error(long req, const char *code, const char *fmt, ...)
 json_t *wire_request(void *dealer, json_t *msg, int timeout_ms, char *err,
                      size_t errsize);
 
+/* Asked between slices of a wait: a reply learned another way (caller of
+   wire_request_check owns it), or NULL to go on waiting. */
+typedef json_t *(*wire_check_fn)(void *arg);
+/* wire_request, calling check(arg) after each slice_ms without an answer
+   (a long wait that may learn its outcome elsewhere, e.g. from the
+   database when the controller restarted and lost the request); its
+   non-NULL result ends the wait and is returned. */
+json_t *wire_request_check(void *dealer, json_t *msg, int timeout_ms, int slice_ms,
+                           wire_check_fn check, void *arg, char *err, size_t errsize);
+
 #endif

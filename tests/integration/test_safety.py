@@ -14,6 +14,7 @@ import io
 import json
 import os
 import signal
+import subprocess
 
 from conftest import PROGS, base_spec
 from test_recovery import start_controller, start_dispatcher, stop
@@ -241,3 +242,55 @@ def test_fork_into_three_siblings_keeps_the_best_after_a_kill9(jz):
         assert [float(by_id[s]["param_lr"]) for s in sibs] == [0.01, 0.1, 1.0]
     finally:
         stop(disp, *([ctl2] if ctl2 else []), ctl)
+
+
+def test_a_waiting_client_learns_the_outcome_after_a_controller_kill9(jz):
+    # `trial set --guard` and `trial fork` wait for their outcome; a kill -9
+    # of the controller loses their request, the restarted controller
+    # decides from the database, and the clients read it there (before:
+    # both waited until their --timeout and failed with "no answer")
+    ep, ctl, disp = daemons(jz, slots=3)
+    ctls, clis = [ctl], []
+    try:
+        spec = formula_spec("wait-kill", 1, 400, 0.05)
+        spec["budget"]["parallel"] = 3
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 1, 60, "a running trial")
+        (tid,) = jz.sql("SELECT id FROM trials")[0]
+        wait_steps(jz, tid, 5)
+        cli = jz.popen("trial", "set", str(tid), "lr=0.12", "--force", "--guard",
+                       "--watch-steps", "30", "--timeout", "40", stdout=subprocess.PIPE)
+        clis.append(cli)
+        jz.wait_for(lambda: [i["state"] for i in interventions(jz, tid)] == ["watch"] and
+                    interventions(jz, tid)[0]["data"]["seen"] >= 2, 30, "the watch window")
+        ctls[-1].send_signal(signal.SIGKILL)
+        ctls[-1].wait(timeout=10)
+        assert interventions(jz, tid)[0]["done"] == 0
+        ctls.append(start_controller(jz, ep))
+        out, err = cli.communicate(timeout=35)
+        assert cli.returncode == 0, out + err
+        assert f"trial {tid}: guarded change kept" in out, out + err
+        assert "read from the database" in out, out
+        # the same for a fork waiting for its decision
+        cli = jz.popen("trial", "fork", str(tid), "lr=0.01", "lr=0.1", "--force", "--steps",
+                       "60", "--timeout", "40", stdout=subprocess.PIPE)
+        clis.append(cli)
+        jz.wait_for(lambda: interventions(jz, tid)[-1]["state"] == "running", 30,
+                    "the siblings")
+        sibs = interventions(jz, tid)[-1]["data"]["siblings"]
+        jz.wait_for(lambda: all(jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id=?", s)
+                                [0][0] > 0 for s in sibs), 30, "the siblings' reports")
+        ctls[-1].send_signal(signal.SIGKILL)
+        ctls[-1].wait(timeout=10)
+        assert interventions(jz, tid)[-1]["done"] == 0
+        ctls.append(start_controller(jz, ep))
+        out, err = cli.communicate(timeout=35)
+        assert cli.returncode == 0, out + err
+        assert f"trial {tid}: fork decided: sibling {sibs[1]} is the best" in out, out + err
+        assert "read from the database" in out, out
+    finally:
+        for p in clis:
+            if p.poll() is None:
+                p.kill()
+        stop(disp, *reversed(ctls))
