@@ -20,7 +20,9 @@
     than 1e-12, the steps sigma x sd fall below 1e-12 sigma0, or C's
     condition number passes 1e14, the search restarts at a uniform random
     mean with lambda doubled. "separable" keeps C diagonal with its
-    learning rates raised by (D + 2) / 3.
+    learning rates raised by (D + 2) / 3; it is the default beyond 100
+    searched parameters, where a full C's eigendecomposition (D^3) would
+    hold the controller's loop too long.
 
     Warm start and enqueued trials: results that arrive before the first
     suggestion (warm start) place the first mean at the best of them;
@@ -46,6 +48,7 @@
 #define S_TOLX 1e-12      /* converged: every sigma x sd below this x sigma0 */
 #define S_MAXCOND 1e14    /* C's condition number */
 #define S_MAX_LAMBDA 4096 /* IPOP stops doubling here */
+#define S_MAX_FULL 100    /* beyond, "separable" defaults to true */
 
 typedef struct {
     long trial;
@@ -750,7 +753,7 @@ static int s_options(sched_cmaes *c, const spec_t *spec, char *err, size_t errsi
         snprintf(err, errsize, "scheduler.separable: must be true or false");
         return -1;
     }
-    c->separable = json_is_true(sep);
+    c->separable = sep ? json_is_true(sep) : -1; /* -1: by the dimension */
     double pop;
     if (sched_opt_num(o, "scheduler", "sigma0", 1.0 / 6, 1e-6, 1, 0, &c->sigma0, err,
                       errsize) != 0 ||
@@ -790,6 +793,8 @@ sched_t *sched_cmaes_new(const spec_t *spec, char *err, size_t errsize)
         return NULL;
     }
     c->D = D;
+    if (c->separable < 0) /* a full covariance's eigendecomposition costs D^3 */
+        c->separable = D > S_MAX_FULL;
     c->lambda = c->lambda0 > 0 ? c->lambda0 : 4 + (int)floor(3 * log((double)D));
     size_t nd = (size_t)D;
     int H = 10 + (int)ceil(30.0 * D / 2); /* the longest history (lambda >= 2) */

@@ -404,6 +404,68 @@ TEST(parallel_generations)
     spec_destroy(&sp);
 }
 
+/* Beyond 100 searched parameters the covariance is diagonal unless
+   "separable": false says otherwise. */
+TEST(many_parameters_are_separable)
+{
+    char space[8192];
+    size_t off = (size_t)snprintf(space, sizeof space, "{");
+    for (int i = 0; i < 120; i++)
+        off += (size_t)snprintf(space + off, sizeof space - off,
+                                "%s\"p%d\":{\"type\":\"float\",\"low\":0,\"high\":1}",
+                                i ? "," : "", i);
+    snprintf(space + off, sizeof space - off, "}");
+    const char *scheds[] = {"{\"type\":\"cmaes\",\"seed\":1}",
+                            "{\"type\":\"cmaes\",\"seed\":1,\"separable\":false}"};
+    for (int k = 0; k < 2; k++) {
+        char buf[9000];
+        snprintf(buf, sizeof buf,
+                 "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
+                 "\"scheduler\":%s,\"budget\":{\"trials\":60},\"space\":%s,"
+                 "\"trial\":{\"command\":[\"true\"]}}",
+                 scheds[k], space);
+        json_t *j = json_loads(buf, 0, NULL);
+        spec_error e;
+        spec_t *sp = j ? spec_parse(j, 0, &e) : NULL;
+        json_decref(j);
+        REQUIRE(sp);
+        sched_t *s = s_new(sp);
+        REQUIRE(s);
+        json_t *st = s_state(s);
+        long lam = 4 + (long)floor(3 * log(120.0));
+        json_decref(st);
+        for (long id = 1; id <= lam; id++) {
+            json_t *p = NULL;
+            REQUIRE(s->ops->suggest(s, id, &p) == SCHED_OK);
+            double v = 0;
+            for (int i = 0; i < 120; i++) {
+                char name[8];
+                snprintf(name, sizeof name, "p%d", i);
+                v += (i + 1) * pow(s_num(p, name) - 0.3, 2);
+            }
+            s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
+            json_decref(p);
+        }
+        st = s_state(s);
+        CHECK(s_int(st, "gen") == 1);
+        const json_t *C = json_object_get(st, "C");
+        REQUIRE(json_array_size(C) == 120 * 120);
+        double off_diag = 0;
+        for (int a = 0; a < 120; a++)
+            for (int b = 0; b < 120; b++)
+                if (a != b)
+                    off_diag = fmax(off_diag, fabs(json_number_value(json_array_get(
+                                                  C, (size_t)(a * 120 + b)))));
+        if (k == 0)
+            CHECK(off_diag == 0);
+        else
+            CHECK(off_diag > 0);
+        json_decref(st);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
 int main(void)
 {
     RUN(options_checked);
@@ -414,5 +476,6 @@ int main(void)
     RUN(save_restore_mid_generation);
     RUN(warm_start_and_enqueued_results);
     RUN(parallel_generations);
+    RUN(many_parameters_are_separable);
     TEST_DONE();
 }
