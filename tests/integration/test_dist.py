@@ -2,6 +2,7 @@
 this small machine): N ranks train the same model as 1 rank, hierarchical
 equals flat, per-rank BatchNorm, the comm layer's own checks, and a live set
 that reaches every rank at one step. Skipped when mpirun is not installed."""
+import json
 import os
 import re
 import shutil
@@ -343,6 +344,9 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
                  "2 ranks device path ring, overlap on vs off",
                  "2 ranks device path ring, fusion auto vs host path 64 KiB"):
         assert line in p.stdout, p.stdout
+    res = json.load(open(os.path.join(BUILD, "gpu-check.json")))
+    assert res["exit_status"] == 0 and res["mode"].startswith("cpu")
+    assert res["checks"] and all(c["ok"] for c in res["checks"]), res["checks"]
     assert "FAIL" not in p.stdout, p.stdout
     bad = subprocess.run([script, "--bogus"], capture_output=True, text=True, env=e)
     assert bad.returncode == 2 and "usage" in bad.stderr
@@ -352,3 +356,33 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     miss = subprocess.run([script], capture_output=True, text=True, env=e2, timeout=60)
     assert miss.returncode == 2, miss.stdout + miss.stderr
     assert "PREBUILT:" in miss.stderr and "jizhi-train is missing" in miss.stderr
+
+
+def test_gpu_check_refuses_without_a_gpu_and_writes_its_json(tmp_path):
+    # no GPU here: without --cpu the script stops at once, before building,
+    # with the reason (exit 2); with --cpu over stand-in binaries that print
+    # fixed metrics (PREBUILT) it writes build/gpu-check.json from what it
+    # printed: every verdict line, the exit status, the elapsed time and the
+    # parts of issue 38's GPU items this tree has no code for
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "scripts", "gpu-check.sh")
+    e = dict(os.environ, PATH="/usr/bin:/bin", BUILD=str(tmp_path))
+    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=30)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "no NVIDIA GPU on this machine" in p.stderr and "--cpu" in p.stderr
+    assert not (tmp_path / "gpu-check.json").exists()
+    (tmp_path / "bin").mkdir()
+    for name in ("jizhi-train", "jizhi-train-cuda"):
+        f = tmp_path / "bin" / name
+        f.write_text("#!/bin/sh\necho 'jizhi: step 20 val_loss=1.5'\n"
+                     "echo 'jizhi: step 20 val_acc=0.5'\n")
+        f.chmod(0o755)
+    e["PREBUILT"] = "1"
+    p = subprocess.run([script, "--cpu"], capture_output=True, text=True, env=e, timeout=120)
+    res = json.load(open(tmp_path / "gpu-check.json"))
+    assert res["exit_status"] == p.returncode == 1  # no fusion line, no bytes: FAIL
+    assert res["mode"].startswith("cpu") and res["elapsed_s"] >= 0
+    verdicts = [c["check"] for c in res["checks"]]
+    assert any(v.startswith("fp32") and "ok" in v for v in verdicts), verdicts
+    assert any(not c["ok"] for c in res["checks"])
+    assert set(res["not_in_this_tree"]) == {"item 3", "item 4", "item 5", "item 6"}
