@@ -7,7 +7,9 @@
     owning a cell; consts take none). A generation of lambda points is
     drawn from N(m, sigma^2 C), each redrawn up to 100 times until it lies
     in [0, 1]^D and then clipped, and decoded with spec_param_from_unit, so
-    ints, choices and quantised values are legal; inactive conditional
+    ints, choices and quantised values are legal (their dimensions keep an
+    sd of at least a quarter of a cell, so a plateau cannot freeze them);
+    inactive conditional
     parameters are pruned (their dimensions are neutral: the objective
     does not depend on them). When lambda results of the current generation
     are in, m, sigma, C and the paths are updated (positive weights, rank-1
@@ -364,6 +366,16 @@ static int s_tell(sched_cmaes *c)
     free(Y);
     c->sigma *= exp(fmin(1, (cs / ds) * (psn / chin - 1)));
     c->sigma = fmin(c->sigma, 4);
+    /* a margin on discrete dimensions (ints, choices, stepped floats): their
+       sd stays at least a quarter of a cell, so a plateau (the objective
+       is flat within a cell) cannot freeze them on one value (after
+       Hamano et al. 2022, CMA-ES with margin) */
+    for (int i = 0; i < D; i++) {
+        long g = spec_param_grid(&c->base.spec->params[c->dim[i]]);
+        double floor_sd = g > 1 ? 0.25 / (double)g : 0;
+        if (c->sigma * sqrt(c->C[i * D + i]) < floor_sd)
+            c->C[i * D + i] = pow(floor_sd / c->sigma, 2);
+    }
     double best = c->gf[idx[0]], worst = -INFINITY;
     free(idx);
     free(w);

@@ -466,6 +466,38 @@ TEST(many_parameters_are_separable)
     }
 }
 
+/* An int on a plateau (the objective flat within each value's cell):
+   the margin keeps its sd at a quarter of a cell, so the search still
+   moves it to the best value. */
+static double s_step_k(const json_t *p)
+{
+    return 100 * pow(s_num(p, "x") - 0.25, 2) + s_num(p, "k");
+}
+
+TEST(discrete_dimensions_keep_a_margin)
+{
+    const char *space = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
+                        "\"k\":{\"type\":\"int\",\"low\":1,\"high\":4}}";
+    for (int seed = 1; seed <= 5; seed++) {
+        char sched[64];
+        snprintf(sched, sizeof sched, "{\"type\":\"cmaes\",\"seed\":%d}", seed);
+        spec_t *sp = s_spec(sched, space, "min");
+        REQUIRE(sp);
+        sched_t *s = s_new(sp);
+        REQUIRE(s);
+        json_t *log = json_array();
+        double best = s_study(s, 1, 120, s_step_k, 1, log);
+        int k1 = 0;
+        for (size_t i = 100; i < 120; i++)
+            k1 += json_integer_value(json_object_get(json_array_get(log, i), "k")) == 1;
+        if (!(best < 1.01) || k1 < 5)
+            JZT_FAIL("seed %d: best %g, k = 1 in %d of the last 20", seed, best, k1);
+        json_decref(log);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+}
+
 int main(void)
 {
     RUN(options_checked);
@@ -477,5 +509,6 @@ int main(void)
     RUN(warm_start_and_enqueued_results);
     RUN(parallel_generations);
     RUN(many_parameters_are_separable);
+    RUN(discrete_dimensions_keep_a_margin);
     TEST_DONE();
 }
