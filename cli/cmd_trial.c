@@ -467,13 +467,15 @@ static int s_control(const cli_opts *o, const char *sub, long id)
     const char *outcome = json_string_value(json_object_get(r, "guard"));
     if (outcome) { /* a guarded change, decided */
         const char *why = json_string_value(json_object_get(r, "reason"));
-        printf("trial %ld: guarded change %s: %s\n", id, outcome, why ? why : "");
-        if (json_is_true(json_object_get(r, "from_store")))
-            printf("  (read from the database: the controller restarted during the "
-                   "wait)\n");
-        if (o->json)
-            cli_print_json(r);
         int kept = !strcmp(outcome, "kept");
+        if (o->json) /* machine-readable: the answer alone */
+            cli_print_json(json_incref(r));
+        else {
+            printf("trial %ld: guarded change %s: %s\n", id, outcome, why ? why : "");
+            if (json_is_true(json_object_get(r, "from_store")))
+                printf("  (read from the database: the controller restarted during the "
+                       "wait)\n");
+        }
         json_decref(r);
         return kept ? CLI_OK : CLI_FAIL;
     }
@@ -604,7 +606,7 @@ static int s_fork(const cli_opts *o, long id)
         return CLI_FAIL;
     }
     if (o->json)
-        cli_print_json(r);
+        cli_print_json(json_incref(r));
     else if (state && !strcmp(state, "decided")) {
         s_fork_print(id, r);
         if (json_is_true(json_object_get(r, "from_store")))

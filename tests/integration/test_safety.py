@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 
-from conftest import PROGS, base_spec
+from conftest import JIZHI, PROGS, base_spec
 from test_recovery import start_controller, start_dispatcher, stop
 
 FORMULA = os.path.join(PROGS, "formula_trial.py")
@@ -294,3 +294,59 @@ def test_a_waiting_client_learns_the_outcome_after_a_controller_kill9(jz):
             if p.poll() is None:
                 p.kill()
         stop(disp, *reversed(ctls))
+
+
+GUARD_PY = r"""
+import json, sys
+import jizhi
+from jizhi.study import load_study
+study = load_study("guard-py", db=sys.argv[1], controller=sys.argv[2])
+bad, good = int(sys.argv[3]), int(sys.argv[4])
+out = {"bad": study.set(bad, lr=4.0, force=True, guard=True, watch_steps=4),
+       "good": study.set(good, lr=0.12, force=True, guard=True, watch_steps=3)}
+try:
+    study.set(bad, lr=0.2, guard=False, watch_steps=3)
+except ValueError as e:
+    out["usage"] = str(e)
+try:
+    study.set(99999, lr=0.2, force=True, guard=True)
+except jizhi.JizhiError as e:
+    out["refused"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_guarded_change_from_python(jz):
+    # study.set(trial, lr=..., guard=True) returns kept/reverted with the
+    # evidence, as `trial set --guard` does
+    ep, ctl, disp = daemons(jz)
+    try:
+        spec = formula_spec("guard-py", 2, 70, 0.05, FORMULA_SPIKE_STEP="0",
+                            FORMULA_SPIKE_LR="1.0", FORMULA_SPIKE_KIND="spike")
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 2, 60, "2 running trials")
+        bad, good = [r[0] for r in jz.sql("SELECT id FROM trials ORDER BY id")]
+        wait_steps(jz, bad, 8)
+        wait_steps(jz, good, 8)
+        prog = os.path.join(jz.dir, "guard.py")
+        with open(prog, "w") as f:
+            f.write(GUARD_PY)
+        env = dict(jz.env, JIZHI_BIN=JIZHI)
+        p = subprocess.run(["/usr/bin/python3", prog, jz.db, ep, str(bad), str(good)],
+                           cwd=jz.dir, env=env, capture_output=True, text=True, timeout=90)
+        assert p.returncode == 0, p.stdout + p.stderr
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+        b, g = out["bad"], out["good"]
+        assert b["outcome"] == "reverted" and b["kept"] is False, b
+        assert b["values"] == {"lr": 4.0} and b["old"] == {"lr": 0.1}, b
+        assert "train_loss" in b["reason"] and "back to lr=0.1" in b["reason"], b
+        assert 1 <= b["evidence"]["reports"] <= 4 and b["evidence"]["before"]["n"] >= 3, b
+        assert g["outcome"] == "kept" and g["kept"] is True, g
+        assert "3 reports watched" in g["reason"], g
+        assert "watch_steps and tolerance go with guard" in out["usage"], out
+        assert "99999" in out["refused"], out
+        assert [i["state"] for i in interventions(jz, bad)] == ["reverted"]
+        assert [i["state"] for i in interventions(jz, good)] == ["kept"]
+    finally:
+        stop(disp, ctl)

@@ -277,6 +277,93 @@ class Study:
         if errors:
             raise errors[0]
 
+    def set(self, trial, guard=False, watch_steps=None, tolerance=None, force=False,
+            timeout=None, **values):
+        """Changes a running trial's values live (`jizhi trial set`):
+        study.set(trial_id, lr=0.4). With guard=True the change is guarded
+        (`--guard`): the trial checkpoints, takes the change, and its next
+        `watch_steps` reports (5) are watched; a loss jump, a NaN or a trend
+        worse than before by more than `tolerance` (0.2) reverts it from the
+        checkpoint with the old values. guard="values": the same for a
+        program that cannot checkpoint (the old values come back, the steps
+        made stay). A guarded call waits for the outcome (timeout: seconds,
+        600 by default) and returns a dict: outcome ("kept", "reverted",
+        "ended" or "failed"), kept (bool), reason (in words), values (the
+        change), old (the values before), evidence (the reports before and
+        in the window, for a revert the one that tripped), trial and
+        intervention. An unguarded call returns {outcome: "sent", message}.
+        Raises JizhiError when the controller refuses (unknown parameter,
+        value out of the space without force=True, an ended trial, a
+        program without checkpoints asked for guard=True) or no answer
+        comes within the timeout."""
+        tid = trial.id if isinstance(trial, AskedTrial) else int(trial)
+        if guard not in (False, True, "values"):
+            raise ValueError("jizhi: guard must be False, True or 'values'")
+        if (watch_steps is not None or tolerance is not None) and not guard:
+            raise ValueError("jizhi: watch_steps and tolerance go with guard")
+        if not values:
+            raise ValueError("jizhi: set needs at least one value, e.g. lr=0.4")
+        args = ["trial", "set", str(tid)]
+        for k, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+                raise ValueError("jizhi: %s: a number or a string, not %r" % (k, v))
+            args.append("%s=%s" % (k, repr(float(v)) if isinstance(v, float) else v))
+        if force:
+            args.append("--force")
+        if guard:
+            args.append("--guard=values" if guard == "values" else "--guard")
+            if watch_steps is not None:
+                args += ["--watch-steps", str(int(watch_steps))]
+            if tolerance is not None:
+                args += ["--tolerance", repr(float(tolerance))]
+            args.append("--json")
+        if timeout is not None:
+            args += ["--timeout", str(timeout)]
+        if not guard:
+            return {"outcome": "sent", "message": self._cli.run(args).stdout.strip()}
+        # a revert exits 1 with its outcome: read the answer before the status
+        p = self._cli.run(args, check=False)
+        try:
+            r = json.loads(p.stdout)
+        except ValueError:
+            r = None
+        if not isinstance(r, dict) or "guard" not in r:
+            msg = (p.stderr.strip() or p.stdout.strip()).replace("jizhi: ", "", 1)
+            raise JizhiError("jizhi: %s" % (msg or "trial set failed (exit %d)"
+                                            % p.returncode))
+        out = {"outcome": r["guard"], "kept": r["guard"] == "kept"}
+        for k in ("reason", "values", "old", "evidence", "trial", "intervention"):
+            if k in r:
+                out[k] = r[k]
+        return out
+
+    def fork(self, trial, *siblings, steps=None, keep="best", force=False, timeout=None):
+        """A live fork (`jizhi trial fork`): one sibling per dict of values
+        starts from the trial's checkpoint, the trial goes on as the
+        control, and after `steps` steps (10) the best sibling by the
+        objective continues and the others are stopped (keep="all": all
+        continue). Waits for the decision and returns it as a dict (fork:
+        "decided", siblings [ids], values, results {id: objective},
+        decision {best, kept, stopped}, reason). Raises JizhiError when
+        refused (no checkpoints, values out of the space, a trial not
+        running)."""
+        tid = trial.id if isinstance(trial, AskedTrial) else int(trial)
+        if not siblings or not all(isinstance(x, dict) and x for x in siblings):
+            raise ValueError("jizhi: fork needs one dict of values per sibling")
+        args = ["trial", "fork", str(tid)]
+        for sib in siblings:
+            args.append(",".join("%s=%s" % (k, repr(float(v)) if isinstance(v, float)
+                                             else v) for k, v in sib.items()))
+        if steps is not None:
+            args += ["--steps", str(int(steps))]
+        if keep != "best":
+            args += ["--keep", keep]
+        if force:
+            args.append("--force")
+        if timeout is not None:
+            args += ["--timeout", str(timeout)]
+        return self._cli.json(args)
+
     def _show(self):
         return self._cli.json(["study", "show", self.name])
 
