@@ -155,6 +155,16 @@ double sched_rng_uniform(sched_rng *r)
     return (double)(sched_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+json_t *sched_random_params(const spec_t *spec, sched_rng *r)
+{
+    json_t *p = json_object();
+    for (size_t i = 0; i < spec->nparams; i++) {
+        const spec_param *sp = &spec->params[i];
+        json_object_set_new(p, sp->name, spec_param_from_unit(sp, sched_rng_uniform(r)));
+    }
+    return p;
+}
+
 int sched_opt_num(const json_t *obj, const char *where, const char *key, double dflt,
                   double lo, double hi, int whole, double *out, char *err, size_t errsize)
 {

@@ -140,6 +140,11 @@ void sched_rng_seed(sched_rng *r, unsigned long long seed, unsigned long long st
 unsigned long long sched_rng_u64(sched_rng *r);
 double sched_rng_uniform(sched_rng *r); /* in [0,1) */
 
+/* A random point of the spec's space: each parameter, in the spec's order, drawn
+   from one uniform of r mapped by spec_param_from_unit (log-uniform for log
+   parameters, uniform over choices). Caller owns the result and must decref it. */
+json_t *sched_random_params(const spec_t *spec, sched_rng *r);
+
 /* Per-trial tables. A scheduler keeps its per-trial rows in an array
    `T *rows` of *n rows (room for *cap), each row beginning with `long id`.
    sched_rows_get returns the row for id; when there is none and `create`,

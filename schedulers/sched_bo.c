@@ -466,12 +466,7 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
         local = 0;
         sched_rng r;
         s_rng(b, &r, 4, b->count);
-        pick = json_object();
-        for (int k = 0; k < b->lay.np; k++) {
-            const spec_param *sp = &b->lay.spec->params[k];
-            json_object_set_new(pick, sp->name,
-                                spec_param_from_unit(sp, sched_rng_uniform(&r)));
-        }
+        pick = sched_random_params(b->lay.spec, &r);
     }
     return s_hand_out(b, trial_id, pick, local, params);
 }

@@ -21,12 +21,7 @@ static int s_suggest(sched_t *s, long trial_id, json_t **params)
     sched_rng rng;
     sched_rng_seed(&rng, (unsigned long long)s->spec->seed,
                    (unsigned long long)self->count);
-    json_t *p = json_object();
-    for (size_t i = 0; i < s->spec->nparams; i++) {
-        const spec_param *sp = &s->spec->params[i];
-        json_object_set_new(p, sp->name,
-                            spec_param_from_unit(sp, sched_rng_uniform(&rng)));
-    }
+    json_t *p = sched_random_params(s->spec, &rng);
     self->count++;
     *params = p;
     return SCHED_OK;
