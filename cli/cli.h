@@ -123,6 +123,11 @@ void cli_format_value(const json_t *v, char *buf, size_t size);
 /* Formats seconds as HH:MM:SS. */
 void cli_format_elapsed(double s, char *buf, size_t size);
 
+/* Parses one KEY=VALUE (a parameter name, then a number when the value reads as
+   one, an integer when it reads as a whole one, else the text) into values.
+   0, or -1 with the reason in err (values unchanged). */
+int cli_kv_parse(const char *arg, json_t *values, char *err, size_t errsize);
+
 /* The options the commands share (cli_opts.c): --help always; the others
    when `accept` has their bit (cli_opts_parse adds CLI_OPT_BASE). */
 enum {

@@ -186,6 +186,34 @@ void cli_format_elapsed(double s, char *buf, size_t size)
     snprintf(buf, size, "%02ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
 }
 
+int cli_kv_parse(const char *arg, json_t *values, char *err, size_t errsize)
+{
+    const char *eq = strchr(arg, '=');
+    char key[64];
+    if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof key) {
+        snprintf(err, errsize, "expected KEY=VALUE, got \"%.100s\"", arg);
+        return -1;
+    }
+    memcpy(key, arg, (size_t)(eq - arg));
+    key[eq - arg] = 0;
+    if (!spec_valid_name(key)) {
+        snprintf(err, errsize, "\"%s\" is not a parameter name ([A-Za-z_][A-Za-z0-9_]*)",
+                 key);
+        return -1;
+    }
+    const char *val = eq + 1;
+    char *end;
+    double x = strtod(val, &end);
+    if (*val && !*end && isfinite(x)) {
+        char *iend;
+        long long li = strtoll(val, &iend, 10);
+        json_object_set_new(values, key, !*iend ? json_integer(li) : json_real(x));
+    } else {
+        json_object_set_new(values, key, json_string(val));
+    }
+    return 0;
+}
+
 /* Makes `text` absolute when it names an existing file or folder relative
    to `cwd` (the trial's folder), or else to the spec's folder `specdir`. 1
    when it was rewritten (into out), 0 when left alone, -1 when it looks

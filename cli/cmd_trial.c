@@ -276,27 +276,10 @@ static int s_logs(const cli_opts *o, long id)
 /* Parses KEY=VALUE into values (number when it reads as one). */
 static int s_kv(const char *arg, json_t *values)
 {
-    const char *eq = strchr(arg, '=');
-    char key[64];
-    if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof key) {
-        cli_error("expected KEY=VALUE, got \"%s\"", arg);
+    char err[256];
+    if (cli_kv_parse(arg, values, err, sizeof err) != 0) {
+        cli_error("%s", err);
         return CLI_USAGE;
-    }
-    memcpy(key, arg, (size_t)(eq - arg));
-    key[eq - arg] = 0;
-    if (!spec_valid_name(key)) {
-        cli_error("\"%s\" is not a parameter name ([A-Za-z_][A-Za-z0-9_]*)", key);
-        return CLI_USAGE;
-    }
-    char *end;
-    const char *val = eq + 1;
-    double x = strtod(val, &end);
-    if (*val && !*end && isfinite(x)) {
-        char *iend;
-        long long li = strtoll(val, &iend, 10);
-        json_object_set_new(values, key, !*iend ? json_integer(li) : json_real(x));
-    } else {
-        json_object_set_new(values, key, json_string(val));
     }
     return 0;
 }

@@ -95,29 +95,7 @@ static int s_connect(w_view *v)
    `jizhi trial set`. 0, or -1 with a message in v->status. */
 static int s_parse_one(w_view *v, const char *arg, json_t *values)
 {
-    const char *eq = strchr(arg, '=');
-    char key[64];
-    if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof key) {
-        snprintf(v->status, sizeof v->status, "expected KEY=VALUE, got \"%.100s\"", arg);
-        return -1;
-    }
-    memcpy(key, arg, (size_t)(eq - arg));
-    key[eq - arg] = 0;
-    if (!spec_valid_name(key)) {
-        snprintf(v->status, sizeof v->status, "\"%s\" is not a parameter name", key);
-        return -1;
-    }
-    const char *val = eq + 1;
-    char *end;
-    double x = strtod(val, &end);
-    if (*val && !*end && isfinite(x)) {
-        char *iend;
-        long long li = strtoll(val, &iend, 10);
-        json_object_set_new(values, key, !*iend ? json_integer(li) : json_real(x));
-    } else {
-        json_object_set_new(values, key, json_string(val));
-    }
-    return 0;
+    return cli_kv_parse(arg, values, v->status, sizeof v->status);
 }
 
 /* Parses "KEY=VALUE [KEY=VALUE...]" (space separated) into values. 0, or
@@ -487,12 +465,7 @@ int cmd_watch(int argc, char **argv)
                                   : v.spec->constraints[k - v.spec->nobjectives].metric);
     json_decref(d);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    util_on_stop_signals(s_on_signal, 1);
 
     int rc = isatty(STDOUT_FILENO) ? s_run_tty(&v) : s_run_lines(&v);
 
