@@ -39,11 +39,7 @@ static void s_on_signal(int sig)
 
 static void s_signals(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    util_on_stop_signals(s_on_signal, 0);
     signal(SIGPIPE, SIG_IGN);
 }
 

@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "../common/log.h"
+#include "../common/util.h"
 
 #include <signal.h>
 #include <string.h>
@@ -67,11 +68,7 @@ int cmd_serve(int argc, char **argv)
     if (!s)
         return CLI_FAIL;
     store_close(&s);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    util_on_stop_signals(s_on_signal, 0);
     signal(SIGPIPE, SIG_IGN);
     web_t *w = cli_web_start(listen, db, controller);
     if (!w)

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,17 @@ static void s_oom(size_t size)
 {
     log_error("jizhi", "out of memory (%zu bytes): aborting", size);
     abort();
+}
+
+void util_on_stop_signals(void (*handler)(int), int hup)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (hup)
+        sigaction(SIGHUP, &sa, NULL);
 }
 
 void *util_xmalloc(size_t size)

@@ -61,6 +61,12 @@ char *util_vstrf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0
    other than a directory is in the way). */
 int util_mkdirs(const char *path, mode_t mode);
 
+/* ---- signals ---- */
+
+/* Installs handler (plain sa_handler, no flags, empty mask) for SIGINT and SIGTERM,
+   and SIGHUP too when hup. Async-signal-safe (a forked child may call it). */
+void util_on_stop_signals(void (*handler)(int), int hup);
+
 /* ---- allocators that abort (the daemons' policy, see above) ---- */
 
 void *util_xmalloc(size_t size);

@@ -255,12 +255,7 @@ static void __attribute__((noreturn)) s_launch_main(void *arg, char **argv, int 
 #endif
         for (int fd = 4; fd < max_fd; fd++)
             close(fd);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = s_on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    util_on_stop_signals(s_on_signal, 1);
 
     int exec_err = 0;
     for (int r = 0; r < L->n && !exec_err; r++) {
@@ -280,10 +275,7 @@ static void __attribute__((noreturn)) s_launch_main(void *arg, char **argv, int 
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != self)
                 _exit(127);
-            sa.sa_handler = SIG_DFL;
-            sigaction(SIGTERM, &sa, NULL);
-            sigaction(SIGINT, &sa, NULL);
-            sigaction(SIGHUP, &sa, NULL);
+            util_on_stop_signals(SIG_DFL, 1);
             int e = 0;
             if (dup2(errp[1], 2) < 0)
                 e = errno;
