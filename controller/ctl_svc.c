@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the iteration ---- */
@@ -39,13 +40,26 @@ void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg)
     c->nout++;
 }
 
+/* CTL_REFUSAL_WINDOW_S, or shorter with JIZHI_REFUSAL_WINDOW_S (never
+   longer). Read once. */
+static double s_refusal_window(void)
+{
+    static double w = -1;
+    if (w < 0) {
+        const char *e = getenv("JIZHI_REFUSAL_WINDOW_S");
+        double v = e ? atof(e) : 0;
+        w = v > 0 && v <= CTL_REFUSAL_WINDOW_S ? v : CTL_REFUSAL_WINDOW_S;
+    }
+    return w;
+}
+
 void ctl__refused(ctl_t *c, const char *fmt, ...)
 {
     double now = util_now();
-    if (now - c->refusal_window >= CTL_REFUSAL_WINDOW_S) {
+    if (now - c->refusal_window >= s_refusal_window()) {
         if (c->refusals_dropped)
             log_warn("ctl", "%ld more refusals in the last %.0f s were not logged",
-                     c->refusals_dropped, CTL_REFUSAL_WINDOW_S);
+                     c->refusals_dropped, s_refusal_window());
         c->refusal_window = now;
         c->refusals_logged = c->refusals_dropped = 0;
     }

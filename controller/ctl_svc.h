@@ -23,7 +23,8 @@ int ctl__txn(ctl_t *c);
 void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg);
 /* Logs a refusal of a peer's message (or a malformed one): at most
    CTL_REFUSALS_LOGGED lines per CTL_REFUSAL_WINDOW_S, then one line
-   counting those not logged, so that no peer can flood the log. */
+   counting those not logged, so that no peer can flood the log.
+   JIZHI_REFUSAL_WINDOW_S in the environment shortens the window (tests). */
 #define CTL_REFUSALS_LOGGED 20
 #define CTL_REFUSAL_WINDOW_S 10.0
 void ctl__refused(ctl_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
