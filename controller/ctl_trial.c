@@ -452,18 +452,19 @@ void ctl__trial_apply_sched(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *in
         if (target && ctl_trial_active(target) && target->study == s &&
             ctl__txn(c) == 0) {
             if (!strcmp(by->ops->name, "guard")) {
-                json_t *d = json_pack("{s:s, s:s}", "action", ins[j].kind, "reason",
-                                      ins[j].reason);
+                json_t *d = json_pack("{s:s, s:s}", "action", ins_kind_name(ins[j].kind),
+                                      "reason", ins[j].reason);
                 ctl__alert(c, s, target, SPEC_ALERT_GUARD, 0, ins[j].reason, d);
                 json_decref(d);
             }
-            if (!strcmp(ins[j].kind, "stop"))
+            if (ins[j].kind == INS_STOP)
                 ctl__trial_stop(c, target, by->ops->name, ins[j].reason,
                                 CTL_STOP_BY_SCHED);
-            else if (strcmp(ins[j].kind, "load") ||
+            else if (ins[j].kind != INS_LOAD ||
                      s_new_generation(c, target, ins[j].args) == 0)
-                ctl__instruct(c, target, ins[j].kind, ins[j].args, by->ops->name,
-                              ins[j].reason, NULL, 0);
+                /* the wire's text of the kind, made here */
+                ctl__instruct(c, target, ins_kind_name(ins[j].kind), ins[j].args,
+                              by->ops->name, ins[j].reason, NULL, 0);
         }
         sched_instr_fini(&ins[j]);
     }

@@ -19,6 +19,7 @@
 #ifndef JZ_SCHED_H
 #define JZ_SCHED_H
 
+#include "../common/ins.h"
 #include "../common/spec.h"
 #include <jansson.h>
 #include <stddef.h>
@@ -42,7 +43,8 @@ typedef enum {
 /* An instruction a scheduler wants sent to a running trial. */
 typedef struct {
     long trial;       /* target trial id */
-    char kind[16];    /* "set", "stop", "pause", "resume", "checkpoint", "load" */
+    ins_kind kind;    /* INS_SET, INS_STOP, INS_PAUSE, INS_RESUME, INS_CHECKPOINT,
+                         INS_LOAD (common/ins.h: its text only on the wire) */
     json_t *args;     /* kind-specific object (owned by the instruction): for set
                          {"name":..,"value":..}; for load {"path":..,"params":{..},
                          "from": donor trial} ; NULL when none */

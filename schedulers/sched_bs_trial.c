@@ -162,7 +162,7 @@ static void s_set(sched_instr *out, long trial, const char *name, json_t *value,
 {
     memset(out, 0, sizeof *out);
     out->trial = trial;
-    snprintf(out->kind, sizeof out->kind, "set");
+    out->kind = INS_SET;
     out->args = json_pack("{s:s, s:o}", "name", name, "value", value);
     if (decision)
         json_object_set_new(out->args, "decision", decision);

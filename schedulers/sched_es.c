@@ -196,7 +196,7 @@ static void s_instr_stop(sched_instr *out, long trial, const char *reason)
 {
     memset(out, 0, sizeof *out);
     out->trial = trial;
-    snprintf(out->kind, sizeof out->kind, "stop");
+    out->kind = INS_STOP;
     out->args = NULL;
     size_t n = strlen(reason); /* cut to fit, without a truncation warning */
     if (n >= sizeof out->reason)

@@ -99,7 +99,7 @@ static guard_trial *s_trial(sched_guard *g, long id)
     return t;
 }
 
-static int s_emit(sched_instr *out, int max, long trial, const char *kind, json_t *args,
+static int s_emit(sched_instr *out, int max, long trial, ins_kind kind, json_t *args,
                   const char *reason)
 {
     if (max < 1) {
@@ -108,7 +108,7 @@ static int s_emit(sched_instr *out, int max, long trial, const char *kind, json_
     }
     memset(out, 0, sizeof *out);
     out->trial = trial;
-    snprintf(out->kind, sizeof out->kind, "%s", kind);
+    out->kind = kind;
     out->args = args;
     snprintf(out->reason, sizeof out->reason, "%.*s", (int)sizeof out->reason - 1,
              reason);
@@ -159,7 +159,7 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
         t->healthy = 1;
         if (g->checkpoint_every > 0 && step >= t->next_ckpt) {
             t->next_ckpt = step + g->checkpoint_every;
-            return s_emit(out, max, trial_id, "checkpoint", NULL,
+            return s_emit(out, max, trial_id, INS_CHECKPOINT, NULL,
                           "guard: periodic checkpoint");
         }
         return 0;
@@ -174,7 +174,7 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
             snprintf(reason, sizeof reason, "diverged: %s, no checkpoint to roll back to",
                      what);
         t->done = 1;
-        return s_emit(out, max, trial_id, "stop", NULL, reason);
+        return s_emit(out, max, trial_id, INS_STOP, NULL, reason);
     }
     t->rollbacks++;
     json_t *params = json_object();
@@ -200,7 +200,7 @@ static int s_on_metric(sched_t *s, long trial_id, long step, const char *metric,
     t->healthy = 1;
     if (g->checkpoint_every > 0)
         t->next_ckpt = t->ckpt_step + g->checkpoint_every;
-    return s_emit(out, max, trial_id, "load", args, reason);
+    return s_emit(out, max, trial_id, INS_LOAD, args, reason);
 }
 
 static int s_on_checkpoint(sched_t *s, long trial_id, long step, const char *path,

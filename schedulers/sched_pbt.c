@@ -282,7 +282,7 @@ static json_t *s_new_params(sched_pbt *self, const pbt_member *donor)
 
 /* ---- exploit ---------------------------------------------------------- */
 
-static int s_emit(sched_instr *out, int k, int max, long trial, const char *kind,
+static int s_emit(sched_instr *out, int k, int max, long trial, ins_kind kind,
                   json_t *args, const char *reason)
 {
     if (k >= max) {
@@ -291,7 +291,7 @@ static int s_emit(sched_instr *out, int k, int max, long trial, const char *kind
     }
     memset(&out[k], 0, sizeof out[k]);
     out[k].trial = trial;
-    snprintf(out[k].kind, sizeof out[k].kind, "%s", kind);
+    out[k].kind = kind;
     out[k].args = args;
     snprintf(out[k].reason, sizeof out[k].reason, "%.*s", (int)sizeof out[k].reason - 1,
              reason);
@@ -310,7 +310,7 @@ static int s_load(sched_pbt *self, pbt_member *r, pbt_member *d, const char *pat
     char reason[512];
     snprintf(reason, sizeof reason, "pbt%s: exploit trial %ld (%.4g vs %.4g) at step %ld",
              self->pb2 ? "/pb2" : "", d->id, d->value, r->value, step);
-    k = s_emit(out, k, max, r->id, "load", args, reason);
+    k = s_emit(out, k, max, r->id, INS_LOAD, args, reason);
     json_decref(r->params);
     r->params = params;
     r->generation++;
@@ -383,7 +383,7 @@ static int s_ready(sched_pbt *self, pbt_member *m, double now, sched_instr *out,
                             snprintf(reason, sizeof reason,
                                      "pbt: trial %ld will copy this trial's state",
                                      m->id);
-                            k = s_emit(out, k, max, d->id, "checkpoint", NULL, reason);
+                            k = s_emit(out, k, max, d->id, INS_CHECKPOINT, NULL, reason);
                         }
                     }
                 }

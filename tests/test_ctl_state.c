@@ -648,7 +648,7 @@ TEST(a_scheduler_stop_prunes_and_best_counts_completed_only)
         CHECK(ctl__trial_metrics(c, t, &p, 1, util_now()) == 0);
         if (k == 0) { /* the scheduler stops it: pruned */
             sched_instr ins = {.trial = t->row.id};
-            snprintf(ins.kind, sizeof ins.kind, "stop");
+            ins.kind = INS_STOP;
             snprintf(ins.reason, sizeof ins.reason, "asha: below the rung's cutoff");
             ctl__trial_apply_sched(c, s, s->sched, &ins, 1);
             CHECK(t->plan == PLAN_STOP && t->plan_pruned);

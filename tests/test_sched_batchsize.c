@@ -122,7 +122,8 @@ static void s_fmt(sched_instr *ins, int k, char *out, size_t size)
     for (int j = 0; j < k; j++) {
         size_t len = strlen(out);
         json_t *v = json_object_get(ins[j].args, "value");
-        snprintf(out + len, size - len, "%ld:%s %s=%.6g [%s];", ins[j].trial, ins[j].kind,
+        snprintf(out + len, size - len, "%ld:%s %s=%.6g [%s];", ins[j].trial,
+                 ins_kind_name(ins[j].kind),
                  json_string_value(json_object_get(ins[j].args, "name")),
                  json_number_value(v), ins[j].reason);
         sched_instr_fini(&ins[j]);

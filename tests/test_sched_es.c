@@ -79,8 +79,8 @@ static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *ou
                                   evs[i].value, 0, ins, 8);
         for (int j = 0; j < k; j++) {
             size_t len = strlen(out);
-            snprintf(out + len, size - len, "%ld:%s:%s;", ins[j].trial, ins[j].kind,
-                     ins[j].reason);
+            snprintf(out + len, size - len, "%ld:%s:%s;", ins[j].trial,
+                     ins_kind_name(ins[j].kind), ins[j].reason);
             sched_instr_fini(&ins[j]);
         }
     }

@@ -137,7 +137,7 @@ TEST(spike_and_nan_roll_back_then_stop)
     s_healthy(g, 7, &o);
     /* a planted spike: 5.0 > 3 × the average (~0.87) */
     REQUIRE(s_loss(g, 7, 5, 5.0, &o) == 1);
-    CHECK_STR(o.ins[0].kind, "load");
+    CHECK(o.ins[0].kind == INS_LOAD);
     CHECK(o.ins[0].trial == 7);
     CHECK_STR(json_string_value(json_object_get(o.ins[0].args, "path")), "/ck/7/4");
     CHECK_NEAR(s_load_lr(&o.ins[0]), 0.05, 1e-12);
@@ -151,18 +151,18 @@ TEST(spike_and_nan_roll_back_then_stop)
     s_lr(g, 7, 5, 0.3);
     /* NaN: second rollback, lr halved again */
     REQUIRE(s_loss(g, 7, 6, NAN, &o) == 1);
-    CHECK_STR(o.ins[0].kind, "load");
+    CHECK(o.ins[0].kind == INS_LOAD);
     CHECK_NEAR(s_load_lr(&o.ins[0]), 0.025, 1e-12);
     CHECK(strstr(o.ins[0].reason, "nan") != NULL);
     CHECK(s_loss(g, 7, 5, 0.65, &o) == 0);
     REQUIRE(s_loss(g, 7, 6, INFINITY, &o) == 1);
-    CHECK_STR(o.ins[0].kind, "load");
+    CHECK(o.ins[0].kind == INS_LOAD);
     CHECK_NEAR(s_load_lr(&o.ins[0]), 0.0125, 1e-12);
     CHECK(strstr(o.ins[0].reason, "rollback 3/3") != NULL);
     CHECK(s_loss(g, 7, 5, 0.65, &o) == 0);
     /* max_rollbacks used: stopped as diverged */
     REQUIRE(s_loss(g, 7, 6, 50.0, &o) == 1);
-    CHECK_STR(o.ins[0].kind, "stop");
+    CHECK(o.ins[0].kind == INS_STOP);
     CHECK(!strncmp(o.ins[0].reason, "diverged", 8));
     CHECK(strstr(o.ins[0].reason, "after 3 rollbacks") != NULL);
     /* nothing more for a stopped trial */
@@ -184,7 +184,7 @@ TEST(no_checkpoint_stops)
     s_out o = {.k = 0};
     CHECK(s_loss(g, 3, 1, 1.0, &o) == 0);
     REQUIRE(s_loss(g, 3, 2, NAN, &o) == 1);
-    CHECK_STR(o.ins[0].kind, "stop");
+    CHECK(o.ins[0].kind == INS_STOP);
     CHECK(strstr(o.ins[0].reason, "no checkpoint") != NULL);
     s_out_fini(&o);
     sched_destroy(&g);
@@ -209,7 +209,7 @@ TEST(spikes_need_warmup_and_options_apply)
     /* average after 1.0 and 10.0 with weight 0.2: 2.8; 2 × 2.8 = 5.6 */
     CHECK(g->ops->on_metric(g, 1, 4, "loss", 5.5, 0, ins, 8) == 0);
     REQUIRE(g->ops->on_metric(g, 1, 5, "loss", 20, 0, ins, 8) == 1);
-    CHECK_STR(ins[0].kind, "load");
+    CHECK(ins[0].kind == INS_LOAD);
     json_t *p = json_object_get(ins[0].args, "params");
     CHECK_NEAR(json_real_value(json_object_get(p, "learning_rate")), 0.04, 1e-12);
     CHECK(json_object_size(p) == 1);
@@ -228,7 +228,7 @@ TEST(unknown_lr_keeps_it)
     s_loss(g, 1, 1, 1.0, &o);
     s_ckpt(g, 1, 1);
     REQUIRE(s_loss(g, 1, 2, NAN, &o) == 1);
-    CHECK_STR(o.ins[0].kind, "load");
+    CHECK(o.ins[0].kind == INS_LOAD);
     CHECK(json_object_size(json_object_get(o.ins[0].args, "params")) == 0);
     CHECK(strstr(o.ins[0].reason, "lr unknown") != NULL);
     s_out_fini(&o);
@@ -265,7 +265,7 @@ TEST(checkpoint_every)
     int asked = 0;
     for (long s = 1; s <= 35; s++) {
         if (s_loss(g, 4, s, 1.0, &o) == 1) {
-            CHECK_STR(o.ins[0].kind, "checkpoint");
+            CHECK(o.ins[0].kind == INS_CHECKPOINT);
             CHECK(s % 10 == 0);
             asked++;
         }
@@ -302,9 +302,9 @@ static char *s_run(int cut)
         }
         int k = g->ops->on_metric(g, 1, steps[i], "train_loss", losses[i], 0, ins, 8);
         for (int j = 0; j < k; j++) {
-            json_array_append_new(log, json_pack("{s:s, s:O?, s:s}", "kind", ins[j].kind,
-                                                 "args", ins[j].args, "reason",
-                                                 ins[j].reason));
+            json_array_append_new(log, json_pack("{s:s, s:O?, s:s}", "kind",
+                                                 ins_kind_name(ins[j].kind), "args",
+                                                 ins[j].args, "reason", ins[j].reason));
             sched_instr_fini(&ins[j]);
         }
     }

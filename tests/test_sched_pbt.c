@@ -86,10 +86,10 @@ static void s_drv_fini(drv *d)
 static void s_collect(drv *d, sched_instr *ins, int k)
 {
     for (int i = 0; i < k; i++) {
-        json_array_append_new(d->log,
-                              json_pack("{s:I, s:s, s:O?, s:s}", "trial",
-                                        (json_int_t)ins[i].trial, "kind", ins[i].kind,
-                                        "args", ins[i].args, "reason", ins[i].reason));
+        json_array_append_new(d->log, json_pack("{s:I, s:s, s:O?, s:s}", "trial",
+                                                (json_int_t)ins[i].trial, "kind",
+                                                ins_kind_name(ins[i].kind), "args",
+                                                ins[i].args, "reason", ins[i].reason));
         sched_instr_fini(&ins[i]);
     }
 }

@@ -35,7 +35,8 @@ extern "C" {
 
 typedef struct jz_trial jz_trial;
 
-/* Kinds of instruction delivered through jz_poll. */
+/* Kinds of instruction delivered through jz_poll (the same values as the
+   project's common/ins.h, which holds their wire text). */
 typedef enum {
     JZ_INS_NONE = 0,
     JZ_INS_SET,        /* set parameter `name` to `value` (or `str`) */

@@ -23,6 +23,7 @@
 */
 #include "jz_internal.h"
 
+#include "common/ins.h"
 #include "common/log.h"
 #include "common/spec.h"
 #include "common/keys.h"
@@ -325,15 +326,14 @@ static int s_seen(s_conn *c, long id)
     return 0;
 }
 
-static const struct {
-    const char *name;
-    jz_ins_kind kind;
-} s_kinds[] = {{"set", JZ_INS_SET},
-               {"stop", JZ_INS_STOP},
-               {"pause", JZ_INS_PAUSE},
-               {"resume", JZ_INS_RESUME},
-               {"checkpoint", JZ_INS_CHECKPOINT},
-               {"load", JZ_INS_LOAD}};
+/* The helper's public jz_ins_kind spells common/ins.h's kinds (one
+   enum, one wire text: ins_kind_parse); they must agree value for value. */
+_Static_assert(JZ_INS_NONE == (int)INS_NONE && JZ_INS_SET == (int)INS_SET &&
+                   JZ_INS_STOP == (int)INS_STOP && JZ_INS_PAUSE == (int)INS_PAUSE &&
+                   JZ_INS_RESUME == (int)INS_RESUME &&
+                   JZ_INS_CHECKPOINT == (int)INS_CHECKPOINT &&
+                   JZ_INS_LOAD == (int)INS_LOAD && INS_COUNT == JZ_INS_LOAD + 1,
+               "jz_ins_kind (jizhi.h) and ins_kind (common/ins.h) differ");
 
 int jz__parse_instruction(const json_t *m, jz__pending_ins *out, char *detail,
                           size_t size)
@@ -346,9 +346,7 @@ int jz__parse_instruction(const json_t *m, jz__pending_ins *out, char *detail,
         return -1;
     out->ins.id = (long)json_integer_value(jid);
     const char *kind = json_string_value(json_object_get(m, "kind"));
-    for (size_t i = 0; kind && i < sizeof s_kinds / sizeof s_kinds[0]; i++)
-        if (!strcmp(kind, s_kinds[i].name))
-            out->ins.kind = s_kinds[i].kind;
+    out->ins.kind = (jz_ins_kind)ins_kind_parse(kind);
     if (out->ins.kind == JZ_INS_NONE) {
         snprintf(detail, size, "unknown instruction kind");
         return 1;
