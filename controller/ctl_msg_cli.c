@@ -122,12 +122,11 @@ static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
     ctl__send(c, m->from, r);
 }
 
-/* study_delete {study} and study_copy {study, name} (ctl_study_ops.c) */
-static void s_study_delete(ctl_t *c, const ctl_msg *m)
+/* Answers m: ok with d's fields (d, owned, is released), or when d is NULL the
+   error `code` with text err. */
+static void s_reply(ctl_t *c, const ctl_msg *m, json_t *d, const char *code,
+                    const char *err)
 {
-    const char *name = ctl__msg_str(m, "study"), *code = "internal";
-    char err[600];
-    json_t *d = ctl__study_delete(c, m->who, name, s_who(m->msg), &code, err, sizeof err);
     if (!d) {
         ctl__msg_error(c, m->from, m->req, code, err);
         return;
@@ -138,20 +137,22 @@ static void s_study_delete(ctl_t *c, const ctl_msg *m)
     ctl__send(c, m->from, r);
 }
 
+/* study_delete {study} and study_copy {study, name} (ctl_study_ops.c) */
+static void s_study_delete(ctl_t *c, const ctl_msg *m)
+{
+    const char *name = ctl__msg_str(m, "study"), *code = "internal";
+    char err[600];
+    json_t *d = ctl__study_delete(c, m->who, name, s_who(m->msg), &code, err, sizeof err);
+    s_reply(c, m, d, code, err);
+}
+
 static void s_study_copy(ctl_t *c, const ctl_msg *m)
 {
     const char *name = ctl__msg_str(m, "study"), *to = ctl__msg_str(m, "name");
     const char *code = "internal";
     char err[600];
     json_t *d = ctl__study_copy(c, m->who, name, to, &code, err, sizeof err);
-    if (!d) {
-        ctl__msg_error(c, m->from, m->req, code, err);
-        return;
-    }
-    json_t *r = wire_ok(m->req);
-    json_object_update(r, d);
-    json_decref(d);
-    ctl__send(c, m->from, r);
+    s_reply(c, m, d, code, err);
 }
 
 static void s_study_stop(ctl_t *c, const ctl_msg *m)
@@ -352,14 +353,7 @@ static void s_ask_tell(ctl_t *c, const ctl_msg *m, int tell)
     char err[600];
     json_t *d = tell ? ctl__trial_tell(c, m->who, m->msg, &code, err, sizeof err)
                      : ctl__trial_ask(c, m->who, m->msg, &code, err, sizeof err);
-    if (!d) {
-        ctl__msg_error(c, m->from, m->req, code, err);
-        return;
-    }
-    json_t *r = wire_ok(m->req);
-    json_object_update(r, d);
-    json_decref(d);
-    ctl__send(c, m->from, r);
+    s_reply(c, m, d, code, err);
 }
 
 static void s_trial_ask(ctl_t *c, const ctl_msg *m)
