@@ -100,28 +100,29 @@ static const void *s_get(s_rbuf *r, size_t n)
     return p;
 }
 
+/* Copies the next n bytes into v (host order), or leaves v at its 0 when short. */
+static void s_gval(s_rbuf *r, void *v, size_t n)
+{
+    const void *p = s_get(r, n);
+    if (p)
+        memcpy(v, p, n);
+}
 static uint32_t s_gu32(s_rbuf *r)
 {
-    const void *p = s_get(r, 4);
     uint32_t v = 0;
-    if (p)
-        memcpy(&v, p, 4);
+    s_gval(r, &v, sizeof v);
     return v;
 }
 static uint64_t s_gu64(s_rbuf *r)
 {
-    const void *p = s_get(r, 8);
     uint64_t v = 0;
-    if (p)
-        memcpy(&v, p, 8);
+    s_gval(r, &v, sizeof v);
     return v;
 }
 static double s_gf64(s_rbuf *r)
 {
-    const void *p = s_get(r, 8);
     double v = 0;
-    if (p)
-        memcpy(&v, p, 8);
+    s_gval(r, &v, sizeof v);
     return v;
 }
 /* Copies a length-prefixed string into buf (truncating). */
