@@ -36,7 +36,7 @@ int trn_devplan_buckets(int np, const long *pn, const int *stage, int nstages, l
 
 /* Auto fusion on the device path: fits t = alpha + bytes * beta to the
    all-reduce times t[0..ns) (seconds) of sizes floats[0..ns) (ns >= 4,
-   ascending, floats[1] = 4 floats[0]) the way dist.c fits its curve: beta
+   ascending, floats[1] = 4 floats[0]), as dist.c fits its host curve too: beta
    by least squares over the three largest sizes, alpha from the intercept
    of the line through the two smallest (at least 0.1 us; t[0] / 2 when
    that intercept is not positive; beta from the largest size alone when

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "trainer/dist.h"
+#include "trainer/devplan.h"
 #include "common/util.h"
 
 /* Measuring auto fusion: at most this many candidate layouts, each timed
@@ -446,23 +447,8 @@ int trn_dist_fit_curve(trn_comm *c, const trn_dist_opts *o, double *alpha, doubl
        bandwidth part); alpha: the intercept of the line through the 4 KB
        and 16 KB times (small messages run from cache, faster than the
        large sizes' slope says, so that slope would leave no latency) */
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int s = NS - 3; s < NS; s++) {
-        double x = (double)sizes[s] * 4;
-        sx += x;
-        sy += t[s];
-        sxx += x * x;
-        sxy += x * t[s];
-    }
-    double fit[2];
-    fit[1] = (3 * sxy - sx * sy) / (3 * sxx - sx * sx);
-    if (!(fit[1] > 0))
-        fit[1] = t[NS - 1] / ((double)sizes[NS - 1] * 4);
-    fit[0] = (4 * t[0] - t[1]) / 3; /* sizes[1] = 4 sizes[0] */
-    if (!(fit[0] > 0))
-        fit[0] = t[0] / 2;
-    if (fit[0] < 1e-7) /* latency at least 0.1 us */
-        fit[0] = 1e-7;
+    double fit[2]; /* (trn_devplan_fit: the device path fits its curve the same way) */
+    trn_devplan_fit(sizes, t, NS, &fit[0], &fit[1]);
     if (trn_comm_bcast(c, fit, sizeof fit, 0) < 0)
         return -1;
     *alpha = fit[0];
