@@ -137,7 +137,7 @@ def test_trial_without_objective_fails(jz):
 
 BAD_SPECS = [
     ("unknown key", lambda s: s.update(colour="red"), "colour: unknown key"),
-    ("unknown param key", lambda s: s["space"]["x"].update(step=2), "space.x.step: unknown key"),
+    ("unknown param key", lambda s: s["space"]["x"].update(stride=2), "space.x.stride: unknown key"),
     ("wrong type", lambda s: s["budget"].update(trials="ten"), "budget.trials: must be an integer"),
     ("low > high", lambda s: s["space"]["x"].update(low=2.0), "space.x.low: must be <= high"),
     ("log low <= 0", lambda s: s["space"]["x"].update(low=0.0, log=True),
