@@ -86,8 +86,9 @@ def test_log_syslog_sends_the_daemons_messages_to_syslog(jz, syslog_ns):
     got = []
     try:
         # both daemons' start lines arrive as syslog datagrams, with their pid
-        while not (any(f"[{ctl.pid}]" in m or "serving" in m for m in got) and
-                   any("sys1" in m for m in got)):
+        # (unshare and sh exec jizhi: the pid is the daemon's)
+        while not (any(f"jizhi[{ctl.pid}]: " in m and "serving" in m for m in got) and
+                   any(f"jizhi[{disp.pid}]: " in m and "sys1" in m for m in got)):
             got.append(sock.recv(65536).decode(errors="replace"))
     finally:
         stop(ctl, disp)
