@@ -7,6 +7,7 @@
 #include "ctl_internal.h"
 #include "ctl_msg.h"
 
+#include "../common/exit_how.h"
 #include "../common/ident.h"
 #include "../common/log.h"
 #include "../common/util.h"
@@ -284,7 +285,8 @@ static void s_exited(ctl_t *c, const ctl_msg *m)
     const char *tail = ctl__msg_str(m, "stderr_tail");
     if (ctl__txn(c) != 0)
         return;
-    ctl__trial_exited(c, t, how, !strcmp(how, "signaled") ? sig : code, text, tail);
+    ctl__trial_exited(c, t, how, exit_how_parse(how) == EXIT_SIGNALED ? sig : code, text,
+                      tail);
     ctl__send(c, m->from, wire_ok(m->req));
 }
 

@@ -6,6 +6,7 @@
 */
 #include "ctl_internal.h"
 
+#include "../common/exit_how.h"
 #include "../common/log.h"
 #include "../common/util.h"
 
@@ -336,13 +337,14 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
                        const char *message, const char *stderr_tail)
 {
     if (!ctl_trial_active(t))
-        return; /* a repeated report */
+        return;                       /* a repeated report */
+    exit_how h = exit_how_parse(how); /* the wire's text, once */
     /* the backend lost it (preempted, node failure): not the trial's fault */
-    if (!strcmp(how, "lost")) {
+    if (h == EXIT_LOST) {
         ctl__trial_lost(c, t, message && *message ? message : "lost by its dispatcher");
         return;
     }
-    int clean = !strcmp(how, "exited") && code == 0;
+    int clean = h == EXIT_EXITED && code == 0;
     if (t->plan == PLAN_RESTART) {
         /* killed for a restart; a run that completed before the kill stands */
         if (!clean || wire_is_none(ctl__trial_result(t))) {
@@ -382,12 +384,12 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
         snprintf(reason, sizeof reason,
                  "exited without reporting its objective metric '%s'",
                  t->study->spec->metric);
-    else if (!strcmp(how, "exited"))
+    else if (h == EXIT_EXITED)
         snprintf(reason, sizeof reason, "exited with status %ld", code);
-    else if (!strcmp(how, "timeout"))
+    else if (h == EXIT_TIMEOUT)
         snprintf(reason, sizeof reason, "killed after timeout_s=%g",
                  t->study->spec->timeout_s);
-    else if (!strcmp(how, "signaled"))
+    else if (h == EXIT_SIGNALED)
         snprintf(reason, sizeof reason, "killed by signal %ld", code);
     else
         snprintf(reason, sizeof reason, "%s%s%s", how, message && *message ? ": " : "",
@@ -406,7 +408,7 @@ void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
 {
     if (!ctl_trial_active(t))
         return;
-    snprintf(t->row.exit_how, sizeof t->row.exit_how, "lost");
+    snprintf(t->row.exit_how, sizeof t->row.exit_how, "%s", exit_how_name(EXIT_LOST));
     if (t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) {
         char reason[sizeof t->plan_reason];
         snprintf(reason, sizeof reason, "%s", t->plan_reason);
