@@ -247,9 +247,11 @@ void sched__bo_tr_update(double *len, int *succ, int *fail, int improved)
 
 static void s_run_job(bo_job *j)
 {
+    j->got = -1;
+    if (sched__bo_large_subset(j) != 0)
+        return;
     const bo_layout *l = j->lay;
     int D = l->D, n = j->n, m = j->m, nt = gp_ntheta(D);
-    j->got = -1;
     double *y = malloc(sizeof(double) * (size_t)(n + m));
     double *X = malloc(sizeof(double) * (size_t)(n + m) * (size_t)D);
     double *starts = malloc(sizeof(double) * 3 * (size_t)D);

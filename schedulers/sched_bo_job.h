@@ -122,6 +122,21 @@ json_t *sched__bo_decode(const bo_layout *l, const double *x);
    their fixed place. Thread-safe. */
 void sched__bo_round(void *ctx, double *x);
 
+/* ---- many observations (sched_bo_large.c) ------------------------------ */
+
+/* Past this many observations a job fits its GP on BO_LARGE_N of them:
+   measured, bench_bo latency (docs/design.md, Schedulers: bo at large n). */
+#ifndef BO_LARGE_N /* -D for a benchmark of the exact model */
+#define BO_LARGE_N 1000
+#endif
+
+/* When j->n > BO_LARGE_N, keeps BO_LARGE_N rows of j (X, y, and C, feas,
+   F where present): the best half by y (NaN last) and a random sample of
+   the rest seeded by j->seed, in their original order; j->n becomes
+   BO_LARGE_N. Pending rows (Xp) are untouched. 0, or -1 out of memory
+   (j unchanged). */
+int sched__bo_large_subset(bo_job *j);
+
 /* ---- the worker (sched_bo_job.c) -------------------------------------- */
 
 /* Runs j in a worker thread, or here when no thread can start; `done` is
