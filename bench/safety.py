@@ -181,6 +181,40 @@ def best_after(dm, ids, t0):
     return dm.sql(q, t0, *ids)[0][0]
 
 
+def phases(dm, t0, ids, target):
+    """Where the time went, seconds after t0: the fork's events, each
+    trial's start (the dispatcher spawned it), its first report (data and
+    checkpoint loaded, first steps made) and its first val_acc >= target."""
+    ev = dict((k, t - t0) for k, t in dm.sql(
+        "SELECT kind, MIN(time) FROM events WHERE kind IN ('fork_started', 'fork_decided') "
+        "AND time >= ? GROUP BY kind", t0))
+    out = {"events": ev, "trials": {}}
+    for tid in ids:
+        (started,) = dm.sql("SELECT started FROM trials WHERE id=?", tid)[0]
+        lr = dm.sql("SELECT value FROM params WHERE trial_id=? AND name='lr' ORDER BY "
+                    "generation DESC LIMIT 1", tid)
+        first = dm.sql("SELECT MIN(time) FROM metrics WHERE trial_id=? AND time >= ?", tid,
+                       t0)[0][0]
+        hit = dm.sql("SELECT MIN(time) FROM metrics WHERE trial_id=? AND name='val_acc' "
+                     "AND value >= ? AND time >= ?", tid, target, t0)[0][0]
+        lr = lr[0][0] if lr else None
+        out["trials"][str(tid)] = {
+            "lr": lr, "started": started - t0 if started and started >= t0 else None,
+            "first_report": first - t0 if first else None,
+            "target": hit - t0 if hit else None}
+    return out
+
+
+def print_phases(name, ph):
+    ev = " ".join("%s %.1f s" % (k, v) for k, v in sorted(ph["events"].items(),
+                                                          key=lambda x: x[1]))
+    print("   %s: %s" % (name, ev or "-"))
+    for tid, t in ph["trials"].items():
+        f = lambda x: "-" if x is None else "%.1f s" % x
+        print("     trial %s lr %s: started %s, first report %s, target %s" % (
+            tid, t["lr"], f(t["started"]), f(t["first_report"]), f(t["target"])))
+
+
 def fork_arm(tmp, steps, fork_at, fork_steps, lrs):
     d = os.path.join(tmp, "fork")
     os.makedirs(d)
@@ -258,18 +292,22 @@ def main():
             fb, rb = best_after(fdm, fids, ft0), best_after(rdm, rids, rt0)
             target = min(fb, rb)
             tf, tr = first_time(fdm, fids, target, ft0), first_time(rdm, rids, target, rt0)
+            fph, rph = phases(fdm, ft0, fids, target), phases(rdm, rt0, rids, target)
         finally:
             fdm.stop()
             rdm.stop()
         out["fork"] = {"steps": steps, "fork_at": finfo["fork_step"], "lrs": lrs,
                        "decision": finfo["decision"], "best_fork": fb, "best_restart": rb,
                        "target": target, "time_fork_s": tf, "time_restart_s": tr,
-                       "ratio": tf / tr if tf and tr else None}
+                       "ratio": tf / tr if tf and tr else None,
+                       "phases_fork": fph, "phases_restart": rph}
         print("2. choose lr among %s at step %s of %d: fork (%s) vs restart from scratch:"
               % (lrs, finfo["fork_step"], steps, finfo["decision"]))
         print("   best val_acc: fork %.4f, restart %.4f; target %.4f" % (fb, rb, target))
         print("   time to the target: fork %.1f s, restart %.1f s, ratio %.2f (goal <= 0.5)"
               % (tf, tr, tf / tr))
+        print_phases("fork", fph)
+        print_phases("restart", rph)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1)

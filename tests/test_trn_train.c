@@ -160,6 +160,52 @@ static int s_same_state(trn_trainer *a, trn_trainer *b)
            !memcmp(trn_net_state(na), trn_net_state(nb), (size_t)ns * sizeof(float));
 }
 
+/* The training subset and the validation split are converted from the
+   pixel bytes row by row (trainer/data.c keeps the full set as bytes):
+   the rows are the full set's, the training rows in their order, each
+   pixel the normalisation of its byte, exactly. */
+TEST(subset_rows_are_the_full_sets_rows)
+{
+    trn_config c;
+    trn_config_defaults(&c);
+    c.train_subset = 300;
+    c.val_size = 100;
+    trn_dataset tr, va, te, full;
+    char err[TRN_ERRLEN], pi[600], pl[600];
+    REQUIRE(trn_data_load(&c, &tr, &va, &te, err) == 0);
+    snprintf(pi, sizeof pi, "%s/train-images-idx3-ubyte.gz", c.data_dir);
+    snprintf(pl, sizeof pl, "%s/train-labels-idx1-ubyte.gz", c.data_dir);
+    REQUIRE(trn_data_load_idx(&full, pi, pl, err) == 0);
+    CHECK(tr.n == 300 && va.n == 100 && full.n == 60000 && te.n == 10000);
+    size_t row = (size_t)full.dim * sizeof(float);
+    int i = 0, ordered = 1, exact = 1;
+    for (int k = 0; k < tr.n; k++, i++) { /* increasing rows of the full set */
+        while (i < full.n &&
+               memcmp(tr.x + (size_t)k * full.dim, full.x + (size_t)i * full.dim, row))
+            i++;
+        ordered &= i < full.n && tr.y[k] == full.y[i];
+    }
+    CHECK(ordered);
+    int found = 0;
+    for (int k = 0; k < va.n; k++)
+        for (int j = 0; j < full.n; j++)
+            if (!memcmp(va.x + (size_t)k * full.dim, full.x + (size_t)j * full.dim,
+                        row)) {
+                found += va.y[k] == full.y[j];
+                break;
+            }
+    CHECK(found == va.n);
+    for (size_t j = 0; j < (size_t)tr.n * tr.dim; j++) {
+        double b = nearbyint(((double)tr.x[j] * 0.3530 + 0.2860) * 255.0);
+        exact &= b >= 0 && b <= 255 && tr.x[j] == ((float)b / 255.0f - 0.2860f) / 0.3530f;
+    }
+    CHECK(exact);
+    trn_data_free(&tr);
+    trn_data_free(&va);
+    trn_data_free(&te);
+    trn_data_free(&full);
+}
+
 TEST(fashion_mnist_short_run)
 {
     /* MLP 784-128-10, 10000 training examples, 3 epochs, batch 64, SGD
@@ -1019,6 +1065,7 @@ int main(void)
         trn_data_synthetic(&g_syn_val, 1000, 2000, err) < 0)
         return 1;
     trn_cpu_set_threads(0);
+    RUN(subset_rows_are_the_full_sets_rows);
     RUN(fashion_mnist_short_run);
     RUN(gradient_noise_small_is_the_mean_over_chunks);
     RUN(measuring_does_not_change_the_trajectory);

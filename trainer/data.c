@@ -85,9 +85,21 @@ static gzFile s_open_idx(const char *path, int want_dims, uint32_t *d, char *err
     return f;
 }
 
-int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, char *err)
+/* The normalised value of each pixel byte: the same float operations as
+   per pixel, done 256 times instead of once per pixel. */
+static void s_lut(float lut[256])
+{
+    for (int v = 0; v < 256; v++)
+        lut[v] = ((float)v / 255.0f - FMNIST_MEAN) / FMNIST_STD;
+}
+
+/* Reads an IDX image/label pair into ds's shape and labels and *raw (the
+   pixel bytes, caller frees); ds->x stays NULL. 0, or -1 with err. */
+static int s_load_raw(trn_dataset *ds, unsigned char **rawp, const char *images,
+                      const char *labels, char *err)
 {
     memset(ds, 0, sizeof *ds);
+    *rawp = NULL;
     uint32_t di[3], dl[1];
     gzFile fi = s_open_idx(images, 3, di, err);
     if (!fi)
@@ -118,9 +130,8 @@ int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, c
     ds->classes = 10;
     size_t npix = (size_t)ds->n * ds->dim;
     raw = malloc(npix);
-    ds->x = malloc(npix * sizeof(float));
     ds->y = malloc((size_t)ds->n);
-    if (!raw || !ds->x || !ds->y) {
+    if (!raw || !ds->y) {
         s_err(err, "out of memory loading %s", images);
         goto out;
     }
@@ -134,16 +145,49 @@ int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, c
                   ds->y[i], i);
             goto out;
         }
-    for (size_t i = 0; i < npix; i++)
-        ds->x[i] = ((float)raw[i] / 255.0f - FMNIST_MEAN) / FMNIST_STD;
     rc = 0;
 out:
-    free(raw);
     gzclose(fi);
     gzclose(fl);
-    if (rc < 0)
+    if (rc < 0) {
+        free(raw);
         trn_data_free(ds);
+    } else
+        *rawp = raw;
     return rc;
+}
+
+/* Example si of the raw set src (pixels raw) into example di of dst,
+   normalised through lut. */
+static void s_convert(trn_dataset *dst, int di, const trn_dataset *src,
+                      const unsigned char *raw, int si, const float lut[256])
+{
+    const unsigned char *in = raw + (size_t)si * src->dim;
+    float *out = dst->x + (size_t)di * dst->dim;
+    for (int j = 0; j < src->dim; j++)
+        out[j] = lut[in[j]];
+    dst->y[di] = src->y[si];
+}
+
+int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, char *err)
+{
+    unsigned char *raw;
+    if (s_load_raw(ds, &raw, images, labels, err) < 0)
+        return -1;
+    ds->x = malloc((size_t)ds->n * ds->dim * sizeof(float));
+    if (!ds->x) {
+        s_err(err, "out of memory loading %s", images);
+        free(raw);
+        trn_data_free(ds);
+        return -1;
+    }
+    float lut[256];
+    s_lut(lut);
+    size_t npix = (size_t)ds->n * ds->dim;
+    for (size_t i = 0; i < npix; i++)
+        ds->x[i] = lut[raw[i]];
+    free(raw);
+    return 0;
 }
 
 void trn_data_free(trn_dataset *d)
@@ -172,13 +216,6 @@ static int s_alloc(trn_dataset *d, int n, const trn_dataset *shape, char *err)
         return -1;
     }
     return 0;
-}
-
-static void s_copy(trn_dataset *dst, int di, const trn_dataset *src, int si)
-{
-    memcpy(dst->x + (size_t)di * dst->dim, src->x + (size_t)si * src->dim,
-           (size_t)src->dim * sizeof(float));
-    dst->y[di] = src->y[si];
 }
 
 int trn_data_synthetic(trn_dataset *d, int n, uint64_t seed, char *err)
@@ -225,11 +262,17 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
     trn_dataset full;
     snprintf(pi, sizeof pi, "%s/train-images-idx3-ubyte.gz", c->data_dir);
     snprintf(pl, sizeof pl, "%s/train-labels-idx1-ubyte.gz", c->data_dir);
-    if (trn_data_load_idx(&full, pi, pl, err) < 0)
+    /* the full training set stays bytes: only the examples kept are
+       converted (a 20 000-example subset converts a third of it) */
+    unsigned char *raw;
+    if (s_load_raw(&full, &raw, pi, pl, err) < 0)
         return -1;
+    float lut[256];
+    s_lut(lut);
     snprintf(pi, sizeof pi, "%s/t10k-images-idx3-ubyte.gz", c->data_dir);
     snprintf(pl, sizeof pl, "%s/t10k-labels-idx1-ubyte.gz", c->data_dir);
     if (trn_data_load_idx(test, pi, pl, err) < 0) {
+        free(raw);
         trn_data_free(&full);
         return -1;
     }
@@ -260,7 +303,7 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
     /* Keep the training examples in their original order (the shuffle only
        decides membership) so a subset is stable. */
     for (int i = 0; i < c->val_size; i++)
-        s_copy(val, i, &full, perm[full.n - c->val_size + i]);
+        s_convert(val, i, &full, raw, perm[full.n - c->val_size + i], lut);
     char *is_val = calloc((size_t)full.n, 1);
     if (!is_val) {
         free(perm);
@@ -272,12 +315,14 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
         is_val[perm[full.n - c->val_size + i]] = 1;
     for (int i = 0, k = 0; i < full.n && k < ntr; i++)
         if (!is_val[i])
-            s_copy(train, k++, &full, i);
+            s_convert(train, k++, &full, raw, i, lut);
     free(is_val);
     free(perm);
+    free(raw);
     trn_data_free(&full);
     return 0;
 fail:
+    free(raw);
     trn_data_free(train);
     trn_data_free(val);
     trn_data_free(test);
