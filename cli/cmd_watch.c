@@ -363,15 +363,18 @@ static int s_run_lines(w_view *v)
         }
         for (long i = 0; i < v->norder; i++) {
             w_trial *t = &v->trials[v->order[i]];
-            if (!strcmp(t->shown_state, t->state))
+            if (!strcmp(t->shown_state, t->state) &&
+                !strcmp(t->shown_lineage, t->lineage))
                 continue;
             char params[512], val[64];
             cli__watch_params_text(t->params, params, sizeof params);
             cli__watch_num(!wire_is_none(t->value) ? t->value : t->mval[W_MAX_NAMES], val,
                            sizeof val);
-            printf("trial %ld %s step %ld %s=%s  %s\n", t->id, t->state,
-                   t->m_step >= 0 ? t->m_step : t->last_step, v->metric, val, params);
+            printf("trial %ld %s step %ld %s=%s  %s%s%s\n", t->id, t->state,
+                   t->m_step >= 0 ? t->m_step : t->last_step, v->metric, val, params,
+                   t->lineage[0] ? "  | " : "", t->lineage);
             snprintf(t->shown_state, sizeof t->shown_state, "%s", t->state);
+            snprintf(t->shown_lineage, sizeof t->shown_lineage, "%s", t->lineage);
         }
         w_progress p;
         cli__watch_progress(v, &p);

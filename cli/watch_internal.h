@@ -37,11 +37,14 @@ typedef struct {
     double mval[W_MAX_NAMES + 1]; /* last value per name index; [W_MAX_NAMES] objective */
     float series[W_SERIES_CAP];   /* objective, one slot per `stride` points */
     int nseries, stride, slot_fill;
-    char shown_state[16]; /* last state printed in line mode */
-    int paused;           /* this view's pause was acknowledged (no resume since) */
-    int mark;             /* on the Pareto set (several objectives) or the best
-                             feasible trial (constraints): spec_mark_trials */
-    int infeasible;       /* completed but breaks a constraint */
+    char shown_state[16];    /* last state printed in line mode */
+    int paused;              /* this view's pause was acknowledged (no resume since) */
+    int mark;                /* on the Pareto set (several objectives) or the best
+                                feasible trial (constraints): spec_mark_trials */
+    int infeasible;          /* completed but breaks a constraint */
+    char lineage[256];       /* guarded changes and forks, in words, "" none */
+    char tag[32];            /* the same, short, for the row */
+    char shown_lineage[256]; /* last lineage printed in line mode */
 } w_trial;
 
 typedef struct {

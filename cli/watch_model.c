@@ -227,6 +227,93 @@ static void s_marks(w_view *v)
     json_decref(arr);
 }
 
+/* Appends text to t's lineage ("; " between) and sets its tag. */
+static void s_lineage_add(w_trial *t, const char *text, const char *tag)
+{
+    size_t len = strlen(t->lineage);
+    snprintf(t->lineage + len, sizeof t->lineage - len, "%s%s", len ? "; " : "", text);
+    snprintf(t->tag, sizeof t->tag, "%s", tag);
+}
+
+/* Each trial's guarded changes and forks in words, oldest first, from the
+   study's interventions (local reads; --controller shows none): "guard
+   lr=0.4 reverted", "forked at step 40 into 5 6: best 6", a sibling's
+   "fork of trial 1 at step 40 (lr=0.1): kept". */
+static void s_lineage(w_view *v)
+{
+    json_t *ivs = store_interv_study(v->s, v->study_id);
+    if (!ivs)
+        return;
+    for (long i = 0; i < v->ntrials; i++)
+        v->trials[i].lineage[0] = v->trials[i].tag[0] = 0;
+    size_t i;
+    json_t *iv;
+    json_array_foreach(ivs, i, iv)
+    {
+        long id = (long)json_integer_value(json_object_get(iv, "trial_id"));
+        const char *kind = json_string_value(json_object_get(iv, "kind"));
+        const char *state = json_string_value(json_object_get(iv, "state"));
+        json_t *data = json_object_get(iv, "data");
+        char text[256], tag[32], vals[128];
+        w_trial *t = cli__watch_trial(v, id);
+        if (!t || !kind || !state)
+            continue;
+        if (!strcmp(kind, "guard")) {
+            cli__watch_params_text(json_object_get(data, "values"), vals, sizeof vals);
+            snprintf(text, sizeof text, "guard %s %s", vals, state);
+            snprintf(tag, sizeof tag, "guard %s", state);
+            s_lineage_add(t, text, tag);
+            continue;
+        }
+        json_t *sibs = json_object_get(data, "siblings");
+        json_t *dec = json_object_get(data, "decision");
+        long step = (long)json_integer_value(json_object_get(data, "fork_step"));
+        char ids[96] = "";
+        size_t k, len = 0;
+        json_t *x;
+        json_array_foreach(sibs, k, x)
+        {
+            len += (size_t)snprintf(ids + len, len < sizeof ids ? sizeof ids - len : 0,
+                                    "%s%" JSON_INTEGER_FORMAT, k ? " " : "",
+                                    json_integer_value(x));
+            if (len >= sizeof ids)
+                break;
+        }
+        json_t *best = json_object_get(dec, "best");
+        if (!strcmp(state, "decided") && json_is_integer(best))
+            snprintf(text, sizeof text,
+                     "forked at step %ld into %s: best %" JSON_INTEGER_FORMAT, step, ids,
+                     json_integer_value(best));
+        else if (!strcmp(state, "running"))
+            snprintf(text, sizeof text, "forked at step %ld into %s: running", step, ids);
+        else
+            snprintf(text, sizeof text, "fork %s", state);
+        snprintf(tag, sizeof tag, "fork %s", state);
+        s_lineage_add(t, text, tag);
+        json_array_foreach(sibs, k, x)
+        {
+            w_trial *sib = cli__watch_trial(v, (long)json_integer_value(x));
+            if (!sib)
+                continue;
+            const char *how = "running";
+            if (dec) {
+                how = "kept";
+                size_t j;
+                json_t *y;
+                json_array_foreach(json_object_get(dec, "stopped"), j,
+                                   y) if (json_equal(x, y)) how = "stopped";
+            }
+            cli__watch_params_text(json_array_get(json_object_get(data, "values"), k),
+                                   vals, sizeof vals);
+            snprintf(text, sizeof text, "fork of trial %ld at step %ld (%s): %s", id,
+                     step, vals, how);
+            snprintf(tag, sizeof tag, "<%ld %s", id, how);
+            s_lineage_add(sib, text, tag);
+        }
+    }
+    json_decref(ivs);
+}
+
 int cli__watch_load(w_view *v, char *err, size_t errsize)
 {
     if (!v->s) {
@@ -278,6 +365,7 @@ int cli__watch_load(w_view *v, char *err, size_t errsize)
         t->ended = rows[i].ended;
     }
     store_trials_free(rows, n);
+    s_lineage(v);
     int rc = s_order(v, err, errsize);
     s_marks(v);
     return rc;

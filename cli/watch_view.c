@@ -308,7 +308,12 @@ void cli__watch_draw(w_view *v)
         if (spark_w && x_spark + W_SPARK <= COLS)
             mvaddstr(y, x_spark, spark);
         cli__watch_params_text(t->params, params, sizeof params);
-        s_put_cut(y, x_params, params);
+        if (t->tag[0]) { /* its latest guarded change or fork, then the params */
+            char tagged[sizeof params + sizeof t->tag + 4];
+            snprintf(tagged, sizeof tagged, "[%s] %s", t->tag, params);
+            s_put_cut(y, x_params, tagged);
+        } else
+            s_put_cut(y, x_params, params);
         if (is_sel)
             attroff(A_REVERSE);
     }
@@ -335,6 +340,8 @@ void cli__watch_draw(w_view *v)
                 break;
             len += (size_t)w;
         }
+        if (t->lineage[0] && len < sizeof line - 1)
+            snprintf(line + len, sizeof line - len, " | %s", t->lineage);
         s_put_cut(LINES - 3, 0, line);
     }
     if (v->mode == W_EDIT) {

@@ -244,6 +244,9 @@ int store_interv_save(store_t *s, long id, const char *state, int done,
    ones (open 1, trial_id ignored), or those of trial_id (open 0: the
    ones on it and the forks it came from). NULL on error. */
 json_t *store_interv_list(store_t *s, int open, long trial_id);
+/* The interventions of a study, oldest first, as store_interv_list's
+   objects (caller owns). NULL on error. */
+json_t *store_interv_study(store_t *s, long study_id);
 
 /* ---- metrics ---- */
 /* Inserts n points for (trial, attempt). Call inside a transaction. */

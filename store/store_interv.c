@@ -70,6 +70,21 @@ enum {
     IV_UPDATED
 };
 
+static json_t *s_rows(store_t *s, sqlite3_stmt *st);
+
+json_t *store_interv_study(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(store__db(s),
+                           "SELECT id, study_id, trial_id, kind, state, done, data, "
+                           "created, updated FROM interventions WHERE study_id=?1 ORDER "
+                           "BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    sqlite3_bind_int64(st, 1, study_id);
+    return s_rows(s, st);
+}
+
 json_t *store_interv_list(store_t *s, int open, long trial_id)
 {
     sqlite3_stmt *st = NULL;
@@ -84,6 +99,13 @@ json_t *store_interv_list(store_t *s, int open, long trial_id)
         return NULL;
     if (!open)
         sqlite3_bind_int64(st, 1, trial_id);
+    return s_rows(s, st);
+}
+
+/* The rows of st (store_interv_list's columns) as its objects; finalizes
+   st. NULL on error. */
+static json_t *s_rows(store_t *s, sqlite3_stmt *st)
+{
     json_t *out = json_array();
     int rc;
     while ((rc = store__step(s, st)) == SQLITE_ROW) {

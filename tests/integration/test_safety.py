@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -348,5 +349,42 @@ def test_guarded_change_from_python(jz):
         assert "99999" in out["refused"], out
         assert [i["state"] for i in interventions(jz, bad)] == ["reverted"]
         assert [i["state"] for i in interventions(jz, good)] == ["kept"]
+    finally:
+        stop(disp, ctl)
+
+
+def test_watch_shows_a_guarded_change_and_a_forks_lineage(jz):
+    # `jizhi watch` (lines, no terminal) names a guarded change's outcome on
+    # its trial and a fork's siblings, each with the trial and step it was
+    # forked from and whether it was kept or stopped
+    ep, ctl, disp = daemons(jz, slots=3)
+    try:
+        spec = formula_spec("lineage", 1, 100, 0.05)
+        spec["budget"]["parallel"] = 3
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 1, 60, "a running trial")
+        (tid,) = jz.sql("SELECT id FROM trials")[0]
+        wait_steps(jz, tid, 5)
+        jz.run("trial", "set", str(tid), "lr=0.12", "--force", "--guard", "--watch-steps",
+               "3", timeout=60, check=0)
+        jz.run("trial", "fork", str(tid), "lr=0.01", "lr=0.1", "--force", "--steps", "10",
+               timeout=60, check=0)
+        (data,) = [i["data"] for i in interventions(jz, tid) if i["kind"] == "fork"]
+        s1, s2 = data["siblings"]
+        step = data["fork_step"]
+        p = jz.run("watch", "lineage", "--db", jz.db, "--interval", "0.1", timeout=90,
+                   check=0)
+        lines = p.stdout.splitlines()
+        last = {}
+        for line in lines:
+            m = re.match(r"trial (\d+) ", line)
+            if m:
+                last[int(m.group(1))] = line
+        assert f"| guard lr=0.12 kept; forked at step {step} into {s1} {s2}: best {s2}" \
+            in last[tid], lines
+        assert f"| fork of trial {tid} at step {step} (lr=0.01): stopped" in last[s1], lines
+        assert f"| fork of trial {tid} at step {step} (lr=0.1): kept" in last[s2], lines
+        assert last[s2].startswith(f"trial {s2} completed"), lines
     finally:
         stop(disp, ctl)
