@@ -26,7 +26,7 @@ if [ "${QUICK:-0}" = 1 ]; then
 else
     LEVELS=${LEVELS:-"100:10:10:10:1000:3 1000:100:10:10:5000:3 3000:300:10:10:10000:1 10000:1000:10:10:20000:1 ingest:8:1:5000:1:3"}
 fi
-J="$PWD/$BUILD/bin/jizhi"
+J=${JIZHI:-$PWD/$BUILD/bin/jizhi} # JIZHI: another build of the controller, for an A/B
 RIG="$PWD/$BUILD/bench/scale_rig"
 dir=$(mktemp -d)
 pids=()

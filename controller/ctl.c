@@ -74,8 +74,11 @@ void ctl__tick(ctl_t *c, double now)
 {
     ctl__disp_check_silence(c, now);
     ctl__read_expire(c, now);
-    for (size_t i = 0; i < c->nstudies; i++)
-        ctl__study_tick_trials(c, c->studies[i], now);
+    if (now - c->trials_ticked >= CTL_TRIAL_TICK_S) {
+        c->trials_ticked = now;
+        for (size_t i = 0; i < c->nstudies; i++)
+            ctl__study_tick_trials(c, c->studies[i], now);
+    }
     ctl__interv_tick(c, now); /* guarded changes and forks (ctl_interv.c) */
     /* free slots go to waiting trials in queue order (ctl_queue.c) */
     ctl__queue_fill(c, now);

@@ -157,6 +157,12 @@ ctl_disp *ctl__disp_get(ctl_t *c, const char *name);
    CTL_MAX_DISPS (ctl_types.h) are known at once. */
 /* The controller socket's listen queue (connections not yet accepted). */
 #define CTL_LISTEN_BACKLOG 4096
+/* ctl__tick's pass over every trial (timeouts, silence, a stopped study's
+   trials) runs at most this often, not once per loop iteration: with
+   10 000 trials and a message per iteration it was the controller's
+   largest cost per message (bench/scale.sh). The poll's own timeout is
+   50 ms, so an idle controller ticks as before. */
+#define CTL_TRIAL_TICK_S 0.05
 /* The alive dispatcher with a free slot per rank and `gpus` free GPUs per
    rank that has the most free slots, or NULL. */
 ctl_disp *ctl__disp_pick(ctl_t *c, long gpus, long ranks);

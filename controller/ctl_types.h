@@ -208,9 +208,10 @@ struct ctl {
     char endpoint[512];
     char ckpt_root[1024];
     double lost_timeout;
-    double started;     /* monotonic, controller start */
-    int in_txn;         /* a transaction is open this iteration */
-    long next_trial_id; /* next unused trials.id (ids are reserved before suggest) */
+    double started;       /* monotonic, controller start */
+    double trials_ticked; /* monotonic, the last pass over every trial (ctl__tick) */
+    int in_txn;           /* a transaction is open this iteration */
+    long next_trial_id;   /* next unused trials.id (ids are reserved before suggest) */
     ctl_study **studies;
     size_t nstudies;
     ctl_idmap trials; /* every loaded trial by id (borrowed from the studies) */
