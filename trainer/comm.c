@@ -586,26 +586,27 @@ int trn_comm_barrier(trn_comm *c)
     return c->size <= 1 ? 0 : c->ops->barrier(c->self);
 }
 
+/* The index of s in names[0..n), or -1. */
+static int s_name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
+
 int trn_ar_algo_from_name(const char *s)
 {
-    if (!strcmp(s, "ring"))
-        return TRN_AR_RING;
-    if (!strcmp(s, "hier"))
-        return TRN_AR_HIER;
-    if (!strcmp(s, "native"))
-        return TRN_AR_NATIVE;
-    return -1;
+    static const char *const names[] = {
+        [TRN_AR_RING] = "ring", [TRN_AR_HIER] = "hier", [TRN_AR_NATIVE] = "native"};
+    return s_name_index(s, names, 3);
 }
 
 int trn_wire_from_name(const char *s)
 {
-    if (!strcmp(s, "fp32"))
-        return TRN_WIRE_FP32;
-    if (!strcmp(s, "fp16"))
-        return TRN_WIRE_FP16;
-    if (!strcmp(s, "bf16"))
-        return TRN_WIRE_BF16;
-    return -1;
+    static const char *const names[] = {
+        [TRN_WIRE_FP32] = "fp32", [TRN_WIRE_FP16] = "fp16", [TRN_WIRE_BF16] = "bf16"};
+    return s_name_index(s, names, 3);
 }
 
 trn_comm *trn_comm_new(const char *name, trn_comm_ctor nccl_new, char *err)
