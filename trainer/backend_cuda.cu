@@ -41,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/dev_elem.cuh" /* C++ templates: outside extern "C" */
+
 extern "C" {
 #include "trainer/dist_dev.h"
 #include "trainer/trn.h"
@@ -74,33 +76,7 @@ extern "C" {
 
 /* ---- element conversions ---------------------------------------------------- */
 
-template <typename T> __device__ __forceinline__ float to_f(T v);
-template <> __device__ __forceinline__ float to_f<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v)
-{
-    return __bfloat162float(v);
-}
-template <> __device__ __forceinline__ float to_f<__half>(__half v)
-{
-    return __half2float(v);
-}
-
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half from_f<__half>(float v)
-{
-    return __float2half_rn(v);
-}
+/* to_f and from_f: dev_elem.cuh */
 
 template <typename T> static cudaDataType_t dtype();
 template <> cudaDataType_t dtype<float>()

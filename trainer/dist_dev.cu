@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/dev_elem.cuh" /* C++ templates: outside extern "C" */
+
 extern "C" {
 #include "trainer/devplan.h"
 #include "trainer/dist_dev.h"
@@ -72,35 +74,12 @@ struct trn_devdist {
 
 /* ---- kernels ------------------------------------------------------------------ */
 
-template <typename T> __device__ __forceinline__ float s_to_f(T v);
-template <> __device__ __forceinline__ float s_to_f<float>(float v)
-{
-    return v;
-}
-template <> __device__ __forceinline__ float s_to_f<__nv_bfloat16>(__nv_bfloat16 v)
-{
-    return __bfloat162float(v);
-}
-template <> __device__ __forceinline__ float s_to_f<__half>(__half v)
-{
-    return __half2float(v);
-}
-template <typename T> __device__ __forceinline__ T s_from_f(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 s_from_f<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half s_from_f<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-
 /* out = g * f in fp32 (dist.c's s_pack: the same product) */
 template <typename T> __global__ void k_pack(const T *g, float *out, long n, float f)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n)
-        out[i] = s_to_f<T>(g[i]) * f;
+        out[i] = to_f<T>(g[i]) * f;
 }
 
 __global__ void k_add(float *__restrict__ x, const float *__restrict__ y, long n)
@@ -114,7 +93,7 @@ template <typename W> __global__ void k_encode(const float *x, W *y, long n)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n)
-        y[i] = s_from_f<W>(x[i]);
+        y[i] = from_f<W>(x[i]);
 }
 
 /* add: x += decoded (comm.c adds x[i] + v in this order), else x = decoded */
@@ -122,7 +101,7 @@ template <typename W> __global__ void k_decode(const W *y, float *x, long n, int
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) {
-        float v = s_to_f<W>(y[i]);
+        float v = to_f<W>(y[i]);
         x[i] = add ? x[i] + v : v;
     }
 }
@@ -131,7 +110,7 @@ template <typename W> __global__ void k_round(float *x, long n)
 {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n)
-        x[i] = s_to_f<W>(s_from_f<W>(x[i]));
+        x[i] = to_f<W>(from_f<W>(x[i]));
 }
 
 static unsigned s_blocks(long n)
