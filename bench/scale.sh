@@ -60,9 +60,10 @@ run_level() { # NAME DISPS SLOTS METRICS PERIOD RUN
         sleep 0.1
     done
     "$PYTHON" - "${url%/}" "$d/api.lat" "$d/api.stop" <<'PY' &
-import sys, time, urllib.request, os
+import sys, time, urllib.error, urllib.request, os
 url, out, stop = sys.argv[1:4]
 lat = []
+errs = []
 k = 0
 while not os.path.exists(stop):
     path = "/api/studies" if k % 2 == 0 else "/api/studies/u0/trials"
@@ -71,10 +72,16 @@ while not os.path.exists(stop):
     try:
         urllib.request.urlopen(url + path, timeout=30).read()
         lat.append((time.perf_counter() - t) * 1e3)
-    except Exception:
+    except urllib.error.HTTPError as e:
+        if e.code != 404:  # 404: the study is not submitted yet, not a failure
+            lat.append(-1.0)
+            errs.append(f"{path}: {e}")
+    except Exception as e:
         lat.append(-1.0)
+        errs.append(f"{path}: {e}")
     time.sleep(0.05)
 open(out, "w").write("\n".join(f"{x:.3f}" for x in lat) + "\n")
+open(out + ".err", "w").write("\n".join(errs[:5]) + "\n")
 PY
     local reader=$!
     pids+=($reader)
@@ -106,6 +113,8 @@ lat = sorted(float(x) for x in open(f"{d}/api.lat").read().split() if float(x) >
 bad = sum(1 for x in open(f"{d}/api.lat").read().split() if float(x) < 0)
 pct = lambda q: lat[int(q * (len(lat) - 1) + 0.5)] if lat else None
 r["api_n"], r["api_failed"], r["api_p50_ms"], r["api_p99_ms"] = len(lat), bad, pct(0.5), pct(0.99)
+if bad:
+    r["api_errors"] = open(f"{d}/api.lat.err").read().strip().splitlines()[:3]
 err = open(f"{d}/rig.err").read().strip().splitlines()
 r["rig_log"] = err[-5:]
 print(json.dumps(r))
