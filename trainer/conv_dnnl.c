@@ -318,15 +318,15 @@ static int s_weights(s_entry *e, dnnl_primitive_t r, dnnl_memory_t to, const flo
 
 /* fp32 -> bf16, round to nearest even (values from net.c are bf16 already);
    compiled for AVX-512 and AVX2 too, chosen at load time. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-s_bf16_loop(uint16_t *restrict o, const uint32_t *restrict u, long n)
+TRN_CLONES static void s_bf16_loop(uint16_t *restrict o, const uint32_t *restrict u,
+                                   long n)
 {
     for (long i = 0; i < n; i++)
         o[i] = (uint16_t)((u[i] + 0x7fffu + ((u[i] >> 16) & 1u)) >> 16);
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-s_axpby(float *restrict o, const float *restrict g, float beta, long n)
+TRN_CLONES static void s_axpby(float *restrict o, const float *restrict g, float beta,
+                               long n)
 {
     for (long i = 0; i < n; i++)
         o[i] = beta * o[i] + g[i];

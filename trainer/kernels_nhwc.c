@@ -24,7 +24,6 @@
 #else
 #define S_OMP(x)
 #endif
-#define S_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 static inline float s_round(float v, trn_precision p)
 {
@@ -107,10 +106,10 @@ static void s_sums(const float *x, const float *dy, const float *ry, const float
     }
 }
 
-S_CLONES void trn_bn_relu_fwd_nhwc(const float *x, const float *g, const float *b,
-                                   float *y, float *mean, float *invstd,
-                                   const float *rmean, const float *rvar, int c, long s,
-                                   float eps, trn_precision p)
+TRN_CLONES void trn_bn_relu_fwd_nhwc(const float *x, const float *g, const float *b,
+                                     float *y, float *mean, float *invstd,
+                                     const float *rmean, const float *rvar, int c, long s,
+                                     float eps, trn_precision p)
 {
     for (int c0 = 0; c0 < c; c0 += CB) {
         int cb = c - c0 < CB ? c - c0 : CB;
@@ -156,10 +155,11 @@ S_CLONES void trn_bn_relu_fwd_nhwc(const float *x, const float *g, const float *
 /* dy masked by the ReLU output ry: dL/dx of BN, with
    dx = k*(s*d - sum(d) - xh*sum(d*xh)), xh = (x - mu)*is, k = g*is/s,
    computed per element as A*d + B*(x - mu) + C in float. */
-S_CLONES void trn_bn_relu_bwd_nhwc(const float *x, const float *g, const float *mean,
-                                   const float *invstd, const float *ry, const float *dy,
-                                   float *dx, float *dg, float *db, int c, long s,
-                                   float beta, float dxbeta, trn_precision p)
+TRN_CLONES void trn_bn_relu_bwd_nhwc(const float *x, const float *g, const float *mean,
+                                     const float *invstd, const float *ry,
+                                     const float *dy, float *dx, float *dg, float *db,
+                                     int c, long s, float beta, float dxbeta,
+                                     trn_precision p)
 {
     for (int c0 = 0; c0 < c; c0 += CB) {
         int cb = c - c0 < CB ? c - c0 : CB;

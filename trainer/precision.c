@@ -59,8 +59,7 @@ float trn_round_fp16(float x)
 /* Branch-free over the bits (NaN kept by a select), so it vectorises: the
    bf16 path rounds every activation and gradient once per step. Compiled
    for AVX-512 and AVX2 too, chosen at load time by what the CPU has. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-s_round_bf16_buf(float *x, long n)
+TRN_CLONES static void s_round_bf16_buf(float *x, long n)
 {
     uint32_t *restrict u = (uint32_t *)x;
 #ifdef _OPENMP

@@ -33,6 +33,15 @@
 #include "jizhi.h"
 
 #define TRN_ERRLEN 512
+
+/* An element-wise loop compiled for AVX-512, AVX2 and the baseline and
+   chosen at load time by what the CPU has (GCC's target_clones); other
+   compilers (clang builds the fuzz targets) get the baseline only. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TRN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TRN_CLONES
+#endif
 #define TRN_VERSION "0.1"
 
 /* ---- config (config.c) -------------------------------------------------- */
