@@ -289,6 +289,31 @@ static int s_wait_dead(pid_t pid, double timeout_s)
 
 /* ---- tests -------------------------------------------------------------- */
 
+/* The usual fixture: a fake controller, the default config and a running
+   dispatcher that kills its trials when stopped. */
+typedef struct {
+    fake_ctl fc;
+    char logs[256];
+    disp_config cfg;
+    disp_thread t;
+} disp_fix;
+
+static int fx_open(disp_fix *x)
+{
+    if (fc_open(&x->fc) != 0)
+        return -1;
+    x->cfg = s_cfg(&x->fc, x->logs, sizeof x->logs);
+    return dt_start(&x->t, &x->fc, &x->cfg, 1);
+}
+
+/* Stops the dispatcher (collecting into seen, when not NULL) and removes the
+   fake controller's folder. */
+static void fx_close(disp_fix *x, json_t *seen)
+{
+    dt_stop(&x->t, &x->fc, seen);
+    fc_close(&x->fc);
+}
+
 TEST(unit_parsers)
 {
     int *g, n;
@@ -574,24 +599,20 @@ TEST(gpu_detection)
 
 TEST(run_and_logs)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_open(&x) == 0);
 
-    fc_send(&fc, s_start_msg(1, 0,
-                             json_pack("[s,s,s]", "/bin/sh", "-c",
-                                       "echo hi; echo err >&2; exit 3")));
-    json_t *st = fc_wait(&fc, "started", 1, 10);
-    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    fc_send(&x.fc, s_start_msg(1, 0,
+                               json_pack("[s,s,s]", "/bin/sh", "-c",
+                                         "echo hi; echo err >&2; exit 3")));
+    json_t *st = fc_wait(&x.fc, "started", 1, 10);
+    json_t *ex = fc_wait(&x.fc, "exited", 1, 10);
     REQUIRE(st && ex);
     CHECK(s_int(st, "attempt") == 0 && s_int(st, "pid") > 0);
     CHECK_STR(s_str(st, "name"), "test-disp");
     char out[512], errp[512];
-    snprintf(out, sizeof out, "%s/s1/trial-1.0.out", logs);
-    snprintf(errp, sizeof errp, "%s/s1/trial-1.0.err", logs);
+    snprintf(out, sizeof out, "%s/s1/trial-1.0.out", x.logs);
+    snprintf(errp, sizeof errp, "%s/s1/trial-1.0.err", x.logs);
     CHECK_STR(s_str(st, "stdout"), out);
     CHECK_STR(s_str(st, "stderr"), errp);
     CHECK(json_array_size(json_object_get(st, "gpus")) == 0);
@@ -609,28 +630,28 @@ TEST(run_and_logs)
     json_decref(ex);
 
     /* argv is used unchanged: no shell, no expansion, no splitting */
-    fc_send(&fc, s_start_msg(2, 0,
-                             json_pack("[s,s,s,s,s,s,s]", "printf", "[%s]\\n", "a b",
-                                       "$HOME", "*", "", "'q' \"r\"")));
-    ex = fc_wait(&fc, "exited", 2, 10);
+    fc_send(&x.fc, s_start_msg(2, 0,
+                               json_pack("[s,s,s,s,s,s,s]", "printf", "[%s]\\n", "a b",
+                                         "$HOME", "*", "", "'q' \"r\"")));
+    ex = fc_wait(&x.fc, "exited", 2, 10);
     REQUIRE(ex);
     CHECK(s_int(ex, "code") == 0);
-    snprintf(out, sizeof out, "%s/s1/trial-2.0.out", logs);
+    snprintf(out, sizeof out, "%s/s1/trial-2.0.out", x.logs);
     o = s_read(out);
     CHECK_STR(o, "[a b]\n[$HOME]\n[*]\n[]\n['q' \"r\"]\n");
     free(o);
     json_decref(ex);
 
     /* killed by a signal of its own */
-    fc_send(&fc, s_start_msg(3, 1, json_pack("[s,s,s]", "/bin/sh", "-c", "kill -9 $$")));
-    ex = fc_wait(&fc, "exited", 3, 10);
+    fc_send(&x.fc,
+            s_start_msg(3, 1, json_pack("[s,s,s]", "/bin/sh", "-c", "kill -9 $$")));
+    ex = fc_wait(&x.fc, "exited", 3, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "signaled");
     CHECK(s_int(ex, "signal") == 9 && s_int(ex, "code") == -1 &&
           s_int(ex, "attempt") == 1);
     json_decref(ex);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 /* Finds "KEY=..." as a whole line in env output; returns the value. */
@@ -653,24 +674,20 @@ TEST(environment)
 {
     setenv("JIZHI_TOKEN", "leaked-from-parent", 1); /* before the thread exists */
     setenv("JZ_TEST_INHERITED", "yes", 1);
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_open(&x) == 0);
 
     json_t *m =
         json_pack("{s:s, s:I, s:I, s:s, s:[s], s:{s:s, s:s, s:s}, s:i}", "type", "start",
                   "trial", (json_int_t)5, "attempt", (json_int_t)2, "study", "a/b",
                   "argv", "env", "env", "FOO", "bar baz", "JIZHI_TOKEN", "tok",
                   "JIZHI_PARAMS", "{\"lr\":0.1}", "gpus", 0);
-    fc_send(&fc, m);
-    json_t *ex = fc_wait(&fc, "exited", 5, 10);
+    fc_send(&x.fc, m);
+    json_t *ex = fc_wait(&x.fc, "exited", 5, 10);
     REQUIRE(ex);
     CHECK(s_int(ex, "code") == 0);
     char out[512], v[1024];
-    snprintf(out, sizeof out, "%s/a_b/trial-5.2.out", logs);
+    snprintf(out, sizeof out, "%s/a_b/trial-5.2.out", x.logs);
     CHECK_STR(s_str(ex, "stdout"), out);
     char *o = s_read(out);
     REQUIRE(o);
@@ -679,7 +696,7 @@ TEST(environment)
     CHECK_STR(s_env_line(o, "JIZHI_STUDY", v, sizeof v), "a/b");
     CHECK_STR(s_env_line(o, "JIZHI_TOKEN", v, sizeof v), "tok");
     CHECK_STR(s_env_line(o, "JIZHI_PARAMS", v, sizeof v), "{\"lr\":0.1}");
-    CHECK_STR(s_env_line(o, "JIZHI_ENDPOINT", v, sizeof v), fc.endpoint);
+    CHECK_STR(s_env_line(o, "JIZHI_ENDPOINT", v, sizeof v), x.fc.endpoint);
     CHECK_STR(s_env_line(o, "JIZHI_DISPATCHER", v, sizeof v), "test-disp");
     CHECK_STR(s_env_line(o, "FOO", v, sizeof v), "bar baz");
     CHECK_STR(s_env_line(o, "CUDA_VISIBLE_DEVICES", v, sizeof v), "");
@@ -692,12 +709,12 @@ TEST(environment)
 
     /* a checkpoint dir given in env is used, and created */
     char ck2[300];
-    snprintf(ck2, sizeof ck2, "%s/ck/t7", fc.dir);
+    snprintf(ck2, sizeof ck2, "%s/ck/t7", x.fc.dir);
     m = s_start_msg(7, 0, json_pack("[s]", "env"));
     json_object_set_new(json_object_get(m, "env"), "JIZHI_CHECKPOINT_DIR",
                         json_string(ck2));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 7, 10);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 7, 10);
     REQUIRE(ex);
     o = s_read(s_str(ex, "stdout"));
     CHECK(o && s_env_line(o, "JIZHI_CHECKPOINT_DIR", v, sizeof v) && !strcmp(v, ck2));
@@ -706,16 +723,15 @@ TEST(environment)
     json_decref(ex);
 
     /* inherited JIZHI_* values never leak into a trial */
-    fc_send(&fc, s_start_msg(6, 0, json_pack("[s]", "env")));
-    ex = fc_wait(&fc, "exited", 6, 10);
+    fc_send(&x.fc, s_start_msg(6, 0, json_pack("[s]", "env")));
+    ex = fc_wait(&x.fc, "exited", 6, 10);
     REQUIRE(ex);
     o = s_read(s_str(ex, "stdout"));
     CHECK(o && s_env_line(o, "JIZHI_TOKEN", v, sizeof v) == NULL);
     CHECK(o && s_env_line(o, "JIZHI_PARAMS", v, sizeof v) == NULL);
     free(o);
     json_decref(ex);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
     unsetenv("JIZHI_TOKEN");
     unsetenv("JZ_TEST_INHERITED");
 }
@@ -902,19 +918,15 @@ TEST(timeouts)
 
 TEST(kill_request)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_open(&x) == 0);
 
     char pidfile[256], cmd[1024];
-    snprintf(pidfile, sizeof pidfile, "%s/gc.pid", fc.dir);
+    snprintf(pidfile, sizeof pidfile, "%s/gc.pid", x.fc.dir);
     snprintf(cmd, sizeof cmd, "sleep 30 & echo $! > %s.tmp; mv %s.tmp %s; wait", pidfile,
              pidfile, pidfile);
-    fc_send(&fc, s_start_msg(4, 1, json_pack("[s,s,s]", "/bin/sh", "-c", cmd)));
-    json_t *st = fc_wait(&fc, "started", 4, 10);
+    fc_send(&x.fc, s_start_msg(4, 1, json_pack("[s,s,s]", "/bin/sh", "-c", cmd)));
+    json_t *st = fc_wait(&x.fc, "started", 4, 10);
     REQUIRE(st);
     pid_t pid = (pid_t)s_int(st, "pid");
     json_decref(st);
@@ -924,12 +936,13 @@ TEST(kill_request)
     free(gcs);
     CHECK(gc > 0 && !s_proc_dead(gc));
     /* a kill for another attempt or trial changes nothing */
-    fc_send(&fc, json_pack("{s:s, s:I, s:I}", "type", "kill", "trial", (json_int_t)4,
-                           "attempt", (json_int_t)0));
-    fc_send(&fc, json_pack("{s:s, s:I}", "type", "kill", "trial", (json_int_t)99));
-    fc_send(&fc, json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial", (json_int_t)4,
-                           "attempt", (json_int_t)1, "reason", "user asked"));
-    json_t *ex = fc_wait(&fc, "exited", 4, 10);
+    fc_send(&x.fc, json_pack("{s:s, s:I, s:I}", "type", "kill", "trial", (json_int_t)4,
+                             "attempt", (json_int_t)0));
+    fc_send(&x.fc, json_pack("{s:s, s:I}", "type", "kill", "trial", (json_int_t)99));
+    fc_send(&x.fc,
+            json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial", (json_int_t)4,
+                      "attempt", (json_int_t)1, "reason", "user asked"));
+    json_t *ex = fc_wait(&x.fc, "exited", 4, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "killed");
     CHECK(s_int(ex, "signal") == SIGTERM && s_int(ex, "attempt") == 1);
@@ -937,8 +950,7 @@ TEST(kill_request)
     CHECK(s_wait_dead(pid, 5));
     CHECK(gc > 0 && s_wait_dead(gc, 5)); /* the whole process group */
     json_decref(ex);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 /* A trial's reports carry its attempt's tag (from JIZHI_TOKEN); a disown
@@ -946,47 +958,42 @@ TEST(kill_request)
    dispatcher started is ended, not left unwatched. */
 TEST(disown_by_tag)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_open(&x) == 0);
 
     json_t *m = s_start_msg(5, 0, json_pack("[s,s]", "sleep", "30"));
     json_object_set_new(m, "env", json_pack("{s:s}", "JIZHI_TOKEN", "abc"));
-    fc_send(&fc, m);
-    json_t *st = fc_wait(&fc, "started", 5, 10);
+    fc_send(&x.fc, m);
+    json_t *st = fc_wait(&x.fc, "started", 5, 10);
     REQUIRE(st);
     pid_t pid = (pid_t)s_int(st, "pid");
     CHECK_STR(s_str(st, "tag"), "ba7816bf8f01cfea"); /* SHA-256("abc"), its start */
     json_decref(st);
-    json_t *hb = fc_wait(&fc, "disp_heartbeat", -1, 10);
+    json_t *hb = fc_wait(&x.fc, "disp_heartbeat", -1, 10);
     REQUIRE(hb);
     json_t *e = json_array_get(json_object_get(hb, "running"), 0);
     CHECK(json_integer_value(json_object_get(e, "trial")) == 5);
     CHECK_STR(json_string_value(json_object_get(e, "tag")), "ba7816bf8f01cfea");
     json_decref(hb);
 
-    fc_send(&fc,
+    fc_send(&x.fc,
             json_pack("{s:s, s:I, s:I, s:s}", "type", "disown", "trial", (json_int_t)5,
                       "attempt", (json_int_t)0, "tag", "0000000000000000"));
-    fc_send(&fc, json_pack("{s:s, s:I, s:I}", "type", "disown", "trial", (json_int_t)5,
-                           "attempt", (json_int_t)0)); /* no tag: malformed */
+    fc_send(&x.fc, json_pack("{s:s, s:I, s:I}", "type", "disown", "trial", (json_int_t)5,
+                             "attempt", (json_int_t)0)); /* no tag: malformed */
     usleep(300 * 1000);
     CHECK(!s_proc_dead(pid));
-    fc_send(&fc, json_pack("{s:s, s:I, s:I, s:s, s:s}", "type", "disown", "trial",
-                           (json_int_t)5, "attempt", (json_int_t)0, "tag",
-                           "ba7816bf8f01cfea", "reason", "not this store's"));
-    json_t *ex = fc_wait(&fc, "exited", 5, 10);
+    fc_send(&x.fc, json_pack("{s:s, s:I, s:I, s:s, s:s}", "type", "disown", "trial",
+                             (json_int_t)5, "attempt", (json_int_t)0, "tag",
+                             "ba7816bf8f01cfea", "reason", "not this store's"));
+    json_t *ex = fc_wait(&x.fc, "exited", 5, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "killed");
     CHECK_STR(s_str(ex, "tag"), "ba7816bf8f01cfea");
     CHECK(strstr(s_str(ex, "message"), "not this store's") != NULL);
     CHECK(s_wait_dead(pid, 5));
     json_decref(ex);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 TEST(resend_until_acked)
@@ -1038,12 +1045,8 @@ TEST(resend_until_acked)
 
 TEST(malformed_messages)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_open(&x) == 0);
 
     /* starts with valid ids but a bad field: refused with start_failed */
     const char *bad[] = {
@@ -1078,37 +1081,37 @@ TEST(malformed_messages)
         json_object_set_new(m, "attempt", json_integer(0));
         if (!json_object_get(m, "study"))
             json_object_set_new(m, "study", json_string("s1"));
-        fc_send(&fc, m);
+        fc_send(&x.fc, m);
     }
     /* bad ids: only a log line */
-    fc_send(&fc, json_pack("{s:s}", "type", "start"));
-    fc_send(&fc, json_pack("{s:s, s:s, s:i, s:s, s:[s]}", "type", "start", "trial", "7",
-                           "attempt", 0, "study", "s", "argv", "true"));
-    fc_send(&fc, json_pack("{s:s, s:i, s:i, s:s, s:[s]}", "type", "start", "trial", 7,
-                           "attempt", -1, "study", "s", "argv", "true"));
-    fc_send(&fc, json_pack("{s:s}", "type", "kill"));
-    fc_send(&fc, json_pack("{s:s, s:s}", "type", "kill", "trial", "x"));
-    fc_send(&fc, json_pack("{s:s, s:i, s:i}", "type", "kill", "trial", 1, "reason", 3));
-    fc_send(&fc, json_pack("{s:s}", "type", "bogus"));
-    fc_send(&fc, json_pack("{s:s}", "type", "ok"));
-    fc_send(&fc, json_pack("{s:s, s:i}", "type", "ok", "req", 12345));
-    fc_send(&fc, json_pack("{s:s, s:i, s:i}", "type", "error", "req", 1, "code", 2));
+    fc_send(&x.fc, json_pack("{s:s}", "type", "start"));
+    fc_send(&x.fc, json_pack("{s:s, s:s, s:i, s:s, s:[s]}", "type", "start", "trial", "7",
+                             "attempt", 0, "study", "s", "argv", "true"));
+    fc_send(&x.fc, json_pack("{s:s, s:i, s:i, s:s, s:[s]}", "type", "start", "trial", 7,
+                             "attempt", -1, "study", "s", "argv", "true"));
+    fc_send(&x.fc, json_pack("{s:s}", "type", "kill"));
+    fc_send(&x.fc, json_pack("{s:s, s:s}", "type", "kill", "trial", "x"));
+    fc_send(&x.fc, json_pack("{s:s, s:i, s:i}", "type", "kill", "trial", 1, "reason", 3));
+    fc_send(&x.fc, json_pack("{s:s}", "type", "bogus"));
+    fc_send(&x.fc, json_pack("{s:s}", "type", "ok"));
+    fc_send(&x.fc, json_pack("{s:s, s:i}", "type", "ok", "req", 12345));
+    fc_send(&x.fc, json_pack("{s:s, s:i, s:i}", "type", "error", "req", 1, "code", 2));
     /* frames that are not a message at all */
     const char *raw[] = {"not json", "[1,2]", "{\"no\":\"type\"}", "{\"type\":3}", ""};
     for (size_t i = 0; i < sizeof raw / sizeof *raw; i++) {
-        zmq_send(fc.router, fc.peer.id, fc.peer.len, ZMQ_SNDMORE);
-        zmq_send(fc.router, "", 0, ZMQ_SNDMORE);
-        zmq_send(fc.router, raw[i], strlen(raw[i]), 0);
+        zmq_send(x.fc.router, x.fc.peer.id, x.fc.peer.len, ZMQ_SNDMORE);
+        zmq_send(x.fc.router, "", 0, ZMQ_SNDMORE);
+        zmq_send(x.fc.router, raw[i], strlen(raw[i]), 0);
     }
-    zmq_send(fc.router, fc.peer.id, fc.peer.len, ZMQ_SNDMORE); /* no delimiter */
-    zmq_send(fc.router, "{\"type\":\"kill\"}", 15, 0);
-    zmq_send(fc.router, fc.peer.id, fc.peer.len, ZMQ_SNDMORE); /* too many frames */
+    zmq_send(x.fc.router, x.fc.peer.id, x.fc.peer.len, ZMQ_SNDMORE); /* no delimiter */
+    zmq_send(x.fc.router, "{\"type\":\"kill\"}", 15, 0);
+    zmq_send(x.fc.router, x.fc.peer.id, x.fc.peer.len, ZMQ_SNDMORE); /* too many frames */
     for (int i = 0; i < 4; i++)
-        zmq_send(fc.router, "", 0, i < 3 ? ZMQ_SNDMORE : 0);
+        zmq_send(x.fc.router, "", 0, i < 3 ? ZMQ_SNDMORE : 0);
 
     int got = 0;
     for (int i = 0; i < n; i++) {
-        json_t *ex = fc_wait(&fc, "exited", 100 + i, 10);
+        json_t *ex = fc_wait(&x.fc, "exited", 100 + i, 10);
         CHECK(ex != NULL);
         if (!ex)
             continue;
@@ -1121,15 +1124,14 @@ TEST(malformed_messages)
     }
     CHECK(got == n);
     /* still alive and working */
-    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", "exit 0")));
-    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    fc_send(&x.fc, s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", "exit 0")));
+    json_t *ex = fc_wait(&x.fc, "exited", 1, 10);
     CHECK(ex && s_int(ex, "code") == 0);
     json_decref(ex);
-    json_t *h = fc_wait(&fc, "disp_heartbeat", -1, 5);
+    json_t *h = fc_wait(&x.fc, "disp_heartbeat", -1, 5);
     CHECK(h != NULL);
     json_decref(h);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 /* A well-typed value for field f of a message to the dispatcher: names of
@@ -1379,21 +1381,17 @@ TEST(stop_without_kill)
 TEST(files_private)
 {
     mode_t old = umask(022);
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_open(&x) == 0);
     char ck2[300];
-    snprintf(ck2, sizeof ck2, "%s/given/ck", fc.dir);
-    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", "echo out")));
-    json_t *e1 = fc_wait(&fc, "exited", 1, 10);
+    snprintf(ck2, sizeof ck2, "%s/given/ck", x.fc.dir);
+    fc_send(&x.fc, s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", "echo out")));
+    json_t *e1 = fc_wait(&x.fc, "exited", 1, 10);
     json_t *m = s_start_msg(2, 0, json_pack("[s]", "true"));
     json_object_set_new(json_object_get(m, "env"), "JIZHI_CHECKPOINT_DIR",
                         json_string(ck2));
-    fc_send(&fc, m);
-    json_t *e2 = fc_wait(&fc, "exited", 2, 10);
+    fc_send(&x.fc, m);
+    json_t *e2 = fc_wait(&x.fc, "exited", 2, 10);
     REQUIRE(e1 && e2);
     char path[600];
     struct {
@@ -1409,7 +1407,7 @@ TEST(files_private)
                 {"given/ck", 0700}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         struct stat sb;
-        snprintf(path, sizeof path, "%s/%s", fc.dir, want[i].rel);
+        snprintf(path, sizeof path, "%s/%s", x.fc.dir, want[i].rel);
         CHECK(stat(path, &sb) == 0);
         if ((sb.st_mode & 07777) != want[i].mode)
             fprintf(stderr, "  %s: mode %03o, want %03o\n", path,
@@ -1418,8 +1416,7 @@ TEST(files_private)
     }
     json_decref(e1);
     json_decref(e2);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
     umask(old);
 }
 
