@@ -323,8 +323,8 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
     double vlo = INFINITY, vhi = -INFINITY, nlo = INFINITY, nhi = -INFINITY;
     for (long i = 0; i < n; i++) {
         double v = s_score(&rows[i]);
-        if (!isfinite(v) || !strcmp(rows[i].state, "failed") ||
-            !strcmp(rows[i].state, "pending"))
+        if (!isfinite(v) || rows[i].state == TRIAL_FAILED ||
+            rows[i].state == TRIAL_PENDING)
             continue;
         vlo = fmin(vlo, v);
         vhi = fmax(vhi, v);
@@ -345,12 +345,13 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
     for (long i = 0; i < n; i++) {
         store_trial *t = &rows[i];
         double v = s_score(t);
-        if (!isfinite(v) || !strcmp(t->state, "failed") || !strcmp(t->state, "pending"))
+        if (!isfinite(v) || t->state == TRIAL_FAILED || t->state == TRIAL_PENDING)
             continue;
         double px = s_px(&x, (double)t->number), py = s_py(&y, v);
-        int completed = !strcmp(t->state, "completed") && isfinite(t->value);
-        int pruned = !strcmp(t->state, "pruned"); /* by early stopping */
-        int stopped = pruned || !strcmp(t->state, "stopped");
+        const char *state = store_trial_state_name(t->state);
+        int completed = t->state == TRIAL_COMPLETED && isfinite(t->value);
+        int pruned = t->state == TRIAL_PRUNED; /* by early stopping */
+        int stopped = pruned || t->state == TRIAL_STOPPED;
         char key[32];
         snprintf(key, sizeof key, "%ld", t->id);
         int on_front = completed && json_object_get(o->front, key);
@@ -374,8 +375,8 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
                     "<path class=\"%s-point\" data-trial=\"%ld\" d=\"M%.2f %.2f l8 8 "
                     "m0 -8 l-8 8\" stroke=\"%s\" stroke-width=\"2\"><title>trial %ld "
                     "(no. %ld in the study) %s at %.6g: ",
-                    t->state, t->id, px - 4, py - 4, pruned ? "#8c564b" : "#d9822b",
-                    t->id, t->number, t->state, v);
+                    state, t->id, px - 4, py - 4, pruned ? "#8c564b" : "#d9822b", t->id,
+                    t->number, state, v);
             s_xml(f, t->reason);
             fputc(' ', f);
         } else {
@@ -385,7 +386,7 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
                     "cy=\"%.2f\" r=\"4\" fill=\"none\" stroke=\"#2ca25f\" "
                     "stroke-width=\"1.5\"><title>trial %ld (no. %ld in the study) %s, "
                     "latest %.6g ",
-                    t->id, px, py, t->id, t->number, t->state, v);
+                    t->id, px, py, t->id, t->number, state, v);
         }
         s_params_title(f, t->params);
         fputs(completed ? "</title></circle>\n"
@@ -398,7 +399,7 @@ static void s_history(FILE *f, store_trial *rows, long n, const p_opts *o)
           f);
     double last_px = 0;
     for (long i = 0; i < n; i++) {
-        if (!spec_best_counts(rows[i].state, rows[i].value, 1))
+        if (!spec_best_counts(store_trial_state_name(rows[i].state), rows[i].value, 1))
             continue; /* the one definition of best */
         double v = rows[i].value;
         last_px = s_px(&x, (double)rows[i].number);
@@ -595,7 +596,7 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
             continue;
         slo = fmin(slo, v);
         shi = fmax(shi, v);
-        if (spec_best_counts(rows[i].state, rows[i].value, 1) &&
+        if (spec_best_counts(store_trial_state_name(rows[i].state), rows[i].value, 1) &&
             (best < 0 || (o->maximize ? rows[i].value > rows[best].value
                                       : rows[i].value < rows[best].value)))
             best = i; /* the one definition of best */
@@ -613,16 +614,16 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
                 double u = (v - slo) / (shi - slo);
                 s_ramp(o->maximize ? u : 1 - u, color, sizeof color);
             }
-            int dashed = !strcmp(rows[i].state, "failed") ||
-                         !strcmp(rows[i].state, "stopped") ||
-                         !strcmp(rows[i].state, "pruned");
+            int dashed = rows[i].state == TRIAL_FAILED ||
+                         rows[i].state == TRIAL_STOPPED || rows[i].state == TRIAL_PRUNED;
             fprintf(
                 f,
                 "<polyline class=\"curve state-%s%s\" id=\"trial-%ld\" "
                 "data-trial=\"%ld\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s "
                 "clip-path=\"url(#curves-area)\" points=\"",
-                rows[i].state, i == best ? " best" : "", rows[i].id, rows[i].id, color,
-                i == best ? "2.5" : "1.2", dashed ? " stroke-dasharray=\"4 3\"" : "");
+                store_trial_state_name(rows[i].state), i == best ? " best" : "",
+                rows[i].id, rows[i].id, color, i == best ? "2.5" : "1.2",
+                dashed ? " stroke-dasharray=\"4 3\"" : "");
             long stride = (cv[i].n + P_MAX_VERTICES - 1) / P_MAX_VERTICES;
             int first = 1;
             for (long k = 0; k < cv[i].n; k++) {
@@ -635,7 +636,7 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
                 first = 0;
             }
             fprintf(f, "\"><title>trial %ld (no. %ld in the study, %s) %.6g ", rows[i].id,
-                    rows[i].number, rows[i].state, v);
+                    rows[i].number, store_trial_state_name(rows[i].state), v);
             s_params_title(f, rows[i].params);
             fputs("</title></polyline>\n", f);
             double py1 = cv[i].n == 1 ? s_py(&cy, cv[i].y[0]) : NAN;
@@ -775,7 +776,8 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, p_
             "font-weight=\"bold\">study ",
             P_LEFT);
     s_xml(f, st->name);
-    fprintf(f, " (%s): %s ", st->state, o->maximize ? "max" : "min");
+    fprintf(f, " (%s): %s ", store_study_state_name(st->state),
+            o->maximize ? "max" : "min");
     s_xml(f, o->metric);
     fputs("</text>\n", f);
     s_history(f, rows, n, o);
@@ -885,7 +887,7 @@ int cmd_plot(int argc, char **argv)
         }
         s_curve_remap(&cv[i], xaxis, metric_x ? &xs : NULL);
         s_curve_free(&xs);
-        ncomp += !strcmp(rows[i].state, "completed") && isfinite(rows[i].value);
+        ncomp += rows[i].state == TRIAL_COMPLETED && isfinite(rows[i].value);
     }
     json_t *events = store_events_list(s, st.id);
     char path[1100];

@@ -246,18 +246,18 @@ static void s_print_failures(const store_trial *rows, long n)
     enum { MAX_SHOWN = 5 };
     long shown = 0;
     for (long i = 0; i < n && shown < MAX_SHOWN; i++) {
-        if (strcmp(rows[i].state, "failed"))
+        if (rows[i].state != TRIAL_FAILED)
             continue;
         int seen = 0;
         for (long k = 0; k < i && !seen; k++)
-            seen = !strcmp(rows[k].state, "failed") &&
-                   !strcmp(rows[k].reason, rows[i].reason);
+            seen =
+                rows[k].state == TRIAL_FAILED && !strcmp(rows[k].reason, rows[i].reason);
         if (seen)
             continue;
         long count = 0;
         for (long k = i; k < n; k++)
-            count += !strcmp(rows[k].state, "failed") &&
-                     !strcmp(rows[k].reason, rows[i].reason);
+            count +=
+                rows[k].state == TRIAL_FAILED && !strcmp(rows[k].reason, rows[i].reason);
         printf("  failed: %s (%ld trial%s, e.g. trial %ld; jizhi trial logs %ld)\n",
                rows[i].reason[0] ? rows[i].reason : "no reason recorded", count,
                count == 1 ? "" : "s", rows[i].id, rows[i].id);
@@ -411,7 +411,7 @@ static int s_print_best(const char *db, const char *name)
     long completed = 0, failed = 0, stopped = 0, pruned = 0, infeasible = 0,
          nonfinite = 0, silent = 0;
     for (long i = 0; i < n; i++) {
-        if (!strcmp(rows[i].state, "completed")) {
+        if (rows[i].state == TRIAL_COMPLETED) {
             completed++;
             silent += wire_is_none(rows[i].value);
             nonfinite += !wire_is_none(rows[i].value) && !isfinite(rows[i].value);
@@ -421,9 +421,9 @@ static int s_print_best(const char *db, const char *name)
                 json_decref(m);
             }
         }
-        failed += !strcmp(rows[i].state, "failed");
-        stopped += !strcmp(rows[i].state, "stopped");
-        pruned += !strcmp(rows[i].state, "pruned");
+        failed += rows[i].state == TRIAL_FAILED;
+        stopped += rows[i].state == TRIAL_STOPPED;
+        pruned += rows[i].state == TRIAL_PRUNED;
     }
     /* the best by the one definition (store_study_best), as study show */
     json_t *answer = json_object();
@@ -436,7 +436,7 @@ static int s_print_best(const char *db, const char *name)
             best = i;
     printf("study %s: %s, %ld trials (%ld completed, %ld pruned, %ld failed, %ld "
            "stopped)\n",
-           name, st.state, n, completed, pruned, failed, stopped);
+           name, store_study_state_name(st.state), n, completed, pruned, failed, stopped);
     if (spec && spec->nconstraints)
         printf("%ld of the completed trials broke a constraint; the best is the best "
                "feasible one\n",

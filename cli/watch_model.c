@@ -326,7 +326,8 @@ int cli__watch_load(w_view *v, char *err, size_t errsize)
         snprintf(err, errsize, "cannot read study %s: %s", v->name, store_errmsg(v->s));
         return -1;
     }
-    snprintf(v->study_state, sizeof v->study_state, "%s", st.state);
+    snprintf(v->study_state, sizeof v->study_state, "%s",
+             store_study_state_name(st.state));
     v->created = st.created;
     v->finished = st.finished;
     store_study_fini(&st);
@@ -357,7 +358,7 @@ int cli__watch_load(w_view *v, char *err, size_t errsize)
         t->number = rows[i].number;
         t->attempt = rows[i].attempt;
         t->last_step = rows[i].last_step;
-        snprintf(t->state, sizeof t->state, "%s", rows[i].state);
+        snprintf(t->state, sizeof t->state, "%s", store_trial_state_name(rows[i].state));
         json_decref(t->params);
         t->params = json_incref(rows[i].params);
         t->value = rows[i].value;

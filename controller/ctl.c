@@ -83,7 +83,7 @@ void ctl__tick(ctl_t *c, double now)
     /* free slots go to waiting trials in queue order (ctl_queue.c) */
     ctl__queue_fill(c, now);
     for (size_t i = 0; i < c->nstudies; i++)
-        if (c->studies[i]->state == STUDY_RUNNING)
+        if (c->studies[i]->row.state == STUDY_RUNNING)
             ctl__study_tick_end(c, c->studies[i]);
 }
 

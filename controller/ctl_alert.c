@@ -351,11 +351,11 @@ void ctl__alerts_tick(ctl_t *c, double now)
     s_start_waiting(a, now);
     for (size_t i = 0; i < c->nstudies; i++) {
         ctl_study *s = c->studies[i];
-        if (s->state != STUDY_RUNNING || (!a->rules && !s->spec->alerts))
+        if (s->row.state != STUDY_RUNNING || (!a->rules && !s->spec->alerts))
             continue;
         for (size_t k = 0; k < s->ntrials; k++) {
             ctl_trial *t = s->trials[k];
-            if (t->state != TRIAL_RUNNING || t->plan != PLAN_NONE)
+            if (t->row.state != TRIAL_RUNNING || t->plan != PLAN_NONE)
                 continue;
             double silent = now - t->last_report;
             if (s->spec->alerts)

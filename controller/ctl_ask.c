@@ -64,12 +64,12 @@ json_t *ctl__trial_ask(ctl_t *c, const ctl_ident *who, const json_t *msg,
                     "study %s runs its trials through dispatchers (trial.command); "
                     "ask-and-tell needs a study whose spec has no `trial` section",
                     s->row.name);
-    if (s->state != STUDY_RUNNING)
+    if (s->row.state != STUDY_RUNNING)
         return s_no(code, "bad_state", err, size,
                     "study %s is %s (`jizhi study %s %s` runs it again)", s->row.name,
-                    store_study_state_name(s->state),
-                    s->state == STUDY_STOPPED ? "resume" : "extend",
-                    s->state == STUDY_STOPPED ? s->row.name : "NAME --trials N");
+                    store_study_state_name(s->row.state),
+                    s->row.state == STUDY_STOPPED ? "resume" : "extend",
+                    s->row.state == STUDY_STOPPED ? s->row.name : "NAME --trials N");
     if (s->spec->time_s > 0 && util_wall() - s->row.created > s->spec->time_s)
         return s_no(code, "bad_state", err, size,
                     "study %s: its time budget (budget.time_s %g) is used up",
@@ -168,7 +168,7 @@ json_t *ctl__trial_tell(ctl_t *c, const ctl_ident *who, const json_t *msg,
         if (found == 1) {
             json_t *r = s_no(code, "bad_state", err, size,
                              "trial %ld has ended (%s): only a running trial can be told",
-                             id, row.state);
+                             id, store_trial_state_name(row.state));
             store_trial_fini(&row);
             return r;
         }
@@ -183,7 +183,7 @@ json_t *ctl__trial_tell(ctl_t *c, const ctl_ident *who, const json_t *msg,
     if (!ctl_trial_active(t))
         return s_no(code, "bad_state", err, size,
                     "trial %ld is %s: only a running trial can be told", id,
-                    store_trial_state_name(t->state));
+                    store_trial_state_name(t->row.state));
     if (!s->spec->ask_only)
         return s_no(code, "bad_state", err, size,
                     "trial %ld runs under a dispatcher (trial.command): its program's "
@@ -249,5 +249,6 @@ json_t *ctl__trial_tell(ctl_t *c, const ctl_ident *who, const json_t *msg,
     }
     ctl__trial_end(c, t, to, reason);
     return json_pack("{s:I, s:s, s:o}", "trial", (json_int_t)id, "state",
-                     store_trial_state_name(t->state), "value", wire_real(t->row.value));
+                     store_trial_state_name(t->row.state), "value",
+                     wire_real(t->row.value));
 }

@@ -317,7 +317,7 @@ void ctl__fork_resume(ctl_t *c, ctl_iv *iv)
     json_array_foreach(json_object_get(iv->data, "siblings"), i, x)
     {
         ctl_trial *t = ctl__trial_by_id(c, (long)json_integer_value(x));
-        if (t && path && t->state == TRIAL_PENDING && t->row.attempt == 0)
+        if (t && path && t->row.state == TRIAL_PENDING && t->row.attempt == 0)
             snprintf(t->load_on_start, sizeof t->load_on_start, "%s", path);
     }
 }
@@ -392,10 +392,10 @@ json_t *ctl__fork_msg(ctl_t *c, ctl_trial *t, const json_t *msg, const char *who
         return NULL;
     *code = "bad_state";
     if (!ctl_trial_active(t) || t->plan != PLAN_NONE ||
-        t->study->state != STUDY_RUNNING) {
+        t->study->row.state != STUDY_RUNNING) {
         snprintf(err, size,
                  "trial %ld is not running in a running study (%s): a fork needs it",
-                 t->row.id, store_trial_state_name(t->state));
+                 t->row.id, store_trial_state_name(t->row.state));
         json_decref(values);
         return NULL;
     }

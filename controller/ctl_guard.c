@@ -490,7 +490,7 @@ int ctl__guard_start(ctl_t *c, ctl_trial *t, const json_t *values, const json_t 
     *code = "bad_state";
     if (!ctl_trial_active(t) || t->plan != PLAN_NONE) {
         snprintf(err, size, "trial %ld is not running (%s): a guarded change needs it",
-                 t->row.id, store_trial_state_name(t->state));
+                 t->row.id, store_trial_state_name(t->row.state));
         return -1;
     }
     if (ctl__iv_busy(c, t, err, size))

@@ -103,9 +103,9 @@ static void s_applied(ctl_t *c, const ctl_instr *in)
             t->set_batch = in->batch;
             t->set_gen = gen;
         }
-    } else if (!strcmp(kind, "pause") && t->state == TRIAL_RUNNING) {
+    } else if (!strcmp(kind, "pause") && t->row.state == TRIAL_RUNNING) {
         ctl_trial_move(t, TRIAL_PAUSED);
-    } else if (!strcmp(kind, "resume") && t->state == TRIAL_PAUSED) {
+    } else if (!strcmp(kind, "resume") && t->row.state == TRIAL_PAUSED) {
         ctl_trial_move(t, TRIAL_RUNNING);
     } else {
         return;
@@ -296,7 +296,7 @@ void ctl__instr_resend(ctl_t *c, ctl_trial *t)
 static json_t *s_release_answer(ctl_t *c, const ctl_release *r, double now)
 {
     ctl_trial *t = ctl__trial_by_id(c, r->trial_id);
-    if (t && t->state == TRIAL_SUSPENDED) {
+    if (t && t->row.state == TRIAL_SUSPENDED) {
         json_t *ok = wire_ok(r->waiter_req);
         json_object_set_new(ok, "released", json_true());
         json_object_set_new(ok, "checkpoint", json_string(t->row.checkpoint));
@@ -306,7 +306,7 @@ static json_t *s_release_answer(ctl_t *c, const ctl_release *r, double now)
     if (!t || !ctl_trial_active(t))
         return wire_error(r->waiter_req, "bad_state",
                           "trial %ld was not released: it ended (%s%s%s) first",
-                          r->trial_id, t ? store_trial_state_name(t->state) : "gone",
+                          r->trial_id, t ? store_trial_state_name(t->row.state) : "gone",
                           t && t->row.reason[0] ? ": " : "", t ? t->row.reason : "");
     if (t->plan == PLAN_NONE || t->plan == PLAN_RESTART)
         return wire_error(r->waiter_req, "refused",

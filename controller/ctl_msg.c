@@ -111,7 +111,7 @@ static void s_hello(ctl_t *c, const ctl_msg *m)
     json_t *r = wire_ok(m->req);
     json_object_set(r, "params", t->row.params);
     json_object_set_new(r, "study", json_string(t->study->row.name));
-    json_object_set_new(r, "state", json_string(store_trial_state_name(t->state)));
+    json_object_set_new(r, "state", json_string(store_trial_state_name(t->row.state)));
     ctl__send(c, m->from, r);
 }
 

@@ -107,7 +107,7 @@ static void s_study_cmd(ctl_t *c, const ctl_msg *m, int stop)
     ctl_study *s = s_study_arg(c, m);
     if (!s || !s_may_steer(c, m, s))
         return;
-    if (s->state == STUDY_FINISHED) {
+    if (s->row.state == STUDY_FINISHED) {
         ctl__msg_error(c, m->from, m->req, "bad_state", "the study has finished");
         return;
     }
@@ -185,7 +185,7 @@ static void s_study_enqueue(ctl_t *c, const ctl_msg *m)
     json_t *r = wire_ok(m->req);
     json_object_set_new(r, "params", copy);
     json_object_set_new(r, "queued", json_integer(s->queued));
-    json_object_set_new(r, "state", json_string(store_study_state_name(s->state)));
+    json_object_set_new(r, "state", json_string(store_study_state_name(s->row.state)));
     ctl__send(c, m->from, r);
 }
 
@@ -204,7 +204,7 @@ static void s_study_extend(ctl_t *c, const ctl_msg *m)
     }
     json_t *r = wire_ok(m->req);
     json_object_set_new(r, "trials", json_integer(s->spec->trials));
-    json_object_set_new(r, "state", json_string(store_study_state_name(s->state)));
+    json_object_set_new(r, "state", json_string(store_study_state_name(s->row.state)));
     ctl__send(c, m->from, r);
 }
 
@@ -280,7 +280,7 @@ static void s_trial_cmd(ctl_t *c, const ctl_msg *m, ctl_trial_cmd cmd)
     long iid;
     switch (cmd) {
     case TRIAL_CMD_RESUME:
-        if (t->state == TRIAL_SUSPENDED) {
+        if (t->row.state == TRIAL_SUSPENDED) {
             ctl__trial_unsuspend(c, t, s_who(m->msg));
             r = wire_ok(m->req);
             json_object_set_new(r, "restarting", json_true());

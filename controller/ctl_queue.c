@@ -275,7 +275,7 @@ static int s_preempting(ctl_t *c, double now)
 static int s_preemptible(const ctl_trial *t)
 {
     const spec_t *sp = t->study->spec;
-    if (t->state != TRIAL_RUNNING || t->plan != PLAN_NONE || !t->disp ||
+    if (t->row.state != TRIAL_RUNNING || t->plan != PLAN_NONE || !t->disp ||
         sp->preemptible == SPEC_PREEMPT_NEVER)
         return 0;
     return t->row.checkpoint[0] || sp->preemptible == SPEC_PREEMPT_RESTART;
@@ -288,7 +288,7 @@ static int s_preempt_for(ctl_t *c, ctl_study *for_s)
     ctl_trial *victim = NULL;
     for (size_t i = 0; i < c->nstudies; i++) {
         ctl_study *s = c->studies[i];
-        if (s->state != STUDY_RUNNING || s->spec->priority >= for_s->spec->priority)
+        if (s->row.state != STUDY_RUNNING || s->spec->priority >= for_s->spec->priority)
             continue;
         for (size_t k = 0; k < s->ntrials; k++) {
             ctl_trial *t = s->trials[k];
@@ -500,13 +500,13 @@ json_t *ctl__queue_status(ctl_t *c)
         for (size_t k = 0; k < s->ntrials; k++) {
             const ctl_trial *t = s->trials[k];
             active += ctl_trial_active(t);
-            pending += t->state == TRIAL_PENDING;
-            preempted += t->state == TRIAL_SUSPENDED && t->row.preempted;
+            pending += t->row.state == TRIAL_PENDING;
+            preempted += t->row.state == TRIAL_SUSPENDED && t->row.preempted;
         }
         s_usage *u = s_usage_of(use, &nuse, ctl_study_owner(s));
         u->slots += active * s_trial_slots(s);
         u->gpus += active * s_trial_gpus(s);
-        if (s->state != STUDY_RUNNING || !s->queue_why[0])
+        if (s->row.state != STUDY_RUNNING || !s->queue_why[0])
             continue;
         json_array_append_new(
             waiting, json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:s}", "study",

@@ -139,9 +139,10 @@ json_t *ctl__read(ctl_t *c, const ctl_ident *who, const json_t *msg, const char 
             json_array_append_new(trials, store_trial_json(&rows[i], NULL));
         store_trials_free(rows, nt < 0 ? 0 : nt);
         out = json_pack("{s:o, s:I, s:s, s:s, s:o, s:o, s:o}", "points", arg.points,
-                        "after", (json_int_t)after, "state", st.state, "warning", warning,
-                        "created", wire_real(st.created), "finished",
-                        wire_real(st.finished), "trials", trials);
+                        "after", (json_int_t)after, "state",
+                        store_study_state_name(st.state), "warning", warning, "created",
+                        wire_real(st.created), "finished", wire_real(st.finished),
+                        "trials", trials);
     }
     store_study_fini(&st);
     return out;

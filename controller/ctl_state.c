@@ -66,15 +66,14 @@ const char *ctl_trial_plan_name(ctl_trial_plan p)
 
 int ctl_trial_move(ctl_trial *t, store_trial_state to)
 {
-    if (!ctl_trial_move_legal(t->state, to)) {
+    if (!ctl_trial_move_legal(t->row.state, to)) {
         log_error("ctl", "programmer error: trial %ld cannot move from %s to %s",
-                  t->row.id, store_trial_state_name(t->state),
+                  t->row.id, store_trial_state_name(t->row.state),
                   store_trial_state_name(to));
         assert(!"illegal trial state move");
         return -1;
     }
-    t->state = to;
-    snprintf(t->row.state, sizeof t->row.state, "%s", store_trial_state_name(to));
+    t->row.state = to;
     return 0;
 }
 
@@ -100,18 +99,18 @@ int ctl_trial_plan_to(ctl_trial *t, ctl_trial_plan to)
 int ctl_trial_init_state(ctl_trial *t)
 {
     t->plan = PLAN_NONE;
-    return store_trial_state_parse(t->row.state, &t->state);
+    return (unsigned)t->row.state < TRIAL_STATE_COUNT ? 0 : -1;
 }
 
 int ctl_trial_active(const ctl_trial *t)
 {
-    return t->state == TRIAL_STARTING || t->state == TRIAL_RUNNING ||
-           t->state == TRIAL_PAUSED;
+    return t->row.state == TRIAL_STARTING || t->row.state == TRIAL_RUNNING ||
+           t->row.state == TRIAL_PAUSED;
 }
 
 int ctl_trial_ended(const ctl_trial *t)
 {
-    return store_trial_state_ended(t->state);
+    return store_trial_state_ended(t->row.state);
 }
 
 ctl_trial_refusal ctl_trial_state_refusal(store_trial_state st, ctl_trial_plan plan,
@@ -131,12 +130,12 @@ ctl_trial_refusal ctl_trial_state_refusal(store_trial_state st, ctl_trial_plan p
 const char *ctl_trial_cmd_refusal(const ctl_trial *t, ctl_trial_cmd cmd, char *buf,
                                   size_t size)
 {
-    switch (ctl_trial_state_refusal(t->state, t->plan, cmd)) {
+    switch (ctl_trial_state_refusal(t->row.state, t->plan, cmd)) {
     case TRIAL_REFUSE_NONE:
         return NULL;
     case TRIAL_REFUSE_NOT_ACTIVE:
         snprintf(buf, size, "trial %ld is %s, not running", t->row.id,
-                 store_trial_state_name(t->state));
+                 store_trial_state_name(t->row.state));
         return buf;
     case TRIAL_REFUSE_BUSY:
         break;

@@ -1,5 +1,5 @@
 /*  ctl_state.h - the state machines of a trial and of a study (ctl_state.c):
-    their legal moves, the moves on the object (row text kept in step) and
+    their legal moves, the moves on the object (its row's state) and
     the commands each state refuses. Pure: no store, no sockets, no
     outbox; the callers persist (ctl__trial_save, ctl__study_move in
     ctl_svc.h). The data is in ctl_types.h.
@@ -94,13 +94,13 @@
 int ctl_trial_move_legal(store_trial_state from, store_trial_state to);
 /* 1 when the plan may go from `from` to `to`. */
 int ctl_trial_plan_legal(ctl_trial_plan from, ctl_trial_plan to);
-/* Moves t (legal moves only: an illegal one is a programmer error) and
-   keeps row.state's text in step. 0, or -1 for an illegal move (nothing
-   changed). Does not persist: callers save the row. */
+/* Moves t's row.state (legal moves only: an illegal one is a programmer
+   error). 0, or -1 for an illegal move (nothing changed). Does not
+   persist: callers save the row. */
 int ctl_trial_move(ctl_trial *t, store_trial_state to);
 int ctl_trial_plan_to(ctl_trial *t, ctl_trial_plan to);
-/* Sets the state of a trial read from the store (its row's text); -1
-   when the text names no state. */
+/* Readies a trial read from the store (no plan); -1 when its row's state
+   is out of range (the store refuses a text that names no state). */
 int ctl_trial_init_state(ctl_trial *t);
 /* Why a command is refused, by state and plan alone. */
 typedef enum {

@@ -79,8 +79,8 @@ static void s_warm_start(ctl_t *c, ctl_study *s)
         store_trial *rows = NULL;
         long n = same ? store_trials_load(c->store, row.id, &rows) : 0;
         for (long k = 0; k < n; k++) {
-            if (strcmp(rows[k].state, "completed") || !isfinite(rows[k].value)) {
-                skipped += strcmp(rows[k].state, "completed") == 0;
+            if (rows[k].state != TRIAL_COMPLETED || !isfinite(rows[k].value)) {
+                skipped += rows[k].state == TRIAL_COMPLETED;
                 continue;
             }
             json_t *p = json_object();
@@ -135,12 +135,6 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
     ctl_study *s = util_xcalloc(1, sizeof *s);
     s->row = *row;
     memset(row, 0, sizeof *row);
-    if (store_study_state_parse(s->row.state, &s->state) != 0) {
-        snprintf(err, errsize, "study %s: unknown state \"%s\" in the database",
-                 s->row.name, s->row.state);
-        ctl__study_free(s);
-        return NULL;
-    }
     spec_error serr;
     s->spec = spec_parse(s->row.spec, 0, &serr);
     if (!s->spec) {
@@ -219,7 +213,11 @@ int ctl__load(ctl_t *c, char *err, size_t errsize)
     }
     for (long i = 0; i < n; i++) {
         store_study row;
-        if (store_study_get_id(c->store, ids[i], &row) != 1)
+        int found = store_study_get_id(c->store, ids[i], &row);
+        if (found < 0) /* e.g. a state text that names no state */
+            log_error("ctl", "not resuming study %ld: %s", ids[i],
+                      store_errmsg(c->store));
+        if (found != 1)
             continue;
         ctl_study *s = s_study_open(c, &row, err, errsize);
         if (!s) {
@@ -306,7 +304,7 @@ static int s_check_live_limit(ctl_t *c, const spec_t *spec, const char **code, c
     long live = 0;
     for (size_t i = 0; i < c->nstudies; i++) {
         const ctl_study *s = c->studies[i];
-        if (s->state != STUDY_FINISHED && s->spec->owner &&
+        if (s->row.state != STUDY_FINISHED && s->spec->owner &&
             !strcmp(s->spec->owner, spec->owner))
             live++;
     }
@@ -353,7 +351,6 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
     store_study row;
     int found = store_study_get(c->store, spec->name, &row);
     int rc = -1;
-    store_study_state state = STUDY_RUNNING;
     if (found < 0) {
         *code = "internal";
         snprintf(msg, msgsize, "database error: %s", store_errmsg(c->store));
@@ -369,11 +366,7 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
                      "a study named \"%s\" already exists with a different spec (%s); "
                      "choose another name or use the same spec to continue it",
                      spec->name, diff);
-        } else if (store_study_state_parse(row.state, &state) != 0) {
-            *code = "internal";
-            snprintf(msg, msgsize, "study %s has an unknown state \"%s\"", spec->name,
-                     row.state);
-        } else if (state == STUDY_FINISHED) {
+        } else if (row.state == STUDY_FINISHED) {
             *finished = 1;
             *out = live;
             rc = 0;
@@ -389,7 +382,7 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
                         s_add_study(c, live);
                 }
                 if (live) {
-                    if (live->state == STUDY_STOPPED)
+                    if (live->row.state == STUDY_STOPPED)
                         ctl__study_resume(c, live, "cli");
                     *out = live;
                     rc = 0;
@@ -403,11 +396,9 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
     } else if (s_check_live_limit(c, spec, code, msg, msgsize) != 0) {
         /* refused before anything is stored */
     } else {
-        long id =
-            ctl__txn(c) == 0
-                ? store_study_insert(c->store, spec->name, spec->json,
-                                     store_study_state_name(STUDY_RUNNING), util_wall())
-                : -1;
+        long id = ctl__txn(c) == 0 ? store_study_insert(c->store, spec->name, spec->json,
+                                                        STUDY_RUNNING, util_wall())
+                                   : -1;
         if (id < 0 || store_study_get_id(c->store, id, &row) != 1) {
             *code = "internal";
             snprintf(msg, msgsize, "cannot store the study: %s", store_errmsg(c->store));
@@ -540,7 +531,7 @@ static void s_save_sched(ctl_t *c, ctl_study *s)
    study. */
 void ctl__study_tick_trials(ctl_t *c, ctl_study *s, double now)
 {
-    int running = s->state == STUDY_RUNNING;
+    int running = s->row.state == STUDY_RUNNING;
     int time_over = running && s_time_over(s);
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
@@ -558,7 +549,7 @@ void ctl__study_tick_trials(ctl_t *c, ctl_study *s, double now)
             if (running)
                 ctl__instr_load_fallback(c, t, now);
             ctl__trial_tick(c, t, now);
-        } else if ((t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) &&
+        } else if ((t->row.state == TRIAL_PENDING || t->row.state == TRIAL_SUSPENDED) &&
                    time_over) {
             ctl__trial_stop(c, t, "controller", "study time budget used up",
                             CTL_STOP_BY_PERSON);
@@ -572,11 +563,11 @@ int ctl__study_wants(const ctl_study *s, long *active)
     for (size_t i = 0; i < s->ntrials; i++) {
         const ctl_trial *t = s->trials[i];
         n += ctl_trial_active(t);
-        waiting += t->state == TRIAL_PENDING ||
-                   (t->state == TRIAL_SUSPENDED && t->row.preempted);
+        waiting += t->row.state == TRIAL_PENDING ||
+                   (t->row.state == TRIAL_SUSPENDED && t->row.preempted);
     }
     *active = n;
-    if (s->state != STUDY_RUNNING || s_time_over(s) || s->spec->ask_only)
+    if (s->row.state != STUDY_RUNNING || s_time_over(s) || s->spec->ask_only)
         return 0;
     return waiting > 0 ||
            ((long)s->ntrials < s->spec->trials && (!s->exhausted || s->queued > 0));
@@ -588,10 +579,10 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
        retries, then new trials */
     ctl_trial *next = NULL;
     for (size_t i = 0; i < s->ntrials && !next; i++)
-        if (s->trials[i]->state == TRIAL_SUSPENDED && s->trials[i]->row.preempted)
+        if (s->trials[i]->row.state == TRIAL_SUSPENDED && s->trials[i]->row.preempted)
             next = s->trials[i];
     for (size_t i = 0; i < s->ntrials && !next; i++)
-        if (s->trials[i]->state == TRIAL_PENDING)
+        if (s->trials[i]->row.state == TRIAL_PENDING)
             next = s->trials[i];
     if (!next) {
         if ((long)s->ntrials >= s->spec->trials)
@@ -602,9 +593,9 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
             return rc;
         next = s->trials[s->ntrials - 1];
     }
-    if (next->state == TRIAL_SUSPENDED)
+    if (next->row.state == TRIAL_SUSPENDED)
         ctl__queue_resume(c, next);
-    if (next->state != TRIAL_PENDING)
+    if (next->row.state != TRIAL_PENDING)
         return 0;
     next->row.preempted = 0;
     ctl__trial_start(c, next, d);
@@ -619,8 +610,8 @@ void ctl__study_tick_end(ctl_t *c, ctl_study *s)
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
         active += ctl_trial_active(t);
-        pending += t->state == TRIAL_PENDING;
-        held += t->state == TRIAL_SUSPENDED;
+        pending += t->row.state == TRIAL_PENDING;
+        held += t->row.state == TRIAL_SUSPENDED;
     }
     s_save_sched(c, s);
     int budget_done = (long)s->ntrials >= s->spec->trials ||
@@ -699,7 +690,7 @@ int ctl__study_extend(ctl_t *c, ctl_study *s, long n, const char *who, const cha
         return -1;
     }
     if (ctl__txn(c) != 0 || store_study_add_trials(c->store, s->row.id, n) != 0 ||
-        (s->state == STUDY_FINISHED && ctl__study_move(c, s, STUDY_RUNNING) != 0)) {
+        (s->row.state == STUDY_FINISHED && ctl__study_move(c, s, STUDY_RUNNING) != 0)) {
         *code = "internal";
         snprintf(msg, msgsize, "cannot extend the study: %s", store_errmsg(c->store));
         return -1;
@@ -717,7 +708,7 @@ int ctl__study_extend(ctl_t *c, ctl_study *s, long n, const char *who, const cha
 
 void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who)
 {
-    if (s->state != STUDY_STOPPED || ctl__txn(c) != 0)
+    if (s->row.state != STUDY_STOPPED || ctl__txn(c) != 0)
         return;
     /* trials stopped by the study stop run again */
     for (size_t i = 0; i < s->ntrials; i++)
@@ -734,14 +725,14 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
         done += ctl_trial_ended(t);
-        failed += t->state == TRIAL_FAILED;
-        pruned += t->state == TRIAL_PRUNED;
+        failed += t->row.state == TRIAL_FAILED;
+        pruned += t->row.state == TRIAL_PRUNED;
         running += ctl_trial_active(t);
-        pending += t->state == TRIAL_PENDING;
+        pending += t->row.state == TRIAL_PENDING;
         /* the one definition (spec_best_counts); several objectives have
            a Pareto set instead (study show) */
         if (s->spec->nobjectives == 1 &&
-            spec_best_counts(t->row.state, t->row.value, 1) &&
+            spec_best_counts(store_trial_state_name(t->row.state), t->row.value, 1) &&
             ctl__trial_feasible(c, t) &&
             (!best || spec_better(s->spec, t->row.value, best->row.value)))
             best = t; /* the best feasible one */
@@ -752,7 +743,7 @@ json_t *ctl__study_status(ctl_t *c, ctl_study *s)
                                 wire_real(best->row.value), "params", best->row.params)
                     : json_null();
     return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:f, s:I}",
-                     "study", s->row.name, "state", store_study_state_name(s->state),
+                     "study", s->row.name, "state", store_study_state_name(s->row.state),
                      "metric", s->spec->metric, "total", (json_int_t)s->spec->trials,
                      "done", (json_int_t)done, "running", (json_int_t)running, "failed",
                      (json_int_t)failed, "pruned", (json_int_t)pruned, "pending",

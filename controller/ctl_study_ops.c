@@ -115,11 +115,11 @@ json_t *ctl__study_delete(ctl_t *c, const ctl_ident *who, const char *name,
     store_study_state state;
     long active = 0;
     if (live) {
-        state = live->state;
+        state = live->row.state;
         for (size_t i = 0; i < live->ntrials; i++)
             active += ctl_trial_active(live->trials[i]);
-    } else if (store_study_state_parse(row.state, &state) != 0) {
-        state = STUDY_RUNNING; /* unknown: judged as running, kept */
+    } else {
+        state = row.state;
     }
     if (s_check_owner(c, who, &row, "delete", code, err, size) != 0)
         goto done;
@@ -225,14 +225,14 @@ done:
 int ctl__study_waits(ctl_t *c, ctl_study *s, const ctl_trial *t, char *why, size_t size)
 {
     why[0] = 0;
-    if (s->state != STUDY_RUNNING)
+    if (s->row.state != STUDY_RUNNING)
         return 0;
     /* what the queue starts now starts before the answer leaves */
     ctl__queue_fill(c, util_now());
     long active = 0;
     int waits;
     if (t) {
-        waits = t->state == TRIAL_PENDING;
+        waits = t->row.state == TRIAL_PENDING;
     } else {
         waits = ctl__study_wants(s, &active) && active == 0;
     }

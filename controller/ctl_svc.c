@@ -110,18 +110,16 @@ int ctl__trial_save(ctl_t *c, ctl_trial *t)
 
 int ctl__study_move(ctl_t *c, ctl_study *s, store_study_state to)
 {
-    if (!ctl_study_move_legal(s->state, to)) {
+    if (!ctl_study_move_legal(s->row.state, to)) {
         log_error("ctl", "programmer error: study %s cannot move from %s to %s",
-                  s->row.name, store_study_state_name(s->state),
+                  s->row.name, store_study_state_name(s->row.state),
                   store_study_state_name(to));
         assert(!"illegal study state move");
         return -1;
     }
-    const char *name = store_study_state_name(to);
-    if (ctl__txn(c) != 0 || store_study_set_state(c->store, s->row.id, name, util_wall()))
+    if (ctl__txn(c) != 0 || store_study_set_state(c->store, s->row.id, to, util_wall()))
         return -1;
-    s->state = to;
-    snprintf(s->row.state, sizeof s->row.state, "%s", name);
+    s->row.state = to;
     return 0;
 }
 

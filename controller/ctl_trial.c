@@ -41,8 +41,7 @@ ctl_trial *ctl__trial_create(ctl_t *c, ctl_study *s, long id, json_t *params)
     t->row.id = id;
     t->row.study_id = s->row.id;
     t->row.number = (long)s->ntrials;
-    t->state = TRIAL_PENDING;
-    snprintf(t->row.state, sizeof t->row.state, "%s", store_trial_state_name(t->state));
+    t->row.state = TRIAL_PENDING;
     util_random_hex(t->row.token, 16);
     t->row.params = params;
     t->row.parent = -1;
@@ -66,8 +65,8 @@ ctl_trial *ctl__trial_adopt(ctl_t *c, ctl_study *s, store_trial *row)
     t->row = *row;
     memset(row, 0, sizeof *row);
     if (ctl_trial_init_state(t) != 0) {
-        log_error("ctl", "study %s trial %ld: unknown state \"%s\" in the database",
-                  s->row.name, t->row.id, t->row.state);
+        log_error("ctl", "study %s trial %ld: state %d out of range", s->row.name,
+                  t->row.id, (int)t->row.state);
         ctl__trial_free(t);
         return NULL;
     }
@@ -102,13 +101,13 @@ static long s_failures_in_a_row(const ctl_study *s)
     double after = -1; /* end time of the latest non-failure */
     for (size_t i = 0; i < s->ntrials; i++) {
         const ctl_trial *u = s->trials[i];
-        if ((u->state == TRIAL_COMPLETED || u->state == TRIAL_STOPPED ||
-             u->state == TRIAL_PRUNED) &&
+        if ((u->row.state == TRIAL_COMPLETED || u->row.state == TRIAL_STOPPED ||
+             u->row.state == TRIAL_PRUNED) &&
             u->row.ended > after)
             after = u->row.ended;
     }
     for (size_t i = 0; i < s->ntrials; i++)
-        n += s->trials[i]->state == TRIAL_FAILED && s->trials[i]->row.ended >= after;
+        n += s->trials[i]->row.state == TRIAL_FAILED && s->trials[i]->row.ended >= after;
     return n;
 }
 
@@ -133,7 +132,8 @@ static double s_best_other(ctl_t *c, const ctl_study *s, const ctl_trial *t)
     double best = NAN;
     for (size_t i = 0; i < s->ntrials; i++) {
         ctl_trial *u = s->trials[i];
-        if (u != t && spec_best_counts(u->row.state, u->row.value, 1) &&
+        if (u != t &&
+            spec_best_counts(store_trial_state_name(u->row.state), u->row.value, 1) &&
             ctl__trial_feasible(c, u) &&
             (isnan(best) || spec_better(s->spec, u->row.value, best)))
             best = u->row.value;
@@ -148,7 +148,7 @@ static int s_end_alerts(ctl_t *c, ctl_trial *t, long fails, const char *reason)
     ctl_study *s = t->study;
     char text[400];
     int stop = 0;
-    if (t->state == TRIAL_FAILED) {
+    if (t->row.state == TRIAL_FAILED) {
         snprintf(text, sizeof text, "trial %ld failed: %s", t->row.id, reason);
         json_t *d = json_pack("{s:s}", "reason", reason);
         ctl__alert(c, s, t, SPEC_ALERT_TRIAL_FAILED, 0, text, d);
@@ -157,7 +157,7 @@ static int s_end_alerts(ctl_t *c, ctl_trial *t, long fails, const char *reason)
         json_object_set_new(d, "failures_in_a_row", json_integer(fails));
         stop = ctl__alert(c, s, t, SPEC_ALERT_FAILURES, (double)fails, text, d);
         json_decref(d);
-    } else if (spec_best_counts(t->row.state, t->row.value, 1) &&
+    } else if (spec_best_counts(store_trial_state_name(t->row.state), t->row.value, 1) &&
                ctl__trial_feasible(c, t)) {
         double prev = s_best_other(c, s, t);
         if (isnan(prev) || spec_better(s->spec, t->row.value, prev)) {
@@ -324,7 +324,7 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
 void ctl__trial_heard(ctl_t *c, ctl_trial *t)
 {
     t->last_heard = util_now();
-    if (t->state == TRIAL_STARTING && ctl_trial_move(t, TRIAL_RUNNING) == 0)
+    if (t->row.state == TRIAL_STARTING && ctl_trial_move(t, TRIAL_RUNNING) == 0)
         ctl__trial_save(c, t);
 }
 
@@ -484,7 +484,7 @@ long ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who)
 
 void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who)
 {
-    if (t->state != TRIAL_SUSPENDED || ctl__txn(c) != 0)
+    if (t->row.state != TRIAL_SUSPENDED || ctl__txn(c) != 0)
         return;
     s_retry(c, t, "resumed from its checkpoint");
     snprintf(t->load_on_start, sizeof t->load_on_start, "%s", t->row.checkpoint);
@@ -492,7 +492,7 @@ void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who)
 
 void ctl__trial_rerun(ctl_t *c, ctl_trial *t)
 {
-    if (t->state != TRIAL_STOPPED || !t->row.study_stopped ||
+    if (t->row.state != TRIAL_STOPPED || !t->row.study_stopped ||
         ctl_trial_move(t, TRIAL_PENDING) != 0)
         return;
     s_new_attempt(t);
@@ -611,7 +611,7 @@ int ctl__trial_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t n,
 void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason,
                      ctl_stop_by by)
 {
-    if (t->state == TRIAL_PENDING || t->state == TRIAL_SUSPENDED) {
+    if (t->row.state == TRIAL_PENDING || t->row.state == TRIAL_SUSPENDED) {
         t->plan_by_study = by == CTL_STOP_BY_STUDY;
         s_end(c, t, TRIAL_STOPPED, reason); /* never ran this attempt: not pruned */
         return;
@@ -648,7 +648,7 @@ void ctl__trial_tick(ctl_t *c, ctl_trial *t, double now)
 
 void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason)
 {
-    if (s->state != STUDY_RUNNING || ctl__txn(c) != 0)
+    if (s->row.state != STUDY_RUNNING || ctl__txn(c) != 0)
         return;
     for (size_t i = 0; i < s->ntrials; i++)
         if (ctl_trial_active(s->trials[i]))
@@ -705,7 +705,7 @@ void ctl__queue_resume(ctl_t *c, ctl_trial *t)
     /* the run goes on from its checkpoint: keep what it reported so far */
     double last = t->row.last_value, best = t->row.best_value;
     ctl__trial_unsuspend(c, t, "queue");
-    if (t->state != TRIAL_PENDING)
+    if (t->row.state != TRIAL_PENDING)
         return;
     t->row.last_value = last;
     t->row.best_value = best;

@@ -61,9 +61,8 @@ typedef enum {
 } ctl_trial_cmd;
 
 struct ctl_trial {
-    store_trial row;          /* persisted columns; row.state is written only by
-                                 ctl_trial_move, from `state` */
-    store_trial_state state;  /* the lifecycle state */
+    store_trial row;          /* persisted columns; row.state, the lifecycle
+                                 state, is written only by ctl_trial_move */
     ctl_trial_plan plan;      /* see above */
     char plan_reason[128];    /* why it is being stopped (STOP, RELEASE) */
     int plan_by_study;        /* STOP came from its study's stop */
@@ -90,12 +89,11 @@ struct ctl_trial {
 /* ---- a study (its states and moves: ctl_state.h) ---- */
 
 struct ctl_study {
-    store_study row;         /* id, name, spec json; row.state is written only by
-                                ctl__study_move, from `state` */
-    store_study_state state; /* the lifecycle state */
-    spec_t *spec;            /* owned */
-    sched_t *sched;          /* owned */
-    sched_t *mon[4];         /* monitors (early stopping, guard), owned */
+    store_study row; /* id, name, spec json; row.state, the lifecycle
+                        state, is written only by ctl__study_move */
+    spec_t *spec;    /* owned */
+    sched_t *sched;  /* owned */
+    sched_t *mon[4]; /* monitors (early stopping, guard), owned */
     int nmon;
     ctl_trial **trials; /* owned, index = trial number */
     size_t ntrials, cap;

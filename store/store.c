@@ -15,6 +15,7 @@
 
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,6 +294,8 @@ sqlite3 *store__db(store_t *s)
 
 const char *store_errmsg(store_t *s)
 {
+    if (s && s->err[0])
+        return s->err;
     return s && s->db ? sqlite3_errmsg(s->db) : "out of memory";
 }
 
@@ -406,9 +409,39 @@ int store__run(store_t *s, sqlite3_stmt *st)
 sqlite3_stmt *store__prepare(store_t *s, const char *sql)
 {
     sqlite3_stmt *st = NULL;
+    s->err[0] = '\0';
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
         return NULL;
     return st;
+}
+
+int store__refuse(store_t *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int store__col_trial_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
+                           store_trial_state *out)
+{
+    const char *text = (const char *)sqlite3_column_text(st, i);
+    if (store_trial_state_parse(text, out) == 0)
+        return 0;
+    return store__refuse(s, "%s: unknown state '%s' in the database", what,
+                         text ? text : "(null)");
+}
+
+int store__col_study_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
+                           store_study_state *out)
+{
+    const char *text = (const char *)sqlite3_column_text(st, i);
+    if (store_study_state_parse(text, out) == 0)
+        return 0;
+    return store__refuse(s, "%s: unknown state '%s' in the database", what,
+                         text ? text : "(null)");
 }
 
 /* A time or latency: null when not there (NaN). */

@@ -18,10 +18,10 @@
 
 typedef struct store store_t;
 
-/* The trial states, in the order of the `state` column's text. The
-   controller works on these values and turns them into text only here
-   (rows) and on the wire; controller/ctl_state.h holds the diagram of
-   the legal moves between them. */
+/* The trial states, in the order of the `state` column's text. Rows hold
+   these values; they become text only in the store's SQL (the column
+   stays text) and at the wire, JSON and CLI output; controller/ctl_state.h holds the
+   diagram of the legal moves between them. */
 typedef enum {
     TRIAL_PENDING,   /* waits for a free slot */
     TRIAL_STARTING,  /* start sent to a dispatcher, not yet heard */
@@ -67,18 +67,18 @@ int store_trial_state_ended(store_trial_state st);
 typedef struct {
     long id; /* trials.id (global) */
     long study_id;
-    long number;       /* 0-based index within its study */
-    char state[16];    /* store_trial_state_name() of a store_trial_state */
-    long attempt;      /* 0 for the first run; +1 per retry */
-    char token[40];    /* the current attempt's secret (new for each attempt) */
-    json_t *params;    /* current params (latest generation), owned */
-    long generation;   /* PBT generation of params (0 at creation) */
-    long parent;       /* trial whose checkpoint this one continues, or -1 */
-    double value;      /* objective result when ended, wire_none() when none */
-    double last_value; /* last reported objective this attempt, or wire_none() */
-    double best_value; /* best reported objective this attempt, or wire_none() */
-    long last_step;    /* last step reported this attempt, -1 when none */
-    long metric_req;   /* highest persisted metrics batch of metric_session (dedup) */
+    long number;             /* 0-based index within its study */
+    store_trial_state state; /* text only in the database and on the wire */
+    long attempt;            /* 0 for the first run; +1 per retry */
+    char token[40];          /* the current attempt's secret (new for each attempt) */
+    json_t *params;          /* current params (latest generation), owned */
+    long generation;         /* PBT generation of params (0 at creation) */
+    long parent;             /* trial whose checkpoint this one continues, or -1 */
+    double value;            /* objective result when ended, wire_none() when none */
+    double last_value;       /* last reported objective this attempt, or wire_none() */
+    double best_value;       /* best reported objective this attempt, or wire_none() */
+    long last_step;          /* last step reported this attempt, -1 when none */
+    long metric_req; /* highest persisted metrics batch of metric_session (dedup) */
     char metric_session[40]; /* helper session that sent metric_req, "" when none */
     char dispatcher[64];     /* where it runs or ran, "" when never started */
     long pid;                /* on its dispatcher, 0 when none */
@@ -100,9 +100,9 @@ typedef struct {
 typedef struct {
     long id;
     char name[128];
-    char state[16];      /* store_study_state_name() of a store_study_state */
-    json_t *spec;        /* owned */
-    json_t *sched_state; /* owned, NULL when none saved */
+    store_study_state state; /* text only in the database and on the wire */
+    json_t *spec;            /* owned */
+    json_t *sched_state;     /* owned, NULL when none saved */
     double created, finished;
     long extra_trials; /* trials added by `study extend`, on top of budget.trials */
 } store_study;
@@ -124,7 +124,8 @@ store_t *store_open(const char *path, int readonly, char *err, size_t errsize);
 /* NULL-safe; sets *sp to NULL. */
 void store_close(store_t **sp);
 
-/* The last SQLite error message (borrowed). */
+/* Why the last call failed (borrowed): a row the store refused (a state
+   text that names no state), else SQLite's last error message. */
 const char *store_errmsg(store_t *s);
 
 /* Transactions. store_commit fails (-1, nothing committed: roll back)
@@ -137,12 +138,13 @@ void store_rollback(store_t *s);
 /* ---- studies ---- */
 /* Inserts a study; returns its id or -1 (also -1 if the name exists). */
 long store_study_insert(store_t *s, const char *name, const json_t *spec,
-                        const char *state, double now);
-/* Fills `out` for the named study. 1 found, 0 not found, -1 error.
-   Release with store_study_fini. */
+                        store_study_state state, double now);
+/* Fills `out` for the named study. 1 found, 0 not found, -1 error (also
+   when its state column holds a text that names no state: store_errmsg
+   says which). Release with store_study_fini. */
 int store_study_get(store_t *s, const char *name, store_study *out);
 int store_study_get_id(store_t *s, long id, store_study *out);
-int store_study_set_state(store_t *s, long id, const char *state, double now);
+int store_study_set_state(store_t *s, long id, store_study_state state, double now);
 /* Saves the scheduler state (borrowed). */
 int store_study_set_sched(store_t *s, long id, const json_t *sched_state);
 /* Adds n trials to a study's budget (extra_trials). 0 or -1. */
@@ -207,10 +209,12 @@ int store_trial_save(store_t *s, const store_trial *t);
 int store_trial_set_params(store_t *s, long trial_id, long generation, long parent,
                            const json_t *params);
 /* Loads all trials of a study, ordered by number. Returns the count (and
-   *out, caller frees with store_trials_free) or -1 (out of memory or a
-   failed read; *out is NULL then). */
+   *out, caller frees with store_trials_free) or -1 (out of memory, a
+   failed read, or a state text that names no state: store_errmsg says
+   which; *out is NULL then). */
 long store_trials_load(store_t *s, long study_id, store_trial **out);
-/* Loads one trial. 1 found, 0 not found, -1 error. store_trial_fini after. */
+/* Loads one trial. 1 found, 0 not found, -1 error (also an unknown state
+   text, as above). store_trial_fini after. */
 int store_trial_get(store_t *s, long trial_id, store_trial *out);
 void store_trial_fini(store_trial *t);
 void store_trials_free(store_trial *t, long n);
@@ -381,11 +385,13 @@ json_t *store_trials_brief(store_t *s, long study_id);
 /* The same rows, with their current params, one call of fn per trial in
    number order, without building JSON (the web page's 1000-trial tables).
    Strings and params_json (a JSON object's text) are borrowed for the
-   call. Returns the count or -1. */
+   call. Returns the count or -1 (also for a state text that names no
+   state: store_errmsg says which). */
 typedef struct {
     long id, number, attempt, generation;
     long last_step; /* -1 when none */
-    const char *state, *reason;
+    store_trial_state state;
+    const char *reason;
     double value, last_value, best_value; /* wire_none() when none */
     double started, ended;                /* NaN when none */
 } store_trial_brief;

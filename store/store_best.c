@@ -20,10 +20,11 @@ static json_t *s_marked(store_t *s, const spec_t *spec, const store_trial *rows,
     json_t *arr = json_array();
     int need_metrics = spec->nobjectives > 1 || spec->nconstraints;
     for (long i = 0; i < n; i++) {
-        json_t *m = need_metrics && !strcmp(rows[i].state, "completed")
+        json_t *m = need_metrics && rows[i].state == TRIAL_COMPLETED
                         ? store_metrics_last(s, rows[i].id)
                         : NULL;
-        json_array_append_new(arr, json_pack("{s:s, s:o, s:o}", "state", rows[i].state,
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:o}", "state",
+                                             store_trial_state_name(rows[i].state),
                                              "value", wire_real(rows[i].value), "metrics",
                                              m ? m : json_object()));
     }

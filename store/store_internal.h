@@ -31,6 +31,8 @@ struct store {
     int readonly;
     int write_failed; /* a write of the open transaction failed (store__step) */
     char actor[64];   /* store_set_actor: the events' actor, "" none */
+    char err[256];    /* a row the store refused (store__refuse), "" none;
+                         cleared by store__prepare */
 };
 
 /* The SQLite handle. Borrowed. */
@@ -45,6 +47,16 @@ int store__run(store_t *s, sqlite3_stmt *st);
 /* A statement prepared per call: caller finalizes it. NULL on error
    (store_errmsg tells why). */
 sqlite3_stmt *store__prepare(store_t *s, const char *sql);
+
+/* Records why a row read was refused (store_errmsg shows it until the
+   next store__prepare). Returns -1. */
+int store__refuse(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The state column's text as a state: 0, or -1 (store__refuse) when the
+   text names no state; `what` names the row ("trial 7", "study x"). */
+int store__col_trial_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
+                           store_trial_state *out);
+int store__col_study_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
+                           store_study_state *out);
 
 /* Makes room at index n of the growing array *arrayp (arrayp is the
    address of a T *, size is sizeof(T), *cap its capacity): allocates 8

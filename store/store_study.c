@@ -12,7 +12,7 @@
 /* ---- studies ---- */
 
 long store_study_insert(store_t *s, const char *name, const json_t *spec,
-                        const char *state, double now)
+                        store_study_state state, double now)
 {
     sqlite3_stmt *st = store__prepare(
         s, "INSERT INTO studies(name, spec, state, created) VALUES (?,?,?,?)");
@@ -21,7 +21,7 @@ long store_study_insert(store_t *s, const char *name, const json_t *spec,
     char *text = text_json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, text, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, store_study_state_name(state), -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 4, now);
     int rc = store__step(s, st);
     sqlite3_finalize(st);
@@ -42,12 +42,16 @@ enum {
     STUDY_C_EXTRA_TRIALS,
 };
 
-static int s_study_row(sqlite3_stmt *st, store_study *out)
+/* 1, or -1 (nothing owned left in *out) for a row the store refuses. */
+static int s_study_row(store_t *s, sqlite3_stmt *st, store_study *out)
 {
     memset(out, 0, sizeof *out);
     out->id = (long)sqlite3_column_int64(st, STUDY_C_ID);
     store__col_text(st, STUDY_C_NAME, out->name, sizeof out->name);
-    store__col_text(st, STUDY_C_STATE, out->state, sizeof out->state);
+    char what[160];
+    snprintf(what, sizeof what, "study '%s'", out->name);
+    if (store__col_study_state(s, st, STUDY_C_STATE, what, &out->state) != 0)
+        return -1;
     out->spec = store__col_json(st, STUDY_C_SPEC);
     out->sched_state = store__col_json(st, STUDY_C_SCHED_STATE);
     out->created = store__col_double(st, STUDY_C_CREATED);
@@ -64,7 +68,7 @@ int store_study_get(store_t *s, const char *name, store_study *out)
         return -1;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
     int rc = store__step(s, st);
-    int found = rc == SQLITE_ROW ? s_study_row(st, out) : rc == SQLITE_DONE ? 0 : -1;
+    int found = rc == SQLITE_ROW ? s_study_row(s, st, out) : rc == SQLITE_DONE ? 0 : -1;
     sqlite3_finalize(st);
     return found;
 }
@@ -76,7 +80,7 @@ int store_study_get_id(store_t *s, long id, store_study *out)
         return -1;
     sqlite3_bind_int64(st, 1, id);
     int rc = store__step(s, st);
-    int found = rc == SQLITE_ROW ? s_study_row(st, out) : rc == SQLITE_DONE ? 0 : -1;
+    int found = rc == SQLITE_ROW ? s_study_row(s, st, out) : rc == SQLITE_DONE ? 0 : -1;
     sqlite3_finalize(st);
     return found;
 }
@@ -90,7 +94,7 @@ void store_study_fini(store_study *st)
     }
 }
 
-int store_study_set_state(store_t *s, long id, const char *state, double now)
+int store_study_set_state(store_t *s, long id, store_study_state state, double now)
 {
     sqlite3_stmt *st =
         store__prepare(s, "UPDATE studies SET state=?2, finished=CASE WHEN "
@@ -99,7 +103,7 @@ int store_study_set_state(store_t *s, long id, const char *state, double now)
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, store_study_state_name(state), -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 3, now);
     int rc = store__step(s, st);
     sqlite3_finalize(st);

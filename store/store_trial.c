@@ -40,7 +40,7 @@ int store_trial_insert(store_t *s, store_trial *t)
     sqlite3_stmt *st = s->q[Q_TRIAL_INSERT];
     sqlite3_bind_int64(st, 1, t->study_id);
     sqlite3_bind_int64(st, 2, t->number);
-    sqlite3_bind_text(st, 3, t->state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, store_trial_state_name(t->state), -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, t->attempt);
     sqlite3_bind_text(st, 5, t->token, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 6, t->generation);
@@ -73,7 +73,7 @@ int store_trial_save(store_t *s, const store_trial *t)
 {
     sqlite3_stmt *st = s->q[Q_TRIAL_SAVE];
     sqlite3_bind_int64(st, 1, t->id);
-    sqlite3_bind_text(st, 2, t->state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, store_trial_state_name(t->state), -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, t->attempt);
     store__bind_value(st, 4, t->value);
     store__bind_value(st, 5, t->last_value);
@@ -168,13 +168,17 @@ static json_t *s_params_of(store_t *s, long trial_id, long generation)
     return p;
 }
 
-static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
+/* 0, or -1 (nothing owned left in *t) for a row the store refuses. */
+static int s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
 {
     memset(t, 0, sizeof *t);
     t->id = (long)sqlite3_column_int64(st, TRIAL_C_ID);
     t->study_id = (long)sqlite3_column_int64(st, TRIAL_C_STUDY_ID);
     t->number = (long)sqlite3_column_int64(st, TRIAL_C_NUMBER);
-    store__col_text(st, TRIAL_C_STATE, t->state, sizeof t->state);
+    char what[32];
+    snprintf(what, sizeof what, "trial %ld", t->id);
+    if (store__col_trial_state(s, st, TRIAL_C_STATE, what, &t->state) != 0)
+        return -1;
     t->attempt = (long)sqlite3_column_int64(st, TRIAL_C_ATTEMPT);
     store__col_text(st, TRIAL_C_TOKEN, t->token, sizeof t->token);
     t->generation = (long)sqlite3_column_int64(st, TRIAL_C_GENERATION);
@@ -207,6 +211,7 @@ static void s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->preemptions = (long)sqlite3_column_int64(st, TRIAL_C_PREEMPTIONS);
     t->preempted = sqlite3_column_int(st, TRIAL_C_PREEMPTED);
     t->params = s_params_of(s, t->id, t->generation);
+    return 0;
 }
 
 long store_trials_load(store_t *s, long study_id, store_trial **out)
@@ -224,7 +229,11 @@ long store_trials_load(store_t *s, long study_id, store_trial **out)
             rc = SQLITE_NOMEM;
             break;
         }
-        s_trial_row(s, st, &(*out)[n++]);
+        if (s_trial_row(s, st, &(*out)[n]) != 0) {
+            rc = SQLITE_ERROR;
+            break;
+        }
+        n++;
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) { /* out of memory or a failed read: nothing */
@@ -243,8 +252,8 @@ int store_trial_get(store_t *s, long trial_id, store_trial *out)
     sqlite3_bind_int64(st, 1, trial_id);
     int rc = store__step(s, st);
     int found = rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
-    if (found == 1)
-        s_trial_row(s, st, out);
+    if (found == 1 && s_trial_row(s, st, out) != 0)
+        found = -1;
     sqlite3_finalize(st);
     return found;
 }
@@ -271,8 +280,9 @@ json_t *store_trial_json(const store_trial *t, store_t *s)
         "s:I, s:s, "
         "s:s, s:s, s:s, s:f, s:f, s:f}",
         "id", (json_int_t)t->id, "study_id", (json_int_t)t->study_id, "number",
-        (json_int_t)t->number, "state", t->state, "attempt", (json_int_t)t->attempt,
-        "params", t->params, "generation", (json_int_t)t->generation, "parent",
+        (json_int_t)t->number, "state", store_trial_state_name(t->state), "attempt",
+        (json_int_t)t->attempt, "params", t->params, "generation",
+        (json_int_t)t->generation, "parent",
         t->parent >= 0 ? json_integer(t->parent) : json_null(), "value",
         wire_real(t->value), "last_value", wire_real(t->last_value), "best_value",
         wire_real(t->best_value), "last_step", (json_int_t)t->last_step, "dispatcher",
@@ -327,11 +337,11 @@ json_t *store_study_detail(store_t *s, const char *name)
         json_array_append_new(trials, t);
     }
     store_trials_free(rows, n < 0 ? 0 : n);
-    json_t *out = json_pack("{s:I, s:s, s:s, s:O, s:o, s:o, s:o, s:o}", "id",
-                            (json_int_t)st.id, "name", st.name, "state", st.state, "spec",
-                            st.spec, "created", store__num_or_null(st.created),
-                            "finished", store__num_or_null(st.finished), "trials", trials,
-                            "events", store_events_list(s, st.id));
+    json_t *out = json_pack(
+        "{s:I, s:s, s:s, s:O, s:o, s:o, s:o, s:o}", "id", (json_int_t)st.id, "name",
+        st.name, "state", store_study_state_name(st.state), "spec", st.spec, "created",
+        store__num_or_null(st.created), "finished", store__num_or_null(st.finished),
+        "trials", trials, "events", store_events_list(s, st.id));
     store_study_best(s, &st, out); /* best, or the Pareto set */
     store_study_fini(&st);
     return out;

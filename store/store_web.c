@@ -194,8 +194,12 @@ long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
         store_trial_brief b;
         b.id = (long)sqlite3_column_int64(st, BRIEF_C_ID);
         b.number = (long)sqlite3_column_int64(st, BRIEF_C_NUMBER);
-        const char *state = (const char *)sqlite3_column_text(st, BRIEF_C_STATE);
-        b.state = state ? state : "";
+        char what[32];
+        snprintf(what, sizeof what, "trial %ld", b.id);
+        if (store__col_trial_state(s, st, BRIEF_C_STATE, what, &b.state) != 0) {
+            rc = SQLITE_ERROR;
+            break;
+        }
         b.attempt = (long)sqlite3_column_int64(st, BRIEF_C_ATTEMPT);
         b.value = store__col_value(st, BRIEF_C_VALUE);
         b.last_value = store__col_value(st, BRIEF_C_LAST_VALUE);

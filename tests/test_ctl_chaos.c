@@ -213,7 +213,7 @@ static int s_first_trial(const char *study, char *state, long *id, char *token)
         store_trial *rows;
         long n = store_trials_load(st, sd.id, &rows);
         if (n >= 1) {
-            snprintf(state, 16, "%s", rows[0].state);
+            snprintf(state, 16, "%s", store_trial_state_name(rows[0].state));
             *id = rows[0].id;
             snprintf(token, 40, "%s", rows[0].token);
             found = 1;
@@ -535,10 +535,8 @@ TEST(chaos_keeps_the_controller_alive_and_consistent)
     REQUIRE(store_study_get(st, "chaos", &sd) == 1);
     n = store_trials_load(st, sd.id, &rows);
     CHECK(n >= 1); /* study_extend is among the chaos: the budget may grow */
-    for (long i = 0; i < n; i++) {
-        store_trial_state known;
-        CHECK(store_trial_state_parse(rows[i].state, &known) == 0);
-    }
+    for (long i = 0; i < n; i++) /* the store refuses a state it does not know */
+        CHECK((unsigned)rows[i].state < TRIAL_STATE_COUNT);
     store_trials_free(rows, n);
     store_study_fini(&sd);
     store_close(&st);
@@ -822,7 +820,7 @@ TEST(the_attempts_tag_tells_this_stores_processes_from_others)
             store_t *st = store_open(o.db, 1, err, sizeof err);
             store_trial row;
             if (st && store_trial_get(st, (long)id, &row) == 1) {
-                snprintf(state, sizeof state, "%s", row.state);
+                snprintf(state, sizeof state, "%s", store_trial_state_name(row.state));
                 store_trial_fini(&row);
             }
             store_close(&st);

@@ -138,10 +138,9 @@ TEST(state_names_round_trip)
 TEST(every_legal_move_applies)
 {
     for (size_t i = 0; i < N(s_trial_moves); i++) {
-        ctl_trial t = {.row = {.id = 1}, .state = s_trial_moves[i].from};
+        ctl_trial t = {.row = {.id = 1, .state = s_trial_moves[i].from}};
         CHECK(ctl_trial_move(&t, s_trial_moves[i].to) == 0);
-        CHECK(t.state == (store_trial_state)s_trial_moves[i].to);
-        CHECK_STR(t.row.state, store_trial_state_name(s_trial_moves[i].to));
+        CHECK(t.row.state == (store_trial_state)s_trial_moves[i].to);
     }
     for (size_t i = 0; i < N(s_plan_moves); i++) {
         ctl_trial t = {.row = {.id = 1}, .plan = s_plan_moves[i].from, .kill_sent = 1};
@@ -163,13 +162,9 @@ static int s_illegal_in_child(store_trial_state from, store_trial_state to)
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY); /* the assert's and log's lines */
         dup2(null, 2);
-        ctl_trial t = {.row = {.id = 9}, .state = from};
-        snprintf(t.row.state, sizeof t.row.state, "%s", store_trial_state_name(from));
+        ctl_trial t = {.row = {.id = 9, .state = from}};
         int rc = ctl_trial_move(&t, to);
-        _exit(rc == -1 && t.state == from &&
-                      !strcmp(t.row.state, store_trial_state_name(from))
-                  ? 3
-                  : 4);
+        _exit(rc == -1 && t.row.state == from ? 3 : 4);
     }
     int status = 0;
     waitpid(pid, &status, 0);
@@ -230,16 +225,16 @@ TEST(commands_are_refused_in_states_that_do_not_allow_them)
         {TRIAL_STOPPED, PLAN_NONE, TRIAL_CMD_SET, 0},
     };
     for (size_t i = 0; i < N(cases); i++) {
-        ctl_trial t = {.row = {.id = 5}, .state = cases[i].state, .plan = cases[i].plan};
+        ctl_trial t = {.row = {.id = 5, .state = cases[i].state}, .plan = cases[i].plan};
         const char *why = ctl_trial_cmd_refusal(&t, cases[i].cmd, buf, sizeof buf);
         if ((why == NULL) != cases[i].allowed)
             JZT_FAIL("case %zu (%s, plan %s, cmd %d): %s", i,
                      store_trial_state_name(cases[i].state),
                      ctl_trial_plan_name(cases[i].plan), (int)cases[i].cmd,
                      why ? why : "allowed");
-        CHECK(t.state == cases[i].state && t.plan == cases[i].plan); /* unchanged */
+        CHECK(t.row.state == cases[i].state && t.plan == cases[i].plan); /* unchanged */
     }
-    ctl_trial t = {.row = {.id = 5}, .state = TRIAL_COMPLETED};
+    ctl_trial t = {.row = {.id = 5, .state = TRIAL_COMPLETED}};
     CHECK_STR(ctl_trial_cmd_refusal(&t, TRIAL_CMD_PAUSE, buf, sizeof buf),
               "trial 5 is completed, not running");
 }
@@ -278,13 +273,13 @@ TEST(the_refusal_of_every_state_plan_and_command)
             }
     /* the words a person reads, for each kind of refusal */
     char buf[128];
-    ctl_trial t = {.row = {.id = 7}, .state = TRIAL_RUNNING, .plan = PLAN_STOP};
+    ctl_trial t = {.row = {.id = 7, .state = TRIAL_RUNNING}, .plan = PLAN_STOP};
     CHECK_STR(ctl_trial_cmd_refusal(&t, TRIAL_CMD_RELEASE, buf, sizeof buf),
               "the trial is starting, stopping or already releasing");
-    t.state = TRIAL_PRUNED;
+    t.row.state = TRIAL_PRUNED;
     CHECK_STR(ctl_trial_cmd_refusal(&t, TRIAL_CMD_SET, buf, sizeof buf),
               "trial 7 is pruned, not running");
-    t.state = TRIAL_PAUSED;
+    t.row.state = TRIAL_PAUSED;
     t.plan = PLAN_NONE;
     CHECK(ctl_trial_cmd_refusal(&t, TRIAL_CMD_RELEASE, buf, sizeof buf) == NULL);
 }
@@ -365,7 +360,7 @@ static const char *s_persisted(ctl_t *c, long id, int *study_stopped)
     store_trial row;
     if (store_trial_get(c->store, id, &row) != 1)
         return "(none)";
-    snprintf(state, sizeof state, "%s", row.state);
+    snprintf(state, sizeof state, "%s", store_trial_state_name(row.state));
     if (study_stopped)
         *study_stopped = row.study_stopped;
     store_trial_fini(&row);
@@ -396,7 +391,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     char msg[256];
     REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
     json_decref(spec);
-    REQUIRE(s && s->state == STUDY_RUNNING);
+    REQUIRE(s && s->row.state == STUDY_RUNNING);
     s_commit(c, "");
 
     /* no dispatcher: nothing starts */
@@ -413,24 +408,24 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     ctl_trial *t = s->trials[0];
     long id = t->row.id;
     CHECK(ctl__trial_by_id(c, id) == t);
-    CHECK(t->state == TRIAL_STARTING && d->used == 1);
+    CHECK(t->row.state == TRIAL_STARTING && d->used == 1);
     CHECK(s_commit(c, "start") == 1);
     CHECK_STR(s_persisted(c, id, NULL), "starting");
     ctl__trial_heard(c, t);
     s_commit(c, "");
-    CHECK(t->state == TRIAL_RUNNING);
+    CHECK(t->row.state == TRIAL_RUNNING);
     CHECK_STR(s_persisted(c, id, NULL), "running");
 
     /* RUNNING -> PAUSED -> RUNNING, by acknowledged instructions */
     ctl__instruct(c, t, "pause", NULL, "cli", "test", NULL, 0);
     ctl__instr_done(c, s_last_instr(c, id), 1, NULL);
     s_commit(c, "");
-    CHECK(t->state == TRIAL_PAUSED);
+    CHECK(t->row.state == TRIAL_PAUSED);
     CHECK_STR(s_persisted(c, id, NULL), "paused");
     ctl__instruct(c, t, "resume", NULL, "cli", "test", NULL, 0);
     ctl__instr_done(c, s_last_instr(c, id), 1, NULL);
     s_commit(c, "");
-    CHECK(t->state == TRIAL_RUNNING);
+    CHECK(t->row.state == TRIAL_RUNNING);
 
     /* release: checkpoint, stop, exit -> SUSPENDED; the slot is free */
     char buf[128];
@@ -443,18 +438,18 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     CHECK(t->plan == PLAN_RELEASE);
     ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
     s_commit(c, "");
-    CHECK(t->state == TRIAL_SUSPENDED && t->plan == PLAN_NONE && d->used == 0);
+    CHECK(t->row.state == TRIAL_SUSPENDED && t->plan == PLAN_NONE && d->used == 0);
     CHECK_STR(s_persisted(c, id, NULL), "suspended");
     /* a repeated exit report changes nothing */
     ctl__trial_exited(c, t, "exited", 1, NULL, NULL);
-    CHECK(t->state == TRIAL_SUSPENDED);
+    CHECK(t->row.state == TRIAL_SUSPENDED);
 
     /* SUSPENDED -> PENDING (unsuspend) -> STARTING with the checkpoint */
     ctl__trial_unsuspend(c, t, "cli");
-    CHECK(t->state == TRIAL_PENDING && t->row.attempt == 1);
+    CHECK(t->row.state == TRIAL_PENDING && t->row.attempt == 1);
     CHECK_STR(t->load_on_start, "/tmp/ckpt-7");
     ctl__tick(c, util_now());
-    CHECK(t->state == TRIAL_STARTING && !t->load_on_start[0]);
+    CHECK(t->row.state == TRIAL_STARTING && !t->load_on_start[0]);
     int loads = 0;
     for (size_t i = 0; i < c->nout; i++)
         loads += json_object_get(json_object_get(c->outbox[i].msg, "env"),
@@ -466,7 +461,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
        attempt 1) */
     ctl__trial_exited(c, t, "exited", 2, NULL, NULL);
     s_commit(c, "");
-    CHECK(t->state == TRIAL_FAILED);
+    CHECK(t->row.state == TRIAL_FAILED);
     CHECK_STR(s_persisted(c, id, NULL), "failed");
     CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_STOP, buf, sizeof buf) != NULL);
 
@@ -478,26 +473,26 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     long uid = u->row.id;
     ctl__trial_heard(c, u);
     ctl__trial_exited(c, u, "signaled", 9, NULL, NULL);
-    CHECK(u->state == TRIAL_PENDING && u->row.attempt == 1);
+    CHECK(u->row.state == TRIAL_PENDING && u->row.attempt == 1);
     ctl__tick(c, util_now());
-    CHECK(u->state == TRIAL_STARTING);
+    CHECK(u->row.state == TRIAL_STARTING);
     ctl__trial_heard(c, u);
     s_commit(c, "");
     ctl__study_stop(c, s, "cli", NULL);
-    CHECK(s->state == STUDY_STOPPED && u->plan == PLAN_STOP && u->plan_by_study);
+    CHECK(s->row.state == STUDY_STOPPED && u->plan == PLAN_STOP && u->plan_by_study);
     CHECK(s_commit(c, "") >= 0);
     ctl__trial_exited(c, u, "exited", 0, NULL, NULL);
     s_commit(c, "");
     int by_study = 0;
-    CHECK(u->state == TRIAL_STOPPED);
+    CHECK(u->row.state == TRIAL_STOPPED);
     CHECK_STR(s_persisted(c, uid, &by_study), "stopped");
     CHECK(by_study == 1);
     /* the reason text no longer decides anything */
     snprintf(u->row.reason, sizeof u->row.reason, "something else");
     ctl__study_resume(c, s, "cli");
     s_commit(c, "");
-    CHECK(s->state == STUDY_RUNNING);
-    CHECK(u->state == TRIAL_PENDING && u->row.attempt == 2);
+    CHECK(s->row.state == STUDY_RUNNING);
+    CHECK(u->row.state == TRIAL_PENDING && u->row.attempt == 2);
     CHECK_STR(s_persisted(c, uid, &by_study), "pending");
     CHECK(by_study == 0);
 
@@ -505,23 +500,23 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
        stop and resume leave it stopped */
     ctl__trial_stop(c, u, "cli", "stopped by a person", 0);
     s_commit(c, "");
-    CHECK(u->state == TRIAL_STOPPED && !u->row.study_stopped);
+    CHECK(u->row.state == TRIAL_STOPPED && !u->row.study_stopped);
     ctl__study_stop(c, s, "cli", NULL);
     ctl__study_resume(c, s, "cli");
     s_commit(c, "");
-    CHECK(u->state == TRIAL_STOPPED);
+    CHECK(u->row.state == TRIAL_STOPPED);
 
     /* both trials ended, budget used: FINISHED, and final */
     ctl__tick(c, util_now());
     s_commit(c, "");
-    CHECK(s->state == STUDY_FINISHED);
+    CHECK(s->row.state == STUDY_FINISHED);
     store_study row;
     REQUIRE(store_study_get(c->store, "states", &row) == 1);
-    CHECK_STR(row.state, "finished");
+    CHECK(row.state == STUDY_FINISHED);
     store_study_fini(&row);
     /* only study extend runs it again */
-    CHECK(!ctl_study_move_legal(s->state, STUDY_STOPPED));
-    CHECK(ctl_study_move_legal(s->state, STUDY_RUNNING));
+    CHECK(!ctl_study_move_legal(s->row.state, STUDY_STOPPED));
+    CHECK(ctl_study_move_legal(s->row.state, STUDY_RUNNING));
     ctl_destroy(&c);
 }
 
@@ -557,10 +552,10 @@ TEST(restart_plan_and_stop_plans)
     CHECK(t->plan == PLAN_RESTART && t->kill_sent);
     CHECK(s_commit(c, "kill") == 1);
     ctl__trial_exited(c, t, "killed", -1, NULL, NULL);
-    CHECK(t->state == TRIAL_PENDING && t->row.attempt == 1 && t->plan == PLAN_NONE);
+    CHECK(t->row.state == TRIAL_PENDING && t->row.attempt == 1 && t->plan == PLAN_NONE);
     CHECK_STR(t->load_on_start, "/tmp/donor");
     ctl__tick(c, util_now());
-    CHECK(t->state == TRIAL_STARTING && !t->load_on_start[0]);
+    CHECK(t->row.state == TRIAL_STARTING && !t->load_on_start[0]);
     ctl__trial_heard(c, t);
     s_commit(c, "");
 
@@ -580,7 +575,7 @@ TEST(restart_plan_and_stop_plans)
     CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_RELEASE, buf, sizeof buf) != NULL);
     ctl__trial_exited(c, t, "signaled", 9, NULL, NULL);
     s_commit(c, "");
-    CHECK(t->state == TRIAL_STOPPED);
+    CHECK(t->row.state == TRIAL_STOPPED);
     CHECK_STR(t->row.reason, "enough");
 
     /* a release that a stop overtakes ends as stopped, not suspended */
@@ -595,7 +590,7 @@ TEST(restart_plan_and_stop_plans)
     CHECK(u->plan == PLAN_STOP);
     ctl__trial_exited(c, u, "exited", 0, NULL, NULL);
     s_commit(c, "");
-    CHECK(u->state == TRIAL_STOPPED);
+    CHECK(u->row.state == TRIAL_STOPPED);
 
     /* a completed run stands even when a restart was planned */
     ctl__tick(c, util_now());
@@ -608,7 +603,7 @@ TEST(restart_plan_and_stop_plans)
     ctl__trial_restart_from(c, w, "/tmp/donor", "restart");
     ctl__trial_exited(c, w, "exited", 0, NULL, NULL);
     s_commit(c, "");
-    CHECK(w->state == TRIAL_COMPLETED);
+    CHECK(w->row.state == TRIAL_COMPLETED);
     CHECK_STR(s_persisted(c, w->row.id, NULL), "completed");
     ctl_destroy(&c);
 }
@@ -659,11 +654,11 @@ TEST(a_scheduler_stop_prunes_and_best_counts_completed_only)
         ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
         s_commit(c, "");
     }
-    CHECK(s->trials[0]->state == TRIAL_PRUNED);
+    CHECK(s->trials[0]->row.state == TRIAL_PRUNED);
     CHECK_STR(s_persisted(c, s->trials[0]->row.id, NULL), "pruned");
     CHECK_STR(s->trials[0]->row.reason, "asha: below the rung's cutoff");
-    CHECK(s->trials[1]->state == TRIAL_COMPLETED);
-    CHECK(s->trials[2]->state == TRIAL_STOPPED);
+    CHECK(s->trials[1]->row.state == TRIAL_COMPLETED);
+    CHECK(s->trials[2]->row.state == TRIAL_STOPPED);
     CHECK_STR(s_persisted(c, s->trials[2]->row.id, NULL), "stopped");
     CHECK(ctl_trial_ended(s->trials[0]));
     /* PRUNED is final: a study stop and resume leave it pruned */

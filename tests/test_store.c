@@ -73,7 +73,7 @@ static void s_fill_trial(store_trial *t, long study, long number)
     memset(t, 0, sizeof *t);
     t->study_id = study;
     t->number = number;
-    snprintf(t->state, sizeof t->state, "pending");
+    t->state = TRIAL_PENDING;
     snprintf(t->token, sizeof t->token, "tok-%ld-%ld", study, number);
     t->params = json_pack("{s:f, s:i, s:s}", "lr", 0.001 * (double)(number + 1), "n", 32,
                           "opt", "sgd");
@@ -92,7 +92,7 @@ TEST(create_and_reopen)
     REQUIRE(s);
     CHECK(s_sql_int("a.db", "PRAGMA user_version") == STORE_SCHEMA_VERSION);
     json_t *spec = s_spec_json("s1");
-    CHECK(store_study_insert(s, "s1", spec, "running", 100) > 0);
+    CHECK(store_study_insert(s, "s1", spec, STUDY_RUNNING, 100) > 0);
     store_close(&s);
     CHECK(s == NULL);
     store_close(&s); /* NULL-safe */
@@ -125,7 +125,7 @@ TEST(create_and_reopen)
     REQUIRE(s);
     CHECK(store_study_get(s, "s1", &st) == 1);
     store_study_fini(&st);
-    CHECK(store_study_insert(s, "s2", spec, "running", 1) == -1);
+    CHECK(store_study_insert(s, "s2", spec, STUDY_RUNNING, 1) == -1);
     json_t *list = store_study_list(s);
     CHECK(json_array_size(list) == 1);
     json_decref(list);
@@ -191,16 +191,17 @@ TEST(studies)
     store_t *s = s_open("st.db", 0);
     REQUIRE(s);
     json_t *spec1 = s_spec_json("alpha"), *spec2 = s_spec_json("beta");
-    long a = store_study_insert(s, "alpha", spec1, "running", 10.5);
-    long b = store_study_insert(s, "beta", spec2, "stopped", 20.25);
+    long a = store_study_insert(s, "alpha", spec1, STUDY_RUNNING, 10.5);
+    long b = store_study_insert(s, "beta", spec2, STUDY_STOPPED, 20.25);
     CHECK(a > 0 && b > 0 && a != b);
-    CHECK(store_study_insert(s, "alpha", spec1, "running", 30) == -1); /* name taken */
+    CHECK(store_study_insert(s, "alpha", spec1, STUDY_RUNNING, 30) ==
+          -1); /* name taken */
 
     store_study st;
     CHECK(store_study_get(s, "alpha", &st) == 1);
     CHECK(st.id == a);
     CHECK_STR(st.name, "alpha");
-    CHECK_STR(st.state, "running");
+    CHECK(st.state == STUDY_RUNNING);
     CHECK(json_equal(st.spec, spec1));
     CHECK(st.sched_state == NULL);
     CHECK_NEAR(st.created, 10.5, 0);
@@ -210,19 +211,19 @@ TEST(studies)
     CHECK(store_study_get(s, "gamma", &st) == 0);
     CHECK(store_study_get_id(s, b, &st) == 1);
     CHECK_STR(st.name, "beta");
-    CHECK_STR(st.state, "stopped");
+    CHECK(st.state == STUDY_STOPPED);
     store_study_fini(&st);
     CHECK(store_study_get_id(s, 9999, &st) == 0);
 
     /* state: finished records the time, running clears it */
-    CHECK(store_study_set_state(s, a, "finished", 99.5) == 0);
+    CHECK(store_study_set_state(s, a, STUDY_FINISHED, 99.5) == 0);
     CHECK(store_study_get_id(s, a, &st) == 1);
-    CHECK_STR(st.state, "finished");
+    CHECK(st.state == STUDY_FINISHED);
     CHECK_NEAR(st.finished, 99.5, 0);
     store_study_fini(&st);
-    CHECK(store_study_set_state(s, a, "running", 120) == 0);
+    CHECK(store_study_set_state(s, a, STUDY_RUNNING, 120) == 0);
     CHECK(store_study_get_id(s, a, &st) == 1);
-    CHECK_STR(st.state, "running");
+    CHECK(st.state == STUDY_RUNNING);
     CHECK(isnan(st.finished));
     store_study_fini(&st);
 
@@ -247,13 +248,13 @@ TEST(studies)
     free(ids);
 
     /* list with trial counts */
-    const char *states[] = {"completed", "completed", "failed",
-                            "running",   "starting",  "pending"};
+    const store_trial_state states[] = {TRIAL_COMPLETED, TRIAL_COMPLETED, TRIAL_FAILED,
+                                        TRIAL_RUNNING,   TRIAL_STARTING,  TRIAL_PENDING};
     for (long i = 0; i < 6; i++) {
         store_trial t;
         s_fill_trial(&t, a, i);
         CHECK(store_trial_insert(s, &t) == 0);
-        snprintf(t.state, sizeof t.state, "%s", states[i]);
+        t.state = states[i];
         CHECK(store_trial_save(s, &t) == 0);
         store_trial_fini(&t);
     }
@@ -281,7 +282,7 @@ TEST(studies)
     CHECK(store_trial_insert(s, &live) == 0);
     CHECK(store_live_studies(s, &ids) == 1); /* pending: no process */
     free(ids);
-    snprintf(live.state, sizeof live.state, "running");
+    live.state = TRIAL_RUNNING;
     CHECK(store_trial_save(s, &live) == 0);
     CHECK(store_live_studies(s, &ids) == 2);
     CHECK(ids && ids[0] == a && ids[1] == b);
@@ -316,7 +317,7 @@ static void s_check_same_trial(const store_trial *a, const store_trial *b, int l
     SAME_L(id);
     SAME_L(study_id);
     SAME_L(number);
-    SAME_S(state);
+    SAME_L(state);
     SAME_L(attempt);
     SAME_S(token);
     SAME_L(generation);
@@ -352,7 +353,7 @@ TEST(trial_round_trip)
     store_t *s = s_open("tr.db", 0);
     REQUIRE(s);
     json_t *spec = s_spec_json("t");
-    long sid = store_study_insert(s, "t", spec, "running", 1);
+    long sid = store_study_insert(s, "t", spec, STUDY_RUNNING, 1);
     json_decref(spec);
     REQUIRE(sid > 0);
 
@@ -366,7 +367,7 @@ TEST(trial_round_trip)
     store_trial_fini(&got);
 
     /* every mutable field set, NaN kept in one value */
-    snprintf(t.state, sizeof t.state, "completed");
+    t.state = TRIAL_COMPLETED;
     t.attempt = 2;
     t.value = -0.125;
     t.last_value = NAN;
@@ -413,7 +414,7 @@ TEST(trial_round_trip)
     store_trial_fini(&got);
 
     /* and back to empty strings and none (a retry) */
-    snprintf(t.state, sizeof t.state, "pending");
+    t.state = TRIAL_PENDING;
     t.value = t.best_value = wire_none();
     t.last_value = 3.5;
     t.last_step = -1;
@@ -448,13 +449,94 @@ TEST(trial_round_trip)
     s_rm_db("tr.db");
 }
 
+/* Rows hold the states as enums; the column keeps its text (no schema
+   change), and a text that names no state is refused with a message. */
+static int s_count_brief(void *arg, const store_trial_brief *t, const char *params)
+{
+    (void)t, (void)params;
+    ++*(long *)arg;
+    return 0;
+}
+
+TEST(states_round_trip_as_enums)
+{
+    s_rm_db("st.db");
+    store_t *s = s_open("st.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("st");
+    long sid = store_study_insert(s, "st", spec, STUDY_STOPPED, 1);
+    json_decref(spec);
+    REQUIRE(sid > 0);
+    long ids[TRIAL_STATE_COUNT];
+    for (int i = 0; i < TRIAL_STATE_COUNT; i++) {
+        store_trial t;
+        s_fill_trial(&t, sid, i);
+        REQUIRE(store_trial_insert(s, &t) == 0);
+        t.state = (store_trial_state)i;
+        CHECK(store_trial_save(s, &t) == 0);
+        ids[i] = t.id;
+        store_trial_fini(&t);
+    }
+    store_close(&s);
+    char sql[128];
+    for (int i = 0; i < TRIAL_STATE_COUNT; i++) { /* the column holds the text */
+        snprintf(sql, sizeof sql, "SELECT state='%s' FROM trials WHERE id=%ld",
+                 store_trial_state_name((store_trial_state)i), ids[i]);
+        CHECK(s_sql_int("st.db", sql) == 1);
+    }
+    CHECK(s_sql_int("st.db", "SELECT state='stopped' FROM studies WHERE name='st'") == 1);
+    s = s_open("st.db", 1);
+    REQUIRE(s);
+    store_study st;
+    REQUIRE(store_study_get(s, "st", &st) == 1);
+    CHECK(st.state == STUDY_STOPPED);
+    store_study_fini(&st);
+    store_trial *rows;
+    long n = store_trials_load(s, sid, &rows);
+    REQUIRE(n == TRIAL_STATE_COUNT);
+    for (long i = 0; i < n; i++)
+        CHECK(rows[i].state == (store_trial_state)i);
+    store_trials_free(rows, n);
+    store_close(&s);
+
+    /* an unknown text: refused by every reader of rows, with a message */
+    snprintf(sql, sizeof sql, "UPDATE trials SET state='bogus' WHERE id=%ld",
+             ids[TRIAL_RUNNING]);
+    s_sql_int("st.db", sql);
+    s = s_open("st.db", 1);
+    REQUIRE(s);
+    store_trial t;
+    CHECK(store_trial_get(s, ids[TRIAL_PENDING], &t) == 1); /* the others read */
+    store_trial_fini(&t);
+    CHECK(store_trial_get(s, ids[TRIAL_RUNNING], &t) == -1);
+    char want[64];
+    snprintf(want, sizeof want, "trial %ld: unknown state 'bogus'", ids[TRIAL_RUNNING]);
+    CHECK(strstr(store_errmsg(s), want) != NULL);
+    CHECK(store_trials_load(s, sid, &rows) == -1 && rows == NULL);
+    CHECK(strstr(store_errmsg(s), want) != NULL);
+    long seen = 0;
+    CHECK(store_trials_each(s, sid, s_count_brief, &seen) == -1);
+    CHECK(strstr(store_errmsg(s), want) != NULL);
+    CHECK(store_study_get(s, "st", &st) == 1); /* a fresh call forgets it */
+    CHECK(!strstr(store_errmsg(s), "unknown state"));
+    store_study_fini(&st);
+    store_close(&s);
+    s_sql_int("st.db", "UPDATE studies SET state='paused' WHERE name='st'");
+    s = s_open("st.db", 1);
+    REQUIRE(s);
+    CHECK(store_study_get(s, "st", &st) == -1);
+    CHECK(strstr(store_errmsg(s), "study 'st': unknown state 'paused'") != NULL);
+    CHECK(store_study_get_id(s, sid, &st) == -1);
+    store_close(&s);
+}
+
 TEST(trials_load_in_order)
 {
     store_t *s = s_open("tl.db", 0);
     REQUIRE(s);
     json_t *spec = s_spec_json("x");
-    long s1 = store_study_insert(s, "x", spec, "running", 1);
-    long s2 = store_study_insert(s, "y", spec, "running", 1);
+    long s1 = store_study_insert(s, "x", spec, STUDY_RUNNING, 1);
+    long s2 = store_study_insert(s, "y", spec, STUDY_RUNNING, 1);
     json_decref(spec);
     long numbers[] = {3, 0, 2, 1};
     store_trial mine[4];
@@ -491,7 +573,7 @@ TEST(params_generations_and_lineage)
     store_t *s = s_open("pg.db", 0);
     REQUIRE(s);
     json_t *spec = s_spec_json("p");
-    long sid = store_study_insert(s, "p", spec, "running", 1);
+    long sid = store_study_insert(s, "p", spec, STUDY_RUNNING, 1);
     json_decref(spec);
     store_trial donor, t;
     s_fill_trial(&donor, sid, 0);
@@ -568,7 +650,7 @@ TEST(non_finite_values)
     store_t *s = s_open("nf.db", 0);
     REQUIRE(s);
     json_t *spec = s_spec_json("nf");
-    long sid = store_study_insert(s, "nf", spec, "running", 1);
+    long sid = store_study_insert(s, "nf", spec, STUDY_RUNNING, 1);
     json_decref(spec);
     store_trial t;
     s_fill_trial(&t, sid, 0);
@@ -576,7 +658,7 @@ TEST(non_finite_values)
     store_point pts[] = {{1, "a", INFINITY}, {1, "b", -INFINITY}, {1, "c", NAN}};
     REQUIRE(store_begin(s) == 0);
     CHECK(store_metrics_add(s, t.id, 0, pts, 3, 10.0) == 0);
-    snprintf(t.state, sizeof t.state, "completed");
+    t.state = TRIAL_COMPLETED;
     t.value = t.last_value = NAN;
     t.best_value = INFINITY;
     CHECK(store_trial_save(s, &t) == 0);
@@ -630,7 +712,7 @@ TEST(metrics)
     store_t *s = s_open("m.db", 0);
     REQUIRE(s);
     json_t *spec = s_spec_json("m");
-    long sid = store_study_insert(s, "m", spec, "running", 1);
+    long sid = store_study_insert(s, "m", spec, STUDY_RUNNING, 1);
     json_decref(spec);
     store_trial t;
     s_fill_trial(&t, sid, 0);
@@ -721,8 +803,8 @@ TEST(events)
     store_t *s = s_open("ev.db", 0);
     REQUIRE(s);
     json_t *spec = s_spec_json("e");
-    long sid = store_study_insert(s, "e", spec, "running", 1);
-    long other = store_study_insert(s, "f", spec, "running", 1);
+    long sid = store_study_insert(s, "e", spec, STUDY_RUNNING, 1);
+    long other = store_study_insert(s, "f", spec, STUDY_RUNNING, 1);
     json_decref(spec);
     json_t *detail = json_pack("{s:s, s:f}", "name", "lr", "value", 0.01);
     long e1 = store_event_add(s, 100.5, sid, 7, "person", "set", detail, -1);
@@ -789,7 +871,7 @@ TEST(transactions_survive_reopen)
     s_fill_trial(&t, 0, 0);
 
     REQUIRE(store_begin(s) == 0);
-    kept = store_study_insert(s, "kept", spec, "running", 1);
+    kept = store_study_insert(s, "kept", spec, STUDY_RUNNING, 1);
     t.study_id = kept;
     CHECK(store_trial_insert(s, &t) == 0);
     store_point p[] = {{0, "y", 1.5}, {1, "y", 0.5}};
@@ -798,8 +880,8 @@ TEST(transactions_survive_reopen)
     REQUIRE(store_commit(s) == 0);
 
     REQUIRE(store_begin(s) == 0);
-    CHECK(store_study_insert(s, "dropped", spec, "running", 2) > 0);
-    snprintf(t.state, sizeof t.state, "running");
+    CHECK(store_study_insert(s, "dropped", spec, STUDY_RUNNING, 2) > 0);
+    t.state = TRIAL_RUNNING;
     CHECK(store_trial_save(s, &t) == 0);
     store_point q[] = {{2, "y", 0.25}};
     CHECK(store_metrics_add(s, t.id, 0, q, 1, 4.0) == 0);
@@ -823,7 +905,7 @@ TEST(transactions_survive_reopen)
     CHECK(store_study_get(s, "dropped", &st) == 0);
     store_trial got;
     REQUIRE(store_trial_get(s, t.id, &got) == 1);
-    CHECK_STR(got.state, "pending");
+    CHECK(got.state == TRIAL_PENDING);
     store_trial_fini(&got);
     CHECK(store_metrics_count(s, t.id) == 2);
     json_t *ev = store_events_list(s, kept);
@@ -835,7 +917,7 @@ TEST(transactions_survive_reopen)
     s = s_open("tx.db", 0);
     REQUIRE(s);
     REQUIRE(store_begin(s) == 0);
-    CHECK(store_study_insert(s, "unfinished", spec, "running", 5) > 0);
+    CHECK(store_study_insert(s, "unfinished", spec, STUDY_RUNNING, 5) > 0);
     store_close(&s);
     s = s_open("tx.db", 1);
     REQUIRE(s);
@@ -857,18 +939,19 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     store_t *s = s_open("v1.db", 0);
     REQUIRE(s);
     json_t *spec = s_spec_json("m");
-    long sid = store_study_insert(s, "m", spec, "stopped", 100);
+    long sid = store_study_insert(s, "m", spec, STUDY_STOPPED, 100);
     json_decref(spec);
     REQUIRE(sid > 0);
     static const char *const reasons[] = {"study stopped", "stopped by a person",
                                           "study stopped"};
-    static const char *const states[] = {"stopped", "stopped", "failed"};
+    static const store_trial_state states[] = {TRIAL_STOPPED, TRIAL_STOPPED,
+                                               TRIAL_FAILED};
     long ids[3];
     for (int i = 0; i < 3; i++) {
         store_trial t;
         s_fill_trial(&t, sid, i);
         REQUIRE(store_trial_insert(s, &t) == 0);
-        snprintf(t.state, sizeof t.state, "%s", states[i]);
+        t.state = states[i];
         snprintf(t.reason, sizeof t.reason, "%s", reasons[i]);
         t.study_stopped = 0; /* what version 1 had: no such field */
         CHECK(store_trial_save(s, &t) == 0);
@@ -918,7 +1001,7 @@ TEST(queue_and_extra_trials)
     store_t *s = s_open("q.db", 0);
     REQUIRE(s);
     json_t *spec = json_pack("{s:s, s:{s:i}}", "name", "q", "budget", "trials", 4);
-    long sid = store_study_insert(s, "q", spec, "finished", 100);
+    long sid = store_study_insert(s, "q", spec, STUDY_FINISHED, 100);
     json_decref(spec);
     REQUIRE(sid > 0);
     json_t *a = json_pack("{s:f}", "x", 0.25), *b = json_pack("{s:s}", "opt", "sgd");
@@ -987,6 +1070,7 @@ int main(void)
     RUN(refusals);
     RUN(studies);
     RUN(trial_round_trip);
+    RUN(states_round_trip_as_enums);
     RUN(trials_load_in_order);
     RUN(params_generations_and_lineage);
     RUN(metrics);

@@ -144,7 +144,7 @@ static store_t *s_study(const char *file, long n, long points, long *sid)
     if (!s)
         return NULL;
     json_t *spec = json_pack("{s:s}", "name", "c");
-    *sid = store_study_insert(s, "c", spec, "running", 1);
+    *sid = store_study_insert(s, "c", spec, STUDY_RUNNING, 1);
     json_decref(spec);
     store_begin(s);
     for (long i = 0; i < n; i++) {
@@ -152,7 +152,7 @@ static store_t *s_study(const char *file, long n, long points, long *sid)
         memset(&t, 0, sizeof t);
         t.study_id = *sid;
         t.number = i;
-        snprintf(t.state, sizeof t.state, "running");
+        t.state = TRIAL_RUNNING;
         snprintf(t.token, sizeof t.token, "t%ld", i);
         t.params = json_object();
         t.parent = -1;

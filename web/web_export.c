@@ -219,7 +219,7 @@ int web__get_trial_log(web_req *r)
     if (rc == 1) {
         json_object_set_new(out, "trial", json_integer(id));
         json_object_set_new(out, "attempt", json_integer(t.attempt));
-        json_object_set_new(out, "state", json_string(t.state));
+        json_object_set_new(out, "state", json_string(store_trial_state_name(t.state)));
         json_object_set_new(out, "stream", json_string(stream));
         json_object_set_new(out, "source", json_string(source));
         r->json = out;

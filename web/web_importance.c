@@ -29,7 +29,7 @@ typedef struct {
 static int s_row(void *arg, const store_trial_brief *t, const char *params_json)
 {
     s_pass *k = arg;
-    if (strcmp(t->state, "completed") || !isfinite(t->value))
+    if (t->state != TRIAL_COMPLETED || !isfinite(t->value))
         return 0;
     k->done++;
     k->last = t->id > k->last ? t->id : k->last;

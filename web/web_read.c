@@ -59,12 +59,12 @@ static int s_tally_row(void *arg, const store_trial_brief *t, const char *params
 {
     s_tally *y = arg;
     y->n++;
-    y->completed += !strcmp(t->state, "completed");
-    y->failed += !strcmp(t->state, "failed");
-    y->stopped += !strcmp(t->state, "stopped");
-    y->pruned += !strcmp(t->state, "pruned");
-    y->running += !strcmp(t->state, "running") || !strcmp(t->state, "starting") ||
-                  !strcmp(t->state, "paused");
+    y->completed += t->state == TRIAL_COMPLETED;
+    y->failed += t->state == TRIAL_FAILED;
+    y->stopped += t->state == TRIAL_STOPPED;
+    y->pruned += t->state == TRIAL_PRUNED;
+    y->running += t->state == TRIAL_RUNNING || t->state == TRIAL_STARTING ||
+                  t->state == TRIAL_PAUSED;
     web_buf *b = y->out;
     if (!b)
         return 0;
@@ -73,7 +73,7 @@ static int s_tally_row(void *arg, const store_trial_brief *t, const char *params
     web_buf_str(b, ",\"number\":");
     web_buf_long(b, t->number);
     web_buf_str(b, ",\"state\":");
-    web_buf_jstr(b, t->state);
+    web_buf_jstr(b, store_trial_state_name(t->state));
     web_buf_str(b, ",\"attempt\":");
     web_buf_long(b, t->attempt);
     web_buf_str(b, ",\"value\":");
@@ -132,9 +132,10 @@ static json_t *s_summary_of(store_t *s, const store_study *st, const s_tally *y,
     json_t *out = json_pack(
         "{s:I, s:s, s:s, s:{s:s, s:s}, s:f, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
         "s:I}",
-        "id", (json_int_t)st->id, "name", st->name, "state", st->state, "objective",
-        "metric", metric, "mode", maximize ? "max" : "min", "created", st->created,
-        "finished", st->finished > 0 ? json_real(st->finished) : json_null(), "trials",
+        "id", (json_int_t)st->id, "name", st->name, "state",
+        store_study_state_name(st->state), "objective", "metric", metric, "mode",
+        maximize ? "max" : "min", "created", st->created, "finished",
+        st->finished > 0 ? json_real(st->finished) : json_null(), "trials",
         (json_int_t)y->n, "total", (json_int_t)total, "done", (json_int_t)done,
         "completed", (json_int_t)y->completed, "failed", (json_int_t)y->failed, "stopped",
         (json_int_t)y->stopped, "running", (json_int_t)y->running, "progress",
