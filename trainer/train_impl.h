@@ -63,4 +63,11 @@ struct trn_trainer {
 /* Resets optimiser hyperparameters and precision from cfg after a change. */
 void trn__apply_config(trn_trainer *t);
 
+/* The size of the next global batch: batch_size, or what is left of the
+   epoch (train.c). */
+int trn__next_batch_size(const trn_trainer *t);
+
+/* This rank's share of a global batch of nb: [*off, *off + *cnt). */
+void trn__shard(const trn_trainer *t, int nb, int *off, int *cnt);
+
 #endif
