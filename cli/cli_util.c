@@ -382,12 +382,31 @@ json_t *cli_src_read(cli_src *src, const char *what, const char *study, long id,
             cli_error("cannot list studies: %s", store_errmsg(src->s));
     } else if (!strcmp(what, "study")) {
         data = store_study_detail(src->s, study);
-        if (!data)
-            cli_error("no study named \"%s\" in %s", study, src->db);
+        if (!data) { /* not there, or a row the store refuses */
+            char why[300];
+            snprintf(why, sizeof why, "%s", store_errmsg(src->s));
+            store_study st;
+            int found = store_study_get(src->s, study, &st);
+            if (found == 1)
+                store_study_fini(&st);
+            if (found == 0)
+                cli_error("no study named \"%s\" in %s", study, src->db);
+            else
+                cli_error("cannot read study \"%s\" from %s: %s", study, src->db, why);
+        }
     } else if (!strcmp(what, "trial")) {
         data = store_trial_detail(src->s, id);
-        if (!data)
-            cli_error("no trial %ld in %s", id, src->db);
+        if (!data) {
+            store_trial t;
+            int found = store_trial_get(src->s, id, &t);
+            if (found == 1)
+                store_trial_fini(&t);
+            if (found == 0)
+                cli_error("no trial %ld in %s", id, src->db);
+            else
+                cli_error("cannot read trial %ld from %s: %s", id, src->db,
+                          store_errmsg(src->s));
+        }
     } else if (!strcmp(what, "quotas")) {
         if (!(data = store_quota_list(src->s)))
             cli_error("cannot read quotas: %s", store_errmsg(src->s));

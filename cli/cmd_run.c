@@ -398,7 +398,10 @@ static int s_print_best(const char *db, const char *name)
     if (!s)
         return CLI_FAIL;
     store_study st;
-    if (store_study_get(s, name, &st) != 1) {
+    int found = store_study_get(s, name, &st);
+    if (found != 1) {
+        if (found < 0)
+            cli_error("cannot read study %s: %s", name, store_errmsg(s));
         store_close(&s);
         return CLI_FAIL;
     }
@@ -408,6 +411,13 @@ static int s_print_best(const char *db, const char *name)
     spec_t *spec = spec_parse(st.spec, 0, &serr); /* for its constraints */
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
+    if (n < 0) { /* e.g. a state text that names no state */
+        cli_error("cannot read the trials of %s: %s", name, store_errmsg(s));
+        spec_destroy(&spec);
+        store_study_fini(&st);
+        store_close(&s);
+        return CLI_FAIL;
+    }
     long completed = 0, failed = 0, stopped = 0, pruned = 0, infeasible = 0,
          nonfinite = 0, silent = 0;
     for (long i = 0; i < n; i++) {

@@ -78,9 +78,17 @@ json_t *ctl__read(ctl_t *c, const ctl_ident *who, const json_t *msg, const char 
             return NULL;
         }
         json_t *j = store_trial_detail(c->store, (long)json_integer_value(id));
-        if (!j) {
+        store_trial t;
+        int found = j ? 1 : store_trial_get(c->store, (long)json_integer_value(id), &t);
+        if (!j && found == 1)
+            store_trial_fini(&t);
+        if (!j && found == 0) {
             *code = "unknown_trial";
             snprintf(err, size, "no trial %" JSON_INTEGER_FORMAT, json_integer_value(id));
+        } else if (!j) { /* a row the store refuses (an unknown state text) */
+            *code = "internal";
+            snprintf(err, size, "cannot read trial %" JSON_INTEGER_FORMAT ": %s",
+                     json_integer_value(id), store_errmsg(c->store));
         }
         return j;
     }
@@ -101,14 +109,22 @@ json_t *ctl__read(ctl_t *c, const ctl_ident *who, const json_t *msg, const char 
         return NULL;
     }
     store_study st;
-    if (store_study_get(c->store, name, &st) != 1) {
-        *code = "unknown_study";
-        snprintf(err, size, "no study named \"%s\"", name);
+    int found = store_study_get(c->store, name, &st);
+    if (found != 1) {
+        *code = found == 0 ? "unknown_study" : "internal";
+        if (found == 0)
+            snprintf(err, size, "no study named \"%s\"", name);
+        else
+            snprintf(err, size, "cannot read study %s: %s", name, store_errmsg(c->store));
         return NULL;
     }
     json_t *out;
     if (!strcmp(what, "study")) {
         out = store_study_detail(c->store, name);
+        if (!out) { /* a row the store refuses (an unknown state text) */
+            *code = "internal";
+            snprintf(err, size, "cannot read study %s: %s", name, store_errmsg(c->store));
+        }
         ctl_ident eff;
         ctl__auth_effective(msg, who, &eff); /* a trusted front end reads for its user */
         if (out && !s_may_see_env(c, &eff, st.spec))
@@ -134,10 +150,18 @@ json_t *ctl__read(ctl_t *c, const ctl_ident *who, const json_t *msg, const char 
         store_event_last_reason(c->store, st.id, "warning", warning, sizeof warning);
         store_trial *rows;
         long nt = store_trials_load(c->store, st.id, &rows);
+        if (nt < 0) { /* e.g. a state text that names no state */
+            json_decref(arg.points);
+            *code = "internal";
+            snprintf(err, size, "cannot read the trials of %s: %s", name,
+                     store_errmsg(c->store));
+            store_study_fini(&st);
+            return NULL;
+        }
         json_t *trials = json_array();
         for (long i = 0; i < nt; i++)
             json_array_append_new(trials, store_trial_json(&rows[i], NULL));
-        store_trials_free(rows, nt < 0 ? 0 : nt);
+        store_trials_free(rows, nt);
         out = json_pack("{s:o, s:I, s:s, s:s, s:o, s:o, s:o}", "points", arg.points,
                         "after", (json_int_t)after, "state",
                         store_study_state_name(st.state), "warning", warning, "created",

@@ -228,7 +228,8 @@ json_t *store_trial_lineage(store_t *s, long trial_id);
    name, state, spec, created, finished, trials: [store_trial_json + sampled
    (its params as first suggested)], events, best (and pareto):
    store_study_best}. NULL when there is no such
-   study or on error. */
+   study or on error (store_errmsg says which error: a row the store
+   refuses, SQLite's). */
 json_t *store_study_detail(store_t *s, const char *name);
 /* What `trial show` reads (caller owns): store_trial_json + lineage and
    study (its name). NULL when there is no such trial or on error. */

@@ -326,6 +326,10 @@ json_t *store_study_detail(store_t *s, const char *name)
         return NULL;
     store_trial *rows;
     long n = store_trials_load(s, st.id, &rows);
+    if (n < 0) { /* store_errmsg says why */
+        store_study_fini(&st);
+        return NULL;
+    }
     json_t *trials = json_array();
     for (long i = 0; i < n; i++) {
         json_t *t = store_trial_json(&rows[i], s);
