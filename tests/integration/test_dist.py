@@ -353,9 +353,11 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     # PREBUILT (binaries carried to a GPU machine without the build's
     # packages): no build, and a binary that is not there is named
     e2 = dict(e, PREBUILT="1", BUILD=os.path.join(BUILD, "no-such-build"))
-    miss = subprocess.run([script], capture_output=True, text=True, env=e2, timeout=60)
+    # (--cpu: without it the script stops earlier, at "no NVIDIA GPU", here)
+    miss = subprocess.run([script, "--cpu"], capture_output=True, text=True, env=e2, timeout=60)
     assert miss.returncode == 2, miss.stdout + miss.stderr
-    assert "PREBUILT:" in miss.stderr and "jizhi-train is missing" in miss.stderr
+    out = miss.stdout + miss.stderr
+    assert "PREBUILT:" in out and "jizhi-train is missing" in out, out
 
 
 def test_gpu_check_refuses_without_a_gpu_and_writes_its_json(tmp_path):
