@@ -243,14 +243,19 @@ run:
 	@$(MAKE) --no-print-directory all
 	@scripts/run-example.sh
 
+# The builds inside `make test` run TEST_JOBS compiles at once (the
+# machine's cores unless given): the sanitizer, TSan and fuzz builds are
+# a third of the run on 2 cores when made one file at a time.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: deps
-	@$(MAKE) --no-print-directory format-check
-	@$(MAKE) --no-print-directory all $(BUILD)/bench/scale_rig
-	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory cuda; \
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) format-check
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) all $(BUILD)/bench/scale_rig
+	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) cuda; \
 	 else echo "CUDA backend: not built (no nvcc)"; fi
-	@$(MAKE) --no-print-directory SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS)) build-san/bin/jizhi
-	@$(MAKE) --no-print-directory SANITIZE=thread $(addprefix build-tsan/tests/,$(TSAN_TESTS))
-	@if [ "$(HAVE_CLANG)" = yes ]; then $(MAKE) --no-print-directory fuzz-build; \
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS)) build-san/bin/jizhi
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=thread $(addprefix build-tsan/tests/,$(TSAN_TESTS))
+	@if [ "$(HAVE_CLANG)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) fuzz-build; \
 	 else echo "fuzz targets: not built (no clang)"; fi
 	@PYTHON=$(PYTHON) BUILD=$(BUILD) tests/run-all.sh
 
