@@ -4,7 +4,6 @@
 #include "cli.h"
 
 #include "../common/spec.h"
-#include "../common/util.h"
 #include "../common/wire.h"
 #include "jizhi.h"
 
@@ -284,82 +283,31 @@ static int s_kv(const char *arg, json_t *values)
     return 0;
 }
 
-/* A wait for a guarded change or a fork that may outlive its controller:
-   the request dies with a controller killed during the wait, while the
-   restarted one resumes the intervention from the database and decides.
-   So the wait also reads the intervention's persisted state and answers
-   from it once it is final and the controller has not answered for
-   IV_GRACE_S since (the answer normally comes first). */
+/* A wait for a guarded change or a fork that may outlive its controller
+   also reads the intervention's persisted state (store_interv_wait). */
 #define IV_SLICE_MS 500
-#define IV_GRACE_S 2.0
 
 typedef struct {
-    store_t *store;   /* read-only, owned; NULL: no reading (the plain wait) */
-    long trial;       /* the trial intervened on */
-    const char *kind; /* "guard" or "fork" */
-    long after;       /* interventions on the trial up to this id are older */
-    double final_at;  /* when it was first seen final, 0 before */
+    store_t *store;         /* read-only, owned; NULL: no reading (the plain wait) */
+    store_interv_wait wait; /* on store */
 } s_iv_wait;
-
-/* The newest intervention of w's kind on its trial (borrowed from list),
-   or NULL. */
-static json_t *s_iv_newest(const s_iv_wait *w, json_t *list)
-{
-    json_t *found = NULL, *x;
-    size_t i;
-    json_array_foreach(list, i, x)
-    {
-        if (json_integer_value(json_object_get(x, "trial_id")) == w->trial &&
-            !strcmp(json_string_value(json_object_get(x, "kind")), w->kind))
-            found = x;
-    }
-    return found;
-}
-
-/* wire_check_fn: the answer the controller would have sent, from the
-   persisted intervention, once final for IV_GRACE_S; NULL meanwhile. */
-static json_t *s_iv_check(void *arg)
-{
-    s_iv_wait *w = arg;
-    json_t *list = store_interv_list(w->store, 0, w->trial);
-    json_t *iv = list ? s_iv_newest(w, list) : NULL;
-    json_t *out = NULL;
-    if (iv && json_integer_value(json_object_get(iv, "id")) > w->after &&
-        json_is_true(json_object_get(iv, "done"))) {
-        double now = util_now();
-        if (!w->final_at)
-            w->final_at = now;
-        else if (now - w->final_at >= IV_GRACE_S) {
-            out = json_pack("{s:s, s:O, s:I, s:O, s:b}", "type", "ok", w->kind,
-                            json_object_get(iv, "state"), "trial", (json_int_t)w->trial,
-                            "intervention", json_object_get(iv, "id"), "from_store", 1);
-            json_object_update_missing(out, json_object_get(iv, "data"));
-        }
-    }
-    json_decref(list);
-    return out;
-}
 
 /* Opens o->db to read kind's interventions on trial during a wait (w->store
    stays NULL when it cannot: then only the controller's answer counts). */
 static void s_iv_wait_init(s_iv_wait *w, const cli_opts *o, long trial, const char *kind)
 {
     memset(w, 0, sizeof *w);
-    w->trial = trial;
-    w->kind = kind;
     char err[512];
     if (access(o->db, R_OK) != 0 || !(w->store = store_open(o->db, 1, err, sizeof err)))
-        return;
-    json_t *list = store_interv_list(w->store, 0, trial);
-    json_t *iv = list ? s_iv_newest(w, list) : NULL;
-    w->after = iv ? (long)json_integer_value(json_object_get(iv, "id")) : 0;
-    json_decref(list);
+        w->store = NULL;
+    store_interv_wait_init(&w->wait, w->store, trial, kind);
 }
 
 /* Sends msg (takes it) to the controller of o->db and returns its answer
    (caller owns), waiting wait_s plus a margin for the controller's own
    timeout answer; NULL after printing why. With w (a waited guarded change
-   or fork), the answer may come from the database instead (s_iv_check). */
+   or fork), the answer may come from the database instead
+   (store_interv_wait_check). */
 static json_t *s_ask_iv(const cli_opts *o, json_t *msg, double wait_s, s_iv_wait *w)
 {
     char buf[512];
@@ -373,7 +321,7 @@ static json_t *s_ask_iv(const cli_opts *o, json_t *msg, double wait_s, s_iv_wait
     }
     if (w && w->store)
         return cli_request_check(ep, msg, (int)(wait_s * 1000) + 5000, IV_SLICE_MS,
-                                 s_iv_check, w);
+                                 store_interv_wait_check, &w->wait);
     return cli_request(ep, msg, (int)(wait_s * 1000) + 5000);
 }
 

@@ -159,74 +159,6 @@ static void s_take_row(w_view *v, const json_t *r)
     t->ended = json_number_value(json_object_get(r, "ended"));
 }
 
-/* cli__watch_load through the controller (--controller): the same reads, paged. */
-static int s_load_remote(w_view *v, char *err, size_t errsize)
-{
-    for (int chunk = 0; chunk < 50; chunk++) {
-        json_t *d = cli_src_read(&v->src, "metrics_since", v->name, 0, v->after);
-        if (!d) {
-            snprintf(err, errsize, "cannot read study %.100s from %.200s", v->name,
-                     v->src.ep);
-            return -1;
-        }
-        json_t *pts = json_object_get(d, "points");
-        size_t i;
-        json_t *p;
-        json_array_foreach(pts, i, p)
-        {
-            double x;
-            if (wire_to_value(json_array_get(p, 4), &x) != 0)
-                x = wire_none();
-            s_on_point(v, (long)json_integer_value(json_array_get(p, 0)),
-                       (long)json_integer_value(json_array_get(p, 1)),
-                       (long)json_integer_value(json_array_get(p, 2)),
-                       json_string_value(json_array_get(p, 3)), x);
-        }
-        v->after = (long)json_integer_value(json_object_get(d, "after"));
-        const char *state = json_string_value(json_object_get(d, "state"));
-        const char *warning = json_string_value(json_object_get(d, "warning"));
-        snprintf(v->study_state, sizeof v->study_state, "%s", state ? state : "?");
-        snprintf(v->warning, sizeof v->warning, "%s", warning ? warning : "");
-        v->created = json_number_value(json_object_get(d, "created"));
-        v->finished = json_number_value(json_object_get(d, "finished"));
-        json_array_foreach(json_object_get(d, "trials"), i, p) s_take_row(v, p);
-        size_t npts = json_array_size(pts);
-        json_decref(d);
-        if (npts < 100000)
-            break;
-    }
-    return 0;
-}
-
-static int s_order(w_view *v, char *err, size_t errsize);
-
-/* Marks the Pareto set / best feasible trial and the infeasible ones from
-   the last metric values this view holds (spec_mark_trials). */
-static void s_marks(w_view *v)
-{
-    if (!v->spec)
-        return;
-    json_t *arr = json_array();
-    for (long i = 0; i < v->norder; i++) {
-        w_trial *t = &v->trials[v->order[i]];
-        json_t *m = json_object();
-        for (int k = 0; k < v->nnames; k++)
-            if (isfinite(t->mval[k]))
-                json_object_set_new(m, v->names[k], json_real(t->mval[k]));
-        json_array_append_new(arr, json_pack("{s:s, s:o, s:o}", "state", t->state,
-                                             "value", wire_real(t->value), "metrics", m));
-    }
-    spec_mark_trials(v->spec, arr);
-    const char *mark = v->spec->nobjectives > 1 ? "pareto" : "best";
-    for (long i = 0; i < v->norder; i++) {
-        w_trial *t = &v->trials[v->order[i]];
-        json_t *r = json_array_get(arr, (size_t)i);
-        t->mark = json_is_true(json_object_get(r, mark));
-        t->infeasible = json_is_false(json_object_get(r, "feasible"));
-    }
-    json_decref(arr);
-}
-
 /* Appends text to t's lineage ("; " between) and sets its tag. */
 static void s_lineage_add(w_trial *t, const char *text, const char *tag)
 {
@@ -236,13 +168,14 @@ static void s_lineage_add(w_trial *t, const char *text, const char *tag)
 }
 
 /* Each trial's guarded changes and forks in words, oldest first, from the
-   study's interventions (local reads; --controller shows none): "guard
+   study's interventions ivs (borrowed: store_interv_study's array, read
+   from the store or, with --controller, in the controller's
+   metrics_since answer; NULL leaves the lineage as it was): "guard
    lr=0.4 reverted", "forked at step 40 into 5 6: best 6", a sibling's
    "fork of trial 1 at step 40 (lr=0.1): kept". */
-static void s_lineage(w_view *v)
+static void s_lineage(w_view *v, const json_t *ivs)
 {
-    json_t *ivs = store_interv_study(v->s, v->study_id);
-    if (!ivs)
+    if (!json_is_array(ivs))
         return;
     for (long i = 0; i < v->ntrials; i++)
         v->trials[i].lineage[0] = v->trials[i].tag[0] = 0;
@@ -311,7 +244,75 @@ static void s_lineage(w_view *v)
             s_lineage_add(sib, text, tag);
         }
     }
-    json_decref(ivs);
+}
+
+/* cli__watch_load through the controller (--controller): the same reads, paged. */
+static int s_load_remote(w_view *v, char *err, size_t errsize)
+{
+    for (int chunk = 0; chunk < 50; chunk++) {
+        json_t *d = cli_src_read(&v->src, "metrics_since", v->name, 0, v->after);
+        if (!d) {
+            snprintf(err, errsize, "cannot read study %.100s from %.200s", v->name,
+                     v->src.ep);
+            return -1;
+        }
+        json_t *pts = json_object_get(d, "points");
+        size_t i;
+        json_t *p;
+        json_array_foreach(pts, i, p)
+        {
+            double x;
+            if (wire_to_value(json_array_get(p, 4), &x) != 0)
+                x = wire_none();
+            s_on_point(v, (long)json_integer_value(json_array_get(p, 0)),
+                       (long)json_integer_value(json_array_get(p, 1)),
+                       (long)json_integer_value(json_array_get(p, 2)),
+                       json_string_value(json_array_get(p, 3)), x);
+        }
+        v->after = (long)json_integer_value(json_object_get(d, "after"));
+        const char *state = json_string_value(json_object_get(d, "state"));
+        const char *warning = json_string_value(json_object_get(d, "warning"));
+        snprintf(v->study_state, sizeof v->study_state, "%s", state ? state : "?");
+        snprintf(v->warning, sizeof v->warning, "%s", warning ? warning : "");
+        v->created = json_number_value(json_object_get(d, "created"));
+        v->finished = json_number_value(json_object_get(d, "finished"));
+        json_array_foreach(json_object_get(d, "trials"), i, p) s_take_row(v, p);
+        s_lineage(v, json_object_get(d, "interventions"));
+        size_t npts = json_array_size(pts);
+        json_decref(d);
+        if (npts < 100000)
+            break;
+    }
+    return 0;
+}
+
+static int s_order(w_view *v, char *err, size_t errsize);
+
+/* Marks the Pareto set / best feasible trial and the infeasible ones from
+   the last metric values this view holds (spec_mark_trials). */
+static void s_marks(w_view *v)
+{
+    if (!v->spec)
+        return;
+    json_t *arr = json_array();
+    for (long i = 0; i < v->norder; i++) {
+        w_trial *t = &v->trials[v->order[i]];
+        json_t *m = json_object();
+        for (int k = 0; k < v->nnames; k++)
+            if (isfinite(t->mval[k]))
+                json_object_set_new(m, v->names[k], json_real(t->mval[k]));
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:o}", "state", t->state,
+                                             "value", wire_real(t->value), "metrics", m));
+    }
+    spec_mark_trials(v->spec, arr);
+    const char *mark = v->spec->nobjectives > 1 ? "pareto" : "best";
+    for (long i = 0; i < v->norder; i++) {
+        w_trial *t = &v->trials[v->order[i]];
+        json_t *r = json_array_get(arr, (size_t)i);
+        t->mark = json_is_true(json_object_get(r, mark));
+        t->infeasible = json_is_false(json_object_get(r, "feasible"));
+    }
+    json_decref(arr);
 }
 
 int cli__watch_load(w_view *v, char *err, size_t errsize)
@@ -366,7 +367,9 @@ int cli__watch_load(w_view *v, char *err, size_t errsize)
         t->ended = rows[i].ended;
     }
     store_trials_free(rows, n);
-    s_lineage(v);
+    json_t *ivs = store_interv_study(v->s, v->study_id);
+    s_lineage(v, ivs);
+    json_decref(ivs);
     int rc = s_order(v, err, errsize);
     s_marks(v);
     return rc;

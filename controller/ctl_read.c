@@ -162,11 +162,13 @@ json_t *ctl__read(ctl_t *c, const ctl_ident *who, const json_t *msg, const char 
         for (long i = 0; i < nt; i++)
             json_array_append_new(trials, store_trial_json(&rows[i], NULL));
         store_trials_free(rows, nt);
-        out = json_pack("{s:o, s:I, s:s, s:s, s:o, s:o, s:o}", "points", arg.points,
+        /* and the lineage it shows: the study's guarded changes and forks */
+        json_t *ivs = store_interv_study(c->store, st.id);
+        out = json_pack("{s:o, s:I, s:s, s:s, s:o, s:o, s:o, s:o}", "points", arg.points,
                         "after", (json_int_t)after, "state",
                         store_study_state_name(st.state), "warning", warning, "created",
                         wire_real(st.created), "finished", wire_real(st.finished),
-                        "trials", trials);
+                        "trials", trials, "interventions", ivs ? ivs : json_array());
     }
     store_study_fini(&st);
     return out;

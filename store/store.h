@@ -253,6 +253,33 @@ json_t *store_interv_list(store_t *s, int open, long trial_id);
    objects (caller owns). NULL on error. */
 json_t *store_interv_study(store_t *s, long study_id);
 
+/* A wait for a guarded change or a fork that may outlive its controller
+   (`trial set --guard`, `trial fork`, the web API's set and fork): the
+   request dies with a controller killed during the wait, while the
+   restarted one resumes the intervention from the database and decides.
+   The waiter reads the intervention's persisted state between slices of
+   its wait (wire_request_check) and answers from it once it is final and
+   the controller has not answered for STORE_INTERV_GRACE_S since (the
+   controller's answer normally comes first). */
+#define STORE_INTERV_GRACE_S 2.0
+typedef struct {
+    store_t *store;   /* borrowed; NULL: no reading (the plain wait) */
+    long trial;       /* the trial intervened on */
+    const char *kind; /* "guard" or "fork", borrowed */
+    long after;       /* interventions of kind on the trial up to this id are older */
+    double final_at;  /* when it was first seen final (util_now), 0 before */
+} store_interv_wait;
+/* Starts w on s (borrowed, may be NULL: then w never answers): notes the
+   newest intervention of kind on trial, so that only a later one counts. */
+void store_interv_wait_init(store_interv_wait *w, store_t *s, long trial,
+                            const char *kind);
+/* A wire_check_fn on a store_interv_wait: the answer the controller would
+   have sent ({type "ok", <kind>: state, trial, intervention, from_store
+   true, and the intervention's data}; caller owns), once the intervention
+   begun after store_interv_wait_init has been final for
+   STORE_INTERV_GRACE_S; NULL meanwhile. */
+json_t *store_interv_wait_check(void *w);
+
 /* ---- metrics ---- */
 /* Inserts n points for (trial, attempt). Call inside a transaction. */
 int store_metrics_add(store_t *s, long trial_id, long attempt, const store_point *pts,

@@ -7,6 +7,7 @@
 #include "store_internal.h"
 
 #include "../common/text.h"
+#include "../common/util.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -128,5 +129,61 @@ static json_t *s_rows(store_t *s, sqlite3_stmt *st)
         json_decref(out);
         return NULL;
     }
+    return out;
+}
+
+/* ---- waiting for an intervention's outcome (store.h) ---- */
+
+/* The newest intervention of w's kind on its trial (borrowed from list),
+   or NULL. */
+static json_t *s_newest(const store_interv_wait *w, json_t *list)
+{
+    json_t *found = NULL, *x;
+    size_t i;
+    json_array_foreach(list, i, x)
+    {
+        if (json_integer_value(json_object_get(x, "trial_id")) == w->trial &&
+            !strcmp(json_string_value(json_object_get(x, "kind")), w->kind))
+            found = x;
+    }
+    return found;
+}
+
+void store_interv_wait_init(store_interv_wait *w, store_t *s, long trial,
+                            const char *kind)
+{
+    memset(w, 0, sizeof *w);
+    w->store = s;
+    w->trial = trial;
+    w->kind = kind;
+    if (!s)
+        return;
+    json_t *list = store_interv_list(s, 0, trial);
+    json_t *iv = list ? s_newest(w, list) : NULL;
+    w->after = iv ? (long)json_integer_value(json_object_get(iv, "id")) : 0;
+    json_decref(list);
+}
+
+json_t *store_interv_wait_check(void *arg)
+{
+    store_interv_wait *w = arg;
+    if (!w->store)
+        return NULL;
+    json_t *list = store_interv_list(w->store, 0, w->trial);
+    json_t *iv = list ? s_newest(w, list) : NULL;
+    json_t *out = NULL;
+    if (iv && json_integer_value(json_object_get(iv, "id")) > w->after &&
+        json_is_true(json_object_get(iv, "done"))) {
+        double now = util_now();
+        if (!w->final_at)
+            w->final_at = now;
+        else if (now - w->final_at >= STORE_INTERV_GRACE_S) {
+            out = json_pack("{s:s, s:O, s:I, s:O, s:b}", "type", "ok", w->kind,
+                            json_object_get(iv, "state"), "trial", (json_int_t)w->trial,
+                            "intervention", json_object_get(iv, "id"), "from_store", 1);
+            json_object_update_missing(out, json_object_get(iv, "data"));
+        }
+    }
+    json_decref(list);
     return out;
 }

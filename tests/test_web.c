@@ -331,6 +331,29 @@ TEST(post_bodies_are_checked)
     REQUIRE(web_body_parse("{\"release\":true}", 16, &in, err, sizeof err) == 0);
     CHECK(web_body_release(in, &release, err, sizeof err) == 0 && release == 1);
     json_decref(in);
+    /* a waited fork: wait and wait_s (1..max, default def) */
+    int wait = -1;
+    double wait_s = 0;
+    REQUIRE(web_body_parse("{}", 2, &in, err, sizeof err) == 0);
+    CHECK(web_body_wait(in, &wait, &wait_s, 120, 600, err, sizeof err) == 0 &&
+          wait == 0 && wait_s == 120);
+    json_decref(in);
+    const char *good_wait = "{\"wait\":true,\"wait_s\":40}";
+    REQUIRE(web_body_parse(good_wait, strlen(good_wait), &in, err, sizeof err) == 0);
+    CHECK(web_body_wait(in, &wait, &wait_s, 120, 600, err, sizeof err) == 0 &&
+          wait == 1 && wait_s == 40);
+    json_decref(in);
+    const char *bad_wait[] = {"{\"wait\":1}", "{\"wait\":true,\"wait_s\":0}",
+                              "{\"wait\":true,\"wait_s\":601}",
+                              "{\"wait\":true,\"wait_s\":\"9\"}"};
+    for (size_t i = 0; i < sizeof bad_wait / sizeof *bad_wait; i++) {
+        REQUIRE(web_body_parse(bad_wait[i], strlen(bad_wait[i]), &in, err, sizeof err) ==
+                0);
+        CHECK(web_body_wait(in, &wait, &wait_s, 120, 600, err, sizeof err) == -1);
+        CHECK(strstr(err, i ? "wait_s: expected seconds from 1 to 600"
+                            : "wait: expected true or false") != NULL);
+        json_decref(in);
+    }
 }
 
 int main(void)

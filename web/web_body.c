@@ -73,3 +73,21 @@ int web_body_force(const json_t *in, int *force, char *err, size_t errsize)
 {
     return s_flag(in, "force", force, err, errsize);
 }
+
+int web_body_wait(const json_t *in, int *wait, double *wait_s, double def_s, double max_s,
+                  char *err, size_t errsize)
+{
+    *wait_s = def_s;
+    if (s_flag(in, "wait", wait, err, errsize) != 0)
+        return -1;
+    json_t *v = json_object_get(in, "wait_s");
+    if (!v)
+        return 0;
+    if (!json_is_number(v) || !(json_number_value(v) >= 1) ||
+        json_number_value(v) > max_s) {
+        snprintf(err, errsize, "wait_s: expected seconds from 1 to %g", max_s);
+        return -1;
+    }
+    *wait_s = json_number_value(v);
+    return 0;
+}

@@ -28,4 +28,10 @@ int web_body_release(const json_t *in, int *release, char *err, size_t errsize);
    value outside the study's space. */
 int web_body_force(const json_t *in, int *force, char *err, size_t errsize);
 
+/* POST /api/trials/ID/fork: {"wait": true|false (absent: false),
+   "wait_s": seconds, 1 to max_s (absent: def_s)}: answer once the fork is
+   decided, waiting up to wait_s. */
+int web_body_wait(const json_t *in, int *wait, double *wait_s, double def_s, double max_s,
+                  char *err, size_t errsize);
+
 #endif

@@ -23,6 +23,11 @@
 #define WAIT_MS ((WAIT_S + 5) * 1000)
 /* A guarded change is answered once decided: its watch window takes longer. */
 #define GUARD_WAIT_S 120
+/* A waited fork ({"wait": true}): by default as long, at most 600 s. */
+#define FORK_WAIT_S 120
+#define FORK_WAIT_MAX_S 600
+/* How often a waited guarded change or fork reads the store. */
+#define IV_SLICE_MS 500
 
 int web__authenticate(web_req *r)
 {
@@ -91,8 +96,11 @@ static int s_status_of(const char *code)
     return 422;
 }
 
-/* Sends msg (takes ownership) as r->who and answers with the reply. */
-static int s_call(web_req *r, json_t *msg, int timeout_ms)
+/* Sends msg (takes ownership) as r->who and answers with the reply. With
+   iv (a waited guarded change or fork), the answer may come from the
+   store instead, when the controller restarted during the wait and lost
+   the request (store_interv_wait, as the CLI's wait). */
+static int s_call_iv(web_req *r, json_t *msg, int timeout_ms, store_interv_wait *iv)
 {
     char buf[512], err[600];
     const char *ep = web__endpoint(r, buf, sizeof buf);
@@ -109,7 +117,9 @@ static int s_call(web_req *r, json_t *msg, int timeout_ms)
        trusts this server: same Unix user, or an admin key */
     json_object_set_new(msg, "as_role", json_string(ident_role_str(r->who.role)));
     double t0 = util_now();
-    json_t *reply = client_call(ep, msg, timeout_ms, err, sizeof err);
+    json_t *reply = iv ? client_call_check(ep, msg, timeout_ms, IV_SLICE_MS,
+                                           store_interv_wait_check, iv, err, sizeof err)
+                       : client_call(ep, msg, timeout_ms, err, sizeof err);
     double ms = (util_now() - t0) * 1e3;
     if (!reply)
         return web__error(r, 504, "no_answer", "%s", err);
@@ -121,11 +131,39 @@ static int s_call(web_req *r, json_t *msg, int timeout_ms)
         json_decref(reply);
         return st;
     }
+    const char *state = iv ? json_string_value(json_object_get(reply, iv->kind)) : NULL;
+    if (state &&
+        !strcmp(state, "refused")) { /* read from the store: as the controller's */
+        const char *why = json_string_value(json_object_get(reply, "reason"));
+        int st = web__error(r, 409, "refused", "%s", why ? why : "refused");
+        json_decref(reply);
+        return st;
+    }
     json_object_del(reply, "type");
     json_object_del(reply, "req");
     r->json = json_pack("{s:b, s:o, s:f, s:s}", "ok", 1, "ack", reply, "round_trip_ms",
                         ms, "who", who);
     return 200;
+}
+
+static int s_call(web_req *r, json_t *msg, int timeout_ms)
+{
+    return s_call_iv(r, msg, timeout_ms, NULL);
+}
+
+/* s_call for a waited guarded change or fork (kind "guard" or "fork") on
+   trial: the wait also reads the intervention from this server's store. */
+static int s_call_waited_iv(web_req *r, json_t *msg, int timeout_ms, long trial,
+                            const char *kind)
+{
+    store_t *s = web__db(r);
+    if (!s) {
+        json_decref(msg);
+        return r->status;
+    }
+    store_interv_wait iv;
+    store_interv_wait_init(&iv, s, trial, kind);
+    return s_call_iv(r, msg, timeout_ms, &iv);
 }
 
 int web__post_submit(web_req *r)
@@ -242,26 +280,38 @@ int web__post_trial_set(web_req *r)
     json_t *msg = json_pack("{s:s, s:I, s:b, s:O, s:b, s:i}", "type", "trial_set",
                             "trial", (json_int_t)id, "wait", 1, "values", values, "force",
                             force, "wait_s", guarded ? GUARD_WAIT_S : WAIT_S);
-    if (guarded) /* the controller checks its fields */
-        json_object_set(msg, "guard", guard);
-    return s_call(r, msg, ((guarded ? GUARD_WAIT_S : WAIT_S) + 5) * 1000);
+    if (!guarded)
+        return s_call(r, msg, WAIT_MS);
+    json_object_set(msg, "guard", guard); /* the controller checks its fields */
+    return s_call_waited_iv(r, msg, (GUARD_WAIT_S + 5) * 1000, id, "guard");
 }
 
 /* POST /api/trials/ID/fork {"siblings": [{values}...], "steps"?, "keep"?,
-   "force"?} or {"decide": true}: a live fork, answered at once (the
-   controller checks the fields). */
+   "force"?, "wait"?, "wait_s"?} or {"decide": true}: a live fork,
+   answered at once, or once decided with "wait" (the controller checks
+   the other fields). */
 int web__post_trial_fork(web_req *r)
 {
     long id = s_trial_id(r);
     if (!id)
         return r->status;
-    json_t *msg = json_pack("{s:s, s:I, s:b}", "type", "trial_fork", "trial",
-                            (json_int_t)id, "wait", 0);
+    int wait;
+    double wait_s;
+    char err[300];
+    if (web_body_wait(r->in, &wait, &wait_s, FORK_WAIT_S, FORK_WAIT_MAX_S, err,
+                      sizeof err) != 0)
+        return web__error(r, 400, "malformed", "%s", err);
+    if (json_is_true(json_object_get(r->in, "decide")))
+        wait = 0; /* a decision is answered at once */
+    json_t *msg = json_pack("{s:s, s:I, s:b, s:f}", "type", "trial_fork", "trial",
+                            (json_int_t)id, "wait", wait, "wait_s", wait_s);
     static const char *const keys[] = {"siblings", "steps", "keep", "force", "decide"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         json_t *v = json_object_get(r->in, keys[i]);
         if (v && !json_is_null(v))
             json_object_set(msg, keys[i], v);
     }
-    return s_call(r, msg, WAIT_MS);
+    if (!wait)
+        return s_call(r, msg, WAIT_MS);
+    return s_call_waited_iv(r, msg, (int)(wait_s + 5) * 1000, id, "fork");
 }

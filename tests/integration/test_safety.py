@@ -373,18 +373,23 @@ def test_watch_shows_a_guarded_change_and_a_forks_lineage(jz):
         (data,) = [i["data"] for i in interventions(jz, tid) if i["kind"] == "fork"]
         s1, s2 = data["siblings"]
         step = data["fork_step"]
-        p = jz.run("watch", "lineage", "--db", jz.db, "--interval", "0.1", timeout=90,
-                   check=0)
-        lines = p.stdout.splitlines()
-        last = {}
-        for line in lines:
-            m = re.match(r"trial (\d+) ", line)
-            if m:
-                last[int(m.group(1))] = line
-        assert f"| guard lr=0.12 kept; forked at step {step} into {s1} {s2}: best {s2}" \
-            in last[tid], lines
-        assert f"| fork of trial {tid} at step {step} (lr=0.01): stopped" in last[s1], lines
-        assert f"| fork of trial {tid} at step {step} (lr=0.1): kept" in last[s2], lines
-        assert last[s2].startswith(f"trial {s2} completed"), lines
+        # read from the database, then the same from the controller
+        # (--controller: its metrics_since answer carries the study's
+        # interventions; before, that watch showed no lineage)
+        for where in (["--db", jz.db], ["--controller", ep]):
+            p = jz.run("watch", "lineage", *where, "--interval", "0.1", timeout=90, check=0)
+            lines = p.stdout.splitlines()
+            last = {}
+            for line in lines:
+                m = re.match(r"trial (\d+) ", line)
+                if m:
+                    last[int(m.group(1))] = line
+            assert f"| guard lr=0.12 kept; forked at step {step} into {s1} {s2}: best {s2}" \
+                in last[tid], (where, lines)
+            assert f"| fork of trial {tid} at step {step} (lr=0.01): stopped" in last[s1], \
+                (where, lines)
+            assert f"| fork of trial {tid} at step {step} (lr=0.1): kept" in last[s2], \
+                (where, lines)
+            assert last[s2].startswith(f"trial {s2} completed"), (where, lines)
     finally:
         stop(disp, ctl)

@@ -4,15 +4,19 @@ makes the formula trial's loss jump is reverted, and the page says so with
 the evidence and marks it on the curves (a band for the watch window); a
 fork into two siblings starts from the trial's checkpoint and `Decide
 fork now` keeps the best. Screenshots web-trial-guard.png and
-web-trial-fork.png go to build/test-artifacts/."""
+web-trial-fork.png go to build/test-artifacts/. Through the API alone
+(no browser): a guarded set and a waited fork learn their outcome from the
+store when the controller is killed and restarted during the wait."""
 import json
 import os
+import signal
+import threading
 
 from conftest import PROGS
-from test_recovery import stop
+from test_recovery import start_controller, start_dispatcher, stop
 from test_safety import formula_spec, interventions, wait_steps
 from test_web_browser import chromium, shot, wait_js
-from webutil import daemons_with_web, make_token
+from webutil import daemons_with_web, http, make_token, serve
 
 
 def ack_text(drv, word):
@@ -100,3 +104,77 @@ def test_guard_and_fork_from_the_trial_page(jz):
     finally:
         drv.quit()
         stop(ctl, disp)
+
+
+def test_api_waits_learn_the_outcome_after_a_controller_kill9(jz):
+    # the API's guarded set and a waited fork ("wait": true) wait for their
+    # outcome; a kill -9 of the controller loses their request, the
+    # restarted one decides from the database, and the web server (`jizhi
+    # serve`, which outlives the controller) answers from it, as the CLI
+    # does (before: 504 no_answer after the whole wait; a fork was only
+    # ever answered at once)
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctls = [start_controller(jz, ep)]
+    disp = start_dispatcher(jz, ep, 3)
+    web, url = serve(jz)
+    tok = make_token(jz, "alice")
+    try:
+        spec = formula_spec("api-kill", 1, 400, 0.05)
+        spec["budget"]["parallel"] = 3
+        spec["owner"] = "alice"
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 1, 60, "a running trial")
+        (tid,) = jz.sql("SELECT id FROM trials")[0]
+        wait_steps(jz, tid, 5)
+
+        def post_in_thread(path, body):
+            out = {}
+            th = threading.Thread(target=lambda: out.update(r=http(
+                "POST", url + path, body, token=tok, timeout=60)))
+            th.start()
+            return th, out
+
+        def kill_and_restart():
+            ctls[-1].send_signal(signal.SIGKILL)
+            ctls[-1].wait(timeout=10)
+            ctls.append(start_controller(jz, ep))
+
+        th, out = post_in_thread(f"/api/trials/{tid}/set", {
+            "values": {"lr": 0.12}, "force": True,
+            "guard": {"mode": "checkpoint", "watch_steps": 30}})
+        jz.wait_for(lambda: [i["state"] for i in interventions(jz, tid)] == ["watch"] and
+                    interventions(jz, tid)[0]["data"]["seen"] >= 2, 30, "the watch window")
+        kill_and_restart()
+        assert interventions(jz, tid)[0]["done"] == 0
+        th.join(45)
+        assert "r" in out, "no answer within the wait"
+        status, body, _ = out["r"]
+        assert status == 200, body
+        assert body["ack"]["guard"] == "kept" and body["ack"]["from_store"] is True, body
+        assert body["ack"]["trial"] == tid and body["ack"]["values"] == {"lr": 0.12}, body
+
+        # a waited fork: its decision, after a kill -9 before it
+        bad = http("POST", url + f"/api/trials/{tid}/fork",
+                   {"siblings": [{"lr": 0.01}], "wait": True, "wait_s": 0}, token=tok)
+        assert bad[0] == 400 and "wait_s" in bad[1]["message"], bad
+        th, out = post_in_thread(f"/api/trials/{tid}/fork", {
+            "siblings": [{"lr": 0.01}, {"lr": 0.1}], "force": True, "steps": 60,
+            "wait": True, "wait_s": 40})
+        jz.wait_for(lambda: interventions(jz, tid)[-1]["kind"] == "fork" and
+                    interventions(jz, tid)[-1]["state"] == "running", 30, "the siblings")
+        sibs = interventions(jz, tid)[-1]["data"]["siblings"]
+        jz.wait_for(lambda: all(jz.sql("SELECT COUNT(*) FROM metrics WHERE trial_id=?", s)
+                                [0][0] > 0 for s in sibs), 30, "the siblings' reports")
+        kill_and_restart()
+        assert interventions(jz, tid)[-1]["done"] == 0
+        th.join(45)
+        assert "r" in out, "no answer within the wait"
+        status, body, _ = out["r"]
+        assert status == 200, body
+        ack = body["ack"]
+        assert ack["fork"] == "decided" and ack["from_store"] is True, body
+        assert ack["decision"]["best"] == sibs[1] and ack["siblings"] == sibs, body
+    finally:
+        web.kill()
+        stop(disp, *reversed(ctls))
