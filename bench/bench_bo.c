@@ -16,6 +16,15 @@
                                            {"n","cold_ms","warm_ms"}; METHOD
                                            (default bo) e.g. bo{"local":1}
                                            to time the end-game's search
+      bench_bo latency-told N1,N2,.. [REPEATS [METHOD]]
+                                           the same, but the N observations
+                                           are the scheduler's own
+                                           suggestions, evaluated and told
+                                           in order (no warm start):
+                                           {"n","cold_ms","warm_ms",
+                                           "tell_mean_ms","tell_max_ms"}: the
+                                           mean and slowest on_complete of
+                                           the run
       bench_bo importance < JSON           parameter importance (importance.h)
                                            of {"space": {...}, "trials":
                                            [{"params": {...}, "value": y}]}:
@@ -369,6 +378,62 @@ static int s_latency(int n, int repeats, const char *method)
 }
 
 /* Reads {"space", "trials"} from stdin and prints the importances. */
+/* The scheduler's own n suggestions of Hartmann-6, each evaluated and told
+   before the next (as a sequential study runs; no warm start), then
+   `repeats` + 1 more timed like s_latency's; every on_complete (where
+   cmaes updates its distribution) is timed too: their mean and the
+   slowest. */
+static int s_latency_told(int n, int repeats, const char *method)
+{
+    const s_func *f = s_find("hartmann6");
+    spec_t *sp = s_spec(f, method, 1, 1000000);
+    char err[256];
+    sched_t *s = sp ? sched_new(sp, err, sizeof err) : NULL;
+    if (!s) {
+        spec_destroy(&sp);
+        return -1;
+    }
+    double *ms = malloc(sizeof(double) * (size_t)(repeats + 1)), tell_max = 0,
+           tell_sum = 0;
+    int rc = ms ? 0 : -1;
+    for (long k = 0; rc == 0 && k < n + repeats + 1; k++) {
+        json_t *p = NULL;
+        double x[6], t0 = util_now();
+        if (s_get(s, k + 1, &p) != SCHED_OK || s_params_x(p, 6, x) != 0) {
+            json_decref(p);
+            rc = -1;
+            break;
+        }
+        if (k >= n)
+            ms[k - n] = 1e3 * (util_now() - t0);
+        double v = f->f(x, 6);
+        t0 = util_now();
+        if (s->ops->on_complete)
+            s->ops->on_complete(s, k + 1, p, SCHED_COMPLETED, v);
+        double tms = 1e3 * (util_now() - t0);
+        tell_max = fmax(tell_max, tms);
+        tell_sum += tms;
+        json_decref(p);
+    }
+    if (rc == 0) {
+        for (int i = 2; i <= repeats; i++) /* the warm ones sorted */
+            for (int j = i; j > 1 && ms[j] < ms[j - 1]; j--) {
+                double t = ms[j];
+                ms[j] = ms[j - 1];
+                ms[j - 1] = t;
+            }
+        double warm = repeats > 0 ? ms[1 + (repeats - 1) / 2] : NAN;
+        printf("{\"n\":%d,\"cold_ms\":%.3f,\"warm_ms\":%.3f,\"tell_mean_ms\":%.4f,"
+               "\"tell_max_ms\":%.3f}\n",
+               n, ms[0], warm, tell_sum / (n + repeats + 1), tell_max);
+        fflush(stdout);
+    }
+    free(ms);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+    return rc;
+}
+
 static int s_importance(void)
 {
     json_error_t je;
@@ -427,7 +492,7 @@ static int s_usage(void)
 {
     fprintf(stderr,
             "usage: bench_bo eval FUNC X1..Xd | run FUNC METHOD EVALS SEED0 NSEEDS | "
-            "latency N1,N2,.. [REPEATS [METHOD]] | importance < JSON\n");
+            "latency[-told] N1,N2,.. [REPEATS [METHOD]] | importance < JSON\n");
     return 2;
 }
 
@@ -454,12 +519,15 @@ int main(int argc, char **argv)
                 return 1;
         return 0;
     }
-    if (argc >= 3 && argc <= 5 && !strcmp(argv[1], "latency")) {
+    if (argc >= 3 && argc <= 5 &&
+        (!strcmp(argv[1], "latency") || !strcmp(argv[1], "latency-told"))) {
         const char *method = argc == 5 ? argv[4] : "bo";
-        int repeats = argc >= 4 ? atoi(argv[3]) : 3;
+        int repeats = argc >= 4 ? atoi(argv[3]) : 3, told = argv[1][7] == '-';
+        if (repeats < 0)
+            return s_usage();
         char *save = NULL, *list = strdup(argv[2]);
         for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save))
-            if (s_latency(atoi(t), repeats, method) != 0) {
+            if ((told ? s_latency_told : s_latency)(atoi(t), repeats, method) != 0) {
                 free(list);
                 return 1;
             }

@@ -5,8 +5,10 @@
     The search runs on the unit cube: one dimension per parameter on the
     scale of spec_param_to_unit (log for log parameters, an int or a choice
     owning a cell; consts take none). A generation of lambda points is
-    drawn from N(m, sigma^2 C), each redrawn up to 100 times until it lies
-    in [0, 1]^D and then clipped, and decoded with spec_param_from_unit, so
+    drawn from N(m, sigma^2 C) by orthogonal sampling (blocks of D points
+    whose steps are orthogonal in C's metric; up to 100 dimensions), a
+    point outside [0, 1]^D redrawn independently up to 100 times and then
+    clipped, and decoded with spec_param_from_unit, so
     ints, choices and quantised values are legal (their dimensions keep an
     sd of at least a quarter of a cell, so a plateau cannot freeze them);
     inactive conditional
@@ -51,6 +53,9 @@
 #define S_MAXCOND 1e14    /* C's condition number */
 #define S_MAX_LAMBDA 4096 /* IPOP stops doubling here */
 #define S_MAX_FULL 100    /* beyond, "separable" defaults to true */
+#ifndef S_MAX_ORTH
+#define S_MAX_ORTH 100 /* beyond, points are drawn independently (D^3 a block) */
+#endif
 
 typedef struct {
     long trial;
@@ -82,6 +87,11 @@ typedef struct {
     double *B;    /* D x D: eigenvectors of C (columns); derived from C */
     double *ev;   /* D: sqrt of C's eigenvalues; derived from C */
     double *wk;   /* 3 x D scratch */
+    /* the orthogonal block being drawn from (s_block); derived */
+    double *ob;   /* D x D: orthonormal directions (rows) */
+    double *olen; /* D: their lengths */
+    int ob_valid, ob_restart, ob_gen;
+    long ob_blk;
     /* this generation's results: x (lambda x D) and f (lambda) */
     double *gx, *gf;
     int ngot;
@@ -173,27 +183,95 @@ static int s_start(sched_cmaes *c, const double *m0)
     return s_eigen(c);
 }
 
-/* Point `idx` of the current generation into x (D). */
-static void s_draw(const sched_cmaes *c, long idx, double *x)
+/* The orthogonal block of point idx (see s_draw) into c->ob and c->olen,
+   unless it is there already: D directions from Gram-Schmidt on D x D
+   Gaussian numbers of the block's stream, D lengths |N(0, I)|. */
+static void s_block(sched_cmaes *c, long idx)
+{
+    int D = c->D;
+    long blk = idx / D;
+    if (c->ob_valid && c->ob_restart == c->restart && c->ob_gen == c->gen &&
+        c->ob_blk == blk)
+        return;
+    sched_rng r;
+    sched_rng_seed(&r, (unsigned long long)c->base.spec->seed,
+                   (2ULL << 56) ^ ((unsigned long long)c->restart << 40) ^
+                       ((unsigned long long)c->gen << 20) ^ (unsigned long long)blk);
+    double *Q = c->ob;
+    for (int i = 0; i < D * D; i++)
+        Q[i] = s_gauss(&r);
+    for (int j = 0; j < D; j++) { /* modified Gram-Schmidt, row by row */
+        double *q = Q + (size_t)j * D, nq = 0;
+        for (int i = 0; i < j; i++) {
+            const double *p = Q + (size_t)i * D;
+            double d = 0;
+            for (int t = 0; t < D; t++)
+                d += p[t] * q[t];
+            for (int t = 0; t < D; t++)
+                q[t] -= d * p[t];
+        }
+        for (int t = 0; t < D; t++)
+            nq += q[t] * q[t];
+        nq = sqrt(nq);
+        for (int t = 0; t < D; t++) /* a null row (probability 0): an axis */
+            q[t] = nq > 1e-300 ? q[t] / nq : t == j;
+    }
+    for (int j = 0; j < D; j++) {
+        double len = 0;
+        for (int t = 0; t < D; t++) {
+            double g = s_gauss(&r);
+            len += g * g;
+        }
+        c->olen[j] = sqrt(len);
+    }
+    c->ob_valid = 1;
+    c->ob_restart = c->restart;
+    c->ob_gen = c->gen;
+    c->ob_blk = blk;
+}
+
+/* x = m + sigma B diag(ev) z, clipped to nothing; whether it lies in the
+   cube. */
+static int s_place(const sched_cmaes *c, const double *z, double *x)
+{
+    int D = c->D, in = 1;
+    for (int i = 0; i < D; i++) {
+        double y = 0;
+        for (int j = 0; j < D; j++)
+            y += c->B[i * D + j] * c->ev[j] * z[j];
+        x[i] = c->m[i] + c->sigma * y;
+        in &= x[i] >= 0 && x[i] <= 1;
+    }
+    return in;
+}
+
+/* Point `idx` of the current generation into x (D). Orthogonal sampling
+   (Wang, Emmerich and Baeck 2014): the points of a generation come in
+   blocks of D whose steps z are orthogonal, each of a chi-distributed
+   length, so each is still N(0, I) alone but a block covers every
+   direction once (measured: faster convergence at 1000 evaluations,
+   docs/bench.md). A point outside the cube is redrawn independently, up
+   to S_RESAMPLE times, then clipped. */
+static void s_draw(sched_cmaes *c, long idx, double *x)
 {
     int D = c->D;
     double *z = c->wk;
+    if (D > 1 && D <= S_MAX_ORTH) {
+        s_block(c, idx);
+        const double *q = c->ob + (size_t)(idx % D) * D;
+        for (int i = 0; i < D; i++)
+            z[i] = c->olen[idx % D] * q[i];
+        if (s_place(c, z, x))
+            return;
+    }
     sched_rng r;
     sched_rng_seed(&r, (unsigned long long)c->base.spec->seed,
                    (1ULL << 56) ^ ((unsigned long long)c->restart << 40) ^
                        ((unsigned long long)c->gen << 20) ^ (unsigned long long)idx);
     for (int t = 0; t < S_RESAMPLE; t++) {
         for (int i = 0; i < D; i++)
-            z[i] = c->ev[i] * s_gauss(&r);
-        int in = 1;
-        for (int i = 0; i < D; i++) {
-            double y = 0;
-            for (int j = 0; j < D; j++)
-                y += c->B[i * D + j] * z[j];
-            x[i] = c->m[i] + c->sigma * y;
-            in &= x[i] >= 0 && x[i] <= 1;
-        }
-        if (in)
+            z[i] = s_gauss(&r);
+        if (s_place(c, z, x))
             return;
     }
     for (int i = 0; i < D; i++)
@@ -724,6 +802,7 @@ static void s_destroy(sched_t *s)
     free(c->m), free(c->C), free(c->pc), free(c->ps), free(c->B), free(c->ev),
         free(c->wk);
     free(c->gx), free(c->gf), free(c->hist), free(c->warm_x);
+    free(c->ob), free(c->olen);
     free(c);
 }
 
@@ -818,12 +897,16 @@ sched_t *sched_cmaes_new(const spec_t *spec, char *err, size_t errsize)
     c->B = malloc(sizeof(double) * nd * nd);
     c->ev = malloc(sizeof(double) * nd);
     c->wk = malloc(sizeof(double) * 3 * nd);
+    if (D <= S_MAX_ORTH) {
+        c->ob = malloc(sizeof(double) * nd * nd);
+        c->olen = malloc(sizeof(double) * nd);
+    }
     c->gx = malloc(sizeof(double) * (size_t)c->lambda * nd);
     c->gf = malloc(sizeof(double) * (size_t)c->lambda);
     c->hist = malloc(sizeof(double) * (size_t)H);
     c->caphist = H;
     if (!c->dim || !c->m || !c->C || !c->pc || !c->ps || !c->B || !c->ev || !c->wk ||
-        !c->gx || !c->gf || !c->hist) {
+        !c->gx || !c->gf || !c->hist || (D <= S_MAX_ORTH && (!c->ob || !c->olen))) {
         snprintf(err, errsize, "out of memory");
         s_destroy(&c->base);
         return NULL;
