@@ -1,20 +1,34 @@
 """make bench-torch: what jizhi.torch costs a PyTorch training loop.
 
+0. ctl.step alone, in microseconds per call (robust to load: no training
+   around it): on one process standalone (reports to stderr), as a study's
+   trial (polls the helper, reports to a controller every 10 steps), and
+   on 2 gloo ranks, looking at the instructions at every call
+   (sync_every=1: one all-reduce each) and at the default cadence
+   (sync_ms=10) with 1 ms of other work per step.
 1. Overhead: the example's loop (examples/torch/train.py's CNN on
    Fashion-MNIST, one thread) with and without jizhi.torch, in one process
    in alternating blocks of 50 steps (--rounds), at the default report
-   interval (10 steps); then whole runs of train.py, --no-jizhi against a
-   trial of a real study (reports go to a controller), median steps/s of
-   --runs each (noisier on a shared machine). Goal: <= 1 % overhead
-   (ratio >= 0.99).
+   interval (10 steps); then whole runs of train.py, alternating: --no-jizhi
+   as a study's trial (the same controller, dispatcher and helper thread;
+   train.py without jizhi.torch), and the same with jizhi.torch, median
+   steps/s of --runs each (noisier on a shared machine); also --no-jizhi run
+   on its own, outside any study (the environment's share). Goal: <= 1 %
+   overhead of jizhi.torch (ratio >= 0.99).
 2. Latency: a 2-rank gloo DDP trial (bench/torch_ddp_trial.py, its ranks
    started as torchrun would) under a real controller; `jizhi trial set lr`
    N times; the time from just before the CLI starts to the new lr being in
-   BOTH ranks' optimizers (each rank logs the wall time it saw it). Goal:
-   p99 <= one training step + 20 ms.
+   BOTH ranks' optimizers (each rank logs the wall time it saw it), split
+   into the CLI's own run (start to exit: process start, request, the
+   controller's commit and reply), to rank 0 taking it from the helper, to
+   both optimizers. Goal: p99 <= one training step + 20 ms.
+
+Each part prints the load averages around it: numbers from a loaded
+machine (load above the 2 cores) say little.
 
 Runs on Debian's python3 (python3-torch); BUILD names the build folder.
-Usage: bench/torch_bench.py [--runs 3] [--sets 40] [--steps 300]
+Usage: bench/torch_bench.py [--runs 3] [--sets 40] [--steps 300] [--rounds 20]
+       [--parts micro,overhead,runs,latency]
 """
 import argparse
 import glob
@@ -161,47 +175,156 @@ def overhead_child(rounds, block):
     print(json.dumps({"without": n / spent[0], "with": n / spent[1]}))
 
 
+def load():
+    return "load %.1f %.1f %.1f" % os.getloadavg()
+
+
+MICRO_CALLS = 20000
+
+
+def micro_child(mode):
+    """ctl.step(loss=...) alone, MICRO_CALLS times, report_every=10; prints
+    JSON: microseconds per call (on rank 0 for ddp)."""
+    sys.path.insert(0, os.path.join(ROOT, "trial_helper", "python"))
+    import torch
+    import jizhi
+    import jizhi.torch
+    torch.set_num_threads(1)
+    if mode == "ddp" and "RANK" not in os.environ:
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        procs = [subprocess.Popen([PY, __file__, "--micro-child", "ddp"],
+                                  env=dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+                 for r in range(2)]
+        sys.exit(max(p.wait() for p in procs))
+    out = {}
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loss = torch.tensor(1.0)
+    if mode == "ddp":
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        for name, opts, work in (("sync_every=1", {"sync_every": 1}, 0.0),
+                                 ("sync_ms=10, 1 ms steps", {}, 0.001)):
+            ctl = jizhi.torch.attach(None, opt, model=model, **opts)
+            n = 2000 if work else MICRO_CALLS // 4
+            spent = 0.0
+            for _ in range(n):
+                if work:  # the step's other work, not timed
+                    end = time.perf_counter() + work
+                    while time.perf_counter() < end:
+                        pass
+                t0 = time.perf_counter()
+                ctl.step(loss=loss)
+                spent += time.perf_counter() - t0
+            out[name] = {"us_per_call": spent / n * 1e6, "allreduces": ctl.syncs, "calls": n}
+            dist.barrier()
+        if dist.get_rank() == 0:
+            print(json.dumps(out), flush=True)
+        dist.destroy_process_group()
+        return
+    t = jizhi.Trial()
+    ctl = jizhi.torch.attach(t, opt, model=model)
+    for _ in range(1000):  # warm up: names checked once, first report
+        ctl.step(loss=loss)
+    t0 = time.perf_counter()
+    for _ in range(MICRO_CALLS):
+        ctl.step(loss=loss)
+    out["us_per_call"] = (time.perf_counter() - t0) / MICRO_CALLS * 1e6
+    print(json.dumps(out), flush=True)
+    t.close()
+
+
+def micro(d, args):
+    before = load()
+    env = dict(d.env, JIZHI_TORCH_QUIET="1")
+    p = subprocess.run([PY, __file__, "--micro-child", "standalone"], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=600)
+    alone = json.loads(p.stdout)["us_per_call"]
+    d.study("micro", [PY, __file__, "--micro-child", "lead"])
+    d.wait(lambda: d.sql("SELECT state FROM studies WHERE name='micro'")[0][0] == "finished",
+           600, "study micro")
+    (tid,) = d.sql("SELECT t.id FROM trials t JOIN studies s ON s.id=t.study_id "
+                   "WHERE s.name='micro'")[0]
+    with open(glob.glob(os.path.join(d.tmp, "logs", "micro", "trial-%d.*.out" % tid))[0]) as f:
+        lead = json.loads(f.read())["us_per_call"]
+    p = subprocess.run([PY, __file__, "--micro-child", "ddp"], env=env, stdout=subprocess.PIPE,
+                       text=True, timeout=600)
+    ddp = json.loads(p.stdout)
+    a, b = ddp["sync_every=1"], ddp["sync_ms=10, 1 ms steps"]
+    print("ctl.step(loss=...) alone, report every 10 (%s .. %s): standalone %.2f us/call; a "
+          "study's trial (polls, reports to the controller) %.2f us/call; 2 gloo ranks, "
+          "sync_every=1 %.1f us/call (%d all-reduces in %d calls); default sync_ms=10 with "
+          "1 ms steps %.1f us/call (%d all-reduces in %d calls)"
+          % (before, load(), alone, lead, a["us_per_call"], a["allreduces"], a["calls"],
+             b["us_per_call"], b["allreduces"], b["calls"]))
+    return {"standalone_us": alone, "trial_us": lead, "ddp": ddp}
+
+
 def overhead(d, args):
+    before = load()
     p = subprocess.run([PY, __file__, "--overhead-child", str(args.rounds)], env=d.env,
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                        timeout=900)
     if p.returncode:
         raise SystemExit("overhead child failed")
     r = json.loads(p.stdout)
-    print("torch overhead (in one process, %d alternating blocks of 50 steps each): without "
-          "jizhi.torch %.1f steps/s, with (report every 10) %.1f steps/s: ratio %.3f (goal >= 0.99)"
-          % (args.rounds, r["without"], r["with"], r["with"] / r["without"]))
+    print("torch overhead (in one process, %d alternating blocks of 50 steps each; %s .. %s): "
+          "without jizhi.torch %.1f steps/s, with (report every 10) %.1f steps/s: ratio %.3f "
+          "(goal >= 0.99)" % (args.rounds, before, load(), r["without"], r["with"],
+                              r["with"] / r["without"]))
     r["ratio"] = r["with"] / r["without"]
     return r
 
 
 def overhead_runs(d, args):
+    before = load()
     flags = ["--epochs", "1", "--train-subset", str(args.steps * 64), "--eval-every",
              "1000000000", "--val-size", "500", "--threads", "1"]
-    without, with_ = [], []
-    for i in range(args.runs):
-        p = subprocess.run([PY, TRAIN, "--no-jizhi", *flags], env=d.env, capture_output=True,
-                           text=True, timeout=600)
-        if p.returncode:
-            raise SystemExit(p.stderr)
-        without.append(steps_per_s(p.stdout))
-        name = "ovh%d" % i
-        d.study(name, [PY, TRAIN, *flags])
+    alone, without, with_ = [], [], []
+
+    def trial(name, extra):
+        d.study(name, [PY, TRAIN, *flags, *extra])
         d.wait(lambda: d.sql("SELECT state FROM studies WHERE name=?", name)[0][0] == "finished",
                600, "study " + name)
         (tid,) = d.sql("SELECT t.id FROM trials t JOIN studies s ON s.id=t.study_id "
                        "WHERE s.name=?", name)[0]
         logs = glob.glob(os.path.join(d.tmp, "logs", name, "trial-%d.*.out" % tid))
         with open(logs[0]) as f:
-            with_.append(steps_per_s(f.read()))
-    a, b = statistics.median(without), statistics.median(with_)
-    print("torch overhead: %d steps/run, %d runs each: without jizhi.torch %.1f steps/s, "
-          "with (a study's trial, report every 10) %.1f steps/s: ratio %.3f (goal >= 0.99)"
-          % (args.steps, args.runs, a, b, b / a))
-    return {"without": without, "with": with_, "ratio": b / a}
+            return steps_per_s(f.read())
+
+    for i in range(args.runs):
+        p = subprocess.run([PY, TRAIN, "--no-jizhi", *flags], env=d.env, capture_output=True,
+                           text=True, timeout=600)
+        if p.returncode:
+            raise SystemExit(p.stderr)
+        alone.append(steps_per_s(p.stdout))
+        # alternate which goes first, so a change of load hits both alike
+        for kind in (("without", "with") if i % 2 == 0 else ("with", "without")):
+            if kind == "without":
+                without.append(trial("plain%d" % i, ["--no-jizhi"]))
+            else:
+                with_.append(trial("ovh%d" % i, []))
+    a, b, c = statistics.median(without), statistics.median(with_), statistics.median(alone)
+    print("torch overhead: %d steps/run, %d runs each (%s .. %s): a study's trial without "
+          "jizhi.torch %.1f steps/s %s, with it (report every 10) %.1f steps/s %s: ratio %.3f "
+          "(goal >= 0.99); without, outside any study: %.1f steps/s %s (with/that %.3f)"
+          % (args.steps, args.runs, before, load(), a, _runs(without), b, _runs(with_), b / a,
+             c, _runs(alone), b / c))
+    return {"without": without, "with": with_, "alone": alone, "ratio": b / a,
+            "ratio_alone": b / c}
+
+
+def _runs(v):
+    return "(" + ", ".join("%.1f" % x for x in v) + ")"
 
 
 def latency(d, args):
+    before = load()
     log = os.path.join(d.tmp, "rank")
     d.study("lat", [PY, os.path.join(ROOT, "bench", "torch_ddp_trial.py")], {"LOG": log})
     q = ("SELECT COUNT(*), t.id FROM metrics m JOIN trials t ON t.id=m.trial_id JOIN studies s "
@@ -209,38 +332,47 @@ def latency(d, args):
     d.wait(lambda: d.sql(q)[0][0] >= 3, 120, "the DDP trial to report")
     tid = d.sql(q)[0][1]
 
-    def seen(r, lr):
+    def seen(suffix, lr):
         try:
-            with open("%s.%d" % (log, r)) as f:
+            with open(log + suffix) as f:
                 for line in f:
-                    v, t, _ = line.split()
+                    v, t = line.split()[:2]
                     if float(v) == lr:
                         return float(t)
         except FileNotFoundError:
             pass
         return None
 
-    lats = []
+    rows = []
     for i in range(args.sets):
         lr = round(0.02 + 0.0001 * (i + 1), 6)
         t0 = time.time()
         # outside the narrow space the study samples from: --force
         d.jizhi("trial", "set", str(tid), "lr=%r" % lr, "--no-wait", "--force")
-        d.wait(lambda: seen(0, lr) is not None and seen(1, lr) is not None, 30, "lr %r" % lr)
-        lats.append(max(seen(0, lr), seen(1, lr)) - t0)
+        t1 = time.time()
+        d.wait(lambda: seen(".0", lr) is not None and seen(".1", lr) is not None, 30, "lr %r" % lr)
+        rows.append((t1 - t0, seen(".poll", lr) - t0, max(seen(".0", lr), seen(".1", lr)) - t0))
         time.sleep(0.05)
     step = statistics.median(v for (v,) in d.sql(
         "SELECT value FROM metrics WHERE trial_id=? AND name='step_time_s'", tid))
     d.jizhi("trial", "stop", str(tid))
-    lats.sort()
-    p50 = lats[len(lats) // 2]
-    p99 = lats[min(len(lats) - 1, int(0.99 * len(lats)))]
+
+    def pct(k, q):
+        v = sorted(r[k] for r in rows)
+        return v[min(len(v) - 1, int(q * len(v)))]
+
+    p50, p99 = pct(2, 0.5), pct(2, 0.99)
     goal = step + 0.020
     print("torch set latency (2 gloo ranks, %d sets, `jizhi trial set --no-wait` start to the lr "
-          "in both optimizers): p50 %.1f ms, p99 %.1f ms; step %.1f ms, goal p99 <= %.1f ms: "
-          "ratio p99/goal %.3f" % (len(lats), p50 * 1e3, p99 * 1e3, step * 1e3, goal * 1e3,
-                                   p99 / goal))
-    return {"p50_s": p50, "p99_s": p99, "step_s": step, "ratio": p99 / goal}
+          "in both optimizers; %s .. %s): p50 %.1f ms, p99 %.1f ms; step %.1f ms, goal p99 <= "
+          "%.1f ms: ratio p99/goal %.3f. Split, p50/p99: the CLI's run %.1f/%.1f ms, to rank 0 "
+          "polling it %.1f/%.1f ms, to both optimizers %.1f/%.1f ms"
+          % (len(rows), before, load(), p50 * 1e3, p99 * 1e3, step * 1e3, goal * 1e3, p99 / goal,
+             pct(0, .5) * 1e3, pct(0, .99) * 1e3, pct(1, .5) * 1e3, pct(1, .99) * 1e3,
+             p50 * 1e3, p99 * 1e3))
+    return {"p50_s": p50, "p99_s": p99, "step_s": step, "ratio": p99 / goal,
+            "cli_p50_s": pct(0, .5), "cli_p99_s": pct(0, .99), "polled_p50_s": pct(1, .5),
+            "polled_p99_s": pct(1, .99)}
 
 
 def main():
@@ -249,10 +381,15 @@ def main():
     ap.add_argument("--sets", type=int, default=40)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--parts", default="micro,overhead,runs,latency")
     ap.add_argument("--overhead-child", type=int, default=0)
+    ap.add_argument("--micro-child", default="")
     args = ap.parse_args()
     if args.overhead_child:
         overhead_child(args.overhead_child, 50)
+        return
+    if args.micro_child:
+        micro_child(args.micro_child)
         return
     try:
         import torch  # noqa: F401
@@ -263,8 +400,14 @@ def main():
     env = env_base(tmp)
     d = Daemons(tmp, env)
     try:
-        out = {"overhead": overhead(d, args), "overhead_runs": overhead_runs(d, args),
-               "latency": latency(d, args)}
+        parts = {"micro": micro, "overhead": overhead, "runs": overhead_runs,
+                 "latency": latency}
+        out = {}
+        for name in args.parts.split(","):
+            if name not in parts:
+                raise SystemExit("bench-torch: --parts: unknown part %r (micro, overhead, runs, "
+                                 "latency)" % name)
+            out[name] = parts[name](d, args)
         print(json.dumps(out))
     finally:
         d.close()

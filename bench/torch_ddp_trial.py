@@ -2,7 +2,9 @@
 ranks started here as torchrun would (rank 1 without a trial identity, as
 libjizhi runs on ranks other than 0). Each rank appends "lr wall-time step"
 to $LOG.<rank> when its optimizer's lr changes, so the bench sees when a
-`trial set lr` reached both optimizers."""
+`trial set lr` reached both optimizers; rank 0 also appends "value
+wall-time" to $LOG.poll when it takes an instruction from the helper (the
+bench's split of the latency)."""
 import os
 import socket
 import subprocess
@@ -43,6 +45,18 @@ t = jizhi.Trial()
 net = nn.parallel.DistributedDataParallel(Net(8))
 opt = torch.optim.SGD(net.parameters(), lr=t.param("lr", 0.01), momentum=0.9)
 ctl = jizhi.torch.attach(t, opt, model=net)
+if rank == 0:
+    polled = open(os.environ["LOG"] + ".poll", "a")
+    _next = ctl._next
+
+    def _traced():
+        msg, ins = _next()
+        if msg is not None:
+            polled.write("%r %.6f\n" % (msg.get("value"), time.time()))
+            polled.flush()
+        return msg, ins
+
+    ctl._next = _traced
 log = open("%s.%d" % (os.environ["LOG"], rank), "a")
 last = None
 for x, y in ctl.loader(fashion_mnist("train", 4096), batch_size=32, shuffle=True, epochs=10000):

@@ -25,15 +25,21 @@ as refused with the reason. A restarted trial (`pause --release` and
 from $JIZHI_LOAD_CHECKPOINT: attach() loads it.
 
 Under DDP (torch.distributed initialised, world size > 1) only rank 0 polls
-the controller and reports; at each step rank 0 broadcasts whether an
-instruction is pending (one 8-byte broadcast), then each instruction, and
-every rank applies it at the same step; rank 0 acknowledges it once every
-rank has (a refusal on any rank refuses it).
+the controller and reports. The ranks meet in one small all-reduce (the
+"sync box", _BOX_WORDS int64) at most once per `sync_ms` of training and at
+least once every step it is longer: rank 0 puts in the pending instruction
+(JSON, when it fits; else its length, and a second all-reduce carries it)
+and the number of steps to the next sync; every rank applies it at that
+step, and the next box, at once, carries each rank's refusal back, so rank
+0 acknowledges it once every rank has (a refusal on any rank refuses it).
+A step without an instruction costs no collective, or one small one.
 
 This module imports torch; `import jizhi` alone does not. docs/helper-api.md
 (PyTorch) is the guided tour.
 """
 
+import ctypes
+import json
 import math
 import os
 import random
@@ -43,7 +49,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import JizhiError
+from . import Instruction, JizhiError, Trial, _CInstruction
 
 __all__ = ["attach", "Controller"]
 
@@ -51,11 +57,17 @@ _FORMAT = "jizhi.torch/1"
 _BUILTIN = ("lr", "momentum", "weight_decay", "betas", "beta1", "beta2", "eps", "batch_size")
 _LR_RULES = ("none", "linear", "sqrt", "adascale")
 _PAUSE_POLL_S = 0.2
+# The sync box (DDP): [payload bytes, refusals, steps to the next sync,
+# more follows] then the payload, JSON packed into int64 words. A set or
+# a checkpoint fits; a load with many params takes a second all-reduce.
+_BOX_HEAD = 4
+_BOX_WORDS = 64
+_SYNC_K_MAX = 1000
 
 
 def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_every=10,
            lr_scaling="none", noise_scale=None, handlers=None, keep_checkpoints=3,
-           sync_every=1, extra_state=None, resume=True):
+           sync_ms=10.0, sync_every=None, extra_state=None, resume=True):
     """Attaches live control to a training loop; returns a Controller.
 
     trial:        a jizhi.Trial (on DDP ranks other than 0 it is not used)
@@ -70,15 +82,22 @@ def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_
                   (called on every rank; False or an exception refuses it;
                   None accepts it: read the value from ctl.params)
     keep_checkpoints: how many of its own checkpoint files to keep (None: all)
-    sync_every:   steps between looks at the instructions (1)
+    sync_ms:      under DDP, the ranks meet to look at the instructions at
+                  most once per sync_ms milliseconds of training, at least
+                  once every step it is longer (rank 0 measures the steps):
+                  the cost of a step without an instruction is one small
+                  all-reduce per max(step, sync_ms), and an instruction waits
+                  at most that long for its step (10; 0: every step)
+    sync_every:   a fixed number of steps between looks instead (None: every
+                  step on one process, sync_ms's cadence under DDP)
     extra_state:  {name: object with state_dict()/load_state_dict()} saved too
     resume:       load $JIZHI_LOAD_CHECKPOINT when set (a restarted trial)
     Raises ValueError for bad options."""
     return Controller(trial, optimizer, model=model, scaler=scaler, scheduler=scheduler,
                       report_every=report_every, lr_scaling=lr_scaling,
                       noise_scale=noise_scale, handlers=handlers,
-                      keep_checkpoints=keep_checkpoints, sync_every=sync_every,
-                      extra_state=extra_state, resume=resume)
+                      keep_checkpoints=keep_checkpoints, sync_ms=sync_ms,
+                      sync_every=sync_every, extra_state=extra_state, resume=resume)
 
 
 class _Refused(Exception):
@@ -98,6 +117,20 @@ def _number(name, value, low=None, high=None, low_open=False, high_open=False):
         raise _Refused("%s: %r is out of range (must be %s %g)"
                        % (name, value, "<" if high_open else "<=", high))
     return v
+
+
+def _words(n):
+    return (n + 7) // 8
+
+
+def _pack(data):
+    """bytes -> an int64 tensor of their 8-byte words (zero padded)."""
+    return torch.frombuffer(bytearray(data) + bytes(-len(data) % 8), dtype=torch.int64)
+
+
+def _unpack(words, n):
+    """The first n bytes of an int64 tensor's words, as text."""
+    return bytes(words.cpu().view(torch.uint8).tolist()[:n]).decode()
 
 
 def _lr_gain(rule, b0, b, noise_scale):
@@ -198,7 +231,8 @@ class Controller:
 
     def __init__(self, trial, optimizer, model=None, scaler=None, scheduler=None, *,
                  report_every=10, lr_scaling="none", noise_scale=None, handlers=None,
-                 keep_checkpoints=3, sync_every=1, extra_state=None, resume=True):
+                 keep_checkpoints=3, sync_ms=10.0, sync_every=None, extra_state=None,
+                 resume=True):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ValueError("jizhi.torch.attach: optimizer must be a torch.optim.Optimizer, "
                              "not %s" % type(optimizer).__name__)
@@ -208,9 +242,13 @@ class Controller:
         if lr_scaling == "adascale" and not (noise_scale and noise_scale > 0):
             raise ValueError("jizhi.torch.attach: lr_scaling='adascale' needs noise_scale "
                              "(the gradient noise scale B_simple, > 0)")
-        if int(report_every) < 0 or int(sync_every) < 1:
+        if int(report_every) < 0 or (sync_every is not None and int(sync_every) < 1):
             raise ValueError("jizhi.torch.attach: report_every must be >= 0 and "
-                             "sync_every >= 1")
+                             "sync_every >= 1 (or None)")
+        if isinstance(sync_ms, bool) or not isinstance(sync_ms, (int, float)) or \
+                not sync_ms >= 0 or not math.isfinite(sync_ms):
+            raise ValueError("jizhi.torch.attach: sync_ms must be a number >= 0, not %r"
+                             % (sync_ms,))
         if keep_checkpoints is not None and int(keep_checkpoints) < 1:
             raise ValueError("jizhi.torch.attach: keep_checkpoints must be >= 1 or None")
         self.trial = trial
@@ -223,7 +261,8 @@ class Controller:
         self.noise_scale = noise_scale
         self.handlers = dict(handlers or {})
         self.keep_checkpoints = keep_checkpoints
-        self.sync_every = int(sync_every)
+        self.sync_every = None if sync_every is None else int(sync_every)
+        self.sync_ms = float(sync_ms)
         self.extra_state = dict(extra_state or {})
 
         self.ddp = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -232,7 +271,7 @@ class Controller:
         self._dev = torch.device("cpu")
         if self.ddp and dist.get_backend() == "nccl":
             self._dev = torch.device("cuda", torch.cuda.current_device())
-        self._flag = torch.zeros(1, dtype=torch.int64, device=self._dev)
+        self._box = torch.zeros(_BOX_WORDS, dtype=torch.int64, device=self._dev)
 
         self.global_step = 0
         self.stopped = False
@@ -243,8 +282,14 @@ class Controller:
         self._b0 = None  # the first loader's batch size: lr_scaling's reference
         self._lr_scale = 1.0
         self._saved = []  # our checkpoint files, oldest first
-        self._loss_sum = 0.0
+        self._loss_sum = 0.0  # a float, plus a tensor for losses not on the CPU
         self._loss_n = 0
+        self._calls = 0  # step() calls: the same on every rank
+        self._sync_at = 1  # the call that looks at the instructions next
+        self._sync_k = 1  # calls between the last two looks
+        self._sync_t = None  # rank 0: perf_counter() at the end of the last look
+        self._refused = None  # DDP: this rank's outcome of the instruction applied
+        self.syncs = 0  # collectives jizhi.torch ran at ctl.step (for the curious)
         self._t_last = time.perf_counter()
         self._step_last = 0
         self.last_checkpoint = None
@@ -253,8 +298,16 @@ class Controller:
         self._lr = base[0]
         self._ratio = [b / base[0] if base[0] else 1.0 for b in base]
         self._lead = self.rank == 0 and trial is not None and not trial.standalone
+        # a real jizhi.Trial: poll and report through libjizhi directly (one
+        # ctypes call, no generator, names encoded once)
+        self._fast = None
+        if self._lead and type(trial) is Trial:
+            self._fast = (trial._lib.jz_poll, trial._lib.jz_report, trial._h)
+            self._cins = _CInstruction()
+            self._cins_ref = ctypes.byref(self._cins)
+        self._names = {}  # metric name -> its bytes, checked once
         params = trial.params if (self.rank == 0 and trial is not None) else None
-        self.params = self._bcast(params) if self.ddp else (params or {})
+        self.params = (self._bcast(params) if self.ddp else params) or {}
 
         path = os.environ.get("JIZHI_LOAD_CHECKPOINT") if resume else None
         if path:
@@ -312,12 +365,18 @@ class Controller:
         else:
             self.global_step += 1
         if loss is not None:
-            self._loss_sum += loss.detach() if torch.is_tensor(loss) else float(loss)
+            if type(loss) is float or type(loss) is int:
+                self._loss_sum += loss
+            elif loss.device.type == "cpu":
+                self._loss_sum += loss.item()  # no device to wait for: cheaper than a tensor add
+            else:
+                self._loss_sum = self._loss_sum + loss.detach()  # no sync with the device
             self._loss_n += 1
         if self.report_every and self.global_step % self.report_every == 0:
             self._report(metrics)
             metrics = None
-        if self.global_step % self.sync_every == 0:
+        self._calls += 1
+        if self._calls >= self._sync_at:
             self._sync()
         if self.stopped:
             if metrics is not None or self._loss_n:
@@ -333,7 +392,7 @@ class Controller:
         if self.rank != 0 or self.trial is None:
             return True
         vals = {k: float(v.item() if torch.is_tensor(v) else v) for k, v in metrics.items()}
-        return self.trial.report(self.global_step, **vals)
+        return self._put(vals)
 
     @property
     def lr(self):
@@ -451,51 +510,119 @@ class Controller:
     # ---- instructions ---------------------------------------------------------
 
     def _sync(self):
-        """Takes the pending instructions one by one (rank 0 polls; under DDP
-        it broadcasts a flag, then the instruction) and applies each on every
-        rank. While paused, loops here."""
-        while True:
-            msg = self._next() if self.rank == 0 else None
-            if self.ddp:
-                self._flag.fill_(1 if msg is not None else 0)
-                dist.broadcast(self._flag, 0)
-                if self._flag.item():
-                    msg = self._bcast(msg)
-            if msg is None:
-                if not self._paused:
-                    return
-                time.sleep(_PAUSE_POLL_S)
-                continue
-            detail = self._apply(msg)
-            if self.ddp:
-                self._flag.fill_(0 if detail is None else 1)
-                dist.all_reduce(self._flag)
-                refused = int(self._flag.item())
-                if refused and detail is None:
-                    detail = "refused on %d of %d ranks" % (refused, self.world_size)
-            if self.rank == 0 and self._ins is not None:
-                if msg["kind"] == "checkpoint" and detail is None:
-                    pass  # checkpoint_done acknowledged it
-                else:
-                    self.trial.ack(self._ins, detail is None, detail)
-                self._ins = None
-            if self.stopped:
-                return
+        """Takes the pending instructions one by one and applies each on
+        every rank, then sets the call of the next look. While paused, loops
+        here."""
+        if self.ddp:
+            self._sync_ddp()
+        else:
+            while True:
+                msg, ins = self._next()
+                if msg is None:
+                    if not self._paused:
+                        break
+                    time.sleep(_PAUSE_POLL_S)
+                    continue
+                self._finish(msg, ins, self._apply(msg), 0)
+                if self.stopped:
+                    break
+        k = self.sync_every or self._sync_k
+        self._sync_at = self._calls + k
 
-    _ins = None
+    def _sync_ddp(self):
+        """The DDP look (every rank, at the same call): one all-reduce of the
+        sync box per round. Rank 0 fills in the next instruction (or none)
+        and, when none, the steps to the next look; every rank adds whether
+        it refused the instruction of the round before, which rank 0 then
+        acknowledges. A round with an instruction is followed at once by
+        another (its refusals, and the next instruction if any)."""
+        box = self._box
+        msg = ins = None  # the instruction applied in the round before (rank 0: its ack)
+        while True:
+            head = [0, 0, 0, 0]
+            data = nxt = nins = None
+            if self.rank == 0:
+                if not self.stopped:
+                    nxt, nins = self._next()
+                if nxt is not None:
+                    data = json.dumps(nxt, separators=(",", ":")).encode()
+                    head[0] = len(data)
+                elif not self._paused:
+                    head[2] = self._cadence()
+            if msg is not None and self._refused is not None:
+                head[1] = 1
+            box.zero_()
+            if data is not None and len(data) <= 8 * (_BOX_WORDS - _BOX_HEAD):
+                box[_BOX_HEAD:_BOX_HEAD + _words(len(data))] = _pack(data).to(box.device)
+            box[:_BOX_HEAD] = torch.tensor(head, dtype=torch.int64)
+            dist.all_reduce(box)
+            self.syncs += 1
+            n, refused, k, _ = box[:_BOX_HEAD].tolist()
+            if msg is not None:
+                self._finish(msg, ins, self._refused, refused)
+                msg = ins = None
+            if n == 0:
+                if self._paused and not self.stopped:
+                    time.sleep(_PAUSE_POLL_S)
+                    continue
+                self._sync_k = max(1, min(_SYNC_K_MAX, int(k)))
+                if self.rank == 0:
+                    self._sync_t = time.perf_counter()
+                return
+            if n <= 8 * (_BOX_WORDS - _BOX_HEAD):
+                words = box[_BOX_HEAD:_BOX_HEAD + _words(n)]
+            else:  # too long for the box: a second all-reduce of its size
+                words = torch.zeros(_words(n), dtype=torch.int64, device=box.device)
+                if self.rank == 0:
+                    words.copy_(_pack(data).to(box.device))
+                dist.all_reduce(words)
+                self.syncs += 1
+            msg, ins = json.loads(_unpack(words, n)), nins
+            self._refused = self._apply(msg)
+
+    def _cadence(self):
+        """Rank 0: steps to the next look, from the time per step since the
+        last one: sync_ms of training, at least 1."""
+        now = time.perf_counter()
+        k = 1
+        if self._sync_t is not None and self.sync_ms > 0:
+            per = (now - self._sync_t) / self._sync_k
+            if per > 0:
+                k = int(self.sync_ms / 1000.0 / per)
+        return max(1, min(_SYNC_K_MAX, k))
+
+    def _finish(self, msg, ins, detail, refused):
+        """Rank 0 acknowledges an applied instruction `ins`: refused when
+        `detail` (this rank's reason) or `refused` (how many ranks refused)
+        says so."""
+        if refused and detail is None:
+            detail = "jizhi.torch: refused on %d of %d ranks" % (refused, self.world_size)
+        if ins is not None:
+            if msg["kind"] == "checkpoint" and detail is None:
+                pass  # checkpoint_done acknowledged it
+            else:
+                self.trial.ack(ins, detail is None, detail)
 
     def _next(self):
-        """Rank 0: the next instruction as a plain dict, or None."""
+        """Rank 0: the next instruction as a plain dict and the Instruction
+        (for its ack), or (None, None)."""
         if not self._lead:
-            return None
-        for ins in self.trial.poll():
-            self._ins = ins
-            msg = {"kind": ins.kind, "id": ins.id, "name": ins.name, "value": ins.value,
-                   "path": ins.path}
-            if ins.kind in ("set", "load"):
-                msg["params"] = self.trial.params
-            return msg
-        return None
+            return None, None
+        if self._fast is not None:
+            if self._fast[0](self._fast[2], self._cins_ref) != 1:
+                return None, None
+            ins = Instruction(self._cins)
+            self._cins = _CInstruction()  # the Instruction keeps the struct for its ack
+            self._cins_ref = ctypes.byref(self._cins)
+        else:
+            ins = next(iter(self.trial.poll()), None)
+            if ins is None:
+                return None, None
+        msg = {"kind": ins.kind, "id": ins.id, "name": ins.name, "value": ins.value,
+               "path": ins.path}
+        if ins.kind == "load":
+            msg["params"] = self.trial.params
+        return msg, ins
 
     def _apply(self, msg):
         """Applies one instruction on this rank. None, or why it was refused."""
@@ -503,6 +630,9 @@ class Controller:
         try:
             if "params" in msg:
                 self.params = msg["params"]
+            elif kind == "set":
+                self.params = dict(self.params)
+                self.params[msg["name"]] = msg["value"]
             if kind == "set":
                 self._set(msg["name"], msg["value"])
             elif kind == "checkpoint":
@@ -677,7 +807,23 @@ class Controller:
         self._t_last, self._step_last = now, self.global_step
         for k, v in (metrics or {}).items():
             vals[k] = float(v.item() if torch.is_tensor(v) else v)
-        self.trial.report(self.global_step, **vals)
+        self._put(vals)
+
+    def _put(self, vals):
+        """Rank 0: queues the points of `vals` at the current step (through
+        libjizhi directly for a real trial: each name is checked once)."""
+        if self._fast is None:
+            return self.trial.report(self.global_step, **vals)
+        report, h, ok = self._fast[1], self._fast[2], True
+        for k, v in vals.items():
+            name = self._names.get(k)
+            if name is None:
+                self.trial.report(self.global_step, **{k: v})  # checks the name, or raises
+                self._names[k] = k.encode()
+                continue
+            if report(h, self.global_step, name, v) != 0:
+                ok = False
+        return ok
 
     def _say(self, text):
         if os.environ.get("JIZHI_TORCH_QUIET"):

@@ -1,0 +1,204 @@
+"""jizhi.torch's DDP sync protocol (trial_helper/python/jizhi/torch.py),
+unit by unit, on two gloo ranks and no daemons: rank 0's trial is a
+scripted stand-in that hands out instructions at given calls and records
+the acknowledgements.
+
+- Every instruction is applied on both ranks at the same step, several in
+  one look, a refusal on rank 1 alone refuses it (with the count), a load
+  whose params do not fit the sync box arrives whole, stop ends both ranks
+  at the same step.
+- The cadence: with sync_every=4 the ranks meet exactly at calls 1, 5, 9...
+  in one all-reduce each (two in a row when an instruction is applied, the
+  second carrying the refusals); with sync_ms the looks are spaced by rank
+  0's measured step time, so a step without an instruction costs no
+  collective most of the time.
+
+Runs Debian's /usr/bin/python3 (python3-torch); skips without it.
+"""
+import json
+import os
+import socket
+import subprocess
+import textwrap
+
+import pytest
+
+PY = "/usr/bin/python3"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _has_torch():
+    try:
+        return subprocess.run([PY, "-c", "import torch.distributed"], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _has_torch(), reason="%s has no torch (python3-torch)" % PY)
+
+RANK = textwrap.dedent("""
+    import json, os, sys, time, types
+    import torch, torch.distributed as dist
+    import jizhi.torch
+
+    class Fake:
+        # rank 0's trial: instructions become pollable at a given call
+        standalone = False
+        def __init__(self, script, ckdir):
+            self.script = script  # [(call, kind, name, value, path)]
+            self.calls = 0
+            self.acks, self.done, self.reports = [], [], []
+            self.params = {"lr": 0.1}
+            self.checkpoint_dir = ckdir
+        def poll(self):
+            while self.script and self.script[0][0] <= self.calls:
+                c, kind, name, value, path = self.script.pop(0)
+                i = types.SimpleNamespace(kind=kind, id=len(self.acks) + len(self.done) + 1,
+                                          name=name, value=value, path=path)
+                if kind == "set":
+                    self.params[name] = value
+                if kind == "load":
+                    self.params.update({"k%03d" % j: j for j in range(120)})
+                yield i
+        def ack(self, ins, applied=True, detail=None):
+            self.acks.append([ins.id, ins.kind, ins.name, bool(applied), detail])
+            return True
+        def report(self, step, **vals):
+            self.reports.append([step, sorted(vals)])
+            return True
+        def checkpoint_done(self, step, path):
+            self.done.append([step, os.path.basename(path)])
+            return True
+        def flush(self, timeout_ms=10000):
+            return True
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    out = {}
+    for case in json.loads(os.environ["CASES"]):
+        model = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        fake = Fake([tuple(x) for x in case["script"]], os.environ["CKDIR"]) if rank == 0 else None
+        refuse = (lambda v: rank != 1)  # rank 1 refuses `set dropout`
+        ctl = jizhi.torch.attach(fake, opt, model=model, report_every=0,
+                                 handlers={"dropout": refuse}, **case["opts"])
+        seen, looks = [], []
+        for call in range(1, case["calls"] + 1):
+            if fake is not None:
+                fake.calls = call
+            before = ctl.syncs
+            ok = ctl.step()
+            g = opt.param_groups[0]
+            seen.append([ctl.global_step, g["lr"], g["momentum"]])
+            if ctl.syncs != before:
+                looks.append([call, ctl.syncs - before])
+            if not ok:
+                break
+            time.sleep(case.get("sleep", 0))
+        out[case["name"]] = {"seen": seen, "looks": looks, "params": ctl.params,
+                             "acks": fake.acks if fake else None,
+                             "done": fake.done if fake else None}
+    with open(os.environ["OUT"] + ".%d" % rank, "w") as f:
+        json.dump(out, f)
+    dist.destroy_process_group()
+""")
+
+
+def run_ranks(tmp_path, cases):
+    prog = tmp_path / "rank.py"
+    prog.write_text(RANK)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    out = str(tmp_path / "out")
+    procs = []
+    for r in range(2):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JIZHI_")}
+        env.update(RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   PYTHONPATH=os.path.join(ROOT, "trial_helper", "python"),
+                   JIZHI_TORCH_QUIET="1", CASES=json.dumps(cases), OUT=out,
+                   CKDIR=str(tmp_path), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([PY, str(prog)], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        try:
+            text = p.communicate(timeout=120)[0]
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        assert p.returncode == 0, text
+    return [json.loads(open(out + ".%d" % r).read()) for r in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    """One pair of rank processes runs every case (a start costs seconds)."""
+    tmp = tmp_path_factory.mktemp("sync")
+    ck = str(tmp / "ckpt-2.pt")
+    script = [[3, "set", "lr", 0.5, None], [3, "set", "momentum", 0.7, None],
+              [6, "set", "dropout", 0.5, None], [7, "checkpoint", "", None, None],
+              [9, "set", "lr", 0.25, None], [12, "stop", "", None, None]]
+    cases = [{"name": "each", "calls": 40, "opts": {"sync_every": 1}, "script": script},
+             {"name": "every4", "calls": 40, "opts": {"sync_every": 4},
+              "script": [[6, "set", "lr", 0.3, None], [14, "stop", "", None, None]]},
+             {"name": "ms", "calls": 80, "sleep": 0.002, "opts": {"sync_ms": 30},
+              "script": [[30, "set", "lr", 0.2, None]]},
+             {"name": "load", "calls": 6, "opts": {"sync_every": 1},
+              "script": [[2, "checkpoint", "", None, None], [4, "load", "", None, ck]]}]
+    return run_ranks(tmp, cases)
+
+
+def test_instructions_apply_on_both_ranks_at_one_step_in_one_allreduce(ranks):
+    r0, r1 = ranks
+
+    # every call, both ranks: the same steps, rates and momenta
+    each0, each1 = r0["each"], r1["each"]
+    assert each0["seen"] == each1["seen"]
+    steps = {s: (lr, m) for s, lr, m in each0["seen"]}
+    assert steps[2] == (0.1, 0.9) and steps[3] == (0.5, 0.7)  # two in one look
+    assert steps[9] == (0.25, 0.7)
+    assert each0["seen"][-1][0] == 12 and len(each1["seen"]) == 12  # stopped at 12 on both
+    # one all-reduce per look; a look that applies k instructions takes k + 1
+    looks = dict((c, n) for c, n in each0["looks"])
+    assert looks == dict((c, n) for c, n in each1["looks"])
+    assert [c for c in range(1, 13) if c not in looks] == []
+    assert looks[1] == 1 and looks[2] == 1 and looks[3] == 3 and looks[12] == 2
+    acks = each0["acks"]
+    assert [a[1:4] for a in acks] == [["set", "lr", True], ["set", "momentum", True],
+                                      ["set", "dropout", False], ["set", "lr", True],
+                                      ["stop", "", True]]
+    assert acks[2][4] == "jizhi.torch: refused on 1 of 2 ranks"
+    assert each0["done"] == [[7, "ckpt-7.pt"]]
+    assert each1["acks"] is None
+
+    # sync_every=4: looks at calls 1, 5, 9, 13; the set polled at 6 is applied at 9
+    ev0, ev1 = r0["every4"], r1["every4"]
+    assert ev0["looks"] == ev1["looks"] == [[1, 1], [5, 1], [9, 2], [13, 1], [17, 2]]
+    lr0 = {s: lr for s, lr, _ in ev0["seen"]}
+    assert lr0[8] == 0.1 and lr0[9] == 0.3 and ev0["seen"] == ev1["seen"]
+    assert len(ev0["seen"]) == len(ev1["seen"]) == 17
+
+    # sync_ms=30 with steps of at least 2 ms: rank 0 spaces the looks by its
+    # step time, never more than 30 / 2 = 15 steps apart
+    ms0, ms1 = r0["ms"], r1["ms"]
+    assert ms0["looks"] == ms1["looks"] and ms0["seen"] == ms1["seen"]
+    gaps = [b[0] - a[0] for a, b in zip(ms0["looks"], ms0["looks"][1:])]
+    assert len(ms0["looks"]) <= 80 // 2 and 3 <= max(gaps) <= 15, ms0["looks"]
+    first = next(s for s, lr, _ in ms0["seen"] if lr == 0.2)
+    assert first >= 30 and first in [c for c, _ in ms0["looks"]]
+    assert ms1["params"]["lr"] == 0.2
+
+
+def test_a_load_too_long_for_the_box_arrives_whole(ranks):
+    # a checkpoint at call 2, then a load of it whose params (120 more keys)
+    # take a second all-reduce; both ranks end up with the same params
+    r0, r1 = ranks
+    l0, l1 = r0["load"], r1["load"]
+    assert l0["params"] == l1["params"] and len(l1["params"]) == 121
+    assert [a[1:4] for a in l0["acks"]] == [["load", "", True]]
+    assert dict(l0["looks"])[4] == 3 and dict(l1["looks"])[4] == 3  # box, its long text, refusals
+    assert [s for s, _, _ in l0["seen"]] == [1, 2, 3, 2, 3, 4] == [s for s, _, _ in l1["seen"]]
