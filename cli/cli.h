@@ -210,6 +210,14 @@ typedef struct {
 int cli_opts_parse_ext(int argc, char **argv, unsigned accept, const cli_opt_extra *extra,
                        const char *usage, cli_opts *o);
 
+/* cli_controller for o's --controller and --db; when none is known, NULL
+   after printing "no controller known for DB: start `jizhi controller
+   --db DB` (or `jizhi run`), or pass --controller ENDPOINT". */
+const char *cli_controller_of(const cli_opts *o, char *buf, size_t size);
+/* cli_request to cli_controller_of(o): takes ownership of msg, returns
+   the `ok` reply (caller owns) or NULL after printing why. */
+json_t *cli_request_of(const cli_opts *o, json_t *msg, int timeout_ms);
+
 /* Where the read commands (list, show, export, events, logs, watch) read:
    the database file, or a controller when --controller is given (or
    $JIZHI_CONTROLLER is set and no database file is readable), so they work

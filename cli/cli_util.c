@@ -81,6 +81,27 @@ json_t *cli_request_check(const char *endpoint, json_t *msg, int timeout_ms, int
     return reply;
 }
 
+const char *cli_controller_of(const cli_opts *o, char *buf, size_t size)
+{
+    const char *ep = cli_controller(o->controller, o->db, buf, size);
+    if (!ep)
+        cli_error("no controller known for %s: start `jizhi controller --db %s` (or "
+                  "`jizhi run`), or pass --controller ENDPOINT",
+                  o->db, o->db);
+    return ep;
+}
+
+json_t *cli_request_of(const cli_opts *o, json_t *msg, int timeout_ms)
+{
+    char buf[512];
+    const char *ep = cli_controller_of(o, buf, sizeof buf);
+    if (!ep) {
+        json_decref(msg);
+        return NULL;
+    }
+    return cli_request(ep, msg, timeout_ms);
+}
+
 int cli_ping(const char *endpoint, int timeout_ms)
 {
     void *ctx = zmq_ctx_new();

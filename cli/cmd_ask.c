@@ -26,17 +26,6 @@ int cli_ask_only_refused(const spec_t *spec, const char *path)
     return 1;
 }
 
-/* The controller for o, or NULL after saying why. */
-static const char *s_endpoint(const cli_opts *o, char *buf, size_t size)
-{
-    const char *ep = cli_controller(o->controller, o->db, buf, size);
-    if (!ep)
-        cli_error("no controller known for %s: is one serving it? (`jizhi controller "
-                  "--db %s`, or --controller ENDPOINT)",
-                  o->db, o->db);
-    return ep;
-}
-
 int cli_trial_ask(const cli_opts *o)
 {
     if (o->nargs != 1) {
@@ -44,7 +33,7 @@ int cli_trial_ask(const cli_opts *o)
         return CLI_USAGE;
     }
     char buf[512];
-    const char *ep = s_endpoint(o, buf, sizeof buf);
+    const char *ep = cli_controller_of(o, buf, sizeof buf);
     if (!ep)
         return CLI_FAIL;
     /* the scheduler may not be ready (a model still fitting): ask again
@@ -148,13 +137,7 @@ int cli_trial_tell(const cli_opts *o)
         }
         json_object_set_new(msg, "values", vals);
     }
-    char buf[512];
-    const char *ep = s_endpoint(o, buf, sizeof buf);
-    if (!ep) {
-        json_decref(msg);
-        return CLI_FAIL;
-    }
-    json_t *r = cli_request(ep, msg, 10000);
+    json_t *r = cli_request_of(o, msg, 10000);
     if (!r)
         return CLI_FAIL;
     if (o->json) {

@@ -28,16 +28,8 @@ int cmd_disp_release(int argc, char **argv)
         fputs(s_usage, stderr);
         return CLI_USAGE;
     }
-    char buf[512];
-    const char *ep = cli_controller(o.controller, o.db, buf, sizeof buf);
-    if (!ep) {
-        cli_error("no controller known for %s: start `jizhi controller`, or pass "
-                  "--controller ENDPOINT",
-                  o.db);
-        return CLI_FAIL;
-    }
-    json_t *r = cli_request(
-        ep, json_pack("{s:s, s:s}", "type", "disp_release", "name", o.args[0]), 10000);
+    json_t *r = cli_request_of(
+        &o, json_pack("{s:s, s:s}", "type", "disp_release", "name", o.args[0]), 10000);
     if (!r)
         return CLI_FAIL;
     printf("dispatcher name %s released\n", o.args[0]);

@@ -25,16 +25,6 @@ static const char s_quota_usage[] =
     "(which preempt others' trials); without it USER may submit normal and\n"
     "low only. Admins only.\n";
 
-static const char *s_endpoint(const cli_opts *o, char *buf, size_t size)
-{
-    const char *ep = cli_controller(o->controller, o->db, buf, size);
-    if (!ep)
-        cli_error("no controller known for %s: start `jizhi controller` (or `jizhi "
-                  "run`), or pass --controller ENDPOINT",
-                  o->db);
-    return ep;
-}
-
 static void s_limit(json_int_t v, char *buf, size_t size)
 {
     if (v < 0)
@@ -56,11 +46,7 @@ int cmd_queue(int argc, char **argv)
         fputs(s_queue_usage, stderr);
         return CLI_USAGE;
     }
-    char buf[512];
-    const char *ep = s_endpoint(&o, buf, sizeof buf);
-    if (!ep)
-        return CLI_FAIL;
-    json_t *r = cli_request(ep, json_pack("{s:s}", "type", "queue"), 10000);
+    json_t *r = cli_request_of(&o, json_pack("{s:s}", "type", "queue"), 10000);
     if (!r)
         return CLI_FAIL;
     if (o.json) {
@@ -222,13 +208,7 @@ int cmd_quota(int argc, char **argv)
             json_decref(msg);
             return rc;
         }
-    char buf[512];
-    const char *ep = s_endpoint(&o, buf, sizeof buf);
-    if (!ep) {
-        json_decref(msg);
-        return CLI_FAIL;
-    }
-    json_t *r = cli_request(ep, msg, 10000);
+    json_t *r = cli_request_of(&o, msg, 10000);
     if (!r)
         return CLI_FAIL;
     char a[32], b[32];

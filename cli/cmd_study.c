@@ -74,9 +74,7 @@ static int s_controller_cmd(const cli_opts *o, json_t *msg)
                 "pass --controller ENDPOINT",
                 o->db, o->db, o->db);
         else
-            cli_error("no controller known for %s: start `jizhi controller` (or `jizhi "
-                      "run`), or pass --controller ENDPOINT",
-                      o->db);
+            cli_controller_of(o, buf, sizeof buf); /* says none is known */
         json_decref(msg);
         return CLI_FAIL;
     }
@@ -105,11 +103,8 @@ static int s_submit(const cli_opts *o)
     }
     if (o->priority) /* --priority overrides the spec's */
         json_object_set_new(spec->json, "priority", json_string(o->priority));
-    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
+    const char *ep = cli_controller_of(o, buf, sizeof buf);
     if (!ep) {
-        cli_error(
-            "no controller known for %s: start `jizhi controller`, or pass --controller",
-            o->db);
         spec_destroy(&spec);
         return CLI_FAIL;
     }
@@ -509,20 +504,10 @@ static int s_enqueue(const cli_opts *o)
     json_t *p = s_kv_params(o);
     if (!p)
         return CLI_USAGE;
-    char buf[512];
-    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
-    if (!ep) {
-        cli_error(
-            "no controller known for %s: start `jizhi controller` (or `jizhi run`), "
-            "or pass --controller ENDPOINT",
-            o->db);
-        json_decref(p);
-        return CLI_FAIL;
-    }
-    json_t *r = cli_request(ep,
-                            json_pack("{s:s, s:s, s:o}", "type", "study_enqueue", "study",
-                                      o->args[0], "params", p),
-                            10000);
+    json_t *r = cli_request_of(o,
+                               json_pack("{s:s, s:s, s:o}", "type", "study_enqueue",
+                                         "study", o->args[0], "params", p),
+                               10000);
     if (!r)
         return CLI_FAIL;
     char *text = text_json_dumps(json_object_get(r, "params"), JSON_COMPACT);
@@ -544,18 +529,11 @@ static int s_extend(const cli_opts *o)
         fputs(s_usage, stderr);
         return CLI_USAGE;
     }
-    char buf[512];
-    const char *ep = cli_controller(o->controller, o->db, buf, sizeof buf);
-    if (!ep) {
-        cli_error("no controller known for %s: start `jizhi controller --db %s`, or pass "
-                  "--controller ENDPOINT",
-                  o->db, o->db);
-        return CLI_FAIL;
-    }
-    json_t *r = cli_request(ep,
-                            json_pack("{s:s, s:s, s:I}", "type", "study_extend", "study",
-                                      o->args[0], "trials", (json_int_t)o->trials),
-                            10000);
+    json_t *r =
+        cli_request_of(o,
+                       json_pack("{s:s, s:s, s:I}", "type", "study_extend", "study",
+                                 o->args[0], "trials", (json_int_t)o->trials),
+                       10000);
     if (!r)
         return CLI_FAIL;
     printf("study %s: %lld trials in all (%s)\n", o->args[0],

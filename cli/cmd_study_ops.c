@@ -15,17 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The controller's endpoint, or NULL after saying none is known. */
-static const char *s_endpoint(const cli_opts *o, char *buf, size_t size)
-{
-    const char *ep = cli_controller(o->controller, o->db, buf, size);
-    if (!ep)
-        cli_error("no controller known for %s: start `jizhi controller --db %s` (or "
-                  "`jizhi run`), or pass --controller ENDPOINT",
-                  o->db, o->db);
-    return ep;
-}
-
 /* Asks "delete study NAME ...? [y/N]" on the terminal: 1 for yes. */
 static int s_confirm(const cli_opts *o, const char *name)
 {
@@ -71,7 +60,7 @@ int cli_study_delete(const cli_opts *o)
         return CLI_USAGE;
     }
     char buf[512];
-    const char *ep = s_endpoint(o, buf, sizeof buf);
+    const char *ep = cli_controller_of(o, buf, sizeof buf);
     if (!ep)
         return CLI_FAIL;
     if (!o->yes && !s_confirm(o, name)) {
@@ -108,14 +97,10 @@ int cli_study_copy(const cli_opts *o)
         cli_error("study copy: expected NAME NEW");
         return CLI_USAGE;
     }
-    char buf[512];
-    const char *ep = s_endpoint(o, buf, sizeof buf);
-    if (!ep)
-        return CLI_FAIL;
-    json_t *r = cli_request(ep,
-                            json_pack("{s:s, s:s, s:s}", "type", "study_copy", "study",
-                                      o->args[0], "name", o->args[1]),
-                            10000);
+    json_t *r = cli_request_of(o,
+                               json_pack("{s:s, s:s, s:s}", "type", "study_copy", "study",
+                                         o->args[0], "name", o->args[1]),
+                               10000);
     if (!r)
         return CLI_FAIL;
     printf("study %s submitted: the spec of %s, %" JSON_INTEGER_FORMAT

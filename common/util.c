@@ -67,6 +67,70 @@ double util_wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+struct timespec util_deadline(int ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+size_t util_utf8_len(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] < 0x80             ? 1
+                 : (s[0] & 0xE0) == 0xC0 ? 2
+                 : (s[0] & 0xF0) == 0xE0 ? 3
+                 : (s[0] & 0xF8) == 0xF0 ? 4
+                                         : 0;
+    if (len == 0 || len > n || (len == 2 && s[0] < 0xC2))
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+const char *util_proc_stat(long pid, char *buf, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t n = fread(buf, 1, size - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    return p ? p + 1 : NULL;
+}
+
+int util_reserve(void *arrayp, size_t *cap, size_t n, size_t size)
+{
+    void *p;
+    memcpy(&p, arrayp, sizeof p);
+    if (p && n < *cap)
+        return 0;
+    size_t ncap = p && *cap ? *cap : 16;
+    while (ncap <= n) {
+        if (ncap > SIZE_MAX / 2)
+            return -1;
+        ncap *= 2;
+    }
+    if (size && ncap > SIZE_MAX / size)
+        return -1;
+    void *more = realloc(p, ncap * size);
+    if (!more)
+        return -1;
+    memcpy(arrayp, &more, sizeof more);
+    *cap = ncap;
+    return 0;
+}
+
 char *util_vstrf(const char *fmt, va_list ap)
 {
     char *s = NULL;

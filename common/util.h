@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 /* ---- random numbers ---- */
 
@@ -48,6 +49,10 @@ void util_random_hex(char *out, size_t nbytes);
 double util_now(void);
 /* Wall clock, in seconds since the epoch (for what is stored or shown). */
 double util_wall(void);
+/* The CLOCK_MONOTONIC time `ms` milliseconds from now (ms >= 0), as
+   pthread_cond_timedwait wants it with a condition variable whose clock
+   is CLOCK_MONOTONIC. */
+struct timespec util_deadline(int ms);
 
 /* ---- strings and files ---- */
 
@@ -55,6 +60,24 @@ double util_wall(void);
    NULL when memory runs out. */
 char *util_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *util_vstrf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
+/* Length of the valid UTF-8 sequence at s (n >= 1 bytes left): 1 to 4, or
+   0 when the bytes there are not UTF-8 (overlong two-byte forms included)
+   or are cut off by the end. */
+size_t util_utf8_len(const unsigned char *s, size_t n);
+
+/* Reads /proc/PID/stat into buf (size bytes, NUL-terminated) and returns
+   where the fields after the command name start (just past its ")", so
+   " S 1 ..."; the name may hold spaces and parentheses), or NULL when the
+   process is gone or the text is not what Linux writes. */
+const char *util_proc_stat(long pid, char *buf, size_t size);
+
+/* Makes room for index n in a heap array: arrayp is the address of the
+   caller's pointer (T **, NULL for none yet), *cap the elements it holds,
+   size one element's bytes. Doubles the capacity (16 at first) until n fits.
+   0, or -1 when memory runs out or the size overflows (the array and *cap
+   are left as they were; the caller still owns the array). */
+int util_reserve(void *arrayp, size_t *cap, size_t n, size_t size);
 
 /* mkdir -p with `mode` for the directories it creates. 0 when path is a
    directory afterwards, else -1 with errno set (ENOTDIR when something

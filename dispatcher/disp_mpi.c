@@ -18,6 +18,7 @@
     they finish.
 */
 #include "disp_int.h"
+#include "common/util.h"
 
 #include <dirent.h>
 #include <signal.h>
@@ -107,17 +108,10 @@ int disp__mpi_prepare(const disp__start *st, json_t **argv, json_t **env, char *
 /* Parent pid of pid from /proc, or -1; *state gets its state letter. */
 static pid_t s_ppid_state(pid_t pid, char *state)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *rp = strrchr(buf, ')'); /* the name may hold spaces */
+    char buf[512];
+    const char *rp = util_proc_stat((long)pid, buf, sizeof buf);
     int ppid;
-    if (!rp || sscanf(rp + 1, " %c %d", state, &ppid) != 2)
+    if (!rp || sscanf(rp, " %c %d", state, &ppid) != 2)
         return -1;
     return (pid_t)ppid;
 }

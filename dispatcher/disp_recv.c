@@ -318,23 +318,6 @@ static void s_on_reply(disp_t *d, const json_t *msg, int ok)
     }
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid
-   or cut off. */
-static size_t s_utf8_len(const unsigned char *s, size_t n)
-{
-    size_t len = s[0] < 0x80             ? 1
-                 : (s[0] & 0xE0) == 0xC0 ? 2
-                 : (s[0] & 0xF0) == 0xE0 ? 3
-                 : (s[0] & 0xF8) == 0xF0 ? 4
-                                         : 0;
-    if (len == 0 || len > n || (len == 2 && s[0] < 0xC2))
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
 /* read_log: a chunk of one of this dispatcher's trial logs for the
    controller (`jizhi trial logs` from another machine). Only files named
    like the logs of the trial asked for (trial-<id>.<attempt>.out|err) are
@@ -373,7 +356,7 @@ static void s_on_read_log(disp_t *d, json_t *msg)
             n = fread(buf, 1, max > 0 && max < MAX_CHUNK ? (size_t)max : MAX_CHUNK, f);
         size_t used = 0, k;
         while (buf && used < n) { /* drop a sequence cut at the end: next time */
-            if ((k = s_utf8_len(buf + used, n - used)) == 0) {
+            if ((k = util_utf8_len(buf + used, n - used)) == 0) {
                 if (n - used < 4 && buf[used] >= 0xC0 && n == MAX_CHUNK)
                     break;
                 buf[used] = '?';

@@ -165,6 +165,21 @@ json_t *sched_random_params(const spec_t *spec, sched_rng *r)
     return p;
 }
 
+const char *sched_opt_unknown(const json_t *obj, const char *const *known)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v)
+    {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = !strcmp(key, known[i]);
+        if (!ok)
+            return key;
+    }
+    return NULL;
+}
+
 int sched_opt_num(const json_t *obj, const char *where, const char *key, double dflt,
                   double lo, double hi, int whole, double *out, char *err, size_t errsize)
 {

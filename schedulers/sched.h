@@ -169,6 +169,11 @@ int sched_opt_num(const json_t *obj, const char *where, const char *key, double 
                   double lo, double hi, int whole, double *out, char *err,
                   size_t errsize);
 
+/* The first key of the object obj (NULL: none) that is not in `known`
+   (NULL-terminated), or NULL when every key is known. Borrowed from obj.
+   The caller words the error: "WHERE.KEY: unknown option ...". */
+const char *sched_opt_unknown(const json_t *obj, const char *const *known);
+
 /* Saved-state helpers: a double as JSON (wire_real: "nan", "inf", "-inf"
    when not finite; new reference), and a number field of `obj` back (those
    strings too; NaN when absent or null). */

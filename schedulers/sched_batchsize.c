@@ -377,18 +377,11 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
         "lr",         "max",       "lr_rule",        "ema",
         "throughput", "seed",      "plateau_delta",  NULL};
     const json_t *o = spec->sched_opts;
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)o, key, v)
-    {
-        int ok = 0;
-        for (int i = 0; keys[i]; i++)
-            ok |= !strcmp(key, keys[i]);
-        if (!ok) {
-            snprintf(err, errsize,
-                     "scheduler.%s: unknown option for the batchsize scheduler", key);
-            return NULL;
-        }
+    const char *key = sched_opt_unknown(o, keys);
+    if (key) {
+        snprintf(err, errsize, "scheduler.%s: unknown option for the batchsize scheduler",
+                 key);
+        return NULL;
     }
     double dmin = 16, dmax = 4096;
     for (size_t i = 0; i < spec->nparams; i++)

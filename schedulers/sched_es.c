@@ -592,20 +592,13 @@ static sched_t *s_new(const spec_t *spec, int rule, char *err, size_t errsize)
     static const char *const median_keys[] = {"type",       "resource", "grace",
                                               "min_trials", "metric",   NULL};
     const char *const *keys = median ? median_keys : asha_keys;
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)o, key, v)
-    {
-        int ok = 0;
-        for (int i = 0; keys[i]; i++)
-            ok |= !strcmp(key, keys[i]);
-        if (!ok) {
-            snprintf(err, errsize, "early_stopping.%s: unknown option for %s", key,
-                     hb       ? "hyperband"
-                     : median ? "median"
-                              : "asha");
-            return NULL;
-        }
+    const char *key = sched_opt_unknown(o, keys);
+    if (key) {
+        snprintf(err, errsize, "early_stopping.%s: unknown option for %s", key,
+                 hb       ? "hyperband"
+                 : median ? "median"
+                          : "asha");
+        return NULL;
     }
     sched_es *self = calloc(1, sizeof *self);
     if (!self)

@@ -353,17 +353,10 @@ sched_t *sched_guard_new(const spec_t *spec, char *err, size_t errsize)
         "lr_factor",        "lr_param",       "lr_metric", "max_rollbacks",
         "checkpoint_every", "load_timeout_s", NULL};
     const json_t *o = spec->guard;
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)o, key, v)
-    {
-        int ok = 0;
-        for (int i = 0; known[i]; i++)
-            ok |= !strcmp(key, known[i]);
-        if (!ok) {
-            snprintf(err, errsize, "guard.%s: unknown option", key);
-            return NULL;
-        }
+    const char *key = sched_opt_unknown(o, known);
+    if (key) {
+        snprintf(err, errsize, "guard.%s: unknown option", key);
+        return NULL;
     }
     sched_guard *g = calloc(1, sizeof *g);
     if (!g) {

@@ -681,18 +681,10 @@ sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize)
         "type",    "seed", "interval", "interval_s", "quantile",       "resample_p",
         "perturb", "pb2",  "kappa",    "window",     "load_timeout_s", NULL};
     const json_t *o = spec->sched_opts;
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)o, key, v)
-    {
-        int ok = 0;
-        for (int i = 0; known[i]; i++)
-            ok |= !strcmp(key, known[i]);
-        if (!ok) {
-            snprintf(err, errsize, "scheduler.%s: unknown option for the pbt scheduler",
-                     key);
-            return NULL;
-        }
+    const char *key = sched_opt_unknown(o, known);
+    if (key) {
+        snprintf(err, errsize, "scheduler.%s: unknown option for the pbt scheduler", key);
+        return NULL;
     }
     double interval, interval_s, quantile, resample_p, kappa, window, timeout;
     if (sched_opt_num(o, "scheduler", "interval", 0, 1, 1e12, 0, &interval, err,

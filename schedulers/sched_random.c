@@ -56,15 +56,12 @@ static const sched_ops s_ops = {
 
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize)
 {
-    const char *key;
-    json_t *v;
-    json_object_foreach(spec->sched_opts, key, v)
-    {
-        if (strcmp(key, "type") && strcmp(key, "seed")) {
-            snprintf(err, errsize,
-                     "scheduler.%s: unknown option for the random scheduler", key);
-            return NULL;
-        }
+    static const char *const known[] = {"type", "seed", NULL};
+    const char *key = sched_opt_unknown(spec->sched_opts, known);
+    if (key) {
+        snprintf(err, errsize, "scheduler.%s: unknown option for the random scheduler",
+                 key);
+        return NULL;
     }
     sched_random *self = calloc(1, sizeof *self);
     if (!self)

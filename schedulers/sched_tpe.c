@@ -26,6 +26,7 @@
     suggestions); the saved state is the trials and that number.
 */
 #include "sched.h"
+#include "../common/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -422,14 +423,8 @@ out:
 
 static int s_push(s_obs **arr, size_t *n, size_t *cap, s_obs o)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 16;
-        s_obs *na = realloc(*arr, sizeof(s_obs) * nc);
-        if (!na)
-            return -1;
-        *arr = na;
-        *cap = nc;
-    }
+    if (util_reserve(arr, cap, *n, sizeof **arr) != 0)
+        return -1;
     (*arr)[(*n)++] = o;
     return 0;
 }
@@ -652,24 +647,17 @@ static int s_bool(const json_t *o, const char *key, int dflt, int *out, char *er
 static int s_options(sched_tpe *t, const spec_t *spec, char *err, size_t errsize)
 {
     const json_t *o = spec->sched_opts;
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)o, key, v)
-    {
-        static const char *known[] = {"type",  "seed",      "multivariate",
-                                      "group", "n_startup", "n_candidates",
-                                      "gamma", "gamma_max", "prior_weight"};
-        int ok = 0;
-        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-            ok |= !strcmp(key, known[i]);
-        if (!ok) {
-            snprintf(err, errsize,
-                     "scheduler.%s: unknown option for the tpe scheduler (expected type, "
-                     "seed, multivariate, group, n_startup, n_candidates, gamma, "
-                     "gamma_max, prior_weight)",
-                     key);
-            return -1;
-        }
+    static const char *const known[] = {
+        "type",         "seed",  "multivariate", "group",        "n_startup",
+        "n_candidates", "gamma", "gamma_max",    "prior_weight", NULL};
+    const char *key = sched_opt_unknown(o, known);
+    if (key) {
+        snprintf(err, errsize,
+                 "scheduler.%s: unknown option for the tpe scheduler (expected type, "
+                 "seed, multivariate, group, n_startup, n_candidates, gamma, "
+                 "gamma_max, prior_weight)",
+                 key);
+        return -1;
     }
     double n_startup, n_cand, gmax;
     if (s_bool(o, "multivariate", 1, &t->multivariate, err, errsize) != 0 ||

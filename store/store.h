@@ -407,8 +407,12 @@ long store_trial_points(store_t *s, long trial_id, const char *name, store_row_f
 /* Names of the metrics a trial reported, as a JSON array (caller owns). */
 json_t *store_trial_metric_names(store_t *s, long trial_id);
 /* The trials of a study without their params, for polling: array of {id,
-   number, state, attempt, value, last_value, best_value, last_step,
-   generation, started, ended, reason} (caller owns), NULL on error. */
+   number, state, attempt, value, last_value, best_value, last_step (null
+   when none, as the web API's trial table writes it), generation,
+   started, ended, reason} (caller owns), NULL on error (also
+   for a state text that names no state: store_errmsg says which). Values
+   as common/wire.h writes them (a reported NaN or infinity as "nan",
+   "inf", "-inf"; none as null). */
 json_t *store_trials_brief(store_t *s, long study_id);
 /* The same rows, with their current params, one call of fn per trial in
    number order, without building JSON (the web page's 1000-trial tables).

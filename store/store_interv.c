@@ -17,11 +17,10 @@
 long store_interv_insert(store_t *s, long study_id, long trial_id, const char *kind,
                          const char *state, int done, const json_t *data, double now)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "INSERT INTO interventions(study_id, trial_id, kind, state, "
-                           "done, data, created, updated) VALUES (?,?,?,?,?,?,?,?7)",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st =
+        store__prepare(s, "INSERT INTO interventions(study_id, trial_id, kind, state, "
+                          "done, data, created, updated) VALUES (?,?,?,?,?,?,?,?7)");
+    if (!st)
         return -1;
     char *text = text_json_dumps(data, JSON_COMPACT | JSON_SORT_KEYS);
     sqlite3_bind_int64(st, 1, study_id);
@@ -40,11 +39,10 @@ long store_interv_insert(store_t *s, long study_id, long trial_id, const char *k
 int store_interv_save(store_t *s, long id, const char *state, int done,
                       const json_t *data, double now)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "UPDATE interventions SET state=?, done=?, data=?, updated=? "
-                           "WHERE id=?",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st =
+        store__prepare(s, "UPDATE interventions SET state=?, done=?, data=?, updated=? "
+                          "WHERE id=?");
+    if (!st)
         return -1;
     char *text = text_json_dumps(data, JSON_COMPACT | JSON_SORT_KEYS);
     sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);
@@ -58,7 +56,8 @@ int store_interv_save(store_t *s, long id, const char *state, int done,
     return rc == SQLITE_DONE && sqlite3_changes(store__db(s)) == 1 ? 0 : -1;
 }
 
-/* The columns of store_interv_list's query, in order. */
+/* The columns of an intervention row: IV_COLS, read through IV_*. */
+#define IV_COLS "id, study_id, trial_id, kind, state, done, data, created, updated"
 enum {
     IV_ID,
     IV_STUDY,
@@ -75,12 +74,9 @@ static json_t *s_rows(store_t *s, sqlite3_stmt *st);
 
 json_t *store_interv_study(store_t *s, long study_id)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT id, study_id, trial_id, kind, state, done, data, "
-                           "created, updated FROM interventions WHERE study_id=?1 ORDER "
-                           "BY id",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st = store__prepare(
+        s, "SELECT " IV_COLS " FROM interventions WHERE study_id=?1 ORDER BY id");
+    if (!st)
         return NULL;
     sqlite3_bind_int64(st, 1, study_id);
     return s_rows(s, st);
@@ -88,15 +84,12 @@ json_t *store_interv_study(store_t *s, long study_id)
 
 json_t *store_interv_list(store_t *s, int open, long trial_id)
 {
-    sqlite3_stmt *st = NULL;
-    const char *sql =
-        open ? "SELECT id, study_id, trial_id, kind, state, done, data, created, updated "
-               "FROM interventions WHERE done=0 ORDER BY id"
-             : "SELECT id, study_id, trial_id, kind, state, done, data, created, updated "
-               "FROM interventions WHERE trial_id=?1 OR (kind='fork' AND EXISTS "
-               "(SELECT 1 FROM json_each(interventions.data, '$.siblings') "
-               "WHERE json_each.value=?1)) ORDER BY id";
-    if (sqlite3_prepare_v2(store__db(s), sql, -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st = store__prepare(
+        s, open ? "SELECT " IV_COLS " FROM interventions WHERE done=0 ORDER BY id"
+                : "SELECT " IV_COLS " FROM interventions WHERE trial_id=?1 OR "
+                  "(kind='fork' AND EXISTS (SELECT 1 FROM json_each(interventions.data, "
+                  "'$.siblings') WHERE json_each.value=?1)) ORDER BY id");
+    if (!st)
         return NULL;
     if (!open)
         sqlite3_bind_int64(st, 1, trial_id);

@@ -41,13 +41,12 @@ int store_alert_add(store_t *s, double now, long study_id, long trial_id,
 json_t *store_alerts_list(store_t *s, long study_id)
 {
     enum { C_ID, C_TIME, C_STUDY, C_STUDY_ID, C_TRIAL_ID, C_RULE, C_KIND, C_DETAIL };
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT a.id, a.time, COALESCE(st.name, ''), a.study_id, "
-                           "a.trial_id, a.rule, a.kind, a.detail FROM alerts a "
-                           "LEFT JOIN studies st ON st.id=a.study_id "
-                           "WHERE ?1 <= 0 OR a.study_id=?1 ORDER BY a.id",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT a.id, a.time, COALESCE(st.name, ''), a.study_id, "
+                          "a.trial_id, a.rule, a.kind, a.detail FROM alerts a "
+                          "LEFT JOIN studies st ON st.id=a.study_id "
+                          "WHERE ?1 <= 0 OR a.study_id=?1 ORDER BY a.id");
+    if (!st)
         return NULL;
     sqlite3_bind_int64(st, 1, study_id);
     json_t *out = json_array();
@@ -78,13 +77,12 @@ json_t *store_alerts_list(store_t *s, long study_id)
 int store_quota_set(store_t *s, const char *user, long slots, long gpus,
                     const char *max_priority, double now)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "INSERT INTO quotas(user, slots, gpus, max_priority, updated) "
-                           "VALUES (?,?,?,?,?) ON CONFLICT(user) DO UPDATE SET "
-                           "slots=excluded.slots, gpus=excluded.gpus, "
-                           "max_priority=excluded.max_priority, updated=excluded.updated",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st =
+        store__prepare(s, "INSERT INTO quotas(user, slots, gpus, max_priority, updated) "
+                          "VALUES (?,?,?,?,?) ON CONFLICT(user) DO UPDATE SET "
+                          "slots=excluded.slots, gpus=excluded.gpus, "
+                          "max_priority=excluded.max_priority, updated=excluded.updated");
+    if (!st)
         return -1;
     sqlite3_bind_text(st, 1, user, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, slots);
@@ -98,11 +96,10 @@ int store_quota_set(store_t *s, const char *user, long slots, long gpus,
 
 json_t *store_quota_list(store_t *s)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT user, slots, gpus, max_priority FROM quotas "
-                           "ORDER BY user",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT user, slots, gpus, max_priority FROM quotas "
+                          "ORDER BY user");
+    if (!st)
         return NULL;
     enum { C_USER, C_SLOTS, C_GPUS, C_MAX_PRIORITY };
     json_t *out = json_array();

@@ -16,20 +16,6 @@ static double s_dbl(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
-static json_t *s_num(sqlite3_stmt *st, int i)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL
-               ? json_null()
-               : json_real(sqlite3_column_double(st, i));
-}
-
-/* An objective value column as JSON (common/wire.h: a reported NaN or
-   infinity as "nan", "inf", "-inf"; none as null). */
-static json_t *s_val(sqlite3_stmt *st, int i)
-{
-    return wire_real(store__col_value(st, i));
-}
-
 /* A metric row: MROW_COLS, read by s_rows through MROW_C_*. */
 #define MROW_COLS "rowid, trial_id, attempt, step, name, value, time"
 enum {
@@ -71,12 +57,11 @@ long store_study_points_since(store_t *s, long study_id, long *after, long limit
 {
     /* rowid range first, as store_study_metrics_since: each poll costs
        what is new, not the whole study. */
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT " MROW_COLS " "
-                           "FROM metrics WHERE rowid > ?1 AND +trial_id IN (SELECT id "
-                           "FROM trials WHERE study_id=?2) ORDER BY rowid LIMIT ?3",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT " MROW_COLS " "
+                          "FROM metrics WHERE rowid > ?1 AND +trial_id IN (SELECT id "
+                          "FROM trials WHERE study_id=?2) ORDER BY rowid LIMIT ?3");
+    if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, *after);
     sqlite3_bind_int64(st, 2, study_id);
@@ -87,13 +72,12 @@ long store_study_points_since(store_t *s, long study_id, long *after, long limit
 long store_trial_points(store_t *s, long trial_id, const char *name, store_row_fn fn,
                         void *arg)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT " MROW_COLS " "
-                           "FROM metrics WHERE trial_id=?1 AND name=?2 AND attempt="
-                           "(SELECT MAX(attempt) FROM metrics WHERE trial_id=?1 AND "
-                           "name=?2) ORDER BY step, rowid",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT " MROW_COLS " "
+                          "FROM metrics WHERE trial_id=?1 AND name=?2 AND attempt="
+                          "(SELECT MAX(attempt) FROM metrics WHERE trial_id=?1 AND "
+                          "name=?2) ORDER BY step, rowid");
+    if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, trial_id);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
@@ -102,11 +86,9 @@ long store_trial_points(store_t *s, long trial_id, const char *name, store_row_f
 
 json_t *store_trial_metric_names(store_t *s, long trial_id)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(
-            store__db(s),
-            "SELECT DISTINCT name FROM metrics WHERE trial_id=? ORDER BY name", -1, &st,
-            NULL) != SQLITE_OK)
+    sqlite3_stmt *st = store__prepare(
+        s, "SELECT DISTINCT name FROM metrics WHERE trial_id=? ORDER BY name");
+    if (!st)
         return NULL;
     sqlite3_bind_int64(st, 1, trial_id);
     json_t *out = json_array();
@@ -137,82 +119,49 @@ enum {
     BRIEF_C_PARAMS
 };
 
-json_t *store_trials_brief(store_t *s, long study_id)
+/* Reads the current row of st (BRIEF_COLS first) into *b, the state as its
+   enum. 0, or -1 for a state text that names no state (store_errmsg says
+   which). */
+static int s_brief_row(store_t *s, sqlite3_stmt *st, store_trial_brief *b)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT " BRIEF_COLS " FROM trials t WHERE t.study_id=? "
-                           "ORDER BY t.number",
-                           -1, &st, NULL) != SQLITE_OK)
-        return NULL;
-    sqlite3_bind_int64(st, 1, study_id);
-    json_t *out = json_array();
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *reason = (const char *)sqlite3_column_text(st, BRIEF_C_REASON);
-        json_array_append_new(
-            out,
-            json_pack(
-                "{s:I, s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:s}", "id",
-                (json_int_t)sqlite3_column_int64(st, BRIEF_C_ID), "number",
-                (json_int_t)sqlite3_column_int64(st, BRIEF_C_NUMBER), "state",
-                (const char *)sqlite3_column_text(st, BRIEF_C_STATE), "attempt",
-                (json_int_t)sqlite3_column_int64(st, BRIEF_C_ATTEMPT), "value",
-                s_val(st, BRIEF_C_VALUE), "last_value", s_val(st, BRIEF_C_LAST_VALUE),
-                "best_value", s_val(st, BRIEF_C_BEST_VALUE), "last_step",
-                sqlite3_column_type(st, BRIEF_C_LAST_STEP) == SQLITE_NULL
-                    ? json_null()
-                    : json_integer(sqlite3_column_int64(st, BRIEF_C_LAST_STEP)),
-                "generation", (json_int_t)sqlite3_column_int64(st, BRIEF_C_GENERATION),
-                "started", s_num(st, BRIEF_C_STARTED), "ended", s_num(st, BRIEF_C_ENDED),
-                "reason", reason ? reason : ""));
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        json_decref(out);
-        return NULL;
-    }
-    return out;
+    b->id = (long)sqlite3_column_int64(st, BRIEF_C_ID);
+    b->number = (long)sqlite3_column_int64(st, BRIEF_C_NUMBER);
+    char what[32];
+    snprintf(what, sizeof what, "trial %ld", b->id);
+    if (store__col_trial_state(s, st, BRIEF_C_STATE, what, &b->state) != 0)
+        return -1;
+    b->attempt = (long)sqlite3_column_int64(st, BRIEF_C_ATTEMPT);
+    b->value = store__col_value(st, BRIEF_C_VALUE);
+    b->last_value = store__col_value(st, BRIEF_C_LAST_VALUE);
+    b->best_value = store__col_value(st, BRIEF_C_BEST_VALUE);
+    b->last_step = sqlite3_column_type(st, BRIEF_C_LAST_STEP) == SQLITE_NULL
+                       ? -1
+                       : (long)sqlite3_column_int64(st, BRIEF_C_LAST_STEP);
+    b->generation = (long)sqlite3_column_int64(st, BRIEF_C_GENERATION);
+    b->started = s_dbl(st, BRIEF_C_STARTED);
+    b->ended = s_dbl(st, BRIEF_C_ENDED);
+    const char *reason = (const char *)sqlite3_column_text(st, BRIEF_C_REASON);
+    b->reason = reason ? reason : "";
+    return 0;
 }
 
-long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
+/* Calls fn per row of st (BRIEF_COLS, then the params' JSON text when the
+   query has a BRIEF_C_PARAMS column; "{}" otherwise) and finalizes st.
+   Returns the count, or -1 on a read error or a state text that names no
+   state. */
+static long s_briefs(store_t *s, sqlite3_stmt *st, store_brief_fn fn, void *arg)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(
-            store__db(s),
-            "SELECT " BRIEF_COLS ", "
-            "(SELECT json_group_object(p.name, CASE WHEN json_valid(p.value) THEN "
-            "json(p.value) ELSE json_quote(p.value) END) FROM params p "
-            "WHERE p.trial_id = t.id AND p.generation = t.generation) "
-            "FROM trials t WHERE t.study_id = ? ORDER BY t.number",
-            -1, &st, NULL) != SQLITE_OK)
-        return -1;
-    sqlite3_bind_int64(st, 1, study_id);
+    int with_params = sqlite3_column_count(st) > BRIEF_C_PARAMS;
     long n = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_trial_brief b;
-        b.id = (long)sqlite3_column_int64(st, BRIEF_C_ID);
-        b.number = (long)sqlite3_column_int64(st, BRIEF_C_NUMBER);
-        char what[32];
-        snprintf(what, sizeof what, "trial %ld", b.id);
-        if (store__col_trial_state(s, st, BRIEF_C_STATE, what, &b.state) != 0) {
+        if (s_brief_row(s, st, &b) != 0) {
             rc = SQLITE_ERROR;
             break;
         }
-        b.attempt = (long)sqlite3_column_int64(st, BRIEF_C_ATTEMPT);
-        b.value = store__col_value(st, BRIEF_C_VALUE);
-        b.last_value = store__col_value(st, BRIEF_C_LAST_VALUE);
-        b.best_value = store__col_value(st, BRIEF_C_BEST_VALUE);
-        b.last_step = sqlite3_column_type(st, BRIEF_C_LAST_STEP) == SQLITE_NULL
-                          ? -1
-                          : (long)sqlite3_column_int64(st, BRIEF_C_LAST_STEP);
-        b.generation = (long)sqlite3_column_int64(st, BRIEF_C_GENERATION);
-        b.started = s_dbl(st, BRIEF_C_STARTED);
-        b.ended = s_dbl(st, BRIEF_C_ENDED);
-        const char *reason = (const char *)sqlite3_column_text(st, BRIEF_C_REASON);
-        b.reason = reason ? reason : "";
-        const char *params = (const char *)sqlite3_column_text(st, BRIEF_C_PARAMS);
+        const char *params =
+            with_params ? (const char *)sqlite3_column_text(st, BRIEF_C_PARAMS) : NULL;
         n++;
         if (fn(arg, &b, params ? params : "{}"))
             break;
@@ -221,13 +170,63 @@ long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
 }
 
+/* A time as JSON: null for NaN (none). */
+static json_t *s_time(double t)
+{
+    return isnan(t) ? json_null() : json_real(t);
+}
+
+/* store_trials_brief's row: one object appended to the array arg. */
+static int s_brief_json(void *arg, const store_trial_brief *b, const char *params)
+{
+    (void)params;
+    return json_array_append_new(
+        (json_t *)arg,
+        json_pack("{s:I, s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:I, s:o, s:o, s:s}", "id",
+                  (json_int_t)b->id, "number", (json_int_t)b->number, "state",
+                  store_trial_state_name(b->state), "attempt", (json_int_t)b->attempt,
+                  "value", wire_real(b->value), "last_value", wire_real(b->last_value),
+                  "best_value", wire_real(b->best_value), "last_step",
+                  b->last_step >= 0 ? json_integer(b->last_step) : json_null(),
+                  "generation", (json_int_t)b->generation, "started", s_time(b->started),
+                  "ended", s_time(b->ended), "reason", b->reason));
+}
+
+json_t *store_trials_brief(store_t *s, long study_id)
+{
+    sqlite3_stmt *st = store__prepare(s, "SELECT " BRIEF_COLS " FROM trials t "
+                                         "WHERE t.study_id=? ORDER BY t.number");
+    if (!st)
+        return NULL;
+    sqlite3_bind_int64(st, 1, study_id);
+    json_t *out = json_array();
+    if (s_briefs(s, st, s_brief_json, out) < 0) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
+{
+    sqlite3_stmt *st = store__prepare(
+        s, "SELECT " BRIEF_COLS ", "
+           "(SELECT json_group_object(p.name, CASE WHEN json_valid(p.value) THEN "
+           "json(p.value) ELSE json_quote(p.value) END) FROM params p "
+           "WHERE p.trial_id = t.id AND p.generation = t.generation) "
+           "FROM trials t WHERE t.study_id = ? ORDER BY t.number");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    return s_briefs(s, st, fn, arg);
+}
+
 int store_marks(store_t *s, long *metric_rowid, long *event_id)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(store__db(s),
-                           "SELECT (SELECT IFNULL(MAX(rowid),0) FROM metrics), "
-                           "(SELECT IFNULL(MAX(id),0) FROM events)",
-                           -1, &st, NULL) != SQLITE_OK)
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT (SELECT IFNULL(MAX(rowid),0) FROM metrics), "
+                          "(SELECT IFNULL(MAX(id),0) FROM events)");
+    if (!st)
         return -1;
     enum { C_METRIC_ROWID, C_EVENT_ID };
     int rc = sqlite3_step(st);

@@ -497,6 +497,13 @@ TEST(states_round_trip_as_enums)
     for (long i = 0; i < n; i++)
         CHECK(rows[i].state == (store_trial_state)i);
     store_trials_free(rows, n);
+    json_t *brief = store_trials_brief(s, sid); /* the enum's name, each */
+    REQUIRE(brief && json_array_size(brief) == TRIAL_STATE_COUNT);
+    for (int i = 0; i < TRIAL_STATE_COUNT; i++)
+        CHECK_STR(
+            json_string_value(json_object_get(json_array_get(brief, (size_t)i), "state")),
+            store_trial_state_name((store_trial_state)i));
+    json_decref(brief);
     store_close(&s);
 
     /* an unknown text: refused by every reader of rows, with a message */
@@ -516,6 +523,8 @@ TEST(states_round_trip_as_enums)
     CHECK(strstr(store_errmsg(s), want) != NULL);
     long seen = 0;
     CHECK(store_trials_each(s, sid, s_count_brief, &seen) == -1);
+    CHECK(strstr(store_errmsg(s), want) != NULL);
+    CHECK(store_trials_brief(s, sid) == NULL); /* not the text passed on */
     CHECK(strstr(store_errmsg(s), want) != NULL);
     CHECK(store_study_get(s, "st", &st) == 1); /* a fresh call forgets it */
     CHECK(!strstr(store_errmsg(s), "unknown state"));

@@ -7,6 +7,9 @@
 #include <jansson.h>
 
 #include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -143,6 +146,95 @@ TEST(sched_options_read)
     json_decref(o);
 }
 
+TEST(sched_options_unknown)
+{
+    static const char *const known[] = {"type", "seed", NULL};
+    json_t *o = json_pack("{s:s, s:i}", "type", "random", "seed", 3);
+    CHECK(sched_opt_unknown(o, known) == NULL);
+    CHECK(sched_opt_unknown(NULL, known) == NULL);
+    json_object_set_new(o, "colour", json_integer(1));
+    const char *k = sched_opt_unknown(o, known);
+    CHECK(k && !strcmp(k, "colour"));
+    static const char *const none[] = {NULL};
+    k = sched_opt_unknown(o, none);
+    CHECK(k && (!strcmp(k, "type") || !strcmp(k, "seed") || !strcmp(k, "colour")));
+    json_decref(o);
+}
+
+TEST(utf8_len)
+{
+    const unsigned char *a = (const unsigned char *)"a";
+    CHECK(util_utf8_len(a, 1) == 1);
+    const unsigned char e2[] = {0xC3, 0xA9};             /* é */
+    const unsigned char e3[] = {0xE2, 0x82, 0xAC};       /* € */
+    const unsigned char e4[] = {0xF0, 0x9F, 0x98, 0x80}; /* U+1F600 */
+    CHECK(util_utf8_len(e2, 2) == 2);
+    CHECK(util_utf8_len(e3, 3) == 3);
+    CHECK(util_utf8_len(e4, 4) == 4);
+    CHECK(util_utf8_len(e4, 3) == 0); /* cut off */
+    CHECK(util_utf8_len(e3, 2) == 0);
+    const unsigned char overlong[] = {0xC0, 0xAF};
+    CHECK(util_utf8_len(overlong, 2) == 0);
+    const unsigned char cont[] = {0x80};
+    CHECK(util_utf8_len(cont, 1) == 0); /* a continuation byte alone */
+    const unsigned char badcont[] = {0xE2, 0x28, 0xA1};
+    CHECK(util_utf8_len(badcont, 3) == 0);
+    const unsigned char f8[] = {0xF8, 0x88, 0x80, 0x80, 0x80};
+    CHECK(util_utf8_len(f8, 5) == 0); /* no five-byte forms */
+}
+
+TEST(proc_stat)
+{
+    char buf[512];
+    const char *p = util_proc_stat((long)getpid(), buf, sizeof buf);
+    REQUIRE(p != NULL);
+    char state = 0;
+    int ppid = 0;
+    CHECK(sscanf(p, " %c %d", &state, &ppid) == 2);
+    CHECK(state == 'R');
+    CHECK(ppid == (int)getppid());
+    CHECK(util_proc_stat(-5, buf, sizeof buf) == NULL);
+    char small[8]; /* cut before the ")": not what Linux writes */
+    CHECK(util_proc_stat((long)getpid(), small, sizeof small) == NULL);
+}
+
+TEST(reserve)
+{
+    long *a = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < 1000; i++) {
+        REQUIRE(util_reserve(&a, &cap, i, sizeof *a) == 0);
+        REQUIRE(cap > i);
+        a[i] = (long)i * 7;
+    }
+    CHECK(cap == 1024); /* 16 doubled */
+    for (size_t i = 0; i < 1000; i++)
+        REQUIRE(a[i] == (long)i * 7);
+    long *before = a;
+    CHECK(util_reserve(&a, &cap, 1023, sizeof *a) == 0 && a == before && cap == 1024);
+    /* an element count whose bytes overflow: refused, the array kept */
+    CHECK(util_reserve(&a, &cap, SIZE_MAX / 4, sizeof *a) == -1);
+    CHECK(a == before && cap == 1024 && a[999] == 999 * 7);
+    free(a);
+}
+
+TEST(deadline)
+{
+    /* before <= the call <= after, so before + 1.5 s <= d <= after + 1.5 s */
+    struct timespec before, after;
+    clock_gettime(CLOCK_MONOTONIC, &before);
+    struct timespec d = util_deadline(1500);
+    clock_gettime(CLOCK_MONOTONIC, &after);
+    CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    long long dn = (long long)d.tv_sec * 1000000000LL + d.tv_nsec;
+    long long bn = (long long)before.tv_sec * 1000000000LL + before.tv_nsec;
+    long long an = (long long)after.tv_sec * 1000000000LL + after.tv_nsec;
+    CHECK(dn >= bn + 1500000000LL && dn <= an + 1500000000LL);
+    d = util_deadline(999);
+    CHECK(d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    CHECK(util_deadline(0).tv_sec >= after.tv_sec);
+}
+
 int main(void)
 {
     RUN(splitmix64_reference);
@@ -153,5 +245,10 @@ int main(void)
     RUN(mkdirs);
     RUN(sched_rows);
     RUN(sched_options_read);
+    RUN(sched_options_unknown);
+    RUN(utf8_len);
+    RUN(proc_stat);
+    RUN(reserve);
+    RUN(deadline);
     TEST_DONE();
 }

@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "common/wire.h"
 #include "common/spec.h"
 
 #include <errno.h>
@@ -96,20 +97,6 @@ static void s_free(jz_trial *t)
     pthread_mutex_destroy(&t->mu);
     pthread_cond_destroy(&t->cv);
     free(t);
-}
-
-/* Deadline for pthread_cond_timedwait, `ms` from now (CLOCK_MONOTONIC). */
-static struct timespec s_deadline(int ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
 }
 
 /* Applies params from the hello reply, if any arrived. App thread. */
@@ -241,7 +228,7 @@ jz_trial *jz_open(void)
         goto fail;
     }
     /* Wait for the hello reply so params are the controller's current ones. */
-    struct timespec dl = s_deadline(t->hello_timeout_ms);
+    struct timespec dl = util_deadline(t->hello_timeout_ms);
     pthread_mutex_lock(&t->mu);
     while (t->state == JZ__CONNECTING)
         if (pthread_cond_timedwait(&t->cv, &t->mu, &dl) == ETIMEDOUT)
@@ -293,30 +280,22 @@ jz_trial *jz_open_as(const char *endpoint, long trial, const char *token,
 
 /* ---- params --------------------------------------------------------------- */
 
+/* The value of param `name` (borrowed), NULL when absent or not asked
+   properly. */
+static json_t *s_param(jz_trial *t, const char *name)
+{
+    return t && name ? json_object_get(t->params, name) : NULL;
+}
+
 double jz_param_double(jz_trial *t, const char *name, double dflt)
 {
-    if (!t || !name)
-        return dflt;
-    json_t *v = json_object_get(t->params, name);
-    if (json_is_number(v))
-        return json_number_value(v);
-    if (json_is_string(v)) { /* the wire spelling of non-finite values */
-        const char *s = json_string_value(v);
-        if (!strcmp(s, "nan"))
-            return NAN;
-        if (!strcmp(s, "inf"))
-            return INFINITY;
-        if (!strcmp(s, "-inf"))
-            return -INFINITY;
-    }
-    return dflt;
+    double x; /* a number, or the wire spelling of a non-finite one */
+    return wire_to_double(s_param(t, name), &x) == 0 ? x : dflt;
 }
 
 long jz_param_long(jz_trial *t, const char *name, long dflt)
 {
-    if (!t || !name)
-        return dflt;
-    json_t *v = json_object_get(t->params, name);
+    json_t *v = s_param(t, name);
     if (json_is_integer(v))
         return (long)json_integer_value(v);
     if (json_is_real(v)) { /* 256.0 is an integer; 0.5 is not */
@@ -329,9 +308,7 @@ long jz_param_long(jz_trial *t, const char *name, long dflt)
 
 const char *jz_param_str(jz_trial *t, const char *name, const char *dflt)
 {
-    if (!t || !name)
-        return dflt;
-    const char *s = json_string_value(json_object_get(t->params, name));
+    const char *s = json_string_value(s_param(t, name));
     return s ? s : dflt;
 }
 
@@ -392,7 +369,7 @@ static void s_pause(jz_trial *t)
                 break;
         if (i < t->ninq)
             break;
-        struct timespec dl = s_deadline(200);
+        struct timespec dl = util_deadline(200);
         pthread_cond_timedwait(&t->cv, &t->mu, &dl);
     }
     pthread_mutex_unlock(&t->mu);
@@ -569,6 +546,20 @@ int jz_report(jz_trial *t, long step, const char *metric, double value)
 
 /* ---- instructions --------------------------------------------------------- */
 
+/* Takes the oldest instruction not polled yet into *p (the caller owns
+   it then: jz__pending_ins_fini): 1, or 0 when none waits. */
+static int s_next_ins(jz_trial *t, jz__pending_ins *p)
+{
+    int got = 0;
+    pthread_mutex_lock(&t->mu);
+    if (t->inq_head < t->ninq) {
+        *p = t->inq[t->inq_head++];
+        got = 1;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return got;
+}
+
 int jz_poll(jz_trial *t, jz_instruction *out)
 {
     if (!t || !out)
@@ -581,14 +572,7 @@ int jz_poll(jz_trial *t, jz_instruction *out)
     s_settle(t, 0);
     s_take_hello_params(t);
     jz__pending_ins p;
-    int got = 0;
-    pthread_mutex_lock(&t->mu);
-    if (t->inq_head < t->ninq) {
-        p = t->inq[t->inq_head++];
-        got = 1;
-    }
-    pthread_mutex_unlock(&t->mu);
-    if (!got)
+    if (!s_next_ins(t, &p))
         return 0;
     if (p.ins.kind == JZ_INS_SET && p.value) {
         json_object_set(t->params, p.ins.name, p.value);
@@ -652,7 +636,7 @@ int jz_flush(jz_trial *t, int timeout_ms)
     if (t->standalone)
         return 0;
     s_settle(t, 0);
-    struct timespec dl = s_deadline(timeout_ms > 0 ? timeout_ms : 0);
+    struct timespec dl = util_deadline(timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&t->mu);
     t->flushing++;
     pthread_mutex_unlock(&t->mu);
@@ -696,17 +680,8 @@ void jz_close(jz_trial **tp)
     }
     s_settle(t, 1);
     /* instructions never polled were not applied: say so */
-    for (;;) {
-        jz__pending_ins p;
-        int got = 0;
-        pthread_mutex_lock(&t->mu);
-        if (t->inq_head < t->ninq) {
-            p = t->inq[t->inq_head++];
-            got = 1;
-        }
-        pthread_mutex_unlock(&t->mu);
-        if (!got)
-            break;
+    jz__pending_ins p;
+    while (s_next_ins(t, &p)) {
         s_send_ack(t, p.ins.id, 0, "the trial closed before polling it");
         jz__pending_ins_fini(&p);
     }

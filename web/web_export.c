@@ -4,6 +4,7 @@
 #include "web_internal.h"
 
 #include "../common/client.h"
+#include "../common/util.h"
 #include "../common/wire.h"
 #include "../store/store_export.h"
 
@@ -68,28 +69,11 @@ int web__get_export(web_req *r)
 
 /* ---- GET /api/trials/ID/log?stream=out|err[&tail=BYTES] ---- */
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid
-   or cut off. */
-static size_t s_utf8_len(const unsigned char *s, size_t n)
-{
-    size_t len = s[0] < 0x80             ? 1
-                 : (s[0] & 0xE0) == 0xC0 ? 2
-                 : (s[0] & 0xF0) == 0xE0 ? 3
-                 : (s[0] & 0xF8) == 0xF0 ? 4
-                                         : 0;
-    if (len == 0 || len > n || (len == 2 && s[0] < 0xC2))
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    return len;
-}
-
 /* buf[0..n) as a JSON string: bytes that are not UTF-8 become '?'. */
 static json_t *s_text(unsigned char *buf, size_t n)
 {
     for (size_t i = 0, k; i < n; i += k)
-        if ((k = s_utf8_len(buf + i, n - i)) == 0) {
+        if ((k = util_utf8_len(buf + i, n - i)) == 0) {
             buf[i] = '?';
             k = 1;
         }

@@ -1,6 +1,8 @@
 /*  web_gate.c - at most N expensive reads at once (see web_gate.h). */
 #include "web_gate.h"
 
+#include "../common/util.h"
+
 #include <errno.h>
 #include <time.h>
 
@@ -24,14 +26,7 @@ void web_gate_fini(web_gate *g)
 
 int web_gate_enter(web_gate *g, int wait_ms)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += wait_ms / 1000;
-    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = util_deadline(wait_ms);
     pthread_mutex_lock(&g->mu);
     int rc = 0;
     while (g->busy >= g->max && rc != ETIMEDOUT)
