@@ -191,6 +191,94 @@ static void s_sixhump_b(int i, double *lo, double *hi)
     *hi = i == 0 ? 3 : 2;
 }
 
+/* ---- rugged many-basin functions (held out: bo was not tuned on them) ---- */
+
+static double s_rastrigin(const double *x, int d)
+{
+    double s = 10.0 * d;
+    for (int i = 0; i < d; i++)
+        s += x[i] * x[i] - 10 * cos(2 * M_PI * x[i]);
+    return s;
+}
+
+static void s_rastrigin_b(int i, double *lo, double *hi)
+{
+    *lo = -5.12;
+    *hi = 5.12;
+}
+
+static double s_schwefel(const double *x, int d)
+{
+    double s = 418.9829 * d;
+    for (int i = 0; i < d; i++)
+        s -= x[i] * sin(sqrt(fabs(x[i])));
+    return s;
+}
+
+static void s_schwefel_b(int i, double *lo, double *hi)
+{
+    *lo = -500;
+    *hi = 500;
+}
+
+static double s_michalewicz(const double *x, int d)
+{
+    double s = 0;
+    for (int i = 0; i < d; i++)
+        s -= sin(x[i]) * pow(sin((i + 1) * x[i] * x[i] / M_PI), 20);
+    return s;
+}
+
+static void s_michalewicz_b(int i, double *lo, double *hi)
+{
+    *lo = 0;
+    *hi = M_PI;
+}
+
+/* Shekel with its first m terms (Shekel-5, -7; Shekel-10 above) */
+static double s_shekel_m(const double *x, int m)
+{
+    static const double beta[10] = {1, 2, 2, 4, 4, 6, 3, 7, 5, 5};
+    static const double C[4][10] = {{4, 1, 8, 6, 3, 2, 5, 8, 6, 7},
+                                    {4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6},
+                                    {4, 1, 8, 6, 3, 2, 5, 8, 6, 7},
+                                    {4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6}};
+    double s = 0;
+    for (int i = 0; i < m; i++) {
+        double e = 0.1 * beta[i];
+        for (int j = 0; j < 4; j++)
+            e += (x[j] - C[j][i]) * (x[j] - C[j][i]);
+        s -= 1 / e;
+    }
+    return s;
+}
+
+static double s_shekel5(const double *x, int d)
+{
+    return s_shekel_m(x, 5);
+}
+
+static double s_shekel7(const double *x, int d)
+{
+    return s_shekel_m(x, 7);
+}
+
+static double s_griewank(const double *x, int d)
+{
+    double s = 0, p = 1;
+    for (int i = 0; i < d; i++) {
+        s += x[i] * x[i] / 4000;
+        p *= cos(x[i] / sqrt(i + 1.0));
+    }
+    return 1 + s - p;
+}
+
+static void s_griewank_b(int i, double *lo, double *hi)
+{
+    *lo = -600;
+    *hi = 600;
+}
+
 static const s_func s_funcs[] = {
     {"branin", 2, 0.397887357729738, s_branin, s_branin_b},
     {"hartmann6", 6, -3.32236801141551, s_hartmann6, s_unit_b},
@@ -202,6 +290,15 @@ static const s_func s_funcs[] = {
     {"shekel10", 4, -10.53644315348353, s_shekel, s_shekel_b},
     {"sixhump", 2, -1.0316284534898774, s_sixhump, s_sixhump_b},
     {"levy8", 8, 0, s_levy, s_levy_b},
+    /* rugged, many basins (bench_bo.py --funcs rugged) */
+    {"rastrigin3", 3, 0, s_rastrigin, s_rastrigin_b},
+    {"rastrigin5", 5, 0, s_rastrigin, s_rastrigin_b},
+    /* the minimum is at 420.968746 in each coordinate, not quite 0 */
+    {"schwefel3", 3, 3 * (418.9829 - 418.98288727243369), s_schwefel, s_schwefel_b},
+    {"michalewicz5", 5, -4.687658179, s_michalewicz, s_michalewicz_b},
+    {"shekel5", 4, -10.1531996790582, s_shekel5, s_shekel_b},
+    {"shekel7", 4, -10.4029405668187, s_shekel7, s_shekel_b},
+    {"griewank5", 5, 0, s_griewank, s_griewank_b},
 };
 
 static const s_func *s_find(const char *name)
