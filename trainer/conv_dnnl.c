@@ -5,7 +5,8 @@
     of entries keyed by (batch, precision), each with its three convolution
     primitives and the weight reorders between jizhi's OIHW and the layouts
     the kernels chose. Activations are given as NHWC so that no activation
-    is reordered; only the weights (small) are.
+    is reordered; only the weights (small) are. In bf16 the activations and
+    their gradients arrive and leave as bf16: no conversion here either.
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -39,12 +40,8 @@ struct trn_dconv {
     int c, h, w, co, k, stride, pad, ho, wo;
     s_entry e[S_CACHE];
     int ne, clock;
-    uint16_t *xb, *dyb; /* bf16 copies of the input and the output gradient */
-    long xb_cap, dyb_cap;
-    const float *xb_of; /* xb holds this input of xb_n images (the last forward's) */
-    int xb_n;
-    float *tmp; /* dx or dw before accumulation */
-    long tmp_cap;
+    void *tmp; /* dx or dw before accumulation */
+    size_t tmp_cap;
 };
 
 static dnnl_engine_t g_eng;
@@ -129,8 +126,6 @@ void trn_dconv_destroy(trn_dconv **dp)
     trn_dconv *d = *dp;
     for (int i = 0; i < d->ne; i++)
         s_entry_free(&d->e[i]);
-    free(d->xb);
-    free(d->dyb);
     free(d->tmp);
     free(d);
     *dp = NULL;
@@ -169,11 +164,9 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
     dnnl_dims_t sdims = {n, d->c, d->h, d->w}, ddims = {n, d->co, d->ho, d->wo},
                 wdims = {d->co, d->c, d->k, d->k}, strides = {d->stride, d->stride},
                 pad = {d->pad, d->pad};
-    dnnl_memory_desc_t src_lo, src_f, dst_lo, dst_f, wany, wuser;
+    dnnl_memory_desc_t src_lo, dst_lo, wany, wuser;
     dnnl_memory_desc_init_by_tag(&src_lo, 4, sdims, lo, dnnl_nhwc);
-    dnnl_memory_desc_init_by_tag(&src_f, 4, sdims, dnnl_f32, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&dst_lo, 4, ddims, lo, dnnl_nhwc);
-    dnnl_memory_desc_init_by_tag(&dst_f, 4, ddims, dnnl_f32, dnnl_nhwc);
     dnnl_memory_desc_init_by_tag(&wany, 4, wdims, lo, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&wuser, 4, wdims, dnnl_f32, dnnl_oihw);
     dnnl_memory_desc_t wany_f;
@@ -189,10 +182,10 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
     if (dnnl_primitive_attr_create(&attr) != dnnl_success)
         goto fail;
     dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    if (dnnl_convolution_forward_desc_init(&cd[0], dnnl_forward_training,
-                                           dnnl_convolution_direct, &src_lo, &wany, NULL,
-                                           &dst_f, strides, pad, pad_r) != dnnl_success ||
-        dnnl_convolution_backward_data_desc_init(&cd[1], dnnl_convolution_direct, &src_f,
+    if (dnnl_convolution_forward_desc_init(
+            &cd[0], dnnl_forward_training, dnnl_convolution_direct, &src_lo, &wany, NULL,
+            &dst_lo, strides, pad, pad_r) != dnnl_success ||
+        dnnl_convolution_backward_data_desc_init(&cd[1], dnnl_convolution_direct, &src_lo,
                                                  &wany, &dst_lo, strides, pad,
                                                  pad_r) != dnnl_success ||
         dnnl_convolution_backward_weights_desc_init(&cd[2], dnnl_convolution_direct,
@@ -234,9 +227,9 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
                                  e->pd[2], dnnl_query_diff_weights_md, 0);
     int same;
     if (dnnl_memory_create(&e->src, &src_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->dst, &dst_f, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->dst, &dst_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
         dnnl_memory_create(&e->ddst, &dst_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->dsrc, &src_f, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->dsrc, &src_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
         dnnl_memory_create(&e->wuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
         dnnl_memory_create(&e->dwuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
         goto fail;
@@ -316,15 +309,6 @@ static int s_weights(s_entry *e, dnnl_primitive_t r, dnnl_memory_t to, const flo
     return s_exec(r, 2, a);
 }
 
-/* fp32 -> bf16, round to nearest even (values from net.c are bf16 already);
-   compiled for AVX-512 and AVX2 too, chosen at load time. */
-TRN_CLONES static void s_bf16_loop(uint16_t *restrict o, const uint32_t *restrict u,
-                                   long n)
-{
-    for (long i = 0; i < n; i++)
-        o[i] = (uint16_t)((u[i] + 0x7fffu + ((u[i] >> 16) & 1u)) >> 16);
-}
-
 TRN_CLONES static void s_axpby(float *restrict o, const float *restrict g, float beta,
                                long n)
 {
@@ -332,85 +316,49 @@ TRN_CLONES static void s_axpby(float *restrict o, const float *restrict g, float
         o[i] = beta * o[i] + g[i];
 }
 
-static int s_to_bf16(uint16_t **buf, long *cap, const float *x, long n)
+static void *s_tmp(trn_dconv *d, size_t bytes)
 {
-    if (n > *cap) {
-        uint16_t *b = realloc(*buf, (size_t)n * sizeof *b);
-        if (!b)
-            return -1;
-        *buf = b;
-        *cap = n;
-    }
-    s_bf16_loop(*buf, (const uint32_t *)x, n);
-    return 0;
-}
-
-static float *s_tmp(trn_dconv *d, long n)
-{
-    if (n > d->tmp_cap) {
-        float *t = realloc(d->tmp, (size_t)n * sizeof *t);
+    if (bytes > d->tmp_cap) {
+        void *t = realloc(d->tmp, bytes);
         if (!t)
             return NULL;
         d->tmp = t;
-        d->tmp_cap = n;
+        d->tmp_cap = bytes;
     }
     return d->tmp;
 }
 
-int trn_dconv_fwd(trn_dconv *d, const float *x, const float *w, float *y, int n, int bf16,
+int trn_dconv_fwd(trn_dconv *d, const void *x, const float *w, void *y, int n, int bf16,
                   char *err)
 {
     s_entry *e = s_get(d, n, bf16, err);
     if (!e)
         return -1;
-    const void *src = x;
-    if (bf16) {
-        d->xb_of = NULL;
-        if (s_to_bf16(&d->xb, &d->xb_cap, x, (long)n * d->c * d->h * d->w) < 0)
-            goto oom;
-        d->xb_of = x; /* the backward of this forward reuses it */
-        d->xb_n = n;
-        src = d->xb;
-    }
     if (s_weights(e, e->wr_fwd, e->wfwd, w) < 0)
         goto fail;
-    dnnl_memory_set_data_handle(e->src, (void *)src);
+    dnnl_memory_set_data_handle(e->src, (void *)x);
     dnnl_memory_set_data_handle(e->dst, y);
     dnnl_exec_arg_t a[4] = {
         {DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, e->wfwd}, {DNNL_ARG_DST, e->dst}};
     if (s_run(e, 0, a, 3) < 0)
         goto fail;
     return 0;
-oom:
-    snprintf(err, TRN_ERRLEN, "out of memory");
-    return -1;
 fail:
     snprintf(err, TRN_ERRLEN, "oneDNN: convolution forward failed");
     return -1;
 }
 
-int trn_dconv_bwd(trn_dconv *d, const float *x, const float *w, const float *dy,
-                  float *dx, float *dw, int n, int bf16, float beta, float dxbeta,
-                  char *err)
+int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, void *dx,
+                  float *dw, int n, int bf16, float beta, float dxbeta, char *err)
 {
     s_entry *e = s_get(d, n, bf16, err);
     if (!e)
         return -1;
     long nx = (long)n * d->c * d->h * d->w, nw = (long)d->co * d->c * d->k * d->k;
-    const void *src = x, *ddst = dy;
-    if (bf16) {
-        int have = d->xb_of == x && d->xb_n == n;
-        d->xb_of = NULL;
-        if ((!have && s_to_bf16(&d->xb, &d->xb_cap, x, nx) < 0) ||
-            s_to_bf16(&d->dyb, &d->dyb_cap, dy, (long)n * d->co * d->ho * d->wo) < 0)
-            goto oom;
-        src = d->xb;
-        ddst = d->dyb;
-    }
-    dnnl_memory_set_data_handle(e->src, (void *)src);
-    dnnl_memory_set_data_handle(e->ddst, (void *)ddst);
+    dnnl_memory_set_data_handle(e->src, (void *)x);
+    dnnl_memory_set_data_handle(e->ddst, (void *)dy);
     /* weights: dw = beta*dw + grad */
-    float *dwo = beta == 0 ? dw : s_tmp(d, nw);
+    float *dwo = beta == 0 ? dw : s_tmp(d, (size_t)nw * sizeof(float));
     if (!dwo)
         goto oom;
     dnnl_memory_set_data_handle(e->dwuser, dwo);
@@ -430,8 +378,9 @@ int trn_dconv_bwd(trn_dconv *d, const float *x, const float *w, const float *dy,
         s_axpby(dw, dwo, beta, nw);
     if (!dx)
         return 0;
-    /* data: dx = dxbeta*dx + grad */
-    float *dxo = dxbeta == 0 ? dx : s_tmp(d, nx);
+    /* data: dx = dxbeta*dx + grad (in bf16, the sum rounded once) */
+    size_t esz = bf16 ? sizeof(uint16_t) : sizeof(float);
+    void *dxo = dxbeta == 0 ? dx : s_tmp(d, (size_t)nx * esz);
     if (!dxo)
         goto oom;
     if (s_weights(e, e->wr_bwd, e->wbwd, w) < 0)
@@ -442,7 +391,9 @@ int trn_dconv_bwd(trn_dconv *d, const float *x, const float *w, const float *dy,
                             {DNNL_ARG_DIFF_SRC, e->dsrc}};
     if (s_run(e, 1, b, 3) < 0)
         goto fail;
-    if (dxbeta != 0)
+    if (dxbeta != 0 && bf16)
+        trn_acc_bf(dx, dxo, dxbeta, nx);
+    else if (dxbeta != 0)
         s_axpby(dx, dxo, dxbeta, nx);
     return 0;
 oom:
@@ -498,7 +449,7 @@ void trn_dconv_destroy(trn_dconv **dp)
         *dp = NULL;
 }
 
-int trn_dconv_fwd(trn_dconv *d, const float *x, const float *w, float *y, int n, int bf16,
+int trn_dconv_fwd(trn_dconv *d, const void *x, const float *w, void *y, int n, int bf16,
                   char *err)
 {
     (void)d, (void)x, (void)w, (void)y, (void)n, (void)bf16;
@@ -506,9 +457,8 @@ int trn_dconv_fwd(trn_dconv *d, const float *x, const float *w, float *y, int n,
     return -1;
 }
 
-int trn_dconv_bwd(trn_dconv *d, const float *x, const float *w, const float *dy,
-                  float *dx, float *dw, int n, int bf16, float beta, float dxbeta,
-                  char *err)
+int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, void *dx,
+                  float *dw, int n, int bf16, float beta, float dxbeta, char *err)
 {
     (void)d, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)n, (void)bf16;
     (void)beta, (void)dxbeta;

@@ -9,10 +9,12 @@
     are NHWC (channels last, the layout net.c keeps across every layer of
     the CNN on this path), weights are jizhi's OIHW ([co][c][k][k], as the
     GEMM path), reordered into the kernel's blocked layout once per call.
-    bf16: the activations and weights (already rounded to bf16 by net.c)
-    are converted to real bf16 and the kernels multiply in bf16 with fp32
-    accumulation (avx512_bf16 where the CPU has it); outputs and gradients
-    come back in fp32 for net.c to round, as on the GEMM path.
+    bf16: the activations and their gradients are real bf16 (uint16_t,
+    NHWC) in and out, as net.c stores them on this path; the weights come
+    as fp32 (net.c's working copy) and are rounded to bf16 by the weight
+    reorder; the kernels multiply in bf16 with fp32 accumulation
+    (avx512_core_bf16 or AMX where the CPU has it) and the weight gradient
+    comes back in fp32.
 
     Without oneDNN in the build every function fails and
     trn_dnnl_available() says 0; net.c then uses the im2col + GEMM path.
@@ -42,17 +44,16 @@ trn_dconv *trn_dconv_new(int c, int h, int w, int co, int k, int stride, int pad
                          char *err);
 void trn_dconv_destroy(trn_dconv **dp);
 
-/* y[n][ho][wo][co] = conv(x[n][h][w][c], w[co][c][k][k]); bf16 != 0:
-   computed in bf16 (inputs must already be bf16 values). 0 or -1 with err. */
-int trn_dconv_fwd(trn_dconv *d, const float *x, const float *w, float *y, int n, int bf16,
+/* y[n][ho][wo][co] = conv(x[n][h][w][c], w[co][c][k][k]); x and y are
+   float, or with bf16 != 0 uint16_t bf16 values. 0 or -1 with err. */
+int trn_dconv_fwd(trn_dconv *d, const void *x, const float *w, void *y, int n, int bf16,
                   char *err);
 
-/* Backward of trn_dconv_fwd with the same x and w (x unchanged since: in
-   bf16 the forward's copy of x is reused): dw = beta*dw + dL/dw
-   (OIHW), and when dx is not NULL dx = dxbeta*dx + dL/dx (NHWC). 0 or -1. */
-int trn_dconv_bwd(trn_dconv *d, const float *x, const float *w, const float *dy,
-                  float *dx, float *dw, int n, int bf16, float beta, float dxbeta,
-                  char *err);
+/* Backward of trn_dconv_fwd with the same x and w: dw = beta*dw + dL/dw
+   (fp32, OIHW), and when dx is not NULL dx = dxbeta*dx + dL/dx (NHWC; x,
+   dy and dx float, or bf16 values with bf16 != 0). 0 or -1. */
+int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, void *dx,
+                  float *dw, int n, int bf16, float beta, float dxbeta, char *err);
 
 /* The oneDNN implementations this layer runs for batch n ("fwd brg:avx512_core,
    bwd-data ..., bwd-weights ...") into buf, creating the primitives when

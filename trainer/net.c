@@ -9,10 +9,15 @@
     Mixed precision is emulated here (precision.c): with bf16/fp16 the
     forward uses a rounded working copy of the weights, and every stored
     activation, activation gradient and weight gradient is rounded to the
-    format. Each buffer's gradient carries a scale: with per-layer loss
+    format; each buffer's gradient carries a scale (with per-layer loss
     scales an op's incoming gradient is rescaled to its layer's scale before
-    its backward, so each layer's weight gradient carries its own scale.
+    its backward, so each layer's weight gradient carries its own scale).
+    On the oneDNN path in bf16 the CNN's activations and gradients are real
+    bf16 (s_buf.xh/gh, NHWC) from the input's copy to the pooling: conv,
+    BN(+ReLU), add(+ReLU) read and write bf16 (fp32 inside); the pooled
+    features, the head, weights and weight gradients stay fp32.
 */
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -33,15 +38,18 @@ typedef struct {
     long st;                /* BN: offset of running mean (var follows) in state */
     float *mean, *invstd;   /* BN: batch statistics saved for backward */
     trn_dconv *dc;          /* conv on the oneDNN path (owned), else NULL */
-    int relu_op;            /* BN on the oneDNN path: the ReLU fused into it, or -1 */
-    int fused;              /* ReLU: runs inside the BN before it */
+    int relu_op;  /* BN / ADD on the oneDNN path: the ReLU fused into it, or -1 */
+    int fused;    /* ReLU: runs inside the BN before it (forward and backward) */
+    int fwd_only; /* ReLU: its forward runs inside the ADD before it */
 } s_op;
 
 typedef struct {
-    int feat;     /* values per sample */
-    float *x, *g; /* cap * feat */
-    int written;  /* gradient holds a contribution this pass */
-    double gs;    /* scale the gradient carries */
+    int feat;          /* values per sample */
+    float *x, *g;      /* cap * feat */
+    uint16_t *xh, *gh; /* hcap * feat: bf16 storage (half mode, hs buffers) */
+    int hs;            /* stored in bf16 in half mode (the CNN's NHWC activations) */
+    int written;       /* gradient holds a contribution this pass */
+    double gs;         /* scale the gradient carries */
 } s_buf;
 
 #define MAX_OPS 256
@@ -64,6 +72,8 @@ struct trn_net {
     int classes;
     trn_precision prec;
     int nhwc;                  /* CNN activations channels last: the oneDNN conv path */
+    int half;                  /* nhwc in bf16: the hs buffers are stored in bf16 */
+    int hcap;                  /* samples the bf16 buffers hold */
     char conv_err[TRN_ERRLEN]; /* why the last pass failed (oneDNN) */
     int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */
     trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */
@@ -137,6 +147,7 @@ static int s_relu(trn_net *n, int in)
 {
     s_op *o = s_op_new(n, OP_RELU, in);
     o->out = s_buf_new(n, n->bufs[in].feat);
+    n->bufs[o->out].hs = n->bufs[in].hs;
     return o->out;
 }
 
@@ -165,6 +176,8 @@ static int s_conv(trn_net *n, int in, int c, int h, int w, int co, int k, int st
         n->cols_per_sample = cps;
     }
     o->out = s_buf_new(n, co * ho * wo);
+    n->bufs[o->out].hs = n->nhwc;
+    n->bufs[in].hs = n->nhwc;
     return o->out;
 }
 
@@ -190,6 +203,7 @@ static int s_bn(trn_net *n, int in, int c, int hw, int zero_gamma)
     if (!o->mean || !o->invstd)
         return -1;
     o->out = s_buf_new(n, n->bufs[in].feat);
+    n->bufs[o->out].hs = n->nhwc;
     return o->out;
 }
 
@@ -198,6 +212,7 @@ static int s_add(trn_net *n, int a, int b)
     s_op *o = s_op_new(n, OP_ADD, a);
     o->in2 = b;
     o->out = s_buf_new(n, n->bufs[a].feat);
+    n->bufs[o->out].hs = n->nhwc;
     return o->out;
 }
 
@@ -227,19 +242,24 @@ static int s_cbr(trn_net *n, int in, int c, int h, int w, int co, int stride, in
 
 /* On the oneDNN path: each BN whose only reader is a ReLU runs with it as
    one kernel (kernels_nhwc.c); the BN output buffer then holds only the
-   gradient's place, never values. */
+   gradient's place, never values. A residual ADD whose only reader is a
+   ReLU writes relu(a + b) straight into the ReLU's buffer in the forward
+   (the ADD's buffer is never written); the backward stays two ops (the
+   ReLU's mask, then the ADD's copies). */
 static void s_fuse(trn_net *n)
 {
     for (int i = 0; i + 1 < n->nops; i++) {
         s_op *o = &n->ops[i], *r = &n->ops[i + 1];
-        if (o->kind != OP_BN || r->kind != OP_RELU || r->in != o->out)
+        if ((o->kind != OP_BN && o->kind != OP_ADD) || r->kind != OP_RELU ||
+            r->in != o->out)
             continue;
         int readers = 0;
         for (int j = 0; j < n->nops; j++)
             readers += (n->ops[j].in == o->out) + (n->ops[j].in2 == o->out);
         if (readers == 1) {
             o->relu_op = i + 1;
-            r->fused = 1;
+            r->fused = o->kind == OP_BN;
+            r->fwd_only = o->kind == OP_ADD;
         }
     }
 }
@@ -367,6 +387,8 @@ void trn_net_destroy(trn_net **np)
     for (int i = 0; i < n->nbufs; i++) {
         free(n->bufs[i].x);
         free(n->bufs[i].g);
+        free(n->bufs[i].xh);
+        free(n->bufs[i].gh);
     }
     free(n->state);
     free(n->cols);
@@ -462,6 +484,7 @@ void trn_net_set_precision(trn_net *n, trn_precision prec)
         for (int i = 0; i < n->np; i++)
             s_free_lp(&n->params[i]);
     n->prec = prec;
+    n->half = n->nhwc && prec == TRN_BF16;
     trn_net_sync_weights(n);
 }
 
@@ -484,8 +507,32 @@ double trn_net_grad_sqnorm(const trn_net *n)
 
 /* ---- passes -------------------------------------------------------------- */
 
+/* The bf16 buffers of half mode for nb samples. */
+static int s_reserve_half(trn_net *n, int nb)
+{
+    if (!n->half || nb <= n->hcap)
+        return 0;
+    for (int i = 0; i < n->nbufs; i++) {
+        s_buf *b = &n->bufs[i];
+        if (!b->hs)
+            continue;
+        uint16_t *x = realloc(b->xh, (size_t)nb * b->feat * sizeof *x);
+        if (!x)
+            return -1;
+        b->xh = x;
+        uint16_t *g = realloc(b->gh, (size_t)nb * b->feat * sizeof *g);
+        if (!g)
+            return -1;
+        b->gh = g;
+    }
+    n->hcap = nb;
+    return 0;
+}
+
 static int s_reserve(trn_net *n, int nb)
 {
+    if (s_reserve_half(n, nb) < 0)
+        return -1;
     if (nb <= n->cap)
         return 0;
     for (int i = 0; i < n->nbufs; i++) {
@@ -525,10 +572,60 @@ static void s_bn_running(trn_net *n, const s_op *o, long s)
     }
 }
 
+/* One op of the forward in half mode (its input stored in bf16). */
+static int s_forward_half(trn_net *n, s_op *o, int nb, int train)
+{
+    const uint16_t *x = n->bufs[o->in].xh;
+    uint16_t *y = n->bufs[o->out].xh;
+    long cnt = (long)nb * n->bufs[o->out].feat;
+    switch (o->kind) {
+    case OP_CONV:
+        return trn_dconv_fwd(o->dc, x, n->params[o->pw].wlp, y, nb, 1, n->conv_err);
+    case OP_BN: {
+        float *rm = n->state + o->st;
+        int relu = o->relu_op >= 0;
+        trn_bn_relu_fwd_nhwc_bf(x, n->params[o->pw].wlp, n->params[o->pb].wlp,
+                                relu ? n->bufs[n->ops[o->relu_op].out].xh : y, o->mean,
+                                o->invstd, train ? NULL : rm, rm + o->c, o->c,
+                                (long)nb * o->h, s_bn_eps, n->prec, relu);
+        if (train)
+            s_bn_running(n, o, (long)nb * o->h);
+        return 0;
+    }
+    case OP_ADD: {
+        int relu = o->relu_op >= 0;
+        trn_add_relu_bf(x, n->bufs[o->in2].xh,
+                        relu ? n->bufs[n->ops[o->relu_op].out].xh : y, cnt, relu);
+        return 0;
+    }
+    case OP_RELU:
+        if (!o->fused && !o->fwd_only)
+            trn_relu_fwd_bf(x, y, cnt);
+        return 0;
+    case OP_GAP: {
+        float *yf = n->bufs[o->out].x;
+        trn_gap_fwd_nhwc_bf(x, yf, o->c, nb, o->h);
+        trn_round_buf(yf, cnt, n->prec);
+        return 0;
+    }
+    case OP_LINEAR:
+        break;
+    }
+    assert(0 && "a linear layer never reads a bf16 buffer");
+    return -1;
+}
+
 static int s_forward(trn_net *n, int nb, int train)
 {
+    if (n->half) /* the input's bf16 copy */
+        trn_bf16_from_f32(n->bufs[0].xh, n->bufs[0].x, (long)nb * n->bufs[0].feat);
     for (int i = 0; i < n->nops; i++) {
         s_op *o = &n->ops[i];
+        if (n->half && n->bufs[o->in].hs) {
+            if (s_forward_half(n, o, nb, train) < 0)
+                return -1;
+            continue;
+        }
         const float *x = n->bufs[o->in].x;
         float *y = n->bufs[o->out].x;
         long cnt = (long)nb * n->bufs[o->out].feat;
@@ -539,14 +636,14 @@ static int s_forward(trn_net *n, int nb, int train)
                              o->co);
             break;
         case OP_RELU:
-            if (o->fused)
-                continue; /* ran inside the BN before it */
+            if (o->fused || o->fwd_only)
+                continue; /* ran inside the BN or ADD before it */
             trn_relu_fwd_f(x, y, cnt);
             continue; /* exact: its input is rounded already */
         case OP_CONV:
             if (o->dc) {
-                if (trn_dconv_fwd(o->dc, x, n->params[o->pw].wlp, y, nb,
-                                  n->prec == TRN_BF16, n->conv_err) < 0)
+                if (trn_dconv_fwd(o->dc, x, n->params[o->pw].wlp, y, nb, 0, n->conv_err) <
+                    0)
                     return -1;
             } else {
                 trn_conv_fwd_f(x, n->params[o->pw].wlp, y, n->cols, o->c, nb, o->h, o->w,
@@ -556,10 +653,10 @@ static int s_forward(trn_net *n, int nb, int train)
         case OP_BN:
             if (o->relu_op >= 0) { /* BN + ReLU in one pass, rounded inside */
                 float *rm = n->state + o->st;
-                trn_bn_relu_fwd_nhwc(x, n->params[o->pw].wlp, n->params[o->pb].wlp,
-                                     n->bufs[n->ops[o->relu_op].out].x, o->mean,
-                                     o->invstd, train ? NULL : rm, rm + o->c, o->c,
-                                     (long)nb * o->h, s_bn_eps, n->prec);
+                trn_bn_relu_fwd_nhwc_f(x, n->params[o->pw].wlp, n->params[o->pb].wlp,
+                                       n->bufs[n->ops[o->relu_op].out].x, o->mean,
+                                       o->invstd, train ? NULL : rm, rm + o->c, o->c,
+                                       (long)nb * o->h, s_bn_eps, n->prec, 1);
                 if (train)
                     s_bn_running(n, o, (long)nb * o->h);
                 continue;
@@ -579,6 +676,14 @@ static int s_forward(trn_net *n, int nb, int train)
             break;
         case OP_ADD: {
             const float *b = n->bufs[o->in2].x;
+            if (o->relu_op >= 0) { /* relu(round(a + b)) into the ReLU's buffer */
+                float *r = n->bufs[n->ops[o->relu_op].out].x;
+                for (long j = 0; j < cnt; j++)
+                    r[j] = x[j] + b[j];
+                trn_round_buf(r, cnt, n->prec);
+                trn_relu_fwd_f(r, r, cnt);
+                continue;
+            }
             for (long j = 0; j < cnt; j++)
                 y[j] = x[j] + b[j];
             break;
@@ -592,6 +697,20 @@ static int s_forward(trn_net *n, int nb, int train)
     return 0;
 }
 
+/* Multiplies a buffer's gradient by f (in bf16 when it is stored so;
+   a float one rounded to the format when round). */
+static void s_scale_grad(trn_net *n, s_buf *buf, long cnt, float f, int round)
+{
+    if (n->half && buf->hs) {
+        trn_scale_bf(buf->gh, f, cnt);
+        return;
+    }
+    for (long j = 0; j < cnt; j++)
+        buf->g[j] *= f;
+    if (round)
+        trn_round_buf(buf->g, cnt, n->prec);
+}
+
 /* Makes buffer b's gradient ready to receive a contribution at scale s:
    returns the dxbeta to use (0 = first contribution, overwrite). */
 static float s_prepare_grad(trn_net *n, int b, int nb, double s)
@@ -603,13 +722,58 @@ static float s_prepare_grad(trn_net *n, int b, int nb, double s)
         return 0.0f;
     }
     if (buf->gs != s) {
-        long cnt = (long)nb * buf->feat;
-        float f = (float)(s / buf->gs);
-        for (long j = 0; j < cnt; j++)
-            buf->g[j] *= f;
+        s_scale_grad(n, buf, (long)nb * buf->feat, (float)(s / buf->gs), 0);
         buf->gs = s;
     }
     return 1.0f;
+}
+
+/* One op of the backward in half mode (its input stored in bf16): ob holds
+   the incoming gradient, dx (ib->gh or NULL) receives with dxb. */
+static int s_backward_half(trn_net *n, s_op *o, int nb, s_buf *ob, s_buf *ib, int need_dx,
+                           float dxb, float pbeta, double s)
+{
+    long ocnt = (long)nb * ob->feat;
+    uint16_t *dx = need_dx ? ib->gh : NULL;
+    switch (o->kind) {
+    case OP_CONV: {
+        trn_param *w = &n->params[o->pw];
+        if (trn_dconv_bwd(o->dc, ib->xh, w->wlp, ob->gh, dx, w->g, nb, 1, pbeta, dxb,
+                          n->conv_err) < 0)
+            return -1;
+        trn_round_buf(w->g, w->n, n->prec);
+        return 0;
+    }
+    case OP_BN: {
+        trn_param *g = &n->params[o->pw], *b = &n->params[o->pb];
+        trn_bn_relu_bwd_nhwc_bf(ib->xh, g->wlp, o->mean, o->invstd,
+                                o->relu_op >= 0 ? ob->xh : NULL, ob->gh, dx, g->g, b->g,
+                                o->c, (long)nb * o->h, pbeta, dxb, n->prec);
+        trn_round_buf(g->g, g->n, n->prec);
+        trn_round_buf(b->g, b->n, n->prec);
+        return 0;
+    }
+    case OP_RELU:
+        if (dx)
+            trn_relu_bwd_bf(n->bufs[o->out].xh, ob->gh, dx, ocnt, dxb);
+        return 0;
+    case OP_ADD:
+        if (dx)
+            trn_acc_bf(dx, ob->gh, dxb, ocnt);
+        if (o->in2 != 0) {
+            s_buf *b2 = &n->bufs[o->in2];
+            trn_acc_bf(b2->gh, ob->gh, s_prepare_grad(n, o->in2, nb, s), ocnt);
+        }
+        return 0;
+    case OP_GAP:
+        if (dx)
+            trn_gap_bwd_nhwc_bf(ob->g, dx, o->c, nb, o->h, dxb);
+        return 0;
+    case OP_LINEAR:
+        break;
+    }
+    assert(0 && "a linear layer never reads a bf16 buffer");
+    return -1;
 }
 
 static int s_backward(trn_net *n, int nb, const double *lscale)
@@ -621,22 +785,25 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
         if (o->fused) /* its gradient is taken inside the BN's backward */
             continue;
         /* a BN with its ReLU fused gets the ReLU output's gradient */
-        s_buf *ob = &n->bufs[o->relu_op >= 0 ? n->ops[o->relu_op].out : o->out];
+        s_buf *ob = &n->bufs[o->kind == OP_BN && o->relu_op >= 0 ? n->ops[o->relu_op].out
+                                                                 : o->out];
         if (!ob->written)
             continue;
         long ocnt = (long)nb * ob->feat;
         /* per-layer loss scale: bring the incoming gradient to this layer's scale */
         if (lscale && o->layer >= 0 && ob->gs != lscale[o->layer]) {
-            float f = (float)(lscale[o->layer] / ob->gs);
-            for (long j = 0; j < ocnt; j++)
-                ob->g[j] *= f;
-            trn_round_buf(ob->g, ocnt, n->prec);
+            s_scale_grad(n, ob, ocnt, (float)(lscale[o->layer] / ob->gs), 1);
             ob->gs = lscale[o->layer];
         }
         double s = ob->gs;
         int need_dx = o->in != 0;
         s_buf *ib = &n->bufs[o->in];
         float dxb = need_dx ? s_prepare_grad(n, o->in, nb, s) : 0;
+        if (n->half && ib->hs) {
+            if (s_backward_half(n, o, nb, ob, ib, need_dx, dxb, pbeta, s) < 0)
+                return -1;
+            goto hooks;
+        }
         float *dx = need_dx ? ib->g : NULL;
         /* dx needs no rounding when it is a copy or mask of a rounded
            gradient, or the fused BN rounded it */
@@ -662,8 +829,8 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
         case OP_CONV: {
             trn_param *w = &n->params[o->pw];
             if (o->dc) {
-                if (trn_dconv_bwd(o->dc, ib->x, w->wlp, ob->g, dx, w->g, nb,
-                                  n->prec == TRN_BF16, pbeta, dxb, n->conv_err) < 0)
+                if (trn_dconv_bwd(o->dc, ib->x, w->wlp, ob->g, dx, w->g, nb, 0, pbeta,
+                                  dxb, n->conv_err) < 0)
                     return -1;
             } else {
                 trn_conv_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, n->cols, o->c, nb, o->h,
@@ -675,9 +842,9 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
         case OP_BN: {
             trn_param *g = &n->params[o->pw], *b = &n->params[o->pb];
             if (o->relu_op >= 0) {
-                trn_bn_relu_bwd_nhwc(ib->x, g->wlp, o->mean, o->invstd, ob->x, ob->g, dx,
-                                     g->g, b->g, o->c, (long)nb * o->h, pbeta, dxb,
-                                     n->prec);
+                trn_bn_relu_bwd_nhwc_f(ib->x, g->wlp, o->mean, o->invstd, ob->x, ob->g,
+                                       dx, g->g, b->g, o->c, (long)nb * o->h, pbeta, dxb,
+                                       n->prec);
                 exact = 1;
             } else
                 (n->nhwc ? trn_bn_bwd_nhwc_f
@@ -710,6 +877,7 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
         }
         if (dx && !exact)
             trn_round_buf(dx, (long)nb * ib->feat, n->prec);
+    hooks:
         if (n->hook && o->pw >= 0)
             n->hook(n->hook_ud, o->pw);
         if (n->hook && o->pb >= 0)

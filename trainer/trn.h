@@ -239,18 +239,46 @@ void trn_data_free(trn_dataset *d);
 TRN_KERNEL_DECLS(float, f)
 TRN_KERNEL_DECLS(double, d)
 
-/* Fused channels-last BN + ReLU of the oneDNN path (kernels_nhwc.c).
+/* Fused channels-last BN (+ ReLU) of the oneDNN path (kernels_nhwc.c),
+   for float activations (_f: stored values rounded to p) and for real
+   bf16 storage (_bf: uint16_t, every store rounded to bf16; p ignored).
    Forward: training statistics into mean/invstd (rmean == NULL) or the
-   running ones (rmean, rvar), y = relu(round_p(BN(x))). Backward: BN's
-   gradients of the ReLU output's gradient dy masked by the ReLU output ry
-   (beta/dxbeta as the other kernels), dx rounded to p as it is stored. */
-void trn_bn_relu_fwd_nhwc(const float *x, const float *g, const float *b, float *y,
-                          float *mean, float *invstd, const float *rmean,
-                          const float *rvar, int c, long s, float eps, trn_precision p);
-void trn_bn_relu_bwd_nhwc(const float *x, const float *g, const float *mean,
-                          const float *invstd, const float *ry, const float *dy,
-                          float *dx, float *dg, float *db, int c, long s, float beta,
-                          float dxbeta, trn_precision p);
+   running ones (rmean, rvar), y = round_p(BN(x)), then max(y, 0) when
+   relu. Backward: BN's gradients of dy, masked by the ReLU output ry
+   (ry == NULL: no ReLU), beta/dxbeta as the other kernels (0: write,
+   else add), dx rounded to p as it is stored; dx NULL: parameters only. */
+void trn_bn_relu_fwd_nhwc_f(const float *x, const float *g, const float *b, float *y,
+                            float *mean, float *invstd, const float *rmean,
+                            const float *rvar, int c, long s, float eps, trn_precision p,
+                            int relu);
+void trn_bn_relu_bwd_nhwc_f(const float *x, const float *g, const float *mean,
+                            const float *invstd, const float *ry, const float *dy,
+                            float *dx, float *dg, float *db, int c, long s, float beta,
+                            float dxbeta, trn_precision p);
+void trn_bn_relu_fwd_nhwc_bf(const uint16_t *x, const float *g, const float *b,
+                             uint16_t *y, float *mean, float *invstd, const float *rmean,
+                             const float *rvar, int c, long s, float eps, trn_precision p,
+                             int relu);
+void trn_bn_relu_bwd_nhwc_bf(const uint16_t *x, const float *g, const float *mean,
+                             const float *invstd, const uint16_t *ry, const uint16_t *dy,
+                             uint16_t *dx, float *dg, float *db, int c, long s,
+                             float beta, float dxbeta, trn_precision p);
+/* The element-wise passes of the bf16 storage path (kernels_nhwc.c), all
+   rounding to nearest even as they store: conversions; y = a + b (relu:
+   max(., 0)); the ReLU and its gradient (dxbeta 0: write, else add);
+   o = beta*o + g; x *= f; global average pooling of NHWC bf16 into float
+   [n][c] and its gradient (dx = dxbeta*dx + dy/hw). */
+void trn_bf16_from_f32(uint16_t *o, const float *x, long n);
+void trn_bf16_to_f32(float *o, const uint16_t *x, long n);
+void trn_add_relu_bf(const uint16_t *a, const uint16_t *b, uint16_t *y, long n, int relu);
+void trn_relu_fwd_bf(const uint16_t *x, uint16_t *y, long n);
+void trn_relu_bwd_bf(const uint16_t *y, const uint16_t *dy, uint16_t *dx, long n,
+                     float dxbeta);
+void trn_acc_bf(uint16_t *o, const uint16_t *g, float beta, long n);
+void trn_scale_bf(uint16_t *x, float f, long n);
+void trn_gap_fwd_nhwc_bf(const uint16_t *x, float *y, int c, int n, int hw);
+void trn_gap_bwd_nhwc_bf(const float *dy, uint16_t *dx, int c, int n, int hw,
+                         float dxbeta);
 
 /* Bytes of im2col columns a conv kernel builds at a time: a tile of whole
    images (at least one), so the columns it multiplies are still in cache.

@@ -1,0 +1,180 @@
+/*  kernels_nhwc_impl.h - the body of the fused channels-last kernels,
+    included by kernels_nhwc.c once per storage type: float activations
+    (rounded to the emulated precision p as they are stored) and bf16
+    activations (uint16_t, the oneDNN path's real bf16 storage; p is
+    ignored, every store rounds to bf16). The including file defines
+    T (the element type), LD(v) (T -> float), ST(v, p) (float -> T) and
+    NM(name) (the name with the type's suffix). Arithmetic is float with
+    double accumulators in either case. */
+
+/* Per-channel sums over s rows of c values, channels [c0, c0 + cb): float
+   partial sums over RB rows (one vector operation per row), added into
+   double. mu == NULL: sums of x into o1; else sums of (x - mu)^2 into o1.
+   With dy: sums of the masked d (mask: ry > 0, or none when ry is NULL)
+   into o1 and of d*(x - mu)*is into o2. */
+static inline void NM(s_range_sums)(const T *x, const T *dy, const T *ry, const float *mu,
+                                    const float *is, int c, int c0, int cb, long lo,
+                                    long hi, double *o1, double *o2)
+{
+    for (int j = 0; j < cb; j++)
+        o1[j] = o2[j] = 0;
+    for (long i0 = lo; i0 < hi; i0 += RB) {
+        long i1 = i0 + RB < hi ? i0 + RB : hi;
+        float p1[CB], p2[CB];
+        for (int j = 0; j < cb; j++)
+            p1[j] = p2[j] = 0;
+        for (long i = i0; i < i1; i++) {
+            const T *xi = x + i * c + c0;
+            if (dy && ry) {
+                const T *di = dy + i * c + c0, *ri = ry + i * c + c0;
+                for (int j = 0; j < cb; j++) {
+                    float d = LD(ri[j]) > 0 ? LD(di[j]) : 0.0f;
+                    p1[j] += d;
+                    p2[j] += d * ((LD(xi[j]) - mu[j]) * is[j]);
+                }
+            } else if (dy) {
+                const T *di = dy + i * c + c0;
+                for (int j = 0; j < cb; j++) {
+                    float d = LD(di[j]);
+                    p1[j] += d;
+                    p2[j] += d * ((LD(xi[j]) - mu[j]) * is[j]);
+                }
+            } else if (mu) {
+                for (int j = 0; j < cb; j++) {
+                    float d = LD(xi[j]) - mu[j];
+                    p1[j] += d * d;
+                }
+            } else {
+                for (int j = 0; j < cb; j++)
+                    p1[j] += LD(xi[j]);
+            }
+        }
+        for (int j = 0; j < cb; j++) {
+            o1[j] += p1[j];
+            o2[j] += p2[j];
+        }
+    }
+}
+
+/* The rows are cut into one range per thread and the ranges' sums added in
+   order, so the result depends on the thread count only, never on timing. */
+static void NM(s_sums)(const T *x, const T *dy, const T *ry, const float *mu,
+                       const float *is, int c, int c0, int cb, long s, double *o1,
+                       double *o2)
+{
+    int nt = 1;
+#ifdef _OPENMP
+    nt = s > 4 * RB ? omp_get_max_threads() : 1;
+    nt = nt < 1 ? 1 : nt > MAXT ? MAXT : nt;
+#endif
+    double part1[MAXT][CB], part2[MAXT][CB];
+    S_OMP("omp parallel for num_threads(nt) schedule(static, 1)")
+    for (int t = 0; t < nt; t++)
+        NM(s_range_sums)
+        (x, dy, ry, mu, is, c, c0, cb, s * t / nt, s * (t + 1) / nt, part1[t], part2[t]);
+    for (int j = 0; j < cb; j++) {
+        o1[j] = o2[j] = 0;
+        for (int t = 0; t < nt; t++) {
+            o1[j] += part1[t][j];
+            o2[j] += part2[t][j];
+        }
+    }
+}
+
+TRN_CLONES void NM(trn_bn_relu_fwd_nhwc)(const T *x, const float *g, const float *b, T *y,
+                                         float *mean, float *invstd, const float *rmean,
+                                         const float *rvar, int c, long s, float eps,
+                                         trn_precision p, int relu)
+{
+    (void)p;
+    for (int c0 = 0; c0 < c; c0 += CB) {
+        int cb = c - c0 < CB ? c - c0 : CB;
+        float a[CB], off[CB];
+        if (!rmean) { /* training: this batch's statistics */
+            double sum[CB], sq[CB], unused[CB];
+            float muf[CB];
+            NM(s_sums)(x, NULL, NULL, NULL, NULL, c, c0, cb, s, sum, unused);
+            for (int j = 0; j < cb; j++)
+                muf[j] = (float)(sum[j] / (double)s);
+            NM(s_sums)(x, NULL, NULL, muf, NULL, c, c0, cb, s, sq, unused);
+            for (int j = 0; j < cb; j++) {
+                int ci = c0 + j;
+                double mu = sum[j] / (double)s;
+                /* sq is about muf; the exact mean differs by dm */
+                double dm = mu - muf[j], var = sq[j] / (double)s - dm * dm;
+                double is = 1.0 / sqrt((var > 0 ? var : 0) + eps);
+                mean[ci] = (float)mu;
+                invstd[ci] = (float)is;
+                a[j] = (float)(g[ci] * is);
+                off[j] = (float)(b[ci] - g[ci] * is * mu);
+            }
+        } else { /* evaluation: the running statistics */
+            for (int j = 0; j < cb; j++) {
+                int ci = c0 + j;
+                double is = 1.0 / sqrt((double)rvar[ci] + eps);
+                a[j] = (float)(g[ci] * is);
+                off[j] = (float)(b[ci] - g[ci] * is * rmean[ci]);
+            }
+        }
+        float lo = relu ? 0.0f : -INFINITY;
+        S_OMP("omp parallel for if (s > 4 * RB)")
+        for (long i = 0; i < s; i++) {
+            const T *xi = x + i * c + c0;
+            T *yi = y + i * c + c0;
+            for (int j = 0; j < cb; j++) {
+                float v = a[j] * LD(xi[j]) + off[j];
+                yi[j] = ST(v > lo ? v : lo, p);
+            }
+        }
+    }
+}
+
+/* dy masked by the ReLU output ry (ry NULL: a BN without ReLU): dL/dx of
+   BN, with dx = k*(s*d - sum(d) - xh*sum(d*xh)), xh = (x - mu)*is,
+   k = g*is/s, computed per element as A*d + B*(x - mu) + C in float. */
+TRN_CLONES void NM(trn_bn_relu_bwd_nhwc)(const T *x, const float *g, const float *mean,
+                                         const float *invstd, const T *ry, const T *dy,
+                                         T *dx, float *dg, float *db, int c, long s,
+                                         float beta, float dxbeta, trn_precision p)
+{
+    (void)p;
+    for (int c0 = 0; c0 < c; c0 += CB) {
+        int cb = c - c0 < CB ? c - c0 : CB;
+        double sdy[CB], sdyx[CB];
+        float mu[CB], is[CB], A[CB], B[CB], C[CB];
+        for (int j = 0; j < cb; j++) {
+            mu[j] = mean[c0 + j];
+            is[j] = invstd[c0 + j];
+        }
+        NM(s_sums)(x, dy, ry, mu, is, c, c0, cb, s, sdy, sdyx);
+        for (int j = 0; j < cb; j++) {
+            int ci = c0 + j;
+            dg[ci] = (float)(beta == 0 ? sdyx[j] : beta * dg[ci] + sdyx[j]);
+            db[ci] = (float)(beta == 0 ? sdy[j] : beta * db[ci] + sdy[j]);
+            double k = g[ci] * (double)is[j] / (double)s;
+            A[j] = (float)(k * (double)s);
+            B[j] = (float)(-k * sdyx[j] * is[j]);
+            C[j] = (float)(-k * sdy[j]);
+        }
+        if (!dx)
+            continue;
+        S_OMP("omp parallel for if (s > 4 * RB)")
+        for (long i = 0; i < s; i++) {
+            const T *xi = x + i * c + c0, *di = dy + i * c + c0,
+                    *ri = ry ? ry + i * c + c0 : di;
+            T *o = dx + i * c + c0;
+            float mk = ry ? 0.0f : -INFINITY; /* no ReLU: every d passes */
+            if (dxbeta == 0)
+                for (int j = 0; j < cb; j++) {
+                    float d = LD(ri[j]) > mk ? LD(di[j]) : 0.0f;
+                    o[j] = ST(A[j] * d + B[j] * (LD(xi[j]) - mu[j]) + C[j], p);
+                }
+            else
+                for (int j = 0; j < cb; j++) {
+                    float d = LD(ri[j]) > mk ? LD(di[j]) : 0.0f;
+                    o[j] =
+                        ST(LD(o[j]) + (A[j] * d + B[j] * (LD(xi[j]) - mu[j]) + C[j]), p);
+                }
+        }
+    }
+}
