@@ -72,10 +72,10 @@ static int s_commit_and_flush(ctl_t *c)
    scheduler and finish when nothing is left. */
 void ctl__tick(ctl_t *c, double now)
 {
-    ctl__disp_check_silence(c, now);
     ctl__read_expire(c, now);
     if (now - c->trials_ticked >= CTL_TRIAL_TICK_S) {
         c->trials_ticked = now;
+        ctl__disp_check_silence(c, now); /* a walk over every dispatcher */
         for (size_t i = 0; i < c->nstudies; i++)
             ctl__study_tick_trials(c, c->studies[i], now);
     }

@@ -11,28 +11,67 @@
 #include "../common/log.h"
 #include "../common/util.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The index in c->by_name where `name` is or would be inserted; *found
+   says which. */
+static size_t s_name_slot(const ctl_t *c, const char *name, int *found)
+{
+    size_t lo = 0, hi = c->ndisps;
+    *found = 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int cmp = strcmp(c->by_name[mid]->name, name);
+        if (cmp == 0) {
+            *found = 1;
+            return mid;
+        }
+        if (cmp < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 ctl_disp *ctl__disp_by_name(ctl_t *c, const char *name)
 {
-    for (size_t i = 0; i < c->ndisps; i++)
-        if (strcmp(c->disps[i]->name, name) == 0)
-            return c->disps[i];
-    return NULL;
+    int found;
+    size_t k = s_name_slot(c, name, &found);
+    return found ? c->by_name[k] : NULL;
 }
 
 ctl_disp *ctl__disp_get(ctl_t *c, const char *name)
 {
-    ctl_disp *d = ctl__disp_by_name(c, name);
-    if (d)
-        return d;
-    d = util_xcalloc(1, sizeof *d);
+    int found;
+    size_t k = s_name_slot(c, name, &found);
+    if (found)
+        return c->by_name[k];
+    ctl_disp *d = util_xcalloc(1, sizeof *d);
     snprintf(d->name, sizeof d->name, "%s", name);
     c->disps = util_xrealloc(c->disps, (c->ndisps + 1) * sizeof *c->disps);
+    c->by_name = util_xrealloc(c->by_name, (c->ndisps + 1) * sizeof *c->by_name);
+    memmove(&c->by_name[k + 1], &c->by_name[k], (c->ndisps - k) * sizeof *c->by_name);
+    c->by_name[k] = d;
     c->disps[c->ndisps++] = d;
     return d;
+}
+
+/* Frees c->disps[i] and drops it from both arrays (the registration
+   order of the others is kept up to the swap of the last into i, as
+   before the index). */
+static void s_disp_forget(ctl_t *c, size_t i)
+{
+    ctl_disp *d = c->disps[i];
+    int found;
+    size_t k = s_name_slot(c, d->name, &found);
+    assert(found && c->by_name[k] == d);
+    memmove(&c->by_name[k], &c->by_name[k + 1], (c->ndisps - k - 1) * sizeof *c->by_name);
+    c->disps[i] = c->disps[--c->ndisps];
+    free(d);
 }
 
 ctl_disp *ctl__disp_pick(ctl_t *c, long gpus, long ranks)
@@ -107,8 +146,7 @@ void ctl__disp_check_silence(ctl_t *c, double now)
         if (!d->alive && now - d->last_seen > 2 * c->lost_timeout &&
             !s_disp_in_use(c, d)) {
             log_info("ctl", "forgot dispatcher %s (silent, no trials)", d->name);
-            free(d);
-            c->disps[i] = c->disps[--c->ndisps];
+            s_disp_forget(c, i);
             continue;
         }
         i++;
@@ -123,8 +161,7 @@ int ctl__disp_release_name(ctl_t *c, const char *name)
             continue;
         if (d->alive || s_disp_in_use(c, d))
             return -1;
-        free(d);
-        c->disps[i] = c->disps[--c->ndisps];
+        s_disp_forget(c, i);
         break;
     }
     if (ctl__txn(c) != 0 || store_dispatcher_delete(c->store, name) != 0)
@@ -148,6 +185,7 @@ void ctl__disp_free_all(ctl_t *c)
     for (size_t i = 0; i < c->ndisps; i++)
         free(c->disps[i]);
     free(c->disps);
-    c->disps = NULL;
+    free(c->by_name);
+    c->disps = c->by_name = NULL;
     c->ndisps = 0;
 }

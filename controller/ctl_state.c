@@ -73,6 +73,10 @@ int ctl_trial_move(ctl_trial *t, store_trial_state to)
         assert(!"illegal trial state move");
         return -1;
     }
+    if (t->study) { /* the study's counts (ctl_types.h) */
+        t->study->by_state[t->row.state]--;
+        t->study->by_state[to]++;
+    }
     t->row.state = to;
     return 0;
 }

@@ -557,19 +557,30 @@ void ctl__study_tick_trials(ctl_t *c, ctl_study *s, double now)
     }
 }
 
+long ctl__study_active(const ctl_study *s)
+{
+    return s->by_state[TRIAL_STARTING] + s->by_state[TRIAL_RUNNING] +
+           s->by_state[TRIAL_PAUSED];
+}
+
+/* 1 when a suspended trial of s was preempted (it resumes first); walks
+   the trials only when some are suspended. */
+static int s_has_preempted(const ctl_study *s)
+{
+    if (!s->by_state[TRIAL_SUSPENDED])
+        return 0;
+    for (size_t i = 0; i < s->ntrials; i++)
+        if (s->trials[i]->row.state == TRIAL_SUSPENDED && s->trials[i]->row.preempted)
+            return 1;
+    return 0;
+}
+
 int ctl__study_wants(const ctl_study *s, long *active)
 {
-    long n = 0, waiting = 0;
-    for (size_t i = 0; i < s->ntrials; i++) {
-        const ctl_trial *t = s->trials[i];
-        n += ctl_trial_active(t);
-        waiting += t->row.state == TRIAL_PENDING ||
-                   (t->row.state == TRIAL_SUSPENDED && t->row.preempted);
-    }
-    *active = n;
+    *active = ctl__study_active(s);
     if (s->row.state != STUDY_RUNNING || s_time_over(s) || s->spec->ask_only)
         return 0;
-    return waiting > 0 ||
+    return s->by_state[TRIAL_PENDING] > 0 || s_has_preempted(s) ||
            ((long)s->ntrials < s->spec->trials && (!s->exhausted || s->queued > 0));
 }
 
@@ -578,10 +589,10 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
     /* preempted trials first (they resume from their checkpoint), then
        retries, then new trials */
     ctl_trial *next = NULL;
-    for (size_t i = 0; i < s->ntrials && !next; i++)
+    for (size_t i = 0; s->by_state[TRIAL_SUSPENDED] && i < s->ntrials && !next; i++)
         if (s->trials[i]->row.state == TRIAL_SUSPENDED && s->trials[i]->row.preempted)
             next = s->trials[i];
-    for (size_t i = 0; i < s->ntrials && !next; i++)
+    for (size_t i = 0; s->by_state[TRIAL_PENDING] && i < s->ntrials && !next; i++)
         if (s->trials[i]->row.state == TRIAL_PENDING)
             next = s->trials[i];
     if (!next) {
@@ -606,13 +617,8 @@ int ctl__study_start_next(ctl_t *c, ctl_study *s, ctl_disp *d)
    saves the scheduler, finishes the study when nothing is left. */
 void ctl__study_tick_end(ctl_t *c, ctl_study *s)
 {
-    long active = 0, pending = 0, held = 0; /* held: suspended */
-    for (size_t i = 0; i < s->ntrials; i++) {
-        ctl_trial *t = s->trials[i];
-        active += ctl_trial_active(t);
-        pending += t->row.state == TRIAL_PENDING;
-        held += t->row.state == TRIAL_SUSPENDED;
-    }
+    long active = ctl__study_active(s), pending = s->by_state[TRIAL_PENDING],
+         held = s->by_state[TRIAL_SUSPENDED];
     s_save_sched(c, s);
     int budget_done = (long)s->ntrials >= s->spec->trials ||
                       (s->exhausted && s->queued <= 0) || s_time_over(s);

@@ -28,6 +28,8 @@ void ctl__study_tick_end(ctl_t *c, ctl_study *s);
    new within its budget); *active: its active trials, whatever the
    study's state (a stopped study's trials live until they exit). */
 int ctl__study_wants(const ctl_study *s, long *active);
+/* s's active trials (starting, running, paused), from its counts. */
+long ctl__study_active(const ctl_study *s);
 /* A new pending trial of s (the last of s->trials): the oldest
    configuration a person queued, else the scheduler's suggestion. 1
    created, 0 not now (the scheduler waits), -1 nothing more. */

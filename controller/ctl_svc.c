@@ -130,6 +130,8 @@ void ctl__study_add_trial(ctl_study *s, ctl_trial *t)
         s->trials = util_xrealloc(s->trials, s->cap * sizeof *s->trials);
     }
     s->trials[s->ntrials++] = t;
+    assert((unsigned)t->row.state < TRIAL_STATE_COUNT); /* ctl_trial_init_state */
+    s->by_state[t->row.state]++;
 }
 
 double ctl__study_load_timeout(const ctl_study *s)

@@ -107,6 +107,11 @@ struct ctl_study {
     int queue_unfit;      /* it waits because no alive dispatcher can ever run
                              one of its trials (ctl__queue_unfit) */
     long queued;          /* configurations waiting in the store's queue */
+    long by_state[TRIAL_STATE_COUNT]; /* its trials in each state, kept by
+                                         ctl__study_add_trial and ctl_trial_move
+                                         so that the loop's per-iteration work
+                                         (the queue, a study's end) does not walk
+                                         every trial */
 };
 
 /* ---- dispatchers, instructions, peers, the outbox ---- */
@@ -212,8 +217,10 @@ struct ctl {
     long next_trial_id;   /* next unused trials.id (ids are reserved before suggest) */
     ctl_study **studies;
     size_t nstudies;
-    ctl_idmap trials; /* every loaded trial by id (borrowed from the studies) */
-    ctl_disp **disps;
+    ctl_idmap trials;   /* every loaded trial by id (borrowed from the studies) */
+    ctl_disp **disps;   /* owned, in the order they registered (ctl__disp_pick) */
+    ctl_disp **by_name; /* the same, sorted by name: a message's dispatcher
+                           found by binary search (ctl_disp.c) */
     size_t ndisps;
     ctl_instr *instrs;
     size_t ninstrs, instr_cap;

@@ -15,6 +15,10 @@
        suspend, unsuspend, retry, failure, stop, study stop and resume
        (the persisted study_stopped field), load restart, completion.
     5. The trial id map: every id found, absent ones not, growth.
+    7. Dispatchers by name (a sorted index beside the registration
+       order): every name found after adds in any order and removals.
+    6. A study's per-state trial counts match its trials after every
+       move of the lifecycle (4.).
 */
 #include "jz_test.h"
 
@@ -367,6 +371,27 @@ static const char *s_persisted(ctl_t *c, long id, int *study_stopped)
     return state;
 }
 
+/* 1 when s's per-state counts (kept by ctl_trial_move, read by the
+   queue each iteration instead of a walk over the trials) match its
+   trials. */
+static int s_counts_ok(const ctl_study *s)
+{
+    long n[TRIAL_STATE_COUNT] = {0};
+    for (size_t i = 0; i < s->ntrials; i++)
+        n[s->trials[i]->row.state]++;
+    long active = 0;
+    for (int k = 0; k < TRIAL_STATE_COUNT; k++) {
+        if (n[k] != s->by_state[k]) {
+            printf("study %s: %ld trials %s, counted %ld\n", s->row.name, n[k],
+                   store_trial_state_name((store_trial_state)k), s->by_state[k]);
+            return 0;
+        }
+        active +=
+            k == TRIAL_STARTING || k == TRIAL_RUNNING || k == TRIAL_PAUSED ? n[k] : 0;
+    }
+    return ctl__study_active(s) == active;
+}
+
 static long s_last_instr(ctl_t *c, long trial)
 {
     for (size_t i = c->ninstrs; i-- > 0;)
@@ -393,6 +418,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     json_decref(spec);
     REQUIRE(s && s->row.state == STUDY_RUNNING);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
 
     /* no dispatcher: nothing starts */
     ctl__tick(c, util_now());
@@ -413,6 +439,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     CHECK_STR(s_persisted(c, id, NULL), "starting");
     ctl__trial_heard(c, t);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(t->row.state == TRIAL_RUNNING);
     CHECK_STR(s_persisted(c, id, NULL), "running");
 
@@ -420,11 +447,13 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     ctl__instruct(c, t, "pause", NULL, "cli", "test", NULL, 0);
     ctl__instr_done(c, s_last_instr(c, id), 1, NULL);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(t->row.state == TRIAL_PAUSED);
     CHECK_STR(s_persisted(c, id, NULL), "paused");
     ctl__instruct(c, t, "resume", NULL, "cli", "test", NULL, 0);
     ctl__instr_done(c, s_last_instr(c, id), 1, NULL);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(t->row.state == TRIAL_RUNNING);
 
     /* release: checkpoint, stop, exit -> SUSPENDED; the slot is free */
@@ -438,6 +467,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     CHECK(t->plan == PLAN_RELEASE);
     ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(t->row.state == TRIAL_SUSPENDED && t->plan == PLAN_NONE && d->used == 0);
     CHECK_STR(s_persisted(c, id, NULL), "suspended");
     /* a repeated exit report changes nothing */
@@ -456,11 +486,13 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
                                  "JIZHI_LOAD_CHECKPOINT") != NULL;
     CHECK(loads == 1);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
 
     /* STARTING -> FAILED: a failed exit with no retries left (retries 1,
        attempt 1) */
     ctl__trial_exited(c, t, "exited", 2, NULL, NULL);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(t->row.state == TRIAL_FAILED);
     CHECK_STR(s_persisted(c, id, NULL), "failed");
     CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_STOP, buf, sizeof buf) != NULL);
@@ -478,11 +510,13 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     CHECK(u->row.state == TRIAL_STARTING);
     ctl__trial_heard(c, u);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     ctl__study_stop(c, s, "cli", NULL);
     CHECK(s->row.state == STUDY_STOPPED && u->plan == PLAN_STOP && u->plan_by_study);
     CHECK(s_commit(c, "") >= 0);
     ctl__trial_exited(c, u, "exited", 0, NULL, NULL);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     int by_study = 0;
     CHECK(u->row.state == TRIAL_STOPPED);
     CHECK_STR(s_persisted(c, uid, &by_study), "stopped");
@@ -491,6 +525,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     snprintf(u->row.reason, sizeof u->row.reason, "something else");
     ctl__study_resume(c, s, "cli");
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(s->row.state == STUDY_RUNNING);
     CHECK(u->row.state == TRIAL_PENDING && u->row.attempt == 2);
     CHECK_STR(s_persisted(c, uid, &by_study), "pending");
@@ -500,15 +535,18 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
        stop and resume leave it stopped */
     ctl__trial_stop(c, u, "cli", "stopped by a person", 0);
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(u->row.state == TRIAL_STOPPED && !u->row.study_stopped);
     ctl__study_stop(c, s, "cli", NULL);
     ctl__study_resume(c, s, "cli");
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(u->row.state == TRIAL_STOPPED);
 
     /* both trials ended, budget used: FINISHED, and final */
     ctl__tick(c, util_now());
     s_commit(c, "");
+    CHECK(s_counts_ok(s));
     CHECK(s->row.state == STUDY_FINISHED);
     store_study row;
     REQUIRE(store_study_get(c->store, "states", &row) == 1);
@@ -673,6 +711,61 @@ TEST(a_scheduler_stop_prunes_and_best_counts_completed_only)
     ctl_destroy(&c);
 }
 
+/* ---- 7. dispatchers by name ---- */
+
+TEST(dispatchers_are_found_by_name_after_adds_and_removals)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    enum { N = 300 };
+    char name[64];
+    uint64_t rng = 7;
+    ctl_disp *made[N];
+    for (int i = 0; i < N; i++) { /* names in no order */
+        long k = (long)(util_splitmix64(&rng) % 1000000);
+        snprintf(name, sizeof name, "d%ld-%d", k, i);
+        made[i] = ctl__disp_get(c, name);
+        made[i]->alive = 1; /* heard from now: the silence check keeps it */
+        made[i]->last_seen = util_now();
+        CHECK(ctl__disp_get(c, name) == made[i]); /* the same one again */
+    }
+    REQUIRE(c->ndisps == N);
+    for (int i = 0; i < N; i++) {
+        CHECK(c->disps[i] == made[i]); /* registration order kept */
+        CHECK(ctl__disp_by_name(c, made[i]->name) == made[i]);
+    }
+    CHECK(ctl__disp_by_name(c, "nobody") == NULL);
+    CHECK(ctl__disp_by_name(c, "") == NULL);
+    /* forget every third (silent, no trials), by name */
+    int gone = 0;
+    for (int i = 0; i < N; i += 3) {
+        snprintf(name, sizeof name, "%s", made[i]->name);
+        made[i]->alive = 0;
+        CHECK(ctl__disp_release_name(c, name) == 0);
+        CHECK(ctl__disp_by_name(c, name) == NULL);
+        made[i] = NULL;
+        gone++;
+    }
+    s_commit(c, "");
+    CHECK(c->ndisps == (size_t)(N - gone));
+    for (int i = 0; i < N; i++)
+        if (made[i])
+            CHECK(ctl__disp_by_name(c, made[i]->name) == made[i]);
+    /* a silent one is forgotten by the tick's check too */
+    ctl_disp *d = ctl__disp_by_name(c, made[1]->name);
+    REQUIRE(d);
+    d->alive = 0;
+    d->last_seen = util_now() - 3 * c->lost_timeout;
+    snprintf(name, sizeof name, "%s", d->name);
+    ctl__disp_check_silence(c, util_now());
+    CHECK(ctl__disp_by_name(c, name) == NULL);
+    CHECK(c->ndisps == (size_t)(N - gone - 1));
+    for (int i = 2; i < N; i++)
+        if (made[i])
+            CHECK(ctl__disp_by_name(c, made[i]->name) == made[i]);
+    ctl_destroy(&c);
+}
+
 int main(void)
 {
     snprintf(s_dir, sizeof s_dir, "/tmp/jz-state-XXXXXX");
@@ -689,6 +782,7 @@ int main(void)
     RUN(a_lifecycle_through_every_move_on_a_real_store);
     RUN(restart_plan_and_stop_plans);
     RUN(a_scheduler_stop_prunes_and_best_counts_completed_only);
+    RUN(dispatchers_are_found_by_name_after_adds_and_removals);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);
     if (system(cmd) != 0)
