@@ -27,6 +27,7 @@ else
     LEVELS=${LEVELS:-"100:10:10:10:1000:3 1000:100:10:10:5000:3 3000:300:10:10:10000:1 10000:1000:10:10:20000:1 ingest:8:1:5000:1:3"}
 fi
 J=${JIZHI:-$PWD/$BUILD/bin/jizhi} # JIZHI: another build of the controller, for an A/B
+# FIXED_RESEND=1: the fake trials resend every 3 s instead of backing off (an A/B)
 RIG="$PWD/$BUILD/bench/scale_rig"
 dir=$(mktemp -d)
 pids=()
@@ -89,7 +90,8 @@ PY
     [ "$((nd * ns))" -gt 3000 ] && procs=2
     "$RIG" --controller "$ep" --server-key "$(cat "$d/home/controller.pub")" \
         --disps "$nd" --slots "$ns" --metrics "$nm" --period-ms "$np" --users "$USERS" \
-        --procs "$procs" --steady-s "$STEADY_S" --ctl-pid "$ctl" > "$d/rig.json" 2>"$d/rig.err" || true
+        --procs "$procs" --steady-s "$STEADY_S" --ctl-pid "$ctl" ${FIXED_RESEND:+--fixed-resend} \
+        > "$d/rig.json" 2>"$d/rig.err" || true
     touch "$d/api.stop"
     wait "$reader" 2>/dev/null || true
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done

@@ -6,7 +6,9 @@
         becomes a fake trial: its own DEALER socket (an anonymous CURVE
         pair, as a real trial's), `hello`, then every P ms a `metrics`
         batch of M points [step, "mK", value] with a session and
-        increasing req (one batch outstanding, as libjizhi); instructions
+        increasing req (one batch outstanding, as libjizhi; a hello or
+        batch not answered is resent with libjizhi's backoff, 2-3 s, then
+        4-6, 8-12, 16-24 s: util_backoff); instructions
         are acknowledged at once (`ins_ack` applied); a `kill` is answered
         `exited`;
       - U users (their own keys, role user) submit one study each (budget
@@ -20,7 +22,7 @@
 
     usage: scale_rig --controller EP --server-key Z85 [--disps N] [--slots S]
                      [--metrics M] [--period-ms P] [--users U] [--steady-s D]
-                     [--procs K] [--ctl-pid PID] [--ramp-s T]
+                     [--procs K] [--ctl-pid PID] [--ramp-s T] [--fixed-resend]
            scale_rig --keys --disps N --users U
     The JSON: dispatch_per_s (starts answered per second, from the first
     submit to the last start), running (trials that said hello),
@@ -52,8 +54,10 @@ typedef struct {
     int user; /* owner's index, -1 when not one of this process's users */
     void *sock;
     long req, out_req, out_points;
-    double next_due, sent_at; /* sent_at: of the hello or batch not answered */
-    json_t *out_msg;          /* that batch, resent as is after 3 s (as libjizhi) */
+    double next_due, resend_at; /* resend_at: of the hello or batch not answered */
+    int sends;                  /* times that one went out (the backoff's) */
+    json_t *out_msg; /* that batch, resent as is after 2-3, 4-6, 8-12, 16-24 s ...
+                        (util_backoff, as libjizhi) */
     long step;
 } rig_trial;
 
@@ -78,6 +82,7 @@ typedef struct {
     char server_pub[41];
     long ndisps, slots, metrics, period_ms, nusers, procs, ctl_pid;
     double steady_s, ramp_s;
+    int fixed_resend; /* --fixed-resend: every 3 s, no backoff */
 } rig_opts;
 
 typedef struct {
@@ -173,6 +178,14 @@ static void s_error(rig_t *r, const char *who, json_t *m)
     }
 }
 
+/* The wait after the n-th send of an unanswered request: libjizhi's
+   (trial_helper/jz_conn.c), or a fixed 3 s with --fixed-resend (the rig
+   before the backoff, for an A/B). */
+static double s_backoff(rig_t *r, int n)
+{
+    return r->o->fixed_resend ? 3.0 : util_backoff(n, 2.0, 16.0, &r->rng);
+}
+
 static rig_trial *s_trial_by_id(rig_t *r, long disp, long id)
 {
     for (long k = 0; k < r->o->slots; k++) {
@@ -255,7 +268,8 @@ static void s_on_disp(rig_t *r, long di, json_t *m)
                          (json_int_t)++d->req, "name", d->name, "trial", (json_int_t)id,
                          "attempt", (json_int_t)att, "pid", (int)(100000 + idx)));
         t->out_req = ++t->req;
-        t->sent_at = util_now();
+        t->sends = 1;
+        t->resend_at = util_now() + s_backoff(r, 1);
         s_send(t->sock, s_hello(t, idx));
     } else if (!strcmp(type, "kill")) {
         long id = (long)json_integer_value(json_object_get(m, "trial"));
@@ -407,9 +421,9 @@ static void s_tick(rig_t *r, double now)
     }
     for (long i = 0; i < r->nd * r->o->slots; i++) {
         rig_trial *t = &r->trials[i];
-        if (t->st != RT_FREE && t->out_req && now - t->sent_at > 3.0) {
+        if (t->st != RT_FREE && t->out_req && now >= t->resend_at) {
             r->resent++;
-            t->sent_at = now;
+            t->resend_at = now + s_backoff(r, ++t->sends);
             s_send(t->sock, t->st == RT_HELLO ? s_hello(t, i) : json_incref(t->out_msg));
             s_drain(r, K_TRIAL, i);
         }
@@ -436,7 +450,8 @@ static void s_tick(rig_t *r, double now)
         snprintf(session, sizeof session, "rig%ld", t->id);
         t->out_req = ++t->req;
         t->out_points = r->o->metrics;
-        t->sent_at = now;
+        t->sends = 1;
+        t->resend_at = now + s_backoff(r, 1);
         t->out_msg = json_pack("{s:s, s:I, s:s, s:I, s:s, s:o}", "type", "metrics",
                                "trial", (json_int_t)t->id, "token", t->token, "req",
                                (json_int_t)t->out_req, "session", session, "points", pts);
@@ -633,6 +648,10 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--keys")) {
             keys = 1;
+            continue;
+        }
+        if (!strcmp(a, "--fixed-resend")) {
+            o.fixed_resend = 1;
             continue;
         }
         if (!v) {

@@ -27,6 +27,16 @@ double util_unif01(uint64_t *state)
     return ((double)(util_splitmix64(state) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 
+double util_backoff(int sends, double base, double cap, uint64_t *state)
+{
+    double d = base;
+    for (int i = 1; i < sends && d < cap; i++)
+        d *= 2;
+    if (d > cap)
+        d = cap;
+    return d * (1.0 + 0.5 * util_unif01(state));
+}
+
 double util_normal(uint64_t *state)
 {
     double u = util_unif01(state), v = util_unif01(state);

@@ -38,6 +38,15 @@ double util_unif01(uint64_t *state);
 /* A standard normal deviate from *state (Box-Muller). */
 double util_normal(uint64_t *state);
 
+/* How long to wait, in seconds, after the `sends`-th unanswered send of
+   a request (sends >= 1) before sending it again: exponential backoff
+   with jitter, base * 2^(sends-1) capped at `cap`, stretched by a random
+   factor in [1, 1.5) from *state. Peers that resend (the trial helper,
+   the dispatcher's reports) use it so that an overloaded or stopped
+   controller is not sent more the longer it takes to answer, and so
+   that peers that lost their answers at once do not resend at once. */
+double util_backoff(int sends, double base, double cap, uint64_t *state);
+
 /* Fills out with 2*nbytes lowercase hex digits of random bytes from
    /dev/urandom (a clock-and-pid seeded splitmix64 when that cannot be
    read), NUL-terminated. out must hold 2*nbytes + 1 bytes. */

@@ -63,6 +63,7 @@ typedef struct {
     int have_peer;
     long hellos, heartbeats, batches, dup_batches, max_batch, bad_points, highest_req;
     long unauthorized;
+    long silent_hellos, silent_batches; /* arrived while silent (resends) */
     char session[40]; /* session of highest_req, as the controller stores it */
     fpoint *points;
     size_t npoints, cappoints;
@@ -112,8 +113,11 @@ static void fake_handle(fake *f, json_t *m, const wire_peer *from)
     json_t *jreq = json_object_get(m, "req");
     long req = json_is_integer(jreq) ? (long)json_integer_value(jreq) : -1;
     const char *token = json_string_value(json_object_get(m, "token"));
-    if (f->silent)
+    if (f->silent) {
+        f->silent_hellos += !strcmp(type, "hello");
+        f->silent_batches += !strcmp(type, "metrics");
         return;
+    }
     f->peer = *from;
     f->have_peer = 1;
     if (!token || strcmp(token, FAKE_TOKEN) != 0 ||
@@ -1150,6 +1154,41 @@ TEST(controller_restart_resend_dedup)
     fake_stop(f);
 }
 
+/* A controller that hears but never answers (stopped, or overloaded):
+   the helper resends its hello after 2-3 s, then 4-6 s later, ... (the
+   backoff of util_backoff), not every 2 s. In 6.5 s: the hello and 1 or
+   2 resends, where a fixed period sent it 4 times. Then the controller
+   answers: the points of the meantime arrive, once each. */
+TEST(resends_back_off_while_the_controller_does_not_answer)
+{
+    fake *f = fake_start();
+    pthread_mutex_lock(&f->mu);
+    f->silent = 1;
+    pthread_mutex_unlock(&f->mu);
+    env_trial(f, NULL);
+    setenv("JIZHI_HELLO_TIMEOUT_MS", "10", 1);
+    capture_begin();
+    jz_trial *t = jz_open();
+    capture_end();
+    REQUIRE(t != NULL);
+    for (int i = 0; i < 10; i++)
+        jz_report(t, i, "loss", i);
+    sleep_ms(6500);
+    pthread_mutex_lock(&f->mu);
+    long hellos = f->silent_hellos, batches = f->silent_batches;
+    f->silent = 0;
+    pthread_mutex_unlock(&f->mu);
+    printf("  hello sent %ld times in 6.5 s, %ld batches\n", hellos, batches);
+    CHECK(hellos >= 2 && hellos <= 3);
+    CHECK(batches == 0); /* no batch before the hello is answered */
+    CHECK(jz_flush(t, 30000) == 0);
+    pthread_mutex_lock(&f->mu);
+    CHECK(f->npoints == 10);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
 /* ---- --serve mode --------------------------------------------------------- */
 
 /* The instruction parser alone (jz__parse_instruction; fuzzed by
@@ -1382,6 +1421,7 @@ int main(int argc, char **argv)
     RUN(queue_bounded_without_controller);
     RUN(controller_starts_late);
     RUN(controller_restart_resend_dedup);
+    RUN(resends_back_off_while_the_controller_does_not_answer);
     RUN(instruction_parser);
     RUN(checkpoint_dir_private);
     RUN(tcp_needs_server_key);

@@ -42,6 +42,37 @@ TEST(uniform_and_normal)
     CHECK_NEAR(sq / n, 1, 0.05);
 }
 
+TEST(backoff_schedule)
+{
+    /* base 2, cap 16: waits in [2,3), [4,6), [8,12), [16,24), then
+       [16,24) for ever; every wait >= the nominal one, the jitter spread
+       over the whole half */
+    const double lo[] = {2, 4, 8, 16, 16, 16, 16};
+    uint64_t s = 7;
+    for (int k = 0; k < 7; k++) {
+        double mn = 1e9, mx = 0;
+        for (int i = 0; i < 2000; i++) {
+            double w = util_backoff(k + 1, 2.0, 16.0, &s);
+            mn = w < mn ? w : mn;
+            mx = w > mx ? w : mx;
+        }
+        CHECK(mn >= lo[k] && mx < 1.5 * lo[k]);
+        CHECK(mn < 1.02 * lo[k] && mx > 1.48 * lo[k]);
+    }
+    /* sends below 1 wait the base; a huge count stays at the cap */
+    double w = util_backoff(0, 2.0, 16.0, &s);
+    CHECK(w >= 2 && w < 3);
+    w = util_backoff(1000000, 2.0, 16.0, &s);
+    CHECK(w >= 16 && w < 24);
+    /* a stopped controller for 60 s: at most 7 resends of one request,
+       where a fixed 2 s period made 30 */
+    double t = 0;
+    int sends = 1;
+    while ((t += util_backoff(sends, 2.0, 16.0, &s)) < 60)
+        sends++;
+    CHECK(sends - 1 <= 7 && sends - 1 >= 4);
+}
+
 TEST(random_hex)
 {
     char a[17], b[17];
@@ -239,6 +270,7 @@ int main(void)
 {
     RUN(splitmix64_reference);
     RUN(uniform_and_normal);
+    RUN(backoff_schedule);
     RUN(random_hex);
     RUN(strf);
     RUN(clocks);

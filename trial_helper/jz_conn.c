@@ -48,8 +48,9 @@ typedef struct {
     s_kind kind;
     char *body; /* the exact bytes sent (owned) */
     size_t len;
-    double sent_at; /* monotonic; resent RESEND_AFTER later */
-    long npoints;   /* R_METRICS: points in the batch */
+    double due;   /* monotonic: when it is sent (again) if still unanswered */
+    int sends;    /* times it went out: the next wait doubles (s_resend_due) */
+    long npoints; /* R_METRICS: points in the batch */
 } s_out;
 
 typedef struct {
@@ -57,6 +58,7 @@ typedef struct {
     void *sock;
     long next_req;
     char session[24]; /* random id of this helper instance (metrics dedup) */
+    uint64_t rng;     /* the resend jitter's */
     s_out *outs;      /* outstanding requests */
     size_t nouts, capouts;
     int batch_inflight;
@@ -146,9 +148,14 @@ static int s_track(s_conn *c, s_kind kind, long req, char *body, size_t len, lon
         c->capouts = cap;
     }
     s_out *o = &c->outs[c->nouts++];
-    *o = (s_out){req, kind, body, len, 0, npoints};
+    *o = (s_out){req, kind, body, len, 0, 0, npoints};
     double now = util_now();
-    o->sent_at = s_send_raw(c, body, len) == 0 ? now : now - JZ__RESEND_AFTER;
+    if (s_send_raw(c, body, len) == 0) {
+        o->sends = 1;
+        o->due = now + util_backoff(1, JZ__RESEND_AFTER, JZ__RESEND_MAX, &c->rng);
+    } else {
+        o->due = now; /* not connected: tried again at the next tick */
+    }
     return 0;
 }
 
@@ -258,7 +265,7 @@ static void s_on_reply(s_conn *c, json_t *m, int ok)
         if (s_retryable(code)) {
             log_warn("jizhi", "trial %ld: %s: error %s (%s); will resend", t->trial_id,
                      s_kind_names[o->kind], code, text);
-            return; /* resent after RESEND_AFTER */
+            return; /* resent when due (s_resend_due) */
         }
         if (o->kind == R_HELLO && strcmp(code, "unknown_trial") != 0) {
             log_warn("jizhi", "trial %ld: hello: error %s (%s); will resend", t->trial_id,
@@ -667,15 +674,21 @@ static void s_maybe_batch(s_conn *c)
     s_track(c, R_METRICS, req, body, c->len, (long)n);
 }
 
+/* Resends what is unanswered and due: after 2-3 s, then 4-6, 8-12 and
+   16-24 s for ever (util_backoff), so that a controller that is stopped
+   or slow to answer is not sent more the longer it takes, and trials
+   that lost their answers at once spread their resends. */
 static void s_resend_due(s_conn *c)
 {
     double now = util_now();
     for (size_t i = 0; i < c->nouts; i++) {
         s_out *o = &c->outs[i];
-        if (now - o->sent_at < JZ__RESEND_AFTER)
+        if (now < o->due)
             continue;
         if (s_send_raw(c, o->body, o->len) == 0) {
-            o->sent_at = now;
+            o->sends++;
+            o->due =
+                now + util_backoff(o->sends, JZ__RESEND_AFTER, JZ__RESEND_MAX, &c->rng);
             log_debug("jizhi", "trial %ld: resent %s req %ld", c->t->trial_id,
                       s_kind_names[o->kind], o->req);
         }
@@ -706,6 +719,9 @@ static void *s_run(void *arg)
        take a new instance's batches for old ones. */
     c.next_req = (long)(util_wall() * 1e6);
     s_session_id(c.session, sizeof c.session);
+    char seed[17];
+    util_random_hex(seed, 8);
+    c.rng = strtoull(seed, NULL, 16);
     c.sock = zmq_socket(t->zctx, ZMQ_DEALER);
     if (!c.sock) {
         log_error("jizhi", "trial %ld: cannot create a socket: %s", t->trial_id,

@@ -33,9 +33,12 @@
 /* bytes of one metrics message at most (under the controller's
    WIRE_MAX_REQUEST): a point takes its name + JZ__POINT_BYTES at most */
 #define JZ__BATCH_BYTES (900 * 1024)
-#define JZ__POINT_BYTES 56      /* [step,"",value], with a 20-digit step, 24-char value */
-#define JZ__BATCH_EVERY 0.050   /* seconds between batches otherwise */
-#define JZ__RESEND_AFTER 2.0    /* seconds without a reply before resending */
+#define JZ__POINT_BYTES 56    /* [step,"",value], with a 20-digit step, 24-char value */
+#define JZ__BATCH_EVERY 0.050 /* seconds between batches otherwise */
+#define JZ__RESEND_AFTER                                                                 \
+    2.0                         /* seconds without a reply before the first resend;      \
+                                   each next wait doubles (util_backoff) ... */
+#define JZ__RESEND_MAX 16.0     /* ... up to this, with jitter up to half more */
 #define JZ__HEARTBEAT_EVERY 1.0 /* seconds of silence before a heartbeat */
 #define JZ__TICK_MS 10          /* the thread's poll period */
 
