@@ -6,16 +6,26 @@
     their best from here, so they agree with each other and with watch.
 */
 #include "store.h"
+#include "store_internal.h"
 
 #include "../common/spec.h"
 #include "../common/wire.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* What the judgement reads of a trial (a store_trial is ~3 KB of
+   fixed-size text fields: 10 000 of them were most of the cost). */
+typedef struct {
+    long id, number, generation;
+    store_trial_state state;
+    double value;
+} s_judged;
+
 /* The trials of a study as spec_mark_trials reads them; metrics only
    where the judgement needs them (constraints, several objectives). */
-static json_t *s_marked(store_t *s, const spec_t *spec, const store_trial *rows, long n)
+static json_t *s_marked(store_t *s, const spec_t *spec, const s_judged *rows, long n)
 {
     json_t *arr = json_array();
     int need_metrics = spec->nobjectives > 1 || spec->nconstraints;
@@ -32,13 +42,59 @@ static json_t *s_marked(store_t *s, const spec_t *spec, const store_trial *rows,
     return arr;
 }
 
-/* {trial, number, value, params} of a trial; with several objectives
-   also values: {metric: value}. */
-static json_t *s_entry(const spec_t *spec, const store_trial *t, const json_t *marked)
+/* What the judgement reads of a study's trials (id, number, state,
+   value, generation), in number order, without their params: only the
+   best's or the Pareto set's are read (s_entry). Reading every trial's
+   params, one query each, made GET /api/studies cost about a
+   millisecond per trial. The count, or -1 (nothing owned in *out). */
+static long s_judged_rows(store_t *s, long study_id, s_judged **out)
 {
-    json_t *e = json_pack("{s:I, s:I, s:o, s:O}", "trial", (json_int_t)t->id, "number",
+    enum { C_ID, C_NUMBER, C_STATE, C_VALUE, C_GENERATION };
+    sqlite3_stmt *st = store__prepare(s, "SELECT id, number, state, value, generation "
+                                         "FROM trials WHERE study_id=? ORDER BY number");
+    *out = NULL;
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    long n = 0, cap = 0;
+    int rc = SQLITE_ROW;
+    while (rc == SQLITE_ROW && (rc = store__step(s, st)) == SQLITE_ROW) {
+        if (store__reserve(out, &cap, n, sizeof **out)) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        s_judged *t = &(*out)[n];
+        t->id = (long)sqlite3_column_int64(st, C_ID);
+        t->number = (long)sqlite3_column_int64(st, C_NUMBER);
+        if (store_trial_state_parse((const char *)sqlite3_column_text(st, C_STATE),
+                                    &t->state) != 0) {
+            char what[32];
+            snprintf(what, sizeof what, "trial %ld", t->id);
+            store__col_trial_state(s, st, C_STATE, what, &t->state); /* refuses */
+            rc = SQLITE_ERROR;
+            break;
+        }
+        t->value = store__col_value(st, C_VALUE);
+        t->generation = (long)sqlite3_column_int64(st, C_GENERATION);
+        n++;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return n;
+}
+
+/* {trial, number, value, params} of a trial; with several objectives
+   also values: {metric: value}. Its params are read here. */
+static json_t *s_entry(store_t *s, const spec_t *spec, const s_judged *t,
+                       const json_t *marked)
+{
+    json_t *e = json_pack("{s:I, s:I, s:o, s:o}", "trial", (json_int_t)t->id, "number",
                           (json_int_t)t->number, "value", wire_real(t->value), "params",
-                          t->params ? t->params : json_null());
+                          store__params_of(s, t->id, t->generation));
     if (spec->nobjectives > 1) {
         json_t *vals = json_object();
         const json_t *metrics = json_object_get(marked, "metrics");
@@ -61,8 +117,8 @@ int store_study_best(store_t *s, const store_study *st, json_t *out)
         json_object_set_new(out, "best", json_null());
         return 0;
     }
-    store_trial *rows = NULL;
-    long n = store_trials_load(s, st->id, &rows);
+    s_judged *rows = NULL;
+    long n = s_judged_rows(s, st->id, &rows);
     if (n < 0) {
         spec_destroy(&spec);
         return -1;
@@ -73,16 +129,16 @@ int store_study_best(store_t *s, const store_study *st, json_t *out)
         json_t *m = json_array_get(marked, (size_t)i);
         if (spec->nobjectives == 1 && json_is_true(json_object_get(m, "best"))) {
             json_decref(best);
-            best = s_entry(spec, &rows[i], m);
+            best = s_entry(s, spec, &rows[i], m);
         }
         if (front && json_is_true(json_object_get(m, "pareto")))
-            json_array_append_new(front, s_entry(spec, &rows[i], m));
+            json_array_append_new(front, s_entry(s, spec, &rows[i], m));
     }
     json_object_set_new(out, "best", best);
     if (front)
         json_object_set_new(out, "pareto", front);
     json_decref(marked);
-    store_trials_free(rows, n);
+    free(rows);
     spec_destroy(&spec);
     return 0;
 }

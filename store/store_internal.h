@@ -83,5 +83,8 @@ json_t *store__col_json(sqlite3_stmt *st, int i);
 double store__col_value(sqlite3_stmt *st, int i);
 /* A time or latency as JSON: null when NaN. Caller owns. */
 json_t *store__num_or_null(double x);
+/* The params of trial_id's generation as {name: value} (an empty object
+   when none or on a read error). Caller owns. */
+json_t *store__params_of(store_t *s, long trial_id, long generation);
 
 #endif

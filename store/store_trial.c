@@ -148,7 +148,7 @@ enum {
     TRIAL_C_PREEMPTED,
 };
 
-static json_t *s_params_of(store_t *s, long trial_id, long generation)
+json_t *store__params_of(store_t *s, long trial_id, long generation)
 {
     enum { C_NAME, C_VALUE };
     sqlite3_stmt *st = store__prepare(
@@ -210,7 +210,7 @@ static int s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->study_stopped = sqlite3_column_int(st, TRIAL_C_STUDY_STOPPED);
     t->preemptions = (long)sqlite3_column_int64(st, TRIAL_C_PREEMPTIONS);
     t->preempted = sqlite3_column_int(st, TRIAL_C_PREEMPTED);
-    t->params = s_params_of(s, t->id, t->generation);
+    t->params = store__params_of(s, t->id, t->generation);
     return 0;
 }
 
@@ -313,7 +313,7 @@ json_t *store_trial_lineage(store_t *s, long trial_id)
                            sqlite3_column_type(st, C_PARENT) == SQLITE_NULL
                                ? json_null()
                                : json_integer(sqlite3_column_int64(st, C_PARENT)),
-                           "params", s_params_of(s, trial_id, gen)));
+                           "params", store__params_of(s, trial_id, gen)));
     }
     sqlite3_finalize(st);
     return out;
