@@ -67,6 +67,16 @@ static void s_meta_copy(zmq_msg_t *m, const char *prop, char *out, size_t size)
 json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, size_t max_bytes,
                        size_t *size_out, int dontwait, char *err, size_t errsize)
 {
+    return wire_recv_points(sock, from, meta, max_bytes, size_out, dontwait, NULL, err,
+                            errsize);
+}
+
+json_t *wire_recv_points(void *sock, wire_peer *from, wire_meta *meta, size_t max_bytes,
+                         size_t *size_out, int dontwait, wire_points *wp, char *err,
+                         size_t errsize)
+{
+    if (wp)
+        wp->n = 0;
     if (size_out)
         *size_out = 0;
     zmq_msg_t frames[3];
@@ -118,7 +128,8 @@ json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, size_t max_
     } else if (zmq_msg_size(&frames[n - 1]) > max_bytes) {
         snprintf(err, errsize, "message of %zu bytes is over the %zu-byte limit",
                  zmq_msg_size(&frames[n - 1]), max_bytes);
-    } else {
+    } else if (!wp || !(out = wire_points_split(wp, zmq_msg_data(&frames[n - 1]),
+                                                zmq_msg_size(&frames[n - 1])))) {
         json_error_t jerr;
         out = json_loadb(zmq_msg_data(&frames[n - 1]), zmq_msg_size(&frames[n - 1]),
                          JSON_REJECT_DUPLICATES, &jerr);

@@ -9,6 +9,8 @@
 #ifndef JZ_WIRE_H
 #define JZ_WIRE_H
 
+#include "wire_points.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -52,6 +54,14 @@ typedef struct {
    the body's size, also for a refused one. */
 json_t *wire_recv_meta(void *sock, wire_peer *from, wire_meta *meta, size_t max_bytes,
                        size_t *size_out, int dontwait, char *err, size_t errsize);
+
+/* wire_recv_meta that reads a `metrics` message's points with `wp`
+   (wire_points.h): when they are in the plain form, the message returned
+   has "points": [] and the points are wp->p[0..wp->n); otherwise wp->n is
+   0 and the message is decoded whole, as by wire_recv_meta. */
+json_t *wire_recv_points(void *sock, wire_peer *from, wire_meta *meta, size_t max_bytes,
+                         size_t *size_out, int dontwait, wire_points *wp, char *err,
+                         size_t errsize);
 
 /* Sets the options every jizhi socket uses (linger, max message size). */
 void wire_socket_setup(void *sock);

@@ -135,6 +135,7 @@ ctl_t *ctl_new(const ctl_config *cfg, char *err, size_t errsize)
     /* one out-of-memory policy (util.h): JSON allocations abort too */
     json_set_alloc_funcs(util_xmalloc, free);
     ctl_t *c = util_xcalloc(1, sizeof *c);
+    wire_points_init(&c->rx_points);
     c->lost_timeout = cfg->lost_timeout_s > 0 ? cfg->lost_timeout_s : 30;
     c->on.instr_done = ctl__interv_instr_done; /* the interventions hear ... */
     c->on.trial_metrics = ctl__interv_metrics;
@@ -199,8 +200,8 @@ int ctl_run(ctl_t *c, atomic_int *stop)
             wire_meta meta;
             char why[256];
             size_t size;
-            json_t *msg = wire_recv_meta(c->router, &from, &meta, WIRE_MAX_REQUEST, &size,
-                                         1, why, sizeof why);
+            json_t *msg = wire_recv_points(c->router, &from, &meta, WIRE_MAX_REQUEST,
+                                           &size, 1, &c->rx_points, why, sizeof why);
             if (!msg) {
                 if (errno == EAGAIN)
                     break;
@@ -217,7 +218,7 @@ int ctl_run(ctl_t *c, atomic_int *stop)
             }
             ctl_ident who;
             ctl__auth_identify(c, &meta, &who);
-            ctl__handle(c, &from, &who, msg);
+            ctl__handle(c, &from, &who, msg, c->rx_points.n ? &c->rx_points : NULL);
             json_decref(msg);
             trim_pending |= size >= TRIM_AFTER_BYTES;
         }
@@ -249,6 +250,7 @@ void ctl_destroy(ctl_t **cp)
     for (size_t i = 0; i < c->nout; i++)
         json_decref(c->outbox[i].msg);
     free(c->outbox);
+    wire_points_fini(&c->rx_points);
     free(c->logreads);
     if (c->router)
         zmq_close(c->router);

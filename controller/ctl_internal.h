@@ -239,8 +239,11 @@ json_t *ctl__queue_status(ctl_t *c);
 void ctl__tick(ctl_t *c, double now);
 
 /* ---- ctl_msg.c ---- */
-/* Handles one decoded message from `from` (borrowed), sent by `who`. */
-void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *msg);
+/* Handles one decoded message from `from` (borrowed), sent by `who`;
+   `points` (borrowed, may be NULL): a metrics message's points read by
+   wire_recv_points, when it read any. */
+void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *msg,
+                 const wire_points *points);
 
 /* ---- ctl_auth.c ---- */
 /* Sets the router (created, not bound) up for `bind`: CURVE and the ZAP

@@ -115,14 +115,53 @@ static void s_hello(ctl_t *c, const ctl_msg *m)
     ctl__send(c, m->from, r);
 }
 
+/* The points of a metrics message (at most MAX_POINTS): read by
+   wire_recv_points into m->points (checked there: plain integers, valid
+   names, numbers), or from its JSON. Returns the count and *out (caller
+   frees), or -1 after answering `malformed`. */
+static long s_points(ctl_t *c, const ctl_msg *m, store_point **out)
+{
+    if (m->points) {
+        size_t n = m->points->n;
+        store_point *p = util_xmalloc((n ? n : 1) * sizeof *p);
+        for (size_t i = 0; i < n; i++)
+            p[i] = (store_point){m->points->p[i].step, m->points->p[i].name,
+                                 m->points->p[i].value};
+        *out = p;
+        return (long)n;
+    }
+    json_t *pts = json_object_get(m->msg, "points");
+    size_t n = json_array_size(pts);
+    store_point *p = util_xmalloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(pts, i);
+        json_t *step = json_array_get(e, 0), *name = json_array_get(e, 1);
+        if (!json_is_array(e) || json_array_size(e) != 3 || !json_is_integer(step) ||
+            !json_is_string(name) || !s_valid_metric(json_string_value(name)) ||
+            wire_to_double(json_array_get(e, 2), &p[i].value) != 0) {
+            char text[128];
+            snprintf(text, sizeof text,
+                     "points[%zu]: expected [step (integer), name, value]", i);
+            ctl__msg_error(c, m->from, m->req, "malformed", text);
+            free(p);
+            return -1;
+        }
+        p[i].step = (long)json_integer_value(step);
+        p[i].name = json_string_value(name);
+    }
+    *out = p;
+    return (long)n;
+}
+
 static void s_metrics(ctl_t *c, const ctl_msg *m)
 {
     ctl_trial *t = m->trial;
     const wire_peer *from = m->from;
     long req = m->req;
     s_trial_spoke(c, m);
-    json_t *pts = json_object_get(m->msg, "points");
-    if (json_array_size(pts) > MAX_POINTS) {
+    size_t npts =
+        m->points ? m->points->n : json_array_size(json_object_get(m->msg, "points"));
+    if (npts > MAX_POINTS) {
         ctl__msg_error(
             c, from, req, "malformed",
             "field 'points': expected an array of at most 100000 [step, name, value]");
@@ -146,31 +185,17 @@ static void s_metrics(ctl_t *c, const ctl_msg *m)
         ctl__msg_error(c, from, req, "bad_state", "the trial has ended; metrics refused");
         return;
     }
-    size_t n = json_array_size(pts);
-    store_point *p = util_xmalloc((n ? n : 1) * sizeof *p);
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(pts, i);
-        json_t *step = json_array_get(e, 0), *name = json_array_get(e, 1);
-        if (!json_is_array(e) || json_array_size(e) != 3 || !json_is_integer(step) ||
-            !json_is_string(name) || !s_valid_metric(json_string_value(name)) ||
-            wire_to_double(json_array_get(e, 2), &p[i].value) != 0) {
-            char text[128];
-            snprintf(text, sizeof text,
-                     "points[%zu]: expected [step (integer), name, value]", i);
-            ctl__msg_error(c, from, req, "malformed", text);
-            free(p);
-            return;
-        }
-        p[i].step = (long)json_integer_value(step);
-        p[i].name = json_string_value(name);
-    }
+    store_point *p;
+    long n = s_points(c, m, &p);
+    if (n < 0)
+        return;
     if (ctl__txn(c) != 0) {
         free(p);
         return;
     }
     t->row.metric_req = req;
     snprintf(t->row.metric_session, sizeof t->row.metric_session, "%s", session);
-    if (ctl__trial_metrics(c, t, p, n, util_now()) == 0)
+    if (ctl__trial_metrics(c, t, p, (size_t)n, util_now()) == 0)
         ctl__send(c, from, wire_ok(req));
     free(p);
 }
@@ -267,14 +292,16 @@ static int s_permitted(ctl_t *c, const ctl_msg *m, int action)
     return 0;
 }
 
-void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *msg)
+void ctl__handle(ctl_t *c, const wire_peer *from, const ctl_ident *who, json_t *msg,
+                 const wire_points *points)
 {
     const char *type = wire_type(msg);
     json_t *r = json_object_get(msg, "req");
     ctl_ident eff;
     ctl__auth_effective(msg, who, &eff);
-    ctl_msg m = {from, msg,  json_is_integer(r) ? (long)json_integer_value(r) : -1,
-                 NULL, NULL, &eff};
+    ctl_msg m = {from,  msg,  json_is_integer(r) ? (long)json_integer_value(r) : -1,
+                 NULL,  NULL, &eff,
+                 points};
     const msg_def *def = msg_find(type, MSG_CTL);
     if (!def || !s_handler(def->type)) {
         ctl__refused(c, "dropped a message of unknown type \"%.40s\"", type);

@@ -192,10 +192,12 @@ typedef struct {
 typedef struct {
     const wire_peer *from;
     json_t *msg;
-    long req;             /* the request's `req`, -1 when none */
-    ctl_trial *trial;     /* MSG_AUTH_TRIAL: the authenticated trial */
-    ctl_disp *disp;       /* MSG_AUTH_DISP: the registered dispatcher */
-    const ctl_ident *who; /* the sender as the transport identified it */
+    long req;                  /* the request's `req`, -1 when none */
+    ctl_trial *trial;          /* MSG_AUTH_TRIAL: the authenticated trial */
+    ctl_disp *disp;            /* MSG_AUTH_DISP: the registered dispatcher */
+    const ctl_ident *who;      /* the sender as the transport identified it */
+    const wire_points *points; /* `metrics`: its points when wire_recv_points read
+                                  them (msg's "points" is then []), else NULL */
 } ctl_msg;
 
 /* A message to send after the iteration's commit. */
@@ -228,6 +230,7 @@ struct ctl {
     size_t nreleases, release_cap;
     ctl_out *outbox;
     size_t nout, out_cap;
+    wire_points rx_points; /* the received metrics' points (wire_recv_points), owned */
     ctl_logread *logreads; /* relayed read_log requests (ctl_read.c) */
     size_t nlogreads, logread_cap;
     long next_logread;

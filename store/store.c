@@ -22,9 +22,25 @@
 #include <string.h>
 #include <unistd.h>
 
+/* 64 rows of (trial_id ?1, attempt ?2, step, name, value, time ?3): a
+   bare `?` takes the number after the largest so far, so after the first
+   row's ?4-?6 row r binds step, name, value at 4 + 3r, 5 + 3r, 6 + 3r
+   (store_metric.c). */
+#define S_ROW "(?1, ?2, ?, ?, ?, ?3)"
+#define S_ROWS3 S_ROW "," S_ROW "," S_ROW
+#define S_ROWS15 S_ROWS3 "," S_ROWS3 "," S_ROWS3 "," S_ROWS3 "," S_ROWS3
+#define S_ROWS16 S_ROW "," S_ROWS15
+#define S_ROWS64                                                                         \
+    "(?1, ?2, ?4, ?5, ?6, ?3)," S_ROWS15 "," S_ROWS16 "," S_ROWS16 "," S_ROWS16
+_Static_assert(STORE_METRIC_ROWS == 64, "S_ROWS64 writes 64 rows");
+
 static const char *const s_sql[Q_COUNT] = {
     [Q_METRIC_INSERT] = "INSERT INTO metrics(trial_id, attempt, step, name, value, time) "
                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    /* trial_id ?1, attempt ?2 and time ?3 are the batch's; each row binds
+       its own step, name and value (?4 ...): STORE_METRIC_ROWS rows */
+    [Q_METRIC_INSERT_MANY] = "INSERT INTO metrics(trial_id, attempt, step, name, value, "
+                             "time) VALUES " S_ROWS64,
     [Q_TRIAL_SAVE] =
         "UPDATE trials SET state=?2, attempt=?3, value=?4, last_value=?5, "
         "best_value=?6, last_step=?7, metric_req=?8, dispatcher=?9, pid=?10, "

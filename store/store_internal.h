@@ -18,6 +18,7 @@
 /* The statements prepared once by store_open (store.c, s_sql). */
 enum {
     Q_METRIC_INSERT,
+    Q_METRIC_INSERT_MANY, /* STORE_METRIC_ROWS points in one statement */
     Q_TRIAL_SAVE,
     Q_TRIAL_INSERT,
     Q_PARAM_INSERT,
@@ -34,6 +35,11 @@ struct store {
     char err[256];    /* a row the store refused (store__refuse), "" none;
                          cleared by store__prepare */
 };
+
+/* Points per multi-row metrics insert (Q_METRIC_INSERT_MANY): one
+   statement's start, bindings check and cursor opening for this many
+   rows instead of one (store_metrics_add, store_metric.c). */
+#define STORE_METRIC_ROWS 64
 
 /* The SQLite handle. Borrowed. */
 sqlite3 *store__db(store_t *s);

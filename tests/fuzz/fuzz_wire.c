@@ -7,7 +7,9 @@
     and ROUTER -> DEALER (a peer's side). wire_recv must refuse or accept
     without crashing, leaking or losing frame sync; an accepted message
     goes through the typed getters and must survive a wire_send /
-    wire_recv round trip unchanged. Build and run: `make fuzz`. */
+    wire_recv round trip unchanged. The last frame also goes to the quick
+    points decoder (wire_points.h): what it accepts must be what jansson
+    reads, point for point and bit for bit. Build and run: `make fuzz`. */
 #include "common/wire.h"
 
 #include <stdint.h>
@@ -91,10 +93,42 @@ static void s_roundtrip_check(void *rsock, wire_peer *from, const json_t *want)
     json_decref(back);
 }
 
+/* The quick points decoder against jansson on one body. */
+static void s_points_check(const char *body, size_t len)
+{
+    static wire_points wp;
+    json_t *m = wire_points_split(&wp, body, len);
+    if (!m)
+        return;
+    json_t *full = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *pts = json_object_get(full, "points");
+    if (!full || json_array_size(pts) != wp.n)
+        __builtin_trap();
+    for (size_t i = 0; i < wp.n; i++) {
+        json_t *p = json_array_get(pts, i);
+        double v;
+        if (json_integer_value(json_array_get(p, 0)) != wp.p[i].step ||
+            !json_is_integer(json_array_get(p, 0)) ||
+            strcmp(json_string_value(json_array_get(p, 1)), wp.p[i].name) != 0 ||
+            wire_to_double(json_array_get(p, 2), &v) != 0 ||
+            memcmp(&v, &wp.p[i].value, sizeof v) != 0)
+            __builtin_trap();
+    }
+    json_object_set_new(full, "points", json_array());
+    if (!json_equal(full, m))
+        __builtin_trap();
+    json_decref(full);
+    json_decref(m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!s_ctx)
         s_setup();
+    size_t last = size;
+    while (last > 0 && data[last - 1] != 0)
+        last--;
+    s_points_check((const char *)data + last, size - last);
     char err[256];
     wire_peer from;
 
