@@ -4,8 +4,10 @@
    around it): on one process standalone (reports to stderr), as a study's
    trial (polls the helper, reports to a controller every 10 steps), and
    on 2 gloo ranks, looking at the instructions at every call
-   (sync_every=1: one all-reduce each) and at the default cadence
-   (sync_ms=10) with 1 ms of other work per step.
+   (sync_every=1: one collective each) and at the default cadence
+   (sync_ms=10) with 1 ms of other work per step; each call follows a
+   small all-reduce standing in for DDP's gradients, so the ranks meet
+   at every step as in training.
 1. Overhead: the example's loop (examples/torch/train.py's CNN on
    Fashion-MNIST, one thread) with and without jizhi.torch, in one process
    in alternating blocks of 50 steps (--rounds), at the default report
@@ -179,12 +181,19 @@ def load():
     return "load %.1f %.1f %.1f" % os.getloadavg()
 
 
-MICRO_CALLS = 20000
+MICRO_BLOCKS, MICRO_CALLS = 20, 1000  # per block: the best block is the cost, the median
+# is what this machine's load left of it
+
+
+def _blocks(fn, blocks, calls):
+    """fn(calls) -> seconds spent in ctl.step; microseconds per call: best and median block."""
+    v = sorted(fn(calls) / calls * 1e6 for _ in range(blocks))
+    return {"best_us": v[0], "median_us": v[len(v) // 2]}
 
 
 def micro_child(mode):
-    """ctl.step(loss=...) alone, MICRO_CALLS times, report_every=10; prints
-    JSON: microseconds per call (on rank 0 for ddp)."""
+    """ctl.step(loss=...) alone, report_every=10, in blocks of calls; prints
+    JSON: microseconds per call (rank 0's, for ddp)."""
     sys.path.insert(0, os.path.join(ROOT, "trial_helper", "python"))
     import torch
     import jizhi
@@ -208,20 +217,31 @@ def micro_child(mode):
     if mode == "ddp":
         import torch.distributed as dist
         dist.init_process_group("gloo")
+        grad = torch.zeros(1000)
         for name, opts, work in (("sync_every=1", {"sync_every": 1}, 0.0),
                                  ("sync_ms=10, 1 ms steps", {}, 0.001)):
             ctl = jizhi.torch.attach(None, opt, model=model, **opts)
-            n = 2000 if work else MICRO_CALLS // 4
-            spent = 0.0
-            for _ in range(n):
-                if work:  # the step's other work, not timed
+
+            def run(n):
+                spent = 0.0
+                for _ in range(n):
+                    # the step's other work, not counted: 1 ms, then a gradient
+                    # all-reduce as DDP's (the ranks meet at every step)
                     end = time.perf_counter() + work
                     while time.perf_counter() < end:
                         pass
-                t0 = time.perf_counter()
-                ctl.step(loss=loss)
-                spent += time.perf_counter() - t0
-            out[name] = {"us_per_call": spent / n * 1e6, "allreduces": ctl.syncs, "calls": n}
+                    dist.all_reduce(grad)
+                    t0 = time.perf_counter()
+                    ctl.step(loss=loss)
+                    spent += time.perf_counter() - t0
+                return spent
+
+            run(100)
+            before = getattr(ctl, "syncs", None)
+            calls = MICRO_CALLS // 4 if work else MICRO_CALLS
+            out[name] = _blocks(run, MICRO_BLOCKS // 2, calls)
+            out[name]["calls"] = calls * (MICRO_BLOCKS // 2)
+            out[name]["allreduces"] = -1 if before is None else ctl.syncs - before
             dist.barrier()
         if dist.get_rank() == 0:
             print(json.dumps(out), flush=True)
@@ -229,13 +249,15 @@ def micro_child(mode):
         return
     t = jizhi.Trial()
     ctl = jizhi.torch.attach(t, opt, model=model)
-    for _ in range(1000):  # warm up: names checked once, first report
-        ctl.step(loss=loss)
-    t0 = time.perf_counter()
-    for _ in range(MICRO_CALLS):
-        ctl.step(loss=loss)
-    out["us_per_call"] = (time.perf_counter() - t0) / MICRO_CALLS * 1e6
-    print(json.dumps(out), flush=True)
+
+    def run(n):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            ctl.step(loss=loss)
+        return time.perf_counter() - t0
+
+    run(1000)  # warm up: names checked once, first reports
+    print(json.dumps(_blocks(run, MICRO_BLOCKS, MICRO_CALLS)), flush=True)
     t.close()
 
 
@@ -244,25 +266,26 @@ def micro(d, args):
     env = dict(d.env, JIZHI_TORCH_QUIET="1")
     p = subprocess.run([PY, __file__, "--micro-child", "standalone"], env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=600)
-    alone = json.loads(p.stdout)["us_per_call"]
+    alone = json.loads(p.stdout)
     d.study("micro", [PY, __file__, "--micro-child", "lead"])
     d.wait(lambda: d.sql("SELECT state FROM studies WHERE name='micro'")[0][0] == "finished",
            600, "study micro")
     (tid,) = d.sql("SELECT t.id FROM trials t JOIN studies s ON s.id=t.study_id "
                    "WHERE s.name='micro'")[0]
     with open(glob.glob(os.path.join(d.tmp, "logs", "micro", "trial-%d.*.out" % tid))[0]) as f:
-        lead = json.loads(f.read())["us_per_call"]
+        lead = json.loads(f.read())
     p = subprocess.run([PY, __file__, "--micro-child", "ddp"], env=env, stdout=subprocess.PIPE,
                        text=True, timeout=600)
     ddp = json.loads(p.stdout)
     a, b = ddp["sync_every=1"], ddp["sync_ms=10, 1 ms steps"]
-    print("ctl.step(loss=...) alone, report every 10 (%s .. %s): standalone %.2f us/call; a "
-          "study's trial (polls, reports to the controller) %.2f us/call; 2 gloo ranks, "
-          "sync_every=1 %.1f us/call (%d all-reduces in %d calls); default sync_ms=10 with "
-          "1 ms steps %.1f us/call (%d all-reduces in %d calls)"
-          % (before, load(), alone, lead, a["us_per_call"], a["allreduces"], a["calls"],
-             b["us_per_call"], b["allreduces"], b["calls"]))
-    return {"standalone_us": alone, "trial_us": lead, "ddp": ddp}
+    print("ctl.step(loss=...) alone, report every 10, us/call, best/median of blocks (%s .. %s): "
+          "standalone %.2f/%.2f; a study's trial (polls the helper, reports to the controller) "
+          "%.2f/%.2f; 2 gloo ranks, sync_every=1 %.1f/%.1f (%d collectives in %d calls); "
+          "default sync_ms=10 with 1 ms steps %.1f/%.1f (%d collectives in %d calls)"
+          % (before, load(), alone["best_us"], alone["median_us"], lead["best_us"],
+             lead["median_us"], a["best_us"], a["median_us"], a["allreduces"], a["calls"],
+             b["best_us"], b["median_us"], b["allreduces"], b["calls"]))
+    return {"standalone": alone, "trial": lead, "ddp": ddp}
 
 
 def overhead(d, args):

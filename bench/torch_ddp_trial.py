@@ -50,11 +50,12 @@ if rank == 0:
     _next = ctl._next
 
     def _traced():
-        msg, ins = _next()
+        r = _next()
+        msg = r[0] if isinstance(r, tuple) else r  # (msg, ins); msg alone before the sync box
         if msg is not None:
             polled.write("%r %.6f\n" % (msg.get("value"), time.time()))
             polled.flush()
-        return msg, ins
+        return r
 
     ctl._next = _traced
 log = open("%s.%d" % (os.environ["LOG"], rank), "a")

@@ -8,8 +8,8 @@ the acknowledgements.
   whose params do not fit the sync box arrives whole, stop ends both ranks
   at the same step.
 - The cadence: with sync_every=4 the ranks meet exactly at calls 1, 5, 9...
-  in one all-reduce each (two in a row when an instruction is applied, the
-  second carrying the refusals); with sync_ms the looks are spaced by rank
+  in one broadcast each (then an all-reduce per instruction applied,
+  carrying the refusals); with sync_ms the looks are spaced by rank
   0's measured step time, so a step without an instruction costs no
   collective most of the time.
 
@@ -152,7 +152,7 @@ def ranks(tmp_path_factory):
     return run_ranks(tmp, cases)
 
 
-def test_instructions_apply_on_both_ranks_at_one_step_in_one_allreduce(ranks):
+def test_instructions_apply_on_both_ranks_at_one_step_in_one_broadcast(ranks):
     r0, r1 = ranks
 
     # every call, both ranks: the same steps, rates and momenta
@@ -162,7 +162,7 @@ def test_instructions_apply_on_both_ranks_at_one_step_in_one_allreduce(ranks):
     assert steps[2] == (0.1, 0.9) and steps[3] == (0.5, 0.7)  # two in one look
     assert steps[9] == (0.25, 0.7)
     assert each0["seen"][-1][0] == 12 and len(each1["seen"]) == 12  # stopped at 12 on both
-    # one all-reduce per look; a look that applies k instructions takes k + 1
+    # one broadcast per look; a look that applies k instructions adds k all-reduces
     looks = dict((c, n) for c, n in each0["looks"])
     assert looks == dict((c, n) for c, n in each1["looks"])
     assert [c for c in range(1, 13) if c not in looks] == []
@@ -195,7 +195,7 @@ def test_instructions_apply_on_both_ranks_at_one_step_in_one_allreduce(ranks):
 
 def test_a_load_too_long_for_the_box_arrives_whole(ranks):
     # a checkpoint at call 2, then a load of it whose params (120 more keys)
-    # take a second all-reduce; both ranks end up with the same params
+    # take a second broadcast; both ranks end up with the same params
     r0, r1 = ranks
     l0, l1 = r0["load"], r1["load"]
     assert l0["params"] == l1["params"] and len(l1["params"]) == 121

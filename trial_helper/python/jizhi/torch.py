@@ -25,14 +25,15 @@ as refused with the reason. A restarted trial (`pause --release` and
 from $JIZHI_LOAD_CHECKPOINT: attach() loads it.
 
 Under DDP (torch.distributed initialised, world size > 1) only rank 0 polls
-the controller and reports. The ranks meet in one small all-reduce (the
-"sync box", _BOX_WORDS int64) at most once per `sync_ms` of training and at
-least once every step it is longer: rank 0 puts in the pending instruction
-(JSON, when it fits; else its length, and a second all-reduce carries it)
-and the number of steps to the next sync; every rank applies it at that
-step, and the next box, at once, carries each rank's refusal back, so rank
-0 acknowledges it once every rank has (a refusal on any rank refuses it).
-A step without an instruction costs no collective, or one small one.
+the controller and reports. The ranks look at the instructions together at
+most once per `sync_ms` of training and at least once every step it is
+longer: rank 0 broadcasts the "sync box" (_BOX_WORDS int64): the pending
+instruction (JSON, when it fits; else its length, and a second broadcast
+carries it) or none and the number of steps to the next look; every rank
+applies it at that step, and an all-reduce of the box at once carries each
+rank's refusal back (and rank 0's next instruction), so rank 0 acknowledges
+it once every rank has (a refusal on any rank refuses it). A step without
+an instruction costs no collective, or one small broadcast.
 
 This module imports torch; `import jizhi` alone does not. docs/helper-api.md
 (PyTorch) is the guided tour.
@@ -57,9 +58,9 @@ _FORMAT = "jizhi.torch/1"
 _BUILTIN = ("lr", "momentum", "weight_decay", "betas", "beta1", "beta2", "eps", "batch_size")
 _LR_RULES = ("none", "linear", "sqrt", "adascale")
 _PAUSE_POLL_S = 0.2
-# The sync box (DDP): [payload bytes, refusals, steps to the next sync,
-# more follows] then the payload, JSON packed into int64 words. A set or
-# a checkpoint fits; a load with many params takes a second all-reduce.
+# The sync box (DDP): [payload bytes, refusals, steps to the next look,
+# unused] then the payload, JSON packed into int64 words. A set or a
+# checkpoint fits; a load with many params takes a second broadcast.
 _BOX_HEAD = 4
 _BOX_WORDS = 64
 _SYNC_K_MAX = 1000
@@ -272,6 +273,8 @@ class Controller:
         if self.ddp and dist.get_backend() == "nccl":
             self._dev = torch.device("cuda", torch.cuda.current_device())
         self._box = torch.zeros(_BOX_WORDS, dtype=torch.int64, device=self._dev)
+        self._box_rest = [0] * (_BOX_WORDS - _BOX_HEAD)
+        self._box_k = None  # rank 0: the box holds only this number of steps (None: unknown)
 
         self.global_step = 0
         self.stopped = False
@@ -530,15 +533,17 @@ class Controller:
         self._sync_at = self._calls + k
 
     def _sync_ddp(self):
-        """The DDP look (every rank, at the same call): one all-reduce of the
-        sync box per round. Rank 0 fills in the next instruction (or none)
-        and, when none, the steps to the next look; every rank adds whether
-        it refused the instruction of the round before, which rank 0 then
-        acknowledges. A round with an instruction is followed at once by
-        another (its refusals, and the next instruction if any)."""
+        """The DDP look (every rank, at the same call), in rounds of one
+        collective on the sync box. The first is a broadcast from rank 0:
+        the next instruction, or none and the steps to the next look (rank
+        0 waits for no one). A round that brought an instruction is followed
+        at once by an all-reduce: every rank adds whether it refused it
+        (rank 0 then acknowledges it) and rank 0 the next instruction, if
+        any, the same way."""
         box = self._box
         msg = ins = None  # the instruction applied in the round before (rank 0: its ack)
         while True:
+            reduce = msg is not None  # the refusals of `msg` to add up
             head = [0, 0, 0, 0]
             data = nxt = nins = None
             if self.rank == 0:
@@ -549,16 +554,26 @@ class Controller:
                     head[0] = len(data)
                 elif not self._paused:
                     head[2] = self._cadence()
-            if msg is not None and self._refused is not None:
+            if reduce and self._refused is not None:
                 head[1] = 1
-            box.zero_()
-            if data is not None and len(data) <= 8 * (_BOX_WORDS - _BOX_HEAD):
-                box[_BOX_HEAD:_BOX_HEAD + _words(len(data))] = _pack(data).to(box.device)
-            box[:_BOX_HEAD] = torch.tensor(head, dtype=torch.int64)
-            dist.all_reduce(box)
+            if reduce or data is not None:
+                box.copy_(torch.tensor(head + self._box_rest))
+                if data is not None and len(data) <= 8 * (_BOX_WORDS - _BOX_HEAD):
+                    box[_BOX_HEAD:_BOX_HEAD + _words(len(data))] = _pack(data).to(box.device)
+                self._box_k = None
+            elif self.rank == 0 and self._box_k != head[2]:  # else the box holds it already
+                if self._box_k is None:
+                    box.copy_(torch.tensor(head + self._box_rest))
+                else:
+                    box[2] = head[2]
+                self._box_k = head[2]
+            if reduce:
+                dist.all_reduce(box)
+            else:
+                dist.broadcast(box, 0)
             self.syncs += 1
             n, refused, k, _ = box[:_BOX_HEAD].tolist()
-            if msg is not None:
+            if reduce:
                 self._finish(msg, ins, self._refused, refused)
                 msg = ins = None
             if n == 0:
@@ -571,11 +586,11 @@ class Controller:
                 return
             if n <= 8 * (_BOX_WORDS - _BOX_HEAD):
                 words = box[_BOX_HEAD:_BOX_HEAD + _words(n)]
-            else:  # too long for the box: a second all-reduce of its size
+            else:  # too long for the box: a broadcast of its length
                 words = torch.zeros(_words(n), dtype=torch.int64, device=box.device)
                 if self.rank == 0:
                     words.copy_(_pack(data).to(box.device))
-                dist.all_reduce(words)
+                dist.broadcast(words, 0)
                 self.syncs += 1
             msg, ins = json.loads(_unpack(words, n)), nins
             self._refused = self._apply(msg)
