@@ -165,6 +165,14 @@ json_t *sched_random_params(const spec_t *spec, sched_rng *r)
     return p;
 }
 
+int sched_vi_cmp(const void *a, const void *b)
+{
+    const sched_vi *x = a, *y = b;
+    if (x->v != y->v)
+        return (x->v > y->v) - (x->v < y->v);
+    return (x->i > y->i) - (x->i < y->i);
+}
+
 const char *sched_opt_unknown(const json_t *obj, const char *const *known)
 {
     const char *key;

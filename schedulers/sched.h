@@ -174,6 +174,14 @@ int sched_opt_num(const json_t *obj, const char *where, const char *key, double 
    The caller words the error: "WHERE.KEY: unknown option ...". */
 const char *sched_opt_unknown(const json_t *obj, const char *const *known);
 
+/* A value and its index. qsort(a, n, sizeof *a, sched_vi_cmp) orders by
+   value, then index (ties deterministic). */
+typedef struct {
+    double v;
+    int i;
+} sched_vi;
+int sched_vi_cmp(const void *a, const void *b);
+
 /* Saved-state helpers: a double as JSON (wire_real: "nan", "inf", "-inf"
    when not finite; new reference), and a number field of `obj` back (those
    strings too; NaN when absent or null). */

@@ -159,20 +159,6 @@ static void s_parzen_fini(s_parzen *z)
     memset(z, 0, sizeof *z);
 }
 
-/* a value and its index, sorted by value, then index (deterministic) */
-typedef struct {
-    double v;
-    int i;
-} s_vi;
-
-static int s_vi_cmp(const void *a, const void *b)
-{
-    const s_vi *x = a, *y = b;
-    if (x->v != y->v)
-        return (x->v > y->v) - (x->v < y->v);
-    return (x->i > y->i) - (x->i < y->i);
-}
-
 /* Builds the mixture from n points U (n x d, rows in the order of their
    age, oldest first) and the prior. Weights (Optuna's default): 1 for
    the newest 25, a ramp down to 1/n for older ones. 0, or -1 out of
@@ -191,7 +177,7 @@ static int s_parzen_init(s_parzen *z, const sched_tpe *t, int d, const int *dims
     z->mu = malloc(sizeof(double) * cells);
     z->sig = malloc(sizeof(double) * cells);
     z->lz = malloc(sizeof(double) * cells);
-    s_vi *srt = malloc(sizeof(s_vi) * (size_t)(n + 1));
+    sched_vi *srt = malloc(sizeof(sched_vi) * (size_t)(n + 1));
     if (!z->lw || !z->mu || !z->sig || !z->lz || !srt)
         goto fail;
     /* weights */
@@ -229,7 +215,7 @@ static int s_parzen_init(s_parzen *z, const sched_tpe *t, int d, const int *dims
                 srt[i].v = z->mu[(size_t)i * d + j];
                 srt[i].i = i;
             }
-            qsort(srt, (size_t)n + 1, sizeof *srt, s_vi_cmp);
+            qsort(srt, (size_t)n + 1, sizeof *srt, sched_vi_cmp);
             for (int q = 0; q <= n; q++) {
                 double left = q > 0 ? srt[q].v - srt[q - 1].v : -1;
                 double right = q < n ? srt[q + 1].v - srt[q].v : -1;
@@ -348,7 +334,7 @@ static int s_sample_group(sched_tpe *t, const int *dims, int d, sched_rng *r, js
 {
     const spec_t *sp = t->base.spec;
     size_t nall = t->nobs + t->npend, na = nall ? nall : 1;
-    s_vi *good = malloc(sizeof(s_vi) * na);
+    sched_vi *good = malloc(sizeof(sched_vi) * na);
     unsigned char *side = calloc(na, 1); /* 0: inactive, 1: in g, 2: in l */
     double *UL = malloc(sizeof(double) * na * (size_t)d);
     double *UG = malloc(sizeof(double) * na * (size_t)d);
@@ -366,12 +352,12 @@ static int s_sample_group(sched_tpe *t, const int *dims, int d, sched_rng *r, js
         if (!ok)
             continue;
         if (i < t->nobs && !ob->failed && !isnan(ob->value))
-            good[ng++] = (s_vi){ob->value, (int)i};
+            good[ng++] = (sched_vi){ob->value, (int)i};
         else
             side[i] = 1;
     }
     /* the best gamma(n) of those with values make l, the rest g */
-    qsort(good, (size_t)ng, sizeof *good, s_vi_cmp);
+    qsort(good, (size_t)ng, sizeof *good, sched_vi_cmp);
     int nb = (int)ceil(t->gamma * ng);
     if (nb > t->gamma_max)
         nb = t->gamma_max;

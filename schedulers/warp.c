@@ -7,34 +7,22 @@
     1e-12 relative width (60 steps).
 */
 #include "warp.h"
+#include "sched.h"
 
 #include <gsl/gsl_cdf.h>
 #include <math.h>
 #include <stdlib.h>
 
-typedef struct {
-    double v;
-    int i;
-} s_vi;
-
-static int s_vi_cmp(const void *a, const void *b)
-{
-    const s_vi *x = a, *y = b;
-    if (x->v != y->v)
-        return x->v < y->v ? -1 : 1;
-    return x->i - y->i;
-}
-
 void warp_halfrank(double *y, int n)
 {
     if (n < 4)
         return;
-    s_vi *r = malloc(sizeof(s_vi) * (size_t)n);
+    sched_vi *r = malloc(sizeof(sched_vi) * (size_t)n);
     if (!r)
         return;
     for (int i = 0; i < n; i++)
-        r[i] = (s_vi){y[i], i};
-    qsort(r, (size_t)n, sizeof *r, s_vi_cmp);
+        r[i] = (sched_vi){y[i], i};
+    qsort(r, (size_t)n, sizeof *r, sched_vi_cmp);
     int half = (n - 1) / 2;
     double med = r[half].v, s = 0;
     for (int i = 0; i <= half; i++)

@@ -60,29 +60,33 @@ static int s_study_row(store_t *s, sqlite3_stmt *st, store_study *out)
     return out->spec ? 1 : -1;
 }
 
-int store_study_get(store_t *s, const char *name, store_study *out)
+/* The one row of st (bound; NULL: prepare failed) into *out, st
+   finalized: 1, 0 when there is none, -1 on error. */
+static int s_study_one(store_t *s, sqlite3_stmt *st, store_study *out)
 {
-    sqlite3_stmt *st =
-        store__prepare(s, "SELECT " STUDY_COLS " FROM studies WHERE name=?");
     if (!st)
         return -1;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
     int rc = store__step(s, st);
     int found = rc == SQLITE_ROW ? s_study_row(s, st, out) : rc == SQLITE_DONE ? 0 : -1;
     sqlite3_finalize(st);
     return found;
 }
 
+int store_study_get(store_t *s, const char *name, store_study *out)
+{
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT " STUDY_COLS " FROM studies WHERE name=?");
+    if (st)
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    return s_study_one(s, st, out);
+}
+
 int store_study_get_id(store_t *s, long id, store_study *out)
 {
     sqlite3_stmt *st = store__prepare(s, "SELECT " STUDY_COLS " FROM studies WHERE id=?");
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = store__step(s, st);
-    int found = rc == SQLITE_ROW ? s_study_row(s, st, out) : rc == SQLITE_DONE ? 0 : -1;
-    sqlite3_finalize(st);
-    return found;
+    if (st)
+        sqlite3_bind_int64(st, 1, id);
+    return s_study_one(s, st, out);
 }
 
 void store_study_fini(store_study *st)

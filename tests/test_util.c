@@ -192,6 +192,15 @@ TEST(sched_options_unknown)
     json_decref(o);
 }
 
+TEST(sched_vi_order)
+{
+    sched_vi a[] = {{2.0, 0}, {-1.0, 1}, {2.0, 2}, {0.5, 3}, {-1.0, 4}, {2.0, 5}};
+    qsort(a, 6, sizeof *a, sched_vi_cmp);
+    static const int want[] = {1, 4, 3, 0, 2, 5}; /* by value, ties by index */
+    for (int k = 0; k < 6; k++)
+        CHECK(a[k].i == want[k]);
+}
+
 TEST(utf8_len)
 {
     const unsigned char *a = (const unsigned char *)"a";
@@ -278,6 +287,7 @@ int main(void)
     RUN(sched_rows);
     RUN(sched_options_read);
     RUN(sched_options_unknown);
+    RUN(sched_vi_order);
     RUN(utf8_len);
     RUN(proc_stat);
     RUN(reserve);
