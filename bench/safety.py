@@ -17,8 +17,20 @@ build.
    B the lower of the two arms' best val_acc, and the ratio fork/restart
    (the issue's goal: <= 0.5).
 
+   Fair to both arms: each starts its clock once its dispatcher has
+   registered (a fresh controller and dispatcher per arm), the arms of a
+   pair run one after the other (alternating which goes first), and the
+   same three candidates run on the same three slots.
+
 Numbers are wall-clock seconds on this machine (the trials share its
-cores); run it on a quiet machine. --quick: fewer steps.
+cores); the 1-minute load average is sampled every second during each
+arm and printed with each figure: a pair whose load went past the number
+of cores says so, and the summary claims nothing about the goal from
+such runs. --quick: fewer steps. --no-data-cache: the trials decompress
+the data at every start (jizhi-train --data-cache off), for an A/B. --runs N: N fork/restart pairs, each
+printed, then their medians. --only fork|bad: one scenario.
+`make bench-safety BENCH_SAFETY_ARGS="--only fork --runs 5"` reruns the
+fork comparison alone (about 20 s a pair on a quiet 2-core machine).
 """
 import argparse
 import json
@@ -28,7 +40,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import statistics
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,6 +50,26 @@ BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
 if not os.path.isabs(BUILD):
     BUILD = os.path.join(ROOT, BUILD)
 JIZHI = os.path.join(BUILD, "bin", "jizhi")
+
+
+class LoadSampler:
+    """The 1-minute load average, sampled every second while it runs."""
+
+    def __init__(self):
+        self.samples = [os.getloadavg()[0]]
+        self.done = threading.Event()
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _run(self):
+        while not self.done.wait(1.0):
+            self.samples.append(os.getloadavg()[0])
+
+    def stop(self):
+        self.done.set()
+        self.th.join()
+        self.samples.append(os.getloadavg()[0])
+        return min(self.samples), max(self.samples)
 
 
 def env():
@@ -64,6 +98,12 @@ class Daemons:
                                       os.path.join(d, "logs")],
                                      cwd=d, env=self.env, stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(d, "dispatcher.log"), "w"))
+
+    def wait_dispatcher(self):
+        """Until the dispatcher has registered its slots (a trial submitted
+        before would count its start-up too)."""
+        self.wait(lambda: self.sql("SELECT COALESCE(SUM(slots), 0) FROM dispatchers")[0][0]
+                  > 0, 60)
 
     def run(self, *args, timeout=900):
         return subprocess.run([JIZHI, *args, "--db", self.db], cwd=self.d, env=self.env,
@@ -107,12 +147,15 @@ class Daemons:
                 p.kill()
 
 
+TRAIN_EXTRA = []  # --no-data-cache: ["--data-cache", "off"] (an A/B of the copies)
+
+
 def train_cmd(steps):
     return ["jizhi-train", "--dataset", "fashion-mnist", "--train-subset", "20000",
             "--val-size", "2000", "--hidden", "256,256", "--batch-size", "128",
             "--momentum", "0.9", "--epochs", "1000", "--max-steps", str(steps),
             "--eval-every", "50", "--log-every", "25", "--threads", "1", "--quiet",
-            "--seed", "1"]
+            "--seed", "1"] + TRAIN_EXTRA
 
 
 def spec(name, lrs, trials, steps, seed=1):
@@ -215,8 +258,8 @@ def print_phases(name, ph):
             tid, t["lr"], f(t["started"]), f(t["first_report"]), f(t["target"])))
 
 
-def fork_arm(tmp, steps, fork_at, fork_steps, lrs):
-    d = os.path.join(tmp, "fork")
+def fork_arm(tmp, steps, fork_at, fork_steps, lrs, run=0):
+    d = os.path.join(tmp, "fork%d" % run)
     os.makedirs(d)
     dm = Daemons(d, 3)
     try:
@@ -244,11 +287,12 @@ def fork_arm(tmp, steps, fork_at, fork_steps, lrs):
         raise
 
 
-def restart_arm(tmp, steps, lrs):
-    d = os.path.join(tmp, "restart")
+def restart_arm(tmp, steps, lrs, run=0):
+    d = os.path.join(tmp, "restart%d" % run)
     os.makedirs(d)
     dm = Daemons(d, 3)
     try:
+        dm.wait_dispatcher()
         t0 = time.time()
         submit(dm, spec("restart", lrs, len(lrs), steps))
         dm.wait(lambda: dm.sql("SELECT COUNT(*) FROM trials WHERE state IN ('completed', "
@@ -260,13 +304,54 @@ def restart_arm(tmp, steps, lrs):
         raise
 
 
+def fork_pair(tmp, steps, fork_at, lrs, run):
+    """One fork arm and one restart arm, one after the other (odd runs
+    start with the restart), each with its load average range."""
+    arms = {}
+    for arm in (("fork", "restart") if run % 2 == 0 else ("restart", "fork")):
+        ls = LoadSampler()
+        try:
+            if arm == "fork":
+                arms[arm] = fork_arm(tmp, steps, fork_at, 100, lrs, run)
+            else:
+                arms[arm] = restart_arm(tmp, steps, lrs, run)
+        finally:
+            load = ls.stop()
+        arms[arm + "_load"] = load
+    fdm, fids, ft0, finfo = arms["fork"]
+    rdm, rids, rt0 = arms["restart"]
+    try:
+        fb, rb = best_after(fdm, fids, ft0), best_after(rdm, rids, rt0)
+        target = min(fb, rb)
+        tf, tr = first_time(fdm, fids, target, ft0), first_time(rdm, rids, target, rt0)
+        fph, rph = phases(fdm, ft0, fids, target), phases(rdm, rt0, rids, target)
+    finally:
+        fdm.stop()
+        rdm.stop()
+    return {"run": run, "first": "fork" if run % 2 == 0 else "restart",
+            "steps": steps, "fork_at": finfo["fork_step"], "lrs": lrs,
+            "decision": finfo["decision"], "best_fork": fb, "best_restart": rb,
+            "target": target, "time_fork_s": tf, "time_restart_s": tr,
+            "ratio": tf / tr if tf and tr else None,
+            "load_fork": arms["fork_load"], "load_restart": arms["restart_load"],
+            "phases_fork": fph, "phases_restart": rph}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--runs", type=int, default=1, help="fork/restart pairs (default 1)")
+    ap.add_argument("--only", choices=["bad", "fork"], help="one scenario")
+    ap.add_argument("--no-data-cache", action="store_true",
+                    help="trials decompress Fashion-MNIST at every start (jizhi-train "
+                    "--data-cache off), as before the decompressed copies")
     ap.add_argument("--json", help="write the numbers here too")
     args = ap.parse_args()
+    if args.no_data_cache:
+        TRAIN_EXTRA.extend(["--data-cache", "off"])
     steps = 600 if args.quick else 1200
     fork_at = steps // 2
+    cores = os.cpu_count() or 1
     if not os.access(JIZHI, os.X_OK):
         sys.exit("build first: %s is missing" % JIZHI)
     if not os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
@@ -274,40 +359,72 @@ def main():
               "(scripts/install-deps.sh)")
         return
     tmp = tempfile.mkdtemp(prefix="jz-bench-safety-")
-    out = {}
+    out = {"cores": cores}
     try:
-        b = bad_change(tmp, steps)
-        out["bad_change"] = b
-        print("1. lr x20 at step %d of %d (lr 0.05 -> 1.0):" % (b["change_at"], steps))
-        print("   final val_acc: control %.4f, unguarded %.4f, guarded %.4f (%s)" % (
-            b["control_val_acc"] or 0, b["unguarded_val_acc"] or 0,
-            b["guarded_val_acc"] or 0, b["guard"]))
-        print("   guard: %s" % b["guard_reason"])
-        print("   steps lost by the guarded trial: %s (made after its checkpoint, undone)"
-              % b["steps_lost"])
+        if args.only != "fork":
+            ls = LoadSampler()
+            b = bad_change(tmp, steps)
+            b["load"] = ls.stop()
+            out["bad_change"] = b
+            print("1. lr x20 at step %d of %d (lr 0.05 -> 1.0), load average %.1f-%.1f:"
+                  % (b["change_at"], steps, *b["load"]))
+            print("   final val_acc: control %.4f, unguarded %.4f, guarded %.4f (%s)" % (
+                b["control_val_acc"] or 0, b["unguarded_val_acc"] or 0,
+                b["guarded_val_acc"] or 0, b["guard"]))
+            print("   guard: %s" % b["guard_reason"])
+            print("   steps lost by the guarded trial: %s (made after its checkpoint, "
+                  "undone)" % b["steps_lost"])
+        if args.only == "bad":
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(out, f, indent=1)
+            return
         lrs = [0.003, 0.03, 0.1]
-        fdm, fids, ft0, finfo = fork_arm(tmp, steps, fork_at, 100, lrs)
-        rdm, rids, rt0 = restart_arm(tmp, steps, lrs)
-        try:
-            fb, rb = best_after(fdm, fids, ft0), best_after(rdm, rids, rt0)
-            target = min(fb, rb)
-            tf, tr = first_time(fdm, fids, target, ft0), first_time(rdm, rids, target, rt0)
-            fph, rph = phases(fdm, ft0, fids, target), phases(rdm, rt0, rids, target)
-        finally:
-            fdm.stop()
-            rdm.stop()
-        out["fork"] = {"steps": steps, "fork_at": finfo["fork_step"], "lrs": lrs,
-                       "decision": finfo["decision"], "best_fork": fb, "best_restart": rb,
-                       "target": target, "time_fork_s": tf, "time_restart_s": tr,
-                       "ratio": tf / tr if tf and tr else None,
-                       "phases_fork": fph, "phases_restart": rph}
-        print("2. choose lr among %s at step %s of %d: fork (%s) vs restart from scratch:"
-              % (lrs, finfo["fork_step"], steps, finfo["decision"]))
-        print("   best val_acc: fork %.4f, restart %.4f; target %.4f" % (fb, rb, target))
-        print("   time to the target: fork %.1f s, restart %.1f s, ratio %.2f (goal <= 0.5)"
-              % (tf, tr, tf / tr))
-        print_phases("fork", fph)
-        print_phases("restart", rph)
+        pairs = []
+        print("2. choose lr among %s at step %d of %d: fork (--steps 100, the best "
+              "sibling continues) vs restarting the candidates from scratch; time from "
+              "the decision to val_acc >= the lower of the two arms' best; %d cores"
+              % (lrs, fork_at, steps, cores))
+        for run in range(args.runs):
+            p = fork_pair(tmp, steps, fork_at, lrs, run)
+            pairs.append(p)
+            loaded = max(p["load_fork"][1], p["load_restart"][1]) > cores
+            print("   pair %d (%s first): fork %.1f s, restart %.1f s, ratio %.2f; best "
+                  "%.4f / %.4f, target %.4f; load average fork %.1f-%.1f, restart "
+                  "%.1f-%.1f%s" % (
+                      run + 1, p["first"], p["time_fork_s"], p["time_restart_s"],
+                      p["ratio"], p["best_fork"], p["best_restart"], p["target"],
+                      *p["load_fork"], *p["load_restart"],
+                      "  (loaded: past %d)" % cores if loaded else ""))
+            if args.runs == 1:
+                print("   fork decision: %s" % p["decision"])
+                print_phases("fork", p["phases_fork"])
+                print_phases("restart", p["phases_restart"])
+            sys.stdout.flush()
+        out["fork"] = pairs
+        ratios = [p["ratio"] for p in pairs if p["ratio"]]
+        quiet = [p["ratio"] for p in pairs if p["ratio"] and
+                 max(p["load_fork"][1], p["load_restart"][1]) <= cores]
+        if ratios:
+            print("   median of %d pairs: fork %.1f s, restart %.1f s, ratio %.2f "
+                  "(range %.2f-%.2f; goal <= 0.5)" % (
+                      len(ratios), statistics.median(p["time_fork_s"] for p in pairs),
+                      statistics.median(p["time_restart_s"] for p in pairs),
+                      statistics.median(ratios), min(ratios), max(ratios)))
+            print("   fork phases, median seconds after `trial fork`: decided %s, kept "
+                  "sibling at the target %.1f" % (
+                      "%.1f" % statistics.median(
+                          p["phases_fork"]["events"].get("fork_decided", float("nan"))
+                          for p in pairs),
+                      statistics.median(p["time_fork_s"] for p in pairs)))
+            if quiet:
+                print("   pairs with the load average <= %d all along: %d, median ratio "
+                      "%.2f" % (cores, len(quiet), statistics.median(quiet)))
+            else:
+                print("   no pair ran with the load average <= %d all along: the goal "
+                      "cannot be judged from these runs" % cores)
+        out["median_ratio"] = statistics.median(ratios) if ratios else None
+        out["median_ratio_quiet"] = statistics.median(quiet) if quiet else None
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(out, f, indent=1)

@@ -6,8 +6,10 @@
     stop, checkpoint, load, unknown keys) act at the next step, measuring
     the gradient noise does not change the trajectory, and precise BN
     (--bn-recompute) changes the evaluation only. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "jz_test.h"
@@ -204,6 +206,81 @@ TEST(subset_rows_are_the_full_sets_rows)
     trn_data_free(&va);
     trn_data_free(&te);
     trn_data_free(&full);
+}
+
+/* 1 when a and b hold the same examples, byte for byte. */
+static int s_same_data(const trn_dataset *a, const trn_dataset *b)
+{
+    return a->n == b->n && a->dim == b->dim &&
+           !memcmp(a->x, b->x, (size_t)a->n * a->dim * sizeof(float)) &&
+           !memcmp(a->y, b->y, (size_t)a->n);
+}
+
+/* --data-cache: the first load leaves decompressed copies of the image
+   files, the next loads read them (a changed byte in a copy shows in the
+   data), the data are exactly the .gz's, and a truncated copy is passed
+   over for the .gz (and written again). */
+TEST(decompressed_copies_give_the_same_data)
+{
+    char dir[] = "/tmp/jz-test-datacache-XXXXXX";
+    REQUIRE(mkdtemp(dir) != NULL);
+    trn_config c;
+    trn_config_defaults(&c);
+    c.train_subset = 300;
+    c.val_size = 100;
+    char err[TRN_ERRLEN], copy[600];
+    trn_dataset ref[3], got[3];
+    snprintf(c.data_cache, sizeof c.data_cache, "off");
+    REQUIRE(trn_data_load(&c, &ref[0], &ref[1], &ref[2], err) == 0);
+    snprintf(c.data_cache, sizeof c.data_cache, "%s/sub", dir);
+    REQUIRE(trn_data_load(&c, &got[0], &got[1], &got[2], err) == 0); /* writes */
+    for (int k = 0; k < 3; k++) {
+        CHECK(s_same_data(&ref[k], &got[k]));
+        trn_data_free(&got[k]);
+    }
+    struct stat st;
+    snprintf(copy, sizeof copy, "%s/train-images-idx3-ubyte.gz-", c.data_cache);
+    char gz[600];
+    snprintf(gz, sizeof gz, "%s/train-images-idx3-ubyte.gz", c.data_dir);
+    REQUIRE(stat(gz, &st) == 0);
+    snprintf(copy + strlen(copy), sizeof copy - strlen(copy), "%lld-%lld.%09ld.idx",
+             (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             (long)st.st_mtim.tv_nsec);
+    REQUIRE(stat(copy, &st) == 0);
+    CHECK(st.st_size == 16 + 60000L * 784);
+    REQUIRE(trn_data_load(&c, &got[0], &got[1], &got[2], err) == 0); /* reads */
+    for (int k = 0; k < 3; k++) {
+        CHECK(s_same_data(&ref[k], &got[k]));
+        trn_data_free(&got[k]);
+    }
+    /* the copy is what the load reads: flip every pixel byte of the
+       first training example (not in the validation split: the split's shuffle is fixed)
+     */
+    FILE *f = fopen(copy, "r+b");
+    REQUIRE(f != NULL);
+    unsigned char px[784];
+    REQUIRE(fseek(f, 16, SEEK_SET) == 0 && fread(px, 1, 784, f) == 784);
+    for (int j = 0; j < 784; j++)
+        px[j] ^= 0xff;
+    REQUIRE(fseek(f, 16, SEEK_SET) == 0 && fwrite(px, 1, 784, f) == 784);
+    REQUIRE(fclose(f) == 0);
+    REQUIRE(trn_data_load(&c, &got[0], &got[1], &got[2], err) == 0);
+    CHECK(!s_same_data(&ref[0], &got[0]) && s_same_data(&ref[1], &got[1]));
+    for (int k = 0; k < 3; k++)
+        trn_data_free(&got[k]);
+    /* a truncated copy: the .gz's data, and a whole copy again */
+    REQUIRE(truncate(copy, 1000) == 0);
+    REQUIRE(trn_data_load(&c, &got[0], &got[1], &got[2], err) == 0);
+    for (int k = 0; k < 3; k++) {
+        CHECK(s_same_data(&ref[k], &got[k]));
+        trn_data_free(&got[k]);
+        trn_data_free(&ref[k]);
+    }
+    REQUIRE(stat(copy, &st) == 0);
+    CHECK(st.st_size == 16 + 60000L * 784);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
 }
 
 TEST(fashion_mnist_short_run)
@@ -1066,6 +1143,7 @@ int main(void)
         return 1;
     trn_cpu_set_threads(0);
     RUN(subset_rows_are_the_full_sets_rows);
+    RUN(decompressed_copies_give_the_same_data);
     RUN(fashion_mnist_short_run);
     RUN(gradient_noise_small_is_the_mean_over_chunks);
     RUN(measuring_does_not_change_the_trajectory);

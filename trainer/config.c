@@ -54,6 +54,15 @@ static const s_opt s_opts[] = {
      .size = SZ(data_dir),
      .dflt = "/usr/share/datasets/fashion-mnist",
      .help = "directory of the IDX .gz files"},
+    {.flag = "data-cache",
+     .type = OPT_STR,
+     .off = O(data_cache),
+     .size = SZ(data_cache),
+     .dflt = "",
+     .help = "directory of decompressed copies of the training images, so that "
+             "the next start (a fork's sibling, a restart) skips gunzip "
+             "(default: $XDG_CACHE_HOME/jizhi-train or ~/.cache/jizhi-train; "
+             "off: none)"},
     {.flag = "val-size",
      .type = OPT_INT,
      .off = O(val_size),

@@ -1,6 +1,13 @@
 /*  data.c - training data: Fashion-MNIST from Debian's dataset-fashion-mnist
     (IDX files, gzip, read with zlib) and a synthetic generator for tests.
 
+    The training images (47 MB once decompressed, a third of a second of
+    gunzip at every start) are read from a decompressed copy when one is
+    in the cache directory (--data-cache): the first start writes it
+    (atomically: a temporary file renamed), named after the .gz's name,
+    size and modification time, so a changed file is never read stale;
+    a copy that cannot be read is passed over for the .gz.
+
     Images are normalised with the Fashion-MNIST mean/std. The validation
     split is the last --val-size examples of the official training set after
     a fixed shuffle (seed independent of --seed, so every trial of a study
@@ -9,9 +16,13 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include "common/util.h"
 #include "trainer/trn.h"
 
 #define FMNIST_MEAN 0.2860f
@@ -157,6 +168,96 @@ out:
     return rc;
 }
 
+/* ---- the decompressed copies (--data-cache) ---- */
+
+/* The cache directory of c: NULL for "off" or when no default can be
+   found; else buf. */
+static const char *s_cache_dir(const trn_config *c, char *buf, size_t size)
+{
+    if (!strcmp(c->data_cache, "off"))
+        return NULL;
+    if (c->data_cache[0])
+        return c->data_cache;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (xdg && *xdg)
+        n = snprintf(buf, size, "%s/jizhi-train", xdg);
+    else if (home && *home)
+        n = snprintf(buf, size, "%s/.cache/jizhi-train", home);
+    else
+        return NULL;
+    return n > 0 && (size_t)n < size ? buf : NULL;
+}
+
+/* The copy's path for gz in dir: its name, size and modification time
+   (a changed file gets another name). 0, or -1 when gz cannot be
+   stat'ed or the path is too long. */
+static int s_cache_path(const char *dir, const char *gz, char *out, size_t size)
+{
+    struct stat st;
+    if (!dir || stat(gz, &st) != 0)
+        return -1;
+    const char *base = strrchr(gz, '/');
+    base = base ? base + 1 : gz;
+    int n =
+        snprintf(out, size, "%s/%s-%lld-%lld.%09ld.idx", dir, base, (long long)st.st_size,
+                 (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec);
+    return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+static void s_be32_put(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* Writes ds's images (raw) as an uncompressed IDX file at path, through a
+   temporary file renamed into place (readers see the whole file or
+   none). Best effort: a failure leaves nothing behind and is not an
+   error (the next start decompresses again). */
+static void s_cache_write(const char *dir, const char *path, const trn_dataset *ds,
+                          const unsigned char *raw)
+{
+    if (util_mkdirs(dir, 0755) != 0)
+        return;
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return;
+    unsigned char hdr[16];
+    s_be32_put(hdr, 0x803u);
+    s_be32_put(hdr + 4, (uint32_t)ds->n);
+    s_be32_put(hdr + 8, (uint32_t)ds->h);
+    s_be32_put(hdr + 12, (uint32_t)ds->w);
+    size_t npix = (size_t)ds->n * ds->dim;
+    int ok =
+        fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr && fwrite(raw, 1, npix, f) == npix;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0)
+        unlink(tmp);
+}
+
+/* s_load_raw, the images from their decompressed copy in dir (NULL: no
+   cache) when there is a readable one, else from the .gz, which then
+   leaves its copy there. */
+static int s_load_raw_cached(trn_dataset *ds, unsigned char **rawp, const char *images,
+                             const char *labels, const char *dir, char *err)
+{
+    char copy[1024];
+    if (s_cache_path(dir, images, copy, sizeof copy) != 0)
+        return s_load_raw(ds, rawp, images, labels, err);
+    char ignored[TRN_ERRLEN];
+    if (access(copy, R_OK) == 0 && s_load_raw(ds, rawp, copy, labels, ignored) == 0)
+        return 0;
+    if (s_load_raw(ds, rawp, images, labels, err) < 0)
+        return -1;
+    s_cache_write(dir, copy, ds, *rawp);
+    return 0;
+}
+
 /* Example si of the raw set src (pixels raw) into example di of dst,
    normalised through lut. */
 static void s_convert(trn_dataset *dst, int di, const trn_dataset *src,
@@ -169,10 +270,13 @@ static void s_convert(trn_dataset *dst, int di, const trn_dataset *src,
     dst->y[di] = src->y[si];
 }
 
-int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, char *err)
+/* trn_data_load_idx with the images' decompressed copy in dir (NULL:
+   none). */
+static int s_load_idx(trn_dataset *ds, const char *images, const char *labels,
+                      const char *dir, char *err)
 {
     unsigned char *raw;
-    if (s_load_raw(ds, &raw, images, labels, err) < 0)
+    if (s_load_raw_cached(ds, &raw, images, labels, dir, err) < 0)
         return -1;
     ds->x = malloc((size_t)ds->n * ds->dim * sizeof(float));
     if (!ds->x) {
@@ -188,6 +292,11 @@ int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, c
         ds->x[i] = lut[raw[i]];
     free(raw);
     return 0;
+}
+
+int trn_data_load_idx(trn_dataset *ds, const char *images, const char *labels, char *err)
+{
+    return s_load_idx(ds, images, labels, NULL, err);
 }
 
 void trn_data_free(trn_dataset *d)
@@ -249,6 +358,7 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
     memset(train, 0, sizeof *train);
     memset(val, 0, sizeof *val);
     memset(test, 0, sizeof *test);
+    unsigned char *raw = NULL;
     if (!strcmp(c->dataset, "synthetic")) {
         if (trn_data_synthetic(train, c->synthetic_n, 1000, err) < 0)
             return -1;
@@ -264,14 +374,15 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
     snprintf(pl, sizeof pl, "%s/train-labels-idx1-ubyte.gz", c->data_dir);
     /* the full training set stays bytes: only the examples kept are
        converted (a 20 000-example subset converts a third of it) */
-    unsigned char *raw;
-    if (s_load_raw(&full, &raw, pi, pl, err) < 0)
+    char cache[512];
+    if (s_load_raw_cached(&full, &raw, pi, pl, s_cache_dir(c, cache, sizeof cache), err) <
+        0)
         return -1;
     float lut[256];
     s_lut(lut);
     snprintf(pi, sizeof pi, "%s/t10k-images-idx3-ubyte.gz", c->data_dir);
     snprintf(pl, sizeof pl, "%s/t10k-labels-idx1-ubyte.gz", c->data_dir);
-    if (trn_data_load_idx(test, pi, pl, err) < 0) {
+    if (s_load_idx(test, pi, pl, s_cache_dir(c, cache, sizeof cache), err) < 0) {
         free(raw);
         trn_data_free(&full);
         return -1;

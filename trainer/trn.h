@@ -51,6 +51,7 @@ typedef enum { TRN_FP32 = 0, TRN_BF16 = 1, TRN_FP16 = 2 } trn_precision;
 typedef struct trn_config {
     char dataset[32];             /* fashion-mnist | synthetic */
     char data_dir[256];           /* where the IDX .gz files are */
+    char data_cache[256];         /* decompressed copies: "" default dir, "off" none */
     int val_size;                 /* held-out validation examples */
     int train_subset;             /* use only the first N training examples (0 = all) */
     int synthetic_n;              /* synthetic: training examples */
