@@ -69,6 +69,10 @@ typedef struct {
     bo_layout lay1; /* joint: lay plus the resource dimension (off shared) */
     int joint;      /* the GP is over (params, resource) */
     int level;      /* level the last model was fitted on (-1: final values) */
+    bo_evidence ev; /* the last model's evidence of a rugged objective */
+    int have_ev;    /* ev was read (option "rugged" "auto", one objective) */
+    int lognormal;  /* a refitted model won: the log-normal prior from now on
+                       (saved) */
 } sched_bo;
 
 /* ---- state ------------------------------------------------------------ */
@@ -427,6 +431,11 @@ static int s_start_job(sched_bo *b)
     j->fantasy = b->opt.fantasy;
     j->warp = b->opt.warp;
     j->prior = b->opt.prior;
+    /* one objective modelled by one GP over the parameters */
+    j->rugged = b->opt.rugged == BO_RUGGED_AUTO && !b->mf && j->nobj == 0 &&
+                b->base.spec->nobjectives <= 1;
+    if (j->rugged && b->lognormal)
+        j->prior = GP_PRIOR_LOGNORMAL; /* rugged: decided by an earlier fit */
     if (!s_local_now(b)) {
         /* before the end-game, or out of it again after `study extend`
            moved budget.trials: the next end-game starts afresh */
@@ -450,6 +459,11 @@ static int s_finish_job(sched_bo *b, long trial_id, json_t **params)
     if (j->theta_ok) {
         memcpy(b->theta, j->theta, sizeof(double) * (size_t)nt);
         b->have_theta = 1;
+    }
+    if (j->rugged && j->theta_ok && j->ev.n > 0) { /* the evidence was read */
+        b->ev = j->ev;
+        b->have_ev = 1;
+        b->lognormal |= j->ev.refit;
     }
     json_t *pick = NULL;
     int local = j->tr_len > 0;
@@ -644,6 +658,17 @@ static json_t *s_save(sched_t *s)
         json_object_set_new(st, "trust",
                             json_pack("{s:f,s:i,s:i}", "len", b->tr_len, "succ",
                                       b->tr_succ, "fail", b->tr_fail));
+    /* the last evidence read (for people: every fit reads its own) and
+       the decision it led to */
+    if (b->have_ev && st)
+        json_object_set_new(
+            st, "evidence",
+            json_pack("{s:i,s:o,s:f,s:b,s:b}", "n", b->ev.n, "loo_r2",
+                      isfinite(b->ev.loo_r2) ? json_real(b->ev.loo_r2) : json_null(),
+                      "noise", b->ev.noise, "rugged", b->ev.rugged, "refit",
+                      b->ev.refit));
+    if (b->lognormal && st)
+        json_object_set_new(st, "rugged", json_true());
     if (b->mf && st) {
         json_object_set_new(st, "partial", sched__bo_mf_save(b->mf));
         json_object_set_new(st, "level", json_integer(b->level)); /* for people */
@@ -773,6 +798,16 @@ static int s_restore(sched_t *s, const json_t *state)
     b->tr_len = tr_len;
     b->tr_succ = tr_succ;
     b->tr_fail = tr_fail;
+    b->lognormal = json_is_true(json_object_get(state, "rugged"));
+    /* the last evidence, shown again until the next fit reads its own */
+    json_t *ev = json_object_get(state, "evidence"), *r2 = json_object_get(ev, "loo_r2");
+    int ev_rugged = 0, ev_refit = 0;
+    b->have_ev =
+        ev && json_unpack(ev, "{s:i,s:F,s:b,s:b}", "n", &b->ev.n, "noise", &b->ev.noise,
+                          "rugged", &ev_rugged, "refit", &ev_refit) == 0;
+    b->ev.loo_r2 = json_is_number(r2) ? json_number_value(r2) : NAN;
+    b->ev.rugged = ev_rugged;
+    b->ev.refit = ev_refit;
     json_t *lv = json_object_get(state, "level");
     b->level = json_is_integer(lv) ? (int)json_integer_value(lv) : -1;
     b->have_theta = have_theta;

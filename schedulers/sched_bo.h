@@ -53,6 +53,18 @@
                                          and sched__bo_tr_update); 0 never.
                                          One objective without constraints
                                          or early stopping only
+      "rugged": "auto" | "off"           "auto" (default): after each fit
+                                         (from 12 to 300 observations) the
+                                         model's leave-one-out R^2 and noise
+                                         share say whether the objective has
+                                         many basins; when they do and a fit
+                                         under the log-normal lengthscale
+                                         prior predicts the observations
+                                         better, the study keeps that prior
+                                         from then on (saved in the state as
+                                         "rugged"; sched_bo_portfolio.c).
+                                         One objective, without early
+                                         stopping; "off" never
 */
 #ifndef JZ_SCHED_BO_H
 #define JZ_SCHED_BO_H

@@ -301,6 +301,12 @@ static void s_run_job(bo_job *j)
     if (j->warp == BO_WARP_AUTO && n >= S_AUTO_MIN && n <= S_AUTO_MAX &&
         s_auto_warp(j, &gp, &fo, y) != 0)
         goto out;
+    /* a rugged objective: the model under the log-normal prior when the
+       evidence says so (sched_bo_portfolio.c) */
+    if (j->rugged && j->prior == GP_PRIOR_WALL && n <= BO_RUGGED_MAX_N &&
+        sched__bo_evidence(gp, l->mask, &j->ev) == 0 &&
+        sched__bo_rugged_refit(&gp, X, y, &fo, l->mask, &j->ev) != 0)
+        goto out;
     memcpy(j->theta, gp_theta(gp), sizeof(double) * (size_t)nt);
     j->theta_ok = 1;
 

@@ -21,6 +21,7 @@ enum { BO_WARP_HALFRANK = 0, BO_WARP_NONE = 1, BO_WARP_POWER = 2, BO_WARP_AUTO =
 enum { BO_CON_POF = 0, BO_CON_PENALTY = 1 };
 enum { BO_MO_EHVI = 0, BO_MO_PAREGO = 1 };
 enum { BO_FID_RUNGS = 0, BO_FID_FINAL = 1, BO_FID_JOINT = 2 };
+enum { BO_RUGGED_AUTO = 0, BO_RUGGED_OFF = 1 };
 #define BO_EHVI_MAX_OBJECTIVES 3 /* the boxes grow as (front size)^(m-1) */
 #define BO_TOPK 8                /* ranked suggestions the worker returns */
 /* The most dimensions one-hot choices may bring the encoding to; beyond,
@@ -36,6 +37,28 @@ enum { BO_FID_RUNGS = 0, BO_FID_FINAL = 1, BO_FID_JOINT = 2 };
 #define BO_TR_MAX 0.8
 #define BO_TR_SUCC 2
 #define BO_TR_FAIL 2
+
+/* ---- rugged objectives (sched_bo_portfolio.c) ------------------------- */
+
+/* The evidence is read from this many observations on, and up to the
+   next (beyond, the leave-one-out's inverse costs too much: the decision
+   made by then stands) */
+#define BO_RUGGED_MIN_N 12
+#define BO_RUGGED_MAX_N 300
+/* "rugged": leave-one-out R^2 below this and noise share above the next */
+#define BO_RUGGED_R2 0.5
+#define BO_RUGGED_NOISE 0.01
+
+typedef struct {
+    int n;         /* observations it was read from */
+    double loo_r2; /* 1 - leave-one-out squared error / variance (NaN below
+                      BO_RUGGED_MIN_N observations) */
+    double noise;  /* the noise's share of the prior variance */
+    double ls;     /* geometric mean lengthscale of the masked dimensions */
+    int rugged;    /* 1 when the model says many basins */
+    int refit;     /* 1 when the model was refitted under the log-normal prior
+                      (sched__bo_rugged_refit) */
+} bo_evidence;
 
 typedef struct {
     const spec_t *spec;
@@ -71,6 +94,9 @@ typedef struct {
        objective scaled to [0, 1], NaN for failed); nobj is 0 otherwise */
     int nobj;
     double *F;
+    /* rugged objectives (sched_bo_portfolio.c): 1 to read the evidence
+       after the fit and act on it (only while prior is GP_PRIOR_WALL) */
+    int rugged;
     unsigned long long seed;
     atomic_int cancel;
     atomic_int done;
@@ -81,6 +107,7 @@ typedef struct {
     int got;       /* rows in outp, or -1 */
     double *theta; /* fitted, D + 2 */
     int theta_ok;
+    bo_evidence ev; /* read when `rugged` (else zero) */
 } bo_job;
 
 /* The options (sched_bo.h describes them). */
@@ -95,6 +122,7 @@ typedef struct {
     gp_prior prior; /* the objective model's lengthscale prior */
     double local;   /* the end-game: this fraction of budget.trials, last */
     int fidelity;   /* BO_FID_* */
+    int rugged;     /* BO_RUGGED_AUTO or BO_RUGGED_OFF */
 } bo_opts;
 
 /* Fills o with the defaults for spec (borrowed), then the spec's
@@ -136,6 +164,24 @@ void sched__bo_round(void *ctx, double *x);
    BO_LARGE_N. Pending rows (Xp) are untouched. 0, or -1 out of memory
    (j unchanged). */
 int sched__bo_large_subset(bo_job *j);
+
+/* ---- rugged objectives: the functions (sched_bo_portfolio.c) ---------- */
+
+/* Reads the evidence from gp (fitted, factorised; borrowed) into ev;
+   mask (borrowed, may be NULL) marks the dimensions whose lengthscales
+   count. 0, or -1 out of memory or when the leave-one-out fails (ev then
+   says not rugged). */
+int sched__bo_evidence(gp_t *gp, const unsigned char *mask, bo_evidence *ev);
+
+/* When ev (from *gp_p) says rugged: fits a second GP to the same data
+   (X, n x D, and y, as *gp_p has them; borrowed) under the log-normal
+   lengthscale prior with fo's starts, and when its leave-one-out R^2 is
+   higher swaps it into *gp_p (the first is destroyed) and ev describes it
+   with refit set. 0 (whether or not it swapped; a failed second fit keeps
+   the first model), or -1 when fo's cancel flag was raised. */
+int sched__bo_rugged_refit(gp_t **gp_p, const double *X, const double *y,
+                           const gp_fit_opts *fo, const unsigned char *mask,
+                           bo_evidence *ev);
 
 /* ---- the worker (sched_bo_job.c) -------------------------------------- */
 

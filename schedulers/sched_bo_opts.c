@@ -25,6 +25,7 @@ int sched__bo_options(bo_opts *o, const spec_t *spec, char *err, size_t errsize)
     o->momodel = BO_MO_EHVI;
     o->prior = GP_PRIOR_WALL;
     o->local = 0.3; /* bench-bo: see docs/bench.md */
+    o->rugged = BO_RUGGED_AUTO;
     long np = (long)spec->nparams;
     o->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
     if (!spec->sched_opts)
@@ -93,12 +94,17 @@ int sched__bo_options(bo_opts *o, const spec_t *spec, char *err, size_t errsize)
             o->fidelity = !strcmp(a, "final")   ? BO_FID_FINAL
                           : !strcmp(a, "rungs") ? BO_FID_RUNGS
                                                 : BO_FID_JOINT;
+        } else if (!strcmp(key, "rugged")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "auto") && strcmp(a, "off")))
+                return s_fail(err, errsize, key, "must be \"auto\" or \"off\"");
+            o->rugged = !strcmp(a, "off") ? BO_RUGGED_OFF : BO_RUGGED_AUTO;
         } else {
             return s_fail(
                 err, errsize, key,
                 "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
                 "n_init, fantasy, warp, constraint_model, lengthscale_prior, mo, "
-                "fidelity, local)");
+                "fidelity, local, rugged)");
         }
     }
     return 0;
