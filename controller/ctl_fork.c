@@ -45,7 +45,7 @@ static int s_move(ctl_t *c, ctl_iv *iv, ctl_fork_state to)
         return -1;
     }
     iv->state = to;
-    return ctl__iv_save(c, iv, ctl_fork_state_name(to), to >= FORK_DECIDED);
+    return ctl__iv_save(c, iv);
 }
 
 static json_t *s_fields(const ctl_iv *iv)
@@ -135,7 +135,7 @@ static void s_create_siblings(ctl_t *c, ctl_iv *iv, ctl_trial *parent)
     store_event_add(c->store, util_wall(), iv->study_id, iv->trial_id,
                     ctl__iv_str(iv, "who"), "fork_started", d, 1);
     json_decref(d);
-    ctl__iv_save(c, iv, ctl_fork_state_name(iv->state), 0);
+    ctl__iv_save(c, iv);
     log_info("ctl", "trial %ld: forked into %zu siblings from step %ld", iv->trial_id,
              json_array_size(ids), parent->row.checkpoint_step);
 }
@@ -268,7 +268,7 @@ void ctl__fork_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pt
     if (s_all_in(iv))
         s_decide(c, iv, "after the steps");
     else
-        ctl__iv_save(c, iv, ctl_fork_state_name(iv->state), 0);
+        ctl__iv_save(c, iv);
 }
 
 void ctl__fork_tick(ctl_t *c, ctl_iv *iv, double now)
@@ -408,8 +408,7 @@ json_t *ctl__fork_msg(ctl_t *c, ctl_trial *t, const json_t *msg, const char *who
     json_t *data = json_pack("{s:o, s:I, s:s, s:s, s:[], s:{}}", "values", values,
                              "steps", (json_int_t)steps, "keep", keep, "who",
                              who ? who : "cli", "siblings", "results");
-    ctl_iv *iv = ctl__iv_add(c, IV_FORK, t, FORK_CHECKPOINT, data,
-                             ctl_fork_state_name(FORK_CHECKPOINT), 0);
+    ctl_iv *iv = ctl__iv_add(c, IV_FORK, t, FORK_CHECKPOINT, data);
     if (!iv) {
         *code = "internal";
         snprintf(err, size, "cannot record the fork");

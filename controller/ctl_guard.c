@@ -47,7 +47,7 @@ static int s_move(ctl_t *c, ctl_iv *iv, ctl_guard_state to)
         return -1;
     }
     iv->state = to;
-    return ctl__iv_save(c, iv, ctl_guard_state_name(to), to >= GUARD_KEPT);
+    return ctl__iv_save(c, iv);
 }
 
 /* ---- helpers ---- */
@@ -420,7 +420,7 @@ void ctl__guard_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *p
     else if (seen >= K)
         s_judge_trend(c, iv, t);
     else
-        ctl__iv_save(c, iv, ctl_guard_state_name(iv->state), 0);
+        ctl__iv_save(c, iv);
 }
 
 void ctl__guard_tick(ctl_t *c, ctl_iv *iv, double now)
@@ -517,7 +517,7 @@ int ctl__guard_start(ctl_t *c, ctl_trial *t, const json_t *values, const json_t 
                             json_pack("{s:s, s:I}", "path", t->row.checkpoint, "step",
                                       (json_int_t)t->row.checkpoint_step));
     ctl_guard_state first = by_values || have_ckpt ? GUARD_APPLY : GUARD_CHECKPOINT;
-    ctl_iv *iv = ctl__iv_add(c, IV_GUARD, t, first, data, ctl_guard_state_name(first), 0);
+    ctl_iv *iv = ctl__iv_add(c, IV_GUARD, t, first, data);
     if (!iv) {
         *code = "internal";
         snprintf(err, size, "cannot record the guarded change");

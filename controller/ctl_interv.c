@@ -55,8 +55,7 @@ int ctl__iv_busy(ctl_t *c, const ctl_trial *t, char *err, size_t size)
     snprintf(err, size,
              "trial %ld already has a %s under way (state %s); wait for its outcome",
              t->row.id, busy->kind == IV_GUARD ? "guarded change" : "fork",
-             busy->kind == IV_GUARD ? ctl_guard_state_name(busy->state)
-                                    : ctl_fork_state_name(busy->state));
+             ctl__iv_state_name(busy));
     return 1;
 }
 
@@ -73,16 +72,39 @@ ctl_iv *ctl__iv_push(ctl_t *c)
     return iv;
 }
 
-ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t *data,
-                    const char *state_name, int done)
+static const char *const s_kind_names[] = {[IV_GUARD] = "guard", [IV_FORK] = "fork"};
+
+const char *ctl__iv_state_name(const ctl_iv *iv)
+{
+    return iv->kind == IV_GUARD ? ctl_guard_state_name(iv->state)
+                                : ctl_fork_state_name(iv->state);
+}
+
+int ctl__iv_decode(const json_t *row, ctl_iv_kind *kind, int *state)
+{
+    const char *state_name = json_string_value(json_object_get(row, "state"));
+    int k = ctl__iv_name_index(s_kind_names, 2,
+                               json_string_value(json_object_get(row, "kind")));
+    int st = k == IV_GUARD  ? ctl_guard_state_parse(state_name)
+             : k == IV_FORK ? ctl_fork_state_parse(state_name)
+                            : -1;
+    if (st < 0)
+        return -1;
+    *kind = (ctl_iv_kind)k;
+    *state = st;
+    return 0;
+}
+
+ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t *data)
 {
     if (ctl__txn(c) != 0) {
         json_decref(data);
         return NULL;
     }
+    ctl_iv probe = {.kind = kind, .state = state};
     long id = store_interv_insert(c->store, t->study->row.id, t->row.id,
-                                  kind == IV_GUARD ? "guard" : "fork", state_name, done,
-                                  data, util_wall());
+                                  s_kind_names[kind], ctl__iv_state_name(&probe),
+                                  ctl__iv_done(&probe), data, util_wall());
     if (id < 0) {
         log_error("ctl", "cannot record an intervention: %s", store_errmsg(c->store));
         json_decref(data);
@@ -98,10 +120,11 @@ ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t 
     return iv;
 }
 
-int ctl__iv_save(ctl_t *c, ctl_iv *iv, const char *state_name, int done)
+int ctl__iv_save(ctl_t *c, ctl_iv *iv)
 {
-    if (ctl__txn(c) != 0 || store_interv_save(c->store, iv->id, state_name, done,
-                                              iv->data, util_wall()) != 0) {
+    if (ctl__txn(c) != 0 ||
+        store_interv_save(c->store, iv->id, ctl__iv_state_name(iv), ctl__iv_done(iv),
+                          iv->data, util_wall()) != 0) {
         log_error("ctl", "cannot save intervention %ld: %s", iv->id,
                   store_errmsg(c->store));
         return -1;

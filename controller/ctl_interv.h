@@ -128,12 +128,18 @@ typedef struct {
     double wait_s;
 } ctl_iv;
 
-/* Adds one (data taken) to the list, inserted in the store with its
-   state. NULL on a store error (data released). */
-ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t *data,
-                    const char *state_name, int done);
-/* Persists iv's state (name, done) and data. 0 or -1. */
-int ctl__iv_save(ctl_t *c, ctl_iv *iv, const char *state_name, int done);
+/* The store's interventions table keeps kind and state as text; only
+   these three functions (ctl_interv.c) turn them into the enums and back.
+   ctl__iv_add adds one (data taken) to the list, inserted in the store
+   with its state: NULL on a store error (data released). ctl__iv_save
+   persists iv's state (done when it is final) and data: 0 or -1.
+   ctl__iv_decode reads a row of store_interv_list: 0, or -1 when its kind
+   or state names none. */
+ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t *data);
+int ctl__iv_save(ctl_t *c, ctl_iv *iv);
+int ctl__iv_decode(const json_t *row, ctl_iv_kind *kind, int *state);
+/* The name of iv's state, for messages and outputs (static). */
+const char *ctl__iv_state_name(const ctl_iv *iv);
 /* The unfinished intervention on (or, for a fork, of a sibling) trial id. */
 ctl_iv *ctl__iv_of_trial(ctl_t *c, long trial_id);
 /* Answers iv's waiter with msg (taken) and forgets it. */

@@ -26,11 +26,9 @@ int ctl__interv_load(ctl_t *c, char *err, size_t errsize)
     json_t *r;
     json_array_foreach(rows, i, r)
     {
-        const char *kind = json_string_value(json_object_get(r, "kind"));
-        const char *state = json_string_value(json_object_get(r, "state"));
-        int guard = kind && !strcmp(kind, "guard");
-        int st = guard ? ctl_guard_state_parse(state) : ctl_fork_state_parse(state);
-        if (!kind || st < 0) {
+        ctl_iv_kind kind;
+        int st;
+        if (ctl__iv_decode(r, &kind, &st) != 0) {
             log_warn("ctl",
                      "intervention %" JSON_INTEGER_FORMAT
                      ": unknown kind or state; left as it is",
@@ -41,12 +39,13 @@ int ctl__interv_load(ctl_t *c, char *err, size_t errsize)
         iv->id = (long)json_integer_value(json_object_get(r, "id"));
         iv->study_id = (long)json_integer_value(json_object_get(r, "study_id"));
         iv->trial_id = (long)json_integer_value(json_object_get(r, "trial_id"));
-        iv->kind = guard ? IV_GUARD : IV_FORK;
+        iv->kind = kind;
         iv->state = st;
         iv->data = json_incref(json_object_get(r, "data"));
         log_info("ctl", "resuming the %s of trial %ld (intervention %ld, state %s)",
-                 guard ? "guarded change" : "fork", iv->trial_id, iv->id, state);
-        if (guard)
+                 kind == IV_GUARD ? "guarded change" : "fork", iv->trial_id, iv->id,
+                 ctl__iv_state_name(iv));
+        if (kind == IV_GUARD)
             ctl__guard_resume(c, iv);
         else
             ctl__fork_resume(c, iv);
@@ -117,10 +116,7 @@ void ctl__interv_tick(ctl_t *c, double now)
                            "it goes on (state %s): `jizhi trial show %ld` tells the "
                            "outcome",
                            iv->kind == IV_GUARD ? "guarded change" : "fork", iv->trial_id,
-                           iv->wait_s,
-                           iv->kind == IV_GUARD ? ctl_guard_state_name(iv->state)
-                                                : ctl_fork_state_name(iv->state),
-                           iv->trial_id));
+                           iv->wait_s, ctl__iv_state_name(iv), iv->trial_id));
     }
     ctl__iv_sweep(c);
 }

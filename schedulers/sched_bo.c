@@ -27,6 +27,7 @@
     restored scheduler computes the same suggestions.
 */
 #include "sched_bo_job.h"
+#include "../common/util.h"
 
 #include <gsl/gsl_qrng.h>
 #include <cblas.h> /* OpenBLAS: openblas_set_num_threads */
@@ -89,14 +90,8 @@ static void s_point_fini(s_point *p)
 
 static int s_push(s_point **arr, size_t *n, size_t *cap, s_point p)
 {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 16;
-        s_point *na = realloc(*arr, sizeof(s_point) * nc);
-        if (!na)
-            return -1;
-        *arr = na;
-        *cap = nc;
-    }
+    if (util_reserve(arr, cap, *n, sizeof **arr) != 0)
+        return -1;
     (*arr)[(*n)++] = p;
     return 0;
 }

@@ -41,22 +41,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/cuda_check.cuh"
 #include "trainer/dev_elem.cuh" /* C++ templates: outside extern "C" */
 
 extern "C" {
 #include "trainer/dist_dev.h"
 #include "trainer/trn.h"
 }
-
-#define CUDA_CHECK(x)                                                                    \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "jizhi-train: CUDA error %s at %s:%d: %s\n",                 \
-                    cudaGetErrorName(e_), __FILE__, __LINE__, cudaGetErrorString(e_));   \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 #define CUBLAS_CHECK(x)                                                                  \
     do {                                                                                 \
@@ -363,6 +354,24 @@ static int s_backward(s_cuda *c, int nb, int (*layer_done)(void *ctx, int l), vo
     return rc;
 }
 
+/* Waits for the step's norm kernels on st and reads their sums back: the
+   squared gradient norm (weights and biases) into *grad_sqnorm, the
+   overflow flag into *overflow; returns the loss sum (scratch[0]). */
+static float s_read_norms(s_cuda *c, cudaStream_t st, double *grad_sqnorm, int *overflow)
+{
+    float host[SCR_N];
+    CUDA_CHECK(
+        cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(
+        cudaMemcpyAsync(overflow, c->flag, sizeof *overflow, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double gsq = host[SCR_BIAS + 1];
+    for (int l = 0; l < c->nl; l++)
+        gsq += host[2 + 2 * l];
+    *grad_sqnorm = gsq;
+    return host[0];
+}
+
 template <typename T>
 static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, double lr,
                        double loss_scale, int *overflow, double *grad_sqnorm)
@@ -383,16 +392,8 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
         k_norms<T><<<s_blocks(nbias), 256, 0, st>>>(c->b[l], (const T *)c->gb[l], nbias,
                                                     inv, c->scratch + SCR_BIAS, c->flag);
     }
-    float host[SCR_N];
     int flag = 0;
-    CUDA_CHECK(
-        cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaMemcpyAsync(&flag, c->flag, sizeof flag, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    double gsq = host[SCR_BIAS + 1];
-    for (int l = 0; l < c->nl; l++)
-        gsq += host[2 + 2 * l];
-    *grad_sqnorm = gsq;
+    float loss_sum = s_read_norms(c, st, grad_sqnorm, &flag);
     *overflow = flag;
     if (!flag) {
         float mu = (float)c->momentum, wd = (float)c->wd;
@@ -409,7 +410,7 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, doub
         }
         CUDA_CHECK(cudaGetLastError());
     }
-    return host[0] / nb;
+    return loss_sum / nb;
 }
 
 /* s_backward's hook on a data-parallel rank: layer l's buckets are ready. */
@@ -464,16 +465,8 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
             c->b[l], trn_devdist_grad(c->dd, 2 * l + 1), nbias, 1.0f,
             c->scratch + SCR_BIAS, c->flag);
     }
-    float host[SCR_N];
     int flag = 0;
-    CUDA_CHECK(
-        cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaMemcpyAsync(&flag, c->flag, sizeof flag, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    double gsq = host[SCR_BIAS + 1];
-    for (int l = 0; l < c->nl; l++)
-        gsq += host[2 + 2 * l];
-    *grad_sqnorm = gsq;
+    float loss_sum = s_read_norms(c, st, grad_sqnorm, &flag);
     *overflow = flag;
     if (rc < 0)
         return -1;
@@ -493,7 +486,7 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
         }
         CUDA_CHECK(cudaGetLastError());
     }
-    return host[0];
+    return loss_sum;
 }
 
 /* ---- trn_backend interface ------------------------------------------------------ */

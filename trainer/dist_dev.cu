@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/cuda_check.cuh"
 #include "trainer/dev_elem.cuh" /* C++ templates: outside extern "C" */
 
 extern "C" {
@@ -21,16 +22,6 @@ extern "C" {
 #include "trainer/comm_nccl.h"
 #endif
 }
-
-#define CUDA_CHECK(x)                                                                    \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "jizhi-train: CUDA error %s at %s:%d: %s\n",                 \
-                    cudaGetErrorName(e_), __FILE__, __LINE__, cudaGetErrorString(e_));   \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 /* auto fusion: the layout of the timed steps (and of the host path, which
    measures nothing), the sizes of the measured curve (floats) and the

@@ -67,7 +67,7 @@ cuda:
 endif
 
 $(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/trn.h trainer/dist_dev.h trainer/dist.h \
-                 trainer/comm.h trainer/dev_elem.cuh
+                 trainer/comm.h trainer/dev_elem.cuh trainer/cuda_check.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -c $< -o $@
 
@@ -87,7 +87,7 @@ $(TRN_NCCL_OBJ): trainer/comm_nccl.cu trainer/comm.h trainer/comm_nccl.h trainer
 # through the comm layer).
 $(TRN_DDEV_OBJ): trainer/dist_dev.cu trainer/dist_dev.h trainer/dist.h trainer/comm.h \
                  trainer/comm_nccl.h trainer/devplan.h trainer/ring.h trainer/trn.h \
-                 trainer/dev_elem.cuh
+                 trainer/dev_elem.cuh trainer/cuda_check.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper $(NCCL_INC) $(NCCL_DEF) -c $< -o $@
 
