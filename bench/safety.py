@@ -30,7 +30,8 @@ such runs. --quick: fewer steps. --no-data-cache: the trials decompress
 the data at every start (jizhi-train --data-cache off), for an A/B. --runs N: N fork/restart pairs, each
 printed, then their medians. --only fork|bad: one scenario.
 `make bench-safety BENCH_SAFETY_ARGS="--only fork --runs 5"` reruns the
-fork comparison alone (about 20 s a pair on a quiet 2-core machine).
+fork comparison alone (one pair took 1.5 min at load 16-20 on the 2-core
+build machine; less on a quiet one).
 """
 import argparse
 import json
