@@ -141,6 +141,13 @@ int util_reserve(void *arrayp, size_t *cap, size_t n, size_t size)
     return 0;
 }
 
+double util_env_at_most(const char *name, double max)
+{
+    const char *e = getenv(name);
+    double v = e ? atof(e) : 0;
+    return v > 0 && v <= max ? v : max;
+}
+
 char *util_vstrf(const char *fmt, va_list ap)
 {
     char *s = NULL;

@@ -63,6 +63,13 @@ double util_wall(void);
    is CLOCK_MONOTONIC. */
 struct timespec util_deadline(int ms);
 
+/* ---- settings ---- */
+
+/* `max`, or the positive number in environment variable `name` when it
+   is lower (tests shorten a limit; never lengthen it): text that is not a
+   number, 0, a negative or a larger value leaves `max`. */
+double util_env_at_most(const char *name, double max);
+
 /* ---- strings and files ---- */
 
 /* printf into a new string. Caller owns the result and must free it.

@@ -45,11 +45,8 @@ void ctl__send(ctl_t *c, const wire_peer *to, json_t *msg)
 static double s_refusal_window(void)
 {
     static double w = -1;
-    if (w < 0) {
-        const char *e = getenv("JIZHI_REFUSAL_WINDOW_S");
-        double v = e ? atof(e) : 0;
-        w = v > 0 && v <= CTL_REFUSAL_WINDOW_S ? v : CTL_REFUSAL_WINDOW_S;
-    }
+    if (w < 0)
+        w = util_env_at_most("JIZHI_REFUSAL_WINDOW_S", CTL_REFUSAL_WINDOW_S);
     return w;
 }
 

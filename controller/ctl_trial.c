@@ -24,11 +24,8 @@
 static double s_stop_grace(void)
 {
     static double grace = -1;
-    if (grace < 0) {
-        const char *e = getenv("JIZHI_STOP_GRACE_S");
-        double v = e ? atof(e) : 0;
-        grace = v > 0 && v <= STOP_GRACE_S ? v : STOP_GRACE_S;
-    }
+    if (grace < 0)
+        grace = util_env_at_most("JIZHI_STOP_GRACE_S", STOP_GRACE_S);
     return grace;
 }
 
@@ -230,18 +227,25 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     }
 }
 
-/* Puts a trial back to pending for another attempt. */
 /* A new attempt gets a new token: an earlier attempt that shows up again
-   (declared lost, yet still running somewhere) is refused. */
+   (declared lost, yet still running somewhere) is refused. Nothing the
+   attempt before reported or ran with (value, end, last and best values,
+   step, metric session, pid, peer) is this one's. */
 static void s_new_attempt(ctl_trial *t)
 {
     t->row.attempt++;
     util_random_hex(t->row.token, 16);
-    /* the objective value and end of the attempt before are not this one's */
     t->row.value = wire_none();
     t->row.ended = 0;
+    t->row.last_value = t->row.best_value = wire_none();
+    t->row.last_step = -1;
+    t->row.metric_req = 0;
+    t->row.metric_session[0] = 0;
+    t->row.pid = 0;
+    t->peer.len = 0;
 }
 
+/* Puts a trial back to pending for another attempt. */
 static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
 {
     if (ctl_trial_move(t, TRIAL_PENDING) != 0)
@@ -250,12 +254,6 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
     ctl_trial_plan_to(t, PLAN_NONE);
     s_new_attempt(t);
     snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
-    t->row.last_value = t->row.best_value = wire_none();
-    t->row.last_step = -1;
-    t->row.metric_req = 0;
-    t->row.metric_session[0] = 0;
-    t->row.pid = 0;
-    t->peer.len = 0;
     ctl__trial_save(c, t);
     json_t *detail =
         json_pack("{s:s, s:I}", "reason", reason, "attempt", (json_int_t)t->row.attempt);
@@ -502,12 +500,6 @@ void ctl__trial_rerun(ctl_t *c, ctl_trial *t)
     t->row.reason[0] = 0;
     t->row.exit_how[0] = 0;
     t->row.exit_code = 0;
-    t->row.last_value = t->row.best_value = wire_none();
-    t->row.last_step = -1;
-    t->row.metric_req = 0;
-    t->row.metric_session[0] = 0;
-    t->row.pid = 0;
-    t->peer.len = 0;
     ctl__trial_save(c, t);
 }
 

@@ -201,6 +201,22 @@ TEST(sched_vi_order)
         CHECK(a[k].i == want[k]);
 }
 
+TEST(env_at_most)
+{
+    unsetenv("JZ_TEST_LIMIT");
+    CHECK(util_env_at_most("JZ_TEST_LIMIT", 30) == 30);
+    static const struct {
+        const char *text;
+        double want;
+    } cases[] = {{"2.5", 2.5}, {"30", 30}, {"31", 30}, {"0", 30},
+                 {"-1", 30},   {"x", 30},  {"", 30},   {"1e-3", 1e-3}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        setenv("JZ_TEST_LIMIT", cases[i].text, 1);
+        CHECK(util_env_at_most("JZ_TEST_LIMIT", 30) == cases[i].want);
+    }
+    unsetenv("JZ_TEST_LIMIT");
+}
+
 TEST(utf8_len)
 {
     const unsigned char *a = (const unsigned char *)"a";
@@ -288,6 +304,7 @@ int main(void)
     RUN(sched_options_read);
     RUN(sched_options_unknown);
     RUN(sched_vi_order);
+    RUN(env_at_most);
     RUN(utf8_len);
     RUN(proc_stat);
     RUN(reserve);
