@@ -48,6 +48,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (!err[0]) {
         __builtin_trap();
     }
+    int wait = -1;
+    double wait_s = 0;
+    err[0] = 0;
+    if (web_body_wait(in, &wait, &wait_s, 120, 600, err, sizeof err) == 0) {
+        if (wait != json_is_true(json_object_get(in, "wait")) || !(wait_s >= 1) ||
+            wait_s > 600)
+            __builtin_trap();
+    } else if (!err[0]) {
+        __builtin_trap();
+    }
     spec_error se;
     spec_t *spec = spec_parse(in, 1, &se);
     spec_destroy(&spec);
