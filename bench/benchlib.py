@@ -7,6 +7,28 @@ import os
 import subprocess
 import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build_dir():
+    """$BUILD (default build), a relative one taken from the repository root."""
+    build = os.environ.get("BUILD", "build")
+    return build if os.path.isabs(build) else os.path.join(ROOT, build)
+
+
+def jizhi_env(build, **extra):
+    """The environment for the jizhi commands a bench starts: build/bin first
+    on PATH, no JIZHI_* variables of the caller's (the bench starts its own
+    daemons), and `extra` set."""
+    e = dict(os.environ)
+    e["PATH"] = os.path.join(build, "bin") + os.pathsep + e.get("PATH", "")
+    for k in list(e):
+        if k.startswith("JIZHI_"):
+            del e[k]
+    e.update(extra)
+    return e
+
+
 # replica k of an arm runs at its rate x (1 + JITTER k), k = 0, -1, 1, -2, 2, ...:
 # one trial's time to a target is chaotic (docs/bench.md, stop 32)
 JITTER = 1e-4

@@ -53,10 +53,9 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("BUILD", "build")
-if not os.path.isabs(BUILD):
-    BUILD = os.path.join(ROOT, BUILD)
+from benchlib import build_dir, jizhi_env
+
+BUILD = build_dir()
 JIZHI = os.path.join(BUILD, "bin", "jizhi")
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -75,13 +74,7 @@ def train_cmd(args):
 
 
 def env():
-    e = dict(os.environ)
-    e["PATH"] = os.path.join(BUILD, "bin") + os.pathsep + e.get("PATH", "")
-    e["OPENBLAS_NUM_THREADS"] = "1"
-    for k in list(e):
-        if k.startswith("JIZHI_"):
-            del e[k]
-    return e
+    return jizhi_env(BUILD, OPENBLAS_NUM_THREADS="1")
 
 
 def children_cpu():

@@ -46,10 +46,9 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("BUILD", os.path.join(ROOT, "build"))
-if not os.path.isabs(BUILD):
-    BUILD = os.path.join(ROOT, BUILD)
+from benchlib import build_dir, jizhi_env
+
+BUILD = build_dir()
 JIZHI = os.path.join(BUILD, "bin", "jizhi")
 
 
@@ -74,12 +73,7 @@ class LoadSampler:
 
 
 def env():
-    e = dict(os.environ)
-    e["PATH"] = os.path.join(BUILD, "bin") + os.pathsep + e.get("PATH", "")
-    for k in list(e):
-        if k.startswith("JIZHI_"):
-            del e[k]
-    return e
+    return jizhi_env(BUILD)
 
 
 class Daemons:

@@ -116,24 +116,17 @@ import sys
 import tempfile
 import time
 
-from benchlib import median_replica, replica_factor, write_json
+from benchlib import build_dir, jizhi_env, median_replica, replica_factor, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("BUILD", "build")
-if not os.path.isabs(BUILD):
-    BUILD = os.path.join(ROOT, BUILD)
+BUILD = build_dir()
 JIZHI = os.path.join(BUILD, "bin", "jizhi")
 DATA = "/usr/share/datasets/fashion-mnist"
 EVAL_SAMPLES = 3200
 
 
 def env():
-    e = dict(os.environ)
-    e["PATH"] = os.path.join(BUILD, "bin") + os.pathsep + e.get("PATH", "")
-    for k in list(e):
-        if k.startswith("JIZHI_"):
-            del e[k]
-    return e
+    return jizhi_env(BUILD)
 
 
 MODELS = {

@@ -51,12 +51,10 @@ import sys
 import tempfile
 import time
 
-from benchlib import ensure_venv, write_json
+from benchlib import build_dir, ensure_venv, jizhi_env, write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("BUILD", "build")
-if not os.path.isabs(BUILD):
-    BUILD = os.path.join(ROOT, BUILD)
+BUILD = build_dir()
 JIZHI = os.path.join(BUILD, "bin", "jizhi")
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -72,12 +70,7 @@ RESAMPLE = 0.25
 
 
 def env():
-    e = dict(os.environ)
-    e["PATH"] = os.path.join(BUILD, "bin") + os.pathsep + e.get("PATH", "")
-    for k in list(e):
-        if k.startswith("JIZHI_"):
-            del e[k]
-    return e
+    return jizhi_env(BUILD)
 
 
 def trainer_args(args, seed):

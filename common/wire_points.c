@@ -91,6 +91,17 @@ static int s_skip_value(s_in *in)
     return 0;
 }
 
+/* Past the run of one or more digits at p (before end), or NULL when no
+   digit is there. */
+static const char *s_digits(const char *p, const char *end)
+{
+    if (p == end || *p < '0' || *p > '9')
+        return NULL;
+    while (p < end && *p >= '0' && *p <= '9')
+        p++;
+    return p;
+}
+
 /* -?(0|[1-9][0-9]*): the integer's digits; 1 when a fraction or exponent
    follows (a real), 0 when not, -1 when it is no JSON number. */
 static int s_number(s_in *in, const char **start)
@@ -99,30 +110,22 @@ static int s_number(s_in *in, const char **start)
     *start = p;
     if (p < in->end && *p == '-')
         p++;
-    if (p == in->end || *p < '0' || *p > '9')
-        return -1;
-    if (*p == '0')
+    if (p < in->end && *p == '0')
         p++;
-    else
-        while (p < in->end && *p >= '0' && *p <= '9')
-            p++;
+    else if (!(p = s_digits(p, in->end)))
+        return -1;
     int real = 0;
     if (p < in->end && *p == '.') {
-        p++;
-        if (p == in->end || *p < '0' || *p > '9')
+        if (!(p = s_digits(p + 1, in->end)))
             return -1;
-        while (p < in->end && *p >= '0' && *p <= '9')
-            p++;
         real = 1;
     }
     if (p < in->end && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < in->end && (*p == '+' || *p == '-'))
             p++;
-        if (p == in->end || *p < '0' || *p > '9')
+        if (!(p = s_digits(p, in->end)))
             return -1;
-        while (p < in->end && *p >= '0' && *p <= '9')
-            p++;
         real = 1;
     }
     in->s = p;

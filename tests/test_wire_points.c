@@ -147,6 +147,10 @@ TEST(other_forms_are_declined)
         HEAD "[[1,\"x\",+1]]}",
         HEAD "[[1,\"x\",0x10]]}",
         HEAD "[[1,\"x\",1.]]}",
+        HEAD "[[1,\"x\",1e]]}", /* an exponent without digits */
+        HEAD "[[1,\"x\",1e+]]}",
+        HEAD "[[1,\"x\",-]]}",
+        HEAD "[[1,\"x\",-x]]}",
         HEAD "[[1,\"x\"]]}",
         HEAD "[[1,\"x\",1,2]]}",
         HEAD "[[1,\"x\",1],]}",
