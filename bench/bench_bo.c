@@ -156,7 +156,8 @@ static void s_sty_b(int i, double *lo, double *hi)
     *hi = 5;
 }
 
-static double s_shekel(const double *x, int d)
+/* Shekel with its first m terms (Shekel-5, -7, -10) */
+static double s_shekel_m(const double *x, int m)
 {
     static const double beta[10] = {1, 2, 2, 4, 4, 6, 3, 7, 5, 5};
     static const double C[4][10] = {{4, 1, 8, 6, 3, 2, 5, 8, 6, 7},
@@ -164,13 +165,18 @@ static double s_shekel(const double *x, int d)
                                     {4, 1, 8, 6, 3, 2, 5, 8, 6, 7},
                                     {4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6}};
     double s = 0;
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < m; i++) {
         double e = 0.1 * beta[i];
         for (int j = 0; j < 4; j++)
             e += (x[j] - C[j][i]) * (x[j] - C[j][i]);
         s -= 1 / e;
     }
     return s;
+}
+
+static double s_shekel(const double *x, int d)
+{
+    return s_shekel_m(x, 10);
 }
 
 static void s_shekel_b(int i, double *lo, double *hi)
@@ -233,24 +239,6 @@ static void s_michalewicz_b(int i, double *lo, double *hi)
 {
     *lo = 0;
     *hi = M_PI;
-}
-
-/* Shekel with its first m terms (Shekel-5, -7; Shekel-10 above) */
-static double s_shekel_m(const double *x, int m)
-{
-    static const double beta[10] = {1, 2, 2, 4, 4, 6, 3, 7, 5, 5};
-    static const double C[4][10] = {{4, 1, 8, 6, 3, 2, 5, 8, 6, 7},
-                                    {4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6},
-                                    {4, 1, 8, 6, 3, 2, 5, 8, 6, 7},
-                                    {4, 1, 8, 6, 7, 9, 3, 1, 2, 3.6}};
-    double s = 0;
-    for (int i = 0; i < m; i++) {
-        double e = 0.1 * beta[i];
-        for (int j = 0; j < 4; j++)
-            e += (x[j] - C[j][i]) * (x[j] - C[j][i]);
-        s -= 1 / e;
-    }
-    return s;
 }
 
 static double s_shekel5(const double *x, int d)
