@@ -173,6 +173,19 @@ int sched_vi_cmp(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
+void *sched_alloc(size_t size, const sched_ops *ops, const spec_t *spec, char *err,
+                  size_t errsize)
+{
+    sched_t *s = calloc(1, size);
+    if (!s) {
+        snprintf(err, errsize, "out of memory");
+        return NULL;
+    }
+    s->ops = ops;
+    s->spec = spec;
+    return s;
+}
+
 const char *sched_opt_unknown(const json_t *obj, const char *const *known)
 {
     const char *key;

@@ -169,6 +169,13 @@ int sched_opt_num(const json_t *obj, const char *where, const char *key, double 
                   double lo, double hi, int whole, double *out, char *err,
                   size_t errsize);
 
+/* A zeroed scheduler of `size` bytes (a struct that begins with its
+   sched_t) with base.ops and base.spec set. NULL with err "out of memory"
+   when memory runs out. Caller owns it (ops->destroy, or free() while the
+   constructor still holds it). */
+void *sched_alloc(size_t size, const sched_ops *ops, const spec_t *spec, char *err,
+                  size_t errsize);
+
 /* The first key of the object obj (NULL: none) that is not in `known`
    (NULL-terminated), or NULL when every key is known. Borrowed from obj.
    The caller words the error: "WHERE.KEY: unknown option ...". */

@@ -391,11 +391,9 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
             dmax = spec->params[i].high;
         }
     double bmin, bmax, interval, warmup, mm, lr, probe, plw;
-    sched_bs *self = calloc(1, sizeof *self);
+    sched_bs *self = sched_alloc(sizeof *self, &s_ops, spec, err, errsize);
     if (!self)
         return NULL;
-    self->base.ops = &s_ops;
-    self->base.spec = spec;
     if (sched_opt_num(o, "scheduler", "min", dmin, 1, 1e9, 1, &bmin, err, errsize) ||
         sched_opt_num(o, "scheduler", "max", dmax, 1, 1e9, 1, &bmax, err, errsize) ||
         sched_opt_num(o, "scheduler", "interval", 200, 1, 1e12, 1, &interval, err,

@@ -871,13 +871,9 @@ sched_t *sched_bo_new(const spec_t *spec, char *err, size_t errsize)
             "same; list a parameter, or use scheduler \"random\" to repeat the command");
         return NULL;
     }
-    sched_bo *b = calloc(1, sizeof *b);
-    if (!b) {
-        snprintf(err, errsize, "out of memory");
+    sched_bo *b = sched_alloc(sizeof *b, &s_ops, spec, err, errsize);
+    if (!b)
         return NULL;
-    }
-    b->base.ops = &s_ops;
-    b->base.spec = spec;
     b->tr_len = BO_TR_INIT;
     if (sched__bo_options(&b->opt, spec, err, errsize) != 0) {
         free(b);

@@ -600,11 +600,13 @@ static sched_t *s_new(const spec_t *spec, int rule, char *err, size_t errsize)
                           : "asha");
         return NULL;
     }
-    sched_es *self = calloc(1, sizeof *self);
+    sched_es *self = sched_alloc(sizeof *self,
+                                 hb       ? &s_hyperband_ops
+                                 : median ? &s_median_ops
+                                          : &s_asha_ops,
+                                 spec, err, errsize);
     if (!self)
         return NULL;
-    self->base.ops = hb ? &s_hyperband_ops : median ? &s_median_ops : &s_asha_ops;
-    self->base.spec = spec;
     self->rule = rule;
     self->median = median;
     self->nbrackets = 1;

@@ -159,13 +159,9 @@ sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize)
             return NULL;
         }
     }
-    sched_grid *g = calloc(1, sizeof *g);
-    if (!g) {
-        snprintf(err, errsize, "scheduler: out of memory");
+    sched_grid *g = sched_alloc(sizeof *g, &s_ops, spec, err, errsize);
+    if (!g)
         return NULL;
-    }
-    g->base.ops = &s_ops;
-    g->base.spec = spec;
     g->points = (long)points;
     g->shuffle = shuffle;
     g->sizes = calloc(spec->nparams ? spec->nparams : 1, sizeof *g->sizes);

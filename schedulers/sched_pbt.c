@@ -737,13 +737,9 @@ sched_t *sched_pbt_new(const spec_t *spec, char *err, size_t errsize)
         snprintf(err, errsize, "scheduler.pb2: must be true or false");
         return NULL;
     }
-    sched_pbt *self = calloc(1, sizeof *self);
-    if (!self) {
-        snprintf(err, errsize, "out of memory");
+    sched_pbt *self = sched_alloc(sizeof *self, &s_ops, spec, err, errsize);
+    if (!self)
         return NULL;
-    }
-    self->base.ops = &s_ops;
-    self->base.spec = spec;
     self->interval = (long)interval;
     self->interval_s = interval_s;
     self->quantile = quantile;

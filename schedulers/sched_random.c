@@ -63,10 +63,8 @@ sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize)
                  key);
         return NULL;
     }
-    sched_random *self = calloc(1, sizeof *self);
+    sched_random *self = sched_alloc(sizeof *self, &s_ops, spec, err, errsize);
     if (!self)
         return NULL;
-    self->base.ops = &s_ops;
-    self->base.spec = spec;
     return &self->base;
 }

@@ -715,13 +715,9 @@ sched_t *sched_tpe_new(const spec_t *spec, char *err, size_t errsize)
                  "\"bo\" for several objectives or constraints");
         return NULL;
     }
-    sched_tpe *t = calloc(1, sizeof *t);
-    if (!t) {
-        snprintf(err, errsize, "out of memory");
+    sched_tpe *t = sched_alloc(sizeof *t, &s_ops, spec, err, errsize);
+    if (!t)
         return NULL;
-    }
-    t->base.ops = &s_ops;
-    t->base.spec = spec;
     if (s_options(t, spec, err, errsize) != 0) {
         free(t);
         return NULL;

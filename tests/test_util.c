@@ -201,6 +201,23 @@ TEST(sched_vi_order)
         CHECK(a[k].i == want[k]);
 }
 
+TEST(sched_alloc_sets_the_base)
+{
+    typedef struct {
+        sched_t base;
+        long n[8];
+    } one;
+    static const sched_ops ops = {.name = "x"};
+    static spec_t spec; /* only its address is kept */
+    char err[64] = "";
+    one *o = sched_alloc(sizeof *o, &ops, &spec, err, sizeof err);
+    REQUIRE(o != NULL);
+    CHECK(o->base.ops == &ops && o->base.spec == &spec && o->n[7] == 0 && !err[0]);
+    free(o);
+    CHECK(sched_alloc(SIZE_MAX, &ops, &spec, err, sizeof err) == NULL);
+    CHECK_STR(err, "out of memory");
+}
+
 TEST(env_at_most)
 {
     unsetenv("JZ_TEST_LIMIT");
@@ -304,6 +321,7 @@ int main(void)
     RUN(sched_options_read);
     RUN(sched_options_unknown);
     RUN(sched_vi_order);
+    RUN(sched_alloc_sets_the_base);
     RUN(env_at_most);
     RUN(utf8_len);
     RUN(proc_stat);
