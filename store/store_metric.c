@@ -97,30 +97,46 @@ json_t *store_metrics_series(store_t *s, long trial_id, const char *name)
 
 /* ---- incremental reads ---- */
 
-long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg)
+/* The incremental reads' row: POINT_COLS, read through P_*. */
+#define POINT_COLS "rowid, trial_id, attempt, step, name, value, time"
+enum { P_ROWID, P_TRIAL_ID, P_ATTEMPT, P_STEP, P_NAME, P_VALUE, P_TIME };
+
+/* Calls curve (with the time) or else metric per row of st (POINT_COLS),
+   *after taking each row's rowid when given, and finalizes st. Returns
+   the number of points given, or -1 on a read error. */
+static long s_points(store_t *s, sqlite3_stmt *st, long *after, store_curve_fn curve,
+                     store_metric_fn metric, void *arg)
 {
-    enum { C_TRIAL_ID, C_ATTEMPT, C_STEP, C_NAME, C_VALUE, C_TIME };
-    sqlite3_stmt *st =
-        store__prepare(s, "SELECT trial_id, attempt, step, name, value, time "
-                          "FROM metrics WHERE trial_id IN (SELECT id FROM trials "
-                          "WHERE study_id=?1) ORDER BY trial_id, name, attempt, "
-                          "step, rowid");
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, study_id);
     long n = 0;
     int rc;
     while ((rc = store__step(s, st)) == SQLITE_ROW) {
+        if (after)
+            *after = (long)sqlite3_column_int64(st, P_ROWID);
         n++;
-        const char *name = (const char *)sqlite3_column_text(st, C_NAME);
-        if (fn(arg, (long)sqlite3_column_int64(st, C_TRIAL_ID),
-               (long)sqlite3_column_int64(st, C_ATTEMPT),
-               (long)sqlite3_column_int64(st, C_STEP), name ? name : "",
-               store__col_double(st, C_VALUE), store__col_double(st, C_TIME)))
+        const char *name = (const char *)sqlite3_column_text(st, P_NAME);
+        long trial = (long)sqlite3_column_int64(st, P_TRIAL_ID);
+        long attempt = (long)sqlite3_column_int64(st, P_ATTEMPT);
+        long step = (long)sqlite3_column_int64(st, P_STEP);
+        double value = store__col_double(st, P_VALUE);
+        if (curve ? curve(arg, trial, attempt, step, name ? name : "", value,
+                          store__col_double(st, P_TIME))
+                  : metric(arg, trial, attempt, step, name ? name : "", value))
             break;
     }
     sqlite3_finalize(st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
+}
+
+long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg)
+{
+    sqlite3_stmt *st =
+        store__prepare(s, "SELECT " POINT_COLS " FROM metrics WHERE trial_id IN "
+                          "(SELECT id FROM trials WHERE study_id=?1) "
+                          "ORDER BY trial_id, name, attempt, step, rowid");
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    return s_points(s, st, NULL, fn, NULL, arg);
 }
 
 long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
@@ -130,10 +146,8 @@ long store_study_metrics_since(store_t *s, long study_id, long *after, long limi
        range keeps each poll proportional to what is new. The unary + keeps
        SQLite off the (trial_id, name) index, which would read every point
        of the study and sort them on each call. */
-    enum { C_ROWID, C_TRIAL_ID, C_ATTEMPT, C_STEP, C_NAME, C_VALUE };
     sqlite3_stmt *st =
-        store__prepare(s, "SELECT rowid, trial_id, attempt, step, name, value "
-                          "FROM metrics WHERE rowid > ?1 "
+        store__prepare(s, "SELECT " POINT_COLS " FROM metrics WHERE rowid > ?1 "
                           "AND +trial_id IN (SELECT id FROM trials WHERE "
                           "study_id=?2) ORDER BY rowid LIMIT ?3");
     if (!st)
@@ -141,18 +155,5 @@ long store_study_metrics_since(store_t *s, long study_id, long *after, long limi
     sqlite3_bind_int64(st, 1, *after);
     sqlite3_bind_int64(st, 2, study_id);
     sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
-    long n = 0;
-    int rc;
-    while ((rc = store__step(s, st)) == SQLITE_ROW) {
-        *after = (long)sqlite3_column_int64(st, C_ROWID);
-        n++;
-        const char *name = (const char *)sqlite3_column_text(st, C_NAME);
-        if (fn(arg, (long)sqlite3_column_int64(st, C_TRIAL_ID),
-               (long)sqlite3_column_int64(st, C_ATTEMPT),
-               (long)sqlite3_column_int64(st, C_STEP), name ? name : "",
-               store__col_double(st, C_VALUE)))
-            break;
-    }
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
+    return s_points(s, st, after, NULL, fn, arg);
 }

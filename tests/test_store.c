@@ -737,6 +737,87 @@ static int s_row_check(void *arg, const store_metric_row *r)
     return 0;
 }
 
+/* The points the incremental reads give, as "trial/attempt/step name=value@time" lines.
+ */
+typedef struct {
+    char text[1024];
+    int stop_after; /* 0: never */
+    int seen;
+} s_pointlog;
+
+static int s_log_point(s_pointlog *l, long trial, long attempt, long step,
+                       const char *name, double value, double time)
+{
+    size_t len = strlen(l->text);
+    snprintf(l->text + len, sizeof l->text - len, "%ld/%ld/%ld %s=%g@%g\n", trial,
+             attempt, step, name, value, time);
+    return l->stop_after && ++l->seen >= l->stop_after;
+}
+
+static int s_curve_point(void *arg, long trial, long attempt, long step, const char *name,
+                         double value, double time)
+{
+    return s_log_point(arg, trial, attempt, step, name, value, time);
+}
+
+static int s_since_point(void *arg, long trial, long attempt, long step, const char *name,
+                         double value)
+{
+    return s_log_point(arg, trial, attempt, step, name, value, -1);
+}
+
+/* store_study_curves (trial, name, attempt, step order, with the time) and
+   store_study_metrics_since (insertion order, from a rowid, a limit, the
+   callback able to stop) over the same points. */
+TEST(incremental_reads)
+{
+    store_t *s = s_open("inc.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("inc");
+    long sid = store_study_insert(s, "inc", spec, STUDY_RUNNING, 1);
+    json_decref(spec);
+    store_trial a, b;
+    s_fill_trial(&a, sid, 0);
+    s_fill_trial(&b, sid, 1);
+    REQUIRE(store_trial_insert(s, &a) == 0 && store_trial_insert(s, &b) == 0);
+    store_point pa[] = {{1, "loss", 2}, {1, "acc", 0.5}}, pb[] = {{0, "loss", 3}};
+    store_point pa2[] = {{0, "loss", 1}};
+    REQUIRE(store_begin(s) == 0);
+    CHECK(store_metrics_add(s, b.id, 0, pb, 1, 5.0) == 0);
+    CHECK(store_metrics_add(s, a.id, 0, pa, 2, 6.0) == 0);
+    CHECK(store_metrics_add(s, a.id, 1, pa2, 1, 7.0) == 0);
+    REQUIRE(store_commit(s) == 0);
+
+    s_pointlog l = {"", 0, 0};
+    CHECK(store_study_curves(s, sid, s_curve_point, &l) == 4);
+    char want[512];
+    snprintf(want, sizeof want,
+             "%ld/0/1 acc=0.5@6\n%ld/0/1 loss=2@6\n%ld/1/0 loss=1@7\n"
+             "%ld/0/0 loss=3@5\n",
+             a.id, a.id, a.id, b.id);
+    CHECK_STR(l.text, want);
+
+    long after = 0;
+    s_pointlog m = {"", 0, 0};
+    CHECK(store_study_metrics_since(s, sid, &after, 2, s_since_point, &m) == 2);
+    snprintf(want, sizeof want, "%ld/0/0 loss=3@-1\n%ld/0/1 loss=2@-1\n", b.id, a.id);
+    CHECK_STR(m.text, want);
+    long mark = after;
+    s_pointlog r = {"", 1, 0}; /* stops after one */
+    CHECK(store_study_metrics_since(s, sid, &after, 0, s_since_point, &r) == 1);
+    snprintf(want, sizeof want, "%ld/0/1 acc=0.5@-1\n", a.id);
+    CHECK_STR(r.text, want);
+    CHECK(after == mark + 1);
+    s_pointlog rest = {"", 0, 0};
+    CHECK(store_study_metrics_since(s, sid, &after, 0, s_since_point, &rest) == 1);
+    CHECK(store_study_metrics_since(s, sid, &after, 0, s_since_point, &rest) == 0);
+    snprintf(want, sizeof want, "%ld/1/0 loss=1@-1\n", a.id);
+    CHECK_STR(rest.text, want);
+    store_trial_fini(&a);
+    store_trial_fini(&b);
+    store_close(&s);
+}
+
 TEST(metrics)
 {
     store_t *s = s_open("m.db", 0);
@@ -1111,6 +1192,7 @@ int main(void)
     RUN(trials_load_in_order);
     RUN(params_generations_and_lineage);
     RUN(metrics);
+    RUN(incremental_reads);
     RUN(non_finite_values);
     RUN(events);
     RUN(transactions_survive_reopen);
