@@ -200,6 +200,9 @@ disp_t *disp_new(const disp_config *cfg)
     /* Increasing across restarts, so a restarted dispatcher's reports are
        never mistaken for repeats of its previous life's. */
     d->next_req = (long)(util_wall() * 1000.0);
+    char seed[17]; /* the report resends' jitter differs between dispatchers */
+    util_random_hex(seed, 8);
+    d->rng = strtoull(seed, NULL, 16);
     return d;
 fail:
     disp_destroy(&d);

@@ -41,8 +41,9 @@
     CUDA_VISIBLE_DEVICES ("0,2", or "" for gpus 0). JIZHI_TOKEN and
     JIZHI_PARAMS come only from `env`.
 
-    Reports (each with `req` and `name`, resent with the same req every
-    resend_s until answered; dropped on an error other than
+    Reports (each with `req` and `name`, resent with the same req until
+    answered, after resend_s to 1.5 resend_s, then each wait doubled up to
+    8 resend_s (util_backoff); dropped on an error other than
     unknown_dispatcher/internal/timeout):
       started: trial, attempt, pid, stdout, stderr (log paths), gpus (array)
       exited:  trial, attempt, how (exited, signaled, timeout, killed,
@@ -108,8 +109,8 @@ typedef struct {
     const char *nvidia_smi;     /* command that lists GPUs; NULL: "nvidia-smi" */
     double heartbeat_s;         /* heartbeat period; <= 0: 1 s */
     double silence_s;           /* no reply for this long -> re-register; <= 0: 5 s */
-    double resend_s;            /* unanswered register/started/exited resent after;
-                                   <= 0: 2 s */
+    double resend_s;            /* unanswered register/started/exited resent after
+                                   (reports: the first wait of a backoff); <= 0: 2 s */
     /* Backend: how trials run. See "Slurm" above. */
     const char *backend;   /* "local" (NULL) or "slurm" */
     const char *partition; /* slurm: sbatch --partition (NULL: the default one) */

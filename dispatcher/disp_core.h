@@ -16,6 +16,7 @@
 #include "common/keys.h"
 
 #include <jansson.h>
+#include <stdint.h>
 #include <zmq.h>
 
 #define TAG "disp"
@@ -28,8 +29,10 @@
 typedef struct disp__report {
     struct disp__report *next;
     long req;
-    json_t *msg;    /* complete message, req included */
-    double sent_at; /* monotonic; -INFINITY: not sent yet */
+    json_t *msg; /* complete message, req included */
+    double due;  /* monotonic: when it is sent (again) if still unanswered;
+                    -INFINITY: not sent yet */
+    int sends;   /* times it went out: each wait doubles (disp__send_reports) */
 } disp__report;
 
 struct disp {
@@ -59,6 +62,7 @@ struct disp {
     long reg_reqs[DISP_REG_RING]; /* recent register reqs */
     int reg_i;
     long next_req;
+    uint64_t rng; /* the report resends' jitter */
 
     disp__proc **procs; /* running trials */
     size_t nprocs, cap;

@@ -96,17 +96,32 @@ void disp__send_heartbeat(disp_t *d, double now)
     d->last_hb = now;
 }
 
-/* Sends the reports that are due (all of them when `all`). */
+/* Sends r now; it is due again after resend_s (to 1.5 times that),
+   then twice that, ... up to 8 times resend_s (util_backoff), so that a
+   controller slow to answer is not sent more the longer it takes. Not
+   connected: tried again in 0.1 s. */
+static void s_report_send(disp_t *d, disp__report *r, double now)
+{
+    json_incref(r->msg);
+    if (disp__send(d, r->msg) == 0) {
+        r->sends++;
+        r->due = now + util_backoff(r->sends, d->resend_s, 8 * d->resend_s, &d->rng);
+    } else {
+        r->due = now + 0.1;
+    }
+}
+
+/* Sends the reports that are due (all of them when `all`: after a
+   registration, to a controller that may be new, each from the start of
+   its backoff). */
 void disp__send_reports(disp_t *d, double now, int all)
 {
     for (disp__report *r = d->reports; r; r = r->next) {
-        if (!all && now - r->sent_at < d->resend_s)
+        if (all)
+            r->sends = 0;
+        else if (now < r->due)
             continue;
-        json_incref(r->msg);
-        if (disp__send(d, r->msg) == 0)
-            r->sent_at = now;
-        else
-            r->sent_at = now - d->resend_s + 0.1;
+        s_report_send(d, r, now);
     }
 }
 
@@ -125,15 +140,13 @@ static void s_report_add(disp_t *d, json_t *m)
     json_object_set_new(m, "req", json_integer(r->req));
     json_object_set_new(m, "name", json_string(d->name));
     r->msg = m;
-    r->sent_at = -INFINITY;
+    r->due = -INFINITY;
     disp__report **tail = &d->reports;
     while (*tail)
         tail = &(*tail)->next;
     *tail = r;
-    if (d->ready && d->sock) {
-        json_incref(m);
-        r->sent_at = disp__send(d, m) == 0 ? util_now() : util_now() - d->resend_s + 0.1;
-    }
+    if (d->ready && d->sock)
+        s_report_send(d, r, util_now());
 }
 
 /* exited/start_failed for a trial that got no process. */

@@ -1043,6 +1043,47 @@ TEST(resend_until_acked)
     fc_close(&fc);
 }
 
+/* A controller that hears and does not answer: the dispatcher resends
+   an `exited` report after resend_s to 1.5 resend_s, then doubles the
+   wait (up to 8 resend_s), not every resend_s. With resend_s 0.2 s, in
+   the 3 s after the first copy: at most 4 more (at about 0.25, 0.75,
+   1.75 s ...), where a fixed period sent about 15. Then an answer ends
+   it. */
+TEST(report_resends_back_off)
+{
+    fake_ctl fc;
+    REQUIRE(fc_open(&fc) == 0);
+    char logs[256];
+    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
+    cfg.resend_s = 0.2;
+    disp_thread t;
+    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+
+    fc.drop_exited = 1000000;
+    fc_send(&fc, s_start_msg(1, 0, json_pack("[s]", "true")));
+    json_t *a = fc_wait(&fc, "exited", 1, 10);
+    REQUIRE(a);
+    json_decref(a);
+    double t0 = util_now();
+    int copies = 0;
+    json_t *c;
+    while ((c = fc_wait(&fc, "exited", 1, t0 + 3.0 - util_now())) != NULL) {
+        copies++;
+        json_decref(c);
+    }
+    printf("  %d copies of the report in 3 s after the first\n", copies);
+    CHECK(copies >= 2 && copies <= 4);
+    fc.drop_exited = 0; /* answered from now: the next copy is acked ... */
+    c = fc_wait(&fc, "exited", 1, 10);
+    CHECK(c != NULL);
+    json_decref(c);
+    c = fc_wait(&fc, "exited", 1, 3.0); /* ... and none follows it */
+    CHECK(c == NULL);
+    json_decref(c);
+    dt_stop(&t, &fc, NULL);
+    fc_close(&fc);
+}
+
 TEST(malformed_messages)
 {
     disp_fix x;
@@ -1720,6 +1761,7 @@ int main(void)
     RUN(kill_request);
     RUN(disown_by_tag);
     RUN(resend_until_acked);
+    RUN(report_resends_back_off);
     RUN(refused_register_backs_off);
     RUN(malformed_messages);
     RUN(every_type_refuses_a_missing_or_mistyped_field);
