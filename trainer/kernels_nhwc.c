@@ -20,6 +20,7 @@
 #define RB 128
 #define MAXT 16
 #define CB 64 /* channels per block: the accumulators stay on the stack */
+#define VL 64 /* values per step of the flat loops (channels dividing it) */
 /* With oneDNN's OpenMP (trainer.mk) the passes over rows share the
    threads the convolutions use (--threads); without it they run on one. */
 #ifdef _OPENMP

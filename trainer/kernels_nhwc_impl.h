@@ -56,11 +56,86 @@ static inline void NM(s_range_sums)(const T *x, const T *dy, const T *ry, const 
     }
 }
 
+/* The same sums when the block is all c channels and c divides VL: rows
+   lo..hi are one run of values, read VL at a time (lane t is channel
+   t % c, so the loops have a fixed length the vectoriser likes); float
+   partial sums over RB runs of VL, added into double, lanes folded into
+   channels at the end. */
+TRN_CLONES static void NM(s_flat_sums)(const T *x, const T *dy, const T *ry,
+                                       const float *mu, const float *is, int c, long lo,
+                                       long hi, double *o1, double *o2)
+{
+    float m[VL], sc[VL];
+    double d1[VL], d2[VL];
+    for (int t = 0; t < VL; t++) {
+        m[t] = mu ? mu[t % c] : 0.0f;
+        sc[t] = is ? is[t % c] : 0.0f;
+        d1[t] = d2[t] = 0;
+    }
+    long e0 = lo * c, e1 = hi * c;
+    for (long b0 = e0; b0 < e1; b0 += (long)RB * VL) {
+        long b1 = b0 + (long)RB * VL < e1 ? b0 + (long)RB * VL : e1;
+        float p1[VL], p2[VL];
+        for (int t = 0; t < VL; t++)
+            p1[t] = p2[t] = 0;
+        long e = b0;
+        for (; e + VL <= b1; e += VL) {
+            const T *xe = x + e;
+            if (dy && ry) {
+                const T *de = dy + e, *re = ry + e;
+                for (int t = 0; t < VL; t++) {
+                    float d = LD(re[t]) > 0 ? LD(de[t]) : 0.0f;
+                    p1[t] += d;
+                    p2[t] += d * ((LD(xe[t]) - m[t]) * sc[t]);
+                }
+            } else if (dy) {
+                const T *de = dy + e;
+                for (int t = 0; t < VL; t++) {
+                    float d = LD(de[t]);
+                    p1[t] += d;
+                    p2[t] += d * ((LD(xe[t]) - m[t]) * sc[t]);
+                }
+            } else if (mu) {
+                for (int t = 0; t < VL; t++) {
+                    float d = LD(xe[t]) - m[t];
+                    p1[t] += d * d;
+                }
+            } else {
+                for (int t = 0; t < VL; t++)
+                    p1[t] += LD(xe[t]);
+            }
+        }
+        for (; e < b1; e++) { /* the tail: lane e % c is its channel */
+            int t = (int)(e % c);
+            float xv = LD(x[e]);
+            if (dy) {
+                float d = !ry || LD(ry[e]) > 0 ? LD(dy[e]) : 0.0f;
+                p1[t] += d;
+                p2[t] += d * ((xv - m[t]) * sc[t]);
+            } else if (mu) {
+                p1[t] += (xv - m[t]) * (xv - m[t]);
+            } else {
+                p1[t] += xv;
+            }
+        }
+        for (int t = 0; t < VL; t++) {
+            d1[t] += p1[t];
+            d2[t] += p2[t];
+        }
+    }
+    for (int j = 0; j < c; j++)
+        o1[j] = o2[j] = 0;
+    for (int t = 0; t < VL; t++) {
+        o1[t % c] += d1[t];
+        o2[t % c] += d2[t];
+    }
+}
+
 /* The rows are cut into one range per thread and the ranges' sums added in
    order, so the result depends on the thread count only, never on timing. */
-static void NM(s_sums)(const T *x, const T *dy, const T *ry, const float *mu,
-                       const float *is, int c, int c0, int cb, long s, double *o1,
-                       double *o2)
+TRN_CLONES static void NM(s_sums)(const T *x, const T *dy, const T *ry, const float *mu,
+                                  const float *is, int c, int c0, int cb, long s,
+                                  double *o1, double *o2)
 {
     int nt = 1;
 #ifdef _OPENMP
@@ -69,9 +144,15 @@ static void NM(s_sums)(const T *x, const T *dy, const T *ry, const float *mu,
 #endif
     double part1[MAXT][CB], part2[MAXT][CB];
     S_OMP("omp parallel for num_threads(nt) schedule(static, 1)")
-    for (int t = 0; t < nt; t++)
-        NM(s_range_sums)
-        (x, dy, ry, mu, is, c, c0, cb, s * t / nt, s * (t + 1) / nt, part1[t], part2[t]);
+    for (int t = 0; t < nt; t++) {
+        if (cb == c && VL % c == 0)
+            NM(s_flat_sums)
+            (x, dy, ry, mu, is, c, s * t / nt, s * (t + 1) / nt, part1[t], part2[t]);
+        else
+            NM(s_range_sums)
+            (x, dy, ry, mu, is, c, c0, cb, s * t / nt, s * (t + 1) / nt, part1[t],
+             part2[t]);
+    }
     for (int j = 0; j < cb; j++) {
         o1[j] = o2[j] = 0;
         for (int t = 0; t < nt; t++) {
@@ -117,6 +198,26 @@ TRN_CLONES void NM(trn_bn_relu_fwd_nhwc)(const T *x, const float *g, const float
             }
         }
         float lo = relu ? 0.0f : -INFINITY;
+        if (cb == c && VL % c == 0) { /* one run of s*c values, VL at a time */
+            float av[VL], ov[VL];
+            for (int t = 0; t < VL; t++)
+                av[t] = a[t % c], ov[t] = off[t % c];
+            long ne = s * c, nv = ne / VL;
+            S_OMP("omp parallel for if (ne > 4 * RB * VL)")
+            for (long v = 0; v < nv; v++) {
+                const T *xe = x + v * VL;
+                T *ye = y + v * VL;
+                for (int t = 0; t < VL; t++) {
+                    float u = av[t] * LD(xe[t]) + ov[t];
+                    ye[t] = ST(u > lo ? u : lo, p);
+                }
+            }
+            for (long e = nv * VL; e < ne; e++) {
+                float u = av[e % c] * LD(x[e]) + ov[e % c];
+                y[e] = ST(u > lo ? u : lo, p);
+            }
+            continue;
+        }
         S_OMP("omp parallel for if (s > 4 * RB)")
         for (long i = 0; i < s; i++) {
             const T *xi = x + i * c + c0;
@@ -158,12 +259,43 @@ TRN_CLONES void NM(trn_bn_relu_bwd_nhwc)(const T *x, const float *g, const float
         }
         if (!dx)
             continue;
+        float mk = ry ? 0.0f : -INFINITY; /* no ReLU: every d passes */
+        if (cb == c && VL % c == 0) {     /* one run of s*c values, VL at a time */
+            float Av[VL], Bv[VL], Cv[VL], mv[VL];
+            for (int t = 0; t < VL; t++)
+                Av[t] = A[t % c], Bv[t] = B[t % c], Cv[t] = C[t % c], mv[t] = mu[t % c];
+            const T *rr = ry ? ry : dy;
+            long ne = s * c, nv = ne / VL;
+            S_OMP("omp parallel for if (ne > 4 * RB * VL)")
+            for (long v = 0; v < nv; v++) {
+                const T *xe = x + v * VL, *de = dy + v * VL, *re = rr + v * VL;
+                T *o = dx + v * VL;
+                if (dxbeta == 0)
+                    for (int t = 0; t < VL; t++) {
+                        float d = LD(re[t]) > mk ? LD(de[t]) : 0.0f;
+                        o[t] = ST(Av[t] * d + Bv[t] * (LD(xe[t]) - mv[t]) + Cv[t], p);
+                    }
+                else
+                    for (int t = 0; t < VL; t++) {
+                        float d = LD(re[t]) > mk ? LD(de[t]) : 0.0f;
+                        o[t] = ST(LD(o[t]) +
+                                      (Av[t] * d + Bv[t] * (LD(xe[t]) - mv[t]) + Cv[t]),
+                                  p);
+                    }
+            }
+            for (long e = nv * VL; e < ne; e++) {
+                int t = (int)(e % c);
+                float d = LD(rr[e]) > mk ? LD(dy[e]) : 0.0f;
+                float u = Av[t] * d + Bv[t] * (LD(x[e]) - mv[t]) + Cv[t];
+                dx[e] = ST(dxbeta == 0 ? u : LD(dx[e]) + u, p);
+            }
+            continue;
+        }
         S_OMP("omp parallel for if (s > 4 * RB)")
         for (long i = 0; i < s; i++) {
             const T *xi = x + i * c + c0, *di = dy + i * c + c0,
                     *ri = ry ? ry + i * c + c0 : di;
             T *o = dx + i * c + c0;
-            float mk = ry ? 0.0f : -INFINITY; /* no ReLU: every d passes */
             if (dxbeta == 0)
                 for (int j = 0; j < cb; j++) {
                     float d = LD(ri[j]) > mk ? LD(di[j]) : 0.0f;
