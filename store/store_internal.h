@@ -80,6 +80,15 @@ void store__bind_text_or_null(sqlite3_stmt *st, int i, const char *text);
 
 /* Column i as a double, NaN when NULL. */
 double store__col_double(sqlite3_stmt *st, int i);
+
+/* The columns of a metric point as the incremental reads give it
+   (store_metric_row, store.h): select them first, in this order. */
+#define STORE_MROW_COLS "rowid, trial_id, attempt, step, name, value, time"
+/* Calls fn per row of st (STORE_MROW_COLS first), *after taking each
+   row's rowid when given, and finalizes st. The count of rows given, or
+   -1 on a read error. */
+long store__metric_rows(store_t *s, sqlite3_stmt *st, long *after, store_row_fn fn,
+                        void *arg);
 /* Column i copied into buf ("" when NULL), truncated to size. */
 void store__col_text(sqlite3_stmt *st, int i, char *buf, size_t size);
 /* Column i parsed as JSON; NULL when NULL or not JSON. Caller owns. */

@@ -97,63 +97,74 @@ json_t *store_metrics_series(store_t *s, long trial_id, const char *name)
 
 /* ---- incremental reads ---- */
 
-/* The incremental reads' row: POINT_COLS, read through P_*. */
-#define POINT_COLS "rowid, trial_id, attempt, step, name, value, time"
-enum { P_ROWID, P_TRIAL_ID, P_ATTEMPT, P_STEP, P_NAME, P_VALUE, P_TIME };
+enum {
+    P_ROWID,
+    P_TRIAL_ID,
+    P_ATTEMPT,
+    P_STEP,
+    P_NAME,
+    P_VALUE,
+    P_TIME
+}; /* STORE_MROW_COLS */
 
-/* Calls curve (with the time) or else metric per row of st (POINT_COLS),
-   *after taking each row's rowid when given, and finalizes st. Returns
-   the number of points given, or -1 on a read error. */
-static long s_points(store_t *s, sqlite3_stmt *st, long *after, store_curve_fn curve,
-                     store_metric_fn metric, void *arg)
+long store__metric_rows(store_t *s, sqlite3_stmt *st, long *after, store_row_fn fn,
+                        void *arg)
 {
     long n = 0;
     int rc;
     while ((rc = store__step(s, st)) == SQLITE_ROW) {
-        if (after)
-            *after = (long)sqlite3_column_int64(st, P_ROWID);
-        n++;
+        store_metric_row r;
+        r.rowid = (long)sqlite3_column_int64(st, P_ROWID);
+        r.trial_id = (long)sqlite3_column_int64(st, P_TRIAL_ID);
+        r.attempt = (long)sqlite3_column_int64(st, P_ATTEMPT);
+        r.step = (long)sqlite3_column_int64(st, P_STEP);
         const char *name = (const char *)sqlite3_column_text(st, P_NAME);
-        long trial = (long)sqlite3_column_int64(st, P_TRIAL_ID);
-        long attempt = (long)sqlite3_column_int64(st, P_ATTEMPT);
-        long step = (long)sqlite3_column_int64(st, P_STEP);
-        double value = store__col_double(st, P_VALUE);
-        if (curve ? curve(arg, trial, attempt, step, name ? name : "", value,
-                          store__col_double(st, P_TIME))
-                  : metric(arg, trial, attempt, step, name ? name : "", value))
+        r.name = name ? name : "";
+        r.value = store__col_double(st, P_VALUE);
+        r.time = store__col_double(st, P_TIME);
+        if (after)
+            *after = r.rowid;
+        n++;
+        if (fn(arg, &r))
             break;
     }
     sqlite3_finalize(st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
 }
 
+/* store_study_curves' and store_study_metrics_since's callback (one of the
+   two) behind a store_row_fn. */
+typedef struct {
+    store_curve_fn curve;
+    store_metric_fn metric;
+    void *arg;
+} s_point_fn;
+
+static int s_point(void *arg, const store_metric_row *r)
+{
+    const s_point_fn *f = arg;
+    return f->curve
+               ? f->curve(f->arg, r->trial_id, r->attempt, r->step, r->name, r->value,
+                          r->time)
+               : f->metric(f->arg, r->trial_id, r->attempt, r->step, r->name, r->value);
+}
+
 long store_study_curves(store_t *s, long study_id, store_curve_fn fn, void *arg)
 {
     sqlite3_stmt *st =
-        store__prepare(s, "SELECT " POINT_COLS " FROM metrics WHERE trial_id IN "
+        store__prepare(s, "SELECT " STORE_MROW_COLS " FROM metrics WHERE trial_id IN "
                           "(SELECT id FROM trials WHERE study_id=?1) "
                           "ORDER BY trial_id, name, attempt, step, rowid");
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
-    return s_points(s, st, NULL, fn, NULL, arg);
+    s_point_fn f = {fn, NULL, arg};
+    return store__metric_rows(s, st, NULL, s_point, &f);
 }
 
 long store_study_metrics_since(store_t *s, long study_id, long *after, long limit,
                                store_metric_fn fn, void *arg)
 {
-    /* rowid order is insertion order (rows are never deleted); the rowid
-       range keeps each poll proportional to what is new. The unary + keeps
-       SQLite off the (trial_id, name) index, which would read every point
-       of the study and sort them on each call. */
-    sqlite3_stmt *st =
-        store__prepare(s, "SELECT " POINT_COLS " FROM metrics WHERE rowid > ?1 "
-                          "AND +trial_id IN (SELECT id FROM trials WHERE "
-                          "study_id=?2) ORDER BY rowid LIMIT ?3");
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, *after);
-    sqlite3_bind_int64(st, 2, study_id);
-    sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
-    return s_points(s, st, after, NULL, fn, arg);
+    s_point_fn f = {NULL, fn, arg};
+    return store_study_points_since(s, study_id, after, limit, s_point, &f);
 }

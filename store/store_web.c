@@ -11,54 +11,16 @@
 #include <stdio.h>
 #include <string.h>
 
-static double s_dbl(sqlite3_stmt *st, int i)
-{
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
-}
-
-/* A metric row: MROW_COLS, read by s_rows through MROW_C_*. */
-#define MROW_COLS "rowid, trial_id, attempt, step, name, value, time"
-enum {
-    MROW_C_ROWID,
-    MROW_C_TRIAL_ID,
-    MROW_C_ATTEMPT,
-    MROW_C_STEP,
-    MROW_C_NAME,
-    MROW_C_VALUE,
-    MROW_C_TIME
-};
-
-static long s_rows(sqlite3_stmt *st, store_row_fn fn, void *arg, long *after)
-{
-    long n = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_metric_row r;
-        r.rowid = (long)sqlite3_column_int64(st, MROW_C_ROWID);
-        r.trial_id = (long)sqlite3_column_int64(st, MROW_C_TRIAL_ID);
-        r.attempt = (long)sqlite3_column_int64(st, MROW_C_ATTEMPT);
-        r.step = (long)sqlite3_column_int64(st, MROW_C_STEP);
-        const char *name = (const char *)sqlite3_column_text(st, MROW_C_NAME);
-        r.name = name ? name : "";
-        r.value = s_dbl(st, MROW_C_VALUE);
-        r.time = s_dbl(st, MROW_C_TIME);
-        if (after)
-            *after = r.rowid;
-        n++;
-        if (fn(arg, &r))
-            break;
-    }
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
-}
-
 long store_study_points_since(store_t *s, long study_id, long *after, long limit,
                               store_row_fn fn, void *arg)
 {
-    /* rowid range first, as store_study_metrics_since: each poll costs
-       what is new, not the whole study. */
+    /* rowid order is insertion order (rows are never deleted); the rowid
+       range keeps each poll proportional to what is new. The unary + keeps
+       SQLite off the (trial_id, name) index, which would read every point
+       of the study and sort them on each call. store_study_metrics_since
+       reads through here too. */
     sqlite3_stmt *st =
-        store__prepare(s, "SELECT " MROW_COLS " "
+        store__prepare(s, "SELECT " STORE_MROW_COLS " "
                           "FROM metrics WHERE rowid > ?1 AND +trial_id IN (SELECT id "
                           "FROM trials WHERE study_id=?2) ORDER BY rowid LIMIT ?3");
     if (!st)
@@ -66,14 +28,14 @@ long store_study_points_since(store_t *s, long study_id, long *after, long limit
     sqlite3_bind_int64(st, 1, *after);
     sqlite3_bind_int64(st, 2, study_id);
     sqlite3_bind_int64(st, 3, limit > 0 ? limit : -1);
-    return s_rows(st, fn, arg, after);
+    return store__metric_rows(s, st, after, fn, arg);
 }
 
 long store_trial_points(store_t *s, long trial_id, const char *name, store_row_fn fn,
                         void *arg)
 {
     sqlite3_stmt *st =
-        store__prepare(s, "SELECT " MROW_COLS " "
+        store__prepare(s, "SELECT " STORE_MROW_COLS " "
                           "FROM metrics WHERE trial_id=?1 AND name=?2 AND attempt="
                           "(SELECT MAX(attempt) FROM metrics WHERE trial_id=?1 AND "
                           "name=?2) ORDER BY step, rowid");
@@ -81,7 +43,7 @@ long store_trial_points(store_t *s, long trial_id, const char *name, store_row_f
         return -1;
     sqlite3_bind_int64(st, 1, trial_id);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
-    return s_rows(st, fn, arg, NULL);
+    return store__metric_rows(s, st, NULL, fn, arg);
 }
 
 json_t *store_trial_metric_names(store_t *s, long trial_id)
@@ -138,8 +100,8 @@ static int s_brief_row(store_t *s, sqlite3_stmt *st, store_trial_brief *b)
                        ? -1
                        : (long)sqlite3_column_int64(st, BRIEF_C_LAST_STEP);
     b->generation = (long)sqlite3_column_int64(st, BRIEF_C_GENERATION);
-    b->started = s_dbl(st, BRIEF_C_STARTED);
-    b->ended = s_dbl(st, BRIEF_C_ENDED);
+    b->started = store__col_double(st, BRIEF_C_STARTED);
+    b->ended = store__col_double(st, BRIEF_C_ENDED);
     const char *reason = (const char *)sqlite3_column_text(st, BRIEF_C_REASON);
     b->reason = reason ? reason : "";
     return 0;
