@@ -147,11 +147,9 @@ TRN_CLONES static void NM(s_sums)(const T *x, const T *dy, const T *ry, const fl
     for (int t = 0; t < nt; t++) {
         if (cb == c && VL % c == 0)
             NM(s_flat_sums)
-            (x, dy, ry, mu, is, c, s * t / nt, s * (t + 1) / nt, part1[t], part2[t]);
-        else
-            NM(s_range_sums)
-            (x, dy, ry, mu, is, c, c0, cb, s * t / nt, s * (t + 1) / nt, part1[t],
-             part2[t]);
+        (x, dy, ry, mu, is, c, s * t / nt, s * (t + 1) / nt, part1[t], part2[t]);
+        else NM(s_range_sums)(x, dy, ry, mu, is, c, c0, cb, s * t / nt, s * (t + 1) / nt,
+                              part1[t], part2[t]);
     }
     for (int j = 0; j < cb; j++) {
         o1[j] = o2[j] = 0;
