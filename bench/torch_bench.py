@@ -380,22 +380,25 @@ def latency(d, args):
         "SELECT value FROM metrics WHERE trial_id=? AND name='step_time_s'", tid))
     d.jizhi("trial", "stop", str(tid))
 
-    def pct(k, q):
-        v = sorted(r[k] for r in rows)
+    def pct(f, q):
+        v = sorted(f(r) for r in rows)
         return v[min(len(v) - 1, int(q * len(v)))]
 
-    p50, p99 = pct(2, 0.5), pct(2, 0.99)
+    def ms(f):
+        return "%.1f/%.1f" % (pct(f, 0.5) * 1e3, pct(f, 0.99) * 1e3)
+
+    p50, p99 = pct(lambda r: r[2], 0.5), pct(lambda r: r[2], 0.99)
     goal = step + 0.020
     print("torch set latency (2 gloo ranks, %d sets, `jizhi trial set --no-wait` start to the lr "
           "in both optimizers; %s .. %s): p50 %.1f ms, p99 %.1f ms; step %.1f ms, goal p99 <= "
-          "%.1f ms: ratio p99/goal %.3f. Split, p50/p99: the CLI's run %.1f/%.1f ms, to rank 0 "
-          "polling it %.1f/%.1f ms, to both optimizers %.1f/%.1f ms"
+          "%.1f ms: ratio p99/goal %.3f. Each set's parts, p50/p99 ms: the CLI's run %s, its "
+          "exit to rank 0 taking it from the helper %s, that to both optimizers %s; after the "
+          "CLI's exit in all %s"
           % (len(rows), before, load(), p50 * 1e3, p99 * 1e3, step * 1e3, goal * 1e3, p99 / goal,
-             pct(0, .5) * 1e3, pct(0, .99) * 1e3, pct(1, .5) * 1e3, pct(1, .99) * 1e3,
-             p50 * 1e3, p99 * 1e3))
+             ms(lambda r: r[0]), ms(lambda r: r[1] - r[0]), ms(lambda r: r[2] - r[1]),
+             ms(lambda r: r[2] - r[0])))
     return {"p50_s": p50, "p99_s": p99, "step_s": step, "ratio": p99 / goal,
-            "cli_p50_s": pct(0, .5), "cli_p99_s": pct(0, .99), "polled_p50_s": pct(1, .5),
-            "polled_p99_s": pct(1, .99)}
+            "sets": [{"cli_s": a, "polled_s": b, "both_s": c} for a, b, c in rows]}
 
 
 def main():
