@@ -135,6 +135,29 @@ double sched_json_double(const json_t *obj, const char *key)
     return wire_to_double(json_object_get(obj, key), &x) == 0 ? x : NAN;
 }
 
+int sched_json_point(const json_t *e, int with_value, long *trial, json_t **params,
+                     double *value, int *failed)
+{
+    json_int_t id;
+    json_t *v = NULL;
+    if (json_unpack((json_t *)e, "{s:I,s:o,s?o}", "trial", &id, "params", params, "value",
+                    &v) != 0 ||
+        !json_is_object(*params))
+        return -1;
+    *trial = (long)id;
+    *value = NAN;
+    *failed = 0;
+    if (!with_value)
+        return 0;
+    if (json_is_number(v) && isfinite(json_number_value(v)))
+        *value = json_number_value(v);
+    else if (json_is_null(v))
+        *failed = 1;
+    else
+        return -1;
+    return 0;
+}
+
 /* splitmix64 (common/util.h) with a seed and a stream mixed in. */
 void sched_rng_seed(sched_rng *r, unsigned long long seed, unsigned long long stream)
 {

@@ -195,6 +195,14 @@ int sched_vi_cmp(const void *a, const void *b);
 json_t *sched_json_real(double x);
 double sched_json_double(const json_t *obj, const char *key);
 
+/* One saved observation {"trial": n, "params": {..}, "value": x} read back
+   (sched_bo and sched_tpe save their lists so). *params is borrowed from
+   `e`. With `with_value` the value is required: a finite number sets
+   *value (*failed 0), null sets *failed 1 (*value NaN); without it *value
+   is NaN and *failed 0. 0, or -1 when `e` is not of that form. */
+int sched_json_point(const json_t *e, int with_value, long *trial, json_t **params,
+                     double *value, int *failed);
+
 /* Constructors of the built-in schedulers (registry in sched.c). */
 sched_t *sched_random_new(const spec_t *spec, char *err, size_t errsize);
 sched_t *sched_grid_new(const spec_t *spec, char *err, size_t errsize);

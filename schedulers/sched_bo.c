@@ -678,28 +678,14 @@ static int s_load_points(sched_bo *b, json_t *arr, int with_value, s_point **out
     json_t *e;
     json_array_foreach(arr, i, e)
     {
-        json_int_t trial;
-        json_t *params, *value = NULL;
-        if (json_unpack(e, "{s:I,s:o,s?o}", "trial", &trial, "params", &params, "value",
-                        &value) != 0)
-            return -1;
-        s_point p = {
-            (long)trial, NULL, malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1)),
-            NAN,         0,    NULL,
-            0,           0};
-        if (!p.x || sched__bo_encode(&b->lay, params, p.x) != 0) {
+        json_t *params;
+        s_point p = {.x = malloc(sizeof(double) * (size_t)(b->lay.D ? b->lay.D : 1))};
+        if (!p.x ||
+            sched_json_point(e, with_value, &p.trial, &params, &p.value, &p.failed) !=
+                0 ||
+            sched__bo_encode(&b->lay, params, p.x) != 0) {
             free(p.x);
             return -1;
-        }
-        if (with_value) {
-            if (value && json_is_number(value) && isfinite(json_number_value(value)))
-                p.value = json_number_value(value);
-            else if (value && json_is_null(value))
-                p.failed = 1;
-            else {
-                free(p.x);
-                return -1;
-            }
         }
         p.params = json_deep_copy(params);
         json_t *mt = json_object_get(e, "metrics");

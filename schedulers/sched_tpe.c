@@ -540,22 +540,12 @@ static int s_load(const sched_tpe *t, const json_t *arr, int with_value, s_obs *
     json_t *e;
     json_array_foreach(arr, i, e)
     {
-        json_int_t trial;
-        json_t *params, *value = NULL;
-        if (json_unpack(e, "{s:I,s:o,s?o}", "trial", &trial, "params", &params, "value",
-                        &value) != 0 ||
-            !json_is_object(params))
+        json_t *params;
+        s_obs o = {0};
+        if (sched_json_point(e, with_value, &o.trial, &params, &o.value, &o.failed) != 0)
             return -1;
-        s_obs o = {(long)trial, NULL, NAN, 0, NULL};
-        if (with_value) {
-            if (json_is_number(value) && isfinite(json_number_value(value)))
-                o.value = t->base.spec->maximize ? -json_number_value(value)
-                                                 : json_number_value(value);
-            else if (json_is_null(value))
-                o.failed = 1;
-            else
-                return -1;
-        }
+        if (t->base.spec->maximize)
+            o.value = -o.value; /* minimisation form */
         o.params = json_deep_copy(params);
         if (!o.params || s_obs_encode(t->base.spec, &o) != 0 ||
             s_push(out, n, cap, o) != 0) {

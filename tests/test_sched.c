@@ -8,6 +8,8 @@
 #include "jz_test.h"
 #include "schedulers/sched.h"
 
+#include <math.h>
+
 static spec_t *s_spec(const char *sched, const char *space)
 {
     char buf[4096];
@@ -576,6 +578,41 @@ TEST(grid_save_restore)
                         __LINE__);
 }
 
+/* The saved-observation reader sched_bo and sched_tpe share: a finite
+   value, null (failed), absent without with_value, and each malformed form
+   refused. */
+TEST(json_point_forms)
+{
+    long trial = 0;
+    json_t *params = NULL;
+    double v = 0;
+    int failed = -1;
+    json_t *e = json_loads("{\"trial\":7,\"params\":{\"x\":1},\"value\":2.5}", 0, NULL);
+    CHECK(sched_json_point(e, 1, &trial, &params, &v, &failed) == 0);
+    CHECK(trial == 7 && v == 2.5 && failed == 0);
+    CHECK(params == json_object_get(e, "params")); /* borrowed */
+    json_decref(e);
+    e = json_loads("{\"trial\":3,\"params\":{},\"value\":null}", 0, NULL);
+    CHECK(sched_json_point(e, 1, &trial, &params, &v, &failed) == 0);
+    CHECK(trial == 3 && isnan(v) && failed == 1);
+    json_decref(e);
+    e = json_loads("{\"trial\":4,\"params\":{}}", 0, NULL);
+    CHECK(sched_json_point(e, 0, &trial, &params, &v, &failed) == 0);
+    CHECK(trial == 4 && isnan(v) && failed == 0);
+    CHECK(sched_json_point(e, 1, &trial, &params, &v, &failed) == -1); /* value needed */
+    json_decref(e);
+    static const char *const bad[] = {"{\"trial\":1,\"params\":{},\"value\":\"x\"}",
+                                      "{\"trial\":1,\"params\":[],\"value\":1}",
+                                      "{\"params\":{},\"value\":1}",
+                                      "{\"trial\":1,\"value\":1}", "[1]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        e = json_loads(bad[i], JSON_DECODE_ANY, NULL);
+        CHECK(e != NULL);
+        CHECK(sched_json_point(e, 1, &trial, &params, &v, &failed) == -1);
+        json_decref(e);
+    }
+}
+
 int main(void)
 {
     RUN(registry_refusals);
@@ -590,5 +627,6 @@ int main(void)
     RUN(grid_no_repeated_points);
     RUN(grid_shuffle);
     RUN(grid_save_restore);
+    RUN(json_point_forms);
     TEST_DONE();
 }
