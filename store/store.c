@@ -348,6 +348,12 @@ double store__col_double(sqlite3_stmt *st, int i)
     return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
 }
 
+long store__col_id(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1
+                                                     : (long)sqlite3_column_int64(st, i);
+}
+
 /* An objective value: SQLite keeps inf and -inf in a REAL column but
    turns a NaN into NULL, which is "none" here; a reported NaN is stored
    as the text 'nan' (REAL affinity leaves text that is no number as it
@@ -429,6 +435,13 @@ sqlite3_stmt *store__prepare(store_t *s, const char *sql)
     if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
         return NULL;
     return st;
+}
+
+int store__exec(store_t *s, sqlite3_stmt *st)
+{
+    int rc = store__step(s, st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 int store__refuse(store_t *s, const char *fmt, ...)

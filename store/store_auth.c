@@ -30,7 +30,5 @@ int store_dispatcher_set_owner(store_t *s, const char *name, const char *owner)
         return -1;
     sqlite3_bind_text(st, 1, owner, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return store__exec(s, st);
 }

@@ -17,9 +17,7 @@ static long s_exec(store_t *s, const char *sql, long study_id)
     if (sqlite3_prepare_v2(store__db(s), sql, -1, &st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? (long)sqlite3_changes(store__db(s)) : -1;
+    return store__exec(s, st) == 0 ? (long)sqlite3_changes(store__db(s)) : -1;
 }
 
 /* The highest trial id of the study, 0 when it has none, -1 on error. */

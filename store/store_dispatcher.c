@@ -19,9 +19,7 @@ int store_dispatcher_upsert(store_t *s, const char *name, long slots, const char
     sqlite3_bind_int64(st, 2, slots);
     sqlite3_bind_text(st, 3, gpus ? gpus : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 4, now);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return store__exec(s, st);
 }
 
 int store_dispatcher_delete(store_t *s, const char *name)
@@ -30,7 +28,5 @@ int store_dispatcher_delete(store_t *s, const char *name)
     if (!st)
         return -1;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return store__exec(s, st);
 }

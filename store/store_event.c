@@ -45,9 +45,7 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
     sqlite3_bind_double(st, 2, latency_s);
     store__bind_text_or_null(st, 3, detail);
     sqlite3_bind_int64(st, 4, event_id);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return store__exec(s, st);
 }
 
 /* An event row: EVENT_COLS, read by s_event_row through EVENT_C_*. */

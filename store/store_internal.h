@@ -53,6 +53,9 @@ int store__run(store_t *s, sqlite3_stmt *st);
 /* A statement prepared per call: caller finalizes it. NULL on error
    (store_errmsg tells why). */
 sqlite3_stmt *store__prepare(store_t *s, const char *sql);
+/* Runs a statement from store__prepare to completion and finalizes it
+   (the per-call store__run). 0 when it ran to SQLITE_DONE, else -1. */
+int store__exec(store_t *s, sqlite3_stmt *st);
 
 /* Records why a row read was refused (store_errmsg shows it until the
    next store__prepare). Returns -1. */
@@ -80,6 +83,8 @@ void store__bind_text_or_null(sqlite3_stmt *st, int i, const char *text);
 
 /* Column i as a double, NaN when NULL. */
 double store__col_double(sqlite3_stmt *st, int i);
+/* Column i as a long, -1 when NULL (trials.parent, last_step). */
+long store__col_id(sqlite3_stmt *st, int i);
 
 /* The columns of a metric point as the incremental reads give it
    (store_metric_row, store.h): select them first, in this order. */

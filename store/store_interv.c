@@ -30,10 +30,9 @@ long store_interv_insert(store_t *s, long study_id, long trial_id, const char *k
     sqlite3_bind_int(st, 5, done);
     sqlite3_bind_text(st, 6, text ? text : "{}", -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 7, now);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
+    int rc = store__exec(s, st);
     free(text);
-    return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(store__db(s)) : -1;
+    return rc == 0 ? (long)sqlite3_last_insert_rowid(store__db(s)) : -1;
 }
 
 int store_interv_save(store_t *s, long id, const char *state, int done,

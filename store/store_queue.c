@@ -89,9 +89,7 @@ int store_quota_set(store_t *s, const char *user, long slots, long gpus,
     sqlite3_bind_int64(st, 3, gpus);
     sqlite3_bind_text(st, 4, max_priority, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 5, now);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return store__exec(s, st);
 }
 
 json_t *store_quota_list(store_t *s)

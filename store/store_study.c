@@ -23,10 +23,9 @@ long store_study_insert(store_t *s, const char *name, const json_t *spec,
     sqlite3_bind_text(st, 2, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, store_study_state_name(state), -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 4, now);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
+    int rc = store__exec(s, st);
     free(text);
-    return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(s->db) : -1;
+    return rc == 0 ? (long)sqlite3_last_insert_rowid(s->db) : -1;
 }
 
 /* A study row: STUDY_COLS, read by s_study_row through STUDY_C_*. */
@@ -109,9 +108,7 @@ int store_study_set_state(store_t *s, long id, store_study_state state, double n
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_text(st, 2, store_study_state_name(state), -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 3, now);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return store__exec(s, st);
 }
 
 int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
@@ -123,10 +120,9 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
     if (text)
         sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, id);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
+    int rc = store__exec(s, st);
     free(text);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc;
 }
 
 int store_study_add_trials(store_t *s, long id, long n)
@@ -154,10 +150,9 @@ long store_enqueued_add(store_t *s, long study_id, const json_t *params, const c
     sqlite3_bind_text(st, 2, text ? text : "{}", -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, who ? who : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 4, now);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
+    int rc = store__exec(s, st);
     free(text);
-    return rc == SQLITE_DONE ? (long)sqlite3_last_insert_rowid(s->db) : -1;
+    return rc == 0 ? (long)sqlite3_last_insert_rowid(s->db) : -1;
 }
 
 long store_enqueued_first(store_t *s, long study_id, json_t **params)
@@ -201,9 +196,7 @@ int store_enqueued_del(store_t *s, long id)
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, id);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return store__exec(s, st);
 }
 
 json_t *store_study_list(store_t *s)

@@ -182,16 +182,12 @@ static int s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->attempt = (long)sqlite3_column_int64(st, TRIAL_C_ATTEMPT);
     store__col_text(st, TRIAL_C_TOKEN, t->token, sizeof t->token);
     t->generation = (long)sqlite3_column_int64(st, TRIAL_C_GENERATION);
-    t->parent = sqlite3_column_type(st, TRIAL_C_PARENT) == SQLITE_NULL
-                    ? -1
-                    : (long)sqlite3_column_int64(st, TRIAL_C_PARENT);
+    t->parent = store__col_id(st, TRIAL_C_PARENT);
     t->value = store__col_value(st, TRIAL_C_VALUE);
     t->last_value = store__col_value(st, TRIAL_C_LAST_VALUE);
     t->best_value = store__col_value(st, TRIAL_C_BEST_VALUE);
     /* NULL until the first save (store_trial_insert does not write it) */
-    t->last_step = sqlite3_column_type(st, TRIAL_C_LAST_STEP) == SQLITE_NULL
-                       ? -1
-                       : (long)sqlite3_column_int64(st, TRIAL_C_LAST_STEP);
+    t->last_step = store__col_id(st, TRIAL_C_LAST_STEP);
     t->metric_req = (long)sqlite3_column_int64(st, TRIAL_C_METRIC_REQ);
     store__col_text(st, TRIAL_C_DISPATCHER, t->dispatcher, sizeof t->dispatcher);
     t->pid = (long)sqlite3_column_int64(st, TRIAL_C_PID);

@@ -96,9 +96,7 @@ static int s_brief_row(store_t *s, sqlite3_stmt *st, store_trial_brief *b)
     b->value = store__col_value(st, BRIEF_C_VALUE);
     b->last_value = store__col_value(st, BRIEF_C_LAST_VALUE);
     b->best_value = store__col_value(st, BRIEF_C_BEST_VALUE);
-    b->last_step = sqlite3_column_type(st, BRIEF_C_LAST_STEP) == SQLITE_NULL
-                       ? -1
-                       : (long)sqlite3_column_int64(st, BRIEF_C_LAST_STEP);
+    b->last_step = store__col_id(st, BRIEF_C_LAST_STEP);
     b->generation = (long)sqlite3_column_int64(st, BRIEF_C_GENERATION);
     b->started = store__col_double(st, BRIEF_C_STARTED);
     b->ended = store__col_double(st, BRIEF_C_ENDED);
