@@ -21,13 +21,14 @@ static double s_normal(void)
 /* The profile log likelihood, written out independently of warp.c. */
 static double s_ll(const double *y, int n, double lambda)
 {
-    double m = 0, sd = 0;
-    for (int i = 0; i < n; i++)
-        m += y[i];
-    m /= n;
-    for (int i = 0; i < n; i++)
-        sd += (y[i] - m) * (y[i] - m);
-    sd = sqrt(sd / n);
+    /* standardised with the one-pass moments E[y^2] - E[y]^2 (warp.c
+       takes two passes) */
+    double s1 = 0, s2 = 0;
+    for (int i = 0; i < n; i++) {
+        s1 += y[i];
+        s2 += y[i] * y[i];
+    }
+    double m = s1 / n, sd = sqrt(s2 / n - m * m);
     double t[64], tm = 0, v = 0, jac = 0;
     for (int i = 0; i < n; i++) {
         double z = (y[i] - m) / sd;
