@@ -453,13 +453,13 @@ int store__refuse(store_t *s, const char *fmt, ...)
     return -1;
 }
 
-int store__col_trial_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
+int store__col_trial_state(store_t *s, sqlite3_stmt *st, int i, long trial_id,
                            store_trial_state *out)
 {
     const char *text = (const char *)sqlite3_column_text(st, i);
     if (store_trial_state_parse(text, out) == 0)
         return 0;
-    return store__refuse(s, "%s: unknown state '%s' in the database", what,
+    return store__refuse(s, "trial %ld: unknown state '%s' in the database", trial_id,
                          text ? text : "(null)");
 }
 

@@ -66,11 +66,7 @@ static long s_judged_rows(store_t *s, long study_id, s_judged **out)
         s_judged *t = &(*out)[n];
         t->id = (long)sqlite3_column_int64(st, C_ID);
         t->number = (long)sqlite3_column_int64(st, C_NUMBER);
-        if (store_trial_state_parse((const char *)sqlite3_column_text(st, C_STATE),
-                                    &t->state) != 0) {
-            char what[32];
-            snprintf(what, sizeof what, "trial %ld", t->id);
-            store__col_trial_state(s, st, C_STATE, what, &t->state); /* refuses */
+        if (store__col_trial_state(s, st, C_STATE, t->id, &t->state) != 0) {
             rc = SQLITE_ERROR;
             break;
         }

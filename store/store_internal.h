@@ -61,8 +61,9 @@ int store__exec(store_t *s, sqlite3_stmt *st);
    next store__prepare). Returns -1. */
 int store__refuse(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The state column's text as a state: 0, or -1 (store__refuse) when the
-   text names no state; `what` names the row ("trial 7", "study x"). */
-int store__col_trial_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
+   text names no state; the message names the row: trial `trial_id`, or
+   `what` ("study x"). */
+int store__col_trial_state(store_t *s, sqlite3_stmt *st, int i, long trial_id,
                            store_trial_state *out);
 int store__col_study_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
                            store_study_state *out);

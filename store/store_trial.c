@@ -175,9 +175,7 @@ static int s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->id = (long)sqlite3_column_int64(st, TRIAL_C_ID);
     t->study_id = (long)sqlite3_column_int64(st, TRIAL_C_STUDY_ID);
     t->number = (long)sqlite3_column_int64(st, TRIAL_C_NUMBER);
-    char what[32];
-    snprintf(what, sizeof what, "trial %ld", t->id);
-    if (store__col_trial_state(s, st, TRIAL_C_STATE, what, &t->state) != 0)
+    if (store__col_trial_state(s, st, TRIAL_C_STATE, t->id, &t->state) != 0)
         return -1;
     t->attempt = (long)sqlite3_column_int64(st, TRIAL_C_ATTEMPT);
     store__col_text(st, TRIAL_C_TOKEN, t->token, sizeof t->token);

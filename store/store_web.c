@@ -88,9 +88,7 @@ static int s_brief_row(store_t *s, sqlite3_stmt *st, store_trial_brief *b)
 {
     b->id = (long)sqlite3_column_int64(st, BRIEF_C_ID);
     b->number = (long)sqlite3_column_int64(st, BRIEF_C_NUMBER);
-    char what[32];
-    snprintf(what, sizeof what, "trial %ld", b->id);
-    if (store__col_trial_state(s, st, BRIEF_C_STATE, what, &b->state) != 0)
+    if (store__col_trial_state(s, st, BRIEF_C_STATE, b->id, &b->state) != 0)
         return -1;
     b->attempt = (long)sqlite3_column_int64(st, BRIEF_C_ATTEMPT);
     b->value = store__col_value(st, BRIEF_C_VALUE);
