@@ -17,10 +17,8 @@ int cmd_alerts(int argc, char **argv)
 {
     cli_opts o;
     int rc = cli_opts_parse(argc, argv, 0, s_usage, &o);
-    if (rc < 0)
-        return CLI_OK;
     if (rc)
-        return rc;
+        return rc < 0 ? CLI_OK : rc;
     if (o.nargs > 1) {
         cli_error("alerts: expected at most one STUDY, got %d arguments", o.nargs);
         fputs(s_usage, stderr);

@@ -37,10 +37,8 @@ int cmd_queue(int argc, char **argv)
 {
     cli_opts o;
     int rc = cli_opts_parse(argc, argv, 0, s_queue_usage, &o);
-    if (rc < 0)
-        return CLI_OK;
     if (rc)
-        return rc;
+        return rc < 0 ? CLI_OK : rc;
     if (o.nargs) {
         cli_error("queue: takes no arguments");
         fputs(s_queue_usage, stderr);
@@ -157,10 +155,8 @@ int cmd_quota(int argc, char **argv)
     }
     cli_opts o;
     int rc = cli_opts_parse(argc - 1, argv + 1, 0, s_quota_usage, &o);
-    if (rc < 0)
-        return CLI_OK;
     if (rc)
-        return rc;
+        return rc < 0 ? CLI_OK : rc;
     if (!strcmp(sub, "list")) {
         if (o.nargs) {
             cli_error("quota list: takes no arguments");

@@ -557,10 +557,8 @@ int cmd_study(int argc, char **argv)
                                 (!strcmp(sub, "submit") ? CLI_OPT_PRIORITY : 0) |
                                 (!strcmp(sub, "delete") ? CLI_OPT_YES : 0),
                             s_usage, &o);
-    if (rc < 0)
-        return CLI_OK;
     if (rc)
-        return rc;
+        return rc < 0 ? CLI_OK : rc;
     if (!strcmp(sub, "submit"))
         return (rc = s_need_args(&o, 1, "submit: expected SPEC.json")) ? rc
                                                                        : s_submit(&o);

@@ -572,10 +572,8 @@ int cmd_trial(int argc, char **argv)
                        CLI_OPT_WAIT | CLI_OPT_STDERR | CLI_OPT_RELEASE | CLI_OPT_FOLLOW |
                            CLI_OPT_FORCE | CLI_OPT_GUARD | CLI_OPT_FORK,
                        s_usage, &o);
-    if (rc < 0)
-        return CLI_OK;
     if (rc)
-        return rc;
+        return rc < 0 ? CLI_OK : rc;
     if (!strcmp(sub, "ask"))
         return cli_trial_ask(&o);
     if (!strcmp(sub, "tell"))
