@@ -485,6 +485,14 @@ void store__bind_text_or_null(sqlite3_stmt *st, int i, const char *text)
         sqlite3_bind_text(st, i, text, -1, SQLITE_TRANSIENT);
 }
 
+void store__bind_json(sqlite3_stmt *st, int i, const json_t *v, size_t flags,
+                      const char *dflt)
+{
+    char *text = v ? text_json_dumps(v, flags) : NULL;
+    sqlite3_bind_text(st, i, text ? text : dflt, -1, SQLITE_TRANSIENT);
+    free(text);
+}
+
 int store__reserve(void *arrayp, long *cap, long n, size_t size)
 {
     void *p;

@@ -15,7 +15,6 @@ long store_event_add(store_t *s, double now, long study_id, long trial_id,
                      const char *who, const char *kind, const json_t *detail, int applied)
 {
     sqlite3_stmt *st = s->q[Q_EVENT_INSERT];
-    char *text = detail ? text_json_dumps(detail, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     sqlite3_bind_double(st, 1, now);
     if (study_id >= 0)
         sqlite3_bind_int64(st, 2, study_id);
@@ -23,15 +22,12 @@ long store_event_add(store_t *s, double now, long study_id, long trial_id,
         sqlite3_bind_int64(st, 3, trial_id);
     sqlite3_bind_text(st, 4, who, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 5, kind, -1, SQLITE_TRANSIENT);
-    if (text)
-        sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
+    store__bind_json(st, 6, detail, JSON_COMPACT | JSON_SORT_KEYS, NULL);
     if (applied >= 0)
         sqlite3_bind_int(st, 7, applied);
     if (s->actor[0])
         sqlite3_bind_text(st, 8, s->actor, -1, SQLITE_TRANSIENT);
-    int rc = store__run(s, st);
-    free(text);
-    return rc ? -1 : (long)sqlite3_last_insert_rowid(s->db);
+    return store__run(s, st) ? -1 : (long)sqlite3_last_insert_rowid(s->db);
 }
 
 int store_event_resolve(store_t *s, long event_id, int applied, double latency_s,

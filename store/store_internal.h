@@ -81,6 +81,10 @@ void store__bind_double(sqlite3_stmt *st, int i, double x);
 void store__bind_value(sqlite3_stmt *st, int i, double x);
 /* Binds text, leaving the parameter NULL when text is NULL or "". */
 void store__bind_text_or_null(sqlite3_stmt *st, int i, const char *text);
+/* Binds parameter i to v as JSON text (text_json_dumps with `flags`); when
+   v is NULL or cannot be written, to `dflt` (NULL: SQL NULL). */
+void store__bind_json(sqlite3_stmt *st, int i, const json_t *v, size_t flags,
+                      const char *dflt);
 
 /* Column i as a double, NaN when NULL. */
 double store__col_double(sqlite3_stmt *st, int i);

@@ -22,17 +22,14 @@ long store_interv_insert(store_t *s, long study_id, long trial_id, const char *k
                           "done, data, created, updated) VALUES (?,?,?,?,?,?,?,?7)");
     if (!st)
         return -1;
-    char *text = text_json_dumps(data, JSON_COMPACT | JSON_SORT_KEYS);
     sqlite3_bind_int64(st, 1, study_id);
     sqlite3_bind_int64(st, 2, trial_id);
     sqlite3_bind_text(st, 3, kind, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 4, state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 5, done);
-    sqlite3_bind_text(st, 6, text ? text : "{}", -1, SQLITE_TRANSIENT);
+    store__bind_json(st, 6, data, JSON_COMPACT | JSON_SORT_KEYS, "{}");
     sqlite3_bind_double(st, 7, now);
-    int rc = store__exec(s, st);
-    free(text);
-    return rc == 0 ? (long)sqlite3_last_insert_rowid(store__db(s)) : -1;
+    return store__exec(s, st) == 0 ? (long)sqlite3_last_insert_rowid(store__db(s)) : -1;
 }
 
 int store_interv_save(store_t *s, long id, const char *state, int done,
@@ -43,16 +40,12 @@ int store_interv_save(store_t *s, long id, const char *state, int done,
                           "WHERE id=?");
     if (!st)
         return -1;
-    char *text = text_json_dumps(data, JSON_COMPACT | JSON_SORT_KEYS);
     sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 2, done);
-    sqlite3_bind_text(st, 3, text ? text : "{}", -1, SQLITE_TRANSIENT);
+    store__bind_json(st, 3, data, JSON_COMPACT | JSON_SORT_KEYS, "{}");
     sqlite3_bind_double(st, 4, now);
     sqlite3_bind_int64(st, 5, id);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    free(text);
-    return rc == SQLITE_DONE && sqlite3_changes(store__db(s)) == 1 ? 0 : -1;
+    return store__exec(s, st) == 0 && sqlite3_changes(store__db(s)) == 1 ? 0 : -1;
 }
 
 /* The columns of an intervention row: IV_COLS, read through IV_*. */

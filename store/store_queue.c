@@ -22,18 +22,13 @@ int store_alert_add(store_t *s, double now, long study_id, long trial_id,
                            "kind, detail) VALUES (?,?,?,?,?,?)",
                            -1, &st, NULL) != SQLITE_OK)
         return -1;
-    char *text = detail ? text_json_dumps(detail, JSON_COMPACT) : NULL;
     sqlite3_bind_double(st, 1, now);
     sqlite3_bind_int64(st, 2, study_id);
     sqlite3_bind_int64(st, 3, trial_id);
     sqlite3_bind_text(st, 4, rule, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 5, kind, -1, SQLITE_TRANSIENT);
-    if (text)
-        sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
-    int rc = store__step(s, st);
-    sqlite3_finalize(st);
-    free(text);
-    if (rc != SQLITE_DONE)
+    store__bind_json(st, 6, detail, JSON_COMPACT, NULL);
+    if (store__exec(s, st) != 0)
         return -1;
     return sqlite3_changes(db) > 0 ? 1 : 0;
 }

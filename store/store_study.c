@@ -18,14 +18,11 @@ long store_study_insert(store_t *s, const char *name, const json_t *spec,
         s, "INSERT INTO studies(name, spec, state, created) VALUES (?,?,?,?)");
     if (!st)
         return -1;
-    char *text = text_json_dumps(spec, JSON_SORT_KEYS | JSON_COMPACT);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, text, -1, SQLITE_TRANSIENT);
+    store__bind_json(st, 2, spec, JSON_SORT_KEYS | JSON_COMPACT, NULL);
     sqlite3_bind_text(st, 3, store_study_state_name(state), -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 4, now);
-    int rc = store__exec(s, st);
-    free(text);
-    return rc == 0 ? (long)sqlite3_last_insert_rowid(s->db) : -1;
+    return store__exec(s, st) == 0 ? (long)sqlite3_last_insert_rowid(s->db) : -1;
 }
 
 /* A study row: STUDY_COLS, read by s_study_row through STUDY_C_*. */
@@ -116,13 +113,9 @@ int store_study_set_sched(store_t *s, long id, const json_t *sched_state)
     sqlite3_stmt *st = store__prepare(s, "UPDATE studies SET sched_state=? WHERE id=?");
     if (!st)
         return -1;
-    char *text = sched_state ? text_json_dumps(sched_state, JSON_COMPACT) : NULL;
-    if (text)
-        sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
+    store__bind_json(st, 1, sched_state, JSON_COMPACT, NULL);
     sqlite3_bind_int64(st, 2, id);
-    int rc = store__exec(s, st);
-    free(text);
-    return rc;
+    return store__exec(s, st);
 }
 
 int store_study_add_trials(store_t *s, long id, long n)
@@ -145,14 +138,11 @@ long store_enqueued_add(store_t *s, long study_id, const json_t *params, const c
         s, "INSERT INTO enqueued(study_id, params, who, created) VALUES (?,?,?,?)");
     if (!st)
         return -1;
-    char *text = text_json_dumps(params, JSON_COMPACT);
     sqlite3_bind_int64(st, 1, study_id);
-    sqlite3_bind_text(st, 2, text ? text : "{}", -1, SQLITE_TRANSIENT);
+    store__bind_json(st, 2, params, JSON_COMPACT, "{}");
     sqlite3_bind_text(st, 3, who ? who : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 4, now);
-    int rc = store__exec(s, st);
-    free(text);
-    return rc == 0 ? (long)sqlite3_last_insert_rowid(s->db) : -1;
+    return store__exec(s, st) == 0 ? (long)sqlite3_last_insert_rowid(s->db) : -1;
 }
 
 long store_enqueued_first(store_t *s, long study_id, json_t **params)

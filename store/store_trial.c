@@ -20,16 +20,13 @@ static int s_params_insert(store_t *s, long trial_id, long generation, long pare
     json_object_foreach((json_t *)params, name, v)
     {
         sqlite3_stmt *st = s->q[Q_PARAM_INSERT];
-        char *text = text_json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
         sqlite3_bind_int64(st, 1, trial_id);
         sqlite3_bind_int64(st, 2, generation);
         if (parent >= 0)
             sqlite3_bind_int64(st, 3, parent);
         sqlite3_bind_text(st, 4, name, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
-        int rc = store__run(s, st);
-        free(text);
-        if (rc)
+        store__bind_json(st, 5, v, JSON_ENCODE_ANY | JSON_COMPACT, NULL);
+        if (store__run(s, st))
             return -1;
     }
     return 0;
