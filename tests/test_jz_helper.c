@@ -158,6 +158,8 @@ static void fake_handle(fake *f, json_t *m, const wire_peer *from)
             }
         }
     } else if (!strcmp(type, "ins_ack")) {
+        /* how many points were stored when the ack arrived (order checks) */
+        json_object_set_new(m, "points_before", json_integer((json_int_t)f->npoints));
         json_array_append(f->acks, m);
         json_t *id = json_object_get(m, "id");
         for (size_t i = json_array_size(f->push); i-- > 0;)
@@ -674,6 +676,38 @@ TEST(instructions_delivered_once_params_updated_acked)
     CHECK_STR(json_string_value(json_object_get(find_ack(f, 2), "detail")),
               "optimizer is fixed");
     CHECK(json_array_size(f->push) == 0);
+    pthread_mutex_unlock(&f->mu);
+    jz_close(&t);
+    fake_stop(f);
+}
+
+/* The points a trial reported before it acknowledged a load are stored
+   before the acknowledgement, although batches otherwise go every 50 ms:
+   the load's event never precedes the trial's earlier reports. */
+TEST(points_before_a_load_are_stored_before_its_ack)
+{
+    fake *f = fake_start();
+    env_trial(f, "{\"lr\":0.1}");
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    fake_instruct(f, json_pack("{s:i, s:s, s:s, s:{s:f}}", "id", 1, "kind", "load",
+                               "path", "/ck/donor/step100", "params", "lr", 0.2));
+    sleep_ms(300); /* the load reaches the helper's queue */
+    jz_report(t, 1, "loss", 1);
+    CHECK(jz_flush(t, 5000) == 0); /* a batch just went: the next one waits 50 ms */
+    for (long step = 2; step <= 6; step++)
+        CHECK(jz_report(t, step, "loss", (double)step) == 0);
+    jz_instruction ins;
+    int got = -1;
+    for (double end = util_now() + 5; got != 1 && util_now() < end; sleep_ms(2))
+        got = jz_poll(t, &ins);
+    REQUIRE(got == 1 && ins.kind == JZ_INS_LOAD);
+    CHECK(jz_ack(t, &ins, 1, NULL) == 0);
+    CHECK(jz_flush(t, 5000) == 0);
+    pthread_mutex_lock(&f->mu);
+    json_t *a = find_ack(f, 1);
+    CHECK(a != NULL && json_is_true(json_object_get(a, "applied")));
+    CHECK(a != NULL && json_integer_value(json_object_get(a, "points_before")) == 6);
     pthread_mutex_unlock(&f->mu);
     jz_close(&t);
     fake_stop(f);
@@ -1408,6 +1442,7 @@ int main(int argc, char **argv)
     RUN(hello_params_override_env);
     RUN(batching_in_order_with_resend_dedup);
     RUN(large_volume_batches_capped);
+    RUN(points_before_a_load_are_stored_before_its_ack);
     RUN(instructions_delivered_once_params_updated_acked);
     RUN(unhandled_pause_is_carried_out_by_the_helper);
     RUN(stop_ends_a_pause_held_by_the_helper_and_reaches_the_program);

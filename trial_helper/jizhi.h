@@ -104,7 +104,10 @@ int jz_report(jz_trial *t, long step, const char *metric, double value);
 int jz_poll(jz_trial *t, jz_instruction *out);
 
 /* Acknowledges instruction `ins` as applied (applied = 1) or refused
-   (applied = 0, `detail` says why; may be NULL). Returns 0 or -1. */
+   (applied = 0, `detail` says why; may be NULL). Returns 0 or -1. An
+   applied LOAD is acknowledged only once the points reported before it are
+   persisted (up to 2 s): the trial's reports before the load are stored
+   before the load's event, never after it. */
 int jz_ack(jz_trial *t, const jz_instruction *ins, int applied, const char *detail);
 
 /* Directory where this trial should write checkpoints (created if

@@ -35,6 +35,8 @@
 #define JZ__BATCH_BYTES (900 * 1024)
 #define JZ__POINT_BYTES 56    /* [step,"",value], with a 20-digit step, 24-char value */
 #define JZ__BATCH_EVERY 0.050 /* seconds between batches otherwise */
+#define JZ__LOAD_DRAIN_MS                                                                \
+    2000 /* jz_ack of a load waits this long at most for earlier points */
 #define JZ__RESEND_AFTER                                                                 \
     2.0                         /* seconds without a reply before the first resend;      \
                                    each next wait doubles (util_backoff) ... */

@@ -342,6 +342,28 @@ static int s_post(jz_trial *t, json_t *msg)
     return rc;
 }
 
+/* Has the thread send queued points at once and waits until the
+   controller acknowledged them as persisted (and the queued messages too
+   when `msgs`), the controller refused the trial, or `timeout_ms` passed.
+   0 when all were acknowledged, else -1. */
+static int s_wait_persisted(jz_trial *t, int timeout_ms, int msgs)
+{
+    struct timespec dl = util_deadline(timeout_ms > 0 ? timeout_ms : 0);
+    pthread_mutex_lock(&t->mu);
+    t->flushing++;
+    pthread_mutex_unlock(&t->mu);
+    jz__wake(t);
+    pthread_mutex_lock(&t->mu);
+    while (t->state != JZ__REFUSED &&
+           (t->unacked_points > 0 || (msgs && t->unacked_msgs > 0)))
+        if (pthread_cond_timedwait(&t->cv, &t->mu, &dl) == ETIMEDOUT)
+            break;
+    int done = t->unacked_points == 0 && (!msgs || t->unacked_msgs == 0) && !t->failed;
+    t->flushing--;
+    pthread_mutex_unlock(&t->mu);
+    return done ? 0 : -1;
+}
+
 static int s_send_ack(jz_trial *t, long id, int applied, const char *detail)
 {
     json_t *m = json_pack("{s:s, s:I, s:b}", "type", "ins_ack", "id", (json_int_t)id,
@@ -420,6 +442,11 @@ int jz_ack(jz_trial *t, const jz_instruction *ins, int applied, const char *deta
     if (!t->open_ins || ins->id != t->open_id)
         return -1; /* unknown, or acknowledged already */
     t->open_ins = 0;
+    /* a load moves the trial to another step: what it reported before is
+       persisted before the controller learns of the load (bounded: a slow
+       controller delays the acknowledgement, never the order of the rest) */
+    if (applied && t->open_kind == JZ_INS_LOAD)
+        s_wait_persisted(t, JZ__LOAD_DRAIN_MS, 0);
     return s_send_ack(t, ins->id, applied, detail);
 }
 
@@ -636,19 +663,7 @@ int jz_flush(jz_trial *t, int timeout_ms)
     if (t->standalone)
         return 0;
     s_settle(t, 0);
-    struct timespec dl = util_deadline(timeout_ms > 0 ? timeout_ms : 0);
-    pthread_mutex_lock(&t->mu);
-    t->flushing++;
-    pthread_mutex_unlock(&t->mu);
-    jz__wake(t);
-    pthread_mutex_lock(&t->mu);
-    while (t->state != JZ__REFUSED && (t->unacked_points > 0 || t->unacked_msgs > 0))
-        if (pthread_cond_timedwait(&t->cv, &t->mu, &dl) == ETIMEDOUT)
-            break;
-    int done = t->unacked_points == 0 && t->unacked_msgs == 0 && !t->failed;
-    t->flushing--;
-    pthread_mutex_unlock(&t->mu);
-    return done ? 0 : -1;
+    return s_wait_persisted(t, timeout_ms, 1);
 }
 
 long jz_trial_id(const jz_trial *t)
