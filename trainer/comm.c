@@ -16,24 +16,6 @@
 
 /* ---- wire formats --------------------------------------------------------- */
 
-uint16_t trn_f2bf(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays NaN */
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float trn_bf2f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 uint16_t trn_f2h(float x)
 {
     uint32_t u;

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trainer/bf16.h"
 #include "trainer/trn.h"
 
 typedef enum { TRN_AR_RING = 0, TRN_AR_HIER, TRN_AR_NATIVE } trn_ar_algo;
@@ -150,10 +151,9 @@ int trn_comm_barrier(trn_comm *c);
 int trn_ar_algo_from_name(const char *s);
 int trn_wire_from_name(const char *s);
 
-/* fp16/bf16 conversion of one value (round to nearest even). */
+/* fp16 conversion of one value (round to nearest even); bf16's is
+   trn_f2bf/trn_bf2f (trainer/bf16.h). */
 uint16_t trn_f2h(float x);
 float trn_h2f(uint16_t h);
-uint16_t trn_f2bf(float x);
-float trn_bf2f(uint16_t h);
 
 #endif

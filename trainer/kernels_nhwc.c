@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "trainer/bf16.h"
 #include "trainer/trn.h"
 
 #define RB 128
@@ -57,26 +58,9 @@ static inline float s_round(float v, trn_precision p)
 
 /* ---- bf16 storage ---------------------------------------------------------- */
 
-static inline float s_ld(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float v;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
-/* Round to nearest even; NaN stays NaN (its quiet bit survives). */
-static inline uint16_t s_st(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)r;
-}
-
 #define T uint16_t
-#define LD(v) s_ld(v)
-#define ST(v, p) s_st(v)
+#define LD(v) trn_bf2f(v)
+#define ST(v, p) trn_f2bf(v)
 #define NM(name) name##_bf
 #include "trainer/kernels_nhwc_impl.h"
 #undef T
@@ -90,14 +74,14 @@ TRN_CLONES void trn_bf16_from_f32(uint16_t *restrict o, const float *restrict x,
 {
     S_PAR
     for (long i = 0; i < n; i++)
-        o[i] = s_st(x[i]);
+        o[i] = trn_f2bf(x[i]);
 }
 
 TRN_CLONES void trn_bf16_to_f32(float *restrict o, const uint16_t *restrict x, long n)
 {
     S_PAR
     for (long i = 0; i < n; i++)
-        o[i] = s_ld(x[i]);
+        o[i] = trn_bf2f(x[i]);
 }
 
 TRN_CLONES void trn_add_relu_bf(const uint16_t *restrict a, const uint16_t *restrict b,
@@ -106,8 +90,8 @@ TRN_CLONES void trn_add_relu_bf(const uint16_t *restrict a, const uint16_t *rest
     float lo = relu ? 0.0f : -INFINITY;
     S_PAR
     for (long i = 0; i < n; i++) {
-        float v = s_ld(a[i]) + s_ld(b[i]);
-        y[i] = s_st(v > lo ? v : lo);
+        float v = trn_bf2f(a[i]) + trn_bf2f(b[i]);
+        y[i] = trn_f2bf(v > lo ? v : lo);
     }
 }
 
@@ -123,8 +107,8 @@ TRN_CLONES void trn_relu_bwd_bf(const uint16_t *restrict y, const uint16_t *rest
 {
     S_PAR
     for (long i = 0; i < n; i++) {
-        float d = s_ld(y[i]) > 0 ? s_ld(dy[i]) : 0.0f;
-        dx[i] = dxbeta == 0 ? s_st(d) : s_st(s_ld(dx[i]) + d);
+        float d = trn_bf2f(y[i]) > 0 ? trn_bf2f(dy[i]) : 0.0f;
+        dx[i] = dxbeta == 0 ? trn_f2bf(d) : trn_f2bf(trn_bf2f(dx[i]) + d);
     }
 }
 
@@ -137,14 +121,14 @@ TRN_CLONES void trn_acc_bf(uint16_t *restrict o, const uint16_t *restrict g, flo
     }
     S_PAR
     for (long i = 0; i < n; i++)
-        o[i] = s_st(beta * s_ld(o[i]) + s_ld(g[i]));
+        o[i] = trn_f2bf(beta * trn_bf2f(o[i]) + trn_bf2f(g[i]));
 }
 
 TRN_CLONES void trn_scale_bf(uint16_t *restrict x, float f, long n)
 {
     S_PAR
     for (long i = 0; i < n; i++)
-        x[i] = s_st(f * s_ld(x[i]));
+        x[i] = trn_f2bf(f * trn_bf2f(x[i]));
 }
 
 void trn_gap_fwd_nhwc_bf(const uint16_t *x, float *y, int c, int n, int hw)
@@ -156,7 +140,7 @@ void trn_gap_fwd_nhwc_bf(const uint16_t *x, float *y, int c, int n, int hw)
         for (int p = 0; p < hw; p++) {
             const uint16_t *xp = x + ((long)i * hw + p) * c;
             for (int j = 0; j < c; j++)
-                yi[j] += s_ld(xp[j]);
+                yi[j] += trn_bf2f(xp[j]);
         }
         for (int j = 0; j < c; j++)
             yi[j] /= (float)hw;
@@ -172,7 +156,7 @@ void trn_gap_bwd_nhwc_bf(const float *dy, uint16_t *dx, int c, int n, int hw,
             uint16_t *xp = dx + ((long)i * hw + p) * c;
             for (int j = 0; j < c; j++) {
                 float v = di[j] / (float)hw;
-                xp[j] = dxbeta == 0 ? s_st(v) : s_st(s_ld(xp[j]) + v);
+                xp[j] = dxbeta == 0 ? trn_f2bf(v) : trn_f2bf(trn_bf2f(xp[j]) + v);
             }
         }
     }

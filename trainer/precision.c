@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/bf16.h"
 #include "trainer/trn.h"
 
 static inline uint32_t s_bits(float x)
@@ -34,11 +35,7 @@ static inline float s_float(uint32_t u)
 
 float trn_round_bf16(float x)
 {
-    uint32_t u = s_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return s_float(u | 0x00400000u); /* NaN stays NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return s_float(u & 0xffff0000u);
+    return trn_bf2f(trn_f2bf(x));
 }
 
 float trn_round_fp16(float x)

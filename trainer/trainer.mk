@@ -67,7 +67,7 @@ cuda:
 endif
 
 $(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/trn.h trainer/dist_dev.h trainer/dist.h \
-                 trainer/comm.h trainer/dev_elem.cuh trainer/cuda_check.cuh
+                 trainer/comm.h trainer/bf16.h trainer/dev_elem.cuh trainer/cuda_check.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -c $< -o $@
 
@@ -79,13 +79,13 @@ NCCL_LIBS   := -lnccl
 NCCL_INC    := $(patsubst %/nccl.h,-I%,$(firstword $(wildcard /usr/include/nccl.h $(CUDA_HOME)/include/nccl.h)))
 endif
 
-$(TRN_NCCL_OBJ): trainer/comm_nccl.cu trainer/comm.h trainer/comm_nccl.h trainer/trn.h
+$(TRN_NCCL_OBJ): trainer/comm_nccl.cu trainer/comm.h trainer/bf16.h trainer/comm_nccl.h trainer/trn.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper $(NCCL_INC) $(MPI_CFLAGS) -c $< -o $@
 
 # The CUDA backend's gradient exchange (device path with NCCL, host path
 # through the comm layer).
-$(TRN_DDEV_OBJ): trainer/dist_dev.cu trainer/dist_dev.h trainer/dist.h trainer/comm.h \
+$(TRN_DDEV_OBJ): trainer/dist_dev.cu trainer/dist_dev.h trainer/dist.h trainer/comm.h trainer/bf16.h \
                  trainer/comm_nccl.h trainer/devplan.h trainer/ring.h trainer/trn.h \
                  trainer/dev_elem.cuh trainer/cuda_check.cuh
 	@mkdir -p $(dir $@)
