@@ -215,6 +215,30 @@ TEST(ring_chunks_cover)
 /* The neighbours both rings take from trn_ring_place: over the ranks in
    order (NULL) and over a subset in a given order (the hierarchical ring's
    leaders); a rank outside the group is -1. */
+/* trn_ring_move_at: the ranges of trn_ring_step's chunks, and what each
+   position receives is what its left neighbour sends at that step. */
+TEST(ring_move_ranges)
+{
+    for (int p = 1; p <= 5; p++)
+        for (long n = 0; n <= 11; n++)
+            for (int phase = 0; phase < 2; phase++)
+                for (int s = 0; s < p - 1; s++)
+                    for (int me = 0; me < p; me++) {
+                        trn_ring_move m = trn_ring_move_at(n, p, me, phase, s);
+                        trn_ring_move l =
+                            trn_ring_move_at(n, p, (me + p - 1) % p, phase, s);
+                        int sc, rc;
+                        long o, len;
+                        trn_ring_step(p, me, phase, s, &sc, &rc);
+                        trn_ring_chunk(n, p, sc, &o, &len);
+                        CHECK(m.soff == o && m.slen == len);
+                        trn_ring_chunk(n, p, rc, &o, &len);
+                        CHECK(m.roff == o && m.rlen == len);
+                        CHECK(m.roff == l.soff && m.rlen == l.slen);
+                        CHECK(m.soff >= 0 && m.soff + m.slen <= n);
+                    }
+}
+
 TEST(ring_place_names_the_neighbours)
 {
     int right = -7, left = -7;
@@ -280,6 +304,7 @@ int main(void)
     RUN(ring_schedule_sums_on_every_rank);
     RUN(ring_chunks_cover);
     RUN(ring_place_names_the_neighbours);
+    RUN(ring_move_ranges);
     RUN(fit_recovers_a_line);
     RUN(ready_times_per_param);
     TEST_DONE();

@@ -237,11 +237,8 @@ int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn
         return -1;
     /* reduce-scatter */
     for (int s = 0; s < gn - 1; s++) {
-        int sc, rc;
-        long co, cl, ro, rl;
-        trn_ring_step(gn, me, 0, s, &sc, &rc);
-        trn_ring_chunk(n, gn, sc, &co, &cl);
-        trn_ring_chunk(n, gn, rc, &ro, &rl);
+        trn_ring_move m = trn_ring_move_at(n, gn, me, 0, s);
+        long co = m.soff, cl = m.slen, ro = m.roff, rl = m.rlen;
         const void *sp = buf + co; /* fp32 goes out as it is */
         if (w != TRN_WIRE_FP32) {
             s_encode(w, buf + co, cl, c->sbuf);
@@ -258,11 +255,8 @@ int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn
     s_round_wire(w, buf + oo, ol);
     /* all-gather */
     for (int s = 0; s < gn - 1; s++) {
-        int sc, rc;
-        long co, cl, ro, rl;
-        trn_ring_step(gn, me, 1, s, &sc, &rc);
-        trn_ring_chunk(n, gn, sc, &co, &cl);
-        trn_ring_chunk(n, gn, rc, &ro, &rl);
+        trn_ring_move m = trn_ring_move_at(n, gn, me, 1, s);
+        long co = m.soff, cl = m.slen, ro = m.roff, rl = m.rlen;
         if (w == TRN_WIRE_FP32) { /* straight into place, one message */
             if (s_exchange(c, buf + co, (size_t)cl * 4, right, buf + ro, (size_t)rl * 4,
                            left, (size_t)maxlen * 4, 1, NULL, NULL) < 0)

@@ -160,11 +160,8 @@ static int s_ring(trn_devdist *d, const int *group, int gn, float *buf, long n)
                 s_round(w, buf + oo, ol, st);
         }
         for (int s = 0; s < p - 1; s++) {
-            int sc, rc;
-            long co, cl, ro, rl;
-            trn_ring_step(p, me, phase, s, &sc, &rc);
-            trn_ring_chunk(n, p, sc, &co, &cl);
-            trn_ring_chunk(n, p, rc, &ro, &rl);
+            trn_ring_move m = trn_ring_move_at(n, p, me, phase, s);
+            long co = m.soff, cl = m.slen, ro = m.roff, rl = m.rlen;
             const void *sp = buf + co;
             void *rp = phase == 1 && w == TRN_WIRE_FP32 ? (void *)(buf + ro) : d->drecv;
             if (w != TRN_WIRE_FP32 && cl > 0) {

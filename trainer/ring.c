@@ -40,3 +40,13 @@ int trn_ring_owned(int p, int me)
 {
     return (me + 1) % p;
 }
+
+trn_ring_move trn_ring_move_at(long n, int p, int me, int phase, int s)
+{
+    int sc, rc;
+    trn_ring_move m;
+    trn_ring_step(p, me, phase, s, &sc, &rc);
+    trn_ring_chunk(n, p, sc, &m.soff, &m.slen);
+    trn_ring_chunk(n, p, rc, &m.roff, &m.rlen);
+    return m;
+}

@@ -27,4 +27,11 @@ void trn_ring_chunk(long n, int p, int i, long *off, long *len);
 void trn_ring_step(int p, int me, int phase, int s, int *send, int *recv);
 int trn_ring_owned(int p, int me);
 
+/* Step s of the ring (trn_ring_step) as ranges of the n floats: the chunk
+   sent is [soff, soff + slen), the one received [roff, roff + rlen). */
+typedef struct {
+    long soff, slen, roff, rlen;
+} trn_ring_move;
+trn_ring_move trn_ring_move_at(long n, int p, int me, int phase, int s);
+
 #endif
