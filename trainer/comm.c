@@ -274,6 +274,19 @@ int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn
 
 /* ---- hierarchical ------------------------------------------------------------ */
 
+/* What goes out for buf[0..n) (`bytes` on the wire): buf itself in fp32,
+   else its encoding in c->sbuf. NULL when c->sbuf cannot grow. */
+static const void *s_outgoing(trn_comm *c, trn_wire w, const float *buf, long n,
+                              size_t bytes)
+{
+    if (w == TRN_WIRE_FP32)
+        return buf;
+    if (s_reserve(&c->sbuf, &c->scap, bytes) < 0)
+        return NULL;
+    s_encode(w, buf, n, c->sbuf);
+    return c->sbuf;
+}
+
 int trn_comm_hier(trn_comm *c, float *buf, long n, trn_wire w)
 {
     if (c->size <= 1 || n <= 0)
@@ -287,13 +300,9 @@ int trn_comm_hier(trn_comm *c, float *buf, long n, trn_wire w)
     if (c->rank != leader) {
         /* send my part to the leader (fp32 straight from buf), then receive
            the result */
-        const void *sp = buf;
-        if (w != TRN_WIRE_FP32) {
-            if (s_reserve(&c->sbuf, &c->scap, bytes) < 0)
-                return -1;
-            s_encode(w, buf, n, c->sbuf);
-            sp = c->sbuf;
-        }
+        const void *sp = s_outgoing(c, w, buf, n, bytes);
+        if (!sp)
+            return -1;
         if (s_exchange(c, sp, bytes, leader, NULL, 0, -1, (size_t)seglen * ws, nseg, NULL,
                        NULL) < 0)
             return -1;
@@ -320,13 +329,9 @@ int trn_comm_hier(trn_comm *c, float *buf, long n, trn_wire w)
     if (c->nlocal <= 1)
         return 0;
     s_round_wire(w, buf, n);
-    const void *sp = buf;
-    if (w != TRN_WIRE_FP32) {
-        if (s_reserve(&c->sbuf, &c->scap, bytes) < 0)
-            return -1;
-        s_encode(w, buf, n, c->sbuf);
-        sp = c->sbuf;
-    }
+    const void *sp = s_outgoing(c, w, buf, n, bytes);
+    if (!sp)
+        return -1;
     for (int i = 1; i < c->nlocal; i++)
         if (s_sendrecv(c, sp, bytes, c->local[i], NULL, 0, -1) < 0)
             return -1;
