@@ -294,7 +294,8 @@ typedef struct {
 
 /* Opens o->db to read kind's interventions on trial during a wait (w->store
    stays NULL when it cannot: then only the controller's answer counts). */
-static void s_iv_wait_init(s_iv_wait *w, const cli_opts *o, long trial, const char *kind)
+static void s_iv_wait_init(s_iv_wait *w, const cli_opts *o, long trial,
+                           store_iv_kind kind)
 {
     memset(w, 0, sizeof *w);
     char err[512];
@@ -390,7 +391,7 @@ static int s_control(const cli_opts *o, const char *sub, long id)
     }
     s_iv_wait w = {0};
     if (o->guard && !o->no_wait)
-        s_iv_wait_init(&w, o, id, "guard");
+        s_iv_wait_init(&w, o, id, IV_GUARD);
     json_t *r = s_ask_iv(o, msg, wait_s, o->guard && !o->no_wait ? &w : NULL);
     store_close(&w.store);
     if (!r)
@@ -523,7 +524,7 @@ static int s_fork(const cli_opts *o, long id)
     s_iv_wait w = {0};
     int waits = !o->no_wait && !o->decide;
     if (waits)
-        s_iv_wait_init(&w, o, id, "fork");
+        s_iv_wait_init(&w, o, id, IV_FORK);
     json_t *r = s_ask_iv(o, msg, wait_s, waits ? &w : NULL);
     store_close(&w.store);
     if (!r)

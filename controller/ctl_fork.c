@@ -37,11 +37,12 @@
 /* ---- the state machine (its table and names: ctl_interv.c) ---- */
 
 /* Moves iv and persists it (with its data) before anything is sent. */
-static int s_move(ctl_t *c, ctl_iv *iv, ctl_fork_state to)
+static int s_move(ctl_t *c, ctl_iv *iv, store_fork_state to)
 {
     if (!ctl_fork_move_legal(iv->state, to)) {
         log_error("ctl", "fork %ld: illegal move %s -> %s", iv->id,
-                  ctl_fork_state_name(iv->state), ctl_fork_state_name(to));
+                  store_iv_state_name(IV_FORK, iv->state),
+                  store_iv_state_name(IV_FORK, to));
         return -1;
     }
     iv->state = to;
@@ -50,11 +51,11 @@ static int s_move(ctl_t *c, ctl_iv *iv, ctl_fork_state to)
 
 static json_t *s_fields(const ctl_iv *iv)
 {
-    json_t *o =
-        json_pack("{s:s, s:I, s:I, s:O, s:O}", "fork", ctl_fork_state_name(iv->state),
-                  "trial", (json_int_t)iv->trial_id, "intervention", (json_int_t)iv->id,
-                  "values", json_object_get(iv->data, "values"), "siblings",
-                  json_object_get(iv->data, "siblings"));
+    json_t *o = json_pack("{s:s, s:I, s:I, s:O, s:O}", "fork",
+                          store_iv_state_name(IV_FORK, iv->state), "trial",
+                          (json_int_t)iv->trial_id, "intervention", (json_int_t)iv->id,
+                          "values", json_object_get(iv->data, "values"), "siblings",
+                          json_object_get(iv->data, "siblings"));
     const char *const keys[] = {"fork_step", "results", "decision", "reason",
                                 "steps",     "keep",    "waiting"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
@@ -368,7 +369,7 @@ json_t *ctl__fork_msg(ctl_t *c, ctl_trial *t, const json_t *msg, const char *who
                 err, size,
                 "the fork of trial %ld has no siblings yet (state %s): the trial has "
                 "not checkpointed",
-                busy->trial_id, ctl_fork_state_name(busy->state));
+                busy->trial_id, store_iv_state_name(IV_FORK, busy->state));
             return NULL;
         }
         s_decide(c, busy, "decided by a person");

@@ -39,11 +39,12 @@
 /* ---- the state machine (its table and names: ctl_interv.c) ---- */
 
 /* Moves iv and persists it (with its data) before anything is sent. */
-static int s_move(ctl_t *c, ctl_iv *iv, ctl_guard_state to)
+static int s_move(ctl_t *c, ctl_iv *iv, store_guard_state to)
 {
     if (!ctl_guard_move_legal(iv->state, to)) {
         log_error("ctl", "guarded change %ld: illegal move %s -> %s", iv->id,
-                  ctl_guard_state_name(iv->state), ctl_guard_state_name(to));
+                  store_iv_state_name(IV_GUARD, iv->state),
+                  store_iv_state_name(IV_GUARD, to));
         return -1;
     }
     iv->state = to;
@@ -86,8 +87,8 @@ static void s_values_text(const json_t *values, char *buf, size_t size)
 static json_t *s_outcome_fields(const ctl_iv *iv)
 {
     json_t *o = json_pack(
-        "{s:s, s:I, s:I, s:O, s:O}", "guard", ctl_guard_state_name(iv->state), "trial",
-        (json_int_t)iv->trial_id, "intervention", (json_int_t)iv->id, "values",
+        "{s:s, s:I, s:I, s:O, s:O}", "guard", store_iv_state_name(IV_GUARD, iv->state),
+        "trial", (json_int_t)iv->trial_id, "intervention", (json_int_t)iv->id, "values",
         json_object_get(iv->data, "values"), "old", json_object_get(iv->data, "old"));
     json_t *x;
     if ((x = json_object_get(iv->data, "reason")))
@@ -98,7 +99,7 @@ static json_t *s_outcome_fields(const ctl_iv *iv)
 }
 
 /* A final state: the event, the log line, the waiter's answer. */
-static void s_finish(ctl_t *c, ctl_iv *iv, ctl_guard_state to, const char *reason)
+static void s_finish(ctl_t *c, ctl_iv *iv, store_guard_state to, const char *reason)
 {
     json_object_set_new(iv->data, "reason", json_string(reason));
     if (s_move(c, iv, to) != 0)
@@ -107,7 +108,7 @@ static void s_finish(ctl_t *c, ctl_iv *iv, ctl_guard_state to, const char *reaso
     store_event_add(c->store, util_wall(), iv->study_id, iv->trial_id, "controller",
                     "guarded_change", detail, 1);
     log_info("ctl", "trial %ld: guarded change %s: %s", iv->trial_id,
-             ctl_guard_state_name(to), reason);
+             store_iv_state_name(IV_GUARD, to), reason);
     if (!iv->waiter.len) {
         json_decref(detail);
         return;
@@ -319,7 +320,7 @@ void ctl__guard_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
 {
     ctl_trial *t = ctl__trial_by_id(c, iv->trial_id);
     char reason[600];
-    switch ((ctl_guard_state)iv->state) {
+    switch ((store_guard_state)iv->state) {
     case GUARD_CHECKPOINT:
         /* applied: its checkpoint_done follows (ctl__guard_checkpoint) */
         if (!applied || !t) {
@@ -444,7 +445,7 @@ void ctl__guard_resume(ctl_t *c, ctl_iv *iv)
     ctl_trial *t = ctl__trial_by_id(c, iv->trial_id);
     if (!t || !ctl_trial_active(t))
         return; /* the tick finishes it */
-    switch ((ctl_guard_state)iv->state) {
+    switch ((store_guard_state)iv->state) {
     case GUARD_CHECKPOINT:
         s_send_checkpoint(c, iv, t);
         return;
@@ -516,7 +517,7 @@ int ctl__guard_start(ctl_t *c, ctl_trial *t, const json_t *values, const json_t 
         json_object_set_new(data, "ckpt",
                             json_pack("{s:s, s:I}", "path", t->row.checkpoint, "step",
                                       (json_int_t)t->row.checkpoint_step));
-    ctl_guard_state first = by_values || have_ckpt ? GUARD_APPLY : GUARD_CHECKPOINT;
+    store_guard_state first = by_values || have_ckpt ? GUARD_APPLY : GUARD_CHECKPOINT;
     ctl_iv *iv = ctl__iv_add(c, IV_GUARD, t, first, data);
     if (!iv) {
         *code = "internal";

@@ -24,7 +24,7 @@ ctl_interv *ctl__iv_list(ctl_t *c)
 
 int ctl__iv_done(const ctl_iv *iv)
 {
-    return iv->kind == IV_GUARD ? iv->state >= GUARD_KEPT : iv->state >= FORK_DECIDED;
+    return store_iv_state_final(iv->kind, iv->state);
 }
 
 long ctl__iv_long(const ctl_iv *iv, const char *k, long dflt)
@@ -37,14 +37,6 @@ const char *ctl__iv_str(const ctl_iv *iv, const char *k)
 {
     const char *s = json_string_value(json_object_get(iv->data, k));
     return s ? s : "";
-}
-
-int ctl__iv_name_index(const char *const *names, int n, const char *name)
-{
-    for (int i = 0; name && i < n; i++)
-        if (!strcmp(name, names[i]))
-            return i;
-    return -1;
 }
 
 int ctl__iv_busy(ctl_t *c, const ctl_trial *t, char *err, size_t size)
@@ -72,39 +64,19 @@ ctl_iv *ctl__iv_push(ctl_t *c)
     return iv;
 }
 
-static const char *const s_kind_names[] = {[IV_GUARD] = "guard", [IV_FORK] = "fork"};
-
 const char *ctl__iv_state_name(const ctl_iv *iv)
 {
-    return iv->kind == IV_GUARD ? ctl_guard_state_name(iv->state)
-                                : ctl_fork_state_name(iv->state);
+    return store_iv_state_name(iv->kind, iv->state);
 }
 
-int ctl__iv_decode(const json_t *row, ctl_iv_kind *kind, int *state)
-{
-    const char *state_name = json_string_value(json_object_get(row, "state"));
-    int k = ctl__iv_name_index(s_kind_names, 2,
-                               json_string_value(json_object_get(row, "kind")));
-    int st = k == IV_GUARD  ? ctl_guard_state_parse(state_name)
-             : k == IV_FORK ? ctl_fork_state_parse(state_name)
-                            : -1;
-    if (st < 0)
-        return -1;
-    *kind = (ctl_iv_kind)k;
-    *state = st;
-    return 0;
-}
-
-ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t *data)
+ctl_iv *ctl__iv_add(ctl_t *c, store_iv_kind kind, ctl_trial *t, int state, json_t *data)
 {
     if (ctl__txn(c) != 0) {
         json_decref(data);
         return NULL;
     }
-    ctl_iv probe = {.kind = kind, .state = state};
-    long id = store_interv_insert(c->store, t->study->row.id, t->row.id,
-                                  s_kind_names[kind], ctl__iv_state_name(&probe),
-                                  ctl__iv_done(&probe), data, util_wall());
+    long id = store_interv_insert(c->store, t->study->row.id, t->row.id, kind, state,
+                                  data, util_wall());
     if (id < 0) {
         log_error("ctl", "cannot record an intervention: %s", store_errmsg(c->store));
         json_decref(data);
@@ -122,9 +94,8 @@ ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t 
 
 int ctl__iv_save(ctl_t *c, ctl_iv *iv)
 {
-    if (ctl__txn(c) != 0 ||
-        store_interv_save(c->store, iv->id, ctl__iv_state_name(iv), ctl__iv_done(iv),
-                          iv->data, util_wall()) != 0) {
+    if (ctl__txn(c) != 0 || store_interv_save(c->store, iv->id, iv->kind, iv->state,
+                                              iv->data, util_wall()) != 0) {
         log_error("ctl", "cannot save intervention %ld: %s", iv->id,
                   store_errmsg(c->store));
         return -1;
@@ -188,31 +159,9 @@ void ctl__interv_free(ctl_t *c)
 }
 
 /* ---- the state machines of a guarded change and a fork (pure; here,
-   below both, because each names the other's states) ---- */
+   below both; their states' names are the store's) ---- */
 
-static const char *const s_guard_names[GUARD_COUNT] = {
-    [GUARD_CHECKPOINT] = "checkpoint",
-    [GUARD_APPLY] = "apply",
-    [GUARD_WATCH] = "watch",
-    [GUARD_REVERT] = "revert",
-    [GUARD_KEPT] = "kept",
-    [GUARD_REVERTED] = "reverted",
-    [GUARD_REFUSED] = "refused",
-    [GUARD_ENDED] = "ended",
-    [GUARD_FAILED] = "failed",
-};
-
-const char *ctl_guard_state_name(ctl_guard_state s)
-{
-    return s >= 0 && s < GUARD_COUNT ? s_guard_names[s] : "?";
-}
-
-int ctl_guard_state_parse(const char *name)
-{
-    return ctl__iv_name_index(s_guard_names, GUARD_COUNT, name);
-}
-
-int ctl_guard_move_legal(ctl_guard_state from, ctl_guard_state to)
+int ctl_guard_move_legal(store_guard_state from, store_guard_state to)
 {
     switch (from) {
     case GUARD_CHECKPOINT:
@@ -228,24 +177,7 @@ int ctl_guard_move_legal(ctl_guard_state from, ctl_guard_state to)
     }
 }
 
-static const char *const s_fork_names[FORK_COUNT] = {
-    [FORK_CHECKPOINT] = "checkpoint",
-    [FORK_RUNNING] = "running",
-    [FORK_DECIDED] = "decided",
-    [FORK_REFUSED] = "refused",
-};
-
-const char *ctl_fork_state_name(ctl_fork_state s)
-{
-    return s >= 0 && s < FORK_COUNT ? s_fork_names[s] : "?";
-}
-
-int ctl_fork_state_parse(const char *name)
-{
-    return ctl__iv_name_index(s_fork_names, FORK_COUNT, name);
-}
-
-int ctl_fork_move_legal(ctl_fork_state from, ctl_fork_state to)
+int ctl_fork_move_legal(store_fork_state from, store_fork_state to)
 {
     switch (from) {
     case FORK_CHECKPOINT:

@@ -45,36 +45,14 @@
 
 typedef struct ctl_interv ctl_interv; /* the list (ctl_interv.c) */
 
-typedef enum {
-    GUARD_CHECKPOINT, /* the trial was asked for a checkpoint */
-    GUARD_APPLY,      /* the change was sent */
-    GUARD_WATCH,      /* applied: the next K reports are watched */
-    GUARD_REVERT,     /* diverged: the revert was sent */
-    GUARD_KEPT,       /* final: the change stands */
-    GUARD_REVERTED,   /* final: the old values (and checkpoint) are back */
-    GUARD_REFUSED,    /* final: nothing was changed (no checkpoint, refused) */
-    GUARD_ENDED,      /* final: the trial ended while it was watched */
-    GUARD_FAILED,     /* final: the revert was refused or the trial ended first */
-    GUARD_COUNT
-} ctl_guard_state;
-
-typedef enum {
-    FORK_CHECKPOINT, /* the parent was asked for a checkpoint */
-    FORK_RUNNING,    /* the siblings run (or wait for a slot) */
-    FORK_DECIDED,    /* final: the best kept (or all) */
-    FORK_REFUSED,    /* final: no checkpoint, nothing created */
-    FORK_COUNT
-} ctl_fork_state;
+/* The kinds and states (store_iv_kind, store_guard_state,
+   store_fork_state) and their names are the store's (store/store.h), as
+   the trial states are: text only in the store's SQL and on the wire. */
 
 /* ---- the state machines (pure; ctl_interv.c) ---- */
 /* 1 when the move is legal (the diagrams above). */
-int ctl_guard_move_legal(ctl_guard_state from, ctl_guard_state to);
-int ctl_fork_move_legal(ctl_fork_state from, ctl_fork_state to);
-const char *ctl_guard_state_name(ctl_guard_state s);
-const char *ctl_fork_state_name(ctl_fork_state s);
-/* The state a name stands for, or -1. */
-int ctl_guard_state_parse(const char *name);
-int ctl_fork_state_parse(const char *name);
+int ctl_guard_move_legal(store_guard_state from, store_guard_state to);
+int ctl_fork_move_legal(store_fork_state from, store_fork_state to);
 
 /* ---- the controller's side (ctl_interv_ev.c passes the events to
    ctl_guard.c and ctl_fork.c) ---- */
@@ -112,14 +90,13 @@ json_t *ctl__fork_msg(ctl_t *c, ctl_trial *t, const json_t *msg, const char *who
                       char *err, size_t size);
 
 /* ---- shared by ctl_interv.c, ctl_guard.c and ctl_fork.c ---- */
-typedef enum { IV_GUARD, IV_FORK } ctl_iv_kind;
 
 /* One intervention. */
 typedef struct {
     long id; /* interventions.id */
     long study_id, trial_id;
-    ctl_iv_kind kind;
-    int state;        /* ctl_guard_state or ctl_fork_state */
+    store_iv_kind kind;
+    int state;        /* store_guard_state or store_fork_state, as kind says */
     json_t *data;     /* persisted with the state, owned */
     long instr;       /* the instruction it waits for, -1 none (memory) */
     wire_peer waiter; /* the request waiting for its outcome, len 0 none */
@@ -128,16 +105,11 @@ typedef struct {
     double wait_s;
 } ctl_iv;
 
-/* The store's interventions table keeps kind and state as text; only
-   these three functions (ctl_interv.c) turn them into the enums and back.
-   ctl__iv_add adds one (data taken) to the list, inserted in the store
+/* ctl__iv_add adds one (data taken) to the list, inserted in the store
    with its state: NULL on a store error (data released). ctl__iv_save
-   persists iv's state (done when it is final) and data: 0 or -1.
-   ctl__iv_decode reads a row of store_interv_list: 0, or -1 when its kind
-   or state names none. */
-ctl_iv *ctl__iv_add(ctl_t *c, ctl_iv_kind kind, ctl_trial *t, int state, json_t *data);
+   persists iv's state (done when it is final) and data: 0 or -1. */
+ctl_iv *ctl__iv_add(ctl_t *c, store_iv_kind kind, ctl_trial *t, int state, json_t *data);
 int ctl__iv_save(ctl_t *c, ctl_iv *iv);
-int ctl__iv_decode(const json_t *row, ctl_iv_kind *kind, int *state);
 /* The name of iv's state, for messages and outputs (static). */
 const char *ctl__iv_state_name(const ctl_iv *iv);
 /* The unfinished intervention on (or, for a fork, of a sibling) trial id. */
@@ -176,8 +148,6 @@ int ctl__iv_done(const ctl_iv *iv);
    borrowed). */
 long ctl__iv_long(const ctl_iv *iv, const char *k, long dflt);
 const char *ctl__iv_str(const ctl_iv *iv, const char *k);
-/* The index of `name` in names[0..n), or -1 (state names). */
-int ctl__iv_name_index(const char *const *names, int n, const char *name);
 /* 1 with why in err (code bad_state) when t already has an unfinished
    guarded change or fork (as the trial or one of a fork's siblings). */
 int ctl__iv_busy(ctl_t *c, const ctl_trial *t, char *err, size_t size);

@@ -14,43 +14,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* store_interv_open's row: added to the list, or left as it is when the
+   store cannot name its kind or state. */
+static void s_read(void *arg, const store_interv *r, const char *bad)
+{
+    ctl_t *c = arg;
+    if (bad) {
+        log_warn("ctl", "%s; left as it is", bad);
+        return;
+    }
+    ctl_iv *iv = ctl__iv_push(c);
+    iv->id = r->id;
+    iv->study_id = r->study_id;
+    iv->trial_id = r->trial_id;
+    iv->kind = r->kind;
+    iv->state = r->state;
+    iv->data = json_incref(r->data);
+}
+
 int ctl__interv_load(ctl_t *c, char *err, size_t errsize)
 {
-    json_t *rows = store_interv_list(c->store, 1, 0);
-    if (!rows) {
+    /* all read first: resuming writes to the table being read */
+    size_t first = ctl__iv_list(c)->n;
+    if (store_interv_open(c->store, s_read, c) < 0) {
         snprintf(err, errsize, "cannot read the interventions: %s",
                  store_errmsg(c->store));
         return -1;
     }
-    size_t i;
-    json_t *r;
-    json_array_foreach(rows, i, r)
-    {
-        ctl_iv_kind kind;
-        int st;
-        if (ctl__iv_decode(r, &kind, &st) != 0) {
-            log_warn("ctl",
-                     "intervention %" JSON_INTEGER_FORMAT
-                     ": unknown kind or state; left as it is",
-                     json_integer_value(json_object_get(r, "id")));
-            continue;
-        }
-        ctl_iv *iv = ctl__iv_push(c);
-        iv->id = (long)json_integer_value(json_object_get(r, "id"));
-        iv->study_id = (long)json_integer_value(json_object_get(r, "study_id"));
-        iv->trial_id = (long)json_integer_value(json_object_get(r, "trial_id"));
-        iv->kind = kind;
-        iv->state = st;
-        iv->data = json_incref(json_object_get(r, "data"));
+    for (size_t i = first; i < ctl__iv_list(c)->n; i++) {
+        ctl_iv *iv = &ctl__iv_list(c)->v[i];
         log_info("ctl", "resuming the %s of trial %ld (intervention %ld, state %s)",
-                 kind == IV_GUARD ? "guarded change" : "fork", iv->trial_id, iv->id,
+                 iv->kind == IV_GUARD ? "guarded change" : "fork", iv->trial_id, iv->id,
                  ctl__iv_state_name(iv));
-        if (kind == IV_GUARD)
+        if (iv->kind == IV_GUARD)
             ctl__guard_resume(c, iv);
         else
             ctl__fork_resume(c, iv);
     }
-    json_decref(rows);
     ctl__iv_sweep(c);
     return 0;
 }

@@ -44,6 +44,38 @@ typedef enum {
     STUDY_STATE_COUNT
 } store_study_state;
 
+/* A person's interventions on a running trial (store_interv.c), each a
+   state machine of the controller: the diagrams and the legal moves are
+   in controller/ctl_interv.h. Rows hold these values; kind and state
+   become text only in the store's SQL (the columns stay text) and in the
+   JSON it writes for the wire and the outputs. */
+typedef enum {
+    IV_GUARD, /* a guarded change (`trial set --guard`) */
+    IV_FORK,  /* a live fork (`trial fork`) */
+    IV_KIND_COUNT
+} store_iv_kind;
+
+typedef enum {
+    GUARD_CHECKPOINT, /* the trial was asked for a checkpoint */
+    GUARD_APPLY,      /* the change was sent */
+    GUARD_WATCH,      /* applied: the next K reports are watched */
+    GUARD_REVERT,     /* diverged: the revert was sent */
+    GUARD_KEPT,       /* final: the change stands */
+    GUARD_REVERTED,   /* final: the old values (and checkpoint) are back */
+    GUARD_REFUSED,    /* final: nothing was changed (no checkpoint, refused) */
+    GUARD_ENDED,      /* final: the trial ended while it was watched */
+    GUARD_FAILED,     /* final: the revert was refused or the trial ended first */
+    GUARD_COUNT
+} store_guard_state;
+
+typedef enum {
+    FORK_CHECKPOINT, /* the parent was asked for a checkpoint */
+    FORK_RUNNING,    /* the siblings run (or wait for a slot) */
+    FORK_DECIDED,    /* final: the best kept (or all) */
+    FORK_REFUSED,    /* final: no checkpoint, nothing created */
+    FORK_COUNT
+} store_fork_state;
+
 /* State <-> column text. The names are static strings ("pending", ...);
    an out-of-range value gives "invalid". _parse returns 0 and sets *out,
    or -1 when the text names no state. */
@@ -53,6 +85,17 @@ const char *store_study_state_name(store_study_state st);
 int store_study_state_parse(const char *text, store_study_state *out);
 /* 1 for the final states of an attempt: COMPLETED, FAILED, STOPPED, PRUNED. */
 int store_trial_state_ended(store_trial_state st);
+/* An intervention's kind and state (a store_guard_state for IV_GUARD, a
+   store_fork_state for IV_FORK) <-> column text, as above: "guard",
+   "fork"; "checkpoint", "watch", ... (static; "invalid" out of range).
+   _parse returns 0 and sets *out, or -1 when the text names none of
+   kind's. _final: 1 for a final state (KEPT and after, DECIDED and
+   after). */
+const char *store_iv_kind_name(store_iv_kind kind);
+int store_iv_kind_parse(const char *text, store_iv_kind *out);
+const char *store_iv_state_name(store_iv_kind kind, int state);
+int store_iv_state_parse(store_iv_kind kind, const char *text, int *out);
+int store_iv_state_final(store_iv_kind kind, int state);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
@@ -238,19 +281,37 @@ json_t *store_trial_detail(store_t *s, long trial_id);
 /* ---- interventions (store_interv.c): a person's guarded changes and
    live forks, each a state machine of the controller (ctl_guard.c,
    ctl_fork.c) whose state and data are written before it acts ---- */
-/* Inserts one; `data` borrowed. Its id, or -1. */
-long store_interv_insert(store_t *s, long study_id, long trial_id, const char *kind,
-                         const char *state, int done, const json_t *data, double now);
-/* Writes its state, done flag and data (borrowed). 0 or -1. */
-int store_interv_save(store_t *s, long id, const char *state, int done,
+/* An intervention row. */
+typedef struct {
+    long id; /* interventions.id */
+    long study_id, trial_id;
+    store_iv_kind kind;
+    int state;    /* a store_guard_state or store_fork_state, as kind says */
+    int done;     /* 1 once state is final */
+    json_t *data; /* persisted with the state */
+    double created, updated;
+} store_interv;
+/* Inserts one in state (its done flag follows); `data` borrowed. Its id,
+   or -1. */
+long store_interv_insert(store_t *s, long study_id, long trial_id, store_iv_kind kind,
+                         int state, const json_t *data, double now);
+/* Writes its state (and done flag) and data (borrowed). 0 or -1. */
+int store_interv_save(store_t *s, long id, store_iv_kind kind, int state,
                       const json_t *data, double now);
+/* Calls fn for each unfinished intervention, oldest first; iv and its
+   data are borrowed for the call. A row whose kind or state text names
+   none is passed with bad set to why (the store's words, naming the
+   intervention; only iv->id is filled), else bad is NULL. The count of
+   rows passed, or -1 on a read error. */
+typedef void (*store_interv_fn)(void *arg, const store_interv *iv, const char *bad);
+long store_interv_open(store_t *s, store_interv_fn fn, void *arg);
 /* Interventions as an array of {id, study_id, trial_id, kind, state, done,
-   data, created, updated} (caller owns), oldest first: the unfinished
-   ones (open 1, trial_id ignored), or those of trial_id (open 0: the
-   ones on it and the forks it came from). NULL on error. */
-json_t *store_interv_list(store_t *s, int open, long trial_id);
+   data, created, updated} (caller owns), oldest first: those of trial_id
+   (the ones on it and the forks it came from). NULL on error (also for a
+   kind or state text that names none: store_errmsg says which). */
+json_t *store_interv_list(store_t *s, long trial_id);
 /* The interventions of a study, oldest first, as store_interv_list's
-   objects (caller owns). NULL on error. */
+   objects (caller owns). NULL on error, as store_interv_list. */
 json_t *store_interv_study(store_t *s, long study_id);
 
 /* A wait for a guarded change or a fork that may outlive its controller
@@ -263,16 +324,16 @@ json_t *store_interv_study(store_t *s, long study_id);
    controller's answer normally comes first). */
 #define STORE_INTERV_GRACE_S 2.0
 typedef struct {
-    store_t *store;   /* borrowed; NULL: no reading (the plain wait) */
-    long trial;       /* the trial intervened on */
-    const char *kind; /* "guard" or "fork", borrowed */
-    long after;       /* interventions of kind on the trial up to this id are older */
-    double final_at;  /* when it was first seen final (util_now), 0 before */
+    store_t *store;     /* borrowed; NULL: no reading (the plain wait) */
+    long trial;         /* the trial intervened on */
+    store_iv_kind kind; /* a guarded change or a fork */
+    long after;         /* interventions of kind on the trial up to this id are older */
+    double final_at;    /* when it was first seen final (util_now), 0 before */
 } store_interv_wait;
 /* Starts w on s (borrowed, may be NULL: then w never answers): notes the
    newest intervention of kind on trial, so that only a later one counts. */
 void store_interv_wait_init(store_interv_wait *w, store_t *s, long trial,
-                            const char *kind);
+                            store_iv_kind kind);
 /* A wire_check_fn on a store_interv_wait: the answer the controller would
    have sent ({type "ok", <kind>: state, trial, intervention, from_store
    true, and the intervention's data}; caller owns), once the intervention

@@ -349,7 +349,7 @@ json_t *store_trial_detail(store_t *s, long trial_id)
         return NULL;
     json_t *j = store_trial_json(&t, s);
     json_object_set_new(j, "lineage", store_trial_lineage(s, t.id));
-    json_t *iv = store_interv_list(s, 0, t.id); /* guarded changes, forks */
+    json_t *iv = store_interv_list(s, t.id); /* guarded changes, forks */
     json_object_set_new(j, "interventions", iv ? iv : json_array());
     store_study st;
     if (store_study_get_id(s, t.study_id, &st) == 1) {

@@ -3,9 +3,9 @@
     test they share with the guard monitor (schedulers/sched.h).
 
     1. The transition tables against the diagrams of ctl_interv.h, written
-       out a second time: every pair of states is checked.
-    2. State names round-trip; an unknown name is -1.
-    3. sched_jump_judge against values worked out by hand: the average
+       out a second time: every pair of states is checked. (The states'
+       names are the store's: tests/test_store.c.)
+    2. sched_jump_judge against values worked out by hand: the average
        (EMA, weight 0.2) of healthy values, no judgement before the
        warmup, a jump above 3× the average, NaN and inf.
 */
@@ -55,48 +55,6 @@ TEST(the_tables_match_the_diagrams)
                 s_listed(s_fork_moves, sizeof s_fork_moves / sizeof *s_fork_moves, a, b));
 }
 
-TEST(state_names_round_trip)
-{
-    for (int a = 0; a < GUARD_COUNT; a++)
-        CHECK(ctl_guard_state_parse(ctl_guard_state_name(a)) == a);
-    for (int a = 0; a < FORK_COUNT; a++)
-        CHECK(ctl_fork_state_parse(ctl_fork_state_name(a)) == a);
-    CHECK(ctl_guard_state_parse("maybe") == -1);
-    CHECK(ctl_fork_state_parse(NULL) == -1);
-}
-
-/* A stored row's kind and state texts become the enums in one place
-   (ctl__iv_decode); a text that names none is refused, as a kind other
-   than guard or fork is. */
-TEST(stored_rows_decode_to_enums)
-{
-    ctl_iv_kind kind = IV_FORK;
-    int st = -1;
-    json_t *r = json_pack("{s:s, s:s}", "kind", "guard", "state", "watch");
-    CHECK(ctl__iv_decode(r, &kind, &st) == 0 && kind == IV_GUARD && st == GUARD_WATCH);
-    ctl_iv iv = {.kind = kind, .state = st};
-    CHECK_STR(ctl__iv_state_name(&iv), "watch");
-    json_decref(r);
-    r = json_pack("{s:s, s:s}", "kind", "fork", "state", "running");
-    CHECK(ctl__iv_decode(r, &kind, &st) == 0 && kind == IV_FORK && st == FORK_RUNNING);
-    json_decref(r);
-    static const char *const bad[][2] = {
-        {"guard", "running"}, /* a fork's state */
-        {"fork", "kept"},     /* a guard's */
-        {"spoon", "running"},
-        {"guard", ""},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        r = json_pack("{s:s, s:s}", "kind", bad[i][0], "state", bad[i][1]);
-        kind = IV_FORK, st = 7;
-        CHECK(ctl__iv_decode(r, &kind, &st) == -1 && kind == IV_FORK && st == 7);
-        json_decref(r);
-    }
-    r = json_pack("{s:s}", "state", "watch"); /* no kind */
-    CHECK(ctl__iv_decode(r, &kind, &st) == -1);
-    json_decref(r);
-}
-
 TEST(the_jump_test_by_hand)
 {
     sched_jump_test test = {3.0, 0.2, 3};
@@ -133,8 +91,6 @@ TEST(the_jump_test_by_hand)
 int main(void)
 {
     RUN(the_tables_match_the_diagrams);
-    RUN(state_names_round_trip);
-    RUN(stored_rows_decode_to_enums);
     RUN(the_jump_test_by_hand);
     TEST_DONE();
 }

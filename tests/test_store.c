@@ -2,7 +2,8 @@
     folder: create and migrate, reopen, read-only refusals (not a database,
     not a jizhi database, a newer schema), studies, every trial field
     through insert/save/get/load (NaN values, parent, metric_session),
-    params generations and lineage, metrics with NaN, events, and
+    params generations and lineage, metrics with NaN, events, the
+    interventions' kinds and states (enums, text only in the columns), and
     transactions that survive (or not) a close and reopen.
 */
 #include "jz_test.h"
@@ -536,6 +537,137 @@ TEST(states_round_trip_as_enums)
     CHECK(store_study_get(s, "st", &st) == -1);
     CHECK(strstr(store_errmsg(s), "study 'st': unknown state 'paused'") != NULL);
     CHECK(store_study_get_id(s, sid, &st) == -1);
+    store_close(&s);
+}
+
+/* store_interv_open's rows as "id kind state" words, and the bad ones'
+   messages, in a buffer. */
+typedef struct {
+    char seen[512];
+    char bad[256];
+} s_ivlog;
+
+static void s_iv_seen(void *arg, const store_interv *iv, const char *bad)
+{
+    s_ivlog *l = arg;
+    size_t n = strlen(l->seen);
+    if (bad)
+        snprintf(l->bad + strlen(l->bad), sizeof l->bad - strlen(l->bad), "%s;", bad);
+    else
+        snprintf(l->seen + n, sizeof l->seen - n, "%ld %s %s %ld;", iv->id,
+                 store_iv_kind_name(iv->kind), store_iv_state_name(iv->kind, iv->state),
+                 (long)json_integer_value(json_object_get(iv->data, "k")));
+}
+
+/* An intervention's kind and state are enums in rows and text only in the
+   column and the JSON: each round-trips, done follows a final state, and
+   a text that names none is refused with the intervention's id (before,
+   the lists copied it through). */
+TEST(intervention_states_as_enums)
+{
+    for (int k = 0; k < IV_KIND_COUNT; k++) {
+        store_iv_kind kind;
+        CHECK(store_iv_kind_parse(store_iv_kind_name(k), &kind) == 0 && (int)kind == k);
+        int n = k == IV_GUARD ? GUARD_COUNT : FORK_COUNT;
+        for (int i = 0; i < n; i++) {
+            int st = -1;
+            CHECK(store_iv_state_parse(k, store_iv_state_name(k, i), &st) == 0 &&
+                  st == i);
+        }
+        CHECK_STR(store_iv_state_name(k, n), "invalid");
+    }
+    int st = 5;
+    CHECK(store_iv_state_parse(IV_GUARD, "running", &st) == -1 && st == 5); /* a fork's */
+    CHECK(store_iv_state_parse(IV_FORK, "kept", &st) == -1 && st == 5); /* a guard's */
+    CHECK(store_iv_state_parse(IV_FORK, NULL, &st) == -1);
+    store_iv_kind kind = IV_FORK;
+    CHECK(store_iv_kind_parse("spoon", &kind) == -1 && kind == IV_FORK);
+    CHECK(store_iv_state_final(IV_GUARD, GUARD_REVERT) == 0);
+    CHECK(store_iv_state_final(IV_GUARD, GUARD_KEPT) == 1);
+    CHECK(store_iv_state_final(IV_FORK, FORK_RUNNING) == 0);
+    CHECK(store_iv_state_final(IV_FORK, FORK_REFUSED) == 1);
+
+    s_rm_db("iv.db");
+    store_t *s = s_open("iv.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("iv");
+    long sid = store_study_insert(s, "iv", spec, STUDY_RUNNING, 1);
+    json_decref(spec);
+    store_trial t;
+    s_fill_trial(&t, sid, 0);
+    REQUIRE(store_trial_insert(s, &t) == 0);
+    long tid = t.id;
+    store_trial_fini(&t);
+    json_t *d = json_pack("{s:i}", "k", 1);
+    long g = store_interv_insert(s, sid, tid, IV_GUARD, GUARD_WATCH, d, 10);
+    json_object_set_new(d, "k", json_integer(2));
+    long f = store_interv_insert(s, sid, tid, IV_FORK, FORK_CHECKPOINT, d, 11);
+    json_object_set_new(d, "k", json_integer(3));
+    long g2 = store_interv_insert(s, sid, tid, IV_GUARD, GUARD_REFUSED, d, 12);
+    REQUIRE(g > 0 && f > g && g2 > f);
+    json_object_set_new(d, "k", json_integer(4));
+    CHECK(store_interv_save(s, f, IV_FORK, FORK_RUNNING, d, 13) == 0);
+    json_decref(d);
+    store_close(&s);
+    char sql[160];
+    const struct {
+        long id;
+        const char *kind, *state;
+        int done;
+    } cols[] = {
+        {g, "guard", "watch", 0}, {f, "fork", "running", 0}, {g2, "guard", "refused", 1}};
+    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) { /* the columns' text */
+        snprintf(sql, sizeof sql,
+                 "SELECT kind='%s' AND state='%s' AND done=%d FROM interventions "
+                 "WHERE id=%ld",
+                 cols[i].kind, cols[i].state, cols[i].done, cols[i].id);
+        CHECK(s_sql_int("iv.db", sql) == 1);
+    }
+
+    s = s_open("iv.db", 1);
+    REQUIRE(s);
+    s_ivlog l = {{0}, {0}};
+    CHECK(store_interv_open(s, s_iv_seen, &l) == 2); /* the unfinished ones */
+    char want[256];
+    snprintf(want, sizeof want, "%ld guard watch 1;%ld fork running 4;", g, f);
+    CHECK_STR(l.seen, want);
+    CHECK_STR(l.bad, "");
+    json_t *list = store_interv_list(s, tid);
+    REQUIRE(list && json_array_size(list) == 3);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(list, 1), "kind")),
+              "fork");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(list, 1), "state")),
+              "running");
+    CHECK(json_is_true(json_object_get(json_array_get(list, 2), "done")));
+    json_decref(list);
+    store_close(&s);
+
+    /* a text that names none: refused by the lists, passed as bad to
+       store_interv_open, with the intervention's id */
+    snprintf(sql, sizeof sql, "UPDATE interventions SET state='bogus' WHERE id=%ld", g);
+    s_sql_int("iv.db", sql);
+    snprintf(sql, sizeof sql, "UPDATE interventions SET kind='spoon' WHERE id=%ld", g2);
+    s_sql_int("iv.db", sql);
+    s = s_open("iv.db", 1);
+    REQUIRE(s);
+    CHECK(store_interv_list(s, tid) == NULL);
+    snprintf(want, sizeof want, "intervention %ld: unknown guard state 'bogus'", g);
+    CHECK(strstr(store_errmsg(s), want) != NULL);
+    CHECK(store_interv_study(s, sid) == NULL);
+    CHECK(strstr(store_errmsg(s), want) != NULL);
+    memset(&l, 0, sizeof l);
+    CHECK(store_interv_open(s, s_iv_seen, &l) == 2);
+    snprintf(want, sizeof want, "%ld fork running 4;", f);
+    CHECK_STR(l.seen, want);
+    CHECK(strstr(l.bad, "unknown guard state 'bogus'") != NULL);
+    store_close(&s);
+    snprintf(sql, sizeof sql, "UPDATE interventions SET state='watch' WHERE id=%ld", g);
+    s_sql_int("iv.db", sql);
+    s = s_open("iv.db", 1);
+    REQUIRE(s);
+    CHECK(store_interv_list(s, tid) == NULL);
+    snprintf(want, sizeof want, "intervention %ld: unknown kind 'spoon'", g2);
+    CHECK(strstr(store_errmsg(s), want) != NULL);
     store_close(&s);
 }
 
@@ -1189,6 +1321,7 @@ int main(void)
     RUN(studies);
     RUN(trial_round_trip);
     RUN(states_round_trip_as_enums);
+    RUN(intervention_states_as_enums);
     RUN(trials_load_in_order);
     RUN(params_generations_and_lineage);
     RUN(metrics);

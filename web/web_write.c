@@ -131,7 +131,9 @@ static int s_call_iv(web_req *r, json_t *msg, int timeout_ms, store_interv_wait 
         json_decref(reply);
         return st;
     }
-    const char *state = iv ? json_string_value(json_object_get(reply, iv->kind)) : NULL;
+    const char *state =
+        iv ? json_string_value(json_object_get(reply, store_iv_kind_name(iv->kind)))
+           : NULL;
     if (state &&
         !strcmp(state, "refused")) { /* read from the store: as the controller's */
         const char *why = json_string_value(json_object_get(reply, "reason"));
@@ -151,10 +153,10 @@ static int s_call(web_req *r, json_t *msg, int timeout_ms)
     return s_call_iv(r, msg, timeout_ms, NULL);
 }
 
-/* s_call for a waited guarded change or fork (kind "guard" or "fork") on
-   trial: the wait also reads the intervention from this server's store. */
+/* s_call for a waited guarded change or fork (kind) on trial: the wait
+   also reads the intervention from this server's store. */
 static int s_call_waited_iv(web_req *r, json_t *msg, int timeout_ms, long trial,
-                            const char *kind)
+                            store_iv_kind kind)
 {
     store_t *s = web__db(r);
     if (!s) {
@@ -283,7 +285,7 @@ int web__post_trial_set(web_req *r)
     if (!guarded)
         return s_call(r, msg, WAIT_MS);
     json_object_set(msg, "guard", guard); /* the controller checks its fields */
-    return s_call_waited_iv(r, msg, (GUARD_WAIT_S + 5) * 1000, id, "guard");
+    return s_call_waited_iv(r, msg, (GUARD_WAIT_S + 5) * 1000, id, IV_GUARD);
 }
 
 /* POST /api/trials/ID/fork {"siblings": [{values}...], "steps"?, "keep"?,
@@ -313,5 +315,5 @@ int web__post_trial_fork(web_req *r)
     }
     if (!wait)
         return s_call(r, msg, WAIT_MS);
-    return s_call_waited_iv(r, msg, (int)(wait_s + 5) * 1000, id, "fork");
+    return s_call_waited_iv(r, msg, (int)(wait_s + 5) * 1000, id, IV_FORK);
 }
