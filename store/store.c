@@ -463,14 +463,14 @@ int store__col_trial_state(store_t *s, sqlite3_stmt *st, int i, long trial_id,
                          text ? text : "(null)");
 }
 
-int store__col_study_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
+int store__col_study_state(store_t *s, sqlite3_stmt *st, int i, const char *name,
                            store_study_state *out)
 {
     const char *text = (const char *)sqlite3_column_text(st, i);
     if (store_study_state_parse(text, out) == 0)
         return 0;
-    return store__refuse(s, "%s: unknown state '%s' in the database", what,
-                         text ? text : "(null)");
+    return store__refuse(s, "study '%s': unknown state '%s' in the database",
+                         name ? name : "", text ? text : "(null)");
 }
 
 /* A time or latency: null when not there (NaN). */

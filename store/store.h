@@ -220,7 +220,8 @@ int store_enqueued_del(store_t *s, long id);
 /* Every study as a JSON array of {id, name, state, created, finished,
    trials, completed, failed, stopped, pruned, running, budget, best} and,
    with several objectives, pareto (store_study_best) (caller owns), NULL
-   on error. */
+   on error (also for a state text that names no state: store_errmsg says
+   which). */
 json_t *store_study_list(store_t *s);
 /* A study's answer by the one definition of best (spec_best_counts,
    spec_mark_trials; store_best.c), set in `out` (an object, borrowed):

@@ -62,10 +62,10 @@ int store__exec(store_t *s, sqlite3_stmt *st);
 int store__refuse(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The state column's text as a state: 0, or -1 (store__refuse) when the
    text names no state; the message names the row: trial `trial_id`, or
-   `what` ("study x"). */
+   study `name`. */
 int store__col_trial_state(store_t *s, sqlite3_stmt *st, int i, long trial_id,
                            store_trial_state *out);
-int store__col_study_state(store_t *s, sqlite3_stmt *st, int i, const char *what,
+int store__col_study_state(store_t *s, sqlite3_stmt *st, int i, const char *name,
                            store_study_state *out);
 
 /* Makes room at index n of the growing array *arrayp (arrayp is the

@@ -44,9 +44,7 @@ static int s_study_row(store_t *s, sqlite3_stmt *st, store_study *out)
     memset(out, 0, sizeof *out);
     out->id = (long)sqlite3_column_int64(st, STUDY_C_ID);
     store__col_text(st, STUDY_C_NAME, out->name, sizeof out->name);
-    char what[160];
-    snprintf(what, sizeof what, "study '%s'", out->name);
-    if (store__col_study_state(s, st, STUDY_C_STATE, what, &out->state) != 0)
+    if (store__col_study_state(s, st, STUDY_C_STATE, out->name, &out->state) != 0)
         return -1;
     out->spec = store__col_json(st, STUDY_C_SPEC);
     out->sched_state = store__col_json(st, STUDY_C_SCHED_STATE);
@@ -216,12 +214,16 @@ json_t *store_study_list(store_t *s)
     if (!st)
         return NULL;
     json_t *out = json_array();
-    while (store__step(s, st) == SQLITE_ROW) {
+    int rc;
+    while ((rc = store__step(s, st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, C_NAME);
+        store_study_state state;
+        if (store__col_study_state(s, st, C_STATE, name, &state) != 0)
+            break;
         json_t *e =
             json_pack("{s:I, s:s, s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-                      "id", (json_int_t)sqlite3_column_int64(st, C_ID), "name",
-                      (const char *)sqlite3_column_text(st, C_NAME), "state",
-                      (const char *)sqlite3_column_text(st, C_STATE), "created",
+                      "id", (json_int_t)sqlite3_column_int64(st, C_ID), "name", name,
+                      "state", store_study_state_name(state), "created",
                       json_real(sqlite3_column_double(st, C_CREATED)), "finished",
                       store__num_or_null(store__col_double(st, C_FINISHED)), "trials",
                       (json_int_t)sqlite3_column_int64(st, C_TRIALS), "completed",
@@ -235,6 +237,10 @@ json_t *store_study_list(store_t *s)
             json_array_append_new(out, e);
     }
     sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) { /* a read error, or a state text that names none */
+        json_decref(out);
+        return NULL;
+    }
     /* each study's best (or Pareto set), by the one definition */
     size_t i;
     json_t *e;

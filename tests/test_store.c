@@ -537,6 +537,8 @@ TEST(states_round_trip_as_enums)
     CHECK(store_study_get(s, "st", &st) == -1);
     CHECK(strstr(store_errmsg(s), "study 'st': unknown state 'paused'") != NULL);
     CHECK(store_study_get_id(s, sid, &st) == -1);
+    CHECK(store_study_list(s) == NULL); /* not the text passed on */
+    CHECK(strstr(store_errmsg(s), "study 'st': unknown state 'paused'") != NULL);
     store_close(&s);
 }
 
