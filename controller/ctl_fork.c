@@ -34,7 +34,7 @@
 #define FORK_STEPS_DEFAULT 10
 #define FORK_MAX_SIBLINGS 16
 
-/* ---- the state machine (its table and names: ctl_interv.c) ---- */
+/* ---- the state machine (its table: ctl_interv.c; names: the store's) ---- */
 
 /* Moves iv and persists it (with its data) before anything is sent. */
 static int s_move(ctl_t *c, ctl_iv *iv, store_fork_state to)
@@ -232,7 +232,7 @@ static int s_all_in(const ctl_iv *iv)
 
 /* ---- events ---- */
 
-void ctl__fork_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
+static void s_on_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
 {
     if (iv->state != FORK_CHECKPOINT || applied)
         return; /* applied: its checkpoint_done follows */
@@ -244,14 +244,14 @@ void ctl__fork_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
     s_refuse(c, iv, reason);
 }
 
-void ctl__fork_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
+static void s_on_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 {
     if (iv->state == FORK_CHECKPOINT)
         s_create_siblings(c, iv, t);
 }
 
-void ctl__fork_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts,
-                       size_t n)
+static void s_on_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts,
+                         size_t n)
 {
     if (iv->state != FORK_RUNNING || t->row.id == iv->trial_id)
         return;
@@ -272,7 +272,7 @@ void ctl__fork_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pt
         ctl__iv_save(c, iv);
 }
 
-void ctl__fork_tick(ctl_t *c, ctl_iv *iv, double now)
+static void s_on_tick(ctl_t *c, ctl_iv *iv, double now)
 {
     (void)now;
     ctl_trial *parent = ctl__trial_by_id(c, iv->trial_id);
@@ -302,7 +302,7 @@ void ctl__fork_tick(ctl_t *c, ctl_iv *iv, double now)
         s_decide(c, iv, "the siblings ended");
 }
 
-void ctl__fork_resume(ctl_t *c, ctl_iv *iv)
+static void s_on_resume(ctl_t *c, ctl_iv *iv)
 {
     ctl_trial *parent = ctl__trial_by_id(c, iv->trial_id);
     if (iv->state == FORK_CHECKPOINT) {
@@ -322,6 +322,14 @@ void ctl__fork_resume(ctl_t *c, ctl_iv *iv)
             snprintf(t->load_on_start, sizeof t->load_on_start, "%s", path);
     }
 }
+
+const ctl_iv_ops ctl__fork_ops = {
+    .instr_done = s_on_instr_done,
+    .metrics = s_on_metrics,
+    .tick = s_on_tick,
+    .checkpoint = s_on_checkpoint,
+    .resume = s_on_resume,
+};
 
 /* ---- the request ---- */
 

@@ -36,7 +36,7 @@
 #define GUARD_TOLERANCE_DEFAULT 0.2
 #define GUARD_BASE_POINTS 20 /* reports before the change that make its average */
 
-/* ---- the state machine (its table and names: ctl_interv.c) ---- */
+/* ---- the state machine (its table: ctl_interv.c; names: the store's) ---- */
 
 /* Moves iv and persists it (with its data) before anything is sent. */
 static int s_move(ctl_t *c, ctl_iv *iv, store_guard_state to)
@@ -316,13 +316,13 @@ static void s_judge_trend(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 
 /* ---- events ---- */
 
-void ctl__guard_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
+static void s_on_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
 {
     ctl_trial *t = ctl__trial_by_id(c, iv->trial_id);
     char reason[600];
     switch ((store_guard_state)iv->state) {
     case GUARD_CHECKPOINT:
-        /* applied: its checkpoint_done follows (ctl__guard_checkpoint) */
+        /* applied: its checkpoint_done follows (s_on_checkpoint) */
         if (!applied || !t) {
             snprintf(reason, sizeof reason,
                      "trial %ld cannot checkpoint (%s): --guard needs a checkpoint to go "
@@ -366,7 +366,7 @@ void ctl__guard_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why)
     }
 }
 
-void ctl__guard_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
+static void s_on_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 {
     if (iv->state != GUARD_CHECKPOINT)
         return;
@@ -377,8 +377,8 @@ void ctl__guard_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
         s_send_change(c, iv, t);
 }
 
-void ctl__guard_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts,
-                        size_t n)
+static void s_on_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts,
+                         size_t n)
 {
     if (iv->state != GUARD_WATCH)
         return;
@@ -424,7 +424,7 @@ void ctl__guard_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *p
         ctl__iv_save(c, iv);
 }
 
-void ctl__guard_tick(ctl_t *c, ctl_iv *iv, double now)
+static void s_on_tick(ctl_t *c, ctl_iv *iv, double now)
 {
     (void)now;
     ctl_trial *t = ctl__trial_by_id(c, iv->trial_id);
@@ -440,7 +440,7 @@ void ctl__guard_tick(ctl_t *c, ctl_iv *iv, double now)
         s_finish(c, iv, GUARD_REFUSED, "the trial ended before the change");
 }
 
-void ctl__guard_resume(ctl_t *c, ctl_iv *iv)
+static void s_on_resume(ctl_t *c, ctl_iv *iv)
 {
     ctl_trial *t = ctl__trial_by_id(c, iv->trial_id);
     if (!t || !ctl_trial_active(t))
@@ -459,6 +459,14 @@ void ctl__guard_resume(ctl_t *c, ctl_iv *iv)
         return;
     }
 }
+
+const ctl_iv_ops ctl__guard_ops = {
+    .instr_done = s_on_instr_done,
+    .metrics = s_on_metrics,
+    .tick = s_on_tick,
+    .checkpoint = s_on_checkpoint,
+    .resume = s_on_resume,
+};
 
 /* ---- the start ---- */
 

@@ -46,8 +46,7 @@ int ctl__iv_busy(ctl_t *c, const ctl_trial *t, char *err, size_t size)
         return 0;
     snprintf(err, size,
              "trial %ld already has a %s under way (state %s); wait for its outcome",
-             t->row.id, busy->kind == IV_GUARD ? "guarded change" : "fork",
-             ctl__iv_state_name(busy));
+             t->row.id, ctl__iv_what(busy), ctl__iv_state_name(busy));
     return 1;
 }
 
@@ -62,6 +61,11 @@ ctl_iv *ctl__iv_push(ctl_t *c)
     memset(iv, 0, sizeof *iv);
     iv->instr = -1;
     return iv;
+}
+
+const char *ctl__iv_what(const ctl_iv *iv)
+{
+    return iv->kind == IV_GUARD ? "guarded change" : "fork";
 }
 
 const char *ctl__iv_state_name(const ctl_iv *iv)

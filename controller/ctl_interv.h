@@ -110,8 +110,10 @@ typedef struct {
    persists iv's state (done when it is final) and data: 0 or -1. */
 ctl_iv *ctl__iv_add(ctl_t *c, store_iv_kind kind, ctl_trial *t, int state, json_t *data);
 int ctl__iv_save(ctl_t *c, ctl_iv *iv);
-/* The name of iv's state, for messages and outputs (static). */
+/* The name of iv's state, for messages and outputs, and its kind in
+   messages: "guarded change", "fork" (static). */
 const char *ctl__iv_state_name(const ctl_iv *iv);
+const char *ctl__iv_what(const ctl_iv *iv);
 /* The unfinished intervention on (or, for a fork, of a sibling) trial id. */
 ctl_iv *ctl__iv_of_trial(ctl_t *c, long trial_id);
 /* Answers iv's waiter with msg (taken) and forgets it. */
@@ -128,20 +130,21 @@ ctl_iv *ctl__iv_push(ctl_t *c);
 /* Drops the finished ones whose waiter was answered. */
 void ctl__iv_sweep(ctl_t *c);
 
-/* ctl_guard.c / ctl_fork.c: one intervention's events (the list calls
-   them). `resume`: the state's instruction again after a restart. */
-void ctl__guard_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why);
-void ctl__guard_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts,
-                        size_t n);
-void ctl__guard_tick(ctl_t *c, ctl_iv *iv, double now);
-void ctl__guard_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t);
-void ctl__guard_resume(ctl_t *c, ctl_iv *iv);
-void ctl__fork_instr_done(ctl_t *c, ctl_iv *iv, int applied, const char *why);
-void ctl__fork_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts,
-                       size_t n);
-void ctl__fork_tick(ctl_t *c, ctl_iv *iv, double now);
-void ctl__fork_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t);
-void ctl__fork_resume(ctl_t *c, ctl_iv *iv);
+/* One kind's events, in ctl_guard.c (ctl__guard_ops) and ctl_fork.c
+   (ctl__fork_ops); ctl_interv_ev.c passes each to the kind of the
+   intervention it concerns. */
+typedef struct {
+    /* an instruction it waited for was resolved */
+    void (*instr_done)(ctl_t *c, ctl_iv *iv, int applied, const char *why);
+    /* t (the trial or a fork's sibling) reported */
+    void (*metrics)(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *pts, size_t n);
+    void (*tick)(ctl_t *c, ctl_iv *iv, double now);         /* while unfinished */
+    void (*checkpoint)(ctl_t *c, ctl_iv *iv, ctl_trial *t); /* t saved one */
+    /* after a restart: the state's instruction again */
+    void (*resume)(ctl_t *c, ctl_iv *iv);
+} ctl_iv_ops;
+extern const ctl_iv_ops ctl__guard_ops;
+extern const ctl_iv_ops ctl__fork_ops;
 /* 1 when iv is in a final state. */
 int ctl__iv_done(const ctl_iv *iv);
 /* The data's integer `k` (dflt when absent) and text `k` ("" when absent,

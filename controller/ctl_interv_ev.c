@@ -14,6 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The events of iv's kind. */
+static const ctl_iv_ops *s_ops(const ctl_iv *iv)
+{
+    static const ctl_iv_ops *const ops[IV_KIND_COUNT] = {
+        [IV_GUARD] = &ctl__guard_ops, [IV_FORK] = &ctl__fork_ops};
+    return ops[iv->kind];
+}
+
 /* store_interv_open's row: added to the list, or left as it is when the
    store cannot name its kind or state. */
 static void s_read(void *arg, const store_interv *r, const char *bad)
@@ -44,12 +52,8 @@ int ctl__interv_load(ctl_t *c, char *err, size_t errsize)
     for (size_t i = first; i < ctl__iv_list(c)->n; i++) {
         ctl_iv *iv = &ctl__iv_list(c)->v[i];
         log_info("ctl", "resuming the %s of trial %ld (intervention %ld, state %s)",
-                 iv->kind == IV_GUARD ? "guarded change" : "fork", iv->trial_id, iv->id,
-                 ctl__iv_state_name(iv));
-        if (iv->kind == IV_GUARD)
-            ctl__guard_resume(c, iv);
-        else
-            ctl__fork_resume(c, iv);
+                 ctl__iv_what(iv), iv->trial_id, iv->id, ctl__iv_state_name(iv));
+        s_ops(iv)->resume(c, iv);
     }
     ctl__iv_sweep(c);
     return 0;
@@ -64,10 +68,7 @@ void ctl__interv_instr_done(ctl_t *c, long id, long trial_id, int applied,
         if (iv->instr != id || ctl__iv_done(iv))
             continue;
         iv->instr = -1;
-        if (iv->kind == IV_GUARD)
-            ctl__guard_instr_done(c, iv, applied, why);
-        else
-            ctl__fork_instr_done(c, iv, applied, why);
+        s_ops(iv)->instr_done(c, iv, applied, why);
         return;
     }
     (void)trial_id;
@@ -78,10 +79,7 @@ void ctl__interv_metrics(ctl_t *c, ctl_trial *t, const store_point *pts, size_t 
     ctl_iv *iv = c->interv ? ctl__iv_of_trial(c, t->row.id) : NULL;
     if (!iv)
         return;
-    if (iv->kind == IV_GUARD)
-        ctl__guard_metrics(c, iv, t, pts, n);
-    else
-        ctl__fork_metrics(c, iv, t, pts, n);
+    s_ops(iv)->metrics(c, iv, t, pts, n);
 }
 
 void ctl__interv_checkpoint(ctl_t *c, ctl_trial *t)
@@ -89,10 +87,7 @@ void ctl__interv_checkpoint(ctl_t *c, ctl_trial *t)
     ctl_iv *iv = c->interv ? ctl__iv_of_trial(c, t->row.id) : NULL;
     if (!iv || iv->trial_id != t->row.id)
         return;
-    if (iv->kind == IV_GUARD)
-        ctl__guard_checkpoint(c, iv, t);
-    else
-        ctl__fork_checkpoint(c, iv, t);
+    s_ops(iv)->checkpoint(c, iv, t);
 }
 
 void ctl__interv_tick(ctl_t *c, double now)
@@ -102,12 +97,8 @@ void ctl__interv_tick(ctl_t *c, double now)
     ctl_interv *l = c->interv;
     for (size_t i = 0; i < l->n; i++) {
         ctl_iv *iv = &l->v[i];
-        if (!ctl__iv_done(iv)) {
-            if (iv->kind == IV_GUARD)
-                ctl__guard_tick(c, iv, now);
-            else
-                ctl__fork_tick(c, iv, now);
-        }
+        if (!ctl__iv_done(iv))
+            s_ops(iv)->tick(c, iv, now);
         if (iv->waiter.len && iv->wait_until > 0 && now > iv->wait_until)
             ctl__iv_answer(
                 c, iv,
@@ -115,8 +106,8 @@ void ctl__interv_tick(ctl_t *c, double now)
                            "the %s of trial %ld is not decided within %g s (timed out); "
                            "it goes on (state %s): `jizhi trial show %ld` tells the "
                            "outcome",
-                           iv->kind == IV_GUARD ? "guarded change" : "fork", iv->trial_id,
-                           iv->wait_s, ctl__iv_state_name(iv), iv->trial_id));
+                           ctl__iv_what(iv), iv->trial_id, iv->wait_s,
+                           ctl__iv_state_name(iv), iv->trial_id));
     }
     ctl__iv_sweep(c);
 }
