@@ -75,6 +75,12 @@ SOMAJOR    := $(firstword $(subst ., ,$(VERSION)))
 LIBJIZHI_SO := $(BUILD)/lib/libjizhi.so
 LIBJIZHI_SOV := $(BUILD)/lib/libjizhi.so.$(SOMAJOR)
 JIZHI      := $(BUILD)/bin/jizhi
+JIZHI_CORE := $(BUILD)/bin/jizhi-core
+# The `jizhi` front (cli/main.c with CLI_FRONT): the trial and report
+# commands in-process, the others by execv of jizhi-core beside it. Its
+# objects and libraries leave out the schedulers, GSL, OpenBLAS and curses.
+CLI_FRONT_SRC := cli/cmd_trial.c cli/cmd_ask.c cli/cli_util.c cli/cli_opts.c
+FRONT_LIBS := -lzmq -lsodium -ljansson -lsqlite3 -lz -lm
 
 # Internal libraries in link order (users before what they use).
 INTERNAL_LIBS := $(LIB_WEB) $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIB_HELPER) $(LIB_COMMON)
@@ -96,7 +102,7 @@ BENCHES     :=
 .PHONY: all run test test-unit test-integration bench deps config clean valgrind format fuzz \
         format-check fuzz-build \
         install uninstall
-all: config $(JIZHI) $(LIBJIZHI_SO) $(LIBJIZHI_A) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS)
+all: config $(JIZHI) $(JIZHI_CORE) $(LIBJIZHI_SO) $(LIBJIZHI_A) $(BUILD)/lib/pkgconfig/jizhi.pc $(UNIT_TESTS)
 
 -include trainer/trainer.mk
 -include schedulers/schedulers.mk
@@ -152,9 +158,16 @@ $(BUILD)/lib/pkgconfig/jizhi.pc: trial_helper/jizhi.pc.in
 	    -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 $(BUILD)/obj/cli/main.o: ALL_CFLAGS += -DJIZHI_VERSION='"$(VERSION)"'
-$(JIZHI): $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS)
+$(JIZHI_CORE): $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS) $(ALL_LDFLAGS) $(LIBS) -lncursesw
+
+$(BUILD)/obj/cli/main_front.o: cli/main.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DCLI_FRONT -DJIZHI_VERSION='"$(VERSION)"' -MF $(@:.o=.d) -c $< -o $@
+$(JIZHI): $(BUILD)/obj/cli/main_front.o $(call obj,$(CLI_FRONT_SRC)) $(LIB_STORE) $(LIB_HELPER) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) -Wl,--as-needed $(FRONT_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(INTERNAL_LIBS)
 	@mkdir -p $(dir $@)
@@ -338,7 +351,7 @@ PYDIR   ?= $(or $(PYSITE),$(PREFIX)/lib/python3/dist-packages)
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) \
 	    $(DESTDIR)$(PYDIR)/jizhi
-	install -m 755 $(JIZHI) $(EXTRA_BINS) $(DESTDIR)$(BINDIR)/
+	install -m 755 $(JIZHI) $(JIZHI_CORE) $(EXTRA_BINS) $(DESTDIR)$(BINDIR)/
 	install -m 755 $(LIBJIZHI_SOV) $(DESTDIR)$(LIBDIR)/
 	ln -sf libjizhi.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libjizhi.so
 	install -m 644 $(LIBJIZHI_A) $(DESTDIR)$(LIBDIR)/
@@ -350,7 +363,7 @@ install: all
 	@if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 uninstall:
-	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,jizhi $(notdir $(EXTRA_BINS))) \
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,jizhi jizhi-core $(notdir $(EXTRA_BINS))) \
 	    $(DESTDIR)$(LIBDIR)/libjizhi.so $(DESTDIR)$(LIBDIR)/libjizhi.so.$(SOMAJOR) \
 	    $(DESTDIR)$(LIBDIR)/libjizhi.a $(DESTDIR)$(INCDIR)/jizhi.h $(DESTDIR)$(LIBDIR)/pkgconfig/jizhi.pc
 	rm -rf $(DESTDIR)$(PYDIR)/jizhi

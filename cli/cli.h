@@ -1,7 +1,10 @@
 /*  cli.h - the `jizhi` command: shared helpers of the cli/ files.
 
-    main.c       command table, global help, PATH set-up
+    main.c       command table, global help, PATH set-up; built twice: the
+                 `jizhi` front (trial, report; hands the rest to jizhi-core)
+                 and `jizhi-core` (every command)
     cli_util.c   database and controller resolution, requests, output
+    cli_spec.c   spec files: paths resolved, admitted (schedulers: core only)
     cli_opts.c   the options study and trial share
     cmd_run.c    run (embedded controller + dispatcher), controller, dispatcher
     cmd_study.c  study submit|list|show|stop|resume|export|events

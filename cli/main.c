@@ -1,10 +1,24 @@
 /*  main.c - the `jizhi` command line (docs/cli.md): the command table.
 
+    Built twice. `jizhi-core` (the default build) runs every command.
+    `jizhi` (built with CLI_FRONT) is the front users type: it runs the
+    commands a trial's life calls often and in a hurry (`trial ...`:
+    set, pause, stop, list, ...; `report`) itself and hands every other
+    command to jizhi-core next to it (execv, same pid, arguments and
+    environment). The front links libzmq, SQLite and jansson only: no GSL,
+    OpenBLAS (whose constructor starts a busy-waiting thread) or curses
+    to load, relocate and tear down, which was about half of the time a
+    `trial set` process took (docs/bench.md, bench-torch).
+
     The directory holding this executable is put in front of PATH so that
     trials find `jizhi` (for `jizhi report`) and `jizhi-train` next to it.
 */
 #include "cli.h"
+#ifndef CLI_FRONT
 #include "common/blaskern.h"
+#endif
+
+#include <errno.h>
 
 #include <libgen.h>
 #include <stdio.h>
@@ -51,6 +65,14 @@ static const char s_usage[] =
     "`jizhi keygen --name controller` printed it on the controller's host), or\n"
     "--insecure for plain TCP to an --insecure controller (trusted networks only).\n"
     "Exit status: 0 success, 1 the operation failed, 2 usage error.\n";
+
+/* A command of jizhi-core's: NULL in the front's table (s_core_exec). */
+#ifdef CLI_FRONT
+#define S_CORE(fn) NULL
+#else
+#define S_CORE(fn) fn
+#endif
+#define S_CORE_NAME "jizhi-core"
 
 static void s_path_setup(void)
 {
@@ -119,6 +141,25 @@ static int s_client_opts(int argc, char **argv)
     return n;
 }
 
+/* The front: runs jizhi-core, from this executable's folder, with argv.
+   Returns only when it cannot (CLI_FAIL, after saying why). */
+static int s_core_exec(char **argv)
+{
+    char exe[PATH_MAX], core[PATH_MAX + sizeof S_CORE_NAME + 1];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        cli_error("cannot find this program's folder (/proc/self/exe): %s",
+                  strerror(errno));
+        return CLI_FAIL;
+    }
+    exe[n] = 0;
+    snprintf(core, sizeof core, "%s/%s", dirname(exe), S_CORE_NAME);
+    execv(core, argv);
+    cli_error("cannot run %s, which runs `jizhi %s`: %s (install it next to jizhi)", core,
+              argv[1], strerror(errno));
+    return CLI_FAIL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -136,35 +177,40 @@ int main(int argc, char **argv)
     }
     /* the commands that host the controller (the bo GP's BLAS): kernels
        from cpuid, before OpenBLAS is used (common/blaskern.h) */
+#ifndef CLI_FRONT
     if (!strcmp(cmd, "run") || !strcmp(cmd, "controller"))
         blaskern_choose(argv);
-    s_path_setup();
+#endif
     /* client: takes --server-key and --insecure as a client of a controller
-       (the controller's own --insecure is the server side) */
+       (the controller's own --insecure is the server side); fn NULL: the
+       front hands the command to jizhi-core */
     static const struct {
         const char *name;
         int (*fn)(int, char **);
         int client;
     } table[] = {
-        {"run", cmd_run, 0},
-        {"controller", cmd_controller, 0},
-        {"dispatcher", cmd_dispatcher, 1},
-        {"study", cmd_study, 1},
+        {"run", S_CORE(cmd_run), 0},
+        {"controller", S_CORE(cmd_controller), 0},
+        {"dispatcher", S_CORE(cmd_dispatcher), 1},
+        {"study", S_CORE(cmd_study), 1},
         {"trial", cmd_trial, 1},
         {"report", cmd_report, 1},
-        {"batchsize-eval", cmd_bseval, 1},
-        {"watch", cmd_watch, 1},
-        {"plot", cmd_plot, 1},
-        {"serve", cmd_serve, 1},
-        {"token", cmd_token, 1},
-        {"keygen", cmd_keygen, 0},
-        {"alerts", cmd_alerts, 1},
-        {"queue", cmd_queue, 1},
-        {"quota", cmd_quota, 1},
+        {"batchsize-eval", S_CORE(cmd_bseval), 1},
+        {"watch", S_CORE(cmd_watch), 1},
+        {"plot", S_CORE(cmd_plot), 1},
+        {"serve", S_CORE(cmd_serve), 1},
+        {"token", S_CORE(cmd_token), 1},
+        {"keygen", S_CORE(cmd_keygen), 0},
+        {"alerts", S_CORE(cmd_alerts), 1},
+        {"queue", S_CORE(cmd_queue), 1},
+        {"quota", S_CORE(cmd_quota), 1},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(cmd, table[i].name) != 0)
             continue;
+        if (!table[i].fn)
+            return s_core_exec(argv);
+        s_path_setup();
         if (table[i].client && (argc = s_client_opts(argc, argv)) < 0)
             return CLI_USAGE;
         return table[i].fn(argc - 1, argv + 1);

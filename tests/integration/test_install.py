@@ -35,8 +35,8 @@ def prefix(tmp_path_factory):
 
 
 def test_install_layout_and_version(prefix):
-    for f in ("bin/jizhi", "bin/jizhi-train", "include/jizhi.h", "lib/libjizhi.a",
-              "lib/pkgconfig/jizhi.pc", "lib/python3/dist-packages/jizhi/__init__.py"):
+    for f in ("bin/jizhi", "bin/jizhi-core", "bin/jizhi-train", "include/jizhi.h",
+              "lib/libjizhi.a", "lib/pkgconfig/jizhi.pc", "lib/python3/dist-packages/jizhi/__init__.py"):
         assert (prefix / f).exists(), f
     so = prefix / "lib" / "libjizhi.so"
     assert so.is_symlink()
