@@ -129,6 +129,11 @@ static const char *const s_migrations[] = {
     "  kind TEXT NOT NULL, state TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0,"
     "  data TEXT NOT NULL, created REAL, updated REAL);"
     "CREATE INDEX interventions_by_trial ON interventions(trial_id);",
+    /* 9: a study's trials in id order and by state, so that a page of them
+       (the web API's GET .../trials?after=ID&limit=N) and its counts per
+       state read an index range, not the whole table (store_web.c) */
+    "CREATE INDEX trials_by_study ON trials(study_id);"
+    "CREATE INDEX trials_by_study_state ON trials(study_id, state);",
 };
 /* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
    migration bumps it, and this fails to compile until both agree. */

@@ -99,7 +99,7 @@ int store_iv_state_final(store_iv_kind kind, int state);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
-#define STORE_SCHEMA_VERSION 8
+#define STORE_SCHEMA_VERSION 9
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
@@ -492,6 +492,25 @@ typedef struct {
 typedef int (*store_brief_fn)(void *arg, const store_trial_brief *t,
                               const char *params_json);
 long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg);
+/* Which page of a study's trials store_trials_page reads: keyset by trial
+   id, so a page costs its own rows (index trials_by_study, or
+   trials_by_study_state with a state), whatever its position. */
+typedef struct {
+    long after; /* ids above it (below it when desc); 0: from the first (last) */
+    long limit; /* rows at most, >= 1 */
+    int desc;   /* 1: highest id first */
+    int state;  /* a store_trial_state, or -1 for every state */
+} store_trial_page;
+/* As store_trials_each for one page of the trials: fn per trial in id
+   order (params included). *next is the id to pass as `after` for the
+   page that follows, 0 when this page holds the last trial. Returns the
+   rows given to fn or -1 (store_errmsg says why). */
+long store_trials_page(store_t *s, long study_id, const store_trial_page *q,
+                       store_brief_fn fn, void *arg, long *next);
+/* How many trials of the study are in each state: counts[state] for every
+   store_trial_state, one COUNT .. GROUP BY over index trials_by_study_state
+   (no row is read). 0 or -1. */
+int store_trial_counts(store_t *s, long study_id, long counts[TRIAL_STATE_COUNT]);
 /* Highest metrics rowid and event id so far (0 when none). 0 or -1. */
 int store_marks(store_t *s, long *metric_rowid, long *event_id);
 

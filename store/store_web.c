@@ -6,7 +6,9 @@
 
 #include "../common/wire.h"
 
+#include <assert.h>
 #include <math.h>
+#include <stdint.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -177,6 +179,89 @@ long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
     return s_briefs(s, st, fn, arg);
+}
+
+/* store_trials_page's wrapper around the caller's fn: stops at the row
+   past the page, which only tells that there is a next page. */
+typedef struct {
+    store_brief_fn fn;
+    void *arg;
+    long limit, n, last_id;
+    int more;
+} s_pager;
+
+static int s_page_row(void *arg, const store_trial_brief *t, const char *params)
+{
+    s_pager *p = arg;
+    if (p->n == p->limit) {
+        p->more = 1;
+        return 1;
+    }
+    p->n++;
+    p->last_id = t->id;
+    return p->fn(p->arg, t, params);
+}
+
+long store_trials_page(store_t *s, long study_id, const store_trial_page *q,
+                       store_brief_fn fn, void *arg, long *next)
+{
+    /* four statements, one per (order, state filter), so that each reads
+       one index range: trials_by_study holds (study_id, id), and
+       trials_by_study_state (study_id, state, id) */
+#define PAGE_SQL(WHERE, ORDER)                                                           \
+    "SELECT " BRIEF_COLS ", "                                                            \
+    "(SELECT json_group_object(p.name, CASE WHEN json_valid(p.value) THEN "              \
+    "json(p.value) ELSE json_quote(p.value) END) FROM params p "                         \
+    "WHERE p.trial_id = t.id AND p.generation = t.generation) "                          \
+    "FROM trials t WHERE t.study_id = ?1 AND " WHERE " ORDER BY t.id " ORDER " LIMIT ?4"
+    static const char *const sql[2][2] = {
+        {PAGE_SQL("t.id > ?2", "ASC"), PAGE_SQL("t.state = ?3 AND t.id > ?2", "ASC")},
+        {PAGE_SQL("t.id < ?2", "DESC"), PAGE_SQL("t.state = ?3 AND t.id < ?2", "DESC")},
+    };
+#undef PAGE_SQL
+    assert(q->limit >= 1);
+    int filtered = q->state >= 0;
+    sqlite3_stmt *st = store__prepare(s, sql[q->desc != 0][filtered]);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, study_id);
+    sqlite3_bind_int64(st, 2, q->after > 0 ? q->after : q->desc ? INT64_MAX : 0);
+    if (filtered)
+        sqlite3_bind_text(st, 3, store_trial_state_name((store_trial_state)q->state), -1,
+                          SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, q->limit + 1); /* one more: is there a next page */
+    s_pager p = {.fn = fn, .arg = arg, .limit = q->limit};
+    long n = s_briefs(s, st, s_page_row, &p);
+    if (n < 0)
+        return -1;
+    *next = p.more ? p.last_id : 0;
+    return p.n;
+}
+
+int store_trial_counts(store_t *s, long study_id, long counts[TRIAL_STATE_COUNT])
+{
+    for (int i = 0; i < TRIAL_STATE_COUNT; i++)
+        counts[i] = 0;
+    sqlite3_stmt *st = store__prepare(
+        s, "SELECT state, COUNT(*) FROM trials WHERE study_id = ? GROUP BY state");
+    if (!st)
+        return -1;
+    enum { C_STATE, C_COUNT };
+    sqlite3_bind_int64(st, 1, study_id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_trial_state ts;
+        const char *text = (const char *)sqlite3_column_text(st, C_STATE);
+        if (store_trial_state_parse(text, &ts) != 0) {
+            store__refuse(s, "study %ld: unknown trial state '%s' in the database",
+                          study_id, text ? text : "(null)");
+            rc = SQLITE_ERROR;
+            break;
+        }
+        counts[ts] = (long)sqlite3_column_int64(st, C_COUNT);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 int store_marks(store_t *s, long *metric_rowid, long *event_id)

@@ -952,6 +952,112 @@ TEST(incremental_reads)
     store_close(&s);
 }
 
+/* store_trials_page's callback: the ids in the order given. */
+static int s_page_id(void *arg, const store_trial_brief *b, const char *params)
+{
+    long *ids = arg;
+    ids[++ids[0]] = b->id;
+    return 0;
+}
+
+/* The plan of `sql` on a raw connection to `name`, its lines joined. */
+static void s_plan(const char *name, const char *sql, char *out, size_t size)
+{
+    char p[256], q[512];
+    s_path(p, sizeof p, name);
+    snprintf(q, sizeof q, "EXPLAIN QUERY PLAN %s", sql);
+    out[0] = 0;
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    if (sqlite3_open(p, &db) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, q, -1, &st, NULL) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW)
+            snprintf(out + strlen(out), size - strlen(out), "%s|",
+                     (const char *)sqlite3_column_text(st, 3));
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+}
+
+/* Pages of a study's trials (the web API's GET .../trials): keyset by id
+   across another study's interleaved ids, both orders, a state filter,
+   next on the last page only; counts per state; each reads an index
+   range (issue 43). */
+TEST(trial_pages_and_counts)
+{
+    store_t *s = s_open("pg.db", 0);
+    REQUIRE(s);
+    json_t *spec = s_spec_json("a");
+    long sa = store_study_insert(s, "a", spec, STUDY_RUNNING, 1);
+    long sb = store_study_insert(s, "b", spec, STUDY_RUNNING, 1);
+    json_decref(spec);
+    long a_ids[5];
+    for (long k = 0; k < 5; k++) {
+        store_trial t;
+        s_fill_trial(&t, sa, k);
+        t.state = k < 2 ? TRIAL_COMPLETED : TRIAL_RUNNING;
+        REQUIRE(store_trial_insert(s, &t) == 0);
+        a_ids[k] = t.id;
+        store_trial_fini(&t);
+        s_fill_trial(&t, sb, k);
+        REQUIRE(store_trial_insert(s, &t) == 0);
+        store_trial_fini(&t);
+    }
+    long ids[16] = {0}, next = -1;
+    store_trial_page q = {.after = 0, .limit = 2, .state = -1};
+    CHECK(store_trials_page(s, sa, &q, s_page_id, ids, &next) == 2);
+    CHECK(next == a_ids[1]);
+    q.after = next;
+    CHECK(store_trials_page(s, sa, &q, s_page_id, ids, &next) == 2);
+    CHECK(next == a_ids[3]);
+    q.after = next;
+    CHECK(store_trials_page(s, sa, &q, s_page_id, ids, &next) == 1);
+    CHECK(next == 0);
+    CHECK(ids[0] == 5);
+    for (int k = 0; k < 5; k++)
+        CHECK(ids[k + 1] == a_ids[k]);
+    /* a page that ends at the last trial has no next */
+    ids[0] = 0;
+    q = (store_trial_page){.after = a_ids[2], .limit = 2, .state = -1};
+    CHECK(store_trials_page(s, sa, &q, s_page_id, ids, &next) == 2 && next == 0);
+    /* newest first, one state */
+    ids[0] = 0;
+    q = (store_trial_page){.after = 0, .limit = 9, .desc = 1, .state = TRIAL_RUNNING};
+    CHECK(store_trials_page(s, sa, &q, s_page_id, ids, &next) == 3 && next == 0);
+    CHECK(ids[1] == a_ids[4] && ids[2] == a_ids[3] && ids[3] == a_ids[2]);
+    long c[TRIAL_STATE_COUNT];
+    REQUIRE(store_trial_counts(s, sa, c) == 0);
+    CHECK(c[TRIAL_COMPLETED] == 2 && c[TRIAL_RUNNING] == 3 && c[TRIAL_PENDING] == 0);
+    REQUIRE(store_trial_counts(s, sb, c) == 0);
+    CHECK(c[TRIAL_PENDING] == 5 && c[TRIAL_RUNNING] == 0);
+    store_close(&s);
+
+    /* the statements' shapes (store_web.c) read an index range, never the
+       table: no SCAN, no sort */
+    char plan[512];
+    s_plan("pg.db",
+           "SELECT t.id FROM trials t WHERE t.study_id = 1 AND t.id > 3 ORDER BY t.id "
+           "ASC LIMIT 4",
+           plan, sizeof plan);
+    CHECK(strstr(plan, "USING INDEX trials_by_study (study_id=? AND rowid>?)") ||
+          strstr(plan, "USING COVERING INDEX trials_by_study (study_id=? AND rowid>?)"));
+    CHECK(!strstr(plan, "SCAN") && !strstr(plan, "TEMP B-TREE"));
+    s_plan("pg.db",
+           "SELECT t.id, t.number FROM trials t WHERE t.study_id = 1 AND t.state = "
+           "'running' AND t.id < 9 ORDER BY t.id DESC LIMIT 4",
+           plan, sizeof plan);
+    CHECK(
+        strstr(plan, "INDEX trials_by_study_state (study_id=? AND state=? AND rowid<?)"));
+    CHECK(!strstr(plan, "SCAN") && !strstr(plan, "TEMP B-TREE"));
+    s_plan("pg.db",
+           "SELECT state, COUNT(*) FROM trials WHERE study_id = 1 GROUP BY state", plan,
+           sizeof plan);
+    CHECK(strstr(plan, "COVERING INDEX trials_by_study_state (study_id=?)"));
+    CHECK(!strstr(plan, "TEMP B-TREE"));
+    if (!strstr(plan, "COVERING"))
+        printf("plan: %s\n", plan);
+}
+
 TEST(metrics)
 {
     store_t *s = s_open("m.db", 0);
@@ -1222,7 +1328,9 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     CHECK(s_sql_int("v1.db", "ALTER TABLE studies DROP COLUMN extra_trials") == -1);
     CHECK(s_sql_int("v1.db", "ALTER TABLE events DROP COLUMN actor") == -1); /* 6's */
     CHECK(s_sql_int("v1.db", "ALTER TABLE dispatchers DROP COLUMN owner") == -1);
-    CHECK(s_sql_int("v1.db", "DROP TABLE interventions") == -1); /* version 8's */
+    CHECK(s_sql_int("v1.db", "DROP TABLE interventions") == -1);   /* version 8's */
+    CHECK(s_sql_int("v1.db", "DROP INDEX trials_by_study") == -1); /* version 9's */
+    CHECK(s_sql_int("v1.db", "DROP INDEX trials_by_study_state") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version=1") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version") == 1);
     /* read-only opening refuses the older schema; a writer migrates it */
@@ -1326,6 +1434,7 @@ int main(void)
     RUN(intervention_states_as_enums);
     RUN(trials_load_in_order);
     RUN(params_generations_and_lineage);
+    RUN(trial_pages_and_counts);
     RUN(metrics);
     RUN(incremental_reads);
     RUN(non_finite_values);

@@ -23,15 +23,23 @@ static void s_objective(const json_t *spec, const char **metric, int *maximize)
     *maximize = mode && !strcmp(mode, "max");
 }
 
-/* A pass over a study's trials (store_trials_each): the counts and the
-   best for its summary, and, when `out` is set, the trials as a JSON
-   array written straight into it (no JSON objects built: 1000 trials
-   cost a few milliseconds). */
+/* A study's counts for its summary, from store_trial_counts (an index's
+   COUNT .. GROUP BY state, no row read). */
 typedef struct {
-    web_buf *out; /* NULL: count only */
-    int maximize;
     long n, completed, failed, stopped, pruned, running;
 } s_tally;
+
+/* A page of trials written as a JSON array straight into `out` (no JSON
+   objects built: 1000 trials cost a few milliseconds). */
+typedef struct {
+    web_buf *out;
+    long n; /* rows written */
+} s_rows;
+
+/* The default and largest page of GET .../trials and of /page's trials
+   (docs/WEB.md). */
+#define WEB_TRIALS_PAGE 1000
+#define WEB_TRIALS_PAGE_MAX 10000
 
 /* A double as JSON with full precision (null when not finite). */
 static void s_num_full(web_buf *b, double x)
@@ -55,20 +63,11 @@ static void s_value_full(web_buf *b, double x)
         s_num_full(b, x); /* null for none */
 }
 
-static int s_tally_row(void *arg, const store_trial_brief *t, const char *params)
+static int s_row_json(void *arg, const store_trial_brief *t, const char *params)
 {
-    s_tally *y = arg;
-    y->n++;
-    y->completed += t->state == TRIAL_COMPLETED;
-    y->failed += t->state == TRIAL_FAILED;
-    y->stopped += t->state == TRIAL_STOPPED;
-    y->pruned += t->state == TRIAL_PRUNED;
-    y->running += t->state == TRIAL_RUNNING || t->state == TRIAL_STARTING ||
-                  t->state == TRIAL_PAUSED;
+    s_rows *y = arg;
     web_buf *b = y->out;
-    if (!b)
-        return 0;
-    web_buf_str(b, y->n > 1 ? ",{\"id\":" : "{\"id\":");
+    web_buf_str(b, y->n++ ? ",{\"id\":" : "{\"id\":");
     web_buf_long(b, t->id);
     web_buf_str(b, ",\"number\":");
     web_buf_long(b, t->number);
@@ -101,19 +100,67 @@ static int s_tally_row(void *arg, const store_trial_brief *t, const char *params
     return 0;
 }
 
-/* Runs the pass; 0 or -1. */
-static int s_tally_run(store_t *s, const store_study *st, s_tally *y, web_buf *out)
+/* The study's counts; 0 or -1. */
+static int s_tally_run(store_t *s, const store_study *st, s_tally *y)
 {
-    const char *metric;
+    long c[TRIAL_STATE_COUNT];
     memset(y, 0, sizeof *y);
-    s_objective(st->spec, &metric, &y->maximize);
-    y->out = out;
-    if (out)
-        web_buf_str(out, "[");
-    long n = store_trials_each(s, st->id, s_tally_row, y);
-    if (out)
-        web_buf_str(out, "]");
-    return n < 0 ? -1 : 0;
+    if (store_trial_counts(s, st->id, c) != 0)
+        return -1;
+    for (int i = 0; i < TRIAL_STATE_COUNT; i++)
+        y->n += c[i];
+    y->completed = c[TRIAL_COMPLETED];
+    y->failed = c[TRIAL_FAILED];
+    y->stopped = c[TRIAL_STOPPED];
+    y->pruned = c[TRIAL_PRUNED];
+    y->running = c[TRIAL_RUNNING] + c[TRIAL_STARTING] + c[TRIAL_PAUSED];
+    return 0;
+}
+
+/* The page's query (limit, after, order, state; defaults in docs/WEB.md):
+   0, or -1 with a 400 naming the parameter. */
+static int s_page_query(web_req *r, store_trial_page *q)
+{
+    memset(q, 0, sizeof *q);
+    q->state = -1;
+    if (web__query_long(r, "limit", 1, WEB_TRIALS_PAGE_MAX, WEB_TRIALS_PAGE, &q->limit) ||
+        web__query_long(r, "after", 0, 1L << 62, 0, &q->after))
+        return -1;
+    const char *order = web__query(r, "order");
+    if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+        web__error(r, 400, "bad_argument",
+                   "order: expected \"asc\" or \"desc\", got \"%s\"", order);
+        return -1;
+    }
+    q->desc = order && !strcmp(order, "desc");
+    const char *state = web__query(r, "state");
+    if (state) {
+        store_trial_state ts;
+        if (store_trial_state_parse(state, &ts) != 0) {
+            web__error(r, 400, "bad_argument", "state: \"%s\" names no trial state",
+                       state);
+            return -1;
+        }
+        q->state = (int)ts;
+    }
+    return 0;
+}
+
+/* Writes `"trials":[...],"next":ID|null` for page q into b; 0 or -1. */
+static int s_page_json(store_t *s, long study_id, const store_trial_page *q, web_buf *b,
+                       const char *next_key)
+{
+    s_rows y = {.out = b};
+    long next = 0;
+    web_buf_str(b, "\"trials\":[");
+    if (store_trials_page(s, study_id, q, s_row_json, &y, &next) < 0)
+        return -1;
+    web_buf_printf(b, "],\"%s\":", next_key);
+    if (next > 0)
+        web_buf_long(b, next);
+    else
+        web_buf_str(b, "null");
+    return 0;
 }
 
 /* A study's summary: name, state, objective, counts, progress, and its
@@ -161,7 +208,7 @@ static long s_int(const json_t *row, const char *key)
 static json_t *s_summary(store_t *s, const store_study *st, const json_t *answer)
 {
     s_tally y;
-    if (s_tally_run(s, st, &y, NULL) != 0)
+    if (s_tally_run(s, st, &y) != 0)
         return NULL;
     return s_summary_of(s, st, &y, answer);
 }
@@ -217,16 +264,29 @@ int web__get_study(web_req *r)
 
 int web__get_trials(web_req *r)
 {
+    store_trial_page q;
+    if (s_page_query(r, &q) != 0)
+        return 400;
     store_study st;
     if (web__study(r, &st) != 1)
         return r->status;
-    s_tally y;
-    web_buf_str(&r->text, "{\"trials\":");
-    int rc = s_tally_run(r->db, &st, &y, &r->text);
+    long c[TRIAL_STATE_COUNT];
+    long id = st.id;
     store_study_fini(&st);
-    if (rc != 0)
+    web_buf *b = &r->text;
+    web_buf_str(b, "{");
+    if (store_trial_counts(r->db, id, c) != 0 || s_page_json(r->db, id, &q, b, "next")) {
+        web_buf_fini(b);
         return web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
-    web_buf_str(&r->text, "}");
+    }
+    long total = 0;
+    web_buf_str(b, ",\"counts\":{");
+    for (int i = 0; i < TRIAL_STATE_COUNT; i++) {
+        total += q.state < 0 || q.state == i ? c[i] : 0;
+        web_buf_printf(b, i ? ",\"%s\":%ld" : "\"%s\":%ld",
+                       store_trial_state_name((store_trial_state)i), c[i]);
+    }
+    web_buf_printf(b, "},\"total\":%ld}", total);
     return 200;
 }
 
@@ -351,9 +411,10 @@ int web__get_page(web_req *r)
     long points = 0, nevents;
     const char *pq = web__query(r, "points");
     int autopoints = pq && !strcmp(pq, "auto");
+    store_trial_page q;
     if ((!autopoints &&
          web__query_long(r, "points", 2, WEB_CURVE_BUCKETS, 100, &points)) ||
-        web__query_long(r, "events", 0, 100000, 500, &nevents))
+        web__query_long(r, "events", 0, 100000, 500, &nevents) || s_page_query(r, &q))
         return 400;
     store_study st;
     if (web__study(r, &st) != 1)
@@ -367,10 +428,13 @@ int web__get_page(web_req *r)
     const char *metric = web__query(r, "metric");
     char m[128];
     snprintf(m, sizeof m, "%s", metric && *metric ? metric : objective);
+    /* the first page of the trials (the page follows trials_next for the
+       rest: GET .../trials?after=), so that the answer stays small */
     web_buf trials;
     web_buf_init(&trials);
     s_tally y;
-    int ok = s_tally_run(s, &st, &y, &trials) == 0;
+    int ok = s_tally_run(s, &st, &y) == 0 &&
+             s_page_json(s, st.id, &q, &trials, "trials_next") == 0;
     json_t *head = ok ? s_summary_of(s, &st, &y, NULL) : NULL;
     json_t *events =
         store_events_since(s, st.id, mark_event > nevents ? mark_event - nevents : 0, 0);
@@ -390,7 +454,7 @@ int web__get_page(web_req *r)
     web_buf_str(b, "{\"study\":");
     web_buf_str(b, text);
     free(text);
-    web_buf_str(b, ",\"trials\":");
+    web_buf_str(b, ",");
     web_buf_add(b, trials.data, trials.len);
     web_buf_fini(&trials);
     text = json_dumps(events, JSON_COMPACT);

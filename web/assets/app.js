@@ -215,7 +215,10 @@ async function studyPage(name) {
   crumbs({ text: "studies", href: "#/" }, { text: name });
   let data;
   const tf = performance.now();
-  try { data = await getJSON(`/api/studies/${encodeURIComponent(name)}/page?points=auto`); } catch (e) { return fail(e); }
+  /* the trials come a page at a time (docs/WEB.md): /page holds the first
+     one, drawn at once; the rest are appended as they come (appendTrials) */
+  const pageSize = Number(localStorage.getItem("jz.trialsPage")) || 1000;
+  try { data = await getJSON(`/api/studies/${encodeURIComponent(name)}/page?points=auto&limit=${pageSize}`); } catch (e) { return fail(e); }
   jz.timing = { start: tf, data: performance.now() - tf };
   const S = {
     name, study: data.study, trials: data.trials, events: data.events, metrics: data.metrics,
@@ -355,6 +358,7 @@ async function studyPage(name) {
   }
   function recount() {
     const s = S.study;
+    if (S.loading) return; /* the server's counts hold until every page is here */
     const c = { done: 0, running: 0, failed: 0, stopped: 0, pruned: 0, completed: 0 };
     for (const t of S.trials) {
       if (t.state === "completed") c.completed++;
@@ -887,6 +891,25 @@ async function studyPage(name) {
   jz.drawnAt = performance.now();
   document.body.dataset.drawn = "study";
 
+  /* the trials after `after`, a page at a time (GET .../trials?after=ID,
+     following `next`), appended to S.trials (each id once) and redrawn per
+     page; stops when the page is left */
+  async function appendTrials(after) {
+    while (after != null && $("#study-head")) {
+      let j;
+      try { j = await getJSON(`/api/studies/${encodeURIComponent(name)}/trials?after=${after}&limit=${pageSize}`); } catch (e) { break; }
+      const have = new Set(S.trials.map((t) => t.id));
+      for (const t of j.trials) if (!have.has(t.id)) S.trials.push(t);
+      after = j.next;
+      if (after == null) S.loading = false;
+      redrawTrials();
+    }
+    S.loading = false;
+  }
+  S.loading = data.trials_next != null;
+  document.body.dataset.trials = S.loading ? "loading" : "complete";
+  if (S.loading) appendTrials(data.trials_next).then(() => { document.body.dataset.trials = "complete"; });
+
   /* study buttons */
   async function studyCmd(what, btn) {
     if (!confirm(`${what} study ${name}?`)) return;
@@ -934,9 +957,9 @@ async function studyPage(name) {
     for (const r of rows) {
       jz.live.trials++;
       if (tmap[r.id]) Object.assign(tmap[r.id], r);
-      else if (!refetching) {
+      else if (!refetching && !S.loading) { /* a new trial: the pages after the newest one known */
         refetching = true;
-        getJSON(`/api/studies/${encodeURIComponent(name)}/trials`).then((j) => { S.trials = j.trials; refetching = false; redrawTrials(); }).catch(() => (refetching = false));
+        appendTrials(S.trials.reduce((m, t) => Math.max(m, t.id), 0)).then(() => (refetching = false));
       }
     }
     redrawTrials();
