@@ -1,6 +1,8 @@
 /*  exit_how.c - how an attempt ended and its wire text (see exit_how.h). */
 #include "exit_how.h"
 
+#include "util.h"
+
 #include <string.h>
 
 static const char *const s_names[EXIT_HOW_COUNT] = {
@@ -20,8 +22,6 @@ const char *exit_how_name(exit_how h)
 
 exit_how exit_how_parse(const char *text)
 {
-    for (int h = EXIT_EXITED; text && h < EXIT_HOW_COUNT; h++)
-        if (!strcmp(text, s_names[h]))
-            return (exit_how)h;
-    return EXIT_OTHER;
+    int h = util_name_index(s_names, EXIT_HOW_COUNT, text);
+    return h > 0 ? (exit_how)h : EXIT_OTHER;
 }

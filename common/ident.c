@@ -1,6 +1,8 @@
 /*  ident.c - roles and what they allow (see ident.h). */
 #include "ident.h"
 
+#include "util.h"
+
 #include <sodium.h>
 #include <string.h>
 
@@ -16,12 +18,11 @@ const char *ident_role_str(ident_role r)
 
 int ident_role_parse(const char *text, ident_role *out)
 {
-    for (int r = IDENT_ADMIN; r <= IDENT_DISPATCHER; r++)
-        if (text && !strcmp(text, s_names[r])) {
-            *out = (ident_role)r;
-            return 0;
-        }
-    return -1;
+    int r = util_name_index(s_names, IDENT_DISPATCHER + 1, text);
+    if (r <= IDENT_NONE) /* "none" is no role one can name */
+        return -1;
+    *out = (ident_role)r;
+    return 0;
 }
 
 int ident_valid_user(const char *name)

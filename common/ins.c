@@ -1,6 +1,8 @@
 /*  ins.c - instruction kinds and their wire text (see ins.h). */
 #include "ins.h"
 
+#include "util.h"
+
 #include <string.h>
 
 static const char *const s_names[INS_COUNT] = {
@@ -16,8 +18,6 @@ const char *ins_kind_name(ins_kind k)
 
 ins_kind ins_kind_parse(const char *text)
 {
-    for (int k = INS_SET; text && k < INS_COUNT; k++)
-        if (!strcmp(text, s_names[k]))
-            return (ins_kind)k;
-    return INS_NONE;
+    int k = util_name_index(s_names, INS_COUNT, text);
+    return k > 0 ? (ins_kind)k : INS_NONE;
 }

@@ -1,6 +1,8 @@
 /*  log.c - see log.h. */
 #include "log.h"
 
+#include "util.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -26,11 +28,8 @@ static const char *const s_names[] = {"error", "warn", "info", "debug"};
 static int s_current_level(void)
 {
     if (s_level < 0) {
-        const char *e = getenv("JIZHI_LOG");
-        s_level = LOGL_INFO;
-        for (int i = 0; e && i < 4; i++)
-            if (strcmp(e, s_names[i]) == 0)
-                s_level = i;
+        int i = util_name_index(s_names, 4, getenv("JIZHI_LOG"));
+        s_level = i >= 0 ? i : LOGL_INFO;
     }
     return s_level;
 }

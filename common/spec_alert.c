@@ -13,6 +13,7 @@
        "hook_timeout_s": S}      optional, > 0, default 30
 */
 #include "spec.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,10 +39,7 @@ const char *spec_priority_name(int priority)
 
 int spec_priority_parse(const char *text)
 {
-    for (int i = SPEC_PRIO_LOW; text && i <= SPEC_PRIO_HIGH; i++)
-        if (!strcmp(text, s_prio[i]))
-            return i;
-    return -1;
+    return util_name_index(s_prio, SPEC_PRIO_HIGH + 1, text);
 }
 
 const char *spec_alert_on_name(spec_alert_on on)
@@ -51,11 +49,9 @@ const char *spec_alert_on_name(spec_alert_on on)
 
 spec_alert_on spec_alert_kind(const json_t *rule)
 {
-    const char *on = json_string_value(json_object_get(rule, "on"));
-    for (int i = 0; on && i < SPEC_ALERT_COUNT; i++)
-        if (!strcmp(on, s_on[i]))
-            return (spec_alert_on)i;
-    return SPEC_ALERT_COUNT;
+    int i = util_name_index(s_on, SPEC_ALERT_COUNT,
+                            json_string_value(json_object_get(rule, "on")));
+    return i >= 0 ? (spec_alert_on)i : SPEC_ALERT_COUNT;
 }
 
 const char *spec_alert_id(const json_t *rule, size_t i, char *buf, size_t size)

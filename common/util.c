@@ -148,6 +148,14 @@ double util_env_at_most(const char *name, double max)
     return v > 0 && v <= max ? v : max;
 }
 
+int util_name_index(const char *const *names, int n, const char *text)
+{
+    for (int i = 0; text && i < n; i++)
+        if (names[i] && !strcmp(text, names[i]))
+            return i;
+    return -1;
+}
+
 char *util_vstrf(const char *fmt, va_list ap)
 {
     char *s = NULL;

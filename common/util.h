@@ -77,6 +77,10 @@ double util_env_at_most(const char *name, double max);
 char *util_strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *util_vstrf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
+/* The index of text among names[0..n) (an enum's name table), or -1 when
+   it is none of them or NULL. */
+int util_name_index(const char *const *names, int n, const char *text);
+
 /* Length of the valid UTF-8 sequence at s (n >= 1 bytes left): 1 to 4, or
    0 when the bytes there are not UTF-8 (overlong two-byte forms included)
    or are cut off by the end. */

@@ -85,6 +85,7 @@
     sched_bs_internal.h.
 */
 #include "sched_bs_internal.h"
+#include "../common/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -467,10 +468,7 @@ sched_t *sched_batchsize_new(const spec_t *spec, char *err, size_t errsize)
     json_t *r = json_object_get(o, "lr_rule");
     if (r) {
         const char *rs = json_string_value(r);
-        self->rule = -1;
-        for (int i = 0; rs && i < 4; i++)
-            if (!strcmp(rs, sched__bs_rules[i]))
-                self->rule = i;
+        self->rule = util_name_index(sched__bs_rules, 4, rs);
         if (self->rule < 0) {
             snprintf(err, errsize,
                      "scheduler.lr_rule: must be \"adascale\", \"sqrt\", \"linear\" or "

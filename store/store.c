@@ -11,6 +11,7 @@
 #include "store_internal.h"
 
 #include "../common/text.h"
+#include "../common/util.h"
 #include "../common/wire.h"
 
 #include <fcntl.h>
@@ -163,12 +164,11 @@ const char *store_trial_state_name(store_trial_state st)
 
 int store_trial_state_parse(const char *text, store_trial_state *out)
 {
-    for (int i = 0; text && i < TRIAL_STATE_COUNT; i++)
-        if (!strcmp(text, s_trial_states[i])) {
-            *out = (store_trial_state)i;
-            return 0;
-        }
-    return -1;
+    int i = util_name_index(s_trial_states, TRIAL_STATE_COUNT, text);
+    if (i < 0)
+        return -1;
+    *out = (store_trial_state)i;
+    return 0;
 }
 
 int store_trial_state_ended(store_trial_state st)
@@ -184,12 +184,11 @@ const char *store_study_state_name(store_study_state st)
 
 int store_study_state_parse(const char *text, store_study_state *out)
 {
-    for (int i = 0; text && i < STUDY_STATE_COUNT; i++)
-        if (!strcmp(text, s_study_states[i])) {
-            *out = (store_study_state)i;
-            return 0;
-        }
-    return -1;
+    int i = util_name_index(s_study_states, STUDY_STATE_COUNT, text);
+    if (i < 0)
+        return -1;
+    *out = (store_study_state)i;
+    return 0;
 }
 
 static void s_err(store_t *s, char *err, size_t errsize, const char *what)

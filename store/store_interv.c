@@ -45,15 +45,6 @@ static const char *const *s_states(store_iv_kind kind, int *n)
     return kind == IV_GUARD ? s_guard_states : kind == IV_FORK ? s_fork_states : NULL;
 }
 
-/* The index of text in names[0..n), or -1. */
-static int s_index(const char *const *names, int n, const char *text)
-{
-    for (int i = 0; text && i < n; i++)
-        if (!strcmp(text, names[i]))
-            return i;
-    return -1;
-}
-
 const char *store_iv_kind_name(store_iv_kind kind)
 {
     return (unsigned)kind < IV_KIND_COUNT ? s_kinds[kind] : "invalid";
@@ -61,7 +52,7 @@ const char *store_iv_kind_name(store_iv_kind kind)
 
 int store_iv_kind_parse(const char *text, store_iv_kind *out)
 {
-    int i = s_index(s_kinds, IV_KIND_COUNT, text);
+    int i = util_name_index(s_kinds, IV_KIND_COUNT, text);
     if (i < 0)
         return -1;
     *out = (store_iv_kind)i;
@@ -79,7 +70,7 @@ int store_iv_state_parse(store_iv_kind kind, const char *text, int *out)
 {
     int n;
     const char *const *names = s_states(kind, &n);
-    int i = names ? s_index(names, n, text) : -1;
+    int i = names ? util_name_index(names, n, text) : -1;
     if (i < 0)
         return -1;
     *out = i;

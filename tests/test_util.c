@@ -300,6 +300,19 @@ TEST(reserve)
     free(a);
 }
 
+/* An enum's name table: the index, -1 for another text or NULL; a hole
+   (NULL entry) is skipped. */
+TEST(name_index)
+{
+    static const char *const names[] = {"", "set", NULL, "stop"};
+    CHECK(util_name_index(names, 4, "set") == 1);
+    CHECK(util_name_index(names, 4, "stop") == 3);
+    CHECK(util_name_index(names, 4, "") == 0);
+    CHECK(util_name_index(names, 3, "stop") == -1); /* past n */
+    CHECK(util_name_index(names, 4, "Stop") == -1);
+    CHECK(util_name_index(names, 4, NULL) == -1);
+}
+
 TEST(deadline)
 {
     /* before <= the call <= after, so before + 1.5 s <= d <= after + 1.5 s */
@@ -336,5 +349,6 @@ int main(void)
     RUN(proc_stat);
     RUN(reserve);
     RUN(deadline);
+    RUN(name_index);
     TEST_DONE();
 }

@@ -30,6 +30,7 @@ TEST(roles_and_what_they_allow)
     CHECK(ident_role_parse("viewer", &r) == 0 && r == IDENT_VIEWER);
     CHECK(ident_role_parse("root", &r) == -1);
     CHECK(ident_role_parse(NULL, &r) == -1);
+    CHECK(ident_role_parse("none", &r) == -1); /* no role one can name */
     for (int i = IDENT_ADMIN; i <= IDENT_DISPATCHER; i++) {
         CHECK(ident_role_parse(ident_role_str((ident_role)i), &r) == 0 && (int)r == i);
         CHECK(ident_allows((ident_role)i, IDENT_READ));
