@@ -34,21 +34,6 @@
 #define FORK_STEPS_DEFAULT 10
 #define FORK_MAX_SIBLINGS 16
 
-/* ---- the state machine (its table: ctl_interv.c; names: the store's) ---- */
-
-/* Moves iv and persists it (with its data) before anything is sent. */
-static int s_move(ctl_t *c, ctl_iv *iv, store_fork_state to)
-{
-    if (!ctl_fork_move_legal(iv->state, to)) {
-        log_error("ctl", "fork %ld: illegal move %s -> %s", iv->id,
-                  store_iv_state_name(IV_FORK, iv->state),
-                  store_iv_state_name(IV_FORK, to));
-        return -1;
-    }
-    iv->state = to;
-    return ctl__iv_save(c, iv);
-}
-
 static json_t *s_fields(const ctl_iv *iv)
 {
     json_t *o = json_pack("{s:s, s:I, s:I, s:O, s:O}", "fork",
@@ -69,7 +54,7 @@ static json_t *s_fields(const ctl_iv *iv)
 static void s_refuse(ctl_t *c, ctl_iv *iv, const char *reason)
 {
     json_object_set_new(iv->data, "reason", json_string(reason));
-    if (s_move(c, iv, FORK_REFUSED) != 0)
+    if (ctl__iv_move(c, iv, FORK_REFUSED) != 0)
         return;
     json_t *d = s_fields(iv);
     store_event_add(c->store, util_wall(), iv->study_id, iv->trial_id, "controller",
@@ -125,7 +110,7 @@ static void s_create_siblings(ctl_t *c, ctl_iv *iv, ctl_trial *parent)
     }
     json_object_set_new(iv->data, "siblings", ids);
     json_object_set_new(iv->data, "results", results);
-    if (s_move(c, iv, FORK_RUNNING) != 0)
+    if (ctl__iv_move(c, iv, FORK_RUNNING) != 0)
         return;
     char why[200];
     ctl_trial *last = ctl__trial_by_id(
@@ -205,7 +190,7 @@ static void s_decide(ctl_t *c, ctl_iv *iv, const char *how)
         snprintf(reason, sizeof reason, "no sibling has a result (%s)%s", how,
                  keep_all ? "; all continue" : "; all were stopped");
     json_object_set_new(iv->data, "reason", json_string(reason));
-    if (s_move(c, iv, FORK_DECIDED) != 0)
+    if (ctl__iv_move(c, iv, FORK_DECIDED) != 0)
         return;
     json_t *d = s_fields(iv);
     store_event_add(c->store, util_wall(), iv->study_id, iv->trial_id, "controller",

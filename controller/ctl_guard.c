@@ -36,21 +36,6 @@
 #define GUARD_TOLERANCE_DEFAULT 0.2
 #define GUARD_BASE_POINTS 20 /* reports before the change that make its average */
 
-/* ---- the state machine (its table: ctl_interv.c; names: the store's) ---- */
-
-/* Moves iv and persists it (with its data) before anything is sent. */
-static int s_move(ctl_t *c, ctl_iv *iv, store_guard_state to)
-{
-    if (!ctl_guard_move_legal(iv->state, to)) {
-        log_error("ctl", "guarded change %ld: illegal move %s -> %s", iv->id,
-                  store_iv_state_name(IV_GUARD, iv->state),
-                  store_iv_state_name(IV_GUARD, to));
-        return -1;
-    }
-    iv->state = to;
-    return ctl__iv_save(c, iv);
-}
-
 /* ---- helpers ---- */
 
 static double s_num(const json_t *o, const char *k, double dflt)
@@ -102,7 +87,7 @@ static json_t *s_outcome_fields(const ctl_iv *iv)
 static void s_finish(ctl_t *c, ctl_iv *iv, store_guard_state to, const char *reason)
 {
     json_object_set_new(iv->data, "reason", json_string(reason));
-    if (s_move(c, iv, to) != 0)
+    if (ctl__iv_move(c, iv, to) != 0)
         return;
     json_t *detail = s_outcome_fields(iv);
     store_event_add(c->store, util_wall(), iv->study_id, iv->trial_id, "controller",
@@ -221,7 +206,7 @@ static void s_baseline(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 static void s_start_watch(ctl_t *c, ctl_iv *iv, ctl_trial *t)
 {
     s_baseline(c, iv, t);
-    s_move(c, iv, GUARD_WATCH);
+    ctl__iv_move(c, iv, GUARD_WATCH);
 }
 
 /* Diverged: the evidence, then the revert. */
@@ -244,7 +229,7 @@ static void s_revert(ctl_t *c, ctl_iv *iv, ctl_trial *t, const char *what)
              strcmp(ctl__iv_str(iv, "mode"), "values") ? " from the checkpoint"
                                                        : " (values only)");
     json_object_set_new(iv->data, "reason", json_string(reason));
-    if (s_move(c, iv, GUARD_REVERT) == 0)
+    if (ctl__iv_move(c, iv, GUARD_REVERT) == 0)
         s_send_revert(c, iv, t);
     if (iv->instr < 0 && iv->state == GUARD_REVERT)
         s_finish(c, iv, GUARD_FAILED, "the revert could not be sent");
@@ -373,7 +358,7 @@ static void s_on_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
     json_object_set_new(iv->data, "ckpt",
                         json_pack("{s:s, s:I}", "path", t->row.checkpoint, "step",
                                   (json_int_t)t->row.checkpoint_step));
-    if (s_move(c, iv, GUARD_APPLY) == 0)
+    if (ctl__iv_move(c, iv, GUARD_APPLY) == 0)
         s_send_change(c, iv, t);
 }
 

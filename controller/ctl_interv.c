@@ -96,6 +96,19 @@ ctl_iv *ctl__iv_add(ctl_t *c, store_iv_kind kind, ctl_trial *t, int state, json_
     return iv;
 }
 
+int ctl__iv_move(ctl_t *c, ctl_iv *iv, int to)
+{
+    int legal = iv->kind == IV_GUARD ? ctl_guard_move_legal(iv->state, to)
+                                     : ctl_fork_move_legal(iv->state, to);
+    if (!legal) {
+        log_error("ctl", "%s %ld: illegal move %s -> %s", ctl__iv_what(iv), iv->id,
+                  ctl__iv_state_name(iv), store_iv_state_name(iv->kind, to));
+        return -1;
+    }
+    iv->state = to;
+    return ctl__iv_save(c, iv);
+}
+
 int ctl__iv_save(ctl_t *c, ctl_iv *iv)
 {
     if (ctl__txn(c) != 0 || store_interv_save(c->store, iv->id, iv->kind, iv->state,

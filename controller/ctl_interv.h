@@ -106,9 +106,14 @@ typedef struct {
 } ctl_iv;
 
 /* ctl__iv_add adds one (data taken) to the list, inserted in the store
-   with its state: NULL on a store error (data released). ctl__iv_save
-   persists iv's state (done when it is final) and data: 0 or -1. */
+   with its state: NULL on a store error (data released). ctl__iv_move,
+   the one transition of both machines, moves iv to `to` (a state of its
+   kind) and persists it with its data before anything is sent: 0, or -1
+   for an illegal move (logged; iv unchanged) or a store error.
+   ctl__iv_save persists iv's state (done when it is final) and data: 0
+   or -1. */
 ctl_iv *ctl__iv_add(ctl_t *c, store_iv_kind kind, ctl_trial *t, int state, json_t *data);
+int ctl__iv_move(ctl_t *c, ctl_iv *iv, int to);
 int ctl__iv_save(ctl_t *c, ctl_iv *iv);
 /* The name of iv's state, for messages and outputs, and its kind in
    messages: "guarded change", "fork" (static). */

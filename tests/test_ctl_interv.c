@@ -4,7 +4,8 @@
 
     1. The transition tables against the diagrams of ctl_interv.h, written
        out a second time: every pair of states is checked. (The states'
-       names are the store's: tests/test_store.c.)
+       names are the store's: tests/test_store.c.) ctl__iv_move refuses
+       an illegal move and changes nothing.
     2. sched_jump_judge against values worked out by hand: the average
        (EMA, weight 0.2) of healthy values, no judgement before the
        warmup, a jump above 3× the average, NaN and inf.
@@ -55,6 +56,23 @@ TEST(the_tables_match_the_diagrams)
                 s_listed(s_fork_moves, sizeof s_fork_moves / sizeof *s_fork_moves, a, b));
 }
 
+/* ctl__iv_move, the one transition of both machines, refuses a move its
+   kind's table does not list before it touches anything (no controller
+   needed on that path): a guard's legal pair is not a fork's. */
+TEST(illegal_moves_change_nothing)
+{
+    ctl_iv iv = {.kind = IV_FORK, .state = FORK_DECIDED};
+    CHECK(ctl__iv_move(NULL, &iv, FORK_RUNNING) == -1 && iv.state == FORK_DECIDED);
+    iv = (ctl_iv){.kind = IV_FORK, .state = FORK_CHECKPOINT};
+    CHECK(ctl__iv_move(NULL, &iv, FORK_DECIDED) == -1 && iv.state == FORK_CHECKPOINT);
+    /* GUARD_CHECKPOINT -> GUARD_APPLY is 0 -> 1, as FORK_CHECKPOINT ->
+       FORK_RUNNING; GUARD_WATCH -> GUARD_REVERT (2 -> 3) is no fork move */
+    iv = (ctl_iv){.kind = IV_FORK, .state = 2};
+    CHECK(ctl__iv_move(NULL, &iv, 3) == -1 && iv.state == 2);
+    iv = (ctl_iv){.kind = IV_GUARD, .state = GUARD_KEPT};
+    CHECK(ctl__iv_move(NULL, &iv, GUARD_REVERT) == -1 && iv.state == GUARD_KEPT);
+}
+
 TEST(the_jump_test_by_hand)
 {
     sched_jump_test test = {3.0, 0.2, 3};
@@ -91,6 +109,7 @@ TEST(the_jump_test_by_hand)
 int main(void)
 {
     RUN(the_tables_match_the_diagrams);
+    RUN(illegal_moves_change_nothing);
     RUN(the_jump_test_by_hand);
     TEST_DONE();
 }
