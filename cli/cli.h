@@ -63,6 +63,10 @@ web_t *cli_web_start(const char *listen, const char *db, const char *controller)
 
 /* Prints "jizhi: <message>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A usage error: cli_error's line, then `usage` to stderr. Returns
+   CLI_USAGE. */
+int cli_usage_error(const char *usage, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* The database path: --db value if given, else $JIZHI_DB, else ./jizhi.db. */
 const char *cli_db_path(const char *flag);

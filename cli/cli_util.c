@@ -14,14 +14,29 @@
 #include <unistd.h>
 #include <zmq.h>
 
+static void s_verror(const char *fmt, va_list ap)
+{
+    fputs("jizhi: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 void cli_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("jizhi: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    s_verror(fmt, ap);
     va_end(ap);
+}
+
+int cli_usage_error(const char *usage, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s_verror(fmt, ap);
+    va_end(ap);
+    fputs(usage, stderr);
+    return CLI_USAGE;
 }
 
 const char *cli_db_path(const char *flag)

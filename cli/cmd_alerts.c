@@ -19,11 +19,9 @@ int cmd_alerts(int argc, char **argv)
     int rc = cli_opts_parse(argc, argv, 0, s_usage, &o);
     if (rc)
         return rc < 0 ? CLI_OK : rc;
-    if (o.nargs > 1) {
-        cli_error("alerts: expected at most one STUDY, got %d arguments", o.nargs);
-        fputs(s_usage, stderr);
-        return CLI_USAGE;
-    }
+    if (o.nargs > 1)
+        return cli_usage_error(
+            s_usage, "alerts: expected at most one STUDY, got %d arguments", o.nargs);
     cli_src src;
     if (cli_src_open(&o, &src) != CLI_OK)
         return CLI_FAIL;

@@ -21,11 +21,9 @@ int cmd_disp_release(int argc, char **argv)
     int rc = cli_opts_parse(argc, argv, 0, s_usage, &o);
     if (rc)
         return rc < 0 ? CLI_OK : rc;
-    if (o.nargs != 1) {
-        cli_error("dispatcher release: expected one dispatcher NAME");
-        fputs(s_usage, stderr);
-        return CLI_USAGE;
-    }
+    if (o.nargs != 1)
+        return cli_usage_error(s_usage,
+                               "dispatcher release: expected one dispatcher NAME");
     json_t *r = cli_request_of(
         &o, json_pack("{s:s, s:s}", "type", "disp_release", "name", o.args[0]), 10000);
     if (!r)

@@ -801,11 +801,8 @@ int cmd_plot(int argc, char **argv)
     if (prc)
         return prc < 0 ? CLI_OK : prc;
     const char *db = o.db, *output = o.output;
-    if (o.nargs != 1) {
-        cli_error("plot: expected STUDY");
-        fputs(s_usage, stderr);
-        return CLI_USAGE;
-    }
+    if (o.nargs != 1)
+        return cli_usage_error(s_usage, "plot: expected STUDY");
     if (!*xaxis) {
         cli_error("plot: --x expects step, time or a metric name");
         return CLI_USAGE;

@@ -44,11 +44,8 @@ static const char s_usage[] =
 
 static int s_need_args(const cli_opts *o, int n, const char *what)
 {
-    if (o->nargs != n) {
-        cli_error("study %s", what);
-        fputs(s_usage, stderr);
-        return CLI_USAGE;
-    }
+    if (o->nargs != n)
+        return cli_usage_error(s_usage, "study %s", what);
     return 0;
 }
 
@@ -496,11 +493,9 @@ static json_t *s_kv_params(const cli_opts *o)
 
 static int s_enqueue(const cli_opts *o)
 {
-    if (o->nargs < 2) {
-        cli_error("study enqueue: expected NAME and at least one PARAM=VALUE");
-        fputs(s_usage, stderr);
-        return CLI_USAGE;
-    }
+    if (o->nargs < 2)
+        return cli_usage_error(
+            s_usage, "study enqueue: expected NAME and at least one PARAM=VALUE");
     json_t *p = s_kv_params(o);
     if (!p)
         return CLI_USAGE;
@@ -524,11 +519,8 @@ static int s_enqueue(const cli_opts *o)
 
 static int s_extend(const cli_opts *o)
 {
-    if (o->nargs != 1 || o->trials <= 0) {
-        cli_error("study extend: expected NAME --trials N");
-        fputs(s_usage, stderr);
-        return CLI_USAGE;
-    }
+    if (o->nargs != 1 || o->trials <= 0)
+        return cli_usage_error(s_usage, "study extend: expected NAME --trials N");
     json_t *r =
         cli_request_of(o,
                        json_pack("{s:s, s:s, s:I}", "type", "study_extend", "study",
@@ -592,7 +584,5 @@ int cmd_study(int argc, char **argv)
                           !strcmp(sub, "stop") ? "study_stop" : "study_resume", "study",
                           o.args[0]));
     }
-    cli_error("study: unknown subcommand \"%s\"", sub);
-    fputs(s_usage, stderr);
-    return CLI_USAGE;
+    return cli_usage_error(s_usage, "study: unknown subcommand \"%s\"", sub);
 }

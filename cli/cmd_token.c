@@ -185,7 +185,6 @@ int cmd_token(int argc, char **argv)
         return s_list(db, as_json);
     if (nargs == 2 && !strcmp(args[0], "revoke"))
         return s_revoke(db, args[1]);
-    cli_error("token: expected create [USER], list, or revoke ID|USER");
-    fputs(s_usage, stderr);
-    return CLI_USAGE;
+    return cli_usage_error(s_usage,
+                           "token: expected create [USER], list, or revoke ID|USER");
 }

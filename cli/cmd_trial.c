@@ -591,11 +591,8 @@ int cmd_trial(int argc, char **argv)
     int ok = 0;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         ok |= !strcmp(sub, known[i]);
-    if (!ok) {
-        cli_error("trial: unknown subcommand \"%s\"", sub);
-        fputs(s_usage, stderr);
-        return CLI_USAGE;
-    }
+    if (!ok)
+        return cli_usage_error(s_usage, "trial: unknown subcommand \"%s\"", sub);
     if (o.nargs < 1) {
         cli_error("trial %s: expected a trial ID", sub);
         return CLI_USAGE;

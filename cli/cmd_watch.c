@@ -432,11 +432,8 @@ int cmd_watch(int argc, char **argv)
             return CLI_USAGE;
         }
     }
-    if (o.nargs != 1) {
-        cli_error("watch: expected STUDY");
-        fputs(s_usage, stderr);
-        return CLI_USAGE;
-    }
+    if (o.nargs != 1)
+        return cli_usage_error(s_usage, "watch: expected STUDY");
     v.name = o.args[0];
     v.db = o.db;
     v.controller = o.controller;

@@ -215,7 +215,5 @@ int main(int argc, char **argv)
             return CLI_USAGE;
         return table[i].fn(argc - 1, argv + 1);
     }
-    cli_error("unknown command \"%s\"", cmd);
-    fputs(s_usage, stderr);
-    return CLI_USAGE;
+    return cli_usage_error(s_usage, "unknown command \"%s\"", cmd);
 }
