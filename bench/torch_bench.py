@@ -21,16 +21,26 @@
    started as torchrun would) under a real controller; `jizhi trial set lr`
    N times; the time from just before the CLI starts to the new lr being in
    BOTH ranks' optimizers (each rank logs the wall time it saw it), split
-   into the CLI's own run (start to exit: process start, request, the
-   controller's commit and reply), to rank 0 taking it from the helper, to
+   into the CLI's own run (start to exit: process start of the `jizhi`
+   front, request, the controller's commit and reply), to rank 0 taking it from the helper, to
    both optimizers. Goal: p99 <= one training step + 20 ms.
+
+3. Phases (--parts phases): a short run's parts outside the loop, timed
+   in the trial itself (wall and this process's CPU, µs; best and median
+   of --phase-runs study trials of --phase-steps steps each way): import
+   jizhi (+ jizhi.torch), Trial() (connect, hello), attach + ctl.loader,
+   the first step, steps 2..N per step, and the end (the final report,
+   close: flush until the controller acknowledged every point as stored), with jizhi.torch and
+   without (the same loop, plain DataLoader, one report at the end); and
+   the controller's CPU over each trial. CPU time is robust to load where
+   wall time is not.
 
 Each part prints the load averages around it: numbers from a loaded
 machine (load above the 2 cores) say little.
 
 Runs on Debian's python3 (python3-torch); BUILD names the build folder.
 Usage: bench/torch_bench.py [--runs 3] [--sets 40] [--steps 300] [--rounds 20]
-       [--parts micro,overhead,runs,latency]
+       [--phase-runs 3] [--phase-steps 100] [--parts micro,overhead,runs,latency,phases]
 """
 import argparse
 import glob
@@ -401,13 +411,119 @@ def latency(d, args):
             "sets": [{"cli_s": a, "polled_s": b, "both_s": c} for a, b, c in rows]}
 
 
+PHASES = ("import", "trial", "attach", "first_step", "per_step", "end")
+
+
+def phases_child(mode, steps):
+    """One short run, timed by phase in this process: prints JSON
+    {phase: [wall_us, cpu_us]} (per_step: per step of steps 2..N)."""
+    import torch  # noqa: F811 (torch's own import is not a phase of ours)
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.dirname(TRAIN))
+    torch.set_num_threads(1)
+    out = {}
+    clock = [time.perf_counter(), time.process_time()]
+
+    def lap(name, div=1):
+        now = [time.perf_counter(), time.process_time()]
+        out[name] = [(now[0] - clock[0]) / div * 1e6, (now[1] - clock[1]) / div * 1e6]
+        clock[:] = [time.perf_counter(), time.process_time()]
+
+    import jizhi
+    if mode == "with":
+        import jizhi.torch
+    lap("import")
+    t = jizhi.Trial()
+    lap("trial")
+    from train import Net, fashion_mnist  # noqa: E402
+    data = fashion_mnist("train", steps * 64)
+    torch.manual_seed(1)
+    m = Net()
+    o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    clock[:] = [time.perf_counter(), time.process_time()]
+    if mode == "with":
+        ctl = jizhi.torch.attach(t, o, model=m)
+        it = iter(ctl.loader(data, batch_size=64, shuffle=True, epochs=1, seed=1))
+    else:
+        ctl = None
+        it = iter(torch.utils.data.DataLoader(data, batch_size=64, shuffle=True,
+                                              generator=torch.Generator().manual_seed(1)))
+    lap("attach")
+    n = 0
+    for x, y in it:
+        o.zero_grad()
+        loss = F.cross_entropy(m(x), y)
+        loss.backward()
+        o.step()
+        if ctl is not None:
+            ctl.step(loss=loss)
+        n += 1
+        if n == 1:
+            lap("first_step")
+    lap("per_step", max(1, n - 1))
+    if ctl is not None:
+        ctl.report_eval(val_acc=0.5)
+    else:
+        t.report(n, val_acc=0.5)
+    t.close()
+    lap("end")
+    print(json.dumps(out), flush=True)
+
+
+def _proc_cpu(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def phases(d, args):
+    before = load()
+    got = {"with": [], "without": []}
+    ctl_cpu = {"with": [], "without": []}
+    for i in range(args.phase_runs):
+        for mode in (("without", "with") if i % 2 == 0 else ("with", "without")):
+            name = "ph%s%d" % (mode, i)
+            c0 = _proc_cpu(d.procs[0].pid)
+            d.study(name, [PY, __file__, "--phases-child", mode, "--phase-steps",
+                           str(args.phase_steps)])
+            d.wait(lambda: d.sql("SELECT state FROM studies WHERE name=?", name)[0][0] ==
+                   "finished", 600, "study " + name)
+            ctl_cpu[mode].append((_proc_cpu(d.procs[0].pid) - c0) * 1e3)
+            (tid,) = d.sql("SELECT t.id FROM trials t JOIN studies s ON s.id=t.study_id "
+                           "WHERE s.name=?", name)[0]
+            with open(glob.glob(os.path.join(d.tmp, "logs", name, "trial-%d.*.out" % tid))[0]) as f:
+                got[mode].append(json.loads(f.read()))
+    res = {}
+    for mode, runs in got.items():
+        res[mode] = {p: {k: [min(r[p][j] for r in runs), statistics.median(r[p][j] for r in runs)]
+                         for j, k in enumerate(("wall_us", "cpu_us"))} for p in PHASES}
+        res[mode]["controller_cpu_ms"] = statistics.median(ctl_cpu[mode])
+    print("torch phases, %d-step study trials, %d each way (%s .. %s), wall/cpu us, best "
+          "[median]:" % (args.phase_steps, args.phase_runs, before, load()))
+    for p in PHASES:
+        print("  %-10s without %9.0f/%9.0f [%9.0f/%9.0f]   with %9.0f/%9.0f [%9.0f/%9.0f]"
+              % (p, res["without"][p]["wall_us"][0], res["without"][p]["cpu_us"][0],
+                 res["without"][p]["wall_us"][1], res["without"][p]["cpu_us"][1],
+                 res["with"][p]["wall_us"][0], res["with"][p]["cpu_us"][0],
+                 res["with"][p]["wall_us"][1], res["with"][p]["cpu_us"][1]))
+    print("  the controller's CPU over a trial, median: without %.0f ms, with %.0f ms"
+          % (res["without"]["controller_cpu_ms"], res["with"]["controller_cpu_ms"]))
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sets", type=int, default=40)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--parts", default="micro,overhead,runs,latency")
+    ap.add_argument("--phase-runs", type=int, default=3)
+    ap.add_argument("--phase-steps", type=int, default=100)
+    ap.add_argument("--parts", default="micro,overhead,runs,latency,phases")
+    ap.add_argument("--phases-child", default="")
     ap.add_argument("--overhead-child", type=int, default=0)
     ap.add_argument("--micro-child", default="")
     args = ap.parse_args()
@@ -416,6 +532,9 @@ def main():
         return
     if args.micro_child:
         micro_child(args.micro_child)
+        return
+    if args.phases_child:
+        phases_child(args.phases_child, args.phase_steps)
         return
     try:
         import torch  # noqa: F401
@@ -427,12 +546,12 @@ def main():
     d = Daemons(tmp, env)
     try:
         parts = {"micro": micro, "overhead": overhead, "runs": overhead_runs,
-                 "latency": latency}
+                 "latency": latency, "phases": phases}
         out = {}
         for name in args.parts.split(","):
             if name not in parts:
                 raise SystemExit("bench-torch: --parts: unknown part %r (micro, overhead, runs, "
-                                 "latency)" % name)
+                                 "latency, phases)" % name)
             out[name] = parts[name](d, args)
         print(json.dumps(out))
     finally:
