@@ -363,17 +363,16 @@ static int s_run_lines(w_view *v)
         }
         for (long i = 0; i < v->norder; i++) {
             w_trial *t = &v->trials[v->order[i]];
-            if (!strcmp(t->shown_state, t->state) &&
-                !strcmp(t->shown_lineage, t->lineage))
+            if (t->shown_state == t->state && !strcmp(t->shown_lineage, t->lineage))
                 continue;
             char params[512], val[64];
             cli__watch_params_text(t->params, params, sizeof params);
             cli__watch_num(!wire_is_none(t->value) ? t->value : t->mval[W_MAX_NAMES], val,
                            sizeof val);
-            printf("trial %ld %s step %ld %s=%s  %s%s%s\n", t->id, t->state,
-                   t->m_step >= 0 ? t->m_step : t->last_step, v->metric, val, params,
-                   t->lineage[0] ? "  | " : "", t->lineage);
-            snprintf(t->shown_state, sizeof t->shown_state, "%s", t->state);
+            printf("trial %ld %s step %ld %s=%s  %s%s%s\n", t->id,
+                   cli__watch_state_name(t), t->m_step >= 0 ? t->m_step : t->last_step,
+                   v->metric, val, params, t->lineage[0] ? "  | " : "", t->lineage);
+            t->shown_state = t->state;
             snprintf(t->shown_lineage, sizeof t->shown_lineage, "%s", t->lineage);
         }
         w_progress p;
@@ -386,8 +385,9 @@ static int s_run_lines(w_view *v)
         }
         snprintf(line, sizeof line,
                  "study %s %s: done %ld/%ld, running %ld, failed %ld, best %s%s %s",
-                 v->name, v->study_state, p.done, p.total, p.running, p.failed,
-                 v->spec && v->spec->nconstraints ? "feasible " : "", v->metric, best);
+                 v->name, cli__watch_study_state_name(v), p.done, p.total, p.running,
+                 p.failed, v->spec && v->spec->nconstraints ? "feasible " : "", v->metric,
+                 best);
         if (v->spec && v->spec->nobjectives > 1) {
             size_t len = strlen(line);
             len += (size_t)snprintf(line + len, sizeof line - len, ", Pareto set:");
@@ -403,7 +403,7 @@ static int s_run_lines(w_view *v)
             snprintf(last, sizeof last, "%s", line);
         }
         fflush(stdout);
-        if (strcmp(v->study_state, "running") || s_quit)
+        if (v->study_state != STUDY_RUNNING || s_quit)
             return CLI_OK;
         usleep((useconds_t)(v->interval * 1e6));
     }
@@ -416,6 +416,7 @@ int cmd_watch(int argc, char **argv)
     v.interval = 1.0;
     v.next_req = 1;
     v.cache = -1;
+    v.study_state = -1;
     const char *interval = NULL;
     const cli_opt_extra extra[] = {{"interval", &interval, NULL}, {NULL}};
     cli_opts o;

@@ -29,7 +29,8 @@ typedef struct {
     long id;
     int have_row; /* the trial row has been read */
     long number, attempt, last_step;
-    char state[16];
+    int state;      /* a store_trial_state; -1 none known (text only from the
+                       controller's answer and in the output) */
     json_t *params; /* owned, NULL before the row */
     double value, started, ended;
     long m_attempt;               /* attempt the metrics below belong to */
@@ -37,7 +38,7 @@ typedef struct {
     double mval[W_MAX_NAMES + 1]; /* last value per name index; [W_MAX_NAMES] objective */
     float series[W_SERIES_CAP];   /* objective, one slot per `stride` points */
     int nseries, stride, slot_fill;
-    char shown_state[16];    /* last state printed in line mode */
+    int shown_state;         /* state last printed in line mode, -1 none */
     int paused;              /* this view's pause was acknowledged (no resume since) */
     int mark;                /* on the Pareto set (several objectives) or the best
                                 feasible trial (constraints): spec_mark_trials */
@@ -58,7 +59,7 @@ typedef struct {
     double interval;
     store_t *s;
     long study_id;
-    char study_state[16];
+    int study_state; /* a store_study_state; -1 none known */
     double created, finished;
     char metric[64]; /* objective metric */
     int maximize;
@@ -110,6 +111,10 @@ int cli__watch_load(w_view *v, char *err, size_t errsize);
 /* Sorts v->order by v->sort; the sort's name ("id", "objective", "state"). */
 void cli__watch_sort(w_view *v);
 const char *cli__watch_sort_name(const w_view *v);
+/* The name of a trial's state (t->state) and of the study's (v->study_state):
+   "?" when none is known (static). */
+const char *cli__watch_state_name(const w_trial *t);
+const char *cli__watch_study_state_name(const w_view *v);
 /* The study's progress over the trials with rows; p->best borrowed. */
 void cli__watch_progress(const w_view *v, w_progress *p);
 

@@ -34,6 +34,7 @@ w_trial *cli__watch_trial(w_view *v, long id)
     w_trial *t = &v->trials[v->ntrials];
     memset(t, 0, sizeof *t);
     t->id = id;
+    t->state = t->shown_state = -1;
     t->m_step = -1;
     t->stride = 1;
     t->value = wire_none(); /* a reported NaN is a value: "nan" */
@@ -118,8 +119,9 @@ static int s_cmp_trials(const void *a, const void *b)
         if (isfinite(fx) && fx != fy)
             return (v->maximize ? fx > fy : fx < fy) ? -1 : 1;
     } else if (v->sort == W_BY_STATE) {
-        int rx = strcmp(x->state, "running") != 0, ry = strcmp(y->state, "running") != 0;
-        int c = rx != ry ? rx - ry : strcmp(x->state, y->state);
+        int rx = x->state != TRIAL_RUNNING, ry = y->state != TRIAL_RUNNING;
+        int c = rx != ry ? rx - ry
+                         : strcmp(cli__watch_state_name(x), cli__watch_state_name(y));
         if (c)
             return c;
     }
@@ -130,6 +132,17 @@ void cli__watch_sort(w_view *v)
 {
     s_sort_view = v;
     qsort(v->order, (size_t)v->norder, sizeof *v->order, s_cmp_trials);
+}
+
+const char *cli__watch_state_name(const w_trial *t)
+{
+    return t->state >= 0 ? store_trial_state_name((store_trial_state)t->state) : "?";
+}
+
+const char *cli__watch_study_state_name(const w_view *v)
+{
+    return v->study_state >= 0 ? store_study_state_name((store_study_state)v->study_state)
+                               : "?";
 }
 
 const char *cli__watch_sort_name(const w_view *v)
@@ -148,8 +161,11 @@ static void s_take_row(w_view *v, const json_t *r)
     t->number = (long)json_integer_value(json_object_get(r, "number"));
     t->attempt = (long)json_integer_value(json_object_get(r, "attempt"));
     t->last_step = (long)json_integer_value(json_object_get(r, "last_step"));
-    const char *state = json_string_value(json_object_get(r, "state"));
-    snprintf(t->state, sizeof t->state, "%s", state ? state : "?");
+    store_trial_state st;
+    t->state =
+        store_trial_state_parse(json_string_value(json_object_get(r, "state")), &st) == 0
+            ? (int)st
+            : -1;
     json_decref(t->params);
     t->params = json_incref(json_object_get(r, "params"));
     json_t *val = json_object_get(r, "value");
@@ -270,9 +286,12 @@ static int s_load_remote(w_view *v, char *err, size_t errsize)
                        json_string_value(json_array_get(p, 3)), x);
         }
         v->after = (long)json_integer_value(json_object_get(d, "after"));
-        const char *state = json_string_value(json_object_get(d, "state"));
+        store_study_state st;
+        v->study_state = store_study_state_parse(
+                             json_string_value(json_object_get(d, "state")), &st) == 0
+                             ? (int)st
+                             : -1;
         const char *warning = json_string_value(json_object_get(d, "warning"));
-        snprintf(v->study_state, sizeof v->study_state, "%s", state ? state : "?");
         snprintf(v->warning, sizeof v->warning, "%s", warning ? warning : "");
         v->created = json_number_value(json_object_get(d, "created"));
         v->finished = json_number_value(json_object_get(d, "finished"));
@@ -301,8 +320,9 @@ static void s_marks(w_view *v)
         for (int k = 0; k < v->nnames; k++)
             if (isfinite(t->mval[k]))
                 json_object_set_new(m, v->names[k], json_real(t->mval[k]));
-        json_array_append_new(arr, json_pack("{s:s, s:o, s:o}", "state", t->state,
-                                             "value", wire_real(t->value), "metrics", m));
+        json_array_append_new(arr, json_pack("{s:s, s:o, s:o}", "state",
+                                             cli__watch_state_name(t), "value",
+                                             wire_real(t->value), "metrics", m));
     }
     spec_mark_trials(v->spec, arr);
     const char *mark = v->spec->nobjectives > 1 ? "pareto" : "best";
@@ -327,8 +347,7 @@ int cli__watch_load(w_view *v, char *err, size_t errsize)
         snprintf(err, errsize, "cannot read study %s: %s", v->name, store_errmsg(v->s));
         return -1;
     }
-    snprintf(v->study_state, sizeof v->study_state, "%s",
-             store_study_state_name(st.state));
+    v->study_state = (int)st.state;
     v->created = st.created;
     v->finished = st.finished;
     store_study_fini(&st);
@@ -359,7 +378,7 @@ int cli__watch_load(w_view *v, char *err, size_t errsize)
         t->number = rows[i].number;
         t->attempt = rows[i].attempt;
         t->last_step = rows[i].last_step;
-        snprintf(t->state, sizeof t->state, "%s", store_trial_state_name(rows[i].state));
+        t->state = (int)rows[i].state;
         json_decref(t->params);
         t->params = json_incref(rows[i].params);
         t->value = rows[i].value;
@@ -393,24 +412,18 @@ static int s_order(w_view *v, char *err, size_t errsize)
     return 0;
 }
 
-static int s_is_ended(const char *state)
-{
-    store_trial_state st;
-    return store_trial_state_parse(state, &st) == 0 && store_trial_state_ended(st);
-}
-
 void cli__watch_progress(const w_view *v, w_progress *p)
 {
     memset(p, 0, sizeof *p);
     for (long i = 0; i < v->norder; i++) {
         const w_trial *t = &v->trials[v->order[i]];
-        if (s_is_ended(t->state))
+        if (t->state >= 0 && store_trial_state_ended((store_trial_state)t->state))
             p->done++;
-        if (!strcmp(t->state, "running") || !strcmp(t->state, "starting"))
+        if (t->state == TRIAL_RUNNING || t->state == TRIAL_STARTING)
             p->running++;
-        else if (!strcmp(t->state, "pending"))
+        else if (t->state == TRIAL_PENDING)
             p->pending++;
-        if (!strcmp(t->state, "failed"))
+        if (t->state == TRIAL_FAILED)
             p->failed++;
         /* the best is the one s_marks found (spec_mark_trials, the one
            definition); several objectives have a Pareto set instead */
@@ -419,6 +432,6 @@ void cli__watch_progress(const w_view *v, w_progress *p)
     }
     p->total = v->budget > v->norder ? v->budget : v->norder;
     double end =
-        v->finished > 0 && strcmp(v->study_state, "running") ? v->finished : util_wall();
+        v->finished > 0 && v->study_state != STUDY_RUNNING ? v->finished : util_wall();
     p->elapsed = v->created > 0 ? end - v->created : 0;
 }

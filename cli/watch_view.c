@@ -148,7 +148,7 @@ void cli__watch_fix_selection(w_view *v)
         return;
     v->sel_id = v->trials[v->order[0]].id;
     for (long i = 0; i < v->norder; i++)
-        if (!strcmp(v->trials[v->order[i]].state, "running")) {
+        if (v->trials[v->order[i]].state == TRIAL_RUNNING) {
             v->sel_id = v->trials[v->order[i]].id;
             break;
         }
@@ -170,17 +170,22 @@ static int s_columns(const w_view *v, int cols[2])
     return n;
 }
 
-static int s_state_color(const char *state)
+static int s_state_color(int state)
 {
-    if (!strcmp(state, "running") || !strcmp(state, "starting"))
+    switch (state) {
+    case TRIAL_RUNNING:
+    case TRIAL_STARTING:
         return C_RUN;
-    if (!strcmp(state, "completed"))
+    case TRIAL_COMPLETED:
         return C_DONE;
-    if (!strcmp(state, "failed"))
+    case TRIAL_FAILED:
         return C_FAIL;
-    if (!strcmp(state, "stopped") || !strcmp(state, "pruned"))
+    case TRIAL_STOPPED:
+    case TRIAL_PRUNED:
         return C_STOP;
-    return 0;
+    default:
+        return 0;
+    }
 }
 
 void cli__watch_draw(w_view *v)
@@ -198,10 +203,12 @@ void cli__watch_draw(w_view *v)
         snprintf(
             head[k], sizeof head[k],
             "%s%s [%s]%sdone %ld/%ld%srunning %ld%spending %ld%sfailed %ld%selapsed %s",
-            k < 2 ? "jizhi watch  " : "", v->name, v->study_state, gap[k], p.done,
-            p.total, gap[k], p.running, gap[k], p.pending, gap[k], p.failed, gap[k], a);
+            k < 2 ? "jizhi watch  " : "", v->name, cli__watch_study_state_name(v), gap[k],
+            p.done, p.total, gap[k], p.running, gap[k], p.pending, gap[k], p.failed,
+            gap[k], a);
     snprintf(head[4], sizeof head[4], "%s [%s] done %ld/%ld run %ld pend %ld fail %ld %s",
-             v->name, v->study_state, p.done, p.total, p.running, p.pending, p.failed, a);
+             v->name, cli__watch_study_state_name(v), p.done, p.total, p.running,
+             p.pending, p.failed, a);
     attron(A_BOLD);
     s_put(0, 0, s_fit(head, 5, COLS));
     attroff(A_BOLD);
@@ -278,11 +285,11 @@ void cli__watch_draw(w_view *v)
                  : t->infeasible ? "x"
                                  : "");
         s_put(y, 0, line);
-        int paused = t->paused && !strcmp(t->state, "running");
+        int paused = t->paused && t->state == TRIAL_RUNNING;
         int color = paused ? C_STOP : s_state_color(t->state);
         if (color)
             attron(COLOR_PAIR(color));
-        s_put(y, x_state, paused ? "paused" : t->state);
+        s_put(y, x_state, paused ? "paused" : cli__watch_state_name(t));
         if (color)
             attroff(COLOR_PAIR(color));
         long st = t->m_step >= 0 ? t->m_step : t->last_step;
@@ -327,7 +334,7 @@ void cli__watch_draw(w_view *v)
         size_t len =
             (size_t)snprintf(line, sizeof line, "trial %ld (try %ld, %s): %s |", t->id,
                              t->attempt + 1, /* runs from 1, as TRY in `trial list` */
-                             t->state, params[0] ? params : "no params");
+                             cli__watch_state_name(t), params[0] ? params : "no params");
         for (int k = 0; k <= W_MAX_NAMES && len < sizeof line - 1; k++) {
             if (k < W_MAX_NAMES && k >= v->nnames)
                 continue;
