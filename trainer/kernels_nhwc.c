@@ -22,6 +22,7 @@
 #define MAXT 16
 #define CB 64 /* channels per block: the accumulators stay on the stack */
 #define VL 64 /* values per step of the flat loops (channels dividing it) */
+#define S_INLINE static inline __attribute__((always_inline))
 /* With oneDNN's OpenMP (trainer.mk) the passes over rows share the
    threads the convolutions use (--threads); without it they run on one. */
 #ifdef _OPENMP
@@ -68,67 +69,125 @@ static inline float s_round(float v, trn_precision p)
 #undef ST
 #undef NM
 
-#define S_PAR S_OMP("omp parallel for if (n > 16384)")
+/* The element-wise passes: each a function over [lo, hi) compiled per CPU
+   with restrict pointers (the vectoriser's shape; see kernels_nhwc_impl.h),
+   run in chunks of S_CH values that the OpenMP threads share. */
+#define S_CH 16384L
+#define S_HI(lo, n) ((lo) + S_CH < (n) ? (lo) + S_CH : (n))
+#define S_PAR S_OMP("omp parallel for if (n > 2 * S_CH)")
 
-TRN_CLONES void trn_bf16_from_f32(uint16_t *restrict o, const float *restrict x, long n)
+TRN_CLONES static void s_from_f32(uint16_t *restrict o, const float *restrict x, long lo,
+                                  long hi)
 {
-    S_PAR
-    for (long i = 0; i < n; i++)
+    for (long i = lo; i < hi; i++)
         o[i] = trn_f2bf(x[i]);
 }
 
-TRN_CLONES void trn_bf16_to_f32(float *restrict o, const uint16_t *restrict x, long n)
+void trn_bf16_from_f32(uint16_t *o, const float *x, long n)
 {
     S_PAR
-    for (long i = 0; i < n; i++)
+    for (long i = 0; i < n; i += S_CH)
+        s_from_f32(o, x, i, S_HI(i, n));
+}
+
+TRN_CLONES static void s_to_f32(float *restrict o, const uint16_t *restrict x, long lo,
+                                long hi)
+{
+    for (long i = lo; i < hi; i++)
         o[i] = trn_bf2f(x[i]);
 }
 
-TRN_CLONES void trn_add_relu_bf(const uint16_t *restrict a, const uint16_t *restrict b,
-                                uint16_t *restrict y, long n, int relu)
+void trn_bf16_to_f32(float *o, const uint16_t *x, long n)
+{
+    S_PAR
+    for (long i = 0; i < n; i += S_CH)
+        s_to_f32(o, x, i, S_HI(i, n));
+}
+
+TRN_CLONES static void s_add_relu(const uint16_t *restrict a, const uint16_t *restrict b,
+                                  uint16_t *restrict y, float lo_v, long lo, long hi)
+{
+    for (long i = lo; i < hi; i++) {
+        float v = trn_bf2f(a[i]) + trn_bf2f(b[i]);
+        y[i] = trn_f2bf(v > lo_v ? v : lo_v);
+    }
+}
+
+void trn_add_relu_bf(const uint16_t *a, const uint16_t *b, uint16_t *y, long n, int relu)
 {
     float lo = relu ? 0.0f : -INFINITY;
     S_PAR
-    for (long i = 0; i < n; i++) {
-        float v = trn_bf2f(a[i]) + trn_bf2f(b[i]);
-        y[i] = trn_f2bf(v > lo ? v : lo);
-    }
+    for (long i = 0; i < n; i += S_CH)
+        s_add_relu(a, b, y, lo, i, S_HI(i, n));
 }
 
-TRN_CLONES void trn_relu_fwd_bf(const uint16_t *restrict x, uint16_t *restrict y, long n)
+TRN_CLONES static void s_relu_fwd(const uint16_t *restrict x, uint16_t *restrict y,
+                                  long lo, long hi)
 {
-    S_PAR
-    for (long i = 0; i < n; i++)
+    for (long i = lo; i < hi; i++)
         y[i] = (x[i] & 0x8000u) ? 0 : x[i]; /* exact: -0 and negatives to +0 */
 }
 
-TRN_CLONES void trn_relu_bwd_bf(const uint16_t *restrict y, const uint16_t *restrict dy,
-                                uint16_t *restrict dx, long n, float dxbeta)
+void trn_relu_fwd_bf(const uint16_t *x, uint16_t *y, long n)
 {
     S_PAR
-    for (long i = 0; i < n; i++) {
-        float d = trn_bf2f(y[i]) > 0 ? trn_bf2f(dy[i]) : 0.0f;
-        dx[i] = dxbeta == 0 ? trn_f2bf(d) : trn_f2bf(trn_bf2f(dx[i]) + d);
-    }
+    for (long i = 0; i < n; i += S_CH)
+        s_relu_fwd(x, y, i, S_HI(i, n));
 }
 
-TRN_CLONES void trn_acc_bf(uint16_t *restrict o, const uint16_t *restrict g, float beta,
-                           long n)
+/* dx = dy where y > 0, else 0 (acc: dx + that, rounded) */
+TRN_CLONES static void s_relu_bwd(const uint16_t *restrict y, const uint16_t *restrict dy,
+                                  uint16_t *restrict dx, int acc, long lo, long hi)
+{
+    /* y > 0 on the bits: 0x0001 (the least positive) to 0x7f80 (+inf);
+       NaN and everything with the sign bit fail, as the float compare */
+    if (!acc) /* a masked copy: exact */
+        for (long i = lo; i < hi; i++)
+            dx[i] = dy[i] & (uint16_t) - ((uint16_t)(y[i] - 1u) < 0x7f80u);
+    else
+        for (long i = lo; i < hi; i++) {
+            uint16_t d = dy[i] & (uint16_t) - ((uint16_t)(y[i] - 1u) < 0x7f80u);
+            dx[i] = trn_f2bf(trn_bf2f(dx[i]) + trn_bf2f(d));
+        }
+}
+
+void trn_relu_bwd_bf(const uint16_t *y, const uint16_t *dy, uint16_t *dx, long n,
+                     float dxbeta)
+{
+    S_PAR
+    for (long i = 0; i < n; i += S_CH)
+        s_relu_bwd(y, dy, dx, dxbeta != 0, i, S_HI(i, n));
+}
+
+TRN_CLONES static void s_axpy_bf(uint16_t *restrict o, const uint16_t *restrict g,
+                                 float beta, long lo, long hi)
+{
+    for (long i = lo; i < hi; i++)
+        o[i] = trn_f2bf(beta * trn_bf2f(o[i]) + trn_bf2f(g[i]));
+}
+
+void trn_acc_bf(uint16_t *o, const uint16_t *g, float beta, long n)
 {
     if (beta == 0) {
         memcpy(o, g, (size_t)n * sizeof *o);
         return;
     }
     S_PAR
-    for (long i = 0; i < n; i++)
-        o[i] = trn_f2bf(beta * trn_bf2f(o[i]) + trn_bf2f(g[i]));
+    for (long i = 0; i < n; i += S_CH)
+        s_axpy_bf(o, g, beta, i, S_HI(i, n));
 }
 
-TRN_CLONES void trn_scale_bf(uint16_t *restrict x, float f, long n)
+TRN_CLONES static void s_scale(uint16_t *restrict x, float f, long lo, long hi)
+{
+    for (long i = lo; i < hi; i++)
+        x[i] = trn_f2bf(f * trn_bf2f(x[i]));
+}
+
+void trn_scale_bf(uint16_t *x, float f, long n)
 {
     S_PAR
-    for (long i = 0; i < n; i++)
-        x[i] = trn_f2bf(f * trn_bf2f(x[i]));
+    for (long i = 0; i < n; i += S_CH)
+        s_scale(x, f, i, S_HI(i, n));
 }
 
 void trn_gap_fwd_nhwc_bf(const uint16_t *x, float *y, int c, int n, int hw)

@@ -5,7 +5,14 @@
     ignored, every store rounds to bf16). The including file defines
     T (the element type), LD(v) (T -> float), ST(v, p) (float -> T) and
     NM(name) (the name with the type's suffix). Arithmetic is float with
-    double accumulators in either case. */
+    double accumulators in either case.
+
+    Every pass over memory is a function of its own over a range of values,
+    compiled per CPU (TRN_CLONES), with restrict pointers and loads that do
+    not depend on a condition: the shape the vectoriser takes. (Written as
+    the bodies of OpenMP loops, GCC 12 outlined them into functions it left
+    scalar: one value per instruction, most of a bf16 step's time.) The
+    OpenMP loops hand each thread whole chunks of RB vectors. */
 
 /* Per-channel sums over s rows of c values, channels [c0, c0 + cb): float
    partial sums over RB rows (one vector operation per row), added into
@@ -28,7 +35,7 @@ static inline void NM(s_range_sums)(const T *x, const T *dy, const T *ry, const 
             if (dy && ry) {
                 const T *di = dy + i * c + c0, *ri = ry + i * c + c0;
                 for (int j = 0; j < cb; j++) {
-                    float d = LD(ri[j]) > 0 ? LD(di[j]) : 0.0f;
+                    float dv = LD(di[j]), d = LD(ri[j]) > 0 ? dv : 0.0f;
                     p1[j] += d;
                     p2[j] += d * ((LD(xi[j]) - mu[j]) * is[j]);
                 }
@@ -61,9 +68,10 @@ static inline void NM(s_range_sums)(const T *x, const T *dy, const T *ry, const 
    t % c, so the loops have a fixed length the vectoriser likes); float
    partial sums over RB runs of VL, added into double, lanes folded into
    channels at the end. */
-TRN_CLONES static void NM(s_flat_sums)(const T *x, const T *dy, const T *ry,
-                                       const float *mu, const float *is, int c, long lo,
-                                       long hi, double *o1, double *o2)
+TRN_CLONES static void NM(s_flat_sums)(const T *restrict x, const T *restrict dy,
+                                       const T *restrict ry, const float *mu,
+                                       const float *is, int c, long lo, long hi,
+                                       double *o1, double *o2)
 {
     float m[VL], sc[VL];
     double d1[VL], d2[VL];
@@ -84,7 +92,7 @@ TRN_CLONES static void NM(s_flat_sums)(const T *x, const T *dy, const T *ry,
             if (dy && ry) {
                 const T *de = dy + e, *re = ry + e;
                 for (int t = 0; t < VL; t++) {
-                    float d = LD(re[t]) > 0 ? LD(de[t]) : 0.0f;
+                    float dv = LD(de[t]), d = LD(re[t]) > 0 ? dv : 0.0f;
                     p1[t] += d;
                     p2[t] += d * ((LD(xe[t]) - m[t]) * sc[t]);
                 }
@@ -109,7 +117,7 @@ TRN_CLONES static void NM(s_flat_sums)(const T *x, const T *dy, const T *ry,
             int t = (int)(e % c);
             float xv = LD(x[e]);
             if (dy) {
-                float d = !ry || LD(ry[e]) > 0 ? LD(dy[e]) : 0.0f;
+                float dv = LD(dy[e]), d = !ry || LD(ry[e]) > 0 ? dv : 0.0f;
                 p1[t] += d;
                 p2[t] += d * ((xv - m[t]) * sc[t]);
             } else if (mu) {
@@ -160,6 +168,120 @@ TRN_CLONES static void NM(s_sums)(const T *x, const T *dy, const T *ry, const fl
     }
 }
 
+/* ---- the passes over memory ------------------------------------------------ */
+
+/* y = ST(max(av*x + ov, lo)) over the vectors [v0, v1) of VL values
+   (lane t: channel t % c), and the same over rows [i0, i1) of channels
+   [c0, c0 + cb) of c. The bodies are inlined with p a constant, so the
+   float path's rounding folds away. */
+S_INLINE void NM(s_affine_body)(const T *restrict x, T *restrict y,
+                                const float *restrict av, const float *restrict ov,
+                                float lo, long v0, long v1, trn_precision p)
+{
+    float a[VL], o[VL];
+    for (int t = 0; t < VL; t++)
+        a[t] = av[t], o[t] = ov[t];
+    for (long v = v0; v < v1; v++) {
+        const T *restrict xe = x + v * VL;
+        T *restrict ye = y + v * VL;
+        for (int t = 0; t < VL; t++) {
+            float u = a[t] * LD(xe[t]) + o[t];
+            ye[t] = ST(u > lo ? u : lo, p);
+        }
+    }
+}
+
+TRN_CLONES static void NM(s_affine_run)(const T *restrict x, T *restrict y,
+                                        const float *restrict av,
+                                        const float *restrict ov, float lo, long v0,
+                                        long v1, trn_precision p)
+{
+    if (p == TRN_FP32)
+        NM(s_affine_body)(x, y, av, ov, lo, v0, v1, TRN_FP32);
+    else if (p == TRN_BF16)
+        NM(s_affine_body)(x, y, av, ov, lo, v0, v1, TRN_BF16);
+    else
+        NM(s_affine_body)(x, y, av, ov, lo, v0, v1, p);
+}
+
+TRN_CLONES static void NM(s_affine_rows)(const T *restrict x, T *restrict y,
+                                         const float *restrict a,
+                                         const float *restrict off, float lo, int c,
+                                         int c0, int cb, long i0, long i1,
+                                         trn_precision p)
+{
+    for (long i = i0; i < i1; i++) {
+        const T *restrict xi = x + i * c + c0;
+        T *restrict yi = y + i * c + c0;
+        for (int j = 0; j < cb; j++) {
+            float v = a[j] * LD(xi[j]) + off[j];
+            yi[j] = ST(v > lo ? v : lo, p);
+        }
+    }
+}
+
+/* BN's dx over the vectors [v0, v1): d = dy where rr > mk (the ReLU's
+   mask; mk = -inf passes all), u = A*d + B*(x - m) + C, dx = ST(u), or
+   ST(dx + u) when acc. */
+S_INLINE void NM(s_bnbwd_body)(const T *restrict x, const T *restrict dy,
+                               const T *restrict rr, T *restrict dx,
+                               const float *restrict Av, const float *restrict Bv,
+                               const float *restrict Cv, const float *restrict mv,
+                               float mk, int acc, long v0, long v1, trn_precision p)
+{
+    float A[VL], B[VL], C[VL], m[VL];
+    for (int t = 0; t < VL; t++)
+        A[t] = Av[t], B[t] = Bv[t], C[t] = Cv[t], m[t] = mv[t];
+    for (long v = v0; v < v1; v++) {
+        const T *restrict xe = x + v * VL, *restrict de = dy + v * VL,
+                          *restrict re = rr + v * VL;
+        T *restrict o = dx + v * VL;
+        if (acc)
+            for (int t = 0; t < VL; t++) {
+                float dv = LD(de[t]), d = LD(re[t]) > mk ? dv : 0.0f;
+                o[t] = ST(LD(o[t]) + (A[t] * d + B[t] * (LD(xe[t]) - m[t]) + C[t]), p);
+            }
+        else
+            for (int t = 0; t < VL; t++) {
+                float dv = LD(de[t]), d = LD(re[t]) > mk ? dv : 0.0f;
+                o[t] = ST(A[t] * d + B[t] * (LD(xe[t]) - m[t]) + C[t], p);
+            }
+    }
+}
+
+TRN_CLONES static void NM(s_bnbwd_run)(const T *restrict x, const T *restrict dy,
+                                       const T *restrict rr, T *restrict dx,
+                                       const float *Av, const float *Bv, const float *Cv,
+                                       const float *mv, float mk, int acc, long v0,
+                                       long v1, trn_precision p)
+{
+    if (p == TRN_FP32)
+        NM(s_bnbwd_body)(x, dy, rr, dx, Av, Bv, Cv, mv, mk, acc, v0, v1, TRN_FP32);
+    else if (p == TRN_BF16)
+        NM(s_bnbwd_body)(x, dy, rr, dx, Av, Bv, Cv, mv, mk, acc, v0, v1, TRN_BF16);
+    else
+        NM(s_bnbwd_body)(x, dy, rr, dx, Av, Bv, Cv, mv, mk, acc, v0, v1, p);
+}
+
+TRN_CLONES static void NM(s_bnbwd_rows)(const T *restrict x, const T *restrict dy,
+                                        const T *restrict rr, T *restrict dx,
+                                        const float *restrict A, const float *restrict B,
+                                        const float *restrict C, const float *restrict mu,
+                                        float mk, int acc, int c, int c0, int cb, long i0,
+                                        long i1, trn_precision p)
+{
+    for (long i = i0; i < i1; i++) {
+        const T *restrict xi = x + i * c + c0, *restrict di = dy + i * c + c0,
+                          *restrict ri = rr + i * c + c0;
+        T *restrict o = dx + i * c + c0;
+        for (int j = 0; j < cb; j++) {
+            float dv = LD(di[j]), d = LD(ri[j]) > mk ? dv : 0.0f;
+            float u = A[j] * d + B[j] * (LD(xi[j]) - mu[j]) + C[j];
+            o[j] = ST(acc ? LD(o[j]) + u : u, p);
+        }
+    }
+}
+
 TRN_CLONES void NM(trn_bn_relu_fwd_nhwc)(const T *x, const float *g, const float *b, T *y,
                                          float *mean, float *invstd, const float *rmean,
                                          const float *rvar, int c, long s, float eps,
@@ -202,13 +324,9 @@ TRN_CLONES void NM(trn_bn_relu_fwd_nhwc)(const T *x, const float *g, const float
                 av[t] = a[t % c], ov[t] = off[t % c];
             long ne = s * c, nv = ne / VL;
             S_OMP("omp parallel for if (ne > 4 * RB * VL)")
-            for (long v = 0; v < nv; v++) {
-                const T *xe = x + v * VL;
-                T *ye = y + v * VL;
-                for (int t = 0; t < VL; t++) {
-                    float u = av[t] * LD(xe[t]) + ov[t];
-                    ye[t] = ST(u > lo ? u : lo, p);
-                }
+            for (long v = 0; v < nv; v += RB) {
+                long v1 = v + RB < nv ? v + RB : nv;
+                NM(s_affine_run)(x, y, av, ov, lo, v, v1, p);
             }
             for (long e = nv * VL; e < ne; e++) {
                 float u = av[e % c] * LD(x[e]) + ov[e % c];
@@ -217,13 +335,9 @@ TRN_CLONES void NM(trn_bn_relu_fwd_nhwc)(const T *x, const float *g, const float
             continue;
         }
         S_OMP("omp parallel for if (s > 4 * RB)")
-        for (long i = 0; i < s; i++) {
-            const T *xi = x + i * c + c0;
-            T *yi = y + i * c + c0;
-            for (int j = 0; j < cb; j++) {
-                float v = a[j] * LD(xi[j]) + off[j];
-                yi[j] = ST(v > lo ? v : lo, p);
-            }
+        for (long i = 0; i < s; i += RB) {
+            long i1 = i + RB < s ? i + RB : s;
+            NM(s_affine_rows)(x, y, a, off, lo, c, c0, cb, i, i1, p);
         }
     }
 }
@@ -258,53 +372,30 @@ TRN_CLONES void NM(trn_bn_relu_bwd_nhwc)(const T *x, const float *g, const float
         if (!dx)
             continue;
         float mk = ry ? 0.0f : -INFINITY; /* no ReLU: every d passes */
-        if (cb == c && VL % c == 0) {     /* one run of s*c values, VL at a time */
+        const T *rr = ry ? ry : dy;
+        int acc = dxbeta != 0;
+        if (cb == c && VL % c == 0) { /* one run of s*c values, VL at a time */
             float Av[VL], Bv[VL], Cv[VL], mv[VL];
             for (int t = 0; t < VL; t++)
                 Av[t] = A[t % c], Bv[t] = B[t % c], Cv[t] = C[t % c], mv[t] = mu[t % c];
-            const T *rr = ry ? ry : dy;
             long ne = s * c, nv = ne / VL;
             S_OMP("omp parallel for if (ne > 4 * RB * VL)")
-            for (long v = 0; v < nv; v++) {
-                const T *xe = x + v * VL, *de = dy + v * VL, *re = rr + v * VL;
-                T *o = dx + v * VL;
-                if (dxbeta == 0)
-                    for (int t = 0; t < VL; t++) {
-                        float d = LD(re[t]) > mk ? LD(de[t]) : 0.0f;
-                        o[t] = ST(Av[t] * d + Bv[t] * (LD(xe[t]) - mv[t]) + Cv[t], p);
-                    }
-                else
-                    for (int t = 0; t < VL; t++) {
-                        float d = LD(re[t]) > mk ? LD(de[t]) : 0.0f;
-                        o[t] = ST(LD(o[t]) +
-                                      (Av[t] * d + Bv[t] * (LD(xe[t]) - mv[t]) + Cv[t]),
-                                  p);
-                    }
+            for (long v = 0; v < nv; v += RB) {
+                long v1 = v + RB < nv ? v + RB : nv;
+                NM(s_bnbwd_run)(x, dy, rr, dx, Av, Bv, Cv, mv, mk, acc, v, v1, p);
             }
             for (long e = nv * VL; e < ne; e++) {
                 int t = (int)(e % c);
                 float d = LD(rr[e]) > mk ? LD(dy[e]) : 0.0f;
                 float u = Av[t] * d + Bv[t] * (LD(x[e]) - mv[t]) + Cv[t];
-                dx[e] = ST(dxbeta == 0 ? u : LD(dx[e]) + u, p);
+                dx[e] = ST(acc ? LD(dx[e]) + u : u, p);
             }
             continue;
         }
         S_OMP("omp parallel for if (s > 4 * RB)")
-        for (long i = 0; i < s; i++) {
-            const T *xi = x + i * c + c0, *di = dy + i * c + c0,
-                    *ri = ry ? ry + i * c + c0 : di;
-            T *o = dx + i * c + c0;
-            if (dxbeta == 0)
-                for (int j = 0; j < cb; j++) {
-                    float d = LD(ri[j]) > mk ? LD(di[j]) : 0.0f;
-                    o[j] = ST(A[j] * d + B[j] * (LD(xi[j]) - mu[j]) + C[j], p);
-                }
-            else
-                for (int j = 0; j < cb; j++) {
-                    float d = LD(ri[j]) > mk ? LD(di[j]) : 0.0f;
-                    o[j] =
-                        ST(LD(o[j]) + (A[j] * d + B[j] * (LD(xi[j]) - mu[j]) + C[j]), p);
-                }
+        for (long i = 0; i < s; i += RB) {
+            long i1 = i + RB < s ? i + RB : s;
+            NM(s_bnbwd_rows)(x, dy, rr, dx, A, B, C, mu, mk, acc, c, c0, cb, i, i1, p);
         }
     }
 }
