@@ -399,7 +399,7 @@ static int s_control(const cli_opts *o, const char *sub, long id)
     const char *outcome = json_string_value(json_object_get(r, "guard"));
     if (outcome) { /* a guarded change, decided */
         const char *why = json_string_value(json_object_get(r, "reason"));
-        int kept = !strcmp(outcome, "kept");
+        int kept = store_iv_answer_state(r, IV_GUARD) == GUARD_KEPT;
         if (o->json) /* machine-readable: the answer alone */
             cli_print_json(json_incref(r));
         else {
@@ -529,8 +529,8 @@ static int s_fork(const cli_opts *o, long id)
     store_close(&w.store);
     if (!r)
         return CLI_FAIL;
-    const char *state = json_string_value(json_object_get(r, "fork"));
-    if (state && !strcmp(state, "refused")) { /* read from the database */
+    int state = store_iv_answer_state(r, IV_FORK);
+    if (state == FORK_REFUSED) { /* read from the database */
         cli_error("%s", json_string_value(json_object_get(r, "reason"))
                             ? json_string_value(json_object_get(r, "reason"))
                             : "the fork was refused");
@@ -539,12 +539,12 @@ static int s_fork(const cli_opts *o, long id)
     }
     if (o->json)
         cli_print_json(json_incref(r));
-    else if (state && !strcmp(state, "decided")) {
+    else if (state == FORK_DECIDED) {
         s_fork_print(id, r);
         if (json_is_true(json_object_get(r, "from_store")))
             printf("  (read from the database: the controller restarted during the "
                    "wait)\n");
-    } else if (state && !strcmp(state, "running")) {
+    } else if (state == FORK_RUNNING) {
         printf("trial %ld: forked from step %" JSON_INTEGER_FORMAT
                "; not waited for: `jizhi trial fork %ld --decide` decides now\n",
                id, json_integer_value(json_object_get(r, "fork_step")), id);

@@ -200,14 +200,19 @@ static void s_lineage(w_view *v, const json_t *ivs)
     json_array_foreach(ivs, i, iv)
     {
         long id = (long)json_integer_value(json_object_get(iv, "trial_id"));
-        const char *kind = json_string_value(json_object_get(iv, "kind"));
-        const char *state = json_string_value(json_object_get(iv, "state"));
+        store_iv_kind kind;
+        int st;
+        if (store_iv_kind_parse(json_string_value(json_object_get(iv, "kind")), &kind) ||
+            store_iv_state_parse(kind, json_string_value(json_object_get(iv, "state")),
+                                 &st))
+            continue;
+        const char *state = store_iv_state_name(kind, st);
         json_t *data = json_object_get(iv, "data");
         char text[256], tag[32], vals[128];
         w_trial *t = cli__watch_trial(v, id);
-        if (!t || !kind || !state)
+        if (!t)
             continue;
-        if (!strcmp(kind, "guard")) {
+        if (kind == IV_GUARD) {
             cli__watch_params_text(json_object_get(data, "values"), vals, sizeof vals);
             snprintf(text, sizeof text, "guard %s %s", vals, state);
             snprintf(tag, sizeof tag, "guard %s", state);
@@ -229,11 +234,11 @@ static void s_lineage(w_view *v, const json_t *ivs)
                 break;
         }
         json_t *best = json_object_get(dec, "best");
-        if (!strcmp(state, "decided") && json_is_integer(best))
+        if (st == FORK_DECIDED && json_is_integer(best))
             snprintf(text, sizeof text,
                      "forked at step %ld into %s: best %" JSON_INTEGER_FORMAT, step, ids,
                      json_integer_value(best));
-        else if (!strcmp(state, "running"))
+        else if (st == FORK_RUNNING)
             snprintf(text, sizeof text, "forked at step %ld into %s: running", step, ids);
         else
             snprintf(text, sizeof text, "fork %s", state);

@@ -96,6 +96,10 @@ int store_iv_kind_parse(const char *text, store_iv_kind *out);
 const char *store_iv_state_name(store_iv_kind kind, int state);
 int store_iv_state_parse(store_iv_kind kind, const char *text, int *out);
 int store_iv_state_final(store_iv_kind kind, int state);
+/* The state an answer to a guarded change or fork names in its field of
+   kind's name ("guard": "kept", ...; the controller's answer or
+   store_interv_wait_check's), or -1 when it names none. */
+int store_iv_answer_state(const json_t *answer, store_iv_kind kind);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */

@@ -82,6 +82,14 @@ int store_iv_state_final(store_iv_kind kind, int state)
     return kind == IV_GUARD ? state >= GUARD_KEPT : state >= FORK_DECIDED;
 }
 
+int store_iv_answer_state(const json_t *answer, store_iv_kind kind)
+{
+    int st;
+    const char *text =
+        json_string_value(json_object_get(answer, store_iv_kind_name(kind)));
+    return store_iv_state_parse(kind, text, &st) == 0 ? st : -1;
+}
+
 /* ---- rows ---- */
 
 long store_interv_insert(store_t *s, long study_id, long trial_id, store_iv_kind kind,

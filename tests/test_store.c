@@ -588,6 +588,14 @@ TEST(intervention_states_as_enums)
     CHECK(store_iv_state_final(IV_GUARD, GUARD_KEPT) == 1);
     CHECK(store_iv_state_final(IV_FORK, FORK_RUNNING) == 0);
     CHECK(store_iv_state_final(IV_FORK, FORK_REFUSED) == 1);
+    json_t *ans = json_pack("{s:s, s:s}", "guard", "kept", "fork", "kept");
+    CHECK(store_iv_answer_state(ans, IV_GUARD) == GUARD_KEPT);
+    CHECK(store_iv_answer_state(ans, IV_FORK) == -1); /* not a fork's state */
+    json_object_set_new(ans, "fork", json_string("decided"));
+    CHECK(store_iv_answer_state(ans, IV_FORK) == FORK_DECIDED);
+    json_object_del(ans, "guard");
+    CHECK(store_iv_answer_state(ans, IV_GUARD) == -1);
+    json_decref(ans);
 
     s_rm_db("iv.db");
     store_t *s = s_open("iv.db", 0);

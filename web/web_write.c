@@ -131,11 +131,9 @@ static int s_call_iv(web_req *r, json_t *msg, int timeout_ms, store_interv_wait 
         json_decref(reply);
         return st;
     }
-    const char *state =
-        iv ? json_string_value(json_object_get(reply, store_iv_kind_name(iv->kind)))
-           : NULL;
-    if (state &&
-        !strcmp(state, "refused")) { /* read from the store: as the controller's */
+    if (iv && store_iv_answer_state(reply, iv->kind) ==
+                  (iv->kind == IV_GUARD ? GUARD_REFUSED : FORK_REFUSED)) {
+        /* read from the store: as the controller's */
         const char *why = json_string_value(json_object_get(reply, "reason"));
         int st = web__error(r, 409, "refused", "%s", why ? why : "refused");
         json_decref(reply);
