@@ -75,9 +75,10 @@ void ctl__tick(ctl_t *c, double now)
     ctl__read_expire(c, now);
     if (now - c->trials_ticked >= CTL_TRIAL_TICK_S) {
         c->trials_ticked = now;
-        ctl__disp_check_silence(c, now); /* a walk over every dispatcher */
-        for (size_t i = 0; i < c->nstudies; i++)
+        ctl__disp_check_silence(c, now);         /* a walk over every dispatcher */
+        for (size_t i = 0; i < c->nstudies; i++) /* the trials due (ctl_due.h) */
             ctl__study_tick_trials(c, c->studies[i], now);
+        ctl__instr_load_fallbacks(c, now); /* a walk over the instructions in flight */
     }
     ctl__interv_tick(c, now); /* guarded changes and forks (ctl_interv.c) */
     /* free slots go to waiting trials in queue order (ctl_queue.c) */

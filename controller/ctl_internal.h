@@ -157,11 +157,12 @@ ctl_disp *ctl__disp_get(ctl_t *c, const char *name);
    CTL_MAX_DISPS (ctl_types.h) are known at once. */
 /* The controller socket's listen queue (connections not yet accepted). */
 #define CTL_LISTEN_BACKLOG 4096
-/* ctl__tick's pass over every trial (timeouts, silence, a stopped study's
+/* ctl__tick's pass over the trials (timeouts, silence, a stopped study's
    trials) runs at most this often, not once per loop iteration: with
    10 000 trials and a message per iteration it was the controller's
    largest cost per message (bench/scale.sh). The poll's own timeout is
-   50 ms, so an idle controller ticks as before. */
+   50 ms, so an idle controller ticks as before. The pass looks only at
+   the trials that are due (ctl_due.h), not at every trial. */
 #define CTL_TRIAL_TICK_S 0.05
 /* The alive dispatcher with a free slot per rank and `gpus` free GPUs per
    rank that has the most free slots, or NULL. */

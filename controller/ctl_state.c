@@ -73,11 +73,14 @@ int ctl_trial_move(ctl_trial *t, store_trial_state to)
         assert(!"illegal trial state move");
         return -1;
     }
+    int was_active = ctl_trial_active(t);
     if (t->study) { /* the study's counts (ctl_types.h) */
         t->study->by_state[t->row.state]--;
         t->study->by_state[to]++;
     }
     t->row.state = to;
+    if (t->study && !was_active && ctl_trial_active(t))
+        ctl_due_at(t, 0); /* the periodic pass looks at it from now on */
     return 0;
 }
 
@@ -90,6 +93,8 @@ int ctl_trial_plan_to(ctl_trial *t, ctl_trial_plan to)
         return -1;
     }
     t->plan = to;
+    if (t->study && (to == PLAN_STOP || to == PLAN_RELEASE))
+        ctl_due_at(t, 0); /* its stop's grace: the kill after it (ctl__trial_tick) */
     if (to == PLAN_NONE) {
         t->plan_reason[0] = 0;
         t->plan_by_study = 0;

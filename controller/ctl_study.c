@@ -27,6 +27,7 @@ void ctl__study_free(ctl_study *s)
     for (size_t i = 0; i < s->ntrials; i++)
         ctl__trial_free(s->trials[i]);
     free(s->trials);
+    ctl_due_fini(&s->due);
     sched_destroy(&s->sched);
     for (int i = 0; i < s->nmon; i++)
         sched_destroy(&s->mon[i]);
@@ -528,32 +529,57 @@ static void s_save_sched(ctl_t *c, ctl_study *s)
    reads its stop instruction is killed after the grace like any other.
    An active trial of a study that is not running and that no stop drives
    yet (a controller that restarted forgot the plan) is stopped by its
-   study. */
-void ctl__study_tick_trials(ctl_t *c, ctl_study *s, double now)
+   study.
+
+   Only the trials that are due are looked at (s->due, ctl_due.h): each
+   active one when it became active (or was loaded), then when it would
+   be lost if not heard from meanwhile, and when its stop's grace ends.
+   A study out of time looks at every trial, as its end is near. At most
+   the entries there were at the start: a trial that a look makes active
+   again (a retry) waits for the next pass. */
+static void s_look(ctl_t *c, ctl_study *s, ctl_trial *t, int time_over, double now)
 {
     int running = s->row.state == STUDY_RUNNING;
-    int time_over = running && s_time_over(s);
-    for (size_t i = 0; i < s->ntrials; i++) {
+    if (!ctl_trial_active(t))
+        return; /* ended or waiting: looked at again once active */
+    if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE && ctl__txn(c) == 0)
+        ctl__trial_stop(c, t, "controller", "study stopped", CTL_STOP_BY_STUDY);
+    if (!s->spec->ask_only && now - t->last_heard > c->lost_timeout) {
+        ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
+        return;
+    }
+    if (time_over)
+        ctl__trial_stop(c, t, "controller", "study time budget used up",
+                        CTL_STOP_BY_PERSON);
+    ctl__trial_tick(c, t, now);
+    if (!ctl_trial_active(t))
+        return;
+    /* the next look: when it would be lost, or its stop's grace ends */
+    double next = s->spec->ask_only ? -1 : t->last_heard + c->lost_timeout;
+    if ((t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) && !t->kill_sent) {
+        double grace = t->plan_since + ctl__stop_grace();
+        next = next < 0 || grace < next ? grace : next;
+    }
+    if (next >= 0)
+        ctl_due_at(t, next);
+}
+
+void ctl__study_tick_trials(ctl_t *c, ctl_study *s, double now)
+{
+    int time_over = s->row.state == STUDY_RUNNING && s_time_over(s);
+    for (size_t i = 0; time_over && i < s->ntrials; i++) {
         ctl_trial *t = s->trials[i];
-        if (ctl_trial_active(t)) {
-            if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE &&
-                ctl__txn(c) == 0)
-                ctl__trial_stop(c, t, "controller", "study stopped", CTL_STOP_BY_STUDY);
-            if (!s->spec->ask_only && now - t->last_heard > c->lost_timeout) {
-                ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
-                continue;
-            }
-            if (time_over)
-                ctl__trial_stop(c, t, "controller", "study time budget used up",
-                                CTL_STOP_BY_PERSON);
-            if (running)
-                ctl__instr_load_fallback(c, t, now);
-            ctl__trial_tick(c, t, now);
-        } else if ((t->row.state == TRIAL_PENDING || t->row.state == TRIAL_SUSPENDED) &&
-                   time_over) {
+        if (ctl_trial_active(t))
+            ctl_due_at(t, 0); /* stopped by s_look, after its lost check */
+        else if (t->row.state == TRIAL_PENDING || t->row.state == TRIAL_SUSPENDED)
             ctl__trial_stop(c, t, "controller", "study time budget used up",
                             CTL_STOP_BY_PERSON);
-        }
+    }
+    size_t budget = ctl_due_size(&s->due);
+    ctl_trial *t;
+    while (budget-- > 0 && ctl_due_pop(&s->due, now, &t)) {
+        s->due_checked++;
+        s_look(c, s, t, time_over, now);
     }
 }
 

@@ -129,6 +129,8 @@ void ctl__study_add_trial(ctl_study *s, ctl_trial *t)
     s->trials[s->ntrials++] = t;
     assert((unsigned)t->row.state < TRIAL_STATE_COUNT); /* ctl_trial_init_state */
     s->by_state[t->row.state]++;
+    if (ctl_trial_active(t)) /* one that was running: looked at by the periodic pass */
+        ctl_due_at(t, 0);
 }
 
 double ctl__study_load_timeout(const ctl_study *s)

@@ -21,7 +21,7 @@
 /* The grace, STOP_GRACE_S or shorter: JIZHI_STOP_GRACE_S lowers it (tests
    of trials that never read their stop, which would wait the whole grace);
    a value above STOP_GRACE_S or not a number leaves it. Read once. */
-static double s_stop_grace(void)
+double ctl__stop_grace(void)
 {
     static double grace = -1;
     if (grace < 0)
@@ -630,7 +630,7 @@ void ctl__trial_restart_from(ctl_t *c, ctl_trial *t, const char *path, const cha
 void ctl__trial_tick(ctl_t *c, ctl_trial *t, double now)
 {
     if ((t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) && !t->kill_sent &&
-        now - t->plan_since > s_stop_grace() && t->disp)
+        now - t->plan_since > ctl__stop_grace() && t->disp)
         ctl__disp_kill(c, t, t->plan_reason);
 }
 
@@ -689,6 +689,26 @@ void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now)
                  "from %s",
                  s->row.name, t->row.id, limit, t->load_on_start);
         return;
+    }
+}
+
+void ctl__instr_load_fallbacks(ctl_t *c, double now)
+{
+    for (size_t i = 0; i < c->ninstrs; i++) {
+        const ctl_instr *in = &c->instrs[i];
+        const char *kind = json_string_value(json_object_get(in->msg, "kind"));
+        if (!kind || strcmp(kind, "load"))
+            continue;
+        ctl_trial *t = ctl_idmap_get(&c->trials, in->trial_id);
+        if (!t || !ctl_trial_active(t) || t->study->row.state != STUDY_RUNNING)
+            continue;
+        double limit = ctl__study_load_timeout(t->study);
+        if (limit <= 0 || now - in->sent < limit)
+            continue;
+        size_t n = c->ninstrs;
+        ctl__instr_load_fallback(c, t, now);
+        if (c->ninstrs != n) /* one was done: the list moved, look again */
+            i = (size_t)-1;
     }
 }
 

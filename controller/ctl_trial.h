@@ -67,6 +67,9 @@ void ctl__trial_restart_from(ctl_t *c, ctl_trial *t, const char *path,
                              const char *reason);
 /* Per active trial each tick: the kill after a stop's grace period. */
 void ctl__trial_tick(ctl_t *c, ctl_trial *t, double now);
+/* Seconds between a stop instruction and the kill (STOP_GRACE_S, or
+   JIZHI_STOP_GRACE_S when set lower). */
+double ctl__stop_grace(void);
 /* Carries out (and releases) the instructions a scheduler returned. */
 void ctl__trial_apply_sched(ctl_t *c, ctl_study *s, sched_t *by, sched_instr *ins, int k);
 /* The objective of the current attempt (best or last, per the spec). */
@@ -78,10 +81,15 @@ double ctl__trial_result(const ctl_trial *t);
    the study moves to STOPPED. Here, not in ctl_study.c, because a
    trial's end may ask for it (failures in a row). */
 void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason);
-/* Per active trial each tick: a `load` unacknowledged for longer than
-   the study's load timeout restarts the trial from the checkpoint
-   (the fallback ctl_instr.c describes). */
+/* An active trial's `load` unacknowledged for longer than the study's
+   load timeout restarts the trial from the checkpoint (the fallback
+   ctl_instr.c describes). */
 void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now);
+/* Each tick: ctl__instr_load_fallback for the trials of the `load`
+   instructions waiting for longer than their study's load timeout, found
+   from the instructions in flight rather than by a walk over the trials
+   (a running study's active trials only, as before). */
+void ctl__instr_load_fallbacks(ctl_t *c, double now);
 /* A preempted (SUSPENDED) trial goes back to PENDING, loading its
    checkpoint at the next start, keeping the values it reported (the
    queue's resume, ctl_queue.c). */

@@ -25,6 +25,7 @@
 #include "../common/wire.h"
 #include "../schedulers/sched.h"
 #include "../store/store.h"
+#include "ctl_due.h"
 #include "ctl_idmap.h"
 
 #include <jansson.h>
@@ -84,6 +85,8 @@ struct ctl_trial {
     double spoke_wall; /* wall clock of its last own message (0: none yet) */
     long set_batch;    /* the `trial set` batch (ctl_instr.batch) that made ... */
     long set_gen;      /* ... this params generation */
+    double due_at;     /* when its next check is due (ctl_due.h) ... */
+    int due_queued;    /* ... while 1 */
 };
 
 /* ---- a study (its states and moves: ctl_state.h) ---- */
@@ -107,6 +110,8 @@ struct ctl_study {
     int queue_unfit;      /* it waits because no alive dispatcher can ever run
                              one of its trials (ctl__queue_unfit) */
     long queued;          /* configurations waiting in the store's queue */
+    ctl_due due;          /* when each trial is next looked at (ctl_due.h) */
+    long due_checked;     /* trials the periodic pass looked at (tests) */
     long by_state[TRIAL_STATE_COUNT]; /* its trials in each state, kept by
                                          ctl__study_add_trial and ctl_trial_move
                                          so that the loop's per-iteration work

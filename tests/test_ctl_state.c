@@ -646,6 +646,85 @@ TEST(restart_plan_and_stop_plans)
     ctl_destroy(&c);
 }
 
+/* The periodic pass looks only at the trials that are due (ctl_due.h):
+   each once when it becomes active, then when it would be lost if not
+   heard from, and when its stop's grace ends; the lost ones are exactly
+   those silent for more than --lost-timeout, at the pass after that
+   (issue 43: the pass walked every trial each 50 ms). */
+TEST(the_periodic_pass_looks_at_due_trials_only)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    json_t *spec = json_loads(
+        "{\"name\":\"due\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
+        "\"budget\":{\"trials\":40,\"parallel\":40},"
+        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+        "\"trial\":{\"command\":[\"true\"]}}",
+        0, NULL);
+    ctl_study *s = NULL;
+    int resumed, finished;
+    const char *code = "";
+    char msg[256];
+    REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
+    json_decref(spec);
+    ctl_disp *d = ctl__disp_get(c, "d1");
+    d->alive = 1;
+    d->slots = 40;
+    d->last_seen = util_now();
+    double t0 = util_now();
+    for (int k = 0; k < 40 && s->ntrials < 40; k++)
+        ctl__tick(c, t0);
+    REQUIRE(s->ntrials == 40);
+    c->lost_timeout = 10;
+    for (size_t i = 0; i < 40; i++) { /* trial i last heard at t0 + i/10 */
+        ctl__trial_heard(c, s->trials[i]);
+        s->trials[i]->last_heard = t0 + 0.1 * (double)i;
+    }
+    s_commit(c, "");
+    s->due_checked = 0;
+    ctl__study_tick_trials(c, s, t0 + 5); /* each once: they became active */
+    CHECK(s->due_checked == 40);
+    ctl__study_tick_trials(c, s, t0 + 9.5); /* none due */
+    CHECK(s->due_checked == 40);
+    /* 10 s after trial i was heard: trials 0..20 are due, and lost */
+    ctl__study_tick_trials(c, s, t0 + 12.05);
+    s_commit(c, "");
+    CHECK(s->due_checked == 40 + 21);
+    long lost = 0;
+    for (size_t i = 0; i < 40; i++) {
+        int active = ctl_trial_active(s->trials[i]);
+        lost += !active;
+        CHECK(active == (i > 20));
+    }
+    CHECK(lost == 21);
+    ctl__study_tick_trials(c, s, t0 + 12.05); /* nothing more is due */
+    CHECK(s->due_checked == 61);
+    /* trial 30 was heard again: looked at when due, kept; 21..29 lost */
+    s->trials[30]->last_heard = t0 + 20;
+    ctl__study_tick_trials(c, s, t0 + 13.05);
+    s_commit(c, "");
+    CHECK(s->due_checked == 61 + 10);
+    for (size_t i = 21; i < 40; i++)
+        CHECK(ctl_trial_active(s->trials[i]) == (i >= 30));
+    /* a stop: the kill once its grace is over, not before */
+    ctl_trial *t = s->trials[35];
+    ctl__trial_stop(c, t, "cli", "enough", 0);
+    double since = t->plan_since, grace = ctl__stop_grace();
+    for (size_t i = 30; i < 40; i++) /* keep the others heard */
+        s->trials[i]->last_heard = since + grace;
+    s_commit(c, "");
+    long before = s->due_checked;
+    ctl__study_tick_trials(c, s, since + grace - 0.5);
+    CHECK(s_commit(c, "kill") == 0 && !t->kill_sent);
+    CHECK(s->due_checked == before + 1); /* the stopped trial, once */
+    ctl__study_tick_trials(c, s, since + grace + 0.5);
+    CHECK(s_commit(c, "kill") == 1 && t->kill_sent);
+    CHECK(s->due_checked == before + 2);
+    for (size_t i = 30; i < 40; i++)
+        CHECK(ctl_trial_active(s->trials[i]));
+    ctl_destroy(&c);
+}
+
 /* A scheduler's stop ends a trial PRUNED (its own state, persisted as
    "pruned"), a person's stop STOPPED; the status counts the pruned one
    and its best is the best completed trial, whatever the pruned and
@@ -781,6 +860,7 @@ int main(void)
     RUN(id_map_finds_every_id_and_nothing_else);
     RUN(a_lifecycle_through_every_move_on_a_real_store);
     RUN(restart_plan_and_stop_plans);
+    RUN(the_periodic_pass_looks_at_due_trials_only);
     RUN(a_scheduler_stop_prunes_and_best_counts_completed_only);
     RUN(dispatchers_are_found_by_name_after_adds_and_removals);
     char cmd[128];
