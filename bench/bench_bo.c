@@ -25,6 +25,22 @@
                                            "tell_mean_ms","tell_max_ms"}: the
                                            mean and slowest on_complete of
                                            the run
+      bench_bo large FUNC HIST K SEED0 NSEEDS METHOD..
+                                           bo past BO_LARGE_N (issue 43): per
+                                           seed, a history of HIST points
+                                           made by jizhi's tpe (that seed)
+                                           is told to a fresh scheduler of
+                                           each METHOD, which then makes K
+                                           more suggestions, each evaluated
+                                           and told; one JSON line per seed
+                                           and method: {"func","method",
+                                           "seed","hist","k","hist_regret",
+                                           "regret" (best-so-far after the
+                                           K), "curve" (best-so-far regret
+                                           after each suggestion),
+                                           "lat_med_ms","lat_max_ms",
+                                           "seconds"}; budget.trials is
+                                           1000000 (no end-game)
       bench_bo importance < JSON           parameter importance (importance.h)
                                            of {"space": {...}, "trials":
                                            [{"params": {...}, "value": y}]}:
@@ -462,6 +478,142 @@ static int s_latency(int n, int repeats, const char *method)
     return 0;
 }
 
+/* ---- large: methods continuing one history (issue 43) ---------------- */
+
+static json_t *s_x_params(const double *x, int d)
+{
+    json_t *p = json_object();
+    for (int i = 0; i < d; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i);
+        json_object_set_new(p, name, json_real(x[i]));
+    }
+    return p;
+}
+
+static int s_dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* hist x d points (hx) and their values (hv): a tpe run of min(hist,
+   1000) evaluations with `seed`, then uniform random points (seeded) up
+   to hist (tpe's cost per suggestion grows with n: a 5 000-point tpe run
+   would take minutes). 0 or -1. */
+static int s_history(const s_func *f, int hist, long seed, double *hx, double *hv)
+{
+    spec_t *sp = s_spec(f, "tpe", seed, 1000000);
+    char err[256];
+    sched_t *s = sp ? sched_new(sp, err, sizeof err) : NULL;
+    int rc = s ? 0 : -1, ntpe = hist < 1000 ? hist : 1000;
+    for (long id = 1; rc == 0 && id <= ntpe; id++) {
+        json_t *p = NULL;
+        double *x = hx + (size_t)(id - 1) * (size_t)f->d;
+        if (s_get(s, id, &p) != SCHED_OK || s_params_x(p, f->d, x) != 0)
+            rc = -1;
+        else {
+            hv[id - 1] = f->f(x, f->d);
+            s->ops->on_complete(s, id, p, SCHED_COMPLETED, hv[id - 1]);
+        }
+        json_decref(p);
+    }
+    sched_rng r;
+    sched_rng_seed(&r, (unsigned long long)seed, 7);
+    for (int i = ntpe; rc == 0 && i < hist; i++) {
+        double *x = hx + (size_t)i * (size_t)f->d;
+        for (int k = 0; k < f->d; k++) {
+            double lo, hi;
+            f->bounds(k, &lo, &hi);
+            x[k] = lo + (hi - lo) * sched_rng_uniform(&r);
+        }
+        hv[i] = f->f(x, f->d);
+    }
+    sched_destroy(&s);
+    spec_destroy(&sp);
+    return rc;
+}
+
+/* method told the history, then k suggestions; one JSON line. 0 or -1. */
+static int s_continue(const s_func *f, const char *method, long seed, int hist,
+                      const double *hx, const double *hv, int k)
+{
+    spec_t *sp = s_spec(f, method, seed, 1000000);
+    char err[256];
+    sched_t *s = sp ? sched_new(sp, err, sizeof err) : NULL;
+    if (!s) {
+        if (sp)
+            fprintf(stderr, "bench_bo: %s\n", err);
+        spec_destroy(&sp);
+        return -1;
+    }
+    double best = INFINITY, t0 = util_now();
+    for (int i = 0; i < hist; i++) {
+        json_t *p = s_x_params(hx + (size_t)i * (size_t)f->d, f->d);
+        if (s->ops->on_complete)
+            s->ops->on_complete(s, i + 1, p, SCHED_COMPLETED, hv[i]);
+        json_decref(p);
+        best = fmin(best, hv[i]);
+    }
+    double hist_best = best;
+    double *ms = malloc(sizeof(double) * (size_t)k);
+    json_t *curve = json_array();
+    int rc = ms ? 0 : -1;
+    for (int i = 0; rc == 0 && i < k; i++) {
+        json_t *p = NULL;
+        double x[f->d], t1 = util_now();
+        if (s_get(s, hist + 1 + i, &p) != SCHED_OK || s_params_x(p, f->d, x) != 0) {
+            fprintf(stderr, "bench_bo: suggest failed\n");
+            json_decref(p);
+            rc = -1;
+            break;
+        }
+        ms[i] = 1e3 * (util_now() - t1);
+        double v = f->f(x, f->d);
+        best = fmin(best, v);
+        json_array_append_new(curve, json_real(best - f->fopt));
+        if (s->ops->on_complete)
+            s->ops->on_complete(s, hist + 1 + i, p, SCHED_COMPLETED, v);
+        json_decref(p);
+    }
+    if (rc == 0) {
+        double secs = util_now() - t0;
+        qsort(ms, (size_t)k, sizeof *ms, s_dbl_cmp);
+        json_t *line =
+            json_pack("{s:s,s:s,s:I,s:i,s:i,s:f,s:f,s:O,s:f,s:f,s:f}", "func", f->name,
+                      "method", method, "seed", (json_int_t)seed, "hist", hist, "k", k,
+                      "hist_regret", hist_best - f->fopt, "regret", best - f->fopt,
+                      "curve", curve, "lat_med_ms", k ? ms[(k - 1) / 2] : NAN,
+                      "lat_max_ms", k ? ms[k - 1] : NAN, "seconds", secs);
+        char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(10));
+        printf("%s\n", text);
+        free(text);
+        json_decref(line);
+        fflush(stdout);
+    }
+    json_decref(curve);
+    free(ms);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+    return rc;
+}
+
+static int s_large(const s_func *f, int hist, int k, long seed0, long ns, char **methods,
+                   int nm)
+{
+    double *hx = malloc(sizeof(double) * (size_t)hist * (size_t)f->d);
+    double *hv = malloc(sizeof(double) * (size_t)hist);
+    int rc = hx && hv ? 0 : -1;
+    for (long sd = seed0; rc == 0 && sd < seed0 + ns; sd++) {
+        rc = s_history(f, hist, sd, hx, hv);
+        for (int m = 0; rc == 0 && m < nm; m++)
+            rc = s_continue(f, methods[m], sd, hist, hx, hv, k);
+    }
+    free(hx);
+    free(hv);
+    return rc;
+}
+
 /* Reads {"space", "trials"} from stdin and prints the importances. */
 /* The scheduler's own n suggestions of Hartmann-6, each evaluated and told
    before the next (as a sequential study runs; no warm start), then
@@ -577,7 +729,8 @@ static int s_usage(void)
 {
     fprintf(stderr,
             "usage: bench_bo eval FUNC X1..Xd | run FUNC METHOD EVALS SEED0 NSEEDS | "
-            "latency[-told] N1,N2,.. [REPEATS [METHOD]] | importance < JSON\n");
+            "latency[-told] N1,N2,.. [REPEATS [METHOD]] | large FUNC HIST K SEED0 NSEEDS "
+            "METHOD.. | importance < JSON\n");
     return 2;
 }
 
@@ -618,6 +771,14 @@ int main(int argc, char **argv)
             }
         free(list);
         return 0;
+    }
+    if (argc >= 8 && !strcmp(argv[1], "large")) {
+        const s_func *f = s_find(argv[2]);
+        int hist = atoi(argv[3]), k = atoi(argv[4]);
+        long seed0 = atol(argv[5]), ns = atol(argv[6]);
+        if (!f || hist < 1 || k < 1 || ns < 1)
+            return s_usage();
+        return s_large(f, hist, k, seed0, ns, argv + 7, argc - 7) == 0 ? 0 : 1;
     }
     if (argc == 2 && !strcmp(argv[1], "importance"))
         return s_importance();

@@ -439,6 +439,9 @@ static int s_start_job(sched_bo *b)
         j->tr_len = 0;
     } else
         j->tr_len = b->tr_len;
+    j->large_n = b->opt.large_n;
+    j->large_rule = b->opt.large_rule;
+    j->large_first = b->opt.large_first;
     j->seed = s_job_seed(b);
     b->job = j;
     sched__bo_job_launch(j);

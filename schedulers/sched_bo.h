@@ -65,6 +65,16 @@
                                          "rugged"; sched_bo_portfolio.c).
                                          One objective, without early
                                          stopping; "off" never
+      "large_n": integer 100..5000       the most finished trials one fit
+                                         uses (default 1000); past it a
+                                         subset (sched_bo_large.c):
+      "large_subset": "best" | "nearest" which rows the subset takes first:
+                                         the best by the modelled value, or
+                                         the nearest to the best trial in the
+                                         last fit's lengthscales
+      "large_first": number in (0, 1]    the share of large_n taken first
+                                         (default 0.5); the rest is a random
+                                         sample of the others
 */
 #ifndef JZ_SCHED_BO_H
 #define JZ_SCHED_BO_H

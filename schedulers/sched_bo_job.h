@@ -97,6 +97,12 @@ typedef struct {
     /* rugged objectives (sched_bo_portfolio.c): 1 to read the evidence
        after the fit and act on it (only while prior is GP_PRIOR_WALL) */
     int rugged;
+    /* many observations (sched_bo_large.c; 0: the defaults): the most rows
+       the model fits on, which rule picks the first share of them, and
+       that share (the rest: a random sample) */
+    int large_n;
+    int large_rule; /* BO_LARGE_BEST or BO_LARGE_NEAREST */
+    double large_first;
     unsigned long long seed;
     atomic_int cancel;
     atomic_int done;
@@ -123,6 +129,11 @@ typedef struct {
     double local;   /* the end-game: this fraction of budget.trials, last */
     int fidelity;   /* BO_FID_* */
     int rugged;     /* BO_RUGGED_AUTO or BO_RUGGED_OFF */
+    /* many observations: "large_n" (the most a fit uses), "large_subset"
+       (BO_LARGE_BEST or BO_LARGE_NEAREST), "large_first" (its share) */
+    int large_n;
+    int large_rule;
+    double large_first;
 } bo_opts;
 
 /* Fills o with the defaults for spec (borrowed), then the spec's
@@ -152,17 +163,26 @@ void sched__bo_round(void *ctx, double *x);
 
 /* ---- many observations (sched_bo_large.c) ------------------------------ */
 
-/* Past this many observations a job fits its GP on BO_LARGE_N of them:
-   measured, bench_bo latency (docs/design.md, Schedulers: bo at large n). */
+/* Past this many observations a job fits its GP on BO_LARGE_N of them
+   (the default of option "large_n"): measured, bench_bo latency and
+   bench_bo large (docs/design.md, Schedulers: bo at large n). */
 #ifndef BO_LARGE_N /* -D for a benchmark of the exact model */
 #define BO_LARGE_N 1000
 #endif
+/* which rows a large job keeps first (option "large_subset"), the rest
+   being a random sample: the best by the modelled value, or the nearest
+   to the incumbent in the previous fit's lengthscales */
+enum { BO_LARGE_BEST = 0, BO_LARGE_NEAREST = 1 };
+#define BO_LARGE_FIRST 0.5 /* the default of option "large_first" */
 
-/* When j->n > BO_LARGE_N, keeps BO_LARGE_N rows of j (X, y, and C, feas,
-   F where present): the best half by y (NaN last) and a random sample of
-   the rest seeded by j->seed, in their original order; j->n becomes
-   BO_LARGE_N. Pending rows (Xp) are untouched. 0, or -1 out of memory
-   (j unchanged). */
+/* When j->n > K (j->large_n, or BO_LARGE_N when 0), keeps K rows of j (X,
+   y, and C, feas, F where present), in their original order: the first
+   round(K x F) (F: j->large_first, or BO_LARGE_FIRST when 0) by
+   j->large_rule (BO_LARGE_BEST: lowest y, NaN last; BO_LARGE_NEAREST:
+   nearest to the row of lowest y, each dimension's distance divided by
+   its lengthscale from j->theta0 when set, ties to the lower index) and a
+   random sample of the others, seeded by j->seed; j->n becomes K. Pending
+   rows (Xp) are untouched. 0, or -1 out of memory (j unchanged). */
 int sched__bo_large_subset(bo_job *j);
 
 /* ---- rugged objectives: the functions (sched_bo_portfolio.c) ---------- */

@@ -2,13 +2,16 @@
     An exact GP costs O(n^3) time and O(n^2) memory per fit: 1.5-1.8 s a
     suggestion at n = 2 000 on the 2-core machine, about 25 s at 5 000 and
     3.2 GB for the kernel matrix alone at 20 000 (docs/design.md,
-    Schedulers: bo at large n). Past BO_LARGE_N observations a job keeps
-    BO_LARGE_N of them: the best half (by the value the model fits, so the
-    incumbent and the region the acquisition searches stay exact) and an
-    evenly spread random sample of the rest (the model's global shape and
-    the failed trials' "worse than this" rows). Below BO_LARGE_N nothing
-    changes, so the small-study behaviour (bench-bo at 50-200 evaluations)
-    is the same model as before.
+    Schedulers: bo at large n). Past K observations (option "large_n",
+    default BO_LARGE_N) a job keeps K of them: a first share (option
+    "large_first", default half) picked by a rule (option "large_subset"):
+    the best by the value the model fits, so the incumbent and the region
+    the acquisition searches stay exact, or the nearest to the incumbent;
+    and an evenly spread random sample of the rest (the model's global
+    shape and the failed trials' "worse than this" rows). Which rule and
+    share is the default was measured with bench_bo large (docs/bench.md).
+    Below K nothing changes, so the small-study behaviour (bench-bo at
+    50-200 evaluations) is the same model as before.
 */
 #include "sched_bo_job.h"
 
@@ -41,9 +44,32 @@ static void s_move(double *a, int w, int to, int from)
                 sizeof(double) * (size_t)w);
 }
 
+/* Ranks rows by distance to the incumbent (the lowest finite y): each
+   dimension's difference divided by its lengthscale (theta0, log) when
+   known. r[i].y receives the squared distance. */
+static void s_nearest(const bo_job *j, s_rank *r)
+{
+    int n = j->n, D = j->lay->D, inc = -1;
+    for (int i = 0; i < n; i++)
+        if (!isnan(j->y[i]) && (inc < 0 || j->y[i] < j->y[inc]))
+            inc = i;
+    const double *x0 = j->X + (size_t)(inc < 0 ? 0 : inc) * (size_t)D;
+    for (int i = 0; i < n; i++) {
+        const double *x = j->X + (size_t)i * (size_t)D;
+        double d2 = 0;
+        for (int k = 0; k < D; k++) {
+            double t = x[k] - x0[k];
+            if (j->theta0)
+                t *= exp(-j->theta0[k]);
+            d2 += t * t;
+        }
+        r[i] = (s_rank){d2, i};
+    }
+}
+
 int sched__bo_large_subset(bo_job *j)
 {
-    int n = j->n, keep = BO_LARGE_N;
+    int n = j->n, keep = j->large_n > 0 ? j->large_n : BO_LARGE_N;
     if (n <= keep)
         return 0;
     s_rank *r = malloc(sizeof *r * (size_t)n);
@@ -53,10 +79,14 @@ int sched__bo_large_subset(bo_job *j)
         free(take);
         return -1;
     }
-    for (int i = 0; i < n; i++)
-        r[i] = (s_rank){j->y[i], i};
+    if (j->large_rule == BO_LARGE_NEAREST)
+        s_nearest(j, r);
+    else
+        for (int i = 0; i < n; i++)
+            r[i] = (s_rank){j->y[i], i};
     qsort(r, (size_t)n, sizeof *r, s_rank_cmp);
-    int best = keep / 2;
+    double share = j->large_first > 0 ? fmin(j->large_first, 1) : BO_LARGE_FIRST;
+    int best = (int)lround(keep * share);
     for (int k = 0; k < best; k++)
         take[r[k].i] = 1;
     /* the rest: a random sample of keep - best from the other n - best

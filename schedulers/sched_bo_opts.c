@@ -26,6 +26,9 @@ int sched__bo_options(bo_opts *o, const spec_t *spec, char *err, size_t errsize)
     o->prior = GP_PRIOR_WALL;
     o->local = 0.3; /* bench-bo: see docs/bench.md */
     o->rugged = BO_RUGGED_AUTO;
+    o->large_n = BO_LARGE_N;
+    o->large_rule = BO_LARGE_BEST;
+    o->large_first = BO_LARGE_FIRST;
     long np = (long)spec->nparams;
     o->n_init = np * 2 < 5 ? 5 : np * 2 > 10 ? 10 : np * 2;
     if (!spec->sched_opts)
@@ -99,12 +102,31 @@ int sched__bo_options(bo_opts *o, const spec_t *spec, char *err, size_t errsize)
             if (!a || (strcmp(a, "auto") && strcmp(a, "off")))
                 return s_fail(err, errsize, key, "must be \"auto\" or \"off\"");
             o->rugged = !strcmp(a, "off") ? BO_RUGGED_OFF : BO_RUGGED_AUTO;
+        } else if (!strcmp(key, "large_n")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 100 ||
+                json_integer_value(v) > 5000)
+                return s_fail(err, errsize, key,
+                              "must be an integer from 100 to 5000 (the most finished "
+                              "trials one fit uses)");
+            o->large_n = (int)json_integer_value(v);
+        } else if (!strcmp(key, "large_subset")) {
+            const char *a = json_string_value(v);
+            if (!a || (strcmp(a, "best") && strcmp(a, "nearest")))
+                return s_fail(err, errsize, key, "must be \"best\" or \"nearest\"");
+            o->large_rule = !strcmp(a, "nearest") ? BO_LARGE_NEAREST : BO_LARGE_BEST;
+        } else if (!strcmp(key, "large_first")) {
+            if (!json_is_number(v) || !(json_number_value(v) > 0) ||
+                json_number_value(v) > 1)
+                return s_fail(err, errsize, key,
+                              "must be a number above 0 and at most 1 (the share of "
+                              "large_n picked by large_subset; the rest at random)");
+            o->large_first = json_number_value(v);
         } else {
             return s_fail(
                 err, errsize, key,
                 "unknown option for the bo scheduler (expected type, seed, acq, kappa, "
                 "n_init, fantasy, warp, constraint_model, lengthscale_prior, mo, "
-                "fidelity, local, rugged)");
+                "fidelity, local, rugged, large_n, large_subset, large_first)");
         }
     }
     return 0;

@@ -4,6 +4,11 @@
 #                     scikit-optimize gp_minimize, where installed, on six
 #                     test functions; plus bo suggestion latency.
 #                     BENCH_BO_ARGS="--seeds 3 --evals 30" for a quick run.
+#   make bench-bo-large
+#                     bo past 1 000 finished trials (issue 43): from one
+#                     history per seed, K more suggestions by bo's subset
+#                     rules, the exact GP, tpe and cmaes (bench/bo_large.py;
+#                     BENCH_BO_LARGE_ARGS="--hist 1000 --k 20 --seeds 3").
 #   make bench-importance
 #                     `study importance` (Sobol indices of the GP mean)
 #                     against Optuna's fANOVA evaluator on the same trials
@@ -30,6 +35,10 @@ BENCHES += $(BENCH_BO)
 .PHONY: bench-bo
 bench-bo: $(BENCH_BO)
 	@PYTHON=$(PYTHON) BENCH_BO=$(BENCH_BO) bench/bo.sh $(BENCH_BO_ARGS)
+
+.PHONY: bench-bo-large
+bench-bo-large: $(BENCH_BO)
+	@PYTHON=$(PYTHON) BENCH_BO=$(BENCH_BO) bench/bo.sh large $(BENCH_BO_LARGE_ARGS)
 
 .PHONY: bench-importance
 bench-importance: $(BENCH_BO)

@@ -2,13 +2,18 @@
     (schedulers/sched_bo_large.c): past BO_LARGE_N a job keeps BO_LARGE_N
     rows, the best half by the fitted value and a sample of the rest, with
     every per-row array (X, y, constraints, feasibility, objectives) moved
-    together; at or below BO_LARGE_N nothing changes.
+    together; at or below BO_LARGE_N nothing changes. The rules behind
+    the options "large_n", "large_subset" and "large_first": the share
+    kept first, the nearest to the incumbent in the previous fit's
+    lengthscales, deterministic by seed; the options' checks.
 */
 #include "jz_test.h"
+#include "schedulers/sched_bo.h"
 #include "schedulers/sched_bo_job.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* y of row i: a permutation of 0..n-1 (17 is prime to the sizes used),
    NaN (failed) for every 10th row */
@@ -101,9 +106,158 @@ TEST(past_the_limit_the_best_half_and_a_sample_stay_with_their_rows)
     s_free(j);
 }
 
+/* rows kept by a job of n rows (X as s_job makes them) under the rule */
+static int s_kept(int n, int keep, int rule, double first, unsigned long long seed,
+                  unsigned char *kept)
+{
+    bo_layout l = {.D = 2};
+    bo_job *j = s_job(&l, n, 0, 0);
+    j->large_n = keep;
+    j->large_rule = rule;
+    j->large_first = first;
+    j->seed = seed;
+    int rc = sched__bo_large_subset(j);
+    for (int i = 0; i < n; i++)
+        kept[i] = 0;
+    for (int k = 0; rc == 0 && k < j->n; k++)
+        kept[(int)j->X[2 * k]] = 1;
+    int got = rc == 0 ? j->n : -1;
+    s_free(j);
+    return got;
+}
+
+TEST(the_first_share_is_the_best_and_the_rest_a_seeded_sample)
+{
+    int n = 3001, keep = 400;
+    unsigned char *a = malloc((size_t)n), *b = malloc((size_t)n), *c = malloc((size_t)n);
+    REQUIRE(a && b && c);
+    CHECK(s_kept(n, keep, BO_LARGE_BEST, 0.8, 7, a) == keep);
+    CHECK(s_kept(n, keep, BO_LARGE_BEST, 0.8, 7, b) == keep);
+    CHECK(s_kept(n, keep, BO_LARGE_BEST, 0.8, 8, c) == keep);
+    int best = 0, same = 1, differ = 0;
+    for (int i = 0; i < n; i++) {
+        /* the values 0..319 (of the finite rows) are the best 320 = 0.8 x 400 */
+        double y = s_y(i, n);
+        if (!isnan(y) && y < 320) {
+            CHECK(a[i]);
+            best++;
+        }
+        same &= a[i] == b[i];
+        differ |= a[i] != c[i];
+    }
+    CHECK(best > 250); /* every 10th row failed: about 290 of them */
+    CHECK(same);       /* the same seed, the same rows */
+    CHECK(differ);     /* another seed, another sample */
+    free(a);
+    free(b);
+    free(c);
+}
+
+TEST(nearest_keeps_the_incumbents_neighbourhood)
+{
+    /* s_job's rows lie on a line, x = (i, -i); the incumbent (y = 0) is
+       row 0, so the nearest K are rows 0..K-1, failed ones included */
+    int n = 2000, keep = 300;
+    unsigned char *a = malloc((size_t)n);
+    REQUIRE(a);
+    CHECK(s_kept(n, keep, BO_LARGE_NEAREST, 1, 7, a) == keep);
+    for (int i = 0; i < n; i++)
+        CHECK(a[i] == (i < keep));
+    /* 0.5: rows 0..149 and 150 others */
+    CHECK(s_kept(n, keep, BO_LARGE_NEAREST, 0.5, 7, a) == keep);
+    int near = 0, far = 0;
+    for (int i = 0; i < n; i++) {
+        near += i < 150 && a[i];
+        far += i >= 150 && a[i];
+    }
+    CHECK(near == 150 && far == 150);
+    free(a);
+}
+
+TEST(nearest_measures_in_the_fitted_lengthscales)
+{
+    /* incumbent (0.5, 0.5); A is 0.3 away along x, B 0.1 along y: B is
+       nearer unless y's lengthscale is short (0.05 against x's 1) */
+    bo_layout l = {.D = 2};
+    double X0[] = {0.8, 0.5, 0.5, 0.5, 0.5, 0.6};
+    double y0[] = {5, 0, 6};
+    double theta[] = {0, log(0.05), 0, 0};
+    for (int t = 0; t < 2; t++) {
+        bo_job *j = s_job(&l, 3, 0, 0);
+        memcpy(j->X, X0, sizeof X0);
+        memcpy(j->y, y0, sizeof y0);
+        j->large_n = 2;
+        j->large_rule = BO_LARGE_NEAREST;
+        j->large_first = 1;
+        j->theta0 = t ? theta : NULL;
+        CHECK(sched__bo_large_subset(j) == 0);
+        CHECK(j->n == 2);
+        /* kept in their original order: t = 0, the incumbent (row 1) and
+           B; t = 1, A (y 5, nearer in these lengthscales) and the incumbent */
+        CHECK(t ? (j->y[0] == 5 && j->y[1] == 0) : (j->y[0] == 0 && j->y[1] == 6));
+        s_free(j);
+    }
+}
+
+static spec_t *s_spec(const char *sched)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
+             "\"scheduler\":%s,\"budget\":{\"trials\":50},\"space\":{\"x\":{\"type\":"
+             "\"float\",\"low\":0,\"high\":1}},\"trial\":{\"command\":[\"true\"]}}",
+             sched);
+    json_t *j = json_loads(buf, 0, NULL);
+    spec_error err;
+    spec_t *s = j ? spec_parse(j, 0, &err) : NULL;
+    json_decref(j);
+    return s;
+}
+
+TEST(options_checked)
+{
+    const char *bad[][2] = {
+        {"{\"type\":\"bo\",\"large_n\":99}", "scheduler.large_n: must be an integer"},
+        {"{\"type\":\"bo\",\"large_n\":5001}", "scheduler.large_n: "},
+        {"{\"type\":\"bo\",\"large_n\":1000.5}", "scheduler.large_n: "},
+        {"{\"type\":\"bo\",\"large_subset\":\"worst\"}",
+         "scheduler.large_subset: must be \"best\" or \"nearest\""},
+        {"{\"type\":\"bo\",\"large_first\":0}", "scheduler.large_first: must be"},
+        {"{\"type\":\"bo\",\"large_first\":1.5}", "scheduler.large_first: "},
+    };
+    char err[256];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        spec_t *sp = s_spec(bad[i][0]);
+        REQUIRE(sp);
+        err[0] = 0;
+        sched_t *s = sched_bo_new(sp, err, sizeof err);
+        CHECK(s == NULL);
+        if (strncmp(err, bad[i][1], strlen(bad[i][1])) != 0)
+            JZT_FAIL("error \"%s\", expected \"%s...\"", err, bad[i][1]);
+        spec_destroy(&sp);
+    }
+    spec_t *sp = s_spec("{\"type\":\"bo\",\"large_n\":2000,\"large_subset\":\"nearest\","
+                        "\"large_first\":0.8}");
+    REQUIRE(sp);
+    sched_t *s = sched_bo_new(sp, err, sizeof err);
+    CHECK(s != NULL);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+    bo_opts o;
+    sp = s_spec("{\"type\":\"bo\"}");
+    REQUIRE(sp);
+    CHECK(sched__bo_options(&o, sp, err, sizeof err) == 0);
+    CHECK(o.large_n == BO_LARGE_N && o.large_n == 1000);
+    spec_destroy(&sp);
+}
+
 int main(void)
 {
     RUN(at_or_below_the_limit_nothing_changes);
     RUN(past_the_limit_the_best_half_and_a_sample_stay_with_their_rows);
+    RUN(the_first_share_is_the_best_and_the_rest_a_seeded_sample);
+    RUN(nearest_keeps_the_incumbents_neighbourhood);
+    RUN(nearest_measures_in_the_fitted_lengthscales);
+    RUN(options_checked);
     TEST_DONE();
 }
