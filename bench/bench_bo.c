@@ -9,7 +9,11 @@
       bench_bo eval FUNC X1 .. Xd          f(x), one number
       bench_bo run FUNC METHOD EVALS SEED0 NSEEDS
                                            one JSON line per seed:
-                                           {"func","method","seed","regret","best","seconds"}
+                                           {"func","method","seed","regret","best","seconds"};
+                                           with BENCH_BO_TRACE set, every
+                                           evaluation also goes to stderr
+                                           as "ID VALUE BEST X1 .. Xd"
+                                           (which basin a run is in)
       bench_bo latency N1,N2,.. [REPEATS [METHOD]]
                                            bo suggestion latency on
                                            Hartmann-6 with N observations:
@@ -409,6 +413,12 @@ static int s_run(const s_func *f, const char *method, int evals, long seed)
         }
         double v = f->f(x, f->d);
         best = fmin(best, v);
+        if (getenv("BENCH_BO_TRACE")) { /* one line per evaluation, to stderr */
+            fprintf(stderr, "%ld %.6g %.6g", id, v, best);
+            for (int i = 0; i < f->d; i++)
+                fprintf(stderr, " %.4f", x[i]);
+            fprintf(stderr, "\n");
+        }
         if (s->ops->on_complete) /* optional: random has none */
             s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
         json_decref(p);
