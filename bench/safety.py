@@ -220,12 +220,15 @@ def best_after(dm, ids, t0):
 
 
 def phases(dm, t0, ids, target):
-    """Where the time went, seconds after t0: the fork's events, each
-    trial's start (the dispatcher spawned it), its first report (data and
-    checkpoint loaded, first steps made) and its first val_acc >= target."""
+    """Where the time went, seconds after t0: the fork's events (the
+    parent's checkpoint, the siblings recorded, the decision, the first
+    loser stopped), each trial's start (the dispatcher spawned it), its
+    first report (data and checkpoint loaded: jizhi-train reports its
+    kernels at the step after the checkpoint's), its first val_acc (the
+    step, and when) and its first val_acc >= target."""
     ev = dict((k, t - t0) for k, t in dm.sql(
-        "SELECT kind, MIN(time) FROM events WHERE kind IN ('fork_started', 'fork_decided') "
-        "AND time >= ? GROUP BY kind", t0))
+        "SELECT kind, MIN(time) FROM events WHERE kind IN ('checkpoint', 'fork_started', "
+        "'fork_decided', 'stopped') AND time >= ? GROUP BY kind", t0))
     out = {"events": ev, "trials": {}}
     for tid in ids:
         (started,) = dm.sql("SELECT started FROM trials WHERE id=?", tid)[0]
@@ -235,22 +238,27 @@ def phases(dm, t0, ids, target):
                        t0)[0][0]
         hit = dm.sql("SELECT MIN(time) FROM metrics WHERE trial_id=? AND name='val_acc' "
                      "AND value >= ? AND time >= ?", tid, target, t0)[0][0]
+        ev1 = dm.sql("SELECT step, time FROM metrics WHERE trial_id=? AND name='val_acc' "
+                     "AND time >= ? ORDER BY step LIMIT 1", tid, t0)
         lr = lr[0][0] if lr else None
         out["trials"][str(tid)] = {
             "lr": lr, "started": started - t0 if started and started >= t0 else None,
             "first_report": first - t0 if first else None,
+            "first_eval": [ev1[0][0], ev1[0][1] - t0] if ev1 else None,
             "target": hit - t0 if hit else None}
     return out
 
 
 def print_phases(name, ph):
-    ev = " ".join("%s %.1f s" % (k, v) for k, v in sorted(ph["events"].items(),
+    ev = " ".join("%s %.2f s" % (k, v) for k, v in sorted(ph["events"].items(),
                                                           key=lambda x: x[1]))
     print("   %s: %s" % (name, ev or "-"))
     for tid, t in ph["trials"].items():
-        f = lambda x: "-" if x is None else "%.1f s" % x
-        print("     trial %s lr %s: started %s, first report %s, target %s" % (
-            tid, t["lr"], f(t["started"]), f(t["first_report"]), f(t["target"])))
+        f = lambda x: "-" if x is None else "%.2f s" % x
+        e = t.get("first_eval")
+        print("     trial %s lr %s: started %s, first report %s, first val_acc %s, "
+              "target %s" % (tid, t["lr"], f(t["started"]), f(t["first_report"]),
+                             "step %d at %.2f s" % tuple(e) if e else "-", f(t["target"])))
 
 
 def fork_arm(tmp, steps, fork_at, fork_steps, lrs, run=0):

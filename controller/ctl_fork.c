@@ -12,10 +12,12 @@
     budget and the owner's quota hold. The parent keeps running as the
     control. Each sibling's result is its objective at the first report at
     or past fork step + K (default 10), or its last one when it ends
-    first (none: it ranks last); once every sibling has one, or on
-    `--decide` (the latest objective of each then), the best by the
-    objective continues and the others are stopped (keep best), or all
-    continue (keep all). The decision is an event `fork_decided`.
+    first (none: it ranks last); each is started with JIZHI_EVAL_AT_STEP =
+    fork step + K, asking it to report its objective at that step (one
+    that ignores it is judged at its next regular report). Once every
+    sibling has one, or on `--decide` (the latest objective of each
+    then), the best by the objective continues and the others are stopped
+    (keep best), or all continue (keep all). The decision is an event `fork_decided`.
 
     Persisted data (interventions.data): values [objects], steps, keep,
     who, ckpt {path, step}, fork_step, siblings [ids], results {id: value
@@ -70,6 +72,17 @@ static void s_send_checkpoint(ctl_t *c, ctl_iv *iv, ctl_trial *t)
                               "fork: the checkpoint its siblings start from", NULL, 0);
 }
 
+/* The step a sibling is judged at: fork step + K. Each sibling is asked
+   to report its objective there (JIZHI_EVAL_AT_STEP at its start), so the
+   decision does not wait for the program's next regular evaluation (with
+   jizhi-train's every 50 steps and a fork at step 608, K 100 was judged at
+   step 750: 42 more steps of every sibling, all on the machine at once). */
+static long s_judge_step(const ctl_iv *iv)
+{
+    return ctl__iv_long(iv, "fork_step", 0) +
+           ctl__iv_long(iv, "steps", FORK_STEPS_DEFAULT);
+}
+
 /* The siblings, from the parent's checkpoint. */
 static void s_create_siblings(ctl_t *c, ctl_iv *iv, ctl_trial *parent)
 {
@@ -103,6 +116,7 @@ static void s_create_siblings(ctl_t *c, ctl_iv *iv, ctl_trial *parent)
         store_trial_set_params(c->store, t->row.id, 1, parent->row.id, t->row.params);
         ctl__trial_save(c, t);
         snprintf(t->load_on_start, sizeof t->load_on_start, "%s", path);
+        t->eval_on_start = s_judge_step(iv);
         json_array_append_new(ids, json_integer(t->row.id));
         char key[32];
         snprintf(key, sizeof key, "%ld", t->row.id);
@@ -240,7 +254,7 @@ static void s_on_metrics(ctl_t *c, ctl_iv *iv, ctl_trial *t, const store_point *
 {
     if (iv->state != FORK_RUNNING || t->row.id == iv->trial_id)
         return;
-    long target = ctl__iv_long(iv, "fork_step", 0) + ctl__iv_long(iv, "steps", 10);
+    long target = s_judge_step(iv);
     char key[32];
     snprintf(key, sizeof key, "%ld", t->row.id);
     json_t *results = json_object_get(iv->data, "results");
@@ -303,8 +317,10 @@ static void s_on_resume(ctl_t *c, ctl_iv *iv)
     json_array_foreach(json_object_get(iv->data, "siblings"), i, x)
     {
         ctl_trial *t = ctl__trial_by_id(c, (long)json_integer_value(x));
-        if (t && path && t->row.state == TRIAL_PENDING && t->row.attempt == 0)
+        if (t && path && t->row.state == TRIAL_PENDING && t->row.attempt == 0) {
             snprintf(t->load_on_start, sizeof t->load_on_start, "%s", path);
+            t->eval_on_start = s_judge_step(iv);
+        }
     }
 }
 

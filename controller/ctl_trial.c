@@ -292,6 +292,12 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
         json_object_set_new(env, "JIZHI_LOAD_CHECKPOINT", json_string(t->load_on_start));
         t->load_on_start[0] = 0;
     }
+    if (t->eval_on_start > 0) {
+        char at[32];
+        snprintf(at, sizeof at, "%ld", t->eval_on_start);
+        json_object_set_new(env, "JIZHI_EVAL_AT_STEP", json_string(at));
+        t->eval_on_start = 0;
+    }
     free(params);
     json_t *msg =
         json_pack("{s:s, s:I, s:I, s:s, s:o, s:o, s:f, s:I}", "type", "start", "trial",

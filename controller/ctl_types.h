@@ -71,6 +71,8 @@ struct ctl_trial {
     double plan_since;        /* monotonic time of the stop instruction, 0 if none */
     int kill_sent;            /* a kill went to its dispatcher this attempt */
     char load_on_start[1024]; /* checkpoint the next start loads, "" if none */
+    long eval_on_start;       /* step the next start is asked to report its objective
+                                 at (JIZHI_EVAL_AT_STEP: a fork's judgment), 0 if none */
     ctl_study *study;         /* borrowed back-pointer */
     wire_peer peer;           /* the trial's routing id, len 0 until it speaks */
     double last_heard; /* monotonic: last message from it or its dispatcher listing it */

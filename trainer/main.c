@@ -109,6 +109,25 @@ static void s_omp_policy(char **argv)
     /* exec failed: go on with libgomp's default */
 }
 
+/* JIZHI_EVAL_AT_STEP (the controller's, for a fork's sibling): one more
+   evaluation at that step, so the fork judges it there and not at the
+   next --eval-every. 0, or -1 after a message. */
+static int s_eval_at_step(trn_config *cfg)
+{
+    const char *e = getenv("JIZHI_EVAL_AT_STEP");
+    if (!e || !*e)
+        return 0;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end || v < 1) {
+        fprintf(stderr,
+                "jizhi-train: JIZHI_EVAL_AT_STEP: expected a step >= 1, got '%s'\n", e);
+        return -1;
+    }
+    cfg->eval_at_step = v;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     s_omp_policy(argv);
@@ -142,6 +161,8 @@ int main(int argc, char **argv)
         } else if (trn_config_apply_params(&st.cfg, trn_jz_param, jz, err) < 0 ||
                    trn_config_validate(&st.cfg, err) < 0) {
             fprintf(stderr, "jizhi-train: %s\n", err);
+            st.status = 2;
+        } else if (s_eval_at_step(&st.cfg) < 0) {
             st.status = 2;
         } else if (strcmp(st.cfg.comm, flag_comm)) {
             fprintf(stderr,

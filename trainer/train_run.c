@@ -174,6 +174,7 @@ int trn_trainer_run(trn_trainer *t, char *err)
             s_report_train(t);
         int epoch_end = t->epoch != ep;
         if (epoch_end || (c->eval_every > 0 && t->step % c->eval_every == 0) ||
+            (c->eval_at_step > 0 && t->step == c->eval_at_step) ||
             (c->eval_every_samples > 0 && t->samples_eval >= c->eval_every_samples)) {
             double vl, va;
             s_report_eval(t, &vl, &va);

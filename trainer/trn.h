@@ -87,6 +87,7 @@ typedef struct trn_config {
     int log_every;                /* report train metrics every N steps */
     int eval_every;               /* evaluate every N steps (0 = each epoch) */
     long eval_every_samples;      /* also once N samples since the last eval (0 = off) */
+    long eval_at_step;            /* also at this step (0 = none): JIZHI_EVAL_AT_STEP */
     int bn_recompute;             /* BN stats from N batches of 256 before each eval */
     char checkpoint_dir[256];     /* "" = the helper's directory */
     int checkpoint_every;         /* save every N epochs (0 = only on request) */

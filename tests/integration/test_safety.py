@@ -393,3 +393,50 @@ def test_watch_shows_a_guarded_change_and_a_forks_lineage(jz):
             assert last[s2].startswith(f"trial {s2} completed"), (where, lines)
     finally:
         stop(disp, ctl)
+
+
+def test_fork_siblings_are_judged_at_fork_step_plus_k_not_the_next_evaluation(jz):
+    # jizhi-train evaluating only at epoch ends (4 000 examples, batch 2:
+    # 2 000 steps), forked with --steps 7: each sibling is started with
+    # JIZHI_EVAL_AT_STEP = fork step + 7 and reports val_acc there, and the
+    # fork decides on those values while the siblings still run (before,
+    # it waited for their next evaluation, the epoch's end)
+    ep, ctl, disp = daemons(jz)
+    try:
+        spec = base_spec("judge", ["jizhi-train", "--dataset", "synthetic", "--synthetic-n",
+                                   "4000", "--val-size", "100", "--hidden", "16",
+                                   "--batch-size", "2", "--epochs", "1000",
+                                   "--eval-every", "0", "--log-every", "5", "--threads", "1",
+                                   "--quiet"], trials=1, parallel=3)
+        spec["objective"] = {"metric": "val_acc", "mode": "max"}
+        spec["space"] = {"lr": {"type": "choice", "values": [0.05]}}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 1, 60, "a running trial")
+        (parent,) = jz.sql("SELECT id FROM trials")[0]
+        wait_steps(jz, parent, 10)
+        p = jz.run("trial", "fork", str(parent), "lr=0.01", "lr=0.2", "--force", "--steps",
+                   "7", "--no-wait", timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
+        jz.wait_for(lambda: interventions(jz, parent)[0]["done"] == 1, 60, "the decision")
+        (iv,) = interventions(jz, parent)
+        data = iv["data"]
+        at = data["fork_step"] + 7
+        assert at % 2000 > 7, data  # no epoch's end in between
+        for s in data["siblings"]:
+            rows = jz.sql("SELECT step, value FROM metrics WHERE trial_id=? AND "
+                          "name='val_acc' ORDER BY step", s)
+            assert rows and rows[0][0] == at, (s, at, rows)  # its first evaluation
+            assert data["results"][str(s)] == rows[0][1], data
+        assert iv["state"] == "decided" and data["decision"]["how"] == "after the steps", iv
+        best = data["decision"]["best"]
+        assert data["decision"]["value"] == data["results"][str(best)]
+        # the kept sibling goes on past the judged step, the other was stopped
+        jz.wait_for(lambda: (jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?",
+                                    best)[0][0] or 0) > at + 20, 60, "the kept sibling")
+        (other,) = [s for s in data["siblings"] if s != best]
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", other)[0][0]
+                    == "stopped", 30, "the other sibling stopped")
+    finally:
+        jz.run("study", "stop", "judge", check=0)
+        stop(disp, ctl)
