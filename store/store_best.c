@@ -46,12 +46,17 @@ static json_t *s_marked(store_t *s, const spec_t *spec, const s_judged *rows, lo
    value, generation), in number order, without their params: only the
    best's or the Pareto set's are read (s_entry). Reading every trial's
    params, one query each, made GET /api/studies cost about a
-   millisecond per trial. The count, or -1 (nothing owned in *out). */
-static long s_judged_rows(store_t *s, long study_id, s_judged **out)
+   millisecond per trial. `completed_only`: the completed trials alone
+   (an index range of trials_by_study_state). The count, or -1 (nothing
+   owned in *out). */
+static long s_judged_rows(store_t *s, long study_id, int completed_only, s_judged **out)
 {
     enum { C_ID, C_NUMBER, C_STATE, C_VALUE, C_GENERATION };
-    sqlite3_stmt *st = store__prepare(s, "SELECT id, number, state, value, generation "
-                                         "FROM trials WHERE study_id=? ORDER BY number");
+    sqlite3_stmt *st = store__prepare(
+        s, completed_only ? "SELECT id, number, state, value, generation FROM trials "
+                            "WHERE study_id=? AND state='completed' ORDER BY number"
+                          : "SELECT id, number, state, value, generation "
+                            "FROM trials WHERE study_id=? ORDER BY number");
     *out = NULL;
     if (!st)
         return -1;
@@ -114,10 +119,31 @@ int store_study_best(store_t *s, const store_study *st, json_t *out)
         return 0;
     }
     s_judged *rows = NULL;
-    long n = s_judged_rows(s, st->id, &rows);
+    /* one objective and no constraint: the best is the first completed
+       trial (in number order) with the least objective value, judged by
+       the same functions as spec_mark_trials without a JSON object per
+       trial (GET /api/studies: about 20 ms at 10 000 trials, issue 43) */
+    int simple = spec->nobjectives == 1 && !spec->nconstraints;
+    long n = s_judged_rows(s, st->id, simple, &rows);
     if (n < 0) {
         spec_destroy(&spec);
         return -1;
+    }
+    if (simple) {
+        long best = -1;
+        double f, best_f = 0;
+        for (long i = 0; i < n; i++)
+            if (spec_best_counts("completed", rows[i].value, 1) &&
+                spec_objective_values(spec, rows[i].value, NULL, &f) == 0 &&
+                (best < 0 || f < best_f)) {
+                best = i;
+                best_f = f;
+            }
+        json_object_set_new(
+            out, "best", best >= 0 ? s_entry(s, spec, &rows[best], NULL) : json_null());
+        free(rows);
+        spec_destroy(&spec);
+        return 0;
     }
     json_t *marked = s_marked(s, spec, rows, n);
     json_t *best = json_null(), *front = spec->nobjectives > 1 ? json_array() : NULL;

@@ -960,6 +960,51 @@ TEST(incremental_reads)
     store_close(&s);
 }
 
+/* A study's best with one objective (store_study_best's path without a
+   JSON object per trial): the first completed trial in number order with
+   the least (min) or greatest (max) finite value; running, pruned, NaN
+   and infinite ones never count. */
+TEST(best_of_one_objective)
+{
+    store_t *s = s_open("best.db", 0);
+    REQUIRE(s);
+    static const struct {
+        store_trial_state state;
+        double value;
+    } rows[] = {
+        {TRIAL_COMPLETED, 0.5},      {TRIAL_RUNNING, 0.1},         {TRIAL_COMPLETED, NAN},
+        {TRIAL_COMPLETED, 0.2},      {TRIAL_COMPLETED, 0.2},       {TRIAL_PRUNED, 0.01},
+        {TRIAL_COMPLETED, INFINITY}, {TRIAL_COMPLETED, -INFINITY},
+    };
+    for (int mode = 0; mode < 2; mode++) {
+        json_t *spec = s_spec_json(mode ? "max" : "min");
+        json_object_set_new(json_object_get(spec, "objective"), "mode",
+                            json_string(mode ? "max" : "min"));
+        long sid = store_study_insert(s, mode ? "max" : "min", spec, STUDY_RUNNING, 1);
+        json_decref(spec);
+        for (int i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
+            store_trial t;
+            s_fill_trial(&t, sid, i);
+            REQUIRE(store_trial_insert(s, &t) == 0);
+            t.state = rows[i].state;
+            t.value = rows[i].value;
+            REQUIRE(store_trial_save(s, &t) == 0);
+            store_trial_fini(&t);
+        }
+        store_study st;
+        REQUIRE(store_study_get(s, mode ? "max" : "min", &st) == 1);
+        json_t *out = json_object();
+        CHECK(store_study_best(s, &st, out) == 0);
+        json_t *best = json_object_get(out, "best");
+        CHECK(json_integer_value(json_object_get(best, "number")) == (mode ? 0 : 3));
+        CHECK_NEAR(json_real_value(json_object_get(best, "value")), mode ? 0.5 : 0.2, 0);
+        CHECK(json_is_object(json_object_get(best, "params")));
+        json_decref(out);
+        store_study_fini(&st);
+    }
+    store_close(&s);
+}
+
 /* store_trials_page's callback: the ids in the order given. */
 static int s_page_id(void *arg, const store_trial_brief *b, const char *params)
 {
@@ -1443,6 +1488,7 @@ int main(void)
     RUN(trials_load_in_order);
     RUN(params_generations_and_lineage);
     RUN(trial_pages_and_counts);
+    RUN(best_of_one_objective);
     RUN(metrics);
     RUN(incremental_reads);
     RUN(non_finite_values);
