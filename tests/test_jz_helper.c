@@ -23,6 +23,7 @@
 #include "common/util.h"
 #include "jz_test.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -886,6 +887,70 @@ TEST(flush_semantics)
     fake_stop(f);
 }
 
+/* Wake-ups (voluntary context switches) of the helper's thread ("jz-conn")
+   so far, or -1 when it is not found. */
+static long s_conn_wakeups(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    long n = -1;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], line[256];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        int ours = fgets(line, sizeof line, f) && !strncmp(line, "jz-conn", 7);
+        fclose(f);
+        if (!ours)
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "voluntary_ctxt_switches:", 24))
+                n = atol(line + 24);
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The thread sleeps until something is due instead of ticking every 10 ms:
+   an idle trial's thread wakes for its heartbeat (once a second), and a
+   point reported after a quiet spell is still sent within JZ__BATCH_EVERY. */
+TEST(idle_thread_sleeps_until_something_is_due)
+{
+    fake *f = fake_start();
+    env_trial(f, NULL);
+    jz_trial *t = jz_open();
+    REQUIRE(t != NULL);
+    CHECK(jz_report(t, 1, "loss", 1.0) == 0);
+    CHECK(jz_flush(t, 10000) == 0);
+    long before = s_conn_wakeups();
+    CHECK(before >= 0);
+    usleep(600 * 1000); /* idle: the 10 ms tick woke it 60 times here */
+    long idle = s_conn_wakeups() - before;
+    CHECK(idle >= 0 && idle <= 5);
+    if (idle > 5)
+        fprintf(stderr, "  the idle helper thread woke %ld times in 0.6 s\n", idle);
+    /* a point after the quiet spell goes out by itself, without a flush */
+    CHECK(jz_report(t, 2, "loss", 2.0) == 0);
+    double end = util_now() + 10;
+    int stored = 0;
+    while (!stored && util_now() < end) {
+        pthread_mutex_lock(&f->mu);
+        stored = f->npoints == 2;
+        pthread_mutex_unlock(&f->mu);
+        if (!stored)
+            usleep(2000);
+    }
+    CHECK(stored);
+    jz_close(&t);
+    fake_stop(f);
+}
+
 TEST(checkpoint_done_sent)
 {
     fake *f = fake_start();
@@ -1449,6 +1514,7 @@ int main(int argc, char **argv)
     RUN(unpolled_instructions_refused_at_close);
     RUN(late_hello_does_not_undo_set);
     RUN(flush_semantics);
+    RUN(idle_thread_sleeps_until_something_is_due);
     RUN(checkpoint_done_sent);
     RUN(non_finite_values);
     RUN(every_type_refuses_a_missing_or_mistyped_field);

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -644,7 +645,6 @@ static void s_maybe_batch(s_conn *c)
         memcpy(c->batch, t->pend, n * sizeof *t->pend);
         memmove(t->pend, t->pend + n, (t->npend - n) * sizeof *t->pend);
         t->npend -= n;
-        t->woken = 0;
     }
     pthread_mutex_unlock(&t->mu);
     if (n == 0)
@@ -707,9 +707,38 @@ static void s_session_id(char *out, size_t size)
     snprintf(out, size, "%s", hex);
 }
 
+/* Milliseconds the thread may sleep in zmq_poll before something of its
+   own is due: an outstanding request's resend, the heartbeat after
+   JZ__HEARTBEAT_EVERY of silence, the next batch of queued points
+   (JZ__BATCH_EVERY after the last, none while one is in flight). Messages
+   from the controller and from the application (jz__wake: the first point
+   queued after a batch, the JZ__BATCH_TRIGGER-th, a flush, an ack, close)
+   wake it earlier. At most JZ__IDLE_MS: an idle trial's thread wakes about
+   once a second, not every tick. */
+static long s_wait_ms(s_conn *c, jz__state state)
+{
+    jz_trial *t = c->t;
+    double now = util_now(), due = now + JZ__IDLE_MS / 1000.0;
+    for (size_t i = 0; i < c->nouts; i++)
+        if (c->outs[i].due < due)
+            due = c->outs[i].due;
+    if (state == JZ__CONNECTED) {
+        if (c->last_send + JZ__HEARTBEAT_EVERY < due)
+            due = c->last_send + JZ__HEARTBEAT_EVERY;
+        pthread_mutex_lock(&t->mu);
+        int pending = t->npend > 0;
+        pthread_mutex_unlock(&t->mu);
+        if (pending && !c->batch_inflight && c->last_batch + JZ__BATCH_EVERY < due)
+            due = c->last_batch + JZ__BATCH_EVERY;
+    }
+    double ms = (due - now) * 1000.0;
+    return ms <= 0 ? 0 : (long)ms + 1;
+}
+
 static void *s_run(void *arg)
 {
     jz_trial *t = arg;
+    prctl(PR_SET_NAME, "jz-conn"); /* so top and /proc tell it from the program's */
     s_conn c;
     memset(&c, 0, sizeof c);
     c.t = t;
@@ -745,10 +774,11 @@ static void *s_run(void *arg)
     s_send_msg(&c, json_pack("{s:s, s:i}", "type", "hello", "pid", (int)t->pid), R_HELLO,
                1);
 
+    jz__state state = JZ__CONNECTING;
     for (;;) {
         zmq_pollitem_t items[2] = {{c.sock, 0, ZMQ_POLLIN, 0},
                                    {NULL, t->wake_fd[0], ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, 2, JZ__TICK_MS) < 0 && errno == ETERM)
+        if (zmq_poll(items, 2, s_wait_ms(&c, state)) < 0 && errno == ETERM)
             break;
         if (items[1].revents & ZMQ_POLLIN) {
             char drain[64];
@@ -758,7 +788,7 @@ static void *s_run(void *arg)
         s_receive(&c);
         pthread_mutex_lock(&t->mu);
         int stop = t->stop;
-        jz__state state = t->state;
+        state = t->state;
         pthread_mutex_unlock(&t->mu);
         if (stop)
             break;

@@ -42,7 +42,7 @@
                                    each next wait doubles (util_backoff) ... */
 #define JZ__RESEND_MAX 16.0     /* ... up to this, with jitter up to half more */
 #define JZ__HEARTBEAT_EVERY 1.0 /* seconds of silence before a heartbeat */
-#define JZ__TICK_MS 10          /* the thread's poll period */
+#define JZ__IDLE_MS 1000        /* the thread's longest sleep (s_wait_ms) */
 
 #define JZ__NAME_CHUNK 256  /* metric names per chunk */
 #define JZ__NAME_CHUNKS 256 /* at most 65536 distinct metric names */
@@ -115,7 +115,6 @@ struct jz_trial {
     int failed;   /* sticky: some reports were refused by the controller */
     int flushing; /* jz_flush is waiting: send without delay */
     int stop;     /* jz_close: the thread must exit */
-    int woken;    /* a wake byte is pending */
 
     /* thread */
     pthread_t thread;

@@ -560,10 +560,10 @@ int jz_report(jz_trial *t, long step, const char *metric, double value)
         }
         t->pend[t->npend++] = (jz__point){step, value, (uint32_t)idx};
         t->unacked_points++;
-        if (t->npend >= JZ__BATCH_TRIGGER && !t->woken) {
-            t->woken = 1;
-            wake = 1;
-        }
+        /* the thread sleeps until something is due (jz_conn.c s_wait_ms):
+           the first point after a batch starts the batch's clock, the
+           JZ__BATCH_TRIGGER-th sends at once */
+        wake = t->npend == 1 || t->npend == JZ__BATCH_TRIGGER;
     }
     pthread_mutex_unlock(&t->mu);
     if (wake)
