@@ -57,6 +57,12 @@ sqlite3_stmt *store__prepare(store_t *s, const char *sql);
    (the per-call store__run). 0 when it ran to SQLITE_DONE, else -1. */
 int store__exec(store_t *s, sqlite3_stmt *st);
 
+/* The statements store_trials_page and store_trial_counts prepare (static
+   text), for the tests that check their query plans: the page's for
+   (desc, filtered: a state filter), and the per-state counts'. */
+const char *store__page_sql(int desc, int filtered);
+const char *store__counts_sql(void);
+
 /* Records why a row read was refused (store_errmsg shows it until the
    next store__prepare). Returns -1. */
 int store__refuse(store_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

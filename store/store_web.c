@@ -82,6 +82,12 @@ enum {
     BRIEF_C_REASON,
     BRIEF_C_PARAMS
 };
+/* The column BRIEF_C_PARAMS: the trial's current params as one JSON
+   object's text (a value that is not JSON text as a JSON string). */
+#define BRIEF_PARAMS                                                                     \
+    "(SELECT json_group_object(p.name, CASE WHEN json_valid(p.value) THEN "              \
+    "json(p.value) ELSE json_quote(p.value) END) FROM params p "                         \
+    "WHERE p.trial_id = t.id AND p.generation = t.generation)"
 
 /* Reads the current row of st (BRIEF_COLS first) into *b, the state as its
    enum. 0, or -1 for a state text that names no state (store_errmsg says
@@ -169,12 +175,9 @@ json_t *store_trials_brief(store_t *s, long study_id)
 
 long store_trials_each(store_t *s, long study_id, store_brief_fn fn, void *arg)
 {
-    sqlite3_stmt *st = store__prepare(
-        s, "SELECT " BRIEF_COLS ", "
-           "(SELECT json_group_object(p.name, CASE WHEN json_valid(p.value) THEN "
-           "json(p.value) ELSE json_quote(p.value) END) FROM params p "
-           "WHERE p.trial_id = t.id AND p.generation = t.generation) "
-           "FROM trials t WHERE t.study_id = ? ORDER BY t.number");
+    sqlite3_stmt *st = store__prepare(s, "SELECT " BRIEF_COLS ", " BRIEF_PARAMS
+                                         " FROM trials t WHERE t.study_id = ? "
+                                         "ORDER BY t.number");
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
@@ -202,26 +205,34 @@ static int s_page_row(void *arg, const store_trial_brief *t, const char *params)
     return p->fn(p->arg, t, params);
 }
 
-long store_trials_page(store_t *s, long study_id, const store_trial_page *q,
-                       store_brief_fn fn, void *arg, long *next)
+/* four statements, one per (order, state filter), so that each reads one
+   index range: trials_by_study holds (study_id, id), and
+   trials_by_study_state (study_id, state, id) */
+const char *store__page_sql(int desc, int filtered)
 {
-    /* four statements, one per (order, state filter), so that each reads
-       one index range: trials_by_study holds (study_id, id), and
-       trials_by_study_state (study_id, state, id) */
 #define PAGE_SQL(WHERE, ORDER)                                                           \
-    "SELECT " BRIEF_COLS ", "                                                            \
-    "(SELECT json_group_object(p.name, CASE WHEN json_valid(p.value) THEN "              \
-    "json(p.value) ELSE json_quote(p.value) END) FROM params p "                         \
-    "WHERE p.trial_id = t.id AND p.generation = t.generation) "                          \
-    "FROM trials t WHERE t.study_id = ?1 AND " WHERE " ORDER BY t.id " ORDER " LIMIT ?4"
+    "SELECT " BRIEF_COLS ", " BRIEF_PARAMS                                               \
+    " FROM trials t WHERE t.study_id = ?1 AND " WHERE " ORDER BY t.id " ORDER            \
+    " LIMIT ?4"
     static const char *const sql[2][2] = {
         {PAGE_SQL("t.id > ?2", "ASC"), PAGE_SQL("t.state = ?3 AND t.id > ?2", "ASC")},
         {PAGE_SQL("t.id < ?2", "DESC"), PAGE_SQL("t.state = ?3 AND t.id < ?2", "DESC")},
     };
 #undef PAGE_SQL
+    return sql[desc != 0][filtered != 0];
+}
+
+const char *store__counts_sql(void)
+{
+    return "SELECT state, COUNT(*) FROM trials WHERE study_id = ? GROUP BY state";
+}
+
+long store_trials_page(store_t *s, long study_id, const store_trial_page *q,
+                       store_brief_fn fn, void *arg, long *next)
+{
     assert(q->limit >= 1);
     int filtered = q->state >= 0;
-    sqlite3_stmt *st = store__prepare(s, sql[q->desc != 0][filtered]);
+    sqlite3_stmt *st = store__prepare(s, store__page_sql(q->desc, filtered));
     if (!st)
         return -1;
     sqlite3_bind_int64(st, 1, study_id);
@@ -242,8 +253,7 @@ int store_trial_counts(store_t *s, long study_id, long counts[TRIAL_STATE_COUNT]
 {
     for (int i = 0; i < TRIAL_STATE_COUNT; i++)
         counts[i] = 0;
-    sqlite3_stmt *st = store__prepare(
-        s, "SELECT state, COUNT(*) FROM trials WHERE study_id = ? GROUP BY state");
+    sqlite3_stmt *st = store__prepare(s, store__counts_sql());
     if (!st)
         return -1;
     enum { C_STATE, C_COUNT };
