@@ -507,7 +507,9 @@ typedef struct {
 } store_trial_page;
 /* As store_trials_each for one page of the trials: fn per trial in id
    order (params included). *next is the id to pass as `after` for the
-   page that follows, 0 when this page holds the last trial. Returns the
+   page that follows, 0 when this page holds the last trial; when fn
+   returns non-zero the page ends at that trial and *next is its id (more
+   may follow). Returns the
    rows given to fn or -1 (store_errmsg says why). */
 long store_trials_page(store_t *s, long study_id, const store_trial_page *q,
                        store_brief_fn fn, void *arg, long *next);

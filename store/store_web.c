@@ -202,7 +202,11 @@ static int s_page_row(void *arg, const store_trial_brief *t, const char *params)
     }
     p->n++;
     p->last_id = t->id;
-    return p->fn(p->arg, t, params);
+    if (p->fn(p->arg, t, params)) {
+        p->more = 1; /* stopped early: the rows past it may follow */
+        return 1;
+    }
+    return 0;
 }
 
 /* four statements, one per (order, state filter), so that each reads one

@@ -1014,6 +1014,14 @@ static int s_page_id(void *arg, const store_trial_brief *b, const char *params)
     return 0;
 }
 
+/* store_trials_page's callback that stops after ids[0] reaches 2. */
+static int s_page_id_stop2(void *arg, const store_trial_brief *b, const char *params)
+{
+    long *ids = arg;
+    ids[++ids[0]] = b->id;
+    return ids[0] >= 2;
+}
+
 /* The plan of `sql` on a raw connection to `name`, its lines joined. */
 static void s_plan(const char *name, const char *sql, char *out, size_t size)
 {
@@ -1079,6 +1087,11 @@ TEST(trial_pages_and_counts)
     q = (store_trial_page){.after = 0, .limit = 9, .desc = 1, .state = TRIAL_RUNNING};
     CHECK(store_trials_page(s, sa, &q, s_page_id, ids, &next) == 3 && next == 0);
     CHECK(ids[1] == a_ids[4] && ids[2] == a_ids[3] && ids[3] == a_ids[2]);
+    /* fn stops the page early: next says more may follow (review item 8) */
+    ids[0] = 0;
+    q = (store_trial_page){.after = 0, .limit = 4, .state = -1};
+    CHECK(store_trials_page(s, sa, &q, s_page_id_stop2, ids, &next) == 2);
+    CHECK(next == a_ids[1]);
     long c[TRIAL_STATE_COUNT];
     REQUIRE(store_trial_counts(s, sa, c) == 0);
     CHECK(c[TRIAL_COMPLETED] == 2 && c[TRIAL_RUNNING] == 3 && c[TRIAL_PENDING] == 0);
