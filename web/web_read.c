@@ -146,6 +146,26 @@ static int s_page_query(web_req *r, store_trial_page *q)
     return 0;
 }
 
+/* /page's trials: the first page in id order, only its limit chosen
+   (trials_next then matches the ascending .../trials?after= pages that
+   follow); after, order and state are refused. 0, or -1 with a 400 set. */
+static int s_first_page_query(web_req *r, store_trial_page *q)
+{
+    static const char *const refused[] = {"after", "order", "state"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        if (web__query(r, refused[i])) {
+            web__error(r, 400, "bad_argument",
+                       "%s: /page reads the first page only (limit=N); page on with "
+                       ".../trials?after=",
+                       refused[i]);
+            return -1;
+        }
+    memset(q, 0, sizeof *q);
+    q->state = -1;
+    return web__query_long(r, "limit", 1, WEB_TRIALS_PAGE_MAX, WEB_TRIALS_PAGE,
+                           &q->limit);
+}
+
 /* Writes `"trials":[...],"next":ID|null` for page q into b; 0 or -1. */
 static int s_page_json(store_t *s, long study_id, const store_trial_page *q, web_buf *b,
                        const char *next_key)
@@ -414,7 +434,8 @@ int web__get_page(web_req *r)
     store_trial_page q;
     if ((!autopoints &&
          web__query_long(r, "points", 2, WEB_CURVE_BUCKETS, 100, &points)) ||
-        web__query_long(r, "events", 0, 100000, 500, &nevents) || s_page_query(r, &q))
+        web__query_long(r, "events", 0, 100000, 500, &nevents) ||
+        s_first_page_query(r, &q))
         return 400;
     store_study st;
     if (web__study(r, &st) != 1)

@@ -105,6 +105,13 @@ def test_trials_pages_follow_next_and_bad_parameters_are_400(jz):
                 st, j, _ = http("GET", f"{url}/api/studies/a/{path}?{q}")
                 assert (st, j["error"]) == (400, "bad_argument"), (q, j)
                 assert j["message"].startswith(name + ":"), (q, j)
+        # /page takes only limit: the first page, that trials_next continues
+        # in ascending ids (review item 19)
+        for q, name in (("after=2", "after"), ("order=desc", "order"),
+                        ("order=asc", "order"), ("state=running", "state")):
+            st, j, _ = http("GET", f"{url}/api/studies/a/page?{q}")
+            assert (st, j["error"]) == (400, "bad_argument"), (q, j)
+            assert j["message"].startswith(name + ": /page reads the first page only"), j
         st, j, _ = http("GET", url + "/api/studies/nope/trials?limit=2")
         assert (st, j["error"]) == (404, "unknown_study")
     finally:
