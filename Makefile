@@ -266,7 +266,7 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) all $(BUILD)/bench/scale_rig
 	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) cuda; \
 	 else echo "CUDA backend: not built (no nvcc)"; fi
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS)) build-san/bin/jizhi
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS)) build-san/bin/jizhi build-san/bin/jizhi-core
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=thread $(addprefix build-tsan/tests/,$(TSAN_TESTS))
 	@if [ "$(HAVE_CLANG)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) fuzz-build; \
 	 else echo "fuzz targets: not built (no clang)"; fi

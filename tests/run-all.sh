@@ -107,7 +107,7 @@ if [ "${1:-}" != "--unit-only" ]; then
     SAN_DESELECT="--deselect tests/integration/test_control.py::test_libjizhi_exports_only_jz_symbols_and_builds_with_pkg_config
         --deselect tests/integration/test_control.py::test_pause_release_frees_the_slot_and_resume_restarts_from_the_checkpoint
         --deselect tests/integration/test_web_api.py::test_pause_release_and_resume_through_the_api"
-    if [ -x build-san/bin/jizhi ]; then
+    if [ -x build-san/bin/jizhi ] && [ -x build-san/bin/jizhi-core ]; then
         echo "== integration under ASan/UBSan: $SAN_INTEGRATION"
         sanlogs=$(mktemp -d)
         out=$(mktemp)
@@ -132,7 +132,7 @@ if [ "${1:-}" != "--unit-only" ]; then
         [ "$f" -gt 0 ] && failures+=("integration under ASan/UBSan ($f; reports above)")
         rm -rf "$sanlogs" "$out"
     else
-        skips+=("integration under ASan/UBSan: build-san/bin/jizhi not built (make test builds it)")
+        skips+=("integration under ASan/UBSan: build-san/bin/jizhi or jizhi-core not built (make test builds both)")
     fi
 
     echo "== fuzz targets (${FUZZ_SECONDS} s each)"
