@@ -80,7 +80,8 @@ JIZHI_CORE := $(BUILD)/bin/jizhi-core
 # commands in-process, the others by execv of jizhi-core beside it. Its
 # objects and libraries leave out the schedulers, GSL, OpenBLAS and curses.
 CLI_FRONT_SRC := cli/cmd_trial.c cli/cmd_ask.c cli/cli_util.c cli/cli_opts.c
-FRONT_LIBS := -lzmq -lsodium -ljansson -lsqlite3 -lz -lm
+FRONT_PKGS := libzmq libsodium jansson sqlite3 zlib
+FRONT_LIBS := $(or $(shell pkg-config --libs $(FRONT_PKGS) 2>/dev/null),-lzmq -lsodium -ljansson -lsqlite3 -lz) -lm
 
 # Internal libraries in link order (users before what they use).
 INTERNAL_LIBS := $(LIB_WEB) $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIB_HELPER) $(LIB_COMMON)
