@@ -74,14 +74,27 @@ static const char s_usage[] =
 #endif
 #define S_CORE_NAME "jizhi-core"
 
-static void s_path_setup(void)
+/* Writes this executable's folder (from /proc/self/exe) into dir, of
+   PATH_MAX bytes. Returns 0, or -1 with errno set when it cannot be read. */
+static int s_exe_dir(char *dir)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return;
+    if (n <= 0) {
+        if (n == 0)
+            errno = ENOENT;
+        return -1;
+    }
     exe[n] = 0;
-    const char *dir = dirname(exe);
+    snprintf(dir, PATH_MAX, "%s", dirname(exe));
+    return 0;
+}
+
+static void s_path_setup(void)
+{
+    char dir[PATH_MAX];
+    if (s_exe_dir(dir) != 0)
+        return;
     const char *path = getenv("PATH");
     size_t len = strlen(dir) + (path ? strlen(path) : 0) + 2;
     char *np = malloc(len);
@@ -145,15 +158,13 @@ static int s_client_opts(int argc, char **argv)
    Returns only when it cannot (CLI_FAIL, after saying why). */
 static int s_core_exec(char **argv)
 {
-    char exe[PATH_MAX], core[PATH_MAX + sizeof S_CORE_NAME + 1];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
+    char dir[PATH_MAX], core[PATH_MAX + sizeof S_CORE_NAME + 1];
+    if (s_exe_dir(dir) != 0) {
         cli_error("cannot find this program's folder (/proc/self/exe): %s",
                   strerror(errno));
         return CLI_FAIL;
     }
-    exe[n] = 0;
-    snprintf(core, sizeof core, "%s/%s", dirname(exe), S_CORE_NAME);
+    snprintf(core, sizeof core, "%s/%s", dir, S_CORE_NAME);
     execv(core, argv);
     cli_error("cannot run %s, which runs `jizhi %s`: %s (install it next to jizhi)", core,
               argv[1], strerror(errno));
