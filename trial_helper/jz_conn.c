@@ -642,9 +642,15 @@ static void s_maybe_batch(s_conn *c)
                 n = c->capbatch;
             }
         }
-        memcpy(c->batch, t->pend, n * sizeof *t->pend);
-        memmove(t->pend, t->pend + n, (t->npend - n) * sizeof *t->pend);
-        t->npend -= n;
+        if (n == 0) {
+            /* no batch buffer at all (out of memory): try again
+               JZ__BATCH_EVERY from now, not on every wake-up (s_wait_ms) */
+            c->last_batch = now;
+        } else {
+            memcpy(c->batch, t->pend, n * sizeof *t->pend);
+            memmove(t->pend, t->pend + n, (t->npend - n) * sizeof *t->pend);
+            t->npend -= n;
+        }
     }
     pthread_mutex_unlock(&t->mu);
     if (n == 0)
