@@ -793,6 +793,7 @@ static void *s_run(void *arg)
         }
         s_receive(&c);
         pthread_mutex_lock(&t->mu);
+        t->polls++;
         int stop = t->stop;
         state = t->state;
         pthread_mutex_unlock(&t->mu);

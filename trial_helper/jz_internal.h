@@ -115,6 +115,7 @@ struct jz_trial {
     int failed;   /* sticky: some reports were refused by the controller */
     int flushing; /* jz_flush is waiting: send without delay */
     int stop;     /* jz_close: the thread must exit */
+    long polls;   /* the thread's wake-ups from zmq_poll so far (tests read it) */
 
     /* thread */
     pthread_t thread;
