@@ -10,6 +10,8 @@
     train one model (comm.h). Built twice: without CUDA (jizhi-train) and, with
     -DTRN_WITH_CUDA, linked to backend_cuda.cu (jizhi-train-cuda).
 */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,10 +120,13 @@ static int s_eval_at_step(trn_config *cfg)
     if (!e || !*e)
         return 0;
     char *end;
+    errno = 0;
     long v = strtol(e, &end, 10);
-    if (*end || v < 1) {
-        fprintf(stderr,
-                "jizhi-train: JIZHI_EVAL_AT_STEP: expected a step >= 1, got '%s'\n", e);
+    if (*end || v < 1 || errno == ERANGE) {
+        fprintf(
+            stderr,
+            "jizhi-train: JIZHI_EVAL_AT_STEP: expected a step from 1 to %ld, got '%s'\n",
+            LONG_MAX, e);
         return -1;
     }
     cfg->eval_at_step = v;

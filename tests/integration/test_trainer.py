@@ -80,6 +80,15 @@ def test_params_override_flags():
     assert "param momentum" in p.stderr
 
 
+@pytest.mark.parametrize("step", ["99999999999999999999", "0", "12x"])
+def test_bad_eval_at_step_exits_2_before_training(step):
+    # an overflowing step once became LONG_MAX silently (issue 42)
+    p = train(*FAST, env={"JIZHI_EVAL_AT_STEP": step})
+    assert p.returncode == 2, p.stderr
+    assert "JIZHI_EVAL_AT_STEP: expected a step from 1 to" in p.stderr
+    assert not reported(p.stderr, "train_loss")
+
+
 def test_save_resume_and_corrupt_checkpoint(tmp_path):
     ck = str(tmp_path / "a.jzck")
     p = train(*FAST, "--max-steps", "20", "--save", ck)
