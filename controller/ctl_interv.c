@@ -105,8 +105,13 @@ int ctl__iv_move(ctl_t *c, ctl_iv *iv, int to)
                   ctl__iv_state_name(iv), store_iv_state_name(iv->kind, to));
         return -1;
     }
+    int from = iv->state;
     iv->state = to;
-    return ctl__iv_save(c, iv);
+    if (ctl__iv_save(c, iv) != 0) {
+        iv->state = from; /* the store kept the old state: so does memory */
+        return -1;
+    }
+    return 0;
 }
 
 int ctl__iv_save(ctl_t *c, ctl_iv *iv)

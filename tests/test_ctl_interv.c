@@ -5,16 +5,21 @@
     1. The transition tables against the diagrams of ctl_interv.h, written
        out a second time: every pair of states is checked. (The states'
        names are the store's: tests/test_store.c.) ctl__iv_move refuses
-       an illegal move and changes nothing.
+       an illegal move and changes nothing; a legal move the store fails
+       to save leaves the state as it was.
     2. sched_jump_judge against values worked out by hand: the average
        (EMA, weight 0.2) of healthy values, no judgement before the
        warmup, a jump above 3× the average, NaN and inf.
 */
 #include "jz_test.h"
 
+#include "common/util.h"
 #include "controller/ctl_internal.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 typedef struct {
     int from, to;
@@ -73,6 +78,34 @@ TEST(illegal_moves_change_nothing)
     CHECK(ctl__iv_move(NULL, &iv, GUARD_REVERT) == -1 && iv.state == GUARD_KEPT);
 }
 
+/* A legal move whose save fails (no row with that id: the UPDATE changes
+   nothing) keeps the old state in memory, as the store does. */
+TEST(a_failed_save_changes_nothing)
+{
+    char dir[] = "/tmp/jz-iv-XXXXXX", db[64], err[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(db, sizeof db, "%s/iv.db", dir);
+    ctl_t *c = util_xcalloc(1, sizeof *c);
+    c->store = store_open(db, 0, err, sizeof err);
+    CHECK(c->store != NULL);
+    if (c->store) {
+        ctl_iv iv = {.id = 4242, .kind = IV_FORK, .state = FORK_CHECKPOINT};
+        CHECK(ctl__iv_move(c, &iv, FORK_RUNNING) == -1);
+        CHECK(iv.state == FORK_CHECKPOINT);
+        iv = (ctl_iv){.id = 4242, .kind = IV_GUARD, .state = GUARD_WATCH};
+        CHECK(ctl__iv_move(c, &iv, GUARD_KEPT) == -1);
+        CHECK(iv.state == GUARD_WATCH);
+        if (c->in_txn)
+            store_rollback(c->store);
+        store_close(&c->store);
+    }
+    free(c);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        printf("could not remove %s\n", dir);
+}
+
 TEST(the_jump_test_by_hand)
 {
     sched_jump_test test = {3.0, 0.2, 3};
@@ -110,6 +143,7 @@ int main(void)
 {
     RUN(the_tables_match_the_diagrams);
     RUN(illegal_moves_change_nothing);
+    RUN(a_failed_save_changes_nothing);
     RUN(the_jump_test_by_hand);
     TEST_DONE();
 }
