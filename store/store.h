@@ -297,10 +297,13 @@ typedef struct {
     double created, updated;
 } store_interv;
 /* Inserts one in state (its done flag follows); `data` borrowed. Its id,
-   or -1. */
+   or -1 (also for a kind or state that names none: store_errmsg says
+   which, nothing is written). */
 long store_interv_insert(store_t *s, long study_id, long trial_id, store_iv_kind kind,
                          int state, const json_t *data, double now);
-/* Writes its state (and done flag) and data (borrowed). 0 or -1. */
+/* Writes its state (and done flag) and data (borrowed). 0 or -1 (also
+   for a kind or state that names none: store_errmsg says which, nothing
+   is written). */
 int store_interv_save(store_t *s, long id, store_iv_kind kind, int state,
                       const json_t *data, double now);
 /* Calls fn for each unfinished intervention, oldest first; iv and its

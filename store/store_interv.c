@@ -92,9 +92,24 @@ int store_iv_answer_state(const json_t *answer, store_iv_kind kind)
 
 /* ---- rows ---- */
 
+/* 0 when kind and state name a kind and one of its states, else -1 with
+   store_errmsg saying which (nothing is written then). */
+static int s_check_state(store_t *s, store_iv_kind kind, int state)
+{
+    int n;
+    if (!s_states(kind, &n))
+        return store__refuse(s, "intervention kind %d names no kind", (int)kind);
+    if (state < 0 || state >= n)
+        return store__refuse(s, "intervention state %d names no %s state", state,
+                             store_iv_kind_name(kind));
+    return 0;
+}
+
 long store_interv_insert(store_t *s, long study_id, long trial_id, store_iv_kind kind,
                          int state, const json_t *data, double now)
 {
+    if (s_check_state(s, kind, state) != 0)
+        return -1;
     sqlite3_stmt *st =
         store__prepare(s, "INSERT INTO interventions(study_id, trial_id, kind, state, "
                           "done, data, created, updated) VALUES (?,?,?,?,?,?,?,?7)");
@@ -113,6 +128,8 @@ long store_interv_insert(store_t *s, long study_id, long trial_id, store_iv_kind
 int store_interv_save(store_t *s, long id, store_iv_kind kind, int state,
                       const json_t *data, double now)
 {
+    if (s_check_state(s, kind, state) != 0)
+        return -1;
     sqlite3_stmt *st =
         store__prepare(s, "UPDATE interventions SET state=?, done=?, data=?, updated=? "
                           "WHERE id=?");
@@ -123,7 +140,11 @@ int store_interv_save(store_t *s, long id, store_iv_kind kind, int state,
     store__bind_json(st, 3, data, JSON_COMPACT | JSON_SORT_KEYS, "{}");
     sqlite3_bind_double(st, 4, now);
     sqlite3_bind_int64(st, 5, id);
-    return store__exec(s, st) == 0 && sqlite3_changes(store__db(s)) == 1 ? 0 : -1;
+    if (store__exec(s, st) != 0)
+        return -1;
+    return sqlite3_changes(store__db(s)) == 1
+               ? 0
+               : store__refuse(s, "no intervention %ld", id);
 }
 
 /* The columns of an intervention row: IV_COLS, read through IV_C_*. */

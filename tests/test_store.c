@@ -618,6 +618,15 @@ TEST(intervention_states_as_enums)
     REQUIRE(g > 0 && f > g && g2 > f);
     json_object_set_new(d, "k", json_integer(4));
     CHECK(store_interv_save(s, f, IV_FORK, FORK_RUNNING, d, 13) == 0);
+    /* a kind or state that names none: refused with a message, nothing
+       written (no row, f still "running") */
+    CHECK(store_interv_insert(s, sid, tid, IV_GUARD, GUARD_COUNT, d, 14) == -1);
+    CHECK(strstr(store_errmsg(s), "names no guard state") != NULL);
+    CHECK(store_interv_insert(s, sid, tid, (store_iv_kind)7, 0, d, 14) == -1);
+    CHECK(strstr(store_errmsg(s), "names no kind") != NULL);
+    CHECK(store_interv_save(s, f, IV_FORK, FORK_COUNT, d, 14) == -1);
+    CHECK(store_interv_save(s, f, IV_FORK, -1, d, 14) == -1);
+    CHECK(strstr(store_errmsg(s), "names no fork state") != NULL);
     json_decref(d);
     store_close(&s);
     char sql[160];
