@@ -533,7 +533,9 @@ static void s_save_sched(ctl_t *c, ctl_study *s)
 
    Only the trials that are due are looked at (s->due, ctl_due.h): each
    active one when it became active (or was loaded), then when it would
-   be lost if not heard from meanwhile, and when its stop's grace ends.
+   be lost if not heard from meanwhile, and when its stop's grace ends;
+   one whose study's stop could not be written (no transaction) at the
+   next pass.
    A study out of time looks at every trial, as its end is near. At most
    the entries there were at the start: a trial that a look makes active
    again (a retry) waits for the next pass. */
@@ -541,9 +543,14 @@ static void s_look(ctl_t *c, ctl_study *s, ctl_trial *t, int time_over, double n
 {
     int running = s->row.state == STUDY_RUNNING;
     if (!ctl_trial_active(t))
-        return; /* ended or waiting: looked at again once active */
-    if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE && ctl__txn(c) == 0)
-        ctl__trial_stop(c, t, "controller", "study stopped", CTL_STOP_BY_STUDY);
+        return;           /* ended or waiting: looked at again once active */
+    int stop_put_off = 0; /* no transaction: the study's stop waits a pass */
+    if (!running && t->plan != PLAN_STOP && t->plan != PLAN_RELEASE) {
+        if (ctl__txn(c) == 0)
+            ctl__trial_stop(c, t, "controller", "study stopped", CTL_STOP_BY_STUDY);
+        else
+            stop_put_off = 1;
+    }
     if (!s->spec->ask_only && now - t->last_heard > c->lost_timeout) {
         ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
         return;
@@ -560,6 +567,8 @@ static void s_look(ctl_t *c, ctl_study *s, ctl_trial *t, int time_over, double n
         double grace = t->plan_since + ctl__stop_grace();
         next = next < 0 || grace < next ? grace : next;
     }
+    if (stop_put_off && (next < 0 || now + CTL_TRIAL_TICK_S < next))
+        next = now + CTL_TRIAL_TICK_S;
     if (next >= 0)
         ctl_due_at(t, next);
 }

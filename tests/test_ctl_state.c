@@ -725,6 +725,64 @@ TEST(the_periodic_pass_looks_at_due_trials_only)
     ctl_destroy(&c);
 }
 
+/* A study `name` with one running trial (*t), heard at *t0. */
+static ctl_study *s_one_running(ctl_t *c, const char *name, ctl_trial **t, double *t0)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"name\":\"%s\",\"objective\":{\"metric\":\"score\",\"mode\":"
+             "\"max\"},\"budget\":{\"trials\":1,\"parallel\":1},"
+             "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+             "\"trial\":{\"command\":[\"true\"]}}",
+             name);
+    json_t *spec = json_loads(text, 0, NULL);
+    ctl_study *s = NULL;
+    int resumed, finished;
+    const char *code = "";
+    char msg[256];
+    if (ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) != 0) {
+        json_decref(spec);
+        return NULL;
+    }
+    json_decref(spec);
+    ctl_disp *d = ctl__disp_get(c, "d1");
+    d->alive = 1;
+    d->slots = 1;
+    d->last_seen = util_now();
+    *t0 = util_now();
+    ctl__tick(c, *t0);
+    if (s->ntrials != 1)
+        return NULL;
+    *t = s->trials[0];
+    ctl__trial_heard(c, *t);
+    (*t)->last_heard = *t0;
+    s_commit(c, "");
+    return s;
+}
+
+/* A stopped study's stop of a trial that could not be written (no
+   transaction: the store is inside one already) is tried again at the
+   next pass, not only when the trial would be lost. */
+TEST(a_stop_without_a_transaction_is_tried_at_the_next_pass)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    ctl_trial *t = NULL;
+    double t0 = 0;
+    ctl_study *s = s_one_running(c, "retry", &t, &t0);
+    REQUIRE(s && t);
+    s->row.state = STUDY_STOPPED;        /* left running without the stop's walk */
+    REQUIRE(store_begin(c->store) == 0); /* ctl__txn fails now */
+    ctl__study_tick_trials(c, s, t0 + 1);
+    CHECK(t->plan == PLAN_NONE && t->due_queued &&
+          t->due_at == t0 + 1 + CTL_TRIAL_TICK_S);
+    store_rollback(c->store);
+    ctl__study_tick_trials(c, s, t0 + 1.1);
+    CHECK(t->plan == PLAN_STOP);
+    s_commit(c, "");
+    ctl_destroy(&c);
+}
+
 /* A scheduler's stop ends a trial PRUNED (its own state, persisted as
    "pruned"), a person's stop STOPPED; the status counts the pruned one
    and its best is the best completed trial, whatever the pruned and
@@ -861,6 +919,7 @@ int main(void)
     RUN(a_lifecycle_through_every_move_on_a_real_store);
     RUN(restart_plan_and_stop_plans);
     RUN(the_periodic_pass_looks_at_due_trials_only);
+    RUN(a_stop_without_a_transaction_is_tried_at_the_next_pass);
     RUN(a_scheduler_stop_prunes_and_best_counts_completed_only);
     RUN(dispatchers_are_found_by_name_after_adds_and_removals);
     char cmd[128];
