@@ -533,7 +533,8 @@ static void s_save_sched(ctl_t *c, ctl_study *s)
 
    Only the trials that are due are looked at (s->due, ctl_due.h): each
    active one when it became active (or was loaded), then when it would
-   be lost if not heard from meanwhile, and when its stop's grace ends;
+   be lost if not heard from meanwhile (an ask-only one, never lost, every
+   lost timeout), and when its stop's grace ends;
    one whose study's stop could not be written (no transaction) at the
    next pass.
    A study out of time looks at every trial, as its end is near. At most
@@ -562,7 +563,8 @@ static void s_look(ctl_t *c, ctl_study *s, ctl_trial *t, int time_over, double n
     if (!ctl_trial_active(t))
         return;
     /* the next look: when it would be lost, or its stop's grace ends */
-    double next = s->spec->ask_only ? -1 : t->last_heard + c->lost_timeout;
+    double next = s->spec->ask_only ? now + c->lost_timeout /* never lost: a period */
+                                    : t->last_heard + c->lost_timeout;
     if ((t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) && !t->kill_sent) {
         double grace = t->plan_since + ctl__stop_grace();
         next = next < 0 || grace < next ? grace : next;

@@ -783,6 +783,29 @@ TEST(a_stop_without_a_transaction_is_tried_at_the_next_pass)
     ctl_destroy(&c);
 }
 
+/* An ask-only study's trial, never lost, is looked at again every lost
+   timeout: it stays in the due heap after its first look. */
+TEST(an_ask_only_trial_stays_due)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    ctl_trial *t = NULL;
+    double t0 = 0;
+    ctl_study *s = s_one_running(c, "askonly", &t, &t0);
+    REQUIRE(s && t);
+    s->spec->ask_only = 1; /* its trials are asked for; s_look reads the flag */
+    c->lost_timeout = 10;
+    ctl__study_tick_trials(c, s, t0 + 1);
+    CHECK(ctl_trial_active(t));
+    CHECK(t->due_queued && t->due_at == t0 + 1 + 10);
+    long before = s->due_checked;
+    ctl__study_tick_trials(c, s, t0 + 11.5); /* never heard again: looked at, kept */
+    CHECK(s->due_checked == before + 1 && ctl_trial_active(t));
+    CHECK(t->due_queued && t->due_at == t0 + 11.5 + 10);
+    s_commit(c, "");
+    ctl_destroy(&c);
+}
+
 /* A scheduler's stop ends a trial PRUNED (its own state, persisted as
    "pruned"), a person's stop STOPPED; the status counts the pruned one
    and its best is the best completed trial, whatever the pruned and
@@ -920,6 +943,7 @@ int main(void)
     RUN(restart_plan_and_stop_plans);
     RUN(the_periodic_pass_looks_at_due_trials_only);
     RUN(a_stop_without_a_transaction_is_tried_at_the_next_pass);
+    RUN(an_ask_only_trial_stays_due);
     RUN(a_scheduler_stop_prunes_and_best_counts_completed_only);
     RUN(dispatchers_are_found_by_name_after_adds_and_removals);
     char cmd[128];
