@@ -661,60 +661,61 @@ void ctl__study_stop(ctl_t *c, ctl_study *s, const char *who, const char *reason
     }
 }
 
-void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now)
+/* The fallback for one instruction: when `in` is a `load` of t not
+   acknowledged within its study's load timeout, restarts t from its
+   checkpoint and returns 1 (`in` is then done: its slot holds another
+   instruction, or none). 0 when `in` is no such load, or t cannot be
+   restarted now. */
+static int s_load_fallback_one(ctl_t *c, ctl_trial *t, ctl_instr *in, double now)
 {
     ctl_study *s = t->study;
     double limit = ctl__study_load_timeout(s);
     if (limit <= 0 || t->plan != PLAN_NONE || !t->disp)
-        return;
-    for (size_t i = 0; i < c->ninstrs; i++) {
-        ctl_instr *in = &c->instrs[i];
-        const char *kind = json_string_value(json_object_get(in->msg, "kind"));
-        const char *path = json_string_value(json_object_get(in->msg, "path"));
-        if (in->trial_id != t->row.id || now - in->sent < limit || !kind ||
-            strcmp(kind, "load") || !path || strlen(path) >= sizeof t->load_on_start)
-            continue;
-        if (ctl__txn(c) != 0)
+        return 0;
+    const char *kind = json_string_value(json_object_get(in->msg, "kind"));
+    const char *path = json_string_value(json_object_get(in->msg, "path"));
+    if (in->trial_id != t->row.id || now - in->sent < limit || !kind ||
+        strcmp(kind, "load") || !path || strlen(path) >= sizeof t->load_on_start)
+        return 0;
+    if (ctl__txn(c) != 0)
+        return 0;
+    json_t *detail = json_pack("{s:s, s:I, s:O?, s:f}", "path", path, "instruction",
+                               (json_int_t)in->id, "from",
+                               json_object_get(in->msg, "from"), "timeout_s", limit);
+    char why[160];
+    snprintf(why, sizeof why,
+             "not acknowledged within %g s: restarting the trial from the "
+             "checkpoint",
+             limit);
+    ctl__trial_restart_from(c, t, path,
+                            "restart from a checkpoint (load not acknowledged)");
+    ctl__instr_done(c, in->id, 0, why); /* `in` and `path` are gone after this */
+    store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller",
+                    "restart_from_checkpoint", detail, 1);
+    json_decref(detail);
+    log_info("ctl",
+             "study %s trial %ld: load not acknowledged within %g s; restarting it "
+             "from %s",
+             s->row.name, t->row.id, limit, t->load_on_start);
+    return 1;
+}
+
+void ctl__instr_load_fallback(ctl_t *c, ctl_trial *t, double now)
+{
+    for (size_t i = 0; i < c->ninstrs; i++)
+        if (s_load_fallback_one(c, t, &c->instrs[i], now))
             return;
-        json_t *detail = json_pack("{s:s, s:I, s:O?, s:f}", "path", path, "instruction",
-                                   (json_int_t)in->id, "from",
-                                   json_object_get(in->msg, "from"), "timeout_s", limit);
-        char why[160];
-        snprintf(why, sizeof why,
-                 "not acknowledged within %g s: restarting the trial from the "
-                 "checkpoint",
-                 limit);
-        ctl__trial_restart_from(c, t, path,
-                                "restart from a checkpoint (load not acknowledged)");
-        ctl__instr_done(c, in->id, 0, why); /* `in` and `path` are gone after this */
-        store_event_add(c->store, util_wall(), s->row.id, t->row.id, "controller",
-                        "restart_from_checkpoint", detail, 1);
-        json_decref(detail);
-        log_info("ctl",
-                 "study %s trial %ld: load not acknowledged within %g s; restarting it "
-                 "from %s",
-                 s->row.name, t->row.id, limit, t->load_on_start);
-        return;
-    }
 }
 
 void ctl__instr_load_fallbacks(ctl_t *c, double now)
 {
-    for (size_t i = 0; i < c->ninstrs; i++) {
-        const ctl_instr *in = &c->instrs[i];
-        const char *kind = json_string_value(json_object_get(in->msg, "kind"));
-        if (!kind || strcmp(kind, "load"))
-            continue;
+    for (size_t i = 0; i < c->ninstrs;) {
+        ctl_instr *in = &c->instrs[i];
         ctl_trial *t = ctl_idmap_get(&c->trials, in->trial_id);
-        if (!t || !ctl_trial_active(t) || t->study->row.state != STUDY_RUNNING)
-            continue;
-        double limit = ctl__study_load_timeout(t->study);
-        if (limit <= 0 || now - in->sent < limit)
-            continue;
-        size_t n = c->ninstrs;
-        ctl__instr_load_fallback(c, t, now);
-        if (c->ninstrs != n) /* one was done: the list moved, look again */
-            i = (size_t)-1;
+        if (t && ctl_trial_active(t) && t->study->row.state == STUDY_RUNNING &&
+            s_load_fallback_one(c, t, in, now))
+            continue; /* `in` was done: its slot holds another instruction */
+        i++;
     }
 }
 
