@@ -33,11 +33,11 @@ def pages(url, query):
         assert len(out) < 20
 
 
-def seven_trials(jz):
-    """Study a: 7 asked trials (2 completed, 1 pruned, 1 failed, 3 running)
+def seven_trials(jz, budget=7):
+    """Study a (budget: its trials budget): 7 asked trials (2 completed, 1 pruned, 1 failed, 3 running)
     whose ids interleave with study b's 3; returns a's ids."""
     jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the endpoint file")
-    jz.run("study", "submit", jz.write_spec(ask_spec("a", 7), "a.json"), check=0)
+    jz.run("study", "submit", jz.write_spec(ask_spec("a", budget), "a.json"), check=0)
     jz.run("study", "submit", jz.write_spec(ask_spec("b", 3), "b.json"), check=0)
     ids = []
     for k in range(7):  # a's ids interleave with b's
@@ -140,6 +140,68 @@ def test_the_page_shows_every_trial_of_several_pages(jz):
                                       "'#trials-table tbody tr')")) == 7
         head = drv.execute_script("return document.querySelector('#study-head').innerText")
         assert "2 running" not in head and "3 running" in head and "1 failed" in head
+    finally:
+        drv.quit()
+        stop(*([web] if web else []), ctl)
+
+
+# Wraps the page's fetch of the trials' pages (GET .../trials?after=):
+# jzFail failed tries first (as a network error), then each answer is held
+# (jzHeld set) until jzRelease() when jzHold is set.
+WRAP_FETCH = """
+const orig = window.fetch;
+window.jzFail = arguments[0];
+window.jzHeld = false;
+window.jzHold = arguments[1] ? new Promise((ok) => (window.jzRelease = ok)) : null;
+window.fetch = async (url, opt) => {
+  if (!String(url).includes("/trials?after=")) return orig(url, opt);
+  if (window.jzFail > 0) { window.jzFail--; throw new TypeError("test: network down"); }
+  const r = await orig(url, opt);
+  window.jzHeld = true;
+  if (window.jzHold) await window.jzHold;
+  return r;
+};
+"""
+
+
+def test_the_page_retries_a_failed_page_and_fetches_a_trial_named_while_loading(jz):
+    """In Chromium (review items 5, 6): a page request that fails twice is
+    asked again, and the table ends complete (7 of 7), not marked complete
+    with the first page only; a trial the stream names while the pages are
+    being read (created after the last page was answered) is fetched when
+    they end (8 of 8)."""
+    drv = chromium()
+    ctl = jz.popen("controller", "--db", jz.db)
+    web = None
+    try:
+        ids = seven_trials(jz, budget=8)
+        web, url = serve(jz)
+        drv.get(url + "/#/")
+        drv.execute_script("localStorage.setItem('jz.trialsPage', '3')")
+        drv.execute_script(WRAP_FETCH, 2, False)
+        drv.execute_script("location.hash = '#/study/a'")
+        wait_js(drv, "document.body.dataset.trials === 'complete'", what="every page")
+        wait_js(drv, "document.querySelector('#trial-count').innerText.startsWith('7 of 7')",
+                what="7 trials after two failed tries")
+        assert drv.execute_script("return window.jzFail") == 0
+        assert not drv.execute_script("return document.querySelector('#trials-incomplete')")
+
+        # pages of 5: /page holds 5, the second page (the last 2) is answered
+        # and held; then an 8th trial is asked, named by the stream
+        drv.execute_script("location.hash = '#/'")
+        wait_js(drv, "!document.querySelector('#study-head')", what="the list")
+        drv.execute_script("localStorage.setItem('jz.trialsPage', '5')")
+        drv.execute_script(WRAP_FETCH, 0, True)
+        drv.execute_script("location.hash = '#/study/a'")
+        wait_js(drv, "window.jzHeld === true", what="the second page answered")
+        new = int(jz.run("trial", "ask", "a", check=0).stdout.split()[0])
+        wait_js(drv, "jz.live && jz.live.trials >= 1", what="the stream naming the new trial")
+        assert sorted(drv.execute_script("return jz.study.trials.map((t) => t.id)")) == ids[:5]
+        drv.execute_script("window.jzRelease()")
+        wait_js(drv, "document.querySelector('#trial-count').innerText.startsWith('8 of 8')",
+                what="the new trial in the table")
+        assert sorted(drv.execute_script("return jz.study.trials.map((t) => t.id)")) == \
+            ids + [new]
     finally:
         drv.quit()
         stop(*([web] if web else []), ctl)

@@ -846,6 +846,8 @@ async function studyPage(name) {
     $("#trials-table").replaceChildren(el("thead", {}, head), el("tbody", {}, ...body));
     const count = $("#trial-count");
     count.replaceChildren(`${rows.length} of ${S.trials.length} trials`);
+    if (S.trialsError) /* a page could not be read: the table lacks trials */
+      count.append(el("span", { id: "trials-incomplete", text: ` (incomplete: ${S.trialsError}; reload the page)` }));
     if (rows.length > limit)
       count.append(` (first ${limit} shown) `, el("button", { id: "trials-all", text: "show all", onclick: () => { S.showAll = true; drawTable(); } }));
   }
@@ -893,11 +895,25 @@ async function studyPage(name) {
 
   /* the trials after `after`, a page at a time (GET .../trials?after=ID,
      following `next`), appended to S.trials (each id once) and redrawn per
-     page; stops when the page is left */
+     page; stops (true) when the page is left. A page that fails is asked
+     again after 0.5, 1, 2, 4 s; then the table stays marked incomplete
+     (S.trialsError; S.loading holds, so the server's counts stand) and
+     it returns false. */
   async function appendTrials(after) {
-    while (after != null && $("#study-head")) {
+    S.loading = true;
+    for (let tries = 0; after != null && $("#study-head");) {
       let j;
-      try { j = await getJSON(`/api/studies/${encodeURIComponent(name)}/trials?after=${after}&limit=${pageSize}`); } catch (e) { break; }
+      try { j = await getJSON(`/api/studies/${encodeURIComponent(name)}/trials?after=${after}&limit=${pageSize}`); } catch (e) {
+        if (++tries > 4) {
+          S.trialsError = e.message;
+          document.body.dataset.trials = "incomplete";
+          drawTable();
+          return false;
+        }
+        await new Promise((ok) => setTimeout(ok, 250 * 2 ** tries));
+        continue;
+      }
+      tries = 0;
       const have = new Set(S.trials.map((t) => t.id));
       for (const t of j.trials) if (!have.has(t.id)) S.trials.push(t);
       after = j.next;
@@ -905,10 +921,28 @@ async function studyPage(name) {
       redrawTrials();
     }
     S.loading = false;
+    return true;
+  }
+  /* trials the stream names that are not here yet: the pages after the
+     newest one known; a new one named while pages are read (needRefetch)
+     is fetched when they end */
+  let refetching = false, needRefetch = false;
+  function fetchNew() {
+    refetching = true;
+    needRefetch = false;
+    appendTrials(S.trials.reduce((m, t) => Math.max(m, t.id), 0)).then((ok) => {
+      refetching = false;
+      if (ok && needRefetch) fetchNew();
+    });
   }
   S.loading = data.trials_next != null;
   document.body.dataset.trials = S.loading ? "loading" : "complete";
-  if (S.loading) appendTrials(data.trials_next).then(() => { document.body.dataset.trials = "complete"; });
+  if (S.loading)
+    appendTrials(data.trials_next).then((ok) => {
+      if (!ok) return;
+      document.body.dataset.trials = "complete";
+      if (needRefetch) fetchNew();
+    });
 
   /* study buttons */
   async function studyCmd(what, btn) {
@@ -934,7 +968,6 @@ async function studyPage(name) {
   });
 
   /* live updates */
-  let refetching = false;
   const src = new EventSource(`/api/studies/${encodeURIComponent(name)}/stream?metric=${data.marks.metric}&event=${data.marks.event}`);
   cleanup.push(() => src.close());
   jz.live = { points: 0, events: 0, trials: 0 };
@@ -957,10 +990,8 @@ async function studyPage(name) {
     for (const r of rows) {
       jz.live.trials++;
       if (tmap[r.id]) Object.assign(tmap[r.id], r);
-      else if (!refetching && !S.loading) { /* a new trial: the pages after the newest one known */
-        refetching = true;
-        appendTrials(S.trials.reduce((m, t) => Math.max(m, t.id), 0)).then(() => (refetching = false));
-      }
+      else if (refetching || S.loading) needRefetch = true; /* a new trial: after the pages */
+      else fetchNew();
     }
     redrawTrials();
   });
