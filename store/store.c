@@ -337,6 +337,16 @@ void store_rollback(store_t *s)
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
+int store_read_begin(store_t *s)
+{
+    return sqlite3_exec(s->db, "BEGIN DEFERRED", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
+void store_read_end(store_t *s)
+{
+    sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
+}
+
 /* ---- small binding helpers ---- */
 
 void store__bind_double(sqlite3_stmt *st, int i, double x)

@@ -181,6 +181,12 @@ const char *store_errmsg(store_t *s);
 int store_begin(store_t *s);
 int store_commit(store_t *s);
 void store_rollback(store_t *s);
+/* A read transaction (deferred BEGIN): the reads until store_read_end see
+   one snapshot of the database, whatever another connection commits
+   meanwhile (a page and its counts agree). 0, or -1 (store_errmsg says
+   why; nothing to end). store_read_end ends it; nothing was written. */
+int store_read_begin(store_t *s);
+void store_read_end(store_t *s);
 
 /* ---- studies ---- */
 /* Inserts a study; returns its id or -1 (also -1 if the name exists). */

@@ -295,10 +295,16 @@ int web__get_trials(web_req *r)
     store_study_fini(&st);
     web_buf *b = &r->text;
     web_buf_str(b, "{");
-    if (store_trial_counts(r->db, id, c) != 0 || s_page_json(r->db, id, &q, b, "next")) {
+    /* one snapshot: the counts and the page agree */
+    int bad = store_read_begin(r->db) != 0 || store_trial_counts(r->db, id, c) != 0 ||
+              s_page_json(r->db, id, &q, b, "next") != 0;
+    if (bad) {
         web_buf_fini(b);
-        return web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
+        web__error(r, 500, "store", "reading trials: %s", store_errmsg(r->db));
     }
+    store_read_end(r->db);
+    if (bad)
+        return 500;
     long total = 0;
     web_buf_str(b, ",\"counts\":{");
     for (int i = 0; i < TRIAL_STATE_COUNT; i++) {
@@ -441,6 +447,12 @@ int web__get_page(web_req *r)
     if (web__study(r, &st) != 1)
         return r->status;
     store_t *s = r->db;
+    /* one snapshot for the marks, summary, page, events and curves: they
+       agree, and the stream starts where they end (store_read_end below) */
+    if (store_read_begin(s) != 0) {
+        store_study_fini(&st);
+        return web__error(r, 500, "store", "reading the study: %s", store_errmsg(s));
+    }
     long mark_metric = 0, mark_event = 0;
     store_marks(s, &mark_metric, &mark_event);
     const char *objective;
@@ -467,6 +479,7 @@ int web__get_page(web_req *r)
         json_decref(head);
         json_decref(events);
         web_buf_fini(&trials);
+        store_read_end(s);
         return web__error(r, 500, "store", "reading the study: %s", store_errmsg(s));
     }
     /* the big parts (trials, curves) are written straight into the text */
@@ -495,10 +508,14 @@ int web__get_page(web_req *r)
                    ",\"marks\":{\"metric\":%ld,\"event\":%ld},\"metrics\":", mark_metric,
                    mark_event);
     char err[300];
-    if (web_curves_names(r->w->curves, s, id, b, err, sizeof err))
-        return web__error(r, 500, "store", "%s", err);
-    web_buf_str(b, ",\"curves\":");
-    int rc = s_curves(r, id, m, points);
+    int rc = web_curves_names(r->w->curves, s, id, b, err, sizeof err)
+                 ? web__error(r, 500, "store", "%s", err)
+                 : 0;
+    if (!rc) {
+        web_buf_str(b, ",\"curves\":");
+        rc = s_curves(r, id, m, points);
+    }
+    store_read_end(s);
     if (rc)
         return rc;
     web_buf_str(b, "}");
