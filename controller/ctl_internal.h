@@ -35,6 +35,7 @@
                    error answers, the refusal log, lookups, saving rows
     ctl_state.c    ground: the trial and study state machines (ctl_state.h)
     ctl_idmap.c    ground: trial id -> trial, a hash map
+    ctl_due.c      ground: when each trial is next due, a min-heap
     ctl_types.h    ground: the data of them all; its `on` pointers, set by
                    ctl_new, are the only calls up (to ctl_interv_ev.c)
 

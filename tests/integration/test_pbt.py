@@ -92,9 +92,13 @@ def test_pbt_exploits_live_with_lineage(jz):
             continue  # reached a trial that had just ended: nothing to continue
         path = e["detail"]["path"]
         ck_step = int(os.path.basename(path).split("-")[1].split(".")[0])
-        donor = e["detail"]["from"]
-        (dscore,) = jz.sql("SELECT value FROM metrics WHERE trial_id = ? AND name = 'score' AND step = ?",
-                           donor, ck_step)[0]
+        # the donor's score at the checkpoint is the checkpoint's own: a donor
+        # that had just loaded a checkpoint and saved it before its next step
+        # never reported that step itself
+        with open(path) as f:
+            state = json.load(f)
+        assert state["step"] == ck_step, (path, state)
+        dscore = state["score"]
         before = jz.sql("SELECT value FROM metrics WHERE trial_id = ? AND name = 'score' AND time <= ? "
                         "ORDER BY time DESC LIMIT 1", e["trial"], e["time"])
         after = jz.sql("SELECT value FROM metrics WHERE trial_id = ? AND name = 'score' AND step = ? "
