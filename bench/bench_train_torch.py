@@ -13,7 +13,7 @@ final validation/test accuracy.
     bench_train_torch.py --batch-size 128 --steps 300            # throughput
     bench_train_torch.py --batch-size 8192 --epochs 20 --optimizer lars ...
 """
-import argparse, gzip, json, math, os, struct, sys, time
+import argparse, gzip, json, math, os, struct, time
 
 import numpy as np
 import torch

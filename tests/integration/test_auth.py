@@ -107,7 +107,7 @@ def test_tcp_needs_a_server_key_or_insecure(jz):
 
 
 def test_curve_keys_roles_and_reload(jz):
-    spub = keygen(jz, "controller")
+    keygen(jz, "controller")
     admin, viewer, rogue, stranger = (keygen(jz, n) for n in
                                       ("admin", "viewer", "rogue", "stranger"))
     dkey = keygen(jz, "disp")

@@ -100,7 +100,7 @@ def test_run_keeps_the_daemons_log_out_of_its_progress(jz):
     spec["trial"]["command"] = ["sh", "-c", "exit 3"]  # failures make the daemons log
     p = jz.run("run", jz.write_spec(spec), check=None)
     log = os.path.join(jz.dir, "jizhi-logs", "jizhi-run.log")
-    assert f"log: ./jizhi-logs/jizhi-run.log" in p.stderr or log in p.stderr, p.stderr
+    assert "log: ./jizhi-logs/jizhi-run.log" in p.stderr or log in p.stderr, p.stderr
     for line in (p.stdout + p.stderr).splitlines():
         assert " warn " not in line and " info " not in line and " ctl:" not in line, line
     text = open(log).read()

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import time
 
 import pytest
 

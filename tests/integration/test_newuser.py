@@ -431,7 +431,6 @@ def test_a_stale_attempt_is_refused_and_killed(jz):
     attempt's reports are refused and the controller has it killed; the
     result is the new attempt's."""
     import signal
-    import time
     from test_recovery import start_controller, stop
 
     ep = f"ipc://{jz.dir}/ctl.sock"

@@ -33,7 +33,6 @@ def cond_spec(name, trials, sleep="0"):
 
 
 def logged(jz):
-    path = os.path.join(jz.dir, "logs")
     out = []
     for root, _, files in os.walk(jz.dir):
         for f in files:

@@ -6,7 +6,6 @@ linked trial runs a study with `jizhi run`."""
 import os
 import subprocess
 
-import pytest
 
 from conftest import BUILD, ROOT, Jizhi
 

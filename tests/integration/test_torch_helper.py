@@ -14,7 +14,6 @@ or the dataset is missing.
 import json
 import os
 import subprocess
-import sys
 import textwrap
 import time
 

@@ -5,7 +5,6 @@ error, nothing changed)."""
 import json
 import os
 import socket
-import sqlite3
 import threading
 import time
 import urllib.request

@@ -8,11 +8,9 @@ web-trial-fork.png go to build/test-artifacts/. Through the API alone
 (no browser): a guarded set and a waited fork learn their outcome from the
 store when the controller is killed and restarted during the wait."""
 import json
-import os
 import signal
 import threading
 
-from conftest import PROGS
 from test_recovery import start_controller, start_dispatcher, stop
 from test_safety import formula_spec, interventions, wait_steps
 from test_web_browser import chromium, shot, wait_js
