@@ -6,32 +6,13 @@
     continuing the same sequence.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 
 #include <math.h>
 
 static spec_t *s_spec(const char *sched, const char *space)
 {
-    char buf[4096];
-    snprintf(buf, sizeof buf,
-             "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
-             "\"scheduler\":%s,\"budget\":{\"trials\":50},"
-             "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
-             sched, space);
-    json_error_t je;
-    json_t *j = json_loads(buf, 0, &je);
-    if (!j) {
-        printf("bad test json: %s\n", je.text);
-        return NULL;
-    }
-    spec_error err;
-    spec_t *s = spec_parse(j, 0, &err);
-    json_decref(j);
-    if (!s) {
-        char eb[400];
-        printf("spec: %s\n", spec_strerror(&err, eb, sizeof eb));
-    }
-    return s;
+    return stl_spec("y", "min", sched, "{\"trials\":50}", space);
 }
 
 static sched_t *s_new(const spec_t *sp)

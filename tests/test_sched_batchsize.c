@@ -10,7 +10,7 @@
     legal; save/restore at every point gives the same decisions.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 
 static spec_t *s_spec(const char *sched)
 {
@@ -23,13 +23,7 @@ static spec_t *s_spec(const char *sched)
         "\"batch_size\":{\"type\":\"int\",\"low\":16,\"high\":1024,\"log\":true}},"
         "\"trial\":{\"command\":[\"true\"]}}",
         sched);
-    json_t *j = json_loads(buf, 0, NULL);
-    if (!j)
-        return NULL;
-    spec_error err;
-    spec_t *s = spec_parse(j, 0, &err);
-    json_decref(j);
-    return s;
+    return stl_parse(buf);
 }
 
 /* Standard normal from the scheduler rng (Box-Muller). */

@@ -5,7 +5,7 @@
     a quadratic that must find the minimum to a stated tolerance.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 #include "schedulers/sched_bo.h"
 
 #include <sys/resource.h>
@@ -13,26 +13,7 @@
 
 static spec_t *s_spec(const char *sched, const char *space, const char *mode)
 {
-    char buf[2048];
-    snprintf(buf, sizeof buf,
-             "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"%s\"},"
-             "\"scheduler\":%s,\"budget\":{\"trials\":50,\"parallel\":4},"
-             "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
-             mode, sched, space);
-    json_error_t je;
-    json_t *j = json_loads(buf, 0, &je);
-    if (!j) {
-        printf("bad test json: %s\n", je.text);
-        return NULL;
-    }
-    spec_error err;
-    spec_t *s = spec_parse(j, 0, &err);
-    json_decref(j);
-    if (!s) {
-        char eb[400];
-        printf("spec: %s\n", spec_strerror(&err, eb, sizeof eb));
-    }
-    return s;
+    return stl_spec("y", mode, sched, "{\"trials\":50,\"parallel\":4}", space);
 }
 
 static int s_waits; /* SCHED_WAIT answers seen */
@@ -49,21 +30,6 @@ static int s_get(sched_t *s, long id, json_t **p)
     }
     return SCHED_ERR;
 }
-
-static double s_num(const json_t *p, const char *k)
-{
-    return json_number_value(json_object_get(p, k));
-}
-
-/* 2-D quadratic, minimum 0 at (0.3, -0.2) */
-static double s_quad(const json_t *p)
-{
-    double x = s_num(p, "x"), y = s_num(p, "y");
-    return (x - 0.3) * (x - 0.3) + (y + 0.2) * (y + 0.2);
-}
-
-static const char *QSPACE = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                            "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
 
 TEST(options_checked)
 {
@@ -82,7 +48,7 @@ TEST(options_checked)
         {"{\"type\":\"bo\",\"local\":\"end\"}", "scheduler.local: "},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        spec_t *sp = s_spec(bad[i][0], QSPACE, "min");
+        spec_t *sp = s_spec(bad[i][0], STL_QSPACE, "min");
         REQUIRE(sp);
         err[0] = 0;
         sched_t *s = sched_bo_new(sp, err, sizeof err);
@@ -94,7 +60,7 @@ TEST(options_checked)
     spec_t *sp = s_spec(
         "{\"type\":\"bo\",\"seed\":3,\"acq\":\"ucb\",\"kappa\":2,\"n_init\":4,"
         "\"fantasy\":\"liar\",\"warp\":\"none\",\"lengthscale_prior\":\"lognormal\"}",
-        QSPACE, "min");
+        STL_QSPACE, "min");
     REQUIRE(sp);
     sched_t *s = sched_bo_new(sp, err, sizeof err);
     CHECK(s != NULL);
@@ -106,7 +72,7 @@ TEST(options_checked)
                            "{\"type\":\"bo\",\"warp\":\"power\"}",
                            "{\"type\":\"bo\",\"warp\":\"halfrank\"}"};
     for (size_t i = 0; i < sizeof warps / sizeof warps[0]; i++) {
-        sp = s_spec(warps[i], QSPACE, "min");
+        sp = s_spec(warps[i], STL_QSPACE, "min");
         REQUIRE(sp);
         s = sched_bo_new(sp, err, sizeof err);
         CHECK(s != NULL);
@@ -141,13 +107,13 @@ TEST(quadratic_minimum)
 {
     /* tolerance: within 30 trials the best value is below 1e-3, i.e. the
        best point is within 0.032 of the minimum on a [-1,1]^2 box */
-    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":1}", QSPACE, "min");
+    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":1}", STL_QSPACE, "min");
     REQUIRE(sp);
     char err[256];
     sched_t *s = sched_bo_new(sp, err, sizeof err);
     REQUIRE(s);
     s_waits = 0;
-    double best = s_study(s, 30, s_quad, 0, NULL);
+    double best = s_study(s, 30, stl_quad, 0, NULL);
     CHECK(best < 1e-3);
     CHECK(s_waits > 0); /* the fits ran off the caller's thread */
     sched_destroy(&s);
@@ -156,12 +122,13 @@ TEST(quadratic_minimum)
 
 static double s_negquad(const json_t *p)
 {
-    return 5 - s_quad(p);
+    return 5 - stl_quad(p);
 }
 
 TEST(quadratic_maximize_ucb)
 {
-    spec_t *sp = s_spec("{\"type\":\"bo\",\"seed\":2,\"acq\":\"ucb\"}", QSPACE, "max");
+    spec_t *sp =
+        s_spec("{\"type\":\"bo\",\"seed\":2,\"acq\":\"ucb\"}", STL_QSPACE, "max");
     REQUIRE(sp);
     char err[256];
     sched_t *s = sched_bo_new(sp, err, sizeof err);
@@ -181,11 +148,11 @@ static const char *MIXED =
 
 static double s_mixed(const json_t *p)
 {
-    double lr = log10(s_num(p, "lr")) + 2, bs = log2(s_num(p, "bs")) - 9;
+    double lr = log10(stl_num(p, "lr")) + 2, bs = log2(stl_num(p, "bs")) - 9;
     const char *opt = json_string_value(json_object_get(p, "opt"));
     double o = !strcmp(opt, "lars") ? 0 : !strcmp(opt, "lamb") ? 0.3 : 1;
-    return lr * lr + 0.1 * bs * bs + 0.2 * fabs(s_num(p, "layers") - 3) + o +
-           (s_num(p, "width") == 128 ? 0 : 0.5);
+    return lr * lr + 0.1 * bs * bs + 0.2 * fabs(stl_num(p, "layers") - 3) + o +
+           (stl_num(p, "width") == 128 ? 0 : 0.5);
 }
 
 TEST(legal_values_only)
@@ -220,7 +187,7 @@ TEST(legal_values_only)
 
 static double s_fail_some(const json_t *p)
 {
-    return s_num(p, "x") > 0.6 ? NAN : s_quad(p);
+    return stl_num(p, "x") > 0.6 ? NAN : stl_quad(p);
 }
 
 TEST(determinism_and_failures)
@@ -229,7 +196,7 @@ TEST(determinism_and_failures)
     json_t *logs[3];
     for (int r = 0; r < 3; r++) {
         spec_t *sp = s_spec(r < 2 ? sched : "{\"type\":\"bo\",\"seed\":12,\"n_init\":4}",
-                            QSPACE, "min");
+                            STL_QSPACE, "min");
         REQUIRE(sp);
         char err[256];
         sched_t *s = sched_bo_new(sp, err, sizeof err);
@@ -258,19 +225,19 @@ TEST(parallel_suggestions_differ)
         char sched[128];
         snprintf(sched, sizeof sched,
                  "{\"type\":\"bo\",\"seed\":4,\"n_init\":5,\"fantasy\":\"%s\"}", fant[f]);
-        spec_t *sp = s_spec(sched, QSPACE, "min");
+        spec_t *sp = s_spec(sched, STL_QSPACE, "min");
         REQUIRE(sp);
         char err[256];
         sched_t *s = sched_bo_new(sp, err, sizeof err);
         REQUIRE(s);
-        s_study(s, 8, s_quad, 0, NULL);
+        s_study(s, 8, stl_quad, 0, NULL);
         json_t *p[4];
         for (int k = 0; k < 4; k++)
             REQUIRE(s_get(s, 100 + k, &p[k]) == SCHED_OK);
         for (int a = 0; a < 4; a++)
             for (int b = 0; b < a; b++) {
-                double dx = s_num(p[a], "x") - s_num(p[b], "x"),
-                       dy = s_num(p[a], "y") - s_num(p[b], "y");
+                double dx = stl_num(p[a], "x") - stl_num(p[b], "x"),
+                       dy = stl_num(p[a], "y") - stl_num(p[b], "y");
                 if (!(sqrt(dx * dx + dy * dy) > 1e-2))
                     JZT_FAIL("%s %d %d dist %g", fant[f], a, b, sqrt(dx * dx + dy * dy));
             }
@@ -352,7 +319,7 @@ static double s_con_study(const char *sched, double lo, int n, int from, int *fi
              "\"constraints\":[{\"metric\":\"g\",\">=\":%g}],"
              "\"scheduler\":%s,\"budget\":{\"trials\":50},"
              "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
-             lo, sched, QSPACE);
+             lo, sched, STL_QSPACE);
     json_t *j = json_loads(buf, 0, NULL);
     spec_error e;
     spec_t *sp = j ? spec_parse(j, 0, &e) : NULL;
@@ -374,7 +341,7 @@ static double s_con_study(const char *sched, double lo, int n, int from, int *fi
             best = NAN;
             break;
         }
-        double v = s_quad(p), g = s_num(p, "x") + s_num(p, "y");
+        double v = stl_quad(p), g = stl_num(p, "x") + stl_num(p, "y");
         json_t *m = json_pack("{s:f,s:f}", "y", v, "g", g);
         s->ops->on_complete_metrics(s, id, p, SCHED_COMPLETED, v, m);
         json_decref(m);
@@ -414,7 +381,8 @@ TEST(constraints_probability_of_feasibility)
     CHECK(first > 0 && first <= 15);
     CHECK(best >= 1.13 - 1e-9 && best < 1.13 + 0.01);
     /* an unknown model is refused */
-    spec_t *sp = s_spec("{\"type\":\"bo\",\"constraint_model\":\"both\"}", QSPACE, "min");
+    spec_t *sp =
+        s_spec("{\"type\":\"bo\",\"constraint_model\":\"both\"}", STL_QSPACE, "min");
     REQUIRE(sp);
     char err[256] = "";
     CHECK(sched_bo_new(sp, err, sizeof err) == NULL);
@@ -466,7 +434,7 @@ TEST(local_trust_region)
 
     /* a study of 30 trials, the last half local */
     const char *sched = "{\"type\":\"bo\",\"seed\":4,\"local\":0.5}";
-    spec_t *sp = s_spec(sched, QSPACE, "min");
+    spec_t *sp = s_spec(sched, STL_QSPACE, "min");
     REQUIRE(sp);
     REQUIRE(sp->trials == 50);
     spec_destroy(&sp);
@@ -475,7 +443,7 @@ TEST(local_trust_region)
              "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
              "\"scheduler\":%s,\"budget\":{\"trials\":30},"
              "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
-             sched, QSPACE);
+             sched, STL_QSPACE);
     json_t *j = json_loads(buf, 0, NULL);
     spec_error e;
     sp = j ? spec_parse(j, 0, &e) : NULL;
@@ -493,7 +461,7 @@ TEST(local_trust_region)
         json_t *pend = json_array_get(json_object_get(st, "pending"), 0);
         int local = json_is_true(json_object_get(pend, "local"));
         CHECK(local == (id > 15)); /* trials 16..30 */
-        double u[2] = {(s_num(p, "x") + 1) / 2, (s_num(p, "y") + 1) / 2};
+        double u[2] = {(stl_num(p, "x") + 1) / 2, (stl_num(p, "y") + 1) / 2};
         if (local) {
             nlocal++;
             /* the region the suggestion came from: the saved length (the
@@ -513,8 +481,8 @@ TEST(local_trust_region)
                 if (v < bv) {
                     json_t *op = json_object_get(o, "params");
                     bv = v;
-                    c[0] = (s_num(op, "x") + 1) / 2;
-                    c[1] = (s_num(op, "y") + 1) / 2;
+                    c[0] = (stl_num(op, "x") + 1) / 2;
+                    c[1] = (stl_num(op, "y") + 1) / 2;
                 }
             }
             double blo[2], bhi[2];
@@ -525,7 +493,7 @@ TEST(local_trust_region)
                              blo[k], bhi[k], k);
         }
         json_decref(st);
-        double v = s_quad(p);
+        double v = stl_quad(p);
         if (local) {
             double before = tl;
             sched__bo_tr_update(&tl, &ts, &tf, v < best - 1e-3 * (worst - best));
@@ -554,7 +522,7 @@ TEST(local_trust_region)
     for (long id = 1; id <= 20; id++) {
         REQUIRE(s_get(a, id, &p) == SCHED_OK);
         if (id < 20)
-            a->ops->on_complete(a, id, p, SCHED_COMPLETED, s_quad(p));
+            a->ops->on_complete(a, id, p, SCHED_COMPLETED, stl_quad(p));
         if (id < 20)
             json_decref(p);
     }
@@ -570,16 +538,16 @@ TEST(local_trust_region)
     CHECK(b->ops->restore(b, bad) == -1);
     json_decref(bad);
     json_decref(st);
-    a->ops->on_complete(a, 20, NULL, SCHED_COMPLETED, s_quad(p));
-    b->ops->on_complete(b, 20, NULL, SCHED_COMPLETED, s_quad(p));
+    a->ops->on_complete(a, 20, NULL, SCHED_COMPLETED, stl_quad(p));
+    b->ops->on_complete(b, 20, NULL, SCHED_COMPLETED, stl_quad(p));
     json_decref(p);
     for (long id = 21; id <= 24; id++) {
         json_t *pa = NULL, *pb = NULL;
         REQUIRE(s_get(a, id, &pa) == SCHED_OK);
         REQUIRE(s_get(b, id, &pb) == SCHED_OK);
         CHECK(json_equal(pa, pb));
-        a->ops->on_complete(a, id, pa, SCHED_COMPLETED, s_quad(pa));
-        b->ops->on_complete(b, id, pb, SCHED_COMPLETED, s_quad(pb));
+        a->ops->on_complete(a, id, pa, SCHED_COMPLETED, stl_quad(pa));
+        b->ops->on_complete(b, id, pb, SCHED_COMPLETED, stl_quad(pb));
         json_decref(pa);
         json_decref(pb);
     }
@@ -672,7 +640,7 @@ TEST(wide_choice_is_one_ordered_dimension)
               json_integer_value(c) < SPEC_MAX_CHOICE_VALUES - 3);
         /* the best near c = 7000 */
         double v =
-            fabs((double)json_integer_value(c) - 7000) / 10000 + s_num(p, "x") * 0.1;
+            fabs((double)json_integer_value(c) - 7000) / 10000 + stl_num(p, "x") * 0.1;
         s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
         json_decref(p);
     }

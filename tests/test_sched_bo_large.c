@@ -8,6 +8,7 @@
     lengthscales, deterministic by seed; the options' checks.
 */
 #include "jz_test.h"
+#include "sched_testlib.h"
 #include "schedulers/sched_bo.h"
 #include "schedulers/sched_bo_job.h"
 
@@ -207,11 +208,7 @@ static spec_t *s_spec(const char *sched)
              "\"scheduler\":%s,\"budget\":{\"trials\":50},\"space\":{\"x\":{\"type\":"
              "\"float\",\"low\":0,\"high\":1}},\"trial\":{\"command\":[\"true\"]}}",
              sched);
-    json_t *j = json_loads(buf, 0, NULL);
-    spec_error err;
-    spec_t *s = j ? spec_parse(j, 0, &err) : NULL;
-    json_decref(j);
-    return s;
+    return stl_parse(buf);
 }
 
 TEST(options_checked)

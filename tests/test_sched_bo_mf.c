@@ -8,7 +8,7 @@
     suggestions.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 #include "schedulers/sched_bo.h"
 
 #include <math.h>
@@ -25,13 +25,7 @@ static spec_t *s_spec(const char *sched, const char *es, const char *use)
              "\"y\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
              "\"trial\":{\"command\":[\"true\"]}}",
              use, sched, es);
-    json_t *j = json_loads(buf, 0, NULL);
-    if (!j)
-        return NULL;
-    spec_error err;
-    spec_t *s = spec_parse(j, 0, &err);
-    json_decref(j);
-    return s;
+    return stl_parse(buf);
 }
 
 static const char *ASHA9 = "{\"type\":\"asha\",\"grace\":1,\"reduction\":3,"

@@ -8,7 +8,7 @@
     "rugged": "off".
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 #include "schedulers/sched_bo.h"
 #include "schedulers/sched_bo_job.h"
 #include "schedulers/warp.h"
@@ -157,11 +157,7 @@ static spec_t *s_spec(const char *sched)
              "\"c\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
              "\"trial\":{\"command\":[\"true\"]}}",
              sched);
-    json_t *j = json_loads(buf, 0, NULL);
-    spec_error err;
-    spec_t *s = j ? spec_parse(j, 0, &err) : NULL;
-    json_decref(j);
-    return s;
+    return stl_parse(buf);
 }
 
 /* Runs 30 trials of f under sched; the params of every trial into out (a

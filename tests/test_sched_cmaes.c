@@ -7,118 +7,11 @@
     generation under parallel trials.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 
 static spec_t *s_spec(const char *sched, const char *space, const char *mode)
 {
-    char buf[4096];
-    snprintf(buf, sizeof buf,
-             "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"%s\"},"
-             "\"scheduler\":%s,\"budget\":{\"trials\":60,\"parallel\":4},"
-             "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
-             mode, sched, space);
-    json_error_t je;
-    json_t *j = json_loads(buf, 0, &je);
-    if (!j) {
-        printf("bad test json: %s\n", je.text);
-        return NULL;
-    }
-    spec_error err;
-    spec_t *s = spec_parse(j, 0, &err);
-    json_decref(j);
-    if (!s) {
-        char eb[400];
-        printf("spec: %s\n", spec_strerror(&err, eb, sizeof eb));
-    }
-    return s;
-}
-
-static double s_num(const json_t *p, const char *k)
-{
-    return json_number_value(json_object_get(p, k));
-}
-
-/* 2-D quadratic, minimum 0 at (0.3, -0.2) */
-static double s_quad(const json_t *p)
-{
-    double x = s_num(p, "x"), y = s_num(p, "y");
-    return (x - 0.3) * (x - 0.3) + (y + 0.2) * (y + 0.2);
-}
-
-/* 4-D quadratic, minimum 0 at (0.3, -0.2, 0.1, 0.5) */
-static double s_quad4(const json_t *p)
-{
-    return s_quad(p) + pow(s_num(p, "z") - 0.1, 2) + pow(s_num(p, "w") - 0.5, 2);
-}
-
-static const char *QSPACE4 = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                             "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                             "\"z\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                             "\"w\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
-
-static const char *QSPACE = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                            "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
-
-/* every type (quantised ones too), and a conditional pair under a choice */
-static const char *MIXED =
-    "{\"lr\":{\"type\":\"float\",\"low\":1e-5,\"high\":1,\"log\":true},"
-    "\"layers\":{\"type\":\"int\",\"low\":1,\"high\":6},"
-    "\"width\":{\"type\":\"int\",\"low\":8,\"high\":1024,\"log\":true},"
-    "\"act\":{\"type\":\"choice\",\"values\":[\"relu\",\"tanh\",\"gelu\"]},"
-    "\"opt\":{\"type\":\"choice\",\"values\":[\"sgd\",\"adam\"]},"
-    "\"momentum\":{\"type\":\"float\",\"low\":0,\"high\":0.99,\"when\":{\"opt\":[\"sgd\"]"
-    "}},"
-    "\"nesterov\":{\"type\":\"choice\",\"values\":[\"yes\",\"no\"],\"when\":{\"opt\":["
-    "\"sgd\"]}},"
-    "\"beta2\":{\"type\":\"float\",\"low\":0.9,\"high\":0.9999,\"when\":{\"opt\":["
-    "\"adam\"]}},"
-    "\"drop\":{\"type\":\"float\",\"low\":0,\"high\":0.5,\"step\":0.125},"
-    "\"batch\":{\"type\":\"int\",\"low\":16,\"high\":256,\"step\":16},"
-    "\"seed\":{\"type\":\"const\",\"value\":7}}";
-
-/* a loss over MIXED: adam with lr near 1e-3 and 3 layers is best */
-static double s_mixed(const json_t *p)
-{
-    double v = pow(log10(s_num(p, "lr")) + 3, 2) + pow(s_num(p, "layers") - 3, 2) / 4;
-    const char *opt = json_string_value(json_object_get(p, "opt"));
-    v += opt && !strcmp(opt, "adam") ? 10 * (0.9999 - s_num(p, "beta2")) : 1;
-    return v;
-}
-
-/* Runs n sequential trials of f on s (ids from id0); returns the best and
-   appends every suggestion to log when non-NULL. */
-static double s_study(sched_t *s, long id0, int n, double (*f)(const json_t *), int sign,
-                      json_t *log)
-{
-    double best = INFINITY;
-    for (long id = id0; id < id0 + n; id++) {
-        json_t *p = NULL;
-        if (s->ops->suggest(s, id, &p) != SCHED_OK || !p) {
-            JZT_FAIL("suggest failed at trial %ld", id);
-            return NAN;
-        }
-        spec_error e;
-        json_t *chk = json_deep_copy(p);
-        if (spec_params_check(s->spec, chk, &e) != 0)
-            JZT_FAIL("illegal suggestion at trial %ld: %s", id, e.text);
-        json_decref(chk);
-        double v = f(p);
-        best = fmin(best, v);
-        s->ops->on_complete(s, id, p, SCHED_COMPLETED, sign * v);
-        if (log)
-            json_array_append(log, p);
-        json_decref(p);
-    }
-    return best;
-}
-
-static sched_t *s_new(const spec_t *sp)
-{
-    char err[256] = "";
-    sched_t *s = sched_new(sp, err, sizeof err);
-    if (!s)
-        JZT_FAIL("sched_new: %s", err);
-    return s;
+    return stl_spec("y", mode, sched, "{\"trials\":60,\"parallel\":4}", space);
 }
 
 static json_t *s_state(sched_t *s)
@@ -142,7 +35,7 @@ TEST(options_checked)
         {"{\"type\":\"cmaes\",\"popsize\":1}", "scheduler.popsize: must be an integer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        spec_t *sp = s_spec(bad[i][0], QSPACE, "min");
+        spec_t *sp = s_spec(bad[i][0], STL_QSPACE, "min");
         REQUIRE(sp);
         char err[256] = "";
         sched_t *s = sched_new(sp, err, sizeof err);
@@ -162,9 +55,9 @@ TEST(options_checked)
     spec_destroy(&sp);
     sp = s_spec("{\"type\":\"cmaes\",\"seed\":1,\"restart\":\"none\",\"separable\":true,"
                 "\"sigma0\":0.3,\"popsize\":12}",
-                QSPACE, "min");
+                STL_QSPACE, "min");
     REQUIRE(sp);
-    s = s_new(sp);
+    s = stl_new(sp);
     CHECK_STR(s ? s->ops->name : NULL, "cmaes");
     sched_destroy(&s);
     spec_destroy(&sp);
@@ -178,11 +71,11 @@ TEST(same_seed_same_study)
                             "{\"type\":\"cmaes\",\"seed\":5}"};
     json_t *logs[] = {a, b, c};
     for (int k = 0; k < 3; k++) {
-        spec_t *sp = s_spec(scheds[k], MIXED, "min");
+        spec_t *sp = s_spec(scheds[k], STL_MIXED_COND, "min");
         REQUIRE(sp);
-        sched_t *s = s_new(sp);
+        sched_t *s = stl_new(sp);
         REQUIRE(s);
-        s_study(s, 1, 40, s_mixed, 1, logs[k]);
+        stl_study(s, 1, 40, stl_mixed_cond, 1, logs[k]);
         sched_destroy(&s);
         spec_destroy(&sp);
     }
@@ -201,12 +94,12 @@ TEST(types_and_conditional_spaces)
     const char *scheds[] = {"{\"type\":\"cmaes\",\"seed\":2}",
                             "{\"type\":\"cmaes\",\"seed\":2,\"separable\":true}"};
     for (int k = 0; k < 2; k++) {
-        spec_t *sp = s_spec(scheds[k], MIXED, "min");
+        spec_t *sp = s_spec(scheds[k], STL_MIXED_COND, "min");
         REQUIRE(sp);
-        sched_t *s = s_new(sp);
+        sched_t *s = stl_new(sp);
         REQUIRE(s);
         json_t *log = json_array();
-        s_study(s, 1, 150, s_mixed, 1, log);
+        stl_study(s, 1, 150, stl_mixed_cond, 1, log);
         int adam = 0;
         size_t i;
         json_t *p;
@@ -215,7 +108,7 @@ TEST(types_and_conditional_spaces)
             CHECK(json_is_integer(json_object_get(p, "layers")));
             CHECK(json_is_integer(json_object_get(p, "width")));
             CHECK(json_integer_value(json_object_get(p, "seed")) == 7);
-            double drop = s_num(p, "drop");
+            double drop = stl_num(p, "drop");
             CHECK(drop * 8 == floor(drop * 8));
             CHECK(json_integer_value(json_object_get(p, "batch")) % 16 == 0);
             const char *opt = json_string_value(json_object_get(p, "opt"));
@@ -234,23 +127,23 @@ TEST(far_better_than_random_on_a_quadratic)
 {
     const char *scheds[] = {"{\"type\":\"cmaes\",\"seed\":1}",
                             "{\"type\":\"cmaes\",\"seed\":1,\"separable\":true}"};
-    spec_t *sr = s_spec("{\"type\":\"random\",\"seed\":1}", QSPACE4, "min");
+    spec_t *sr = s_spec("{\"type\":\"random\",\"seed\":1}", STL_QSPACE4, "min");
     REQUIRE(sr);
-    sched_t *r = s_new(sr);
+    sched_t *r = stl_new(sr);
     REQUIRE(r);
     double br = INFINITY;
     for (long id = 1; id <= 200; id++) {
         json_t *p = NULL;
         REQUIRE(r->ops->suggest(r, id, &p) == SCHED_OK);
-        br = fmin(br, s_quad4(p));
+        br = fmin(br, stl_quad4(p));
         json_decref(p);
     }
     for (int k = 0; k < 2; k++) {
-        spec_t *sp = s_spec(scheds[k], QSPACE4, "min");
+        spec_t *sp = s_spec(scheds[k], STL_QSPACE4, "min");
         REQUIRE(sp);
-        sched_t *s = s_new(sp);
+        sched_t *s = stl_new(sp);
         REQUIRE(s);
-        double bc = s_study(s, 1, 200, s_quad4, 1, NULL);
+        double bc = stl_study(s, 1, 200, stl_quad4, 1, NULL);
         printf("  4-D quadratic, 200 trials: %s %.3g, random %.3g\n", scheds[k], bc, br);
         CHECK(bc < 1e-3);
         CHECK(bc < br / 100);
@@ -271,21 +164,21 @@ static double s_flat(const json_t *p)
    it goes on with the same one. */
 TEST(ipop_restarts_a_stalled_population)
 {
-    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":1}", QSPACE, "min");
+    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":1}", STL_QSPACE, "min");
     spec_t *sn =
-        s_spec("{\"type\":\"cmaes\",\"seed\":1,\"restart\":\"none\"}", QSPACE, "min");
+        s_spec("{\"type\":\"cmaes\",\"seed\":1,\"restart\":\"none\"}", STL_QSPACE, "min");
     REQUIRE(sp && sn);
-    sched_t *s = s_new(sp), *n = s_new(sn);
+    sched_t *s = stl_new(sp), *n = stl_new(sn);
     REQUIRE(s && n);
-    s_study(s, 1, 6, s_flat, 1, NULL);
+    stl_study(s, 1, 6, s_flat, 1, NULL);
     json_t *st = s_state(s);
     long lam0 = s_int(st, "lambda");
     CHECK(lam0 == 6); /* 4 + floor(3 ln 2) */
     CHECK(s_int(st, "restart") == 0 && s_int(st, "gen") == 1);
     json_decref(st);
     /* 10 + ceil(30 x 2 / 6) = 20 generations of history, then the check */
-    s_study(s, 7, 6 * 21, s_flat, 1, NULL);
-    s_study(n, 1, 6 * 22, s_flat, 1, NULL);
+    stl_study(s, 7, 6 * 21, s_flat, 1, NULL);
+    stl_study(n, 1, 6 * 22, s_flat, 1, NULL);
     st = s_state(s);
     CHECK(s_int(st, "restart") == 1);
     CHECK(s_int(st, "lambda") == 2 * lam0);
@@ -303,21 +196,21 @@ TEST(ipop_restarts_a_stalled_population)
 
 TEST(save_restore_mid_generation)
 {
-    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":6}", MIXED, "min");
+    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":6}", STL_MIXED_COND, "min");
     REQUIRE(sp);
-    sched_t *a = s_new(sp), *b = s_new(sp);
+    sched_t *a = stl_new(sp), *b = stl_new(sp);
     REQUIRE(a && b);
-    s_study(a, 1, 23, s_mixed, 1, NULL); /* mid-generation (lambda 10) */
+    stl_study(a, 1, 23, stl_mixed_cond, 1, NULL); /* mid-generation (lambda 10) */
     json_t *pa = NULL;
     REQUIRE(a->ops->suggest(a, 24, &pa) == SCHED_OK); /* one running */
     json_t *st = a->ops->save(a);
     REQUIRE(st);
     CHECK(b->ops->restore(b, st) == 0);
-    a->ops->on_complete(a, 24, pa, SCHED_COMPLETED, s_mixed(pa));
-    b->ops->on_complete(b, 24, pa, SCHED_COMPLETED, s_mixed(pa));
+    a->ops->on_complete(a, 24, pa, SCHED_COMPLETED, stl_mixed_cond(pa));
+    b->ops->on_complete(b, 24, pa, SCHED_COMPLETED, stl_mixed_cond(pa));
     json_t *la = json_array(), *lb = json_array();
-    s_study(a, 25, 30, s_mixed, 1, la);
-    s_study(b, 25, 30, s_mixed, 1, lb);
+    stl_study(a, 25, 30, stl_mixed_cond, 1, la);
+    stl_study(b, 25, 30, stl_mixed_cond, 1, lb);
     CHECK(json_equal(la, lb));
     /* a broken state is refused and changes nothing */
     json_t *bad = json_deep_copy(st);
@@ -341,19 +234,20 @@ TEST(save_restore_mid_generation)
    (enqueued) join the current generation. */
 TEST(warm_start_and_enqueued_results)
 {
-    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":8,\"sigma0\":0.05}", QSPACE, "min");
+    spec_t *sp =
+        s_spec("{\"type\":\"cmaes\",\"seed\":8,\"sigma0\":0.05}", STL_QSPACE, "min");
     REQUIRE(sp);
-    sched_t *s = s_new(sp);
+    sched_t *s = stl_new(sp);
     REQUIRE(s);
     json_t *far = json_pack("{s:f,s:f}", "x", -0.9, "y", 0.9);
     json_t *near = json_pack("{s:f,s:f}", "x", 0.25, "y", -0.15);
-    s->ops->on_complete(s, -1, far, SCHED_COMPLETED, s_quad(far));
-    s->ops->on_complete(s, -2, near, SCHED_COMPLETED, s_quad(near));
+    s->ops->on_complete(s, -1, far, SCHED_COMPLETED, stl_quad(far));
+    s->ops->on_complete(s, -2, near, SCHED_COMPLETED, stl_quad(near));
     for (long id = 1; id <= 6; id++) {
         json_t *p = NULL;
         REQUIRE(s->ops->suggest(s, id, &p) == SCHED_OK);
         /* sigma0 0.05 of the unit cube: 0.1 in x; far from (-0.9, 0.9) */
-        CHECK(fabs(s_num(p, "x") - 0.25) < 0.5 && fabs(s_num(p, "y") + 0.15) < 0.5);
+        CHECK(fabs(stl_num(p, "x") - 0.25) < 0.5 && fabs(stl_num(p, "y") + 0.15) < 0.5);
         json_decref(p);
     }
     json_t *st = s_state(s);
@@ -377,9 +271,9 @@ TEST(warm_start_and_enqueued_results)
    once a generation is told, results of the older one only end. */
 TEST(parallel_generations)
 {
-    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":3}", QSPACE, "max");
+    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":3}", STL_QSPACE, "max");
     REQUIRE(sp);
-    sched_t *s = s_new(sp);
+    sched_t *s = stl_new(sp);
     REQUIRE(s);
     json_t *p[8];
     for (int k = 0; k < 8; k++)
@@ -389,11 +283,11 @@ TEST(parallel_generations)
             CHECK(!json_equal(p[k], p[k2]));
     for (int k = 0; k < 6; k++) /* lambda = 6 results: generation 1 */
         s->ops->on_complete(s, k + 1, p[k], k == 2 ? SCHED_FAILED : SCHED_COMPLETED,
-                            k == 2 ? NAN : -s_quad(p[k]));
+                            k == 2 ? NAN : -stl_quad(p[k]));
     json_t *st = s_state(s);
     CHECK(s_int(st, "gen") == 1 && json_array_size(json_object_get(st, "gf")) == 0);
     json_decref(st);
-    s->ops->on_complete(s, 7, p[6], SCHED_COMPLETED, -s_quad(p[6]));
+    s->ops->on_complete(s, 7, p[6], SCHED_COMPLETED, -stl_quad(p[6]));
     st = s_state(s);
     CHECK(json_array_size(json_object_get(st, "gf")) == 0); /* an older generation's */
     CHECK(json_array_size(json_object_get(st, "pending")) == 1);
@@ -429,7 +323,7 @@ TEST(many_parameters_are_separable)
         spec_t *sp = j ? spec_parse(j, 0, &e) : NULL;
         json_decref(j);
         REQUIRE(sp);
-        sched_t *s = s_new(sp);
+        sched_t *s = stl_new(sp);
         REQUIRE(s);
         json_t *st = s_state(s);
         long lam = 4 + (long)floor(3 * log(120.0));
@@ -441,7 +335,7 @@ TEST(many_parameters_are_separable)
             for (int i = 0; i < 120; i++) {
                 char name[8];
                 snprintf(name, sizeof name, "p%d", i);
-                v += (i + 1) * pow(s_num(p, name) - 0.3, 2);
+                v += (i + 1) * pow(stl_num(p, name) - 0.3, 2);
             }
             s->ops->on_complete(s, id, p, SCHED_COMPLETED, v);
             json_decref(p);
@@ -471,7 +365,7 @@ TEST(many_parameters_are_separable)
    moves it to the best value. */
 static double s_step_k(const json_t *p)
 {
-    return 100 * pow(s_num(p, "x") - 0.25, 2) + s_num(p, "k");
+    return 100 * pow(stl_num(p, "x") - 0.25, 2) + stl_num(p, "k");
 }
 
 TEST(discrete_dimensions_keep_a_margin)
@@ -483,10 +377,10 @@ TEST(discrete_dimensions_keep_a_margin)
         snprintf(sched, sizeof sched, "{\"type\":\"cmaes\",\"seed\":%d}", seed);
         spec_t *sp = s_spec(sched, space, "min");
         REQUIRE(sp);
-        sched_t *s = s_new(sp);
+        sched_t *s = stl_new(sp);
         REQUIRE(s);
         json_t *log = json_array();
-        double best = s_study(s, 1, 120, s_step_k, 1, log);
+        double best = stl_study(s, 1, 120, s_step_k, 1, log);
         int k1 = 0;
         for (size_t i = 100; i < 120; i++)
             k1 += json_integer_value(json_object_get(json_array_get(log, i), "k")) == 1;
@@ -508,9 +402,9 @@ TEST(discrete_dimensions_keep_a_margin)
 TEST(mirrored_orthogonal_steps_selected_pairwise)
 {
     spec_t *sp =
-        s_spec("{\"type\":\"cmaes\",\"seed\":3,\"sigma0\":0.05}", QSPACE4, "min");
+        s_spec("{\"type\":\"cmaes\",\"seed\":3,\"sigma0\":0.05}", STL_QSPACE4, "min");
     REQUIRE(sp);
-    sched_t *s = s_new(sp);
+    sched_t *s = stl_new(sp);
     REQUIRE(s);
     const char *names[4] = {"x", "y", "z", "w"};
     double y[8][4], f[8];
@@ -519,7 +413,7 @@ TEST(mirrored_orthogonal_steps_selected_pairwise)
         REQUIRE(s->ops->suggest(s, id, &ps[id - 1]) == SCHED_OK);
         f[id - 1] = 0;
         for (int i = 0; i < 4; i++) { /* [-1, 1] -> unit -> step / sigma0 */
-            y[id - 1][i] = ((s_num(ps[id - 1], names[i]) + 1) / 2 - 0.5) / 0.05;
+            y[id - 1][i] = ((stl_num(ps[id - 1], names[i]) + 1) / 2 - 0.5) / 0.05;
             f[id - 1] += y[id - 1][i] * y[id - 1][i];
         }
         f[id - 1] += 0.1 * y[id - 1][0];
@@ -583,16 +477,17 @@ TEST(mirrored_orthogonal_steps_selected_pairwise)
 /* In 2 dimensions steps are orthogonal in blocks of two, not mirrored. */
 TEST(orthogonal_steps_in_two_dimensions)
 {
-    spec_t *sp = s_spec("{\"type\":\"cmaes\",\"seed\":3,\"sigma0\":0.05}", QSPACE, "min");
+    spec_t *sp =
+        s_spec("{\"type\":\"cmaes\",\"seed\":3,\"sigma0\":0.05}", STL_QSPACE, "min");
     REQUIRE(sp);
-    sched_t *s = s_new(sp);
+    sched_t *s = stl_new(sp);
     REQUIRE(s);
     double y[6][2];
     for (long id = 1; id <= 6; id++) {
         json_t *p = NULL;
         REQUIRE(s->ops->suggest(s, id, &p) == SCHED_OK);
-        y[id - 1][0] = ((s_num(p, "x") + 1) / 2 - 0.5) / 0.05;
-        y[id - 1][1] = ((s_num(p, "y") + 1) / 2 - 0.5) / 0.05;
+        y[id - 1][0] = ((stl_num(p, "x") + 1) / 2 - 0.5) / 0.05;
+        y[id - 1][1] = ((stl_num(p, "y") + 1) / 2 - 0.5) / 0.05;
         json_decref(p);
     }
     double worst = 0;
@@ -621,7 +516,7 @@ static double s_ellip6(const json_t *p)
     static const double o[6] = {0.3, -0.2, 0.1, 0.5, -0.4, 0.25};
     double v = 0;
     for (int i = 0; i < 6; i++)
-        v += pow(2, i) * pow(s_num(p, k[i]) - o[i], 2);
+        v += pow(2, i) * pow(stl_num(p, k[i]) - o[i], 2);
     return v;
 }
 
@@ -637,9 +532,9 @@ TEST(converges_on_an_ellipsoid_within_a_budget)
         snprintf(sch, sizeof sch, "{\"type\":\"cmaes\",\"seed\":%d}", seed);
         spec_t *sp = s_spec(sch, QSPACE6, "min");
         REQUIRE(sp);
-        sched_t *s = s_new(sp);
+        sched_t *s = stl_new(sp);
         REQUIRE(s);
-        best[seed - 1] = s_study(s, 1, 500, s_ellip6, 1, NULL);
+        best[seed - 1] = stl_study(s, 1, 500, s_ellip6, 1, NULL);
         sched_destroy(&s);
         spec_destroy(&sp);
     }

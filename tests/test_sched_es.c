@@ -6,7 +6,7 @@
    scripted sequence, and save/restore at every point of a run giving the same decisions.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 
 static spec_t *s_spec(const char *mode, const char *es)
 {
@@ -18,14 +18,7 @@ static spec_t *s_spec(const char *mode, const char *es)
              "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
              "\"trial\":{\"command\":[\"true\"]}}",
              mode, es);
-    json_error_t je;
-    json_t *j = json_loads(buf, 0, &je);
-    if (!j)
-        return NULL;
-    spec_error err;
-    spec_t *s = spec_parse(j, 0, &err);
-    json_decref(j);
-    return s;
+    return stl_parse(buf);
 }
 
 static sched_t *s_monitor(const spec_t *sp, char *err, size_t errsize)

@@ -8,7 +8,7 @@
     asks for checkpoints; save/restore continues with the same decisions.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 
 static spec_t *s_spec(const char *guard)
 {
@@ -19,11 +19,7 @@ static spec_t *s_spec(const char *guard)
              "\"space\":{\"lr\":{\"type\":\"float\",\"low\":0.001,\"high\":1}},"
              "\"trial\":{\"command\":[\"true\"]}}",
              guard ? "\"guard\":" : "", guard ? guard : "", guard ? "," : "");
-    json_t *j = json_loads(buf, 0, NULL);
-    spec_error err;
-    spec_t *s = j ? spec_parse(j, 0, &err) : NULL;
-    json_decref(j);
-    return s;
+    return stl_parse(buf);
 }
 
 static sched_t *s_guard(spec_t *sp, char *err, size_t errsize)

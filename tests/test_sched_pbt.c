@@ -13,31 +13,14 @@
     improvement function.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 #include "schedulers/sched_pbt.h"
 
 static spec_t *s_spec(const char *sched, const char *space, int trials, int parallel)
 {
-    char buf[4096];
-    snprintf(buf, sizeof buf,
-             "{\"name\":\"t\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
-             "\"scheduler\":%s,\"budget\":{\"trials\":%d,\"parallel\":%d},"
-             "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
-             sched, trials, parallel, space);
-    json_error_t je;
-    json_t *j = json_loads(buf, 0, &je);
-    if (!j) {
-        printf("bad test json: %s\n", je.text);
-        return NULL;
-    }
-    spec_error err;
-    spec_t *s = spec_parse(j, 0, &err);
-    json_decref(j);
-    if (!s) {
-        char eb[400];
-        printf("spec: %s\n", spec_strerror(&err, eb, sizeof eb));
-    }
-    return s;
+    char budget[64];
+    snprintf(budget, sizeof budget, "{\"trials\":%d,\"parallel\":%d}", trials, parallel);
+    return stl_spec("score", "max", sched, budget, space);
 }
 
 static const char *SPACE =

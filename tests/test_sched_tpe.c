@@ -6,120 +6,13 @@
     parallel suggestions, maximize.
 */
 #include "jz_test.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 
 #include <sys/resource.h>
 
 static spec_t *s_spec(const char *sched, const char *space, const char *mode)
 {
-    char buf[4096];
-    snprintf(buf, sizeof buf,
-             "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"%s\"},"
-             "\"scheduler\":%s,\"budget\":{\"trials\":60,\"parallel\":4},"
-             "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
-             mode, sched, space);
-    json_error_t je;
-    json_t *j = json_loads(buf, 0, &je);
-    if (!j) {
-        printf("bad test json: %s\n", je.text);
-        return NULL;
-    }
-    spec_error err;
-    spec_t *s = spec_parse(j, 0, &err);
-    json_decref(j);
-    if (!s) {
-        char eb[400];
-        printf("spec: %s\n", spec_strerror(&err, eb, sizeof eb));
-    }
-    return s;
-}
-
-static double s_num(const json_t *p, const char *k)
-{
-    return json_number_value(json_object_get(p, k));
-}
-
-/* 2-D quadratic, minimum 0 at (0.3, -0.2) */
-static double s_quad(const json_t *p)
-{
-    double x = s_num(p, "x"), y = s_num(p, "y");
-    return (x - 0.3) * (x - 0.3) + (y + 0.2) * (y + 0.2);
-}
-
-/* 4-D quadratic, minimum 0 at (0.3, -0.2, 0.1, 0.5) */
-static double s_quad4(const json_t *p)
-{
-    return s_quad(p) + pow(s_num(p, "z") - 0.1, 2) + pow(s_num(p, "w") - 0.5, 2);
-}
-
-static const char *QSPACE4 = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                             "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                             "\"z\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                             "\"w\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
-
-static const char *QSPACE = "{\"x\":{\"type\":\"float\",\"low\":-1,\"high\":1},"
-                            "\"y\":{\"type\":\"float\",\"low\":-1,\"high\":1}}";
-
-/* every type (quantised ones too), and a conditional pair under a choice */
-static const char *MIXED =
-    "{\"lr\":{\"type\":\"float\",\"low\":1e-5,\"high\":1,\"log\":true},"
-    "\"layers\":{\"type\":\"int\",\"low\":1,\"high\":6},"
-    "\"width\":{\"type\":\"int\",\"low\":8,\"high\":1024,\"log\":true},"
-    "\"act\":{\"type\":\"choice\",\"values\":[\"relu\",\"tanh\",\"gelu\"]},"
-    "\"opt\":{\"type\":\"choice\",\"values\":[\"sgd\",\"adam\"]},"
-    "\"momentum\":{\"type\":\"float\",\"low\":0,\"high\":0.99,\"when\":{\"opt\":[\"sgd\"]"
-    "}},"
-    "\"nesterov\":{\"type\":\"choice\",\"values\":[\"yes\",\"no\"],\"when\":{\"opt\":["
-    "\"sgd\"]}},"
-    "\"beta2\":{\"type\":\"float\",\"low\":0.9,\"high\":0.9999,\"when\":{\"opt\":["
-    "\"adam\"]}},"
-    "\"drop\":{\"type\":\"float\",\"low\":0,\"high\":0.5,\"step\":0.125},"
-    "\"batch\":{\"type\":\"int\",\"low\":16,\"high\":256,\"step\":16},"
-    "\"seed\":{\"type\":\"const\",\"value\":7}}";
-
-/* a loss over MIXED: adam with lr near 1e-3 and 3 layers is best */
-static double s_mixed(const json_t *p)
-{
-    double v = pow(log10(s_num(p, "lr")) + 3, 2) + pow(s_num(p, "layers") - 3, 2) / 4;
-    const char *opt = json_string_value(json_object_get(p, "opt"));
-    v += opt && !strcmp(opt, "adam") ? 10 * (0.9999 - s_num(p, "beta2")) : 1;
-    return v;
-}
-
-/* Runs n sequential trials of f on s (ids from id0); returns the best and
-   appends every suggestion to log when non-NULL. */
-static double s_study(sched_t *s, long id0, int n, double (*f)(const json_t *), int sign,
-                      json_t *log)
-{
-    double best = INFINITY;
-    for (long id = id0; id < id0 + n; id++) {
-        json_t *p = NULL;
-        if (s->ops->suggest(s, id, &p) != SCHED_OK || !p) {
-            JZT_FAIL("suggest failed at trial %ld", id);
-            return NAN;
-        }
-        spec_error e;
-        json_t *chk = json_deep_copy(p);
-        if (spec_params_check(s->spec, chk, &e) != 0)
-            JZT_FAIL("illegal suggestion at trial %ld: %s", id, e.text);
-        json_decref(chk);
-        double v = f(p);
-        best = fmin(best, v);
-        s->ops->on_complete(s, id, p, SCHED_COMPLETED, sign * v);
-        if (log)
-            json_array_append(log, p);
-        json_decref(p);
-    }
-    return best;
-}
-
-static sched_t *s_new(const spec_t *sp)
-{
-    char err[256] = "";
-    sched_t *s = sched_new(sp, err, sizeof err);
-    if (!s)
-        JZT_FAIL("sched_new: %s", err);
-    return s;
+    return stl_spec("y", mode, sched, "{\"trials\":60,\"parallel\":4}", space);
 }
 
 TEST(options_checked)
@@ -135,7 +28,7 @@ TEST(options_checked)
         {"{\"type\":\"tpe\",\"prior_weight\":\"x\"}", "scheduler.prior_weight: "},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        spec_t *sp = s_spec(bad[i][0], QSPACE, "min");
+        spec_t *sp = s_spec(bad[i][0], STL_QSPACE, "min");
         REQUIRE(sp);
         char err[256] = "";
         sched_t *s = sched_new(sp, err, sizeof err);
@@ -162,9 +55,9 @@ TEST(options_checked)
     spec_destroy(&sp);
     sp = s_spec("{\"type\":\"tpe\",\"seed\":1,\"multivariate\":false,\"n_startup\":3,"
                 "\"n_candidates\":50,\"gamma\":0.2,\"gamma_max\":10,\"prior_weight\":2}",
-                QSPACE, "min");
+                STL_QSPACE, "min");
     REQUIRE(sp);
-    s = s_new(sp);
+    s = stl_new(sp);
     CHECK_STR(s ? s->ops->name : NULL, "tpe");
     sched_destroy(&s);
     spec_destroy(&sp);
@@ -178,11 +71,11 @@ TEST(same_seed_same_study)
                             "{\"type\":\"tpe\",\"seed\":5}"};
     json_t *logs[] = {a, b, c};
     for (int k = 0; k < 3; k++) {
-        spec_t *sp = s_spec(scheds[k], MIXED, "min");
+        spec_t *sp = s_spec(scheds[k], STL_MIXED_COND, "min");
         REQUIRE(sp);
-        sched_t *s = s_new(sp);
+        sched_t *s = stl_new(sp);
         REQUIRE(s);
-        s_study(s, 1, 30, s_mixed, 1, logs[k]);
+        stl_study(s, 1, 30, stl_mixed_cond, 1, logs[k]);
         sched_destroy(&s);
         spec_destroy(&sp);
     }
@@ -202,12 +95,12 @@ TEST(types_and_conditional_spaces)
                             "{\"type\":\"tpe\",\"seed\":2,\"group\":false}",
                             "{\"type\":\"tpe\",\"seed\":2,\"multivariate\":false}"};
     for (int k = 0; k < 3; k++) {
-        spec_t *sp = s_spec(scheds[k], MIXED, "min");
+        spec_t *sp = s_spec(scheds[k], STL_MIXED_COND, "min");
         REQUIRE(sp);
-        sched_t *s = s_new(sp);
+        sched_t *s = stl_new(sp);
         REQUIRE(s);
         json_t *log = json_array();
-        s_study(s, 1, 60, s_mixed, 1, log);
+        stl_study(s, 1, 60, stl_mixed_cond, 1, log);
         int adam = 0;
         size_t i;
         json_t *p;
@@ -216,7 +109,7 @@ TEST(types_and_conditional_spaces)
             CHECK(json_is_integer(json_object_get(p, "layers")));
             CHECK(json_is_integer(json_object_get(p, "width")));
             CHECK(json_integer_value(json_object_get(p, "seed")) == 7);
-            double drop = s_num(p, "drop");
+            double drop = stl_num(p, "drop");
             CHECK(drop * 8 == floor(drop * 8));
             CHECK(json_integer_value(json_object_get(p, "batch")) % 16 == 0);
             const char *opt = json_string_value(json_object_get(p, "opt"));
@@ -234,18 +127,18 @@ TEST(types_and_conditional_spaces)
 
 TEST(far_better_than_random_on_a_quadratic)
 {
-    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":1}", QSPACE4, "min");
-    spec_t *sr = s_spec("{\"type\":\"random\",\"seed\":1}", QSPACE4, "min");
+    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":1}", STL_QSPACE4, "min");
+    spec_t *sr = s_spec("{\"type\":\"random\",\"seed\":1}", STL_QSPACE4, "min");
     REQUIRE(sp && sr);
-    sched_t *s = s_new(sp), *r = s_new(sr);
+    sched_t *s = stl_new(sp), *r = stl_new(sr);
     REQUIRE(s && r);
-    double bt = s_study(s, 1, 100, s_quad4, 1, NULL);
+    double bt = stl_study(s, 1, 100, stl_quad4, 1, NULL);
     /* random has no on_complete: draw its 100 points */
     double br = INFINITY;
     for (long id = 1; id <= 100; id++) {
         json_t *p = NULL;
         REQUIRE(r->ops->suggest(r, id, &p) == SCHED_OK);
-        br = fmin(br, s_quad4(p));
+        br = fmin(br, stl_quad4(p));
         json_decref(p);
     }
     printf("  4-D quadratic, 100 trials: tpe %.3g, random %.3g\n", bt, br);
@@ -258,11 +151,11 @@ TEST(far_better_than_random_on_a_quadratic)
 
 TEST(maximize)
 {
-    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":3}", QSPACE, "max");
+    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":3}", STL_QSPACE, "max");
     REQUIRE(sp);
-    sched_t *s = s_new(sp);
+    sched_t *s = stl_new(sp);
     REQUIRE(s);
-    double best = s_study(s, 1, 60, s_quad, -1, NULL); /* reports -quad */
+    double best = stl_study(s, 1, 60, stl_quad, -1, NULL); /* reports -quad */
     CHECK(best < 2e-3);
     sched_destroy(&s);
     spec_destroy(&sp);
@@ -270,22 +163,22 @@ TEST(maximize)
 
 TEST(save_restore_mid_study)
 {
-    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":6}", MIXED, "min");
+    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":6}", STL_MIXED_COND, "min");
     REQUIRE(sp);
-    sched_t *a = s_new(sp), *b = s_new(sp);
+    sched_t *a = stl_new(sp), *b = stl_new(sp);
     REQUIRE(a && b);
-    s_study(a, 1, 20, s_mixed, 1, NULL);
+    stl_study(a, 1, 20, stl_mixed_cond, 1, NULL);
     json_t *pa = NULL, *pb = NULL;
     REQUIRE(a->ops->suggest(a, 21, &pa) == SCHED_OK); /* one running */
     json_t *st = a->ops->save(a);
     REQUIRE(st);
     CHECK(b->ops->restore(b, st) == 0);
     /* both go on alike, the running one included */
-    a->ops->on_complete(a, 21, pa, SCHED_COMPLETED, s_mixed(pa));
-    b->ops->on_complete(b, 21, pa, SCHED_COMPLETED, s_mixed(pa));
+    a->ops->on_complete(a, 21, pa, SCHED_COMPLETED, stl_mixed_cond(pa));
+    b->ops->on_complete(b, 21, pa, SCHED_COMPLETED, stl_mixed_cond(pa));
     json_t *la = json_array(), *lb = json_array();
-    s_study(a, 22, 10, s_mixed, 1, la);
-    s_study(b, 22, 10, s_mixed, 1, lb);
+    stl_study(a, 22, 10, stl_mixed_cond, 1, la);
+    stl_study(b, 22, 10, stl_mixed_cond, 1, lb);
     CHECK(json_equal(la, lb));
     /* a bad state is refused and changes nothing */
     json_t *bad = json_pack("{s:i,s:I,s:[i],s:[]}", "version", 1, "count", (json_int_t)3,
@@ -309,22 +202,22 @@ TEST(save_restore_mid_study)
    count, so the first suggestions are already guided. */
 TEST(warm_start_guides_the_first_suggestions)
 {
-    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":8}", QSPACE, "min");
-    spec_t *sr = s_spec("{\"type\":\"random\",\"seed\":9}", QSPACE, "min");
+    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":8}", STL_QSPACE, "min");
+    spec_t *sr = s_spec("{\"type\":\"random\",\"seed\":9}", STL_QSPACE, "min");
     REQUIRE(sp && sr);
-    sched_t *s = s_new(sp), *r = s_new(sr);
+    sched_t *s = stl_new(sp), *r = stl_new(sr);
     REQUIRE(s && r);
     for (long k = 1; k <= 40; k++) {
         json_t *p = NULL;
         REQUIRE(r->ops->suggest(r, k, &p) == SCHED_OK);
-        s->ops->on_complete(s, -k, p, SCHED_COMPLETED, s_quad(p));
+        s->ops->on_complete(s, -k, p, SCHED_COMPLETED, stl_quad(p));
         json_decref(p);
     }
     double mean = 0;
     for (long id = 1; id <= 10; id++) {
         json_t *p = NULL;
         REQUIRE(s->ops->suggest(s, id, &p) == SCHED_OK);
-        mean += s_quad(p) / 10;
+        mean += stl_quad(p) / 10;
         json_decref(p);
     }
     /* uniform points average 0.80 on this quadratic */
@@ -340,11 +233,12 @@ TEST(warm_start_guides_the_first_suggestions)
    comes back after the startup are all different. */
 TEST(parallel_suggestions_differ)
 {
-    spec_t *sp = s_spec("{\"type\":\"tpe\",\"seed\":2,\"n_startup\":5}", QSPACE, "min");
+    spec_t *sp =
+        s_spec("{\"type\":\"tpe\",\"seed\":2,\"n_startup\":5}", STL_QSPACE, "min");
     REQUIRE(sp);
-    sched_t *s = s_new(sp);
+    sched_t *s = stl_new(sp);
     REQUIRE(s);
-    s_study(s, 1, 12, s_quad, 1, NULL);
+    stl_study(s, 1, 12, stl_quad, 1, NULL);
     json_t *p[4];
     for (int k = 0; k < 4; k++)
         REQUIRE(s->ops->suggest(s, 13 + k, &p[k]) == SCHED_OK);
@@ -391,7 +285,7 @@ TEST(wide_choice_costs_no_table)
     spec_t *sp = j ? spec_parse(j, 0, &e) : NULL;
     json_decref(j);
     REQUIRE(sp);
-    sched_t *s = s_new(sp);
+    sched_t *s = stl_new(sp);
     REQUIRE(s);
     sched_rng r;
     sched_rng_seed(&r, 5, 0);
