@@ -22,25 +22,9 @@ import pytest
 from conftest import ROOT, base_spec
 from test_pbt import instructions
 from test_recovery import start_controller, start_dispatcher, stop
+from torchutil import EXAMPLE, PY, needs_fmnist, needs_torch
 
-PY = "/usr/bin/python3"
-EXAMPLE = os.path.join(ROOT, "examples", "torch")
-FMNIST = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
-
-
-def _has_torch():
-    try:
-        return subprocess.run([PY, "-c", "import torch"], capture_output=True,
-                              timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-pytestmark = [
-    pytest.mark.skipif(not _has_torch(), reason="%s has no torch (python3-torch)" % PY),
-    pytest.mark.skipif(not os.path.exists(FMNIST),
-                       reason="Fashion-MNIST missing (Debian's dataset-fashion-mnist)"),
-]
+pytestmark = [needs_torch(), needs_fmnist()]
 
 # A trial: a tiny CNN with two param groups (the second at 10x the lr), a
 # ctl.loader at batch 16, one JSON line per step in $LOG with what the

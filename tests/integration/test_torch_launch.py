@@ -15,32 +15,13 @@ where it has no torch or the dataset is missing.
 import json
 import os
 import signal
-import subprocess
 import textwrap
 
-import pytest
-
-from conftest import ROOT, base_spec
+from conftest import base_spec
 from test_recovery import start_controller, start_dispatcher, stop
+from torchutil import EXAMPLE, PY, needs_fmnist, needs_torch
 
-PY = "/usr/bin/python3"
-EXAMPLE = os.path.join(ROOT, "examples", "torch")
-FMNIST = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
-
-
-def _has_torch():
-    try:
-        return subprocess.run([PY, "-c", "import torch.distributed"], capture_output=True,
-                              timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-pytestmark = [
-    pytest.mark.skipif(not _has_torch(), reason="%s has no torch (python3-torch)" % PY),
-    pytest.mark.skipif(not os.path.exists(FMNIST),
-                       reason="Fashion-MNIST missing (Debian's dataset-fashion-mnist)"),
-]
+pytestmark = [needs_torch("torch.distributed"), needs_fmnist()]
 
 # One rank: plain DDP over gloo, jizhi.torch attached. $LOG.<rank> gets one
 # JSON line with the rank's environment, then one per step with the lr its

@@ -23,19 +23,11 @@ import textwrap
 
 import pytest
 
-PY = "/usr/bin/python3"
+from torchutil import PY, needs_torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def _has_torch():
-    try:
-        return subprocess.run([PY, "-c", "import torch.distributed"], capture_output=True,
-                              timeout=60).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _has_torch(), reason="%s has no torch (python3-torch)" % PY)
+pytestmark = needs_torch("torch.distributed")
 
 RANK = textwrap.dedent("""
     import json, os, sys, time, types
