@@ -13,6 +13,7 @@
 #include "common/util.h"
 #include "dispatcher/disp.h"
 #include "dispatcher/disp_int.h"
+#include "msg_testlib.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1178,8 +1179,9 @@ TEST(malformed_messages)
 /* A well-typed value for field f of a message to the dispatcher: names of
    nothing there (a message that got through would change nothing), the
    `trial` of a start its own so its start_failed can be told. */
-static json_t *s_good_field(const msg_field *f, long trial)
+static json_t *s_good_field(const msg_field *f, void *arg)
 {
+    long trial = *(const long *)arg;
     if (!strcmp(f->name, "trial"))
         return json_integer(trial);
     if (!strcmp(f->name, "req"))
@@ -1190,21 +1192,7 @@ static json_t *s_good_field(const msg_field *f, long trial)
         return json_string("internal");
     if (!strcmp(f->name, "path"))
         return json_string("/nonexistent/trial-1.0.out");
-    switch (f->type) {
-    case MSG_T_INT:
-        return json_integer(0);
-    case MSG_T_NUM:
-        return json_real(0);
-    case MSG_T_STR:
-        return json_string("s1");
-    case MSG_T_BOOL:
-        return json_false();
-    case MSG_T_ARRAY:
-        return json_array();
-    case MSG_T_OBJECT:
-        return json_object();
-    }
-    return json_null();
+    return mtl_value_of(f->type, 0, "s1");
 }
 
 /* Every type a dispatcher takes (common/msg.h), each required field
@@ -1243,16 +1231,7 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
             if (f.optional)
                 continue;
             for (int retype = 0; retype < 2; retype++, trial++) {
-                json_t *m = json_pack("{s:s}", "type", d->name);
-                const char *c2 = d->fields;
-                msg_field g;
-                while (msg_field_next(&c2, &g))
-                    if (!g.optional && strcmp(g.name, f.name) != 0)
-                        json_object_set_new(m, g.name, s_good_field(&g, trial));
-                if (retype)
-                    json_object_set_new(m, f.name,
-                                        f.type == MSG_T_STR ? json_integer(5)
-                                                            : json_string("five"));
+                json_t *m = mtl_broken(d, &f, retype, 0, s_good_field, &trial);
                 fc_send(&fc, m);
                 REQUIRE(nwant < 64);
                 snprintf(want[nwant++], sizeof want[0],

@@ -22,6 +22,7 @@
 #include "common/wire.h"
 #include "common/util.h"
 #include "jz_test.h"
+#include "msg_testlib.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -985,8 +986,9 @@ TEST(non_finite_values)
 
 /* A well-typed value for field f of a message to a trial: a reply to no
    request, an instruction of its own id that a trial could carry out. */
-static json_t *s_good_field(const msg_field *f, long id)
+static json_t *s_good_field(const msg_field *f, void *arg)
 {
+    long id = *(const long *)arg;
     if (!strcmp(f->name, "id"))
         return json_integer(id);
     if (!strcmp(f->name, "kind"))
@@ -995,21 +997,7 @@ static json_t *s_good_field(const msg_field *f, long id)
         return json_integer(987654);
     if (!strcmp(f->name, "code"))
         return json_string("internal");
-    switch (f->type) {
-    case MSG_T_INT:
-        return json_integer(0);
-    case MSG_T_NUM:
-        return json_real(0);
-    case MSG_T_STR:
-        return json_string("x");
-    case MSG_T_BOOL:
-        return json_false();
-    case MSG_T_ARRAY:
-        return json_array();
-    case MSG_T_OBJECT:
-        return json_object();
-    }
-    return json_null();
+    return mtl_value_of(f->type, 0, "x");
 }
 
 /* Every type a trial takes (common/msg.h), each required field missing and
@@ -1038,16 +1026,7 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
             if (fl.optional)
                 continue;
             for (int retype = 0; retype < 2; retype++, id++) {
-                json_t *m = json_pack("{s:s}", "type", d->name);
-                const char *c2 = d->fields;
-                msg_field g;
-                while (msg_field_next(&c2, &g))
-                    if (!g.optional && strcmp(g.name, fl.name) != 0)
-                        json_object_set_new(m, g.name, s_good_field(&g, id));
-                if (retype)
-                    json_object_set_new(m, fl.name,
-                                        fl.type == MSG_T_STR ? json_integer(5)
-                                                             : json_string("five"));
+                json_t *m = mtl_broken(d, &fl, retype, 0, s_good_field, &id);
                 json_array_append_new(f->raw, m);
                 REQUIRE(nwant < 32);
                 snprintf(want[nwant++], sizeof want[0],
