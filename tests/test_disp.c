@@ -291,7 +291,8 @@ static int s_wait_dead(pid_t pid, double timeout_s)
 /* ---- tests -------------------------------------------------------------- */
 
 /* The usual fixture: a fake controller, the default config and a running
-   dispatcher that kills its trials when stopped. */
+   dispatcher that kills its trials when stopped (fx_open), or the same in
+   two steps with a changed config between them (fx_init, fx_start). */
 typedef struct {
     fake_ctl fc;
     char logs[256];
@@ -299,12 +300,26 @@ typedef struct {
     disp_thread t;
 } disp_fix;
 
-static int fx_open(disp_fix *x)
+/* The fake controller and the default config, the dispatcher not started
+   yet (a test may change x->cfg first): 0 or -1. */
+static int fx_init(disp_fix *x)
 {
     if (fc_open(&x->fc) != 0)
         return -1;
     x->cfg = s_cfg(&x->fc, x->logs, sizeof x->logs);
-    return dt_start(&x->t, &x->fc, &x->cfg, 1);
+    return 0;
+}
+
+/* Starts the dispatcher on x->cfg, killing its trials when stopped or not:
+   0 once it registered, or -1. */
+static int fx_start(disp_fix *x, int kill_on_stop)
+{
+    return dt_start(&x->t, &x->fc, &x->cfg, kill_on_stop);
+}
+
+static int fx_open(disp_fix *x)
+{
+    return fx_init(x) == 0 ? fx_start(x, 1) : -1;
 }
 
 /* Stops the dispatcher (collecting into seen, when not NULL) and removes the
@@ -492,59 +507,51 @@ TEST(register_and_heartbeat)
 
 TEST(reregister_after_silence)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    cfg.heartbeat_s = 0.2;
-    cfg.silence_s = 0.6;
-    cfg.resend_s = 0.3;
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
-    fc.hb_mode = HB_SILENT;
-    int before = fc.nregister;
-    json_t *r = fc_wait(&fc, "register", -1, 10);
-    CHECK(r != NULL && fc.nregister == before + 1);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    x.cfg.heartbeat_s = 0.2;
+    x.cfg.silence_s = 0.6;
+    x.cfg.resend_s = 0.3;
+    REQUIRE(fx_start(&x, 1) == 0);
+    x.fc.hb_mode = HB_SILENT;
+    int before = x.fc.nregister;
+    json_t *r = fc_wait(&x.fc, "register", -1, 10);
+    CHECK(r != NULL && x.fc.nregister == before + 1);
     json_decref(r);
     /* registering: register resent until answered */
-    fc.reg_silent = 1;
-    fc.hb_mode = HB_SILENT;
-    r = fc_wait(&fc, "register", -1, 10);
+    x.fc.reg_silent = 1;
+    x.fc.hb_mode = HB_SILENT;
+    r = fc_wait(&x.fc, "register", -1, 10);
     json_decref(r);
-    r = fc_wait(&fc, "register", -1, 10);
+    r = fc_wait(&x.fc, "register", -1, 10);
     CHECK(r != NULL);
     json_decref(r);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 TEST(refused_register_backs_off)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    cfg.resend_s = 0.2;
-    disp_thread t;
-    fc.reg_refuse = 1;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    x.cfg.resend_s = 0.2;
+    x.fc.reg_refuse = 1;
+    REQUIRE(fx_start(&x, 1) == 0);
     /* every 0.2 s would be ~15 registers in 3 s; waits of 0.2 + 0.2, 0.4,
        0.8, 1.6 ... after each refusal leave about 3 */
-    int before = fc.nregister;
-    json_t *none = fc_wait(&fc, "no-such-type", -1, 3.0);
+    int before = x.fc.nregister;
+    json_t *none = fc_wait(&x.fc, "no-such-type", -1, 3.0);
     CHECK(none == NULL);
-    int sent = fc.nregister - before;
+    int sent = x.fc.nregister - before;
     CHECK(sent >= 2 && sent <= 6);
     /* once accepted (keys reloaded), it registers and works */
-    fc.reg_refuse = 0;
-    json_t *r = fc_wait(&fc, "register", -1, 10);
+    x.fc.reg_refuse = 0;
+    json_t *r = fc_wait(&x.fc, "register", -1, 10);
     CHECK(r != NULL);
     json_decref(r);
-    json_t *hb = fc_wait(&fc, "disp_heartbeat", -1, 15);
+    json_t *hb = fc_wait(&x.fc, "disp_heartbeat", -1, 15);
     CHECK(hb != NULL);
     json_decref(hb);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 TEST(gpu_detection)
@@ -739,15 +746,11 @@ TEST(environment)
 
 TEST(start_failed)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_open(&x) == 0);
 
-    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s]", "jizhi-trainx", "--x")));
-    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    fc_send(&x.fc, s_start_msg(1, 0, json_pack("[s,s]", "jizhi-trainx", "--x")));
+    json_t *ex = fc_wait(&x.fc, "exited", 1, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "start_failed");
     CHECK_STR(s_str(ex, "message"), "execvp jizhi-trainx: No such file or directory");
@@ -759,24 +762,24 @@ TEST(start_failed)
 
     /* a file that is not executable */
     char path[256];
-    snprintf(path, sizeof path, "%s/notexec", fc.dir);
+    snprintf(path, sizeof path, "%s/notexec", x.fc.dir);
     FILE *f = fopen(path, "w");
     REQUIRE(f);
     fclose(f);
-    fc_send(&fc, s_start_msg(2, 0, json_pack("[s]", path)));
-    ex = fc_wait(&fc, "exited", 2, 10);
+    fc_send(&x.fc, s_start_msg(2, 0, json_pack("[s]", path)));
+    ex = fc_wait(&x.fc, "exited", 2, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "start_failed");
     CHECK(strstr(s_str(ex, "message"), "Permission denied") != NULL);
     json_decref(ex);
     /* neither got a `started` */
     json_t *seen = json_array();
-    dt_stop(&t, &fc, seen);
+    dt_stop(&x.t, &x.fc, seen);
     size_t i;
     json_t *m;
     json_array_foreach(seen, i, m) CHECK(strcmp(wire_type(m), "started") != 0);
     json_decref(seen);
-    fc_close(&fc);
+    fc_close(&x.fc);
 }
 
 /* trial.cwd and trial.venv: the child runs in cwd, with the venv's bin
@@ -786,12 +789,11 @@ TEST(start_failed)
 TEST(cwd_and_venv)
 {
     setenv("PYTHONHOME", "/jz-test-home", 1); /* before the thread exists */
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256], venv[300], py[340], work[300], v[1024];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    snprintf(venv, sizeof venv, "%s/venv", fc.dir);
-    snprintf(work, sizeof work, "%s/work", fc.dir);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    char venv[300], py[340], work[300], v[1024];
+    snprintf(venv, sizeof venv, "%s/venv", x.fc.dir);
+    snprintf(work, sizeof work, "%s/work", x.fc.dir);
     snprintf(py, sizeof py, "%s/bin", venv);
     REQUIRE(util_mkdirs(py, 0700) == 0 && util_mkdirs(work, 0700) == 0);
     snprintf(py, sizeof py, "%s/bin/python", venv);
@@ -800,8 +802,7 @@ TEST(cwd_and_venv)
     fputs("#!/bin/sh\n", f);
     fclose(f);
     chmod(py, 0700);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    REQUIRE(fx_start(&x, 1) == 0);
 
     json_t *m = s_start_msg(
         1, 0,
@@ -810,8 +811,8 @@ TEST(cwd_and_venv)
                   "echo PYTHONHOME=${PYTHONHOME-unset}"));
     json_object_set_new(m, "cwd", json_string(work));
     json_object_set_new(m, "venv", json_string(venv));
-    fc_send(&fc, m);
-    json_t *ex = fc_wait(&fc, "exited", 1, 10);
+    fc_send(&x.fc, m);
+    json_t *ex = fc_wait(&x.fc, "exited", 1, 10);
     REQUIRE(ex);
     CHECK(s_int(ex, "code") == 0);
     char *o = s_read(s_str(ex, "stdout"));
@@ -829,8 +830,8 @@ TEST(cwd_and_venv)
     unlink(py);
     m = s_start_msg(2, 0, json_pack("[s]", "true"));
     json_object_set_new(m, "venv", json_string(venv));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 2, 10);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 2, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "start_failed");
     snprintf(want, sizeof want,
@@ -841,8 +842,8 @@ TEST(cwd_and_venv)
     json_decref(ex);
     m = s_start_msg(3, 0, json_pack("[s]", "true"));
     json_object_set_new(m, "cwd", json_string("/jz-no-such-folder"));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 3, 10);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 3, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "message"), "trial.cwd /jz-no-such-folder: No such file or "
                                     "directory on this dispatcher's machine");
@@ -851,8 +852,8 @@ TEST(cwd_and_venv)
     /* ./prog is looked for in cwd */
     m = s_start_msg(4, 0, json_pack("[s]", "./prog"));
     json_object_set_new(m, "cwd", json_string(work));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 4, 10);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 4, 10);
     REQUIRE(ex);
     snprintf(want, sizeof want, "execvp %s/prog: No such file or directory", work);
     CHECK_STR(s_str(ex, "message"), want);
@@ -861,41 +862,38 @@ TEST(cwd_and_venv)
     /* a relative cwd is a malformed start */
     m = s_start_msg(5, 0, json_pack("[s]", "true"));
     json_object_set_new(m, "cwd", json_string("work"));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 5, 10);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 5, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "message"),
               "malformed start: field 'cwd': expected an absolute path");
     json_decref(ex);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
     unsetenv("PYTHONHOME");
 }
 
 TEST(timeouts)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256], pidfile[256], cmd[1024];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    char pidfile[256], cmd[1024];
+    REQUIRE(fx_start(&x, 1) == 0);
 
     /* a child that runs into its timeout, with a grandchild: the timeout
        leaves the shell ample time to start it (the pid file is written
        first thing), and the grandchild must die with it */
-    snprintf(pidfile, sizeof pidfile, "%s/gc.pid", fc.dir);
+    snprintf(pidfile, sizeof pidfile, "%s/gc.pid", x.fc.dir);
     snprintf(cmd, sizeof cmd, "sleep 30 & echo $! > %s.tmp; mv %s.tmp %s; wait", pidfile,
              pidfile, pidfile);
     json_t *m = s_start_msg(1, 0, json_pack("[s,s,s]", "/bin/sh", "-c", cmd));
     json_object_set_new(m, "timeout_s", json_real(2.0));
-    fc_send(&fc, m);
+    fc_send(&x.fc, m);
     char *p = s_read_wait(pidfile, 10);
     REQUIRE(p); /* started before the timeout */
     pid_t gc = (pid_t)atoi(p);
     free(p);
     REQUIRE(gc > 0);
-    json_t *ex = fc_wait(&fc, "exited", 1, 15);
+    json_t *ex = fc_wait(&x.fc, "exited", 1, 15);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "timeout");
     CHECK(s_int(ex, "signal") == SIGTERM);
@@ -907,14 +905,13 @@ TEST(timeouts)
     m = s_start_msg(2, 0,
                     json_pack("[s,s,s]", "/bin/sh", "-c", "trap '' TERM; sleep 30"));
     json_object_set_new(m, "timeout_s", json_real(0.3));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 2, 15);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 2, 15);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "timeout");
     CHECK(s_int(ex, "signal") == SIGKILL);
     json_decref(ex);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 TEST(kill_request)
@@ -999,27 +996,24 @@ TEST(disown_by_tag)
 
 TEST(resend_until_acked)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    cfg.resend_s = 0.5;
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    x.cfg.resend_s = 0.5;
+    REQUIRE(fx_start(&x, 1) == 0);
 
-    fc.drop_exited = 1;
-    fc_send(&fc, s_start_msg(1, 0, json_pack("[s]", "true")));
-    json_t *a = fc_wait(&fc, "exited", 1, 10); /* not acked */
-    json_t *b = fc_wait(&fc, "exited", 1, 10); /* resent, acked */
+    x.fc.drop_exited = 1;
+    fc_send(&x.fc, s_start_msg(1, 0, json_pack("[s]", "true")));
+    json_t *a = fc_wait(&x.fc, "exited", 1, 10); /* not acked */
+    json_t *b = fc_wait(&x.fc, "exited", 1, 10); /* resent, acked */
     REQUIRE(a && b);
     CHECK(s_int(a, "req") == s_int(b, "req"));
     CHECK(json_equal(a, b));
     json_decref(a);
     json_decref(b);
     /* a report refused with a permanent error is dropped */
-    fc.exited_error = "unknown_trial";
-    fc_send(&fc, s_start_msg(2, 0, json_pack("[s]", "true")));
-    a = fc_wait(&fc, "exited", 2, 10);
+    x.fc.exited_error = "unknown_trial";
+    fc_send(&x.fc, s_start_msg(2, 0, json_pack("[s]", "true")));
+    a = fc_wait(&x.fc, "exited", 2, 10);
     CHECK(a != NULL);
     json_decref(a);
     /* neither is sent again: after copies that were already on their way
@@ -1028,7 +1022,7 @@ TEST(resend_until_acked)
        that kept resending would send ~3 per window and never fall quiet. */
     json_t *c = NULL;
     for (int late = 0; late <= 3; late++) {
-        c = fc_wait(&fc, "exited", -1, 1.6);
+        c = fc_wait(&x.fc, "exited", -1, 1.6);
         if (!c)
             break;
         long tr = (long)json_integer_value(json_object_get(c, "trial"));
@@ -1036,12 +1030,11 @@ TEST(resend_until_acked)
         json_decref(c);
         c = NULL;
         if (late == 3)
-            c = fc_wait(&fc, "exited", -1, 1.6);
+            c = fc_wait(&x.fc, "exited", -1, 1.6);
     }
     CHECK(c == NULL);
     json_decref(c);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 /* A controller that hears and does not answer: the dispatcher resends
@@ -1052,37 +1045,33 @@ TEST(resend_until_acked)
    it. */
 TEST(report_resends_back_off)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    cfg.resend_s = 0.2;
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    x.cfg.resend_s = 0.2;
+    REQUIRE(fx_start(&x, 1) == 0);
 
-    fc.drop_exited = 1000000;
-    fc_send(&fc, s_start_msg(1, 0, json_pack("[s]", "true")));
-    json_t *a = fc_wait(&fc, "exited", 1, 10);
+    x.fc.drop_exited = 1000000;
+    fc_send(&x.fc, s_start_msg(1, 0, json_pack("[s]", "true")));
+    json_t *a = fc_wait(&x.fc, "exited", 1, 10);
     REQUIRE(a);
     json_decref(a);
     double t0 = util_now();
     int copies = 0;
     json_t *c;
-    while ((c = fc_wait(&fc, "exited", 1, t0 + 3.0 - util_now())) != NULL) {
+    while ((c = fc_wait(&x.fc, "exited", 1, t0 + 3.0 - util_now())) != NULL) {
         copies++;
         json_decref(c);
     }
     printf("  %d copies of the report in 3 s after the first\n", copies);
     CHECK(copies >= 2 && copies <= 4);
-    fc.drop_exited = 0; /* answered from now: the next copy is acked ... */
-    c = fc_wait(&fc, "exited", 1, 10);
+    x.fc.drop_exited = 0; /* answered from now: the next copy is acked ... */
+    c = fc_wait(&x.fc, "exited", 1, 10);
     CHECK(c != NULL);
     json_decref(c);
-    c = fc_wait(&fc, "exited", 1, 3.0); /* ... and none follows it */
+    c = fc_wait(&x.fc, "exited", 1, 3.0); /* ... and none follows it */
     CHECK(c == NULL);
     json_decref(c);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 TEST(malformed_messages)
@@ -1201,11 +1190,10 @@ static json_t *s_good_field(const msg_field *f, void *arg)
    trial and attempt is answered start_failed naming the field. */
 TEST(every_type_refuses_a_missing_or_mistyped_field)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256], logpath[300];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    snprintf(logpath, sizeof logpath, "%s/disp.log", fc.dir);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    char logpath[300];
+    snprintf(logpath, sizeof logpath, "%s/disp.log", x.fc.dir);
     /* the log goes to stderr: into a file for this test */
     fflush(stderr);
     int lfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -1214,8 +1202,7 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
     dup2(lfd, 2);
     close(lfd);
     log_set_level(LOGL_WARN);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    REQUIRE(fx_start(&x, 1) == 0);
 
     char want[64][96];
     long failed_trial[64];
@@ -1232,7 +1219,7 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
                 continue;
             for (int retype = 0; retype < 2; retype++, trial++) {
                 json_t *m = mtl_broken(d, &f, retype, 0, s_good_field, &trial);
-                fc_send(&fc, m);
+                fc_send(&x.fc, m);
                 REQUIRE(nwant < 64);
                 snprintf(want[nwant++], sizeof want[0],
                          "refusing malformed %s: field '%s': %s", d->name, f.name,
@@ -1247,7 +1234,7 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
     CHECK(nfailed >= 4);
     /* the starts that named their trial: start_failed naming the field */
     for (int i = 0; i < nfailed; i++) {
-        json_t *ex = fc_wait(&fc, "exited", failed_trial[i], 10);
+        json_t *ex = fc_wait(&x.fc, "exited", failed_trial[i], 10);
         CHECK(ex != NULL);
         if (ex) {
             CHECK_STR(s_str(ex, "how"), "start_failed");
@@ -1260,7 +1247,7 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
     int found = 0;
     double until = util_now() + 10;
     while (found < nwant && util_now() < until) {
-        json_decref(fc_recv(&fc, 0.05));
+        json_decref(fc_recv(&x.fc, 0.05));
         char *text = s_read(logpath);
         found = 0;
         for (int i = 0; text && i < nwant; i++)
@@ -1274,7 +1261,7 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
     CHECK(found == nwant);
     /* nothing ran and nothing was read: no started, no log_data */
     json_t *seen = json_array();
-    dt_stop(&t, &fc, seen);
+    dt_stop(&x.t, &x.fc, seen);
     size_t i;
     json_t *m;
     json_array_foreach(seen, i, m)
@@ -1287,26 +1274,23 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
     dup2(saved_err, 2);
     close(saved_err);
     log_set_level(getenv("JIZHI_LOG") ? LOGL_INFO : LOGL_ERROR);
-    fc_close(&fc);
+    fc_close(&x.fc);
 }
 
 TEST(slots_and_gpus)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    cfg.slots = 2;
-    cfg.gpus = "0,1";
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    x.cfg.slots = 2;
+    x.cfg.gpus = "0,1";
+    REQUIRE(fx_start(&x, 1) == 0);
 
     const char *show = "echo \"$CUDA_VISIBLE_DEVICES\"; exec sleep 30";
     for (long id = 1; id <= 2; id++) {
         json_t *m = s_start_msg(id, 0, json_pack("[s,s,s]", "/bin/sh", "-c", show));
         json_object_set_new(m, "gpus", json_integer(1));
-        fc_send(&fc, m);
-        json_t *st = fc_wait(&fc, "started", id, 10);
+        fc_send(&x.fc, m);
+        json_t *st = fc_wait(&x.fc, "started", id, 10);
         REQUIRE(st);
         char *o = s_read_wait(s_str(st, "stdout"), 5);
         CHECK_STR(o, id == 1 ? "0\n" : "1\n");
@@ -1317,8 +1301,8 @@ TEST(slots_and_gpus)
         json_decref(st);
     }
     /* both slots taken */
-    fc_send(&fc, s_start_msg(3, 0, json_pack("[s]", "true")));
-    json_t *ex = fc_wait(&fc, "exited", 3, 10);
+    fc_send(&x.fc, s_start_msg(3, 0, json_pack("[s]", "true")));
+    json_t *ex = fc_wait(&x.fc, "exited", 3, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "start_failed");
     CHECK(strstr(s_str(ex, "message"), "no free slot") != NULL);
@@ -1326,33 +1310,33 @@ TEST(slots_and_gpus)
     /* a start repeated while it runs is ignored (no start_failed) */
     json_t *m = s_start_msg(2, 0, json_pack("[s]", "true"));
     json_object_set_new(m, "gpus", json_integer(1));
-    fc_send(&fc, m);
+    fc_send(&x.fc, m);
 
     /* free one: its slot and GPU come back */
-    fc_send(&fc, json_pack("{s:s, s:I, s:I}", "type", "kill", "trial", (json_int_t)1,
-                           "attempt", (json_int_t)0));
-    ex = fc_wait(&fc, "exited", 1, 10);
+    fc_send(&x.fc, json_pack("{s:s, s:I, s:I}", "type", "kill", "trial", (json_int_t)1,
+                             "attempt", (json_int_t)0));
+    ex = fc_wait(&x.fc, "exited", 1, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "killed");
     json_decref(ex);
     m = s_start_msg(4, 0, json_pack("[s,s,s]", "/bin/sh", "-c", show));
     json_object_set_new(m, "gpus", json_integer(2));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 4, 10);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 4, 10);
     REQUIRE(ex);
     CHECK(strstr(s_str(ex, "message"), "no free GPU (needs 2, 1 free)") != NULL);
     json_decref(ex);
     m = s_start_msg(5, 0, json_pack("[s,s,s]", "/bin/sh", "-c", show));
     json_object_set_new(m, "gpus", json_integer(3));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 5, 10);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 5, 10);
     REQUIRE(ex);
     CHECK(strstr(s_str(ex, "message"), "needs 3 GPUs, this dispatcher has 2") != NULL);
     json_decref(ex);
     m = s_start_msg(6, 0, json_pack("[s,s,s]", "/bin/sh", "-c", show));
     json_object_set_new(m, "gpus", json_integer(1));
-    fc_send(&fc, m);
-    json_t *st = fc_wait(&fc, "started", 6, 10);
+    fc_send(&x.fc, m);
+    json_t *st = fc_wait(&x.fc, "started", 6, 10);
     REQUIRE(st);
     char *o = s_read_wait(s_str(st, "stdout"), 5);
     CHECK_STR(o, "0\n");
@@ -1360,7 +1344,7 @@ TEST(slots_and_gpus)
     json_decref(st);
 
     json_t *seen = json_array();
-    dt_stop(&t, &fc, seen);
+    dt_stop(&x.t, &x.fc, seen);
     /* the repeated start of trial 2 never produced a report of its own */
     size_t i;
     json_array_foreach(seen, i, m)
@@ -1370,30 +1354,27 @@ TEST(slots_and_gpus)
         CHECK(strcmp(wire_type(m), "started") != 0);
     }
     json_decref(seen);
-    fc_close(&fc);
+    fc_close(&x.fc);
 }
 
 TEST(stop_without_kill)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 0) == 0);
-    fc_send(&fc, s_start_msg(1, 0, json_pack("[s,s]", "sleep", "30")));
-    json_t *st = fc_wait(&fc, "started", 1, 10);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    REQUIRE(fx_start(&x, 0) == 0);
+    fc_send(&x.fc, s_start_msg(1, 0, json_pack("[s,s]", "sleep", "30")));
+    json_t *st = fc_wait(&x.fc, "started", 1, 10);
     REQUIRE(st);
     pid_t pid = (pid_t)s_int(st, "pid");
     json_decref(st);
-    dt_stop(&t, &fc, NULL);
+    dt_stop(&x.t, &x.fc, NULL);
     /* the trial outlives the dispatcher (and its thread) */
     usleep(100000);
     CHECK(!s_proc_dead(pid));
     kill(pid, SIGKILL);
     int status;
     CHECK(waitpid(pid, &status, 0) == pid);
-    fc_close(&fc);
+    fc_close(&x.fc);
 }
 
 /* Trial logs 0600; the log and checkpoint directories it creates 0700,
@@ -1525,25 +1506,22 @@ static const char *s_line(const char *out, const char *prefix, char *buf, size_t
 TEST(torch_launcher_environment)
 {
     unsetenv("OMP_NUM_THREADS");
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    cfg.gpus = "0,1,2,3";
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    x.cfg.gpus = "0,1,2,3";
+    REQUIRE(fx_start(&x, 1) == 0);
 
     const char *show = "echo \"rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE "
                        "lworld=$LOCAL_WORLD_SIZE addr=$MASTER_ADDR port=$MASTER_PORT "
                        "jrank=$JIZHI_RANK jranks=$JIZHI_RANKS gpr=$JIZHI_GPUS_PER_RANK "
                        "cuda=$CUDA_VISIBLE_DEVICES trial=$JIZHI_TRIAL tok=$JIZHI_TOKEN "
                        "omp=$OMP_NUM_THREADS\"";
-    fc_send(&fc, s_torch_msg(1, 2, 2, show));
-    json_t *st = fc_wait(&fc, "started", 1, 10);
+    fc_send(&x.fc, s_torch_msg(1, 2, 2, show));
+    json_t *st = fc_wait(&x.fc, "started", 1, 10);
     REQUIRE(st);
     CHECK(json_array_size(json_object_get(st, "gpus")) == 4);
     json_decref(st);
-    json_t *ex = fc_wait(&fc, "exited", 1, 20);
+    json_t *ex = fc_wait(&x.fc, "exited", 1, 20);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "exited");
     CHECK(s_int(ex, "code") == 0);
@@ -1573,8 +1551,8 @@ TEST(torch_launcher_environment)
        OMP_NUM_THREADS wins */
     json_t *m = s_torch_msg(2, 1, 0, show);
     json_object_set_new(json_object_get(m, "env"), "OMP_NUM_THREADS", json_string("2"));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 2, 20);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 2, 20);
     REQUIRE(ex);
     CHECK(s_int(ex, "code") == 0);
     o = s_read(s_str(ex, "stdout"));
@@ -1584,8 +1562,7 @@ TEST(torch_launcher_environment)
     CHECK(strstr(l0, " jrank=0 jranks=1 gpr=0 cuda= trial=2 tok=tok omp=2") != NULL);
     free(o);
     json_decref(ex);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 /* Reads the pid a rank wrote into DIR/rankR.pid (waits for it). */
@@ -1603,25 +1580,23 @@ static pid_t s_rank_pid(const fake_ctl *fc, int r)
    status and its last stderr line are the attempt's end and stderr tail. */
 TEST(torch_launcher_rank_death)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256], script[1024];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    char script[1024];
+    REQUIRE(fx_start(&x, 1) == 0);
 
     /* rank 1 is killed by SIGKILL; rank 0 would sleep on */
     snprintf(script, sizeof script,
              "echo $$ > %s/rank$RANK.pid; echo \"rank $RANK up\" >&2; "
              "if [ \"$RANK\" = 1 ]; then while [ ! -s %s/rank0.pid ]; do sleep 0.05; "
              "done; echo 'rank one: about to die' >&2; kill -9 $$; fi; exec sleep 60",
-             fc.dir, fc.dir);
-    fc_send(&fc, s_torch_msg(1, 2, 0, script));
-    json_t *ex = fc_wait(&fc, "exited", 1, 30);
+             x.fc.dir, x.fc.dir);
+    fc_send(&x.fc, s_torch_msg(1, 2, 0, script));
+    json_t *ex = fc_wait(&x.fc, "exited", 1, 30);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "signaled");
     CHECK(s_int(ex, "signal") == 9);
-    pid_t r0 = s_rank_pid(&fc, 0), r1 = s_rank_pid(&fc, 1);
+    pid_t r0 = s_rank_pid(&x.fc, 0), r1 = s_rank_pid(&x.fc, 1);
     REQUIRE(r0 > 0 && r1 > 0);
     char want[256];
     snprintf(want, sizeof want,
@@ -1637,14 +1612,14 @@ TEST(torch_launcher_rank_death)
 
     /* rank 0 exits 3 while rank 1 sleeps: its code is the attempt's */
     char p0[256];
-    snprintf(p0, sizeof p0, "%s/rank0.pid", fc.dir);
+    snprintf(p0, sizeof p0, "%s/rank0.pid", x.fc.dir);
     unlink(p0);
     snprintf(script, sizeof script,
              "echo $$ > %s/rank$RANK.pid; if [ \"$RANK\" = 0 ]; then "
              "echo 'RuntimeError: boom' >&2; exit 3; fi; exec sleep 60",
-             fc.dir);
-    fc_send(&fc, s_torch_msg(2, 2, 0, script));
-    ex = fc_wait(&fc, "exited", 2, 30);
+             x.fc.dir);
+    fc_send(&x.fc, s_torch_msg(2, 2, 0, script));
+    ex = fc_wait(&x.fc, "exited", 2, 30);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "exited");
     CHECK(s_int(ex, "code") == 3);
@@ -1655,41 +1630,38 @@ TEST(torch_launcher_rank_death)
     json_decref(ex);
 
     /* ranks that all exit 0 end the attempt cleanly, however far apart */
-    fc_send(&fc, s_torch_msg(3, 2, 0, "[ \"$RANK\" = 1 ] && sleep 0.5; exit 0"));
-    ex = fc_wait(&fc, "exited", 3, 30);
+    fc_send(&x.fc, s_torch_msg(3, 2, 0, "[ \"$RANK\" = 1 ] && sleep 0.5; exit 0"));
+    ex = fc_wait(&x.fc, "exited", 3, 30);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "exited");
     CHECK(s_int(ex, "code") == 0);
     CHECK_STR(s_str(ex, "stderr_tail"), "");
     json_decref(ex);
-    dt_stop(&t, &fc, NULL);
-    fc_close(&fc);
+    fx_close(&x, NULL);
 }
 
 /* A kill ends every rank; a command that cannot be exec'd fails the start
    as a plain trial's does. */
 TEST(torch_launcher_kill_and_exec_failure)
 {
-    fake_ctl fc;
-    REQUIRE(fc_open(&fc) == 0);
-    char logs[256], script[512];
-    disp_config cfg = s_cfg(&fc, logs, sizeof logs);
-    disp_thread t;
-    REQUIRE(dt_start(&t, &fc, &cfg, 1) == 0);
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    char script[512];
+    REQUIRE(fx_start(&x, 1) == 0);
 
     /* ranks that ignore SIGTERM: SIGKILL after the grace */
     snprintf(script, sizeof script,
              "trap '' TERM; echo $$ > %s/rank$RANK.pid; while :; do sleep 0.1; done",
-             fc.dir);
-    fc_send(&fc, s_torch_msg(1, 2, 0, script));
-    json_t *st = fc_wait(&fc, "started", 1, 10);
+             x.fc.dir);
+    fc_send(&x.fc, s_torch_msg(1, 2, 0, script));
+    json_t *st = fc_wait(&x.fc, "started", 1, 10);
     REQUIRE(st);
     json_decref(st);
-    pid_t r0 = s_rank_pid(&fc, 0), r1 = s_rank_pid(&fc, 1);
+    pid_t r0 = s_rank_pid(&x.fc, 0), r1 = s_rank_pid(&x.fc, 1);
     REQUIRE(r0 > 0 && r1 > 0);
-    fc_send(&fc, json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial", (json_int_t)1,
-                           "attempt", (json_int_t)0, "reason", "test"));
-    json_t *ex = fc_wait(&fc, "exited", 1, 30);
+    fc_send(&x.fc, json_pack("{s:s, s:I, s:I, s:s}", "type", "kill", "trial",
+                             (json_int_t)1, "attempt", (json_int_t)0, "reason", "test"));
+    json_t *ex = fc_wait(&x.fc, "exited", 1, 30);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "killed");
     CHECK(s_wait_dead(r0, 10) && s_wait_dead(r1, 10));
@@ -1697,8 +1669,8 @@ TEST(torch_launcher_kill_and_exec_failure)
 
     json_t *m = s_torch_msg(2, 2, 0, "x");
     json_object_set_new(m, "argv", json_pack("[s]", "jizhi-no-such-program"));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 2, 20);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 2, 20);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "start_failed");
     CHECK(strstr(s_str(ex, "message"), "jizhi-no-such-program") != NULL);
@@ -1707,19 +1679,19 @@ TEST(torch_launcher_kill_and_exec_failure)
     /* a launcher the controller does not know is refused, naming the field */
     m = s_torch_msg(3, 2, 0, "true");
     json_object_set_new(m, "launcher", json_string("horovod"));
-    fc_send(&fc, m);
-    ex = fc_wait(&fc, "exited", 3, 10);
+    fc_send(&x.fc, m);
+    ex = fc_wait(&x.fc, "exited", 3, 10);
     REQUIRE(ex);
     CHECK_STR(s_str(ex, "how"), "start_failed");
     CHECK(strstr(s_str(ex, "message"), "field 'launcher'") != NULL);
     json_decref(ex);
     json_t *seen = json_array();
-    dt_stop(&t, &fc, seen);
+    dt_stop(&x.t, &x.fc, seen);
     size_t i;
     json_array_foreach(seen, i, m) if (!strcmp(wire_type(m), "started"))
         CHECK(s_int(m, "trial") != 2 && s_int(m, "trial") != 3);
     json_decref(seen);
-    fc_close(&fc);
+    fc_close(&x.fc);
 }
 
 int main(void)
