@@ -150,4 +150,30 @@ static inline double stl_study(sched_t *s, long id0, int n, double (*f)(const js
     return best;
 }
 
+/* A controller restart, first half: the state of *s as the store keeps it
+   (save, then JSON text; caller frees it), and *s destroyed (set to NULL).
+   NULL when there is no state. */
+static inline char *stl_stop(sched_t **s)
+{
+    json_t *st = (*s)->ops->save(*s);
+    char *text = st ? json_dumps(st, JSON_COMPACT) : NULL;
+    json_decref(st);
+    sched_destroy(s);
+    return text;
+}
+
+/* Second half: fresh (a new scheduler or monitor of the same spec; NULL
+   allowed) restored from text (from stl_stop; freed here). Returns fresh,
+   or NULL with fresh destroyed when there was none or the text does not
+   restore. */
+static inline sched_t *stl_resume(sched_t *fresh, char *text)
+{
+    json_t *back = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    if (fresh && (!back || fresh->ops->restore(fresh, back) != 0))
+        sched_destroy(&fresh);
+    json_decref(back);
+    return fresh;
+}
+
 #endif

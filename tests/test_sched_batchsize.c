@@ -151,16 +151,8 @@ static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *ou
     out[0] = 0;
     for (int i = 0; i < n && s; i++) {
         if (i == cut) {
-            json_t *st = s->ops->save(s);
-            char *txt = json_dumps(st, JSON_COMPACT);
-            json_decref(st);
-            sched_destroy(&s);
-            s = s_new_bs(sp);
-            json_t *back = json_loads(txt, 0, NULL);
-            free(txt);
-            if (!back || s->ops->restore(s, back) != 0)
-                sched_destroy(&s);
-            json_decref(back);
+            char *txt = stl_stop(&s);
+            s = stl_resume(s_new_bs(sp), txt);
             if (!s)
                 break;
         }
@@ -720,16 +712,8 @@ static void s_undo_run(const spec_t *sp, double bsimple, double t128, long dip, 
     out[0] = 0;
     for (long step = 5; step <= 400 && s; step += 5) {
         if (step == cut) {
-            json_t *st = s->ops->save(s);
-            char *txt = json_dumps(st, JSON_COMPACT);
-            json_decref(st);
-            sched_destroy(&s);
-            s = s_new_bs(sp);
-            json_t *back = json_loads(txt, 0, NULL);
-            free(txt);
-            if (!back || s->ops->restore(s, back) != 0)
-                sched_destroy(&s);
-            json_decref(back);
+            char *txt = stl_stop(&s);
+            s = stl_resume(s_new_bs(sp), txt);
             if (!s)
                 break;
         }

@@ -142,18 +142,9 @@ static void s_report(sched_t *s, long id, const json_t *p, int e0, int e1)
 
 static sched_t *s_reload(const spec_t *sp, sched_t *s)
 {
-    json_t *st = s->ops->save(s);
-    char *txt = json_dumps(st, JSON_COMPACT);
-    json_decref(st);
-    sched_destroy(&s);
+    char *txt = stl_stop(&s);
     char err[256];
-    sched_t *n = sched_new(sp, err, sizeof err);
-    json_t *back = json_loads(txt, 0, NULL);
-    free(txt);
-    if (!n || n->ops->restore(n, back) != 0)
-        sched_destroy(&n);
-    json_decref(back);
-    return n;
+    return stl_resume(sched_new(sp, err, sizeof err), txt);
 }
 
 /* A scripted study, n_init 3, asha ladder 1, 3: trials 1-3 (Sobol) reach

@@ -49,17 +49,8 @@ static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *ou
     out[0] = 0;
     for (int i = 0; i < n && m; i++) {
         if (i == cut) {
-            json_t *st = m->ops->save(m);
-            char *txt = json_dumps(st, JSON_COMPACT);
-            json_decref(st);
-            sched_destroy(&m);
-            m = s_monitor(sp, err, sizeof err);
-            json_t *back =
-                json_loads(txt, 0, NULL); /* through text, as the store keeps it */
-            free(txt);
-            if (m->ops->restore(m, back) != 0)
-                sched_destroy(&m);
-            json_decref(back);
+            char *txt = stl_stop(&m); /* through text, as the store keeps it */
+            m = stl_resume(s_monitor(sp, err, sizeof err), txt);
             if (!m)
                 break;
         }

@@ -579,20 +579,13 @@ static char *s_run_dump(const char *sched, int stop_at, int rounds)
     s_script_w(&d, &w, 6, stop_at, 0);
     if (stop_at < rounds) {
         /* a controller restart: a new scheduler restored from the state */
-        json_t *st = d.s->ops->save(d.s);
-        char *text = json_dumps(st, JSON_COMPACT);
-        json_decref(st);
-        sched_destroy(&d.s);
+        char *text = stl_stop(&d.s);
         char err[256];
-        d.s = sched_new(d.spec, err, sizeof err);
-        json_t *back = json_loads(text, 0, NULL);
-        free(text);
-        if (!d.s || d.s->ops->restore(d.s, back) != 0) {
-            json_decref(back);
+        d.s = stl_resume(sched_new(d.spec, err, sizeof err), text);
+        if (!d.s) {
             s_drv_fini(&d);
             return NULL;
         }
-        json_decref(back);
         s_script_w(&d, &w, 6, rounds, stop_at);
     }
     char *out = json_dumps(d.log, JSON_COMPACT | JSON_SORT_KEYS);
