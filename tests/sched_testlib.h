@@ -15,6 +15,8 @@
 #include "jz_test.h"
 #include "schedulers/sched.h"
 
+#include <unistd.h>
+
 /* The spec parsed from JSON text (spec_parse without the command check).
    NULL after printing why (the JSON's or the spec's error). Caller owns
    the result and must destroy it (spec_destroy). */
@@ -148,6 +150,20 @@ static inline double stl_study(sched_t *s, long id0, int n, double (*f)(const js
         json_decref(p);
     }
     return best;
+}
+
+/* Asks s for trial id's suggestion until the answer is not SCHED_WAIT (a
+   scheduler with a worker thread, such as bo, is still fitting), for at
+   most about 40 s; the answer (SCHED_ERR when it never came). */
+static inline int stl_get(sched_t *s, long id, json_t **p)
+{
+    for (int i = 0; i < 200000; i++) {
+        int rc = s->ops->suggest(s, id, p);
+        if (rc != SCHED_WAIT)
+            return rc;
+        usleep(200);
+    }
+    return SCHED_ERR;
 }
 
 /* A controller restart, first half: the state of *s as the store keeps it

@@ -2,6 +2,7 @@
     against functions whose Sobol indices are known in closed form.
 */
 #include "jz_test.h"
+#include "sched_testlib.h"
 #include "common/spec.h"
 #include "schedulers/importance.h"
 
@@ -24,11 +25,7 @@ static spec_t *s_spec(const char *space)
              "\"scheduler\":{\"type\":\"random\"},\"budget\":{\"trials\":50},"
              "\"space\":%s,\"trial\":{\"command\":[\"true\"]}}",
              space);
-    json_t *j = json_loads(buf, 0, NULL);
-    spec_error err;
-    spec_t *s = j ? spec_parse(j, 0, &err) : NULL;
-    json_decref(j);
-    return s;
+    return stl_parse(buf);
 }
 
 /* y = 3 a + 2 b + c + 0 d on [0,1]^4 (d does nothing): the first-order

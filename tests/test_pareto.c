@@ -10,7 +10,7 @@
 #include "jz_test.h"
 #include "common/pareto.h"
 #include "common/spec.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 #include "schedulers/sched_bo.h"
 
 #include <math.h>
@@ -314,17 +314,6 @@ TEST(bo_targets_feasible_first)
     spec_destroy(&s);
 }
 
-static int s_get(sched_t *s, long id, json_t **p)
-{
-    for (int i = 0; i < 200000; i++) {
-        int rc = s->ops->suggest(s, id, p);
-        if (rc != SCHED_WAIT)
-            return rc;
-        usleep(200);
-    }
-    return SCHED_ERR;
-}
-
 TEST(bo_two_objectives_beats_random_and_restores)
 {
     /* a = x, b = (1 - sqrt(x)) * (1 + 4y): the front is y = 0. Tolerance:
@@ -346,7 +335,7 @@ TEST(bo_two_objectives_beats_random_and_restores)
         double F[60];
         for (long id = 1; id <= 30; id++) {
             json_t *p = NULL;
-            REQUIRE(s_get(b, id, &p) == SCHED_OK);
+            REQUIRE(stl_get(b, id, &p) == SCHED_OK);
             double x = json_number_value(json_object_get(p, "x"));
             double y = json_number_value(json_object_get(p, "y"));
             F[2 * (id - 1)] = x;

@@ -104,17 +104,6 @@ TEST(levels_and_values_at_them)
     spec_destroy(&sp);
 }
 
-static int s_get(sched_t *s, long id, json_t **p)
-{
-    for (int i = 0; i < 200000; i++) {
-        int rc = s->ops->suggest(s, id, p);
-        if (rc != SCHED_WAIT)
-            return rc;
-        usleep(200);
-    }
-    return SCHED_ERR;
-}
-
 static int s_level(sched_t *s)
 {
     json_t *st = s->ops->save(s);
@@ -165,7 +154,7 @@ static char *s_study(const spec_t *sp, int reload, int *levels)
     do {                                                                                 \
         if (reload)                                                                      \
             s = s_reload(sp, s);                                                         \
-        if (!s || s_get(s, id, &P[id]) != SCHED_OK)                                      \
+        if (!s || stl_get(s, id, &P[id]) != SCHED_OK)                                    \
             goto out;                                                                    \
     } while (0)
     for (long id = 1; id <= 3; id++)
@@ -241,12 +230,12 @@ TEST(stopped_trials_do_not_count_as_finished)
     sched_t *s = sched_new(sp, err, sizeof err);
     REQUIRE(s);
     json_t *p1, *p2, *p3;
-    REQUIRE(s_get(s, 1, &p1) == SCHED_OK);
-    REQUIRE(s_get(s, 2, &p2) == SCHED_OK);
+    REQUIRE(stl_get(s, 1, &p1) == SCHED_OK);
+    REQUIRE(stl_get(s, 2, &p2) == SCHED_OK);
     s->ops->on_complete(s, 1, p1, SCHED_STOPPED, 0.9);
     s->ops->on_complete(s, 2, p2, SCHED_STOPPED, 0.8);
     /* no trial finished: the third is still from the Sobol design */
-    REQUIRE(s_get(s, 3, &p3) == SCHED_OK);
+    REQUIRE(stl_get(s, 3, &p3) == SCHED_OK);
     json_t *st = s->ops->save(s);
     CHECK(json_integer_value(json_object_get(st, "sobol")) == 3);
     CHECK(json_is_true(

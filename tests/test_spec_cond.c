@@ -7,7 +7,7 @@
 */
 #include "jz_test.h"
 #include "common/spec.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 
 #include <math.h>
 #include <unistd.h>
@@ -272,17 +272,6 @@ TEST(grid_visits_active_combinations_once)
     spec_destroy(&s);
 }
 
-static int s_get(sched_t *s, long id, json_t **p)
-{
-    for (int i = 0; i < 200000; i++) {
-        int rc = s->ops->suggest(s, id, p);
-        if (rc != SCHED_WAIT)
-            return rc;
-        usleep(200);
-    }
-    return SCHED_ERR;
-}
-
 /* sgd: (momentum - 0.7)^2 + 0.3; lars: lr-dependent, best 0 at lr = 0.01 */
 static double s_cond_obj(const json_t *p)
 {
@@ -316,7 +305,7 @@ TEST(bo_conditional_space)
     int bad = 0;
     for (long id = 1; id <= 30; id++) {
         json_t *p = NULL;
-        if (s_get(b, id, &p) != SCHED_OK) {
+        if (stl_get(b, id, &p) != SCHED_OK) {
             JZT_FAIL("suggest failed at %ld", id);
             break;
         }

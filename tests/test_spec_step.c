@@ -6,7 +6,7 @@
 */
 #include "jz_test.h"
 #include "common/spec.h"
-#include "schedulers/sched.h"
+#include "sched_testlib.h"
 
 #include <math.h>
 #include <unistd.h>
@@ -24,13 +24,7 @@ static spec_t *s_spec(const char *sched)
              "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
              "\"scheduler\":%s,\"budget\":{\"trials\":500},\"space\":%s}",
              sched, SPACE);
-    json_t *j = json_loads(buf, 0, NULL);
-    spec_error err;
-    spec_t *s = j ? spec_parse(j, 0, &err) : NULL;
-    json_decref(j);
-    if (!s)
-        printf("spec refused: %s: %s\n", err.field, err.text);
-    return s;
+    return stl_parse(buf);
 }
 
 /* 1 when every parameter of p is legal and a grid value. */
@@ -120,17 +114,6 @@ TEST(legal_snap_and_check_name_the_step)
     spec_destroy(&s);
 }
 
-static int s_get(sched_t *s, long id, json_t **p)
-{
-    for (int i = 0; i < 200000; i++) {
-        int rc = s->ops->suggest(s, id, p);
-        if (rc != SCHED_WAIT)
-            return rc;
-        usleep(200);
-    }
-    return SCHED_ERR;
-}
-
 TEST(every_scheduler_suggests_on_the_grid)
 {
     static const char *const scheds[] = {
@@ -155,7 +138,7 @@ TEST(every_scheduler_suggests_on_the_grid)
         json_t *seen = json_array();
         for (long id = 1; id <= 24; id++) {
             json_t *p = NULL;
-            int rc = s_get(sc, id, &p);
+            int rc = stl_get(sc, id, &p);
             if (rc == SCHED_DONE)
                 break;
             if (rc != SCHED_OK) {
