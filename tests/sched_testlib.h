@@ -69,6 +69,19 @@ static inline sched_t *stl_new(const spec_t *sp)
     return s;
 }
 
+/* make (sched_new, or a scheduler's own constructor) must refuse sp with
+   a message that starts with want; fails the current test otherwise. */
+static inline void stl_check_refused(sched_t *(*make)(const spec_t *, char *, size_t),
+                                     const spec_t *sp, const char *want)
+{
+    char err[256] = "";
+    sched_t *s = make(sp, err, sizeof err);
+    CHECK(s == NULL);
+    if (strncmp(err, want, strlen(want)) != 0)
+        JZT_FAIL("error \"%s\", expected \"%s...\"", err, want);
+    sched_destroy(&s);
+}
+
 /* Parameter k of p as a number (0 when absent). */
 static inline double stl_num(const json_t *p, const char *k)
 {
@@ -123,6 +136,30 @@ static inline double stl_mixed_cond(const json_t *p)
     return v;
 }
 
+/* Checks that every suggestion in log (a study over STL_MIXED_COND) is
+   legal in the ways spec_params_check does not look at: ints whole, the
+   const kept, steps of the quantised ones, the inactive branch absent.
+   Returns how many from index `from` on chose "adam" (the better branch). */
+static inline int stl_check_mixed_cond(const json_t *log, size_t from)
+{
+    int adam = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(log, i, p)
+    {
+        CHECK(json_is_integer(json_object_get(p, "layers")));
+        CHECK(json_is_integer(json_object_get(p, "width")));
+        CHECK(json_integer_value(json_object_get(p, "seed")) == 7);
+        double drop = stl_num(p, "drop");
+        CHECK(drop * 8 == floor(drop * 8));
+        CHECK(json_integer_value(json_object_get(p, "batch")) % 16 == 0);
+        const char *opt = json_string_value(json_object_get(p, "opt"));
+        CHECK(!json_object_get(p, !strcmp(opt, "adam") ? "momentum" : "beta2"));
+        adam += i >= from && !strcmp(opt, "adam");
+    }
+    return adam;
+}
+
 /* Runs n sequential trials of f on s (ids from id0), each suggestion
    checked legal (spec_params_check) and told back as sign * f; returns the
    best f and appends every suggestion to log when non-NULL. A suggestion
@@ -150,6 +187,32 @@ static inline double stl_study(sched_t *s, long id0, int n, double (*f)(const js
         json_decref(p);
     }
     return best;
+}
+
+/* Studies of n trials of stl_mixed_cond over STL_MIXED_COND (spec from
+   spec(sched, space, mode), mode "min") under scheds[0], scheds[1] (the
+   same seed) and scheds[2] (another seed): the first two must suggest the
+   same, the third not. */
+static inline void stl_check_same_seed(spec_t *(*spec)(const char *, const char *,
+                                                       const char *),
+                                       const char *const scheds[3], int n)
+{
+    json_t *logs[3];
+    for (int k = 0; k < 3; k++) {
+        logs[k] = json_array();
+        spec_t *sp = spec(scheds[k], STL_MIXED_COND, "min");
+        sched_t *s = sp ? stl_new(sp) : NULL;
+        if (s)
+            stl_study(s, 1, n, stl_mixed_cond, 1, logs[k]);
+        else
+            JZT_FAIL("no scheduler for %s", scheds[k]);
+        sched_destroy(&s);
+        spec_destroy(&sp);
+    }
+    CHECK(json_equal(logs[0], logs[1]));
+    CHECK(!json_equal(logs[0], logs[2]));
+    for (int k = 0; k < 3; k++)
+        json_decref(logs[k]);
 }
 
 /* Asks s for trial id's suggestion until the answer is not SCHED_WAIT (a

@@ -226,11 +226,7 @@ TEST(options_checked)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i][0]);
         REQUIRE(sp);
-        err[0] = 0;
-        sched_t *s = sched_bo_new(sp, err, sizeof err);
-        CHECK(s == NULL);
-        if (strncmp(err, bad[i][1], strlen(bad[i][1])) != 0)
-            JZT_FAIL("error \"%s\", expected \"%s...\"", err, bad[i][1]);
+        stl_check_refused(sched_bo_new, sp, bad[i][1]);
         spec_destroy(&sp);
     }
     spec_t *sp = s_spec("{\"type\":\"bo\",\"large_n\":2000,\"large_subset\":\"nearest\","

@@ -30,12 +30,7 @@ TEST(options_checked)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         spec_t *sp = s_spec(bad[i][0], STL_QSPACE, "min");
         REQUIRE(sp);
-        char err[256] = "";
-        sched_t *s = sched_new(sp, err, sizeof err);
-        CHECK(s == NULL);
-        if (strncmp(err, bad[i][1], strlen(bad[i][1])) != 0)
-            JZT_FAIL("error \"%s\", expected \"%s...\"", err, bad[i][1]);
-        sched_destroy(&s);
+        stl_check_refused(sched_new, sp, bad[i][1]);
         spec_destroy(&sp);
     }
     /* several objectives: refused with a pointer to bo */
@@ -65,25 +60,10 @@ TEST(options_checked)
 
 TEST(same_seed_same_study)
 {
-    json_t *a = json_array(), *b = json_array(), *c = json_array();
-    const char *scheds[] = {"{\"type\":\"tpe\",\"seed\":4}",
-                            "{\"type\":\"tpe\",\"seed\":4}",
-                            "{\"type\":\"tpe\",\"seed\":5}"};
-    json_t *logs[] = {a, b, c};
-    for (int k = 0; k < 3; k++) {
-        spec_t *sp = s_spec(scheds[k], STL_MIXED_COND, "min");
-        REQUIRE(sp);
-        sched_t *s = stl_new(sp);
-        REQUIRE(s);
-        stl_study(s, 1, 30, stl_mixed_cond, 1, logs[k]);
-        sched_destroy(&s);
-        spec_destroy(&sp);
-    }
-    CHECK(json_equal(a, b));
-    CHECK(!json_equal(a, c));
-    json_decref(a);
-    json_decref(b);
-    json_decref(c);
+    const char *const scheds[] = {"{\"type\":\"tpe\",\"seed\":4}",
+                                  "{\"type\":\"tpe\",\"seed\":4}",
+                                  "{\"type\":\"tpe\",\"seed\":5}"};
+    stl_check_same_seed(s_spec, scheds, 30);
 }
 
 /* Every variant keeps every suggestion legal (s_study checks it with
@@ -101,21 +81,7 @@ TEST(types_and_conditional_spaces)
         REQUIRE(s);
         json_t *log = json_array();
         stl_study(s, 1, 60, stl_mixed_cond, 1, log);
-        int adam = 0;
-        size_t i;
-        json_t *p;
-        json_array_foreach(log, i, p)
-        {
-            CHECK(json_is_integer(json_object_get(p, "layers")));
-            CHECK(json_is_integer(json_object_get(p, "width")));
-            CHECK(json_integer_value(json_object_get(p, "seed")) == 7);
-            double drop = stl_num(p, "drop");
-            CHECK(drop * 8 == floor(drop * 8));
-            CHECK(json_integer_value(json_object_get(p, "batch")) % 16 == 0);
-            const char *opt = json_string_value(json_object_get(p, "opt"));
-            CHECK(!json_object_get(p, !strcmp(opt, "adam") ? "momentum" : "beta2"));
-            adam += i >= 30 && !strcmp(opt, "adam");
-        }
+        int adam = stl_check_mixed_cond(log, 30);
         /* the better branch dominates the second half */
         if (adam < 20)
             JZT_FAIL("variant %d: adam in %d of the last 30 trials", k, adam);
