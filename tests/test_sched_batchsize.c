@@ -164,6 +164,20 @@ static sched_t *s_play(const spec_t *sp, const ev *evs, int n, int cut, char *ou
     return s;
 }
 
+/* Plays evs with a save/restore before each event in turn: every run must
+   give the instructions `ref` (the run without one). */
+static void s_same_at_every_cut(const spec_t *sp, const ev *evs, int n, const char *ref)
+{
+    for (int cut = 0; cut < n; cut++) {
+        char out[4096];
+        sched_t *s = s_play(sp, evs, n, cut, out, sizeof out);
+        CHECK(s != NULL);
+        if (strcmp(out, ref))
+            JZT_FAIL("restore before event %d:\n%s\nvs\n%s", cut, out, ref);
+        sched_destroy(&s);
+    }
+}
+
 /* Step time t(B) = 0.01 + 1e-4 B seen at B = 128 and B = 64, B_simple 256,
    B0 = 64, lr0 = 0.1, powers of two in [16, 1024]. goodput(B) =
    B/t(B) * 320/(256 + B):
@@ -631,6 +645,22 @@ TEST(cpu_throughput_uses_step_cpu_s)
     }
 }
 
+/* The instructions that events e[0..n) draw from the batch-size scheduler
+   (min 16, max 1024, interval 60, no warmup), with grow_only or without,
+   into out; 0, or -1 when there was no scheduler. */
+static int s_play_grow(const ev *e, int n, int grow, char *out, size_t size)
+{
+    spec_t *sp = s_spec(grow ? "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                               "\"interval\":60,\"warmup\":0,\"grow_only\":true}"
+                             : "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
+                               "\"interval\":60,\"warmup\":0}");
+    sched_t *s = sp ? s_play(sp, e, n, -1, out, size) : NULL;
+    int rc = s ? 0 : -1;
+    sched_destroy(&s);
+    spec_destroy(&sp);
+    return rc;
+}
+
 /* grow_only: B_simple 8 at B = 64 with the goodput case's throughput
    line makes 32 (or 16) the goodput pick, and without the option the
    scheduler shrinks; with it, nothing below 64 is a candidate and 64
@@ -649,21 +679,13 @@ TEST(grow_only_never_shrinks)
     for (long step = 30; step <= 60; step += 10)
         n += s_gns(e + n, 1, step, 8, 32, 64);
     for (int grow = 0; grow < 2; grow++) {
-        spec_t *sp = s_spec(grow ? "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
-                                   "\"interval\":60,\"warmup\":0,\"grow_only\":true}"
-                                 : "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
-                                   "\"interval\":60,\"warmup\":0}");
-        REQUIRE(sp);
         char out[2048];
-        sched_t *s = s_play(sp, e, n, -1, out, sizeof out);
-        REQUIRE(s);
+        REQUIRE(s_play_grow(e, n, grow, out, sizeof out) == 0);
         if (grow)
             CHECK(strstr(out, "set batch_size") == NULL);
         else
             CHECK(strstr(out, "set batch_size=32") != NULL ||
                   strstr(out, "set batch_size=16") != NULL);
-        sched_destroy(&s);
-        spec_destroy(&sp);
     }
     /* one size seen (64), B_simple 8: the prior picks a smaller batch;
        grow_only tries 128 (the explore goes up) */
@@ -675,21 +697,13 @@ TEST(grow_only_never_shrinks)
     for (long step = 30; step <= 60; step += 10)
         n += s_gns(e + n, 1, step, 8, 32, 64);
     for (int grow = 0; grow < 2; grow++) {
-        spec_t *sp = s_spec(grow ? "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
-                                   "\"interval\":60,\"warmup\":0,\"grow_only\":true}"
-                                 : "{\"type\":\"batchsize\",\"min\":16,\"max\":1024,"
-                                   "\"interval\":60,\"warmup\":0}");
-        REQUIRE(sp);
         char out[2048];
-        sched_t *s = s_play(sp, e, n, -1, out, sizeof out);
-        REQUIRE(s);
+        REQUIRE(s_play_grow(e, n, grow, out, sizeof out) == 0);
         if (grow)
             CHECK(strstr(out, "set batch_size=128") != NULL);
         else
             CHECK(strstr(out, "set batch_size=16") != NULL ||
                   strstr(out, "set batch_size=32") != NULL);
-        sched_destroy(&s);
-        spec_destroy(&sp);
     }
 }
 
@@ -854,14 +868,7 @@ TEST(save_restore_at_every_point_gives_the_same_decisions)
     CHECK(strstr(ref, "set batch_size=128") != NULL);
     CHECK(strstr(ref, "lr warmup") != NULL);
     sched_destroy(&s);
-    for (int cut = 0; cut < n; cut++) {
-        char out[4096];
-        s = s_play(sp, e, n, cut, out, sizeof out);
-        CHECK(s != NULL);
-        if (strcmp(out, ref))
-            JZT_FAIL("restore before event %d:\n%s\nvs\n%s", cut, out, ref);
-        sched_destroy(&s);
-    }
+    s_same_at_every_cut(sp, e, n, ref);
     spec_destroy(&sp);
 }
 
@@ -918,13 +925,7 @@ TEST(plateau_grows_the_batch_holding_lr_then_halves_lr_at_max)
        decide again (lr 0.025) */
     CHECK(strstr(ref, "set lr=0.025") != NULL);
     sched_destroy(&s);
-    for (int cut = 0; cut < n; cut++) { /* the window and the phase are saved */
-        s = s_play(sp, e, n, cut, out, sizeof out);
-        CHECK(s != NULL);
-        if (strcmp(out, ref))
-            JZT_FAIL("restore before event %d:\n%s\nvs\n%s", cut, out, ref);
-        sched_destroy(&s);
-    }
+    s_same_at_every_cut(sp, e, n, ref); /* the window and the phase are saved */
     spec_destroy(&sp);
 
     /* off by default: the same flat reports decide nothing */

@@ -112,6 +112,22 @@ TEST(options_are_checked)
     spec_destroy(&sp);
 }
 
+/* Plays evs with a restore before each event from `first` on (-1: a run
+   without one too): every run must stop the same trials for the same
+   reasons, want. */
+static void s_same_at_every_cut(const spec_t *sp, const ev *evs, int n, int first,
+                                const char *want)
+{
+    for (int cut = first; cut < n; cut++) {
+        char out[4096];
+        sched_t *m = s_play(sp, evs, n, cut, out, sizeof out);
+        CHECK(m != NULL);
+        if (strcmp(out, want))
+            JZT_FAIL("restore before event %d: %s", cut, out);
+        sched_destroy(&m);
+    }
+}
+
 /* mode max, grace 1, eta 3. Rung 0 (epoch 1), values in arrival order:
      t1 0.5  no earlier value                  -> continues
      t2 0.6  [0.5]             q=2/3 -> 0.5     -> continues
@@ -160,14 +176,7 @@ TEST(asha_save_restore_at_every_point_gives_the_same_decisions)
     spec_t *sp = s_spec("max", "{\"type\":\"asha\",\"grace\":1,\"reduction\":3}");
     REQUIRE(sp);
     int n = (int)(sizeof ASHA_EVS / sizeof ASHA_EVS[0]);
-    for (int cut = 0; cut < n; cut++) {
-        char out[4096];
-        sched_t *m = s_play(sp, ASHA_EVS, n, cut, out, sizeof out);
-        CHECK(m != NULL);
-        if (strcmp(out, ASHA_STOPS))
-            JZT_FAIL("restore before event %d: %s", cut, out);
-        sched_destroy(&m);
-    }
+    s_same_at_every_cut(sp, ASHA_EVS, n, 0, ASHA_STOPS);
     /* a state of the other rule, or garbage, is refused */
     char err[256];
     sched_t *m = s_monitor(sp, err, sizeof err);
@@ -271,14 +280,7 @@ TEST(median_rule_stops_exactly_the_trials_the_rule_says)
     spec_t *sp = s_spec("max", "{\"type\":\"median\",\"grace\":1,\"min_trials\":3}");
     REQUIRE(sp);
     int n = (int)(sizeof MED_EVS / sizeof MED_EVS[0]);
-    for (int cut = -1; cut < n; cut++) {
-        char out[4096];
-        sched_t *m = s_play(sp, MED_EVS, n, cut, out, sizeof out);
-        CHECK(m != NULL);
-        if (strcmp(out, MED_STOPS))
-            JZT_FAIL("restore before event %d: %s", cut, out);
-        sched_destroy(&m);
-    }
+    s_same_at_every_cut(sp, MED_EVS, n, -1, MED_STOPS);
     spec_destroy(&sp);
 }
 
@@ -426,14 +428,7 @@ TEST(hyperband_stops_by_the_rule_of_each_bracket_across_restores)
                                "\"max_resource\":9,\"grace\":1,\"reduction\":3}");
     REQUIRE(sp);
     int n = (int)(sizeof HB_EVS / sizeof HB_EVS[0]);
-    for (int cut = -1; cut < n; cut++) {
-        char out[4096];
-        sched_t *m = s_play(sp, HB_EVS, n, cut, out, sizeof out);
-        CHECK(m != NULL);
-        if (strcmp(out, HB_STOPS))
-            JZT_FAIL("restore before event %d: %s", cut, out);
-        sched_destroy(&m);
-    }
+    s_same_at_every_cut(sp, HB_EVS, n, -1, HB_STOPS);
     /* an asha state is refused, and so is a bracket out of range */
     char err[256];
     sched_t *m = s_monitor(sp, err, sizeof err);
