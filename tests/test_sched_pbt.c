@@ -430,6 +430,25 @@ TEST(explore_rules)
     s_drv_fini(&d);
 }
 
+/* Checks every load in d's log: its params legal (s_legal) and, when
+   `why` is not NULL, its reason naming it. Returns how many loads. */
+static int s_legal_loads(const drv *d, const char *why)
+{
+    size_t i;
+    json_t *e;
+    int loads = 0;
+    json_array_foreach(d->log, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "kind")), "load"))
+            continue;
+        loads++;
+        CHECK(s_legal(d->spec, json_object_get(json_object_get(e, "args"), "params")));
+        if (why)
+            CHECK(strstr(json_string_value(json_object_get(e, "reason")), why) != NULL);
+    }
+    return loads;
+}
+
 TEST(resample_stays_legal)
 {
     drv d;
@@ -438,17 +457,7 @@ TEST(resample_stays_legal)
                        4) == 0);
     REQUIRE(s_suggest_from(&d, 4, 100) == 4);
     s_script(&d, 4, 10, 0);
-    size_t i;
-    json_t *e;
-    int loads = 0;
-    json_array_foreach(d.log, i, e)
-    {
-        if (strcmp(json_string_value(json_object_get(e, "kind")), "load"))
-            continue;
-        loads++;
-        CHECK(s_legal(d.spec, json_object_get(json_object_get(e, "args"), "params")));
-    }
-    CHECK(loads >= 10);
+    CHECK(s_legal_loads(&d, NULL) >= 10);
     s_drv_fini(&d);
 }
 
@@ -732,18 +741,7 @@ TEST(pb2_loads_legal_params)
                        6) == 0);
     REQUIRE(s_suggest_from(&d, 6, 100) == 6);
     s_script(&d, 6, 8, 0);
-    size_t i;
-    json_t *e;
-    int loads = 0;
-    json_array_foreach(d.log, i, e)
-    {
-        if (strcmp(json_string_value(json_object_get(e, "kind")), "load"))
-            continue;
-        loads++;
-        CHECK(s_legal(d.spec, json_object_get(json_object_get(e, "args"), "params")));
-        CHECK(strstr(json_string_value(json_object_get(e, "reason")), "pbt/pb2") != NULL);
-    }
-    CHECK(loads >= 4);
+    CHECK(s_legal_loads(&d, "pbt/pb2") >= 4);
     /* improvements were recorded for the GP */
     json_t *st = d.s->ops->save(d.s);
     CHECK(json_array_size(json_object_get(st, "pb2")) >= 20);
