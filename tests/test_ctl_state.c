@@ -336,6 +336,44 @@ static ctl_t *s_ctl(void)
     return c;
 }
 
+/* Submits study `name` (objective score, max; budget trials at most
+   `parallel` at a time; x in [0, 1]; `trial` the trial object as JSON
+   text), as the controller does for a client; the study, or NULL after
+   printing why. */
+static ctl_study *s_submit(ctl_t *c, const char *name, int trials, int parallel,
+                           const char *trial)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"name\":\"%s\",\"objective\":{\"metric\":\"score\",\"mode\":"
+             "\"max\"},\"budget\":{\"trials\":%d,\"parallel\":%d},"
+             "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
+             "\"trial\":%s}",
+             name, trials, parallel, trial);
+    json_t *spec = json_loads(text, 0, NULL);
+    ctl_study *s = NULL;
+    int resumed, finished;
+    const char *code = "";
+    char msg[256];
+    if (ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) != 0) {
+        printf("submit %s: %s: %s\n", name, code, msg);
+        s = NULL;
+    }
+    json_decref(spec);
+    return s;
+}
+
+/* Dispatcher "d1" registered and alive with `slots` slots, heard from now
+   (borrowed from c). */
+static ctl_disp *s_disp_up(ctl_t *c, int slots)
+{
+    ctl_disp *d = ctl__disp_get(c, "d1");
+    d->alive = 1;
+    d->slots = slots;
+    d->last_seen = util_now();
+    return d;
+}
+
 /* Commits like the event loop, then counts (and drops) the queued
    messages of `type` ("" for all). */
 static int s_commit(ctl_t *c, const char *type)
@@ -404,18 +442,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
 {
     ctl_t *c = s_ctl();
     REQUIRE(c);
-    json_t *spec = json_loads(
-        "{\"name\":\"states\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
-        "\"budget\":{\"trials\":2,\"parallel\":1},"
-        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
-        "\"trial\":{\"command\":[\"true\"],\"retries\":1}}",
-        0, NULL);
-    ctl_study *s = NULL;
-    int resumed, finished;
-    const char *code = "";
-    char msg[256];
-    REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
-    json_decref(spec);
+    ctl_study *s = s_submit(c, "states", 2, 1, "{\"command\":[\"true\"],\"retries\":1}");
     REQUIRE(s && s->row.state == STUDY_RUNNING);
     s_commit(c, "");
     CHECK(s_counts_ok(s));
@@ -423,10 +450,7 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     /* no dispatcher: nothing starts */
     ctl__tick(c, util_now());
     CHECK(s->ntrials == 0);
-    ctl_disp *d = ctl__disp_get(c, "d1");
-    d->alive = 1;
-    d->slots = 1;
-    d->last_seen = util_now();
+    ctl_disp *d = s_disp_up(c, 1);
 
     /* PENDING -> STARTING -> RUNNING */
     ctl__tick(c, util_now());
@@ -562,22 +586,9 @@ TEST(restart_plan_and_stop_plans)
 {
     ctl_t *c = s_ctl();
     REQUIRE(c);
-    json_t *spec = json_loads(
-        "{\"name\":\"plans\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
-        "\"budget\":{\"trials\":3,\"parallel\":1},"
-        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
-        "\"trial\":{\"command\":[\"true\"]}}",
-        0, NULL);
-    ctl_study *s = NULL;
-    int resumed, finished;
-    const char *code = "";
-    char msg[256];
-    REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
-    json_decref(spec);
-    ctl_disp *d = ctl__disp_get(c, "d1");
-    d->alive = 1;
-    d->slots = 1;
-    d->last_seen = util_now();
+    ctl_study *s = s_submit(c, "plans", 3, 1, "{\"command\":[\"true\"]}");
+    REQUIRE(s);
+    s_disp_up(c, 1);
     ctl__tick(c, util_now());
     REQUIRE(s->ntrials == 1);
     ctl_trial *t = s->trials[0];
@@ -655,22 +666,9 @@ TEST(the_periodic_pass_looks_at_due_trials_only)
 {
     ctl_t *c = s_ctl();
     REQUIRE(c);
-    json_t *spec = json_loads(
-        "{\"name\":\"due\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
-        "\"budget\":{\"trials\":40,\"parallel\":40},"
-        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
-        "\"trial\":{\"command\":[\"true\"]}}",
-        0, NULL);
-    ctl_study *s = NULL;
-    int resumed, finished;
-    const char *code = "";
-    char msg[256];
-    REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
-    json_decref(spec);
-    ctl_disp *d = ctl__disp_get(c, "d1");
-    d->alive = 1;
-    d->slots = 40;
-    d->last_seen = util_now();
+    ctl_study *s = s_submit(c, "due", 40, 40, "{\"command\":[\"true\"]}");
+    REQUIRE(s);
+    s_disp_up(c, 40);
     double t0 = util_now();
     for (int k = 0; k < 40 && s->ntrials < 40; k++)
         ctl__tick(c, t0);
@@ -728,27 +726,10 @@ TEST(the_periodic_pass_looks_at_due_trials_only)
 /* A study `name` with one running trial (*t), heard at *t0. */
 static ctl_study *s_one_running(ctl_t *c, const char *name, ctl_trial **t, double *t0)
 {
-    char text[512];
-    snprintf(text, sizeof text,
-             "{\"name\":\"%s\",\"objective\":{\"metric\":\"score\",\"mode\":"
-             "\"max\"},\"budget\":{\"trials\":1,\"parallel\":1},"
-             "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
-             "\"trial\":{\"command\":[\"true\"]}}",
-             name);
-    json_t *spec = json_loads(text, 0, NULL);
-    ctl_study *s = NULL;
-    int resumed, finished;
-    const char *code = "";
-    char msg[256];
-    if (ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) != 0) {
-        json_decref(spec);
+    ctl_study *s = s_submit(c, name, 1, 1, "{\"command\":[\"true\"]}");
+    if (!s)
         return NULL;
-    }
-    json_decref(spec);
-    ctl_disp *d = ctl__disp_get(c, "d1");
-    d->alive = 1;
-    d->slots = 1;
-    d->last_seen = util_now();
+    s_disp_up(c, 1);
     *t0 = util_now();
     ctl__tick(c, *t0);
     if (s->ntrials != 1)
@@ -814,22 +795,9 @@ TEST(a_scheduler_stop_prunes_and_best_counts_completed_only)
 {
     ctl_t *c = s_ctl();
     REQUIRE(c);
-    json_t *spec = json_loads(
-        "{\"name\":\"prune\",\"objective\":{\"metric\":\"score\",\"mode\":\"max\"},"
-        "\"budget\":{\"trials\":3,\"parallel\":1},"
-        "\"space\":{\"x\":{\"type\":\"float\",\"low\":0,\"high\":1}},"
-        "\"trial\":{\"command\":[\"true\"]}}",
-        0, NULL);
-    ctl_study *s = NULL;
-    int resumed, finished;
-    const char *code = "";
-    char msg[256];
-    REQUIRE(ctl__submit(c, spec, &s, &resumed, &finished, &code, msg, sizeof msg) == 0);
-    json_decref(spec);
-    ctl_disp *d = ctl__disp_get(c, "d1");
-    d->alive = 1;
-    d->slots = 1;
-    d->last_seen = util_now();
+    ctl_study *s = s_submit(c, "prune", 3, 1, "{\"command\":[\"true\"]}");
+    REQUIRE(s);
+    s_disp_up(c, 1);
     static const double scores[3] = {0.9, 0.5, 0.99};
     for (int k = 0; k < 3; k++) {
         ctl__tick(c, util_now());
