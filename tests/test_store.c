@@ -69,6 +69,16 @@ static json_t *s_spec_json(const char *name)
                      "trial", "command", "sh");
 }
 
+/* Inserts study `name` (s_spec_json) in state st, created at `created`;
+   its id, or -1. */
+static long s_study(store_t *s, const char *name, store_study_state st, double created)
+{
+    json_t *spec = s_spec_json(name);
+    long sid = store_study_insert(s, name, spec, st, created);
+    json_decref(spec);
+    return sid;
+}
+
 /* A trial row with every field set to something distinct. */
 static void s_fill_trial(store_trial *t, long study, long number)
 {
@@ -354,9 +364,7 @@ TEST(trial_round_trip)
 {
     store_t *s = s_open("tr.db", 0);
     REQUIRE(s);
-    json_t *spec = s_spec_json("t");
-    long sid = store_study_insert(s, "t", spec, STUDY_RUNNING, 1);
-    json_decref(spec);
+    long sid = s_study(s, "t", STUDY_RUNNING, 1);
     REQUIRE(sid > 0);
 
     /* as inserted: nothing known yet */
@@ -465,9 +473,7 @@ TEST(states_round_trip_as_enums)
     s_rm_db("st.db");
     store_t *s = s_open("st.db", 0);
     REQUIRE(s);
-    json_t *spec = s_spec_json("st");
-    long sid = store_study_insert(s, "st", spec, STUDY_STOPPED, 1);
-    json_decref(spec);
+    long sid = s_study(s, "st", STUDY_STOPPED, 1);
     REQUIRE(sid > 0);
     long ids[TRIAL_STATE_COUNT];
     for (int i = 0; i < TRIAL_STATE_COUNT; i++) {
@@ -601,9 +607,7 @@ TEST(intervention_states_as_enums)
     s_rm_db("iv.db");
     store_t *s = s_open("iv.db", 0);
     REQUIRE(s);
-    json_t *spec = s_spec_json("iv");
-    long sid = store_study_insert(s, "iv", spec, STUDY_RUNNING, 1);
-    json_decref(spec);
+    long sid = s_study(s, "iv", STUDY_RUNNING, 1);
     store_trial t;
     s_fill_trial(&t, sid, 0);
     REQUIRE(store_trial_insert(s, &t) == 0);
@@ -733,9 +737,7 @@ TEST(params_generations_and_lineage)
 {
     store_t *s = s_open("pg.db", 0);
     REQUIRE(s);
-    json_t *spec = s_spec_json("p");
-    long sid = store_study_insert(s, "p", spec, STUDY_RUNNING, 1);
-    json_decref(spec);
+    long sid = s_study(s, "p", STUDY_RUNNING, 1);
     store_trial donor, t;
     s_fill_trial(&donor, sid, 0);
     s_fill_trial(&t, sid, 1);
@@ -810,9 +812,7 @@ TEST(non_finite_values)
 {
     store_t *s = s_open("nf.db", 0);
     REQUIRE(s);
-    json_t *spec = s_spec_json("nf");
-    long sid = store_study_insert(s, "nf", spec, STUDY_RUNNING, 1);
-    json_decref(spec);
+    long sid = s_study(s, "nf", STUDY_RUNNING, 1);
     store_trial t;
     s_fill_trial(&t, sid, 0);
     REQUIRE(store_trial_insert(s, &t) == 0);
@@ -925,9 +925,7 @@ TEST(incremental_reads)
 {
     store_t *s = s_open("inc.db", 0);
     REQUIRE(s);
-    json_t *spec = s_spec_json("inc");
-    long sid = store_study_insert(s, "inc", spec, STUDY_RUNNING, 1);
-    json_decref(spec);
+    long sid = s_study(s, "inc", STUDY_RUNNING, 1);
     store_trial a, b;
     s_fill_trial(&a, sid, 0);
     s_fill_trial(&b, sid, 1);
@@ -1140,9 +1138,7 @@ TEST(read_transaction_is_one_snapshot)
 {
     store_t *w = s_open("rt.db", 0);
     REQUIRE(w);
-    json_t *spec = s_spec_json("a");
-    long sid = store_study_insert(w, "a", spec, STUDY_RUNNING, 1);
-    json_decref(spec);
+    long sid = s_study(w, "a", STUDY_RUNNING, 1);
     store_trial t;
     s_fill_trial(&t, sid, 0);
     REQUIRE(store_trial_insert(w, &t) == 0);
@@ -1170,9 +1166,7 @@ TEST(metrics)
 {
     store_t *s = s_open("m.db", 0);
     REQUIRE(s);
-    json_t *spec = s_spec_json("m");
-    long sid = store_study_insert(s, "m", spec, STUDY_RUNNING, 1);
-    json_decref(spec);
+    long sid = s_study(s, "m", STUDY_RUNNING, 1);
     store_trial t;
     s_fill_trial(&t, sid, 0);
     REQUIRE(store_trial_insert(s, &t) == 0);
@@ -1404,9 +1398,7 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     s_rm_db("v1.db");
     store_t *s = s_open("v1.db", 0);
     REQUIRE(s);
-    json_t *spec = s_spec_json("m");
-    long sid = store_study_insert(s, "m", spec, STUDY_STOPPED, 100);
-    json_decref(spec);
+    long sid = s_study(s, "m", STUDY_STOPPED, 100);
     REQUIRE(sid > 0);
     static const char *const reasons[] = {"study stopped", "stopped by a person",
                                           "study stopped"};
