@@ -739,19 +739,30 @@ static int s_poll_for(jz_trial *t, long id, jz_instruction *ins)
     return -1;
 }
 
+/* Pause `id` sent to t and polled by the program, which ignores it and
+   reports from thread *th (s_reporter on r): that call is held by the
+   helper. 0, or -1 when the pause did not arrive or the thread did not
+   start. */
+static int s_pause_ignored(fake *f, jz_trial *t, long id, jz_instruction *ins,
+                           reporter_arg *r, pthread_t *th)
+{
+    fake_instruct(f, json_pack("{s:I, s:s}", "id", (json_int_t)id, "kind", "pause"));
+    if (s_poll_for(t, id, ins) != 0)
+        return -1;
+    return pthread_create(th, NULL, s_reporter, r) == 0 ? 0 : -1;
+}
+
 TEST(unhandled_pause_is_carried_out_by_the_helper)
 {
     fake *f = fake_start();
     env_trial(f, NULL);
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
-    fake_instruct(f, json_pack("{s:i, s:s}", "id", 21, "kind", "pause"));
+    /* the program ignores pause 21 and reports: that call holds until resume */
     jz_instruction ins;
-    REQUIRE(s_poll_for(t, 21, &ins) == 0);
-    /* the program ignores it and reports: that call holds until resume */
     reporter_arg r = {t, 0};
     pthread_t th;
-    REQUIRE(pthread_create(&th, NULL, s_reporter, &r) == 0);
+    REQUIRE(s_pause_ignored(f, t, 21, &ins, &r, &th) == 0);
     json_t *a21 = NULL;
     for (int i = 0; i < 500 && !a21; i++) {
         sleep_ms(10);
@@ -783,12 +794,10 @@ TEST(stop_ends_a_pause_held_by_the_helper_and_reaches_the_program)
     env_trial(f, NULL);
     jz_trial *t = jz_open();
     REQUIRE(t != NULL);
-    fake_instruct(f, json_pack("{s:i, s:s}", "id", 31, "kind", "pause"));
     jz_instruction ins;
-    REQUIRE(s_poll_for(t, 31, &ins) == 0);
     reporter_arg r = {t, 0};
     pthread_t th;
-    REQUIRE(pthread_create(&th, NULL, s_reporter, &r) == 0);
+    REQUIRE(s_pause_ignored(f, t, 31, &ins, &r, &th) == 0);
     fake_instruct(f, json_pack("{s:i, s:s}", "id", 32, "kind", "stop"));
     pthread_join(th, NULL);
     CHECK(__atomic_load_n(&r.returned, __ATOMIC_ACQUIRE));
