@@ -6,6 +6,7 @@
     stop, checkpoint, load, unknown keys) act at the next step, measuring
     the gradient noise does not change the trajectory, and precise BN
     (--bn-recompute) changes the evaluation only. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +282,76 @@ TEST(decompressed_copies_give_the_same_data)
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
+}
+
+/* A run of jizhi-train (trainer/main.c) reads the test set at its end
+   (trn_trainer_defer_test), not at its start: a run ended by a stop
+   instruction never reads it (a fork's stopped sibling), a run to the end
+   reads the same set and reports the same test_acc as one that read it
+   first, and a test file that is missing still fails the start. */
+TEST(test_set_is_read_at_the_end)
+{
+    trn_config c;
+    trn_config_defaults(&c);
+    strcpy(c.hidden, "32");
+    c.train_subset = 300;
+    c.val_size = 100;
+    c.max_steps = 5;
+    c.quiet = 1;
+    char err[TRN_ERRLEN];
+    trn_dataset tr, va, te, late = {0}, none = {0};
+    REQUIRE(trn_data_load(&c, &tr, &va, &te, err) == 0);
+    fake_io fe = {0}, fl = {0}, fs = {0};
+    trn_io io = s_io(&fe);
+    trn_trainer *t = trn_trainer_new(&c, &tr, &va, &te, err);
+    REQUIRE(t);
+    trn_trainer_set_io(t, &io);
+    REQUIRE(trn_trainer_run(t, err) == 0);
+    trn_trainer_destroy(&t);
+    t = trn_trainer_new(&c, &tr, &va, NULL, err);
+    REQUIRE(t);
+    io = s_io(&fl);
+    trn_trainer_set_io(t, &io);
+    trn_trainer_defer_test(t, &late);
+    CHECK(late.n == 0);
+    REQUIRE(trn_trainer_run(t, err) == 0);
+    CHECK(late.n == 10000 && s_same_data(&te, &late));
+    CHECK(!isnan(s_last(&fe, "test_acc")) &&
+          s_last(&fl, "test_acc") == s_last(&fe, "test_acc"));
+    trn_trainer_destroy(&t);
+    t = trn_trainer_new(&c, &tr, &va, NULL, err);
+    REQUIRE(t);
+    io = s_io(&fs);
+    trn_trainer_set_io(t, &io);
+    trn_trainer_defer_test(t, &none);
+    s_push(&fs, JZ_INS_STOP, NULL);
+    REQUIRE(trn_trainer_run(t, err) == 0);
+    CHECK(none.n == 0 && none.x == NULL && isnan(s_last(&fs, "test_acc")));
+    trn_trainer_destroy(&t);
+    trn_data_free(&tr);
+    trn_data_free(&va);
+    trn_data_free(&te);
+    trn_data_free(&late);
+    /* a data dir without t10k-labels: the start fails and names it */
+    char dir[] = "/tmp/jz-test-notest-XXXXXX", src[600], dst[600];
+    REQUIRE(mkdtemp(dir) != NULL);
+    const char *files[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                           "t10k-images-idx3-ubyte.gz"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(src, sizeof src, "%s/%s", c.data_dir, files[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        REQUIRE(symlink(src, dst) == 0);
+    }
+    snprintf(c.data_dir, sizeof c.data_dir, "%s", dir);
+    snprintf(c.data_cache, sizeof c.data_cache, "off");
+    CHECK(trn_data_load(&c, &tr, &va, NULL, err) < 0);
+    CHECK(strstr(err, "t10k-labels-idx1-ubyte.gz: cannot open") != NULL);
+    CHECK(tr.x == NULL && va.x == NULL);
+    for (int i = 0; i < 3; i++) {
+        snprintf(dst, sizeof dst, "%s/%s", dir, files[i]);
+        unlink(dst);
+    }
+    rmdir(dir);
 }
 
 TEST(fashion_mnist_short_run)
@@ -1144,6 +1215,7 @@ int main(void)
     trn_cpu_set_threads(0);
     RUN(subset_rows_are_the_full_sets_rows);
     RUN(decompressed_copies_give_the_same_data);
+    RUN(test_set_is_read_at_the_end);
     RUN(fashion_mnist_short_run);
     RUN(gradient_noise_small_is_the_mean_over_chunks);
     RUN(measuring_does_not_change_the_trajectory);

@@ -95,20 +95,36 @@ static void s_report_kernels(jz_trial *jz, long step)
     }
 }
 
-/* oneDNN's OpenMP threads (and the fused kernels') wait at each parallel
-   region's end; by default libgomp spins there, which on a shared machine
-   (a study's trials side by side, other jobs) burns the time slice the
-   partner thread needs: on the 2-core build machine under load the CNN at
-   --threads 2 ran 160-200 samples/s spinning and 750-850 sleeping. The
-   policy is read when libgomp loads, so it is set here and the program
-   runs itself again, once (OMP_WAIT_POLICY set by the user is kept). */
-static void s_omp_policy(char **argv)
+/* The thread pools' settings, read when their libraries load, so they
+   are set here and the program runs itself again, once (what the user set
+   is kept):
+   - oneDNN's OpenMP threads (and the fused kernels') wait at each parallel
+     region's end; by default libgomp spins there, which on a shared
+     machine (a study's trials side by side, other jobs) burns the time
+     slice the partner thread needs: on the 2-core build machine under load
+     the CNN at --threads 2 ran 160-200 samples/s spinning and 750-850
+     sleeping. OMP_WAIT_POLICY=passive.
+   - OpenBLAS starts a worker per core when it loads, and each spins
+     (sched_yield) for its timeout before sleeping: 0.1 CPU-seconds at
+     every start of a --threads 1 trial (a sixth of a 300-step run's CPU),
+     taken from the other trials on the machine. OPENBLAS_NUM_THREADS=1
+     when no thread count is in the environment; trn_cpu_set_threads then
+     raises it to --threads (OpenBLAS adds workers on demand). */
+static void s_thread_env(char **argv)
 {
-    if (!trn_dnnl_available() || getenv("OMP_WAIT_POLICY"))
-        return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-    /* exec failed: go on with libgomp's default */
+    int again = 0;
+    if (trn_dnnl_available() && !getenv("OMP_WAIT_POLICY")) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        again = 1;
+    }
+    if (!getenv("OPENBLAS_NUM_THREADS") && !getenv("GOTO_NUM_THREADS") &&
+        !getenv("OMP_NUM_THREADS")) {
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        again = 1;
+    }
+    if (again)
+        execv("/proc/self/exe", argv);
+    /* no re-exec needed, or it failed: go on with the libraries' defaults */
 }
 
 /* JIZHI_EVAL_AT_STEP (the controller's, for a fork's sibling): one more
@@ -135,7 +151,7 @@ static int s_eval_at_step(trn_config *cfg)
 
 int main(int argc, char **argv)
 {
-    s_omp_policy(argv);
+    s_thread_env(argv);
     /* before anything else: may re-execute with OPENBLAS_CORETYPE set */
     blaskern_choose(argv);
     char err[TRN_ERRLEN];
@@ -214,19 +230,21 @@ int main(int argc, char **argv)
     if (comm->rank == 0)
         s_say_kernels(&cfg);
 
-    trn_dataset train, val, test;
-    if (trn_data_load(&cfg, &train, &val, &test, err) < 0) {
+    /* the test set only at the end (a stopped fork sibling never reads it) */
+    trn_dataset train, val, test = {0};
+    if (trn_data_load(&cfg, &train, &val, NULL, err) < 0) {
         fprintf(stderr, "jizhi-train: %s\n", err);
         jz_close(&jz);
         trn_comm_destroy(&comm);
         return 1;
     }
     int status = 1;
-    trn_trainer *t = trn_trainer_new(&cfg, &train, &val, &test, err);
+    trn_trainer *t = trn_trainer_new(&cfg, &train, &val, NULL, err);
     if (!t) {
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
     }
+    trn_trainer_defer_test(t, &test);
     if (comm->rank == 0 && cfg.verbose) {
         char line[512];
         trn_net_conv_describe(trn_trainer_net(t), cfg.batch_size, line, sizeof line);

@@ -148,6 +148,11 @@ void trn_trainer_set_io(trn_trainer *t, const trn_io *io)
         memset(&t->io, 0, sizeof t->io);
 }
 
+void trn_trainer_defer_test(trn_trainer *t, trn_dataset *test)
+{
+    t->test_deferred = test;
+}
+
 void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b)
 {
     t->backend = b;

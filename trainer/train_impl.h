@@ -10,6 +10,7 @@
 struct trn_trainer {
     trn_config cfg;                        /* current values (live changes land here) */
     const trn_dataset *train, *val, *test; /* borrowed */
+    trn_dataset *test_deferred;            /* borrowed: loaded at the end, or NULL */
     trn_net *net;
     trn_optim opt;
     trn_scaler scaler;    /* the global loss scale */

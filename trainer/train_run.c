@@ -195,6 +195,12 @@ int trn_trainer_run(trn_trainer *t, char *err)
        no validation result yet (its objective), and skip the test set. */
     if (t->stop ? t->last_eval_step < 0 : t->last_eval_step != t->step)
         s_report_eval(t, NULL, NULL);
+    if (t->test_deferred && !t->stop) {
+        if (!t->test_deferred->n &&
+            trn_data_load_test(&t->cfg, t->test_deferred, err) < 0)
+            return -1;
+        t->test = t->test_deferred;
+    }
     if (t->test && t->test->n && !t->stop) {
         double tl, ta;
         trn_trainer_evaluate(t, t->test, &tl, &ta);

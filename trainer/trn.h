@@ -194,9 +194,15 @@ int trn_data_load_idx(trn_dataset *d, const char *images_gz, const char *labels_
                       char *err);
 
 /* Loads train/val/test per the config (dataset, data_dir, val_size,
-   train_subset, synthetic_n). Returns 0 or -1 with err. */
+   train_subset, synthetic_n). test NULL: the test set is not read, only
+   checked to be readable (a start that does not need it yet:
+   trn_trainer_defer_test). Returns 0 or -1 with err. */
 int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
                   trn_dataset *test, char *err);
+
+/* Loads the test set alone (what trn_data_load puts in test). Returns 0
+   or -1 with err. */
+int trn_data_load_test(const trn_config *c, trn_dataset *test, char *err);
 
 /* Synthetic 10-class problem of 28x28 "images" (learnable, seeded). */
 int trn_data_synthetic(trn_dataset *d, int n, uint64_t seed, char *err);
@@ -477,6 +483,13 @@ trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
 void trn_trainer_destroy(trn_trainer **tp);
 
 void trn_trainer_set_io(trn_trainer *t, const trn_io *io);
+
+/* The test set read when the run needs it (its end, after the last
+   step; never for a run ended by a stop instruction) instead of at the
+   start: test (borrowed, empty, must outlive the trainer) is loaded with
+   trn_data_load_test(config) there and used in place of the test set
+   given to trn_trainer_new. A load that fails then fails the run. */
+void trn_trainer_defer_test(trn_trainer *t, trn_dataset *test);
 void trn_trainer_set_backend(trn_trainer *t, const trn_backend *b);
 
 /* Data-parallel ranks (comm.h): makes this trainer one rank of c (borrowed;

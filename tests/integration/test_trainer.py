@@ -88,6 +88,41 @@ def test_bad_eval_at_step_exits_2_before_training(step):
     assert not reported(p.stderr, "train_loss")
 
 
+def _threads_and_env(env):
+    """jizhi-train (--threads 1) once it trains: its thread count and its
+    environment (after its own re-exec), then it is stopped."""
+    e = env_for_trials()
+    for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        e.pop(k, None)
+    e.update(env)
+    p = subprocess.Popen([TRAIN, *FAST, "--epochs", "1000", "--threads", "1"],
+                         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=e, text=True)
+    try:
+        line = p.stderr.readline()  # a report: the libraries are loaded, steps run
+        assert "jizhi: step" in line, line
+        n = len(os.listdir("/proc/%d/task" % p.pid))
+        with open("/proc/%d/environ" % p.pid, "rb") as f:
+            penv = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        return n, penv
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_one_thread_runs_without_openblas_workers():
+    """OpenBLAS starts a worker per core when it loads, and each spins
+    before sleeping (0.1 CPU-seconds at every start): jizhi-train runs
+    itself with OPENBLAS_NUM_THREADS=1 unless a thread count is in the
+    environment, and --threads raises it."""
+    n, penv = _threads_and_env({})
+    assert penv.get(b"OPENBLAS_NUM_THREADS") == b"1"
+    n_user, penv_user = _threads_and_env({"OPENBLAS_NUM_THREADS": "4"})
+    assert penv_user.get(b"OPENBLAS_NUM_THREADS") == b"4"  # the user's is kept
+    assert n < n_user, (n, n_user)  # the workers OpenBLAS starts for 4 are not there
+    p = train(*FAST, "--threads", "2", "--max-steps", "3")
+    assert p.returncode == 0, p.stderr
+
+
 def test_save_resume_and_corrupt_checkpoint(tmp_path):
     ck = str(tmp_path / "a.jzck")
     p = train(*FAST, "--max-steps", "20", "--save", ck)
