@@ -16,6 +16,13 @@
 #      100), as the CPU does from itself with 2 threads against 16 (5e-3 at
 #      step 200); bf16 and fp16 part by 4e-4 to 4e-3 at step 20 and up to
 #      6e-2 by step 100;
+#      Then device-resident data and CUDA graphs (one rank, STEPS steps,
+#      fp32 and bf16): --gpu-data device (the training set copied to the
+#      GPU once, batches gathered there) must equal --gpu-data host (the
+#      batch copied from host memory every step) bit for bit, and
+#      --cuda-graphs on must equal off bit for bit (val_loss and val_acc as
+#      printed); the runs must say that the data went to the device and
+#      that a graph was captured;
 #   3. the NCCL backend of the comm layer (--comm nccl, jizhi-train-cuda):
 #      one rank through the fusion buckets and ncclAllReduce must equal the
 #      local path (val_loss within 1e-5 relative), and so must one rank on
@@ -42,9 +49,11 @@
 #      batch 8192, bf16) for device ring with overlap on and off, device
 #      native and host ring (timing only); ms per step (from the best samples/s) printed next to each, no
 #      assertion on time;
-#   5. speed: samples/s of jizhi-train-cuda and of PyTorch on the same GPU
-#      (same MLP, data resident on the device for PyTorch, fp32 and bf16
-#      autocast), batch 128, 1024 and 8192, and the ratio.
+#   5. speed: samples/s of jizhi-train-cuda (its defaults: device data and
+#      graphs; and --gpu-data host --cuda-graphs off, the 2026-12-04 path)
+#      and of PyTorch on the same GPU (same MLP, data resident on the device
+#      for PyTorch, fp32 and bf16 autocast), batch 128, 1024, 8192 and
+#      65536, and the ratio.
 # Exit status 0 when every comparison is within tolerance; 2 at once, with
 # the reason, on a machine where nvidia-smi lists no GPU (without --cpu).
 # Results: build/gpu-check.json (every verdict line and speed row, the
@@ -93,10 +102,11 @@ checks = [{"check": l.strip(), "ok": bool(re.search(r"\bok\b", l)) and "FAIL" no
           for l in lines if re.search(r"\b(ok|FAIL)\b", l) and not l.startswith("==")]
 speed = []
 for l in lines:
-    m = re.match(r"^(\d+)\s+(fp32|bf16|fp16)\s+(\d+)\s+(\d+)\s+([\d.]+)x$", l.strip())
+    m = re.match(r"^(\d+)\s+(fp32|bf16|fp16)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)x$", l.strip())
     if m:
         speed.append({"batch": int(m[1]), "precision": m[2], "jizhi_cuda": int(m[3]),
-                      "pytorch": int(m[4]), "ratio": float(m[5])})
+                      "jizhi_cuda_host_data": int(m[4]), "pytorch": int(m[5]),
+                      "ratio": float(m[6])})
 try:
     gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.split("\n")
 except OSError:
@@ -106,7 +116,7 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "gpus": [g for g in gpus if g], "exit_status": rc, "elapsed_s": elapsed,
            "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed,
            "not_in_this_tree": {
-               "item 3": "device-resident data, CUDA graphs, cuBLASLt fused epilogues: no code yet; the speed rows are today's MLP backend",
+               "item 3": "device-resident data (--gpu-data) and CUDA graphs (--cuda-graphs): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); cuBLASLt fused epilogues: no code yet",
                "item 4": "CNN on CUDA through cuDNN: no code yet",
                "item 5": "checked for the MLP only (device-resident gradients on NCCL above); the CNN has no CUDA path",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda) needs items 3-4 first"}},
@@ -152,6 +162,9 @@ EQ=(--max-steps "$EQ_STEPS" --eval-every "$EQ_STEPS")
 metric() { # name < stderr
     sed -n "s/^jizhi: step [0-9]* $1=//p" | tail -1
 }
+exact() { # a b -> ok|FAIL: the same printed bits
+    [ -n "$1" ] && [ "$1" = "$2" ] && echo ok || echo FAIL
+}
 
 status=0
 echo
@@ -178,6 +191,50 @@ print('ok' if abs(cl-gl)<=rt*abs(cl) and abs(ca-ga)<=at else 'FAIL')" "$cl" "$gl
     printf '%-6s %12.8f %12.8f %10.4f %10.4f %s (tol loss %s rel, acc %s)\n' \
         "$prec" "$cl" "$gl" "$ca" "$ga" "$ok" "$rt" "$at"
     [ "$ok" = ok ] || status=1
+done
+
+echo
+echo "== device-resident data and CUDA graphs (one rank, $STEPS steps: an epoch end with its tail batch of 32)"
+# --gpu-data device: the training set is copied to the GPU once and each
+# batch is gathered there from the epoch's order (copied once per epoch);
+# --gpu-data host: gathered on the host and copied every step (the path
+# measured on 2026-12-04). --cuda-graphs on: the one-rank device-data step
+# is replayed as a CUDA graph, captured per batch size after one eager
+# step. Both change where the same kernels read their inputs, not what
+# they compute, so the runs must agree bit for bit (the printed val_loss
+# and val_acc after STEPS steps); checked in fp32 and bf16. With --cpu the
+# flags are inert (no device backend) and the CPU path stands in for all.
+dg() { # prec data graphs -> stderr of a run
+    env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --quiet 0 ${BACKEND[@]+"${BACKEND[@]}"} \
+        --precision "$1" --gpu-data "$2" --cuda-graphs "$3" 2>&1
+}
+printf '%-6s %-24s %14s %14s %s\n' prec compared val_loss val_loss verdict
+DG_PRECS=(fp32 bf16)
+[ "$CPU_ONLY" = 1 ] && DG_PRECS=(fp32)
+for prec in "${DG_PRECS[@]}"; do
+    h=$(dg "$prec" host off) || { echo "$h" | tail -5; status=1; }
+    d=$(dg "$prec" device off) || { echo "$d" | tail -5; status=1; }
+    g=$(dg "$prec" device on) || { echo "$g" | tail -5; status=1; }
+    hl=$(echo "$h" | metric val_loss)$(echo "$h" | metric val_acc)
+    dl=$(echo "$d" | metric val_loss)$(echo "$d" | metric val_acc)
+    gl=$(echo "$g" | metric val_loss)$(echo "$g" | metric val_acc)
+    v=$(exact "$(echo "$h" | metric val_loss)" "$(echo "$d" | metric val_loss)")
+    [ "$hl" = "$dl" ] || v=FAIL
+    [ "$v" = ok ] || status=1
+    printf '%-6s %-24s %14s %14s %s (same bits, val_loss and val_acc)\n' "$prec" \
+        "device data vs host data" "$(echo "$d" | metric val_loss)" \
+        "$(echo "$h" | metric val_loss)" "$v"
+    v=$(exact "$(echo "$g" | metric val_loss)" "$(echo "$d" | metric val_loss)")
+    [ "$gl" = "$dl" ] || v=FAIL
+    if [ "$CPU_ONLY" = 0 ]; then
+        # the comparison means something only if the data went to the
+        # device and a graph was captured and replayed
+        case "$d" in *"training set in device memory"*) ;; *) v="FAIL (no device data line)" ;; esac
+        case "$g" in *"captured as a CUDA graph"*) ;; *) v="FAIL (no graph captured)" ;; esac
+    fi
+    [ "$v" = ok ] || status=1
+    printf '%-6s %-24s %14s %14s %s (same bits, val_loss and val_acc)\n' "$prec" \
+        "graphs on vs off" "$(echo "$g" | metric val_loss)" "$(echo "$d" | metric val_loss)" "$v"
 done
 
 echo
@@ -275,9 +332,6 @@ msstep() { # < stderr: ms per step at batch 128 from the best samples/s reported
     v=$(sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | sort -g | tail -1)
     "$PYTHON" -c "import sys; v=float(sys.argv[1] or 0); print('%.3f' % (128e3 / v) if v > 0 else '-')" "${v:-}"
 }
-exact() { # a b -> ok|FAIL: the same printed bits
-    [ -n "$1" ] && [ "$1" = "$2" ] && echo ok || echo FAIL
-}
 lc=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" --quiet 0 ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
     echo "$lc" | tail -5; status=1; }
 lcl=$(echo "$lc" | metric val_loss)
@@ -367,18 +421,25 @@ if [ "$CPU_ONLY" = 1 ]; then
 fi
 echo
 echo "== speed on the GPU: MLP 784-256-256-10, samples/s"
-printf '%-6s %-6s %14s %14s %8s\n' batch prec jizhi-cuda pytorch ratio
+# jizhi-cuda: the defaults (device data, CUDA graphs); host-data: --gpu-data
+# host --cuda-graphs off, the path measured on 2026-12-04; ratio: jizhi-cuda
+# / pytorch (PyTorch's data on the device too)
+printf '%-6s %-6s %14s %14s %14s %8s\n' batch prec jizhi-cuda host-data pytorch ratio
 for b in 128 1024 8192 65536; do
     steps=$(( 2000000 / b )); [ "$steps" -lt 100 ] && steps=100
     for prec in fp32 bf16; do
-        o=$(env -u JIZHI_TRIAL "$GPU" --backend cuda --hidden 256,256 --batch-size "$b" \
-            --precision "$prec" --max-steps "$steps" --epochs 100000 --log-every $((steps / 5)) \
-            --quiet 2>&1 | sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 |
-            sort -g | tail -1)
+        sps() { # extra flags -> the best samples/s after the first report
+            env -u JIZHI_TRIAL "$GPU" --backend cuda --hidden 256,256 --batch-size "$b" \
+                --precision "$prec" --max-steps "$steps" --epochs 100000 \
+                --log-every $((steps / 5)) --quiet "$@" 2>&1 |
+                sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g | tail -1
+        }
+        o=$(sps)
+        oh=$(sps --gpu-data host --cuda-graphs off)
         p=$("$PYTHON" bench/bench_train_torch.py --device cuda --batch-size "$b" \
             --precision "$prec" --steps "$steps" --warmup-steps 50 |
             "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
-        printf '%-6s %-6s %14.0f %14.0f %7.2fx\n' "$b" "$prec" "${o:-0}" "$p" \
+        printf '%-6s %-6s %14.0f %14.0f %14.0f %7.2fx\n' "$b" "$prec" "${o:-0}" "${oh:-0}" "$p" \
             "$("$PYTHON" -c "print(${o:-0}/$p)")"
     done
 done

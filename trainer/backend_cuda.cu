@@ -14,8 +14,9 @@
     a weight gradient raises a device flag and the step is skipped (the
     trainer's scaler then halves the scale). Optimisers: SGD with momentum
     (Nesterov option) and LARS, with weight decay on weights only, as on
-    the CPU. Own kernels do the rest: bias+ReLU, softmax cross-entropy,
-    ReLU backward, bias gradients, norms, the fused unscale/update.
+    the CPU. Own kernels (cuda_mlp_kernels.cuh) do the rest: bias+ReLU,
+    softmax cross-entropy, ReLU backward, norms, the fused unscale/update;
+    bias gradients are a GEMM against a vector of ones.
 
     Data-parallel ranks (set_comm, step_dist): each rank runs its shard
     with the weight gradients scaled by shard/global batch; after each
@@ -27,6 +28,18 @@
     for the communication stream and reads the summed fp32 gradients (true
     units); the overflow check and the norms run on the sums, so every rank
     takes the same decision.
+
+    Device-resident data (set_data, set_order, step_at; --gpu-data): the
+    training set is copied to the device once and the epoch's order once
+    per epoch; each step gathers its batch there (k_gather, index logic in
+    gather.h, shared with the host's gather). The per-step scalars (lr,
+    loss scales, the batch's place in the order) reach the kernels through
+    a device struct copied in from pinned memory by the step's first
+    operation, and the update kernels skip themselves when the overflow
+    flag is up, so the whole one-rank step needs no host decision and is
+    replayed as a CUDA graph per batch size (--cuda-graphs), captured after
+    one eager warm-up step. One wait per step remains: the sums and the
+    flag read back at its end, for the trainer's loss scaler and metrics.
 
     Error handling: CUDA_CHECK/CUBLAS_CHECK exit the process (the trainer
     only, never a daemon; CONVENTIONS.md).
@@ -64,6 +77,7 @@ extern "C" {
  */
 #define SCR_BIAS (2 * MAXL + 1)
 #define SCR_N (2 * MAXL + 4)
+#define S_BLAS_WS ((size_t)32 << 20) /* cuBLAS workspace: 32 MiB */
 
 /* ---- element conversions ---------------------------------------------------- */
 
@@ -83,143 +97,7 @@ template <> cudaDataType_t dtype<__half>()
     return CUDA_R_16F;
 }
 
-/* ---- kernels ----------------------------------------------------------------- */
-
-template <typename T> __global__ void k_convert(const float *x, T *y, long n)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n)
-        y[i] = from_f<T>(x[i]);
-}
-
-/* z[n,m] += b (stored in T), then ReLU unless last */
-template <typename T> __global__ void k_bias_act(T *z, const T *b, int n, int m, int relu)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i >= (long)n * m)
-        return;
-    float v = to_f<T>(z[i]) + to_f<T>(b[i % m]);
-    if (relu && v < 0)
-        v = 0;
-    z[i] = from_f<T>(v);
-}
-
-/* one thread per row: loss sum (fp32 accumulate, added to *loss) and
-   dlogits = gscale * (softmax - target), smoothing as on the CPU */
-template <typename T>
-__global__ void k_softmax_ce(const T *z, const unsigned char *y, T *dz, int n, int k,
-                             float smoothing, float gscale, float *loss)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    const T *zi = z + (long)i * k;
-    float mx = to_f<T>(zi[0]);
-    for (int j = 1; j < k; j++)
-        mx = fmaxf(mx, to_f<T>(zi[j]));
-    float se = 0, sz = 0;
-    for (int j = 0; j < k; j++) {
-        float d = to_f<T>(zi[j]) - mx;
-        se += expf(d);
-        sz += d;
-    }
-    float lse = logf(se);
-    int lab = y[i];
-    float l =
-        -(1.0f - smoothing) * (to_f<T>(zi[lab]) - mx - lse) - smoothing * (sz / k - lse);
-    atomicAdd(loss, l);
-    for (int j = 0; j < k; j++) {
-        float p = expf(to_f<T>(zi[j]) - mx - lse);
-        float q = smoothing / k + (j == lab ? 1.0f - smoothing : 0.0f);
-        dz[(long)i * k + j] = from_f<T>(gscale * (p - q));
-    }
-}
-
-/* dz = da * (a > 0), in place on da */
-template <typename T> __global__ void k_relu_bwd(const T *a, T *d, long n)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n && !(to_f<T>(a[i]) > 0))
-        d[i] = from_f<T>(0.0f);
-}
-
-/* db[j] = sum_i dz[i,j], rounded through T like a stored gradient */
-template <typename T> __global__ void k_bias_grad(const T *dz, T *db, int n, int m)
-{
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= m)
-        return;
-    float s = 0;
-    for (int i = 0; i < n; i++)
-        s += to_f<T>(dz[(long)i * m + j]);
-    db[j] = from_f<T>(s);
-}
-
-/* sums of squares: out[0] += sum w^2, out[1] += sum (g/scale)^2; flag on
-   non-finite g */
-template <typename T>
-__global__ void k_norms(const float *w, const T *g, long n, float inv_scale, float *out,
-                        int *flag)
-{
-    __shared__ float sw[256], sg[256];
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    float a = 0, b = 0;
-    if (i < n) {
-        float gv = to_f<T>(g[i]);
-        if (!isfinite(gv))
-            *flag = 1;
-        gv *= inv_scale;
-        a = w[i] * w[i];
-        b = gv * gv;
-    }
-    sw[threadIdx.x] = a;
-    sg[threadIdx.x] = b;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            sw[threadIdx.x] += sw[threadIdx.x + s];
-            sg[threadIdx.x] += sg[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        atomicAdd(&out[0], sw[0]);
-        atomicAdd(&out[1], sg[0]);
-    }
-}
-
-/* fused: g = g_lp/scale (+ wd*w), momentum, update master, refresh lp copy.
-   mode 0 SGD (nesterov), 1 LARS weight, 2 LARS bias (no wd, no trust).
-   G: the gradient's element type (T, or fp32 sums of the ranks). */
-template <typename T, typename G>
-__global__ void k_update(float *w, T *wlp, const G *glp, float *m, long n,
-                         float inv_scale, float lr, float mu, float wd, int nesterov,
-                         int mode, float trust, const float *norms)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    float g = to_f<G>(glp[i]) * inv_scale;
-    float wi = w[i];
-    if (mode == 0) {
-        g += wd * wi;
-        float v = mu * m[i] + g;
-        m[i] = v;
-        wi -= lr * (nesterov ? g + mu * v : v);
-    } else if (mode == 1) {
-        float wn = sqrtf(norms[0]), gn = sqrtf(norms[1]);
-        float local = (wn > 0 && gn > 0) ? trust * wn / (gn + wd * wn) : 1.0f;
-        float v = mu * m[i] + lr * local * (g + wd * wi);
-        m[i] = v;
-        wi -= v;
-    } else {
-        float v = mu * m[i] + lr * g;
-        m[i] = v;
-        wi -= v;
-    }
-    w[i] = wi;
-    wlp[i] = from_f<T>(wi);
-}
+#include "trainer/cuda_mlp_kernels.cuh"
 
 /* ---- state ---------------------------------------------------------------- */
 
@@ -230,9 +108,27 @@ typedef struct {
     trn_grad_path path;
 } s_ranks;
 
+/* the device-resident training set (set_data) and the epoch's order
+   (set_order): kept across attach/detach, freed by destroy */
+typedef struct {
+    float *x;         /* n * dim, fp32 as on the host */
+    unsigned char *y; /* n labels */
+    int *perm;        /* the epoch's order, n indices */
+    int n, dim;       /* n = 0: no data on the device */
+} s_data;
+
+/* CUDA graphs of the one-rank device-data step, one per batch size */
+#define NGRAPH 4
+typedef struct {
+    int nb;               /* 0: free slot */
+    cudaGraphExec_t exec; /* owned */
+    long used;            /* last use, for eviction */
+} s_graph;
+
 typedef struct {
     cublasHandle_t blas;
     cudaStream_t stream;
+    void *blas_ws;      /* cuBLAS workspace (the same with and without graphs) */
     int nl;             /* linear layers */
     int dims[MAXL + 1]; /* dims[0] input ... dims[nl] classes */
     trn_precision prec;
@@ -242,21 +138,44 @@ typedef struct {
     void *gw[MAXL], *gb[MAXL];                      /* gradients, compute format */
     void *act[MAXL + 1]; /* act[0] input, act[i+1] output of layer i */
     void *dact[MAXL + 1];
-    float *xin; /* fp32 input staging */
+    void *ones; /* cap ones in T: bias gradients as a GEMM */
+    float *xin; /* fp32 input staging (host batches) */
     unsigned char *y;
     float *scratch; /* loss, norms[2*MAXL], gsq */
     int *flag;
+    s_args *args;   /* the step's scalars on the device */
+    s_args *args_h; /* and in pinned host memory (written before each step) */
+    float *res_h;   /* pinned: scratch read back at the end of the step */
+    int *flag_h;    /* pinned: the overflow flag read back */
     int cap;
     trn_opt_kind opt;
     double momentum, wd, trust;
     int nesterov;
     double smoothing;
+    int quiet;
+    int use_graphs;        /* --cuda-graphs on */
+    int warm_nb;           /* batch size of the last eager device-data step */
+    long nsteps;           /* steps taken since attach (graph eviction clock) */
+    s_graph graph[NGRAPH]; /* captured steps (device data, one rank) */
     s_ranks rk;
     trn_devdist *dd; /* with rk.comm: built at attach */
+    s_data data;
 } s_cuda;
+
+static void s_graphs_drop(s_cuda *c)
+{
+    for (int i = 0; i < NGRAPH; i++) {
+        if (c->graph[i].nb)
+            cudaGraphExecDestroy(c->graph[i].exec);
+        c->graph[i].nb = 0;
+        c->graph[i].used = 0;
+    }
+    c->warm_nb = 0;
+}
 
 static void s_free_bufs(s_cuda *c)
 {
+    s_graphs_drop(c); /* they point into these buffers */
     for (int i = 0; i <= c->nl; i++) {
         cudaFree(c->act[i]);
         cudaFree(c->dact[i]);
@@ -264,9 +183,16 @@ static void s_free_bufs(s_cuda *c)
     }
     cudaFree(c->xin);
     cudaFree(c->y);
+    cudaFree(c->ones);
     c->xin = NULL;
     c->y = NULL;
+    c->ones = NULL;
     c->cap = 0;
+}
+
+static unsigned s_blocks(long n)
+{
+    return (unsigned)((n + 255) / 256);
 }
 
 static void s_reserve(s_cuda *c, int nb)
@@ -280,12 +206,16 @@ static void s_reserve(s_cuda *c, int nb)
     }
     CUDA_CHECK(cudaMalloc(&c->xin, (size_t)nb * c->dims[0] * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&c->y, (size_t)nb));
+    CUDA_CHECK(cudaMalloc(&c->ones, (size_t)nb * c->esize));
+    if (c->prec == TRN_BF16)
+        k_fill<__nv_bfloat16>
+            <<<s_blocks(nb), 256, 0, c->stream>>>((__nv_bfloat16 *)c->ones, 1.0f, nb);
+    else if (c->prec == TRN_FP16)
+        k_fill<__half><<<s_blocks(nb), 256, 0, c->stream>>>((__half *)c->ones, 1.0f, nb);
+    else
+        k_fill<float><<<s_blocks(nb), 256, 0, c->stream>>>((float *)c->ones, 1.0f, nb);
+    CUDA_CHECK(cudaGetLastError());
     c->cap = nb;
-}
-
-static unsigned s_blocks(long n)
-{
-    return (unsigned)((n + 255) / 256);
 }
 
 template <typename T>
@@ -299,12 +229,33 @@ static void s_gemm(s_cuda *c, cublasOperation_t ta, cublasOperation_t tb, int m,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-/* Copies a batch of nb examples in, runs the forward pass and the loss,
-   leaving dlogits = dscale * d(summed loss) in c->dact[nl] and the summed
-   loss in c->scratch[0] (on c->stream; nb > 0, s_reserve done). */
+/* ---- the step, enqueued on c->stream --------------------------------------------- */
+
+/* The step's scalars into pinned host memory; s_head copies them in. The
+   previous step has finished (each step ends with a synchronisation), so
+   nothing still reads them. */
+static void s_set_args(s_cuda *c, double lr, double inv_scale, double dscale, int at)
+{
+    c->args_h->lr = (float)lr;
+    c->args_h->inv_scale = (float)inv_scale;
+    c->args_h->dscale = (float)dscale;
+    c->args_h->at = at;
+}
+
+/* The first operations of every step: the scalars in, sums and flag zeroed. */
+static void s_head(s_cuda *c)
+{
+    cudaStream_t st = c->stream;
+    CUDA_CHECK(
+        cudaMemcpyAsync(c->args, c->args_h, sizeof(s_args), cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaMemsetAsync(c->scratch, 0, SCR_N * sizeof(float), st));
+    CUDA_CHECK(cudaMemsetAsync(c->flag, 0, sizeof(int), st));
+}
+
+/* A batch of nb examples from host memory into act[0] (compute format)
+   and c->y: the copy the device-data path saves. */
 template <typename T>
-static void s_forward_loss(s_cuda *c, const float *x, const uint8_t *y, int nb,
-                           float dscale)
+static void s_input_host(s_cuda *c, const float *x, const uint8_t *y, int nb)
 {
     cudaStream_t st = c->stream;
     int d0 = c->dims[0];
@@ -313,6 +264,22 @@ static void s_forward_loss(s_cuda *c, const float *x, const uint8_t *y, int nb,
     CUDA_CHECK(cudaMemcpyAsync(c->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
     k_convert<T>
         <<<s_blocks((long)nb * d0), 256, 0, st>>>(c->xin, (T *)c->act[0], (long)nb * d0);
+}
+
+/* The batch perm[args.at .. + nb) gathered from the device-resident
+   training set into act[0] and c->y: the same values s_input_host gives. */
+template <typename T> static void s_input_dev(s_cuda *c, int nb)
+{
+    int d0 = c->dims[0];
+    k_gather<T><<<s_blocks((long)nb * d0), 256, 0, c->stream>>>(
+        c->data.x, c->data.y, c->data.perm, c->args, nb, d0, (T *)c->act[0], c->y);
+}
+
+/* The forward pass from act[0] and the loss, leaving dlogits = dscale *
+   d(summed loss) in c->dact[nl] and the summed loss in c->scratch[0]. */
+template <typename T> static void s_forward_loss(s_cuda *c, int nb)
+{
+    cudaStream_t st = c->stream;
     for (int l = 0; l < c->nl; l++) {
         int k = c->dims[l], m = c->dims[l + 1];
         s_gemm<T>(c, CUBLAS_OP_T, CUBLAS_OP_N, m, nb, k, c->wlp[l], k, c->act[l], k,
@@ -323,7 +290,7 @@ static void s_forward_loss(s_cuda *c, const float *x, const uint8_t *y, int nb,
     int K = c->dims[c->nl];
     k_softmax_ce<T><<<(nb + 127) / 128, 128, 0, st>>>(
         (const T *)c->act[c->nl], c->y, (T *)c->dact[c->nl], nb, K, (float)c->smoothing,
-        dscale, c->scratch);
+        c->args, c->scratch);
 }
 
 /* The backward pass from c->dact[nl] into c->gw/c->gb, last layer first.
@@ -343,8 +310,9 @@ static int s_backward(s_cuda *c, int nb, int (*layer_done)(void *ctx, int l), vo
         /* dW^T (k x m) = X^T (k x nb) . dY (nb x m) */
         s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_T, k, m, nb, c->act[l], k, c->dact[l + 1], m,
                   c->gw[l], k, 0.0f);
-        k_bias_grad<T><<<s_blocks(m), 256, 0, st>>>((const T *)c->dact[l + 1],
-                                                    (T *)c->gb[l], nb, m);
+        /* db (m) = dY^T (m x nb) . ones (nb): fp32 sums rounded once to T */
+        s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_N, m, 1, nb, c->dact[l + 1], m, c->ones, nb,
+                  c->gb[l], m, 0.0f);
         if (layer_done && layer_done(ctx, l) != 0)
             rc = -1;
         if (l > 0) /* dX^T (k x nb) = W^T (k x m) . dY^T (m x nb) */
@@ -354,63 +322,153 @@ static int s_backward(s_cuda *c, int nb, int (*layer_done)(void *ctx, int l), vo
     return rc;
 }
 
-/* Waits for the step's norm kernels on st and reads their sums back: the
-   squared gradient norm (weights and biases) into *grad_sqnorm, the
-   overflow flag into *overflow; returns the loss sum (scratch[0]). */
-static float s_read_norms(s_cuda *c, cudaStream_t st, double *grad_sqnorm, int *overflow)
-{
-    float host[SCR_N];
-    CUDA_CHECK(
-        cudaMemcpyAsync(host, c->scratch, sizeof host, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(
-        cudaMemcpyAsync(overflow, c->flag, sizeof *overflow, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    double gsq = host[SCR_BIAS + 1];
-    for (int l = 0; l < c->nl; l++)
-        gsq += host[2 + 2 * l];
-    *grad_sqnorm = gsq;
-    return host[0];
-}
-
-template <typename T>
-static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int nb, double lr,
-                       double loss_scale, int *overflow, double *grad_sqnorm)
+/* Norms (LARS and |G|^2), the overflow flag, and the update, which the
+   kernels skip on the device when the flag is up; then the sums and the
+   flag go to pinned host memory. Gradients: the step's own in T carrying
+   the loss scale (g == NULL), or the ranks' fp32 sums in true units. */
+template <typename T> static void s_finish(s_cuda *c, int dist)
 {
     cudaStream_t st = c->stream;
-    s_reserve(c, nb);
-    CUDA_CHECK(cudaMemsetAsync(c->scratch, 0, SCR_N * sizeof(float), st));
-    CUDA_CHECK(cudaMemsetAsync(c->flag, 0, sizeof(int), st));
-    /* dlogits: gradient of loss_scale * mean loss */
-    s_forward_loss<T>(c, x, y, nb, (float)(loss_scale / nb));
-    s_backward<T>(c, nb, NULL, NULL);
-    /* norms (for LARS and |G|^2) and the overflow flag */
-    float inv = (float)(1.0 / loss_scale);
-    for (int l = 0; l < c->nl; l++) {
-        long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
-        k_norms<T><<<s_blocks(nw), 256, 0, st>>>(c->w[l], (const T *)c->gw[l], nw, inv,
-                                                 c->scratch + 1 + 2 * l, c->flag);
-        k_norms<T><<<s_blocks(nbias), 256, 0, st>>>(c->b[l], (const T *)c->gb[l], nbias,
-                                                    inv, c->scratch + SCR_BIAS, c->flag);
-    }
-    int flag = 0;
-    float loss_sum = s_read_norms(c, st, grad_sqnorm, &flag);
-    *overflow = flag;
-    if (!flag) {
-        float mu = (float)c->momentum, wd = (float)c->wd;
-        int lars = c->opt == TRN_LARS;
+    float mu = (float)c->momentum, wd = (float)c->wd;
+    int lars = c->opt == TRN_LARS, uns = !dist;
+    for (int pass = 0; pass < 2; pass++)
         for (int l = 0; l < c->nl; l++) {
             long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
-            k_update<T, T><<<s_blocks(nw), 256, 0, st>>>(
-                c->w[l], (T *)c->wlp[l], (const T *)c->gw[l], c->mw[l], nw, inv,
-                (float)lr, mu, wd, c->nesterov, lars ? 1 : 0, (float)c->trust,
-                c->scratch + 1 + 2 * l);
-            k_update<T, T><<<s_blocks(nbias), 256, 0, st>>>(
-                c->b[l], (T *)c->blp[l], (const T *)c->gb[l], c->mb[l], nbias, inv,
-                (float)lr, mu, 0.0f, c->nesterov, lars ? 2 : 0, (float)c->trust, NULL);
+            float *nrm = c->scratch + 1 + 2 * l;
+            if (pass == 0 && dist) {
+                k_norms<float><<<s_blocks(nw), 256, 0, st>>>(
+                    c->w[l], trn_devdist_grad(c->dd, 2 * l), nw, c->args, 0, nrm,
+                    c->flag);
+                k_norms<float><<<s_blocks(nbias), 256, 0, st>>>(
+                    c->b[l], trn_devdist_grad(c->dd, 2 * l + 1), nbias, c->args, 0,
+                    c->scratch + SCR_BIAS, c->flag);
+            } else if (pass == 0) {
+                k_norms<T><<<s_blocks(nw), 256, 0, st>>>(c->w[l], (const T *)c->gw[l], nw,
+                                                         c->args, 1, nrm, c->flag);
+                k_norms<T><<<s_blocks(nbias), 256, 0, st>>>(
+                    c->b[l], (const T *)c->gb[l], nbias, c->args, 1,
+                    c->scratch + SCR_BIAS, c->flag);
+            } else if (dist) {
+                k_update<T, float><<<s_blocks(nw), 256, 0, st>>>(
+                    c->w[l], (T *)c->wlp[l], trn_devdist_grad(c->dd, 2 * l), c->mw[l], nw,
+                    c->args, 0, mu, wd, c->nesterov, lars ? 1 : 0, (float)c->trust, nrm,
+                    c->flag);
+                k_update<T, float><<<s_blocks(nbias), 256, 0, st>>>(
+                    c->b[l], (T *)c->blp[l], trn_devdist_grad(c->dd, 2 * l + 1), c->mb[l],
+                    nbias, c->args, 0, mu, 0.0f, c->nesterov, lars ? 2 : 0,
+                    (float)c->trust, NULL, c->flag);
+            } else {
+                k_update<T, T><<<s_blocks(nw), 256, 0, st>>>(
+                    c->w[l], (T *)c->wlp[l], (const T *)c->gw[l], c->mw[l], nw, c->args,
+                    uns, mu, wd, c->nesterov, lars ? 1 : 0, (float)c->trust, nrm,
+                    c->flag);
+                k_update<T, T><<<s_blocks(nbias), 256, 0, st>>>(
+                    c->b[l], (T *)c->blp[l], (const T *)c->gb[l], c->mb[l], nbias,
+                    c->args, uns, mu, 0.0f, c->nesterov, lars ? 2 : 0, (float)c->trust,
+                    NULL, c->flag);
+            }
         }
-        CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemcpyAsync(c->res_h, c->scratch, SCR_N * sizeof(float),
+                               cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(
+        cudaMemcpyAsync(c->flag_h, c->flag, sizeof(int), cudaMemcpyDeviceToHost, st));
+}
+
+/* The step's one wait: the stream has finished, the sums and the flag are
+   in pinned memory. |G|^2 into *grad_sqnorm, the flag into *overflow;
+   returns the loss sum. */
+static double s_results(s_cuda *c, double *grad_sqnorm, int *overflow)
+{
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    const float *h = c->res_h;
+    double gsq = h[SCR_BIAS + 1];
+    for (int l = 0; l < c->nl; l++)
+        gsq += h[2 + 2 * l];
+    *grad_sqnorm = gsq;
+    *overflow = *c->flag_h;
+    return h[0];
+}
+
+/* The whole one-rank step on device data, for capture or eager launch. */
+template <typename T> static void s_enqueue_dev(s_cuda *c, int nb)
+{
+    s_head(c);
+    s_input_dev<T>(c, nb);
+    s_forward_loss<T>(c, nb);
+    s_backward<T>(c, nb, NULL, NULL);
+    s_finish<T>(c, 0);
+}
+
+/* The step of batch size nb as a CUDA graph: 1 when launched (captured
+   now if needed), 0 when this step must run eagerly: the first step at a
+   batch size warms up (cuBLAS's first calls), and a capture that fails
+   turns graphs off for the attach, with a line on stderr. */
+template <typename T> static int s_graph_launch(s_cuda *c, int nb)
+{
+    s_graph *g = NULL, *lru = &c->graph[0];
+    for (int i = 0; i < NGRAPH; i++) {
+        if (c->graph[i].nb == nb)
+            g = &c->graph[i];
+        if (c->graph[i].used < lru->used)
+            lru = &c->graph[i];
     }
-    return loss_sum / nb;
+    if (!g) {
+        if (c->warm_nb != nb)
+            return 0;
+        cudaGraph_t graph;
+        cudaStream_t st = c->stream;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        s_enqueue_dev<T>(c, nb);
+        cudaError_t e = cudaStreamEndCapture(st, &graph);
+        cudaGraphExec_t exec;
+        if (e == cudaSuccess) {
+            e = cudaGraphInstantiate(&exec, graph, 0);
+            cudaGraphDestroy(graph);
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            fprintf(stderr,
+                    "jizhi-train: cuda: capturing the step as a CUDA graph failed (%s); "
+                    "steps run without graphs\n",
+                    cudaGetErrorString(e));
+            c->use_graphs = 0;
+            return 0;
+        }
+        g = lru;
+        if (g->nb)
+            cudaGraphExecDestroy(g->exec);
+        g->nb = nb;
+        g->exec = exec;
+        if (!c->quiet)
+            fprintf(stderr,
+                    "jizhi-train: cuda: step captured as a CUDA graph (batch %d)\n", nb);
+    }
+    g->used = ++c->nsteps;
+    CUDA_CHECK(cudaGraphLaunch(g->exec, c->stream));
+    return 1;
+}
+
+/* One rank's step: the batch from host memory (x, y) or, with x NULL, the
+   device-resident examples perm[at .. at + nb). Returns the loss sum. */
+template <typename T>
+static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int at, int nb,
+                       double lr, double loss_scale, int *overflow, double *grad_sqnorm)
+{
+    s_reserve(c, nb);
+    /* dlogits: gradient of loss_scale * mean loss */
+    s_set_args(c, lr, 1.0 / loss_scale, loss_scale / nb, at);
+    if (x) {
+        s_head(c);
+        s_input_host<T>(c, x, y, nb);
+        s_forward_loss<T>(c, nb);
+        s_backward<T>(c, nb, NULL, NULL);
+        s_finish<T>(c, 0);
+    } else if (!c->use_graphs || !s_graph_launch<T>(c, nb)) {
+        s_enqueue_dev<T>(c, nb);
+        c->warm_nb = nb;
+    }
+    return s_results(c, grad_sqnorm, overflow);
 }
 
 /* s_backward's hook on a data-parallel rank: layer l's buckets are ready. */
@@ -420,17 +478,20 @@ static int s_stage_layer(void *ctx, int l)
     return trn_devdist_stage(c->dd, c->nl - 1 - l) < 0 ? -1 : 0;
 }
 
-/* One rank's step of a data-parallel run (see trn_backend.step_dist). */
+/* One rank's step of a data-parallel run (see trn_backend.step_dist): the
+   shard from host memory (x, y) or, with x NULL, the device-resident
+   examples perm[at .. at + nb). No graphs here (NCCL, events, a second
+   stream). Returns the shard's loss sum or -1. */
 template <typename T>
-static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
+static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int at, int nb,
                             int global, double lr, double loss_scale, int *overflow,
                             double *grad_sqnorm)
 {
     cudaStream_t st = c->stream;
     if (nb > 0)
         s_reserve(c, nb);
-    CUDA_CHECK(cudaMemsetAsync(c->scratch, 0, SCR_N * sizeof(float), st));
-    CUDA_CHECK(cudaMemsetAsync(c->flag, 0, sizeof(int), st));
+    s_set_args(c, lr, 1.0 / loss_scale, loss_scale / global, at);
+    s_head(c);
     void *g[2 * MAXL];
     for (int l = 0; l < c->nl; l++) {
         g[2 * l] = c->gw[l];
@@ -441,7 +502,11 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
         /* the shard's share of the global mean: loss_scale / global; each
            layer's buckets go as soon as its gradients are final, while the
            next layer's backward runs */
-        s_forward_loss<T>(c, x, y, nb, (float)(loss_scale / global));
+        if (x)
+            s_input_host<T>(c, x, y, nb);
+        else
+            s_input_dev<T>(c, nb);
+        s_forward_loss<T>(c, nb);
         if (s_backward<T>(c, nb, s_stage_layer, c) != 0)
             rc = -1;
     } else { /* no examples this step: zeros, through the same collectives */
@@ -455,38 +520,12 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int nb,
     }
     if (trn_devdist_finish(c->dd) < 0) /* the compute stream now waits for the sums */
         rc = -1;
-    /* norms and the overflow flag on the sums (true units: scale 1) */
-    for (int l = 0; l < c->nl; l++) {
-        long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
-        k_norms<float>
-            <<<s_blocks(nw), 256, 0, st>>>(c->w[l], trn_devdist_grad(c->dd, 2 * l), nw,
-                                           1.0f, c->scratch + 1 + 2 * l, c->flag);
-        k_norms<float><<<s_blocks(nbias), 256, 0, st>>>(
-            c->b[l], trn_devdist_grad(c->dd, 2 * l + 1), nbias, 1.0f,
-            c->scratch + SCR_BIAS, c->flag);
-    }
-    int flag = 0;
-    float loss_sum = s_read_norms(c, st, grad_sqnorm, &flag);
-    *overflow = flag;
-    if (rc < 0)
-        return -1;
-    if (!flag) {
-        float mu = (float)c->momentum, wd = (float)c->wd;
-        int lars = c->opt == TRN_LARS;
-        for (int l = 0; l < c->nl; l++) {
-            long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
-            k_update<T, float><<<s_blocks(nw), 256, 0, st>>>(
-                c->w[l], (T *)c->wlp[l], trn_devdist_grad(c->dd, 2 * l), c->mw[l], nw,
-                1.0f, (float)lr, mu, wd, c->nesterov, lars ? 1 : 0, (float)c->trust,
-                c->scratch + 1 + 2 * l);
-            k_update<T, float><<<s_blocks(nbias), 256, 0, st>>>(
-                c->b[l], (T *)c->blp[l], trn_devdist_grad(c->dd, 2 * l + 1), c->mb[l],
-                nbias, 1.0f, (float)lr, mu, 0.0f, c->nesterov, lars ? 2 : 0,
-                (float)c->trust, NULL);
-        }
-        CUDA_CHECK(cudaGetLastError());
-    }
-    return loss_sum;
+    if (rc < 0) /* a failed exchange: raise the flag, so that nothing is updated */
+        CUDA_CHECK(cudaMemsetAsync(c->flag, 1, sizeof(int), st));
+    /* norms, the overflow flag and the update on the sums (true units) */
+    s_finish<T>(c, 1);
+    double loss_sum = s_results(c, grad_sqnorm, overflow);
+    return rc < 0 ? -1 : loss_sum;
 }
 
 /* ---- trn_backend interface ------------------------------------------------------ */
@@ -545,10 +584,17 @@ static void s_detach(void *self)
     s_free_bufs(c);
     cudaFree(c->scratch);
     cudaFree(c->flag);
+    cudaFree(c->args);
+    cudaFreeHost(c->args_h);
+    cudaFreeHost(c->res_h);
+    cudaFreeHost(c->flag_h);
     cublasDestroy(c->blas);
+    cudaFree(c->blas_ws);
     cudaStreamDestroy(c->stream);
+    s_data data = c->data; /* the training set stays on the device */
     memset(c, 0, sizeof *c);
     c->rk = keep;
+    c->data = data;
 }
 
 static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
@@ -585,9 +631,15 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     c->smoothing = cfg->label_smoothing;
     c->prec = trn_precision_from_name(cfg->precision);
     c->esize = c->prec == TRN_FP32 ? 4 : 2;
+    c->quiet = cfg->quiet;
+    c->use_graphs = strcmp(cfg->cuda_graphs, "off") != 0;
     CUDA_CHECK(cudaStreamCreate(&c->stream));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));
+    /* a workspace of our own: cuBLAS then chooses the same kernels inside a
+       graph capture as outside it (graphs on == off, bit for bit) */
+    CUDA_CHECK(cudaMalloc(&c->blas_ws, S_BLAS_WS));
+    CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->blas_ws, S_BLAS_WS));
     CUBLAS_CHECK(cublasSetMathMode(c->blas, c->prec == TRN_FP32 ? CUBLAS_PEDANTIC_MATH
                                                                 : CUBLAS_DEFAULT_MATH));
     for (int l = 0; l < c->nl; l++) {
@@ -616,6 +668,10 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     }
     CUDA_CHECK(cudaMalloc(&c->scratch, SCR_N * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&c->flag, sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&c->args, sizeof(s_args)));
+    CUDA_CHECK(cudaMallocHost(&c->args_h, sizeof(s_args)));
+    CUDA_CHECK(cudaMallocHost(&c->res_h, SCR_N * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&c->flag_h, sizeof(int)));
     if (c->prec == TRN_BF16)
         s_upload_lp<__nv_bfloat16>(c);
     else if (c->prec == TRN_FP16)
@@ -640,36 +696,136 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     return 0;
 }
 
-static double s_step(void *self, const float *x, const uint8_t *y, int nb, double lr,
-                     double loss_scale, int *overflow, double *grad_sqnorm)
+/* One rank's step in the attached precision: the loss sum. */
+static double s_step_any(s_cuda *c, const float *x, const uint8_t *y, int at, int nb,
+                         double lr, double loss_scale, int *overflow, double *grad_sqnorm)
 {
-    s_cuda *c = (s_cuda *)self;
     if (c->prec == TRN_BF16)
-        return s_step_t<__nv_bfloat16>(c, x, y, nb, lr, loss_scale, overflow,
+        return s_step_t<__nv_bfloat16>(c, x, y, at, nb, lr, loss_scale, overflow,
                                        grad_sqnorm);
     if (c->prec == TRN_FP16)
-        return s_step_t<__half>(c, x, y, nb, lr, loss_scale, overflow, grad_sqnorm);
-    return s_step_t<float>(c, x, y, nb, lr, loss_scale, overflow, grad_sqnorm);
+        return s_step_t<__half>(c, x, y, at, nb, lr, loss_scale, overflow, grad_sqnorm);
+    return s_step_t<float>(c, x, y, at, nb, lr, loss_scale, overflow, grad_sqnorm);
 }
 
-static double s_step_dist(void *self, const float *x, const uint8_t *y, int nb,
-                          int global, double lr, double loss_scale, int *overflow,
-                          double *grad_sqnorm)
+/* A data-parallel rank's step in the attached precision: the shard's loss
+   sum, or -1. */
+static double s_step_dist_any(s_cuda *c, const float *x, const uint8_t *y, int at, int nb,
+                              int global, double lr, double loss_scale, int *overflow,
+                              double *grad_sqnorm)
 {
-    s_cuda *c = (s_cuda *)self;
     if (!c->dd) {
         fprintf(stderr,
                 "jizhi-train: cuda backend: a data-parallel step without set_comm\n");
         return -1;
     }
     if (c->prec == TRN_BF16)
-        return s_step_dist_t<__nv_bfloat16>(c, x, y, nb, global, lr, loss_scale, overflow,
-                                            grad_sqnorm);
+        return s_step_dist_t<__nv_bfloat16>(c, x, y, at, nb, global, lr, loss_scale,
+                                            overflow, grad_sqnorm);
     if (c->prec == TRN_FP16)
-        return s_step_dist_t<__half>(c, x, y, nb, global, lr, loss_scale, overflow,
+        return s_step_dist_t<__half>(c, x, y, at, nb, global, lr, loss_scale, overflow,
                                      grad_sqnorm);
-    return s_step_dist_t<float>(c, x, y, nb, global, lr, loss_scale, overflow,
+    return s_step_dist_t<float>(c, x, y, at, nb, global, lr, loss_scale, overflow,
                                 grad_sqnorm);
+}
+
+static double s_step(void *self, const float *x, const uint8_t *y, int nb, double lr,
+                     double loss_scale, int *overflow, double *grad_sqnorm)
+{
+    return s_step_any((s_cuda *)self, x, y, 0, nb, lr, loss_scale, overflow,
+                      grad_sqnorm) /
+           nb;
+}
+
+static double s_step_dist(void *self, const float *x, const uint8_t *y, int nb,
+                          int global, double lr, double loss_scale, int *overflow,
+                          double *grad_sqnorm)
+{
+    return s_step_dist_any((s_cuda *)self, x, y, 0, nb, global, lr, loss_scale, overflow,
+                           grad_sqnorm);
+}
+
+static void s_data_free(s_data *d)
+{
+    cudaFree(d->x);
+    cudaFree(d->y);
+    cudaFree(d->perm);
+    memset(d, 0, sizeof *d);
+}
+
+/* trn_backend.set_data: the training set into device memory, once. It must
+   fit in half of what the device has free (the rest is the model's and
+   the batch's); else the reason, and nothing kept. */
+static int s_set_data(void *self, const trn_dataset *d, char *err)
+{
+    s_cuda *c = (s_cuda *)self;
+    s_graphs_drop(c); /* they point at the old copy */
+    s_data_free(&c->data);
+    size_t xb = (size_t)d->n * d->dim * sizeof(float);
+    size_t need = xb + (size_t)d->n * (1 + sizeof(int)), fr = 0, total = 0;
+    cudaError_t e = cudaMemGetInfo(&fr, &total);
+    if (e != cudaSuccess) {
+        snprintf(err, TRN_ERRLEN, "cannot query the GPU's memory (%s)",
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    if (need > fr / 2) {
+        snprintf(err, TRN_ERRLEN,
+                 "the training set (%.0f MB) does not fit in half of the GPU's free "
+                 "memory (%.0f MB free)",
+                 need / 1e6, fr / 1e6);
+        return -1;
+    }
+    s_data *g = &c->data;
+    if ((e = cudaMalloc(&g->x, xb)) != cudaSuccess ||
+        (e = cudaMalloc(&g->y, (size_t)d->n)) != cudaSuccess ||
+        (e = cudaMalloc(&g->perm, (size_t)d->n * sizeof(int))) != cudaSuccess ||
+        (e = cudaMemcpy(g->x, d->x, xb, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(g->y, d->y, (size_t)d->n, cudaMemcpyHostToDevice)) !=
+            cudaSuccess) {
+        cudaGetLastError();
+        s_data_free(g);
+        snprintf(err, TRN_ERRLEN, "copying the training set to the GPU failed (%s)",
+                 cudaGetErrorString(e));
+        return -1;
+    }
+    g->n = d->n;
+    g->dim = d->dim;
+    return 0;
+}
+
+/* trn_backend.set_order: the epoch's order, copied once per epoch. */
+static int s_set_order(void *self, const int *perm, int n, char *err)
+{
+    s_cuda *c = (s_cuda *)self;
+    if (!c->data.n || n != c->data.n) {
+        snprintf(err, TRN_ERRLEN, "an order of %d examples for a device data set of %d",
+                 n, c->data.n);
+        return -1;
+    }
+    /* the previous step has finished (each ends with a wait): nothing
+       reads the old order any more */
+    CUDA_CHECK(
+        cudaMemcpy(c->data.perm, perm, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+/* trn_backend.step_at: the batch gathered on the device. */
+static double s_step_at(void *self, int at, int nb, int global, double lr,
+                        double loss_scale, int *overflow, double *grad_sqnorm)
+{
+    s_cuda *c = (s_cuda *)self;
+    if (!c->data.n || c->data.dim != c->dims[0] || at < 0 || at + nb > c->data.n) {
+        fprintf(stderr,
+                "jizhi-train: cuda backend: examples %d..%d of a device data set of %d "
+                "(rows of %d, the model takes %d)\n",
+                at, at + nb, c->data.n, c->data.dim, c->dims[0]);
+        return -1;
+    }
+    if (c->dd)
+        return s_step_dist_any(c, NULL, NULL, at, nb, global, lr, loss_scale, overflow,
+                               grad_sqnorm);
+    return s_step_any(c, NULL, NULL, at, nb, lr, loss_scale, overflow, grad_sqnorm);
 }
 
 static int s_set_comm(void *self, trn_comm *comm, const struct trn_dist_opts *o,
@@ -763,6 +919,9 @@ extern "C" trn_backend *trn_cuda_backend_new(char *err)
     b->sync_to_host = s_sync_to_host;
     b->set_comm = s_set_comm;
     b->step_dist = s_step_dist;
+    b->set_data = s_set_data;
+    b->set_order = s_set_order;
+    b->step_at = s_step_at;
     b->detach = s_detach;
     b->self = c;
     return b;
@@ -773,6 +932,7 @@ extern "C" void trn_cuda_backend_destroy(trn_backend *b)
     if (!b)
         return;
     s_detach(b->self);
+    s_data_free(&((s_cuda *)b->self)->data);
     free(b->self);
     free(b);
 }

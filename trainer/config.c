@@ -511,6 +511,24 @@ static const s_opt s_opts[] = {
      .help = "--backend cuda, several ranks: where gradient buckets are summed: device "
              "(NCCL in GPU memory, overlapped with backward), host (copied to host, the "
              "comm layer's algorithms), auto (device with --comm nccl)"},
+    {.flag = "gpu-data",
+     .type = OPT_STR,
+     .off = O(gpu_data),
+     .size = SZ(gpu_data),
+     .choices = "auto|device|host",
+     .dflt = "auto",
+     .help = "--backend cuda: where batches come from: device (the training set copied "
+             "to GPU memory once, each batch gathered there in the epoch's order), host "
+             "(gathered in host memory and copied every step), auto (device, host when "
+             "the copy does not fit)"},
+    {.flag = "cuda-graphs",
+     .type = OPT_STR,
+     .off = O(cuda_graphs),
+     .size = SZ(cuda_graphs),
+     .choices = "on|off",
+     .dflt = "on",
+     .help = "--backend cuda, one rank, device data: replay the steady-state step as "
+             "a CUDA graph (captured per batch size after a warm-up step)"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
 

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "trainer/gather.h"
 #include "trainer/train_impl.h"
 #include "common/util.h"
 
@@ -90,6 +91,7 @@ trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
     t->val = val;
     t->test = test;
     t->perm_epoch = -1;
+    t->dev_order_epoch = -1;
     t->last_eval_step = -1;
     t->nranks = 1;
     t->net = trn_net_new(cfg, train->c, train->h, train->w, train->classes, err);
@@ -314,6 +316,20 @@ static double s_sqnorm_true(trn_trainer *t)
     return trn_net_grad_sqnorm(t->net);
 }
 
+/* The epoch's order in t->perm: a permutation drawn from (seed, epoch). A
+   new draw makes the device backend's copy stale (dev_order_epoch). */
+static void s_order(trn_trainer *t)
+{
+    if (t->perm_epoch != t->epoch) {
+        trn_rng r;
+        trn_rng_seed(&r, (uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ULL +
+                             (uint64_t)t->epoch + 1);
+        trn_rng_perm(&r, t->perm, t->train->n);
+        t->perm_epoch = t->epoch;
+        t->dev_order_epoch = -1;
+    }
+}
+
 /* Gathers examples pos+off .. pos+off+nb of the epoch's order into dst (or
    t->xb when dst is NULL). */
 static int s_gather_at(trn_trainer *t, int off, int nb, float *dst)
@@ -330,20 +346,9 @@ static int s_gather_at(trn_trainer *t, int off, int nb, float *dst)
         t->yb = y;
         t->xb_cap = nb;
     }
-    if (t->perm_epoch != t->epoch) {
-        trn_rng r;
-        trn_rng_seed(&r, (uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ULL +
-                             (uint64_t)t->epoch + 1);
-        trn_rng_perm(&r, t->perm, d->n);
-        t->perm_epoch = t->epoch;
-    }
-    float *x = dst ? dst : t->xb;
-    for (int i = 0; i < nb; i++) {
-        int k = t->perm[t->pos + off + i];
-        memcpy(x + (size_t)i * d->dim, d->x + (size_t)k * d->dim,
-               (size_t)d->dim * sizeof(float));
-        t->yb[i] = d->y[k];
-    }
+    s_order(t);
+    trn_gather_rows(d->x, d->y, d->dim, t->perm, (int)t->pos + off, nb, dst ? dst : t->xb,
+                    t->yb);
     return 0;
 }
 
@@ -501,6 +506,69 @@ static int s_step_backend_dist(trn_trainer *t, int nb, double lr)
     double red = t->backend->step_dist(t->backend->self, t->xb, t->yb, cnt, nb, lr,
                                        t->scaler.scale, &overflow, &gsq);
     if (red < 0 || trn_comm_sum_d(t->comm, &red, 1) < 0)
+        return -1;
+    return s_backend_done(t, nb, red / nb, overflow, gsq);
+}
+
+/* Device-resident data (--gpu-data, trn_backend.set_data): decided at the
+   first step of a device backend. 1: the backend holds the training set
+   and gathers its batches; 0: batches from host memory; -1: --gpu-data
+   device and the copy failed (said on stderr). */
+static int s_devdata(trn_trainer *t)
+{
+    const trn_backend *b = t->backend;
+    if (t->devdata == 0) {
+        t->devdata = 2;
+        if (strcmp(t->cfg.gpu_data, "host") && b->set_data && b->set_order &&
+            b->step_at) {
+            char err[TRN_ERRLEN];
+            if (b->set_data(b->self, t->train, err) == 0) {
+                t->devdata = 1;
+                if (t->rank == 0 && !t->cfg.quiet)
+                    fprintf(stderr,
+                            "jizhi-train: --gpu-data %s: training set in device memory "
+                            "(%d examples), each batch gathered there\n",
+                            t->cfg.gpu_data, t->train->n);
+            } else if (!strcmp(t->cfg.gpu_data, "device")) {
+                fprintf(stderr, "jizhi-train: --gpu-data device: %s\n", err);
+                t->devdata = 0;
+                return -1;
+            } else if (t->rank == 0 && !t->cfg.quiet) {
+                fprintf(stderr,
+                        "jizhi-train: --gpu-data auto: %s; batches come from host "
+                        "memory\n",
+                        err);
+            }
+        }
+    }
+    return t->devdata == 1;
+}
+
+/* One step of a device backend that holds the data (s_devdata): the
+   epoch's order goes to the device once per epoch, and the backend
+   gathers this rank's share perm[pos + off .. + cnt) itself. */
+static int s_step_backend_at(trn_trainer *t, int nb, double lr)
+{
+    const trn_backend *b = t->backend;
+    char err[TRN_ERRLEN];
+    int off = 0, cnt = nb;
+    if (t->backend_dist)
+        trn__shard(t, nb, &off, &cnt);
+    if (s_backend_ready(t) < 0)
+        return -1;
+    s_order(t);
+    if (t->dev_order_epoch != t->perm_epoch) {
+        if (b->set_order(b->self, t->perm, t->train->n, err) < 0) {
+            fprintf(stderr, "jizhi-train: %s backend: %s\n", b->name, err);
+            return -1;
+        }
+        t->dev_order_epoch = t->perm_epoch;
+    }
+    int overflow = 0;
+    double gsq = 0;
+    double red = b->step_at(b->self, (int)t->pos + off, cnt, nb, lr, t->scaler.scale,
+                            &overflow, &gsq);
+    if (red < 0 || (t->backend_dist && trn_comm_sum_d(t->comm, &red, 1) < 0))
         return -1;
     return s_backend_done(t, nb, red / nb, overflow, gsq);
 }
@@ -786,6 +854,13 @@ int trn_trainer_step(trn_trainer *t)
     s_set_epoch_precision(t);
     int nb = trn__next_batch_size(t);
     double lr = trn_trainer_lr(t);
+    if (t->backend) {
+        int dd = s_devdata(t);
+        if (dd < 0)
+            return -1;
+        if (dd)
+            return s_step_backend_at(t, nb, lr);
+    }
     if (t->backend_dist)
         return s_step_backend_dist(t, nb, lr);
     if (t->dist)

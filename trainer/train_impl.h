@@ -33,6 +33,9 @@ struct trn_trainer {
     const trn_backend *backend; /* NULL: CPU */
     int backend_attached;
     trn_precision backend_prec; /* precision the backend was attached with */
+    int devdata;                /* batches on the device (set_data): 0 undecided,
+                                   1 yes, 2 no (host batches) */
+    int dev_order_epoch;        /* the epoch whose order the backend holds, -1 none */
     /* metrics */
     double loss_acc; /* sum of batch losses since last report */
     long loss_n;

@@ -66,7 +66,8 @@ cuda:
 	@echo "make cuda: nvcc not found (install the CUDA toolkit or set NVCC=...)"; exit 1
 endif
 
-$(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/trn.h trainer/dist_dev.h trainer/dist.h \
+$(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/cuda_mlp_kernels.cuh trainer/gather.h \
+                 trainer/trn.h trainer/dist_dev.h trainer/dist.h \
                  trainer/comm.h trainer/bf16.h trainer/dev_elem.cuh trainer/cuda_check.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -c $< -o $@

@@ -110,6 +110,8 @@ typedef struct trn_config {
     double topk_warmup;      /* epochs of density warm-up, 25% -> topk exponentially */
     double topk_clip;        /* local gradient clipping threshold (0 = off) */
     char grad_path[8]; /* auto | device | host: --backend cuda's gradient exchange */
+    char gpu_data[8];  /* auto | device | host: where --backend cuda takes its batches */
+    char cuda_graphs[4]; /* on | off: --backend cuda replays the step as a CUDA graph */
 } trn_config;
 
 /* Fills `c` with the defaults. */
@@ -591,6 +593,25 @@ struct trn_backend {
        -1 when the exchange failed. */
     double (*step_dist)(void *self, const float *x, const uint8_t *y, int nb, int global,
                         double lr, double loss_scale, int *overflow, double *grad_sqnorm);
+    /* Optional (NULL: every batch comes from host memory through step or
+       step_dist). Device-resident data: copies the training set d
+       (borrowed; it must outlive the backend) into device memory once; it
+       stays there across attach/detach. Returns 0, or -1 with the reason
+       in err (TRN_ERRLEN); then nothing is kept and batches keep coming
+       from the host. */
+    int (*set_data)(void *self, const trn_dataset *d, char *err);
+    /* With set_data: the epoch's order, n indices into d (borrowed: copied
+       to the device; the trainer calls it once per epoch). 0, or -1 with
+       err. */
+    int (*set_order)(void *self, const int *perm, int n, char *err);
+    /* With set_data: one step on the examples perm[at .. at + nb) of the
+       last set_order, gathered on the device (gather.h): as step (one
+       rank, global == nb) or step_dist (after set_comm: this rank's shard
+       of a global batch of `global`), with no batch copied from the host.
+       Returns the loss sum over the nb examples (not the mean), or -1 when
+       the gradient exchange failed. */
+    double (*step_at)(void *self, int at, int nb, int global, double lr,
+                      double loss_scale, int *overflow, double *grad_sqnorm);
 };
 
 #endif

@@ -1,0 +1,45 @@
+/*  gather.h - taking a batch out of a dataset in the epoch's order, shared
+    by the host (train.c, through trn_gather_rows) and the CUDA backend's
+    device gather (backend_cuda.cu, k_gather: one thread per element, each
+    finding its source with trn_gather_src).
+
+    A batch is the examples perm[at .. at + nb) of the epoch's order perm:
+    row r of the batch is dataset row perm[at + r]. Both sides take their
+    indices from the same perm (the trainer draws it from (seed, epoch) and
+    the device gets a copy once per epoch), so a device-resident run sees
+    the examples of the host run in the same order, bit for bit.
+    tests/test_trn_gather.c checks the element-wise form against the row
+    copy. Pure functions: no allocation, no errors (indices are the
+    caller's to keep in range). */
+#ifndef TRN_GATHER_H
+#define TRN_GATHER_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define TRN_HD __host__ __device__
+#else
+#define TRN_HD
+#endif
+
+/* Element i (0 <= i < nb * dim, row-major) of the batch perm[at .. at+nb)
+   of a dataset of rows of dim values: the index of its source element. */
+TRN_HD static inline long trn_gather_src(const int *perm, int at, int dim, long i)
+{
+    return (long)perm[at + i / dim] * dim + i % dim;
+}
+
+/* Row r of that batch: the dataset row its label comes from. */
+TRN_HD static inline int trn_gather_row(const int *perm, int at, int r)
+{
+    return perm[at + r];
+}
+
+#ifndef __CUDACC__
+/* The host's gather: rows perm[at .. at+nb) of x (rows of dim floats) and
+   their labels y into xo (nb * dim) and yo (nb). Everything borrowed. */
+void trn_gather_rows(const float *x, const uint8_t *y, int dim, const int *perm, int at,
+                     int nb, float *xo, uint8_t *yo);
+#endif
+
+#endif
