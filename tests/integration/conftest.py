@@ -78,6 +78,11 @@ class Jizhi:
             time.sleep(0.1)
         raise AssertionError(f"timed out waiting for {what}")
 
+    def wait_trial_state(self, tid, state, timeout=60, what=None):
+        """Waits until trial `tid`'s row in the database is in `state`."""
+        self.wait_for(lambda: self.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == state,
+                      timeout, what or f"trial {tid} to be {state}")
+
 
 @pytest.fixture
 def jz(tmp_path):

@@ -104,8 +104,7 @@ def test_trial_set_changes_lr_at_the_next_step_and_is_acknowledged(jz):
         assert all(e["who"] == "cli" for e in ins)
         # stop ends the trial as stopped, not failed
         jz.run("trial", "stop", str(tid), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == "stopped",
-                    30, "the trial to stop")
+        jz.wait_trial_state(tid, "stopped", 30, "the trial to stop")
         # a set on an ended trial fails clearly and changes nothing
         n = jz.sql("SELECT COUNT(*) FROM events")[0][0]
         p = jz.run("trial", "set", str(tid), "lr=0.2")

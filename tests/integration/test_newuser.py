@@ -128,8 +128,7 @@ def test_exports_show_live_changes_curves_and_hide_internal_metrics(jz):
         (sampled,) = jz.sql("SELECT value FROM params WHERE trial_id=? AND generation=0 "
                             "AND name='lr'", tid)[0]
         jz.run("trial", "set", str(tid), "lr=0.03", check=0)
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0]
-                    == "completed", 60, "the trial to complete")
+        jz.wait_trial_state(tid, "completed", 60, "the trial to complete")
     finally:
         stop(ctl, disp)
     out = jz.run("study", "export", "exp", "--format", "csv", check=0).stdout

@@ -163,8 +163,7 @@ def test_pause_release_reports_refusal_and_keeps_the_trial_running(jz):
         jz.wait_for(lambda: jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0]
                     > s1, 30, "the trial to go on")
         jz.run("trial", "stop", str(tid), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] ==
-                    "stopped", 30, "the trial to stop")
+        jz.wait_trial_state(tid, "stopped", 30, "the trial to stop")
     finally:
         stop(ctl, disp)
 

@@ -161,8 +161,7 @@ def test_a_resumed_trial_shows_nothing_of_its_stopped_attempt(jz):
         jz.run("study", "submit", jz.write_spec(live_spec("sr", steps="100000")), check=0)
         tid = running_trial(jz)
         jz.run("study", "stop", "sr", check=0)
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0]
-                    == "stopped", 30, "the trial to stop")
+        jz.wait_trial_state(tid, "stopped", 30, "the trial to stop")
         (value, reason) = jz.sql("SELECT value, reason FROM trials WHERE id=?", tid)[0]
         assert value is not None and reason == "study stopped"
         jz.run("study", "resume", "sr", check=0)

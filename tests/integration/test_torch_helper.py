@@ -150,8 +150,7 @@ def test_set_reaches_every_param_group_and_rebuilds_the_loader(jz):
 
         # stop: step() returns False, the program ends, the trial is stopped
         jz.run("trial", "stop", str(tid), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == "stopped",
-                    30, "the trial to stop")
+        jz.wait_trial_state(tid, "stopped", 30, "the trial to stop")
         assert "stopped" in records(log)[-1]
         ev = json.loads(jz.run("study", "events", "tset", "--json", check=0).stdout)
         ins = [(e["detail"]["kind"], e["applied"]) for e in ev if e["kind"] == "instruction"]
@@ -304,8 +303,7 @@ def test_ddp_set_lr_reaches_both_ranks_at_the_same_step(jz):
                 steps.append(first(records(log + ".%d" % r), lambda x: x["lr"] == float(lr))["step"])
             assert steps[0] == steps[1], steps
         jz.run("trial", "stop", str(tid), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == "stopped",
-                    30, "both ranks to stop")
+        jz.wait_trial_state(tid, "stopped", 30, "both ranks to stop")
         ends = [records(log + ".%d" % r)[-1]["step"] for r in (0, 1)]
         assert ends[0] == ends[1], ends
     finally:
@@ -362,8 +360,7 @@ def test_pause_release_and_resume_continue_from_the_torch_checkpoint(jz):
         (tid,) = jz.sql("SELECT id FROM trials")[0]
         p = jz.run("trial", "pause", str(tid), "--release", check=0)
         assert p.returncode == 0 and "released" in p.stdout, p.stdout + p.stderr
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] ==
-                    "suspended", 60, "the trial to checkpoint and exit")
+        jz.wait_trial_state(tid, "suspended", 60, "the trial to checkpoint and exit")
         (ckpt, ck_step) = jz.sql("SELECT checkpoint, checkpoint_step FROM trials WHERE id=?",
                                  tid)[0]
         assert os.path.exists(ckpt) and ckpt.endswith("ckpt-%d.pt" % ck_step) and ck_step >= 30

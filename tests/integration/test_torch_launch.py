@@ -140,8 +140,7 @@ def test_set_lr_reaches_both_ranks_at_the_same_step(jz):
                      "WHERE trial_id=? GROUP BY step, name HAVING c > 1)", tid)[0][0]
         assert dup == 0
         jz.run("trial", "stop", str(tid), check=0)
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0]
-                    == "stopped", 60, "both ranks to stop")
+        jz.wait_trial_state(tid, "stopped", 60, "both ranks to stop")
         ends = [steps(log + ".%d" % r)[-1]["step"] for r in (0, 1)]
         assert ends[0] == ends[1], ends
     finally:
@@ -159,8 +158,7 @@ def test_a_rank_killed_ends_the_trial_with_its_reason(jz):
                 pids.append(int(f.read()))
         assert all(alive(p) for p in pids)
         os.kill(pids[1], signal.SIGKILL)
-        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0]
-                    == "failed", 60, "the trial to fail")
+        jz.wait_trial_state(tid, "failed", 60, "the trial to fail")
         (reason,) = jz.sql("SELECT reason FROM trials WHERE id=?", tid)[0]
         assert "killed by signal 9" in reason, reason
         assert ("rank 1 of 2 (pid %d) was killed by signal 9 (SIGKILL); its last stderr "
