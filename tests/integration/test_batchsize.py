@@ -212,10 +212,7 @@ def test_batchsize_resumes_after_a_controller_kill(jz):
     restores the scheduler (EMAs, throughput table, last change) and goes
     on: decisions stay at least `interval` steps apart across the restart,
     and the trials still end at a goodput-best size."""
-    import signal
-    import time
-
-    from test_recovery import start_controller, start_dispatcher, stop
+    from test_recovery import kill9_and_restart, start_controller, start_dispatcher, stop
 
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
@@ -225,10 +222,7 @@ def test_batchsize_resumes_after_a_controller_kill(jz):
         jz.run("study", "submit", jz.write_spec(gns_spec("bs-restart", SLEEP="0.004")), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM events WHERE who='batchsize'")[0][0] > 0,
                     60, "a first decision")
-        ctl.send_signal(signal.SIGKILL)
-        ctl.wait(timeout=10)
-        time.sleep(0.5)
-        ctl2 = start_controller(jz, ep)
+        ctl2 = kill9_and_restart(jz, ctl, ep)
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
                     "the study to finish after the restart")
     finally:

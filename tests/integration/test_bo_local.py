@@ -5,10 +5,9 @@ restores the region and finishes the study. A bad `local` is refused with
 its field's name."""
 import json
 import os
-import signal
 
 from conftest import PROGS, base_spec
-from test_recovery import start_controller, start_dispatcher, stop
+from test_recovery import kill9_and_restart, start_controller, start_dispatcher, stop
 
 
 def local_spec(name, trials, local):
@@ -33,9 +32,7 @@ def test_bo_local_phase_survives_kill9(jz):
         (state,) = jz.sql("SELECT sched_state FROM studies")[0]
         before = json.loads(state)["main"]
         assert "trust" in before
-        ctl.send_signal(signal.SIGKILL)
-        ctl.wait()
-        ctl = start_controller(jz, ep)
+        ctl = kill9_and_restart(jz, ctl, ep)
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
                     "the study to finish")
         (state,) = jz.sql("SELECT sched_state FROM studies")[0]

@@ -165,10 +165,7 @@ def test_asha_resumes_after_a_controller_kill(jz):
     """kill -9 of the controller mid-study: the restarted controller restores
     ASHA's state and finishes; every trial is judged once per rung it
     reached (none twice, none skipped), stops carry ASHA's reasons."""
-    import signal
-    import time
-
-    from test_recovery import start_controller, start_dispatcher, stop
+    from test_recovery import kill9_and_restart, start_controller, start_dispatcher, stop
 
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
@@ -183,10 +180,7 @@ def test_asha_resumes_after_a_controller_kill(jz):
                                    "('completed','pruned')")[0][0] >= 3, 90, "three trials done")
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0] > 0,
                     30, "a running trial")
-        ctl.send_signal(signal.SIGKILL)
-        ctl.wait(timeout=10)
-        time.sleep(0.5)
-        ctl2 = start_controller(jz, ep)
+        ctl2 = kill9_and_restart(jz, ctl, ep)
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
                     "the study to finish after the restart")
     finally:

@@ -11,11 +11,10 @@ state, not finished."""
 import json
 import math
 import os
-import signal
 
 from conftest import PROGS
 from test_early_stopping import check_stops, points, quantile
-from test_recovery import start_controller, start_dispatcher, stop
+from test_recovery import kill9_and_restart, start_controller, start_dispatcher, stop
 
 
 def spec_for(name, es, trials, sched=None, parallel=1):
@@ -126,9 +125,7 @@ def test_bo_with_hyperband_survives_kill9(jz):
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state IN "
                                    "('completed', 'pruned')")[0][0] >= 5, 120,
                     "five trials ended")
-        ctl.send_signal(signal.SIGKILL)
-        ctl.wait()
-        ctl = start_controller(jz, ep)
+        ctl = kill9_and_restart(jz, ctl, ep)
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 180,
                     "the study to finish")
     finally:

@@ -7,10 +7,9 @@ import csv
 import io
 import json
 import os
-import signal
 
 from conftest import PROGS, base_spec
-from test_recovery import start_controller, start_dispatcher, stop
+from test_recovery import kill9_and_restart, start_controller, start_dispatcher, stop
 from webutil import http, serve
 
 
@@ -45,9 +44,7 @@ def test_bo_two_objectives_with_a_constraint_survives_kill9_and_marks_the_front(
         jz.run("study", "submit", jz.write_spec(mo_spec("mo", 12)), check=0)
         jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='completed'")[0][0]
                     >= 5, 90, "five trials")
-        ctl.send_signal(signal.SIGKILL)
-        ctl.wait()
-        ctl = start_controller(jz, ep)
+        ctl = kill9_and_restart(jz, ctl, ep)
         jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 120,
                     "the study to finish")
         # bo kept the other objective and the constraint metric with each observation

@@ -27,6 +27,15 @@ def start_dispatcher(jz, ep, slots=2, name="m1"):
                     "--log-dir", os.path.join(jz.dir, "logs"), *insecure)
 
 
+def kill9_and_restart(jz, ctl, ep):
+    """kill -9 of controller `ctl`, then a new controller on the same
+    database and endpoint (returned, for the caller to stop)."""
+    ctl.send_signal(signal.SIGKILL)
+    ctl.wait(timeout=10)
+    time.sleep(0.5)
+    return start_controller(jz, ep)
+
+
 def stop(*procs):
     for p in procs:
         if p.poll() is None:
