@@ -189,26 +189,39 @@ static inline double stl_study(sched_t *s, long id0, int n, double (*f)(const js
     return best;
 }
 
-/* Studies of n trials of stl_mixed_cond over STL_MIXED_COND (spec from
-   spec(sched, space, mode), mode "min") under scheds[0], scheds[1] (the
-   same seed) and scheds[2] (another seed): the first two must suggest the
-   same, the third not. */
+/* The suggestions (caller owns the array) of a study of n trials of
+   stl_mixed_cond over STL_MIXED_COND under scheduler `sched` (JSON text),
+   the spec from spec(sched, space, mode) with mode "min"; NULL after
+   failing the current test when there was no spec or scheduler. */
+static inline json_t *stl_mixed_cond_study(spec_t *(*spec)(const char *, const char *,
+                                                           const char *),
+                                           const char *sched, int n)
+{
+    spec_t *sp = spec(sched, STL_MIXED_COND, "min");
+    sched_t *s = sp ? stl_new(sp) : NULL;
+    json_t *log = NULL;
+    if (s) {
+        log = json_array();
+        stl_study(s, 1, n, stl_mixed_cond, 1, log);
+    } else {
+        JZT_FAIL("no scheduler for %s", sched);
+    }
+    sched_destroy(&s);
+    spec_destroy(&sp);
+    return log;
+}
+
+/* Studies of n trials (stl_mixed_cond_study) under scheds[0], scheds[1]
+   (the same seed) and scheds[2] (another seed): the first two must suggest
+   the same, the third not. */
 static inline void stl_check_same_seed(spec_t *(*spec)(const char *, const char *,
                                                        const char *),
                                        const char *const scheds[3], int n)
 {
     json_t *logs[3];
-    for (int k = 0; k < 3; k++) {
-        logs[k] = json_array();
-        spec_t *sp = spec(scheds[k], STL_MIXED_COND, "min");
-        sched_t *s = sp ? stl_new(sp) : NULL;
-        if (s)
-            stl_study(s, 1, n, stl_mixed_cond, 1, logs[k]);
-        else
-            JZT_FAIL("no scheduler for %s", scheds[k]);
-        sched_destroy(&s);
-        spec_destroy(&sp);
-    }
+    for (int k = 0; k < 3; k++)
+        logs[k] = stl_mixed_cond_study(spec, scheds[k], n);
+    CHECK(logs[0] && logs[1] && logs[2]);
     CHECK(json_equal(logs[0], logs[1]));
     CHECK(!json_equal(logs[0], logs[2]));
     for (int k = 0; k < 3; k++)

@@ -66,7 +66,7 @@ TEST(same_seed_same_study)
     stl_check_same_seed(s_spec, scheds, 40);
 }
 
-/* Every suggestion legal (s_study checks it with spec_params_check:
+/* Every suggestion legal (stl_study checks it with spec_params_check:
    active parameters present and legal, inactive ones absent), ints whole,
    consts kept; the better branch of the condition is learned. */
 TEST(types_and_conditional_spaces)
@@ -74,18 +74,12 @@ TEST(types_and_conditional_spaces)
     const char *scheds[] = {"{\"type\":\"cmaes\",\"seed\":2}",
                             "{\"type\":\"cmaes\",\"seed\":2,\"separable\":true}"};
     for (int k = 0; k < 2; k++) {
-        spec_t *sp = s_spec(scheds[k], STL_MIXED_COND, "min");
-        REQUIRE(sp);
-        sched_t *s = stl_new(sp);
-        REQUIRE(s);
-        json_t *log = json_array();
-        stl_study(s, 1, 150, stl_mixed_cond, 1, log);
+        json_t *log = stl_mixed_cond_study(s_spec, scheds[k], 150);
+        REQUIRE(log);
         int adam = stl_check_mixed_cond(log, 100);
         if (adam < 40)
             JZT_FAIL("variant %d: adam in %d of the last 50 trials", k, adam);
         json_decref(log);
-        sched_destroy(&s);
-        spec_destroy(&sp);
     }
 }
 

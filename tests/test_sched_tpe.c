@@ -66,7 +66,7 @@ TEST(same_seed_same_study)
     stl_check_same_seed(s_spec, scheds, 30);
 }
 
-/* Every variant keeps every suggestion legal (s_study checks it with
+/* Every variant keeps every suggestion legal (stl_study checks it with
    spec_params_check: active parameters present and legal, inactive ones
    absent), ints whole, and learns the conditional branch. */
 TEST(types_and_conditional_spaces)
@@ -75,19 +75,13 @@ TEST(types_and_conditional_spaces)
                             "{\"type\":\"tpe\",\"seed\":2,\"group\":false}",
                             "{\"type\":\"tpe\",\"seed\":2,\"multivariate\":false}"};
     for (int k = 0; k < 3; k++) {
-        spec_t *sp = s_spec(scheds[k], STL_MIXED_COND, "min");
-        REQUIRE(sp);
-        sched_t *s = stl_new(sp);
-        REQUIRE(s);
-        json_t *log = json_array();
-        stl_study(s, 1, 60, stl_mixed_cond, 1, log);
+        json_t *log = stl_mixed_cond_study(s_spec, scheds[k], 60);
+        REQUIRE(log);
         int adam = stl_check_mixed_cond(log, 30);
         /* the better branch dominates the second half */
         if (adam < 20)
             JZT_FAIL("variant %d: adam in %d of the last 30 trials", k, adam);
         json_decref(log);
-        sched_destroy(&s);
-        spec_destroy(&sp);
     }
 }
 
