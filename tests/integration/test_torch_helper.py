@@ -21,8 +21,8 @@ import pytest
 
 from conftest import ROOT, base_spec
 from test_pbt import instructions
-from test_recovery import start_controller, start_dispatcher, stop
-from torchutil import EXAMPLE, PY, needs_fmnist, needs_torch
+from test_recovery import stop
+from torchutil import EXAMPLE, PY, daemons, needs_fmnist, needs_torch, records
 
 pytestmark = [needs_torch(), needs_fmnist()]
 
@@ -68,25 +68,11 @@ TRIAL = textwrap.dedent("""
 """) % {"example": EXAMPLE}
 
 
-def daemons(jz, slots=2):
-    ep = f"ipc://{jz.dir}/ctl.sock"
-    ctl = start_controller(jz, ep)
-    disp = start_dispatcher(jz, ep, slots)
-    return ctl, disp
-
-
 def write(jz, name, text):
     path = os.path.join(jz.dir, name)
     with open(path, "w") as f:
         f.write(text)
     return path
-
-
-def records(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.endswith("\n")]
 
 
 def submit_trial(jz, name, env, program=TRIAL, trials=1):

@@ -12,14 +12,13 @@ The ranks are plain torch DDP programs with gloo on CPU, run by Debian's
 example's model (examples/torch/train.py); the tests skip, saying why,
 where it has no torch or the dataset is missing.
 """
-import json
 import os
 import signal
 import textwrap
 
 from conftest import base_spec
-from test_recovery import start_controller, start_dispatcher, stop
-from torchutil import EXAMPLE, PY, needs_fmnist, needs_torch
+from test_recovery import stop
+from torchutil import EXAMPLE, PY, daemons, needs_fmnist, needs_torch, records
 
 pytestmark = [needs_torch("torch.distributed"), needs_fmnist()]
 
@@ -68,13 +67,6 @@ RANK = textwrap.dedent("""
 """) % {"example": EXAMPLE}
 
 
-def records(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.endswith("\n")]
-
-
 def steps(path):
     return [r for r in records(path) if "step" in r]
 
@@ -93,12 +85,6 @@ def submit_ddp(jz, name, log):
     jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] > 0, 60,
                 "rank 0's first report")
     return jz.sql("SELECT id FROM trials ORDER BY id")[0][0]
-
-
-def daemons(jz):
-    ep = f"ipc://{jz.dir}/ctl.sock"
-    ctl = start_controller(jz, ep)
-    return ctl, start_dispatcher(jz, ep, slots=2)
 
 
 def alive(pid):
