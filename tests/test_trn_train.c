@@ -33,6 +33,7 @@ typedef struct {
     long rep_step[MAXREP];
     int ck_done;
     char ck_path[512];
+    int flushes, nrep_at_flush; /* flush calls; reports made before the last */
 } fake_io;
 
 static int f_report(void *ud, long step, const char *m, double v)
@@ -83,6 +84,14 @@ static int f_ckdone(void *ud, long step, const char *path)
     return 0;
 }
 
+static int f_flush(void *ud)
+{
+    fake_io *f = ud;
+    f->flushes++;
+    f->nrep_at_flush = f->nrep;
+    return 0;
+}
+
 static trn_io s_io(fake_io *f)
 {
     trn_io io = {.ud = f,
@@ -90,7 +99,8 @@ static trn_io s_io(fake_io *f)
                  .poll = f_poll,
                  .ack = f_ack,
                  .checkpoint_dir = f_ckdir,
-                 .checkpoint_done = f_ckdone};
+                 .checkpoint_done = f_ckdone,
+                 .flush = f_flush};
     return io;
 }
 
@@ -352,6 +362,39 @@ TEST(test_set_is_read_at_the_end)
         unlink(dst);
     }
     rmdir(dir);
+}
+
+/* eval_at_step (JIZHI_EVAL_AT_STEP, a fork's sibling): one more
+   evaluation at that step, off the --eval-every grid, and it is flushed at
+   once (the fork's decision waits on it; the helper would send it with
+   its next batch, up to 50 ms later); the regular evaluations are not. */
+TEST(eval_at_step_is_reported_and_flushed)
+{
+    trn_config c;
+    s_cfg(&c);
+    c.epochs = 1;
+    c.max_steps = 20;
+    c.eval_every = 10;
+    c.eval_at_step = 13;
+    trn_trainer *t = s_new(&c);
+    REQUIRE(t);
+    fake_io f = {0};
+    trn_io io = s_io(&f);
+    trn_trainer_set_io(t, &io);
+    char err[TRN_ERRLEN];
+    REQUIRE(trn_trainer_run(t, err) == 0);
+    int at = -1, evals = 0;
+    for (int i = 0; i < f.nrep; i++)
+        if (!strcmp(f.rep_name[i], "val_acc")) {
+            evals++;
+            if (f.rep_step[i] == 13)
+                at = i;
+        }
+    CHECK(evals == 3); /* 10, 13, 20 */
+    CHECK(at >= 0);
+    CHECK(f.flushes == 1);
+    CHECK(at < f.nrep_at_flush && f.nrep_at_flush <= at + 2); /* right after it */
+    trn_trainer_destroy(&t);
 }
 
 TEST(fashion_mnist_short_run)
@@ -1216,6 +1259,7 @@ int main(void)
     RUN(subset_rows_are_the_full_sets_rows);
     RUN(decompressed_copies_give_the_same_data);
     RUN(test_set_is_read_at_the_end);
+    RUN(eval_at_step_is_reported_and_flushed);
     RUN(fashion_mnist_short_run);
     RUN(gradient_noise_small_is_the_mean_over_chunks);
     RUN(measuring_does_not_change_the_trajectory);

@@ -1,7 +1,8 @@
 /*  io_jizhi.c - connects the trainer (trn_io) to libjizhi: metrics go to
     jz_report, instructions come from jz_poll and are answered with jz_ack,
-    checkpoints are announced with jz_checkpoint_done, and params are read
-    with jz_param_* (text first, then number). */
+    checkpoints are announced with jz_checkpoint_done, params are read
+    with jz_param_* (text first, then number), and the evaluation a fork
+    waits on is flushed with jz_flush. */
 #include <math.h>
 #include <string.h>
 
@@ -32,6 +33,13 @@ static int s_ckdone(void *ud, long step, const char *path)
     return jz_checkpoint_done(ud, step, path);
 }
 
+/* The helper sends its queued points every 50 ms; a fork's decision waits
+   on this one. At most 2 s (a controller that does not answer). */
+static int s_flush(void *ud)
+{
+    return jz_flush(ud, 2000);
+}
+
 int trn_jz_param(void *ud, const char *name, char *buf, size_t len)
 {
     const char *s = jz_param_str(ud, name, NULL);
@@ -57,4 +65,5 @@ void trn_io_jizhi(trn_io *io, jz_trial *t)
     io->checkpoint_dir = s_ckdir;
     io->checkpoint_done = s_ckdone;
     io->param = trn_jz_param;
+    io->flush = s_flush;
 }

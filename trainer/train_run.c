@@ -179,6 +179,10 @@ int trn_trainer_run(trn_trainer *t, char *err)
             double vl, va;
             s_report_eval(t, &vl, &va);
             t->samples_eval = 0;
+            /* the evaluation asked for (a fork's judgment): sent now, not
+               with the helper's next batch */
+            if (c->eval_at_step > 0 && t->step == c->eval_at_step && t->io.flush)
+                t->io.flush(t->io.ud);
             if (epoch_end && !c->quiet)
                 fprintf(
                     stderr,

@@ -469,6 +469,9 @@ typedef struct {
     const char *(*checkpoint_dir)(void *ud);
     int (*checkpoint_done)(void *ud, long step, const char *path);
     int (*param)(void *ud, const char *name, char *buf, size_t len); /* for LOAD */
+    /* sends what was reported at once and waits until it is stored: after
+       the evaluation at eval_at_step, which a fork's decision waits on */
+    int (*flush)(void *ud);
 } trn_io;
 
 typedef struct trn_trainer trn_trainer;

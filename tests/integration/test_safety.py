@@ -17,6 +17,8 @@ import re
 import signal
 import subprocess
 
+import pytest
+
 from conftest import JIZHI, PROGS, base_spec
 from test_recovery import start_controller, start_dispatcher, stop
 
@@ -441,3 +443,95 @@ def test_fork_siblings_are_judged_at_fork_step_plus_k_not_the_next_evaluation(jz
     finally:
         jz.run("study", "stop", "judge", check=0)
         stop(disp, ctl)
+
+
+# A PyTorch program through jizhi.torch: a linear model on fixed random
+# data that evaluates only when a fork asks for it (ctl.eval_due).
+TORCH_TRIAL = """
+import time, torch, jizhi, jizhi.torch
+torch.manual_seed(0)
+torch.set_num_threads(1)
+t = jizhi.Trial()
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=t.param("lr", 0.05))
+ctl = jizhi.torch.attach(t, opt, model=model, report_every=5)
+x = torch.randn(256, 8, generator=torch.Generator().manual_seed(1))
+y = (x[:, 0] > 0).long()
+while True:
+    i = ctl.global_step % 32
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x[i * 8:i * 8 + 8]), y[i * 8:i * 8 + 8])
+    loss.backward()
+    opt.step()
+    if not ctl.step(loss=loss):
+        break
+    if ctl.eval_due:
+        with torch.no_grad():
+            ctl.report_eval(val_acc=(model(x).argmax(1) == y).float().mean().item())
+    time.sleep(0.005)
+t.close()
+"""
+
+
+def test_fork_of_a_pytorch_program_judges_its_siblings_at_fork_step_plus_k(jz):
+    # jizhi.torch reads JIZHI_EVAL_AT_STEP: ctl.eval_due is True at fork
+    # step + K, where this program evaluates (it evaluates nowhere else), so
+    # the fork decides on the siblings' val_acc at exactly that step
+    from torchutil import PY, has_torch
+    if not has_torch():
+        pytest.skip("%s has no torch (python3-torch)" % PY)
+    ep, ctl, disp = daemons(jz)
+    try:
+        prog = os.path.join(jz.dir, "torch_fork.py")
+        with open(prog, "w") as f:
+            f.write(TORCH_TRIAL)
+        spec = base_spec("tfork", [PY, prog], trials=1, parallel=3)
+        spec["objective"] = {"metric": "val_acc", "mode": "max"}
+        spec["space"] = {"lr": {"type": "choice", "values": [0.05]}}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM trials WHERE state='running'")[0][0]
+                    == 1, 60, "a running trial")
+        (parent,) = jz.sql("SELECT id FROM trials")[0]
+        wait_steps(jz, parent, 10)
+        p = jz.run("trial", "fork", str(parent), "lr=0.01", "lr=0.5", "--force", "--steps",
+                   "7", "--no-wait", timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
+        jz.wait_for(lambda: interventions(jz, parent)[0]["done"] == 1, 60, "the decision")
+        (iv,) = interventions(jz, parent)
+        data = iv["data"]
+        at = data["fork_step"] + 7
+        for s in data["siblings"]:
+            rows = jz.sql("SELECT step, value FROM metrics WHERE trial_id=? AND "
+                          "name='val_acc'", s)
+            assert [r[0] for r in rows] == [at], (s, at, rows)  # there, and only there
+            assert data["results"][str(s)] == rows[0][1], data
+        assert iv["state"] == "decided" and data["decision"]["how"] == "after the steps", iv
+        (other,) = [s for s in data["siblings"] if s != data["decision"]["best"]]
+        jz.wait_for(lambda: jz.sql("SELECT state FROM trials WHERE id=?", other)[0][0]
+                    == "stopped", 30, "the other sibling stopped")
+    finally:
+        jz.run("study", "stop", "tfork", check=0)
+        stop(disp, ctl)
+
+
+def test_pytorch_eval_due_at_the_step_and_a_bad_value_refused(tmp_path):
+    # standalone (no controller): eval_due is True once, at the step
+    # JIZHI_EVAL_AT_STEP names; a value that is not a step is refused at
+    # attach with the variable named
+    from conftest import ROOT
+    from torchutil import PY, has_torch
+    if not has_torch():
+        pytest.skip("%s has no torch (python3-torch)" % PY)
+    prog = ("import torch, jizhi, jizhi.torch\n"
+            "m = torch.nn.Linear(2, 1)\n"
+            "ctl = jizhi.torch.attach(jizhi.Trial(), torch.optim.SGD(m.parameters(), lr=0.1))\n"
+            "print([s for s in range(1, 12) if ctl.step() and ctl.eval_due])\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "trial_helper", "python"),
+               JIZHI_EVAL_AT_STEP="7", JIZHI_TORCH_QUIET="1")
+    env.pop("JIZHI_TRIAL", None)
+    p = subprocess.run([PY, "-c", prog], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "[7]", p.stdout + p.stderr
+    env["JIZHI_EVAL_AT_STEP"] = "seven"
+    p = subprocess.run([PY, "-c", prog], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode != 0 and "JIZHI_EVAL_AT_STEP: expected a step from 1, got 'seven'" \
+        in p.stderr, p.stderr

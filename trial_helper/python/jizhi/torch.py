@@ -101,6 +101,22 @@ def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_
                       sync_every=sync_every, extra_state=extra_state, resume=resume)
 
 
+def _eval_at_step():
+    """JIZHI_EVAL_AT_STEP, the step at which the controller judges a fork's
+    sibling (0: unset)."""
+    e = os.environ.get("JIZHI_EVAL_AT_STEP")
+    if not e:
+        return 0
+    try:
+        v = int(e)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise JizhiError("jizhi.torch: JIZHI_EVAL_AT_STEP: expected a step from 1, got %r"
+                         % e)
+    return v
+
+
 class _Refused(Exception):
     """An instruction that cannot be applied; the message is the reason."""
 
@@ -228,7 +244,9 @@ class _Loader:
 
 class Controller:
     """What attach() returns. Members: step(), loader(), report_eval(),
-    save(), load(), params, global_step, rank, world_size, ddp, stopped."""
+    save(), load(), params, global_step, rank, world_size, ddp, stopped,
+    eval_due (True at the step a fork judges this trial at: evaluate and
+    report_eval there), eval_at_step."""
 
     def __init__(self, trial, optimizer, model=None, scaler=None, scheduler=None, *,
                  report_every=10, lr_scaling="none", noise_scale=None, handlers=None,
@@ -296,6 +314,11 @@ class Controller:
         self._t_last = time.perf_counter()
         self._step_last = 0
         self.last_checkpoint = None
+        # JIZHI_EVAL_AT_STEP: a fork's sibling is judged on its objective at
+        # this step; eval_due is True at the step() that reaches it (once)
+        self.eval_at_step = _eval_at_step()
+        self.eval_due = False
+        self._eval_at_left = True
 
         base = self._bases()
         self._lr = base[0]
@@ -367,6 +390,8 @@ class Controller:
             self.global_step = int(step)
         else:
             self.global_step += 1
+        self.eval_due = 0 < self.eval_at_step <= self.global_step and self._eval_at_left
+        self._eval_at_left &= not self.eval_due
         if loss is not None:
             if type(loss) is float or type(loss) is int:
                 self._loss_sum += loss
@@ -391,11 +416,16 @@ class Controller:
 
     def report_eval(self, **metrics):
         """Reports evaluation metrics (val_acc=..., ...) at the current step,
-        from rank 0. True, or False when the helper's queue refused them."""
+        from rank 0. True, or False when the helper's queue refused them.
+        At the step where eval_due is True they are sent at once (a fork's
+        decision waits on them), not with the helper's next batch."""
         if self.rank != 0 or self.trial is None:
             return True
         vals = {k: float(v.item() if torch.is_tensor(v) else v) for k, v in metrics.items()}
-        return self._put(vals)
+        ok = self._put(vals)
+        if self.eval_due and self._lead:
+            self.trial.flush(2000)  # a fork's decision waits on it: not the next batch
+        return ok
 
     @property
     def lr(self):
