@@ -48,8 +48,9 @@ HAVE_DNNL := $(DNNL)
 COMMON_SRC := $(wildcard common/*.c)
 # The common code the static helper library carries: not the front ends'
 # identities and controller client (they need libsodium, which a trial
-# program linking libjizhi.a should not have to know about).
-HELPER_COMMON_SRC := $(filter-out common/ident.c common/client.c common/authkeys.c,$(COMMON_SRC))
+# program linking libjizhi.a should not have to know about; zmtp.c is the
+# client's ipc:// path).
+HELPER_COMMON_SRC := $(filter-out common/ident.c common/client.c common/zmtp.c common/authkeys.c,$(COMMON_SRC))
 STORE_SRC  := $(wildcard store/*.c)
 SCHED_SRC  := $(wildcard schedulers/*.c)
 CTL_SRC    := $(wildcard controller/*.c)

@@ -5,6 +5,9 @@ docs/bench.md); every other command is handed to jizhi-core beside it."""
 import os
 import shutil
 import subprocess
+import tempfile
+
+import pytest
 
 from conftest import BUILD, JIZHI
 
@@ -50,3 +53,39 @@ def test_front_without_the_core_says_so(jz, tmp_path):
     p = subprocess.run([str(lone / "jizhi"), "trial", "list"], cwd=jz.dir, env=jz.env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "expected STUDY" in p.stderr, p.stderr
+
+
+def test_trial_set_over_ipc_starts_no_thread(jz):
+    """Over ipc:// the front speaks ZMTP on its own thread (common/zmtp.c):
+    no libzmq context, so no I/O or reaper thread to hand the request to
+    and wait for on a busy machine. The answer is the controller's own."""
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    rt = tempfile.mkdtemp(prefix="jzrt-")  # short: ipc paths are limited to 107 bytes
+    jz.env["XDG_RUNTIME_DIR"] = rt
+    ctl = jz.popen("controller", "--db", jz.db)
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        assert open(jz.db + ".endpoint").read().startswith("ipc://")
+        trace = os.path.join(jz.dir, "clone.trace")
+        p = subprocess.run([strace, "-f", "-qq", "-e", "trace=clone,clone3", "-o", trace,
+                            JIZHI, "trial", "set", "999", "lr=0.1", "--no-wait", "--force"],
+                           cwd=jz.dir, env=jz.env, capture_output=True, text=True,
+                           timeout=60)
+        if p.returncode != 1 and "ptrace" in p.stderr:
+            pytest.skip("strace cannot trace here: " + p.stderr.strip()[:200])
+        # the controller's refusal, through the socket: exit 1, its message
+        assert p.returncode == 1, p.stderr
+        assert "999" in p.stderr and "no answer" not in p.stderr, p.stderr
+        calls = [l for l in open(trace) if "clone" in l]
+        assert calls == [], calls
+        # the same request through jizhi-core gets the same answer
+        q = subprocess.run([CORE, "trial", "set", "999", "lr=0.1", "--no-wait", "--force"],
+                           cwd=jz.dir, env=jz.env, capture_output=True, text=True,
+                           timeout=60)
+        assert (q.returncode, q.stderr) == (p.returncode, p.stderr)
+    finally:
+        ctl.terminate()
+        ctl.wait(timeout=30)
+        shutil.rmtree(rt, ignore_errors=True)
