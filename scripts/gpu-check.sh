@@ -22,7 +22,9 @@
 #      batch copied from host memory every step) bit for bit, and
 #      --cuda-graphs on must equal off bit for bit (val_loss and val_acc as
 #      printed); the runs must say that the data went to the device and
-#      that a graph was captured;
+#      that a graph was captured; and --cuda-epilogue lt (the forward's
+#      bias + ReLU in cuBLASLt's epilogue, the default) against kernel
+#      (GemmEx, then a kernel) within the CPU comparison's tolerances;
 #   3. the NCCL backend of the comm layer (--comm nccl, jizhi-train-cuda):
 #      one rank through the fusion buckets and ncclAllReduce must equal the
 #      local path (val_loss within 1e-5 relative), and so must one rank on
@@ -116,7 +118,7 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "gpus": [g for g in gpus if g], "exit_status": rc, "elapsed_s": elapsed,
            "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed,
            "not_in_this_tree": {
-               "item 3": "device-resident data (--gpu-data) and CUDA graphs (--cuda-graphs): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); cuBLASLt fused epilogues: no code yet",
+               "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
                "item 4": "CNN on CUDA through cuDNN: no code yet",
                "item 5": "checked for the MLP only (device-resident gradients on NCCL above); the CNN has no CUDA path",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda) needs items 3-4 first"}},
@@ -162,6 +164,14 @@ EQ=(--max-steps "$EQ_STEPS" --eval-every "$EQ_STEPS")
 metric() { # name < stderr
     sed -n "s/^jizhi: step [0-9]* $1=//p" | tail -1
 }
+close() { # a b rel_tol -> ok|FAIL
+    "$PYTHON" -c "import sys; a,b,t=map(float,sys.argv[1:]); \
+print('ok' if abs(a-b)<=t*max(abs(a),abs(b)) else 'FAIL')" "$1" "$2" "$3"
+}
+near() { # a b abs_tol -> ok|FAIL
+    "$PYTHON" -c "import sys; a,b,t=map(float,sys.argv[1:]); print('ok' if abs(a-b)<=t else 'FAIL')" \
+        "$1" "$2" "$3"
+}
 exact() { # a b -> ok|FAIL: the same printed bits
     [ -n "$1" ] && [ "$1" = "$2" ] && echo ok || echo FAIL
 }
@@ -204,17 +214,19 @@ echo "== device-resident data and CUDA graphs (one rank, $STEPS steps: an epoch 
 # they compute, so the runs must agree bit for bit (the printed val_loss
 # and val_acc after STEPS steps); checked in fp32 and bf16. With --cpu the
 # flags are inert (no device backend) and the CPU path stands in for all.
-dg() { # prec data graphs -> stderr of a run
+dg() { # prec data graphs [flags] -> stderr of a run
+    local prec=$1 data=$2 graphs=$3
+    shift 3
     env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --quiet 0 ${BACKEND[@]+"${BACKEND[@]}"} \
-        --precision "$1" --gpu-data "$2" --cuda-graphs "$3" 2>&1
+        --precision "$prec" --gpu-data "$data" --cuda-graphs "$graphs" "$@" 2>&1
 }
-printf '%-6s %-24s %14s %14s %s\n' prec compared val_loss val_loss verdict
+printf '%-6s %-24s %14s %14s %s\n' prec compared val_loss "val_loss (ref)" verdict
 DG_PRECS=(fp32 bf16)
 [ "$CPU_ONLY" = 1 ] && DG_PRECS=(fp32)
 for prec in "${DG_PRECS[@]}"; do
-    h=$(dg "$prec" host off) || { echo "$h" | tail -5; status=1; }
-    d=$(dg "$prec" device off) || { echo "$d" | tail -5; status=1; }
-    g=$(dg "$prec" device on) || { echo "$g" | tail -5; status=1; }
+    h=$(dg "$prec" host off --cuda-epilogue kernel) || { echo "$h" | tail -5; status=1; }
+    d=$(dg "$prec" device off --cuda-epilogue kernel) || { echo "$d" | tail -5; status=1; }
+    g=$(dg "$prec" device on --cuda-epilogue kernel) || { echo "$g" | tail -5; status=1; }
     hl=$(echo "$h" | metric val_loss)$(echo "$h" | metric val_acc)
     dl=$(echo "$d" | metric val_loss)$(echo "$d" | metric val_acc)
     gl=$(echo "$g" | metric val_loss)$(echo "$g" | metric val_acc)
@@ -235,18 +247,28 @@ for prec in "${DG_PRECS[@]}"; do
     [ "$v" = ok ] || status=1
     printf '%-6s %-24s %14s %14s %s (same bits, val_loss and val_acc)\n' "$prec" \
         "graphs on vs off" "$(echo "$g" | metric val_loss)" "$(echo "$d" | metric val_loss)" "$v"
+    # --cuda-epilogue lt (the default): the forward's bias (+ ReLU) in
+    # cuBLASLt's epilogue, added in fp32 before the one rounding, against
+    # GemmEx + k_bias_act (rounded, then the bias added and rounded again):
+    # not the same bits (another GEMM kernel, another rounding point), so
+    # the CPU comparison's tolerances: loss at EQ_STEPS, accuracy at STEPS
+    l=$(dg "$prec" device on) || { echo "$l" | tail -5; status=1; }
+    le=$(dg "$prec" device on "${EQ[@]}") || { echo "$le" | tail -5; status=1; }
+    ke=$(dg "$prec" device on "${EQ[@]}" --cuda-epilogue kernel) || { echo "$ke" | tail -5; status=1; }
+    if [ "$prec" = fp32 ]; then rt=1e-6; at=0.005; else rt=0.01; at=0.02; fi
+    ll=$(echo "$le" | metric val_loss); kl=$(echo "$ke" | metric val_loss)
+    v=$(close "${ll:-nan}" "${kl:-nan}" "$rt")
+    la=$(echo "$l" | metric val_acc); ka=$(echo "$g" | metric val_acc)
+    [ "$(near "${la:-nan}" "${ka:-nan}" "$at")" = ok ] || v=FAIL
+    [ "$v" = ok ] || status=1
+    fb=$(echo "$l" | grep -m1 "cuBLASLt offers no" || true)
+    printf '%-6s %-24s %14s %14s %s (loss at %s steps %s rel, acc at %s %s)%s\n' "$prec" \
+        "epilogue lt vs kernel" "$ll" "$kl" "$v" "$EQ_STEPS" "$rt" "$STEPS" "$at" \
+        "${fb:+; note: ${fb#jizhi-train: }}"
 done
 
 echo
 echo "== NCCL comm layer (--comm $COMM: gradients through fusion buckets and $COMM)"
-close() { # a b rel_tol -> ok|FAIL
-    "$PYTHON" -c "import sys; a,b,t=map(float,sys.argv[1:]); \
-print('ok' if abs(a-b)<=t*max(abs(a),abs(b)) else 'FAIL')" "$1" "$2" "$3"
-}
-near() { # a b abs_tol -> ok|FAIL
-    "$PYTHON" -c "import sys; a,b,t=map(float,sys.argv[1:]); print('ok' if abs(a-b)<=t else 'FAIL')" \
-        "$1" "$2" "$3"
-}
 sent() { # < stderr: MB rank 0 sent per step
     sed -n 's/^jizhi-train: rank 0 sent \([0-9.]*\) MB of gradients in \([0-9]*\) steps.*/\1 \2/p' |
         tail -1 | awk '{ if ($2 > 0) printf "%.4f", $1 / $2 }'

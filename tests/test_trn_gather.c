@@ -303,6 +303,9 @@ TEST(a_failed_copy_falls_back_or_fails_as_asked)
     CHECK(strstr(err, "gpu-data") || strstr(err, "gpu_data"));
     CHECK(trn_config_set(&c, "cuda_graphs", "maybe", err) == -1);
     CHECK(strstr(err, "cuda-graphs") || strstr(err, "cuda_graphs"));
+    CHECK(trn_config_set(&c, "cuda_epilogue", "fused", err) == -1);
+    CHECK(strstr(err, "cuda-epilogue") || strstr(err, "cuda_epilogue"));
+    CHECK(trn_config_set(&c, "cuda_epilogue", "kernel", err) == 0);
     f_free(&d);
 }
 

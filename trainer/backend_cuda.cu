@@ -44,6 +44,7 @@
     Error handling: CUDA_CHECK/CUBLAS_CHECK exit the process (the trainer
     only, never a daemon; CONVENTIONS.md).
 */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -125,8 +126,21 @@ typedef struct {
     long used;            /* last use, for eviction */
 } s_graph;
 
+/* layer l's fused forward (--cuda-epilogue lt) at batch size nb:
+   cuBLASLt's descriptors and the algorithm its heuristic chose */
+typedef struct {
+    int nb; /* 0: not prepared */
+    int ok; /* 1: an algorithm; 0: GemmEx + k_bias_act at this size */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+} s_lt;
+
 typedef struct {
     cublasHandle_t blas;
+    cublasLtHandle_t lt; /* --cuda-epilogue lt; NULL: kernel */
+    s_lt ltl[MAXL];      /* per layer */
+    int lt_said;         /* the fallback line was printed */
     cudaStream_t stream;
     void *blas_ws;      /* cuBLAS workspace (the same with and without graphs) */
     int nl;             /* linear layers */
@@ -275,6 +289,77 @@ template <typename T> static void s_input_dev(s_cuda *c, int nb)
         c->data.x, c->data.y, c->data.perm, c->args, nb, d0, (T *)c->act[0], c->y);
 }
 
+static void s_lt_free(s_lt *p)
+{
+    if (p->op)
+        cublasLtMatmulDescDestroy(p->op);
+    if (p->a)
+        cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b)
+        cublasLtMatrixLayoutDestroy(p->b);
+    if (p->d)
+        cublasLtMatrixLayoutDestroy(p->d);
+    memset(p, 0, sizeof *p);
+}
+
+/* Layer l's fused forward at batch nb, prepared once per batch size (host
+   work only, no GPU operation: it may run inside a graph capture): act[l+1]
+   (m x nb) = W^T act[l] + b, then ReLU unless last, the bias added in
+   fp32 before the one rounding to T. 1 when cuBLASLt has an algorithm. */
+template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
+{
+    s_lt *p = &c->ltl[l];
+    if (p->nb == nb)
+        return p->ok;
+    s_lt_free(p);
+    p->nb = nb;
+    int k = c->dims[l], m = c->dims[l + 1];
+    cudaDataType_t dt = dtype<T>();
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t ep =
+        l < c->nl - 1 ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    const void *bias = c->blp[l];
+    size_t ws = S_BLAS_WS;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t h;
+    int got = 0;
+    /* fp32 as GemmEx runs it here: no TF32, no reduced-precision tricks */
+    cublasComputeType_t ct =
+        c->prec == TRN_FP32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    if (cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                       sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                       sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+                                       sizeof ep) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof bias) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->a, dt, k, m, k) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->b, dt, k, nb, k) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->d, dt, m, nb, m) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref,
+                                             CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &h,
+                                       &got) == CUBLAS_STATUS_SUCCESS &&
+        got > 0) {
+        p->algo = h.algo;
+        p->ok = 1;
+    }
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (!p->ok && !c->lt_said && !c->quiet) {
+        c->lt_said = 1;
+        fprintf(stderr,
+                "jizhi-train: cuda: cuBLASLt offers no fused bias%s for layer %d at "
+                "batch %d; GemmEx and a kernel there\n",
+                l < c->nl - 1 ? " + ReLU" : "", l, nb);
+    }
+    return p->ok;
+}
+
 /* The forward pass from act[0] and the loss, leaving dlogits = dscale *
    d(summed loss) in c->dact[nl] and the summed loss in c->scratch[0]. */
 template <typename T> static void s_forward_loss(s_cuda *c, int nb)
@@ -282,6 +367,14 @@ template <typename T> static void s_forward_loss(s_cuda *c, int nb)
     cudaStream_t st = c->stream;
     for (int l = 0; l < c->nl; l++) {
         int k = c->dims[l], m = c->dims[l + 1];
+        if (c->lt && s_lt_ready<T>(c, l, nb)) {
+            s_lt *p = &c->ltl[l];
+            float alpha = 1.0f, beta = 0.0f;
+            CUBLAS_CHECK(cublasLtMatmul(c->lt, p->op, &alpha, c->wlp[l], p->a, c->act[l],
+                                        p->b, &beta, c->act[l + 1], p->d, c->act[l + 1],
+                                        p->d, &p->algo, c->blas_ws, S_BLAS_WS, st));
+            continue;
+        }
         s_gemm<T>(c, CUBLAS_OP_T, CUBLAS_OP_N, m, nb, k, c->wlp[l], k, c->act[l], k,
                   c->act[l + 1], m, 0.0f);
         k_bias_act<T><<<s_blocks((long)nb * m), 256, 0, st>>>(
@@ -589,6 +682,10 @@ static void s_detach(void *self)
     cudaFreeHost(c->res_h);
     cudaFreeHost(c->flag_h);
     cublasDestroy(c->blas);
+    for (int l = 0; l < c->nl; l++)
+        s_lt_free(&c->ltl[l]);
+    if (c->lt)
+        cublasLtDestroy(c->lt);
     cudaFree(c->blas_ws);
     cudaStreamDestroy(c->stream);
     s_data data = c->data; /* the training set stays on the device */
@@ -640,6 +737,10 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
        graph capture as outside it (graphs on == off, bit for bit) */
     CUDA_CHECK(cudaMalloc(&c->blas_ws, S_BLAS_WS));
     CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->blas_ws, S_BLAS_WS));
+    /* --cuda-epilogue lt: the forward's bias (+ ReLU) in cuBLASLt's
+       epilogue; it shares the workspace (one stream: never at once) */
+    if (strcmp(cfg->cuda_epilogue, "kernel"))
+        CUBLAS_CHECK(cublasLtCreate(&c->lt));
     CUBLAS_CHECK(cublasSetMathMode(c->blas, c->prec == TRN_FP32 ? CUBLAS_PEDANTIC_MATH
                                                                 : CUBLAS_DEFAULT_MATH));
     for (int l = 0; l < c->nl; l++) {

@@ -529,6 +529,15 @@ static const s_opt s_opts[] = {
      .dflt = "on",
      .help = "--backend cuda, one rank, device data: replay the steady-state step as "
              "a CUDA graph (captured per batch size after a warm-up step)"},
+    {.flag = "cuda-epilogue",
+     .type = OPT_STR,
+     .off = O(cuda_epilogue),
+     .size = SZ(cuda_epilogue),
+     .choices = "lt|kernel",
+     .dflt = "lt",
+     .help = "--backend cuda: the forward GEMM's bias + ReLU fused into cuBLASLt's "
+             "epilogue (lt; GemmEx and a kernel where cuBLASLt offers no algorithm) or "
+             "added by a kernel after GemmEx (kernel)"},
 };
 #define S_NOPTS (sizeof(s_opts) / sizeof(s_opts[0]))
 
