@@ -219,13 +219,15 @@ def best_after(dm, ids, t0):
     return dm.sql(q, t0, *ids)[0][0]
 
 
-def phases(dm, t0, ids, target):
+def phases(dm, t0, ids, target, judge=None):
     """Where the time went, seconds after t0: the fork's events (the
     parent's checkpoint, the siblings recorded, the decision, the first
     loser stopped), each trial's start (the dispatcher spawned it), its
     first report (data and checkpoint loaded: jizhi-train reports its
     kernels at the step after the checkpoint's), its first val_acc (the
-    step, and when) and its first val_acc >= target."""
+    step, and when), its val_acc at the fork's judged step (judge: fork
+    step + K; the fork arm) and its first val_acc >= target, and when it
+    ended (a stopped sibling: its process gone)."""
     ev = dict((k, t - t0) for k, t in dm.sql(
         "SELECT kind, MIN(time) FROM events WHERE kind IN ('checkpoint', 'fork_started', "
         "'fork_decided', 'stopped') AND time >= ? GROUP BY kind", t0))
@@ -241,11 +243,16 @@ def phases(dm, t0, ids, target):
         ev1 = dm.sql("SELECT step, time FROM metrics WHERE trial_id=? AND name='val_acc' "
                      "AND time >= ? ORDER BY step LIMIT 1", tid, t0)
         lr = lr[0][0] if lr else None
+        judged = dm.sql("SELECT MIN(time) FROM metrics WHERE trial_id=? AND name='val_acc' "
+                        "AND step >= ? AND time >= ?", tid, judge, t0)[0][0] if judge else None
+        (ended,) = dm.sql("SELECT ended FROM trials WHERE id=?", tid)[0]
         out["trials"][str(tid)] = {
             "lr": lr, "started": started - t0 if started and started >= t0 else None,
             "first_report": first - t0 if first else None,
             "first_eval": [ev1[0][0], ev1[0][1] - t0] if ev1 else None,
-            "target": hit - t0 if hit else None}
+            "target": hit - t0 if hit else None,
+            "judged": judged - t0 if judged else None,
+            "ended": ended - t0 if ended and ended >= t0 else None}
     return out
 
 
@@ -257,8 +264,10 @@ def print_phases(name, ph):
         f = lambda x: "-" if x is None else "%.2f s" % x
         e = t.get("first_eval")
         print("     trial %s lr %s: started %s, first report %s, first val_acc %s, "
-              "target %s" % (tid, t["lr"], f(t["started"]), f(t["first_report"]),
-                             "step %d at %.2f s" % tuple(e) if e else "-", f(t["target"])))
+              "judged %s, target %s, ended %s" % (
+                  tid, t["lr"], f(t["started"]), f(t["first_report"]),
+                  "step %d at %.2f s" % tuple(e) if e else "-", f(t.get("judged")),
+                  f(t["target"]), f(t.get("ended"))))
 
 
 def fork_arm(tmp, steps, fork_at, fork_steps, lrs, run=0):
@@ -327,7 +336,8 @@ def fork_pair(tmp, steps, fork_at, lrs, run):
         fb, rb = best_after(fdm, fids, ft0), best_after(rdm, rids, rt0)
         target = min(fb, rb)
         tf, tr = first_time(fdm, fids, target, ft0), first_time(rdm, rids, target, rt0)
-        fph, rph = phases(fdm, ft0, fids, target), phases(rdm, rt0, rids, target)
+        fph = phases(fdm, ft0, fids, target, (finfo["fork_step"] or 0) + 100)
+        rph = phases(rdm, rt0, rids, target)
     finally:
         fdm.stop()
         rdm.stop()
