@@ -119,7 +119,7 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed,
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
-               "item 4": "CNN on CUDA through cuDNN: no code yet",
+               "item 4": "CNN on CUDA through cuDNN: a draft (trainer/cnn_cudnn_draft.cu, fp32, compiled by make cuda, not linked into jizhi-train-cuda, never run): nothing to check yet",
                "item 5": "checked for the MLP only (device-resident gradients on NCCL above); the CNN has no CUDA path",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda) needs items 3-4 first"}},
           open(out, "w"), indent=1)

@@ -58,9 +58,23 @@ TRN_CUDA_OBJ := $(BUILD)/obj/trainer/backend_cuda.o
 TRN_DDEV_OBJ := $(BUILD)/obj/trainer/dist_dev.o
 TRN_MAIN_CUDA := $(BUILD)/obj/trainer/main_cuda.o
 
+# The residual CNN on cuDNN (issue 38, item 4): a DRAFT, compiled by `make
+# cuda` where cudnn.h is found so that it keeps compiling, never linked into
+# jizhi-train-cuda (see trainer/cnn_cudnn_draft.cu's header for what it
+# lacks). The CPU build never needs cuDNN.
+CUDNN_H     := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
+                 /usr/include/x86_64-linux-gnu/cudnn.h))
+ifneq ($(CUDNN_H),)
+TRN_CUDNN_DRAFT := $(BUILD)/obj/trainer/cnn_cudnn_draft.o
+endif
+$(BUILD)/obj/trainer/cnn_cudnn_draft.o: trainer/cnn_cudnn_draft.cu trainer/cuda_mlp_kernels.cuh \
+                 trainer/gather.h trainer/trn.h trainer/dev_elem.cuh trainer/cuda_check.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -I$(dir $(CUDNN_H)) -c $< -o $@
+
 .PHONY: cuda bench-train
 ifeq ($(HAVE_CUDA),yes)
-cuda: $(TRAIN_CUDA)
+cuda: $(TRAIN_CUDA) $(TRN_CUDNN_DRAFT)
 else
 cuda:
 	@echo "make cuda: nvcc not found (install the CUDA toolkit or set NVCC=...)"; exit 1

@@ -598,9 +598,9 @@ struct trn_backend {
     double (*step_dist)(void *self, const float *x, const uint8_t *y, int nb, int global,
                         double lr, double loss_scale, int *overflow, double *grad_sqnorm);
     /* Optional (NULL: every batch comes from host memory through step or
-       step_dist). Device-resident data: copies the training set d
-       (borrowed; it must outlive the backend) into device memory once; it
-       stays there across attach/detach. Returns 0, or -1 with the reason
+       step_dist). Device-resident data: copies the training set d (read
+       during the call only) into device memory once; it stays there
+       across attach/detach. Returns 0, or -1 with the reason
        in err (TRN_ERRLEN); then nothing is kept and batches keep coming
        from the host. */
     int (*set_data)(void *self, const trn_dataset *d, char *err);

@@ -1,0 +1,776 @@
+/*  cnn_cudnn_draft.cu - DRAFT, NOT WIRED IN: the residual CNN of net.c on
+    cuDNN (issue 38, item 4), fp32 only.
+
+    State: compiled by `make cuda` where cudnn.h is found (trainer.mk,
+    HAVE_CUDNN), never linked into jizhi-train-cuda and never selectable:
+    nothing calls trn_cudnn_backend_new. It has never run on a GPU. Missing
+    before it can be wired in: bf16/fp16 (compute-format copies, the CPU
+    emulation's rounding points), a gpu-check comparison with the CPU CNN
+    (same seed and order: loss after a few steps), the choice in main.c or
+    backend_cuda.cu's attach (a "cnn:" arch), device-resident data and
+    graphs as the MLP has them, and a timing against PyTorch AMP
+    channels_last.
+
+    What it does: the topology of net.c's "cnn" branch rebuilt from the
+    net's arch string (stem conv-BN-ReLU; per stage a stride-2 transition
+    conv-BN-ReLU after the first; per block conv-BN-ReLU, conv-BN, add the
+    block's input, ReLU; global average pooling; linear head), with the
+    parameters in net.c's order (conv weight; BN gamma, beta; linear
+    weight, bias) and BN running statistics in net.c's state layout (per BN
+    mean then variance). Activations are NHWC fp32 (cuDNN tensors in
+    CUDNN_TENSOR_NHWC), convolution weights are kept in KRSC (OHWI) on the
+    device and transposed from and to the host's OIHW at attach and sync.
+    Convolutions: cudnnConvolutionForward / BackwardData / BackwardFilter
+    with the first deterministic algorithm of cuDNN's _v7 heuristics that
+    fits the workspace, FMA math (no TF32). BatchNorm: cuDNN's spatial
+    batch norm (eps 1e-5, running averages with factor 0.1 and the unbiased
+    variance, as net.c). ReLU, add, pooling, the head's bias: own kernels;
+    the head's GEMMs: cuBLAS; loss, norms and the SGD/LARS update: the MLP
+    backend's kernels (cuda_mlp_kernels.cuh). A gradient buffer read by two
+    ops (a block's input) sums both contributions (beta = 1 on the second).
+
+    Error handling: CUDA_CHECK / CUBLAS_CHECK / CUDNN_CHECK exit the process
+    (the trainer only).
+*/
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/cuda_check.cuh"
+#include "trainer/cuda_mlp_kernels.cuh"
+
+extern "C" {
+#include "trainer/trn.h"
+}
+
+#define CUBLAS_CHECK(x)                                                                  \
+    do {                                                                                 \
+        cublasStatus_t s_ = (x);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+            fprintf(stderr, "jizhi-train: cuBLAS error %d at %s:%d\n", (int)s_,          \
+                    __FILE__, __LINE__);                                                 \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+#define CUDNN_CHECK(x)                                                                   \
+    do {                                                                                 \
+        cudnnStatus_t s_ = (x);                                                          \
+        if (s_ != CUDNN_STATUS_SUCCESS) {                                                \
+            fprintf(stderr, "jizhi-train: cuDNN error %s at %s:%d\n",                    \
+                    cudnnGetErrorString(s_), __FILE__, __LINE__);                        \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+#define MAXOPS 128
+#define MAXP 128
+#define S_WS_MAX ((size_t)256 << 20) /* cuDNN workspace ceiling */
+
+/* ---- kernels ------------------------------------------------------------------- */
+
+__global__ void k_relu_fwd(const float *x, float *y, long n)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+/* gx = (acc ? gx : 0) + gy * (y > 0) */
+__global__ void k_relu_bwd_acc(const float *y, const float *gy, float *gx, long n,
+                               int acc)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n)
+        gx[i] = (acc ? gx[i] : 0.0f) + (y[i] > 0 ? gy[i] : 0.0f);
+}
+
+__global__ void k_add(const float *a, const float *b, float *y, long n)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = a[i] + b[i];
+}
+
+/* gx = (acc ? gx : 0) + gy */
+__global__ void k_acc(const float *gy, float *gx, long n, int acc)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n)
+        gx[i] = (acc ? gx[i] : 0.0f) + gy[i];
+}
+
+/* y[n][c] = mean over hw of x[n][hw][c] (NHWC); one thread per (n, c) */
+__global__ void k_gap_fwd(const float *x, float *y, int nb, int c, int hw)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nb * c)
+        return;
+    int s = i / c, j = i % c;
+    const float *xs = x + (long)s * hw * c + j;
+    float acc = 0;
+    for (int p = 0; p < hw; p++)
+        acc += xs[(long)p * c];
+    y[i] = acc / hw;
+}
+
+/* gx[n][hw][c] = (acc ? gx : 0) + gy[n][c] / hw */
+__global__ void k_gap_bwd(const float *gy, float *gx, int nb, int c, int hw, int acc)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= (long)nb * hw * c)
+        return;
+    int j = (int)(i % c);
+    long s = i / ((long)hw * c);
+    gx[i] = (acc ? gx[i] : 0.0f) + gy[s * c + j] / hw;
+}
+
+/* ---- the graph of ops (net.c's "cnn" branch) ------------------------------------- */
+
+typedef enum { Q_CONV, Q_BN, Q_RELU, Q_ADD, Q_GAP, Q_LINEAR } s_kind;
+
+typedef struct {
+    s_kind kind;
+    int in, in2, out;    /* buffer ids (in2: ADD) */
+    int pw, pb;          /* param indices (-1: none) */
+    int c, h, w, co;     /* input shape per sample; conv/linear outputs */
+    int k, stride, pad;  /* conv */
+    long st;             /* BN: offset of the running mean in the state */
+    float *smean, *sinv; /* BN: saved batch statistics (device, c each) */
+    cudnnFilterDescriptor_t fd;
+    cudnnConvolutionDescriptor_t cd;
+    cudnnConvolutionFwdAlgo_t fa;
+    cudnnConvolutionBwdDataAlgo_t ba;
+    cudnnConvolutionBwdFilterAlgo_t fb;
+    cudnnTensorDescriptor_t bnd; /* BN: scale/bias/stat descriptor */
+} s_op;
+
+typedef struct {
+    int c, h, w;                /* per sample, NHWC */
+    float *x, *g;               /* cap * c*h*w */
+    cudnnTensorDescriptor_t td; /* for the current batch size */
+    int written;                /* the gradient has a contribution this pass */
+} s_buf;
+
+typedef struct {
+    s_op op[MAXOPS];
+    int nops;
+    s_buf buf[MAXOPS + 1];
+    int nbufs;
+    int np;
+    long pn[MAXP];   /* element counts */
+    int pkind[MAXP]; /* trn_pkind */
+    int pconv[MAXP]; /* conv weights: the op index (OIHW <-> KRSC), else -1 */
+    float *w[MAXP], *m[MAXP], *g[MAXP];
+    float *state; /* BN running statistics, net.c's layout */
+    long nstate;
+    int classes;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cudnnHandle_t dnn;
+    void *ws;
+    size_t ws_size;
+    float *ones, *scratch;
+    unsigned char *y; /* cap labels */
+    int *flag;
+    s_args *args, *args_h;
+    float *res_h;
+    int *flag_h;
+    int cap, desc_nb;
+    trn_opt_kind opt;
+    double momentum, wd, trust;
+    int nesterov;
+    double smoothing;
+} s_cnn;
+
+static unsigned s_blocks(long n)
+{
+    return (unsigned)((n + 255) / 256);
+}
+
+static int s_buf_new(s_cnn *q, int c, int h, int w)
+{
+    s_buf *b = &q->buf[q->nbufs];
+    b->c = c, b->h = h, b->w = w;
+    return q->nbufs++;
+}
+
+static s_op *s_op_new(s_cnn *q, s_kind kind, int in)
+{
+    s_op *o = &q->op[q->nops++];
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->in = in;
+    o->in2 = o->pw = o->pb = -1;
+    o->c = q->buf[in].c, o->h = q->buf[in].h, o->w = q->buf[in].w;
+    return o;
+}
+
+static int s_param(s_cnn *q, long n, int kind, int conv)
+{
+    q->pn[q->np] = n;
+    q->pkind[q->np] = kind;
+    q->pconv[q->np] = conv;
+    return q->np++;
+}
+
+static int s_conv(s_cnn *q, int in, int co, int stride)
+{
+    s_op *o = s_op_new(q, Q_CONV, in);
+    o->co = co, o->k = 3, o->stride = stride, o->pad = 1;
+    o->pw = s_param(q, (long)co * o->c * 9, TRN_PW, q->nops - 1);
+    o->out = s_buf_new(q, co, trn_conv_out(o->h, 3, stride, 1),
+                       trn_conv_out(o->w, 3, stride, 1));
+    return o->out;
+}
+
+static int s_bn(s_cnn *q, int in)
+{
+    s_op *o = s_op_new(q, Q_BN, in);
+    o->pw = s_param(q, o->c, TRN_PBN, -1);
+    o->pb = s_param(q, o->c, TRN_PBN, -1);
+    o->st = q->nstate;
+    q->nstate += 2L * o->c;
+    o->out = s_buf_new(q, o->c, o->h, o->w);
+    return o->out;
+}
+
+static int s_simple(s_cnn *q, s_kind kind, int in, int in2)
+{
+    s_op *o = s_op_new(q, kind, in);
+    o->in2 = in2;
+    o->out = kind == Q_GAP ? s_buf_new(q, o->c, 1, 1) : s_buf_new(q, o->c, o->h, o->w);
+    return o->out;
+}
+
+static int s_cbr(s_cnn *q, int in, int co, int stride, int relu)
+{
+    int x = s_bn(q, s_conv(q, in, co, stride));
+    return relu ? s_simple(q, Q_RELU, x, -1) : x;
+}
+
+/* net.c's cnn from its arch "cnn:CxHxW:c0,c1,...:bB:K". 0, or -1 with err. */
+static int s_build(s_cnn *q, const char *arch, char *err)
+{
+    int c, h, w, blocks, classes, ch[8], ns = 0;
+    char list[64];
+    if (sscanf(arch, "cnn:%dx%dx%d:%63[0-9,]:b%d:%d", &c, &h, &w, list, &blocks,
+               &classes) != 6 ||
+        (ns = trn_parse_int_list(list, ch, 8)) < 1) {
+        snprintf(err, TRN_ERRLEN, "the cuDNN draft runs net.c's cnn only (model %s)",
+                 arch);
+        return -1;
+    }
+    int x = s_buf_new(q, c, h, w);
+    x = s_cbr(q, x, ch[0], 1, 1); /* stem */
+    for (int s = 0; s < ns; s++) {
+        if (s > 0)
+            x = s_cbr(q, x, ch[s], 2, 1); /* transition */
+        for (int b = 0; b < blocks; b++) {
+            int y = s_cbr(q, x, ch[s], 1, 1);
+            y = s_cbr(q, y, ch[s], 1, 0);
+            y = s_simple(q, Q_ADD, y, x);
+            x = s_simple(q, Q_RELU, y, -1);
+        }
+    }
+    x = s_simple(q, Q_GAP, x, -1);
+    s_op *o = s_op_new(q, Q_LINEAR, x);
+    o->co = classes;
+    o->pw = s_param(q, (long)o->c * classes, TRN_PW, -1);
+    o->pb = s_param(q, classes, TRN_PBIAS, -1);
+    o->out = s_buf_new(q, classes, 1, 1);
+    q->classes = classes;
+    if (q->nops > MAXOPS || q->np > MAXP) {
+        snprintf(err, TRN_ERRLEN, "model too large for the cuDNN draft");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- buffers, descriptors, algorithms -------------------------------------------- */
+
+/* Conv algorithms for batch nb: the first deterministic one of each _v7
+   list whose workspace fits S_WS_MAX; the workspace grown to the largest. */
+static void s_algos(s_cnn *q, s_op *o)
+{
+    cudnnTensorDescriptor_t xd = q->buf[o->in].td, yd = q->buf[o->out].td;
+    int n = 0;
+    size_t need = 0, sz = 0;
+    cudnnConvolutionFwdAlgoPerf_t pf[8];
+    CUDNN_CHECK(
+        cudnnGetConvolutionForwardAlgorithm_v7(q->dnn, xd, o->fd, o->cd, yd, 8, &n, pf));
+    o->fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    for (int i = 0; i < n; i++)
+        if (pf[i].status == CUDNN_STATUS_SUCCESS &&
+            pf[i].determinism == CUDNN_DETERMINISTIC && pf[i].memory <= S_WS_MAX) {
+            o->fa = pf[i].algo;
+            break;
+        }
+    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(q->dnn, xd, o->fd, o->cd, yd,
+                                                        o->fa, &sz));
+    need = sz > need ? sz : need;
+    cudnnConvolutionBwdDataAlgoPerf_t pd[8];
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(q->dnn, o->fd, yd, o->cd, xd,
+                                                            8, &n, pd));
+    o->ba = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    for (int i = 0; i < n; i++)
+        if (pd[i].status == CUDNN_STATUS_SUCCESS &&
+            pd[i].determinism == CUDNN_DETERMINISTIC && pd[i].memory <= S_WS_MAX) {
+            o->ba = pd[i].algo;
+            break;
+        }
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(q->dnn, o->fd, yd, o->cd, xd,
+                                                             o->ba, &sz));
+    need = sz > need ? sz : need;
+    cudnnConvolutionBwdFilterAlgoPerf_t pw[8];
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(q->dnn, xd, yd, o->cd,
+                                                              o->fd, 8, &n, pw));
+    o->fb = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+    for (int i = 0; i < n; i++)
+        if (pw[i].status == CUDNN_STATUS_SUCCESS &&
+            pw[i].determinism == CUDNN_DETERMINISTIC && pw[i].memory <= S_WS_MAX) {
+            o->fb = pw[i].algo;
+            break;
+        }
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(q->dnn, xd, yd, o->cd,
+                                                               o->fd, o->fb, &sz));
+    need = sz > need ? sz : need;
+    if (need > q->ws_size) {
+        CUDA_CHECK(cudaStreamSynchronize(q->stream));
+        cudaFree(q->ws);
+        CUDA_CHECK(cudaMalloc(&q->ws, need));
+        q->ws_size = need;
+    }
+}
+
+/* Buffers for nb examples and every descriptor at batch size nb. */
+static void s_reserve(s_cnn *q, int nb)
+{
+    if (nb > q->cap) {
+        CUDA_CHECK(cudaStreamSynchronize(q->stream));
+        for (int i = 0; i < q->nbufs; i++) {
+            s_buf *b = &q->buf[i];
+            long feat = (long)b->c * b->h * b->w;
+            cudaFree(b->x), cudaFree(b->g);
+            CUDA_CHECK(cudaMalloc(&b->x, (size_t)nb * feat * sizeof(float)));
+            CUDA_CHECK(cudaMalloc(&b->g, (size_t)nb * feat * sizeof(float)));
+        }
+        cudaFree(q->ones);
+        cudaFree(q->y);
+        CUDA_CHECK(cudaMalloc(&q->ones, (size_t)nb * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&q->y, (size_t)nb));
+        k_fill<float><<<s_blocks(nb), 256, 0, q->stream>>>(q->ones, 1.0f, nb);
+        CUDA_CHECK(cudaGetLastError());
+        q->cap = nb;
+    }
+    if (nb == q->desc_nb)
+        return;
+    for (int i = 0; i < q->nbufs; i++) {
+        s_buf *b = &q->buf[i];
+        CUDNN_CHECK(cudnnSetTensor4dDescriptor(b->td, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
+                                               nb, b->c, b->h, b->w));
+    }
+    for (int i = 0; i < q->nops; i++)
+        if (q->op[i].kind == Q_CONV)
+            s_algos(q, &q->op[i]);
+    q->desc_nb = nb;
+}
+
+/* ---- the step ---------------------------------------------------------------------- */
+
+static void s_gemm(s_cnn *q, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                   int k, const float *a, int lda, const float *b, int ldb, float *c,
+                   int ldc, float beta)
+{
+    float alpha = 1.0f;
+    CUBLAS_CHECK(
+        cublasSgemm(q->blas, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc));
+}
+
+/* forward (training: batch statistics, running averages updated) and the
+   loss: dlogits in the last buffer's gradient, the loss sum in scratch[0] */
+static void s_forward(s_cnn *q, int nb)
+{
+    cudaStream_t st = q->stream;
+    const float one = 1.0f, zero = 0.0f;
+    for (int i = 0; i < q->nops; i++) {
+        s_op *o = &q->op[i];
+        s_buf *x = &q->buf[o->in], *y = &q->buf[o->out];
+        long cnt = (long)nb * y->c * y->h * y->w;
+        switch (o->kind) {
+        case Q_CONV:
+            CUDNN_CHECK(cudnnConvolutionForward(q->dnn, &one, x->td, x->x, o->fd,
+                                                q->w[o->pw], o->cd, o->fa, q->ws,
+                                                q->ws_size, &zero, y->td, y->x));
+            break;
+        case Q_BN: {
+            float *rm = q->state + o->st;
+            CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+                q->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x->td, x->x, y->td, y->x,
+                o->bnd, q->w[o->pw], q->w[o->pb], 0.1, rm, rm + o->c, 1e-5, o->smean,
+                o->sinv));
+            break;
+        }
+        case Q_RELU:
+            k_relu_fwd<<<s_blocks(cnt), 256, 0, st>>>(x->x, y->x, cnt);
+            break;
+        case Q_ADD:
+            k_add<<<s_blocks(cnt), 256, 0, st>>>(x->x, q->buf[o->in2].x, y->x, cnt);
+            break;
+        case Q_GAP:
+            k_gap_fwd<<<s_blocks((long)nb * o->c), 256, 0, st>>>(x->x, y->x, nb, o->c,
+                                                                 o->h * o->w);
+            break;
+        case Q_LINEAR:
+            s_gemm(q, CUBLAS_OP_T, CUBLAS_OP_N, o->co, nb, o->c, q->w[o->pw], o->c, x->x,
+                   o->c, y->x, o->co, 0.0f);
+            k_bias_act<float>
+                <<<s_blocks(cnt), 256, 0, st>>>(y->x, q->w[o->pb], nb, o->co, 0);
+            break;
+        }
+    }
+    s_buf *z = &q->buf[q->nbufs - 1];
+    k_softmax_ce<float><<<(nb + 127) / 128, 128, 0, st>>>(
+        z->x, q->y, z->g, nb, q->classes, (float)q->smoothing, q->args, q->scratch);
+}
+
+/* backward in reverse op order; parameter gradients into q->g (scaled by
+   the loss scale); a buffer read twice sums both contributions */
+static void s_backward(s_cnn *q, int nb)
+{
+    cudaStream_t st = q->stream;
+    const float one = 1.0f, zero = 0.0f;
+    for (int i = 0; i < q->nbufs - 1; i++)
+        q->buf[i].written = 0;
+    q->buf[q->nbufs - 1].written = 1;
+    for (int i = q->nops - 1; i >= 0; i--) {
+        s_op *o = &q->op[i];
+        s_buf *x = &q->buf[o->in], *y = &q->buf[o->out];
+        long cnt = (long)nb * y->c * y->h * y->w, cin = (long)nb * x->c * x->h * x->w;
+        int acc = x->written, need_dx = o->in != 0;
+        switch (o->kind) {
+        case Q_CONV: {
+            CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+                q->dnn, &one, x->td, x->x, y->td, y->g, o->cd, o->fb, q->ws, q->ws_size,
+                &zero, o->fd, q->g[o->pw]));
+            const float beta = acc ? 1.0f : 0.0f;
+            if (need_dx)
+                CUDNN_CHECK(cudnnConvolutionBackwardData(q->dnn, &one, o->fd, q->w[o->pw],
+                                                         y->td, y->g, o->cd, o->ba, q->ws,
+                                                         q->ws_size, &beta, x->td, x->g));
+            break;
+        }
+        case Q_BN: {
+            const float beta = acc ? 1.0f : 0.0f;
+            CUDNN_CHECK(cudnnBatchNormalizationBackward(
+                q->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &beta, &one, &zero, x->td, x->x,
+                y->td, y->g, x->td, x->g, o->bnd, q->w[o->pw], q->g[o->pw], q->g[o->pb],
+                1e-5, o->smean, o->sinv));
+            break;
+        }
+        case Q_RELU:
+            k_relu_bwd_acc<<<s_blocks(cnt), 256, 0, st>>>(y->x, y->g, x->g, cnt, acc);
+            break;
+        case Q_ADD: {
+            s_buf *x2 = &q->buf[o->in2];
+            k_acc<<<s_blocks(cnt), 256, 0, st>>>(y->g, x->g, cnt, acc);
+            k_acc<<<s_blocks(cnt), 256, 0, st>>>(y->g, x2->g, cnt, x2->written);
+            x2->written = 1;
+            break;
+        }
+        case Q_GAP:
+            k_gap_bwd<<<s_blocks(cin), 256, 0, st>>>(y->g, x->g, nb, o->c, o->h * o->w,
+                                                     acc);
+            break;
+        case Q_LINEAR:
+            /* dW^T (c x co) = X^T . dY; db = dY^T . ones; dX = W . dY */
+            s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_T, o->c, o->co, nb, x->x, o->c, y->g, o->co,
+                   q->g[o->pw], o->c, 0.0f);
+            s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_N, o->co, 1, nb, y->g, o->co, q->ones, nb,
+                   q->g[o->pb], o->co, 0.0f);
+            s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_N, o->c, nb, o->co, q->w[o->pw], o->c, y->g,
+                   o->co, x->g, o->c, acc ? 1.0f : 0.0f);
+            break;
+        }
+        x->written = 1;
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+
+/* norms, the overflow flag, the update (skipped on the device when the flag
+   is up), the sums to pinned memory */
+static void s_finish(s_cnn *q)
+{
+    cudaStream_t st = q->stream;
+    float mu = (float)q->momentum, wd = (float)q->wd;
+    int lars = q->opt == TRN_LARS;
+    for (int i = 0; i < q->np; i++)
+        k_norms<float><<<s_blocks(q->pn[i]), 256, 0, st>>>(
+            q->w[i], q->g[i], q->pn[i], q->args, 1, q->scratch + 1 + 2 * i, q->flag);
+    for (int i = 0; i < q->np; i++) {
+        int weight = q->pkind[i] == TRN_PW;
+        k_update<float, float><<<s_blocks(q->pn[i]), 256, 0, st>>>(
+            q->w[i], q->w[i], q->g[i], q->m[i], q->pn[i], q->args, 1, mu,
+            weight ? wd : 0.0f, q->nesterov, lars ? (weight ? 1 : 2) : 0, (float)q->trust,
+            q->scratch + 1 + 2 * i, q->flag);
+    }
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaMemcpyAsync(q->res_h, q->scratch,
+                               (1 + 2 * (size_t)q->np) * sizeof(float),
+                               cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(
+        cudaMemcpyAsync(q->flag_h, q->flag, sizeof(int), cudaMemcpyDeviceToHost, st));
+}
+
+/* ---- trn_backend interface ----------------------------------------------------- */
+
+/* KRSC (device) <-> OIHW (host) for a co x c x 3 x 3 weight */
+static void s_oihw_to_krsc(const float *src, float *dst, int co, int c, int k)
+{
+    for (int o = 0; o < co; o++)
+        for (int i = 0; i < c; i++)
+            for (int r = 0; r < k * k; r++)
+                dst[((long)o * k * k + r) * c + i] = src[((long)o * c + i) * k * k + r];
+}
+
+static void s_krsc_to_oihw(const float *src, float *dst, int co, int c, int k)
+{
+    for (int o = 0; o < co; o++)
+        for (int i = 0; i < c; i++)
+            for (int r = 0; r < k * k; r++)
+                dst[((long)o * c + i) * k * k + r] = src[((long)o * k * k + r) * c + i];
+}
+
+/* host values v of param i into device memory d (conv weights reordered) */
+static int s_put(s_cnn *q, int i, const float *v, float *d)
+{
+    int oi = q->pconv[i];
+    if (oi < 0) {
+        CUDA_CHECK(cudaMemcpy(d, v, q->pn[i] * sizeof(float), cudaMemcpyHostToDevice));
+        return 0;
+    }
+    float *t = (float *)malloc(q->pn[i] * sizeof(float));
+    if (!t)
+        return -1;
+    s_op *o = &q->op[oi];
+    s_oihw_to_krsc(v, t, o->co, o->c, o->k);
+    CUDA_CHECK(cudaMemcpy(d, t, q->pn[i] * sizeof(float), cudaMemcpyHostToDevice));
+    free(t);
+    return 0;
+}
+
+static int s_get(s_cnn *q, int i, const float *d, float *v)
+{
+    int oi = q->pconv[i];
+    if (oi < 0) {
+        CUDA_CHECK(cudaMemcpy(v, d, q->pn[i] * sizeof(float), cudaMemcpyDeviceToHost));
+        return 0;
+    }
+    float *t = (float *)malloc(q->pn[i] * sizeof(float));
+    if (!t)
+        return -1;
+    s_op *o = &q->op[oi];
+    CUDA_CHECK(cudaMemcpy(t, d, q->pn[i] * sizeof(float), cudaMemcpyDeviceToHost));
+    s_krsc_to_oihw(t, v, o->co, o->c, o->k);
+    free(t);
+    return 0;
+}
+
+static void s_detach(void *self)
+{
+    s_cnn *q = (s_cnn *)self;
+    if (!q->dnn)
+        return;
+    cudaStreamSynchronize(q->stream);
+    for (int i = 0; i < q->nops; i++) {
+        s_op *o = &q->op[i];
+        cudaFree(o->smean), cudaFree(o->sinv);
+        if (o->fd)
+            cudnnDestroyFilterDescriptor(o->fd);
+        if (o->cd)
+            cudnnDestroyConvolutionDescriptor(o->cd);
+        if (o->bnd)
+            cudnnDestroyTensorDescriptor(o->bnd);
+    }
+    for (int i = 0; i < q->nbufs; i++) {
+        cudaFree(q->buf[i].x), cudaFree(q->buf[i].g);
+        if (q->buf[i].td)
+            cudnnDestroyTensorDescriptor(q->buf[i].td);
+    }
+    for (int i = 0; i < q->np; i++)
+        cudaFree(q->w[i]), cudaFree(q->m[i]), cudaFree(q->g[i]);
+    cudaFree(q->state), cudaFree(q->ws), cudaFree(q->ones), cudaFree(q->y);
+    cudaFree(q->scratch), cudaFree(q->flag), cudaFree(q->args);
+    cudaFreeHost(q->args_h), cudaFreeHost(q->res_h), cudaFreeHost(q->flag_h);
+    cudnnDestroy(q->dnn);
+    cublasDestroy(q->blas);
+    cudaStreamDestroy(q->stream);
+    memset(q, 0, sizeof *q);
+}
+
+static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
+{
+    s_cnn *q = (s_cnn *)self;
+    s_detach(self);
+    if (s_build(q, trn_net_arch(net), err) < 0)
+        return -1;
+    if (q->buf[0].c != 1) {
+        snprintf(err, TRN_ERRLEN, "the cuDNN draft takes single-channel images");
+        return -1;
+    }
+    if (trn_net_nparams(net) != q->np || trn_net_state_count(net) != q->nstate) {
+        snprintf(err, TRN_ERRLEN,
+                 "the model's parameters do not match the cuDNN draft's");
+        return -1;
+    }
+    if (trn_precision_from_name(cfg->precision) != TRN_FP32) {
+        snprintf(err, TRN_ERRLEN, "the cuDNN draft runs fp32 only");
+        return -1;
+    }
+    int opt = trn_optim_from_name(cfg->optimizer);
+    if (opt != TRN_SGD && opt != TRN_LARS) {
+        snprintf(err, TRN_ERRLEN, "the cuDNN draft supports --optimizer sgd and lars");
+        return -1;
+    }
+    q->opt = (trn_opt_kind)opt;
+    q->momentum = cfg->momentum;
+    q->wd = cfg->weight_decay;
+    q->trust = cfg->trust;
+    q->nesterov = cfg->nesterov;
+    q->smoothing = cfg->label_smoothing;
+    CUDA_CHECK(cudaStreamCreate(&q->stream));
+    CUBLAS_CHECK(cublasCreate(&q->blas));
+    CUBLAS_CHECK(cublasSetStream(q->blas, q->stream));
+    CUBLAS_CHECK(cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH));
+    CUDNN_CHECK(cudnnCreate(&q->dnn));
+    CUDNN_CHECK(cudnnSetStream(q->dnn, q->stream));
+    for (int i = 0; i < q->np; i++) {
+        trn_param *p = trn_net_param(net, i);
+        if (p->n != q->pn[i]) {
+            snprintf(err, TRN_ERRLEN, "parameter %s: %ld values, the draft expects %ld",
+                     p->name, p->n, q->pn[i]);
+            return -1;
+        }
+        CUDA_CHECK(cudaMalloc(&q->w[i], p->n * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&q->m[i], p->n * sizeof(float)));
+        CUDA_CHECK(cudaMalloc(&q->g[i], p->n * sizeof(float)));
+        if (s_put(q, i, p->w, q->w[i]) < 0 || s_put(q, i, p->m, q->m[i]) < 0) {
+            snprintf(err, TRN_ERRLEN, "out of memory");
+            return -1;
+        }
+    }
+    CUDA_CHECK(cudaMalloc(&q->state, q->nstate * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(q->state, trn_net_state(net), q->nstate * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    for (int i = 0; i < q->nbufs; i++)
+        CUDNN_CHECK(cudnnCreateTensorDescriptor(&q->buf[i].td));
+    for (int i = 0; i < q->nops; i++) {
+        s_op *o = &q->op[i];
+        if (o->kind == Q_CONV) {
+            CUDNN_CHECK(cudnnCreateFilterDescriptor(&o->fd));
+            CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+                o->fd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, o->co, o->c, o->k, o->k));
+            CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&o->cd));
+            CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+                o->cd, o->pad, o->pad, o->stride, o->stride, 1, 1,
+                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+            CUDNN_CHECK(cudnnSetConvolutionMathType(o->cd, CUDNN_FMA_MATH)); /* no TF32 */
+        } else if (o->kind == Q_BN) {
+            CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->bnd));
+            CUDNN_CHECK(cudnnSetTensor4dDescriptor(o->bnd, CUDNN_TENSOR_NHWC,
+                                                   CUDNN_DATA_FLOAT, 1, o->c, 1, 1));
+            CUDA_CHECK(cudaMalloc(&o->smean, o->c * sizeof(float)));
+            CUDA_CHECK(cudaMalloc(&o->sinv, o->c * sizeof(float)));
+        }
+    }
+    CUDA_CHECK(cudaMalloc(&q->scratch, (1 + 2 * (size_t)q->np) * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&q->flag, sizeof(int)));
+    CUDA_CHECK(cudaMalloc(&q->args, sizeof(s_args)));
+    CUDA_CHECK(cudaMallocHost(&q->args_h, sizeof(s_args)));
+    CUDA_CHECK(cudaMallocHost(&q->res_h, (1 + 2 * (size_t)q->np) * sizeof(float)));
+    CUDA_CHECK(cudaMallocHost(&q->flag_h, sizeof(int)));
+    return 0;
+}
+
+static double s_step(void *self, const float *x, const uint8_t *y, int nb, double lr,
+                     double loss_scale, int *overflow, double *grad_sqnorm)
+{
+    s_cnn *q = (s_cnn *)self;
+    cudaStream_t st = q->stream;
+    s_reserve(q, nb);
+    q->args_h->lr = (float)lr;
+    q->args_h->inv_scale = (float)(1.0 / loss_scale);
+    q->args_h->dscale = (float)(loss_scale / nb);
+    q->args_h->at = 0;
+    s_buf *in = &q->buf[0];
+    CUDA_CHECK(
+        cudaMemcpyAsync(q->args, q->args_h, sizeof(s_args), cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(
+        cudaMemsetAsync(q->scratch, 0, (1 + 2 * (size_t)q->np) * sizeof(float), st));
+    CUDA_CHECK(cudaMemsetAsync(q->flag, 0, sizeof(int), st));
+    /* single-channel images: the host's NCHW rows are NHWC */
+    CUDA_CHECK(cudaMemcpyAsync(in->x, x, (size_t)nb * in->h * in->w * sizeof(float),
+                               cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaMemcpyAsync(q->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
+    s_forward(q, nb);
+    s_backward(q, nb);
+    s_finish(q);
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double gsq = 0;
+    for (int i = 0; i < q->np; i++)
+        gsq += q->res_h[2 + 2 * i];
+    *grad_sqnorm = gsq;
+    *overflow = *q->flag_h;
+    return q->res_h[0] / nb;
+}
+
+static void s_sync_to_host(void *self, trn_net *net)
+{
+    s_cnn *q = (s_cnn *)self;
+    if (!q->dnn)
+        return;
+    CUDA_CHECK(cudaStreamSynchronize(q->stream));
+    for (int i = 0; i < q->np; i++) {
+        trn_param *p = trn_net_param(net, i);
+        if (s_get(q, i, q->w[i], p->w) < 0 || s_get(q, i, q->m[i], p->m) < 0) {
+            fprintf(stderr, "jizhi-train: cuDNN draft: out of memory\n");
+            exit(1);
+        }
+    }
+    CUDA_CHECK(cudaMemcpy(trn_net_state(net), q->state, q->nstate * sizeof(float),
+                          cudaMemcpyDeviceToHost));
+    trn_net_sync_weights(net);
+}
+
+/* Not called anywhere yet (see the header): the draft's backend. */
+extern "C" trn_backend *trn_cudnn_backend_new(char *err)
+{
+    trn_backend *b = (trn_backend *)calloc(1, sizeof *b);
+    s_cnn *q = (s_cnn *)calloc(1, sizeof *q);
+    if (!b || !q) {
+        free(b);
+        free(q);
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    b->name = "cudnn-draft";
+    b->attach = s_attach;
+    b->step = s_step;
+    b->sync_to_host = s_sync_to_host;
+    b->detach = s_detach;
+    b->self = q;
+    return b;
+}
+
+extern "C" void trn_cudnn_backend_destroy(trn_backend *b)
+{
+    if (!b)
+        return;
+    s_detach(b->self);
+    free(b->self);
+    free(b);
+}
