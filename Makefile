@@ -50,7 +50,7 @@ COMMON_SRC := $(wildcard common/*.c)
 # identities and controller client (they need libsodium, which a trial
 # program linking libjizhi.a should not have to know about; zmtp.c is the
 # client's ipc:// path).
-HELPER_COMMON_SRC := $(filter-out common/ident.c common/client.c common/zmtp.c common/authkeys.c,$(COMMON_SRC))
+HELPER_COMMON_SRC := $(filter-out common/ident.c common/client.c common/client_zmq.c common/zmtp.c common/authkeys.c,$(COMMON_SRC))
 STORE_SRC  := $(wildcard store/*.c)
 SCHED_SRC  := $(wildcard schedulers/*.c)
 CTL_SRC    := $(wildcard controller/*.c)
@@ -79,10 +79,13 @@ JIZHI      := $(BUILD)/bin/jizhi
 JIZHI_CORE := $(BUILD)/bin/jizhi-core
 # The `jizhi` front (cli/main.c with CLI_FRONT): the trial and report
 # commands in-process, the others by execv of jizhi-core beside it. Its
-# objects and libraries leave out the schedulers, GSL, OpenBLAS and curses.
+# objects and libraries leave out the schedulers, GSL, OpenBLAS and curses,
+# and libzmq: ipc:// through common/zmtp.c, tcp:// by jizhi-core (main.c
+# defines client__zmq_call, so common/client_zmq.o is not linked), and
+# `report` loads libjizhi at run time (dlopen).
 CLI_FRONT_SRC := cli/cmd_trial.c cli/cmd_ask.c cli/cli_util.c cli/cli_opts.c
-FRONT_PKGS := libzmq libsodium jansson sqlite3 zlib
-FRONT_LIBS := $(or $(shell pkg-config --libs $(FRONT_PKGS) 2>/dev/null),-lzmq -lsodium -ljansson -lsqlite3 -lz) -lm
+FRONT_PKGS := jansson sqlite3 zlib
+FRONT_LIBS := $(or $(shell pkg-config --libs $(FRONT_PKGS) 2>/dev/null),-ljansson -lsqlite3 -lz) -lm -ldl
 
 # Internal libraries in link order (users before what they use).
 INTERNAL_LIBS := $(LIB_WEB) $(LIB_CTL) $(LIB_DISP) $(LIB_STORE) $(LIB_SCHED) $(LIB_HELPER) $(LIB_COMMON)
@@ -166,8 +169,9 @@ $(JIZHI_CORE): $(call obj,$(CLI_SRC)) $(INTERNAL_LIBS)
 
 $(BUILD)/obj/cli/main_front.o: cli/main.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -DCLI_FRONT -DJIZHI_VERSION='"$(VERSION)"' -MF $(@:.o=.d) -c $< -o $@
-$(JIZHI): $(BUILD)/obj/cli/main_front.o $(call obj,$(CLI_FRONT_SRC)) $(LIB_STORE) $(LIB_HELPER) $(LIB_COMMON)
+	$(CC) $(ALL_CFLAGS) -DCLI_FRONT -DJIZHI_VERSION='"$(VERSION)"' \
+	    -DJZ_SONAME='"libjizhi.so.$(SOMAJOR)"' -MF $(@:.o=.d) -c $< -o $@
+$(JIZHI): $(BUILD)/obj/cli/main_front.o $(call obj,$(CLI_FRONT_SRC)) $(LIB_STORE) $(LIB_COMMON) | $(LIBJIZHI_SOV)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) -Wl,--as-needed $(FRONT_LIBS)
 

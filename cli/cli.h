@@ -31,6 +31,7 @@
 #include "../common/spec.h"
 #include "../common/text.h"
 #include "../common/wire.h"
+#include "jizhi.h"
 #include "../store/store.h"
 #include "../web/web.h"
 
@@ -45,6 +46,19 @@ int cmd_disp_release(int argc, char **argv);
 int cmd_study(int argc, char **argv);
 int cmd_trial(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+
+/* The trial helper's calls `jizhi report` makes (jizhi.h). jizhi-core
+   links the helper; the `jizhi` front loads libjizhi on first use
+   (cli/main.c), so that its other commands load no libzmq. */
+typedef struct {
+    jz_trial *(*open)(void);
+    int (*report)(jz_trial *t, long step, const char *metric, double value);
+    int (*flush)(jz_trial *t, int timeout_ms);
+    void (*close)(jz_trial **tp);
+} cli_helper_api;
+/* The helper's calls (borrowed, static), or NULL after printing why they
+   cannot be loaded. */
+const cli_helper_api *cli_helper(void);
 int cmd_bseval(int argc, char **argv);
 int cmd_watch(int argc, char **argv);
 int cmd_plot(int argc, char **argv);

@@ -2,7 +2,6 @@
 #include "cli.h"
 
 #include "../common/client.h"
-#include "../common/keys.h"
 #include "../common/wire.h"
 
 #include <errno.h>
@@ -12,7 +11,6 @@
 #include <limits.h>
 #include <string.h>
 #include <unistd.h>
-#include <zmq.h>
 
 static void s_verror(const char *fmt, va_list ap)
 {
@@ -118,20 +116,11 @@ json_t *cli_request_of(const cli_opts *o, json_t *msg, int timeout_ms)
 
 int cli_ping(const char *endpoint, int timeout_ms)
 {
-    void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_DEALER);
-    wire_socket_setup(sock);
-    int alive = 0;
     char err[1200];
-    if (keys_client_setup(sock, endpoint, NULL, err, sizeof err) == 0 &&
-        zmq_connect(sock, endpoint) == 0) {
-        json_t *r = wire_request(sock, json_pack("{s:s}", "type", "ping"), timeout_ms,
-                                 err, sizeof err);
-        alive = r && !strcmp(wire_type(r), "ok");
-        json_decref(r);
-    }
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
+    json_t *r = client_call(endpoint, json_pack("{s:s}", "type", "ping"), timeout_ms, err,
+                            sizeof err);
+    int alive = r && !strcmp(wire_type(r), "ok");
+    json_decref(r);
     return alive;
 }
 

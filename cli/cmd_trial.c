@@ -668,18 +668,19 @@ int cmd_report(int argc, char **argv)
             return CLI_USAGE;
         }
     }
-    jz_trial *t = jz_open();
+    const cli_helper_api *jz = cli_helper();
+    jz_trial *t = jz ? jz->open() : NULL;
     int rc = CLI_FAIL;
     if (t) {
         rc = CLI_OK;
         for (int i = 0; i < n; i++)
-            if (jz_report(t, step, names[i], vals[i]) != 0)
+            if (jz->report(t, step, names[i], vals[i]) != 0)
                 rc = CLI_FAIL;
-        if (jz_flush(t, 30000) != 0) {
+        if (jz->flush(t, 30000) != 0) {
             cli_error("report: the controller did not acknowledge the metrics");
             rc = CLI_FAIL;
         }
-        jz_close(&t);
+        jz->close(&t);
     }
     free(names);
     free(vals);

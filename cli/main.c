@@ -5,10 +5,14 @@
     commands a trial's life calls often and in a hurry (`trial ...`:
     set, pause, stop, list, ...; `report`) itself and hands every other
     command to jizhi-core next to it (execv, same pid, arguments and
-    environment). The front links libzmq, SQLite and jansson only: no GSL,
+    environment). The front links SQLite and jansson only: no GSL,
     OpenBLAS (whose constructor starts a busy-waiting thread) or curses
     to load, relocate and tear down, which was about half of the time a
-    `trial set` process took (docs/bench.md, bench-torch).
+    `trial set` process took (docs/bench.md, bench-torch); and no libzmq:
+    its requests over ipc:// speak ZMTP on its own thread
+    (common/zmtp.h), a request to a tcp:// endpoint hands the whole
+    command to jizhi-core (client__zmq_call below), and `report` loads
+    the trial helper, libjizhi, when it runs (cli_helper below).
 
     The directory holding this executable is put in front of PATH so that
     trials find `jizhi` (for `jizhi report`) and `jizhi-train` next to it.
@@ -16,6 +20,10 @@
 #include "cli.h"
 #ifndef CLI_FRONT
 #include "common/blaskern.h"
+#else
+#include "common/client.h"
+
+#include <dlfcn.h>
 #endif
 
 #include <errno.h>
@@ -171,8 +179,69 @@ static int s_core_exec(char **argv)
     return CLI_FAIL;
 }
 
+#ifdef CLI_FRONT
+static char **s_argv; /* main's, for handing the command to jizhi-core */
+
+/* The front's tcp:// path (common/client.h): jizhi-core runs the whole
+   command again (same arguments; --server-key and --insecure are in the
+   environment by then), so CURVE and libzmq stay out of the front. Its
+   commands send no request after printing or changing anything, so
+   nothing is done twice. Returns only when jizhi-core cannot run. */
+json_t *client__zmq_call(const char *endpoint, json_t *msg, int timeout_ms, int slice_ms,
+                         wire_check_fn check, void *arg, char *err, size_t errsize)
+{
+    json_decref(msg);
+    s_core_exec(s_argv);
+    snprintf(err, errsize, "%s needs jizhi-core, which could not run", endpoint);
+    return NULL;
+}
+
+/* libjizhi next to this program (../lib, as built and as installed), else
+   by its soname from the system's library path. */
+const cli_helper_api *cli_helper(void)
+{
+    static cli_helper_api api;
+    if (api.open)
+        return &api;
+    char dir[PATH_MAX], path[PATH_MAX + 64], why[600] = "";
+    void *h = NULL;
+    if (s_exe_dir(dir) == 0) {
+        snprintf(path, sizeof path, "%s/../lib/%s", dir, JZ_SONAME);
+        if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
+            snprintf(why, sizeof why, "%s", dlerror());
+    }
+    if (!h && !(h = dlopen(JZ_SONAME, RTLD_NOW | RTLD_LOCAL))) {
+        cli_error("report: cannot load the trial helper library %s (%s; %s)", JZ_SONAME,
+                  why[0] ? why : "no folder of this program", dlerror());
+        return NULL;
+    }
+    cli_helper_api a = {
+        .open = (jz_trial * (*)(void)) dlsym(h, "jz_open"),
+        .report = (int (*)(jz_trial *, long, const char *, double))dlsym(h, "jz_report"),
+        .flush = (int (*)(jz_trial *, int))dlsym(h, "jz_flush"),
+        .close = (void (*)(jz_trial **))dlsym(h, "jz_close"),
+    };
+    if (!a.open || !a.report || !a.flush || !a.close) {
+        cli_error("report: %s lacks the jz_* calls it needs (another version?)",
+                  JZ_SONAME);
+        return NULL;
+    }
+    api = a;
+    return &api;
+}
+#else
+const cli_helper_api *cli_helper(void)
+{
+    static const cli_helper_api api = {jz_open, jz_report, jz_flush, jz_close};
+    return &api;
+}
+#endif
+
 int main(int argc, char **argv)
 {
+#ifdef CLI_FRONT
+    s_argv = argv;
+#endif
     if (argc < 2) {
         fputs(s_usage, stderr);
         return CLI_USAGE;

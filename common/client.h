@@ -25,4 +25,11 @@ json_t *client_call(const char *endpoint, json_t *msg, int timeout_ms, char *err
 json_t *client_call_check(const char *endpoint, json_t *msg, int timeout_ms, int slice_ms,
                           wire_check_fn check, void *arg, char *err, size_t errsize);
 
+/* Internal: client_call_check's path for every endpoint but ipc://, a
+   libzmq DEALER (client_zmq.c), called after the size check. The `jizhi`
+   front (cli/main.c built with CLI_FRONT) defines its own, which hands the
+   whole command to jizhi-core, so that the front links no libzmq. */
+json_t *client__zmq_call(const char *endpoint, json_t *msg, int timeout_ms, int slice_ms,
+                         wire_check_fn check, void *arg, char *err, size_t errsize);
+
 #endif

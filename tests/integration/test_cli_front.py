@@ -1,7 +1,8 @@
 """The `jizhi` front (cli/main.c built with CLI_FRONT): the trial and report
-commands run in a process that loads no GSL, OpenBLAS or curses (half of a
-`trial set` process's time went to loading them and to OpenBLAS's thread,
-docs/bench.md); every other command is handed to jizhi-core beside it."""
+commands run in a process that loads no GSL, OpenBLAS, curses or libzmq
+(half of a `trial set` process's time went to loading them and to OpenBLAS's
+thread, then to libzmq's threads: docs/bench.md); every other command, and
+any request to a tcp:// endpoint, is handed to jizhi-core beside it."""
 import os
 import shutil
 import subprocess
@@ -20,13 +21,19 @@ def needed(path):
     return [l.split("[")[1].rstrip("]") for l in out.splitlines() if "(NEEDED)" in l]
 
 
-def test_front_loads_no_numerics_or_curses():
+def test_front_loads_no_numerics_curses_or_libzmq():
+    # ipc:// through common/zmtp.c, tcp:// by jizhi-core, `report` loads
+    # libjizhi when it runs: the front needs SQLite and jansson only
     front = needed(JIZHI)
-    assert any(n.startswith("libzmq") for n in front), front
+    assert any(n.startswith("libsqlite3") for n in front), front
+    assert any(n.startswith("libjansson") for n in front), front
     heavy = [n for n in front if n.startswith(("libgsl", "libopenblas", "libncurses", "libmpi",
-                                               "libdnnl", "libgomp"))]
+                                               "libdnnl", "libgomp", "libzmq", "libsodium",
+                                               "libjizhi", "libstdc++"))]
     assert heavy == [], heavy
-    assert any(n.startswith("libopenblas") for n in needed(CORE))
+    core = needed(CORE)
+    assert any(n.startswith("libopenblas") for n in core), core
+    assert any(n.startswith("libzmq") for n in core), core
 
 
 def test_front_hands_other_commands_to_the_core(jz):
@@ -89,3 +96,20 @@ def test_trial_set_over_ipc_starts_no_thread(jz):
         ctl.terminate()
         ctl.wait(timeout=30)
         shutil.rmtree(rt, ignore_errors=True)
+
+
+def test_front_hands_tcp_requests_to_the_core(jz):
+    """The front links no libzmq: a request to a tcp:// endpoint runs the
+    whole command in jizhi-core, with the same message and exit status."""
+    env = dict(jz.env, JIZHI_SERVER_KEY="not-a-key")
+    args = ["trial", "set", "1", "lr=0.1", "--no-wait", "--controller", "tcp://127.0.0.1:9"]
+    a = subprocess.run([JIZHI, *args], cwd=jz.dir, env=env, capture_output=True, text=True,
+                       timeout=60)
+    b = subprocess.run([CORE, *args], cwd=jz.dir, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert a.returncode == 1 and "JIZHI_SERVER_KEY" in a.stderr, a.stderr
+    assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
+    # --server-key given on the command line reaches the core too
+    a = subprocess.run([JIZHI, *args, "--server-key", "not-a-key"], cwd=jz.dir, env=jz.env,
+                       capture_output=True, text=True, timeout=60)
+    assert (a.returncode, a.stderr) == (b.returncode, b.stderr)
