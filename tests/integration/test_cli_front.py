@@ -60,6 +60,15 @@ def test_front_without_the_core_says_so(jz, tmp_path):
     p = subprocess.run([str(lone / "jizhi"), "trial", "list"], cwd=jz.dir, env=jz.env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "expected STUDY" in p.stderr, p.stderr
+    # `report` loads libjizhi from ../lib beside it (here: none), else by its
+    # soname from the system's path
+    system = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True,
+                            text=True).stdout
+    if "libjizhi.so" not in system:
+        p = subprocess.run([str(lone / "jizhi"), "report", "loss=1"], cwd=jz.dir,
+                           env=jz.env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1, p.stderr
+        assert "cannot load the trial helper library libjizhi.so." in p.stderr, p.stderr
 
 
 def test_trial_set_over_ipc_starts_no_thread(jz):

@@ -50,6 +50,11 @@ def test_install_layout_and_version(prefix):
     with open(os.path.join(ROOT, "trial_helper", "jizhi.h")) as f:
         header_version = [l.split('"')[1] for l in f if l.startswith("#define JZ_VERSION")][0]
     assert v.stdout.strip() == f"jizhi {header_version}"
+    # the front loads libjizhi for `report` from ../lib (no LD_LIBRARY_PATH):
+    # outside a trial it prints the point, sends nothing and succeeds
+    r = subprocess.run([str(prefix / "bin" / "jizhi"), "report", "loss=1"],
+                       capture_output=True, text=True, env=clean_env())
+    assert r.returncode == 0 and "step 0 loss=1" in r.stderr, r.stderr
     pc = (prefix / "lib" / "pkgconfig" / "jizhi.pc").read_text()
     assert f"libdir={prefix}/lib" in pc and f"includedir={prefix}/include" in pc
 
