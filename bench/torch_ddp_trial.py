@@ -44,7 +44,8 @@ rank = dist.get_rank()
 t = jizhi.Trial()
 net = nn.parallel.DistributedDataParallel(Net(8))
 opt = torch.optim.SGD(net.parameters(), lr=t.param("lr", 0.01), momentum=0.9)
-ctl = jizhi.torch.attach(t, opt, model=net)
+# SYNC_MS (bench-torch --sync-ms): the looks' spacing; 0 looks at every step
+ctl = jizhi.torch.attach(t, opt, model=net, sync_ms=float(os.environ.get("SYNC_MS", "10")))
 if rank == 0:
     polled = open(os.environ["LOG"] + ".poll", "a")
     _next = ctl._next
