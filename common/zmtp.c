@@ -356,6 +356,8 @@ static int s_command(zmtp_t *self, const unsigned char *b, size_t len, char *err
 static int s_parse(zmtp_t *self, zmtp_msg *msg, size_t max_bytes, char *err,
                    size_t errsize)
 {
+    if (self->in_len == 0) /* and perhaps no buffer yet */
+        return 0;
     size_t off = 0;
     int rc = 0;
     while (rc == 0 && (msg || self->state != ZMTP_OPEN)) {
