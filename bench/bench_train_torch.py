@@ -95,8 +95,11 @@ class Block(torch.nn.Module):
 
 
 class Images(torch.nn.Module):
+    channels_last = False  # --channels-last: NHWC activations (one channel: the same bytes)
+
     def forward(self, x):
-        return x.view(-1, 1, 28, 28)
+        x = x.view(-1, 1, 28, 28)
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
 
 def cnn(channels):
@@ -134,6 +137,8 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                     help="autocast mixed precision (CUDA)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--channels-last", action="store_true",
+                    help="cnn: weights and activations in channels_last (NHWC)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads or len(os.sched_getaffinity(0)))
@@ -152,6 +157,9 @@ def main():
 
     if a.model == "cnn":
         model = cnn([int(s) for s in a.channels.split(",") if s]).to(dev)
+        if a.channels_last:
+            Images.channels_last = True
+            model = model.to(memory_format=torch.channels_last)
     else:
         model = mlp([784] + [int(s) for s in a.hidden.split(",") if s] + [10]).to(dev)
     decay = [p for p in model.parameters() if p.dim() > 1]

@@ -51,11 +51,15 @@
 #      batch 8192, bf16) for device ring with overlap on and off, device
 #      native and host ring (timing only); ms per step (from the best samples/s) printed next to each, no
 #      assertion on time;
+#      Then the CNN on cuDNN (--backend cuda --model cnn, fp32): val_loss
+#      after EQ_STEPS within CNN_RT (1e-4) relative of the CPU CNN's, and
+#      val_acc after STEPS within 0.01;
 #   5. speed: samples/s of jizhi-train-cuda (its defaults: device data and
 #      graphs; and --gpu-data host --cuda-graphs off, the 2026-12-04 path)
 #      and of PyTorch on the same GPU (same MLP, data resident on the device
 #      for PyTorch, fp32 and bf16 autocast), batch 128, 1024, 8192 and
-#      65536, and the ratio.
+#      65536, and the ratio; then the CNN (16,32, fp32) at batch 256, 2048
+#      and 8192 against PyTorch channels_last in fp32 and bf16 autocast.
 # Exit status 0 when every comparison is within tolerance; 2 at once, with
 # the reason, on a machine where nvidia-smi lists no GPU (without --cpu).
 # Results: build/gpu-check.json (every verdict line and speed row, the
@@ -102,13 +106,18 @@ log, out, rc, elapsed, cpu_only = sys.argv[1], sys.argv[2], int(sys.argv[3]), in
 lines = open(log, errors="replace").read().splitlines()
 checks = [{"check": l.strip(), "ok": bool(re.search(r"\bok\b", l)) and "FAIL" not in l}
           for l in lines if re.search(r"\b(ok|FAIL)\b", l) and not l.startswith("==")]
-speed = []
+speed, cnn = [], []
 for l in lines:
     m = re.match(r"^(\d+)\s+(fp32|bf16|fp16)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)x$", l.strip())
     if m:
         speed.append({"batch": int(m[1]), "precision": m[2], "jizhi_cuda": int(m[3]),
                       "jizhi_cuda_host_data": int(m[4]), "pytorch": int(m[5]),
                       "ratio": float(m[6])})
+for l in lines:
+    m = re.match(r"^cnn\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)x$", l.strip())
+    if m:
+        cnn.append({"batch": int(m[1]), "jizhi_cuda_fp32": int(m[2]), "pytorch_fp32_cl": int(m[3]),
+                    "pytorch_bf16_amp_cl": int(m[4]), "ratio_vs_amp": float(m[5])})
 try:
     gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.split("\n")
 except OSError:
@@ -116,10 +125,10 @@ except OSError:
 json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "mode": "cpu stand-in (no GPU checked)" if cpu_only else "gpu",
            "gpus": [g for g in gpus if g], "exit_status": rc, "elapsed_s": elapsed,
-           "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed,
+           "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
-               "item 4": "CNN on CUDA through cuDNN: a draft (trainer/cnn_cudnn_draft.cu, fp32, compiled by make cuda, not linked into jizhi-train-cuda, never run): nothing to check yet",
+               "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, one rank, host batches, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it); bf16/fp16, device data and graphs for the CNN, several ranks: no code yet",
                "item 5": "checked for the MLP only (device-resident gradients on NCCL above); the CNN has no CUDA path",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda) needs items 3-4 first"}},
           open(out, "w"), indent=1)
@@ -266,6 +275,36 @@ for prec in "${DG_PRECS[@]}"; do
         "epilogue lt vs kernel" "$ll" "$kl" "$v" "$EQ_STEPS" "$rt" "$STEPS" "$at" \
         "${fb:+; note: ${fb#jizhi-train: }}"
 done
+
+echo
+echo "== CNN on cuDNN (--model cnn --channels 16,32, fp32, one rank): CPU vs CUDA, same seed and order"
+# backend_cudnn.cu: net.c's residual CNN on cuDNN (NHWC, fp32; batches from
+# host memory). val_loss after EQ_STEPS steps within CNN_RT relative (1e-4:
+# a bound chosen before any GPU run, not a measured spread: the convolution
+# and BN reductions sum in another order than the CPU's oneDNN), and
+# val_acc after STEPS steps within 0.01 (not with --cpu: 200 CPU CNN steps
+# cost ~20 s here).
+CNN=(--model cnn --channels 16,32 --val-size 2000 --precision fp32)
+CNN_RT=${CNN_RT:-1e-4}
+cc=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" 2>&1) || {
+    echo "$cc" | tail -5; status=1; }
+gc=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
+    echo "$gc" | tail -5; status=1; }
+cl=$(echo "$cc" | metric val_loss); gl=$(echo "$gc" | metric val_loss)
+v=$(close "${cl:-nan}" "${gl:-nan}" "$CNN_RT"); [ "$v" = ok ] || status=1
+printf 'CNN fp32 CPU vs CUDA, %s steps: val_loss %s vs %s: %s (tol %s rel)\n' "$EQ_STEPS" \
+    "${gl:-none}" "${cl:-none}" "$v" "$CNN_RT"
+if [ "$CPU_ONLY" = 1 ]; then
+    echo "CNN fp32 CPU vs CUDA, $STEPS steps: SKIPPED (--cpu)"
+else
+    cc=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" "${CNN[@]}" 2>&1) || { echo "$cc" | tail -5; status=1; }
+    gc=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" --backend cuda 2>&1) || {
+        echo "$gc" | tail -5; status=1; }
+    ca=$(echo "$cc" | metric val_acc); ga=$(echo "$gc" | metric val_acc)
+    v=$(near "${ca:-nan}" "${ga:-nan}" 0.01); [ "$v" = ok ] || status=1
+    printf 'CNN fp32 CPU vs CUDA, %s steps: val_acc %s vs %s: %s (tol 0.01)\n' "$STEPS" \
+        "${ga:-none}" "${ca:-none}" "$v"
+fi
 
 echo
 echo "== NCCL comm layer (--comm $COMM: gradients through fusion buckets and $COMM)"
@@ -465,4 +504,30 @@ for b in 128 1024 8192 65536; do
             "$("$PYTHON" -c "print(${o:-0}/$p)")"
     done
 done
+
+echo
+echo "== speed on the GPU: CNN 16,32 (fp32, cuDNN, batches from host memory), samples/s"
+# against PyTorch channels_last in fp32 and with bf16 autocast (the issue's
+# goal compares with AMP; jizhi's CNN has no bf16 yet); skipped when the
+# script has used 8 of its 10 minutes
+if [ $(( SECONDS - T0 )) -gt 480 ]; then
+    echo "CNN speed: SKIPPED (the 10-minute budget: $(( SECONDS - T0 )) s used)"
+else
+    printf '%-10s %14s %14s %14s %10s\n' batch jizhi-cuda torch-fp32-cl torch-amp-cl vs_amp
+    for b in 256 2048 8192; do
+        steps=$(( 400000 / b )); [ "$steps" -lt 30 ] && steps=30
+        o=$(env -u JIZHI_TRIAL "$GPU" --backend cuda --model cnn --channels 16,32 --batch-size "$b" \
+            --max-steps "$steps" --epochs 100000 --log-every $((steps / 5)) --eval-every 1000000 \
+            --val-size 1000 --quiet 2>&1 | sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' |
+            tail -n +2 | sort -g | tail -1)
+        pf=$("$PYTHON" bench/bench_train_torch.py --device cuda --model cnn --channels 16,32 \
+            --channels-last --batch-size "$b" --precision fp32 --steps "$steps" --warmup-steps 10 |
+            "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
+        pa=$("$PYTHON" bench/bench_train_torch.py --device cuda --model cnn --channels 16,32 \
+            --channels-last --batch-size "$b" --precision bf16 --steps "$steps" --warmup-steps 10 |
+            "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
+        printf 'cnn %-6s %14.0f %14.0f %14.0f %9.2fx\n' "$b" "${o:-0}" "${pf:-0}" "${pa:-0}" \
+            "$("$PYTHON" -c "print(${o:-0}/max(${pa:-0},1e-9))")"
+    done
+fi
 exit $status

@@ -16,6 +16,7 @@
 #include "jz_test.h"
 #include "trainer/comm.h"
 #include "trainer/gather.h"
+#include "trainer/layout.h"
 #include "trainer/trn.h"
 
 static trn_dataset g_syn, g_syn_val;
@@ -48,6 +49,28 @@ TEST(element_gather_equals_the_row_copy)
         /* and row r really is dataset row perm[at + r] */
         CHECK(xo[(nb - 1) * DIM + 3] == x[perm[at + nb - 1] * DIM + 3]);
     }
+}
+
+/* The CUDA CNN's weight layout (layout.h): KRSC element (o, r, s, i) is
+   OIHW element (o, i, r, s), and the two conversions undo each other. */
+TEST(conv_weights_krsc_is_oihw_reordered)
+{
+    enum { CO = 3, C = 5, K = 3, N = CO * C * K * K };
+    float w[N], krsc[N], back[N];
+    for (int i = 0; i < N; i++)
+        w[i] = (float)i;
+    trn_oihw_to_krsc(w, krsc, CO, C, K);
+    int bad = 0;
+    for (int o = 0; o < CO; o++)
+        for (int i = 0; i < C; i++)
+            for (int r = 0; r < K; r++)
+                for (int s = 0; s < K; s++)
+                    bad += krsc[((o * K + r) * K + s) * C + i] !=
+                           w[((o * C + i) * K + r) * K + s];
+    CHECK(bad == 0);
+    trn_krsc_to_oihw(krsc, back, CO, C, K);
+    CHECK(memcmp(back, w, sizeof w) == 0);
+    CHECK(krsc[1] == w[K * K]); /* the second value of KRSC: input channel 1 */
 }
 
 /* ---- a stand-in device backend on the host ---- */
@@ -340,6 +363,7 @@ int main(void)
         return 1;
     }
     RUN(element_gather_equals_the_row_copy);
+    RUN(conv_weights_krsc_is_oihw_reordered);
     RUN(device_batches_follow_the_host_trajectory);
     RUN(a_failed_copy_falls_back_or_fails_as_asked);
     RUN(one_rank_through_the_comm_layer_gathers_its_shard);

@@ -61,6 +61,10 @@
 extern "C" {
 #include "trainer/dist_dev.h"
 #include "trainer/trn.h"
+#ifdef TRN_WITH_CUDNN /* backend_cudnn.cu: the CNN */
+trn_backend *trn_cudnn_backend_new(char *err);
+void trn_cudnn_backend_destroy(trn_backend *b);
+#endif
 }
 
 #define CUBLAS_CHECK(x)                                                                  \
@@ -100,81 +104,7 @@ template <> cudaDataType_t dtype<__half>()
 
 #include "trainer/cuda_mlp_kernels.cuh"
 
-/* ---- state ---------------------------------------------------------------- */
-
-/* data-parallel settings (set_comm): kept across attach/detach */
-typedef struct {
-    trn_comm *comm; /* borrowed; NULL: one rank */
-    trn_dist_opts o;
-    trn_grad_path path;
-} s_ranks;
-
-/* the device-resident training set (set_data) and the epoch's order
-   (set_order): kept across attach/detach, freed by destroy */
-typedef struct {
-    float *x;         /* n * dim, fp32 as on the host */
-    unsigned char *y; /* n labels */
-    int *perm;        /* the epoch's order, n indices */
-    int n, dim;       /* n = 0: no data on the device */
-} s_data;
-
-/* CUDA graphs of the one-rank device-data step, one per batch size */
-#define NGRAPH 4
-typedef struct {
-    int nb;               /* 0: free slot */
-    cudaGraphExec_t exec; /* owned */
-    long used;            /* last use, for eviction */
-} s_graph;
-
-/* layer l's fused forward (--cuda-epilogue lt) at batch size nb:
-   cuBLASLt's descriptors and the algorithm its heuristic chose */
-typedef struct {
-    int nb; /* 0: not prepared */
-    int ok; /* 1: an algorithm; 0: GemmEx + k_bias_act at this size */
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, d;
-    cublasLtMatmulAlgo_t algo;
-} s_lt;
-
-typedef struct {
-    cublasHandle_t blas;
-    cublasLtHandle_t lt; /* --cuda-epilogue lt; NULL: kernel */
-    s_lt ltl[MAXL];      /* per layer */
-    int lt_said;         /* the fallback line was printed */
-    cudaStream_t stream;
-    void *blas_ws;      /* cuBLAS workspace (the same with and without graphs) */
-    int nl;             /* linear layers */
-    int dims[MAXL + 1]; /* dims[0] input ... dims[nl] classes */
-    trn_precision prec;
-    int esize;                                      /* bytes per stored element */
-    float *w[MAXL], *b[MAXL], *mw[MAXL], *mb[MAXL]; /* fp32 master + momentum */
-    void *wlp[MAXL], *blp[MAXL];                    /* compute-format copies */
-    void *gw[MAXL], *gb[MAXL];                      /* gradients, compute format */
-    void *act[MAXL + 1]; /* act[0] input, act[i+1] output of layer i */
-    void *dact[MAXL + 1];
-    void *ones; /* cap ones in T: bias gradients as a GEMM */
-    float *xin; /* fp32 input staging (host batches) */
-    unsigned char *y;
-    float *scratch; /* loss, norms[2*MAXL], gsq */
-    int *flag;
-    s_args *args;   /* the step's scalars on the device */
-    s_args *args_h; /* and in pinned host memory (written before each step) */
-    float *res_h;   /* pinned: scratch read back at the end of the step */
-    int *flag_h;    /* pinned: the overflow flag read back */
-    int cap;
-    trn_opt_kind opt;
-    double momentum, wd, trust;
-    int nesterov;
-    double smoothing;
-    int quiet;
-    int use_graphs;        /* --cuda-graphs on */
-    int warm_nb;           /* batch size of the last eager device-data step */
-    long nsteps;           /* steps taken since attach (graph eviction clock) */
-    s_graph graph[NGRAPH]; /* captured steps (device data, one rank) */
-    s_ranks rk;
-    trn_devdist *dd; /* with rk.comm: built at attach */
-    s_data data;
-} s_cuda;
+#include "trainer/cuda_mlp_state.cuh"
 
 static void s_graphs_drop(s_cuda *c)
 {
@@ -289,76 +219,7 @@ template <typename T> static void s_input_dev(s_cuda *c, int nb)
         c->data.x, c->data.y, c->data.perm, c->args, nb, d0, (T *)c->act[0], c->y);
 }
 
-static void s_lt_free(s_lt *p)
-{
-    if (p->op)
-        cublasLtMatmulDescDestroy(p->op);
-    if (p->a)
-        cublasLtMatrixLayoutDestroy(p->a);
-    if (p->b)
-        cublasLtMatrixLayoutDestroy(p->b);
-    if (p->d)
-        cublasLtMatrixLayoutDestroy(p->d);
-    memset(p, 0, sizeof *p);
-}
-
-/* Layer l's fused forward at batch nb, prepared once per batch size (host
-   work only, no GPU operation: it may run inside a graph capture): act[l+1]
-   (m x nb) = W^T act[l] + b, then ReLU unless last, the bias added in
-   fp32 before the one rounding to T. 1 when cuBLASLt has an algorithm. */
-template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
-{
-    s_lt *p = &c->ltl[l];
-    if (p->nb == nb)
-        return p->ok;
-    s_lt_free(p);
-    p->nb = nb;
-    int k = c->dims[l], m = c->dims[l + 1];
-    cudaDataType_t dt = dtype<T>();
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtEpilogue_t ep =
-        l < c->nl - 1 ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-    const void *bias = c->blp[l];
-    size_t ws = S_BLAS_WS;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t h;
-    int got = 0;
-    /* fp32 as GemmEx runs it here: no TF32, no reduced-precision tricks */
-    cublasComputeType_t ct =
-        c->prec == TRN_FP32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-    if (cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                       sizeof ta) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                       sizeof tb) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
-                                       sizeof ep) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                       sizeof bias) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->a, dt, k, m, k) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->b, dt, k, nb, k) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->d, dt, m, nb, m) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref,
-                                             CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &h,
-                                       &got) == CUBLAS_STATUS_SUCCESS &&
-        got > 0) {
-        p->algo = h.algo;
-        p->ok = 1;
-    }
-    if (pref)
-        cublasLtMatmulPreferenceDestroy(pref);
-    if (!p->ok && !c->lt_said && !c->quiet) {
-        c->lt_said = 1;
-        fprintf(stderr,
-                "jizhi-train: cuda: cuBLASLt offers no fused bias%s for layer %d at "
-                "batch %d; GemmEx and a kernel there\n",
-                l < c->nl - 1 ? " + ReLU" : "", l, nb);
-    }
-    return p->ok;
-}
+#include "trainer/cuda_mlp_lt.cuh"
 
 /* The forward pass from act[0] and the loss, leaving dlogits = dscale *
    d(summed loss) in c->dact[nl] and the summed loss in c->scratch[0]. */
@@ -661,6 +522,10 @@ static void s_detach(void *self)
 {
     s_cuda *c = (s_cuda *)self;
     s_ranks keep = c->rk;
+    if (c->cnn_on) {
+        c->cnn->detach(c->cnn->self);
+        c->cnn_on = 0;
+    }
     if (!c->blas)
         return;
     cudaStreamSynchronize(c->stream);
@@ -689,15 +554,37 @@ static void s_detach(void *self)
     cudaFree(c->blas_ws);
     cudaStreamDestroy(c->stream);
     s_data data = c->data; /* the training set stays on the device */
+    trn_backend *cnn = c->cnn;
     memset(c, 0, sizeof *c);
     c->rk = keep;
     c->data = data;
+    c->cnn = cnn;
 }
 
 static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
 {
     s_cuda *c = (s_cuda *)self;
     s_detach(self);
+    if (!strncmp(trn_net_arch(net), "cnn:", 4)) { /* the CNN: backend_cudnn.cu */
+        if (c->rk.comm) {
+            snprintf(err, TRN_ERRLEN,
+                     "the CUDA CNN runs one rank only (not yet several)");
+            return -1;
+        }
+#ifdef TRN_WITH_CUDNN
+        if (!c->cnn && !(c->cnn = trn_cudnn_backend_new(err)))
+            return -1;
+        if (c->cnn->attach(c->cnn->self, net, cfg, err) < 0)
+            return -1;
+        c->cnn_on = 1;
+        return 0;
+#else
+        snprintf(err, TRN_ERRLEN,
+                 "this jizhi-train-cuda was built without cuDNN (cudnn.h not found): "
+                 "the CUDA backend runs MLPs only");
+        return -1;
+#endif
+    }
     if (s_parse_arch(c, trn_net_arch(net), err) < 0)
         return -1;
     if (trn_net_nparams(net) != 2 * c->nl) {
@@ -833,6 +720,10 @@ static double s_step_dist_any(s_cuda *c, const float *x, const uint8_t *y, int a
 static double s_step(void *self, const float *x, const uint8_t *y, int nb, double lr,
                      double loss_scale, int *overflow, double *grad_sqnorm)
 {
+    s_cuda *c = (s_cuda *)self;
+    if (c->cnn_on)
+        return c->cnn->step(c->cnn->self, x, y, nb, lr, loss_scale, overflow,
+                            grad_sqnorm);
     return s_step_any((s_cuda *)self, x, y, 0, nb, lr, loss_scale, overflow,
                       grad_sqnorm) /
            nb;
@@ -860,6 +751,12 @@ static void s_data_free(s_data *d)
 static int s_set_data(void *self, const trn_dataset *d, char *err)
 {
     s_cuda *c = (s_cuda *)self;
+    if (c->cnn_on) {
+        snprintf(err, TRN_ERRLEN,
+                 "the CUDA CNN takes its batches from host memory (not "
+                 "yet from the device)");
+        return -1;
+    }
     s_graphs_drop(c); /* they point at the old copy */
     s_data_free(&c->data);
     size_t xb = (size_t)d->n * d->dim * sizeof(float);
@@ -980,6 +877,10 @@ static int s_set_comm(void *self, trn_comm *comm, const struct trn_dist_opts *o,
 static void s_sync_to_host(void *self, trn_net *net)
 {
     s_cuda *c = (s_cuda *)self;
+    if (c->cnn_on) {
+        c->cnn->sync_to_host(c->cnn->self, net);
+        return;
+    }
     if (!c->blas)
         return;
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
@@ -1034,6 +935,9 @@ extern "C" void trn_cuda_backend_destroy(trn_backend *b)
         return;
     s_detach(b->self);
     s_data_free(&((s_cuda *)b->self)->data);
+#ifdef TRN_WITH_CUDNN
+    trn_cudnn_backend_destroy(((s_cuda *)b->self)->cnn);
+#endif
     free(b->self);
     free(b);
 }

@@ -855,6 +855,10 @@ int trn_trainer_step(trn_trainer *t)
     int nb = trn__next_batch_size(t);
     double lr = trn_trainer_lr(t);
     if (t->backend) {
+        /* attached first: set_data then knows the model (the CUDA CNN
+           refuses device data and keeps host batches) */
+        if (s_backend_ready(t) < 0)
+            return -1;
         int dd = s_devdata(t);
         if (dd < 0)
             return -1;

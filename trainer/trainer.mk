@@ -58,33 +58,35 @@ TRN_CUDA_OBJ := $(BUILD)/obj/trainer/backend_cuda.o
 TRN_DDEV_OBJ := $(BUILD)/obj/trainer/dist_dev.o
 TRN_MAIN_CUDA := $(BUILD)/obj/trainer/main_cuda.o
 
-# The residual CNN on cuDNN (issue 38, item 4): a DRAFT, compiled by `make
-# cuda` where cudnn.h is found so that it keeps compiling, never linked into
-# jizhi-train-cuda (see trainer/cnn_cudnn_draft.cu's header for what it
-# lacks). The CPU build never needs cuDNN.
+# The residual CNN on cuDNN (issue 38, item 4; backend_cudnn.cu), built where
+# cudnn.h is found; libcudnn is opened at run time by the first CNN attach,
+# so jizhi-train-cuda does not need it to start. The CPU build never needs
+# cuDNN.
 CUDNN_H     := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
                  /usr/include/x86_64-linux-gnu/cudnn.h))
 ifneq ($(CUDNN_H),)
-TRN_CUDNN_DRAFT := $(BUILD)/obj/trainer/cnn_cudnn_draft.o
+TRN_CUDNN_OBJ := $(BUILD)/obj/trainer/backend_cudnn.o
+CUDNN_DEF   := -DTRN_WITH_CUDNN
 endif
-$(BUILD)/obj/trainer/cnn_cudnn_draft.o: trainer/cnn_cudnn_draft.cu trainer/cuda_mlp_kernels.cuh \
+$(BUILD)/obj/trainer/backend_cudnn.o: trainer/backend_cudnn.cu trainer/cuda_mlp_kernels.cuh trainer/layout.h \
                  trainer/gather.h trainer/trn.h trainer/dev_elem.cuh trainer/cuda_check.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -I$(dir $(CUDNN_H)) -c $< -o $@
 
 .PHONY: cuda bench-train
 ifeq ($(HAVE_CUDA),yes)
-cuda: $(TRAIN_CUDA) $(TRN_CUDNN_DRAFT)
+cuda: $(TRAIN_CUDA)
 else
 cuda:
 	@echo "make cuda: nvcc not found (install the CUDA toolkit or set NVCC=...)"; exit 1
 endif
 
-$(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/cuda_mlp_kernels.cuh trainer/gather.h \
+$(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/cuda_mlp_kernels.cuh trainer/cuda_mlp_state.cuh \
+                 trainer/cuda_mlp_lt.cuh trainer/gather.h \
                  trainer/trn.h trainer/dist_dev.h trainer/dist.h \
                  trainer/comm.h trainer/bf16.h trainer/dev_elem.cuh trainer/cuda_check.cuh
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper $(CUDNN_DEF) -c $< -o $@
 
 # The NCCL backend of the comm layer (comm_nccl.cu) where nccl.h exists.
 ifeq ($(HAVE_NCCL),yes)
@@ -110,13 +112,14 @@ $(TRN_MAIN_CUDA): trainer/main.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -I$(BLAS_INC) -DTRN_WITH_CUDA $(NCCL_DEF) -c $< -o $@
 
-$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_DDEV_OBJ) $(TRN_NCCL_OBJ) $(LIB_TRN) \
-               $(LIB_HELPER) $(LIB_COMMON)
+$(TRAIN_CUDA): $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_DDEV_OBJ) $(TRN_NCCL_OBJ) $(TRN_CUDNN_OBJ) \
+               $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_DDEV_OBJ) $(TRN_NCCL_OBJ) $(LIB_TRN) \
+	$(CC) -o $@ $(TRN_MAIN_CUDA) $(TRN_CUDA_OBJ) $(TRN_DDEV_OBJ) $(TRN_NCCL_OBJ) $(TRN_CUDNN_OBJ) \
+	    $(LIB_TRN) \
 	    $(LIB_HELPER) \
 	    $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS) -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
-	    $(NCCL_LIBS) -lcublasLt -lcublas -lcudart -lstdc++
+	    $(NCCL_LIBS) -lcublasLt -lcublas -lcudart -ldl -lstdc++
 
 # All-reduce bandwidth, fusion, convergence and the scaling model
 # (bench/comm.py; BENCH_COMM_ARGS="--quick" for a short run).

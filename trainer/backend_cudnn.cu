@@ -1,15 +1,15 @@
-/*  cnn_cudnn_draft.cu - DRAFT, NOT WIRED IN: the residual CNN of net.c on
-    cuDNN (issue 38, item 4), fp32 only.
+/*  backend_cudnn.cu - the residual CNN of net.c on cuDNN (issue 38, item 4),
+    fp32 only, one rank. NEVER RUN ON A GPU: written and compiled on a
+    machine without one.
 
-    State: compiled by `make cuda` where cudnn.h is found (trainer.mk,
-    HAVE_CUDNN), never linked into jizhi-train-cuda and never selectable:
-    nothing calls trn_cudnn_backend_new. It has never run on a GPU. Missing
-    before it can be wired in: bf16/fp16 (compute-format copies, the CPU
-    emulation's rounding points), a gpu-check comparison with the CPU CNN
-    (same seed and order: loss after a few steps), the choice in main.c or
-    backend_cuda.cu's attach (a "cnn:" arch), device-resident data and
-    graphs as the MLP has them, and a timing against PyTorch AMP
-    channels_last.
+    Built by `make cuda` where cudnn.h is found (trainer.mk, HAVE_CUDNN) and
+    linked into jizhi-train-cuda; libcudnn itself is opened at the first CNN
+    attach (dlopen), so the binary still starts and runs the MLP where
+    cuDNN is missing. backend_cuda.cu hands a "cnn:" model to it (--backend
+    cuda --model cnn); scripts/gpu-check.sh compares it with the CPU CNN and
+    times it against PyTorch. Not yet: bf16/fp16 (refused: --precision
+    fp32 only), several ranks (refused), device-resident data and CUDA
+    graphs (the batch comes from host memory every step).
 
     What it does: the topology of net.c's "cnn" branch rebuilt from the
     net's arch string (stem conv-BN-ReLU; per stage a stride-2 transition
@@ -36,12 +36,14 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "trainer/cuda_check.cuh"
 #include "trainer/cuda_mlp_kernels.cuh"
+#include "trainer/layout.h"
 
 extern "C" {
 #include "trainer/trn.h"
@@ -62,7 +64,7 @@ extern "C" {
         cudnnStatus_t s_ = (x);                                                          \
         if (s_ != CUDNN_STATUS_SUCCESS) {                                                \
             fprintf(stderr, "jizhi-train: cuDNN error %s at %s:%d\n",                    \
-                    cudnnGetErrorString(s_), __FILE__, __LINE__);                        \
+                    p_cudnnGetErrorString(s_), __FILE__, __LINE__);                      \
             exit(1);                                                                     \
         }                                                                                \
     } while (0)
@@ -70,6 +72,70 @@ extern "C" {
 #define MAXOPS 128
 #define MAXP 128
 #define S_WS_MAX ((size_t)256 << 20) /* cuDNN workspace ceiling */
+
+/* ---- cuDNN, loaded when a CNN is attached ------------------------------------- */
+
+/* jizhi-train-cuda does not link libcudnn: a machine without it still runs
+   the MLP; the first CNN attach dlopens it (the binary's run path, then
+   the loader's) and takes these entry points. */
+#define S_DNN_FUNCS(X)                                                                   \
+    X(cudnnBatchNormalizationBackward)                                                   \
+    X(cudnnBatchNormalizationForwardTraining)                                            \
+    X(cudnnConvolutionBackwardData)                                                      \
+    X(cudnnConvolutionBackwardFilter)                                                    \
+    X(cudnnConvolutionForward)                                                           \
+    X(cudnnCreate)                                                                       \
+    X(cudnnCreateConvolutionDescriptor)                                                  \
+    X(cudnnCreateFilterDescriptor)                                                       \
+    X(cudnnCreateTensorDescriptor)                                                       \
+    X(cudnnDestroy)                                                                      \
+    X(cudnnDestroyConvolutionDescriptor)                                                 \
+    X(cudnnDestroyFilterDescriptor)                                                      \
+    X(cudnnDestroyTensorDescriptor)                                                      \
+    X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                                       \
+    X(cudnnGetConvolutionBackwardDataWorkspaceSize)                                      \
+    X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                     \
+    X(cudnnGetConvolutionBackwardFilterWorkspaceSize)                                    \
+    X(cudnnGetConvolutionForwardAlgorithm_v7)                                            \
+    X(cudnnGetConvolutionForwardWorkspaceSize)                                           \
+    X(cudnnGetErrorString)                                                               \
+    X(cudnnSetConvolution2dDescriptor)                                                   \
+    X(cudnnSetConvolutionMathType)                                                       \
+    X(cudnnSetFilter4dDescriptor)                                                        \
+    X(cudnnSetStream)                                                                    \
+    X(cudnnSetTensor4dDescriptor)
+
+#define S_DECL(f) static decltype(&f) p_##f;
+S_DNN_FUNCS(S_DECL)
+
+/* 0 when cuDNN's entry points are loaded, or -1 with the reason in err. */
+static int s_dnn_load(char *err)
+{
+    static int state; /* 0 not tried, 1 loaded, -1 failed */
+    static char why[TRN_ERRLEN];
+    if (state == 0) {
+        void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+        if (!h)
+            h = dlopen("libcudnn.so", RTLD_NOW | RTLD_LOCAL);
+        state = h ? 1 : -1;
+        if (!h)
+            snprintf(why, sizeof why,
+                     "cuDNN not found (%s): the CUDA CNN needs libcudnn.so.9 (the CUDA "
+                     "toolkit's cuDNN, or NVIDIA's nvidia-cudnn-cu12 wheel on "
+                     "LD_LIBRARY_PATH)",
+                     dlerror());
+#define S_LOAD(f)                                                                        \
+    if (state > 0 && !(p_##f = (decltype(&f))dlsym(h, #f))) {                            \
+        snprintf(why, sizeof why, "cuDNN lacks %s", #f);                                 \
+        state = -1;                                                                      \
+    }
+        S_DNN_FUNCS(S_LOAD)
+#undef S_LOAD
+    }
+    if (state < 0)
+        snprintf(err, TRN_ERRLEN, "%s", why);
+    return state > 0 ? 0 : -1;
+}
 
 /* ---- kernels ------------------------------------------------------------------- */
 
@@ -261,8 +327,7 @@ static int s_build(s_cnn *q, const char *arch, char *err)
     if (sscanf(arch, "cnn:%dx%dx%d:%63[0-9,]:b%d:%d", &c, &h, &w, list, &blocks,
                &classes) != 6 ||
         (ns = trn_parse_int_list(list, ch, 8)) < 1) {
-        snprintf(err, TRN_ERRLEN, "the cuDNN draft runs net.c's cnn only (model %s)",
-                 arch);
+        snprintf(err, TRN_ERRLEN, "the CUDA CNN runs net.c's cnn only (model %s)", arch);
         return -1;
     }
     int x = s_buf_new(q, c, h, w);
@@ -285,7 +350,7 @@ static int s_build(s_cnn *q, const char *arch, char *err)
     o->out = s_buf_new(q, classes, 1, 1);
     q->classes = classes;
     if (q->nops > MAXOPS || q->np > MAXP) {
-        snprintf(err, TRN_ERRLEN, "model too large for the cuDNN draft");
+        snprintf(err, TRN_ERRLEN, "model too large for the CUDA CNN");
         return -1;
     }
     return 0;
@@ -301,8 +366,8 @@ static void s_algos(s_cnn *q, s_op *o)
     int n = 0;
     size_t need = 0, sz = 0;
     cudnnConvolutionFwdAlgoPerf_t pf[8];
-    CUDNN_CHECK(
-        cudnnGetConvolutionForwardAlgorithm_v7(q->dnn, xd, o->fd, o->cd, yd, 8, &n, pf));
+    CUDNN_CHECK(p_cudnnGetConvolutionForwardAlgorithm_v7(q->dnn, xd, o->fd, o->cd, yd, 8,
+                                                         &n, pf));
     o->fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     for (int i = 0; i < n; i++)
         if (pf[i].status == CUDNN_STATUS_SUCCESS &&
@@ -310,12 +375,12 @@ static void s_algos(s_cnn *q, s_op *o)
             o->fa = pf[i].algo;
             break;
         }
-    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(q->dnn, xd, o->fd, o->cd, yd,
-                                                        o->fa, &sz));
+    CUDNN_CHECK(p_cudnnGetConvolutionForwardWorkspaceSize(q->dnn, xd, o->fd, o->cd, yd,
+                                                          o->fa, &sz));
     need = sz > need ? sz : need;
     cudnnConvolutionBwdDataAlgoPerf_t pd[8];
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(q->dnn, o->fd, yd, o->cd, xd,
-                                                            8, &n, pd));
+    CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataAlgorithm_v7(q->dnn, o->fd, yd, o->cd,
+                                                              xd, 8, &n, pd));
     o->ba = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     for (int i = 0; i < n; i++)
         if (pd[i].status == CUDNN_STATUS_SUCCESS &&
@@ -323,12 +388,12 @@ static void s_algos(s_cnn *q, s_op *o)
             o->ba = pd[i].algo;
             break;
         }
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(q->dnn, o->fd, yd, o->cd, xd,
-                                                             o->ba, &sz));
+    CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataWorkspaceSize(q->dnn, o->fd, yd, o->cd,
+                                                               xd, o->ba, &sz));
     need = sz > need ? sz : need;
     cudnnConvolutionBwdFilterAlgoPerf_t pw[8];
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(q->dnn, xd, yd, o->cd,
-                                                              o->fd, 8, &n, pw));
+    CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterAlgorithm_v7(q->dnn, xd, yd, o->cd,
+                                                                o->fd, 8, &n, pw));
     o->fb = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     for (int i = 0; i < n; i++)
         if (pw[i].status == CUDNN_STATUS_SUCCESS &&
@@ -336,8 +401,8 @@ static void s_algos(s_cnn *q, s_op *o)
             o->fb = pw[i].algo;
             break;
         }
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(q->dnn, xd, yd, o->cd,
-                                                               o->fd, o->fb, &sz));
+    CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterWorkspaceSize(q->dnn, xd, yd, o->cd,
+                                                                 o->fd, o->fb, &sz));
     need = sz > need ? sz : need;
     if (need > q->ws_size) {
         CUDA_CHECK(cudaStreamSynchronize(q->stream));
@@ -371,8 +436,8 @@ static void s_reserve(s_cnn *q, int nb)
         return;
     for (int i = 0; i < q->nbufs; i++) {
         s_buf *b = &q->buf[i];
-        CUDNN_CHECK(cudnnSetTensor4dDescriptor(b->td, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
-                                               nb, b->c, b->h, b->w));
+        CUDNN_CHECK(p_cudnnSetTensor4dDescriptor(b->td, CUDNN_TENSOR_NHWC,
+                                                 CUDNN_DATA_FLOAT, nb, b->c, b->h, b->w));
     }
     for (int i = 0; i < q->nops; i++)
         if (q->op[i].kind == Q_CONV)
@@ -403,13 +468,13 @@ static void s_forward(s_cnn *q, int nb)
         long cnt = (long)nb * y->c * y->h * y->w;
         switch (o->kind) {
         case Q_CONV:
-            CUDNN_CHECK(cudnnConvolutionForward(q->dnn, &one, x->td, x->x, o->fd,
-                                                q->w[o->pw], o->cd, o->fa, q->ws,
-                                                q->ws_size, &zero, y->td, y->x));
+            CUDNN_CHECK(p_cudnnConvolutionForward(q->dnn, &one, x->td, x->x, o->fd,
+                                                  q->w[o->pw], o->cd, o->fa, q->ws,
+                                                  q->ws_size, &zero, y->td, y->x));
             break;
         case Q_BN: {
             float *rm = q->state + o->st;
-            CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+            CUDNN_CHECK(p_cudnnBatchNormalizationForwardTraining(
                 q->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x->td, x->x, y->td, y->x,
                 o->bnd, q->w[o->pw], q->w[o->pb], 0.1, rm, rm + o->c, 1e-5, o->smean,
                 o->sinv));
@@ -454,19 +519,19 @@ static void s_backward(s_cnn *q, int nb)
         int acc = x->written, need_dx = o->in != 0;
         switch (o->kind) {
         case Q_CONV: {
-            CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+            CUDNN_CHECK(p_cudnnConvolutionBackwardFilter(
                 q->dnn, &one, x->td, x->x, y->td, y->g, o->cd, o->fb, q->ws, q->ws_size,
                 &zero, o->fd, q->g[o->pw]));
             const float beta = acc ? 1.0f : 0.0f;
             if (need_dx)
-                CUDNN_CHECK(cudnnConvolutionBackwardData(q->dnn, &one, o->fd, q->w[o->pw],
-                                                         y->td, y->g, o->cd, o->ba, q->ws,
-                                                         q->ws_size, &beta, x->td, x->g));
+                CUDNN_CHECK(p_cudnnConvolutionBackwardData(
+                    q->dnn, &one, o->fd, q->w[o->pw], y->td, y->g, o->cd, o->ba, q->ws,
+                    q->ws_size, &beta, x->td, x->g));
             break;
         }
         case Q_BN: {
             const float beta = acc ? 1.0f : 0.0f;
-            CUDNN_CHECK(cudnnBatchNormalizationBackward(
+            CUDNN_CHECK(p_cudnnBatchNormalizationBackward(
                 q->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &beta, &one, &zero, x->td, x->x,
                 y->td, y->g, x->td, x->g, o->bnd, q->w[o->pw], q->g[o->pw], q->g[o->pb],
                 1e-5, o->smean, o->sinv));
@@ -528,23 +593,6 @@ static void s_finish(s_cnn *q)
 
 /* ---- trn_backend interface ----------------------------------------------------- */
 
-/* KRSC (device) <-> OIHW (host) for a co x c x 3 x 3 weight */
-static void s_oihw_to_krsc(const float *src, float *dst, int co, int c, int k)
-{
-    for (int o = 0; o < co; o++)
-        for (int i = 0; i < c; i++)
-            for (int r = 0; r < k * k; r++)
-                dst[((long)o * k * k + r) * c + i] = src[((long)o * c + i) * k * k + r];
-}
-
-static void s_krsc_to_oihw(const float *src, float *dst, int co, int c, int k)
-{
-    for (int o = 0; o < co; o++)
-        for (int i = 0; i < c; i++)
-            for (int r = 0; r < k * k; r++)
-                dst[((long)o * c + i) * k * k + r] = src[((long)o * k * k + r) * c + i];
-}
-
 /* host values v of param i into device memory d (conv weights reordered) */
 static int s_put(s_cnn *q, int i, const float *v, float *d)
 {
@@ -557,7 +605,7 @@ static int s_put(s_cnn *q, int i, const float *v, float *d)
     if (!t)
         return -1;
     s_op *o = &q->op[oi];
-    s_oihw_to_krsc(v, t, o->co, o->c, o->k);
+    trn_oihw_to_krsc(v, t, o->co, o->c, o->k);
     CUDA_CHECK(cudaMemcpy(d, t, q->pn[i] * sizeof(float), cudaMemcpyHostToDevice));
     free(t);
     return 0;
@@ -575,7 +623,7 @@ static int s_get(s_cnn *q, int i, const float *d, float *v)
         return -1;
     s_op *o = &q->op[oi];
     CUDA_CHECK(cudaMemcpy(t, d, q->pn[i] * sizeof(float), cudaMemcpyDeviceToHost));
-    s_krsc_to_oihw(t, v, o->co, o->c, o->k);
+    trn_krsc_to_oihw(t, v, o->co, o->c, o->k);
     free(t);
     return 0;
 }
@@ -590,23 +638,23 @@ static void s_detach(void *self)
         s_op *o = &q->op[i];
         cudaFree(o->smean), cudaFree(o->sinv);
         if (o->fd)
-            cudnnDestroyFilterDescriptor(o->fd);
+            p_cudnnDestroyFilterDescriptor(o->fd);
         if (o->cd)
-            cudnnDestroyConvolutionDescriptor(o->cd);
+            p_cudnnDestroyConvolutionDescriptor(o->cd);
         if (o->bnd)
-            cudnnDestroyTensorDescriptor(o->bnd);
+            p_cudnnDestroyTensorDescriptor(o->bnd);
     }
     for (int i = 0; i < q->nbufs; i++) {
         cudaFree(q->buf[i].x), cudaFree(q->buf[i].g);
         if (q->buf[i].td)
-            cudnnDestroyTensorDescriptor(q->buf[i].td);
+            p_cudnnDestroyTensorDescriptor(q->buf[i].td);
     }
     for (int i = 0; i < q->np; i++)
         cudaFree(q->w[i]), cudaFree(q->m[i]), cudaFree(q->g[i]);
     cudaFree(q->state), cudaFree(q->ws), cudaFree(q->ones), cudaFree(q->y);
     cudaFree(q->scratch), cudaFree(q->flag), cudaFree(q->args);
     cudaFreeHost(q->args_h), cudaFreeHost(q->res_h), cudaFreeHost(q->flag_h);
-    cudnnDestroy(q->dnn);
+    p_cudnnDestroy(q->dnn);
     cublasDestroy(q->blas);
     cudaStreamDestroy(q->stream);
     memset(q, 0, sizeof *q);
@@ -616,24 +664,26 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
 {
     s_cnn *q = (s_cnn *)self;
     s_detach(self);
+    if (s_dnn_load(err) < 0)
+        return -1;
     if (s_build(q, trn_net_arch(net), err) < 0)
         return -1;
     if (q->buf[0].c != 1) {
-        snprintf(err, TRN_ERRLEN, "the cuDNN draft takes single-channel images");
+        snprintf(err, TRN_ERRLEN, "the CUDA CNN takes single-channel images");
         return -1;
     }
     if (trn_net_nparams(net) != q->np || trn_net_state_count(net) != q->nstate) {
-        snprintf(err, TRN_ERRLEN,
-                 "the model's parameters do not match the cuDNN draft's");
+        snprintf(err, TRN_ERRLEN, "the model's parameters do not match the CUDA CNN's");
         return -1;
     }
     if (trn_precision_from_name(cfg->precision) != TRN_FP32) {
-        snprintf(err, TRN_ERRLEN, "the cuDNN draft runs fp32 only");
+        snprintf(err, TRN_ERRLEN,
+                 "the CUDA CNN runs --precision fp32 only (bf16/fp16: not yet)");
         return -1;
     }
     int opt = trn_optim_from_name(cfg->optimizer);
     if (opt != TRN_SGD && opt != TRN_LARS) {
-        snprintf(err, TRN_ERRLEN, "the cuDNN draft supports --optimizer sgd and lars");
+        snprintf(err, TRN_ERRLEN, "the CUDA CNN supports --optimizer sgd and lars");
         return -1;
     }
     q->opt = (trn_opt_kind)opt;
@@ -646,13 +696,14 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     CUBLAS_CHECK(cublasCreate(&q->blas));
     CUBLAS_CHECK(cublasSetStream(q->blas, q->stream));
     CUBLAS_CHECK(cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH));
-    CUDNN_CHECK(cudnnCreate(&q->dnn));
-    CUDNN_CHECK(cudnnSetStream(q->dnn, q->stream));
+    CUDNN_CHECK(p_cudnnCreate(&q->dnn));
+    CUDNN_CHECK(p_cudnnSetStream(q->dnn, q->stream));
     for (int i = 0; i < q->np; i++) {
         trn_param *p = trn_net_param(net, i);
         if (p->n != q->pn[i]) {
-            snprintf(err, TRN_ERRLEN, "parameter %s: %ld values, the draft expects %ld",
-                     p->name, p->n, q->pn[i]);
+            snprintf(err, TRN_ERRLEN,
+                     "parameter %s: %ld values, the CUDA CNN expects %ld", p->name, p->n,
+                     q->pn[i]);
             return -1;
         }
         CUDA_CHECK(cudaMalloc(&q->w[i], p->n * sizeof(float)));
@@ -667,22 +718,23 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     CUDA_CHECK(cudaMemcpy(q->state, trn_net_state(net), q->nstate * sizeof(float),
                           cudaMemcpyHostToDevice));
     for (int i = 0; i < q->nbufs; i++)
-        CUDNN_CHECK(cudnnCreateTensorDescriptor(&q->buf[i].td));
+        CUDNN_CHECK(p_cudnnCreateTensorDescriptor(&q->buf[i].td));
     for (int i = 0; i < q->nops; i++) {
         s_op *o = &q->op[i];
         if (o->kind == Q_CONV) {
-            CUDNN_CHECK(cudnnCreateFilterDescriptor(&o->fd));
-            CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+            CUDNN_CHECK(p_cudnnCreateFilterDescriptor(&o->fd));
+            CUDNN_CHECK(p_cudnnSetFilter4dDescriptor(
                 o->fd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, o->co, o->c, o->k, o->k));
-            CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&o->cd));
-            CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+            CUDNN_CHECK(p_cudnnCreateConvolutionDescriptor(&o->cd));
+            CUDNN_CHECK(p_cudnnSetConvolution2dDescriptor(
                 o->cd, o->pad, o->pad, o->stride, o->stride, 1, 1,
                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-            CUDNN_CHECK(cudnnSetConvolutionMathType(o->cd, CUDNN_FMA_MATH)); /* no TF32 */
+            CUDNN_CHECK(
+                p_cudnnSetConvolutionMathType(o->cd, CUDNN_FMA_MATH)); /* no TF32 */
         } else if (o->kind == Q_BN) {
-            CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->bnd));
-            CUDNN_CHECK(cudnnSetTensor4dDescriptor(o->bnd, CUDNN_TENSOR_NHWC,
-                                                   CUDNN_DATA_FLOAT, 1, o->c, 1, 1));
+            CUDNN_CHECK(p_cudnnCreateTensorDescriptor(&o->bnd));
+            CUDNN_CHECK(p_cudnnSetTensor4dDescriptor(o->bnd, CUDNN_TENSOR_NHWC,
+                                                     CUDNN_DATA_FLOAT, 1, o->c, 1, 1));
             CUDA_CHECK(cudaMalloc(&o->smean, o->c * sizeof(float)));
             CUDA_CHECK(cudaMalloc(&o->sinv, o->c * sizeof(float)));
         }
@@ -737,7 +789,7 @@ static void s_sync_to_host(void *self, trn_net *net)
     for (int i = 0; i < q->np; i++) {
         trn_param *p = trn_net_param(net, i);
         if (s_get(q, i, q->w[i], p->w) < 0 || s_get(q, i, q->m[i], p->m) < 0) {
-            fprintf(stderr, "jizhi-train: cuDNN draft: out of memory\n");
+            fprintf(stderr, "jizhi-train: CUDA CNN: out of memory\n");
             exit(1);
         }
     }
@@ -746,7 +798,8 @@ static void s_sync_to_host(void *self, trn_net *net)
     trn_net_sync_weights(net);
 }
 
-/* Not called anywhere yet (see the header): the draft's backend. */
+/* The CNN backend (backend_cuda.cu creates it for a "cnn:" model). Returns
+   NULL with err; caller owns the result (trn_cudnn_backend_destroy). */
 extern "C" trn_backend *trn_cudnn_backend_new(char *err)
 {
     trn_backend *b = (trn_backend *)calloc(1, sizeof *b);
@@ -757,7 +810,7 @@ extern "C" trn_backend *trn_cudnn_backend_new(char *err)
         snprintf(err, TRN_ERRLEN, "out of memory");
         return NULL;
     }
-    b->name = "cudnn-draft";
+    b->name = "cuda-cnn";
     b->attach = s_attach;
     b->step = s_step;
     b->sync_to_host = s_sync_to_host;

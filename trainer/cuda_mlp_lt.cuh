@@ -1,0 +1,80 @@
+/*  cuda_mlp_lt.cuh - the CUDA MLP backend's fused forward epilogue
+    (--cuda-epilogue lt): each layer's bias (+ ReLU) in cuBLASLt's
+    epilogue. A section of backend_cuda.cu (included by it alone, after
+    s_cuda, dtype<T> and S_BLAS_WS), split out to keep that file under
+    1000 lines. */
+#ifndef JZ_TRN_CUDA_MLP_LT_CUH
+#define JZ_TRN_CUDA_MLP_LT_CUH
+
+static void s_lt_free(s_lt *p)
+{
+    if (p->op)
+        cublasLtMatmulDescDestroy(p->op);
+    if (p->a)
+        cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b)
+        cublasLtMatrixLayoutDestroy(p->b);
+    if (p->d)
+        cublasLtMatrixLayoutDestroy(p->d);
+    memset(p, 0, sizeof *p);
+}
+
+/* Layer l's fused forward at batch nb, prepared once per batch size (host
+   work only, no GPU operation: it may run inside a graph capture): act[l+1]
+   (m x nb) = W^T act[l] + b, then ReLU unless last, the bias added in
+   fp32 before the one rounding to T. 1 when cuBLASLt has an algorithm. */
+template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
+{
+    s_lt *p = &c->ltl[l];
+    if (p->nb == nb)
+        return p->ok;
+    s_lt_free(p);
+    p->nb = nb;
+    int k = c->dims[l], m = c->dims[l + 1];
+    cudaDataType_t dt = dtype<T>();
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t ep =
+        l < c->nl - 1 ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    const void *bias = c->blp[l];
+    size_t ws = S_BLAS_WS;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t h;
+    int got = 0;
+    /* fp32 as GemmEx runs it here: no TF32, no reduced-precision tricks */
+    cublasComputeType_t ct =
+        c->prec == TRN_FP32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
+    if (cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                       sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                       sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep,
+                                       sizeof ep) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof bias) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->a, dt, k, m, k) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->b, dt, k, nb, k) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->d, dt, m, nb, m) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref,
+                                             CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &h,
+                                       &got) == CUBLAS_STATUS_SUCCESS &&
+        got > 0) {
+        p->algo = h.algo;
+        p->ok = 1;
+    }
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (!p->ok && !c->lt_said && !c->quiet) {
+        c->lt_said = 1;
+        fprintf(stderr,
+                "jizhi-train: cuda: cuBLASLt offers no fused bias%s for layer %d at "
+                "batch %d; GemmEx and a kernel there\n",
+                l < c->nl - 1 ? " + ReLU" : "", l, nb);
+    }
+    return p->ok;
+}
+
+#endif
