@@ -631,8 +631,10 @@ static int s_get(s_cnn *q, int i, const float *d, float *v)
 static void s_detach(void *self)
 {
     s_cnn *q = (s_cnn *)self;
-    if (!q->dnn)
+    if (!q->dnn) { /* nothing on the device: forget a half-built graph */
+        memset(q, 0, sizeof *q);
         return;
+    }
     cudaStreamSynchronize(q->stream);
     for (int i = 0; i < q->nops; i++) {
         s_op *o = &q->op[i];
