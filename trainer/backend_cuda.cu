@@ -290,18 +290,15 @@ template <typename T> static void s_finish(s_cuda *c, int dist)
             long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];
             float *nrm = c->scratch + 1 + 2 * l;
             if (pass == 0 && dist) {
-                k_norms<float><<<s_blocks(nw), 256, 0, st>>>(
-                    c->w[l], trn_devdist_grad(c->dd, 2 * l), nw, c->args, 0, nrm,
-                    c->flag);
-                k_norms<float><<<s_blocks(nbias), 256, 0, st>>>(
-                    c->b[l], trn_devdist_grad(c->dd, 2 * l + 1), nbias, c->args, 0,
-                    c->scratch + SCR_BIAS, c->flag);
+                trn_norms<float>(st, c->w[l], trn_devdist_grad(c->dd, 2 * l), nw, c->args,
+                                 0, nrm, c->flag, c->part);
+                trn_norms<float>(st, c->b[l], trn_devdist_grad(c->dd, 2 * l + 1), nbias,
+                                 c->args, 0, c->scratch + SCR_BIAS, c->flag, c->part);
             } else if (pass == 0) {
-                k_norms<T><<<s_blocks(nw), 256, 0, st>>>(c->w[l], (const T *)c->gw[l], nw,
-                                                         c->args, 1, nrm, c->flag);
-                k_norms<T><<<s_blocks(nbias), 256, 0, st>>>(
-                    c->b[l], (const T *)c->gb[l], nbias, c->args, 1,
-                    c->scratch + SCR_BIAS, c->flag);
+                trn_norms<T>(st, c->w[l], (const T *)c->gw[l], nw, c->args, 1, nrm,
+                             c->flag, c->part);
+                trn_norms<T>(st, c->b[l], (const T *)c->gb[l], nbias, c->args, 1,
+                             c->scratch + SCR_BIAS, c->flag, c->part);
             } else if (dist) {
                 k_update<T, float><<<s_blocks(nw), 256, 0, st>>>(
                     c->w[l], (T *)c->wlp[l], trn_devdist_grad(c->dd, 2 * l), c->mw[l], nw,
@@ -541,6 +538,7 @@ static void s_detach(void *self)
     }
     s_free_bufs(c);
     cudaFree(c->scratch);
+    cudaFree(c->part);
     cudaFree(c->flag);
     cudaFree(c->args);
     cudaFreeHost(c->args_h);
@@ -655,6 +653,11 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
             cudaMemcpy(c->mb[l], pb->m, nbias * sizeof(float), cudaMemcpyHostToDevice));
     }
     CUDA_CHECK(cudaMalloc(&c->scratch, SCR_N * sizeof(float)));
+    long maxn = 1; /* the norms' per-block partial sums: the largest tensor's blocks */
+    for (int l = 0; l < c->nl; l++)
+        if ((long)c->dims[l] * c->dims[l + 1] > maxn)
+            maxn = (long)c->dims[l] * c->dims[l + 1];
+    CUDA_CHECK(cudaMalloc(&c->part, 2 * s_blocks(maxn) * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&c->flag, sizeof(int)));
     CUDA_CHECK(cudaMalloc(&c->args, sizeof(s_args)));
     CUDA_CHECK(cudaMallocHost(&c->args_h, sizeof(s_args)));

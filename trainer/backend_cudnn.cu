@@ -241,6 +241,7 @@ typedef struct {
     void *ws;
     size_t ws_size;
     float *ones, *scratch;
+    float *part;      /* the norms' per-block partial sums (trn_norms) */
     unsigned char *y; /* cap labels */
     int *flag;
     s_args *args, *args_h;
@@ -574,8 +575,8 @@ static void s_finish(s_cnn *q)
     float mu = (float)q->momentum, wd = (float)q->wd;
     int lars = q->opt == TRN_LARS;
     for (int i = 0; i < q->np; i++)
-        k_norms<float><<<s_blocks(q->pn[i]), 256, 0, st>>>(
-            q->w[i], q->g[i], q->pn[i], q->args, 1, q->scratch + 1 + 2 * i, q->flag);
+        trn_norms<float>(st, q->w[i], q->g[i], q->pn[i], q->args, 1,
+                         q->scratch + 1 + 2 * i, q->flag, q->part);
     for (int i = 0; i < q->np; i++) {
         int weight = q->pkind[i] == TRN_PW;
         k_update<float, float><<<s_blocks(q->pn[i]), 256, 0, st>>>(
@@ -654,7 +655,7 @@ static void s_detach(void *self)
     for (int i = 0; i < q->np; i++)
         cudaFree(q->w[i]), cudaFree(q->m[i]), cudaFree(q->g[i]);
     cudaFree(q->state), cudaFree(q->ws), cudaFree(q->ones), cudaFree(q->y);
-    cudaFree(q->scratch), cudaFree(q->flag), cudaFree(q->args);
+    cudaFree(q->scratch), cudaFree(q->part), cudaFree(q->flag), cudaFree(q->args);
     cudaFreeHost(q->args_h), cudaFreeHost(q->res_h), cudaFreeHost(q->flag_h);
     p_cudnnDestroy(q->dnn);
     cublasDestroy(q->blas);
@@ -742,6 +743,10 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
         }
     }
     CUDA_CHECK(cudaMalloc(&q->scratch, (1 + 2 * (size_t)q->np) * sizeof(float)));
+    long maxn = 1;
+    for (int i = 0; i < q->np; i++)
+        maxn = q->pn[i] > maxn ? q->pn[i] : maxn;
+    CUDA_CHECK(cudaMalloc(&q->part, 2 * s_blocks(maxn) * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&q->flag, sizeof(int)));
     CUDA_CHECK(cudaMalloc(&q->args, sizeof(s_args)));
     CUDA_CHECK(cudaMallocHost(&q->args_h, sizeof(s_args)));

@@ -114,12 +114,14 @@ template <typename T> __global__ void k_relu_bwd(const T *a, T *d, long n)
         d[i] = from_f<T>(0.0f);
 }
 
-/* sums of squares: out[0] += sum w^2, out[1] += sum (g * inv)^2 with inv =
-   a->inv_scale (unscale) or 1 (gradients in true units); flag on
-   non-finite g. blockDim.x 256. */
+/* sums of squares, block by block: part[2b] = sum w^2, part[2b+1] = sum
+   (g * inv)^2 over block b's elements, with inv = a->inv_scale (unscale)
+   or 1 (gradients in true units); flag on non-finite g. blockDim.x 256.
+   k_norms_fold then adds the blocks in a fixed order (no atomics: the same
+   bits every run, with or without graphs; LARS reads them). */
 template <typename T>
 __global__ void k_norms(const float *w, const T *g, long n, const s_args *a, int unscale,
-                        float *out, int *flag)
+                        float *part, int *flag)
 {
     __shared__ float sw[256], sg[256];
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
@@ -143,9 +145,47 @@ __global__ void k_norms(const float *w, const T *g, long n, const s_args *a, int
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        atomicAdd(&out[0], sw[0]);
-        atomicAdd(&out[1], sg[0]);
+        part[2 * blockIdx.x] = sw[0];
+        part[2 * blockIdx.x + 1] = sg[0];
     }
+}
+
+/* out[0] += sum of part[2b], out[1] += sum of part[2b+1] over nblk blocks,
+   in a fixed order. One block of 256 threads. */
+__global__ static void k_norms_fold(const float *part, int nblk, float *out)
+{
+    __shared__ float sw[256], sg[256];
+    float x = 0, y = 0;
+    for (int b = threadIdx.x; b < nblk; b += 256) {
+        x += part[2 * b];
+        y += part[2 * b + 1];
+    }
+    sw[threadIdx.x] = x;
+    sg[threadIdx.x] = y;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            sw[threadIdx.x] += sw[threadIdx.x + s];
+            sg[threadIdx.x] += sg[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[0] += sw[0];
+        out[1] += sg[0];
+    }
+}
+
+/* |w|^2 and |g * inv|^2 of n elements added to out[0], out[1] on stream st
+   (k_norms then k_norms_fold); part: 2 * ceil(n / 256) floats of scratch,
+   free again once the fold has run (the next call on st may reuse it). */
+template <typename T>
+static void trn_norms(cudaStream_t st, const float *w, const T *g, long n,
+                      const s_args *a, int unscale, float *out, int *flag, float *part)
+{
+    int nblk = (int)((n + 255) / 256);
+    k_norms<T><<<nblk, 256, 0, st>>>(w, g, n, a, unscale, part, flag);
+    k_norms_fold<<<1, 256, 0, st>>>(part, nblk, out);
 }
 
 /* fused: g = g_lp * inv (+ wd*w), momentum, update master, refresh lp copy;

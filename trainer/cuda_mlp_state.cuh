@@ -63,6 +63,7 @@ typedef struct {
     float *xin; /* fp32 input staging (host batches) */
     unsigned char *y;
     float *scratch; /* loss, norms[2*MAXL], gsq */
+    float *part;    /* the norms' per-block partial sums (trn_norms) */
     int *flag;
     s_args *args;   /* the step's scalars on the device */
     s_args *args_h; /* and in pinned host memory (written before each step) */
