@@ -64,6 +64,9 @@ extern "C" {
 #ifdef TRN_WITH_CUDNN /* backend_cudnn.cu: the CNN */
 trn_backend *trn_cudnn_backend_new(char *err);
 void trn_cudnn_backend_destroy(trn_backend *b);
+double trn_cudnn_step_dev(trn_backend *b, const float *X, const unsigned char *Y,
+                          const int *perm, int dim, int at, int nb, double lr,
+                          double loss_scale, int *overflow, double *grad_sqnorm);
 #endif
 }
 
@@ -754,12 +757,6 @@ static void s_data_free(s_data *d)
 static int s_set_data(void *self, const trn_dataset *d, char *err)
 {
     s_cuda *c = (s_cuda *)self;
-    if (c->cnn_on) {
-        snprintf(err, TRN_ERRLEN,
-                 "the CUDA CNN takes its batches from host memory (not "
-                 "yet from the device)");
-        return -1;
-    }
     s_graphs_drop(c); /* they point at the old copy */
     s_data_free(&c->data);
     size_t xb = (size_t)d->n * d->dim * sizeof(float);
@@ -816,6 +813,14 @@ static double s_step_at(void *self, int at, int nb, int global, double lr,
                         double loss_scale, int *overflow, double *grad_sqnorm)
 {
     s_cuda *c = (s_cuda *)self;
+#ifdef TRN_WITH_CUDNN
+    if (c->cnn_on) { /* the CNN gathers from the same copy (trn_cudnn_step_dev) */
+        if (!c->data.n || at < 0 || at + nb > c->data.n)
+            return -1;
+        return trn_cudnn_step_dev(c->cnn, c->data.x, c->data.y, c->data.perm, c->data.dim,
+                                  at, nb, lr, loss_scale, overflow, grad_sqnorm);
+    }
+#endif
     if (!c->data.n || c->data.dim != c->dims[0] || at < 0 || at + nb > c->data.n) {
         fprintf(stderr,
                 "jizhi-train: cuda backend: examples %d..%d of a device data set of %d "

@@ -9,7 +9,9 @@
     cuda --model cnn); scripts/gpu-check.sh compares it with the CPU CNN and
     times it against PyTorch. Not yet: bf16/fp16 (refused: --precision
     fp32 only), several ranks (refused), device-resident data and CUDA
-    graphs (the batch comes from host memory every step).
+    graphs (--gpu-data device works: backend_cuda.cu keeps the training
+    set and hands each step's place in the order to trn_cudnn_step_dev,
+    which gathers the batch with the MLP's k_gather).
 
     What it does: the topology of net.c's "cnn" branch rebuilt from the
     net's arch string (stem conv-BN-ReLU; per stage a stride-2 transition
@@ -755,26 +757,35 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     return 0;
 }
 
-static double s_step(void *self, const float *x, const uint8_t *y, int nb, double lr,
-                     double loss_scale, int *overflow, double *grad_sqnorm)
+/* One step: the batch from host memory (x, y) or, with x NULL, gathered on
+   the device from the training set X, Y in the order perm (examples
+   perm[at .. at + nb), gather.h; backend_cuda.cu's device data). Returns
+   the loss sum. */
+static double s_step_src(s_cnn *q, const float *x, const uint8_t *y, const float *X,
+                         const unsigned char *Y, const int *perm, int at, int nb,
+                         double lr, double loss_scale, int *overflow, double *grad_sqnorm)
 {
-    s_cnn *q = (s_cnn *)self;
     cudaStream_t st = q->stream;
     s_reserve(q, nb);
     q->args_h->lr = (float)lr;
     q->args_h->inv_scale = (float)(1.0 / loss_scale);
     q->args_h->dscale = (float)(loss_scale / nb);
-    q->args_h->at = 0;
+    q->args_h->at = at;
     s_buf *in = &q->buf[0];
+    long d0 = (long)in->h * in->w; /* single-channel images: NCHW rows are NHWC */
     CUDA_CHECK(
         cudaMemcpyAsync(q->args, q->args_h, sizeof(s_args), cudaMemcpyHostToDevice, st));
     CUDA_CHECK(
         cudaMemsetAsync(q->scratch, 0, (1 + 2 * (size_t)q->np) * sizeof(float), st));
     CUDA_CHECK(cudaMemsetAsync(q->flag, 0, sizeof(int), st));
-    /* single-channel images: the host's NCHW rows are NHWC */
-    CUDA_CHECK(cudaMemcpyAsync(in->x, x, (size_t)nb * in->h * in->w * sizeof(float),
-                               cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaMemcpyAsync(q->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
+    if (x) {
+        CUDA_CHECK(cudaMemcpyAsync(in->x, x, (size_t)nb * d0 * sizeof(float),
+                                   cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(q->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
+    } else {
+        k_gather<float><<<s_blocks(nb * d0), 256, 0, st>>>(X, Y, perm, q->args, nb,
+                                                           (int)d0, in->x, q->y);
+    }
     s_forward(q, nb);
     s_backward(q, nb);
     s_finish(q);
@@ -784,7 +795,36 @@ static double s_step(void *self, const float *x, const uint8_t *y, int nb, doubl
         gsq += q->res_h[2 + 2 * i];
     *grad_sqnorm = gsq;
     *overflow = *q->flag_h;
-    return q->res_h[0] / nb;
+    return q->res_h[0];
+}
+
+static double s_step(void *self, const float *x, const uint8_t *y, int nb, double lr,
+                     double loss_scale, int *overflow, double *grad_sqnorm)
+{
+    return s_step_src((s_cnn *)self, x, y, NULL, NULL, NULL, 0, nb, lr, loss_scale,
+                      overflow, grad_sqnorm) /
+           nb;
+}
+
+/* The step on device-resident data (backend_cuda.cu's set_data/set_order/
+   step_at hand it over): X (n x dim fp32), Y and perm are device pointers,
+   borrowed; dim must be the model's input size. Returns the loss sum, or
+   -1 when dim does not match. */
+extern "C" double trn_cudnn_step_dev(trn_backend *b, const float *X,
+                                     const unsigned char *Y, const int *perm, int dim,
+                                     int at, int nb, double lr, double loss_scale,
+                                     int *overflow, double *grad_sqnorm)
+{
+    s_cnn *q = (s_cnn *)b->self;
+    if (!q->dnn || dim != q->buf[0].c * q->buf[0].h * q->buf[0].w) {
+        fprintf(stderr,
+                "jizhi-train: CUDA CNN: device data rows of %d values for a model "
+                "that takes %d\n",
+                dim, q->dnn ? q->buf[0].c * q->buf[0].h * q->buf[0].w : 0);
+        return -1;
+    }
+    return s_step_src(q, NULL, NULL, X, Y, perm, at, nb, lr, loss_scale, overflow,
+                      grad_sqnorm);
 }
 
 static void s_sync_to_host(void *self, trn_net *net)
