@@ -39,7 +39,8 @@ Each part prints the load averages around it: numbers from a loaded
 machine (load above the 2 cores) say little.
 
 Runs on Debian's python3 (python3-torch); BUILD names the build folder.
-Usage: bench/torch_bench.py [--runs 3] [--sets 40] [--sync-ms 10] [--steps 300] [--rounds 20]
+Usage: bench/torch_bench.py [--runs 3] [--sets 40] [--sync-ms 10] [--grad-flag] [--steps 300]
+       [--rounds 20]
        [--phase-runs 3] [--phase-steps 100] [--parts micro,overhead,runs,latency,phases]
 """
 import argparse
@@ -360,7 +361,7 @@ def latency(d, args):
     before = load()
     log = os.path.join(d.tmp, "rank")
     d.study("lat", [PY, os.path.join(ROOT, "bench", "torch_ddp_trial.py")],
-            {"LOG": log, "SYNC_MS": repr(args.sync_ms)})
+            {"LOG": log, "SYNC_MS": repr(args.sync_ms), "GRAD_FLAG": str(int(args.grad_flag))})
     q = ("SELECT COUNT(*), t.id FROM metrics m JOIN trials t ON t.id=m.trial_id JOIN studies s "
          "ON s.id=t.study_id WHERE s.name='lat' AND m.name='step_time_s'")
     d.wait(lambda: d.sql(q)[0][0] >= 3, 120, "the DDP trial to report")
@@ -521,6 +522,8 @@ def main():
     ap.add_argument("--sets", type=int, default=40)
     # the DDP trial's attach(sync_ms=...): 0 looks at every step
     ap.add_argument("--sync-ms", type=float, default=10.0)
+    # ... or attach(grad_flag=True): the flag on DDP's gradient all-reduce
+    ap.add_argument("--grad-flag", action="store_true")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--phase-runs", type=int, default=3)

@@ -44,8 +44,11 @@ rank = dist.get_rank()
 t = jizhi.Trial()
 net = nn.parallel.DistributedDataParallel(Net(8))
 opt = torch.optim.SGD(net.parameters(), lr=t.param("lr", 0.01), momentum=0.9)
-# SYNC_MS (bench-torch --sync-ms): the looks' spacing; 0 looks at every step
-ctl = jizhi.torch.attach(t, opt, model=net, sync_ms=float(os.environ.get("SYNC_MS", "10")))
+# SYNC_MS (bench-torch --sync-ms): the looks' spacing, 0 a look at every step;
+# GRAD_FLAG=1 (--grad-flag): looks only when rank 0's flag on the gradient
+# all-reduce says an instruction waits
+ctl = jizhi.torch.attach(t, opt, model=net, sync_ms=float(os.environ.get("SYNC_MS", "10")),
+                         grad_flag=os.environ.get("GRAD_FLAG") == "1")
 if rank == 0:
     polled = open(os.environ["LOG"] + ".poll", "a")
     _next = ctl._next

@@ -71,15 +71,22 @@ RANK = textwrap.dedent("""
     out = {}
     for case in json.loads(os.environ["CASES"]):
         model = torch.nn.Linear(3, 2)
+        if case.get("ddp"):  # a backward with DDP's all-reduce before each step
+            model = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         fake = Fake([tuple(x) for x in case["script"]], os.environ["CKDIR"]) if rank == 0 else None
         refuse = (lambda v: rank != 1)  # rank 1 refuses `set dropout`
         ctl = jizhi.torch.attach(fake, opt, model=model, report_every=0,
                                  handlers={"dropout": refuse}, **case["opts"])
-        seen, looks = [], []
+        seen, looks, grad1 = [], [], None
         for call in range(1, case["calls"] + 1):
             if fake is not None:
                 fake.calls = call
+            if case.get("ddp"):
+                opt.zero_grad()
+                model(torch.ones(4, 3) * (rank + 1)).sum().backward()
+                if grad1 is None:
+                    grad1 = model.module.weight.grad.tolist()
             before = ctl.syncs
             ok = ctl.step()
             g = opt.param_groups[0]
@@ -89,7 +96,7 @@ RANK = textwrap.dedent("""
             if not ok:
                 break
             time.sleep(case.get("sleep", 0))
-        out[case["name"]] = {"seen": seen, "looks": looks, "params": ctl.params,
+        out[case["name"]] = {"seen": seen, "looks": looks, "params": ctl.params, "grad1": grad1,
                              "acks": fake.acks if fake else None,
                              "done": fake.done if fake else None}
     with open(os.environ["OUT"] + ".%d" % rank, "w") as f:
@@ -139,6 +146,8 @@ def ranks(tmp_path_factory):
               "script": [[6, "set", "lr", 0.3, None], [14, "stop", "", None, None]]},
              {"name": "ms", "calls": 80, "sleep": 0.002, "opts": {"sync_ms": 30},
               "script": [[30, "set", "lr", 0.2, None]]},
+             {"name": "grad", "calls": 40, "ddp": True, "opts": {"grad_flag": True},
+              "script": [[6, "set", "lr", 0.3, None], [14, "stop", "", None, None]]},
              {"name": "load", "calls": 6, "opts": {"sync_every": 1},
               "script": [[2, "checkpoint", "", None, None], [4, "load", "", None, ck]]}]
     return run_ranks(tmp, cases)
@@ -194,3 +203,20 @@ def test_a_load_too_long_for_the_box_arrives_whole(ranks):
     assert [a[1:4] for a in l0["acks"]] == [["load", "", True]]
     assert dict(l0["looks"])[4] == 3 and dict(l1["looks"])[4] == 3  # box, its long text, refusals
     assert [s for s, _, _ in l0["seen"]] == [1, 2, 3, 2, 3, 4] == [s for s, _, _ in l1["seen"]]
+
+
+def test_grad_flag_looks_only_when_an_instruction_waits(ranks):
+    # attach(grad_flag=True): rank 0's "an instruction waits" rides on DDP's
+    # gradient all-reduce, so the ranks meet only at the calls where one was
+    # taken (6: the set, 14: the stop), at that very call, in one broadcast
+    # and one all-reduce each; no collective of jizhi.torch on the other calls
+    r0, r1 = ranks
+    g0, g1 = r0["grad"], r1["grad"]
+    assert g0["looks"] == g1["looks"] == [[6, 2], [14, 2]], g0["looks"]
+    lr0 = {s: lr for s, lr, _ in g0["seen"]}
+    assert lr0[5] == 0.1 and lr0[6] == 0.3 and g0["seen"] == g1["seen"]
+    assert len(g0["seen"]) == len(g1["seen"]) == 14  # stopped at 14 on both
+    assert [a[1:4] for a in g0["acks"]] == [["set", "lr", True], ["stop", "", True]]
+    # the hook still averages the gradients as DDP does: inputs of ones on
+    # rank 0 and twos on rank 1, a batch of 4, so d(sum)/dW = 4 * 1.5
+    assert g0["grad1"] == g1["grad1"] == [[6.0, 6.0, 6.0], [6.0, 6.0, 6.0]]

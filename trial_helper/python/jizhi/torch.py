@@ -68,7 +68,7 @@ _SYNC_K_MAX = 1000
 
 def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_every=10,
            lr_scaling="none", noise_scale=None, handlers=None, keep_checkpoints=3,
-           sync_ms=10.0, sync_every=None, extra_state=None, resume=True):
+           sync_ms=10.0, sync_every=None, grad_flag=False, extra_state=None, resume=True):
     """Attaches live control to a training loop; returns a Controller.
 
     trial:        a jizhi.Trial (on DDP ranks other than 0 it is not used)
@@ -91,6 +91,14 @@ def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_
                   at most that long for its step (10; 0: every step)
     sync_every:   a fixed number of steps between looks instead (None: every
                   step on one process, sync_ms's cadence under DDP)
+    grad_flag:    under DDP with `model` a DistributedDataParallel module: a
+                  look at every step that needs one and no collective on the
+                  others, instead of sync_ms/sync_every: rank 0's "an
+                  instruction waits" rides as one more element on the
+                  model's gradient all-reduce (a DDP communication hook,
+                  which costs a copy of its first bucket a step). Needs a
+                  backward() with its all-reduce before each look; excludes
+                  a communication hook of your own
     extra_state:  {name: object with state_dict()/load_state_dict()} saved too
     resume:       load $JIZHI_LOAD_CHECKPOINT when set (a restarted trial)
     Raises ValueError for bad options."""
@@ -98,7 +106,8 @@ def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_
                       report_every=report_every, lr_scaling=lr_scaling,
                       noise_scale=noise_scale, handlers=handlers,
                       keep_checkpoints=keep_checkpoints, sync_ms=sync_ms,
-                      sync_every=sync_every, extra_state=extra_state, resume=resume)
+                      sync_every=sync_every, grad_flag=grad_flag, extra_state=extra_state,
+                      resume=resume)
 
 
 def _eval_at_step():
@@ -242,6 +251,34 @@ class _Loader:
         self._version += 1
 
 
+def _flag_hook(ctl, bucket):
+    """The DDP communication hook of attach(grad_flag=True): averages each
+    bucket's gradients as DDP's default does, with one more element on
+    bucket 0: rank 0's 1 when it holds an instruction (taken here, kept in
+    ctl._stash for the look at this step), so that every rank learns from
+    the same all-reduce whether to look."""
+    buf = bucket.buffer()
+    n = ctl.world_size
+    if bucket.index() != 0:
+        return dist.all_reduce(buf.div_(n), async_op=True).get_future().then(
+            lambda f: f.value()[0])
+    if ctl._lead and ctl._stash is None and not ctl.stopped:
+        msg, ins = ctl._next()
+        if msg is not None:
+            ctl._stash = (msg, ins)
+    flag = torch.tensor([1.0 if ctl._stash is not None else 0.0], dtype=buf.dtype,
+                        device=buf.device)
+    both = torch.cat([buf, flag]).div_(n)
+
+    def done(f):
+        out = f.value()[0]
+        ctl._flag_due = ctl._flag_due or bool(out[-1].item() > 0)
+        buf.copy_(out[:-1])
+        return buf
+
+    return dist.all_reduce(both, async_op=True).get_future().then(done)
+
+
 class Controller:
     """What attach() returns. Members: step(), loader(), report_eval(),
     save(), load(), params, global_step, rank, world_size, ddp, stopped,
@@ -250,8 +287,8 @@ class Controller:
 
     def __init__(self, trial, optimizer, model=None, scaler=None, scheduler=None, *,
                  report_every=10, lr_scaling="none", noise_scale=None, handlers=None,
-                 keep_checkpoints=3, sync_ms=10.0, sync_every=None, extra_state=None,
-                 resume=True):
+                 keep_checkpoints=3, sync_ms=10.0, sync_every=None, grad_flag=False,
+                 extra_state=None, resume=True):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ValueError("jizhi.torch.attach: optimizer must be a torch.optim.Optimizer, "
                              "not %s" % type(optimizer).__name__)
@@ -332,6 +369,17 @@ class Controller:
             self._cins = _CInstruction()
             self._cins_ref = ctypes.byref(self._cins)
         self._names = {}  # metric name -> its bytes, checked once
+        # grad_flag: _flag_hook sets _flag_due (the same on every rank) when
+        # rank 0 took an instruction (_stash) during the last backward
+        self._grad_flag = bool(grad_flag) and self.ddp
+        self._flag_due = False
+        self._stash = None
+        if self._grad_flag:
+            if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                raise ValueError("jizhi.torch.attach: grad_flag needs model= the "
+                                 "DistributedDataParallel module, not %s"
+                                 % type(model).__name__)
+            model.register_comm_hook(self, _flag_hook)
         params = trial.params if (self.rank == 0 and trial is not None) else None
         self.params = (self._bcast(params) if self.ddp else params) or {}
 
@@ -404,7 +452,7 @@ class Controller:
             self._report(metrics)
             metrics = None
         self._calls += 1
-        if self._calls >= self._sync_at:
+        if self._flag_due if self._grad_flag else self._calls >= self._sync_at:
             self._sync()
         if self.stopped:
             if metrics is not None or self._loss_n:
@@ -561,6 +609,7 @@ class Controller:
                     break
         k = self.sync_every or self._sync_k
         self._sync_at = self._calls + k
+        self._flag_due = False
 
     def _sync_ddp(self):
         """The DDP look (every rank, at the same call), in rounds of one
@@ -577,7 +626,9 @@ class Controller:
             head = [0, 0, 0, 0]
             data = nxt = nins = None
             if self.rank == 0:
-                if not self.stopped:
+                if self._stash is not None:
+                    (nxt, nins), self._stash = self._stash, None
+                elif not self.stopped:
                     nxt, nins = self._next()
                 if nxt is not None:
                     data = json.dumps(nxt, separators=(",", ":")).encode()
