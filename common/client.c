@@ -82,7 +82,9 @@ static json_t *s_ipc_request(const char *path, json_t *msg, int timeout_ms, int 
                 snprintf(why, whysize, "%s", cwhy);
                 break;
             }
-            if (z && zmtp_send(z, frames, 2, timeout_ms, why, whysize) != 0)
+            int send_ms = (int)((deadline - util_now()) * 1000.0) + 1;
+            if (z &&
+                zmtp_send(z, frames, 2, send_ms > 1 ? send_ms : 1, why, whysize) != 0)
                 break;
             sent = z != NULL;
         }

@@ -547,8 +547,17 @@ int zmtp_recv(zmtp_t *self, zmtp_msg *msg, size_t max_bytes, int timeout_ms, cha
         return hs;
     for (;;) {
         int rc = s_parse(self, msg, max_bytes, err, errsize);
-        if (rc != 0)
+        if (rc < 0)
             return rc;
+        if (rc == 1) {
+            /* a PONG queued beside the message goes out now: the caller may
+               close the connection next; the message is here either way */
+            if (self->out_len) {
+                char ignored[64];
+                (void)s_flush(self, 0, ignored, sizeof ignored);
+            }
+            return 1;
+        }
         if (self->out_len && s_flush(self, 0, err, errsize) != 0 && errno != EPIPE)
             return -1; /* a PONG; a peer gone shows as the end of what it sent */
         int r = s_read(self, deadline, err, errsize);

@@ -60,6 +60,13 @@ def test_front_without_the_core_says_so(jz, tmp_path):
     p = subprocess.run([str(lone / "jizhi"), "trial", "list"], cwd=jz.dir, env=jz.env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "expected STUDY" in p.stderr, p.stderr
+    # a tcp:// request needs the core: one line saying so, not a second one
+    # blaming the controller
+    p = subprocess.run([str(lone / "jizhi"), "trial", "set", "1", "lr=0.1", "--no-wait",
+                        "--controller", "tcp://127.0.0.1:9"], cwd=jz.dir, env=jz.env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "cannot run %s/jizhi-core" % lone in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
     # `report` loads libjizhi from ../lib beside it (here: none), else by its
     # soname from the system's path
     system = subprocess.run(["/sbin/ldconfig", "-p"], capture_output=True,

@@ -96,9 +96,15 @@ RANK = textwrap.dedent("""
             if not ok:
                 break
             time.sleep(case.get("sleep", 0))
+        again = None  # a second grad_flag attach on the same model: refused
+        if case["opts"].get("grad_flag"):
+            try:
+                jizhi.torch.attach(fake, opt, model=model, report_every=0, grad_flag=True)
+            except Exception as e:
+                again = "%s: %s" % (type(e).__name__, e)
         out[case["name"]] = {"seen": seen, "looks": looks, "params": ctl.params, "grad1": grad1,
                              "acks": fake.acks if fake else None,
-                             "done": fake.done if fake else None}
+                             "done": fake.done if fake else None, "again": again}
     with open(os.environ["OUT"] + ".%d" % rank, "w") as f:
         json.dump(out, f)
     dist.destroy_process_group()
@@ -220,3 +226,8 @@ def test_grad_flag_looks_only_when_an_instruction_waits(ranks):
     # the hook still averages the gradients as DDP does: inputs of ones on
     # rank 0 and twos on rank 1, a batch of 4, so d(sum)/dW = 4 * 1.5
     assert g0["grad1"] == g1["grad1"] == [[6.0, 6.0, 6.0], [6.0, 6.0, 6.0]]
+    # torch takes one hook per model: a second grad_flag attach is refused
+    # as attach refuses any bad argument, on both ranks
+    for g in (g0, g1):
+        assert g["again"] is not None and g["again"].startswith("ValueError: ")
+        assert "already has a communication hook" in g["again"], g["again"]

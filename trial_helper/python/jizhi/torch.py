@@ -262,7 +262,8 @@ def _flag_hook(ctl, bucket):
     if bucket.index() != 0:
         return dist.all_reduce(buf.div_(n), async_op=True).get_future().then(
             lambda f: f.value()[0])
-    if ctl._lead and ctl._stash is None and not ctl.stopped:
+    if (ctl._lead and ctl._stash is None and not ctl.stopped
+            and not getattr(ctl.trial, "closed", False)):  # a closed trial's handle is gone
         msg, ins = ctl._next()
         if msg is not None:
             ctl._stash = (msg, ins)
@@ -379,7 +380,11 @@ class Controller:
                 raise ValueError("jizhi.torch.attach: grad_flag needs model= the "
                                  "DistributedDataParallel module, not %s"
                                  % type(model).__name__)
-            model.register_comm_hook(self, _flag_hook)
+            try:
+                model.register_comm_hook(self, _flag_hook)
+            except RuntimeError as e:  # torch allows one hook per model
+                raise ValueError("jizhi.torch.attach: grad_flag: the model already has a "
+                                 "communication hook (%s)" % e)
         params = trial.params if (self.rank == 0 and trial is not None) else None
         self.params = (self._bcast(params) if self.ddp else params) or {}
 
