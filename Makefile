@@ -117,7 +117,7 @@ all: $(EXTRA_BINS)
 
 config:
 	@echo "jizhi build: CC=$(CC) BUILD=$(BUILD) SANITIZE=$(if $(SANITIZE),$(SANITIZE),no)"
-	@echo "  CUDA (nvcc): $(HAVE_CUDA)   NCCL: $(HAVE_NCCL)   MPI: $(HAVE_MPI)   oneDNN: $(HAVE_DNNL)"
+	@echo "  CUDA (nvcc): $(HAVE_CUDA)   NCCL: $(HAVE_NCCL)   MPI: $(HAVE_MPI)   oneDNN: $(HAVE_DNNL)   cuDNN: $(HAVE_CUDNN)"
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -129,7 +129,7 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
-               "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, one rank, device or host batches, no graphs, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it); bf16/fp16, device data and graphs for the CNN, several ranks: no code yet",
+               "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, one rank, device or host batches, no graphs, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it); bf16/fp16 and graphs for the CNN, several ranks: no code yet",
                "item 5": "checked for the MLP only (device-resident gradients on NCCL above); the CUDA CNN runs one rank only",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda): not in this script and never run; items 3-4 now have code (never run on a GPU)"}},
           open(out, "w"), indent=1)

@@ -474,8 +474,13 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int at,
     }
     if (trn_devdist_finish(c->dd) < 0) /* the compute stream now waits for the sums */
         rc = -1;
-    if (rc < 0) /* a failed exchange: raise the flag, so that nothing is updated */
-        CUDA_CHECK(cudaMemsetAsync(c->flag, 1, sizeof(int), st));
+    if (rc < 0) { /* a failed exchange: raise the flag (exactly 1, as the kernels
+                     raise it; a byte memset would make it 0x01010101), so that
+                     nothing is updated; static storage outlives the async copy */
+        static const int one = 1;
+        CUDA_CHECK(
+            cudaMemcpyAsync(c->flag, &one, sizeof one, cudaMemcpyHostToDevice, st));
+    }
     /* norms, the overflow flag and the update on the sums (true units) */
     s_finish<T>(c, 1);
     double loss_sum = s_results(c, grad_sqnorm, overflow);
@@ -815,8 +820,13 @@ static double s_step_at(void *self, int at, int nb, int global, double lr,
     s_cuda *c = (s_cuda *)self;
 #ifdef TRN_WITH_CUDNN
     if (c->cnn_on) { /* the CNN gathers from the same copy (trn_cudnn_step_dev) */
-        if (!c->data.n || at < 0 || at + nb > c->data.n)
+        if (!c->data.n || at < 0 || at + nb > c->data.n) {
+            fprintf(stderr,
+                    "jizhi-train: cuda backend: examples %d..%d of a device data set of "
+                    "%d (the CNN)\n",
+                    at, at + nb, c->data.n);
             return -1;
+        }
         return trn_cudnn_step_dev(c->cnn, c->data.x, c->data.y, c->data.perm, c->data.dim,
                                   at, nb, lr, loss_scale, overflow, grad_sqnorm);
     }

@@ -2,16 +2,18 @@
     fp32 only, one rank. NEVER RUN ON A GPU: written and compiled on a
     machine without one.
 
-    Built by `make cuda` where cudnn.h is found (trainer.mk, HAVE_CUDNN) and
-    linked into jizhi-train-cuda; libcudnn itself is opened at the first CNN
+    Built by `make cuda` where cudnn.h is found (trainer.mk: CUDNN_H sets
+    HAVE_CUDNN, which adds TRN_CUDNN_OBJ and -DTRN_WITH_CUDNN) and linked
+    into jizhi-train-cuda; libcudnn itself is opened at the first CNN
     attach (dlopen), so the binary still starts and runs the MLP where
     cuDNN is missing. backend_cuda.cu hands a "cnn:" model to it (--backend
     cuda --model cnn); scripts/gpu-check.sh compares it with the CPU CNN and
-    times it against PyTorch. Not yet: bf16/fp16 (refused: --precision
-    fp32 only), several ranks (refused), device-resident data and CUDA
-    graphs (--gpu-data device works: backend_cuda.cu keeps the training
-    set and hands each step's place in the order to trn_cudnn_step_dev,
-    which gathers the batch with the MLP's k_gather).
+    times it against PyTorch. Device-resident data works (--gpu-data
+    device: backend_cuda.cu keeps the training set and hands each step's
+    place in the order to trn_cudnn_step_dev, which gathers the batch with
+    the MLP's k_gather). Not yet: bf16/fp16 (refused: --precision fp32
+    only), several ranks (refused), CUDA graphs. Models of more than
+    TRN_MAX_OPS ops are refused by s_build (and by trn_config_validate).
 
     What it does: the topology of net.c's "cnn" branch rebuilt from the
     net's arch string (stem conv-BN-ReLU; per stage a stride-2 transition
@@ -38,6 +40,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <assert.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +74,8 @@ extern "C" {
         }                                                                                \
     } while (0)
 
-#define MAXOPS 128
-#define MAXP 128
+#define MAXOPS TRN_MAX_OPS           /* s_build refuses a larger model before building */
+#define MAXP TRN_MAX_OPS             /* a cnn has fewer params than ops */
 #define S_WS_MAX ((size_t)256 << 20) /* cuDNN workspace ceiling */
 
 /* ---- cuDNN, loaded when a CNN is attached ------------------------------------- */
@@ -263,6 +266,7 @@ static unsigned s_blocks(long n)
 
 static int s_buf_new(s_cnn *q, int c, int h, int w)
 {
+    assert(q->nbufs < MAXOPS + 1);
     s_buf *b = &q->buf[q->nbufs];
     b->c = c, b->h = h, b->w = w;
     return q->nbufs++;
@@ -270,6 +274,7 @@ static int s_buf_new(s_cnn *q, int c, int h, int w)
 
 static s_op *s_op_new(s_cnn *q, s_kind kind, int in)
 {
+    assert(q->nops < MAXOPS);
     s_op *o = &q->op[q->nops++];
     memset(o, 0, sizeof *o);
     o->kind = kind;
@@ -281,6 +286,7 @@ static s_op *s_op_new(s_cnn *q, s_kind kind, int in)
 
 static int s_param(s_cnn *q, long n, int kind, int conv)
 {
+    assert(q->np < MAXP);
     q->pn[q->np] = n;
     q->pkind[q->np] = kind;
     q->pconv[q->np] = conv;
@@ -333,6 +339,11 @@ static int s_build(s_cnn *q, const char *arch, char *err)
         snprintf(err, TRN_ERRLEN, "the CUDA CNN runs net.c's cnn only (model %s)", arch);
         return -1;
     }
+    if (blocks < 0 || trn_cnn_ops(ns, blocks) > MAXOPS) {
+        snprintf(err, TRN_ERRLEN, "model too large: %d ops, at most %d",
+                 trn_cnn_ops(ns, blocks), MAXOPS);
+        return -1;
+    }
     int x = s_buf_new(q, c, h, w);
     x = s_cbr(q, x, ch[0], 1, 1); /* stem */
     for (int s = 0; s < ns; s++) {
@@ -352,10 +363,6 @@ static int s_build(s_cnn *q, const char *arch, char *err)
     o->pb = s_param(q, classes, TRN_PBIAS, -1);
     o->out = s_buf_new(q, classes, 1, 1);
     q->classes = classes;
-    if (q->nops > MAXOPS || q->np > MAXP) {
-        snprintf(err, TRN_ERRLEN, "model too large for the CUDA CNN");
-        return -1;
-    }
     return 0;
 }
 

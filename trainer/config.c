@@ -874,18 +874,31 @@ const char *trn_precision_name(trn_precision p)
     return p == TRN_BF16 ? "bf16" : p == TRN_FP16 ? "fp16" : "fp32";
 }
 
+int trn_cnn_ops(int stages, int blocks)
+{
+    return 3 + 3 * (stages - 1) + 7 * stages * blocks + 2;
+}
+
 int trn_config_validate(const trn_config *c, char *err)
 {
-    int sizes[32];
+    int sizes[32], ns = 0;
     if (!strcmp(c->model, "mlp") && trn_parse_int_list(c->hidden, sizes, 32) < 0) {
         s_err(err, "--hidden: expected comma-separated sizes like 256,256, got \"%s\"",
               c->hidden);
         return -1;
     }
-    if (!strcmp(c->model, "cnn") && trn_parse_int_list(c->channels, sizes, 8) < 1) {
+    if (!strcmp(c->model, "cnn") &&
+        (ns = trn_parse_int_list(c->channels, sizes, 8)) < 1) {
         s_err(err,
               "--channels: expected 1 to 8 comma-separated sizes like 16,32, got \"%s\"",
               c->channels);
+        return -1;
+    }
+    if (!strcmp(c->model, "cnn") && trn_cnn_ops(ns, c->blocks) > TRN_MAX_OPS) {
+        s_err(err,
+              "model too large: %d ops (--channels: %d stages, --blocks %d), at most %d; "
+              "use fewer stages or blocks",
+              trn_cnn_ops(ns, c->blocks), ns, c->blocks, TRN_MAX_OPS);
         return -1;
     }
     long kb[TRN_COMPARE_KB_MAX];

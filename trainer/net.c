@@ -52,8 +52,8 @@ typedef struct {
     double gs;         /* scale the gradient carries */
 } s_buf;
 
-#define MAX_OPS 256
-#define MAX_PARAMS 256
+#define MAX_OPS TRN_MAX_OPS /* a cnn with more is refused by trn_net_new */
+#define MAX_PARAMS TRN_MAX_OPS
 
 struct trn_net {
     s_op ops[MAX_OPS];
@@ -88,7 +88,7 @@ static const float s_bn_momentum = 0.1f;
 
 static int s_buf_new(trn_net *n, int feat)
 {
-    s_buf *b = &n->bufs[n->nbufs];
+    s_buf *b = &n->bufs[n->nbufs]; /* one per op and the input's: within MAX_OPS + 1 */
     memset(b, 0, sizeof *b);
     b->feat = feat;
     return n->nbufs++;
@@ -97,6 +97,7 @@ static int s_buf_new(trn_net *n, int feat)
 static int s_param_new(trn_net *n, const char *name, trn_pkind kind, long count,
                        int layer)
 {
+    assert(n->np < MAX_PARAMS);
     trn_param *p = &n->params[n->np];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -108,13 +109,12 @@ static int s_param_new(trn_net *n, const char *name, trn_pkind kind, long count,
     p->m = calloc((size_t)count, sizeof(float));
     p->v = calloc((size_t)count, sizeof(float));
     p->wlp = p->w;
-    if (!p->w || !p->g || !p->m || !p->v)
-        return -1;
-    return n->np++;
+    return !p->w || !p->g || !p->m || !p->v ? -1 : n->np++;
 }
 
 static s_op *s_op_new(trn_net *n, s_kind kind, int in)
 {
+    assert(n->nops < MAX_OPS);
     s_op *o = &n->ops[n->nops++];
     memset(o, 0, sizeof *o);
     o->kind = kind;
@@ -235,9 +235,7 @@ static int s_cbr(trn_net *n, int in, int c, int h, int w, int co, int stride, in
         return -1;
     int ho = trn_conv_out(h, 3, stride, 1), wo = trn_conv_out(w, 3, stride, 1);
     x = s_bn(n, x, co, ho * wo, zero_gamma);
-    if (x < 0)
-        return -1;
-    return relu ? s_relu(n, x) : x;
+    return x >= 0 && relu ? s_relu(n, x) : x;
 }
 
 /* On the oneDNN path: each BN whose only reader is a ReLU runs with it as
@@ -310,8 +308,9 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
         n->nhwc = strcmp(cfg->conv, "gemm") && trn_dnnl_available() && c == 1;
         int ch[8];
         int ns = trn_parse_int_list(cfg->channels, ch, 8);
-        if (ns < 1) {
-            snprintf(err, TRN_ERRLEN, "--channels: bad sizes \"%s\"", cfg->channels);
+        if (ns < 1 || trn_cnn_ops(ns, cfg->blocks) > MAX_OPS) {
+            snprintf(err, TRN_ERRLEN, "--channels %s --blocks %d: %s", cfg->channels,
+                     cfg->blocks, ns < 1 ? "bad sizes" : "model too large");
             trn_net_destroy(&n);
             return NULL;
         }

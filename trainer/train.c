@@ -856,7 +856,7 @@ int trn_trainer_step(trn_trainer *t)
     double lr = trn_trainer_lr(t);
     if (t->backend) {
         /* attached first: set_data then knows the model (the CUDA CNN
-           refuses device data and keeps host batches) */
+           takes device data too, through trn_cudnn_step_dev) */
         if (s_backend_ready(t) < 0)
             return -1;
         int dd = s_devdata(t);

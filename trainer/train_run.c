@@ -199,11 +199,19 @@ int trn_trainer_run(trn_trainer *t, char *err)
        no validation result yet (its objective), and skip the test set. */
     if (t->stop ? t->last_eval_step < 0 : t->last_eval_step != t->step)
         s_report_eval(t, NULL, NULL);
+    /* The trial's objective (val_*) is reported: a test set that cannot be
+       read now (moved, corrupt, out of memory) costs its test_* metrics,
+       not the trial. */
     if (t->test_deferred && !t->stop) {
+        char terr[TRN_ERRLEN];
         if (!t->test_deferred->n &&
-            trn_data_load_test(&t->cfg, t->test_deferred, err) < 0)
-            return -1;
-        t->test = t->test_deferred;
+            trn_data_load_test(&t->cfg, t->test_deferred, terr) < 0)
+            fprintf(stderr,
+                    "jizhi-train: training completed, %ld steps; the test set could not "
+                    "be read: %s (no test_* metrics)\n",
+                    t->step, terr);
+        else
+            t->test = t->test_deferred;
     }
     if (t->test && t->test->n && !t->stop) {
         double tl, ta;

@@ -64,7 +64,8 @@ TRN_MAIN_CUDA := $(BUILD)/obj/trainer/main_cuda.o
 # cuDNN.
 CUDNN_H     := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h \
                  /usr/include/x86_64-linux-gnu/cudnn.h))
-ifneq ($(CUDNN_H),)
+HAVE_CUDNN  := $(if $(CUDNN_H),yes,no)
+ifeq ($(HAVE_CUDNN),yes)
 TRN_CUDNN_OBJ := $(BUILD)/obj/trainer/backend_cudnn.o
 CUDNN_DEF   := -DTRN_WITH_CUDNN
 endif

@@ -153,6 +153,15 @@ size_t trn_config_restored_text(const trn_config *c, char *buf, size_t len);
 /* Checks cross-field constraints. Returns 0 or -1 with err. */
 int trn_config_validate(const trn_config *c, char *err);
 
+/* The most ops a model's graph holds (net.c, the CUDA CNN); a cnn with more
+   is refused by trn_config_validate ("model too large"). */
+#define TRN_MAX_OPS 256
+
+/* Ops in net.c's cnn with `stages` stages of `blocks` residual blocks (stem
+   3, a transition 3 per later stage, a block 7, pooling and head 2); its
+   params are fewer. */
+int trn_cnn_ops(int stages, int blocks);
+
 /* Writes the usage text. */
 void trn_config_usage(FILE *out);
 
