@@ -26,7 +26,9 @@
 # Environment: BUILD (build), PYTHON (/usr/bin/python3), REPEATS (3),
 # STEPS_SAMPLES (samples per timed MLP run, 200000), CNN_SAMPLES (per CNN run,
 # 16384), CNN_BATCHES ("32 128 512 1024"), BF16_BATCHES ("128 1024"), EPOCHS (20),
-# SKIP_TABLE=1, SKIP_SPEED=1, SKIP_MLP=1 (the CNN tables only), OMP_WAIT_POLICY.
+# SKIP_TABLE=1, SKIP_SPEED=1, SKIP_MLP=1 (the CNN tables only), OMP_WAIT_POLICY,
+# PAIRS=1 (every pair's figures under its row). Each row also gives samples per
+# process CPU-second (every thread) of both sides and their ratio.
 # The CNN tables of docs/bench.md, about 10 minutes on 2 cores:
 #   SKIP_MLP=1 SKIP_TABLE=1 CNN_BATCHES="128 256" BF16_BATCHES="128 256" make bench-train
 set -euo pipefail
@@ -58,24 +60,35 @@ MODEL=(--model mlp --hidden 256,256)
 PREC=fp32
 
 # samples/s of one jizhi-train run: the median of its periodic reports
-# (the first report, which includes start-up, is dropped).
+# (the first report, which includes start-up, is dropped), then samples per
+# process CPU-second (every thread): the batch over the median step_cpu_s of
+# the same reports, which a neighbour's load on a shared machine distorts
+# much less than wall time.
 ours() { # batch steps threads
     local b=$1 steps=$2 th=$3 every=$(( $2 / 6 > 0 ? $2 / 6 : 1 ))
     pin "$th" env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --batch-size "$b" "${MODEL[@]}" --precision "$PREC" --max-steps "$steps" --epochs 1000 \
         --log-every "$every" --threads "$th" --quiet 2>&1 |
-        sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g |
-        awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]; else print 0}'
+        awk -v b="$b" '
+            function med(a, n,   i, j, t) {
+                if (!n) return 0
+                for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) {t = a[j]; a[j] = a[j-1]; a[j-1] = t}
+                return a[int((n + 1) / 2)]}
+            /^jizhi: step [0-9]* samples_per_s=/ {if (ns++) s[ns-1] = substr($4, 15) + 0}
+            /^jizhi: step [0-9]* step_cpu_s=/ {if (nc++) c[nc-1] = substr($4, 12) + 0}
+            END {m = med(c, nc - 1); printf "%s %s\n", med(s, ns - 1), (m > 0 ? b / m : 0)}'
 }
 
 peer() { # batch steps threads
     pin "$3" "$PYTHON" bench/bench_train_torch.py --batch-size "$1" "${MODEL[@]}" --precision "$PREC" --steps "$2" \
         --warmup-steps "$(( $2 / 10 > 20 ? 20 : $2 / 10 + 1 ))" --threads "$3" |
-        "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])'
+        "$PYTHON" -c 'import json,sys; r = json.load(sys.stdin); print(r["samples_per_s"], r.get("samples_per_cpu_s", 0))'
 }
 
 # One table row per batch: REPEATS pairs (ours, then PyTorch), a ratio per
 # pair; the row shows the pair with the median ratio, the median ratio and
-# the lowest and highest.
+# the lowest and highest; then the same for samples per CPU-second (the
+# median of the pairs' CPU ratios and its pair's figures). PAIRS=1 prints
+# every pair's four figures under the row (whose run moved).
 compare() { # threads samples batches...
     local th=$1 samples=$2; shift 2
     for b in "$@"; do
@@ -84,13 +97,27 @@ compare() { # threads samples batches...
             local o p
             o=$(ours "$b" "$steps" "$th")
             p=$(peer "$b" "$steps" "$th")
-            rows+=("$(awk -v a="$o" -v b="$p" 'BEGIN {printf "%.4f %.1f %.1f", (b > 0 ? a / b : 0), a, b}')")
+            rows+=("$(awk -v a="$o" -v b="$p" 'BEGIN {split(a, x, " "); split(b, y, " ");
+                printf "%.4f %.1f %.1f %.4f %.1f %.1f", (y[1] > 0 ? x[1] / y[1] : 0), x[1], y[1],
+                       (y[2] > 0 ? x[2] / y[2] : 0), x[2], y[2]}')")
         done
-        printf '%s\n' "${rows[@]}" | sort -g | awk -v th="$th" -v b="$b" '
-            {r[NR] = $1; o[NR] = $2; p[NR] = $3}
-            END {m = int((NR + 1) / 2)
-                 printf "%-8s %-8s %16.0f %16.0f %7.2fx  %.2f-%.2f\n", th, b, o[m], p[m], r[m], r[1], r[NR]}'
+        printf '%s\n' "${rows[@]}" | awk -v th="$th" -v b="$b" -v pairs="${PAIRS:-0}" '
+            function order(k, idx, n,   i, j, t) {
+                for (i = 1; i <= n; i++) idx[i] = i
+                for (i = 2; i <= n; i++) for (j = i; j > 1 && v[idx[j-1], k] > v[idx[j], k]; j--) {t = idx[j]; idx[j] = idx[j-1]; idx[j-1] = t}}
+            {for (k = 1; k <= 6; k++) v[NR, k] = $k}
+            END {order(1, w, NR); order(4, c, NR); m = int((NR + 1) / 2)
+                 printf "%-8s %-8s %12.0f %12.0f %7.2fx %10s %11.0f %11.0f %7.2fx %10s\n", th, b,
+                        v[w[m], 2], v[w[m], 3], v[w[m], 1], sprintf("%.2f-%.2f", v[w[1], 1], v[w[NR], 1]),
+                        v[c[m], 5], v[c[m], 6], v[c[m], 4], sprintf("%.2f-%.2f", v[c[1], 4], v[c[NR], 4])
+                 if (pairs == 1) for (i = 1; i <= NR; i++)
+                     printf "           pair %d: samples/s %.0f %.0f (%.2fx), per CPU-s %.0f %.0f (%.2fx)\n",
+                            i, v[i, 2], v[i, 3], v[i, 1], v[i, 5], v[i, 6], v[i, 4]}'
     done
+}
+header() {
+    printf '%-8s %-8s %12s %12s %8s %10s %11s %11s %8s %10s\n' threads batch jizhi/s pytorch/s ratio range \
+        jizhi/cpu-s torch/cpu-s ratio range
 }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
@@ -99,7 +126,7 @@ echo "   threads: the same on both sides, pinned (taskset) to the same CPUs, OMP
 if [ "${SKIP_MLP:-0}" != 1 ]; then
 echo "== jizhi-train vs PyTorch $TORCHV: MLP 784-256-256-10, Fashion-MNIST, fp32, SGD"
 echo "   (median of $REPEATS alternating pairs of $SAMPLES samples; load average: $(load))"
-printf '%-8s %-8s %16s %16s %8s  %s\n' threads batch jizhi-train pytorch ratio range
+header
 # all cores (the goal), then one thread (less sensitive to a busy machine)
 for th in $(printf '%s\n' "$CORES" 1 | uniq); do
     compare "$th" "$SAMPLES" 128 1024
@@ -114,7 +141,7 @@ echo "== jizhi-train vs PyTorch $TORCHV: residual CNN (channels 8,16), fp32"
 env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" "${MODEL[@]}" --verbose --max-steps 1 --train-subset 256 \
     --val-size 64 --quiet 2>&1 | sed -n 's/^jizhi-train: convolutions: /   convolutions: /p'
 echo "   (median of $REPEATS alternating pairs of $CNN_SAMPLES samples; load average: $(load))"
-printf '%-8s %-8s %16s %16s %8s  %s\n' threads batch jizhi-train pytorch ratio range
+header
 for th in 1 $([ "$CORES" -gt 1 ] && echo "$CORES"); do
     compare "$th" "$CNN_SAMPLES" "${CNN_B[@]}"
 done
@@ -123,7 +150,7 @@ echo
 echo "== bf16: jizhi-train --precision bf16 vs PyTorch $TORCHV bf16 autocast, residual CNN (channels 8,16)"
 echo "   (median of $REPEATS alternating pairs of $CNN_SAMPLES samples; load average: $(load))"
 PREC=bf16
-printf '%-8s %-8s %16s %16s %8s  %s\n' threads batch jizhi-train pytorch ratio range
+header
 for th in 1 $([ "$CORES" -gt 1 ] && echo "$CORES"); do
     compare "$th" "$CNN_SAMPLES" "${BF16_B[@]}"
 done
