@@ -5,7 +5,8 @@
     exact, fp32 sums, each output rounded to bf16 once, or twice where dX
     accumulates: 6e-3 of the largest value, about three bf16 half-steps;
     dW in fp32: 1e-4), stride 1 and 2, accumulation into dW (beta) and dX
-    (dxbeta), batch sizes that come and go (the primitive cache); the whole
+    (dxbeta), batch sizes that come and go (the primitive cache), the
+    backward weights' thread count by batch (and exact on two threads); the whole
     CNN on the oneDNN path against the im2col + GEMM path (loss and every
     gradient), in bf16 also against the fp32 GEMM path; and a short bf16
     training run whose loss falls. Skipped where the build has no oneDNN. */
@@ -147,6 +148,42 @@ TEST(conv_matches_the_direct_convolution_bf16)
     conv_case(3, 1, 12, 12, 8, 1, 1);
     conv_case(4, 8, 10, 9, 16, 2, 1);
     conv_case(2, 16, 7, 7, 16, 1, 1);
+}
+
+/* The backward weights run on one thread per 256 images (fewer threads
+   than configured below that: on two threads at batch 32 and 128 they were
+   slower than on one), the forward and backward data on every configured
+   thread; and the convolution stays exact either way: at two threads,
+   batch 32 (weights' gradient on one thread, the rest on two) and 520
+   (every primitive on two). */
+TEST(bwd_weights_threads_follow_the_batch)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    char err[TRN_ERRLEN] = "";
+    trn_dnnl_set_threads(2);
+    trn_dconv *d = trn_dconv_new(8, 6, 6, 8, 3, 1, 1, err);
+    REQUIRE(d != NULL);
+    CHECK(trn_dconv_threads(d, 32, 0, 2, err) == 1);
+    CHECK(trn_dconv_threads(d, 32, 0, 0, err) == 2);
+    CHECK(trn_dconv_threads(d, 32, 0, 1, err) == 2);
+    CHECK(trn_dconv_threads(d, 256, 0, 2, err) == 1);
+    CHECK(trn_dconv_threads(d, 512, 0, 2, err) == 2);
+    CHECK(trn_dconv_threads(d, 1024, 0, 2, err) == 2);
+    CHECK(trn_dconv_threads(d, 32, 0, 3, err) == -1);
+    CHECK(strstr(err, "no primitive 3") != NULL);
+    trn_dconv_destroy(&d);
+    trn_dnnl_set_threads(4);
+    d = trn_dconv_new(8, 6, 6, 8, 3, 1, 1, err);
+    REQUIRE(d != NULL);
+    CHECK(trn_dconv_threads(d, 512, 0, 2, err) == 2); /* 256 images a thread */
+    CHECK(trn_dconv_threads(d, 512, 0, 0, err) == 4);
+    trn_dconv_destroy(&d);
+    trn_dnnl_set_threads(2);
+    conv_case(32, 8, 6, 6, 8, 1, 0);
+    conv_case(520, 8, 4, 4, 8, 1, 0);
+    conv_case(32, 8, 6, 6, 8, 1, 1);
+    trn_dnnl_set_threads(1);
 }
 
 /* The whole CNN on both paths: the same loss and gradients (fp32 within
@@ -336,6 +373,7 @@ int main(void)
     trn_dnnl_set_threads(1);
     RUN(conv_matches_the_direct_convolution_fp32);
     RUN(conv_matches_the_direct_convolution_bf16);
+    RUN(bwd_weights_threads_follow_the_batch);
     RUN(cnn_paths_agree);
     RUN(bf16_step_matches_the_fp32_reference);
     RUN(bf16_training_learns);

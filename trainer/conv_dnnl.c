@@ -30,6 +30,7 @@ typedef struct {
     dnnl_primitive_t prim[3];        /* same order */
     dnnl_primitive_t wr_fwd, wr_bwd; /* OIHW f32 -> the fwd / bwd-data weights */
     dnnl_primitive_t dwr; /* bwd-weights diff layout -> OIHW f32 (NULL: same) */
+    int thr[3];           /* OpenMP threads each of prim[] was made for and runs on */
     dnnl_memory_t src, dst, ddst, dsrc; /* NHWC, handles set per call */
     dnnl_memory_t wuser, wfwd, wbwd, dw, dwuser, scratch[3];
     void *wfwd_buf, *wbwd_buf, *dw_buf; /* owned: weights in the kernels' layouts */
@@ -43,6 +44,15 @@ struct trn_dconv {
     void *tmp; /* dx or dw before accumulation */
     size_t tmp_cap;
 };
+
+/* Images per thread below which the backward-weights kernel runs on fewer
+   threads. Measured (ONEDNN_VERBOSE, fp32, channels 8,16, 2 threads against
+   1 on this project's 2-core Xeon): at batch 32 and 128 every layer's
+   backward weights took 1.4-7x longer on two threads than on one (each
+   thread reduces its share of the images into its own copy of dW, then the
+   threads meet at oneDNN's spinning barrier and sum them); at batch 512 two
+   threads were 1.2-1.3x faster. docs/bench.md, "fourth pass". */
+#define S_BWW_IMAGES 256
 
 static dnnl_engine_t g_eng;
 static dnnl_stream_t g_stream;
@@ -64,6 +74,33 @@ void trn_dnnl_set_threads(int n)
 {
     if (n > 0)
         omp_set_num_threads(n);
+}
+
+/* Threads for primitive i (0 fwd, 1 bwd data, 2 bwd weights) at batch n
+   when nthr are configured: all of them, but the backward weights on one
+   thread per S_BWW_IMAGES images. */
+static int s_threads_for(int i, int n, int nthr)
+{
+    if (i != 2 || n >= S_BWW_IMAGES * nthr)
+        return nthr;
+    int t = n / S_BWW_IMAGES;
+    return t < 1 ? 1 : t;
+}
+
+/* Sets the OpenMP threads oneDNN reads (at creation, where a kernel splits
+   its work, and at execution); returns the previous count to restore. */
+static int s_threads_push(int t)
+{
+    int old = omp_get_max_threads();
+    if (t != old)
+        omp_set_num_threads(t);
+    return old;
+}
+
+static void s_threads_pop(int old)
+{
+    if (omp_get_max_threads() != old)
+        omp_set_num_threads(old);
 }
 
 static int s_engine(char *err)
@@ -139,12 +176,18 @@ static int s_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *t
     *same = dnnl_memory_desc_equal(from, to);
     if (*same)
         return 0;
+    /* one thread: the weights are a few KiB, and on two threads each
+       reorder cost 0.06-0.07 ms against 0.002 on one (batch 32,
+       ONEDNN_VERBOSE), the partner's wake-up and not the copy */
+    int old = s_threads_push(1);
     dnnl_primitive_desc_t pd;
-    if (dnnl_reorder_primitive_desc_create(&pd, from, g_eng, to, g_eng, NULL) !=
-        dnnl_success)
-        return -1;
-    dnnl_status_t st = dnnl_primitive_create(out, pd);
-    dnnl_primitive_desc_destroy(pd);
+    dnnl_status_t st =
+        dnnl_reorder_primitive_desc_create(&pd, from, g_eng, to, g_eng, NULL);
+    if (st == dnnl_success) {
+        st = dnnl_primitive_create(out, pd);
+        dnnl_primitive_desc_destroy(pd);
+    }
+    s_threads_pop(old);
     return st == dnnl_success ? 0 : -1;
 }
 
@@ -192,15 +235,23 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
                                                     &src_lo, &wany_f, NULL, &dst_lo,
                                                     strides, pad, pad_r) != dnnl_success)
         goto fail_attr;
-    if (dnnl_primitive_desc_create(&e->pd[0], &cd[0], attr, g_eng, NULL) != dnnl_success)
-        goto fail_attr;
-    for (int i = 1; i < 3; i++)
-        if (dnnl_primitive_desc_create(&e->pd[i], &cd[i], attr, g_eng, e->pd[0]) !=
-            dnnl_success)
+    int nthr = omp_get_max_threads();
+    for (int i = 0; i < 3; i++)
+        e->thr[i] = s_threads_for(i, n, nthr);
+    for (int i = 0; i < 3; i++) {
+        int old = s_threads_push(e->thr[i]);
+        dnnl_status_t st = dnnl_primitive_desc_create(&e->pd[i], &cd[i], attr, g_eng,
+                                                      i ? e->pd[0] : NULL);
+        s_threads_pop(old);
+        if (st != dnnl_success)
             goto fail_attr;
+    }
     dnnl_primitive_attr_destroy(attr);
     for (int i = 0; i < 3; i++) {
-        if (dnnl_primitive_create(&e->prim[i], e->pd[i]) != dnnl_success)
+        int old = s_threads_push(e->thr[i]);
+        dnnl_status_t st = dnnl_primitive_create(&e->prim[i], e->pd[i]);
+        s_threads_pop(old);
+        if (st != dnnl_success)
             goto fail;
         const char *impl = NULL;
         dnnl_primitive_desc_query(e->pd[i], dnnl_query_impl_info_str, 0, &impl);
@@ -284,9 +335,13 @@ static s_entry *s_get(trn_dconv *d, int n, int bf16, char *err)
     return &d->e[slot];
 }
 
-static int s_exec(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args)
+/* Runs p on thr OpenMP threads (what it was created for). */
+static int s_exec(dnnl_primitive_t p, int thr, int nargs, const dnnl_exec_arg_t *args)
 {
-    return dnnl_primitive_execute(p, g_stream, nargs, args) == dnnl_success ? 0 : -1;
+    int old = s_threads_push(thr);
+    dnnl_status_t st = dnnl_primitive_execute(p, g_stream, nargs, args);
+    s_threads_pop(old);
+    return st == dnnl_success ? 0 : -1;
 }
 
 /* Runs primitive i of e with its scratchpad and the given args. */
@@ -296,7 +351,7 @@ static int s_run(s_entry *e, int i, dnnl_exec_arg_t *args, int nargs)
         dnnl_memory_set_data_handle(e->scratch[i], g_scratch);
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch[i]};
     }
-    return s_exec(e->prim[i], nargs, args);
+    return s_exec(e->prim[i], e->thr[i], nargs, args);
 }
 
 /* Copies the user weights into a kernel layout (reorder r, or as they are). */
@@ -306,7 +361,7 @@ static int s_weights(s_entry *e, dnnl_primitive_t r, dnnl_memory_t to, const flo
     if (!r) /* the same layout and type: f32 OIHW */
         return dnnl_memory_set_data_handle(to, (void *)w) == dnnl_success ? 0 : -1;
     dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, e->wuser}, {DNNL_ARG_TO, to}};
-    return s_exec(r, 2, a);
+    return s_exec(r, 1, 2, a);
 }
 
 TRN_CLONES static void s_axpby(float *restrict o, const float *restrict g, float beta,
@@ -371,7 +426,7 @@ int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, v
         goto fail;
     if (e->dwr) {
         dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->dw}, {DNNL_ARG_TO, e->dwuser}};
-        if (s_exec(e->dwr, 2, r) < 0)
+        if (s_exec(e->dwr, 1, 2, r) < 0)
             goto fail;
     }
     if (beta != 0)
@@ -412,6 +467,17 @@ int trn_dconv_describe(trn_dconv *d, int n, int bf16, char *buf, size_t len, cha
     snprintf(buf, len, "fwd %s, bwd-data %s, bwd-weights %s", e->impl[0], e->impl[1],
              e->impl[2]);
     return 0;
+}
+
+int trn_dconv_threads(trn_dconv *d, int n, int bf16, int which, char *err)
+{
+    if (which < 0 || which > 2) {
+        snprintf(err, TRN_ERRLEN,
+                 "oneDNN: no primitive %d (0 fwd, 1 bwd data, 2 bwd weights)", which);
+        return -1;
+    }
+    s_entry *e = s_get(d, n, bf16, err);
+    return e ? e->thr[which] : -1;
 }
 
 #else /* no oneDNN in this build: net.c uses the GEMM path */
@@ -469,6 +535,13 @@ int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, v
 int trn_dconv_describe(trn_dconv *d, int n, int bf16, char *buf, size_t len, char *err)
 {
     (void)d, (void)n, (void)bf16, (void)buf, (void)len;
+    snprintf(err, TRN_ERRLEN, "this jizhi-train was built without oneDNN");
+    return -1;
+}
+
+int trn_dconv_threads(trn_dconv *d, int n, int bf16, int which, char *err)
+{
+    (void)d, (void)n, (void)bf16, (void)which;
     snprintf(err, TRN_ERRLEN, "this jizhi-train was built without oneDNN");
     return -1;
 }

@@ -60,4 +60,13 @@ int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, v
    needed. 0 or -1 with err. */
 int trn_dconv_describe(trn_dconv *d, int n, int bf16, char *buf, size_t len, char *err);
 
+/* The OpenMP threads primitive `which` (0 forward, 1 backward data, 2
+   backward weights) of batch n runs on, creating the primitives when
+   needed: the count trn_dnnl_set_threads configured, except the backward
+   weights, which run on one thread per 256 images (fewer threads than
+   configured below 256 images a thread: there they were slower on two
+   threads than on one). The weight reorders always run on one. The
+   count or -1 with err. */
+int trn_dconv_threads(trn_dconv *d, int n, int bf16, int which, char *err);
+
 #endif
