@@ -178,6 +178,12 @@ TEST(bwd_weights_threads_follow_the_batch)
     REQUIRE(d != NULL);
     CHECK(trn_dconv_threads(d, 512, 0, 2, err) == 2); /* 256 images a thread */
     CHECK(trn_dconv_threads(d, 512, 0, 0, err) == 4);
+    /* a live --threads change: the cached batch follows the new count */
+    trn_dnnl_set_threads(1);
+    CHECK(trn_dconv_threads(d, 512, 0, 0, err) == 1);
+    CHECK(trn_dconv_threads(d, 512, 0, 2, err) == 1);
+    trn_dnnl_set_threads(4);
+    CHECK(trn_dconv_threads(d, 512, 0, 0, err) == 4);
     trn_dconv_destroy(&d);
     trn_dnnl_set_threads(2);
     conv_case(32, 8, 6, 6, 8, 1, 0);

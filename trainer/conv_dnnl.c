@@ -26,6 +26,8 @@
 
 typedef struct {
     int n, bf16, used;               /* key; used: LRU clock */
+    int nthr;                        /* the thread count it was made under: a live
+                                        change of --threads makes it stale */
     dnnl_primitive_desc_t pd[3];     /* fwd, bwd data, bwd weights */
     dnnl_primitive_t prim[3];        /* same order */
     dnnl_primitive_t wr_fwd, wr_bwd; /* OIHW f32 -> the fwd / bwd-data weights */
@@ -51,7 +53,9 @@ struct trn_dconv {
    backward weights took 1.4-7x longer on two threads than on one (each
    thread reduces its share of the images into its own copy of dW, then the
    threads meet at oneDNN's spinning barrier and sum them); at batch 512 two
-   threads were 1.2-1.3x faster. docs/bench.md, "fourth pass". */
+   threads were 1.2-1.3x faster. docs/bench.md, "fourth pass". Measured
+   for two threads only: with more, the same images-per-thread rule is an
+   extrapolation (at --threads 16 and batch 1024 it runs on 4). */
 #define S_BWW_IMAGES 256
 
 static dnnl_engine_t g_eng;
@@ -236,6 +240,7 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
                                                     strides, pad, pad_r) != dnnl_success)
         goto fail_attr;
     int nthr = omp_get_max_threads();
+    e->nthr = nthr;
     for (int i = 0; i < 3; i++)
         e->thr[i] = s_threads_for(i, n, nthr);
     for (int i = 0; i < 3; i++) {
@@ -306,23 +311,28 @@ fail:
     return -1;
 }
 
-/* The cached entry for (n, bf16), created on first use (LRU eviction). */
+/* The cached entry for (n, bf16), created on first use (LRU eviction),
+   and made again when the thread count changed since (live --threads). */
 static s_entry *s_get(trn_dconv *d, int n, int bf16, char *err)
 {
     d->clock++;
-    for (int i = 0; i < d->ne; i++)
+    int slot = -1;
+    for (int i = 0; i < d->ne && slot < 0; i++)
         if (d->e[i].n == n && d->e[i].bf16 == bf16) {
-            d->e[i].used = d->clock;
-            return &d->e[i];
+            if (d->e[i].nthr == omp_get_max_threads()) {
+                d->e[i].used = d->clock;
+                return &d->e[i];
+            }
+            s_entry_free(&d->e[i]);
+            slot = i;
         }
-    int slot = d->ne;
-    if (slot == S_CACHE) {
+    if (slot < 0 && (slot = d->ne) == S_CACHE) {
         slot = 0;
         for (int i = 1; i < S_CACHE; i++)
             if (d->e[i].used < d->e[slot].used)
                 slot = i;
         s_entry_free(&d->e[slot]);
-    } else {
+    } else if (slot == d->ne) {
         d->ne++;
     }
     if (s_entry_init(d, &d->e[slot], n, bf16, err) < 0) {
