@@ -38,7 +38,9 @@
     operation, and the update kernels skip themselves when the overflow
     flag is up, so the whole one-rank step needs no host decision and is
     replayed as a CUDA graph per batch size (--cuda-graphs), captured after
-    one eager warm-up step. One wait per step remains: the sums and the
+    one eager warm-up step (cuda_mlp_graph.cuh; a failed capture or launch
+    falls back to plain launches under auto, ends the run with exit 2
+    under on: graph_policy.h). One wait per step remains: the sums and the
     flag read back at its end, for the trainer's loss scaler and metrics.
 
     Error handling: CUDA_CHECK/CUBLAS_CHECK exit the process (the trainer
@@ -60,6 +62,7 @@
 
 extern "C" {
 #include "trainer/dist_dev.h"
+#include "trainer/graph_policy.h"
 #include "trainer/trn.h"
 #ifdef TRN_WITH_CUDNN /* backend_cudnn.cu: the CNN */
 trn_backend *trn_cudnn_backend_new(char *err);
@@ -73,7 +76,8 @@ double trn_cudnn_step_dev(trn_backend *b, const float *X, const unsigned char *Y
 #define CUBLAS_CHECK(x)                                                                  \
     do {                                                                                 \
         cublasStatus_t s_ = (x);                                                         \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+        if (s_ != CUBLAS_STATUS_SUCCESS &&                                               \
+            !trn__capture_note(cublasGetStatusName(s_), __FILE__, __LINE__)) {           \
             fprintf(stderr, "jizhi-train: cuBLAS error %d at %s:%d\n", (int)s_,          \
                     __FILE__, __LINE__);                                                 \
             exit(1);                                                                     \
@@ -354,54 +358,7 @@ template <typename T> static void s_enqueue_dev(s_cuda *c, int nb)
     s_finish<T>(c, 0);
 }
 
-/* The step of batch size nb as a CUDA graph: 1 when launched (captured
-   now if needed), 0 when this step must run eagerly: the first step at a
-   batch size warms up (cuBLAS's first calls), and a capture that fails
-   turns graphs off for the attach, with a line on stderr. */
-template <typename T> static int s_graph_launch(s_cuda *c, int nb)
-{
-    s_graph *g = NULL, *lru = &c->graph[0];
-    for (int i = 0; i < NGRAPH; i++) {
-        if (c->graph[i].nb == nb)
-            g = &c->graph[i];
-        if (c->graph[i].used < lru->used)
-            lru = &c->graph[i];
-    }
-    if (!g) {
-        if (c->warm_nb != nb)
-            return 0;
-        cudaGraph_t graph;
-        cudaStream_t st = c->stream;
-        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        s_enqueue_dev<T>(c, nb);
-        cudaError_t e = cudaStreamEndCapture(st, &graph);
-        cudaGraphExec_t exec;
-        if (e == cudaSuccess) {
-            e = cudaGraphInstantiate(&exec, graph, 0);
-            cudaGraphDestroy(graph);
-        }
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            fprintf(stderr,
-                    "jizhi-train: cuda: capturing the step as a CUDA graph failed (%s); "
-                    "steps run without graphs\n",
-                    cudaGetErrorString(e));
-            c->use_graphs = 0;
-            return 0;
-        }
-        g = lru;
-        if (g->nb)
-            cudaGraphExecDestroy(g->exec);
-        g->nb = nb;
-        g->exec = exec;
-        if (!c->quiet)
-            fprintf(stderr,
-                    "jizhi-train: cuda: step captured as a CUDA graph (batch %d)\n", nb);
-    }
-    g->used = ++c->nsteps;
-    CUDA_CHECK(cudaGraphLaunch(g->exec, c->stream));
-    return 1;
-}
+#include "trainer/cuda_mlp_graph.cuh"
 
 /* One rank's step: the batch from host memory (x, y) or, with x NULL, the
    device-resident examples perm[at .. at + nb). Returns the loss sum. */
@@ -418,7 +375,7 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int at, int 
         s_forward_loss<T>(c, nb);
         s_backward<T>(c, nb, NULL, NULL);
         s_finish<T>(c, 0);
-    } else if (!c->use_graphs || !s_graph_launch<T>(c, nb)) {
+    } else if (!trn_graphs_active(&c->graphs) || !s_graph_launch<T>(c, nb)) {
         s_enqueue_dev<T>(c, nb);
         c->warm_nb = nb;
     }
@@ -622,7 +579,11 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     c->prec = trn_precision_from_name(cfg->precision);
     c->esize = c->prec == TRN_FP32 ? 4 : 2;
     c->quiet = cfg->quiet;
-    c->use_graphs = strcmp(cfg->cuda_graphs, "off") != 0;
+    if (trn_graphs_init(&c->graphs, cfg->cuda_graphs) < 0) {
+        snprintf(err, TRN_ERRLEN, "--cuda-graphs: unknown value \"%s\"",
+                 cfg->cuda_graphs);
+        return -1;
+    }
     CUDA_CHECK(cudaStreamCreate(&c->stream));
     CUBLAS_CHECK(cublasCreate(&c->blas));
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream));

@@ -16,18 +16,24 @@
     TRN_MAX_OPS ops are refused by s_build (and by trn_config_validate).
 
     What it does: the topology of net.c's "cnn" branch rebuilt from the
-    net's arch string (stem conv-BN-ReLU; per stage a stride-2 transition
-    conv-BN-ReLU after the first; per block conv-BN-ReLU, conv-BN, add the
-    block's input, ReLU; global average pooling; linear head), with the
-    parameters in net.c's order (conv weight; BN gamma, beta; linear
-    weight, bias) and BN running statistics in net.c's state layout (per BN
-    mean then variance). Activations are NHWC fp32 (cuDNN tensors in
+    net's arch string by host code (cnn_layout.c: stem conv-BN-ReLU; per
+    stage a stride-2 transition conv-BN-ReLU after the first; per block
+    conv-BN-ReLU, conv-BN, add the block's input, ReLU; global average
+    pooling; linear head), with the parameters in net.c's order (conv
+    weight; BN gamma, beta; linear weight, bias) and BN running statistics
+    in net.c's state layout (per BN mean then variance), both checked
+    against net.c by tests/test_trn_cuda_host.c. After the dlopen cuDNN's
+    version is checked against the headers' (cudnn_host.h; a mismatch
+    ends the run with exit status 2 naming both). The convolution
+    algorithms are chosen once per (layer, batch size) and cached
+    (cudnn_host.h, bounded); the BN parameter descriptor is derived by
+    cudnnDeriveBNTensorDescriptor. Activations are NHWC fp32 (cuDNN tensors in
     CUDNN_TENSOR_NHWC), convolution weights are kept in KRSC (OHWI) on the
     device and transposed from and to the host's OIHW at attach and sync.
     Convolutions: cudnnConvolutionForward / BackwardData / BackwardFilter
     with the first deterministic algorithm of cuDNN's _v7 heuristics that
-    fits the workspace, FMA math (no TF32). BatchNorm: cuDNN's spatial
-    batch norm (eps 1e-5, running averages with factor 0.1 and the unbiased
+    fits the workspace (cached per batch size), FMA math (no TF32). BatchNorm: cuDNN's
+   spatial batch norm (eps 1e-5, running averages with factor 0.1 and the unbiased
     variance, as net.c). ReLU, add, pooling, the head's bias: own kernels;
     the head's GEMMs: cuBLAS; loss, norms and the SGD/LARS update: the MLP
     backend's kernels (cuda_mlp_kernels.cuh). A gradient buffer read by two
@@ -51,6 +57,8 @@
 #include "trainer/layout.h"
 
 extern "C" {
+#include "trainer/cnn_layout.h"
+#include "trainer/cudnn_host.h"
 #include "trainer/trn.h"
 }
 
@@ -77,6 +85,7 @@ extern "C" {
 #define MAXOPS TRN_MAX_OPS           /* s_build refuses a larger model before building */
 #define MAXP TRN_MAX_OPS             /* a cnn has fewer params than ops */
 #define S_WS_MAX ((size_t)256 << 20) /* cuDNN workspace ceiling */
+#define S_ALGO_NB 8                  /* batch sizes whose conv algorithms are cached */
 
 /* ---- cuDNN, loaded when a CNN is attached ------------------------------------- */
 
@@ -93,6 +102,7 @@ extern "C" {
     X(cudnnCreateConvolutionDescriptor)                                                  \
     X(cudnnCreateFilterDescriptor)                                                       \
     X(cudnnCreateTensorDescriptor)                                                       \
+    X(cudnnDeriveBNTensorDescriptor)                                                     \
     X(cudnnDestroy)                                                                      \
     X(cudnnDestroyConvolutionDescriptor)                                                 \
     X(cudnnDestroyFilterDescriptor)                                                      \
@@ -103,7 +113,9 @@ extern "C" {
     X(cudnnGetConvolutionBackwardFilterWorkspaceSize)                                    \
     X(cudnnGetConvolutionForwardAlgorithm_v7)                                            \
     X(cudnnGetConvolutionForwardWorkspaceSize)                                           \
+    X(cudnnGetCudartVersion)                                                             \
     X(cudnnGetErrorString)                                                               \
+    X(cudnnGetVersion)                                                                   \
     X(cudnnSetConvolution2dDescriptor)                                                   \
     X(cudnnSetConvolutionMathType)                                                       \
     X(cudnnSetFilter4dDescriptor)                                                        \
@@ -113,10 +125,13 @@ extern "C" {
 #define S_DECL(f) static decltype(&f) p_##f;
 S_DNN_FUNCS(S_DECL)
 
-/* 0 when cuDNN's entry points are loaded, or -1 with the reason in err. */
-static int s_dnn_load(char *err)
+/* 0 when cuDNN's entry points are loaded and its version is the one this
+   program was built for, or -1 with the reason in err; *mismatch is set
+   when the library was found but its version (or the CUDA runtime it was
+   built for) differs: cudnn_host.h's check, naming both versions. */
+static int s_dnn_load(char *err, int *mismatch)
 {
-    static int state; /* 0 not tried, 1 loaded, -1 failed */
+    static int state; /* 0 not tried, 1 loaded, -1 failed, -2 wrong version */
     static char why[TRN_ERRLEN];
     if (state == 0) {
         void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
@@ -136,7 +151,15 @@ static int s_dnn_load(char *err)
     }
         S_DNN_FUNCS(S_LOAD)
 #undef S_LOAD
+        int rt = 0;
+        if (state > 0 && cudaRuntimeGetVersion(&rt) != cudaSuccess)
+            rt = 0;
+        if (state > 0 &&
+            trn_cudnn_version_check((long)p_cudnnGetVersion(), CUDNN_VERSION,
+                                    (long)p_cudnnGetCudartVersion(), rt, why) < 0)
+            state = -2;
     }
+    *mismatch = state == -2;
     if (state < 0)
         snprintf(err, TRN_ERRLEN, "%s", why);
     return state > 0 ? 0 : -1;
@@ -202,7 +225,10 @@ __global__ void k_gap_bwd(const float *gy, float *gx, int nb, int c, int hw, int
 
 /* ---- the graph of ops (net.c's "cnn" branch) ------------------------------------- */
 
-typedef enum { Q_CONV, Q_BN, Q_RELU, Q_ADD, Q_GAP, Q_LINEAR } s_kind;
+/* the op kinds of cnn_layout.h, which builds the graph on the host */
+typedef trn_qkind s_kind;
+constexpr s_kind Q_CONV = TRN_Q_CONV, Q_BN = TRN_Q_BN, Q_RELU = TRN_Q_RELU,
+                 Q_ADD = TRN_Q_ADD, Q_GAP = TRN_Q_GAP, Q_LINEAR = TRN_Q_LINEAR;
 
 typedef struct {
     s_kind kind;
@@ -253,6 +279,7 @@ typedef struct {
     float *res_h;
     int *flag_h;
     int cap, desc_nb;
+    trn_algo_cache algos; /* conv algorithms per (op, batch size) */
     trn_opt_kind opt;
     double momentum, wd, trust;
     int nesterov;
@@ -264,114 +291,76 @@ static unsigned s_blocks(long n)
     return (unsigned)((n + 255) / 256);
 }
 
-static int s_buf_new(s_cnn *q, int c, int h, int w)
-{
-    assert(q->nbufs < MAXOPS + 1);
-    s_buf *b = &q->buf[q->nbufs];
-    b->c = c, b->h = h, b->w = w;
-    return q->nbufs++;
-}
-
-static s_op *s_op_new(s_cnn *q, s_kind kind, int in)
-{
-    assert(q->nops < MAXOPS);
-    s_op *o = &q->op[q->nops++];
-    memset(o, 0, sizeof *o);
-    o->kind = kind;
-    o->in = in;
-    o->in2 = o->pw = o->pb = -1;
-    o->c = q->buf[in].c, o->h = q->buf[in].h, o->w = q->buf[in].w;
-    return o;
-}
-
-static int s_param(s_cnn *q, long n, int kind, int conv)
-{
-    assert(q->np < MAXP);
-    q->pn[q->np] = n;
-    q->pkind[q->np] = kind;
-    q->pconv[q->np] = conv;
-    return q->np++;
-}
-
-static int s_conv(s_cnn *q, int in, int co, int stride)
-{
-    s_op *o = s_op_new(q, Q_CONV, in);
-    o->co = co, o->k = 3, o->stride = stride, o->pad = 1;
-    o->pw = s_param(q, (long)co * o->c * 9, TRN_PW, q->nops - 1);
-    o->out = s_buf_new(q, co, trn_conv_out(o->h, 3, stride, 1),
-                       trn_conv_out(o->w, 3, stride, 1));
-    return o->out;
-}
-
-static int s_bn(s_cnn *q, int in)
-{
-    s_op *o = s_op_new(q, Q_BN, in);
-    o->pw = s_param(q, o->c, TRN_PBN, -1);
-    o->pb = s_param(q, o->c, TRN_PBN, -1);
-    o->st = q->nstate;
-    q->nstate += 2L * o->c;
-    o->out = s_buf_new(q, o->c, o->h, o->w);
-    return o->out;
-}
-
-static int s_simple(s_cnn *q, s_kind kind, int in, int in2)
-{
-    s_op *o = s_op_new(q, kind, in);
-    o->in2 = in2;
-    o->out = kind == Q_GAP ? s_buf_new(q, o->c, 1, 1) : s_buf_new(q, o->c, o->h, o->w);
-    return o->out;
-}
-
-static int s_cbr(s_cnn *q, int in, int co, int stride, int relu)
-{
-    int x = s_bn(q, s_conv(q, in, co, stride));
-    return relu ? s_simple(q, Q_RELU, x, -1) : x;
-}
-
-/* net.c's cnn from its arch "cnn:CxHxW:c0,c1,...:bB:K". 0, or -1 with err. */
+/* net.c's cnn from its arch "cnn:CxHxW:c0,c1,...:bB:K": the ops, buffers
+   and parameters of cnn_layout.h (host code, checked against net.c by
+   tests/test_trn_cuda_host.c), copied into the device-side structs. 0, or
+   -1 with err. */
 static int s_build(s_cnn *q, const char *arch, char *err)
 {
-    int c, h, w, blocks, classes, ch[8], ns = 0;
-    char list[64];
-    if (sscanf(arch, "cnn:%dx%dx%d:%63[0-9,]:b%d:%d", &c, &h, &w, list, &blocks,
-               &classes) != 6 ||
-        (ns = trn_parse_int_list(list, ch, 8)) < 1) {
-        snprintf(err, TRN_ERRLEN, "the CUDA CNN runs net.c's cnn only (model %s)", arch);
+    trn_cnn_layout *L = (trn_cnn_layout *)malloc(sizeof *L);
+    if (!L) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
         return -1;
     }
-    if (blocks < 0 || trn_cnn_ops(ns, blocks) > MAXOPS) {
-        snprintf(err, TRN_ERRLEN, "model too large: %d ops, at most %d",
-                 trn_cnn_ops(ns, blocks), MAXOPS);
+    if (trn_cnn_layout_build(L, arch, err) < 0) {
+        free(L);
         return -1;
     }
-    int x = s_buf_new(q, c, h, w);
-    x = s_cbr(q, x, ch[0], 1, 1); /* stem */
-    for (int s = 0; s < ns; s++) {
-        if (s > 0)
-            x = s_cbr(q, x, ch[s], 2, 1); /* transition */
-        for (int b = 0; b < blocks; b++) {
-            int y = s_cbr(q, x, ch[s], 1, 1);
-            y = s_cbr(q, y, ch[s], 1, 0);
-            y = s_simple(q, Q_ADD, y, x);
-            x = s_simple(q, Q_RELU, y, -1);
-        }
+    for (int i = 0; i < L->nops; i++) {
+        const trn_qop *l = &L->op[i];
+        s_op *o = &q->op[i];
+        memset(o, 0, sizeof *o);
+        o->kind = l->kind;
+        o->in = l->in, o->in2 = l->in2, o->out = l->out;
+        o->pw = l->pw, o->pb = l->pb;
+        o->c = l->c, o->h = l->h, o->w = l->w, o->co = l->co;
+        o->k = l->k, o->stride = l->stride, o->pad = l->pad;
+        o->st = l->st;
     }
-    x = s_simple(q, Q_GAP, x, -1);
-    s_op *o = s_op_new(q, Q_LINEAR, x);
-    o->co = classes;
-    o->pw = s_param(q, (long)o->c * classes, TRN_PW, -1);
-    o->pb = s_param(q, classes, TRN_PBIAS, -1);
-    o->out = s_buf_new(q, classes, 1, 1);
-    q->classes = classes;
+    for (int i = 0; i < L->nbufs; i++) {
+        s_buf *b = &q->buf[i];
+        memset(b, 0, sizeof *b);
+        b->c = L->buf[i].c, b->h = L->buf[i].h, b->w = L->buf[i].w;
+    }
+    for (int i = 0; i < L->np; i++) {
+        q->pn[i] = L->p[i].n;
+        q->pkind[i] = L->p[i].kind;
+        q->pconv[i] = L->p[i].conv;
+    }
+    q->nops = L->nops, q->nbufs = L->nbufs, q->np = L->np;
+    q->nstate = L->nstate;
+    q->classes = L->classes;
+    free(L);
     return 0;
 }
 
 /* ---- buffers, descriptors, algorithms -------------------------------------------- */
 
-/* Conv algorithms for batch nb: the first deterministic one of each _v7
-   list whose workspace fits S_WS_MAX; the workspace grown to the largest. */
-static void s_algos(s_cnn *q, s_op *o)
+/* The workspace grown to need bytes (never shrunk). */
+static void s_ws_grow(s_cnn *q, size_t need)
 {
+    if (need > q->ws_size) {
+        CUDA_CHECK(cudaStreamSynchronize(q->stream));
+        cudaFree(q->ws);
+        CUDA_CHECK(cudaMalloc(&q->ws, need));
+        q->ws_size = need;
+    }
+}
+
+/* Conv algorithms of op i (o) at batch nb: the choice cached for (i, nb)
+   when this batch size was seen before (cudnn_host.h), else the first
+   deterministic one of each _v7 list whose workspace fits S_WS_MAX, then
+   cached; the workspace grown to the largest the three need. */
+static void s_algos(s_cnn *q, int i, s_op *o, int nb)
+{
+    const trn_algo_entry *hit = trn_algo_cache_get(&q->algos, i, nb);
+    if (hit) {
+        o->fa = (cudnnConvolutionFwdAlgo_t)hit->algo[0];
+        o->ba = (cudnnConvolutionBwdDataAlgo_t)hit->algo[1];
+        o->fb = (cudnnConvolutionBwdFilterAlgo_t)hit->algo[2];
+        s_ws_grow(q, hit->ws);
+        return;
+    }
     cudnnTensorDescriptor_t xd = q->buf[o->in].td, yd = q->buf[o->out].td;
     int n = 0;
     size_t need = 0, sz = 0;
@@ -414,12 +403,9 @@ static void s_algos(s_cnn *q, s_op *o)
     CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterWorkspaceSize(q->dnn, xd, yd, o->cd,
                                                                  o->fd, o->fb, &sz));
     need = sz > need ? sz : need;
-    if (need > q->ws_size) {
-        CUDA_CHECK(cudaStreamSynchronize(q->stream));
-        cudaFree(q->ws);
-        CUDA_CHECK(cudaMalloc(&q->ws, need));
-        q->ws_size = need;
-    }
+    int algo[TRN_ALGO_KINDS] = {(int)o->fa, (int)o->ba, (int)o->fb};
+    trn_algo_cache_put(&q->algos, i, nb, algo, need);
+    s_ws_grow(q, need);
 }
 
 /* Buffers for nb examples and every descriptor at batch size nb. */
@@ -451,7 +437,7 @@ static void s_reserve(s_cnn *q, int nb)
     }
     for (int i = 0; i < q->nops; i++)
         if (q->op[i].kind == Q_CONV)
-            s_algos(q, &q->op[i]);
+            s_algos(q, i, &q->op[i], nb);
     q->desc_nb = nb;
 }
 
@@ -642,6 +628,7 @@ static void s_detach(void *self)
 {
     s_cnn *q = (s_cnn *)self;
     if (!q->dnn) { /* nothing on the device: forget a half-built graph */
+        trn_algo_cache_fini(&q->algos);
         memset(q, 0, sizeof *q);
         return;
     }
@@ -669,6 +656,7 @@ static void s_detach(void *self)
     p_cudnnDestroy(q->dnn);
     cublasDestroy(q->blas);
     cudaStreamDestroy(q->stream);
+    trn_algo_cache_fini(&q->algos);
     memset(q, 0, sizeof *q);
 }
 
@@ -676,10 +664,23 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
 {
     s_cnn *q = (s_cnn *)self;
     s_detach(self);
-    if (s_dnn_load(err) < 0)
+    int mismatch = 0;
+    if (s_dnn_load(err, &mismatch) < 0) {
+        if (mismatch) { /* a cuDNN of another version: exit 2, never a crash later */
+            fprintf(stderr, "jizhi-train: --backend cuda --model cnn: %s\n", err);
+            exit(2);
+        }
         return -1;
+    }
     if (s_build(q, trn_net_arch(net), err) < 0)
         return -1;
+    int nconv = 0;
+    for (int i = 0; i < q->nops; i++)
+        nconv += q->op[i].kind == Q_CONV;
+    if (trn_algo_cache_init(&q->algos, nconv * S_ALGO_NB) < 0) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return -1;
+    }
     if (q->buf[0].c != 1) {
         snprintf(err, TRN_ERRLEN, "the CUDA CNN takes single-channel images");
         return -1;
@@ -744,9 +745,16 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
             CUDNN_CHECK(
                 p_cudnnSetConvolutionMathType(o->cd, CUDNN_FMA_MATH)); /* no TF32 */
         } else if (o->kind == Q_BN) {
+            /* scale, bias, mean and variance: the descriptor cuDNN derives
+               from the input's for spatial BN (1 x C x 1 x 1, its type) */
+            cudnnTensorDescriptor_t xd;
+            CUDNN_CHECK(p_cudnnCreateTensorDescriptor(&xd));
+            CUDNN_CHECK(p_cudnnSetTensor4dDescriptor(
+                xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, o->c, o->h, o->w));
             CUDNN_CHECK(p_cudnnCreateTensorDescriptor(&o->bnd));
-            CUDNN_CHECK(p_cudnnSetTensor4dDescriptor(o->bnd, CUDNN_TENSOR_NHWC,
-                                                     CUDNN_DATA_FLOAT, 1, o->c, 1, 1));
+            CUDNN_CHECK(
+                p_cudnnDeriveBNTensorDescriptor(o->bnd, xd, CUDNN_BATCHNORM_SPATIAL));
+            CUDNN_CHECK(p_cudnnDestroyTensorDescriptor(xd));
             CUDA_CHECK(cudaMalloc(&o->smean, o->c * sizeof(float)));
             CUDA_CHECK(cudaMalloc(&o->sinv, o->c * sizeof(float)));
         }

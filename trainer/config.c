@@ -525,10 +525,12 @@ static const s_opt s_opts[] = {
      .type = OPT_STR,
      .off = O(cuda_graphs),
      .size = SZ(cuda_graphs),
-     .choices = "on|off",
-     .dflt = "on",
+     .choices = "auto|on|off",
+     .dflt = "auto",
      .help = "--backend cuda, one rank, device data: replay the steady-state step as "
-             "a CUDA graph (captured per batch size after a warm-up step)"},
+             "a CUDA graph (captured per batch size after a warm-up step); auto: plain "
+             "launches after a capture or launch that fails, said once; on: such a "
+             "failure ends the run (exit 2)"},
     {.flag = "cuda-epilogue",
      .type = OPT_STR,
      .off = O(cuda_epilogue),

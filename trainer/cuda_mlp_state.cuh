@@ -75,7 +75,7 @@ typedef struct {
     int nesterov;
     double smoothing;
     int quiet;
-    int use_graphs;        /* --cuda-graphs on */
+    trn_graphs graphs;     /* --cuda-graphs and its fallback (graph_policy.h) */
     int warm_nb;           /* batch size of the last eager device-data step */
     long nsteps;           /* steps taken since attach (graph eviction clock) */
     s_graph graph[NGRAPH]; /* captured steps (device data, one rank) */

@@ -70,7 +70,8 @@ TRN_CUDNN_OBJ := $(BUILD)/obj/trainer/backend_cudnn.o
 CUDNN_DEF   := -DTRN_WITH_CUDNN
 endif
 $(BUILD)/obj/trainer/backend_cudnn.o: trainer/backend_cudnn.cu trainer/cuda_mlp_kernels.cuh trainer/layout.h \
-                 trainer/gather.h trainer/trn.h trainer/dev_elem.cuh trainer/cuda_check.cuh
+                 trainer/gather.h trainer/trn.h trainer/dev_elem.cuh trainer/cuda_check.cuh \
+                 trainer/cnn_layout.h trainer/cudnn_host.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -I$(dir $(CUDNN_H)) -c $< -o $@
 
@@ -85,7 +86,8 @@ endif
 $(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/cuda_mlp_kernels.cuh trainer/cuda_mlp_state.cuh \
                  trainer/cuda_mlp_lt.cuh trainer/gather.h \
                  trainer/trn.h trainer/dist_dev.h trainer/dist.h \
-                 trainer/comm.h trainer/bf16.h trainer/dev_elem.cuh trainer/cuda_check.cuh
+                 trainer/comm.h trainer/bf16.h trainer/dev_elem.cuh trainer/cuda_check.cuh \
+                 trainer/graph_policy.h trainer/cuda_mlp_graph.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper $(CUDNN_DEF) -c $< -o $@
 

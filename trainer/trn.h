@@ -111,7 +111,8 @@ typedef struct trn_config {
     double topk_clip;        /* local gradient clipping threshold (0 = off) */
     char grad_path[8]; /* auto | device | host: --backend cuda's gradient exchange */
     char gpu_data[8];  /* auto | device | host: where --backend cuda takes its batches */
-    char cuda_graphs[4];   /* on | off: --backend cuda replays the step as a CUDA graph */
+    char cuda_graphs[8];   /* auto | on | off: --backend cuda replays the step as a CUDA
+                              graph */
     char cuda_epilogue[8]; /* lt | kernel: --backend cuda's forward bias + ReLU */
 } trn_config;
 

@@ -1,0 +1,298 @@
+/*  test_trn_cuda_host.c - the host-side logic of the CUDA backends, on any
+    machine (no GPU, no CUDA needed):
+
+    - the CUDA CNN's op and parameter layout (cnn_layout.h, what
+      backend_cudnn.cu builds its graph from) agrees with net.c's cnn for
+      several configurations: the same parameters in the same order, with
+      the same names, kinds, sizes and offsets, the same BN state layout;
+      and the comparison catches a swap on either side;
+    - cuDNN's version check after dlopen (cudnn_host.h);
+    - the convolution algorithm cache per (layer, batch size): a batch size
+      seen before reuses its choice, the cache stays bounded;
+    - --cuda-graphs auto|on|off and the fallback after a failed capture
+      (graph_policy.h).
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jz_test.h"
+#include "trainer/cnn_layout.h"
+#include "trainer/cudnn_host.h"
+#include "trainer/graph_policy.h"
+#include "trainer/trn.h"
+
+static trn_net *s_net(const char *channels, int blocks, int h, int w, int classes,
+                      const char *conv)
+{
+    char err[TRN_ERRLEN];
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    snprintf(cfg.model, sizeof cfg.model, "cnn");
+    snprintf(cfg.channels, sizeof cfg.channels, "%s", channels);
+    snprintf(cfg.conv, sizeof cfg.conv, "%s", conv);
+    cfg.blocks = blocks;
+    trn_net *n = trn_net_new(&cfg, 1, h, w, classes, err);
+    if (!n)
+        printf("trn_net_new: %s\n", err);
+    return n;
+}
+
+/* The layout's own consistency: offsets are the sizes before, each conv
+   weight belongs to its op and has co*c*k*k values, each BN's two params
+   have its channel count and its state follows the previous BN's. */
+static void s_check_layout(const trn_cnn_layout *L)
+{
+    long off = 0, st = 0;
+    for (int i = 0; i < L->np; i++) {
+        CHECK(L->p[i].off == off);
+        off += L->p[i].n;
+        if (L->p[i].conv >= 0) {
+            const trn_qop *o = &L->op[L->p[i].conv];
+            CHECK(o->kind == TRN_Q_CONV && o->pw == i);
+            CHECK(L->p[i].n == (long)o->co * o->c * o->k * o->k);
+        }
+    }
+    CHECK(L->total == off);
+    for (int i = 0; i < L->nops; i++) {
+        const trn_qop *o = &L->op[i];
+        if (o->kind == TRN_Q_BN) {
+            CHECK(o->st == st);
+            st += 2L * o->c;
+            CHECK(L->p[o->pw].n == o->c && L->p[o->pb].n == o->c);
+        }
+        /* each op reads buffers made before it and writes the next one */
+        CHECK(o->in < o->out && o->in2 < o->out && o->out == i + 1);
+    }
+    CHECK(L->nstate == st);
+    CHECK(L->nbufs == L->nops + 1);
+}
+
+TEST(cuda_cnn_layout_matches_net_c)
+{
+    static const struct {
+        const char *channels;
+        int blocks, h, w, classes;
+        const char *conv;
+    } cases[] = {
+        {"8", 0, 28, 28, 10, "gemm"},      {"16,32", 1, 28, 28, 10, "auto"},
+        {"4,8,16", 2, 9, 7, 3, "gemm"},    {"5,3", 3, 12, 10, 7, "gemm"},
+        {"2,4,6,8", 1, 16, 16, 2, "gemm"},
+    };
+    static trn_cnn_layout L;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char err[TRN_ERRLEN] = "";
+        trn_net *n = s_net(cases[k].channels, cases[k].blocks, cases[k].h, cases[k].w,
+                           cases[k].classes, cases[k].conv);
+        REQUIRE(n);
+        REQUIRE(trn_cnn_layout_build(&L, trn_net_arch(n), err) == 0);
+        int at = trn_cnn_layout_compare(&L, n, err);
+        if (at != -1)
+            printf("case %zu (%s): %s\n", k, trn_net_arch(n), err);
+        CHECK(at == -1);
+        CHECK(L.np == trn_net_nparams(n));
+        CHECK(L.nstate == trn_net_state_count(n));
+        CHECK(L.classes == cases[k].classes);
+        CHECK(L.buf[0].h == cases[k].h && L.buf[0].w == cases[k].w && L.buf[0].c == 1);
+        /* the ops net.c counts (trn_cnn_ops) are the ops the CUDA CNN runs */
+        int ns = trn_parse_int_list(cases[k].channels, (int[8]){0}, 8);
+        CHECK(L.nops == trn_cnn_ops(ns, cases[k].blocks));
+        s_check_layout(&L);
+        /* the first and last parameters by name, kind and size */
+        CHECK_STR(L.p[0].name, "l0.weight");
+        CHECK(L.p[L.np - 1].kind == TRN_PBIAS && L.p[L.np - 1].n == cases[k].classes);
+        trn_net_destroy(&n);
+    }
+}
+
+TEST(layout_comparison_catches_a_change_of_order_on_either_side)
+{
+    static trn_cnn_layout L;
+    char err[TRN_ERRLEN];
+    trn_net *n = s_net("4,8", 1, 10, 10, 5, "gemm");
+    REQUIRE(n);
+    REQUIRE(trn_cnn_layout_build(&L, trn_net_arch(n), err) == 0);
+    REQUIRE(trn_cnn_layout_compare(&L, n, err) == -1);
+    /* the CUDA side swaps the first BN's gamma and beta (same size, kind) */
+    trn_qparam t = L.p[1];
+    L.p[1] = L.p[2];
+    L.p[2] = t;
+    CHECK(trn_cnn_layout_compare(&L, n, err) == 1);
+    CHECK(strstr(err, "l1.gamma") && strstr(err, "l1.beta"));
+    L.p[2] = L.p[1];
+    L.p[1] = t;
+    REQUIRE(trn_cnn_layout_compare(&L, n, err) == -1);
+    /* the two convs of the first block have the same size: swapped on the
+       net side (names), they are told apart */
+    int a = -1, b = -1;
+    for (int i = 0; i < L.np; i++)
+        if (L.p[i].conv >= 0 && L.p[i].n == 4L * 4 * 9)
+            a < 0 ? (a = i) : b < 0 ? (b = i) : 0;
+    REQUIRE(a >= 0 && b > a);
+    trn_param *pa = trn_net_param(n, a), *pb = trn_net_param(n, b);
+    char keep[32];
+    memcpy(keep, pa->name, sizeof keep);
+    memcpy(pa->name, pb->name, sizeof keep);
+    memcpy(pb->name, keep, sizeof keep);
+    CHECK(trn_cnn_layout_compare(&L, n, err) == a);
+    memcpy(pb->name, pa->name, sizeof keep);
+    memcpy(pa->name, keep, sizeof keep);
+    CHECK(trn_cnn_layout_compare(&L, n, err) == -1);
+    /* a size that differs moves every later offset: caught at that param */
+    L.p[0].n++;
+    CHECK(trn_cnn_layout_compare(&L, n, err) == 0);
+    L.p[0].n--;
+    /* one parameter fewer on the CUDA side */
+    L.np--;
+    CHECK(trn_cnn_layout_compare(&L, n, err) == L.np);
+    trn_net_destroy(&n);
+}
+
+TEST(layout_refuses_what_is_not_a_cnn)
+{
+    static trn_cnn_layout L;
+    char err[TRN_ERRLEN];
+    CHECK(trn_cnn_layout_build(&L, "mlp:784-256-10", err) == -1);
+    CHECK(strstr(err, "mlp:784-256-10") != NULL);
+    CHECK(trn_cnn_layout_build(&L, "cnn:1x28x28:8:b999:10", err) == -1);
+    CHECK(strstr(err, "too large") != NULL);
+    CHECK(trn_cnn_layout_build(&L, NULL, err) == -1);
+}
+
+TEST(cudnn_version_check_names_both_versions)
+{
+    char err[TRN_ERRLEN], buf[24];
+    CHECK(trn_cudnn_major(91900) == 9);
+    CHECK(trn_cudnn_major(8907) == 8);
+    CHECK(trn_cudnn_major(100203) == 10);
+    CHECK_STR(trn_cudnn_version_text(91900, buf, sizeof buf), "9.19.0");
+    CHECK_STR(trn_cudnn_version_text(8907, buf, sizeof buf), "8.9.7");
+    CHECK_STR(trn_cuda_version_text(12080, buf, sizeof buf), "12.8");
+    /* same major (another minor) and the same CUDA major: accepted */
+    CHECK(trn_cudnn_version_check(91900, 91900, 13000, 13000, err) == 0);
+    CHECK(trn_cudnn_version_check(90100, 91900, 13010, 13000, err) == 0);
+    CHECK(trn_cudnn_version_check(91900, 91900, 13000, 0, err) == 0); /* rt unknown */
+    /* cuDNN 8 opened where the headers were 9 */
+    err[0] = '\0';
+    CHECK(trn_cudnn_version_check(8907, 91900, 12020, 13000, err) == -1);
+    CHECK(strstr(err, "8.9.7") && strstr(err, "9.19.0"));
+    err[0] = '\0';
+    CHECK(trn_cudnn_version_check(100000, 91900, 13000, 13000, err) == -1);
+    CHECK(strstr(err, "10.0.0") && strstr(err, "9.19.0"));
+    /* a cuDNN 9 built for CUDA 12 under a CUDA 13 runtime */
+    err[0] = '\0';
+    CHECK(trn_cudnn_version_check(91900, 91900, 12080, 13000, err) == -1);
+    CHECK(strstr(err, "12.8") && strstr(err, "13.0"));
+}
+
+TEST(algorithm_cache_reuses_a_batch_size_seen_before)
+{
+    enum { LAYERS = 3 };
+    trn_algo_cache c;
+    REQUIRE(trn_algo_cache_init(&c, LAYERS * 8) == 0);
+    /* the backend's use: at every batch-size change, each conv asks the
+       cache and runs the heuristics only on a miss */
+    int sizes[] = {32, 64, 32, 64, 128, 32, 128, 64};
+    int queries = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int l = 0; l < LAYERS; l++) {
+            const trn_algo_entry *e = trn_algo_cache_get(&c, l, sizes[s]);
+            if (!e) {
+                queries++;
+                int algo[TRN_ALGO_KINDS] = {l, sizes[s], l + sizes[s]};
+                trn_algo_cache_put(&c, l, sizes[s], algo, (size_t)sizes[s] * 1000 + l);
+            } else {
+                CHECK(e->algo[0] == l && e->algo[1] == sizes[s]);
+                CHECK(e->algo[2] == l + sizes[s]);
+                CHECK(e->ws == (size_t)sizes[s] * 1000 + l);
+            }
+        }
+    CHECK(queries == LAYERS * 3); /* three distinct batch sizes */
+    CHECK(c.misses == LAYERS * 3 && c.hits == LAYERS * 5);
+    CHECK(c.evictions == 0 && c.n == LAYERS * 3);
+    trn_algo_cache_fini(&c);
+}
+
+TEST(algorithm_cache_is_bounded_and_evicts_the_least_recently_used)
+{
+    trn_algo_cache c;
+    int a[TRN_ALGO_KINDS] = {1, 2, 3}, b[TRN_ALGO_KINDS] = {4, 5, 6};
+    REQUIRE(trn_algo_cache_init(&c, 4) == 0);
+    trn_algo_cache_put(&c, 0, 32, a, 10);
+    trn_algo_cache_put(&c, 1, 32, a, 11);
+    trn_algo_cache_put(&c, 0, 64, a, 12);
+    trn_algo_cache_put(&c, 1, 64, a, 13);
+    CHECK(c.n == 4);
+    CHECK(trn_algo_cache_get(&c, 0, 32) != NULL); /* (1, 32) is now the oldest */
+    trn_algo_cache_put(&c, 0, 128, b, 14);
+    CHECK(c.n == 4 && c.evictions == 1);
+    CHECK(trn_algo_cache_get(&c, 1, 32) == NULL);
+    CHECK(trn_algo_cache_get(&c, 0, 32) != NULL);
+    const trn_algo_entry *e = trn_algo_cache_get(&c, 0, 128);
+    REQUIRE(e);
+    CHECK(e->algo[0] == 4 && e->ws == 14);
+    /* a put of a key present replaces it in place */
+    trn_algo_cache_put(&c, 0, 128, a, 20);
+    CHECK(c.n == 4 && c.evictions == 1);
+    e = trn_algo_cache_get(&c, 0, 128);
+    REQUIRE(e);
+    CHECK(e->algo[0] == 1 && e->ws == 20);
+    /* many batch sizes: never more than cap entries */
+    for (int nb = 1; nb <= 100; nb++)
+        trn_algo_cache_put(&c, nb % 3, nb, a, (size_t)nb);
+    CHECK(c.n == 4);
+    CHECK(trn_algo_cache_get(&c, 100 % 3, 100) != NULL);
+    trn_algo_cache_fini(&c);
+}
+
+TEST(graph_failure_falls_back_under_auto_and_ends_the_run_under_on)
+{
+    trn_graphs g;
+    char msg[512];
+    CHECK(trn_graphs_init(&g, "maybe") == -1);
+    /* auto: a failure is said once, then plain launches */
+    REQUIRE(trn_graphs_init(&g, "auto") == 0);
+    CHECK(trn_graphs_active(&g));
+    CHECK(trn_graphs_fail(&g, "cudaStreamEndCapture", "operation not permitted", msg,
+                          sizeof msg) == 0);
+    CHECK(strstr(msg, "cudaStreamEndCapture") && strstr(msg, "operation not permitted"));
+    CHECK(strstr(msg, "auto") && strstr(msg, "plain launches"));
+    CHECK(g.state == TRN_GRAPHS_FELL_BACK && !trn_graphs_active(&g));
+    CHECK(trn_graphs_fail(&g, "cudaGraphLaunch", "x", msg, sizeof msg) == 0);
+    CHECK(msg[0] == '\0'); /* once */
+    CHECK_STR(trn_graphs_state_name(g.state), "fell-back");
+    /* on: a failure is an error naming the reason */
+    REQUIRE(trn_graphs_init(&g, "on") == 0);
+    CHECK(trn_graphs_active(&g));
+    CHECK(trn_graphs_fail(&g, "cudaGraphInstantiate", "invalid value", msg, sizeof msg) ==
+          -1);
+    CHECK(strstr(msg, "--cuda-graphs on") && strstr(msg, "cudaGraphInstantiate") &&
+          strstr(msg, "invalid value"));
+    CHECK(g.state == TRN_GRAPHS_FAILED && !trn_graphs_active(&g));
+    /* off: never active, nothing to say */
+    REQUIRE(trn_graphs_init(&g, "off") == 0);
+    CHECK(!trn_graphs_active(&g));
+    CHECK(trn_graphs_fail(&g, "capture", "x", msg, sizeof msg) == 0 && msg[0] == '\0');
+    /* the flag: auto by default, the three values taken, others refused */
+    trn_config cfg;
+    char err[TRN_ERRLEN];
+    trn_config_defaults(&cfg);
+    CHECK_STR(cfg.cuda_graphs, "auto");
+    CHECK(trn_config_set(&cfg, "cuda_graphs", "on", err) == 0);
+    CHECK_STR(cfg.cuda_graphs, "on");
+    CHECK(trn_config_set(&cfg, "cuda_graphs", "off", err) == 0);
+    CHECK(trn_config_set(&cfg, "cuda_graphs", "auto", err) == 0);
+    CHECK(trn_config_set(&cfg, "cuda_graphs", "always", err) == -1);
+}
+
+int main(void)
+{
+    RUN(cuda_cnn_layout_matches_net_c);
+    RUN(layout_comparison_catches_a_change_of_order_on_either_side);
+    RUN(layout_refuses_what_is_not_a_cnn);
+    RUN(cudnn_version_check_names_both_versions);
+    RUN(algorithm_cache_reuses_a_batch_size_seen_before);
+    RUN(algorithm_cache_is_bounded_and_evicts_the_least_recently_used);
+    RUN(graph_failure_falls_back_under_auto_and_ends_the_run_under_on);
+    TEST_DONE();
+}
