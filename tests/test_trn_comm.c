@@ -198,6 +198,8 @@ TEST(one_rank_collectives_are_the_identity)
     for (int a = 0; a < 3; a++)
         CHECK(trn_comm_allreduce(g_comm, x, 5, (trn_ar_algo)a, TRN_WIRE_FP16) == 0);
     CHECK(x[0] == 1 && x[4] == 5);
+    CHECK(trn_comm_mean(g_comm, x, 5) == 0); /* BN statistics: the mean of one */
+    CHECK(x[0] == 1 && x[2] == 3 && x[4] == 5);
     CHECK(g_comm->size == 1 && g_comm->rank == 0);
     CHECK(trn_ar_algo_from_name("hier") == TRN_AR_HIER && trn_ar_algo_from_name("x") < 0);
     CHECK(trn_wire_from_name("bf16") == TRN_WIRE_BF16 && trn_wire_from_name("fp8") < 0);
@@ -245,6 +247,30 @@ static void s_check_algo(trn_ar_algo a, trn_wire w, double tol)
         free(x);
     }
     g_comm->seglen = 0;
+}
+
+/* BN running statistics after a data-parallel step (train.c, the CUDA
+   CNN): the ring sum in fp32 times 1/size, the same bits on every rank. */
+TEST(mpi_mean_is_the_ring_sum_over_the_ranks)
+{
+    enum { N = 1037 };
+    float x[N], ring[N];
+    for (long i = 0; i < N; i++)
+        x[i] = ring[i] = s_val(g_comm->rank, i);
+    REQUIRE(trn_comm_mean(g_comm, x, N) == 0);
+    REQUIRE(trn_comm_allreduce(g_comm, ring, N, TRN_AR_RING, TRN_WIRE_FP32) == 0);
+    int bad = 0;
+    double worst = 0;
+    for (long i = 0; i < N; i++) {
+        bad += x[i] != ring[i] * (1.0f / (float)g_comm->size);
+        double ref = 0;
+        for (int r = 0; r < g_comm->size; r++)
+            ref += s_val(r, i);
+        worst = fmax(worst, fabs(x[i] - ref / g_comm->size));
+    }
+    CHECK(bad == 0);
+    CHECK(worst < 1e-5);
+    CHECK(s_same_everywhere(x, N));
 }
 
 TEST(mpi_ring_matches_reference)
@@ -362,6 +388,7 @@ int main(int argc, char **argv)
         RUN(one_rank_collectives_are_the_identity);
     } else {
         RUN(mpi_ring_matches_reference);
+        RUN(mpi_mean_is_the_ring_sum_over_the_ranks);
         RUN(mpi_segment_by_segment_fallback_gives_the_same_bits);
         RUN(mpi_native_matches_reference);
         RUN(mpi_hierarchical_two_per_node_matches_reference);

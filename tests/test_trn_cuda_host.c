@@ -19,6 +19,7 @@
 #include "jz_test.h"
 #include "trainer/cnn_layout.h"
 #include "trainer/cudnn_host.h"
+#include "trainer/devplan.h"
 #include "trainer/graph_policy.h"
 #include "trainer/trn.h"
 
@@ -146,6 +147,56 @@ TEST(layout_comparison_catches_a_change_of_order_on_either_side)
     L.np--;
     CHECK(trn_cnn_layout_compare(&L, n, err) == L.np);
     trn_net_destroy(&n);
+}
+
+/* Several ranks (the CUDA CNN's step_dist): each op with params is one
+   backward stage, the last op's first; every parameter is final after its
+   op's stage, and the exchange's plan (devplan.h) launches the buckets in
+   backward order, each once its params are final. */
+TEST(cnn_backward_stages_feed_the_exchange_plan)
+{
+    static trn_cnn_layout L;
+    char err[TRN_ERRLEN];
+    REQUIRE(trn_cnn_layout_build(&L, "cnn:1x12x12:4,8:b1:10", err) == 0);
+    int with = 0;
+    for (int i = 0; i < L.nops; i++)
+        with += L.op[i].pw >= 0;
+    CHECK(L.nstages == with);
+    /* conv-BN per stem, transition and two per block, and the head */
+    CHECK(L.nstages == 2 * (1 + 1 + 2 * 2) + 1);
+    int stage[TRN_MAX_OPS];
+    trn_cnn_layout_param_stages(&L, stage);
+    CHECK(stage[L.np - 1] == 0 && stage[L.np - 2] == 0); /* the head: first */
+    CHECK(stage[0] == L.nstages - 1);                    /* the stem's conv: last */
+    for (int i = 0; i + 1 < L.np; i++)
+        CHECK(stage[i] >= stage[i + 1] && stage[i] - stage[i + 1] <= 1);
+    for (int i = 0; i < L.nops; i++) {
+        const trn_qop *o = &L.op[i];
+        if (o->pw < 0)
+            CHECK(o->stage == -1);
+        else
+            CHECK(stage[o->pw] == o->stage && (o->pb < 0 || stage[o->pb] == o->stage));
+    }
+    long pn[TRN_MAX_OPS];
+    for (int i = 0; i < L.np; i++)
+        pn[i] = L.p[i].n;
+    trn_devbucket b[TRN_MAX_OPS];
+    for (long thr = 0; thr <= 4096; thr += 4096) {
+        int nb = trn_devplan_buckets(L.np, pn, stage, L.nstages, thr, 1, b);
+        REQUIRE(nb >= 1);
+        int next = L.np - 1, last = 0;
+        for (int k = 0; k < nb; k++) {
+            CHECK(b[k].first == next); /* backward order, each param once */
+            next = b[k].last - 1;
+            CHECK(b[k].launch >= last);
+            last = b[k].launch;
+            for (int i = b[k].last; i <= b[k].first; i++)
+                CHECK(stage[i] <= b[k].launch); /* final before it goes */
+            if (thr == 0)
+                CHECK(b[k].launch == stage[b[k].first]);
+        }
+        CHECK(next == -1);
+    }
 }
 
 TEST(layout_refuses_what_is_not_a_cnn)
@@ -289,6 +340,7 @@ int main(void)
 {
     RUN(cuda_cnn_layout_matches_net_c);
     RUN(layout_comparison_catches_a_change_of_order_on_either_side);
+    RUN(cnn_backward_stages_feed_the_exchange_plan);
     RUN(layout_refuses_what_is_not_a_cnn);
     RUN(cudnn_version_check_names_both_versions);
     RUN(algorithm_cache_reuses_a_batch_size_seen_before);

@@ -68,8 +68,13 @@ extern "C" {
 trn_backend *trn_cudnn_backend_new(char *err);
 void trn_cudnn_backend_destroy(trn_backend *b);
 double trn_cudnn_step_dev(trn_backend *b, const float *X, const unsigned char *Y,
-                          const int *perm, int dim, int at, int nb, double lr,
+                          const int *perm, int dim, int at, int nb, int global, double lr,
                           double loss_scale, int *overflow, double *grad_sqnorm);
+void trn_cudnn_set_comm(trn_backend *b, trn_comm *comm, const trn_dist_opts *o, int path,
+                        int verbose);
+double trn_cudnn_step_dist(trn_backend *b, const float *x, const uint8_t *y, int nb,
+                           int global, double lr, double loss_scale, int *overflow,
+                           double *grad_sqnorm);
 #endif
 }
 
@@ -529,14 +534,12 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     s_cuda *c = (s_cuda *)self;
     s_detach(self);
     if (!strncmp(trn_net_arch(net), "cnn:", 4)) { /* the CNN: backend_cudnn.cu */
-        if (c->rk.comm) {
-            snprintf(err, TRN_ERRLEN,
-                     "the CUDA CNN runs one rank only (not yet several)");
-            return -1;
-        }
 #ifdef TRN_WITH_CUDNN
         if (!c->cnn && !(c->cnn = trn_cudnn_backend_new(err)))
             return -1;
+        if (c->rk.comm) /* several ranks: BN per rank, gradients summed (never run) */
+            trn_cudnn_set_comm(c->cnn, c->rk.comm, &c->rk.o, (int)c->rk.path,
+                               !cfg->quiet);
         if (c->cnn->attach(c->cnn->self, net, cfg, err) < 0)
             return -1;
         c->cnn_on = 1;
@@ -705,8 +708,13 @@ static double s_step_dist(void *self, const float *x, const uint8_t *y, int nb,
                           int global, double lr, double loss_scale, int *overflow,
                           double *grad_sqnorm)
 {
-    return s_step_dist_any((s_cuda *)self, x, y, 0, nb, global, lr, loss_scale, overflow,
-                           grad_sqnorm);
+    s_cuda *c = (s_cuda *)self;
+#ifdef TRN_WITH_CUDNN
+    if (c->cnn_on)
+        return trn_cudnn_step_dist(c->cnn, x, y, nb, global, lr, loss_scale, overflow,
+                                   grad_sqnorm);
+#endif
+    return s_step_dist_any(c, x, y, 0, nb, global, lr, loss_scale, overflow, grad_sqnorm);
 }
 
 static void s_data_free(s_data *d)
@@ -789,7 +797,7 @@ static double s_step_at(void *self, int at, int nb, int global, double lr,
             return -1;
         }
         return trn_cudnn_step_dev(c->cnn, c->data.x, c->data.y, c->data.perm, c->data.dim,
-                                  at, nb, lr, loss_scale, overflow, grad_sqnorm);
+                                  at, nb, global, lr, loss_scale, overflow, grad_sqnorm);
     }
 #endif
     if (!c->data.n || c->data.dim != c->dims[0] || at < 0 || at + nb > c->data.n) {

@@ -1,6 +1,6 @@
 /*  backend_cudnn.cu - the residual CNN of net.c on cuDNN (issue 38, item 4),
-    fp32 only, one rank. NEVER RUN ON A GPU: written and compiled on a
-    machine without one.
+    fp32 only, one rank or several. NEVER RUN ON A GPU: written and
+    compiled on a machine without one (several ranks included).
 
     Built by `make cuda` where cudnn.h is found (trainer.mk: CUDNN_H sets
     HAVE_CUDNN, which adds TRN_CUDNN_OBJ and -DTRN_WITH_CUDNN) and linked
@@ -11,8 +11,15 @@
     times it against PyTorch. Device-resident data works (--gpu-data
     device: backend_cuda.cu keeps the training set and hands each step's
     place in the order to trn_cudnn_step_dev, which gathers the batch with
-    the MLP's k_gather). Not yet: bf16/fp16 (refused: --precision fp32
-    only), several ranks (refused), CUDA graphs. Models of more than
+    the MLP's k_gather). Several ranks (trn_cudnn_set_comm, from
+    backend_cuda.cu's set_comm): each rank runs its shard with BatchNorm on
+    the shard's own statistics, as the CPU CNN per rank; after each op's
+    backward its parameter gradients go to the device gradient exchange
+    (dist_dev.h, one stage per op with params: cnn_layout.h), the norms,
+    the overflow check and the update run on the sums, and the BN running
+    statistics are averaged over the ranks after each step (trn_comm_mean,
+    the CPU's own function, through pinned host memory). Not yet:
+    bf16/fp16 (refused: --precision fp32 only), CUDA graphs. Models of more than
     TRN_MAX_OPS ops are refused by s_build (and by trn_config_validate).
 
     What it does: the topology of net.c's "cnn" branch rebuilt from the
@@ -59,6 +66,7 @@
 extern "C" {
 #include "trainer/cnn_layout.h"
 #include "trainer/cudnn_host.h"
+#include "trainer/dist_dev.h"
 #include "trainer/trn.h"
 }
 
@@ -165,63 +173,7 @@ static int s_dnn_load(char *err, int *mismatch)
     return state > 0 ? 0 : -1;
 }
 
-/* ---- kernels ------------------------------------------------------------------- */
-
-__global__ void k_relu_fwd(const float *x, float *y, long n)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n)
-        y[i] = x[i] > 0 ? x[i] : 0.0f;
-}
-
-/* gx = (acc ? gx : 0) + gy * (y > 0) */
-__global__ void k_relu_bwd_acc(const float *y, const float *gy, float *gx, long n,
-                               int acc)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n)
-        gx[i] = (acc ? gx[i] : 0.0f) + (y[i] > 0 ? gy[i] : 0.0f);
-}
-
-__global__ void k_add(const float *a, const float *b, float *y, long n)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n)
-        y[i] = a[i] + b[i];
-}
-
-/* gx = (acc ? gx : 0) + gy */
-__global__ void k_acc(const float *gy, float *gx, long n, int acc)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n)
-        gx[i] = (acc ? gx[i] : 0.0f) + gy[i];
-}
-
-/* y[n][c] = mean over hw of x[n][hw][c] (NHWC); one thread per (n, c) */
-__global__ void k_gap_fwd(const float *x, float *y, int nb, int c, int hw)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= nb * c)
-        return;
-    int s = i / c, j = i % c;
-    const float *xs = x + (long)s * hw * c + j;
-    float acc = 0;
-    for (int p = 0; p < hw; p++)
-        acc += xs[(long)p * c];
-    y[i] = acc / hw;
-}
-
-/* gx[n][hw][c] = (acc ? gx : 0) + gy[n][c] / hw */
-__global__ void k_gap_bwd(const float *gy, float *gx, int nb, int c, int hw, int acc)
-{
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i >= (long)nb * hw * c)
-        return;
-    int j = (int)(i % c);
-    long s = i / ((long)hw * c);
-    gx[i] = (acc ? gx[i] : 0.0f) + gy[s * c + j] / hw;
-}
+#include "trainer/cuda_cnn_kernels.cuh"
 
 /* ---- the graph of ops (net.c's "cnn" branch) ------------------------------------- */
 
@@ -237,6 +189,7 @@ typedef struct {
     int c, h, w, co;     /* input shape per sample; conv/linear outputs */
     int k, stride, pad;  /* conv */
     long st;             /* BN: offset of the running mean in the state */
+    int stage;           /* backward stage after its param gradients (-1: none) */
     float *smean, *sinv; /* BN: saved batch statistics (device, c each) */
     cudnnFilterDescriptor_t fd;
     cudnnConvolutionDescriptor_t cd;
@@ -252,6 +205,15 @@ typedef struct {
     cudnnTensorDescriptor_t td; /* for the current batch size */
     int written;                /* the gradient has a contribution this pass */
 } s_buf;
+
+/* a data-parallel run (trn_cudnn_set_comm): the comm (borrowed), the
+   exchange's options and path */
+typedef struct {
+    trn_comm *comm;
+    trn_dist_opts o;
+    trn_grad_path path;
+    int verbose;
+} s_ranks;
 
 typedef struct {
     s_op op[MAXOPS];
@@ -280,6 +242,11 @@ typedef struct {
     int *flag_h;
     int cap, desc_nb;
     trn_algo_cache algos; /* conv algorithms per (op, batch size) */
+    int nstages;          /* backward stages (ops with params) */
+    int pstage[MAXP];     /* param i final after stage pstage[i] */
+    s_ranks rk;           /* several ranks (trn_cudnn_set_comm); kept across detach */
+    trn_devdist *dd;      /* with rk.comm: the gradient exchange, built at attach */
+    float *state_h;       /* with rk.comm: pinned copy of the BN statistics */
     trn_opt_kind opt;
     double momentum, wd, trust;
     int nesterov;
@@ -316,6 +283,7 @@ static int s_build(s_cnn *q, const char *arch, char *err)
         o->c = l->c, o->h = l->h, o->w = l->w, o->co = l->co;
         o->k = l->k, o->stride = l->stride, o->pad = l->pad;
         o->st = l->st;
+        o->stage = l->stage;
     }
     for (int i = 0; i < L->nbufs; i++) {
         s_buf *b = &q->buf[i];
@@ -330,6 +298,8 @@ static int s_build(s_cnn *q, const char *arch, char *err)
     q->nops = L->nops, q->nbufs = L->nbufs, q->np = L->np;
     q->nstate = L->nstate;
     q->classes = L->classes;
+    q->nstages = L->nstages;
+    trn_cnn_layout_param_stages(L, q->pstage);
     free(L);
     return 0;
 }
@@ -500,9 +470,13 @@ static void s_forward(s_cnn *q, int nb)
 }
 
 /* backward in reverse op order; parameter gradients into q->g (scaled by
-   the loss scale); a buffer read twice sums both contributions */
-static void s_backward(s_cnn *q, int nb)
+   the loss scale); a buffer read twice sums both contributions. With dd
+   (several ranks) each op's stage is reported once its parameter
+   gradients are final, so the exchange sends them while the backward goes
+   on. 0, or -1 when the exchange failed (the pass always completes). */
+static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
 {
+    int rc = 0;
     cudaStream_t st = q->stream;
     const float one = 1.0f, zero = 0.0f;
     for (int i = 0; i < q->nbufs - 1; i++)
@@ -518,6 +492,8 @@ static void s_backward(s_cnn *q, int nb)
             CUDNN_CHECK(p_cudnnConvolutionBackwardFilter(
                 q->dnn, &one, x->td, x->x, y->td, y->g, o->cd, o->fb, q->ws, q->ws_size,
                 &zero, o->fd, q->g[o->pw]));
+            if (dd && trn_devdist_stage(dd, o->stage) < 0)
+                rc = -1;
             const float beta = acc ? 1.0f : 0.0f;
             if (need_dx)
                 CUDNN_CHECK(p_cudnnConvolutionBackwardData(
@@ -531,6 +507,8 @@ static void s_backward(s_cnn *q, int nb)
                 q->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &beta, &one, &zero, x->td, x->x,
                 y->td, y->g, x->td, x->g, o->bnd, q->w[o->pw], q->g[o->pw], q->g[o->pb],
                 1e-5, o->smean, o->sinv));
+            if (dd && trn_devdist_stage(dd, o->stage) < 0)
+                rc = -1;
             break;
         }
         case Q_RELU:
@@ -553,6 +531,8 @@ static void s_backward(s_cnn *q, int nb)
                    q->g[o->pw], o->c, 0.0f);
             s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_N, o->co, 1, nb, y->g, o->co, q->ones, nb,
                    q->g[o->pb], o->co, 0.0f);
+            if (dd && trn_devdist_stage(dd, o->stage) < 0)
+                rc = -1;
             s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_N, o->c, nb, o->co, q->w[o->pw], o->c, y->g,
                    o->co, x->g, o->c, acc ? 1.0f : 0.0f);
             break;
@@ -560,24 +540,28 @@ static void s_backward(s_cnn *q, int nb)
         x->written = 1;
     }
     CUDA_CHECK(cudaGetLastError());
+    return rc;
 }
 
 /* norms, the overflow flag, the update (skipped on the device when the flag
-   is up), the sums to pinned memory */
-static void s_finish(s_cnn *q)
+   is up), the sums to pinned memory. Gradients: this rank's own carrying
+   the loss scale (dd NULL), or the ranks' fp32 sums in true units. */
+static void s_finish(s_cnn *q, trn_devdist *dd)
 {
+    int uns = !dd;
     cudaStream_t st = q->stream;
     float mu = (float)q->momentum, wd = (float)q->wd;
     int lars = q->opt == TRN_LARS;
     for (int i = 0; i < q->np; i++)
-        trn_norms<float>(st, q->w[i], q->g[i], q->pn[i], q->args, 1,
-                         q->scratch + 1 + 2 * i, q->flag, q->part);
+        trn_norms<float>(st, q->w[i], dd ? trn_devdist_grad(dd, i) : q->g[i], q->pn[i],
+                         q->args, uns, q->scratch + 1 + 2 * i, q->flag, q->part);
     for (int i = 0; i < q->np; i++) {
         int weight = q->pkind[i] == TRN_PW;
         k_update<float, float><<<s_blocks(q->pn[i]), 256, 0, st>>>(
-            q->w[i], q->w[i], q->g[i], q->m[i], q->pn[i], q->args, 1, mu,
-            weight ? wd : 0.0f, q->nesterov, lars ? (weight ? 1 : 2) : 0, (float)q->trust,
-            q->scratch + 1 + 2 * i, q->flag);
+            q->w[i], q->w[i], dd ? trn_devdist_grad(dd, i) : q->g[i], q->m[i], q->pn[i],
+            q->args, uns, mu, weight ? wd : 0.0f, q->nesterov,
+            lars ? (weight ? 1 : 2) : 0, (float)q->trust, q->scratch + 1 + 2 * i,
+            q->flag);
     }
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaMemcpyAsync(q->res_h, q->scratch,
@@ -627,12 +611,16 @@ static int s_get(s_cnn *q, int i, const float *d, float *v)
 static void s_detach(void *self)
 {
     s_cnn *q = (s_cnn *)self;
-    if (!q->dnn) { /* nothing on the device: forget a half-built graph */
+    s_ranks keep = q->rk; /* set_comm's choice outlives an attach */
+    if (!q->dnn) {        /* nothing on the device: forget a half-built graph */
         trn_algo_cache_fini(&q->algos);
         memset(q, 0, sizeof *q);
+        q->rk = keep;
         return;
     }
     cudaStreamSynchronize(q->stream);
+    trn_devdist_destroy(&q->dd);
+    cudaFreeHost(q->state_h);
     for (int i = 0; i < q->nops; i++) {
         s_op *o = &q->op[i];
         cudaFree(o->smean), cudaFree(o->sinv);
@@ -658,6 +646,7 @@ static void s_detach(void *self)
     cudaStreamDestroy(q->stream);
     trn_algo_cache_fini(&q->algos);
     memset(q, 0, sizeof *q);
+    q->rk = keep;
 }
 
 static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
@@ -769,22 +758,54 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     CUDA_CHECK(cudaMallocHost(&q->args_h, sizeof(s_args)));
     CUDA_CHECK(cudaMallocHost(&q->res_h, (1 + 2 * (size_t)q->np) * sizeof(float)));
     CUDA_CHECK(cudaMallocHost(&q->flag_h, sizeof(int)));
+    if (q->rk.comm) { /* several ranks: op i's params final at its stage */
+        CUDA_CHECK(cudaMallocHost(&q->state_h, (q->nstate + 1) * sizeof(float)));
+        q->dd = trn_devdist_new(q->rk.comm, q->np, q->pn, q->pstage, q->nstages, &q->rk.o,
+                                q->rk.path, (void *)q->stream, q->rk.verbose, err);
+        if (!q->dd)
+            return -1;
+    }
+    return 0;
+}
+
+/* BN running statistics on several ranks: the mean over the ranks after
+   every step, as the CPU CNN's (trn_comm_mean: the same ring sum and
+   1/size), through pinned host memory. 0 or -1. */
+static int s_state_mean(s_cnn *q)
+{
+    if (q->nstate <= 0)
+        return 0;
+    size_t bytes = q->nstate * sizeof(float);
+    CUDA_CHECK(cudaMemcpy(q->state_h, q->state, bytes, cudaMemcpyDeviceToHost));
+    if (trn_comm_mean(q->rk.comm, q->state_h, q->nstate) < 0)
+        return -1;
+    CUDA_CHECK(cudaMemcpy(q->state, q->state_h, bytes, cudaMemcpyHostToDevice));
     return 0;
 }
 
 /* One step: the batch from host memory (x, y) or, with x NULL, gathered on
    the device from the training set X, Y in the order perm (examples
-   perm[at .. at + nb), gather.h; backend_cuda.cu's device data). Returns
-   the loss sum. */
+   perm[at .. at + nb), gather.h; backend_cuda.cu's device data). One rank
+   (q->dd NULL): global == nb. Several ranks: this rank's shard of nb
+   examples (nb may be 0) of a global batch of `global`, BatchNorm on the
+   shard's own statistics (as the CPU CNN per rank), the gradients summed
+   over the ranks by the exchange while the backward runs, the norms, the
+   overflow check and the update on the sums, then the BN running
+   statistics averaged over the ranks. Returns the loss sum, or -1 when
+   the exchange failed. NEVER RUN ON A GPU with several ranks. */
 static double s_step_src(s_cnn *q, const float *x, const uint8_t *y, const float *X,
                          const unsigned char *Y, const int *perm, int at, int nb,
-                         double lr, double loss_scale, int *overflow, double *grad_sqnorm)
+                         int global, double lr, double loss_scale, int *overflow,
+                         double *grad_sqnorm)
 {
     cudaStream_t st = q->stream;
-    s_reserve(q, nb);
+    trn_devdist *dd = q->dd;
+    int rc = 0;
+    if (nb > 0)
+        s_reserve(q, nb);
     q->args_h->lr = (float)lr;
     q->args_h->inv_scale = (float)(1.0 / loss_scale);
-    q->args_h->dscale = (float)(loss_scale / nb);
+    q->args_h->dscale = (float)(loss_scale / global);
     q->args_h->at = at;
     s_buf *in = &q->buf[0];
     long d0 = (long)in->h * in->w; /* single-channel images: NCHW rows are NHWC */
@@ -793,42 +814,65 @@ static double s_step_src(s_cnn *q, const float *x, const uint8_t *y, const float
     CUDA_CHECK(
         cudaMemsetAsync(q->scratch, 0, (1 + 2 * (size_t)q->np) * sizeof(float), st));
     CUDA_CHECK(cudaMemsetAsync(q->flag, 0, sizeof(int), st));
-    if (x) {
-        CUDA_CHECK(cudaMemcpyAsync(in->x, x, (size_t)nb * d0 * sizeof(float),
-                                   cudaMemcpyHostToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(q->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
-    } else {
-        k_gather<float><<<s_blocks(nb * d0), 256, 0, st>>>(X, Y, perm, q->args, nb,
-                                                           (int)d0, in->x, q->y);
+    if (dd) {
+        void *g[MAXP];
+        for (int i = 0; i < q->np; i++)
+            g[i] = q->g[i];
+        if (trn_devdist_begin(dd, g, TRN_FP32, (float)(1.0 / loss_scale)) < 0)
+            rc = -1;
     }
-    s_forward(q, nb);
-    s_backward(q, nb);
-    s_finish(q);
+    if (nb > 0) {
+        if (x) {
+            CUDA_CHECK(cudaMemcpyAsync(in->x, x, (size_t)nb * d0 * sizeof(float),
+                                       cudaMemcpyHostToDevice, st));
+            CUDA_CHECK(cudaMemcpyAsync(q->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
+        } else {
+            k_gather<float><<<s_blocks(nb * d0), 256, 0, st>>>(X, Y, perm, q->args, nb,
+                                                               (int)d0, in->x, q->y);
+        }
+        s_forward(q, nb);
+        if (s_backward(q, nb, dd) < 0)
+            rc = -1;
+    } else if (dd) { /* an empty shard: zero gradients, every stage still goes */
+        for (int i = 0; i < q->np; i++)
+            CUDA_CHECK(cudaMemsetAsync(q->g[i], 0, q->pn[i] * sizeof(float), st));
+        for (int s = 0; s < q->nstages; s++)
+            if (trn_devdist_stage(dd, s) < 0)
+                rc = -1;
+    }
+    if (dd && trn_devdist_finish(dd) < 0)
+        rc = -1;
+    s_finish(q, dd);
     CUDA_CHECK(cudaStreamSynchronize(st));
+    if (dd && s_state_mean(q) < 0)
+        rc = -1;
     double gsq = 0;
     for (int i = 0; i < q->np; i++)
         gsq += q->res_h[2 + 2 * i];
     *grad_sqnorm = gsq;
     *overflow = *q->flag_h;
-    return q->res_h[0];
+    return rc < 0 ? -1 : q->res_h[0];
 }
 
 static double s_step(void *self, const float *x, const uint8_t *y, int nb, double lr,
                      double loss_scale, int *overflow, double *grad_sqnorm)
 {
-    return s_step_src((s_cnn *)self, x, y, NULL, NULL, NULL, 0, nb, lr, loss_scale,
+    return s_step_src((s_cnn *)self, x, y, NULL, NULL, NULL, 0, nb, nb, lr, loss_scale,
                       overflow, grad_sqnorm) /
            nb;
 }
 
 /* The step on device-resident data (backend_cuda.cu's set_data/set_order/
    step_at hand it over): X (n x dim fp32), Y and perm are device pointers,
-   borrowed; dim must be the model's input size. Returns the loss sum, or
-   -1 when dim does not match. */
+   borrowed; dim must be the model's input size. One rank: global == nb;
+   after trn_cudnn_set_comm this rank's shard of a global batch of
+   `global`. Returns the loss sum, or -1 when dim does not match or the
+   exchange failed. */
 extern "C" double trn_cudnn_step_dev(trn_backend *b, const float *X,
                                      const unsigned char *Y, const int *perm, int dim,
-                                     int at, int nb, double lr, double loss_scale,
-                                     int *overflow, double *grad_sqnorm)
+                                     int at, int nb, int global, double lr,
+                                     double loss_scale, int *overflow,
+                                     double *grad_sqnorm)
 {
     s_cnn *q = (s_cnn *)b->self;
     if (!q->dnn || dim != q->buf[0].c * q->buf[0].h * q->buf[0].w) {
@@ -838,7 +882,37 @@ extern "C" double trn_cudnn_step_dev(trn_backend *b, const float *X,
                 dim, q->dnn ? q->buf[0].c * q->buf[0].h * q->buf[0].w : 0);
         return -1;
     }
-    return s_step_src(q, NULL, NULL, X, Y, perm, at, nb, lr, loss_scale, overflow,
+    return s_step_src(q, NULL, NULL, X, Y, perm, at, nb, global, lr, loss_scale, overflow,
+                      grad_sqnorm);
+}
+
+/* Makes the CNN one rank of a data-parallel run over comm (borrowed, must
+   outlive the backend): the exchange is built at the next attach with
+   options o on path (TRN_GRAD_DEVICE or TRN_GRAD_HOST; backend_cuda.cu's
+   set_comm has checked them). */
+extern "C" void trn_cudnn_set_comm(trn_backend *b, trn_comm *comm, const trn_dist_opts *o,
+                                   int path, int verbose)
+{
+    s_cnn *q = (s_cnn *)b->self;
+    q->rk.comm = comm;
+    q->rk.o = *o;
+    q->rk.path = (trn_grad_path)path;
+    q->rk.verbose = verbose;
+}
+
+/* A data-parallel step with this rank's shard (x, y: nb examples, nb may
+   be 0) from host memory (trn_backend.step_dist). The shard's loss sum,
+   or -1. */
+extern "C" double trn_cudnn_step_dist(trn_backend *b, const float *x, const uint8_t *y,
+                                      int nb, int global, double lr, double loss_scale,
+                                      int *overflow, double *grad_sqnorm)
+{
+    s_cnn *q = (s_cnn *)b->self;
+    if (!q->dd) {
+        fprintf(stderr, "jizhi-train: CUDA CNN: a data-parallel step without set_comm\n");
+        return -1;
+    }
+    return s_step_src(q, x, y, NULL, NULL, NULL, 0, nb, global, lr, loss_scale, overflow,
                       grad_sqnorm);
 }
 

@@ -121,7 +121,20 @@ int trn_cnn_layout_build(trn_cnn_layout *L, const char *arch, char *err)
     o->pb = s_param(L, o->layer, "bias", classes, TRN_PBIAS, -1);
     o->out = s_buf(L, classes, 1, 1);
     L->classes = classes;
+    for (int i = L->nops - 1; i >= 0; i--) /* the backward runs the ops in reverse */
+        L->op[i].stage = L->op[i].pw >= 0 ? L->nstages++ : -1;
     return 0;
+}
+
+void trn_cnn_layout_param_stages(const trn_cnn_layout *L, int *stage)
+{
+    for (int i = 0; i < L->nops; i++) {
+        const trn_qop *o = &L->op[i];
+        if (o->pw >= 0)
+            stage[o->pw] = o->stage;
+        if (o->pb >= 0)
+            stage[o->pb] = o->stage;
+    }
 }
 
 int trn_cnn_layout_compare(const trn_cnn_layout *L, trn_net *net, char *err)

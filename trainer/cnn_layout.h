@@ -33,6 +33,8 @@ typedef struct {
     int k, stride, pad; /* conv */
     int layer;          /* net.c's layer number (conv, BN, linear count) or -1 */
     long st;            /* BN: offset of its running mean in the state */
+    int stage;          /* the backward stage after which its params are final
+                           (ops with params, last op first: 0, 1, ...), or -1 */
 } trn_qop;
 
 typedef struct {
@@ -56,6 +58,7 @@ typedef struct {
     int np;
     long total;  /* parameter values in all */
     long nstate; /* BN running statistics in all */
+    int nstages; /* backward stages: the ops with params */
     int classes;
 } trn_cnn_layout;
 
@@ -63,6 +66,12 @@ typedef struct {
    or -1 with err when arch is not a cnn's or holds more than TRN_MAX_OPS
    ops. */
 int trn_cnn_layout_build(trn_cnn_layout *L, const char *arch, char *err);
+
+/* Param i's backward stage into stage[i] (L->np values): the stage of the
+   op that owns it, for the data-parallel gradient exchange (devplan.h,
+   dist_dev.h): on several ranks the CUDA CNN reports each stage once its
+   op's parameter gradients are final. */
+void trn_cnn_layout_param_stages(const trn_cnn_layout *L, int *stage);
 
 /* Compares L with the parameters and state of net (borrowed): same count,
    and for each parameter in order the same name, kind and size (offsets

@@ -540,6 +540,16 @@ int trn_comm_allreduce(trn_comm *c, float *buf, long n, trn_ar_algo a, trn_wire 
     return rc;
 }
 
+int trn_comm_mean(trn_comm *c, float *buf, long n)
+{
+    if (trn_comm_allreduce(c, buf, n, TRN_AR_RING, TRN_WIRE_FP32) < 0)
+        return -1;
+    float inv = 1.0f / (float)c->size;
+    for (long j = 0; j < n; j++)
+        buf[j] *= inv;
+    return 0;
+}
+
 int trn_comm_gather(trn_comm *c, const void *sbuf, size_t bytes, void *rbuf)
 {
     if (c->rank != 0)

@@ -111,6 +111,13 @@ void trn_comm_set_patient(trn_comm *c, int patient);
 /* Sum all-reduce of n floats with algorithm a and wire format w. */
 int trn_comm_allreduce(trn_comm *c, float *buf, long n, trn_ar_algo a, trn_wire w);
 
+/* The mean over the ranks of n floats, in place: the ring all-reduce in
+   fp32, then each value times 1/size (in float). What BN running
+   statistics take after every data-parallel step, on the CPU (train.c)
+   and in the CUDA CNN (backend_cudnn.cu) alike, so both give the same bits
+   from the same inputs. 0 or -1. */
+int trn_comm_mean(trn_comm *c, float *buf, long n);
+
 /* Ring all-reduce over the ranks in group[0..gn) (this rank among them). */
 int trn_comm_ring(trn_comm *c, const int *group, int gn, float *buf, long n, trn_wire w);
 

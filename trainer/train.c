@@ -641,15 +641,10 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
         return -1;
     }
     long ns = trn_net_state_count(t->net);
-    if (ns > 0) { /* BN running statistics: the mean over ranks */
-        float *st = trn_net_state(t->net);
-        if (trn_comm_allreduce(t->comm, st, ns, TRN_AR_RING, TRN_WIRE_FP32) < 0) {
-            free(gnorm);
-            return -1;
-        }
-        float inv = 1.0f / (float)t->nranks;
-        for (long j = 0; j < ns; j++)
-            st[j] *= inv;
+    /* BN running statistics: the mean over ranks (as the CUDA CNN's) */
+    if (ns > 0 && trn_comm_mean(t->comm, trn_net_state(t->net), ns) < 0) {
+        free(gnorm);
+        return -1;
     }
     int skip = s_scale_step(t, 1, 0, red[0] / nb);
     if (!skip) {
