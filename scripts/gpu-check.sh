@@ -129,8 +129,8 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
-               "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, one rank, device or host batches, no graphs, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it); bf16/fp16 and graphs for the CNN, several ranks: no code yet",
-               "item 5": "checked for the MLP only (device-resident gradients on NCCL above); the CUDA CNN runs one rank only",
+               "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, device or host batches, no graphs, BN per rank on several ranks, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it); bf16/fp16 and graphs for the CNN: no code yet",
+               "item 5": "checked for the MLP (device-resident gradients on NCCL above); the CUDA CNN on the device gradient path: one rank only here ('CNN fp32 1 rank --comm' row), never run on several GPUs",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda): not in this script and never run; items 3-4 now have code (never run on a GPU)"}},
           open(out, "w"), indent=1)
 print(f"gpu-check: results in {out} ({elapsed} s)")
@@ -302,6 +302,21 @@ hl=$(echo "$gh" | metric val_loss)
 v=$(exact "${gl:-}" "${hl:-}"); [ "$v" = ok ] || status=1
 printf 'CNN fp32 device data vs host data, %s steps: val_loss %s vs %s: %s (same bits)\n' \
     "$EQ_STEPS" "${gl:-none}" "${hl:-none}" "$v"
+# the CNN as one rank of a data-parallel run (--comm, the device gradient
+# path: each op's gradients to the exchange at its backward stage, BN
+# statistics averaged over the ranks by trn_comm_mean) against the plain
+# step: one rank sums nothing, so val_loss within 1e-5 relative (written
+# before any GPU run; not with --cpu: the CPU side of this is test_dist.py's)
+if [ "$CPU_ONLY" = 1 ]; then
+    echo "CNN fp32 1 rank --comm vs plain: SKIPPED (--cpu)"
+else
+    gr=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" ${BACKEND[@]+"${BACKEND[@]}"} \
+        --comm $COMM --grad-path device 2>&1) || { echo "$gr" | tail -5; status=1; }
+    rl=$(echo "$gr" | metric val_loss)
+    v=$(close "${gl:-nan}" "${rl:-nan}" 1e-5); [ "$v" = ok ] || status=1
+    printf 'CNN fp32 1 rank --comm %s device path vs plain, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel)\n' \
+        "$COMM" "$EQ_STEPS" "${rl:-none}" "${gl:-none}" "$v"
+fi
 if [ "$CPU_ONLY" = 1 ]; then
     echo "CNN fp32 CPU vs CUDA, $STEPS steps: SKIPPED (--cpu)"
 else
