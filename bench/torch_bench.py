@@ -27,7 +27,17 @@
    are nearest-rank over --sets (200) sets: with the 40 sets used before
    2026-12-06's fourth session the p99 was the slowest set.
 
-3. Phases (--parts phases): a short run's parts outside the loop, timed
+3. DDP overhead (--parts ddp): 2 gloo ranks of the example's CNN (width 8,
+   batch 32, one thread each, outside any study: attach(None, ...), so the
+   arms differ only in their collectives), in one process pair, alternating
+   blocks of 50 steps (--rounds): DDP alone, DDP with jizhi.torch as
+   attached by default (rank 0's "an instruction waits" rides on DDP's
+   gradient all-reduce: no collective of its own), and with
+   grad_flag=False (the cadence: a broadcast of the sync box every
+   max(1, sync_ms 10 / step) steps). Wall time (steps/s) and rank 0's
+   process CPU a step. Goal as in 1.
+
+4. Phases (--parts phases): a short run's parts outside the loop, timed
    in the trial itself (wall and this process's CPU, µs; best and median
    of --phase-runs study trials of --phase-steps steps each way): import
    jizhi (+ jizhi.torch), Trial() (connect, hello), attach + ctl.loader,
@@ -41,9 +51,10 @@ Each part prints the load averages around it: numbers from a loaded
 machine (load above the 2 cores) say little.
 
 Runs on Debian's python3 (python3-torch); BUILD names the build folder.
-Usage: bench/torch_bench.py [--runs 3] [--sets 200] [--sync-ms 10] [--grad-flag] [--steps 300]
+Usage: bench/torch_bench.py [--runs 3] [--sets 200] [--look default|cadence] [--sync-ms 10]
+       [--steps 300]
        [--rounds 20]
-       [--phase-runs 3] [--phase-steps 100] [--parts micro,overhead,runs,latency,phases]
+       [--phase-runs 3] [--phase-steps 100] [--parts micro,overhead,runs,latency,ddp,phases]
 """
 import argparse
 import glob
@@ -178,6 +189,7 @@ def overhead_child(rounds, block):
         for mode in ((0, 1) if r % 2 == 0 else (1, 0)):
             m, o, it = (m0, o0, plain) if mode == 0 else (m1, o1, ours)
             t0 = time.perf_counter()
+            c0 = time.process_time()
             for _ in range(block):
                 x, y = next(it)
                 o.zero_grad()
@@ -189,6 +201,107 @@ def overhead_child(rounds, block):
             spent[mode] += time.perf_counter() - t0
     n = rounds * block
     print(json.dumps({"without": n / spent[0], "with": n / spent[1]}))
+
+
+def ddp_child(rounds, block):
+    """The DDP overhead part's two ranks (started here as torchrun would):
+    three DDP copies of the example's CNN, trained in turn for `block`
+    steps each round (the order rotating, so load hits all alike); rank 0
+    prints steps/s per arm as JSON."""
+    import socket
+    if "RANK" not in os.environ:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        procs = [subprocess.Popen([PY, __file__, "--ddp-child", str(rounds)],
+                                  env=dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))
+                 for r in range(2)]
+        sys.exit(max(p.wait() for p in procs))
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.dirname(TRAIN))
+    sys.path.insert(0, os.path.join(ROOT, "trial_helper", "python"))
+    from train import Net, fashion_mnist
+    import jizhi.torch
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    data = fashion_mnist("train", 4096)
+    arms = ("ddp", "default", "cadence")
+    runs = {}
+    for arm in arms:
+        torch.manual_seed(1)
+        m = torch.nn.parallel.DistributedDataParallel(Net(8))
+        o = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+        # the default (the flag on DDP's all-reduce), and the cadence instead
+        opts = {"grad_flag": False} if arm == "cadence" else {}
+        ctl = None if arm == "ddp" else jizhi.torch.attach(None, o, model=m, **opts)
+        if ctl is None:
+            sampler = torch.utils.data.DistributedSampler(data, seed=1)
+            loader = torch.utils.data.DataLoader(data, batch_size=32, sampler=sampler)
+
+            def forever(loader=loader, sampler=sampler):
+                e = 0
+                while True:
+                    sampler.set_epoch(e)
+                    yield from loader
+                    e += 1
+            it = forever()
+        else:
+            it = iter(ctl.loader(data, batch_size=32, shuffle=True, epochs=10 ** 9))
+        runs[arm] = (m, o, ctl, it)
+    spent = dict.fromkeys(arms, 0.0)
+    cpu = dict.fromkeys(arms, 0.0)
+    syncs = {}
+    for r in range(rounds + 1):  # round 0 warms up, not counted
+        for k in range(len(arms)):
+            arm = arms[(k + r) % len(arms)]
+            m, o, ctl, it = runs[arm]
+            before = ctl.syncs if ctl else 0
+            dist.barrier()
+            t0 = time.perf_counter()
+            c0 = time.process_time()
+            for _ in range(block):
+                x, y = next(it)
+                o.zero_grad()
+                F.cross_entropy(m(x), y).backward()
+                o.step()
+                if ctl:
+                    ctl.step()
+            if r:
+                spent[arm] += time.perf_counter() - t0
+                cpu[arm] += time.process_time() - c0
+                if ctl:
+                    syncs[arm] = syncs.get(arm, 0) + ctl.syncs - before
+    if rank == 0:
+        n = rounds * block
+        print(json.dumps({"steps_per_s": {a: n / spent[a] for a in arms},
+                          "cpu_us_per_step": {a: cpu[a] / n * 1e6 for a in arms},
+                          "collectives": syncs, "steps": n}), flush=True)
+    dist.destroy_process_group()
+
+
+def ddp(d, args):
+    before = load()
+    p = subprocess.run([PY, __file__, "--ddp-child", str(args.rounds)], env=d.env,
+                       stdout=subprocess.PIPE, text=True, timeout=900)
+    if p.returncode:
+        raise SystemExit("ddp child failed")
+    r = json.loads(p.stdout)
+    v, c, u = r["steps_per_s"], r["collectives"], r["cpu_us_per_step"]
+    r["ratio_default"] = v["default"] / v["ddp"]
+    r["ratio_cadence"] = v["cadence"] / v["ddp"]
+    print("torch DDP overhead (2 gloo ranks, the example's CNN width 8, batch 32, %d alternating "
+          "blocks of 50 steps; %s .. %s): DDP alone %.1f steps/s (rank 0's CPU %.0f us a step), "
+          "with jizhi.torch at the default %.1f (%.0f us; %d collectives of its own in %d steps): "
+          "ratio %.3f; with the cadence %.1f (%.0f us; %d): ratio %.3f (goal >= 0.99)"
+          % (args.rounds, before, load(), v["ddp"], u["ddp"], v["default"], u["default"],
+             c.get("default", 0), r["steps"], r["ratio_default"], v["cadence"], u["cadence"],
+             c.get("cadence", 0), r["ratio_cadence"]))
+    return r
 
 
 def load():
@@ -364,7 +477,7 @@ def latency(d, args):
     before = load()
     log = os.path.join(d.tmp, "rank")
     d.study("lat", [PY, os.path.join(ROOT, "bench", "torch_ddp_trial.py")],
-            {"LOG": log, "SYNC_MS": repr(args.sync_ms), "GRAD_FLAG": str(int(args.grad_flag))})
+            {"LOG": log, "SYNC_MS": repr(args.sync_ms), "LOOK": args.look})
     q = ("SELECT COUNT(*), t.id FROM metrics m JOIN trials t ON t.id=m.trial_id JOIN studies s "
          "ON s.id=t.study_id WHERE s.name='lat' AND m.name='step_time_s'")
     d.wait(lambda: d.sql(q)[0][0] >= 3, 120, "the DDP trial to report")
@@ -406,12 +519,14 @@ def latency(d, args):
 
     p50, p99 = pct(lambda r: r[2], 0.5), pct(lambda r: r[2], 0.99)
     goal = step + 0.020
-    print("torch set latency (2 gloo ranks, %d sets, `jizhi trial set --no-wait` start to the lr "
+    print("torch set latency (2 gloo ranks, looks: %s, %d sets, `jizhi trial set --no-wait` "
+          "start to the lr "
           "in both optimizers; %s .. %s): p50 %.1f ms, p99 %.1f ms; step %.1f ms, goal p99 <= "
           "%.1f ms: ratio p99/goal %.3f. Each set's parts, p50/p99 ms: the CLI's run %s, its "
           "exit to rank 0 taking it from the helper %s, that to both optimizers %s; after the "
           "CLI's exit in all %s"
-          % (len(rows), before, load(), p50 * 1e3, p99 * 1e3, step * 1e3, goal * 1e3, p99 / goal,
+          % (args.look if args.look == "default" else "cadence, sync_ms %g" % args.sync_ms,
+             len(rows), before, load(), p50 * 1e3, p99 * 1e3, step * 1e3, goal * 1e3, p99 / goal,
              ms(lambda r: r[0]), ms(lambda r: r[1] - r[0]), ms(lambda r: r[2] - r[1]),
              ms(lambda r: r[2] - r[0])))
     return {"p50_s": p50, "p99_s": p99, "step_s": step, "ratio": p99 / goal,
@@ -525,21 +640,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sets", type=int, default=200)
-    # the DDP trial's attach(sync_ms=...): 0 looks at every step
+    # the DDP trial's looks: attach's default (the flag on DDP's gradient
+    # all-reduce) or the cadence (grad_flag=False) every --sync-ms (0: every step)
+    ap.add_argument("--look", choices=("default", "cadence"), default="default")
     ap.add_argument("--sync-ms", type=float, default=10.0)
-    # ... or attach(grad_flag=True): the flag on DDP's gradient all-reduce
-    ap.add_argument("--grad-flag", action="store_true")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--phase-runs", type=int, default=3)
     ap.add_argument("--phase-steps", type=int, default=100)
-    ap.add_argument("--parts", default="micro,overhead,runs,latency,phases")
+    ap.add_argument("--parts", default="micro,overhead,runs,latency,ddp,phases")
     ap.add_argument("--phases-child", default="")
     ap.add_argument("--overhead-child", type=int, default=0)
     ap.add_argument("--micro-child", default="")
+    ap.add_argument("--ddp-child", type=int, default=0)
     args = ap.parse_args()
     if args.overhead_child:
         overhead_child(args.overhead_child, 50)
+        return
+    if args.ddp_child:
+        ddp_child(args.ddp_child, 50)
         return
     if args.micro_child:
         micro_child(args.micro_child)
@@ -557,17 +676,17 @@ def main():
     d = Daemons(tmp, env)
     try:
         parts = {"micro": micro, "overhead": overhead, "runs": overhead_runs,
-                 "latency": latency, "phases": phases}
+                 "latency": latency, "ddp": ddp, "phases": phases}
         out = {}
         for name in args.parts.split(","):
             if name not in parts:
                 raise SystemExit("bench-torch: --parts: unknown part %r (micro, overhead, runs, "
-                                 "latency, phases)" % name)
+                                 "latency, ddp, phases)" % name)
             out[name] = parts[name](d, args)
         print(json.dumps(out))
     finally:
         d.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True) if not os.environ.get("KEEP") else None
 
 
 if __name__ == "__main__":

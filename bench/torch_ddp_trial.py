@@ -44,11 +44,13 @@ rank = dist.get_rank()
 t = jizhi.Trial()
 net = nn.parallel.DistributedDataParallel(Net(8))
 opt = torch.optim.SGD(net.parameters(), lr=t.param("lr", 0.01), momentum=0.9)
-# SYNC_MS (bench-torch --sync-ms): the looks' spacing, 0 a look at every step;
-# GRAD_FLAG=1 (--grad-flag): looks only when rank 0's flag on the gradient
-# all-reduce says an instruction waits
+# LOOK (bench-torch --look): "default" (attach's own choice: the flag on
+# DDP's gradient all-reduce), "cadence" (grad_flag=False: a look every
+# SYNC_MS of training, 0 every step)
+look = os.environ.get("LOOK", "default")
 ctl = jizhi.torch.attach(t, opt, model=net, sync_ms=float(os.environ.get("SYNC_MS", "10")),
-                         grad_flag=os.environ.get("GRAD_FLAG") == "1")
+                         **({"grad_flag": False} if look == "cadence" else {}))
+print("jizhi.torch looks by %s" % ctl.looks_by, file=sys.stderr)
 if rank == 0:
     polled = open(os.environ["LOG"] + ".poll", "a")
     _next = ctl._next
@@ -57,7 +59,7 @@ if rank == 0:
         r = _next()
         msg = r[0] if isinstance(r, tuple) else r  # (msg, ins); msg alone before the sync box
         if msg is not None:
-            polled.write("%r %.6f\n" % (msg.get("value"), time.time()))
+            polled.write("%r %.6f %d\n" % (msg.get("value"), time.time(), ctl.global_step))
             polled.flush()
         return r
 

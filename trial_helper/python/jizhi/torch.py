@@ -25,15 +25,20 @@ as refused with the reason. A restarted trial (`pause --release` and
 from $JIZHI_LOAD_CHECKPOINT: attach() loads it.
 
 Under DDP (torch.distributed initialised, world size > 1) only rank 0 polls
-the controller and reports. The ranks look at the instructions together at
-most once per `sync_ms` of training and at least once every step it is
-longer: rank 0 broadcasts the "sync box" (_BOX_WORDS int64): the pending
-instruction (JSON, when it fits; else its length, and a second broadcast
-carries it) or none and the number of steps to the next look; every rank
-applies it at that step, and an all-reduce of the box at once carries each
-rank's refusal back (and rank 0's next instruction), so rank 0 acknowledges
-it once every rank has (a refusal on any rank refuses it). A step without
-an instruction costs no collective, or one small broadcast.
+the controller and reports, and the ranks look at the instructions
+together, at the same step. When the ranks look: by default (model= the
+DistributedDataParallel module) at the steps whose gradient all-reduce
+carried rank 0's flag, one more element on DDP's first bucket through a
+communication hook ("an instruction waits"), so a step without one costs
+no collective of this module; else (grad_flag=False, sync_every, another
+model, or the user's own hook) at most once per `sync_ms` of training and
+at least once every step it is longer. At a look rank 0 broadcasts the
+"sync box" (_BOX_WORDS int64): the pending instruction (JSON, when it
+fits; else its length, and a second broadcast carries it) or none and the
+number of steps to the next look; every rank applies it at that step, and
+an all-reduce of the box at once carries each rank's refusal back (and
+rank 0's next instruction), so rank 0 acknowledges it once every rank has
+(a refusal on any rank refuses it).
 
 This module imports torch; `import jizhi` alone does not. docs/helper-api.md
 (PyTorch) is the guided tour.
@@ -68,7 +73,7 @@ _SYNC_K_MAX = 1000
 
 def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_every=10,
            lr_scaling="none", noise_scale=None, handlers=None, keep_checkpoints=3,
-           sync_ms=10.0, sync_every=None, grad_flag=False, extra_state=None, resume=True):
+           sync_ms=10.0, sync_every=None, grad_flag=None, extra_state=None, resume=True):
     """Attaches live control to a training loop; returns a Controller.
 
     trial:        a jizhi.Trial (on DDP ranks other than 0 it is not used)
@@ -91,14 +96,17 @@ def attach(trial, optimizer, model=None, scaler=None, scheduler=None, *, report_
                   at most that long for its step (10; 0: every step)
     sync_every:   a fixed number of steps between looks instead (None: every
                   step on one process, sync_ms's cadence under DDP)
-    grad_flag:    under DDP with `model` a DistributedDataParallel module: a
-                  look at every step that needs one and no collective on the
-                  others, instead of sync_ms/sync_every: rank 0's "an
-                  instruction waits" rides as one more element on the
-                  model's gradient all-reduce (a DDP communication hook,
-                  which costs a copy of its first bucket a step). Needs a
-                  backward() with its all-reduce before each look; excludes
-                  a communication hook of your own
+    grad_flag:    None (default): under DDP with `model` the
+                  DistributedDataParallel module, no sync_every and no
+                  communication hook of your own, the flag: a look at the
+                  steps that need one and no collective on the others,
+                  instead of sync_ms: rank 0's "an instruction waits" rides
+                  as one more element on the model's gradient all-reduce (a
+                  DDP communication hook that does DDP's own mean, plus a
+                  copy of its first bucket a step); else the cadence. True:
+                  the flag or ValueError; False: the cadence. With the flag
+                  torch refuses a communication hook of yours registered
+                  after attach (register it before: the cadence then)
     extra_state:  {name: object with state_dict()/load_state_dict()} saved too
     resume:       load $JIZHI_LOAD_CHECKPOINT when set (a restarted trial)
     Raises ValueError for bad options."""
@@ -252,43 +260,51 @@ class _Loader:
 
 
 def _flag_hook(ctl, bucket):
-    """The DDP communication hook of attach(grad_flag=True): averages each
-    bucket's gradients as DDP's default does, with one more element on
-    bucket 0: rank 0's 1 when it holds an instruction (taken here, kept in
-    ctl._stash for the look at this step), so that every rank learns from
-    the same all-reduce whether to look."""
-    buf = bucket.buffer()
-    n = ctl.world_size
-    if bucket.index() != 0:
-        return dist.all_reduce(buf.div_(n), async_op=True).get_future().then(
-            lambda f: f.value()[0])
-    if (ctl._lead and ctl._stash is None and not ctl.stopped
-            and not getattr(ctl.trial, "closed", False)):  # a closed trial's handle is gone
-        msg, ins = ctl._next()
-        if msg is not None:
-            ctl._stash = (msg, ins)
-    flag = torch.tensor([1.0 if ctl._stash is not None else 0.0], dtype=buf.dtype,
-                        device=buf.device)
-    both = torch.cat([buf, flag]).div_(n)
-
-    def done(f):
-        out = f.value()[0]
-        ctl._flag_due = ctl._flag_due or bool(out[-1].item() > 0)
-        buf.copy_(out[:-1])
-        return buf
-
-    return dist.all_reduce(both, async_op=True).get_future().then(done)
+    """The DDP communication hook of the flag (attach's grad_flag): the
+    mean of each bucket's gradients over the ranks, as DDP's own all-reduce
+    makes it (divided first, then summed), with one more element on bucket 0: rank 0's 1 when it
+    holds an instruction (taken here, kept in ctl._stash for the look at
+    this step), so every rank learns from the same all-reduce whether to
+    look. Each bucket's all-reduce starts at once (overlapped with the rest
+    of backward()); the last bucket's call waits for them all, on the
+    training thread, and completes their futures. No callback runs on
+    gloo's threads: with torch 1.13 a Python callback there (Future.then)
+    made a process abort at exit about once in six ("terminate called
+    without an active exception")."""
+    buf = bucket.buffer().div_(ctl.world_size)
+    both = None
+    if bucket.index() == 0:
+        if (ctl._lead and ctl._stash is None and not ctl.stopped
+                and not getattr(ctl.trial, "closed", False)):  # a closed trial's handle is gone
+            msg, ins = ctl._next()
+            if msg is not None:
+                ctl._stash = (msg, ins)
+        flag = torch.tensor([1.0 if ctl._stash is not None else 0.0], dtype=buf.dtype,
+                            device=buf.device)
+        both = torch.cat([buf, flag])
+    work = dist.all_reduce(buf if both is None else both, async_op=True)
+    fut = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
+    ctl._inflight.append((work, fut, buf, both))
+    if bucket.is_last():
+        inflight, ctl._inflight = ctl._inflight, []
+        for work, f, b, both in inflight:
+            work.wait()
+            if both is not None:
+                ctl._flag_due = ctl._flag_due or bool(both[-1].item() > 0)
+                b.copy_(both[:-1])
+            f.set_result(b)
+    return fut
 
 
 class Controller:
     """What attach() returns. Members: step(), loader(), report_eval(),
-    save(), load(), params, global_step, rank, world_size, ddp, stopped,
+    save(), load(), params, global_step, rank, world_size, ddp, looks_by, stopped,
     eval_due (True at the step a fork judges this trial at: evaluate and
     report_eval there), eval_at_step."""
 
     def __init__(self, trial, optimizer, model=None, scaler=None, scheduler=None, *,
                  report_every=10, lr_scaling="none", noise_scale=None, handlers=None,
-                 keep_checkpoints=3, sync_ms=10.0, sync_every=None, grad_flag=False,
+                 keep_checkpoints=3, sync_ms=10.0, sync_every=None, grad_flag=None,
                  extra_state=None, resume=True):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise ValueError("jizhi.torch.attach: optimizer must be a torch.optim.Optimizer, "
@@ -370,21 +386,15 @@ class Controller:
             self._cins = _CInstruction()
             self._cins_ref = ctypes.byref(self._cins)
         self._names = {}  # metric name -> its bytes, checked once
-        # grad_flag: _flag_hook sets _flag_due (the same on every rank) when
+        # the flag: _flag_hook sets _flag_due (the same on every rank) when
         # rank 0 took an instruction (_stash) during the last backward
-        self._grad_flag = bool(grad_flag) and self.ddp
         self._flag_due = False
         self._stash = None
-        if self._grad_flag:
-            if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
-                raise ValueError("jizhi.torch.attach: grad_flag needs model= the "
-                                 "DistributedDataParallel module, not %s"
-                                 % type(model).__name__)
-            try:
-                model.register_comm_hook(self, _flag_hook)
-            except RuntimeError as e:  # torch allows one hook per model
-                raise ValueError("jizhi.torch.attach: grad_flag: the model already has a "
-                                 "communication hook (%s)" % e)
+        self._inflight = []  # the flag hook's all-reduces of this backward
+        self._grad_flag = self._flag_attach(grad_flag, model)
+        # how the ranks know when to look: "flag" (on DDP's all-reduce),
+        # "cadence" (sync_ms/sync_every) or "alone" (one process: every step)
+        self.looks_by = "flag" if self._grad_flag else "cadence" if self.ddp else "alone"
         params = trial.params if (self.rank == 0 and trial is not None) else None
         self.params = (self._bcast(params) if self.ddp else params) or {}
 
@@ -397,6 +407,30 @@ class Controller:
             self._apply_params(self.params)
             self._moved = True
             self._say("resumed from %s at step %d" % (path, self.global_step))
+
+    def _flag_attach(self, grad_flag, model):
+        """Registers the flag hook when grad_flag asks for it (True) or
+        allows it (None: under DDP with model= the DistributedDataParallel
+        module, no sync_every, and no communication hook of the user's).
+        True when the looks follow the flag, False for the cadence."""
+        if grad_flag is not None and not isinstance(grad_flag, bool):
+            raise ValueError("jizhi.torch.attach: grad_flag must be True, False or None, "
+                             "not %r" % (grad_flag,))
+        is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+        if not self.ddp or grad_flag is False or (grad_flag is None and
+                                                  (not is_ddp or self.sync_every is not None)):
+            return False
+        if not is_ddp:
+            raise ValueError("jizhi.torch.attach: grad_flag needs model= the "
+                             "DistributedDataParallel module, not %s" % type(model).__name__)
+        try:
+            model.register_comm_hook(self, _flag_hook)
+        except RuntimeError as e:  # torch allows one hook per model
+            if grad_flag is None:
+                return False  # the user's own hook: the cadence
+            raise ValueError("jizhi.torch.attach: grad_flag: the model already has a "
+                             "communication hook (%s)" % e)
+        return True
 
     # ---- the training loop's calls --------------------------------------------
 
