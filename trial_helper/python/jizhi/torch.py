@@ -279,20 +279,24 @@ def _flag_hook(ctl, bucket):
             msg, ins = ctl._next()
             if msg is not None:
                 ctl._stash = (msg, ins)
-        flag = torch.tensor([1.0 if ctl._stash is not None else 0.0], dtype=buf.dtype,
-                            device=buf.device)
-        both = torch.cat([buf, flag])
-    work = dist.all_reduce(buf if both is None else both, async_op=True)
+        both = ctl._both  # kept from step to step: DDP's first bucket keeps its size
+        if both is None or both.numel() != buf.numel() + 1 or both.dtype != buf.dtype or \
+                both.device != buf.device:
+            both = ctl._both = torch.empty(buf.numel() + 1, dtype=buf.dtype, device=buf.device)
+        both[:-1].copy_(buf)
+        both[-1] = 1.0 if ctl._stash is not None else 0.0
     fut = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
+    if bucket.is_last() and not ctl._inflight:  # one bucket: nothing to overlap
+        dist.all_reduce(buf if both is None else both)
+        ctl._flag_done(buf, both, fut)
+        return fut
+    work = dist.all_reduce(buf if both is None else both, async_op=True)
     ctl._inflight.append((work, fut, buf, both))
     if bucket.is_last():
         inflight, ctl._inflight = ctl._inflight, []
         for work, f, b, both in inflight:
             work.wait()
-            if both is not None:
-                ctl._flag_due = ctl._flag_due or bool(both[-1].item() > 0)
-                b.copy_(both[:-1])
-            f.set_result(b)
+            ctl._flag_done(b, both, f)
     return fut
 
 
@@ -391,6 +395,7 @@ class Controller:
         self._flag_due = False
         self._stash = None
         self._inflight = []  # the flag hook's all-reduces of this backward
+        self._both = None  # the flag hook's first bucket and the flag
         self._grad_flag = self._flag_attach(grad_flag, model)
         # how the ranks know when to look: "flag" (on DDP's all-reduce),
         # "cadence" (sync_ms/sync_every) or "alone" (one process: every step)
@@ -431,6 +436,14 @@ class Controller:
             raise ValueError("jizhi.torch.attach: grad_flag: the model already has a "
                              "communication hook (%s)" % e)
         return True
+
+    def _flag_done(self, buf, both, fut):
+        """The flag hook: a bucket's all-reduce is done; its gradients (and
+        the flag, on the first bucket) to their places."""
+        if both is not None:
+            self._flag_due = self._flag_due or bool(both[-1].item() > 0)
+            buf.copy_(both[:-1])
+        fut.set_result(buf)
 
     # ---- the training loop's calls --------------------------------------------
 
