@@ -4,13 +4,17 @@
     - the CUDA CNN's op and parameter layout (cnn_layout.h, what
       backend_cudnn.cu builds its graph from) agrees with net.c's cnn for
       several configurations: the same parameters in the same order, with
-      the same names, kinds, sizes and offsets, the same BN state layout;
+      the same names, kinds, sizes and offsets, the same BN state layout
+      (offsets and values: per BN mean 0 then variance 1 after
+      trn_net_init);
       and the comparison catches a swap on either side;
-    - cuDNN's version check after dlopen (cudnn_host.h);
+    - cuDNN's version check after dlopen, its warning for an older minor
+      and the file name opened (cudnn_host.h);
     - the convolution algorithm cache per (layer, batch size): a batch size
-      seen before reuses its choice, the cache stays bounded;
+      seen before reuses its choice, the cache stays bounded and outlives
+      a re-attach of the same model;
     - --cuda-graphs auto|on|off and the fallback after a failed capture
-      (graph_policy.h).
+      (graph_policy.h), kept across a re-attach.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +73,55 @@ static void s_check_layout(const trn_cnn_layout *L)
     CHECK(L->nbufs == L->nops + 1);
 }
 
+/* The BN state layout by values, not only its count: net.c's state after
+   trn_net_init holds each BN's running mean (0) in [st, st + c) and its
+   running variance (1) in [st + c, st + 2c) at the offsets the CUDA CNN
+   reads (cnn_layout's st), and every state value belongs to exactly one
+   BN. Returns 1 when so, else 0 (with what differs printed when say). */
+static int s_state_values_ok(const trn_cnn_layout *L, trn_net *n, int say)
+{
+    trn_rng r;
+    trn_rng_seed(&r, 7);
+    trn_net_init(n, &r);
+    const float *st = trn_net_state(n);
+    long nst = trn_net_state_count(n);
+    if (nst != L->nstate || nst <= 0 || !st)
+        return 0;
+    int *owner = calloc((size_t)nst, sizeof *owner), ok = owner != NULL;
+    for (int i = 0; ok && i < L->nops; i++) {
+        const trn_qop *o = &L->op[i];
+        if (o->kind != TRN_Q_BN)
+            continue;
+        if (o->st < 0 || o->st + 2L * o->c > nst) {
+            if (say)
+                printf("BN op %d: state [%ld, %ld) outside %ld values\n", i, o->st,
+                       o->st + 2L * o->c, nst);
+            ok = 0;
+            break;
+        }
+        for (int j = 0; j < o->c; j++) {
+            if (st[o->st + j] != 0.0f || st[o->st + o->c + j] != 1.0f) {
+                if (say)
+                    printf("BN op %d (st %ld, c %d), channel %d: mean %g (0 expected), "
+                           "variance %g (1 expected)\n",
+                           i, o->st, o->c, j, st[o->st + j], st[o->st + o->c + j]);
+                ok = 0;
+                break;
+            }
+            owner[o->st + j]++;
+            owner[o->st + o->c + j]++;
+        }
+    }
+    for (long k = 0; ok && k < nst; k++)
+        if (owner[k] != 1) {
+            if (say)
+                printf("state value %ld belongs to %d BNs\n", k, owner[k]);
+            ok = 0;
+        }
+    free(owner);
+    return ok;
+}
+
 TEST(cuda_cnn_layout_matches_net_c)
 {
     static const struct {
@@ -99,6 +152,7 @@ TEST(cuda_cnn_layout_matches_net_c)
         int ns = trn_parse_int_list(cases[k].channels, (int[8]){0}, 8);
         CHECK(L.nops == trn_cnn_ops(ns, cases[k].blocks));
         s_check_layout(&L);
+        CHECK(s_state_values_ok(&L, n, 1));
         /* the first and last parameters by name, kind and size */
         CHECK_STR(L.p[0].name, "l0.weight");
         CHECK(L.p[L.np - 1].kind == TRN_PBIAS && L.p[L.np - 1].n == cases[k].classes);
@@ -146,6 +200,37 @@ TEST(layout_comparison_catches_a_change_of_order_on_either_side)
     /* one parameter fewer on the CUDA side */
     L.np--;
     CHECK(trn_cnn_layout_compare(&L, n, err) == L.np);
+    L.np++;
+    trn_net_destroy(&n);
+}
+
+/* The BN state check is by values and offsets: it fails when the CUDA
+   side reads a BN's variance where its mean is (mean and variance in the
+   other order, or the offset moved by c) or its statistics at another
+   BN's offset. */
+TEST(bn_state_check_catches_a_moved_offset_or_order)
+{
+    static trn_cnn_layout L;
+    char err[TRN_ERRLEN];
+    trn_net *n = s_net("4,8", 1, 10, 10, 5, "gemm");
+    REQUIRE(n);
+    REQUIRE(trn_cnn_layout_build(&L, trn_net_arch(n), err) == 0);
+    REQUIRE(s_state_values_ok(&L, n, 1));
+    int bn[TRN_MAX_OPS], nbn = 0;
+    for (int i = 0; i < L.nops; i++)
+        if (L.op[i].kind == TRN_Q_BN)
+            bn[nbn++] = i;
+    REQUIRE(nbn >= 3);
+    trn_qop *o = &L.op[bn[1]];
+    long keep = o->st;
+    CHECK(keep == 2L * L.op[bn[0]].c); /* after the stem BN's mean and variance */
+    o->st = keep + o->c;               /* the variance read as the mean */
+    CHECK(!s_state_values_ok(&L, n, 0));
+    o->st = L.op[bn[0]].st; /* the stem BN's statistics (same width: 4) */
+    REQUIRE(o->c == L.op[bn[0]].c);
+    CHECK(!s_state_values_ok(&L, n, 0));
+    o->st = keep;
+    REQUIRE(s_state_values_ok(&L, n, 1));
     trn_net_destroy(&n);
 }
 
@@ -212,7 +297,7 @@ TEST(layout_refuses_what_is_not_a_cnn)
 
 TEST(cudnn_version_check_names_both_versions)
 {
-    char err[TRN_ERRLEN], buf[24];
+    char err[TRN_ERRLEN], warn[TRN_ERRLEN], buf[24];
     CHECK(trn_cudnn_major(91900) == 9);
     CHECK(trn_cudnn_major(8907) == 8);
     CHECK(trn_cudnn_major(100203) == 10);
@@ -220,20 +305,50 @@ TEST(cudnn_version_check_names_both_versions)
     CHECK_STR(trn_cudnn_version_text(8907, buf, sizeof buf), "8.9.7");
     CHECK_STR(trn_cuda_version_text(12080, buf, sizeof buf), "12.8");
     /* same major (another minor) and the same CUDA major: accepted */
-    CHECK(trn_cudnn_version_check(91900, 91900, 13000, 13000, err) == 0);
-    CHECK(trn_cudnn_version_check(90100, 91900, 13010, 13000, err) == 0);
-    CHECK(trn_cudnn_version_check(91900, 91900, 13000, 0, err) == 0); /* rt unknown */
+    CHECK(trn_cudnn_version_check(91900, 91900, 13000, 13000, err, warn) == 0);
+    CHECK(trn_cudnn_version_check(90100, 91900, 13010, 13000, err, warn) == 0);
+    CHECK(trn_cudnn_version_check(91900, 91900, 13000, 0, err, warn) ==
+          0); /* rt unknown */
     /* cuDNN 8 opened where the headers were 9 */
     err[0] = '\0';
-    CHECK(trn_cudnn_version_check(8907, 91900, 12020, 13000, err) == -1);
+    CHECK(trn_cudnn_version_check(8907, 91900, 12020, 13000, err, warn) == -1);
     CHECK(strstr(err, "8.9.7") && strstr(err, "9.19.0"));
     err[0] = '\0';
-    CHECK(trn_cudnn_version_check(100000, 91900, 13000, 13000, err) == -1);
+    CHECK(trn_cudnn_version_check(100000, 91900, 13000, 13000, err, warn) == -1);
     CHECK(strstr(err, "10.0.0") && strstr(err, "9.19.0"));
     /* a cuDNN 9 built for CUDA 12 under a CUDA 13 runtime */
     err[0] = '\0';
-    CHECK(trn_cudnn_version_check(91900, 91900, 12080, 13000, err) == -1);
+    CHECK(trn_cudnn_version_check(91900, 91900, 12080, 13000, err, warn) == -1);
     CHECK(strstr(err, "12.8") && strstr(err, "13.0"));
+}
+
+TEST(cudnn_older_minor_than_the_headers_warns_and_runs)
+{
+    char err[TRN_ERRLEN], warn[TRN_ERRLEN], buf[32];
+    CHECK(trn_cudnn_minor(91900) == 19 && trn_cudnn_minor(90100) == 1);
+    CHECK(trn_cudnn_minor(8907) == 9 && trn_cudnn_minor(100203) == 2);
+    /* 9.1.0 opened, 9.19.0 headers: accepted with one warning naming both */
+    strcpy(warn, "stale");
+    CHECK(trn_cudnn_version_check(90100, 91900, 13010, 13000, err, warn) == 0);
+    CHECK(strstr(warn, "warning") && strstr(warn, "9.1.0") && strstr(warn, "9.19.0"));
+    CHECK(strstr(warn, "9.19 or newer") != NULL);
+    /* the same minor (another patch) or a newer one: nothing to say */
+    CHECK(trn_cudnn_version_check(91901, 91900, 13000, 13000, err, warn) == 0);
+    CHECK(warn[0] == '\0');
+    strcpy(warn, "stale");
+    CHECK(trn_cudnn_version_check(92000, 91900, 13000, 13000, err, warn) == 0);
+    CHECK(warn[0] == '\0');
+    /* cuDNN 8 numbering: 8.9 headers, 8.6 library */
+    CHECK(trn_cudnn_version_check(8600, 8907, 0, 0, err, warn) == 0);
+    CHECK(strstr(warn, "8.6.0") && strstr(warn, "8.9.7"));
+    /* a refused version says no warning (the error is what counts) */
+    strcpy(warn, "stale");
+    CHECK(trn_cudnn_version_check(8907, 91900, 12020, 13000, err, warn) == -1);
+    CHECK(warn[0] == '\0');
+    /* the file dlopened: named after the headers' major */
+    CHECK_STR(trn_cudnn_soname(91900, buf, sizeof buf), "libcudnn.so.9");
+    CHECK_STR(trn_cudnn_soname(8907, buf, sizeof buf), "libcudnn.so.8");
+    CHECK_STR(trn_cudnn_soname(100203, buf, sizeof buf), "libcudnn.so.10");
 }
 
 TEST(algorithm_cache_reuses_a_batch_size_seen_before)
@@ -296,6 +411,72 @@ TEST(algorithm_cache_is_bounded_and_evicts_the_least_recently_used)
     trn_algo_cache_fini(&c);
 }
 
+/* Kept across detach/attach (backend_cudnn.cu: every live `set`
+   re-attaches): the same model finds its choices again, another model
+   starts empty; fini frees the key. */
+TEST(algorithm_cache_outlives_a_reattach_of_the_same_model)
+{
+    trn_algo_cache c = {0};
+    int a[TRN_ALGO_KINDS] = {1, 2, 3};
+    const char *m1 = "cnn:1x28x28:16,32:b1:10", *m2 = "cnn:1x28x28:8:b0:10";
+    REQUIRE(trn_algo_cache_attach(&c, 16, m1) == 0);
+    CHECK(c.n == 0 && c.cap == 16);
+    trn_algo_cache_put(&c, 0, 256, a, 100);
+    trn_algo_cache_put(&c, 0, 512, a, 200);
+    /* re-attach (batch 512 now), then back to 256: both choices kept */
+    REQUIRE(trn_algo_cache_attach(&c, 16, m1) == 0);
+    CHECK(c.n == 2);
+    const trn_algo_entry *e = trn_algo_cache_get(&c, 0, 256);
+    REQUIRE(e);
+    CHECK(e->ws == 100 && e->algo[2] == 3);
+    CHECK(trn_algo_cache_get(&c, 0, 512) != NULL);
+    CHECK(c.hits == 2 && c.misses == 0);
+    /* another model (a load of another architecture): emptied, re-keyed */
+    REQUIRE(trn_algo_cache_attach(&c, 16, m2) == 0);
+    CHECK(c.n == 0 && c.hits == 0);
+    CHECK(trn_algo_cache_get(&c, 0, 256) == NULL);
+    CHECK_STR(c.model, m2);
+    /* the same text at another bound: rebuilt at that bound */
+    trn_algo_cache_put(&c, 0, 64, a, 1);
+    REQUIRE(trn_algo_cache_attach(&c, 8, m2) == 0);
+    CHECK(c.cap == 8 && c.n == 0);
+    trn_algo_cache_fini(&c);
+    CHECK(c.e == NULL && c.model == NULL && c.n == 0);
+}
+
+/* Kept across detach/attach (backend_cuda.cu: every live `set`, a
+   precision change or a load re-attaches): a policy that fell back stays
+   on plain launches and says nothing more; the same flag never returns to
+   auto; another flag value starts afresh. */
+TEST(graph_policy_outlives_a_reattach)
+{
+    trn_graphs g = {0}; /* the backend's zeroed struct before its first attach */
+    char msg[512];
+    REQUIRE(trn_graphs_attach(&g, "auto") == 0);
+    CHECK(g.state == TRN_GRAPHS_AUTO && trn_graphs_active(&g));
+    CHECK(trn_graphs_fail(&g, "cudaGraphInstantiate", "x", msg, sizeof msg) == 0);
+    CHECK(msg[0] != '\0');
+    REQUIRE(trn_graphs_attach(&g, "auto") == 0); /* the re-attach */
+    CHECK(g.state == TRN_GRAPHS_FELL_BACK && !trn_graphs_active(&g));
+    CHECK(g.failures == 1);
+    CHECK(trn_graphs_fail(&g, "cudaGraphInstantiate", "x", msg, sizeof msg) == 0);
+    CHECK(msg[0] == '\0'); /* not repeated */
+    /* an unknown value leaves it as it is */
+    CHECK(trn_graphs_attach(&g, "sometimes") == -1);
+    CHECK(g.state == TRN_GRAPHS_FELL_BACK);
+    /* another value: from that value */
+    REQUIRE(trn_graphs_attach(&g, "on") == 0);
+    CHECK(g.state == TRN_GRAPHS_ON && g.failures == 0);
+    REQUIRE(trn_graphs_attach(&g, "on") == 0);
+    CHECK(g.state == TRN_GRAPHS_ON);
+    /* off at first attach (a zeroed struct is OFF too: set tells them apart) */
+    trn_graphs h = {0};
+    REQUIRE(trn_graphs_attach(&h, "off") == 0);
+    CHECK(h.state == TRN_GRAPHS_OFF && h.set);
+    REQUIRE(trn_graphs_attach(&h, "auto") == 0);
+    CHECK(h.state == TRN_GRAPHS_AUTO);
+}
+
 TEST(graph_failure_falls_back_under_auto_and_ends_the_run_under_on)
 {
     trn_graphs g;
@@ -340,11 +521,15 @@ int main(void)
 {
     RUN(cuda_cnn_layout_matches_net_c);
     RUN(layout_comparison_catches_a_change_of_order_on_either_side);
+    RUN(bn_state_check_catches_a_moved_offset_or_order);
     RUN(cnn_backward_stages_feed_the_exchange_plan);
     RUN(layout_refuses_what_is_not_a_cnn);
     RUN(cudnn_version_check_names_both_versions);
+    RUN(cudnn_older_minor_than_the_headers_warns_and_runs);
     RUN(algorithm_cache_reuses_a_batch_size_seen_before);
     RUN(algorithm_cache_is_bounded_and_evicts_the_least_recently_used);
+    RUN(algorithm_cache_outlives_a_reattach_of_the_same_model);
+    RUN(graph_policy_outlives_a_reattach);
     RUN(graph_failure_falls_back_under_auto_and_ends_the_run_under_on);
     TEST_DONE();
 }

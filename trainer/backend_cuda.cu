@@ -523,10 +523,12 @@ static void s_detach(void *self)
     cudaStreamDestroy(c->stream);
     s_data data = c->data; /* the training set stays on the device */
     trn_backend *cnn = c->cnn;
+    trn_graphs graphs = c->graphs; /* a fallback outlives a re-attach */
     memset(c, 0, sizeof *c);
     c->rk = keep;
     c->data = data;
     c->cnn = cnn;
+    c->graphs = graphs;
 }
 
 static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
@@ -582,7 +584,7 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     c->prec = trn_precision_from_name(cfg->precision);
     c->esize = c->prec == TRN_FP32 ? 4 : 2;
     c->quiet = cfg->quiet;
-    if (trn_graphs_init(&c->graphs, cfg->cuda_graphs) < 0) {
+    if (trn_graphs_attach(&c->graphs, cfg->cuda_graphs) < 0) { /* kept: detach */
         snprintf(err, TRN_ERRLEN, "--cuda-graphs: unknown value \"%s\"",
                  cfg->cuda_graphs);
         return -1;

@@ -136,22 +136,26 @@ S_DNN_FUNCS(S_DECL)
 /* 0 when cuDNN's entry points are loaded and its version is the one this
    program was built for, or -1 with the reason in err; *mismatch is set
    when the library was found but its version (or the CUDA runtime it was
-   built for) differs: cudnn_host.h's check, naming both versions. */
+   built for) differs: cudnn_host.h's check, naming both versions. The
+   library is opened once per process (the file name from the headers'
+   CUDNN_MAJOR); an older minor than the headers' is said once on stderr. */
 static int s_dnn_load(char *err, int *mismatch)
 {
     static int state; /* 0 not tried, 1 loaded, -1 failed, -2 wrong version */
     static char why[TRN_ERRLEN];
     if (state == 0) {
-        void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
+        char so[32]; /* the headers' major: libcudnn.so.9 for cuDNN 9 */
+        trn_cudnn_soname(CUDNN_VERSION, so, sizeof so);
+        void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
         if (!h)
             h = dlopen("libcudnn.so", RTLD_NOW | RTLD_LOCAL);
         state = h ? 1 : -1;
         if (!h)
             snprintf(why, sizeof why,
-                     "cuDNN not found (%s): the CUDA CNN needs libcudnn.so.9 (the CUDA "
-                     "toolkit's cuDNN, or NVIDIA's nvidia-cudnn-cu12 wheel on "
+                     "cuDNN not found (%s): the CUDA CNN needs %s (the CUDA "
+                     "toolkit's cuDNN, or NVIDIA's nvidia-cudnn wheel on "
                      "LD_LIBRARY_PATH)",
-                     dlerror());
+                     dlerror(), so);
 #define S_LOAD(f)                                                                        \
     if (state > 0 && !(p_##f = (decltype(&f))dlsym(h, #f))) {                            \
         snprintf(why, sizeof why, "cuDNN lacks %s", #f);                                 \
@@ -160,12 +164,15 @@ static int s_dnn_load(char *err, int *mismatch)
         S_DNN_FUNCS(S_LOAD)
 #undef S_LOAD
         int rt = 0;
+        char warn[TRN_ERRLEN] = "";
         if (state > 0 && cudaRuntimeGetVersion(&rt) != cudaSuccess)
             rt = 0;
         if (state > 0 &&
             trn_cudnn_version_check((long)p_cudnnGetVersion(), CUDNN_VERSION,
-                                    (long)p_cudnnGetCudartVersion(), rt, why) < 0)
+                                    (long)p_cudnnGetCudartVersion(), rt, why, warn) < 0)
             state = -2;
+        if (warn[0]) /* an older minor than the headers': said once, runs on */
+            fprintf(stderr, "%s\n", warn);
     }
     *mismatch = state == -2;
     if (state < 0)
@@ -241,7 +248,8 @@ typedef struct {
     float *res_h;
     int *flag_h;
     int cap, desc_nb;
-    trn_algo_cache algos; /* conv algorithms per (op, batch size) */
+    trn_algo_cache algos; /* conv algorithms per (op, batch size); kept across
+                             detach, keyed by the model's arch */
     int nstages;          /* backward stages (ops with params) */
     int pstage[MAXP];     /* param i final after stage pstage[i] */
     s_ranks rk;           /* several ranks (trn_cudnn_set_comm); kept across detach */
@@ -338,10 +346,10 @@ static void s_algos(s_cnn *q, int i, s_op *o, int nb)
     CUDNN_CHECK(p_cudnnGetConvolutionForwardAlgorithm_v7(q->dnn, xd, o->fd, o->cd, yd, 8,
                                                          &n, pf));
     o->fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    for (int i = 0; i < n; i++)
-        if (pf[i].status == CUDNN_STATUS_SUCCESS &&
-            pf[i].determinism == CUDNN_DETERMINISTIC && pf[i].memory <= S_WS_MAX) {
-            o->fa = pf[i].algo;
+    for (int j = 0; j < n; j++)
+        if (pf[j].status == CUDNN_STATUS_SUCCESS &&
+            pf[j].determinism == CUDNN_DETERMINISTIC && pf[j].memory <= S_WS_MAX) {
+            o->fa = pf[j].algo;
             break;
         }
     CUDNN_CHECK(p_cudnnGetConvolutionForwardWorkspaceSize(q->dnn, xd, o->fd, o->cd, yd,
@@ -351,10 +359,10 @@ static void s_algos(s_cnn *q, int i, s_op *o, int nb)
     CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataAlgorithm_v7(q->dnn, o->fd, yd, o->cd,
                                                               xd, 8, &n, pd));
     o->ba = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    for (int i = 0; i < n; i++)
-        if (pd[i].status == CUDNN_STATUS_SUCCESS &&
-            pd[i].determinism == CUDNN_DETERMINISTIC && pd[i].memory <= S_WS_MAX) {
-            o->ba = pd[i].algo;
+    for (int j = 0; j < n; j++)
+        if (pd[j].status == CUDNN_STATUS_SUCCESS &&
+            pd[j].determinism == CUDNN_DETERMINISTIC && pd[j].memory <= S_WS_MAX) {
+            o->ba = pd[j].algo;
             break;
         }
     CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataWorkspaceSize(q->dnn, o->fd, yd, o->cd,
@@ -364,10 +372,10 @@ static void s_algos(s_cnn *q, int i, s_op *o, int nb)
     CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterAlgorithm_v7(q->dnn, xd, yd, o->cd,
                                                                 o->fd, 8, &n, pw));
     o->fb = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    for (int i = 0; i < n; i++)
-        if (pw[i].status == CUDNN_STATUS_SUCCESS &&
-            pw[i].determinism == CUDNN_DETERMINISTIC && pw[i].memory <= S_WS_MAX) {
-            o->fb = pw[i].algo;
+    for (int j = 0; j < n; j++)
+        if (pw[j].status == CUDNN_STATUS_SUCCESS &&
+            pw[j].determinism == CUDNN_DETERMINISTIC && pw[j].memory <= S_WS_MAX) {
+            o->fb = pw[j].algo;
             break;
         }
     CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterWorkspaceSize(q->dnn, xd, yd, o->cd,
@@ -611,11 +619,13 @@ static int s_get(s_cnn *q, int i, const float *d, float *v)
 static void s_detach(void *self)
 {
     s_cnn *q = (s_cnn *)self;
-    s_ranks keep = q->rk; /* set_comm's choice outlives an attach */
-    if (!q->dnn) {        /* nothing on the device: forget a half-built graph */
-        trn_algo_cache_fini(&q->algos);
+    s_ranks keep = q->rk;            /* set_comm's choice outlives an attach */
+    trn_algo_cache algos = q->algos; /* so do the conv algorithms (host memory,
+                                        keyed by the model; freed at destroy) */
+    if (!q->dnn) { /* nothing on the device: forget a half-built graph */
         memset(q, 0, sizeof *q);
         q->rk = keep;
+        q->algos = algos;
         return;
     }
     cudaStreamSynchronize(q->stream);
@@ -644,9 +654,9 @@ static void s_detach(void *self)
     p_cudnnDestroy(q->dnn);
     cublasDestroy(q->blas);
     cudaStreamDestroy(q->stream);
-    trn_algo_cache_fini(&q->algos);
     memset(q, 0, sizeof *q);
     q->rk = keep;
+    q->algos = algos;
 }
 
 static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
@@ -666,7 +676,7 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     int nconv = 0;
     for (int i = 0; i < q->nops; i++)
         nconv += q->op[i].kind == Q_CONV;
-    if (trn_algo_cache_init(&q->algos, nconv * S_ALGO_NB) < 0) {
+    if (trn_algo_cache_attach(&q->algos, nconv * S_ALGO_NB, trn_net_arch(net)) < 0) {
         snprintf(err, TRN_ERRLEN, "out of memory");
         return -1;
     }
@@ -842,9 +852,18 @@ static double s_step_src(s_cnn *q, const float *x, const uint8_t *y, const float
     }
     if (dd && trn_devdist_finish(dd) < 0)
         rc = -1;
+    if (rc < 0) { /* a failed exchange: raise the flag (exactly 1, as the kernels
+                     raise it; a byte memset would make it 0x01010101), so that
+                     nothing is updated from partial sums; static storage outlives
+                     the async copy (as backend_cuda.cu's s_step_dist_t) */
+        static const int one = 1;
+        CUDA_CHECK(
+            cudaMemcpyAsync(q->flag, &one, sizeof one, cudaMemcpyHostToDevice, st));
+    }
     s_finish(q, dd);
     CUDA_CHECK(cudaStreamSynchronize(st));
-    if (dd && s_state_mean(q) < 0)
+    /* no collective after a failed one: the other ranks may not be there */
+    if (dd && rc == 0 && s_state_mean(q) < 0)
         rc = -1;
     double gsq = 0;
     for (int i = 0; i < q->np; i++)
@@ -960,6 +979,7 @@ extern "C" void trn_cudnn_backend_destroy(trn_backend *b)
     if (!b)
         return;
     s_detach(b->self);
+    trn_algo_cache_fini(&((s_cnn *)b->self)->algos);
     free(b->self);
     free(b);
 }

@@ -10,14 +10,25 @@
 #define JZ_TRN_CUDA_MLP_GRAPH_CUH
 
 /* A graph could not be made or launched: stage names the call, why its
-   error. The sticky-free error state is cleared (cudaGetLastError) and the
-   policy (graph_policy.h) decides: --cuda-graphs auto says so once and
-   goes on with plain launches, --cuda-graphs on ends the run with exit
-   status 2 naming the reason. */
+   error. The error state is read twice (cudaGetLastError): the first
+   read clears an error the runtime refused this call with; one still set
+   at the second is sticky (an earlier kernel broke the context, graphs
+   or not), and ends the run with exit status 1 naming that CUDA error,
+   not blamed on graphs. Otherwise the policy (graph_policy.h) decides:
+   --cuda-graphs auto says so once and goes on with plain launches,
+   --cuda-graphs on ends the run with exit status 2 naming the reason. */
 static void s_graph_failed(s_cuda *c, const char *stage, const char *why)
 {
     char msg[TRN_ERRLEN + 128];
-    cudaGetLastError(); /* clears a non-sticky error; a sticky one shows next */
+    cudaGetLastError(); /* clears a non-sticky error */
+    cudaError_t sticky = cudaGetLastError();
+    if (sticky != cudaSuccess) {
+        fprintf(stderr,
+                "jizhi-train: CUDA error %s: %s (a sticky error from an earlier "
+                "operation, seen at %s)\n",
+                cudaGetErrorName(sticky), cudaGetErrorString(sticky), stage);
+        exit(1);
+    }
     int rc = trn_graphs_fail(&c->graphs, stage, why, msg, sizeof msg);
     if (msg[0])
         fprintf(stderr, "%s\n", msg);

@@ -3,7 +3,9 @@
     settings, the device-resident training set, the captured graphs, the
     cuBLASLt descriptors and the backend object. Ownership: everything
     device-side is the backend's, freed at detach, except s_data (kept
-    across attach/detach, freed by trn_cuda_backend_destroy).
+    across attach/detach, freed by trn_cuda_backend_destroy); the
+    data-parallel settings and the --cuda-graphs policy are kept across
+    attach/detach too (host values).
     Needs MAXL, s_args (cuda_mlp_kernels.cuh) and the CUDA, cuBLAS(Lt)
     and trainer headers included before it. */
 #ifndef JZ_TRN_CUDA_MLP_STATE_CUH
@@ -75,7 +77,8 @@ typedef struct {
     int nesterov;
     double smoothing;
     int quiet;
-    trn_graphs graphs;     /* --cuda-graphs and its fallback (graph_policy.h) */
+    trn_graphs graphs;     /* --cuda-graphs and its fallback (graph_policy.h);
+                              kept across attach/detach */
     int warm_nb;           /* batch size of the last eager device-data step */
     long nsteps;           /* steps taken since attach (graph eviction clock) */
     s_graph graph[NGRAPH]; /* captured steps (device data, one rank) */

@@ -5,12 +5,24 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "trainer/trn.h"
 
 int trn_cudnn_major(long version)
 {
     return (int)(version >= 90000 ? version / 10000 : version / 1000);
+}
+
+int trn_cudnn_minor(long version)
+{
+    return (int)(version >= 90000 ? version / 100 % 100 : version / 100 % 10);
+}
+
+const char *trn_cudnn_soname(long hdr, char *buf, size_t len)
+{
+    snprintf(buf, len, "libcudnn.so.%d", trn_cudnn_major(hdr));
+    return buf;
 }
 
 const char *trn_cudnn_version_text(long v, char *buf, size_t len)
@@ -28,9 +40,11 @@ const char *trn_cuda_version_text(long v, char *buf, size_t len)
     return buf;
 }
 
-int trn_cudnn_version_check(long lib, long hdr, long lib_cudart, long rt, char *err)
+int trn_cudnn_version_check(long lib, long hdr, long lib_cudart, long rt, char *err,
+                            char *warn)
 {
     char a[24], b[24];
+    warn[0] = '\0';
     if (trn_cudnn_major(lib) != trn_cudnn_major(hdr)) {
         snprintf(
             err, TRN_ERRLEN,
@@ -51,6 +65,14 @@ int trn_cudnn_version_check(long lib, long hdr, long lib_cudart, long rt, char *
                  trn_cuda_version_text(rt, (char[24]){0}, 24), rt / 1000);
         return -1;
     }
+    if (trn_cudnn_minor(lib) < trn_cudnn_minor(hdr))
+        snprintf(warn, TRN_ERRLEN,
+                 "jizhi-train: warning: the cuDNN opened (%s) is older than the cuDNN "
+                 "%s headers this jizhi-train-cuda was built with; it runs, but put "
+                 "cuDNN %d.%d or newer first on LD_LIBRARY_PATH if it misbehaves",
+                 trn_cudnn_version_text(lib, a, sizeof a),
+                 trn_cudnn_version_text(hdr, b, sizeof b), trn_cudnn_major(hdr),
+                 trn_cudnn_minor(hdr));
     return 0;
 }
 
@@ -67,7 +89,22 @@ int trn_algo_cache_init(trn_algo_cache *c, int cap)
 void trn_algo_cache_fini(trn_algo_cache *c)
 {
     free(c->e);
+    free(c->model);
     *c = (trn_algo_cache){0};
+}
+
+int trn_algo_cache_attach(trn_algo_cache *c, int cap, const char *model)
+{
+    if (c->e && c->model && c->cap == (cap > 0 ? cap : 1) && !strcmp(c->model, model))
+        return 0;
+    trn_algo_cache_fini(c);
+    char *key = strdup(model);
+    if (!key || trn_algo_cache_init(c, cap) < 0) {
+        free(key);
+        return -1;
+    }
+    c->model = key;
+    return 0;
 }
 
 static trn_algo_entry *s_find(trn_algo_cache *c, int layer, int nb)

@@ -7,20 +7,40 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The state a flag value asks for: 0, or -1 for an unknown value. */
+static int s_mode(const char *mode, trn_graphs_state *s)
+{
+    if (!strcmp(mode, "auto"))
+        *s = TRN_GRAPHS_AUTO;
+    else if (!strcmp(mode, "on"))
+        *s = TRN_GRAPHS_ON;
+    else if (!strcmp(mode, "off"))
+        *s = TRN_GRAPHS_OFF;
+    else
+        return -1;
+    return 0;
+}
+
 int trn_graphs_init(trn_graphs *g, const char *mode)
 {
     trn_graphs_state s;
-    if (!strcmp(mode, "auto"))
-        s = TRN_GRAPHS_AUTO;
-    else if (!strcmp(mode, "on"))
-        s = TRN_GRAPHS_ON;
-    else if (!strcmp(mode, "off"))
-        s = TRN_GRAPHS_OFF;
-    else
+    if (s_mode(mode, &s) < 0)
         return -1;
     g->state = s;
     g->failures = 0;
+    g->set = 1;
+    g->asked = s;
     return 0;
+}
+
+int trn_graphs_attach(trn_graphs *g, const char *mode)
+{
+    trn_graphs_state s;
+    if (s_mode(mode, &s) < 0)
+        return -1;
+    if (g->set && g->asked == s)
+        return 0; /* the same flag: what happened before still holds */
+    return trn_graphs_init(g, mode);
 }
 
 int trn_graphs_active(const trn_graphs *g)

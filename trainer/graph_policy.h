@@ -11,7 +11,8 @@
       FELL_BACK  AUTO after a failure: plain launches, said once on stderr
       FAILED     ON after a failure: the run ends with exit status 2
     Moves: AUTO -> FELL_BACK, ON -> FAILED; every other move is refused
-    (assert). A value struct on caller storage.
+    (assert). A value struct on caller storage; the CUDA backend keeps it
+    across detach/attach (trn_graphs_attach) for the backend's life.
 */
 #ifndef TRN_GRAPH_POLICY_H
 #define TRN_GRAPH_POLICY_H
@@ -28,12 +29,23 @@ typedef enum {
 
 typedef struct {
     trn_graphs_state state;
-    int failures; /* failures told (the first one moves the state) */
+    int failures;           /* failures told (the first one moves the state) */
+    int set;                /* 1 once initialised (a zeroed struct: not yet) */
+    trn_graphs_state asked; /* the flag's value it was initialised from */
 } trn_graphs;
 
 /* The state for the flag's value ("auto", "on", "off"). Returns 0, or -1
    for any other text (g untouched). */
 int trn_graphs_init(trn_graphs *g, const char *mode);
+
+/* At each attach of the backend: the policy kept across detach/attach. A
+   g never initialised (zeroed) or initialised from another value than
+   mode starts from mode (trn_graphs_init); the same value again keeps
+   the state, so a policy that fell back stays on plain launches (no new
+   capture, its line not repeated) after a re-attach (a live `set`, a
+   precision change, a load). Returns 0, or -1 for an unknown value (g
+   untouched). */
+int trn_graphs_attach(trn_graphs *g, const char *mode);
 
 /* 1 when steps should be captured and replayed as graphs. */
 int trn_graphs_active(const trn_graphs *g);
