@@ -54,9 +54,13 @@
 #      Then the CNN on cuDNN (--backend cuda --model cnn, fp32): val_loss
 #      after EQ_STEPS within CNN_RT (1e-4) relative of the CPU CNN's, the
 #      same bits with --gpu-data device (default) and host, and val_acc
-#      after STEPS within 0.01;
-#   5. speed: samples/s of jizhi-train-cuda (its defaults: device data and
-#      graphs; and --gpu-data host --cuda-graphs off, the 2026-12-04 path)
+#      after STEPS within 0.01; one rank on the device gradient path equals
+#      the plain step (1e-5) and says so; with 2 or more GPUs and mpirun, 2
+#      ranks (BN per rank, gradients summed on the device, BN statistics
+#      averaged) within CNN_RT of the CPU CNN on 2 ranks and within 1e-5
+#      of the host path;
+#   5. speed: samples/s of jizhi-train-cuda (device data and --cuda-graphs
+#      on; and --gpu-data host --cuda-graphs off, the 2026-12-04 path)
 #      and of PyTorch on the same GPU (same MLP, data resident on the device
 #      for PyTorch, fp32 and bf16 autocast), batch 128, 1024, 8192 and
 #      65536, and the ratio; then the CNN (16,32, fp32) at batch 256, 2048
@@ -130,7 +134,7 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
                "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, device or host batches, no graphs, BN per rank on several ranks, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it); bf16/fp16 and graphs for the CNN: no code yet",
-               "item 5": "checked for the MLP (device-resident gradients on NCCL above); the CUDA CNN on the device gradient path: one rank only here ('CNN fp32 1 rank --comm' row), never run on several GPUs",
+               "item 5": "checked for the MLP (device-resident gradients on NCCL above); the CUDA CNN on the device gradient path: one rank ('CNN fp32 1 rank --comm' row) and, where 2 GPUs are listed, 2 ranks against the CPU CNN on 2 ranks and the host path ('CNN fp32 2 ranks' rows); never run on a GPU before this script",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda): not in this script and never run; items 3-4 now have code (never run on a GPU)"}},
           open(out, "w"), indent=1)
 print(f"gpu-check: results in {out} ({elapsed} s)")
@@ -185,6 +189,11 @@ near() { # a b abs_tol -> ok|FAIL
 exact() { # a b -> ok|FAIL: the same printed bits
     [ -n "$1" ] && [ "$1" = "$2" ] && echo ok || echo FAIL
 }
+
+# the GPUs listed and the 2-rank runs (mpirun, one GPU per rank)
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+MPI=(mpirun --oversubscribe -np 2 -x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 status=0
 echo
@@ -304,18 +313,52 @@ printf 'CNN fp32 device data vs host data, %s steps: val_loss %s vs %s: %s (same
     "$EQ_STEPS" "${gl:-none}" "${hl:-none}" "$v"
 # the CNN as one rank of a data-parallel run (--comm, the device gradient
 # path: each op's gradients to the exchange at its backward stage, BN
-# statistics averaged over the ranks by trn_comm_mean) against the plain
-# step: one rank sums nothing, so val_loss within 1e-5 relative (written
-# before any GPU run; not with --cpu: the CPU side of this is test_dist.py's)
+# statistics through trn_comm_mean) against the plain step: one rank sums
+# nothing, so val_loss within 1e-5 relative (written before any GPU run;
+# not with --cpu: the CPU side of this is test_dist.py's). One rank runs the
+# exchange's code but neither a real sum nor a real BN mean; the run must
+# say that the device path is in use ("gradients summed in GPU memory",
+# printed without --quiet). The 2-rank rows below check the sum and the mean.
 if [ "$CPU_ONLY" = 1 ]; then
     echo "CNN fp32 1 rank --comm vs plain: SKIPPED (--cpu)"
 else
-    gr=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" ${BACKEND[@]+"${BACKEND[@]}"} \
-        --comm $COMM --grad-path device 2>&1) || { echo "$gr" | tail -5; status=1; }
+    gr=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --quiet 0 \
+        ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM --grad-path device 2>&1) || {
+        echo "$gr" | tail -5; status=1; }
     rl=$(echo "$gr" | metric val_loss)
-    v=$(close "${gl:-nan}" "${rl:-nan}" 1e-5); [ "$v" = ok ] || status=1
+    v=$(close "${gl:-nan}" "${rl:-nan}" 1e-5)
+    case "$gr" in *"gradients summed in GPU memory"*) ;; *) v="FAIL (no device path line)" ;; esac
+    [ "$v" = ok ] || status=1
     printf 'CNN fp32 1 rank --comm %s device path vs plain, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel)\n' \
         "$COMM" "$EQ_STEPS" "${rl:-none}" "${gl:-none}" "$v"
+fi
+# the CNN on 2 ranks (mpirun, one GPU each): BatchNorm on each rank's shard,
+# the gradients summed on the device path, the BN running statistics
+# averaged by trn_comm_mean. Against the CPU CNN on 2 ranks (--comm mpi: the
+# same shards, per-rank BN and mean): val_loss within CNN_RT relative; and
+# the device path against the host path (--grad-path host: the same sums
+# through host memory) within 1e-5 relative; both after EQ_STEPS steps.
+if [ "$CPU_ONLY" = 1 ]; then
+    echo "CNN fp32 2 ranks --comm device path: SKIPPED (--cpu: the CPU CNN on 2 ranks is test_dist.py's)"
+elif ! command -v mpirun >/dev/null || [ "$ngpu" -lt 2 ]; then
+    echo "CNN fp32 2 ranks --comm device path: SKIPPED (needs 2 GPUs and mpirun; found $ngpu GPU(s))"
+else
+    c2=$(env -u JIZHI_TRIAL "${MPI[@]}" "$CPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --comm mpi 2>&1) || {
+        echo "$c2" | tail -5; status=1; }
+    d2=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --quiet 0 \
+        --backend cuda --comm $COMM --grad-path device 2>&1) || { echo "$d2" | tail -5; status=1; }
+    h2=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" \
+        --backend cuda --comm $COMM --grad-path host 2>&1) || { echo "$h2" | tail -5; status=1; }
+    cl2=$(echo "$c2" | metric val_loss); dl2=$(echo "$d2" | metric val_loss)
+    hl2=$(echo "$h2" | metric val_loss)
+    v=$(close "${cl2:-nan}" "${dl2:-nan}" "$CNN_RT")
+    case "$d2" in *"gradients summed in GPU memory"*) ;; *) v="FAIL (no device path line)" ;; esac
+    [ "$v" = ok ] || status=1
+    printf 'CNN fp32 2 ranks --comm %s device path vs CPU CNN 2 ranks, %s steps: val_loss %s vs %s: %s (tol %s rel)\n' \
+        "$COMM" "$EQ_STEPS" "${dl2:-none}" "${cl2:-none}" "$v" "$CNN_RT"
+    v=$(close "${hl2:-nan}" "${dl2:-nan}" 1e-5); [ "$v" = ok ] || status=1
+    printf 'CNN fp32 2 ranks --comm %s device path vs host path, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel)\n' \
+        "$COMM" "$EQ_STEPS" "${dl2:-none}" "${hl2:-none}" "$v"
 fi
 if [ "$CPU_ONLY" = 1 ]; then
     echo "CNN fp32 CPU vs CUDA, $STEPS steps: SKIPPED (--cpu)"
@@ -368,9 +411,6 @@ tl=$(echo "$tk" | metric val_loss); rl=$(echo "$r" | metric val_loss)
 v=$(close "${tl:-nan}" "${rl:-nan}" 1e-6); [ "$v" = ok ] || status=1
 printf '1 rank %s top-k: checkpoint at step %s and resume vs uninterrupted: val_loss %s vs %s: %s (tol 1e-6 rel)\n' \
     "$COMM" "$half" "$rl" "$tl" "$v"
-ngpu=$(nvidia-smi -L 2>/dev/null | wc -l || true)
-MPI=(mpirun --oversubscribe -np 2 -x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }; then
     two=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${EQ[@]}" --quiet 0 --comm $COMM 2>&1) || {
         echo "$two" | tail -5; status=1; }
@@ -505,9 +545,11 @@ if [ "$CPU_ONLY" = 1 ]; then
 fi
 echo
 echo "== speed on the GPU: MLP 784-256-256-10, samples/s"
-# jizhi-cuda: the defaults (device data, CUDA graphs); host-data: --gpu-data
-# host --cuda-graphs off, the path measured on 2026-12-04; ratio: jizhi-cuda
-# / pytorch (PyTorch's data on the device too)
+# jizhi-cuda: device data (the default) and --cuda-graphs on (not auto,
+# which could fall back and time plain launches; a failed capture ends that
+# run with exit 2 and its row shows 0); host-data: --gpu-data host
+# --cuda-graphs off, the path measured on 2026-12-04; ratio: jizhi-cuda /
+# pytorch (PyTorch's data on the device too)
 printf '%-6s %-6s %14s %14s %14s %8s\n' batch prec jizhi-cuda host-data pytorch ratio
 for b in 128 1024 8192 65536; do
     steps=$(( 2000000 / b )); [ "$steps" -lt 100 ] && steps=100
@@ -518,7 +560,7 @@ for b in 128 1024 8192 65536; do
                 --log-every $((steps / 5)) --quiet "$@" 2>&1 |
                 sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g | tail -1
         }
-        o=$(sps)
+        o=$(sps --cuda-graphs on)
         oh=$(sps --gpu-data host --cuda-graphs off)
         p=$("$PYTHON" bench/bench_train_torch.py --device cuda --batch-size "$b" \
             --precision "$prec" --steps "$steps" --warmup-steps 50 |
