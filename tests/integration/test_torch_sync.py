@@ -180,7 +180,9 @@ def ranks(tmp_path_factory):
              {"name": "grad", "calls": 40, "ddp": True, "opts": {"grad_flag": True},
               "script": [[6, "set", "lr", 0.3, None], [14, "stop", "", None, None]]},
              {"name": "auto", "calls": 12, "ddp": True, "wide": True, "opts": {},
-              "script": [[4, "set", "lr", 0.3, None], [9, "set", "lr", 0.2, None]]},
+              "script": [[4, "set", "lr", 0.3, None], [6, "set", "dropout", 0.5, None],
+                         [9, "set", "lr", 0.2, None], [11, "set", "lr", 0.15, None],
+                         [11, "set", "momentum", 0.5, None]]},
              {"name": "own", "calls": 12, "ddp": True, "own_hook": True, "opts": {"sync_ms": 0},
               "script": [[4, "set", "lr", 0.3, None]]},
              {"name": "load", "calls": 6, "opts": {"sync_every": 1},
@@ -230,16 +232,26 @@ def test_instructions_apply_on_both_ranks_at_one_step_in_one_broadcast(ranks):
 
 
 def test_the_flag_is_the_default_under_ddp(ranks):
-    # attach() with model= a DDP module and no options looks by the flag:
-    # the ranks meet only at the calls that took an instruction (4, 9), and
-    # the hook's gradients are DDP's own, bucket by bucket, on a model that
-    # DDP splits into several buckets (compared with a twin under DDP's
-    # all-reduce at every call)
+    # attach() with model= a DDP module and no options looks by the flag.
+    # `set`s of built-in names ride on DDP's all-reduce themselves: applied
+    # on both ranks at the call whose backward took them (4, 9, and 11 with
+    # two at once), no collective of jizhi.torch; a set for a handler
+    # (dropout, refused on rank 1) is a look at its call (6: the broadcast,
+    # then the all-reduce of the refusals). The hook's gradients are DDP's
+    # own, bucket by bucket, on a model that DDP splits into several
+    # buckets (compared with a twin under DDP's all-reduce at every call)
     r0, r1 = ranks
     a0, a1 = r0["auto"], r1["auto"]
     assert a0["looks_by"] == a1["looks_by"] == "flag"
-    assert a0["looks"] == a1["looks"] == [[4, 2], [9, 2]], a0["looks"]
-    assert {s: lr for s, lr, _ in a0["seen"]}[9] == 0.2 and a0["seen"] == a1["seen"]
+    assert a0["looks"] == a1["looks"] == [[6, 2]], a0["looks"]
+    steps = {s: (lr, m) for s, lr, m in a0["seen"]}
+    assert a0["seen"] == a1["seen"]
+    assert steps[3] == (0.1, 0.9) and steps[4] == (0.3, 0.9) and steps[8] == (0.3, 0.9)
+    assert steps[9] == (0.2, 0.9) and steps[10] == (0.2, 0.9) and steps[11] == (0.15, 0.5)
+    assert [a[1:4] for a in a0["acks"]] == [["set", "lr", True], ["set", "dropout", False],
+                                            ["set", "lr", True], ["set", "lr", True],
+                                            ["set", "momentum", True]]
+    assert a0["acks"][1][4] == "jizhi.torch: refused on 1 of 2 ranks"
     assert a0["gap"] == a1["gap"] == 0.0
     # a model with a communication hook of the user's: the cadence (here
     # sync_ms 0, a look at every call), no error
@@ -265,12 +277,13 @@ def test_a_load_too_long_for_the_box_arrives_whole(ranks):
 
 def test_grad_flag_looks_only_when_an_instruction_waits(ranks):
     # attach(grad_flag=True): rank 0's "an instruction waits" rides on DDP's
-    # gradient all-reduce, so the ranks meet only at the calls where one was
-    # taken (6: the set, 14: the stop), at that very call, in one broadcast
-    # and one all-reduce each; no collective of jizhi.torch on the other calls
+    # gradient all-reduce, so the ranks meet only at the call where one was
+    # taken (14: the stop), at that very call, in one broadcast and one
+    # all-reduce; the set at 6 rode on the all-reduce itself; no collective
+    # of jizhi.torch on the other calls
     r0, r1 = ranks
     g0, g1 = r0["grad"], r1["grad"]
-    assert g0["looks"] == g1["looks"] == [[6, 2], [14, 2]], g0["looks"]
+    assert g0["looks"] == g1["looks"] == [[14, 2]], g0["looks"]
     lr0 = {s: lr for s, lr, _ in g0["seen"]}
     assert lr0[5] == 0.1 and lr0[6] == 0.3 and g0["seen"] == g1["seen"]
     assert len(g0["seen"]) == len(g1["seen"]) == 14  # stopped at 14 on both

@@ -26,11 +26,11 @@ from $JIZHI_LOAD_CHECKPOINT: attach() loads it.
 
 Under DDP (torch.distributed initialised, world size > 1) only rank 0 polls
 the controller and reports, and the ranks look at the instructions
-together, at the same step. When the ranks look: by default (model= the
-DistributedDataParallel module) at the steps whose gradient all-reduce
-carried rank 0's flag, one more element on DDP's first bucket through a
-communication hook ("an instruction waits"), so a step without one costs
-no collective of this module; else (grad_flag=False, sync_every, another
+together, at the same step. By default (model= the DistributedDataParallel
+module) a communication hook adds elements to DDP's first bucket that rank
+0 fills: its pending `set`s of built-in names themselves, which every rank
+applies at that step's ctl.step with no collective of this module, and
+whether another instruction waits, which makes a look at that step; else (grad_flag=False, sync_every, another
 model, or the user's own hook) at most once per `sync_ms` of training and
 at least once every step it is longer. At a look rank 0 broadcasts the
 "sync box" (_BOX_WORDS int64): the pending instruction (JSON, when it
@@ -68,6 +68,13 @@ _PAUSE_POLL_S = 0.2
 # checkpoint fits; a load with many params takes a second broadcast.
 _BOX_HEAD = 4
 _BOX_WORDS = 64
+# The flag on DDP's first bucket: [look, inline bytes, inline bytes' values]
+# after the gradients; rank 0 writes them, the others zeros, so the sum is
+# rank 0's. Inline: `set`s of built-in names (whose outcome is the same on
+# every rank), as a JSON list of at most _INLINE_BYTES bytes, one byte an
+# element (exact in every float type a gradient may have).
+_FLAG_HEAD = 2
+_INLINE_BYTES = 120
 _SYNC_K_MAX = 1000
 
 
@@ -262,29 +269,37 @@ class _Loader:
 def _flag_hook(ctl, bucket):
     """The DDP communication hook of the flag (attach's grad_flag): the
     mean of each bucket's gradients over the ranks, as DDP's own all-reduce
-    makes it (divided first, then summed), with one more element on bucket 0: rank 0's 1 when it
-    holds an instruction (taken here, kept in ctl._stash for the look at
-    this step), so every rank learns from the same all-reduce whether to
-    look. Each bucket's all-reduce starts at once (overlapped with the rest
-    of backward()); the last bucket's call waits for them all, on the
-    training thread, and completes their futures. No callback runs on
-    gloo's threads: with torch 1.13 a Python callback there (Future.then)
-    made a process abort at exit about once in six ("terminate called
-    without an active exception")."""
+    makes it (divided first, then summed), with _FLAG_HEAD + _INLINE_BYTES
+    more elements on bucket 0: rank 0's pending `set`s of built-in names
+    themselves (taken here; every rank applies them at this step's
+    ctl.step, no collective of their own) and whether another instruction
+    waits (kept in ctl._stash for a look at this step). Each bucket's
+    all-reduce starts at once (overlapped with the rest of backward()); the
+    last bucket's call waits for them all, on the training thread, and
+    completes their futures. No callback runs on gloo's threads: with
+    torch 1.13 a Python callback there (Future.then) made a process abort
+    at exit about once in six ("terminate called without an active
+    exception")."""
     buf = bucket.buffer().div_(ctl.world_size)
     both = None
     if bucket.index() == 0:
-        if (ctl._lead and ctl._stash is None and not ctl.stopped
-                and not getattr(ctl.trial, "closed", False)):  # a closed trial's handle is gone
-            msg, ins = ctl._next()
-            if msg is not None:
-                ctl._stash = (msg, ins)
+        n = buf.numel()
         both = ctl._both  # kept from step to step: DDP's first bucket keeps its size
-        if both is None or both.numel() != buf.numel() + 1 or both.dtype != buf.dtype or \
-                both.device != buf.device:
-            both = ctl._both = torch.empty(buf.numel() + 1, dtype=buf.dtype, device=buf.device)
-        both[:-1].copy_(buf)
-        both[-1] = 1.0 if ctl._stash is not None else 0.0
+        if both is None or both.numel() != n + _FLAG_HEAD + _INLINE_BYTES or \
+                both.dtype != buf.dtype or both.device != buf.device:
+            both = ctl._both = torch.empty(n + _FLAG_HEAD + _INLINE_BYTES, dtype=buf.dtype,
+                                           device=buf.device)
+        both[:n].copy_(buf)
+        both[n:].zero_()
+        if (ctl._lead and not ctl.stopped
+                and not getattr(ctl.trial, "closed", False)):  # a closed trial's handle is gone
+            data = ctl._take_inline()
+            if data:
+                both[n + 1] = len(data)
+                both[n + _FLAG_HEAD:n + _FLAG_HEAD + len(data)] = torch.frombuffer(
+                    bytearray(data), dtype=torch.uint8)
+            if ctl._stash is not None:
+                both[n] = 1.0
     fut = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
     if bucket.is_last() and not ctl._inflight:  # one bucket: nothing to overlap
         dist.all_reduce(buf if both is None else both)
@@ -396,6 +411,8 @@ class Controller:
         self._stash = None
         self._inflight = []  # the flag hook's all-reduces of this backward
         self._both = None  # the flag hook's first bucket and the flag
+        self._inline = []  # the inline sets the last backward brought (every rank)
+        self._inline_ins = []  # rank 0: their Instructions, to acknowledge
         self._grad_flag = self._flag_attach(grad_flag, model)
         # how the ranks know when to look: "flag" (on DDP's all-reduce),
         # "cadence" (sync_ms/sync_every) or "alone" (one process: every step)
@@ -437,13 +454,53 @@ class Controller:
                              "communication hook (%s)" % e)
         return True
 
+    def _take_inline(self):
+        """Rank 0, in the flag hook: takes the pending instructions while
+        they are `set`s of built-in names that fit the bucket together (the
+        first other one goes to _stash for a look). Returns their JSON list
+        of [name, value] (b"" for none); their acks wait in _inline_ins."""
+        sets = []
+        data = b""
+        while self._stash is None:
+            msg, ins = self._next()
+            if msg is None:
+                break
+            if msg["kind"] == "set" and msg["name"] in _BUILTIN and \
+                    msg["name"] not in self.handlers:
+                more = json.dumps(sets + [[msg["name"], msg["value"]]],
+                                  separators=(",", ":")).encode()
+                if len(more) <= _INLINE_BYTES:
+                    sets.append([msg["name"], msg["value"]])
+                    self._inline_ins.append(ins)
+                    data = more
+                    continue
+            self._stash = (msg, ins)
+        return data
+
     def _flag_done(self, buf, both, fut):
         """The flag hook: a bucket's all-reduce is done; its gradients (and
-        the flag, on the first bucket) to their places."""
+        on the first bucket the flag and the inline sets) to their places."""
         if both is not None:
-            self._flag_due = self._flag_due or bool(both[-1].item() > 0)
-            buf.copy_(both[:-1])
+            n = buf.numel()
+            look, size = both[n:n + _FLAG_HEAD].tolist()
+            self._flag_due = self._flag_due or look > 0
+            if size > 0:
+                raw = both[n + _FLAG_HEAD:n + _FLAG_HEAD + int(size)].to(torch.uint8)
+                self._inline += [{"kind": "set", "name": k, "value": v}
+                                 for k, v in json.loads(bytes(raw.tolist()))]
+            buf.copy_(both[:n])
         fut.set_result(buf)
+
+    def _apply_inline(self):
+        """At ctl.step: the inline sets of the last backward, applied on
+        every rank (a built-in name's outcome is the same on each, so rank
+        0 acknowledges its own)."""
+        msgs, self._inline = self._inline, []
+        inss, self._inline_ins = self._inline_ins, []
+        for i, msg in enumerate(msgs):
+            detail = self._apply(msg)
+            if self._lead and i < len(inss):
+                self.trial.ack(inss[i], detail is None, detail)
 
     # ---- the training loop's calls --------------------------------------------
 
@@ -504,6 +561,8 @@ class Controller:
             self._report(metrics)
             metrics = None
         self._calls += 1
+        if self._inline:
+            self._apply_inline()
         if self._flag_due if self._grad_flag else self._calls >= self._sync_at:
             self._sync()
         if self.stopped:
