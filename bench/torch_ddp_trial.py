@@ -24,7 +24,7 @@ if "RANK" not in os.environ:
             for k in ("JIZHI_TRIAL", "JIZHI_TOKEN", "JIZHI_ENDPOINT"):
                 env.pop(k, None)
         procs.append(subprocess.Popen([sys.executable, __file__], env=env))
-    sys.exit(max(p.wait() for p in procs))
+    sys.exit(max(abs(p.wait()) for p in procs))  # a rank killed by a signal too
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

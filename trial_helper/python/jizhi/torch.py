@@ -266,53 +266,95 @@ class _Loader:
         self._version += 1
 
 
-def _flag_hook(ctl, bucket):
+class _FlagState:
+    """The flag hook's state, kept on the DDP module (model._jizhi_flag):
+    torch takes one hook per model, so a later attach() to the same model
+    rebinds `ctl` (None: DDP's mean alone) instead of registering another.
+    inflight: this backward's all-reduces (work, future, bucket, both);
+    both: DDP's first bucket and the flag's elements, kept from step to step."""
+
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self.inflight = []
+        self.both = None
+
+
+def _flag_hook(state, bucket):
     """The DDP communication hook of the flag (attach's grad_flag): the
     mean of each bucket's gradients over the ranks, as DDP's own all-reduce
     makes it (divided first, then summed), with _FLAG_HEAD + _INLINE_BYTES
     more elements on bucket 0: rank 0's pending `set`s of built-in names
-    themselves (taken here; every rank applies them at this step's
-    ctl.step, no collective of their own) and whether another instruction
-    waits (kept in ctl._stash for a look at this step). Each bucket's
-    all-reduce starts at once (overlapped with the rest of backward()); the
-    last bucket's call waits for them all, on the training thread, and
-    completes their futures. No callback runs on gloo's threads: with
-    torch 1.13 a Python callback there (Future.then) made a process abort
-    at exit about once in six ("terminate called without an active
-    exception")."""
-    buf = bucket.buffer().div_(ctl.world_size)
+    themselves (taken here; every rank applies them at the next ctl.step,
+    no collective of their own) and whether another instruction waits
+    (kept in ctl._stash for a look at that step). Each bucket's all-reduce
+    starts at once (overlapped with the rest of backward()); the last
+    bucket's call waits for them all, on the training thread, and completes
+    their futures. No callback runs on gloo's threads: with torch 1.13 a
+    Python callback there (Future.then) made a process abort at exit about
+    once in six ("terminate called without an active exception")."""
+    ctl = state.ctl
+    buf = bucket.buffer().div_(dist.get_world_size())
     both = None
     if bucket.index() == 0:
-        n = buf.numel()
-        both = ctl._both  # kept from step to step: DDP's first bucket keeps its size
-        if both is None or both.numel() != n + _FLAG_HEAD + _INLINE_BYTES or \
-                both.dtype != buf.dtype or both.device != buf.device:
-            both = ctl._both = torch.empty(n + _FLAG_HEAD + _INLINE_BYTES, dtype=buf.dtype,
-                                           device=buf.device)
-        both[:n].copy_(buf)
-        both[n:].zero_()
-        if (ctl._lead and not ctl.stopped
-                and not getattr(ctl.trial, "closed", False)):  # a closed trial's handle is gone
-            data = ctl._take_inline()
-            if data:
-                both[n + 1] = len(data)
-                both[n + _FLAG_HEAD:n + _FLAG_HEAD + len(data)] = torch.frombuffer(
-                    bytearray(data), dtype=torch.uint8)
-            if ctl._stash is not None:
-                both[n] = 1.0
+        _flag_drain(state)  # a backward() that raised left its all-reduces
+        if ctl is not None:
+            both = _flag_fill(state, ctl, buf)
     fut = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
-    if bucket.is_last() and not ctl._inflight:  # one bucket: nothing to overlap
+    if bucket.is_last() and not state.inflight:  # one bucket: nothing to overlap
         dist.all_reduce(buf if both is None else both)
-        ctl._flag_done(buf, both, fut)
+        _flag_done(ctl, buf, both, fut)
         return fut
     work = dist.all_reduce(buf if both is None else both, async_op=True)
-    ctl._inflight.append((work, fut, buf, both))
+    state.inflight.append((work, fut, buf, both))
     if bucket.is_last():
-        inflight, ctl._inflight = ctl._inflight, []
-        for work, f, b, both in inflight:
-            work.wait()
-            ctl._flag_done(b, both, f)
+        _flag_drain(state)
     return fut
+
+
+def _flag_fill(state, ctl, buf):
+    """Bucket 0: its gradients and, after them, the flag's elements (rank
+    0's; zeros on the others) in one buffer kept from step to step."""
+    n = buf.numel()
+    both = state.both
+    if both is None or both.numel() != n + _FLAG_HEAD + _INLINE_BYTES or \
+            both.dtype != buf.dtype or both.device != buf.device:
+        both = state.both = torch.empty(n + _FLAG_HEAD + _INLINE_BYTES, dtype=buf.dtype,
+                                        device=buf.device)
+    both[:n].copy_(buf)
+    both[n:].zero_()
+    if ctl._lead and not ctl.stopped and \
+            not getattr(ctl.trial, "closed", False):  # a closed trial's handle is gone
+        data = ctl._take_inline()
+        if data:
+            both[n + 1] = len(data)
+            both[n + _FLAG_HEAD:n + _FLAG_HEAD + len(data)] = torch.frombuffer(
+                bytearray(data), dtype=torch.uint8)
+        if ctl._stash is not None:
+            both[n] = 1.0
+    return both
+
+
+def _flag_drain(state):
+    """Waits for the all-reduces in flight and completes their futures."""
+    inflight, state.inflight = state.inflight, []
+    for work, fut, buf, both in inflight:
+        work.wait()
+        _flag_done(state.ctl, buf, both, fut)
+
+
+def _flag_done(ctl, buf, both, fut):
+    """A bucket's all-reduce is done: its gradients (and on the first
+    bucket the flag and the inline sets, to ctl) to their places."""
+    if both is not None:
+        n = buf.numel()
+        look, size = both[n:n + _FLAG_HEAD].tolist()  # on CUDA: waits for the all-reduce
+        ctl._flag_due = ctl._flag_due or look > 0
+        if size > 0:
+            raw = both[n + _FLAG_HEAD:n + _FLAG_HEAD + int(size)].to(torch.uint8)
+            ctl._inline += [{"kind": "set", "name": k, "value": v}
+                            for k, v in json.loads(bytes(raw.tolist()))]
+        buf.copy_(both[:n])
+    fut.set_result(buf)
 
 
 class Controller:
@@ -341,6 +383,9 @@ class Controller:
                 not sync_ms >= 0 or not math.isfinite(sync_ms):
             raise ValueError("jizhi.torch.attach: sync_ms must be a number >= 0, not %r"
                              % (sync_ms,))
+        if grad_flag is not None and not isinstance(grad_flag, bool):
+            raise ValueError("jizhi.torch.attach: grad_flag must be True, False or None, "
+                             "not %r" % (grad_flag,))
         if keep_checkpoints is not None and int(keep_checkpoints) < 1:
             raise ValueError("jizhi.torch.attach: keep_checkpoints must be >= 1 or None")
         self.trial = trial
@@ -409,14 +454,9 @@ class Controller:
         # rank 0 took an instruction (_stash) during the last backward
         self._flag_due = False
         self._stash = None
-        self._inflight = []  # the flag hook's all-reduces of this backward
-        self._both = None  # the flag hook's first bucket and the flag
         self._inline = []  # the inline sets the last backward brought (every rank)
         self._inline_ins = []  # rank 0: their Instructions, to acknowledge
-        self._grad_flag = self._flag_attach(grad_flag, model)
-        # how the ranks know when to look: "flag" (on DDP's all-reduce),
-        # "cadence" (sync_ms/sync_every) or "alone" (one process: every step)
-        self.looks_by = "flag" if self._grad_flag else "cadence" if self.ddp else "alone"
+        self._grad_flag = False  # set last (the hook is registered when nothing can fail)
         params = trial.params if (self.rank == 0 and trial is not None) else None
         self.params = (self._bcast(params) if self.ddp else params) or {}
 
@@ -429,29 +469,48 @@ class Controller:
             self._apply_params(self.params)
             self._moved = True
             self._say("resumed from %s at step %d" % (path, self.global_step))
+        self._grad_flag = self._flag_attach(grad_flag, model)
+        # how the ranks know when to look: "flag" (on DDP's all-reduce),
+        # "cadence" (sync_ms/sync_every) or "alone" (one process: every step)
+        self.looks_by = "flag" if self._grad_flag else "cadence" if self.ddp else "alone"
 
     def _flag_attach(self, grad_flag, model):
-        """Registers the flag hook when grad_flag asks for it (True) or
+        """Registers the flag hook, or rebinds the one an earlier attach()
+        registered on this model, when grad_flag asks for it (True) or
         allows it (None: under DDP with model= the DistributedDataParallel
-        module, no sync_every, and no communication hook of the user's).
-        True when the looks follow the flag, False for the cadence."""
-        if grad_flag is not None and not isinstance(grad_flag, bool):
-            raise ValueError("jizhi.torch.attach: grad_flag must be True, False or None, "
-                             "not %r" % (grad_flag,))
+        module over all the ranks, no sparse gradients, no sync_every, and
+        no communication hook of the user's). True when the looks follow
+        the flag, False for the cadence (a hook of ours left on the model
+        then does DDP's mean alone)."""
         is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
-        if not self.ddp or grad_flag is False or (grad_flag is None and
-                                                  (not is_ddp or self.sync_every is not None)):
+        state = getattr(model, "_jizhi_flag", None) if is_ddp else None
+        why = None  # why the flag cannot carry the instructions
+        if not self.ddp:
+            why = "no DDP"
+        elif not is_ddp:
+            why = "model= is not the DistributedDataParallel module but %s" % type(model).__name__
+        elif dist.get_world_size(model.process_group) != self.world_size:
+            why = "the model's DDP process group is not all %d ranks" % self.world_size
+        elif any(getattr(m, "sparse", False) is True for m in model.modules()):
+            why = "the model has sparse gradients"
+        use = grad_flag is True or (grad_flag is None and why is None and
+                                    self.sync_every is None)
+        if use and why is not None:
+            raise ValueError("jizhi.torch.attach: grad_flag: %s" % why)
+        if state is not None:  # our hook from an earlier attach(): ours now, or DDP's mean
+            state.ctl = self if use else None
+            return use
+        if not use:
             return False
-        if not is_ddp:
-            raise ValueError("jizhi.torch.attach: grad_flag needs model= the "
-                             "DistributedDataParallel module, not %s" % type(model).__name__)
+        state = _FlagState(self)
         try:
-            model.register_comm_hook(self, _flag_hook)
+            model.register_comm_hook(state, _flag_hook)
         except RuntimeError as e:  # torch allows one hook per model
             if grad_flag is None:
                 return False  # the user's own hook: the cadence
             raise ValueError("jizhi.torch.attach: grad_flag: the model already has a "
                              "communication hook (%s)" % e)
+        model._jizhi_flag = state
         return True
 
     def _take_inline(self):
@@ -477,30 +536,16 @@ class Controller:
             self._stash = (msg, ins)
         return data
 
-    def _flag_done(self, buf, both, fut):
-        """The flag hook: a bucket's all-reduce is done; its gradients (and
-        on the first bucket the flag and the inline sets) to their places."""
-        if both is not None:
-            n = buf.numel()
-            look, size = both[n:n + _FLAG_HEAD].tolist()
-            self._flag_due = self._flag_due or look > 0
-            if size > 0:
-                raw = both[n + _FLAG_HEAD:n + _FLAG_HEAD + int(size)].to(torch.uint8)
-                self._inline += [{"kind": "set", "name": k, "value": v}
-                                 for k, v in json.loads(bytes(raw.tolist()))]
-            buf.copy_(both[:n])
-        fut.set_result(buf)
-
     def _apply_inline(self):
         """At ctl.step: the inline sets of the last backward, applied on
         every rank (a built-in name's outcome is the same on each, so rank
         0 acknowledges its own)."""
         msgs, self._inline = self._inline, []
-        inss, self._inline_ins = self._inline_ins, []
-        for i, msg in enumerate(msgs):
-            detail = self._apply(msg)
-            if self._lead and i < len(inss):
-                self.trial.ack(inss[i], detail is None, detail)
+        inss, self._inline_ins = self._inline_ins[:len(msgs)], self._inline_ins[len(msgs):]
+        details = [self._apply(msg) for msg in msgs]  # all applied before any ack
+        if self._lead:
+            for ins, detail in zip(inss, details):
+                self.trial.ack(ins, detail is None, detail)
 
     # ---- the training loop's calls --------------------------------------------
 
