@@ -14,7 +14,13 @@
       seen before reuses its choice, the cache stays bounded and outlives
       a re-attach of the same model;
     - --cuda-graphs auto|on|off and the fallback after a failed capture
-      (graph_policy.h), kept across a re-attach.
+      (graph_policy.h), kept across a re-attach;
+    - the CUDA CNN at bf16/fp16 (cudnn_host.h): cuDNN's data and compute
+      types per precision, which params keep a half working copy, the
+      device memory per batch size (checked against sizes counted by hand
+      for a small model), the algorithm cache re-keyed by a change of
+      precision, and the options it refuses (exit 2 through
+      trn_config_validate).
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -517,6 +523,126 @@ TEST(graph_failure_falls_back_under_auto_and_ends_the_run_under_on)
     CHECK(trn_config_set(&cfg, "cuda_graphs", "always", err) == -1);
 }
 
+/* cuDNN's types per --precision: half activations and filters with float
+   compute, tensor ops and fp32 BN parameters at bf16/fp16; fp32 as before
+   (FMA math, no working copies). */
+TEST(cudnn_types_per_precision)
+{
+    char err[TRN_ERRLEN];
+    trn_cudnn_types t;
+    REQUIRE(trn_cudnn_types_for(TRN_FP32, &t, err) == 0);
+    CHECK(t.act == TRN_CUDNN_DATA_FLOAT && t.compute == TRN_CUDNN_DATA_FLOAT);
+    CHECK(t.bn == TRN_CUDNN_DATA_FLOAT && t.tensor_ops == 0 && t.esize == 4);
+    CHECK(t.lp_copy == 0);
+    CHECK(!trn_cudnn_param_lp(&t, TRN_PW) && !trn_cudnn_param_lp(&t, TRN_PBN));
+    REQUIRE(trn_cudnn_types_for(TRN_BF16, &t, err) == 0);
+    CHECK(t.act == 9 && t.act == TRN_CUDNN_DATA_BFLOAT16); /* cuDNN's numbers */
+    CHECK(t.compute == 0 && t.bn == 0 && t.tensor_ops == 1 && t.esize == 2);
+    CHECK(trn_cudnn_param_lp(&t, TRN_PW));
+    CHECK(!trn_cudnn_param_lp(&t, TRN_PBIAS) && !trn_cudnn_param_lp(&t, TRN_PBN));
+    REQUIRE(trn_cudnn_types_for(TRN_FP16, &t, err) == 0);
+    CHECK(t.act == 2 && t.act == TRN_CUDNN_DATA_HALF);
+    CHECK(t.compute == 0 && t.bn == 0 && t.tensor_ops == 1 && t.esize == 2);
+    err[0] = '\0';
+    CHECK(trn_cudnn_types_for(7, &t, err) == -1);
+    CHECK(strstr(err, "precision 7") != NULL);
+}
+
+/* Device memory of cnn:1x12x12:4,8:b1:10 at batch 16, against counts made
+   by hand: weights 36 (stem 1->4) + 2 x 144 (block 4->4) + 288 (transition
+   4->8) + 2 x 576 (block 8->8) + 80 (head) = 1844 in conv/linear weights;
+   the largest conv 576; the input 144 values an example. */
+TEST(cudnn_sizes_per_precision_match_a_hand_count)
+{
+    static trn_cnn_layout L;
+    char err[TRN_ERRLEN];
+    REQUIRE(trn_cnn_layout_build(&L, "cnn:1x12x12:4,8:b1:10", err) == 0);
+    long feat[TRN_MAX_OPS + 1], pn[TRN_MAX_OPS], featsum = 0, pw = 0;
+    int conv[TRN_MAX_OPS], lp32[TRN_MAX_OPS], lp16[TRN_MAX_OPS];
+    trn_cudnn_types t32, t16;
+    REQUIRE(trn_cudnn_types_for(TRN_FP32, &t32, err) == 0);
+    REQUIRE(trn_cudnn_types_for(TRN_FP16, &t16, err) == 0);
+    for (int i = 0; i < L.nbufs; i++)
+        featsum += feat[i] = (long)L.buf[i].c * L.buf[i].h * L.buf[i].w;
+    for (int i = 0; i < L.np; i++) {
+        pn[i] = L.p[i].n;
+        conv[i] = L.p[i].conv >= 0;
+        lp32[i] = trn_cudnn_param_lp(&t32, L.p[i].kind);
+        lp16[i] = trn_cudnn_param_lp(&t16, L.p[i].kind);
+        pw += lp16[i] ? pn[i] : 0;
+    }
+    CHECK(pw == 1844);
+    CHECK(feat[0] == 144);
+    trn_cudnn_sizes a, b;
+    trn_cudnn_sizes_for(&t32, 16, L.nbufs, feat, L.np, pn, conv, lp32, &a);
+    trn_cudnn_sizes_for(&t16, 16, L.nbufs, feat, L.np, pn, conv, lp16, &b);
+    CHECK(a.act == (size_t)(2 * 16 * featsum * 4));
+    CHECK(b.act * 2 == a.act); /* half the activation memory */
+    CHECK(a.master == (size_t)(3 * L.total * 4) && b.master == a.master);
+    CHECK(a.lp == 0 && a.gconv == 0 && a.stage == 0); /* fp32: as before */
+    CHECK(b.lp == 1844 * 2);
+    CHECK(b.gconv == 576 * 2);
+    CHECK(b.stage == 16 * 144 * 4);
+}
+
+/* The conv algorithms chosen at one precision are not reused at another
+   (a --precision-schedule re-attaches): the key names the precision. */
+TEST(algorithm_cache_is_chosen_again_at_another_precision)
+{
+    trn_algo_cache c = {0};
+    char k1[128], k2[128];
+    int a[TRN_ALGO_KINDS] = {1, 2, 3};
+    const char *m = "cnn:1x28x28:16,32:b1:10";
+    CHECK_STR(trn_cudnn_algo_key(m, TRN_BF16, k1, sizeof k1),
+              "cnn:1x28x28:16,32:b1:10@bf16");
+    trn_cudnn_algo_key(m, TRN_FP32, k2, sizeof k2);
+    REQUIRE(trn_algo_cache_attach(&c, 16, k2) == 0);
+    trn_algo_cache_put(&c, 0, 256, a, 100);
+    REQUIRE(trn_algo_cache_attach(&c, 16, k2) == 0); /* same precision: kept */
+    CHECK(trn_algo_cache_get(&c, 0, 256) != NULL);
+    REQUIRE(trn_algo_cache_attach(&c, 16, k1) == 0); /* bf16: chosen again */
+    CHECK(c.n == 0 && trn_algo_cache_get(&c, 0, 256) == NULL);
+    trn_algo_cache_fini(&c);
+}
+
+/* What --backend cuda --model cnn cannot run with is refused before the
+   run (trn_config_validate: exit 2), naming the option; bf16 and fp16
+   are accepted; other models and backends are not concerned. */
+TEST(cuda_cnn_refuses_what_it_has_no_code_for)
+{
+    char err[TRN_ERRLEN];
+    trn_config c;
+    trn_config_defaults(&c);
+    snprintf(c.backend, sizeof c.backend, "cuda");
+    snprintf(c.model, sizeof c.model, "cnn");
+    const char *precs[] = {"fp32", "bf16", "fp16"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(c.precision, sizeof c.precision, "%s", precs[i]);
+        CHECK(trn_cudnn_refuse(&c, err) == 0);
+        CHECK(trn_config_validate(&c, err) == 0);
+    }
+    snprintf(c.optimizer, sizeof c.optimizer, "adamw");
+    err[0] = '\0';
+    CHECK(trn_config_validate(&c, err) == -1);
+    CHECK(strstr(err, "--optimizer adamw") && strstr(err, "sgd and lars"));
+    snprintf(c.optimizer, sizeof c.optimizer, "lars");
+    CHECK(trn_config_validate(&c, err) == 0);
+    snprintf(c.cuda_graphs, sizeof c.cuda_graphs, "on");
+    err[0] = '\0';
+    CHECK(trn_config_validate(&c, err) == -1);
+    CHECK(strstr(err, "--cuda-graphs on") != NULL);
+    snprintf(c.cuda_graphs, sizeof c.cuda_graphs, "off");
+    CHECK(trn_config_validate(&c, err) == 0);
+    /* the MLP on CUDA keeps its graphs; the CPU CNN any optimizer */
+    snprintf(c.cuda_graphs, sizeof c.cuda_graphs, "on");
+    snprintf(c.model, sizeof c.model, "mlp");
+    CHECK(trn_cudnn_refuse(&c, err) == 0);
+    snprintf(c.model, sizeof c.model, "cnn");
+    snprintf(c.backend, sizeof c.backend, "cpu");
+    snprintf(c.optimizer, sizeof c.optimizer, "adamw");
+    CHECK(trn_cudnn_refuse(&c, err) == 0);
+}
+
 int main(void)
 {
     RUN(cuda_cnn_layout_matches_net_c);
@@ -531,5 +657,9 @@ int main(void)
     RUN(algorithm_cache_outlives_a_reattach_of_the_same_model);
     RUN(graph_policy_outlives_a_reattach);
     RUN(graph_failure_falls_back_under_auto_and_ends_the_run_under_on);
+    RUN(cudnn_types_per_precision);
+    RUN(cudnn_sizes_per_precision_match_a_hand_count);
+    RUN(algorithm_cache_is_chosen_again_at_another_precision);
+    RUN(cuda_cnn_refuses_what_it_has_no_code_for);
     TEST_DONE();
 }

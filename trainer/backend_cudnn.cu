@@ -1,6 +1,7 @@
 /*  backend_cudnn.cu - the residual CNN of net.c on cuDNN (issue 38, item 4),
-    fp32 only, one rank or several. NEVER RUN ON A GPU: written and
-    compiled on a machine without one (several ranks included).
+    fp32, bf16 or fp16 (--precision), one rank or several. NEVER RUN ON A
+    GPU: written and compiled on a machine without one (several ranks and
+    bf16/fp16 included).
 
     Built by `make cuda` where cudnn.h is found (trainer.mk: CUDNN_H sets
     HAVE_CUDNN, which adds TRN_CUDNN_OBJ and -DTRN_WITH_CUDNN) and linked
@@ -18,9 +19,24 @@
     (dist_dev.h, one stage per op with params: cnn_layout.h), the norms,
     the overflow check and the update run on the sums, and the BN running
     statistics are averaged over the ranks after each step (trn_comm_mean,
-    the CPU's own function, through pinned host memory). Not yet:
-    bf16/fp16 (refused: --precision fp32 only), CUDA graphs. Models of more than
-    TRN_MAX_OPS ops are refused by s_build (and by trn_config_validate).
+    the CPU's own function, through pinned host memory). Not yet: CUDA
+    graphs (--cuda-graphs on refused by trn_config_validate, exit 2;
+    cudnn_host.h). Models of more than TRN_MAX_OPS ops are refused by
+    s_build (and by trn_config_validate).
+
+    bf16/fp16 (types per precision: cudnn_host.h's trn_cudnn_types_for):
+    activations, their gradients and conv filters in the half type, NHWC,
+    convolutions with float compute on tensor cores (CUDNN_TENSOR_OP_MATH),
+    the head's GEMMs by cublasGemmEx (float compute; its weight and bias
+    gradients written in fp32); BatchNorm's gamma/beta and running
+    statistics fp32 (the type cuDNN derives for a half input), the head's
+    bias fp32. Master weights, momenta and every gradient the norms, the
+    exchange and the update read are fp32: a conv's weight gradient comes
+    from cuDNN in the half type and is converted at once; conv and linear
+    weights keep a half working copy rounded from the master by the update.
+    The loss scale is train.c's (the same scaler as the CPU and the MLP:
+    dlogits carry it, the norms unscale, an inf/NaN gradient raises the
+    flag and the update is skipped on the device).
 
     What it does: the topology of net.c's "cnn" branch rebuilt from the
     net's arch string by host code (cnn_layout.c: stem conv-BN-ReLU; per
@@ -34,12 +50,14 @@
     ends the run with exit status 2 naming both). The convolution
     algorithms are chosen once per (layer, batch size) and cached
     (cudnn_host.h, bounded); the BN parameter descriptor is derived by
-    cudnnDeriveBNTensorDescriptor. Activations are NHWC fp32 (cuDNN tensors in
-    CUDNN_TENSOR_NHWC), convolution weights are kept in KRSC (OHWI) on the
-    device and transposed from and to the host's OIHW at attach and sync.
+    cudnnDeriveBNTensorDescriptor. Activations are NHWC (cuDNN tensors in
+    CUDNN_TENSOR_NHWC; fp32 at --precision fp32), convolution weights are
+    kept in KRSC (OHWI) on the device and transposed from and to the host's
+    OIHW at attach and sync.
     Convolutions: cudnnConvolutionForward / BackwardData / BackwardFilter
     with the first deterministic algorithm of cuDNN's _v7 heuristics that
-    fits the workspace (cached per batch size), FMA math (no TF32). BatchNorm: cuDNN's
+    fits the workspace (cached per batch size and precision), FMA math at
+    fp32 (no TF32). BatchNorm: cuDNN's
    spatial batch norm (eps 1e-5, running averages with factor 0.1 and the unbiased
     variance, as net.c). ReLU, add, pooling, the head's bias: own kernels;
     the head's GEMMs: cuBLAS; loss, norms and the SGD/LARS update: the MLP
@@ -90,95 +108,17 @@ extern "C" {
         }                                                                                \
     } while (0)
 
+/* cudnn_host.h's type numbers are cuDNN's */
+static_assert(TRN_CUDNN_DATA_FLOAT == (int)CUDNN_DATA_FLOAT, "cudnn_host.h");
+static_assert(TRN_CUDNN_DATA_HALF == (int)CUDNN_DATA_HALF, "cudnn_host.h");
+static_assert(TRN_CUDNN_DATA_BFLOAT16 == (int)CUDNN_DATA_BFLOAT16, "cudnn_host.h");
+
 #define MAXOPS TRN_MAX_OPS           /* s_build refuses a larger model before building */
 #define MAXP TRN_MAX_OPS             /* a cnn has fewer params than ops */
 #define S_WS_MAX ((size_t)256 << 20) /* cuDNN workspace ceiling */
 #define S_ALGO_NB 8                  /* batch sizes whose conv algorithms are cached */
 
-/* ---- cuDNN, loaded when a CNN is attached ------------------------------------- */
-
-/* jizhi-train-cuda does not link libcudnn: a machine without it still runs
-   the MLP; the first CNN attach dlopens it (the binary's run path, then
-   the loader's) and takes these entry points. */
-#define S_DNN_FUNCS(X)                                                                   \
-    X(cudnnBatchNormalizationBackward)                                                   \
-    X(cudnnBatchNormalizationForwardTraining)                                            \
-    X(cudnnConvolutionBackwardData)                                                      \
-    X(cudnnConvolutionBackwardFilter)                                                    \
-    X(cudnnConvolutionForward)                                                           \
-    X(cudnnCreate)                                                                       \
-    X(cudnnCreateConvolutionDescriptor)                                                  \
-    X(cudnnCreateFilterDescriptor)                                                       \
-    X(cudnnCreateTensorDescriptor)                                                       \
-    X(cudnnDeriveBNTensorDescriptor)                                                     \
-    X(cudnnDestroy)                                                                      \
-    X(cudnnDestroyConvolutionDescriptor)                                                 \
-    X(cudnnDestroyFilterDescriptor)                                                      \
-    X(cudnnDestroyTensorDescriptor)                                                      \
-    X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                                       \
-    X(cudnnGetConvolutionBackwardDataWorkspaceSize)                                      \
-    X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)                                     \
-    X(cudnnGetConvolutionBackwardFilterWorkspaceSize)                                    \
-    X(cudnnGetConvolutionForwardAlgorithm_v7)                                            \
-    X(cudnnGetConvolutionForwardWorkspaceSize)                                           \
-    X(cudnnGetCudartVersion)                                                             \
-    X(cudnnGetErrorString)                                                               \
-    X(cudnnGetVersion)                                                                   \
-    X(cudnnSetConvolution2dDescriptor)                                                   \
-    X(cudnnSetConvolutionMathType)                                                       \
-    X(cudnnSetFilter4dDescriptor)                                                        \
-    X(cudnnSetStream)                                                                    \
-    X(cudnnSetTensor4dDescriptor)
-
-#define S_DECL(f) static decltype(&f) p_##f;
-S_DNN_FUNCS(S_DECL)
-
-/* 0 when cuDNN's entry points are loaded and its version is the one this
-   program was built for, or -1 with the reason in err; *mismatch is set
-   when the library was found but its version (or the CUDA runtime it was
-   built for) differs: cudnn_host.h's check, naming both versions. The
-   library is opened once per process (the file name from the headers'
-   CUDNN_MAJOR); an older minor than the headers' is said once on stderr. */
-static int s_dnn_load(char *err, int *mismatch)
-{
-    static int state; /* 0 not tried, 1 loaded, -1 failed, -2 wrong version */
-    static char why[TRN_ERRLEN];
-    if (state == 0) {
-        char so[32]; /* the headers' major: libcudnn.so.9 for cuDNN 9 */
-        trn_cudnn_soname(CUDNN_VERSION, so, sizeof so);
-        void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-        if (!h)
-            h = dlopen("libcudnn.so", RTLD_NOW | RTLD_LOCAL);
-        state = h ? 1 : -1;
-        if (!h)
-            snprintf(why, sizeof why,
-                     "cuDNN not found (%s): the CUDA CNN needs %s (the CUDA "
-                     "toolkit's cuDNN, or NVIDIA's nvidia-cudnn wheel on "
-                     "LD_LIBRARY_PATH)",
-                     dlerror(), so);
-#define S_LOAD(f)                                                                        \
-    if (state > 0 && !(p_##f = (decltype(&f))dlsym(h, #f))) {                            \
-        snprintf(why, sizeof why, "cuDNN lacks %s", #f);                                 \
-        state = -1;                                                                      \
-    }
-        S_DNN_FUNCS(S_LOAD)
-#undef S_LOAD
-        int rt = 0;
-        char warn[TRN_ERRLEN] = "";
-        if (state > 0 && cudaRuntimeGetVersion(&rt) != cudaSuccess)
-            rt = 0;
-        if (state > 0 &&
-            trn_cudnn_version_check((long)p_cudnnGetVersion(), CUDNN_VERSION,
-                                    (long)p_cudnnGetCudartVersion(), rt, why, warn) < 0)
-            state = -2;
-        if (warn[0]) /* an older minor than the headers': said once, runs on */
-            fprintf(stderr, "%s\n", warn);
-    }
-    *mismatch = state == -2;
-    if (state < 0)
-        snprintf(err, TRN_ERRLEN, "%s", why);
-    return state > 0 ? 0 : -1;
-}
+#include "trainer/cudnn_dl.cuh"
 
 #include "trainer/cuda_cnn_kernels.cuh"
 
@@ -208,7 +148,7 @@ typedef struct {
 
 typedef struct {
     int c, h, w;                /* per sample, NHWC */
-    float *x, *g;               /* cap * c*h*w */
+    void *x, *g;                /* cap * c*h*w elements of the act type */
     cudnnTensorDescriptor_t td; /* for the current batch size */
     int written;                /* the gradient has a contribution this pass */
 } s_buf;
@@ -231,8 +171,15 @@ typedef struct {
     long pn[MAXP];   /* element counts */
     int pkind[MAXP]; /* trn_pkind */
     int pconv[MAXP]; /* conv weights: the op index (OIHW <-> KRSC), else -1 */
-    float *w[MAXP], *m[MAXP], *g[MAXP];
-    float *state; /* BN running statistics, net.c's layout */
+    float *w[MAXP], *m[MAXP], *g[MAXP]; /* fp32 masters, momenta, gradients */
+    void *lp[MAXP];     /* the act-type working copy (conv/linear weights at
+                           bf16/fp16), else w[i] itself (not owned) */
+    trn_precision prec; /* the attached --precision */
+    trn_cudnn_types ty; /* its types (cudnn_host.h) */
+    void *gconv;        /* bf16/fp16: a conv's weight gradient as cuDNN writes
+                           it, converted into g[i] at once (the largest conv's) */
+    float *stage;       /* bf16/fp16: a host batch in fp32 before conversion */
+    float *state;       /* BN running statistics, net.c's layout */
     long nstate;
     int classes;
     cudaStream_t stream;
@@ -240,7 +187,8 @@ typedef struct {
     cudnnHandle_t dnn;
     void *ws;
     size_t ws_size;
-    float *ones, *scratch;
+    void *ones; /* cap ones in the act type (the head's bias gradient) */
+    float *scratch;
     float *part;      /* the norms' per-block partial sums (trn_norms) */
     unsigned char *y; /* cap labels */
     int *flag;
@@ -312,127 +260,45 @@ static int s_build(s_cnn *q, const char *arch, char *err)
     return 0;
 }
 
-/* ---- buffers, descriptors, algorithms -------------------------------------------- */
+/* ---- buffers, descriptors, algorithms: cudnn_bufs.cuh ------------------------- */
 
-/* The workspace grown to need bytes (never shrunk). */
-static void s_ws_grow(s_cnn *q, size_t need)
-{
-    if (need > q->ws_size) {
-        CUDA_CHECK(cudaStreamSynchronize(q->stream));
-        cudaFree(q->ws);
-        CUDA_CHECK(cudaMalloc(&q->ws, need));
-        q->ws_size = need;
-    }
-}
-
-/* Conv algorithms of op i (o) at batch nb: the choice cached for (i, nb)
-   when this batch size was seen before (cudnn_host.h), else the first
-   deterministic one of each _v7 list whose workspace fits S_WS_MAX, then
-   cached; the workspace grown to the largest the three need. */
-static void s_algos(s_cnn *q, int i, s_op *o, int nb)
-{
-    const trn_algo_entry *hit = trn_algo_cache_get(&q->algos, i, nb);
-    if (hit) {
-        o->fa = (cudnnConvolutionFwdAlgo_t)hit->algo[0];
-        o->ba = (cudnnConvolutionBwdDataAlgo_t)hit->algo[1];
-        o->fb = (cudnnConvolutionBwdFilterAlgo_t)hit->algo[2];
-        s_ws_grow(q, hit->ws);
-        return;
-    }
-    cudnnTensorDescriptor_t xd = q->buf[o->in].td, yd = q->buf[o->out].td;
-    int n = 0;
-    size_t need = 0, sz = 0;
-    cudnnConvolutionFwdAlgoPerf_t pf[8];
-    CUDNN_CHECK(p_cudnnGetConvolutionForwardAlgorithm_v7(q->dnn, xd, o->fd, o->cd, yd, 8,
-                                                         &n, pf));
-    o->fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    for (int j = 0; j < n; j++)
-        if (pf[j].status == CUDNN_STATUS_SUCCESS &&
-            pf[j].determinism == CUDNN_DETERMINISTIC && pf[j].memory <= S_WS_MAX) {
-            o->fa = pf[j].algo;
-            break;
-        }
-    CUDNN_CHECK(p_cudnnGetConvolutionForwardWorkspaceSize(q->dnn, xd, o->fd, o->cd, yd,
-                                                          o->fa, &sz));
-    need = sz > need ? sz : need;
-    cudnnConvolutionBwdDataAlgoPerf_t pd[8];
-    CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataAlgorithm_v7(q->dnn, o->fd, yd, o->cd,
-                                                              xd, 8, &n, pd));
-    o->ba = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    for (int j = 0; j < n; j++)
-        if (pd[j].status == CUDNN_STATUS_SUCCESS &&
-            pd[j].determinism == CUDNN_DETERMINISTIC && pd[j].memory <= S_WS_MAX) {
-            o->ba = pd[j].algo;
-            break;
-        }
-    CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataWorkspaceSize(q->dnn, o->fd, yd, o->cd,
-                                                               xd, o->ba, &sz));
-    need = sz > need ? sz : need;
-    cudnnConvolutionBwdFilterAlgoPerf_t pw[8];
-    CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterAlgorithm_v7(q->dnn, xd, yd, o->cd,
-                                                                o->fd, 8, &n, pw));
-    o->fb = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    for (int j = 0; j < n; j++)
-        if (pw[j].status == CUDNN_STATUS_SUCCESS &&
-            pw[j].determinism == CUDNN_DETERMINISTIC && pw[j].memory <= S_WS_MAX) {
-            o->fb = pw[j].algo;
-            break;
-        }
-    CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterWorkspaceSize(q->dnn, xd, yd, o->cd,
-                                                                 o->fd, o->fb, &sz));
-    need = sz > need ? sz : need;
-    int algo[TRN_ALGO_KINDS] = {(int)o->fa, (int)o->ba, (int)o->fb};
-    trn_algo_cache_put(&q->algos, i, nb, algo, need);
-    s_ws_grow(q, need);
-}
-
-/* Buffers for nb examples and every descriptor at batch size nb. */
-static void s_reserve(s_cnn *q, int nb)
-{
-    if (nb > q->cap) {
-        CUDA_CHECK(cudaStreamSynchronize(q->stream));
-        for (int i = 0; i < q->nbufs; i++) {
-            s_buf *b = &q->buf[i];
-            long feat = (long)b->c * b->h * b->w;
-            cudaFree(b->x), cudaFree(b->g);
-            CUDA_CHECK(cudaMalloc(&b->x, (size_t)nb * feat * sizeof(float)));
-            CUDA_CHECK(cudaMalloc(&b->g, (size_t)nb * feat * sizeof(float)));
-        }
-        cudaFree(q->ones);
-        cudaFree(q->y);
-        CUDA_CHECK(cudaMalloc(&q->ones, (size_t)nb * sizeof(float)));
-        CUDA_CHECK(cudaMalloc(&q->y, (size_t)nb));
-        k_fill<float><<<s_blocks(nb), 256, 0, q->stream>>>(q->ones, 1.0f, nb);
-        CUDA_CHECK(cudaGetLastError());
-        q->cap = nb;
-    }
-    if (nb == q->desc_nb)
-        return;
-    for (int i = 0; i < q->nbufs; i++) {
-        s_buf *b = &q->buf[i];
-        CUDNN_CHECK(p_cudnnSetTensor4dDescriptor(b->td, CUDNN_TENSOR_NHWC,
-                                                 CUDNN_DATA_FLOAT, nb, b->c, b->h, b->w));
-    }
-    for (int i = 0; i < q->nops; i++)
-        if (q->op[i].kind == Q_CONV)
-            s_algos(q, i, &q->op[i], nb);
-    q->desc_nb = nb;
-}
+#include "trainer/cudnn_bufs.cuh"
 
 /* ---- the step ---------------------------------------------------------------------- */
 
+/* the act type as cuBLAS names it */
+static cudaDataType_t s_blas_type(const s_cnn *q)
+{
+    return q->prec == TRN_BF16   ? CUDA_R_16BF
+           : q->prec == TRN_FP16 ? CUDA_R_16F
+                                 : CUDA_R_32F;
+}
+
+/* c = a . b (+ beta c), column-major as cuBLAS. fp32: cublasSgemm, pedantic
+   math (no TF32), as before bf16/fp16 existed. bf16/fp16: a and b in the act
+   type, c in it too unless c32 (then fp32: the head's weight and bias
+   gradients), float compute on tensor cores (cublasGemmEx). */
 static void s_gemm(s_cnn *q, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                   int k, const float *a, int lda, const float *b, int ldb, float *c,
-                   int ldc, float beta)
+                   int k, const void *a, int lda, const void *b, int ldb, void *c,
+                   int ldc, float beta, int c32)
 {
     float alpha = 1.0f;
-    CUBLAS_CHECK(
-        cublasSgemm(q->blas, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc));
+    if (q->prec == TRN_FP32) {
+        CUBLAS_CHECK(cublasSgemm(q->blas, ta, tb, m, n, k, &alpha, (const float *)a, lda,
+                                 (const float *)b, ldb, &beta, (float *)c, ldc));
+        return;
+    }
+    cudaDataType_t t = s_blas_type(q);
+    CUBLAS_CHECK(cublasGemmEx(q->blas, ta, tb, m, n, k, &alpha, a, t, lda, b, t, ldb,
+                              &beta, c, c32 ? CUDA_R_32F : t, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
 }
 
 /* forward (training: batch statistics, running averages updated) and the
-   loss: dlogits in the last buffer's gradient, the loss sum in scratch[0] */
-static void s_forward(s_cnn *q, int nb)
+   loss: dlogits in the last buffer's gradient, the loss sum in scratch[0].
+   T: the act type (float at fp32); conv filters and the head's weight
+   from lp (w itself at fp32), BN's parameters and statistics fp32. */
+template <typename T> static void s_forward(s_cnn *q, int nb)
 {
     cudaStream_t st = q->stream;
     const float one = 1.0f, zero = 0.0f;
@@ -443,7 +309,7 @@ static void s_forward(s_cnn *q, int nb)
         switch (o->kind) {
         case Q_CONV:
             CUDNN_CHECK(p_cudnnConvolutionForward(q->dnn, &one, x->td, x->x, o->fd,
-                                                  q->w[o->pw], o->cd, o->fa, q->ws,
+                                                  q->lp[o->pw], o->cd, o->fa, q->ws,
                                                   q->ws_size, &zero, y->td, y->x));
             break;
         case Q_BN: {
@@ -455,34 +321,39 @@ static void s_forward(s_cnn *q, int nb)
             break;
         }
         case Q_RELU:
-            k_relu_fwd<<<s_blocks(cnt), 256, 0, st>>>(x->x, y->x, cnt);
+            k_relu_fwd<T><<<s_blocks(cnt), 256, 0, st>>>((T *)x->x, (T *)y->x, cnt);
             break;
         case Q_ADD:
-            k_add<<<s_blocks(cnt), 256, 0, st>>>(x->x, q->buf[o->in2].x, y->x, cnt);
+            k_add<T><<<s_blocks(cnt), 256, 0, st>>>((T *)x->x, (T *)q->buf[o->in2].x,
+                                                    (T *)y->x, cnt);
             break;
         case Q_GAP:
-            k_gap_fwd<<<s_blocks((long)nb * o->c), 256, 0, st>>>(x->x, y->x, nb, o->c,
-                                                                 o->h * o->w);
+            k_gap_fwd<T><<<s_blocks((long)nb * o->c), 256, 0, st>>>(
+                (T *)x->x, (T *)y->x, nb, o->c, o->h * o->w);
             break;
         case Q_LINEAR:
-            s_gemm(q, CUBLAS_OP_T, CUBLAS_OP_N, o->co, nb, o->c, q->w[o->pw], o->c, x->x,
-                   o->c, y->x, o->co, 0.0f);
-            k_bias_act<float>
-                <<<s_blocks(cnt), 256, 0, st>>>(y->x, q->w[o->pb], nb, o->co, 0);
+            s_gemm(q, CUBLAS_OP_T, CUBLAS_OP_N, o->co, nb, o->c, q->lp[o->pw], o->c, x->x,
+                   o->c, y->x, o->co, 0.0f, 0);
+            k_bias_f32<T>
+                <<<s_blocks(cnt), 256, 0, st>>>((T *)y->x, q->w[o->pb], nb, o->co);
             break;
         }
     }
     s_buf *z = &q->buf[q->nbufs - 1];
-    k_softmax_ce<float><<<(nb + 127) / 128, 128, 0, st>>>(
-        z->x, q->y, z->g, nb, q->classes, (float)q->smoothing, q->args, q->scratch);
+    k_softmax_ce<T><<<(nb + 127) / 128, 128, 0, st>>>((T *)z->x, q->y, (T *)z->g, nb,
+                                                      q->classes, (float)q->smoothing,
+                                                      q->args, q->scratch);
 }
 
 /* backward in reverse op order; parameter gradients into q->g (scaled by
    the loss scale); a buffer read twice sums both contributions. With dd
    (several ranks) each op's stage is reported once its parameter
    gradients are final, so the exchange sends them while the backward goes
-   on. 0, or -1 when the exchange failed (the pass always completes). */
-static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
+   on. 0, or -1 when the exchange failed (the pass always completes).
+   T: the act type; at bf16/fp16 a conv's weight gradient comes in T (the
+   filter's type) into q->gconv and is converted into its fp32 q->g at
+   once, the head's are written in fp32 by cuBLAS, BN's are fp32. */
+template <typename T> static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
 {
     int rc = 0;
     cudaStream_t st = q->stream;
@@ -497,15 +368,19 @@ static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
         int acc = x->written, need_dx = o->in != 0;
         switch (o->kind) {
         case Q_CONV: {
+            int lp = q->lp[o->pw] != q->w[o->pw];
             CUDNN_CHECK(p_cudnnConvolutionBackwardFilter(
                 q->dnn, &one, x->td, x->x, y->td, y->g, o->cd, o->fb, q->ws, q->ws_size,
-                &zero, o->fd, q->g[o->pw]));
+                &zero, o->fd, lp ? q->gconv : q->g[o->pw]));
+            if (lp)
+                k_to_f32<T><<<s_blocks(q->pn[o->pw]), 256, 0, st>>>(
+                    (const T *)q->gconv, q->g[o->pw], q->pn[o->pw]);
             if (dd && trn_devdist_stage(dd, o->stage) < 0)
                 rc = -1;
             const float beta = acc ? 1.0f : 0.0f;
             if (need_dx)
                 CUDNN_CHECK(p_cudnnConvolutionBackwardData(
-                    q->dnn, &one, o->fd, q->w[o->pw], y->td, y->g, o->cd, o->ba, q->ws,
+                    q->dnn, &one, o->fd, q->lp[o->pw], y->td, y->g, o->cd, o->ba, q->ws,
                     q->ws_size, &beta, x->td, x->g));
             break;
         }
@@ -520,29 +395,32 @@ static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
             break;
         }
         case Q_RELU:
-            k_relu_bwd_acc<<<s_blocks(cnt), 256, 0, st>>>(y->x, y->g, x->g, cnt, acc);
+            k_relu_bwd_acc<T><<<s_blocks(cnt), 256, 0, st>>>((T *)y->x, (T *)y->g,
+                                                             (T *)x->g, cnt, acc);
             break;
         case Q_ADD: {
             s_buf *x2 = &q->buf[o->in2];
-            k_acc<<<s_blocks(cnt), 256, 0, st>>>(y->g, x->g, cnt, acc);
-            k_acc<<<s_blocks(cnt), 256, 0, st>>>(y->g, x2->g, cnt, x2->written);
+            k_acc<T><<<s_blocks(cnt), 256, 0, st>>>((T *)y->g, (T *)x->g, cnt, acc);
+            k_acc<T>
+                <<<s_blocks(cnt), 256, 0, st>>>((T *)y->g, (T *)x2->g, cnt, x2->written);
             x2->written = 1;
             break;
         }
         case Q_GAP:
-            k_gap_bwd<<<s_blocks(cin), 256, 0, st>>>(y->g, x->g, nb, o->c, o->h * o->w,
-                                                     acc);
+            k_gap_bwd<T><<<s_blocks(cin), 256, 0, st>>>((T *)y->g, (T *)x->g, nb, o->c,
+                                                        o->h * o->w, acc);
             break;
         case Q_LINEAR:
-            /* dW^T (c x co) = X^T . dY; db = dY^T . ones; dX = W . dY */
+            /* dW^T (c x co) = X^T . dY; db = dY^T . ones (both fp32 out);
+               dX = W . dY */
             s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_T, o->c, o->co, nb, x->x, o->c, y->g, o->co,
-                   q->g[o->pw], o->c, 0.0f);
+                   q->g[o->pw], o->c, 0.0f, 1);
             s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_N, o->co, 1, nb, y->g, o->co, q->ones, nb,
-                   q->g[o->pb], o->co, 0.0f);
+                   q->g[o->pb], o->co, 0.0f, 1);
             if (dd && trn_devdist_stage(dd, o->stage) < 0)
                 rc = -1;
-            s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_N, o->c, nb, o->co, q->w[o->pw], o->c, y->g,
-                   o->co, x->g, o->c, acc ? 1.0f : 0.0f);
+            s_gemm(q, CUBLAS_OP_N, CUBLAS_OP_N, o->c, nb, o->co, q->lp[o->pw], o->c, y->g,
+                   o->co, x->g, o->c, acc ? 1.0f : 0.0f, 0);
             break;
         }
         x->written = 1;
@@ -553,8 +431,11 @@ static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
 
 /* norms, the overflow flag, the update (skipped on the device when the flag
    is up), the sums to pinned memory. Gradients: this rank's own carrying
-   the loss scale (dd NULL), or the ranks' fp32 sums in true units. */
-static void s_finish(s_cnn *q, trn_devdist *dd)
+   the loss scale (dd NULL), or the ranks' fp32 sums in true units; both
+   fp32 at every precision. The update writes the fp32 master and, for a
+   param with a working copy (bf16/fp16: conv and linear weights), that
+   copy rounded from it (k_update's wlp); T: the act type. */
+template <typename T> static void s_finish(s_cnn *q, trn_devdist *dd)
 {
     int uns = !dd;
     cudaStream_t st = q->stream;
@@ -565,11 +446,17 @@ static void s_finish(s_cnn *q, trn_devdist *dd)
                          q->args, uns, q->scratch + 1 + 2 * i, q->flag, q->part);
     for (int i = 0; i < q->np; i++) {
         int weight = q->pkind[i] == TRN_PW;
-        k_update<float, float><<<s_blocks(q->pn[i]), 256, 0, st>>>(
-            q->w[i], q->w[i], dd ? trn_devdist_grad(dd, i) : q->g[i], q->m[i], q->pn[i],
-            q->args, uns, mu, weight ? wd : 0.0f, q->nesterov,
-            lars ? (weight ? 1 : 2) : 0, (float)q->trust, q->scratch + 1 + 2 * i,
-            q->flag);
+        const float *g = dd ? trn_devdist_grad(dd, i) : q->g[i];
+        int mode = lars ? (weight ? 1 : 2) : 0;
+        float wdi = weight ? wd : 0.0f, tr = (float)q->trust;
+        if (q->lp[i] != q->w[i])
+            k_update<T, float><<<s_blocks(q->pn[i]), 256, 0, st>>>(
+                q->w[i], (T *)q->lp[i], g, q->m[i], q->pn[i], q->args, uns, mu, wdi,
+                q->nesterov, mode, tr, q->scratch + 1 + 2 * i, q->flag);
+        else
+            k_update<float, float><<<s_blocks(q->pn[i]), 256, 0, st>>>(
+                q->w[i], q->w[i], g, q->m[i], q->pn[i], q->args, uns, mu, wdi,
+                q->nesterov, mode, tr, q->scratch + 1 + 2 * i, q->flag);
     }
     CUDA_CHECK(cudaGetLastError());
     CUDA_CHECK(cudaMemcpyAsync(q->res_h, q->scratch,
@@ -646,8 +533,12 @@ static void s_detach(void *self)
         if (q->buf[i].td)
             p_cudnnDestroyTensorDescriptor(q->buf[i].td);
     }
-    for (int i = 0; i < q->np; i++)
+    for (int i = 0; i < q->np; i++) {
+        if (q->lp[i] != q->w[i])
+            cudaFree(q->lp[i]);
         cudaFree(q->w[i]), cudaFree(q->m[i]), cudaFree(q->g[i]);
+    }
+    cudaFree(q->gconv), cudaFree(q->stage);
     cudaFree(q->state), cudaFree(q->ws), cudaFree(q->ones), cudaFree(q->y);
     cudaFree(q->scratch), cudaFree(q->part), cudaFree(q->flag), cudaFree(q->args);
     cudaFreeHost(q->args_h), cudaFreeHost(q->res_h), cudaFreeHost(q->flag_h);
@@ -673,10 +564,15 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     }
     if (s_build(q, trn_net_arch(net), err) < 0)
         return -1;
+    q->prec = trn_precision_from_name(cfg->precision);
+    if (trn_cudnn_types_for(q->prec, &q->ty, err) < 0)
+        return -1;
     int nconv = 0;
     for (int i = 0; i < q->nops; i++)
         nconv += q->op[i].kind == Q_CONV;
-    if (trn_algo_cache_attach(&q->algos, nconv * S_ALGO_NB, trn_net_arch(net)) < 0) {
+    char key[TRN_ERRLEN]; /* the choices hold for one model at one precision */
+    trn_cudnn_algo_key(trn_net_arch(net), q->prec, key, sizeof key);
+    if (trn_algo_cache_attach(&q->algos, nconv * S_ALGO_NB, key) < 0) {
         snprintf(err, TRN_ERRLEN, "out of memory");
         return -1;
     }
@@ -686,11 +582,6 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     }
     if (trn_net_nparams(net) != q->np || trn_net_state_count(net) != q->nstate) {
         snprintf(err, TRN_ERRLEN, "the model's parameters do not match the CUDA CNN's");
-        return -1;
-    }
-    if (trn_precision_from_name(cfg->precision) != TRN_FP32) {
-        snprintf(err, TRN_ERRLEN,
-                 "the CUDA CNN runs --precision fp32 only (bf16/fp16: not yet)");
         return -1;
     }
     int opt = trn_optim_from_name(cfg->optimizer);
@@ -707,7 +598,8 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     CUDA_CHECK(cudaStreamCreate(&q->stream));
     CUBLAS_CHECK(cublasCreate(&q->blas));
     CUBLAS_CHECK(cublasSetStream(q->blas, q->stream));
-    CUBLAS_CHECK(cublasSetMathMode(q->blas, CUBLAS_PEDANTIC_MATH));
+    CUBLAS_CHECK(cublasSetMathMode(q->blas, q->ty.tensor_ops ? CUBLAS_DEFAULT_MATH
+                                                             : CUBLAS_PEDANTIC_MATH));
     CUDNN_CHECK(p_cudnnCreate(&q->dnn));
     CUDNN_CHECK(p_cudnnSetStream(q->dnn, q->stream));
     for (int i = 0; i < q->np; i++) {
@@ -725,6 +617,17 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
             snprintf(err, TRN_ERRLEN, "out of memory");
             return -1;
         }
+        q->lp[i] = q->w[i];
+        if (trn_cudnn_param_lp(&q->ty, q->pkind[i])) { /* rounded from the master */
+            CUDA_CHECK(cudaMalloc(&q->lp[i], p->n * (size_t)q->ty.esize));
+            if (q->prec == TRN_BF16)
+                k_convert<__nv_bfloat16><<<s_blocks(p->n), 256, 0, q->stream>>>(
+                    q->w[i], (__nv_bfloat16 *)q->lp[i], p->n);
+            else
+                k_convert<__half><<<s_blocks(p->n), 256, 0, q->stream>>>(
+                    q->w[i], (__half *)q->lp[i], p->n);
+            CUDA_CHECK(cudaGetLastError());
+        }
     }
     CUDA_CHECK(cudaMalloc(&q->state, q->nstate * sizeof(float)));
     CUDA_CHECK(cudaMemcpy(q->state, trn_net_state(net), q->nstate * sizeof(float),
@@ -735,21 +638,23 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
         s_op *o = &q->op[i];
         if (o->kind == Q_CONV) {
             CUDNN_CHECK(p_cudnnCreateFilterDescriptor(&o->fd));
-            CUDNN_CHECK(p_cudnnSetFilter4dDescriptor(
-                o->fd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, o->co, o->c, o->k, o->k));
+            CUDNN_CHECK(p_cudnnSetFilter4dDescriptor(o->fd, (cudnnDataType_t)q->ty.act,
+                                                     CUDNN_TENSOR_NHWC, o->co, o->c, o->k,
+                                                     o->k));
             CUDNN_CHECK(p_cudnnCreateConvolutionDescriptor(&o->cd));
             CUDNN_CHECK(p_cudnnSetConvolution2dDescriptor(
                 o->cd, o->pad, o->pad, o->stride, o->stride, 1, 1,
-                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-            CUDNN_CHECK(
-                p_cudnnSetConvolutionMathType(o->cd, CUDNN_FMA_MATH)); /* no TF32 */
+                CUDNN_CROSS_CORRELATION, (cudnnDataType_t)q->ty.compute));
+            /* fp32: FMA, no TF32; bf16/fp16: tensor cores, float accumulation */
+            CUDNN_CHECK(p_cudnnSetConvolutionMathType(
+                o->cd, q->ty.tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
         } else if (o->kind == Q_BN) {
             /* scale, bias, mean and variance: the descriptor cuDNN derives
                from the input's for spatial BN (1 x C x 1 x 1, its type) */
             cudnnTensorDescriptor_t xd;
             CUDNN_CHECK(p_cudnnCreateTensorDescriptor(&xd));
             CUDNN_CHECK(p_cudnnSetTensor4dDescriptor(
-                xd, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, 1, o->c, o->h, o->w));
+                xd, CUDNN_TENSOR_NHWC, (cudnnDataType_t)q->ty.act, 1, o->c, o->h, o->w));
             CUDNN_CHECK(p_cudnnCreateTensorDescriptor(&o->bnd));
             CUDNN_CHECK(
                 p_cudnnDeriveBNTensorDescriptor(o->bnd, xd, CUDNN_BATCHNORM_SPATIAL));
@@ -793,6 +698,34 @@ static int s_state_mean(s_cnn *q)
     return 0;
 }
 
+/* The batch into the input buffer in T (a host batch from the stage,
+   converted; device data gathered and converted by k_gather), then the
+   forward and the backward in T. 0, or -1 when the exchange failed. */
+template <typename T>
+static int s_pass_t(s_cnn *q, const float *x, const float *X, const unsigned char *Y,
+                    const int *perm, int nb, long d0, trn_devdist *dd)
+{
+    cudaStream_t st = q->stream;
+    T *in = (T *)q->buf[0].x;
+    if (x && q->stage)
+        k_convert<T><<<s_blocks(nb * d0), 256, 0, st>>>(q->stage, in, nb * d0);
+    else if (!x)
+        k_gather<T><<<s_blocks(nb * d0), 256, 0, st>>>(X, Y, perm, q->args, nb, (int)d0,
+                                                       in, q->y);
+    s_forward<T>(q, nb);
+    return s_backward<T>(q, nb, dd);
+}
+
+static int s_pass(s_cnn *q, const float *x, const float *X, const unsigned char *Y,
+                  const int *perm, int nb, long d0, trn_devdist *dd)
+{
+    if (q->prec == TRN_BF16)
+        return s_pass_t<__nv_bfloat16>(q, x, X, Y, perm, nb, d0, dd);
+    if (q->prec == TRN_FP16)
+        return s_pass_t<__half>(q, x, X, Y, perm, nb, d0, dd);
+    return s_pass_t<float>(q, x, X, Y, perm, nb, d0, dd);
+}
+
 /* One step: the batch from host memory (x, y) or, with x NULL, gathered on
    the device from the training set X, Y in the order perm (examples
    perm[at .. at + nb), gather.h; backend_cuda.cu's device data). One rank
@@ -832,16 +765,13 @@ static double s_step_src(s_cnn *q, const float *x, const uint8_t *y, const float
             rc = -1;
     }
     if (nb > 0) {
-        if (x) {
-            CUDA_CHECK(cudaMemcpyAsync(in->x, x, (size_t)nb * d0 * sizeof(float),
+        if (x) /* host batch: fp32 into the input (fp32) or the stage */
+            CUDA_CHECK(cudaMemcpyAsync(q->stage ? q->stage : (float *)in->x, x,
+                                       (size_t)nb * d0 * sizeof(float),
                                        cudaMemcpyHostToDevice, st));
+        if (x)
             CUDA_CHECK(cudaMemcpyAsync(q->y, y, (size_t)nb, cudaMemcpyHostToDevice, st));
-        } else {
-            k_gather<float><<<s_blocks(nb * d0), 256, 0, st>>>(X, Y, perm, q->args, nb,
-                                                               (int)d0, in->x, q->y);
-        }
-        s_forward(q, nb);
-        if (s_backward(q, nb, dd) < 0)
+        if (s_pass(q, x, X, Y, perm, nb, d0, dd) < 0)
             rc = -1;
     } else if (dd) { /* an empty shard: zero gradients, every stage still goes */
         for (int i = 0; i < q->np; i++)
@@ -860,7 +790,12 @@ static double s_step_src(s_cnn *q, const float *x, const uint8_t *y, const float
         CUDA_CHECK(
             cudaMemcpyAsync(q->flag, &one, sizeof one, cudaMemcpyHostToDevice, st));
     }
-    s_finish(q, dd);
+    if (q->prec == TRN_BF16)
+        s_finish<__nv_bfloat16>(q, dd);
+    else if (q->prec == TRN_FP16)
+        s_finish<__half>(q, dd);
+    else
+        s_finish<float>(q, dd);
     CUDA_CHECK(cudaStreamSynchronize(st));
     /* no collective after a failed one: the other ranks may not be there */
     if (dd && rc == 0 && s_state_mean(q) < 0)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/cudnn_host.h"
 #include "trainer/trn.h"
 
 typedef enum { OPT_INT, OPT_LONG, OPT_DOUBLE, OPT_STR, OPT_BOOL } s_opt_type;
@@ -915,6 +916,8 @@ int trn_config_validate(const trn_config *c, char *err)
         s_err(err, "--fusion-compare: compares dense layouts; it cannot run with --topk");
         return -1;
     }
+    if (trn_cudnn_refuse(c, err) < 0) /* --backend cuda --model cnn */
+        return -1;
     if (c->micro_batch > c->batch_size) {
         s_err(err, "--micro-batch: %d is larger than --batch-size %d", c->micro_batch,
               c->batch_size);

@@ -1,5 +1,6 @@
-/*  cudnn_host.c - cuDNN's version check and the convolution algorithm
-    cache of the CUDA CNN, host code (cudnn_host.h).
+/*  cudnn_host.c - cuDNN's version check, the convolution algorithm cache,
+    the types and sizes per precision and the refused options of the CUDA
+    CNN, host code (cudnn_host.h).
 */
 #include "trainer/cudnn_host.h"
 
@@ -146,4 +147,78 @@ void trn_algo_cache_put(trn_algo_cache *c, int layer, int nb,
         e->algo[k] = algo[k];
     e->ws = ws;
     e->used = ++c->clock;
+}
+
+int trn_cudnn_types_for(int p, trn_cudnn_types *t, char *err)
+{
+    memset(t, 0, sizeof *t);
+    t->compute = TRN_CUDNN_DATA_FLOAT;
+    t->bn = TRN_CUDNN_DATA_FLOAT;
+    switch (p) {
+    case TRN_FP32:
+        t->act = TRN_CUDNN_DATA_FLOAT;
+        t->esize = 4;
+        return 0;
+    case TRN_BF16:
+    case TRN_FP16:
+        t->act = p == TRN_BF16 ? TRN_CUDNN_DATA_BFLOAT16 : TRN_CUDNN_DATA_HALF;
+        t->tensor_ops = 1;
+        t->esize = 2;
+        t->lp_copy = 1;
+        return 0;
+    }
+    snprintf(err, TRN_ERRLEN, "the CUDA CNN has no precision %d (fp32, bf16, fp16)", p);
+    return -1;
+}
+
+int trn_cudnn_param_lp(const trn_cudnn_types *t, int kind)
+{
+    return t->lp_copy && kind == TRN_PW;
+}
+
+void trn_cudnn_sizes_for(const trn_cudnn_types *t, int nb, int nbufs, const long *feat,
+                         int np, const long *pn, const int *is_conv, const int *lp,
+                         trn_cudnn_sizes *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < nbufs; i++)
+        out->act += 2 * (size_t)nb * (size_t)feat[i] * (size_t)t->esize;
+    long gmax = 0;
+    for (int i = 0; i < np; i++) {
+        out->master += 3 * (size_t)pn[i] * sizeof(float);
+        if (lp[i])
+            out->lp += (size_t)pn[i] * (size_t)t->esize;
+        if (t->lp_copy && is_conv[i] && pn[i] > gmax)
+            gmax = pn[i];
+    }
+    out->gconv = (size_t)gmax * (size_t)t->esize;
+    if (t->lp_copy && nbufs > 0)
+        out->stage = (size_t)nb * (size_t)feat[0] * sizeof(float);
+}
+
+const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s@%s", arch, trn_precision_name((trn_precision)p));
+    return buf;
+}
+
+int trn_cudnn_refuse(const struct trn_config *c, char *err)
+{
+    if (strcmp(c->backend, "cuda") || strcmp(c->model, "cnn"))
+        return 0;
+    int opt = trn_optim_from_name(c->optimizer);
+    if (opt != TRN_SGD && opt != TRN_LARS) {
+        snprintf(err, TRN_ERRLEN,
+                 "--optimizer %s: the CUDA CNN (--backend cuda --model cnn) supports "
+                 "sgd and lars",
+                 c->optimizer);
+        return -1;
+    }
+    if (!strcmp(c->cuda_graphs, "on")) {
+        snprintf(err, TRN_ERRLEN,
+                 "--cuda-graphs on: the CUDA CNN (--backend cuda --model cnn) runs "
+                 "without CUDA graphs; use --cuda-graphs auto or off");
+        return -1;
+    }
+    return 0;
 }

@@ -10,7 +10,15 @@
     - the cache of convolution algorithm choices per (layer, batch size):
       cuDNN's _v7 heuristics and workspace queries run once per pair, a
       batch size seen before reuses its choice and workspace size. The
-      cache is bounded (least recently used entry evicted).
+      cache is bounded (least recently used entry evicted), and keyed by
+      the model and the precision (trn_cudnn_algo_key): a re-attach in
+      another precision chooses again;
+    - per --precision, the types the CNN runs in (trn_cudnn_types: cuDNN's
+      data type for activations and conv weights, float compute and fp32
+      BatchNorm parameters, tensor-op math for bf16/fp16) and what it
+      allocates on the device (trn_cudnn_sizes);
+    - the combinations of options the CUDA CNN refuses before it starts
+      (trn_cudnn_refuse, called by trn_config_validate: exit status 2).
 
     Errors: -1 with a message in err (TRN_ERRLEN) where stated.
 */
@@ -85,5 +93,69 @@ const trn_algo_entry *trn_algo_cache_get(trn_algo_cache *c, int layer, int nb);
    else the least recently used one when the cache is full. */
 void trn_algo_cache_put(trn_algo_cache *c, int layer, int nb,
                         const int algo[TRN_ALGO_KINDS], size_t ws);
+
+/* cuDNN's cudnnDataType_t values (cudnn_graph.h), as ints so that host
+   code needs no CUDA header; backend_cudnn.cu checks them against the
+   headers at compile time. */
+#define TRN_CUDNN_DATA_FLOAT 0
+#define TRN_CUDNN_DATA_HALF 2
+#define TRN_CUDNN_DATA_BFLOAT16 9
+
+/* What the CUDA CNN runs in at one precision (trn_precision). */
+typedef struct {
+    int act;        /* cuDNN data type of activations, their gradients, conv
+                       filters and the head's GEMM inputs (TRN_CUDNN_DATA_*) */
+    int compute;    /* the convolutions' compute type: always FLOAT */
+    int bn;         /* BatchNorm scale/bias/statistics type: always FLOAT
+                       (what cudnnDeriveBNTensorDescriptor gives for act) */
+    int tensor_ops; /* 1: CUDNN_TENSOR_OP_MATH and cuBLAS tensor-op GEMMs
+                       (bf16/fp16); 0: FMA math, no TF32 (fp32) */
+    int esize;      /* bytes of one activation element: 4 or 2 */
+    int lp_copy;    /* conv and linear weights keep a working copy in act
+                       beside their fp32 master (bf16/fp16) */
+} trn_cudnn_types;
+
+/* The types for precision p (TRN_FP32, TRN_BF16, TRN_FP16) into t.
+   Returns 0, or -1 with err for another value. */
+int trn_cudnn_types_for(int p, trn_cudnn_types *t, char *err);
+
+/* Device memory of the CUDA CNN at one batch size, by kind (bytes). */
+typedef struct {
+    size_t act;    /* activations and their gradients: 2 x nb x every buffer,
+                      in act's element size */
+    size_t master; /* fp32 weights, momenta and fp32 gradients of every param */
+    size_t lp;     /* the act-type working copies of the weights (lp_copy) */
+    size_t gconv;  /* one act-type buffer for a conv's weight gradient (the
+                      largest conv's), converted into its fp32 gradient
+                      right after cuDNN writes it (lp_copy); else 0 */
+    size_t stage;  /* fp32 staging of a host batch before its conversion
+                      (lp_copy: nb x the input's values); else 0 */
+} trn_cudnn_sizes;
+
+/* The sizes for nb examples of the layout L (cnn_layout.h, not included
+   here: passed as its parts) at types t: nbufs buffers of feat[i] values
+   per example, np params of pn[i] values, is_conv[i] nonzero for conv
+   weights, lp[i] nonzero for the params with a working copy
+   (trn_cudnn_param_lp). */
+void trn_cudnn_sizes_for(const trn_cudnn_types *t, int nb, int nbufs, const long *feat,
+                         int np, const long *pn, const int *is_conv, const int *lp,
+                         trn_cudnn_sizes *out);
+
+/* Whether a param of kind (trn_pkind) keeps a working copy in the act type
+   at types t: conv and linear weights (TRN_PW) do with lp_copy; biases and
+   BatchNorm's gamma/beta stay fp32 (the head's bias is added in fp32,
+   cuDNN's BN takes fp32). */
+int trn_cudnn_param_lp(const trn_cudnn_types *t, int kind);
+
+/* The algorithm cache's key for the model arch at precision p:
+   "<arch>@<fp32|bf16|fp16>" into buf. Returns buf. */
+const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len);
+
+/* The options --backend cuda --model cnn cannot run with (c: a parsed
+   config, borrowed): optimizers other than sgd and lars, --cuda-graphs on
+   (the CNN runs plain launches; auto and off are accepted). Other models
+   and backends: always 0. Returns 0, or -1 with err naming the option. */
+struct trn_config;
+int trn_cudnn_refuse(const struct trn_config *c, char *err);
 
 #endif

@@ -72,7 +72,8 @@ endif
 $(BUILD)/obj/trainer/backend_cudnn.o: trainer/backend_cudnn.cu trainer/cuda_mlp_kernels.cuh trainer/layout.h \
                  trainer/gather.h trainer/trn.h trainer/dev_elem.cuh trainer/cuda_check.cuh \
                  trainer/cnn_layout.h trainer/cudnn_host.h trainer/dist_dev.h trainer/dist.h \
-                 trainer/comm.h trainer/cuda_cnn_kernels.cuh
+                 trainer/comm.h trainer/cuda_cnn_kernels.cuh trainer/cudnn_dl.cuh \
+                 trainer/cudnn_bufs.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -I$(dir $(CUDNN_H)) -c $< -o $@
 
