@@ -633,6 +633,11 @@ TEST(cuda_cnn_refuses_what_it_has_no_code_for)
     CHECK(strstr(err, "--cuda-graphs on") != NULL);
     snprintf(c.cuda_graphs, sizeof c.cuda_graphs, "off");
     CHECK(trn_config_validate(&c, err) == 0);
+    c.per_layer_scale = 1; /* a device backend would ignore it: refused */
+    err[0] = '\0';
+    CHECK(trn_config_validate(&c, err) == -1);
+    CHECK(strstr(err, "--per-layer-scale") != NULL);
+    c.per_layer_scale = 0;
     /* the MLP on CUDA keeps its graphs; the CPU CNN any optimizer */
     snprintf(c.cuda_graphs, sizeof c.cuda_graphs, "on");
     snprintf(c.model, sizeof c.model, "mlp");

@@ -214,6 +214,12 @@ int trn_cudnn_refuse(const struct trn_config *c, char *err)
                  c->optimizer);
         return -1;
     }
+    if (c->per_layer_scale) {
+        snprintf(err, TRN_ERRLEN,
+                 "--per-layer-scale: the CUDA CNN (--backend cuda --model cnn) keeps one "
+                 "loss scale for the whole model; drop the flag");
+        return -1;
+    }
     if (!strcmp(c->cuda_graphs, "on")) {
         snprintf(err, TRN_ERRLEN,
                  "--cuda-graphs on: the CUDA CNN (--backend cuda --model cnn) runs "
