@@ -6,7 +6,8 @@
       several configurations: the same parameters in the same order, with
       the same names, kinds, sizes and offsets, the same BN state layout
       (offsets and values: per BN mean 0 then variance 1 after
-      trn_net_init);
+      trn_net_init, and distinct values read at net.c's own offset of
+      each BN, so two BNs of one width swapping is caught);
       and the comparison catches a swap on either side;
     - cuDNN's version check after dlopen, its warning for an older minor
       and the file name opened (cudnn_host.h);
@@ -125,6 +126,34 @@ static int s_state_values_ok(const trn_cnn_layout *L, trn_net *n, int say)
             ok = 0;
         }
     free(owner);
+    /* distinct values (the index) read at the layout's offsets against
+       net.c's own offset for each BN (its gamma and beta's trn_param.st):
+       two BNs of one width that swap their statistics are told apart */
+    float *sw = trn_net_state(n);
+    for (long k = 0; k < nst; k++)
+        sw[k] = (float)k;
+    for (int i = 0; ok && i < L->nops; i++) {
+        const trn_qop *o = &L->op[i];
+        if (o->kind != TRN_Q_BN)
+            continue;
+        const trn_param *g = trn_net_param(n, o->pw), *b = trn_net_param(n, o->pb);
+        if (g->kind != TRN_PBN || b->kind != TRN_PBN || g->st != b->st ||
+            g->st + 2L * o->c > nst) {
+            if (say)
+                printf("BN op %d: params %s/%s are not one BN of net.c's\n", i, g->name,
+                       b->name);
+            ok = 0;
+            break;
+        }
+        for (int j = 0; j < 2 * o->c; j++)
+            if (sw[o->st + j] != sw[g->st + j]) {
+                if (say)
+                    printf("BN op %d (%s): value %d at %g, net.c's is %g\n", i, g->name,
+                           j, sw[o->st + j], sw[g->st + j]);
+                ok = 0;
+                break;
+            }
+    }
     return ok;
 }
 
@@ -235,6 +264,12 @@ TEST(bn_state_check_catches_a_moved_offset_or_order)
     o->st = L.op[bn[0]].st; /* the stem BN's statistics (same width: 4) */
     REQUIRE(o->c == L.op[bn[0]].c);
     CHECK(!s_state_values_ok(&L, n, 0));
+    /* the stem BN and the first block's BN (both 4 wide) swap their
+       statistics: each still owns c means and c variances of its own */
+    o->st = L.op[bn[0]].st;
+    L.op[bn[0]].st = keep;
+    CHECK(!s_state_values_ok(&L, n, 0));
+    L.op[bn[0]].st = o->st;
     o->st = keep;
     REQUIRE(s_state_values_ok(&L, n, 1));
     trn_net_destroy(&n);
@@ -637,6 +672,17 @@ TEST(cuda_cnn_refuses_what_it_has_no_code_for)
     err[0] = '\0';
     CHECK(trn_config_validate(&c, err) == -1);
     CHECK(strstr(err, "--per-layer-scale") != NULL);
+    /* the MLP on CUDA ignored it too: refused for any model on CUDA, not
+       on the CPU (per-layer scalers there) */
+    snprintf(c.model, sizeof c.model, "mlp");
+    err[0] = '\0';
+    CHECK(trn_cudnn_refuse(&c, err) == -1);
+    CHECK(trn_config_validate(&c, err) == -1);
+    CHECK(strstr(err, "--per-layer-scale") && strstr(err, "--backend cuda"));
+    snprintf(c.backend, sizeof c.backend, "cpu");
+    CHECK(trn_config_validate(&c, err) == 0);
+    snprintf(c.backend, sizeof c.backend, "cuda");
+    snprintf(c.model, sizeof c.model, "cnn");
     c.per_layer_scale = 0;
     /* the MLP on CUDA keeps its graphs; the CPU CNN any optimizer */
     snprintf(c.cuda_graphs, sizeof c.cuda_graphs, "on");

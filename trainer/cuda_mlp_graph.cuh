@@ -10,7 +10,8 @@
 #define JZ_TRN_CUDA_MLP_GRAPH_CUH
 
 /* A graph could not be made or launched: stage names the call, why its
-   error. The error state is read twice (cudaGetLastError): the first
+   error. The stream is synchronized first, then the error state is read
+   twice (cudaGetLastError): the first
    read clears an error the runtime refused this call with; one still set
    at the second is sticky (an earlier kernel broke the context, graphs
    or not), and ends the run with exit status 1 naming that CUDA error,
@@ -20,6 +21,11 @@
 static void s_graph_failed(s_cuda *c, const char *stage, const char *why)
 {
     char msg[TRN_ERRLEN + 128];
+    /* the stream's earlier work finished first (never capturing here: every
+       caller has ended or never begun the capture), so that an asynchronous
+       fault of an earlier kernel is set before the reads below and named as
+       what it is, not blamed on graphs */
+    (void)cudaStreamSynchronize(c->stream);
     cudaGetLastError(); /* clears a non-sticky error */
     cudaError_t sticky = cudaGetLastError();
     if (sticky != cudaSuccess) {

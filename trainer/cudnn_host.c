@@ -204,7 +204,15 @@ const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len)
 
 int trn_cudnn_refuse(const struct trn_config *c, char *err)
 {
-    if (strcmp(c->backend, "cuda") || strcmp(c->model, "cnn"))
+    if (strcmp(c->backend, "cuda"))
+        return 0;
+    if (c->per_layer_scale) { /* the MLP and the CNN on CUDA alike */
+        snprintf(err, TRN_ERRLEN,
+                 "--per-layer-scale: the CUDA backend (--backend cuda) keeps one loss "
+                 "scale for the whole model; drop the flag");
+        return -1;
+    }
+    if (strcmp(c->model, "cnn"))
         return 0;
     int opt = trn_optim_from_name(c->optimizer);
     if (opt != TRN_SGD && opt != TRN_LARS) {
@@ -212,12 +220,6 @@ int trn_cudnn_refuse(const struct trn_config *c, char *err)
                  "--optimizer %s: the CUDA CNN (--backend cuda --model cnn) supports "
                  "sgd and lars",
                  c->optimizer);
-        return -1;
-    }
-    if (c->per_layer_scale) {
-        snprintf(err, TRN_ERRLEN,
-                 "--per-layer-scale: the CUDA CNN (--backend cuda --model cnn) keeps one "
-                 "loss scale for the whole model; drop the flag");
         return -1;
     }
     if (!strcmp(c->cuda_graphs, "on")) {

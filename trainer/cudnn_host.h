@@ -151,11 +151,12 @@ int trn_cudnn_param_lp(const trn_cudnn_types *t, int kind);
    "<arch>@<fp32|bf16|fp16>" into buf. Returns buf. */
 const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len);
 
-/* The options --backend cuda --model cnn cannot run with (c: a parsed
-   config, borrowed): optimizers other than sgd and lars, --cuda-graphs on
-   (the CNN runs plain launches; auto and off are accepted),
-   --per-layer-scale (one loss scale for the model on the device). Other models
-   and backends: always 0. Returns 0, or -1 with err naming the option. */
+/* The options --backend cuda cannot run with (c: a parsed config,
+   borrowed): --per-layer-scale for any model (one loss scale on the
+   device; the MLP and the CNN ignored the flag); and with --model cnn
+   optimizers other than sgd and lars, --cuda-graphs on (the CNN runs
+   plain launches; auto and off are accepted). Other backends: always 0.
+   Returns 0, or -1 with err naming the option. */
 struct trn_config;
 int trn_cudnn_refuse(const struct trn_config *c, char *err);
 

@@ -196,7 +196,7 @@ static int s_bn(trn_net *n, int in, int c, int hw, int zero_gamma)
     snprintf(name, sizeof name, "l%d.beta", o->layer);
     if ((o->pb = s_param_new(n, name, TRN_PBN, c, o->layer)) < 0)
         return -1;
-    o->st = n->nstate;
+    o->st = n->params[o->pw].st = n->params[o->pb].st = n->nstate;
     n->nstate += 2L * c;
     o->mean = calloc((size_t)c, sizeof(float));
     o->invstd = calloc((size_t)c, sizeof(float));

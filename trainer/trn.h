@@ -361,6 +361,8 @@ typedef struct {
     float *wlp;     /* working copy rounded to the compute precision */
     float *m, *v;   /* optimiser state (momentum / Adam moments) */
     int layer;      /* index of the op owning it (per-layer loss scales) */
+    long st;        /* BN gamma and beta: offset of their BN's running mean in
+                       trn_net_state (the variance follows); 0 for others */
 } trn_param;
 
 typedef struct trn_net trn_net;
