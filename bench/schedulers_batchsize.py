@@ -335,10 +335,25 @@ def trainer_cpu(root):
     total, todo = 0, [root]
     while todo:
         q = todo.pop()
-        if comm.get(q, "").startswith("jizhi-train"):
+        if is_trainer(q, comm.get(q, "")):
             total += ticks[q]
         todo += kids.get(q, [])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def is_trainer(pid, comm):
+    """Whether pid runs jizhi-train. The trainer re-executes itself through
+    /proc/self/exe to pick its BLAS kernels before the BLAS starts
+    (common/blaskern.c), so its comm is "exe", not its name; argv[0] keeps
+    the name (looking at comm alone, every arm's CPU-s read 0)."""
+    if comm.startswith("jizhi-train"):
+        return True
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+    except OSError:
+        return False
+    return os.path.basename(argv0).startswith("jizhi-train")
 
 
 def step_ms(curve, b):
@@ -784,7 +799,8 @@ def summarize(per_seed, rank):
                      for m in MEASURES + ("samples",)}
         for m in MEASURES:  # against each seed's best fixed arm by the same measure
             out[name]["%s_ratio_to_best_fixed" % m] = med_inf(
-                [val(p["arm"][kind], m) / p["best"][m][m] if p["best"][m] else inf
+                [val(p["arm"][kind], m) / p["best"][m][m] if p["best"][m] and p["best"][m][m]
+                 else inf
                  for p in got])
     bf = [p["best"][rank] for p in per_seed]
     out["best_fixed"] = {KEYS[m]: med(r[m] for r in bf) for m in MEASURES + ("samples",)}
