@@ -34,6 +34,10 @@
 #include "trainer/graph_policy.h"
 #include "trainer/trn.h"
 
+/* math types per direction for cache tests that do not look at them */
+static const int s_math[TRN_ALGO_KINDS] = {TRN_CUDNN_TENSOR_OP_MATH, TRN_CUDNN_FMA_MATH,
+                                           TRN_CUDNN_DEFAULT_MATH};
+
 static trn_net *s_net(const char *channels, int blocks, int h, int w, int classes,
                       const char *conv)
 {
@@ -407,9 +411,13 @@ TEST(algorithm_cache_reuses_a_batch_size_seen_before)
             if (!e) {
                 queries++;
                 int algo[TRN_ALGO_KINDS] = {l, sizes[s], l + sizes[s]};
-                trn_algo_cache_put(&c, l, sizes[s], algo, (size_t)sizes[s] * 1000 + l);
+                int math[TRN_ALGO_KINDS] = {l % 4, (l + 1) % 4, sizes[s] % 4};
+                trn_algo_cache_put(&c, l, sizes[s], algo, math,
+                                   (size_t)sizes[s] * 1000 + l);
             } else {
                 CHECK(e->algo[0] == l && e->algo[1] == sizes[s]);
+                CHECK(e->math[0] == l % 4 && e->math[1] == (l + 1) % 4);
+                CHECK(e->math[2] == sizes[s] % 4);
                 CHECK(e->algo[2] == l + sizes[s]);
                 CHECK(e->ws == (size_t)sizes[s] * 1000 + l);
             }
@@ -425,13 +433,13 @@ TEST(algorithm_cache_is_bounded_and_evicts_the_least_recently_used)
     trn_algo_cache c;
     int a[TRN_ALGO_KINDS] = {1, 2, 3}, b[TRN_ALGO_KINDS] = {4, 5, 6};
     REQUIRE(trn_algo_cache_init(&c, 4) == 0);
-    trn_algo_cache_put(&c, 0, 32, a, 10);
-    trn_algo_cache_put(&c, 1, 32, a, 11);
-    trn_algo_cache_put(&c, 0, 64, a, 12);
-    trn_algo_cache_put(&c, 1, 64, a, 13);
+    trn_algo_cache_put(&c, 0, 32, a, s_math, 10);
+    trn_algo_cache_put(&c, 1, 32, a, s_math, 11);
+    trn_algo_cache_put(&c, 0, 64, a, s_math, 12);
+    trn_algo_cache_put(&c, 1, 64, a, s_math, 13);
     CHECK(c.n == 4);
     CHECK(trn_algo_cache_get(&c, 0, 32) != NULL); /* (1, 32) is now the oldest */
-    trn_algo_cache_put(&c, 0, 128, b, 14);
+    trn_algo_cache_put(&c, 0, 128, b, s_math, 14);
     CHECK(c.n == 4 && c.evictions == 1);
     CHECK(trn_algo_cache_get(&c, 1, 32) == NULL);
     CHECK(trn_algo_cache_get(&c, 0, 32) != NULL);
@@ -439,14 +447,14 @@ TEST(algorithm_cache_is_bounded_and_evicts_the_least_recently_used)
     REQUIRE(e);
     CHECK(e->algo[0] == 4 && e->ws == 14);
     /* a put of a key present replaces it in place */
-    trn_algo_cache_put(&c, 0, 128, a, 20);
+    trn_algo_cache_put(&c, 0, 128, a, s_math, 20);
     CHECK(c.n == 4 && c.evictions == 1);
     e = trn_algo_cache_get(&c, 0, 128);
     REQUIRE(e);
     CHECK(e->algo[0] == 1 && e->ws == 20);
     /* many batch sizes: never more than cap entries */
     for (int nb = 1; nb <= 100; nb++)
-        trn_algo_cache_put(&c, nb % 3, nb, a, (size_t)nb);
+        trn_algo_cache_put(&c, nb % 3, nb, a, s_math, (size_t)nb);
     CHECK(c.n == 4);
     CHECK(trn_algo_cache_get(&c, 100 % 3, 100) != NULL);
     trn_algo_cache_fini(&c);
@@ -462,8 +470,8 @@ TEST(algorithm_cache_outlives_a_reattach_of_the_same_model)
     const char *m1 = "cnn:1x28x28:16,32:b1:10", *m2 = "cnn:1x28x28:8:b0:10";
     REQUIRE(trn_algo_cache_attach(&c, 16, m1) == 0);
     CHECK(c.n == 0 && c.cap == 16);
-    trn_algo_cache_put(&c, 0, 256, a, 100);
-    trn_algo_cache_put(&c, 0, 512, a, 200);
+    trn_algo_cache_put(&c, 0, 256, a, s_math, 100);
+    trn_algo_cache_put(&c, 0, 512, a, s_math, 200);
     /* re-attach (batch 512 now), then back to 256: both choices kept */
     REQUIRE(trn_algo_cache_attach(&c, 16, m1) == 0);
     CHECK(c.n == 2);
@@ -478,7 +486,7 @@ TEST(algorithm_cache_outlives_a_reattach_of_the_same_model)
     CHECK(trn_algo_cache_get(&c, 0, 256) == NULL);
     CHECK_STR(c.model, m2);
     /* the same text at another bound: rebuilt at that bound */
-    trn_algo_cache_put(&c, 0, 64, a, 1);
+    trn_algo_cache_put(&c, 0, 64, a, s_math, 1);
     REQUIRE(trn_algo_cache_attach(&c, 8, m2) == 0);
     CHECK(c.cap == 8 && c.n == 0);
     trn_algo_cache_fini(&c);
@@ -632,7 +640,7 @@ TEST(algorithm_cache_is_chosen_again_at_another_precision)
               "cnn:1x28x28:16,32:b1:10@bf16");
     trn_cudnn_algo_key(m, TRN_FP32, k2, sizeof k2);
     REQUIRE(trn_algo_cache_attach(&c, 16, k2) == 0);
-    trn_algo_cache_put(&c, 0, 256, a, 100);
+    trn_algo_cache_put(&c, 0, 256, a, s_math, 100);
     REQUIRE(trn_algo_cache_attach(&c, 16, k2) == 0); /* same precision: kept */
     CHECK(trn_algo_cache_get(&c, 0, 256) != NULL);
     REQUIRE(trn_algo_cache_attach(&c, 16, k1) == 0); /* bf16: chosen again */
@@ -641,8 +649,8 @@ TEST(algorithm_cache_is_chosen_again_at_another_precision)
 }
 
 /* What --backend cuda --model cnn cannot run with is refused before the
-   run (trn_config_validate: exit 2), naming the option; bf16 and fp16
-   are accepted; other models and backends are not concerned. */
+   run (trn_config_validate: exit 2), naming the option; fp16 is accepted,
+   bf16 refused; other models and backends are not concerned. */
 TEST(cuda_cnn_refuses_what_it_has_no_code_for)
 {
     char err[TRN_ERRLEN];
@@ -650,12 +658,39 @@ TEST(cuda_cnn_refuses_what_it_has_no_code_for)
     trn_config_defaults(&c);
     snprintf(c.backend, sizeof c.backend, "cuda");
     snprintf(c.model, sizeof c.model, "cnn");
-    const char *precs[] = {"fp32", "bf16", "fp16"};
-    for (int i = 0; i < 3; i++) {
+    const char *precs[] = {"fp32", "fp16"};
+    for (int i = 0; i < 2; i++) {
         snprintf(c.precision, sizeof c.precision, "%s", precs[i]);
         CHECK(trn_cudnn_refuse(&c, err) == 0);
         CHECK(trn_config_validate(&c, err) == 0);
     }
+    /* bf16: cuDNN's BatchNorm may derive bf16 parameters for a bf16 input
+       (fp32 only for fp16 is documented), so the CUDA CNN refuses it, also
+       as a phase of --precision-schedule; the CPU CNN runs it */
+    snprintf(c.precision, sizeof c.precision, "bf16");
+    err[0] = '\0';
+    CHECK(trn_config_validate(&c, err) == -1);
+    CHECK(strstr(err, "--precision bf16") && strstr(err, "BatchNorm"));
+    snprintf(c.backend, sizeof c.backend, "cpu");
+    CHECK(trn_config_validate(&c, err) == 0);
+    snprintf(c.backend, sizeof c.backend, "cuda");
+    snprintf(c.precision, sizeof c.precision, "fp32");
+    snprintf(c.precision_schedule, sizeof c.precision_schedule, "fp32:1,bf16:8");
+    err[0] = '\0';
+    CHECK(trn_config_validate(&c, err) == -1);
+    CHECK(strstr(err, "--precision-schedule with bf16") != NULL);
+    snprintf(c.precision_schedule, sizeof c.precision_schedule, "fp32:1,fp16:8");
+    CHECK(trn_config_validate(&c, err) == 0);
+    snprintf(c.precision_schedule, sizeof c.precision_schedule, "bogus");
+    err[0] = '\0';
+    CHECK(trn_config_validate(&c, err) == -1); /* the schedule's own message */
+    CHECK(strstr(err, "--precision-schedule:") != NULL);
+    c.precision_schedule[0] = '\0';
+    snprintf(c.model, sizeof c.model, "mlp"); /* the MLP's bf16 has no BN */
+    snprintf(c.precision, sizeof c.precision, "bf16");
+    CHECK(trn_config_validate(&c, err) == 0);
+    snprintf(c.model, sizeof c.model, "cnn");
+    snprintf(c.precision, sizeof c.precision, "fp32");
     snprintf(c.optimizer, sizeof c.optimizer, "adamw");
     err[0] = '\0';
     CHECK(trn_config_validate(&c, err) == -1);
@@ -694,6 +729,59 @@ TEST(cuda_cnn_refuses_what_it_has_no_code_for)
     CHECK(trn_cudnn_refuse(&c, err) == 0);
 }
 
+/* At attach, the type cuDNN derived for a BN's parameters: FLOAT runs,
+   anything else (BFLOAT16, HALF) ends the run (exit 2) naming the
+   precision, since the CUDA CNN keeps gamma, beta and statistics fp32. */
+TEST(cudnn_bn_parameters_must_be_derived_as_float)
+{
+    char err[TRN_ERRLEN] = "";
+    CHECK(trn_cudnn_bn_type_check(TRN_FP16, TRN_CUDNN_DATA_FLOAT, err) == 0);
+    CHECK(trn_cudnn_bn_type_check(TRN_FP32, TRN_CUDNN_DATA_FLOAT, err) == 0);
+    CHECK(trn_cudnn_bn_type_check(TRN_BF16, TRN_CUDNN_DATA_BFLOAT16, err) == -1);
+    CHECK(strstr(err, "--precision bf16") && strstr(err, "type 9"));
+    CHECK(trn_cudnn_bn_type_check(TRN_FP16, TRN_CUDNN_DATA_HALF, err) == -1);
+    CHECK(strstr(err, "--precision fp16") && strstr(err, "not FLOAT"));
+}
+
+/* The _v7 result each direction uses: the first deterministic success that
+   fits the workspace, at fp32 none on tensor cores (TF32); none at all is
+   a failure naming the layer, the direction and the precision (the run
+   ends, no fallback to an unchecked algorithm); the descriptor's math
+   type is the result's (DEFAULT at fp32 set as FMA). */
+TEST(cudnn_algorithm_choice_and_its_math_type)
+{
+    char err[TRN_ERRLEN];
+    trn_cudnn_types t32, t16;
+    REQUIRE(trn_cudnn_types_for(TRN_FP32, &t32, err) == 0);
+    REQUIRE(trn_cudnn_types_for(TRN_FP16, &t16, err) == 0);
+    const size_t MB = (size_t)1 << 20;
+    trn_algo_perf r[] = {
+        {.algo = 5, .status = 7, .determinism = 1, .math = 1, .memory = 0}, /* failed */
+        {.algo = 4, .status = 0, .determinism = 0, .math = 1, .memory = 0}, /* nondet. */
+        {.algo = 3, .status = 0, .determinism = 1, .math = 1, .memory = 512 * MB},
+        {.algo = 2, .status = 0, .determinism = 1, .math = 2, .memory = MB}, /* TF32 */
+        {.algo = 1, .status = 0, .determinism = 1, .math = 0, .memory = MB},
+        {.algo = 0, .status = 0, .determinism = 1, .math = 3, .memory = 0},
+    };
+    CHECK(trn_cudnn_algo_pick(&t16, r, 6, 256 * MB) == 3);
+    CHECK(trn_cudnn_algo_pick(&t16, r, 6, 1024 * MB) == 2);
+    CHECK(trn_cudnn_algo_pick(&t32, r, 6, 1024 * MB) == 4); /* no tensor ops */
+    CHECK(trn_cudnn_algo_pick(&t32, r, 4, 1024 * MB) == -1);
+    CHECK(trn_cudnn_algo_pick(&t16, r, 2, 1024 * MB) == -1);
+    CHECK(trn_cudnn_algo_pick(&t16, r, 0, 1024 * MB) == -1);
+    CHECK(trn_cudnn_algo_math(&t32, TRN_CUDNN_DEFAULT_MATH) == TRN_CUDNN_FMA_MATH);
+    CHECK(trn_cudnn_algo_math(&t32, TRN_CUDNN_FMA_MATH) == TRN_CUDNN_FMA_MATH);
+    CHECK(trn_cudnn_algo_math(&t16, TRN_CUDNN_DEFAULT_MATH) == TRN_CUDNN_DEFAULT_MATH);
+    CHECK(trn_cudnn_algo_math(&t16, TRN_CUDNN_TENSOR_OP_MATH) ==
+          TRN_CUDNN_TENSOR_OP_MATH);
+    CHECK(trn_cudnn_algo_math(&t16, 2) == 2);
+    trn_cudnn_algo_none(3, 2, TRN_FP16, 256, 4, err);
+    CHECK(strstr(err, "conv op 3") && strstr(err, "--precision fp16"));
+    CHECK(strstr(err, "backward filter") && strstr(err, "batch 256"));
+    trn_cudnn_algo_none(0, 0, TRN_FP32, 32, 0, err);
+    CHECK(strstr(err, "forward") && strstr(err, "no TF32"));
+}
+
 int main(void)
 {
     RUN(cuda_cnn_layout_matches_net_c);
@@ -712,5 +800,7 @@ int main(void)
     RUN(cudnn_sizes_per_precision_match_a_hand_count);
     RUN(algorithm_cache_is_chosen_again_at_another_precision);
     RUN(cuda_cnn_refuses_what_it_has_no_code_for);
+    RUN(cudnn_bn_parameters_must_be_derived_as_float);
+    RUN(cudnn_algorithm_choice_and_its_math_type);
     TEST_DONE();
 }

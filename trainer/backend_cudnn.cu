@@ -1,7 +1,9 @@
 /*  backend_cudnn.cu - the residual CNN of net.c on cuDNN (issue 38, item 4),
-    fp32, bf16 or fp16 (--precision), one rank or several. NEVER RUN ON A
-    GPU: written and compiled on a machine without one (several ranks and
-    bf16/fp16 included).
+    fp32 or fp16 (--precision), one rank or several. NEVER RUN ON A GPU:
+    written and compiled on a machine without one (several ranks and fp16
+    included). bf16 is refused by trn_config_validate (cudnn_host.h): cuDNN's
+    BN may derive bf16 parameters for bf16 input, not the fp32 ones kept
+    here; its code paths below stay for BN kernels of our own (not written).
 
     Built by `make cuda` where cudnn.h is found (trainer.mk: CUDNN_H sets
     HAVE_CUDNN, which adds TRN_CUDNN_OBJ and -DTRN_WITH_CUDNN) and linked
@@ -24,13 +26,14 @@
     cudnn_host.h). Models of more than TRN_MAX_OPS ops are refused by
     s_build (and by trn_config_validate).
 
-    bf16/fp16 (types per precision: cudnn_host.h's trn_cudnn_types_for):
+    fp16 (bf16 alike; types per precision: cudnn_host.h's trn_cudnn_types_for):
     activations, their gradients and conv filters in the half type, NHWC,
     convolutions with float compute on tensor cores (CUDNN_TENSOR_OP_MATH),
     the head's GEMMs by cublasGemmEx (float compute; its weight and bias
     gradients written in fp32); BatchNorm's gamma/beta and running
     statistics fp32 (the type cuDNN derives for a half input), the head's
-    bias fp32. Master weights, momenta and every gradient the norms, the
+    bias fp32 (the derived type read back at attach: not FLOAT -> exit 2).
+    Master weights, momenta and every gradient the norms, the
     exchange and the update read are fp32: a conv's weight gradient comes
     from cuDNN in the half type and is converted at once; conv and linear
     weights keep a half working copy rounded from the master by the update.
@@ -55,9 +58,10 @@
     kept in KRSC (OHWI) on the device and transposed from and to the host's
     OIHW at attach and sync.
     Convolutions: cudnnConvolutionForward / BackwardData / BackwardFilter
-    with the first deterministic algorithm of cuDNN's _v7 heuristics that
-    fits the workspace (cached per batch size and precision), FMA math at
-    fp32 (no TF32). BatchNorm: cuDNN's
+    with, per direction, the first deterministic algorithm of cuDNN's _v7
+    heuristics that fits the workspace (no tensor cores at fp32: no TF32;
+    none: exit 1), each direction its own descriptor set to its result's
+    math type (cached per batch size and precision). BatchNorm: cuDNN's
    spatial batch norm (eps 1e-5, running averages with factor 0.1 and the unbiased
     variance, as net.c). ReLU, add, pooling, the head's bias: own kernels;
     the head's GEMMs: cuBLAS; loss, norms and the SGD/LARS update: the MLP
@@ -112,6 +116,14 @@ extern "C" {
 static_assert(TRN_CUDNN_DATA_FLOAT == (int)CUDNN_DATA_FLOAT, "cudnn_host.h");
 static_assert(TRN_CUDNN_DATA_HALF == (int)CUDNN_DATA_HALF, "cudnn_host.h");
 static_assert(TRN_CUDNN_DATA_BFLOAT16 == (int)CUDNN_DATA_BFLOAT16, "cudnn_host.h");
+static_assert(TRN_CUDNN_STATUS_SUCCESS == (int)CUDNN_STATUS_SUCCESS, "cudnn_host.h");
+static_assert(TRN_CUDNN_DETERMINISTIC == (int)CUDNN_DETERMINISTIC, "cudnn_host.h");
+static_assert(TRN_CUDNN_DEFAULT_MATH == (int)CUDNN_DEFAULT_MATH, "cudnn_host.h");
+static_assert(TRN_CUDNN_TENSOR_OP_MATH == (int)CUDNN_TENSOR_OP_MATH, "cudnn_host.h");
+static_assert(TRN_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ==
+                  (int)CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION,
+              "cudnn_host.h");
+static_assert(TRN_CUDNN_FMA_MATH == (int)CUDNN_FMA_MATH, "cudnn_host.h");
 
 #define MAXOPS TRN_MAX_OPS           /* s_build refuses a larger model before building */
 #define MAXP TRN_MAX_OPS             /* a cnn has fewer params than ops */
@@ -139,7 +151,8 @@ typedef struct {
     int stage;           /* backward stage after its param gradients (-1: none) */
     float *smean, *sinv; /* BN: saved batch statistics (device, c each) */
     cudnnFilterDescriptor_t fd;
-    cudnnConvolutionDescriptor_t cd;
+    cudnnConvolutionDescriptor_t cd[TRN_ALGO_KINDS]; /* per direction (fwd, bwd
+                                      data, bwd filter): each its result's math */
     cudnnConvolutionFwdAlgo_t fa;
     cudnnConvolutionBwdDataAlgo_t ba;
     cudnnConvolutionBwdFilterAlgo_t fb;
@@ -309,7 +322,7 @@ template <typename T> static void s_forward(s_cnn *q, int nb)
         switch (o->kind) {
         case Q_CONV:
             CUDNN_CHECK(p_cudnnConvolutionForward(q->dnn, &one, x->td, x->x, o->fd,
-                                                  q->lp[o->pw], o->cd, o->fa, q->ws,
+                                                  q->lp[o->pw], o->cd[0], o->fa, q->ws,
                                                   q->ws_size, &zero, y->td, y->x));
             break;
         case Q_BN: {
@@ -370,8 +383,8 @@ template <typename T> static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
         case Q_CONV: {
             int lp = q->lp[o->pw] != q->w[o->pw];
             CUDNN_CHECK(p_cudnnConvolutionBackwardFilter(
-                q->dnn, &one, x->td, x->x, y->td, y->g, o->cd, o->fb, q->ws, q->ws_size,
-                &zero, o->fd, lp ? q->gconv : q->g[o->pw]));
+                q->dnn, &one, x->td, x->x, y->td, y->g, o->cd[2], o->fb, q->ws,
+                q->ws_size, &zero, o->fd, lp ? q->gconv : q->g[o->pw]));
             if (lp)
                 k_to_f32<T><<<s_blocks(q->pn[o->pw]), 256, 0, st>>>(
                     (const T *)q->gconv, q->g[o->pw], q->pn[o->pw]);
@@ -380,8 +393,8 @@ template <typename T> static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
             const float beta = acc ? 1.0f : 0.0f;
             if (need_dx)
                 CUDNN_CHECK(p_cudnnConvolutionBackwardData(
-                    q->dnn, &one, o->fd, q->lp[o->pw], y->td, y->g, o->cd, o->ba, q->ws,
-                    q->ws_size, &beta, x->td, x->g));
+                    q->dnn, &one, o->fd, q->lp[o->pw], y->td, y->g, o->cd[1], o->ba,
+                    q->ws, q->ws_size, &beta, x->td, x->g));
             break;
         }
         case Q_BN: {
@@ -523,8 +536,9 @@ static void s_detach(void *self)
         cudaFree(o->smean), cudaFree(o->sinv);
         if (o->fd)
             p_cudnnDestroyFilterDescriptor(o->fd);
-        if (o->cd)
-            p_cudnnDestroyConvolutionDescriptor(o->cd);
+        for (int k = 0; k < TRN_ALGO_KINDS; k++)
+            if (o->cd[k])
+                p_cudnnDestroyConvolutionDescriptor(o->cd[k]);
         if (o->bnd)
             p_cudnnDestroyTensorDescriptor(o->bnd);
     }
@@ -641,13 +655,16 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
             CUDNN_CHECK(p_cudnnSetFilter4dDescriptor(o->fd, (cudnnDataType_t)q->ty.act,
                                                      CUDNN_TENSOR_NHWC, o->co, o->c, o->k,
                                                      o->k));
-            CUDNN_CHECK(p_cudnnCreateConvolutionDescriptor(&o->cd));
-            CUDNN_CHECK(p_cudnnSetConvolution2dDescriptor(
-                o->cd, o->pad, o->pad, o->stride, o->stride, 1, 1,
-                CUDNN_CROSS_CORRELATION, (cudnnDataType_t)q->ty.compute));
-            /* fp32: FMA, no TF32; bf16/fp16: tensor cores, float accumulation */
-            CUDNN_CHECK(p_cudnnSetConvolutionMathType(
-                o->cd, q->ty.tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+            for (int k = 0; k < TRN_ALGO_KINDS; k++) { /* one per direction */
+                CUDNN_CHECK(p_cudnnCreateConvolutionDescriptor(&o->cd[k]));
+                CUDNN_CHECK(p_cudnnSetConvolution2dDescriptor(
+                    o->cd[k], o->pad, o->pad, o->stride, o->stride, 1, 1,
+                    CUDNN_CROSS_CORRELATION, (cudnnDataType_t)q->ty.compute));
+                /* what the queries may return: fp32 FMA (no TF32); bf16/fp16
+                   tensor cores, float accumulation; then the result's (s_algos) */
+                CUDNN_CHECK(p_cudnnSetConvolutionMathType(
+                    o->cd[k], q->ty.tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+            }
         } else if (o->kind == Q_BN) {
             /* scale, bias, mean and variance: the descriptor cuDNN derives
                from the input's for spatial BN (1 x C x 1 x 1, its type) */
@@ -659,6 +676,14 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
             CUDNN_CHECK(
                 p_cudnnDeriveBNTensorDescriptor(o->bnd, xd, CUDNN_BATCHNORM_SPATIAL));
             CUDNN_CHECK(p_cudnnDestroyTensorDescriptor(xd));
+            cudnnDataType_t dt; /* fp32 parameters only: else exit 2, no step */
+            int dn, dc, dh, dw, sn, sc, sh, sw;
+            CUDNN_CHECK(p_cudnnGetTensor4dDescriptor(o->bnd, &dt, &dn, &dc, &dh, &dw, &sn,
+                                                     &sc, &sh, &sw));
+            if (trn_cudnn_bn_type_check(q->prec, (int)dt, err) < 0) {
+                fprintf(stderr, "jizhi-train: --backend cuda --model cnn: %s\n", err);
+                exit(2);
+            }
             CUDA_CHECK(cudaMalloc(&o->smean, o->c * sizeof(float)));
             CUDA_CHECK(cudaMalloc(&o->sinv, o->c * sizeof(float)));
         }

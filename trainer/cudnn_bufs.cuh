@@ -18,64 +18,90 @@ static void s_ws_grow(s_cnn *q, size_t need)
     }
 }
 
+/* The _v7 results of one query as host structs (cudnn_host.h) */
+template <typename P> static void s_perfs(const P *p, int n, trn_algo_perf *r)
+{
+    for (int j = 0; j < n; j++)
+        r[j] = trn_algo_perf{(int)p[j].algo, (int)p[j].status, (int)p[j].determinism,
+                             (int)p[j].mathType, p[j].memory};
+}
+
+/* Direction k of op i at batch nb: the result trn_cudnn_algo_pick chooses
+   of r (n of them), its algorithm into algo[k] and the math type to set
+   into math[k]; none qualifies: exit 1 naming the layer, the direction
+   and the precision (no fallback to an algorithm not checked). */
+static void s_pick(s_cnn *q, int i, int nb, int k, const trn_algo_perf *r, int n,
+                   int *algo, int *math)
+{
+    int j = trn_cudnn_algo_pick(&q->ty, r, n, S_WS_MAX);
+    if (j < 0) {
+        char err[TRN_ERRLEN];
+        trn_cudnn_algo_none(i, k, q->prec, nb, n, err);
+        fprintf(stderr, "jizhi-train: CUDA CNN: %s\n", err);
+        exit(1);
+    }
+    algo[k] = r[j].algo;
+    math[k] = trn_cudnn_algo_math(&q->ty, r[j].math);
+}
+
 /* Conv algorithms of op i (o) at batch nb: the choice cached for (i, nb)
-   when this batch size was seen before (cudnn_host.h), else the first
-   deterministic one of each _v7 list whose workspace fits S_WS_MAX, then
-   cached; the workspace grown to the largest the three need. */
+   when this batch size was seen before (cudnn_host.h), else per direction
+   the result trn_cudnn_algo_pick chooses of its _v7 list, then cached.
+   Each direction has its own descriptor, set to its choice's math type
+   before the workspace query (and so for the calls); the workspace grown
+   to the largest the three need. */
 static void s_algos(s_cnn *q, int i, s_op *o, int nb)
 {
+    int algo[TRN_ALGO_KINDS], math[TRN_ALGO_KINDS];
+    size_t need = 0;
     const trn_algo_entry *hit = trn_algo_cache_get(&q->algos, i, nb);
     if (hit) {
-        o->fa = (cudnnConvolutionFwdAlgo_t)hit->algo[0];
-        o->ba = (cudnnConvolutionBwdDataAlgo_t)hit->algo[1];
-        o->fb = (cudnnConvolutionBwdFilterAlgo_t)hit->algo[2];
-        s_ws_grow(q, hit->ws);
-        return;
+        for (int k = 0; k < TRN_ALGO_KINDS; k++)
+            algo[k] = hit->algo[k], math[k] = hit->math[k];
+        need = hit->ws;
+    } else {
+        cudnnTensorDescriptor_t xd = q->buf[o->in].td, yd = q->buf[o->out].td;
+        int n = 0;
+        trn_algo_perf r[8];
+        for (int k = 0; k < TRN_ALGO_KINDS; k++) /* the queries' math (as at attach),
+                                                    not the last batch size's choice */
+            CUDNN_CHECK(p_cudnnSetConvolutionMathType(
+                o->cd[k], q->ty.tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+        cudnnConvolutionFwdAlgoPerf_t pf[8];
+        CUDNN_CHECK(p_cudnnGetConvolutionForwardAlgorithm_v7(q->dnn, xd, o->fd, o->cd[0],
+                                                             yd, 8, &n, pf));
+        s_perfs(pf, n, r);
+        s_pick(q, i, nb, 0, r, n, algo, math);
+        cudnnConvolutionBwdDataAlgoPerf_t pd[8];
+        CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            q->dnn, o->fd, yd, o->cd[1], xd, 8, &n, pd));
+        s_perfs(pd, n, r);
+        s_pick(q, i, nb, 1, r, n, algo, math);
+        cudnnConvolutionBwdFilterAlgoPerf_t pw[8];
+        CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            q->dnn, xd, yd, o->cd[2], o->fd, 8, &n, pw));
+        s_perfs(pw, n, r);
+        s_pick(q, i, nb, 2, r, n, algo, math);
     }
-    cudnnTensorDescriptor_t xd = q->buf[o->in].td, yd = q->buf[o->out].td;
-    int n = 0;
-    size_t need = 0, sz = 0;
-    cudnnConvolutionFwdAlgoPerf_t pf[8];
-    CUDNN_CHECK(p_cudnnGetConvolutionForwardAlgorithm_v7(q->dnn, xd, o->fd, o->cd, yd, 8,
-                                                         &n, pf));
-    o->fa = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    for (int j = 0; j < n; j++)
-        if (pf[j].status == CUDNN_STATUS_SUCCESS &&
-            pf[j].determinism == CUDNN_DETERMINISTIC && pf[j].memory <= S_WS_MAX) {
-            o->fa = pf[j].algo;
-            break;
-        }
-    CUDNN_CHECK(p_cudnnGetConvolutionForwardWorkspaceSize(q->dnn, xd, o->fd, o->cd, yd,
-                                                          o->fa, &sz));
-    need = sz > need ? sz : need;
-    cudnnConvolutionBwdDataAlgoPerf_t pd[8];
-    CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataAlgorithm_v7(q->dnn, o->fd, yd, o->cd,
-                                                              xd, 8, &n, pd));
-    o->ba = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    for (int j = 0; j < n; j++)
-        if (pd[j].status == CUDNN_STATUS_SUCCESS &&
-            pd[j].determinism == CUDNN_DETERMINISTIC && pd[j].memory <= S_WS_MAX) {
-            o->ba = pd[j].algo;
-            break;
-        }
-    CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataWorkspaceSize(q->dnn, o->fd, yd, o->cd,
-                                                               xd, o->ba, &sz));
-    need = sz > need ? sz : need;
-    cudnnConvolutionBwdFilterAlgoPerf_t pw[8];
-    CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterAlgorithm_v7(q->dnn, xd, yd, o->cd,
-                                                                o->fd, 8, &n, pw));
-    o->fb = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    for (int j = 0; j < n; j++)
-        if (pw[j].status == CUDNN_STATUS_SUCCESS &&
-            pw[j].determinism == CUDNN_DETERMINISTIC && pw[j].memory <= S_WS_MAX) {
-            o->fb = pw[j].algo;
-            break;
-        }
-    CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterWorkspaceSize(q->dnn, xd, yd, o->cd,
-                                                                 o->fd, o->fb, &sz));
-    need = sz > need ? sz : need;
-    int algo[TRN_ALGO_KINDS] = {(int)o->fa, (int)o->ba, (int)o->fb};
-    trn_algo_cache_put(&q->algos, i, nb, algo, need);
+    for (int k = 0; k < TRN_ALGO_KINDS; k++)
+        CUDNN_CHECK(p_cudnnSetConvolutionMathType(o->cd[k], (cudnnMathType_t)math[k]));
+    o->fa = (cudnnConvolutionFwdAlgo_t)algo[0];
+    o->ba = (cudnnConvolutionBwdDataAlgo_t)algo[1];
+    o->fb = (cudnnConvolutionBwdFilterAlgo_t)algo[2];
+    if (!hit) { /* the workspace each needs under its own math type */
+        cudnnTensorDescriptor_t xd = q->buf[o->in].td, yd = q->buf[o->out].td;
+        size_t sz = 0;
+        CUDNN_CHECK(p_cudnnGetConvolutionForwardWorkspaceSize(q->dnn, xd, o->fd, o->cd[0],
+                                                              yd, o->fa, &sz));
+        need = sz > need ? sz : need;
+        CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataWorkspaceSize(
+            q->dnn, o->fd, yd, o->cd[1], xd, o->ba, &sz));
+        need = sz > need ? sz : need;
+        CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            q->dnn, xd, yd, o->cd[2], o->fd, o->fb, &sz));
+        need = sz > need ? sz : need;
+        trn_algo_cache_put(&q->algos, i, nb, algo, math, need);
+    }
     s_ws_grow(q, need);
 }
 

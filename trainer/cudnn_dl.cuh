@@ -33,6 +33,7 @@
     X(cudnnGetConvolutionForwardWorkspaceSize)                                           \
     X(cudnnGetCudartVersion)                                                             \
     X(cudnnGetErrorString)                                                               \
+    X(cudnnGetTensor4dDescriptor)                                                        \
     X(cudnnGetVersion)                                                                   \
     X(cudnnSetConvolution2dDescriptor)                                                   \
     X(cudnnSetConvolutionMathType)                                                       \

@@ -129,7 +129,8 @@ const trn_algo_entry *trn_algo_cache_get(trn_algo_cache *c, int layer, int nb)
 }
 
 void trn_algo_cache_put(trn_algo_cache *c, int layer, int nb,
-                        const int algo[TRN_ALGO_KINDS], size_t ws)
+                        const int algo[TRN_ALGO_KINDS], const int math[TRN_ALGO_KINDS],
+                        size_t ws)
 {
     trn_algo_entry *e = s_find(c, layer, nb);
     if (!e && c->n < c->cap)
@@ -144,9 +145,43 @@ void trn_algo_cache_put(trn_algo_cache *c, int layer, int nb,
     e->layer = layer;
     e->nb = nb;
     for (int k = 0; k < TRN_ALGO_KINDS; k++)
-        e->algo[k] = algo[k];
+        e->algo[k] = algo[k], e->math[k] = math[k];
     e->ws = ws;
     e->used = ++c->clock;
+}
+
+int trn_cudnn_algo_pick(const trn_cudnn_types *t, const trn_algo_perf *r, int n,
+                        size_t ws_max)
+{
+    for (int j = 0; j < n; j++) {
+        int tensor = r[j].math == TRN_CUDNN_TENSOR_OP_MATH ||
+                     r[j].math == TRN_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+        if (r[j].status == TRN_CUDNN_STATUS_SUCCESS &&
+            r[j].determinism == TRN_CUDNN_DETERMINISTIC && r[j].memory <= ws_max &&
+            (t->tensor_ops || !tensor))
+            return j;
+    }
+    return -1;
+}
+
+int trn_cudnn_algo_math(const trn_cudnn_types *t, int result_math)
+{
+    if (!t->tensor_ops && result_math == TRN_CUDNN_DEFAULT_MATH)
+        return TRN_CUDNN_FMA_MATH;
+    return result_math;
+}
+
+void trn_cudnn_algo_none(int layer, int kind, int p, int nb, int n, char *err)
+{
+    static const char *const dir[TRN_ALGO_KINDS] = {"forward", "backward data",
+                                                    "backward filter"};
+    snprintf(err, TRN_ERRLEN,
+             "conv op %d at --precision %s, batch %d: none of cuDNN's %d %s algorithms "
+             "is deterministic%s and fits the workspace; try another --batch-size or "
+             "--precision",
+             layer, trn_precision_name((trn_precision)p), nb, n,
+             dir[kind >= 0 && kind < TRN_ALGO_KINDS ? kind : 0],
+             p == TRN_FP32 ? " without tensor cores (no TF32)" : "");
 }
 
 int trn_cudnn_types_for(int p, trn_cudnn_types *t, char *err)
@@ -196,6 +231,18 @@ void trn_cudnn_sizes_for(const trn_cudnn_types *t, int nb, int nbufs, const long
         out->stage = (size_t)nb * (size_t)feat[0] * sizeof(float);
 }
 
+int trn_cudnn_bn_type_check(int p, int derived, char *err)
+{
+    if (derived == TRN_CUDNN_DATA_FLOAT)
+        return 0;
+    snprintf(err, TRN_ERRLEN,
+             "--precision %s: cuDNN derives BatchNorm parameters of type %d (not FLOAT) "
+             "for this input; the CUDA CNN keeps them in fp32: use --precision fp32, or "
+             "--backend cpu",
+             trn_precision_name((trn_precision)p), derived);
+    return -1;
+}
+
 const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len)
 {
     snprintf(buf, len, "%s@%s", arch, trn_precision_name((trn_precision)p));
@@ -220,6 +267,20 @@ int trn_cudnn_refuse(const struct trn_config *c, char *err)
                  "--optimizer %s: the CUDA CNN (--backend cuda --model cnn) supports "
                  "sgd and lars",
                  c->optimizer);
+        return -1;
+    }
+    trn_prec_schedule ps; /* a malformed schedule: trn_config_validate says so */
+    int bf16 = trn_precision_from_name(c->precision) == TRN_BF16;
+    if (c->precision_schedule[0] &&
+        trn_prec_schedule_parse(&ps, c->precision_schedule, (char[TRN_ERRLEN]){0}) == 0)
+        for (int i = 0; i < ps.n; i++)
+            bf16 |= ps.prec[i] == TRN_BF16;
+    if (bf16) {
+        snprintf(err, TRN_ERRLEN,
+                 "%s bf16: the CUDA CNN (--backend cuda --model cnn) has no bf16 "
+                 "BatchNorm (cuDNN's BatchNorm keeps fp32 statistics for fp16 input "
+                 "only); use --precision fp16 or fp32, or --backend cpu for bf16",
+                 c->precision_schedule[0] ? "--precision-schedule with" : "--precision");
         return -1;
     }
     if (!strcmp(c->cuda_graphs, "on")) {

@@ -60,6 +60,8 @@ const char *trn_cuda_version_text(long version, char *buf, size_t len);
 typedef struct {
     int layer, nb;            /* the key: conv op index, batch size */
     int algo[TRN_ALGO_KINDS]; /* cuDNN's algorithm enums, as ints */
+    int math[TRN_ALGO_KINDS]; /* the math type each direction's descriptor is
+                                 set to (trn_cudnn_algo_math), as ints */
     size_t ws;                /* workspace bytes the three need at most */
     unsigned long used;       /* the cache clock at the last hit or put */
 } trn_algo_entry;
@@ -89,10 +91,49 @@ int trn_algo_cache_attach(trn_algo_cache *c, int cap, const char *model);
    Borrowed: valid until the next put. */
 const trn_algo_entry *trn_algo_cache_get(trn_algo_cache *c, int layer, int nb);
 
-/* Records the choice for (layer, nb), replacing an entry with that key, or
-   else the least recently used one when the cache is full. */
+/* Records the choice for (layer, nb): algorithms and math types per
+   direction, replacing an entry with that key, or else the least recently
+   used one when the cache is full. */
 void trn_algo_cache_put(trn_algo_cache *c, int layer, int nb,
-                        const int algo[TRN_ALGO_KINDS], size_t ws);
+                        const int algo[TRN_ALGO_KINDS], const int math[TRN_ALGO_KINDS],
+                        size_t ws);
+
+/* cuDNN's values (cudnn_graph.h, cudnn_cnn.h), as ints; backend_cudnn.cu
+   checks them against the headers at compile time. */
+#define TRN_CUDNN_STATUS_SUCCESS 0
+#define TRN_CUDNN_DETERMINISTIC 1
+#define TRN_CUDNN_DEFAULT_MATH 0
+#define TRN_CUDNN_TENSOR_OP_MATH 1
+#define TRN_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION 2
+#define TRN_CUDNN_FMA_MATH 3
+
+/* One result of a _v7 algorithm query (cudnnConvolution*AlgoPerf_t), as
+   ints so that host code needs no CUDA header. */
+typedef struct {
+    int algo, status, determinism, math;
+    size_t memory;
+} trn_algo_perf;
+
+struct trn_cudnn_types_s;
+/* The result to use of n (cuDNN's order: the fastest first) for one
+   direction at types t: the first that succeeded, is deterministic, needs
+   at most ws_max bytes of workspace and, at fp32 (no tensor ops), runs
+   without tensor cores (its math DEFAULT or FMA: a TENSOR_OP result would
+   be TF32). Returns its index, or -1 when none qualifies: the caller fails
+   (trn_cudnn_algo_none), never falls back to an algorithm not checked. */
+int trn_cudnn_algo_pick(const struct trn_cudnn_types_s *t, const trn_algo_perf *r, int n,
+                        size_t ws_max);
+
+/* The math type to set on a direction's descriptor for the chosen result's
+   math at types t: the result's own, except DEFAULT at fp32, set as FMA
+   (DEFAULT lets cuDNN use TF32 on Ampere and later; fp32 runs without). */
+int trn_cudnn_algo_math(const struct trn_cudnn_types_s *t, int result_math);
+
+/* The message when no result qualifies for direction kind (0 forward, 1
+   backward data, 2 backward filter) of conv op layer at precision p and
+   batch nb, of n results: into err (TRN_ERRLEN). The run ends with exit
+   status 1. */
+void trn_cudnn_algo_none(int layer, int kind, int p, int nb, int n, char *err);
 
 /* cuDNN's cudnnDataType_t values (cudnn_graph.h), as ints so that host
    code needs no CUDA header; backend_cudnn.cu checks them against the
@@ -102,12 +143,15 @@ void trn_algo_cache_put(trn_algo_cache *c, int layer, int nb,
 #define TRN_CUDNN_DATA_BFLOAT16 9
 
 /* What the CUDA CNN runs in at one precision (trn_precision). */
-typedef struct {
+typedef struct trn_cudnn_types_s {
     int act;        /* cuDNN data type of activations, their gradients, conv
                        filters and the head's GEMM inputs (TRN_CUDNN_DATA_*) */
     int compute;    /* the convolutions' compute type: always FLOAT */
     int bn;         /* BatchNorm scale/bias/statistics type: always FLOAT
-                       (what cudnnDeriveBNTensorDescriptor gives for act) */
+                       (what cudnnDeriveBNTensorDescriptor is documented to
+                       give for FLOAT and HALF input; checked at attach by
+                       trn_cudnn_bn_type_check). For BFLOAT16 input cuDNN may
+                       derive BFLOAT16: bf16 is refused (trn_cudnn_refuse) */
     int tensor_ops; /* 1: CUDNN_TENSOR_OP_MATH and cuBLAS tensor-op GEMMs
                        (bf16/fp16); 0: FMA math, no TF32 (fp32) */
     int esize;      /* bytes of one activation element: 4 or 2 */
@@ -147,6 +191,13 @@ void trn_cudnn_sizes_for(const trn_cudnn_types *t, int nb, int nbufs, const long
    cuDNN's BN takes fp32). */
 int trn_cudnn_param_lp(const trn_cudnn_types *t, int kind);
 
+/* At attach, the type cuDNN derived for a BN's parameter descriptor
+   (cudnnGetTensor4dDescriptor of cudnnDeriveBNTensorDescriptor's result)
+   at precision p: 0 when FLOAT (the fp32 gamma, beta and statistics the
+   CUDA CNN keeps), else -1 with err naming the precision and the type
+   (the run ends with exit status 2, before any step). */
+int trn_cudnn_bn_type_check(int p, int derived, char *err);
+
 /* The algorithm cache's key for the model arch at precision p:
    "<arch>@<fp32|bf16|fp16>" into buf. Returns buf. */
 const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len);
@@ -154,8 +205,10 @@ const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len);
 /* The options --backend cuda cannot run with (c: a parsed config,
    borrowed): --per-layer-scale for any model (one loss scale on the
    device; the MLP and the CNN ignored the flag); and with --model cnn
-   optimizers other than sgd and lars, --cuda-graphs on (the CNN runs
-   plain launches; auto and off are accepted). Other backends: always 0.
+   --precision bf16 or a --precision-schedule with a bf16 phase (its
+   BatchNorm is cuDNN's, which keeps fp32 parameters for HALF input only;
+   fp16 and fp32 run), optimizers other than sgd and lars, --cuda-graphs
+   on (the CNN runs plain launches; auto and off are accepted). Other backends: always 0.
    Returns 0, or -1 with err naming the option. */
 struct trn_config;
 int trn_cudnn_refuse(const struct trn_config *c, char *err);
