@@ -626,6 +626,16 @@ TEST(cudnn_sizes_per_precision_match_a_hand_count)
     CHECK(b.lp == 1844 * 2);
     CHECK(b.gconv == 576 * 2);
     CHECK(b.stage == 16 * 144 * 4);
+    CHECK(a.ones == 16 * 4 && b.ones == 16 * 2 && a.labels == 16 && b.labels == 16);
+    trn_cudnn_sizes w; /* attach's check: the weights alone */
+    trn_cudnn_sizes_for(&t16, 0, 0, NULL, L.np, pn, conv, lp16, &w);
+    CHECK(w.master == b.master && w.lp == b.lp && w.act == 0 && w.stage == 0);
+    CHECK(trn_cudnn_sizes_batch(&w) == w.gconv);
+    CHECK(trn_cudnn_buf_bytes(&t16, 16, 144) == 16 * 144 * 2);
+    /* what s_reserve allocates (and checks against the free memory) */
+    CHECK(trn_cudnn_sizes_batch(&a) == (size_t)(2 * 16 * featsum * 4) + 16 * 4 + 16);
+    CHECK(trn_cudnn_sizes_batch(&b) ==
+          (size_t)(2 * 16 * featsum * 2) + 576 * 2 + 16 * 144 * 4 + 16 * 2 + 16);
 }
 
 /* The conv algorithms chosen at one precision are not reused at another

@@ -616,6 +616,19 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
                                                              : CUBLAS_PEDANTIC_MATH));
     CUDNN_CHECK(p_cudnnCreate(&q->dnn));
     CUDNN_CHECK(p_cudnnSetStream(q->dnn, q->stream));
+    int conv[MAXP], lpw[MAXP]; /* fp32 weights, momenta, gradients, copies */
+    for (int i = 0; i < q->np; i++)
+        conv[i] = q->pconv[i] >= 0, lpw[i] = trn_cudnn_param_lp(&q->ty, q->pkind[i]);
+    trn_cudnn_sizes wz;
+    trn_cudnn_sizes_for(&q->ty, 0, 0, NULL, q->np, q->pn, conv, lpw, &wz);
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && wz.master + wz.lp > fr) {
+        snprintf(err, TRN_ERRLEN,
+                 "the CUDA CNN's weights need %.0f MB (masters, momenta, gradients and "
+                 "working copies), the GPU has %.0f MB free",
+                 (wz.master + wz.lp) / 1e6, fr / 1e6);
+        return -1;
+    }
     for (int i = 0; i < q->np; i++) {
         trn_param *p = trn_net_param(net, i);
         if (p->n != q->pn[i]) {

@@ -7,12 +7,29 @@
 #ifndef JZ_TRN_CUDNN_BUFS_CUH
 #define JZ_TRN_CUDNN_BUFS_CUH
 
-/* The workspace grown to need bytes (never shrunk). */
-static void s_ws_grow(s_cnn *q, size_t need)
+/* Exit 1 with a message when need bytes (what, at batch nb) are more
+   than the GPU has free; call with the old buffers of that kind freed. */
+static void s_mem_check(s_cnn *q, int nb, size_t need, const char *what)
+{
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && need > fr) {
+        fprintf(stderr,
+                "jizhi-train: CUDA CNN: batch %d needs %.0f MB of %s at --precision %s, "
+                "the GPU has %.0f MB free; use a smaller --batch-size\n",
+                nb, need / 1e6, what, trn_precision_name(q->prec), fr / 1e6);
+        exit(1);
+    }
+}
+
+/* The workspace grown to need bytes (never shrunk); the old one freed
+   before the free memory is read. */
+static void s_ws_grow(s_cnn *q, size_t need, int nb)
 {
     if (need > q->ws_size) {
         CUDA_CHECK(cudaStreamSynchronize(q->stream));
         cudaFree(q->ws);
+        q->ws = NULL, q->ws_size = 0;
+        s_mem_check(q, nb, need, "cuDNN workspace");
         CUDA_CHECK(cudaMalloc(&q->ws, need));
         q->ws_size = need;
     }
@@ -102,11 +119,15 @@ static void s_algos(s_cnn *q, int i, s_op *o, int nb)
         need = sz > need ? sz : need;
         trn_algo_cache_put(&q->algos, i, nb, algo, math, need);
     }
-    s_ws_grow(q, need);
+    s_ws_grow(q, need, nb);
 }
 
-/* Buffers for nb examples and every descriptor at batch size nb, sized by
-   trn_cudnn_sizes_for at the attached precision's types. */
+/* Buffers for nb examples and every descriptor at batch size nb. The
+   sizes are trn_cudnn_sizes_for's at the attached precision's types (each
+   activation buffer by trn_cudnn_buf_bytes, the rest by the sz fields);
+   the old batch buffers are freed before the free memory is read, and
+   the check covers all of them (the workspace: s_ws_grow; weights and
+   their copies: s_attach). */
 static void s_reserve(s_cnn *q, int nb)
 {
     if (nb > q->cap) {
@@ -119,29 +140,24 @@ static void s_reserve(s_cnn *q, int nb)
             conv[i] = q->pconv[i] >= 0, lp[i] = q->lp[i] != q->w[i];
         trn_cudnn_sizes sz;
         trn_cudnn_sizes_for(&q->ty, nb, q->nbufs, feat, q->np, q->pn, conv, lp, &sz);
-        size_t fr = 0, tot = 0;
-        if (cudaMemGetInfo(&fr, &tot) == cudaSuccess && sz.act + sz.stage > fr) {
-            fprintf(stderr,
-                    "jizhi-train: CUDA CNN: batch %d needs %.0f MB of activations at "
-                    "--precision %s, the GPU has %.0f MB free; use a smaller "
-                    "--batch-size\n",
-                    nb, (sz.act + sz.stage) / 1e6, trn_precision_name(q->prec), fr / 1e6);
-            exit(1);
+        for (int i = 0; i < q->nbufs; i++) {
+            cudaFree(q->buf[i].x), cudaFree(q->buf[i].g);
+            q->buf[i].x = q->buf[i].g = NULL;
         }
-        size_t es = (size_t)q->ty.esize;
+        cudaFree(q->ones), cudaFree(q->y), cudaFree(q->stage), cudaFree(q->gconv);
+        q->ones = q->gconv = NULL, q->y = NULL, q->stage = NULL, q->cap = 0;
+        s_mem_check(q, nb, trn_cudnn_sizes_batch(&sz),
+                    "activations, their gradients and batch buffers");
         for (int i = 0; i < q->nbufs; i++) {
             s_buf *b = &q->buf[i];
-            cudaFree(b->x), cudaFree(b->g);
-            CUDA_CHECK(cudaMalloc(&b->x, (size_t)nb * feat[i] * es));
-            CUDA_CHECK(cudaMalloc(&b->g, (size_t)nb * feat[i] * es));
+            CUDA_CHECK(cudaMalloc(&b->x, trn_cudnn_buf_bytes(&q->ty, nb, feat[i])));
+            CUDA_CHECK(cudaMalloc(&b->g, trn_cudnn_buf_bytes(&q->ty, nb, feat[i])));
         }
-        cudaFree(q->ones), cudaFree(q->y), cudaFree(q->stage);
-        q->stage = NULL;
-        CUDA_CHECK(cudaMalloc(&q->ones, (size_t)nb * es));
-        CUDA_CHECK(cudaMalloc(&q->y, (size_t)nb));
+        CUDA_CHECK(cudaMalloc(&q->ones, sz.ones));
+        CUDA_CHECK(cudaMalloc(&q->y, sz.labels));
         if (sz.stage)
             CUDA_CHECK(cudaMalloc(&q->stage, sz.stage));
-        if (sz.gconv && !q->gconv)
+        if (sz.gconv)
             CUDA_CHECK(cudaMalloc(&q->gconv, sz.gconv));
         if (q->prec == TRN_BF16)
             k_fill<__nv_bfloat16>

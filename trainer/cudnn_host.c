@@ -217,7 +217,7 @@ void trn_cudnn_sizes_for(const trn_cudnn_types *t, int nb, int nbufs, const long
 {
     memset(out, 0, sizeof *out);
     for (int i = 0; i < nbufs; i++)
-        out->act += 2 * (size_t)nb * (size_t)feat[i] * (size_t)t->esize;
+        out->act += 2 * trn_cudnn_buf_bytes(t, nb, feat[i]);
     long gmax = 0;
     for (int i = 0; i < np; i++) {
         out->master += 3 * (size_t)pn[i] * sizeof(float);
@@ -229,6 +229,18 @@ void trn_cudnn_sizes_for(const trn_cudnn_types *t, int nb, int nbufs, const long
     out->gconv = (size_t)gmax * (size_t)t->esize;
     if (t->lp_copy && nbufs > 0)
         out->stage = (size_t)nb * (size_t)feat[0] * sizeof(float);
+    out->ones = (size_t)nb * (size_t)t->esize;
+    out->labels = (size_t)nb;
+}
+
+size_t trn_cudnn_buf_bytes(const trn_cudnn_types *t, int nb, long feat)
+{
+    return (size_t)nb * (size_t)feat * (size_t)t->esize;
+}
+
+size_t trn_cudnn_sizes_batch(const trn_cudnn_sizes *s)
+{
+    return s->act + s->gconv + s->stage + s->ones + s->labels;
 }
 
 int trn_cudnn_bn_type_check(int p, int derived, char *err)

@@ -174,16 +174,28 @@ typedef struct {
                       right after cuDNN writes it (lp_copy); else 0 */
     size_t stage;  /* fp32 staging of a host batch before its conversion
                       (lp_copy: nb x the input's values); else 0 */
+    size_t ones;   /* nb ones in the act type (the head's bias gradient) */
+    size_t labels; /* nb labels, one byte each */
 } trn_cudnn_sizes;
 
 /* The sizes for nb examples of the layout L (cnn_layout.h, not included
    here: passed as its parts) at types t: nbufs buffers of feat[i] values
    per example, np params of pn[i] values, is_conv[i] nonzero for conv
    weights, lp[i] nonzero for the params with a working copy
-   (trn_cudnn_param_lp). */
+   (trn_cudnn_param_lp). nbufs 0 (feat NULL) and nb 0: the weights' sizes
+   alone (master, lp, gconv), checked at attach before they are made. */
 void trn_cudnn_sizes_for(const trn_cudnn_types *t, int nb, int nbufs, const long *feat,
                          int np, const long *pn, const int *is_conv, const int *lp,
                          trn_cudnn_sizes *out);
+
+/* Bytes of one activation buffer's values (or of its gradient) for nb
+   examples of feat values each at types t: act is the sum of two of these
+   per buffer, and the backend allocates each buffer by this function. */
+size_t trn_cudnn_buf_bytes(const trn_cudnn_types *t, int nb, long feat);
+
+/* What the CUDA CNN allocates per batch size (s_reserve): act, gconv,
+   stage, ones and labels (master and lp are allocated at attach). */
+size_t trn_cudnn_sizes_batch(const trn_cudnn_sizes *s);
 
 /* Whether a param of kind (trn_pkind) keeps a working copy in the act type
    at types t: conv and linear weights (TRN_PW) do with lp_copy; biases and
