@@ -40,7 +40,7 @@ stored report, not the stop):
                 of warmup (Goyal et al.).
   batchsize     scheduler batchsize from B0 = 64 (--sched-start) at the lr
                 that was best for fixed B0 on the first seed (the fixed arms' hindsight; run
-                after them), range 32..1024, "probe_interval": 50 (the
+                after them), range 32..1024 (--sched-min, --sched-max), "probe_interval": 50 (the
                 first change and the one after an exploring x2 wait for the
                 measurements only, not for the 200-step interval),
                 AdaScale, "grow_only": true (measured: with the default
@@ -276,7 +276,7 @@ def step_curve(model, ranks, args, batches):
 def arm_spec(name, model, seed, kind, batch, lr, args):
     cmd = base_cmd(model, seed, batch, args)
     if kind.startswith("batchsize") or kind == "fixed-plateau":
-        lo, hi = (batch, batch) if kind == "fixed-plateau" else (32, args.sched_max)
+        lo, hi = (batch, batch) if kind == "fixed-plateau" else (args.sched_min, args.sched_max)
         sched = {"type": "batchsize", "seed": seed, "min": lo, "max": hi, "interval": 200,
                  "warmup": args.warmup,
                  # the first change, and the one after an exploring change, need
@@ -853,6 +853,9 @@ def main():
                     "model's)")
     ap.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
                     help="the fixed batch grid (default 32,64,128,256,512,1024: the scheduler's range)")
+    ap.add_argument("--sched-min", type=int, default=32,
+                    help="the scheduler arms' smallest batch (default 32; the CNN's "
+                    "cheapest example is at 16 with the oneDNN convolutions)")
     ap.add_argument("--sched-max", type=int, default=1024,
                     help="the scheduler arms' largest batch (default 1024)")
     ap.add_argument("--sched-start", type=int, default=64,
