@@ -9,6 +9,7 @@
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #endif
 #include "common/blaskern.h"
+#include "common/util.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -229,7 +230,7 @@ void blaskern_choose(char **argv)
         setenv("OPENBLAS_CORETYPE", target, 1);
         setenv(S_REEXEC_ENV, in->core, 1);
         fflush(NULL);
-        execv("/proc/self/exe", argv);
+        util_reexec_self(argv);
         /* still here: carry on with the kernels we have */
         unsetenv(S_REEXEC_ENV);
         if (keep)

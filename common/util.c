@@ -119,6 +119,18 @@ const char *util_proc_stat(long pid, char *buf, size_t size)
     return p ? p + 1 : NULL;
 }
 
+void util_reexec_self(char **argv)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0 && (size_t)n < sizeof exe - 1) {
+        exe[n] = 0;
+        execv(exe, argv);
+    }
+    execv("/proc/self/exe",
+          argv); /* the file was replaced or renamed: still this program */
+}
+
 int util_reserve(void *arrayp, size_t *cap, size_t n, size_t size)
 {
     void *p;

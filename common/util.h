@@ -4,8 +4,9 @@
     random hex ids, and the daemons' allocators. Everything here is
     thread-safe and keeps no global state.
 
-    Users: the daemons and the CLI; jizhi-train takes util_now and
-    util_splitmix64 only (trainer/README.md, "What it takes from common/").
+    Users: the daemons and the CLI; jizhi-train takes util_now,
+    util_splitmix64 and util_reexec_self only (trainer/README.md, "What it
+    takes from common/").
 
     Out-of-memory policy. An allocation failure in a daemon must never
     leave a change half applied. Daemon code that can back out cleanly
@@ -91,6 +92,12 @@ size_t util_utf8_len(const unsigned char *s, size_t n);
    " S 1 ..."; the name may hold spaces and parentheses), or NULL when the
    process is gone or the text is not what Linux writes. */
 const char *util_proc_stat(long pid, char *buf, size_t size);
+
+/* Runs this program again with argv (and the environment as it is now):
+   execv of the file /proc/self/exe names, so the process keeps its name
+   (ps, pgrep and /proc/PID/comm see "jizhi-train", not "exe"). Returns
+   only when the exec failed (errno set). */
+void util_reexec_self(char **argv);
 
 /* Makes room for index n in a heap array: arrayp is the address of the
    caller's pointer (T **, NULL for none yet), *cap the elements it holds,

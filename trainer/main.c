@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/blaskern.h"
+#include "common/util.h"
 #include "trainer/comm.h"
 #include "trainer/conv_dnnl.h"
 #include "trainer/trn.h"
@@ -123,7 +124,7 @@ static void s_thread_env(char **argv)
         again = 1;
     }
     if (again)
-        execv("/proc/self/exe", argv);
+        util_reexec_self(argv);
     /* no re-exec needed, or it failed: go on with the libraries' defaults */
 }
 

@@ -107,7 +107,8 @@ def test_bad_eval_at_step_exits_2_before_training(step):
 
 def _threads_and_env(env):
     """jizhi-train (--threads 1) once it trains: its thread count and its
-    environment (after its own re-exec), then it is stopped."""
+    environment (after its own re-exec), then it is stopped. Its name after
+    the re-exec is checked on the way (ps and pgrep show it)."""
     e = env_for_trials()
     for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
         e.pop(k, None)
@@ -118,6 +119,8 @@ def _threads_and_env(env):
         line = p.stderr.readline()  # a report: the libraries are loaded, steps run
         assert "jizhi: step" in line, line
         n = len(os.listdir("/proc/%d/task" % p.pid))
+        with open("/proc/%d/comm" % p.pid) as f:  # "exe" when it ran /proc/self/exe
+            assert f.read().strip() == "jizhi-train"
         with open("/proc/%d/environ" % p.pid, "rb") as f:
             penv = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
         return n, penv
