@@ -54,11 +54,11 @@
 #      Then the CNN on cuDNN (--backend cuda --model cnn, fp32): val_loss
 #      after EQ_STEPS within CNN_RT (1e-4) relative of the CPU CNN's, the
 #      same bits with --gpu-data device (default) and host, and val_acc
-#      after STEPS within 0.01; in fp16 (half activations on
+#      after STEPS within 0.01; in bf16 and fp16 (half activations on
 #      tensor cores, fp32 masters and BN) val_loss after EQ_STEPS within
-#      CNN_LP_RT (0.01) relative of the CUDA CNN in fp32 (a fixed loss
-#      scale, CNN_FP16_SCALE 256: no early overflow skips); bf16 refused
-#      with exit 2 (checked); one rank on the
+#      CNN_LP_RT (0.01) relative of the CUDA CNN in fp32 (fp16 under a
+#      fixed loss scale, CNN_FP16_SCALE 256: no early overflow skips; bf16
+#      with the CNN's own BN kernels); one rank on the
 #      device gradient path equals the plain step (1e-5) and says so; with 2 or more GPUs and mpirun, 2
 #      ranks (BN per rank, gradients summed on the device, BN statistics
 #      averaged) within CNN_RT of the CPU CNN on 2 ranks and within 1e-5
@@ -68,8 +68,8 @@
 #      and of PyTorch on the same GPU (same MLP, data resident on the device
 #      for PyTorch, fp32 and bf16 autocast), batch 128, 1024, 8192 and
 #      65536, and the ratio; then the CNN (16,32) at batch 256, 2048 and
-#      8192 in fp32 and fp16 against PyTorch channels_last at the same
-#      precision (fp32 and fp16 autocast: AMP; the CUDA CNN refuses bf16).
+#      8192 in fp32, bf16 and fp16 against PyTorch channels_last at the same
+#      precision (fp32, bf16 and fp16 autocast: AMP).
 # Exit status 0 when every comparison is within tolerance; 2 at once, with
 # the reason, on a machine where nvidia-smi lists no GPU (without --cpu).
 # Results: build/gpu-check.json (every verdict line and speed row, the
@@ -138,7 +138,7 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
-               "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32 and fp16 (half NHWC activations on tensor cores, fp32 masters and BN; bf16 refused: cuDNN's BN keeps fp32 parameters for fp16 input only), device or host batches, BN per rank on several ranks, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it, 'CNN fp16 vs fp32 CUDA', the bf16 refusal and the CNN speed rows per precision); graphs for the CNN: no code yet (--cuda-graphs on refused)",
+               "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, bf16 and fp16 (half NHWC activations on tensor cores, fp32 masters and BN; BN at bf16 by own kernels, cuda_bn_kernels.cuh), device or host batches, BN per rank on several ranks, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it, 'CNN bf16/fp16 vs fp32 CUDA' and the CNN speed rows per precision); graphs for the CNN: no code yet (--cuda-graphs on refused)",
                "item 5": "checked for the MLP (device-resident gradients on NCCL above); the CUDA CNN on the device gradient path: one rank ('CNN fp32 1 rank --comm' row) and, where 2 GPUs are listed, 2 ranks against the CPU CNN on 2 ranks and the host path ('CNN fp32 2 ranks' rows); never run on a GPU before this script",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda): not in this script and never run; items 3-4 now have code (never run on a GPU)"}},
           open(out, "w"), indent=1)
@@ -292,7 +292,7 @@ for prec in "${DG_PRECS[@]}"; do
 done
 
 echo
-echo "== CNN on cuDNN (--model cnn --channels 16,32, one rank): CPU vs CUDA in fp32, fp16 vs fp32 (bf16 refused), same seed and order"
+echo "== CNN on cuDNN (--model cnn --channels 16,32, one rank): CPU vs CUDA in fp32, bf16/fp16 vs fp32, same seed and order"
 # backend_cudnn.cu: net.c's residual CNN on cuDNN (NHWC, fp32; batches
 # gathered on the device by default). val_loss after EQ_STEPS steps within CNN_RT relative (1e-4:
 # a bound chosen before any GPU run, not a measured spread: the convolution
@@ -316,40 +316,40 @@ hl=$(echo "$gh" | metric val_loss)
 v=$(exact "${gl:-}" "${hl:-}"); [ "$v" = ok ] || status=1
 printf 'CNN fp32 device data vs host data, %s steps: val_loss %s vs %s: %s (same bits)\n' \
     "$EQ_STEPS" "${gl:-none}" "${hl:-none}" "$v"
-# the CNN in fp16 (--precision: activations and conv filters in the half
-# type, NHWC, cuDNN on tensor cores with float compute; fp32 master weights,
-# BN parameters and statistics) against the CUDA CNN in fp32 above:
-# val_loss after EQ_STEPS within CNN_LP_RT relative (0.01: a bound chosen
-# before any GPU run; the CPU CNN's bf16 was 8e-5 from its fp32 here). It
-# runs under a fixed loss scale (CNN_FP16_SCALE, 256), not the dynamic one
-# that fp16 gets by default: dynamic starts at 2^16 and skips its first
-# steps on overflow while it halves, so 20 steps would compare another
-# trajectory with fp32's and a correct CNN could fail; the run's last
-# loss_scale is printed (it must be the fixed one). Its fp16 is skipped
-# with --cpu (the CPU's fp16 is an emulation, ~15 s). bf16 on the CUDA CNN
-# is refused (exit 2; cuDNN's BatchNorm keeps fp32 parameters for fp16
-# input only): the row checks the refusal, with --cpu too (the same
-# trn_config_validate in the CPU binary).
+# the CNN in bf16 and fp16 (--precision: activations and conv filters in
+# the half type, NHWC, cuDNN convolutions on tensor cores with float
+# compute; fp32 master weights, BN parameters and statistics; BatchNorm by
+# cuDNN at fp16, by the CNN's own kernels at bf16, cuda_bn_kernels.cuh)
+# against the CUDA CNN in fp32 above: val_loss after EQ_STEPS within
+# CNN_LP_RT relative (0.01: a bound chosen before any GPU run; the CPU
+# CNN's bf16 was 8e-5 from its fp32 here). fp16 runs under a fixed loss
+# scale (CNN_FP16_SCALE, 256), not the dynamic one it gets by default:
+# dynamic starts at 2^16 and skips its first steps on overflow while it
+# halves, so 20 steps would compare another trajectory with fp32's and a
+# correct CNN could fail; the run's last loss_scale must be the fixed one.
+# bf16 needs no loss scale (as train.c decides for every backend). With
+# --cpu the CPU CNN's own bf16 stands in (the script's logic, not cuDNN);
+# its fp16 is skipped there (emulated: ~15 s).
 CNN_LP_RT=${CNN_LP_RT:-0.01}
 CNN_FP16_SCALE=${CNN_FP16_SCALE:-256}
-brc=0
-br=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --precision bf16 \
-    --backend cuda 2>&1) || brc=$?
-if [ "$brc" = 2 ] && grep -q "no bf16 BatchNorm" <<<"$br"; then v=ok; else v=FAIL; status=1; fi
-printf 'CNN bf16 on CUDA refused: exit %s: %s (exit 2, no bf16 BatchNorm expected)\n' "$brc" "$v"
-if [ "$CPU_ONLY" = 1 ]; then
-    echo "CNN fp16 vs fp32 CUDA: SKIPPED (--cpu: the CPU's fp16 is an emulation, ~15 s)"
-else
-    gp=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --precision fp16 \
-        --loss-scale "$CNN_FP16_SCALE" --log-every "$EQ_STEPS" \
-        ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || { echo "$gp" | tail -5; status=1; }
+for prec in bf16 fp16; do
+    if [ "$CPU_ONLY" = 1 ] && [ "$prec" = fp16 ]; then
+        echo "CNN fp16 vs fp32 CUDA: SKIPPED (--cpu: the CPU's fp16 is an emulation, ~15 s)"
+        continue
+    fi
+    ls=(); [ "$prec" = fp16 ] && ls=(--loss-scale "$CNN_FP16_SCALE" --log-every "$EQ_STEPS")
+    gp=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --precision "$prec" \
+        ${ls[@]+"${ls[@]}"} ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
+        echo "$gp" | tail -5; status=1; }
     pl=$(echo "$gp" | metric val_loss); ps=$(echo "$gp" | metric loss_scale)
     v=$(close "${gl:-nan}" "${pl:-nan}" "$CNN_LP_RT")
-    [ "${ps:-none}" = "$CNN_FP16_SCALE" ] || v=FAIL # the scale stayed fixed
+    # fp16: the scale stayed fixed (no overflow skips changed it)
+    [ "$prec" = bf16 ] || [ "${ps:-none}" = "$CNN_FP16_SCALE" ] || v=FAIL
     [ "$v" = ok ] || status=1
-    printf 'CNN fp16 vs fp32 CUDA, %s steps: val_loss %s vs %s: %s (tol %s rel, fixed loss scale %s, last %s)\n' \
-        "$EQ_STEPS" "${pl:-none}" "${gl:-none}" "$v" "$CNN_LP_RT" "$CNN_FP16_SCALE" "${ps:-none}"
-fi
+    printf 'CNN %s vs fp32 CUDA, %s steps: val_loss %s vs %s: %s (tol %s rel%s)\n' "$prec" \
+        "$EQ_STEPS" "${pl:-none}" "${gl:-none}" "$v" "$CNN_LP_RT" \
+        "$([ "$prec" = fp16 ] && echo ", fixed loss scale $CNN_FP16_SCALE, last ${ps:-none}")"
+done
 # the CNN as one rank of a data-parallel run (--comm, the device gradient
 # path: each op's gradients to the exchange at its backward stage, BN
 # statistics through trn_comm_mean) against the plain step: one rank sums
@@ -611,9 +611,9 @@ done
 
 echo
 echo "== speed on the GPU: CNN 16,32 (cuDNN, NHWC, device data, no graphs), samples/s"
-# jizhi's CUDA CNN at fp32 and fp16 against PyTorch channels_last at the
-# same precision (fp32; fp16 autocast, i.e. AMP, with its GradScaler; bf16
-# is refused by the CUDA CNN): the issue's goal is >= 0.9x AMP at batch 256-8192. Skipped
+# jizhi's CUDA CNN at fp32, bf16 and fp16 against PyTorch channels_last at
+# the same precision (fp32; bf16 and fp16 autocast, i.e. AMP, fp16 with its
+# GradScaler): the issue's goal is >= 0.9x AMP at batch 256-8192. Skipped
 # when the script has used 8 of its 10 minutes
 if [ $(( SECONDS - T0 )) -gt 480 ]; then
     echo "CNN speed: SKIPPED (the 10-minute budget: $(( SECONDS - T0 )) s used)"
@@ -621,7 +621,7 @@ else
     printf '%-10s %-6s %14s %14s %10s\n' batch prec jizhi-cuda torch-cl vs_torch
     for b in 256 2048 8192; do
         steps=$(( 400000 / b )); [ "$steps" -lt 30 ] && steps=30
-        for prec in fp32 fp16; do # bf16: refused by the CUDA CNN (see above)
+        for prec in fp32 bf16 fp16; do
             o=$(env -u JIZHI_TRIAL "$GPU" --backend cuda --model cnn --channels 16,32 \
                 --batch-size "$b" --precision "$prec" --max-steps "$steps" --epochs 100000 \
                 --log-every $((steps / 5)) --eval-every 1000000 --val-size 1000 --quiet 2>&1 |

@@ -28,6 +28,8 @@
 #include <string.h>
 
 #include "jz_test.h"
+#include "trainer/bf16.h"
+#include "trainer/bn_half.h"
 #include "trainer/cnn_layout.h"
 #include "trainer/cudnn_host.h"
 #include "trainer/devplan.h"
@@ -576,9 +578,12 @@ TEST(cudnn_types_per_precision)
     REQUIRE(trn_cudnn_types_for(TRN_FP32, &t, err) == 0);
     CHECK(t.act == TRN_CUDNN_DATA_FLOAT && t.compute == TRN_CUDNN_DATA_FLOAT);
     CHECK(t.bn == TRN_CUDNN_DATA_FLOAT && t.tensor_ops == 0 && t.esize == 4);
-    CHECK(t.lp_copy == 0);
+    CHECK(t.lp_copy == 0 && t.own_bn == 0);
     CHECK(!trn_cudnn_param_lp(&t, TRN_PW) && !trn_cudnn_param_lp(&t, TRN_PBN));
+    REQUIRE(trn_cudnn_types_for(TRN_FP16, &t, err) == 0);
+    CHECK(t.own_bn == 0); /* cuDNN's BN: FLOAT parameters for HALF input */
     REQUIRE(trn_cudnn_types_for(TRN_BF16, &t, err) == 0);
+    CHECK(t.own_bn == 1); /* cuDNN may derive BFLOAT16: the CNN's own BN */
     CHECK(t.act == 9 && t.act == TRN_CUDNN_DATA_BFLOAT16); /* cuDNN's numbers */
     CHECK(t.compute == 0 && t.bn == 0 && t.tensor_ops == 1 && t.esize == 2);
     CHECK(trn_cudnn_param_lp(&t, TRN_PW));
@@ -659,8 +664,8 @@ TEST(algorithm_cache_is_chosen_again_at_another_precision)
 }
 
 /* What --backend cuda --model cnn cannot run with is refused before the
-   run (trn_config_validate: exit 2), naming the option; fp16 is accepted,
-   bf16 refused; other models and backends are not concerned. */
+   run (trn_config_validate: exit 2), naming the option; bf16 and fp16
+   are accepted; other models and backends are not concerned. */
 TEST(cuda_cnn_refuses_what_it_has_no_code_for)
 {
     char err[TRN_ERRLEN];
@@ -668,39 +673,15 @@ TEST(cuda_cnn_refuses_what_it_has_no_code_for)
     trn_config_defaults(&c);
     snprintf(c.backend, sizeof c.backend, "cuda");
     snprintf(c.model, sizeof c.model, "cnn");
-    const char *precs[] = {"fp32", "fp16"};
-    for (int i = 0; i < 2; i++) {
+    const char *precs[] = {"fp32", "bf16", "fp16"};
+    for (int i = 0; i < 3; i++) { /* bf16: its own BN kernels */
         snprintf(c.precision, sizeof c.precision, "%s", precs[i]);
         CHECK(trn_cudnn_refuse(&c, err) == 0);
         CHECK(trn_config_validate(&c, err) == 0);
     }
-    /* bf16: cuDNN's BatchNorm may derive bf16 parameters for a bf16 input
-       (fp32 only for fp16 is documented), so the CUDA CNN refuses it, also
-       as a phase of --precision-schedule; the CPU CNN runs it */
-    snprintf(c.precision, sizeof c.precision, "bf16");
-    err[0] = '\0';
-    CHECK(trn_config_validate(&c, err) == -1);
-    CHECK(strstr(err, "--precision bf16") && strstr(err, "BatchNorm"));
-    snprintf(c.backend, sizeof c.backend, "cpu");
-    CHECK(trn_config_validate(&c, err) == 0);
-    snprintf(c.backend, sizeof c.backend, "cuda");
-    snprintf(c.precision, sizeof c.precision, "fp32");
     snprintf(c.precision_schedule, sizeof c.precision_schedule, "fp32:1,bf16:8");
-    err[0] = '\0';
-    CHECK(trn_config_validate(&c, err) == -1);
-    CHECK(strstr(err, "--precision-schedule with bf16") != NULL);
-    snprintf(c.precision_schedule, sizeof c.precision_schedule, "fp32:1,fp16:8");
     CHECK(trn_config_validate(&c, err) == 0);
-    snprintf(c.precision_schedule, sizeof c.precision_schedule, "bogus");
-    err[0] = '\0';
-    CHECK(trn_config_validate(&c, err) == -1); /* the schedule's own message */
-    CHECK(strstr(err, "--precision-schedule:") != NULL);
     c.precision_schedule[0] = '\0';
-    snprintf(c.model, sizeof c.model, "mlp"); /* the MLP's bf16 has no BN */
-    snprintf(c.precision, sizeof c.precision, "bf16");
-    CHECK(trn_config_validate(&c, err) == 0);
-    snprintf(c.model, sizeof c.model, "cnn");
-    snprintf(c.precision, sizeof c.precision, "fp32");
     snprintf(c.optimizer, sizeof c.optimizer, "adamw");
     err[0] = '\0';
     CHECK(trn_config_validate(&c, err) == -1);
@@ -792,6 +773,79 @@ TEST(cudnn_algorithm_choice_and_its_math_type)
     CHECK(strstr(err, "forward") && strstr(err, "no TF32"));
 }
 
+/* The bf16 BatchNorm of the CUDA CNN (bn_half.h: the math its own kernels
+   run, here on the CPU twin) against a double reference over the same
+   bf16 inputs: batch mean and 1/std, the running statistics (momentum 0.1,
+   unbiased variance, as net.c), y, and the backward's dgamma, dbeta and
+   dx (with accumulation into a previous dx). Sizes: 3 channels over 1000
+   positions (chunks of 32, the last one short) and over 5 (chunks empty).
+   Tolerances: statistics and parameter gradients 1e-5 relative (float
+   partial sums of <= 32 values folded in double), y and dx within one
+   bf16 ulp (2^-8 relative) plus 1e-6 absolute. */
+TEST(bf16_batchnorm_twin_matches_a_double_reference)
+{
+    enum { C = 3 };
+    const long sizes[] = {1000, 5};
+    for (int t = 0; t < 2; t++) {
+        long S = sizes[t], n = S * C;
+        uint16_t *x = malloc(n * 2), *y = malloc(n * 2), *dy = malloc(n * 2),
+                 *dx = malloc(n * 2);
+        double *yr = malloc(n * sizeof(double)), *dxr = malloc(n * sizeof(double));
+        REQUIRE(x && y && dy && dx && yr && dxr);
+        for (long i = 0; i < n; i++) { /* per channel another offset and spread */
+            int j = (int)(i % C);
+            x[i] = trn_f2bf((float)(j - 1) * 3.0f + (float)(j + 1) * sinf(0.37f * i));
+            dy[i] = trn_f2bf(0.01f * cosf(0.11f * i + j));
+            dx[i] = trn_f2bf(0.5f); /* accumulated into */
+        }
+        float g[C] = {1.5f, -0.5f, 1.0f}, b[C] = {0.1f, 0.0f, -2.0f};
+        float rm[C] = {0.2f, 0.0f, 1.0f}, rv[C] = {1.0f, 2.0f, 0.5f}, rm0[C], rv0[C];
+        float mean[C], inv[C], dg[C], db[C];
+        memcpy(rm0, rm, sizeof rm), memcpy(rv0, rv, sizeof rv);
+        trn_bnh_fwd_train(x, y, C, S, g, b, rm, rv, 0.1f, 1e-5f, mean, inv);
+        trn_bnh_bwd(x, dy, dx, 1, C, S, g, mean, inv, dg, db);
+        for (int j = 0; j < C; j++) {
+            double mu = 0, sq = 0, sdy = 0, sdyx = 0;
+            for (long p = 0; p < S; p++)
+                mu += trn_bf2f(x[p * C + j]);
+            mu /= S;
+            for (long p = 0; p < S; p++) {
+                double d = trn_bf2f(x[p * C + j]) - mu;
+                sq += d * d;
+            }
+            double is = 1.0 / sqrt(sq / S + 1e-5);
+            for (long p = 0; p < S; p++) {
+                double xh = (trn_bf2f(x[p * C + j]) - mu) * is,
+                       d = trn_bf2f(dy[p * C + j]);
+                yr[p * C + j] = g[j] * xh + b[j];
+                sdy += d, sdyx += d * xh;
+            }
+            for (long p = 0; p < S; p++) {
+                double xh = (trn_bf2f(x[p * C + j]) - mu) * is,
+                       d = trn_bf2f(dy[p * C + j]);
+                dxr[p * C + j] = 0.5 + g[j] * is / S * (S * d - sdy - xh * sdyx);
+            }
+            CHECK_NEAR(mean[j], mu, 1e-5 * (fabs(mu) + 1));
+            CHECK_NEAR(inv[j], is, 1e-5 * is);
+            CHECK_NEAR(rm[j], 0.9 * rm0[j] + 0.1 * mu, 1e-5 * (fabs(mu) + 1));
+            double uv = sq / S * S / (S - 1);
+            CHECK_NEAR(rv[j], 0.9 * rv0[j] + 0.1 * uv, 1e-5 * (uv + 1));
+            CHECK_NEAR(db[j], sdy, 1e-5 * (fabs(sdy) + 1e-3));
+            CHECK_NEAR(dg[j], sdyx, 1e-5 * (fabs(sdyx) + 1e-3));
+        }
+        int bad_y = 0, bad_dx = 0;
+        for (long i = 0; i < n; i++) {
+            if (fabs(trn_bf2f(y[i]) - yr[i]) > fabs(yr[i]) / 256 + 1e-6)
+                bad_y++;
+            if (fabs(trn_bf2f(dx[i]) - dxr[i]) > fabs(dxr[i]) / 256 + 1e-6)
+                bad_dx++;
+        }
+        CHECK(bad_y == 0);
+        CHECK(bad_dx == 0);
+        free(x), free(y), free(dy), free(dx), free(yr), free(dxr);
+    }
+}
+
 int main(void)
 {
     RUN(cuda_cnn_layout_matches_net_c);
@@ -812,5 +866,6 @@ int main(void)
     RUN(cuda_cnn_refuses_what_it_has_no_code_for);
     RUN(cudnn_bn_parameters_must_be_derived_as_float);
     RUN(cudnn_algorithm_choice_and_its_math_type);
+    RUN(bf16_batchnorm_twin_matches_a_double_reference);
     TEST_DONE();
 }

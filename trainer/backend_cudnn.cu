@@ -1,9 +1,9 @@
 /*  backend_cudnn.cu - the residual CNN of net.c on cuDNN (issue 38, item 4),
-    fp32 or fp16 (--precision), one rank or several. NEVER RUN ON A GPU:
-    written and compiled on a machine without one (several ranks and fp16
-    included). bf16 is refused by trn_config_validate (cudnn_host.h): cuDNN's
-    BN may derive bf16 parameters for bf16 input, not the fp32 ones kept
-    here; its code paths below stay for BN kernels of our own (not written).
+    fp32, bf16 or fp16 (--precision), one rank or several. NEVER RUN ON A
+    GPU: written and compiled on a machine without one (several ranks and
+    bf16/fp16 included). BatchNorm: cuDNN's at fp32 and fp16, our own
+    kernels at bf16 (cuda_bn_kernels.cuh; cuDNN's BN may derive bf16
+    parameters for bf16 input, not the fp32 ones kept here).
 
     Built by `make cuda` where cudnn.h is found (trainer.mk: CUDNN_H sets
     HAVE_CUDNN, which adds TRN_CUDNN_OBJ and -DTRN_WITH_CUDNN) and linked
@@ -26,13 +26,14 @@
     cudnn_host.h). Models of more than TRN_MAX_OPS ops are refused by
     s_build (and by trn_config_validate).
 
-    fp16 (bf16 alike; types per precision: cudnn_host.h's trn_cudnn_types_for):
+    bf16/fp16 (types per precision: cudnn_host.h's trn_cudnn_types_for):
     activations, their gradients and conv filters in the half type, NHWC,
     convolutions with float compute on tensor cores (CUDNN_TENSOR_OP_MATH),
     the head's GEMMs by cublasGemmEx (float compute; its weight and bias
     gradients written in fp32); BatchNorm's gamma/beta and running
-    statistics fp32 (the type cuDNN derives for a half input), the head's
-    bias fp32 (the derived type read back at attach: not FLOAT -> exit 2).
+    statistics fp32 (fp16: the type cuDNN derives for a half input, read
+    back at attach: not FLOAT -> exit 2; bf16: own kernels), the head's
+    bias fp32.
     Master weights, momenta and every gradient the norms, the
     exchange and the update read are fp32: a conv's weight gradient comes
     from cuDNN in the half type and is converted at once; conv and linear
@@ -132,6 +133,7 @@ static_assert(TRN_CUDNN_FMA_MATH == (int)CUDNN_FMA_MATH, "cudnn_host.h");
 
 #include "trainer/cudnn_dl.cuh"
 
+#include "trainer/cuda_bn_kernels.cuh"
 #include "trainer/cuda_cnn_kernels.cuh"
 
 /* ---- the graph of ops (net.c's "cnn" branch) ------------------------------------- */
@@ -192,6 +194,7 @@ typedef struct {
     void *gconv;        /* bf16/fp16: a conv's weight gradient as cuDNN writes
                            it, converted into g[i] at once (the largest conv's) */
     float *stage;       /* bf16/fp16: a host batch in fp32 before conversion */
+    float *bnpart;      /* own BN (ty.own_bn): 2 x the widest BN x chunks */
     float *state;       /* BN running statistics, net.c's layout */
     long nstate;
     int classes;
@@ -327,6 +330,12 @@ template <typename T> static void s_forward(s_cnn *q, int nb)
             break;
         case Q_BN: {
             float *rm = q->state + o->st;
+            if (q->ty.own_bn) { /* bf16: cuda_bn_kernels.cuh */
+                s_bnh_forward<T>(st, (T *)x->x, (T *)y->x, o->c, (long)nb * o->h * o->w,
+                                 q->w[o->pw], q->w[o->pb], rm, rm + o->c, o->smean,
+                                 o->sinv, q->bnpart);
+                break;
+            }
             CUDNN_CHECK(p_cudnnBatchNormalizationForwardTraining(
                 q->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x->td, x->x, y->td, y->x,
                 o->bnd, q->w[o->pw], q->w[o->pb], 0.1, rm, rm + o->c, 1e-5, o->smean,
@@ -399,10 +408,15 @@ template <typename T> static int s_backward(s_cnn *q, int nb, trn_devdist *dd)
         }
         case Q_BN: {
             const float beta = acc ? 1.0f : 0.0f;
-            CUDNN_CHECK(p_cudnnBatchNormalizationBackward(
-                q->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &beta, &one, &zero, x->td, x->x,
-                y->td, y->g, x->td, x->g, o->bnd, q->w[o->pw], q->g[o->pw], q->g[o->pb],
-                1e-5, o->smean, o->sinv));
+            if (q->ty.own_bn)
+                s_bnh_backward<T>(st, (T *)x->x, (T *)y->g, (T *)x->g, acc, o->c,
+                                  (long)nb * o->h * o->w, q->w[o->pw], o->smean, o->sinv,
+                                  q->g[o->pw], q->g[o->pb], q->bnpart);
+            else
+                CUDNN_CHECK(p_cudnnBatchNormalizationBackward(
+                    q->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &beta, &one, &zero, x->td,
+                    x->x, y->td, y->g, x->td, x->g, o->bnd, q->w[o->pw], q->g[o->pw],
+                    q->g[o->pb], 1e-5, o->smean, o->sinv));
             if (dd && trn_devdist_stage(dd, o->stage) < 0)
                 rc = -1;
             break;
@@ -552,7 +566,7 @@ static void s_detach(void *self)
             cudaFree(q->lp[i]);
         cudaFree(q->w[i]), cudaFree(q->m[i]), cudaFree(q->g[i]);
     }
-    cudaFree(q->gconv), cudaFree(q->stage);
+    cudaFree(q->gconv), cudaFree(q->stage), cudaFree(q->bnpart);
     cudaFree(q->state), cudaFree(q->ws), cudaFree(q->ones), cudaFree(q->y);
     cudaFree(q->scratch), cudaFree(q->part), cudaFree(q->flag), cudaFree(q->args);
     cudaFreeHost(q->args_h), cudaFreeHost(q->res_h), cudaFreeHost(q->flag_h);
@@ -661,6 +675,7 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
                           cudaMemcpyHostToDevice));
     for (int i = 0; i < q->nbufs; i++)
         CUDNN_CHECK(p_cudnnCreateTensorDescriptor(&q->buf[i].td));
+    long maxbn = 0; /* own BN's partial sums */
     for (int i = 0; i < q->nops; i++) {
         s_op *o = &q->op[i];
         if (o->kind == Q_CONV) {
@@ -678,6 +693,11 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
                 CUDNN_CHECK(p_cudnnSetConvolutionMathType(
                     o->cd[k], q->ty.tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
             }
+        } else if (o->kind == Q_BN && q->ty.own_bn) { /* bf16: own kernels */
+            long need = 2L * o->c * TRN_BNH_CHUNKS;
+            maxbn = need > maxbn ? need : maxbn;
+            CUDA_CHECK(cudaMalloc(&o->smean, o->c * sizeof(float)));
+            CUDA_CHECK(cudaMalloc(&o->sinv, o->c * sizeof(float)));
         } else if (o->kind == Q_BN) {
             /* scale, bias, mean and variance: the descriptor cuDNN derives
                from the input's for spatial BN (1 x C x 1 x 1, its type) */
@@ -701,6 +721,8 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
             CUDA_CHECK(cudaMalloc(&o->sinv, o->c * sizeof(float)));
         }
     }
+    if (maxbn > 0)
+        CUDA_CHECK(cudaMalloc(&q->bnpart, maxbn * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&q->scratch, (1 + 2 * (size_t)q->np) * sizeof(float)));
     long maxn = 1;
     for (int i = 0; i < q->np; i++)

@@ -200,6 +200,7 @@ int trn_cudnn_types_for(int p, trn_cudnn_types *t, char *err)
         t->tensor_ops = 1;
         t->esize = 2;
         t->lp_copy = 1;
+        t->own_bn = p == TRN_BF16;
         return 0;
     }
     snprintf(err, TRN_ERRLEN, "the CUDA CNN has no precision %d (fp32, bf16, fp16)", p);
@@ -279,20 +280,6 @@ int trn_cudnn_refuse(const struct trn_config *c, char *err)
                  "--optimizer %s: the CUDA CNN (--backend cuda --model cnn) supports "
                  "sgd and lars",
                  c->optimizer);
-        return -1;
-    }
-    trn_prec_schedule ps; /* a malformed schedule: trn_config_validate says so */
-    int bf16 = trn_precision_from_name(c->precision) == TRN_BF16;
-    if (c->precision_schedule[0] &&
-        trn_prec_schedule_parse(&ps, c->precision_schedule, (char[TRN_ERRLEN]){0}) == 0)
-        for (int i = 0; i < ps.n; i++)
-            bf16 |= ps.prec[i] == TRN_BF16;
-    if (bf16) {
-        snprintf(err, TRN_ERRLEN,
-                 "%s bf16: the CUDA CNN (--backend cuda --model cnn) has no bf16 "
-                 "BatchNorm (cuDNN's BatchNorm keeps fp32 statistics for fp16 input "
-                 "only); use --precision fp16 or fp32, or --backend cpu for bf16",
-                 c->precision_schedule[0] ? "--precision-schedule with" : "--precision");
         return -1;
     }
     if (!strcmp(c->cuda_graphs, "on")) {

@@ -151,12 +151,15 @@ typedef struct trn_cudnn_types_s {
                        (what cudnnDeriveBNTensorDescriptor is documented to
                        give for FLOAT and HALF input; checked at attach by
                        trn_cudnn_bn_type_check). For BFLOAT16 input cuDNN may
-                       derive BFLOAT16: bf16 is refused (trn_cudnn_refuse) */
+                       derive BFLOAT16: bf16 runs its own BN (own_bn) */
     int tensor_ops; /* 1: CUDNN_TENSOR_OP_MATH and cuBLAS tensor-op GEMMs
                        (bf16/fp16); 0: FMA math, no TF32 (fp32) */
     int esize;      /* bytes of one activation element: 4 or 2 */
     int lp_copy;    /* conv and linear weights keep a working copy in act
                        beside their fp32 master (bf16/fp16) */
+    int own_bn;     /* 1 (bf16): BatchNorm by the CNN's own kernels
+                       (cuda_bn_kernels.cuh, fp32 statistics, bn_half.h);
+                       0 (fp32, fp16): cuDNN's, FLOAT parameters checked */
 } trn_cudnn_types;
 
 /* The types for precision p (TRN_FP32, TRN_BF16, TRN_FP16) into t.
@@ -217,10 +220,8 @@ const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len);
 /* The options --backend cuda cannot run with (c: a parsed config,
    borrowed): --per-layer-scale for any model (one loss scale on the
    device; the MLP and the CNN ignored the flag); and with --model cnn
-   --precision bf16 or a --precision-schedule with a bf16 phase (its
-   BatchNorm is cuDNN's, which keeps fp32 parameters for HALF input only;
-   fp16 and fp32 run), optimizers other than sgd and lars, --cuda-graphs
-   on (the CNN runs plain launches; auto and off are accepted). Other backends: always 0.
+   optimizers other than sgd and lars, --cuda-graphs on (the CNN runs
+   plain launches; auto and off are accepted). Other backends: always 0.
    Returns 0, or -1 with err naming the option. */
 struct trn_config;
 int trn_cudnn_refuse(const struct trn_config *c, char *err);

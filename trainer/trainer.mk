@@ -73,7 +73,7 @@ $(BUILD)/obj/trainer/backend_cudnn.o: trainer/backend_cudnn.cu trainer/cuda_mlp_
                  trainer/gather.h trainer/trn.h trainer/dev_elem.cuh trainer/cuda_check.cuh \
                  trainer/cnn_layout.h trainer/cudnn_host.h trainer/dist_dev.h trainer/dist.h \
                  trainer/comm.h trainer/cuda_cnn_kernels.cuh trainer/cudnn_dl.cuh \
-                 trainer/cudnn_bufs.cuh
+                 trainer/cudnn_bufs.cuh trainer/cuda_bn_kernels.cuh trainer/bn_half.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper -I$(dir $(CUDNN_H)) -c $< -o $@
 

@@ -1,0 +1,147 @@
+/*  cuda_bn_kernels.cuh - the CUDA CNN's own spatial BatchNorm over NHWC
+    activations in a half type with fp32 parameters and statistics, used at
+    --precision bf16 (cuDNN's BN may derive bf16 parameters for a bf16
+    input: cudnn_host.h's own_bn). The math and the chunked, ordered sums
+    are bn_half.h's, shared with the CPU twin (bn_half.c) that the host
+    tests check against a double reference. A section of backend_cudnn.cu
+    (included by it alone). NEVER RUN ON A GPU: written and compiled on a
+    machine without one. */
+#ifndef JZ_TRN_CUDA_BN_KERNELS_CUH
+#define JZ_TRN_CUDA_BN_KERNELS_CUH
+
+#include "trainer/bn_half.h"
+#include "trainer/dev_elem.cuh"
+
+#define S_BNH_THREADS 256
+
+/* Chunk blockIdx.y's partial sums of channel blockIdx.x into p0 (and p1)
+   at [channel * TRN_BNH_CHUNKS + chunk]: mode 0 the sum of x, mode 1 of
+   (x - mean)^2, mode 2 of dy and of dy * xhat. A fixed tree in shared
+   memory: the same bits run to run. */
+template <typename T>
+__global__ void k_bnh_part(const T *x, const T *dy, int c, long s, int mode,
+                           const float *mean, const float *inv, float *p0, float *p1)
+{
+    __shared__ float a0[S_BNH_THREADS], a1[S_BNH_THREADS];
+    int j = blockIdx.x, k = blockIdx.y, t = threadIdx.x;
+    long lo, hi;
+    trn_bnh_chunk(s, k, &lo, &hi);
+    float mu = mode ? mean[j] : 0.0f, is = mode == 2 ? inv[j] : 0.0f, t0 = 0, t1 = 0;
+    for (long p = lo + t; p < hi; p += S_BNH_THREADS) {
+        float v = to_f<T>(x[p * c + j]);
+        if (mode == 0) {
+            t0 += v;
+        } else if (mode == 1) {
+            t0 += (v - mu) * (v - mu);
+        } else {
+            float d = to_f<T>(dy[p * c + j]);
+            t0 += d;
+            t1 += d * ((v - mu) * is);
+        }
+    }
+    a0[t] = t0, a1[t] = t1;
+    __syncthreads();
+    for (int w = S_BNH_THREADS / 2; w > 0; w >>= 1) {
+        if (t < w)
+            a0[t] += a0[t + w], a1[t] += a1[t + w];
+        __syncthreads();
+    }
+    if (t == 0) {
+        p0[j * TRN_BNH_CHUNKS + k] = a0[0];
+        if (p1)
+            p1[j * TRN_BNH_CHUNKS + k] = a1[0];
+    }
+}
+
+/* per channel: the mean from the folded sums */
+__global__ void k_bnh_mean(const float *p0, int c, long s, float *mean)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < c)
+        mean[j] =
+            (float)(trn_bnh_fold(p0 + j * TRN_BNH_CHUNKS, 1) / (double)(s > 0 ? s : 1));
+}
+
+/* per channel: inv and the running statistics from the folded deviations */
+__global__ void k_bnh_var(const float *p0, int c, long s, float eps, float mo,
+                          const float *mean, float *inv, float *rm, float *rv)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < c) {
+        double sq = trn_bnh_fold(p0 + j * TRN_BNH_CHUNKS, 1);
+        inv[j] = trn_bnh_inv(sq, s, eps);
+        trn_bnh_running(&rm[j], &rv[j], mean[j], sq, s, mo);
+    }
+}
+
+/* per channel: db and dg (written) from the folded sums */
+__global__ void k_bnh_grads(const float *p0, const float *p1, int c, float *dg, float *db)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < c) {
+        db[j] = (float)trn_bnh_fold(p0 + j * TRN_BNH_CHUNKS, 1);
+        dg[j] = (float)trn_bnh_fold(p1 + j * TRN_BNH_CHUNKS, 1);
+    }
+}
+
+template <typename T>
+__global__ void k_bnh_y(const T *x, T *y, int c, long n, const float *g, const float *b,
+                        const float *mean, const float *inv)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) {
+        int j = (int)(i % c);
+        float a = g[j] * inv[j], off = b[j] - g[j] * inv[j] * mean[j];
+        y[i] = from_f<T>(a * to_f<T>(x[i]) + off);
+    }
+}
+
+template <typename T>
+__global__ void k_bnh_dx(const T *x, const T *dy, T *dx, int acc, int c, long s,
+                         const float *g, const float *mean, const float *inv,
+                         const float *dg, const float *db)
+{
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < s * c) {
+        int j = (int)(i % c);
+        float v = trn_bnh_dx(to_f<T>(x[i]), to_f<T>(dy[i]), g[j], mean[j], inv[j], db[j],
+                             dg[j], s);
+        dx[i] = from_f<T>((acc ? to_f<T>(dx[i]) : 0.0f) + v);
+    }
+}
+
+/* Forward (training) of one BN: x, y s*c values of T (NHWC); g, b fp32;
+   rm, rv the running statistics (momentum 0.1, eps 1e-5 as net.c); mean,
+   inv saved for the backward; part 2 * c * TRN_BNH_CHUNKS floats. */
+template <typename T>
+static void s_bnh_forward(cudaStream_t st, const T *x, T *y, int c, long s,
+                          const float *g, const float *b, float *rm, float *rv,
+                          float *mean, float *inv, float *part)
+{
+    dim3 grid((unsigned)c, TRN_BNH_CHUNKS);
+    unsigned cb = (unsigned)((c + 255) / 256), nb = (unsigned)((s * c + 255) / 256);
+    k_bnh_part<T>
+        <<<grid, S_BNH_THREADS, 0, st>>>(x, NULL, c, s, 0, NULL, NULL, part, NULL);
+    k_bnh_mean<<<cb, 256, 0, st>>>(part, c, s, mean);
+    k_bnh_part<T>
+        <<<grid, S_BNH_THREADS, 0, st>>>(x, NULL, c, s, 1, mean, NULL, part, NULL);
+    k_bnh_var<<<cb, 256, 0, st>>>(part, c, s, 1e-5f, 0.1f, mean, inv, rm, rv);
+    k_bnh_y<T><<<nb, 256, 0, st>>>(x, y, c, s * c, g, b, mean, inv);
+}
+
+/* Backward of one BN: dg, db written (fp32, carrying dy's loss scale); dx
+   written, or added to when acc. part as for the forward. */
+template <typename T>
+static void s_bnh_backward(cudaStream_t st, const T *x, const T *dy, T *dx, int acc,
+                           int c, long s, const float *g, const float *mean,
+                           const float *inv, float *dg, float *db, float *part)
+{
+    dim3 grid((unsigned)c, TRN_BNH_CHUNKS);
+    unsigned cb = (unsigned)((c + 255) / 256), nb = (unsigned)((s * c + 255) / 256);
+    float *p1 = part + (size_t)c * TRN_BNH_CHUNKS;
+    k_bnh_part<T><<<grid, S_BNH_THREADS, 0, st>>>(x, dy, c, s, 2, mean, inv, part, p1);
+    k_bnh_grads<<<cb, 256, 0, st>>>(part, p1, c, dg, db);
+    k_bnh_dx<T><<<nb, 256, 0, st>>>(x, dy, dx, acc, c, s, g, mean, inv, dg, db);
+}
+
+#endif
