@@ -147,9 +147,12 @@ class Daemons:
                 p.kill()
 
 
-def steps_per_s(out):
+def steps_per_s(out, cpu=False):
+    """train.py's last line: steps/s, or (cpu=True) CPU-seconds a step."""
     for line in out.splitlines():
         if line.startswith("steps "):
+            if cpu:
+                return float(line.split("(CPU ")[1].split()[0]) / int(line.split()[1])
             return float(line.split(":")[1].split()[0])
     raise SystemExit("no steps/s line in:\n" + out)
 
@@ -435,6 +438,7 @@ def overhead_runs(d, args):
     flags = ["--epochs", "1", "--train-subset", str(args.steps * 64), "--eval-every",
              "1000000000", "--val-size", "500", "--threads", "1"]
     alone, without, with_ = [], [], []
+    cpu = {"without": [], "with": []}  # CPU-seconds a step of the trial's process
 
     def trial(name, extra):
         d.study(name, [PY, TRAIN, *flags, *extra])
@@ -444,7 +448,9 @@ def overhead_runs(d, args):
                        "WHERE s.name=?", name)[0]
         logs = glob.glob(os.path.join(d.tmp, "logs", name, "trial-%d.*.out" % tid))
         with open(logs[0]) as f:
-            return steps_per_s(f.read())
+            out = f.read()
+        cpu["without" if "--no-jizhi" in extra else "with"].append(steps_per_s(out, cpu=True))
+        return steps_per_s(out)
 
     for i in range(args.runs):
         p = subprocess.run([PY, TRAIN, "--no-jizhi", *flags], env=d.env, capture_output=True,
@@ -459,13 +465,17 @@ def overhead_runs(d, args):
             else:
                 with_.append(trial("ovh%d" % i, []))
     a, b, c = statistics.median(without), statistics.median(with_), statistics.median(alone)
+    ca, cb = statistics.median(cpu["without"]), statistics.median(cpu["with"])
     print("torch overhead: %d steps/run, %d runs each (%s .. %s): a study's trial without "
           "jizhi.torch %.1f steps/s %s, with it (report every 10) %.1f steps/s %s: ratio %.3f "
-          "(goal >= 0.99); without, outside any study: %.1f steps/s %s (with/that %.3f)"
+          "(goal >= 0.99); without, outside any study: %.1f steps/s %s (with/that %.3f). "
+          "The trial's CPU a step (every thread, the load moves it less): without %.0f us %s, "
+          "with %.0f us %s: ratio %.3f"
           % (args.steps, args.runs, before, load(), a, _runs(without), b, _runs(with_), b / a,
-             c, _runs(alone), b / c))
+             c, _runs(alone), b / c, ca * 1e6, _runs([x * 1e6 for x in cpu["without"]]),
+             cb * 1e6, _runs([x * 1e6 for x in cpu["with"]]), ca / cb))
     return {"without": without, "with": with_, "alone": alone, "ratio": b / a,
-            "ratio_alone": b / c}
+            "ratio_alone": b / c, "cpu_s_per_step": cpu, "ratio_cpu": ca / cb}
 
 
 def _runs(v):

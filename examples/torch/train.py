@@ -115,7 +115,7 @@ def main():
         batches = ctl.loader(train, batch_size=bs, shuffle=True, epochs=args.epochs,
                              seed=args.seed)
     step = ctl.global_step if ctl else 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     done = 0
     for x, y in batches:
         opt.zero_grad()
@@ -135,7 +135,7 @@ def main():
                                 epoch=batches.epoch + batches.pos / len(train) * ctl.world_size)
         if args.max_steps and step >= args.max_steps:
             break
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     acc, vloss = evaluate(model, val, ddp)
     if ctl is not None:
         ctl.report_eval(val_acc=acc, val_loss=vloss,
@@ -143,8 +143,9 @@ def main():
     else:
         t.report(step, val_acc=acc, val_loss=vloss)
     if not ddp or dist.get_rank() == 0:
-        print("steps %d in %.3f s: %.1f steps/s, val_acc %.4f"
-              % (done, elapsed, done / elapsed if elapsed else 0.0, acc), flush=True)
+        # the loop's wall time, and its CPU time (every thread of this process)
+        print("steps %d in %.3f s (CPU %.3f s): %.1f steps/s, val_acc %.4f"
+              % (done, elapsed, cpu, done / elapsed if elapsed else 0.0, acc), flush=True)
     t.close()
     if ddp:
         dist.destroy_process_group()
