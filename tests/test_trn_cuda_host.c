@@ -19,9 +19,13 @@
     - the CUDA CNN at bf16/fp16 (cudnn_host.h): cuDNN's data and compute
       types per precision, which params keep a half working copy, the
       device memory per batch size (checked against sizes counted by hand
-      for a small model), the algorithm cache re-keyed by a change of
-      precision, and the options it refuses (exit 2 through
-      trn_config_validate).
+      for a small model, and what each batch size allocates), the
+      algorithm cache re-keyed by a change of precision, the choice of
+      each direction's algorithm and math type, the BN parameter type
+      cuDNN must derive, and the options it refuses (exit 2 through
+      trn_config_validate: --per-layer-scale for any CUDA model);
+    - the bf16 BatchNorm's CPU twin (bn_half.h) against a double
+      reference.
 */
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,11 +12,15 @@
       batch size seen before reuses its choice and workspace size. The
       cache is bounded (least recently used entry evicted), and keyed by
       the model and the precision (trn_cudnn_algo_key): a re-attach in
-      another precision chooses again;
+      another precision chooses again; which _v7 result each direction
+      uses and the math type its own descriptor gets (trn_cudnn_algo_pick,
+      trn_cudnn_algo_math; none qualifying ends the run, exit 1);
     - per --precision, the types the CNN runs in (trn_cudnn_types: cuDNN's
       data type for activations and conv weights, float compute and fp32
-      BatchNorm parameters, tensor-op math for bf16/fp16) and what it
-      allocates on the device (trn_cudnn_sizes);
+      BatchNorm parameters, tensor-op math for bf16/fp16, cuDNN's BN or
+      the CNN's own at bf16; trn_cudnn_bn_type_check on what cuDNN
+      derives) and what it allocates on the device (trn_cudnn_sizes, the
+      buffers allocated by the same counts);
     - the combinations of options the CUDA CNN refuses before it starts
       (trn_cudnn_refuse, called by trn_config_validate: exit status 2).
 
