@@ -100,8 +100,22 @@ the question there: on the H200 of trainer/README.md its throughput stopped
 growing at 0.5-0.7 M samples/s):
 
     python3 bench/schedulers_batchsize.py --models mlp --trainer jizhi-train-cuda
-        --trainer-args "--backend cuda" --throughput wall
-        --batches 64,128,256,512,1024,2048,4096,8192 --sched-max 8192
+        --trainer-args "--backend cuda" --throughput wall --rank time
+        --batches 256,512,1024,2048,4096,8192 --sched-min 256 --sched-start 256
+        --sched-max 8192 --sweep 1,2 --arms fixed,batchsize --seeds 2 --goal 0.8
+
+(scripts/gpu-check.sh runs this, its item 6, under a time limit; wall time
+to the target is the measure there: a GPU step's CPU time is not its cost).
+The step-time curve covers the grid and every power of two the scheduler
+may use (curve_sizes). The bench says, and its JSON records
+(noise_scale_reported), when the trainer reported no gradient-noise inputs:
+jizhi-train-cuda's --backend cuda step has no small-batch measure, so there
+the goodput rule cannot move the batch and only the plateau rule does.
+--dry-run prints the curve's sizes and first command and the first seed's
+arm specs, and trains nothing. The JSON's per_seed lists, by the --rank
+measure, each seed's best fixed batch, its time, the scheduler's and their
+ratio; --goal R judges their median against R (printed, and "goal" in the
+JSON).
 """
 import argparse
 import json
@@ -237,8 +251,11 @@ def step_curve(model, ranks, args, batches):
     """The trainer's step time over batch sizes: {B: (wall ms, CPU ms of rank 0, total
     CPU us per example)} from standalone runs (medians of its reports after the
     first two), the setting's ranks under mpirun. What the scheduler's throughput
-    fit sees, measured apart so it can be judged."""
-    out = {}
+    fit sees, measured apart so it can be judged. Also whether any run reported
+    grad_sqnorm_small (the scheduler's noise-scale input: a trainer that never
+    reports it leaves the goodput rule blind; jizhi-train-cuda's --backend cuda
+    step has no small-batch measure). Returns (curve, noise_reported)."""
+    out, noise = {}, False
     # every size twice, up then down: a size is taken at its faster run (on
     # the shared machine one run at 1024 took 469 ms a step, 5 ms in others)
     for b in list(batches) + list(reversed(batches)):
@@ -260,6 +277,8 @@ def step_curve(model, ranks, args, batches):
                     sps.append(float(v))
                 elif k == "step_cpu_s":
                     cpu.append(float(v))
+                elif k == "grad_sqnorm_small":
+                    noise = True
         if len(sps) < 3 or len(cpu) < 3:
             sys.stderr.write("step curve B=%d: no reports (rc %d): %s\n" % (
                 b, p.returncode, p.stderr[-800:]))
@@ -270,7 +289,18 @@ def step_curve(model, ranks, args, batches):
         c = sorted(cpu[2:])[len(cpu[2:]) // 4]
         if b not in out or 1e3 * b / w < out[b][0]:
             out[b] = (1e3 * b / w, 1e3 * c, 1e6 * c * ranks / b)
-    return out
+    return out, noise
+
+
+def curve_sizes(args):
+    """The batch sizes of the step-time curve: the grid and every power of two
+    the scheduler arms may use, from the smaller of --sched-min and the grid's
+    smallest to the larger of --sched-max and the grid's largest (no size an
+    arm never runs: on a GPU the grid starts at 256)."""
+    lo = min([args.sched_min] + args.batches)
+    hi = max([args.sched_max] + args.batches)
+    pow2 = [2 ** k for k in range(0, 31) if lo <= 2 ** k <= hi]
+    return sorted(set(pow2 + args.batches))
 
 
 def arm_spec(name, model, seed, kind, batch, lr, args):
@@ -587,7 +617,7 @@ def bench_setting(tmp, setting, args, plots):
     model, args.ranks = split_setting(setting)
     seeds = args.seeds if model == "mlp" else args.cnn_seeds
     sweep = args.sweep if model == "mlp" else args.cnn_sweep
-    target = target_of(model, args)
+    target = args.last_target = target_of(model, args)
     rows = []
     best_c = {}
     print("\nbatchsize %s: Fashion-MNIST subset %d, SGD momentum 0.9, %d rank(s) of 1 thread, "
@@ -596,8 +626,7 @@ def bench_setting(tmp, setting, args, plots):
                                  target, base_cmd(model, 1, 64, args)[8], EVAL_SAMPLES, seeds,
                                  args.replicas or 1))
     with Lock(args):
-        curve = step_curve(model, args.ranks, args,
-                           sorted(set([2 ** k for k in range(4, 11)] + args.batches)))
+        curve, args.noise_reported = step_curve(model, args.ranks, args, curve_sizes(args))
     if not curve:
         raise SystemExit("batchsize: %s trained at no batch size (its errors are above): "
                          "nothing to measure" % args.trainer)
@@ -608,6 +637,10 @@ def bench_setting(tmp, setting, args, plots):
                                         "samples/s"))
     for b, (w, c, pe) in sorted(curve.items()):
         print("  %6d %9.3f %9.3f %10.2f %12.0f" % (b, w, c, pe, 1e3 * b / w))
+    if not args.noise_reported:
+        print("batchsize: %s reported no gradient-noise inputs (grad_sqnorm_small, "
+              "grad_sqnorm_big): the scheduler's goodput rule has no noise scale and "
+              "cannot change the batch; only the plateau rule can" % args.trainer)
     sys.stdout.flush()
     print("%4s %-18s %6s %8s %7s %7s %6s %8s %7s %7s %5s" % (
         "seed", "arm", "steps", "samples", "prof-s", "time-s", "CPU-s", "best acc", "changes",
@@ -773,10 +806,12 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
-def summarize(per_seed, rank):
+def summarize(per_seed, rank, goal=None):
     """Medians over seeds; an arm that missed the target counts as infinitely
     slow in its ratios (a median of them may still be finite); null = not
-    reached or not run."""
+    reached or not run. With goal (--goal R): "goal", the median over seeds
+    of the scheduler's ratio to the seed's best fixed arm by the rank
+    measure against R ("met" when <= R; a missed target never meets it)."""
     if not per_seed:
         return None
     inf = float("inf")
@@ -807,6 +842,19 @@ def summarize(per_seed, rank):
     out["best_fixed"]["batch_size"] = med(r["batch"] for r in bf)
     out["best_fixed"]["batch_sizes"] = [r["batch"] for r in bf]
     out["best_fixed"]["ranked_by"] = rank
+    # per seed, by the ranking measure: the scheduler's time, the best fixed
+    # arm's, their ratio (null: the scheduler missed the target)
+    out["per_seed"] = []
+    for p in per_seed:
+        b, a = p["best"][rank], p["arm"]["batchsize"]
+        out["per_seed"].append({
+            "seed": p["seed"], "measure": KEYS[rank],
+            "best_fixed_batch": b["batch"] if b else None,
+            "best_fixed": b[rank] if b else None,
+            "jizhi": a[rank] if a else None,
+            "jizhi_final_batch": a.get("final_b") if a else None,
+            "ratio": a[rank] / b[rank] if a and a[rank] is not None and b and b[rank]
+            else None})
     for m in MEASURES:
         out["best_fixed_by_" + m] = {KEYS[m]: med(p["best"][m][m] for p in per_seed
                                                   if p["best"][m]),
@@ -818,7 +866,59 @@ def summarize(per_seed, rank):
     out["cpu_ratio_jizhi_to_least_fixed"] = out["jizhi"]["cpu_ratio_to_best_fixed"]
     out["profiled_ratio_jizhi_to_best_fixed"] = out["jizhi"]["profile_ratio_to_best_fixed"]
     out["seeds"] = len(per_seed)
+    if goal is not None:
+        med_r = out["jizhi"]["%s_ratio_to_best_fixed" % rank]
+        out["goal"] = {"ratio": goal, "measure": KEYS[rank], "median_ratio": med_r,
+                       "verdict": "met" if med_r is not None and med_r <= goal else "missed"}
     return out
+
+
+def goal_line(model, s):
+    """The --goal verdict as one line (per seed: ratio and best fixed batch)."""
+    g = s["goal"]
+    r = lambda x: "%.2fx" % x if x is not None else "did not reach it"
+    return ("batchsize %s: the scheduler's %s / each seed's best fixed batch's: median %s over "
+            "%d seed(s) (%s): goal <= %gx %s%s" % (
+                model, g["measure"], r(g["median_ratio"]), len(s["per_seed"]),
+                "; ".join("seed %d %s vs fixed %s" % (p["seed"], r(p["ratio"]),
+                                                      p["best_fixed_batch"])
+                          for p in s["per_seed"]), g["ratio"], g["verdict"],
+                "" if s.get("noise_scale_reported", True) else
+                "; the trainer reported no noise scale (only the plateau rule could move "
+                "the batch)"))
+
+
+def dry_run(models, args):
+    """--dry-run: what the bench would run, per setting: the step-time curve's
+    sizes and its first command, and the first seed's fixed arms (lr from the
+    sweep) and scheduler arm as study specs, the setting's defaults applied."""
+    for setting in models:
+        model, args.ranks = split_setting(setting)
+        given = {k: getattr(args, k) for k in ("subset", "target", "epochs")}
+        for k, v in SETTING_DEFAULTS.get(setting, {}).items():
+            if k in given and getattr(args, k) is None and not args.quick:
+                setattr(args, k, v)
+        sizes = curve_sizes(args)
+        b = sizes[0]
+        print("%s: target val_acc %.2f; step-time curve at %s; first: %s" % (
+            setting, target_of(model, args), ",".join(map(str, sizes)), " ".join(
+                base_cmd(model, 1, b, args) + ["--batch-size", str(b), "--max-steps",
+                                               str(max(40, 30000 // b)),
+                                               "--eval-every-samples", "0", "--epochs",
+                                               "1000"])))
+        sweep = args.sweep if model == "mlp" else args.cnn_sweep
+        arms = [("fixed", bb, round(c * 0.05 * (bb / 64) ** 0.5, 6)) for bb in
+                sorted(args.batches, reverse=True) for c in sweep]
+        arms.append(("batchsize", args.sched_start,
+                     args.lr0 or round(0.05 * (args.sched_start / 64) ** 0.5, 6)))
+        for kind, bb, lr in arms:
+            if args.arms and kind not in args.arms.split(","):
+                continue
+            print(json.dumps(arm_spec("%s-%s%d" % (setting, kind, bb), model, args.first_seed,
+                                      kind, bb, lr, args)))
+        for k, v in given.items():
+            setattr(args, k, v)
+    return 0
 
 
 def main():
@@ -905,27 +1005,45 @@ def main():
     ap.add_argument("--keep", help="keep the arms' directories (their jizhi.db: metrics, "
                     "the scheduler's decisions in events) in this new directory")
     ap.add_argument("--json", default=os.environ.get("BENCH_SCHED_JSON"))
+    ap.add_argument("--goal", type=float,
+                    help="R: judge the median over seeds of the scheduler's ratio to each "
+                    "seed's best fixed batch (by the --rank measure) against R, printed and "
+                    "in the JSON's \"goal\" (e.g. 0.8)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the step-time curve's sizes and first command and the first "
+                    "seed's arm specs (the trainer commands as a study runs them), train "
+                    "nothing; exit 2 when the trainer is not found")
     args = ap.parse_args()
-    if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
-        print("batchsize: SKIPPED: Fashion-MNIST not found in %s" % DATA)
-        return 0
     args.batches = args.batches or [32, 64, 128, 256, 512, 1024]
     args.sweep = args.sweep or [0.5, 1.0, 2.0]
     models = (args.models or ("mlp" if args.quick else "mlp-2r,mlp,cnn")).split(",")
     if args.quick:
         args.seeds, args.batches, args.sweep = 1, [32, 128, 512], [1.0, 2.0]
+    for m in models:
+        split_setting(m)  # an unknown setting is refused before anything runs
+    if not shutil.which(args.trainer, path=env()["PATH"]):
+        print("batchsize: the trainer %r is neither in %s nor on PATH (jizhi-train-cuda: "
+              "`make cuda`)" % (args.trainer, os.path.join(BUILD, "bin")), file=sys.stderr)
+        return 2
+    if args.dry_run:
+        return dry_run(models, args)
+    if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
+        print("batchsize: SKIPPED: Fashion-MNIST not found in %s" % DATA)
+        return 0
     plots = os.path.join(BUILD, "bench")
     out = {}
     with Link(args.link), tempfile.TemporaryDirectory(prefix="jz-bench-bs-") as scratch:
         tmp = args.keep or scratch
         for model in models:
             rows, per_seed, curve = bench_model(tmp, model, args, plots)
-            s = summarize(per_seed, args.rank)
+            s = summarize(per_seed, args.rank, args.goal)
             if s:
                 s["replicas"] = max(len(r["replicas"]) for r in rows)
                 s["step_time"] = {str(b): {"wall_ms": w, "cpu_ms_rank0": c,
                                            "cpu_us_per_example": pe}
                                   for b, (w, c, pe) in sorted(curve.items())}
+                s["noise_scale_reported"] = args.noise_reported
+                s["target"] = args.last_target
                 out[model] = s
                 j = s["jizhi"]
                 print("batchsize %s, medians over %d seed(s): jizhi %s samples, profiled %s s, "
@@ -947,6 +1065,8 @@ def main():
                           *[fmt(s.get(k, {}).get("profile_ratio_to_best_fixed"), ".2f")
                             for k in ("jizhi_goodput_only", "jizhi_default_options",
                                       "best_fixed_plateau_lr", "linear")]))
+                if "goal" in s:
+                    print(goal_line(model, s))
     if args.json and out:
         # the headline: two ranks, the setting where throughput grows with the batch
         first = out.get("mlp-2r") or out.get("mlp") or next(iter(out.values()))

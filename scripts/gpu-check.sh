@@ -69,7 +69,23 @@
 #      for PyTorch, fp32 and bf16 autocast), batch 128, 1024, 8192 and
 #      65536, and the ratio; then the CNN (16,32) at batch 256, 2048 and
 #      8192 in fp32, bf16 and fp16 against PyTorch channels_last at the same
-#      precision (fp32, bf16 and fp16 autocast: AMP).
+#      precision (fp32, bf16 and fp16 autocast: AMP);
+#   6. issue 38 item 6, the batch-size scheduler where the throughput curve
+#      rises: bench/schedulers_batchsize.py with jizhi-train-cuda
+#      (--backend cuda), the MLP 256,256 at fixed batches 256..8192 (lr
+#      swept at 1x and 2x the sqrt rule on the first seed) against the
+#      scheduler from 256 allowed to grow to 8192, BS_SEEDS (2) seeds, the
+#      wall time to the target ranked (--rank time, --throughput wall: a GPU
+#      step's CPU time is not its cost); the verdict, median over seeds of
+#      the scheduler's wall time / that seed's best fixed batch's against
+#      the goal 0.8x, per seed too, goes to the JSON and stdout ("met" or
+#      "missed": a benchmark's goal, not a check; the exit status ignores
+#      it). Under `timeout` for BS_BUDGET (240) seconds or what is left of
+#      the 10 minutes less 10 s, skipped with 120 s or less left; run alone
+#      (after the build) with BS_ONLY=1. jizhi-train-cuda's CUDA step
+#      reports no gradient-noise inputs, so there the scheduler's goodput
+#      rule has no noise scale and only its plateau rule grows the batch
+#      (the bench says so; the JSON records noise_scale_reported).
 # Exit status 0 when every comparison is within tolerance; 2 at once, with
 # the reason, on a machine where nvidia-smi lists no GPU (without --cpu).
 # Results: build/gpu-check.json (every verdict line and speed row, the
@@ -77,7 +93,9 @@
 # issue 38's GPU items 3-6 this tree has no code for yet), besides stdout.
 # Environment: BUILD (build), PYTHON (/usr/bin/python3), STEPS (200),
 # EQ_STEPS (20), DH_STEPS (50), PREBUILT (set: no build, the binaries in
-# $BUILD/bin are used as they are).
+# $BUILD/bin are used as they are; item 6 needs $BUILD/bin/jizhi too),
+# BS_BUDGET (240), BS_SEEDS (2), BS_EXTRA (more bench flags), BS_ONLY (set:
+# the build, then item 6 only).
 # --cpu: a machine without a GPU runs every comparison with the CPU binary
 # standing in for jizhi-train-cuda (--backend cuda dropped, --comm nccl
 # replaced by --comm mpi, 2 ranks under mpirun when it exists, no speed
@@ -104,15 +122,49 @@ fi
 mkdir -p "$BUILD"
 JSON=$BUILD/gpu-check.json
 LOG=$(mktemp)
+# item 6 (the batch-size scheduler bench): its JSON, the state write_json
+# records, the seconds it was given, and the bench's arguments
+BS_JSON=$BUILD/gpu-check-batchsize.json
+BS_STATE="not reached" BS_REASON="the script ended before its section" BS_USED=""
+BS_BUDGET=${BS_BUDGET:-240}
+BS_SEEDS=${BS_SEEDS:-2}
+BS_ARGS=(--models mlp --trainer jizhi-train-cuda "--trainer-args=--backend cuda"
+         --throughput wall --rank time --seeds "$BS_SEEDS"
+         --batches 256,512,1024,2048,4096,8192 --sched-min 256 --sched-start 256
+         --sched-max 8192 --sweep 1,2 --arms fixed,batchsize --goal 0.8)
+# BS_EXTRA: more bench flags, split on spaces (e.g. "--subset 0 --target 0.88
+# --epochs 8": all the data, where a larger batch has more to gain)
+read -ra BS_MORE <<< "${BS_EXTRA:-}"
+BS_ARGS+=(${BS_MORE[@]+"${BS_MORE[@]}"})
+rm -f "$BS_JSON"
 T0=$SECONDS
 # build/gpu-check.json from what the script printed: every verdict line
 # (ending in ok or FAIL), every speed row, the GPUs, the elapsed seconds
 write_json() {
     local rc=${1:-$?}
     sleep 0.3 # tee flushes the last lines
-    "$PYTHON" - "$LOG" "$JSON" "$rc" "$(( SECONDS - T0 ))" "$CPU_ONLY" <<'PYEOF' || true
+    "$PYTHON" - "$LOG" "$JSON" "$rc" "$(( SECONDS - T0 ))" "$CPU_ONLY" "$BS_JSON" "$BS_STATE" \
+        "$BS_REASON" "$BS_USED" "$(printf '%q ' "${BS_ARGS[@]}")" <<'PYEOF' || true
 import json, re, subprocess, sys, time
 log, out, rc, elapsed, cpu_only = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+bs_json, bs_state, bs_reason, bs_used, bs_args = sys.argv[6:11]
+# item 6: the state of its section, and the bench's verdict when it ran
+bs = {"state": bs_state, "reason": bs_reason or None,
+      "budget_s": int(bs_used) if bs_used.isdigit() else None,
+      "command": "bench/schedulers_batchsize.py " + bs_args.strip(),
+      "goal": "median over seeds of the scheduler's wall time to the target / the seed's "
+              "best fixed batch's <= 0.8"}
+try:  # the bench's result: its --goal verdict, per seed, the step-time curve
+    b = json.load(open(bs_json)).get("batchsize") or {}
+except (OSError, ValueError):
+    b = {}
+if b:
+    g = b.get("goal") or {}
+    bs.update(verdict=g.get("verdict"), median_ratio=g.get("median_ratio"),
+              measure=g.get("measure"), per_seed=b.get("per_seed"), target=b.get("target"),
+              noise_scale_reported=b.get("noise_scale_reported"),
+              best_fixed_batches=(b.get("best_fixed") or {}).get("batch_sizes"),
+              step_time=b.get("step_time"))
 lines = open(log, errors="replace").read().splitlines()
 checks = [{"check": l.strip(), "ok": bool(re.search(r"\bok\b", l)) and "FAIL" not in l}
           for l in lines if re.search(r"\b(ok|FAIL)\b", l) and not l.startswith("==")]
@@ -136,11 +188,12 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "mode": "cpu stand-in (no GPU checked)" if cpu_only else "gpu",
            "gpus": [g for g in gpus if g], "exit_status": rc, "elapsed_s": elapsed,
            "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
+           "batchsize_gpu": bs,
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
                "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, bf16 and fp16 (half NHWC activations on tensor cores, fp32 masters and BN; BN at bf16 by own kernels, cuda_bn_kernels.cuh), device or host batches, BN per rank on several ranks, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it, 'CNN bf16/fp16 vs fp32 CUDA' and the CNN speed rows per precision); graphs for the CNN: no code yet (--cuda-graphs on refused)",
                "item 5": "checked for the MLP (device-resident gradients on NCCL above); the CUDA CNN on the device gradient path: one rank ('CNN fp32 1 rank --comm' row) and, where 2 GPUs are listed, 2 ranks against the CPU CNN on 2 ranks and the host path ('CNN fp32 2 ranks' rows); never run on a GPU before this script",
-               "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda): not in this script and never run; items 3-4 now have code (never run on a GPU)"}},
+               "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda --trainer-args '--backend cuda', wall time to the target against the best fixed batch, goal <= 0.8x): in this script (its 'issue 38 item 6' section, batchsize_gpu above, under a time limit), never run on a GPU; the CUDA step reports no gradient-noise inputs (a backend gives no small-batch measure, train.c), so there the scheduler's goodput rule is blind and only its plateau rule grows the batch"}},
           open(out, "w"), indent=1)
 print(f"gpu-check: results in {out} ({elapsed} s)")
 PYEOF
@@ -199,6 +252,50 @@ exact() { # a b -> ok|FAIL: the same printed bits
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l || true)
 MPI=(mpirun --oversubscribe -np 2 -x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# issue 38 item 6: the batch-size scheduler where the throughput curve rises
+# (header, 6.). Sets BS_STATE (skipped, run, timeout, error, no result), BS_REASON and
+# BS_USED; 1 only when the bench failed (not on a timeout or a missed goal)
+bs_section() {
+    echo
+    echo "== issue 38 item 6: the batch-size scheduler on the GPU (MLP 256,256, fixed 256..8192 vs scheduled 256 -> 8192, wall time to the target)"
+    local left=$(( 590 - (SECONDS - T0) )) budget=$BS_BUDGET rc=0
+    [ "$left" -lt "$budget" ] && budget=$left
+    if [ "$CPU_ONLY" = 1 ]; then
+        BS_STATE=skipped BS_REASON="--cpu: no GPU, and the question is a GPU's wall-time curve"
+    elif [ "$budget" -le 120 ]; then
+        BS_STATE=skipped BS_REASON="the 10-minute budget: $(( SECONDS - T0 )) s used, ${left} s left"
+    elif [ ! -x "$BUILD/bin/jizhi" ]; then
+        BS_STATE=skipped BS_REASON="$BUILD/bin/jizhi is missing (the bench runs each arm as a jizhi study)"
+    fi
+    if [ "$BS_STATE" = skipped ]; then
+        echo "batch-size scheduler on the GPU: SKIPPED ($BS_REASON)"
+        return 0
+    fi
+    BS_USED=$budget
+    echo "bench/schedulers_batchsize.py $(printf '%q ' "${BS_ARGS[@]}")(timeout ${budget} s)"
+    BUILD=$BUILD timeout -k 10 "$budget" "$PYTHON" -u bench/schedulers_batchsize.py "${BS_ARGS[@]}" \
+        --json "$BS_JSON" || rc=$?
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        BS_STATE=timeout BS_REASON="stopped after $budget s: no verdict (the arms that finished are above)"
+        echo "batch-size scheduler on the GPU: TIMEOUT ($BS_REASON)"
+        return 0
+    elif [ "$rc" != 0 ]; then
+        BS_STATE=error BS_REASON="the bench exited with status $rc"
+        echo "batch-size scheduler on the GPU: ERROR ($BS_REASON)"
+        return 1
+    fi
+    if ! grep -q '"batchsize"' "$BS_JSON" 2>/dev/null; then # the bench said why (e.g. no data)
+        BS_STATE="no result" BS_REASON="the bench wrote no result (its output is above)"
+        echo "batch-size scheduler on the GPU: NO RESULT ($BS_REASON)"
+        return 0
+    fi
+    BS_STATE=run BS_REASON="" # the bench printed its verdict line (--goal)
+}
+if [ -n "${BS_ONLY:-}" ]; then
+    bs_section || exit 1
+    exit 0
+fi
 
 status=0
 echo
@@ -580,6 +677,7 @@ fi
 if [ "$CPU_ONLY" = 1 ]; then
     echo
     echo "== speed on the GPU: SKIPPED (--cpu)"
+    bs_section
     exit $status
 fi
 echo
@@ -635,4 +733,6 @@ else
         done
     done
 fi
+
+bs_section || status=1
 exit $status

@@ -349,7 +349,13 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
                  "CNN fp16 vs fp32 CUDA: SKIPPED (--cpu",
                  "CNN fp32 2 ranks --comm device path: SKIPPED (--cpu"):
         assert line in p.stdout, p.stdout
+    # issue 38 item 6 (the batch-size scheduler bench on the GPU): said
+    # skipped with its reason, in stdout and the JSON
+    assert "batch-size scheduler on the GPU: SKIPPED (--cpu: no GPU" in p.stdout, p.stdout
     res = json.load(open(os.path.join(BUILD, "gpu-check.json")))
+    assert res["batchsize_gpu"]["state"] == "skipped", res["batchsize_gpu"]
+    assert "--cpu" in res["batchsize_gpu"]["reason"]
+    assert "--trainer jizhi-train-cuda" in res["batchsize_gpu"]["command"]
     assert res["exit_status"] == 0 and res["mode"].startswith("cpu")
     assert res["checks"] and all(c["ok"] for c in res["checks"]), res["checks"]
     assert "FAIL" not in p.stdout, p.stdout
@@ -393,3 +399,53 @@ def test_gpu_check_refuses_without_a_gpu_and_writes_its_json(tmp_path):
     assert any(v.startswith("fp32") and "ok" in v for v in verdicts), verdicts
     assert any(not c["ok"] for c in res["checks"])
     assert set(res["not_in_this_tree"]) == {"item 3", "item 4", "item 5", "item 6"}
+    assert "not in this script" not in res["not_in_this_tree"]["item 6"]
+    assert res["batchsize_gpu"]["state"] == "skipped"
+    assert "batch-size scheduler on the GPU: SKIPPED (--cpu" in p.stdout
+    # BS_ONLY: the build (here none: PREBUILT), then item 6 alone
+    p = subprocess.run([script, "--cpu"], capture_output=True, text=True, timeout=60,
+                       env=dict(e, BS_ONLY="1"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "batch-size scheduler on the GPU: SKIPPED (--cpu" in p.stdout
+    assert "CPU vs CUDA" not in p.stdout, p.stdout
+    res = json.load(open(tmp_path / "gpu-check.json"))
+    assert res["checks"] == [] and res["batchsize_gpu"]["state"] == "skipped"
+
+
+def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):
+    # a machine that lists a GPU (nvidia-smi stand-in) with BS_ONLY: the
+    # section runs bench/schedulers_batchsize.py under its time limit with
+    # jizhi-train-cuda. The stand-in trainer prints its arguments and no
+    # report, so the bench's step-time curve finds nothing: the section must
+    # say ERROR with the bench's status, exit 1, record it in the JSON, and
+    # every curve run must have got the flags the section passed
+    # (--backend cuda, batches 256..8192)
+    if not os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
+        pytest.skip("Fashion-MNIST not installed: the bench skips before its curve")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "scripts", "gpu-check.sh")
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")
+    (tmp_path / "bin").mkdir()
+    calls = tmp_path / "calls"
+    for name in ("jizhi-train", "jizhi-train-cuda", "jizhi"):
+        (tmp_path / "bin" / name).write_text('#!/bin/sh\necho "$0 $*" >> %s\n' % calls)
+    for f in list(fake.iterdir()) + list((tmp_path / "bin").iterdir()):
+        f.chmod(0o755)
+    e = dict(os.environ, PATH="%s:/usr/bin:/bin" % fake, BUILD=str(tmp_path), PREBUILT="1",
+             BS_ONLY="1", BS_BUDGET="200")
+    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out
+    assert "batch-size scheduler on the GPU: ERROR (the bench exited with status 1)" in out
+    assert "trained at no batch size" in out, out
+    res = json.load(open(tmp_path / "gpu-check.json"))
+    bs = res["batchsize_gpu"]
+    assert bs["state"] == "error" and bs["budget_s"] == 200, bs
+    runs = [l for l in calls.read_text().splitlines() if "jizhi-train-cuda" in l]
+    assert len(runs) == 12, runs  # 256..8192, each twice
+    for l in runs:
+        assert "--backend cuda" in l and "--model mlp --hidden 256,256" in l, l
+    assert sorted({int(l.split("--batch-size ")[1].split()[0]) for l in runs}) == [
+        256, 512, 1024, 2048, 4096, 8192]
