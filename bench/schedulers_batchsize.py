@@ -109,8 +109,9 @@ to the target is the measure there: a GPU step's CPU time is not its cost).
 The step-time curve covers the grid and every power of two the scheduler
 may use (curve_sizes). The bench says, and its JSON records
 (noise_scale_reported), when the trainer reported no gradient-noise inputs:
-jizhi-train-cuda's --backend cuda step has no small-batch measure, so there
-the goodput rule cannot move the batch and only the plateau rule does.
+then the goodput rule cannot move the batch and only the plateau rule does
+(jizhi-train-cuda's --backend cuda step reports them on one rank since
+2026-12-06, not yet seen on a GPU; with several ranks it does not).
 --dry-run prints the curve's sizes and first command and the first seed's
 arm specs, and trains nothing. The JSON's per_seed lists, by the --rank
 measure, each seed's best fixed batch, its time, the scheduler's and their
@@ -254,7 +255,7 @@ def step_curve(model, ranks, args, batches):
     fit sees, measured apart so it can be judged. Also whether any run reported
     grad_sqnorm_small (the scheduler's noise-scale input: a trainer that never
     reports it leaves the goodput rule blind; jizhi-train-cuda's --backend cuda
-    step has no small-batch measure). Returns (curve, noise_reported)."""
+    step measures it on one rank only). Returns (curve, noise_reported)."""
     out, noise = {}, False
     # every size twice, up then down: a size is taken at its faster run (on
     # the shared machine one run at 1024 took 469 ms a step, 5 ms in others)

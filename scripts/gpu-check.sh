@@ -82,10 +82,12 @@
 #      "missed": a benchmark's goal, not a check; the exit status ignores
 #      it). Under `timeout` for BS_BUDGET (240) seconds or what is left of
 #      the 10 minutes less 10 s, skipped with 120 s or less left; run alone
-#      (after the build) with BS_ONLY=1. jizhi-train-cuda's CUDA step
-#      reports no gradient-noise inputs, so there the scheduler's goodput
-#      rule has no noise scale and only its plateau rule grows the batch
-#      (the bench says so; the JSON records noise_scale_reported).
+#      (after the build) with BS_ONLY=1. The CUDA MLP step measures the
+#      CPU step's small batch (the first half, every --log-every steps:
+#      trainer/gns.h, cuda_mlp_half.cuh), so noise_scale_reported in the
+#      JSON should be true and the goodput rule can move the batch; false
+#      (the bench warns) means the measure did not reach the scheduler.
+#      Not yet seen on a GPU.
 # Exit status 0 when every comparison is within tolerance; 2 at once, with
 # the reason, on a machine where nvidia-smi lists no GPU (without --cpu).
 # Results: build/gpu-check.json (every verdict line and speed row, the
@@ -193,7 +195,7 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
                "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, bf16 and fp16 (half NHWC activations on tensor cores, fp32 masters and BN; BN at bf16 by own kernels, cuda_bn_kernels.cuh), device or host batches, BN per rank on several ranks, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it, 'CNN bf16/fp16 vs fp32 CUDA' and the CNN speed rows per precision); graphs for the CNN: no code yet (--cuda-graphs on refused)",
                "item 5": "checked for the MLP (device-resident gradients on NCCL above); the CUDA CNN on the device gradient path: one rank ('CNN fp32 1 rank --comm' row) and, where 2 GPUs are listed, 2 ranks against the CPU CNN on 2 ranks and the host path ('CNN fp32 2 ranks' rows); never run on a GPU before this script",
-               "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda --trainer-args '--backend cuda', wall time to the target against the best fixed batch, goal <= 0.8x): in this script (its 'issue 38 item 6' section, batchsize_gpu above, under a time limit), never run on a GPU; the CUDA step reports no gradient-noise inputs (a backend gives no small-batch measure, train.c), so there the scheduler's goodput rule is blind and only its plateau rule grows the batch"}},
+               "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda --trainer-args '--backend cuda', wall time to the target against the best fixed batch, goal <= 0.8x): in this script (its 'issue 38 item 6' section, batchsize_gpu above, under a time limit), never run on a GPU; the CUDA MLP step now reports the gradient-noise inputs (the first half of the batch on measuring steps, trainer/gns.h and cuda_mlp_half.cuh, one rank only), so noise_scale_reported should be true there: never seen on a GPU"}},
           open(out, "w"), indent=1)
 print(f"gpu-check: results in {out} ({elapsed} s)")
 PYEOF

@@ -93,7 +93,9 @@ double trn_cudnn_step_dist(trn_backend *b, const float *x, const uint8_t *y, int
 /* scratch: [0] loss sum, [1+2l] |w_l|^2, [2+2l] |g_l|^2, [BIAS] |b|^2, [BIAS+1] |g_b|^2
  */
 #define SCR_BIAS (2 * MAXL + 1)
-#define SCR_N (2 * MAXL + 4)
+/* [HALF + 1] |first half's g|^2, [HALF + 3] |the rest's|^2 (cuda_mlp_half.cuh) */
+#define SCR_HALF (SCR_BIAS + 2)
+#define SCR_N (SCR_HALF + 4)
 #define S_BLAS_WS ((size_t)32 << 20) /* cuBLAS workspace: 32 MiB */
 
 /* ---- element conversions ---------------------------------------------------- */
@@ -184,6 +186,8 @@ static void s_gemm(s_cuda *c, cublasOperation_t ta, cublasOperation_t tb, int m,
                               dtype<T>(), ldb, &beta, cc, dtype<T>(), ldc,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
+
+#include "trainer/cuda_mlp_half.cuh"
 
 /* ---- the step, enqueued on c->stream --------------------------------------------- */
 
@@ -279,6 +283,8 @@ static int s_backward(s_cuda *c, int nb, int (*layer_done)(void *ctx, int l), vo
         /* db (m) = dY^T (m x nb) . ones (nb): fp32 sums rounded once to T */
         s_gemm<T>(c, CUBLAS_OP_N, CUBLAS_OP_N, m, 1, nb, c->dact[l + 1], m, c->ones, nb,
                   c->gb[l], m, 0.0f);
+        if (c->meas)
+            s_half_layer<T>(c, l, k, m, nb);
         if (layer_done && layer_done(ctx, l) != 0)
             rc = -1;
         if (l > 0) /* dX^T (k x nb) = W^T (k x m) . dY^T (m x nb) */
@@ -374,17 +380,20 @@ static double s_step_t(s_cuda *c, const float *x, const uint8_t *y, int at, int 
     s_reserve(c, nb);
     /* dlogits: gradient of loss_scale * mean loss */
     s_set_args(c, lr, 1.0 / loss_scale, loss_scale / nb, at);
+    s_half_begin(c, nb);
     if (x) {
         s_head(c);
         s_input_host<T>(c, x, y, nb);
         s_forward_loss<T>(c, nb);
         s_backward<T>(c, nb, NULL, NULL);
         s_finish<T>(c, 0);
-    } else if (!trn_graphs_active(&c->graphs) || !s_graph_launch<T>(c, nb)) {
-        s_enqueue_dev<T>(c, nb);
+    } else if (c->meas || !trn_graphs_active(&c->graphs) || !s_graph_launch<T>(c, nb)) {
+        s_enqueue_dev<T>(c, nb); /* a measuring step: eager */
         c->warm_nb = nb;
     }
-    return s_results(c, grad_sqnorm, overflow);
+    double loss = s_results(c, grad_sqnorm, overflow);
+    s_half_end(c);
+    return loss;
 }
 
 /* s_backward's hook on a data-parallel rank: layer l's buckets are ready. */
@@ -407,6 +416,7 @@ static double s_step_dist_t(s_cuda *c, const float *x, const uint8_t *y, int at,
     if (nb > 0)
         s_reserve(c, nb);
     s_set_args(c, lr, 1.0 / loss_scale, loss_scale / global, at);
+    c->meas = c->half = c->half_ok = 0; /* several ranks: no small-batch measure */
     s_head(c);
     void *g[2 * MAXL];
     for (int l = 0; l < c->nl; l++) {
@@ -509,6 +519,7 @@ static void s_detach(void *self)
     s_free_bufs(c);
     cudaFree(c->scratch);
     cudaFree(c->part);
+    cudaFree(c->gtmp);
     cudaFree(c->flag);
     cudaFree(c->args);
     cudaFreeHost(c->args_h);
@@ -913,6 +924,8 @@ extern "C" trn_backend *trn_cuda_backend_new(char *err)
     b->set_data = s_set_data;
     b->set_order = s_set_order;
     b->step_at = s_step_at;
+    b->set_half = s_set_half;
+    b->half_sqnorms = s_half_sqnorms;
     b->detach = s_detach;
     b->self = c;
     return b;

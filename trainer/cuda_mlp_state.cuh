@@ -88,6 +88,12 @@ typedef struct {
     trn_backend *cnn; /* a "cnn:" model: backend_cudnn.cu's backend (owned, kept
                          across attach/detach); NULL until one is attached */
     int cnn_on;       /* attached to a CNN: every call goes to cnn */
+    /* the small-batch measure (cuda_mlp_half.cuh) */
+    int half;          /* asked for by set_half, for the next one-rank step */
+    int meas;          /* this step's first part (0: no measure) */
+    int half_ok;       /* half_sq holds the last step's norms */
+    double half_sq[2]; /* |first half|^2, |the rest|^2 (gns.h's units) */
+    void *gtmp;        /* the first half's gradient of one tensor, in T */
 } s_cuda;
 
 #endif

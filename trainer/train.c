@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "trainer/gather.h"
+#include "trainer/gns.h"
 #include "trainer/train_impl.h"
 #include "common/util.h"
 
@@ -451,16 +452,36 @@ static int s_backend_ready(trn_trainer *t)
     return 0;
 }
 
+/* Before a one-rank backend step of nb examples: on a measuring step
+   (gns.h) a backend that can (set_half) is asked to measure the gradient
+   of the batch's first half and of the rest as well. Returns the half
+   asked for, 0 when none. Several ranks: never asked (no small-batch
+   measure; trn_backend.set_half). */
+static int s_backend_half(trn_trainer *t, int nb)
+{
+    const trn_backend *b = t->backend;
+    if (!b->set_half || !b->half_sqnorms)
+        return 0;
+    int half = trn_gns_measures(t->step, t->cfg.log_every) ? trn_gns_half(nb) : 0;
+    b->set_half(b->self, half);
+    return half;
+}
+
 /* After a backend's step of a global batch of nb: the loss scaler sees the
    overflow, the loss is accounted, |G|^2 of the batch kept when the step
-   was taken (a backend gives no small-batch measure). 1 = skipped. */
-static int s_backend_done(trn_trainer *t, int nb, double loss, int overflow, double gsq)
+   was taken; when the step measured its halves (half > 0, s_backend_half)
+   and the backend gives their norms, the noise inputs are reported as the
+   CPU step's (trn_gns_small). 1 = skipped. */
+static int s_backend_done(trn_trainer *t, int nb, double loss, int overflow, double gsq,
+                          int half)
 {
     int skip = s_scale_step(t, 0, overflow, loss);
     if (!skip) {
+        double sq[2];
         t->gs_big = gsq;
         t->b_big = nb;
-        t->have_gns = 0;
+        t->have_gns = half > 0 && t->backend->half_sqnorms(t->backend->self, sq) == 0 &&
+                      trn_gns_small(sq, half, nb, &t->gs_small, &t->b_small) == 0;
     }
     s_advance(t, nb);
     return skip;
@@ -472,9 +493,10 @@ static int s_step_backend(trn_trainer *t, int nb, double lr)
         return -1;
     int overflow = 0;
     double gsq = 0;
+    int half = s_backend_half(t, nb);
     double loss = t->backend->step(t->backend->self, t->xb, t->yb, nb, lr,
                                    t->scaler.scale, &overflow, &gsq);
-    return s_backend_done(t, nb, loss, overflow, gsq);
+    return s_backend_done(t, nb, loss, overflow, gsq, half);
 }
 
 static void s_grad_ready(void *ud, int i)
@@ -507,7 +529,7 @@ static int s_step_backend_dist(trn_trainer *t, int nb, double lr)
                                        t->scaler.scale, &overflow, &gsq);
     if (red < 0 || trn_comm_sum_d(t->comm, &red, 1) < 0)
         return -1;
-    return s_backend_done(t, nb, red / nb, overflow, gsq);
+    return s_backend_done(t, nb, red / nb, overflow, gsq, 0);
 }
 
 /* Device-resident data (--gpu-data, trn_backend.set_data): decided at the
@@ -566,11 +588,12 @@ static int s_step_backend_at(trn_trainer *t, int nb, double lr)
     }
     int overflow = 0;
     double gsq = 0;
+    int half = t->backend_dist ? 0 : s_backend_half(t, nb);
     double red = b->step_at(b->self, (int)t->pos + off, cnt, nb, lr, t->scaler.scale,
                             &overflow, &gsq);
     if (red < 0 || (t->backend_dist && trn_comm_sum_d(t->comm, &red, 1) < 0))
         return -1;
-    return s_backend_done(t, nb, red / nb, overflow, gsq);
+    return s_backend_done(t, nb, red / nb, overflow, gsq, half);
 }
 
 /* One step as one of several ranks (see the header comment). */
@@ -872,9 +895,9 @@ int trn_trainer_step(trn_trainer *t)
 
     int per_layer = c->per_layer_scale;
     int mb = c->micro_batch > 0 && c->micro_batch < nb ? c->micro_batch : nb;
-    int measure = (t->step + 1) % c->log_every == 0;
+    int measure = trn_gns_measures(t->step, c->log_every);
     /* a one-chunk step that measures runs its first half once more, alone */
-    int half = measure && mb == nb && nb >= 2 ? nb / 2 : 0;
+    int half = measure && mb == nb ? trn_gns_half(nb) : 0;
     /* one chunk: gather straight into the model's input buffer */
     float *direct = mb == nb ? trn_net_input(t->net, nb) : NULL;
     if (s_gather(t, nb, direct) < 0)

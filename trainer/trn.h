@@ -628,6 +628,15 @@ struct trn_backend {
        the gradient exchange failed. */
     double (*step_at)(void *self, int at, int nb, int global, double lr,
                       double loss_scale, int *overflow, double *grad_sqnorm);
+    /* Optional, both or neither (NULL: no small-batch measure; the trainer
+       then reports no gradient-noise inputs). set_half: the next one-rank
+       step or step_at (not step_dist) also measures the squared norms of
+       the gradient of its first `half` examples and of the rest (0: it
+       does not), without changing the step's update. half_sqnorms: after
+       that step, sq[0] and sq[1] in the units of gns.h (unscaled, share of
+       the mean); 0, or -1 when the last step measured nothing. */
+    void (*set_half)(void *self, int half);
+    int (*half_sqnorms)(void *self, double sq[2]);
 };
 
 #endif
