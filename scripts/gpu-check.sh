@@ -87,7 +87,9 @@
 #      trainer/gns.h, cuda_mlp_half.cuh), so noise_scale_reported in the
 #      JSON should be true and the goodput rule can move the batch; false
 #      (the bench warns) means the measure did not reach the scheduler.
-#      Not yet seen on a GPU.
+#      Not yet seen on a GPU. A check before it (section "gradient-noise
+#      inputs") compares the CUDA step's first noise report with the CPU's,
+#      from host and from device data.
 # Exit status 0 when every comparison is within tolerance; 2 at once, with
 # the reason, on a machine where nvidia-smi lists no GPU (without --cpu).
 # Results: build/gpu-check.json (every verdict line and speed row, the
@@ -324,6 +326,34 @@ print('ok' if abs(cl-gl)<=rt*abs(cl) and abs(ca-ga)<=at else 'FAIL')" "$cl" "$gl
     printf '%-6s %12.8f %12.8f %10.4f %10.4f %s (tol loss %s rel, acc %s)\n' \
         "$prec" "$cl" "$gl" "$ca" "$ga" "$ok" "$rt" "$at"
     [ "$ok" = ok ] || status=1
+done
+
+echo
+echo "== gradient-noise inputs (issue 38 item 6): CPU vs CUDA, fp32, one rank, the report at step 10"
+# The CUDA MLP step measures the batch's first half on measuring steps
+# (--log-every; cuda_mlp_half.cuh) as the CPU step does (trainer/gns.h):
+# grad_sqnorm_small, grad_sqnorm_big, batch_small and batch_big of the
+# first report must be there and agree with the CPU's (fp32 summation
+# order: 1e-4 rel), from host data and from device data with graphs on
+# (the measuring step runs eager between replays). With --cpu the CPU
+# stands in for both.
+GN=(--max-steps 10 --eval-every 10 --log-every 10)
+gref=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" "${GN[@]}" 2>&1) || { echo "$gref" | tail -5; status=1; }
+for data in host device; do
+    o=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${GN[@]}" ${BACKEND[@]+"${BACKEND[@]}"} \
+        --gpu-data "$data" --cuda-graphs on 2>&1) || { echo "$o" | tail -5; status=1; }
+    v=ok
+    for m in grad_sqnorm_small grad_sqnorm_big; do
+        [ "$(close "$(echo "$o" | metric $m)" "$(echo "$gref" | metric $m)" 1e-4 2>/dev/null)" = ok ] || v=FAIL
+    done
+    for m in batch_small batch_big; do
+        [ "$(exact "$(echo "$o" | metric $m)" "$(echo "$gref" | metric $m)")" = ok ] || v=FAIL
+    done
+    [ "$v" = ok ] || status=1
+    printf 'noise inputs, %s data: small %s vs %s, big %s vs %s, batch_small %s vs %s: %s (tol 1e-4 rel)\n' \
+        "$data" "$(echo "$o" | metric grad_sqnorm_small)" "$(echo "$gref" | metric grad_sqnorm_small)" \
+        "$(echo "$o" | metric grad_sqnorm_big)" "$(echo "$gref" | metric grad_sqnorm_big)" \
+        "$(echo "$o" | metric batch_small)" "$(echo "$gref" | metric batch_small)" "$v"
 done
 
 echo

@@ -349,6 +349,12 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
                  "CNN fp16 vs fp32 CUDA: SKIPPED (--cpu",
                  "CNN fp32 2 ranks --comm device path: SKIPPED (--cpu"):
         assert line in p.stdout, p.stdout
+    # the gradient-noise inputs' check (issue 38 item 6): both data paths
+    # compared, and agreeing (--cpu: the CPU stands in for the CUDA step)
+    for data in ("host", "device"):
+        line = [l for l in p.stdout.splitlines() if l.startswith("noise inputs, %s data:" % data)]
+        assert line and line[0].endswith("ok (tol 1e-4 rel)"), p.stdout
+        assert "batch_small 64 vs 64" in line[0], line
     # issue 38 item 6 (the batch-size scheduler bench on the GPU): said
     # skipped with its reason, in stdout and the JSON
     assert "batch-size scheduler on the GPU: SKIPPED (--cpu: no GPU" in p.stdout, p.stdout
