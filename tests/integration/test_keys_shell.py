@@ -12,7 +12,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conftest import BUILD  # noqa: E402
 from test_auth import curve_controller, free_port, keygen, stop, write_keys  # noqa: E402
 
-SHELLY = set("()&$;|<>*?[]{}!#`'\" \\")
+# characters that always break an unquoted word of `sh -c` (a syntax error,
+# a background job, a redirection); `*?[]{}!#$` need not (a glob that
+# matches nothing stays as it is; a key with only those worked unquoted)
+SHELLY = set("()&;|<>")
 
 
 def shell_key(jz, name):
