@@ -31,8 +31,12 @@ def shell_key(jz, name):
 def sh(jz, line, timeout=25):
     env = dict(jz.env, PATH=os.path.join(BUILD, "bin") + os.pathsep + jz.env["PATH"])
     env.pop("JIZHI_KEY", None)
-    return subprocess.run(["sh", "-c", line], cwd=jz.dir, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    try:
+        return subprocess.run(["sh", "-c", line], cwd=jz.dir, env=env, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:  # say which line hung, with what it printed
+        raise AssertionError("sh -c %r: no end in %d s; stdout %r, stderr %r"
+                             % (line, timeout, e.stdout, e.stderr))
 
 
 def test_keys_in_a_shell(jz):
