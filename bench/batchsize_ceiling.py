@@ -157,7 +157,7 @@ def main():
 
 def ceiling(args, b, lr):
     sizes = sorted({b, 2 * b} | {bb for bb, _ in args.best.values()})
-    args.curve = sb.step_curve("mlp", 2, args, sizes)
+    args.curve, _ = sb.step_curve("mlp", 2, args, sizes)  # (curve, noise reported)
     print("step-time curve (2 ranks): " + ", ".join(
         "%d: %.2f ms" % (k, v[0]) for k, v in sorted(args.curve.items())))
     names = ["fixed", "fixed 2lr"] + ["grow %d" % s for s in args.switch] + \

@@ -373,10 +373,11 @@ def trainer_cpu(root):
 
 
 def is_trainer(pid, comm):
-    """Whether pid runs jizhi-train. The trainer re-executes itself through
-    /proc/self/exe to pick its BLAS kernels before the BLAS starts
-    (common/blaskern.c), so its comm is "exe", not its name; argv[0] keeps
-    the name (looking at comm alone, every arm's CPU-s read 0)."""
+    """Whether pid runs jizhi-train. The trainer re-executes itself to pick
+    its BLAS kernels before the BLAS starts (common/blaskern.c); until
+    0eaf1c1 it ran /proc/self/exe, so its comm was "exe", not its name, and
+    every arm's CPU-s read 0. argv[0] keeps the name either way, and comm
+    holds at most 15 characters ("jizhi-train-cud")."""
     if comm.startswith("jizhi-train"):
         return True
     try:
@@ -1015,6 +1016,9 @@ def main():
                     "seed's arm specs (the trainer commands as a study runs them), train "
                     "nothing; exit 2 when the trainer is not found")
     args = ap.parse_args()
+    if not args.sched_min <= args.sched_start <= args.sched_max:
+        ap.error("--sched-start %d is outside --sched-min %d .. --sched-max %d"
+                 % (args.sched_start, args.sched_min, args.sched_max))
     args.batches = args.batches or [32, 64, 128, 256, 512, 1024]
     args.sweep = args.sweep or [0.5, 1.0, 2.0]
     models = (args.models or ("mlp" if args.quick else "mlp-2r,mlp,cnn")).split(",")

@@ -1,10 +1,11 @@
 """bench/schedulers_batchsize.py's own measures: the trainer's CPU-seconds,
 polled from /proc under an arm's process, and their medians.
 
-jizhi-train re-executes itself through /proc/self/exe before it trains
-(trainer/main.c, s_thread_env; common/blaskern.c), so its comm is "exe":
-the poll looked for "jizhi-train" in comm and read 0 CPU-seconds for every
-arm, and the medians then divided by that 0."""
+jizhi-train re-executes itself before it trains (trainer/main.c,
+s_thread_env; common/blaskern.c); until 0eaf1c1 it ran /proc/self/exe, so
+its comm was "exe": the poll looked for "jizhi-train" in comm and read 0
+CPU-seconds for every arm, and the medians then divided by that 0. The
+poll now also reads argv[0] (a process named "exe" is tested here)."""
 import json
 import os
 import signal
@@ -150,3 +151,25 @@ def test_a_trainer_that_is_not_there_is_named():
     assert p.returncode == 2 and "no-such-trainer" in p.stderr, p.stdout + p.stderr
     p = _bench(["--models", "gpu", "--dry-run"])
     assert p.returncode != 0 and "unknown setting 'gpu'" in p.stderr, p.stdout + p.stderr
+
+
+def test_a_trainer_named_exe_is_found_by_its_argv0(tmp_path):
+    # the trainer as it was until 0eaf1c1: comm "exe" (it ran /proc/self/exe),
+    # argv[0] its name; and a process that is not the trainer
+    exe = tmp_path / "exe"
+    exe.symlink_to("/bin/sleep")
+    named = subprocess.Popen(["bash", "-c", 'exec -a jizhi-train "$0" 30', str(exe)])
+    other = subprocess.Popen([str(exe), "30"])
+    try:
+        for _ in range(200):  # until bash has exec'd
+            with open("/proc/%d/comm" % named.pid) as f:
+                if f.read().strip() == "exe":
+                    break
+            time.sleep(0.01)
+        assert sb.is_trainer(named.pid, "exe")
+        assert not sb.is_trainer(other.pid, "exe")
+        assert sb.is_trainer(other.pid, "jizhi-train-cud")  # comm holds 15 characters
+    finally:
+        for p in (named, other):
+            p.kill()
+            p.wait()

@@ -95,16 +95,19 @@ def test_lars_at_batch_8192_learns_fashion_mnist():
     """LARS at batch 8192 with the settings of docs/bench.md ("LARS at batch
     8192 on Fashion-MNIST (CPU)": lr 0.5, trust 0.04, warmup, linear decay),
     10 epochs (70 steps) of the MLP instead of 60: a loose bound, not the
-    1-point claim. Measured 0.8587 (seed 1); the same run with lr 20 and
-    trust 0.001 (the same step for weights, lr 20 for biases) 0.8377, with
-    SGD at lr 0.5 0.173."""
+    1-point claim: that it learns at this batch at all. Measured 0.8587
+    (seed 1, one machine's BLAS kernels); the same run with lr 20 and trust
+    0.001 (the same step for weights, lr 20 for biases) 0.8377, with SGD at
+    lr 0.5 0.173. The bound sits far below the first and far above the
+    last: another seed or another CPU's rounding moves the first by
+    points, not tens of points."""
     p = train("--hidden", "256,256", "--epochs", "10", "--batch-size", "8192",
               "--optimizer", "lars", "--lr", "0.5", "--trust", "0.04",
               "--warmup-epochs", "2", "--schedule", "poly", "--poly-power", "1",
               "--seed", "1", "--threads", "2", "--log-every", "1000")
     assert p.returncode == 0, p.stderr
     acc = reported(p.stderr, "test_acc")
-    assert acc and acc[-1] > 0.845, acc
+    assert acc and acc[-1] > 0.80, acc
 
 
 def test_params_override_flags():
