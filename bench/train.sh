@@ -12,7 +12,11 @@
 #    batch 32, 128, 512 and 1024 on one thread and on all cores, and in bf16
 #    (jizhi-train --precision bf16 against PyTorch's bf16 autocast) at batch
 #    128 and 1024; the line before the CNN tables names the convolution
-#    kernels jizhi-train runs.
+#    kernels jizhi-train runs. The MLP also in bf16: jizhi-train --precision
+#    bf16 (real bf16 on oneDNN's inner products where the build has it; the
+#    line before the table names the kernels) against PyTorch's bf16
+#    autocast (torch.autocast("cpu", dtype=torch.bfloat16): its Linear runs
+#    in bf16), then the same jizhi-train bf16 runs against PyTorch fp32.
 #    Threads, the same on both sides: jizhi-train --threads N and PyTorch's
 #    torch.set_num_threads(N), both started under taskset on the same first
 #    N CPUs this shell may use, with OMP_NUM_THREADS=N and OMP_WAIT_POLICY
@@ -27,7 +31,8 @@
 # Environment: BUILD (build), PYTHON (/usr/bin/python3), REPEATS (3),
 # STEPS_SAMPLES (samples per timed MLP run, 200000), CNN_SAMPLES (per CNN run,
 # 16384), CNN_BATCHES ("32 128 512 1024"), BF16_BATCHES ("128 1024"), EPOCHS (20),
-# SKIP_TABLE=1, SKIP_SPEED=1, SKIP_MLP=1 (the CNN tables only), OMP_WAIT_POLICY,
+# SKIP_TABLE=1, SKIP_SPEED=1, SKIP_MLP=1 (the CNN tables only), SKIP_CNN=1 (the
+# MLP tables only), MATMUL (jizhi-train --matmul: auto, dnnl, blas), OMP_WAIT_POLICY,
 # PAIRS=1 (every pair's figures under its row). Each row also gives samples per
 # process CPU-second (every thread) of both sides and their ratio. The spans
 # differ: jizhi-train's is its training steps only (step_cpu_s: no
@@ -72,7 +77,7 @@ PREC=fp32
 # much less than wall time.
 ours() { # batch steps threads
     local b=$1 steps=$2 th=$3 every=$(( $2 / 6 > 0 ? $2 / 6 : 1 ))
-    pin "$th" env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --batch-size "$b" "${MODEL[@]}" --precision "$PREC" --max-steps "$steps" --epochs 1000 \
+    pin "$th" env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" --batch-size "$b" "${MODEL[@]}" --precision "$PREC" --matmul "${MATMUL:-auto}" --max-steps "$steps" --epochs 1000 \
         --log-every "$every" --threads "$th" --quiet 2>&1 |
         awk -v b="$b" '
             function med(a, n,   i, j, t) {
@@ -85,7 +90,7 @@ ours() { # batch steps threads
 }
 
 peer() { # batch steps threads
-    pin "$3" "$PYTHON" bench/bench_train_torch.py --batch-size "$1" "${MODEL[@]}" --precision "$PREC" --steps "$2" \
+    pin "$3" "$PYTHON" bench/bench_train_torch.py --batch-size "$1" "${MODEL[@]}" --precision "${PEER_PREC:-$PREC}" --steps "$2" \
         --warmup-steps "$(( $2 / 10 > 20 ? 20 : $2 / 10 + 1 ))" --threads "$3" |
         "$PYTHON" -c 'import json,sys; r = json.load(sys.stdin); print(r["samples_per_s"], r.get("samples_per_cpu_s", 0))'
 }
@@ -139,7 +144,29 @@ for th in $(printf '%s\n' "$CORES" 1 | uniq); do
 done
 echo "   goal: >= 1.2x at batch 128, >= 1.0x at batch 1024 (load average after: $(load))"
 echo
+echo "== bf16: jizhi-train --precision bf16 vs PyTorch $TORCHV bf16 autocast, MLP 784-256-256-10"
+env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" "${MODEL[@]}" --precision bf16 --matmul "${MATMUL:-auto}" \
+    --verbose --max-steps 1 --train-subset 256 --val-size 64 --quiet 2>&1 |
+    sed -n 's/^jizhi-train: linears: /   linears: /p'
+echo "   (median of $REPEATS alternating pairs of $SAMPLES samples; load average: $(load))"
+PREC=bf16
+header
+for th in $(printf '%s\n' "$CORES" 1 | uniq); do
+    compare "$th" "$SAMPLES" 128 1024
+done
+echo
+echo "== the same jizhi-train bf16 vs PyTorch $TORCHV fp32 (load average: $(load))"
+PEER_PREC=fp32
+header
+for th in $(printf '%s\n' "$CORES" 1 | uniq); do
+    compare "$th" "$SAMPLES" 128 1024
+done
+unset PEER_PREC
+PREC=fp32
+echo "   goal (issue 38): the MLP >= 2x PyTorch (load average after: $(load))"
+echo
 fi
+if [ "${SKIP_CNN:-0}" != 1 ]; then
 MODEL=(--model cnn --channels 8,16)
 read -r -a CNN_B <<<"${CNN_BATCHES:-32 128 512 1024}"
 read -r -a BF16_B <<<"${BF16_BATCHES:-128 1024}"
@@ -162,7 +189,7 @@ for th in 1 $([ "$CORES" -gt 1 ] && echo "$CORES"); do
 done
 PREC=fp32
 echo "   goal: >= 1.0x, and jizhi-train bf16 above its fp32 at the same batch and threads (load average after: $(load))"
-
+fi
 fi
 
 [ "${SKIP_TABLE:-0}" = 1 ] && exit 0

@@ -5,8 +5,8 @@
     Tolerance: 1e-6 relative (or absolute) with step h = 1e-5.
     The channels-last BN and pooling of the oneDNN path likewise, and
     against their CNHW twins. Plus a whole-graph check in float (MLP and
-    residual CNN with BN, the CNN on both convolution paths): directional
-    derivatives within 2% with h = 1e-3. */
+    residual CNN with BN, the CNN on both convolution paths, the MLP on
+    both --matmul paths): directional derivatives within 2% with h = 1e-3. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -419,7 +419,8 @@ TEST(softmax_ce_grad)
 }
 
 /* ---- whole graph in float: wiring, residual accumulation, BN ---- */
-static void net_case(const char *model, const char *channels, const char *conv)
+static void net_case(const char *model, const char *channels, const char *conv,
+                     const char *matmul)
 {
     char err[TRN_ERRLEN];
     trn_config cfg;
@@ -429,6 +430,7 @@ static void net_case(const char *model, const char *channels, const char *conv)
     snprintf(cfg.channels, sizeof cfg.channels, "%s", channels);
     cfg.blocks = 1;
     snprintf(cfg.conv, sizeof cfg.conv, "%s", conv);
+    snprintf(cfg.matmul, sizeof cfg.matmul, "%s", matmul);
     trn_net *n = trn_net_new(&cfg, 1, 6, 6, 4, err);
     REQUIRE(n);
     trn_rng r;
@@ -484,12 +486,20 @@ static void net_case(const char *model, const char *channels, const char *conv)
 
 TEST(mlp_graph_grad)
 {
-    net_case("mlp", "2", "gemm");
+    net_case("mlp", "2", "gemm", "blas");
 }
 
 TEST(cnn_graph_grad)
 {
-    net_case("cnn", "2,3", "gemm");
+    net_case("cnn", "2,3", "gemm", "auto");
+}
+
+/* the MLP's whole-graph check with its linears on oneDNN (--matmul dnnl) */
+TEST(mlp_graph_grad_onednn)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    net_case("mlp", "2", "gemm", "dnnl");
 }
 
 /* the same whole-graph check with oneDNN's convolutions and NHWC layers */
@@ -497,7 +507,7 @@ TEST(cnn_graph_grad_onednn)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
-    net_case("cnn", "2,3", "dnnl");
+    net_case("cnn", "2,3", "dnnl", "auto");
 }
 
 int main(void)
@@ -513,6 +523,7 @@ int main(void)
     RUN(gap_grad);
     RUN(softmax_ce_grad);
     RUN(mlp_graph_grad);
+    RUN(mlp_graph_grad_onednn);
     RUN(batchnorm_nhwc_grad);
     RUN(gap_nhwc_grad);
     RUN(cnn_graph_grad);

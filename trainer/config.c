@@ -399,6 +399,14 @@ static const s_opt s_opts[] = {
      .dflt = "auto",
      .help = "CPU convolutions: oneDNN (dnnl, NHWC) or im2col + GEMM (gemm); auto = "
              "dnnl when the build has oneDNN"},
+    {.flag = "matmul",
+     .type = OPT_STR,
+     .off = O(matmul),
+     .size = SZ(matmul),
+     .choices = "auto|dnnl|blas",
+     .dflt = "auto",
+     .help = "CPU linears of the MLP: oneDNN inner products (dnnl; real bf16 kernels "
+             "in bf16) or OpenBLAS sgemm (blas); auto = dnnl in bf16, blas in fp32"},
     {.flag = "quiet",
      .type = OPT_BOOL,
      .off = O(quiet),

@@ -19,7 +19,8 @@
 #ifdef TRN_HAVE_DNNL
 
 #include <omp.h>
-#include <oneapi/dnnl/dnnl.h>
+
+#include "trainer/dnnl_impl.h"
 
 #define S_CACHE                                                                          \
     4 /* entries per layer: the training batch, evaluation, a last short batch */
@@ -119,6 +120,15 @@ static int s_engine(char *err)
     return 0;
 }
 
+int trn__dnnl_engine(dnnl_engine_t *eng, dnnl_stream_t *stream, char *err)
+{
+    if (s_engine(err) < 0)
+        return -1;
+    *eng = g_eng;
+    *stream = g_stream;
+    return 0;
+}
+
 trn_dconv *trn_dconv_new(int c, int h, int w, int co, int k, int stride, int pad,
                          char *err)
 {
@@ -173,8 +183,8 @@ void trn_dconv_destroy(trn_dconv **dp)
 }
 
 /* A reorder from one layout to another, or NULL (*same = 1) when equal. */
-static int s_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
-                     dnnl_primitive_t *out, int *same)
+int trn__dnnl_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                      dnnl_primitive_t *out, int *same)
 {
     *out = NULL;
     *same = dnnl_memory_desc_equal(from, to);
@@ -196,7 +206,7 @@ static int s_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *t
 }
 
 /* A memory object over md with its own buffer (*buf, owned by the entry). */
-static int s_owned(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void **buf)
+int trn__dnnl_owned(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void **buf)
 {
     size_t sz = dnnl_memory_desc_get_size(md);
     *buf = aligned_alloc(64, (sz + 63) / 64 * 64);
@@ -289,13 +299,13 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
         dnnl_memory_create(&e->wuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
         dnnl_memory_create(&e->dwuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
         goto fail;
-    if (s_owned(&e->wfwd, wf, &e->wfwd_buf) < 0 ||
-        s_owned(&e->wbwd, wb, &e->wbwd_buf) < 0 ||
-        s_reorder(&wuser, wf, &e->wr_fwd, &same) < 0 ||
-        s_reorder(&wuser, wb, &e->wr_bwd, &same) < 0 ||
-        s_reorder(dwm, &wuser, &e->dwr, &same) < 0)
+    if (trn__dnnl_owned(&e->wfwd, wf, &e->wfwd_buf) < 0 ||
+        trn__dnnl_owned(&e->wbwd, wb, &e->wbwd_buf) < 0 ||
+        trn__dnnl_reorder(&wuser, wf, &e->wr_fwd, &same) < 0 ||
+        trn__dnnl_reorder(&wuser, wb, &e->wr_bwd, &same) < 0 ||
+        trn__dnnl_reorder(dwm, &wuser, &e->dwr, &same) < 0)
         goto fail;
-    if (e->dwr && s_owned(&e->dw, dwm, &e->dw_buf) < 0)
+    if (e->dwr && trn__dnnl_owned(&e->dw, dwm, &e->dw_buf) < 0)
         goto fail;
     if (!e->dwr &&
         dnnl_memory_create(&e->dw, dwm, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
@@ -346,7 +356,7 @@ static s_entry *s_get(trn_dconv *d, int n, int bf16, char *err)
 }
 
 /* Runs p on thr OpenMP threads (what it was created for). */
-static int s_exec(dnnl_primitive_t p, int thr, int nargs, const dnnl_exec_arg_t *args)
+int trn__dnnl_exec(dnnl_primitive_t p, int thr, int nargs, const dnnl_exec_arg_t *args)
 {
     int old = s_threads_push(thr);
     dnnl_status_t st = dnnl_primitive_execute(p, g_stream, nargs, args);
@@ -361,21 +371,21 @@ static int s_run(s_entry *e, int i, dnnl_exec_arg_t *args, int nargs)
         dnnl_memory_set_data_handle(e->scratch[i], g_scratch);
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch[i]};
     }
-    return s_exec(e->prim[i], e->thr[i], nargs, args);
+    return trn__dnnl_exec(e->prim[i], e->thr[i], nargs, args);
 }
 
-/* Copies the user weights into a kernel layout (reorder r, or as they are). */
-static int s_weights(s_entry *e, dnnl_primitive_t r, dnnl_memory_t to, const float *w)
+int trn__dnnl_weights(dnnl_memory_t user, dnnl_primitive_t r, dnnl_memory_t to,
+                      const float *w)
 {
-    dnnl_memory_set_data_handle(e->wuser, (void *)w);
-    if (!r) /* the same layout and type: f32 OIHW */
+    dnnl_memory_set_data_handle(user, (void *)w);
+    if (!r) /* the same layout and type: f32, the user's */
         return dnnl_memory_set_data_handle(to, (void *)w) == dnnl_success ? 0 : -1;
-    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, e->wuser}, {DNNL_ARG_TO, to}};
-    return s_exec(r, 1, 2, a);
+    dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, to}};
+    return trn__dnnl_exec(r, 1, 2, a);
 }
 
-TRN_CLONES static void s_axpby(float *restrict o, const float *restrict g, float beta,
-                               long n)
+TRN_CLONES void trn__dnnl_axpby(float *restrict o, const float *restrict g, float beta,
+                                long n)
 {
     for (long i = 0; i < n; i++)
         o[i] = beta * o[i] + g[i];
@@ -399,7 +409,7 @@ int trn_dconv_fwd(trn_dconv *d, const void *x, const float *w, void *y, int n, i
     s_entry *e = s_get(d, n, bf16, err);
     if (!e)
         return -1;
-    if (s_weights(e, e->wr_fwd, e->wfwd, w) < 0)
+    if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w) < 0)
         goto fail;
     dnnl_memory_set_data_handle(e->src, (void *)x);
     dnnl_memory_set_data_handle(e->dst, y);
@@ -436,11 +446,11 @@ int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, v
         goto fail;
     if (e->dwr) {
         dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->dw}, {DNNL_ARG_TO, e->dwuser}};
-        if (s_exec(e->dwr, 1, 2, r) < 0)
+        if (trn__dnnl_exec(e->dwr, 1, 2, r) < 0)
             goto fail;
     }
     if (beta != 0)
-        s_axpby(dw, dwo, beta, nw);
+        trn__dnnl_axpby(dw, dwo, beta, nw);
     if (!dx)
         return 0;
     /* data: dx = dxbeta*dx + grad (in bf16, the sum rounded once) */
@@ -448,7 +458,7 @@ int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, v
     void *dxo = dxbeta == 0 ? dx : s_tmp(d, (size_t)nx * esz);
     if (!dxo)
         goto oom;
-    if (s_weights(e, e->wr_bwd, e->wbwd, w) < 0)
+    if (trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w) < 0)
         goto fail;
     dnnl_memory_set_data_handle(e->dsrc, dxo);
     dnnl_exec_arg_t b[4] = {{DNNL_ARG_DIFF_DST, e->ddst},
@@ -459,7 +469,7 @@ int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, v
     if (dxbeta != 0 && bf16)
         trn_acc_bf(dx, dxo, dxbeta, nx);
     else if (dxbeta != 0)
-        s_axpby(dx, dxo, dxbeta, nx);
+        trn__dnnl_axpby(dx, dxo, dxbeta, nx);
     return 0;
 oom:
     snprintf(err, TRN_ERRLEN, "out of memory");

@@ -250,6 +250,8 @@ int main(int argc, char **argv)
         char line[512];
         trn_net_conv_describe(trn_trainer_net(t), cfg.batch_size, line, sizeof line);
         fprintf(stderr, "jizhi-train: convolutions: %s\n", line);
+        trn_net_matmul_describe(trn_trainer_net(t), cfg.batch_size, line, sizeof line);
+        fprintf(stderr, "jizhi-train: linears: %s\n", line);
     }
     if (jz) { /* rank 0 */
         trn_io io;

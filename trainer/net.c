@@ -13,9 +13,15 @@
     scales an op's incoming gradient is rescaled to its layer's scale before
     its backward, so each layer's weight gradient carries its own scale).
     On the oneDNN path in bf16 the CNN's activations and gradients are real
-    bf16 (s_buf.xh/gh, NHWC) from the input's copy to the pooling: conv,
+    bf16 (trn__buf.xh/gh, NHWC) from the input's copy to the pooling: conv,
     BN(+ReLU), add(+ReLU) read and write bf16 (fp32 inside); the pooled
     features, the head, weights and weight gradients stay fp32.
+    The MLP's linears run on oneDNN's inner products (linear_dnnl.c, their
+    ReLU fused) in bf16 by default and with --matmul dnnl, else on OpenBLAS;
+    in bf16 its activations and their gradients are real bf16 (xh/gh) from
+    the input's copy to the logits, which are fp32; its weights are rounded
+    to bf16 by oneDNN's reorders (no working copy), biases and weight
+    gradients stay fp32.
 */
 #include <assert.h>
 #include <math.h>
@@ -24,62 +30,9 @@
 #include <string.h>
 
 #include "trainer/conv_dnnl.h"
+#include "trainer/linear_dnnl.h"
+#include "trainer/net_impl.h"
 #include "trainer/trn.h"
-
-typedef enum { OP_LINEAR, OP_RELU, OP_CONV, OP_BN, OP_ADD, OP_GAP } s_kind;
-
-typedef struct {
-    s_kind kind;
-    int in, in2, out;       /* buffer ids (in2: ADD only) */
-    int pw, pb;             /* param indices, -1 when none */
-    int c, h, w;            /* input shape per sample (linear: c features) */
-    int co, k, stride, pad; /* conv / linear output features */
-    int layer;              /* param-owning layer index, or -1 */
-    long st;                /* BN: offset of running mean (var follows) in state */
-    float *mean, *invstd;   /* BN: batch statistics saved for backward */
-    trn_dconv *dc;          /* conv on the oneDNN path (owned), else NULL */
-    int relu_op;  /* BN / ADD on the oneDNN path: the ReLU fused into it, or -1 */
-    int fused;    /* ReLU: runs inside the BN before it (forward and backward) */
-    int fwd_only; /* ReLU: its forward runs inside the ADD before it */
-} s_op;
-
-typedef struct {
-    int feat;          /* values per sample */
-    float *x, *g;      /* cap * feat */
-    uint16_t *xh, *gh; /* hcap * feat: bf16 storage (half mode, hs buffers) */
-    int hs;            /* stored in bf16 in half mode (the CNN's NHWC activations) */
-    int written;       /* gradient holds a contribution this pass */
-    double gs;         /* scale the gradient carries */
-} s_buf;
-
-#define MAX_OPS TRN_MAX_OPS /* a cnn with more is refused by trn_net_new */
-#define MAX_PARAMS TRN_MAX_OPS
-
-struct trn_net {
-    s_op ops[MAX_OPS];
-    int nops;
-    s_buf bufs[MAX_OPS + 1];
-    int nbufs;
-    trn_param params[MAX_PARAMS];
-    int np;
-    int nlayers;
-    float *state; /* BN running mean/var */
-    long nstate;
-    float bn_momentum; /* the running statistics' update weight (s_bn_momentum) */
-    float *cols;       /* im2col workspace */
-    long cols_per_sample;
-    int cap; /* samples the buffers hold */
-    int classes;
-    trn_precision prec;
-    int nhwc;                  /* CNN activations channels last: the oneDNN conv path */
-    int half;                  /* nhwc in bf16: the hs buffers are stored in bf16 */
-    int hcap;                  /* samples the bf16 buffers hold */
-    char conv_err[TRN_ERRLEN]; /* why the last pass failed (oneDNN) */
-    int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */
-    trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */
-    void *hook_ud;
-    char arch[256];
-};
 
 static const float s_bn_eps = 1e-5f;
 static const float s_bn_momentum = 0.1f;
@@ -88,7 +41,7 @@ static const float s_bn_momentum = 0.1f;
 
 static int s_buf_new(trn_net *n, int feat)
 {
-    s_buf *b = &n->bufs[n->nbufs]; /* one per op and the input's: within MAX_OPS + 1 */
+    trn__buf *b = &n->bufs[n->nbufs]; /* one per op and the input's: within MAX_OPS + 1 */
     memset(b, 0, sizeof *b);
     b->feat = feat;
     return n->nbufs++;
@@ -112,10 +65,10 @@ static int s_param_new(trn_net *n, const char *name, trn_pkind kind, long count,
     return !p->w || !p->g || !p->m || !p->v ? -1 : n->np++;
 }
 
-static s_op *s_op_new(trn_net *n, s_kind kind, int in)
+static trn__op *s_op_new(trn_net *n, trn__kind kind, int in)
 {
     assert(n->nops < MAX_OPS);
-    s_op *o = &n->ops[n->nops++];
+    trn__op *o = &n->ops[n->nops++];
     memset(o, 0, sizeof *o);
     o->kind = kind;
     o->in = in;
@@ -126,7 +79,7 @@ static s_op *s_op_new(trn_net *n, s_kind kind, int in)
 static int s_linear(trn_net *n, int in, int k, int m, int bias)
 {
     char name[32];
-    s_op *o = s_op_new(n, OP_LINEAR, in);
+    trn__op *o = s_op_new(n, OP_LINEAR, in);
     o->c = k;
     o->h = o->w = 1;
     o->co = m;
@@ -145,7 +98,7 @@ static int s_linear(trn_net *n, int in, int k, int m, int bias)
 
 static int s_relu(trn_net *n, int in)
 {
-    s_op *o = s_op_new(n, OP_RELU, in);
+    trn__op *o = s_op_new(n, OP_RELU, in);
     o->out = s_buf_new(n, n->bufs[in].feat);
     n->bufs[o->out].hs = n->bufs[in].hs;
     return o->out;
@@ -155,7 +108,7 @@ static int s_conv(trn_net *n, int in, int c, int h, int w, int co, int k, int st
                   int pad)
 {
     char name[32];
-    s_op *o = s_op_new(n, OP_CONV, in);
+    trn__op *o = s_op_new(n, OP_CONV, in);
     o->c = c;
     o->h = h;
     o->w = w;
@@ -184,7 +137,7 @@ static int s_conv(trn_net *n, int in, int c, int h, int w, int co, int k, int st
 static int s_bn(trn_net *n, int in, int c, int hw, int zero_gamma)
 {
     char name[32];
-    s_op *o = s_op_new(n, OP_BN, in);
+    trn__op *o = s_op_new(n, OP_BN, in);
     o->c = c;
     o->h = hw;
     o->w = 1;
@@ -209,7 +162,7 @@ static int s_bn(trn_net *n, int in, int c, int hw, int zero_gamma)
 
 static int s_add(trn_net *n, int a, int b)
 {
-    s_op *o = s_op_new(n, OP_ADD, a);
+    trn__op *o = s_op_new(n, OP_ADD, a);
     o->in2 = b;
     o->out = s_buf_new(n, n->bufs[a].feat);
     n->bufs[o->out].hs = n->nhwc;
@@ -218,7 +171,7 @@ static int s_add(trn_net *n, int a, int b)
 
 static int s_gap(trn_net *n, int in, int c, int hw)
 {
-    s_op *o = s_op_new(n, OP_GAP, in);
+    trn__op *o = s_op_new(n, OP_GAP, in);
     o->c = c;
     o->h = hw;
     o->w = 1;
@@ -247,7 +200,7 @@ static int s_cbr(trn_net *n, int in, int c, int h, int w, int co, int stride, in
 static void s_fuse(trn_net *n)
 {
     for (int i = 0; i + 1 < n->nops; i++) {
-        s_op *o = &n->ops[i], *r = &n->ops[i + 1];
+        trn__op *o = &n->ops[i], *r = &n->ops[i + 1];
         if ((o->kind != OP_BN && o->kind != OP_ADD) || r->kind != OP_RELU ||
             r->in != o->out)
             continue;
@@ -274,6 +227,16 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
     int x = s_buf_new(n, c * h * w);
     int ok = 1;
     if (!strcmp(cfg->model, "mlp")) {
+        if (!strcmp(cfg->matmul, "dnnl") && !trn_dnnl_available()) {
+            snprintf(err, TRN_ERRLEN,
+                     "--matmul dnnl: this jizhi-train was built without oneDNN (install "
+                     "libdnnl-dev and rebuild, or use --matmul blas)");
+            trn_net_destroy(&n);
+            return NULL;
+        }
+        n->mm = !strcmp(cfg->matmul, "dnnl")   ? TRN__MM_DNNL
+                : !strcmp(cfg->matmul, "blas") ? TRN__MM_BLAS
+                                               : TRN__MM_AUTO;
         int sizes[32];
         int nh = trn_parse_int_list(cfg->hidden, sizes, 32);
         if (nh < 0) {
@@ -292,6 +255,8 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
         if (ok)
             ok = s_linear(n, x, d, classes, 1) >= 0;
         snprintf(n->arch + len, sizeof n->arch - (size_t)len, "-%d", classes);
+        if (ok && n->mm != TRN__MM_BLAS && trn_dnnl_available())
+            ok = trn__net_mlp_dnnl(n) == 0;
     } else if (!strcmp(cfg->model, "cnn")) {
         /* the oneDNN path: asked for, or by default where the build has it
            (single-channel images: their NCHW rows are already NHWC) */
@@ -345,6 +310,7 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
     }
     if (ok && n->nhwc)
         s_fuse(n);
+    trn__net_mm_route(n);
     if (ok && n->nstate > 0) {
         n->state = calloc((size_t)n->nstate, sizeof(float));
         ok = n->state != NULL;
@@ -382,6 +348,7 @@ void trn_net_destroy(trn_net **np)
         free(n->ops[i].mean);
         free(n->ops[i].invstd);
         trn_dconv_destroy(&n->ops[i].dc);
+        trn_dlin_destroy(&n->ops[i].dl);
     }
     for (int i = 0; i < n->nbufs; i++) {
         free(n->bufs[i].x);
@@ -428,7 +395,7 @@ float *trn_net_state(trn_net *n)
 void trn_net_init(trn_net *n, trn_rng *r)
 {
     for (int i = 0; i < n->nops; i++) {
-        s_op *o = &n->ops[i];
+        trn__op *o = &n->ops[i];
         if (o->kind == OP_LINEAR || o->kind == OP_CONV) {
             trn_param *p = &n->params[o->pw];
             double fan_in = o->kind == OP_LINEAR ? o->c : (double)o->c * o->k * o->k;
@@ -457,7 +424,7 @@ void trn_net_sync_weights(trn_net *n)
 {
     for (int i = 0; i < n->np; i++) {
         trn_param *p = &n->params[i];
-        if (n->prec == TRN_FP32)
+        if (p->wlp == p->w) /* fp32, or no rounded copy (trn_net_set_precision) */
             continue;
         memcpy(p->wlp, p->w, (size_t)p->n * sizeof(float));
         trn_round_buf(p->wlp, p->n, n->prec);
@@ -466,9 +433,14 @@ void trn_net_sync_weights(trn_net *n)
 
 void trn_net_set_precision(trn_net *n, trn_precision prec)
 {
+    n->prec = prec;
+    trn__net_mm_route(n);
+    /* the MLP on oneDNN in bf16 keeps no rounded copy: the weight reorders
+       round to bf16 (to nearest even, as trn_round_bf16), biases stay fp32 */
+    int keep = prec != TRN_FP32 && !(n->half && !n->nhwc);
     for (int i = 0; i < n->np; i++) {
         trn_param *p = &n->params[i];
-        if (prec == TRN_FP32)
+        if (!keep)
             s_free_lp(p);
         else if (p->wlp == p->w) {
             float *lp = malloc((size_t)p->n * sizeof(float));
@@ -479,11 +451,12 @@ void trn_net_set_precision(trn_net *n, trn_precision prec)
             p->wlp = lp;
         }
     }
-    if (prec == TRN_FP32)
+    if (prec == TRN_FP32) {
         for (int i = 0; i < n->np; i++)
             s_free_lp(&n->params[i]);
-    n->prec = prec;
-    n->half = n->nhwc && prec == TRN_BF16;
+        n->prec = prec;
+        trn__net_mm_route(n);
+    }
     trn_net_sync_weights(n);
 }
 
@@ -512,7 +485,7 @@ static int s_reserve_half(trn_net *n, int nb)
     if (!n->half || nb <= n->hcap)
         return 0;
     for (int i = 0; i < n->nbufs; i++) {
-        s_buf *b = &n->bufs[i];
+        trn__buf *b = &n->bufs[i];
         if (!b->hs)
             continue;
         uint16_t *x = realloc(b->xh, (size_t)nb * b->feat * sizeof *x);
@@ -535,7 +508,7 @@ static int s_reserve(trn_net *n, int nb)
     if (nb <= n->cap)
         return 0;
     for (int i = 0; i < n->nbufs; i++) {
-        s_buf *b = &n->bufs[i];
+        trn__buf *b = &n->bufs[i];
         float *x = realloc(b->x, (size_t)nb * b->feat * sizeof(float));
         if (!x)
             return -1;
@@ -558,7 +531,7 @@ static int s_reserve(trn_net *n, int nb)
 }
 
 /* The BN running statistics after a training pass over s positions. */
-static void s_bn_running(trn_net *n, const s_op *o, long s)
+static void s_bn_running(trn_net *n, const trn__op *o, long s)
 {
     float *rm = n->state + o->st, *rv = rm + o->c;
     for (int j = 0; j < o->c; j++) {
@@ -572,7 +545,7 @@ static void s_bn_running(trn_net *n, const s_op *o, long s)
 }
 
 /* One op of the forward in half mode (its input stored in bf16). */
-static int s_forward_half(trn_net *n, s_op *o, int nb, int train)
+static int s_forward_half(trn_net *n, trn__op *o, int nb, int train)
 {
     const uint16_t *x = n->bufs[o->in].xh;
     uint16_t *y = n->bufs[o->out].xh;
@@ -607,10 +580,17 @@ static int s_forward_half(trn_net *n, s_op *o, int nb, int train)
         trn_round_buf(yf, cnt, n->prec);
         return 0;
     }
-    case OP_LINEAR:
-        break;
+    case OP_LINEAR: { /* the MLP's, on oneDNN with its ReLU */
+        trn__buf *ob = &n->bufs[o->relu_op >= 0 ? n->ops[o->relu_op].out : o->out];
+        if (trn_dlin_fwd(o->dl, x, n->params[o->pw].wlp,
+                         o->pb >= 0 ? n->params[o->pb].wlp : NULL,
+                         ob->hs ? (void *)ob->xh : ob->x, nb, 1, n->conv_err) < 0)
+            return -1;
+        if (!ob->hs) /* the logits: fp32, rounded as the emulation's */
+            trn_round_buf(ob->x, cnt, n->prec);
+        return 0;
     }
-    assert(0 && "a linear layer never reads a bf16 buffer");
+    }
     return -1;
 }
 
@@ -619,7 +599,7 @@ static int s_forward(trn_net *n, int nb, int train)
     if (n->half) /* the input's bf16 copy */
         trn_bf16_from_f32(n->bufs[0].xh, n->bufs[0].x, (long)nb * n->bufs[0].feat);
     for (int i = 0; i < n->nops; i++) {
-        s_op *o = &n->ops[i];
+        trn__op *o = &n->ops[i];
         if (n->half && n->bufs[o->in].hs) {
             if (s_forward_half(n, o, nb, train) < 0)
                 return -1;
@@ -630,6 +610,15 @@ static int s_forward(trn_net *n, int nb, int train)
         long cnt = (long)nb * n->bufs[o->out].feat;
         switch (o->kind) {
         case OP_LINEAR:
+            if (o->dl_on) { /* oneDNN, its ReLU fused: round what the ReLU keeps */
+                if (o->relu_op >= 0)
+                    y = n->bufs[n->ops[o->relu_op].out].x;
+                if (trn_dlin_fwd(o->dl, x, n->params[o->pw].wlp,
+                                 o->pb >= 0 ? n->params[o->pb].wlp : NULL, y, nb, 0,
+                                 n->conv_err) < 0)
+                    return -1;
+                break;
+            }
             trn_linear_fwd_f(x, n->params[o->pw].wlp,
                              o->pb >= 0 ? n->params[o->pb].wlp : NULL, y, nb, o->c,
                              o->co);
@@ -698,7 +687,7 @@ static int s_forward(trn_net *n, int nb, int train)
 
 /* Multiplies a buffer's gradient by f (in bf16 when it is stored so;
    a float one rounded to the format when round). */
-static void s_scale_grad(trn_net *n, s_buf *buf, long cnt, float f, int round)
+static void s_scale_grad(trn_net *n, trn__buf *buf, long cnt, float f, int round)
 {
     if (n->half && buf->hs) {
         trn_scale_bf(buf->gh, f, cnt);
@@ -714,7 +703,7 @@ static void s_scale_grad(trn_net *n, s_buf *buf, long cnt, float f, int round)
    returns the dxbeta to use (0 = first contribution, overwrite). */
 static float s_prepare_grad(trn_net *n, int b, int nb, double s)
 {
-    s_buf *buf = &n->bufs[b];
+    trn__buf *buf = &n->bufs[b];
     if (!buf->written) {
         buf->written = 1;
         buf->gs = s;
@@ -729,8 +718,8 @@ static float s_prepare_grad(trn_net *n, int b, int nb, double s)
 
 /* One op of the backward in half mode (its input stored in bf16): ob holds
    the incoming gradient, dx (ib->gh or NULL) receives with dxb. */
-static int s_backward_half(trn_net *n, s_op *o, int nb, s_buf *ob, s_buf *ib, int need_dx,
-                           float dxb, float pbeta, double s)
+static int s_backward_half(trn_net *n, trn__op *o, int nb, trn__buf *ob, trn__buf *ib,
+                           int need_dx, float dxb, float pbeta, double s)
 {
     long ocnt = (long)nb * ob->feat;
     uint16_t *dx = need_dx ? ib->gh : NULL;
@@ -760,7 +749,7 @@ static int s_backward_half(trn_net *n, s_op *o, int nb, s_buf *ob, s_buf *ib, in
         if (dx)
             trn_acc_bf(dx, ob->gh, dxb, ocnt);
         if (o->in2 != 0) {
-            s_buf *b2 = &n->bufs[o->in2];
+            trn__buf *b2 = &n->bufs[o->in2];
             trn_acc_bf(b2->gh, ob->gh, s_prepare_grad(n, o->in2, nb, s), ocnt);
         }
         return 0;
@@ -768,10 +757,14 @@ static int s_backward_half(trn_net *n, s_op *o, int nb, s_buf *ob, s_buf *ib, in
         if (dx)
             trn_gap_bwd_nhwc_bf(ob->g, dx, o->c, nb, o->h, dxb);
         return 0;
-    case OP_LINEAR:
-        break;
+    case OP_LINEAR: { /* the MLP's; its input has one reader: dx is written */
+        trn_param *w = &n->params[o->pw], *b = o->pb >= 0 ? &n->params[o->pb] : NULL;
+        if (trn_dlin_bwd(o->dl, ib->xh, w->wlp, ob->hs ? (void *)ob->gh : ob->g, dx, w->g,
+                         b ? b->g : NULL, nb, 1, pbeta, n->conv_err) < 0)
+            return -1;
+        return 0; /* weight and bias gradients stay fp32 */
     }
-    assert(0 && "a linear layer never reads a bf16 buffer");
+    }
     return -1;
 }
 
@@ -780,12 +773,13 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
     const float pbeta = n->grad_fresh ? 0.0f : 1.0f; /* param gradients: write or add */
     n->grad_fresh = 0;
     for (int i = n->nops - 1; i >= 0; i--) {
-        s_op *o = &n->ops[i];
+        trn__op *o = &n->ops[i];
         if (o->fused) /* its gradient is taken inside the BN's backward */
             continue;
         /* a BN with its ReLU fused gets the ReLU output's gradient */
-        s_buf *ob = &n->bufs[o->kind == OP_BN && o->relu_op >= 0 ? n->ops[o->relu_op].out
-                                                                 : o->out];
+        trn__buf *ob =
+            &n->bufs[o->kind == OP_BN && o->relu_op >= 0 ? n->ops[o->relu_op].out
+                                                         : o->out];
         if (!ob->written)
             continue;
         long ocnt = (long)nb * ob->feat;
@@ -796,7 +790,7 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
         }
         double s = ob->gs;
         int need_dx = o->in != 0;
-        s_buf *ib = &n->bufs[o->in];
+        trn__buf *ib = &n->bufs[o->in];
         float dxb = need_dx ? s_prepare_grad(n, o->in, nb, s) : 0;
         if (n->half && ib->hs) {
             if (s_backward_half(n, o, nb, ob, ib, need_dx, dxb, pbeta, s) < 0)
@@ -813,8 +807,12 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
             /* a linear's input has one reader in our graphs, so dx is
                written, not accumulated */
             (void)dxb;
-            trn_linear_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL, nb, o->c,
-                             o->co, pbeta);
+            if (!o->dl_on)
+                trn_linear_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL, nb,
+                                 o->c, o->co, pbeta);
+            else if (trn_dlin_bwd(o->dl, ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL,
+                                  nb, 0, pbeta, n->conv_err) < 0)
+                return -1;
             trn_round_buf(w->g, w->n, n->prec);
             if (b)
                 trn_round_buf(b->g, b->n, n->prec);
@@ -859,7 +857,7 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
                     dx[j] = dxb == 0 ? ob->g[j] : dx[j] + ob->g[j];
             exact = dxb == 0;
             if (o->in2 != 0) {
-                s_buf *b2 = &n->bufs[o->in2];
+                trn__buf *b2 = &n->bufs[o->in2];
                 float b2b = s_prepare_grad(n, o->in2, nb, s);
                 for (long j = 0; j < ocnt; j++)
                     b2->g[j] = b2b == 0 ? ob->g[j] : b2->g[j] + ob->g[j];
@@ -899,13 +897,14 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
         return 0;
     if (s_reserve(n, nb) < 0)
         return -1;
-    s_buf *in = &n->bufs[0];
+    trn__buf *in = &n->bufs[0];
     if (x != in->x) /* else the caller gathered into trn_net_input */
         memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
-    trn_round_buf(in->x, (long)nb * in->feat, n->prec);
+    if (!n->half) /* else its bf16 copy rounds (s_forward) */
+        trn_round_buf(in->x, (long)nb * in->feat, n->prec);
     if (s_forward(n, nb, train) < 0)
         return -1;
-    s_buf *out = &n->bufs[n->nbufs - 1];
+    trn__buf *out = &n->bufs[n->nbufs - 1];
     int ok = 0;
     double top = lscale ? lscale[n->nlayers - 1] : 1.0;
     double loss = trn_softmax_ce_f(out->x, y, train ? out->g : NULL, nb, n->classes,
@@ -935,12 +934,13 @@ int trn_net_bn_recompute(trn_net *n, const float *x, int count, int chunk)
         return 0;
     if (s_reserve(n, count < chunk ? count : chunk) < 0)
         return -1;
-    s_buf *in = &n->bufs[0];
+    trn__buf *in = &n->bufs[0];
     int k = 0;
     for (int i = 0; i < count; i += chunk, k++) {
         int m = count - i < chunk ? count - i : chunk;
         memcpy(in->x, x + (size_t)i * in->feat, (size_t)m * in->feat * sizeof(float));
-        trn_round_buf(in->x, (long)m * in->feat, n->prec);
+        if (!n->half)
+            trn_round_buf(in->x, (long)m * in->feat, n->prec);
         n->bn_momentum = 1.0f / (float)(k + 1); /* the first batch replaces */
         if (s_forward(n, m, 1) < 0) {
             n->bn_momentum = s_bn_momentum;
@@ -957,40 +957,14 @@ double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *c
         return 0;
     if (s_reserve(n, nb) < 0)
         return -1;
-    s_buf *in = &n->bufs[0];
+    trn__buf *in = &n->bufs[0];
     memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
-    trn_round_buf(in->x, (long)nb * in->feat, n->prec);
+    if (!n->half) /* else its bf16 copy rounds (s_forward) */
+        trn_round_buf(in->x, (long)nb * in->feat, n->prec);
     if (s_forward(n, nb, 0) < 0)
         return -1;
-    s_buf *out = &n->bufs[n->nbufs - 1];
+    trn__buf *out = &n->bufs[n->nbufs - 1];
     return trn_softmax_ce_f(out->x, y, NULL, nb, n->classes, 0.0, 0.0, correct);
-}
-
-int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
-{
-    const s_op *first = NULL;
-    for (int i = 0; i < n->nops && !first; i++)
-        if (n->ops[i].kind == OP_CONV)
-            first = &n->ops[i];
-    if (!first) {
-        snprintf(buf, len, "none (no convolutions in this model)");
-        return 0;
-    }
-    if (!first->dc) {
-        snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations%s",
-                 trn_dnnl_available() ? " (--conv gemm)" : " (no oneDNN in this build)");
-        return 0;
-    }
-    char ver[64], impl[256];
-    trn_dnnl_version(ver, sizeof ver);
-    int bf16 = n->prec == TRN_BF16;
-    if (trn_dconv_describe(first->dc, nb, bf16, impl, sizeof impl, n->conv_err) < 0) {
-        snprintf(buf, len, "%s", n->conv_err);
-        return -1;
-    }
-    snprintf(buf, len, "%s, NHWC activations, %s kernels: %s", ver,
-             bf16 ? "bf16" : "fp32", impl);
-    return 0;
 }
 
 const char *trn_net_error(const trn_net *n)

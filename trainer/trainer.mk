@@ -31,7 +31,7 @@ EXTRA_BINS  += $(TRAIN_BIN)
 # and the network keeps the im2col + GEMM path. Its OpenMP runtime takes
 # the thread count from backend_cpu.c.
 ifeq ($(HAVE_DNNL),yes)
-$(call obj,trainer/conv_dnnl.c): ALL_CFLAGS += -DTRN_HAVE_DNNL -fopenmp
+$(call obj,trainer/conv_dnnl.c) $(call obj,trainer/linear_dnnl.c): ALL_CFLAGS += -DTRN_HAVE_DNNL -fopenmp
 $(call obj,trainer/kernels_nhwc.c) $(call obj,trainer/precision.c): ALL_CFLAGS += -fopenmp
 LIBS        += -Wl,--push-state,--as-needed -ldnnl -lgomp -Wl,--pop-state
 endif

@@ -95,6 +95,7 @@ typedef struct trn_config {
     char save[256];               /* write a checkpoint here at the end */
     char backend[8];              /* cpu | cuda */
     char conv[8];                 /* auto | dnnl | gemm: the CPU convolutions (net.c) */
+    char matmul[8];               /* auto | dnnl | blas: the MLP's linears (net.c) */
     int quiet;                    /* no progress lines on stderr */
     int verbose;                  /* the BLAS kernels line at start */
     /* data-parallel ranks (comm.h, dist.h) */
@@ -432,6 +433,11 @@ double trn_net_grad_sqnorm(const trn_net *n);
    the current precision, creating them if needed, or im2col + GEMM) into
    buf. 0, or -1 with the reason in buf. */
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len);
+
+/* Which kernels the linear layers run for batch nb (the first linear's:
+   "oneDNN 2.6.3 inner products, ReLU fused, bf16 kernels: fwd brgemm:...",
+   or "OpenBLAS sgemm (why)") into buf. 0, or -1 with the error in buf. */
+int trn_net_matmul_describe(trn_net *n, int nb, char *buf, size_t len);
 
 /* Why the last pass returned -1 (a oneDNN failure, else out of memory).
    Borrowed. */

@@ -1,0 +1,359 @@
+/*  test_trn_linear_dnnl.c - the MLP's linears on oneDNN's inner products
+    (trainer/linear_dnnl.c, --matmul): one layer's forward (bias, fused
+    ReLU) and backward (data, weights, bias, accumulation into dW and db)
+    against a double reference in fp32 and bf16; the whole MLP's bf16 step
+    (real bf16 activations) against the emulated one on OpenBLAS and both
+    against fp32; a short bf16 training run whose loss falls; a loss-scale
+    overflow in bf16 skipped and backed off; --matmul's routing and its
+    refusal without oneDNN. Skipped where the build has no oneDNN, except
+    the routing, which checks the fallback there. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jz_test.h"
+#include "trainer/conv_dnnl.h"
+#include "trainer/linear_dnnl.h"
+#include "trainer/trn.h"
+
+#include "trn_fake_io.h"
+
+static trn_rng g_rng;
+
+static float *s_rand(long n, int bf16)
+{
+    float *v = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) {
+        v[i] = (float)(2 * trn_rng_uniform(&g_rng) - 1);
+        if (bf16)
+            v[i] = trn_round_bf16(v[i]);
+    }
+    return v;
+}
+
+/* The largest |a - r| over the largest |r|. */
+static double s_gap(const float *a, const double *r, long n)
+{
+    double m = 0, e = 0;
+    for (long i = 0; i < n; i++) {
+        m = fmax(m, fabs(r[i]));
+        e = fmax(e, fabs(a[i] - r[i]));
+    }
+    return m > 0 ? e / m : e;
+}
+
+/* One layer (k -> m at batch n, with bias) against double. Inputs are
+   bf16-exact in both precisions, so the products are exact and only the
+   summation (fp32) and the rounding of the outputs differ from the
+   reference. fp32: within 1e-5 of the largest value (k <= 100 terms, fp32
+   sums). bf16: y, dx are stored in bf16, one rounding each (2^-9 of the
+   value at most) on top of the fp32 sums: 4e-3 of the largest value
+   (the value itself <= the largest, plus the sums' 1e-5); dW, db stay
+   fp32: 1e-5, and with beta 0.5 (accumulation) the same. */
+static void lin_case(int n, int k, int m, int relu, int f32out, int bf16, float beta)
+{
+    float *x = s_rand((long)n * k, 1), *w = s_rand((long)m * k, 1), *b = s_rand(m, 1);
+    float *dy = s_rand((long)n * m, 1), *dw = s_rand((long)m * k, 0), *db = s_rand(m, 0);
+    double *ry = malloc((size_t)n * m * 8), *rdx = calloc((size_t)n * k, 8),
+           *rdw = malloc((size_t)m * k * 8), *rdb = malloc((size_t)m * 8);
+    for (long i = 0; i < (long)m * k; i++)
+        rdw[i] = beta * dw[i];
+    for (int j = 0; j < m; j++)
+        rdb[j] = beta * db[j];
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++) {
+            double acc = b[j], g = dy[(long)i * m + j];
+            for (int c = 0; c < k; c++) {
+                acc += (double)x[(long)i * k + c] * w[(long)j * k + c];
+                rdw[(long)j * k + c] += g * x[(long)i * k + c];
+                rdx[(long)i * k + c] += g * w[(long)j * k + c];
+            }
+            ry[(long)i * m + j] = relu && acc < 0 ? 0 : acc;
+            rdb[j] += g;
+        }
+    /* bf16 storage where the layer keeps it */
+    int ybf = bf16 && !f32out;
+    uint16_t *xh = malloc((size_t)n * k * 2), *yh = malloc((size_t)n * m * 2),
+             *dyh = malloc((size_t)n * m * 2), *dxh = malloc((size_t)n * k * 2);
+    trn_bf16_from_f32(xh, x, (long)n * k);
+    trn_bf16_from_f32(dyh, dy, (long)n * m);
+    float *y = malloc((size_t)n * m * 4), *dx = malloc((size_t)n * k * 4);
+    char err[TRN_ERRLEN] = "";
+    trn_dlin *d = trn_dlin_new(k, m, 1, relu, f32out, err);
+    REQUIRE(d);
+    REQUIRE(trn_dlin_fwd(d, bf16 ? (void *)xh : x, w, b, ybf ? (void *)yh : y, n, bf16,
+                         err) == 0);
+    if (ybf)
+        trn_bf16_to_f32(y, yh, (long)n * m);
+    const void *dyv = !bf16 ? (void *)dy : ybf ? (void *)dyh : (void *)dy;
+    REQUIRE(trn_dlin_bwd(d, bf16 ? (void *)xh : x, w, dyv, bf16 ? (void *)dxh : dx, dw,
+                         db, n, bf16, beta, err) == 0);
+    if (bf16)
+        trn_bf16_to_f32(dx, dxh, (long)n * k);
+    double tol = bf16 ? 4e-3 : 1e-5;
+    double gy = s_gap(y, ry, (long)n * m), gdx = s_gap(dx, rdx, (long)n * k),
+           gdw = s_gap(dw, rdw, (long)m * k), gdb = s_gap(db, rdb, m);
+    printf("  %s n %d %d->%d relu %d f32out %d beta %g: y %.2g dx %.2g dw %.2g db %.2g\n",
+           bf16 ? "bf16" : "fp32", n, k, m, relu, f32out, beta, gy, gdx, gdw, gdb);
+    CHECK(gy < (ybf ? tol : 1e-5));
+    CHECK(gdx < tol);
+    CHECK(gdw < 1e-5);
+    CHECK(gdb < 1e-5);
+    trn_dlin_destroy(&d);
+    CHECK(d == NULL);
+    free(x), free(w), free(b), free(dy), free(dw), free(db), free(ry), free(rdx);
+    free(rdw), free(rdb), free(xh), free(yh), free(dyh), free(dxh), free(y), free(dx);
+}
+
+TEST(linear_matches_double_fp32)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    lin_case(5, 37, 19, 1, 0, 0, 0.0f);
+    lin_case(64, 100, 10, 0, 1, 0, 0.5f);
+}
+
+TEST(linear_matches_double_bf16)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    lin_case(5, 37, 19, 1, 0, 1, 0.0f);
+    lin_case(64, 100, 32, 1, 0, 1, 0.5f);
+    lin_case(64, 100, 10, 0, 1, 1, 0.0f); /* the logits: fp32 out, dy fp32 in */
+    lin_case(7, 37, 19, 1, 0, 1, 0.0f);   /* another batch: a second cache entry */
+}
+
+/* One forward-backward of the MLP 64-48-32-4 on 16 samples; every param's
+   gradient's relative distance ||a - b|| / ||a|| (2-norms) against the
+   first net's, worst over params, into *worst; the losses into loss[2]. */
+static void mlp_pair(const char *prec0, const char *mm0, const char *prec1,
+                     const char *mm1, double loss[2], double *worst)
+{
+    char err[TRN_ERRLEN];
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    strcpy(cfg.hidden, "48,32");
+    trn_net *net[2];
+    const char *precs[2] = {prec0, prec1}, *mms[2] = {mm0, mm1};
+    int nb = 16;
+    float *x = s_rand((long)nb * 64, 0);
+    uint8_t y[16];
+    for (int i = 0; i < nb; i++)
+        y[i] = (uint8_t)(i % 4);
+    for (int k = 0; k < 2; k++) {
+        snprintf(cfg.matmul, sizeof cfg.matmul, "%s", mms[k]);
+        net[k] = trn_net_new(&cfg, 1, 8, 8, 4, err);
+        REQUIRE(net[k]);
+        trn_rng r;
+        trn_rng_seed(&r, 5);
+        trn_net_init(net[k], &r);
+        for (int i = 0; i < trn_net_nparams(net[k]); i++) { /* non-zero biases */
+            trn_param *p = trn_net_param(net[k], i);
+            for (long j = 0; j < p->n; j++)
+                p->w[j] += (float)(0.05 * trn_rng_normal(&r));
+        }
+        trn_net_set_precision(net[k], trn_precision_from_name(precs[k]));
+        char line[512];
+        REQUIRE(trn_net_matmul_describe(net[k], nb, line, sizeof line) == 0);
+        CHECK(strstr(line, strcmp(mms[k], "dnnl") ? "OpenBLAS" : "oneDNN") != NULL);
+        trn_net_zero_grad(net[k]);
+        loss[k] =
+            trn_net_forward_backward(net[k], x, y, nb, 1, 0.0, 1.0 / nb, NULL, NULL);
+        REQUIRE(loss[k] > 0);
+    }
+    *worst = 0;
+    for (int i = 0; i < trn_net_nparams(net[0]); i++) {
+        trn_param *a = trn_net_param(net[0], i), *b = trn_net_param(net[1], i);
+        double na = 0, nd = 0;
+        for (long j = 0; j < a->n; j++) {
+            na += (double)a->g[j] * a->g[j];
+            nd += ((double)a->g[j] - b->g[j]) * ((double)a->g[j] - b->g[j]);
+        }
+        *worst = fmax(*worst, sqrt(nd / na));
+    }
+    printf("  %s/%s against %s/%s: loss %.8f %.8f, worst gradient distance %.2g\n", prec1,
+           mm1, prec0, mm0, loss[0], loss[1], *worst);
+    trn_net_destroy(&net[0]);
+    trn_net_destroy(&net[1]);
+    free(x);
+}
+
+/* fp32 on oneDNN against OpenBLAS: the same sums in another order,
+   1e-5. bf16 on oneDNN against the emulation on OpenBLAS: both round the
+   same activations and activation gradients to bf16 and differ where the
+   fp32 sums, in another order, round to neighbouring bf16 values (one
+   step, 2^-8 relative, on a few values) and in the weight gradients, which
+   the emulation rounds to bf16 (2^-9 relative each) and oneDNN keeps in
+   fp32: 1e-2 of the gradient's norm, loss within 1e-3. Against the fp32
+   reference both bf16 paths are about equally far (bf16's 2^-9 rounding
+   through three layers): the real one within 0.05 and no further than the
+   emulation's distance + 0.005. */
+TEST(mlp_bf16_step_matches_the_emulation)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    double loss[2], worst;
+    trn_rng keep = g_rng; /* the same input for every pair */
+    mlp_pair("fp32", "blas", "fp32", "dnnl", loss, &worst);
+    CHECK(fabs(loss[0] - loss[1]) < 1e-5 * loss[0]);
+    CHECK(worst < 1e-5);
+    g_rng = keep;
+    mlp_pair("bf16", "blas", "bf16", "dnnl", loss, &worst);
+    CHECK(fabs(loss[0] - loss[1]) < 1e-3 * loss[0]);
+    CHECK(worst < 1e-2);
+    double real, emul;
+    g_rng = keep;
+    mlp_pair("fp32", "blas", "bf16", "dnnl", loss, &real);
+    CHECK(fabs(loss[0] - loss[1]) < 1e-2 * loss[0]);
+    g_rng = keep;
+    mlp_pair("fp32", "blas", "bf16", "blas", loss, &emul);
+    CHECK(real < 0.05);
+    CHECK(real < emul + 0.005);
+}
+
+/* 60 SGD steps in bf16 on oneDNN on one batch of 32 synthetic samples
+   (4 classes, each a fixed random pattern under noise): the loss falls
+   below a fifth of where it started, as in fp32. */
+TEST(mlp_bf16_training_learns)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    int nb = 32, d = 64;
+    float *proto = s_rand(4L * d, 0), *x = malloc((size_t)nb * d * sizeof(float));
+    uint8_t y[32];
+    for (int i = 0; i < nb; i++) {
+        y[i] = (uint8_t)(i % 4);
+        for (int p = 0; p < d; p++)
+            x[(long)i * d + p] =
+                (float)(proto[y[i] * d + p] + 0.5 * trn_rng_normal(&g_rng));
+    }
+    const char *precs[] = {"fp32", "bf16"};
+    for (int k = 0; k < 2; k++) {
+        char err[TRN_ERRLEN];
+        trn_config cfg;
+        trn_config_defaults(&cfg);
+        strcpy(cfg.hidden, "32,32");
+        strcpy(cfg.matmul, "dnnl");
+        trn_net *n = trn_net_new(&cfg, 1, 8, 8, 4, err);
+        REQUIRE(n);
+        trn_rng r;
+        trn_rng_seed(&r, 3);
+        trn_net_init(n, &r);
+        trn_net_set_precision(n, trn_precision_from_name(precs[k]));
+        double first = 0, loss = 0;
+        for (int step = 0; step < 60; step++) {
+            trn_net_zero_grad(n);
+            loss = trn_net_forward_backward(n, x, y, nb, 1, 0.0, 1.0 / nb, NULL, NULL);
+            REQUIRE(loss > 0);
+            if (step == 0)
+                first = loss;
+            for (int i = 0; i < trn_net_nparams(n); i++) {
+                trn_param *p = trn_net_param(n, i);
+                for (long j = 0; j < p->n; j++)
+                    p->w[j] -= 0.1f * p->g[j];
+            }
+            trn_net_sync_weights(n);
+        }
+        printf("  %s: loss %.4f -> %.4f after 60 steps\n", precs[k], first, loss);
+        CHECK(loss < first / 5);
+        trn_net_destroy(&n);
+    }
+    free(proto);
+    free(x);
+}
+
+/* A loss scale of 2^200 overflows bf16 (max about 2^128): the gradients
+   are inf/NaN on the real bf16 path too, the step is skipped (weights
+   untouched) and the dynamic scale halves, until it fits; then steps
+   apply. */
+TEST(bf16_overflow_skips_and_halves)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    trn_config c;
+    s_cfg(&c);
+    strcpy(c.precision, "bf16");
+    strcpy(c.loss_scale, "dynamic");
+    c.init_loss_scale = 0x1p200;
+    trn_trainer *t = s_new(&c);
+    REQUIRE(t);
+    char line[512];
+    REQUIRE(trn_net_matmul_describe(trn_trainer_net(t), 32, line, sizeof line) == 0);
+    CHECK(strstr(line, "oneDNN") && strstr(line, "bf16 kernels"));
+    trn_param *p = trn_net_param(trn_trainer_net(t), 0);
+    float *w0 = malloc((size_t)p->n * sizeof(float));
+    memcpy(w0, p->w, (size_t)p->n * sizeof(float));
+    CHECK(trn_trainer_step(t) == 1); /* skipped */
+    CHECK(trn_trainer_scaler(t)->scale == 0x1p199);
+    CHECK(memcmp(w0, p->w, (size_t)p->n * sizeof(float)) == 0); /* no update */
+    int skipped = 1, s;
+    while ((s = trn_trainer_step(t)) == 1 && skipped < 200)
+        skipped++;
+    CHECK(s == 0);
+    double sc = trn_trainer_scaler(t)->scale;
+    printf("  bf16 overflow: %d skipped steps, scale now 2^%g\n", skipped, log2(sc));
+    CHECK(sc == ldexp(1.0, 200 - skipped));
+    CHECK(sc < 0x1p133); /* the scale over the batch (32) fits bf16 */
+    CHECK(memcmp(w0, p->w, (size_t)p->n * sizeof(float)) != 0);
+    free(w0);
+    trn_trainer_destroy(&t);
+}
+
+/* --matmul: auto is oneDNN in bf16 and OpenBLAS in fp32 (and fp16,
+   emulated); blas stays on OpenBLAS; dnnl without oneDNN in the build is
+   refused with a message naming the flag, and auto falls back. */
+TEST(matmul_routing_and_fallback)
+{
+    char err[TRN_ERRLEN], line[512];
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    strcpy(cfg.hidden, "16");
+    const char *mms[] = {"auto", "blas", "dnnl"};
+    for (int k = 0; k < 3; k++) {
+        strcpy(cfg.matmul, mms[k]);
+        trn_net *n = trn_net_new(&cfg, 1, 4, 4, 3, err);
+        if (!trn_dnnl_available() && k == 2) {
+            CHECK(n == NULL);
+            printf("  %s\n", err);
+            CHECK(strstr(err, "--matmul dnnl") && strstr(err, "without oneDNN"));
+            continue;
+        }
+        REQUIRE(n);
+        const char *precs[] = {"fp32", "bf16", "fp16"};
+        for (int q = 0; q < 3; q++) {
+            trn_net_set_precision(n, trn_precision_from_name(precs[q]));
+            REQUIRE(trn_net_matmul_describe(n, 8, line, sizeof line) == 0);
+            int dnnl = trn_dnnl_available() && (k == 2 || (k == 0 && q == 1));
+            printf("  --matmul %s %s: %s\n", mms[k], precs[q], line);
+            CHECK(strstr(line, dnnl ? "oneDNN" : "OpenBLAS") != NULL);
+            if (!trn_dnnl_available())
+                CHECK(strstr(line, "no oneDNN in this build") != NULL);
+            /* a pass runs on whichever path */
+            float x[2 * 16] = {0};
+            uint8_t y[2] = {0, 2};
+            trn_net_zero_grad(n);
+            CHECK(trn_net_forward_backward(n, x, y, 2, 1, 0.0, 0.5, NULL, NULL) > 0);
+        }
+        trn_net_destroy(&n);
+    }
+}
+
+int main(void)
+{
+    char err[TRN_ERRLEN];
+    trn_rng_seed(&g_rng, 13);
+    if (trn_data_synthetic(&g_syn, 1000, 1000, err) < 0 ||
+        trn_data_synthetic(&g_syn_val, 200, 2000, err) < 0)
+        return 1;
+    /* one thread: nothing waits spinning for a busy second core */
+    trn_dnnl_set_threads(1);
+    RUN(linear_matches_double_fp32);
+    RUN(linear_matches_double_bf16);
+    RUN(mlp_bf16_step_matches_the_emulation);
+    RUN(mlp_bf16_training_learns);
+    RUN(bf16_overflow_skips_and_halves);
+    RUN(matmul_routing_and_fallback);
+    trn_data_free(&g_syn);
+    trn_data_free(&g_syn_val);
+    TEST_DONE();
+}

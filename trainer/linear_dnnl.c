@@ -1,0 +1,386 @@
+/*  linear_dnnl.c - fully connected layers through oneDNN's inner-product
+    primitives (linear_dnnl.h).
+
+    Per layer a small cache of entries keyed by (batch, precision), each
+    with its three primitives (forward training with bias and the fused
+    ReLU, backward data, backward weights with the bias gradient) and the
+    weight reorders between jizhi's [m][k] fp32 and the layouts the kernels
+    chose. Activations are given row-major ([n][features], oneDNN's nc), so
+    no activation is reordered; only the weights are (a few hundred KiB,
+    once per call). The engine, stream and reorder helpers are conv_dnnl.c's
+    (dnnl_impl.h); scratchpads are oneDNN's own (library mode).
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/conv_dnnl.h"
+#include "trainer/linear_dnnl.h"
+#include "trainer/trn.h"
+
+#ifdef TRN_HAVE_DNNL
+
+#include <omp.h>
+
+#include "trainer/dnnl_impl.h"
+
+#define S_CACHE 4 /* entries per layer: the training batch, evaluation, a last batch */
+
+typedef struct {
+    int n, bf16, used;               /* key; used: LRU clock */
+    int nthr;                        /* OpenMP threads it was made under (and runs on) */
+    dnnl_primitive_desc_t pd[3];     /* fwd, bwd data, bwd weights */
+    dnnl_primitive_t prim[3];        /* same order */
+    dnnl_primitive_t wr_fwd, wr_bwd; /* [m][k] f32 -> the fwd / bwd-data weights */
+    dnnl_primitive_t dwr;            /* bwd-weights diff layout -> [m][k] f32 (or NULL) */
+    dnnl_memory_t src, dst, ddst, dsrc, bias, dbias; /* handles set per call */
+    dnnl_memory_t wuser, wfwd, wbwd, dw, dwuser;
+    void *wfwd_buf, *wbwd_buf, *dw_buf; /* owned: weights in the kernels' layouts */
+    char impl[3][64];
+} s_entry;
+
+struct trn_dlin {
+    int k, m, bias, relu, f32out;
+    s_entry e[S_CACHE];
+    int ne, clock;
+    float *tmp; /* dw and db before accumulation (beta != 0) */
+    size_t tmp_cap;
+    uint16_t *dyh; /* bf16 copy of an f32out layer's output gradient */
+    size_t dyh_cap;
+};
+
+static dnnl_engine_t g_eng;
+static dnnl_stream_t g_stream;
+
+trn_dlin *trn_dlin_new(int k, int m, int bias, int relu, int f32out, char *err)
+{
+    if (trn__dnnl_engine(&g_eng, &g_stream, err) < 0)
+        return NULL;
+    trn_dlin *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        return NULL;
+    }
+    d->k = k, d->m = m, d->bias = bias != 0, d->relu = relu != 0, d->f32out = f32out != 0;
+    return d;
+}
+
+static void s_entry_free(s_entry *e)
+{
+    for (int i = 0; i < 3; i++) {
+        if (e->prim[i])
+            dnnl_primitive_destroy(e->prim[i]);
+        if (e->pd[i])
+            dnnl_primitive_desc_destroy(e->pd[i]);
+    }
+    dnnl_primitive_t pr[] = {e->wr_fwd, e->wr_bwd, e->dwr};
+    for (size_t i = 0; i < sizeof pr / sizeof pr[0]; i++)
+        if (pr[i])
+            dnnl_primitive_destroy(pr[i]);
+    dnnl_memory_t m[] = {e->src,   e->dst,  e->ddst, e->dsrc, e->bias,  e->dbias,
+                         e->wuser, e->wfwd, e->wbwd, e->dw,   e->dwuser};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
+        if (m[i])
+            dnnl_memory_destroy(m[i]);
+    free(e->wfwd_buf);
+    free(e->wbwd_buf);
+    free(e->dw_buf);
+    memset(e, 0, sizeof *e);
+}
+
+void trn_dlin_destroy(trn_dlin **dp)
+{
+    if (!dp || !*dp)
+        return;
+    trn_dlin *d = *dp;
+    for (int i = 0; i < d->ne; i++)
+        s_entry_free(&d->e[i]);
+    free(d->tmp);
+    free(d->dyh);
+    free(d);
+    *dp = NULL;
+}
+
+static int s_mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md)
+{
+    return dnnl_memory_create(m, md, g_eng, DNNL_MEMORY_NONE) == dnnl_success ? 0 : -1;
+}
+
+static int s_entry_init(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
+{
+    dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_data_type_t yt = bf16 && !d->f32out ? dnnl_bf16 : dnnl_f32;
+    dnnl_dims_t sdims = {n, d->k}, ddims = {n, d->m}, wdims = {d->m, d->k},
+                bdims = {d->m};
+    dnnl_memory_desc_t src, dst, ddst, wany, wany_f, wuser, bmd;
+    dnnl_memory_desc_init_by_tag(&src, 2, sdims, lo, dnnl_nc);
+    dnnl_memory_desc_init_by_tag(&dst, 2, ddims, yt, dnnl_nc);
+    /* the backward takes dy in the kernels' type (an f32out layer's is
+       converted to bf16 first) */
+    dnnl_memory_desc_init_by_tag(&ddst, 2, ddims, lo, dnnl_nc);
+    dnnl_memory_desc_init_by_tag(&wany, 2, wdims, lo, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wany_f, 2, wdims, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wuser, 2, wdims, dnnl_f32, dnnl_oi);
+    dnnl_memory_desc_init_by_tag(&bmd, 1, bdims, dnnl_f32, dnnl_a);
+    const dnnl_memory_desc_t *bp = d->bias ? &bmd : NULL;
+    dnnl_inner_product_desc_t id[3];
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    memset(e, 0, sizeof *e);
+    e->n = n;
+    e->bf16 = bf16;
+    e->nthr = omp_get_max_threads();
+    if (dnnl_inner_product_forward_desc_init(&id[0], dnnl_forward_training, &src, &wany,
+                                             bp, &dst) != dnnl_success ||
+        dnnl_inner_product_backward_data_desc_init(&id[1], &src, &wany, &ddst) !=
+            dnnl_success ||
+        dnnl_inner_product_backward_weights_desc_init(&id[2], &src, &wany_f, bp, &ddst) !=
+            dnnl_success)
+        goto fail;
+    if (d->relu) { /* max(0, .) fused into the forward's epilogue */
+        if (dnnl_primitive_attr_create(&attr) != dnnl_success ||
+            dnnl_post_ops_create(&po) != dnnl_success ||
+            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) !=
+                dnnl_success ||
+            dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)
+            goto fail;
+    }
+    for (int i = 0; i < 3; i++)
+        if (dnnl_primitive_desc_create(&e->pd[i], &id[i], i ? NULL : attr, g_eng,
+                                       i ? e->pd[0] : NULL) != dnnl_success)
+            goto fail;
+    for (int i = 0; i < 3; i++) {
+        if (dnnl_primitive_create(&e->prim[i], e->pd[i]) != dnnl_success)
+            goto fail;
+        const char *impl = NULL;
+        dnnl_primitive_desc_query(e->pd[i], dnnl_query_impl_info_str, 0, &impl);
+        snprintf(e->impl[i], sizeof e->impl[i], "%s", impl ? impl : "?");
+    }
+    const dnnl_memory_desc_t *wf = dnnl_primitive_desc_query_md(e->pd[0],
+                                                                dnnl_query_weights_md, 0),
+                             *wb = dnnl_primitive_desc_query_md(e->pd[1],
+                                                                dnnl_query_weights_md, 0),
+                             *dwm = dnnl_primitive_desc_query_md(
+                                 e->pd[2], dnnl_query_diff_weights_md, 0);
+    int same;
+    if (s_mem(&e->src, &src) < 0 || s_mem(&e->dst, &dst) < 0 ||
+        s_mem(&e->ddst, &ddst) < 0 || s_mem(&e->dsrc, &src) < 0 ||
+        s_mem(&e->wuser, &wuser) < 0 || s_mem(&e->dwuser, &wuser) < 0 ||
+        (d->bias && (s_mem(&e->bias, &bmd) < 0 || s_mem(&e->dbias, &bmd) < 0)))
+        goto fail;
+    if (trn__dnnl_owned(&e->wfwd, wf, &e->wfwd_buf) < 0 ||
+        trn__dnnl_owned(&e->wbwd, wb, &e->wbwd_buf) < 0 ||
+        trn__dnnl_reorder(&wuser, wf, &e->wr_fwd, &same) < 0 ||
+        trn__dnnl_reorder(&wuser, wb, &e->wr_bwd, &same) < 0 ||
+        trn__dnnl_reorder(dwm, &wuser, &e->dwr, &same) < 0)
+        goto fail;
+    if (e->dwr ? trn__dnnl_owned(&e->dw, dwm, &e->dw_buf) < 0 : s_mem(&e->dw, dwm) < 0)
+        goto fail;
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return 0;
+fail:
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    snprintf(err, TRN_ERRLEN, "oneDNN: no inner product for %d -> %d at batch %d%s", d->k,
+             d->m, n, bf16 ? " in bf16" : "");
+    s_entry_free(e);
+    return -1;
+}
+
+/* The cached entry for (n, bf16), created on first use (LRU eviction),
+   and made again when the thread count changed since (live --threads). */
+static s_entry *s_get(trn_dlin *d, int n, int bf16, char *err)
+{
+    d->clock++;
+    int slot = -1;
+    for (int i = 0; i < d->ne && slot < 0; i++)
+        if (d->e[i].n == n && d->e[i].bf16 == bf16) {
+            if (d->e[i].nthr == omp_get_max_threads()) {
+                d->e[i].used = d->clock;
+                return &d->e[i];
+            }
+            s_entry_free(&d->e[i]);
+            slot = i;
+        }
+    if (slot < 0 && (slot = d->ne) == S_CACHE) {
+        slot = 0;
+        for (int i = 1; i < S_CACHE; i++)
+            if (d->e[i].used < d->e[slot].used)
+                slot = i;
+        s_entry_free(&d->e[slot]);
+    } else if (slot == d->ne) {
+        d->ne++;
+    }
+    if (s_entry_init(d, &d->e[slot], n, bf16, err) < 0) {
+        d->e[slot] = d->e[d->ne - 1];
+        memset(&d->e[d->ne - 1], 0, sizeof d->e[0]);
+        d->ne--;
+        return NULL;
+    }
+    d->e[slot].used = d->clock;
+    return &d->e[slot];
+}
+
+int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, void *y,
+                 int n, int bf16, char *err)
+{
+    s_entry *e = s_get(d, n, bf16, err);
+    if (!e)
+        return -1;
+    if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w) < 0)
+        goto fail;
+    dnnl_memory_set_data_handle(e->src, (void *)x);
+    dnnl_memory_set_data_handle(e->dst, y);
+    dnnl_exec_arg_t a[4] = {
+        {DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, e->wfwd}, {DNNL_ARG_DST, e->dst}};
+    int na = 3;
+    if (d->bias) {
+        dnnl_memory_set_data_handle(e->bias, (void *)b);
+        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
+    }
+    if (trn__dnnl_exec(e->prim[0], e->nthr, na, a) < 0)
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, TRN_ERRLEN, "oneDNN: inner product forward failed");
+    return -1;
+}
+
+int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
+                 float *dw, float *db, int n, int bf16, float beta, char *err)
+{
+    s_entry *e = s_get(d, n, bf16, err);
+    if (!e)
+        return -1;
+    long nw = (long)d->m * d->k, ny = (long)n * d->m;
+    if (bf16 && d->f32out) { /* the logits' gradient, fp32, into bf16 */
+        if ((size_t)ny > d->dyh_cap) {
+            uint16_t *t = realloc(d->dyh, (size_t)ny * sizeof *t);
+            if (!t)
+                goto oom;
+            d->dyh = t;
+            d->dyh_cap = (size_t)ny;
+        }
+        trn_bf16_from_f32(d->dyh, dy, ny);
+        dy = d->dyh;
+    }
+    dnnl_memory_set_data_handle(e->src, (void *)x);
+    dnnl_memory_set_data_handle(e->ddst, (void *)dy);
+    /* weights: dw = beta*dw + grad, db likewise */
+    float *dwo = dw, *dbo = db;
+    if (beta != 0) {
+        size_t need = (size_t)(nw + d->m);
+        if (need > d->tmp_cap) {
+            float *t = realloc(d->tmp, need * sizeof *t);
+            if (!t)
+                goto oom;
+            d->tmp = t;
+            d->tmp_cap = need;
+        }
+        dwo = d->tmp;
+        dbo = d->tmp + nw;
+    }
+    dnnl_memory_set_data_handle(e->dwuser, dwo);
+    if (!e->dwr)
+        dnnl_memory_set_data_handle(e->dw, dwo);
+    dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->src},
+                            {DNNL_ARG_DIFF_DST, e->ddst},
+                            {DNNL_ARG_DIFF_WEIGHTS, e->dw}};
+    int na = 3;
+    if (d->bias) {
+        dnnl_memory_set_data_handle(e->dbias, dbo);
+        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, e->dbias};
+    }
+    if (trn__dnnl_exec(e->prim[2], e->nthr, na, a) < 0)
+        goto fail;
+    if (e->dwr) {
+        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->dw}, {DNNL_ARG_TO, e->dwuser}};
+        if (trn__dnnl_exec(e->dwr, 1, 2, r) < 0)
+            goto fail;
+    }
+    if (beta != 0) {
+        trn__dnnl_axpby(dw, dwo, beta, nw);
+        if (d->bias)
+            trn__dnnl_axpby(db, dbo, beta, d->m);
+    }
+    if (!dx)
+        return 0;
+    if (trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w) < 0)
+        goto fail;
+    dnnl_memory_set_data_handle(e->dsrc, dx);
+    dnnl_exec_arg_t b[3] = {{DNNL_ARG_DIFF_DST, e->ddst},
+                            {DNNL_ARG_WEIGHTS, e->wbwd},
+                            {DNNL_ARG_DIFF_SRC, e->dsrc}};
+    if (trn__dnnl_exec(e->prim[1], e->nthr, 3, b) < 0)
+        goto fail;
+    return 0;
+oom:
+    snprintf(err, TRN_ERRLEN, "out of memory");
+    return -1;
+fail:
+    snprintf(err, TRN_ERRLEN, "oneDNN: inner product backward failed");
+    return -1;
+}
+
+int trn_dlin_describe(trn_dlin *d, int n, int bf16, char *buf, size_t len, char *err)
+{
+    s_entry *e = s_get(d, n, bf16, err);
+    if (!e)
+        return -1;
+    snprintf(buf, len, "fwd %s, bwd-data %s, bwd-weights %s", e->impl[0], e->impl[1],
+             e->impl[2]);
+    return 0;
+}
+
+#else /* no oneDNN in this build: net.c keeps OpenBLAS's sgemm */
+
+struct trn_dlin {
+    int unused;
+};
+
+static const char s_none[] = "this jizhi-train was built without oneDNN";
+
+trn_dlin *trn_dlin_new(int k, int m, int bias, int relu, int f32out, char *err)
+{
+    (void)k, (void)m, (void)bias, (void)relu, (void)f32out;
+    snprintf(err, TRN_ERRLEN, "%s", s_none);
+    return NULL;
+}
+
+void trn_dlin_destroy(trn_dlin **dp)
+{
+    if (dp)
+        *dp = NULL;
+}
+
+int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, void *y,
+                 int n, int bf16, char *err)
+{
+    (void)d, (void)x, (void)w, (void)b, (void)y, (void)n, (void)bf16;
+    snprintf(err, TRN_ERRLEN, "%s", s_none);
+    return -1;
+}
+
+int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
+                 float *dw, float *db, int n, int bf16, float beta, char *err)
+{
+    (void)d, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)n;
+    (void)bf16, (void)beta;
+    snprintf(err, TRN_ERRLEN, "%s", s_none);
+    return -1;
+}
+
+int trn_dlin_describe(trn_dlin *d, int n, int bf16, char *buf, size_t len, char *err)
+{
+    (void)d, (void)n, (void)bf16, (void)buf, (void)len;
+    snprintf(err, TRN_ERRLEN, "%s", s_none);
+    return -1;
+}
+
+#endif

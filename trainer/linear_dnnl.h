@@ -1,0 +1,57 @@
+/*  linear_dnnl.h - fully connected layers through oneDNN's inner-product
+    primitives, for the MLP of net.c when the build has oneDNN
+    (TRN_HAVE_DNNL) and --matmul picks it.
+
+    oneDNN picks its kernels by what the CPU has (cpuid) at run time (AMX
+    or avx512_core_bf16 in bf16 where the CPU has them). One trn_dlin per
+    linear layer holds its primitives (forward with bias and, for a hidden
+    layer, the ReLU fused as a post-op; backward data; backward weights
+    with the bias gradient), created once per batch size and precision and
+    cached, so a step creates nothing. Activations are row-major
+    [n][features], weights jizhi's [m][k] fp32 (net.c's working copy),
+    reordered (and in bf16 rounded) into the kernels' layout once per call.
+    bf16: activations and their gradients are real bf16 (uint16_t) in and
+    out, except a layer made with f32out, whose output (the logits) and its
+    gradient are fp32 (the gradient is rounded to bf16 for the backward);
+    products in bf16, fp32 accumulation; weight and bias gradients fp32.
+    fp32: everything fp32.
+
+    Without oneDNN in the build every function fails (trn_dnnl_available()
+    in conv_dnnl.h says 0); net.c then keeps OpenBLAS's sgemm.
+    Errors: 0/-1 (constructors NULL) with a message in err (TRN_ERRLEN).
+*/
+#ifndef TRN_LINEAR_DNNL_H
+#define TRN_LINEAR_DNNL_H
+
+#include <stddef.h>
+
+typedef struct trn_dlin trn_dlin;
+
+/* One layer of k inputs and m outputs, with a bias when bias != 0, a ReLU
+   fused into its forward when relu != 0, and in bf16 a fp32 output (and
+   output gradient) when f32out != 0. Creates no primitive yet. Caller owns
+   the result and must destroy it; NULL with err when out of memory or
+   without oneDNN. */
+trn_dlin *trn_dlin_new(int k, int m, int bias, int relu, int f32out, char *err);
+void trn_dlin_destroy(trn_dlin **dp);
+
+/* y[n][m] = x[n][k] w[m][k]^T + b (then max(0, .) with relu). x, y are
+   float, or with bf16 != 0 uint16_t bf16 values (y float with f32out).
+   0 or -1 with err. */
+int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, void *y,
+                 int n, int bf16, char *err);
+
+/* Backward of the layer's linear part (the ReLU's mask is applied to dy
+   before, by the ReLU op): dw = beta*dw + dy^T x and db = beta*db +
+   sum(dy) (fp32; db ignored without a bias), and when dx is not NULL
+   dx = dy w (written, not accumulated). x, dy, dx as in the forward.
+   0 or -1 with err. */
+int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
+                 float *dw, float *db, int n, int bf16, float beta, char *err);
+
+/* The oneDNN implementations this layer runs at batch n ("fwd brgemm:...,
+   bwd-data ..., bwd-weights ...") into buf, creating the primitives when
+   needed. 0 or -1 with err. */
+int trn_dlin_describe(trn_dlin *d, int n, int bf16, char *buf, size_t len, char *err);
+
+#endif

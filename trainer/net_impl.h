@@ -1,0 +1,88 @@
+/*  net_impl.h - the layout of trn_net (net.c), internal to the files that
+    implement the network: net.c (construction and the passes) and
+    net_describe.c (which kernels run). Ops read numbered buffers and write
+    one; see net.c's header for the graph and the precision modes.
+*/
+#ifndef TRN_NET_IMPL_H
+#define TRN_NET_IMPL_H
+
+#include <stdint.h>
+
+#include "trainer/conv_dnnl.h"
+#include "trainer/linear_dnnl.h"
+#include "trainer/trn.h"
+
+typedef enum { OP_LINEAR, OP_RELU, OP_CONV, OP_BN, OP_ADD, OP_GAP } trn__kind;
+
+/* --matmul: where the MLP's linears run (oneDNN's inner products or
+   OpenBLAS's sgemm); auto picks by precision (net.c, s_mm_route). */
+typedef enum { TRN__MM_AUTO, TRN__MM_DNNL, TRN__MM_BLAS } trn__mm;
+
+typedef struct {
+    trn__kind kind;
+    int in, in2, out;       /* buffer ids (in2: ADD only) */
+    int pw, pb;             /* param indices, -1 when none */
+    int c, h, w;            /* input shape per sample (linear: c features) */
+    int co, k, stride, pad; /* conv / linear output features */
+    int layer;              /* param-owning layer index, or -1 */
+    long st;                /* BN: offset of running mean (var follows) in state */
+    float *mean, *invstd;   /* BN: batch statistics saved for backward */
+    trn_dconv *dc;          /* conv on the oneDNN path (owned), else NULL */
+    trn_dlin *dl;           /* MLP linear with a oneDNN twin (owned), else NULL */
+    int dl_on;              /* linear: runs on dl in the current precision */
+    int relu_op;  /* BN / ADD on the oneDNN path, a linear with dl: the ReLU fused
+                     into it (a linear's when dl_on), or -1 */
+    int fused;    /* ReLU: runs inside the BN before it (forward and backward) */
+    int fwd_only; /* ReLU: its forward runs inside the ADD or linear before it */
+} trn__op;
+
+typedef struct {
+    int feat;          /* values per sample */
+    float *x, *g;      /* cap * feat */
+    uint16_t *xh, *gh; /* hcap * feat: bf16 storage (half mode, hs buffers) */
+    int hs;      /* stored in bf16 in half mode (the CNN's NHWC activations, the MLP's) */
+    int written; /* gradient holds a contribution this pass */
+    double gs;   /* scale the gradient carries */
+} trn__buf;
+
+#define MAX_OPS TRN_MAX_OPS /* a cnn with more is refused by trn_net_new */
+#define MAX_PARAMS TRN_MAX_OPS
+
+struct trn_net {
+    trn__op ops[MAX_OPS];
+    int nops;
+    trn__buf bufs[MAX_OPS + 1];
+    int nbufs;
+    trn_param params[MAX_PARAMS];
+    int np;
+    int nlayers;
+    float *state; /* BN running mean/var */
+    long nstate;
+    float bn_momentum; /* the running statistics' update weight (s_bn_momentum) */
+    float *cols;       /* im2col workspace */
+    long cols_per_sample;
+    int cap; /* samples the buffers hold */
+    int classes;
+    trn_precision prec;
+    int nhwc;                  /* CNN activations channels last: the oneDNN conv path */
+    trn__mm mm;                /* --matmul (the MLP) */
+    int half;                  /* bf16 on oneDNN (nhwc, or the MLP's linears): the hs
+                                  buffers are stored in bf16 */
+    int hcap;                  /* samples the bf16 buffers hold */
+    char conv_err[TRN_ERRLEN]; /* why the last pass failed (oneDNN) */
+    int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */
+    trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */
+    void *hook_ud;
+    char arch[256];
+};
+
+/* Gives each linear of the MLP its oneDNN twin (its ReLU fused when one
+   follows) and marks the buffers stored in bf16 in half mode. 0, or -1
+   with n->conv_err. */
+int trn__net_mlp_dnnl(trn_net *n);
+
+/* Sets which linears run on oneDNN for n->prec and n->mm, the ReLUs that
+   run inside them, and half mode. */
+void trn__net_mm_route(trn_net *n);
+
+#endif
