@@ -84,7 +84,7 @@ void trn_dnnl_set_threads(int n)
 /* Threads for primitive i (0 fwd, 1 bwd data, 2 bwd weights) at batch n
    when nthr are configured: all of them, but the backward weights on one
    thread per S_BWW_IMAGES images. */
-static int s_threads_for(int i, int n, int nthr)
+int trn__dnnl_threads_for(int i, int n, int nthr)
 {
     if (i != 2 || n >= S_BWW_IMAGES * nthr)
         return nthr;
@@ -94,7 +94,7 @@ static int s_threads_for(int i, int n, int nthr)
 
 /* Sets the OpenMP threads oneDNN reads (at creation, where a kernel splits
    its work, and at execution); returns the previous count to restore. */
-static int s_threads_push(int t)
+int trn__dnnl_threads_push(int t)
 {
     int old = omp_get_max_threads();
     if (t != old)
@@ -102,7 +102,7 @@ static int s_threads_push(int t)
     return old;
 }
 
-static void s_threads_pop(int old)
+void trn__dnnl_threads_pop(int old)
 {
     if (omp_get_max_threads() != old)
         omp_set_num_threads(old);
@@ -184,16 +184,13 @@ void trn_dconv_destroy(trn_dconv **dp)
 
 /* A reorder from one layout to another, or NULL (*same = 1) when equal. */
 int trn__dnnl_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
-                      dnnl_primitive_t *out, int *same)
+                      dnnl_primitive_t *out, int *same, int thr)
 {
     *out = NULL;
     *same = dnnl_memory_desc_equal(from, to);
     if (*same)
         return 0;
-    /* one thread: the weights are a few KiB, and on two threads each
-       reorder cost 0.06-0.07 ms against 0.002 on one (batch 32,
-       ONEDNN_VERBOSE), the partner's wake-up and not the copy */
-    int old = s_threads_push(1);
+    int old = trn__dnnl_threads_push(thr);
     dnnl_primitive_desc_t pd;
     dnnl_status_t st =
         dnnl_reorder_primitive_desc_create(&pd, from, g_eng, to, g_eng, NULL);
@@ -201,7 +198,7 @@ int trn__dnnl_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *
         st = dnnl_primitive_create(out, pd);
         dnnl_primitive_desc_destroy(pd);
     }
-    s_threads_pop(old);
+    trn__dnnl_threads_pop(old);
     return st == dnnl_success ? 0 : -1;
 }
 
@@ -252,20 +249,20 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
     int nthr = omp_get_max_threads();
     e->nthr = nthr;
     for (int i = 0; i < 3; i++)
-        e->thr[i] = s_threads_for(i, n, nthr);
+        e->thr[i] = trn__dnnl_threads_for(i, n, nthr);
     for (int i = 0; i < 3; i++) {
-        int old = s_threads_push(e->thr[i]);
+        int old = trn__dnnl_threads_push(e->thr[i]);
         dnnl_status_t st = dnnl_primitive_desc_create(&e->pd[i], &cd[i], attr, g_eng,
                                                       i ? e->pd[0] : NULL);
-        s_threads_pop(old);
+        trn__dnnl_threads_pop(old);
         if (st != dnnl_success)
             goto fail_attr;
     }
     dnnl_primitive_attr_destroy(attr);
     for (int i = 0; i < 3; i++) {
-        int old = s_threads_push(e->thr[i]);
+        int old = trn__dnnl_threads_push(e->thr[i]);
         dnnl_status_t st = dnnl_primitive_create(&e->prim[i], e->pd[i]);
-        s_threads_pop(old);
+        trn__dnnl_threads_pop(old);
         if (st != dnnl_success)
             goto fail;
         const char *impl = NULL;
@@ -299,11 +296,14 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
         dnnl_memory_create(&e->wuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
         dnnl_memory_create(&e->dwuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
         goto fail;
+    /* reorders on one thread: the weights are a few KiB, and on two threads
+       each reorder cost 0.06-0.07 ms against 0.002 on one (batch 32,
+       ONEDNN_VERBOSE), the partner's wake-up and not the copy */
     if (trn__dnnl_owned(&e->wfwd, wf, &e->wfwd_buf) < 0 ||
         trn__dnnl_owned(&e->wbwd, wb, &e->wbwd_buf) < 0 ||
-        trn__dnnl_reorder(&wuser, wf, &e->wr_fwd, &same) < 0 ||
-        trn__dnnl_reorder(&wuser, wb, &e->wr_bwd, &same) < 0 ||
-        trn__dnnl_reorder(dwm, &wuser, &e->dwr, &same) < 0)
+        trn__dnnl_reorder(&wuser, wf, &e->wr_fwd, &same, 1) < 0 ||
+        trn__dnnl_reorder(&wuser, wb, &e->wr_bwd, &same, 1) < 0 ||
+        trn__dnnl_reorder(dwm, &wuser, &e->dwr, &same, 1) < 0)
         goto fail;
     if (e->dwr && trn__dnnl_owned(&e->dw, dwm, &e->dw_buf) < 0)
         goto fail;
@@ -358,9 +358,9 @@ static s_entry *s_get(trn_dconv *d, int n, int bf16, char *err)
 /* Runs p on thr OpenMP threads (what it was created for). */
 int trn__dnnl_exec(dnnl_primitive_t p, int thr, int nargs, const dnnl_exec_arg_t *args)
 {
-    int old = s_threads_push(thr);
+    int old = trn__dnnl_threads_push(thr);
     dnnl_status_t st = dnnl_primitive_execute(p, g_stream, nargs, args);
-    s_threads_pop(old);
+    trn__dnnl_threads_pop(old);
     return st == dnnl_success ? 0 : -1;
 }
 
@@ -375,13 +375,13 @@ static int s_run(s_entry *e, int i, dnnl_exec_arg_t *args, int nargs)
 }
 
 int trn__dnnl_weights(dnnl_memory_t user, dnnl_primitive_t r, dnnl_memory_t to,
-                      const float *w)
+                      const float *w, int thr)
 {
     dnnl_memory_set_data_handle(user, (void *)w);
     if (!r) /* the same layout and type: f32, the user's */
         return dnnl_memory_set_data_handle(to, (void *)w) == dnnl_success ? 0 : -1;
     dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, to}};
-    return trn__dnnl_exec(r, 1, 2, a);
+    return trn__dnnl_exec(r, thr, 2, a);
 }
 
 TRN_CLONES void trn__dnnl_axpby(float *restrict o, const float *restrict g, float beta,
@@ -409,7 +409,7 @@ int trn_dconv_fwd(trn_dconv *d, const void *x, const float *w, void *y, int n, i
     s_entry *e = s_get(d, n, bf16, err);
     if (!e)
         return -1;
-    if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w) < 0)
+    if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
         goto fail;
     dnnl_memory_set_data_handle(e->src, (void *)x);
     dnnl_memory_set_data_handle(e->dst, y);
@@ -458,7 +458,7 @@ int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, v
     void *dxo = dxbeta == 0 ? dx : s_tmp(d, (size_t)nx * esz);
     if (!dxo)
         goto oom;
-    if (trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w) < 0)
+    if (trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w, 1) < 0)
         goto fail;
     dnnl_memory_set_data_handle(e->dsrc, dxo);
     dnnl_exec_arg_t b[4] = {{DNNL_ARG_DIFF_DST, e->ddst},

@@ -15,13 +15,24 @@ int trn__dnnl_engine(dnnl_engine_t *eng, dnnl_stream_t *stream, char *err);
 
 /* A reorder primitive from one layout to another (caller owns *out and
    destroys it), or *out NULL and *same 1 when the layouts are equal.
-   Created for one thread (weights are small). 0 or -1. */
+   Created for thr OpenMP threads (run it on as many). 0 or -1. */
 int trn__dnnl_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
-                      dnnl_primitive_t *out, int *same);
+                      dnnl_primitive_t *out, int *same, int thr);
 
 /* A memory object over md with its own 64-byte aligned buffer *buf (the
    caller owns both: dnnl_memory_destroy, free). 0 or -1. */
 int trn__dnnl_owned(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void **buf);
+
+/* Threads for primitive i (0 forward, 1 backward data, 2 backward
+   weights) at batch n when nthr are configured: all of them, but the
+   backward weights on one thread per 256 images (conv_dnnl.c,
+   S_BWW_IMAGES: there they were slower on two threads than on one). */
+int trn__dnnl_threads_for(int i, int n, int nthr);
+
+/* Sets the OpenMP threads oneDNN reads (at creation and execution);
+   returns the previous count for trn__dnnl_threads_pop. */
+int trn__dnnl_threads_push(int t);
+void trn__dnnl_threads_pop(int old);
 
 /* Runs p on thr OpenMP threads (the count it was created under). 0 or -1. */
 int trn__dnnl_exec(dnnl_primitive_t p, int thr, int nargs, const dnnl_exec_arg_t *args);
@@ -29,9 +40,9 @@ int trn__dnnl_exec(dnnl_primitive_t p, int thr, int nargs, const dnnl_exec_arg_t
 /* Copies fp32 weights w (borrowed) into a kernel's layout `to` through
    reorder r (rounding to bf16 where `to` is bf16), or, with r NULL (the
    same layout and type), points `to` at w. user: a memory object of the
-   user's layout. 0 or -1. */
+   user's layout; thr: the threads r was made for. 0 or -1. */
 int trn__dnnl_weights(dnnl_memory_t user, dnnl_primitive_t r, dnnl_memory_t to,
-                      const float *w);
+                      const float *w, int thr);
 
 /* o = beta*o + g over n floats. */
 void trn__dnnl_axpby(float *restrict o, const float *restrict g, float beta, long n);

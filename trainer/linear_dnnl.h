@@ -44,7 +44,9 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
 /* Backward of the layer's linear part (the ReLU's mask is applied to dy
    before, by the ReLU op): dw = beta*dw + dy^T x and db = beta*db +
    sum(dy) (fp32; db ignored without a bias), and when dx is not NULL
-   dx = dy w (written, not accumulated). x, dy, dx as in the forward.
+   dx = dy w (written, not accumulated). x, dy, dx as in the forward; x
+   and w are those of the last trn_dlin_fwd at batch n, unchanged since
+   (the backward may reuse the forward's reordered copy of w).
    0 or -1 with err. */
 int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
                  float *dw, float *db, int n, int bf16, float beta, char *err);
