@@ -189,7 +189,7 @@ $(BUILD)/tests/test_oom: ALL_LDFLAGS += -Wl,--wrap=malloc,--wrap=calloc,--wrap=r
 # that link the scheduler library (bench_bo, bench_mo) have their rules in
 # schedulers/schedulers.mk.
 BENCH_PROGS := $(patsubst bench/%.c,$(BUILD)/bench/%,\
-                 $(filter-out bench/bench_bo.c bench/bench_mo.c,$(wildcard bench/*.c)))
+                 $(filter-out bench/bench_bo.c bench/bench_mo.c bench/gemm_libs.c,$(wildcard bench/*.c)))
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $< $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) $(LIBS)
@@ -339,6 +339,22 @@ bench-batchsize-ceiling: all
 .PHONY: bench-torch
 bench-torch: all
 	@BUILD=$(BUILD) /usr/bin/python3 bench/torch_bench.py $(BENCH_TORCH_ARGS)
+
+# GEMMs of the MLP, the CNN's im2col path and the bo GP through OpenBLAS (the
+# kernels jizhi picks and the Prescott fallback), BLIS, oneDNN (sgemm, matmul
+# fp32 and bf16) and PyTorch, alternating (bench/gemm_libs.py). The worker
+# links no BLAS: it loads one library per process with dlopen.
+# BENCH_GEMM_ARGS="--rounds 3 --threads 1" for a shorter run, "--check" to
+# compare each library with a double reference.
+GEMM_LIBS := $(BUILD)/bench/gemm_libs
+$(BUILD)/obj/bench/gemm_libs.o: ALL_CFLAGS += $(if $(filter yes,$(HAVE_DNNL)),-DGEMM_HAVE_DNNL)
+$(GEMM_LIBS): $(BUILD)/obj/bench/gemm_libs.o $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $< $(LIB_COMMON) $(ALL_LDFLAGS) $(if $(filter yes,$(HAVE_DNNL)),-ldnnl) -ldl -lm
+BENCH_PROGS += $(GEMM_LIBS)
+.PHONY: bench-gemm
+bench-gemm: $(GEMM_LIBS)
+	@BUILD=$(BUILD) /usr/bin/python3 bench/gemm_libs.py $(BENCH_GEMM_ARGS)
 
 # ---- install ---------------------------------------------------------------
 # make install [PREFIX=/usr/local] [DESTDIR=]: the commands, the helper

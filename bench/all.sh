@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MAKE_CMD=${BENCH_MAKE:-make --no-print-directory}
-LIST=${BENCH_LIST:-ingest bench-bo bench-mo bench-importance bench-train bench-intervene bench-auth bench-schedulers bench-mf bench-slurm bench-comm bench-safety bench-scale}
+LIST=${BENCH_LIST:-ingest bench-bo bench-mo bench-importance bench-train bench-gemm bench-intervene bench-auth bench-schedulers bench-mf bench-slurm bench-comm bench-safety bench-scale}
 failed=(); ran=0
 for b in $LIST; do
     if [ "$b" = ingest ]; then
