@@ -510,6 +510,62 @@ TEST(cnn_graph_grad_onednn)
     net_case("cnn", "2,3", "dnnl", "auto");
 }
 
+/* --zero-gamma: by default the last BN of each residual branch starts with
+   gamma 0 (one per block: 2 stages x 2 blocks here), every other BN with 1;
+   --zero-gamma 0 starts them all at 1. Betas start at 0 either way. */
+static int zero_gamma_count(int zero_gamma, int *ones)
+{
+    char err[TRN_ERRLEN];
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    char *argv[] = {"jizhi-train",
+                    "--model",
+                    "cnn",
+                    "--channels",
+                    "2,3",
+                    "--blocks",
+                    "2",
+                    "--conv",
+                    "gemm",
+                    "--zero-gamma",
+                    zero_gamma ? "1" : "0"};
+    FILE *devnull = fopen("/dev/null", "w");
+    int rc = trn_config_parse_args(&cfg, 11, argv, devnull, err);
+    fclose(devnull);
+    if (rc != 0 || cfg.zero_gamma != zero_gamma)
+        return -1;
+    trn_net *n = trn_net_new(&cfg, 1, 6, 6, 4, err);
+    if (!n)
+        return -1;
+    trn_rng r;
+    trn_rng_seed(&r, 7);
+    trn_net_init(n, &r);
+    int zeros = 0;
+    *ones = 0;
+    for (int i = 0; i < trn_net_nparams(n); i++) {
+        trn_param *p = trn_net_param(n, i);
+        if (p->kind != TRN_PBN || !strstr(p->name, "gamma"))
+            continue;
+        int z = 1, o = 1;
+        for (long j = 0; j < p->n; j++)
+            z &= p->w[j] == 0.0f, o &= p->w[j] == 1.0f;
+        zeros += z;
+        *ones += o;
+    }
+    trn_net_destroy(&n);
+    return zeros;
+}
+
+TEST(cnn_zero_gamma)
+{
+    int ones = 0;
+    /* stem, transition, and per block (4) two BNs: 1 + 1 + 8 = 10 BNs */
+    CHECK(zero_gamma_count(1, &ones) == 4);
+    CHECK(ones == 6);
+    CHECK(zero_gamma_count(0, &ones) == 0);
+    CHECK(ones == 10);
+}
+
 int main(void)
 {
     trn_rng_seed(&g_rng, 42);
@@ -528,5 +584,6 @@ int main(void)
     RUN(gap_nhwc_grad);
     RUN(cnn_graph_grad);
     RUN(cnn_graph_grad_onednn);
+    RUN(cnn_zero_gamma);
     TEST_DONE();
 }

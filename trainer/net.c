@@ -294,7 +294,7 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
             }
             for (int b = 0; b < cfg->blocks && ok; b++) {
                 int y = s_cbr(n, x, cc, hh, ww, cc, 1, 1, 0);
-                y = y < 0 ? -1 : s_cbr(n, y, cc, hh, ww, cc, 1, 0, 1);
+                y = y < 0 ? -1 : s_cbr(n, y, cc, hh, ww, cc, 1, 0, cfg->zero_gamma);
                 y = y < 0 ? -1 : s_add(n, y, x);
                 x = y < 0 ? -1 : s_relu(n, y);
                 ok = x >= 0;

@@ -59,6 +59,7 @@ typedef struct trn_config {
     char hidden[128];             /* mlp: hidden sizes, "256,256" */
     char channels[64];            /* cnn: channels per stage, "16,32" */
     int blocks;                   /* cnn: residual blocks per stage */
+    int zero_gamma;               /* cnn: residual branch's last BN: gamma 0 */
     int epochs;                   /* epochs to train */
     long max_steps;               /* stop after this many steps (0 = no limit) */
     int batch_size;               /* global batch */
