@@ -17,7 +17,8 @@ file is PyTorch's when run with --torch-worker):
   torch, torch-bf16  PyTorch (Debian's /usr/bin/python3): float32 (float64
                      for the GP) and bfloat16
 Each library runs under `taskset -c` on the first T CPUs with its own thread
-control set to T. One round runs every library once per thread count, in an
+control set to T (and OMP_WAIT_POLICY=passive unless set, as jizhi-train
+runs oneDNN). One round runs every library once per thread count, in an
 order that rotates each round; each number is the median over the rounds of
 the worker's time per call (enough back-to-back calls for --target-ms).
 GFLOP/s are nominal operations of the call (2mnk for a GEMM; n^2 k for a
@@ -198,10 +199,17 @@ def run_worker(cfg, threads, extra, timeout):
     name, argv, env = cfg
     e = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), BLIS_NUM_THREADS=str(threads),
              OMP_NUM_THREADS=str(threads), **env)
+    # OpenMP threads (oneDNN, BLIS, PyTorch) sleep at barriers, as jizhi-train
+    # sets for itself and bench/train.sh for both sides; spinning (libgomp's
+    # default) lets a shared second core stall every call. Unless set.
+    e.setdefault("OMP_WAIT_POLICY", "passive")
     e.pop("JIZHI_BLAS_CORE", None)
     cpus = sorted(os.sched_getaffinity(0))[:threads]
     cmd = ["taskset", "-c", ",".join(map(str, cpus))] + argv + ["--threads", str(threads)] + extra
-    p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
+    try:
+        p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as err:  # no taskset, no /usr/bin/python3
+        return 3, [{"lib": name, "skip": f"cannot run {err.filename}"}], ""
     lines = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
     return p.returncode, lines, p.stderr
 
@@ -373,9 +381,10 @@ def bench(args, cfgs, threads, shapes, pick, shapes_path):
     out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "pick": pick,
            "loadavg": loads, "rounds": args.rounds, "threads": threads,
            "target_ms": args.target_ms, "info": info, "skipped": skipped,
-           "shapes": shapes, "median_s": {}, "impl": {}}
+           "shapes": shapes, "median_s": {}, "samples_s": {}, "impl": {}}
     for (n, T, sh), v in med.items():
         out["median_s"].setdefault(n, {}).setdefault(str(T), {})[sh] = v
+        out["samples_s"].setdefault(n, {}).setdefault(str(T), {})[sh] = times[(n, T, sh)]
         if impl.get((n, T, sh)):
             out["impl"].setdefault(n, {}).setdefault(str(T), {})[sh] = impl[(n, T, sh)]
     short = {n: n.replace("openblas-", "obl-").replace("Prescott", "presc") for n in names}
