@@ -123,6 +123,20 @@ TEST(linear_matches_double_bf16)
     lin_case(7, 37, 19, 1, 0, 1, 0.0f);   /* another batch: a second cache entry */
 }
 
+/* The same on oneDNN's inner-product primitives (JIZHI_DNNL_LINEAR=ip:
+   blocked weights reordered per call, the bias gradient from oneDNN), the
+   alternative to the default matmul: the same bounds. */
+TEST(linear_inner_product_matches_double)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    setenv("JIZHI_DNNL_LINEAR", "ip", 1);
+    lin_case(5, 37, 19, 1, 0, 0, 0.5f);
+    lin_case(64, 100, 32, 1, 0, 1, 0.5f);
+    lin_case(64, 100, 10, 0, 1, 1, 0.0f);
+    unsetenv("JIZHI_DNNL_LINEAR");
+}
+
 /* On two threads: the backward weights on one below 256 images a thread
    (batch 32), on both at 520; exact either way. */
 TEST(linear_on_two_threads)
@@ -317,8 +331,8 @@ TEST(bf16_overflow_skips_and_halves)
     trn_trainer_destroy(&t);
 }
 
-/* --matmul: auto is oneDNN in bf16 and OpenBLAS in fp32 (and fp16,
-   emulated); blas stays on OpenBLAS; dnnl without oneDNN in the build is
+/* --matmul: auto is oneDNN in fp32 and bf16 and OpenBLAS in fp16
+   (emulated); blas stays on OpenBLAS; dnnl without oneDNN in the build is
    refused with a message naming the flag, and auto falls back. */
 TEST(matmul_routing_and_fallback)
 {
@@ -341,7 +355,7 @@ TEST(matmul_routing_and_fallback)
         for (int q = 0; q < 3; q++) {
             trn_net_set_precision(n, trn_precision_from_name(precs[q]));
             REQUIRE(trn_net_matmul_describe(n, 8, line, sizeof line) == 0);
-            int dnnl = trn_dnnl_available() && (k == 2 || (k == 0 && q == 1));
+            int dnnl = trn_dnnl_available() && (k == 2 || (k == 0 && q != 2));
             printf("  --matmul %s %s: %s\n", mms[k], precs[q], line);
             CHECK(strstr(line, dnnl ? "oneDNN" : "OpenBLAS") != NULL);
             if (!trn_dnnl_available())
@@ -368,6 +382,7 @@ int main(void)
     RUN(linear_matches_double_fp32);
     RUN(linear_matches_double_bf16);
     RUN(linear_on_two_threads);
+    RUN(linear_inner_product_matches_double);
     RUN(mlp_bf16_step_matches_the_emulation);
     RUN(mlp_bf16_training_learns);
     RUN(bf16_overflow_skips_and_halves);

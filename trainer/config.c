@@ -413,8 +413,10 @@ static const s_opt s_opts[] = {
      .size = SZ(matmul),
      .choices = "auto|dnnl|blas",
      .dflt = "auto",
-     .help = "CPU linears of the MLP: oneDNN inner products (dnnl; real bf16 kernels "
-             "in bf16) or OpenBLAS sgemm (blas); auto = dnnl in bf16, blas in fp32"},
+     .help =
+         "CPU linears of the MLP: oneDNN inner products (dnnl; real bf16 kernels "
+         "in bf16) or OpenBLAS sgemm (blas); auto = dnnl in fp32 and bf16 when the build "
+         "has oneDNN, blas in fp16"},
     {.flag = "quiet",
      .type = OPT_BOOL,
      .off = O(quiet),

@@ -1,18 +1,27 @@
-/*  linear_dnnl.c - fully connected layers through oneDNN's inner-product
-    primitives (linear_dnnl.h).
+/*  linear_dnnl.c - fully connected layers through oneDNN (linear_dnnl.h).
 
     Per layer a small cache of entries keyed by (batch, precision), each
-    with its three primitives (forward training with bias and the fused
-    ReLU, backward data, backward weights with the bias gradient) and the
-    weight reorders between jizhi's [m][k] fp32 and the layouts the kernels
-    chose. Activations are given row-major ([n][features], oneDNN's nc), so
-    no activation is reordered; only the weights are (a few hundred KiB,
-    once per call, on one thread: on two, 256x784 took 0.25-0.44 ms against
-    0.17 on one, bf16 at batch 128 and 1024 on a 2-core Xeon whose other
-    core was busy, ONEDNN_VERBOSE). The backward weights run on one thread
-    per 256 images, as the convolutions' (on two threads at batch 128 they
-    took 4.6-6 ms a layer against 0.02-0.14 on one, the same machine). The
-    engine, stream and reorder helpers are conv_dnnl.c's (dnnl_impl.h);
+    with three primitives: the forward (bias, ReLU fused), the backward
+    data and the backward weights. Two kinds, chosen per layer at creation:
+    - matmul (the default): plain row-major layouts throughout, nothing
+      reordered; the weights are used as they are in fp32 and through a
+      bf16 copy (d->w16, one vectorised pass per forward) in bf16; dW =
+      dy^T x reads dy transposed through strides; the bias gradient is one
+      pass here. Measured against the inner products (bf16, 784-256-256-10,
+      ONEDNN_VERBOSE, one thread, a 2-core Xeon with AMX): oneDNN time per
+      step 0.48 ms against 0.73 at batch 128 (there half the inner
+      products' time went to weight reorders) and 2.5 against 3.6 at 1024;
+      and the inner products' backward weights took 4-6 ms a layer on two
+      threads at batch 1024 (their threads reduce over the batch and meet
+      at a barrier while the other core was busy), the matmul's 0.9.
+    - inner product (JIZHI_DNNL_LINEAR=ip, kept to measure on other CPUs):
+      blocked weights reordered from jizhi's [m][k] fp32 once per call
+      (on one thread: on two, 256x784 took 0.25-0.44 ms against 0.17),
+      the backward data reusing the forward's copy when the layouts agree,
+      dW reordered back; oneDNN sums the bias gradient.
+    Either way the backward weights run on one thread per 256 images, as
+    the convolutions' (conv_dnnl.c), and activations are never reordered.
+    The engine, stream and helpers are conv_dnnl.c's (dnnl_impl.h);
     scratchpads are oneDNN's own (library mode).
 */
 #include <stdint.h>
@@ -20,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/bf16.h"
 #include "trainer/conv_dnnl.h"
 #include "trainer/linear_dnnl.h"
 #include "trainer/trn.h"
@@ -34,6 +44,7 @@
 
 typedef struct {
     int n, bf16, used; /* key; used: LRU clock */
+    int mm;            /* matmul primitives (plain layouts) instead of inner products */
     int nthr;          /* the thread count it was made under: a live
                           change of --threads makes it stale */
     int thr[3];        /* OpenMP threads each of prim[] was made for and runs on */
@@ -43,6 +54,7 @@ typedef struct {
     int wshare;           /* bwd data takes the forward's layout: it reuses that copy */
     dnnl_primitive_t dwr; /* bwd-weights diff layout -> [m][k] f32 (or NULL) */
     dnnl_memory_t src, dst, ddst, dsrc, bias, dbias; /* handles set per call */
+    dnnl_memory_t dyt; /* matmul: dy seen as [m][n] (the backward weights' A) */
     dnnl_memory_t wuser, wfwd, wbwd, dw, dwuser;
     void *wfwd_buf, *wbwd_buf, *dw_buf; /* owned: weights in the kernels' layouts */
     char impl[3][64];
@@ -50,6 +62,8 @@ typedef struct {
 
 struct trn_dlin {
     int k, m, bias, relu, f32out;
+    int mm;        /* matmul primitives, or inner products (JIZHI_DNNL_LINEAR=ip) */
+    uint16_t *w16; /* matmul in bf16: the weights rounded to bf16 by the forward */
     s_entry e[S_CACHE];
     int ne, clock;
     float *tmp; /* dw and db before accumulation (beta != 0) */
@@ -71,6 +85,13 @@ trn_dlin *trn_dlin_new(int k, int m, int bias, int relu, int f32out, char *err)
         return NULL;
     }
     d->k = k, d->m = m, d->bias = bias != 0, d->relu = relu != 0, d->f32out = f32out != 0;
+    const char *kind = getenv("JIZHI_DNNL_LINEAR");
+    d->mm = !(kind && !strcmp(kind, "ip"));
+    if (d->mm && !(d->w16 = malloc((size_t)k * m * sizeof *d->w16))) {
+        snprintf(err, TRN_ERRLEN, "out of memory");
+        free(d);
+        return NULL;
+    }
     return d;
 }
 
@@ -86,8 +107,8 @@ static void s_entry_free(s_entry *e)
     for (size_t i = 0; i < sizeof pr / sizeof pr[0]; i++)
         if (pr[i])
             dnnl_primitive_destroy(pr[i]);
-    dnnl_memory_t m[] = {e->src,   e->dst,  e->ddst, e->dsrc, e->bias,  e->dbias,
-                         e->wuser, e->wfwd, e->wbwd, e->dw,   e->dwuser};
+    dnnl_memory_t m[] = {e->dyt,   e->src,   e->dst,  e->ddst, e->dsrc, e->bias,
+                         e->dbias, e->wuser, e->wfwd, e->wbwd, e->dw,   e->dwuser};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         if (m[i])
             dnnl_memory_destroy(m[i]);
@@ -106,6 +127,7 @@ void trn_dlin_destroy(trn_dlin **dp)
         s_entry_free(&d->e[i]);
     free(d->tmp);
     free(d->dyh);
+    free(d->w16);
     free(d);
     *dp = NULL;
 }
@@ -113,6 +135,51 @@ void trn_dlin_destroy(trn_dlin **dp)
 static int s_mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md)
 {
     return dnnl_memory_create(m, md, g_eng, DNNL_MEMORY_NONE) == dnnl_success ? 0 : -1;
+}
+
+/* Starts entry e for (n, bf16) and makes its three primitives from the
+   operation descriptors op[] (forward, backward data, backward weights),
+   the forward with the ReLU as a post-op where the layer has one; an
+   inner product's backward gets the forward as its hint. 0 or -1. */
+static int s_make(trn_dlin *d, s_entry *e, int n, int bf16, int mm, const void *op[3])
+{
+    memset(e, 0, sizeof *e);
+    e->n = n;
+    e->bf16 = bf16;
+    e->mm = mm;
+    e->nthr = omp_get_max_threads();
+    for (int i = 0; i < 3; i++)
+        e->thr[i] = trn__dnnl_threads_for(i, n, e->nthr);
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    int rc = -1;
+    if (d->relu && /* max(0, .) fused into the forward's epilogue */
+        (dnnl_primitive_attr_create(&attr) != dnnl_success ||
+         dnnl_post_ops_create(&po) != dnnl_success ||
+         dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) !=
+             dnnl_success ||
+         dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success))
+        goto out;
+    for (int i = 0; i < 3; i++) {
+        int old = trn__dnnl_threads_push(e->thr[i]);
+        dnnl_status_t st = dnnl_primitive_desc_create(&e->pd[i], op[i], i ? NULL : attr,
+                                                      g_eng, i && !mm ? e->pd[0] : NULL);
+        if (st == dnnl_success)
+            st = dnnl_primitive_create(&e->prim[i], e->pd[i]);
+        trn__dnnl_threads_pop(old);
+        if (st != dnnl_success)
+            goto out;
+        const char *impl = NULL;
+        dnnl_primitive_desc_query(e->pd[i], dnnl_query_impl_info_str, 0, &impl);
+        snprintf(e->impl[i], sizeof e->impl[i], "%s", impl ? impl : "?");
+    }
+    rc = 0;
+out:
+    if (po)
+        dnnl_post_ops_destroy(po);
+    if (attr)
+        dnnl_primitive_attr_destroy(attr);
+    return rc;
 }
 
 static int s_entry_init(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
@@ -133,45 +200,19 @@ static int s_entry_init(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
     dnnl_memory_desc_init_by_tag(&bmd, 1, bdims, dnnl_f32, dnnl_a);
     const dnnl_memory_desc_t *bp = d->bias ? &bmd : NULL;
     dnnl_inner_product_desc_t id[3];
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
+    const void *op[3] = {&id[0], &id[1], &id[2]};
     memset(e, 0, sizeof *e);
-    e->n = n;
-    e->bf16 = bf16;
-    e->nthr = omp_get_max_threads();
-    for (int i = 0; i < 3; i++)
-        e->thr[i] = trn__dnnl_threads_for(i, n, e->nthr);
     if (dnnl_inner_product_forward_desc_init(&id[0], dnnl_forward_training, &src, &wany,
                                              bp, &dst) != dnnl_success ||
         dnnl_inner_product_backward_data_desc_init(&id[1], &src, &wany, &ddst) !=
             dnnl_success ||
         dnnl_inner_product_backward_weights_desc_init(&id[2], &src, &wany_f, bp, &ddst) !=
-            dnnl_success)
+            dnnl_success ||
+        s_make(d, e, n, bf16, 0, op) < 0)
         goto fail;
-    if (d->relu) { /* max(0, .) fused into the forward's epilogue */
-        if (dnnl_primitive_attr_create(&attr) != dnnl_success ||
-            dnnl_post_ops_create(&po) != dnnl_success ||
-            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) !=
-                dnnl_success ||
-            dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)
-            goto fail;
-    }
     /* dW in the kernel's layout, reordered to [m][k] after: asking for
        [m][k] itself gets a generic GEMM here, 1.7 ms against 0.96 + 0.13
        (784 -> 256 at batch 1024, one thread, ONEDNN_VERBOSE) */
-    for (int i = 0; i < 3; i++) {
-        int old = trn__dnnl_threads_push(e->thr[i]);
-        dnnl_status_t st = dnnl_primitive_desc_create(&e->pd[i], &id[i], i ? NULL : attr,
-                                                      g_eng, i ? e->pd[0] : NULL);
-        if (st == dnnl_success)
-            st = dnnl_primitive_create(&e->prim[i], e->pd[i]);
-        trn__dnnl_threads_pop(old);
-        if (st != dnnl_success)
-            goto fail;
-        const char *impl = NULL;
-        dnnl_primitive_desc_query(e->pd[i], dnnl_query_impl_info_str, 0, &impl);
-        snprintf(e->impl[i], sizeof e->impl[i], "%s", impl ? impl : "?");
-    }
     const dnnl_memory_desc_t *wf = dnnl_primitive_desc_query_md(e->pd[0],
                                                                 dnnl_query_weights_md, 0),
                              *wb = dnnl_primitive_desc_query_md(e->pd[1],
@@ -193,18 +234,50 @@ static int s_entry_init(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
         goto fail;
     if (e->dwr ? trn__dnnl_owned(&e->dw, dwm, &e->dw_buf) < 0 : s_mem(&e->dw, dwm) < 0)
         goto fail;
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
     return 0;
 fail:
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
     snprintf(err, TRN_ERRLEN, "oneDNN: no inner product for %d -> %d at batch %d%s", d->k,
              d->m, n, bf16 ? " in bf16" : "");
+    s_entry_free(e);
+    return -1;
+}
+
+/* The matmul twin of s_entry_init: plain row-major layouts throughout, so
+   nothing is reordered (the weights' bf16 copy is d->w16, written by the
+   forward); the bias gradient is summed here (s_bias_grad). */
+static int s_entry_init_mm(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
+{
+    dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_data_type_t yt = bf16 && !d->f32out ? dnnl_bf16 : dnnl_f32;
+    dnnl_dims_t xd = {n, d->k}, yd = {n, d->m}, wtd = {d->k, d->m}, wd = {d->m, d->k},
+                bd = {1, d->m}, dytd = {d->m, n};
+    dnnl_dims_t wts = {1, d->k}, dyts = {1, d->m}; /* w as [k][m], dy as [m][n] */
+    dnnl_memory_desc_t x, y, dy, wt, w, b, dyt, dwf;
+    dnnl_memory_desc_init_by_tag(&x, 2, xd, lo, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&y, 2, yd, yt, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&dy, 2, yd, lo, dnnl_ab);
+    dnnl_memory_desc_init_by_strides(&wt, 2, wtd, lo, wts);
+    dnnl_memory_desc_init_by_tag(&w, 2, wd, lo, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&b, 2, bd, dnnl_f32, dnnl_ab);
+    dnnl_memory_desc_init_by_strides(&dyt, 2, dytd, lo, dyts);
+    dnnl_memory_desc_init_by_tag(&dwf, 2, wd, dnnl_f32, dnnl_ab);
+    dnnl_matmul_desc_t md[3];
+    const void *op[3] = {&md[0], &md[1], &md[2]};
+    memset(e, 0, sizeof *e);
+    if (dnnl_matmul_desc_init(&md[0], &x, &wt, d->bias ? &b : NULL, &y) != dnnl_success ||
+        dnnl_matmul_desc_init(&md[1], &dy, &w, NULL, &x) != dnnl_success ||
+        dnnl_matmul_desc_init(&md[2], &dyt, &x, NULL, &dwf) != dnnl_success ||
+        s_make(d, e, n, bf16, 1, op) < 0)
+        goto fail;
+    if (s_mem(&e->src, &x) < 0 || s_mem(&e->dst, &y) < 0 || s_mem(&e->ddst, &dy) < 0 ||
+        s_mem(&e->dsrc, &x) < 0 || s_mem(&e->wfwd, &wt) < 0 || s_mem(&e->wbwd, &w) < 0 ||
+        s_mem(&e->dyt, &dyt) < 0 || s_mem(&e->dwuser, &dwf) < 0 ||
+        (d->bias && s_mem(&e->bias, &b) < 0))
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, TRN_ERRLEN, "oneDNN: no matmul for %d -> %d at batch %d%s", d->k, d->m,
+             n, bf16 ? " in bf16" : "");
     s_entry_free(e);
     return -1;
 }
@@ -233,7 +306,7 @@ static s_entry *s_get(trn_dlin *d, int n, int bf16, char *err)
     } else if (slot == d->ne) {
         d->ne++;
     }
-    if (s_entry_init(d, &d->e[slot], n, bf16, err) < 0) {
+    if ((d->mm ? s_entry_init_mm : s_entry_init)(d, &d->e[slot], n, bf16, err) < 0) {
         d->e[slot] = d->e[d->ne - 1];
         memset(&d->e[d->ne - 1], 0, sizeof d->e[0]);
         d->ne--;
@@ -243,13 +316,34 @@ static s_entry *s_get(trn_dlin *d, int n, int bf16, char *err)
     return &d->e[slot];
 }
 
+/* db[j] = sum over the n rows of dy[i][j] (bf16 values, or float). */
+static void s_bias_grad(float *db, const void *dy, int n, int m, int bf16)
+{
+    memset(db, 0, (size_t)m * sizeof *db);
+    for (int i = 0; i < n; i++) {
+        if (bf16) {
+            const uint16_t *r = (const uint16_t *)dy + (size_t)i * m;
+            for (int j = 0; j < m; j++)
+                db[j] += trn_bf2f(r[j]);
+        } else {
+            const float *r = (const float *)dy + (size_t)i * m;
+            for (int j = 0; j < m; j++)
+                db[j] += r[j];
+        }
+    }
+}
+
 int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, void *y,
                  int n, int bf16, char *err)
 {
     s_entry *e = s_get(d, n, bf16, err);
     if (!e)
         return -1;
-    if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
+    if (e->mm) { /* the weights as they are, or their bf16 copy */
+        if (bf16)
+            trn_bf16_from_f32(d->w16, w, (long)d->m * d->k);
+        dnnl_memory_set_data_handle(e->wfwd, bf16 ? (void *)d->w16 : (void *)w);
+    } else if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
         goto fail;
     dnnl_memory_set_data_handle(e->src, (void *)x);
     dnnl_memory_set_data_handle(e->dst, y);
@@ -303,18 +397,29 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
         dbo = d->tmp + nw;
     }
     dnnl_memory_set_data_handle(e->dwuser, dwo);
-    if (!e->dwr)
-        dnnl_memory_set_data_handle(e->dw, dwo);
-    dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->src},
-                            {DNNL_ARG_DIFF_DST, e->ddst},
-                            {DNNL_ARG_DIFF_WEIGHTS, e->dw}};
-    int na = 3;
-    if (d->bias) {
-        dnnl_memory_set_data_handle(e->dbias, dbo);
-        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, e->dbias};
+    if (e->mm) { /* dW = dy^T x, db = the column sums of dy */
+        dnnl_memory_set_data_handle(e->dyt, (void *)dy);
+        dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, e->dyt},
+                                {DNNL_ARG_WEIGHTS, e->src},
+                                {DNNL_ARG_DST, e->dwuser}};
+        if (trn__dnnl_exec(e->prim[2], e->thr[2], 3, a) < 0)
+            goto fail;
+        if (d->bias)
+            s_bias_grad(dbo, dy, n, d->m, bf16);
+    } else {
+        if (!e->dwr)
+            dnnl_memory_set_data_handle(e->dw, dwo);
+        dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->src},
+                                {DNNL_ARG_DIFF_DST, e->ddst},
+                                {DNNL_ARG_DIFF_WEIGHTS, e->dw}};
+        int na = 3;
+        if (d->bias) {
+            dnnl_memory_set_data_handle(e->dbias, dbo);
+            a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, e->dbias};
+        }
+        if (trn__dnnl_exec(e->prim[2], e->thr[2], na, a) < 0)
+            goto fail;
     }
-    if (trn__dnnl_exec(e->prim[2], e->thr[2], na, a) < 0)
-        goto fail;
     if (e->dwr) {
         dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->dw}, {DNNL_ARG_TO, e->dwuser}};
         if (trn__dnnl_exec(e->dwr, 1, 2, r) < 0)
@@ -329,12 +434,14 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
         return 0;
     /* the forward's copy of w when the layouts agree (w unchanged since) */
     dnnl_memory_t wb = e->wshare ? e->wfwd : e->wbwd;
-    if (!e->wshare && trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w, 1) < 0)
+    if (e->mm)
+        dnnl_memory_set_data_handle(e->wbwd, bf16 ? (void *)d->w16 : (void *)w);
+    else if (!e->wshare && trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w, 1) < 0)
         goto fail;
     dnnl_memory_set_data_handle(e->dsrc, dx);
-    dnnl_exec_arg_t b[3] = {{DNNL_ARG_DIFF_DST, e->ddst},
+    dnnl_exec_arg_t b[3] = {{e->mm ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, e->ddst},
                             {DNNL_ARG_WEIGHTS, wb},
-                            {DNNL_ARG_DIFF_SRC, e->dsrc}};
+                            {e->mm ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, e->dsrc}};
     if (trn__dnnl_exec(e->prim[1], e->thr[1], 3, b) < 0)
         goto fail;
     return 0;
@@ -351,8 +458,8 @@ int trn_dlin_describe(trn_dlin *d, int n, int bf16, char *buf, size_t len, char 
     s_entry *e = s_get(d, n, bf16, err);
     if (!e)
         return -1;
-    snprintf(buf, len, "fwd %s, bwd-data %s, bwd-weights %s", e->impl[0], e->impl[1],
-             e->impl[2]);
+    snprintf(buf, len, "%s fwd %s, bwd-data %s, bwd-weights %s",
+             e->mm ? "matmul" : "inner product", e->impl[0], e->impl[1], e->impl[2]);
     return 0;
 }
 

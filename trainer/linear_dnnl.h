@@ -1,6 +1,6 @@
-/*  linear_dnnl.h - fully connected layers through oneDNN's inner-product
-    primitives, for the MLP of net.c when the build has oneDNN
-    (TRN_HAVE_DNNL) and --matmul picks it.
+/*  linear_dnnl.h - fully connected layers through oneDNN's matmul (or, with
+    JIZHI_DNNL_LINEAR=ip, inner-product) primitives, for the MLP of net.c
+    when the build has oneDNN (TRN_HAVE_DNNL) and --matmul picks it.
 
     oneDNN picks its kernels by what the CPU has (cpuid) at run time (AMX
     or avx512_core_bf16 in bf16 where the CPU has them). One trn_dlin per
@@ -8,8 +8,9 @@
     layer, the ReLU fused as a post-op; backward data; backward weights
     with the bias gradient), created once per batch size and precision and
     cached, so a step creates nothing. Activations are row-major
-    [n][features], weights jizhi's [m][k] fp32 (net.c's working copy),
-    reordered (and in bf16 rounded) into the kernels' layout once per call.
+    [n][features], weights jizhi's [m][k] fp32 (net.c's master weights on
+    the bf16 path), in bf16 rounded to bf16 (to nearest even) once per
+    forward.
     bf16: activations and their gradients are real bf16 (uint16_t) in and
     out, except a layer made with f32out, whose output (the logits) and its
     gradient are fp32 (the gradient is rounded to bf16 for the backward);
@@ -51,9 +52,9 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
 int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
                  float *dw, float *db, int n, int bf16, float beta, char *err);
 
-/* The oneDNN implementations this layer runs at batch n ("fwd brgemm:...,
-   bwd-data ..., bwd-weights ...") into buf, creating the primitives when
-   needed. 0 or -1 with err. */
+/* The oneDNN primitives and implementations this layer runs at batch n
+   ("inner product fwd brgemm:..., bwd-data ..., bwd-weights ...") into buf, creating the
+   primitives when needed. 0 or -1 with err. */
 int trn_dlin_describe(trn_dlin *d, int n, int bf16, char *buf, size_t len, char *err);
 
 #endif

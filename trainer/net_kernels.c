@@ -8,10 +8,13 @@
 
 #include "trainer/net_impl.h"
 
-/* fp32 linears through oneDNN by default (--matmul auto) when 1: end to end
-   (make bench-train, docs/bench.md) oneDNN's fp32 inner products did not
-   beat OpenBLAS's sgemm at batch 128 and 1024, so fp32 stays on OpenBLAS. */
-#define S_DNNL_FP32 0
+/* fp32 linears through oneDNN by default (--matmul auto) when 1. End to
+   end (the MLP 784-256-256-10, alternating pairs of --matmul blas and
+   dnnl, docs/bench.md "The MLP in bf16 through oneDNN"), oneDNN's fp32
+   matmuls were 1.06-1.12x OpenBLAS's sgemm in samples/s and 1.07-1.12x
+   per CPU-second at batch 128 and 1024 on one and two threads. fp16, an
+   emulation either way, was not measured and stays on OpenBLAS. */
+#define S_DNNL_FP32 1
 
 /* The MLP's oneDNN twins: each linear gets one, with its ReLU fused
    (forward) when one follows; the buffers between them are stored in bf16
@@ -35,8 +38,8 @@ int trn__net_mlp_dnnl(trn_net *n)
 }
 
 /* Which linears run on oneDNN in the current precision (--matmul): auto is
-   oneDNN in bf16 (real bf16 kernels), OpenBLAS in fp32 unless S_DNNL_FP32,
-   and fp16 (emulated) on OpenBLAS. A ReLU after a oneDNN linear runs
+   oneDNN in bf16 (real bf16 kernels) and in fp32 (while S_DNNL_FP32), and
+   fp16 (emulated) on OpenBLAS. A ReLU after a oneDNN linear runs
    inside it (forward). Sets half mode. */
 void trn__net_mm_route(trn_net *n)
 {
@@ -97,7 +100,7 @@ int trn_net_matmul_describe(trn_net *n, int nb, char *buf, size_t len)
                           : n->mm == TRN__MM_BLAS ? "--matmul blas"
                           : !first->dl            ? "the CNN's head"
                           : n->prec == TRN_FP16   ? "fp16 is emulated"
-                                                  : "the fp32 default";
+                                                  : "--matmul auto";
         snprintf(buf, len, "OpenBLAS sgemm%s (%s)",
                  n->prec == TRN_FP32 ? "" : ", precision emulated by rounding", why);
         return 0;
@@ -109,7 +112,7 @@ int trn_net_matmul_describe(trn_net *n, int nb, char *buf, size_t len)
         snprintf(buf, len, "%s", n->conv_err);
         return -1;
     }
-    snprintf(buf, len, "%s inner products, ReLU fused, %s kernels: %s", ver,
-             bf16 ? "bf16" : "fp32", impl);
+    snprintf(buf, len, "%s, ReLU fused, %s kernels: %s", ver, bf16 ? "bf16" : "fp32",
+             impl);
     return 0;
 }

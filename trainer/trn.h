@@ -436,7 +436,7 @@ double trn_net_grad_sqnorm(const trn_net *n);
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len);
 
 /* Which kernels the linear layers run for batch nb (the first linear's:
-   "oneDNN 2.6.3 inner products, ReLU fused, bf16 kernels: fwd brgemm:...",
+   "oneDNN 2.6.3, ReLU fused, bf16 kernels: inner product fwd brgemm:...",
    or "OpenBLAS sgemm (why)") into buf. 0, or -1 with the error in buf. */
 int trn_net_matmul_describe(trn_net *n, int nb, char *buf, size_t len);
 
