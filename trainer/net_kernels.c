@@ -11,7 +11,7 @@
 /* fp32 linears through oneDNN by default (--matmul auto) when 1. End to
    end (the MLP 784-256-256-10, alternating pairs of --matmul blas and
    dnnl, docs/bench.md "The MLP in bf16 through oneDNN"), oneDNN's fp32
-   matmuls were 1.06-1.12x OpenBLAS's sgemm in samples/s and 1.07-1.12x
+   matmuls were 1.06-1.12x OpenBLAS's sgemm in samples/s and 1.06-1.12x
    per CPU-second at batch 128 and 1024 on one and two threads. fp16, an
    emulation either way, was not measured and stays on OpenBLAS. */
 #define S_DNNL_FP32 1
