@@ -117,6 +117,8 @@ TEST(linear_matches_double_bf16)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
     lin_case(5, 37, 19, 1, 0, 1, 0.0f);
     lin_case(64, 100, 32, 1, 0, 1, 0.5f);
     lin_case(64, 100, 10, 0, 1, 1, 0.0f); /* the logits: fp32 out, dy fp32 in */
@@ -130,6 +132,8 @@ TEST(linear_inner_product_matches_double)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
     setenv("JIZHI_DNNL_LINEAR", "ip", 1);
     lin_case(5, 37, 19, 1, 0, 0, 0.5f);
     lin_case(64, 100, 32, 1, 0, 1, 0.5f);
@@ -143,6 +147,8 @@ TEST(linear_on_two_threads)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
     trn_dnnl_set_threads(2);
     lin_case(32, 100, 32, 1, 0, 1, 0.0f);
     lin_case(520, 100, 32, 1, 0, 1, 0.5f);
@@ -224,6 +230,8 @@ TEST(mlp_bf16_step_matches_the_emulation)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
     double loss[2], worst;
     trn_rng keep = g_rng; /* the same input for every pair */
     mlp_pair("fp32", "blas", "fp32", "dnnl", loss, &worst);
@@ -250,6 +258,8 @@ TEST(mlp_bf16_training_learns)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
     int nb = 32, d = 64;
     float *proto = s_rand(4L * d, 0), *x = malloc((size_t)nb * d * sizeof(float));
     uint8_t y[32];
@@ -302,6 +312,8 @@ TEST(bf16_overflow_skips_and_halves)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
     trn_config c;
     s_cfg(&c);
     strcpy(c.precision, "bf16");
@@ -355,9 +367,14 @@ TEST(matmul_routing_and_fallback)
         for (int q = 0; q < 3; q++) {
             trn_net_set_precision(n, trn_precision_from_name(precs[q]));
             REQUIRE(trn_net_matmul_describe(n, 8, line, sizeof line) == 0);
-            int dnnl = trn_dnnl_available() && (k == 2 || (k == 0 && q != 2));
+            /* bf16 on oneDNN only with the CPU's bf16 instructions (run
+               under ONEDNN_MAX_CPU_ISA=AVX2 by test_trn_isa.py's twin) */
+            int bf16_ok = q != 1 || trn_dnnl_bf16_native();
+            int dnnl = trn_dnnl_available() && bf16_ok && (k == 2 || (k == 0 && q != 2));
             printf("  --matmul %s %s: %s\n", mms[k], precs[q], line);
             CHECK(strstr(line, dnnl ? "oneDNN" : "OpenBLAS") != NULL);
+            if (trn_dnnl_available() && !bf16_ok && k != 1)
+                CHECK(strstr(line, "no bf16 instructions") != NULL);
             if (!trn_dnnl_available())
                 CHECK(strstr(line, "no oneDNN in this build") != NULL);
             /* a pass runs on whichever path */
@@ -368,6 +385,14 @@ TEST(matmul_routing_and_fallback)
         }
         trn_net_destroy(&n);
     }
+    /* --matmul dnnl in bf16 without bf16 instructions: refused at startup */
+    strcpy(cfg.matmul, "dnnl");
+    strcpy(cfg.precision, "bf16");
+    trn_net *n = trn_net_new(&cfg, 1, 4, 4, 3, err);
+    CHECK((n != NULL) == (trn_dnnl_available() && trn_dnnl_bf16_native()));
+    if (!n && trn_dnnl_available())
+        CHECK(strstr(err, "--matmul dnnl: this CPU has no bf16 instructions") != NULL);
+    trn_net_destroy(&n);
 }
 
 int main(void)

@@ -69,6 +69,31 @@ int trn_dnnl_available(void)
     return 1;
 }
 
+/* oneDNN's ISA values are nested bit sets (avx2_vnni 0x407 is above
+   avx512_core_bf16 0xe7 in value but lacks its bits), so test the bits. */
+static int s_isa_has(dnnl_cpu_isa_t have, dnnl_cpu_isa_t want)
+{
+    return ((unsigned)have & (unsigned)want) == (unsigned)want;
+}
+
+int trn_dnnl_bf16_native(void)
+{
+    return s_isa_has(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_bf16);
+}
+
+const char *trn_dnnl_isa_name(void)
+{
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return s_isa_has(isa, dnnl_cpu_isa_avx512_core_amx)    ? "avx512_core_amx"
+           : s_isa_has(isa, dnnl_cpu_isa_avx512_core_bf16) ? "avx512_core_bf16"
+           : s_isa_has(isa, dnnl_cpu_isa_avx512_core_vnni) ? "avx512_core_vnni"
+           : s_isa_has(isa, dnnl_cpu_isa_avx512_core)      ? "avx512_core"
+           : s_isa_has(isa, dnnl_cpu_isa_avx2)             ? "avx2"
+           : s_isa_has(isa, dnnl_cpu_isa_avx)              ? "avx"
+           : s_isa_has(isa, dnnl_cpu_isa_sse41)            ? "sse41"
+                                                           : "generic";
+}
+
 void trn_dnnl_version(char *buf, size_t len)
 {
     const dnnl_version_t *v = dnnl_version();
@@ -509,6 +534,16 @@ struct trn_dconv {
 int trn_dnnl_available(void)
 {
     return 0;
+}
+
+int trn_dnnl_bf16_native(void)
+{
+    return 0;
+}
+
+const char *trn_dnnl_isa_name(void)
+{
+    return "none";
 }
 
 void trn_dnnl_version(char *buf, size_t len)

@@ -28,6 +28,18 @@
 /* 1 when this build has oneDNN. */
 int trn_dnnl_available(void);
 
+/* 1 when oneDNN runs real bf16 kernels on this CPU: its effective ISA
+   (cpuid, capped by ONEDNN_MAX_CPU_ISA) has avx512_core_bf16 (AVX512-BF16,
+   or AMX). Without them oneDNN's bf16 primitives are missing (AVX2: none
+   created) or reference/gemm fallbacks several times slower than
+   OpenBLAS's emulation, so --matmul/--conv auto keep bf16 off oneDNN.
+   0 without oneDNN in the build. */
+int trn_dnnl_bf16_native(void);
+
+/* oneDNN's effective ISA ("avx2", "avx512_core", "avx512_core_bf16",
+   "avx512_core_amx", ...; "none" without oneDNN), a static string. */
+const char *trn_dnnl_isa_name(void);
+
 /* "oneDNN 2.6.3" (or "no oneDNN in this build") into buf. */
 void trn_dnnl_version(char *buf, size_t len);
 

@@ -227,10 +227,7 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
     int x = s_buf_new(n, c * h * w);
     int ok = 1;
     if (!strcmp(cfg->model, "mlp")) {
-        if (!strcmp(cfg->matmul, "dnnl") && !trn_dnnl_available()) {
-            snprintf(err, TRN_ERRLEN,
-                     "--matmul dnnl: this jizhi-train was built without oneDNN (install "
-                     "libdnnl-dev and rebuild, or use --matmul blas)");
+        if (trn__net_dnnl_check(cfg, "--matmul", cfg->matmul, c, err) < 0) {
             trn_net_destroy(&n);
             return NULL;
         }
@@ -258,19 +255,15 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
         if (ok && n->mm != TRN__MM_BLAS && trn_dnnl_available())
             ok = trn__net_mlp_dnnl(n) == 0;
     } else if (!strcmp(cfg->model, "cnn")) {
-        /* the oneDNN path: asked for, or by default where the build has it
-           (single-channel images: their NCHW rows are already NHWC) */
-        if (!strcmp(cfg->conv, "dnnl") && (!trn_dnnl_available() || c != 1)) {
-            snprintf(
-                err, TRN_ERRLEN, "--conv dnnl: %s",
-                !trn_dnnl_available()
-                    ? "this jizhi-train was built without oneDNN (install libdnnl-dev "
-                      "and rebuild, or use --conv gemm)"
-                    : "the oneDNN path takes single-channel images");
+        /* the oneDNN path: asked for, or by default where it runs (single-
+           channel images: their NCHW rows are already NHWC; bf16 needs the
+           CPU's bf16 instructions) */
+        if (trn__net_dnnl_check(cfg, "--conv", cfg->conv, c, err) < 0) {
             trn_net_destroy(&n);
             return NULL;
         }
-        n->nhwc = strcmp(cfg->conv, "gemm") && trn_dnnl_available() && c == 1;
+        n->nhwc = strcmp(cfg->conv, "gemm") && trn_dnnl_available() && c == 1 &&
+                  (!trn__net_wants_bf16(cfg) || trn_dnnl_bf16_native());
         int ch[8];
         int ns = trn_parse_int_list(cfg->channels, ch, 8);
         if (ns < 1 || trn_cnn_ops(ns, cfg->blocks) > MAX_OPS) {

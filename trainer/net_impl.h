@@ -81,6 +81,17 @@ struct trn_net {
    with n->conv_err. */
 int trn__net_mlp_dnnl(trn_net *n);
 
+/* 1 when the run computes in bf16 at some point (--precision, or a
+   --precision-schedule naming bf16). */
+int trn__net_wants_bf16(const trn_config *cfg);
+
+/* Refuses flag (--matmul or --conv) set to val "dnnl" where it cannot run
+   well: no oneDNN in the build, images with c != 1 (--conv), or bf16 on a
+   CPU without bf16 instructions (trn_dnnl_bf16_native). 0, or -1 with a
+   message in err (TRN_ERRLEN). */
+int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val, int c,
+                        char *err);
+
 /* Sets which linears run on oneDNN for n->prec and n->mm, the ReLUs that
    run inside them, and half mode. */
 void trn__net_mm_route(trn_net *n);

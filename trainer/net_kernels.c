@@ -12,9 +12,42 @@
    end (the MLP 784-256-256-10, alternating pairs of --matmul blas and
    dnnl, docs/bench.md "The MLP in bf16 through oneDNN"), oneDNN's fp32
    matmuls were 1.06-1.12x OpenBLAS's sgemm in samples/s and 1.06-1.12x
-   per CPU-second at batch 128 and 1024 on one and two threads. fp16, an
-   emulation either way, was not measured and stays on OpenBLAS. */
+   per CPU-second at batch 128 and 1024 on one and two threads; with
+   oneDNN capped at AVX2 (its gemm:jit, against OpenBLAS's Haswell kernels)
+   and at AVX512_CORE 1.02-1.11x ("older CPUs" there). fp16, an emulation
+   either way, was not measured and stays on OpenBLAS. bf16 goes to oneDNN
+   only where the CPU has bf16 instructions (trn_dnnl_bf16_native). */
 #define S_DNNL_FP32 1
+
+int trn__net_wants_bf16(const trn_config *cfg)
+{
+    return !strcmp(cfg->precision, "bf16") || strstr(cfg->precision_schedule, "bf16");
+}
+
+int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val, int c,
+                        char *err)
+{
+    if (strcmp(val, "dnnl"))
+        return 0;
+    const char *alt = !strcmp(flag, "--conv") ? "gemm" : "blas";
+    if (!trn_dnnl_available())
+        snprintf(err, TRN_ERRLEN,
+                 "%s dnnl: this jizhi-train was built without oneDNN (install "
+                 "libdnnl-dev and rebuild, or use %s %s)",
+                 flag, flag, alt);
+    else if (!strcmp(flag, "--conv") && c != 1)
+        snprintf(err, TRN_ERRLEN,
+                 "--conv dnnl: the oneDNN path takes single-channel images");
+    else if (trn__net_wants_bf16(cfg) && !trn_dnnl_bf16_native())
+        snprintf(err, TRN_ERRLEN,
+                 "%s dnnl: this CPU has no bf16 instructions for oneDNN (its ISA: %s), "
+                 "where bf16 would run on slow fallbacks or not at all; use %s auto or "
+                 "%s %s (bf16 emulated)",
+                 flag, trn_dnnl_isa_name(), flag, flag, alt);
+    else
+        return 0;
+    return -1;
+}
 
 /* The MLP's oneDNN twins: each linear gets one, with its ReLU fused
    (forward) when one follows; the buffers between them are stored in bf16
@@ -38,14 +71,18 @@ int trn__net_mlp_dnnl(trn_net *n)
 }
 
 /* Which linears run on oneDNN in the current precision (--matmul): auto is
-   oneDNN in bf16 (real bf16 kernels) and in fp32 (while S_DNNL_FP32), and
-   fp16 (emulated) on OpenBLAS. A ReLU after a oneDNN linear runs
+   oneDNN in bf16 where the CPU has bf16 instructions (real bf16 kernels;
+   without them OpenBLAS's emulation), in fp32 (while S_DNNL_FP32), and
+   fp16 (emulated) on OpenBLAS; --matmul dnnl too keeps bf16 off oneDNN
+   without bf16 instructions (trn_net_new refuses it when the run starts in
+   bf16). A ReLU after a oneDNN linear runs
    inside it (forward). Sets half mode. */
 void trn__net_mm_route(trn_net *n)
 {
-    int on = n->mm == TRN__MM_DNNL ||
-             (n->mm == TRN__MM_AUTO &&
-              (n->prec == TRN_BF16 || (S_DNNL_FP32 && n->prec == TRN_FP32)));
+    int bf16_ok = n->prec != TRN_BF16 || trn_dnnl_bf16_native();
+    int on = bf16_ok && (n->mm == TRN__MM_DNNL ||
+                         (n->mm == TRN__MM_AUTO &&
+                          (n->prec == TRN_BF16 || (S_DNNL_FP32 && n->prec == TRN_FP32))));
     int any = 0;
     for (int i = 0; i < n->nops; i++) {
         trn__op *o = &n->ops[i];
@@ -69,8 +106,17 @@ int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
         return 0;
     }
     if (!first->dc) {
-        snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations%s",
-                 trn_dnnl_available() ? " (--conv gemm)" : " (no oneDNN in this build)");
+        snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations (%s%s%s)",
+                 !trn_dnnl_available() ? "no oneDNN in this build"
+                 : n->prec != TRN_BF16 || trn_dnnl_bf16_native()
+                     ? "--conv gemm, or images with several channels"
+                     : "no bf16 instructions for oneDNN on this CPU (ISA ",
+                 trn_dnnl_available() && !trn_dnnl_bf16_native() && n->prec == TRN_BF16
+                     ? trn_dnnl_isa_name()
+                     : "",
+                 trn_dnnl_available() && !trn_dnnl_bf16_native() && n->prec == TRN_BF16
+                     ? ")"
+                     : "");
         return 0;
     }
     char ver[64], impl[256];
@@ -96,11 +142,16 @@ int trn_net_matmul_describe(trn_net *n, int nb, char *buf, size_t len)
         return 0;
     }
     if (!first->dl_on) {
+        char isa[96];
+        snprintf(isa, sizeof isa, "no bf16 instructions for oneDNN on this CPU (ISA %s)",
+                 trn_dnnl_isa_name());
         const char *why = !trn_dnnl_available()   ? "no oneDNN in this build"
                           : n->mm == TRN__MM_BLAS ? "--matmul blas"
                           : !first->dl            ? "the CNN's head"
                           : n->prec == TRN_FP16   ? "fp16 is emulated"
-                                                  : "--matmul auto";
+                          : n->prec == TRN_BF16 && !trn_dnnl_bf16_native()
+                              ? isa
+                              : "--matmul auto";
         snprintf(buf, len, "OpenBLAS sgemm%s (%s)",
                  n->prec == TRN_FP32 ? "" : ", precision emulated by rounding", why);
         return 0;

@@ -1,0 +1,98 @@
+"""jizhi-train's kernel choice on CPUs without bf16 instructions, emulated
+by capping oneDNN's ISA with ONEDNN_MAX_CPU_ISA (read by oneDNN 2.6.3 at its
+first call, so it must be in the process's environment): --matmul/--conv
+auto keep bf16 on the OpenBLAS emulation there (before, the bf16 MLP failed
+at step 0 under AVX2 and fell to oneDNN's gemm:jit, 3.5x slower, under
+AVX512_CORE), --matmul/--conv dnnl refuse bf16 at startup, fp32 stays on
+oneDNN. Skipped without oneDNN in the build."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import BUILD
+
+TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
+SMALL = ["--dataset", "synthetic", "--synthetic-n", "512", "--batch-size", "64",
+         "--max-steps", "6", "--eval-every", "6", "--log-every", "6", "--threads", "1",
+         "--verbose"]
+CNN = ["--model", "cnn", "--channels", "4", "--blocks", "1"]
+
+
+def train(isa, *args):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    env.pop("ONEDNN_MAX_CPU_ISA", None)
+    if isa:
+        env["ONEDNN_MAX_CPU_ISA"] = isa
+    return subprocess.run([TRAIN, *SMALL, *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def line(p, what):
+    m = re.search(r"jizhi-train: %s: (.*)" % what, p.stderr)
+    assert m, p.stderr
+    return m.group(1)
+
+
+def done(p):
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"done: .*", p.stderr)
+    assert m, p.stderr
+    return re.sub(r", [0-9.]+s$", "", m.group(0))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def needs_onednn():
+    p = train(None, "--precision", "fp32")
+    if "oneDNN" not in line(p, "linears"):
+        pytest.skip("this build has no oneDNN: " + line(p, "linears"))
+
+
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE"])
+def test_bf16_mlp_auto_falls_back_to_the_openblas_emulation(isa):
+    p = train(isa, "--precision", "bf16")
+    assert p.returncode == 0, p.stderr
+    lin = line(p, "linears")
+    assert lin.startswith("OpenBLAS sgemm, precision emulated by rounding"), lin
+    assert "no bf16 instructions for oneDNN on this CPU (ISA %s)" % isa.lower() in lin, lin
+    # the same numbers as --matmul blas (OpenBLAS is not capped by oneDNN's variable)
+    assert done(p) == done(train(None, "--precision", "bf16", "--matmul", "blas"))
+
+
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE"])
+def test_fp32_mlp_stays_on_onednn(isa):
+    p = train(isa, "--precision", "fp32")
+    assert p.returncode == 0, p.stderr
+    assert "fp32 kernels" in line(p, "linears")
+
+
+@pytest.mark.parametrize("args", [["--matmul", "dnnl", "--precision", "bf16"],
+                                  ["--matmul", "dnnl", "--precision-schedule", "fp32:1,bf16:1"],
+                                  CNN + ["--conv", "dnnl", "--precision", "bf16"]])
+def test_dnnl_in_bf16_refused_at_startup_without_bf16_instructions(args):
+    p = train("AVX2", *args)
+    assert p.returncode in (1, 2), p.stderr
+    flag = "--conv" if "--conv" in args else "--matmul"
+    assert "%s dnnl: this CPU has no bf16 instructions for oneDNN (its ISA: avx2)" % flag \
+        in p.stderr, p.stderr
+    assert "step" not in p.stderr and "done" not in p.stderr, p.stderr
+
+
+def test_bf16_cnn_auto_uses_the_gemm_path_without_bf16_instructions():
+    p = train("AVX512_CORE", *CNN, "--precision", "bf16")
+    conv = line(p, "convolutions")
+    assert conv.startswith("im2col + OpenBLAS GEMM"), conv
+    assert "no bf16 instructions for oneDNN on this CPU (ISA avx512_core)" in conv, conv
+    assert done(p) == done(train(None, *CNN, "--precision", "bf16", "--conv", "gemm"))
+    p = train("AVX2", *CNN, "--precision", "fp32")  # fp32 keeps oneDNN's AVX2 kernels
+    assert "fp32 kernels" in line(p, "convolutions")
+
+
+def test_bf16_on_onednn_where_the_cpu_has_it():
+    p = train(None, "--precision", "bf16")
+    lin = line(p, "linears")
+    if "no bf16 instructions" in lin:
+        pytest.skip("this CPU has no bf16 instructions for oneDNN: " + lin)
+    assert "bf16 kernels" in lin and done(p)
+    assert "bf16 kernels" in line(train(None, *CNN, "--precision", "bf16"), "convolutions")
