@@ -14,7 +14,8 @@
    matmuls were 1.06-1.12x OpenBLAS's sgemm in samples/s and 1.06-1.12x
    per CPU-second at batch 128 and 1024 on one and two threads; with
    oneDNN capped at AVX2 (its gemm:jit, against OpenBLAS's Haswell kernels)
-   and at AVX512_CORE 1.02-1.11x ("older CPUs" there). fp16, an emulation
+   1.01-1.09x at batch 1024 and 0.97-1.06x at 128, at AVX512_CORE
+   1.06-1.13x (docs/bench.md, "On CPUs without bf16 instructions"). fp16, an emulation
    either way, was not measured and stays on OpenBLAS. bf16 goes to oneDNN
    only where the CPU has bf16 instructions (trn_dnnl_bf16_native). */
 #define S_DNNL_FP32 1
