@@ -19,6 +19,10 @@
 #include "trn_fake_io.h"
 
 static trn_rng g_rng;
+/* lin_case sets this many oneDNN threads between the forward and the
+   backward when > 0 (a live --threads change: the backward's cached entry
+   is made again) */
+static int g_thr_between;
 
 static float *s_rand(long n, int bf16)
 {
@@ -85,6 +89,8 @@ static void lin_case(int n, int k, int m, int relu, int f32out, int bf16, float 
                          err) == 0);
     if (ybf)
         trn_bf16_to_f32(y, yh, (long)n * m);
+    if (g_thr_between > 0)
+        trn_dnnl_set_threads(g_thr_between);
     const void *dyv = !bf16 ? (void *)dy : ybf ? (void *)dyh : (void *)dy;
     REQUIRE(trn_dlin_bwd(d, bf16 ? (void *)xh : x, w, dyv, bf16 ? (void *)dxh : dx, dw,
                          db, n, bf16, beta, err) == 0);
@@ -139,6 +145,32 @@ TEST(linear_inner_product_matches_double)
     lin_case(64, 100, 32, 1, 0, 1, 0.5f);
     lin_case(64, 100, 10, 0, 1, 1, 0.0f);
     unsetenv("JIZHI_DNNL_LINEAR");
+}
+
+/* The thread count changes between a forward and its backward (--threads
+   set live): the backward makes its entry again, whose copy of the
+   forward's weights was never filled; with inner products the backward
+   data reused that copy (dx NaN or garbage before the fix: the entry now
+   knows whether the forward filled it). Both primitive kinds, fp32 (any
+   AVX2 CPU) and bf16 where the CPU has it. */
+TEST(thread_change_between_forward_and_backward)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    for (int ip = 0; ip < 2; ip++) {
+        if (ip)
+            setenv("JIZHI_DNNL_LINEAR", "ip", 1);
+        for (int bf16 = 0; bf16 < 1 + trn_dnnl_bf16_native(); bf16++) {
+            trn_dnnl_set_threads(1);
+            g_thr_between = 2;
+            lin_case(64, 100, 32, 1, 0, bf16, 0.0f);
+            g_thr_between = 1;
+            lin_case(64, 100, 32, 1, 0, bf16, 0.0f);
+            g_thr_between = 0;
+        }
+        unsetenv("JIZHI_DNNL_LINEAR");
+    }
+    trn_dnnl_set_threads(1);
 }
 
 /* On two threads: the backward weights on one below 256 images a thread
@@ -407,6 +439,7 @@ int main(void)
     RUN(linear_matches_double_fp32);
     RUN(linear_matches_double_bf16);
     RUN(linear_on_two_threads);
+    RUN(thread_change_between_forward_and_backward);
     RUN(linear_inner_product_matches_double);
     RUN(mlp_bf16_step_matches_the_emulation);
     RUN(mlp_bf16_training_learns);

@@ -52,6 +52,7 @@ typedef struct {
     dnnl_primitive_t prim[3];        /* same order */
     dnnl_primitive_t wr_fwd, wr_bwd; /* [m][k] f32 -> the fwd / bwd-data weights */
     int wshare;           /* bwd data takes the forward's layout: it reuses that copy */
+    int wfwd_ok;          /* a forward filled wfwd (a remade entry's is empty) */
     dnnl_primitive_t dwr; /* bwd-weights diff layout -> [m][k] f32 (or NULL) */
     dnnl_memory_t src, dst, ddst, dsrc, bias, dbias; /* handles set per call */
     dnnl_memory_t dyt; /* matmul: dy seen as [m][n] (the backward weights' A) */
@@ -345,6 +346,7 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
         dnnl_memory_set_data_handle(e->wfwd, bf16 ? (void *)d->w16 : (void *)w);
     } else if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
         goto fail;
+    e->wfwd_ok = 1;
     dnnl_memory_set_data_handle(e->src, (void *)x);
     dnnl_memory_set_data_handle(e->dst, y);
     dnnl_exec_arg_t a[4] = {
@@ -432,12 +434,20 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
     }
     if (!dx)
         return 0;
-    /* the forward's copy of w when the layouts agree (w unchanged since) */
+    /* the forward's copy of w when the layouts agree (w unchanged since),
+       made here when this entry is new since the forward (a thread change
+       or an eviction remade it) */
     dnnl_memory_t wb = e->wshare ? e->wfwd : e->wbwd;
-    if (e->mm)
+    if (e->mm) {
+        if (bf16 && !e->wfwd_ok)
+            trn_bf16_from_f32(d->w16, w, nw);
         dnnl_memory_set_data_handle(e->wbwd, bf16 ? (void *)d->w16 : (void *)w);
-    else if (!e->wshare && trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w, 1) < 0)
+    } else if (e->wshare && !e->wfwd_ok) {
+        if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
+            goto fail;
+    } else if (!e->wshare && trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w, 1) < 0)
         goto fail;
+    e->wfwd_ok = 1;
     dnnl_memory_set_data_handle(e->dsrc, dx);
     dnnl_exec_arg_t b[3] = {{e->mm ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, e->ddst},
                             {DNNL_ARG_WEIGHTS, wb},
