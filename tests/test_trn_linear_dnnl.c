@@ -375,8 +375,8 @@ TEST(bf16_overflow_skips_and_halves)
     trn_trainer_destroy(&t);
 }
 
-/* --matmul: auto is oneDNN in fp32 and bf16 and OpenBLAS in fp16
-   (emulated); blas stays on OpenBLAS; dnnl without oneDNN in the build is
+/* --matmul: auto is oneDNN in fp32 and bf16 (where the CPU has bf16
+   instructions) and OpenBLAS in fp16 (emulated); blas stays on OpenBLAS; dnnl without oneDNN in the build is
    refused with a message naming the flag, and auto falls back. */
 TEST(matmul_routing_and_fallback)
 {
@@ -405,6 +405,8 @@ TEST(matmul_routing_and_fallback)
             int dnnl = trn_dnnl_available() && bf16_ok && (k == 2 || (k == 0 && q != 2));
             printf("  --matmul %s %s: %s\n", mms[k], precs[q], line);
             CHECK(strstr(line, dnnl ? "oneDNN" : "OpenBLAS") != NULL);
+            if (dnnl && q == 2) /* --matmul dnnl fp16: says it is an emulation */
+                CHECK(strstr(line, "fp16 emulated by rounding") != NULL);
             if (trn_dnnl_available() && !bf16_ok && k != 1)
                 CHECK(strstr(line, "no bf16 instructions") != NULL);
             if (!trn_dnnl_available())

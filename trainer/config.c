@@ -414,9 +414,9 @@ static const s_opt s_opts[] = {
      .choices = "auto|dnnl|blas",
      .dflt = "auto",
      .help =
-         "CPU linears of the MLP: oneDNN inner products (dnnl; real bf16 kernels "
-         "in bf16) or OpenBLAS sgemm (blas); auto = dnnl in fp32 and bf16 when the build "
-         "has oneDNN, blas in fp16"},
+         "CPU linears of the MLP: oneDNN matmuls (dnnl; real bf16 kernels in bf16) "
+         "or OpenBLAS sgemm (blas); auto = dnnl in fp32, and in bf16 where the CPU has "
+         "bf16 instructions, when the build has oneDNN; blas in fp16 (emulated)"},
     {.flag = "quiet",
      .type = OPT_BOOL,
      .off = O(quiet),

@@ -247,10 +247,13 @@ int main(int argc, char **argv)
     }
     trn_trainer_defer_test(t, &test);
     if (comm->rank == 0 && cfg.verbose) {
+        /* at rank 0's share of the batch (trn__shard), the size its steps
+           run: a describe builds the kernels' cache entry for its size */
         char line[512];
-        trn_net_conv_describe(trn_trainer_net(t), cfg.batch_size, line, sizeof line);
+        int nb = cfg.batch_size / comm->size + (cfg.batch_size % comm->size > 0);
+        trn_net_conv_describe(trn_trainer_net(t), nb, line, sizeof line);
         fprintf(stderr, "jizhi-train: convolutions: %s\n", line);
-        trn_net_matmul_describe(trn_trainer_net(t), cfg.batch_size, line, sizeof line);
+        trn_net_matmul_describe(trn_trainer_net(t), nb, line, sizeof line);
         fprintf(stderr, "jizhi-train: linears: %s\n", line);
     }
     if (jz) { /* rank 0 */

@@ -1,6 +1,6 @@
 /*  net_impl.h - the layout of trn_net (net.c), internal to the files that
     implement the network: net.c (construction and the passes) and
-    net_describe.c (which kernels run). Ops read numbered buffers and write
+    net_kernels.c (which kernels run). Ops read numbered buffers and write
     one; see net.c's header for the graph and the precision modes.
 */
 #ifndef TRN_NET_IMPL_H

@@ -164,7 +164,7 @@ int trn_net_matmul_describe(trn_net *n, int nb, char *buf, size_t len)
         snprintf(buf, len, "%s", n->conv_err);
         return -1;
     }
-    snprintf(buf, len, "%s, ReLU fused, %s kernels: %s", ver, bf16 ? "bf16" : "fp32",
-             impl);
+    snprintf(buf, len, "%s, ReLU fused, %s kernels%s: %s", ver, bf16 ? "bf16" : "fp32",
+             n->prec == TRN_FP16 ? " (fp16 emulated by rounding)" : "", impl);
     return 0;
 }

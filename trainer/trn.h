@@ -360,7 +360,9 @@ typedef struct {
     long n;         /* element count */
     float *w;       /* fp32 master */
     float *g;       /* fp32 gradient (mean over the batch) */
-    float *wlp;     /* working copy rounded to the compute precision */
+    float *wlp;     /* working copy rounded to the compute precision; the
+                       master itself (wlp == w) in fp32 and for the MLP's
+                       linears on oneDNN in bf16 (its kernels round) */
     float *m, *v;   /* optimiser state (momentum / Adam moments) */
     int layer;      /* index of the op owning it (per-layer loss scales) */
     long st;        /* BN gamma and beta: offset of their BN's running mean in
