@@ -376,8 +376,8 @@ TEST(bf16_overflow_skips_and_halves)
 }
 
 /* --matmul: auto is oneDNN in fp32 and bf16 (where the CPU has bf16
-   instructions) and OpenBLAS in fp16 (emulated); blas stays on OpenBLAS; dnnl without oneDNN in the build is
-   refused with a message naming the flag, and auto falls back. */
+   instructions) and OpenBLAS in fp16 (emulated); blas stays on OpenBLAS; dnnl without
+   oneDNN in the build is refused with a message naming the flag, and auto falls back. */
 TEST(matmul_routing_and_fallback)
 {
     char err[TRN_ERRLEN], line[512];
