@@ -455,3 +455,24 @@ def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):
         assert "--backend cuda" in l and "--model mlp --hidden 256,256" in l, l
     assert sorted({int(l.split("--batch-size ")[1].split()[0]) for l in runs}) == [
         256, 512, 1024, 2048, 4096, 8192]
+
+
+# The same in bf16 on oneDNN's bf16 matmuls (--matmul auto where the CPU has
+# bf16 instructions; review7 item 6: the data-parallel tests above reach
+# oneDNN only in fp32): 2 epochs, weight decay and momentum on, the
+# non-chaotic lr above; each rank's shard runs its own matmul and the fp32
+# weight gradients are summed across ranks, so 1e-5 as the fp32 tests.
+def test_ranks_follow_one_rank_in_bf16_on_onednn():
+    args = [*EPOCHS_WD, "--precision", "bf16", "--verbose"]
+    args[args.index("--epochs") + 1] = "2"
+    p1 = run(0, *args)
+    lin = re.search(r"jizhi-train: linears: (.*)", p1.stderr)
+    assert lin, p1.stderr
+    if "bf16 kernels" not in lin[1]:
+        pytest.skip("the bf16 MLP is not on oneDNN here: " + lin[1])
+    p = run(2, *args)
+    v1, vn = reported(p1.stderr, "val_loss"), reported(p.stderr, "val_loss")
+    assert len(v1) == len(vn) == 2, (v1, vn)
+    for e, (a, b) in enumerate(zip(v1, vn)):
+        assert rel(a, b) < 1e-5, (e + 1, a, b)
+    assert "2 ranks: weights identical on every rank" in p.stderr
