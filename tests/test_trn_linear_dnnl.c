@@ -347,10 +347,13 @@ TEST(mlp_bf16_training_learns)
     free(x);
 }
 
-/* A loss scale of 2^200 overflows bf16 (max about 2^128): the gradients
-   are inf/NaN on the real bf16 path too, the step is skipped (weights
-   untouched) and the dynamic scale halves, until it fits; then steps
-   apply. */
+/* The dynamic loss scale on the real bf16 path. bf16 has fp32's exponent
+   range, so no scale overflows bf16 alone: 2^200 is past fp32 too (its
+   float value is inf), the logits' gradient is non-finite and so is every
+   layer's gradient (checked: it crossed the bf16 activation gradients);
+   the step is skipped (weights untouched) and the scale halves until it
+   fits, then steps apply (here from 2^130: the scale over the batch of 32,
+   2^125, is finite in both, and so are the sums it reaches). */
 TEST(bf16_overflow_skips_and_halves)
 {
     if (!trn_dnnl_available())
@@ -371,6 +374,12 @@ TEST(bf16_overflow_skips_and_halves)
     float *w0 = malloc((size_t)p->n * sizeof(float));
     memcpy(w0, p->w, (size_t)p->n * sizeof(float));
     CHECK(trn_trainer_step(t) == 1); /* skipped */
+    /* the non-finite logits' gradient reached every layer through the
+       bf16 activation gradients, and every bias sum */
+    for (int i = 0; i < trn_net_nparams(trn_trainer_net(t)); i++) {
+        trn_param *q = trn_net_param(trn_trainer_net(t), i);
+        CHECK(trn_has_nonfinite(q->g, q->n));
+    }
     CHECK(trn_trainer_scaler(t)->scale == 0x1p199);
     CHECK(memcmp(w0, p->w, (size_t)p->n * sizeof(float)) == 0); /* no update */
     int skipped = 1, s;
