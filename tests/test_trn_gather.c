@@ -51,6 +51,37 @@ TEST(element_gather_equals_the_row_copy)
     }
 }
 
+/* The bf16 gather (the input of a bf16 MLP on oneDNN) is the row copy
+   rounded by trn_bf16_from_f32, bit for bit: values that round up, down,
+   to even at a tie, and large ones. */
+TEST(bf16_gather_equals_the_row_copy_rounded)
+{
+    enum { N = 41, DIM = 37 };
+    float x[N * DIM];
+    uint8_t y[N];
+    int perm[N];
+    for (int i = 0; i < N * DIM; i++)
+        x[i] = (float)(i - 700) * 0.3183099f + (i % 5 == 0 ? 1e30f : 0.0f);
+    x[3] = 1.0f + 0x1p-8f; /* a tie: rounds to even (1.0) */
+    x[4] = 1.0f + 0x3p-8f; /* a tie: rounds to even (1 + 2^-6) */
+    for (int i = 0; i < N; i++) {
+        y[i] = (uint8_t)(i % 10);
+        perm[i] = (i * 13 + 7) % N;
+    }
+    int cases[][2] = {{0, 16}, {16, 16}, {40, 1}, {0, N}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int at = cases[c][0], nb = cases[c][1];
+        float xf[N * DIM];
+        uint16_t xh[N * DIM], xe[N * DIM];
+        uint8_t yo[N], ye[N];
+        trn_gather_rows(x, y, DIM, perm, at, nb, xf, ye);
+        trn_bf16_from_f32(xe, xf, (long)nb * DIM);
+        trn_gather_rows_bf16(x, y, DIM, perm, at, nb, xh, yo);
+        CHECK(memcmp(xh, xe, (size_t)nb * DIM * sizeof(uint16_t)) == 0);
+        CHECK(memcmp(yo, ye, (size_t)nb) == 0);
+    }
+}
+
 /* The CUDA CNN's weight layout (layout.h): KRSC element (o, r, s, i) is
    OIHW element (o, i, r, s), and the two conversions undo each other. */
 TEST(conv_weights_krsc_is_oihw_reordered)
@@ -363,6 +394,7 @@ int main(void)
         return 1;
     }
     RUN(element_gather_equals_the_row_copy);
+    RUN(bf16_gather_equals_the_row_copy_rounded);
     RUN(conv_weights_krsc_is_oihw_reordered);
     RUN(device_batches_follow_the_host_trajectory);
     RUN(a_failed_copy_falls_back_or_fails_as_asked);

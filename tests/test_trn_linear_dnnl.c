@@ -395,6 +395,37 @@ TEST(bf16_overflow_skips_and_halves)
     trn_trainer_destroy(&t);
 }
 
+/* A one-chunk bf16 step on oneDNN gathers its batch straight into bf16
+   (trn_gather_rows_bf16); a step that measures the gradient noise gathers
+   in fp32 and converts. Logging (so measuring) every step or every 1000th
+   must then give the same weights bit for bit after 20 steps. */
+TEST(bf16_gather_path_trains_bit_identically)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
+    trn_trainer *t[2];
+    int every[2] = {1, 1000};
+    for (int k = 0; k < 2; k++) {
+        trn_config c;
+        s_cfg(&c);
+        strcpy(c.precision, "bf16");
+        strcpy(c.hidden, "64,32");
+        c.log_every = every[k];
+        REQUIRE((t[k] = s_new(&c)));
+        for (int s = 0; s < 20; s++)
+            REQUIRE(trn_trainer_step(t[k]) >= 0);
+    }
+    trn_net *a = trn_trainer_net(t[0]), *b = trn_trainer_net(t[1]);
+    for (int i = 0; i < trn_net_nparams(a); i++) {
+        trn_param *p = trn_net_param(a, i), *q = trn_net_param(b, i);
+        CHECK(memcmp(p->w, q->w, (size_t)p->n * sizeof(float)) == 0);
+    }
+    trn_trainer_destroy(&t[0]);
+    trn_trainer_destroy(&t[1]);
+}
+
 /* --matmul: auto is oneDNN in fp32 and bf16 (where the CPU has bf16
    instructions) and OpenBLAS in fp16 (emulated); blas stays on OpenBLAS; dnnl without
    oneDNN in the build is refused with a message naming the flag, and auto falls back. */
@@ -466,6 +497,7 @@ int main(void)
     RUN(mlp_bf16_step_matches_the_emulation);
     RUN(mlp_bf16_training_learns);
     RUN(bf16_overflow_skips_and_halves);
+    RUN(bf16_gather_path_trains_bit_identically);
     RUN(matmul_routing_and_fallback);
     trn_data_free(&g_syn);
     trn_data_free(&g_syn_val);

@@ -40,6 +40,12 @@ TRN_HD static inline int trn_gather_row(const int *perm, int at, int r)
    their labels y into xo (nb * dim) and yo (nb). Everything borrowed. */
 void trn_gather_rows(const float *x, const uint8_t *y, int dim, const int *perm, int at,
                      int nb, float *xo, uint8_t *yo);
+
+/* The same with the rows rounded to bf16 (to nearest even, as
+   trn_bf16_from_f32) into xo as they are copied: the input of a bf16
+   model on oneDNN (trn_net_input_bf16), without an fp32 copy between. */
+void trn_gather_rows_bf16(const float *x, const uint8_t *y, int dim, const int *perm,
+                          int at, int nb, uint16_t *xo, uint8_t *yo);
 #endif
 
 #endif

@@ -589,7 +589,7 @@ static int s_forward_half(trn_net *n, trn__op *o, int nb, int train)
 
 static int s_forward(trn_net *n, int nb, int train)
 {
-    if (n->half) /* the input's bf16 copy */
+    if (n->half && !n->xh_given) /* the input's bf16 copy */
         trn_bf16_from_f32(n->bufs[0].xh, n->bufs[0].x, (long)nb * n->bufs[0].feat);
     for (int i = 0; i < n->nops; i++) {
         trn__op *o = &n->ops[i];
@@ -891,11 +891,16 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
     if (s_reserve(n, nb) < 0)
         return -1;
     trn__buf *in = &n->bufs[0];
-    if (x != in->x) /* else the caller gathered into trn_net_input */
+    if (!x && (!n->half || n->nhwc)) /* x NULL: trn_net_input_bf16 filled xh */
+        return -1;
+    if (x && x != in->x) /* else the caller gathered into trn_net_input */
         memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
     if (!n->half) /* else its bf16 copy rounds (s_forward) */
         trn_round_buf(in->x, (long)nb * in->feat, n->prec);
-    if (s_forward(n, nb, train) < 0)
+    n->xh_given = !x;
+    int fw = s_forward(n, nb, train);
+    n->xh_given = 0;
+    if (fw < 0)
         return -1;
     trn__buf *out = &n->bufs[n->nbufs - 1];
     int ok = 0;
@@ -919,6 +924,11 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
 float *trn_net_input(trn_net *n, int nb)
 {
     return s_reserve(n, nb) < 0 ? NULL : n->bufs[0].x;
+}
+
+uint16_t *trn_net_input_bf16(trn_net *n, int nb)
+{
+    return !n->half || n->nhwc || s_reserve(n, nb) < 0 ? NULL : n->bufs[0].xh;
 }
 
 int trn_net_bn_recompute(trn_net *n, const float *x, int count, int chunk)

@@ -69,6 +69,7 @@ struct trn_net {
     int half;                  /* bf16 on oneDNN (nhwc, or the MLP's linears): the hs
                                   buffers are stored in bf16 */
     int hcap;                  /* samples the bf16 buffers hold */
+    int xh_given;              /* this pass's bufs[0].xh came filled (x NULL) */
     char conv_err[TRN_ERRLEN]; /* why the last pass failed (oneDNN) */
     int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */
     trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */

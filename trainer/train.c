@@ -331,9 +331,8 @@ static void s_order(trn_trainer *t)
     }
 }
 
-/* Gathers examples pos+off .. pos+off+nb of the epoch's order into dst (or
-   t->xb when dst is NULL). */
-static int s_gather_at(trn_trainer *t, int off, int nb, float *dst)
+/* Grows the batch buffers (xb, yb) to nb examples. 0 or -1. */
+static int s_batch_bufs(trn_trainer *t, int nb)
 {
     const trn_dataset *d = t->train;
     if (nb > t->xb_cap) {
@@ -347,6 +346,16 @@ static int s_gather_at(trn_trainer *t, int off, int nb, float *dst)
         t->yb = y;
         t->xb_cap = nb;
     }
+    return 0;
+}
+
+/* Gathers examples pos+off .. pos+off+nb of the epoch's order into dst (or
+   t->xb when dst is NULL). */
+static int s_gather_at(trn_trainer *t, int off, int nb, float *dst)
+{
+    const trn_dataset *d = t->train;
+    if (s_batch_bufs(t, nb) < 0)
+        return -1;
     s_order(t);
     trn_gather_rows(d->x, d->y, d->dim, t->perm, (int)t->pos + off, nb, dst ? dst : t->xb,
                     t->yb);
@@ -356,6 +365,17 @@ static int s_gather_at(trn_trainer *t, int off, int nb, float *dst)
 static int s_gather(trn_trainer *t, int nb, float *dst)
 {
     return s_gather_at(t, 0, nb, dst);
+}
+
+/* The same in bf16 into dst (trn_net_input_bf16). */
+static int s_gather_bf16(trn_trainer *t, int nb, uint16_t *dst)
+{
+    const trn_dataset *d = t->train;
+    if (s_batch_bufs(t, nb) < 0) /* the labels' buffer */
+        return -1;
+    s_order(t);
+    trn_gather_rows_bf16(d->x, d->y, d->dim, t->perm, (int)t->pos, nb, dst, t->yb);
+    return 0;
 }
 
 /* The loss-scale decision of every step path, in one place. With host
@@ -898,9 +918,12 @@ int trn_trainer_step(trn_trainer *t)
     int measure = trn_gns_measures(t->step, c->log_every);
     /* a one-chunk step that measures runs its first half once more, alone */
     int half = measure && mb == nb ? trn_gns_half(nb) : 0;
-    /* one chunk: gather straight into the model's input buffer */
-    float *direct = mb == nb ? trn_net_input(t->net, nb) : NULL;
-    if (s_gather(t, nb, direct) < 0)
+    /* one chunk: gather straight into the model's input buffer, in bf16
+       where the model reads only that (not on a measuring step: its half
+       pass takes the fp32 rows) */
+    uint16_t *dh = mb == nb && !half ? trn_net_input_bf16(t->net, nb) : NULL;
+    float *direct = !dh && mb == nb ? trn_net_input(t->net, nb) : NULL;
+    if (dh ? s_gather_bf16(t, nb, dh) < 0 : s_gather(t, nb, direct) < 0)
         return -1;
     const float *xsrc = direct ? direct : t->xb;
     double S = t->scaler.scale;
@@ -912,9 +935,9 @@ int trn_trainer_step(trn_trainer *t)
     double loss_sum = 0;
     for (int off = 0; off < nb; off += mb) {
         int m = nb - off < mb ? nb - off : mb;
-        double l = trn_net_forward_backward(t->net, xsrc + (size_t)off * t->train->dim,
-                                            t->yb + off, m, 1, c->label_smoothing, gscale,
-                                            per_layer ? t->lscale : NULL, NULL);
+        double l = trn_net_forward_backward(
+            t->net, dh ? NULL : xsrc + (size_t)off * t->train->dim, t->yb + off, m, 1,
+            c->label_smoothing, gscale, per_layer ? t->lscale : NULL, NULL);
         if (l < 0)
             return -1;
         loss_sum += l * m;

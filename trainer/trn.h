@@ -403,6 +403,8 @@ void trn_net_zero_grad(trn_net *n);
    scales (lscale != NULL, one per layer) layer l's gradients carry lscale[l]
    instead of the global scale; the caller unscales. Returns the mean loss,
    *correct gets the count of right predictions. -1 on allocation failure. */
+/* x NULL: the batch is already in trn_net_input_bf16's buffer (-1 where
+   that gives NULL). */
 double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb,
                                 int train, double label_smoothing, double gscale,
                                 const double *lscale, int *correct);
@@ -412,6 +414,13 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
    to trn_net_forward_backward, saving a copy. Borrowed; valid until the
    next call that takes a larger nb. */
 float *trn_net_input(trn_net *n, int nb);
+
+/* The model's bf16 input buffer for nb examples where the MLP runs in bf16
+   on oneDNN (its first layer reads only that copy), else NULL (or on
+   allocation failure): a caller may gather the batch straight into it in
+   bf16 (trn_gather_rows_bf16) and pass x NULL to trn_net_forward_backward,
+   saving the fp32 batch and its conversion. Borrowed, as trn_net_input. */
+uint16_t *trn_net_input_bf16(trn_net *n, int nb);
 
 /* Precise BN: sets the BN running statistics to the average of the batch
    statistics of count examples x[count*dim], taken in chunks of `chunk`,
