@@ -40,7 +40,11 @@
 
 #include "trainer/dnnl_impl.h"
 
-#define S_CACHE 4 /* entries per layer: the training batch, evaluation, a last batch */
+/* entries per layer (LRU): a default epoch uses five batch sizes (the
+   training batch, the gradient-noise half batch, the last short batch, the
+   evaluation chunk and its last chunk); with 4 some were recreated every
+   epoch (cheap: oneDNN keeps its own primitive cache) */
+#define S_CACHE 8
 
 typedef struct {
     int n, bf16, used; /* key; used: LRU clock */

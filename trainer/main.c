@@ -246,16 +246,6 @@ int main(int argc, char **argv)
         goto out;
     }
     trn_trainer_defer_test(t, &test);
-    if (comm->rank == 0 && cfg.verbose) {
-        /* at rank 0's share of the batch (trn__shard), the size its steps
-           run: a describe builds the kernels' cache entry for its size */
-        char line[512];
-        int nb = cfg.batch_size / comm->size + (cfg.batch_size % comm->size > 0);
-        trn_net_conv_describe(trn_trainer_net(t), nb, line, sizeof line);
-        fprintf(stderr, "jizhi-train: convolutions: %s\n", line);
-        trn_net_matmul_describe(trn_trainer_net(t), nb, line, sizeof line);
-        fprintf(stderr, "jizhi-train: linears: %s\n", line);
-    }
     if (jz) { /* rank 0 */
         trn_io io;
         trn_io_jizhi(&io, jz);
@@ -281,6 +271,17 @@ int main(int argc, char **argv)
         trn_trainer_reapply_params(t, detail, sizeof detail);
         if (detail[0] && !cfg.quiet)
             fprintf(stderr, "jizhi-train: after the load: %s\n", detail);
+    }
+    if (comm->rank == 0 && cfg.verbose) {
+        /* at rank 0's share of the batch (trn__shard), the size its steps
+           run: a describe builds the kernels' cache entry for its size;
+           after a restore, in the precision it brought */
+        char line[512];
+        int nb = cfg.batch_size / comm->size + (cfg.batch_size % comm->size > 0);
+        trn_net_conv_describe(trn_trainer_net(t), nb, line, sizeof line);
+        fprintf(stderr, "jizhi-train: convolutions: %s\n", line);
+        trn_net_matmul_describe(trn_trainer_net(t), nb, line, sizeof line);
+        fprintf(stderr, "jizhi-train: linears: %s\n", line);
     }
     if (comm->rank == 0)
         s_report_kernels(jz, trn_trainer_step_count(t));

@@ -76,7 +76,8 @@ int trn__net_mlp_dnnl(trn_net *n)
    without them OpenBLAS's emulation), in fp32 (while S_DNNL_FP32), and
    fp16 (emulated) on OpenBLAS; --matmul dnnl too keeps bf16 off oneDNN
    without bf16 instructions (trn_net_new refuses it when the run starts in
-   bf16). A ReLU after a oneDNN linear runs
+   bf16; reached later, by a checkpoint or a live change, bf16 runs as
+   OpenBLAS's emulation). A ReLU after a oneDNN linear runs
    inside it (forward). Sets half mode. */
 void trn__net_mm_route(trn_net *n)
 {
@@ -93,7 +94,10 @@ void trn__net_mm_route(trn_net *n)
         if (o->relu_op >= 0)
             n->ops[o->relu_op].fwd_only = on;
     }
-    n->half = (n->nhwc || any) && n->prec == TRN_BF16;
+    /* the CNN's oneDNN layout is chosen once (trn_net_new); bf16 reached
+       later (a checkpoint, a live change) on a CPU without bf16
+       instructions runs as the emulation on its fp32 kernels */
+    n->half = ((n->nhwc && trn_dnnl_bf16_native()) || any) && n->prec == TRN_BF16;
 }
 
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
@@ -122,13 +126,17 @@ int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
     }
     char ver[64], impl[256];
     trn_dnnl_version(ver, sizeof ver);
-    int bf16 = n->prec == TRN_BF16;
+    int bf16 = n->half;
     if (trn_dconv_describe(first->dc, nb, bf16, impl, sizeof impl, n->conv_err) < 0) {
         snprintf(buf, len, "%s", n->conv_err);
         return -1;
     }
-    snprintf(buf, len, "%s, NHWC activations, %s kernels: %s", ver,
-             bf16 ? "bf16" : "fp32", impl);
+    snprintf(buf, len, "%s, NHWC activations, %s kernels%s: %s", ver,
+             bf16 ? "bf16" : "fp32",
+             n->prec == TRN_BF16 && !bf16 ? " (bf16 emulated by rounding: no bf16 "
+                                            "instructions for oneDNN on this CPU)"
+                                          : "",
+             impl);
     return 0;
 }
 
