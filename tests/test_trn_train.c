@@ -198,8 +198,8 @@ TEST(mixed_precision_trains)
     char err[TRN_ERRLEN];
     REQUIRE(trn_trainer_run(t, err) == 0);
     /* after the bf16 epoch: on oneDNN (the MLP's default in bf16 where the
-       build has it and the CPU has bf16 instructions) the weight reorders
-       round, so no working copy */
+       build has it and the CPU has bf16 instructions) linear_dnnl.c rounds
+       the weights into its own bf16 copy, so no working copy here */
     trn_param *p = trn_net_param(trn_trainer_net(t), 0);
     CHECK(trn_dnnl_bf16_native() ? p->wlp == p->w : p->wlp != p->w);
     trn_trainer_destroy(&t);

@@ -16,12 +16,15 @@
     bf16 (trn__buf.xh/gh, NHWC) from the input's copy to the pooling: conv,
     BN(+ReLU), add(+ReLU) read and write bf16 (fp32 inside); the pooled
     features, the head, weights and weight gradients stay fp32.
-    The MLP's linears run on oneDNN's inner products (linear_dnnl.c, their
-    ReLU fused) in bf16 by default and with --matmul dnnl, else on OpenBLAS;
-    in bf16 its activations and their gradients are real bf16 (xh/gh) from
-    the input's copy to the logits, which are fp32; its weights are rounded
-    to bf16 by oneDNN's reorders (no working copy), biases and weight
-    gradients stay fp32.
+    The MLP's linears run on oneDNN's matmul primitives (linear_dnnl.c, their
+    ReLU fused; inner products as the alternative) in fp32 and in bf16 (where
+    the CPU has bf16 instructions) by default and with --matmul dnnl, else on
+    OpenBLAS (fp16, --matmul blas, bf16 without bf16 instructions); in bf16
+    its activations and their gradients are real bf16 (xh/gh) from the
+    input's copy to the logits, which are stored in fp32 but rounded to bf16
+    values, as the emulation's; its weights are rounded to bf16 by
+    linear_dnnl.c itself (trn_bf16_from_f32 into its own bf16 copy once per
+    forward; no working copy here), biases and weight gradients stay fp32.
 */
 #include <assert.h>
 #include <math.h>
@@ -428,8 +431,9 @@ void trn_net_set_precision(trn_net *n, trn_precision prec)
 {
     n->prec = prec;
     trn__net_mm_route(n);
-    /* the MLP on oneDNN in bf16 keeps no rounded copy: the weight reorders
-       round to bf16 (to nearest even, as trn_round_bf16), biases stay fp32 */
+    /* the MLP on oneDNN in bf16 keeps no rounded copy: linear_dnnl.c rounds
+       the weights to its own bf16 copy each forward (to nearest even, as
+       trn_round_bf16), biases stay fp32 */
     int keep = prec != TRN_FP32 && !(n->half && !n->nhwc);
     for (int i = 0; i < n->np; i++) {
         trn_param *p = &n->params[i];

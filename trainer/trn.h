@@ -362,7 +362,8 @@ typedef struct {
     float *g;       /* fp32 gradient (mean over the batch) */
     float *wlp;     /* working copy rounded to the compute precision; the
                        master itself (wlp == w) in fp32 and for the MLP's
-                       linears on oneDNN in bf16 (its kernels round) */
+                       linears on oneDNN in bf16 (linear_dnnl.c rounds
+                       them into its own bf16 copy) */
     float *m, *v;   /* optimiser state (momentum / Adam moments) */
     int layer;      /* index of the op owning it (per-layer loss scales) */
     long st;        /* BN gamma and beta: offset of their BN's running mean in
@@ -447,7 +448,7 @@ double trn_net_grad_sqnorm(const trn_net *n);
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len);
 
 /* Which kernels the linear layers run for batch nb (the first linear's:
-   "oneDNN 2.6.3, ReLU fused, bf16 kernels: inner product fwd brgemm:...",
+   "oneDNN 2.6.3, ReLU fused, bf16 kernels: matmul fwd brg:...",
    or "OpenBLAS sgemm (why)") into buf. 0, or -1 with the error in buf. */
 int trn_net_matmul_describe(trn_net *n, int nb, char *buf, size_t len);
 
