@@ -184,8 +184,8 @@ TEST(thread_change_between_forward_and_backward)
     trn_dnnl_set_threads(1);
 }
 
-/* On two threads: the backward weights on one below 256 images a thread
-   (batch 32), on both at 520; exact either way. */
+/* On two threads: every primitive on one below 256 rows a thread (batch
+   32 and 128), on both at 520; exact either way. */
 TEST(linear_on_two_threads)
 {
     if (!trn_dnnl_available())
@@ -196,6 +196,18 @@ TEST(linear_on_two_threads)
     lin_case(32, 100, 32, 1, 0, 1, 0.0f);
     lin_case(520, 100, 32, 1, 0, 1, 0.5f);
     lin_case(520, 64, 16, 0, 1, 0, 0.0f);
+    char err[TRN_ERRLEN];
+    trn_dlin *d = trn_dlin_new(784, 256, 1, 1, 0, err);
+    REQUIRE(d != NULL);
+    for (int which = 0; which < 3; which++) {
+        CHECK(trn_dlin_threads(d, 128, 1, which, err) == 1);
+        CHECK(trn_dlin_threads(d, 128, 0, which, err) == 1);
+        CHECK(trn_dlin_threads(d, 300, 1, which, err) == 1);
+        CHECK(trn_dlin_threads(d, 520, 1, which, err) == 2);
+        CHECK(trn_dlin_threads(d, 1024, 0, which, err) == 2);
+    }
+    CHECK(trn_dlin_threads(d, 128, 1, 3, err) == -1);
+    trn_dlin_destroy(&d);
     trn_dnnl_set_threads(1);
 }
 

@@ -19,8 +19,9 @@
       (on one thread: on two, 256x784 took 0.25-0.44 ms against 0.17),
       the backward data reusing the forward's copy when the layouts agree,
       dW reordered back; oneDNN sums the bias gradient.
-    Either way the backward weights run on one thread per 256 images, as
-    the convolutions' (conv_dnnl.c), and activations are never reordered.
+    Either way every primitive runs on one thread per 256 rows (at most
+    --threads; the convolutions' backward weights follow the same rule,
+    conv_dnnl.c), and activations are never reordered.
     The engine, stream and helpers are conv_dnnl.c's (dnnl_impl.h);
     scratchpads are oneDNN's own (library mode).
 */
@@ -142,6 +143,23 @@ static int s_mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md)
     return dnnl_memory_create(m, md, g_eng, DNNL_MEMORY_NONE) == dnnl_success ? 0 : -1;
 }
 
+/* The OpenMP threads all three primitives of batch n run on: one per
+   S_ROWS rows, at most nthr, at least one. Under OMP_WAIT_POLICY=passive
+   (jizhi-train's default) every parallel region wakes its sleeping
+   threads, and at batch 128 on two threads that cost more than the second
+   thread gave: 784-256-256-10 on a quiet 2-core Xeon with AMX, 72 K
+   samples/s in fp32 (one thread: 89 K) and 86 K in bf16 (one thread:
+   143 K); with one thread per 256 rows 89 K and 108 K, and at batch 1024
+   (both threads) unchanged (docs/bench.md, "The MLP in bf16 through
+   oneDNN"). */
+#define S_ROWS 256
+static int s_threads_for(int n, int nthr)
+{
+    if (n >= S_ROWS * nthr)
+        return nthr;
+    return n / S_ROWS < 1 ? 1 : n / S_ROWS;
+}
+
 /* Starts entry e for (n, bf16) and makes its three primitives from the
    operation descriptors op[] (forward, backward data, backward weights),
    the forward with the ReLU as a post-op where the layer has one; an
@@ -154,7 +172,7 @@ static int s_make(trn_dlin *d, s_entry *e, int n, int bf16, int mm, const void *
     e->mm = mm;
     e->nthr = omp_get_max_threads();
     for (int i = 0; i < 3; i++)
-        e->thr[i] = trn__dnnl_threads_for(i, n, e->nthr);
+        e->thr[i] = s_threads_for(n, e->nthr);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     int rc = -1;
@@ -467,6 +485,12 @@ fail:
     return -1;
 }
 
+int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err)
+{
+    s_entry *e = which >= 0 && which < 3 ? s_get(d, n, bf16, err) : NULL;
+    return e ? e->thr[which] : -1;
+}
+
 int trn_dlin_describe(trn_dlin *d, int n, int bf16, char *buf, size_t len, char *err)
 {
     s_entry *e = s_get(d, n, bf16, err);
@@ -511,6 +535,13 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
 {
     (void)d, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)n;
     (void)bf16, (void)beta;
+    snprintf(err, TRN_ERRLEN, "%s", s_none);
+    return -1;
+}
+
+int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err)
+{
+    (void)d, (void)n, (void)bf16, (void)which;
     snprintf(err, TRN_ERRLEN, "%s", s_none);
     return -1;
 }

@@ -52,6 +52,12 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
 int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
                  float *dw, float *db, int n, int bf16, float beta, char *err);
 
+/* The OpenMP threads primitive `which` (0 forward, 1 backward data, 2
+   backward weights) of batch n runs on, creating the primitives when
+   needed: one per 256 rows of the batch, at most the count
+   trn_dnnl_set_threads configured. The count or -1 with err. */
+int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err);
+
 /* The oneDNN primitives and implementations this layer runs at batch n
    ("inner product fwd brgemm:..., bwd-data ..., bwd-weights ...") into buf, creating the
    primitives when needed. 0 or -1 with err. */
