@@ -134,14 +134,18 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 if [ "${SKIP_SPEED:-0}" != 1 ]; then
 echo "   threads: the same on both sides, pinned (taskset) to the same CPUs, OMP_WAIT_POLICY=$WAIT"
+# The MLP's rows: all cores (the goal), then one thread (less sensitive to
+# a busy machine), batch 128 and 1024.
+mlp_table() {
+    header
+    for th in $(printf '%s\n' "$CORES" 1 | uniq); do
+        compare "$th" "$SAMPLES" 128 1024
+    done
+}
 if [ "${SKIP_MLP:-0}" != 1 ]; then
 echo "== jizhi-train vs PyTorch $TORCHV: MLP 784-256-256-10, Fashion-MNIST, fp32, SGD"
 echo "   (median of $REPEATS alternating pairs of $SAMPLES samples; load average: $(load))"
-header
-# all cores (the goal), then one thread (less sensitive to a busy machine)
-for th in $(printf '%s\n' "$CORES" 1 | uniq); do
-    compare "$th" "$SAMPLES" 128 1024
-done
+mlp_table
 echo "   goal: >= 1.2x at batch 128, >= 1.0x at batch 1024 (load average after: $(load))"
 echo
 echo "== bf16: jizhi-train --precision bf16 vs PyTorch $TORCHV bf16 autocast, MLP 784-256-256-10"
@@ -150,17 +154,11 @@ env -u JIZHI_TRIAL -u JIZHI_PARAMS "$TRAIN" "${MODEL[@]}" --precision bf16 --mat
     sed -n 's/^jizhi-train: linears: /   linears: /p'
 echo "   (median of $REPEATS alternating pairs of $SAMPLES samples; load average: $(load))"
 PREC=bf16
-header
-for th in $(printf '%s\n' "$CORES" 1 | uniq); do
-    compare "$th" "$SAMPLES" 128 1024
-done
+mlp_table
 echo
 echo "== the same jizhi-train bf16 vs PyTorch $TORCHV fp32 (load average: $(load))"
 PEER_PREC=fp32
-header
-for th in $(printf '%s\n' "$CORES" 1 | uniq); do
-    compare "$th" "$SAMPLES" 128 1024
-done
+mlp_table
 unset PEER_PREC
 PREC=fp32
 echo "   goal (issue 38): the MLP >= 2x PyTorch (load average after: $(load))"
