@@ -155,6 +155,7 @@ static int s_mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md)
 #define S_ROWS 256
 static int s_threads_for(int n, int nthr)
 {
+
     if (n >= S_ROWS * nthr)
         return nthr;
     return n / S_ROWS < 1 ? 1 : n / S_ROWS;
@@ -339,6 +340,16 @@ static s_entry *s_get(trn_dlin *d, int n, int bf16, char *err)
     return &d->e[slot];
 }
 
+/* The weights' bf16 copy d->w16, on the primitives' thread count: on
+   more threads than they use, the copy's own OpenMP region would wake a
+   sleeping thread every step for a few microseconds of work. */
+static void s_copy_w16(trn_dlin *d, const float *w, int thr)
+{
+    int old = trn__dnnl_threads_push(thr);
+    trn_bf16_from_f32(d->w16, w, (long)d->m * d->k);
+    trn__dnnl_threads_pop(old);
+}
+
 /* db[j] = sum over the n rows of dy[i][j] (bf16 values, or float). */
 static void s_bias_grad(float *db, const void *dy, int n, int m, int bf16)
 {
@@ -364,7 +375,7 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
         return -1;
     if (e->mm) { /* the weights as they are, or their bf16 copy */
         if (bf16)
-            trn_bf16_from_f32(d->w16, w, (long)d->m * d->k);
+            s_copy_w16(d, w, e->thr[0]);
         dnnl_memory_set_data_handle(e->wfwd, bf16 ? (void *)d->w16 : (void *)w);
     } else if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
         goto fail;
@@ -462,7 +473,7 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
     dnnl_memory_t wb = e->wshare ? e->wfwd : e->wbwd;
     if (e->mm) {
         if (bf16 && !e->wfwd_ok)
-            trn_bf16_from_f32(d->w16, w, nw);
+            s_copy_w16(d, w, e->thr[1]);
         dnnl_memory_set_data_handle(e->wbwd, bf16 ? (void *)d->w16 : (void *)w);
     } else if (e->wshare && !e->wfwd_ok) {
         if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
