@@ -220,13 +220,14 @@ TEST(live_and_restored_options)
     CHECK(len == strlen(text));
     CHECK(strstr(text, "lr=0.125\n") != NULL);
     CHECK(strstr(text, "seed=1\n") != NULL);
+    CHECK(strstr(text, "zero_gamma=1\n") != NULL); /* init only, as the seed */
     CHECK(strstr(text, "per_layer_scale=") != NULL);
     /* the run's length is the command's */
     CHECK(strncmp(text, "epochs=", 7) != 0 && strstr(text, "\nepochs=") == NULL);
     int lines = 0;
     for (const char *p = text; *p; p++)
         lines += *p == '\n';
-    CHECK(lines == 22);
+    CHECK(lines == 23);
     char small[8];
     CHECK(trn_config_restored_text(&c, small, sizeof small) == 7 && strlen(small) == 7);
 }

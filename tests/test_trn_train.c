@@ -308,6 +308,30 @@ TEST(checkpoint_roundtrip_and_resume)
     }
 }
 
+/* --zero-gamma only shapes the initialisation, but a checkpoint records it
+   as it records the seed: a run resumed with the other value reports the
+   checkpoint's, and takes the checkpoint's gammas (the same state). */
+TEST(checkpoint_records_zero_gamma)
+{
+    trn_config c;
+    s_cfg(&c);
+    strcpy(c.model, "cnn");
+    strcpy(c.channels, "4");
+    c.zero_gamma = 0;
+    char path[512], err[TRN_ERRLEN];
+    snprintf(path, sizeof path, "%s/zg.jzck", g_dir);
+    trn_trainer *a = s_new(&c);
+    c.zero_gamma = 1;
+    trn_trainer *r = s_new(&c);
+    REQUIRE(a && r);
+    s_run_steps(a, 2);
+    REQUIRE(trn_trainer_save(a, path, err) == 0);
+    REQUIRE(trn_trainer_load(r, path, err) == 0);
+    CHECK(trn_trainer_config(r)->zero_gamma == 0);
+    CHECK(s_same_state(a, r));
+    trn_trainer_destroy(&a), trn_trainer_destroy(&r);
+}
+
 static int s_write_file(const char *path, const void *p, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -914,6 +938,7 @@ int main(void)
     RUN(mixed_precision_trains);
     RUN(overflow_skips_and_halves);
     RUN(checkpoint_roundtrip_and_resume);
+    RUN(checkpoint_records_zero_gamma);
     RUN(bad_checkpoints_refused);
     RUN(live_control);
     RUN(eval_every_samples);

@@ -10,7 +10,8 @@
     Payload: architecture text, optimiser kind, step/epoch/position, the
     optimiser's step count, RNG state, loss scaler(s), the restorable
     config as "name=value" lines (everything that may change live, plus the
-    seed), then every param's master weights and optimiser moments by name,
+    init-only seed and zero_gamma: how the run began), then every param's
+    master weights and optimiser moments by name,
     then BN running statistics, then (top-k runs) the ranks' compression
     state: tag "DIST", rank count R, floats per rank C, R x C floats
     gathered to rank 0 (each rank's residuals and momentum-correction

@@ -118,7 +118,11 @@ static const s_opt s_opts[] = {
      .hi = 1,
      .dflt = "1",
      .help = "cnn: the last BN of each residual branch starts with gamma 0 (the block "
-             "starts as the identity); 0: gamma 1 like every other BN"},
+             "starts as the identity); 0: gamma 1 like every other BN",
+     /* init only, as --seed: a checkpoint records how its run began, and a
+        resumed run reports the checkpoint's value (its gammas come from the
+        checkpoint either way) */
+     .when = OPT_RESTORED},
     {.flag = "epochs",
      .type = OPT_INT,
      .off = O(epochs),
