@@ -410,7 +410,8 @@ static const s_opt s_opts[] = {
      .choices = "auto|dnnl|gemm",
      .dflt = "auto",
      .help = "CPU convolutions: oneDNN (dnnl, NHWC) or im2col + GEMM (gemm); auto = "
-             "dnnl when the build has oneDNN"},
+             "dnnl when the build has oneDNN, the images have one channel and, in a "
+             "run with bf16, the CPU has bf16 instructions (chosen once per run)"},
     {.flag = "matmul",
      .type = OPT_STR,
      .off = O(matmul),
@@ -436,7 +437,8 @@ static const s_opt s_opts[] = {
      .hi = 1,
      .dflt = "0",
      .help = "say at start which BLAS kernels run and why (JIZHI_BLAS_CORE, "
-             "OPENBLAS_CORETYPE)"},
+             "OPENBLAS_CORETYPE), and the convolutions' and linears' kernels at start "
+             "and at each precision change"},
     /* data-parallel ranks (comm.h, dist.h): fixed for a run */
     {.flag = "comm",
      .type = OPT_STR,

@@ -265,8 +265,7 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
             trn_net_destroy(&n);
             return NULL;
         }
-        n->nhwc = strcmp(cfg->conv, "gemm") && trn_dnnl_available() && c == 1 &&
-                  (!trn__net_wants_bf16(cfg) || trn_dnnl_bf16_native());
+        n->nhwc = trn__net_conv_route(n, cfg, c);
         int ch[8];
         int ns = trn_parse_int_list(cfg->channels, ch, 8);
         if (ns < 1 || trn_cnn_ops(ns, cfg->blocks) > MAX_OPS) {

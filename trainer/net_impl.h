@@ -18,6 +18,17 @@ typedef enum { OP_LINEAR, OP_RELU, OP_CONV, OP_BN, OP_ADD, OP_GAP } trn__kind;
    OpenBLAS's sgemm); auto picks by precision (net.c, s_mm_route). */
 typedef enum { TRN__MM_AUTO, TRN__MM_DNNL, TRN__MM_BLAS } trn__mm;
 
+/* Which path the CNN's convolutions take for the whole run, and why
+   (trn__net_conv_route; --verbose says it). */
+typedef enum {
+    TRN__CONV_DNNL,     /* oneDNN, NHWC activations */
+    TRN__CONV_NO_DNNL,  /* im2col + GEMM: no oneDNN in this build */
+    TRN__CONV_ASKED,    /* --conv gemm */
+    TRN__CONV_CHANNELS, /* images with several channels */
+    TRN__CONV_NO_BF16,  /* bf16 in the run (--precision or its schedule), no
+                           bf16 instructions for oneDNN on this CPU */
+} trn__conv_path;
+
 typedef struct {
     trn__kind kind;
     int in, in2, out;       /* buffer ids (in2: ADD only) */
@@ -65,6 +76,7 @@ struct trn_net {
     int classes;
     trn_precision prec;
     int nhwc;                  /* CNN activations channels last: the oneDNN conv path */
+    trn__conv_path conv_path;  /* the convolutions' path and why (nhwc: DNNL) */
     trn__mm mm;                /* --matmul (the MLP) */
     int half;                  /* bf16 on oneDNN (nhwc, or the MLP's linears): the hs
                                   buffers are stored in bf16 */
@@ -85,6 +97,13 @@ int trn__net_mlp_dnnl(trn_net *n);
 /* 1 when the run computes in bf16 at some point (--precision, or a
    --precision-schedule naming bf16). */
 int trn__net_wants_bf16(const trn_config *cfg);
+
+/* Chooses the CNN's convolution path once for the run, for images of c
+   channels: oneDNN (NHWC) unless --conv gemm, no oneDNN, several channels,
+   or bf16 anywhere in the run on a CPU without bf16 instructions. The
+   layouts differ (NHWC with fused ops vs CNHW with im2col), so an epoch
+   cannot change it. Sets n->conv_path; returns 1 for oneDNN. */
+int trn__net_conv_route(trn_net *n, const trn_config *cfg, int c);
 
 /* Refuses flag (--matmul or --conv) set to val "dnnl" where it cannot run
    well: no oneDNN in the build, images with c != 1 (--conv), or bf16 on a

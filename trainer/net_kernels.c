@@ -25,6 +25,17 @@ int trn__net_wants_bf16(const trn_config *cfg)
     return !strcmp(cfg->precision, "bf16") || strstr(cfg->precision_schedule, "bf16");
 }
 
+int trn__net_conv_route(trn_net *n, const trn_config *cfg, int c)
+{
+    n->conv_path = !trn_dnnl_available()        ? TRN__CONV_NO_DNNL
+                   : !strcmp(cfg->conv, "gemm") ? TRN__CONV_ASKED
+                   : c != 1                     ? TRN__CONV_CHANNELS
+                   : trn__net_wants_bf16(cfg) && !trn_dnnl_bf16_native()
+                       ? TRN__CONV_NO_BF16
+                       : TRN__CONV_DNNL;
+    return n->conv_path == TRN__CONV_DNNL;
+}
+
 int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val, int c,
                         char *err)
 {
@@ -111,17 +122,22 @@ int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
         return 0;
     }
     if (!first->dc) {
-        snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations (%s%s%s)",
-                 !trn_dnnl_available() ? "no oneDNN in this build"
-                 : n->prec != TRN_BF16 || trn_dnnl_bf16_native()
-                     ? "--conv gemm, or images with several channels"
-                     : "no bf16 instructions for oneDNN on this CPU (ISA ",
-                 trn_dnnl_available() && !trn_dnnl_bf16_native() && n->prec == TRN_BF16
-                     ? trn_dnnl_isa_name()
-                     : "",
-                 trn_dnnl_available() && !trn_dnnl_bf16_native() && n->prec == TRN_BF16
+        const char *why = n->conv_path == TRN__CONV_NO_DNNL ? "no oneDNN in this build"
+                          : n->conv_path == TRN__CONV_ASKED ? "--conv gemm"
+                          : n->conv_path == TRN__CONV_CHANNELS
+                              ? "images with several channels"
+                              : "no bf16 instructions for oneDNN on this CPU";
+        /* a run with bf16 somewhere (a schedule, a start in bf16) stays on
+           this path in its fp32 epochs: the layout is the run's */
+        snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations (%s%s%s%s)", why,
+                 n->conv_path == TRN__CONV_NO_BF16 ? " (ISA " : "",
+                 n->conv_path == TRN__CONV_NO_BF16 ? trn_dnnl_isa_name() : "",
+                 n->conv_path != TRN__CONV_NO_BF16 ? ""
+                 : n->prec == TRN_BF16
                      ? ")"
-                     : "");
+                     : "); the run has bf16 epochs, and the layout is chosen once per "
+                       "run, so its fp32 epochs run here too, not on oneDNN's fp32 "
+                       "kernels");
         return 0;
     }
     char ver[64], impl[256];

@@ -446,6 +446,8 @@ static void s_set_epoch_precision(trn_trainer *t)
     if (p != t->prec) {
         t->prec = p;
         trn_net_set_precision(t->net, p);
+        if (t->cfg.verbose && t->rank == 0 && !t->backend)
+            trn__say_kernels(t);
     }
 }
 

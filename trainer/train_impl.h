@@ -74,4 +74,9 @@ int trn__next_batch_size(const trn_trainer *t);
 /* This rank's share of a global batch of nb: [*off, *off + *cnt). */
 void trn__shard(const trn_trainer *t, int nb, int *off, int *cnt);
 
+/* --verbose, at a precision change (a schedule's epoch, a live change):
+   prints on stderr the convolutions' and the linears' kernels in the new
+   precision, at this rank's share of the next batch (train_run.c). */
+void trn__say_kernels(trn_trainer *t);
+
 #endif

@@ -118,3 +118,45 @@ def test_bf16_checkpoint_resumed_in_fp32_without_bf16_instructions(tmp_path, mod
     else:
         assert line(r, "linears").startswith(
             "OpenBLAS sgemm, precision emulated by rounding (no bf16 instructions")
+
+
+# a precision schedule switching fp32 -> bf16 after the first epoch (8 steps of
+# 64 from 512 examples): the live change, as a `set precision` would make it
+SCHED = ["--precision-schedule", "fp32:1,bf16:1", "--max-steps", "16", "--eval-every", "16",
+         "--log-every", "8"]
+
+
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE"])
+def test_mlp_switched_to_bf16_mid_run_takes_the_openblas_emulation(tmp_path, isa):
+    p = train(isa, *SCHED)
+    assert "fp32 kernels" in line(p, "linears")  # the fp32 epoch on oneDNN
+    # --verbose says where the bf16 epochs run (before: nothing at the switch)
+    assert line(p, "bf16 from step 9: linears") == (
+        "OpenBLAS sgemm, precision emulated by rounding (no bf16 instructions for oneDNN "
+        "on this CPU (ISA %s))" % isa.lower())
+    # and they ran there, not on oneDNN's fallbacks: the same numbers as the
+    # fp32 epoch saved, then resumed into bf16 with --matmul blas (OpenBLAS is
+    # not capped by oneDNN's variable)
+    ck = str(tmp_path / "ck")
+    first = train(isa, *SCHED, "--max-steps", "8", "--save", ck)
+    assert first.returncode == 0, first.stderr
+    assert done(p) == done(train(None, *SCHED, "--matmul", "blas", "--resume", ck))
+
+
+def test_cnn_with_bf16_epochs_runs_all_on_the_gemm_path_and_says_why():
+    # the convolutions' layout is the run's (NHWC on oneDNN, CNHW with
+    # im2col): with bf16 epochs ahead and no bf16 instructions, the fp32
+    # epochs run on im2col too, and --verbose says so at the start
+    p = train("AVX2", *CNN, *SCHED)
+    conv = line(p, "convolutions")
+    assert conv.startswith("im2col + OpenBLAS GEMM"), conv
+    assert "no bf16 instructions for oneDNN on this CPU (ISA avx2); the run has bf16 " \
+        "epochs, and the layout is chosen once per run, so its fp32 epochs run here " \
+        "too" in conv, conv
+    assert line(p, "bf16 from step 9: convolutions").startswith(
+        "im2col + OpenBLAS GEMM, CNHW activations (no bf16 instructions for oneDNN on this "
+        "CPU (ISA avx2))")
+    assert done(p) == done(train(None, *CNN, *SCHED, "--conv", "gemm"))
+    # --conv gemm is named as the reason where it is the reason
+    assert line(train("AVX2", *CNN, "--conv", "gemm"), "convolutions").endswith(
+        "(--conv gemm)")
