@@ -4,14 +4,17 @@ first call, so it must be in the process's environment): --matmul/--conv
 auto keep bf16 on the OpenBLAS emulation there (before, the bf16 MLP failed
 at step 0 under AVX2 and fell to oneDNN's gemm:jit, 3.0x slower, under
 AVX512_CORE), --matmul/--conv dnnl refuse bf16 at startup, fp32 stays on
-oneDNN. Skipped without oneDNN in the build."""
+oneDNN; a change to bf16 mid-run (a precision schedule, a live `set
+precision` through the daemons) runs bf16 as the emulation and --verbose
+says where at the switch. Skipped without oneDNN in the build."""
+import math
 import os
 import re
 import subprocess
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, base_spec
 
 TRAIN = os.path.join(BUILD, "bin", "jizhi-train")
 SMALL = ["--dataset", "synthetic", "--synthetic-n", "512", "--batch-size", "64",
@@ -160,3 +163,56 @@ def test_cnn_with_bf16_epochs_runs_all_on_the_gemm_path_and_says_why():
     # --conv gemm is named as the reason where it is the reason
     assert line(train("AVX2", *CNN, "--conv", "gemm"), "convolutions").endswith(
         "(--conv gemm)")
+
+
+def test_cnn_on_onednn_set_live_to_bf16_runs_the_emulation_on_fp32_kernels(jz):
+    # a live `set precision=bf16` (through the controller and the helper) on a
+    # CNN that started in fp32 on oneDNN's layout, under AVX2: the step after
+    # it runs bf16 as the emulation on oneDNN's fp32 kernels, and --verbose
+    # says so at the switch (a schedule cannot reach this path: it picks the
+    # GEMM path at the start)
+    from test_control import daemons, running_trial
+    from test_recovery import stop
+    ep, ctl, disp = daemons(jz, slots="1")
+    try:
+        spec = base_spec("live-bf16", [TRAIN, *CNN, "--dataset", "synthetic", "--synthetic-n",
+                                       "512", "--batch-size", "64", "--epochs", "100000",
+                                       "--threads", "1", "--verbose", "--log-every", "1"],
+                         trials=1, parallel=1, env={"ONEDNN_MAX_CPU_ISA": "AVX2",
+                                                    "OMP_WAIT_POLICY": "passive"})
+        spec["objective"] = {"metric": "val_acc", "mode": "max"}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        tid = running_trial(jz)
+        p = jz.run("trial", "set", str(tid), "precision=bf16", check=0)
+        assert "acknowledged" in p.stdout, p.stdout + p.stderr
+        logs = os.path.join(jz.dir, "logs")
+        found = {}
+
+        def switched():
+            for d, _, files in os.walk(logs):
+                for f in files:
+                    with open(os.path.join(d, f), errors="replace") as fh:
+                        text = fh.read()
+                    m = re.search(r"jizhi-train: bf16 from step (\d+): convolutions: (.*)", text)
+                    n = re.search(r"jizhi-train: convolutions: (.*)", text)
+                    if m and n:
+                        found.update(step=int(m.group(1)), conv=m.group(2), start=n.group(1))
+                        return True
+            return False
+
+        jz.wait_for(switched, 60, "the switch to bf16 in the trial's log")
+        # steps after the switch are reported: it did not fail there
+        jz.wait_for(lambda: (jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=? AND "
+                                    "name='train_loss'", tid)[0][0] or 0) >= found["step"] + 3,
+                    60, "3 steps in bf16")
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid)[0][0] == "running"
+        jz.run("trial", "stop", str(tid), check=0)
+        assert "NHWC activations, fp32 kernels:" in found["start"], found
+        assert found["conv"].startswith("oneDNN") and "NHWC activations, fp32 kernels (bf16 " \
+            "emulated by rounding: no bf16 instructions for oneDNN on this CPU)" in found["conv"], \
+            found
+        losses = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='train_loss' "
+                        "AND step>=?", tid, found["step"])
+        assert losses and all(math.isfinite(v) for (v,) in losses)
+    finally:
+        stop(ctl, disp)
