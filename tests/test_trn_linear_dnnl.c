@@ -184,8 +184,9 @@ TEST(thread_change_between_forward_and_backward)
     trn_dnnl_set_threads(1);
 }
 
-/* On two threads: every primitive on one below 256 rows a thread (batch
-   32 and 128), on both at 520; exact either way. */
+/* On two threads: every primitive on one below 256 rows a thread in fp32
+   (batch 32 and 128), on both at 520; in bf16 one below 1024 rows a
+   thread (both from 2048); exact either way. */
 TEST(linear_on_two_threads)
 {
     if (!trn_dnnl_available())
@@ -203,11 +204,77 @@ TEST(linear_on_two_threads)
         CHECK(trn_dlin_threads(d, 128, 1, which, err) == 1);
         CHECK(trn_dlin_threads(d, 128, 0, which, err) == 1);
         CHECK(trn_dlin_threads(d, 300, 1, which, err) == 1);
-        CHECK(trn_dlin_threads(d, 520, 1, which, err) == 2);
+        CHECK(trn_dlin_threads(d, 520, 0, which, err) == 2);
         CHECK(trn_dlin_threads(d, 1024, 0, which, err) == 2);
+        CHECK(trn_dlin_threads(d, 1024, 1, which, err) == 1);
+        CHECK(trn_dlin_threads(d, 2047, 1, which, err) == 1);
+        CHECK(trn_dlin_threads(d, 2048, 1, which, err) == 2);
     }
     CHECK(trn_dlin_threads(d, 128, 1, 3, err) == -1);
     trn_dlin_destroy(&d);
+    trn_dnnl_set_threads(1);
+}
+
+/* OpenMP's own count, where the build links its runtime (with oneDNN) */
+int omp_get_max_threads(void) __attribute__((weak));
+
+/* what OpenMP's thread count was while the backward ran (a gradient hook) */
+static void s_note_threads(void *ud, int param)
+{
+    (void)param;
+    *(int *)ud = omp_get_max_threads();
+}
+
+/* The whole MLP step on the batch's thread count, not only its primitives:
+   on two threads, a forward and backward (and an evaluation's forward) of
+   batch 128 run every OpenMP region on one thread (before, the passes
+   between the linears, the ReLU's backward, the input's and the logits'
+   gradient's bf16 copies, woke the second thread: --threads 2 ran slower
+   than 1), 600 in fp32 on two, bf16 on one until 2048; --threads is back
+   after each. */
+TEST(mlp_step_on_the_batch_thread_count)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!omp_get_max_threads)
+        SKIP("no OpenMP runtime linked");
+    struct {
+        const char *prec;
+        int nb, want;
+    } cases[] = {{"fp32", 128, 1},
+                 {"fp32", 600, 2},
+                 {"bf16", 128, 1},
+                 {"bf16", 1024, 1},
+                 {"bf16", 2048, 2}};
+    trn_dnnl_set_threads(2);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (!strcmp(cases[c].prec, "bf16") && !trn_dnnl_bf16_native())
+            continue;
+        char err[TRN_ERRLEN];
+        trn_config cfg;
+        trn_config_defaults(&cfg);
+        strcpy(cfg.hidden, "48,32");
+        trn_net *net = trn_net_new(&cfg, 1, 8, 8, 4, err);
+        REQUIRE(net);
+        trn_rng r;
+        trn_rng_seed(&r, 5);
+        trn_net_init(net, &r);
+        trn_net_set_precision(net, trn_precision_from_name(cases[c].prec));
+        int nb = cases[c].nb, seen = -1, correct;
+        float *x = s_rand((long)nb * 64, 0);
+        uint8_t *y = calloc((size_t)nb, 1);
+        trn_net_set_grad_hook(net, s_note_threads, &seen);
+        trn_net_zero_grad(net);
+        CHECK(trn_net_forward_backward(net, x, y, nb, 1, 0.0, 1.0 / nb, NULL, NULL) > 0);
+        printf("  %s batch %d: backward on %d threads\n", cases[c].prec, nb, seen);
+        CHECK(seen == cases[c].want);
+        CHECK(omp_get_max_threads() == 2);
+        CHECK(trn_net_eval(net, x, y, nb, &correct) > 0);
+        CHECK(omp_get_max_threads() == 2);
+        trn_net_destroy(&net);
+        free(x);
+        free(y);
+    }
     trn_dnnl_set_threads(1);
 }
 
@@ -507,6 +574,7 @@ int main(void)
     RUN(linear_matches_double_fp32);
     RUN(linear_matches_double_bf16);
     RUN(linear_on_two_threads);
+    RUN(mlp_step_on_the_batch_thread_count);
     RUN(thread_change_between_forward_and_backward);
     RUN(linear_inner_product_matches_double);
     RUN(mlp_bf16_step_matches_the_emulation);

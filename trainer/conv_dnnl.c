@@ -100,10 +100,20 @@ void trn_dnnl_version(char *buf, size_t len)
     snprintf(buf, len, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
 }
 
+/* the count trn_dnnl_set_threads configured (0: never set, OpenMP's own) */
+static int g_threads;
+
 void trn_dnnl_set_threads(int n)
 {
-    if (n > 0)
+    if (n > 0) {
+        g_threads = n;
         omp_set_num_threads(n);
+    }
+}
+
+int trn__dnnl_threads(void)
+{
+    return g_threads > 0 ? g_threads : omp_get_max_threads();
 }
 
 /* Threads for primitive i (0 fwd, 1 bwd data, 2 bwd weights) at batch n

@@ -29,6 +29,10 @@ int trn__dnnl_owned(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void **buf);
    S_BWW_IMAGES: there they were slower on two threads than on one). */
 int trn__dnnl_threads_for(int i, int n, int nthr);
 
+/* The thread count trn_dnnl_set_threads configured (--threads), whatever
+   a push set for the moment; OpenMP's count when never configured. */
+int trn__dnnl_threads(void);
+
 /* Sets the OpenMP threads oneDNN reads (at creation and execution);
    returns the previous count for trn__dnnl_threads_pop. */
 int trn__dnnl_threads_push(int t);

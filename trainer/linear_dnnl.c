@@ -19,9 +19,10 @@
       (on one thread: on two, 256x784 took 0.25-0.44 ms against 0.17),
       the backward data reusing the forward's copy when the layouts agree,
       dW reordered back; oneDNN sums the bias gradient.
-    Either way every primitive runs on one thread per 256 rows (at most
-    --threads; the convolutions' backward weights follow the same rule,
-    conv_dnnl.c), and activations are never reordered.
+    Either way every primitive runs on one thread per 256 rows in fp32
+    and per 1024 in bf16 (at most --threads; net.c sets that count around
+    the whole step, trn_dlin_threads_push, so the passes between the
+    linears follow it too), and activations are never reordered.
     The engine, stream and helpers are conv_dnnl.c's (dnnl_impl.h);
     scratchpads are oneDNN's own (library mode).
 */
@@ -36,8 +37,6 @@
 #include "trainer/trn.h"
 
 #ifdef TRN_HAVE_DNNL
-
-#include <omp.h>
 
 #include "trainer/dnnl_impl.h"
 
@@ -143,22 +142,42 @@ static int s_mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md)
     return dnnl_memory_create(m, md, g_eng, DNNL_MEMORY_NONE) == dnnl_success ? 0 : -1;
 }
 
-/* The OpenMP threads all three primitives of batch n run on: one per
-   S_ROWS rows, at most nthr, at least one. Under OMP_WAIT_POLICY=passive
-   (jizhi-train's default) every parallel region wakes its sleeping
-   threads, and at batch 128 on two threads that cost more than the second
-   thread gave: 784-256-256-10 on a quiet 2-core Xeon with AMX, 72 K
-   samples/s in fp32 (one thread: 89 K) and 86 K in bf16 (one thread:
-   143 K); with one thread per 256 rows 89 K and 108 K, and at batch 1024
-   (both threads) unchanged (docs/bench.md, "The MLP in bf16 through
-   oneDNN"). */
-#define S_ROWS 256
-static int s_threads_for(int n, int nthr)
+/* The OpenMP threads a step of the MLP at batch n runs on, every
+   primitive and every pass between them (trn_dlin_threads_push, around
+   the whole forward and backward): one per S_ROWS_F32 rows in fp32,
+   S_ROWS_BF16 in bf16, at most nthr, at least one. Under
+   OMP_WAIT_POLICY=passive (jizhi-train's default) every parallel region
+   wakes its sleeping threads, and at small batches that costs more than
+   the second thread gives. 784-256-256-10 on a quiet 2-core Xeon with
+   AMX, samples/s, alternating runs:
+   - fp32, primitives alone on one thread per 256 rows: batch 128 on two
+     threads 72 K -> 89 K (one thread 89 K), batch 1024 unchanged; the
+     whole step on that rule: two threads win from 512 rows (124 K against
+     99 K on one), at 1024 135-139 K against 87-97 K;
+   - bf16 does about four times fp32's rate per row on AMX, so a second
+     thread pays only later: the whole step on two threads against one,
+     batch 1024: 271-287 K against 291-293 K; 1536: 289-294 K against
+     282-287 K (even); 2048: 298-306 K against 282-284 K; 4096: 300-319 K
+     against 270 K. Hence 1024 rows a thread (docs/bench.md, "The whole step on one thread
+     rule"). */
+#define S_ROWS_F32 256
+#define S_ROWS_BF16 1024
+static int s_threads_for(int n, int bf16, int nthr)
 {
-
-    if (n >= S_ROWS * nthr)
+    int rows = bf16 ? S_ROWS_BF16 : S_ROWS_F32;
+    if (n >= rows * nthr)
         return nthr;
-    return n / S_ROWS < 1 ? 1 : n / S_ROWS;
+    return n / rows < 1 ? 1 : n / rows;
+}
+
+int trn_dlin_threads_push(int n, int bf16)
+{
+    return trn__dnnl_threads_push(s_threads_for(n, bf16, trn__dnnl_threads()));
+}
+
+void trn_dlin_threads_pop(int old)
+{
+    trn__dnnl_threads_pop(old);
 }
 
 /* Starts entry e for (n, bf16) and makes its three primitives from the
@@ -171,9 +190,9 @@ static int s_make(trn_dlin *d, s_entry *e, int n, int bf16, int mm, const void *
     e->n = n;
     e->bf16 = bf16;
     e->mm = mm;
-    e->nthr = omp_get_max_threads();
+    e->nthr = trn__dnnl_threads();
     for (int i = 0; i < 3; i++)
-        e->thr[i] = s_threads_for(n, e->nthr);
+        e->thr[i] = s_threads_for(n, bf16, e->nthr);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     int rc = -1;
@@ -314,7 +333,7 @@ static s_entry *s_get(trn_dlin *d, int n, int bf16, char *err)
     int slot = -1;
     for (int i = 0; i < d->ne && slot < 0; i++)
         if (d->e[i].n == n && d->e[i].bf16 == bf16) {
-            if (d->e[i].nthr == omp_get_max_threads()) {
+            if (d->e[i].nthr == trn__dnnl_threads()) {
                 d->e[i].used = d->clock;
                 return &d->e[i];
             }
@@ -555,6 +574,17 @@ int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err)
     (void)d, (void)n, (void)bf16, (void)which;
     snprintf(err, TRN_ERRLEN, "%s", s_none);
     return -1;
+}
+
+int trn_dlin_threads_push(int n, int bf16)
+{
+    (void)n, (void)bf16;
+    return 0;
+}
+
+void trn_dlin_threads_pop(int old)
+{
+    (void)old;
 }
 
 int trn_dlin_describe(trn_dlin *d, int n, int bf16, char *buf, size_t len, char *err)

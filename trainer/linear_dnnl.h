@@ -54,9 +54,18 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
 
 /* The OpenMP threads primitive `which` (0 forward, 1 backward data, 2
    backward weights) of batch n runs on, creating the primitives when
-   needed: one per 256 rows of the batch, at most the count
-   trn_dnnl_set_threads configured. The count or -1 with err. */
+   needed: one per 256 rows of the batch in fp32 (more in bf16:
+   linear_dnnl.c, S_ROWS_BF16), at most the count trn_dnnl_set_threads
+   configured. The count or -1 with err. */
 int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err);
+
+/* Sets OpenMP's thread count to the one a step of the MLP at batch n (in
+   bf16 when bf16 != 0) runs on, the primitives' (trn_dlin_threads), so
+   that every parallel region of the step (the element-wise passes and
+   copies between the linears too) runs on it; returns the count to give
+   trn_dlin_threads_pop after the step. Without oneDNN: nothing, 0. */
+int trn_dlin_threads_push(int n, int bf16);
+void trn_dlin_threads_pop(int old);
 
 /* The oneDNN primitives and implementations this layer runs at batch n
    ("inner product fwd brgemm:..., bwd-data ..., bwd-weights ...") into buf, creating the

@@ -885,9 +885,9 @@ void trn_net_set_grad_hook(trn_net *n, trn_grad_hook fn, void *ud)
     n->hook_ud = ud;
 }
 
-double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb,
-                                int train, double label_smoothing, double gscale,
-                                const double *lscale, int *correct)
+static double s_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb,
+                                 int train, double label_smoothing, double gscale,
+                                 const double *lscale, int *correct)
 {
     if (nb <= 0)
         return 0;
@@ -922,6 +922,17 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
     if (s_backward(n, nb, lscale) < 0)
         return -1;
     return loss;
+}
+
+double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, int nb,
+                                int train, double label_smoothing, double gscale,
+                                const double *lscale, int *correct)
+{
+    int old = trn__net_threads_push(n, nb); /* the MLP's regions on its linears' count */
+    double l =
+        s_forward_backward(n, x, y, nb, train, label_smoothing, gscale, lscale, correct);
+    trn__net_threads_pop(old);
+    return l;
 }
 
 float *trn_net_input(trn_net *n, int nb)
@@ -967,7 +978,9 @@ double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *c
     memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));
     if (!n->half) /* else its bf16 copy rounds (s_forward) */
         trn_round_buf(in->x, (long)nb * in->feat, n->prec);
-    if (s_forward(n, nb, 0) < 0)
+    int old = trn__net_threads_push(n, nb), fw = s_forward(n, nb, 0);
+    trn__net_threads_pop(old);
+    if (fw < 0)
         return -1;
     trn__buf *out = &n->bufs[n->nbufs - 1];
     return trn_softmax_ce_f(out->x, y, NULL, nb, n->classes, 0.0, 0.0, correct);

@@ -116,4 +116,12 @@ int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val
    run inside them, and half mode. */
 void trn__net_mm_route(trn_net *n);
 
+/* Around a forward (and backward) of nb samples: where the MLP's linears
+   run on oneDNN, sets OpenMP's thread count to theirs at nb
+   (trn_dlin_threads_push) for every region of the pass; returns what
+   trn__net_threads_pop restores (0: nothing was set, the CNN and OpenBLAS
+   keep --threads). */
+int trn__net_threads_push(const trn_net *n, int nb);
+void trn__net_threads_pop(int old);
+
 #endif

@@ -111,6 +111,20 @@ void trn__net_mm_route(trn_net *n)
     n->half = ((n->nhwc && trn_dnnl_bf16_native()) || any) && n->prec == TRN_BF16;
 }
 
+int trn__net_threads_push(const trn_net *n, int nb)
+{
+    for (int i = 0; i < n->nops; i++)
+        if (n->ops[i].dl_on)
+            return trn_dlin_threads_push(nb, n->half);
+    return 0;
+}
+
+void trn__net_threads_pop(int old)
+{
+    if (old > 0)
+        trn_dlin_threads_pop(old);
+}
+
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
 {
     const trn__op *first = NULL;
