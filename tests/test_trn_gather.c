@@ -53,7 +53,8 @@ TEST(element_gather_equals_the_row_copy)
 
 /* The bf16 gather (the input of a bf16 MLP on oneDNN) is the row copy
    rounded by trn_bf16_from_f32, bit for bit: values that round up, down,
-   to even at a tie, and large ones. */
+   to even at a tie, and large ones; so is the row copy out of the set's
+   bf16 copy. */
 TEST(bf16_gather_equals_the_row_copy_rounded)
 {
     enum { N = 41, DIM = 37 };
@@ -68,6 +69,8 @@ TEST(bf16_gather_equals_the_row_copy_rounded)
         y[i] = (uint8_t)(i % 10);
         perm[i] = (i * 13 + 7) % N;
     }
+    uint16_t all[N * DIM]; /* the whole set in bf16 */
+    trn_bf16_from_f32(all, x, N * DIM);
     int cases[][2] = {{0, 16}, {16, 16}, {40, 1}, {0, N}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int at = cases[c][0], nb = cases[c][1];
@@ -77,6 +80,12 @@ TEST(bf16_gather_equals_the_row_copy_rounded)
         trn_gather_rows(x, y, DIM, perm, at, nb, xf, ye);
         trn_bf16_from_f32(xe, xf, (long)nb * DIM);
         trn_gather_rows_bf16(x, y, DIM, perm, at, nb, xh, yo);
+        CHECK(memcmp(xh, xe, (size_t)nb * DIM * sizeof(uint16_t)) == 0);
+        CHECK(memcmp(yo, ye, (size_t)nb) == 0);
+        /* and the gather from the set's bf16 copy (train_batch.c) */
+        memset(xh, 0, sizeof xh);
+        memset(yo, 0, sizeof yo);
+        trn_gather_rows_h(all, y, DIM, perm, at, nb, xh, yo);
         CHECK(memcmp(xh, xe, (size_t)nb * DIM * sizeof(uint16_t)) == 0);
         CHECK(memcmp(yo, ye, (size_t)nb) == 0);
     }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "jz_test.h"
+#include "trainer/bf16.h"
 #include "trainer/comm.h"
 #include "trainer/conv_dnnl.h"
 #include "trainer/train_impl.h" /* per-layer scalers */
@@ -214,6 +215,40 @@ TEST(mixed_precision_trains)
     CHECK(p->wlp != p->w);
     CHECK(p->wlp[3] == trn_round_bf16(p->w[3]));
     trn_trainer_destroy(&t);
+}
+
+/* A bf16 MLP on oneDNN takes its batches from a bf16 copy of the training
+   set (train_batch.c): made at the first bf16 batch (not during a
+   schedule's fp32 epoch), and the trajectory is the one of the fp32 rows
+   rounded as they are gathered (the copy refused), bit for bit. */
+TEST(bf16_batches_from_the_training_sets_bf16_copy)
+{
+    if (!trn_dnnl_bf16_native())
+        SKIP("no oneDNN bf16 on this CPU or build: bf16 runs on the emulation");
+    trn_trainer *t[2];
+    for (int j = 0; j < 2; j++) {
+        trn_config c;
+        s_cfg(&c);
+        strcpy(c.precision_schedule, "fp32:1,bf16:1");
+        c.log_every = 1000;
+        REQUIRE(t[j] = s_new(&c));
+        if (j)
+            t[j]->xh_state = TRN__XH_REFUSED;
+    }
+    int per_epoch = (g_syn.n + 31) / 32;
+    for (int i = 0; i < per_epoch; i++)
+        for (int j = 0; j < 2; j++)
+            REQUIRE(trn_trainer_step(t[j]) >= 0);
+    CHECK(t[0]->xh_state == TRN__XH_UNMADE && t[0]->xh == NULL);
+    for (int i = 0; i < 20; i++)
+        for (int j = 0; j < 2; j++)
+            REQUIRE(trn_trainer_step(t[j]) >= 0);
+    CHECK(t[0]->xh_state == TRN__XH_READY && t[0]->xh != NULL);
+    CHECK(t[1]->xh == NULL);
+    CHECK(t[0]->xh[7] == trn_f2bf(g_syn.x[7]));
+    CHECK(s_same_state(t[0], t[1]));
+    trn_trainer_destroy(&t[0]);
+    trn_trainer_destroy(&t[1]);
 }
 
 TEST(overflow_skips_and_halves)
@@ -936,6 +971,7 @@ int main(void)
     RUN(gradient_noise_small_is_the_mean_over_chunks);
     RUN(measuring_does_not_change_the_trajectory);
     RUN(mixed_precision_trains);
+    RUN(bf16_batches_from_the_training_sets_bf16_copy);
     RUN(overflow_skips_and_halves);
     RUN(checkpoint_roundtrip_and_resume);
     RUN(checkpoint_records_zero_gamma);

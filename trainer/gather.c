@@ -40,3 +40,21 @@ void trn_gather_rows_bf16(const float *x, const uint8_t *y, int dim, const int *
         yo[r] = y[k];
     }
 }
+
+void trn_gather_rows_h(const uint16_t *x, const uint8_t *y, int dim, const int *perm,
+                       int at, int nb, uint16_t *xo, uint8_t *yo)
+{
+    size_t row = (size_t)dim * sizeof *x;
+    for (int r = 0; r < nb; r++) {
+        int k = trn_gather_row(perm, at, r);
+        if (r + 1 < nb) { /* the next row's lines, while this one copies */
+            const char *nx =
+                (const char *)(x + (size_t)trn_gather_row(perm, at, r + 1) * dim);
+            for (size_t b = 0; b < row; b += 64)
+                __builtin_prefetch(nx + b);
+            __builtin_prefetch(nx + row - 1); /* its last line, when unaligned */
+        }
+        memcpy(xo + (size_t)r * dim, x + (size_t)k * dim, row);
+        yo[r] = y[k];
+    }
+}

@@ -46,6 +46,12 @@ void trn_gather_rows(const float *x, const uint8_t *y, int dim, const int *perm,
    model on oneDNN (trn_net_input_bf16), without an fp32 copy between. */
 void trn_gather_rows_bf16(const float *x, const uint8_t *y, int dim, const int *perm,
                           int at, int nb, uint16_t *xo, uint8_t *yo);
+
+/* trn_gather_rows over a dataset already in bf16 (x: rows of dim bf16
+   values, the fp32 set rounded as trn_gather_rows_bf16 rounds it): the
+   same batch in half the bytes read. */
+void trn_gather_rows_h(const uint16_t *x, const uint8_t *y, int dim, const int *perm,
+                       int at, int nb, uint16_t *xo, uint8_t *yo);
 #endif
 
 #endif

@@ -25,7 +25,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "trainer/gather.h"
 #include "trainer/gns.h"
 #include "trainer/train_impl.h"
 #include "common/util.h"
@@ -136,6 +135,7 @@ void trn_trainer_destroy(trn_trainer **tp)
     free(t->perm);
     free(t->xb);
     free(t->yb);
+    free(t->xh);
     free(t->unscale);
     free(t->gns_prev);
     trn_dist_destroy(&t->dist);
@@ -317,67 +317,6 @@ static double s_sqnorm_true(trn_trainer *t)
     return trn_net_grad_sqnorm(t->net);
 }
 
-/* The epoch's order in t->perm: a permutation drawn from (seed, epoch). A
-   new draw makes the device backend's copy stale (dev_order_epoch). */
-static void s_order(trn_trainer *t)
-{
-    if (t->perm_epoch != t->epoch) {
-        trn_rng r;
-        trn_rng_seed(&r, (uint64_t)t->cfg.seed * 0x9e3779b97f4a7c15ULL +
-                             (uint64_t)t->epoch + 1);
-        trn_rng_perm(&r, t->perm, t->train->n);
-        t->perm_epoch = t->epoch;
-        t->dev_order_epoch = -1;
-    }
-}
-
-/* Grows the batch buffers (xb, yb) to nb examples. 0 or -1. */
-static int s_batch_bufs(trn_trainer *t, int nb)
-{
-    const trn_dataset *d = t->train;
-    if (nb > t->xb_cap) {
-        float *x = realloc(t->xb, (size_t)nb * d->dim * sizeof(float));
-        if (!x)
-            return -1;
-        t->xb = x;
-        uint8_t *y = realloc(t->yb, (size_t)nb);
-        if (!y)
-            return -1;
-        t->yb = y;
-        t->xb_cap = nb;
-    }
-    return 0;
-}
-
-/* Gathers examples pos+off .. pos+off+nb of the epoch's order into dst (or
-   t->xb when dst is NULL). */
-static int s_gather_at(trn_trainer *t, int off, int nb, float *dst)
-{
-    const trn_dataset *d = t->train;
-    if (s_batch_bufs(t, nb) < 0)
-        return -1;
-    s_order(t);
-    trn_gather_rows(d->x, d->y, d->dim, t->perm, (int)t->pos + off, nb, dst ? dst : t->xb,
-                    t->yb);
-    return 0;
-}
-
-static int s_gather(trn_trainer *t, int nb, float *dst)
-{
-    return s_gather_at(t, 0, nb, dst);
-}
-
-/* The same in bf16 into dst (trn_net_input_bf16). */
-static int s_gather_bf16(trn_trainer *t, int nb, uint16_t *dst)
-{
-    const trn_dataset *d = t->train;
-    if (s_batch_bufs(t, nb) < 0) /* the labels' buffer */
-        return -1;
-    s_order(t);
-    trn_gather_rows_bf16(d->x, d->y, d->dim, t->perm, (int)t->pos, nb, dst, t->yb);
-    return 0;
-}
-
 /* The loss-scale decision of every step path, in one place. With host
    gradients (host = 1) each layer's gradients are checked for inf/NaN;
    a device backend passes its own flag in `overflow` (host = 0). With
@@ -541,7 +480,7 @@ static int s_step_backend_dist(trn_trainer *t, int nb, double lr)
 {
     int off, cnt;
     trn__shard(t, nb, &off, &cnt);
-    if (cnt > 0 && s_gather_at(t, off, cnt, NULL) < 0)
+    if (cnt > 0 && trn__gather_at(t, off, cnt, NULL) < 0)
         return -1;
     if (s_backend_ready(t) < 0)
         return -1;
@@ -600,7 +539,7 @@ static int s_step_backend_at(trn_trainer *t, int nb, double lr)
         trn__shard(t, nb, &off, &cnt);
     if (s_backend_ready(t) < 0)
         return -1;
-    s_order(t);
+    trn__order(t);
     if (t->dev_order_epoch != t->perm_epoch) {
         if (b->set_order(b->self, t->perm, t->train->n, err) < 0) {
             fprintf(stderr, "jizhi-train: %s backend: %s\n", b->name, err);
@@ -628,7 +567,7 @@ static int s_step_dist(trn_trainer *t, int nb, double lr)
     int mb = c->micro_batch > 0 && c->micro_batch < cnt ? c->micro_batch : cnt;
     int measure = (t->step + 1) % c->log_every == 0;
     float *direct = cnt > 0 && mb == cnt ? trn_net_input(t->net, cnt) : NULL;
-    if (cnt > 0 && s_gather_at(t, off, cnt, direct) < 0)
+    if (cnt > 0 && trn__gather_at(t, off, cnt, direct) < 0)
         return -1;
     const float *xsrc = direct ? direct : t->xb;
     double S = t->scaler.scale;
@@ -747,7 +686,7 @@ static double s_probe_backward(trn_trainer *t, double *ready)
     trn__shard(t, nb, &off, &cnt);
     int mb =
         t->cfg.micro_batch > 0 && t->cfg.micro_batch < cnt ? t->cfg.micro_batch : cnt;
-    if (mb <= 0 || s_gather_at(t, off, mb, NULL) < 0)
+    if (mb <= 0 || trn__gather_at(t, off, mb, NULL) < 0)
         return -1;
     long ns = trn_net_state_count(t->net);
     float *st = ns > 0 ? malloc((size_t)ns * sizeof(float)) : NULL;
@@ -910,7 +849,7 @@ int trn_trainer_step(trn_trainer *t)
     if (t->dist)
         return s_step_dist(t, nb, lr);
     if (t->backend) {
-        if (s_gather(t, nb, NULL) < 0)
+        if (trn__gather_at(t, 0, nb, NULL) < 0)
             return -1;
         return s_step_backend(t, nb, lr);
     }
@@ -925,7 +864,7 @@ int trn_trainer_step(trn_trainer *t)
        pass takes the fp32 rows) */
     uint16_t *dh = mb == nb && !half ? trn_net_input_bf16(t->net, nb) : NULL;
     float *direct = !dh && mb == nb ? trn_net_input(t->net, nb) : NULL;
-    if (dh ? s_gather_bf16(t, nb, dh) < 0 : s_gather(t, nb, direct) < 0)
+    if (dh ? trn__gather_bf16(t, nb, dh) < 0 : trn__gather_at(t, 0, nb, direct) < 0)
         return -1;
     const float *xsrc = direct ? direct : t->xb;
     double S = t->scaler.scale;

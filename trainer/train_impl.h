@@ -7,6 +7,13 @@
 #include "trainer/dist.h"
 #include "trainer/trn.h"
 
+/* The training set's bf16 copy (train_batch.c). */
+typedef enum {
+    TRN__XH_UNMADE,  /* no bf16 batch yet */
+    TRN__XH_READY,   /* xh holds the copy */
+    TRN__XH_REFUSED, /* too large or out of memory: bf16 batches round fp32 rows */
+} trn__xh_state;
+
 struct trn_trainer {
     trn_config cfg;                        /* current values (live changes land here) */
     const trn_dataset *train, *val, *test; /* borrowed */
@@ -29,6 +36,8 @@ struct trn_trainer {
     float *xb;                /* gathered batch */
     uint8_t *yb;
     int xb_cap;
+    uint16_t *xh; /* train->x rounded to bf16 (owned; see xh_state) */
+    trn__xh_state xh_state;
     trn_io io;
     const trn_backend *backend; /* NULL: CPU */
     int backend_attached;
@@ -73,6 +82,21 @@ int trn__next_batch_size(const trn_trainer *t);
 
 /* This rank's share of a global batch of nb: [*off, *off + *cnt). */
 void trn__shard(const trn_trainer *t, int nb, int *off, int *cnt);
+
+/* The epoch's order in t->perm: a permutation drawn from (seed, epoch). A
+   new draw makes the device backend's copy stale (dev_order_epoch)
+   (train_batch.c). */
+void trn__order(trn_trainer *t);
+
+/* Gathers examples pos+off .. pos+off+nb of the epoch's order into dst (or
+   t->xb when dst is NULL), their labels into t->yb. 0, or -1 out of
+   memory. */
+int trn__gather_at(trn_trainer *t, int off, int nb, float *dst);
+
+/* The same (off 0) in bf16 into dst (trn_net_input_bf16), from the
+   training set's bf16 copy, made by the first call (train_batch.c).
+   0, or -1 out of memory. */
+int trn__gather_bf16(trn_trainer *t, int nb, uint16_t *dst);
 
 /* --verbose, at a precision change (a schedule's epoch, a live change):
    prints on stderr the convolutions' and the linears' kernels in the new
