@@ -135,6 +135,48 @@ TEST(sgd_steps)
     CHECK_NEAR(t.w[1], -2.0437, 1e-6);
 }
 
+/* SGD's loop runs in the CPU's widest clone (AVX-512, AVX2 or the
+   baseline, optim.c) and must round as the baseline does, operation by
+   operation, on every CPU: bit for bit against a float-by-float
+   reference (each product and sum stored, so none fuses into an FMA,
+   which moves the last bit of some of these 1000 values), plain and
+   Nesterov, over three steps. */
+TEST(sgd_rounds_as_the_baseline_in_every_clone)
+{
+    enum { N = 1000 };
+    static float w[N], g[N], m[N], rw[N], rm[N];
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        for (int i = 0; i < N; i++) {
+            w[i] = rw[i] = (float)sin(i * 0.37) * 3.1f;
+            m[i] = rm[i] = 0;
+        }
+        trn_param p = {.kind = TRN_PW, .n = N, .w = w, .g = g, .m = m};
+        trn_optim o = s_opt("sgd");
+        o.nesterov = nesterov;
+        float mu = 0.9f, wd = 0.01f, lr = 0.1f;
+        for (int step = 0; step < 3; step++) {
+            for (int i = 0; i < N; i++)
+                g[i] = (float)cos(i * 0.91 + step) * 0.7f;
+            trn_optim_step(&o, &p, 1, 0.1);
+            for (int i = 0; i < N; i++) {
+                volatile float d = wd * rw[i], gg = g[i] + d, mm = mu * rm[i];
+                volatile float v = mm + gg;
+                rm[i] = v;
+                volatile float u = nesterov ? gg + (volatile float){mu * v} : v;
+                volatile float s = lr * u;
+                rw[i] = rw[i] - s;
+            }
+        }
+        int bad = 0;
+        for (int i = 0; i < N; i++)
+            bad +=
+                memcmp(&w[i], &rw[i], sizeof w[i]) != 0 || memcmp(&m[i], &rm[i], 4) != 0;
+        if (bad)
+            JZT_FAIL("%s SGD: %d of %d weights differ from the reference in their bits",
+                     nesterov ? "Nesterov" : "plain", bad, N);
+    }
+}
+
 TEST(lars_step)
 {
     two_params t;
@@ -215,6 +257,7 @@ int main(void)
     RUN(loss_scaler);
     RUN(precision_schedule);
     RUN(sgd_steps);
+    RUN(sgd_rounds_as_the_baseline_in_every_clone);
     RUN(lars_step);
     RUN(adamw_step);
     RUN(lamb_step);
