@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "jz_test.h"
+#include "trainer/bf16.h"
 #include "trainer/trn.h"
 
 TEST(bf16_rounding)
@@ -18,6 +19,40 @@ TEST(bf16_rounding)
     CHECK(isnan(trn_round_bf16(NAN)));
     CHECK(isinf(trn_round_bf16(INFINITY)));
     CHECK(isinf(trn_round_bf16(3.4028235e38f))); /* rounds up past the bf16 max */
+}
+
+/* The array conversion (trn_bf16_from_f32: 512-bit vectors where the CPU
+   has AVX-512BW, the clones elsewhere) rounds every value as the scalar
+   trn_f2bf does, bit for bit: ties, subnormals, infinities, NaNs with and
+   without the quiet bit, both signs, at every offset of a vector (a
+   length that is no multiple of 16, and a start off the alignment). */
+TEST(bf16_array_conversion_is_the_scalar_one)
+{
+    enum { N = 70000 }; /* over one chunk (16384), so the chunks' loop runs */
+    float *x = malloc(N * sizeof *x);
+    uint16_t *o = malloc(N * sizeof *o);
+    uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x00000001u, 0x00400000u,
+                          0x807fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                          0x7f800001u, 0xffbfffffu, 0x7f7fffffu, 0x80000000u};
+    uint64_t st = 7;
+    for (int i = 0; i < N; i++) {
+        st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint32_t u = (uint32_t)(st >> 32);
+        if (i % 5 == 0)
+            u = special[(i / 5) % (sizeof special / sizeof special[0])];
+        memcpy(&x[i], &u, 4);
+    }
+    for (int off = 0; off < 3; off++) {
+        long n = N - 5 - off;
+        trn_bf16_from_f32(o + off, x + off, n);
+        int bad = 0;
+        for (long i = 0; i < n; i++)
+            bad += o[off + i] != trn_f2bf(x[off + i]);
+        if (bad)
+            JZT_FAIL("offset %d: %d of %ld values differ from trn_f2bf", off, bad, n);
+    }
+    free(x);
+    free(o);
 }
 
 TEST(fp16_rounding)
@@ -253,6 +288,7 @@ TEST(lr_schedules)
 int main(void)
 {
     RUN(bf16_rounding);
+    RUN(bf16_array_conversion_is_the_scalar_one);
     RUN(fp16_rounding);
     RUN(loss_scaler);
     RUN(precision_schedule);
