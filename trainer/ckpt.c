@@ -371,76 +371,160 @@ static const char *s_opt_name(uint32_t k)
     return k < 4 ? names[k] : "?";
 }
 
+/* The payload's head, up to and including the config text (pointers into
+   the file's bytes). */
+typedef struct {
+    char arch[256];
+    uint32_t opt_kind;
+    long step, epoch, pos, opt_t;
+    trn_rng rng;
+    double scale;
+    long good, skipped;
+    uint32_t nl;             /* layer scalers */
+    const unsigned char *ls; /* nl x (f64 scale, u64 good steps), unaligned */
+    const char *cfgtext;     /* cl bytes of "name=value\n" lines */
+    uint32_t cl;
+} s_head;
+
+static void s_read_head(s_rbuf *r, s_head *h)
+{
+    s_gstr(r, h->arch, sizeof h->arch);
+    h->opt_kind = s_gu32(r);
+    h->step = (long)s_gu64(r);
+    h->epoch = (long)s_gu64(r);
+    h->pos = (long)s_gu64(r);
+    h->opt_t = (long)s_gu64(r);
+    for (int i = 0; i < 4; i++)
+        h->rng.s[i] = s_gu64(r);
+    h->scale = s_gf64(r);
+    h->good = (long)s_gu64(r);
+    h->skipped = (long)s_gu64(r);
+    h->nl = s_gu32(r);
+    h->ls = h->nl <= (r->len - r->off) / 16 ? s_get(r, (size_t)h->nl * 16) : NULL;
+    if (!h->ls)
+        r->bad = 1;
+    h->cl = s_gu32(r);
+    h->cfgtext = s_get(r, h->cl);
+}
+
+/* Sets each "name=value" line of a checkpoint's config text on c. 0, or -1
+   with err. */
+static int s_apply_cfgtext(trn_config *c, const char *text, size_t len, const char *path,
+                           char *err)
+{
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *eq = memchr(p, '=', (size_t)((nl ? nl : end) - p));
+        if (!nl || !eq) {
+            snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (config text)", path);
+            return -1;
+        }
+        char name[64], val[512], e2[TRN_ERRLEN];
+        size_t kn = (size_t)(eq - p), vn = (size_t)(nl - eq - 1);
+        if (kn >= sizeof name || vn >= sizeof val) {
+            snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (config text)", path);
+            return -1;
+        }
+        memcpy(name, p, kn);
+        name[kn] = 0;
+        memcpy(val, eq + 1, vn);
+        val[vn] = 0;
+        if (trn_config_set(c, name, val, e2) == -1) {
+            snprintf(err, TRN_ERRLEN, "%.200s: checkpoint config: %.280s", path, e2);
+            return -1;
+        }
+        p = nl + 1;
+    }
+    return 0;
+}
+
+int trn_ckpt_read_config(const char *path, trn_config *c, char *err)
+{
+    size_t len;
+    unsigned char *buf = s_read_checked(path, &len, err);
+    if (!buf)
+        return -1;
+    s_rbuf r = {buf, len - 4, CK_HDR, 0};
+    s_head h;
+    s_read_head(&r, &h);
+    trn_config n = *c;
+    int rc = -1;
+    if (r.bad)
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (payload does not parse)",
+                 path);
+    else if (s_apply_cfgtext(&n, h.cfgtext, h.cl, path, err) == 0 &&
+             trn_config_validate(&n, err) == 0)
+        rc = 0;
+    free(buf);
+    if (rc == 0)
+        *c = n;
+    return rc;
+}
+
+size_t trn_ckpt_kept_options(const trn_config *was, const trn_config *now, char *buf,
+                             size_t len)
+{
+    char a[8192], b[8192];
+    size_t w = 0;
+    buf[0] = 0;
+    trn_config_restored_text(was, a, sizeof a);
+    trn_config_restored_text(now, b, sizeof b);
+    /* both texts list the same options in the same order */
+    for (char *pa = a, *pb = b; *pa && *pb;) {
+        char *ea = strchr(pa, '\n'), *eb = strchr(pb, '\n');
+        if (!ea || !eb)
+            break;
+        *ea = *eb = 0;
+        char *qa = strchr(pa, '='), *qb = strchr(pb, '=');
+        if (qa && qb) {
+            *qb = 0;
+            if (!trn_config_is_live(pb) && strcmp(qa + 1, qb + 1) && w + 1 < len)
+                w += (size_t)snprintf(buf + w, len - w, "%s%s=%s (this command: %s)",
+                                      w ? ", " : "", pb, qb + 1, qa + 1);
+        }
+        pa = ea + 1;
+        pb = eb + 1;
+    }
+    return w < len ? w : len - 1;
+}
+
 /* Parses the payload; with commit = 0 only checks it. */
 static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int commit,
                    const char *path, char *err)
 {
     s_rbuf r = {buf, len - 4, CK_HDR, 0};
     trn_net *n = t->net;
-    char arch[256];
-    s_gstr(&r, arch, sizeof arch);
-    if (!r.bad && strcmp(arch, trn_net_arch(n)) != 0) {
+    s_head h;
+    s_read_head(&r, &h);
+    if (!r.bad && strcmp(h.arch, trn_net_arch(n)) != 0) {
         snprintf(err, TRN_ERRLEN, "%s: checkpoint is for model %s, this run builds %s",
-                 path, arch, trn_net_arch(n));
+                 path, h.arch, trn_net_arch(n));
         return -1;
     }
-    uint32_t ok = s_gu32(&r);
-    if (!r.bad && ok != (uint32_t)t->opt.kind) {
+    if (!r.bad && h.opt_kind != (uint32_t)t->opt.kind) {
         snprintf(err, TRN_ERRLEN,
                  "%s: checkpoint was trained with optimizer %s, this run uses %s", path,
-                 s_opt_name(ok), s_opt_name((uint32_t)t->opt.kind));
+                 s_opt_name(h.opt_kind), s_opt_name((uint32_t)t->opt.kind));
         return -1;
     }
-    long step = (long)s_gu64(&r), epoch = (long)s_gu64(&r), pos = (long)s_gu64(&r);
-    long opt_t = (long)s_gu64(&r);
-    trn_rng rng;
-    for (int i = 0; i < 4; i++)
-        rng.s[i] = s_gu64(&r);
-    double scale = s_gf64(&r);
-    long good = (long)s_gu64(&r), skipped = (long)s_gu64(&r);
-    uint32_t nl = s_gu32(&r);
-    if (!r.bad && nl != (uint32_t)t->nlayers) {
-        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (layer count %u)", path, nl);
+    long step = h.step, epoch = h.epoch, pos = h.pos;
+    if (!r.bad && h.nl != (uint32_t)t->nlayers) {
+        snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (layer count %u)", path, h.nl);
         return -1;
     }
-    for (uint32_t l = 0; l < nl && !r.bad; l++) {
-        double ls = s_gf64(&r);
-        long lg = (long)s_gu64(&r);
-        if (commit) {
-            t->lscalers[l].scale = ls;
-            t->lscalers[l].good_steps = lg;
-            t->lscale[l] = ls;
-        }
+    for (uint32_t l = 0; l < h.nl && !r.bad && commit; l++) {
+        double ls;
+        uint64_t lg;
+        memcpy(&ls, h.ls + 16 * l, 8);
+        memcpy(&lg, h.ls + 16 * l + 8, 8);
+        t->lscalers[l].scale = ls;
+        t->lscalers[l].good_steps = (long)lg;
+        t->lscale[l] = ls;
     }
-    uint32_t cl = s_gu32(&r);
-    const char *cfgtext = s_get(&r, cl);
     trn_config c = t->cfg;
-    if (cfgtext) {
-        const char *p = cfgtext, *end = cfgtext + cl;
-        while (p < end) {
-            const char *nl2 = memchr(p, '\n', (size_t)(end - p));
-            const char *eq = memchr(p, '=', (size_t)((nl2 ? nl2 : end) - p));
-            if (!nl2 || !eq) {
-                snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (config text)", path);
-                return -1;
-            }
-            char name[64], val[512], e2[TRN_ERRLEN];
-            size_t kn = (size_t)(eq - p), vn = (size_t)(nl2 - eq - 1);
-            if (kn >= sizeof name || vn >= sizeof val) {
-                snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (config text)", path);
-                return -1;
-            }
-            memcpy(name, p, kn);
-            name[kn] = 0;
-            memcpy(val, eq + 1, vn);
-            val[vn] = 0;
-            if (trn_config_set(&c, name, val, e2) == -1) {
-                snprintf(err, TRN_ERRLEN, "%.200s: checkpoint config: %.280s", path, e2);
-                return -1;
-            }
-            p = nl2 + 1;
-        }
-    }
+    if (h.cfgtext && s_apply_cfgtext(&c, h.cfgtext, h.cl, path, err) < 0)
+        return -1;
     uint32_t np = s_gu32(&r);
     if (!r.bad && np != (uint32_t)trn_net_nparams(n)) {
         snprintf(err, TRN_ERRLEN, "%s: checkpoint has %u tensors, the model %d", path, np,
@@ -536,11 +620,11 @@ static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int com
         t->epoch++;
         t->pos = 0;
     }
-    t->opt.t = opt_t;
-    t->rng = rng;
-    t->scaler.scale = scale;
-    t->scaler.good_steps = good;
-    t->scaler.skipped = skipped;
+    t->opt.t = h.opt_t;
+    t->rng = h.rng;
+    t->scaler.scale = h.scale;
+    t->scaler.good_steps = h.good;
+    t->scaler.skipped = h.skipped;
     t->perm_epoch = -1;
     t->prec = t->psched.n ? trn_prec_schedule_at(&t->psched, t->epoch)
                           : trn_precision_from_name(t->cfg.precision);

@@ -118,10 +118,11 @@ static const s_opt s_opts[] = {
      .hi = 1,
      .dflt = "1",
      .help = "cnn: the last BN of each residual branch starts with gamma 0 (the block "
-             "starts as the identity); 0: gamma 1 like every other BN",
+             "starts as the identity); 0: gamma 1 like every other BN (a resume takes "
+             "the checkpoint's value)",
      /* init only, as --seed: a checkpoint records how its run began, and a
-        resumed run reports the checkpoint's value (its gammas come from the
-        checkpoint either way) */
+        resumed run takes the checkpoint's value and says so where the command's
+        differs (main.c; its gammas come from the checkpoint either way) */
      .when = OPT_RESTORED},
     {.flag = "epochs",
      .type = OPT_INT,
@@ -411,7 +412,8 @@ static const s_opt s_opts[] = {
      .dflt = "auto",
      .help = "CPU convolutions: oneDNN (dnnl, NHWC) or im2col + GEMM (gemm); auto = "
              "dnnl when the build has oneDNN, the images have one channel and, in a "
-             "run with bf16, the CPU has bf16 instructions (chosen once per run)"},
+             "run with bf16, the CPU has bf16 instructions (chosen once per process, "
+             "after a checkpoint's restore)"},
     {.flag = "matmul",
      .type = OPT_STR,
      .off = O(matmul),
@@ -437,8 +439,8 @@ static const s_opt s_opts[] = {
      .hi = 1,
      .dflt = "0",
      .help = "say at start which BLAS kernels run and why (JIZHI_BLAS_CORE, "
-             "OPENBLAS_CORETYPE), and the convolutions' and linears' kernels at start "
-             "and at each precision change"},
+             "OPENBLAS_CORETYPE), and the convolutions' and linears' kernels (CPU "
+             "backend) at start and at each precision change"},
     /* data-parallel ranks (comm.h, dist.h): fixed for a run */
     {.flag = "comm",
      .type = OPT_STR,
@@ -734,6 +736,24 @@ int trn_config_set(trn_config *c, const char *name, const char *value, char *err
     char who[80];
     snprintf(who, sizeof who, "--%s", o->flag);
     return s_set(c, o, value, who, err);
+}
+
+int trn_config_set_live(trn_config *c, const char *name, const char *value, char *err)
+{
+    trn_config n = *c;
+    int rc = trn_config_set(&n, name, value, err);
+    if (rc < 0)
+        return rc;
+    if (!trn_config_is_live(name)) {
+        s_err(err, "%s cannot change while the trial runs (it needs a restart)", name);
+        return -1;
+    }
+    if (n.micro_batch > n.batch_size)
+        n.micro_batch = 0;
+    if (trn_config_validate(&n, err) < 0)
+        return -1;
+    *c = n;
+    return 0;
 }
 
 int trn_config_get(const trn_config *c, const char *name, char *buf, size_t len)

@@ -21,21 +21,12 @@
 int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, char *err)
 {
     trn_config c = t->cfg;
-    int rc = trn_config_set(&c, name, value, err);
+    int rc = trn_config_set_live(&c, name, value, err);
     if (rc == -2) {
         snprintf(err, TRN_ERRLEN, "unknown parameter \"%s\"", name);
         return -1;
     }
     if (rc < 0)
-        return -1;
-    if (!trn_config_is_live(name)) {
-        snprintf(err, TRN_ERRLEN,
-                 "%s cannot change while the trial runs (it needs a restart)", name);
-        return -1;
-    }
-    if (c.micro_batch > c.batch_size)
-        c.micro_batch = 0;
-    if (trn_config_validate(&c, err) < 0)
         return -1;
     t->cfg = c;
     trn__apply_config(t);

@@ -150,6 +150,41 @@ static int s_eval_at_step(trn_config *cfg)
     return 0;
 }
 
+/* Rank 0, before the model is built: a run that restores a checkpoint
+   (--resume, or JIZHI_LOAD_CHECKPOINT for a trial the controller
+   restarts; --resume wins) takes the checkpoint's restored options and
+   then, as trn_trainer_reapply_params does after the load, the trial's
+   live params, so the model is built for the config the run will have:
+   what is chosen once per process (the CNN's convolution path, trn_net_new)
+   follows the checkpoint's precision and schedule, not the command
+   line's. Says which options that cannot change live (--seed, --zero-gamma)
+   the checkpoint overrode. 0, or -1 with err. */
+static int s_restored_config(trn_config *cfg, jz_trial *jz, char *err)
+{
+    const char *restore = cfg->resume[0] ? cfg->resume : getenv("JIZHI_LOAD_CHECKPOINT");
+    if (!restore || !*restore)
+        return 0;
+    trn_config c = *cfg;
+    char e2[TRN_ERRLEN];
+    if (trn_ckpt_read_config(restore, &c, e2) < 0) {
+        snprintf(err, TRN_ERRLEN, "%s: %.400s",
+                 cfg->resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT", e2);
+        return -1;
+    }
+    char name[64], val[512];
+    for (size_t i = 0; jz && trn_config_live_param(i, name, sizeof name); i++)
+        if (trn_jz_param(jz, name, val, sizeof val) == 1)
+            trn_config_set_live(&c, name, val, e2); /* refused: reapply says it */
+    char kept[1024];
+    if (trn_ckpt_kept_options(cfg, &c, kept, sizeof kept) && !c.quiet)
+        fprintf(stderr,
+                "jizhi-train: %s: kept from the checkpoint, as its run began: %s\n",
+                cfg->resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT", kept);
+    c.restored = 1;
+    *cfg = c;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     s_thread_env(argv);
@@ -186,11 +221,15 @@ int main(int argc, char **argv)
             st.status = 2;
         } else if (s_eval_at_step(&st.cfg) < 0) {
             st.status = 2;
+
         } else if (strcmp(st.cfg.comm, flag_comm)) {
             fprintf(stderr,
                     "jizhi-train: param comm: the communication backend is chosen on the "
                     "command line (--comm), not by a param\n");
             st.status = 2;
+        } else if (s_restored_config(&st.cfg, jz, err) < 0) {
+            fprintf(stderr, "jizhi-train: %s\n", err);
+            st.status = 1;
         }
     }
     if (trn_comm_bcast(comm, &st, sizeof st, 0) < 0) {
@@ -272,17 +311,8 @@ int main(int argc, char **argv)
         if (detail[0] && !cfg.quiet)
             fprintf(stderr, "jizhi-train: after the load: %s\n", detail);
     }
-    if (comm->rank == 0 && cfg.verbose) {
-        /* at rank 0's share of the batch (trn__shard), the size its steps
-           run: a describe builds the kernels' cache entry for its size;
-           after a restore, in the precision it brought */
-        char line[512];
-        int nb = cfg.batch_size / comm->size + (cfg.batch_size % comm->size > 0);
-        trn_net_conv_describe(trn_trainer_net(t), nb, line, sizeof line);
-        fprintf(stderr, "jizhi-train: convolutions: %s\n", line);
-        trn_net_matmul_describe(trn_trainer_net(t), nb, line, sizeof line);
-        fprintf(stderr, "jizhi-train: linears: %s\n", line);
-    }
+    if (comm->rank == 0 && cfg.verbose) /* after a restore, in its precision */
+        trn_trainer_say_kernels(t, 1);
     if (comm->rank == 0)
         s_report_kernels(jz, trn_trainer_step_count(t));
     if (trn_trainer_run(t, err) < 0) {

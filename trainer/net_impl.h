@@ -77,6 +77,7 @@ struct trn_net {
     trn_precision prec;
     int nhwc;                  /* CNN activations channels last: the oneDNN conv path */
     trn__conv_path conv_path;  /* the convolutions' path and why (nhwc: DNNL) */
+    char conv_bf16_why[192];   /* TRN__CONV_NO_BF16: the option that named bf16 */
     trn__mm mm;                /* --matmul (the MLP) */
     int half;                  /* bf16 on oneDNN (nhwc, or the MLP's linears): the hs
                                   buffers are stored in bf16 */
@@ -100,14 +101,17 @@ int trn__net_wants_bf16(const trn_config *cfg);
 
 /* Chooses the CNN's convolution path once for the run, for images of c
    channels: oneDNN (NHWC) unless --conv gemm, no oneDNN, several channels,
-   or bf16 anywhere in the run on a CPU without bf16 instructions. The
-   layouts differ (NHWC with fused ops vs CNHW with im2col), so an epoch
-   cannot change it. Sets n->conv_path; returns 1 for oneDNN. */
+   or, under --conv auto, bf16 anywhere in cfg (the run's config once a
+   checkpoint's options are restored: trn_ckpt_read_config) on a CPU
+   without bf16 instructions. The layouts differ (NHWC with fused ops vs CNHW with
+   im2col), so an epoch cannot change it. Sets n->conv_path; returns 1 for oneDNN. */
 int trn__net_conv_route(trn_net *n, const trn_config *cfg, int c);
 
 /* Refuses flag (--matmul or --conv) set to val "dnnl" where it cannot run
    well: no oneDNN in the build, images with c != 1 (--conv), or bf16 on a
-   CPU without bf16 instructions (trn_dnnl_bf16_native). 0, or -1 with a
+   CPU without bf16 instructions (trn_dnnl_bf16_native) unless the bf16 came
+   from a checkpoint (cfg->restored: run as the emulation, as after a live
+   change). 0, or -1 with a
    message in err (TRN_ERRLEN). */
 int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val, int c,
                         char *err);

@@ -30,9 +30,18 @@ int trn__net_conv_route(trn_net *n, const trn_config *cfg, int c)
     n->conv_path = !trn_dnnl_available()        ? TRN__CONV_NO_DNNL
                    : !strcmp(cfg->conv, "gemm") ? TRN__CONV_ASKED
                    : c != 1                     ? TRN__CONV_CHANNELS
-                   : trn__net_wants_bf16(cfg) && !trn_dnnl_bf16_native()
+                   : !strcmp(cfg->conv, "auto") && trn__net_wants_bf16(cfg) &&
+                           !trn_dnnl_bf16_native()
                        ? TRN__CONV_NO_BF16
                        : TRN__CONV_DNNL;
+    /* what named bf16, for --verbose (the config may change later: a live
+       change, a live load) */
+    n->conv_bf16_why[0] = 0;
+    if (n->conv_path == TRN__CONV_NO_BF16)
+        snprintf(n->conv_bf16_why, sizeof n->conv_bf16_why, "%s %s%s",
+                 strcmp(cfg->precision, "bf16") ? "--precision-schedule" : "--precision",
+                 strcmp(cfg->precision, "bf16") ? cfg->precision_schedule : "bf16",
+                 cfg->restored ? ", from the checkpoint" : "");
     return n->conv_path == TRN__CONV_DNNL;
 }
 
@@ -50,7 +59,7 @@ int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val
     else if (!strcmp(flag, "--conv") && c != 1)
         snprintf(err, TRN_ERRLEN,
                  "--conv dnnl: the oneDNN path takes single-channel images");
-    else if (trn__net_wants_bf16(cfg) && !trn_dnnl_bf16_native())
+    else if (trn__net_wants_bf16(cfg) && !cfg->restored && !trn_dnnl_bf16_native())
         snprintf(err, TRN_ERRLEN,
                  "%s dnnl: this CPU has no bf16 instructions for oneDNN (its ISA: %s), "
                  "where bf16 would run on slow fallbacks or not at all; use %s auto or "
@@ -141,17 +150,22 @@ int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
                           : n->conv_path == TRN__CONV_CHANNELS
                               ? "images with several channels"
                               : "no bf16 instructions for oneDNN on this CPU";
-        /* a run with bf16 somewhere (a schedule, a start in bf16) stays on
-           this path in its fp32 epochs: the layout is the run's */
-        snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations (%s%s%s%s)", why,
-                 n->conv_path == TRN__CONV_NO_BF16 ? " (ISA " : "",
-                 n->conv_path == TRN__CONV_NO_BF16 ? trn_dnnl_isa_name() : "",
-                 n->conv_path != TRN__CONV_NO_BF16 ? ""
-                 : n->prec == TRN_BF16
-                     ? ")"
-                     : "); the run has bf16 epochs, and the layout is chosen once per "
-                       "run, so its fp32 epochs run here too, not on oneDNN's fp32 "
-                       "kernels");
+        if (n->conv_path != TRN__CONV_NO_BF16) {
+            snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations (%s)", why);
+            return 0;
+        }
+        /* a process whose config named bf16 when it started (the command
+           line, or a restored checkpoint's) stays on this path in its
+           other precisions: the layout is chosen once */
+        char rest[400] = "";
+        if (n->prec != TRN_BF16)
+            snprintf(
+                rest, sizeof rest,
+                "; the run started with %s, and the layout is chosen once per "
+                "process, so its %s epochs run here too, not on oneDNN's fp32 kernels",
+                n->conv_bf16_why, trn_precision_name(n->prec));
+        snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations (%s (ISA %s)%s)",
+                 why, trn_dnnl_isa_name(), rest);
         return 0;
     }
     char ver[64], impl[256];
@@ -161,12 +175,16 @@ int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
         snprintf(buf, len, "%s", n->conv_err);
         return -1;
     }
+    char emu[160] = "";
+    if (n->prec == TRN_FP16)
+        snprintf(emu, sizeof emu, " (fp16 emulated by rounding)");
+    else if (n->prec == TRN_BF16 && !bf16)
+        snprintf(emu, sizeof emu,
+                 " (bf16 emulated by rounding: no bf16 instructions for oneDNN on this "
+                 "CPU (ISA %s))",
+                 trn_dnnl_isa_name());
     snprintf(buf, len, "%s, NHWC activations, %s kernels%s: %s", ver,
-             bf16 ? "bf16" : "fp32",
-             n->prec == TRN_BF16 && !bf16 ? " (bf16 emulated by rounding: no bf16 "
-                                            "instructions for oneDNN on this CPU)"
-                                          : "",
-             impl);
+             bf16 ? "bf16" : "fp32", emu, impl);
     return 0;
 }
 

@@ -113,6 +113,7 @@ trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
     trn_rng_seed(&t->rng, (uint64_t)cfg->seed);
     trn_net_init(t->net, &t->rng);
     trn_net_set_precision(t->net, t->prec);
+    t->said_prec = (int)t->prec;
     s_setup_scalers(t);
     t->t_since = util_now();
     return t;
@@ -385,9 +386,10 @@ static void s_set_epoch_precision(trn_trainer *t)
     if (p != t->prec) {
         t->prec = p;
         trn_net_set_precision(t->net, p);
-        if (t->cfg.verbose && t->rank == 0 && !t->backend)
-            trn__say_kernels(t);
     }
+    /* after a load too, which sets the precision itself (ckpt.c) */
+    if (t->cfg.verbose && t->rank == 0 && !t->backend && (int)p != t->said_prec)
+        trn_trainer_say_kernels(t, 0);
 }
 
 /* Attaches the device backend when needed (first step, after a precision

@@ -39,6 +39,7 @@ struct trn_trainer {
     uint16_t *xh; /* train->x rounded to bf16 (owned; see xh_state) */
     trn__xh_state xh_state;
     trn_io io;
+    int said_prec; /* --verbose: the precision last described (trn_trainer_say_kernels) */
     const trn_backend *backend; /* NULL: CPU */
     int backend_attached;
     trn_precision backend_prec; /* precision the backend was attached with */
@@ -97,10 +98,5 @@ int trn__gather_at(trn_trainer *t, int off, int nb, float *dst);
    training set's bf16 copy, made by the first call (train_batch.c).
    0, or -1 out of memory. */
 int trn__gather_bf16(trn_trainer *t, int nb, uint16_t *dst);
-
-/* --verbose, at a precision change (a schedule's epoch, a live change):
-   prints on stderr the convolutions' and the linears' kernels in the new
-   precision, at this rank's share of the next batch (train_run.c). */
-void trn__say_kernels(trn_trainer *t);
 
 #endif

@@ -1,8 +1,8 @@
 /*  train_run.c - jizhi-train's run loop around the step (train.c):
     evaluation (the data split over ranks and summed), the metrics it
     reports to the helper, automatic checkpoints, trn_trainer_run, which
-    steps until max_steps, a stop or an error, and --verbose's kernels at a
-    precision change.
+    steps until max_steps, a stop or an error, and --verbose's kernels at
+    the start and at a precision change.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -12,18 +12,22 @@
 #include "trainer/train_impl.h"
 #include "common/util.h"
 
-void trn__say_kernels(trn_trainer *t)
+void trn_trainer_say_kernels(trn_trainer *t, int at_start)
 {
     /* the size the next step runs (a describe builds its kernels) */
     int off, nb;
     trn__shard(t, trn__next_batch_size(t), &off, &nb);
-    char line[512];
-    const char *p = trn_precision_name(t->prec);
+    char line[512], head[96];
+    if (at_start) /* a device backend trains; the CPU evaluates */
+        snprintf(head, sizeof head, "%s", t->backend ? "CPU evaluation: " : "");
+    else
+        snprintf(head, sizeof head, "%s from step %ld: ", trn_precision_name(t->prec),
+                 t->step + 1);
     trn_net_conv_describe(t->net, nb, line, sizeof line);
-    fprintf(stderr, "jizhi-train: %s from step %ld: convolutions: %s\n", p, t->step + 1,
-            line);
+    fprintf(stderr, "jizhi-train: %sconvolutions: %s\n", head, line);
     trn_net_matmul_describe(t->net, nb, line, sizeof line);
-    fprintf(stderr, "jizhi-train: %s from step %ld: linears: %s\n", p, t->step + 1, line);
+    fprintf(stderr, "jizhi-train: %slinears: %s\n", head, line);
+    t->said_prec = (int)t->prec;
 }
 
 void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc)

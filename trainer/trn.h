@@ -116,6 +116,10 @@ typedef struct trn_config {
     char cuda_graphs[8];   /* auto | on | off: --backend cuda replays the step as a CUDA
                               graph */
     char cuda_epilogue[8]; /* lt | kernel: --backend cuda's forward bias + ReLU */
+    /* not an option: the restored options came from a checkpoint (--resume,
+       JIZHI_LOAD_CHECKPOINT: main.c), so bf16 there is not refused under
+       --conv/--matmul dnnl (net.c) */
+    int restored;
 } trn_config;
 
 /* Fills `c` with the defaults. */
@@ -135,6 +139,12 @@ int trn_config_apply_params(trn_config *c, trn_param_fn fn, void *ud, char *err)
 /* Sets one option by its param or flag name from text. Returns 0, -1 with
    err (bad value), or -2 (unknown name). */
 int trn_config_set(trn_config *c, const char *name, const char *value, char *err);
+
+/* A live change of option `name` to `value` on c, as `set` makes it: the
+   name must be live, a --micro-batch larger than the new batch drops to 0,
+   and the whole config must validate. 0 (c changed), -1 with err (c
+   unchanged), -2 for an unknown name. */
+int trn_config_set_live(trn_config *c, const char *name, const char *value, char *err);
 
 /* Writes option `name`'s value as text (round-trips through set).
    Returns 0, or -1 for an unknown name. */
@@ -574,6 +584,16 @@ const trn_config *trn_trainer_config(const trn_trainer *t);
    or -1 with a reason in err (unknown, or not changeable while running). */
 int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, char *err);
 
+/* --verbose on the CPU backend: the convolutions' and the linears' kernels
+   in the current precision, on stderr, at this rank's share of the next
+   batch (a describe builds that size's kernels). at_start: "convolutions:
+   ..." (under a device backend "CPU evaluation: convolutions: ...": the
+   CPU only evaluates); else "bf16 from step N: convolutions: ...". The
+   trainer calls it (rank 0, no backend) at its next step whenever the
+   precision differs from the one last described: a schedule's epoch, a
+   live `set`, a live `load` (train_run.c). */
+void trn_trainer_say_kernels(trn_trainer *t, int at_start);
+
 /* Checkpoints (ckpt.c). Save writes atomically (temp file + rename).
    Load refuses foreign, truncated, corrupt or incompatible files and then
    changes nothing. Return 0 or -1 with err. */
@@ -587,6 +607,20 @@ void trn_trainer_reapply_params(trn_trainer *t, char *detail, size_t len);
 
 /* Verifies a checkpoint file's header and checksum only. */
 int trn_ckpt_verify(const char *path, char *err);
+
+/* Sets on c the options a checkpoint restores (its config text), as a load
+   will, without a trainer: the run's config before its model is built, so
+   what is chosen once per process (the CNN's convolution path) follows the
+   checkpoint. Reads and checks the whole file. 0, or -1 with err (c
+   unchanged). */
+int trn_ckpt_read_config(const char *path, trn_config *c, char *err);
+
+/* The options a checkpoint restores that cannot change live (--seed,
+   --zero-gamma, ...: how the run began) whose value in `now` (restored)
+   differs from `was` (the resuming command's): "seed=3 (this command: 1),
+   ..." into buf (NUL-terminated, truncated). Returns the length (0: none). */
+size_t trn_ckpt_kept_options(const trn_config *was, const trn_config *now, char *buf,
+                             size_t len);
 
 /* The trn_io and param lookup over a libjizhi trial (io_jizhi.c). */
 void trn_io_jizhi(trn_io *io, jz_trial *t);

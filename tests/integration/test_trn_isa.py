@@ -6,7 +6,9 @@ at step 0 under AVX2 and fell to oneDNN's gemm:jit, 3.0x slower, under
 AVX512_CORE), --matmul/--conv dnnl refuse bf16 at startup, fp32 stays on
 oneDNN; a change to bf16 mid-run (a precision schedule, a live `set
 precision` through the daemons) runs bf16 as the emulation and --verbose
-says where at the switch. Skipped without oneDNN in the build."""
+says where at the switch; a resume takes the CNN's convolution path from the
+checkpoint's restored config (bit-identical to the uninterrupted run).
+Skipped without oneDNN in the build."""
 import math
 import os
 import re
@@ -101,26 +103,72 @@ def test_bf16_on_onednn_where_the_cpu_has_it():
     assert "bf16 kernels" in line(train(None, *CNN, "--precision", "bf16"), "convolutions")
 
 
-@pytest.mark.parametrize("model", [CNN, ["--matmul", "dnnl"]], ids=["cnn", "mlp-dnnl"])
+@pytest.mark.parametrize("model", [CNN + ["--conv", "dnnl"], ["--matmul", "dnnl"]],
+                         ids=["cnn-dnnl", "mlp-dnnl"])
 def test_bf16_checkpoint_resumed_in_fp32_without_bf16_instructions(tmp_path, model):
-    # the CNN's oneDNN layout and --matmul dnnl are accepted for the command
-    # line's fp32, the checkpoint restores bf16: before, the CNN ran bf16
-    # convolutions that oneDNN has no kernels for under AVX2 and failed; now
-    # bf16 runs as the emulation (the CNN on oneDNN's fp32 kernels, the MLP on
-    # OpenBLAS), as a live change to bf16 does
+    # --conv dnnl / --matmul dnnl on a resume whose checkpoint restores bf16
+    # (saved on the default path): not refused, as the command line's fp32
+    # loses to the checkpoint's bf16 (before the route came from the
+    # restored config, the CNN's oneDNN convolutions ran bf16 with no
+    # kernels under AVX2 and failed); bf16 runs as the emulation (the CNN on
+    # oneDNN's fp32 kernels, the MLP on OpenBLAS), as a live change to bf16
+    # does
     ck = str(tmp_path / "ck")
-    saved = train("AVX2", *model[:-2] if model[0] == "--matmul" else model,
-                  "--precision", "bf16", "--save", ck)
+    saved = train("AVX2", *model[:-2], "--precision", "bf16", "--save", ck)
     assert saved.returncode == 0, saved.stderr
     r = train("AVX2", *model, "--precision", "fp32", "--resume", ck, "--max-steps", "12",
               "--eval-every", "12", "--log-every", "12")
     done(r)
-    if model == CNN:  # --verbose describes the kernels after the restore
-        assert "fp32 kernels (bf16 emulated by rounding: no bf16 instructions for oneDNN" \
-            in line(r, "convolutions")
+    if "--conv" in model:  # --verbose describes the kernels after the restore
+        assert "fp32 kernels (bf16 emulated by rounding: no bf16 instructions for oneDNN " \
+            "on this CPU (ISA avx2))" in line(r, "convolutions")
     else:
         assert line(r, "linears").startswith(
             "OpenBLAS sgemm, precision emulated by rounding (no bf16 instructions")
+
+
+def metric(p, step, name):
+    m = re.search(r"jizhi: step %d %s=(\S+)" % (step, name), p.stderr)
+    assert m, p.stderr
+    return m.group(1)
+
+
+def test_resume_takes_the_convolution_path_from_the_checkpoint(tmp_path):
+    # the CNN's path is chosen once per process, from the config after the
+    # checkpoint's restore: a fp32 checkpoint (oneDNN's layout under AVX2)
+    # resumed with --precision bf16 continues in fp32 on oneDNN, bit for bit
+    # the uninterrupted run (before: the command line's bf16 chose im2col +
+    # GEMM, the train_loss differed at step 16 and --verbose said falsely
+    # that the run had bf16 epochs)
+    run = CNN + ["--eval-every", "16", "--log-every", "8"]
+    ck = str(tmp_path / "ck")
+    first = train("AVX2", *run, "--precision", "fp32", "--max-steps", "8", "--save", ck)
+    assert first.returncode == 0, first.stderr
+    r = train("AVX2", *run, "--precision", "bf16", "--max-steps", "16", "--resume", ck)
+    whole = train("AVX2", *run, "--precision", "fp32", "--max-steps", "16")
+    assert line(r, "convolutions").startswith("oneDNN"), r.stderr
+    assert "fp32 kernels:" in line(r, "convolutions")
+    assert "bf16" not in line(r, "convolutions")
+    for name in ("train_loss", "val_loss"):
+        assert metric(r, 16, name) == metric(whole, 16, name)
+    # in reverse, a run begun with a schedule's bf16 epoch ahead (im2col +
+    # GEMM) and resumed from its fp32 epoch with only --resume stays there
+    # (before: oneDNN's layout); the seed it began with is kept and said
+    sched = ["--precision-schedule", "fp32:1,bf16:1", "--seed", "3"]
+    ck2 = str(tmp_path / "ck2")
+    first = train("AVX2", *run, *sched, "--max-steps", "7", "--save", ck2)
+    assert first.returncode == 0, first.stderr
+    r = train("AVX2", *run, "--max-steps", "16", "--resume", ck2)
+    whole = train("AVX2", *run, *sched, "--max-steps", "16")
+    conv = line(r, "convolutions")
+    assert conv.startswith("im2col + OpenBLAS GEMM"), conv
+    assert conv.endswith("the run started with --precision-schedule fp32:1,bf16:1, from "
+                         "the checkpoint, and the layout is chosen once per process, so "
+                         "its fp32 epochs run here too, not on oneDNN's fp32 kernels)"), conv
+    assert "jizhi-train: --resume: kept from the checkpoint, as its run began: seed=3 " \
+        "(this command: 1)" in r.stderr
+    for name in ("train_loss", "val_loss"):
+        assert metric(r, 16, name) == metric(whole, 16, name)
 
 
 # a precision schedule switching fp32 -> bf16 after the first epoch (8 steps of
@@ -153,13 +201,21 @@ def test_cnn_with_bf16_epochs_runs_all_on_the_gemm_path_and_says_why():
     p = train("AVX2", *CNN, *SCHED)
     conv = line(p, "convolutions")
     assert conv.startswith("im2col + OpenBLAS GEMM"), conv
-    assert "no bf16 instructions for oneDNN on this CPU (ISA avx2); the run has bf16 " \
-        "epochs, and the layout is chosen once per run, so its fp32 epochs run here " \
-        "too" in conv, conv
+    assert "no bf16 instructions for oneDNN on this CPU (ISA avx2); the run started with " \
+        "--precision-schedule fp32:1,bf16:1, and the layout is chosen once per process, " \
+        "so its fp32 epochs run here too" in conv, conv
     assert line(p, "bf16 from step 9: convolutions").startswith(
         "im2col + OpenBLAS GEMM, CNHW activations (no bf16 instructions for oneDNN on this "
         "CPU (ISA avx2))")
     assert done(p) == done(train(None, *CNN, *SCHED, "--conv", "gemm"))
+    # an fp16 epoch before the bf16 one is named as fp16 (before: "its fp32
+    # epochs" during the fp16 epoch)
+    p = train("AVX2", *CNN, "--precision-schedule", "fp16:1,bf16:1", "--max-steps", "8")
+    assert "so its fp16 epochs run here too" in line(p, "convolutions")
+    # on oneDNN's layout an fp16 epoch says it is emulated on fp32 kernels
+    p = train("AVX2", *CNN, "--precision", "fp16")
+    assert "NHWC activations, fp32 kernels (fp16 emulated by rounding):" in \
+        line(p, "convolutions")
     # --conv gemm is named as the reason where it is the reason
     assert line(train("AVX2", *CNN, "--conv", "gemm"), "convolutions").endswith(
         "(--conv gemm)")
@@ -209,8 +265,8 @@ def test_cnn_on_onednn_set_live_to_bf16_runs_the_emulation_on_fp32_kernels(jz):
         jz.run("trial", "stop", str(tid), check=0)
         assert "NHWC activations, fp32 kernels:" in found["start"], found
         assert found["conv"].startswith("oneDNN") and "NHWC activations, fp32 kernels (bf16 " \
-            "emulated by rounding: no bf16 instructions for oneDNN on this CPU)" in found["conv"], \
-            found
+            "emulated by rounding: no bf16 instructions for oneDNN on this CPU (ISA avx2))" \
+            in found["conv"], found
         losses = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='train_loss' "
                         "AND step>=?", tid, found["step"])
         assert losses and all(math.isfinite(v) for (v,) in losses)
