@@ -185,8 +185,9 @@ TEST(thread_change_between_forward_and_backward)
 }
 
 /* On two threads: every primitive on one below 256 rows a thread in fp32
-   (batch 32 and 128), on both at 520; in bf16 one below 1024 rows a
-   thread (both from 2048); exact either way. */
+   (batch 32 and 128), on both at 520; in bf16 one below R rows a thread
+   (R = 1024 where oneDNN's ISA has AMX, else 256: both from 2R); exact
+   either way. */
 TEST(linear_on_two_threads)
 {
     if (!trn_dnnl_available())
@@ -200,82 +201,244 @@ TEST(linear_on_two_threads)
     char err[TRN_ERRLEN];
     trn_dlin *d = trn_dlin_new(784, 256, 1, 1, 0, err);
     REQUIRE(d != NULL);
+    int r = trn_dlin_rows_per_thread(1);
+    CHECK(trn_dlin_rows_per_thread(0) == 256);
+    CHECK(r == (strcmp(trn_dnnl_isa_name(), "avx512_core_amx") ? 256 : 1024));
     for (int which = 0; which < 3; which++) {
         CHECK(trn_dlin_threads(d, 128, 1, which, err) == 1);
         CHECK(trn_dlin_threads(d, 128, 0, which, err) == 1);
-        CHECK(trn_dlin_threads(d, 300, 1, which, err) == 1);
+        CHECK(trn_dlin_threads(d, r + r / 4, 1, which, err) == 1);
         CHECK(trn_dlin_threads(d, 520, 0, which, err) == 2);
         CHECK(trn_dlin_threads(d, 1024, 0, which, err) == 2);
-        CHECK(trn_dlin_threads(d, 1024, 1, which, err) == 1);
-        CHECK(trn_dlin_threads(d, 2047, 1, which, err) == 1);
-        CHECK(trn_dlin_threads(d, 2048, 1, which, err) == 2);
+        CHECK(trn_dlin_threads(d, r, 1, which, err) == 1);
+        CHECK(trn_dlin_threads(d, 2 * r - 1, 1, which, err) == 1);
+        CHECK(trn_dlin_threads(d, 2 * r, 1, which, err) == 2);
     }
     CHECK(trn_dlin_threads(d, 128, 1, 3, err) == -1);
     trn_dlin_destroy(&d);
     trn_dnnl_set_threads(1);
 }
 
+/* bf16's rows per thread follow oneDNN's effective ISA, not the CPU's bf16
+   instructions alone: under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 (bf16
+   kernels without AMX) 256, as fp32. The capped run is this program run
+   again with the variable set (oneDNN reads it once, at its first use):
+   main() answers it in s_capped_child. */
+static const char *g_self;
+static int s_capped_child(void)
+{
+    char err[TRN_ERRLEN];
+    trn_dnnl_set_threads(2);
+    trn_dlin *d = trn_dlin_new(784, 256, 1, 1, 0, err);
+    int ok = d && !strcmp(trn_dnnl_isa_name(), "avx512_core_bf16") &&
+             trn_dlin_rows_per_thread(1) == 256 && trn_dlin_eval_rows(1) == 512 &&
+             trn_dlin_threads(d, 512, 1, 0, err) == 2 &&
+             trn_dlin_threads(d, 511, 1, 2, err) == 1;
+    printf("  capped at %s: bf16 rows per thread %d, batch 512 on %d threads\n",
+           trn_dnnl_isa_name(), trn_dlin_rows_per_thread(1),
+           d ? trn_dlin_threads(d, 512, 1, 0, err) : -1);
+    trn_dlin_destroy(&d);
+    return ok ? 0 : 1;
+}
+
+TEST(bf16_rows_per_thread_follow_the_isa)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 '%s' --capped-child",
+             g_self);
+    fflush(stdout);
+    CHECK(system(cmd) == 0);
+}
+
 /* OpenMP's own count, where the build links its runtime (with oneDNN) */
 int omp_get_max_threads(void) __attribute__((weak));
 
-/* what OpenMP's thread count was while the backward ran (a gradient hook) */
+/* what OpenMP's thread count was while the backward ran (a gradient hook)
+   or the forward (a forward hook) */
 static void s_note_threads(void *ud, int param)
 {
     (void)param;
     *(int *)ud = omp_get_max_threads();
 }
 
+/* One training step of net at batch nb and one evaluation: the threads
+   OpenMP had in the step's forward and backward and in the evaluation's
+   forward, into seen[3]; --threads is back after each (want_after). */
+static void s_step_threads(trn_net *net, int nb, int seen[3], int want_after)
+{
+    float *x = s_rand((long)nb * 64, 0);
+    uint8_t *y = calloc((size_t)nb, 1);
+    int correct;
+    seen[0] = seen[1] = seen[2] = -1;
+    trn_net_set_forward_hook(net, s_note_threads, &seen[0]);
+    trn_net_set_grad_hook(net, s_note_threads, &seen[1]);
+    trn_net_zero_grad(net);
+    CHECK(trn_net_forward_backward(net, x, y, nb, 1, 0.0, 1.0 / nb, NULL, NULL) > 0);
+    CHECK(omp_get_max_threads() == want_after);
+    trn_net_set_grad_hook(net, NULL, NULL);
+    trn_net_set_forward_hook(net, s_note_threads, &seen[2]);
+    CHECK(trn_net_eval(net, x, y, nb, &correct) > 0);
+    CHECK(omp_get_max_threads() == want_after);
+    trn_net_set_forward_hook(net, NULL, NULL);
+    free(x);
+    free(y);
+}
+
+static trn_net *s_mlp(const char *prec)
+{
+    char err[TRN_ERRLEN];
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    strcpy(cfg.hidden, "48,32");
+    trn_net *net = trn_net_new(&cfg, 1, 8, 8, 4, err);
+    if (!net)
+        return NULL;
+    trn_rng r;
+    trn_rng_seed(&r, 5);
+    trn_net_init(net, &r);
+    trn_net_set_precision(net, trn_precision_from_name(prec));
+    return net;
+}
+
 /* The whole MLP step on the batch's thread count, not only its primitives:
-   on two threads, a forward and backward (and an evaluation's forward) of
-   batch 128 run every OpenMP region on one thread (before, the passes
+   on two threads, the forward, the backward and an evaluation's forward
+   of batch 128 run every OpenMP region on one thread (before, the passes
    between the linears, the ReLU's backward, the input's and the logits'
    gradient's bf16 copies, woke the second thread: --threads 2 ran slower
-   than 1), 600 in fp32 on two, bf16 on one until 2048; --threads is back
-   after each. */
+   than 1), 600 in fp32 on two, bf16 on one below 2R rows (R as in
+   linear_on_two_threads); --threads is back after each. Then --threads
+   changed live between steps: the next step follows it. */
 TEST(mlp_step_on_the_batch_thread_count)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
     if (!omp_get_max_threads)
         SKIP("no OpenMP runtime linked");
+    int r = trn_dlin_rows_per_thread(1);
     struct {
         const char *prec;
         int nb, want;
     } cases[] = {{"fp32", 128, 1},
                  {"fp32", 600, 2},
                  {"bf16", 128, 1},
-                 {"bf16", 1024, 1},
-                 {"bf16", 2048, 2}};
+                 {"bf16", r, 1},
+                 {"bf16", 2 * r, 2}};
     trn_dnnl_set_threads(2);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         if (!strcmp(cases[c].prec, "bf16") && !trn_dnnl_bf16_native())
             continue;
-        char err[TRN_ERRLEN];
-        trn_config cfg;
-        trn_config_defaults(&cfg);
-        strcpy(cfg.hidden, "48,32");
-        trn_net *net = trn_net_new(&cfg, 1, 8, 8, 4, err);
+        trn_net *net = s_mlp(cases[c].prec);
         REQUIRE(net);
-        trn_rng r;
-        trn_rng_seed(&r, 5);
-        trn_net_init(net, &r);
-        trn_net_set_precision(net, trn_precision_from_name(cases[c].prec));
-        int nb = cases[c].nb, seen = -1, correct;
-        float *x = s_rand((long)nb * 64, 0);
-        uint8_t *y = calloc((size_t)nb, 1);
-        trn_net_set_grad_hook(net, s_note_threads, &seen);
-        trn_net_zero_grad(net);
-        CHECK(trn_net_forward_backward(net, x, y, nb, 1, 0.0, 1.0 / nb, NULL, NULL) > 0);
-        printf("  %s batch %d: backward on %d threads\n", cases[c].prec, nb, seen);
-        CHECK(seen == cases[c].want);
-        CHECK(omp_get_max_threads() == 2);
-        CHECK(trn_net_eval(net, x, y, nb, &correct) > 0);
-        CHECK(omp_get_max_threads() == 2);
+        int seen[3];
+        s_step_threads(net, cases[c].nb, seen, 2);
+        printf("  %s batch %d: forward, backward, evaluation on %d, %d, %d threads\n",
+               cases[c].prec, cases[c].nb, seen[0], seen[1], seen[2]);
+        for (int k = 0; k < 3; k++)
+            CHECK(seen[k] == cases[c].want);
         trn_net_destroy(&net);
-        free(x);
-        free(y);
+    }
+    /* a live --threads between steps of one net (fp32 at 600 rows) */
+    trn_net *net = s_mlp("fp32");
+    REQUIRE(net);
+    int want[] = {2, 1, 2}, seen[3];
+    for (int s = 0; s < 3; s++) {
+        trn_dnnl_set_threads(want[s]);
+        s_step_threads(net, 600, seen, want[s]);
+        printf("  --threads %d live: forward, backward, evaluation on %d, %d, %d\n",
+               want[s], seen[0], seen[1], seen[2]);
+        for (int k = 0; k < 3; k++)
+            CHECK(seen[k] == want[s]);
+    }
+    trn_net_destroy(&net);
+    trn_dnnl_set_threads(1);
+}
+
+/* each forward's batch and OpenMP threads (a forward hook), up to 8 */
+typedef struct {
+    int n, nb[8], thr[8];
+} s_passes;
+
+static void s_note_pass(void *ud, int nb)
+{
+    s_passes *p = ud;
+    if (p->n < 8) {
+        p->nb[p->n] = nb;
+        p->thr[p->n] = omp_get_max_threads();
+    }
+    p->n++;
+}
+
+/* An evaluation (trn_trainer_evaluate) of the MLP on oneDNN gives
+   trn_net_eval rows per thread times --threads at a time, so its forward
+   runs on every thread (before: 256 rows, one thread at any --threads),
+   with the loss and accuracy of 256-row chunks but for summation order. */
+TEST(evaluation_on_every_thread)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!omp_get_max_threads)
+        SKIP("no OpenMP runtime linked");
+    char err[TRN_ERRLEN];
+    trn_dataset val;
+    REQUIRE(trn_data_synthetic(&val, 1100, 77, err) == 0);
+    trn_dnnl_set_threads(2);
+    for (int bf16 = 0; bf16 < 1 + trn_dnnl_bf16_native(); bf16++) {
+        trn_config c;
+        s_cfg(&c);
+        strcpy(c.precision, bf16 ? "bf16" : "fp32");
+        trn_trainer *t = s_new(&c);
+        REQUIRE(t);
+        trn_net *net = trn_trainer_net(t);
+        int chunk = 2 * trn_dlin_rows_per_thread(bf16);
+        CHECK(trn_net_eval_chunk(net) == chunk);
+        s_passes pa = {0};
+        trn_net_set_forward_hook(net, s_note_pass, &pa);
+        double loss, acc;
+        trn_trainer_evaluate(t, &val, &loss, &acc);
+        trn_net_set_forward_hook(net, NULL, NULL);
+        /* 1100 rows: chunks of `chunk` rows on both threads, the rest on
+           fewer (one per rows per thread, at least one) */
+        int want = (val.n + chunk - 1) / chunk;
+        CHECK(pa.n == want);
+        for (int i = 0; i < pa.n && i < 8; i++) {
+            int m = val.n - i * chunk < chunk ? val.n - i * chunk : chunk;
+            int thr = m / trn_dlin_rows_per_thread(bf16);
+            CHECK(pa.nb[i] == m);
+            CHECK(pa.thr[i] == (thr > 2 ? 2 : thr < 1 ? 1 : thr));
+        }
+        int correct;
+        /* the reference: 256-row chunks */
+        double ls = 0;
+        long ok = 0;
+        for (int i = 0; i < val.n; i += 256) {
+            int m = val.n - i < 256 ? val.n - i : 256;
+            ls += trn_net_eval(net, val.x + (size_t)i * val.dim, val.y + i, m, &correct) *
+                  m;
+            ok += correct;
+        }
+        printf("  %s: %d chunks of %d rows, the first on %d threads; loss %.17g against "
+               "%.17g (256 rows), accuracy %.4f against %.4f\n",
+               c.precision, pa.n, chunk, pa.thr[0], loss, ls / val.n, acc,
+               (double)ok / val.n);
+        CHECK(fabs(loss - ls / val.n) <= 1e-12 * fabs(loss));
+        CHECK(acc == (double)ok / val.n);
+        trn_trainer_destroy(&t);
     }
     trn_dnnl_set_threads(1);
+    /* the CNN and OpenBLAS keep 256 */
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    strcpy(cfg.hidden, "16");
+    strcpy(cfg.matmul, "blas");
+    trn_net *n = trn_net_new(&cfg, 1, 4, 4, 3, err);
+    REQUIRE(n);
+    CHECK(trn_net_eval_chunk(n) == 256);
+    trn_net_destroy(&n);
+    trn_data_free(&val);
 }
 
 /* One forward-backward of the MLP 64-48-32-4 on 256 samples; every param's
@@ -562,9 +725,12 @@ TEST(matmul_routing_and_fallback)
     trn_net_destroy(&n);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     char err[TRN_ERRLEN];
+    g_self = argv[0];
+    if (argc > 1 && !strcmp(argv[1], "--capped-child"))
+        return s_capped_child();
     trn_rng_seed(&g_rng, 13);
     if (trn_data_synthetic(&g_syn, 1000, 1000, err) < 0 ||
         trn_data_synthetic(&g_syn_val, 200, 2000, err) < 0)
@@ -574,7 +740,9 @@ int main(void)
     RUN(linear_matches_double_fp32);
     RUN(linear_matches_double_bf16);
     RUN(linear_on_two_threads);
+    RUN(bf16_rows_per_thread_follow_the_isa);
     RUN(mlp_step_on_the_batch_thread_count);
+    RUN(evaluation_on_every_thread);
     RUN(thread_change_between_forward_and_backward);
     RUN(linear_inner_product_matches_double);
     RUN(mlp_bf16_step_matches_the_emulation);

@@ -81,6 +81,14 @@ int trn_dnnl_bf16_native(void)
     return s_isa_has(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_bf16);
 }
 
+int trn__dnnl_amx(void)
+{
+    static int amx = -1; /* the effective ISA is fixed at oneDNN's first use */
+    if (amx < 0)
+        amx = s_isa_has(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_amx);
+    return amx;
+}
+
 const char *trn_dnnl_isa_name(void)
 {
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();

@@ -29,6 +29,10 @@ int trn__dnnl_owned(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void **buf);
    S_BWW_IMAGES: there they were slower on two threads than on one). */
 int trn__dnnl_threads_for(int i, int n, int nthr);
 
+/* 1 when oneDNN's effective ISA (cpuid, capped by ONEDNN_MAX_CPU_ISA)
+   has AMX, else 0. */
+int trn__dnnl_amx(void);
+
 /* The thread count trn_dnnl_set_threads configured (--threads), whatever
    a push set for the moment; OpenMP's count when never configured. */
 int trn__dnnl_threads(void);

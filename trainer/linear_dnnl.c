@@ -20,12 +20,12 @@
       the backward data reusing the forward's copy when the layouts agree,
       dW reordered back; oneDNN sums the bias gradient.
     Either way every primitive runs on one thread per 256 rows in fp32
-    and per 1024 in bf16 (at most --threads; net.c sets that count around
-    the whole step, trn_dlin_threads_push, so the passes between the
-    linears follow it too), and activations are never reordered.
-    The engine, stream and helpers are conv_dnnl.c's (dnnl_impl.h);
-    scratchpads are oneDNN's own (library mode).
+    and per 1024 in bf16 on AMX (256 without; at most --threads; net.c sets that count
+   around the whole step, trn_dlin_threads_push, so the passes between the linears follow
+   it too), and activations are never reordered. The engine, stream and helpers are
+   conv_dnnl.c's (dnnl_impl.h); scratchpads are oneDNN's own (library mode).
 */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,26 +145,45 @@ static int s_mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md)
 /* The OpenMP threads a step of the MLP at batch n runs on, every
    primitive and every pass between them (trn_dlin_threads_push, around
    the whole forward and backward): one per S_ROWS_F32 rows in fp32,
-   S_ROWS_BF16 in bf16, at most nthr, at least one. Under
-   OMP_WAIT_POLICY=passive (jizhi-train's default) every parallel region
-   wakes its sleeping threads, and at small batches that costs more than
-   the second thread gives. 784-256-256-10 on a quiet 2-core Xeon with
-   AMX, samples/s, alternating runs:
+   S_ROWS_AMX in bf16 where oneDNN's ISA has AMX, S_ROWS_F32 in bf16
+   without it, at most nthr, at least one. Under OMP_WAIT_POLICY=passive
+   (jizhi-train's default) every parallel region wakes its sleeping
+   threads, and at small batches that costs more than the second thread
+   gives. Measured only on this project's 2-core VM (Xeon with AMX,
+   784-256-256-10, alternating runs, samples/s; docs/bench.md, "The whole
+   step on one thread rule"):
    - fp32, primitives alone on one thread per 256 rows: batch 128 on two
      threads 72 K -> 89 K (one thread 89 K), batch 1024 unchanged; the
-     whole step on that rule: two threads win from 512 rows (124 K against
-     99 K on one), at 1024 135-139 K against 87-97 K;
-   - bf16 does about four times fp32's rate per row on AMX, so a second
+     whole step on that rule: two threads won from 512 rows (124 K
+     against 99 K on one);
+   - bf16 on AMX does about four times fp32's rate per row, so a second
      thread pays only later: the whole step on two threads against one,
      batch 1024: 271-287 K against 291-293 K; 1536: 289-294 K against
      282-287 K (even); 2048: 298-306 K against 282-284 K; 4096: 300-319 K
-     against 270 K. Hence 1024 rows a thread (docs/bench.md, "The whole step on one thread
-     rule"). */
+     against 270 K. Hence 1024 rows a thread there;
+   - bf16 without AMX, emulated on the same VM by capping oneDNN with
+     ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 (its avx512_core_bf16 kernels,
+     nearer fp32's rate), two threads, 256 rows a thread against 1024:
+     batch 512 84-108 K against 73-75 K, 1024 116-120 K against 74-77 K
+     (docs/bench.md, "bf16 rows per thread by ISA"). Hence 256 there.
+   Not measured on more than two cores. */
 #define S_ROWS_F32 256
-#define S_ROWS_BF16 1024
+#define S_ROWS_AMX 1024
+
+int trn_dlin_rows_per_thread(int bf16)
+{
+    return bf16 && trn__dnnl_amx() ? S_ROWS_AMX : S_ROWS_F32;
+}
+
+int trn_dlin_eval_rows(int bf16)
+{
+    long r = (long)trn_dlin_rows_per_thread(bf16) * trn__dnnl_threads();
+    return r < INT_MAX ? (int)r : INT_MAX;
+}
+
 static int s_threads_for(int n, int bf16, int nthr)
 {
-    int rows = bf16 ? S_ROWS_BF16 : S_ROWS_F32;
+    int rows = trn_dlin_rows_per_thread(bf16);
     if (n >= rows * nthr)
         return nthr;
     return n / rows < 1 ? 1 : n / rows;
@@ -579,6 +598,18 @@ int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err)
 int trn_dlin_threads_push(int n, int bf16)
 {
     (void)n, (void)bf16;
+    return 0;
+}
+
+int trn_dlin_rows_per_thread(int bf16)
+{
+    (void)bf16;
+    return 0;
+}
+
+int trn_dlin_eval_rows(int bf16)
+{
+    (void)bf16;
     return 0;
 }
 

@@ -52,11 +52,20 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
 int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
                  float *dw, float *db, int n, int bf16, float beta, char *err);
 
+/* Rows of a batch per OpenMP thread of the MLP's step: 256 in fp32 and
+   in bf16 without AMX, 1024 in bf16 where oneDNN's effective ISA has AMX
+   (linear_dnnl.c, S_ROWS_AMX). Without oneDNN: 0. */
+int trn_dlin_rows_per_thread(int bf16);
+
+/* trn_dlin_rows_per_thread times the threads trn_dnnl_set_threads
+   configured: the smallest batch whose step runs on all of them (at most
+   INT_MAX). Without oneDNN: 0. */
+int trn_dlin_eval_rows(int bf16);
+
 /* The OpenMP threads primitive `which` (0 forward, 1 backward data, 2
    backward weights) of batch n runs on, creating the primitives when
-   needed: one per 256 rows of the batch in fp32 (more in bf16:
-   linear_dnnl.c, S_ROWS_BF16), at most the count trn_dnnl_set_threads
-   configured. The count or -1 with err. */
+   needed: one per trn_dlin_rows_per_thread rows of the batch, at most
+   the count trn_dnnl_set_threads configured. The count or -1 with err. */
 int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err);
 
 /* Sets OpenMP's thread count to the one a step of the MLP at batch n (in

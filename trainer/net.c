@@ -592,6 +592,8 @@ static int s_forward_half(trn_net *n, trn__op *o, int nb, int train)
 
 static int s_forward(trn_net *n, int nb, int train)
 {
+    if (n->fwd_hook)
+        n->fwd_hook(n->fwd_hook_ud, nb);
     if (n->half && !n->xh_given) /* the input's bf16 copy */
         trn_bf16_from_f32(n->bufs[0].xh, n->bufs[0].x, (long)nb * n->bufs[0].feat);
     for (int i = 0; i < n->nops; i++) {

@@ -87,6 +87,8 @@ struct trn_net {
     int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */
     trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */
     void *hook_ud;
+    trn_grad_hook fwd_hook; /* a test's, told at each forward with its batch */
+    void *fwd_hook_ud;
     char arch[256];
 };
 

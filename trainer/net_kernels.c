@@ -134,6 +134,23 @@ void trn__net_threads_pop(int old)
         trn_dlin_threads_pop(old);
 }
 
+int trn_net_eval_chunk(const trn_net *n)
+{
+    enum { base = 256 };
+    for (int i = 0; i < n->nops; i++)
+        if (n->ops[i].dl_on) {
+            int r = trn_dlin_eval_rows(n->half);
+            return r > base ? r : base;
+        }
+    return base;
+}
+
+void trn_net_set_forward_hook(trn_net *n, trn_grad_hook fn, void *ud)
+{
+    n->fwd_hook = fn;
+    n->fwd_hook_ud = ud;
+}
+
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
 {
     const trn__op *first = NULL;

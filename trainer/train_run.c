@@ -36,7 +36,7 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
         t->backend->sync_to_host(t->backend->self, t->net);
     double ls = 0;
     long ok = 0;
-    const int chunk = 256; /* bounds the im2col workspace of a CNN */
+    const int chunk = 256; /* --bn-recompute's: bounds the CNN's im2col workspace */
     /* --bn-recompute: every rank the same first training examples, so the
        same statistics; training's running averages are put back after, so
        checkpoints and later evaluations without it see only those (out of
@@ -57,8 +57,9 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
         trn__shard(t, d->n, &lo, &cnt);
         hi = lo + cnt;
     }
-    for (int i = lo; i < hi; i += chunk) {
-        int m = hi - i < chunk ? hi - i : chunk;
+    const int ec = trn_net_eval_chunk(t->net); /* the MLP on oneDNN: every thread */
+    for (int i = lo; i < hi; i += ec) {
+        int m = hi - i < ec ? hi - i : ec;
         int c = 0;
         double l = trn_net_eval(t->net, d->x + (size_t)i * d->dim, d->y + i, m, &c);
         ls += l * m;

@@ -443,11 +443,22 @@ int trn_net_bn_recompute(trn_net *n, const float *x, int count, int chunk);
 /* Like trn_net_forward_backward in evaluation mode (running BN stats). */
 double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct);
 
+/* The rows an evaluation gives trn_net_eval at a time: 256 (it bounds the
+   CNN's im2col workspace), and for the MLP on oneDNN its rows per thread
+   times the configured threads (trn_dlin_rows_per_thread), so that the
+   evaluation's forward runs on all of them; at least 256. */
+int trn_net_eval_chunk(const trn_net *n);
+
 /* Called during backward when param i's gradient for this pass is final
    (ops run in reverse, so params arrive in backward order). NULL clears.
    ud is borrowed. */
 typedef void (*trn_grad_hook)(void *ud, int i);
 void trn_net_set_grad_hook(trn_net *n, trn_grad_hook fn, void *ud);
+
+/* A test hook, told at the start of every forward pass (training,
+   evaluation, --bn-recompute) with its batch, as that pass runs: NULL
+   removes it. */
+void trn_net_set_forward_hook(trn_net *n, trn_grad_hook fn, void *ud);
 
 /* Sum of squares of all gradients. */
 double trn_net_grad_sqnorm(const trn_net *n);
