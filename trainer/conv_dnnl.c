@@ -2,10 +2,10 @@
 
     One CPU engine and stream for the process, a scratchpad shared by every
     primitive (user-managed, grown as needed), and per layer a small cache
-    of entries keyed by (batch, precision), each with its three convolution
-    primitives and the weight reorders between jizhi's OIHW and the layouts
-    the kernels chose. Activations are given as NHWC so that no activation
-    is reordered; only the weights (small) are. In bf16 the activations and
+    of entries keyed by (batch, precision) (dnnl_cache.c), each with its
+    three convolution primitives and the weight reorders between jizhi's
+    OIHW and the layouts the kernels chose. Activations are given as NHWC so that no
+   activation is reordered; only the weights (small) are. In bf16 the activations and
     their gradients arrive and leave as bf16: no conversion here either.
 */
 #include <stdint.h>
@@ -26,25 +26,15 @@
     4 /* entries per layer: the training batch, evaluation, a last short batch */
 
 typedef struct {
-    int n, bf16, used;               /* key; used: LRU clock */
-    int nthr;                        /* the thread count it was made under: a live
-                                        change of --threads makes it stale */
-    dnnl_primitive_desc_t pd[3];     /* fwd, bwd data, bwd weights */
-    dnnl_primitive_t prim[3];        /* same order */
-    dnnl_primitive_t wr_fwd, wr_bwd; /* OIHW f32 -> the fwd / bwd-data weights */
-    dnnl_primitive_t dwr; /* bwd-weights diff layout -> OIHW f32 (NULL: same) */
-    int thr[3];           /* OpenMP threads each of prim[] was made for and runs on */
-    dnnl_memory_t src, dst, ddst, dsrc; /* NHWC, handles set per call */
-    dnnl_memory_t wuser, wfwd, wbwd, dw, dwuser, scratch[3];
-    void *wfwd_buf, *wbwd_buf, *dw_buf; /* owned: weights in the kernels' layouts */
-    char impl[3][64];
+    trn__dnnl_entry h;        /* key, primitives, reorders, weights */
+    dnnl_memory_t scratch[3]; /* each primitive's scratchpad (over g_scratch) */
 } s_entry;
 
 struct trn_dconv {
     int c, h, w, co, k, stride, pad, ho, wo;
     s_entry e[S_CACHE];
-    int ne, clock;
-    void *tmp; /* dx or dw before accumulation */
+    trn__dnnl_cache cache; /* over e[] */
+    void *tmp;             /* dx or dw before accumulation */
     size_t tmp_cap;
 };
 
@@ -172,6 +162,17 @@ int trn__dnnl_engine(dnnl_engine_t *eng, dnnl_stream_t *stream, char *err)
     return 0;
 }
 
+/* what a conv entry holds beyond its head (the cache frees the head) */
+static void s_entry_fini(void *entry)
+{
+    s_entry *e = entry;
+    for (int i = 0; i < 3; i++)
+        if (e->scratch[i])
+            dnnl_memory_destroy(e->scratch[i]);
+}
+
+static int s_entry_init(void *owner, trn__dnnl_entry *head, char *err);
+
 trn_dconv *trn_dconv_new(int c, int h, int w, int co, int k, int stride, int pad,
                          char *err)
 {
@@ -185,32 +186,9 @@ trn_dconv *trn_dconv_new(int c, int h, int w, int co, int k, int stride, int pad
     d->c = c, d->h = h, d->w = w, d->co = co, d->k = k, d->stride = stride, d->pad = pad;
     d->ho = trn_conv_out(h, k, stride, pad);
     d->wo = trn_conv_out(w, k, stride, pad);
+    trn__dnnl_cache_init(&d->cache, d->e, sizeof d->e[0], S_CACHE, s_entry_init,
+                         s_entry_fini, d);
     return d;
-}
-
-static void s_entry_free(s_entry *e)
-{
-    for (int i = 0; i < 3; i++) {
-        if (e->prim[i])
-            dnnl_primitive_destroy(e->prim[i]);
-        if (e->pd[i])
-            dnnl_primitive_desc_destroy(e->pd[i]);
-        if (e->scratch[i])
-            dnnl_memory_destroy(e->scratch[i]);
-    }
-    dnnl_primitive_t pr[] = {e->wr_fwd, e->wr_bwd, e->dwr};
-    for (size_t i = 0; i < sizeof pr / sizeof pr[0]; i++)
-        if (pr[i])
-            dnnl_primitive_destroy(pr[i]);
-    dnnl_memory_t m[] = {e->src,  e->dst,  e->ddst, e->dsrc,  e->wuser,
-                         e->wfwd, e->wbwd, e->dw,   e->dwuser};
-    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
-        if (m[i])
-            dnnl_memory_destroy(m[i]);
-    free(e->wfwd_buf);
-    free(e->wbwd_buf);
-    free(e->dw_buf);
-    memset(e, 0, sizeof *e);
 }
 
 void trn_dconv_destroy(trn_dconv **dp)
@@ -218,8 +196,7 @@ void trn_dconv_destroy(trn_dconv **dp)
     if (!dp || !*dp)
         return;
     trn_dconv *d = *dp;
-    for (int i = 0; i < d->ne; i++)
-        s_entry_free(&d->e[i]);
+    trn__dnnl_cache_fini(&d->cache);
     free(d->tmp);
     free(d);
     *dp = NULL;
@@ -255,8 +232,11 @@ int trn__dnnl_owned(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void **buf)
     return dnnl_memory_create(m, md, g_eng, *buf) == dnnl_success ? 0 : -1;
 }
 
-static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
+static int s_entry_init(void *owner, trn__dnnl_entry *head, char *err)
 {
+    trn_dconv *d = owner;
+    s_entry *e = (s_entry *)head;
+    int n = head->n, bf16 = head->bf16;
     dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_dims_t sdims = {n, d->c, d->h, d->w}, ddims = {n, d->co, d->ho, d->wo},
                 wdims = {d->co, d->c, d->k, d->k}, strides = {d->stride, d->stride},
@@ -273,9 +253,6 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
                          (d->wo - 1) * d->stride + d->k - d->w - d->pad};
     dnnl_convolution_desc_t cd[3];
     dnnl_primitive_attr_t attr;
-    memset(e, 0, sizeof *e);
-    e->n = n;
-    e->bf16 = bf16;
     if (dnnl_primitive_attr_create(&attr) != dnnl_success)
         goto fail;
     dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
@@ -289,30 +266,28 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
                                                     &src_lo, &wany_f, NULL, &dst_lo,
                                                     strides, pad, pad_r) != dnnl_success)
         goto fail_attr;
-    int nthr = omp_get_max_threads();
-    e->nthr = nthr;
     for (int i = 0; i < 3; i++)
-        e->thr[i] = trn__dnnl_threads_for(i, n, nthr);
+        e->h.thr[i] = trn__dnnl_threads_for(i, n, e->h.nthr);
     for (int i = 0; i < 3; i++) {
-        int old = trn__dnnl_threads_push(e->thr[i]);
-        dnnl_status_t st = dnnl_primitive_desc_create(&e->pd[i], &cd[i], attr, g_eng,
-                                                      i ? e->pd[0] : NULL);
+        int old = trn__dnnl_threads_push(e->h.thr[i]);
+        dnnl_status_t st = dnnl_primitive_desc_create(&e->h.pd[i], &cd[i], attr, g_eng,
+                                                      i ? e->h.pd[0] : NULL);
         trn__dnnl_threads_pop(old);
         if (st != dnnl_success)
             goto fail_attr;
     }
     dnnl_primitive_attr_destroy(attr);
     for (int i = 0; i < 3; i++) {
-        int old = trn__dnnl_threads_push(e->thr[i]);
-        dnnl_status_t st = dnnl_primitive_create(&e->prim[i], e->pd[i]);
+        int old = trn__dnnl_threads_push(e->h.thr[i]);
+        dnnl_status_t st = dnnl_primitive_create(&e->h.prim[i], e->h.pd[i]);
         trn__dnnl_threads_pop(old);
         if (st != dnnl_success)
             goto fail;
         const char *impl = NULL;
-        dnnl_primitive_desc_query(e->pd[i], dnnl_query_impl_info_str, 0, &impl);
-        snprintf(e->impl[i], sizeof e->impl[i], "%s", impl ? impl : "?");
+        dnnl_primitive_desc_query(e->h.pd[i], dnnl_query_impl_info_str, 0, &impl);
+        snprintf(e->h.impl[i], sizeof e->h.impl[i], "%s", impl ? impl : "?");
         const dnnl_memory_desc_t *smd =
-            dnnl_primitive_desc_query_md(e->pd[i], dnnl_query_scratchpad_md, 0);
+            dnnl_primitive_desc_query_md(e->h.pd[i], dnnl_query_scratchpad_md, 0);
         size_t sz = smd ? dnnl_memory_desc_get_size(smd) : 0;
         if (sz > g_scratch_cap) {
             free(g_scratch);
@@ -325,33 +300,36 @@ static int s_entry_init(trn_dconv *d, s_entry *e, int n, int bf16, char *err)
                       dnnl_success)
             goto fail;
     }
-    const dnnl_memory_desc_t *wf = dnnl_primitive_desc_query_md(e->pd[0],
+    const dnnl_memory_desc_t *wf = dnnl_primitive_desc_query_md(e->h.pd[0],
                                                                 dnnl_query_weights_md, 0),
-                             *wb = dnnl_primitive_desc_query_md(e->pd[1],
+                             *wb = dnnl_primitive_desc_query_md(e->h.pd[1],
                                                                 dnnl_query_weights_md, 0),
                              *dwm = dnnl_primitive_desc_query_md(
-                                 e->pd[2], dnnl_query_diff_weights_md, 0);
+                                 e->h.pd[2], dnnl_query_diff_weights_md, 0);
     int same;
-    if (dnnl_memory_create(&e->src, &src_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->dst, &dst_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->ddst, &dst_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->dsrc, &src_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->wuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
-        dnnl_memory_create(&e->dwuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
+    if (dnnl_memory_create(&e->h.src, &src_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->h.dst, &dst_lo, g_eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&e->h.ddst, &dst_lo, g_eng, DNNL_MEMORY_NONE) !=
+            dnnl_success ||
+        dnnl_memory_create(&e->h.dsrc, &src_lo, g_eng, DNNL_MEMORY_NONE) !=
+            dnnl_success ||
+        dnnl_memory_create(&e->h.wuser, &wuser, g_eng, DNNL_MEMORY_NONE) !=
+            dnnl_success ||
+        dnnl_memory_create(&e->h.dwuser, &wuser, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
         goto fail;
     /* reorders on one thread: the weights are a few KiB, and on two threads
        each reorder cost 0.06-0.07 ms against 0.002 on one (batch 32,
        ONEDNN_VERBOSE), the partner's wake-up and not the copy */
-    if (trn__dnnl_owned(&e->wfwd, wf, &e->wfwd_buf) < 0 ||
-        trn__dnnl_owned(&e->wbwd, wb, &e->wbwd_buf) < 0 ||
-        trn__dnnl_reorder(&wuser, wf, &e->wr_fwd, &same, 1) < 0 ||
-        trn__dnnl_reorder(&wuser, wb, &e->wr_bwd, &same, 1) < 0 ||
-        trn__dnnl_reorder(dwm, &wuser, &e->dwr, &same, 1) < 0)
+    if (trn__dnnl_owned(&e->h.wfwd, wf, &e->h.wfwd_buf) < 0 ||
+        trn__dnnl_owned(&e->h.wbwd, wb, &e->h.wbwd_buf) < 0 ||
+        trn__dnnl_reorder(&wuser, wf, &e->h.wr_fwd, &same, 1) < 0 ||
+        trn__dnnl_reorder(&wuser, wb, &e->h.wr_bwd, &same, 1) < 0 ||
+        trn__dnnl_reorder(dwm, &wuser, &e->h.dwr, &same, 1) < 0)
         goto fail;
-    if (e->dwr && trn__dnnl_owned(&e->dw, dwm, &e->dw_buf) < 0)
+    if (e->h.dwr && trn__dnnl_owned(&e->h.dw, dwm, &e->h.dw_buf) < 0)
         goto fail;
-    if (!e->dwr &&
-        dnnl_memory_create(&e->dw, dwm, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
+    if (!e->h.dwr &&
+        dnnl_memory_create(&e->h.dw, dwm, g_eng, DNNL_MEMORY_NONE) != dnnl_success)
         goto fail;
     return 0;
 fail_attr:
@@ -360,42 +338,7 @@ fail:
     snprintf(err, TRN_ERRLEN,
              "oneDNN: no convolution for %dx%dx%d -> %d (k %d, stride %d) at batch %d%s",
              d->c, d->h, d->w, d->co, d->k, d->stride, n, bf16 ? " in bf16" : "");
-    s_entry_free(e);
     return -1;
-}
-
-/* The cached entry for (n, bf16), created on first use (LRU eviction),
-   and made again when the thread count changed since (live --threads). */
-static s_entry *s_get(trn_dconv *d, int n, int bf16, char *err)
-{
-    d->clock++;
-    int slot = -1;
-    for (int i = 0; i < d->ne && slot < 0; i++)
-        if (d->e[i].n == n && d->e[i].bf16 == bf16) {
-            if (d->e[i].nthr == omp_get_max_threads()) {
-                d->e[i].used = d->clock;
-                return &d->e[i];
-            }
-            s_entry_free(&d->e[i]);
-            slot = i;
-        }
-    if (slot < 0 && (slot = d->ne) == S_CACHE) {
-        slot = 0;
-        for (int i = 1; i < S_CACHE; i++)
-            if (d->e[i].used < d->e[slot].used)
-                slot = i;
-        s_entry_free(&d->e[slot]);
-    } else if (slot == d->ne) {
-        d->ne++;
-    }
-    if (s_entry_init(d, &d->e[slot], n, bf16, err) < 0) {
-        d->e[slot] = d->e[d->ne - 1];
-        memset(&d->e[d->ne - 1], 0, sizeof d->e[0]);
-        d->ne--;
-        return NULL;
-    }
-    d->e[slot].used = d->clock;
-    return &d->e[slot];
 }
 
 /* Runs p on thr OpenMP threads (what it was created for). */
@@ -414,7 +357,7 @@ static int s_run(s_entry *e, int i, dnnl_exec_arg_t *args, int nargs)
         dnnl_memory_set_data_handle(e->scratch[i], g_scratch);
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch[i]};
     }
-    return trn__dnnl_exec(e->prim[i], e->thr[i], nargs, args);
+    return trn__dnnl_exec(e->h.prim[i], e->h.thr[i], nargs, args);
 }
 
 int trn__dnnl_weights(dnnl_memory_t user, dnnl_primitive_t r, dnnl_memory_t to,
@@ -449,15 +392,16 @@ static void *s_tmp(trn_dconv *d, size_t bytes)
 int trn_dconv_fwd(trn_dconv *d, const void *x, const float *w, void *y, int n, int bf16,
                   char *err)
 {
-    s_entry *e = s_get(d, n, bf16, err);
+    s_entry *e = trn__dnnl_cache_get(&d->cache, n, bf16, err);
     if (!e)
         return -1;
-    if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
+    if (trn__dnnl_weights(e->h.wuser, e->h.wr_fwd, e->h.wfwd, w, 1) < 0)
         goto fail;
-    dnnl_memory_set_data_handle(e->src, (void *)x);
-    dnnl_memory_set_data_handle(e->dst, y);
-    dnnl_exec_arg_t a[4] = {
-        {DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, e->wfwd}, {DNNL_ARG_DST, e->dst}};
+    dnnl_memory_set_data_handle(e->h.src, (void *)x);
+    dnnl_memory_set_data_handle(e->h.dst, y);
+    dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->h.src},
+                            {DNNL_ARG_WEIGHTS, e->h.wfwd},
+                            {DNNL_ARG_DST, e->h.dst}};
     if (s_run(e, 0, a, 3) < 0)
         goto fail;
     return 0;
@@ -469,27 +413,27 @@ fail:
 int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, void *dx,
                   float *dw, int n, int bf16, float beta, float dxbeta, char *err)
 {
-    s_entry *e = s_get(d, n, bf16, err);
+    s_entry *e = trn__dnnl_cache_get(&d->cache, n, bf16, err);
     if (!e)
         return -1;
     long nx = (long)n * d->c * d->h * d->w, nw = (long)d->co * d->c * d->k * d->k;
-    dnnl_memory_set_data_handle(e->src, (void *)x);
-    dnnl_memory_set_data_handle(e->ddst, (void *)dy);
+    dnnl_memory_set_data_handle(e->h.src, (void *)x);
+    dnnl_memory_set_data_handle(e->h.ddst, (void *)dy);
     /* weights: dw = beta*dw + grad */
     float *dwo = beta == 0 ? dw : s_tmp(d, (size_t)nw * sizeof(float));
     if (!dwo)
         goto oom;
-    dnnl_memory_set_data_handle(e->dwuser, dwo);
-    if (!e->dwr)
-        dnnl_memory_set_data_handle(e->dw, dwo);
-    dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->src},
-                            {DNNL_ARG_DIFF_DST, e->ddst},
-                            {DNNL_ARG_DIFF_WEIGHTS, e->dw}};
+    dnnl_memory_set_data_handle(e->h.dwuser, dwo);
+    if (!e->h.dwr)
+        dnnl_memory_set_data_handle(e->h.dw, dwo);
+    dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->h.src},
+                            {DNNL_ARG_DIFF_DST, e->h.ddst},
+                            {DNNL_ARG_DIFF_WEIGHTS, e->h.dw}};
     if (s_run(e, 2, a, 3) < 0)
         goto fail;
-    if (e->dwr) {
-        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->dw}, {DNNL_ARG_TO, e->dwuser}};
-        if (trn__dnnl_exec(e->dwr, 1, 2, r) < 0)
+    if (e->h.dwr) {
+        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->h.dw}, {DNNL_ARG_TO, e->h.dwuser}};
+        if (trn__dnnl_exec(e->h.dwr, 1, 2, r) < 0)
             goto fail;
     }
     if (beta != 0)
@@ -501,12 +445,12 @@ int trn_dconv_bwd(trn_dconv *d, const void *x, const float *w, const void *dy, v
     void *dxo = dxbeta == 0 ? dx : s_tmp(d, (size_t)nx * esz);
     if (!dxo)
         goto oom;
-    if (trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w, 1) < 0)
+    if (trn__dnnl_weights(e->h.wuser, e->h.wr_bwd, e->h.wbwd, w, 1) < 0)
         goto fail;
-    dnnl_memory_set_data_handle(e->dsrc, dxo);
-    dnnl_exec_arg_t b[4] = {{DNNL_ARG_DIFF_DST, e->ddst},
-                            {DNNL_ARG_WEIGHTS, e->wbwd},
-                            {DNNL_ARG_DIFF_SRC, e->dsrc}};
+    dnnl_memory_set_data_handle(e->h.dsrc, dxo);
+    dnnl_exec_arg_t b[4] = {{DNNL_ARG_DIFF_DST, e->h.ddst},
+                            {DNNL_ARG_WEIGHTS, e->h.wbwd},
+                            {DNNL_ARG_DIFF_SRC, e->h.dsrc}};
     if (s_run(e, 1, b, 3) < 0)
         goto fail;
     if (dxbeta != 0 && bf16)
@@ -524,23 +468,12 @@ fail:
 
 int trn_dconv_describe(trn_dconv *d, int n, int bf16, char *buf, size_t len, char *err)
 {
-    s_entry *e = s_get(d, n, bf16, err);
-    if (!e)
-        return -1;
-    snprintf(buf, len, "fwd %s, bwd-data %s, bwd-weights %s", e->impl[0], e->impl[1],
-             e->impl[2]);
-    return 0;
+    return trn__dnnl_cache_describe(&d->cache, n, bf16, "", buf, len, err);
 }
 
 int trn_dconv_threads(trn_dconv *d, int n, int bf16, int which, char *err)
 {
-    if (which < 0 || which > 2) {
-        snprintf(err, TRN_ERRLEN,
-                 "oneDNN: no primitive %d (0 fwd, 1 bwd data, 2 bwd weights)", which);
-        return -1;
-    }
-    s_entry *e = s_get(d, n, bf16, err);
-    return e ? e->thr[which] : -1;
+    return trn__dnnl_cache_threads(&d->cache, n, bf16, which, err);
 }
 
 #else /* no oneDNN in this build: net.c uses the GEMM path */

@@ -1,6 +1,7 @@
 /*  linear_dnnl.c - fully connected layers through oneDNN (linear_dnnl.h).
 
-    Per layer a small cache of entries keyed by (batch, precision), each
+    Per layer a small cache of entries keyed by (batch, precision)
+    (dnnl_cache.c, shared with the convolutions), each
     with three primitives: the forward (bias, ReLU fused), the backward
     data and the backward weights. Two kinds, chosen per layer at creation:
     - matmul (the default): plain row-major layouts throughout, nothing
@@ -47,22 +48,12 @@
 #define S_CACHE 8
 
 typedef struct {
-    int n, bf16, used; /* key; used: LRU clock */
+    trn__dnnl_entry h; /* key, primitives, reorders, weights */
     int mm;            /* matmul primitives (plain layouts) instead of inner products */
-    int nthr;          /* the thread count it was made under: a live
-                          change of --threads makes it stale */
-    int thr[3];        /* OpenMP threads each of prim[] was made for and runs on */
-    dnnl_primitive_desc_t pd[3];     /* fwd, bwd data, bwd weights */
-    dnnl_primitive_t prim[3];        /* same order */
-    dnnl_primitive_t wr_fwd, wr_bwd; /* [m][k] f32 -> the fwd / bwd-data weights */
-    int wshare;           /* bwd data takes the forward's layout: it reuses that copy */
-    int wfwd_ok;          /* a forward filled wfwd (a remade entry's is empty) */
-    dnnl_primitive_t dwr; /* bwd-weights diff layout -> [m][k] f32 (or NULL) */
-    dnnl_memory_t src, dst, ddst, dsrc, bias, dbias; /* handles set per call */
-    dnnl_memory_t dyt; /* matmul: dy seen as [m][n] (the backward weights' A) */
-    dnnl_memory_t wuser, wfwd, wbwd, dw, dwuser;
-    void *wfwd_buf, *wbwd_buf, *dw_buf; /* owned: weights in the kernels' layouts */
-    char impl[3][64];
+    int wshare;        /* bwd data takes the forward's layout: it reuses that copy */
+    int wfwd_ok;       /* a forward filled wfwd (a remade entry's is empty) */
+    dnnl_memory_t bias, dbias; /* handles set per call */
+    dnnl_memory_t dyt;         /* matmul: dy seen as [m][n] (the backward weights' A) */
 } s_entry;
 
 struct trn_dlin {
@@ -70,8 +61,8 @@ struct trn_dlin {
     int mm;        /* matmul primitives, or inner products (JIZHI_DNNL_LINEAR=ip) */
     uint16_t *w16; /* matmul in bf16: the weights rounded to bf16 by the forward */
     s_entry e[S_CACHE];
-    int ne, clock;
-    float *tmp; /* dw and db before accumulation (beta != 0) */
+    trn__dnnl_cache cache; /* over e[] */
+    float *tmp;            /* dw and db before accumulation (beta != 0) */
     size_t tmp_cap;
     uint16_t *dyh; /* bf16 copy of an f32out layer's output gradient */
     size_t dyh_cap;
@@ -79,6 +70,9 @@ struct trn_dlin {
 
 static dnnl_engine_t g_eng;
 static dnnl_stream_t g_stream;
+
+static int s_init(void *owner, trn__dnnl_entry *head, char *err);
+static void s_entry_fini(void *entry);
 
 trn_dlin *trn_dlin_new(int k, int m, int bias, int relu, int f32out, char *err)
 {
@@ -97,30 +91,19 @@ trn_dlin *trn_dlin_new(int k, int m, int bias, int relu, int f32out, char *err)
         free(d);
         return NULL;
     }
+    trn__dnnl_cache_init(&d->cache, d->e, sizeof d->e[0], S_CACHE, s_init, s_entry_fini,
+                         d);
     return d;
 }
 
-static void s_entry_free(s_entry *e)
+/* what a linear's entry holds beyond its head (the cache frees the head) */
+static void s_entry_fini(void *entry)
 {
-    for (int i = 0; i < 3; i++) {
-        if (e->prim[i])
-            dnnl_primitive_destroy(e->prim[i]);
-        if (e->pd[i])
-            dnnl_primitive_desc_destroy(e->pd[i]);
-    }
-    dnnl_primitive_t pr[] = {e->wr_fwd, e->wr_bwd, e->dwr};
-    for (size_t i = 0; i < sizeof pr / sizeof pr[0]; i++)
-        if (pr[i])
-            dnnl_primitive_destroy(pr[i]);
-    dnnl_memory_t m[] = {e->dyt,   e->src,   e->dst,  e->ddst, e->dsrc, e->bias,
-                         e->dbias, e->wuser, e->wfwd, e->wbwd, e->dw,   e->dwuser};
+    s_entry *e = entry;
+    dnnl_memory_t m[] = {e->dyt, e->bias, e->dbias};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         if (m[i])
             dnnl_memory_destroy(m[i]);
-    free(e->wfwd_buf);
-    free(e->wbwd_buf);
-    free(e->dw_buf);
-    memset(e, 0, sizeof *e);
 }
 
 void trn_dlin_destroy(trn_dlin **dp)
@@ -128,8 +111,7 @@ void trn_dlin_destroy(trn_dlin **dp)
     if (!dp || !*dp)
         return;
     trn_dlin *d = *dp;
-    for (int i = 0; i < d->ne; i++)
-        s_entry_free(&d->e[i]);
+    trn__dnnl_cache_fini(&d->cache);
     free(d->tmp);
     free(d->dyh);
     free(d->w16);
@@ -199,19 +181,15 @@ void trn_dlin_threads_pop(int old)
     trn__dnnl_threads_pop(old);
 }
 
-/* Starts entry e for (n, bf16) and makes its three primitives from the
+/* Makes entry e's (key n, bf16, nthr set) three primitives from the
    operation descriptors op[] (forward, backward data, backward weights),
    the forward with the ReLU as a post-op where the layer has one; an
    inner product's backward gets the forward as its hint. 0 or -1. */
 static int s_make(trn_dlin *d, s_entry *e, int n, int bf16, int mm, const void *op[3])
 {
-    memset(e, 0, sizeof *e);
-    e->n = n;
-    e->bf16 = bf16;
     e->mm = mm;
-    e->nthr = trn__dnnl_threads();
     for (int i = 0; i < 3; i++)
-        e->thr[i] = s_threads_for(n, bf16, e->nthr);
+        e->h.thr[i] = s_threads_for(n, bf16, e->h.nthr);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     int rc = -1;
@@ -223,17 +201,17 @@ static int s_make(trn_dlin *d, s_entry *e, int n, int bf16, int mm, const void *
          dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success))
         goto out;
     for (int i = 0; i < 3; i++) {
-        int old = trn__dnnl_threads_push(e->thr[i]);
-        dnnl_status_t st = dnnl_primitive_desc_create(&e->pd[i], op[i], i ? NULL : attr,
-                                                      g_eng, i && !mm ? e->pd[0] : NULL);
+        int old = trn__dnnl_threads_push(e->h.thr[i]);
+        dnnl_status_t st = dnnl_primitive_desc_create(
+            &e->h.pd[i], op[i], i ? NULL : attr, g_eng, i && !mm ? e->h.pd[0] : NULL);
         if (st == dnnl_success)
-            st = dnnl_primitive_create(&e->prim[i], e->pd[i]);
+            st = dnnl_primitive_create(&e->h.prim[i], e->h.pd[i]);
         trn__dnnl_threads_pop(old);
         if (st != dnnl_success)
             goto out;
         const char *impl = NULL;
-        dnnl_primitive_desc_query(e->pd[i], dnnl_query_impl_info_str, 0, &impl);
-        snprintf(e->impl[i], sizeof e->impl[i], "%s", impl ? impl : "?");
+        dnnl_primitive_desc_query(e->h.pd[i], dnnl_query_impl_info_str, 0, &impl);
+        snprintf(e->h.impl[i], sizeof e->h.impl[i], "%s", impl ? impl : "?");
     }
     rc = 0;
 out:
@@ -263,7 +241,6 @@ static int s_entry_init(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
     const dnnl_memory_desc_t *bp = d->bias ? &bmd : NULL;
     dnnl_inner_product_desc_t id[3];
     const void *op[3] = {&id[0], &id[1], &id[2]};
-    memset(e, 0, sizeof *e);
     if (dnnl_inner_product_forward_desc_init(&id[0], dnnl_forward_training, &src, &wany,
                                              bp, &dst) != dnnl_success ||
         dnnl_inner_product_backward_data_desc_init(&id[1], &src, &wany, &ddst) !=
@@ -275,32 +252,32 @@ static int s_entry_init(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
     /* dW in the kernel's layout, reordered to [m][k] after: asking for
        [m][k] itself gets a generic GEMM here, 1.7 ms against 0.96 + 0.13
        (784 -> 256 at batch 1024, one thread, ONEDNN_VERBOSE) */
-    const dnnl_memory_desc_t *wf = dnnl_primitive_desc_query_md(e->pd[0],
+    const dnnl_memory_desc_t *wf = dnnl_primitive_desc_query_md(e->h.pd[0],
                                                                 dnnl_query_weights_md, 0),
-                             *wb = dnnl_primitive_desc_query_md(e->pd[1],
+                             *wb = dnnl_primitive_desc_query_md(e->h.pd[1],
                                                                 dnnl_query_weights_md, 0),
                              *dwm = dnnl_primitive_desc_query_md(
-                                 e->pd[2], dnnl_query_diff_weights_md, 0);
+                                 e->h.pd[2], dnnl_query_diff_weights_md, 0);
     int same;
-    if (s_mem(&e->src, &src) < 0 || s_mem(&e->dst, &dst) < 0 ||
-        s_mem(&e->ddst, &ddst) < 0 || s_mem(&e->dsrc, &src) < 0 ||
-        s_mem(&e->wuser, &wuser) < 0 || s_mem(&e->dwuser, &wuser) < 0 ||
+    if (s_mem(&e->h.src, &src) < 0 || s_mem(&e->h.dst, &dst) < 0 ||
+        s_mem(&e->h.ddst, &ddst) < 0 || s_mem(&e->h.dsrc, &src) < 0 ||
+        s_mem(&e->h.wuser, &wuser) < 0 || s_mem(&e->h.dwuser, &wuser) < 0 ||
         (d->bias && (s_mem(&e->bias, &bmd) < 0 || s_mem(&e->dbias, &bmd) < 0)))
         goto fail;
     e->wshare = dnnl_memory_desc_equal(wf, wb);
-    if (trn__dnnl_owned(&e->wfwd, wf, &e->wfwd_buf) < 0 ||
-        (!e->wshare && (trn__dnnl_owned(&e->wbwd, wb, &e->wbwd_buf) < 0 ||
-                        trn__dnnl_reorder(&wuser, wb, &e->wr_bwd, &same, 1) < 0)) ||
-        trn__dnnl_reorder(&wuser, wf, &e->wr_fwd, &same, 1) < 0 ||
-        trn__dnnl_reorder(dwm, &wuser, &e->dwr, &same, 1) < 0)
+    if (trn__dnnl_owned(&e->h.wfwd, wf, &e->h.wfwd_buf) < 0 ||
+        (!e->wshare && (trn__dnnl_owned(&e->h.wbwd, wb, &e->h.wbwd_buf) < 0 ||
+                        trn__dnnl_reorder(&wuser, wb, &e->h.wr_bwd, &same, 1) < 0)) ||
+        trn__dnnl_reorder(&wuser, wf, &e->h.wr_fwd, &same, 1) < 0 ||
+        trn__dnnl_reorder(dwm, &wuser, &e->h.dwr, &same, 1) < 0)
         goto fail;
-    if (e->dwr ? trn__dnnl_owned(&e->dw, dwm, &e->dw_buf) < 0 : s_mem(&e->dw, dwm) < 0)
+    if (e->h.dwr ? trn__dnnl_owned(&e->h.dw, dwm, &e->h.dw_buf) < 0
+                 : s_mem(&e->h.dw, dwm) < 0)
         goto fail;
     return 0;
 fail:
     snprintf(err, TRN_ERRLEN, "oneDNN: no inner product for %d -> %d at batch %d%s", d->k,
              d->m, n, bf16 ? " in bf16" : "");
-    s_entry_free(e);
     return -1;
 }
 
@@ -325,57 +302,30 @@ static int s_entry_init_mm(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
     dnnl_memory_desc_init_by_tag(&dwf, 2, wd, dnnl_f32, dnnl_ab);
     dnnl_matmul_desc_t md[3];
     const void *op[3] = {&md[0], &md[1], &md[2]};
-    memset(e, 0, sizeof *e);
     if (dnnl_matmul_desc_init(&md[0], &x, &wt, d->bias ? &b : NULL, &y) != dnnl_success ||
         dnnl_matmul_desc_init(&md[1], &dy, &w, NULL, &x) != dnnl_success ||
         dnnl_matmul_desc_init(&md[2], &dyt, &x, NULL, &dwf) != dnnl_success ||
         s_make(d, e, n, bf16, 1, op) < 0)
         goto fail;
-    if (s_mem(&e->src, &x) < 0 || s_mem(&e->dst, &y) < 0 || s_mem(&e->ddst, &dy) < 0 ||
-        s_mem(&e->dsrc, &x) < 0 || s_mem(&e->wfwd, &wt) < 0 || s_mem(&e->wbwd, &w) < 0 ||
-        s_mem(&e->dyt, &dyt) < 0 || s_mem(&e->dwuser, &dwf) < 0 ||
+    if (s_mem(&e->h.src, &x) < 0 || s_mem(&e->h.dst, &y) < 0 ||
+        s_mem(&e->h.ddst, &dy) < 0 || s_mem(&e->h.dsrc, &x) < 0 ||
+        s_mem(&e->h.wfwd, &wt) < 0 || s_mem(&e->h.wbwd, &w) < 0 ||
+        s_mem(&e->dyt, &dyt) < 0 || s_mem(&e->h.dwuser, &dwf) < 0 ||
         (d->bias && s_mem(&e->bias, &b) < 0))
         goto fail;
     return 0;
 fail:
     snprintf(err, TRN_ERRLEN, "oneDNN: no matmul for %d -> %d at batch %d%s", d->k, d->m,
              n, bf16 ? " in bf16" : "");
-    s_entry_free(e);
     return -1;
 }
 
-/* The cached entry for (n, bf16), created on first use (LRU eviction),
-   and made again when the thread count changed since (live --threads). */
-static s_entry *s_get(trn_dlin *d, int n, int bf16, char *err)
+/* The cache's init (dnnl_impl.h): the layer's kind of entry. */
+static int s_init(void *owner, trn__dnnl_entry *head, char *err)
 {
-    d->clock++;
-    int slot = -1;
-    for (int i = 0; i < d->ne && slot < 0; i++)
-        if (d->e[i].n == n && d->e[i].bf16 == bf16) {
-            if (d->e[i].nthr == trn__dnnl_threads()) {
-                d->e[i].used = d->clock;
-                return &d->e[i];
-            }
-            s_entry_free(&d->e[i]);
-            slot = i;
-        }
-    if (slot < 0 && (slot = d->ne) == S_CACHE) {
-        slot = 0;
-        for (int i = 1; i < S_CACHE; i++)
-            if (d->e[i].used < d->e[slot].used)
-                slot = i;
-        s_entry_free(&d->e[slot]);
-    } else if (slot == d->ne) {
-        d->ne++;
-    }
-    if ((d->mm ? s_entry_init_mm : s_entry_init)(d, &d->e[slot], n, bf16, err) < 0) {
-        d->e[slot] = d->e[d->ne - 1];
-        memset(&d->e[d->ne - 1], 0, sizeof d->e[0]);
-        d->ne--;
-        return NULL;
-    }
-    d->e[slot].used = d->clock;
-    return &d->e[slot];
+    trn_dlin *d = owner;
+    return (d->mm ? s_entry_init_mm : s_entry_init)(d, (s_entry *)head, head->n,
+                                                    head->bf16, err);
 }
 
 /* The weights' bf16 copy d->w16, on the primitives' thread count: on
@@ -408,26 +358,27 @@ static void s_bias_grad(float *db, const void *dy, int n, int m, int bf16)
 int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, void *y,
                  int n, int bf16, char *err)
 {
-    s_entry *e = s_get(d, n, bf16, err);
+    s_entry *e = trn__dnnl_cache_get(&d->cache, n, bf16, err);
     if (!e)
         return -1;
     if (e->mm) { /* the weights as they are, or their bf16 copy */
         if (bf16)
-            s_copy_w16(d, w, e->thr[0]);
-        dnnl_memory_set_data_handle(e->wfwd, bf16 ? (void *)d->w16 : (void *)w);
-    } else if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
+            s_copy_w16(d, w, e->h.thr[0]);
+        dnnl_memory_set_data_handle(e->h.wfwd, bf16 ? (void *)d->w16 : (void *)w);
+    } else if (trn__dnnl_weights(e->h.wuser, e->h.wr_fwd, e->h.wfwd, w, 1) < 0)
         goto fail;
     e->wfwd_ok = 1;
-    dnnl_memory_set_data_handle(e->src, (void *)x);
-    dnnl_memory_set_data_handle(e->dst, y);
-    dnnl_exec_arg_t a[4] = {
-        {DNNL_ARG_SRC, e->src}, {DNNL_ARG_WEIGHTS, e->wfwd}, {DNNL_ARG_DST, e->dst}};
+    dnnl_memory_set_data_handle(e->h.src, (void *)x);
+    dnnl_memory_set_data_handle(e->h.dst, y);
+    dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->h.src},
+                            {DNNL_ARG_WEIGHTS, e->h.wfwd},
+                            {DNNL_ARG_DST, e->h.dst}};
     int na = 3;
     if (d->bias) {
         dnnl_memory_set_data_handle(e->bias, (void *)b);
         a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->bias};
     }
-    if (trn__dnnl_exec(e->prim[0], e->thr[0], na, a) < 0)
+    if (trn__dnnl_exec(e->h.prim[0], e->h.thr[0], na, a) < 0)
         goto fail;
     return 0;
 fail:
@@ -438,7 +389,7 @@ fail:
 int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
                  float *dw, float *db, int n, int bf16, float beta, char *err)
 {
-    s_entry *e = s_get(d, n, bf16, err);
+    s_entry *e = trn__dnnl_cache_get(&d->cache, n, bf16, err);
     if (!e)
         return -1;
     long nw = (long)d->m * d->k, ny = (long)n * d->m;
@@ -453,8 +404,8 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
         trn_bf16_from_f32(d->dyh, dy, ny);
         dy = d->dyh;
     }
-    dnnl_memory_set_data_handle(e->src, (void *)x);
-    dnnl_memory_set_data_handle(e->ddst, (void *)dy);
+    dnnl_memory_set_data_handle(e->h.src, (void *)x);
+    dnnl_memory_set_data_handle(e->h.ddst, (void *)dy);
     /* weights: dw = beta*dw + grad, db likewise */
     float *dwo = dw, *dbo = db;
     if (beta != 0) {
@@ -469,33 +420,33 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
         dwo = d->tmp;
         dbo = d->tmp + nw;
     }
-    dnnl_memory_set_data_handle(e->dwuser, dwo);
+    dnnl_memory_set_data_handle(e->h.dwuser, dwo);
     if (e->mm) { /* dW = dy^T x, db = the column sums of dy */
         dnnl_memory_set_data_handle(e->dyt, (void *)dy);
         dnnl_exec_arg_t a[3] = {{DNNL_ARG_SRC, e->dyt},
-                                {DNNL_ARG_WEIGHTS, e->src},
-                                {DNNL_ARG_DST, e->dwuser}};
-        if (trn__dnnl_exec(e->prim[2], e->thr[2], 3, a) < 0)
+                                {DNNL_ARG_WEIGHTS, e->h.src},
+                                {DNNL_ARG_DST, e->h.dwuser}};
+        if (trn__dnnl_exec(e->h.prim[2], e->h.thr[2], 3, a) < 0)
             goto fail;
         if (d->bias)
             s_bias_grad(dbo, dy, n, d->m, bf16);
     } else {
-        if (!e->dwr)
-            dnnl_memory_set_data_handle(e->dw, dwo);
-        dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->src},
-                                {DNNL_ARG_DIFF_DST, e->ddst},
-                                {DNNL_ARG_DIFF_WEIGHTS, e->dw}};
+        if (!e->h.dwr)
+            dnnl_memory_set_data_handle(e->h.dw, dwo);
+        dnnl_exec_arg_t a[4] = {{DNNL_ARG_SRC, e->h.src},
+                                {DNNL_ARG_DIFF_DST, e->h.ddst},
+                                {DNNL_ARG_DIFF_WEIGHTS, e->h.dw}};
         int na = 3;
         if (d->bias) {
             dnnl_memory_set_data_handle(e->dbias, dbo);
             a[na++] = (dnnl_exec_arg_t){DNNL_ARG_DIFF_BIAS, e->dbias};
         }
-        if (trn__dnnl_exec(e->prim[2], e->thr[2], na, a) < 0)
+        if (trn__dnnl_exec(e->h.prim[2], e->h.thr[2], na, a) < 0)
             goto fail;
     }
-    if (e->dwr) {
-        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->dw}, {DNNL_ARG_TO, e->dwuser}};
-        if (trn__dnnl_exec(e->dwr, 1, 2, r) < 0)
+    if (e->h.dwr) {
+        dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, e->h.dw}, {DNNL_ARG_TO, e->h.dwuser}};
+        if (trn__dnnl_exec(e->h.dwr, 1, 2, r) < 0)
             goto fail;
     }
     if (beta != 0) {
@@ -508,22 +459,23 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
     /* the forward's copy of w when the layouts agree (w unchanged since),
        made here when this entry is new since the forward (a thread change
        or an eviction remade it) */
-    dnnl_memory_t wb = e->wshare ? e->wfwd : e->wbwd;
+    dnnl_memory_t wb = e->wshare ? e->h.wfwd : e->h.wbwd;
     if (e->mm) {
         if (bf16 && !e->wfwd_ok)
-            s_copy_w16(d, w, e->thr[1]);
-        dnnl_memory_set_data_handle(e->wbwd, bf16 ? (void *)d->w16 : (void *)w);
+            s_copy_w16(d, w, e->h.thr[1]);
+        dnnl_memory_set_data_handle(e->h.wbwd, bf16 ? (void *)d->w16 : (void *)w);
     } else if (e->wshare && !e->wfwd_ok) {
-        if (trn__dnnl_weights(e->wuser, e->wr_fwd, e->wfwd, w, 1) < 0)
+        if (trn__dnnl_weights(e->h.wuser, e->h.wr_fwd, e->h.wfwd, w, 1) < 0)
             goto fail;
-    } else if (!e->wshare && trn__dnnl_weights(e->wuser, e->wr_bwd, e->wbwd, w, 1) < 0)
+    } else if (!e->wshare &&
+               trn__dnnl_weights(e->h.wuser, e->h.wr_bwd, e->h.wbwd, w, 1) < 0)
         goto fail;
     e->wfwd_ok = 1;
-    dnnl_memory_set_data_handle(e->dsrc, dx);
-    dnnl_exec_arg_t b[3] = {{e->mm ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, e->ddst},
+    dnnl_memory_set_data_handle(e->h.dsrc, dx);
+    dnnl_exec_arg_t b[3] = {{e->mm ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, e->h.ddst},
                             {DNNL_ARG_WEIGHTS, wb},
-                            {e->mm ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, e->dsrc}};
-    if (trn__dnnl_exec(e->prim[1], e->thr[1], 3, b) < 0)
+                            {e->mm ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, e->h.dsrc}};
+    if (trn__dnnl_exec(e->h.prim[1], e->h.thr[1], 3, b) < 0)
         goto fail;
     return 0;
 oom:
@@ -536,18 +488,13 @@ fail:
 
 int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err)
 {
-    s_entry *e = which >= 0 && which < 3 ? s_get(d, n, bf16, err) : NULL;
-    return e ? e->thr[which] : -1;
+    return trn__dnnl_cache_threads(&d->cache, n, bf16, which, err);
 }
 
 int trn_dlin_describe(trn_dlin *d, int n, int bf16, char *buf, size_t len, char *err)
 {
-    s_entry *e = s_get(d, n, bf16, err);
-    if (!e)
-        return -1;
-    snprintf(buf, len, "%s fwd %s, bwd-data %s, bwd-weights %s",
-             e->mm ? "matmul" : "inner product", e->impl[0], e->impl[1], e->impl[2]);
-    return 0;
+    return trn__dnnl_cache_describe(&d->cache, n, bf16,
+                                    d->mm ? "matmul " : "inner product ", buf, len, err);
 }
 
 #else /* no oneDNN in this build: net.c keeps OpenBLAS's sgemm */

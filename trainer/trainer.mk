@@ -27,11 +27,13 @@ endif
 EXTRA_BINS  += $(TRAIN_BIN)
 
 # oneDNN (optional): the CNN's convolutions through oneDNN (conv_dnnl.c)
-# where libdnnl-dev is installed; without it conv_dnnl.c compiles to stubs
+# and the MLP's linears (linear_dnnl.c), with their primitive cache
+# (dnnl_cache.c), where libdnnl-dev is installed; without it conv_dnnl.c
+# and linear_dnnl.c compile to stubs (dnnl_cache.c to nothing)
 # and the network keeps the im2col + GEMM path. Its OpenMP runtime takes
 # the thread count from backend_cpu.c.
 ifeq ($(HAVE_DNNL),yes)
-$(call obj,trainer/conv_dnnl.c) $(call obj,trainer/linear_dnnl.c): ALL_CFLAGS += -DTRN_HAVE_DNNL -fopenmp
+$(call obj,trainer/conv_dnnl.c) $(call obj,trainer/linear_dnnl.c) $(call obj,trainer/dnnl_cache.c): ALL_CFLAGS += -DTRN_HAVE_DNNL -fopenmp
 $(call obj,trainer/kernels_nhwc.c) $(call obj,trainer/precision.c): ALL_CFLAGS += -fopenmp
 LIBS        += -Wl,--push-state,--as-needed -ldnnl -lgomp -Wl,--pop-state
 endif
