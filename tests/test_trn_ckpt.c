@@ -2,9 +2,12 @@
     is built (ckpt.c): its config read without a trainer (what main uses to
     build the model for the run's restored config), the options that cannot
     change live and that it overrides (named for the resume's line), a
-    checkpoint written before zero_gamma was recorded, a live load in
-    another precision said by --verbose, and the convolutions' path named
-    for images with several channels. */
+    checkpoint written before zero_gamma was recorded, bad files that
+    change nothing, the convolutions' path a resume keeps (conv_route: a
+    --conv gemm run resumed under auto, a CNN set live to bf16 resumed
+    under ONEDNN_MAX_CPU_ISA=AVX2, a checkpoint without the line), a live
+    load in another precision said by --verbose, and the convolutions'
+    path named for images with several channels. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +17,7 @@
 #include <zlib.h>
 
 #include "jz_test.h"
+#include "trainer/conv_dnnl.h"
 #include "trainer/trn.h"
 
 #include "trn_fake_io.h"
@@ -41,6 +45,62 @@ static unsigned char *s_slurp(const char *path, size_t *len)
     }
     fclose(f);
     return b;
+}
+
+/* Writes to out the checkpoint at path with the config text's line `line`
+   ("name=value\n") replaced by `with` ("" removes it): the config text's
+   and the payload's lengths and the checksum redone, as an older or another
+   writer would have made it. 0, or -1 when the line is not there. */
+static int s_edit_line(const char *path, const char *line, const char *with,
+                       const char *out)
+{
+    size_t len;
+    unsigned char *b = s_slurp(path, &len);
+    if (!b)
+        return -1;
+    size_t ln = strlen(line), wn = strlen(with), at = 0;
+    for (size_t i = 24; i + ln <= len && !at; i++)
+        if (!memcmp(b + i, line, ln))
+            at = i;
+    /* the config text starts with its first restored option, zero_gamma
+       (config.c's table order), right after its u32 length */
+    size_t start = 0;
+    uint32_t cl = 0;
+    for (size_t i = 28; i + 11 <= len && !start; i++)
+        if (!memcmp(b + i, "zero_gamma=", 11))
+            start = i;
+    if (start)
+        memcpy(&cl, b + start - 4, 4);
+    if (start > at || start + cl < at + ln)
+        start = 0;
+    if (!at || !start) {
+        free(b);
+        return -1;
+    }
+    size_t nlen = len - ln + wn;
+    unsigned char *o = malloc(nlen);
+    if (!o) {
+        free(b);
+        return -1;
+    }
+    memcpy(o, b, at);
+    memcpy(o + at, with, wn);
+    memcpy(o + at + wn, b + at + ln, len - at - ln);
+    cl = (uint32_t)(cl - ln + wn);
+    memcpy(o + start - 4, &cl, 4);
+    uint64_t plen;
+    memcpy(&plen, o + 16, 8);
+    plen = plen - ln + wn;
+    memcpy(o + 16, &plen, 8);
+    uint32_t crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), o, (uInt)(nlen - 4));
+    memcpy(o + nlen - 4, &crc, 4);
+    FILE *f = fopen(out, "wb");
+    int ok = f && fwrite(o, 1, nlen, f) == nlen;
+    if (f)
+        ok = fclose(f) == 0 && ok;
+    free(o);
+    free(b);
+    return ok ? 0 : -1;
 }
 
 /* The checkpoint's restored options land on the command's config, the rest
@@ -86,6 +146,191 @@ TEST(read_config_takes_the_checkpoints_options)
     CHECK(!memcmp(&before, &cmd, sizeof cmd));
 }
 
+/* A bad file changes nothing on the config and says what is wrong: a
+   corrupt byte (the checksum), config text that a setter refuses (a value
+   out of range), config text that every setter takes but the whole fails
+   validation (copy, then commit), and a conv_route that is neither path. */
+TEST(read_config_bad_files_change_nothing)
+{
+    trn_config c;
+    s_cnn(&c);
+    char path[512], bad[512], err[TRN_ERRLEN];
+    snprintf(path, sizeof path, "%s/good.jzck", g_dir);
+    snprintf(bad, sizeof bad, "%s/bad.jzck", g_dir);
+    trn_trainer *a = s_new(&c);
+    REQUIRE(a);
+    trn_trainer_step(a);
+    REQUIRE(trn_trainer_save(a, path, err) == 0);
+    trn_trainer_destroy(&a);
+    trn_config cmd, before;
+    s_cnn(&cmd);
+    strcpy(cmd.precision, "bf16");
+    before = cmd;
+
+    size_t len;
+    unsigned char *b = s_slurp(path, &len);
+    REQUIRE(b && len > 200);
+    b[150] ^= 1;
+    FILE *f = fopen(bad, "wb");
+    REQUIRE(f);
+    fwrite(b, 1, len, f);
+    fclose(f);
+    free(b);
+    CHECK(trn_ckpt_read_config(bad, &cmd, err) < 0);
+    CHECK(strstr(err, "checksum mismatch") != NULL);
+    CHECK(!memcmp(&before, &cmd, sizeof cmd));
+
+    static const struct {
+        const char *line, *with, *says;
+    } cases[] = {
+        {"precision=fp32\n", "precision=fp64\n", "checkpoint config: "},
+        {"loss_scale=auto\n", "loss_scale=bogus\n", "checkpoint config: --loss-scale"},
+        {"conv_route=", "conv_route=x", "conv_route=x"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        REQUIRE(s_edit_line(path, cases[i].line, cases[i].with, bad) == 0);
+        err[0] = 0;
+        CHECK(trn_ckpt_read_config(bad, &cmd, err) < 0);
+        printf("  %s\n", err);
+        CHECK(strstr(err, cases[i].says) != NULL);
+        CHECK(!memcmp(&before, &cmd, sizeof cmd));
+    }
+}
+
+/* A resume rebuilds the convolution layout its run began on (the
+   checkpoint's conv_route) under --conv auto: a run begun with --conv gemm
+   and resumed with --conv auto stays on im2col + GEMM and continues bit for
+   bit (before: oneDNN's layout, other numbers); --verbose names the reason.
+   The resume here is main's: one read, the config, the model, the load. */
+TEST(resume_keeps_the_convolution_path_its_run_began_on)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev): one convolution path only");
+    trn_config c;
+    s_cnn(&c);
+    strcpy(c.conv, "gemm");
+    char path[512], err[TRN_ERRLEN], line[512];
+    snprintf(path, sizeof path, "%s/gemm.jzck", g_dir);
+    trn_trainer *a = s_new(&c);
+    REQUIRE(a);
+    CHECK(!strcmp(trn_net_conv_route(trn_trainer_net(a)), "gemm"));
+    for (int i = 0; i < 3; i++)
+        trn_trainer_step(a);
+    REQUIRE(trn_trainer_save(a, path, err) == 0);
+    for (int i = 0; i < 3; i++)
+        trn_trainer_step(a);
+
+    trn_config r;
+    s_cnn(&r); /* --conv auto */
+    size_t len;
+    unsigned char *buf = trn_ckpt_read(path, &len, err);
+    REQUIRE(buf);
+    REQUIRE(trn_ckpt_config_buf(buf, len, path, &r, err) == 0);
+    CHECK(!strcmp(r.conv_route, "gemm"));
+    trn_trainer *b = s_new(&r);
+    REQUIRE(b);
+    trn_net *nb = trn_trainer_net(b);
+    CHECK(!strcmp(trn_net_conv_route(nb), "gemm"));
+    REQUIRE(trn_net_conv_describe(nb, 16, line, sizeof line) == 0);
+    printf("  %s\n", line);
+    CHECK(strstr(line, "conv_route=gemm") != NULL);
+    REQUIRE(trn_trainer_load_buf(b, buf, len, path, err) == 0);
+    free(buf);
+    for (int i = 0; i < 3; i++)
+        trn_trainer_step(b);
+    trn_net *na = trn_trainer_net(a);
+    int same = 1;
+    for (int i = 0; i < trn_net_nparams(na); i++)
+        same &= !memcmp(trn_net_param(na, i)->w, trn_net_param(nb, i)->w,
+                        (size_t)trn_net_param(na, i)->n * sizeof(float));
+    CHECK(same);
+    /* an MLP records none */
+    trn_config m;
+    s_cfg(&m);
+    trn_trainer *t = s_new(&m);
+    REQUIRE(t);
+    CHECK(trn_net_conv_route(trn_trainer_net(t)) == NULL);
+    trn_trainer_destroy(&a), trn_trainer_destroy(&b), trn_trainer_destroy(&t);
+}
+
+/* Under ONEDNN_MAX_CPU_ISA=AVX2 (no bf16 instructions for oneDNN): a CNN
+   begun in fp32 on oneDNN's layout and set live to bf16 (a `set`, a PBT
+   load), saved in bf16 and resumed continues on oneDNN's layout, bit for
+   bit the uninterrupted run (before: its bf16 precision chose im2col + GEMM
+   at the resume, other numbers); a checkpoint without conv_route (written
+   before it was recorded) keeps the rule: bf16 without bf16 instructions,
+   im2col. The capped run is this program again (oneDNN reads the variable
+   once): main() answers it in s_avx2_child. */
+static const char *g_self;
+static int s_avx2_child(void)
+{
+    trn_config c;
+    s_cnn(&c);
+    char path[512], old[512], err[TRN_ERRLEN];
+    snprintf(path, sizeof path, "%s/live-bf16.jzck", g_dir);
+    snprintf(old, sizeof old, "%s/live-bf16-old.jzck", g_dir);
+    c.lr = 0.1; /* at 0.05 on this data the two paths' weights agree bit for bit */
+    int ok = !trn_dnnl_bf16_native();
+    trn_trainer *a = s_new(&c);
+    if (!a)
+        return 1;
+    ok &= !strcmp(trn_net_conv_route(trn_trainer_net(a)), "dnnl");
+    for (int i = 0; i < 4; i++)
+        trn_trainer_step(a);
+    ok &= trn_trainer_set_param(a, "precision", "bf16", err) == 0;
+    ok &= trn_trainer_save(a, path, err) == 0;
+    for (int i = 0; i < 4; i++)
+        trn_trainer_step(a);
+
+    trn_config r;
+    s_cnn(&r);
+    size_t len;
+    unsigned char *buf = trn_ckpt_read(path, &len, err);
+    if (!buf || trn_ckpt_config_buf(buf, len, path, &r, err) < 0) {
+        printf("  %s\n", err);
+        return 1;
+    }
+    ok &= !strcmp(r.precision, "bf16") && !strcmp(r.conv_route, "dnnl");
+    r.bf16_from_ckpt = 1;
+    trn_trainer *b = s_new(&r);
+    if (!b)
+        return 1;
+    trn_net *na = trn_trainer_net(a), *nb = trn_trainer_net(b);
+    printf("  resumed on %s (ISA %s)\n", trn_net_conv_route(nb), trn_dnnl_isa_name());
+    ok &= !strcmp(trn_net_conv_route(nb), "dnnl");
+    ok &= trn_trainer_load_buf(b, buf, len, path, err) == 0;
+    free(buf);
+    for (int i = 0; i < 4; i++)
+        trn_trainer_step(b);
+    int same = 1;
+    for (int i = 0; i < trn_net_nparams(na); i++)
+        same &= !memcmp(trn_net_param(na, i)->w, trn_net_param(nb, i)->w,
+                        (size_t)trn_net_param(na, i)->n * sizeof(float));
+    printf("  weights after 4 more steps: %s the uninterrupted run's\n",
+           same ? "bit-identical to" : "differ from");
+    ok &= same;
+
+    trn_config o;
+    s_cnn(&o);
+    ok &= s_edit_line(path, "conv_route=dnnl\n", "", old) == 0;
+    ok &= trn_ckpt_read_config(old, &o, err) == 0 && !o.conv_route[0];
+    trn_trainer *t = s_new(&o);
+    ok &= t && !strcmp(trn_net_conv_route(trn_trainer_net(t)), "gemm");
+    trn_trainer_destroy(&a), trn_trainer_destroy(&b), trn_trainer_destroy(&t);
+    return ok ? 0 : 1;
+}
+
+TEST(live_bf16_resumed_without_bf16_instructions_keeps_onednn)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "ONEDNN_MAX_CPU_ISA=AVX2 '%s' --avx2-child '%s'", g_self,
+             g_dir);
+    fflush(stdout);
+    CHECK(system(cmd) == 0);
+}
+
 /* A checkpoint written before its config text recorded zero_gamma (the
    line removed, the lengths and checksum redone) loads; the run keeps the
    resuming command's value, as nothing says how it began, and no override
@@ -102,33 +347,7 @@ TEST(old_checkpoint_without_zero_gamma_keeps_the_commands_value)
     REQUIRE(a);
     trn_trainer_step(a);
     REQUIRE(trn_trainer_save(a, path, err) == 0);
-    size_t len;
-    unsigned char *b = s_slurp(path, &len);
-    REQUIRE(b);
-    const char *line = "zero_gamma=0\n";
-    size_t ln = strlen(line), at = 0;
-    for (size_t i = 24; i + ln <= len && !at; i++)
-        if (!memcmp(b + i, line, ln))
-            at = i;
-    REQUIRE(at > 28);
-    uint32_t cl;
-    uint64_t plen;
-    memcpy(&cl, b + at - 4, 4); /* the config text's length: it starts there */
-    REQUIRE(cl > ln && at - 4 > 24);
-    cl -= (uint32_t)ln;
-    memcpy(b + at - 4, &cl, 4);
-    memmove(b + at, b + at + ln, len - at - ln);
-    len -= ln;
-    memcpy(&plen, b + 16, 8);
-    plen -= ln;
-    memcpy(b + 16, &plen, 8);
-    uint32_t crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), b, (uInt)(len - 4));
-    memcpy(b + len - 4, &crc, 4);
-    FILE *f = fopen(old, "wb");
-    REQUIRE(f);
-    fwrite(b, 1, len, f);
-    fclose(f);
-    free(b);
+    REQUIRE(s_edit_line(path, "zero_gamma=0\n", "", old) == 0);
 
     trn_config cmd;
     s_cnn(&cmd); /* zero_gamma 1 */
@@ -235,17 +454,27 @@ TEST(several_channels_named_as_the_reason)
     trn_net_destroy(&n);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     char err[TRN_ERRLEN];
-    snprintf(g_dir, sizeof g_dir, "/tmp/test_trn_ckpt.XXXXXX");
-    if (!mkdtemp(g_dir))
+    g_self = argv[0];
+    int child = argc > 2 && !strcmp(argv[1], "--avx2-child");
+    if (child)
+        snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+    else
+        snprintf(g_dir, sizeof g_dir, "/tmp/test_trn_ckpt.XXXXXX");
+    if (!child && !mkdtemp(g_dir))
         return 1;
     if (trn_data_synthetic(&g_syn, 512, 1000, err) < 0 ||
         trn_data_synthetic(&g_syn_val, 64, 2000, err) < 0)
         return 1;
     trn_cpu_set_threads(1);
+    if (child)
+        return s_avx2_child();
     RUN(read_config_takes_the_checkpoints_options);
+    RUN(read_config_bad_files_change_nothing);
+    RUN(resume_keeps_the_convolution_path_its_run_began_on);
+    RUN(live_bf16_resumed_without_bf16_instructions_keeps_onednn);
     RUN(old_checkpoint_without_zero_gamma_keeps_the_commands_value);
     RUN(live_load_in_another_precision_says_the_kernels);
     RUN(several_channels_named_as_the_reason);

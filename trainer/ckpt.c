@@ -10,7 +10,9 @@
     Payload: architecture text, optimiser kind, step/epoch/position, the
     optimiser's step count, RNG state, loss scaler(s), the restorable
     config as "name=value" lines (everything that may change live, plus the
-    init-only seed and zero_gamma: how the run began), then every param's
+    init-only seed, zero_gamma, loss_scale and per_layer_scale: how the run
+    began; for the CNN conv_route=dnnl|gemm, the convolution path its run
+    began on, which is not an option), then every param's
     master weights and optimiser moments by name,
     then BN running statistics, then (top-k runs) the ranks' compression
     state: tag "DIST", rank count R, floats per rank C, R x C floats
@@ -214,7 +216,13 @@ int trn_trainer_save(trn_trainer *t, const char *path, char *err)
     }
     /* The options that shape the trajectory (OPT_RESTORED in config.c). */
     char cfgtext[8192];
-    trn_config_restored_text(&t->cfg, cfgtext, sizeof cfgtext);
+    size_t cl = trn_config_restored_text(&t->cfg, cfgtext, sizeof cfgtext);
+    /* the CNN's convolution path, chosen once when its run began: a resume
+       rebuilds that layout (trn__net_conv_route), whatever precision the
+       run had reached */
+    const char *route = trn_net_conv_route(n);
+    if (route && cl + 32 < sizeof cfgtext)
+        snprintf(cfgtext + cl, sizeof cfgtext - cl, "conv_route=%s\n", route);
     s_str(&b, cfgtext);
     s_u32(&b, (uint32_t)trn_net_nparams(n));
     for (int i = 0; i < trn_net_nparams(n); i++) {
@@ -269,8 +277,7 @@ int trn_trainer_save(trn_trainer *t, const char *path, char *err)
     return 0;
 }
 
-/* Reads and checks the envelope; returns the file's bytes (caller frees). */
-static unsigned char *s_read_checked(const char *path, size_t *len, char *err)
+unsigned char *trn_ckpt_read(const char *path, size_t *len, char *err)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -360,7 +367,7 @@ static unsigned char *s_read_checked(const char *path, size_t *len, char *err)
 int trn_ckpt_verify(const char *path, char *err)
 {
     size_t len;
-    unsigned char *b = s_read_checked(path, &len, err);
+    unsigned char *b = trn_ckpt_read(path, &len, err);
     free(b);
     return b ? 0 : -1;
 }
@@ -430,7 +437,14 @@ static int s_apply_cfgtext(trn_config *c, const char *text, size_t len, const ch
         name[kn] = 0;
         memcpy(val, eq + 1, vn);
         val[vn] = 0;
-        if (trn_config_set(c, name, val, e2) == -1) {
+        if (!strcmp(name, "conv_route")) { /* not an option: the net's path */
+            if (strcmp(val, "dnnl") && strcmp(val, "gemm")) {
+                snprintf(err, TRN_ERRLEN, "%.200s: checkpoint config: conv_route=%.40s",
+                         path, val);
+                return -1;
+            }
+            memcpy(c->conv_route, val, strlen(val) + 1); /* 5 bytes at most */
+        } else if (trn_config_set(c, name, val, e2) == -1) {
             snprintf(err, TRN_ERRLEN, "%.200s: checkpoint config: %.280s", path, e2);
             return -1;
         }
@@ -442,9 +456,17 @@ static int s_apply_cfgtext(trn_config *c, const char *text, size_t len, const ch
 int trn_ckpt_read_config(const char *path, trn_config *c, char *err)
 {
     size_t len;
-    unsigned char *buf = s_read_checked(path, &len, err);
+    unsigned char *buf = trn_ckpt_read(path, &len, err);
     if (!buf)
         return -1;
+    int rc = trn_ckpt_config_buf(buf, len, path, c, err);
+    free(buf);
+    return rc;
+}
+
+int trn_ckpt_config_buf(const unsigned char *buf, size_t len, const char *path,
+                        trn_config *c, char *err)
+{
     s_rbuf r = {buf, len - 4, CK_HDR, 0};
     s_head h;
     s_read_head(&r, &h);
@@ -453,10 +475,13 @@ int trn_ckpt_read_config(const char *path, trn_config *c, char *err)
     if (r.bad)
         snprintf(err, TRN_ERRLEN, "%s: corrupt checkpoint (payload does not parse)",
                  path);
-    else if (s_apply_cfgtext(&n, h.cfgtext, h.cl, path, err) == 0 &&
-             trn_config_validate(&n, err) == 0)
-        rc = 0;
-    free(buf);
+    else if (s_apply_cfgtext(&n, h.cfgtext, h.cl, path, err) == 0) {
+        char e2[TRN_ERRLEN];
+        if (trn_config_validate(&n, e2) == 0)
+            rc = 0;
+        else
+            snprintf(err, TRN_ERRLEN, "%.200s: checkpoint config: %.280s", path, e2);
+    }
     if (rc == 0)
         *c = n;
     return rc;
@@ -637,15 +662,22 @@ static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int com
     return 0;
 }
 
-int trn_trainer_load(trn_trainer *t, const char *path, char *err)
+int trn_trainer_load_buf(trn_trainer *t, const unsigned char *buf, size_t len,
+                         const char *path, char *err)
 {
-    size_t len;
-    unsigned char *buf = s_read_checked(path, &len, err);
-    if (!buf)
-        return -1;
     int rc = s_parse(t, buf, len, 0, path, err);
     if (rc == 0)
         rc = s_parse(t, buf, len, 1, path, err);
+    return rc;
+}
+
+int trn_trainer_load(trn_trainer *t, const char *path, char *err)
+{
+    size_t len;
+    unsigned char *buf = trn_ckpt_read(path, &len, err);
+    if (!buf)
+        return -1;
+    int rc = trn_trainer_load_buf(t, buf, len, path, err);
     free(buf);
     return rc;
 }

@@ -412,8 +412,8 @@ static const s_opt s_opts[] = {
      .dflt = "auto",
      .help = "CPU convolutions: oneDNN (dnnl, NHWC) or im2col + GEMM (gemm); auto = "
              "dnnl when the build has oneDNN, the images have one channel and, in a "
-             "run with bf16, the CPU has bf16 instructions (chosen once per process, "
-             "after a checkpoint's restore)"},
+             "run with bf16, the CPU has bf16 instructions (chosen once per process; "
+             "a resume keeps the path its checkpoint's run began on)"},
     {.flag = "matmul",
      .type = OPT_STR,
      .off = O(matmul),
@@ -714,6 +714,11 @@ static int s_set(trn_config *c, const s_opt *o, const char *v, const char *who, 
         return 0;
     }
     return -1;
+}
+
+int trn_config_wants_bf16(const trn_config *c)
+{
+    return !strcmp(c->precision, "bf16") || strstr(c->precision_schedule, "bf16");
 }
 
 void trn_config_defaults(trn_config *c)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdint.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -40,6 +41,8 @@ trn_comm *trn_comm_nccl_new(char *err);
 typedef struct {
     int status; /* 0 go on, else the exit status */
     trn_config cfg;
+    uint64_t ck_len; /* the restored checkpoint rank 0 read: its length */
+    uint32_t ck_crc; /* and CRC-32, which every other rank's read must match */
 } s_start;
 
 /* FNV-1a of every weight: the ranks must agree after training. */
@@ -150,27 +153,48 @@ static int s_eval_at_step(trn_config *cfg)
     return 0;
 }
 
-/* Rank 0, before the model is built: a run that restores a checkpoint
-   (--resume, or JIZHI_LOAD_CHECKPOINT for a trial the controller
-   restarts; --resume wins) takes the checkpoint's restored options and
-   then, as trn_trainer_reapply_params does after the load, the trial's
-   live params, so the model is built for the config the run will have:
-   what is chosen once per process (the CNN's convolution path, trn_net_new)
-   follows the checkpoint's precision and schedule, not the command
-   line's. Says which options that cannot change live (--seed, --zero-gamma)
-   the checkpoint overrode. 0, or -1 with err. */
-static int s_restored_config(trn_config *cfg, jz_trial *jz, char *err)
+/* The checkpoint a run restores: --resume, or JIZHI_LOAD_CHECKPOINT for a
+   trial the controller restarts (pause --release then resume, or a load the
+   program did not acknowledge); --resume wins. NULL when none. */
+static const char *s_restore_path(const trn_config *cfg)
 {
-    const char *restore = cfg->resume[0] ? cfg->resume : getenv("JIZHI_LOAD_CHECKPOINT");
-    if (!restore || !*restore)
+    const char *p = cfg->resume[0] ? cfg->resume : getenv("JIZHI_LOAD_CHECKPOINT");
+    return p && *p ? p : NULL;
+}
+
+static const char *s_restore_flag(const trn_config *cfg)
+{
+    return cfg->resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT";
+}
+
+/* Rank 0, before the model is built: a run that restores a checkpoint reads
+   it once (*ck, *ck_len: the bytes the weights are loaded from later, so
+   config and weights come from one file even if it is replaced meanwhile;
+   caller frees), takes its restored options and then, as
+   trn_trainer_reapply_params does after the load, the trial's live params,
+   so the model is built for the config the run will have. The CNN's
+   convolution path (once per process, trn_net_new) follows the path the
+   checkpoint's run began on (conv_route), or for an older checkpoint its
+   precision and schedule. bf16 named by the checkpoint itself (not by a
+   trial param) is not refused under --conv/--matmul dnnl. Says which
+   options that cannot change live (--seed, --zero-gamma, ...) the
+   checkpoint overrode. 0, or -1 with err. */
+static int s_restored_config(trn_config *cfg, jz_trial *jz, unsigned char **ck,
+                             size_t *ck_len, char *err)
+{
+    const char *restore = s_restore_path(cfg);
+    if (!restore)
         return 0;
     trn_config c = *cfg;
     char e2[TRN_ERRLEN];
-    if (trn_ckpt_read_config(restore, &c, e2) < 0) {
-        snprintf(err, TRN_ERRLEN, "%s: %.400s",
-                 cfg->resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT", e2);
+    size_t len;
+    unsigned char *buf = trn_ckpt_read(restore, &len, e2);
+    if (!buf || trn_ckpt_config_buf(buf, len, restore, &c, e2) < 0) {
+        snprintf(err, TRN_ERRLEN, "%s: %.400s", s_restore_flag(cfg), e2);
+        free(buf);
         return -1;
     }
+    c.bf16_from_ckpt = trn_config_wants_bf16(&c); /* before the trial's params */
     char name[64], val[512];
     for (size_t i = 0; jz && trn_config_live_param(i, name, sizeof name); i++)
         if (trn_jz_param(jz, name, val, sizeof val) == 1)
@@ -179,10 +203,45 @@ static int s_restored_config(trn_config *cfg, jz_trial *jz, char *err)
     if (trn_ckpt_kept_options(cfg, &c, kept, sizeof kept) && !c.quiet)
         fprintf(stderr,
                 "jizhi-train: %s: kept from the checkpoint, as its run began: %s\n",
-                cfg->resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT", kept);
-    c.restored = 1;
+                s_restore_flag(cfg), kept);
     *cfg = c;
+    *ck = buf;
+    *ck_len = len;
     return 0;
+}
+
+/* Loads the restored checkpoint into t: rank 0 from the bytes it read
+   before the model was built (buf), every other rank from its own read,
+   which must be the file rank 0 read (length and CRC-32 in st). 0, or -1
+   with err. */
+static int s_load_restored(trn_trainer *t, const trn_config *cfg, const s_start *st,
+                           const unsigned char *buf, size_t len, char *err)
+{
+    const char *restore = s_restore_path(cfg);
+    char e2[TRN_ERRLEN];
+    unsigned char *mine = NULL;
+    if (!buf) { /* a rank other than 0 */
+        mine = trn_ckpt_read(restore, &len, e2);
+        if (!mine) {
+            snprintf(err, TRN_ERRLEN, "%s: %.400s", s_restore_flag(cfg), e2);
+            return -1;
+        }
+        uint32_t crc;
+        memcpy(&crc, mine + len - 4, 4);
+        if ((uint64_t)len != st->ck_len || crc != st->ck_crc) {
+            snprintf(err, TRN_ERRLEN,
+                     "%s: %.300s changed after rank 0 read it (another file now)",
+                     s_restore_flag(cfg), restore);
+            free(mine);
+            return -1;
+        }
+        buf = mine;
+    }
+    int rc = trn_trainer_load_buf(t, buf, len, restore, e2);
+    if (rc < 0)
+        snprintf(err, TRN_ERRLEN, "%s: %.400s", s_restore_flag(cfg), e2);
+    free(mine);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -208,7 +267,9 @@ int main(int argc, char **argv)
         return 2;
     }
     jz_trial *jz = NULL;
-    s_start st = {0, cfg};
+    s_start st = {0, cfg, 0, 0};
+    unsigned char *ck = NULL; /* rank 0: the restored checkpoint's bytes */
+    size_t ck_len = 0;
     if (comm->rank == 0) {
         jz = jz_open();
         if (!jz) {
@@ -227,9 +288,12 @@ int main(int argc, char **argv)
                     "jizhi-train: param comm: the communication backend is chosen on the "
                     "command line (--comm), not by a param\n");
             st.status = 2;
-        } else if (s_restored_config(&st.cfg, jz, err) < 0) {
+        } else if (s_restored_config(&st.cfg, jz, &ck, &ck_len, err) < 0) {
             fprintf(stderr, "jizhi-train: %s\n", err);
             st.status = 1;
+        } else if (ck) {
+            st.ck_len = ck_len;
+            memcpy(&st.ck_crc, ck + ck_len - 4, 4);
         }
     }
     if (trn_comm_bcast(comm, &st, sizeof st, 0) < 0) {
@@ -238,6 +302,7 @@ int main(int argc, char **argv)
     }
     cfg = st.cfg;
     if (st.status) {
+        free(ck);
         jz_close(&jz);
         trn_comm_destroy(&comm);
         return st.status;
@@ -254,6 +319,7 @@ int main(int argc, char **argv)
         backend = trn_cuda_backend_new(err);
         if (!backend) {
             fprintf(stderr, "jizhi-train: --backend cuda: %s\n", err);
+            free(ck);
             jz_close(&jz);
             trn_comm_destroy(&comm);
             return 1;
@@ -261,6 +327,7 @@ int main(int argc, char **argv)
 #else
         fprintf(stderr, "jizhi-train: --backend cuda: this binary is built without CUDA "
                         "(build jizhi-train-cuda with `make cuda`)\n");
+        free(ck);
         jz_close(&jz);
         trn_comm_destroy(&comm);
         return 2;
@@ -274,6 +341,7 @@ int main(int argc, char **argv)
     trn_dataset train, val, test = {0};
     if (trn_data_load(&cfg, &train, &val, NULL, err) < 0) {
         fprintf(stderr, "jizhi-train: %s\n", err);
+        free(ck);
         jz_close(&jz);
         trn_comm_destroy(&comm);
         return 1;
@@ -296,16 +364,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
     }
-    /* a trial the controller restarts from a checkpoint (pause --release
-       then resume, or a load the program did not acknowledge) gets it in
-       JIZHI_LOAD_CHECKPOINT; --resume wins */
-    const char *restore = cfg.resume[0] ? cfg.resume : getenv("JIZHI_LOAD_CHECKPOINT");
-    if (restore && *restore && trn_trainer_load(t, restore, err) < 0) {
-        fprintf(stderr, "jizhi-train: %s: %s\n",
-                cfg.resume[0] ? "--resume" : "JIZHI_LOAD_CHECKPOINT", err);
+    const char *restore = s_restore_path(&cfg);
+    if (restore && s_load_restored(t, &cfg, &st, ck, ck_len, err) < 0) {
+        fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
     }
-    if (restore && *restore) { /* the trial's params win, as after a live load */
+    free(ck);
+    ck = NULL;
+    if (restore) { /* the trial's params win, as after a live load */
         char detail[512];
         trn_trainer_reapply_params(t, detail, sizeof detail);
         if (detail[0] && !cfg.quiet)
@@ -331,6 +397,7 @@ out:
     trn_data_free(&train);
     trn_data_free(&val);
     trn_data_free(&test);
+    free(ck);
     jz_close(&jz);
     if (status && comm->size > 1) {
         /* leave without MPI_Finalize: the launcher then ends every rank

@@ -27,6 +27,8 @@ typedef enum {
     TRN__CONV_CHANNELS, /* images with several channels */
     TRN__CONV_NO_BF16,  /* bf16 in the run (--precision or its schedule), no
                            bf16 instructions for oneDNN on this CPU */
+    TRN__CONV_RESUMED,  /* --conv auto resuming a checkpoint whose run began on
+                           im2col + GEMM (its conv_route) */
 } trn__conv_path;
 
 typedef struct {
@@ -103,17 +105,18 @@ int trn__net_wants_bf16(const trn_config *cfg);
 
 /* Chooses the CNN's convolution path once for the run, for images of c
    channels: oneDNN (NHWC) unless --conv gemm, no oneDNN, several channels,
-   or, under --conv auto, bf16 anywhere in cfg (the run's config once a
-   checkpoint's options are restored: trn_ckpt_read_config) on a CPU
-   without bf16 instructions. The layouts differ (NHWC with fused ops vs CNHW with
-   im2col), so an epoch cannot change it. Sets n->conv_path; returns 1 for oneDNN. */
+   or, under --conv auto, the path a resumed checkpoint's run began on
+   (cfg->conv_route, recorded at save) or, where the checkpoint recorded none
+   or there is none, bf16 anywhere in cfg on a CPU without bf16
+   instructions. The layouts differ (NHWC with fused ops vs CNHW with im2col),
+   so an epoch cannot change it. Sets n->conv_path; returns 1 for oneDNN. */
 int trn__net_conv_route(trn_net *n, const trn_config *cfg, int c);
 
 /* Refuses flag (--matmul or --conv) set to val "dnnl" where it cannot run
    well: no oneDNN in the build, images with c != 1 (--conv), or bf16 on a
    CPU without bf16 instructions (trn_dnnl_bf16_native) unless the bf16 came
-   from a checkpoint (cfg->restored: run as the emulation, as after a live
-   change). 0, or -1 with a
+   from the checkpoint itself (cfg->bf16_from_ckpt: run as the emulation, as
+   after a live change). 0, or -1 with a
    message in err (TRN_ERRLEN). */
 int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val, int c,
                         char *err);

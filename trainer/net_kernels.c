@@ -22,18 +22,22 @@
 
 int trn__net_wants_bf16(const trn_config *cfg)
 {
-    return !strcmp(cfg->precision, "bf16") || strstr(cfg->precision_schedule, "bf16");
+    return trn_config_wants_bf16(cfg);
 }
 
 int trn__net_conv_route(trn_net *n, const trn_config *cfg, int c)
 {
+    /* under --conv auto a resume keeps the path its run began on (the
+       checkpoint's conv_route), whatever precision it was saved in */
+    int is_auto = !strcmp(cfg->conv, "auto");
     n->conv_path = !trn_dnnl_available()        ? TRN__CONV_NO_DNNL
                    : !strcmp(cfg->conv, "gemm") ? TRN__CONV_ASKED
                    : c != 1                     ? TRN__CONV_CHANNELS
-                   : !strcmp(cfg->conv, "auto") && trn__net_wants_bf16(cfg) &&
-                           !trn_dnnl_bf16_native()
+                   : is_auto && strcmp(cfg->conv_route, "dnnl") &&
+                           trn__net_wants_bf16(cfg) && !trn_dnnl_bf16_native()
                        ? TRN__CONV_NO_BF16
-                       : TRN__CONV_DNNL;
+                   : is_auto && !strcmp(cfg->conv_route, "gemm") ? TRN__CONV_RESUMED
+                                                                 : TRN__CONV_DNNL;
     /* what named bf16, for --verbose (the config may change later: a live
        change, a live load) */
     n->conv_bf16_why[0] = 0;
@@ -41,7 +45,7 @@ int trn__net_conv_route(trn_net *n, const trn_config *cfg, int c)
         snprintf(n->conv_bf16_why, sizeof n->conv_bf16_why, "%s %s%s",
                  strcmp(cfg->precision, "bf16") ? "--precision-schedule" : "--precision",
                  strcmp(cfg->precision, "bf16") ? cfg->precision_schedule : "bf16",
-                 cfg->restored ? ", from the checkpoint" : "");
+                 cfg->bf16_from_ckpt ? ", from the checkpoint" : "");
     return n->conv_path == TRN__CONV_DNNL;
 }
 
@@ -59,7 +63,7 @@ int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val
     else if (!strcmp(flag, "--conv") && c != 1)
         snprintf(err, TRN_ERRLEN,
                  "--conv dnnl: the oneDNN path takes single-channel images");
-    else if (trn__net_wants_bf16(cfg) && !cfg->restored && !trn_dnnl_bf16_native())
+    else if (trn__net_wants_bf16(cfg) && !cfg->bf16_from_ckpt && !trn_dnnl_bf16_native())
         snprintf(err, TRN_ERRLEN,
                  "%s dnnl: this CPU has no bf16 instructions for oneDNN (its ISA: %s), "
                  "where bf16 would run on slow fallbacks or not at all; use %s auto or "
@@ -151,6 +155,14 @@ void trn_net_set_forward_hook(trn_net *n, trn_grad_hook fn, void *ud)
     n->fwd_hook_ud = ud;
 }
 
+const char *trn_net_conv_route(const trn_net *n)
+{
+    for (int i = 0; i < n->nops; i++)
+        if (n->ops[i].kind == OP_CONV)
+            return n->conv_path == TRN__CONV_DNNL ? "dnnl" : "gemm";
+    return NULL;
+}
+
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
 {
     const trn__op *first = NULL;
@@ -166,6 +178,9 @@ int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
                           : n->conv_path == TRN__CONV_ASKED ? "--conv gemm"
                           : n->conv_path == TRN__CONV_CHANNELS
                               ? "images with several channels"
+                          : n->conv_path == TRN__CONV_RESUMED
+                              ? "the checkpoint's run began on this path "
+                                "(conv_route=gemm), kept on resume"
                               : "no bf16 instructions for oneDNN on this CPU";
         if (n->conv_path != TRN__CONV_NO_BF16) {
             snprintf(buf, len, "im2col + OpenBLAS GEMM, CNHW activations (%s)", why);

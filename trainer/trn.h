@@ -116,11 +116,19 @@ typedef struct trn_config {
     char cuda_graphs[8];   /* auto | on | off: --backend cuda replays the step as a CUDA
                               graph */
     char cuda_epilogue[8]; /* lt | kernel: --backend cuda's forward bias + ReLU */
-    /* not an option: the restored options came from a checkpoint (--resume,
-       JIZHI_LOAD_CHECKPOINT: main.c), so bf16 there is not refused under
-       --conv/--matmul dnnl (net.c) */
-    int restored;
+    /* not options: set from a restored checkpoint (--resume,
+       JIZHI_LOAD_CHECKPOINT: main.c) */
+    int bf16_from_ckpt; /* the checkpoint's own precision or schedule names bf16
+                           (before the trial's params), so bf16 is not refused
+                           under --conv/--matmul dnnl (net_kernels.c) */
+    char conv_route[8]; /* "dnnl" | "gemm": the CNN's convolution path its run
+                           began on, recorded in the checkpoint; under --conv
+                           auto a resume keeps it ("": the current rule) */
 } trn_config;
+
+/* 1 when c computes in bf16 at some point (--precision, or a
+   --precision-schedule naming bf16). */
+int trn_config_wants_bf16(const trn_config *c);
 
 /* Fills `c` with the defaults. */
 void trn_config_defaults(trn_config *c);
@@ -468,6 +476,11 @@ double trn_net_grad_sqnorm(const trn_net *n);
    buf. 0, or -1 with the reason in buf. */
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len);
 
+/* The path the CNN's convolutions run on for the whole run: "dnnl" (oneDNN,
+   NHWC) or "gemm" (im2col + GEMM); NULL for a model without convolutions.
+   A checkpoint records it (conv_route). Static string. */
+const char *trn_net_conv_route(const trn_net *n);
+
 /* Which kernels the linear layers run for batch nb (the first linear's:
    "oneDNN 2.6.3, ReLU fused, bf16 kernels: matmul fwd brg:...",
    or "OpenBLAS sgemm (why)") into buf. 0, or -1 with the error in buf. */
@@ -610,6 +623,10 @@ void trn_trainer_say_kernels(trn_trainer *t, int at_start);
    changes nothing. Return 0 or -1 with err. */
 int trn_trainer_save(trn_trainer *t, const char *path, char *err);
 int trn_trainer_load(trn_trainer *t, const char *path, char *err);
+/* trn_trainer_load on the bytes trn_ckpt_read returned (borrowed); path
+   only names the file in messages. */
+int trn_trainer_load_buf(trn_trainer *t, const unsigned char *buf, size_t len,
+                         const char *path, char *err);
 /* After a load: the trial's params (the helper's, JIZHI_PARAMS standalone)
    that may change live are set on top of the checkpoint's config, as a live
    `load` does. A param that cannot be set is skipped and named in detail
@@ -618,6 +635,19 @@ void trn_trainer_reapply_params(trn_trainer *t, char *detail, size_t len);
 
 /* Verifies a checkpoint file's header and checksum only. */
 int trn_ckpt_verify(const char *path, char *err);
+
+/* Reads the checkpoint at path once and checks its envelope (magic, version,
+   length, checksum): what trn_ckpt_config_buf and trn_trainer_load_buf then
+   parse, so the config and the weights come from the same bytes. Returns the
+   file's bytes (*len of them; the last 4 are its CRC-32); caller owns the
+   result and must free() it. NULL with err. */
+unsigned char *trn_ckpt_read(const char *path, size_t *len, char *err);
+
+/* trn_ckpt_read_config on bytes from trn_ckpt_read (borrowed); path only
+   names the file in messages. Sets c->conv_route where the checkpoint
+   recorded one. 0, or -1 with err (c unchanged). */
+int trn_ckpt_config_buf(const unsigned char *buf, size_t len, const char *path,
+                        trn_config *c, char *err);
 
 /* Sets on c the options a checkpoint restores (its config text), as a load
    will, without a trainer: the run's config before its model is built, so

@@ -196,6 +196,32 @@ def test_save_resume_and_corrupt_checkpoint(tmp_path):
     assert "checkpoint is for model" in p.stderr
 
 
+def test_resume_reads_the_checkpoint_once(tmp_path):
+    """The model's config and its weights come from one read of the file:
+    a checkpoint offered through a FIFO can be read once only (before,
+    main read it for the config, then again for the load, and the second
+    open waited for a writer forever)."""
+    import threading
+    ck = str(tmp_path / "a.jzck")
+    p = train(*FAST, "--max-steps", "20", "--save", ck)
+    assert p.returncode == 0, p.stderr
+    data = open(ck, "rb").read()
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+
+    def feed():
+        with open(fifo, "wb") as f:  # waits for the reader, writes once
+            f.write(data)
+
+    threading.Thread(target=feed, daemon=True).start()
+    try:
+        p = train(*FAST, "--max-steps", "30", "--resume", fifo, timeout=30)
+    except subprocess.TimeoutExpired:  # (run() killed it)
+        pytest.fail("jizhi-train read the checkpoint twice (blocked on the FIFO)")
+    assert p.returncode == 0, p.stderr
+    assert reported(p.stderr, "train_loss")[-1] > 0
+
+
 def test_resume_takes_the_checkpoints_config_then_the_params(tmp_path):
     """--resume restores the trajectory's options (a flag does not override
     them), then the trial's params win, as after a live load: how a PBT

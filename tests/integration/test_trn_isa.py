@@ -6,9 +6,11 @@ at step 0 under AVX2 and fell to oneDNN's gemm:jit, 3.0x slower, under
 AVX512_CORE), --matmul/--conv dnnl refuse bf16 at startup, fp32 stays on
 oneDNN; a change to bf16 mid-run (a precision schedule, a live `set
 precision` through the daemons) runs bf16 as the emulation and --verbose
-says where at the switch; a resume takes the CNN's convolution path from the
-checkpoint's restored config (bit-identical to the uninterrupted run).
+says where at the switch; a resume takes the CNN's convolution path its
+checkpoint's run began on (bit-identical to the uninterrupted run), and
+bf16 from a trial's param on a resume is refused under dnnl as at a start.
 Skipped without oneDNN in the build."""
+import json
 import math
 import os
 import re
@@ -25,8 +27,8 @@ SMALL = ["--dataset", "synthetic", "--synthetic-n", "512", "--batch-size", "64",
 CNN = ["--model", "cnn", "--channels", "4", "--blocks", "1"]
 
 
-def train(isa, *args):
-    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+def train(isa, *args, env=None):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", **(env or {}))
     env.pop("ONEDNN_MAX_CPU_ISA", None)
     if isa:
         env["ONEDNN_MAX_CPU_ISA"] = isa
@@ -125,6 +127,45 @@ def test_bf16_checkpoint_resumed_in_fp32_without_bf16_instructions(tmp_path, mod
     else:
         assert line(r, "linears").startswith(
             "OpenBLAS sgemm, precision emulated by rounding (no bf16 instructions")
+
+
+@pytest.mark.parametrize("model", [CNN + ["--conv", "dnnl"], ["--matmul", "dnnl"]],
+                         ids=["cnn-dnnl", "mlp-dnnl"])
+def test_bf16_from_a_trial_param_on_resume_is_refused_under_dnnl(tmp_path, model):
+    # the bf16 exemption of --conv/--matmul dnnl is for bf16 the checkpoint
+    # itself brought: a fp32 checkpoint resumed with the trial's param
+    # precision=bf16 (a PBT restart, JIZHI_PARAMS standalone) is refused as
+    # the same param is at a fresh start (before: every resume was exempt)
+    ck = str(tmp_path / "ck")
+    saved = train("AVX2", *model, "--precision", "fp32", "--save", ck)
+    assert saved.returncode == 0, saved.stderr
+    r = train("AVX2", *model, "--resume", ck, "--max-steps", "12",
+              env={"JIZHI_PARAMS": json.dumps({"precision": "bf16"})})
+    assert r.returncode in (1, 2), r.stderr
+    flag = "--conv" if "--conv" in model else "--matmul"
+    assert "%s dnnl: this CPU has no bf16 instructions for oneDNN (its ISA: avx2)" % flag \
+        in r.stderr, r.stderr
+    assert "done" not in r.stderr, r.stderr
+
+
+def test_bf16_cnn_checkpoint_from_a_bf16_cpu_keeps_onednn_under_auto(tmp_path):
+    # --conv auto (the default): a bf16 CNN saved where oneDNN has bf16
+    # instructions (its layout) and resumed without them keeps the layout its
+    # run began on (the checkpoint's conv_route) and runs bf16 as the
+    # emulation on oneDNN's fp32 kernels (before: the checkpoint's bf16 chose
+    # im2col + GEMM at the resume)
+    ck = str(tmp_path / "ck")
+    saved = train(None, *CNN, "--precision", "bf16", "--save", ck)
+    assert saved.returncode == 0, saved.stderr
+    if "bf16 kernels" not in line(saved, "convolutions"):
+        pytest.skip("this CPU has no bf16 instructions for oneDNN: " +
+                    line(saved, "convolutions"))
+    r = train("AVX2", *CNN, "--resume", ck, "--max-steps", "12", "--eval-every", "12",
+              "--log-every", "12")
+    done(r)
+    conv = line(r, "convolutions")
+    assert conv.startswith("oneDNN") and "NHWC activations, fp32 kernels (bf16 emulated by " \
+        "rounding: no bf16 instructions for oneDNN on this CPU (ISA avx2))" in conv, conv
 
 
 def metric(p, step, name):
