@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -261,7 +262,6 @@ TEST(resume_keeps_the_convolution_path_its_run_began_on)
    before it was recorded) keeps the rule: bf16 without bf16 instructions,
    im2col. The capped run is this program again (oneDNN reads the variable
    once): main() answers it in s_avx2_child. */
-static const char *g_self;
 static int s_avx2_child(void)
 {
     trn_config c;
@@ -270,7 +270,9 @@ static int s_avx2_child(void)
     snprintf(path, sizeof path, "%s/live-bf16.jzck", g_dir);
     snprintf(old, sizeof old, "%s/live-bf16-old.jzck", g_dir);
     c.lr = 0.1; /* at 0.05 on this data the two paths' weights agree bit for bit */
-    int ok = !trn_dnnl_bf16_native();
+    if (trn_dnnl_bf16_native())
+        return 77; /* oneDNN ignored the cap */
+    int ok = 1;
     trn_trainer *a = s_new(&c);
     if (!a)
         return 1;
@@ -324,11 +326,19 @@ TEST(live_bf16_resumed_without_bf16_instructions_keeps_onednn)
 {
     if (!trn_dnnl_available())
         SKIP("this build has no oneDNN (libdnnl-dev)");
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "ONEDNN_MAX_CPU_ISA=AVX2 '%s' --avx2-child '%s'", g_self,
+    /* the program through /proc/self/exe: argv[0] fails when it was run
+       by PATH or from another folder */
+    char self[768], cmd[1400];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    REQUIRE(len > 0 && len < (ssize_t)sizeof self - 1);
+    self[len] = 0;
+    snprintf(cmd, sizeof cmd, "ONEDNN_MAX_CPU_ISA=AVX2 '%s' --avx2-child '%s'", self,
              g_dir);
     fflush(stdout);
-    CHECK(system(cmd) == 0);
+    int st = system(cmd);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+        SKIP("oneDNN ignored ONEDNN_MAX_CPU_ISA=AVX2");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 /* A checkpoint written before its config text recorded zero_gamma (the
@@ -457,7 +467,6 @@ TEST(several_channels_named_as_the_reason)
 int main(int argc, char **argv)
 {
     char err[TRN_ERRLEN];
-    g_self = argv[0];
     int child = argc > 2 && !strcmp(argv[1], "--avx2-child");
     if (child)
         snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
