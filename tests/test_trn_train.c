@@ -6,6 +6,7 @@
     stop, checkpoint, load, unknown keys) act at the next step, measuring
     the gradient noise does not change the trajectory, and precise BN
     (--bn-recompute) changes the evaluation only. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,6 +250,102 @@ TEST(bf16_batches_from_the_training_sets_bf16_copy)
     CHECK(s_same_state(t[0], t[1]));
     trn_trainer_destroy(&t[0]);
     trn_trainer_destroy(&t[1]);
+}
+
+/* The bf16 copy's limit is the least of 1 GiB and 1/16 of the machine's
+   memory, its cgroup's memory.max and MemAvailable (read here on their
+   own); a copy over the limit is refused with a --verbose line naming the
+   sizes (before: silently); a schedule's fp32 epoch with no bf16 epoch
+   after it frees the copy, and one with bf16 after it keeps it (before:
+   kept to the end either way). */
+static long s_first_number(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    char line[256];
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!key || !strncmp(line, key, strlen(key))) {
+            char *end;
+            long x = strtol(line + (key ? strlen(key) : 0), &end, 10);
+            if (end != line + (key ? strlen(key) : 0))
+                v = key ? x * 1024 : x;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+TEST(bf16_copy_limit_said_and_freed_when_no_bf16_ahead)
+{
+    long lim = trn__xh_limit();
+    long phys = sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE);
+    long cg = s_first_number("/sys/fs/cgroup/memory.max", NULL);
+    long av = s_first_number("/proc/meminfo", "MemAvailable:");
+    printf("  limit %.1f MB (memory %.0f MB, cgroup %.0f MB, available %.0f MB)\n",
+           lim / 1e6, phys / 1e6, cg / 1e6, av / 1e6);
+    CHECK(lim > 0 && lim <= (1L << 30) && lim <= phys / 16);
+    if (cg > 0)
+        CHECK(lim <= cg / 16);
+    if (av > 0) /* MemAvailable moves between the two reads: 1/4 of slack */
+        CHECK(lim <= av / 16 + av / 64);
+    if (!trn_dnnl_bf16_native())
+        SKIP("no oneDNN bf16 on this CPU or build: bf16 runs on the emulation");
+
+    trn_config c;
+    s_cfg(&c);
+    strcpy(c.precision, "bf16");
+    c.verbose = 1;
+    c.quiet = 0;
+    trn_trainer *t = s_new(&c);
+    REQUIRE(t);
+    t->xh_limit = 1 << 20;
+    char path[512];
+    snprintf(path, sizeof path, "%s/xh-stderr.txt", g_dir);
+    fflush(stderr);
+    int keep = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    REQUIRE(keep >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    int rc = trn_trainer_step(t);
+    fflush(stderr);
+    dup2(keep, 2);
+    close(keep);
+    REQUIRE(rc >= 0);
+    char out[4096] = "";
+    FILE *f = fopen(path, "r");
+    REQUIRE(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    fclose(f);
+    const char *l = strstr(out, "jizhi-train: bf16 batches: ");
+    printf("  %.200s\n", l ? l : out);
+    CHECK(t->xh_state == TRN__XH_REFUSED && t->xh == NULL);
+    char want[128];
+    snprintf(want, sizeof want,
+             "no bf16 copy of the training set (%.1f MB, over its limit: "
+             "1.0 MB",
+             (double)g_syn.n * g_syn.dim * 2 / 1e6);
+    CHECK(l && strstr(l, want) != NULL);
+    trn_trainer_destroy(&t);
+
+    static const char *sched[] = {"bf16:1,fp32:1", "bf16:1,fp32:1,bf16:1"};
+    for (int k = 0; k < 2; k++) {
+        s_cfg(&c);
+        strcpy(c.precision_schedule, sched[k]);
+        c.log_every = 1000;
+        REQUIRE(t = s_new(&c));
+        int per_epoch = (g_syn.n + 31) / 32;
+        for (int i = 0; i < per_epoch; i++)
+            REQUIRE(trn_trainer_step(t) >= 0);
+        CHECK(t->xh_state == TRN__XH_READY && t->xh != NULL);
+        REQUIRE(trn_trainer_step(t) >= 0); /* the fp32 epoch's first */
+        if (k == 0)
+            CHECK(t->xh_state == TRN__XH_UNMADE && t->xh == NULL);
+        else
+            CHECK(t->xh_state == TRN__XH_READY && t->xh != NULL);
+        trn_trainer_destroy(&t);
+    }
 }
 
 TEST(overflow_skips_and_halves)
@@ -972,6 +1069,7 @@ int main(void)
     RUN(measuring_does_not_change_the_trajectory);
     RUN(mixed_precision_trains);
     RUN(bf16_batches_from_the_training_sets_bf16_copy);
+    RUN(bf16_copy_limit_said_and_freed_when_no_bf16_ahead);
     RUN(overflow_skips_and_halves);
     RUN(checkpoint_roundtrip_and_resume);
     RUN(checkpoint_records_zero_gamma);

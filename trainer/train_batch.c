@@ -5,18 +5,22 @@
 
     The bf16 gather reads a bf16 copy of the training set (t->xh), made on
     the first bf16 batch (a run that starts in fp32 and turns bf16 later,
-    by a schedule or a live change, makes it then) and kept until the
-    trainer is destroyed: the rows it copies are the values the fp32 rows
-    round to (trn_bf16_from_f32, to nearest even, as trn_gather_rows_bf16
-    rounds them), in half the bytes. The batch's rows are random rows of
-    the whole set, so the gather is memory bound: MLP 784-256-256-10, bf16,
-    batch 1024, one thread, perf: 13.6% of the cycles in the fp32 gather.
-    The copy is refused (and the fp32 rows rounded as they are gathered)
-    when it would take more than S_XH_MAX_BYTES or 1/16 of the machine's
-    memory; Fashion-MNIST's is 94 MB.
+    by a schedule or a live change, makes it then) and kept while bf16 is
+    ahead: an fp32 batch with no bf16 epoch left in the schedule frees it
+    (a later live change to bf16 makes it again). The rows it copies are
+    the values the fp32 rows round to (trn_bf16_from_f32, to nearest even,
+    as trn_gather_rows_bf16 rounds them), in half the bytes. The batch's
+    rows are random rows of the whole set, so the gather is memory bound:
+    MLP 784-256-256-10, bf16, batch 1024, one thread, perf: 13.6% of the
+    cycles in the fp32 gather. The copy is refused (and the fp32 rows
+    rounded as they are gathered, the same values; --verbose says it with
+    the sizes) when it would take more than trn__xh_limit(); Fashion-MNIST's
+    is 94 MB.
 */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "trainer/gather.h"
@@ -55,33 +59,106 @@ static int s_batch_bufs(trn_trainer *t, int nb)
     return 0;
 }
 
+/* A number of bytes from a file's first line ("max" or unreadable: -1). */
+static long s_file_bytes(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long v = -1;
+    size_t kn = key ? strlen(key) : 0;
+    while (fgets(line, sizeof line, f)) {
+        if (key && strncmp(line, key, kn))
+            continue;
+        char *end;
+        long long x = strtoll(line + kn, &end, 10);
+        if (end != line + kn && x >= 0)
+            v = key ? (long)(x > LONG_MAX / 1024 ? LONG_MAX : x * 1024) /* kB */
+                    : (long)(x > LONG_MAX ? LONG_MAX : x);
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+long trn__xh_limit(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    long mem = pages > 0 && psz > 0 && pages <= LONG_MAX / psz ? pages * psz : LONG_MAX;
+    long cg = s_file_bytes("/sys/fs/cgroup/memory.max", NULL); /* cgroup v2 */
+    long av = s_file_bytes("/proc/meminfo", "MemAvailable:");
+    if (cg > 0 && cg < mem)
+        mem = cg;
+    if (av > 0 && av < mem)
+        mem = av;
+    long lim = mem / 16;
+    return lim < S_XH_MAX_BYTES ? lim : S_XH_MAX_BYTES;
+}
+
+/* 1 when the schedule has a bf16 epoch at t->epoch or later (without a
+   schedule: the config's precision is bf16). */
+static int s_bf16_ahead(const trn_trainer *t)
+{
+    const trn_prec_schedule *s = &t->psched;
+    if (!s->n)
+        return !strcmp(t->cfg.precision, "bf16");
+    long end = 0;
+    for (int i = 0; i < s->n; i++) {
+        end += s->epochs[i];
+        if (s->prec[i] == TRN_BF16 && (i == s->n - 1 || end > t->epoch))
+            return 1;
+    }
+    return 0;
+}
+
+/* The one transition function of t->xh_state: UNMADE -> READY (the copy
+   made) or REFUSED (over t->xh_limit or trn__xh_limit(), or out of memory:
+   the fp32 rows are rounded as they are gathered instead, the same
+   values; --verbose says so with the sizes, once); READY -> UNMADE (freed:
+   no bf16 ahead). REFUSED stays. */
+static void s_xh_to(trn_trainer *t, trn__xh_state to)
+{
+    const trn_dataset *d = t->train;
+    if (t->xh_state == TRN__XH_READY && to == TRN__XH_UNMADE) {
+        free(t->xh);
+        t->xh = NULL;
+        t->xh_state = TRN__XH_UNMADE;
+        return;
+    }
+    if (t->xh_state != TRN__XH_UNMADE || to != TRN__XH_READY)
+        return;
+    long vals = (long)d->n * d->dim, bytes = vals * (long)sizeof *t->xh;
+    long lim = t->xh_limit > 0 ? t->xh_limit : trn__xh_limit();
+    t->xh_state = TRN__XH_REFUSED;
+    const char *why = bytes > lim ? "over its limit" : NULL;
+    if (!why && !(t->xh = malloc((size_t)bytes)))
+        why = "out of memory";
+    if (why) {
+        if (t->cfg.verbose && !t->cfg.quiet && t->rank == 0)
+            fprintf(stderr,
+                    "jizhi-train: bf16 batches: no bf16 copy of the training set (%.1f "
+                    "MB, %s: %.1f MB, 1/16 of the least of memory, its cgroup's limit "
+                    "and MemAvailable, at most 1 GiB): the fp32 rows are rounded as "
+                    "they are gathered, the same values, slower\n",
+                    bytes / 1e6, why, lim / 1e6);
+        return;
+    }
+    trn_bf16_from_f32(t->xh, d->x, vals);
+    t->xh_state = TRN__XH_READY;
+}
+
 int trn__gather_at(trn_trainer *t, int off, int nb, float *dst)
 {
     const trn_dataset *d = t->train;
     if (s_batch_bufs(t, nb) < 0)
         return -1;
     trn__order(t);
+    if (t->xh_state == TRN__XH_READY && t->prec != TRN_BF16 && !s_bf16_ahead(t))
+        s_xh_to(t, TRN__XH_UNMADE);
     trn_gather_rows(d->x, d->y, d->dim, t->perm, (int)t->pos + off, nb, dst ? dst : t->xb,
                     t->yb);
     return 0;
-}
-
-/* The one transition of t->xh_state: from TRN__XH_UNMADE to READY (the
-   copy made) or REFUSED (too large, or out of memory: the fp32 rows
-   are rounded as they are gathered instead, the same values). */
-static void s_make_xh(trn_trainer *t)
-{
-    const trn_dataset *d = t->train;
-    long vals = (long)d->n * d->dim, bytes = vals * (long)sizeof *t->xh;
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    long mem16 = pages > 0 && psz > 0 ? pages / 16 * psz : 0;
-    t->xh_state = TRN__XH_REFUSED;
-    if (bytes > S_XH_MAX_BYTES || (mem16 > 0 && bytes > mem16))
-        return;
-    if (!(t->xh = malloc((size_t)bytes)))
-        return;
-    trn_bf16_from_f32(t->xh, d->x, vals);
-    t->xh_state = TRN__XH_READY;
 }
 
 int trn__gather_bf16(trn_trainer *t, int nb, uint16_t *dst)
@@ -91,7 +168,7 @@ int trn__gather_bf16(trn_trainer *t, int nb, uint16_t *dst)
         return -1;
     trn__order(t);
     if (t->xh_state == TRN__XH_UNMADE)
-        s_make_xh(t);
+        s_xh_to(t, TRN__XH_READY);
     if (t->xh_state == TRN__XH_READY)
         trn_gather_rows_h(t->xh, d->y, d->dim, t->perm, (int)t->pos, nb, dst, t->yb);
     else

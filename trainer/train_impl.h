@@ -38,6 +38,7 @@ struct trn_trainer {
     int xb_cap;
     uint16_t *xh; /* train->x rounded to bf16 (owned; see xh_state) */
     trn__xh_state xh_state;
+    long xh_limit; /* bytes the copy may take; 0: trn__xh_limit() (a test sets it) */
     trn_io io;
     int said_prec; /* --verbose: the precision last described (trn_trainer_say_kernels) */
     const trn_backend *backend; /* NULL: CPU */
@@ -98,5 +99,10 @@ int trn__gather_at(trn_trainer *t, int off, int nb, float *dst);
    training set's bf16 copy, made by the first call (train_batch.c).
    0, or -1 out of memory. */
 int trn__gather_bf16(trn_trainer *t, int nb, uint16_t *dst);
+
+/* The most bytes the training set's bf16 copy may take on this machine:
+   1 GiB, and 1/16 of the least of the physical memory, the cgroup's
+   memory.max and MemAvailable (/proc/meminfo), for trials side by side. */
+long trn__xh_limit(void);
 
 #endif
