@@ -87,23 +87,32 @@ TRN_CLONES static void s_from_f32(uint16_t *restrict o, const float *restrict x,
    above keep GCC's 256-bit preference): the same integer rounding, 16
    values an instruction. The bf16 MLP rounds its weights (268 K values)
    every step: 9.7% of the cycles at batch 128 on 256-bit vectors; end to
-   end, batch 128 one thread 164-171 K -> 175-181 K samples/s, batch 1024
-   unchanged within noise (alternating runs, 2-core Xeon with AMX). */
+   end, batch 128 one thread 164-171 K -> 174-181 K samples/s, batch 1024
+   unchanged within noise (alternating runs, 2-core Xeon with AMX). GCC
+   only, as TRN_CLONES: clang (the fuzz build) ignores a target attribute
+   naming prefer-vector-width and would build it for the baseline. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define S_ZMM 1
 __attribute__((target("avx512f,avx512bw,prefer-vector-width=512"))) static void
 s_from_f32_zmm(uint16_t *restrict o, const float *restrict x, long lo, long hi)
 {
     for (long i = lo; i < hi; i++)
         o[i] = trn_f2bf(x[i]);
 }
+#else
+#define S_ZMM 0
+#endif
 
 void trn_bf16_from_f32(uint16_t *o, const float *x, long n)
 {
+#if S_ZMM
     if (__builtin_cpu_supports("avx512bw")) {
         S_PAR
         for (long i = 0; i < n; i += S_CH)
             s_from_f32_zmm(o, x, i, S_HI(i, n));
         return;
     }
+#endif
     S_PAR
     for (long i = 0; i < n; i += S_CH)
         s_from_f32(o, x, i, S_HI(i, n));

@@ -49,10 +49,11 @@ static double s_norm(const float *x, long n)
 }
 
 /* Compiled for AVX-512 and AVX2 too (chosen at load time), with no
-   multiply-add contracted into an FMA, so every clone rounds as the
-   baseline does (the same bits on every CPU). */
-TRN_CLONES __attribute__((optimize("fp-contract=off"))) static void
-s_sgd(const trn_optim *o, trn_param *p, double lr, double wd)
+   multiply-add contracted into an FMA (-ffp-contract=off for this file,
+   trainer.mk: GCC's optimize attribute is unknown to clang, which the fuzz
+   build uses), so every clone rounds as the baseline does (the same bits
+   on every CPU). */
+TRN_CLONES static void s_sgd(const trn_optim *o, trn_param *p, double lr, double wd)
 {
     float mu = (float)o->momentum, fwd = (float)wd, flr = (float)lr;
     float *restrict w = p->w, *restrict m = p->m;

@@ -44,6 +44,8 @@ $(TRN_OBJ) $(TRN_MAIN) $(patsubst tests/%.c,$(BUILD)/obj/tests/%.o,$(wildcard te
 # The trainer's element-wise loops (optimisers, rounding, BN) want the
 # vectoriser's full cost model; -O3 after the global -O2 wins.
 $(TRN_OBJ): ALL_CFLAGS += -O3
+# SGD's clones round as its baseline (optim.c): no FMA contraction there.
+$(call obj,trainer/optim.c): ALL_CFLAGS += -ffp-contract=off
 
 $(LIB_TRN): $(TRN_OBJ)
 
