@@ -103,19 +103,29 @@ s_from_f32_zmm(uint16_t *restrict o, const float *restrict x, long lo, long hi)
 #define S_ZMM 0
 #endif
 
-void trn_bf16_from_f32(uint16_t *o, const float *x, long n)
+int trn__bf16_from_f32_path(uint16_t *o, const float *x, long n, int wide)
 {
+    if (wide) {
 #if S_ZMM
-    if (__builtin_cpu_supports("avx512bw")) {
-        S_PAR
-        for (long i = 0; i < n; i += S_CH)
-            s_from_f32_zmm(o, x, i, S_HI(i, n));
-        return;
-    }
+        if (__builtin_cpu_supports("avx512bw")) {
+            S_PAR
+            for (long i = 0; i < n; i += S_CH)
+                s_from_f32_zmm(o, x, i, S_HI(i, n));
+            return 0;
+        }
 #endif
+        return -1;
+    }
     S_PAR
     for (long i = 0; i < n; i += S_CH)
         s_from_f32(o, x, i, S_HI(i, n));
+    return 0;
+}
+
+void trn_bf16_from_f32(uint16_t *o, const float *x, long n)
+{
+    if (trn__bf16_from_f32_path(o, x, n, 1) < 0)
+        trn__bf16_from_f32_path(o, x, n, 0);
 }
 
 TRN_CLONES static void s_to_f32(float *restrict o, const uint16_t *restrict x, long lo,

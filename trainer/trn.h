@@ -310,6 +310,11 @@ void trn_bn_relu_bwd_nhwc_bf(const uint16_t *x, const float *g, const float *mea
    o = beta*o + g; x *= f; global average pooling of NHWC bf16 into float
    [n][c] and its gradient (dx = dxbeta*dx + dy/hw). */
 void trn_bf16_from_f32(uint16_t *o, const float *x, long n);
+/* trn_bf16_from_f32 on one path, for tests: wide 1 the 512-bit function
+   (GCC builds, CPUs with AVX-512BW), 0 the target clones (the one the CPU
+   picks at load time). 0, or -1 (nothing written) where the wide path is
+   absent. */
+int trn__bf16_from_f32_path(uint16_t *o, const float *x, long n, int wide);
 void trn_bf16_to_f32(float *o, const uint16_t *x, long n);
 void trn_add_relu_bf(const uint16_t *a, const uint16_t *b, uint16_t *y, long n, int relu);
 void trn_relu_fwd_bf(const uint16_t *x, uint16_t *y, long n);
