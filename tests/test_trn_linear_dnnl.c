@@ -217,6 +217,11 @@ TEST(linear_on_two_threads)
         CHECK(trn_dlin_threads(d, 2 * r, 1, which, err) == 2);
     }
     CHECK(trn_dlin_threads(d, 128, 1, 3, err) == -1);
+    /* a batch below one row: refused, named (before: 1, a cache entry) */
+    err[0] = 0;
+    CHECK(trn_dlin_threads(d, -5, 1, 0, err) == -1);
+    CHECK(strstr(err, "a batch of -5 rows") != NULL);
+    CHECK(trn_dlin_threads(d, 0, 0, 0, err) == -1);
     trn_dlin_destroy(&d);
     trn_dnnl_set_threads(1);
 }
@@ -380,10 +385,35 @@ static void s_note_pass(void *ud, int nb)
     p->n++;
 }
 
+/* The chunks an evaluation of left rows takes under --threads thr (the
+   rule of trn_net_eval_chunk below its byte budget): a whole number of
+   per rows a thread on up to thr threads, the rest below per on one;
+   into nb[] and their threads into th[]; returns how many. */
+static int s_want_chunks(int left, int per, int thr, int nb[16], int th[16])
+{
+    int k = 0;
+    while (left > 0 && k < 16) {
+        int m = left < per ? left : left / per < thr ? left / per * per : per * thr;
+        nb[k] = m;
+        th[k++] = m < per ? 1 : m / per;
+        left -= m;
+    }
+    return k;
+}
+
 /* An evaluation (trn_trainer_evaluate) of the MLP on oneDNN gives
-   trn_net_eval rows per thread times --threads at a time, so its forward
-   runs on every thread (before: 256 rows, one thread at any --threads),
-   with the loss and accuracy of 256-row chunks but for summation order. */
+   trn_net_eval a whole number of rows per thread (R) times up to --threads
+   at a time, so its forward runs on every thread with R rows on each (the
+   rest below R on one), and the loss is the same at any --threads but for
+   the chunks' summation order (before: rows per thread times --threads,
+   cut by the set's end: an uneven share, which on a 784-1024 bf16 layer
+   rounded otherwise). Each precision's set is 5R + r rows, r = 300 R/1024
+   (bf16 on AMX: R = 1024, fp32 256), evaluated under --threads 3 (chunks
+   3R, 2R, r; before: 3R, 2R + r on two uneven threads), then 1 and 2
+   changed live between
+   evaluations of the same trainer; every time the chunks and their
+   threads, and the loss against R-row chunks on one thread (1e-12) and
+   the accuracy exactly. */
 TEST(evaluation_on_every_thread)
 {
     if (!trn_dnnl_available())
@@ -391,50 +421,53 @@ TEST(evaluation_on_every_thread)
     if (!omp_get_max_threads)
         SKIP("no OpenMP runtime linked");
     char err[TRN_ERRLEN];
-    trn_dataset val;
-    REQUIRE(trn_data_synthetic(&val, 1100, 77, err) == 0);
-    trn_dnnl_set_threads(2);
     for (int bf16 = 0; bf16 < 1 + trn_dnnl_bf16_native(); bf16++) {
+        int per = trn_dlin_rows_per_thread(bf16);
+        trn_dataset val;
+        REQUIRE(trn_data_synthetic(&val, 5 * per + 300 * per / 1024, 77, err) == 0);
         trn_config c;
         s_cfg(&c);
+        strcpy(c.hidden, "1024");
         strcpy(c.precision, bf16 ? "bf16" : "fp32");
         trn_trainer *t = s_new(&c);
         REQUIRE(t);
         trn_net *net = trn_trainer_net(t);
-        int chunk = 2 * trn_dlin_rows_per_thread(bf16);
-        CHECK(trn_net_eval_chunk(net) == chunk);
-        s_passes pa = {0};
-        trn_net_set_forward_hook(net, s_note_pass, &pa);
-        double loss, acc;
-        trn_trainer_evaluate(t, &val, &loss, &acc);
-        trn_net_set_forward_hook(net, NULL, NULL);
-        /* 1100 rows: chunks of `chunk` rows on both threads, the rest on
-           fewer (one per rows per thread, at least one) */
-        int want = (val.n + chunk - 1) / chunk;
-        CHECK(pa.n == want);
-        for (int i = 0; i < pa.n && i < 8; i++) {
-            int m = val.n - i * chunk < chunk ? val.n - i * chunk : chunk;
-            int thr = m / trn_dlin_rows_per_thread(bf16);
-            CHECK(pa.nb[i] == m);
-            CHECK(pa.thr[i] == (thr > 2 ? 2 : thr < 1 ? 1 : thr));
-        }
         int correct;
-        /* the reference: 256-row chunks */
+        /* the reference: R-row chunks, each on one thread */
+        trn_dnnl_set_threads(1);
         double ls = 0;
         long ok = 0;
-        for (int i = 0; i < val.n; i += 256) {
-            int m = val.n - i < 256 ? val.n - i : 256;
+        for (int i = 0; i < val.n; i += per) {
+            int m = val.n - i < per ? val.n - i : per;
             ls += trn_net_eval(net, val.x + (size_t)i * val.dim, val.y + i, m, &correct) *
                   m;
             ok += correct;
         }
-        printf("  %s: %d chunks of %d rows, the first on %d threads; loss %.17g against "
-               "%.17g (256 rows), accuracy %.4f against %.4f\n",
-               c.precision, pa.n, chunk, pa.thr[0], loss, ls / val.n, acc,
-               (double)ok / val.n);
-        CHECK(fabs(loss - ls / val.n) <= 1e-12 * fabs(loss));
-        CHECK(acc == (double)ok / val.n);
+        int thr[] = {3, 1, 2};
+        for (int s = 0; s < 3; s++) {
+            trn_dnnl_set_threads(thr[s]); /* live: between two evaluations */
+            int wnb[16], wth[16], want = s_want_chunks(val.n, per, thr[s], wnb, wth);
+            CHECK(trn_net_eval_chunk(net, val.n) == wnb[0]);
+            s_passes pa = {0};
+            trn_net_set_forward_hook(net, s_note_pass, &pa);
+            double loss, acc;
+            CHECK(trn_trainer_evaluate(t, &val, &loss, &acc) == 0);
+            trn_net_set_forward_hook(net, NULL, NULL);
+            printf("  %s --threads %d: %d chunks (%d rows on %d threads first, %d on %d "
+                   "last); loss %.17g against %.17g (%d rows on one), accuracy %.4f\n",
+                   c.precision, thr[s], pa.n, pa.nb[0], pa.thr[0],
+                   pa.n <= 8 ? pa.nb[pa.n - 1] : -1, pa.n <= 8 ? pa.thr[pa.n - 1] : -1,
+                   loss, ls / val.n, per, acc);
+            CHECK(pa.n == want);
+            for (int i = 0; i < pa.n && i < 8; i++) {
+                CHECK(pa.nb[i] == wnb[i]);
+                CHECK(pa.thr[i] == wth[i]);
+            }
+            CHECK(fabs(loss - ls / val.n) <= 1e-12 * fabs(loss));
+            CHECK(acc == (double)ok / val.n);
+        }
         trn_trainer_destroy(&t);
+        trn_data_free(&val);
     }
     trn_dnnl_set_threads(1);
     /* the CNN and OpenBLAS keep 256 */
@@ -444,9 +477,48 @@ TEST(evaluation_on_every_thread)
     strcpy(cfg.matmul, "blas");
     trn_net *n = trn_net_new(&cfg, 1, 4, 4, 3, err);
     REQUIRE(n);
-    CHECK(trn_net_eval_chunk(n) == 256);
+    CHECK(trn_net_eval_chunk(n, 1000) == 256);
+    CHECK(trn_net_eval_chunk(n, 100) == 100);
     trn_net_destroy(&n);
-    trn_data_free(&val);
+}
+
+/* An evaluation's forward reserves activations only: its chunks (up to R
+   rows x --threads) grew the gradient buffers too, never touched and kept
+   (fp32 --threads 40 on a 2048-wide MLP: 174 -> 387 MB). A forward of 600
+   rows, then a training pass's buffers for as many: the second holds twice
+   the first's bytes in fp32 and bf16 (before: the same). And
+   trn_net_eval_chunk's rule: whole R-row shares, capped by
+   TRN_EVAL_BYTES, never below R. */
+TEST(evaluation_reserves_no_gradients)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    for (int bf16 = 0; bf16 < 1 + trn_dnnl_bf16_native(); bf16++) {
+        trn_net *net = s_mlp(bf16 ? "bf16" : "fp32");
+        REQUIRE(net);
+        float *x = s_rand(600L * 64, 0);
+        uint8_t *y = calloc(600, 1);
+        int correct;
+        CHECK(trn_net_eval(net, x, y, 600, &correct) > 0);
+        long b1 = trn_net_buffer_bytes(net);
+        CHECK(trn_net_input(net, 600) != NULL);
+        long b2 = trn_net_buffer_bytes(net);
+        printf("  %s: buffers after an evaluation of 600 rows %ld bytes, with a training "
+               "pass's %ld\n",
+               bf16 ? "bf16" : "fp32", b1, b2);
+        CHECK(b1 > 0 && b2 == 2 * b1);
+        free(x);
+        free(y);
+        trn_net_destroy(&net);
+    }
+    long mb64 = TRN_EVAL_BYTES;
+    CHECK(TRN_EVAL_BYTES == 64L << 20);
+    CHECK(trn__eval_rows(10000, 256, 256 * 40, 20000, mb64) == 3328); /* 3355 fit */
+    CHECK(trn__eval_rows(10000, 256, 256 * 9, 20000, mb64) == 2304);
+    CHECK(trn__eval_rows(10000, 1024, 1024 * 8, 1 << 20, mb64) == 1024); /* floor R */
+    CHECK(trn__eval_rows(2348, 1024, 3072, 100, mb64) == 2048);
+    CHECK(trn__eval_rows(300, 1024, 3072, 100, mb64) == 300);
+    CHECK(trn__eval_rows(0, 256, 512, 100, mb64) == 0);
 }
 
 /* One forward-backward of the MLP 64-48-32-4 on 256 samples; every param's
@@ -750,6 +822,7 @@ int main(int argc, char **argv)
     RUN(bf16_rows_per_thread_follow_the_isa);
     RUN(mlp_step_on_the_batch_thread_count);
     RUN(evaluation_on_every_thread);
+    RUN(evaluation_reserves_no_gradients);
     RUN(thread_change_between_forward_and_backward);
     RUN(linear_inner_product_matches_double);
     RUN(mlp_bf16_step_matches_the_emulation);

@@ -70,6 +70,10 @@ void trn__dnnl_cache_fini(trn__dnnl_cache *c)
 
 void *trn__dnnl_cache_get(trn__dnnl_cache *c, int n, int bf16, char *err)
 {
+    if (n < 1) { /* oneDNN would take it (a descriptor's error unchecked) */
+        snprintf(err, TRN_ERRLEN, "oneDNN: a batch of %d rows (at least 1)", n);
+        return NULL;
+    }
     c->clock++;
     int slot = -1, nthr = trn__dnnl_threads();
     for (int i = 0; i < c->ne && slot < 0; i++) {

@@ -108,7 +108,8 @@ void trn__dnnl_cache_fini(trn__dnnl_cache *c);
 
 /* The entry for (n, bf16) (borrowed, valid until the next get), made on
    first use (replacing the least recently used when full) and made again
-   when trn__dnnl_threads() changed since. NULL with err. */
+   when trn__dnnl_threads() changed since. NULL with err, the cache
+   unchanged, where n < 1 or oneDNN has no primitive. */
 void *trn__dnnl_cache_get(trn__dnnl_cache *c, int n, int bf16, char *err);
 
 /* The OpenMP threads primitive `which` (0 fwd, 1 bwd data, 2 bwd weights)

@@ -74,7 +74,8 @@ struct trn_net {
     float bn_momentum; /* the running statistics' update weight (s_bn_momentum) */
     float *cols;       /* im2col workspace */
     long cols_per_sample;
-    int cap; /* samples the buffers hold */
+    int cap;  /* samples the activation buffers (x, cols) hold */
+    int gcap; /* samples the gradient buffers (g) hold: training's batches only */
     int classes;
     trn_precision prec;
     int nhwc;                  /* CNN activations channels last: the oneDNN conv path */
@@ -83,7 +84,8 @@ struct trn_net {
     trn__mm mm;                /* --matmul (the MLP) */
     int half;                  /* bf16 on oneDNN (nhwc, or the MLP's linears): the hs
                                   buffers are stored in bf16 */
-    int hcap;                  /* samples the bf16 buffers hold */
+    int hcap;                  /* samples the bf16 activations (xh) hold */
+    int ghcap;                 /* samples the bf16 gradients (gh) hold */
     int xh_given;              /* this pass's bufs[0].xh came filled (x NULL) */
     char conv_err[TRN_ERRLEN]; /* why the last pass failed (oneDNN) */
     int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */

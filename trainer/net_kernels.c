@@ -138,15 +138,34 @@ void trn__net_threads_pop(int old)
         trn_dlin_threads_pop(old);
 }
 
-int trn_net_eval_chunk(const trn_net *n)
+int trn__eval_rows(int left, int per, long most, long row_bytes, long budget)
+{
+    if (left <= 0)
+        return 0;
+    if (left < per) /* one thread takes the rest */
+        return left;
+    long fit = row_bytes > 0 ? budget / row_bytes / per * per : most;
+    if (most > fit)
+        most = fit;
+    if (most < per)
+        most = per;
+    long m = (long)left / per * per; /* whole rows per thread on each thread */
+    return (int)(m < most ? m : most);
+}
+
+int trn_net_eval_chunk(const trn_net *n, int left)
 {
     enum { base = 256 };
     for (int i = 0; i < n->nops; i++)
         if (n->ops[i].dl_on) {
-            int r = trn_dlin_eval_rows(n->half);
-            return r > base ? r : base;
+            long row = 0; /* an evaluation's bytes per row: x, and xh in bf16 */
+            for (int b = 0; b < n->nbufs; b++)
+                row += (long)n->bufs[b].feat *
+                       (long)(sizeof(float) + (n->half && n->bufs[b].hs ? 2 : 0));
+            return trn__eval_rows(left, trn_dlin_rows_per_thread(n->half),
+                                  trn_dlin_eval_rows(n->half), row, TRN_EVAL_BYTES);
         }
-    return base;
+    return left < base ? left : base;
 }
 
 void trn_net_set_forward_hook(trn_net *n, trn_grad_hook fn, void *ud)

@@ -30,7 +30,7 @@ void trn_trainer_say_kernels(trn_trainer *t, int at_start)
     t->said_prec = (int)t->prec;
 }
 
-void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc)
+int trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc)
 {
     if (t->backend && t->backend_attached)
         t->backend->sync_to_host(t->backend->self, t->net);
@@ -57,26 +57,29 @@ void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, do
         trn__shard(t, d->n, &lo, &cnt);
         hi = lo + cnt;
     }
-    const int ec = trn_net_eval_chunk(t->net); /* the MLP on oneDNN: every thread */
-    for (int i = lo; i < hi; i += ec) {
-        int m = hi - i < ec ? hi - i : ec;
+    int failed = 0; /* a chunk's forward failed (out of memory, oneDNN) */
+    for (int i = lo, m; i < hi && !failed; i += m) {
+        m = trn_net_eval_chunk(t->net, hi - i); /* the MLP on oneDNN: every thread */
         int c = 0;
         double l = trn_net_eval(t->net, d->x + (size_t)i * d->dim, d->y + i, m, &c);
+        failed = l < 0;
         ls += l * m;
         ok += c;
     }
-    if (split) {
-        double r[2] = {ls, (double)ok};
-        trn_comm_sum_d(t->comm, r, 2);
+    if (split) { /* every rank learns of one's failure */
+        double r[3] = {ls, (double)ok, (double)failed};
+        trn_comm_sum_d(t->comm, r, 3);
         ls = r[0];
         ok = (long)r[1];
+        failed = r[2] > 0;
     }
     if (keep) {
         memcpy(trn_net_state(t->net), keep, (size_t)ns * sizeof *keep);
         free(keep);
     }
-    *loss = d->n ? ls / d->n : 0;
-    *acc = d->n ? (double)ok / d->n : 0;
+    *loss = failed ? NAN : d->n ? ls / d->n : 0;
+    *acc = failed ? NAN : d->n ? (double)ok / d->n : 0;
+    return failed ? -1 : 0;
 }
 
 /* CPU-seconds of the whole process (every thread): a step's cost that a
@@ -128,11 +131,17 @@ static void s_report_train(trn_trainer *t)
     t->t_since = util_now();
 }
 
-static void s_report_eval(trn_trainer *t, double *vl_out, double *va_out)
+/* Evaluates on the validation set and reports it; 0, or -1 with err where
+   the evaluation failed (nothing reported). */
+static int s_report_eval(trn_trainer *t, double *vl_out, double *va_out, char *err)
 {
     double vl = 0, va = 0;
     if (t->val && t->val->n) {
-        trn_trainer_evaluate(t, t->val, &vl, &va);
+        if (trn_trainer_evaluate(t, t->val, &vl, &va) < 0) {
+            snprintf(err, TRN_ERRLEN, "evaluation at step %ld failed: %s", t->step,
+                     trn_net_error(t->net));
+            return -1;
+        }
         s_report(t, "val_loss", vl);
         s_report(t, "val_acc", va);
     }
@@ -142,6 +151,7 @@ static void s_report_eval(trn_trainer *t, double *vl_out, double *va_out)
         *vl_out = vl;
     if (va_out)
         *va_out = va;
+    return 0;
 }
 
 static int s_auto_checkpoint(trn_trainer *t, char *err)
@@ -197,7 +207,8 @@ int trn_trainer_run(trn_trainer *t, char *err)
             (c->eval_at_step > 0 && t->step == c->eval_at_step) ||
             (c->eval_every_samples > 0 && t->samples_eval >= c->eval_every_samples)) {
             double vl, va;
-            s_report_eval(t, &vl, &va);
+            if (s_report_eval(t, &vl, &va, err) < 0)
+                return -1;
             t->samples_eval = 0;
             /* the evaluation asked for (a fork's judgment): sent now, not
                with the helper's next batch */
@@ -217,8 +228,9 @@ int trn_trainer_run(trn_trainer *t, char *err)
     }
     /* A stop instruction finishes promptly: evaluate only when the trial has
        no validation result yet (its objective), and skip the test set. */
-    if (t->stop ? t->last_eval_step < 0 : t->last_eval_step != t->step)
-        s_report_eval(t, NULL, NULL);
+    if ((t->stop ? t->last_eval_step < 0 : t->last_eval_step != t->step) &&
+        s_report_eval(t, NULL, NULL, err) < 0)
+        return -1;
     /* The trial's objective (val_*) is reported: a test set that cannot be
        read now (moved, corrupt, out of memory) costs its test_* metrics,
        not the trial. */
@@ -235,7 +247,11 @@ int trn_trainer_run(trn_trainer *t, char *err)
     }
     if (t->test && t->test->n && !t->stop) {
         double tl, ta;
-        trn_trainer_evaluate(t, t->test, &tl, &ta);
+        if (trn_trainer_evaluate(t, t->test, &tl, &ta) < 0) {
+            snprintf(err, TRN_ERRLEN, "the test set's evaluation failed: %s",
+                     trn_net_error(t->net));
+            return -1;
+        }
         s_report(t, "test_loss", tl);
         s_report(t, "test_acc", ta);
         if (!c->quiet)

@@ -456,11 +456,29 @@ int trn_net_bn_recompute(trn_net *n, const float *x, int count, int chunk);
 /* Like trn_net_forward_backward in evaluation mode (running BN stats). */
 double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *correct);
 
-/* The rows an evaluation gives trn_net_eval at a time: 256 (it bounds the
-   CNN's im2col workspace), and for the MLP on oneDNN its rows per thread
-   times the configured threads (trn_dlin_rows_per_thread), so that the
-   evaluation's forward runs on all of them; at least 256. */
-int trn_net_eval_chunk(const trn_net *n);
+/* The rows the next trn_net_eval of an evaluation takes with `left` rows
+   still to go (at most left; 0 when left <= 0): 256 (it bounds the CNN's
+   im2col workspace), and for the MLP on oneDNN a whole number of its rows
+   per thread (trn_dlin_rows_per_thread) up to that times the configured
+   threads, so that the forward runs on up to all of them with the same
+   rows on each, whatever --threads is (an uneven share rounds bf16
+   differently: the loss then moved by ~1e-7 with --threads), and all of
+   `left` below one thread's rows; capped so that the activations of a
+   chunk fit TRN_EVAL_BYTES (never below one thread's rows). */
+int trn_net_eval_chunk(const trn_net *n, int left);
+
+/* The activation bytes an evaluation's chunk may take (trn_net_eval_chunk):
+   its buffers are kept after it, never shrunk. */
+#define TRN_EVAL_BYTES (64L << 20)
+
+/* trn_net_eval_chunk's rule, pure: left rows to go, per rows a thread,
+   most = per x threads, a chunk's row_bytes against budget bytes. */
+int trn__eval_rows(int left, int per, long most, long row_bytes, long budget);
+
+/* The bytes the passes' buffers hold now (activations, and gradients once
+   a training pass reserved them; bf16 copies included): an evaluation
+   reserves no gradients. */
+long trn_net_buffer_bytes(const trn_net *n);
 
 /* Called during backward when param i's gradient for this pass is final
    (ops run in reverse, so params arrive in backward order). NULL clears.
@@ -598,9 +616,10 @@ int trn_trainer_control(trn_trainer *t);
    Returns 0 or -1 with err. */
 int trn_trainer_run(trn_trainer *t, char *err);
 
-/* Evaluates on a dataset: mean loss and accuracy. */
-void trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss,
-                          double *acc);
+/* Evaluates on a dataset: mean loss and accuracy. 0, or -1 where a
+   forward failed on this or (data parallel) another rank (out of memory,
+   oneDNN; trn_net_error says why): loss and acc NaN. */
+int trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc);
 
 /* Accessors and live setters used by control and tests. */
 long trn_trainer_step_count(const trn_trainer *t);
