@@ -487,8 +487,8 @@ TEST(evaluation_on_every_thread)
    (fp32 --threads 40 on a 2048-wide MLP: 174 -> 387 MB). A forward of 600
    rows, then a training pass's buffers for as many: the second holds twice
    the first's bytes in fp32 and bf16 (before: the same). And
-   trn_net_eval_chunk's rule: whole R-row shares, capped by
-   TRN_EVAL_BYTES, never below R. */
+   trn_net_eval_chunk's rule: whole R-row shares, capped by a byte
+   budget (TRN_EVAL_BYTES), never below R. */
 TEST(evaluation_reserves_no_gradients)
 {
     if (!trn_dnnl_available())
@@ -511,8 +511,7 @@ TEST(evaluation_reserves_no_gradients)
         free(y);
         trn_net_destroy(&net);
     }
-    long mb64 = TRN_EVAL_BYTES;
-    CHECK(TRN_EVAL_BYTES == 64L << 20);
+    long mb64 = 64L << 20; /* a budget (TRN_EVAL_BYTES is 128 MiB) */
     CHECK(trn__eval_rows(10000, 256, 256 * 40, 20000, mb64) == 3328); /* 3355 fit */
     CHECK(trn__eval_rows(10000, 256, 256 * 9, 20000, mb64) == 2304);
     CHECK(trn__eval_rows(10000, 1024, 1024 * 8, 1 << 20, mb64) == 1024); /* floor R */

@@ -469,7 +469,7 @@ int trn_net_eval_chunk(const trn_net *n, int left);
 
 /* The activation bytes an evaluation's chunk may take (trn_net_eval_chunk):
    its buffers are kept after it, never shrunk. */
-#define TRN_EVAL_BYTES (64L << 20)
+#define TRN_EVAL_BYTES (128L << 20)
 
 /* trn_net_eval_chunk's rule, pure: left rows to go, per rows a thread,
    most = per x threads, a chunk's row_bytes against budget bytes. */
