@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -520,6 +521,71 @@ TEST(evaluation_reserves_no_gradients)
     CHECK(trn__eval_rows(0, 256, 512, 100, mb64) == 0);
 }
 
+/* An evaluation whose forward fails fails (before: trn_net_eval's -1 was
+   added to the loss, a silently wrong val_loss): a 784-1024-10 MLP on
+   --threads 8 evaluates 256 rows (its primitives and buffers for 256
+   made), then, in a child whose address space is capped 1 MiB above what
+   it holds, 3 000 rows: the first chunk's buffers (2 048 rows, 23 MB) are
+   refused, and the evaluation returns -1 with loss and accuracy NaN; the
+   child's exit says so (0), 2 where the buffers grew all the same (then
+   skipped). (A cap that reaches oneDNN's primitive creation crashes inside
+   oneDNN 2.6.3: hence the buffers first.) */
+TEST(evaluation_failure_is_an_error)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    SKIP("a sanitizer's allocator aborts where malloc would return NULL");
+#endif
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "vgpreload"))
+        SKIP("under valgrind, which needs address space of its own");
+    char err[TRN_ERRLEN];
+    trn_dataset val;
+    REQUIRE(trn_data_synthetic(&val, 3000, 78, err) == 0);
+    trn_config c;
+    s_cfg(&c);
+    strcpy(c.hidden, "1024");
+    trn_trainer *t = s_new(&c);
+    REQUIRE(t);
+    trn_dnnl_set_threads(8);
+    int correct;
+    CHECK(trn_net_eval(trn_trainer_net(t), val.x, val.y, 256, &correct) > 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        long pages = 0, res = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld %ld", &pages, &res) != 2)
+            _exit(3);
+        fclose(f);
+        struct rlimit rl;
+        rl.rlim_cur = rl.rlim_max =
+            (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (1u << 20);
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(3);
+        double loss = 0, acc = 0;
+        long b0 = trn_net_buffer_bytes(trn_trainer_net(t));
+        int rc = trn_trainer_evaluate(t, &val, &loss, &acc);
+        if (trn_net_buffer_bytes(trn_trainer_net(t)) > b0)
+            _exit(2); /* the buffers were given */
+        printf("  capped: evaluation %d, loss %g, accuracy %g\n", rc, loss, acc);
+        fflush(stdout);
+        _exit(rc == -1 && isnan(loss) && isnan(acc) ? 0 : 1);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    printf("  child: exit %d, signal %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+           WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    trn_dnnl_set_threads(1);
+    trn_trainer_destroy(&t);
+    trn_data_free(&val);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 2)
+        SKIP("the capped address space did not fail the evaluation's allocations");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 /* One forward-backward of the MLP 64-48-32-4 on 256 samples; every param's
    gradient's relative distance ||a - b|| / ||a|| (2-norms) against the
    first net's, worst over params, into *worst; the losses into loss[2]. */
@@ -822,6 +888,7 @@ int main(int argc, char **argv)
     RUN(mlp_step_on_the_batch_thread_count);
     RUN(evaluation_on_every_thread);
     RUN(evaluation_reserves_no_gradients);
+    RUN(evaluation_failure_is_an_error);
     RUN(thread_change_between_forward_and_backward);
     RUN(linear_inner_product_matches_double);
     RUN(mlp_bf16_step_matches_the_emulation);
