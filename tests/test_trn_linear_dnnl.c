@@ -224,6 +224,13 @@ TEST(linear_on_two_threads)
     CHECK(strstr(err, "a batch of -5 rows") != NULL);
     CHECK(trn_dlin_threads(d, 0, 0, 0, err) == -1);
     trn_dlin_destroy(&d);
+    /* the convolutions share the cache (dnnl_cache.c): the same refusal */
+    trn_dconv *cv = trn_dconv_new(8, 6, 6, 8, 3, 1, 1, err);
+    REQUIRE(cv != NULL);
+    CHECK(trn_dconv_threads(cv, -1, 0, 0, err) == -1);
+    CHECK(strstr(err, "a batch of -1 rows") != NULL);
+    CHECK(trn_dconv_threads(cv, 32, 0, 0, err) == 2);
+    trn_dconv_destroy(&cv);
     trn_dnnl_set_threads(1);
 }
 
