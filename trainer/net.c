@@ -475,91 +475,6 @@ double trn_net_grad_sqnorm(const trn_net *n)
 
 /* ---- passes -------------------------------------------------------------- */
 
-/* The bf16 buffers of half mode for nb samples: activations (xh), and
-   with grads their gradients (gh) too. */
-static int s_reserve_half(trn_net *n, int nb, int grads)
-{
-    if (!n->half)
-        return 0;
-    for (int i = 0; i < n->nbufs; i++) {
-        trn__buf *b = &n->bufs[i];
-        if (!b->hs)
-            continue;
-        if (nb > n->hcap) {
-            uint16_t *x = realloc(b->xh, (size_t)nb * b->feat * sizeof *x);
-            if (!x)
-                return -1;
-            b->xh = x;
-        }
-        if (grads && nb > n->ghcap) {
-            uint16_t *g = realloc(b->gh, (size_t)nb * b->feat * sizeof *g);
-            if (!g)
-                return -1;
-            b->gh = g;
-        }
-    }
-    n->hcap = nb > n->hcap ? nb : n->hcap;
-    if (grads)
-        n->ghcap = nb > n->ghcap ? nb : n->ghcap;
-    return 0;
-}
-
-/* The pass buffers for nb samples: the activations (x, the im2col tile),
-   and with grads (a training pass) their gradients (g); an evaluation's
-   forward reserves no gradients (trn_net_eval). 0 or -1 (out of memory;
-   what was reserved stays). */
-static int s_reserve_for(trn_net *n, int nb, int grads)
-{
-    if (s_reserve_half(n, nb, grads) < 0)
-        return -1;
-    if (nb <= n->cap && (!grads || nb <= n->gcap))
-        return 0;
-    for (int i = 0; i < n->nbufs; i++) {
-        trn__buf *b = &n->bufs[i];
-        if (nb > n->cap) {
-            float *x = realloc(b->x, (size_t)nb * b->feat * sizeof(float));
-            if (!x)
-                return -1;
-            b->x = x;
-        }
-        if (grads && nb > n->gcap) {
-            float *g = realloc(b->g, (size_t)nb * b->feat * sizeof(float));
-            if (!g)
-                return -1;
-            b->g = g;
-        }
-    }
-    if (n->cols_per_sample && nb > n->cap) { /* a tile of images (trn.h, TRN_CONV_TILE) */
-        long cps = n->cols_per_sample, tile = TRN_CONV_TILE / (long)sizeof(float);
-        long ncols = (long)nb * cps > tile ? (cps > tile ? cps : tile) : (long)nb * cps;
-        float *c = realloc(n->cols, (size_t)ncols * sizeof(float));
-        if (!c)
-            return -1;
-        n->cols = c;
-    }
-    n->cap = nb > n->cap ? nb : n->cap;
-    if (grads)
-        n->gcap = nb > n->gcap ? nb : n->gcap;
-    return 0;
-}
-
-static int s_reserve(trn_net *n, int nb)
-{
-    return s_reserve_for(n, nb, 1);
-}
-
-long trn_net_buffer_bytes(const trn_net *n)
-{
-    long b = 0;
-    for (int i = 0; i < n->nbufs; i++) {
-        long f = n->bufs[i].feat;
-        b += f * (long)sizeof(float) * ((long)n->cap + n->gcap);
-        if (n->bufs[i].hs && (n->bufs[i].xh || n->bufs[i].gh))
-            b += f * (long)sizeof(uint16_t) * ((long)n->hcap + n->ghcap);
-    }
-    return b;
-}
-
 /* The BN running statistics after a training pass over s positions. */
 static void s_bn_running(trn_net *n, const trn__op *o, long s)
 {
@@ -927,7 +842,7 @@ static double s_forward_backward(trn_net *n, const float *x, const uint8_t *y, i
 {
     if (nb <= 0)
         return 0;
-    if (s_reserve(n, nb) < 0)
+    if (trn__net_reserve(n, nb, 1) < 0)
         return -1;
     trn__buf *in = &n->bufs[0];
     if (!x && (!n->half || n->nhwc)) /* x NULL: trn_net_input_bf16 filled xh */
@@ -973,19 +888,19 @@ double trn_net_forward_backward(trn_net *n, const float *x, const uint8_t *y, in
 
 float *trn_net_input(trn_net *n, int nb)
 {
-    return s_reserve(n, nb) < 0 ? NULL : n->bufs[0].x;
+    return trn__net_reserve(n, nb, 1) < 0 ? NULL : n->bufs[0].x;
 }
 
 uint16_t *trn_net_input_bf16(trn_net *n, int nb)
 {
-    return !n->half || n->nhwc || s_reserve(n, nb) < 0 ? NULL : n->bufs[0].xh;
+    return !n->half || n->nhwc || trn__net_reserve(n, nb, 1) < 0 ? NULL : n->bufs[0].xh;
 }
 
 int trn_net_bn_recompute(trn_net *n, const float *x, int count, int chunk)
 {
     if (n->nstate == 0 || count <= 0 || chunk <= 0)
         return 0;
-    if (s_reserve(n, count < chunk ? count : chunk) < 0)
+    if (trn__net_reserve(n, count < chunk ? count : chunk, 1) < 0)
         return -1;
     trn__buf *in = &n->bufs[0];
     int k = 0;
@@ -1008,7 +923,7 @@ double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *c
 {
     if (nb <= 0)
         return 0;
-    if (s_reserve_for(n, nb, 0) < 0) /* a forward alone: no gradient buffers */
+    if (trn__net_reserve(n, nb, 0) < 0) /* a forward alone: no gradient buffers */
         return -1;
     trn__buf *in = &n->bufs[0];
     memcpy(in->x, x, (size_t)nb * in->feat * sizeof(float));

@@ -127,6 +127,13 @@ int trn__net_dnnl_check(const trn_config *cfg, const char *flag, const char *val
    run inside them, and half mode. */
 void trn__net_mm_route(trn_net *n);
 
+/* The pass buffers for nb samples (net_bufs.c): the activations (x, xh,
+   the im2col tile), and with grads (a training pass) their gradients (g,
+   gh) too; an evaluation's forward reserves no gradients (trn_net_eval).
+   0 or -1 (out of memory; what was reserved stays, the capacities
+   unchanged). */
+int trn__net_reserve(trn_net *n, int nb, int grads);
+
 /* Around a forward (and backward) of nb samples: where the MLP's linears
    run on oneDNN, sets OpenMP's thread count to theirs at nb
    (trn_dlin_threads_push) for every region of the pass; returns what
