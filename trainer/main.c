@@ -41,8 +41,8 @@ trn_comm *trn_comm_nccl_new(char *err);
 typedef struct {
     int status; /* 0 go on, else the exit status */
     trn_config cfg;
-    uint64_t ck_len; /* the restored checkpoint rank 0 read: its length */
-    uint32_t ck_crc; /* and CRC-32, which every other rank's read must match */
+    uint64_t ck_len;        /* the restored checkpoint rank 0 read: its length; 0: none */
+    char ck_path[PATH_MAX]; /* and where rank 0 read it (messages) */
 } s_start;
 
 /* FNV-1a of every weight: the ranks must agree after training. */
@@ -210,37 +210,86 @@ static int s_restored_config(trn_config *cfg, jz_trial *jz, unsigned char **ck,
     return 0;
 }
 
-/* Loads the restored checkpoint into t: rank 0 from the bytes it read
-   before the model was built (buf), every other rank from its own read,
-   which must be the file rank 0 read (length and CRC-32 in st). 0, or -1
-   with err. */
-static int s_load_restored(trn_trainer *t, const trn_config *cfg, const s_start *st,
-                           const unsigned char *buf, size_t len, char *err)
+/* A rank other than 0, after the start was broadcast: a checkpoint path in
+   its own environment that rank 0 does not restore is ignored, with a line
+   saying so (rank 0's environment decides, as for every option). */
+static void s_say_ignored_env(const trn_comm *c, const s_start *st)
 {
-    const char *restore = s_restore_path(cfg);
-    char e2[TRN_ERRLEN];
-    unsigned char *mine = NULL;
-    if (!buf) { /* a rank other than 0 */
-        mine = trn_ckpt_read(restore, &len, e2);
-        if (!mine) {
-            snprintf(err, TRN_ERRLEN, "%s: %.400s", s_restore_flag(cfg), e2);
-            return -1;
-        }
-        uint32_t crc;
-        memcpy(&crc, mine + len - 4, 4);
-        if ((uint64_t)len != st->ck_len || crc != st->ck_crc) {
-            snprintf(err, TRN_ERRLEN,
-                     "%s: %.300s changed after rank 0 read it (another file now)",
-                     s_restore_flag(cfg), restore);
-            free(mine);
-            return -1;
-        }
-        buf = mine;
+    const char *e = getenv("JIZHI_LOAD_CHECKPOINT");
+    if (c->rank == 0 || !e || !*e || st->cfg.resume[0] ||
+        (st->ck_len && !strcmp(e, st->ck_path)))
+        return;
+    if (st->ck_len)
+        fprintf(stderr,
+                "jizhi-train: rank %d: JIZHI_LOAD_CHECKPOINT=%.300s ignored: every rank "
+                "restores the checkpoint rank 0 read (%.300s)\n",
+                c->rank, e, st->ck_path);
+    else
+        fprintf(stderr,
+                "jizhi-train: rank %d: JIZHI_LOAD_CHECKPOINT=%.300s ignored: rank 0 "
+                "restores no checkpoint, so no rank does\n",
+                c->rank, e);
+}
+
+/* Bytes per broadcast of the checkpoint (MPI counts are int). */
+#define S_CK_CHUNK ((size_t)1 << 28)
+
+/* Several ranks, after the start was broadcast: rank 0's checkpoint bytes
+   (*ck, st->ck_len of them) go to every other rank, which allocates *ck
+   (caller frees), so no rank reads the file again (a FIFO, a file replaced
+   meanwhile, a path that differs between nodes). Collective: every rank
+   learns whether any could not take the bytes. 0, or -1 with err (the
+   rank and what it lacked). */
+static int s_share_checkpoint(trn_comm *c, const s_start *st, unsigned char **ck,
+                              char *err)
+{
+    if (c->size <= 1 || !st->ck_len)
+        return 0;
+    double failed = 0;
+    if (c->rank != 0) {
+        *ck = st->ck_len <= SIZE_MAX ? malloc((size_t)st->ck_len) : NULL;
+        failed = !*ck;
     }
-    int rc = trn_trainer_load_buf(t, buf, len, restore, e2);
+    double nfailed = failed;
+    if (trn_comm_sum_d(c, &nfailed, 1) < 0) {
+        snprintf(err, TRN_ERRLEN, "rank %d: %s: sharing the checkpoint failed", c->rank,
+                 s_restore_flag(&st->cfg));
+        return -1;
+    }
+    if (nfailed > 0) {
+        if (failed)
+            snprintf(err, TRN_ERRLEN,
+                     "rank %d: %s: no memory for the %llu bytes of %.300s that rank 0 "
+                     "read",
+                     c->rank, s_restore_flag(&st->cfg), (unsigned long long)st->ck_len,
+                     st->ck_path);
+        else
+            snprintf(err, TRN_ERRLEN,
+                     "rank %d: %s: %g other rank(s) had no memory for the checkpoint",
+                     c->rank, s_restore_flag(&st->cfg), nfailed);
+        return -1;
+    }
+    for (size_t off = 0; off < st->ck_len; off += S_CK_CHUNK) {
+        size_t n = st->ck_len - off < S_CK_CHUNK ? st->ck_len - off : S_CK_CHUNK;
+        if (trn_comm_bcast(c, *ck + off, n, 0) < 0) {
+            snprintf(err, TRN_ERRLEN, "rank %d: %s: broadcasting the checkpoint failed",
+                     c->rank, s_restore_flag(&st->cfg));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Loads the restored checkpoint into t from the bytes rank 0 read before
+   the model was built (buf; every rank holds them, s_share_checkpoint).
+   0, or -1 with err. */
+static int s_load_restored(trn_trainer *t, const s_start *st, const unsigned char *buf,
+                           char *err)
+{
+    char e2[TRN_ERRLEN];
+    int rc = trn_trainer_load_buf(t, buf, (size_t)st->ck_len, st->ck_path, e2);
     if (rc < 0)
-        snprintf(err, TRN_ERRLEN, "%s: %.400s", s_restore_flag(cfg), e2);
-    free(mine);
+        snprintf(err, TRN_ERRLEN, "%s: %.400s", s_restore_flag(&st->cfg), e2);
     return rc;
 }
 
@@ -267,7 +316,7 @@ int main(int argc, char **argv)
         return 2;
     }
     jz_trial *jz = NULL;
-    s_start st = {0, cfg, 0, 0};
+    s_start st = {0, cfg, 0, ""};
     unsigned char *ck = NULL; /* rank 0: the restored checkpoint's bytes */
     size_t ck_len = 0;
     if (comm->rank == 0) {
@@ -293,12 +342,19 @@ int main(int argc, char **argv)
             st.status = 1;
         } else if (ck) {
             st.ck_len = ck_len;
-            memcpy(&st.ck_crc, ck + ck_len - 4, 4);
+            snprintf(st.ck_path, sizeof st.ck_path, "%s", s_restore_path(&st.cfg));
         }
     }
     if (trn_comm_bcast(comm, &st, sizeof st, 0) < 0) {
         fprintf(stderr, "jizhi-train: broadcasting the config failed\n");
         st.status = 1;
+    }
+    if (!st.status) {
+        s_say_ignored_env(comm, &st);
+        if (s_share_checkpoint(comm, &st, &ck, err) < 0) {
+            fprintf(stderr, "jizhi-train: %s\n", err);
+            st.status = 1;
+        }
     }
     cfg = st.cfg;
     if (st.status) {
@@ -364,8 +420,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
     }
-    const char *restore = s_restore_path(&cfg);
-    if (restore && s_load_restored(t, &cfg, &st, ck, ck_len, err) < 0) {
+    int restore = st.ck_len > 0; /* rank 0's verdict, on every rank */
+    if (restore && s_load_restored(t, &st, ck, err) < 0) {
         fprintf(stderr, "jizhi-train: %s\n", err);
         goto out;
     }

@@ -205,6 +205,84 @@ def test_checkpoint_written_once_loaded_by_every_rank(tmp_path):
     assert "2 ranks: weights identical on every rank" in resumed.stderr
 
 
+# Restoring under mpirun (#38 review12 item 1): rank 0 alone decides and
+# reads the checkpoint (--resume or JIZHI_LOAD_CHECKPOINT from its own
+# environment) and broadcasts its bytes; no other rank reads the file.
+TINY = ["--train-subset", "1000", "--val-size", "200", "--hidden", "32", "--batch-size", "50",
+        "--log-every", "3", "--eval-every", "6", "--threads", "1"]
+
+
+def mpmd(env0, env1, *args, timeout=60):
+    """Two ranks, each with its own JIZHI_LOAD_CHECKPOINT (None: unset)."""
+    cmd = [MPIRUN, "--oversubscribe"]
+    for i, v in enumerate((env0, env1)):
+        cmd += (([":"] if i else []) + ["-np", "1"] +
+                (["-x", "JIZHI_LOAD_CHECKPOINT=" + v] if v else []) + [TRAIN, *args])
+    e = mpi_env()
+    e.pop("JIZHI_LOAD_CHECKPOINT", None)
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tiny_ck(tmp_path_factory):
+    ck = str(tmp_path_factory.mktemp("ck") / "tiny.jzck")
+    run(0, *TINY, "--max-steps", "6", "--save", ck)
+    both = mpmd(ck, ck, *TINY, "--max-steps", "12")
+    assert both.returncode == 0, both.stderr
+    return ck, both
+
+
+def test_checkpoint_env_on_rank_0_only_restores_every_rank(tiny_ck):
+    # before: rank 1 started at step 0 without the load while rank 0 was at
+    # step 6; the collectives disagreed (MPI_ERR_TRUNCATE, exit 15)
+    ck, both = tiny_ck
+    assert "jizhi: step 9 train_loss" in both.stderr  # resumed at step 6
+    assert "jizhi: step 3 train_loss" not in both.stderr
+    p = mpmd(ck, None, *TINY, "--max-steps", "12")
+    assert p.returncode == 0, p.stderr
+    assert reported(p.stderr, "val_loss") == reported(both.stderr, "val_loss")
+    assert "2 ranks: weights identical on every rank" in p.stderr
+    assert "ignored" not in p.stderr
+
+
+def test_checkpoint_env_on_another_rank_only_is_ignored_with_a_line(tiny_ck):
+    # before: rank 1 read the file and failed with "changed after rank 0
+    # read it"; now rank 0 decides (no restore) and rank 1 says it ignores
+    # its variable; the run equals a fresh one
+    ck, both = tiny_ck
+    p = mpmd(None, ck, *TINY, "--max-steps", "12")
+    assert p.returncode == 0, p.stderr
+    assert ("rank 1: JIZHI_LOAD_CHECKPOINT=%s ignored: rank 0 restores no checkpoint" % ck
+            in p.stderr)
+    fresh = run(2, *TINY, "--max-steps", "12")
+    assert reported(p.stderr, "val_loss") == reported(fresh.stderr, "val_loss")
+    assert reported(p.stderr, "val_loss") != reported(both.stderr, "val_loss")
+    assert "2 ranks: weights identical on every rank" in p.stderr
+
+
+def test_checkpoint_from_a_fifo_is_read_once_for_every_rank(tiny_ck, tmp_path):
+    # a FIFO can be read once: before, rank 1 opened it after rank 0 had
+    # drained it and waited forever
+    import threading
+    ck, both = tiny_ck
+    fifo = str(tmp_path / "ck.fifo")
+    os.mkfifo(fifo)
+    data = open(ck, "rb").read()
+
+    def writer():
+        with open(fifo, "wb") as f:  # blocks until rank 0 opens it
+            f.write(data)
+    w = threading.Thread(target=writer, daemon=True)
+    w.start()
+    try:
+        p = mpmd(fifo, fifo, *TINY, "--max-steps", "12", timeout=30)
+    finally:
+        if w.is_alive():  # never opened: unblock the writer
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+    assert p.returncode == 0, p.stderr
+    assert reported(p.stderr, "val_loss") == reported(both.stderr, "val_loss")
+
+
 def strip_rank_state(src, dst):
     """Writes src without its ranks' top-k state section (header length and
     CRC recomputed): a checkpoint as if the residuals were not saved."""
