@@ -18,6 +18,7 @@
 #include "trainer/bf16.h"
 #include "trainer/comm.h"
 #include "trainer/conv_dnnl.h"
+#include "trainer/memlimit.h"
 #include "trainer/train_impl.h" /* per-layer scalers */
 #include "trainer/trn.h"
 
@@ -253,35 +254,18 @@ TEST(bf16_batches_from_the_training_sets_bf16_copy)
 }
 
 /* The bf16 copy's limit is the least of 1 GiB and 1/16 of the machine's
-   memory, its cgroup's memory.max and MemAvailable (read here on their
-   own); a copy over the limit is refused with a --verbose line naming the
-   sizes (before: silently); a schedule's fp32 epoch with no bf16 epoch
-   after it frees the copy, and one with bf16 after it keeps it (before:
-   kept to the end either way). */
-static long s_first_number(const char *path, const char *key)
-{
-    FILE *f = fopen(path, "r");
-    char line[256];
-    long v = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!key || !strncmp(line, key, strlen(key))) {
-            char *end;
-            long x = strtol(line + (key ? strlen(key) : 0), &end, 10);
-            if (end != line + (key ? strlen(key) : 0))
-                v = key ? x * 1024 : x;
-            break;
-        }
-    if (f)
-        fclose(f);
-    return v;
-}
-
+   memory, its cgroup's limit and MemAvailable (each resolved and tested
+   against a fake cgroup tree in test_trn_memlimit.c); a copy over the
+   limit is refused with a --verbose line naming the sizes (before:
+   silently); a schedule's fp32 epoch with no bf16 epoch after it frees the
+   copy, and one with bf16 after it keeps it (before: kept to the end
+   either way). */
 TEST(bf16_copy_limit_said_and_freed_when_no_bf16_ahead)
 {
     long lim = trn__xh_limit();
-    long phys = sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE);
-    long cg = s_first_number("/sys/fs/cgroup/memory.max", NULL);
-    long av = s_first_number("/proc/meminfo", "MemAvailable:");
+    long phys = trn_memlimit_phys();
+    long cg = trn_memlimit_cgroup_self();
+    long av = trn_memlimit_available();
     printf("  limit %.1f MB (memory %.0f MB, cgroup %.0f MB, available %.0f MB)\n",
            lim / 1e6, phys / 1e6, cg / 1e6, av / 1e6);
     CHECK(lim > 0 && lim <= (1L << 30) && lim <= phys / 16);

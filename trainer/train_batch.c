@@ -17,13 +17,12 @@
     the sizes) when it would take more than trn__xh_limit(); Fashion-MNIST's
     is 94 MB.
 */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "trainer/gather.h"
+#include "trainer/memlimit.h"
 #include "trainer/train_impl.h"
 
 /* The largest bf16 copy of the training set made (bytes). */
@@ -59,41 +58,10 @@ static int s_batch_bufs(trn_trainer *t, int nb)
     return 0;
 }
 
-/* A number of bytes from a file's first line ("max" or unreadable: -1). */
-static long s_file_bytes(const char *path, const char *key)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    char line[256];
-    long v = -1;
-    size_t kn = key ? strlen(key) : 0;
-    while (fgets(line, sizeof line, f)) {
-        if (key && strncmp(line, key, kn))
-            continue;
-        char *end;
-        long long x = strtoll(line + kn, &end, 10);
-        if (end != line + kn && x >= 0)
-            v = key ? (long)(x > LONG_MAX / 1024 ? LONG_MAX : x * 1024) /* kB */
-                    : (long)(x > LONG_MAX ? LONG_MAX : x);
-        break;
-    }
-    fclose(f);
-    return v;
-}
-
 long trn__xh_limit(void)
 {
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    long mem = pages > 0 && psz > 0 && pages <= LONG_MAX / psz ? pages * psz : LONG_MAX;
-    long cg = s_file_bytes("/sys/fs/cgroup/memory.max", NULL); /* cgroup v2 */
-    long av = s_file_bytes("/proc/meminfo", "MemAvailable:");
-    if (cg > 0 && cg < mem)
-        mem = cg;
-    if (av > 0 && av < mem)
-        mem = av;
-    long lim = mem / 16;
-    return lim < S_XH_MAX_BYTES ? lim : S_XH_MAX_BYTES;
+    return trn_memlimit_pick(trn_memlimit_phys(), trn_memlimit_cgroup_self(),
+                             trn_memlimit_available(), 16, S_XH_MAX_BYTES);
 }
 
 /* 1 when the schedule has a bf16 epoch at t->epoch or later (without a

@@ -101,8 +101,9 @@ int trn__gather_at(trn_trainer *t, int off, int nb, float *dst);
 int trn__gather_bf16(trn_trainer *t, int nb, uint16_t *dst);
 
 /* The most bytes the training set's bf16 copy may take on this machine:
-   1 GiB, and 1/16 of the least of the physical memory, the cgroup's
-   memory.max and MemAvailable (/proc/meminfo), for trials side by side. */
+   1 GiB, and 1/16 of the least of the physical memory, the cgroup's limit
+   (v1 or v2, the process's own cgroup and its parents: memlimit.h) and
+   MemAvailable (/proc/meminfo), for trials side by side. */
 long trn__xh_limit(void);
 
 #endif
