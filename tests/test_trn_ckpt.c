@@ -254,6 +254,47 @@ TEST(resume_keeps_the_convolution_path_its_run_began_on)
     trn_trainer_destroy(&a), trn_trainer_destroy(&b), trn_trainer_destroy(&t);
 }
 
+/* A run whose convolutions ran on a backend (cuDNN under --backend cuda)
+   records no conv_route of the CPU net's (which the host's rule picked,
+   while the backend ran them): it carries the route its own run restored,
+   or none (#38 review12 item 4; before: the CPU net's path, so a bf16 CUDA
+   CNN saved on a host without bf16 instructions pinned a later CPU resume
+   under --conv auto to im2col). The backend here is a stub that never
+   runs (no step is taken); the CPU run beside it records its path. */
+TEST(a_backend_run_records_no_cpu_conv_route)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev): no route is a choice");
+    char path[512], err[TRN_ERRLEN];
+    snprintf(path, sizeof path, "%s/backend.jzck", g_dir);
+    static const char *const carried[] = {"", "gemm", "dnnl"};
+    for (int k = 0; k < 3; k++)
+        for (int with_backend = 0; with_backend < 2; with_backend++) {
+            trn_config c;
+            s_cnn(&c);
+            strcpy(c.conv_route, carried[k]); /* as a restored checkpoint sets it */
+            trn_trainer *a = s_new(&c);
+            REQUIRE(a);
+            const char *cpu = trn_net_conv_route(trn_trainer_net(a));
+            trn_backend stub = {.name = "stub"};
+            if (with_backend)
+                trn_trainer_set_backend(a, &stub);
+            REQUIRE(trn_trainer_save(a, path, err) == 0);
+            trn_trainer_destroy(&a);
+            trn_config r;
+            s_cnn(&r);
+            size_t len;
+            unsigned char *buf = trn_ckpt_read(path, &len, err);
+            REQUIRE(buf);
+            REQUIRE(trn_ckpt_config_buf(buf, len, path, &r, err) == 0);
+            free(buf);
+            const char *want = with_backend ? carried[k] : cpu;
+            printf("  carried '%s', %s: recorded '%s'\n", carried[k],
+                   with_backend ? "backend" : "CPU", r.conv_route);
+            CHECK(!strcmp(r.conv_route, want));
+        }
+}
+
 /* Under ONEDNN_MAX_CPU_ISA=AVX2 (no bf16 instructions for oneDNN): a CNN
    begun in fp32 on oneDNN's layout and set live to bf16 (a `set`, a PBT
    load), saved in bf16 and resumed continues on oneDNN's layout, bit for
@@ -483,6 +524,7 @@ int main(int argc, char **argv)
     RUN(read_config_takes_the_checkpoints_options);
     RUN(read_config_bad_files_change_nothing);
     RUN(resume_keeps_the_convolution_path_its_run_began_on);
+    RUN(a_backend_run_records_no_cpu_conv_route);
     RUN(live_bf16_resumed_without_bf16_instructions_keeps_onednn);
     RUN(old_checkpoint_without_zero_gamma_keeps_the_commands_value);
     RUN(live_load_in_another_precision_says_the_kernels);

@@ -180,6 +180,20 @@ static int s_gather_dist(trn_trainer *t, float **all, long *count)
     return 0;
 }
 
+/* The conv_route a checkpoint records: the CPU net's path where the rule
+   chose it, else the route this run restored (cfg.conv_route, possibly
+   none). Not the net's where the convolutions ran elsewhere (a backend:
+   cuDNN) or the build had one path (no oneDNN): neither was a choice, and
+   recording gemm would pin a later CPU or oneDNN resume to im2col. NULL
+   for a model without convolutions or nothing to carry. */
+static const char *s_saved_route(const trn_trainer *t)
+{
+    const char *route = trn_net_conv_route(t->net);
+    if (route && (t->backend || !trn_net_conv_route_chosen(t->net)))
+        route = t->cfg.conv_route[0] ? t->cfg.conv_route : NULL;
+    return route;
+}
+
 int trn_trainer_save(trn_trainer *t, const char *path, char *err)
 {
     float *dstate;
@@ -220,9 +234,21 @@ int trn_trainer_save(trn_trainer *t, const char *path, char *err)
     /* the CNN's convolution path, chosen once when its run began: a resume
        rebuilds that layout (trn__net_conv_route), whatever precision the
        run had reached */
-    const char *route = trn_net_conv_route(n);
-    if (route && cl + 32 < sizeof cfgtext)
-        snprintf(cfgtext + cl, sizeof cfgtext - cl, "conv_route=%s\n", route);
+    const char *route = s_saved_route(t);
+    int fits = cl + 1 < sizeof cfgtext;
+    if (fits && route) {
+        size_t rl =
+            (size_t)snprintf(cfgtext + cl, sizeof cfgtext - cl, "conv_route=%s\n", route);
+        fits = cl + rl + 1 < sizeof cfgtext;
+    }
+    if (!fits) { /* never silently: a resume would lose options or its path */
+        free(b.p);
+        free(dstate);
+        snprintf(err, TRN_ERRLEN,
+                 "%s: the checkpoint's config text is over %zu bytes: not written", path,
+                 sizeof cfgtext - 1);
+        return -1;
+    }
     s_str(&b, cfgtext);
     s_u32(&b, (uint32_t)trn_net_nparams(n));
     for (int i = 0; i < trn_net_nparams(n); i++) {

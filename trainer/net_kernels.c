@@ -182,6 +182,11 @@ const char *trn_net_conv_route(const trn_net *n)
     return NULL;
 }
 
+int trn_net_conv_route_chosen(const trn_net *n)
+{
+    return n->conv_path != TRN__CONV_NO_DNNL;
+}
+
 int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len)
 {
     const trn__op *first = NULL;

@@ -504,6 +504,10 @@ int trn_net_conv_describe(trn_net *n, int nb, char *buf, size_t len);
    A checkpoint records it (conv_route). Static string. */
 const char *trn_net_conv_route(const trn_net *n);
 
+/* 1 when that path was a choice (this build has oneDNN, so the rule or
+   --conv picked it), 0 where the build has im2col + GEMM only. */
+int trn_net_conv_route_chosen(const trn_net *n);
+
 /* Which kernels the linear layers run for batch nb (the first linear's:
    "oneDNN 2.6.3, ReLU fused, bf16 kernels: matmul fwd brg:...",
    or "OpenBLAS sgemm (why)") into buf. 0, or -1 with the error in buf. */
