@@ -150,7 +150,8 @@ TEST(read_config_takes_the_checkpoints_options)
 /* A bad file changes nothing on the config and says what is wrong: a
    corrupt byte (the checksum), config text that a setter refuses (a value
    out of range), config text that every setter takes but the whole fails
-   validation (copy, then commit), and a conv_route that is neither path. */
+   validation (copy, then commit), a conv_route that is neither path, and
+   a directory. */
 TEST(read_config_bad_files_change_nothing)
 {
     trn_config c;
@@ -196,6 +197,27 @@ TEST(read_config_bad_files_change_nothing)
         CHECK(strstr(err, cases[i].says) != NULL);
         CHECK(!memcmp(&before, &cmd, sizeof cmd));
     }
+    /* every setter takes batch_size=08 and micro_batch=9, the whole fails
+       validation (#38 review12 item 6: the case this test's comment named
+       was missing) */
+    char mid[520];
+    snprintf(mid, sizeof mid, "%s/mid.jzck", g_dir);
+    REQUIRE(s_edit_line(path, "batch_size=16\n", "batch_size=08\n", mid) == 0);
+    REQUIRE(s_edit_line(mid, "micro_batch=0\n", "micro_batch=9\n", bad) == 0);
+    err[0] = 0;
+    CHECK(trn_ckpt_read_config(bad, &cmd, err) < 0);
+    printf("  %s\n", err);
+    CHECK(strstr(err,
+                 "checkpoint config: --micro-batch: 9 is larger than --batch-size 8") !=
+          NULL);
+    CHECK(!memcmp(&before, &cmd, sizeof cmd));
+    /* a directory: said as such (#38 review12 item 10; before: "bad magic",
+       the read failing with EISDIR after the open succeeded) */
+    err[0] = 0;
+    CHECK(trn_ckpt_read_config(g_dir, &cmd, err) < 0);
+    printf("  %s\n", err);
+    CHECK(strstr(err, "is a directory") != NULL);
+    CHECK(!memcmp(&before, &cmd, sizeof cmd));
 }
 
 /* A resume rebuilds the convolution layout its run began on (the

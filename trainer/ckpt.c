@@ -311,8 +311,20 @@ unsigned char *trn_ckpt_read(const char *path, size_t *len, char *err)
                  strerror(errno));
         return NULL;
     }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: is a directory, not a checkpoint file", path);
+        return NULL;
+    }
     unsigned char hdr[CK_HDR];
     size_t got = fread(hdr, 1, CK_HDR, f);
+    if (got < CK_HDR && ferror(f)) {
+        int e = errno;
+        fclose(f);
+        snprintf(err, TRN_ERRLEN, "%s: cannot read checkpoint: %s", path, strerror(e));
+        return NULL;
+    }
     if (got < 8 || memcmp(hdr, CK_MAGIC, 8) != 0) {
         fclose(f);
         snprintf(err, TRN_ERRLEN, "%s: not a jizhi-train checkpoint (bad magic)", path);
@@ -350,7 +362,6 @@ unsigned char *trn_ckpt_read(const char *path, size_t *len, char *err)
     size_t total = CK_HDR + (size_t)plen + 4;
     /* A header that claims more than the file holds is refused before the
        allocation (a corrupt length would otherwise ask for up to CK_MAX). */
-    struct stat sb;
     if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) &&
         (uint64_t)sb.st_size < (uint64_t)total) {
         fclose(f);
