@@ -175,8 +175,11 @@ static const char *s_restore_flag(const trn_config *cfg)
    so the model is built for the config the run will have. The CNN's
    convolution path (once per process, trn_net_new) follows the path the
    checkpoint's run began on (conv_route), or for an older checkpoint its
-   precision and schedule. bf16 named by the checkpoint itself (not by a
-   trial param) is not refused under --conv/--matmul dnnl. Says which
+   precision and schedule. bf16 named by the checkpoint itself is not
+   refused under --conv/--matmul dnnl; on --resume bf16 from a trial param
+   is (as at a fresh start), under JIZHI_LOAD_CHECKPOINT it is not: that
+   restart stands in for a live load, after which the trial's params are
+   set live and bf16 runs as the emulation there too. Says which
    options that cannot change live (--seed, --zero-gamma, ...) the
    checkpoint overrode. 0, or -1 with err. */
 static int s_restored_config(trn_config *cfg, jz_trial *jz, unsigned char **ck,
@@ -199,6 +202,8 @@ static int s_restored_config(trn_config *cfg, jz_trial *jz, unsigned char **ck,
     for (size_t i = 0; jz && trn_config_live_param(i, name, sizeof name); i++)
         if (trn_jz_param(jz, name, val, sizeof val) == 1)
             trn_config_set_live(&c, name, val, e2); /* refused: reapply says it */
+    if (!cfg->resume[0]) /* JIZHI_LOAD_CHECKPOINT: as the live load it stands in for */
+        c.bf16_from_ckpt = trn_config_wants_bf16(&c);
     char kept[1024];
     if (trn_ckpt_kept_options(cfg, &c, kept, sizeof kept) && !c.quiet)
         fprintf(stderr,

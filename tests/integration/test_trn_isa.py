@@ -148,6 +148,24 @@ def test_bf16_from_a_trial_param_on_resume_is_refused_under_dnnl(tmp_path, model
     assert "done" not in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("model", [CNN + ["--conv", "dnnl"], ["--matmul", "dnnl"]],
+                         ids=["cnn-dnnl", "mlp-dnnl"])
+def test_bf16_from_a_trial_param_on_a_restart_is_taken_as_after_a_live_load(tmp_path, model):
+    # JIZHI_LOAD_CHECKPOINT is the controller's restart standing in for a
+    # live load the program did not acknowledge; the live load followed by
+    # the trial's params is accepted (bf16 as the emulation), so the restart
+    # is too (#38 review12 item 5; before: refused, exit 1)
+    ck = str(tmp_path / "ck")
+    saved = train("AVX2", *model, "--precision", "fp32", "--save", ck)
+    assert saved.returncode == 0, saved.stderr
+    r = train("AVX2", *model, "--max-steps", "12",
+              env={"JIZHI_PARAMS": json.dumps({"precision": "bf16"}),
+                   "JIZHI_LOAD_CHECKPOINT": ck})
+    assert r.returncode == 0, r.stderr
+    assert "done: 12 steps" in r.stderr, r.stderr
+    assert "no bf16 instructions" in r.stderr, r.stderr  # the emulation, said
+
+
 def test_bf16_cnn_checkpoint_from_a_bf16_cpu_keeps_onednn_under_auto(tmp_path):
     # --conv auto (the default): a bf16 CNN saved where oneDNN has bf16
     # instructions (its layout) and resumed without them keeps the layout its
