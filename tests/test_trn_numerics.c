@@ -42,9 +42,18 @@ TEST(bf16_array_conversion_is_the_scalar_one)
             u = special[(i / 5) % (sizeof special / sizeof special[0])];
         memcpy(&x[i], &u, 4);
     }
-    /* each path (the 512-bit function where built and the CPU has
-       AVX-512BW, the clones the CPU picks) and the entry point; the values
-       after n (sentinels) stay unwritten */
+    /* each path this CPU reaches (the 512-bit function where built and
+       the CPU has AVX-512BW; of the target clones, only the one the loader
+       picks for this CPU: the others, avx2 or default, run on CPUs without
+       that level and are not reached here, as GCC's clone resolver reads
+       cpuid and no variable caps it) and the entry point; the values after
+       n (sentinels) stay unwritten */
+#if defined(__GNUC__) && !defined(__clang__) /* TRN_CLONES (trn.h) */
+    printf("  target clone reached: %s (the others not on this CPU)\n",
+           __builtin_cpu_supports("avx512f") ? "avx512f"
+           : __builtin_cpu_supports("avx2")  ? "avx2"
+                                             : "default");
+#endif
     for (int path = 0; path < 3; path++)
         for (int off = 0; off < 3; off++) {
             long n = N - 5 - off;
