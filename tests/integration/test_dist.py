@@ -212,12 +212,14 @@ TINY = ["--train-subset", "1000", "--val-size", "200", "--hidden", "32", "--batc
         "--log-every", "3", "--eval-every", "6", "--threads", "1"]
 
 
-def mpmd(env0, env1, *args, timeout=60):
-    """Two ranks, each with its own JIZHI_LOAD_CHECKPOINT (None: unset)."""
+def mpmd(env0, env1, *args, timeout=60, args1=()):
+    """Two ranks, each with its own JIZHI_LOAD_CHECKPOINT (None: unset);
+    args1: rank 1's extra arguments."""
     cmd = [MPIRUN, "--oversubscribe"]
     for i, v in enumerate((env0, env1)):
         cmd += (([":"] if i else []) + ["-np", "1"] +
-                (["-x", "JIZHI_LOAD_CHECKPOINT=" + v] if v else []) + [TRAIN, *args])
+                (["-x", "JIZHI_LOAD_CHECKPOINT=" + v] if v else []) +
+                [TRAIN, *args, *(args1 if i else ())])
     e = mpi_env()
     e.pop("JIZHI_LOAD_CHECKPOINT", None)
     return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
@@ -257,6 +259,18 @@ def test_checkpoint_env_on_another_rank_only_is_ignored_with_a_line(tiny_ck):
     fresh = run(2, *TINY, "--max-steps", "12")
     assert reported(p.stderr, "val_loss") == reported(fresh.stderr, "val_loss")
     assert reported(p.stderr, "val_loss") != reported(both.stderr, "val_loss")
+    assert "2 ranks: weights identical on every rank" in p.stderr
+
+
+def test_resume_path_is_rank_0s_even_where_another_rank_cannot_open_it(tiny_ck):
+    # --resume comes from rank 0 (the broadcast config) and its bytes too:
+    # a path rank 1 cannot open (another node's disk) does not matter (the
+    # config was rank 0's before too; this keeps rank 1's own flag unread)
+    ck, both = tiny_ck
+    p = mpmd(None, None, *TINY, "--max-steps", "12", "--resume", ck,
+             args1=("--resume", "/nonexistent/other.jzck"))
+    assert p.returncode == 0, p.stderr
+    assert reported(p.stderr, "val_loss") == reported(both.stderr, "val_loss")
     assert "2 ranks: weights identical on every rank" in p.stderr
 
 
