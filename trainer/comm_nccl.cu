@@ -107,16 +107,27 @@ static int s_allreduce_d(void *self, double *buf, long n)
     return s_allreduce((s_nccl *)self, buf, (size_t)n * sizeof(double), n, ncclDouble);
 }
 
+/* Bytes per broadcast through the device scratch: a broadcast of any size
+   (a checkpoint's 256 MiB pieces) holds at most this much on the GPU. */
+#define S_BCAST_PIECE ((size_t)4 << 20)
+
 static int s_bcast(void *self, void *buf, size_t bytes, int root)
 {
     s_nccl *m = (s_nccl *)self;
-    if (s_grow(&m->d_a, &m->cap_a, bytes ? bytes : 1) < 0)
+    size_t piece = bytes < S_BCAST_PIECE ? bytes : S_BCAST_PIECE;
+    if (s_grow(&m->d_a, &m->cap_a, piece ? piece : 1) < 0)
         return -1;
-    if (cudaMemcpyAsync(m->d_a, buf, bytes, cudaMemcpyHostToDevice, m->st) != cudaSuccess)
-        return -1;
-    if (s_done(m, ncclBroadcast(m->d_a, m->d_a, bytes, ncclChar, root, m->nc, m->st)) < 0)
-        return -1;
-    return cudaMemcpy(buf, m->d_a, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+    for (size_t off = 0; off < bytes; off += piece) {
+        size_t n = bytes - off < piece ? bytes - off : piece;
+        char *p = (char *)buf + off;
+        if (cudaMemcpyAsync(m->d_a, p, n, cudaMemcpyHostToDevice, m->st) != cudaSuccess)
+            return -1;
+        if (s_done(m, ncclBroadcast(m->d_a, m->d_a, n, ncclChar, root, m->nc, m->st)) < 0)
+            return -1;
+        if (cudaMemcpy(p, m->d_a, n, cudaMemcpyDeviceToHost) != cudaSuccess)
+            return -1;
+    }
+    return 0;
 }
 
 static int s_barrier(void *self)

@@ -42,6 +42,7 @@ typedef struct {
     int status; /* 0 go on, else the exit status */
     trn_config cfg;
     uint64_t ck_len;        /* the restored checkpoint rank 0 read: its length; 0: none */
+    uint64_t ck_piece;      /* bytes per broadcast of it (rank 0's, s_ck_piece) */
     char ck_path[PATH_MAX]; /* and where rank 0 read it (messages) */
 } s_start;
 
@@ -239,12 +240,45 @@ static void s_say_ignored_env(const trn_comm *c, const s_start *st)
 /* Bytes per broadcast of the checkpoint (MPI counts are int). */
 #define S_CK_CHUNK ((size_t)1 << 28)
 
+/* Rank 0's piece size: S_CK_CHUNK, or JIZHI_CKPT_PIECE_BYTES (1 to
+   S_CK_CHUNK; tests use a few hundred bytes to reach several pieces).
+   0 after a message for a bad value. */
+static uint64_t s_ck_piece(void)
+{
+    const char *e = getenv("JIZHI_CKPT_PIECE_BYTES");
+    if (!e || !*e)
+        return S_CK_CHUNK;
+    char *end;
+    errno = 0;
+    long long v = strtoll(e, &end, 10);
+    if (*end || v < 1 || (unsigned long long)v > S_CK_CHUNK || errno == ERANGE) {
+        fprintf(stderr,
+                "jizhi-train: JIZHI_CKPT_PIECE_BYTES: expected bytes from 1 to %zu, got "
+                "'%.100s'\n",
+                S_CK_CHUNK, e);
+        return 0;
+    }
+    return (uint64_t)v;
+}
+
+/* JIZHI_TEST_CKPT_NOMEM=1 on a rank: its allocation for the shared
+   checkpoint counts as failed (the tests' fault injection: a real shortage
+   under Linux's overcommit ends in the OOM killer, not in NULL). */
+static int s_ck_nomem_injected(void)
+{
+    const char *e = getenv("JIZHI_TEST_CKPT_NOMEM");
+    return e && !strcmp(e, "1");
+}
+
 /* Several ranks, after the start was broadcast: rank 0's checkpoint bytes
    (*ck, st->ck_len of them) go to every other rank, which allocates *ck
    (caller frees), so no rank reads the file again (a FIFO, a file replaced
    meanwhile, a path that differs between nodes). Collective: every rank
-   learns whether any could not take the bytes. 0, or -1 with err (the
-   rank and what it lacked). */
+   learns whether any could not take the bytes: -1 with err (the rank and
+   what it lacked) on every rank. After that agreement a rank whose
+   broadcast fails returns -2 with err: the others may wait in a broadcast
+   it no longer joins, so the caller must leave without MPI_Finalize
+   (_exit), which ends every rank through the launcher. 0 when shared. */
 static int s_share_checkpoint(trn_comm *c, const s_start *st, unsigned char **ck,
                               char *err)
 {
@@ -252,14 +286,16 @@ static int s_share_checkpoint(trn_comm *c, const s_start *st, unsigned char **ck
         return 0;
     double failed = 0;
     if (c->rank != 0) {
-        *ck = st->ck_len <= SIZE_MAX ? malloc((size_t)st->ck_len) : NULL;
+        *ck = st->ck_len <= SIZE_MAX && !s_ck_nomem_injected()
+                  ? malloc((size_t)st->ck_len)
+                  : NULL;
         failed = !*ck;
     }
     double nfailed = failed;
     if (trn_comm_sum_d(c, &nfailed, 1) < 0) {
         snprintf(err, TRN_ERRLEN, "rank %d: %s: sharing the checkpoint failed", c->rank,
                  s_restore_flag(&st->cfg));
-        return -1;
+        return -2;
     }
     if (nfailed > 0) {
         if (failed)
@@ -274,12 +310,16 @@ static int s_share_checkpoint(trn_comm *c, const s_start *st, unsigned char **ck
                      c->rank, s_restore_flag(&st->cfg), nfailed);
         return -1;
     }
-    for (size_t off = 0; off < st->ck_len; off += S_CK_CHUNK) {
-        size_t n = st->ck_len - off < S_CK_CHUNK ? st->ck_len - off : S_CK_CHUNK;
+    size_t piece = (size_t)st->ck_piece;
+    for (size_t off = 0; off < st->ck_len; off += piece) {
+        size_t n = st->ck_len - off < piece ? st->ck_len - off : piece;
         if (trn_comm_bcast(c, *ck + off, n, 0) < 0) {
-            snprintf(err, TRN_ERRLEN, "rank %d: %s: broadcasting the checkpoint failed",
-                     c->rank, s_restore_flag(&st->cfg));
-            return -1;
+            snprintf(err, TRN_ERRLEN,
+                     "rank %d: %s: broadcasting the checkpoint failed at byte %zu of "
+                     "%llu",
+                     c->rank, s_restore_flag(&st->cfg), off,
+                     (unsigned long long)st->ck_len);
+            return -2;
         }
     }
     return 0;
@@ -321,7 +361,7 @@ int main(int argc, char **argv)
         return 2;
     }
     jz_trial *jz = NULL;
-    s_start st = {0, cfg, 0, ""};
+    s_start st = {0, cfg, 0, 0, ""};
     unsigned char *ck = NULL; /* rank 0: the restored checkpoint's bytes */
     size_t ck_len = 0;
     if (comm->rank == 0) {
@@ -334,7 +374,7 @@ int main(int argc, char **argv)
                    trn_config_validate(&st.cfg, err) < 0) {
             fprintf(stderr, "jizhi-train: %s\n", err);
             st.status = 2;
-        } else if (s_eval_at_step(&st.cfg) < 0) {
+        } else if (s_eval_at_step(&st.cfg) < 0 || !(st.ck_piece = s_ck_piece())) {
             st.status = 2;
 
         } else if (strcmp(st.cfg.comm, flag_comm)) {
@@ -351,15 +391,24 @@ int main(int argc, char **argv)
         }
     }
     if (trn_comm_bcast(comm, &st, sizeof st, 0) < 0) {
-        fprintf(stderr, "jizhi-train: broadcasting the config failed\n");
-        st.status = 1;
+        /* not collective (a device buffer refused on this rank alone): the
+           others may wait in the broadcast, so leave without MPI_Finalize */
+        fprintf(stderr, "jizhi-train: rank %d: broadcasting the config failed\n",
+                comm->rank);
+        fflush(NULL);
+        _exit(1);
     }
     if (!st.status) {
         s_say_ignored_env(comm, &st);
-        if (s_share_checkpoint(comm, &st, &ck, err) < 0) {
+        int shared = s_share_checkpoint(comm, &st, &ck, err);
+        if (shared < 0)
             fprintf(stderr, "jizhi-train: %s\n", err);
-            st.status = 1;
+        if (shared == -2) { /* this rank alone: see s_share_checkpoint */
+            fflush(NULL);
+            _exit(1);
         }
+        if (shared < 0)
+            st.status = 1;
     }
     cfg = st.cfg;
     if (st.status) {

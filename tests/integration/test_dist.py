@@ -297,6 +297,46 @@ def test_checkpoint_from_a_fifo_is_read_once_for_every_rank(tiny_ck, tmp_path):
     assert reported(p.stderr, "val_loss") == reported(both.stderr, "val_loss")
 
 
+def test_checkpoint_broadcast_in_many_pieces_restores_every_rank(tiny_ck):
+    # #38 review13 item 4: rank 0's JIZHI_CKPT_PIECE_BYTES (rank 1's own
+    # is not read) splits the bytes into pieces of 997 (a KB checkpoint, so
+    # several pieces and a short last one); the run equals the one-piece one
+    ck, both = tiny_ck
+    assert os.path.getsize(ck) > 3 * 997
+    cmd = [MPIRUN, "--oversubscribe", "-np", "1", "-x", "JIZHI_CKPT_PIECE_BYTES=997",
+           TRAIN, *TINY, "--max-steps", "12", "--resume", ck, ":", "-np", "1",
+           "-x", "JIZHI_CKPT_PIECE_BYTES=5", TRAIN, *TINY, "--max-steps", "12"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert reported(p.stderr, "val_loss") == reported(both.stderr, "val_loss")
+    assert "2 ranks: weights identical on every rank" in p.stderr
+
+
+def test_checkpoint_piece_size_out_of_range_is_refused():
+    e = mpi_env()
+    e["JIZHI_CKPT_PIECE_BYTES"] = "0"
+    p = subprocess.run([TRAIN, *TINY, "--max-steps", "1"], capture_output=True, text=True,
+                       env=e, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "JIZHI_CKPT_PIECE_BYTES: expected bytes from 1 to 268435456, got '0'" in p.stderr
+
+
+def test_a_rank_without_memory_for_the_checkpoint_ends_every_rank(tiny_ck):
+    # the README's claim, by fault injection on rank 1 (a real shortage
+    # under overcommit meets the OOM killer): rank 1 names itself, rank 0
+    # says another rank lacked memory, both exit 1, no hang, no training
+    ck, both = tiny_ck
+    cmd = [MPIRUN, "--oversubscribe", "-np", "1", TRAIN, *TINY, "--max-steps", "12",
+           "--resume", ck, ":", "-np", "1", "-x", "JIZHI_TEST_CKPT_NOMEM=1", TRAIN,
+           *TINY, "--max-steps", "12"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "rank 1: --resume: no memory for the %d bytes of %s that rank 0 read" % (
+        os.path.getsize(ck), ck) in p.stderr
+    assert "rank 0: --resume: 1 other rank(s) had no memory for the checkpoint" in p.stderr
+    assert "train_loss" not in p.stderr
+
+
 def strip_rank_state(src, dst):
     """Writes src without its ranks' top-k state section (header length and
     CRC recomputed): a checkpoint as if the residuals were not saved."""
