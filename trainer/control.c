@@ -12,9 +12,11 @@
     lr * rule(base_batch, batch_size), recomputed every step.
 */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "trainer/train_impl.h"
 
@@ -56,7 +58,10 @@ static void s_ack(trn_trainer *t, const jz_instruction *ins, int ok, const char 
 }
 
 /* After LOAD (and --resume): the helper's params (updated with the new ones)
-   win over the checkpoint's, for the params that may change live. */
+   win over the checkpoint's, for the params that may change live. One
+   broadcast per param from a buffer on the stack: nothing to allocate, so
+   no rank can fail before the others' broadcast (before: a calloc refused
+   on one rank returned while the others waited). */
 void trn_trainer_reapply_params(trn_trainer *t, char *detail, size_t len)
 {
     detail[0] = 0;
@@ -64,32 +69,29 @@ void trn_trainer_reapply_params(trn_trainer *t, char *detail, size_t len)
     if (!multi && !t->io.param)
         return;
     enum { VLEN = 512, NLEN = 64 };
-    size_t nlive = 0;
     char name[NLEN];
-    while (trn_config_live_param(nlive, name, sizeof name))
-        nlive++;
-    /* rank 0 reads the helper's values; the others get them broadcast */
-    char(*vals)[VLEN] = calloc(nlive ? nlive : 1, VLEN);
-    if (!vals) {
-        snprintf(detail, len, "out of memory");
-        return;
-    }
-    for (size_t i = 0; i < nlive; i++) {
-        trn_config_live_param(i, name, sizeof name);
+    for (size_t i = 0; trn_config_live_param(i, name, sizeof name); i++) {
+        /* rank 0 reads the helper's value; the others get it broadcast */
+        char val[VLEN] = {0};
         if (t->rank == 0 && t->io.param &&
-            t->io.param(t->io.ud, name, vals[i] + 1, VLEN - 1) == 1)
-            vals[i][0] = 1; /* found */
-    }
-    if (multi)
-        trn_comm_bcast(t->comm, vals, nlive * VLEN, 0);
-    for (size_t i = 0; i < nlive; i++) {
+            t->io.param(t->io.ud, name, val + 1, VLEN - 1) == 1)
+            val[0] = 1; /* found */
+        if (multi && trn_comm_bcast(t->comm, val, VLEN, 0) < 0) {
+            /* not collective (a device buffer refused here alone): the
+               others may wait in the broadcast, and this rank's params
+               would differ from theirs; leave without MPI_Finalize so the
+               launcher ends every rank */
+            fprintf(stderr,
+                    "jizhi-train: rank %d: broadcasting the trial's params after a "
+                    "load failed\n",
+                    t->rank);
+            fflush(NULL);
+            _exit(1);
+        }
         char err[TRN_ERRLEN];
-        trn_config_live_param(i, name, sizeof name);
-        if (vals[i][0] && trn_trainer_set_param(t, name, vals[i] + 1, err) < 0 &&
-            !detail[0])
+        if (val[0] && trn_trainer_set_param(t, name, val + 1, err) < 0 && !detail[0])
             snprintf(detail, len, "param ignored: %.400s", err);
     }
-    free(vals);
 }
 
 /* Applies one instruction on this rank. Returns 1 applied, 0 refused

@@ -78,6 +78,12 @@ struct trn_trainer {
 /* Resets optimiser hyperparameters and precision from cfg after a change. */
 void trn__apply_config(trn_trainer *t);
 
+/* Where an evaluation failed, for its message (trn_trainer_evaluate's rc,
+   -1 or -2): ": why" with one rank, " on rank N: why" for this rank's own
+   failure, " on another rank (rank N's own succeeded)"; written into buf
+   (len bytes), which it returns. */
+const char *trn__eval_failure(const trn_trainer *t, int rc, char *buf, size_t len);
+
 /* The size of the next global batch: batch_size, or what is left of the
    epoch (train.c). */
 int trn__next_batch_size(const trn_trainer *t);

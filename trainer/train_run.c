@@ -66,9 +66,11 @@ int trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, dou
         ls += l * m;
         ok += c;
     }
+    int mine = failed;
     if (split) { /* every rank learns of one's failure */
         double r[3] = {ls, (double)ok, (double)failed};
-        trn_comm_sum_d(t->comm, r, 3);
+        if (trn_comm_sum_d(t->comm, r, 3) < 0)
+            r[2] = 1; /* the sum itself failed: nothing to trust */
         ls = r[0];
         ok = (long)r[1];
         failed = r[2] > 0;
@@ -79,7 +81,7 @@ int trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, dou
     }
     *loss = failed ? NAN : d->n ? ls / d->n : 0;
     *acc = failed ? NAN : d->n ? (double)ok / d->n : 0;
-    return failed ? -1 : 0;
+    return mine ? -1 : failed ? -2 : 0;
 }
 
 /* CPU-seconds of the whole process (every thread): a step's cost that a
@@ -131,15 +133,28 @@ static void s_report_train(trn_trainer *t)
     t->t_since = util_now();
 }
 
+const char *trn__eval_failure(const trn_trainer *t, int rc, char *buf, size_t len)
+{
+    if (rc == -2)
+        snprintf(buf, len, " on another rank (rank %d's own succeeded)", t->rank);
+    else if (t->nranks > 1)
+        snprintf(buf, len, " on rank %d: %.400s", t->rank, trn_net_error(t->net));
+    else
+        snprintf(buf, len, ": %.400s", trn_net_error(t->net));
+    return buf;
+}
+
 /* Evaluates on the validation set and reports it; 0, or -1 with err where
    the evaluation failed (nothing reported). */
 static int s_report_eval(trn_trainer *t, double *vl_out, double *va_out, char *err)
 {
     double vl = 0, va = 0;
     if (t->val && t->val->n) {
-        if (trn_trainer_evaluate(t, t->val, &vl, &va) < 0) {
-            snprintf(err, TRN_ERRLEN, "evaluation at step %ld failed: %s", t->step,
-                     trn_net_error(t->net));
+        int rc = trn_trainer_evaluate(t, t->val, &vl, &va);
+        if (rc < 0) {
+            char who[TRN_ERRLEN];
+            snprintf(err, TRN_ERRLEN, "evaluation at step %ld failed%s", t->step,
+                     trn__eval_failure(t, rc, who, sizeof who));
             return -1;
         }
         s_report(t, "val_loss", vl);
@@ -247,9 +262,11 @@ int trn_trainer_run(trn_trainer *t, char *err)
     }
     if (t->test && t->test->n && !t->stop) {
         double tl, ta;
-        if (trn_trainer_evaluate(t, t->test, &tl, &ta) < 0) {
-            snprintf(err, TRN_ERRLEN, "the test set's evaluation failed: %s",
-                     trn_net_error(t->net));
+        int rc = trn_trainer_evaluate(t, t->test, &tl, &ta);
+        if (rc < 0) {
+            char who[TRN_ERRLEN];
+            snprintf(err, TRN_ERRLEN, "the test set's evaluation failed%s",
+                     trn__eval_failure(t, rc, who, sizeof who));
             return -1;
         }
         s_report(t, "test_loss", tl);

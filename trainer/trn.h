@@ -620,9 +620,10 @@ int trn_trainer_control(trn_trainer *t);
    Returns 0 or -1 with err. */
 int trn_trainer_run(trn_trainer *t, char *err);
 
-/* Evaluates on a dataset: mean loss and accuracy. 0, or -1 where a
-   forward failed on this or (data parallel) another rank (out of memory,
-   oneDNN; trn_net_error says why): loss and acc NaN. */
+/* Evaluates on a dataset: mean loss and accuracy. 0; -1 where a forward
+   failed on this rank (out of memory, oneDNN; trn_net_error says why);
+   -2 where (data parallel) only another rank's failed, or the sum that
+   tells every rank failed: loss and acc NaN after either. */
 int trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc);
 
 /* Accessors and live setters used by control and tests. */
@@ -658,7 +659,10 @@ int trn_trainer_load_buf(trn_trainer *t, const unsigned char *buf, size_t len,
 /* After a load: the trial's params (the helper's, JIZHI_PARAMS standalone)
    that may change live are set on top of the checkpoint's config, as a live
    `load` does. A param that cannot be set is skipped and named in detail
-   (empty when all were set). Collective with several ranks. */
+   (empty when all were set). Collective with several ranks (one broadcast
+   per live param, nothing allocated); a rank whose broadcast fails says so
+   and ends the process (_exit 1, no MPI_Finalize: the launcher ends the
+   others, which may wait in the broadcast). */
 void trn_trainer_reapply_params(trn_trainer *t, char *detail, size_t len);
 
 /* Verifies a checkpoint file's header and checksum only. */
