@@ -14,6 +14,7 @@
 
 #include "jz_test.h"
 #include "trainer/memlimit.h"
+#include "trainer/train_impl.h" /* trn__xh_limit */
 
 static char s_root[PATH_MAX];
 
@@ -126,6 +127,58 @@ TEST(cgroup_hybrid_reads_both_and_takes_the_smaller)
     CHECK(trn_memlimit_cgroup("4:memory:/job\n0::/job", s_root) == 4000000000L);
 }
 
+/* "0::/../foo" (a cgroup outside the namespace's root): only the root's
+   own file is read (before: root/../foo/memory.max, 555, outside it). */
+TEST(a_path_with_dotdot_reads_the_root_alone)
+{
+    s_fresh_root();
+    char root[PATH_MAX + 8];
+    snprintf(root, sizeof root, "%s/root", s_root);
+    s_put("foo/memory.max", "555\n");
+    s_put("root/foo/memory.max", "777\n");
+    CHECK(trn_memlimit_cgroup("0::/../foo\n", root) == -1);
+    CHECK(trn_memlimit_cgroup("0::/a/../../foo\n", root) == -1);
+    s_put("root/memory.max", "9000000\n");
+    CHECK(trn_memlimit_cgroup("0::/../foo\n", root) == 9000000);
+    CHECK(trn_memlimit_cgroup("0::/foo\n", root) == 777); /* no "..": walked */
+    s_put("memory/memory.limit_in_bytes", "888\n");
+    CHECK(trn_memlimit_cgroup("3:memory:/../foo\n", s_root) == 888);
+}
+
+/* The whole pipeline against a fake tree: this process's cgroup file
+   (trn_memlimit_set_paths) past 8 KiB, its v2 line last, then the bf16
+   copy's limit (trn__xh_limit) is the cgroup's 160 MB / 16 (before: the
+   file's first 8 191 bytes only, the line cut: no cgroup limit, and the
+   pipeline could not be pointed at a fake tree at all). */
+TEST(the_bf16_copy_limit_reads_the_cgroup_file_whole)
+{
+    s_fresh_root();
+    char text[12000] = "";
+    size_t n = 0;
+    for (int i = 0; n < 9000; i++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%d:cpu,cpuacct:/pad/%04d\n",
+                              100 + i, i);
+    snprintf(text + n, sizeof text - n, "0::/job/step\n");
+    s_put("cgroup", text);
+    s_put("fs/job/memory.max", "160000000\n");
+    char file[PATH_MAX + 16], root[PATH_MAX + 16];
+    snprintf(file, sizeof file, "%s/cgroup", s_root);
+    snprintf(root, sizeof root, "%s/fs", s_root);
+    trn_memlimit_set_paths(file, root);
+    long cg = trn_memlimit_cgroup_self(), lim = trn__xh_limit();
+    long av = trn_memlimit_available();
+    trn_memlimit_set_paths(NULL, NULL);
+    printf("  fake cgroup file %zu bytes: cgroup %ld, bf16 copy limit %ld\n",
+           strlen(text), cg, lim);
+    CHECK(cg == 160000000L);
+    if (av > 0 && av / 16 < 10000000L)
+        SKIP("MemAvailable (%ld) is below the fake cgroup's limit", av);
+    CHECK(lim == 10000000L);
+}
+
+/* This process's figures; the cgroup's equals the resolver on the text of
+   /proc/self/cgroup under /sys/fs/cgroup (before: a check that could not
+   fail, -1 or positive). */
 TEST(this_process_figures_are_read)
 {
     long cg = trn_memlimit_cgroup_self(), av = trn_memlimit_available();
@@ -134,7 +187,14 @@ TEST(this_process_figures_are_read)
            av / 1e6);
     CHECK(phys > 0 && phys < LONG_MAX);
     CHECK(av > 0 && av <= phys);
-    CHECK(cg == -1 || cg > 0);
+    char text[65536];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        SKIP("no /proc/self/cgroup here");
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    CHECK(cg == trn_memlimit_cgroup(text, "/sys/fs/cgroup"));
 }
 
 int main(void)
@@ -143,6 +203,8 @@ int main(void)
     RUN(cgroup_v2_nested_takes_the_smallest_memory_max_up_to_the_root);
     RUN(cgroup_v1_memory_controller_and_its_parents);
     RUN(cgroup_hybrid_reads_both_and_takes_the_smaller);
+    RUN(a_path_with_dotdot_reads_the_root_alone);
+    RUN(the_bf16_copy_limit_reads_the_cgroup_file_whole);
     RUN(this_process_figures_are_read);
     if (s_root[0])
         s_rm_tree();

@@ -44,11 +44,30 @@ static long long s_read_number(const char *path)
     return v;
 }
 
+/* 1 when the path [path, path + plen) has a ".." component: outside the
+   cgroup namespace's root (/proc/self/cgroup shows "0::/../foo" for a
+   cgroup beside it), which the mount does not show under dir. */
+static int s_has_dotdot(const char *path, size_t plen)
+{
+    for (size_t i = 0; i < plen;) {
+        size_t j = i;
+        while (j < plen && path[j] != '/')
+            j++;
+        if (j - i == 2 && path[i] == '.' && path[i + 1] == '.')
+            return 1;
+        i = j + 1;
+    }
+    return 0;
+}
+
 /* The smallest limit in file `leaf` of dir/path and its parents up to dir
-   (values >= unlimited ignored). -1 when none. */
+   (values >= unlimited ignored); a path with a ".." component reads dir
+   alone (before: the walk left dir for a sibling's files). -1 when none. */
 static long long s_walk(const char *dir, const char *path, size_t plen, const char *leaf,
                         long long unlimited)
 {
+    if (s_has_dotdot(path, plen))
+        plen = 0;
     char p[PATH_MAX];
     if (snprintf(p, sizeof p, "%s/%.*s", dir, (int)plen, path) >= (int)sizeof p)
         return -1;
@@ -115,16 +134,30 @@ long trn_memlimit_cgroup(const char *text, const char *root)
     return best > LONG_MAX ? LONG_MAX : (long)best;
 }
 
+/* Where trn_memlimit_cgroup_self reads (trn_memlimit_set_paths). */
+static const char *s_self_file = "/proc/self/cgroup";
+static const char *s_self_root = "/sys/fs/cgroup";
+
+void trn_memlimit_set_paths(const char *cgroup_file, const char *root)
+{
+    s_self_file = cgroup_file ? cgroup_file : "/proc/self/cgroup";
+    s_self_root = root ? root : "/sys/fs/cgroup";
+}
+
 long trn_memlimit_cgroup_self(void)
 {
-    FILE *f = fopen("/proc/self/cgroup", "r");
+    FILE *f = fopen(s_self_file, "r");
     if (!f)
         return -1;
-    char text[8192];
-    size_t n = fread(text, 1, sizeof text - 1, f);
+    /* the whole file, however long (before: its first 8 191 bytes, a line
+       cut there walked a prefix of its path) */
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t n = getdelim(&text, &cap, 0, f);
     fclose(f);
-    text[n] = 0;
-    return trn_memlimit_cgroup(text, "/sys/fs/cgroup");
+    long v = n > 0 ? trn_memlimit_cgroup(text, s_self_root) : -1;
+    free(text);
+    return v;
 }
 
 long trn_memlimit_available(void)
