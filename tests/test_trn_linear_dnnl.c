@@ -523,7 +523,13 @@ TEST(evaluation_reserves_no_gradients)
     long mb64 = 64L << 20; /* a budget (TRN_EVAL_BYTES is 128 MiB) */
     CHECK(trn__eval_rows(10000, 256, 256 * 40, 20000, mb64) == 3328); /* 3355 fit */
     CHECK(trn__eval_rows(10000, 256, 256 * 9, 20000, mb64) == 2304);
-    CHECK(trn__eval_rows(10000, 1024, 1024 * 8, 1 << 20, mb64) == 1024); /* floor R */
+    /* a wide net where not even R rows fit: one thread, the rows that fit
+       (before: the floor R, 1 GiB for 64 MiB; #38 review13 item 6) */
+    CHECK(trn__eval_rows(10000, 1024, 1024 * 8, 1 << 20, mb64) == 64);
+    CHECK(trn__eval_rows(30, 1024, 1024 * 8, 1 << 20, mb64) == 30);
+    CHECK(trn__eval_rows(10000, 256, 256 * 2, 268435456L, mb64) ==
+          1); /* > budget a row */
+    CHECK(trn__eval_rows(10000, 256, 256 * 2, 1L << 18, mb64) == 256); /* exactly R */
     CHECK(trn__eval_rows(2348, 1024, 3072, 100, mb64) == 2048);
     CHECK(trn__eval_rows(300, 1024, 3072, 100, mb64) == 300);
     CHECK(trn__eval_rows(0, 256, 512, 100, mb64) == 0);

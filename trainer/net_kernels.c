@@ -3,6 +3,7 @@
     them and OpenBLAS, and the lines --verbose prints about the
     convolutions and the linears. Part of net.c's object (net_impl.h).
 */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,9 +143,12 @@ int trn__eval_rows(int left, int per, long most, long row_bytes, long budget)
 {
     if (left <= 0)
         return 0;
+    long rows = row_bytes > 0 ? budget / row_bytes : LONG_MAX; /* rows that fit */
+    if (rows < per) /* not even one thread's rows fit: one thread, what fits */
+        return (int)(rows < 1 ? 1 : rows < left ? rows : left);
     if (left < per) /* one thread takes the rest */
         return left;
-    long fit = row_bytes > 0 ? budget / row_bytes / per * per : most;
+    long fit = rows / per * per;
     if (most > fit)
         most = fit;
     if (most < per)

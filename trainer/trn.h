@@ -464,7 +464,8 @@ double trn_net_eval(trn_net *n, const float *x, const uint8_t *y, int nb, int *c
    rows on each, whatever --threads is (an uneven share rounds bf16
    differently: the loss then moved by ~1e-7 with --threads), and all of
    `left` below one thread's rows; capped so that the activations of a
-   chunk fit TRN_EVAL_BYTES (never below one thread's rows). */
+   chunk fit TRN_EVAL_BYTES; where not even one thread's rows fit (a very
+   wide layer), one thread takes the rows that fit, at least 1. */
 int trn_net_eval_chunk(const trn_net *n, int left);
 
 /* The activation bytes an evaluation's chunk may take (trn_net_eval_chunk):
@@ -472,7 +473,9 @@ int trn_net_eval_chunk(const trn_net *n, int left);
 #define TRN_EVAL_BYTES (128L << 20)
 
 /* trn_net_eval_chunk's rule, pure: left rows to go, per rows a thread,
-   most = per x threads, a chunk's row_bytes against budget bytes. */
+   most = per x threads, a chunk's row_bytes against budget bytes. Below
+   per rows fitting: max(1, budget / row_bytes) rows (before: per, the
+   budget given way). */
 int trn__eval_rows(int left, int per, long most, long row_bytes, long budget);
 
 /* The bytes the passes' buffers hold now (activations, and gradients once
