@@ -217,10 +217,26 @@ static int s_restored_config(trn_config *cfg, jz_trial *jz, unsigned char **ck,
 }
 
 /* A rank other than 0, after the start was broadcast: a checkpoint path in
-   its own environment that rank 0 does not restore is ignored, with a line
-   saying so (rank 0's environment decides, as for every option). */
-static void s_say_ignored_env(const trn_comm *c, const s_start *st)
+   its own environment, or its own --resume (own_resume), that rank 0 does
+   not restore is ignored, with a line saying so (rank 0's environment and
+   command line decide, as for every option). */
+static void s_say_ignored_env(const trn_comm *c, const s_start *st,
+                              const char *own_resume)
 {
+    /* this rank's own --resume, where it differs from rank 0's (before:
+       ignored without a word) */
+    if (c->rank != 0 && own_resume[0] && strcmp(own_resume, st->cfg.resume)) {
+        if (st->ck_len)
+            fprintf(stderr,
+                    "jizhi-train: rank %d: --resume %.300s ignored: every rank restores "
+                    "the checkpoint rank 0 read (%.300s)\n",
+                    c->rank, own_resume, st->ck_path);
+        else
+            fprintf(stderr,
+                    "jizhi-train: rank %d: --resume %.300s ignored: rank 0 restores no "
+                    "checkpoint, so no rank does\n",
+                    c->rank, own_resume);
+    }
     const char *e = getenv("JIZHI_LOAD_CHECKPOINT");
     if (c->rank == 0 || !e || !*e || st->cfg.resume[0] ||
         (st->ck_len && !strcmp(e, st->ck_path)))
@@ -399,7 +415,7 @@ int main(int argc, char **argv)
         _exit(1);
     }
     if (!st.status) {
-        s_say_ignored_env(comm, &st);
+        s_say_ignored_env(comm, &st, cfg.resume);
         int shared = s_share_checkpoint(comm, &st, &ck, err);
         if (shared < 0)
             fprintf(stderr, "jizhi-train: %s\n", err);

@@ -272,6 +272,14 @@ def test_resume_path_is_rank_0s_even_where_another_rank_cannot_open_it(tiny_ck):
     assert p.returncode == 0, p.stderr
     assert reported(p.stderr, "val_loss") == reported(both.stderr, "val_loss")
     assert "2 ranks: weights identical on every rank" in p.stderr
+    # rank 1's own differing --resume is named (#38 review13 item 12;
+    # before: ignored without a word)
+    assert ("rank 1: --resume /nonexistent/other.jzck ignored: every rank restores the "
+            "checkpoint rank 0 read (%s)" % ck) in p.stderr
+    q = mpmd(None, None, *TINY, "--max-steps", "3", args1=("--resume", ck))
+    assert q.returncode == 0, q.stderr
+    assert ("rank 1: --resume %s ignored: rank 0 restores no checkpoint, so no rank does"
+            % ck) in q.stderr
 
 
 def test_checkpoint_from_a_fifo_is_read_once_for_every_rank(tiny_ck, tmp_path):
