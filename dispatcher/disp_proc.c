@@ -37,7 +37,10 @@
 extern char **environ;
 
 /* Variables jizhi sets: never inherited from the dispatcher's own
-   environment, so a dispatcher started inside a trial leaks nothing. */
+   environment, so a dispatcher started inside a trial leaks nothing.
+   Also jizhi-train's test-only knobs (fault injection, piece size): one
+   left in the dispatcher's environment would alter every trial; a study's
+   env may still set them on purpose. */
 static const char *const s_scrub[] = {"JIZHI_ENDPOINT",
                                       "JIZHI_STUDY",
                                       "JIZHI_TRIAL",
@@ -50,6 +53,8 @@ static const char *const s_scrub[] = {"JIZHI_ENDPOINT",
                                       "JIZHI_KEY",
                                       "JIZHI_SERVER_KEY",
                                       "JIZHI_RANK",
+                                      "JIZHI_TEST_CKPT_NOMEM",
+                                      "JIZHI_CKPT_PIECE_BYTES",
                                       NULL};
 
 /* ---- environment -------------------------------------------------------- */

@@ -682,6 +682,8 @@ TEST(environment)
 {
     setenv("JIZHI_TOKEN", "leaked-from-parent", 1); /* before the thread exists */
     setenv("JZ_TEST_INHERITED", "yes", 1);
+    setenv("JIZHI_TEST_CKPT_NOMEM", "1", 1); /* jizhi-train's test knobs */
+    setenv("JIZHI_CKPT_PIECE_BYTES", "5", 1);
     disp_fix x;
     REQUIRE(fx_open(&x) == 0);
 
@@ -737,11 +739,16 @@ TEST(environment)
     o = s_read(s_str(ex, "stdout"));
     CHECK(o && s_env_line(o, "JIZHI_TOKEN", v, sizeof v) == NULL);
     CHECK(o && s_env_line(o, "JIZHI_PARAMS", v, sizeof v) == NULL);
+    CHECK(o && s_env_line(o, "JIZHI_TEST_CKPT_NOMEM", v, sizeof v) == NULL);
+    CHECK(o && s_env_line(o, "JIZHI_CKPT_PIECE_BYTES", v, sizeof v) == NULL);
+    CHECK(o && s_env_line(o, "JZ_TEST_INHERITED", v, sizeof v) != NULL);
     free(o);
     json_decref(ex);
     fx_close(&x, NULL);
     unsetenv("JIZHI_TOKEN");
     unsetenv("JZ_TEST_INHERITED");
+    unsetenv("JIZHI_TEST_CKPT_NOMEM");
+    unsetenv("JIZHI_CKPT_PIECE_BYTES");
 }
 
 TEST(start_failed)

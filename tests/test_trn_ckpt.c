@@ -587,12 +587,13 @@ int main(int argc, char **argv)
 {
     char err[TRN_ERRLEN];
     int child = argc > 2 && !strcmp(argv[1], "--avx2-child");
-    if (child)
+    if (child) {
         snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
-    if (child && argc > 3)
-        g_child_lr = atof(argv[3]);
-    else
+        if (argc > 3)
+            g_child_lr = atof(argv[3]);
+    } else {
         snprintf(g_dir, sizeof g_dir, "/tmp/test_trn_ckpt.XXXXXX");
+    }
     if (!child && !mkdtemp(g_dir))
         return 1;
     if (trn_data_synthetic(&g_syn, 512, 1000, err) < 0 ||

@@ -85,6 +85,8 @@ void trn_trainer_reapply_params(trn_trainer *t, char *detail, size_t len)
                     "jizhi-train: rank %d: broadcasting the trial's params after a "
                     "load failed\n",
                     t->rank);
+            if (t->rank == 0 && t->io.flush) /* the helper's queued reports */
+                t->io.flush(t->io.ud);
             fflush(NULL);
             _exit(1);
         }

@@ -317,9 +317,10 @@ static int s_share_checkpoint(trn_comm *c, const s_start *st, unsigned char **ck
         if (failed)
             snprintf(err, TRN_ERRLEN,
                      "rank %d: %s: no memory for the %llu bytes of %.300s that rank 0 "
-                     "read",
+                     "read%s",
                      c->rank, s_restore_flag(&st->cfg), (unsigned long long)st->ck_len,
-                     st->ck_path);
+                     st->ck_path,
+                     s_ck_nomem_injected() ? " (injected: JIZHI_TEST_CKPT_NOMEM=1)" : "");
         else
             snprintf(err, TRN_ERRLEN,
                      "rank %d: %s: %g other rank(s) had no memory for the checkpoint",
@@ -390,7 +391,7 @@ int main(int argc, char **argv)
                    trn_config_validate(&st.cfg, err) < 0) {
             fprintf(stderr, "jizhi-train: %s\n", err);
             st.status = 2;
-        } else if (s_eval_at_step(&st.cfg) < 0 || !(st.ck_piece = s_ck_piece())) {
+        } else if (s_eval_at_step(&st.cfg) < 0) {
             st.status = 2;
 
         } else if (strcmp(st.cfg.comm, flag_comm)) {
@@ -404,6 +405,10 @@ int main(int argc, char **argv)
         } else if (ck) {
             st.ck_len = ck_len;
             snprintf(st.ck_path, sizeof st.ck_path, "%s", s_restore_path(&st.cfg));
+            /* read only where bytes go to other ranks: a bad value never
+               fails a run that broadcasts no checkpoint */
+            if (comm->size > 1 && !(st.ck_piece = s_ck_piece()))
+                st.status = 2;
         }
     }
     if (trn_comm_bcast(comm, &st, sizeof st, 0) < 0) {
@@ -411,6 +416,7 @@ int main(int argc, char **argv)
            others may wait in the broadcast, so leave without MPI_Finalize */
         fprintf(stderr, "jizhi-train: rank %d: broadcasting the config failed\n",
                 comm->rank);
+        jz_close(&jz); /* rank 0: the helper sends what it queued */
         fflush(NULL);
         _exit(1);
     }
@@ -420,6 +426,8 @@ int main(int argc, char **argv)
         if (shared < 0)
             fprintf(stderr, "jizhi-train: %s\n", err);
         if (shared == -2) { /* this rank alone: see s_share_checkpoint */
+            free(ck);
+            jz_close(&jz); /* rank 0: the helper sends what it queued */
             fflush(NULL);
             _exit(1);
         }

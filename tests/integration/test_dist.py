@@ -320,13 +320,23 @@ def test_checkpoint_broadcast_in_many_pieces_restores_every_rank(tiny_ck):
     assert "2 ranks: weights identical on every rank" in p.stderr
 
 
-def test_checkpoint_piece_size_out_of_range_is_refused():
+def test_checkpoint_piece_size_out_of_range_is_refused(tiny_ck):
+    # #38 review14 item 3: read only where rank 0 broadcasts a checkpoint;
+    # a run that shares none (one process, even one restoring) ignores it
+    ck, both = tiny_ck
     e = mpi_env()
     e["JIZHI_CKPT_PIECE_BYTES"] = "0"
-    p = subprocess.run([TRAIN, *TINY, "--max-steps", "1"], capture_output=True, text=True,
-                       env=e, timeout=60)
+    for extra in ([], ["--resume", ck]):
+        p = subprocess.run([TRAIN, *TINY, "--max-steps", "12", *extra],
+                           capture_output=True, text=True, env=e, timeout=60)
+        assert p.returncode == 0, (extra, p.stderr)
+        assert "JIZHI_CKPT_PIECE_BYTES" not in p.stderr
+    cmd = [MPIRUN, "--oversubscribe", "-np", "2", "-x", "JIZHI_CKPT_PIECE_BYTES=0",
+           TRAIN, *TINY, "--max-steps", "12", "--resume", ck]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=60)
     assert p.returncode == 2, p.stderr
     assert "JIZHI_CKPT_PIECE_BYTES: expected bytes from 1 to 268435456, got '0'" in p.stderr
+    assert "train_loss" not in p.stderr
 
 
 def test_a_rank_without_memory_for_the_checkpoint_ends_every_rank(tiny_ck):
@@ -339,8 +349,8 @@ def test_a_rank_without_memory_for_the_checkpoint_ends_every_rank(tiny_ck):
            *TINY, "--max-steps", "12"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=60)
     assert p.returncode == 1, p.stderr
-    assert "rank 1: --resume: no memory for the %d bytes of %s that rank 0 read" % (
-        os.path.getsize(ck), ck) in p.stderr
+    assert ("rank 1: --resume: no memory for the %d bytes of %s that rank 0 read "
+            "(injected: JIZHI_TEST_CKPT_NOMEM=1)" % (os.path.getsize(ck), ck)) in p.stderr
     assert "rank 0: --resume: 1 other rank(s) had no memory for the checkpoint" in p.stderr
     assert "train_loss" not in p.stderr
 
