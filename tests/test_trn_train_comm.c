@@ -407,8 +407,11 @@ TEST(an_evaluation_failed_on_another_rank_says_so)
     CHECK_STR(trn__eval_failure(t, -1, who, sizeof who), " on rank 0: out of memory");
     g_other.other_failed = 0;
     g_other.fail_sum = 1; /* the sum that tells every rank: nothing to trust */
-    CHECK(trn_trainer_evaluate(t, &g_syn_val, &l, &a) == -2);
-    CHECK(isnan(l));
+    rc = trn_trainer_evaluate(t, &g_syn_val, &l, &a);
+    CHECK(rc == -3); /* before: -2, "on another rank (rank 0's own succeeded)" */
+    CHECK(isnan(l) && isnan(a));
+    CHECK_STR(trn__eval_failure(t, rc, who, sizeof who),
+              ": the ranks' sum of the evaluation failed on rank 0");
     g_other.fail_sum = 0;
     t->nranks = 1;
     CHECK_STR(trn__eval_failure(t, -1, who, sizeof who), ": out of memory");

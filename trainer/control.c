@@ -129,8 +129,17 @@ static int s_apply(trn_trainer *t, const jz_instruction *ins, char *detail, size
         snprintf(t->ckpt_path, sizeof t->ckpt_path, "%s/ckpt-%ld.jzck", dir ? dir : ".",
                  t->step);
         int rc = trn_trainer_save(t, t->ckpt_path, err);
-        if (t->nranks > 1)
-            trn_comm_barrier(t->comm);
+        if (t->nranks > 1 && trn_comm_barrier(t->comm) < 0) {
+            /* not collective: the ranks no longer pair their collectives;
+               leave without MPI_Finalize so the launcher ends every rank */
+            fprintf(stderr,
+                    "jizhi-train: rank %d: the barrier after a checkpoint failed\n",
+                    t->rank);
+            if (t->rank == 0 && t->io.flush) /* the helper's queued reports */
+                t->io.flush(t->io.ud);
+            fflush(NULL);
+            _exit(1);
+        }
         if (rc < 0) {
             snprintf(detail, dlen, "%s", err);
             return 0;

@@ -59,13 +59,24 @@ static uint64_t s_weights_hash(trn_trainer *t)
     return h;
 }
 
-/* Several ranks: 0 when every rank holds rank 0's weights. */
+/* Several ranks: 0 when every rank holds rank 0's weights; -1 when they
+   differ or a collective failed here (the caller then leaves without
+   MPI_Finalize: the others may wait in the next collective). */
 static int s_check_ranks_agree(trn_trainer *t, trn_comm *c, int quiet)
 {
     uint64_t mine = s_weights_hash(t), r0 = mine;
-    trn_comm_bcast(c, &r0, sizeof r0, 0);
+    if (trn_comm_bcast(c, &r0, sizeof r0, 0) < 0) {
+        fprintf(stderr,
+                "jizhi-train: rank %d: comparing the weights: the broadcast failed\n",
+                c->rank);
+        return -1;
+    }
     double differ = mine != r0;
-    trn_comm_sum_d(c, &differ, 1);
+    if (trn_comm_sum_d(c, &differ, 1) < 0) {
+        fprintf(stderr, "jizhi-train: rank %d: comparing the weights: the sum failed\n",
+                c->rank);
+        return -1;
+    }
     if (c->rank == 0 && (differ > 0 || !quiet))
         fprintf(stderr, "jizhi-train: %d ranks: weights %s (hash %016llx)\n", c->size,
                 differ > 0 ? "DIFFER between ranks" : "identical on every rank",

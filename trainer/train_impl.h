@@ -79,8 +79,9 @@ struct trn_trainer {
 void trn__apply_config(trn_trainer *t);
 
 /* Where an evaluation failed, for its message (trn_trainer_evaluate's rc,
-   -1 or -2): ": why" with one rank, " on rank N: why" for this rank's own
-   failure, " on another rank (rank N's own succeeded)"; written into buf
+   -1, -2 or -3): ": why" with one rank, " on rank N: why" for this rank's
+   own failure, " on another rank (rank N's own succeeded)", ": the ranks'
+   sum of the evaluation failed on rank N"; written into buf
    (len bytes), which it returns. */
 const char *trn__eval_failure(const trn_trainer *t, int rc, char *buf, size_t len);
 

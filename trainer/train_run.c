@@ -66,11 +66,11 @@ int trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, dou
         ls += l * m;
         ok += c;
     }
-    int mine = failed;
+    int mine = failed, sum_failed = 0;
     if (split) { /* every rank learns of one's failure */
         double r[3] = {ls, (double)ok, (double)failed};
         if (trn_comm_sum_d(t->comm, r, 3) < 0)
-            r[2] = 1; /* the sum itself failed: nothing to trust */
+            r[2] = sum_failed = 1; /* the sum itself failed: nothing to trust */
         ls = r[0];
         ok = (long)r[1];
         failed = r[2] > 0;
@@ -81,7 +81,7 @@ int trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, dou
     }
     *loss = failed ? NAN : d->n ? ls / d->n : 0;
     *acc = failed ? NAN : d->n ? (double)ok / d->n : 0;
-    return mine ? -1 : failed ? -2 : 0;
+    return mine ? -1 : sum_failed ? -3 : failed ? -2 : 0;
 }
 
 /* CPU-seconds of the whole process (every thread): a step's cost that a
@@ -137,6 +137,9 @@ const char *trn__eval_failure(const trn_trainer *t, int rc, char *buf, size_t le
 {
     if (rc == -2)
         snprintf(buf, len, " on another rank (rank %d's own succeeded)", t->rank);
+    else if (rc == -3)
+        snprintf(buf, len, ": the ranks' sum of the evaluation failed on rank %d",
+                 t->rank);
     else if (t->nranks > 1)
         snprintf(buf, len, " on rank %d: %.400s", t->rank, trn_net_error(t->net));
     else

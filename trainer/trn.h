@@ -625,8 +625,8 @@ int trn_trainer_run(trn_trainer *t, char *err);
 
 /* Evaluates on a dataset: mean loss and accuracy. 0; -1 where a forward
    failed on this rank (out of memory, oneDNN; trn_net_error says why);
-   -2 where (data parallel) only another rank's failed, or the sum that
-   tells every rank failed: loss and acc NaN after either. */
+   -2 where (data parallel) only another rank's failed; -3 where the sum
+   that tells every rank failed on this rank: loss and acc NaN after each. */
 int trn_trainer_evaluate(trn_trainer *t, const trn_dataset *d, double *loss, double *acc);
 
 /* Accessors and live setters used by control and tests. */
