@@ -127,9 +127,10 @@ TEST(cgroup_hybrid_reads_both_and_takes_the_smaller)
     CHECK(trn_memlimit_cgroup("4:memory:/job\n0::/job", s_root) == 4000000000L);
 }
 
-/* "0::/../foo" (a cgroup outside the namespace's root): only the root's
-   own file is read (before: root/../foo/memory.max, 555, outside it). */
-TEST(a_path_with_dotdot_reads_the_root_alone)
+/* "0::/../foo" (a cgroup outside the namespace's root): no file applies,
+   unknown (before: root/../foo/memory.max, 555, outside it; then the
+   root's own 9000000, which does not bound a cgroup outside it). */
+TEST(a_path_with_dotdot_counts_as_unknown)
 {
     s_fresh_root();
     char root[PATH_MAX + 8];
@@ -139,10 +140,11 @@ TEST(a_path_with_dotdot_reads_the_root_alone)
     CHECK(trn_memlimit_cgroup("0::/../foo\n", root) == -1);
     CHECK(trn_memlimit_cgroup("0::/a/../../foo\n", root) == -1);
     s_put("root/memory.max", "9000000\n");
-    CHECK(trn_memlimit_cgroup("0::/../foo\n", root) == 9000000);
+    CHECK(trn_memlimit_cgroup("0::/../foo\n", root) == -1);
     CHECK(trn_memlimit_cgroup("0::/foo\n", root) == 777); /* no "..": walked */
     s_put("memory/memory.limit_in_bytes", "888\n");
-    CHECK(trn_memlimit_cgroup("3:memory:/../foo\n", s_root) == 888);
+    CHECK(trn_memlimit_cgroup("3:memory:/../foo\n", s_root) == -1);
+    CHECK(trn_memlimit_cgroup("3:memory:/foo\n", s_root) == 888); /* its root */
 }
 
 /* The whole pipeline against a fake tree: this process's cgroup file
@@ -203,7 +205,7 @@ int main(void)
     RUN(cgroup_v2_nested_takes_the_smallest_memory_max_up_to_the_root);
     RUN(cgroup_v1_memory_controller_and_its_parents);
     RUN(cgroup_hybrid_reads_both_and_takes_the_smaller);
-    RUN(a_path_with_dotdot_reads_the_root_alone);
+    RUN(a_path_with_dotdot_counts_as_unknown);
     RUN(the_bf16_copy_limit_reads_the_cgroup_file_whole);
     RUN(this_process_figures_are_read);
     if (s_root[0])

@@ -338,8 +338,8 @@ static int s_share_checkpoint(trn_comm *c, const s_start *st, unsigned char **ck
                      c->rank, s_restore_flag(&st->cfg), nfailed);
         return -1;
     }
-    size_t piece = (size_t)st->ck_piece;
-    for (size_t off = 0; off < st->ck_len; off += piece) {
+    size_t piece = (size_t)st->ck_piece, pieces = 0;
+    for (size_t off = 0; off < st->ck_len; off += piece, pieces++) {
         size_t n = st->ck_len - off < piece ? st->ck_len - off : piece;
         if (trn_comm_bcast(c, *ck + off, n, 0) < 0) {
             snprintf(err, TRN_ERRLEN,
@@ -350,6 +350,9 @@ static int s_share_checkpoint(trn_comm *c, const s_start *st, unsigned char **ck
             return -2;
         }
     }
+    if (c->rank == 0 && st->cfg.verbose)
+        fprintf(stderr, "jizhi-train: checkpoint: %llu bytes in %zu broadcasts\n",
+                (unsigned long long)st->ck_len, pieces);
     return 0;
 }
 

@@ -61,13 +61,14 @@ static int s_has_dotdot(const char *path, size_t plen)
 }
 
 /* The smallest limit in file `leaf` of dir/path and its parents up to dir
-   (values >= unlimited ignored); a path with a ".." component reads dir
-   alone (before: the walk left dir for a sibling's files). -1 when none. */
+   (values >= unlimited ignored). -1 when none, and for a path with a ".."
+   component: this process's cgroup is outside the namespace's root, so
+   neither a sibling's files nor the root's own limit apply to it. */
 static long long s_walk(const char *dir, const char *path, size_t plen, const char *leaf,
                         long long unlimited)
 {
     if (s_has_dotdot(path, plen))
-        plen = 0;
+        return -1;
     char p[PATH_MAX];
     if (snprintf(p, sizeof p, "%s/%.*s", dir, (int)plen, path) >= (int)sizeof p)
         return -1;

@@ -312,10 +312,12 @@ def test_checkpoint_broadcast_in_many_pieces_restores_every_rank(tiny_ck):
     ck, both = tiny_ck
     assert os.path.getsize(ck) > 3 * 997
     cmd = [MPIRUN, "--oversubscribe", "-np", "1", "-x", "JIZHI_CKPT_PIECE_BYTES=997",
-           TRAIN, *TINY, "--max-steps", "12", "--resume", ck, ":", "-np", "1",
+           TRAIN, *TINY, "--max-steps", "12", "--resume", ck, "--verbose", ":", "-np", "1",
            "-x", "JIZHI_CKPT_PIECE_BYTES=5", TRAIN, *TINY, "--max-steps", "12"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=mpi_env(), timeout=60)
     assert p.returncode == 0, p.stderr
+    size = os.path.getsize(ck)  # review14 item 4: the piece size is seen
+    assert "checkpoint: %d bytes in %d broadcasts" % (size, -(-size // 997)) in p.stderr
     assert reported(p.stderr, "val_loss") == reported(both.stderr, "val_loss")
     assert "2 ranks: weights identical on every rank" in p.stderr
 
