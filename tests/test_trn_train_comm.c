@@ -6,6 +6,7 @@
     that failed elsewhere says so (#38 review13 item 2), and the params
     after a load are broadcast without an allocation, a failed broadcast
     ending the process (item 11). */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -337,10 +338,13 @@ TEST(step_paths_take_the_same_loss_scale_decisions)
 
 /* The other rank, played by the comm's ops: its evaluation adds
    other_failed to the failure count of the 3-double sum; fail_sum fails
-   the sum itself; bcasts counts the broadcasts, fail_bcast fails them. */
+   the sum itself; bcasts counts the broadcasts, fail_bcast fails them;
+   rank0_lr: rank 0's "lr" delivered by the params' broadcasts (the k-th
+   carries live param k, a flag byte and the text). */
 static struct {
     double other_failed;
     int fail_sum, fail_bcast, bcasts;
+    const char *rank0_lr;
 } g_other;
 
 static int o_allreduce_d(void *self, double *buf, long n)
@@ -355,7 +359,14 @@ static int o_allreduce_d(void *self, double *buf, long n)
 
 static int o_bcast(void *self, void *buf, size_t bytes, int root)
 {
-    (void)self, (void)buf, (void)bytes, (void)root;
+    (void)self, (void)root;
+    char name[64];
+    if (g_other.rank0_lr && bytes == 512 &&
+        trn_config_live_param((size_t)g_other.bcasts, name, sizeof name) &&
+        !strcmp(name, "lr")) {
+        ((char *)buf)[0] = 1; /* found on rank 0 */
+        snprintf((char *)buf + 1, bytes - 1, "%s", g_other.rank0_lr);
+    }
     g_other.bcasts++;
     return g_other.fail_bcast ? -1 : 0;
 }
@@ -421,6 +432,23 @@ TEST(an_evaluation_failed_on_another_rank_says_so)
     trn_comm_destroy(&comm);
 }
 
+/* waitpid for pid up to secs seconds (polled every 10 ms); past them, or
+   on a wait error, SIGKILL and reap: -1. 0 when it ended by itself. */
+static int s_wait_bounded(pid_t pid, int *st, int secs)
+{
+    for (int i = 0; i < secs * 100; i++) {
+        pid_t r = waitpid(pid, st, WNOHANG);
+        if (r == pid)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            break;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, st, 0);
+    return -1;
+}
+
 /* After a load the live params go to every rank one broadcast each, with
    nothing allocated (before: one calloc'd block, and a rank whose calloc
    failed returned before the broadcast the others waited in); a failed
@@ -446,6 +474,17 @@ TEST(params_after_a_load_broadcast_each_and_a_failure_ends_the_rank)
     CHECK_STR(detail, "");
     CHECK(g_other.bcasts == (int)nlive);
     printf("  %zu live params, %d broadcasts\n", nlive, g_other.bcasts);
+    /* as rank 1 (no helper): rank 0's value arrives and is applied */
+    double lr0 = t->cfg.lr;
+    t->rank = 1;
+    g_other.bcasts = 0;
+    g_other.rank0_lr = "0.0123";
+    trn_trainer_reapply_params(t, detail, sizeof detail);
+    CHECK_STR(detail, "");
+    CHECK(g_other.bcasts == (int)nlive);
+    CHECK(t->cfg.lr == 0.0123 && lr0 != 0.0123);
+    g_other.rank0_lr = NULL;
+    t->rank = 0;
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
@@ -457,7 +496,7 @@ TEST(params_after_a_load_broadcast_each_and_a_failure_ends_the_rank)
         _exit(0); /* went on after the failure */
     }
     int st = 0;
-    waitpid(pid, &st, 0);
+    CHECK(s_wait_bounded(pid, &st, 30) == 0);
     printf("  child: exit %d, signal %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
            WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
