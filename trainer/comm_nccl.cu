@@ -37,6 +37,7 @@ typedef struct {
     void *d_a, *d_b; /* staging buffers */
     size_t cap_a, cap_b;
     int we_init_mpi;
+    int rank; /* this rank (s_bcast: the root uploads, the others download) */
 } s_nccl;
 
 static int s_grow(void **p, size_t *cap, size_t need)
@@ -120,11 +121,13 @@ static int s_bcast(void *self, void *buf, size_t bytes, int root)
     for (size_t off = 0; off < bytes; off += piece) {
         size_t n = bytes - off < piece ? bytes - off : piece;
         char *p = (char *)buf + off;
-        if (cudaMemcpyAsync(m->d_a, p, n, cudaMemcpyHostToDevice, m->st) != cudaSuccess)
+        if (m->rank == root &&
+            cudaMemcpyAsync(m->d_a, p, n, cudaMemcpyHostToDevice, m->st) != cudaSuccess)
             return -1;
         if (s_done(m, ncclBroadcast(m->d_a, m->d_a, n, ncclChar, root, m->nc, m->st)) < 0)
             return -1;
-        if (cudaMemcpy(p, m->d_a, n, cudaMemcpyDeviceToHost) != cudaSuccess)
+        if (m->rank != root &&
+            cudaMemcpy(p, m->d_a, n, cudaMemcpyDeviceToHost) != cudaSuccess)
             return -1;
     }
     return 0;
@@ -245,6 +248,7 @@ extern "C" trn_comm *trn_comm_nccl_new(char *err)
     c->self = m;
     c->rank = rank;
     c->size = size;
+    m->rank = rank;
     int ndev = 0;
     if (!node || cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
         snprintf(err, TRN_ERRLEN, "--comm nccl: no CUDA device");
