@@ -224,7 +224,7 @@ int trn_trainer_run(trn_trainer *t, char *err)
         if (epoch_end || (c->eval_every > 0 && t->step % c->eval_every == 0) ||
             (c->eval_at_step > 0 && t->step == c->eval_at_step) ||
             (c->eval_every_samples > 0 && t->samples_eval >= c->eval_every_samples)) {
-            double vl, va;
+            double vl, va, te = util_now();
             if (s_report_eval(t, &vl, &va, err) < 0)
                 return -1;
             t->samples_eval = 0;
@@ -242,6 +242,9 @@ int trn_trainer_run(trn_trainer *t, char *err)
             if (epoch_end && c->checkpoint_every > 0 &&
                 t->epoch % c->checkpoint_every == 0 && s_auto_checkpoint(t, err) < 0)
                 return -1;
+            /* samples_per_s is the training steps' rate: the evaluation
+               and the checkpoint leave its window */
+            t->t_since += util_now() - te;
         }
     }
     /* A stop instruction finishes promptly: evaluate only when the trial has
