@@ -466,9 +466,14 @@ double FN(trn_softmax_ce)(const R *logits, const uint8_t *labels, R *dlogits, in
                 mx = z[j];
                 arg = j;
             }
-        double se = 0, sz = 0;
+        /* exp(z - mx) once per logit where k is small enough to keep them
+           (p below is that over se, recomputed for larger k: the same) */
+        double e[256], se = 0, sz = 0;
         for (int j = 0; j < k; j++) {
-            se += exp((double)z[j] - mx);
+            double ej = exp((double)z[j] - mx);
+            if (j < 256)
+                e[j] = ej;
+            se += ej;
             sz += (double)z[j] - mx;
         }
         double lse = log(se);
@@ -481,7 +486,7 @@ double FN(trn_softmax_ce)(const R *logits, const uint8_t *labels, R *dlogits, in
         if (dlogits) {
             R *d = dlogits + (long)i * k;
             for (int j = 0; j < k; j++) {
-                double p = exp((double)z[j] - mx - lse);
+                double p = (j < 256 ? e[j] : exp((double)z[j] - mx)) / se;
                 double q = smoothing / k + (j == y ? 1.0 - smoothing : 0.0);
                 d[j] = (R)(gscale * (p - q));
             }

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/align.h"
 #include "trainer/bf16.h"
 #include "trainer/conv_dnnl.h"
 #include "trainer/linear_dnnl.h"
@@ -86,7 +87,7 @@ trn_dlin *trn_dlin_new(int k, int m, int bias, int relu, int f32out, char *err)
     d->k = k, d->m = m, d->bias = bias != 0, d->relu = relu != 0, d->f32out = f32out != 0;
     const char *kind = getenv("JIZHI_DNNL_LINEAR");
     d->mm = !(kind && !strcmp(kind, "ip"));
-    if (d->mm && !(d->w16 = malloc((size_t)k * m * sizeof *d->w16))) {
+    if (d->mm && !(d->w16 = trn_alloc64((size_t)k * m * sizeof *d->w16, 0))) {
         snprintf(err, TRN_ERRLEN, "out of memory");
         free(d);
         return NULL;
@@ -338,21 +339,45 @@ static void s_copy_w16(trn_dlin *d, const float *w, int thr)
     trn__dnnl_threads_pop(old);
 }
 
+/* db[j] += the n rows' dy[i][j] (bf16 values, or float), row after row in
+   order (the same sums at any vector width): 16 columns at a time, which
+   the compiler turns into vector adds, then the last m % 16. */
+TRN_CLONES static void s_colsum_bf(float *restrict db, const uint16_t *restrict dy, int n,
+                                   int m)
+{
+    int m16 = m / 16 * 16;
+    for (int i = 0; i < n; i++) {
+        const uint16_t *restrict r = dy + (size_t)i * m;
+        for (int j0 = 0; j0 < m16; j0 += 16)
+            for (int j = j0; j < j0 + 16; j++)
+                db[j] += trn_bf2f(r[j]);
+        for (int j = m16; j < m; j++)
+            db[j] += trn_bf2f(r[j]);
+    }
+}
+
+TRN_CLONES static void s_colsum_f(float *restrict db, const float *restrict dy, int n,
+                                  int m)
+{
+    int m16 = m / 16 * 16;
+    for (int i = 0; i < n; i++) {
+        const float *restrict r = dy + (size_t)i * m;
+        for (int j0 = 0; j0 < m16; j0 += 16)
+            for (int j = j0; j < j0 + 16; j++)
+                db[j] += r[j];
+        for (int j = m16; j < m; j++)
+            db[j] += r[j];
+    }
+}
+
 /* db[j] = sum over the n rows of dy[i][j] (bf16 values, or float). */
 static void s_bias_grad(float *db, const void *dy, int n, int m, int bf16)
 {
     memset(db, 0, (size_t)m * sizeof *db);
-    for (int i = 0; i < n; i++) {
-        if (bf16) {
-            const uint16_t *r = (const uint16_t *)dy + (size_t)i * m;
-            for (int j = 0; j < m; j++)
-                db[j] += trn_bf2f(r[j]);
-        } else {
-            const float *r = (const float *)dy + (size_t)i * m;
-            for (int j = 0; j < m; j++)
-                db[j] += r[j];
-        }
-    }
+    if (bf16)
+        s_colsum_bf(db, dy, n, m);
+    else
+        s_colsum_f(db, dy, n, m);
 }
 
 int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, void *y,
@@ -395,10 +420,8 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
     long nw = (long)d->m * d->k, ny = (long)n * d->m;
     if (bf16 && d->f32out) { /* the logits' gradient, fp32, into bf16 */
         if ((size_t)ny > d->dyh_cap) {
-            uint16_t *t = realloc(d->dyh, (size_t)ny * sizeof *t);
-            if (!t)
+            if (trn_regrow64((void **)&d->dyh, (size_t)ny * sizeof *d->dyh) < 0)
                 goto oom;
-            d->dyh = t;
             d->dyh_cap = (size_t)ny;
         }
         trn_bf16_from_f32(d->dyh, dy, ny);
@@ -411,10 +434,8 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
     if (beta != 0) {
         size_t need = (size_t)(nw + d->m);
         if (need > d->tmp_cap) {
-            float *t = realloc(d->tmp, need * sizeof *t);
-            if (!t)
+            if (trn_regrow64((void **)&d->tmp, need * sizeof *d->tmp) < 0)
                 goto oom;
-            d->tmp = t;
             d->tmp_cap = need;
         }
         dwo = d->tmp;

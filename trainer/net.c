@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/align.h"
 #include "trainer/conv_dnnl.h"
 #include "trainer/linear_dnnl.h"
 #include "trainer/net_impl.h"
@@ -60,10 +61,10 @@ static int s_param_new(trn_net *n, const char *name, trn_pkind kind, long count,
     p->kind = kind;
     p->n = count;
     p->layer = layer;
-    p->w = calloc((size_t)count, sizeof(float));
-    p->g = calloc((size_t)count, sizeof(float));
-    p->m = calloc((size_t)count, sizeof(float));
-    p->v = calloc((size_t)count, sizeof(float));
+    p->w = trn_alloc64((size_t)count * sizeof(float), 1);
+    p->g = trn_alloc64((size_t)count * sizeof(float), 1);
+    p->m = trn_alloc64((size_t)count * sizeof(float), 1);
+    p->v = trn_alloc64((size_t)count * sizeof(float), 1);
     p->wlp = p->w;
     return !p->w || !p->g || !p->m || !p->v ? -1 : n->np++;
 }

@@ -1,6 +1,7 @@
 /*  net_bufs.c - the network's pass buffers: each op's activations (x, and
     their bf16 copies xh in half mode) and gradients (g, gh), and the CNN's
-    im2col tile, grown to the largest batch a pass asked for and kept.
+    im2col tile, grown to the largest batch a pass asked for and kept, on
+    64-byte boundaries (align.h); a growth does not keep their contents.
     A training pass reserves both; an evaluation's forward activations only
     (trn_net_eval), so its chunks (trn_net_eval_chunk) grow no gradient
     buffers. Part of net.c's object (net_impl.h).
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "trainer/align.h"
 #include "trainer/net_impl.h"
 
 /* The bf16 buffers of half mode for nb samples: activations (xh), and
@@ -20,18 +22,12 @@ static int s_reserve_half(trn_net *n, int nb, int grads)
         trn__buf *b = &n->bufs[i];
         if (!b->hs)
             continue;
-        if (nb > n->hcap) {
-            uint16_t *x = realloc(b->xh, (size_t)nb * b->feat * sizeof *x);
-            if (!x)
-                return -1;
-            b->xh = x;
-        }
-        if (grads && nb > n->ghcap) {
-            uint16_t *g = realloc(b->gh, (size_t)nb * b->feat * sizeof *g);
-            if (!g)
-                return -1;
-            b->gh = g;
-        }
+        if (nb > n->hcap &&
+            trn_regrow64((void **)&b->xh, (size_t)nb * b->feat * sizeof *b->xh) < 0)
+            return -1;
+        if (grads && nb > n->ghcap &&
+            trn_regrow64((void **)&b->gh, (size_t)nb * b->feat * sizeof *b->gh) < 0)
+            return -1;
     }
     n->hcap = nb > n->hcap ? nb : n->hcap;
     if (grads)
@@ -47,26 +43,18 @@ int trn__net_reserve(trn_net *n, int nb, int grads)
         return 0;
     for (int i = 0; i < n->nbufs; i++) {
         trn__buf *b = &n->bufs[i];
-        if (nb > n->cap) {
-            float *x = realloc(b->x, (size_t)nb * b->feat * sizeof(float));
-            if (!x)
-                return -1;
-            b->x = x;
-        }
-        if (grads && nb > n->gcap) {
-            float *g = realloc(b->g, (size_t)nb * b->feat * sizeof(float));
-            if (!g)
-                return -1;
-            b->g = g;
-        }
+        if (nb > n->cap &&
+            trn_regrow64((void **)&b->x, (size_t)nb * b->feat * sizeof(float)) < 0)
+            return -1;
+        if (grads && nb > n->gcap &&
+            trn_regrow64((void **)&b->g, (size_t)nb * b->feat * sizeof(float)) < 0)
+            return -1;
     }
     if (n->cols_per_sample && nb > n->cap) { /* a tile of images (trn.h, TRN_CONV_TILE) */
         long cps = n->cols_per_sample, tile = TRN_CONV_TILE / (long)sizeof(float);
         long ncols = (long)nb * cps > tile ? (cps > tile ? cps : tile) : (long)nb * cps;
-        float *c = realloc(n->cols, (size_t)ncols * sizeof(float));
-        if (!c)
+        if (trn_regrow64((void **)&n->cols, (size_t)ncols * sizeof(float)) < 0)
             return -1;
-        n->cols = c;
     }
     n->cap = nb > n->cap ? nb : n->cap;
     if (grads)

@@ -78,7 +78,7 @@ void trn_round_buf(float *x, long n, trn_precision p)
             x[i] = trn_round_fp16(x[i]);
 }
 
-int trn_has_nonfinite(const float *x, long n)
+TRN_CLONES int trn_has_nonfinite(const float *x, long n)
 {
     /* exponent all ones <=> (bits & 0x7f800000) + 0x00800000 sets bit 31;
        an OR reduction the compiler vectorises, checked every 4096 values */

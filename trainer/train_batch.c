@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/align.h"
 #include "trainer/gather.h"
 #include "trainer/memlimit.h"
 #include "trainer/train_impl.h"
@@ -45,10 +46,8 @@ static int s_batch_bufs(trn_trainer *t, int nb)
 {
     const trn_dataset *d = t->train;
     if (nb > t->xb_cap) {
-        float *x = realloc(t->xb, (size_t)nb * d->dim * sizeof(float));
-        if (!x)
+        if (trn_regrow64((void **)&t->xb, (size_t)nb * d->dim * sizeof(float)) < 0)
             return -1;
-        t->xb = x;
         uint8_t *y = realloc(t->yb, (size_t)nb);
         if (!y)
             return -1;
