@@ -101,6 +101,14 @@ static void s_report(trn_trainer *t, const char *name, double v)
         t->io.report(t->io.ud, t->step, name, v);
 }
 
+/* samples_per_s is the training loop's rate: the time since `since`
+   (live control: a pause, a load, a checkpoint asked for; an evaluation
+   and an epoch's checkpoint) leaves its window. */
+static void s_leave_window(trn_trainer *t, double since)
+{
+    t->t_since += util_now() - since;
+}
+
 static void s_report_train(trn_trainer *t)
 {
     double now = util_now();
@@ -195,7 +203,9 @@ int trn_trainer_run(trn_trainer *t, char *err)
     t->step_cpu = 0;
     t->steps_since = 0;
     for (;;) {
+        double tc = util_now();
         int rc = trn_trainer_control(t);
+        s_leave_window(t, tc);
         if (rc < 0) {
             snprintf(err, TRN_ERRLEN, "live control failed");
             return -1;
@@ -242,9 +252,7 @@ int trn_trainer_run(trn_trainer *t, char *err)
             if (epoch_end && c->checkpoint_every > 0 &&
                 t->epoch % c->checkpoint_every == 0 && s_auto_checkpoint(t, err) < 0)
                 return -1;
-            /* samples_per_s is the training steps' rate: the evaluation
-               and the checkpoint leave its window */
-            t->t_since += util_now() - te;
+            s_leave_window(t, te);
         }
     }
     /* A stop instruction finishes promptly: evaluate only when the trial has
