@@ -1,6 +1,8 @@
-/*  align.c - 64-byte aligned blocks (align.h). */
+/*  align.c - 64-byte aligned blocks, and huge-page ones for the training
+    set's rows (align.h). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "trainer/align.h"
 
@@ -12,6 +14,20 @@ void *trn_alloc64(size_t bytes, int zero)
     void *p = aligned_alloc(64, n ? n : 64);
     if (p && zero)
         memset(p, 0, n ? n : 64);
+    return p;
+}
+
+void *trn_alloc_rows(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge)
+        return trn_alloc64(bytes, 0);
+    size_t n = (bytes + huge - 1) / huge * huge;
+    if (n < bytes)
+        return NULL; /* overflow */
+    void *p = aligned_alloc(huge, n);
+    if (p) /* advice: a kernel without transparent huge pages ignores it */
+        (void)madvise(p, n, MADV_HUGEPAGE);
     return p;
 }
 

@@ -28,6 +28,7 @@
 #include <zlib.h>
 
 #include "common/util.h"
+#include "trainer/align.h"
 #include "trainer/trn.h"
 
 #define FMNIST_MEAN 0.2860f
@@ -357,6 +358,8 @@ static void s_convert(trn_dataset *dst, int di, const trn_dataset *src,
     float *out = dst->x + (size_t)di * dst->dim;
     for (int j = 0; j < src->dim; j++)
         out[j] = lut[in[j]];
+    if (dst->code)
+        memcpy(dst->code + (size_t)di * dst->dim, in, (size_t)src->dim);
     dst->y[di] = src->y[si];
 }
 
@@ -396,6 +399,7 @@ void trn_data_free(trn_dataset *d)
         return;
     free(d->x);
     free(d->y);
+    free(d->code);
     memset(d, 0, sizeof *d);
 }
 
@@ -534,6 +538,10 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
         trn_data_free(&full);
         goto fail;
     }
+    /* the training set's bytes too, for the gathers (trn.h): without the
+       memory, the gathers read x */
+    train->code = trn_alloc_rows((size_t)(ntr ? ntr : 1) * full.dim);
+    memcpy(train->lut, lut, sizeof lut);
     /* Keep the training examples in their original order (the shuffle only
        decides membership) so a subset is stable. */
     for (int i = 0; i < c->val_size; i++)

@@ -52,6 +52,30 @@ void trn_gather_rows_bf16(const float *x, const uint8_t *y, int dim, const int *
    same batch in half the bytes read. */
 void trn_gather_rows_h(const uint16_t *x, const uint8_t *y, int dim, const int *perm,
                        int at, int nb, uint16_t *xo, uint8_t *yo);
+
+/* The gathers out of a set's bytes (trn_dataset.code: x[i] ==
+   lut[code[i]]): trn_gather_rows's batch, and with lut16 (lut rounded to
+   bf16 as trn_bf16_from_f32 rounds it) trn_gather_rows_bf16's, bit for
+   bit, reading a quarter of the fp32 set's bytes. The table lookups run
+   16 (fp32: AVX-512's gather) or 64 (bf16: AVX-512 VBMI's byte permutes)
+   values at a time where the CPU has those instructions, one at a time
+   elsewhere. */
+void trn_gather_rows_code(const uint8_t *code, const float *lut, const uint8_t *y,
+                          int dim, const int *perm, int at, int nb, float *xo,
+                          uint8_t *yo);
+void trn_gather_rows_code_h(const uint8_t *code, const uint16_t *lut16, const uint8_t *y,
+                            int dim, const int *perm, int at, int nb, uint16_t *xo,
+                            uint8_t *yo);
+
+/* Tests: whether those take their vector paths on this CPU (fp32, bf16),
+   and the same gathers one value at a time. */
+int trn_gather_code_simd(int bf16);
+void trn__gather_rows_code_scalar(const uint8_t *code, const float *lut, const uint8_t *y,
+                                  int dim, const int *perm, int at, int nb, float *xo,
+                                  uint8_t *yo);
+void trn__gather_rows_code_h_scalar(const uint8_t *code, const uint16_t *lut16,
+                                    const uint8_t *y, int dim, const int *perm, int at,
+                                    int nb, uint16_t *xo, uint8_t *yo);
 #endif
 
 #endif

@@ -66,7 +66,15 @@ static int s_param_new(trn_net *n, const char *name, trn_pkind kind, long count,
     p->m = trn_alloc64((size_t)count * sizeof(float), 1);
     p->v = trn_alloc64((size_t)count * sizeof(float), 1);
     p->wlp = p->w;
-    return !p->w || !p->g || !p->m || !p->v ? -1 : n->np++;
+    if (!p->w || !p->g || !p->m || !p->v) { /* none kept: np does not count it */
+        free(p->w);
+        free(p->g);
+        free(p->m);
+        free(p->v);
+        memset(p, 0, sizeof *p);
+        return -1;
+    }
+    return n->np++;
 }
 
 static trn__op *s_op_new(trn_net *n, trn__kind kind, int in)
@@ -440,7 +448,7 @@ void trn_net_set_precision(trn_net *n, trn_precision prec)
         if (!keep)
             s_free_lp(p);
         else if (p->wlp == p->w) {
-            float *lp = malloc((size_t)p->n * sizeof(float));
+            float *lp = trn_alloc64((size_t)p->n * sizeof(float), 0);
             if (!lp) { /* stay in fp32 rather than fail */
                 prec = TRN_FP32;
                 break;

@@ -219,6 +219,12 @@ typedef struct {
     int classes; /* label count */
     float *x;    /* n*dim, normalised */
     uint8_t *y;  /* n labels */
+    /* The training set of an IDX pair also as its pixel bytes, so that
+       x[i] == lut[code[i]] bit for bit: the batches' gathers read these,
+       a quarter of the bytes of x (gather.h). NULL for every other set
+       (validation, test, synthetic), or where the memory was refused. */
+    uint8_t *code;
+    float lut[256];
 } trn_dataset;
 
 /* Reads an IDX images+labels pair (gzip) into a dataset. Returns 0 or -1
