@@ -99,12 +99,15 @@ TEST(pass_buffers_grown_without_their_contents_give_a_fresh_nets_results)
         REQUIRE(grown && fresh);
         /* small training batches, a larger evaluation, then the large batch */
         trn_net_forward_backward(grown, x, y, 8, 1, 0.0, 1.0 / 8, NULL, NULL);
-        trn_net_forward_backward(grown, x + 8 * DIM, y + 8, 16, 1, 0.0, 1.0 / 16, NULL, NULL);
+        trn_net_forward_backward(grown, x + 8 * DIM, y + 8, 16, 1, 0.0, 1.0 / 16, NULL,
+                                 NULL);
         int c1 = 0, c2 = 0;
         double e1 = trn_net_eval(grown, x, y, 40, &c1);
         trn_net_zero_grad(grown);
-        double l1 = trn_net_forward_backward(grown, x, y, BIG, 1, 0.0, 1.0 / BIG, NULL, NULL);
-        double l2 = trn_net_forward_backward(fresh, x, y, BIG, 1, 0.0, 1.0 / BIG, NULL, NULL);
+        double l1 =
+            trn_net_forward_backward(grown, x, y, BIG, 1, 0.0, 1.0 / BIG, NULL, NULL);
+        double l2 =
+            trn_net_forward_backward(fresh, x, y, BIG, 1, 0.0, 1.0 / BIG, NULL, NULL);
         CHECK(l1 == l2);
         for (int i = 0; i < trn_net_nparams(grown); i++) {
             const trn_param *a = trn_net_param(grown, i), *b = trn_net_param(fresh, i);
@@ -161,9 +164,11 @@ TEST(byte_gathers_equal_the_float_gathers)
             size_t nf = (size_t)nb * dim;
             trn_gather_rows(x, yl, dim, perm, at, nb, xr, yr);
             trn_gather_rows_code(code, lut, yl, dim, perm, at, nb, xo, yo);
-            CHECK(memcmp(xo, xr, nf * sizeof(float)) == 0 && memcmp(yo, yr, (size_t)nb) == 0);
+            CHECK(memcmp(xo, xr, nf * sizeof(float)) == 0 &&
+                  memcmp(yo, yr, (size_t)nb) == 0);
             trn__gather_rows_code_scalar(code, lut, yl, dim, perm, at, nb, xo, yo);
-            CHECK(memcmp(xo, xr, nf * sizeof(float)) == 0 && memcmp(yo, yr, (size_t)nb) == 0);
+            CHECK(memcmp(xo, xr, nf * sizeof(float)) == 0 &&
+                  memcmp(yo, yr, (size_t)nb) == 0);
             trn_gather_rows_bf16(x, yl, dim, perm, at, nb, hr, yr);
             trn_gather_rows_code_h(code, lut16, yl, dim, perm, at, nb, ho, yo);
             CHECK(memcmp(ho, hr, nf * 2) == 0 && memcmp(yo, yr, (size_t)nb) == 0);

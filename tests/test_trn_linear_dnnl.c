@@ -139,6 +139,11 @@ TEST(linear_matches_double_bf16)
     lin_case(64, 100, 32, 1, 0, 1, 0.5f);
     lin_case(64, 100, 10, 0, 1, 1, 0.0f); /* the logits: fp32 out, dy fp32 in */
     lin_case(7, 37, 19, 1, 0, 1, 0.0f);   /* another batch: a second cache entry */
+    /* 1024 rows and more: weights packed into the kernels' layout (wpack.h;
+       odd shapes, padded ones, the logits' 10 outputs, accumulation) */
+    lin_case(1100, 100, 10, 0, 1, 1, 0.0f);
+    lin_case(1030, 37, 19, 1, 0, 1, 0.5f);
+    lin_case(1024, 130, 70, 1, 0, 1, 0.0f);
     /* the logits' gradient not bf16-exact: rounded to nearest even into
        bf16 by the layer (dW within 1e-5 of the reference on the rounded
        values: truncating instead is off by up to 2^-8 of a value) */

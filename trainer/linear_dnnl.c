@@ -4,17 +4,19 @@
     (dnnl_cache.c, shared with the convolutions), each
     with three primitives: the forward (bias, ReLU fused), the backward
     data and the backward weights. Two kinds, chosen per layer at creation:
-    - matmul (the default): plain row-major layouts throughout, nothing
-      reordered; the weights are used as they are in fp32 and through a
-      bf16 copy (d->w16, one vectorised pass per forward) in bf16; dW =
-      dy^T x reads dy transposed through strides; the bias gradient is one
-      pass here. Measured against the inner products (bf16, 784-256-256-10,
-      ONEDNN_VERBOSE, one thread, a 2-core Xeon with AMX): oneDNN time per
-      step 0.48 ms against 0.73 at batch 128 (there half the inner
-      products' time went to weight reorders) and 2.5 against 3.6 at 1024;
-      and the inner products' backward weights took 4-6 ms a layer on two
-      threads at batch 1024 (their threads reduce over the batch and meet
-      at a barrier while the other core was busy), the matmul's 0.9.
+    - matmul (the default): plain row-major activations throughout; the
+      weights are used as they are in fp32, and in bf16 through a plain
+      bf16 copy (d->w16, one vectorised pass per forward) or, at
+      S_PACK_ROWS rows and more, packed from fp32 into the layouts the
+      forward's and the backward data's kernels ask for (wpack.h), once
+      per pass each (plain weights are packed again inside every
+      execution); dW = dy^T x reads dy transposed through strides; the
+      bias gradient is one pass here. Measured against the inner products
+   (bf16, 784-256-256-10, ONEDNN_VERBOSE, one thread, a 2-core Xeon with AMX): oneDNN time
+   per step 0.48 ms against 0.73 at batch 128 (there half the inner products' time went to
+   weight reorders) and 2.5 against 3.6 at 1024; and the inner products' backward weights
+   took 4-6 ms a layer on two threads at batch 1024 (their threads reduce over the batch
+   and meet at a barrier while the other core was busy), the matmul's 0.9.
     - inner product (JIZHI_DNNL_LINEAR=ip, kept to measure on other CPUs):
       blocked weights reordered from jizhi's [m][k] fp32 once per call
       (on one thread: on two, 256x784 took 0.25-0.44 ms against 0.17),
@@ -37,6 +39,7 @@
 #include "trainer/conv_dnnl.h"
 #include "trainer/linear_dnnl.h"
 #include "trainer/trn.h"
+#include "trainer/wpack.h"
 
 #ifdef TRN_HAVE_DNNL
 
@@ -55,12 +58,21 @@ typedef struct {
     int wfwd_ok;       /* a forward filled wfwd (a remade entry's is empty) */
     dnnl_memory_t bias, dbias; /* handles set per call */
     dnnl_memory_t dyt;         /* matmul: dy seen as [m][n] (the backward weights' A) */
+    /* matmul in bf16: the weights reordered into the layouts the kernels
+       chose (h.wfwd, h.wbwd: packed once per pass instead of inside every
+       execution), from w as [m][k] seen as the backward's [m][k] (h.wuser
+       is the forward's view, [k][m]) */
+    int packed;
+    int own_fwd, own_bwd; /* that layout is wpack.h's: packed by trn_wpack_*, else
+                             by oneDNN's reorders h.wr_fwd, h.wr_bwd */
+    dnnl_memory_t wuser_b;
 } s_entry;
 
 struct trn_dlin {
     int k, m, bias, relu, f32out;
     int mm;        /* matmul primitives, or inner products (JIZHI_DNNL_LINEAR=ip) */
-    uint16_t *w16; /* matmul in bf16: the weights rounded to bf16 by the forward */
+    uint16_t *w16; /* matmul in bf16 below S_PACK_ROWS: the weights rounded to bf16
+                      by the forward */
     s_entry e[S_CACHE];
     trn__dnnl_cache cache; /* over e[] */
     float *tmp;            /* dw and db before accumulation (beta != 0) */
@@ -71,6 +83,15 @@ struct trn_dlin {
 
 static dnnl_engine_t g_eng;
 static dnnl_stream_t g_stream;
+
+/* The batch from which a bf16 matmul takes packed weights. MLP
+   784-256-256-10, this project's AMX VM, alternating runs against plain
+   weights: oneDNN's time per step 1.75 -> 1.56 ms at batch 1024, and
+   samples/s +1.6-4.6% there on one thread (4 pairs), +1-5% on two (3);
+   at batch 512 -6% to +1.5% (3), at 128 -5-7% (3): the packing (50-90 us
+   a step, against 35-60 for the plain bf16 copy) cost more than the
+   kernels saved. */
+#define S_PACK_ROWS 1024
 
 static int s_init(void *owner, trn__dnnl_entry *head, char *err);
 static void s_entry_fini(void *entry);
@@ -101,7 +122,7 @@ trn_dlin *trn_dlin_new(int k, int m, int bias, int relu, int f32out, char *err)
 static void s_entry_fini(void *entry)
 {
     s_entry *e = entry;
-    dnnl_memory_t m[] = {e->dyt, e->bias, e->dbias};
+    dnnl_memory_t m[] = {e->dyt, e->bias, e->dbias, e->wuser_b};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         if (m[i])
             dnnl_memory_destroy(m[i]);
@@ -113,9 +134,9 @@ void trn_dlin_destroy(trn_dlin **dp)
         return;
     trn_dlin *d = *dp;
     trn__dnnl_cache_fini(&d->cache);
+    free(d->w16);
     free(d->tmp);
     free(d->dyh);
-    free(d->w16);
     free(d);
     *dp = NULL;
 }
@@ -282,9 +303,10 @@ fail:
     return -1;
 }
 
-/* The matmul twin of s_entry_init: plain row-major layouts throughout, so
-   nothing is reordered (the weights' bf16 copy is d->w16, written by the
-   forward); the bias gradient is summed here (s_bias_grad). */
+/* The matmul twin of s_entry_init: plain row-major activations; the
+   weights plain (bf16: d->w16), or packed in the kernels' layouts for a
+   large bf16 batch (e->packed); the bias gradient is summed here
+   (s_bias_grad). */
 static int s_entry_init_mm(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
 {
     dnnl_data_type_t lo = bf16 ? dnnl_bf16 : dnnl_f32;
@@ -296,8 +318,21 @@ static int s_entry_init_mm(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
     dnnl_memory_desc_init_by_tag(&x, 2, xd, lo, dnnl_ab);
     dnnl_memory_desc_init_by_tag(&y, 2, yd, yt, dnnl_ab);
     dnnl_memory_desc_init_by_tag(&dy, 2, yd, lo, dnnl_ab);
-    dnnl_memory_desc_init_by_strides(&wt, 2, wtd, lo, wts);
-    dnnl_memory_desc_init_by_tag(&w, 2, wd, lo, dnnl_ab);
+    /* bf16 at S_PACK_ROWS rows or more: the weights in the layout the
+       kernels ask for, packed from fp32 once per pass (wpack.h; else by
+       oneDNN's reorders), where plain weights are packed again inside
+       every execution */
+    e->packed = bf16 && n >= S_PACK_ROWS;
+    dnnl_memory_desc_t wtu, wu; /* w as it is: fp32 [m][k], seen both ways */
+    dnnl_memory_desc_init_by_strides(&wtu, 2, wtd, dnnl_f32, wts);
+    dnnl_memory_desc_init_by_tag(&wu, 2, wd, dnnl_f32, dnnl_ab);
+    if (e->packed) {
+        dnnl_memory_desc_init_by_tag(&wt, 2, wtd, lo, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(&w, 2, wd, lo, dnnl_format_tag_any);
+    } else {
+        dnnl_memory_desc_init_by_strides(&wt, 2, wtd, lo, wts);
+        dnnl_memory_desc_init_by_tag(&w, 2, wd, lo, dnnl_ab);
+    }
     dnnl_memory_desc_init_by_tag(&b, 2, bd, dnnl_f32, dnnl_ab);
     dnnl_memory_desc_init_by_strides(&dyt, 2, dytd, lo, dyts);
     dnnl_memory_desc_init_by_tag(&dwf, 2, wd, dnnl_f32, dnnl_ab);
@@ -310,23 +345,39 @@ static int s_entry_init_mm(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
         goto fail;
     if (s_mem(&e->h.src, &x) < 0 || s_mem(&e->h.dst, &y) < 0 ||
         s_mem(&e->h.ddst, &dy) < 0 || s_mem(&e->h.dsrc, &x) < 0 ||
-        s_mem(&e->h.wfwd, &wt) < 0 || s_mem(&e->h.wbwd, &w) < 0 ||
         s_mem(&e->dyt, &dyt) < 0 || s_mem(&e->h.dwuser, &dwf) < 0 ||
         (d->bias && s_mem(&e->bias, &b) < 0))
         goto fail;
+    if (!e->packed) {
+        if (s_mem(&e->h.wfwd, &wt) < 0 || s_mem(&e->h.wbwd, &w) < 0)
+            goto fail;
+        return 0;
+    }
+    const dnnl_memory_desc_t *wf = dnnl_primitive_desc_query_md(e->h.pd[0],
+                                                                dnnl_query_weights_md, 0),
+                             *wb = dnnl_primitive_desc_query_md(e->h.pd[1],
+                                                                dnnl_query_weights_md, 0);
+    dnnl_memory_desc_t ownf, ownb; /* wpack.h's layout, both ways */
+    dnnl_memory_desc_init_by_tag(&ownf, 2, wtd, dnnl_bf16, dnnl_BA16a64b2a);
+    dnnl_memory_desc_init_by_tag(&ownb, 2, wd, dnnl_bf16, dnnl_BA16a64b2a);
+    e->own_fwd = dnnl_memory_desc_equal(wf, &ownf);
+    e->own_bwd = dnnl_memory_desc_equal(wb, &ownb);
+    int same;
+    if (s_mem(&e->h.wuser, &wtu) < 0 || s_mem(&e->wuser_b, &wu) < 0 ||
+        trn__dnnl_owned(&e->h.wfwd, wf, &e->h.wfwd_buf) < 0 ||
+        trn__dnnl_owned(&e->h.wbwd, wb, &e->h.wbwd_buf) < 0 ||
+        (!e->own_fwd &&
+         trn__dnnl_reorder(&wtu, wf, &e->h.wr_fwd, &same, e->h.thr[0]) < 0) ||
+        (!e->own_bwd && trn__dnnl_reorder(&wu, wb, &e->h.wr_bwd, &same, e->h.thr[1]) < 0))
+        goto fail;
+    /* the padding stays zero: trn_wpack_* write only the values */
+    memset(e->h.wfwd_buf, 0, dnnl_memory_desc_get_size(wf));
+    memset(e->h.wbwd_buf, 0, dnnl_memory_desc_get_size(wb));
     return 0;
 fail:
     snprintf(err, TRN_ERRLEN, "oneDNN: no matmul for %d -> %d at batch %d%s", d->k, d->m,
              n, bf16 ? " in bf16" : "");
     return -1;
-}
-
-/* The cache's init (dnnl_impl.h): the layer's kind of entry. */
-static int s_init(void *owner, trn__dnnl_entry *head, char *err)
-{
-    trn_dlin *d = owner;
-    return (d->mm ? s_entry_init_mm : s_entry_init)(d, (s_entry *)head, head->n,
-                                                    head->bf16, err);
 }
 
 /* The weights' bf16 copy d->w16, on the primitives' thread count: on
@@ -337,6 +388,14 @@ static void s_copy_w16(trn_dlin *d, const float *w, int thr)
     int old = trn__dnnl_threads_push(thr);
     trn_bf16_from_f32(d->w16, w, (long)d->m * d->k);
     trn__dnnl_threads_pop(old);
+}
+
+/* The cache's init (dnnl_impl.h): the layer's kind of entry. */
+static int s_init(void *owner, trn__dnnl_entry *head, char *err)
+{
+    trn_dlin *d = owner;
+    return (d->mm ? s_entry_init_mm : s_entry_init)(d, (s_entry *)head, head->n,
+                                                    head->bf16, err);
 }
 
 /* db[j] += the n rows' dy[i][j] (bf16 values, or float), row after row in
@@ -386,11 +445,14 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
     s_entry *e = trn__dnnl_cache_get(&d->cache, n, bf16, err);
     if (!e)
         return -1;
-    if (e->mm) { /* the weights as they are, or their bf16 copy */
+    if (e->mm && !e->packed) { /* the weights as they are, or their bf16 copy */
         if (bf16)
             s_copy_w16(d, w, e->h.thr[0]);
         dnnl_memory_set_data_handle(e->h.wfwd, bf16 ? (void *)d->w16 : (void *)w);
-    } else if (trn__dnnl_weights(e->h.wuser, e->h.wr_fwd, e->h.wfwd, w, 1) < 0)
+    } else if (e->mm && e->own_fwd)
+        trn_wpack_fwd(e->h.wfwd_buf, w, d->m, d->k);
+    else if (trn__dnnl_weights(e->h.wuser, e->h.wr_fwd, e->h.wfwd, w,
+                               e->mm ? e->h.thr[0] : 1) < 0)
         goto fail;
     e->wfwd_ok = 1;
     dnnl_memory_set_data_handle(e->h.src, (void *)x);
@@ -481,7 +543,14 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
        made here when this entry is new since the forward (a thread change
        or an eviction remade it) */
     dnnl_memory_t wb = e->wshare ? e->h.wfwd : e->h.wbwd;
-    if (e->mm) {
+    if (e->mm && e->packed) { /* bf16: w into the backward's own layout */
+        if (e->own_bwd)
+            trn_wpack_bwd(e->h.wbwd_buf, w, d->m, d->k);
+        else if (trn__dnnl_weights(e->wuser_b, e->h.wr_bwd, e->h.wbwd, w, e->h.thr[1]) <
+                 0)
+            goto fail;
+    } else if (e->mm) { /* the forward's bf16 copy (made here for an entry new
+                           since the forward), or the weights as they are */
         if (bf16 && !e->wfwd_ok)
             s_copy_w16(d, w, e->h.thr[1]);
         dnnl_memory_set_data_handle(e->h.wbwd, bf16 ? (void *)d->w16 : (void *)w);
