@@ -106,8 +106,8 @@ TEST(the_layout_is_onednns)
             for (size_t i = 0; i < ne; i++)
                 diff += ours[i] != theirs[i];
             if (diff)
-                printf("  %s %dx%d: %zu of %zu elements differ\n", bwd ? "bwd" : "fwd", m, k,
-                       diff, ne);
+                printf("  %s %dx%d: %zu of %zu elements differ\n", bwd ? "bwd" : "fwd", m,
+                       k, diff, ne);
             CHECK(diff == 0);
             dnnl_primitive_destroy(r);
             dnnl_primitive_desc_destroy(pd);

@@ -103,6 +103,8 @@ static int s_apply(trn_trainer *t, const jz_instruction *ins, char *detail, size
 {
     char err[TRN_ERRLEN], val[1100];
     detail[0] = 0;
+    if (ins->kind != JZ_INS_NONE)
+        t->ctl_acts++;
     switch (ins->kind) {
     case JZ_INS_NONE:
         return 1;

@@ -2,6 +2,7 @@
     example, in the epoch's order, or one table lookup per value out of
     the set's bytes. The CUDA backend's device gather takes the same
     elements one by one (trn_gather_src). */
+#include <stdio.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -167,12 +168,32 @@ s_code_h_vbmi(const uint8_t *code, const uint16_t *lut16, const uint8_t *y, int 
 }
 #endif
 
+/* 1 where the kernel says gathers are slowed by the Gather Data Sampling
+   ("Downfall") microcode mitigation, read once: there AVX-512's gather
+   instruction takes several times its usual time */
+static int s_gather_mitigated(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        char line[128] = "";
+        FILE *f =
+            fopen("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling", "r");
+        if (f) {
+            if (!fgets(line, sizeof line, f))
+                line[0] = 0;
+            fclose(f);
+        }
+        known = strstr(line, "Mitigation") != NULL;
+    }
+    return known;
+}
+
 int trn_gather_code_simd(int bf16)
 {
 #ifdef S_X86
-    return bf16 ? __builtin_cpu_supports("avx512vbmi") &&
-                      __builtin_cpu_supports("avx512bw")
-                : __builtin_cpu_supports("avx512f");
+    if (bf16)
+        return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+    return __builtin_cpu_supports("avx512f") && !s_gather_mitigated();
 #else
     (void)bf16;
     return 0;

@@ -67,8 +67,11 @@ void trn_gather_rows_code_h(const uint8_t *code, const uint16_t *lut16, const ui
                             int dim, const int *perm, int at, int nb, uint16_t *xo,
                             uint8_t *yo);
 
-/* Tests: whether those take their vector paths on this CPU (fp32, bf16),
-   and the same gathers one value at a time. */
+/* 1 when those take their vector paths on this CPU (bf16: AVX-512 VBMI;
+   fp32: AVX-512, where gathers are not slowed by the "Downfall"
+   mitigation, /sys/devices/system/cpu/vulnerabilities): the trainer reads
+   the bytes only then (one value at a time is slower than copying rows).
+   And, for tests, the same gathers one value at a time. */
 int trn_gather_code_simd(int bf16);
 void trn__gather_rows_code_scalar(const uint8_t *code, const float *lut, const uint8_t *y,
                                   int dim, const int *perm, int at, int nb, float *xo,

@@ -4,11 +4,13 @@
     (one rank, one chunk: train.c), in bf16.
 
     A training set read from IDX files keeps its pixel bytes (trn_dataset
-    .code, with x == lut[code] exactly): both gathers look the values up
-    from those, a quarter of the fp32 bytes (MLP, batch 1024, one thread:
-    fp32 +2-5% samples/s; bf16 the same speed as the copy below, in half
-    its memory and with no copy to make). The rest of this comment is the
-    path of a set without bytes (synthetic ones, or the bytes refused).
+    .code, with x == lut[code] exactly): where the CPU has the vector
+    lookups (trn_gather_code_simd) both gathers take the values from
+    those, a quarter of the fp32 bytes (MLP, batch 1024, one thread: fp32
+    +2-5% samples/s; bf16 the same speed as the copy below, in half its
+    memory and with no copy to make). The rest of this comment is the path
+    of a set without bytes (synthetic ones, or the bytes' memory refused,
+    silently: data.c), or of a CPU without those lookups.
 
     The bf16 gather reads a bf16 copy of the training set (t->xh), made on
     the first bf16 batch (a run that starts in fp32 and turns bf16 later,
@@ -131,7 +133,7 @@ int trn__gather_at(trn_trainer *t, int off, int nb, float *dst)
     trn__order(t);
     if (t->xh_state == TRN__XH_READY && t->prec != TRN_BF16 && !s_bf16_ahead(t))
         s_xh_to(t, TRN__XH_UNMADE);
-    if (d->code)
+    if (d->code && trn_gather_code_simd(0))
         trn_gather_rows_code(d->code, d->lut, d->y, d->dim, t->perm, (int)t->pos + off,
                              nb, dst ? dst : t->xb, t->yb);
     else
@@ -146,7 +148,7 @@ int trn__gather_bf16(trn_trainer *t, int nb, uint16_t *dst)
     if (s_batch_bufs(t, nb) < 0) /* the labels' buffer */
         return -1;
     trn__order(t);
-    if (d->code) { /* the bytes are smaller than any copy */
+    if (d->code && trn_gather_code_simd(1)) { /* the bytes are smaller than any copy */
         uint16_t lut16[256];
         for (int v = 0; v < 256; v++)
             lut16[v] = trn_f2bf(d->lut[v]);

@@ -101,9 +101,10 @@ static void s_report(trn_trainer *t, const char *name, double v)
         t->io.report(t->io.ud, t->step, name, v);
 }
 
-/* samples_per_s is the training loop's rate: the time since `since`
-   (live control: a pause, a load, a checkpoint asked for; an evaluation
-   and an epoch's checkpoint) leaves its window. */
+/* samples_per_s is the training loop's rate: the time since `since` (a
+   control call that applied an instruction: a pause, a load, a
+   checkpoint asked for; an evaluation and an epoch's checkpoint) leaves
+   its window. */
 static void s_leave_window(trn_trainer *t, double since)
 {
     t->t_since += util_now() - since;
@@ -204,8 +205,11 @@ int trn_trainer_run(trn_trainer *t, char *err)
     t->steps_since = 0;
     for (;;) {
         double tc = util_now();
+        long acts = t->ctl_acts;
         int rc = trn_trainer_control(t);
-        s_leave_window(t, tc);
+        if (t->ctl_acts !=
+            acts) /* not the polling itself (a broadcast a step with ranks) */
+            s_leave_window(t, tc);
         if (rc < 0) {
             snprintf(err, TRN_ERRLEN, "live control failed");
             return -1;

@@ -53,8 +53,9 @@ __attribute__((target("avx512f"))) static __m512i s_round16(__m512 x)
     __m512i r = _mm512_srli_epi32(
         _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
     __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    __mmask16 isnan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                              _mm512_set1_epi32(0x7f800000));
+    __mmask16 isnan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                _mm512_set1_epi32(0x7f800000));
     return _mm512_mask_blend_epi32(isnan, r, nan);
 }
 
@@ -88,7 +89,7 @@ __attribute__((target("avx512f"))) static void s_transpose16(__m512i r[16])
    so that dword j of the 16 outputs is one register, stored at its row
    of the block: 16 contiguous 64-byte stores instead of a scatter. */
 __attribute__((target("avx512f"))) static void s_fwd_avx512(uint16_t *dst, const float *w,
-                                                           int m, int k)
+                                                            int m, int k)
 {
     int apad = s_pad(k, 32);
     uint32_t *d32 = (uint32_t *)dst;
@@ -99,7 +100,7 @@ __attribute__((target("avx512f"))) static void s_fwd_avx512(uint16_t *dst, const
     for (int a0 = 0; a0 < k; a0 += 32) {
         int left = k - a0;
         __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-        __mmask16 m1 = left >= 32 ? 0xffff
+        __mmask16 m1 = left >= 32  ? 0xffff
                        : left > 16 ? (__mmask16)((1u << (left - 16)) - 1)
                                    : 0;
         for (int b0 = 0; b0 < m; b0 += 16) {
@@ -129,7 +130,7 @@ __attribute__((target("avx512f"))) static void s_fwd_avx512(uint16_t *dst, const
 /* For each pair of outputs (a, a+1) (zeros past m) and 16 inputs b: the
    pairs interleaved into 16 dwords, one contiguous store. */
 __attribute__((target("avx512f"))) static void s_bwd_avx512(uint16_t *dst, const float *w,
-                                                           int m, int k)
+                                                            int m, int k)
 {
     int apad = s_pad(m, 32);
     uint32_t *d32 = (uint32_t *)dst;
