@@ -12,6 +12,7 @@
 
 #include "jz_test.h"
 #include "trainer/conv_dnnl.h"
+#include "trainer/softmax.h"
 #include "trainer/trn.h"
 
 #define H 1e-5
@@ -418,6 +419,55 @@ TEST(softmax_ce_grad)
     CHECK_NEAR(trn_softmax_ce_d(z, &l, NULL, 1, 5, 0.1, 0, NULL), log(5.0), 1e-12);
 }
 
+/* The float loss the trainer runs (trn_softmax_ce_f: for up to 16
+   classes the AVX-512 rows of softmax_avx512.c where the CPU has them)
+   against the double one: loss within 1e-6 relative, gradients within
+   1e-6 of gscale, the same right answers (ties included: the first of
+   equal largest logits counts), smoothing on and off, 1 to 17 classes
+   (17: the template), and a NaN logit giving a NaN loss. */
+TEST(float_softmax_matches_double)
+{
+    enum { N = 37 };
+    printf("  AVX-512 rows here for 10 classes: %s\n",
+           trn_softmax_ce16_ok(10) ? "yes" : "no");
+    trn_rng r;
+    trn_rng_seed(&r, 21);
+    for (int k = 1; k <= 17; k++)
+        for (int sm = 0; sm < 2; sm++) {
+            float zf[N * 17], gf[N * 17];
+            double zd[N * 17], gd[N * 17];
+            uint8_t lab[N];
+            for (int i = 0; i < N * k; i++) {
+                zf[i] = (float)(4 * trn_rng_normal(&r));
+                if (i % 11 == 0 && i > 0)
+                    zf[i] = zf[i - 1]; /* ties */
+                if (i % 29 == 0)
+                    zf[i] = -1e30f; /* a logit whose exp is 0 */
+                zd[i] = zf[i];
+            }
+            for (int i = 0; i < N; i++)
+                lab[i] = (uint8_t)((i * 7) % k);
+            double smooth = sm ? 0.1 : 0.0, gscale = 1.0 / N;
+            int okf = -1, okd = -2;
+            double lf = trn_softmax_ce_f(zf, lab, gf, N, k, smooth, gscale, &okf);
+            double ld = trn_softmax_ce_d(zd, lab, gd, N, k, smooth, gscale, &okd);
+            CHECK(fabs(lf - ld) <= 1e-6 * fabs(ld) + 1e-7);
+            double worst = 0;
+            for (int i = 0; i < N * k; i++)
+                worst = fmax(worst, fabs(gf[i] - gd[i]));
+            CHECK(worst <= 1e-6 * gscale);
+            CHECK(okf == okd);
+            if (fabs(lf - ld) > 1e-6 * fabs(ld) + 1e-7 || worst > 1e-6 * gscale)
+                printf(
+                    "  k %d smoothing %g: loss %.9g against %.9g, gradient off by %.3g\n",
+                    k, smooth, lf, ld, worst);
+        }
+    float z[10] = {1, 2, 3, NAN, 0, 0, 0, 0, 0, 0};
+    uint8_t l = 1;
+    float g[10];
+    CHECK(isnan(trn_softmax_ce_f(z, &l, g, 1, 10, 0.0, 1.0, NULL)));
+}
+
 /* ---- whole graph in float: wiring, residual accumulation, BN ---- */
 static void net_case(const char *model, const char *channels, const char *conv,
                      const char *matmul)
@@ -578,6 +628,7 @@ int main(void)
     RUN(batchnorm_grad);
     RUN(gap_grad);
     RUN(softmax_ce_grad);
+    RUN(float_softmax_matches_double);
     RUN(mlp_graph_grad);
     RUN(mlp_graph_grad_onednn);
     RUN(batchnorm_nhwc_grad);

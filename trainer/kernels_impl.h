@@ -451,9 +451,14 @@ void FN(trn_gap_bwd_nhwc)(const R *dy, R *dx, int c, int n, int hw, R dxbeta)
 }
 
 /* Mean cross-entropy (label smoothing eps: target (1-eps) on the label plus
-   eps/k everywhere). dlogits (may be NULL) = gscale * d(sum of losses). */
-double FN(trn_softmax_ce)(const R *logits, const uint8_t *labels, R *dlogits, int n,
-                          int k, double smoothing, double gscale, int *correct)
+   eps/k everywhere). dlogits (may be NULL) = gscale * d(sum of losses).
+   In double inside; a file may rename it (SOFTMAX_CE) to put a faster
+   path in front (kernels_f32.c). */
+#ifndef SOFTMAX_CE
+#define SOFTMAX_CE FN(trn_softmax_ce)
+#endif
+double SOFTMAX_CE(const R *logits, const uint8_t *labels, R *dlogits, int n, int k,
+                  double smoothing, double gscale, int *correct)
 {
     double total = 0;
     int ok = 0;

@@ -97,14 +97,14 @@ __attribute__((target("avx512f"))) static void s_fwd_avx512(uint16_t *dst, const
         _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od =
         _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    for (int a0 = 0; a0 < k; a0 += 32) {
-        int left = k - a0;
-        __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-        __mmask16 m1 = left >= 32  ? 0xffff
-                       : left > 16 ? (__mmask16)((1u << (left - 16)) - 1)
-                                   : 0;
-        for (int b0 = 0; b0 < m; b0 += 16) {
-            int nb = m - b0 < 16 ? m - b0 : 16;
+    for (int b0 = 0; b0 < m; b0 += 16) {
+        int nb = m - b0 < 16 ? m - b0 : 16;
+        for (int a0 = 0; a0 < k; a0 += 32) {
+            int left = k - a0;
+            __mmask16 m0 = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+            __mmask16 m1 = left >= 32  ? 0xffff
+                           : left > 16 ? (__mmask16)((1u << (left - 16)) - 1)
+                                       : 0;
             __m512i r[16];
             for (int i = 0; i < 16; i++) {
                 if (i >= nb) {
