@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "jz_test.h"
+#include "trainer/bf16.h"
 #include "trainer/conv_dnnl.h"
 #include "trainer/linear_dnnl.h"
 #include "trainer/trn.h"
@@ -28,6 +29,7 @@ static trn_rng g_rng;
    backward when > 0 (a live --threads change: the backward's cached entry
    is made again) */
 static int g_thr_between;
+static int g_want_pack = -1; /* lin_case: trn__dlin_packing expected (-1: any) */
 /* lin_case's dy not bf16-exact when set: the reference takes dy rounded to
    bf16 (to nearest even) where the layer rounds it (bf16, f32out) */
 static int g_dy_inexact;
@@ -97,13 +99,15 @@ static void lin_case(int n, int k, int m, int relu, int f32out, int bf16, float 
     REQUIRE(d);
     REQUIRE(trn_dlin_fwd(d, bf16 ? (void *)xh : x, w, b, ybf ? (void *)yh : y, n, bf16,
                          err) == 0);
+    if (g_want_pack >= 0)
+        CHECK(trn__dlin_packing(d, n, bf16, err) == g_want_pack);
     if (ybf)
         trn_bf16_to_f32(y, yh, (long)n * m);
     if (g_thr_between > 0)
         trn_dnnl_set_threads(g_thr_between);
     const void *dyv = !bf16 ? (void *)dy : ybf ? (void *)dyh : (void *)dy;
     REQUIRE(trn_dlin_bwd(d, bf16 ? (void *)xh : x, w, dyv, bf16 ? (void *)dxh : dx, dw,
-                         db, n, bf16, beta, err) == 0);
+                         db, n, bf16, beta, NULL, err) == 0);
     if (bf16)
         trn_bf16_to_f32(dx, dxh, (long)n * k);
     double tol = bf16 ? 4e-3 : 1e-5;
@@ -139,11 +143,28 @@ TEST(linear_matches_double_bf16)
     lin_case(64, 100, 32, 1, 0, 1, 0.5f);
     lin_case(64, 100, 10, 0, 1, 1, 0.0f); /* the logits: fp32 out, dy fp32 in */
     lin_case(7, 37, 19, 1, 0, 1, 0.0f);   /* another batch: a second cache entry */
-    /* 1024 rows and more: weights packed into the kernels' layout (wpack.h;
-       odd shapes, padded ones, the logits' 10 outputs, accumulation) */
-    lin_case(1100, 100, 10, 0, 1, 1, 0.0f);
-    lin_case(1030, 37, 19, 1, 0, 1, 0.5f);
-    lin_case(1024, 130, 70, 1, 0, 1, 0.0f);
+    /* 1024 rows and more: weights packed into the kernels' layout (odd
+       shapes, padded ones, the logits' 10 outputs, accumulation), by
+       wpack.h where oneDNN asks for its layout (here: every shape), then
+       by oneDNN's reorders (the fallback for any other layout) */
+    char err[TRN_ERRLEN];
+    trn_dlin *probe = trn_dlin_new(100, 10, 1, 0, 1, err);
+    REQUIRE(probe);
+    int own = trn__dlin_packing(probe, 1100, 1, err);
+    trn_dlin_destroy(&probe);
+    printf("  packed weights at 1100 rows: %s\n",
+           own == 1 ? "wpack.h" : "oneDNN's reorder");
+    for (int force = 0; force < 2; force++) {
+        trn__dlin_force_reorder(force);
+        g_want_pack = force ? 2 : own;
+        lin_case(1100, 100, 10, 0, 1, 1, 0.0f);
+        lin_case(1030, 37, 19, 1, 0, 1, 0.5f);
+        lin_case(1024, 130, 70, 1, 0, 1, 0.0f);
+        g_want_pack = 0;
+        lin_case(1023, 130, 70, 1, 0, 1, 0.0f); /* below: the plain bf16 copy */
+        g_want_pack = -1;
+    }
+    trn__dlin_force_reorder(0);
     /* the logits' gradient not bf16-exact: rounded to nearest even into
        bf16 by the layer (dW within 1e-5 of the reference on the rounded
        values: truncating instead is off by up to 2^-8 of a value) */
@@ -185,8 +206,11 @@ TEST(thread_change_between_forward_and_backward)
             trn_dnnl_set_threads(1);
             g_thr_between = 2;
             lin_case(64, 100, 32, 1, 0, bf16, 0.0f);
+            lin_case(1100, 100, 10, 0, 1, bf16, 0.0f); /* bf16: packed weights */
+            lin_case(1030, 37, 19, 1, 0, bf16, 0.5f);
             g_thr_between = 1;
             lin_case(64, 100, 32, 1, 0, bf16, 0.0f);
+            lin_case(1030, 37, 19, 1, 0, bf16, 0.5f);
             g_thr_between = 0;
         }
         unsetenv("JIZHI_DNNL_LINEAR");
@@ -929,6 +953,84 @@ TEST(matmul_routing_and_fallback)
     trn_net_destroy(&n);
 }
 
+/* One bf16 layer through a sequence of batches, its weights changed
+   before each as a step would: packed (1024 rows and more) and plain
+   entries alternating, forward-only passes (an evaluation), more sizes
+   than the cache holds (evictions), a thread change between a forward
+   and its backward; every output and gradient equals a fresh layer's
+   bit for bit. With wpack.h's packing and with oneDNN's reorders. */
+TEST(packed_weights_follow_every_change)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    if (!trn_dnnl_bf16_native())
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s)", trn_dnnl_isa_name());
+    enum { K = 100, M = 70, NMAX = 2100 };
+    uint16_t *xh = malloc(2u * NMAX * K), *dyh = malloc(2u * NMAX * M);
+    uint16_t *y1 = malloc(2u * NMAX * M), *y2 = malloc(2u * NMAX * M);
+    uint16_t *dx1 = malloc(2u * NMAX * K), *dx2 = malloc(2u * NMAX * K);
+    float *w = malloc(4u * M * K), b[M], *dw1 = malloc(4u * M * K),
+          *dw2 = malloc(4u * M * K);
+    float db1[M], db2[M];
+    REQUIRE(xh && dyh && y1 && y2 && dx1 && dx2 && w && dw1 && dw2);
+    for (int i = 0; i < NMAX * K; i++)
+        xh[i] = trn_f2bf((float)sin(i * 0.11));
+    for (int i = 0; i < NMAX * M; i++)
+        dyh[i] = trn_f2bf((float)cos(i * 0.13));
+    for (int j = 0; j < M; j++)
+        b[j] = 0.01f * (float)j;
+    int ns[] = {1024, 512,  1024, 2048, 600,  1024, 1100, 512,  1030, 1040, 1050,
+                1060, 1070, 1080, 1090, 1024, 512,  2048, 1024, 700,  1024};
+    int fwd_only[] = {0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0};
+    char err[TRN_ERRLEN];
+    for (int force = 0; force < 2; force++) {
+        trn__dlin_force_reorder(force);
+        trn_dnnl_set_threads(1);
+        for (int i = 0; i < M * K; i++)
+            w[i] = (float)sin(i * 0.7) * 0.1f;
+        trn_dlin *d = trn_dlin_new(K, M, 1, 1, 0, err);
+        REQUIRE(d);
+        int bad = 0;
+        for (size_t s = 0; s < sizeof ns / sizeof ns[0]; s++) {
+            int n = ns[s], thr = s == 5 || s == 15 ? 2 : 0;
+            for (int i = 0; i < M * K; i++) /* a step's update */
+                w[i] += 0.001f * (float)((i * 7 + (int)s) % 5) - 0.002f;
+            trn_dlin *fresh = trn_dlin_new(K, M, 1, 1, 0, err);
+            REQUIRE(fresh);
+            trn_dlin *both[2] = {d, fresh};
+            uint16_t *ys[2] = {y1, y2}, *dxs[2] = {dx1, dx2};
+            float *dws[2] = {dw1, dw2}, *dbs[2] = {db1, db2};
+            for (int k = 0; k < 2; k++) {
+                trn_dnnl_set_threads(1);
+                REQUIRE(trn_dlin_fwd(both[k], xh, w, b, ys[k], n, 1, err) == 0);
+                if (fwd_only[s])
+                    continue;
+                if (thr)
+                    trn_dnnl_set_threads(thr);
+                REQUIRE(trn_dlin_bwd(both[k], xh, w, dyh, dxs[k], dws[k], dbs[k], n, 1,
+                                     0.0f, NULL, err) == 0);
+            }
+            trn_dnnl_set_threads(1);
+            trn_dlin_destroy(&fresh);
+            int diff = memcmp(y1, y2, (size_t)n * M * 2) != 0;
+            if (!fwd_only[s])
+                diff += (memcmp(dx1, dx2, (size_t)n * K * 2) != 0) +
+                        (memcmp(dw1, dw2, 4u * M * K) != 0) +
+                        (memcmp(db1, db2, sizeof db1) != 0);
+            if (diff)
+                printf("  %s: step %zu, batch %d: %d of y, dx, dW, db differ\n",
+                       force ? "oneDNN's reorders" : "wpack.h", s, n, diff);
+            bad += diff;
+        }
+        CHECK(bad == 0);
+        trn_dlin_destroy(&d);
+    }
+    trn__dlin_force_reorder(0);
+    trn_dnnl_set_threads(1);
+    free(xh), free(dyh), free(y1), free(y2), free(dx1), free(dx2), free(w), free(dw1),
+        free(dw2);
+}
+
 int main(int argc, char **argv)
 {
     char err[TRN_ERRLEN];
@@ -957,6 +1059,7 @@ int main(int argc, char **argv)
     RUN(bf16_overflow_skips_and_halves);
     RUN(bf16_gather_path_trains_bit_identically);
     RUN(matmul_routing_and_fallback);
+    RUN(packed_weights_follow_every_change);
     trn_data_free(&g_syn);
     trn_data_free(&g_syn_val);
     TEST_DONE();

@@ -248,11 +248,56 @@ TEST(bf16_elementwise_passes_match_one_value_at_a_time)
     free(a), free(b), free(y), free(o), free(o0), free(f);
 }
 
+/* The ReLU's backward that also sums its gradient's columns (the MLP's
+   bias gradient, trn_relu_bwd_colsum_bf) writes trn_relu_bwd_bf's dx and
+   the sums a row-after-row loop gives, bit for bit (+0, -0, NaN, negative
+   and positive y; m around the 16-column blocks); on more than one
+   thread it declines a batch the two passes would split, and does
+   nothing then. */
+TEST(relu_backward_with_column_sums_equals_the_two_passes)
+{
+    int ms[] = {1, 15, 16, 17, 256, 70};
+    for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++) {
+        int n = 37, m = ms[c];
+        size_t ne = (size_t)n * m;
+        uint16_t *y = malloc(ne * 2), *dy = malloc(ne * 2), *a = malloc(ne * 2),
+                 *b = malloc(ne * 2);
+        float *sa = malloc((size_t)m * 4), *sb = calloc((size_t)m, 4);
+        REQUIRE(y && dy && a && b && sa && sb);
+        for (size_t i = 0; i < ne; i++) {
+            y[i] = (uint16_t[]){0x0000, 0x8000, 0x3f80, 0xbf80, 0x7fc0, 0x0001}[i % 6];
+            dy[i] = trn_f2bf((float)sin((double)i) * 3.0f);
+        }
+        REQUIRE(trn_relu_bwd_colsum_bf(y, dy, a, n, m, sa) == 0);
+        trn_relu_bwd_bf(y, dy, b, (long)ne, 0.0f);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < m; j++)
+                sb[j] += trn_bf2f(b[(size_t)i * m + j]);
+        CHECK(memcmp(a, b, ne * 2) == 0);
+        CHECK(memcmp(sa, sb, (size_t)m * 4) == 0);
+        free(y), free(dy), free(a), free(b), free(sa), free(sb);
+    }
+    /* 300 rows of 256 (more than two chunks) on two threads: declined */
+    trn_dnnl_set_threads(2);
+    uint16_t *y = calloc(300 * 256, 2), *dy = calloc(300 * 256, 2),
+             *dx = calloc(300 * 256, 2);
+    float s[256];
+    REQUIRE(y && dy && dx);
+    dx[5] = 0x1234;
+    int rc = trn_relu_bwd_colsum_bf(y, dy, dx, 300, 256, s);
+    if (trn_dnnl_available())
+        CHECK(rc == -1 && dx[5] == 0x1234);
+    trn_dnnl_set_threads(1);
+    CHECK(trn_relu_bwd_colsum_bf(y, dy, dx, 300, 256, s) == 0 && dx[5] == 0);
+    free(y), free(dy), free(dx);
+}
+
 int main(void)
 {
     trn_rng_seed(&g_rng, 5);
     trn_dnnl_set_threads(1);
     RUN(bn_relu_matches_double_reference);
     RUN(bf16_elementwise_passes_match_one_value_at_a_time);
+    RUN(relu_backward_with_column_sums_equals_the_two_passes);
     TEST_DONE();
 }

@@ -11,12 +11,15 @@
       forward's and the backward data's kernels ask for (wpack.h), once
       per pass each (plain weights are packed again inside every
       execution); dW = dy^T x reads dy transposed through strides; the
-      bias gradient is one pass here. Measured against the inner products
-   (bf16, 784-256-256-10, ONEDNN_VERBOSE, one thread, a 2-core Xeon with AMX): oneDNN time
-   per step 0.48 ms against 0.73 at batch 128 (there half the inner products' time went to
-   weight reorders) and 2.5 against 3.6 at 1024; and the inner products' backward weights
-   took 4-6 ms a layer on two threads at batch 1024 (their threads reduce over the batch
-   and meet at a barrier while the other core was busy), the matmul's 0.9.
+      bias gradient is one pass here (or the ReLU's backward's, taken as
+      it wrote dy). Measured against the inner products (bf16,
+      784-256-256-10, ONEDNN_VERBOSE, one thread, a 2-core Xeon with
+      AMX): oneDNN time per step 0.48 ms against 0.73 at batch 128 (there
+      half the inner products' time went to weight reorders) and 2.5
+      against 3.6 at 1024; and the inner products' backward weights took
+      4-6 ms a layer on two threads at batch 1024 (their threads reduce
+      over the batch and meet at a barrier while the other core was
+      busy), the matmul's 0.9.
     - inner product (JIZHI_DNNL_LINEAR=ip, kept to measure on other CPUs):
       blocked weights reordered from jizhi's [m][k] fp32 once per call
       (on one thread: on two, 256x784 took 0.25-0.44 ms against 0.17),
@@ -92,6 +95,8 @@ static dnnl_stream_t g_stream;
    a step, against 35-60 for the plain bf16 copy) cost more than the
    kernels saved. */
 #define S_PACK_ROWS 1024
+
+static int g_force_reorder; /* tests: trn__dlin_force_reorder */
 
 static int s_init(void *owner, trn__dnnl_entry *head, char *err);
 static void s_entry_fini(void *entry);
@@ -360,8 +365,8 @@ static int s_entry_init_mm(trn_dlin *d, s_entry *e, int n, int bf16, char *err)
     dnnl_memory_desc_t ownf, ownb; /* wpack.h's layout, both ways */
     dnnl_memory_desc_init_by_tag(&ownf, 2, wtd, dnnl_bf16, dnnl_BA16a64b2a);
     dnnl_memory_desc_init_by_tag(&ownb, 2, wd, dnnl_bf16, dnnl_BA16a64b2a);
-    e->own_fwd = dnnl_memory_desc_equal(wf, &ownf);
-    e->own_bwd = dnnl_memory_desc_equal(wb, &ownb);
+    e->own_fwd = !g_force_reorder && dnnl_memory_desc_equal(wf, &ownf);
+    e->own_bwd = !g_force_reorder && dnnl_memory_desc_equal(wb, &ownb);
     int same;
     if (s_mem(&e->h.wuser, &wtu) < 0 || s_mem(&e->wuser_b, &wu) < 0 ||
         trn__dnnl_owned(&e->h.wfwd, wf, &e->h.wfwd_buf) < 0 ||
@@ -474,7 +479,8 @@ fail:
 }
 
 int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
-                 float *dw, float *db, int n, int bf16, float beta, char *err)
+                 float *dw, float *db, int n, int bf16, float beta, const float *dysum,
+                 char *err)
 {
     s_entry *e = trn__dnnl_cache_get(&d->cache, n, bf16, err);
     if (!e)
@@ -511,7 +517,9 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
                                 {DNNL_ARG_DST, e->h.dwuser}};
         if (trn__dnnl_exec(e->h.prim[2], e->h.thr[2], 3, a) < 0)
             goto fail;
-        if (d->bias)
+        if (d->bias && dysum)
+            memcpy(dbo, dysum, (size_t)d->m * sizeof *dbo);
+        else if (d->bias)
             s_bias_grad(dbo, dy, n, d->m, bf16);
     } else {
         if (!e->h.dwr)
@@ -576,6 +584,19 @@ fail:
     return -1;
 }
 
+int trn__dlin_packing(trn_dlin *d, int n, int bf16, char *err)
+{
+    s_entry *e = trn__dnnl_cache_get(&d->cache, n, bf16, err);
+    if (!e)
+        return -1;
+    return !e->mm || !e->packed ? 0 : e->own_fwd && e->own_bwd ? 1 : 2;
+}
+
+void trn__dlin_force_reorder(int on)
+{
+    g_force_reorder = on != 0;
+}
+
 int trn_dlin_threads(trn_dlin *d, int n, int bf16, int which, char *err)
 {
     return trn__dnnl_cache_threads(&d->cache, n, bf16, which, err);
@@ -616,10 +637,24 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
     return -1;
 }
 
-int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
-                 float *dw, float *db, int n, int bf16, float beta, char *err)
+int trn__dlin_packing(trn_dlin *d, int n, int bf16, char *err)
 {
-    (void)d, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)n;
+    (void)d, (void)n, (void)bf16;
+    snprintf(err, TRN_ERRLEN, "%s", s_none);
+    return -1;
+}
+
+void trn__dlin_force_reorder(int on)
+{
+    (void)on;
+}
+
+int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
+                 float *dw, float *db, int n, int bf16, float beta, const float *dysum,
+                 char *err)
+{
+    (void)d, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)n,
+        (void)dysum;
     (void)bf16, (void)beta;
     snprintf(err, TRN_ERRLEN, "%s", s_none);
     return -1;

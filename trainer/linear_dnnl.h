@@ -47,10 +47,21 @@ int trn_dlin_fwd(trn_dlin *d, const void *x, const float *w, const float *b, voi
    sum(dy) (fp32; db ignored without a bias), and when dx is not NULL
    dx = dy w (written, not accumulated). x, dy, dx as in the forward; x
    and w are those of the last trn_dlin_fwd at batch n, unchanged since
-   (the backward may reuse the forward's reordered copy of w).
-   0 or -1 with err. */
+   (the backward may reuse the forward's reordered copy of w). dysum
+   (may be NULL): the column sums of dy already taken, in row order (the
+   ReLU's backward took them as it wrote dy: trn_relu_bwd_colsum_bf);
+   the bias gradient is then those. 0 or -1 with err. */
 int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, void *dx,
-                 float *dw, float *db, int n, int bf16, float beta, char *err);
+                 float *dw, float *db, int n, int bf16, float beta, const float *dysum,
+                 char *err);
+
+/* Tests: how the entry of (n, bf16) holds its weights: 0 as they are (or
+   a plain bf16 copy), 1 packed by wpack.h, 2 packed by oneDNN's reorders
+   (a layout other than wpack.h's); -1 with err. And a switch making
+   entries made from now on pack by oneDNN's reorders (the fallback),
+   whatever the layout. */
+int trn__dlin_packing(trn_dlin *d, int n, int bf16, char *err);
+void trn__dlin_force_reorder(int on);
 
 /* Rows of a batch per OpenMP thread of the MLP's step: 256 in fp32 and
    in bf16 without AMX, 1024 in bf16 where oneDNN's effective ISA has AMX

@@ -235,6 +235,7 @@ trn_net *trn_net_new(const trn_config *cfg, int c, int h, int w, int classes, ch
         return NULL;
     }
     n->classes = classes;
+    n->dysum_buf = -1;
     n->bn_momentum = s_bn_momentum;
     int x = s_buf_new(n, c * h * w);
     int ok = 1;
@@ -362,6 +363,7 @@ void trn_net_destroy(trn_net **np)
     }
     free(n->state);
     free(n->cols);
+    free(n->dysum);
     free(n);
     *np = NULL;
 }
@@ -674,8 +676,26 @@ static float s_prepare_grad(trn_net *n, int b, int nb, double s)
 
 /* One op of the backward in half mode (its input stored in bf16): ob holds
    the incoming gradient, dx (ib->gh or NULL) receives with dxb. */
+/* n->dysum for feat columns. 0 or -1. */
+static int s_dysum_room(trn_net *n, int feat)
+{
+    size_t bytes = (size_t)feat * sizeof(float);
+    if (feat < 1)
+        return -1;
+    if (bytes > n->dysum_cap) {
+        if (trn_regrow64((void **)&n->dysum, bytes) < 0)
+            return -1;
+        n->dysum_cap = bytes;
+    }
+    return 0;
+}
+
+/* sums: the column sums of ob's gradient the op just before in the
+   backward took (a ReLU's, fuse_sums: no per-layer scale between), or
+   NULL. */
 static int s_backward_half(trn_net *n, trn__op *o, int nb, trn__buf *ob, trn__buf *ib,
-                           int need_dx, float dxb, float pbeta, double s)
+                           int need_dx, float dxb, float pbeta, double s, int fuse_sums,
+                           const float *sums)
 {
     long ocnt = (long)nb * ob->feat;
     uint16_t *dx = need_dx ? ib->gh : NULL;
@@ -698,6 +718,15 @@ static int s_backward_half(trn_net *n, trn__op *o, int nb, trn__buf *ob, trn__bu
         return 0;
     }
     case OP_RELU:
+        /* a fresh dx feeding a linear's bias next (no per-layer scale
+           between): its column sums taken in the same pass, for that
+           linear (n->dysum_buf), where it runs on one thread */
+        if (dx && dxb == 0 && fuse_sums && s_dysum_room(n, n->bufs[o->in].feat) == 0 &&
+            trn_relu_bwd_colsum_bf(n->bufs[o->out].xh, ob->gh, dx, nb,
+                                   n->bufs[o->in].feat, n->dysum) == 0) {
+            n->dysum_buf = o->in;
+            return 0;
+        }
         if (dx)
             trn_relu_bwd_bf(n->bufs[o->out].xh, ob->gh, dx, ocnt, dxb);
         return 0;
@@ -716,7 +745,7 @@ static int s_backward_half(trn_net *n, trn__op *o, int nb, trn__buf *ob, trn__bu
     case OP_LINEAR: { /* the MLP's; its input has one reader: dx is written */
         trn_param *w = &n->params[o->pw], *b = o->pb >= 0 ? &n->params[o->pb] : NULL;
         if (trn_dlin_bwd(o->dl, ib->xh, w->wlp, ob->hs ? (void *)ob->gh : ob->g, dx, w->g,
-                         b ? b->g : NULL, nb, 1, pbeta, n->conv_err) < 0)
+                         b ? b->g : NULL, nb, 1, pbeta, sums, n->conv_err) < 0)
             return -1;
         return 0; /* weight and bias gradients stay fp32 */
     }
@@ -728,8 +757,12 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
 {
     const float pbeta = n->grad_fresh ? 0.0f : 1.0f; /* param gradients: write or add */
     n->grad_fresh = 0;
+    n->dysum_buf = -1;
     for (int i = n->nops - 1; i >= 0; i--) {
         trn__op *o = &n->ops[i];
+        /* a ReLU's column sums serve the op right after it here, no other */
+        const float *sums = n->dysum_buf == o->out ? n->dysum : NULL;
+        n->dysum_buf = -1;
         if (o->fused) /* its gradient is taken inside the BN's backward */
             continue;
         /* a BN with its ReLU fused gets the ReLU output's gradient */
@@ -749,7 +782,8 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
         trn__buf *ib = &n->bufs[o->in];
         float dxb = need_dx ? s_prepare_grad(n, o->in, nb, s) : 0;
         if (n->half && ib->hs) {
-            if (s_backward_half(n, o, nb, ob, ib, need_dx, dxb, pbeta, s) < 0)
+            if (s_backward_half(n, o, nb, ob, ib, need_dx, dxb, pbeta, s, lscale == NULL,
+                                sums) < 0)
                 return -1;
             goto hooks;
         }
@@ -767,7 +801,7 @@ static int s_backward(trn_net *n, int nb, const double *lscale)
                 trn_linear_bwd_f(ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL, nb,
                                  o->c, o->co, pbeta);
             else if (trn_dlin_bwd(o->dl, ib->x, w->wlp, ob->g, dx, w->g, b ? b->g : NULL,
-                                  nb, 0, pbeta, n->conv_err) < 0)
+                                  nb, 0, pbeta, NULL, n->conv_err) < 0)
                 return -1;
             trn_round_buf(w->g, w->n, n->prec);
             if (b)

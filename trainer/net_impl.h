@@ -89,6 +89,9 @@ struct trn_net {
     int xh_given;              /* this pass's bufs[0].xh came filled (x NULL) */
     char conv_err[TRN_ERRLEN]; /* why the last pass failed (oneDNN) */
     int grad_fresh;     /* zero_grad was called: the next backward writes, not adds */
+    float *dysum;       /* a ReLU's backward's column sums of the gradient it wrote */
+    size_t dysum_cap;   /* bytes */
+    int dysum_buf;      /* the buffer whose gradient they sum (-1: none; the next op's) */
     trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */
     void *hook_ud;
     trn_grad_hook fwd_hook; /* a test's, told at each forward with its batch */

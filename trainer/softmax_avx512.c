@@ -13,7 +13,8 @@
    2^n exactly (scalef). */
 __attribute__((target("avx512f"))) static __m512 s_exp(__m512 x)
 {
-    x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN stays NaN: max takes its second operand */
+    x = _mm512_max_ps(_mm512_set1_ps(-87.0f),
+                      x); /* NaN stays NaN: max takes its second operand */
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x); /* ln2 hi */
@@ -33,7 +34,8 @@ s_rows(const float *logits, const uint8_t *labels, float *dlogits, int n, int k,
        double smoothing, double gscale, int *correct)
 {
     const __mmask16 lanes = (__mmask16)((1u << k) - 1);
-    const __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i idx =
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const float qoff = (float)(smoothing / k), qon = (float)(1.0 - smoothing);
     const __m512 gs = _mm512_set1_ps((float)gscale);
     double total = 0;
@@ -57,9 +59,9 @@ s_rows(const float *logits, const uint8_t *labels, float *dlogits, int n, int k,
         total += -(1.0 - smoothing) * lp_y - smoothing * mean_lp;
         if (dlogits) {
             __m512 p = _mm512_div_ps(e, _mm512_set1_ps(se));
-            __m512 q = _mm512_mask_blend_ps(
-                _mm512_cmpeq_epi32_mask(idx, _mm512_set1_epi32(y)), _mm512_set1_ps(qoff),
-                _mm512_set1_ps(qoff + qon));
+            __m512 q =
+                _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(idx, _mm512_set1_epi32(y)),
+                                     _mm512_set1_ps(qoff), _mm512_set1_ps(qoff + qon));
             _mm512_mask_storeu_ps(dlogits + (long)i * k, lanes,
                                   _mm512_mul_ps(gs, _mm512_sub_ps(p, q)));
         }

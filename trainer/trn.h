@@ -328,6 +328,12 @@ void trn_add_relu_bf(const uint16_t *a, const uint16_t *b, uint16_t *y, long n, 
 void trn_relu_fwd_bf(const uint16_t *x, uint16_t *y, long n);
 void trn_relu_bwd_bf(const uint16_t *y, const uint16_t *dy, uint16_t *dx, long n,
                      float dxbeta);
+/* trn_relu_bwd_bf with dxbeta 0 over n rows of m, and colsum[j] = the sum
+   of column j of dx, row after row (the sums a linear's bias gradient
+   takes: trn_dlin_bwd's dysum), in one pass. -1, nothing done, where the
+   pass would run on more than one OpenMP thread (then the two passes). */
+int trn_relu_bwd_colsum_bf(const uint16_t *y, const uint16_t *dy, uint16_t *dx, int n,
+                           int m, float *colsum);
 void trn_acc_bf(uint16_t *o, const uint16_t *g, float beta, long n);
 void trn_scale_bf(uint16_t *x, float f, long n);
 void trn_gap_fwd_nhwc_bf(const uint16_t *x, float *y, int c, int n, int hw);
