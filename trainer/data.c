@@ -29,6 +29,7 @@
 
 #include "common/util.h"
 #include "trainer/align.h"
+#include "trainer/gather.h"
 #include "trainer/trn.h"
 
 #define FMNIST_MEAN 0.2860f
@@ -538,9 +539,11 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
         trn_data_free(&full);
         goto fail;
     }
-    /* the training set's bytes too, for the gathers (trn.h): without the
-       memory, the gathers read x */
-    train->code = trn_alloc_rows((size_t)(ntr ? ntr : 1) * full.dim);
+    /* the training set's bytes too, for the gathers (trn.h), where this
+       CPU has their vector lookups: without them (or the memory), the
+       gathers read x */
+    if (trn_gather_code_simd(0) || trn_gather_code_simd(1))
+        train->code = trn_alloc_rows((size_t)(ntr ? ntr : 1) * full.dim);
     memcpy(train->lut, lut, sizeof lut);
     /* Keep the training examples in their original order (the shuffle only
        decides membership) so a subset is stable. */

@@ -168,13 +168,17 @@ s_code_h_vbmi(const uint8_t *code, const uint16_t *lut16, const uint8_t *y, int 
 }
 #endif
 
-/* 1 where the kernel says gathers are slowed by the Gather Data Sampling
-   ("Downfall") microcode mitigation, read once: there AVX-512's gather
-   instruction takes several times its usual time */
-static int s_gather_mitigated(void)
+/* 1 where the kernel says this CPU is not affected by Gather Data
+   Sampling ("Downfall"), read once: where it is, the microcode
+   mitigation makes AVX-512's gather instruction several times slower,
+   and a guest that cannot tell ("Unknown: Dependent on hypervisor
+   status") or a container without the file may sit on such a host, so
+   only "Not affected" counts. */
+static int s_gather_unaffected(void)
 {
-    static int known = -1;
-    if (known < 0) {
+    static _Atomic int known = -1;
+    int v = known;
+    if (v < 0) {
         char line[128] = "";
         FILE *f =
             fopen("/sys/devices/system/cpu/vulnerabilities/gather_data_sampling", "r");
@@ -183,9 +187,10 @@ static int s_gather_mitigated(void)
                 line[0] = 0;
             fclose(f);
         }
-        known = strstr(line, "Mitigation") != NULL;
+        v = strncmp(line, "Not affected", 12) == 0;
+        known = v;
     }
-    return known;
+    return v;
 }
 
 int trn_gather_code_simd(int bf16)
@@ -193,7 +198,7 @@ int trn_gather_code_simd(int bf16)
 #ifdef S_X86
     if (bf16)
         return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
-    return __builtin_cpu_supports("avx512f") && !s_gather_mitigated();
+    return __builtin_cpu_supports("avx512f") && s_gather_unaffected();
 #else
     (void)bf16;
     return 0;

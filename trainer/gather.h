@@ -68,9 +68,10 @@ void trn_gather_rows_code_h(const uint8_t *code, const uint16_t *lut16, const ui
                             uint8_t *yo);
 
 /* 1 when those take their vector paths on this CPU (bf16: AVX-512 VBMI;
-   fp32: AVX-512, where gathers are not slowed by the "Downfall"
-   mitigation, /sys/devices/system/cpu/vulnerabilities): the trainer reads
-   the bytes only then (one value at a time is slower than copying rows).
+   fp32: AVX-512 where the kernel says the CPU is "Not affected" by the
+   "Downfall" gather slowdown, /sys/devices/system/cpu/vulnerabilities):
+   the trainer reads the bytes only then (one value at a time is slower
+   than copying rows), and data.c keeps them only then.
    And, for tests, the same gathers one value at a time. */
 int trn_gather_code_simd(int bf16);
 void trn__gather_rows_code_scalar(const uint8_t *code, const float *lut, const uint8_t *y,

@@ -65,8 +65,9 @@ struct trn_trainer {
     int have_gns;
     long last_eval_step; /* -1: never */
     int paused, stop;
-    long ctl_acts; /* instructions applied (control.c): a control call that
-                      applied one leaves samples_per_s's window (train_run.c) */
+    long ctl_acts; /* instructions received, applied or refused (control.c): a
+                      control call that got one leaves samples_per_s's window
+                      (train_run.c) */
     /* data-parallel ranks: comm borrowed, dist owned (NULL with one rank) */
     trn_comm *comm;
     trn_dist *dist;

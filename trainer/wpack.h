@@ -17,8 +17,10 @@
     Rounding to nearest even, NaN kept quiet: trn_f2bf's values exactly.
 
     w is the layer's [m][k] (borrowed); dst (the caller's, sized by
-    trn_wpack_elems) is written where a value goes and nowhere else: the
-    caller zeroes it once, for the padding. No errors.
+    trn_wpack_elems) gets every value, and the vector packers also write
+    zeros into some padding (past k within a block of 32, past m within a
+    row of 16); the rest of the padding is never written: the caller
+    zeroes dst once. No errors.
 */
 #ifndef TRN_WPACK_H
 #define TRN_WPACK_H
