@@ -443,6 +443,8 @@ TEST(float_softmax_matches_double)
                     zf[i] = zf[i - 1]; /* ties */
                 if (i % 29 == 0)
                     zf[i] = -1e30f; /* a logit whose exp is 0 */
+                if (i / k % 5 == 4) /* confident rows: one logit far ahead */
+                    zf[i] = i % k == (i / k) % k ? 40.0f : (float)(i % 3);
                 zd[i] = zf[i];
             }
             for (int i = 0; i < N; i++)
@@ -462,10 +464,27 @@ TEST(float_softmax_matches_double)
                     "  k %d smoothing %g: loss %.9g against %.9g, gradient off by %.3g\n",
                     k, smooth, lf, ld, worst);
         }
+    /* one confident row alone: its loss log(1 + 9 e^-gap), kept to 1e-6
+       (a log of the float sum near 1 gave 0 from a gap of about 17; the
+       double template's log of its sum loses it too, from about 30) */
+    for (int gap = 10; gap <= 40; gap += 10) {
+        float zc[10] = {(float)gap};
+        uint8_t l0 = 0;
+        double lf = trn_softmax_ce_f(zc, &l0, NULL, 1, 10, 0.0, 1.0, NULL);
+        double exact = log1p(9 * exp(-(double)gap));
+        CHECK(fabs(lf - exact) <= 1e-6 * exact);
+        if (!(fabs(lf - exact) <= 1e-6 * exact))
+            printf("  gap %d: loss %.9g against %.9g\n", gap, lf, exact);
+    }
     float z[10] = {1, 2, 3, NAN, 0, 0, 0, 0, 0, 0};
     uint8_t l = 1;
     float g[10];
     CHECK(isnan(trn_softmax_ce_f(z, &l, g, 1, 10, 0.0, 1.0, NULL)));
+    z[3] = 0; /* the largest itself NaN */
+    z[2] = NAN;
+    int right = -1;
+    CHECK(isnan(trn_softmax_ce_f(z, &l, g, 1, 10, 0.0, 1.0, &right)));
+    CHECK(right == 0 || right == 1);
 }
 
 /* ---- whole graph in float: wiring, residual accumulation, BN ---- */

@@ -1031,6 +1031,82 @@ TEST(packed_weights_follow_every_change)
         free(dw2);
 }
 
+/* A linear's bias gradient from column sums handed in (the ReLU's
+   backward took them: trn_relu_bwd_colsum_bf) equals the one it sums
+   itself, bit for bit, written and accumulated (beta 0.5); and in a whole
+   bf16 MLP the ReLU's pass with the sums gives the same gradients as the
+   two passes (a per-layer scale of 1 everywhere, which turns the joined
+   pass off). */
+TEST(bias_gradient_from_the_relus_sums)
+{
+    if (!trn_dnnl_available())
+        SKIP("this build has no oneDNN (libdnnl-dev)");
+    int bf16 = trn_dnnl_bf16_native();
+    enum { N = 40, K = 37, M = 19 };
+    char err[TRN_ERRLEN];
+    float *x = s_rand((long)N * K, 1), *w = s_rand((long)M * K, 1), *b = s_rand(M, 1);
+    float *dy = s_rand((long)N * M, 1);
+    uint16_t xh[N * K], yh[N * M], dyh[N * M], dxh[N * K];
+    float y[N * M], dx[N * K], dw[M * K], sums[M];
+    trn_bf16_from_f32(xh, x, (long)N * K);
+    trn_bf16_from_f32(dyh, dy, (long)N * M);
+    memset(sums, 0, sizeof sums);
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < M; j++)
+            sums[j] += bf16 ? trn_bf2f(dyh[i * M + j]) : dy[i * M + j];
+    for (int beta2 = 0; beta2 < 2; beta2++) {
+        float beta = beta2 ? 0.5f : 0.0f, db[2][M];
+        for (int given = 0; given < 2; given++) {
+            trn_dlin *d = trn_dlin_new(K, M, 1, 1, 0, err);
+            REQUIRE(d);
+            for (int j = 0; j < M; j++)
+                db[given][j] = 0.25f * (float)j;
+            REQUIRE(trn_dlin_fwd(d, bf16 ? (void *)xh : x, w, b, bf16 ? (void *)yh : y, N,
+                                 bf16, err) == 0);
+            REQUIRE(trn_dlin_bwd(d, bf16 ? (void *)xh : x, w, bf16 ? (void *)dyh : dy,
+                                 bf16 ? (void *)dxh : dx, dw, db[given], N, bf16, beta,
+                                 given ? sums : NULL, err) == 0);
+            trn_dlin_destroy(&d);
+        }
+        CHECK(memcmp(db[0], db[1], sizeof db[0]) == 0);
+    }
+    free(x), free(w), free(b), free(dy);
+    if (!bf16)
+        SKIP("no bf16 instructions for oneDNN on this CPU (ISA %s): the MLP part",
+             trn_dnnl_isa_name());
+    trn_config cfg;
+    trn_config_defaults(&cfg);
+    strcpy(cfg.hidden, "48,32");
+    enum { nb = 96 };
+    float *xs = s_rand((long)nb * 64, 0);
+    uint8_t ys[nb];
+    for (int i = 0; i < nb; i++)
+        ys[i] = (uint8_t)(i % 4);
+    trn_net *net[2];
+    const double ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    for (int k = 0; k < 2; k++) {
+        net[k] = trn_net_new(&cfg, 1, 8, 8, 4, err);
+        REQUIRE(net[k]);
+        REQUIRE(trn_net_nlayers(net[k]) <= 8);
+        trn_rng r;
+        trn_rng_seed(&r, 5);
+        trn_net_init(net[k], &r);
+        trn_net_set_precision(net[k], TRN_BF16);
+        trn_net_zero_grad(net[k]);
+        trn_net_forward_backward(net[k], xs, ys, nb, 1, 0.0, 1.0 / nb, k ? ones : NULL,
+                                 NULL);
+    }
+    int same = 1;
+    for (int i = 0; i < trn_net_nparams(net[0]); i++) {
+        const trn_param *p0 = trn_net_param(net[0], i), *p1 = trn_net_param(net[1], i);
+        same &= memcmp(p0->g, p1->g, (size_t)p0->n * sizeof(float)) == 0;
+    }
+    CHECK(same);
+    trn_net_destroy(&net[0]);
+    trn_net_destroy(&net[1]);
+    free(xs);
+}
+
 int main(int argc, char **argv)
 {
     char err[TRN_ERRLEN];
@@ -1060,6 +1136,7 @@ int main(int argc, char **argv)
     RUN(bf16_gather_path_trains_bit_identically);
     RUN(matmul_routing_and_fallback);
     RUN(packed_weights_follow_every_change);
+    RUN(bias_gradient_from_the_relus_sums);
     trn_data_free(&g_syn);
     trn_data_free(&g_syn_val);
     TEST_DONE();

@@ -539,10 +539,14 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
         trn_data_free(&full);
         goto fail;
     }
-    /* the training set's bytes too, for the gathers (trn.h), where this
-       CPU has their vector lookups: without them (or the memory), the
-       gathers read x */
-    if (trn_gather_code_simd(0) || trn_gather_code_simd(1))
+    /* the training set's bytes too, for the host's gathers (trn.h), where
+       this CPU has a vector lookup the run may take: fp32's, or bf16's
+       when the run asks for bf16 at start or in its schedule (a later live
+       change to bf16 without them uses the bf16 copy); none for a CUDA
+       run. Without them (or the memory) the gathers read x */
+    int bf16 = !strcmp(c->precision, "bf16") || strstr(c->precision_schedule, "bf16");
+    if (strcmp(c->backend, "cuda") != 0 &&
+        (trn_gather_code_simd(0) || (bf16 && trn_gather_code_simd(1))))
         train->code = trn_alloc_rows((size_t)(ntr ? ntr : 1) * full.dim);
     memcpy(train->lut, lut, sizeof lut);
     /* Keep the training examples in their original order (the shuffle only

@@ -96,7 +96,7 @@ static dnnl_stream_t g_stream;
    kernels saved. */
 #define S_PACK_ROWS 1024
 
-static int g_force_reorder; /* tests: trn__dlin_force_reorder */
+static _Atomic int g_force_reorder; /* tests: trn__dlin_force_reorder */
 
 static int s_init(void *owner, trn__dnnl_entry *head, char *err);
 static void s_entry_fini(void *entry);

@@ -674,8 +674,19 @@ static float s_prepare_grad(trn_net *n, int b, int nb, double s)
     return 1.0f;
 }
 
-/* One op of the backward in half mode (its input stored in bf16): ob holds
-   the incoming gradient, dx (ib->gh or NULL) receives with dxb. */
+/* 1 when the op right before o in the backward is the oneDNN linear with
+   a bias whose output o (a ReLU) reads: the one that takes o's column
+   sums (in the CNN a ReLU may follow a residual add, which has no use
+   for them). */
+static int s_feeds_bias(const trn_net *n, const trn__op *o)
+{
+    long i = o - n->ops;
+    if (i < 1)
+        return 0;
+    const trn__op *p = &n->ops[i - 1];
+    return p->kind == OP_LINEAR && p->pb >= 0 && p->dl_on && p->out == o->in;
+}
+
 /* n->dysum for feat columns. 0 or -1. */
 static int s_dysum_room(trn_net *n, int feat)
 {
@@ -690,9 +701,10 @@ static int s_dysum_room(trn_net *n, int feat)
     return 0;
 }
 
-/* sums: the column sums of ob's gradient the op just before in the
-   backward took (a ReLU's, fuse_sums: no per-layer scale between), or
-   NULL. */
+/* One op of the backward in half mode (its input stored in bf16): ob holds
+   the incoming gradient, dx (ib->gh or NULL) receives with dxb. sums:
+   the column sums of ob's gradient the op just before in the backward
+   took (a ReLU's, fuse_sums: no per-layer scale between), or NULL. */
 static int s_backward_half(trn_net *n, trn__op *o, int nb, trn__buf *ob, trn__buf *ib,
                            int need_dx, float dxb, float pbeta, double s, int fuse_sums,
                            const float *sums)
@@ -721,7 +733,8 @@ static int s_backward_half(trn_net *n, trn__op *o, int nb, trn__buf *ob, trn__bu
         /* a fresh dx feeding a linear's bias next (no per-layer scale
            between): its column sums taken in the same pass, for that
            linear (n->dysum_buf), where it runs on one thread */
-        if (dx && dxb == 0 && fuse_sums && s_dysum_room(n, n->bufs[o->in].feat) == 0 &&
+        if (dx && dxb == 0 && fuse_sums && s_feeds_bias(n, o) &&
+            s_dysum_room(n, n->bufs[o->in].feat) == 0 &&
             trn_relu_bwd_colsum_bf(n->bufs[o->out].xh, ob->gh, dx, nb,
                                    n->bufs[o->in].feat, n->dysum) == 0) {
             n->dysum_buf = o->in;
