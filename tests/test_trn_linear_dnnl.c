@@ -20,6 +20,7 @@
 #include "trainer/bf16.h"
 #include "trainer/conv_dnnl.h"
 #include "trainer/linear_dnnl.h"
+#include "trainer/net_impl.h" /* dysum_joined */
 #include "trainer/trn.h"
 
 #include "trn_fake_io.h"
@@ -1096,6 +1097,8 @@ TEST(bias_gradient_from_the_relus_sums)
         trn_net_forward_backward(net[k], xs, ys, nb, 1, 0.0, 1.0 / nb, k ? ones : NULL,
                                  NULL);
     }
+    /* the joined pass ran in the first net only */
+    CHECK(net[0]->dysum_joined > 0 && net[1]->dysum_joined == 0);
     int same = 1;
     for (int i = 0; i < trn_net_nparams(net[0]); i++) {
         const trn_param *p0 = trn_net_param(net[0], i), *p1 = trn_net_param(net[1], i);
@@ -1104,6 +1107,21 @@ TEST(bias_gradient_from_the_relus_sums)
     CHECK(same);
     trn_net_destroy(&net[0]);
     trn_net_destroy(&net[1]);
+    /* the bf16 CNN: its ReLUs feed BNs and residual adds, never a bias's
+       linear, so none takes the sums */
+    snprintf(cfg.model, sizeof cfg.model, "cnn");
+    snprintf(cfg.channels, sizeof cfg.channels, "4,8");
+    cfg.blocks = 1;
+    trn_net *cnn = trn_net_new(&cfg, 1, 8, 8, 4, err);
+    REQUIRE(cnn);
+    trn_rng r;
+    trn_rng_seed(&r, 6);
+    trn_net_init(cnn, &r);
+    trn_net_set_precision(cnn, TRN_BF16);
+    trn_net_zero_grad(cnn);
+    CHECK(trn_net_forward_backward(cnn, xs, ys, nb, 1, 0.0, 1.0 / nb, NULL, NULL) > 0);
+    CHECK(cnn->dysum_joined == 0);
+    trn_net_destroy(&cnn);
     free(xs);
 }
 

@@ -543,10 +543,11 @@ int trn_data_load(const trn_config *c, trn_dataset *train, trn_dataset *val,
        this CPU has a vector lookup the run may take: fp32's, or bf16's
        when the run asks for bf16 at start or in its schedule (a later live
        change to bf16 without them uses the bf16 copy); none for a CUDA
-       run. Without them (or the memory) the gathers read x */
-    int bf16 = !strcmp(c->precision, "bf16") || strstr(c->precision_schedule, "bf16");
-    if (strcmp(c->backend, "cuda") != 0 &&
-        (trn_gather_code_simd(0) || (bf16 && trn_gather_code_simd(1))))
+       run that keeps its data on the device. Without them (or the
+       memory) the gathers read x */
+    int device = !strcmp(c->backend, "cuda") && !strcmp(c->gpu_data, "device");
+    if (!device && (trn_gather_code_simd(0) ||
+                    (trn_config_wants_bf16(c) && trn_gather_code_simd(1))))
         train->code = trn_alloc_rows((size_t)(ntr ? ntr : 1) * full.dim);
     memcpy(train->lut, lut, sizeof lut);
     /* Keep the training examples in their original order (the shuffle only

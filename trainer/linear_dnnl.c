@@ -592,6 +592,11 @@ int trn__dlin_packing(trn_dlin *d, int n, int bf16, char *err)
     return !e->mm || !e->packed ? 0 : e->own_fwd && e->own_bwd ? 1 : 2;
 }
 
+int trn_dlin_takes_sums(const trn_dlin *d)
+{
+    return d->mm;
+}
+
 void trn__dlin_force_reorder(int on)
 {
     g_force_reorder = on != 0;
@@ -642,6 +647,12 @@ int trn__dlin_packing(trn_dlin *d, int n, int bf16, char *err)
     (void)d, (void)n, (void)bf16;
     snprintf(err, TRN_ERRLEN, "%s", s_none);
     return -1;
+}
+
+int trn_dlin_takes_sums(const trn_dlin *d)
+{
+    (void)d;
+    return 0;
 }
 
 void trn__dlin_force_reorder(int on)

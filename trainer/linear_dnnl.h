@@ -61,6 +61,10 @@ int trn_dlin_bwd(trn_dlin *d, const void *x, const float *w, const void *dy, voi
    entries made from now on pack by oneDNN's reorders (the fallback),
    whatever the layout. */
 int trn__dlin_packing(trn_dlin *d, int n, int bf16, char *err);
+
+/* 1 when trn_dlin_bwd takes its bias gradient from dysum (the matmul
+   kind; the inner products' comes from oneDNN); 0 without oneDNN. */
+int trn_dlin_takes_sums(const trn_dlin *d);
 void trn__dlin_force_reorder(int on);
 
 /* Rows of a batch per OpenMP thread of the MLP's step: 256 in fp32 and

@@ -674,17 +674,18 @@ static float s_prepare_grad(trn_net *n, int b, int nb, double s)
     return 1.0f;
 }
 
-/* 1 when the op right before o in the backward is the oneDNN linear with
-   a bias whose output o (a ReLU) reads: the one that takes o's column
-   sums (in the CNN a ReLU may follow a residual add, which has no use
-   for them). */
+/* 1 when the op the backward visits right after o (a ReLU; ops[i - 1])
+   is a oneDNN matmul linear with a bias whose output o reads: the one
+   that takes o's column sums (in the CNN a ReLU may follow a residual
+   add, and an inner-product linear sums its own). */
 static int s_feeds_bias(const trn_net *n, const trn__op *o)
 {
     long i = o - n->ops;
     if (i < 1)
         return 0;
     const trn__op *p = &n->ops[i - 1];
-    return p->kind == OP_LINEAR && p->pb >= 0 && p->dl_on && p->out == o->in;
+    return p->kind == OP_LINEAR && p->pb >= 0 && p->dl_on && p->out == o->in &&
+           trn_dlin_takes_sums(p->dl);
 }
 
 /* n->dysum for feat columns. 0 or -1. */
@@ -738,6 +739,7 @@ static int s_backward_half(trn_net *n, trn__op *o, int nb, trn__buf *ob, trn__bu
             trn_relu_bwd_colsum_bf(n->bufs[o->out].xh, ob->gh, dx, nb,
                                    n->bufs[o->in].feat, n->dysum) == 0) {
             n->dysum_buf = o->in;
+            n->dysum_joined++;
             return 0;
         }
         if (dx)

@@ -92,6 +92,7 @@ struct trn_net {
     float *dysum;       /* a ReLU's backward's column sums of the gradient it wrote */
     size_t dysum_cap;   /* bytes */
     int dysum_buf;      /* the buffer whose gradient they sum (-1: none; the next op's) */
+    long dysum_joined;  /* ReLU passes that took them (tests) */
     trn_grad_hook hook; /* told when a param's gradient is final (or NULL) */
     void *hook_ud;
     trn_grad_hook fwd_hook; /* a test's, told at each forward with its batch */

@@ -8,9 +8,11 @@
     first of equal ones) is the label. Here exp is a float polynomial
     (within 3 ulp), the sums are float and log(sum) is log1p of the
     other logits' share, the loss summed in double: within 1e-6 of the
-    template's, relative, confident rows (a gap of 40 between the logits)
-    included (tests/test_trn_grad.c); where a logit is NaN the loss is
-    NaN and the row's right answer may count otherwise than there. Pure; no
+    template's, relative, on rows the template gets right; on confident
+    rows, where the template's log of its sum rounds to 0 (a gap of
+    about 37 between the logits), within 1e-6 of log1p(the others' share)
+    (tests/test_trn_grad.c); where a logit is NaN the loss is NaN and the
+    row's right answer may count otherwise than there. Pure; no
     allocation, no errors. */
 #ifndef TRN_SOFTMAX_H
 #define TRN_SOFTMAX_H

@@ -8,13 +8,14 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-/* e^x for x <= 0 (x - max), e^-87 below -87: x = n ln2 + r, |r| <= ln2/2,
+/* e^x for x <= 0 (x - max), 0 below -104 (as e^x underflows in float):
+   x = n ln2 + r, |r| <= ln2/2,
    e^r by its degree-6 Taylor polynomial (error about 2^-23 there), times
    2^n exactly (scalef): within 3 ulp of e^x over every float in [-87, 0]
    (2.74 at worst, a reviewer's exhaustive check). */
 __attribute__((target("avx512f"))) static __m512 s_exp(__m512 x)
 {
-    x = _mm512_max_ps(_mm512_set1_ps(-87.0f),
+    x = _mm512_max_ps(_mm512_set1_ps(-104.0f),
                       x); /* NaN stays NaN: max takes its second operand */
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -51,7 +52,8 @@ s_rows(const float *logits, const uint8_t *labels, float *dlogits, int n, int k,
         int arg = at ? __builtin_ctz((unsigned)at) : 0;
         __m512 d = _mm512_sub_ps(v, _mm512_set1_ps(mx));
         __m512 e = _mm512_maskz_mov_ps(lanes, s_exp(d));
-        /* the largest lane's e is 1 exactly: log(1 + the others' sum) by
+        /* the largest lane's e is 1 exactly (a finite largest: an infinite
+           one makes the loss NaN, as in the template): log(1 + the others' sum) by
            log1p keeps a confident row's tiny loss (log of a float sum
            near 1 would round it to 0 below about 6e-8) */
         float rest = _mm512_reduce_add_ps(

@@ -4,13 +4,16 @@
     (one rank, one chunk: train.c), in bf16.
 
     A training set read from IDX files keeps its pixel bytes (trn_dataset
-    .code, with x == lut[code] exactly) where the CPU has a vector lookup
-    the run may take (trn_gather_code_simd, data.c); where it has that
-    lookup, each gather takes the values from those, a quarter of the fp32 bytes (MLP,
-   batch 1024, one thread: fp32 +2-5% samples/s; bf16 the same speed as the copy below, in
-   half its memory and with no copy to make). The rest of this comment is the path of a
-   set without bytes (synthetic ones, or the bytes' memory refused, silently: data.c), or
-   of a CPU without those lookups.
+    .code, with x == lut[code] exactly) where the run may take a vector
+    lookup of this CPU (trn_gather_code_simd; data.c decides); where a
+    gather has its lookup it takes the values from those, a quarter of
+    the fp32 bytes (MLP, batch 1024, one thread: fp32 +2-5% samples/s;
+    bf16 the same speed as the copy below, in half its memory and with no
+    copy to make). The rest of this comment is the path of a set without
+    bytes (synthetic ones; no lookup the run was to take: a live change to
+    bf16 the start did not ask for, a CUDA run with its data on the
+    device; or their memory refused, silently) or of a gather without its
+    lookup.
 
     The bf16 gather reads a bf16 copy of the training set (t->xh), made on
     the first bf16 batch (a run that starts in fp32 and turns bf16 later,

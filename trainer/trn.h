@@ -222,9 +222,11 @@ typedef struct {
     /* The training set of an IDX pair also as its pixel bytes, so that
        x[i] == lut[code[i]] bit for bit: the batches' gathers read these,
        a quarter of the bytes of x (gather.h), at one more byte per value
-       held (Fashion-MNIST: 43 MB beside x's 172 MB). Kept only where a
-       CPU run has a vector lookup to read them with (trn_gather_code_simd:
-       fp32's, or bf16's for a run asking for bf16); NULL otherwise, for
+       held (Fashion-MNIST: 43 MB beside x's 172 MB). Kept only where the
+       run has a vector lookup to read them with (trn_gather_code_simd:
+       fp32's, or bf16's for a run asking for bf16 at start or in its
+       schedule; not for a CUDA run with --gpu-data device); NULL otherwise
+       (a later live change to bf16 then uses the bf16 copy), for
        every other set (validation, test, synthetic), or where that memory
        was not there (silently: the gathers then read x). */
     uint8_t *code;
