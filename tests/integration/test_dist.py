@@ -107,13 +107,21 @@ def test_batch_not_divisible_by_ranks():
     # 103 over 4 ranks: 26, 26, 26, 25; gradients weighted by share. No
     # report steps: one rank splits a report step's batch in halves for the
     # gradient-noise measurement, 52 + 51 here, which sums in another order
-    # (with this seed the difference grows to 1e-3 in val_loss by step 200,
-    # while 1 rank without the split and 4 ranks agree to 1e-7)
+    # (with this seed the difference grows to 1e-3 in val_loss by step 200).
+    # 1 rank without the split and 4 ranks differ in the order of dW's sums
+    # alone: about 1e-7 in val_loss, which this run's trajectory may
+    # amplify late (seen: 7e-7 at step 180, 1e-3 at 200, in one build of
+    # the float softmax; 1e-7 in the next), so the evaluations up to step
+    # 120 are compared: a share wrongly weighted is off from the first.
     args = [a if a != "100" else "103" for a in MLP]
     args[args.index("--log-every") + 1] = "1000"
+    args[args.index("--max-steps") + 1] = "120"
+    args[args.index("--eval-every") + 1] = "20"
     p1 = run(0, *args)
     p4 = run(4, *args)
-    assert rel(reported(p1.stderr, "val_loss")[-1], reported(p4.stderr, "val_loss")[-1]) < 1e-5
+    v1, v4 = reported(p1.stderr, "val_loss"), reported(p4.stderr, "val_loss")
+    assert len(v1) == len(v4) >= 6, (v1, v4)
+    assert max(rel(a, b) for a, b in zip(v1, v4)) < 1e-5, (v1, v4)
 
 
 # Issue 38, item 0: several epochs with weight decay and momentum on, a
