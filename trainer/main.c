@@ -231,37 +231,34 @@ static int s_restored_config(trn_config *cfg, jz_trial *jz, unsigned char **ck,
    its own environment, or its own --resume (own_resume), that rank 0 does
    not restore is ignored, with a line saying so (rank 0's environment and
    command line decide, as for every option). */
+/* A rank's own checkpoint request that rank 0's choice overrides. */
+static void s_say_ignored(const trn_comm *c, const s_start *st, const char *what,
+                          const char *value)
+{
+    if (st->ck_len)
+        fprintf(stderr,
+                "jizhi-train: rank %d: %s%.300s ignored: every rank restores the "
+                "checkpoint rank 0 read (%.300s)\n",
+                c->rank, what, value, st->ck_path);
+    else
+        fprintf(stderr,
+                "jizhi-train: rank %d: %s%.300s ignored: rank 0 restores no "
+                "checkpoint, so no rank does\n",
+                c->rank, what, value);
+}
+
 static void s_say_ignored_env(const trn_comm *c, const s_start *st,
                               const char *own_resume)
 {
     /* this rank's own --resume, where it differs from rank 0's (before:
        ignored without a word) */
-    if (c->rank != 0 && own_resume[0] && strcmp(own_resume, st->cfg.resume)) {
-        if (st->ck_len)
-            fprintf(stderr,
-                    "jizhi-train: rank %d: --resume %.300s ignored: every rank restores "
-                    "the checkpoint rank 0 read (%.300s)\n",
-                    c->rank, own_resume, st->ck_path);
-        else
-            fprintf(stderr,
-                    "jizhi-train: rank %d: --resume %.300s ignored: rank 0 restores no "
-                    "checkpoint, so no rank does\n",
-                    c->rank, own_resume);
-    }
+    if (c->rank != 0 && own_resume[0] && strcmp(own_resume, st->cfg.resume))
+        s_say_ignored(c, st, "--resume ", own_resume);
     const char *e = getenv("JIZHI_LOAD_CHECKPOINT");
     if (c->rank == 0 || !e || !*e || st->cfg.resume[0] ||
         (st->ck_len && !strcmp(e, st->ck_path)))
         return;
-    if (st->ck_len)
-        fprintf(stderr,
-                "jizhi-train: rank %d: JIZHI_LOAD_CHECKPOINT=%.300s ignored: every rank "
-                "restores the checkpoint rank 0 read (%.300s)\n",
-                c->rank, e, st->ck_path);
-    else
-        fprintf(stderr,
-                "jizhi-train: rank %d: JIZHI_LOAD_CHECKPOINT=%.300s ignored: rank 0 "
-                "restores no checkpoint, so no rank does\n",
-                c->rank, e);
+    s_say_ignored(c, st, "JIZHI_LOAD_CHECKPOINT=", e);
 }
 
 /* Bytes per broadcast of the checkpoint (MPI counts are int). */
