@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 pytestmark = needs_torch("torch.distributed")
 
 RANK = textwrap.dedent("""
-    import json, os, sys, time, types
+    import gc, json, os, sys, time, types
     import torch, torch.distributed as dist
     import jizhi.torch
 
@@ -76,7 +76,7 @@ RANK = textwrap.dedent("""
         fut.set_result(buf)
         return fut
 
-    for case in json.loads(os.environ["CASES"]):
+    def run_case(case):
         # wide: several buckets (2.5 MB of layers of 0.36 MB against DDP's
         # first bucket of 1 MB)
         wide = case.get("wide")
@@ -135,23 +135,36 @@ RANK = textwrap.dedent("""
             again = {"lr": opt.param_groups[0]["lr"], "looks_by": ctl2.looks_by,
                      "acks": fake2.acks if fake2 else None, "old": ctl._inline}
         first = getattr(getattr(model, "_jizhi_flag", None), "both", None)
-        out[case["name"]] = {"seen": seen, "looks": looks, "params": ctl.params, "grad1": grad1,
-                             "looks_by": ctl.looks_by, "gap": gap,
-                             "first": None if first is None else first.numel(),
-                             "floats": sum(p.numel() for p in model.parameters()),
-                             "acks": fake.acks if fake else None,
-                             "done": fake.done if fake else None, "again": again}
-    # sparse gradients (an Embedding with sparse=True) cannot carry the flag:
-    # the cadence by default, a ValueError when the flag is asked for
-    emb = torch.nn.parallel.DistributedDataParallel(torch.nn.Embedding(10, 4, sparse=True))
-    c = jizhi.torch.attach(None, torch.optim.SGD(emb.parameters(), lr=0.1), model=emb)
-    emb(torch.tensor([1, 2])).sum().backward()
-    out["sparse"] = {"looks_by": c.looks_by}
-    try:
-        jizhi.torch.attach(None, torch.optim.SGD(emb.parameters(), lr=0.1), model=emb,
-                           grad_flag=True)
-    except ValueError as e:
-        out["sparse"]["insist"] = str(e)
+        return {"seen": seen, "looks": looks, "params": ctl.params, "grad1": grad1,
+                "looks_by": ctl.looks_by, "gap": gap,
+                "first": None if first is None else first.numel(),
+                "floats": sum(p.numel() for p in model.parameters()),
+                "acks": fake.acks if fake else None,
+                "done": fake.done if fake else None, "again": again}
+
+    def sparse():
+        # sparse gradients (an Embedding with sparse=True) cannot carry the flag:
+        # the cadence by default, a ValueError when the flag is asked for
+        emb = torch.nn.parallel.DistributedDataParallel(torch.nn.Embedding(10, 4, sparse=True))
+        c = jizhi.torch.attach(None, torch.optim.SGD(emb.parameters(), lr=0.1), model=emb)
+        emb(torch.tensor([1, 2])).sum().backward()
+        got = {"looks_by": c.looks_by}
+        try:
+            jizhi.torch.attach(None, torch.optim.SGD(emb.parameters(), lr=0.1), model=emb,
+                               grad_flag=True)
+        except ValueError as e:
+            got["insist"] = str(e)
+        return got
+
+    # The models, their DDP reducers and hooks hold the process group: they
+    # go first, so destroy_process_group() joins gloo's threads while the
+    # interpreter is whole. (A group left to finalisation: a gloo worker that
+    # drops the last reference to a tensor made in Python aborts the process
+    # there about once in 20, "terminate called without an active exception".)
+    for case in json.loads(os.environ["CASES"]):
+        out[case["name"]] = run_case(case)
+    out["sparse"] = sparse()
+    gc.collect()
     with open(os.environ["OUT"] + ".%d" % rank, "w") as f:
         json.dump(out, f)
     dist.destroy_process_group()
@@ -175,14 +188,15 @@ def run_ranks(tmp_path, cases):
                    CKDIR=str(tmp_path), OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen([PY, str(prog)], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
-    for p in procs:
-        try:
+    try:
+        for p in procs:
             text = p.communicate(timeout=120)[0]
-        except subprocess.TimeoutExpired:
-            for q in procs:
+            assert p.returncode == 0, text
+    finally:
+        for q in procs:  # a rank whose peer failed would wait for it
+            if q.poll() is None:
                 q.kill()
-            raise
-        assert p.returncode == 0, text
+                q.wait()
     return [json.loads(open(out + ".%d" % r).read()) for r in (0, 1)]
 
 
