@@ -611,8 +611,12 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
        epilogue; it shares the workspace (one stream: never at once) */
     if (strcmp(cfg->cuda_epilogue, "kernel"))
         CUBLAS_CHECK(cublasLtCreate(&c->lt));
-    CUBLAS_CHECK(cublasSetMathMode(c->blas, c->prec == TRN_FP32 ? CUBLAS_PEDANTIC_MATH
-                                                                : CUBLAS_DEFAULT_MATH));
+    /* fp32: no TF32; half: no split-K sums added in the half type */
+    CUBLAS_CHECK(cublasSetMathMode(
+        c->blas, c->prec == TRN_FP32
+                     ? CUBLAS_PEDANTIC_MATH
+                     : (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     for (int l = 0; l < c->nl; l++) {
         trn_param *pw = trn_net_param(net, 2 * l), *pb = trn_net_param(net, 2 * l + 1);
         long nw = (long)c->dims[l] * c->dims[l + 1], nbias = c->dims[l + 1];

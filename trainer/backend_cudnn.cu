@@ -626,8 +626,12 @@ static int s_attach(void *self, trn_net *net, const trn_config *cfg, char *err)
     CUDA_CHECK(cudaStreamCreate(&q->stream));
     CUBLAS_CHECK(cublasCreate(&q->blas));
     CUBLAS_CHECK(cublasSetStream(q->blas, q->stream));
-    CUBLAS_CHECK(cublasSetMathMode(q->blas, q->ty.tensor_ops ? CUBLAS_DEFAULT_MATH
-                                                             : CUBLAS_PEDANTIC_MATH));
+    /* as the MLP's: fp32 no TF32; half no split-K sums in the half type */
+    CUBLAS_CHECK(cublasSetMathMode(
+        q->blas, q->ty.tensor_ops
+                     ? (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
+                     : CUBLAS_PEDANTIC_MATH));
     CUDNN_CHECK(p_cudnnCreate(&q->dnn));
     CUDNN_CHECK(p_cudnnSetStream(q->dnn, q->stream));
     int conv[MAXP], lpw[MAXP]; /* fp32 weights, momenta, gradients, copies */

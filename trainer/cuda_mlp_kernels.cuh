@@ -201,24 +201,28 @@ __global__ void k_update(float *w, T *wlp, const G *glp, float *m, long n,
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= n || *flag)
         return;
+    /* each product and sum rounded on its own (__f*_rn: nvcc would fuse
+       them into FMAs), in optim.c's order, which is built without
+       contraction: the CPU and CUDA updates round alike */
     float lr = a->lr;
-    float g = to_f<G>(glp[i]) * (unscale ? a->inv_scale : 1.0f);
+    float g = __fmul_rn(to_f<G>(glp[i]), unscale ? a->inv_scale : 1.0f);
     float wi = w[i];
     if (mode == 0) {
-        g += wd * wi;
-        float v = mu * m[i] + g;
+        g = __fadd_rn(g, __fmul_rn(wd, wi));
+        float v = __fadd_rn(__fmul_rn(mu, m[i]), g);
         m[i] = v;
-        wi -= lr * (nesterov ? g + mu * v : v);
+        wi = __fsub_rn(wi, __fmul_rn(lr, nesterov ? __fadd_rn(g, __fmul_rn(mu, v)) : v));
     } else if (mode == 1) {
         float wn = sqrtf(norms[0]), gn = sqrtf(norms[1]);
         float local = (wn > 0 && gn > 0) ? trust * wn / (gn + wd * wn) : 1.0f;
-        float v = mu * m[i] + lr * local * (g + wd * wi);
+        float v = __fadd_rn(__fmul_rn(mu, m[i]),
+                            __fmul_rn(__fmul_rn(lr, local), __fadd_rn(g, __fmul_rn(wd, wi))));
         m[i] = v;
-        wi -= v;
+        wi = __fsub_rn(wi, v);
     } else {
-        float v = mu * m[i] + lr * g;
+        float v = __fadd_rn(__fmul_rn(mu, m[i]), __fmul_rn(lr, g));
         m[i] = v;
-        wi -= v;
+        wi = __fsub_rn(wi, v);
     }
     w[i] = wi;
     wlp[i] = from_f<T>(wi);

@@ -40,6 +40,9 @@ template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
     int got = 0;
+    /* split-K partial sums added in float, never in the half output type
+       (the fp32 sums rounded once, as GemmEx is told too) */
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
     /* fp32 as GemmEx runs it here: no TF32, no reduced-precision tricks */
     cublasComputeType_t ct =
         c->prec == TRN_FP32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
@@ -59,6 +62,9 @@ template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
         cublasLtMatmulPreferenceSetAttribute(pref,
                                              CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref,
+                                             CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                             &red, sizeof red) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &h,
                                        &got) == CUBLAS_STATUS_SUCCESS &&
         got > 0) {
