@@ -95,7 +95,23 @@
 # Results: build/gpu-check.json (every verdict line and speed row, the
 # GPUs, the elapsed time against the 10-minute budget, and which parts of
 # issue 38's GPU items 3-6 this tree has no code for yet), besides stdout.
-# Environment: BUILD (build), PYTHON (/usr/bin/python3), STEPS (200),
+# --pack DIR: the binaries, their libraries and the data from
+# scripts/gpu-pack.sh (a GPU machine without the build's packages, such as
+# the ones lent to this project: run gpu-pack.sh here, carry DIR, run
+# `scripts/gpu-check.sh --pack DIR` there): unpacks DIR/payload.tar.xz,
+# runs DIR/bin's launchers (PREBUILT, BUILD=DIR), puts NVIDIA's wheels'
+# library folders (cuDNN, NCCL, cuBLAS) of $PYTHON's site-packages behind
+# the pack's libraries for jizhi's binaries alone, and links DIR/data where
+# the trainer and the benches look for Fashion-MNIST when nothing is there.
+# Then a preflight: a library of the binaries that does not resolve, or no
+# Fashion-MNIST, ends the script at once (exit 2, the reason in the JSON).
+# Every run is under `timeout` (RUN_T, 180 s, or what is left before
+# DEADLINE, 540 s after the start): a hung run costs its limit, not the
+# lease, and runs past the deadline are not made (each says so); a failed
+# run is a FAIL row, never the end of the script. With $OUT set (the device
+# tool's folder) the JSON and the whole log are copied there at the end.
+# Environment: BUILD (build), PYTHON (the first of python3 and
+# /usr/bin/python3 that imports torch, else python3), STEPS (200),
 # EQ_STEPS (20), DH_STEPS (50), PREBUILT (set: no build, the binaries in
 # $BUILD/bin are used as they are; item 6 needs $BUILD/bin/jizhi too),
 # BS_BUDGET (240), BS_SEEDS (2), BS_EXTRA (more bench flags), BS_ONLY (set:
@@ -107,17 +123,49 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-PYTHON=${PYTHON:-/usr/bin/python3}
 STEPS=${STEPS:-200}
+CPU_ONLY=0
+PACK=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --cpu) CPU_ONLY=1 ;;
+    --pack)
+        [ $# -ge 2 ] || { echo "usage: scripts/gpu-check.sh [--cpu] [--pack DIR]" >&2; exit 2; }
+        PACK=$2
+        shift
+        ;;
+    *) echo "usage: scripts/gpu-check.sh [--cpu] [--pack DIR]" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ -z "${PYTHON:-}" ]; then # the interpreter that has PyTorch (the benches need it)
+    PYTHON=python3
+    for py in python3 /usr/bin/python3; do
+        if "$py" -c 'import torch' 2>/dev/null; then PYTHON=$py; break; fi
+    done
+fi
+if [ -n "$PACK" ]; then
+    [ -f "$PACK/payload.tar.xz" ] && [ -d "$PACK/bin" ] || {
+        echo "gpu-check: --pack $PACK: no payload.tar.xz or bin/ there (make it with scripts/gpu-pack.sh)" >&2
+        exit 2
+    }
+    PACK=$(cd "$PACK" && pwd)
+    tar -C "$PACK" -xJf "$PACK/payload.tar.xz" || { echo "gpu-check: --pack: cannot unpack $PACK/payload.tar.xz" >&2; exit 2; }
+    BUILD=$PACK PREBUILT=1
+    # NVIDIA's wheels beside PyTorch: cuDNN (loaded by name), NCCL, cuBLAS
+    JIZHI_PACK_CUDA_LIBS=$("$PYTHON" -c 'import glob, os, site
+print(":".join(sorted(d for p in site.getsitepackages() for d in glob.glob(os.path.join(p, "nvidia", "*", "lib")))))' 2>/dev/null || true)
+    export JIZHI_PACK_CUDA_LIBS
+    FMNIST=/usr/share/datasets/fashion-mnist
+    if [ -d "$PACK/data" ] && [ ! -e "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+        { mkdir -p "$(dirname "$FMNIST")" && rm -rf "$FMNIST" && ln -s "$PACK/data" "$FMNIST"; } ||
+            echo "gpu-check: --pack: cannot link $PACK/data at $FMNIST" >&2
+    fi
+fi
 CPU=$BUILD/bin/jizhi-train
 GPU=$BUILD/bin/jizhi-train-cuda
-CPU_ONLY=0
-case "${1:-}" in
-"") ;;
---cpu) CPU_ONLY=1 ;;
-*) echo "usage: scripts/gpu-check.sh [--cpu]" >&2; exit 2 ;;
-esac
-if [ "$CPU_ONLY" = 0 ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+ngpu=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true) # one line per GPU (not MIG's)
+if [ "$CPU_ONLY" = 0 ] && [ "${ngpu:-0}" -lt 1 ]; then
     echo "gpu-check: no NVIDIA GPU on this machine (nvidia-smi $(command -v nvidia-smi >/dev/null &&
         echo 'lists none' || echo 'is not installed')): run it on a GPU machine, or" \
         "scripts/gpu-check.sh --cpu to check the script's own logic with the CPU binary" >&2
@@ -148,10 +196,12 @@ write_json() {
     local rc=${1:-$?}
     sleep 0.3 # tee flushes the last lines
     "$PYTHON" - "$LOG" "$JSON" "$rc" "$(( SECONDS - T0 ))" "$CPU_ONLY" "$BS_JSON" "$BS_STATE" \
-        "$BS_REASON" "$BS_USED" "$(printf '%q ' "${BS_ARGS[@]}")" <<'PYEOF' || true
+        "$BS_REASON" "$BS_USED" "$(printf '%q ' "${BS_ARGS[@]}")" \
+        "$(cat "${LATE:-/dev/null}" 2>/dev/null | wc -l)" <<'PYEOF' || true
 import json, re, subprocess, sys, time
 log, out, rc, elapsed, cpu_only = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 bs_json, bs_state, bs_reason, bs_used, bs_args = sys.argv[6:11]
+late = int(sys.argv[11] or 0)
 # item 6: the state of its section, and the bench's verdict when it ran
 bs = {"state": bs_state, "reason": bs_reason or None,
       "budget_s": int(bs_used) if bs_used.isdigit() else None,
@@ -171,7 +221,8 @@ if b:
               step_time=b.get("step_time"))
 lines = open(log, errors="replace").read().splitlines()
 checks = [{"check": l.strip(), "ok": bool(re.search(r"\bok\b", l)) and "FAIL" not in l}
-          for l in lines if re.search(r"\b(ok|FAIL)\b", l) and not l.startswith("==")]
+          for l in lines if re.search(r"\b(ok|FAIL)\b", l) and not l.startswith(("==", "preflight:"))]
+preflight = next((l[len("preflight: "):] for l in lines if l.startswith("preflight: ")), None)
 speed, cnn = [], []
 for l in lines:
     m = re.match(r"^(\d+)\s+(fp32|bf16|fp16)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)x$", l.strip())
@@ -191,7 +242,8 @@ except OSError:
 json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "mode": "cpu stand-in (no GPU checked)" if cpu_only else "gpu",
            "gpus": [g for g in gpus if g], "exit_status": rc, "elapsed_s": elapsed,
-           "within_10_min": elapsed <= 600, "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
+           "within_10_min": elapsed <= 600, "runs_past_deadline": late, "preflight": preflight,
+           "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
            "batchsize_gpu": bs,
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
@@ -201,7 +253,11 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
           open(out, "w"), indent=1)
 print(f"gpu-check: results in {out} ({elapsed} s)")
 PYEOF
-    rm -f "$LOG"
+    if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then # the device tool brings $OUT back
+        cp "$JSON" "$OUT/" 2>/dev/null || true
+        cp "$LOG" "$OUT/gpu-check.log" 2>/dev/null || true
+    fi
+    rm -f "$LOG" "${LATE:-}"
 }
 trap write_json EXIT
 exec > >(tee "$LOG") 2>&1
@@ -227,6 +283,39 @@ else
     make -s -j"$(nproc)" "$CPU" cuda
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
+[ -n "$PACK" ] && echo "--pack: $PACK ($(head -1 "$PACK/MANIFEST" 2>/dev/null)); python: $PYTHON; wheels' libraries: ${JIZHI_PACK_CUDA_LIBS:-none}"
+# preflight: binaries whose libraries resolve, and the data
+pre=""
+for b in "$CPU" "$GPU"; do
+    [ -f "$b" ] || continue
+    real=$b
+    [ -n "$PACK" ] && real=$PACK/libexec/$(basename "$b")
+    miss=$(LD_LIBRARY_PATH="${PACK:+$PACK/lib:}${JIZHI_PACK_CUDA_LIBS:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        ldd "$real" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ' || true)
+    [ -z "$miss" ] || pre="$pre $(basename "$b") lacks ${miss% };"
+done
+[ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+    pre="$pre no Fashion-MNIST in /usr/share/datasets/fashion-mnist (--pack DIR brings it);"
+if [ -n "$pre" ]; then
+    echo "preflight: FAIL:${pre%;}"
+    exit 2
+fi
+echo "preflight: ok (libraries resolve, Fashion-MNIST found; python $PYTHON$("$PYTHON" -c 'import torch; print(", torch", torch.__version__)' 2>/dev/null || echo ', no torch: the PyTorch columns will be 0'))"
+# From here a failed run is a FAIL row (status 1), not the end of the script
+set +e
+DEADLINE=${DEADLINE:-540}
+RUN_T=${RUN_T:-180}
+LATE=$(mktemp)
+run_t() { # command... under timeout: RUN_T or what is left before DEADLINE
+    local left=$(( DEADLINE - (SECONDS - T0) )) t=$RUN_T
+    if [ "$left" -le 5 ]; then
+        echo "gpu-check: past the deadline ($DEADLINE s): not run: ${*:1:3} ..." >&2
+        echo x >> "$LATE"
+        return 124
+    fi
+    [ "$left" -lt "$t" ] && t=$left
+    timeout -k 5 "$t" env -u JIZHI_TRIAL "$@"
+}
 
 COMMON=(--dataset fashion-mnist --train-subset 20000 --val-size 5000 --hidden 256,256
         --batch-size 128 --lr 0.05 --max-steps "$STEPS" --epochs 100 --log-every 50
@@ -252,8 +341,7 @@ exact() { # a b -> ok|FAIL: the same printed bits
     [ -n "$1" ] && [ "$1" = "$2" ] && echo ok || echo FAIL
 }
 
-# the GPUs listed and the 2-rank runs (mpirun, one GPU per rank)
-ngpu=$(nvidia-smi -L 2>/dev/null | wc -l || true)
+# the 2-rank runs (mpirun, one GPU per rank)
 MPI=(mpirun --oversubscribe -np 2 -x OMPI_ALLOW_RUN_AS_ROOT=1 -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -263,7 +351,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bs_section() {
     echo
     echo "== issue 38 item 6: the batch-size scheduler on the GPU (MLP 256,256, fixed 256..8192 vs scheduled 256 -> 8192, wall time to the target)"
-    local left=$(( 590 - (SECONDS - T0) )) budget=$BS_BUDGET rc=0
+    local left=$(( ${DEADLINE:-540} - 10 - (SECONDS - T0) )) budget=$BS_BUDGET rc=0
     [ "$left" -lt "$budget" ] && budget=$left
     if [ "$CPU_ONLY" = 1 ]; then
         BS_STATE=skipped BS_REASON="--cpu: no GPU, and the question is a GPU's wall-time curve"
@@ -312,10 +400,10 @@ for prec in "${PRECS[@]}"; do
     for bin in "$CPU" "$GPU"; do
         flags=(--precision "$prec")
         [ "$bin" = "$GPU" ] && flags+=(${BACKEND[@]+"${BACKEND[@]}"})
-        o=$(env -u JIZHI_TRIAL "$bin" "${COMMON[@]}" "${EQ[@]}" "${flags[@]}" 2>&1) || {
+        o=$(run_t "$bin" "${COMMON[@]}" "${EQ[@]}" "${flags[@]}" 2>&1) || {
             echo "$o" | tail -5; status=1; }
         runs+=("$(echo "$o" | metric val_loss)")
-        o=$(env -u JIZHI_TRIAL "$bin" "${COMMON[@]}" "${flags[@]}" 2>&1) || {
+        o=$(run_t "$bin" "${COMMON[@]}" "${flags[@]}" 2>&1) || {
             echo "$o" | tail -5; status=1; }
         runs+=("$(echo "$o" | metric val_acc)")
     done
@@ -338,9 +426,9 @@ echo "== gradient-noise inputs (issue 38 item 6): CPU vs CUDA, fp32, one rank, t
 # (the measuring step runs eager between replays). With --cpu the CPU
 # stands in for both.
 GN=(--max-steps 10 --eval-every 10 --log-every 10)
-gref=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" "${GN[@]}" 2>&1) || { echo "$gref" | tail -5; status=1; }
+gref=$(run_t "$CPU" "${COMMON[@]}" "${GN[@]}" 2>&1) || { echo "$gref" | tail -5; status=1; }
 for data in host device; do
-    o=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${GN[@]}" ${BACKEND[@]+"${BACKEND[@]}"} \
+    o=$(run_t "$GPU" "${COMMON[@]}" "${GN[@]}" ${BACKEND[@]+"${BACKEND[@]}"} \
         --gpu-data "$data" --cuda-graphs on 2>&1) || { echo "$o" | tail -5; status=1; }
     v=ok
     for m in grad_sqnorm_small grad_sqnorm_big; do
@@ -370,7 +458,7 @@ echo "== device-resident data and CUDA graphs (one rank, $STEPS steps: an epoch 
 dg() { # prec data graphs [flags] -> stderr of a run
     local prec=$1 data=$2 graphs=$3
     shift 3
-    env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --quiet 0 ${BACKEND[@]+"${BACKEND[@]}"} \
+    run_t "$GPU" "${COMMON[@]}" --quiet 0 ${BACKEND[@]+"${BACKEND[@]}"} \
         --precision "$prec" --gpu-data "$data" --cuda-graphs "$graphs" "$@" 2>&1
 }
 printf '%-6s %-24s %14s %14s %s\n' prec compared val_loss "val_loss (ref)" verdict
@@ -430,16 +518,16 @@ echo "== CNN on cuDNN (--model cnn --channels 16,32, one rank): CPU vs CUDA in f
 # cost ~20 s here).
 CNN=(--model cnn --channels 16,32 --val-size 2000 --precision fp32)
 CNN_RT=${CNN_RT:-1e-4}
-cc=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" 2>&1) || {
+cc=$(run_t "$CPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" 2>&1) || {
     echo "$cc" | tail -5; status=1; }
-gc=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
+gc=$(run_t "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
     echo "$gc" | tail -5; status=1; }
 cl=$(echo "$cc" | metric val_loss); gl=$(echo "$gc" | metric val_loss)
 v=$(close "${cl:-nan}" "${gl:-nan}" "$CNN_RT"); [ "$v" = ok ] || status=1
 printf 'CNN fp32 CPU vs CUDA, %s steps: val_loss %s vs %s: %s (tol %s rel)\n' "$EQ_STEPS" \
     "${gl:-none}" "${cl:-none}" "$v" "$CNN_RT"
 # the CNN on device data (the default) against host batches: the same bits
-gh=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" ${BACKEND[@]+"${BACKEND[@]}"} \
+gh=$(run_t "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" ${BACKEND[@]+"${BACKEND[@]}"} \
     --gpu-data host 2>&1) || { echo "$gh" | tail -5; status=1; }
 hl=$(echo "$gh" | metric val_loss)
 v=$(exact "${gl:-}" "${hl:-}"); [ "$v" = ok ] || status=1
@@ -467,7 +555,7 @@ for prec in bf16 fp16; do
         continue
     fi
     ls=(); [ "$prec" = fp16 ] && ls=(--loss-scale "$CNN_FP16_SCALE" --log-every "$EQ_STEPS")
-    gp=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --precision "$prec" \
+    gp=$(run_t "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --precision "$prec" \
         ${ls[@]+"${ls[@]}"} ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
         echo "$gp" | tail -5; status=1; }
     pl=$(echo "$gp" | metric val_loss); ps=$(echo "$gp" | metric loss_scale)
@@ -490,7 +578,7 @@ done
 if [ "$CPU_ONLY" = 1 ]; then
     echo "CNN fp32 1 rank --comm vs plain: SKIPPED (--cpu)"
 else
-    gr=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --quiet 0 \
+    gr=$(run_t "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --quiet 0 \
         ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM --grad-path device 2>&1) || {
         echo "$gr" | tail -5; status=1; }
     rl=$(echo "$gr" | metric val_loss)
@@ -511,11 +599,11 @@ if [ "$CPU_ONLY" = 1 ]; then
 elif ! command -v mpirun >/dev/null || [ "$ngpu" -lt 2 ]; then
     echo "CNN fp32 2 ranks --comm device path: SKIPPED (needs 2 GPUs and mpirun; found $ngpu GPU(s))"
 else
-    c2=$(env -u JIZHI_TRIAL "${MPI[@]}" "$CPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --comm mpi 2>&1) || {
+    c2=$(run_t "${MPI[@]}" "$CPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --comm mpi 2>&1) || {
         echo "$c2" | tail -5; status=1; }
-    d2=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --quiet 0 \
+    d2=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" --quiet 0 \
         --backend cuda --comm $COMM --grad-path device 2>&1) || { echo "$d2" | tail -5; status=1; }
-    h2=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" \
+    h2=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" \
         --backend cuda --comm $COMM --grad-path host 2>&1) || { echo "$h2" | tail -5; status=1; }
     cl2=$(echo "$c2" | metric val_loss); dl2=$(echo "$d2" | metric val_loss)
     hl2=$(echo "$h2" | metric val_loss)
@@ -531,8 +619,8 @@ fi
 if [ "$CPU_ONLY" = 1 ]; then
     echo "CNN fp32 CPU vs CUDA, $STEPS steps: SKIPPED (--cpu)"
 else
-    cc=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" "${CNN[@]}" 2>&1) || { echo "$cc" | tail -5; status=1; }
-    gc=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${CNN[@]}" --backend cuda 2>&1) || {
+    cc=$(run_t "$CPU" "${COMMON[@]}" "${CNN[@]}" 2>&1) || { echo "$cc" | tail -5; status=1; }
+    gc=$(run_t "$GPU" "${COMMON[@]}" "${CNN[@]}" --backend cuda 2>&1) || {
         echo "$gc" | tail -5; status=1; }
     ca=$(echo "$cc" | metric val_acc); ga=$(echo "$gc" | metric val_acc)
     v=$(near "${ca:-nan}" "${ga:-nan}" 0.01); [ "$v" = ok ] || status=1
@@ -549,12 +637,12 @@ sent() { # < stderr: MB rank 0 sent per step
 # top-k 1 % the way it converges: momentum correction (default), density
 # warm-up over the first half epoch, local clipping
 TOPK=(--topk 0.01 --topk-warmup 0.5 --topk-clip 1)
-loc=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" 2>&1)
+loc=$(run_t "$CPU" "${COMMON[@]}" 2>&1)
 la=$(echo "$loc" | metric val_acc)
-leq=$(env -u JIZHI_TRIAL "$CPU" "${COMMON[@]}" "${EQ[@]}" 2>&1)
+leq=$(run_t "$CPU" "${COMMON[@]}" "${EQ[@]}" 2>&1)
 ll=$(echo "$leq" | metric val_loss)
 for algo in native ring; do
-    one=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" --comm $COMM --allreduce $algo \
+    one=$(run_t "$GPU" "${COMMON[@]}" "${EQ[@]}" --comm $COMM --allreduce $algo \
         --fusion-kb 64 2>&1) || {
         echo "$one" | tail -5; status=1; }
     nl=$(echo "$one" | metric val_loss)
@@ -562,7 +650,7 @@ for algo in native ring; do
     printf '1 rank %s %s vs local, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel)\n' "$COMM" "$algo" \
         "$EQ_STEPS" "$nl" "$ll" "$v"
 done
-tk=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --quiet 0 --comm $COMM "${TOPK[@]}" --fusion-kb 64 2>&1) || {
+tk=$(run_t "$GPU" "${COMMON[@]}" --quiet 0 --comm $COMM "${TOPK[@]}" --fusion-kb 64 2>&1) || {
     echo "$tk" | tail -5; status=1; }
 ta=$(echo "$tk" | metric val_acc)
 v=$(near "${la:-0}" "${ta:-0}" 0.02); [ "$v" = ok ] || status=1
@@ -571,27 +659,27 @@ printf '1 rank %s top-k 1%% DGC vs dense local: val_acc %s vs %s: %s (tol 0.02)\
 ck=$(mktemp -d)
 trap 's=$?; rm -rf "$ck"; write_json $s' EXIT
 half=$((STEPS / 2))
-h=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --comm $COMM "${TOPK[@]}" --fusion-kb 64 \
+h=$(run_t "$GPU" "${COMMON[@]}" --comm $COMM "${TOPK[@]}" --fusion-kb 64 \
     --max-steps "$half" --save "$ck/half.jzck" 2>&1) || { echo "$h" | tail -5; status=1; }
-r=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" --comm $COMM "${TOPK[@]}" --fusion-kb 64 \
+r=$(run_t "$GPU" "${COMMON[@]}" --comm $COMM "${TOPK[@]}" --fusion-kb 64 \
     --resume "$ck/half.jzck" 2>&1) || { echo "$r" | tail -5; status=1; }
 tl=$(echo "$tk" | metric val_loss); rl=$(echo "$r" | metric val_loss)
 v=$(close "${tl:-nan}" "${rl:-nan}" 1e-6); [ "$v" = ok ] || status=1
 printf '1 rank %s top-k: checkpoint at step %s and resume vs uninterrupted: val_loss %s vs %s: %s (tol 1e-6 rel)\n' \
     "$COMM" "$half" "$rl" "$tl" "$v"
 if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }; then
-    two=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${EQ[@]}" --quiet 0 --comm $COMM 2>&1) || {
+    two=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" "${EQ[@]}" --quiet 0 --comm $COMM 2>&1) || {
         echo "$two" | tail -5; status=1; }
     tl=$(echo "$two" | metric val_loss)
     v=$(close "$ll" "${tl:-nan}" 1e-5); [ "$v" = ok ] || status=1
     printf '2 ranks %s ring vs 1 rank, %s steps: val_loss %s vs %s: %s (tol 1e-5 rel)\n' "$COMM" \
         "$EQ_STEPS" "$tl" "$ll" "$v"
-    bf=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" --comm $COMM --wire bf16 2>&1) || {
+    bf=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" --comm $COMM --wire bf16 2>&1) || {
         echo "$bf" | tail -5; status=1; }
     ba=$(echo "$bf" | metric val_acc)
     v=$(near "$la" "${ba:-0}" 0.02); [ "$v" = ok ] || status=1
     printf '2 ranks %s bf16 wire vs dense 1 rank: val_acc %s vs %s: %s (tol 0.02)\n' "$COMM" "$ba" "$la" "$v"
-    t2=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" --quiet 0 --comm $COMM "${TOPK[@]}" 2>&1) || {
+    t2=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" --quiet 0 --comm $COMM "${TOPK[@]}" 2>&1) || {
         echo "$t2" | tail -5; status=1; }
     a2=$(echo "$t2" | metric val_acc); ds=$(echo "$two" | sent); ts=$(echo "$t2" | sent)
     v=$(near "$la" "${a2:-0}" 0.02); [ "$v" = ok ] || status=1
@@ -624,11 +712,11 @@ msstep() { # < stderr: ms per step at batch 128 from the best samples/s reported
     v=$(sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | sort -g | tail -1)
     "$PYTHON" -c "import sys; v=float(sys.argv[1] or 0); print('%.3f' % (128e3 / v) if v > 0 else '-')" "${v:-}"
 }
-lc=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" --quiet 0 ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
+lc=$(run_t "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" --quiet 0 ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) || {
     echo "$lc" | tail -5; status=1; }
 lcl=$(echo "$lc" | metric val_loss)
 for algo in native ring; do
-    o=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" --quiet 0 \
+    o=$(run_t "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" --quiet 0 \
         ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce $algo --fusion-kb 64 2>&1) || {
         echo "$o" | tail -5; status=1; }
     ol=$(echo "$o" | metric val_loss)
@@ -638,7 +726,7 @@ for algo in native ring; do
 done
 ovrun() { # overlap -> val_loss of 1 rank on the device path, native, no fusion
     local o
-    o=$(env -u JIZHI_TRIAL "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" \
+    o=$(run_t "$GPU" "${COMMON[@]}" "${EQ[@]}" "${LOGS[@]}" \
         ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce native --fusion-kb 0 \
         --overlap "$1" 2>&1) || { echo "$o" | tail -5 >&2; return 1; }
     echo "$o" | metric val_loss
@@ -652,10 +740,10 @@ if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }
         dev_ms/step host_ms/step
     for cfg in "native fp32 1" "ring fp32 1" "ring fp32 0" "ring bf16 1" "hier bf16 1"; do
         set -- $cfg
-        d=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+        d=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
             ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce "$1" --wire "$2" \
             --overlap "$3" --fusion-kb 64 2>&1) || { echo "$d" | tail -5; status=1; }
-        h=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+        h=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
             ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${HOST[@]}" --allreduce "$1" --wire "$2" \
             --overlap "$3" --fusion-kb 64 2>&1) || { echo "$h" | tail -5; status=1; }
         dl=$(echo "$d" | metric val_loss); hl=$(echo "$h" | metric val_loss)
@@ -668,10 +756,10 @@ if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }
     echo "2 ranks device path vs host path, $DH_STEPS steps: table above (tol 1e-5 rel)"
     # auto fusion on the device: the curve timed with NCCL, the layout chosen
     # from 3 timed steps; the sums do not depend on the layout beyond rounding
-    d=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+    d=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
         ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${DEV[@]}" --allreduce ring --fusion-kb -1 \
         2>&1) || { echo "$d" | tail -5; status=1; }
-    h=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
+    h=$(run_t "${MPI[@]}" "$GPU" "${COMMON[@]}" "${DH[@]}" "${LOGS[@]}" --quiet 0 \
         ${BACKEND[@]+"${BACKEND[@]}"} --comm $COMM "${HOST[@]}" --allreduce ring --fusion-kb 64 \
         2>&1) || { echo "$h" | tail -5; status=1; }
     dl=$(echo "$d" | metric val_loss); hl=$(echo "$h" | metric val_loss)
@@ -694,7 +782,7 @@ if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }
                    "device native overlap=1 --grad-path device --allreduce native --overlap 1" \
                    "host ring --grad-path host --allreduce ring --overlap 1"; do
             name=${cfg%% --*}; flags=(${cfg#"$name" })
-            o=$(env -u JIZHI_TRIAL "${MPI[@]}" "$GPU" --backend cuda --comm nccl --hidden 2048,2048,2048 \
+            o=$(run_t "${MPI[@]}" "$GPU" --backend cuda --comm nccl --hidden 2048,2048,2048 \
                 --batch-size 8192 --precision bf16 --max-steps 200 --epochs 1000 --log-every 40 \
                 --eval-every 100000 --fusion-kb 1024 "${flags[@]}" 2>&1) || { echo "$o" | tail -5; status=1; }
             v=$(echo "$o" | sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g | tail -1)
@@ -724,14 +812,14 @@ for b in 128 1024 8192 65536; do
     steps=$(( 2000000 / b )); [ "$steps" -lt 100 ] && steps=100
     for prec in fp32 bf16; do
         sps() { # extra flags -> the best samples/s after the first report
-            env -u JIZHI_TRIAL "$GPU" --backend cuda --hidden 256,256 --batch-size "$b" \
+            run_t "$GPU" --backend cuda --hidden 256,256 --batch-size "$b" \
                 --precision "$prec" --max-steps "$steps" --epochs 100000 \
                 --log-every $((steps / 5)) --quiet "$@" 2>&1 |
                 sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g | tail -1
         }
         o=$(sps --cuda-graphs on)
         oh=$(sps --gpu-data host --cuda-graphs off)
-        p=$("$PYTHON" bench/bench_train_torch.py --device cuda --batch-size "$b" \
+        p=$(run_t "$PYTHON" bench/bench_train_torch.py --device cuda --batch-size "$b" \
             --precision "$prec" --steps "$steps" --warmup-steps 50 |
             "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
         printf '%-6s %-6s %14.0f %14.0f %14.0f %7.2fx\n' "$b" "$prec" "${o:-0}" "${oh:-0}" "$p" \
@@ -752,11 +840,11 @@ else
     for b in 256 2048 8192; do
         steps=$(( 400000 / b )); [ "$steps" -lt 30 ] && steps=30
         for prec in fp32 bf16 fp16; do
-            o=$(env -u JIZHI_TRIAL "$GPU" --backend cuda --model cnn --channels 16,32 \
+            o=$(run_t "$GPU" --backend cuda --model cnn --channels 16,32 \
                 --batch-size "$b" --precision "$prec" --max-steps "$steps" --epochs 100000 \
                 --log-every $((steps / 5)) --eval-every 1000000 --val-size 1000 --quiet 2>&1 |
                 sed -n 's/^jizhi: step [0-9]* samples_per_s=//p' | tail -n +2 | sort -g | tail -1)
-            pt=$("$PYTHON" bench/bench_train_torch.py --device cuda --model cnn --channels 16,32 \
+            pt=$(run_t "$PYTHON" bench/bench_train_torch.py --device cuda --model cnn --channels 16,32 \
                 --channels-last --batch-size "$b" --precision "$prec" --steps "$steps" \
                 --warmup-steps 10 |
                 "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')

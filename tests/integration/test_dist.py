@@ -12,6 +12,8 @@ import pytest
 
 from conftest import BUILD, env_for_trials
 
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
 
@@ -478,7 +480,60 @@ def test_nccl_needs_the_cuda_binary():
     assert "built without NCCL" in p.stderr
 
 
-def test_gpu_check_script_parses_and_its_cpu_side_runs():
+# What a lent GPU machine has of its own (scripts/gpu-pack.sh leaves these
+# out of the pack): glibc, the C++ runtime and CUDA's libraries.
+MACHINE_LIBS = re.compile(r"^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libpthread|libdl|librt|"
+                          r"libresolv|libnsl|libutil|libanl|libstdc\+\+|libgcc_s|libcuda|libcudart|"
+                          r"libcublas|libcublasLt|libnccl)\.so")
+
+
+def _gpu_pack(dest, **env):
+    """scripts/gpu-pack.sh into dest (fast xz: its size is not the point
+    here), skipped where the CUDA binary was not built."""
+    if not os.path.exists(os.path.join(BUILD, "bin", "jizhi-train-cuda")):
+        pytest.skip("no jizhi-train-cuda (no CUDA toolkit): nothing to pack")
+    e = dict(os.environ, BUILD=BUILD, PACK=str(dest), XZ_OPT="-0 -T0", TRAVEL_MAX_MB="400", **env)
+    p = subprocess.run([os.path.join(ROOT_DIR, "scripts", "gpu-pack.sh")], capture_output=True,
+                       text=True, env=e, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return dest
+
+
+def test_gpu_pack_holds_every_library_the_binaries_load_but_the_machines_own(tmp_path):
+    # a lent GPU machine has CUDA and PyTorch but none of the build's
+    # packages: every library the packed binaries load must come from the
+    # pack or be one the machine has (glibc, libstdc++, CUDA's)
+    pack = _gpu_pack(tmp_path / "pack")
+    subprocess.run(["tar", "-C", str(pack), "-xJf", str(pack / "payload.tar.xz")], check=True)
+    libs = pack / "lib"
+    assert (libs / "libzmq.so.5").exists() and (libs / "libjansson.so.4").exists()
+    assert not any(MACHINE_LIBS.match(f.name) for f in libs.iterdir()), sorted(libs.iterdir())
+    for b in ("jizhi-train", "jizhi-train-cuda", "jizhi"):
+        out = subprocess.run(["ldd", str(pack / "libexec" / b)], capture_output=True, text=True,
+                             env=dict(os.environ, LD_LIBRARY_PATH=str(libs))).stdout
+        for line in out.splitlines():
+            name = line.split()[0]
+            where = line.split("=>")[1].split()[0] if "=>" in line else ""
+            assert where.startswith(str(libs)) or MACHINE_LIBS.match(name) \
+                or name.startswith("/lib64/ld-linux"), (b, line)
+        # the launcher runs the packed binary with the pack's libraries
+        p = subprocess.run([str(pack / "bin" / b), "--help"], capture_output=True, text=True,
+                           timeout=30)
+        assert "error while loading shared libraries" not in p.stderr, p.stderr
+    for f in ("train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        assert (pack / "data" / f).stat().st_size > 0
+    manifest = (pack / "MANIFEST").read_text()
+    assert manifest.startswith("commit ") and "libzmq.so.5" in manifest
+    # over the size the device call can carry: refused with the sizes
+    p = subprocess.run([os.path.join(ROOT_DIR, "scripts", "gpu-pack.sh")], capture_output=True,
+                       text=True, timeout=300,
+                       env=dict(os.environ, BUILD=BUILD, PACK=str(tmp_path / "big"),
+                                XZ_OPT="-0 -T0", TRAVEL_MAX_MB="1"))
+    assert p.returncode == 1 and "over TRAVEL_MAX_MB (1)" in p.stderr, p.stderr
+    assert not (tmp_path / "big").exists()
+
+
+def test_gpu_check_script_parses_and_its_cpu_side_runs(tmp_path):
     # scripts/gpu-check.sh verifies the NCCL path on a GPU machine; here it
     # must parse, and with --cpu (the CPU binary standing in for
     # jizhi-train-cuda, --comm mpi for nccl) every comparison it makes
@@ -491,8 +546,13 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     assert subprocess.run(["bash", "-n", script]).returncode == 0
     e = mpi_env()
     e["BUILD"] = BUILD
-    p = subprocess.run([script, "--cpu"], capture_output=True, text=True, env=e, timeout=900)
+    # through scripts/gpu-pack.sh's pack, as on a lent GPU machine without
+    # the build's packages (the binaries' launchers, the libraries unpacked)
+    pack = _gpu_pack(tmp_path / "pack")
+    p = subprocess.run([script, "--cpu", "--pack", str(pack)], capture_output=True, text=True,
+                       env=e, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert "--pack: %s" % pack in p.stdout and "preflight: ok" in p.stdout, p.stdout
     for line in ("CPU vs CUDA: val_loss after 20 steps, val_acc after 200",
                  "1 rank mpi native vs local", "top-k 1% DGC vs dense local",
                  "checkpoint at step 100 and resume", "2 ranks mpi ring vs 1 rank",
@@ -518,8 +578,9 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     # issue 38 item 6 (the batch-size scheduler bench on the GPU): said
     # skipped with its reason, in stdout and the JSON
     assert "batch-size scheduler on the GPU: SKIPPED (--cpu: no GPU" in p.stdout, p.stdout
-    res = json.load(open(os.path.join(BUILD, "gpu-check.json")))
+    res = json.load(open(pack / "gpu-check.json"))
     assert res["batchsize_gpu"]["state"] == "skipped", res["batchsize_gpu"]
+    assert res["runs_past_deadline"] == 0 and res["preflight"].startswith("ok ("), res
     assert "--cpu" in res["batchsize_gpu"]["reason"]
     assert "--trainer jizhi-train-cuda" in res["batchsize_gpu"]["command"]
     assert res["exit_status"] == 0 and res["mode"].startswith("cpu")
@@ -527,6 +588,9 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs():
     assert "FAIL" not in p.stdout, p.stdout
     bad = subprocess.run([script, "--bogus"], capture_output=True, text=True, env=e)
     assert bad.returncode == 2 and "usage" in bad.stderr
+    bad = subprocess.run([script, "--cpu", "--pack", str(tmp_path / "none")], capture_output=True,
+                         text=True, env=e)
+    assert bad.returncode == 2 and "no payload.tar.xz or bin/ there" in bad.stderr, bad.stderr
     # PREBUILT (binaries carried to a GPU machine without the build's
     # packages): no build, and a binary that is not there is named
     e2 = dict(e, PREBUILT="1", BUILD=os.path.join(BUILD, "no-such-build"))
@@ -568,6 +632,14 @@ def test_gpu_check_refuses_without_a_gpu_and_writes_its_json(tmp_path):
     assert "not in this script" not in res["not_in_this_tree"]["item 6"]
     assert res["batchsize_gpu"]["state"] == "skipped"
     assert "batch-size scheduler on the GPU: SKIPPED (--cpu" in p.stdout
+    # past DEADLINE no run is made: each says so, its row fails, and the
+    # JSON counts them (a hung device run costs its limit, not the lease)
+    p = subprocess.run([script, "--cpu"], capture_output=True, text=True, timeout=120,
+                       env=dict(e, DEADLINE="0"))
+    res = json.load(open(tmp_path / "gpu-check.json"))
+    assert p.returncode == res["exit_status"] == 1, p.stdout + p.stderr
+    assert "past the deadline (0 s): not run" in p.stdout, p.stdout
+    assert res["runs_past_deadline"] >= 10 and not any(c["ok"] for c in res["checks"]), res
     # BS_ONLY: the build (here none: PREBUILT), then item 6 alone
     p = subprocess.run([script, "--cpu"], capture_output=True, text=True, timeout=60,
                        env=dict(e, BS_ONLY="1"))
