@@ -48,6 +48,7 @@ import ctypes
 import json
 import math
 import os
+import pickle
 import random
 import sys
 import time
@@ -411,6 +412,12 @@ class Controller:
         self._box = torch.zeros(_BOX_WORDS, dtype=torch.int64, device=self._dev)
         self._box_rest = [0] * (_BOX_WORDS - _BOX_HEAD)
         self._box_k = None  # rank 0: the box holds only this number of steps (None: unknown)
+        # The tensors made for this controller's latest collective, kept until
+        # the next one: with torch 1.13 a gloo worker that drops the last
+        # reference to a tensor made in Python takes the interpreter's lock,
+        # and in a process already ending (a save() or a long load just before
+        # exit) that aborts it ("terminate called without an active exception").
+        self._held = ()
 
         self.global_step = 0
         self.stopped = False
@@ -645,9 +652,7 @@ class Controller:
         then renamed. Returns the path. Does not tell the controller."""
         st = self._state()
         if self.ddp:
-            rngs = [None] * self.world_size
-            dist.all_gather_object(rngs, st["rng"])
-            st["rng_ranks"] = rngs
+            st["rng_ranks"] = self._gather_obj(st["rng"])
         if self.rank != 0:
             return path
         if path is None:
@@ -828,6 +833,7 @@ class Controller:
                 if self.rank == 0:
                     words.copy_(_pack(data).to(box.device))
                 dist.broadcast(words, 0)
+                self._held = (words,)
                 self.syncs += 1
             msg, ins = json.loads(_unpack(words, n)), nins
             self._refused = self._apply(msg)
@@ -1033,6 +1039,23 @@ class Controller:
         self._lr_scale = scale
 
     # ---- helpers --------------------------------------------------------------
+
+    def _gather_obj(self, obj):
+        """Every rank's obj, in rank order: dist.all_gather_object's result
+        over tensors kept in self._held (all_gather_object's own are dropped
+        by gloo's workers)."""
+        data = pickle.dumps(obj)
+        n = torch.tensor([len(data)], dtype=torch.int64, device=self._dev)
+        ns = [torch.zeros_like(n) for _ in range(self.world_size)]
+        dist.all_gather(ns, n)
+        lens = [int(x.item()) for x in ns]
+        mine = torch.zeros(_words(max(lens)), dtype=torch.int64, device=self._dev)
+        mine[:_words(len(data))] = _pack(data).to(self._dev)
+        every = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(every, mine)
+        self._held = (n, ns, mine, every)
+        return [pickle.loads(bytes(w.cpu().view(torch.uint8).tolist()[:k]))
+                for w, k in zip(every, lens)]
 
     def _bcast(self, obj):
         box = [obj]
