@@ -775,6 +775,21 @@ TEST(cudnn_algorithm_choice_and_its_math_type)
     CHECK(strstr(err, "backward filter") && strstr(err, "batch 256"));
     trn_cudnn_algo_none(0, 0, TRN_FP32, 32, 0, err);
     CHECK(strstr(err, "forward") && strstr(err, "no TF32"));
+    /* what cuDNN offered, one line each */
+    trn_algo_perf offered[2] = {
+        {.algo = 1, .status = 0, .determinism = 0, .math = 1, .memory = 4096},
+        {.algo = 0, .status = 3, .determinism = 1, .math = 3}};
+    char text[512] = "";
+    FILE *f = fmemopen(text, sizeof text, "w");
+    CHECK(f);
+    if (f) {
+        trn_cudnn_algo_list(f, offered, 2);
+        fclose(f);
+    }
+    CHECK(strstr(text,
+                 "  algorithm 1: status 0, not deterministic, math 1, workspace 4096 "
+                 "bytes\n  algorithm 0: status 3, deterministic, math 3, workspace 0 "
+                 "bytes\n"));
 }
 
 /* The bf16 BatchNorm of the CUDA CNN (bn_half.h: the math its own kernels

@@ -54,7 +54,8 @@ static void s_pick(s_cnn *q, int i, int nb, int k, const trn_algo_perf *r, int n
     if (j < 0) {
         char err[TRN_ERRLEN];
         trn_cudnn_algo_none(i, k, q->prec, nb, n, err);
-        fprintf(stderr, "jizhi-train: CUDA CNN: %s\n", err);
+        fprintf(stderr, "jizhi-train: CUDA CNN: %s; cuDNN offered:\n", err);
+        trn_cudnn_algo_list(stderr, r, n);
         exit(1);
     }
     algo[k] = r[j].algo;

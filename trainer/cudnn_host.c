@@ -171,6 +171,16 @@ int trn_cudnn_algo_math(const trn_cudnn_types *t, int result_math)
     return result_math;
 }
 
+void trn_cudnn_algo_list(FILE *out, const trn_algo_perf *r, int n)
+{
+    for (int i = 0; i < n; i++)
+        fprintf(out, "  algorithm %d: status %d, %s, math %d, workspace %zu bytes\n",
+                r[i].algo, r[i].status,
+                r[i].determinism == TRN_CUDNN_DETERMINISTIC ? "deterministic"
+                                                            : "not deterministic",
+                r[i].math, r[i].memory);
+}
+
 void trn_cudnn_algo_none(int layer, int kind, int p, int nb, int n, char *err)
 {
     static const char *const dir[TRN_ALGO_KINDS] = {"forward", "backward data",

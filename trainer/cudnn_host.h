@@ -30,6 +30,7 @@
 #define TRN_CUDNN_HOST_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* The major version in a cuDNN version number: major*10000 + minor*100 +
    patch from cuDNN 9 on, major*1000 + minor*100 + patch before. */
@@ -132,6 +133,10 @@ int trn_cudnn_algo_pick(const struct trn_cudnn_types_s *t, const trn_algo_perf *
    math at types t: the result's own, except DEFAULT at fp32, set as FMA
    (DEFAULT lets cuDNN use TF32 on Ampere and later; fp32 runs without). */
 int trn_cudnn_algo_math(const struct trn_cudnn_types_s *t, int result_math);
+
+/* Writes r[0..n) to out, one line each (algorithm, status, determinism,
+   math, workspace bytes): what cuDNN offered where nothing qualified. */
+void trn_cudnn_algo_list(FILE *out, const trn_algo_perf *r, int n);
 
 /* The message when no result qualifies for direction kind (0 forward, 1
    backward data, 2 backward filter) of conv op layer at precision p and

@@ -564,6 +564,7 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs(tmp_path):
                  "2 ranks device path ring, overlap on vs off",
                  "2 ranks device path ring, fusion auto vs host path 64 KiB",
                  "device data vs host data", "graphs on vs off", "epilogue lt vs kernel",
+                 "CNN fp32 2-step smoke run: ok", "CNN bf16 2-step smoke run: ok",
                  "CNN fp32 CPU vs CUDA, 20 steps", "CNN fp32 device data vs host data",
                  "CNN bf16 vs fp32 CUDA, 20 steps",
                  "CNN fp16 vs fp32 CUDA: SKIPPED (--cpu",
