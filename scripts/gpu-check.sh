@@ -823,7 +823,9 @@ echo "== speed on the GPU: MLP 784-256-256-10, samples/s"
 # which could fall back and time plain launches; a failed capture ends that
 # run with exit 2 and its row shows 0); host-data: --gpu-data host
 # --cuda-graphs off, the path measured on 2026-12-04; ratio: jizhi-cuda /
-# pytorch (PyTorch's data on the device too)
+# pytorch (PyTorch's data on the device too). Batch 65536 is more than the
+# 55 000 training examples: each side's step then takes the whole set (an
+# epoch a step) and counts the rows it took
 printf '%-6s %-6s %14s %14s %14s %8s\n' batch prec jizhi-cuda host-data pytorch ratio
 for b in 128 1024 8192 65536; do
     steps=$(( 2000000 / b )); [ "$steps" -lt 100 ] && steps=100
