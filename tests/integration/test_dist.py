@@ -533,6 +533,67 @@ def test_gpu_pack_holds_every_library_the_binaries_load_but_the_machines_own(tmp
     assert not (tmp_path / "big").exists()
 
 
+def _libs_of(path):
+    out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+    return [w.split()[0] if w.split()[0].startswith("/") else w.split("=>")[1].split()[0]
+            for w in out.splitlines() if "/" in w]
+
+
+def test_gpu_pack_runs_in_a_root_with_only_the_machines_libraries(tmp_path):
+    # the strongest stand-in for the lent machine here: a chroot holding
+    # glibc, libstdc++, libgcc_s, a shell and the pack, nothing of the
+    # build's packages; the launchers must start jizhi-train and jizhi there,
+    # and jizhi-train-cuda too once CUDA's own libraries are mounted where
+    # the wheels' would be (JIZHI_PACK_CUDA_LIBS)
+    if os.geteuid() != 0 or not shutil.which("chroot"):
+        pytest.skip("needs root and chroot")
+    pack = _gpu_pack(tmp_path / "pack")
+    subprocess.run(["tar", "-C", str(pack), "-xJf", str(pack / "payload.tar.xz")], check=True)
+    root = tmp_path / "root"
+    for d in ("bin", "lib", "lib64"):  # a merged /usr, whatever this machine's is
+        (root / "usr" / d).mkdir(parents=True)
+        (root / d).symlink_to("usr/" + d)
+    tools = [shutil.which(t) for t in ("sh", "dirname", "readlink", "basename")]
+    for f in set(sum((_libs_of(t) for t in tools), [])) | set(tools) | {
+            "/lib/x86_64-linux-gnu/" + n for n in (
+                "libstdc++.so.6", "libgcc_s.so.1", "libm.so.6", "libpthread.so.0", "libdl.so.2",
+                "librt.so.1", "libresolv.so.2")
+            if os.path.exists("/lib/x86_64-linux-gnu/" + n)}:
+        dest = root / os.path.realpath(f).lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, dest)
+        if os.path.realpath(f) != f:  # the name the loader or the launcher asks for
+            link = root / f.lstrip("/")
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                shutil.copy(f, link)
+    if not (root / "bin" / "sh").exists():
+        shutil.copy(shutil.which("sh"), root / "bin" / "sh")
+    shutil.copytree(pack, root / "pack", symlinks=True)
+    (root / "tmp").mkdir(exist_ok=True)
+    chroot = lambda cmd: subprocess.run(["chroot", str(root), "/bin/sh", "-c", cmd],
+                                        capture_output=True, text=True, timeout=60)
+    if chroot("true").returncode != 0:
+        pytest.skip("chroot refused here")
+    for b in ("jizhi-train", "jizhi"):
+        p = chroot("/pack/bin/%s --help" % b)
+        assert p.returncode == 0 and "usage: " in p.stdout + p.stderr, (b, p.stderr)
+    p = chroot("/pack/bin/jizhi-train-cuda --help")
+    assert "error while loading shared libraries" in p.stderr  # CUDA's are the machine's
+    cuda = "/usr/local/cuda/lib64"
+    (root / "wheels").mkdir()
+    if not os.path.exists(os.path.join(cuda, "libcudart.so.13")) or subprocess.run(
+            ["mount", "--bind", cuda, str(root / "wheels")], capture_output=True).returncode:
+        print("jizhi-train-cuda with CUDA's libraries: not run (no toolkit or no bind mount)")
+        return
+    try:
+        p = chroot("JIZHI_PACK_CUDA_LIBS=/wheels /pack/bin/jizhi-train-cuda --help")
+        assert p.returncode == 0 and "usage: " in p.stdout + p.stderr, p.stderr
+        print("jizhi-train-cuda with CUDA's libraries: started")
+    finally:
+        subprocess.run(["umount", str(root / "wheels")])
+
+
 def test_gpu_check_script_parses_and_its_cpu_side_runs(tmp_path):
     # scripts/gpu-check.sh verifies the NCCL path on a GPU machine; here it
     # must parse, and with --cpu (the CPU binary standing in for
