@@ -65,6 +65,7 @@ RANK = textwrap.dedent("""
         def flush(self, timeout_ms=10000):
             return True
 
+    threads0 = len(os.listdir("/proc/self/task"))
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
@@ -157,17 +158,20 @@ RANK = textwrap.dedent("""
         return got
 
     # The models, their DDP reducers and hooks hold the process group: they
-    # go first, so destroy_process_group() joins gloo's threads while the
-    # interpreter is whole. (A group left to finalisation: a gloo worker that
-    # drops the last reference to a tensor made in Python aborts the process
-    # there about once in 20, "terminate called without an active exception".)
+    # go first (each case's die with run_case), so destroy_process_group()
+    # joins gloo's threads while the interpreter is whole. (A group left to
+    # finalisation: a gloo worker that drops the last reference to a tensor
+    # made in Python aborts the process there, "terminate called without an
+    # active exception".) The threads counted after it: as before the group.
     for case in json.loads(os.environ["CASES"]):
         out[case["name"]] = run_case(case)
     out["sparse"] = sparse()
     gc.collect()
+    dist.destroy_process_group()
+    gc.collect()
+    out["threads"] = [threads0, len(os.listdir("/proc/self/task"))]
     with open(os.environ["OUT"] + ".%d" % rank, "w") as f:
         json.dump(out, f)
-    dist.destroy_process_group()
 """)
 
 
@@ -303,6 +307,16 @@ def test_the_flag_is_the_default_under_ddp(ranks):
                                       "gradients")
     # the other cases: sync_every given, or no DDP module: the cadence
     assert r0["each"]["looks_by"] == r0["load"]["looks_by"] == "cadence"
+
+
+def test_every_model_and_controller_let_go_of_the_group(ranks):
+    # after the cases (DDP models with the flag hook, a second attach, the
+    # user's own hook) and destroy_process_group(), gloo's threads are gone:
+    # nothing (a hook's state held by DDP's reducer, say) kept the group alive
+    # into the interpreter's finalisation
+    for g in ranks:
+        before, after = g["threads"]
+        assert after == before, g["threads"]
 
 
 def test_a_load_too_long_for_the_box_arrives_whole(ranks):

@@ -52,6 +52,7 @@ import pickle
 import random
 import sys
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -272,12 +273,26 @@ class _FlagState:
     torch takes one hook per model, so a later attach() to the same model
     rebinds `ctl` (None: DDP's mean alone) instead of registering another.
     inflight: this backward's all-reduces (work, future, bucket, both);
-    both: DDP's first bucket and the flag's elements, kept from step to step."""
+    both: DDP's first bucket and the flag's elements, kept from step to step.
+    The controller is held weakly: DDP's reducer holds this state from C++,
+    where Python's collector cannot see it, so a strong reference would keep
+    the controller, its model, the reducer and the process group alive for
+    ever (gloo's threads then run into the interpreter's finalisation). A
+    controller no one holds any more leaves DDP's mean alone."""
 
     def __init__(self, ctl):
+        self._ctl = None
         self.ctl = ctl
         self.inflight = []
         self.both = None
+
+    @property
+    def ctl(self):
+        return self._ctl() if self._ctl is not None else None
+
+    @ctl.setter
+    def ctl(self, ctl):
+        self._ctl = weakref.ref(ctl) if ctl is not None else None
 
 
 def _flag_hook(state, bucket):
@@ -412,11 +427,12 @@ class Controller:
         self._box = torch.zeros(_BOX_WORDS, dtype=torch.int64, device=self._dev)
         self._box_rest = [0] * (_BOX_WORDS - _BOX_HEAD)
         self._box_k = None  # rank 0: the box holds only this number of steps (None: unknown)
-        # The tensors made for this controller's latest collective, kept until
+        # The tensors made for this controller's latest collective (attach's
+        # broadcast of the params, save()'s gather, a long load), kept until
         # the next one: with torch 1.13 a gloo worker that drops the last
         # reference to a tensor made in Python takes the interpreter's lock,
-        # and in a process already ending (a save() or a long load just before
-        # exit) that aborts it ("terminate called without an active exception").
+        # and in a process already ending that aborts it ("terminate called
+        # without an active exception").
         self._held = ()
 
         self.global_step = 0
@@ -1058,10 +1074,18 @@ class Controller:
                 for w, k in zip(every, lens)]
 
     def _bcast(self, obj):
-        box = [obj]
-        dist.broadcast_object_list(box, 0, device=self._dev if self._dev.type == "cuda"
-                                   else None)
-        return box[0]
+        """Rank 0's obj on every rank: dist.broadcast_object_list's result
+        over tensors kept in self._held, as _gather_obj."""
+        data = pickle.dumps(obj) if self.rank == 0 else b""
+        n = torch.tensor([len(data)], dtype=torch.int64, device=self._dev)
+        dist.broadcast(n, 0)
+        k = int(n.item())
+        words = torch.zeros(_words(k), dtype=torch.int64, device=self._dev)
+        if self.rank == 0:
+            words.copy_(_pack(data).to(self._dev))
+        dist.broadcast(words, 0)
+        self._held = (n, words)
+        return pickle.loads(bytes(words.cpu().view(torch.uint8).tolist()[:k]))
 
     def _report(self, metrics):
         n = self._loss_n
