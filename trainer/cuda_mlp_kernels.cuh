@@ -203,7 +203,10 @@ __global__ void k_update(float *w, T *wlp, const G *glp, float *m, long n,
         return;
     /* each product and sum rounded on its own (__f*_rn: nvcc would fuse
        them into FMAs), in optim.c's order, which is built without
-       contraction: the CPU and CUDA updates round alike */
+       contraction: SGD's updates (plain, Nesterov, weight decay, unscaled)
+       and LARS's biases round as the CPU's. LARS's weights do not quite:
+       the CPU takes the norms and the trust ratio in double and rounds
+       lr * trust once; here they are float and the step is rounded twice */
     float lr = a->lr;
     float g = __fmul_rn(to_f<G>(glp[i]), unscale ? a->inv_scale : 1.0f);
     float wi = w[i];

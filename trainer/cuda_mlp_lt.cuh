@@ -40,9 +40,11 @@ template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
     int got = 0;
-    /* split-K partial sums added in float, never in the half output type
-       (the fp32 sums rounded once, as GemmEx is told too) */
-    uint32_t red = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    /* split-K partial sums added in the compute type (float) only: not in
+       place in the output buffer nor in the output type, which are the half
+       type (the fp32 sums rounded once, as GemmEx is told too); no split-K
+       is always allowed */
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     /* fp32 as GemmEx runs it here: no TF32, no reduced-precision tricks */
     cublasComputeType_t ct =
         c->prec == TRN_FP32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
