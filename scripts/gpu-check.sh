@@ -80,8 +80,8 @@
 #      the scheduler's wall time / that seed's best fixed batch's against
 #      the goal 0.8x, per seed too, goes to the JSON and stdout ("met" or
 #      "missed": a benchmark's goal, not a check; the exit status ignores
-#      it). Under `timeout` for BS_BUDGET (240) seconds or what is left of
-#      the 10 minutes less 10 s, skipped with 120 s or less left; run alone
+#      it). Under `timeout` for BS_BUDGET (200) seconds or what is left before
+#      DEADLINE less 10 s, skipped with 120 s or less; run alone
 #      (after the build) with BS_ONLY=1. The CUDA MLP step measures the
 #      CPU step's small batch (the first half, every --log-every steps:
 #      trainer/gns.h, cuda_mlp_half.cuh), so noise_scale_reported in the
@@ -105,7 +105,7 @@
 # the trainer and the benches look for Fashion-MNIST when nothing is there.
 # Then a preflight: a library of the binaries that does not resolve, or no
 # Fashion-MNIST, ends the script at once (exit 2, the reason in the JSON).
-# Every run is under `timeout` (RUN_T, 180 s, or what is left before
+# Every run is under `timeout` (RUN_T, 90 s, or what is left before
 # DEADLINE, 540 s after the start): a hung run costs its limit, not the
 # lease, and runs past the deadline are not made (each says so); a failed
 # run is a FAIL row, never the end of the script. With $OUT set (the device
@@ -114,7 +114,7 @@
 # /usr/bin/python3 that imports torch, else python3), STEPS (200),
 # EQ_STEPS (20), DH_STEPS (50), PREBUILT (set: no build, the binaries in
 # $BUILD/bin are used as they are; item 6 needs $BUILD/bin/jizhi too),
-# BS_BUDGET (240), BS_SEEDS (2), BS_EXTRA (more bench flags), BS_ONLY (set:
+# BS_BUDGET (200), BS_SEEDS (2), BS_EXTRA (more bench flags), BS_ONLY (set:
 # the build, then item 6 only).
 # --cpu: a machine without a GPU runs every comparison with the CPU binary
 # standing in for jizhi-train-cuda (--backend cuda dropped, --comm nccl
@@ -122,7 +122,9 @@
 # part): it checks the script's own logic, not the GPU (tests run it so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+T0=0 # the budget counts from the start (SECONDS is the shell's age)
 BUILD=${BUILD:-build}
+OUTDIR=$BUILD # the JSON's folder (BUILD moves to the pack's binaries with --pack)
 STEPS=${STEPS:-200}
 CPU_ONLY=0
 PACK=""
@@ -150,15 +152,20 @@ if [ -n "$PACK" ]; then
         exit 2
     }
     PACK=$(cd "$PACK" && pwd)
-    tar -C "$PACK" -xJf "$PACK/payload.tar.xz" || { echo "gpu-check: --pack: cannot unpack $PACK/payload.tar.xz" >&2; exit 2; }
-    BUILD=$PACK PREBUILT=1
-    # NVIDIA's wheels beside PyTorch: cuDNN (loaded by name), NCCL, cuBLAS
-    JIZHI_PACK_CUDA_LIBS=$("$PYTHON" -c 'import glob, os, site
-print(":".join(sorted(d for p in site.getsitepackages() for d in glob.glob(os.path.join(p, "nvidia", "*", "lib")))))' 2>/dev/null || true)
-    export JIZHI_PACK_CUDA_LIBS
+    # unpacked outside the carried folder (which must stay small enough to
+    # travel again): the launchers, the binaries and their libraries
+    RUNDIR=$(mktemp -d "${TMPDIR:-/tmp}/jizhi-pack.XXXXXX")
+    cp -a "$PACK/bin" "$RUNDIR/" && tar -C "$RUNDIR" -xJf "$PACK/payload.tar.xz" ||
+        { echo "gpu-check: --pack: cannot unpack $PACK/payload.tar.xz into $RUNDIR" >&2; exit 2; }
+    BUILD=$RUNDIR PREBUILT=1
+    # NVIDIA's wheels beside PyTorch (cuDNN, loaded by name; NCCL; cuBLAS):
+    # behind the pack's libraries, read by the launchers from this file
+    "$PYTHON" -c 'import glob, os, site
+print(":".join(sorted(d for p in site.getsitepackages() for d in glob.glob(os.path.join(p, "nvidia", "*", "lib")))))' \
+        > "$RUNDIR/cuda-libs" 2>/dev/null || true
     FMNIST=/usr/share/datasets/fashion-mnist
-    if [ -d "$PACK/data" ] && [ ! -e "$FMNIST/train-images-idx3-ubyte.gz" ]; then
-        { mkdir -p "$(dirname "$FMNIST")" && rm -rf "$FMNIST" && ln -s "$PACK/data" "$FMNIST"; } ||
+    if [ -d "$PACK/data" ] && [ ! -e "$FMNIST" ]; then
+        { mkdir -p "$(dirname "$FMNIST")" && ln -s "$PACK/data" "$FMNIST"; } ||
             echo "gpu-check: --pack: cannot link $PACK/data at $FMNIST" >&2
     fi
 fi
@@ -171,14 +178,16 @@ if [ "$CPU_ONLY" = 0 ] && [ "${ngpu:-0}" -lt 1 ]; then
         "scripts/gpu-check.sh --cpu to check the script's own logic with the CPU binary" >&2
     exit 2
 fi
-mkdir -p "$BUILD"
-JSON=$BUILD/gpu-check.json
-LOG=$(mktemp)
+mkdir -p "$OUTDIR"
+JSON=$OUTDIR/gpu-check.json
+# the whole log; in $OUT from the start when the device tool gives one (a
+# call cut off at its limit still brings it back)
+if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then LOG=$OUT/gpu-check.log; else LOG=$(mktemp); fi
 # item 6 (the batch-size scheduler bench): its JSON, the state write_json
 # records, the seconds it was given, and the bench's arguments
-BS_JSON=$BUILD/gpu-check-batchsize.json
+BS_JSON=$OUTDIR/gpu-check-batchsize.json
 BS_STATE="not reached" BS_REASON="the script ended before its section" BS_USED=""
-BS_BUDGET=${BS_BUDGET:-240}
+BS_BUDGET=${BS_BUDGET:-200}
 BS_SEEDS=${BS_SEEDS:-2}
 BS_ARGS=(--models mlp --trainer jizhi-train-cuda "--trainer-args=--backend cuda"
          --throughput wall --rank time --seeds "$BS_SEEDS"
@@ -189,7 +198,6 @@ BS_ARGS=(--models mlp --trainer jizhi-train-cuda "--trainer-args=--backend cuda"
 read -ra BS_MORE <<< "${BS_EXTRA:-}"
 BS_ARGS+=(${BS_MORE[@]+"${BS_MORE[@]}"})
 rm -f "$BS_JSON"
-T0=$SECONDS
 # build/gpu-check.json from what the script printed: every verdict line
 # (ending in ok or FAIL), every speed row, the GPUs, the elapsed seconds
 write_json() {
@@ -224,17 +232,18 @@ checks = [{"check": l.strip(), "ok": bool(re.search(r"\bok\b", l)) and "FAIL" no
           for l in lines if re.search(r"\b(ok|FAIL)\b", l) and not l.startswith(("==", "preflight:"))]
 preflight = next((l[len("preflight: "):] for l in lines if l.startswith("preflight: ")), None)
 speed, cnn = [], []
+num = lambda v: None if v in ("-", "") else (float(v) if "." in v else int(v))
 for l in lines:
-    m = re.match(r"^(\d+)\s+(fp32|bf16|fp16)\s+(\d+)\s+(\d+)\s+(\d+)\s+([\d.]+)x$", l.strip())
-    if m:
-        speed.append({"batch": int(m[1]), "precision": m[2], "jizhi_cuda": int(m[3]),
-                      "jizhi_cuda_host_data": int(m[4]), "pytorch": int(m[5]),
-                      "ratio": float(m[6])})
+    m = re.match(r"^(\d+)\s+(fp32|bf16|fp16)\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)\s+([\d.]+x|-)$", l.strip())
+    if m:  # "-": that run failed or was not made (not a zero)
+        speed.append({"batch": int(m[1]), "precision": m[2], "jizhi_cuda": num(m[3]),
+                      "jizhi_cuda_host_data": num(m[4]), "pytorch": num(m[5]),
+                      "ratio": num(m[6].rstrip("x"))})
 for l in lines:
-    m = re.match(r"^cnn\s+(\d+)\s+(fp32|bf16|fp16)\s+(\d+)\s+(\d+)\s+([\d.]+)x$", l.strip())
+    m = re.match(r"^cnn\s+(\d+)\s+(fp32|bf16|fp16)\s+(\d+|-)\s+(\d+|-)\s+([\d.]+x|-)$", l.strip())
     if m:  # PyTorch channels_last at the same precision (bf16/fp16: autocast, AMP)
-        cnn.append({"batch": int(m[1]), "precision": m[2], "jizhi_cuda": int(m[3]),
-                    "pytorch_cl": int(m[4]), "ratio": float(m[5])})
+        cnn.append({"batch": int(m[1]), "precision": m[2], "jizhi_cuda": num(m[3]),
+                    "pytorch_cl": num(m[4]), "ratio": num(m[5].rstrip("x"))})
 try:
     gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.split("\n")
 except OSError:
@@ -255,9 +264,11 @@ print(f"gpu-check: results in {out} ({elapsed} s)")
 PYEOF
     if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then # the device tool brings $OUT back
         cp "$JSON" "$OUT/" 2>/dev/null || true
-        cp "$LOG" "$OUT/gpu-check.log" 2>/dev/null || true
+        cp "$BS_JSON" "$OUT/" 2>/dev/null || true
+    else
+        rm -f "$LOG"
     fi
-    rm -f "$LOG" "${LATE:-}"
+    rm -f "${LATE:-}"
 }
 trap write_json EXIT
 exec > >(tee "$LOG") 2>&1
@@ -283,16 +294,17 @@ else
     make -s -j"$(nproc)" "$CPU" cuda
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi -L || true
-[ -n "$PACK" ] && echo "--pack: $PACK ($(head -1 "$PACK/MANIFEST" 2>/dev/null)); python: $PYTHON; wheels' libraries: ${JIZHI_PACK_CUDA_LIBS:-none}"
-# preflight: binaries whose libraries resolve, and the data
+[ -n "$PACK" ] && echo "--pack: $PACK ($(head -1 "$PACK/MANIFEST" 2>/dev/null)), unpacked in $RUNDIR; python: $PYTHON; wheels' libraries: $(cat "$RUNDIR/cuda-libs" 2>/dev/null || echo none)"
+# preflight: every program starts (its libraries resolve, the C library is
+# new enough) and the data is there; cuDNN (loaded at run time) is a note
 pre=""
-for b in "$CPU" "$GPU"; do
+for b in "$CPU" "$GPU" "$BUILD/bin/jizhi" "$BUILD/bin/jizhi-core"; do
     [ -f "$b" ] || continue
-    real=$b
-    [ -n "$PACK" ] && real=$PACK/libexec/$(basename "$b")
-    miss=$(LD_LIBRARY_PATH="${PACK:+$PACK/lib:}${JIZHI_PACK_CUDA_LIBS:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        ldd "$real" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ' || true)
-    [ -z "$miss" ] || pre="$pre $(basename "$b") lacks ${miss% };"
+    if [ "$CPU_ONLY" = 1 ] && [ "$b" = "$GPU" ]; then continue; fi
+    o=$(timeout 20 "$b" --help 2>&1 >/dev/null) && continue
+    case "$o" in
+    *"error while loading"* | *"not found"* | *"GLIBC"*) pre="$pre $(basename "$b"): $(echo "$o" | head -2 | tr '\n' ' ');" ;;
+    esac
 done
 [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
     pre="$pre no Fashion-MNIST in /usr/share/datasets/fashion-mnist (--pack DIR brings it);"
@@ -300,11 +312,17 @@ if [ -n "$pre" ]; then
     echo "preflight: FAIL:${pre%;}"
     exit 2
 fi
-echo "preflight: ok (libraries resolve, Fashion-MNIST found; python $PYTHON$("$PYTHON" -c 'import torch; print(", torch", torch.__version__)' 2>/dev/null || echo ', no torch: the PyTorch columns will be 0'))"
+cudnn=""
+if [ "$CPU_ONLY" = 0 ]; then
+    cudnn=$(LD_LIBRARY_PATH="$(cat "${RUNDIR:-/nonexistent}/cuda-libs" 2>/dev/null)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+        "$PYTHON" -c 'import ctypes; ctypes.CDLL("libcudnn.so.9")' 2>/dev/null &&
+        echo "; libcudnn.so.9 loads" || echo "; libcudnn.so.9 does not load: the CNN rows will fail")
+fi
+echo "preflight: ok (programs start, Fashion-MNIST found; python $PYTHON$("$PYTHON" -c 'import torch; print(", torch", torch.__version__)' 2>/dev/null || echo ', no torch: the PyTorch columns will be -')$cudnn)"
 # From here a failed run is a FAIL row (status 1), not the end of the script
 set +e
 DEADLINE=${DEADLINE:-540}
-RUN_T=${RUN_T:-180}
+RUN_T=${RUN_T:-90}
 LATE=$(mktemp)
 run_t() { # command... under timeout: RUN_T or what is left before DEADLINE
     local left=$(( DEADLINE - (SECONDS - T0) )) t=$RUN_T
@@ -337,6 +355,14 @@ near() { # a b abs_tol -> ok|FAIL
     "$PYTHON" -c "import sys; a,b,t=map(float,sys.argv[1:]); print('ok' if abs(a-b)<=t else 'FAIL')" \
         "$1" "$2" "$3"
 }
+num() { # a samples/s as an integer, or - for what is not a number (a failed run)
+    if [[ "${1:-}" =~ ^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$ ]]; then printf '%.0f' "$1"; else echo -; fi
+}
+ratio() { # a b -> a/b as 1.23x, or - when either is not a number
+    if [ "$(num "$1")" = - ] || [ "$(num "$2")" = - ] || [ "$(num "$2")" = 0 ]; then echo -; else
+        awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'
+    fi
+}
 exact() { # a b -> ok|FAIL: the same printed bits
     [ -n "$1" ] && [ "$1" = "$2" ] && echo ok || echo FAIL
 }
@@ -356,7 +382,7 @@ bs_section() {
     if [ "$CPU_ONLY" = 1 ]; then
         BS_STATE=skipped BS_REASON="--cpu: no GPU, and the question is a GPU's wall-time curve"
     elif [ "$budget" -le 120 ]; then
-        BS_STATE=skipped BS_REASON="the 10-minute budget: $(( SECONDS - T0 )) s used, ${left} s left"
+        BS_STATE=skipped BS_REASON="$budget s for it (BS_BUDGET $BS_BUDGET; $(( SECONDS - T0 )) s used, ${left} s left before DEADLINE and 10 s for the rest)"
     elif [ ! -x "$BUILD/bin/jizhi" ]; then
         BS_STATE=skipped BS_REASON="$BUILD/bin/jizhi is missing (the bench runs each arm as a jizhi study)"
     fi
@@ -518,14 +544,17 @@ echo "== CNN on cuDNN (--model cnn --channels 16,32, one rank): CPU vs CUDA in f
 # cost ~20 s here).
 CNN=(--model cnn --channels 16,32 --val-size 2000 --precision fp32)
 CNN_RT=${CNN_RT:-1e-4}
-# first two steps of each precision: where cuDNN offers no algorithm the
-# CNN's rows would all fail, one process after another; one smoke run each
-# says so at once (with cuDNN's list) and the section is skipped
-CNN_OK=1
+# first two steps of each precision: where cuDNN offers no algorithm a
+# precision's rows would all fail, one process after another; one smoke run
+# each says so at once (with cuDNN's list), and that precision's rows are
+# skipped (fp32's: every CNN row, the others compare with it)
+CNN_BAD="" # the precisions whose smoke run failed
+cnn_bad() { case " $CNN_BAD " in *" $1 "*) return 0 ;; esac; return 1; }
 for prec in fp32 bf16 fp16; do
     [ "$CPU_ONLY" = 1 ] && [ "$prec" = fp16 ] && continue
     sm=$(run_t "$GPU" "${COMMON[@]}" "${CNN[@]}" --max-steps 2 --eval-every 2 --precision "$prec" \
-        ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) && v=ok || { v=FAIL; CNN_OK=0; status=1; echo "$sm" | tail -12; }
+        ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) && v=ok ||
+        { v=FAIL; CNN_BAD="$CNN_BAD $prec"; status=1; echo "$sm" | tail -12; }
     echo "CNN $prec 2-step smoke run: $v"
 done
 cnn_rows() {
@@ -563,6 +592,10 @@ cnn_rows() {
     for prec in bf16 fp16; do
         if [ "$CPU_ONLY" = 1 ] && [ "$prec" = fp16 ]; then
             echo "CNN fp16 vs fp32 CUDA: SKIPPED (--cpu: the CPU's fp16 is an emulation, ~15 s)"
+            continue
+        fi
+        if cnn_bad "$prec"; then
+            echo "CNN $prec vs fp32 CUDA: SKIPPED (its smoke run failed)"
             continue
         fi
         ls=(); [ "$prec" = fp16 ] && ls=(--loss-scale "$CNN_FP16_SCALE" --log-every "$EQ_STEPS")
@@ -639,10 +672,10 @@ cnn_rows() {
             "${ga:-none}" "${ca:-none}" "$v"
     fi
 }
-if [ "$CNN_OK" = 1 ]; then
-    cnn_rows
+if cnn_bad fp32; then
+    echo "CNN rows: SKIPPED (the fp32 smoke run failed, above)"
 else
-    echo "CNN rows: SKIPPED (a smoke run failed, above)"
+    cnn_rows
 fi
 
 echo
@@ -828,7 +861,7 @@ echo "== speed on the GPU: MLP 784-256-256-10, samples/s"
 # epoch a step) and counts the rows it took
 printf '%-6s %-6s %14s %14s %14s %8s\n' batch prec jizhi-cuda host-data pytorch ratio
 for b in 128 1024 8192 65536; do
-    steps=$(( 2000000 / b )); [ "$steps" -lt 100 ] && steps=100
+    steps=$(( 1000000 / b )); [ "$steps" -lt 100 ] && steps=100
     for prec in fp32 bf16; do
         sps() { # extra flags -> the best samples/s after the first report
             run_t "$GPU" --backend cuda --hidden 256,256 --batch-size "$b" \
@@ -841,8 +874,8 @@ for b in 128 1024 8192 65536; do
         p=$(run_t "$PYTHON" bench/bench_train_torch.py --device cuda --batch-size "$b" \
             --precision "$prec" --steps "$steps" --warmup-steps 50 |
             "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
-        printf '%-6s %-6s %14.0f %14.0f %14.0f %7.2fx\n' "$b" "$prec" "${o:-0}" "${oh:-0}" "$p" \
-            "$("$PYTHON" -c "print(${o:-0}/$p)")"
+        printf '%-6s %-6s %14s %14s %14s %8s\n' "$b" "$prec" "$(num "$o")" "$(num "$oh")" \
+            "$(num "$p")" "$(ratio "$o" "$p")"
     done
 done
 
@@ -852,15 +885,19 @@ echo "== speed on the GPU: CNN 16,32 (cuDNN, NHWC, device data, no graphs), samp
 # the same precision (fp32; bf16 and fp16 autocast, i.e. AMP, fp16 with its
 # GradScaler): the issue's goal is >= 0.9x AMP at batch 256-8192. Skipped
 # after a failed CNN smoke run, and within a minute of DEADLINE
-if [ "$CNN_OK" = 0 ]; then
-    echo "CNN speed: SKIPPED (a smoke run failed)"
+if cnn_bad fp32; then
+    echo "CNN speed: SKIPPED (the fp32 smoke run failed)"
 elif [ $(( SECONDS - T0 )) -gt $(( DEADLINE - 60 )) ]; then
     echo "CNN speed: SKIPPED (the deadline: $(( SECONDS - T0 )) s of $DEADLINE used)"
 else
     printf '%-10s %-6s %14s %14s %10s\n' batch prec jizhi-cuda torch-cl vs_torch
     for b in 256 2048 8192; do
-        steps=$(( 400000 / b )); [ "$steps" -lt 30 ] && steps=30
+        steps=$(( 200000 / b )); [ "$steps" -lt 30 ] && steps=30
         for prec in fp32 bf16 fp16; do
+            if cnn_bad "$prec"; then
+                echo "cnn $b $prec: SKIPPED (its smoke run failed)"
+                continue
+            fi
             o=$(run_t "$GPU" --backend cuda --model cnn --channels 16,32 \
                 --batch-size "$b" --precision "$prec" --max-steps "$steps" --epochs 100000 \
                 --log-every $((steps / 5)) --eval-every 1000000 --val-size 1000 --quiet 2>&1 |
@@ -869,8 +906,8 @@ else
                 --channels-last --batch-size "$b" --precision "$prec" --steps "$steps" \
                 --warmup-steps 10 |
                 "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
-            printf 'cnn %-6s %-6s %14.0f %14.0f %9.2fx\n' "$b" "$prec" "${o:-0}" "${pt:-0}" \
-                "$("$PYTHON" -c "print(${o:-0}/max(${pt:-0},1e-9))")"
+            printf 'cnn %-6s %-6s %14s %14s %10s\n' "$b" "$prec" "$(num "$o")" "$(num "$pt")" \
+                "$(ratio "$o" "$pt")"
         done
     done
 fi

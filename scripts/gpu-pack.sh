@@ -4,30 +4,31 @@
 # build's Debian packages and no network (the image of the GPU machines lent
 # to this project). Run here, after `make` and `make cuda`; writes PACK
 # (default .gpu, ignored by git):
-#   payload.tar.xz  libexec/: jizhi-train, jizhi-train-cuda and jizhi as
-#              built here; lib/: every shared library they load, as ldd
+#   payload.tar.xz  libexec/: jizhi-train, jizhi-train-cuda, jizhi and
+#              jizhi-core (what `jizhi run` hands its work to) as built here; lib/: every shared library they load, as ldd
 #              resolves it here, except glibc's, libstdc++, libgcc_s and
 #              CUDA's own (the machine's, or its wheels'); gpu-check.sh
 #              --pack unpacks it in place
 #   bin/       one launcher per binary: sets LD_LIBRARY_PATH to the pack's
-#              lib/ (then $JIZHI_PACK_CUDA_LIBS, the wheels' folders that
-#              gpu-check.sh finds) for that program alone, so PyTorch's
+#              lib/, then the folders in the file cuda-libs beside bin/ (the
+#              wheels' folders, which gpu-check.sh writes there), for that
+#              program and what it starts (jizhi's trials), so PyTorch's
 #              processes keep the machine's own libraries
 #   data/      Fashion-MNIST's four files (gpu-check.sh links them where
 #              the trainer and the benches look when that folder is absent)
 #   MANIFEST   the commit, the files and their sizes
 # Then, on the GPU machine: scripts/gpu-check.sh --pack .gpu (the device
 # call carries .gpu). Exit 1, with the reason, when a binary is missing,
-# a library does not resolve here, or the pack and the working tree's
-# tracked files together exceed TRAVEL_MAX_MB (60: the device call carries
-# both under a 64 MiB limit).
+# a library does not resolve here, or the pack and the working tree's files
+# (tracked, and untracked ones git does not ignore) together exceed
+# TRAVEL_MAX_MB (60: the device call carries both under a 64 MiB limit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 PACK=${PACK:-.gpu}
 TRAVEL_MAX_MB=${TRAVEL_MAX_MB:-60}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
-BINS=(jizhi-train jizhi-train-cuda jizhi)
+BINS=(jizhi-train jizhi-train-cuda jizhi jizhi-core)
 # provided by the GPU machine: glibc's libraries and the loader, the C++
 # runtime, and CUDA's (the driver's libcuda; cudart, cuBLAS and NCCL from the
 # toolkit or the wheels)
@@ -53,7 +54,9 @@ for b in "${BINS[@]}"; do
 #!/bin/sh
 # the pack's launcher (scripts/gpu-pack.sh): the binary with the pack's libraries
 d=$(dirname "$(readlink -f "$0")")/..
-LD_LIBRARY_PATH="$d/lib${JIZHI_PACK_CUDA_LIBS:+:$JIZHI_PACK_CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+c=""
+[ -r "$d/cuda-libs" ] && { read -r c || true; } < "$d/cuda-libs"
+LD_LIBRARY_PATH="$d/lib${c:+:$c}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     exec "$d/libexec/$(basename "$0")" "$@"
 EOF
     chmod 755 "$tmp/bin/$b"
@@ -80,11 +83,13 @@ cp "$DATA"/*-ubyte.gz "$tmp/data/"
 } > "$tmp/MANIFEST"
 rm -rf "$tmp/lib" "$tmp/libexec" "$tmp/ldd" "$tmp/libs"
 kb=$(du -sk "$tmp" | cut -f1)
-tree=$(git ls-files -z 2>/dev/null | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+# what travels beside it: tracked files and untracked ones git does not ignore
+tree=$(git ls-files -z -co --exclude-standard 2>/dev/null | du -ck --files0-from=- 2>/dev/null |
+    tail -1 | cut -f1)
 [ $((kb + ${tree:-0})) -le $((TRAVEL_MAX_MB * 1024)) ] ||
-    die "the pack ($((kb / 1024)) MB) and the tracked files ($((${tree:-0} / 1024)) MB) are over TRAVEL_MAX_MB ($TRAVEL_MAX_MB)"
+    die "the pack ($((kb / 1024)) MB) and the working tree's files ($((${tree:-0} / 1024)) MB) are over TRAVEL_MAX_MB ($TRAVEL_MAX_MB)"
 (cd "$tmp" && find . -type f -printf '%P %s\n' | sort) >> "$tmp/MANIFEST"
 rm -rf "$PACK"
 mkdir -p "$(dirname "$PACK")"
 cp -a "$tmp" "$PACK"
-echo "gpu-pack: $PACK ($((kb / 1024)) MB; with the tracked files $(((kb + ${tree:-0}) / 1024)) MB): on the GPU machine, scripts/gpu-check.sh --pack $PACK"
+echo "gpu-pack: $PACK ($((kb / 1024)) MB; with the working tree $(((kb + ${tree:-0}) / 1024)) MB): on the GPU machine, scripts/gpu-check.sh --pack $PACK"
