@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 pytestmark = needs_torch("torch.distributed")
 
 RANK = textwrap.dedent("""
-    import gc, json, os, sys, time, types
+    import gc, json, os, sys, time, types, weakref
     import torch, torch.distributed as dist
     import jizhi.torch
 
@@ -157,6 +157,46 @@ RANK = textwrap.dedent("""
             got["insist"] = str(e)
         return got
 
+    def dropped():
+        # a controller in a reference cycle (the user's: c.me = c) let go
+        # of while training goes on with the model: rank 0's collector frees
+        # it before the next backward, rank 1's in the middle of one;
+        # every rank still all-reduces the same sizes, and the gradients are
+        # DDP's mean (a twin under DDP's own all-reduce)
+        layers = lambda: torch.nn.Sequential(torch.nn.Linear(3, 300),
+                                             *[torch.nn.Linear(300, 300) for _ in range(7)],
+                                             torch.nn.Linear(300, 2))
+        model = layers()
+        twin = layers()
+        twin.load_state_dict(model.state_dict())
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        twin = torch.nn.parallel.DistributedDataParallel(twin)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        def attached():
+            c = jizhi.torch.attach(None, opt, model=model, report_every=0)
+            c.me = c
+            opt.zero_grad()
+            model(torch.ones(4, 3)).sum().backward()
+            c.step()
+            return c.looks_by, weakref.ref(c)
+        gc.disable()
+        looks_by, ref = attached()
+        if rank == 0:
+            gc.collect()
+        else:
+            model.module[0].weight.register_hook(lambda g: (gc.collect(), g)[1])
+        alive = ref() is not None
+        x = torch.ones(4, 3) * (rank + 1)
+        for m in (model, twin):
+            m.zero_grad()
+            m(x).sum().backward()
+        gc.enable()
+        gc.collect()  # rank 1's: this backward kept it to the end
+        gap = max((p.grad - q.grad).abs().max().item()
+                  for p, q in zip(model.parameters(), twin.parameters()))
+        return {"looks_by": looks_by, "alive_at_backward": alive, "gone": ref() is None,
+                "gap": gap}
+
     # The models, their DDP reducers and hooks hold the process group: they
     # go first (each case's die with run_case), so destroy_process_group()
     # joins gloo's threads while the interpreter is whole. (A group left to
@@ -166,6 +206,7 @@ RANK = textwrap.dedent("""
     for case in json.loads(os.environ["CASES"]):
         out[case["name"]] = run_case(case)
     out["sparse"] = sparse()
+    out["dropped"] = dropped()
     gc.collect()
     dist.destroy_process_group()
     gc.collect()
@@ -307,6 +348,14 @@ def test_the_flag_is_the_default_under_ddp(ranks):
                                       "gradients")
     # the other cases: sync_every given, or no DDP module: the cadence
     assert r0["each"]["looks_by"] == r0["load"]["looks_by"] == "cadence"
+
+
+def test_a_controller_let_go_of_mid_training_leaves_ddps_mean(ranks):
+    d0, d1 = ranks[0]["dropped"], ranks[1]["dropped"]
+    assert d0["looks_by"] == d1["looks_by"] == "flag"
+    assert d0["alive_at_backward"] is False and d1["alive_at_backward"] is True  # as arranged
+    assert d0["gone"] and d1["gone"]
+    assert d0["gap"] < 1e-6 and d1["gap"] < 1e-6, (d0, d1)
 
 
 def test_every_model_and_controller_let_go_of_the_group(ranks):

@@ -194,7 +194,9 @@ class _Loader:
     DistributedSampler share; batch_size is per rank."""
 
     def __init__(self, ctl, dataset, batch_size, shuffle, seed, epochs, drop_last, kwargs):
-        self._ctl = ctl
+        # the ranks, not the controller (which holds its loaders: no cycle,
+        # so a controller let go of is freed at once)
+        self._ddp, self._world, self._rank = ctl.ddp, ctl.world_size, ctl.rank
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
@@ -209,9 +211,9 @@ class _Loader:
         self._gen.manual_seed(self.seed)  # the global RNG (so a rebuild changes nothing)
 
     def _indices(self, epoch):
-        if self._ctl.ddp:
+        if self._ddp:
             s = torch.utils.data.distributed.DistributedSampler(
-                self.dataset, num_replicas=self._ctl.world_size, rank=self._ctl.rank,
+                self.dataset, num_replicas=self._world, rank=self._rank,
                 shuffle=self.shuffle, seed=self.seed)
             s.set_epoch(epoch)
             return list(s)
@@ -274,15 +276,21 @@ class _FlagState:
     rebinds `ctl` (None: DDP's mean alone) instead of registering another.
     inflight: this backward's all-reduces (work, future, bucket, both);
     both: DDP's first bucket and the flag's elements, kept from step to step.
+    flag: whether bucket 0 carries the flag's elements, set by attach() on
+    every rank alike, so every rank all-reduces the same sizes.
     The controller is held weakly: DDP's reducer holds this state from C++,
     where Python's collector cannot see it, so a strong reference would keep
     the controller, its model, the reducer and the process group alive for
     ever (gloo's threads then run into the interpreter's finalisation). A
-    controller no one holds any more leaves DDP's mean alone."""
+    controller no one holds any more sends zeros in the flag's elements and
+    reads none, each rank from whenever its collector frees it; one
+    backward() keeps the controller it started with (cur) to its end."""
 
     def __init__(self, ctl):
         self._ctl = None
         self.ctl = ctl
+        self.flag = ctl is not None
+        self.cur = None
         self.inflight = []
         self.both = None
 
@@ -308,17 +316,18 @@ def _flag_hook(state, bucket):
     their futures. No callback runs on gloo's threads: with torch 1.13 a
     Python callback there (Future.then) made a process abort at exit about
     once in six ("terminate called without an active exception")."""
-    ctl = state.ctl
     buf = bucket.buffer().div_(dist.get_world_size())
     both = None
     if bucket.index() == 0:
         _flag_drain(state)  # a backward() that raised left its all-reduces
-        if ctl is not None:
-            both = _flag_fill(state, ctl, buf)
+        state.cur = state.ctl  # this backward's controller (None: gone)
+        if state.flag:
+            both = _flag_fill(state, state.cur, buf)
     fut = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
     if bucket.is_last() and not state.inflight:  # one bucket: nothing to overlap
         dist.all_reduce(buf if both is None else both)
-        _flag_done(ctl, buf, both, fut)
+        _flag_done(state.cur, buf, both, fut)
+        state.cur = None
         return fut
     work = dist.all_reduce(buf if both is None else both, async_op=True)
     state.inflight.append((work, fut, buf, both))
@@ -329,7 +338,8 @@ def _flag_hook(state, bucket):
 
 def _flag_fill(state, ctl, buf):
     """Bucket 0: its gradients and, after them, the flag's elements (rank
-    0's; zeros on the others) in one buffer kept from step to step."""
+    0's; zeros on the others and where the controller is gone) in one
+    buffer kept from step to step."""
     n = buf.numel()
     both = state.both
     if both is None or both.numel() != n + _FLAG_HEAD + _INLINE_BYTES or \
@@ -338,7 +348,7 @@ def _flag_fill(state, ctl, buf):
                                         device=buf.device)
     both[:n].copy_(buf)
     both[n:].zero_()
-    if ctl._lead and not ctl.stopped and \
+    if ctl is not None and ctl._lead and not ctl.stopped and \
             not getattr(ctl.trial, "closed", False):  # a closed trial's handle is gone
         data = ctl._take_inline()
         if data:
@@ -355,7 +365,8 @@ def _flag_drain(state):
     inflight, state.inflight = state.inflight, []
     for work, fut, buf, both in inflight:
         work.wait()
-        _flag_done(state.ctl, buf, both, fut)
+        _flag_done(state.cur, buf, both, fut)
+    state.cur = None
 
 
 def _flag_done(ctl, buf, both, fut):
@@ -364,7 +375,10 @@ def _flag_done(ctl, buf, both, fut):
     if both is not None:
         n = buf.numel()
         look, size = both[n:n + _FLAG_HEAD].tolist()  # on CUDA: waits for the all-reduce
-        ctl._flag_due = ctl._flag_due or look > 0
+        if ctl is None:  # the controller is gone: the gradients alone
+            size = 0
+        else:
+            ctl._flag_due = ctl._flag_due or look > 0
         if size > 0:
             raw = both[n + _FLAG_HEAD:n + _FLAG_HEAD + int(size)].to(torch.uint8)
             ctl._inline += [{"kind": "set", "name": k, "value": v}
@@ -522,6 +536,7 @@ class Controller:
             raise ValueError("jizhi.torch.attach: grad_flag: %s" % why)
         if state is not None:  # our hook from an earlier attach(): ours now, or DDP's mean
             state.ctl = self if use else None
+            state.flag = use
             return use
         if not use:
             return False
