@@ -545,9 +545,9 @@ def test_gpu_pack_runs_in_a_root_with_only_the_machines_libraries(tmp_path):
     # the strongest stand-in for the lent machine here: a chroot holding
     # glibc, libstdc++, libgcc_s, a shell and the pack, nothing of the
     # build's packages; the launchers must start jizhi-train and jizhi there,
-    # and jizhi-train-cuda too once CUDA's own libraries are mounted where
-    # the wheels' would be (named in the pack's cuda-libs, as gpu-check.sh
-    # writes it)
+    # and jizhi-train-cuda too once CUDA's own libraries are where the
+    # wheels' would be (named in the pack's cuda-libs, as gpu-check.sh
+    # writes it; hard links to the toolkit's, no copies of 600 MB)
     if os.geteuid() != 0 or not shutil.which("chroot"):
         pytest.skip("needs root and chroot")
     pack = _gpu_pack(tmp_path / "pack")
@@ -583,19 +583,18 @@ def test_gpu_pack_runs_in_a_root_with_only_the_machines_libraries(tmp_path):
         assert p.returncode == 0 and "usage: " in p.stdout + p.stderr, (b, p.stderr)
     p = chroot("/pack/bin/jizhi-train-cuda --help")
     assert "error while loading shared libraries" in p.stderr  # CUDA's are the machine's
-    cuda = "/usr/local/cuda/lib64"
     (root / "wheels").mkdir()
-    if not os.path.exists(os.path.join(cuda, "libcudart.so.13")) or subprocess.run(
-            ["mount", "--bind", cuda, str(root / "wheels")], capture_output=True).returncode:
-        print("jizhi-train-cuda with CUDA's libraries: not run (no toolkit or no bind mount)")
-        return
     try:
-        (root / "pack" / "cuda-libs").write_text("/wheels\n")
-        p = chroot("/pack/bin/jizhi-train-cuda --help")
-        assert p.returncode == 0 and "usage: " in p.stdout + p.stderr, p.stderr
-        print("jizhi-train-cuda with CUDA's libraries: started")
-    finally:
-        subprocess.run(["umount", str(root / "wheels")])
+        for name in ("libcudart.so.13", "libcublas.so.13", "libcublasLt.so.13", "libnccl.so.2"):
+            os.link(os.path.realpath(os.path.join("/usr/local/cuda/lib64", name)),
+                    root / "wheels" / name)
+    except OSError as e:  # no toolkit, or it is on another file system
+        print("jizhi-train-cuda with CUDA's libraries: not run (%s)" % e)
+        return
+    (root / "pack" / "cuda-libs").write_text("/wheels\n")
+    p = chroot("/pack/bin/jizhi-train-cuda --help")
+    assert p.returncode == 0 and "usage: " in p.stdout + p.stderr, p.stderr
+    print("jizhi-train-cuda with CUDA's libraries: started")
 
 
 def test_gpu_check_script_parses_and_its_cpu_side_runs(tmp_path):
@@ -755,10 +754,22 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
         (b, pr) for b in (128, 1024, 8192, 65536) for pr in ("fp32", "bf16")]
     assert all(r["jizhi_cuda"] is None and r["pytorch"] is None and r["ratio"] is None
                for r in res["speed_mlp"]), res["speed_mlp"]
-    assert res["checks"] and not any(c["ok"] for c in res["checks"] if "FAIL" in c["check"])
+    rows = [c["check"] for c in res["checks"] if not c["ok"]]
+    assert any(r.startswith("fp32 ") for r in rows) and any("smoke run" in r for r in rows), rows
+    assert any(r.startswith("1 rank nccl native vs local") for r in rows), rows
     # the device tool's folder: the JSON and the whole log
     assert json.load(open(out_dir / "gpu-check.json")) == res
     assert "== speed on the GPU" in (out_dir / "gpu-check.log").read_text()
+    # a program that cannot start (a library missing there): the preflight
+    # ends the script at once, exit 2, the reason in the JSON
+    (tmp_path / "bin" / "jizhi-train-cuda").write_text(
+        "#!/bin/sh\necho 'jizhi-train-cuda: error while loading shared libraries: "
+        "libnccl.so.2: cannot open shared object file' >&2\nexit 127\n")
+    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=60)
+    assert p.returncode == 2, p.stdout + p.stderr
+    res = json.load(open(tmp_path / "gpu-check.json"))
+    assert res["preflight"].startswith("FAIL: jizhi-train-cuda does not start (status 127)"), res
+    assert "libnccl.so.2" in res["preflight"] and res["checks"] == []
 
 
 def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):
