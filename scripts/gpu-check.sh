@@ -155,6 +155,7 @@ if [ -n "$PACK" ]; then
     # unpacked outside the carried folder (which must stay small enough to
     # travel again): the launchers, the binaries and their libraries
     RUNDIR=$(mktemp -d "${TMPDIR:-/tmp}/jizhi-pack.XXXXXX")
+    trap 'rm -rf "$RUNDIR"' EXIT # until write_json's trap, which removes it too
     cp -a "$PACK/bin" "$RUNDIR/" && tar -C "$RUNDIR" -xJf "$PACK/payload.tar.xz" ||
         { echo "gpu-check: --pack: cannot unpack $PACK/payload.tar.xz into $RUNDIR" >&2; exit 2; }
     BUILD=$RUNDIR PREBUILT=1
@@ -272,6 +273,7 @@ PYEOF
     if [ -n "${RUNDIR:-}" ]; then rm -rf "$RUNDIR"; fi # --pack's scratch copy
 }
 trap write_json EXIT
+trap 'exit 143' TERM # a stop from outside: the JSON says 143
 exec > >(tee "$LOG") 2>&1
 
 BACKEND=(--backend cuda)
@@ -302,12 +304,11 @@ pre=""
 for b in "$CPU" "$GPU" "$BUILD/bin/jizhi" "$BUILD/bin/jizhi-core"; do
     [ -f "$b" ] || continue
     if [ "$CPU_ONLY" = 1 ] && [ "$b" = "$GPU" ]; then continue; fi
+    # --help exits 0; anything else (a loader error, 126/127, a hang: 124,
+    # a signal) means the program's runs would all fail
     o=$(timeout 20 "$b" --help 2>&1 >/dev/null) && prc=0 || prc=$?
-    case "$prc:$o" in
-    0:*) ;;
-    126:* | 127:* | *"error while loading"* | *"GLIBC"* | *"Exec format"* | *"Permission denied"*)
-        pre="$pre $(basename "$b") does not start (status $prc): $(echo "$o" | head -2 | tr '\n' ' ');" ;;
-    esac
+    [ "$prc" = 0 ] ||
+        pre="$pre $(basename "$b") does not start (status $prc): $(echo "$o" | head -2 | tr '\n' ' ');"
 done
 [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
     pre="$pre no Fashion-MNIST in /usr/share/datasets/fashion-mnist (--pack DIR brings it);"

@@ -755,21 +755,22 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
     assert all(r["jizhi_cuda"] is None and r["pytorch"] is None and r["ratio"] is None
                for r in res["speed_mlp"]), res["speed_mlp"]
     rows = [c["check"] for c in res["checks"] if not c["ok"]]
+    assert len(rows) == len(res["checks"]), res["checks"]  # no run passed: no row ok
     assert any(r.startswith("fp32 ") for r in rows) and any("smoke run" in r for r in rows), rows
     assert any(r.startswith("1 rank nccl native vs local") for r in rows), rows
     # the device tool's folder: the JSON and the whole log
     assert json.load(open(out_dir / "gpu-check.json")) == res
     assert "== speed on the GPU" in (out_dir / "gpu-check.log").read_text()
-    # a program that cannot start (a library missing there): the preflight
-    # ends the script at once, exit 2, the reason in the JSON
+    # a program that cannot start (its --help fails: a library missing
+    # there, a C library too old, ...): the preflight ends the script at
+    # once, exit 2, the reason in the JSON
     (tmp_path / "bin" / "jizhi-train-cuda").write_text(
-        "#!/bin/sh\necho 'jizhi-train-cuda: error while loading shared libraries: "
-        "libnccl.so.2: cannot open shared object file' >&2\nexit 127\n")
+        "#!/bin/sh\necho 'stand-in: cannot run here' >&2\nexit 126\n")
     p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=60)
     assert p.returncode == 2, p.stdout + p.stderr
     res = json.load(open(tmp_path / "gpu-check.json"))
-    assert res["preflight"].startswith("FAIL: jizhi-train-cuda does not start (status 127)"), res
-    assert "libnccl.so.2" in res["preflight"] and res["checks"] == []
+    assert res["preflight"].startswith("FAIL: jizhi-train-cuda does not start (status 126)"), res
+    assert "cannot run here" in res["preflight"] and res["checks"] == []
 
 
 def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):

@@ -191,7 +191,7 @@ RANK = textwrap.dedent("""
             m.zero_grad()
             m(x).sum().backward()
         gc.enable()
-        gc.collect()  # rank 1's: this backward kept it to the end
+        gc.collect()
         gap = max((p.grad - q.grad).abs().max().item()
                   for p, q in zip(model.parameters(), twin.parameters()))
         return {"looks_by": looks_by, "alive_at_backward": alive, "gone": ref() is None,

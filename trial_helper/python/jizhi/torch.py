@@ -283,14 +283,13 @@ class _FlagState:
     the controller, its model, the reducer and the process group alive for
     ever (gloo's threads then run into the interpreter's finalisation). A
     controller no one holds any more sends zeros in the flag's elements and
-    reads none, each rank from whenever its collector frees it; one
-    backward() keeps the controller it started with (cur) to its end."""
+    reads none, each rank from whenever its collector frees it (between two
+    buckets too: what it took at bucket 0 goes with it)."""
 
     def __init__(self, ctl):
         self._ctl = None
         self.ctl = ctl
         self.flag = ctl is not None
-        self.cur = None
         self.inflight = []
         self.both = None
 
@@ -320,14 +319,12 @@ def _flag_hook(state, bucket):
     both = None
     if bucket.index() == 0:
         _flag_drain(state)  # a backward() that raised left its all-reduces
-        state.cur = state.ctl  # this backward's controller (None: gone)
         if state.flag:
-            both = _flag_fill(state, state.cur, buf)
+            both = _flag_fill(state, state.ctl, buf)
     fut = torch.futures.Future(devices=[buf.device] if buf.is_cuda else None)
     if bucket.is_last() and not state.inflight:  # one bucket: nothing to overlap
         dist.all_reduce(buf if both is None else both)
-        _flag_done(state.cur, buf, both, fut)
-        state.cur = None
+        _flag_done(state.ctl, buf, both, fut)
         return fut
     work = dist.all_reduce(buf if both is None else both, async_op=True)
     state.inflight.append((work, fut, buf, both))
@@ -365,8 +362,7 @@ def _flag_drain(state):
     inflight, state.inflight = state.inflight, []
     for work, fut, buf, both in inflight:
         work.wait()
-        _flag_done(state.cur, buf, both, fut)
-    state.cur = None
+        _flag_done(state.ctl, buf, both, fut)
 
 
 def _flag_done(ctl, buf, both, fut):
