@@ -273,7 +273,6 @@ PYEOF
     if [ -n "${RUNDIR:-}" ]; then rm -rf "$RUNDIR"; fi # --pack's scratch copy
 }
 trap write_json EXIT
-trap 'exit 143' TERM # a stop from outside: the JSON says 143
 exec > >(tee "$LOG") 2>&1
 
 BACKEND=(--backend cuda)
@@ -306,9 +305,9 @@ for b in "$CPU" "$GPU" "$BUILD/bin/jizhi" "$BUILD/bin/jizhi-core"; do
     if [ "$CPU_ONLY" = 1 ] && [ "$b" = "$GPU" ]; then continue; fi
     # --help exits 0; anything else (a loader error, 126/127, a hang: 124,
     # a signal) means the program's runs would all fail
-    o=$(timeout 20 "$b" --help 2>&1 >/dev/null) && prc=0 || prc=$?
-    [ "$prc" = 0 ] ||
-        pre="$pre $(basename "$b") does not start (status $prc): $(echo "$o" | head -2 | tr '\n' ' ');"
+    o=$(timeout -k 5 20 "$b" --help 2>&1 >/dev/null) && prc=0 || prc=$?
+    o=${o//$'\n'/ }
+    [ "$prc" = 0 ] || pre="$pre $(basename "$b") does not start (status $prc): ${o:0:300};"
 done
 [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
     pre="$pre no Fashion-MNIST in /usr/share/datasets/fashion-mnist (--pack DIR brings it);"

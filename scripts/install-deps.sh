@@ -26,10 +26,11 @@ SLURM=(slurm-wlm munge)
 # Optional: the browser the web tests and bench-web drive (they report
 # SKIPPED without it). JIZHI_NO_BROWSER=1 leaves it out.
 BROWSER=(chromium chromium-driver python3-selenium)
-# Optional: the PyTorch peer for the trainer's tests and benchmarks, and
-# BLIS, the other BLAS bench-gemm and its test measure OpenBLAS against.
-OPTIONAL=(python3-torch libblis4)
-[ "${JIZHI_NO_TORCH:-0}" = 1 ] && OPTIONAL=()
+# Optional: the PyTorch peer for the trainer's tests and benchmarks
+# (JIZHI_NO_TORCH=1 leaves it out), and BLIS, the other BLAS bench-gemm and
+# its test measure OpenBLAS against.
+OPTIONAL=(libblis4)
+[ "${JIZHI_NO_TORCH:-0}" = 1 ] || OPTIONAL+=(python3-torch)
 [ "${JIZHI_NO_BROWSER:-0}" = 1 ] && BROWSER=()
 LIST=0
 for a in "$@"; do

@@ -765,11 +765,11 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
     # there, a C library too old, ...): the preflight ends the script at
     # once, exit 2, the reason in the JSON
     (tmp_path / "bin" / "jizhi-train-cuda").write_text(
-        "#!/bin/sh\necho 'stand-in: cannot run here' >&2\nexit 126\n")
+        "#!/bin/sh\necho 'stand-in: cannot run here' >&2\nexit 3\n")
     p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=60)
     assert p.returncode == 2, p.stdout + p.stderr
     res = json.load(open(tmp_path / "gpu-check.json"))
-    assert res["preflight"].startswith("FAIL: jizhi-train-cuda does not start (status 126)"), res
+    assert res["preflight"].startswith("FAIL: jizhi-train-cuda does not start (status 3)"), res
     assert "cannot run here" in res["preflight"] and res["checks"] == []
 
 

@@ -197,6 +197,35 @@ RANK = textwrap.dedent("""
         return {"looks_by": looks_by, "alive_at_backward": alive, "gone": ref() is None,
                 "gap": gap}
 
+    def raised():
+        # a backward that raised after bucket 0's all-reduce had started
+        # (a hook on the first layer, the last bucket): its all-reduces are
+        # left in flight, and nothing of the hook's may keep the controller
+        # (and with it the model and the group) alive
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+            torch.nn.Linear(3, 300), *[torch.nn.Linear(300, 300) for _ in range(7)],
+            torch.nn.Linear(300, 2)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        class Boom(Exception):
+            pass
+        def boom(g):
+            raise Boom()
+        def attached():
+            c = jizhi.torch.attach(None, opt, model=model, report_every=0)
+            c.me = c  # a cycle: only the collector frees it
+            model(torch.ones(4, 3)).sum().backward()
+            c.step()
+            h = model.module[0].weight.register_hook(boom)
+            try:
+                model(torch.ones(4, 3)).sum().backward()
+            except Boom:
+                pass
+            h.remove()
+            return weakref.ref(c), len(model._jizhi_flag.inflight)
+        ref, inflight = attached()
+        gc.collect()
+        return {"inflight": inflight, "gone": ref() is None}
+
     # The models, their DDP reducers and hooks hold the process group: they
     # go first (each case's die with run_case), so destroy_process_group()
     # joins gloo's threads while the interpreter is whole. (A group left to
@@ -207,6 +236,7 @@ RANK = textwrap.dedent("""
         out[case["name"]] = run_case(case)
     out["sparse"] = sparse()
     out["dropped"] = dropped()
+    out["raised"] = raised()
     gc.collect()
     dist.destroy_process_group()
     gc.collect()
@@ -356,6 +386,11 @@ def test_a_controller_let_go_of_mid_training_leaves_ddps_mean(ranks):
     assert d0["alive_at_backward"] is False and d1["alive_at_backward"] is True  # as arranged
     assert d0["gone"] and d1["gone"]
     assert d0["gap"] < 1e-6 and d1["gap"] < 1e-6, (d0, d1)
+
+
+def test_a_backward_that_raised_keeps_no_controller_alive(ranks):
+    for g in ranks:
+        assert g["raised"]["inflight"] >= 1 and g["raised"]["gone"], g["raised"]
 
 
 def test_every_model_and_controller_let_go_of_the_group(ranks):
