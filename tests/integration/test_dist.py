@@ -487,26 +487,43 @@ MACHINE_LIBS = re.compile(r"^(linux-vdso|ld-linux-x86-64|libc|libm|libmvec|libpt
                           r"libcublas|libcublasLt|libnccl)\.so")
 
 
-def _gpu_pack(dest, **env):
-    """scripts/gpu-pack.sh into dest (fast xz: its size is not the point
-    here), skipped where the CUDA binary was not built."""
+def _why_no_pack():
     if not os.path.exists(os.path.join(BUILD, "bin", "jizhi-train-cuda")):
-        pytest.skip("no jizhi-train-cuda (no CUDA toolkit): nothing to pack")
+        return "no jizhi-train-cuda (no CUDA toolkit): nothing to pack"
     if not os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
-        pytest.skip("Fashion-MNIST not installed: the pack carries it")
-    e = dict(os.environ, BUILD=BUILD, PACK=str(dest), XZ_OPT="-0 -T0", TRAVEL_MAX_MB="400", **env)
+        return "Fashion-MNIST not installed: the pack carries it"
+    return None
+
+
+@pytest.fixture(scope="module")
+def gpu_pack(tmp_path_factory):
+    """scripts/gpu-pack.sh's pack, made once for the module (fast xz: its
+    size is not the point here); None where it cannot be made. Tests read
+    it and unpack copies of it (_unpacked), as gpu-check.sh --pack does."""
+    if _why_no_pack():
+        return None
+    dest = tmp_path_factory.mktemp("gpupack") / "pack"
+    e = dict(os.environ, BUILD=BUILD, PACK=str(dest), XZ_OPT="-0 -T0", TRAVEL_MAX_MB="400")
     p = subprocess.run([os.path.join(ROOT_DIR, "scripts", "gpu-pack.sh")], capture_output=True,
                        text=True, env=e, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     return dest
 
 
-def test_gpu_pack_holds_every_library_the_binaries_load_but_the_machines_own(tmp_path):
+def _unpacked(pack, dest):
+    """A copy of the pack's launchers with its payload unpacked beside them."""
+    if pack is None:
+        pytest.skip(_why_no_pack())
+    shutil.copytree(pack / "bin", dest / "bin")
+    subprocess.run(["tar", "-C", str(dest), "-xJf", str(pack / "payload.tar.xz")], check=True)
+    return dest
+
+
+def test_gpu_pack_holds_every_library_the_binaries_load_but_the_machines_own(tmp_path, gpu_pack):
     # a lent GPU machine has CUDA and PyTorch but none of the build's
     # packages: every library the packed binaries load must come from the
     # pack or be one the machine has (glibc, libstdc++, CUDA's)
-    pack = _gpu_pack(tmp_path / "pack")
-    subprocess.run(["tar", "-C", str(pack), "-xJf", str(pack / "payload.tar.xz")], check=True)
+    pack = _unpacked(gpu_pack, tmp_path / "run")
     libs = pack / "lib"
     assert (libs / "libzmq.so.5").exists() and (libs / "libjansson.so.4").exists()
     assert not any(MACHINE_LIBS.match(f.name) for f in libs.iterdir()), sorted(libs.iterdir())
@@ -523,8 +540,8 @@ def test_gpu_pack_holds_every_library_the_binaries_load_but_the_machines_own(tmp
                            timeout=30)
         assert "error while loading shared libraries" not in p.stderr, p.stderr
     for f in ("train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-        assert (pack / "data" / f).stat().st_size > 0
-    manifest = (pack / "MANIFEST").read_text()
+        assert (gpu_pack / "data" / f).stat().st_size > 0
+    manifest = (gpu_pack / "MANIFEST").read_text()
     assert manifest.startswith("commit ") and "libzmq.so.5" in manifest
     # over the size the device call can carry: refused with the sizes
     p = subprocess.run([os.path.join(ROOT_DIR, "scripts", "gpu-pack.sh")], capture_output=True,
@@ -541,7 +558,7 @@ def _libs_of(path):
             for w in out.splitlines() if "/" in w]
 
 
-def test_gpu_pack_runs_in_a_root_with_only_the_machines_libraries(tmp_path):
+def test_gpu_pack_runs_in_a_root_with_only_the_machines_libraries(tmp_path, gpu_pack):
     # the strongest stand-in for the lent machine here: a chroot holding
     # glibc, libstdc++, libgcc_s, a shell and the pack, nothing of the
     # build's packages; the launchers must start jizhi-train and jizhi there,
@@ -550,8 +567,7 @@ def test_gpu_pack_runs_in_a_root_with_only_the_machines_libraries(tmp_path):
     # writes it; hard links to the toolkit's, no copies of 600 MB)
     if os.geteuid() != 0 or not shutil.which("chroot"):
         pytest.skip("needs root and chroot")
-    pack = _gpu_pack(tmp_path / "pack")
-    subprocess.run(["tar", "-C", str(pack), "-xJf", str(pack / "payload.tar.xz")], check=True)
+    pack = _unpacked(gpu_pack, tmp_path / "run")
     root = tmp_path / "root"
     for d in ("bin", "lib", "lib64"):  # a merged /usr, whatever this machine's is
         (root / "usr" / d).mkdir(parents=True)
@@ -597,7 +613,7 @@ def test_gpu_pack_runs_in_a_root_with_only_the_machines_libraries(tmp_path):
     print("jizhi-train-cuda with CUDA's libraries: started")
 
 
-def test_gpu_check_script_parses_and_its_cpu_side_runs(tmp_path):
+def test_gpu_check_script_parses_and_its_cpu_side_runs(tmp_path, gpu_pack):
     # scripts/gpu-check.sh verifies the NCCL path on a GPU machine; here it
     # must parse, and with --cpu (the CPU binary standing in for
     # jizhi-train-cuda, --comm mpi for nccl) every comparison it makes
@@ -613,8 +629,8 @@ def test_gpu_check_script_parses_and_its_cpu_side_runs(tmp_path):
     # through scripts/gpu-pack.sh's pack, as on a lent GPU machine without
     # the build's packages (the binaries' launchers, the libraries unpacked)
     # (where the CUDA binary was built: elsewhere the build's own binaries)
-    packed = os.path.exists(os.path.join(BUILD, "bin", "jizhi-train-cuda"))
-    pack = _gpu_pack(tmp_path / "pack") if packed else None
+    pack = gpu_pack
+    packed = pack is not None
     p = subprocess.run([script, "--cpu"] + (["--pack", str(pack)] if packed else []),
                        capture_output=True, text=True, env=e, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
