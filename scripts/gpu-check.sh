@@ -94,7 +94,9 @@
 # the reason, on a machine where nvidia-smi lists no GPU (without --cpu).
 # Results: build/gpu-check.json (every verdict line and speed row, the
 # GPUs, the elapsed time against the 10-minute budget, and which parts of
-# issue 38's GPU items 3-6 this tree has no code for yet), besides stdout.
+# issue 38's GPU items 3-6 this tree has no code for yet), besides stdout,
+# and build/gpu-check.md, the table scripts/gpu-table.py makes of it (the
+# same command with --readme trainer/README.md puts it in the README).
 # --pack DIR: the binaries, their libraries and the data from
 # scripts/gpu-pack.sh (a GPU machine without the build's packages, such as
 # the ones lent to this project: run gpu-pack.sh here, carry DIR, run
@@ -109,7 +111,8 @@
 # DEADLINE, 420 s after the start): a hung run costs its limit, not the
 # lease, and runs past the deadline are not made (each says so); a failed
 # run is a FAIL row, never the end of the script. With $OUT set (the device
-# tool's folder) the JSON and the whole log are copied there at the end.
+# tool's folder) the JSON, its table and the whole log are copied there at
+# the end.
 # Environment: BUILD (build), PYTHON (the first of python3 and
 # /usr/bin/python3 that imports torch, else python3), STEPS (200),
 # EQ_STEPS (20), DH_STEPS (50), PREBUILT (set: no build, the binaries in
@@ -263,8 +266,10 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
           open(out, "w"), indent=1)
 print(f"gpu-check: results in {out} ({elapsed} s)")
 PYEOF
+    # the same results as trainer/README.md's table (scripts/gpu-table.py)
+    "$PYTHON" scripts/gpu-table.py "$JSON" > "$OUTDIR/gpu-check.md" 2>&1 || true
     if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then # the device tool brings $OUT back
-        cp "$JSON" "$OUT/" 2>/dev/null || true
+        cp "$JSON" "$OUTDIR/gpu-check.md" "$OUT/" 2>/dev/null || true
         cp "$BS_JSON" "$OUT/" 2>/dev/null || true
     else
         rm -f "$LOG"

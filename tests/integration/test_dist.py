@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -777,6 +778,13 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
     # the device tool's folder: the JSON and the whole log
     assert json.load(open(out_dir / "gpu-check.json")) == res
     assert "== speed on the GPU" in (out_dir / "gpu-check.log").read_text()
+    # and its table (scripts/gpu-table.py): no number where no run measured one
+    table = (out_dir / "gpu-check.md").read_text()
+    assert table == (tmp_path / "gpu-check.md").read_text()
+    assert "- checks: 0 ok, %d FAIL" % len(res["checks"]) in table, table
+    assert "| 128 | fp32 | - | - | - | - | not measured |" in table, table
+    assert "| 65536 | bf16 | - | - | - | - | not measured |" in table, table
+    assert "stand-in (UUID: GPU-0)" in table and "CPU stand-in run" not in table, table
     # a program that cannot start (its --help fails: a library missing
     # there, a C library too old, ...): the preflight ends the script at
     # once, exit 2, the reason in the JSON
@@ -787,6 +795,74 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
     res = json.load(open(tmp_path / "gpu-check.json"))
     assert res["preflight"].startswith("FAIL: jizhi-train-cuda does not start (status 3)"), res
     assert "cannot run here" in res["preflight"] and res["checks"] == []
+
+
+def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
+    # scripts/gpu-table.py: gpu-check's JSON -> trainer/README.md's table.
+    # The input is made here (a shape, not a measurement): a met, a missed
+    # and an unmeasured row, a failed check, item 6 from a second run
+    table = [sys.executable, os.path.join(ROOT_DIR, "scripts", "gpu-table.py")]
+    mlp = [{"batch": 128, "precision": "fp32", "jizhi_cuda": 250000,
+            "jizhi_cuda_host_data": 200000, "pytorch": 100000, "ratio": 2.5},
+           {"batch": 8192, "precision": "bf16", "jizhi_cuda": 400000,
+            "jizhi_cuda_host_data": None, "pytorch": 4000000, "ratio": 0.1},
+           {"batch": 65536, "precision": "fp32", "jizhi_cuda": None,
+            "jizhi_cuda_host_data": None, "pytorch": 5000000, "ratio": None}]
+    cnn = [{"batch": 128, "precision": "bf16", "jizhi_cuda": 9000, "pytorch_cl": 10000,
+            "ratio": 0.9}]
+    run = {"mode": "gpu", "date": "D", "gpus": ["GPU 0: X"], "exit_status": 1,
+           "elapsed_s": 400, "within_10_min": True, "runs_past_deadline": 0,
+           "preflight": "ok", "checks": [{"check": "a ok", "ok": True},
+                                         {"check": "b FAIL", "ok": False}],
+           "speed_mlp": mlp, "speed_cnn": cnn,
+           "batchsize_gpu": {"state": "timeout", "reason": "DEADLINE"}}
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps(run))
+    second.write_text(json.dumps(dict(run, checks=[], speed_mlp=[], speed_cnn=[],
+                                      batchsize_gpu={"state": "run", "median_ratio": 0.75})))
+    head, tail = "# T\n\ntext  \n<!-- gpu-check:begin -->\n", "<!-- gpu-check:end -->\nend\n"
+    readme = tmp_path / "README.md"
+    readme.write_text(head + "old\n" + tail)
+    p = subprocess.run(table + [str(first), "--item6", str(second), "--readme", str(readme)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    text = readme.read_text()
+    assert text.startswith(head) and text.endswith(tail) and "old" not in text, text
+    for row in ("| 128 | fp32 | 250 000 | 200 000 | 100 000 | 2.50x | met |",
+                "| 8192 | bf16 | 400 000 | - | 4 000 000 | 0.10x | **missed** |",
+                "| 65536 | fp32 | - | - | 5 000 000 | - | not measured |",
+                "| 128 | bf16 | 9 000 | 10 000 | 0.90x | (outside the goal's batches) |",
+                "- checks: 1 ok, 1 FAIL", "- `b FAIL`",
+                "Goal met in 1 of the 3 rows at its batches (1 not measured).",
+                "Goal met in 0 of the 0 rows at its batches (0 not measured).",
+                "(from `second.json`): median time to the target 0.75x the best fixed batch: met"):
+        assert row in text, (row, text)
+    # once more: the section is replaced, not appended to
+    assert subprocess.run(table + [str(first), "--readme", str(readme)]).returncode == 0
+    again = readme.read_text()
+    assert again.count("| 128 | fp32 |") == 1 and "not run (timeout: DEADLINE)" in again, again
+    # refused, exit 2, the file unchanged: a CPU stand-in's run, a README
+    # without its markers, a file that is not gpu-check's, mixed modes
+    stand_in = tmp_path / "cpu.json"
+    stand_in.write_text(json.dumps(dict(run, mode="cpu stand-in (no GPU checked)")))
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers\n")
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2]")
+    for args, target, said in (
+            ([str(stand_in), "--readme", str(readme)], readme, "a CPU stand-in run"),
+            ([str(first), "--readme", str(plain)], plain, "needs one line '<!-- gpu-check:begin"),
+            ([str(junk), "--readme", str(readme)], readme, "not a gpu-check.sh result"),
+            ([str(tmp_path / "none.json")], readme, "cannot read"),
+            ([str(first), "--item6", str(stand_in), "--readme", str(readme)], readme,
+             "differs from")):
+        before = target.read_bytes()
+        p = subprocess.run(table + args, capture_output=True, text=True)
+        assert p.returncode == 2 and said in p.stderr, (args, p.stderr)
+        assert target.read_bytes() == before
+    # without --readme a stand-in's table prints, saying what it is
+    p = subprocess.run(table + [str(stand_in)], capture_output=True, text=True)
+    assert p.returncode == 0 and "CPU stand-in run (`--cpu`)" in p.stdout, p.stdout
 
 
 def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):
