@@ -29,6 +29,8 @@ import shutil
 import subprocess
 import sys
 
+import scaling_model  # bench/scaling_model.py: the alpha-beta projection
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("BUILD", "build")
 if not os.path.isabs(BUILD):
@@ -277,39 +279,10 @@ def model(cv):
           f"between nodes, alpha = {alpha * 1e6:.1f} us (the fit above), compute "
           f"{t_c * 1000:.0f} ms/step of which backward {t_b * 1000:.0f} ms")
 
-    def flat(P):
-        return 2 * (P - 1) * alpha + 2 * (P - 1) / P * S / (B_out if P > G else B_in)
-
-    def intra():  # reduce to the leader and broadcast back: ring reduce + bcast inside
-        return 2 * ((G - 1) * alpha + (G - 1) / G * S / B_in)
-
-    def hier(P):
-        N = P // G
-        if N <= 1:
-            return flat(P)
-        return intra() + 2 * (N - 1) * alpha + 2 * (N - 1) / N * S / B_out
-
-    def hier_topk(P):
-        N = P // G
-        if N <= 1:
-            return flat(P)
-        return intra() + (N - 1) * (alpha + k_bytes / B_out)
-
-    print(f"  {'GPUs':>5} | {'flat ring':>22} | {'hierarchical':>22} | {'hier + top-k 1%':>22}")
-    print(f"  {'':>5} | {'comm ms  eff  eff+ovl':>22} | {'comm ms  eff  eff+ovl':>22} | "
-          f"{'comm ms  eff  eff+ovl':>22}")
-    at1024 = {}
-    for P in (8, 16, 32, 64, 128, 256, 512, 1024):
-        cells = []
-        for name, f in (("flat ring", flat), ("hierarchical", hier),
-                        ("hierarchical + top-k 1%", hier_topk)):
-            T = f(P)
-            eff = t_c / (t_c + T)
-            eff_o = t_c / (t_c - t_b + max(t_b, T))
-            cells.append(f"{T * 1000:8.1f} {eff * 100:5.1f}% {eff_o * 100:6.1f}%")
-            if P == 1024:
-                at1024[name] = (T, eff, eff_o)
-        print(f"  {P:>5} | " + " | ".join(cells))
+    rows = scaling_model.project(t_c, t_b, S, alpha, B_in, B_out, G, topk_bytes=k_bytes)
+    scaling_model.print_table(rows)
+    at1024 = {r["scheme"]: (r["comm_s"], r["eff"], r["eff_overlap"]) for r in rows
+              if r["gpus"] == 1024}
     cross = 2 * S / k_bytes + 1
     print(f"  top-k's sparse all-gather grows with the node count: it moves fewer bytes than "
           f"the dense ring only below ~{cross:.0f} nodes ({cross * G:.0f} GPUs) here")

@@ -69,7 +69,12 @@
 #      for PyTorch, fp32 and bf16 autocast), batch 128, 1024, 8192 and
 #      65536, and the ratio; then the CNN (16,32) at batch 256, 2048 and
 #      8192 in fp32, bf16 and fp16 against PyTorch channels_last at the same
-#      precision (fp32, bf16 and fp16 autocast: AMP);
+#      precision (fp32, bf16 and fp16 autocast: AMP); then issue 38 item
+#      5's alpha-beta scaling model (bench/scaling_model.py) fed with the
+#      bf16 rows' step times and the models' gradient bytes: efficiency at
+#      8..1024 GPUs, flat ring and hierarchical, the links and the
+#      backward's share assumed (a projection, no check; JSON
+#      "scaling_model", gpu-check-scaling-{mlp,cnn}.json);
 #   6. issue 38 item 6, the batch-size scheduler where the throughput curve
 #      rises: bench/schedulers_batchsize.py with jizhi-train-cuda
 #      (--backend cuda), the MLP 256,256 at fixed batches 256..8192 (lr
@@ -201,7 +206,7 @@ BS_ARGS=(--models mlp --trainer jizhi-train-cuda "--trainer-args=--backend cuda"
 # --epochs 8": all the data, where a larger batch has more to gain)
 read -ra BS_MORE <<< "${BS_EXTRA:-}"
 BS_ARGS+=(${BS_MORE[@]+"${BS_MORE[@]}"})
-rm -f "$BS_JSON"
+rm -f "$BS_JSON" "$OUTDIR"/gpu-check-scaling-*.json
 # build/gpu-check.json from what the script printed: every verdict line
 # (ending in ok or FAIL), every speed row, the GPUs, the elapsed seconds
 write_json() {
@@ -209,11 +214,17 @@ write_json() {
     sleep 0.3 # tee flushes the last lines
     "$PYTHON" - "$LOG" "$JSON" "$rc" "$(( SECONDS - T0 ))" "$CPU_ONLY" "$BS_JSON" "$BS_STATE" \
         "$BS_REASON" "$BS_USED" "$(printf '%q ' "${BS_ARGS[@]}")" \
-        "$(cat "${LATE:-/dev/null}" 2>/dev/null | wc -l)" <<'PYEOF' || true
+        "$(cat "${LATE:-/dev/null}" 2>/dev/null | wc -l)" "$OUTDIR" <<'PYEOF' || true
 import json, re, subprocess, sys, time
 log, out, rc, elapsed, cpu_only = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 bs_json, bs_state, bs_reason, bs_used, bs_args = sys.argv[6:11]
 late = int(sys.argv[11] or 0)
+scaling = {}  # item 5: bench/scaling_model.py's projections from this run's step times
+for m in ("mlp", "cnn"):
+    try:
+        scaling[m] = json.load(open(f"{sys.argv[12]}/gpu-check-scaling-{m}.json"))
+    except (OSError, ValueError):
+        pass
 # item 6: the state of its section, and the bench's verdict when it ran
 bs = {"state": bs_state, "reason": bs_reason or None,
       "budget_s": int(bs_used) if bs_used.isdigit() else None,
@@ -257,11 +268,11 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "gpus": [g for g in gpus if g], "exit_status": rc, "elapsed_s": elapsed,
            "within_10_min": elapsed <= 600, "runs_past_deadline": late, "preflight": preflight,
            "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
-           "batchsize_gpu": bs,
+           "batchsize_gpu": bs, "scaling_model": scaling,
            "not_in_this_tree": {
                "item 3": "device-resident data (--gpu-data), CUDA graphs (--cuda-graphs) and the forward's bias + ReLU in cuBLASLt's epilogue (--cuda-epilogue): code compiled, never run on a GPU before this script (its 'device-resident data' rows check them); backward epilogues (dReLU, bias gradient) and graphs for several ranks: no code yet",
                "item 4": "CNN on CUDA through cuDNN (trainer/backend_cudnn.cu): fp32, bf16 and fp16 (half NHWC activations on tensor cores, fp32 masters and BN; BN at bf16 by own kernels, cuda_bn_kernels.cuh), device or host batches, BN per rank on several ranks, compiled and never run on a GPU before this script (its 'CNN on cuDNN' rows check it, 'CNN bf16/fp16 vs fp32 CUDA' and the CNN speed rows per precision); graphs for the CNN: no code yet (--cuda-graphs on refused)",
-               "item 5": "checked for the MLP (device-resident gradients on NCCL above); the CUDA CNN on the device gradient path: one rank ('CNN fp32 1 rank --comm' row) and, where 2 GPUs are listed, 2 ranks against the CPU CNN on 2 ranks and the host path ('CNN fp32 2 ranks' rows); never run on a GPU before this script",
+               "item 5": "checked for the MLP (device-resident gradients on NCCL above); the CUDA CNN on the device gradient path: one rank ('CNN fp32 1 rank --comm' row) and, where 2 GPUs are listed, 2 ranks against the CPU CNN on 2 ranks and the host path ('CNN fp32 2 ranks' rows); never run on a GPU before this script; the alpha-beta scaling model fed with this GPU's bf16 step times (scaling_model above; the links and the backward's share are its stated assumptions)",
                "item 6": "the batch-size scheduler bench on the GPU (bench/schedulers_batchsize.py --trainer jizhi-train-cuda --trainer-args '--backend cuda', wall time to the target against the best fixed batch, goal <= 0.8x): in this script (its 'issue 38 item 6' section, batchsize_gpu above, under a time limit), never run on a GPU; the CUDA MLP step now reports the gradient-noise inputs (the first half of the batch on measuring steps, trainer/gns.h and cuda_mlp_half.cuh, one rank only), so noise_scale_reported should be true there: never seen on a GPU"}},
           open(out, "w"), indent=1)
 print(f"gpu-check: results in {out} ({elapsed} s)")
@@ -270,6 +281,7 @@ PYEOF
     "$PYTHON" scripts/gpu-table.py "$JSON" > "$OUTDIR/gpu-check.md" 2>&1 || true
     if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then # the device tool brings $OUT back
         cp "$JSON" "$OUTDIR/gpu-check.md" "$OUT/" 2>/dev/null || true
+        cp "$OUTDIR"/gpu-check-scaling-*.json "$OUT/" 2>/dev/null || true
         cp "$BS_JSON" "$OUT/" 2>/dev/null || true
     else
         rm -f "$LOG"
@@ -868,6 +880,10 @@ echo "== speed on the GPU: MLP 784-256-256-10, samples/s"
 # 55 000 training examples: each side's step then takes the whole set (an
 # epoch a step) and counts the rows it took
 printf '%-6s %-6s %14s %14s %14s %8s\n' batch prec jizhi-cuda host-data pytorch ratio
+MLP_MEAS="" CNN_MEAS="" # "batch:samples/s," of the bf16 rows, for item 5's model below
+measured() { # prec samples/s -> true for a bf16 row that measured a speed
+    [ "$1" = bf16 ] && [ "$(num "$2")" != - ] && [ "$(num "$2")" != 0 ]
+}
 for b in 128 1024 8192 65536; do
     steps=$(( 1000000 / b )); [ "$steps" -lt 100 ] && steps=100
     for prec in fp32 bf16; do
@@ -884,6 +900,7 @@ for b in 128 1024 8192 65536; do
             "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
         printf '%-6s %-6s %14s %14s %14s %8s\n' "$b" "$prec" "$(num "$o")" "$(num "$oh")" \
             "$(num "$p")" "$(ratio "$o" "$p")"
+        measured "$prec" "$o" && MLP_MEAS+="$b:$o,"
     done
 done
 
@@ -916,9 +933,33 @@ else
                 "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["samples_per_s"])')
             printf 'cnn %-6s %-6s %14s %14s %10s\n' "$b" "$prec" "$(num "$o")" "$(num "$pt")" \
                 "$(ratio "$o" "$pt")"
+            measured "$prec" "$o" && CNN_MEAS+="$b:$o,"
         done
     done
 fi
+
+echo
+echo "== issue 38 item 5: the alpha-beta scaling model, fed with this GPU's bf16 step times"
+# What one GPU measures: each batch's step (the bf16 rows above) and the
+# gradient's size (--verbose's "model:" line, from the CPU binary: the same
+# parameters). What it cannot: the links and the backward's share, which
+# bench/scaling_model.py states as assumptions with its tables. No check:
+# a projection, not a comparison.
+grad_bytes() { # model flags -> bytes of fp32 gradients
+    run_t "$CPU" "$@" --max-steps 1 --eval-every 1 --train-subset 256 --val-size 256 \
+        --verbose 2>&1 | sed -n 's/^jizhi-train: model: .*(\([0-9]*\) bytes of fp32 gradients)$/\1/p'
+}
+for m in mlp cnn; do
+    if [ "$m" = mlp ]; then meas=$MLP_MEAS; flags=(--hidden 256,256); else
+        meas=$CNN_MEAS; flags=(--model cnn --channels 16,32); fi
+    gb=$(grad_bytes "${flags[@]}")
+    if [ -z "$meas" ] || [ -z "$gb" ]; then
+        echo "scaling model, $m: SKIPPED (${gb:+no bf16 speed row measured}${gb:-no model: line from $CPU})"
+        continue
+    fi
+    "$PYTHON" bench/scaling_model.py --measured "${meas%,}" --grad-bytes "$gb" --wire-bytes 2 \
+        --json "$OUTDIR/gpu-check-scaling-$m.json" || echo "scaling model, $m: ERROR"
+done
 
 bs_section || status=1
 exit $status

@@ -81,6 +81,29 @@ def speed_table(rows, cols, goal, title):
     return out
 
 
+def scaling_table(models):
+    """Item 5: the alpha-beta model's efficiency at the most GPUs it projects,
+    per measured batch (bench/scaling_model.py's JSON, one per model)."""
+    out = ["Scaling model (item 5: alpha-beta, weak scaling, fed with the bf16 step times "
+           "above; links and backward share assumed):", ""]
+    if not models:
+        return out + ["Not made: no bf16 speed row measured.", ""]
+    for m, sc in sorted(models.items()):
+        rows = [r for b in sc["batches"] for r in b["rows"]]
+        top = max(r["gpus"] for r in rows)
+        out += [f"{m}: {sc['wire_bytes'] / 1e6:.3f} MB a step on the wire, alpha "
+                f"{sc['alpha_s'] * 1e6:g} us, {sc['intra_Bps'] / 1e9:g} GB/s inside a node "
+                f"of {sc['gpus_per_node']}, {sc['inter_Bps'] * 8 / 1e9:g} Gb/s between nodes", "",
+                f"| batch a GPU | step ms (measured) | {top} GPUs, flat ring | "
+                f"{top} GPUs, hierarchical |", "|---|---|---|---|"]
+        for b in sc["batches"]:
+            eff = {r["scheme"]: r["eff"] for r in b["rows"] if r["gpus"] == top}
+            out.append(f"| {b['batch']} | {b['step_s'] * 1e3:.3f} | "
+                       f"{eff.get('flat ring', 0):.1%} | {eff.get('hierarchical', 0):.1%} |")
+        out.append("")
+    return out
+
+
 def render(run, source, bs_source=None):
     """The markdown section for one gpu-check JSON (a dict)."""
     gpu = run.get("mode") == "gpu"
@@ -108,6 +131,7 @@ def render(run, source, bs_source=None):
                        [("jizhi-train-cuda", "jizhi_cuda"), ("PyTorch channels_last", "pytorch_cl")],
                        CNN_GOAL, "Residual CNN, samples/s (goal: >= 0.9x PyTorch AMP "
                        "channels_last, batch 256-8192):")
+    out += scaling_table(run.get("scaling_model") or {})
     bs = run.get("batchsize_gpu") or {}
     ratio = bs.get("median_ratio")
     if bs.get("state") != "run":

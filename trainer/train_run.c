@@ -1,8 +1,9 @@
 /*  train_run.c - jizhi-train's run loop around the step (train.c):
     evaluation (the data split over ranks and summed), the metrics it
     reports to the helper, automatic checkpoints, trn_trainer_run, which
-    steps until max_steps, a stop or an error, and --verbose's kernels at
-    the start and at a precision change.
+    steps until max_steps, a stop or an error, and --verbose's lines: the
+    model and its parameter count at the start, the kernels at the start
+    and at a precision change.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +19,13 @@ void trn_trainer_say_kernels(trn_trainer *t, int at_start)
     int off, nb;
     trn__shard(t, trn__next_batch_size(t), &off, &nb);
     char line[512], head[96];
+    if (at_start) { /* the gradient's size: what a data-parallel step exchanges */
+        long n = 0;
+        for (int i = 0; i < trn_net_nparams(t->net); i++)
+            n += trn_net_param(t->net, i)->n;
+        fprintf(stderr, "jizhi-train: model: %s, %ld parameters (%ld bytes of fp32 gradients)\n",
+                trn_net_arch(t->net), n, n * (long)sizeof(float));
+    }
     if (at_start) /* a device backend trains; the CPU evaluates */
         snprintf(head, sizeof head, "%s", t->backend ? "CPU evaluation: " : "");
     else

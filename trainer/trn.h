@@ -660,7 +660,8 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
 
 /* --verbose on the CPU backend: the convolutions' and the linears' kernels
    in the current precision, on stderr, at this rank's share of the next
-   batch (a describe builds that size's kernels). at_start: "convolutions:
+   batch (a describe builds that size's kernels). at_start: first "model:
+   ARCH, N parameters (B bytes of fp32 gradients)", then "convolutions:
    ..." (under a device backend "CPU evaluation: convolutions: ...": the
    CPU only evaluates); else "bf16 from step N: convolutions: ...". The
    trainer calls it (rank 0, no backend) at its next step whenever the

@@ -737,6 +737,26 @@ def test_gpu_check_refuses_without_a_gpu_and_writes_its_json(tmp_path):
     assert res["checks"] == [] and res["batchsize_gpu"]["state"] == "skipped"
 
 
+def fake_gpu_machine(tmp_path, trainer, **env):
+    """A machine that lists a GPU (an nvidia-smi stand-in), jizhi's three
+    programs as the shell script `trainer` (PREBUILT in tmp_path/bin), and
+    PyTorch's bench failing at once as it does without CUDA (the other
+    python the script runs is the real one). Returns gpu-check.sh's env."""
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")
+    (fake / "python").write_text(
+        "#!/bin/sh\ncase \"$1\" in bench/bench_train_torch.py) exit 1;; esac\n"
+        "exec %s \"$@\"\n" % sys.executable)
+    (tmp_path / "bin").mkdir()
+    for name in ("jizhi-train", "jizhi-train-cuda", "jizhi"):
+        (tmp_path / "bin" / name).write_text(trainer)
+    for f in list(fake.iterdir()) + list((tmp_path / "bin").iterdir()):
+        f.chmod(0o755)
+    return dict(os.environ, PATH="%s:/usr/bin:/bin" % fake, BUILD=str(tmp_path), PREBUILT="1",
+                PYTHON=str(fake / "python"), **env)
+
+
 def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path):
     # a machine that lists a GPU (nvidia-smi stand-in) where every trainer
     # run fails at once and PyTorch has no CUDA: no failure may end the
@@ -744,20 +764,11 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
     # section reports, the speed rows say "-" (null in the JSON, not 0),
     # the CNN's smoke runs fail and its rows are skipped, the exit status is 1
     script = os.path.join(ROOT_DIR, "scripts", "gpu-check.sh")
-    fake = tmp_path / "fakebin"
-    fake.mkdir()
-    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")
-    (tmp_path / "bin").mkdir()
-    for name in ("jizhi-train", "jizhi-train-cuda", "jizhi"):
-        (tmp_path / "bin" / name).write_text(
-            "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\n"
-            "echo 'jizhi-train: stand-in failure' >&2\nexit 1\n")
-    for f in list(fake.iterdir()) + list((tmp_path / "bin").iterdir()):
-        f.chmod(0o755)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    e = dict(os.environ, PATH="%s:/usr/bin:/bin" % fake, BUILD=str(tmp_path), PREBUILT="1",
-             BS_BUDGET="0", OUT=str(out_dir))
+    e = fake_gpu_machine(tmp_path, "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\n"
+                         "echo 'jizhi-train: stand-in failure' >&2\nexit 1\n",
+                         BS_BUDGET="0", OUT=str(out_dir))
     p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=600)
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
@@ -865,6 +876,97 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
     assert p.returncode == 0 and "CPU stand-in run (`--cpu`)" in p.stdout, p.stdout
 
 
+def test_scaling_model_is_the_ring_formula_fed_with_the_measured_steps(tmp_path):
+    # bench/scaling_model.py (issue 38 item 5): t_c from samples/s at a
+    # batch, S from the gradient bytes; the ring's 2(P-1) alpha + 2(P-1)/P S
+    # beta, the hierarchical plan (a ring in a node of G, one over the N
+    # leaders), efficiency with and without overlap; numbers worked by hand
+    model = [sys.executable, os.path.join(ROOT_DIR, "bench", "scaling_model.py")]
+    out = tmp_path / "s.json"
+    p = subprocess.run(model + ["--measured", "1000:1000000", "--grad-bytes", "4000000",
+                                "--alpha-us", "10", "--intra-gbs", "100", "--inter-gbps", "80",
+                                "--gpus-per-node", "4", "--json", str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "batch 1000 a GPU: step 1.000 ms" in p.stdout, p.stdout
+    res = json.load(open(out))
+    (b,) = res["batches"]
+    assert b["batch"] == 1000 and abs(b["step_s"] - 1e-3) < 1e-15
+    row = {(r["gpus"], r["scheme"]): r for r in b["rows"]}
+    # inside a node of 4 at 100 GB/s: 6 alpha + 1.5 S/B = 60 + 60 us
+    assert abs(row[(8, "flat ring")]["comm_s"] - (14 * 10e-6 + 2 * 7 / 8 * 4e6 / 10e9)) < 1e-12
+    hier16 = 120e-6 + (6 * 10e-6 + 1.5 * 4e6 / 10e9)  # node ring + the 4 leaders' ring at 10 GB/s
+    assert abs(row[(16, "hierarchical")]["comm_s"] - hier16) < 1e-12
+    flat16 = 30 * 10e-6 + 2 * 15 / 16 * 4e6 / 10e9
+    assert abs(row[(16, "flat ring")]["comm_s"] - flat16) < 1e-12
+    assert abs(row[(16, "hierarchical")]["eff"] - 1e-3 / (1e-3 + hier16)) < 1e-12
+    t_b = 2e-3 / 3  # the assumed share: the all-reduce (0.78 ms) outlasts the backward
+    assert abs(row[(16, "hierarchical")]["eff_overlap"] - 1e-3 / (1e-3 - t_b + hier16)) < 1e-12
+    # 2 nodes: the node ring, then 2 leaders: 2 alpha + S/B between nodes
+    assert abs(row[(8, "hierarchical")]["comm_s"] - (120e-6 + 20e-6 + 4e6 / 10e9)) < 1e-12
+    # bf16 on the wire halves S; the fit's assumptions are printed
+    p2 = subprocess.run(model + ["--measured", "1000:1000000", "--grad-bytes", "4000000",
+                                 "--wire-bytes", "2"], capture_output=True, text=True)
+    assert "2.000 MB a step on the wire; assumed: alpha 5 us" in p2.stdout, p2.stdout
+    # from gpu-check's JSON: its measured rows of that model and precision
+    run = {"mode": "gpu", "checks": [], "speed_cnn": [
+        {"batch": 256, "precision": "bf16", "jizhi_cuda": 51200, "pytorch_cl": None, "ratio": None},
+        {"batch": 2048, "precision": "bf16", "jizhi_cuda": None, "pytorch_cl": 1, "ratio": None},
+        {"batch": 256, "precision": "fp32", "jizhi_cuda": 9, "pytorch_cl": 1, "ratio": 9.0}]}
+    gc = tmp_path / "gc.json"
+    gc.write_text(json.dumps(run))
+    p = subprocess.run(model + ["--gpu-check", str(gc), "--model", "cnn", "--grad-bytes",
+                                "113640", "--json", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert [(b["batch"], b["step_s"]) for b in json.load(open(out))["batches"]] == [(256, 0.005)]
+    # errors: exit 2, a message naming what is wrong
+    gc_cpu = tmp_path / "cpu.json"
+    gc_cpu.write_text(json.dumps(dict(run, mode="cpu stand-in (no GPU checked)")))
+    for args, said in ((["--measured", "128:x"], "'128:x' is not BATCH:SAMPLES_PER_S"),
+                       (["--measured", "128:0"], "must be > 0"),
+                       (["--measured", "128:5", "--backward-share", "2"], "--backward-share"),
+                       (["--gpu-check", str(gc_cpu)], "a CPU stand-in measured no GPU step"),
+                       (["--gpu-check", str(gc), "--model", "mlp"], "not a gpu-check.sh result"),
+                       (["--gpu-check", str(gc), "--model", "cnn", "--precision", "fp16"],
+                        "no measured cnn fp16 row")):
+        p = subprocess.run(model + args + ["--grad-bytes", "1000"], capture_output=True, text=True)
+        assert p.returncode == 2 and said in p.stderr, (args, p.stderr)
+
+
+def test_gpu_check_feeds_the_scaling_model_its_measured_bf16_steps(tmp_path):
+    # a machine that lists a GPU (nvidia-smi stand-in) whose trainer
+    # stand-in reports batch x 1000 samples/s (a step is 1 ms at every
+    # batch) and, with --verbose, the model line: item 5's section runs the
+    # model on the bf16 rows of the MLP and the CNN with their gradient
+    # bytes, and the JSON, its table and $OUT carry the projections
+    script = os.path.join(ROOT_DIR, "scripts", "gpu-check.sh")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    e = fake_gpu_machine(
+        tmp_path, "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\n"
+        "case \"$*\" in *--verbose*cnn*|*cnn*--verbose*) echo 'jizhi-train: model: cnn:x, "
+        "2 parameters (113640 bytes of fp32 gradients)' >&2; exit 0;; "
+        "*--verbose*) echo 'jizhi-train: model: mlp:x, 1 parameters (1077288 bytes of fp32 "
+        "gradients)' >&2; exit 0;; esac\n"
+        "b=$(echo \"$*\" | sed -n 's/.*--batch-size \\([0-9]*\\).*/\\1/p')\n"
+        "[ -n \"$b\" ] || b=128\n"
+        "for i in 1 2 3; do echo \"jizhi: step $i samples_per_s=$((b * 1000))\" >&2; done\n",
+        BS_BUDGET="0", OUT=str(out_dir))
+    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=600)
+    out = p.stdout + p.stderr
+    assert "== issue 38 item 5: the alpha-beta scaling model" in out, out
+    res = json.load(open(tmp_path / "gpu-check.json"))
+    sc = res["scaling_model"]
+    assert sorted(sc) == ["cnn", "mlp"], out
+    assert [b["batch"] for b in sc["mlp"]["batches"]] == [128, 1024, 8192, 65536]
+    assert [b["batch"] for b in sc["cnn"]["batches"]] == [256, 2048, 8192]
+    assert all(abs(b["step_s"] - 1e-3) < 1e-12 for m in sc for b in sc[m]["batches"])
+    assert sc["mlp"]["wire_bytes"] == 1077288 / 2 and sc["cnn"]["wire_bytes"] == 113640 / 2
+    assert json.load(open(out_dir / "gpu-check-scaling-cnn.json")) == sc["cnn"]
+    table = (out_dir / "gpu-check.md").read_text()
+    assert "| 128 | 1.000 |" in table and "| 256 | 1.000 |" in table, table
+
+
 def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):
     # a machine that lists a GPU (nvidia-smi stand-in) with BS_ONLY: the
     # section runs bench/schedulers_batchsize.py under its time limit with
@@ -877,17 +979,9 @@ def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):
         pytest.skip("Fashion-MNIST not installed: the bench skips before its curve")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "scripts", "gpu-check.sh")
-    fake = tmp_path / "fakebin"
-    fake.mkdir()
-    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")
-    (tmp_path / "bin").mkdir()
     calls = tmp_path / "calls"
-    for name in ("jizhi-train", "jizhi-train-cuda", "jizhi"):
-        (tmp_path / "bin" / name).write_text('#!/bin/sh\necho "$0 $*" >> %s\n' % calls)
-    for f in list(fake.iterdir()) + list((tmp_path / "bin").iterdir()):
-        f.chmod(0o755)
-    e = dict(os.environ, PATH="%s:/usr/bin:/bin" % fake, BUILD=str(tmp_path), PREBUILT="1",
-             BS_ONLY="1", BS_BUDGET="200")
+    e = fake_gpu_machine(tmp_path, '#!/bin/sh\necho "$0 $*" >> %s\n' % calls,
+                         BS_ONLY="1", BS_BUDGET="200")
     p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=120)
     out = p.stdout + p.stderr
     assert p.returncode == 1, out

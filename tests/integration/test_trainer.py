@@ -335,6 +335,12 @@ def test_verbose_names_the_kernels_and_reports_them_as_metrics():
     # core: either way the kernels are as wide as the CPU allows, no warning
     assert kb == cb, line
     assert "warning: BLAS kernels" not in p.stderr
+    # the model and its gradient's size (what a data-parallel step sends;
+    # issue 38 item 5's scaling model reads it): synthetic 784 inputs, one
+    # hidden layer of 32, 10 classes
+    n = 784 * 32 + 32 + 32 * 10 + 10
+    assert ("jizhi-train: model: mlp:784-32-10, %d parameters (%d bytes of fp32 gradients)"
+            % (n, 4 * n)) in p.stderr, p.stderr
 
 
 def test_generic_kernels_forced_by_the_environment_are_named_and_warned_about():
