@@ -23,7 +23,8 @@ void trn_trainer_say_kernels(trn_trainer *t, int at_start)
         long n = 0;
         for (int i = 0; i < trn_net_nparams(t->net); i++)
             n += trn_net_param(t->net, i)->n;
-        fprintf(stderr, "jizhi-train: model: %s, %ld parameters (%ld bytes of fp32 gradients)\n",
+        fprintf(stderr,
+                "jizhi-train: model: %s, %ld parameters (%ld bytes of fp32 gradients)\n",
                 trn_net_arch(t->net), n, n * (long)sizeof(float));
     }
     if (at_start) /* a device backend trains; the CPU evaluates */
