@@ -5,6 +5,7 @@ to $LOG.<rank> when its optimizer's lr changes, so the bench sees when a
 `trial set lr` reached both optimizers; rank 0 also appends "value
 wall-time" to $LOG.poll when it takes an instruction from the helper (the
 bench's split of the latency)."""
+import gc
 import os
 import socket
 import subprocess
@@ -79,4 +80,8 @@ for x, y in ctl.loader(fashion_mnist("train", 4096), batch_size=32, shuffle=True
     if not ok:
         break
 t.close()
+# the DDP model (its reducer holds the process group) goes before the
+# group, so no gloo thread outlives it into the interpreter's exit
+del ctl, opt, net
+gc.collect()
 dist.destroy_process_group()

@@ -243,7 +243,7 @@ DDP = textwrap.dedent("""
                     env.pop(k, None)
             procs.append(subprocess.Popen([sys.executable, __file__], env=env))
         sys.exit(max(p.wait() for p in procs))
-    import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+    import gc, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
     sys.path.insert(0, %(example)r)
     from train import fashion_mnist, Net
     import jizhi, jizhi.torch
@@ -269,6 +269,8 @@ DDP = textwrap.dedent("""
             break
         time.sleep(float(os.environ.get("STEP_SLEEP", "0.02")))
     t.close()
+    del ctl, opt, net  # the DDP model (its reducer holds the group) before the group
+    gc.collect()
     dist.destroy_process_group()
 """) % {"example": EXAMPLE}
 

@@ -27,7 +27,7 @@ pytestmark = [needs_torch("torch.distributed"), needs_fmnist()]
 # optimizer holds after ctl.step; $LOG.<rank>.pid its pid.
 RANK = textwrap.dedent("""
     import json, os, sys, time
-    import torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
+    import gc, torch, torch.nn as nn, torch.nn.functional as F, torch.distributed as dist
     sys.path.insert(0, %(example)r)
     from train import fashion_mnist, Net
     import jizhi, jizhi.torch
@@ -63,6 +63,8 @@ RANK = textwrap.dedent("""
             print("rank 1 at step %%d" %% ctl.global_step, file=sys.stderr, flush=True)
         time.sleep(0.02)
     t.close()
+    del ctl, opt, net  # the DDP model (its reducer holds the group) before the group
+    gc.collect()
     dist.destroy_process_group()
 """) % {"example": EXAMPLE}
 
