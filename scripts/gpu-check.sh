@@ -115,7 +115,9 @@
 # Every run is under `timeout` (RUN_T, 90 s, or what is left before
 # DEADLINE, 420 s after the start): a hung run costs its limit, not the
 # lease, and runs past the deadline are not made (each says so); a failed
-# run is a FAIL row, never the end of the script. With $OUT set (the device
+# run is a FAIL row, never the end of the script; the first failed CUDA
+# runs (up to SAN_MAX, 2) are run again for 2 steps under compute-sanitizer's
+# memcheck, their reports in $OUT/sanitizer-*.log. With $OUT set (the device
 # tool's folder) the JSON, its table and the whole log are copied there at
 # the end.
 # Environment: BUILD (build), PYTHON (the first of python3 and
@@ -206,7 +208,7 @@ BS_ARGS=(--models mlp --trainer jizhi-train-cuda "--trainer-args=--backend cuda"
 # --epochs 8": all the data, where a larger batch has more to gain)
 read -ra BS_MORE <<< "${BS_EXTRA:-}"
 BS_ARGS+=(${BS_MORE[@]+"${BS_MORE[@]}"})
-rm -f "$BS_JSON" "$OUTDIR"/gpu-check-scaling-*.json
+rm -f "$BS_JSON" "$OUTDIR"/gpu-check-scaling-*.json "$OUTDIR"/sanitizer-*.log
 # build/gpu-check.json from what the script printed: every verdict line
 # (ending in ok or FAIL), every speed row, the GPUs, the elapsed seconds
 write_json() {
@@ -355,6 +357,32 @@ run_t() { # command... under timeout: RUN_T or what is left before DEADLINE
     timeout -k 5 "$t" env -u JIZHI_TRIAL "$@"
 }
 
+# A failed CUDA run of part 1 or a failed CNN smoke run is run again for
+# 2 steps under compute-sanitizer's memcheck (the lent image has it), at
+# most SAN_MAX (2) times, while more than 120 s are left before DEADLINE:
+# its report (the kernel, the bad access) goes to sanitizer-NAME.log in
+# $OUT (else beside the JSON) and its first lines to the log, so that a
+# first run's defect comes back with its place. SANITIZER names the tool.
+SAN=${SANITIZER:-$(command -v compute-sanitizer || true)}
+[ -z "$SAN" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && SAN=/usr/local/cuda/bin/compute-sanitizer
+SAN_N=0
+memcheck() { # name command... -> the same command for 2 steps under memcheck
+    local name=$1 f rc=0
+    shift
+    [ "$CPU_ONLY" = 0 ] || return 0
+    if [ -z "$SAN" ]; then echo "  no memcheck rerun: compute-sanitizer not found"; return 0; fi
+    [ "$SAN_N" -lt "${SAN_MAX:-2}" ] || return 0
+    if [ $(( DEADLINE - (SECONDS - T0) )) -le 120 ]; then
+        echo "  no memcheck rerun: 120 s or less left before the deadline"; return 0; fi
+    SAN_N=$(( SAN_N + 1 ))
+    f=${OUT:-$OUTDIR}/sanitizer-$name.log
+    [ -d "${OUT:-}" ] || f=$OUTDIR/sanitizer-$name.log
+    run_t "$SAN" --tool memcheck --print-limit 20 "$@" --max-steps 2 --eval-every 2 >"$f" 2>&1 || rc=$?
+    echo "  memcheck rerun, 2 steps: status $rc, $(grep -c '^========= ' "$f") report lines in $(basename "$f"):"
+    grep -m 8 '^========= ' "$f" | sed 's/^/    /'
+    return 0
+}
+
 COMMON=(--dataset fashion-mnist --train-subset 20000 --val-size 5000 --hidden 256,256
         --batch-size 128 --lr 0.05 --max-steps "$STEPS" --epochs 100 --log-every 50
         --eval-every "$STEPS" --seed 3 --quiet)
@@ -447,7 +475,8 @@ for prec in "${PRECS[@]}"; do
         flags=(--precision "$prec")
         [ "$bin" = "$GPU" ] && flags+=(${BACKEND[@]+"${BACKEND[@]}"})
         o=$(run_t "$bin" "${COMMON[@]}" "${EQ[@]}" "${flags[@]}" 2>&1) || {
-            echo "$o" | tail -5; status=1; }
+            echo "$o" | tail -5; status=1
+            [ "$bin" = "$GPU" ] && memcheck "mlp-$prec" "$bin" "${COMMON[@]}" "${flags[@]}"; }
         runs+=("$(echo "$o" | metric val_loss)")
         o=$(run_t "$bin" "${COMMON[@]}" "${flags[@]}" 2>&1) || {
             echo "$o" | tail -5; status=1; }
@@ -576,6 +605,8 @@ for prec in fp32 bf16 fp16; do
         ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) && v=ok ||
         { v=FAIL; CNN_BAD="$CNN_BAD $prec"; status=1; echo "$sm" | tail -12; }
     echo "CNN $prec 2-step smoke run: $v"
+    [ "$v" = ok ] || memcheck "cnn-$prec" "$GPU" "${COMMON[@]}" "${CNN[@]}" --precision "$prec" \
+        ${BACKEND[@]+"${BACKEND[@]}"}
 done
 cnn_rows() {
     cc=$(run_t "$CPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" 2>&1) || {

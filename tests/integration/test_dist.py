@@ -766,12 +766,29 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
     script = os.path.join(ROOT_DIR, "scripts", "gpu-check.sh")
     out_dir = tmp_path / "out"
     out_dir.mkdir()
+    # compute-sanitizer's stand-in: records its arguments, reports one error
+    san, san_calls = tmp_path / "compute-sanitizer", tmp_path / "san-calls"
+    san.write_text("#!/bin/sh\necho \"$*\" >> %s\n"
+                   "echo '========= Invalid __global__ write of size 4 bytes'\nexit 1\n" % san_calls)
+    san.chmod(0o755)
     e = fake_gpu_machine(tmp_path, "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\n"
                          "echo 'jizhi-train: stand-in failure' >&2\nexit 1\n",
-                         BS_BUDGET="0", OUT=str(out_dir))
+                         BS_BUDGET="0", OUT=str(out_dir), SANITIZER=str(san))
     p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=600)
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
+    # the first two failed CUDA runs (part 1's fp32 and bf16) again under
+    # memcheck, for 2 steps; their reports in $OUT; no third (SAN_MAX 2)
+    calls = san_calls.read_text().splitlines()
+    assert len(calls) == 2, calls
+    for c, prec in zip(calls, ("fp32", "bf16")):
+        assert c.startswith("--tool memcheck ") and "jizhi-train-cuda" in c, c
+        assert "--backend cuda" in c and "--precision %s" % prec in c, c
+        assert c.endswith("--max-steps 2 --eval-every 2"), c
+        assert "Invalid __global__ write" in (out_dir / ("sanitizer-mlp-%s.log" % prec)).read_text()
+        assert ("memcheck rerun, 2 steps: status 1, 1 report lines in sanitizer-mlp-%s.log" % prec
+                in out), out
+    assert not list(out_dir.glob("sanitizer-cnn-*")), list(out_dir.iterdir())
     for line in ("CNN fp32 2-step smoke run: FAIL", "CNN rows: SKIPPED (the fp32 smoke run failed",
                  "CNN speed: SKIPPED (the fp32 smoke run failed)",
                  "== speed on the GPU: MLP 784-256-256-10", "batch-size scheduler on the GPU: SKIPPED"):
