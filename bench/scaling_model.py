@@ -13,7 +13,8 @@ beta: 2(P-1) messages of alpha each, and every rank sends and receives
   path only): the leaders all-gather k = 1 % of the values with their int32
   indices, (N-1) (alpha + 8k/B_out).
 Weak scaling: every GPU keeps its batch b, so the step's compute t_c is what
-one GPU measured at b, and the global batch is P b. Efficiency without
+one GPU measured at b, and the global batch is P b. A batch larger than the
+training set (--train-size) is an epoch a step: t_c = train-size / samples/s. Efficiency without
 overlap is t_c / (t_c + T); with the all-reduce overlapped with the
 backward (t_b of t_c), t_c / (t_c - t_b + max(t_b, T)).
 
@@ -24,11 +25,12 @@ and the backward's share of the step, which are stated as assumptions
 (flags) and printed with every table.
 
     bench/scaling_model.py --gpu-check build/gpu-check.json --model mlp \\
-        --grad-bytes 1077288 [--precision bf16] [--json FILE]
+        --grad-bytes 1077288 --wire-bytes 2 [--precision bf16] [--json FILE]
     bench/scaling_model.py --measured 128:350000,1024:900000 --grad-bytes 1077288
 
-Errors (exit 2): a JSON that is not gpu-check's, no speed row measured for
-that model and precision, a value out of range.
+Errors (exit 2): a JSON that is not gpu-check's or a CPU stand-in's, no
+speed row measured for that model and precision, a value out of range, a
+--gpus-per-node that does not divide the GPU counts above it.
 """
 import argparse
 import json
@@ -83,8 +85,8 @@ def print_table(rows, indent="  "):
         print(f"{indent}{P:>5} | " + " | ".join(cells))
 
 
-def steps_from_gpu_check(path, model, precision):
-    """[(batch, seconds a step, samples/s)] of jizhi-train-cuda's measured rows."""
+def load_gpu_check(path):
+    """gpu-check.sh's JSON as a dict, checked for its shape (also scripts/gpu-table.py's)."""
     try:
         with open(path, encoding="utf-8") as f:
             run = json.load(f)
@@ -92,15 +94,24 @@ def steps_from_gpu_check(path, model, precision):
         raise Bad(f"{path}: cannot read: {e.strerror}")
     except ValueError as e:
         raise Bad(f"{path}: not JSON: {e}")
-    key = {"mlp": "speed_mlp", "cnn": "speed_cnn"}[model]
-    if not isinstance(run, dict) or "mode" not in run:
-        raise Bad(f"{path}: not a gpu-check.sh result (no 'mode')")
+    if not isinstance(run, dict) or "mode" not in run or not isinstance(run.get("checks"), list):
+        raise Bad(f"{path}: not a gpu-check.sh result (no 'mode' and 'checks')")
+    for key in ("speed_mlp", "speed_cnn"):
+        if not isinstance(run.get(key, []), list):
+            raise Bad(f"{path}: '{key}' is not a list")
+        for r in run.get(key) or []:
+            if not isinstance(r, dict) or not isinstance(r.get("batch"), int) or "precision" not in r:
+                raise Bad(f"{path}: a row of '{key}' has no batch and precision: {r!r}")
+    return run
+
+
+def measured_from_gpu_check(path, model, precision):
+    """[(batch, samples/s)] of jizhi-train-cuda's measured rows of that model and precision."""
+    run = load_gpu_check(path)
     if run["mode"] != "gpu":
         raise Bad(f"{path}: mode '{run['mode']}': a CPU stand-in measured no GPU step")
-    if not isinstance(run.get(key), list):
-        raise Bad(f"{path}: not a gpu-check.sh result (no '{key}')")
-    out = [(r["batch"], r["batch"] / r["jizhi_cuda"], r["jizhi_cuda"]) for r in run[key]
-           if r.get("precision") == precision and isinstance(r.get("jizhi_cuda"), (int, float))
+    out = [(r["batch"], r["jizhi_cuda"]) for r in run.get("speed_" + model) or []
+           if r["precision"] == precision and isinstance(r.get("jizhi_cuda"), (int, float))
            and r["jizhi_cuda"] > 0]
     if not out:
         raise Bad(f"{path}: no measured {model} {precision} row of jizhi-train-cuda")
@@ -108,7 +119,7 @@ def steps_from_gpu_check(path, model, precision):
 
 
 def parse_measured(text):
-    """[(batch, seconds a step, samples/s)] from "B:SPS,B:SPS"."""
+    """[(batch, samples/s)] from "B:SPS,B:SPS"."""
     out = []
     for item in filter(None, text.split(",")):
         try:
@@ -118,7 +129,7 @@ def parse_measured(text):
             raise Bad(f"--measured: '{item}' is not BATCH:SAMPLES_PER_S")
         if b <= 0 or not sps > 0:
             raise Bad(f"--measured: '{item}': the batch and the samples/s must be > 0")
-        out.append((b, b / sps, sps))
+        out.append((b, sps))
     if not out:
         raise Bad("--measured: no BATCH:SAMPLES_PER_S pair")
     return sorted(out)
@@ -131,10 +142,15 @@ def main(argv):
     src.add_argument("--measured", help="B:SPS,...: samples/s one GPU measured at batch B")
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp", help="--gpu-check's rows")
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="bf16")
+    p.add_argument("--train-size", type=int, default=55000,
+                   help="examples in the training set: a larger batch's step takes them all "
+                        "(jizhi-train on Fashion-MNIST's default split: 55 000)")
+    p.add_argument("--label", default="", help="a name for the tables (the model)")
     p.add_argument("--grad-bytes", type=float, required=True,
                    help="bytes of fp32 gradients (jizhi-train --verbose's model: line)")
     p.add_argument("--wire-bytes", type=int, choices=(2, 4), default=4,
-                   help="bytes a value on the wire (2: --wire bf16/fp16)")
+                   help="bytes a value on the wire (4: fp32, jizhi-train's default --wire; "
+                        "2: --wire bf16/fp16)")
     p.add_argument("--backward-share", type=float, default=2 / 3,
                    help="assumed: the backward's share of the step (what overlap can hide behind)")
     p.add_argument("--alpha-us", type=float, default=5.0, help="assumed: a message's latency, us")
@@ -146,27 +162,38 @@ def main(argv):
     p.add_argument("--json", help="also write the rows here")
     a = p.parse_args(argv)
     try:
-        for name in ("grad_bytes", "alpha_us", "intra_gbs", "inter_gbps", "gpus_per_node"):
+        for name in ("grad_bytes", "alpha_us", "intra_gbs", "inter_gbps", "gpus_per_node",
+                     "train_size"):
             if not getattr(a, name) > 0:
                 raise Bad(f"--{name.replace('_', '-')} must be > 0")
+        G = a.gpus_per_node
+        if any(P > G and P % G for P in GPU_COUNTS):
+            raise Bad(f"--gpus-per-node {G}: it must divide every GPU count above it "
+                      f"({', '.join(map(str, GPU_COUNTS))}): whole nodes only")
         if not 0 <= a.backward_share <= 1:
             raise Bad("--backward-share must be in [0, 1]")
         if a.gpu_check:
-            steps = steps_from_gpu_check(a.gpu_check, a.model, a.precision)
+            pairs = measured_from_gpu_check(a.gpu_check, a.model, a.precision)
             what = f"jizhi-train-cuda {a.model} {a.precision}, measured ({a.gpu_check})"
         else:
-            steps = parse_measured(a.measured)
+            pairs = parse_measured(a.measured)
             what = "the samples/s given"
+        what = f"{a.label}: {what}" if a.label else what
+        # a step takes the batch, or the whole set when the batch is larger
+        # (samples/s counts the rows a step took)
+        steps = [(b, min(b, a.train_size) / sps, sps) for b, sps in pairs]
         S = a.grad_bytes / 4 * a.wire_bytes
         alpha, b_in, b_out = a.alpha_us * 1e-6, a.intra_gbs * 1e9, a.inter_gbps * 1e9 / 8
         print(f"scaling model (alpha-beta, weak scaling) for {what}: {S / 1e6:.3f} MB a step on "
               f"the wire; assumed: alpha {a.alpha_us:g} us, {a.intra_gbs:g} GB/s inside a node "
-              f"of {a.gpus_per_node}, {a.inter_gbps:g} Gb/s between nodes, backward "
+              f"of {G}, {a.inter_gbps:g} Gb/s between nodes, backward "
               f"{a.backward_share:.0%} of the step")
         out = []
         for b, t_c, sps in steps:
-            rows = project(t_c, a.backward_share * t_c, S, alpha, b_in, b_out, a.gpus_per_node)
-            print(f"\n  batch {b} a GPU: step {t_c * 1e3:.3f} ms ({sps:,.0f} samples/s on one GPU)")
+            rows = project(t_c, a.backward_share * t_c, S, alpha, b_in, b_out, G)
+            whole = f", an epoch of {a.train_size} a step" if b > a.train_size else ""
+            print(f"\n  batch {b} a GPU: step {t_c * 1e3:.3f} ms ({sps:,.0f} samples/s on one "
+                  f"GPU{whole})")
             print_table(rows, "    ")
             best = max((r for r in rows if r["gpus"] == GPU_COUNTS[-1]), key=lambda r: r["eff"])
             print(f"    at {GPU_COUNTS[-1]} GPUs: best without overlap {best['scheme']}, "
@@ -175,8 +202,8 @@ def main(argv):
         if a.json:
             try:
                 with open(a.json, "w", encoding="utf-8") as f:
-                    json.dump({"wire_bytes": S, "alpha_s": alpha, "intra_Bps": b_in,
-                               "inter_Bps": b_out, "gpus_per_node": a.gpus_per_node,
+                    json.dump({"label": a.label, "bytes_per_allreduce": S, "alpha_s": alpha,
+                               "intra_Bps": b_in, "inter_Bps": b_out, "gpus_per_node": G,
                                "backward_share": a.backward_share, "batches": out}, f, indent=1)
             except OSError as e:
                 raise Bad(f"{a.json}: cannot write: {e.strerror}")

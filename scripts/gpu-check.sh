@@ -208,7 +208,9 @@ BS_ARGS=(--models mlp --trainer jizhi-train-cuda "--trainer-args=--backend cuda"
 # --epochs 8": all the data, where a larger batch has more to gain)
 read -ra BS_MORE <<< "${BS_EXTRA:-}"
 BS_ARGS+=(${BS_MORE[@]+"${BS_MORE[@]}"})
-rm -f "$BS_JSON" "$OUTDIR"/gpu-check-scaling-*.json "$OUTDIR"/sanitizer-*.log
+# nothing of an earlier run may pass for this one's (a warm machine's second call)
+rm -f "$JSON" "$OUTDIR/gpu-check.md" "$BS_JSON" "$OUTDIR"/gpu-check-scaling-*.json \
+    "$OUTDIR"/sanitizer-*.log
 # build/gpu-check.json from what the script printed: every verdict line
 # (ending in ok or FAIL), every speed row, the GPUs, the elapsed seconds
 write_json() {
@@ -221,12 +223,6 @@ import json, re, subprocess, sys, time
 log, out, rc, elapsed, cpu_only = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
 bs_json, bs_state, bs_reason, bs_used, bs_args = sys.argv[6:11]
 late = int(sys.argv[11] or 0)
-scaling = {}  # item 5: bench/scaling_model.py's projections from this run's step times
-for m in ("mlp", "cnn"):
-    try:
-        scaling[m] = json.load(open(f"{sys.argv[12]}/gpu-check-scaling-{m}.json"))
-    except (OSError, ValueError):
-        pass
 # item 6: the state of its section, and the bench's verdict when it ran
 bs = {"state": bs_state, "reason": bs_reason or None,
       "budget_s": int(bs_used) if bs_used.isdigit() else None,
@@ -245,6 +241,15 @@ if b:
               best_fixed_batches=(b.get("best_fixed") or {}).get("batch_sizes"),
               step_time=b.get("step_time"))
 lines = open(log, errors="replace").read().splitlines()
+scaling = {}  # item 5: bench/scaling_model.py's projections from this run's step times
+for m in ("mlp", "cnn"):
+    try:
+        scaling[m] = json.load(open(f"{sys.argv[12]}/gpu-check-scaling-{m}.json"))
+    except (OSError, ValueError):  # why not, as the section said
+        why = [x[1] for x in (re.match(rf"^scaling model, {m}: SKIPPED \((.*)\)$", l)
+                              for l in lines) if x]
+        if why:
+            scaling[m] = {"skipped": why[-1]}
 checks = [{"check": l.strip(), "ok": bool(re.search(r"\bok\b", l)) and "FAIL" not in l}
           for l in lines if re.search(r"\b(ok|FAIL)\b", l) and not l.startswith(("==", "preflight:"))]
 preflight = next((l[len("preflight: "):] for l in lines if l.startswith("preflight: ")), None)
@@ -279,8 +284,10 @@ json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
           open(out, "w"), indent=1)
 print(f"gpu-check: results in {out} ({elapsed} s)")
 PYEOF
-    # the same results as trainer/README.md's table (scripts/gpu-table.py)
-    "$PYTHON" scripts/gpu-table.py "$JSON" > "$OUTDIR/gpu-check.md" 2>&1 || true
+    # the same results as trainer/README.md's table (scripts/gpu-table.py);
+    # its errors go to the log, not into the table
+    "$PYTHON" scripts/gpu-table.py "$JSON" > "$OUTDIR/gpu-check.md" ||
+        { echo "gpu-check: no gpu-check.md (gpu-table.py failed)"; rm -f "$OUTDIR/gpu-check.md"; }
     if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then # the device tool brings $OUT back
         cp "$JSON" "$OUTDIR/gpu-check.md" "$OUT/" 2>/dev/null || true
         cp "$OUTDIR"/gpu-check-scaling-*.json "$OUT/" 2>/dev/null || true
@@ -976,20 +983,23 @@ echo "== issue 38 item 5: the alpha-beta scaling model, fed with this GPU's bf16
 # parameters). What it cannot: the links and the backward's share, which
 # bench/scaling_model.py states as assumptions with its tables. No check:
 # a projection, not a comparison.
-grad_bytes() { # model flags -> bytes of fp32 gradients
-    run_t "$CPU" "$@" --max-steps 1 --eval-every 1 --train-subset 256 --val-size 256 \
-        --verbose 2>&1 | sed -n 's/^jizhi-train: model: .*(\([0-9]*\) bytes of fp32 gradients)$/\1/p'
-}
 for m in mlp cnn; do
     if [ "$m" = mlp ]; then meas=$MLP_MEAS; flags=(--hidden 256,256); else
         meas=$CNN_MEAS; flags=(--model cnn --channels 16,32); fi
-    gb=$(grad_bytes "${flags[@]}")
-    if [ -z "$meas" ] || [ -z "$gb" ]; then
-        echo "scaling model, $m: SKIPPED (${gb:+no bf16 speed row measured}${gb:-no model: line from $CPU})"
+    if [ -z "$meas" ]; then echo "scaling model, $m: SKIPPED (no bf16 speed row measured)"; continue; fi
+    o=$(run_t "$CPU" "${flags[@]}" --max-steps 1 --eval-every 1 --train-subset 256 \
+        --val-size 256 --verbose 2>&1)
+    rc=$?
+    gb=$(echo "$o" | sed -n 's/^jizhi-train: model: .*(\([0-9]*\) bytes of fp32 gradients)$/\1/p')
+    if [ -z "$gb" ]; then
+        if [ "$rc" = 124 ]; then why="the deadline"; else why="no model: line from $CPU, status $rc"; fi
+        echo "scaling model, $m: SKIPPED ($why)"
         continue
     fi
+    echo "scaling model, $m:"
     "$PYTHON" bench/scaling_model.py --measured "${meas%,}" --grad-bytes "$gb" --wire-bytes 2 \
-        --json "$OUTDIR/gpu-check-scaling-$m.json" || echo "scaling model, $m: ERROR"
+        --label "$m" --json "$OUTDIR/gpu-check-scaling-$m.json" ||
+        echo "scaling model, $m: SKIPPED (bench/scaling_model.py failed)"
 done
 
 bs_section || status=1

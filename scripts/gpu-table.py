@@ -12,36 +12,38 @@ its JSON (`gpu-check.md`, in $OUT on a lent machine), so a run's table comes
 back even where the repository's files do not.
 
 --item6 takes the batch-size scheduler's part (item 6) from a second run,
-the `BS_ONLY=1` call that follows a first call whose bench did not run.
+the `BS_ONLY=1` call that follows a first call whose bench did not run
+(unless the first ran it and the second did not).
 
 Only a run on a GPU goes into a README: a JSON of the CPU stand-in
 (`gpu-check.sh --cpu`, "mode" other than "gpu") is refused there. A speed the
 run did not measure (a failed or skipped run, null in the JSON) is shown as
-`-`, never as a number, and its goal as "not measured".
+`-`, never as a number, and its goal as "not measured"; a goal is judged
+on the two samples/s, not on the ratio rounded for display.
 
 Errors (exit 2, nothing written): a file that cannot be read, is not JSON or
 is not gpu-check's; a README without exactly one pair of markers in order;
 --readme with a stand-in run.
 
-Standard library only: it runs with whatever python3 the machine has.
+Standard library only (and bench/scaling_model.py's loader): it runs with
+whatever python3 the machine has.
 """
 import argparse
-import json
 import os
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "bench"))
+from scaling_model import Bad, load_gpu_check  # noqa: E402  (the JSON's loader, shared)
+
 BEGIN = "<!-- gpu-check:begin -->"
 END = "<!-- gpu-check:end -->"
 
-# issue 38's goals, one per table (ratio = jizhi / PyTorch samples/s)
-MLP_GOAL = (1.0, 128, 65536)  # item 3: >= 1.0x at every batch 128..65 536
-CNN_GOAL = (0.9, 256, 8192)  # item 4: >= 0.9x PyTorch AMP channels_last, 256..8192
-BS_GOAL = 0.8  # item 6: median time to target <= 0.8x the best fixed batch
-
-
-class Bad(Exception):
-    """A user error: its message is printed, the exit status is 2."""
+# issue 38's goals, one per table: (least jizhi / PyTorch samples/s, the
+# batches, the precisions it is about); rows outside them are shown, not judged
+MLP_GOAL = (1.0, 128, 65536, ("fp32", "bf16"))  # item 3: the same model and precision
+CNN_GOAL = (0.9, 256, 8192, ("bf16", "fp16"))  # item 4: against PyTorch AMP, channels_last
 
 
 def cell(v):
@@ -51,57 +53,86 @@ def cell(v):
     return f"{round(v):,}".replace(",", " ")
 
 
-def verdict(ratio, batch, goal):
-    """The row's verdict against a (ratio, lowest batch, highest batch) goal."""
-    least, lo, hi = goal
-    if not lo <= batch <= hi:
-        return "(outside the goal's batches)"
-    if ratio is None:
+def verdict(row, peer, goal):
+    """The row's verdict against a goal, judged on the two samples/s (the
+    stored ratio is rounded to 2 decimals: 0.996 would pass as 1.00)."""
+    least, lo, hi, precs = goal
+    if not lo <= row["batch"] <= hi or row["precision"] not in precs:
+        return "(no goal)"
+    ours, theirs = row.get("jizhi_cuda"), row.get(peer)
+    if not isinstance(ours, (int, float)) or not isinstance(theirs, (int, float)) or theirs <= 0:
         return "not measured"
-    return "met" if ratio >= least else "**missed**"
+    return "met" if ours >= least * theirs else "**missed**"
 
 
 def speed_table(rows, cols, goal, title):
-    """Markdown rows for one speed table; cols: (heading, key) pairs."""
+    """Markdown rows for one speed table; cols: (heading, key) pairs, the
+    last one PyTorch's samples/s."""
     out = [title, ""]
     if not rows:
         return out + ["No row: this run measured no speed here.", ""]
     out.append("| batch | precision | " + " | ".join(h for h, _ in cols) + " | ratio | goal |")
     out.append("|---" * (len(cols) + 4) + "|")
+    judged = []
     for r in sorted(rows, key=lambda r: (r["precision"], r["batch"])):
         vals = " | ".join(cell(r.get(k)) for _, k in cols)
         ratio = r.get("ratio")
+        judged.append(verdict(r, cols[-1][1], goal))
         out.append(f"| {r['batch']} | {r['precision']} | {vals} | "
-                   f"{'-' if ratio is None else f'{ratio:.2f}x'} | "
-                   f"{verdict(ratio, r['batch'], goal)} |")
-    judged = [verdict(r.get("ratio"), r["batch"], goal) for r in rows]
-    n = sum(v != "(outside the goal's batches)" for v in judged)
-    out += ["", f"Goal met in {judged.count('met')} of the {n} rows at its batches "
+                   f"{'-' if ratio is None else f'{ratio:.2f}x'} | {judged[-1]} |")
+    n = sum(v != "(no goal)" for v in judged)
+    out += ["", f"Goal met in {judged.count('met')} of the {n} rows it is about "
             f"({judged.count('not measured')} not measured).", ""]
     return out
 
 
 def scaling_table(models):
     """Item 5: the alpha-beta model's efficiency at the most GPUs it projects,
-    per measured batch (bench/scaling_model.py's JSON, one per model)."""
+    per measured batch (bench/scaling_model.py's JSON, one per model), or why
+    a model has none."""
     out = ["Scaling model (item 5: alpha-beta, weak scaling, fed with the bf16 step times "
-           "above; links and backward share assumed):", ""]
+           "above; the links and the backward's share assumed):", ""]
     if not models:
-        return out + ["Not made: no bf16 speed row measured.", ""]
+        return out + ["Not made: this run did not reach it.", ""]
     for m, sc in sorted(models.items()):
-        rows = [r for b in sc["batches"] for r in b["rows"]]
-        top = max(r["gpus"] for r in rows)
-        out += [f"{m}: {sc['wire_bytes'] / 1e6:.3f} MB a step on the wire, alpha "
-                f"{sc['alpha_s'] * 1e6:g} us, {sc['intra_Bps'] / 1e9:g} GB/s inside a node "
-                f"of {sc['gpus_per_node']}, {sc['inter_Bps'] * 8 / 1e9:g} Gb/s between nodes", "",
-                f"| batch a GPU | step ms (measured) | {top} GPUs, flat ring | "
-                f"{top} GPUs, hierarchical |", "|---|---|---|---|"]
-        for b in sc["batches"]:
-            eff = {r["scheme"]: r["eff"] for r in b["rows"] if r["gpus"] == top}
-            out.append(f"| {b['batch']} | {b['step_s'] * 1e3:.3f} | "
-                       f"{eff.get('flat ring', 0):.1%} | {eff.get('hierarchical', 0):.1%} |")
-        out.append("")
+        if not isinstance(sc, dict) or "batches" not in sc:
+            why = sc.get("skipped") if isinstance(sc, dict) else None
+            out += [f"{m}: not made ({why or 'no reason recorded'}).", ""]
+            continue
+        try:
+            out += s_scaling_rows(m, sc)
+        except (KeyError, TypeError, ValueError) as e:  # not scaling_model.py's shape
+            out += [f"{m}: its projection cannot be read ({type(e).__name__}: {e}).", ""]
     return out
+
+
+def s_scaling_rows(m, sc):
+    """One model's lines of scaling_table (KeyError and the like where sc is
+    not scaling_model.py's JSON)."""
+    rows = [r for b in sc["batches"] for r in b["rows"]]
+    top = max(r["gpus"] for r in rows)
+    out = [f"{m}: {sc['bytes_per_allreduce'] / 1e6:.3f} MB an all-reduce, alpha "
+           f"{sc['alpha_s'] * 1e6:g} us, {sc['intra_Bps'] / 1e9:g} GB/s inside a node "
+           f"of {sc['gpus_per_node']}, {sc['inter_Bps'] * 8 / 1e9:g} Gb/s between nodes", "",
+           f"| batch a GPU | step ms (from the measured samples/s) | {top} GPUs, flat ring | "
+           f"{top} GPUs, hierarchical |", "|---|---|---|---|"]
+    for b in sc["batches"]:
+        eff = {r["scheme"]: r["eff"] for r in b["rows"] if r["gpus"] == top}
+        out.append(f"| {b['batch']} | {b['step_s'] * 1e3:.3f} | "
+                   f"{eff.get('flat ring', 0):.1%} | {eff.get('hierarchical', 0):.1%} |")
+    return out + [""]
+
+
+def item6_line(bs):
+    """Item 6's sentence: the bench's own verdict against its --goal."""
+    ratio = bs.get("median_ratio")
+    if bs.get("state") != "run":
+        return f"not run ({bs.get('state', 'absent')}: {bs.get('reason') or 'no reason given'})"
+    if ratio is None:
+        return f"ran, no ratio (verdict: {bs.get('verdict') or 'none'})"
+    v = bs.get("verdict") or "no verdict"
+    return (f"median time to the target {ratio:.2f}x the best fixed batch: "
+            f"{'**missed**' if v == 'missed' else v}")
 
 
 def render(run, source, bs_source=None):
@@ -125,42 +156,18 @@ def render(run, source, bs_source=None):
     out += speed_table(run.get("speed_mlp") or [],
                        [("jizhi-train-cuda", "jizhi_cuda"),
                         ("host data", "jizhi_cuda_host_data"), ("PyTorch", "pytorch")],
-                       MLP_GOAL, "MLP 784-256-256-10, samples/s (goal: >= 1.0x PyTorch, "
-                       "data on the device for both, batch 128-65 536):")
+                       MLP_GOAL, "MLP 784-256-256-10, samples/s (goal: >= 1.0x PyTorch at the "
+                       "same precision, data on the device for both, batch 128-65 536):")
     out += speed_table(run.get("speed_cnn") or [],
                        [("jizhi-train-cuda", "jizhi_cuda"), ("PyTorch channels_last", "pytorch_cl")],
                        CNN_GOAL, "Residual CNN, samples/s (goal: >= 0.9x PyTorch AMP "
-                       "channels_last, batch 256-8192):")
+                       "channels_last in bf16 and fp16, batch 256-8192; fp32 rows against "
+                       "PyTorch fp32, no goal):")
     out += scaling_table(run.get("scaling_model") or {})
-    bs = run.get("batchsize_gpu") or {}
-    ratio = bs.get("median_ratio")
-    if bs.get("state") != "run":
-        line = f"not run ({bs.get('state', 'absent')}: {bs.get('reason') or 'no reason given'})"
-    elif ratio is None:
-        line = f"ran, no ratio (verdict: {bs.get('verdict') or 'none'})"
-    else:
-        line = (f"median time to the target {ratio:.2f}x the best fixed batch: "
-                f"{'met' if ratio <= BS_GOAL else '**missed**'}")
     src = f" (from `{bs_source}`)" if bs_source else ""
-    out += [f"Batch-size scheduler (item 6, goal <= {BS_GOAL}x){src}: {line}.", ""]
+    out += [f"Batch-size scheduler (item 6, goal: the bench's, <= 0.8x by default){src}: "
+            f"{item6_line(run.get('batchsize_gpu') or {})}.", ""]
     return "\n".join(out)
-
-
-def load(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            run = json.load(f)
-    except OSError as e:
-        raise Bad(f"{path}: cannot read: {e.strerror}")
-    except ValueError as e:
-        raise Bad(f"{path}: not JSON: {e}")
-    if not isinstance(run, dict) or not isinstance(run.get("checks"), list) or "mode" not in run:
-        raise Bad(f"{path}: not a gpu-check.sh result (no 'mode' and 'checks')")
-    for key in ("speed_mlp", "speed_cnn"):
-        for r in run.get(key) or []:
-            if not isinstance(r, dict) or not isinstance(r.get("batch"), int) or "precision" not in r:
-                raise Bad(f"{path}: a row of '{key}' has no batch and precision: {r!r}")
-    return run
 
 
 def splice(readme, section):
@@ -202,14 +209,17 @@ def main(argv):
     p.add_argument("--readme", help="write the table between the markers of this file")
     a = p.parse_args(argv)
     try:
-        run = load(a.json)
+        run = load_gpu_check(a.json)
         bs_source = None
         if a.item6:
-            second = load(a.item6)
+            second = load_gpu_check(a.item6)
             if second.get("mode") != run.get("mode"):
                 raise Bad(f"{a.item6}: mode '{second.get('mode')}' differs from {a.json}'s")
-            run["batchsize_gpu"] = second.get("batchsize_gpu") or {}
-            bs_source = os.path.basename(a.item6)
+            first_bs, second_bs = run.get("batchsize_gpu") or {}, second.get("batchsize_gpu") or {}
+            # the second call's result, unless the first ran the bench and it did not
+            if second_bs.get("state") == "run" or first_bs.get("state") != "run":
+                run["batchsize_gpu"] = second_bs
+                bs_source = os.path.basename(a.item6)
         section = render(run, os.path.basename(a.json), bs_source)
         if not a.readme:
             sys.stdout.write(section)

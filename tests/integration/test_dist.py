@@ -5,6 +5,7 @@ that reaches every rank at one step. Skipped when mpirun is not installed."""
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -747,7 +748,7 @@ def fake_gpu_machine(tmp_path, trainer, **env):
     (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")
     (fake / "python").write_text(
         "#!/bin/sh\ncase \"$1\" in bench/bench_train_torch.py) exit 1;; esac\n"
-        "exec %s \"$@\"\n" % sys.executable)
+        "exec %s \"$@\"\n" % shlex.quote(sys.executable))
     (tmp_path / "bin").mkdir()
     for name in ("jizhi-train", "jizhi-train-cuda", "jizhi"):
         (tmp_path / "bin" / name).write_text(trainer)
@@ -774,6 +775,9 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
     e = fake_gpu_machine(tmp_path, "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\n"
                          "echo 'jizhi-train: stand-in failure' >&2\nexit 1\n",
                          BS_BUDGET="0", OUT=str(out_dir), SANITIZER=str(san))
+    # an earlier run's files, which must not pass for this one's
+    (tmp_path / "gpu-check-scaling-cnn.json").write_text('{"stale": 1}')
+    (tmp_path / "gpu-check.md").write_text("stale table\n")
     p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=600)
     out = p.stdout + p.stderr
     assert p.returncode == 1, out
@@ -813,6 +817,11 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
     assert "| 128 | fp32 | - | - | - | - | not measured |" in table, table
     assert "| 65536 | bf16 | - | - | - | - | not measured |" in table, table
     assert "stand-in (UUID: GPU-0)" in table and "CPU stand-in run" not in table, table
+    # item 5's model: not made, with the reason, for both models
+    assert res["scaling_model"] == {m: {"skipped": "no bf16 speed row measured"}
+                                    for m in ("mlp", "cnn")}, res["scaling_model"]
+    assert "mlp: not made (no bf16 speed row measured)." in table, table
+    assert not (tmp_path / "gpu-check-scaling-cnn.json").exists()
     # a program that cannot start (its --help fails: a library missing
     # there, a C library too old, ...): the preflight ends the script at
     # once, exit 2, the reason in the JSON
@@ -836,7 +845,15 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
             "jizhi_cuda_host_data": None, "pytorch": 4000000, "ratio": 0.1},
            {"batch": 65536, "precision": "fp32", "jizhi_cuda": None,
             "jizhi_cuda_host_data": None, "pytorch": 5000000, "ratio": None}]
+    # 0.996x, stored rounded as 1.0: judged on the speeds, missed; a fp32 CNN
+    # row (against PyTorch fp32, not AMP) and one outside 256-8192: no goal
+    mlp.append({"batch": 1024, "precision": "bf16", "jizhi_cuda": 99600,
+                "jizhi_cuda_host_data": None, "pytorch": 100000, "ratio": 1.0})
     cnn = [{"batch": 128, "precision": "bf16", "jizhi_cuda": 9000, "pytorch_cl": 10000,
+            "ratio": 0.9},
+           {"batch": 2048, "precision": "fp32", "jizhi_cuda": 9000, "pytorch_cl": 1000,
+            "ratio": 9.0},
+           {"batch": 2048, "precision": "fp16", "jizhi_cuda": 8960, "pytorch_cl": 10000,
             "ratio": 0.9}]
     run = {"mode": "gpu", "date": "D", "gpus": ["GPU 0: X"], "exit_status": 1,
            "elapsed_s": 400, "within_10_min": True, "runs_past_deadline": 0,
@@ -847,7 +864,8 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     first.write_text(json.dumps(run))
     second.write_text(json.dumps(dict(run, checks=[], speed_mlp=[], speed_cnn=[],
-                                      batchsize_gpu={"state": "run", "median_ratio": 0.75})))
+                                      batchsize_gpu={"state": "run", "median_ratio": 0.75,
+                                                     "verdict": "met"})))
     head, tail = "# T\n\ntext  \n<!-- gpu-check:begin -->\n", "<!-- gpu-check:end -->\nend\n"
     readme = tmp_path / "README.md"
     readme.write_text(head + "old\n" + tail)
@@ -859,16 +877,26 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
     for row in ("| 128 | fp32 | 250 000 | 200 000 | 100 000 | 2.50x | met |",
                 "| 8192 | bf16 | 400 000 | - | 4 000 000 | 0.10x | **missed** |",
                 "| 65536 | fp32 | - | - | 5 000 000 | - | not measured |",
-                "| 128 | bf16 | 9 000 | 10 000 | 0.90x | (outside the goal's batches) |",
+                "| 1024 | bf16 | 99 600 | - | 100 000 | 1.00x | **missed** |",
+                "| 128 | bf16 | 9 000 | 10 000 | 0.90x | (no goal) |",
+                "| 2048 | fp32 | 9 000 | 1 000 | 9.00x | (no goal) |",
+                "| 2048 | fp16 | 8 960 | 10 000 | 0.90x | **missed** |",
                 "- checks: 1 ok, 1 FAIL", "- `b FAIL`",
-                "Goal met in 1 of the 3 rows at its batches (1 not measured).",
-                "Goal met in 0 of the 0 rows at its batches (0 not measured).",
+                "Goal met in 1 of the 4 rows it is about (1 not measured).",
+                "Goal met in 0 of the 1 rows it is about (0 not measured).",
                 "(from `second.json`): median time to the target 0.75x the best fixed batch: met"):
         assert row in text, (row, text)
     # once more: the section is replaced, not appended to
     assert subprocess.run(table + [str(first), "--readme", str(readme)]).returncode == 0
     again = readme.read_text()
     assert again.count("| 128 | fp32 |") == 1 and "not run (timeout: DEADLINE)" in again, again
+    # a second call that did not run the bench leaves a first call's result
+    ran = tmp_path / "ran.json"
+    ran.write_text(json.dumps(dict(run, batchsize_gpu={"state": "run", "median_ratio": 0.9,
+                                                        "verdict": "missed"})))
+    p = subprocess.run(table + [str(ran), "--item6", str(first)], capture_output=True, text=True)
+    assert "median time to the target 0.90x the best fixed batch: **missed**" in p.stdout
+    assert "(from `first.json`)" not in p.stdout, p.stdout
     # refused, exit 2, the file unchanged: a CPU stand-in's run, a README
     # without its markers, a file that is not gpu-check's, mixed modes
     stand_in = tmp_path / "cpu.json"
@@ -925,8 +953,13 @@ def test_scaling_model_is_the_ring_formula_fed_with_the_measured_steps(tmp_path)
     p2 = subprocess.run(model + ["--measured", "1000:1000000", "--grad-bytes", "4000000",
                                  "--wire-bytes", "2"], capture_output=True, text=True)
     assert "2.000 MB a step on the wire; assumed: alpha 5 us" in p2.stdout, p2.stdout
+    # a batch past the training set is an epoch a step: t_c = 55 000 / samples/s
+    p3 = subprocess.run(model + ["--measured", "65536:1100000", "--grad-bytes", "4",
+                                 "--json", str(out)], capture_output=True, text=True)
+    assert p3.returncode == 0 and "an epoch of 55000 a step" in p3.stdout, p3.stdout + p3.stderr
+    assert abs(json.load(open(out))["batches"][0]["step_s"] - 0.05) < 1e-15
     # from gpu-check's JSON: its measured rows of that model and precision
-    run = {"mode": "gpu", "checks": [], "speed_cnn": [
+    run = {"mode": "gpu", "checks": [], "speed_mlp": [], "speed_cnn": [
         {"batch": 256, "precision": "bf16", "jizhi_cuda": 51200, "pytorch_cl": None, "ratio": None},
         {"batch": 2048, "precision": "bf16", "jizhi_cuda": None, "pytorch_cl": 1, "ratio": None},
         {"batch": 256, "precision": "fp32", "jizhi_cuda": 9, "pytorch_cl": 1, "ratio": 9.0}]}
@@ -942,8 +975,9 @@ def test_scaling_model_is_the_ring_formula_fed_with_the_measured_steps(tmp_path)
     for args, said in ((["--measured", "128:x"], "'128:x' is not BATCH:SAMPLES_PER_S"),
                        (["--measured", "128:0"], "must be > 0"),
                        (["--measured", "128:5", "--backward-share", "2"], "--backward-share"),
+                       (["--measured", "128:5", "--gpus-per-node", "6"], "whole nodes only"),
                        (["--gpu-check", str(gc_cpu)], "a CPU stand-in measured no GPU step"),
-                       (["--gpu-check", str(gc), "--model", "mlp"], "not a gpu-check.sh result"),
+                       (["--gpu-check", str(gc), "--model", "mlp"], "no measured mlp bf16 row"),
                        (["--gpu-check", str(gc), "--model", "cnn", "--precision", "fp16"],
                         "no measured cnn fp16 row")):
         p = subprocess.run(model + args + ["--grad-bytes", "1000"], capture_output=True, text=True)
@@ -977,8 +1011,12 @@ def test_gpu_check_feeds_the_scaling_model_its_measured_bf16_steps(tmp_path):
     assert sorted(sc) == ["cnn", "mlp"], out
     assert [b["batch"] for b in sc["mlp"]["batches"]] == [128, 1024, 8192, 65536]
     assert [b["batch"] for b in sc["cnn"]["batches"]] == [256, 2048, 8192]
-    assert all(abs(b["step_s"] - 1e-3) < 1e-12 for m in sc for b in sc[m]["batches"])
-    assert sc["mlp"]["wire_bytes"] == 1077288 / 2 and sc["cnn"]["wire_bytes"] == 113640 / 2
+    # a step is 1 ms at every batch but 65 536, which takes the 55 000 examples
+    for b in (b for m in sc for b in sc[m]["batches"]):
+        assert abs(b["step_s"] - min(b["batch"], 55000) / (b["batch"] * 1000)) < 1e-15, b
+    assert sc["mlp"]["bytes_per_allreduce"] == 1077288 / 2, sc["mlp"]
+    assert sc["cnn"]["bytes_per_allreduce"] == 113640 / 2 and sc["cnn"]["label"] == "cnn"
+    assert "scaling model, mlp:\nscaling model (alpha-beta, weak scaling) for mlp:" in out, out
     assert json.load(open(out_dir / "gpu-check-scaling-cnn.json")) == sc["cnn"]
     table = (out_dir / "gpu-check.md").read_text()
     assert "| 128 | 1.000 |" in table and "| 256 | 1.000 |" in table, table
