@@ -793,76 +793,98 @@ TEST(cudnn_algorithm_choice_and_its_math_type)
 }
 
 /* The bf16 BatchNorm of the CUDA CNN (bn_half.h: the math its own kernels
-   run, here on the CPU twin) against a double reference over the same
-   bf16 inputs: batch mean and 1/std, the running statistics (momentum 0.1,
-   unbiased variance, as net.c), y, and the backward's dgamma, dbeta and
-   dx (with accumulation into a previous dx). Sizes: 3 channels over 1000
-   positions (chunks of 32, the last one short) and over 5 (chunks empty).
-   Tolerances: statistics and parameter gradients 1e-5 relative (float
-   partial sums of <= 32 values folded in double), y and dx within one
-   bf16 ulp (2^-8 relative) plus 1e-6 absolute. */
+   run, here on the CPU twin, which deals each chunk's positions to the
+   GPU's lanes and adds them in its order) against a double reference over
+   the same bf16 inputs: batch mean and 1/std, the running statistics
+   (momentum 0.1, unbiased variance, as net.c), y, and the backward's
+   dgamma, dbeta and dx (with accumulation into a previous dx). Sizes: 3
+   channels (85 lanes) over 1000 positions (chunks of 4, many lanes empty)
+   and over 5 (chunks empty); 16 channels (16 lanes) over 100 000; 24 (10
+   lanes: 256 is not a multiple) over 30 001; 300 (wider than a block: 1
+   lane) over 2 000. Tolerances: statistics 1e-5 relative, parameter
+   gradients 1e-5 of the sum of their terms' magnitudes (they cancel; float
+   partial sums folded in double), y and dx within one
+   bf16 ulp (2^-8 relative) plus 1e-6 absolute. And with every x and dy
+   1: each position counted once, exactly (mean 1, dbeta = S). */
+static void s_bnh_case(int C, long S)
+{
+    long n = S * C;
+    uint16_t *x = malloc(n * 2), *y = malloc(n * 2), *dy = malloc(n * 2),
+             *dx = malloc(n * 2);
+    double *yr = malloc(n * sizeof(double)), *dxr = malloc(n * sizeof(double));
+    float *f = malloc(9 * C * sizeof(float));
+    REQUIRE(x && y && dy && dx && yr && dxr && f);
+    float *g = f, *b = f + C, *rm = f + 2 * C, *rv = f + 3 * C, *rm0 = f + 4 * C,
+          *rv0 = f + 5 * C, *mean = f + 6 * C, *inv = f + 7 * C, *dg = f + 8 * C;
+    float *db = malloc(C * sizeof(float));
+    REQUIRE(db);
+    for (long i = 0; i < n; i++) { /* per channel another offset and spread */
+        int j = (int)(i % C);
+        x[i] = trn_f2bf((float)(j % 3 - 1) * 3.0f + (float)(j % 3 + 1) * sinf(0.37f * i));
+        dy[i] = trn_f2bf(0.01f * cosf(0.11f * i + j));
+        dx[i] = trn_f2bf(0.5f); /* accumulated into */
+    }
+    for (int j = 0; j < C; j++) {
+        g[j] = 1.5f - 0.25f * (j % 7), b[j] = 0.1f * (j % 5) - 0.2f;
+        rm[j] = rm0[j] = 0.2f * (j % 3), rv[j] = rv0[j] = 0.5f + (j % 4);
+    }
+    trn_bnh_fwd_train(x, y, C, S, g, b, rm, rv, 0.1f, 1e-5f, mean, inv);
+    trn_bnh_bwd(x, dy, dx, 1, C, S, g, mean, inv, dg, db);
+    for (int j = 0; j < C; j++) {
+        double mu = 0, sq = 0, sdy = 0, sdyx = 0, ady = 0, adyx = 0; /* a: of |terms| */
+        for (long p = 0; p < S; p++)
+            mu += trn_bf2f(x[p * C + j]);
+        mu /= S;
+        for (long p = 0; p < S; p++) {
+            double d = trn_bf2f(x[p * C + j]) - mu;
+            sq += d * d;
+        }
+        double is = 1.0 / sqrt(sq / S + 1e-5);
+        for (long p = 0; p < S; p++) {
+            double xh = (trn_bf2f(x[p * C + j]) - mu) * is, d = trn_bf2f(dy[p * C + j]);
+            yr[p * C + j] = g[j] * xh + b[j];
+            sdy += d, sdyx += d * xh, ady += fabs(d), adyx += fabs(d * xh);
+        }
+        for (long p = 0; p < S; p++) {
+            double xh = (trn_bf2f(x[p * C + j]) - mu) * is, d = trn_bf2f(dy[p * C + j]);
+            dxr[p * C + j] = 0.5 + g[j] * is / S * (S * d - sdy - xh * sdyx);
+        }
+        CHECK_NEAR(mean[j], mu, 1e-5 * (fabs(mu) + 1));
+        CHECK_NEAR(inv[j], is, 1e-5 * is);
+        CHECK_NEAR(rm[j], 0.9 * rm0[j] + 0.1 * mu, 1e-5 * (fabs(mu) + 1));
+        double uv = sq / S * S / (S - 1);
+        CHECK_NEAR(rv[j], 0.9 * rv0[j] + 0.1 * uv, 1e-5 * (uv + 1));
+        CHECK_NEAR(db[j], sdy, 1e-5 * (ady + 1e-3));
+        CHECK_NEAR(dg[j], sdyx, 1e-5 * (adyx + 1e-3));
+    }
+    int bad_y = 0, bad_dx = 0;
+    for (long i = 0; i < n; i++) {
+        if (fabs(trn_bf2f(y[i]) - yr[i]) > fabs(yr[i]) / 256 + 1e-6)
+            bad_y++;
+        if (fabs(trn_bf2f(dx[i]) - dxr[i]) > fabs(dxr[i]) / 256 + 1e-6)
+            bad_dx++;
+    }
+    CHECK(bad_y == 0);
+    CHECK(bad_dx == 0);
+    for (long i = 0; i < n; i++) /* every position once: sums of ones are exact */
+        x[i] = dy[i] = trn_f2bf(1.0f);
+    trn_bnh_fwd_train(x, y, C, S, g, b, rm, rv, 0.1f, 1e-5f, mean, inv);
+    trn_bnh_bwd(x, dy, NULL, 0, C, S, g, mean, inv, dg, db);
+    int miscount = 0;
+    for (int j = 0; j < C; j++)
+        miscount += mean[j] != 1.0f || db[j] != (float)S;
+    CHECK(miscount == 0);
+    free(x), free(y), free(dy), free(dx), free(yr), free(dxr), free(f), free(db);
+}
+
 TEST(bf16_batchnorm_twin_matches_a_double_reference)
 {
-    enum { C = 3 };
-    const long sizes[] = {1000, 5};
-    for (int t = 0; t < 2; t++) {
-        long S = sizes[t], n = S * C;
-        uint16_t *x = malloc(n * 2), *y = malloc(n * 2), *dy = malloc(n * 2),
-                 *dx = malloc(n * 2);
-        double *yr = malloc(n * sizeof(double)), *dxr = malloc(n * sizeof(double));
-        REQUIRE(x && y && dy && dx && yr && dxr);
-        for (long i = 0; i < n; i++) { /* per channel another offset and spread */
-            int j = (int)(i % C);
-            x[i] = trn_f2bf((float)(j - 1) * 3.0f + (float)(j + 1) * sinf(0.37f * i));
-            dy[i] = trn_f2bf(0.01f * cosf(0.11f * i + j));
-            dx[i] = trn_f2bf(0.5f); /* accumulated into */
-        }
-        float g[C] = {1.5f, -0.5f, 1.0f}, b[C] = {0.1f, 0.0f, -2.0f};
-        float rm[C] = {0.2f, 0.0f, 1.0f}, rv[C] = {1.0f, 2.0f, 0.5f}, rm0[C], rv0[C];
-        float mean[C], inv[C], dg[C], db[C];
-        memcpy(rm0, rm, sizeof rm), memcpy(rv0, rv, sizeof rv);
-        trn_bnh_fwd_train(x, y, C, S, g, b, rm, rv, 0.1f, 1e-5f, mean, inv);
-        trn_bnh_bwd(x, dy, dx, 1, C, S, g, mean, inv, dg, db);
-        for (int j = 0; j < C; j++) {
-            double mu = 0, sq = 0, sdy = 0, sdyx = 0;
-            for (long p = 0; p < S; p++)
-                mu += trn_bf2f(x[p * C + j]);
-            mu /= S;
-            for (long p = 0; p < S; p++) {
-                double d = trn_bf2f(x[p * C + j]) - mu;
-                sq += d * d;
-            }
-            double is = 1.0 / sqrt(sq / S + 1e-5);
-            for (long p = 0; p < S; p++) {
-                double xh = (trn_bf2f(x[p * C + j]) - mu) * is,
-                       d = trn_bf2f(dy[p * C + j]);
-                yr[p * C + j] = g[j] * xh + b[j];
-                sdy += d, sdyx += d * xh;
-            }
-            for (long p = 0; p < S; p++) {
-                double xh = (trn_bf2f(x[p * C + j]) - mu) * is,
-                       d = trn_bf2f(dy[p * C + j]);
-                dxr[p * C + j] = 0.5 + g[j] * is / S * (S * d - sdy - xh * sdyx);
-            }
-            CHECK_NEAR(mean[j], mu, 1e-5 * (fabs(mu) + 1));
-            CHECK_NEAR(inv[j], is, 1e-5 * is);
-            CHECK_NEAR(rm[j], 0.9 * rm0[j] + 0.1 * mu, 1e-5 * (fabs(mu) + 1));
-            double uv = sq / S * S / (S - 1);
-            CHECK_NEAR(rv[j], 0.9 * rv0[j] + 0.1 * uv, 1e-5 * (uv + 1));
-            CHECK_NEAR(db[j], sdy, 1e-5 * (fabs(sdy) + 1e-3));
-            CHECK_NEAR(dg[j], sdyx, 1e-5 * (fabs(sdyx) + 1e-3));
-        }
-        int bad_y = 0, bad_dx = 0;
-        for (long i = 0; i < n; i++) {
-            if (fabs(trn_bf2f(y[i]) - yr[i]) > fabs(yr[i]) / 256 + 1e-6)
-                bad_y++;
-            if (fabs(trn_bf2f(dx[i]) - dxr[i]) > fabs(dxr[i]) / 256 + 1e-6)
-                bad_dx++;
-        }
-        CHECK(bad_y == 0);
-        CHECK(bad_dx == 0);
-        free(x), free(y), free(dy), free(dx), free(yr), free(dxr);
-    }
+    const struct {
+        int c;
+        long s;
+    } cases[] = {{3, 1000}, {3, 5}, {16, 100000}, {24, 30001}, {300, 2000}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+        s_bnh_case(cases[k].c, cases[k].s);
 }
 
 int main(void)

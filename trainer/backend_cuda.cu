@@ -508,9 +508,7 @@ static void s_detach(void *self)
     cudaStreamSynchronize(c->stream);
     /* auto fusion decided: a re-attach (precision schedule, load, live
        change) keeps the layout instead of measuring again */
-    if (c->dd && keep.o.fusion_bytes < 0 && !trn_devdist_tuning(c->dd) &&
-        trn_devdist_path(c->dd) == TRN_GRAD_DEVICE && keep.comm && keep.comm->size > 1)
-        keep.o.fusion_bytes = trn_devdist_fusion_bytes(c->dd);
+    keep.o.fusion_bytes = trn_devdist_keep_fusion(c->dd, keep.o.fusion_bytes);
     trn_devdist_destroy(&c->dd);
     for (int l = 0; l < c->nl; l++) {
         cudaFree(c->w[l]), cudaFree(c->b[l]), cudaFree(c->mw[l]), cudaFree(c->mb[l]);

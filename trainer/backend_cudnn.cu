@@ -543,6 +543,8 @@ static void s_detach(void *self)
         return;
     }
     cudaStreamSynchronize(q->stream);
+    /* auto fusion decided: a re-attach keeps the layout (as the MLP) */
+    keep.o.fusion_bytes = trn_devdist_keep_fusion(q->dd, keep.o.fusion_bytes);
     trn_devdist_destroy(&q->dd);
     cudaFreeHost(q->state_h);
     for (int i = 0; i < q->nops; i++) {

@@ -9,15 +9,20 @@
 #include "trainer/bf16.h"
 
 /* Chunk k's partial sum of channel j: the mean pass (mu NULL) or the
-   squared deviations from mu. */
+   squared deviations from mu, lane by lane as the GPU adds them. */
 static float s_part(const uint16_t *x, int c, long s, int j, int k, const float *mu)
 {
     long a, e;
     trn_bnh_chunk(s, k, &a, &e);
+    int lanes = trn_bnh_lanes(c);
     float t = 0;
-    for (long p = a; p < e; p++) {
-        float v = trn_bf2f(x[p * c + j]);
-        t += mu ? (v - *mu) * (v - *mu) : v;
+    for (int q = 0; q < lanes; q++) {
+        float l = 0;
+        for (long p = a + q; p < e; p += lanes) {
+            float v = trn_bf2f(x[p * c + j]);
+            l += mu ? (v - *mu) * (v - *mu) : v;
+        }
+        t += l;
     }
     return t;
 }
@@ -51,11 +56,16 @@ void trn_bnh_bwd(const uint16_t *x, const uint16_t *dy, uint16_t *dx, int acc, i
         for (int k = 0; k < TRN_BNH_CHUNKS; k++) {
             long a, e;
             trn_bnh_chunk(s, k, &a, &e);
+            int lanes = trn_bnh_lanes(c);
             float td = 0, tx = 0;
-            for (long p = a; p < e; p++) {
-                float d = trn_bf2f(dy[p * c + j]);
-                td += d;
-                tx += d * ((trn_bf2f(x[p * c + j]) - mean[j]) * inv[j]);
+            for (int q = 0; q < lanes; q++) { /* as s_part */
+                float ld = 0, lx = 0;
+                for (long p = a + q; p < e; p += lanes) {
+                    float d = trn_bf2f(dy[p * c + j]);
+                    ld += d;
+                    lx += d * ((trn_bf2f(x[p * c + j]) - mean[j]) * inv[j]);
+                }
+                td += ld, tx += lx;
             }
             pd[k] = td, px[k] = tx;
         }

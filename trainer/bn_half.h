@@ -5,9 +5,10 @@
     twin (bn_half.c), tested against a double reference by
     tests/test_trn_cuda_host.c. The per-channel formulas below are shared
     by both (TRN_BNH_FN: host and device under nvcc); the sums are taken in
-    TRN_BNH_CHUNKS chunks of positions per channel (float partials, one
-    block each on the GPU) and folded in chunk order in double, so the
-    result does not depend on scheduling.
+    TRN_BNH_CHUNKS chunks of positions per channel (float partials, each
+    the sum of trn_bnh_lanes lanes in a fixed order; on the GPU a block a
+    chunk) and folded in chunk order in double, so the result does not
+    depend on scheduling.
 
     Forward (training): mean and the biased variance over the s positions
     (two passes: the mean, then the squared deviations), inv = 1/sqrt(var +
@@ -29,7 +30,20 @@
 #define TRN_BNH_FN static inline
 #endif
 
-#define TRN_BNH_CHUNKS 32 /* partial sums per channel, folded in chunk order */
+/* partial sums per channel, folded in chunk order: on the GPU a block a
+   chunk, over every channel (enough blocks to fill an H100's 132 SMs) */
+#define TRN_BNH_CHUNKS 256
+#define TRN_BNH_THREADS 256 /* a GPU block's threads (cuda_bn_kernels.cuh) */
+
+/* Within a chunk, channel j's positions are dealt to trn_bnh_lanes(c)
+   lanes: lane q sums positions lo + q, lo + q + lanes, ... in order, and
+   the lanes' sums are added in lane order. On the GPU a lane is a thread
+   (thread t: channel t % c, lane t / c), so a warp reads whole NHWC rows;
+   the CPU twin deals them alike, so it adds in the GPU's order. */
+TRN_BNH_FN int trn_bnh_lanes(int c)
+{
+    return c < TRN_BNH_THREADS ? TRN_BNH_THREADS / c : 1;
+}
 
 /* Positions [*a, *e) of chunk k (0 .. TRN_BNH_CHUNKS-1) of s. */
 TRN_BNH_FN void trn_bnh_chunk(long s, int k, long *a, long *e)

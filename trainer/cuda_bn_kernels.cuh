@@ -12,44 +12,55 @@
 #include "trainer/bn_half.h"
 #include "trainer/dev_elem.cuh"
 
-#define S_BNH_THREADS 256
-
-/* Chunk blockIdx.y's partial sums of channel blockIdx.x into p0 (and p1)
-   at [channel * TRN_BNH_CHUNKS + chunk]: mode 0 the sum of x, mode 1 of
-   (x - mean)^2, mode 2 of dy and of dy * xhat. A fixed tree in shared
-   memory: the same bits run to run. */
+/* Chunk blockIdx.x's partial sums of every channel into p0 (and p1) at
+   [channel * TRN_BNH_CHUNKS + chunk]: mode 0 the sum of x, mode 1 of
+   (x - mean)^2, mode 2 of dy and of dy * xhat. The lanes of bn_half.h:
+   thread t sums channel t % c in lane t / c, a warp reading whole NHWC
+   rows, and the lanes are added in lane order (the same bits run to run).
+   c >= the block: one lane, thread t taking channels t, t +
+   TRN_BNH_THREADS, ... */
 template <typename T>
 __global__ void k_bnh_part(const T *x, const T *dy, int c, long s, int mode,
                            const float *mean, const float *inv, float *p0, float *p1)
 {
-    __shared__ float a0[S_BNH_THREADS], a1[S_BNH_THREADS];
-    int j = blockIdx.x, k = blockIdx.y, t = threadIdx.x;
+    __shared__ float a0[TRN_BNH_THREADS], a1[TRN_BNH_THREADS];
+    int k = blockIdx.x, t = threadIdx.x;
+    int lanes = trn_bnh_lanes(c);
+    int q = lanes > 1 ? t / c : 0; /* this thread's lane */
     long lo, hi;
     trn_bnh_chunk(s, k, &lo, &hi);
-    float mu = mode ? mean[j] : 0.0f, is = mode == 2 ? inv[j] : 0.0f, t0 = 0, t1 = 0;
-    for (long p = lo + t; p < hi; p += S_BNH_THREADS) {
-        float v = to_f<T>(x[p * c + j]);
-        if (mode == 0) {
-            t0 += v;
-        } else if (mode == 1) {
-            t0 += (v - mu) * (v - mu);
-        } else {
-            float d = to_f<T>(dy[p * c + j]);
-            t0 += d;
-            t1 += d * ((v - mu) * is);
+    for (int j = lanes > 1 ? t % c : t; j < c && q < lanes; j += TRN_BNH_THREADS) {
+        float mu = mode ? mean[j] : 0.0f, is = mode == 2 ? inv[j] : 0.0f, t0 = 0, t1 = 0;
+        for (long p = lo + q; p < hi; p += lanes) {
+            float v = to_f<T>(x[p * c + j]);
+            if (mode == 0) {
+                t0 += v;
+            } else if (mode == 1) {
+                t0 += (v - mu) * (v - mu);
+            } else {
+                float d = to_f<T>(dy[p * c + j]);
+                t0 += d;
+                t1 += d * ((v - mu) * is);
+            }
         }
-    }
-    a0[t] = t0, a1[t] = t1;
-    __syncthreads();
-    for (int w = S_BNH_THREADS / 2; w > 0; w >>= 1) {
-        if (t < w)
-            a0[t] += a0[t + w], a1[t] += a1[t + w];
-        __syncthreads();
-    }
-    if (t == 0) {
-        p0[j * TRN_BNH_CHUNKS + k] = a0[0];
+        if (lanes > 1) { /* one channel a thread: folded below */
+            a0[t] = t0, a1[t] = t1;
+            break;
+        }
+        p0[j * TRN_BNH_CHUNKS + k] = t0;
         if (p1)
-            p1[j * TRN_BNH_CHUNKS + k] = a1[0];
+            p1[j * TRN_BNH_CHUNKS + k] = t1;
+    }
+    if (lanes > 1) {
+        __syncthreads();
+        if (t < c) {
+            float t0 = 0, t1 = 0;
+            for (int l = 0; l < lanes; l++)
+                t0 += a0[l * c + t], t1 += a1[l * c + t];
+            p0[t * TRN_BNH_CHUNKS + k] = t0;
+            if (p1)
+                p1[t * TRN_BNH_CHUNKS + k] = t1;
+        }
     }
 }
 
@@ -118,13 +129,12 @@ static void s_bnh_forward(cudaStream_t st, const T *x, T *y, int c, long s,
                           const float *g, const float *b, float *rm, float *rv,
                           float *mean, float *inv, float *part)
 {
-    dim3 grid((unsigned)c, TRN_BNH_CHUNKS);
     unsigned cb = (unsigned)((c + 255) / 256), nb = (unsigned)((s * c + 255) / 256);
-    k_bnh_part<T>
-        <<<grid, S_BNH_THREADS, 0, st>>>(x, NULL, c, s, 0, NULL, NULL, part, NULL);
+    k_bnh_part<T><<<TRN_BNH_CHUNKS, TRN_BNH_THREADS, 0, st>>>(x, NULL, c, s, 0, NULL, NULL,
+                                                            part, NULL);
     k_bnh_mean<<<cb, 256, 0, st>>>(part, c, s, mean);
-    k_bnh_part<T>
-        <<<grid, S_BNH_THREADS, 0, st>>>(x, NULL, c, s, 1, mean, NULL, part, NULL);
+    k_bnh_part<T><<<TRN_BNH_CHUNKS, TRN_BNH_THREADS, 0, st>>>(x, NULL, c, s, 1, mean, NULL,
+                                                            part, NULL);
     k_bnh_var<<<cb, 256, 0, st>>>(part, c, s, 1e-5f, 0.1f, mean, inv, rm, rv);
     k_bnh_y<T><<<nb, 256, 0, st>>>(x, y, c, s * c, g, b, mean, inv);
 }
@@ -136,10 +146,10 @@ static void s_bnh_backward(cudaStream_t st, const T *x, const T *dy, T *dx, int 
                            int c, long s, const float *g, const float *mean,
                            const float *inv, float *dg, float *db, float *part)
 {
-    dim3 grid((unsigned)c, TRN_BNH_CHUNKS);
     unsigned cb = (unsigned)((c + 255) / 256), nb = (unsigned)((s * c + 255) / 256);
     float *p1 = part + (size_t)c * TRN_BNH_CHUNKS;
-    k_bnh_part<T><<<grid, S_BNH_THREADS, 0, st>>>(x, dy, c, s, 2, mean, inv, part, p1);
+    k_bnh_part<T>
+        <<<TRN_BNH_CHUNKS, TRN_BNH_THREADS, 0, st>>>(x, dy, c, s, 2, mean, inv, part, p1);
     k_bnh_grads<<<cb, 256, 0, st>>>(part, p1, c, dg, db);
     k_bnh_dx<T><<<nb, 256, 0, st>>>(x, dy, dx, acc, c, s, g, mean, inv, dg, db);
 }

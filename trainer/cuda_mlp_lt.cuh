@@ -38,17 +38,12 @@ template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
     const void *bias = c->blp[l];
     size_t ws = S_BLAS_WS;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t h;
+    cublasLtMatmulHeuristicResult_t h[8];
     int got = 0;
-    /* split-K partial sums added in the compute type (float) only: not in
-       place in the output buffer nor in the output type, which are the half
-       type (the fp32 sums rounded once, as GemmEx is told too); no split-K
-       is always allowed */
-    uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    /* fp32 as GemmEx runs it here: no TF32, no reduced-precision tricks */
-    cublasComputeType_t ct =
-        c->prec == TRN_FP32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F;
-    if (cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+    /* fp32 math (no TF32: cuBLASLt uses it only under ..._FAST_TF32); the
+       PEDANTIC type GemmEx gets is not among cuBLASLt's matmul types */
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
+            CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
                                        sizeof ta) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
@@ -64,14 +59,29 @@ template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
         cublasLtMatmulPreferenceSetAttribute(pref,
                                              CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref,
-                                             CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                             &red, sizeof red) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &h,
-                                       &got) == CUBLAS_STATUS_SUCCESS &&
-        got > 0) {
-        p->algo = h.algo;
-        p->ok = 1;
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 8, h,
+                                       &got) == CUBLAS_STATUS_SUCCESS) {
+        /* the first usable one whose split-K partial sums (if any) are added
+           in the compute type (float): not in place in the output buffer
+           nor in the output type, which are the half type (the fp32 sums
+           rounded once, as GemmEx is told too). Filtered here rather than
+           by CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, which does not say
+           whether it keeps the algorithms without split-K */
+        for (int i = 0; i < got && !p->ok; i++) {
+            uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
+            size_t n = 0;
+            if (h[i].state != CUBLAS_STATUS_SUCCESS ||
+                cublasLtMatmulAlgoConfigGetAttribute(&h[i].algo,
+                                                     CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                     &red, sizeof red,
+                                                     &n) != CUBLAS_STATUS_SUCCESS)
+                continue;
+            if (red == CUBLASLT_REDUCTION_SCHEME_NONE ||
+                red == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) {
+                p->algo = h[i].algo;
+                p->ok = 1;
+            }
+        }
     }
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);

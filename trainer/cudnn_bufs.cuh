@@ -64,7 +64,9 @@ static void s_pick(s_cnn *q, int i, int nb, int k, const trn_algo_perf *r, int n
 
 /* Conv algorithms of op i (o) at batch nb: the choice cached for (i, nb)
    when this batch size was seen before (cudnn_host.h), else per direction
-   the result trn_cudnn_algo_pick chooses of its _v7 list, then cached.
+   the result trn_cudnn_algo_pick chooses of its _v7 list, then cached
+   (not the backward-data one of a conv on the images, whose gradient is
+   never taken: backend_cudnn.cu's need_dx).
    Each direction has its own descriptor, set to its choice's math type
    before the workspace query (and so for the calls); the workspace grown
    to the largest the three need. */
@@ -90,11 +92,16 @@ static void s_algos(s_cnn *q, int i, s_op *o, int nb)
                                                              yd, 8, &n, pf));
         s_perfs(pf, n, r);
         s_pick(q, i, nb, 0, r, n, algo, math);
-        cudnnConvolutionBwdDataAlgoPerf_t pd[8];
-        CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            q->dnn, o->fd, yd, o->cd[1], xd, 8, &n, pd));
-        s_perfs(pd, n, r);
-        s_pick(q, i, nb, 1, r, n, algo, math);
+        if (o->in != 0) { /* the input's gradient: not for the images (op 0) */
+            cudnnConvolutionBwdDataAlgoPerf_t pd[8];
+            CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                q->dnn, o->fd, yd, o->cd[1], xd, 8, &n, pd));
+            s_perfs(pd, n, r);
+            s_pick(q, i, nb, 1, r, n, algo, math);
+        } else { /* never run: no algorithm required, no workspace */
+            algo[1] = 0;
+            math[1] = q->ty.tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+        }
         cudnnConvolutionBwdFilterAlgoPerf_t pw[8];
         CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterAlgorithm_v7(
             q->dnn, xd, yd, o->cd[2], o->fd, 8, &n, pw));
@@ -112,9 +119,11 @@ static void s_algos(s_cnn *q, int i, s_op *o, int nb)
         CUDNN_CHECK(p_cudnnGetConvolutionForwardWorkspaceSize(q->dnn, xd, o->fd, o->cd[0],
                                                               yd, o->fa, &sz));
         need = sz > need ? sz : need;
-        CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataWorkspaceSize(
-            q->dnn, o->fd, yd, o->cd[1], xd, o->ba, &sz));
-        need = sz > need ? sz : need;
+        if (o->in != 0) {
+            CUDNN_CHECK(p_cudnnGetConvolutionBackwardDataWorkspaceSize(
+                q->dnn, o->fd, yd, o->cd[1], xd, o->ba, &sz));
+            need = sz > need ? sz : need;
+        }
         CUDNN_CHECK(p_cudnnGetConvolutionBackwardFilterWorkspaceSize(
             q->dnn, xd, yd, o->cd[2], o->fd, o->fb, &sz));
         need = sz > need ? sz : need;

@@ -637,3 +637,11 @@ long trn_devdist_fusion_bytes(const trn_devdist *d)
 {
     return d->fusion_bytes;
 }
+
+long trn_devdist_keep_fusion(const trn_devdist *d, long asked)
+{
+    if (d && asked < 0 && !d->tuning && d->path == TRN_GRAD_DEVICE && d->comm &&
+        d->comm->size > 1)
+        return d->fusion_bytes;
+    return asked;
+}

@@ -86,5 +86,10 @@ trn_grad_path trn_devdist_path(const trn_devdist *d);
 int trn_devdist_tuning(const trn_devdist *d);
 int trn_devdist_nbuckets(const trn_devdist *d);
 long trn_devdist_fusion_bytes(const trn_devdist *d);
+/* The fusion a re-attach (precision schedule, load, live change) should
+   ask for, given what this one was asked (asked): the layout auto fusion
+   (asked < 0) decided on the device path of several ranks, so that it is
+   not measured again; else asked. d may be NULL. */
+long trn_devdist_keep_fusion(const trn_devdist *d, long asked);
 
 #endif

@@ -93,7 +93,7 @@ $(TRN_CUDA_OBJ): trainer/backend_cuda.cu trainer/cuda_mlp_kernels.cuh trainer/cu
                  trainer/cuda_mlp_lt.cuh trainer/gather.h \
                  trainer/trn.h trainer/dist_dev.h trainer/dist.h \
                  trainer/comm.h trainer/bf16.h trainer/dev_elem.cuh trainer/cuda_check.cuh \
-                 trainer/graph_policy.h trainer/cuda_mlp_graph.cuh
+                 trainer/graph_policy.h trainer/cuda_mlp_graph.cuh trainer/cuda_mlp_half.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -I. -Itrial_helper $(CUDNN_DEF) -c $< -o $@
 
