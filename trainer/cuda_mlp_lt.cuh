@@ -40,8 +40,9 @@ template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h[8];
     int got = 0;
-    /* fp32 math (no TF32: cuBLASLt uses it only under ..._FAST_TF32); the
-       PEDANTIC type GemmEx gets is not among cuBLASLt's matmul types */
+    /* fp32 math (no TF32: cuBLASLt uses it only under ..._FAST_TF32). Not
+       the PEDANTIC type GemmEx gets: whether cuBLASLt's matmul takes it was
+       not established here, and COMPUTE_32F is its documented fp32 type */
     if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
             CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
