@@ -116,8 +116,8 @@
 # DEADLINE, 420 s after the start): a hung run costs its limit, not the
 # lease, and runs past the deadline are not made (each says so); a failed
 # run is a FAIL row, never the end of the script; the first failed CUDA
-# runs (up to SAN_MAX, 2) are run again for 2 steps under compute-sanitizer's
-# memcheck, their reports in $OUT/sanitizer-*.log. With $OUT set (the device
+# run of each model is run again for 2 steps under compute-sanitizer's
+# memcheck, its report in $OUT/sanitizer-*.log. With $OUT set (the device
 # tool's folder) the JSON, its table and the whole log are copied there at
 # the end.
 # Environment: BUILD (build), PYTHON (the first of python3 and
@@ -364,24 +364,27 @@ run_t() { # command... under timeout: RUN_T or what is left before DEADLINE
     timeout -k 5 "$t" env -u JIZHI_TRIAL "$@"
 }
 
-# A failed CUDA run of part 1 or a failed CNN smoke run is run again for
-# 2 steps under compute-sanitizer's memcheck (the lent image has it), at
-# most SAN_MAX (2) times, while more than 120 s are left before DEADLINE:
-# its report (the kernel, the bad access) goes to sanitizer-NAME.log in
-# $OUT (else beside the JSON) and its first lines to the log, so that a
-# first run's defect comes back with its place. SANITIZER names the tool.
+# The first failed CUDA run of each model (part 1's MLP, the CNN's smoke
+# runs) is run again for 2 steps under compute-sanitizer's memcheck (the
+# lent image has it), while more than 120 s are left before DEADLINE and
+# unless it failed by its time limit (it would again): its report (the
+# kernel, the bad access) goes to sanitizer-NAME.log in $OUT (else beside
+# the JSON) and its first lines to the log, so that a first run's defect
+# comes back with its place. SANITIZER names the tool.
 SAN=${SANITIZER:-$(command -v compute-sanitizer || true)}
 [ -z "$SAN" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && SAN=/usr/local/cuda/bin/compute-sanitizer
-SAN_N=0
-memcheck() { # name command... -> the same command for 2 steps under memcheck
-    local name=$1 f rc=0
-    shift
+SAN_DONE="" # the models rerun so far
+memcheck() { # name (MODEL-PREC) status command... -> the command for 2 steps under memcheck
+    local name=$1 st=$2 f rc=0
+    shift 2
     [ "$CPU_ONLY" = 0 ] || return 0
+    case " $SAN_DONE " in *" ${name%%-*} "*) return 0 ;; esac
     if [ -z "$SAN" ]; then echo "  no memcheck rerun: compute-sanitizer not found"; return 0; fi
-    [ "$SAN_N" -lt "${SAN_MAX:-2}" ] || return 0
+    if [ "$st" = 124 ] || [ "$st" = 137 ]; then
+        echo "  no memcheck rerun: the run ended by its time limit"; return 0; fi
     if [ $(( DEADLINE - (SECONDS - T0) )) -le 120 ]; then
         echo "  no memcheck rerun: 120 s or less left before the deadline"; return 0; fi
-    SAN_N=$(( SAN_N + 1 ))
+    SAN_DONE="$SAN_DONE ${name%%-*}"
     f=${OUT:-$OUTDIR}/sanitizer-$name.log
     [ -d "${OUT:-}" ] || f=$OUTDIR/sanitizer-$name.log
     run_t "$SAN" --tool memcheck --print-limit 20 "$@" --max-steps 2 --eval-every 2 >"$f" 2>&1 || rc=$?
@@ -482,8 +485,8 @@ for prec in "${PRECS[@]}"; do
         flags=(--precision "$prec")
         [ "$bin" = "$GPU" ] && flags+=(${BACKEND[@]+"${BACKEND[@]}"})
         o=$(run_t "$bin" "${COMMON[@]}" "${EQ[@]}" "${flags[@]}" 2>&1) || {
-            echo "$o" | tail -5; status=1
-            [ "$bin" = "$GPU" ] && memcheck "mlp-$prec" "$bin" "${COMMON[@]}" "${flags[@]}"; }
+            st=$?; echo "$o" | tail -5; status=1
+            [ "$bin" = "$GPU" ] && memcheck "mlp-$prec" "$st" "$bin" "${COMMON[@]}" "${flags[@]}"; }
         runs+=("$(echo "$o" | metric val_loss)")
         o=$(run_t "$bin" "${COMMON[@]}" "${flags[@]}" 2>&1) || {
             echo "$o" | tail -5; status=1; }
@@ -585,7 +588,7 @@ for prec in "${DG_PRECS[@]}"; do
     [ "$(near "${la:-nan}" "${ka:-nan}" "$at")" = ok ] || v=FAIL
     # where cuBLASLt offered no algorithm the lt runs fell back to the
     # kernel path: the two sides are then the same code, nothing is compared
-    fb=$(echo "$l$le" | grep -m1 "cuBLASLt offers no" || true)
+    fb=$(printf '%s\n%s\n' "$l" "$le" | grep -m1 "cuBLASLt offers no" || true)
     [ -z "$fb" ] || v="FAIL (no fused epilogue ran: the kernel path against itself)"
     [ "$v" = ok ] || status=1
     printf '%-6s %-24s %14s %14s %s (loss at %s steps %s rel, acc at %s %s)%s\n' "$prec" \
@@ -611,12 +614,13 @@ CNN_BAD="" # the precisions whose smoke run failed
 cnn_bad() { case " $CNN_BAD " in *" $1 "*) return 0 ;; esac; return 1; }
 for prec in fp32 bf16 fp16; do
     [ "$CPU_ONLY" = 1 ] && [ "$prec" = fp16 ] && continue
+    st=0
     sm=$(run_t "$GPU" "${COMMON[@]}" "${CNN[@]}" --max-steps 2 --eval-every 2 --precision "$prec" \
         ${BACKEND[@]+"${BACKEND[@]}"} 2>&1) && v=ok ||
-        { v=FAIL; CNN_BAD="$CNN_BAD $prec"; status=1; echo "$sm" | tail -12; }
+        { st=$?; v=FAIL; CNN_BAD="$CNN_BAD $prec"; status=1; echo "$sm" | tail -12; }
     echo "CNN $prec 2-step smoke run: $v"
-    [ "$v" = ok ] || memcheck "cnn-$prec" "$GPU" "${COMMON[@]}" "${CNN[@]}" --precision "$prec" \
-        ${BACKEND[@]+"${BACKEND[@]}"}
+    [ "$v" = ok ] || memcheck "cnn-$prec" "$st" "$GPU" "${COMMON[@]}" "${CNN[@]}" \
+        --precision "$prec" ${BACKEND[@]+"${BACKEND[@]}"}
 done
 cnn_rows() {
     cc=$(run_t "$CPU" "${COMMON[@]}" "${CNN[@]}" "${EQ[@]}" 2>&1) || {

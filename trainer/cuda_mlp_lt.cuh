@@ -38,7 +38,7 @@ template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
     const void *bias = c->blp[l];
     size_t ws = S_BLAS_WS;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t h[8];
+    cublasLtMatmulHeuristicResult_t h[32]; /* split-K ones may be filtered out */
     int got = 0;
     /* fp32 math (no TF32: cuBLASLt uses it only under ..._FAST_TF32). Not
        the PEDANTIC type GemmEx gets: whether cuBLASLt's matmul takes it was
@@ -60,7 +60,7 @@ template <typename T> static int s_lt_ready(s_cuda *c, int l, int nb)
         cublasLtMatmulPreferenceSetAttribute(pref,
                                              CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &ws, sizeof ws) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 8, h,
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 32, h,
                                        &got) == CUBLAS_STATUS_SUCCESS) {
         /* the first usable one whose split-K partial sums (if any) are added
            in the compute type (float): not in place in the output buffer
