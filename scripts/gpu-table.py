@@ -3,7 +3,7 @@
 
     scripts/gpu-table.py build/gpu-check.json             # the markdown on stdout
     scripts/gpu-table.py RUN.json --readme trainer/README.md
-    scripts/gpu-table.py RUN.json --item6 BS_ONLY_RUN.json --readme trainer/README.md
+    scripts/gpu-table.py RUN.json --second CALL2.json --readme trainer/README.md
 
 With --readme, the text between the lines `<!-- gpu-check:begin -->` and
 `<!-- gpu-check:end -->` of that file is replaced by the table; the rest of
@@ -11,9 +11,10 @@ the file is kept byte for byte. gpu-check.sh writes the same markdown next to
 its JSON (`gpu-check.md`, in $OUT on a lent machine), so a run's table comes
 back even where the repository's files do not.
 
---item6 takes the batch-size scheduler's part (item 6) from a second run,
-the `BS_ONLY=1` call that follows a first call whose bench did not run
-(unless the first ran it and the second did not).
+--second takes what a second call ran (`BS_ONLY=1`: item 6, the
+batch-size scheduler; `LARS_ONLY=1`: item 4's LARS at batch 8192) from its
+JSON, where the first call has no result of it (a part the first ran and
+the second did not is kept).
 
 Only a run on a GPU goes into a README: a JSON of the CPU stand-in
 (`gpu-check.sh --cpu`, "mode" other than "gpu") is refused there. A speed the
@@ -135,7 +136,17 @@ def item6_line(bs):
             f"{'**missed**' if v == 'missed' else v}")
 
 
-def render(run, source, bs_source=None):
+def lars_line(lars):
+    """Item 4's accuracy goal on the GPU (gpu-check's LARS_ONLY section)."""
+    if lars.get("state") != "run":
+        return f"not run ({lars.get('state', 'absent')}: {lars.get('reason') or 'no reason given'})"
+    v = lars["verdict"]
+    return (f"test_acc {lars['test_acc_8192']:.4f} against batch 256's {lars['test_acc_256']:.4f} "
+            f"after {lars['epochs']} epochs, {lars['points_below']:.2f} points below: "
+            f"{'**missed**' if v == 'missed' else v}")
+
+
+def render(run, source, second=None):
     """The markdown section for one gpu-check JSON (a dict)."""
     gpu = run.get("mode") == "gpu"
     fails = [c["check"] for c in run["checks"] if not c["ok"]]
@@ -164,9 +175,12 @@ def render(run, source, bs_source=None):
                        "channels_last in bf16 and fp16, batch 256-8192; fp32 rows against "
                        "PyTorch fp32, no goal):")
     out += scaling_table(run.get("scaling_model") or {})
-    src = f" (from `{bs_source}`)" if bs_source else ""
-    out += [f"Batch-size scheduler (item 6, goal: the bench's, <= 0.8x by default){src}: "
-            f"{item6_line(run.get('batchsize_gpu') or {})}.", ""]
+    src = {k: f" (from `{second[k]}`)" if second and k in second else ""
+           for k in ("batchsize_gpu", "lars_gpu")}
+    out += [f"LARS at batch 8192 (item 4, goal: within 1 point of batch 256's SGD, the CNN in "
+            f"bf16){src['lars_gpu']}: {lars_line(run.get('lars_gpu') or {})}.", "",
+            f"Batch-size scheduler (item 6, goal: the bench's, <= 0.8x by default)"
+            f"{src['batchsize_gpu']}: {item6_line(run.get('batchsize_gpu') or {})}.", ""]
     return "\n".join(out)
 
 
@@ -205,22 +219,24 @@ def write(path, text):
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("json", help="gpu-check.sh's JSON (build/gpu-check.json, or $OUT's copy)")
-    p.add_argument("--item6", help="a BS_ONLY=1 run's JSON: item 6 from it")
+    p.add_argument("--second", help="a second call's JSON (BS_ONLY=1 or LARS_ONLY=1): what it "
+                   "ran, where the first has no result")
     p.add_argument("--readme", help="write the table between the markers of this file")
     a = p.parse_args(argv)
     try:
         run = load_gpu_check(a.json)
-        bs_source = None
-        if a.item6:
-            second = load_gpu_check(a.item6)
+        taken = {}
+        if a.second:
+            second = load_gpu_check(a.second)
             if second.get("mode") != run.get("mode"):
-                raise Bad(f"{a.item6}: mode '{second.get('mode')}' differs from {a.json}'s")
-            first_bs, second_bs = run.get("batchsize_gpu") or {}, second.get("batchsize_gpu") or {}
-            # the second call's result, unless the first ran the bench and it did not
-            if second_bs.get("state") == "run" or first_bs.get("state") != "run":
-                run["batchsize_gpu"] = second_bs
-                bs_source = os.path.basename(a.item6)
-        section = render(run, os.path.basename(a.json), bs_source)
+                raise Bad(f"{a.second}: mode '{second.get('mode')}' differs from {a.json}'s")
+            for k in ("batchsize_gpu", "lars_gpu"):
+                mine, theirs = run.get(k) or {}, second.get(k) or {}
+                # the second call's, unless the first ran it and the second did not
+                if theirs and (theirs.get("state") == "run" or mine.get("state") != "run"):
+                    run[k] = theirs
+                    taken[k] = os.path.basename(a.second)
+        section = render(run, os.path.basename(a.json), taken)
         if not a.readme:
             sys.stdout.write(section)
             return 0

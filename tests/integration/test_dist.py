@@ -866,11 +866,14 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
     first.write_text(json.dumps(run))
     second.write_text(json.dumps(dict(run, checks=[], speed_mlp=[], speed_cnn=[],
                                       batchsize_gpu={"state": "run", "median_ratio": 0.75,
-                                                     "verdict": "met"})))
+                                                     "verdict": "met"},
+                                      lars_gpu={"state": "run", "epochs": 60,
+                                                "test_acc_8192": 0.9, "test_acc_256": 0.915,
+                                                "points_below": 1.5, "verdict": "missed"})))
     head, tail = "# T\n\ntext  \n<!-- gpu-check:begin -->\n", "<!-- gpu-check:end -->\nend\n"
     readme = tmp_path / "README.md"
     readme.write_text(head + "old\n" + tail)
-    p = subprocess.run(table + [str(first), "--item6", str(second), "--readme", str(readme)],
+    p = subprocess.run(table + [str(first), "--second", str(second), "--readme", str(readme)],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     text = readme.read_text()
@@ -885,7 +888,9 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
                 "- checks: 1 ok, 1 FAIL", "- `b FAIL`",
                 "Goal met in 1 of the 4 rows it is about (1 not measured).",
                 "Goal met in 0 of the 1 rows it is about (0 not measured).",
-                "(from `second.json`): median time to the target 0.75x the best fixed batch: met"):
+                "(from `second.json`): median time to the target 0.75x the best fixed batch: met",
+                "bf16) (from `second.json`): test_acc 0.9000 against batch 256's 0.9150 after 60 "
+                "epochs, 1.50 points below: **missed**."):
         assert row in text, (row, text)
     # once more: the section is replaced, not appended to
     assert subprocess.run(table + [str(first), "--readme", str(readme)]).returncode == 0
@@ -895,7 +900,7 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
     ran = tmp_path / "ran.json"
     ran.write_text(json.dumps(dict(run, batchsize_gpu={"state": "run", "median_ratio": 0.9,
                                                         "verdict": "missed"})))
-    p = subprocess.run(table + [str(ran), "--item6", str(first)], capture_output=True, text=True)
+    p = subprocess.run(table + [str(ran), "--second", str(first)], capture_output=True, text=True)
     assert "median time to the target 0.90x the best fixed batch: **missed**" in p.stdout
     assert "(from `first.json`)" not in p.stdout, p.stdout
     # refused, exit 2, the file unchanged: a CPU stand-in's run, a README
@@ -911,7 +916,7 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
             ([str(first), "--readme", str(plain)], plain, "needs one line '<!-- gpu-check:begin"),
             ([str(junk), "--readme", str(readme)], readme, "not a gpu-check.sh result"),
             ([str(tmp_path / "none.json")], readme, "cannot read"),
-            ([str(first), "--item6", str(stand_in), "--readme", str(readme)], readme,
+            ([str(first), "--second", str(stand_in), "--readme", str(readme)], readme,
              "differs from")):
         before = target.read_bytes()
         p = subprocess.run(table + args, capture_output=True, text=True)
@@ -1021,6 +1026,39 @@ def test_gpu_check_feeds_the_scaling_model_its_measured_bf16_steps(tmp_path):
     assert json.load(open(out_dir / "gpu-check-scaling-cnn.json")) == sc["cnn"]
     table = (out_dir / "gpu-check.md").read_text()
     assert "| 128 | 1.000 |" in table and "| 256 | 1.000 |" in table, table
+
+
+def test_gpu_check_lars_only_runs_both_arms_and_records_the_verdict(tmp_path):
+    # LARS_ONLY (item 4's accuracy goal, the second call where item 6 ran
+    # in the first): the CNN at batch 256 (SGD) and 8192 (LARS) on the
+    # stand-in GPU, each arm's test_acc read, the verdict (within 1 point)
+    # in stdout and the JSON; an arm that fails is an ERROR with its status
+    script = os.path.join(ROOT_DIR, "scripts", "gpu-check.sh")
+    calls = tmp_path / "calls"
+    e = fake_gpu_machine(
+        tmp_path, "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\necho \"$*\" >> %s\n"
+        "case \"$*\" in *--optimizer\\ lars*) a=0.9071;; *) a=0.9150;; esac\n"
+        "echo \"jizhi: step 9 test_acc=$a\" >&2\n" % calls, LARS_ONLY="1", LARS_EPOCHS="3")
+    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert ("lars 8192 vs 256 (cnn bf16, 3 epochs, seed 1): test_acc 0.9071 vs 0.9150: "
+            "0.79 points below: goal met (within 1 point)") in p.stdout, p.stdout
+    runs = [l for l in calls.read_text().splitlines() if "--epochs 3" in l]
+    assert len(runs) == 2 and all("--backend cuda --model cnn" in l and "--precision bf16" in l
+                                  for l in runs), runs
+    assert "--batch-size 256 --lr 0.1 --schedule cosine" in runs[0], runs
+    assert "--batch-size 8192 --optimizer lars --lr 4 --trust 0.0025" in runs[1], runs
+    res = json.load(open(tmp_path / "gpu-check.json"))
+    assert res["lars_gpu"] == {"state": "run", "epochs": 3, "test_acc_8192": 0.9071,
+                               "test_acc_256": 0.915, "points_below": 0.79,
+                               "verdict": "met"}, res["lars_gpu"]
+    assert res["checks"] == [] and res["batchsize_gpu"]["state"] == "not asked"
+    (tmp_path / "bin" / "jizhi-train-cuda").write_text(
+        "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\nexit 3\n")
+    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=120)
+    assert "LARS at 8192 on the GPU: ERROR (the batch 256 arm: status 3, no test_acc)" in p.stdout
+    assert json.load(open(tmp_path / "gpu-check.json"))["lars_gpu"] == {
+        "state": "error", "reason": "the batch 256 arm: status 3, no test_acc"}
 
 
 def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):
