@@ -13,8 +13,9 @@ back even where the repository's files do not.
 
 --second takes what a second call ran (`BS_ONLY=1`: item 6, the
 batch-size scheduler; `LARS_ONLY=1`: item 4's LARS at batch 8192) from its
-JSON, where the first call has no result of it (a part the first ran and
-the second did not is kept).
+JSON: a part it ran replaces the first call's, and its reason for not
+running a part replaces the first's only where the first was not asked to
+run it.
 
 Only a run on a GPU goes into a README: a JSON of the CPU stand-in
 (`gpu-check.sh --cpu`, "mode" other than "gpu") is refused there. A speed the
@@ -139,7 +140,12 @@ def item6_line(bs):
 def lars_line(lars):
     """Item 4's accuracy goal on the GPU (gpu-check's LARS_ONLY section)."""
     if lars.get("state") != "run":
-        return f"not run ({lars.get('state', 'absent')}: {lars.get('reason') or 'no reason given'})"
+        arms = "; ".join(f"batch {b}: " + (f"test_acc {a['test_acc']:.4f} in {a['seconds']} s"
+                                            if "test_acc" in a else
+                                            f"{a.get('state')} ({a.get('reason')})")
+                         for b, a in sorted((lars.get("arms") or {}).items()))
+        return (f"not run ({lars.get('state', 'absent')}: {lars.get('reason') or 'no reason given'}"
+                f"{'; ' + arms if arms else ''})")
     v = lars["verdict"]
     return (f"test_acc {lars['test_acc_8192']:.4f} against batch 256's {lars['test_acc_256']:.4f} "
             f"after {lars['epochs']} epochs, {lars['points_below']:.2f} points below: "
@@ -231,10 +237,12 @@ def main(argv):
             if second.get("mode") != run.get("mode"):
                 raise Bad(f"{a.second}: mode '{second.get('mode')}' differs from {a.json}'s")
             for k in ("batchsize_gpu", "lars_gpu"):
-                mine, theirs = run.get(k) or {}, second.get(k) or {}
-                # the second call's, unless the first ran it and the second did not
-                if theirs and (theirs.get("state") == "run" or mine.get("state") != "run"):
-                    run[k] = theirs
+                mine = (run.get(k) or {}).get("state", "not asked")
+                theirs = (second.get(k) or {}).get("state", "not asked")
+                # the second call's result where it ran the part; its reason
+                # for not running it only where the first was not asked to
+                if theirs == "run" or (mine == "not asked" and theirs != "not asked"):
+                    run[k] = second[k]
                     taken[k] = os.path.basename(a.second)
         section = render(run, os.path.basename(a.json), taken)
         if not a.readme:

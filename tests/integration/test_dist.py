@@ -823,6 +823,14 @@ def test_gpu_check_where_every_run_fails_goes_to_the_end_and_records_it(tmp_path
                                     for m in ("mlp", "cnn")}, res["scaling_model"]
     assert "mlp: not made (no bf16 speed row measured)." in table, table
     assert not (tmp_path / "gpu-check-scaling-cnn.json").exists()
+    # runs that end by their time limit (status 124) are not rerun under
+    # memcheck (they would hang again)
+    san_calls.unlink()
+    (tmp_path / "bin" / "jizhi-train-cuda").write_text(
+        "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\nexit 124\n")
+    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=600)
+    assert "no memcheck rerun: the run ended by its time limit" in p.stdout, p.stdout
+    assert not san_calls.exists()
     # a program that cannot start (its --help fails: a library missing
     # there, a C library too old, ...): the preflight ends the script at
     # once, exit 2, the reason in the JSON
@@ -896,6 +904,19 @@ def test_gpu_table_writes_the_readme_between_its_markers_only(tmp_path):
     assert subprocess.run(table + [str(first), "--readme", str(readme)]).returncode == 0
     again = readme.read_text()
     assert again.count("| 128 | fp32 |") == 1 and "not run (timeout: DEADLINE)" in again, again
+    # the shapes gpu-check writes: call 1 skipped item 6 (no bin/jizhi) and
+    # was not asked for LARS; a LARS_ONLY call 2 ran LARS, was not asked for
+    # item 6: call 1's reason stays, LARS comes from call 2
+    c1, c2 = tmp_path / "c1.json", tmp_path / "c2.json"
+    c1.write_text(json.dumps(dict(run, batchsize_gpu={"state": "skipped", "reason": "no jizhi"},
+                                  lars_gpu={"state": "not asked", "reason": "LARS_ONLY"})))
+    c2.write_text(json.dumps(dict(run, batchsize_gpu={"state": "not asked", "reason": "x"},
+                                  lars_gpu={"state": "run", "epochs": 60, "test_acc_8192": 0.91,
+                                            "test_acc_256": 0.915, "points_below": 0.5,
+                                            "verdict": "met"})))
+    p = subprocess.run(table + [str(c1), "--second", str(c2)], capture_output=True, text=True)
+    assert "<= 0.8x by default): not run (skipped: no jizhi)." in p.stdout, p.stdout
+    assert "bf16) (from `c2.json`): test_acc 0.9100 against" in p.stdout, p.stdout
     # a second call that did not run the bench leaves a first call's result
     ran = tmp_path / "ran.json"
     ran.write_text(json.dumps(dict(run, batchsize_gpu={"state": "run", "median_ratio": 0.9,
@@ -1030,35 +1051,54 @@ def test_gpu_check_feeds_the_scaling_model_its_measured_bf16_steps(tmp_path):
 
 def test_gpu_check_lars_only_runs_both_arms_and_records_the_verdict(tmp_path):
     # LARS_ONLY (item 4's accuracy goal, the second call where item 6 ran
-    # in the first): the CNN at batch 256 (SGD) and 8192 (LARS) on the
-    # stand-in GPU, each arm's test_acc read, the verdict (within 1 point)
-    # in stdout and the JSON; an arm that fails is an ERROR with its status
+    # in the first): the CNN at batch 8192 (LARS) then 256 (SGD) on the
+    # stand-in GPU with the CPU measurement's flags, each arm's test_acc
+    # and seconds, the verdict (within 1 point) in stdout and the JSON; an
+    # arm that fails or times out is said so, the other still runs and its
+    # test_acc is kept, and the section is an ERROR (exit 1)
     script = os.path.join(ROOT_DIR, "scripts", "gpu-check.sh")
     calls = tmp_path / "calls"
-    e = fake_gpu_machine(
-        tmp_path, "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\necho \"$*\" >> %s\n"
-        "case \"$*\" in *--optimizer\\ lars*) a=0.9071;; *) a=0.9150;; esac\n"
-        "echo \"jizhi: step 9 test_acc=$a\" >&2\n" % calls, LARS_ONLY="1", LARS_EPOCHS="3")
+    trainer = ("#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\necho \"$*\" >> %s\n"
+               "case \"$*\" in *--optimizer\\ lars*) a=0.9071; r=${LARS_RC:-0};; *) a=0.9150; r=0;; esac\n"
+               "[ \"$r\" = 0 ] && echo \"jizhi: step 9 test_acc=$a\" >&2\nexit $r\n" % calls)
+    e = fake_gpu_machine(tmp_path, trainer, LARS_ONLY="1", LARS_EPOCHS="3")
     p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert ("lars 8192 vs 256 (cnn bf16, 3 epochs, seed 1): test_acc 0.9071 vs 0.9150: "
             "0.79 points below: goal met (within 1 point)") in p.stdout, p.stdout
     runs = [l for l in calls.read_text().splitlines() if "--epochs 3" in l]
-    assert len(runs) == 2 and all("--backend cuda --model cnn" in l and "--precision bf16" in l
-                                  for l in runs), runs
-    assert "--batch-size 256 --lr 0.1 --schedule cosine" in runs[0], runs
-    assert "--batch-size 8192 --optimizer lars --lr 4 --trust 0.0025" in runs[1], runs
+    common = ("--backend cuda --model cnn --channels 16,32 --precision bf16 --epochs 3 --seed 1 "
+              "--bn-recompute 8 --eval-every 1000000 --log-every 1000000 ")
+    assert runs == [common + "--batch-size 8192 --optimizer lars --lr 4 --trust 0.0025 "
+                    "--warmup-epochs 3 --schedule poly --poly-power 1 --zero-gamma 0",
+                    common + "--batch-size 256 --lr 0.1 --schedule cosine"], runs
     res = json.load(open(tmp_path / "gpu-check.json"))
+    arms = res["lars_gpu"].pop("arms")
     assert res["lars_gpu"] == {"state": "run", "epochs": 3, "test_acc_8192": 0.9071,
                                "test_acc_256": 0.915, "points_below": 0.79,
                                "verdict": "met"}, res["lars_gpu"]
+    assert [arms[b]["test_acc"] for b in ("8192", "256")] == [0.9071, 0.915], arms
     assert res["checks"] == [] and res["batchsize_gpu"]["state"] == "not asked"
-    (tmp_path / "bin" / "jizhi-train-cuda").write_text(
-        "#!/bin/sh\ncase \"$*\" in *--help*) exit 0;; esac\nexit 3\n")
-    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=120)
-    assert "LARS at 8192 on the GPU: ERROR (the batch 256 arm: status 3, no test_acc)" in p.stdout
-    assert json.load(open(tmp_path / "gpu-check.json"))["lars_gpu"] == {
-        "state": "error", "reason": "the batch 256 arm: status 3, no test_acc"}
+    # the 8192 arm fails (then hits its time limit): the 256 arm's result kept
+    for rc, said in (("3", "ERROR (status 3, no test_acc)"), ("124", "TIMEOUT (over its 100 s)")):
+        p = subprocess.run([script], capture_output=True, text=True, env=dict(e, LARS_RC=rc),
+                           timeout=120)
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert "lars arm 8192: %s after " % said in p.stdout, p.stdout
+        assert "lars arm 256: test_acc 0.9150 in " in p.stdout, p.stdout
+        lars = json.load(open(tmp_path / "gpu-check.json"))["lars_gpu"]
+        assert lars["state"] == "error" and "the batch 8192 arm" in lars["reason"], lars
+        assert lars["arms"]["256"]["test_acc"] == 0.915 and "test_acc" not in lars["arms"]["8192"]
+        table = (tmp_path / "gpu-check.md").read_text()
+        assert "batch 256: test_acc 0.9150 in " in table, table
+    # a LARS_ONLY call that ends before its section (the preflight: a
+    # program that cannot start): LARS asked and not reached, item 6 not asked
+    (tmp_path / "bin" / "jizhi-train-cuda").write_text("#!/bin/sh\nexit 3\n")
+    p = subprocess.run([script], capture_output=True, text=True, env=e, timeout=60)
+    res = json.load(open(tmp_path / "gpu-check.json"))
+    assert p.returncode == 2 and res["preflight"].startswith("FAIL"), p.stdout + p.stderr
+    assert res["lars_gpu"]["state"] == "not reached", res["lars_gpu"]
+    assert res["batchsize_gpu"]["state"] == "not asked", res["batchsize_gpu"]
 
 
 def test_gpu_check_item6_runs_the_bench_with_the_cuda_trainers_flags(tmp_path):
