@@ -112,6 +112,7 @@ all: config $(JIZHI) $(JIZHI_CORE) $(LIBJIZHI_SO) $(LIBJIZHI_A) $(BUILD)/lib/pkg
 -include trainer/trainer.mk
 -include schedulers/schedulers.mk
 -include web/web.mk
+-include tests/cudaemu/cudaemu.mk
 
 all: $(EXTRA_BINS)
 

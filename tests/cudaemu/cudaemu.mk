@@ -1,0 +1,53 @@
+# tests/cudaemu/cudaemu.mk - the CUDA trainer's own code built on cudaemu,
+# the CPU emulation of the CUDA APIs it calls (tests/cudaemu/README.md), for
+# the tests that run it where no GPU is. Included by the top Makefile.
+#
+#   make cudaemu   builds $(BUILD)/cudaemu/jizhi-train-cudaemu (backend_cuda.cu,
+#                  backend_cudnn.cu, dist_dev.cu, comm_nccl.cu compiled by g++
+#                  against the stand-in headers, launches rewritten by
+#                  launch.py) and $(BUILD)/cudaemu/lib/libcudnn.so.9, the
+#                  emulated cuDNN it opens. Needs g++ and MPI (the emulated
+#                  NCCL runs over MPI); no CUDA toolkit.
+
+EMU_DIR     := $(BUILD)/cudaemu
+EMU_BIN     := $(EMU_DIR)/jizhi-train-cudaemu
+EMU_DNN     := $(EMU_DIR)/lib/libcudnn.so.9
+EMU_CXX     ?= $(if $(HAVE_MPI),mpicxx,g++)
+EMU_FLAGS   := -std=c++17 -O1 -g -fPIC -pthread -Wall -Wno-sign-compare -ffp-contract=off -DOMPI_SKIP_MPICXX \
+               -Itests/cudaemu/include -Itests/cudaemu -I$(EMU_DIR)/src -I. -Itrial_helper \
+               $(MPI_CFLAGS)
+EMU_TRN     := backend_cuda backend_cudnn dist_dev comm_nccl
+EMU_OWN     := runtime blas nccl
+EMU_HDRS    := $(wildcard tests/cudaemu/include/*.h) tests/cudaemu/emu.h
+EMU_CUH     := $(patsubst trainer/%,$(EMU_DIR)/src/trainer/%,$(wildcard trainer/*.cuh))
+EMU_OBJ     := $(addprefix $(EMU_DIR)/obj/,$(addsuffix .o,$(EMU_TRN) $(EMU_OWN))) \
+               $(EMU_DIR)/obj/main_cuda.o
+
+.PHONY: cudaemu
+cudaemu: $(EMU_BIN) $(EMU_DNN)
+
+# launch.py: nvcc's <<< >>> into emu_launch, line numbers kept
+$(EMU_DIR)/src/trainer/%: trainer/% tests/cudaemu/launch.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tests/cudaemu/launch.py $< $@
+
+$(EMU_DIR)/obj/%.o: $(EMU_DIR)/src/trainer/%.cu $(EMU_CUH) $(EMU_HDRS) $(wildcard trainer/*.h)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_FLAGS) -DTRN_WITH_CUDNN -DTRN_WITH_NCCL -x c++ -c $< -o $@
+
+$(EMU_DIR)/obj/%.o: tests/cudaemu/%.cc $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_FLAGS) -c $< -o $@
+
+$(EMU_DIR)/obj/main_cuda.o: trainer/main.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -I$(BLAS_INC) -DTRN_WITH_CUDA -DTRN_WITH_NCCL -c $< -o $@
+
+$(EMU_BIN): $(EMU_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) -o $@ $(EMU_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) \
+	    $(LIBS) -rdynamic -Wl,-rpath,'$$ORIGIN/lib' -ldl
+
+$(EMU_DNN): tests/cudaemu/dnn.cc $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_FLAGS) -shared -Wl,-soname,libcudnn.so.9 $< -o $@
