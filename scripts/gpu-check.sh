@@ -135,6 +135,13 @@
 # standing in for jizhi-train-cuda (--backend cuda dropped, --comm nccl
 # replaced by --comm mpi, 2 ranks under mpirun when it exists, no speed
 # part): it checks the script's own logic, not the GPU (tests run it so).
+# --emu: a machine without a GPU runs every comparison with the CUDA
+# binary's own code on cudaemu, the CPU emulation of the CUDA APIs
+# (tests/cudaemu/README.md; `make cudaemu`): --backend cuda kept, --comm
+# nccl (NCCL emulated over MPI), 2 ranks under mpirun; no speed part, no
+# item 6, no memcheck. It checks the CUDA code's logic and numerics before
+# a GPU is lent, never a GPU: the JSON's mode says so and gpu-table.py
+# refuses it for the README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=0 # the budget counts from the start (SECONDS is the shell's age)
@@ -142,16 +149,18 @@ BUILD=${BUILD:-build}
 OUTDIR=$BUILD # the JSON's folder (BUILD moves to the pack's binaries with --pack)
 STEPS=${STEPS:-200}
 CPU_ONLY=0
+EMU=0
 PACK=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --cpu) CPU_ONLY=1 ;;
+    --emu) CPU_ONLY=1 EMU=1 ;;
     --pack)
-        [ $# -ge 2 ] || { echo "usage: scripts/gpu-check.sh [--cpu] [--pack DIR]" >&2; exit 2; }
+        [ $# -ge 2 ] || { echo "usage: scripts/gpu-check.sh [--cpu|--emu] [--pack DIR]" >&2; exit 2; }
         PACK=$2
         shift
         ;;
-    *) echo "usage: scripts/gpu-check.sh [--cpu] [--pack DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu-check.sh [--cpu|--emu] [--pack DIR]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -226,11 +235,11 @@ rm -f "$JSON" "$OUTDIR/gpu-check.md" "$BS_JSON" "$OUTDIR"/gpu-check-scaling-*.js
 write_json() {
     local rc=${1:-$?}
     sleep 0.3 # tee flushes the last lines
-    "$PYTHON" - "$LOG" "$JSON" "$rc" "$(( SECONDS - T0 ))" "$CPU_ONLY" "$BS_JSON" "$BS_STATE" \
+    "$PYTHON" - "$LOG" "$JSON" "$rc" "$(( SECONDS - T0 ))" "$([ "$EMU" = 1 ] && echo emu || echo "$CPU_ONLY")" "$BS_JSON" "$BS_STATE" \
         "$BS_REASON" "$BS_USED" "$(printf '%q ' "${BS_ARGS[@]}")" \
         "$(cat "${LATE:-/dev/null}" 2>/dev/null | wc -l)" "$OUTDIR" "${LARS_ONLY:-}" <<'PYEOF' || true
 import json, re, subprocess, sys, time
-log, out, rc, elapsed, cpu_only = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "1"
+log, out, rc, elapsed, cpu_only = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 bs_json, bs_state, bs_reason, bs_used, bs_args = sys.argv[6:11]
 late = int(sys.argv[11] or 0)
 # item 6: the state of its section, and the bench's verdict when it ran
@@ -304,7 +313,7 @@ try:
 except OSError:
     gpus = []
 json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "mode": "cpu stand-in (no GPU checked)" if cpu_only else "gpu",
+           "mode": {"1": "cpu stand-in (no GPU checked)", "emu": "cudaemu: the CUDA code on a CPU emulation (no GPU checked)"}.get(cpu_only, "gpu"),
            "gpus": [g for g in gpus if g], "exit_status": rc, "elapsed_s": elapsed,
            "within_10_min": elapsed <= 600, "runs_past_deadline": late, "preflight": preflight,
            "checks": checks, "speed_mlp": speed, "speed_cnn": cnn,
@@ -336,7 +345,11 @@ exec > >(tee "$LOG") 2>&1
 
 BACKEND=(--backend cuda)
 COMM=nccl
-if [ "$CPU_ONLY" = 1 ]; then
+if [ "$EMU" = 1 ]; then
+    # the CUDA code itself on the CPU: every row a GPU run has (but speed)
+    GPU=$BUILD/cudaemu/jizhi-train-cudaemu CPU_ONLY=0 ngpu=2
+    echo "== --emu: jizhi-train-cuda's own code on cudaemu, the CPU emulation of the CUDA APIs (no GPU is checked)"
+elif [ "$CPU_ONLY" = 1 ]; then
     GPU=$CPU BACKEND=() COMM=mpi
     echo "== --cpu: the CPU binary stands in for jizhi-train-cuda (no GPU is checked)"
 fi
@@ -349,6 +362,8 @@ if [ -n "${PREBUILT:-}" ]; then
         [ -x "$b" ] || { echo "PREBUILT: $b is missing" >&2; exit 2; }
     done
     echo "PREBUILT: $CPU and $GPU used as they are"
+elif [ "$EMU" = 1 ]; then
+    make -s -j"$(nproc)" "$CPU" cudaemu
 elif [ "$CPU_ONLY" = 1 ]; then
     make -s -j"$(nproc)" "$CPU"
 else
@@ -375,7 +390,7 @@ if [ -n "$pre" ]; then
     exit 2
 fi
 cudnn=""
-if [ "$CPU_ONLY" = 0 ]; then
+if [ "$CPU_ONLY" = 0 ] && [ "$EMU" = 0 ]; then
     cudnn=$(LD_LIBRARY_PATH="$(cat "${RUNDIR:-/nonexistent}/cuda-libs" 2>/dev/null)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
         "$PYTHON" -c 'import ctypes; ctypes.CDLL("libcudnn.so.9")' 2>/dev/null &&
         echo "; libcudnn.so.9 loads" || echo "; libcudnn.so.9 does not load: the CNN rows will fail")
@@ -410,7 +425,7 @@ SAN_DONE="" # the models rerun so far
 memcheck() { # name (MODEL-PREC) status command... -> the command for 2 steps under memcheck
     local name=$1 st=$2 f rc=0
     shift 2
-    [ "$CPU_ONLY" = 0 ] || return 0
+    [ "$CPU_ONLY" = 0 ] && [ "$EMU" = 0 ] || return 0
     case " $SAN_DONE " in *" ${name%%-*} "*) return 0 ;; esac
     if [ -z "$SAN" ]; then echo "  no memcheck rerun: compute-sanitizer not found"; return 0; fi
     if [ "$st" = 124 ] || [ "$st" = 137 ]; then
@@ -1005,6 +1020,12 @@ if [ "$CPU_ONLY" = 1 ]; then
     echo
     echo "== speed on the GPU: SKIPPED (--cpu)"
     bs_section
+    exit $status
+fi
+if [ "$EMU" = 1 ]; then
+    echo
+    echo "== speed on the GPU and item 6: SKIPPED (--emu: an emulation has no GPU speed)"
+    BS_STATE="skipped" BS_REASON="--emu"
     exit $status
 fi
 echo

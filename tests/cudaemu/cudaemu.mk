@@ -13,7 +13,7 @@ EMU_DIR     := $(BUILD)/cudaemu
 EMU_BIN     := $(EMU_DIR)/jizhi-train-cudaemu
 EMU_DNN     := $(EMU_DIR)/lib/libcudnn.so.9
 EMU_CXX     ?= $(if $(HAVE_MPI),mpicxx,g++)
-EMU_FLAGS   := -std=c++17 -O1 -g -fPIC -pthread -Wall -Wno-sign-compare -ffp-contract=off -DOMPI_SKIP_MPICXX \
+EMU_FLAGS   := -std=c++17 -O1 -g -fPIC -pthread -Wall -Wno-sign-compare -ffp-contract=off -DOMPI_SKIP_MPICXX -U_FORTIFY_SOURCE \
                -Itests/cudaemu/include -Itests/cudaemu -I$(EMU_DIR)/src -I. -Itrial_helper \
                $(MPI_CFLAGS)
 EMU_TRN     := backend_cuda backend_cudnn dist_dev comm_nccl

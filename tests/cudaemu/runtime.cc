@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <deque>
@@ -714,15 +715,20 @@ cudaError_t cudaMemset(void *p, int v, size_t bytes)
 
 /* ---- kernels: blocks in turn, threads as fibers ---------------------------------------- */
 
+/* A fiber is made once (makecontext, its own stack) and then serves one
+   thread after another: it parks at the top of its loop, and a switch is
+   a _setjmp/_longjmp pair (no system call, unlike swapcontext). */
+
 emu_place *emu_here;
 
 enum { S_STACK = 256 << 10 };
 
 struct s_fiber {
     ucontext_t ctx;
+    jmp_buf jb; /* where it parked or waits */
     void *stack;
     emu_place place;
-    int done;
+    int made, done;
 };
 
 struct s_warp {
@@ -734,39 +740,36 @@ struct s_warp {
 static struct {
     const char *kernel;
     const std::function<void()> *body;
-    std::vector<s_fiber> f;
+    std::vector<std::unique_ptr<s_fiber>> f;
     std::vector<s_warp> warps;
     int nt, live, exited, arrived;
     unsigned long gen, progress;
     s_fiber *cur; /* the fiber running, NULL when a thread runs as a plain call */
-    ucontext_t sched;
-#ifdef EMU_ASAN
-    const void *sched_bottom;
+    jmp_buf sched;
+    const void *sched_bottom; /* the scheduler's stack (AddressSanitizer's fibers) */
     size_t sched_size;
-#endif
 } B;
 
-static void s_switch_to(ucontext_t *from, ucontext_t *to, const void *bottom, size_t size)
-{
 #ifdef EMU_ASAN
-    void *fake = NULL; /* this side's fake stack, back when it resumes */
-    __sanitizer_start_switch_fiber(&fake, bottom, size);
-    swapcontext(from, to);
-    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#define S_TO_FIBER(fake, f) __sanitizer_start_switch_fiber(&(fake), (f)->stack, S_STACK)
+#define S_TO_SCHED(fake) __sanitizer_start_switch_fiber(&(fake), B.sched_bottom, B.sched_size)
+#define S_ARRIVED(fake) __sanitizer_finish_switch_fiber((fake), NULL, NULL)
 #else
-    (void)bottom, (void)size;
-    swapcontext(from, to);
+#define S_TO_FIBER(fake, f) (void)(fake)
+#define S_TO_SCHED(fake) (void)(fake)
+#define S_ARRIVED(fake) (void)(fake)
 #endif
-}
 
+/* from the running fiber back to the scheduler, until resumed */
 static void s_yield(void)
 {
     s_fiber *f = B.cur;
-#ifdef EMU_ASAN
-    s_switch_to(&f->ctx, &B.sched, B.sched_bottom, B.sched_size);
-#else
-    s_switch_to(&f->ctx, &B.sched, NULL, 0);
-#endif
+    void *fake = NULL;
+    if (!_setjmp(f->jb)) {
+        S_TO_SCHED(fake);
+        _longjmp(B.sched, 1);
+    }
+    S_ARRIVED(fake);
     B.cur = f;
     emu_here = &f->place;
 }
@@ -776,42 +779,63 @@ static void s_fiber_main(void)
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(NULL, &B.sched_bottom, &B.sched_size);
 #endif
-    (*B.body)();
-    B.cur->done = 1;
-    B.live--;
-    B.exited++;
-    B.progress++;
-    if (B.arrived > 0)
-        emu_fail("kernel %s: a thread of block %u ended while others wait at "
-                 "__syncthreads (a divergent barrier)",
-                 B.kernel, B.cur->place.b.x);
-#ifdef EMU_ASAN
-    __sanitizer_start_switch_fiber(NULL, B.sched_bottom, B.sched_size);
-#endif
-    setcontext(&B.sched);
+    s_fiber *f = B.cur;
+    for (;;) {
+        s_yield(); /* parked: resumed with a thread to run */
+        (*B.body)();
+        f->done = 1;
+        B.live--;
+        B.exited++;
+        B.progress++;
+        if (B.arrived > 0)
+            emu_fail("kernel %s: a thread of block %u ended while others wait at "
+                     "__syncthreads (a divergent barrier)",
+                     B.kernel, f->place.b.x);
+    }
 }
 
-static void s_start(s_fiber *f)
+/* into fiber f until it yields or ends its thread */
+static void s_resume(s_fiber *f)
 {
-    if (!f->stack) {
+    void *fake = NULL;
+    B.cur = f;
+    emu_here = &f->place;
+    if (!_setjmp(B.sched)) {
+        S_TO_FIBER(fake, f);
+        _longjmp(f->jb, 1);
+    }
+    S_ARRIVED(fake);
+    B.cur = NULL;
+}
+
+/* fiber i, made on first use and parked at the top of its loop */
+static s_fiber *s_fiber_at(int i)
+{
+    while ((int)B.f.size() <= i)
+        B.f.emplace_back(new s_fiber());
+    s_fiber *f = B.f[i].get();
+    if (!f->made) {
         f->stack = mmap(NULL, S_STACK, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (f->stack == MAP_FAILED)
             emu_fail("no memory for a thread's stack");
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = S_STACK;
+        f->ctx.uc_link = NULL;
+        makecontext(&f->ctx, s_fiber_main, 0);
+        ucontext_t here;
+        void *fake = NULL;
+        B.cur = f;
+        if (!_setjmp(B.sched)) { /* it parks at once, jumping back here */
+            S_TO_FIBER(fake, f);
+            swapcontext(&here, &f->ctx);
+        }
+        S_ARRIVED(fake);
+        B.cur = NULL;
+        f->made = 1;
     }
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = f->stack;
-    f->ctx.uc_stack.ss_size = S_STACK;
-    f->ctx.uc_link = NULL;
-    makecontext(&f->ctx, s_fiber_main, 0);
-}
-
-static void s_resume(s_fiber *f)
-{
-    B.cur = f;
-    emu_here = &f->place;
-    s_switch_to(&B.sched, &f->ctx, f->stack, S_STACK);
-    B.cur = NULL;
+    return f;
 }
 
 void __syncthreads(void)
@@ -881,10 +905,9 @@ static void s_run_block(dim3 grid, dim3 block, unsigned bx, unsigned by, unsigne
     B.arrived = 0;
     for (s_warp &w : B.warps)
         w.arrived = 0;
-    s_fiber *f0 = &B.f[0];
+    s_fiber *f0 = s_fiber_at(0);
     f0->done = 0;
     s_place(&f0->place, grid, block, bx, by, bz, 0);
-    s_start(f0);
     s_resume(f0);
     if (f0->done) { /* no barrier on thread 0's path: the rest as plain calls */
         for (int t = 1; t < nt; t++) {
@@ -897,15 +920,15 @@ static void s_run_block(dim3 grid, dim3 block, unsigned bx, unsigned by, unsigne
         return;
     }
     for (int t = 1; t < nt; t++) {
-        B.f[t].done = 0;
-        s_place(&B.f[t].place, grid, block, bx, by, bz, t);
-        s_start(&B.f[t]);
+        s_fiber *f = s_fiber_at(t);
+        f->done = 0;
+        s_place(&f->place, grid, block, bx, by, bz, t);
     }
     while (B.live > 0) {
         unsigned long before = B.progress;
         for (int t = 0; t < nt; t++)
-            if (!B.f[t].done)
-                s_resume(&B.f[t]);
+            if (!B.f[t]->done)
+                s_resume(B.f[t].get());
         if (B.progress == before)
             emu_fail("kernel %s: the threads of block %u wait forever (a barrier or "
                      "shuffle some never reach)",
@@ -928,8 +951,6 @@ void emu_grid(const char *name, dim3 grid, dim3 block, size_t shm, cudaStream_t 
         B.kernel = name;
         B.body = &body;
         B.nt = (int)((unsigned long)block.x * block.y * block.z);
-        if ((int)B.f.size() < B.nt)
-            B.f.resize(B.nt);
         B.warps.assign((B.nt + 31) / 32, s_warp());
         for (unsigned z = 0; z < grid.z; z++)
             for (unsigned y = 0; y < grid.y; y++)
