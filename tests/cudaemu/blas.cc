@@ -309,12 +309,15 @@ static void s_mm_run(const s_mm &g)
 {
     long m = g.m, n = g.n, k = g.k;
     int ab = s_reads_ab(g);
-    /* op(A) by rows (af[i*k + p]) and op(B) by columns (bf[j*k + p]) in float */
+    /* op(A) by columns (af[p*m + i]) and op(B) by columns (bf[j*k + p]) in
+       float; each column of the product summed over p in ascending order,
+       all of its rows at once (the inner loop vectorises, the order of each
+       element's sum stays p = 0, 1, ...) */
     std::vector<float> af(ab ? (size_t)m * k : 0), bf(ab ? (size_t)n * k : 0), bias;
     if (ab) {
-        for (long i = 0; i < m; i++)
-            for (long p = 0; p < k; p++)
-                af[i * k + p] = s_load(g.at, g.a, g.ta ? i * g.lda + p : p * g.lda + i);
+        for (long p = 0; p < k; p++)
+            for (long i = 0; i < m; i++)
+                af[p * m + i] = s_load(g.at, g.a, g.ta ? i * g.lda + p : p * g.lda + i);
         for (long j = 0; j < n; j++)
             for (long p = 0; p < k; p++)
                 bf[j * k + p] = s_load(g.bt, g.b, g.tb ? p * g.ldb + j : j * g.ldb + p);
@@ -326,15 +329,18 @@ static void s_mm_run(const s_mm &g)
     }
     std::vector<float> col(m);
     for (long j = 0; j < n; j++) {
-        for (long i = 0; i < m; i++) {
-            float acc = 0.0f;
-            if (ab) {
-                const float *x = &af[i * k], *y = &bf[j * k];
-                for (long p = 0; p < k; p++)
-                    acc += x[p] * y[p];
+        float *__restrict__ acc = col.data();
+        for (long i = 0; i < m; i++)
+            acc[i] = 0.0f;
+        if (ab)
+            for (long p = 0; p < k; p++) {
+                const float *__restrict__ x = &af[p * m];
+                float y = bf[j * k + p];
+                for (long i = 0; i < m; i++)
+                    acc[i] += x[i] * y;
             }
-            col[i] = ab ? g.alpha * acc : 0.0f;
-        }
+        for (long i = 0; i < m; i++)
+            acc[i] = ab ? g.alpha * acc[i] : 0.0f;
         for (long i = 0; i < m; i++) {
             float v = col[i];
             if (g.beta != 0.0f)

@@ -12,8 +12,9 @@
 EMU_DIR     := $(BUILD)/cudaemu
 EMU_BIN     := $(EMU_DIR)/jizhi-train-cudaemu
 EMU_DNN     := $(EMU_DIR)/lib/libcudnn.so.9
+EMU_SELF    := $(EMU_DIR)/cudaemu-selftest
 EMU_CXX     ?= $(if $(HAVE_MPI),mpicxx,g++)
-EMU_FLAGS   := -std=c++17 -O1 -g -fPIC -pthread -Wall -Wno-sign-compare -ffp-contract=off -DOMPI_SKIP_MPICXX -U_FORTIFY_SOURCE \
+EMU_FLAGS   := -std=c++17 -O2 -g -fPIC -pthread -Wall -Wno-sign-compare -ffp-contract=off -DOMPI_SKIP_MPICXX -U_FORTIFY_SOURCE \
                -Itests/cudaemu/include -Itests/cudaemu -I$(EMU_DIR)/src -I. -Itrial_helper \
                $(MPI_CFLAGS)
 EMU_TRN     := backend_cuda backend_cudnn dist_dev comm_nccl
@@ -24,7 +25,7 @@ EMU_OBJ     := $(addprefix $(EMU_DIR)/obj/,$(addsuffix .o,$(EMU_TRN) $(EMU_OWN))
                $(EMU_DIR)/obj/main_cuda.o
 
 .PHONY: cudaemu
-cudaemu: $(EMU_BIN) $(EMU_DNN)
+cudaemu: $(EMU_BIN) $(EMU_DNN) $(EMU_SELF)
 
 # launch.py: nvcc's <<< >>> into emu_launch, line numbers kept
 $(EMU_DIR)/src/trainer/%: trainer/% tests/cudaemu/launch.py
@@ -48,6 +49,14 @@ $(EMU_BIN): $(EMU_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
 	$(EMU_CXX) -o $@ $(EMU_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) \
 	    $(LIBS) -rdynamic -Wl,-rpath,'$$ORIGIN/lib' -ldl
 
-$(EMU_DNN): tests/cudaemu/dnn.cc $(EMU_HDRS)
+# the emulation's own checks (selftest.cc, kernels in CUDA's syntax)
+$(EMU_DIR)/src/selftest.cc: tests/cudaemu/selftest.cc tests/cudaemu/launch.py
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_FLAGS) -shared -Wl,-soname,libcudnn.so.9 $< -o $@
+	@$(PYTHON) tests/cudaemu/launch.py $< $@
+$(EMU_SELF): $(EMU_DIR)/src/selftest.cc $(EMU_DIR)/obj/runtime.o
+	$(EMU_CXX) $(EMU_FLAGS) $^ -o $@
+
+EMU_DNN_SRC := tests/cudaemu/dnn.cc tests/cudaemu/dnn_compute.cc
+$(EMU_DNN): $(EMU_DNN_SRC) tests/cudaemu/dnn_impl.h $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_FLAGS) -shared -Wl,-soname,libcudnn.so.9 $(EMU_DNN_SRC) -o $@
