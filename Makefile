@@ -276,6 +276,8 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) all $(BUILD)/bench/scale_rig
 	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) cuda; \
 	 else echo "CUDA backend: not built (no nvcc)"; fi
+	@if [ "$(HAVE_MPI)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) cudaemu; \
+	 else echo "cudaemu: not built (no MPI: the emulated NCCL runs over it)"; fi
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS)) build-san/bin/jizhi build-san/bin/jizhi-core
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=thread $(addprefix build-tsan/tests/,$(TSAN_TESTS))
 	@if [ "$(HAVE_CLANG)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) fuzz-build; \
@@ -395,12 +397,12 @@ uninstall:
 	rm -rf $(DESTDIR)$(PYDIR)/jizhi
 
 format:
-	clang-format -i $(shell git ls-files '*.c' '*.h' '*.cu')
+	clang-format -i $(shell git ls-files '*.c' '*.h' '*.cu' '*.cc')
 
 # Fails, naming the files, when any tracked C or CUDA file differs from
 # .clang-format.
 format-check:
-	@files=$$(git ls-files '*.c' '*.h' '*.cu'); \
+	@files=$$(git ls-files '*.c' '*.h' '*.cu' '*.cc'); \
 	 if ! clang-format --dry-run -Werror $$files >build-format.log 2>&1; then \
 	     grep -E '^[^ ].*: error:' build-format.log | cut -d: -f1 | sort -u | sed 's/^/  not formatted: /'; \
 	     echo "format-check: failed; run \`make format\`"; rm -f build-format.log; exit 1; fi; \

@@ -17,6 +17,9 @@
 #                      sanitizer pass
 #   fuzz targets:      build-fuzz/fuzz_* run for FUZZ_SECONDS (default 3)
 #                      each from their seeds; one test per target
+#   cudaemu:           tests/cudaemu/test_cudaemu.py with pytest (the CUDA
+#                      trainer's code on the CPU emulation of the CUDA
+#                      APIs, `make cudaemu`), beside the fuzz targets
 #
 # --unit-only runs the unit tests only. A test that cannot run here (no
 # clang for the fuzz targets, no GPU, ...) is counted as skipped with its
@@ -142,6 +145,14 @@ if [ "${1:-}" != "--unit-only" ]; then
         skips+=("integration under ASan/UBSan: build-san/bin/jizhi or jizhi-core not built (make test builds both)")
     fi
 
+    # The CUDA code on cudaemu (tests/cudaemu/test_cudaemu.py): one core,
+    # beside the fuzz targets (one core each in turn), its output shown
+    # after them
+    emu_out=$(mktemp)
+    JIZHI_BUILD="$PWD/$BUILD" timeout 900 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
+        tests/cudaemu >"$emu_out" 2>&1 &
+    emu_pid=$!
+
     echo "== fuzz targets (${FUZZ_SECONDS} s each)"
     names=$(ls tests/fuzz/*.c 2>/dev/null | sed -E 's|tests/fuzz/(.*)\.c|\1|')
     for n in $names; do
@@ -157,6 +168,19 @@ if [ "${1:-}" != "--unit-only" ]; then
             echo "  $n: FAILED"; tail -20 "build-fuzz/$n.log"
         fi
     done
+
+    echo "== the CUDA code on cudaemu, the CPU emulation of the CUDA APIs (tests/cudaemu)"
+    wait "$emu_pid"; rc=$?
+    cat "$emu_out"
+    line=$(grep -E '[0-9]+ (passed|failed|skipped|error)' "$emu_out" | tail -1)
+    p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+'); p=${p:-0}
+    f=$(echo "$line" | grep -oE '[0-9]+ (failed|error)' | awk '{s += $1} END {print s + 0}')
+    s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+'); s=${s:-0}
+    [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ] && f=1
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    while IFS= read -r l; do skips+=("cudaemu: ${l#SKIPPED }"); done < <(grep -E '^SKIPPED ' "$emu_out")
+    [ "$f" -gt 0 ] && failures+=("cudaemu ($f failed)")
+    rm -f "$emu_out"
 fi
 
 echo

@@ -38,6 +38,9 @@ typedef struct {
     size_t cap_a, cap_b;
     int we_init_mpi;
     int rank; /* this rank (s_bcast: the root uploads, the others download) */
+    int dev;  /* its device: made current by every call (the CPU trainer's
+                 overlap calls from its communication thread, whose current
+                 device is otherwise device 0) */
 } s_nccl;
 
 static int s_grow(void **p, size_t *cap, size_t need)
@@ -67,6 +70,8 @@ static int s_sendrecv(void *self, const void *sbuf, size_t sbytes, int dst, void
                       size_t rbytes, int src)
 {
     s_nccl *m = (s_nccl *)self;
+    if (cudaSetDevice(m->dev) != cudaSuccess)
+        return -1;
     if (s_grow(&m->d_a, &m->cap_a, sbytes ? sbytes : 1) < 0 ||
         s_grow(&m->d_b, &m->cap_b, rbytes ? rbytes : 1) < 0)
         return -1;
@@ -89,6 +94,8 @@ static int s_sendrecv(void *self, const void *sbuf, size_t sbytes, int dst, void
 
 static int s_allreduce(s_nccl *m, void *buf, size_t bytes, long n, ncclDataType_t t)
 {
+    if (cudaSetDevice(m->dev) != cudaSuccess)
+        return -1;
     if (s_grow(&m->d_a, &m->cap_a, bytes ? bytes : 1) < 0)
         return -1;
     if (cudaMemcpyAsync(m->d_a, buf, bytes, cudaMemcpyHostToDevice, m->st) != cudaSuccess)
@@ -115,6 +122,8 @@ static int s_allreduce_d(void *self, double *buf, long n)
 static int s_bcast(void *self, void *buf, size_t bytes, int root)
 {
     s_nccl *m = (s_nccl *)self;
+    if (cudaSetDevice(m->dev) != cudaSuccess)
+        return -1;
     size_t piece = bytes < S_BCAST_PIECE ? bytes : S_BCAST_PIECE;
     if (s_grow(&m->d_a, &m->cap_a, piece ? piece : 1) < 0)
         return -1;
@@ -258,7 +267,8 @@ extern "C" trn_comm *trn_comm_nccl_new(char *err)
     /* the dispatcher hands trial.gpus devices per rank, in rank order */
     const char *gpr_env = getenv("JIZHI_GPUS_PER_RANK");
     int gpr = gpr_env && atoi(gpr_env) > 0 ? atoi(gpr_env) : 1;
-    cudaSetDevice((local * gpr) % ndev);
+    m->dev = (local * gpr) % ndev;
+    cudaSetDevice(m->dev);
     ncclUniqueId id;
     if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
         snprintf(err, TRN_ERRLEN, "--comm nccl: ncclGetUniqueId failed");

@@ -57,16 +57,19 @@ static int s_dnn_load(char *err, int *mismatch)
     if (state == 0) {
         char so[32]; /* the headers' major: libcudnn.so.9 for cuDNN 9 */
         trn_cudnn_soname(CUDNN_VERSION, so, sizeof so);
+        char first[160] = ""; /* why so did not load: the reason that counts */
         void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-        if (!h)
+        if (!h) {
+            snprintf(first, sizeof first, "%s", dlerror());
             h = dlopen("libcudnn.so", RTLD_NOW | RTLD_LOCAL);
+        }
         state = h ? 1 : -1;
         if (!h)
             snprintf(why, sizeof why,
                      "cuDNN not found (%s): the CUDA CNN needs %s (the CUDA "
                      "toolkit's cuDNN, or NVIDIA's nvidia-cudnn wheel on "
                      "LD_LIBRARY_PATH)",
-                     dlerror(), so);
+                     first, so);
 #define S_LOAD(f)                                                                        \
     if (state > 0 && !(p_##f = (decltype(&f))dlsym(h, #f))) {                            \
         snprintf(why, sizeof why, "cuDNN lacks %s", #f);                                 \
@@ -80,8 +83,13 @@ static int s_dnn_load(char *err, int *mismatch)
             rt = 0;
         if (state > 0 &&
             trn_cudnn_version_check((long)p_cudnnGetVersion(), CUDNN_VERSION,
-                                    (long)p_cudnnGetCudartVersion(), rt, why, warn) < 0)
+                                    (long)p_cudnnGetCudartVersion(), rt, why, warn) < 0) {
             state = -2;
+            if (first[0]) { /* the fallback's libcudnn.so was another cuDNN */
+                size_t l = strlen(why);
+                snprintf(why + l, sizeof why - l, " (%s did not load: %s)", so, first);
+            }
+        }
         if (warn[0]) /* an older minor than the headers': said once, runs on */
             fprintf(stderr, "%s\n", warn);
     }

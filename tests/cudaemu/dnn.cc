@@ -185,8 +185,7 @@ extern "C" cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t strea
     return CUDNN_STATUS_SUCCESS;
 }
 
-/* ---- descriptors
- * ----------------------------------------------------------------------- */
+/* ---- descriptors ------------------------------------------------------------------- */
 
 extern "C" cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t *tensorDesc)
 {

@@ -143,40 +143,11 @@ std::vector<float> dnn_unpack_filter(const Filter &f, const void *p, bool flip, 
 
 /* ---- convolutions: the computations ------------------------------------------------ */
 
-/* y[n][p][q][k] (float, NHWC) from x (NHWC) and w (KRSC): over r, s, c */
+/* y[n][p][q][k] (float, NHWC) from x (NHWC) and w (KRSC): each output
+   summed over r, s, c ascending (the K outputs of a position side by side,
+   so the innermost loop runs over independent sums) */
 std::vector<float> dnn_fwd(const Geo &g, const std::vector<float> &x,
                            const std::vector<float> &w)
-{
-    std::vector<float> y((size_t)g.N * g.P * g.Q * g.K);
-    size_t o = 0;
-    for (long n = 0; n < g.N; n++)
-        for (long p = 0; p < g.P; p++)
-            for (long q = 0; q < g.Q; q++)
-                for (long k = 0; k < g.K; k++) {
-                    float acc = 0.0f;
-                    for (long r = 0; r < g.R; r++) {
-                        long hi = p * g.u - g.ph + r * g.dh;
-                        if (hi < 0 || hi >= g.H)
-                            continue;
-                        for (long s = 0; s < g.S; s++) {
-                            long wi = q * g.v - g.pw + s * g.dw;
-                            if (wi < 0 || wi >= g.W)
-                                continue;
-                            const float *xp =
-                                &x[(size_t)((n * g.H + hi) * g.W + wi) * g.C];
-                            const float *wp = &w[(size_t)((k * g.R + r) * g.S + s) * g.C];
-                            for (long c = 0; c < g.C; c++)
-                                acc = acc + xp[c] * wp[c];
-                        }
-                    }
-                    y[o++] = acc;
-                }
-    return y;
-}
-
-/* dx[n][h][w][c] (float, NHWC) from dy (NHWC) and w (KRSC): over r, s, k */
-std::vector<float> dnn_bwd_data(const Geo &g, const std::vector<float> &dy,
-                                const std::vector<float> &w)
 {
     std::vector<float> wt((size_t)g.R * g.S * g.C * g.K); /* [r][s][c][k] */
     for (long k = 0; k < g.K; k++)
@@ -185,33 +156,63 @@ std::vector<float> dnn_bwd_data(const Geo &g, const std::vector<float> &dy,
                 for (long c = 0; c < g.C; c++)
                     wt[(size_t)((r * g.S + s) * g.C + c) * g.K + k] =
                         w[(size_t)((k * g.R + r) * g.S + s) * g.C + c];
-    std::vector<float> dx((size_t)g.N * g.H * g.W * g.C);
-    size_t o = 0;
+    std::vector<float> y((size_t)g.N * g.P * g.Q * g.K, 0.0f);
     for (long n = 0; n < g.N; n++)
-        for (long h = 0; h < g.H; h++)
-            for (long wi = 0; wi < g.W; wi++)
-                for (long c = 0; c < g.C; c++) {
-                    float acc = 0.0f;
-                    for (long r = 0; r < g.R; r++) {
-                        long tp = h + g.ph - r * g.dh;
-                        if (tp < 0 || tp % g.u || tp / g.u >= g.P)
+        for (long p = 0; p < g.P; p++)
+            for (long q = 0; q < g.Q; q++) {
+                float *acc = &y[(size_t)((n * g.P + p) * g.Q + q) * g.K];
+                for (long r = 0; r < g.R; r++) {
+                    long hi = p * g.u - g.ph + r * g.dh;
+                    if (hi < 0 || hi >= g.H)
+                        continue;
+                    for (long s = 0; s < g.S; s++) {
+                        long wi = q * g.v - g.pw + s * g.dw;
+                        if (wi < 0 || wi >= g.W)
                             continue;
-                        long p = tp / g.u;
-                        for (long s = 0; s < g.S; s++) {
-                            long tq = wi + g.pw - s * g.dw;
-                            if (tq < 0 || tq % g.v || tq / g.v >= g.Q)
-                                continue;
-                            long q = tq / g.v;
-                            const float *dp =
-                                &dy[(size_t)((n * g.P + p) * g.Q + q) * g.K];
+                        const float *xp = &x[(size_t)((n * g.H + hi) * g.W + wi) * g.C];
+                        for (long c = 0; c < g.C; c++) {
                             const float *wp =
                                 &wt[(size_t)((r * g.S + s) * g.C + c) * g.K];
+                            float xv = xp[c];
                             for (long k = 0; k < g.K; k++)
-                                acc = acc + dp[k] * wp[k];
+                                acc[k] = acc[k] + xv * wp[k];
                         }
                     }
-                    dx[o++] = acc;
                 }
+            }
+    return y;
+}
+
+/* dx[n][h][w][c] (float, NHWC) from dy (NHWC) and w (KRSC): each summed
+   over r, s, k ascending (the C sums of a position side by side) */
+std::vector<float> dnn_bwd_data(const Geo &g, const std::vector<float> &dy,
+                                const std::vector<float> &w)
+{
+    std::vector<float> dx((size_t)g.N * g.H * g.W * g.C, 0.0f);
+    for (long n = 0; n < g.N; n++)
+        for (long h = 0; h < g.H; h++)
+            for (long wi = 0; wi < g.W; wi++) {
+                float *acc = &dx[(size_t)((n * g.H + h) * g.W + wi) * g.C];
+                for (long r = 0; r < g.R; r++) {
+                    long tp = h + g.ph - r * g.dh;
+                    if (tp < 0 || tp % g.u || tp / g.u >= g.P)
+                        continue;
+                    long p = tp / g.u;
+                    for (long s = 0; s < g.S; s++) {
+                        long tq = wi + g.pw - s * g.dw;
+                        if (tq < 0 || tq % g.v || tq / g.v >= g.Q)
+                            continue;
+                        long q = tq / g.v;
+                        const float *dp = &dy[(size_t)((n * g.P + p) * g.Q + q) * g.K];
+                        for (long k = 0; k < g.K; k++) {
+                            const float *wp = &w[(size_t)((k * g.R + r) * g.S + s) * g.C];
+                            float d = dp[k];
+                            for (long c = 0; c < g.C; c++)
+                                acc[c] = acc[c] + d * wp[c];
+                        }
+                    }
+                }
+            }
     return dx;
 }
 

@@ -56,12 +56,14 @@ struct ncclComm {
     std::map<cudaStream_t, long> pending; /* stream -> ops enqueued, not yet run */
 };
 
-namespace {
+namespace
+{
 
 const char s_magic[] = "cudaemu-nccl-id";
 
 enum Kind { K_ALLREDUCE, K_BCAST, K_SEND, K_RECV };
-const char *const s_kind_name[] = {"ncclAllReduce", "ncclBroadcast", "ncclSend", "ncclRecv"};
+const char *const s_kind_name[] = {"ncclAllReduce", "ncclBroadcast", "ncclSend",
+                                   "ncclRecv"};
 
 struct Task {
     Kind kind;
@@ -158,8 +160,8 @@ void run_collective(const Task &t)
         for (size_t off = 0; off < t.count; off += S_MPI_CHUNK) {
             size_t n = t.count - off < S_MPI_CHUNK ? t.count - off : S_MPI_CHUNK;
             const void *s = in_place ? MPI_IN_PLACE : (const char *)t.sbuf + off * es;
-            mpi_check(MPI_Allreduce(s, (char *)t.rbuf + off * es, (int)n, mpi_type(t.type),
-                                    MPI_SUM, c->mc),
+            mpi_check(MPI_Allreduce(s, (char *)t.rbuf + off * es, (int)n,
+                                    mpi_type(t.type), MPI_SUM, c->mc),
                       what, "MPI_Allreduce");
         }
         return;
@@ -213,17 +215,19 @@ void wait_p2p(const std::vector<Task> &tasks, std::vector<MPI_Request> &rq,
             continue;
         const Task &t = tasks[(size_t)rt[k]];
         if (rc == MPI_ERR_IN_STATUS && ss[k].MPI_ERROR == MPI_ERR_TRUNCATE)
-            emu_fail("ncclRecv of %zu bytes from rank %d: the matching ncclSend is larger "
-                     "(NCCL needs the same count and datatype on both sides)",
-                     t.bytes, t.root);
+            emu_fail(
+                "ncclRecv of %zu bytes from rank %d: the matching ncclSend is larger "
+                "(NCCL needs the same count and datatype on both sides)",
+                t.bytes, t.root);
         if (rc == MPI_ERR_IN_STATUS)
             mpi_check(ss[k].MPI_ERROR, "ncclRecv", "MPI_Waitall");
         int got = 0;
         MPI_Get_count(&ss[k], MPI_BYTE, &got);
         if ((size_t)got != rb[k])
-            emu_fail("ncclRecv of %zu bytes from rank %d: the matching ncclSend is smaller "
-                     "(NCCL needs the same count and datatype on both sides)",
-                     t.bytes, t.root);
+            emu_fail(
+                "ncclRecv of %zu bytes from rank %d: the matching ncclSend is smaller "
+                "(NCCL needs the same count and datatype on both sides)",
+                t.bytes, t.root);
     }
     if (rc == MPI_ERR_IN_STATUS) /* a send failed */
         for (size_t k = 0; k < rq.size(); k++)
@@ -244,7 +248,8 @@ void run_group(const std::vector<Task> &tasks)
 {
     for (const Task &t : tasks)
         if (t.comm->destroyed)
-            emu_fail("%s runs after ncclCommDestroy of its communicator", s_kind_name[t.kind]);
+            emu_fail("%s runs after ncclCommDestroy of its communicator",
+                     s_kind_name[t.kind]);
     for (const Task &t : tasks) /* sends to oneself */
         if (t.kind == K_SEND && t.pair >= 0 && t.bytes > 0)
             memcpy(tasks[(size_t)t.pair].rbuf, t.sbuf, t.bytes);
@@ -288,23 +293,26 @@ void pair_self(std::vector<Task> &tasks)
             if (used[j] || r.kind != K_RECV || r.comm != s.comm || r.root != r.comm->rank)
                 continue;
             if (r.bytes != s.bytes)
-                emu_fail("ncclSend of %zu bytes to itself (rank %d) meets an ncclRecv of %zu "
-                         "bytes (NCCL needs the same count and datatype)",
-                         s.bytes, s.root, r.bytes);
+                emu_fail(
+                    "ncclSend of %zu bytes to itself (rank %d) meets an ncclRecv of %zu "
+                    "bytes (NCCL needs the same count and datatype)",
+                    s.bytes, s.root, r.bytes);
             used[j] = 1;
             s.pair = (int)j;
             break;
         }
         if (s.pair < 0)
-            emu_fail("ncclSend to itself (rank %d) without an ncclRecv from itself in the "
-                     "same group: NCCL would hang",
-                     s.root);
+            emu_fail(
+                "ncclSend to itself (rank %d) without an ncclRecv from itself in the "
+                "same group: NCCL would hang",
+                s.root);
     }
     for (size_t j = 0; j < tasks.size(); j++)
         if (tasks[j].kind == K_RECV && tasks[j].root == tasks[j].comm->rank && !used[j])
-            emu_fail("ncclRecv from itself (rank %d) without an ncclSend to itself in the "
-                     "same group: NCCL would hang",
-                     tasks[j].root);
+            emu_fail(
+                "ncclRecv from itself (rank %d) without an ncclSend to itself in the "
+                "same group: NCCL would hang",
+                tasks[j].root);
 }
 
 /* Enqueues a group's op on its stream. */
@@ -408,26 +416,30 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
         MPI_Initialized(&init);
         MPI_Finalized(&fin);
         if (!init || fin)
-            emu_fail("ncclCommInitRank: %d ranks need MPI (one MPI rank per emulated GPU), "
-                     "and MPI is not initialised",
-                     nranks);
+            emu_fail(
+                "ncclCommInitRank: %d ranks need MPI (one MPI rank per emulated GPU), "
+                "and MPI is not initialised",
+                nranks);
         MPI_Comm_size(MPI_COMM_WORLD, &wsize);
         MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
         if (wsize != nranks || wrank != rank) {
             delete c;
             return ncclInvalidArgument;
         }
-        mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &c->mc), "ncclCommInitRank", "MPI_Comm_dup");
+        mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &c->mc), "ncclCommInitRank",
+                  "MPI_Comm_dup");
         MPI_Comm_set_errhandler(c->mc, MPI_ERRORS_RETURN);
         ncclUniqueId root = commId;
-        mpi_check(MPI_Bcast(&root, (int)sizeof root, MPI_BYTE, 0, c->mc), "ncclCommInitRank",
-                  "MPI_Bcast");
+        mpi_check(MPI_Bcast(&root, (int)sizeof root, MPI_BYTE, 0, c->mc),
+                  "ncclCommInitRank", "MPI_Bcast");
         if (memcmp(&root, &commId, sizeof root))
-            emu_fail("ncclCommInitRank: rank %d's ncclUniqueId differs from rank 0's (all "
-                     "ranks must pass the one rank 0 made)",
-                     rank);
+            emu_fail(
+                "ncclCommInitRank: rank %d's ncclUniqueId differs from rank 0's (all "
+                "ranks must pass the one rank 0 made)",
+                rank);
 #else
-        emu_fail("ncclCommInitRank: %d ranks need MPI (built without TRN_HAVE_MPI)", nranks);
+        emu_fail("ncclCommInitRank: %d ranks need MPI (built without TRN_HAVE_MPI)",
+                 nranks);
 #endif
     }
     *comm = c;
@@ -480,7 +492,8 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
         emu_fail("ncclAllReduce: sendbuff %p and recvbuff %p overlap without being equal "
                  "(in place needs sendbuff == recvbuff)",
                  sendbuff, recvbuff);
-    Task t = {K_ALLREDUCE, comm, stream, sendbuff, recvbuff, count, bytes, datatype, 0, -1};
+    Task t = {K_ALLREDUCE, comm,  stream,   sendbuff, recvbuff,
+              count,       bytes, datatype, 0,        -1};
     return submit(t);
 }
 
@@ -502,12 +515,13 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                      sendbuff, recvbuff);
     }
     emu_need(recvbuff, bytes, 1, "ncclBroadcast recvbuff");
-    Task t = {K_BCAST, comm, stream, sendbuff, recvbuff, count, bytes, datatype, root, -1};
+    Task t = {K_BCAST, comm,  stream,   sendbuff, recvbuff,
+              count,   bytes, datatype, root,     -1};
     return submit(t);
 }
 
-ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                      ncclComm_t comm, cudaStream_t stream)
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
+                      int peer, ncclComm_t comm, cudaStream_t stream)
 {
     ncclResult_t r = check_args("ncclSend", comm, peer, datatype);
     if (r != ncclSuccess)

@@ -120,7 +120,8 @@ void emu_need(const void *p, size_t bytes, int pinned_ok, const char *what)
     const s_block *b = p ? s_find(p, &base) : NULL;
     if (!b || (b->pinned && !pinned_ok))
         emu_fail("%s: %p is not in device memory%s", what, p,
-                 b ? " (it is pinned host memory)" : " (a host pointer or a freed block)");
+                 b ? " (it is pinned host memory)"
+                   : " (a host pointer or a freed block)");
     if ((uintptr_t)p + bytes > base + b->bytes)
         emu_fail("%s: %zu bytes at offset %zu run past the end of a %zu-byte allocation",
                  what, bytes, (size_t)((uintptr_t)p - base), b->bytes);
@@ -149,9 +150,9 @@ static int s_kind(const void *p)
 struct s_op {
     std::function<void()> fn;
     const char *what;
-    cudaEvent_t wait_ev;     /* a wait: runnable once wait_ev->done >= wait_n */
+    cudaEvent_t wait_ev; /* a wait: runnable once wait_ev->done >= wait_n */
     unsigned long wait_n;
-    cudaEvent_t rec_ev;      /* a record: sets rec_ev->done = rec_n */
+    cudaEvent_t rec_ev; /* a record: sets rec_ev->done = rec_n */
     unsigned long rec_n;
 };
 
@@ -171,7 +172,7 @@ struct CUevent_st {
     unsigned long recorded, done; /* records enqueued, records run */
     std::deque<std::pair<CUstream_st *, unsigned long>> pending; /* where they wait */
     double t;                                                    /* when the last ran */
-    int in_capture;                                              /* last record captured */
+    int in_capture; /* last record captured */
 };
 
 struct CUgraphExec_st {
@@ -538,15 +539,24 @@ cudaError_t cudaGetLastError(void)
 const char *cudaGetErrorName(cudaError_t e)
 {
     switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorIllegalState: return "cudaErrorIllegalState";
-    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
-    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaSuccess:
+        return "cudaSuccess";
+    case cudaErrorInvalidValue:
+        return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+        return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+        return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice:
+        return "cudaErrorNoDevice";
+    case cudaErrorInvalidResourceHandle:
+        return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState:
+        return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+        return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+        return "cudaErrorStreamCaptureInvalidated";
     }
     return "cudaErrorUnknown";
 }
@@ -554,15 +564,20 @@ const char *cudaGetErrorName(cudaError_t e)
 const char *cudaGetErrorString(cudaError_t e)
 {
     switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidConfiguration:
+        return "invalid configuration argument";
+    case cudaErrorNoDevice:
+        return "no CUDA-capable device is detected";
     case cudaErrorStreamCaptureUnsupported:
         return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated:
         return "operation failed due to a previous error during capture";
-    default: return cudaGetErrorName(e);
+    default:
+        return cudaGetErrorName(e);
     }
 }
 
@@ -666,9 +681,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
             return s_forbidden_in_capture("cudaMemcpyAsync from pageable host memory");
         std::shared_ptr<std::vector<char>> snap(
             new std::vector<char>((const char *)src, (const char *)src + bytes));
-        emu_enqueue(st, "cudaMemcpyAsync", [dst, snap]() {
-            memcpy(dst, snap->data(), snap->size());
-        });
+        emu_enqueue(st, "cudaMemcpyAsync",
+                    [dst, snap]() { memcpy(dst, snap->data(), snap->size()); });
         return cudaSuccess;
     }
     emu_enqueue(st, "cudaMemcpyAsync", [dst, src, bytes]() { memcpy(dst, src, bytes); });
@@ -713,7 +727,8 @@ cudaError_t cudaMemset(void *p, int v, size_t bytes)
     return cudaSuccess;
 }
 
-/* ---- kernels: blocks in turn, threads as fibers ---------------------------------------- */
+/* ---- kernels: blocks in turn, threads as fibers
+ * ---------------------------------------- */
 
 /* A fiber is made once (makecontext, its own stack) and then serves one
    thread after another: it parks at the top of its loop, and a switch is
@@ -752,7 +767,8 @@ static struct {
 
 #ifdef EMU_ASAN
 #define S_TO_FIBER(fake, f) __sanitizer_start_switch_fiber(&(fake), (f)->stack, S_STACK)
-#define S_TO_SCHED(fake) __sanitizer_start_switch_fiber(&(fake), B.sched_bottom, B.sched_size)
+#define S_TO_SCHED(fake)                                                                 \
+    __sanitizer_start_switch_fiber(&(fake), B.sched_bottom, B.sched_size)
 #define S_ARRIVED(fake) __sanitizer_finish_switch_fiber((fake), NULL, NULL)
 #else
 #define S_TO_FIBER(fake, f) (void)(fake)

@@ -182,7 +182,8 @@ int main(int argc, char **argv)
         cudaError_t m = cudaMalloc(&e, 64);
         cudaGraph_t g = NULL;
         cudaError_t end = cudaStreamEndCapture(a, &g);
-        if (m != cudaErrorStreamCaptureUnsupported || end != cudaErrorStreamCaptureInvalidated)
+        if (m != cudaErrorStreamCaptureUnsupported ||
+            end != cudaErrorStreamCaptureInvalidated)
             return wrong("cudaMalloc inside a capture was allowed");
         printf("ok: %s, then %s\n", cudaGetErrorName(m), cudaGetErrorName(end));
         return 0;

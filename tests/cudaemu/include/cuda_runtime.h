@@ -74,7 +74,8 @@ template <typename T> static inline cudaError_t cudaMallocHost(T **p, size_t byt
 {
     return cudaMallocHost((void **)p, bytes);
 }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes,
+                       enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes,
                             enum cudaMemcpyKind kind, cudaStream_t st = 0);
 cudaError_t cudaMemset(void *p, int v, size_t bytes);
@@ -103,7 +104,8 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
 
 struct dim3 {
     unsigned x, y, z;
-    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_)
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1)
+        : x(x_), y(y_), z(z_)
     {
     }
 };
@@ -172,7 +174,8 @@ template <typename... P> struct emu_launcher {
     cudaStream_t st;
     template <typename... A> void operator()(A &&...a) const
     {
-        std::tuple<typename std::decay<P>::type...> args((P)a...); /* by value, as a launch */
+        std::tuple<typename std::decay<P>::type...> args(
+            (P)a...); /* by value, as a launch */
         int i = 0;
         std::apply([&](const auto &...v) { (emu_check_arg(v, name, i++), ...); }, args);
         auto kk = k;
@@ -182,7 +185,8 @@ template <typename... P> struct emu_launcher {
 
 template <typename... P>
 static inline emu_launcher<P...> emu_launch(void (*k)(P...), const char *name, dim3 grid,
-                                            dim3 block, size_t shm = 0, cudaStream_t st = 0)
+                                            dim3 block, size_t shm = 0,
+                                            cudaStream_t st = 0)
 {
     return emu_launcher<P...>{k, name, grid, block, shm, st};
 }

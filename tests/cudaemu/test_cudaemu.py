@@ -1,0 +1,178 @@
+"""jizhi-train-cuda's own code run on cudaemu, the CPU emulation of the CUDA
+APIs (tests/cudaemu/README.md), against the CPU trainer: the comparisons of
+scripts/gpu-check.sh, with its tolerances, on a small model and few steps.
+These are not GPU results; they check the CUDA code's logic and numerics
+where no GPU is: the buffers and their sizes, the cuBLAS, cuBLASLt, cuDNN
+and NCCL calls' arguments, the kernels' indexing and reductions, the
+streams' waits and the graphs' captures.
+
+Run by tests/run-all.sh (its own section, beside the fuzz targets) with
+`make cudaemu` built; skipped with the reason where it is not."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("JIZHI_BUILD", os.path.join(ROOT, "build"))
+EMU = os.path.join(BUILD, "cudaemu", "jizhi-train-cudaemu")
+SELF = os.path.join(BUILD, "cudaemu", "cudaemu-selftest")
+CPU = os.path.join(BUILD, "bin", "jizhi-train")
+MPIRUN = shutil.which("mpirun")
+DATA = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(EMU), reason="cudaemu not built (make cudaemu)"),
+    pytest.mark.skipif(not os.path.exists(DATA), reason="no Fashion-MNIST at " + DATA),
+]
+
+MLP = ["--dataset", "fashion-mnist", "--train-subset", "2048", "--val-size", "1000",
+       "--hidden", "64,64", "--batch-size", "128", "--lr", "0.05", "--max-steps", "20",
+       "--eval-every", "20", "--epochs", "100", "--seed", "3", "--threads", "1"]
+CNN = ["--dataset", "fashion-mnist", "--train-subset", "1024", "--val-size", "500",
+       "--model", "cnn", "--channels", "8,16", "--batch-size", "64", "--lr", "0.05",
+       "--max-steps", "6", "--eval-every", "6", "--epochs", "100", "--seed", "3",
+       "--threads", "1"]
+
+
+def env():
+    e = dict(os.environ)
+    e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             OMPI_MCA_rmaps_base_oversubscribe="1", OMP_WAIT_POLICY="passive",
+             CUDAEMU_STATS="1")
+    return e
+
+
+def run(prog, args, ranks=0):
+    cmd = [prog] + args
+    if ranks:
+        cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks)] + cmd
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=300)
+    assert p.returncode == 0, " ".join(cmd) + "\n" + (p.stdout + p.stderr)[-3000:]
+    return p.stderr + p.stdout
+
+
+def metric(out, name):
+    v = re.findall(r"^jizhi: step \d+ %s=(\S+)$" % name, out, re.M)
+    assert v, "no %s in:\n%s" % (name, out[-2000:])
+    return float(v[-1])
+
+
+def stats(out):
+    m = re.search(r"cudaemu: (\d+) kernel launches, (\d+) graphs captured, "
+                  r"(\d+) graph launches", out)
+    assert m, out[-2000:]
+    return [int(x) for x in m.groups()]
+
+
+def close(a, b, rel):
+    assert abs(a - b) <= rel * max(abs(a), abs(b)), "%r vs %r (tol %g rel)" % (a, b, rel)
+
+
+# ---- the emulation itself -------------------------------------------------------
+
+@pytest.mark.parametrize("case,status,says", [
+    ("good", 0, "ok"),
+    ("bad-launch", 0, "ok: cudaErrorInvalidConfiguration"),
+    ("malloc-in-capture", 0, "ok: cudaErrorStreamCaptureUnsupported, then "
+                             "cudaErrorStreamCaptureInvalidated"),
+    ("missing-wait", 0, "stale: d[0] = 1"),
+    ("host-pointer", 3, "cudaemu: kernel k_scale: argument 0"),
+    ("copy-past-end", 3, "cudaemu: cudaMemcpy destination: 1200 bytes at offset 0 run past "
+                         "the end of a 1024-byte allocation"),
+    ("divergent-barrier", 3, "cudaemu: kernel k_divergent: a thread of block 0 ended while "
+                             "others wait at __syncthreads"),
+])
+def test_the_emulation_passes_a_correct_program_and_stops_each_misuse(case, status, says):
+    p = subprocess.run([SELF, case], capture_output=True, text=True, timeout=60)
+    assert p.returncode == status, p.stdout + p.stderr
+    assert says in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+# ---- the MLP (backend_cuda.cu) --------------------------------------------------
+
+@pytest.mark.parametrize("prec,rel", [("fp32", 1e-6), ("bf16", 0.01), ("fp16", 0.01)])
+def test_cuda_mlp_matches_the_cpu_trainer(prec, rel):
+    # gpu-check's "CPU vs CUDA" row: val_loss after 20 steps; the default
+    # run is device data, a CUDA graph and the cuBLASLt epilogue
+    c = run(CPU, MLP + ["--precision", prec])
+    g = run(EMU, MLP + ["--precision", prec, "--backend", "cuda", "--quiet", "0"])
+    close(metric(g, "val_loss"), metric(c, "val_loss"), rel)
+    assert "training set in device memory" in g and "captured as a CUDA graph" in g, g
+    launches, captured, replays = stats(g)
+    assert captured == 1 and replays >= 15, (captured, replays)
+
+
+@pytest.mark.parametrize("prec", ["fp32", "bf16"])
+def test_device_data_and_graphs_change_no_bit(prec):
+    # gpu-check's "device data vs host data" and "graphs on vs off": the
+    # same kernels on the same values, so the same printed bits
+    runs = {}
+    for data, graphs in (("host", "off"), ("device", "off"), ("device", "on")):
+        o = run(EMU, MLP + ["--precision", prec, "--backend", "cuda", "--cuda-epilogue",
+                            "kernel", "--gpu-data", data, "--cuda-graphs", graphs])
+        runs[data, graphs] = (metric(o, "val_loss"), metric(o, "val_acc"))
+        assert (stats(o)[1] == 1) == (graphs == "on"), o[-500:]
+    assert runs["host", "off"] == runs["device", "off"] == runs["device", "on"], runs
+
+
+def test_lt_epilogue_against_the_kernel_path():
+    a = run(EMU, MLP + ["--backend", "cuda", "--cuda-epilogue", "lt"])
+    b = run(EMU, MLP + ["--backend", "cuda", "--cuda-epilogue", "kernel"])
+    close(metric(a, "val_loss"), metric(b, "val_loss"), 1e-6)
+
+
+@pytest.mark.parametrize("opt", ["lars", "sgd --nesterov --weight-decay 0.001"])
+def test_cuda_optimisers_match_the_cpu_trainer(opt):
+    args = MLP + ["--optimizer"] + opt.split()
+    close(metric(run(EMU, args + ["--backend", "cuda"]), "val_loss"),
+          metric(run(CPU, args), "val_loss"), 1e-5)
+
+
+def test_gradient_noise_inputs_match_the_cpu_step():
+    # the CUDA step's first-half measure (cuda_mlp_half.cuh) on a measuring
+    # step, eager between graph replays, against the CPU's (trainer/gns.h)
+    gn = MLP + ["--max-steps", "10", "--eval-every", "10", "--log-every", "10"]
+    c = run(CPU, gn)
+    g = run(EMU, gn + ["--backend", "cuda", "--cuda-graphs", "on"])
+    for m in ("grad_sqnorm_small", "grad_sqnorm_big"):
+        close(metric(g, m), metric(c, m), 1e-4)
+    assert metric(g, "batch_small") == metric(c, "batch_small") == 64
+
+
+# ---- the CNN (backend_cudnn.cu on the emulated cuDNN) ---------------------------
+
+def test_cuda_cnn_matches_the_cpu_cnn_and_its_half_precisions_follow():
+    c = run(CPU, CNN)
+    g = run(EMU, CNN + ["--backend", "cuda"])
+    close(metric(g, "val_loss"), metric(c, "val_loss"), 1e-4)  # gpu-check's CNN_RT
+    for prec in ("bf16", "fp16"):
+        h = run(EMU, CNN + ["--backend", "cuda", "--precision", prec])
+        close(metric(h, "val_loss"), metric(g, "val_loss"), 0.01)
+
+
+# ---- two ranks: NCCL over MPI, the device gradient path (dist_dev.cu) ------------
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
+def test_two_ranks_device_path_matches_host_path_and_the_cpu():
+    c = metric(run(CPU, MLP + ["--comm", "mpi"], ranks=2), "val_loss")
+    for algo, wire in (("ring", "fp32"), ("native", "fp32"), ("hier", "bf16")):
+        flags = MLP + ["--backend", "cuda", "--comm", "nccl", "--allreduce", algo,
+                       "--wire", wire, "--fusion-kb", "64", "--quiet", "0"]
+        d = run(EMU, flags + ["--grad-path", "device"], ranks=2)
+        h = run(EMU, flags + ["--grad-path", "host"], ranks=2)
+        assert "gradients summed in GPU memory" in d, d[-2000:]
+        close(metric(d, "val_loss"), metric(h, "val_loss"), 1e-5)
+        if wire == "fp32":
+            close(metric(d, "val_loss"), c, 1e-5)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
+def test_two_ranks_cnn_device_path_matches_the_cpu_cnn_on_two_ranks():
+    c = run(CPU, CNN + ["--comm", "mpi"], ranks=2)
+    d = run(EMU, CNN + ["--backend", "cuda", "--comm", "nccl", "--grad-path", "device",
+                        "--quiet", "0"], ranks=2)
+    assert "gradients summed in GPU memory" in d, d[-2000:]
+    close(metric(d, "val_loss"), metric(c, "val_loss"), 1e-4)
