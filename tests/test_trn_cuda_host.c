@@ -668,7 +668,8 @@ TEST(algorithm_cache_is_chosen_again_at_another_precision)
 }
 
 /* What --backend cuda --model cnn cannot run with is refused before the
-   run (trn_config_validate: exit 2), naming the option; bf16 and fp16
+   run (trn_config_validate: exit 2), naming the option (and, for either
+   model on CUDA, --per-layer-scale and --micro-batch); bf16 and fp16
    are accepted; other models and backends are not concerned. */
 TEST(cuda_cnn_refuses_what_it_has_no_code_for)
 {
@@ -714,6 +715,23 @@ TEST(cuda_cnn_refuses_what_it_has_no_code_for)
     snprintf(c.backend, sizeof c.backend, "cuda");
     snprintf(c.model, sizeof c.model, "cnn");
     c.per_layer_scale = 0;
+    /* micro-batches: the CUDA steps take the batch whole (seen on cudaemu:
+       the CNN ran as without the flag); refused for both models on CUDA,
+       a chunk of the whole batch is no chunk */
+    for (int m = 0; m < 2; m++) {
+        snprintf(c.model, sizeof c.model, "%s", m ? "cnn" : "mlp");
+        c.micro_batch = 32;
+        err[0] = '\0';
+        CHECK(trn_config_validate(&c, err) == -1);
+        CHECK(strstr(err, "--micro-batch 32") && strstr(err, "--backend cuda"));
+        c.micro_batch = c.batch_size;
+        CHECK(trn_config_validate(&c, err) == 0);
+        c.micro_batch = 32;
+        snprintf(c.backend, sizeof c.backend, "cpu");
+        CHECK(trn_config_validate(&c, err) == 0);
+        snprintf(c.backend, sizeof c.backend, "cuda");
+    }
+    c.micro_batch = 0;
     /* the MLP on CUDA keeps its graphs; the CPU CNN any optimizer */
     snprintf(c.cuda_graphs, sizeof c.cuda_graphs, "on");
     snprintf(c.model, sizeof c.model, "mlp");

@@ -282,6 +282,15 @@ int trn_cudnn_refuse(const struct trn_config *c, char *err)
                  "scale for the whole model; drop the flag");
         return -1;
     }
+    if (c->micro_batch > 0 && c->micro_batch < c->batch_size) {
+        /* the backends' steps take the batch whole: the chunks would be
+           ignored (the CNN's BatchNorm would see the whole batch) */
+        snprintf(err, TRN_ERRLEN,
+                 "--micro-batch %d: the CUDA backend (--backend cuda) runs each batch "
+                 "whole (no gradient accumulation); drop the flag, or use --backend cpu",
+                 c->micro_batch);
+        return -1;
+    }
     if (strcmp(c->model, "cnn"))
         return 0;
     int opt = trn_optim_from_name(c->optimizer);

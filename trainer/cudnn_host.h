@@ -228,7 +228,9 @@ const char *trn_cudnn_algo_key(const char *arch, int p, char *buf, size_t len);
 
 /* The options --backend cuda cannot run with (c: a parsed config,
    borrowed): --per-layer-scale for any model (one loss scale on the
-   device; the MLP and the CNN ignored the flag); and with --model cnn
+   device; the MLP and the CNN ignored the flag), --micro-batch smaller
+   than the batch for any model (the steps take the batch whole); and
+   with --model cnn
    optimizers other than sgd and lars, --cuda-graphs on (the CNN runs
    plain launches; auto and off are accepted). Other backends: always 0.
    Returns 0, or -1 with err naming the option. */

@@ -7,7 +7,10 @@
 #                  against the stand-in headers, launches rewritten by
 #                  launch.py) and $(BUILD)/cudaemu/lib/libcudnn.so.9, the
 #                  emulated cuDNN it opens. Needs g++ and MPI (the emulated
-#                  NCCL runs over MPI); no CUDA toolkit.
+#                  NCCL runs over MPI); no CUDA toolkit. EMU_SAN: extra
+#                  flags for its C++ (EMU_SAN=-fsanitize=address: every
+#                  device buffer is a malloc'd block, so a kernel or a
+#                  library call past one is AddressSanitizer's report).
 
 EMU_DIR     := $(BUILD)/cudaemu
 EMU_BIN     := $(EMU_DIR)/jizhi-train-cudaemu
@@ -16,7 +19,7 @@ EMU_SELF    := $(EMU_DIR)/cudaemu-selftest
 EMU_CXX     ?= $(if $(HAVE_MPI),mpicxx,g++)
 EMU_FLAGS   := -std=c++17 -O2 -g -fPIC -pthread -Wall -Wno-sign-compare -ffp-contract=off -DOMPI_SKIP_MPICXX -U_FORTIFY_SOURCE \
                -Itests/cudaemu/include -Itests/cudaemu -I$(EMU_DIR)/src -I. -Itrial_helper \
-               $(MPI_CFLAGS)
+               $(MPI_CFLAGS) $(EMU_SAN)
 EMU_TRN     := backend_cuda backend_cudnn dist_dev comm_nccl
 EMU_OWN     := runtime blas nccl
 EMU_HDRS    := $(wildcard tests/cudaemu/include/*.h) tests/cudaemu/emu.h
@@ -47,7 +50,7 @@ $(EMU_DIR)/obj/main_cuda.o: trainer/main.c
 $(EMU_BIN): $(EMU_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) -o $@ $(EMU_OBJ) $(LIB_TRN) $(LIB_HELPER) $(LIB_COMMON) $(ALL_LDFLAGS) \
-	    $(LIBS) -rdynamic -Wl,-rpath,'$$ORIGIN/lib' -ldl
+	    $(LIBS) $(EMU_SAN) -rdynamic -Wl,-rpath,'$$ORIGIN/lib' -ldl
 
 # the emulation's own checks (selftest.cc, kernels in CUDA's syntax)
 $(EMU_DIR)/src/selftest.cc: tests/cudaemu/selftest.cc tests/cudaemu/launch.py
