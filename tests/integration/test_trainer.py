@@ -381,3 +381,64 @@ def test_cpuid_choice_overrides_a_wrong_core_before_openblas_starts():
                        env=blas_env(JIZHI_BLAS_CORE="Prescott"))
     assert p.returncode == 0, p.stderr
     assert "kernels Prescott (128-bit)" in p.stderr and "JIZHI_BLAS_CORE=Prescott" in p.stderr
+
+
+# ---- live changes on the CUDA backend (its code on cudaemu) ------------------
+
+EMU = os.path.join(BUILD, "cudaemu", "jizhi-train-cudaemu")
+
+
+@pytest.mark.skipif(not os.path.exists(EMU), reason="cudaemu not built (make cudaemu)")
+def test_live_batch_size_lr_and_precision_on_the_cuda_backend(jz):
+    # jizhi-train-cuda's own code (backend_cuda.cu) on cudaemu, the CPU
+    # emulation of the CUDA APIs (tests/cudaemu/README.md), under a study:
+    # each live set re-attaches the device backend (new buffers, a new
+    # graph per batch size) and training goes on at the new values
+    spec = {
+        "name": "cuda-live",
+        "objective": {"metric": "val_acc", "mode": "max"},
+        "scheduler": {"type": "random", "seed": 1},
+        "budget": {"trials": 1, "parallel": 1},
+        "space": {"momentum": {"type": "float", "low": 0.5, "high": 0.9}},
+        "trial": {"command": [EMU, "--backend", "cuda", "--dataset", "synthetic",
+                              "--synthetic-n", "2000", "--val-size", "200", "--hidden", "16",
+                              "--epochs", "100000", "--max-steps", "3000000",
+                              "--batch-size", "32", "--lr", "0.05", "--log-every", "20",
+                              "--quiet"],
+                  "timeout_s": 120, "retries": 0},
+    }
+    run = jz.popen("run", jz.write_spec(spec, "cuda-live.json"), "--slots", "1")
+    try:
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics WHERE name='lr'")[0][0] > 2,
+                    timeout=60, what="the trial's first reports")
+        (tid,) = jz.sql("SELECT MAX(id) FROM trials")[0]
+
+        def last(name):
+            r = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name=? "
+                       "ORDER BY step DESC LIMIT 1", tid, name)
+            return r[0][0] if r else None
+
+        def steps():
+            return jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0]
+
+        for name, value in (("batch_size", 96), ("lr", 0.0125), ("batch_size", 40),
+                            ("precision", "bf16")):
+            s = jz.run("trial", "set", str(tid), "%s=%s" % (name, value), timeout=60)
+            assert s.returncode == 0 and "acknowledged" in s.stdout, s.stdout + s.stderr
+            if name != "precision":
+                jz.wait_for(lambda: last(name) == pytest.approx(value), timeout=60,
+                            what="%s=%s in the reports" % (name, value))
+        n0 = steps()
+        jz.wait_for(lambda: steps() > n0 + 60, timeout=60, what="steps after the bf16 switch")
+        loss = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='train_loss' "
+                      "AND step > ? ORDER BY step", tid, n0)
+        assert loss and all(0 < v < 1 for (v,) in loss), loss
+        assert last("batch_size") == 40
+        st = jz.run("trial", "stop", str(tid), timeout=60)
+        assert st.returncode == 0, st.stdout + st.stderr
+        run.wait(timeout=120)
+        assert jz.sql("SELECT state FROM trials WHERE id=?", tid) == [("stopped",)]
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
