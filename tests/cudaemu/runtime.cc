@@ -23,7 +23,9 @@
     run as fibers (ucontext) that switch at __syncthreads and
     __shfl_down_sync, so the kernels' shared-memory reductions run as
     written. Thread 0 runs first; when it ends without a barrier, the other
-    threads run as plain calls (a barrier then is divergent, an error). A
+    threads run as plain calls (a barrier then is divergent, an error).
+    CUDAEMU_ORDER=reverse runs the blocks and each block's threads last to
+    first instead: a result that depends on the order differs. A
     barrier that some threads of the block never reach, a shuffle in a
     partial warp, or threads waiting forever end the process.
 
@@ -857,8 +859,8 @@ static s_fiber *s_fiber_at(int i)
 void __syncthreads(void)
 {
     if (!B.cur)
-        emu_fail("kernel %s: __syncthreads reached by a thread after thread 0 of its "
-                 "block ended without it (a divergent barrier)",
+        emu_fail("kernel %s: __syncthreads reached by a thread after the block's first "
+                 "thread ended without it (a divergent barrier)",
                  B.kernel);
     if (B.exited)
         emu_fail("kernel %s: __syncthreads after a thread of the block ended "
@@ -879,7 +881,7 @@ void __syncthreads(void)
 float emu_shfl_down(float v, unsigned delta)
 {
     if (!B.cur)
-        emu_fail("kernel %s: __shfl_down_sync after thread 0 of its block ended "
+        emu_fail("kernel %s: __shfl_down_sync after the block's first thread ended "
                  "without it",
                  B.kernel);
     unsigned t = B.cur->place.t.x;
@@ -913,38 +915,52 @@ static void s_place(emu_place *p, dim3 grid, dim3 block, unsigned bx, unsigned b
     p->t = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
 }
 
+/* CUDAEMU_ORDER=reverse: blocks and the threads of a block run last to
+   first (a result that depends on the order, a race on a GPU, then
+   differs from the default order's) */
+static int s_reverse(void)
+{
+    static int r = -1;
+    if (r < 0) {
+        const char *v = getenv("CUDAEMU_ORDER");
+        r = v && !strcmp(v, "reverse");
+    }
+    return r;
+}
+
 static void s_run_block(dim3 grid, dim3 block, unsigned bx, unsigned by, unsigned bz)
 {
-    int nt = B.nt;
+    int nt = B.nt, rev = s_reverse();
     B.live = nt;
     B.exited = 0;
     B.arrived = 0;
     for (s_warp &w : B.warps)
         w.arrived = 0;
+    /* the i-th thread to run is thread rev ? nt - 1 - i : i, on fiber i */
     s_fiber *f0 = s_fiber_at(0);
     f0->done = 0;
-    s_place(&f0->place, grid, block, bx, by, bz, 0);
+    s_place(&f0->place, grid, block, bx, by, bz, rev ? nt - 1 : 0);
     s_resume(f0);
-    if (f0->done) { /* no barrier on thread 0's path: the rest as plain calls */
-        for (int t = 1; t < nt; t++) {
+    if (f0->done) { /* no barrier on the first thread's path: the rest as plain calls */
+        for (int i = 1; i < nt; i++) {
             emu_place p;
-            s_place(&p, grid, block, bx, by, bz, t);
+            s_place(&p, grid, block, bx, by, bz, rev ? nt - 1 - i : i);
             emu_here = &p;
             (*B.body)();
             B.exited++;
         }
         return;
     }
-    for (int t = 1; t < nt; t++) {
-        s_fiber *f = s_fiber_at(t);
+    for (int i = 1; i < nt; i++) {
+        s_fiber *f = s_fiber_at(i);
         f->done = 0;
-        s_place(&f->place, grid, block, bx, by, bz, t);
+        s_place(&f->place, grid, block, bx, by, bz, rev ? nt - 1 - i : i);
     }
     while (B.live > 0) {
         unsigned long before = B.progress;
-        for (int t = 0; t < nt; t++)
-            if (!B.f[t]->done)
-                s_resume(B.f[t].get());
+        for (int i = 0; i < nt; i++)
+            if (!B.f[i]->done)
+                s_resume(B.f[i].get());
         if (B.progress == before)
             emu_fail("kernel %s: the threads of block %u wait forever (a barrier or "
                      "shuffle some never reach)",
@@ -968,10 +984,13 @@ void emu_grid(const char *name, dim3 grid, dim3 block, size_t shm, cudaStream_t 
         B.body = &body;
         B.nt = (int)((unsigned long)block.x * block.y * block.z);
         B.warps.assign((B.nt + 31) / 32, s_warp());
-        for (unsigned z = 0; z < grid.z; z++)
-            for (unsigned y = 0; y < grid.y; y++)
-                for (unsigned x = 0; x < grid.x; x++)
-                    s_run_block(grid, block, x, y, z);
+        unsigned long nb = (unsigned long)grid.x * grid.y * grid.z;
+        for (unsigned long i = 0; i < nb; i++) {
+            unsigned long b = s_reverse() ? nb - 1 - i : i;
+            s_run_block(grid, block, (unsigned)(b % grid.x),
+                        (unsigned)(b / grid.x % grid.y),
+                        (unsigned)(b / ((unsigned long)grid.x * grid.y)));
+        }
         emu_here = NULL;
     });
 }

@@ -45,11 +45,13 @@ def env():
     return e
 
 
-def run(prog, args, ranks=0):
+def run(prog, args, ranks=0, **more_env):
     cmd = [prog] + args
     if ranks:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks)] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=300)
+    e = env()
+    e.update(more_env)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=300)
     assert p.returncode == 0, " ".join(cmd) + "\n" + (p.stdout + p.stderr)[-3000:]
     return p.stderr + p.stdout
 
@@ -151,6 +153,20 @@ def test_cuda_cnn_matches_the_cpu_cnn_and_its_half_precisions_follow():
     for prec in ("bf16", "fp16"):
         h = run(EMU, CNN + ["--backend", "cuda", "--precision", prec])
         close(metric(h, "val_loss"), metric(g, "val_loss"), 0.01)
+
+
+# ---- order: what the kernels compute does not depend on which thread runs first
+
+@pytest.mark.parametrize("args", [MLP + ["--precision", "bf16"], CNN],
+                         ids=["mlp-bf16", "cnn-fp32"])
+def test_the_same_bits_when_blocks_and_threads_run_last_to_first(args):
+    # CUDAEMU_ORDER=reverse: a kernel whose result depends on the order of
+    # its blocks or threads (a race, or a sum that is not fixed-order) would
+    # train another model; the weights' path claims the same bits every run
+    fwd = run(EMU, args + ["--backend", "cuda"])
+    rev = run(EMU, args + ["--backend", "cuda"], CUDAEMU_ORDER="reverse")
+    assert metric(rev, "val_loss") == metric(fwd, "val_loss")
+    assert metric(rev, "val_acc") == metric(fwd, "val_acc")
 
 
 # ---- two ranks: NCCL over MPI, the device gradient path (dist_dev.cu) ------------
