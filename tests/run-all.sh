@@ -19,7 +19,7 @@
 #                      each from their seeds; one test per target
 #   cudaemu:           tests/cudaemu/test_cudaemu.py with pytest (the CUDA
 #                      trainer's code on the CPU emulation of the CUDA
-#                      APIs, `make cudaemu`), beside the fuzz targets
+#                      APIs, `make cudaemu`), beside the sanitizer passes
 #
 # --unit-only runs the unit tests only. A test that cannot run here (no
 # clang for the fuzz targets, no GPU, ...) is counted as skipped with its
@@ -77,6 +77,13 @@ run_unit() { # $1 = build dir, $2 = label suffix, $3 = totals (main|san)
 echo "== unit tests"
 run_unit "$BUILD" "" main
 if [ "${1:-}" != "--unit-only" ]; then
+    # The CUDA code on cudaemu (tests/cudaemu/test_cudaemu.py): on one core
+    # beside the sanitizer passes (which mostly wait), done before the
+    # integration tests start; its output is shown after the fuzz targets
+    emu_out=$(mktemp)
+    JIZHI_BUILD="$PWD/$BUILD" timeout 900 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
+        tests/cudaemu >"$emu_out" 2>&1 &
+    emu_pid=$!
     if [ -d build-san/tests ]; then
         echo "== sanitizer pass: the same unit tests under AddressSanitizer/UBSan"
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -91,6 +98,8 @@ if [ "${1:-}" != "--unit-only" ]; then
     else
         skips+=("ThreadSanitizer pass: build-tsan/ not built (make test builds it)")
     fi
+
+    wait "$emu_pid"; emu_rc=$?
 
     echo "== integration tests"
     out=$(mktemp)
@@ -145,14 +154,6 @@ if [ "${1:-}" != "--unit-only" ]; then
         skips+=("integration under ASan/UBSan: build-san/bin/jizhi or jizhi-core not built (make test builds both)")
     fi
 
-    # The CUDA code on cudaemu (tests/cudaemu/test_cudaemu.py): one core,
-    # beside the fuzz targets (one core each in turn), its output shown
-    # after them
-    emu_out=$(mktemp)
-    JIZHI_BUILD="$PWD/$BUILD" timeout 900 "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
-        tests/cudaemu >"$emu_out" 2>&1 &
-    emu_pid=$!
-
     echo "== fuzz targets (${FUZZ_SECONDS} s each)"
     names=$(ls tests/fuzz/*.c 2>/dev/null | sed -E 's|tests/fuzz/(.*)\.c|\1|')
     for n in $names; do
@@ -169,9 +170,9 @@ if [ "${1:-}" != "--unit-only" ]; then
         fi
     done
 
-    echo "== the CUDA code on cudaemu, the CPU emulation of the CUDA APIs (tests/cudaemu)"
-    wait "$emu_pid"; rc=$?
+    echo "== the CUDA code on cudaemu, the CPU emulation of the CUDA APIs (tests/cudaemu; ran beside the sanitizer passes)"
     cat "$emu_out"
+    rc=$emu_rc
     line=$(grep -E '[0-9]+ (passed|failed|skipped|error)' "$emu_out" | tail -1)
     p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+'); p=${p:-0}
     f=$(echo "$line" | grep -oE '[0-9]+ (failed|error)' | awk '{s += $1} END {print s + 0}')
