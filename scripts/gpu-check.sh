@@ -993,8 +993,8 @@ if command -v mpirun >/dev/null && { [ "$ngpu" -ge 2 ] || [ "$CPU_ONLY" = 1 ]; }
     v=$(exact "${r1:-}" "${r0:-}"); [ "$v" = ok ] || status=1
     printf '2 ranks device path ring, overlap on vs off: val_loss %s vs %s: %s (same bits)\n' \
         "$r1" "$r0" "$v"
-    if [ "$CPU_ONLY" = 1 ]; then
-        echo "2 ranks overlap timing (MLP 784-2048-2048-2048-10, batch 8192): SKIPPED (--cpu)"
+    if [ "$CPU_ONLY" = 1 ] || [ "$EMU" = 1 ]; then
+        echo "2 ranks overlap timing (MLP 784-2048-2048-2048-10, batch 8192): SKIPPED ($([ "$EMU" = 1 ] && echo --emu || echo --cpu))"
     else
         # where overlap can matter: 4 big layers, ~10 M parameters; times only
         echo "2 ranks, MLP 784-2048-2048-2048-10, batch 8192, bf16, 200 steps: ms per step (no assertion)"
