@@ -386,6 +386,41 @@ TEST(overflow_skips_and_halves)
     trn_trainer_destroy(&t);
 }
 
+/* --loss-scale auto follows a live precision (seen on the CUDA backend's
+   emulation, where a live fp16 kept fp32's scale 1): fp16 on, dynamic from
+   --init-loss-scale; a set that keeps fp16 keeps the scale it reached;
+   fp16 off, none again */
+TEST(live_precision_brings_the_auto_loss_scale)
+{
+    trn_config c;
+    char err[TRN_ERRLEN];
+    s_cfg(&c);
+    c.init_loss_scale = 1024;
+    trn_trainer *t = s_new(&c);
+    REQUIRE(t);
+    REQUIRE(trn_trainer_step(t) >= 0);
+    CHECK(trn_trainer_scaler(t)->scale == 1 && !trn_trainer_scaler(t)->dynamic);
+    REQUIRE(trn_trainer_set_param(t, "precision", "fp16", err) == 0);
+    CHECK(trn_trainer_scaler(t)->scale == 1024 && trn_trainer_scaler(t)->dynamic);
+    t->scaler.scale = 512; /* as after one overflow */
+    REQUIRE(trn_trainer_set_param(t, "lr", "0.01", err) == 0);
+    REQUIRE(trn_trainer_set_param(t, "precision_schedule", "fp16:1,bf16:1", err) == 0);
+    CHECK(trn_trainer_scaler(t)->scale == 512); /* fp16 still there: kept */
+    REQUIRE(trn_trainer_step(t) >= 0);
+    CHECK(isfinite(trn_trainer_last_loss(t)));
+    REQUIRE(trn_trainer_set_param(t, "precision_schedule", "", err) == 0);
+    REQUIRE(trn_trainer_set_param(t, "precision", "bf16", err) == 0);
+    CHECK(trn_trainer_scaler(t)->scale == 1 && !trn_trainer_scaler(t)->dynamic);
+    trn_trainer_destroy(&t);
+    /* --loss-scale given: a live precision leaves it as it is */
+    s_cfg(&c);
+    strcpy(c.loss_scale, "none");
+    REQUIRE(t = s_new(&c));
+    REQUIRE(trn_trainer_set_param(t, "precision", "fp16", err) == 0);
+    CHECK(trn_trainer_scaler(t)->scale == 1 && !trn_trainer_scaler(t)->dynamic);
+    trn_trainer_destroy(&t);
+}
+
 static void s_run_steps(trn_trainer *t, int n)
 {
     for (int i = 0; i < n; i++)
@@ -759,6 +794,7 @@ int main(void)
     RUN(bf16_batches_from_the_training_sets_bf16_copy);
     RUN(bf16_copy_limit_said_and_freed_when_no_bf16_ahead);
     RUN(overflow_skips_and_halves);
+    RUN(live_precision_brings_the_auto_loss_scale);
     RUN(checkpoint_roundtrip_and_resume);
     RUN(checkpoint_records_zero_gamma);
     RUN(bad_checkpoints_refused);

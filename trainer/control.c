@@ -30,8 +30,13 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
     }
     if (rc < 0)
         return -1;
+    int fp16 = trn__auto_fp16(t);
     t->cfg = c;
     trn__apply_config(t);
+    /* --loss-scale auto follows a live precision: dynamic from fp16 on
+       (fresh, at --init-loss-scale), none when fp16 leaves */
+    if (!strcmp(c.loss_scale, "auto") && trn__auto_fp16(t) != fp16)
+        trn__setup_scalers(t);
     if (t->backend && t->backend_attached) { /* re-attach with the new settings */
         t->backend->sync_to_host(t->backend->self, t->net);
         t->backend->detach(t->backend->self);

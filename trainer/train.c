@@ -29,16 +29,22 @@
 #include "trainer/train_impl.h"
 #include "common/util.h"
 
-static void s_setup_scalers(trn_trainer *t)
+int trn__auto_fp16(const trn_trainer *t)
+{
+    int fp16 = t->psched.n ? 0 : trn_precision_from_name(t->cfg.precision) == TRN_FP16;
+    for (int i = 0; i < t->psched.n; i++)
+        fp16 |= t->psched.prec[i] == TRN_FP16;
+    return fp16;
+}
+
+void trn__setup_scalers(trn_trainer *t)
 {
     const trn_config *c = &t->cfg;
     int dynamic;
     double init;
     const char *ls = c->loss_scale;
     if (!strcmp(ls, "auto")) {
-        int fp16 = t->psched.n ? 0 : t->prec == TRN_FP16;
-        for (int i = 0; i < t->psched.n; i++)
-            fp16 |= t->psched.prec[i] == TRN_FP16;
+        int fp16 = trn__auto_fp16(t);
         dynamic = fp16;
         init = fp16 ? c->init_loss_scale : 1.0;
     } else if (!strcmp(ls, "dynamic")) {
@@ -114,7 +120,7 @@ trn_trainer *trn_trainer_new(const trn_config *cfg, const trn_dataset *train,
     trn_net_init(t->net, &t->rng);
     trn_net_set_precision(t->net, t->prec);
     t->said_prec = (int)t->prec;
-    s_setup_scalers(t);
+    trn__setup_scalers(t);
     t->t_since = util_now();
     return t;
 fail:

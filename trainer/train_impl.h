@@ -81,6 +81,12 @@ struct trn_trainer {
 /* Resets optimiser hyperparameters and precision from cfg after a change. */
 void trn__apply_config(trn_trainer *t);
 
+/* The loss scalers from cfg (--loss-scale, --init-loss-scale,
+   --scale-window), fresh; and whether --loss-scale auto means dynamic: fp16
+   is the precision, or in the precision schedule. */
+void trn__setup_scalers(trn_trainer *t);
+int trn__auto_fp16(const trn_trainer *t);
+
 /* Where an evaluation failed, for its message (trn_trainer_evaluate's rc,
    -1, -2 or -3): ": why" with one rank, " on rank N: why" for this rank's
    own failure, " on another rank (rank N's own succeeded)", ": the ranks'

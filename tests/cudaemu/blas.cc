@@ -7,7 +7,16 @@
     cublasGemmEx (A/B in fp32, bf16 or fp16; C in the same type or, for the
     half types, fp32; float compute), and cuBLASLt's matmul with the
     DEFAULT, RELU, BIAS and RELU_BIAS epilogues, its descriptors, and a
-    heuristic that offers one algorithm (no split-K, no workspace).
+    heuristic (no split-K) that offers up to two algorithms: first, when the
+    preference's MAX_WORKSPACE_BYTES allows it, one that needs a workspace
+    of m*n*4 bytes (m x n: D's shape; made up, not cuBLASLt's), then one
+    that needs none (so a preference of 0 still gets an algorithm).
+    cublasLtMatmul with the first and workspaceSizeInBytes below the call's
+    m*n*4 returns CUBLAS_STATUS_INVALID_VALUE, as documented for a workspace
+    smaller than the algorithm requires, and prints "cudaemu:
+    cublasLtMatmul: workspace of N bytes, the algorithm needs M" (a NULL
+    algo: the implicit heuristic with the default preference, no
+    workspace).
     Column-major, as documented: D = alpha op(A) op(B) + beta C, then the
     epilogue (bias: one value per row of D, added before the ReLU).
 
@@ -180,8 +189,15 @@ static s_pref *s_prf(cublasLtMatmulPreference_t p)
     return reinterpret_cast<s_pref *>(p);
 }
 
-/* marks the one algorithm the heuristic hands out (algo.data[0]) */
+/* marks the algorithms the heuristic hands out (algo.data[0]); data[1]:
+   1 for the one that needs a workspace (s_lt_need), 0 for the other */
 static const uint64_t S_ALGO_MAGIC = 0x454d55424c415331ull; /* "EMUBLAS1" */
+
+/* the workspace bytes algorithm variant ws needs for an m x n D */
+static uint64_t s_lt_need(uint64_t ws, uint64_t m, uint64_t n)
+{
+    return ws ? m * n * 4 : 0;
+}
 
 /* ---- element types --------------------------------------------------------------- */
 
@@ -764,7 +780,9 @@ static cublasStatus_t s_lt_check(const char *fn, const s_desc *d, const s_layout
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* one algorithm: no split-K (reduction scheme NONE), no workspace */
+/* the algorithm that needs a workspace when the preference allows it,
+   then the one that needs none; both without split-K (reduction scheme
+   NONE) */
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
     cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
@@ -791,13 +809,20 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
                                   s_lay(Cdesc), s_lay(Ddesc));
     if (s != CUBLAS_STATUS_SUCCESS)
         return s;
-    cublasLtMatmulHeuristicResult_t *r = &heuristicResultsArray[0];
-    memset(r, 0, sizeof *r);
-    r->algo.data[0] = S_ALGO_MAGIC;
-    r->workspaceSize = 0;
-    r->state = CUBLAS_STATUS_SUCCESS;
-    r->wavesCount = 1.0f;
-    *returnAlgoCount = 1;
+    uint64_t m = s_lay(Ddesc)->rows, n = s_lay(Ddesc)->cols;
+    int got = 0;
+    for (int ws = 1; ws >= 0 && got < requestedAlgoCount; ws--) {
+        if (s_lt_need(ws, m, n) > s_prf(preference)->max_ws)
+            continue;
+        cublasLtMatmulHeuristicResult_t *r = &heuristicResultsArray[got++];
+        memset(r, 0, sizeof *r);
+        r->algo.data[0] = S_ALGO_MAGIC;
+        r->algo.data[1] = (uint64_t)ws;
+        r->workspaceSize = s_lt_need(ws, m, n);
+        r->state = CUBLAS_STATUS_SUCCESS;
+        r->wavesCount = 1.0f;
+    }
+    *returnAlgoCount = got;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -880,6 +905,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
         return CUBLAS_STATUS_INVALID_VALUE;
     if (algo)
         s_need_algo(algo, fn);
+    uint64_t need = algo ? s_lt_need(algo->data[1], dl->rows, dl->cols) : 0;
+    if (workspaceSizeInBytes < need) {
+        fprintf(stderr, "cudaemu: %s: workspace of %zu bytes, the algorithm needs %llu\n",
+                fn, workspaceSizeInBytes, (unsigned long long)need);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     if (dl->rows == 0 || dl->cols == 0)
         return CUBLAS_STATUS_SUCCESS;
     s_mm g;

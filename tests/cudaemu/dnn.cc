@@ -12,9 +12,32 @@
     HALF or BFLOAT16 data (the accumulation in float in a fixed order,
     the output rounded once to its type; FLOAT data under a math type other
     than FMA has its inputs rounded to TF32 first, as tensor cores may); the
-    _v7 algorithm queries (a fixed list, workspace 0) and the workspace
-    queries (0); spatial batch normalization, training forward and
-    backward; the handle's stream. Every op runs on the handle's stream as
+    _v7 algorithm queries (a fixed list) and the workspace queries; spatial
+    batch normalization, training forward and backward; the handle's
+    stream.
+
+    Workspace needs (made up, not cuDNN's: deterministic, 0 for some
+    algorithms, growing with the sizes so that a workspace sized for one
+    batch is too small for a larger one). x N x C x H x W, w K x C x R x S,
+    y N x K x P x Q, e the data type's bytes; the _v7 lists report the same
+    `memory` as the *WorkspaceSize query:
+      forward   IMPLICIT_GEMM, DIRECT, WINOGRAD  0
+                IMPLICIT_PRECOMP_GEMM            N*P*Q*R*S*4
+                GEMM                             N*P*Q*C*R*S*e
+      bwd data  ALGO_0, WINOGRAD                 0
+                ALGO_1                           N*H*W*K*R*S*e
+      bwd filt  ALGO_0                           0
+                ALGO_1                           N*P*Q*C*R*S*e
+                ALGO_3                           N*K*C*R*S*4
+      FFT, FFT_TILING, WINOGRAD_NONFUSED (each direction):
+                (N*C + K*C + N*K) * (H + 2 pad_h) * (W + 2 pad_w) * 8
+    A convolution given workSpaceSizeInBytes below its algorithm's need
+    returns CUDNN_STATUS_BAD_PARAM (what cuDNN returned for one: chainer
+    issue 3922, cudnnConvolutionForward with tensor cores) and prints
+    "cudaemu: <call>: workspace of N bytes, the algorithm needs M"; a
+    workspace size > 0 must be device memory of that size (NULL with 0 is
+    fine when the need is 0), checked at the call and again when the work
+    runs. Every op runs on the handle's stream as
     an emu_enqueue closure, holding copies of the descriptors and the host
     scalars taken at the call; every device pointer is checked with
     emu_need at its exact extent at the call.
@@ -27,6 +50,7 @@
 */
 #include <cudnn.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include <mutex>
@@ -385,6 +409,7 @@ static cudnnStatus_t s_conv_check(const char *fn, cudnnHandle_t handle, const Te
              f->k,  f->r,      f->s,      P,
              Q,     cd->pad_h, cd->pad_w, cd->u,
              cd->v, cd->dil_h, cd->dil_w, cd->mode == CUDNN_CONVOLUTION};
+    g->es = dnn_esize(x->type);
     return CUDNN_STATUS_SUCCESS;
 }
 
@@ -394,13 +419,93 @@ static bool s_tf32_math(const Conv *cd, cudnnDataType_t t)
     return t == CUDNN_DATA_FLOAT && cd->math != CUDNN_FMA_MATH;
 }
 
-/* the _v7 answers: these algorithms in this order, workspace 0, the math
-   type of the descriptor; ALGO_0 (and 3) are non-deterministic in cuDNN and
-   said so here (listed first, as cuDNN's heuristics may) */
+/* ---- workspace needs (the header's table) ------------------------------------------ */
+
+enum { S_FWD, S_BWD_DATA, S_BWD_FILTER }; /* a convolution's direction */
+
+/* Bytes that algorithm algo of direction dir needs for geometry g on
+   elements of es bytes: deterministic, 0 for some algorithms, else growing
+   with the sizes (the batch N included); es: g's element size. */
+static size_t s_ws_need(int dir, int algo, const Geo &g)
+{
+    size_t es = g.es, N = g.N, C = g.C, H = g.H, W = g.W, K = g.K, RS = (size_t)g.R * g.S;
+    size_t P = g.P, Q = g.Q, hw = (size_t)(g.H + 2 * g.ph) * (g.W + 2 * g.pw);
+    /* FFT, FFT_TILING, WINOGRAD_NONFUSED: x, w and y transformed, complex float */
+    size_t xform = (N * C + K * C + N * K) * hw * 8;
+    if (dir == S_FWD)
+        switch (algo) {
+        case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
+            return N * P * Q * RS * 4; /* an int32 offset per output pixel and tap */
+        case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
+            return N * P * Q * C * RS * es; /* im2col of x */
+        case CUDNN_CONVOLUTION_FWD_ALGO_FFT:
+        case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING:
+        case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED:
+            return xform;
+        default: /* IMPLICIT_GEMM, DIRECT, WINOGRAD */
+            return 0;
+        }
+    if (dir == S_BWD_DATA)
+        switch (algo) {
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1:
+            return N * H * W * K * RS * es; /* the taps of dy per dx pixel */
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT:
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING:
+        case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED:
+            return xform;
+        default: /* ALGO_0, WINOGRAD */
+            return 0;
+        }
+    switch (algo) {
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1:
+        return N * P * Q * C * RS * es; /* im2col of x */
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3:
+        return N * K * C * RS * 4; /* a float partial dw per image */
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT:
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING:
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED:
+        return xform;
+    default: /* ALGO_0 */
+        return 0;
+    }
+}
+
+/* a workspace of bytes > 0 must be device memory of that size: checked at
+   the call and again when the work runs (after a free, it would fault) */
+static void s_need_ws(const char *fn, const void *ws, size_t bytes)
+{
+    if (bytes > 0) {
+        char what[96];
+        snprintf(what, sizeof what, "%s workSpace", fn);
+        emu_need(ws, bytes, 0, what);
+    }
+}
+
+/* A convolution call given fewer workspace bytes than its algorithm needs:
+   BAD_PARAM (what cuDNN returns for an insufficient workspace), the cause
+   on stderr. Else SUCCESS, and the workspace checked as device memory of
+   the size given. */
+static cudnnStatus_t s_ws_enough(const char *fn, int dir, int algo, const Geo &g,
+                                 const void *ws, size_t bytes)
+{
+    size_t need = s_ws_need(dir, algo, g);
+    if (bytes < need) {
+        fprintf(stderr, "cudaemu: %s: workspace of %zu bytes, the algorithm needs %zu\n",
+                fn, bytes, need);
+        return CUDNN_STATUS_BAD_PARAM;
+    }
+    s_need_ws(fn, ws, bytes);
+    return CUDNN_STATUS_SUCCESS;
+}
+
+/* the _v7 answers: these algorithms in this order, each with its workspace
+   need (s_ws_need; 0 when st is not SUCCESS) and the math type of the
+   descriptor; ALGO_0 (and 3) are non-deterministic in cuDNN and said so
+   here (listed first, as cuDNN's heuristics may) */
 template <typename P, typename A>
-static cudnnStatus_t s_perf(cudnnStatus_t st, const Conv *cd, const A *algos,
-                            const int *det, int navail, int requested, int *returned,
-                            P *perf)
+static cudnnStatus_t s_perf(cudnnStatus_t st, const Conv *cd, int dir, const Geo &g,
+                            const A *algos, const int *det, int navail, int requested,
+                            int *returned, P *perf)
 {
     int n = requested < navail ? requested : navail;
     for (int i = 0; i < n; i++) {
@@ -408,7 +513,8 @@ static cudnnStatus_t s_perf(cudnnStatus_t st, const Conv *cd, const A *algos,
         perf[i].algo = algos[i];
         perf[i].status = st;
         perf[i].time = st == CUDNN_STATUS_SUCCESS ? 1.0f + i : -1.0f;
-        perf[i].memory = 0;
+        perf[i].memory =
+            st == CUDNN_STATUS_SUCCESS ? s_ws_need(dir, (int)algos[i], g) : 0;
         perf[i].determinism = det[i] ? CUDNN_DETERMINISTIC : CUDNN_NON_DETERMINISTIC;
         perf[i].mathType = cd->math;
     }
@@ -432,8 +538,8 @@ extern "C" cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(
         CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
         CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM};
     static const int det[] = {1, 1};
-    return s_perf(st, convDesc, a, det, 2, requestedAlgoCount, returnedAlgoCount,
-                  perfResults);
+    return s_perf(st, convDesc, S_FWD, g, a, det, 2, requestedAlgoCount,
+                  returnedAlgoCount, perfResults);
 }
 
 extern "C" cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
@@ -451,8 +557,8 @@ extern "C" cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
     static const cudnnConvolutionBwdDataAlgo_t a[] = {CUDNN_CONVOLUTION_BWD_DATA_ALGO_0,
                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_1};
     static const int det[] = {0, 1};
-    return s_perf(st, convDesc, a, det, 2, requestedAlgoCount, returnedAlgoCount,
-                  perfResults);
+    return s_perf(st, convDesc, S_BWD_DATA, g, a, det, 2, requestedAlgoCount,
+                  returnedAlgoCount, perfResults);
 }
 
 extern "C" cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
@@ -471,25 +577,19 @@ extern "C" cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3};
     static const int det[] = {0, 1, 0};
-    return s_perf(st, convDesc, a, det, 3, requestedAlgoCount, returnedAlgoCount,
-                  perfResults);
+    return s_perf(st, convDesc, S_BWD_FILTER, g, a, det, 3, requestedAlgoCount,
+                  returnedAlgoCount, perfResults);
 }
 
-/* the workspace queries' answer: 0 bytes for a valid algorithm */
-static cudnnStatus_t s_ws_size(cudnnStatus_t st, int algo, int count, size_t *sizeInBytes)
+/* the workspace queries' answer: s_ws_need for a valid algorithm */
+static cudnnStatus_t s_ws_size(cudnnStatus_t st, int dir, int algo, int count,
+                               const Geo &g, size_t *sizeInBytes)
 {
     if (st == CUDNN_STATUS_SUCCESS && (!sizeInBytes || algo < 0 || algo >= count))
         st = CUDNN_STATUS_BAD_PARAM;
     if (st == CUDNN_STATUS_SUCCESS)
-        *sizeInBytes = 0;
+        *sizeInBytes = s_ws_need(dir, algo, g);
     return st;
-}
-
-/* the workspace, when a size is given, must be device memory of that size */
-static void s_need_ws(const void *ws, size_t bytes, const char *what)
-{
-    if (bytes > 0)
-        emu_need(ws, bytes, 0, what);
 }
 
 extern "C" cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
@@ -501,7 +601,8 @@ extern "C" cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(
     Geo g;
     cudnnStatus_t st = s_conv_check("cudnnGetConvolutionForwardWorkspaceSize", handle,
                                     xDesc, wDesc, convDesc, yDesc, &g);
-    return s_ws_size(st, (int)algo, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, sizeInBytes);
+    return s_ws_size(st, S_FWD, (int)algo, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, g,
+                     sizeInBytes);
 }
 
 extern "C" cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
@@ -513,7 +614,8 @@ extern "C" cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(
     Geo g;
     cudnnStatus_t st = s_conv_check("cudnnGetConvolutionBackwardDataWorkspaceSize",
                                     handle, dxDesc, wDesc, convDesc, dyDesc, &g);
-    return s_ws_size(st, (int)algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, sizeInBytes);
+    return s_ws_size(st, S_BWD_DATA, (int)algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, g,
+                     sizeInBytes);
 }
 
 extern "C" cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
@@ -527,7 +629,8 @@ extern "C" cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(
                                     handle, xDesc, gradDesc, convDesc, dyDesc, &g);
     if (st == CUDNN_STATUS_SUCCESS && algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD)
         st = CUDNN_STATUS_NOT_SUPPORTED; /* documented: not implemented */
-    return s_ws_size(st, (int)algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, sizeInBytes);
+    return s_ws_size(st, S_BWD_FILTER, (int)algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                     g, sizeInBytes);
 }
 
 extern "C" cudnnStatus_t cudnnConvolutionForward(
@@ -545,15 +648,19 @@ extern "C" cudnnStatus_t cudnnConvolutionForward(
     if (!alpha || !beta || !x || !w || !y || (int)algo < 0 ||
         (int)algo >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT)
         return CUDNN_STATUS_BAD_PARAM;
+    st = s_ws_enough("cudnnConvolutionForward", S_FWD, (int)algo, g, workSpace,
+                     workSpaceSizeInBytes);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
     Tensor xt = *xDesc, yt = *yDesc;
     Filter ft = *wDesc;
     emu_need(x, dnn_tbytes(xt), 0, "cudnnConvolutionForward x");
     emu_need(w, dnn_fbytes(ft), 0, "cudnnConvolutionForward w");
     emu_need(y, dnn_tbytes(yt), 0, "cudnnConvolutionForward y");
-    s_need_ws(workSpace, workSpaceSizeInBytes, "cudnnConvolutionForward workSpace");
     float a = *(const float *)alpha, b = *(const float *)beta;
     bool tf32 = s_tf32_math(convDesc, xt.type);
     emu_enqueue(handle->stream, "cudnnConvolutionForward", [=]() {
+        s_need_ws("cudnnConvolutionForward", workSpace, workSpaceSizeInBytes);
         std::vector<float> xv = dnn_unpack(xt, x, tf32);
         std::vector<float> wv = dnn_unpack_filter(ft, w, g.flip, tf32);
         dnn_pack(yt, y, dnn_fwd(g, xv, wv), a, b);
@@ -576,15 +683,19 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardData(
     if (!alpha || !beta || !w || !dy || !dx || (int)algo < 0 ||
         (int)algo >= CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT)
         return CUDNN_STATUS_BAD_PARAM;
+    st = s_ws_enough("cudnnConvolutionBackwardData", S_BWD_DATA, (int)algo, g, workSpace,
+                     workSpaceSizeInBytes);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
     Tensor dyt = *dyDesc, dxt = *dxDesc;
     Filter ft = *wDesc;
     emu_need(w, dnn_fbytes(ft), 0, "cudnnConvolutionBackwardData w");
     emu_need(dy, dnn_tbytes(dyt), 0, "cudnnConvolutionBackwardData dy");
     emu_need(dx, dnn_tbytes(dxt), 0, "cudnnConvolutionBackwardData dx");
-    s_need_ws(workSpace, workSpaceSizeInBytes, "cudnnConvolutionBackwardData workSpace");
     float a = *(const float *)alpha, b = *(const float *)beta;
     bool tf32 = s_tf32_math(convDesc, dxt.type);
     emu_enqueue(handle->stream, "cudnnConvolutionBackwardData", [=]() {
+        s_need_ws("cudnnConvolutionBackwardData", workSpace, workSpaceSizeInBytes);
         std::vector<float> dyv = dnn_unpack(dyt, dy, tf32);
         std::vector<float> wv = dnn_unpack_filter(ft, w, g.flip, tf32);
         dnn_pack(dxt, dx, dnn_bwd_data(g, dyv, wv), a, b);
@@ -609,16 +720,19 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardFilter(
         return CUDNN_STATUS_BAD_PARAM;
     if (algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD)
         return CUDNN_STATUS_NOT_SUPPORTED;
+    st = s_ws_enough("cudnnConvolutionBackwardFilter", S_BWD_FILTER, (int)algo, g,
+                     workSpace, workSpaceSizeInBytes);
+    if (st != CUDNN_STATUS_SUCCESS)
+        return st;
     Tensor xt = *xDesc, dyt = *dyDesc;
     Filter ft = *dwDesc;
     emu_need(x, dnn_tbytes(xt), 0, "cudnnConvolutionBackwardFilter x");
     emu_need(dy, dnn_tbytes(dyt), 0, "cudnnConvolutionBackwardFilter dy");
     emu_need(dw, dnn_fbytes(ft), 0, "cudnnConvolutionBackwardFilter dw");
-    s_need_ws(workSpace, workSpaceSizeInBytes,
-              "cudnnConvolutionBackwardFilter workSpace");
     float a = *(const float *)alpha, b = *(const float *)beta;
     bool tf32 = s_tf32_math(convDesc, xt.type);
     emu_enqueue(handle->stream, "cudnnConvolutionBackwardFilter", [=]() {
+        s_need_ws("cudnnConvolutionBackwardFilter", workSpace, workSpaceSizeInBytes);
         std::vector<float> xv = dnn_unpack(xt, x, tf32);
         std::vector<float> dyv = dnn_unpack(dyt, dy, tf32);
         std::vector<float> acc =

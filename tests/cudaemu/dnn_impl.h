@@ -48,6 +48,7 @@ struct Geo {
     long N, C, H, W, K, R, S, P, Q;
     long ph, pw, u, v, dh, dw;
     bool flip; /* CUDNN_CONVOLUTION: the kernel flipped */
+    size_t es; /* bytes per element of x, w and y */
 };
 
 /* ---- elements (dnn_compute.cc) ----------------------------------------------------- */

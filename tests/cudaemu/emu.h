@@ -42,4 +42,9 @@ void emu_need(const void *p, size_t bytes, int pinned_ok, const char *what);
 /* 1 while st is capturing into a graph. */
 int emu_capturing(cudaStream_t st);
 
+/* The calling thread's current device (cudaSetDevice; 0 until set), and
+   the device whose memory p is (-1: host memory, pinned or not). */
+int emu_current_device(void);
+int emu_device_of(const void *p);
+
 #endif

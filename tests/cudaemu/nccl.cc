@@ -49,6 +49,7 @@
 
 struct ncclComm {
     int nranks, rank;
+    int dev; /* the device current at ncclCommInitRank: its buffers' */
     int destroyed;
 #ifdef TRN_HAVE_MPI
     MPI_Comm mc; /* MPI_COMM_NULL with one rank */
@@ -58,6 +59,16 @@ struct ncclComm {
 
 namespace
 {
+
+/* buf: bytes of device memory of the communicator's device (or pinned) */
+void s_need_buf(const ncclComm *comm, const void *buf, size_t bytes, const char *what)
+{
+    emu_need(buf, bytes, 1, what);
+    int d = emu_device_of(buf);
+    if (comm && d >= 0 && d != comm->dev)
+        emu_fail("%s: memory of device %d, the communicator is on device %d", what, d,
+                 comm->dev);
+}
 
 const char s_magic[] = "cudaemu-nccl-id";
 
@@ -406,6 +417,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                  rank, nranks);
     ncclComm *c = new ncclComm();
     c->nranks = nranks;
+    c->dev = emu_current_device();
     c->rank = rank;
 #ifdef TRN_HAVE_MPI
     c->mc = MPI_COMM_NULL;
@@ -486,8 +498,8 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
     if (count == 0)
         return ncclSuccess; /* NCCL drops empty collectives */
     size_t bytes = count * (size_t)type_size(datatype);
-    emu_need(sendbuff, bytes, 1, "ncclAllReduce sendbuff");
-    emu_need(recvbuff, bytes, 1, "ncclAllReduce recvbuff");
+    s_need_buf(comm, sendbuff, bytes, "ncclAllReduce sendbuff");
+    s_need_buf(comm, recvbuff, bytes, "ncclAllReduce recvbuff");
     if (overlap_partly(sendbuff, recvbuff, bytes))
         emu_fail("ncclAllReduce: sendbuff %p and recvbuff %p overlap without being equal "
                  "(in place needs sendbuff == recvbuff)",
@@ -508,13 +520,13 @@ ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
         return ncclSuccess;
     size_t bytes = count * (size_t)type_size(datatype);
     if (comm->rank == root) { /* the others' sendbuff is not read */
-        emu_need(sendbuff, bytes, 1, "ncclBroadcast sendbuff");
+        s_need_buf(comm, sendbuff, bytes, "ncclBroadcast sendbuff");
         if (overlap_partly(sendbuff, recvbuff, bytes))
             emu_fail("ncclBroadcast: sendbuff %p and recvbuff %p overlap without being "
                      "equal (in place needs sendbuff == recvbuff)",
                      sendbuff, recvbuff);
     }
-    emu_need(recvbuff, bytes, 1, "ncclBroadcast recvbuff");
+    s_need_buf(comm, recvbuff, bytes, "ncclBroadcast recvbuff");
     Task t = {K_BCAST, comm,  stream,   sendbuff, recvbuff,
               count,   bytes, datatype, root,     -1};
     return submit(t);
@@ -528,7 +540,7 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatyp
         return group_err(r);
     size_t bytes = count * (size_t)type_size(datatype);
     if (bytes > 0)
-        emu_need(sendbuff, bytes, 1, "ncclSend sendbuff");
+        s_need_buf(comm, sendbuff, bytes, "ncclSend sendbuff");
     Task t = {K_SEND, comm, stream, sendbuff, NULL, count, bytes, datatype, peer, -1};
     return submit(t);
 }
@@ -541,7 +553,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int
         return group_err(r);
     size_t bytes = count * (size_t)type_size(datatype);
     if (bytes > 0)
-        emu_need(recvbuff, bytes, 1, "ncclRecv recvbuff");
+        s_need_buf(comm, recvbuff, bytes, "ncclRecv recvbuff");
     Task t = {K_RECV, comm, stream, NULL, recvbuff, count, bytes, datatype, peer, -1};
     return submit(t);
 }

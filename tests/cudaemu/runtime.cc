@@ -96,9 +96,11 @@ static cudaError_t s_err(cudaError_t e)
 struct s_block {
     size_t bytes;
     int pinned;
+    int dev; /* the device it is on (pinned: -1) */
 };
 static std::map<uintptr_t, s_block> g_mem;
 static size_t g_dev_bytes;
+static thread_local int g_device; /* the thread's current device */
 
 /* the live block holding p, or NULL */
 static const s_block *s_find(const void *p, uintptr_t *base)
@@ -129,14 +131,34 @@ void emu_need(const void *p, size_t bytes, int pinned_ok, const char *what)
                  what, bytes, (size_t)((uintptr_t)p - base), b->bytes);
 }
 
-void emu_need_arg(const void *p, const char *kernel, int index)
+static int s_stream_device(cudaStream_t st);
+
+void emu_need_arg(const void *p, const char *kernel, int index, cudaStream_t st)
 {
     if (!p)
         return;
     uintptr_t base;
-    if (!s_find(p, &base))
+    const s_block *b = s_find(p, &base);
+    if (!b)
         emu_fail("kernel %s: argument %d (%p) is not device-accessible memory", kernel,
                  index, p);
+    int dev = s_stream_device(st);
+    if (!b->pinned && b->dev != dev)
+        emu_fail(
+            "kernel %s: argument %d is memory of device %d, the launch is on device %d",
+            kernel, index, b->dev, dev);
+}
+
+int emu_current_device(void)
+{
+    return g_device;
+}
+
+int emu_device_of(const void *p)
+{
+    uintptr_t base;
+    const s_block *b = s_find(p, &base);
+    return b && !b->pinned ? b->dev : -1;
 }
 
 /* 0 host, 1 pinned host, 2 device */
@@ -162,19 +184,27 @@ struct CUgraph_st {
     std::vector<s_op> ops;
     int invalid;
     char why[160];
+    /* streams forked into the capture: how many ops each had recorded when
+       it was last joined back (an event recorded on it, waited on by a
+       stream of the capture), and how many it has recorded in all */
+    std::map<CUstream_st *, std::pair<size_t, size_t>> forks;
+    std::vector<cudaEvent_t> events; /* recorded in it */
 };
 
 struct CUstream_st {
     std::deque<s_op> q;
     CUgraph_st *cap; /* the graph this stream records into, or NULL */
     int draining;
+    int dev; /* the device current when it was made */
 };
 
 struct CUevent_st {
     unsigned long recorded, done; /* records enqueued, records run */
     std::deque<std::pair<CUstream_st *, unsigned long>> pending; /* where they wait */
     double t;                                                    /* when the last ran */
-    int in_capture; /* last record captured */
+    int in_capture;      /* last record captured (in the open capture) */
+    CUstream_st *cap_on; /* ... on this stream */
+    size_t cap_ops;      /* ... after this many of its ops */
 };
 
 struct CUgraphExec_st {
@@ -258,6 +288,40 @@ static cudaError_t s_forbidden_in_capture(const char *call)
     return s_err(cudaErrorStreamCaptureUnsupported);
 }
 
+/* CUDAEMU_SCHED=eager: each stream runs its work as soon as its waits
+   allow, instead of as late as a synchronisation needs it: a stream that
+   overwrites what another still reads without waiting for it then shows
+   (the default order shows the reverse: a reader that does not wait) */
+static int s_eager(void)
+{
+    static int e = -1;
+    if (e < 0) {
+        const char *v = getenv("CUDAEMU_SCHED");
+        e = v && !strcmp(v, "eager");
+    }
+    return e;
+}
+
+/* eager: every stream's work whose waits are met, until none is */
+static void s_run_ready(void)
+{
+    for (int again = 1; again;) {
+        again = 0;
+        for (CUstream_st *s : g_streams) {
+            while (!s->draining && !s->q.empty() &&
+                   (!s->q.front().wait_ev ||
+                    s->q.front().wait_ev->done >= s->q.front().wait_n)) {
+                s_op op = std::move(s->q.front());
+                s->q.pop_front();
+                s->draining = 1;
+                s_run_op(op);
+                s->draining = 0;
+                again = 1;
+            }
+        }
+    }
+}
+
 static void s_push(cudaStream_t st, s_op op)
 {
     if (!st) { /* the legacy default stream: after every other stream's work */
@@ -271,9 +335,14 @@ static void s_push(cudaStream_t st, s_op op)
     }
     if (st->cap) {
         st->cap->ops.push_back(std::move(op));
+        auto f = st->cap->forks.find(st);
+        if (f != st->cap->forks.end())
+            f->second.second++;
         return;
     }
     st->q.push_back(std::move(op));
+    if (s_eager())
+        s_run_ready();
 }
 
 void emu_enqueue(cudaStream_t st, const char *what, std::function<void()> op)
@@ -292,6 +361,7 @@ cudaError_t cudaStreamCreate(cudaStream_t *st)
     if (!st)
         return s_err(cudaErrorInvalidValue);
     *st = new CUstream_st();
+    (*st)->dev = g_device;
     g_streams.push_back(*st);
     return cudaSuccess;
 }
@@ -352,6 +422,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev)
     /* CUDA lets an event be destroyed with its record pending; its waits
        already hold their targets. Run what it still waits for first. */
     s_satisfy(ev, ev->recorded, "cudaEventDestroy");
+    if (g_capture) /* its captured records stay nodes; the event goes */
+        for (cudaEvent_t &e : g_capture->events)
+            if (e == ev)
+                e = NULL;
     delete ev;
     return cudaSuccess;
 }
@@ -361,7 +435,11 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st)
     if (!ev)
         return s_err(cudaErrorInvalidResourceHandle);
     if (st && st->cap) { /* a node of the graph: replays in order, no event */
+        auto f = st->cap->forks.find(st);
         ev->in_capture = 1;
+        ev->cap_on = st;
+        ev->cap_ops = f != st->cap->forks.end() ? f->second.second : 0;
+        st->cap->events.push_back(ev);
         return cudaSuccess;
     }
     if (!st) {
@@ -386,15 +464,28 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned flags)
     (void)flags;
     if (!ev)
         return s_err(cudaErrorInvalidResourceHandle);
-    if (ev->in_capture) { /* a fork into the capture: st records into it too */
-        if (!g_capture)
-            emu_fail("cudaStreamWaitEvent on an event recorded in an ended capture");
-        if (st)
+    if (ev->in_capture) { /* a fork into the capture, or a join back */
+        if (!st)
+            return s_forbidden_in_capture(
+                "a wait of the legacy stream on a captured event");
+        if (!st->cap) { /* st joins the capture as a forked stream */
             st->cap = g_capture;
+            g_capture->forks[st] = {0, 0};
+        }
+        auto f = g_capture->forks.find(ev->cap_on);
+        if (f != g_capture->forks.end() && ev->cap_on != st &&
+            ev->cap_ops > f->second.first)
+            f->second.first = ev->cap_ops; /* joined back up to there */
         return cudaSuccess;
     }
-    if (st && st->cap)
-        return cudaSuccess; /* a wait inside a capture: replay is in order */
+    if (st && st->cap) { /* on work outside the capture: CUDA refuses it */
+        if (!g_capture->invalid) {
+            g_capture->invalid = 1;
+            snprintf(g_capture->why, sizeof g_capture->why,
+                     "a wait on an event recorded outside the capture");
+        }
+        return s_err(cudaErrorStreamCaptureIsolation);
+    }
     s_op o{nullptr, "cudaStreamWaitEvent", ev, ev->recorded, NULL, 0};
     s_push(st, std::move(o));
     return cudaSuccess;
@@ -415,7 +506,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     if (!ms || !a || !b)
         return s_err(cudaErrorInvalidValue);
     if (a->done < a->recorded || b->done < b->recorded || !a->recorded || !b->recorded)
-        return s_err(cudaErrorInvalidResourceHandle); /* not ready */
+        return s_err(cudaErrorNotReady);
     *ms = (float)(b->t - a->t);
     return cudaSuccess;
 }
@@ -439,14 +530,24 @@ cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *graph)
     if (!st->cap || st->cap != g_capture)
         return s_err(cudaErrorIllegalState);
     CUgraph_st *g = g_capture;
+    if (g->forks.count(st))
+        return s_err(cudaErrorIllegalState); /* ended on a forked stream */
+    int unjoined = 0; /* a forked stream's work after its last join */
+    for (auto &f : g->forks)
+        unjoined |= f.second.second > f.second.first;
     for (size_t i = 0; i < g_streams.size(); i++)
         if (g_streams[i]->cap == g)
             g_streams[i]->cap = NULL;
+    for (cudaEvent_t ev : g->events)
+        if (ev)
+            ev->in_capture = 0;
     g_capture = NULL;
-    if (g->invalid) {
+    if (g->invalid || unjoined) {
+        cudaError_t e = g->invalid ? cudaErrorStreamCaptureInvalidated
+                                   : cudaErrorStreamCaptureUnjoined;
         *graph = NULL;
         delete g;
-        return s_err(cudaErrorStreamCaptureInvalidated);
+        return s_err(e);
     }
     *graph = g;
     g_stats.graphs++;
@@ -514,7 +615,15 @@ cudaError_t cudaGetDeviceCount(int *count)
 cudaError_t cudaSetDevice(int device)
 {
     int n = (int)s_env("CUDAEMU_DEVICES", 1);
-    return device >= 0 && device < n ? cudaSuccess : s_err(cudaErrorInvalidValue);
+    if (device < 0 || device >= n)
+        return s_err(cudaErrorInvalidDevice);
+    g_device = device;
+    return cudaSuccess;
+}
+
+static int s_stream_device(cudaStream_t st)
+{
+    return st ? st->dev : g_device;
 }
 
 cudaError_t cudaRuntimeGetVersion(int *version)
@@ -551,6 +660,14 @@ const char *cudaGetErrorName(cudaError_t e)
         return "cudaErrorInvalidConfiguration";
     case cudaErrorNoDevice:
         return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+        return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady:
+        return "cudaErrorNotReady";
+    case cudaErrorStreamCaptureUnjoined:
+        return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation:
+        return "cudaErrorStreamCaptureIsolation";
     case cudaErrorInvalidResourceHandle:
         return "cudaErrorInvalidResourceHandle";
     case cudaErrorIllegalState:
@@ -597,7 +714,7 @@ static cudaError_t s_alloc(void **p, size_t bytes, int pinned)
     if (posix_memalign(&m, 256, bytes ? bytes : 1))
         return s_err(cudaErrorMemoryAllocation);
     memset(m, 0xFF, bytes); /* NaN in fp32, bf16 and fp16: an unwritten read shows */
-    g_mem[(uintptr_t)m] = s_block{bytes, pinned};
+    g_mem[(uintptr_t)m] = s_block{bytes, pinned, pinned ? -1 : g_device};
     if (!pinned)
         g_dev_bytes += bytes;
     *p = m;
@@ -661,6 +778,14 @@ static cudaError_t s_copy_check(void *dst, const void *src, size_t bytes,
         (kind == cudaMemcpyDeviceToHost && kd == 2))
         emu_fail("%s: the host end of a %s copy is device memory", call,
                  kind == cudaMemcpyHostToDevice ? "host-to-device" : "device-to-host");
+    if (kd == 1) { /* pinned memory is the device's too: within its block */
+        snprintf(what, sizeof what, "%s destination (pinned)", call);
+        emu_need(dst, bytes, 1, what);
+    }
+    if (ks == 1) {
+        snprintf(what, sizeof what, "%s source (pinned)", call);
+        emu_need(src, bytes, 1, what);
+    }
     if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost) {
         if (kd == 2)
             emu_need(dst, bytes, 0, call);

@@ -122,6 +122,23 @@ static int s_good(void)
     OK(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost));
     if (back[10] != 0.5f * h[10])
         return wrong("the graph's replays");
+    /* a capture forked onto b and joined back */
+    cudaEvent_t e1, e2;
+    OK(cudaEventCreate(&e1));
+    OK(cudaEventCreate(&e2));
+    OK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
+    OK(cudaEventRecord(e1, a));
+    OK(cudaStreamWaitEvent(b, e1, 0));
+    k_scale<<<4, 256, 0, b>>>(d, 4.0f, N);
+    OK(cudaEventRecord(e2, b));
+    OK(cudaStreamWaitEvent(a, e2, 0));
+    OK(cudaStreamEndCapture(a, &g));
+    OK(cudaGraphInstantiate(&x, g, 0));
+    OK(cudaGraphLaunch(x, a));
+    OK(cudaStreamSynchronize(a));
+    OK(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost));
+    if (back[10] != 2.0f * h[10])
+        return wrong("a forked and joined capture's replay");
     printf("ok\n");
     return 0;
 }
@@ -188,7 +205,46 @@ int main(int argc, char **argv)
         printf("ok: %s, then %s\n", cudaGetErrorName(m), cudaGetErrorName(end));
         return 0;
     }
+    if (!strcmp(c, "unjoined-fork")) { /* b forked into the capture, never joined */
+        cudaStream_t a, b;
+        cudaEvent_t e;
+        cudaStreamCreate(&a);
+        cudaStreamCreate(&b);
+        cudaEventCreate(&e);
+        cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal);
+        cudaEventRecord(e, a);
+        cudaStreamWaitEvent(b, e, 0);
+        k_scale<<<1, 256, 0, b>>>(d, 2.0f, 256);
+        cudaGraph_t g = NULL;
+        cudaError_t end = cudaStreamEndCapture(a, &g);
+        if (end != cudaErrorStreamCaptureUnjoined || g)
+            return wrong("a capture ended with a forked stream never joined");
+        printf("ok: %s\n", cudaGetErrorName(end));
+        return 0;
+    }
+    if (!strcmp(c, "partial-warp-shuffle")) { /* a full mask over 48 threads */
+        k_warp_sum<<<1, 48>>>(d, d + 128);
+        cudaDeviceSynchronize();
+        return wrong("a full-mask shuffle in a partial warp ran");
+    }
+    if (!strcmp(c, "pinned-past-end")) { /* 100 floats out of a 64-float pinned block */
+        float *p = NULL;
+        cudaMallocHost(&p, 64 * sizeof(float));
+        cudaMemcpyAsync(d, p, 100 * sizeof(float), cudaMemcpyHostToDevice, 0);
+        return wrong("a copy ran past its pinned block");
+    }
+    if (!strcmp(c, "other-device")) { /* device 1's memory to a launch on device 0 */
+        setenv("CUDAEMU_DEVICES", "2", 1);
+        float *e = NULL;
+        if (cudaSetDevice(1) != cudaSuccess || cudaMalloc(&e, 256 * sizeof(float)) ||
+            cudaSetDevice(0) != cudaSuccess)
+            return wrong("two devices");
+        k_scale<<<1, 256>>>(e, 2.0f, 256);
+        cudaDeviceSynchronize();
+        return wrong("a launch read another device's memory");
+    }
     printf("usage: cudaemu-selftest good|host-pointer|copy-past-end|divergent-barrier|"
-           "bad-launch|missing-wait|malloc-in-capture\n");
+           "bad-launch|missing-wait|malloc-in-capture|unjoined-fork|"
+           "partial-warp-shuffle|pinned-past-end|other-device\n");
     return 2;
 }

@@ -23,10 +23,9 @@ CPU = os.path.join(BUILD, "bin", "jizhi-train")
 MPIRUN = shutil.which("mpirun")
 DATA = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 
-pytestmark = [
-    pytest.mark.skipif(not os.path.exists(EMU), reason="cudaemu not built (make cudaemu)"),
-    pytest.mark.skipif(not os.path.exists(DATA), reason="no Fashion-MNIST at " + DATA),
-]
+pytestmark = pytest.mark.skipif(not os.path.exists(EMU),
+                                reason="cudaemu not built (make cudaemu)")
+needs_data = pytest.mark.skipif(not os.path.exists(DATA), reason="no Fashion-MNIST at " + DATA)
 
 MLP = ["--dataset", "fashion-mnist", "--train-subset", "2048", "--val-size", "1000",
        "--hidden", "64,64", "--batch-size", "128", "--lr", "0.05", "--max-steps", "20",
@@ -86,6 +85,13 @@ def close(a, b, rel):
                          "the end of a 1024-byte allocation"),
     ("divergent-barrier", 3, "cudaemu: kernel k_divergent: a thread of block 0 ended while "
                              "others wait at __syncthreads"),
+    ("unjoined-fork", 0, "ok: cudaErrorStreamCaptureUnjoined"),
+    ("partial-warp-shuffle", 3, "cudaemu: kernel k_warp_sum: __shfl_down_sync with a full "
+                                "mask in a partial warp (block of 48 threads)"),
+    ("pinned-past-end", 3, "cudaemu: cudaMemcpyAsync source (pinned): 400 bytes at offset 0 "
+                           "run past the end of a 256-byte allocation"),
+    ("other-device", 3, "cudaemu: kernel k_scale: argument 0 is memory of device 1, the "
+                        "launch is on device 0"),
 ])
 def test_the_emulation_passes_a_correct_program_and_stops_each_misuse(case, status, says):
     p = subprocess.run([SELF, case], capture_output=True, text=True, timeout=60)
@@ -95,6 +101,7 @@ def test_the_emulation_passes_a_correct_program_and_stops_each_misuse(case, stat
 
 # ---- the MLP (backend_cuda.cu) --------------------------------------------------
 
+@needs_data
 @pytest.mark.parametrize("prec,rel", [("fp32", 1e-6), ("bf16", 0.01), ("fp16", 0.01)])
 def test_cuda_mlp_matches_the_cpu_trainer(prec, rel):
     # gpu-check's "CPU vs CUDA" row: val_loss after 20 steps; the default
@@ -107,6 +114,7 @@ def test_cuda_mlp_matches_the_cpu_trainer(prec, rel):
     assert captured == 1 and replays >= 15, (captured, replays)
 
 
+@needs_data
 @pytest.mark.parametrize("prec", ["fp32", "bf16"])
 def test_device_data_and_graphs_change_no_bit(prec):
     # gpu-check's "device data vs host data" and "graphs on vs off": the
@@ -120,12 +128,14 @@ def test_device_data_and_graphs_change_no_bit(prec):
     assert runs["host", "off"] == runs["device", "off"] == runs["device", "on"], runs
 
 
+@needs_data
 def test_lt_epilogue_against_the_kernel_path():
     a = run(EMU, MLP + ["--backend", "cuda", "--cuda-epilogue", "lt"])
     b = run(EMU, MLP + ["--backend", "cuda", "--cuda-epilogue", "kernel"])
     close(metric(a, "val_loss"), metric(b, "val_loss"), 1e-6)
 
 
+@needs_data
 @pytest.mark.parametrize("opt", ["lars", "sgd --nesterov --weight-decay 0.001"])
 def test_cuda_optimisers_match_the_cpu_trainer(opt):
     args = MLP + ["--optimizer"] + opt.split()
@@ -133,6 +143,7 @@ def test_cuda_optimisers_match_the_cpu_trainer(opt):
           metric(run(CPU, args), "val_loss"), 1e-5)
 
 
+@needs_data
 def test_gradient_noise_inputs_match_the_cpu_step():
     # the CUDA step's first-half measure (cuda_mlp_half.cuh) on a measuring
     # step, eager between graph replays, against the CPU's (trainer/gns.h)
@@ -146,6 +157,7 @@ def test_gradient_noise_inputs_match_the_cpu_step():
 
 # ---- the CNN (backend_cudnn.cu on the emulated cuDNN) ---------------------------
 
+@needs_data
 def test_cuda_cnn_matches_the_cpu_cnn_and_its_half_precisions_follow():
     c = run(CPU, CNN)
     g = run(EMU, CNN + ["--backend", "cuda"])
@@ -157,6 +169,7 @@ def test_cuda_cnn_matches_the_cpu_cnn_and_its_half_precisions_follow():
 
 # ---- order: what the kernels compute does not depend on which thread runs first
 
+@needs_data
 @pytest.mark.parametrize("args", [MLP + ["--precision", "bf16"], CNN],
                          ids=["mlp-bf16", "cnn-fp32"])
 def test_the_same_bits_when_blocks_and_threads_run_last_to_first(args):
@@ -171,6 +184,7 @@ def test_the_same_bits_when_blocks_and_threads_run_last_to_first(args):
 
 # ---- two ranks: NCCL over MPI, the device gradient path (dist_dev.cu) ------------
 
+@needs_data
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
 def test_two_ranks_device_path_matches_host_path_and_the_cpu():
     c = metric(run(CPU, MLP + ["--comm", "mpi"], ranks=2), "val_loss")
@@ -185,6 +199,7 @@ def test_two_ranks_device_path_matches_host_path_and_the_cpu():
             close(metric(d, "val_loss"), c, 1e-5)
 
 
+@needs_data
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
 def test_two_ranks_cnn_device_path_matches_the_cpu_cnn_on_two_ranks():
     c = run(CPU, CNN + ["--comm", "mpi"], ranks=2)
@@ -192,3 +207,32 @@ def test_two_ranks_cnn_device_path_matches_the_cpu_cnn_on_two_ranks():
                         "--quiet", "0"], ranks=2)
     assert "gradients summed in GPU memory" in d, d[-2000:]
     close(metric(d, "val_loss"), metric(c, "val_loss"), 1e-4)
+
+
+@needs_data
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
+def test_two_ranks_device_path_gives_the_same_bits_when_streams_run_early():
+    # CUDAEMU_SCHED=eager: the communication stream runs as soon as its
+    # waits allow (the default runs it as late as they allow), so a stream
+    # that overwrites what the other still reads, without a wait, shows
+    flags = MLP + ["--backend", "cuda", "--comm", "nccl", "--grad-path", "device",
+                   "--allreduce", "ring", "--fusion-kb", "64"]
+    late = run(EMU, flags, ranks=2)
+    early = run(EMU, flags, ranks=2, CUDAEMU_SCHED="eager")
+    assert metric(early, "val_loss") == metric(late, "val_loss")
+
+
+@needs_data
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
+def test_nccl_comm_layer_keeps_its_device_on_the_overlap_thread():
+    # two emulated GPUs, rank 1 on device 1; the CPU trainer's overlap
+    # thread sums buckets larger than any staging buffer before it, so it
+    # allocates one there: before the fix it landed on device 0 (that
+    # thread's current device) and NCCL was handed another device's memory
+    base = ["--dataset", "fashion-mnist", "--train-subset", "512", "--val-size", "200",
+            "--hidden", "1500,1500", "--batch-size", "64", "--max-steps", "2",
+            "--eval-every", "2", "--seed", "3", "--threads", "1"]
+    out = run(EMU, base + ["--comm", "nccl", "--overlap", "1", "--fusion-kb", "65536",
+                           "--allreduce", "native"], ranks=2, CUDAEMU_DEVICES="2")
+    cpu = run(CPU, base + ["--comm", "mpi"], ranks=2)
+    close(metric(out, "val_loss"), metric(cpu, "val_loss"), 1e-5)

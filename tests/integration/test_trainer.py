@@ -393,7 +393,8 @@ def test_live_batch_size_lr_and_precision_on_the_cuda_backend(jz):
     # jizhi-train-cuda's own code (backend_cuda.cu) on cudaemu, the CPU
     # emulation of the CUDA APIs (tests/cudaemu/README.md), under a study:
     # each live set re-attaches the device backend (new buffers, a new
-    # graph per batch size) and training goes on at the new values
+    # graph per batch size) and training goes on at the new values; fp16
+    # shows in the reports as its dynamic loss scale (fp32's is 1)
     spec = {
         "name": "cuda-live",
         "objective": {"metric": "val_acc", "mode": "max"},
@@ -421,15 +422,17 @@ def test_live_batch_size_lr_and_precision_on_the_cuda_backend(jz):
         def steps():
             return jz.sql("SELECT MAX(step) FROM metrics WHERE trial_id=?", tid)[0][0]
 
+        assert last("loss_scale") == 1
         for name, value in (("batch_size", 96), ("lr", 0.0125), ("batch_size", 40),
-                            ("precision", "bf16")):
+                            ("precision", "fp16")):
             s = jz.run("trial", "set", str(tid), "%s=%s" % (name, value), timeout=60)
             assert s.returncode == 0 and "acknowledged" in s.stdout, s.stdout + s.stderr
             if name != "precision":
                 jz.wait_for(lambda: last(name) == pytest.approx(value), timeout=60,
                             what="%s=%s in the reports" % (name, value))
         n0 = steps()
-        jz.wait_for(lambda: steps() > n0 + 60, timeout=60, what="steps after the bf16 switch")
+        jz.wait_for(lambda: steps() > n0 + 60, timeout=60, what="steps after the fp16 switch")
+        assert last("loss_scale") > 1000  # fp16's dynamic scale (65536 at first)
         loss = jz.sql("SELECT value FROM metrics WHERE trial_id=? AND name='train_loss' "
                       "AND step > ? ORDER BY step", tid, n0)
         assert loss and all(0 < v < 1 for (v,) in loss), loss

@@ -25,10 +25,14 @@ typedef enum cudaError {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
+    cudaErrorNotReady = 600,
     cudaErrorStreamCaptureUnsupported = 900,
-    cudaErrorStreamCaptureInvalidated = 901
+    cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnjoined = 904,
+    cudaErrorStreamCaptureIsolation = 905
 } cudaError_t;
 
 enum cudaMemcpyKind {
@@ -124,7 +128,11 @@ extern emu_place *emu_here;
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static /* blocks run one at a time: one copy serves each */
+/* blocks run one at a time: one copy serves each. It keeps the previous
+   block's values (a GPU's would be garbage): a read of a slot this block
+   never wrote is not caught (GCC ignores a section for a template's
+   statics, so the arrays cannot be found and poisoned between blocks) */
+#define __shared__ static
 
 void __syncthreads(void);
 float emu_shfl_down(float v, unsigned delta);
@@ -157,13 +165,16 @@ static inline float __fsub_rn(float a, float b)
 /* Runs body once per thread of the grid (runtime.cc); enqueued on st. */
 void emu_grid(const char *name, dim3 grid, dim3 block, size_t shm, cudaStream_t st,
               std::function<void()> body);
-/* Ends the process unless p is NULL or in device-accessible memory. */
-void emu_need_arg(const void *p, const char *kernel, int index);
+/* Ends the process unless p is NULL or device-accessible memory: pinned
+   host memory, or device memory of the device st belongs to (NULL: the
+   thread's current device). */
+void emu_need_arg(const void *p, const char *kernel, int index, cudaStream_t st);
 
-template <typename A> static inline void emu_check_arg(const A &a, const char *k, int i)
+template <typename A>
+static inline void emu_check_arg(const A &a, const char *k, int i, cudaStream_t st)
 {
     if constexpr (std::is_pointer<A>::value)
-        emu_need_arg((const void *)a, k, i);
+        emu_need_arg((const void *)a, k, i, st);
 }
 
 template <typename... P> struct emu_launcher {
@@ -177,7 +188,8 @@ template <typename... P> struct emu_launcher {
         std::tuple<typename std::decay<P>::type...> args(
             (P)a...); /* by value, as a launch */
         int i = 0;
-        std::apply([&](const auto &...v) { (emu_check_arg(v, name, i++), ...); }, args);
+        std::apply([&](const auto &...v) { (emu_check_arg(v, name, i++, st), ...); },
+                   args);
         auto kk = k;
         emu_grid(name, grid, block, shm, st, [kk, args]() { std::apply(kk, args); });
     }
