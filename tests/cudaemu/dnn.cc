@@ -20,14 +20,16 @@
     algorithms, growing with the sizes so that a workspace sized for one
     batch is too small for a larger one). x N x C x H x W, w K x C x R x S,
     y N x K x P x Q, e the data type's bytes; the _v7 lists report the same
-    `memory` as the *WorkspaceSize query:
+    `memory` as the *WorkspaceSize query. The deterministic algorithms the
+    lists offer need a few bytes per pixel (a few MB at batch 1024, far
+    below what a caller would cap the workspace at); the others more:
       forward   IMPLICIT_GEMM, DIRECT, WINOGRAD  0
-                IMPLICIT_PRECOMP_GEMM            N*P*Q*R*S*4
-                GEMM                             N*P*Q*C*R*S*e
+                IMPLICIT_PRECOMP_GEMM            N*P*Q*4
+                GEMM                             N*P*Q*C*R*S*e (im2col)
       bwd data  ALGO_0, WINOGRAD                 0
-                ALGO_1                           N*H*W*K*R*S*e
+                ALGO_1                           N*H*W*4
       bwd filt  ALGO_0                           0
-                ALGO_1                           N*P*Q*C*R*S*e
+                ALGO_1                           N*P*Q*4 + K*C*R*S*4
                 ALGO_3                           N*K*C*R*S*4
       FFT, FFT_TILING, WINOGRAD_NONFUSED (each direction):
                 (N*C + K*C + N*K) * (H + 2 pad_h) * (W + 2 pad_w) * 8
@@ -435,7 +437,7 @@ static size_t s_ws_need(int dir, int algo, const Geo &g)
     if (dir == S_FWD)
         switch (algo) {
         case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
-            return N * P * Q * RS * 4; /* an int32 offset per output pixel and tap */
+            return N * P * Q * 4; /* an int32 offset per output pixel */
         case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
             return N * P * Q * C * RS * es; /* im2col of x */
         case CUDNN_CONVOLUTION_FWD_ALGO_FFT:
@@ -448,7 +450,7 @@ static size_t s_ws_need(int dir, int algo, const Geo &g)
     if (dir == S_BWD_DATA)
         switch (algo) {
         case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1:
-            return N * H * W * K * RS * es; /* the taps of dy per dx pixel */
+            return N * H * W * 4; /* an int32 offset per dx pixel */
         case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT:
         case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING:
         case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED:
@@ -458,7 +460,7 @@ static size_t s_ws_need(int dir, int algo, const Geo &g)
         }
     switch (algo) {
     case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1:
-        return N * P * Q * C * RS * es; /* im2col of x */
+        return N * P * Q * 4 + K * C * RS * 4; /* offsets, a float dw */
     case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3:
         return N * K * C * RS * 4; /* a float partial dw per image */
     case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT:
