@@ -16,7 +16,7 @@ EMU_DIR     := $(BUILD)/cudaemu
 EMU_BIN     := $(EMU_DIR)/jizhi-train-cudaemu
 EMU_DNN     := $(EMU_DIR)/lib/libcudnn.so.9
 EMU_SELF    := $(EMU_DIR)/cudaemu-selftest
-EMU_CXX     ?= $(if $(HAVE_MPI),mpicxx,g++)
+EMU_CXX     ?= $(if $(filter yes,$(HAVE_MPI)),mpicxx,g++)
 EMU_FLAGS   := -std=c++17 -O2 -g -fPIC -pthread -Wall -Wno-sign-compare -ffp-contract=off -DOMPI_SKIP_MPICXX -U_FORTIFY_SOURCE \
                -Itests/cudaemu/include -Itests/cudaemu -I$(EMU_DIR)/src -I. -Itrial_helper \
                $(MPI_CFLAGS) $(EMU_SAN)
