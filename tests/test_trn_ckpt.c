@@ -563,6 +563,45 @@ TEST(live_load_in_another_precision_says_the_kernels)
     trn_trainer_destroy(&a), trn_trainer_destroy(&t);
 }
 
+/* A load (the PBT exploit) takes the checkpoint's precision, and under
+   --loss-scale auto its scaler's kind: an fp16 checkpoint loaded into a
+   bf16 run scales dynamically from the saved scale (it kept the bf16 run's
+   fixed scaler, which never backs off, found by review33); a bf16 one
+   loaded into an fp16 run no longer scales. --resume takes the same path. */
+TEST(a_load_takes_the_checkpoints_loss_scaling)
+{
+    trn_config c;
+    s_cfg(&c);
+    strcpy(c.precision, "fp16");
+    c.init_loss_scale = 4096;
+    char path[512], err[TRN_ERRLEN];
+    snprintf(path, sizeof path, "%s/fp16.jzck", g_dir);
+    trn_trainer *a = s_new(&c);
+    REQUIRE(a);
+    REQUIRE(trn_trainer_step(a) >= 0);
+    double saved = trn_trainer_scaler(a)->scale;
+    CHECK(trn_trainer_scaler(a)->dynamic && saved > 1);
+    REQUIRE(trn_trainer_save(a, path, err) == 0);
+    strcpy(c.precision, "bf16");
+    trn_trainer *t = s_new(&c);
+    REQUIRE(t);
+    CHECK(!trn_trainer_scaler(t)->dynamic && trn_trainer_scaler(t)->scale == 1);
+    REQUIRE(trn_trainer_load(t, path, err) == 0);
+    CHECK(trn_trainer_scaler(t)->dynamic); /* fp16's dynamic scaler */
+    CHECK(trn_trainer_scaler(t)->scale == saved);
+    REQUIRE(trn_trainer_step(t) >= 0);
+    CHECK(isfinite(trn_trainer_last_loss(t)));
+    /* and back: a bf16 checkpoint into an fp16 run */
+    snprintf(path, sizeof path, "%s/bf16-scaler.jzck", g_dir);
+    trn_trainer *b = s_new(&c); /* c is bf16 now */
+    REQUIRE(b);
+    REQUIRE(trn_trainer_step(b) >= 0);
+    REQUIRE(trn_trainer_save(b, path, err) == 0);
+    REQUIRE(trn_trainer_load(a, path, err) == 0);
+    CHECK(!trn_trainer_scaler(a)->dynamic && trn_trainer_scaler(a)->scale == 1);
+    trn_trainer_destroy(&a), trn_trainer_destroy(&b), trn_trainer_destroy(&t);
+}
+
 /* Images with several channels keep the CNN on im2col + GEMM under --conv
    auto, and the line names that reason alone (no dataset of the CLI has
    several channels, so only here). */
@@ -610,6 +649,7 @@ int main(int argc, char **argv)
     RUN(an_identical_control_is_inconclusive_not_a_failure);
     RUN(old_checkpoint_without_zero_gamma_keeps_the_commands_value);
     RUN(live_load_in_another_precision_says_the_kernels);
+    RUN(a_load_takes_the_checkpoints_loss_scaling);
     RUN(several_channels_named_as_the_reason);
     trn_data_free(&g_syn);
     trn_data_free(&g_syn_val);

@@ -731,6 +731,16 @@ TEST(cuda_cnn_refuses_what_it_has_no_code_for)
         CHECK(trn_config_validate(&c, err) == 0);
         snprintf(c.backend, sizeof c.backend, "cuda");
     }
+    /* live: a micro-batch of the whole batch still means none at a larger
+       batch (it is not refused as a chunk of it); a new one is refused */
+    c.micro_batch = c.batch_size;
+    trn_config l = c;
+    CHECK(trn_config_set_live(&l, "batch_size", "256", err) == 0);
+    CHECK(l.batch_size == 256 && l.micro_batch == 0);
+    l = c;
+    err[0] = '\0';
+    CHECK(trn_config_set_live(&l, "micro_batch", "16", err) == -1);
+    CHECK(strstr(err, "--micro-batch 16") && l.micro_batch == c.micro_batch);
     c.micro_batch = 0;
     /* the MLP on CUDA keeps its graphs; the CPU CNN any optimizer */
     snprintf(c.cuda_graphs, sizeof c.cuda_graphs, "on");

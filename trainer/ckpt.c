@@ -687,6 +687,9 @@ static int s_parse(trn_trainer *t, const unsigned char *buf, size_t len, int com
     t->scaler.scale = h.scale;
     t->scaler.good_steps = h.good;
     t->scaler.skipped = h.skipped;
+    /* dynamic or not as the checkpoint's config says (--loss-scale auto:
+       its precision), not as this run's was before the load */
+    trn__scalers_follow_config(t);
     t->perm_epoch = -1;
     t->prec = t->psched.n ? trn_prec_schedule_at(&t->psched, t->epoch)
                           : trn_precision_from_name(t->cfg.precision);

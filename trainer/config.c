@@ -755,6 +755,11 @@ int trn_config_set_live(trn_config *c, const char *name, const char *value, char
     }
     if (n.micro_batch > n.batch_size)
         n.micro_batch = 0;
+    /* the CUDA steps take the batch whole: a micro-batch of the whole
+       batch meant none, and still does at a new batch size */
+    if (!strcmp(n.backend, "cuda") && n.micro_batch == c->micro_batch &&
+        c->micro_batch >= c->batch_size)
+        n.micro_batch = 0;
     if (trn_config_validate(&n, err) < 0)
         return -1;
     *c = n;

@@ -35,8 +35,11 @@ int trn_trainer_set_param(trn_trainer *t, const char *name, const char *value, c
     trn__apply_config(t);
     /* --loss-scale auto follows a live precision: dynamic from fp16 on
        (fresh, at --init-loss-scale), none when fp16 leaves */
-    if (!strcmp(c.loss_scale, "auto") && trn__auto_fp16(t) != fp16)
+    if (!strcmp(c.loss_scale, "auto") && trn__auto_fp16(t) != fp16) {
+        long skipped = t->scaler.skipped; /* the run's count, checkpointed */
         trn__setup_scalers(t);
+        t->scaler.skipped = skipped;
+    }
     if (t->backend && t->backend_attached) { /* re-attach with the new settings */
         t->backend->sync_to_host(t->backend->self, t->net);
         t->backend->detach(t->backend->self);

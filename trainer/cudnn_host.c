@@ -287,7 +287,8 @@ int trn_cudnn_refuse(const struct trn_config *c, char *err)
            ignored (the CNN's BatchNorm would see the whole batch) */
         snprintf(err, TRN_ERRLEN,
                  "--micro-batch %d: the CUDA backend (--backend cuda) runs each batch "
-                 "whole (no gradient accumulation); drop the flag, or use --backend cpu",
+                 "whole (no gradient accumulation); give --micro-batch 0, or use "
+                 "--backend cpu",
                  c->micro_batch);
         return -1;
     }

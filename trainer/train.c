@@ -37,30 +37,47 @@ int trn__auto_fp16(const trn_trainer *t)
     return fp16;
 }
 
+/* The scalers' kind from cfg: dynamic or not, and the initial scale. */
+static void s_scaler_kind(const trn_trainer *t, int *dynamic, double *init)
+{
+    const char *ls = t->cfg.loss_scale;
+    if (!strcmp(ls, "auto")) {
+        *dynamic = trn__auto_fp16(t);
+        *init = *dynamic ? t->cfg.init_loss_scale : 1.0;
+    } else if (!strcmp(ls, "dynamic")) {
+        *dynamic = 1;
+        *init = t->cfg.init_loss_scale;
+    } else if (!strcmp(ls, "none")) {
+        *dynamic = 0;
+        *init = 1.0;
+    } else {
+        *dynamic = 0;
+        *init = strtod(ls, NULL);
+    }
+}
+
 void trn__setup_scalers(trn_trainer *t)
 {
-    const trn_config *c = &t->cfg;
     int dynamic;
     double init;
-    const char *ls = c->loss_scale;
-    if (!strcmp(ls, "auto")) {
-        int fp16 = trn__auto_fp16(t);
-        dynamic = fp16;
-        init = fp16 ? c->init_loss_scale : 1.0;
-    } else if (!strcmp(ls, "dynamic")) {
-        dynamic = 1;
-        init = c->init_loss_scale;
-    } else if (!strcmp(ls, "none")) {
-        dynamic = 0;
-        init = 1.0;
-    } else {
-        dynamic = 0;
-        init = strtod(ls, NULL);
-    }
-    trn_scaler_init(&t->scaler, init, dynamic, c->scale_window);
+    s_scaler_kind(t, &dynamic, &init);
+    trn_scaler_init(&t->scaler, init, dynamic, t->cfg.scale_window);
     for (int l = 0; l < t->nlayers; l++) {
-        trn_scaler_init(&t->lscalers[l], init, dynamic, c->scale_window);
+        trn_scaler_init(&t->lscalers[l], init, dynamic, t->cfg.scale_window);
         t->lscale[l] = init;
+    }
+}
+
+void trn__scalers_follow_config(trn_trainer *t)
+{
+    int dynamic;
+    double init;
+    s_scaler_kind(t, &dynamic, &init);
+    t->scaler.dynamic = dynamic;
+    t->scaler.window = t->cfg.scale_window;
+    for (int l = 0; l < t->nlayers; l++) {
+        t->lscalers[l].dynamic = dynamic;
+        t->lscalers[l].window = t->cfg.scale_window;
     }
 }
 

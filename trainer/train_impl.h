@@ -86,6 +86,9 @@ void trn__apply_config(trn_trainer *t);
    is the precision, or in the precision schedule. */
 void trn__setup_scalers(trn_trainer *t);
 int trn__auto_fp16(const trn_trainer *t);
+/* The scalers' kind (dynamic or not, the window) from cfg, their scales
+   and counts kept: after a checkpoint's config is loaded. */
+void trn__scalers_follow_config(trn_trainer *t);
 
 /* Where an evaluation failed, for its message (trn_trainer_evaluate's rc,
    -1, -2 or -3): ": why" with one rank, " on rank N: why" for this rank's

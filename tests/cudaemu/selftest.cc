@@ -222,6 +222,31 @@ int main(int argc, char **argv)
         printf("ok: %s\n", cudaGetErrorName(end));
         return 0;
     }
+    if (!strcmp(c, "outside-wait")) { /* a capture waits on b's work outside it */
+        cudaStream_t a, b;
+        cudaEvent_t e;
+        cudaStreamCreate(&a);
+        cudaStreamCreate(&b);
+        cudaEventCreate(&e);
+        k_scale<<<1, 256, 0, b>>>(d, 2.0f, 256);
+        cudaEventRecord(e, b);
+        cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal);
+        cudaError_t w = cudaStreamWaitEvent(a, e, 0);
+        cudaGraph_t g = NULL;
+        cudaError_t end = cudaStreamEndCapture(a, &g);
+        float ms = 0;
+        cudaEvent_t e2;
+        cudaEventCreate(&e2);
+        cudaEventRecord(e2, b); /* queued, not run: not ready */
+        cudaError_t t = cudaEventElapsedTime(&ms, e, e2);
+        if (w != cudaErrorStreamCaptureIsolation ||
+            end != cudaErrorStreamCaptureInvalidated || g || t != cudaErrorNotReady)
+            return wrong(
+                "a capture's wait on outside work, or an unfinished event's time");
+        printf("ok: %s, then %s; %s\n", cudaGetErrorName(w), cudaGetErrorName(end),
+               cudaGetErrorName(t));
+        return 0;
+    }
     if (!strcmp(c, "partial-warp-shuffle")) { /* a full mask over 48 threads */
         k_warp_sum<<<1, 48>>>(d, d + 128);
         cudaDeviceSynchronize();
@@ -244,7 +269,7 @@ int main(int argc, char **argv)
         return wrong("a launch read another device's memory");
     }
     printf("usage: cudaemu-selftest good|host-pointer|copy-past-end|divergent-barrier|"
-           "bad-launch|missing-wait|malloc-in-capture|unjoined-fork|"
+           "bad-launch|missing-wait|malloc-in-capture|unjoined-fork|outside-wait|"
            "partial-warp-shuffle|pinned-past-end|other-device\n");
     return 2;
 }

@@ -6,8 +6,8 @@ where no GPU is: the buffers and their sizes, the cuBLAS, cuBLASLt, cuDNN
 and NCCL calls' arguments, the kernels' indexing and reductions, the
 streams' waits and the graphs' captures.
 
-Run by tests/run-all.sh (its own section, beside the fuzz targets) with
-`make cudaemu` built; skipped with the reason where it is not."""
+Run by tests/run-all.sh (its own section, beside the sanitizer passes)
+with `make cudaemu` built; skipped with the reason where it is not."""
 import os
 import re
 import shutil
@@ -86,6 +86,8 @@ def close(a, b, rel):
     ("divergent-barrier", 3, "cudaemu: kernel k_divergent: a thread of block 0 ended while "
                              "others wait at __syncthreads"),
     ("unjoined-fork", 0, "ok: cudaErrorStreamCaptureUnjoined"),
+    ("outside-wait", 0, "ok: cudaErrorStreamCaptureIsolation, then "
+                        "cudaErrorStreamCaptureInvalidated; cudaErrorNotReady"),
     ("partial-warp-shuffle", 3, "cudaemu: kernel k_warp_sum: __shfl_down_sync with a full "
                                 "mask in a partial warp (block of 48 threads)"),
     ("pinned-past-end", 3, "cudaemu: cudaMemcpyAsync source (pinned): 400 bytes at offset 0 "
@@ -129,9 +131,17 @@ def test_device_data_and_graphs_change_no_bit(prec):
 
 
 @needs_data
+def lt_calls(out):
+    m = re.search(r"^cudaemu: cublasLtMatmul: (\d+) calls$", out, re.M)
+    return int(m[1]) if m else 0
+
+
 def test_lt_epilogue_against_the_kernel_path():
+    # the lt run must have gone through cublasLtMatmul (the backend falls
+    # back to the kernel path quietly where cuBLASLt offers no algorithm)
     a = run(EMU, MLP + ["--backend", "cuda", "--cuda-epilogue", "lt"])
     b = run(EMU, MLP + ["--backend", "cuda", "--cuda-epilogue", "kernel"])
+    assert lt_calls(a) > 0 and lt_calls(b) == 0, (lt_calls(a), lt_calls(b))
     close(metric(a, "val_loss"), metric(b, "val_loss"), 1e-6)
 
 
