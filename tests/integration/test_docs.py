@@ -67,11 +67,12 @@ def test_readme_layout_names_every_folder_and_doc():
 
 
 def test_format_check_covers_cuda_files():
-    """`make format-check` checks every tracked C, header and CUDA file:
-    the count it prints is theirs."""
-    files = subprocess.run(["git", "ls-files", "*.c", "*.h", "*.cu"], cwd=ROOT,
+    """`make format-check` checks every tracked C, header, CUDA and C++ file
+    (tests/cudaemu's): the count it prints is theirs."""
+    files = subprocess.run(["git", "ls-files", "*.c", "*.h", "*.cu", "*.cc"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout.split()
     assert any(f.endswith(".cu") for f in files), files
+    assert any(f.endswith(".cc") for f in files), files
     p = subprocess.run(["make", "--no-print-directory", "-s", "format-check"], cwd=ROOT,
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
