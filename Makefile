@@ -276,7 +276,8 @@ test: deps
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) all $(BUILD)/bench/scale_rig
 	@if [ "$(HAVE_CUDA)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) cuda; \
 	 else echo "CUDA backend: not built (no nvcc)"; fi
-	@if [ "$(HAVE_MPI)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) cudaemu; \
+	@if [ "$(HAVE_MPI)" = yes ]; then $(MAKE) --no-print-directory -j$(TEST_JOBS) cudaemu && \
+	   $(MAKE) --no-print-directory -j$(TEST_JOBS) cudaemu-asan; \
 	 else echo "cudaemu: not built (no MPI: the emulated NCCL runs over it)"; fi
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=address,undefined $(patsubst $(BUILD)/%,build-san/%,$(UNIT_TESTS)) build-san/bin/jizhi build-san/bin/jizhi-core
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) SANITIZE=thread $(addprefix build-tsan/tests/,$(TSAN_TESTS))

@@ -7,7 +7,10 @@
 #                  against the stand-in headers, launches rewritten by
 #                  launch.py) and $(BUILD)/cudaemu/lib/libcudnn.so.9, the
 #                  emulated cuDNN it opens. Needs g++ and MPI (the emulated
-#                  NCCL runs over MPI); no CUDA toolkit. EMU_SAN: extra
+#                  NCCL runs over MPI); no CUDA toolkit.
+#   make cudaemu-asan  the same in $(BUILD)/cudaemu-asan under
+#                  AddressSanitizer (what test_cudaemu.py runs it for: a
+#                  kernel indexing past a buffer). EMU_SAN: extra
 #                  flags for its C++ (EMU_SAN=-fsanitize=address: every
 #                  device buffer is a malloc'd block, so a kernel or a
 #                  library call past one is AddressSanitizer's report).
@@ -27,8 +30,14 @@ EMU_CUH     := $(patsubst trainer/%,$(EMU_DIR)/src/trainer/%,$(wildcard trainer/
 EMU_OBJ     := $(addprefix $(EMU_DIR)/obj/,$(addsuffix .o,$(EMU_TRN) $(EMU_OWN))) \
                $(EMU_DIR)/obj/main_cuda.o
 
-.PHONY: cudaemu
+.PHONY: cudaemu cudaemu-asan
 cudaemu: $(EMU_BIN) $(EMU_DNN) $(EMU_SELF)
+
+# the same under AddressSanitizer, in $(BUILD)/cudaemu-asan (the trainer's
+# C libraries as they are; the CUDA code and the emulation instrumented)
+cudaemu-asan:
+	@$(MAKE) --no-print-directory EMU_DIR=$(BUILD)/cudaemu-asan \
+	    EMU_SAN="-fsanitize=address -fno-omit-frame-pointer" cudaemu
 
 # launch.py: nvcc's <<< >>> into emu_launch, line numbers kept
 $(EMU_DIR)/src/trainer/%: trainer/% tests/cudaemu/launch.py

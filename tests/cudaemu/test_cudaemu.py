@@ -18,6 +18,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("JIZHI_BUILD", os.path.join(ROOT, "build"))
 EMU = os.path.join(BUILD, "cudaemu", "jizhi-train-cudaemu")
+# the same under AddressSanitizer (make cudaemu-asan): each device buffer a
+# malloc'd block, so a kernel that indexes past one is reported
+EMU_ASAN = os.path.join(BUILD, "cudaemu-asan", "jizhi-train-cudaemu")
 SELF = os.path.join(BUILD, "cudaemu", "cudaemu-selftest")
 CPU = os.path.join(BUILD, "bin", "jizhi-train")
 MPIRUN = shutil.which("mpirun")
@@ -246,3 +249,36 @@ def test_nccl_comm_layer_keeps_its_device_on_the_overlap_thread():
                            "--allreduce", "native"], ranks=2, CUDAEMU_DEVICES="2")
     cpu = run(CPU, base + ["--comm", "mpi"], ranks=2)
     close(metric(out, "val_loss"), metric(cpu, "val_loss"), 1e-5)
+
+
+SHORT = ["--max-steps", "6", "--eval-every", "6"]
+ASAN_CASES = [
+    ("mlp-bf16-graph-lt", MLP + SHORT + ["--precision", "bf16"], 0),
+    ("mlp-fp16-host-kernel", MLP + SHORT + ["--precision", "fp16", "--gpu-data", "host",
+                                            "--cuda-epilogue", "kernel", "--log-every", "3"], 0),
+    ("mlp-lars-tail", MLP + SHORT + ["--optimizer", "lars", "--batch-size", "96",
+                                     "--train-subset", "500"], 0),
+    ("cnn-fp32", CNN + ["--max-steps", "3", "--eval-every", "3"], 0),
+    ("cnn-bf16-tail", CNN + ["--precision", "bf16", "--batch-size", "40", "--train-subset",
+                             "100", "--max-steps", "3", "--eval-every", "3"], 0),
+    ("mlp-2ranks-ring-bf16-wire", MLP + SHORT + ["--comm", "nccl", "--allreduce", "ring",
+                                                 "--wire", "bf16", "--fusion-kb", "16"], 2),
+    ("cnn-2ranks", CNN + ["--comm", "nccl", "--max-steps", "3", "--eval-every", "3"], 2),
+]
+
+
+@needs_data
+@pytest.mark.skipif(not os.path.exists(EMU_ASAN),
+                    reason="cudaemu under AddressSanitizer not built (make cudaemu-asan)")
+@pytest.mark.parametrize("name,args,ranks", ASAN_CASES, ids=[c[0] for c in ASAN_CASES])
+def test_no_access_past_a_buffer_under_address_sanitizer(name, args, ranks):
+    # kernels and library calls index device buffers themselves: an index
+    # past a buffer lands in AddressSanitizer's red zone around its block
+    # (its dlopen does not search the program's run path: LD_LIBRARY_PATH)
+    if ranks and MPIRUN is None:
+        pytest.skip("mpirun not installed (openmpi-bin)")
+    flags = args + ["--backend", "cuda"]
+    out = run(EMU_ASAN, flags, ranks=ranks, ASAN_OPTIONS="detect_leaks=0",
+              LD_LIBRARY_PATH=os.path.join(BUILD, "cudaemu-asan", "lib"))
+    assert "AddressSanitizer" not in out, out[-3000:]
+    assert metric(out, "val_loss") == metric(run(EMU, flags, ranks=ranks), "val_loss")
