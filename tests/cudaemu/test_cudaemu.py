@@ -11,6 +11,7 @@ with `make cudaemu` built; skipped with the reason where it is not."""
 import os
 import re
 import shutil
+import signal
 import subprocess
 
 import pytest
@@ -53,9 +54,17 @@ def run(prog, args, ranks=0, **more_env):
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks)] + cmd
     e = env()
     e.update(more_env)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=300)
-    assert p.returncode == 0, " ".join(cmd) + "\n" + (p.stdout + p.stderr)[-3000:]
-    return p.stderr + p.stdout
+    # its own process group: a run past its time is killed with its ranks
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=e, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail("%s: still running after 300 s\n%s" % (" ".join(cmd), (out + err)[-3000:]))
+    assert p.returncode == 0, " ".join(cmd) + "\n" + (out + err)[-3000:]
+    return err + out
 
 
 def metric(out, name):
