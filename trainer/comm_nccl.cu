@@ -13,14 +13,19 @@
    first of the rank's JIZHI_GPUS_PER_RANK devices (the dispatcher hands each trial
    trial.gpus x ranks devices in CUDA_VISIBLE_DEVICES), modulo the visible ones.
    Bootstrap: with MPI (under mpirun) rank 0's ncclUniqueId is broadcast over
-   MPI_COMM_WORLD; without it the backend is one rank. Errors: NCCL/CUDA failures during
-   construction return NULL with err; later ones make the call return -1.
+   MPI_COMM_WORLD; without it the backend is one rank. Errors: a failure before
+   ncclCommInitRank (no device, no stream, no id) is agreed over MPI: every rank
+   returns NULL with the first failed rank's err;
+   ncclCommInitRank failing on one of several ranks prints the reason and
+   _exits(1) without MPI_Finalize (the others may wait inside theirs, and
+   the launcher then ends them); later failures make the call return -1.
 */
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef TRN_HAVE_MPI
 #include <mpi.h>
@@ -216,6 +221,24 @@ extern "C" int trn_nccl_dev_sendrecv(trn_comm *c, const void *sbuf, size_t sbyte
     return s_enq(ncclGroupEnd());
 }
 
+/* Collective over MPI_COMM_WORLD (size > 1): the lowest rank whose err is
+   set, or -1 when none is; that rank's err is then every rank's (whichever
+   rank's line the launcher shows before it ends the job names the reason). */
+static int s_first_failed(int size, int rank, char *err)
+{
+    int first = err[0] ? rank : size;
+#ifdef TRN_HAVE_MPI
+    if (size > 1) {
+        MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (first < size)
+            MPI_Bcast(err, TRN_ERRLEN, MPI_CHAR, first, MPI_COMM_WORLD);
+    }
+#else
+    (void)rank;
+#endif
+    return first < size ? first : -1;
+}
+
 extern "C" trn_comm *trn_comm_nccl_new(char *err)
 {
     int rank = 0, size = 1, local = 0;
@@ -258,20 +281,30 @@ extern "C" trn_comm *trn_comm_nccl_new(char *err)
     c->rank = rank;
     c->size = size;
     m->rank = rank;
+    /* the steps up to ncclCommInitRank can fail on one rank alone (its
+       device, its stream): every rank learns of it before the broadcast of
+       the id, which a failed rank 0 would never send */
     int ndev = 0;
-    if (!node || cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
-        snprintf(err, TRN_ERRLEN, "--comm nccl: no CUDA device");
-        trn_comm_destroy(&c);
-        return NULL;
-    }
-    /* the dispatcher hands trial.gpus devices per rank, in rank order */
-    const char *gpr_env = getenv("JIZHI_GPUS_PER_RANK");
-    int gpr = gpr_env && atoi(gpr_env) > 0 ? atoi(gpr_env) : 1;
-    m->dev = (local * gpr) % ndev;
-    cudaSetDevice(m->dev);
     ncclUniqueId id;
-    if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
-        snprintf(err, TRN_ERRLEN, "--comm nccl: ncclGetUniqueId failed");
+    memset(&id, 0, sizeof id);
+    err[0] = 0;
+    if (!node || cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        snprintf(err, TRN_ERRLEN, "--comm nccl: rank %d: no CUDA device", rank);
+    } else {
+        /* the dispatcher hands trial.gpus devices per rank, in rank order */
+        const char *gpr_env = getenv("JIZHI_GPUS_PER_RANK");
+        int gpr = gpr_env && atoi(gpr_env) > 0 ? atoi(gpr_env) : 1;
+        m->dev = (local * gpr) % ndev;
+        if (cudaSetDevice(m->dev) != cudaSuccess)
+            snprintf(err, TRN_ERRLEN, "--comm nccl: rank %d: cannot use device %d", rank,
+                     m->dev);
+        else if (rank == 0 && ncclGetUniqueId(&id) != ncclSuccess)
+            snprintf(err, TRN_ERRLEN, "--comm nccl: ncclGetUniqueId failed");
+        else if (cudaStreamCreate(&m->st) != cudaSuccess)
+            snprintf(err, TRN_ERRLEN, "--comm nccl: rank %d: cannot create a stream",
+                     rank);
+    }
+    if (s_first_failed(size, rank, err) >= 0) {
         trn_comm_destroy(&c);
         return NULL;
     }
@@ -279,16 +312,19 @@ extern "C" trn_comm *trn_comm_nccl_new(char *err)
     if (size > 1)
         MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
 #endif
-    if (cudaStreamCreate(&m->st) != cudaSuccess) {
-        snprintf(err, TRN_ERRLEN, "--comm nccl: cannot create a stream");
-        trn_comm_destroy(&c);
-        return NULL;
-    }
     ncclResult_t r = ncclCommInitRank(&m->nc, size, id, rank);
     if (r != ncclSuccess) {
         m->nc = NULL;
-        snprintf(err, TRN_ERRLEN, "--comm nccl: ncclCommInitRank: %s",
+        snprintf(err, TRN_ERRLEN, "--comm nccl: rank %d: ncclCommInitRank: %s", rank,
                  ncclGetErrorString(r));
+        if (size > 1) {
+            /* the others may wait inside theirs, where no agreement reaches
+               them: leave without MPI_Finalize, so that the launcher ends
+               every rank */
+            fprintf(stderr, "jizhi-train: %s\n", err);
+            fflush(NULL);
+            _exit(1);
+        }
         trn_comm_destroy(&c);
         return NULL;
     }

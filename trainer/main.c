@@ -59,6 +59,21 @@ static uint64_t s_weights_hash(trn_trainer *t)
     return h;
 }
 
+/* The end of a run once the ranks have agreed on its start: a failure
+   (status != 0) may be this rank's alone, and with several ranks the others
+   may wait in a collective it no longer joins, so it leaves without
+   MPI_Finalize (_exit) and the launcher ends every rank; otherwise the comm
+   is destroyed and status returned. */
+static int s_leave(trn_comm **comm, int status)
+{
+    if (status && (*comm)->size > 1) {
+        fflush(NULL);
+        _exit(status);
+    }
+    trn_comm_destroy(comm);
+    return status;
+}
+
 /* Several ranks: 0 when every rank holds rank 0's weights; -1 when they
    differ or a collective failed here (the caller then leaves without
    MPI_Finalize: the others may wait in the next collective). */
@@ -466,8 +481,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "jizhi-train: --backend cuda: %s\n", err);
             free(ck);
             jz_close(&jz);
-            trn_comm_destroy(&comm);
-            return 1;
+            return s_leave(&comm, 1);
         }
 #else
         fprintf(stderr, "jizhi-train: --backend cuda: this binary is built without CUDA "
@@ -488,8 +502,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "jizhi-train: %s\n", err);
         free(ck);
         jz_close(&jz);
-        trn_comm_destroy(&comm);
-        return 1;
+        return s_leave(&comm, 1);
     }
     int status = 1;
     trn_trainer *t = trn_trainer_new(&cfg, &train, &val, NULL, err);
@@ -544,12 +557,5 @@ out:
     trn_data_free(&test);
     free(ck);
     jz_close(&jz);
-    if (status && comm->size > 1) {
-        /* leave without MPI_Finalize: the launcher then ends every rank
-           instead of the others waiting in a collective */
-        fflush(NULL);
-        _exit(status);
-    }
-    trn_comm_destroy(&comm);
-    return status;
+    return s_leave(&comm, status);
 }

@@ -48,7 +48,9 @@ def env():
     return e
 
 
-def run(prog, args, ranks=0, **more_env):
+def run(prog, args, ranks=0, status=0, **more_env):
+    """prog's stderr and stdout; status: the exit status it must have (None: any
+    but 0)"""
     cmd = [prog] + args
     if ranks:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks)] + cmd
@@ -63,7 +65,10 @@ def run(prog, args, ranks=0, **more_env):
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
         pytest.fail("%s: still running after 300 s\n%s" % (" ".join(cmd), (out + err)[-3000:]))
-    assert p.returncode == 0, " ".join(cmd) + "\n" + (out + err)[-3000:]
+    if status is None:
+        assert p.returncode != 0, " ".join(cmd) + "\n" + (out + err)[-3000:]
+    else:
+        assert p.returncode == status, " ".join(cmd) + "\n" + (out + err)[-3000:]
     return err + out
 
 
@@ -259,6 +264,37 @@ def test_nccl_comm_layer_keeps_its_device_on_the_overlap_thread():
     cpu = run(CPU, base + ["--comm", "mpi"], ranks=2)
     close(metric(out, "val_loss"), metric(cpu, "val_loss"), 1e-5)
 
+
+
+def no_device_on(rank, tmp_path):
+    """a launcher for mpirun: the emulation has no device on that rank"""
+    w = tmp_path / "no-device-on-rank"
+    w.write_text('#!/bin/sh\n[ "$OMPI_COMM_WORLD_RANK" = %d ] && export CUDAEMU_DEVICES=0\n'
+                 'exec "$@"\n' % rank)
+    w.chmod(0o755)
+    return str(w)
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_without_a_device_stops_every_nccl_rank_with_its_reason(rank, tmp_path):
+    # before the fix the failed rank sat in MPI_Finalize and the others in
+    # the broadcast of rank 0's ncclUniqueId: no line, no end
+    out = run(no_device_on(rank, tmp_path), [EMU, "--dataset", "synthetic", "--comm", "nccl",
+                                            "--hidden", "16", "--max-steps", "3"],
+              ranks=2, status=None)
+    assert "jizhi-train: --comm nccl: rank %d: no CUDA device" % rank in out, out[-3000:]
+
+
+@pytest.mark.skipif(MPIRUN is None, reason="mpirun not installed (openmpi-bin)")
+def test_a_rank_whose_cuda_backend_fails_ends_the_run(tmp_path):
+    # rank 1 alone fails to make its backend while rank 0 goes on to its
+    # first collective: rank 1 must leave without MPI_Finalize (it waited
+    # there for rank 0, which waited for it)
+    out = run(no_device_on(1, tmp_path), [EMU, "--dataset", "synthetic", "--comm", "mpi",
+                                         "--backend", "cuda", "--hidden", "16",
+                                         "--max-steps", "3"], ranks=2, status=None)
+    assert "jizhi-train: --backend cuda: no CUDA device" in out, out[-3000:]
 
 SHORT = ["--max-steps", "6", "--eval-every", "6"]
 ASAN_CASES = [
