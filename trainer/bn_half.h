@@ -31,8 +31,12 @@
 #endif
 
 /* partial sums per channel, folded in chunk order: on the GPU a block a
-   chunk, over every channel (enough blocks to fill an H100's 132 SMs) */
-#define TRN_BNH_CHUNKS 256
+   chunk, over every channel: 512 blocks of 256 threads are about 4 a
+   streaming multiprocessor on an H100 (132), enough loads in flight to
+   reach its memory's bandwidth with 8 a thread (review34's estimate: 256
+   blocks, one load a thread, about 0.2 of 3 TB/s); each channel's fold is
+   then 512 adds in one thread */
+#define TRN_BNH_CHUNKS 512
 #define TRN_BNH_THREADS 256 /* a GPU block's threads (cuda_bn_kernels.cuh) */
 
 /* Within a chunk, channel j's positions are dealt to trn_bnh_lanes(c)

@@ -12,13 +12,33 @@
 #include "trainer/bn_half.h"
 #include "trainer/dev_elem.cuh"
 
+/* One position's terms of mode's sums (k_bnh_part). */
+__device__ __forceinline__ void s_bnh_add(int mode, float v, float d, float mu, float is,
+                                          float &t0, float &t1)
+{
+    if (mode == 0) {
+        t0 += v;
+    } else if (mode == 1) {
+        t0 += (v - mu) * (v - mu);
+    } else {
+        t0 += d;
+        t1 += d * ((v - mu) * is);
+    }
+}
+
+/* Loads a thread has in flight before it adds them (k_bnh_part): one at a
+   time, each add waiting for its load, a warp kept one 64-byte request in
+   flight, far under the memory's bandwidth (review34). */
+#define S_BNH_UNROLL 8
+
 /* Chunk blockIdx.x's partial sums of every channel into p0 (and p1) at
    [channel * TRN_BNH_CHUNKS + chunk]: mode 0 the sum of x, mode 1 of
    (x - mean)^2, mode 2 of dy and of dy * xhat. The lanes of bn_half.h:
    thread t sums channel t % c in lane t / c, a warp reading whole NHWC
    rows, and the lanes are added in lane order (the same bits run to run).
    c >= the block: one lane, thread t taking channels t, t +
-   TRN_BNH_THREADS, ... */
+   TRN_BNH_THREADS, ... A thread loads S_BNH_UNROLL of its positions, then
+   adds them in position order: the sum of the one-at-a-time loop. */
 template <typename T>
 __global__ void k_bnh_part(const T *x, const T *dy, int c, long s, int mode,
                            const float *mean, const float *inv, float *p0, float *p1)
@@ -31,18 +51,21 @@ __global__ void k_bnh_part(const T *x, const T *dy, int c, long s, int mode,
     trn_bnh_chunk(s, k, &lo, &hi);
     for (int j = lanes > 1 ? t % c : t; j < c && q < lanes; j += TRN_BNH_THREADS) {
         float mu = mode ? mean[j] : 0.0f, is = mode == 2 ? inv[j] : 0.0f, t0 = 0, t1 = 0;
-        for (long p = lo + q; p < hi; p += lanes) {
-            float v = to_f<T>(x[p * c + j]);
-            if (mode == 0) {
-                t0 += v;
-            } else if (mode == 1) {
-                t0 += (v - mu) * (v - mu);
-            } else {
-                float d = to_f<T>(dy[p * c + j]);
-                t0 += d;
-                t1 += d * ((v - mu) * is);
+        long p = lo + q;
+        for (; p + (S_BNH_UNROLL - 1) * (long)lanes < hi;
+             p += S_BNH_UNROLL * (long)lanes) {
+            float v[S_BNH_UNROLL], d[S_BNH_UNROLL];
+            for (int u = 0; u < S_BNH_UNROLL; u++) {
+                long o = (p + u * (long)lanes) * c + j;
+                v[u] = to_f<T>(x[o]);
+                d[u] = mode == 2 ? to_f<T>(dy[o]) : 0.0f;
             }
+            for (int u = 0; u < S_BNH_UNROLL; u++)
+                s_bnh_add(mode, v[u], d[u], mu, is, t0, t1);
         }
+        for (; p < hi; p += lanes)
+            s_bnh_add(mode, to_f<T>(x[p * c + j]),
+                      mode == 2 ? to_f<T>(dy[p * c + j]) : 0.0f, mu, is, t0, t1);
         if (lanes > 1) { /* one channel a thread: folded below */
             a0[t] = t0, a1[t] = t1;
             break;
@@ -130,11 +153,11 @@ static void s_bnh_forward(cudaStream_t st, const T *x, T *y, int c, long s,
                           float *mean, float *inv, float *part)
 {
     unsigned cb = (unsigned)((c + 255) / 256), nb = (unsigned)((s * c + 255) / 256);
-    k_bnh_part<T><<<TRN_BNH_CHUNKS, TRN_BNH_THREADS, 0, st>>>(x, NULL, c, s, 0, NULL, NULL,
-                                                            part, NULL);
+    k_bnh_part<T><<<TRN_BNH_CHUNKS, TRN_BNH_THREADS, 0, st>>>(x, NULL, c, s, 0, NULL,
+                                                              NULL, part, NULL);
     k_bnh_mean<<<cb, 256, 0, st>>>(part, c, s, mean);
-    k_bnh_part<T><<<TRN_BNH_CHUNKS, TRN_BNH_THREADS, 0, st>>>(x, NULL, c, s, 1, mean, NULL,
-                                                            part, NULL);
+    k_bnh_part<T><<<TRN_BNH_CHUNKS, TRN_BNH_THREADS, 0, st>>>(x, NULL, c, s, 1, mean,
+                                                              NULL, part, NULL);
     k_bnh_var<<<cb, 256, 0, st>>>(part, c, s, 1e-5f, 0.1f, mean, inv, rm, rv);
     k_bnh_y<T><<<nb, 256, 0, st>>>(x, y, c, s * c, g, b, mean, inv);
 }

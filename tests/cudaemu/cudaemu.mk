@@ -19,6 +19,7 @@ EMU_DIR     := $(BUILD)/cudaemu
 EMU_BIN     := $(EMU_DIR)/jizhi-train-cudaemu
 EMU_DNN     := $(EMU_DIR)/lib/libcudnn.so.9
 EMU_SELF    := $(EMU_DIR)/cudaemu-selftest
+EMU_TWIN    := $(EMU_DIR)/cudaemu-twin-bn
 EMU_CXX     ?= $(if $(filter yes,$(HAVE_MPI)),mpicxx,g++)
 EMU_FLAGS   := -std=c++17 -O2 -g -fPIC -pthread -Wall -Wno-sign-compare -ffp-contract=off -DOMPI_SKIP_MPICXX -U_FORTIFY_SOURCE \
                -Itests/cudaemu/include -Itests/cudaemu -I$(EMU_DIR)/src -I. -Itrial_helper \
@@ -31,7 +32,7 @@ EMU_OBJ     := $(addprefix $(EMU_DIR)/obj/,$(addsuffix .o,$(EMU_TRN) $(EMU_OWN))
                $(EMU_DIR)/obj/main_cuda.o
 
 .PHONY: cudaemu cudaemu-asan
-cudaemu: $(EMU_BIN) $(EMU_DNN) $(EMU_SELF)
+cudaemu: $(EMU_BIN) $(EMU_DNN) $(EMU_SELF) $(EMU_TWIN)
 
 # the same under AddressSanitizer, in $(BUILD)/cudaemu-asan (the trainer's
 # C libraries as they are; the CUDA code and the emulation instrumented)
@@ -67,6 +68,15 @@ $(EMU_DIR)/src/selftest.cc: tests/cudaemu/selftest.cc tests/cudaemu/launch.py
 	@$(PYTHON) tests/cudaemu/launch.py $< $@
 $(EMU_SELF): $(EMU_DIR)/src/selftest.cc $(EMU_DIR)/obj/runtime.o
 	$(EMU_CXX) $(EMU_FLAGS) $^ -o $@
+
+# the bf16 BatchNorm kernels against their CPU twin, bit for bit (twin_bn.cc)
+$(EMU_DIR)/src/twin_bn.cc: tests/cudaemu/twin_bn.cc tests/cudaemu/launch.py
+	@mkdir -p $(dir $@)
+	@$(PYTHON) tests/cudaemu/launch.py $< $@
+$(EMU_TWIN): $(EMU_DIR)/src/twin_bn.cc $(EMU_DIR)/obj/runtime.o $(call obj,trainer/bn_half.c) \
+	    $(EMU_CUH) $(EMU_HDRS) trainer/bn_half.h
+	$(EMU_CXX) $(EMU_FLAGS) $(EMU_DIR)/src/twin_bn.cc $(EMU_DIR)/obj/runtime.o \
+	    $(call obj,trainer/bn_half.c) -o $@
 
 EMU_DNN_SRC := tests/cudaemu/dnn.cc tests/cudaemu/dnn_compute.cc
 $(EMU_DNN): $(EMU_DNN_SRC) tests/cudaemu/dnn_impl.h $(EMU_HDRS)

@@ -23,6 +23,7 @@ EMU = os.path.join(BUILD, "cudaemu", "jizhi-train-cudaemu")
 # malloc'd block, so a kernel that indexes past one is reported
 EMU_ASAN = os.path.join(BUILD, "cudaemu-asan", "jizhi-train-cudaemu")
 SELF = os.path.join(BUILD, "cudaemu", "cudaemu-selftest")
+TWIN_BN = os.path.join(BUILD, "cudaemu", "cudaemu-twin-bn")
 CPU = os.path.join(BUILD, "bin", "jizhi-train")
 MPIRUN = shutil.which("mpirun")
 DATA = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
@@ -265,6 +266,15 @@ def test_nccl_comm_layer_keeps_its_device_on_the_overlap_thread():
     close(metric(out, "val_loss"), metric(cpu, "val_loss"), 1e-5)
 
 
+
+
+def test_bf16_batchnorm_kernels_give_their_cpu_twins_bits():
+    # cuda_bn_kernels.cuh against bn_half.c: the same chunks, lanes and
+    # order of adds (a thread's 8 loads at a time included), so the same
+    # bits where nothing contracts a multiply-add
+    p = subprocess.run([TWIN_BN], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("the same bits") == 5, p.stdout
 
 def no_device_on(rank, tmp_path):
     """a launcher for mpirun: the emulation has no device on that rank"""
