@@ -144,6 +144,12 @@ def main():
     torch.set_num_threads(a.threads or len(os.sched_getaffinity(0)))
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)
+    # fp32 means fp32: PyTorch's default runs cuDNN's fp32 convolutions on
+    # TF32 tensor cores (torch.backends.cudnn.allow_tf32 = True), where
+    # jizhi-train's CUDA CNN asks cuDNN for plain fp32 (and its matmuls'
+    # default is already fp32); the state is in the JSON
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     x, y = load_idx(f"{a.data_dir}/train-images-idx3-ubyte.gz", f"{a.data_dir}/train-labels-idx1-ubyte.gz")
     xt, yt = load_idx(f"{a.data_dir}/t10k-images-idx3-ubyte.gz", f"{a.data_dir}/t10k-labels-idx1-ubyte.gz")
     g = torch.Generator().manual_seed(12345)
@@ -234,7 +240,8 @@ def main():
 
     res = {"peer": "pytorch " + torch.__version__, "batch_size": B, "steps": step,
            "threads": torch.get_num_threads(), "precision": a.precision,
-           "device": str(dev), "final_loss": loss.item(),
+           "device": str(dev), "tf32": torch.backends.cudnn.allow_tf32,
+           "final_loss": loss.item(),
            "val_acc": acc(xv, yv), "test_acc": acc(xt, yt)}
     if a.steps:
         res["samples_per_s"] = timed / dt if dt > 0 else 0.0
