@@ -992,8 +992,3 @@ void spec_destroy(spec_t **sp)
     free(s);
     *sp = NULL;
 }
-
-char *spec_canonical(const spec_t *s)
-{
-    return text_json_dumps(s->json, JSON_SORT_KEYS | JSON_COMPACT);
-}

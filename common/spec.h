@@ -194,10 +194,6 @@ const char *spec_strerror(const spec_error *err, char *buf, size_t size);
 /* NULL-safe; sets *sp to NULL. */
 void spec_destroy(spec_t **sp);
 
-/* Canonical text of the spec (sorted keys, compact) used to tell whether
-   two specs are the same. Caller frees. */
-char *spec_canonical(const spec_t *s);
-
 /* Maps u in [0,1] to a legal value of parameter p (log scale, integer
    rounding, choice index). Returns a new reference. */
 json_t *spec_param_from_unit(const spec_param *p, double u);

@@ -3,7 +3,11 @@
     An instruction is recorded as an event (its id is the event id),
     queued to the trial when it has spoken, re-sent when the trial speaks
     again, and resolved by the trial's `ins_ack`, or as not applied when
-    the trial ends first.
+    the trial ends first. A stop is the exception: a trial that does not
+    take it (one that reports with `jizhi report` closes before it polls)
+    is killed at the end of the stop's grace, so the stop is resolved when
+    the trial ends, as carried out (by that kill, or by the trial's own
+    exit within the grace), with what the trial said.
 
     Restart-from-checkpoint fallback: a `load` (PBT exploit, guard
     rollback) reaches a program only when it polls. When one is not
@@ -257,11 +261,26 @@ static void s_answer(ctl_t *c, const ctl_instr *in, int applied, const char *why
     ctl__send(c, &in->waiter, r);
 }
 
+/* 1 when `in` is a stop instruction. */
+static int s_is_stop(const ctl_instr *in)
+{
+    const char *kind = json_string_value(json_object_get(in->msg, "kind"));
+    return kind && !strcmp(kind, "stop");
+}
+
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
 {
     ctl_instr *in = ctl__instr_get(c, id);
     if (!in)
         return;
+    ctl_trial *t = ctl__trial_by_id(c, in->trial_id);
+    if (!applied && s_is_stop(in) && t && ctl_trial_active(t) &&
+        (t->plan == PLAN_STOP || t->plan == PLAN_RELEASE)) {
+        /* not taken, yet carried out when the trial ends */
+        snprintf(in->untaken, sizeof in->untaken, "%s",
+                 detail && *detail ? detail : "no reason given");
+        return;
+    }
     double latency = util_now() - in->sent;
     const char *why = detail && *detail ? detail : "no reason given";
     if (ctl__txn(c) == 0)
@@ -280,6 +299,21 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
     /* last: a guarded change or fork may send the next instruction */
     if (c->on.instr_done)
         c->on.instr_done(c, id, trial_id, applied, why);
+}
+
+void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, const char *how)
+{
+    for (size_t i = 0; i < c->ninstrs;) {
+        ctl_instr *in = &c->instrs[i];
+        if (in->trial_id != t->row.id || !s_is_stop(in)) {
+            i++;
+            continue;
+        }
+        char result[400];
+        snprintf(result, sizeof result, "%s%s%s", how,
+                 in->untaken[0] ? "; the trial did not take it: " : "", in->untaken);
+        ctl__instr_done(c, in->id, 1, result); /* the slot now holds another one */
+    }
 }
 
 void ctl__instr_resend(ctl_t *c, ctl_trial *t)

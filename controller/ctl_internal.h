@@ -126,8 +126,14 @@ ctl_instr *ctl__instr_get(ctl_t *c, long id);
    acknowledges it, or `not_acknowledged` after wait_s seconds (the
    instruction stays outstanding). */
 void ctl__instr_wait(ctl_t *c, long id, const wire_peer *from, long req, double wait_s);
-/* Resolves an outstanding instruction; answers its waiter. */
+/* Resolves an outstanding instruction; answers its waiter. A stop the
+   trial did not take (applied 0) while it is still being stopped stays
+   outstanding: the kill after the grace carries it out (ctl__instr_stops_done). */
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail);
+/* t ended while being stopped: its outstanding stop instructions are
+   resolved as carried out, `how` (and what the trial said if it did not
+   take them) as the result. */
+void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, const char *how);
 /* trial_set's values checked against t's space: each of a tuned
    parameter must have its type (a number for float and int, a whole one
    for int, a text that reads as a number is taken as one; a choice's

@@ -347,7 +347,6 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
             return -1;
         }
     }
-    char *canon = spec_canonical(spec);
     ctl_study *live = ctl__study_by_name(c, spec->name);
     store_study row;
     int found = store_study_get(c->store, spec->name, &row);
@@ -356,12 +355,11 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
         *code = "internal";
         snprintf(msg, msgsize, "database error: %s", store_errmsg(c->store));
     } else if (found == 1) {
-        char *old = json_dumps(row.spec, JSON_SORT_KEYS | JSON_COMPACT);
-        if (strcmp(old, canon) != 0) {
-            char diff[300] = "";
-            json_t *given = json_loads(canon, 0, NULL);
-            s_json_diff(row.spec, given, "", diff, sizeof diff);
-            json_decref(given);
+        /* the same study when the values are the same: compared as values,
+           never as text, since a stored real reads back as the double it
+           was (an older build wrote 0.99 as 0.98999999999999999) */
+        char diff[300];
+        if (s_json_diff(row.spec, spec->json, "", diff, sizeof diff)) {
             *code = "conflict";
             snprintf(msg, msgsize,
                      "a study named \"%s\" already exists with a different spec (%s); "
@@ -392,7 +390,6 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
                 }
             }
         }
-        free(old);
         store_study_fini(&row);
     } else if (s_check_live_limit(c, spec, code, msg, msgsize) != 0) {
         /* refused before anything is stored */
@@ -420,7 +417,6 @@ int ctl__submit(ctl_t *c, json_t *spec_json, ctl_study **out, int *resumed, int 
             }
         }
     }
-    free(canon);
     spec_destroy(&spec);
     return rc;
 }

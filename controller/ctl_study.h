@@ -52,7 +52,8 @@ int ctl__study_enqueue(ctl_t *c, ctl_study *s, json_t *params, const char *who,
    0, or -1 with code/msg. */
 int ctl__study_extend(ctl_t *c, ctl_study *s, long n, const char *who, const char **code,
                       char *msg, size_t msgsize);
-/* Resumes a stopped study; the trials its stop ended run again. */
+/* Resumes a stopped study; the trials its stop ended run again (one still
+   being stopped runs again when it has ended: ctl_trial.c, s_end). */
 void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who);
 /* Status of a study as the `ok` fields of a status reply (new object). */
 json_t *ctl__study_status(ctl_t *c, ctl_study *s);

@@ -169,12 +169,27 @@ static int s_end_alerts(ctl_t *c, ctl_trial *t, long fails, const char *reason)
     return stop;
 }
 
+/* t, being stopped (or released), has ended: its stop is carried out, by
+   the kill after the grace or by its own exit within it (ctl_instr.c). */
+static void s_stop_carried_out(ctl_t *c, ctl_trial *t)
+{
+    if (t->plan != PLAN_STOP && t->plan != PLAN_RELEASE)
+        return;
+    char how[160];
+    snprintf(how, sizeof how, "%s the %g s stop grace",
+             t->kill_sent ? "carried out by a kill at the end of"
+                          : "the trial ended within",
+             ctl__stop_grace());
+    ctl__instr_stops_done(c, t, how);
+}
+
 static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason)
 {
     ctl_study *s = t->study;
     if (ctl_trial_move(t, state) != 0)
         return;
     ctl__disp_release(t);
+    s_stop_carried_out(c, t);
     t->row.study_stopped = state == TRIAL_STOPPED && t->plan_by_study;
     ctl_trial_plan_to(t, PLAN_NONE);
     t->load_on_start[0] = 0;
@@ -224,6 +239,12 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
             "%ld trials failed in a row (budget.max_consecutive_failures); the last: %s",
             fails, reason);
         ctl__study_stop(c, s, "controller", why);
+    } else if (t->row.study_stopped && s->row.state == STUDY_RUNNING) {
+        /* its study was resumed while this stop was under way: it runs
+           again, as the resume ran the trials the stop had already ended */
+        ctl__trial_rerun(c, t);
+        log_info("ctl", "study %s trial %ld runs again (try %ld): the study was resumed",
+                 s->row.name, t->row.id, t->row.attempt + 1);
     }
 }
 
@@ -362,6 +383,7 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
         if (ctl_trial_move(t, TRIAL_SUSPENDED) != 0)
             return;
         ctl__disp_release(t);
+        s_stop_carried_out(c, t);
         ctl_trial_plan_to(t, PLAN_NONE);
         snprintf(t->row.reason, sizeof t->row.reason, "%s at step %ld",
                  t->row.preempted ? "preempted (resumes when capacity frees)"

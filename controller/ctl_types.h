@@ -157,6 +157,9 @@ typedef struct {
     int nrefused;      /* waiter's instruction of a batch: values of the batch the
                           trial refused so far ... */
     char refused[400]; /* ... and what it said */
+    char untaken[160]; /* a stop the trial did not take, what it said: carried
+                          out all the same by the kill after the grace
+                          (ctl__instr_stops_done) */
 } ctl_instr;
 
 /* A person's `pause --release` whose checkpoint the trial saved: the

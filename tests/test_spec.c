@@ -2,7 +2,7 @@
     tests/data/specs/{valid,invalid}/ (see the README there), the parsed
     fields, spec_load's file errors, the unit-cube mappings from_unit /
     to_unit / legal for every parameter type, command placeholder
-    expansion with {{ }} escapes, spec_canonical and spec_better.
+    expansion with {{ }} escapes and spec_better.
 */
 #include "jz_test.h"
 #include "common/spec.h"
@@ -951,40 +951,7 @@ TEST(expand_long_values)
     spec_destroy(&s);
 }
 
-/* ---- canonical text and comparisons --------------------------------------- */
-
-TEST(canonical)
-{
-    const char *a =
-        "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
-        "\"budget\":{\"trials\":5},\"space\":{\"x\":{\"type\":\"float\",\"low\":0,"
-        "\"high\":1}},\"trial\":{\"command\":[\"sh\"]}}";
-    const char *b =
-        "{ \"trial\": {\"command\": [\"sh\"]},\n \"space\": {\"x\": {\"high\": 1, "
-        "\"low\": 0, \"type\": \"float\"}}, \"budget\": {\"trials\": 5},\n"
-        " \"objective\": {\"mode\": \"min\", \"metric\": \"y\"}, \"name\": \"t\" }";
-    const char *c =
-        "{\"name\":\"t\",\"objective\":{\"metric\":\"y\",\"mode\":\"min\"},"
-        "\"budget\":{\"trials\":6},\"space\":{\"x\":{\"type\":\"float\",\"low\":0,"
-        "\"high\":1}},\"trial\":{\"command\":[\"sh\"]}}";
-    spec_error err;
-    spec_t *sa = s_parse_text(a, 0, &err), *sb = s_parse_text(b, 0, &err),
-           *sc = s_parse_text(c, 0, &err);
-    REQUIRE(sa && sb && sc);
-    char *ca = spec_canonical(sa), *cb = spec_canonical(sb), *cc = spec_canonical(sc);
-    REQUIRE(ca && cb && cc);
-    CHECK_STR(ca, cb);
-    CHECK(strcmp(ca, cc) != 0);
-    CHECK(strchr(ca, ' ') == NULL && strchr(ca, '\n') == NULL); /* compact */
-    /* keys sorted: "budget" comes first */
-    CHECK(!strncmp(ca, "{\"budget\":", 10));
-    free(ca);
-    free(cb);
-    free(cc);
-    spec_destroy(&sa);
-    spec_destroy(&sb);
-    spec_destroy(&sc);
-}
+/* ---- comparisons ----------------------------------------------------------- */
 
 TEST(better)
 {
@@ -1071,7 +1038,6 @@ int main(void)
     RUN(choice_mapping);
     RUN(expand_command);
     RUN(expand_long_values);
-    RUN(canonical);
     RUN(better);
     RUN(limit_parameters_per_spec);
     RUN(limit_choice_values_per_spec);

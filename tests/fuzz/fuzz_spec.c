@@ -27,7 +27,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         json_decref(spec_expand_command(s, params, &err));
         json_decref(params);
-        free(spec_canonical(s));
         spec_destroy(&s);
     }
     json_decref(j);

@@ -171,6 +171,40 @@ def test_daemon_asha_should_stop_and_live_set(jz, monkeypatch):
         stop(ctl)
 
 
+TWICE = r'''
+import json, sys
+import jizhi
+spec = json.loads(sys.argv[1])
+first = jizhi.create_study(spec, db=sys.argv[2])
+t = first.ask()
+first.tell(t, 0.5)
+again = jizhi.create_study(spec, db=sys.argv[2])
+print(json.dumps([(u["id"], u["state"]) for u in again.trials]))
+spec["space"]["m"]["high"] = 0.98
+try:
+    jizhi.create_study(spec, db=sys.argv[2])
+except jizhi.JizhiError as e:
+    print(e)
+'''
+
+
+def test_create_study_twice_gives_the_same_study(jz):
+    """docs/python.md: the same spec submitted again returns the same study,
+    also with reals that have no exact double (0.1, 0.3, 0.99)."""
+    script = os.path.join(jz.dir, "twice.py")
+    with open(script, "w") as f:
+        f.write(TWICE)
+    spec = ask_spec("twice", trials=2, space={
+        "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+        "m": {"type": "float", "low": 0.3, "high": 0.99}})
+    p = subprocess.run([sys.executable, script, json.dumps(spec), jz.db], cwd=jz.dir,
+                       env=py_env(jz), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.splitlines()
+    assert len(json.loads(out[0])) == 1 and json.loads(out[0])[0][1] == "completed", out
+    assert ("different spec (space.m.high: stored 0.99, given 0.98)") in out[1], out
+
+
 def test_cli_ask_tell_and_refusals(jz):
     """`jizhi trial ask/tell` from a shell; what is refused (exit 1 or 2)
     changes nothing."""

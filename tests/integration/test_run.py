@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import os
+import sqlite3
 
 import pytest
 
@@ -212,6 +213,7 @@ def test_interrupted_run_continues_where_it_stopped(jz):
     spec = base_spec("interrupted", ["python3", os.path.join(PROGS, "acked_reporter.py")],
                      trials=4, parallel=2, env={"ACK_LOG": ack_log, "HOLD_FILE": hold,
                                                 "STEPS": "10", "STEP_SLEEP": "0.01"})
+    spec["space"]["x"] = {"type": "float", "low": 0.3, "high": 0.99}  # no exact double
     path = jz.write_spec(spec)
     p = jz.popen("run", path)
     jz.wait_for(lambda: os.path.exists(ack_log) and len(open(ack_log).read().split("\n")) > 2,
@@ -228,6 +230,34 @@ def test_interrupted_run_continues_where_it_stopped(jz):
     assert "continuing study interrupted" in again.stderr
     rows = jz.sql("SELECT state FROM trials")
     assert len(rows) == 4 and all(s == "completed" for (s,) in rows)
+
+
+def test_a_spec_with_decimals_is_the_same_study_when_run_again(jz):
+    """0.3 and 0.99 have no exact double: the spec read back from the
+    database (shortest reals, or %.17g as an older build wrote them) is
+    still the same study; another spec is refused naming what differs."""
+    spec = base_spec("dec", ["sh", "-c", "jizhi report score={x}"], trials=2, parallel=2)
+    spec["space"]["x"] = {"type": "float", "low": 0.3, "high": 0.99}
+    path = jz.write_spec(spec)
+    jz.run("run", path, check=0)
+    p = jz.run("run", path)
+    assert p.returncode == 0 and "study dec already finished" in p.stderr, p.stderr
+    # the row as an older build stored it
+    con = sqlite3.connect(jz.db)
+    with con:
+        con.execute("UPDATE studies SET spec=replace(replace(spec, '\"high\":0.99', "
+                    "'\"high\":0.98999999999999999'), '\"low\":0.3', "
+                    "'\"low\":0.29999999999999999')")
+    con.close()
+    assert "0.98999999999999999" in jz.sql("SELECT spec FROM studies")[0][0]
+    p = jz.run("run", path)
+    assert p.returncode == 0 and "study dec already finished" in p.stderr, p.stderr
+    spec["space"]["x"]["high"] = 0.98
+    p = jz.run("run", jz.write_spec(spec))
+    assert p.returncode == 1
+    assert ("already exists with a different spec (space.x.high: stored 0.99, given "
+            "0.98)") in p.stderr, p.stderr
+    assert jz.sql("SELECT COUNT(*) FROM trials") == [(2,)]
 
 
 def test_trial_logs_show_what_the_trial_wrote(jz):

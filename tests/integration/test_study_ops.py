@@ -178,6 +178,40 @@ def test_a_resumed_trial_shows_nothing_of_its_stopped_attempt(jz):
         stop(ctl, disp)
 
 
+def test_a_resume_within_the_stop_grace_reruns_the_trial_the_kill_ends(jz):
+    """A trial that reports with `jizhi report` never reads a stop: it is
+    killed at the end of the grace. A resume before then runs it again
+    once it has ended (before: it stayed stopped and the study finished
+    without it), and the stop's event says it was carried out by that
+    kill, not that the trial refused it."""
+    jz.env["JIZHI_STOP_GRACE_S"] = "2"
+    ep, ctl, disp = daemons(jz)
+    try:
+        loop = "for i in $(seq 1 500); do jizhi report --step $i score=$i; sleep 0.1; done"
+        spec = base_spec("grace", ["sh", "-c", loop], trials=1, parallel=1)
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        tid = running_trial(jz)
+        jz.run("study", "stop", "grace", check=0)
+        jz.run("study", "resume", "grace", check=0)
+        jz.wait_for(lambda: jz.sql("SELECT attempt, state FROM trials WHERE id=?", tid)[0]
+                    in [(1, "starting"), (1, "running")], 30, "the trial to run again")
+        assert jz.sql("SELECT state FROM studies") == [("running",)]
+        ev = {k: t for k, t in jz.sql("SELECT kind, time FROM events WHERE kind IN "
+                                      "('study_resumed', 'stopped')")}
+        assert ev["study_resumed"] < ev["stopped"]  # resumed within the grace
+        ((applied, result),) = jz.sql("SELECT applied, result FROM events WHERE "
+                                      "kind='instruction' AND trial_id=?", tid)
+        assert applied == 1, result
+        assert result.startswith("carried out by a kill at the end of the 2 s stop grace")
+        taken = "; the trial did not take it: the trial closed before polling it"
+        assert result in (result.split(";")[0], result.split(";")[0] + taken), result
+        p = jz.run("study", "events", "grace", check=0)
+        (line,) = [x for x in p.stdout.splitlines() if " stop " in x]
+        assert "applied in" in line and "study stopped; carried out by a kill" in line, line
+    finally:
+        stop(ctl, disp)
+
+
 def test_a_resume_that_cannot_start_says_it_waits_and_why(jz):
     ep, ctl, disp = daemons(jz, slots="1")
     try:
