@@ -74,6 +74,9 @@ int cmd_quota(int argc, char **argv);
    NULL with a message printed when it cannot listen. Caller destroys it
    with web_destroy. */
 web_t *cli_web_start(const char *listen, const char *db, const char *controller);
+/* Checks an --http HOST:PORT (NULL: none given) before anything is
+   created: 0, or -1 after printing why (the caller exits CLI_USAGE). */
+int cli_http_check(const char *listen);
 
 /* Prints "jizhi: <message>" to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -15,6 +15,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Says what getopt_long (opterr = 0) refused in the form of the commands'
+   other errors, "jizhi: CMD: ...": c is what it returned (':' a missing
+   value, '?' else), optopt the option's letter or value (0: an unknown or
+   ambiguous --NAME). A long option is always argv[optind - 1]; a letter
+   inside a cluster of short ones may not be. */
+static void s_bad_option(char **argv, int c, const struct option *opts)
+{
+    const char *arg = argv[optind - 1];
+    int is_long = !strncmp(arg, "--", 2);
+    int len = is_long ? (int)strcspn(arg + 2, "=") : 0, matches = 0;
+    const struct option *known = NULL;
+    for (const struct option *p = opts; is_long && p->name; p++)
+        if (!strncmp(p->name, arg + 2, (size_t)len)) { /* an abbreviation counts */
+            matches++;
+            if (optopt && p->val == optopt)
+                known = p;
+        }
+    if (known)
+        cli_error("%s: --%s %s", argv[0], known->name,
+                  c == ':' ? "needs a value" : "takes no value");
+    else if (optopt && c == ':')
+        cli_error("%s: -%c needs a value", argv[0], optopt);
+    else if (optopt)
+        cli_error("%s: unknown option \"-%c\"", argv[0], optopt);
+    else
+        cli_error("%s: %s option \"--%.*s\"", argv[0],
+                  matches > 1 ? "ambiguous" : "unknown", len, arg + 2);
+}
+
 int cli_opts_parse(int argc, char **argv, unsigned accept, const char *usage, cli_opts *o)
 {
     return cli_opts_parse_ext(argc, argv, accept | CLI_OPT_BASE, NULL, usage, o);
@@ -69,7 +98,7 @@ int cli_opts_parse_ext(int argc, char **argv, unsigned accept, const cli_opt_ext
     o->format = "csv";
     o->timeout = 30;
     o->tolerance = -1;
-    char shorts[8] = "h";
+    char shorts[8] = ":h"; /* ':': a missing value is told apart (s_bad_option) */
     if (accept & CLI_OPT_OUTPUT)
         strcat(shorts, "o:");
     if (accept & CLI_OPT_FOLLOW)
@@ -78,6 +107,7 @@ int cli_opts_parse_ext(int argc, char **argv, unsigned accept, const cli_opt_ext
         strcat(shorts, "y");
     int c;
     optind = 1;
+    opterr = 0; /* getopt's own messages lack "jizhi: ": s_bad_option's instead */
     while ((c = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
         switch (c) {
         case 'd':
@@ -197,6 +227,7 @@ int cli_opts_parse_ext(int argc, char **argv, unsigned accept, const cli_opt_ext
                     *x->flag = 1;
                 break;
             }
+            s_bad_option(argv, c, opts);
             fputs(usage, stderr);
             return CLI_USAGE;
         }

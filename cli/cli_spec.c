@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Makes `text` absolute when it names an existing file or folder relative
@@ -109,7 +110,10 @@ spec_t *cli_spec_load(const char *path, char *err, size_t size)
     json_error_t jerr;
     json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!j) {
-        if (jerr.line <= 0 && access(path, R_OK) != 0)
+        struct stat sb; /* a folder opens, and reads as an empty file */
+        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            snprintf(err, size, "a folder, not a spec file (SPEC.json)");
+        else if (jerr.line <= 0 && access(path, R_OK) != 0)
             snprintf(err, size, "cannot read it: %s", strerror(errno));
         else
             snprintf(err, size, "line %d, column %d: invalid JSON: %s", jerr.line,

@@ -786,6 +786,41 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, p_
     return ferror(f) ? -1 : 0;
 }
 
+/* The refusal of a --metric or --x metric that no trial of the study
+   reported (rows[0..n)): a usage error naming it and what they did report. */
+static void s_unreported(store_t *s, const char *study, const store_trial *rows, long n,
+                         const char *opt, const char *metric)
+{
+    json_t *seen = json_object(); /* every name once, in the order met */
+    for (long i = 0; i < n; i++) {
+        json_t *names = store_trial_metric_names(s, rows[i].id);
+        size_t k;
+        json_t *v;
+        json_array_foreach(names, k, v)
+            json_object_set(seen, json_string_value(v), json_null());
+        json_decref(names);
+    }
+    char list[512] = "";
+    size_t len = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(seen, key, v)
+    {
+        if (len + strlen(key) + 8 >= sizeof list) { /* room for ", ..." */
+            strcpy(list + len, len ? ", ..." : "...");
+            break;
+        }
+        len += (size_t)sprintf(list + len, "%s%s", len ? ", " : "", key);
+    }
+    json_decref(seen);
+    int x = !strcmp(opt, "--x");
+    cli_error("plot: %s %s: no trial of %s reported a metric \"%s\"%s (%s: %s)", opt,
+              metric, study, metric,
+              x && !strcmp(metric, "samples") ? " or batch_size" : "",
+              x ? "use step, time, or a metric the trials report" : "the trials report",
+              list[0] ? list : "none yet");
+}
+
 int cmd_plot(int argc, char **argv)
 {
     const char *curve_metric = NULL, *xaxis = "step";
@@ -824,6 +859,7 @@ int cmd_plot(int argc, char **argv)
     const char *mode = json_string_value(json_object_get(obj, "mode"));
     if (!metric)
         metric = "objective";
+    int metric_given = curve_metric != NULL; /* one no trial reported is refused */
     if (!curve_metric)
         curve_metric = metric;
     p_opts po = {metric, curve_metric, xaxis, mode && !strcmp(mode, "max"),
@@ -863,9 +899,10 @@ int cmd_plot(int argc, char **argv)
         store_trials_free(rows, n);
         goto out;
     }
-    long ncomp = 0, nx = 0;
+    long ncomp = 0, nx = 0, ny = 0;
     for (long i = 0; i < n; i++) {
         store_trial_points(s, rows[i].id, curve_metric, s_curve_add, &cv[i]);
+        ny += cv[i].n;
         p_curve xs = {0};
         if (metric_x) {
             store_trial_points(s, rows[i].id, xaxis, s_curve_add, &xs);
@@ -888,11 +925,9 @@ int cmd_plot(int argc, char **argv)
     }
     json_t *events = store_events_list(s, st.id);
     char path[1100];
-    if (metric_x && nx == 0) {
-        cli_error(
-            "plot: --x %s: no trial of %s reported a metric \"%s\"%s (use step, time, "
-            "or a metric the trials report)",
-            xaxis, name, xaxis, strcmp(xaxis, "samples") ? "" : " or batch_size");
+    if ((metric_x && nx == 0) || (metric_given && ny == 0)) { /* as --x, so --metric */
+        s_unreported(s, name, rows, n, metric_x && nx == 0 ? "--x" : "--metric",
+                     metric_x && nx == 0 ? xaxis : curve_metric);
         rc = CLI_USAGE;
         goto done;
     }

@@ -204,6 +204,47 @@ static int s_log_target(const char *target)
     return 0;
 }
 
+/* --log FILE of the controller, checked before the database is opened and
+   the file made: the file can be written, or its folder can. 0 or -1
+   (message printed, as s_log_target's). */
+static int s_log_check(const char *target)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", target);
+    if (strcmp(target, "syslog") && access(target, W_OK) != 0 &&
+        (errno != ENOENT || access(dirname(tmp), W_OK) != 0)) {
+        cli_error("--log: cannot open %s for appending", target);
+        return -1;
+    }
+    return 0;
+}
+
+/* Opens the database that run and controller serve (a new one is created)
+   and closes it again: a file that is no jizhi database, or a folder that
+   does not exist (neither command creates one), is refused before any log
+   or run directory exists. 0 or -1 (message printed). */
+static int s_db_check(const char *db)
+{
+    char tmp[1024], err[1600];
+    snprintf(tmp, sizeof tmp, "%s", db);
+    const char *dir = dirname(tmp);
+    struct stat sb;
+    int e = stat(dir, &sb) != 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+    if (e) {
+        cli_error("cannot create the database %s: its folder %s %s", db, dir,
+                  e == ENOENT ? "does not exist (create it first, or give another --db)"
+                              : strerror(e));
+        return -1;
+    }
+    store_t *s = store_open(db, 0, err, sizeof err);
+    if (!s) {
+        cli_error("%s", err);
+        return -1;
+    }
+    store_close(&s);
+    return 0;
+}
+
 /* ---- progress ---- */
 
 static void s_progress(const json_t *st, int tty, long *last_done)
@@ -522,7 +563,8 @@ int cmd_run(int argc, char **argv)
     if (prc)
         return prc < 0 ? CLI_OK : prc;
     int slots = 0;
-    if (slots_text && s_parse_slots(slots_text, &slots) != 0)
+    if ((slots_text && s_parse_slots(slots_text, &slots) != 0) ||
+        cli_http_check(http) != 0)
         return CLI_USAGE;
     const char *dbflag = o.db; /* positional arguments: argv[optind..] */
     if (optind != argc - 1) {
@@ -555,7 +597,9 @@ int cmd_run(int argc, char **argv)
     char name[128];
     snprintf(name, sizeof name, "%s", spec->name);
     spec_destroy(&spec);
-    if (s_check_no_controller(db) != 0) {
+    /* every check, then the database, and only then the log folder: a run
+       refused changes nothing */
+    if (s_check_no_controller(db) != 0 || s_db_check(db) != 0) {
         json_decref(spec_json);
         return CLI_FAIL;
     }
@@ -625,10 +669,11 @@ int cmd_run(int argc, char **argv)
     json_t *r =
         cli_request(ctl_endpoint(ctl),
                     json_pack("{s:s, s:O}", "type", "submit", "spec", spec_json), 10000);
-    int finished = 0, unfit = 0;
+    int finished = 0, unfit = 0, was_finished = 0;
     char unfit_why[256];
     if (r) {
-        finished = json_is_true(json_object_get(r, "finished"));
+        /* finished before this run: not loaded, nothing of it to drain */
+        finished = was_finished = json_is_true(json_object_get(r, "finished"));
         if (json_is_true(json_object_get(r, "resumed")))
             fprintf(stderr, "continuing study %s from %s\n", name, db);
         else if (finished)
@@ -669,7 +714,8 @@ int cmd_run(int argc, char **argv)
                     "stopping the trials of study %s (Ctrl-C again to quit at once)\n",
                     name);
             s_stop_and_drain(ctl_endpoint(ctl), name, 1, 60);
-        } else if (!s_interrupted) { /* stopped from outside: let its trials end */
+        } else if (!s_interrupted && !was_finished) {
+            /* stopped from outside: let its trials end */
             s_stop_and_drain(ctl_endpoint(ctl), name, 0, 60);
         }
         if (s_interrupted < 2)
@@ -755,20 +801,23 @@ int cmd_controller(int argc, char **argv)
             return CLI_USAGE;
         }
     }
-    if (log_target && s_log_target(log_target) != 0)
-        return CLI_FAIL;
     if (optind != argc) {
         cli_error("controller: unexpected argument \"%s\"", argv[optind]);
         return CLI_USAGE;
     }
-    const char *db = cli_db_path(dbflag);
-    if (s_check_no_controller(db) != 0)
-        return CLI_FAIL;
     if ((key || akeys || insecure) && !(bind && !strncmp(bind, "tcp://", 6))) {
         cli_error("controller: --key, --authorized-keys and --insecure are for a tcp:// "
                   "--bind");
         return CLI_USAGE;
     }
+    if (cli_http_check(http) != 0)
+        return CLI_USAGE;
+    /* the flags, then the database, then the log file: a refusal changes
+       nothing */
+    const char *db = cli_db_path(dbflag);
+    if ((log_target && s_log_check(log_target) != 0) || s_check_no_controller(db) != 0 ||
+        s_db_check(db) != 0 || (log_target && s_log_target(log_target) != 0))
+        return CLI_FAIL;
     char err[1600];
     ctl_config cc = {.db_path = db,
                      .bind = bind,
@@ -882,8 +931,6 @@ int cmd_dispatcher(int argc, char **argv)
     if (prc)
         return prc < 0 ? CLI_OK : prc;
     dc.controller = o.controller;
-    if (log_target && s_log_target(log_target) != 0)
-        return CLI_FAIL;
     if (slots_text && max_jobs) {
         cli_error("dispatcher: --slots and --max-jobs (its Slurm name): give one");
         return CLI_USAGE;
@@ -917,9 +964,19 @@ int cmd_dispatcher(int argc, char **argv)
                             : max_gpus   ? "--max-gpus"
                             : poll_s     ? "--poll-s"
                                          : NULL;
-    int slurm_only = slurm_opt != NULL;
-    if (slurm_only && !(dc.backend && !strcmp(dc.backend, "slurm"))) {
+    int slurm = dc.backend && !strcmp(dc.backend, "slurm");
+    if (slurm_opt && !slurm) {
         cli_error("dispatcher: %s needs --backend slurm", slurm_opt);
+        return CLI_USAGE;
+    }
+    char err[256];
+    if (dc.gpus && slurm) {
+        cli_error("dispatcher: --gpus lists local devices; with --backend slurm give "
+                  "--max-gpus N");
+        return CLI_USAGE;
+    }
+    if (dc.gpus && disp_gpus_check(dc.gpus, err, sizeof err) != 0) {
+        cli_error("--%s", err);
         return CLI_USAGE;
     }
     char buf[512];
@@ -940,6 +997,8 @@ int cmd_dispatcher(int argc, char **argv)
                   cli_db_path(dbflag));
         return CLI_FAIL;
     }
+    if (log_target && s_log_target(log_target) != 0)
+        return CLI_FAIL;
     disp_t *d = disp_new(&dc);
     if (!d)
         return CLI_FAIL;

@@ -43,6 +43,16 @@ web_t *cli_web_start(const char *listen, const char *db, const char *controller)
     return w;
 }
 
+int cli_http_check(const char *listen)
+{
+    char err[256];
+    if (listen && web_listen_check(listen, err, sizeof err) != 0) {
+        cli_error("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
 static volatile sig_atomic_t s_stop;
 
 static void s_on_signal(int sig)
@@ -63,6 +73,8 @@ int cmd_serve(int argc, char **argv)
         cli_error("serve: unexpected argument \"%s\"", o.args[0]);
         return CLI_USAGE;
     }
+    if (cli_http_check(listen) != 0)
+        return CLI_USAGE;
     const char *db = o.db, *controller = o.controller;
     store_t *s = cli_open_db(db); /* refuse a missing or foreign database now */
     if (!s)

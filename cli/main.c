@@ -116,8 +116,8 @@ static void s_path_setup(void)
 /* The options every command that talks to a controller takes, wherever
    they stand before a "--": --server-key KEY|FILE and --insecure, read by
    keys_client_setup (common/keys.h) through JIZHI_SERVER_KEY ("none" for
-   plain TCP). Removes them from argv; returns the new argc, or -1 after
-   printing a usage error. */
+   plain TCP; JIZHI_SERVER_KEY_FROM says the flag set it). Removes them
+   from argv; returns the new argc, or -1 after printing a usage error. */
 static int s_client_opts(int argc, char **argv)
 {
     const char *key = NULL;
@@ -159,6 +159,11 @@ static int s_client_opts(int argc, char **argv)
         setenv("JIZHI_SERVER_KEY", "none", 1);
     else if (key)
         setenv("JIZHI_SERVER_KEY", key, 1);
+    /* what a bad key is blamed on (keys.h); none inherited from a parent */
+    if (key)
+        setenv("JIZHI_SERVER_KEY_FROM", "--server-key", 1);
+    else
+        unsetenv("JIZHI_SERVER_KEY_FROM");
     return n;
 }
 
@@ -180,7 +185,10 @@ static int s_core_exec(char **argv)
 }
 
 #ifdef CLI_FRONT
-static char **s_argv; /* main's, for handing the command to jizhi-core */
+/* main's, for handing the command to jizhi-core: a copy taken before
+   s_client_opts removes --server-key from argv, so that jizhi-core reads
+   the flag too (and names it in its messages) */
+static char **s_argv;
 
 /* The front's tcp:// path (common/client.h): jizhi-core runs the whole
    command again (same arguments; --server-key and --insecure are in the
@@ -242,7 +250,12 @@ const cli_helper_api *cli_helper(void)
 int main(int argc, char **argv)
 {
 #ifdef CLI_FRONT
-    s_argv = argv;
+    s_argv = malloc((size_t)(argc + 1) * sizeof *argv);
+    if (!s_argv) {
+        cli_error("out of memory");
+        return CLI_FAIL;
+    }
+    memcpy(s_argv, argv, (size_t)(argc + 1) * sizeof *argv);
 #endif
     if (argc < 2) {
         fputs(s_usage, stderr);

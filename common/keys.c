@@ -207,7 +207,9 @@ int keys_client_server_key(const char *endpoint, char server_pub[KEYS_Z85_LEN + 
         if (keys_read_public(sk, server_pub, err, errsize) != 0) {
             char why[512];
             snprintf(why, sizeof why, "%s", err);
-            snprintf(err, errsize, "JIZHI_SERVER_KEY: %s", why);
+            const char *from = getenv("JIZHI_SERVER_KEY_FROM"); /* keys.h */
+            snprintf(err, errsize, "%s: %s", from && *from ? from : "JIZHI_SERVER_KEY",
+                     why);
             server_pub[0] = 0;
             return -1;
         }

@@ -17,6 +17,9 @@
                         these a tcp:// endpoint is refused, with a message
                         that says where to get the key: never a silent
                         fallback to plain TCP.
+      JIZHI_SERVER_KEY_FROM  where JIZHI_SERVER_KEY's value came from, for
+                        the messages about it: "--server-key" when the
+                        commands' flag set it (cli/main.c), else unset.
       JIZHI_KEY         the client's own pair (a .key file); default
                         KEYDIR/client.key if it exists, else a fresh pair
                         made for this connection (anonymous: good enough

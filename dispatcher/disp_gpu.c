@@ -78,6 +78,15 @@ bad:
     return -1;
 }
 
+int disp_gpus_check(const char *gpus, char *err, size_t errsize)
+{
+    int *v, n;
+    if (disp__gpu_parse(gpus, &v, &n, err, errsize) != 0)
+        return -1;
+    free(v);
+    return 0;
+}
+
 int disp__gpu_detect(const char *cmd, int **out)
 {
     *out = NULL;

@@ -279,7 +279,9 @@ store_t *store_open(const char *path, int readonly, char *err, size_t errsize)
         return NULL;
     }
     sqlite3_exec(s->db, "PRAGMA foreign_keys=ON", NULL, NULL, NULL);
-    if (s_migrate(s, err, errsize) != 0) {
+    char why[512];
+    if (s_migrate(s, why, sizeof why) != 0) { /* named, as the errors above */
+        snprintf(err, errsize, "cannot use %s as a database: %s", path, why);
         store_close(&s);
         return NULL;
     }

@@ -428,6 +428,12 @@ static int s_parse_listen(const char *listen, struct sockaddr_in *sa, char *err,
     return 0;
 }
 
+int web_listen_check(const char *listen, char *err, size_t errsize)
+{
+    struct sockaddr_in sa;
+    return s_parse_listen(listen, &sa, err, errsize);
+}
+
 /* Frees what web_new made besides the daemon. */
 static void s_free(web_t *w)
 {

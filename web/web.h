@@ -30,6 +30,11 @@ typedef struct {
         *controller; /* controller endpoint; NULL: read "<db>.endpoint" per request */
 } web_config;
 
+/* Checks that `listen` reads as HOST:PORT (what web_new takes), so a
+   command can refuse a bad --http before it creates anything. 0, or -1
+   with a message in err ("--http: ..."). */
+int web_listen_check(const char *listen, char *err, size_t errsize);
+
 /* Binds and starts serving. Returns NULL with a message in err when the
    address is malformed or cannot be bound. Borrows cfg during the call.
    Caller owns the result and must destroy it. */

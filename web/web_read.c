@@ -194,8 +194,11 @@ static json_t *s_summary_of(store_t *s, const store_study *st, const s_tally *y,
     int maximize;
     s_objective(st->spec, &metric, &maximize);
     long done = y->completed + y->failed + y->stopped + y->pruned;
+    /* the budget as `jizhi study list` shows it: `study extend` adds to it */
     json_t *budget = json_object_get(json_object_get(st->spec, "budget"), "trials");
-    long total = json_is_integer(budget) ? (long)json_integer_value(budget) : y->n;
+    long total = json_is_integer(budget)
+                     ? (long)json_integer_value(budget) + st->extra_trials
+                     : y->n;
     json_t *out = json_pack(
         "{s:I, s:s, s:s, s:{s:s, s:s}, s:f, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, "
         "s:I}",

@@ -125,7 +125,26 @@ def test_front_hands_tcp_requests_to_the_core(jz):
                        timeout=60)
     assert a.returncode == 1 and "JIZHI_SERVER_KEY" in a.stderr, a.stderr
     assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
-    # --server-key given on the command line reaches the core too
+    # --server-key given on the command line reaches the core too, and a bad
+    # key is blamed on the flag, not on JIZHI_SERVER_KEY (review35 item 10a)
     a = subprocess.run([JIZHI, *args, "--server-key", "not-a-key"], cwd=jz.dir, env=jz.env,
                        capture_output=True, text=True, timeout=60)
-    assert (a.returncode, a.stderr) == (b.returncode, b.stderr)
+    b = subprocess.run([CORE, *args, "--server-key", "not-a-key"], cwd=jz.dir, env=jz.env,
+                       capture_output=True, text=True, timeout=60)
+    assert a.returncode == 1 and "jizhi: --server-key: not-a-key: not a public key" \
+        in a.stderr and "JIZHI_SERVER_KEY:" not in a.stderr, a.stderr
+    assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr)
+    # a file given as the flag, as the variable, and the flag again in a
+    # command that inherits the variable's origin from no one
+    with open(os.path.join(jz.dir, "k.pub"), "w") as f:
+        f.write("garbage\n")
+    for extra, env, blamed in ((["--server-key", "k.pub"], jz.env, "--server-key"),
+                               ([], dict(jz.env, JIZHI_SERVER_KEY="k.pub"), "JIZHI_SERVER_KEY"),
+                               ([], dict(jz.env, JIZHI_SERVER_KEY="k.pub",
+                                         JIZHI_SERVER_KEY_FROM="--server-key"),
+                                "JIZHI_SERVER_KEY")):
+        p = subprocess.run([JIZHI, "study", "list", "--controller", "tcp://127.0.0.1:9",
+                            *extra], cwd=jz.dir, env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 1 and f"jizhi: {blamed}: k.pub: not a public key" \
+            in p.stderr, (extra, p.stderr)

@@ -214,3 +214,19 @@ def test_plot_one_evaluation_is_a_marker_outside_the_robust_range(jz):
     root = ET.parse(out).getroot()
     drawn = {int(el.get("data-trial")) for el in root.iter() if "single" in classes(el)}
     assert drawn == single
+
+
+def test_plot_refuses_a_metric_no_trial_reported(jz):
+    """--metric NAME that no trial reported is refused as --x is: exit 2,
+    naming it and the metrics the trials did report; no file written."""
+    spec = base_spec("few", ["sh", "-c", "jizhi report --step 1 score=1 loss=2"], trials=1,
+                     parallel=1)
+    jz.run("run", jz.write_spec(spec), check=0)
+    out = os.path.join(jz.dir, "few.svg")
+    for opt in ("--metric", "--x"):
+        p = jz.run("plot", "few", "--output", out, opt, "nosuch")
+        assert p.returncode == 2 and not os.path.exists(out), (opt, p.stderr)
+        assert f'plot: {opt} nosuch: no trial of few reported a metric "nosuch"' in p.stderr
+        assert "report: loss, score)" in p.stderr, p.stderr
+    jz.run("plot", "few", "--output", out, "--metric", "loss", check=0)
+    assert os.path.exists(out)

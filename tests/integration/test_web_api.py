@@ -11,7 +11,7 @@ import urllib.request
 
 from conftest import PROGS, base_spec
 from test_recovery import stop
-from webutil import daemons_with_web, http, make_token, serve
+from webutil import daemons_with_web, http, make_token, serve, wait_url, web_popen
 
 
 def live_spec(name, trials=2, parallel=2, steps="4000"):
@@ -396,7 +396,7 @@ def test_serve_and_run_options(jz):
     make_token(jz, "alice")  # creates the database
     for bad in ("nohost", "127.0.0.1:99999", "999.1.1.1:80", "127.0.0.1:x"):
         p = jz.run("serve", "--db", jz.db, "--http", bad)
-        assert p.returncode == 1 and "--http" in p.stderr, bad
+        assert p.returncode == 2 and "--http" in p.stderr, bad  # a usage error
     web, url = serve(jz)
     try:
         port = url.rsplit(":", 1)[1]
@@ -409,3 +409,25 @@ def test_serve_and_run_options(jz):
     spec = base_spec("quick", ["sh", "-c", "jizhi report score=1"], trials=2, parallel=1)
     p = jz.run("run", jz.write_spec(spec), "--db", jz.db, "--http", "127.0.0.1:0", check=0)
     assert "web dashboard at http://127.0.0.1:" in p.stderr
+
+
+def test_study_summary_counts_the_trials_study_extend_added(jz):
+    """total and progress are against the budget `jizhi study list` shows:
+    budget.trials plus what `study extend` added (review35 item 4)."""
+    ctl = web_popen(jz, "controller", "--db", jz.db, "--log",
+                    os.path.join(jz.dir, "controller.log"), "--http", "127.0.0.1:0")
+    try:
+        url = wait_url(ctl)
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 30, "the endpoint file")
+        # no dispatcher: the trials wait, and the numbers stay put
+        jz.run("study", "submit", jz.write_spec(live_spec("ext", trials=2)), check=0)
+        jz.run("study", "extend", "ext", "--trials", "3", check=0)
+        p = jz.run("study", "list", check=0)
+        (row,) = [l.split() for l in p.stdout.splitlines() if l.startswith("ext ")]
+        assert row[2].endswith("/5"), p.stdout  # TRIALS: made/budget
+        st, j, _ = http("GET", url + "/api/studies")
+        assert st == 200 and j["studies"][0]["total"] == 5, j
+        st, j, _ = http("GET", url + "/api/studies/ext")
+        assert st == 200 and j["total"] == 5 and j["progress"] == 0, j
+    finally:
+        stop(ctl)

@@ -1,0 +1,87 @@
+"""A command the user got wrong says so in jizhi's words, with exit 2 for
+a usage error and 1 for a failure, and leaves the file system as it was
+(review35 items 5, 8, 10c, 10d, 10e): --http, --db and --gpus are checked
+before a database, a log folder or a run directory is made; getopt's
+refusals read as the other messages; a folder given as the spec and a
+file that is no database are named."""
+import os
+
+from conftest import base_spec
+
+
+def listing(path):
+    """Every path under `path`, to compare before and after a command."""
+    out = set()
+    for root, dirs, files in os.walk(path):
+        out.update(os.path.join(root, n) for n in dirs + files)
+    return out
+
+
+def test_a_refused_run_or_daemon_creates_nothing(jz):
+    spec = jz.write_spec(base_spec("nothing", ["true"], trials=1))
+    notdb = os.path.join(jz.dir, "sub", "notes.txt")
+    os.mkdir(os.path.dirname(notdb))
+    with open(notdb, "w") as f:
+        f.write("not a database\n")
+    before = listing(jz.dir)
+    cases = [
+        # (arguments, exit status, what stderr says)
+        (["run", spec, "--http", "127.0.0.1:99999"], 2, '--http: "99999" is not a port'),
+        (["run", spec, "--http", "nonsense"], 2, '--http: expected HOST:PORT, got "nonsense"'),
+        (["controller", "--db", "c.db", "--http", "nonsense"], 2, "--http: expected HOST:PORT"),
+        (["serve", "--http", "127.0.0.1:99999"], 2, '--http: "99999" is not a port'),
+        (["dispatcher", "--controller", "ipc:///nonexistent", "--gpus", "abc"], 2,
+         '--gpus "abc": expected a comma-separated list'),
+        # the database is opened before the log folder beside it is made
+        (["run", spec, "--db", notdb], 1, f"cannot use {notdb} as a database"),
+        (["controller", "--db", notdb, "--log", os.path.join(jz.dir, "sub", "c.log")], 1,
+         f"cannot use {notdb} as a database"),
+    ]
+    # a folder that does not exist: neither run nor controller makes it
+    missing = os.path.join(jz.dir, "no", "such")
+    for cmd in (["run", spec], ["controller"]):
+        cases.append((cmd + ["--db", os.path.join(missing, "x.db")], 1,
+                      f"its folder {missing} does not exist"))
+    for args, rc, says in cases:
+        p = jz.run(*args, timeout=60)
+        assert p.returncode == rc and says in p.stderr, (args, p.returncode, p.stderr)
+        assert listing(jz.dir) == before, (args, listing(jz.dir) - before)
+
+
+def test_option_errors_read_as_jizhis_own(jz):
+    """getopt's refusals come as "jizhi: COMMAND: ...", exit 2, with the
+    usage; none in getopt's own words ("list: unrecognized option")."""
+    cases = [(["study", "list", "--bogus"], 'jizhi: list: unknown option "--bogus"'),
+             (["study", "list", "--db"], "jizhi: list: --db needs a value"),
+             (["study", "list", "--json=yes"], "jizhi: list: --json takes no value"),
+             (["controller", "--lo", "x"], 'jizhi: controller: ambiguous option "--lo"'),
+             (["trial", "tell", "-0"], 'jizhi: tell: unknown option "-0"'),  # the front
+             (["plot", "s", "-o"], "jizhi: plot: -o needs a value")]
+    for args, says in cases:
+        p = jz.run(*args)
+        assert p.returncode == 2, (args, p.stderr)
+        first = p.stderr.splitlines()[0]
+        assert first == says, (args, p.stderr)
+        assert "usage: jizhi" in p.stderr, (args, p.stderr)
+
+
+def test_a_folder_as_spec_and_a_file_as_database_are_named(jz):
+    p = jz.run("run", jz.dir)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip() == f"jizhi: {jz.dir}: a folder, not a spec file (SPEC.json)"
+    notdb = os.path.join(jz.dir, "hostname")
+    with open(notdb, "w") as f:
+        f.write("myhost\n")
+    p = jz.run("study", "list", "--db", notdb)
+    assert p.returncode == 1 and f"cannot use {notdb} as a database" in p.stderr, p.stderr
+
+
+def test_running_a_finished_study_again_says_only_that(jz):
+    """The study is not loaded in the new run's controller: nothing asks
+    it about the study, so no "no study named ..." line."""
+    spec = jz.write_spec(base_spec("done", ["sh", "-c", "jizhi report score=1"], trials=1))
+    jz.run("run", spec, check=0)
+    p = jz.run("run", spec, check=0)
+    assert "study done already finished" in p.stderr, p.stderr
+    assert "no study named" not in p.stderr, p.stderr
+    assert "best trial 1: score=1" in p.stdout, p.stdout
