@@ -52,10 +52,14 @@ static json_t *s_ipc_decode(const zmtp_msg *m, char *err, size_t errsize)
 /* wire_request_check over ipc://path, on this thread: sends msg (takes
    ownership) with a fresh "req" and waits up to timeout_ms for the reply
    with that req, asking check(arg) after each slice_ms without one. A
-   refused connect is retried until the time is up; a connection the
-   controller closes before answering ends the wait at once, unless
-   check may still learn the outcome (the controller restarted). NULL
-   with `why` ("timeout", or what went wrong). */
+   socket file that is not there yet (a controller starting) or a full
+   backlog is retried until the time is up; one where nobody listens
+   (ECONNREFUSED: its controller is gone, killed before it could remove
+   it) ends the wait at once, unless the request went out before (then
+   the controller restarts, and check may still learn the outcome). A
+   connection the controller closes before answering ends the wait at
+   once, unless check may still learn the outcome. NULL with `why`
+   ("timeout", or what went wrong). */
 static json_t *s_ipc_request(const char *path, json_t *msg, int timeout_ms, int slice_ms,
                              wire_check_fn check, void *arg, char *why, size_t whysize)
 {
@@ -72,13 +76,14 @@ static json_t *s_ipc_request(const char *path, json_t *msg, int timeout_ms, int 
                             {(unsigned char *)body, strlen(body)}};
     double deadline = util_now() + timeout_ms / 1000.0;
     zmtp_t *z = NULL;
-    int sent = 0;
+    int sent = 0, asked = 0; /* on this connection / ever */
     char cwhy[300] = "";
     json_t *reply = NULL;
     for (;;) {
         if (!sent) {
             z = zmtp_new(path, cwhy, sizeof cwhy);
-            if (!z && errno != ENOENT && errno != ECONNREFUSED && errno != EAGAIN) {
+            if (!z && errno != ENOENT && errno != EAGAIN &&
+                (errno != ECONNREFUSED || !asked)) {
                 snprintf(why, whysize, "%s", cwhy);
                 break;
             }
@@ -87,6 +92,7 @@ static json_t *s_ipc_request(const char *path, json_t *msg, int timeout_ms, int 
                 zmtp_send(z, frames, 2, send_ms > 1 ? send_ms : 1, why, whysize) != 0)
                 break;
             sent = z != NULL;
+            asked |= sent;
         }
         double left = (deadline - util_now()) * 1000.0;
         if (left <= 0) {

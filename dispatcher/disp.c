@@ -132,6 +132,7 @@ disp_t *disp_new(const disp_config *cfg)
     d->heartbeat_s = cfg->heartbeat_s > 0 ? cfg->heartbeat_s : 1.0;
     d->silence_s = cfg->silence_s > 0 ? cfg->silence_s : 5.0;
     d->resend_s = cfg->resend_s > 0 ? cfg->resend_s : 2.0;
+    d->unanswered_s = cfg->unanswered_s > 0 ? cfg->unanswered_s : 10.0;
 
     if (slurm) {
         /* Trials run in jobs, maybe on other machines: they must reach the
@@ -279,6 +280,7 @@ static void s_timers(disp_t *d, double now)
     if (!d->ready) {
         if (now - d->last_reg >= d->resend_s + d->reg_backoff)
             disp__send_register(d, now);
+        disp__warn_unanswered(d, now);
         return;
     }
     if (now - d->last_hb >= d->heartbeat_s)
@@ -410,6 +412,8 @@ int disp_run(disp_t *d, atomic_int *stop)
     d->ready = 0;
     d->last_reg = -INFINITY;
     d->last_heard = util_now();
+    d->asked_since = 0;
+    d->unanswered_warned = 0;
     int rc = 0;
     while (!atomic_load_explicit(stop, memory_order_acquire)) {
         s_timers(d, util_now());

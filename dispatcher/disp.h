@@ -90,6 +90,7 @@
 #define JZ_DISP_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 typedef struct disp disp_t;
 
@@ -111,6 +112,9 @@ typedef struct {
     double silence_s;           /* no reply for this long -> re-register; <= 0: 5 s */
     double resend_s;            /* unanswered register/started/exited resent after
                                    (reports: the first wait of a backoff); <= 0: 2 s */
+    double unanswered_s;        /* registering this long without a word from the
+                                   controller: a warning, repeated every 6 times
+                                   that while it lasts; <= 0: 10 s */
     /* Backend: how trials run. See "Slurm" above. */
     const char *backend;   /* "local" (NULL) or "slurm" */
     const char *partition; /* slurm: sbatch --partition (NULL: the default one) */
@@ -118,6 +122,10 @@ typedef struct {
     int max_gpus;          /* slurm: GPUs held at once over all jobs (default 0) */
     double poll_s;         /* slurm: squeue period; <= 0: 1 s */
 } disp_config;
+
+/* Checks a --gpus list as disp_new reads cfg->gpus ("0,1,3" or "none"), so
+   the command can call a bad one a usage error. 0, or -1 with err. */
+int disp_gpus_check(const char *gpus, char *err, size_t errsize);
 
 /* Creates a dispatcher (connects lazily: a controller that is not up yet
    is fine). Borrows cfg's strings only during the call. Returns NULL with

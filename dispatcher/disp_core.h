@@ -22,7 +22,8 @@
 #define TAG "disp"
 #define DISP_TICK_MS 50
 #define DISP_REG_RING 8
-#define DISP_REG_BACKOFF_MAX 60.0 /* s: longest wait between refused registers */
+#define DISP_REG_BACKOFF_MAX 60.0  /* s: longest wait between refused registers */
+#define DISP_UNANSWERED_REPEAT 6.0 /* the silence warning's period, in unanswered_s */
 #define DISP_DONE_RING 256
 
 /* A `started` or `exited` report waiting for its answer. */
@@ -54,11 +55,16 @@ struct disp {
     int own_ctx;
     void *sock; /* DEALER, only while disp_run runs */
 
-    int ready;          /* READY, else REGISTERING */
-    double last_reg;    /* when register was last sent */
-    double reg_backoff; /* extra wait after a refused register (doubles, capped) */
-    double last_hb;     /* when heartbeat was last sent */
-    double last_heard;  /* when the controller last sent anything */
+    int ready;              /* READY, else REGISTERING */
+    double last_reg;        /* when register was last sent */
+    double reg_backoff;     /* extra wait after a refused register (doubles, capped) */
+    double last_hb;         /* when heartbeat was last sent */
+    double last_heard;      /* when the controller last sent anything */
+    double unanswered_s;    /* cfg->unanswered_s */
+    double asked_since;     /* when registering began without a word from the
+                               controller since, 0: not waiting */
+    double unanswered_warn; /* when to warn (again) that it does not answer */
+    int unanswered_warned;  /* it was warned of (say when it answers) */
     long reg_reqs[DISP_REG_RING]; /* recent register reqs */
     int reg_i;
     long next_req;
@@ -107,6 +113,9 @@ void disp__check_procs(disp_t *d, double now);
 
 /* Back to REGISTERING (logged with `why` when it was READY). */
 void disp__to_registering(disp_t *d, const char *why);
+/* Registering and nothing heard for unanswered_s: a warning naming the
+   endpoint, repeated every DISP_UNANSWERED_REPEAT times that. */
+void disp__warn_unanswered(disp_t *d, double now);
 /* Reads and handles everything there is. -1 on a fatal socket error. */
 int disp__drain_socket(disp_t *d);
 

@@ -248,6 +248,32 @@ static int s_is_reg_req(const disp_t *d, long req)
     return 0;
 }
 
+void disp__warn_unanswered(disp_t *d, double now)
+{
+    if (!d->asked_since || now < d->unanswered_warn)
+        return;
+    double waited = now - d->asked_since;
+    log_warn(TAG,
+             "no answer from the controller at %s for %.*f s (is it running? is the "
+             "endpoint and its key right?); still trying",
+             d->endpoint, waited < 10 ? 1 : 0, waited);
+    d->unanswered_warn = now + DISP_UNANSWERED_REPEAT * d->unanswered_s;
+    d->unanswered_warned = 1;
+}
+
+/* The controller spoke: the wait for its answer is over (said when it was
+   warned of). */
+static void s_heard(disp_t *d)
+{
+    d->last_heard = util_now();
+    double waited = d->last_heard - d->asked_since;
+    if (d->asked_since && d->unanswered_warned)
+        log_warn(TAG, "the controller at %s answered, after %.*f s", d->endpoint,
+                 waited < 10 ? 1 : 0, waited);
+    d->asked_since = 0;
+    d->unanswered_warned = 0;
+}
+
 void disp__to_registering(disp_t *d, const char *why)
 {
     if (d->ready)
@@ -409,7 +435,7 @@ static const s_handler s_handlers[MSG_COUNT] = {
 static void s_on_message(disp_t *d, json_t *msg)
 {
     const char *type = wire_type(msg);
-    d->last_heard = util_now();
+    s_heard(d);
     char err[300];
     const msg_def *def = msg_decode(msg, MSG_DISP, err, sizeof err);
     if (def && s_handlers[def->type]) {
@@ -447,7 +473,7 @@ int disp__drain_socket(disp_t *d)
             log_warn(TAG, "%s", err);
             return 0;
         }
-        d->last_heard = util_now();
+        s_heard(d);
         log_warn(TAG, "dropping malformed message: %s", err);
     }
 }

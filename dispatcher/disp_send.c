@@ -83,6 +83,10 @@ void disp__send_register(disp_t *d, double now)
                           (json_int_t)req, "name", d->name, "slots", d->slots, "gpus",
                           gpus, "running", s_running(d));
     d->reg_reqs[d->reg_i++ % DISP_REG_RING] = req;
+    if (!d->asked_since) { /* the wait for an answer starts (disp__warn_unanswered) */
+        d->asked_since = now;
+        d->unanswered_warn = now + d->unanswered_s;
+    }
     /* not connected yet: try again soon instead of after resend_s */
     d->last_reg = disp__send(d, m) == 0 ? now : now - d->resend_s + 0.1;
 }

@@ -288,6 +288,45 @@ static int s_wait_dead(pid_t pid, double timeout_s)
     return 1;
 }
 
+/* The log (stderr) into <fc's dir>/disp.log, its path in `path`, warnings
+   and errors only: returns the saved stderr for s_log_back, or -1. */
+static int s_log_to_file(const fake_ctl *fc, char *path, size_t n)
+{
+    snprintf(path, n, "%s/disp.log", fc->dir);
+    fflush(stderr);
+    int lfd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (lfd < 0)
+        return -1;
+    int saved_err = dup(2);
+    dup2(lfd, 2);
+    close(lfd);
+    log_set_level(LOGL_WARN);
+    return saved_err;
+}
+
+static void s_log_back(int saved_err)
+{
+    fflush(stderr);
+    dup2(saved_err, 2);
+    close(saved_err);
+    log_set_level(getenv("JIZHI_LOG") ? LOGL_INFO : LOGL_ERROR);
+}
+
+/* Waits (answering the dispatcher meanwhile) until the log at path holds
+   `want`: 1, or 0 after timeout_s. */
+static int s_log_wait(fake_ctl *fc, const char *path, const char *want, double timeout_s)
+{
+    double until = util_now() + timeout_s;
+    for (;;) {
+        char *text = s_read(path);
+        int found = text && strstr(text, want);
+        free(text);
+        if (found || util_now() > until)
+            return found;
+        json_decref(fc_recv(fc, 0.05));
+    }
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 /* The usual fixture: a fake controller, the default config and a running
@@ -552,6 +591,43 @@ TEST(refused_register_backs_off)
     CHECK(hb != NULL);
     json_decref(hb);
     fx_close(&x, NULL);
+}
+
+/* A controller that never answers (nothing listens at the endpoint) is
+   warned of, naming the endpoint, after unanswered_s, and its answer once
+   it comes is said too (review35 item 6: silent forever). */
+TEST(unanswered_controller_is_warned_of)
+{
+    disp_fix x;
+    REQUIRE(fx_init(&x) == 0);
+    x.cfg.resend_s = 0.2;
+    x.cfg.unanswered_s = 0.3;
+    char logpath[300];
+    int saved_err = s_log_to_file(&x.fc, logpath, sizeof logpath);
+    REQUIRE(saved_err >= 0);
+    REQUIRE(zmq_unbind(x.fc.router, x.fc.endpoint) == 0);
+    memset(&x.t, 0, sizeof x.t);
+    x.t.d = disp_new(&x.cfg);
+    REQUIRE(x.t.d != NULL);
+    REQUIRE(pthread_create(&x.t.th, NULL, s_disp_main, &x.t) == 0);
+    char want[400];
+    snprintf(want, sizeof want, "no answer from the controller at %s for ",
+             x.fc.endpoint);
+    CHECK(s_log_wait(&x.fc, logpath, want, 10));
+    CHECK(s_log_wait(&x.fc, logpath,
+                     " s (is it running? is the endpoint and its key right?)", 1));
+    /* the controller comes: it registers, and says the wait is over */
+    REQUIRE(zmq_bind(x.fc.router, x.fc.endpoint) == 0);
+    json_t *r = fc_wait(&x.fc, "register", -1, 10);
+    CHECK(r != NULL);
+    json_decref(r);
+    snprintf(want, sizeof want, "the controller at %s answered, after ", x.fc.endpoint);
+    CHECK(s_log_wait(&x.fc, logpath, want, 10));
+    json_t *hb = fc_wait(&x.fc, "disp_heartbeat", -1, 10);
+    CHECK(hb != NULL);
+    json_decref(hb);
+    fx_close(&x, NULL);
+    s_log_back(saved_err);
 }
 
 TEST(gpu_detection)
@@ -1200,15 +1276,8 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
     disp_fix x;
     REQUIRE(fx_init(&x) == 0);
     char logpath[300];
-    snprintf(logpath, sizeof logpath, "%s/disp.log", x.fc.dir);
-    /* the log goes to stderr: into a file for this test */
-    fflush(stderr);
-    int lfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    REQUIRE(lfd >= 0);
-    int saved_err = dup(2);
-    dup2(lfd, 2);
-    close(lfd);
-    log_set_level(LOGL_WARN);
+    int saved_err = s_log_to_file(&x.fc, logpath, sizeof logpath);
+    REQUIRE(saved_err >= 0);
     REQUIRE(fx_start(&x, 1) == 0);
 
     char want[64][96];
@@ -1277,10 +1346,7 @@ TEST(every_type_refuses_a_missing_or_mistyped_field)
         CHECK(strcmp(wire_type(m), "log_data") != 0);
     }
     json_decref(seen);
-    fflush(stderr);
-    dup2(saved_err, 2);
-    close(saved_err);
-    log_set_level(getenv("JIZHI_LOG") ? LOGL_INFO : LOGL_ERROR);
+    s_log_back(saved_err);
     fc_close(&x.fc);
 }
 
@@ -1721,6 +1787,7 @@ int main(void)
     RUN(resend_until_acked);
     RUN(report_resends_back_off);
     RUN(refused_register_backs_off);
+    RUN(unanswered_controller_is_warned_of);
     RUN(malformed_messages);
     RUN(every_type_refuses_a_missing_or_mistyped_field);
     RUN(slots_and_gpus);

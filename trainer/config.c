@@ -8,6 +8,7 @@
 */
 #include <ctype.h>
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -873,6 +874,95 @@ int trn_config_apply_params(trn_config *c, trn_param_fn fn, void *ud, char *err)
             return -1;
     }
     return 0;
+}
+
+/* The letters of name, lower case, without '_' and '-'. */
+static void s_letters(const char *name, char *out, size_t len)
+{
+    size_t n = 0;
+    for (; *name && n + 1 < len; name++)
+        if (*name != '_' && *name != '-')
+            out[n++] = (char)tolower((unsigned char)*name);
+    out[n] = 0;
+}
+
+/* The first letters of name's words ("learning_rate": "lr"); "" for a
+   single word. */
+static void s_initials(const char *name, char *out, size_t len)
+{
+    size_t n = 0;
+    for (const char *p = name; *p && n + 1 < len; p++)
+        if (p == name || p[-1] == '_')
+            out[n++] = (char)tolower((unsigned char)*p);
+    out[n] = 0;
+    if (n < 2)
+        out[0] = 0;
+}
+
+/* Whether name has the word `word` ('_'-separated), of 3 letters or more. */
+static int s_has_word(const char *name, const char *word, size_t wlen)
+{
+    for (const char *p = name; wlen >= 3 && *p; p++)
+        if ((p == name || p[-1] == '_') && !strncmp(p, word, wlen) &&
+            (p[wlen] == 0 || p[wlen] == '_'))
+            return 1;
+    return 0;
+}
+
+/* How close unknown name u is to param k: 4 the same letters, 3 one is the
+   other's initials, 2 a shared word, 1 one holds the other, 0 none. */
+static int s_closeness(const char *u, const char *k)
+{
+    char lu[64], lk[64], iu[64], ik[64];
+    s_letters(u, lu, sizeof lu);
+    s_letters(k, lk, sizeof lk);
+    if (!strcmp(lu, lk))
+        return 4;
+    s_initials(u, iu, sizeof iu);
+    s_initials(k, ik, sizeof ik);
+    if (!strcmp(iu, lk) || !strcmp(ik, lu))
+        return 3;
+    for (const char *w = k; *w; w++)
+        if (w == k || w[-1] == '_')
+            if (s_has_word(u, w, strcspn(w, "_")))
+                return 2;
+    if ((strlen(lk) >= 2 && strstr(lu, lk)) || (strlen(lu) >= 2 && strstr(lk, lu)))
+        return 1;
+    return 0;
+}
+
+size_t trn_config_unknown_params(const char *params_json, char *buf, size_t len)
+{
+    size_t n = 0, bl = 0;
+    if (len)
+        buf[0] = 0;
+    json_t *params = params_json ? json_loads(params_json, 0, NULL) : NULL;
+    const char *u;
+    json_t *v;
+    json_object_foreach(params, u, v)
+    {
+        char best[64] = "";
+        int score = 0, known = 0;
+        for (size_t i = 0; i < S_NOPTS && !known; i++) {
+            char k[64];
+            s_param_name(s_opts[i].flag, k, sizeof k);
+            known = !strcmp(u, k);
+            int c = s_closeness(u, k);
+            if (c > score) {
+                score = c;
+                snprintf(best, sizeof best, "%s", k);
+            }
+        }
+        if (known)
+            continue;
+        if (bl < len)
+            bl += (size_t)snprintf(buf + bl, len - bl, "%s%s%s%s%s", n ? ", " : "", u,
+                                   best[0] ? " (did you mean " : "", best,
+                                   best[0] ? "?)" : "");
+        n++;
+    }
+    json_decref(params);
+    return n;
 }
 
 int trn_parse_int_list(const char *s, int *out, int max)

@@ -409,6 +409,13 @@ int main(int argc, char **argv)
     size_t ck_len = 0;
     if (comm->rank == 0) {
         jz = jz_open();
+        char unused[512]; /* a typo in the study's space tunes nothing: say so */
+        if (jz && trn_config_unknown_params(jz_params_json(jz), unused, sizeof unused))
+            fprintf(
+                stderr,
+                "jizhi-train: params not used by jizhi-train: %s (ignored; fine where "
+                "the command uses them as {name})\n",
+                unused);
         if (!jz) {
             fprintf(stderr,
                     "jizhi-train: cannot open the trial (see the message above)\n");

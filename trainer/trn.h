@@ -144,6 +144,14 @@ typedef int (*trn_param_fn)(void *ud, const char *name, char *buf, size_t len);
    flag. Returns 0 or -1 with a message naming the param. */
 int trn_config_apply_params(trn_config *c, trn_param_fn fn, void *ud, char *err);
 
+/* The keys of params_json (a JSON object: the trial's params, as
+   jz_params_json gives them) that name no option, in buf as "learning_rate
+   (did you mean lr?), foo" (NUL-terminated, truncated): each with the option
+   it names in other words, where one is close (the same letters, its
+   initials, a word or a part of its name). Returns how many (0 for NULL or
+   what is not a JSON object). */
+size_t trn_config_unknown_params(const char *params_json, char *buf, size_t len);
+
 /* Sets one option by its param or flag name from text. Returns 0, -1 with
    err (bad value), or -2 (unknown name). */
 int trn_config_set(trn_config *c, const char *name, const char *value, char *err);

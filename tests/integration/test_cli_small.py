@@ -128,3 +128,21 @@ def test_a_bad_spec_file_is_named_once(jz):
         assert "s.json: line 1, column" in p.stderr and "invalid JSON" in p.stderr
     p = jz.run("run", "missing.json")
     assert p.returncode == 1 and p.stderr.count("missing.json") == 1, p.stderr
+
+
+def test_a_dead_controllers_socket_fails_at_once(jz):
+    """A controller killed -9 leaves its ipc socket file and FILE.endpoint:
+    nobody listens there (the connect is refused), so a command says so at
+    once instead of waiting out its timeout (review35 item 7)."""
+    import socket
+    path = os.path.join(jz.dir, "ctl.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)  # the file stays after close, with no listener
+    s.close()
+    with open(jz.db + ".endpoint", "w") as f:
+        f.write(f"ipc://{path}\n")
+    p = jz.run("study", "stop", "k9", timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert f"no answer from the controller at ipc://{path} (cannot connect to {path}: " \
+           "Connection refused); is it running?" in p.stderr, p.stderr
+    assert "timeout" not in p.stderr, p.stderr

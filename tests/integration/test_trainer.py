@@ -120,6 +120,25 @@ def test_params_override_flags():
     assert "param momentum" in p.stderr
 
 
+def test_params_it_does_not_know_are_named_at_start():
+    """A typo in the study's space (learning_rate for lr) tunes nothing:
+    one line names every param jizhi-train does not use, with the close
+    option where there is one, and the run goes on (a param may be meant
+    for the command's {name} placeholders); known params say nothing
+    (review35 item 3)."""
+    params = {"learning_rate": 0.1, "lrr": 0.2, "x": 3, "lr": 0.02, "batch_size": 100}
+    p = train(*FAST, "--max-steps", "3", env={"JIZHI_PARAMS": json.dumps(params)})
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if "not used by jizhi-train" in ln]
+    assert lines == ["jizhi-train: params not used by jizhi-train: learning_rate (did you "
+                     "mean lr?), lrr (did you mean lr?), x (ignored; fine where the "
+                     "command uses them as {name})"], p.stderr
+    p = train(*FAST, "--max-steps", "3",
+              env={"JIZHI_PARAMS": json.dumps({"lr": 0.02, "batch_size": 100})})
+    assert p.returncode == 0, p.stderr
+    assert "not used" not in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("step", ["99999999999999999999", "0", "12x"])
 def test_bad_eval_at_step_exits_2_before_training(step):
     # an overflowing step once became LONG_MAX silently (issue 42)
