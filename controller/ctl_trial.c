@@ -244,7 +244,7 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
            again, as the resume ran the trials the stop had already ended */
         ctl__trial_rerun(c, t);
         log_info("ctl", "study %s trial %ld runs again (try %ld): the study was resumed",
-                 s->row.name, t->row.id, t->row.attempt);
+                 s->row.name, t->row.id, t->row.attempt + 1);
     }
 }
 
