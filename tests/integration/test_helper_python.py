@@ -323,3 +323,37 @@ def test_pip_install_into_a_target(tmp_path):
     assert p.returncode == 0, p.stderr
     f, lr, standalone = p.stdout.split()
     assert f.startswith(str(target)) and lr == "0.25" and standalone == "True"
+
+
+def test_create_study_and_tell_refuse_wrong_arguments_in_python_terms(tmp_path):
+    # review37 item 7: an int spec was taken as a file descriptor (read and
+    # closed); other types gave bare TypeErrors; tell(state="failed") with a
+    # value dropped the value. Each is refused before anything is touched.
+    code = """
+        import json, os, jizhi
+        fd = os.open(os.devnull, os.O_RDONLY)
+        out = []
+        for spec in (fd, 0, [1], None, 2.5):
+            try:
+                jizhi.create_study(spec, db=%r)
+            except TypeError as e:
+                out.append(str(e))
+        os.fstat(fd)  # still open
+        s = jizhi.Study("s", None)
+        for kw in ({"value": 1.0, "state": "failed"}, {}, {"value": "abc"}):
+            try:
+                s.tell(1, **kw)
+            except ValueError as e:
+                out.append(str(e))
+        print(json.dumps(out))
+    """ % str(tmp_path / "j.db")
+    p = run_py(code, child_env())
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out[:5] == ["jizhi: spec must be a dict or the path of a JSON file, not %s" % t
+                       for t in ("int", "int", "list", "NoneType", "float")]
+    assert out[5:] == ["jizhi: a failed trial has no value (pass message= to say why)",
+                       "jizhi: tell needs the trial's value (or values), or state='failed' "
+                       "or 'pruned'",
+                       "jizhi: value must be a number, not 'abc'"]
+    assert not os.path.exists(tmp_path / "j.db")

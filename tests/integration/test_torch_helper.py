@@ -290,6 +290,23 @@ def test_ddp_set_lr_reaches_both_ranks_at_the_same_step(jz):
                             30, "rank %d to log lr %s" % (r, lr))
                 steps.append(first(records(log + ".%d" % r), lambda x: x["lr"] == float(lr))["step"])
             assert steps[0] == steps[1], steps
+        # refusals come back with the ranks' reason (review37 item 1: rank 0's
+        # acknowledgement came after the helper had settled them as applied)
+        for arg, why in (("lr=-1", "jizhi.torch: lr: -1"),
+                         ("bogus=1", "no handler for parameter 'bogus'")):
+            p = jz.run("trial", "set", str(tid), arg, "--force", check=1)
+            assert why in p.stderr, p.stdout + p.stderr
+        params = json.loads(jz.run("trial", "show", str(tid), "--json").stdout)["params"]
+        assert params["lr"] == 0.0444 and "bogus" not in params, params
+        # a set on a paused trial is applied while paused (item 2: the helper
+        # carried the pause out and blocked in jz_poll); resume goes on with it
+        jz.run("trial", "pause", str(tid))
+        p = jz.run("trial", "set", str(tid), "lr=0.0555", "--force", "--timeout", "10")
+        assert "acknowledged" in p.stdout, p.stdout + p.stderr
+        jz.run("trial", "resume", str(tid))
+        for r in (0, 1):
+            jz.wait_for(lambda: any(x["lr"] == 0.0555 for x in records(log + ".%d" % r)),
+                        30, "rank %d to go on with lr 0.0555" % r)
         jz.run("trial", "stop", str(tid), check=0)
         jz.wait_trial_state(tid, "stopped", 30, "both ranks to stop")
         ends = [records(log + ".%d" % r)[-1]["step"] for r in (0, 1)]

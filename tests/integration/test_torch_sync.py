@@ -8,8 +8,8 @@ the acknowledgements.
   whose params do not fit the sync box arrives whole, stop ends both ranks
   at the same step.
 - The cadence: with sync_every=4 the ranks meet exactly at calls 1, 5, 9...
-  in one broadcast each (then an all-reduce per instruction applied,
-  carrying the refusals); with sync_ms the looks are spaced by rank
+  in one broadcast each (then per instruction applied an all-reduce
+  carrying the refusals and a broadcast of the next); with sync_ms the looks are spaced by rank
   0's measured step time, so a step without an instruction costs no
   collective most of the time.
 
@@ -35,34 +35,55 @@ RANK = textwrap.dedent("""
     import jizhi.torch
 
     class Fake:
-        # rank 0's trial: instructions become pollable at a given call
+        # rank 0's trial: instructions become pollable at a given call. As
+        # libjizhi, it holds one instruction open from its poll to its ack:
+        # any other call settles it (recorded in `settled`) and a later ack
+        # of it fails (recorded in `late`)
         standalone = False
         def __init__(self, script, ckdir):
             self.script = script  # [(call, kind, name, value, path)]
             self.calls = 0
             self.acks, self.done, self.reports = [], [], []
+            self.open, self.settled, self.late, self.ids = None, [], [], 0
             self.params = {"lr": 0.1}
             self.checkpoint_dir = ckdir
+        def settle(self):
+            if self.open is not None:
+                self.settled.append([self.open.id, self.open.kind])
+                self.open = None
         def poll(self):
+            self.settle()
             while self.script and self.script[0][0] <= self.calls:
                 c, kind, name, value, path = self.script.pop(0)
-                i = types.SimpleNamespace(kind=kind, id=len(self.acks) + len(self.done) + 1,
+                self.ids += 1
+                i = types.SimpleNamespace(kind=kind, id=self.ids,
                                           name=name, value=value, path=path)
                 if kind == "set":
                     self.params[name] = value
                 if kind == "load":
                     self.params.update({"k%03d" % j: j for j in range(120)})
+                self.open = i
                 yield i
+                self.settle()
         def ack(self, ins, applied=True, detail=None):
+            if self.open is None or self.open.id != ins.id:
+                self.late.append([ins.id, ins.kind])
+                return False
+            self.open = None
             self.acks.append([ins.id, ins.kind, ins.name, bool(applied), detail])
             return True
         def report(self, step, **vals):
+            self.settle()
             self.reports.append([step, sorted(vals)])
             return True
         def checkpoint_done(self, step, path):
+            if self.open is not None and self.open.kind == "checkpoint":
+                self.open = None  # acknowledged by it
+            self.settle()
             self.done.append([step, os.path.basename(path)])
             return True
         def flush(self, timeout_ms=10000):
+            self.settle()
             return True
 
     threads0 = len(os.listdir("/proc/self/task"))
@@ -97,7 +118,7 @@ RANK = textwrap.dedent("""
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         fake = Fake([tuple(x) for x in case["script"]], os.environ["CKDIR"]) if rank == 0 else None
         refuse = (lambda v: rank != 1)  # rank 1 refuses `set dropout`
-        ctl = jizhi.torch.attach(fake, opt, model=model, report_every=0,
+        ctl = jizhi.torch.attach(fake, opt, model=model, report_every=case.get("report_every", 0),
                                  handlers={"dropout": refuse}, **case["opts"])
         seen, looks, grad1, gap = [], [], None, 0.0
         for call in range(1, case["calls"] + 1):
@@ -141,7 +162,9 @@ RANK = textwrap.dedent("""
                 "first": None if first is None else first.numel(),
                 "floats": sum(p.numel() for p in model.parameters()),
                 "acks": fake.acks if fake else None,
-                "done": fake.done if fake else None, "again": again}
+                "done": fake.done if fake else None, "again": again,
+                "order": [fake.settled, fake.late] if fake else None,
+                "reports": fake.reports if fake else None}
 
     def sparse():
         # sparse gradients (an Embedding with sparse=True) cannot carry the flag:
@@ -297,7 +320,13 @@ def ranks(tmp_path_factory):
              {"name": "own", "calls": 12, "ddp": True, "own_hook": True, "opts": {"sync_ms": 0},
               "script": [[4, "set", "lr", 0.3, None]]},
              {"name": "load", "calls": 6, "opts": {"sync_every": 1},
-              "script": [[2, "checkpoint", "", None, None], [4, "load", "", None, ck]]}]
+              "script": [[2, "checkpoint", "", None, None], [4, "load", "", None, ck]]},
+             {"name": "order", "calls": 12, "ddp": True, "report_every": 2, "opts": {},
+              "script": [[2, "set", "lr", -1, None], [2, "set", "lr", 0.3, None],
+                         [3, "set", "bogus", 1, None], [4, "checkpoint", "", None, None],
+                         [6, "load", "", None, str(tmp / "ckpt-4.pt")],
+                         [8, "pause", "", None, None], [8, "set", "lr", 0.2, None],
+                         [8, "set", "dropout", 0.5, None], [8, "resume", "", None, None]]}]
     return run_ranks(tmp, cases)
 
 
@@ -311,11 +340,13 @@ def test_instructions_apply_on_both_ranks_at_one_step_in_one_broadcast(ranks):
     assert steps[2] == (0.1, 0.9) and steps[3] == (0.5, 0.7)  # two in one look
     assert steps[9] == (0.25, 0.7)
     assert each0["seen"][-1][0] == 12 and len(each1["seen"]) == 12  # stopped at 12 on both
-    # one broadcast per look; a look that applies k instructions adds k all-reduces
+    # one broadcast per look; a look that applies k instructions adds k
+    # all-reduces (each one's refusals, acknowledged before rank 0 polls
+    # again) and k broadcasts (the next one, or none); a stop ends the look
     looks = dict((c, n) for c, n in each0["looks"])
     assert looks == dict((c, n) for c, n in each1["looks"])
     assert [c for c in range(1, 13) if c not in looks] == []
-    assert looks[1] == 1 and looks[2] == 1 and looks[3] == 3 and looks[12] == 2
+    assert looks[1] == 1 and looks[2] == 1 and looks[3] == 5 and looks[12] == 2
     acks = each0["acks"]
     assert [a[1:4] for a in acks] == [["set", "lr", True], ["set", "momentum", True],
                                       ["set", "dropout", False], ["set", "lr", True],
@@ -326,7 +357,7 @@ def test_instructions_apply_on_both_ranks_at_one_step_in_one_broadcast(ranks):
 
     # sync_every=4: looks at calls 1, 5, 9, 13; the set polled at 6 is applied at 9
     ev0, ev1 = r0["every4"], r1["every4"]
-    assert ev0["looks"] == ev1["looks"] == [[1, 1], [5, 1], [9, 2], [13, 1], [17, 2]]
+    assert ev0["looks"] == ev1["looks"] == [[1, 1], [5, 1], [9, 3], [13, 1], [17, 2]]
     lr0 = {s: lr for s, lr, _ in ev0["seen"]}
     assert lr0[8] == 0.1 and lr0[9] == 0.3 and ev0["seen"] == ev1["seen"]
     assert len(ev0["seen"]) == len(ev1["seen"]) == 17
@@ -348,13 +379,13 @@ def test_the_flag_is_the_default_under_ddp(ranks):
     # on both ranks at the call whose backward took them (4, 9, and 11 with
     # two at once), no collective of jizhi.torch; a set for a handler
     # (dropout, refused on rank 1) is a look at its call (6: the broadcast,
-    # then the all-reduce of the refusals). The hook's gradients are DDP's
+    # the all-reduce of the refusals, a broadcast of none). The hook's gradients are DDP's
     # own, bucket by bucket, on a model that DDP splits into several
     # buckets (compared with a twin under DDP's all-reduce at every call)
     r0, r1 = ranks
     a0, a1 = r0["auto"], r1["auto"]
     assert a0["looks_by"] == a1["looks_by"] == "flag"
-    assert a0["looks"] == a1["looks"] == [[6, 2]], a0["looks"]
+    assert a0["looks"] == a1["looks"] == [[6, 3]], a0["looks"]
     steps = {s: (lr, m) for s, lr, m in a0["seen"]}
     assert a0["seen"] == a1["seen"]
     assert steps[3] == (0.1, 0.9) and steps[4] == (0.3, 0.9) and steps[8] == (0.3, 0.9)
@@ -410,7 +441,8 @@ def test_a_load_too_long_for_the_box_arrives_whole(ranks):
     l0, l1 = r0["load"], r1["load"]
     assert l0["params"] == l1["params"] and len(l1["params"]) == 121
     assert [a[1:4] for a in l0["acks"]] == [["load", "", True]]
-    assert dict(l0["looks"])[4] == 3 and dict(l1["looks"])[4] == 3  # box, its long text, refusals
+    # the box, its long text, the refusals, the box again (none)
+    assert dict(l0["looks"])[4] == 4 and dict(l1["looks"])[4] == 4
     assert [s for s, _, _ in l0["seen"]] == [1, 2, 3, 2, 3, 4] == [s for s, _, _ in l1["seen"]]
 
 
@@ -481,3 +513,31 @@ def test_ranks_with_the_flag_hook_exit_cleanly(tmp_path):
         for p in procs:
             text = p.communicate(timeout=120)[0]
             assert p.returncode == 0, (p.returncode, text)
+
+
+def test_rank_0_acknowledges_each_instruction_before_it_calls_the_helper_again(ranks):
+    # libjizhi settles an instruction at the program's next call into it
+    # (set as applied, load as refused, pause by blocking): rank 0 must ack
+    # each with the ranks' outcome first. The flag's inline sets are
+    # checked and acknowledged as rank 0 takes them (lr=-1 refused with its
+    # reason, not carried); an unknown name, a checkpoint, a load, and a
+    # pause with a set and a refused set applied while paused, each
+    # acknowledged at its look, with reports due at those steps (every 2)
+    # made after the look; the stand-in trial records any instruction
+    # settled by another call, or acknowledged after that
+    r0, r1 = ranks
+    o0, o1 = r0["order"], r1["order"]
+    assert o0["order"] == [[], []], o0["order"]
+    assert o0["seen"] == o1["seen"]
+    assert [a[1:] for a in o0["acks"]] == [
+        ["set", "lr", False, "jizhi.torch: lr: -1 is out of range (must be > 0)"],
+        ["set", "lr", True, None],
+        ["set", "bogus", False, "jizhi.torch: no handler for parameter 'bogus' (jizhi.torch "
+         "applies lr, momentum, weight_decay, betas, beta1, beta2, eps, batch_size; pass "
+         "handlers={'bogus': fn} to attach)"],
+        ["load", "", True, None], ["pause", "", True, None], ["set", "lr", True, None],
+        ["set", "dropout", False, "jizhi.torch: refused on 1 of 2 ranks"],
+        ["resume", "", True, None]]
+    assert o0["done"] == [[4, "ckpt-4.pt"]]
+    assert o0["seen"][-1][1] == 0.2 and o1["params"]["lr"] == 0.2
+    assert len(o0["reports"]) >= 5

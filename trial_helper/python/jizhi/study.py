@@ -102,6 +102,8 @@ class _Cli:
             msg = p.stderr.strip() or p.stdout.strip()
             if msg.startswith("jizhi: "):
                 msg = msg[len("jizhi: "):]
+            # the CLI's flag, in this API's terms
+            msg = msg.replace("pass --controller ENDPOINT", "pass controller=ENDPOINT")
             raise JizhiError("jizhi: %s" % (msg or "`%s` failed (exit %d)"
                                             % (" ".join(args), p.returncode)))
         return p
@@ -214,6 +216,11 @@ class Study:
             raise ValueError("jizhi: give value or values, not both")
         if value is not None:
             values = [value]
+        if state == "failed" and values is not None:
+            raise ValueError("jizhi: a failed trial has no value (pass message= to say why)")
+        if state not in ("failed", "pruned") and values is None:
+            raise ValueError("jizhi: tell needs the trial's value (or values), or "
+                             "state='failed' or 'pruned'")
         tail = [tid]
         if state in ("failed", "pruned"):
             tail.append(state)
@@ -223,7 +230,11 @@ class Study:
             if message:
                 tail.append(str(message)[:1000])
         else:
-            tail += [repr(float(v)) for v in (values or [])]
+            for v in values or []:
+                try:
+                    tail.append(repr(float(v)))
+                except (TypeError, ValueError):
+                    raise ValueError("jizhi: value must be a number, not %r" % (v,))
         return json.loads(self._cli.run(["trial", "tell", "--json"], tail=tail).stdout)
 
     def optimize(self, func, n_trials=None, n_jobs=1, catch=True):
@@ -424,6 +435,9 @@ def create_study(spec, db="jizhi.db", controller=None, server_key=None):
     ipc:// endpoint), the controller serving `db` is used, or one is started
     for as long as this program runs. server_key: the controller's public
     key for tcp:// (else JIZHI_SERVER_KEY, or the key directory)."""
+    if not isinstance(spec, (dict, str, os.PathLike)):
+        raise TypeError("jizhi: spec must be a dict or the path of a JSON file, not %s"
+                        % type(spec).__name__)
     cli = _Cli(db, controller, server_key)
     child = cli.ensure_controller()
     if isinstance(spec, dict):

@@ -29,16 +29,18 @@ the controller and reports, and the ranks look at the instructions
 together, at the same step. By default (model= the DistributedDataParallel
 module) a communication hook adds elements to DDP's first bucket that rank
 0 fills: its pending `set`s of built-in names themselves, which every rank
-applies at that step's ctl.step with no collective of this module, and
+applies at that step's ctl.step with no collective of this module
+(acknowledged with rank 0's outcome as it takes them), and
 whether another instruction waits, which makes a look at that step; else (grad_flag=False, sync_every, another
 model, or the user's own hook) at most once per `sync_ms` of training and
 at least once every step it is longer. At a look rank 0 broadcasts the
 "sync box" (_BOX_WORDS int64): the pending instruction (JSON, when it
 fits; else its length, and a second broadcast carries it) or none and the
 number of steps to the next look; every rank applies it at that step, and
-an all-reduce of the box at once carries each rank's refusal back (and
-rank 0's next instruction), so rank 0 acknowledges it once every rank has
-(a refusal on any rank refuses it).
+an all-reduce of the box at once carries each rank's refusal back, so rank
+0 acknowledges it once every rank has (a refusal on any rank refuses it),
+before it calls the helper again (libjizhi settles an instruction at the
+program's next call: jizhi.h, jz_poll).
 
 This module imports torch; `import jizhi` alone does not. docs/helper-api.md
 (PyTorch) is the guided tour.
@@ -460,7 +462,6 @@ class Controller:
         self._sync_at = 1  # the call that looks at the instructions next
         self._sync_k = 1  # calls between the last two looks
         self._sync_t = None  # rank 0: perf_counter() at the end of the last look
-        self._refused = None  # DDP: this rank's outcome of the instruction applied
         self.syncs = 0  # collectives jizhi.torch ran at ctl.step (for the curious)
         self._t_last = time.perf_counter()
         self._step_last = 0
@@ -488,7 +489,6 @@ class Controller:
         self._flag_due = False
         self._stash = None
         self._inline = []  # the inline sets the last backward brought (every rank)
-        self._inline_ins = []  # rank 0: their Instructions, to acknowledge
         self._grad_flag = False  # set last (the hook is registered when nothing can fail)
         params = trial.params if (self.rank == 0 and trial is not None) else None
         self.params = (self._bcast(params) if self.ddp else params) or {}
@@ -550,8 +550,12 @@ class Controller:
     def _take_inline(self):
         """Rank 0, in the flag hook: takes the pending instructions while
         they are `set`s of built-in names that fit the bucket together (the
-        first other one goes to _stash for a look). Returns their JSON list
-        of [name, value] (b"" for none); their acks wait in _inline_ins."""
+        first other one goes to _stash for a look). Each is acknowledged
+        with rank 0's outcome (a built-in name's is the same on every rank)
+        before the next is polled, as libjizhi settles an instruction at the
+        next call into it; a refused one is not carried. Returns the JSON
+        list of [name, value] of those applied at the next ctl.step (b""
+        for none)."""
         sets = []
         data = b""
         while self._stash is None:
@@ -563,8 +567,13 @@ class Controller:
                 more = json.dumps(sets + [[msg["name"], msg["value"]]],
                                   separators=(",", ":")).encode()
                 if len(more) <= _INLINE_BYTES:
+                    try:
+                        self._setter(msg["name"], msg["value"])  # checks, changes nothing
+                    except _Refused as e:
+                        self.trial.ack(ins, False, "jizhi.torch: %s" % e)
+                        continue
+                    self.trial.ack(ins, True, None)
                     sets.append([msg["name"], msg["value"]])
-                    self._inline_ins.append(ins)
                     data = more
                     continue
             self._stash = (msg, ins)
@@ -572,14 +581,12 @@ class Controller:
 
     def _apply_inline(self):
         """At ctl.step: the inline sets of the last backward, applied on
-        every rank (a built-in name's outcome is the same on each, so rank
-        0 acknowledges its own)."""
+        every rank (rank 0 acknowledged them when it took them)."""
         msgs, self._inline = self._inline, []
-        inss, self._inline_ins = self._inline_ins[:len(msgs)], self._inline_ins[len(msgs):]
-        details = [self._apply(msg) for msg in msgs]  # all applied before any ack
-        if self._lead:
-            for ins, detail in zip(inss, details):
-                self.trial.ack(ins, detail is None, detail)
+        for msg in msgs:
+            detail = self._apply(msg)
+            if detail is not None:  # rank 0 checked it: not expected
+                self._say("%s" % detail)
 
     # ---- the training loop's calls --------------------------------------------
 
@@ -636,14 +643,20 @@ class Controller:
             else:
                 self._loss_sum = self._loss_sum + loss.detach()  # no sync with the device
             self._loss_n += 1
+        held = None  # a report made after the look, at this step
         if self.report_every and self.global_step % self.report_every == 0:
-            self._report(metrics)
+            # rank 0 holds an instruction the flag's hook polled: acknowledged
+            # at the look before the helper is called again (libjizhi settles
+            # it at the next call), so this step's report goes after the look
+            held = self._report(metrics, hold=self._stash is not None)
             metrics = None
         self._calls += 1
         if self._inline:
             self._apply_inline()
         if self._flag_due if self._grad_flag else self._calls >= self._sync_at:
             self._sync()
+        if held is not None:
+            self._put(*held)
         if self.stopped:
             if metrics is not None or self._loss_n:
                 self._report(metrics or {})
@@ -800,34 +813,33 @@ class Controller:
         self._flag_due = False
 
     def _sync_ddp(self):
-        """The DDP look (every rank, at the same call), in rounds of one
-        collective on the sync box. The first is a broadcast from rank 0:
-        the next instruction, or none and the steps to the next look (rank
-        0 waits for no one). A round that brought an instruction is followed
-        at once by an all-reduce: every rank adds whether it refused it
-        (rank 0 then acknowledges it) and rank 0 the next instruction, if
-        any, the same way."""
+        """The DDP look (every rank, at the same call), in rounds. A round
+        is a broadcast of the sync box from rank 0: the next instruction,
+        or none and the steps to the next look (rank 0 waits for no one).
+        A round that brought an instruction is followed at once by an
+        all-reduce of the box: every rank adds whether it refused it, and
+        rank 0 acknowledges it with that outcome before it polls the next
+        one (libjizhi settles an instruction at the program's next call
+        into it, so the ack comes first)."""
         box = self._box
-        msg = ins = None  # the instruction applied in the round before (rank 0: its ack)
         while True:
-            reduce = msg is not None  # the refusals of `msg` to add up
             head = [0, 0, 0, 0]
-            data = nxt = nins = None
+            data = ins = None
             if self.rank == 0:
                 if self._stash is not None:
-                    (nxt, nins), self._stash = self._stash, None
+                    (msg, ins), self._stash = self._stash, None
                 elif not self.stopped:
-                    nxt, nins = self._next()
-                if nxt is not None:
-                    data = json.dumps(nxt, separators=(",", ":")).encode()
+                    msg, ins = self._next()
+                else:
+                    msg = None
+                if msg is not None:
+                    data = json.dumps(msg, separators=(",", ":")).encode()
                     head[0] = len(data)
                 elif not self._paused:
                     head[2] = self._cadence()
-            if reduce and self._refused is not None:
-                head[1] = 1
-            if reduce or data is not None:
+            if data is not None:
                 box.copy_(torch.tensor(head + self._box_rest))
-                if data is not None and len(data) <= 8 * (_BOX_WORDS - _BOX_HEAD):
+                if len(data) <= 8 * (_BOX_WORDS - _BOX_HEAD):
                     box[_BOX_HEAD:_BOX_HEAD + _words(len(data))] = _pack(data).to(box.device)
                 self._box_k = None
             elif self.rank == 0 and self._box_k != head[2]:  # else the box holds it already
@@ -836,15 +848,9 @@ class Controller:
                 else:
                     box[2] = head[2]
                 self._box_k = head[2]
-            if reduce:
-                dist.all_reduce(box)
-            else:
-                dist.broadcast(box, 0)
+            dist.broadcast(box, 0)
             self.syncs += 1
-            n, refused, k, _ = box[:_BOX_HEAD].tolist()
-            if reduce:
-                self._finish(msg, ins, self._refused, refused)
-                msg = ins = None
+            n, _, k, _ = box[:_BOX_HEAD].tolist()
             if n == 0:
                 if self._paused and not self.stopped:
                     time.sleep(_PAUSE_POLL_S)
@@ -862,8 +868,16 @@ class Controller:
                 dist.broadcast(words, 0)
                 self._held = (words,)
                 self.syncs += 1
-            msg, ins = json.loads(_unpack(words, n)), nins
-            self._refused = self._apply(msg)
+            msg = json.loads(_unpack(words, n))
+            detail = self._apply(msg)
+            box.zero_()
+            box[1] = 0 if detail is None else 1
+            self._box_k = None
+            dist.all_reduce(box)
+            self.syncs += 1
+            self._finish(msg, ins, detail, int(box[1]))
+            if self.stopped:  # every rank applied the stop: nothing more to look at
+                return
 
     def _cadence(self):
         """Rank 0: steps to the next look, from the time per step since the
@@ -968,20 +982,29 @@ class Controller:
                     pass
 
     def _set(self, name, value, quiet=False):
+        self._setter(name, value)()
+        if not quiet:
+            self._say("set %s=%r at step %d" % (name, value, self.global_step))
+
+    def _setter(self, name, value):
+        """Checks `set name=value` and returns the function that applies it
+        (a handler is called then); raises _Refused, changing nothing."""
         groups = self.optimizer.param_groups
         if name in self.handlers:
             fn = self.handlers[name]
-            if fn is not None and fn(value) is False:
-                raise _Refused("%s: the program's handler refused %r" % (name, value))
-            return
+
+            def handle():
+                if fn is not None and fn(value) is False:
+                    raise _Refused("%s: the program's handler refused %r" % (name, value))
+            return handle
         opt = type(self.optimizer).__name__
         if name == "lr":
             v = _number(name, value, 0, low_open=True)
             cls = type(self.scheduler).__name__ if self.scheduler is not None else ""
             if cls in ("OneCycleLR", "CyclicLR"):
                 raise _Refused("lr: %s sets the rate itself; handle lr with handlers=" % cls)
-            self._set_lr(v, self._lr_scale)
-        elif name in ("momentum", "weight_decay", "eps"):
+            return lambda: self._set_lr(v, self._lr_scale)
+        if name in ("momentum", "weight_decay", "eps"):
             low_open = name == "eps"
             v = _number(name, value, 0, low_open=low_open)
             if name == "momentum" and v >= 1:
@@ -990,9 +1013,12 @@ class Controller:
                 hint = " (its betas[0] is: set beta1)" if name == "momentum" and \
                     all("betas" in g for g in groups) else ""
                 raise _Refused("%s has no %s%s" % (opt, name, hint))
-            for g in groups:
-                g[name] = v
-        elif name in ("betas", "beta1", "beta2"):
+
+            def fields():
+                for g in groups:
+                    g[name] = v
+            return fields
+        if name in ("betas", "beta1", "beta2"):
             if any("betas" not in g for g in groups):
                 raise _Refused("%s has no betas" % opt)
             if name == "betas":
@@ -1007,35 +1033,39 @@ class Controller:
                 if not isinstance(b, (list, tuple)) or len(b) != 2:
                     raise _Refused("betas: expected two numbers as 'b1,b2', got %r" % (value,))
                 b = [_number("betas", x, 0, 1, high_open=True) for x in b]
-                for g in groups:
-                    g["betas"] = (b[0], b[1])
-            else:
-                v = _number(name, value, 0, 1, high_open=True)
-                k = 0 if name == "beta1" else 1
+
+                def both():
+                    for g in groups:
+                        g["betas"] = (b[0], b[1])
+                return both
+            v = _number(name, value, 0, 1, high_open=True)
+            k = 0 if name == "beta1" else 1
+
+            def one():
                 for g in groups:
                     b = list(g["betas"])
                     b[k] = v
                     g["betas"] = tuple(b)
-        elif name == "batch_size":
+            return one
+        if name == "batch_size":
             v = _number(name, value, 1)
             if v != int(v):
                 raise _Refused("batch_size: %r is not an integer" % value)
             if not self._loaders:
                 raise _Refused("batch_size: the program reads no ctl.loader to rebuild "
                                "(pass handlers={'batch_size': fn} to attach)")
-            v = int(v)
-            for ld in self._loaders:
-                if ld.batch_size != v:
-                    ld.batch_size = v
-                    ld._version += 1
-            scale = _lr_gain(self.lr_scaling, self._b0, v, self.noise_scale)
-            if scale != self._lr_scale:
-                self._set_lr(self._lr, scale)
-        else:
-            raise _Refused("no handler for parameter %r (jizhi.torch applies %s; pass "
-                           "handlers={%r: fn} to attach)" % (name, ", ".join(_BUILTIN), name))
-        if not quiet:
-            self._say("set %s=%r at step %d" % (name, value, self.global_step))
+            return lambda: self._set_batch_size(int(v))
+        raise _Refused("no handler for parameter %r (jizhi.torch applies %s; pass "
+                       "handlers={%r: fn} to attach)" % (name, ", ".join(_BUILTIN), name))
+
+    def _set_batch_size(self, v):
+        for ld in self._loaders:
+            if ld.batch_size != v:
+                ld.batch_size = v
+                ld._version += 1
+        scale = _lr_gain(self.lr_scaling, self._b0, v, self.noise_scale)
+        if scale != self._lr_scale:
+            self._set_lr(self._lr, scale)
 
     def _bases(self):
         bl = getattr(self.scheduler, "base_lrs", None)
@@ -1098,7 +1128,10 @@ class Controller:
         self._held = (n, words)
         return pickle.loads(bytes(words.cpu().view(torch.uint8).tolist()[:k]))
 
-    def _report(self, metrics):
+    def _report(self, metrics, hold=False):
+        """Reports this step's train metrics from rank 0 (every rank resets
+        the loss's mean); with `hold`, returns them as _put's arguments
+        instead."""
         n = self._loss_n
         loss = self._loss_sum
         self._loss_sum, self._loss_n = 0.0, 0
@@ -1117,21 +1150,25 @@ class Controller:
         self._t_last, self._step_last = now, self.global_step
         for k, v in (metrics or {}).items():
             vals[k] = float(v.item() if torch.is_tensor(v) else v)
+        if hold:
+            return vals, self.global_step
         self._put(vals)
 
-    def _put(self, vals):
-        """Rank 0: queues the points of `vals` at the current step (through
-        libjizhi directly for a real trial: each name is checked once)."""
+    def _put(self, vals, step=None):
+        """Rank 0: queues the points of `vals` at `step` (default: the
+        current one; through libjizhi directly for a real trial: each name
+        is checked once)."""
+        step = self.global_step if step is None else step
         if self._fast is None:
-            return self.trial.report(self.global_step, **vals)
+            return self.trial.report(step, **vals)
         report, h, ok = self._fast[1], self._fast[2], True
         for k, v in vals.items():
             name = self._names.get(k)
             if name is None:
-                self.trial.report(self.global_step, **{k: v})  # checks the name, or raises
+                self.trial.report(step, **{k: v})  # checks the name, or raises
                 self._names[k] = k.encode()
                 continue
-            if report(h, self.global_step, name, v) != 0:
+            if report(h, step, name, v) != 0:
                 ok = False
         return ok
 
