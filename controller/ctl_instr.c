@@ -6,8 +6,12 @@
     the trial ends first. A stop is the exception: a trial that does not
     take it (one that reports with `jizhi report` closes before it polls)
     is killed at the end of the stop's grace, so the stop is resolved when
-    the trial ends, as carried out (by that kill, or by the trial's own
-    exit within the grace), with what the trial said.
+    the trial ends, as carried out, saying how it ended (by that kill, by
+    its own exit, lost, or told) and what the trial said. An asked
+    trial's stop that its study's resume withdraws is resolved as not
+    applied. The table is in memory only: a controller that starts
+    resolves the instruction events left unresolved as not applied
+    (ctl__load).
 
     Restart-from-checkpoint fallback: a `load` (PBT exploit, guard
     rollback) reaches a program only when it polls. When one is not
@@ -301,7 +305,7 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
         c->on.instr_done(c, id, trial_id, applied, why);
 }
 
-void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, const char *how)
+void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, int applied, const char *how)
 {
     for (size_t i = 0; i < c->ninstrs;) {
         ctl_instr *in = &c->instrs[i];
@@ -312,7 +316,7 @@ void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, const char *how)
         char result[400];
         snprintf(result, sizeof result, "%s%s%s", how,
                  in->untaken[0] ? "; the trial did not take it: " : "", in->untaken);
-        ctl__instr_done(c, in->id, 1, result); /* the slot now holds another one */
+        ctl__instr_done(c, in->id, applied, result); /* the slot now holds another one */
     }
 }
 

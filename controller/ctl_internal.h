@@ -130,10 +130,11 @@ void ctl__instr_wait(ctl_t *c, long id, const wire_peer *from, long req, double 
    trial did not take (applied 0) while it is still being stopped stays
    outstanding: the kill after the grace carries it out (ctl__instr_stops_done). */
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail);
-/* t ended while being stopped: its outstanding stop instructions are
-   resolved as carried out, `how` (and what the trial said if it did not
+/* t ended while being stopped (applied 1: they are resolved as carried
+   out), or its stop was withdrawn (applied 0): its outstanding stop
+   instructions are resolved, `how` (and what the trial said if it did not
    take them) as the result. */
-void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, const char *how);
+void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, int applied, const char *how);
 /* trial_set's values checked against t's space: each of a tuned
    parameter must have its type (a number for float and int, a whole one
    for int, a text that reads as a number is taken as one; a choice's

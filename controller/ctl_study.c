@@ -206,6 +206,20 @@ static ctl_study *s_study_open(ctl_t *c, store_study *row, char *err, size_t err
 
 int ctl__load(ctl_t *c, char *err, size_t errsize)
 {
+    /* the instructions a controller held are in its memory only: those
+       left unresolved by the last one never will be */
+    long left = store_events_resolve_instructions(
+        c->store, "the controller restarted before it was resolved");
+    if (left < 0) {
+        snprintf(err, errsize, "cannot resolve the instructions left: %s",
+                 store_errmsg(c->store));
+        return -1;
+    }
+    if (left > 0)
+        log_info("ctl",
+                 "%ld instructions left unresolved by the last controller: "
+                 "resolved as not applied",
+                 left);
     long *ids = NULL;
     long n = store_live_studies(c->store, &ids);
     if (n < 0) {
@@ -749,7 +763,8 @@ void ctl__study_resume(ctl_t *c, ctl_study *s, const char *who)
 {
     if (s->row.state != STUDY_STOPPED || ctl__txn(c) != 0)
         return;
-    /* trials stopped by the study stop run again */
+    /* trials stopped by the study stop run again; asked ones do not (an
+       active one's stop is withdrawn: ctl__trial_rerun) */
     for (size_t i = 0; i < s->ntrials; i++)
         ctl__trial_rerun(c, s->trials[i]);
     if (ctl__study_move(c, s, STUDY_RUNNING) == 0)

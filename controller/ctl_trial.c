@@ -89,7 +89,6 @@ double ctl__trial_result(const ctl_trial *t)
 
 /* ---- lifecycle ---- */
 
-/* Ends a trial: COMPLETED, FAILED or STOPPED. */
 /* How many trials of the study ended failed in a row, the latest last
    (trials stopped by the study or still running do not count). */
 static long s_failures_in_a_row(const ctl_study *s)
@@ -169,27 +168,47 @@ static int s_end_alerts(ctl_t *c, ctl_trial *t, long fails, const char *reason)
     return stop;
 }
 
-/* t, being stopped (or released), has ended: its stop is carried out, by
-   the kill after the grace or by its own exit within it (ctl_instr.c). */
-static void s_stop_carried_out(ctl_t *c, ctl_trial *t)
+/* How an active trial ended, for the result of the stop it was being
+   given (s_stop_carried_out). */
+typedef enum {
+    S_EXITED, /* its process ended, not by our kill (or it never ran) */
+    S_KILLED, /* by the kill at the end of the stop's grace */
+    S_LOST,   /* lost: its dispatcher lost it, or it went silent */
+    S_TOLD,   /* an asked trial, told (ctl_ask.c) */
+} s_ended;
+
+/* t, being stopped (or released), has ended `how`: its stop is carried
+   out (ctl_instr.c), and the result says how and, unless a kill ended it,
+   how long after the stop. */
+static void s_stop_carried_out(ctl_t *c, ctl_trial *t, s_ended how)
 {
     if (t->plan != PLAN_STOP && t->plan != PLAN_RELEASE)
         return;
-    char how[160];
-    snprintf(how, sizeof how, "%s the %g s stop grace",
-             t->kill_sent ? "carried out by a kill at the end of"
-                          : "the trial ended within",
-             ctl__stop_grace());
-    ctl__instr_stops_done(c, t, how);
+    double grace = ctl__stop_grace(), after = util_now() - t->plan_since;
+    char text[160];
+    if (how == S_KILLED)
+        snprintf(text, sizeof text,
+                 "carried out by a kill at the end of the %g s stop grace", grace);
+    else if (how == S_EXITED && after <= grace)
+        snprintf(text, sizeof text, "the trial ended within the %g s stop grace", grace);
+    else
+        snprintf(text, sizeof text, "the trial %s %.1f s after the stop%s",
+                 how == S_LOST   ? "was lost"
+                 : how == S_TOLD ? "was told"
+                                 : "ended",
+                 after, how == S_LOST ? " (its dispatcher lost it or went silent)" : "");
+    ctl__instr_stops_done(c, t, 1, text);
 }
 
-static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason)
+/* Ends t as `state` with `reason`; `how`: how it ended. */
+static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason,
+                  s_ended how)
 {
     ctl_study *s = t->study;
     if (ctl_trial_move(t, state) != 0)
         return;
     ctl__disp_release(t);
-    s_stop_carried_out(c, t);
+    s_stop_carried_out(c, t, how);
     t->row.study_stopped = state == TRIAL_STOPPED && t->plan_by_study;
     ctl_trial_plan_to(t, PLAN_NONE);
     t->load_on_start[0] = 0;
@@ -239,10 +258,10 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
             "%ld trials failed in a row (budget.max_consecutive_failures); the last: %s",
             fails, reason);
         ctl__study_stop(c, s, "controller", why);
-    } else if (t->row.study_stopped && s->row.state == STUDY_RUNNING) {
+    } else if (t->row.study_stopped && s->row.state == STUDY_RUNNING &&
+               ctl__trial_rerun(c, t) == 0) {
         /* its study was resumed while this stop was under way: it runs
            again, as the resume ran the trials the stop had already ended */
-        ctl__trial_rerun(c, t);
         log_info("ctl", "study %s trial %ld runs again (try %ld): the study was resumed",
                  s->row.name, t->row.id, t->row.attempt + 1);
     }
@@ -292,7 +311,7 @@ void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
     json_t *argv = spec_expand_command(s->spec, t->row.params, &serr);
     if (!argv) {
         char buf[400];
-        s_end(c, t, TRIAL_FAILED, spec_strerror(&serr, buf, sizeof buf));
+        s_end(c, t, TRIAL_FAILED, spec_strerror(&serr, buf, sizeof buf), S_EXITED);
         return;
     }
     if (ctl_trial_move(t, TRIAL_STARTING) != 0) {
@@ -355,7 +374,7 @@ void ctl__trial_heard(ctl_t *c, ctl_trial *t)
 
 void ctl__trial_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *reason)
 {
-    s_end(c, t, state, reason);
+    s_end(c, t, state, reason, S_TOLD);
 }
 
 void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
@@ -383,7 +402,7 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
         if (ctl_trial_move(t, TRIAL_SUSPENDED) != 0)
             return;
         ctl__disp_release(t);
-        s_stop_carried_out(c, t);
+        s_stop_carried_out(c, t, h == EXIT_KILLED ? S_KILLED : S_EXITED);
         ctl_trial_plan_to(t, PLAN_NONE);
         snprintf(t->row.reason, sizeof t->row.reason, "%s at step %ld",
                  t->row.preempted ? "preempted (resumes when capacity frees)"
@@ -398,11 +417,12 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
     if (t->plan == PLAN_STOP) {
         char reason[sizeof t->plan_reason];
         snprintf(reason, sizeof reason, "%s", t->plan_reason);
-        s_end(c, t, t->plan_pruned ? TRIAL_PRUNED : TRIAL_STOPPED, reason);
+        s_end(c, t, t->plan_pruned ? TRIAL_PRUNED : TRIAL_STOPPED, reason,
+              h == EXIT_KILLED ? S_KILLED : S_EXITED);
         return;
     }
     if (clean && !wire_is_none(ctl__trial_result(t))) { /* a NaN reported counts */
-        s_end(c, t, TRIAL_COMPLETED, "");
+        s_end(c, t, TRIAL_COMPLETED, "", S_EXITED);
         return;
     }
     char reason[256];
@@ -427,7 +447,7 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
     if (t->row.attempt < t->study->spec->retries)
         s_retry(c, t, reason);
     else
-        s_end(c, t, TRIAL_FAILED, reason);
+        s_end(c, t, TRIAL_FAILED, reason, S_EXITED);
 }
 
 void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
@@ -438,7 +458,7 @@ void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
     if (t->plan == PLAN_STOP || t->plan == PLAN_RELEASE) {
         char reason[sizeof t->plan_reason];
         snprintf(reason, sizeof reason, "%s", t->plan_reason);
-        s_end(c, t, t->plan_pruned ? TRIAL_PRUNED : TRIAL_STOPPED, reason);
+        s_end(c, t, t->plan_pruned ? TRIAL_PRUNED : TRIAL_STOPPED, reason, S_LOST);
         return;
     }
     /* losing a trial is not its fault: it gets its retries plus two; a
@@ -446,7 +466,7 @@ void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
     if (t->row.attempt < t->study->spec->retries + 2)
         s_retry(c, t, why);
     else
-        s_end(c, t, TRIAL_FAILED, why);
+        s_end(c, t, TRIAL_FAILED, why, S_LOST);
 }
 
 /* A "load" gives the trial new params: a new generation, with the donor
@@ -516,11 +536,22 @@ void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who)
     snprintf(t->load_on_start, sizeof t->load_on_start, "%s", t->row.checkpoint);
 }
 
-void ctl__trial_rerun(ctl_t *c, ctl_trial *t)
+int ctl__trial_rerun(ctl_t *c, ctl_trial *t)
 {
+    if (t->study->spec->ask_only) {
+        /* nothing hands out a pending asked trial: one the study's stop
+           has not ended keeps running (its tell a normal result), one told
+           meanwhile stays as it ended */
+        if (ctl_trial_active(t) && t->plan == PLAN_STOP && t->plan_by_study &&
+            ctl_trial_plan_to(t, PLAN_NONE) == 0)
+            ctl__instr_stops_done(c, t, 0,
+                                  "withdrawn: the study was resumed before the trial "
+                                  "was told");
+        return -1;
+    }
     if (t->row.state != TRIAL_STOPPED || !t->row.study_stopped ||
         ctl_trial_move(t, TRIAL_PENDING) != 0)
-        return;
+        return -1;
     s_new_attempt(t);
     t->row.study_stopped = 0;
     /* a fresh run: nothing of the stopped attempt shows as this one's
@@ -529,6 +560,7 @@ void ctl__trial_rerun(ctl_t *c, ctl_trial *t)
     t->row.exit_how[0] = 0;
     t->row.exit_code = 0;
     ctl__trial_save(c, t);
+    return 0;
 }
 
 void ctl__trial_checkpoint(ctl_t *c, ctl_trial *t, long step, const char *path)
@@ -633,7 +665,8 @@ void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason
 {
     if (t->row.state == TRIAL_PENDING || t->row.state == TRIAL_SUSPENDED) {
         t->plan_by_study = by == CTL_STOP_BY_STUDY;
-        s_end(c, t, TRIAL_STOPPED, reason); /* never ran this attempt: not pruned */
+        /* never ran this attempt: not pruned */
+        s_end(c, t, TRIAL_STOPPED, reason, S_EXITED);
         return;
     }
     if (!ctl_trial_active(t) || t->plan == PLAN_STOP || t->plan == PLAN_RELEASE)

@@ -60,8 +60,12 @@ void ctl__trial_stop(ctl_t *c, ctl_trial *t, const char *who, const char *reason
    instruction's id, or -1 (nothing sent). */
 long ctl__trial_release(ctl_t *c, ctl_trial *t, const char *who);
 void ctl__trial_unsuspend(ctl_t *c, ctl_trial *t, const char *who);
-/* A stopped trial of a resumed study runs again (STOPPED -> PENDING). */
-void ctl__trial_rerun(ctl_t *c, ctl_trial *t);
+/* t's study was resumed: t, if its study's stop ended it, runs again
+   (STOPPED -> PENDING); 0 then, else -1. An asked trial (ask-only study)
+   never runs again: one still being stopped by the study keeps running,
+   its stop withdrawn (resolved as not applied), so its tell stands; one
+   that ended stays as it ended. */
+int ctl__trial_rerun(ctl_t *c, ctl_trial *t);
 /* Kills it for a restart from `path` (plan RESTART). */
 void ctl__trial_restart_from(ctl_t *c, ctl_trial *t, const char *path,
                              const char *reason);

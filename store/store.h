@@ -379,6 +379,10 @@ void store_set_actor(store_t *s, const char *actor);
 /* Marks an event applied/refused with its latency. */
 int store_event_resolve(store_t *s, long event_id, int applied, double latency_s,
                         const char *detail);
+/* Resolves every instruction event not resolved yet as not applied, with
+   `result`: at a controller's start, as the instructions it held in
+   memory are gone. The number resolved, or -1. */
+long store_events_resolve_instructions(store_t *s, const char *result);
 /* Events of a study as a JSON array (caller owns). */
 json_t *store_events_list(store_t *s, long study_id);
 /* The detail's "reason" of the study's latest event of `kind` into buf

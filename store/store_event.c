@@ -44,6 +44,16 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
     return store__exec(s, st);
 }
 
+long store_events_resolve_instructions(store_t *s, const char *result)
+{
+    sqlite3_stmt *st = store__prepare(s, "UPDATE events SET applied=0, result=? WHERE "
+                                         "kind='instruction' AND applied IS NULL");
+    if (!st)
+        return -1;
+    store__bind_text_or_null(st, 1, result);
+    return store__exec(s, st) == 0 ? (long)sqlite3_changes(store__db(s)) : -1;
+}
+
 /* An event row: EVENT_COLS, read by s_event_row through EVENT_C_*. */
 #define EVENT_COLS                                                                       \
     "id, time, trial_id, who, kind, detail, applied, latency_s, result, actor"

@@ -839,6 +839,104 @@ TEST(a_scheduler_stop_prunes_and_best_counts_completed_only)
     ctl_destroy(&c);
 }
 
+/* The result recorded for trial `trial`'s stop instruction ("" when it
+   has none or it is unresolved); *applied 1 or 0 (-1: unresolved). */
+static const char *s_stop_result(ctl_t *c, const ctl_study *s, long trial, int *applied)
+{
+    static char text[400];
+    text[0] = 0;
+    *applied = -1;
+    json_t *ev = store_events_list(c->store, s->row.id);
+    size_t i;
+    json_t *e;
+    json_array_foreach(ev, i, e)
+    {
+        const char *kind = json_string_value(json_object_get(e, "kind"));
+        json_t *detail = json_object_get(e, "detail");
+        const char *ins = json_string_value(json_object_get(detail, "kind"));
+        json_t *ap = json_object_get(e, "applied"), *r = json_object_get(e, "result");
+        if (json_integer_value(json_object_get(e, "trial")) != trial || !kind ||
+            strcmp(kind, "instruction") || !ins || strcmp(ins, "stop") ||
+            json_is_null(ap))
+            continue;
+        *applied = json_is_true(ap);
+        snprintf(text, sizeof text, "%s",
+                 json_string_value(r) ? json_string_value(r) : "");
+    }
+    json_decref(ev);
+    return text;
+}
+
+/* A stop's result says how the trial ended: within the grace only when
+   it did, by the grace's kill, lost (its dispatcher dead), told (an asked
+   trial, much later). Each is carried out (applied). */
+TEST(a_stops_result_says_how_the_trial_ended)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    ctl_study *s = s_submit(c, "ends", 4, 4, "{\"command\":[\"true\"]}");
+    REQUIRE(s);
+    s_disp_up(c, 4);
+    for (int k = 0; k < 4 && s->ntrials < 4; k++)
+        ctl__tick(c, util_now());
+    REQUIRE(s->ntrials == 4);
+    for (size_t i = 0; i < 4; i++) {
+        ctl__trial_heard(c, s->trials[i]);
+        ctl__trial_stop(c, s->trials[i], "cli", "enough", CTL_STOP_BY_PERSON);
+    }
+    s_commit(c, "");
+    double grace = ctl__stop_grace();
+    char want[200];
+    int applied;
+    /* its own exit within the grace */
+    ctl_trial *t = s->trials[0];
+    ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
+    snprintf(want, sizeof want, "the trial ended within the %g s stop grace", grace);
+    CHECK_STR(s_stop_result(c, s, t->row.id, &applied), want);
+    CHECK(applied == 1);
+    /* the kill at the end of the grace */
+    t = s->trials[1];
+    ctl__trial_tick(c, t, t->plan_since + grace + 1);
+    CHECK(s_commit(c, "kill") == 1);
+    ctl__trial_exited(c, t, "killed", -1, NULL, NULL);
+    snprintf(want, sizeof want, "carried out by a kill at the end of the %g s stop grace",
+             grace);
+    CHECK_STR(s_stop_result(c, s, t->row.id, &applied), want);
+    CHECK(applied == 1);
+    /* lost (its dispatcher dead), after a kill that went nowhere */
+    t = s->trials[2];
+    ctl__trial_tick(c, t, t->plan_since + grace + 1);
+    t->plan_since -= 30;
+    ctl__trial_lost(c, t, "lost: no word from the trial or its dispatcher");
+    CHECK(t->row.state == TRIAL_STOPPED);
+    const char *r = s_stop_result(c, s, t->row.id, &applied);
+    CHECK(!strncmp(r, "the trial was lost 30", 21) &&
+          strstr(r, " s after the stop (its dispatcher lost it or went silent)"));
+    CHECK(applied == 1);
+    /* its own exit, after the grace (no kill reached it) */
+    t = s->trials[3];
+    t->plan_since -= grace + 5;
+    ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
+    r = s_stop_result(c, s, t->row.id, &applied);
+    CHECK(!strncmp(r, "the trial ended ", 16) && !strstr(r, "within") &&
+          strstr(r, " s after the stop"));
+    s_commit(c, "");
+
+    /* an asked trial told an hour after its stop */
+    double t0;
+    ctl_study *a = s_one_running(c, "told", &t, &t0);
+    REQUIRE(a && t);
+    a->spec->ask_only = 1;
+    ctl__trial_stop(c, t, "cli", "enough", CTL_STOP_BY_PERSON);
+    t->plan_since -= 3600;
+    ctl__trial_end(c, t, TRIAL_STOPPED, "enough");
+    r = s_stop_result(c, a, t->row.id, &applied);
+    CHECK(!strncmp(r, "the trial was told 3600", 23) && strstr(r, " s after the stop"));
+    CHECK(applied == 1);
+    s_commit(c, "");
+    ctl_destroy(&c);
+}
+
 /* ---- 7. dispatchers by name ---- */
 
 TEST(dispatchers_are_found_by_name_after_adds_and_removals)
@@ -913,6 +1011,7 @@ int main(void)
     RUN(a_stop_without_a_transaction_is_tried_at_the_next_pass);
     RUN(an_ask_only_trial_stays_due);
     RUN(a_scheduler_stop_prunes_and_best_counts_completed_only);
+    RUN(a_stops_result_says_how_the_trial_ended);
     RUN(dispatchers_are_found_by_name_after_adds_and_removals);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", s_dir);

@@ -13,7 +13,7 @@ import time
 
 from conftest import BUILD, JIZHI, ROOT
 from test_auth import as_key, cli, curve_controller, free_port, keygen, write_keys
-from test_recovery import stop
+from test_recovery import kill9_and_restart, start_controller, stop
 
 sys.path.insert(0, os.path.join(ROOT, "trial_helper", "python"))
 
@@ -328,3 +328,71 @@ def test_step_round_trip_ask_enqueue_export(jz):
         assert show["spec"]["space"]["x"]["step"] == 0.25
     finally:
         stop(ctl)
+
+
+def test_a_study_stop_and_resume_leave_asked_trials_to_their_tell(jz):
+    """A resume never runs an asked trial again: nothing hands out a pending
+    trial of an ask-only study (it stayed pending and the study never
+    finished). One still running when the study resumes keeps running, its
+    stop withdrawn, so its tell stands; one told while the study was
+    stopped stays as it ended, its stop carried out by the tell."""
+    jz.write_spec(ask_spec("sr", trials=1), "sr.json")
+    jz.write_spec(ask_spec("st", trials=1), "st.json")
+    ctl = jz.popen("controller", "--db", jz.db)
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the endpoint file")
+        jz.run("study", "submit", "sr.json", check=0)
+        jz.run("study", "submit", "st.json", check=0)
+        a = jz.run("trial", "ask", "sr", check=0).stdout.split()[0]
+        b = jz.run("trial", "ask", "st", check=0).stdout.split()[0]
+        # stop, resume, then the tell
+        jz.run("study", "stop", "sr", check=0)
+        jz.run("study", "resume", "sr", check=0)
+        p = jz.run("trial", "tell", a, "0.5", check=0)
+        assert p.stdout.strip() == f"trial {a}: completed, value 0.5"
+        # stop, the tell, then resume
+        jz.run("study", "stop", "st", check=0)
+        p = jz.run("trial", "tell", b, "0.25", check=0)
+        assert p.stdout.strip() == f"trial {b}: stopped, value 0.25"
+        jz.run("study", "resume", "st", check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM studies WHERE state='finished'")
+                    == [(2,)], 20, "both studies to finish")
+        assert jz.sql("SELECT id, state, attempt, value FROM trials ORDER BY id") == [
+            (int(a), "completed", 0, 0.5), (int(b), "stopped", 0, 0.25)]
+        (wa, wb) = jz.sql("SELECT trial_id, applied, result FROM events WHERE "
+                          "kind='instruction' ORDER BY trial_id")
+        assert wa == (int(a), 0, "withdrawn: the study was resumed before the trial was "
+                      "told"), wa
+        assert wb[:2] == (int(b), 1) and wb[2].startswith("the trial was told "), wb
+        assert wb[2].endswith(" s after the stop"), wb
+    finally:
+        stop(ctl)
+
+
+def test_instructions_a_killed_controller_held_are_resolved_at_the_restart(jz):
+    """An asked trial never polls: its set and stop wait in the controller's
+    memory, and a kill -9 lost them (`study events` showed them pending for
+    good). The next controller resolves them as not applied, saying why;
+    the trial's tell then completes it (the stop went with the controller)."""
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    ctl2 = None
+    try:
+        jz.run("study", "submit", jz.write_spec(ask_spec("k9", trials=1)), check=0)
+        tid = jz.run("trial", "ask", "k9", check=0).stdout.split()[0]
+        jz.run("trial", "set", tid, "x=0.5", "--no-wait", check=0)
+        jz.run("trial", "stop", tid, check=0)
+        held = "SELECT COUNT(*) FROM events WHERE kind='instruction' AND applied IS NULL"
+        assert jz.sql(held) == [(2,)]
+        ctl2 = kill9_and_restart(jz, ctl, ep)
+        jz.wait_for(lambda: jz.sql(held) == [(0,)], 20, "the instructions to be resolved")
+        why = "the controller restarted before it was resolved"
+        assert jz.sql("SELECT applied, result FROM events WHERE kind='instruction'") == [
+            (0, why), (0, why)]
+        p = jz.run("study", "events", "k9", check=0)
+        lines = [x for x in p.stdout.splitlines() if why in x]
+        assert len(lines) == 2 and all("refused" in x for x in lines), p.stdout
+        p = jz.run("trial", "tell", tid, "0.5", check=0)
+        assert p.stdout.strip() == f"trial {tid}: completed, value 0.5"
+    finally:
+        stop(*(x for x in (ctl, ctl2) if x))
