@@ -178,9 +178,12 @@ void disp__proc_fini(disp__proc *p);
    (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
    MASTER_PORT a free port, JIZHI_RANK, JIZHI_RANKS, JIZHI_GPUS_PER_RANK,
    OMP_NUM_THREADS=1 unless set, CUDA_VISIBLE_DEVICES: rank r the r-th
-   `gpus` of a->cuda_devices). A rank that fails ends the others (SIGTERM,
-   SIGKILL after a->kill_grace_s); the launcher then writes one line naming
-   the rank, how it ended and its last stderr line, and ends the same way.
+   `gpus` of a->cuda_devices), their stdout and stderr to the trial's logs
+   in whole lines prefixed "[rankN]: ". A rank that fails ends the others
+   (SIGTERM, SIGKILL after a->kill_grace_s); the launcher then writes one
+   line naming the rank, how it ended and its last stderr line, and ends
+   the same way. Signalled itself (stop, kill, timeout), it ends the ranks
+   the same way and writes each rank's last stderr line, blaming none.
    Fills p like disp__spawn. 0, or -1 with err when nothing was started. */
 int disp__torch_spawn(const disp__spawn_args *a, disp__proc *p, char *err,
                       size_t errsize);

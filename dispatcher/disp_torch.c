@@ -15,11 +15,15 @@
     The ranks stay in the launcher's process group, so the dispatcher's
     signals to the group (stop, kill, timeout) reach every rank, and each
     has PR_SET_PDEATHSIG(SIGKILL): none outlives its launcher. A rank's
-    stderr goes through a pipe to the trial's stderr log, the launcher
-    keeping its last KiB. A rank that exits 0 is waited for (the others go
-    on, as under torchrun); one that exits non-zero or dies by a signal ends
-    the trial: the others get SIGTERM, SIGKILL after kill_grace_s, and once
-    all are reaped the launcher writes one line to the stderr log
+    stdout and stderr go through pipes to the trial's logs in whole lines,
+    each prefixed with its rank as torchrun's --tee does ("[rank1]: ...";
+    a line longer than TORCH_LINE is split, a last line without a newline
+    is written when the rank's pipe ends), the launcher keeping the last
+    KiB of each rank's stderr. A rank that exits 0 is waited for (the
+    others go on, as under torchrun); one that exits non-zero or dies by a
+    signal ends the trial: the others get SIGTERM, SIGKILL after
+    kill_grace_s, and once all are reaped the launcher writes one line to
+    the stderr log
 
         jizhi: rank 1 of 2 (pid 4242) was killed by signal 9 (SIGKILL); its
         last stderr line: ...
@@ -27,6 +31,16 @@
     (the last line, so it becomes the attempt's stderr_tail and the trial's
     reason) and ends the same way (the same exit code, or the same signal
     raised on itself), which the dispatcher reports as the attempt's end.
+    When the launcher itself is signalled (the dispatcher's stop, kill or
+    timeout, sent to the whole group) before any rank failed, no rank is
+    to blame: it ends the ranks the same way, writes a line per rank (still
+    running or exited 0 before, its last stderr line and how long before
+    the signal it wrote it), then the last line
+
+        jizhi: SIGTERM (stop, kill or timeout) ended the 2 ranks; last
+        stderr lines: rank 0: ...; rank 1: ...
+
+    and ends by that signal (exit 0 when every rank exited 0).
     An exec failure of the ranks travels back over the trial's exec-status
     pipe like a plain trial's (start_failed).
 
@@ -52,11 +66,13 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define TORCH_TAIL 1024 /* bytes of each rank's stderr kept for the reason */
+#define TORCH_TAIL 1024        /* bytes of each rank's stderr kept for the reason */
+#define TORCH_LINE (64 * 1024) /* a rank's longer line is written in pieces */
 
 extern char **environ;
 
@@ -68,13 +84,17 @@ typedef struct {
     char ***envp;      /* [n] each rank's environment */
     pid_t *pid;        /* [n] */
     int *status;       /* [n] wait status */
-    int *done;         /* [n] reaped */
-    int *err_fd;       /* [n] read end of its stderr pipe, -1 at EOF */
+    int *done;         /* [n] 0, or the sweep of the loop that reaped it (from 1) */
+    int *fd;           /* [2n] read ends of rank r's stdout (2r) and stderr
+                          (2r + 1) pipes, -1 at EOF */
     int *pidfd;        /* [n] or -1 */
     char *tail;        /* [n * TORCH_TAIL] last bytes of each rank's stderr */
     size_t *tail_len;  /* [n] */
-    struct pollfd *pf; /* [2n] */
-    int *pf_rank;      /* [2n] the rank of each pollfd */
+    double *err_at;    /* [n] when its stderr last had something (s_now), or 0 */
+    char *line;        /* [2n * TORCH_LINE] each pipe's unfinished line */
+    size_t *line_len;  /* [2n] */
+    struct pollfd *pf; /* [3n] */
+    int *pf_idx;       /* [3n] the pipe (2r + s) of each pollfd, or -1 - r: pidfd */
 } s_launch;
 
 static volatile sig_atomic_t s_signalled; /* the launcher got SIGTERM/INT/HUP */
@@ -123,24 +143,87 @@ static void s_tail_add(s_launch *L, int r, const char *b, size_t n)
     L->tail_len[r] = len + n;
 }
 
-/* Rank r's stderr to the trial's (fd 2), kept in its tail. Reads what is
-   there; returns 0 at EOF (fd closed), 1 otherwise. */
-static int s_pump(s_launch *L, int r)
+/* Writes pipe i's unfinished line to the trial's stdout (i even) or
+   stderr (i odd) as one line, prefixed with its rank as torchrun's --tee
+   does, and empties it. */
+static void s_line_flush(s_launch *L, int i)
+{
+    char prefix[32];
+    int k =
+        snprintf(prefix, sizeof prefix, "[rank%d]:%s", i / 2, L->line_len[i] ? " " : "");
+    struct iovec v[3] = {{prefix, (size_t)k},
+                         {L->line + (size_t)i * TORCH_LINE, L->line_len[i]},
+                         {"\n", 1}};
+    size_t left = (size_t)k + L->line_len[i] + 1;
+    int fd = i % 2 ? 2 : 1, at = 0;
+    L->line_len[i] = 0;
+    while (left > 0) { /* one writev for the line, unless the file takes less */
+        ssize_t w = writev(fd, v + at, 3 - at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        left -= (size_t)w;
+        while (at < 3 && (size_t)w >= v[at].iov_len)
+            w -= (ssize_t)v[at++].iov_len;
+        if (at < 3) {
+            v[at].iov_base = (char *)v[at].iov_base + w;
+            v[at].iov_len -= (size_t)w;
+        }
+    }
+}
+
+/* Adds what pipe i gave to its unfinished line, writing each line it
+   completes (and the line so far when it reaches TORCH_LINE). */
+static void s_line_add(s_launch *L, int i, const char *b, size_t n)
+{
+    char *line = L->line + (size_t)i * TORCH_LINE;
+    while (n > 0) {
+        const char *nl = memchr(b, '\n', n);
+        size_t take = nl ? (size_t)(nl - b) : n;
+        size_t room = TORCH_LINE - L->line_len[i];
+        if (take > room)
+            take = room;
+        memcpy(line + L->line_len[i], b, take);
+        L->line_len[i] += take;
+        b += take;
+        n -= take;
+        if (n > 0 && *b == '\n') { /* the line ends here */
+            b++;
+            n--;
+            s_line_flush(L, i);
+        } else if (L->line_len[i] == TORCH_LINE) {
+            s_line_flush(L, i);
+        }
+    }
+}
+
+/* Reads what pipe i (rank i / 2's stdout or stderr) has: to the trial's
+   log in lines (s_line_add), a stderr's also kept in its tail. At EOF
+   closes it and writes its last unfinished line. Returns 0 at EOF, 1
+   otherwise. */
+static int s_pump(s_launch *L, int i)
 {
     char buf[4096];
+    int r = i / 2;
     for (;;) {
-        ssize_t k = read(L->err_fd[r], buf, sizeof buf);
+        ssize_t k = read(L->fd[i], buf, sizeof buf);
         if (k > 0) {
-            s_write_all(2, buf, (size_t)k);
-            s_tail_add(L, r, buf, (size_t)k);
+            s_line_add(L, i, buf, (size_t)k);
+            if (i % 2) {
+                s_tail_add(L, r, buf, (size_t)k);
+                L->err_at[r] = s_now();
+            }
             continue;
         }
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0) /* EAGAIN: nothing now */
             return 1;
-        close(L->err_fd[r]);
-        L->err_fd[r] = -1;
+        close(L->fd[i]);
+        L->fd[i] = -1;
+        if (L->line_len[i] > 0) /* a last line without its newline */
+            s_line_flush(L, i);
         return 0;
     }
 }
@@ -153,9 +236,10 @@ static void s_signal_live(s_launch *L, int sig)
             kill(L->pid[r], sig);
 }
 
-/* Reaps what ended. Returns the rank that failed first in this sweep (a
-   death by signal before a non-zero exit), or -1. */
-static int s_reap(s_launch *L, int *live)
+/* Reaps what ended, marking it done in `sweep`. Returns the rank that
+   failed first in this sweep (a death by signal before a non-zero exit),
+   or -1. */
+static int s_reap(s_launch *L, int *live, int sweep)
 {
     int failed = -1;
     *live = 0;
@@ -168,7 +252,7 @@ static int s_reap(s_launch *L, int *live)
             ++*live;
             continue;
         }
-        L->done[r] = 1;
+        L->done[r] = sweep;
         L->status[r] = w < 0 ? (127 << 8) : st; /* reaped elsewhere: a failure */
         if (L->pidfd[r] >= 0) {
             close(L->pidfd[r]);
@@ -197,39 +281,103 @@ static void s_tail_line(const s_launch *L, int r, char *buf, size_t size)
     buf[m] = 0;
 }
 
+/* "SIGTERM" for 15, into buf. */
+static const char *s_sig_name(int sig, char *buf, size_t size)
+{
+    const char *abbr = sigabbrev_np(sig);
+    snprintf(buf, size, "SIG%s", abbr ? abbr : "?");
+    return buf;
+}
+
+/* Writes the text in line (k from its snprintf) as one line of the
+   trial's stderr, cut to the buffer's size. */
+static void s_say(const char *line, int k, size_t size)
+{
+    s_write_all(2, line, k > 0 && (size_t)k < size ? (size_t)k : size - 1);
+    if (k < 0 || (size_t)k >= size)
+        s_write_all(2, "\n", 1);
+}
+
+/* Ends the launcher by sig (raised on itself, no core dump), or with
+   exit code `code` when sig is 0. */
+static void __attribute__((noreturn)) s_exit_like(int sig, int code)
+{
+    if (sig) {
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core); /* a rank dumped its own, if any */
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_DFL;
+        sigaction(sig, &sa, NULL);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        kill(getpid(), sig);
+        _exit(128 + sig);
+    }
+    _exit(code);
+}
+
 /* Ends the launcher the way rank r ended (after the line naming it). */
 static void __attribute__((noreturn)) s_end_as(s_launch *L, int r)
 {
     int st = L->status[r];
-    char how[96], last[160], line[400];
-    if (WIFSIGNALED(st)) {
-        const char *abbr = sigabbrev_np(WTERMSIG(st));
-        snprintf(how, sizeof how, "was killed by signal %d (SIG%s)", WTERMSIG(st),
-                 abbr ? abbr : "?");
-    } else {
+    char how[96], last[160], line[400], name[32];
+    if (WIFSIGNALED(st))
+        snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(st),
+                 s_sig_name(WTERMSIG(st), name, sizeof name));
+    else
         snprintf(how, sizeof how, "exited with code %d", WEXITSTATUS(st));
-    }
     s_tail_line(L, r, last, sizeof last);
     int k = snprintf(
-        line, sizeof line, "\njizhi: rank %d of %d (pid %d) %s%s%s\n", r, L->n,
+        line, sizeof line, "jizhi: rank %d of %d (pid %d) %s%s%s\n", r, L->n,
         (int)L->pid[r], how,
         last[0] ? "; its last stderr line: " : "; it wrote nothing to stderr", last);
-    s_write_all(2, line, k > 0 && (size_t)k < sizeof line ? (size_t)k : sizeof line - 1);
-    if (WIFSIGNALED(st)) {
-        struct rlimit no_core = {0, 0};
-        setrlimit(RLIMIT_CORE, &no_core); /* the rank dumped its own, if any */
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = SIG_DFL;
-        sigaction(WTERMSIG(st), &sa, NULL);
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, WTERMSIG(st));
-        sigprocmask(SIG_UNBLOCK, &set, NULL);
-        kill(getpid(), WTERMSIG(st));
-        _exit(128 + WTERMSIG(st));
+    s_say(line, k, sizeof line);
+    s_exit_like(WIFSIGNALED(st) ? WTERMSIG(st) : 0, WEXITSTATUS(st));
+}
+
+/* The launcher got sig at time `at`, in the loop's sweep `sweep`, before
+   any rank failed: the dispatcher ends the trial (stop, kill, timeout),
+   and the ranks it ended are not the cause. Writes what is known of each
+   rank (running or exited 0 before, its last stderr line and when it
+   wrote it), then a last line with every rank's last stderr line, and
+   ends by sig (exit 0 when every rank exited 0). */
+static void __attribute__((noreturn))
+s_end_signalled(s_launch *L, int sig, double at, int sweep)
+{
+    char name[32], last[160], line[400], sum[400];
+    int all_ok = 1;
+    s_sig_name(sig, name, sizeof name);
+    int m = snprintf(sum, sizeof sum,
+                     "jizhi: %s (stop, kill or timeout) ended the %d rank%s; "
+                     "last stderr lines:",
+                     name, L->n, L->n == 1 ? "" : "s");
+    for (int r = 0; r < L->n; r++) {
+        int before = L->done[r] && L->done[r] < sweep; /* exited 0 (else: failed) */
+        all_ok &= WIFEXITED(L->status[r]) && WEXITSTATUS(L->status[r]) == 0;
+        s_tail_line(L, r, last, sizeof last);
+        char when[64] = "";
+        if (last[0])
+            snprintf(when, sizeof when, " (%.0f s before the %s)",
+                     at - L->err_at[r] > 0 ? at - L->err_at[r] : 0.0, name);
+        int k = snprintf(
+            line, sizeof line, "jizhi: rank %d of %d (pid %d) %s the %s came%s%s%s%s\n",
+            r, L->n, (int)L->pid[r],
+            before ? "had exited with code 0 before" : "was running when", name,
+            last[0] ? "; its last stderr line" : "; it wrote nothing to stderr", when,
+            last[0] ? ": " : "", last);
+        s_say(line, k, sizeof line);
+        if (m > 0 && (size_t)m < sizeof sum)
+            m += snprintf(sum + m, sizeof sum - (size_t)m, "%s rank %d%s: %s",
+                          r ? ";" : "", r, before ? " (had exited 0)" : "",
+                          last[0] ? last : "(nothing)");
     }
-    _exit(WEXITSTATUS(st));
+    if (m > 0 && (size_t)m < sizeof sum - 1)
+        sum[m++] = '\n';
+    s_say(sum, m, sizeof sum);
+    s_exit_like(all_ok ? 0 : sig, 0);
 }
 
 /* The launcher: runs in the trial's child process instead of exec (see
@@ -259,15 +407,17 @@ static void __attribute__((noreturn)) s_launch_main(void *arg, char **argv, int 
 
     int exec_err = 0;
     for (int r = 0; r < L->n && !exec_err; r++) {
-        int ep[2], errp[2];
-        if (pipe2(ep, O_CLOEXEC) != 0) {
+        /* ep: the exec status; io[0], io[1]: its stdout and stderr */
+        int ep[2] = {-1, -1}, io[2][2] = {{-1, -1}, {-1, -1}};
+        if (pipe2(ep, O_CLOEXEC) != 0 || pipe2(io[0], O_CLOEXEC) != 0 ||
+            pipe2(io[1], O_CLOEXEC) != 0) {
             exec_err = errno;
-            break;
-        }
-        if (pipe2(errp, O_CLOEXEC) != 0) {
-            exec_err = errno;
-            close(ep[0]);
-            close(ep[1]);
+            for (int *fd = ep; fd < ep + 2; fd++)
+                if (*fd >= 0)
+                    close(*fd);
+            for (int *fd = &io[0][0]; fd < &io[0][0] + 4; fd++)
+                if (*fd >= 0)
+                    close(*fd);
             break;
         }
         pid_t pid = fork();
@@ -277,7 +427,7 @@ static void __attribute__((noreturn)) s_launch_main(void *arg, char **argv, int 
                 _exit(127);
             util_on_stop_signals(SIG_DFL, 1);
             int e = 0;
-            if (dup2(errp[1], 2) < 0)
+            if (dup2(io[0][1], 1) < 0 || dup2(io[1][1], 2) < 0)
                 e = errno;
             if (!e) {
                 environ = L->envp[r];
@@ -289,16 +439,20 @@ static void __attribute__((noreturn)) s_launch_main(void *arg, char **argv, int 
         }
         int fork_errno = errno;
         close(ep[1]);
-        close(errp[1]);
+        close(io[0][1]);
+        close(io[1][1]);
         if (pid < 0) {
             exec_err = fork_errno;
             close(ep[0]);
-            close(errp[0]);
+            close(io[0][0]);
+            close(io[1][0]);
             break;
         }
         L->pid[r] = pid;
-        L->err_fd[r] = errp[0];
-        fcntl(errp[0], F_SETFL, O_NONBLOCK);
+        for (int s = 0; s < 2; s++) {
+            L->fd[2 * r + s] = io[s][0];
+            fcntl(io[s][0], F_SETFL, O_NONBLOCK);
+        }
         L->pidfd[r] = -1;
 #ifdef SYS_pidfd_open
         L->pidfd[r] = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -324,28 +478,35 @@ static void __attribute__((noreturn)) s_launch_main(void *arg, char **argv, int 
     }
     close(3); /* every rank runs: the dispatcher sees the trial start */
 
-    int first = -1, live = L->n, stopping = 0;
-    double kill_at = 0;
+    int first = -1, live = L->n, stopping = 0, sig = 0, sweep = 0, sig_sweep = 0;
+    double kill_at = 0, sig_at = 0;
     while (live > 0) {
         int np = 0;
-        for (int r = 0; r < L->n; r++) {
-            if (L->err_fd[r] >= 0) {
-                L->pf[np] = (struct pollfd){L->err_fd[r], POLLIN, 0};
-                L->pf_rank[np++] = r;
+        for (int i = 0; i < 2 * L->n; i++)
+            if (L->fd[i] >= 0) {
+                L->pf[np] = (struct pollfd){L->fd[i], POLLIN, 0};
+                L->pf_idx[np++] = i;
             }
+        for (int r = 0; r < L->n; r++)
             if (L->pidfd[r] >= 0) {
                 L->pf[np] = (struct pollfd){L->pidfd[r], POLLIN, 0};
-                L->pf_rank[np++] = -1 - r;
+                L->pf_idx[np++] = -1 - r;
             }
-        }
         poll(L->pf, (nfds_t)np, stopping ? 50 : 200);
         for (int i = 0; i < np; i++)
-            if (L->pf_rank[i] >= 0 && (L->pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                s_pump(L, L->pf_rank[i]);
-        int failed = s_reap(L, &live);
-        if (failed >= 0 && first < 0)
+            if (L->pf_idx[i] >= 0 && (L->pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                s_pump(L, L->pf_idx[i]);
+        int failed = s_reap(L, &live, ++sweep);
+        if (!stopping && s_signalled) {
+            /* read after the sweep: a rank it reaped may have died of the
+               same signal (the dispatcher's go to the whole group) */
+            sig = s_signalled;
+            sig_at = s_now();
+            sig_sweep = sweep;
+        } else if (!stopping && failed >= 0) {
             first = failed;
-        if (!stopping && (failed >= 0 || s_signalled)) {
+        }
+        if (!stopping && (first >= 0 || sig)) {
             stopping = 1; /* a rank failed, or the dispatcher ends the trial */
             s_signal_live(L, SIGTERM);
             kill_at = s_now() + L->grace_s;
@@ -357,11 +518,13 @@ static void __attribute__((noreturn)) s_launch_main(void *arg, char **argv, int 
     }
     /* what the ranks wrote last (a rank's own child may still hold its
        pipe: read what is there, do not wait for EOF) */
-    for (int r = 0; r < L->n; r++)
-        if (L->err_fd[r] >= 0)
-            s_pump(L, r);
+    for (int i = 0; i < 2 * L->n; i++)
+        if (L->fd[i] >= 0 && s_pump(L, i) && L->line_len[i] > 0)
+            s_line_flush(L, i);
     if (first >= 0)
         s_end_as(L, first);
+    if (sig)
+        s_end_signalled(L, sig, sig_at, sig_sweep);
     _exit(0);
 }
 
@@ -420,12 +583,15 @@ static void s_launch_free(s_launch *L)
     free(L->pid);
     free(L->status);
     free(L->done);
-    free(L->err_fd);
+    free(L->fd);
     free(L->pidfd);
     free(L->tail);
     free(L->tail_len);
+    free(L->err_at);
+    free(L->line);
+    free(L->line_len);
     free(L->pf);
-    free(L->pf_rank);
+    free(L->pf_idx);
     free(L);
 }
 
@@ -458,17 +624,23 @@ int disp__torch_spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_
     L->pid = calloc((size_t)n, sizeof *L->pid);
     L->status = calloc((size_t)n, sizeof *L->status);
     L->done = calloc((size_t)n, sizeof *L->done);
-    L->err_fd = calloc((size_t)n, sizeof *L->err_fd);
+    L->fd = calloc(2 * (size_t)n, sizeof *L->fd);
     L->pidfd = calloc((size_t)n, sizeof *L->pidfd);
     L->tail = malloc((size_t)n * TORCH_TAIL);
     L->tail_len = calloc((size_t)n, sizeof *L->tail_len);
-    L->pf = calloc(2 * (size_t)n, sizeof *L->pf);
-    L->pf_rank = calloc(2 * (size_t)n, sizeof *L->pf_rank);
-    if (!L->envp || !L->pid || !L->status || !L->done || !L->err_fd || !L->pidfd ||
-        !L->tail || !L->tail_len || !L->pf || !L->pf_rank)
+    L->err_at = calloc((size_t)n, sizeof *L->err_at);
+    /* untouched until a rank writes a long line (the launcher, a child of
+       a threaded process, must not allocate) */
+    L->line = malloc(2 * (size_t)n * TORCH_LINE);
+    L->line_len = calloc(2 * (size_t)n, sizeof *L->line_len);
+    L->pf = calloc(3 * (size_t)n, sizeof *L->pf);
+    L->pf_idx = calloc(3 * (size_t)n, sizeof *L->pf_idx);
+    if (!L->envp || !L->pid || !L->status || !L->done || !L->fd || !L->pidfd ||
+        !L->tail || !L->tail_len || !L->err_at || !L->line || !L->line_len || !L->pf ||
+        !L->pf_idx)
         goto oom;
     for (int r = 0; r < n; r++) {
-        L->err_fd[r] = L->pidfd[r] = -1;
+        L->fd[2 * r] = L->fd[2 * r + 1] = L->pidfd[r] = -1;
         json_t *env = st->env ? json_deep_copy(st->env) : json_object();
         char *cuda =
             a->cuda_devices ? s_rank_devices(a->cuda_devices, st->gpus, r) : NULL;

@@ -9,10 +9,12 @@ gone too.
 
 The ranks are plain torch DDP programs with gloo on CPU, run by Debian's
 /usr/bin/python3 (python3-torch) on a Fashion-MNIST subset with the
-example's model (examples/torch/train.py); the tests skip, saying why,
-where it has no torch or the dataset is missing.
+example's model (examples/torch/train.py); those tests skip, saying why,
+where it has no torch or the dataset is missing. The launcher's own
+tests (its log lines, a trial it ends on a timeout) run /bin/sh ranks.
 """
 import os
+import re
 import signal
 import textwrap
 
@@ -20,7 +22,13 @@ from conftest import base_spec
 from test_recovery import stop
 from torchutil import EXAMPLE, PY, daemons, needs_fmnist, needs_torch, records
 
-pytestmark = [needs_torch("torch.distributed"), needs_fmnist()]
+TORCH = [needs_torch("torch.distributed"), needs_fmnist()]
+
+
+def with_torch(test):
+    for mark in TORCH:
+        test = mark(test)
+    return test
 
 # One rank: plain DDP over gloo, jizhi.torch attached. $LOG.<rank> gets one
 # JSON line with the rank's environment, then one per step with the lr its
@@ -97,6 +105,7 @@ def alive(pid):
         return False
 
 
+@with_torch
 def test_set_lr_reaches_both_ranks_at_the_same_step(jz):
     ctl, disp = daemons(jz)
     log = os.path.join(jz.dir, "rank")
@@ -135,6 +144,7 @@ def test_set_lr_reaches_both_ranks_at_the_same_step(jz):
         stop(ctl, disp)
 
 
+@with_torch
 def test_a_rank_killed_ends_the_trial_with_its_reason(jz):
     ctl, disp = daemons(jz)
     log = os.path.join(jz.dir, "rank")
@@ -156,3 +166,68 @@ def test_a_rank_killed_ends_the_trial_with_its_reason(jz):
         assert p.returncode == 0 and "rank 1 of 2 (pid %d)" % pids[1] in p.stdout, p.stdout
     finally:
         stop(ctl, disp)
+
+
+# Each rank writes a line in two parts with a pause between (as Python's
+# stderr writes a text and its newline apart), a stdout line and an empty
+# one, a 70000-byte "line" without a newline, then a last line without one.
+LINES = r"""printf 'rank %s part-a ' "$RANK" >&2; sleep 0.3; printf 'part-b\n' >&2
+echo "out $RANK"; echo
+head -c 70000 /dev/zero | tr '\0' x >&2; echo >&2
+printf 'rank %s no newline' "$RANK" >&2
+"""
+
+
+def test_the_ranks_logs_are_whole_lines_prefixed_with_the_rank(jz):
+    prog = os.path.join(jz.dir, "lines.sh")
+    with open(prog, "w") as f:
+        f.write(LINES)
+    spec = base_spec("lines", ["/bin/sh", prog], trials=1, parallel=1, ranks=2,
+                     launcher="torch")
+    jz.run("run", jz.write_spec(spec), "--slots", "2")
+    (tid,) = jz.sql("SELECT id FROM trials")[0]
+    err = jz.run("trial", "logs", str(tid), "--stderr", check=0).stdout.splitlines()
+    out = jz.run("trial", "logs", str(tid), check=0).stdout.splitlines()
+    for r in (0, 1):
+        mine = [line for line in err if line.startswith("[rank%d]: " % r)]
+        assert "[rank%d]: rank %d part-a part-b" % (r, r) in mine, err[:4]
+        # the long line in 64 KiB pieces, each a line of its own
+        assert ["[rank%d]: " % r + "x" * 65536, "[rank%d]: " % r + "x" * (70000 - 65536)] == \
+            [line for line in mine if "xx" in line]
+        assert mine[-1] == "[rank%d]: rank %d no newline" % (r, r), mine[-1][:80]
+        assert out.index("[rank%d]: out %d" % (r, r)) + 1 == out.index("[rank%d]:" % r), out
+    assert all(line.startswith(("[rank0]: ", "[rank1]: ")) for line in err), \
+        [line[:80] for line in err]
+    assert sorted(out) == ["[rank0]:", "[rank0]: out 0", "[rank1]:", "[rank1]: out 1"], out
+
+
+# rank 0 waits (as in an all-reduce), rank 1 hangs, rank 2 ends at once
+HANG = r"""case $RANK in
+0) echo "rank 0 waiting for the others" >&2; exec sleep 1000;;
+1) echo "rank 1 hanging on purpose" >&2; exec sleep 1000;;
+*) echo "rank $RANK done" >&2;;
+esac
+"""
+
+
+def test_a_timeout_names_no_rank_as_the_cause(jz):
+    prog = os.path.join(jz.dir, "hang.sh")
+    with open(prog, "w") as f:
+        f.write(HANG)
+    spec = base_spec("hang", ["/bin/sh", prog], trials=1, parallel=1, ranks=3,
+                     launcher="torch", timeout_s=3)
+    jz.run("run", jz.write_spec(spec), "--slots", "3")
+    (tid, state, how, reason), = jz.sql("SELECT id, state, exit_how, reason FROM trials")
+    assert (state, how) == ("failed", "timeout"), (state, how, reason)
+    # the dispatcher's SIGTERM ended the ranks: none is blamed for it
+    assert "was killed by signal" not in reason, reason
+    assert reason == (
+        "killed after timeout_s=3; stderr: jizhi: SIGTERM (stop, kill or timeout) ended the "
+        "3 ranks; last stderr lines: rank 0: rank 0 waiting for the others; rank 1: rank 1 "
+        "hanging on purpose; rank 2 (had exited 0): rank 2 done"), reason
+    err = jz.run("trial", "logs", str(tid), "--stderr", check=0).stdout
+    assert re.search(r"jizhi: rank 1 of 3 \(pid \d+\) was running when the SIGTERM came; "
+                     r"its last stderr line \(\d+ s before the SIGTERM\): rank 1 hanging on "
+                     r"purpose\n", err), err
+    assert re.search(r"jizhi: rank 2 of 3 \(pid \d+\) had exited with code 0 before the "
+                     r"SIGTERM came; its last stderr line", err), err
