@@ -787,9 +787,11 @@ static int s_write(FILE *f, const store_study *st, store_trial *rows, long n, p_
 }
 
 /* The refusal of a --metric or --x metric that no trial of the study
-   reported (rows[0..n)): a usage error naming it and what they did report. */
-static void s_unreported(store_t *s, const char *study, const store_trial *rows, long n,
-                         const char *opt, const char *metric)
+   reported (rows[0..n)): a usage error naming it and what they did
+   report, and 1. While they have reported nothing yet, 0 and nothing said:
+   the plot is the empty panel it is without the option. */
+static int s_unreported(store_t *s, const char *study, const store_trial *rows, long n,
+                        const char *opt, const char *metric)
 {
     json_t *seen = json_object(); /* every name once, in the order met */
     for (long i = 0; i < n; i++) {
@@ -799,6 +801,10 @@ static void s_unreported(store_t *s, const char *study, const store_trial *rows,
         json_array_foreach(names, k, v)
             json_object_set(seen, json_string_value(v), json_null());
         json_decref(names);
+    }
+    if (json_object_size(seen) == 0) {
+        json_decref(seen);
+        return 0;
     }
     char list[512] = "";
     size_t len = 0;
@@ -814,11 +820,11 @@ static void s_unreported(store_t *s, const char *study, const store_trial *rows,
     }
     json_decref(seen);
     int x = !strcmp(opt, "--x");
-    cli_error("plot: %s %s: no trial of %s reported a metric \"%s\"%s (%s: %s)", opt,
-              metric, study, metric,
-              x && !strcmp(metric, "samples") ? " or batch_size" : "",
-              x ? "use step, time, or a metric the trials report" : "the trials report",
-              list[0] ? list : "none yet");
+    cli_error(
+        "plot: %s %s: no trial of %s reported a metric \"%s\"%s (%s: %s)", opt, metric,
+        study, metric, x && !strcmp(metric, "samples") ? " or batch_size" : "",
+        x ? "use step, time, or a metric the trials report" : "the trials report", list);
+    return 1;
 }
 
 int cmd_plot(int argc, char **argv)
@@ -925,9 +931,9 @@ int cmd_plot(int argc, char **argv)
     }
     json_t *events = store_events_list(s, st.id);
     char path[1100];
-    if ((metric_x && nx == 0) || (metric_given && ny == 0)) { /* as --x, so --metric */
+    if (((metric_x && nx == 0) || (metric_given && ny == 0)) && /* as --x, so --metric */
         s_unreported(s, name, rows, n, metric_x && nx == 0 ? "--x" : "--metric",
-                     metric_x && nx == 0 ? xaxis : curve_metric);
+                     metric_x && nx == 0 ? xaxis : curve_metric)) {
         rc = CLI_USAGE;
         goto done;
     }

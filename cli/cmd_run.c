@@ -194,16 +194,6 @@ static int s_parse_slots(const char *text, int *out)
     return 0;
 }
 
-/* --log FILE|syslog of the daemons. */
-static int s_log_target(const char *target)
-{
-    if (log_set_target(target) != 0) {
-        cli_error("--log: cannot open %s for appending", target);
-        return -1;
-    }
-    return 0;
-}
-
 /* --log FILE of the controller, checked before the database is opened and
    the file made: the file can be written, or its folder can. 0 or -1
    (message printed, as s_log_target's). */
@@ -219,11 +209,85 @@ static int s_log_check(const char *target)
     return 0;
 }
 
-/* Opens the database that run and controller serve (a new one is created)
-   and closes it again: a file that is no jizhi database, or a folder that
-   does not exist (neither command creates one), is refused before any log
-   or run directory exists. 0 or -1 (message printed). */
-static int s_db_check(const char *db)
+/* What `jizhi run` or `jizhi controller` made before it could still fail
+   (a port in use, a log folder it cannot make, a spec its controller
+   refuses): s_unmake removes it again, so that a command that fails
+   changes nothing. */
+typedef struct {
+    const char *db;     /* the database it created, else NULL */
+    const char *logdir; /* the log folder of run, else NULL */
+    char logtop[1024];  /* the top-most folder of logdir it made, else "" */
+    char logfile[1100]; /* the log file it created, else "" */
+} s_made;
+
+/* util_mkdirs(dir), saying in m which folders it made: logdir and, in
+   logtop, the top-most one ("" when dir was there). */
+static int s_mkdirs(const char *dir, s_made *m)
+{
+    char p[sizeof m->logtop];
+    snprintf(p, sizeof p, "%s", dir);
+    struct stat sb;
+    while (p[0] && lstat(p, &sb) != 0 && errno == ENOENT) {
+        snprintf(m->logtop, sizeof m->logtop, "%s", p);
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p)
+            break;
+        *slash = 0;
+    }
+    m->logdir = dir;
+    return util_mkdirs(dir, 0700);
+}
+
+/* Opens log file `target` (log_set_target), saying in m when it made it. */
+static int s_log_open(const char *target, s_made *m)
+{
+    int made = strcmp(target, "syslog") && access(target, F_OK) != 0;
+    if (log_set_target(target) != 0)
+        return -1;
+    if (made)
+        snprintf(m->logfile, sizeof m->logfile, "%s", target);
+    return 0;
+}
+
+/* --log FILE|syslog of the daemons (m: NULL, or where to say that it made
+   the file). */
+static int s_log_target(const char *target, s_made *m)
+{
+    if ((m ? s_log_open(target, m) : log_set_target(target)) != 0) {
+        cli_error("--log: cannot open %s for appending", target);
+        return -1;
+    }
+    return 0;
+}
+
+/* Removes what m says was made: the log file, the log folders (from
+   logdir up to logtop), and the database with its journal files. */
+static void s_unmake(const s_made *m)
+{
+    if (m->logfile[0])
+        unlink(m->logfile);
+    char p[sizeof m->logtop];
+    snprintf(p, sizeof p, "%s", m->logtop[0] ? m->logdir : "");
+    while (p[0]) {
+        rmdir(p);
+        char *slash = strrchr(p, '/');
+        if (!strcmp(p, m->logtop) || !slash || slash == p)
+            break;
+        *slash = 0;
+    }
+    static const char *const ext[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; m->db && i < sizeof ext / sizeof ext[0]; i++) {
+        snprintf(p, sizeof p, "%s%s", m->db, ext[i]);
+        unlink(p);
+    }
+}
+
+/* Opens the database that run and controller serve (a new one is created,
+   and said so in m) and closes it again: a file that is no jizhi database,
+   or a folder that does not exist (neither command creates one), is
+   refused before any log or run directory exists. 0 or -1 (message
+   printed). */
+static int s_db_check(const char *db, s_made *m)
 {
     char tmp[1024], err[1600];
     snprintf(tmp, sizeof tmp, "%s", db);
@@ -236,7 +300,10 @@ static int s_db_check(const char *db)
                               : strerror(e));
         return -1;
     }
+    int made = access(db, F_OK) != 0;
     store_t *s = store_open(db, 0, err, sizeof err);
+    if (made)
+        m->db = db;
     if (!s) {
         cli_error("%s", err);
         return -1;
@@ -597,19 +664,22 @@ int cmd_run(int argc, char **argv)
     char name[128];
     snprintf(name, sizeof name, "%s", spec->name);
     spec_destroy(&spec);
-    /* every check, then the database, and only then the log folder: a run
-       refused changes nothing */
-    if (s_check_no_controller(db) != 0 || s_db_check(db) != 0) {
-        json_decref(spec_json);
-        return CLI_FAIL;
-    }
+    /* every check, then the database, and only then the log folder; what
+       it made is removed when it fails later: a run refused changes nothing */
+    s_made made = {0};
+    char rundir[] = "/tmp/jizhi-run-XXXXXX";
+    int have_rundir = 0;
+    ctl_t *ctl = NULL;
+    disp_t *disp = NULL;
+    web_t *web = NULL;
+    if (s_check_no_controller(db) != 0 || s_db_check(db, &made) != 0)
+        goto fail;
 
     s_sweep_rundirs();
-    char rundir[] = "/tmp/jizhi-run-XXXXXX";
-    if (!mkdtemp(rundir) || s_write_pid(rundir) != 0) {
+    have_rundir = mkdtemp(rundir) != NULL;
+    if (!have_rundir || s_write_pid(rundir) != 0) {
         cli_error("cannot create a run directory in /tmp");
-        json_decref(spec_json);
-        return CLI_FAIL;
+        goto fail;
     }
     char bind[128], logroot[1024];
     snprintf(bind, sizeof bind, "ipc://%s/ctl.sock", rundir);
@@ -619,46 +689,37 @@ int cmd_run(int argc, char **argv)
         snprintf(logroot, sizeof logroot, "%s/jizhi-logs", dirname(tmp));
         logdir = logroot;
     }
+    if (s_mkdirs(logdir, &made) != 0) {
+        cli_error("cannot make the log folder %s: %s", logdir, strerror(errno));
+        goto fail;
+    }
     /* the progress line is the output: the daemons' log goes to a file
        (JIZHI_LOG keeps it on stderr at that level) */
     char logfile[1100];
     if (!getenv("JIZHI_LOG")) {
         snprintf(logfile, sizeof logfile, "%s/jizhi-run.log", logdir);
-        if (util_mkdirs(logdir, 0700) != 0 || log_set_target(logfile) != 0) {
+        if (s_log_open(logfile, &made) != 0) {
             cli_error("cannot write the run's log %s: %s", logfile, strerror(errno));
-            s_remove_rundir(rundir);
-            json_decref(spec_json);
-            return CLI_FAIL;
+            goto fail;
         }
         fprintf(stderr, "jizhi: the controller's and dispatcher's log: %s\n", logfile);
     }
     ctl_config cc = {.db_path = db, .bind = bind};
-    ctl_t *ctl = ctl_new(&cc, err, sizeof err);
+    ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {
         cli_error("%s", err);
-        s_remove_rundir(rundir);
-        json_decref(spec_json);
-        return CLI_FAIL;
+        goto fail;
     }
     disp_config dc = {.controller = ctl_endpoint(ctl),
                       .name = "local",
                       .slots = slots,
                       .log_dir = logdir};
-    disp_t *disp = disp_new(&dc);
-    if (!disp) {
-        ctl_destroy(&ctl);
-        s_remove_rundir(rundir);
-        json_decref(spec_json);
-        return CLI_FAIL;
-    }
-    web_t *web = http ? cli_web_start(http, db, ctl_endpoint(ctl)) : NULL;
-    if (http && !web) {
-        disp_destroy(&disp);
-        ctl_destroy(&ctl);
-        s_remove_rundir(rundir);
-        json_decref(spec_json);
-        return CLI_FAIL;
-    }
+    disp = disp_new(&dc);
+    if (!disp)
+        goto fail;
+    web = http ? cli_web_start(http, db, ctl_endpoint(ctl)) : NULL;
+    if (http && !web)
+        goto fail;
     s_signals();
     pthread_t tc, td;
     s_spawn(&tc, s_ctl_thread, ctl);
@@ -669,7 +730,7 @@ int cmd_run(int argc, char **argv)
     json_t *r =
         cli_request(ctl_endpoint(ctl),
                     json_pack("{s:s, s:O}", "type", "submit", "spec", spec_json), 10000);
-    int finished = 0, unfit = 0, was_finished = 0;
+    int finished = 0, unfit = 0, was_finished = 0, submitted = r != NULL;
     char unfit_why[256];
     if (r) {
         /* finished before this run: not loaded, nothing of it to drain */
@@ -734,6 +795,8 @@ int cmd_run(int argc, char **argv)
     ctl_destroy(&ctl);
     s_remove_rundir(rundir);
     json_decref(spec_json);
+    if (!submitted) /* refused (a warm_start.from of no study here): as `fail` */
+        s_unmake(&made);
     if (s_ctl_failed) {
         fprintf(stderr, "the controller stopped (see above); run the same command again "
                         "to continue the study\n");
@@ -747,6 +810,15 @@ int cmd_run(int argc, char **argv)
     if (finished && !unfit)
         rc = s_print_best(db, name);
     return rc;
+
+fail:
+    disp_destroy(&disp);
+    ctl_destroy(&ctl);
+    if (have_rundir)
+        s_remove_rundir(rundir);
+    s_unmake(&made);
+    json_decref(spec_json);
+    return CLI_FAIL;
 }
 
 static const char s_ctl_usage[] =
@@ -812,12 +884,16 @@ int cmd_controller(int argc, char **argv)
     }
     if (cli_http_check(http) != 0)
         return CLI_USAGE;
-    /* the flags, then the database, then the log file: a refusal changes
-       nothing */
+    /* the flags, then the database, then the log file; what it made is
+       removed when it fails later (a --bind or --http in use): a refusal
+       changes nothing */
     const char *db = cli_db_path(dbflag);
+    s_made made = {0};
+    ctl_t *ctl = NULL;
     if ((log_target && s_log_check(log_target) != 0) || s_check_no_controller(db) != 0 ||
-        s_db_check(db) != 0 || (log_target && s_log_target(log_target) != 0))
-        return CLI_FAIL;
+        s_db_check(db, &made) != 0 ||
+        (log_target && s_log_target(log_target, &made) != 0))
+        goto fail;
     char err[1600];
     ctl_config cc = {.db_path = db,
                      .bind = bind,
@@ -826,10 +902,10 @@ int cmd_controller(int argc, char **argv)
                      .authorized_keys = akeys,
                      .insecure = insecure,
                      .alerts = alerts};
-    ctl_t *ctl = ctl_new(&cc, err, sizeof err);
+    ctl = ctl_new(&cc, err, sizeof err);
     if (!ctl) {
         cli_error("%s", err);
-        return CLI_FAIL;
+        goto fail;
     }
     s_signals();
     atomic_store(&s_hup_ctl, ctl);
@@ -837,17 +913,14 @@ int cmd_controller(int argc, char **argv)
     memset(&hup, 0, sizeof hup);
     hup.sa_handler = s_on_hup;
     sigaction(SIGHUP, &hup, NULL);
-    if (s_write_endpoint(db, ctl_endpoint(ctl)) != 0) {
-        ctl_destroy(&ctl);
-        return CLI_FAIL;
-    }
+    if (s_write_endpoint(db, ctl_endpoint(ctl)) != 0)
+        goto fail;
     if (insecure) /* its own web server (--http) talks plain TCP to it */
         setenv("JIZHI_SERVER_KEY", "none", 1);
     web_t *web = http ? cli_web_start(http, db, ctl_endpoint(ctl)) : NULL;
     if (http && !web) {
         s_remove_endpoint(db, ctl_endpoint(ctl));
-        ctl_destroy(&ctl);
-        return CLI_FAIL;
+        goto fail;
     }
     pthread_t tc;
     s_spawn(&tc, s_ctl_thread, ctl);
@@ -861,6 +934,14 @@ int cmd_controller(int argc, char **argv)
     atomic_store(&s_hup_ctl, NULL);
     ctl_destroy(&ctl);
     return s_ctl_failed ? CLI_FAIL : CLI_OK;
+
+fail:
+    atomic_store(&s_hup_ctl, NULL);
+    if (ctl && !strncmp(ctl_endpoint(ctl), "ipc://", 6))
+        unlink(ctl_endpoint(ctl) + 6); /* its socket, which libzmq leaves */
+    ctl_destroy(&ctl);
+    s_unmake(&made);
+    return CLI_FAIL;
 }
 
 static const char s_disp_usage[] =
@@ -997,7 +1078,7 @@ int cmd_dispatcher(int argc, char **argv)
                   cli_db_path(dbflag));
         return CLI_FAIL;
     }
-    if (log_target && s_log_target(log_target) != 0)
+    if (log_target && s_log_target(log_target, NULL) != 0)
         return CLI_FAIL;
     disp_t *d = disp_new(&dc);
     if (!d)

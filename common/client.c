@@ -49,14 +49,21 @@ static json_t *s_ipc_decode(const zmtp_msg *m, char *err, size_t errsize)
    (its default reconnect interval): a controller still starting up. */
 #define S_IPC_RECONNECT_MS 100
 
+/* How long a socket file where nobody listens is retried before the
+   request went out: a controller restarting after a crash binds its path
+   again once its database is open. */
+#define S_IPC_REFUSED_MS 2000
+
 /* wire_request_check over ipc://path, on this thread: sends msg (takes
    ownership) with a fresh "req" and waits up to timeout_ms for the reply
    with that req, asking check(arg) after each slice_ms without one. A
    socket file that is not there yet (a controller starting) or a full
-   backlog is retried until the time is up; one where nobody listens
-   (ECONNREFUSED: its controller is gone, killed before it could remove
-   it) ends the wait at once, unless the request went out before (then
-   the controller restarts, and check may still learn the outcome). A
+   backlog is retried until the time is up. One where nobody listens
+   (ECONNREFUSED: its controller was killed before it could remove it) is
+   retried for S_IPC_REFUSED_MS (or timeout_ms if less), as a controller
+   restarting on the same path binds it again, and then ends the wait;
+   after the request went out it is retried until the time is up (the
+   controller restarts, and check may still learn the outcome). A
    connection the controller closes before answering ends the wait at
    once, unless check may still learn the outcome. NULL with `why`
    ("timeout", or what went wrong). */
@@ -75,6 +82,9 @@ static json_t *s_ipc_request(const char *path, json_t *msg, int timeout_ms, int 
     zmtp_frame frames[2] = {{(unsigned char *)"", 0},
                             {(unsigned char *)body, strlen(body)}};
     double deadline = util_now() + timeout_ms / 1000.0;
+    double refused_end = /* a refused connect fails from then on */
+        util_now() +
+        (timeout_ms < S_IPC_REFUSED_MS ? timeout_ms : S_IPC_REFUSED_MS) / 1000.0;
     zmtp_t *z = NULL;
     int sent = 0, asked = 0; /* on this connection / ever */
     char cwhy[300] = "";
@@ -83,7 +93,7 @@ static json_t *s_ipc_request(const char *path, json_t *msg, int timeout_ms, int 
         if (!sent) {
             z = zmtp_new(path, cwhy, sizeof cwhy);
             if (!z && errno != ENOENT && errno != EAGAIN &&
-                (errno != ECONNREFUSED || !asked)) {
+                (errno != ECONNREFUSED || (!asked && util_now() >= refused_end))) {
                 snprintf(why, whysize, "%s", cwhy);
                 break;
             }

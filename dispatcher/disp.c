@@ -151,11 +151,8 @@ disp_t *disp_new(const disp_config *cfg)
             d->slots = 64; /* jobs, not this machine's cores */
         /* jobs outlive the dispatcher: a restart takes them back (adopt) */
         d->kill_on_stop = 0;
-        if (cfg->gpus) {
-            fprintf(stderr, "jizhi dispatcher: --gpus lists local devices; with the "
-                            "slurm backend use --max-gpus N\n");
-            goto fail;
-        }
+        /* cfg->gpus (local devices) is not read: `jizhi dispatcher` refuses
+           --gpus with --backend slurm as a usage error */
         if (cfg->max_gpus < 0) {
             fprintf(stderr, "jizhi dispatcher: --max-gpus must be >= 0\n");
             goto fail;

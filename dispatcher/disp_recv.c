@@ -254,7 +254,7 @@ void disp__warn_unanswered(disp_t *d, double now)
         return;
     double waited = now - d->asked_since;
     log_warn(TAG,
-             "no answer from the controller at %s for %.*f s (is it running? is the "
+             "no answer from the controller at %s for %.*f s (is it running? are the "
              "endpoint and its key right?); still trying",
              d->endpoint, waited < 10 ? 1 : 0, waited);
     d->unanswered_warn = now + DISP_UNANSWERED_REPEAT * d->unanswered_s;
@@ -268,7 +268,7 @@ static void s_heard(disp_t *d)
     d->last_heard = util_now();
     double waited = d->last_heard - d->asked_since;
     if (d->asked_since && d->unanswered_warned)
-        log_warn(TAG, "the controller at %s answered, after %.*f s", d->endpoint,
+        log_info(TAG, "the controller at %s answered, after %.*f s", d->endpoint,
                  waited < 10 ? 1 : 0, waited);
     d->asked_since = 0;
     d->unanswered_warned = 0;

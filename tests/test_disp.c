@@ -605,23 +605,25 @@ TEST(unanswered_controller_is_warned_of)
     char logpath[300];
     int saved_err = s_log_to_file(&x.fc, logpath, sizeof logpath);
     REQUIRE(saved_err >= 0);
+    log_set_level(LOGL_INFO); /* the answer is said at info level */
     REQUIRE(zmq_unbind(x.fc.router, x.fc.endpoint) == 0);
     memset(&x.t, 0, sizeof x.t);
     x.t.d = disp_new(&x.cfg);
     REQUIRE(x.t.d != NULL);
     REQUIRE(pthread_create(&x.t.th, NULL, s_disp_main, &x.t) == 0);
     char want[400];
-    snprintf(want, sizeof want, "no answer from the controller at %s for ",
+    snprintf(want, sizeof want, "warn  disp: no answer from the controller at %s for ",
              x.fc.endpoint);
     CHECK(s_log_wait(&x.fc, logpath, want, 10));
     CHECK(s_log_wait(&x.fc, logpath,
-                     " s (is it running? is the endpoint and its key right?)", 1));
+                     " s (is it running? are the endpoint and its key right?)", 1));
     /* the controller comes: it registers, and says the wait is over */
     REQUIRE(zmq_bind(x.fc.router, x.fc.endpoint) == 0);
     json_t *r = fc_wait(&x.fc, "register", -1, 10);
     CHECK(r != NULL);
     json_decref(r);
-    snprintf(want, sizeof want, "the controller at %s answered, after ", x.fc.endpoint);
+    snprintf(want, sizeof want, "info  disp: the controller at %s answered, after ",
+             x.fc.endpoint);
     CHECK(s_log_wait(&x.fc, logpath, want, 10));
     json_t *hb = fc_wait(&x.fc, "disp_heartbeat", -1, 10);
     CHECK(hb != NULL);
@@ -1601,19 +1603,22 @@ TEST(torch_launcher_environment)
     char *o = s_read(s_str(ex, "stdout"));
     REQUIRE(o);
     char l0[512], l1[512], want[512];
-    REQUIRE(s_line(o, "rank=0 ", l0, sizeof l0));
-    REQUIRE(s_line(o, "rank=1 ", l1, sizeof l1));
+    /* each line prefixed with its rank, as torchrun --tee */
+    REQUIRE(s_line(o, "[rank0]: rank=0 ", l0, sizeof l0));
+    REQUIRE(s_line(o, "[rank1]: rank=1 ", l1, sizeof l1));
     const char *pp = strstr(l0, "port=");
     REQUIRE(pp);
     int port = atoi(pp + 5);
     CHECK(port > 0 && port < 65536);
     snprintf(want, sizeof want,
-             "rank=0 local=0 world=2 lworld=2 addr=127.0.0.1 port=%d jrank=0 jranks=2 "
+             "[rank0]: rank=0 local=0 world=2 lworld=2 addr=127.0.0.1 port=%d jrank=0 "
+             "jranks=2 "
              "gpr=2 cuda=0,1 trial=1 tok=tok omp=1",
              port);
     CHECK_STR(l0, want);
     snprintf(want, sizeof want,
-             "rank=1 local=1 world=2 lworld=2 addr=127.0.0.1 port=%d jrank=1 jranks=2 "
+             "[rank1]: rank=1 local=1 world=2 lworld=2 addr=127.0.0.1 port=%d jrank=1 "
+             "jranks=2 "
              "gpr=2 cuda=2,3 trial=1 tok=tok omp=1",
              port);
     CHECK_STR(l1, want);
@@ -1630,7 +1635,7 @@ TEST(torch_launcher_environment)
     CHECK(s_int(ex, "code") == 0);
     o = s_read(s_str(ex, "stdout"));
     REQUIRE(o);
-    CHECK(s_line(o, "rank=0 local=0 world=1 lworld=1 addr=127.0.0.1 port=", l0,
+    CHECK(s_line(o, "[rank0]: rank=0 local=0 world=1 lworld=1 addr=127.0.0.1 port=", l0,
                  sizeof l0) != NULL);
     CHECK(strstr(l0, " jrank=0 jranks=1 gpr=0 cuda= trial=2 tok=tok omp=2") != NULL);
     free(o);

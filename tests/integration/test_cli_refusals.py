@@ -48,6 +48,43 @@ def test_a_refused_run_or_daemon_creates_nothing(jz):
         assert listing(jz.dir) == before, (args, listing(jz.dir) - before)
 
 
+def test_a_run_or_daemon_failing_late_leaves_nothing(jz):
+    """What run and controller made before a later failure (a log folder it
+    cannot make, a port in use, a spec its controller refuses) is removed
+    again: the database it created, its log folder and log file, its socket
+    (review36 item 2: ./jizhi.db was left behind)."""
+    import socket
+    spec = jz.write_spec(base_spec("late", ["true"], trials=1))
+    warm = jz.write_spec(dict(base_spec("warm", ["true"], trials=1),
+                              warm_start={"from": ["nosuch"]}), "warm.json")
+    jz.env.pop("JIZHI_LOG", None)  # the run's log file is made too
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    before = listing(jz.dir)
+    try:
+        cases = [
+            (["run", spec, "--log-dir", "/proc/nope/logs"],
+             "cannot make the log folder /proc/nope/logs"),
+            (["run", spec, "--log-dir", os.path.join(jz.dir, "a", "b"), "--http",
+              f"127.0.0.1:{port}"], f"cannot listen on 127.0.0.1:{port}"),
+            (["run", spec, "--http", f"127.0.0.1:{port}"], "cannot listen on"),
+            # refused by its controller: a study to warm-start from that is not there
+            (["run", warm], 'warm_start.from[0]: no study named "nosuch"'),
+            (["controller", "--log", os.path.join(jz.dir, "c.log"), "--bind",
+              f"ipc://{jz.dir}/c.sock", "--http", f"127.0.0.1:{port}"], "cannot listen on"),
+            (["controller", "--bind", f"tcp://127.0.0.1:{port}", "--insecure"],
+             "Address already in use"),
+        ]
+        for args, says in cases:
+            p = jz.run(*args, timeout=60)
+            assert p.returncode == 1 and says in p.stderr, (args, p.returncode, p.stderr)
+            assert listing(jz.dir) == before, (args, listing(jz.dir) - before)
+    finally:
+        held.close()
+
+
 def test_option_errors_read_as_jizhis_own(jz):
     """getopt's refusals come as "jizhi: COMMAND: ...", exit 2, with the
     usage; none in getopt's own words ("list: unrecognized option")."""

@@ -230,3 +230,19 @@ def test_plot_refuses_a_metric_no_trial_reported(jz):
         assert "report: loss, score)" in p.stderr, p.stderr
     jz.run("plot", "few", "--output", out, "--metric", "loss", check=0)
     assert os.path.exists(out)
+
+
+def test_plot_before_any_report_takes_metric_and_x(jz):
+    """Before any trial reported a metric, --metric (the objective's or
+    another) and --x are not refused: the plot is the empty panel, as
+    without them, so a script that plots as the study runs works from the
+    start (review36 item 9: exit 2 until the first report)."""
+    spec = base_spec("quiet", ["true"], trials=1, parallel=1)  # reports nothing
+    jz.run("run", jz.write_spec(spec))
+    out = os.path.join(jz.dir, "quiet.svg")
+    for opts in ([], ["--metric", "score"], ["--metric", "loss"], ["--x", "samples"],
+                 ["--x", "epoch"]):
+        p = jz.run("plot", "quiet", "--output", out, *opts)
+        assert p.returncode == 0 and "wrote" in p.stdout, (opts, p.stderr)
+        ET.parse(out)
+        os.unlink(out)

@@ -572,7 +572,7 @@ def test_dispatcher_usage_errors(jz):
     assert p.returncode == 2 and "expected local or slurm" in p.stderr
     p = jz.run("dispatcher", "--backend", "slurm", "--controller", "tcp://127.0.0.1:9",
                "--gpus", "0,1")
-    assert p.returncode == 1 and "--max-gpus" in p.stderr
+    assert p.returncode == 2 and "--max-gpus" in p.stderr
     p = jz.run("dispatcher", "--backend", "slurm", "--controller", "tcp://127.0.0.1:9",
                "--max-jobs", "0")
     assert p.returncode == 2 and "--max-jobs" in p.stderr
