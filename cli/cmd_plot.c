@@ -466,13 +466,19 @@ enum {
 static const struct {
     const char *cls, *color, *label;
 } s_marks[P_MARKS] = {
-    {"change", "#111", "a person's change (set, pause, resume)"},
+    {"change", "#111", "a person's change (set, pause, release, resume)"},
     {"stop", "#d9822b", "stopped by a person"},
     {"prune", "#8c564b", "pruned by early stopping"},
     {"pbt", "#9467bd", "PBT: checkpoint, exploit, explore"},
     {"batch", "#2ca02c", "batch-size scheduler"},
     {"sched", "#555", "other scheduler decisions"},
 };
+
+/* A mark: its kind (P_MARK_*), what it says and who did it (borrowed). */
+typedef struct {
+    int kind;
+    const char *what, *who;
+} p_mark;
 
 /* 1 when someone (not a scheduler) gave the instruction: cli, cli:USER,
    web:USER. */
@@ -481,43 +487,137 @@ static int s_by_person(const char *who)
     return who && (!strncmp(who, "cli", 3) || !strncmp(who, "web:", 4));
 }
 
-/* The kind of mark (P_MARK_*) of event e, or -1 for none. A trial's end
-   as stopped or pruned is not marked again when a stop instruction of
-   that trial is (each stop counts once). */
-static int s_mark_of(const json_t *events, const json_t *e)
+static const char *s_ev_kind(const json_t *e)
 {
-    const char *kind = json_string_value(json_object_get(e, "kind"));
-    json_t *tj = json_object_get(e, "trial");
-    if (!kind || !json_is_integer(tj))
-        return -1;
-    const char *who = json_string_value(json_object_get(e, "who"));
-    const char *what =
+    const char *k = json_string_value(json_object_get(e, "kind"));
+    return k ? k : "";
+}
+
+/* 1 when e is an instruction of kind `what`. */
+static int s_is_instr(const json_t *e, const char *what)
+{
+    const char *w =
         json_string_value(json_object_get(json_object_get(e, "detail"), "kind"));
+    return !strcmp(s_ev_kind(e), "instruction") && w && !strcmp(w, what);
+}
+
+/* 1 when e turns its trial's course: it ended, was suspended (a release)
+   or started again (a retry, a resume). */
+static int s_is_turn(const json_t *e)
+{
+    static const char *const turns[] = {"stopped", "pruned",    "completed",
+                                        "failed",  "suspended", "retry"};
+    for (size_t k = 0; k < sizeof turns / sizeof *turns; k++)
+        if (!strcmp(s_ev_kind(e), turns[k]))
+            return 1;
+    return 0;
+}
+
+static int s_is_checkpoint_instr(const json_t *e)
+{
+    return s_is_instr(e, "checkpoint");
+}
+
+static int s_is_stop_instr(const json_t *e)
+{
+    return s_is_instr(e, "stop");
+}
+
+static int s_is_checkpoint_or_stop_instr(const json_t *e)
+{
+    return s_is_checkpoint_instr(e) || s_is_stop_instr(e);
+}
+
+/* The index of the first event of e's trial after (dir 1) or before (dir
+   -1) index i that `pick` takes, or -1. */
+static long s_find(const json_t *events, size_t i, int dir, int (*pick)(const json_t *))
+{
+    json_t *tj = json_object_get(json_array_get(events, i), "trial");
+    for (long k = (long)i + dir; k >= 0 && k < (long)json_array_size(events); k += dir) {
+        const json_t *x = json_array_get(events, (size_t)k);
+        if (json_equal(json_object_get(x, "trial"), tj) && pick(x))
+            return k;
+    }
+    return -1;
+}
+
+/* 1 when event i is the stop of a pause --release (a person's or the
+   queue's): the trial was suspended by it, not ended. */
+static int s_is_release_stop(const json_t *events, size_t i)
+{
+    if (!s_is_instr(json_array_get(events, i), "stop"))
+        return 0;
+    long k = s_find(events, i, 1, s_is_turn);
+    return k >= 0 && !strcmp(s_ev_kind(json_array_get(events, (size_t)k)), "suspended");
+}
+
+/* The mark of event i into *m: 0, or -1 for none. Only what happened is
+   marked: an instruction the trial refused, that timed out, was withdrawn
+   or is still pending is not. A pause --release is one mark, "release",
+   at its stop (its checkpoint is not marked, the stop is not a stop), by
+   whoever asked for the checkpoint; the resume that starts the trial again
+   is "resume", by the same. A trial's end as stopped or pruned is not
+   marked again when a stop instruction of that trial was (each stop
+   counts once). */
+static int s_mark_of(const json_t *events, size_t i, p_mark *m)
+{
+    const json_t *e = json_array_get(events, i);
+    const char *kind = s_ev_kind(e);
+    if (!json_is_integer(json_object_get(e, "trial")))
+        return -1;
+    m->who = json_string_value(json_object_get(e, "who"));
+    m->what = kind;
     if (!strcmp(kind, "stopped") || !strcmp(kind, "pruned")) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(events, i, x)
-        {
-            const char *xk = json_string_value(json_object_get(x, "kind"));
-            const char *xw =
-                json_string_value(json_object_get(json_object_get(x, "detail"), "kind"));
-            if (xk && xw && !strcmp(xk, "instruction") && !strcmp(xw, "stop") &&
-                json_equal(json_object_get(x, "trial"), tj))
+        for (long k = s_find(events, i, -1, s_is_turn) + 1; k < (long)i; k++) {
+            const json_t *x = json_array_get(events, (size_t)k);
+            if (json_equal(json_object_get(x, "trial"), json_object_get(e, "trial")) &&
+                s_is_instr(x, "stop") && json_is_true(json_object_get(x, "applied")))
                 return -1;
         }
-        return !strcmp(kind, "pruned") ? P_MARK_PRUNE : P_MARK_STOP;
+        m->kind = !strcmp(kind, "pruned") ? P_MARK_PRUNE : P_MARK_STOP;
+        return 0;
     }
-    if (strcmp(kind, "instruction"))
+    long rel = -1; /* the release's stop, where event i belongs to one */
+    if (!strcmp(kind, "retry")) {
+        long k = s_find(events, i, -1, s_is_turn);
+        if (k < 0 || strcmp(s_ev_kind(json_array_get(events, (size_t)k)), "suspended"))
+            return -1; /* a failure's retry: the trial's curve shows it */
+        rel = s_find(events, (size_t)k, -1, s_is_stop_instr);
+        m->what = "resume";
+    } else if (strcmp(kind, "instruction") ||
+               !json_is_true(json_object_get(e, "applied")))
         return -1;
-    if (what && !strcmp(what, "stop"))
-        return s_by_person(who) ? P_MARK_STOP : P_MARK_PRUNE;
-    if (s_by_person(who))
-        return P_MARK_CHANGE;
-    if (who && (!strcmp(who, "pbt") || !strcmp(who, "pb2")))
-        return P_MARK_PBT;
-    if (who && !strcmp(who, "batchsize"))
-        return P_MARK_BATCH;
-    return P_MARK_SCHED;
+    else if (s_is_instr(e, "checkpoint")) {
+        long k = s_find(events, i, 1, s_is_checkpoint_or_stop_instr);
+        if (k >= 0 && s_is_release_stop(events, (size_t)k))
+            return -1; /* marked at the release's stop */
+    } else if (s_is_release_stop(events, i)) {
+        rel = (long)i;
+        m->what = "release";
+    }
+    if (rel >= 0) { /* by whoever asked for the release's checkpoint */
+        long k = s_find(events, (size_t)rel, -1, s_is_checkpoint_instr);
+        if (k < 0 || !s_is_release_stop(events, (size_t)rel))
+            return -1;
+        m->who =
+            json_string_value(json_object_get(json_array_get(events, (size_t)k), "who"));
+    } else if (!strcmp(kind, "instruction"))
+        m->what =
+            json_string_value(json_object_get(json_object_get(e, "detail"), "kind"));
+    if (!m->what)
+        m->what = kind;
+    const char *who = m->who;
+    if (!strcmp(m->what, "stop"))
+        m->kind = s_by_person(who) ? P_MARK_STOP : P_MARK_PRUNE;
+    else if (s_by_person(who))
+        m->kind = P_MARK_CHANGE;
+    else if (who && (!strcmp(who, "pbt") || !strcmp(who, "pb2")))
+        m->kind = P_MARK_PBT;
+    else if (who && !strcmp(who, "batchsize"))
+        m->kind = P_MARK_BATCH;
+    else
+        m->kind = P_MARK_SCHED;
+    return 0;
 }
 
 static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
@@ -664,12 +764,11 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
     json_t *e;
     json_array_foreach(events, ei, e)
     {
-        const char *kind = json_string_value(json_object_get(e, "kind"));
-        json_t *tj = json_object_get(e, "trial");
-        int mk = s_mark_of(events, e);
-        if (mk < 0)
+        p_mark m;
+        if (s_mark_of(events, ei, &m) != 0)
             continue;
-        long tid = (long)json_integer_value(tj), i = -1;
+        int mk = m.kind;
+        long tid = (long)json_integer_value(json_object_get(e, "trial")), i = -1;
         for (long k = 0; k < n && i < 0; k++)
             if (rows[k].id == tid)
                 i = k;
@@ -684,15 +783,13 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
         if (!isfinite(py) || py < P_TOP2 || py > P_TOP2 + P_PH)
             py = py < P_TOP2 ? P_TOP2 + 6 : P_TOP2 + P_PH - 2;
         json_t *d = json_object_get(e, "detail");
-        const char *what = json_string_value(json_object_get(d, "kind"));
         const char *name = json_string_value(json_object_get(d, "name"));
-        const char *who = json_string_value(json_object_get(e, "who"));
         fprintf(f,
                 "<path class=\"intervention mark-%s\" data-trial=\"%ld\" d=\"M%.2f %.2f "
                 "l5 -9 h-10 z\" fill=\"%s\" stroke=\"#fff\" stroke-width=\"0.8\"><title>"
                 "trial %ld: ",
                 s_marks[mk].cls, tid, px, py - 2, s_marks[mk].color, tid);
-        s_xml(f, strcmp(kind, "instruction") ? kind : what ? what : kind);
+        s_xml(f, m.what);
         if (name) {
             fputc(' ', f);
             s_xml(f, name);
@@ -701,7 +798,7 @@ static void s_curves(FILE *f, store_trial *rows, long n, p_curve *cv,
                 fprintf(f, "=%.6g", json_number_value(val));
         }
         fputs(" by ", f);
-        s_xml(f, who ? who : "?");
+        s_xml(f, m.who ? m.who : "?");
         fputs("</title></path>\n", f);
         nmarks[mk]++;
     }

@@ -210,6 +210,7 @@ static void s_end(ctl_t *c, ctl_trial *t, store_trial_state state, const char *r
     ctl__disp_release(t);
     s_stop_carried_out(c, t, how);
     t->row.study_stopped = state == TRIAL_STOPPED && t->plan_by_study;
+    t->row.failures += state == TRIAL_FAILED;
     ctl_trial_plan_to(t, PLAN_NONE);
     t->load_on_start[0] = 0;
     snprintf(t->row.reason, sizeof t->row.reason, "%s", reason);
@@ -302,6 +303,23 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
     json_decref(detail);
     log_info("ctl", "study %s trial %ld: %s; retrying (try %ld)", t->study->row.name,
              t->row.id, reason, t->row.attempt + 1);
+}
+
+/* t's attempt failed (`how`: it exited, or was lost): one more of its
+   failures (row.failures, persisted with it; s_end counts the one that
+   ends it), which `retries` counts. A restart that no failure caused (a
+   resume after a release or a preemption, a study's resume, a restart
+   from a checkpoint) is none, though it is a new attempt. t starts again
+   while its failures before this one are fewer than its retries, plus two
+   when lost (losing a trial is not its fault); else it ends failed. */
+static void s_failed(ctl_t *c, ctl_trial *t, const char *reason, s_ended how)
+{
+    long allowed = t->study->spec->retries + (how == S_LOST ? 2 : 0);
+    if (t->row.failures < allowed) {
+        t->row.failures++;
+        s_retry(c, t, reason);
+    } else
+        s_end(c, t, TRIAL_FAILED, reason, how); /* counts this failure */
 }
 
 void ctl__trial_start(ctl_t *c, ctl_trial *t, ctl_disp *d)
@@ -410,6 +428,13 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
                  t->row.checkpoint_step);
         t->row.pid = 0;
         ctl__trial_save(c, t);
+        /* the release's stop (now applied) did not end it: plot and the
+           events list tell a release from a stop by this event */
+        json_t *d = json_pack("{s:s, s:I}", "reason", t->row.reason, "step",
+                              (json_int_t)t->row.checkpoint_step);
+        store_event_add(c->store, util_wall(), t->study->row.id, t->row.id, "controller",
+                        store_trial_state_name(TRIAL_SUSPENDED), d, 1);
+        json_decref(d);
         return;
     }
     snprintf(t->row.exit_how, sizeof t->row.exit_how, "%s", how);
@@ -444,10 +469,7 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
         size_t n = strlen(reason);
         snprintf(reason + n, sizeof reason - n, "; stderr: %s", stderr_tail);
     }
-    if (t->row.attempt < t->study->spec->retries)
-        s_retry(c, t, reason);
-    else
-        s_end(c, t, TRIAL_FAILED, reason, S_EXITED);
+    s_failed(c, t, reason, S_EXITED);
 }
 
 void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
@@ -461,12 +483,8 @@ void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
         s_end(c, t, t->plan_pruned ? TRIAL_PRUNED : TRIAL_STOPPED, reason, S_LOST);
         return;
     }
-    /* losing a trial is not its fault: it gets its retries plus two; a
-       pending restart keeps its checkpoint for the next start */
-    if (t->row.attempt < t->study->spec->retries + 2)
-        s_retry(c, t, why);
-    else
-        s_end(c, t, TRIAL_FAILED, why, S_LOST);
+    /* a pending restart keeps its checkpoint for the next start */
+    s_failed(c, t, why, S_LOST);
 }
 
 /* A "load" gives the trial new params: a new generation, with the donor

@@ -131,7 +131,7 @@ def test_plot_marks_stopped_trials_interventions_and_takes_an_x_axis(jz):
     # and names a person's changes apart from stops
     legend = {t.get("data-kind"): t.text for t in root.iter(SVG + "text")
               if "legend-mark" in classes(t)}
-    assert legend == {"change": "a person's change (set, pause, resume) (1)",
+    assert legend == {"change": "a person's change (set, pause, release, resume) (1)",
                       "stop": "stopped by a person (1)"}, legend
     assert len(marks) == 2, titles
     # x = time, a log y scale, the full range: still one vertex per point
@@ -149,6 +149,72 @@ def test_plot_marks_stopped_trials_interventions_and_takes_an_x_axis(jz):
     os.remove(out)
     p = jz.run("plot", "marks", "--db", jz.db, "--output", out, "--x", "epoch")
     assert p.returncode == 2 and "epoch" in p.stderr and not os.path.exists(out)
+
+
+RELEASABLE = """
+import os, time, jizhi
+t = jizhi.Trial()
+lr = t.param("lr", 0.1)
+load = os.environ.get("JIZHI_LOAD_CHECKPOINT")
+step = int(open(load).read()) + 1 if load else 0
+while step < 60:
+    for ins in t.poll():
+        if ins.kind == "set" and ins.value > 0:
+            lr = ins.value
+        elif ins.kind == "set":
+            t.ack(ins, False, "lr must be positive")
+        elif ins.kind == "checkpoint":
+            path = os.path.join(t.checkpoint_dir, "ckpt")
+            with open(path, "w") as f:
+                f.write(str(step))
+            t.checkpoint_done(step, path)
+        elif ins.kind == "stop":
+            t.close()
+            raise SystemExit(0)
+    t.report(step, score=lr)
+    step += 1
+    time.sleep(0.05)
+t.close()
+"""
+
+
+def test_plot_marks_only_applied_changes_and_a_release_and_its_resume(jz):
+    """A change the trial refused is not marked (it did not happen); a
+    pause --release is marked as a release, not as a person's stop, and
+    the resume that restarts the trial as a resume (review37 item 6)."""
+    from test_recovery import start_controller, start_dispatcher, stop
+    prog = os.path.join(jz.dir, "releasable.py")
+    with open(prog, "w") as f:
+        f.write(RELEASABLE)
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    ctl = start_controller(jz, ep)
+    disp = start_dispatcher(jz, ep, 1)
+    try:
+        spec = base_spec("rel", ["python3", prog], trials=1, parallel=1)
+        spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1}}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] >= 3, 60,
+                    "the trial to report")
+        ((tid,),) = jz.sql("SELECT id FROM trials")
+        p = jz.run("trial", "set", str(tid), "lr=-1", "--force")
+        assert p.returncode == 1 and "lr must be positive" in p.stderr, p.stderr
+        jz.run("trial", "set", str(tid), "lr=0.5", "--force", check=0)
+        p = jz.run("trial", "pause", str(tid), "--release")
+        assert f"trial {tid}: released" in p.stdout, (p.stdout, p.stderr)
+        jz.run("trial", "resume", str(tid), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 60,
+                    "the study to finish")
+    finally:
+        stop(ctl, disp)
+    assert jz.sql("SELECT state FROM trials") == [("completed",)]
+    out = os.path.join(jz.dir, "rel.svg")
+    jz.run("plot", "rel", "--db", jz.db, "--output", out, check=0)
+    root = ET.parse(out).getroot()
+    titles = [el.find(SVG + "title").text for el in root.iter(SVG + "path")
+              if "intervention" in classes(el)]
+    assert titles == [f"trial {tid}: set lr=0.5 by cli", f"trial {tid}: release by cli",
+                      f"trial {tid}: resume by cli"], titles
+    assert legend_of(root) == {"change": "a person's change (set, pause, release, resume) (3)"}
 
 
 def test_plot_x_samples_sums_batch_size_when_no_samples_metric(jz):
