@@ -48,7 +48,7 @@ static const char *const s_sql[Q_COUNT] = {
         "exit_how=?11, exit_code=?12, reason=?13, out_path=?14, err_path=?15, "
         "checkpoint=?16, checkpoint_step=?17, started=?18, ended=?19, "
         "generation=?20, parent=?21, metric_session=?22, study_stopped=?23, token=?24, "
-        "preemptions=?25, preempted=?26 WHERE id=?1",
+        "preemptions=?25, preempted=?26, failures=?27 WHERE id=?1",
     [Q_TRIAL_INSERT] =
         "INSERT INTO trials(study_id, number, state, attempt, token, generation, "
         "parent, created, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -135,6 +135,19 @@ static const char *const s_migrations[] = {
        state read an index range, not the whole table (store_web.c) */
     "CREATE INDEX trials_by_study ON trials(study_id);"
     "CREATE INDEX trials_by_study_state ON trials(study_id, state);",
+    /* 10: the attempts of a trial that failed, which `retries` counts
+       (version 9 counted every attempt, a pause --release's or a study
+       resume's too). An older row counts its retry events but those of a
+       resume from a release or preemption and of a restart from a
+       checkpoint (their reasons, controller/ctl_trial.c), and its own
+       failure when it failed */
+    "ALTER TABLE trials ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE trials SET failures=r.n FROM (SELECT trial_id, COUNT(*) AS n FROM events"
+    "  WHERE kind='retry' AND json_extract(detail, '$.reason') NOT IN"
+    "  ('resumed from its checkpoint', 'restart from a checkpoint (load not "
+    "acknowledged)')"
+    "  GROUP BY trial_id) AS r WHERE r.trial_id=trials.id;"
+    "UPDATE trials SET failures=failures+1 WHERE state='failed';",
 };
 /* The one schema version is STORE_SCHEMA_VERSION (store.h): a new
    migration bumps it, and this fails to compile until both agree. */

@@ -103,7 +103,7 @@ int store_iv_answer_state(const json_t *answer, store_iv_kind kind);
 
 /* The schema version a database is migrated to (PRAGMA user_version);
    store.c holds one migration per version. */
-#define STORE_SCHEMA_VERSION 9
+#define STORE_SCHEMA_VERSION 10
 
 /* A trial row: what the controller reads back on restart and writes on
    every change. Strings are fixed buffers; `params` is owned by the row
@@ -141,6 +141,8 @@ typedef struct {
                           resume runs it again (schema version 2) */
     long preemptions;  /* times the queue preempted it for a higher-priority study */
     int preempted;     /* 1: suspended by a preemption; the queue resumes it (v4) */
+    long failures;     /* attempts that failed (exit, signal, timeout, lost): what
+                          `retries` counts; a pause, stop or preemption is none (v10) */
 } store_trial;
 
 /* A study row. */
@@ -381,8 +383,18 @@ int store_event_resolve(store_t *s, long event_id, int applied, double latency_s
                         const char *detail);
 /* Resolves every instruction event not resolved yet as not applied, with
    `result`: at a controller's start, as the instructions it held in
-   memory are gone. The number resolved, or -1. */
+   memory are gone. Their latency stays NULL (no acknowledgement timed
+   them): the mark store_event_reresolve looks for. The number resolved,
+   or -1. */
 long store_events_resolve_instructions(store_t *s, const char *result);
+/* Resolves again, as trial `trial_id`'s late acknowledgement says
+   (applied, `result`, may be NULL), its instruction event `event_id` that
+   a controller's start resolved (store_events_resolve_instructions); the
+   latency runs from the event's time to wall time `now`. Returns the
+   event's detail (caller owns) when it did, NULL when there is no such
+   event (another trial's, or resolved otherwise) or on error. */
+json_t *store_event_reresolve(store_t *s, long event_id, long trial_id, int applied,
+                              double now, const char *result);
 /* Events of a study as a JSON array (caller owns). */
 json_t *store_events_list(store_t *s, long study_id);
 /* The detail's "reason" of the study's latest event of `kind` into buf

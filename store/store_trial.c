@@ -96,6 +96,7 @@ int store_trial_save(store_t *s, const store_trial *t)
     sqlite3_bind_text(st, 24, t->token, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 25, t->preemptions);
     sqlite3_bind_int(st, 26, t->preempted != 0);
+    sqlite3_bind_int64(st, 27, t->failures);
     return store__run(s, st);
 }
 
@@ -111,7 +112,7 @@ int store_trial_set_params(store_t *s, long trial_id, long generation, long pare
     "best_value, last_step, metric_req, dispatcher, pid, exit_how, exit_code, reason, "  \
     "out_path, "                                                                         \
     "err_path, checkpoint, checkpoint_step, created, started, ended, metric_session, "   \
-    "study_stopped, preemptions, preempted"
+    "study_stopped, preemptions, preempted, failures"
 /* TRIAL_COLS' indexes, in its order, read by s_trial_row. */
 enum {
     TRIAL_C_ID,
@@ -143,6 +144,7 @@ enum {
     TRIAL_C_STUDY_STOPPED,
     TRIAL_C_PREEMPTIONS,
     TRIAL_C_PREEMPTED,
+    TRIAL_C_FAILURES,
 };
 
 json_t *store__params_of(store_t *s, long trial_id, long generation)
@@ -201,6 +203,7 @@ static int s_trial_row(store_t *s, sqlite3_stmt *st, store_trial *t)
     t->study_stopped = sqlite3_column_int(st, TRIAL_C_STUDY_STOPPED);
     t->preemptions = (long)sqlite3_column_int64(st, TRIAL_C_PREEMPTIONS);
     t->preempted = sqlite3_column_int(st, TRIAL_C_PREEMPTED);
+    t->failures = (long)sqlite3_column_int64(st, TRIAL_C_FAILURES);
     t->params = store__params_of(s, t->id, t->generation);
     return 0;
 }
@@ -281,8 +284,10 @@ json_t *store_trial_json(const store_trial *t, store_t *s)
         (json_int_t)t->exit_code, "reason", t->reason, "stdout", t->out_path, "stderr",
         t->err_path, "checkpoint", t->checkpoint, "created", t->created, "started",
         t->started, "ended", t->ended);
-    if (j)
+    if (j) {
         json_object_set_new(j, "preemptions", json_integer(t->preemptions));
+        json_object_set_new(j, "failures", json_integer(t->failures));
+    }
     if (j && s)
         json_object_set_new(j, "metrics", store_metrics_last(s, t->id));
     return j;

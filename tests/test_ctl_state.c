@@ -512,12 +512,17 @@ TEST(a_lifecycle_through_every_move_on_a_real_store)
     s_commit(c, "");
     CHECK(s_counts_ok(s));
 
-    /* STARTING -> FAILED: a failed exit with no retries left (retries 1,
-       attempt 1) */
+    /* STARTING -> PENDING: the resume was no failure, so its first failed
+       exit has its retry (retries 1); STARTING -> FAILED: the second has
+       none left */
+    ctl__trial_exited(c, t, "exited", 2, NULL, NULL);
+    CHECK(t->row.state == TRIAL_PENDING && t->row.attempt == 2 && t->row.failures == 1);
+    ctl__tick(c, util_now());
+    CHECK(t->row.state == TRIAL_STARTING);
     ctl__trial_exited(c, t, "exited", 2, NULL, NULL);
     s_commit(c, "");
     CHECK(s_counts_ok(s));
-    CHECK(t->row.state == TRIAL_FAILED);
+    CHECK(t->row.state == TRIAL_FAILED && t->row.failures == 2);
     CHECK_STR(s_persisted(c, id, NULL), "failed");
     CHECK(ctl_trial_cmd_refusal(t, TRIAL_CMD_STOP, buf, sizeof buf) != NULL);
 
@@ -654,6 +659,107 @@ TEST(restart_plan_and_stop_plans)
     s_commit(c, "");
     CHECK(w->row.state == TRIAL_COMPLETED);
     CHECK_STR(s_persisted(c, w->row.id, NULL), "completed");
+    ctl_destroy(&c);
+}
+
+/* Ticks until study s's trial `i` has been started (pending before),
+   and hears from it: RUNNING. */
+static ctl_trial *s_run_trial(ctl_t *c, ctl_study *s, size_t i)
+{
+    for (int k = 0;
+         k < 4 && (s->ntrials <= i || s->trials[i]->row.state == TRIAL_PENDING); k++)
+        ctl__tick(c, util_now());
+    if (s->ntrials <= i || s->trials[i]->row.state != TRIAL_STARTING)
+        return NULL;
+    ctl__trial_heard(c, s->trials[i]);
+    s_commit(c, "");
+    return s->trials[i];
+}
+
+/* The failures persisted for trial `id`, -1 when none. */
+static long s_persisted_failures(ctl_t *c, long id)
+{
+    store_trial row;
+    if (store_trial_get(c->store, id, &row) != 1)
+        return -1;
+    long n = row.failures;
+    store_trial_fini(&row);
+    return n;
+}
+
+/* `retries` counts the attempts that failed, not every new attempt: a
+   resume after a pause --release and a study's stop and resume start the
+   trial again without using a retry (review37 item 3); lost attempts get
+   two more. The count is persisted with the trial. */
+TEST(retries_count_failures_not_restarts)
+{
+    ctl_t *c = s_ctl();
+    REQUIRE(c);
+    s_disp_up(c, 3);
+
+    /* released and resumed: its first failure is retried, its second ends it */
+    ctl_study *s = s_submit(c, "rel", 1, 1, "{\"command\":[\"true\"],\"retries\":1}");
+    REQUIRE(s);
+    ctl_trial *t = s_run_trial(c, s, 0);
+    REQUIRE(t);
+    ctl__trial_release(c, t, "cli");
+    ctl__trial_checkpoint(c, t, 5, "/tmp/ckpt-5");
+    ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
+    CHECK(t->row.state == TRIAL_SUSPENDED);
+    ctl__trial_unsuspend(c, t, "cli");
+    s_commit(c, "");
+    CHECK(t->row.attempt == 1 && t->row.failures == 0);
+    REQUIRE(s_run_trial(c, s, 0) == t);
+    ctl__trial_exited(c, t, "signaled", 9, NULL, NULL);
+    s_commit(c, "");
+    CHECK(t->row.state == TRIAL_PENDING && t->row.attempt == 2 && t->row.failures == 1);
+    CHECK(s_persisted_failures(c, t->row.id) == 1); /* a restarted controller's too */
+    REQUIRE(s_run_trial(c, s, 0) == t);
+    ctl__trial_exited(c, t, "signaled", 9, NULL, NULL);
+    s_commit(c, "");
+    CHECK(t->row.state == TRIAL_FAILED && t->row.failures == 2);
+    CHECK(s_persisted_failures(c, t->row.id) == 2);
+
+    /* the same after its study's stop and resume */
+    s = s_submit(c, "stopres", 1, 1, "{\"command\":[\"true\"],\"retries\":1}");
+    REQUIRE(s);
+    t = s_run_trial(c, s, 0);
+    REQUIRE(t);
+    ctl__study_stop(c, s, "cli", NULL);
+    ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
+    CHECK(t->row.state == TRIAL_STOPPED);
+    ctl__study_resume(c, s, "cli");
+    s_commit(c, "");
+    CHECK(t->row.state == TRIAL_PENDING && t->row.attempt == 1 && t->row.failures == 0);
+    REQUIRE(s_run_trial(c, s, 0) == t);
+    ctl__trial_exited(c, t, "timeout", -1, NULL, NULL);
+    s_commit(c, "");
+    CHECK(t->row.state == TRIAL_PENDING && t->row.failures == 1);
+    REQUIRE(s_run_trial(c, s, 0) == t);
+    ctl__trial_exited(c, t, "exited", 3, NULL, NULL);
+    s_commit(c, "");
+    CHECK(t->row.state == TRIAL_FAILED && t->row.failures == 2);
+
+    /* lost: retries + 2, a release between them not counted */
+    s = s_submit(c, "lost", 1, 1, "{\"command\":[\"true\"]}");
+    REQUIRE(s);
+    t = s_run_trial(c, s, 0);
+    REQUIRE(t);
+    ctl__trial_lost(c, t, "lost by its dispatcher");
+    CHECK(t->row.state == TRIAL_PENDING && t->row.failures == 1);
+    REQUIRE(s_run_trial(c, s, 0) == t);
+    ctl__trial_release(c, t, "cli");
+    ctl__trial_checkpoint(c, t, 2, "/tmp/ckpt-2");
+    ctl__trial_exited(c, t, "exited", 0, NULL, NULL);
+    ctl__trial_unsuspend(c, t, "cli");
+    CHECK(t->row.state == TRIAL_PENDING && t->row.failures == 1);
+    REQUIRE(s_run_trial(c, s, 0) == t);
+    ctl__trial_exited(c, t, "lost", -1, "preempted", NULL);
+    CHECK(t->row.state == TRIAL_PENDING && t->row.failures == 2);
+    REQUIRE(s_run_trial(c, s, 0) == t);
+    ctl__trial_lost(c, t, "lost by its dispatcher");
+    s_commit(c, "");
+    CHECK(t->row.state == TRIAL_FAILED && t->row.failures == 3 && t->row.attempt == 3);
     ctl_destroy(&c);
 }
 
@@ -1007,6 +1113,7 @@ int main(void)
     RUN(id_map_finds_every_id_and_nothing_else);
     RUN(a_lifecycle_through_every_move_on_a_real_store);
     RUN(restart_plan_and_stop_plans);
+    RUN(retries_count_failures_not_restarts);
     RUN(the_periodic_pass_looks_at_due_trials_only);
     RUN(a_stop_without_a_transaction_is_tried_at_the_next_pass);
     RUN(an_ask_only_trial_stays_due);

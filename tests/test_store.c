@@ -1310,6 +1310,27 @@ TEST(events)
     CHECK(json_is_array(list) && json_array_size(list) == 0);
     json_decref(list);
 
+    /* an instruction a controller's start resolved, acknowledged late by
+       its trial: resolved again, once, and only for that trial */
+    long e5 = store_event_add(s, 104.0, sid, 8, "person", "instruction", detail, -1);
+    long e6 = store_event_add(s, 105.0, sid, 8, "person", "instruction", NULL, -1);
+    CHECK(store_event_resolve(s, e6, 0, 0.5, "refused by its ack") == 0);
+    CHECK(store_events_resolve_instructions(s, "the controller restarted") == 1);
+    CHECK(store_event_reresolve(s, e5, 9, 1, 110.0, NULL) == NULL);
+    CHECK(store_event_reresolve(s, e6, 8, 1, 110.0, NULL) == NULL);
+    json_t *late = store_event_reresolve(s, e5, 8, 1, 110.0, "applied late");
+    CHECK(late && json_equal(late, detail));
+    json_decref(late);
+    CHECK(store_event_reresolve(s, e5, 8, 0, 111.0, NULL) == NULL);
+    list = store_events_list(s, sid);
+    json_t *ev5 = json_array_get(list, 3), *ev6 = json_array_get(list, 4);
+    CHECK(json_is_true(json_object_get(ev5, "applied")));
+    CHECK_NEAR(json_real_value(json_object_get(ev5, "latency_s")), 6.0, 0);
+    CHECK_STR(json_string_value(json_object_get(ev5, "result")), "applied late");
+    CHECK(json_is_false(json_object_get(ev6, "applied")));
+    CHECK_STR(json_string_value(json_object_get(ev6, "result")), "refused by its ack");
+    json_decref(list);
+
     CHECK(store_dispatcher_upsert(s, "node-1", 4, "0,1", 5.0) == 0);
     CHECK(store_dispatcher_upsert(s, "node-1", 8, NULL, 6.0) == 0);
     json_decref(detail);
@@ -1431,6 +1452,7 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     CHECK(s_sql_int("v1.db", "DROP TABLE interventions") == -1);   /* version 8's */
     CHECK(s_sql_int("v1.db", "DROP INDEX trials_by_study") == -1); /* version 9's */
     CHECK(s_sql_int("v1.db", "DROP INDEX trials_by_study_state") == -1);
+    CHECK(s_sql_int("v1.db", "ALTER TABLE trials DROP COLUMN failures") == -1); /* 10 */
     CHECK(s_sql_int("v1.db", "PRAGMA user_version=1") == -1);
     CHECK(s_sql_int("v1.db", "PRAGMA user_version") == 1);
     /* read-only opening refuses the older schema; a writer migrates it */
@@ -1454,6 +1476,73 @@ TEST(migration_2_turns_the_reason_text_into_study_stopped)
     CHECK(t.study_stopped == 1);
     store_trial_fini(&t);
     store_close(&s);
+}
+
+/* A version-9 database (no failures column: `retries` counted every
+   attempt) opens with each trial's failures counted from its retry events
+   but those of a resume or a restart from a checkpoint, plus its own end
+   when it failed; the field then round-trips (review37 item 3). */
+TEST(migration_10_counts_the_failures_of_older_trials)
+{
+    s_rm_db("v9.db");
+    store_t *s = s_open("v9.db", 0);
+    REQUIRE(s);
+    long sid = s_study(s, "m", STUDY_RUNNING, 100);
+    REQUIRE(sid > 0);
+    /* each trial's retry reasons, "" ending the list, and its state */
+    static const char *const retries[][4] = {
+        {"killed by signal 9", "resumed from its checkpoint", ""},
+        {"resumed from its checkpoint",
+         "restart from a checkpoint (load not acknowledged)", "lost by its dispatcher",
+         ""},
+        {""},
+    };
+    static const store_trial_state states[] = {TRIAL_FAILED, TRIAL_RUNNING,
+                                               TRIAL_COMPLETED};
+    static const long want[] = {2, 1, 0};
+    long ids[3];
+    for (int i = 0; i < 3; i++) {
+        store_trial t;
+        s_fill_trial(&t, sid, i);
+        REQUIRE(store_trial_insert(s, &t) == 0);
+        t.state = states[i];
+        for (int k = 0; *retries[i][k]; k++) {
+            json_t *d =
+                json_pack("{s:s, s:i}", "reason", retries[i][k], "attempt", k + 1);
+            CHECK(store_event_add(s, 100 + k, sid, t.id, "controller", "retry", d, 1) >
+                  0);
+            json_decref(d);
+            t.attempt = k + 1;
+        }
+        CHECK(store_trial_save(s, &t) == 0);
+        ids[i] = t.id;
+        store_trial_fini(&t);
+    }
+    store_close(&s);
+    CHECK(s_sql_int("v9.db", "ALTER TABLE trials DROP COLUMN failures") == -1);
+    CHECK(s_sql_int("v9.db", "PRAGMA user_version=9") == -1);
+    s = s_open("v9.db", 0);
+    REQUIRE(s);
+    CHECK(s_sql_int("v9.db", "PRAGMA user_version") == STORE_SCHEMA_VERSION);
+    for (int i = 0; i < 3; i++) {
+        store_trial t;
+        REQUIRE(store_trial_get(s, ids[i], &t) == 1);
+        CHECK(t.failures == want[i]);
+        if (i == 1) { /* and it round-trips */
+            t.failures = 5;
+            CHECK(store_trial_save(s, &t) == 0);
+        }
+        store_trial_fini(&t);
+    }
+    store_trial t;
+    REQUIRE(store_trial_get(s, ids[1], &t) == 1);
+    CHECK(t.failures == 5 && t.attempt == 3);
+    json_t *j = store_trial_json(&t, NULL);
+    CHECK(json_integer_value(json_object_get(j, "failures")) == 5);
+    json_decref(j);
+    store_trial_fini(&t);
+    store_close(&s);
+    s_rm_db("v9.db");
 }
 
 TEST(queue_and_extra_trials)
@@ -1543,6 +1632,7 @@ int main(void)
     RUN(events);
     RUN(transactions_survive_reopen);
     RUN(migration_2_turns_the_reason_text_into_study_stopped);
+    RUN(migration_10_counts_the_failures_of_older_trials);
     RUN(queue_and_extra_trials);
     RUN(quotas_keep_the_granted_priority);
     rmdir(s_dir);
