@@ -186,9 +186,11 @@ static void s_stop_carried_out(ctl_t *c, ctl_trial *t, s_ended how)
         return;
     double grace = ctl__stop_grace(), after = util_now() - t->plan_since;
     char text[160];
-    if (how == S_KILLED)
+    if (how == S_KILLED && t->kill_sent) /* the grace's kill, not a person's */
         snprintf(text, sizeof text,
                  "carried out by a kill at the end of the %g s stop grace", grace);
+    else if (how == S_KILLED)
+        snprintf(text, sizeof text, "the trial was killed %.1f s after the stop", after);
     else if (how == S_EXITED && after <= grace)
         snprintf(text, sizeof text, "the trial ended within the %g s stop grace", grace);
     else
