@@ -4,6 +4,7 @@
 */
 #include "cli.h"
 
+#include "../common/client.h"
 #include "../common/log.h"
 #include "../common/spec.h"
 #include "../common/util.h"
@@ -215,10 +216,35 @@ static int s_log_check(const char *target)
    changes nothing. */
 typedef struct {
     const char *db;     /* the database it created, else NULL */
+    struct stat db_st;  /* its device and inode, as created */
     const char *logdir; /* the log folder of run, else NULL */
     char logtop[1024];  /* the top-most folder of logdir it made, else "" */
     char logfile[1100]; /* the log file it created, else "" */
+    struct stat log_st; /* its device and inode, as created */
 } s_made;
+
+/* Creates the empty file `path` (mode as open(2)'s) when nothing is there,
+   not even a dangling symlink (O_EXCL), and says in st what it made: 1
+   when it made it, else 0 (something was there, or it cannot be made: the
+   caller's own open then says why). What it made is the command's own: a
+   file another process creates at the same time is not. */
+static int s_create(const char *path, mode_t mode, struct stat *st)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0)
+        return 0;
+    int made = fstat(fd, st) == 0;
+    close(fd);
+    return made;
+}
+
+/* 1 when path is still the regular file that s_create made (st). */
+static int s_still_made(const char *path, const struct stat *st)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_dev == st->st_dev &&
+           sb.st_ino == st->st_ino;
+}
 
 /* util_mkdirs(dir), saying in m which folders it made: logdir and, in
    logtop, the top-most one ("" when dir was there). */
@@ -238,15 +264,13 @@ static int s_mkdirs(const char *dir, s_made *m)
     return util_mkdirs(dir, 0700);
 }
 
-/* Opens log file `target` (log_set_target), saying in m when it made it. */
+/* Opens log file `target` (log_set_target), saying in m when it made it
+   (mode 0666 less the umask, as fopen's). */
 static int s_log_open(const char *target, s_made *m)
 {
-    int made = strcmp(target, "syslog") && access(target, F_OK) != 0;
-    if (log_set_target(target) != 0)
-        return -1;
-    if (made)
+    if (strcmp(target, "syslog") && s_create(target, 0666, &m->log_st))
         snprintf(m->logfile, sizeof m->logfile, "%s", target);
-    return 0;
+    return log_set_target(target);
 }
 
 /* --log FILE|syslog of the daemons (m: NULL, or where to say that it made
@@ -261,10 +285,13 @@ static int s_log_target(const char *target, s_made *m)
 }
 
 /* Removes what m says was made: the log file, the log folders (from
-   logdir up to logtop), and the database with its journal files. */
+   logdir up to logtop; only while empty), and the database with its
+   journal files. A file is removed only while it is still the one the
+   command made (the same inode): never a file that replaced it, nor what
+   a symlink given as --db or --log points to. */
 static void s_unmake(const s_made *m)
 {
-    if (m->logfile[0])
+    if (m->logfile[0] && s_still_made(m->logfile, &m->log_st))
         unlink(m->logfile);
     char p[sizeof m->logtop];
     snprintf(p, sizeof p, "%s", m->logtop[0] ? m->logdir : "");
@@ -276,7 +303,8 @@ static void s_unmake(const s_made *m)
         *slash = 0;
     }
     static const char *const ext[] = {"", "-wal", "-shm", "-journal"};
-    for (size_t i = 0; m->db && i < sizeof ext / sizeof ext[0]; i++) {
+    int db = m->db && s_still_made(m->db, &m->db_st);
+    for (size_t i = 0; db && i < sizeof ext / sizeof ext[0]; i++) {
         snprintf(p, sizeof p, "%s%s", m->db, ext[i]);
         unlink(p);
     }
@@ -300,10 +328,11 @@ static int s_db_check(const char *db, s_made *m)
                               : strerror(e));
         return -1;
     }
-    int made = access(db, F_OK) != 0;
-    store_t *s = store_open(db, 0, err, sizeof err);
-    if (made)
+    /* made here, with store_open's mode: store_open takes the empty file
+       as a new database */
+    if (s_create(db, 0600, &m->db_st))
         m->db = db;
+    store_t *s = store_open(db, 0, err, sizeof err);
     if (!s) {
         cli_error("%s", err);
         return -1;
@@ -727,10 +756,20 @@ int cmd_run(int argc, char **argv)
     s_write_endpoint(db, ctl_endpoint(ctl));
 
     int rc = CLI_FAIL;
-    json_t *r =
-        cli_request(ctl_endpoint(ctl),
-                    json_pack("{s:s, s:O}", "type", "submit", "spec", spec_json), 10000);
-    int finished = 0, unfit = 0, was_finished = 0, submitted = r != NULL;
+    char cerr[1200];
+    json_t *r = client_call(ctl_endpoint(ctl),
+                            json_pack("{s:s, s:O}", "type", "submit", "spec", spec_json),
+                            10000, cerr, sizeof cerr);
+    /* only a refusal says that nothing was written: with no answer, others
+       may have written into the database through the endpoint published */
+    int refused = r && strcmp(wire_type(r), "ok") != 0;
+    if (!r || refused) {
+        const char *text = r ? json_string_value(json_object_get(r, "message")) : cerr;
+        cli_error("%s", text ? text : "the controller refused the request");
+        json_decref(r);
+        r = NULL;
+    }
+    int finished = 0, unfit = 0, was_finished = 0;
     char unfit_why[256];
     if (r) {
         /* finished before this run: not loaded, nothing of it to drain */
@@ -795,7 +834,7 @@ int cmd_run(int argc, char **argv)
     ctl_destroy(&ctl);
     s_remove_rundir(rundir);
     json_decref(spec_json);
-    if (!submitted) /* refused (a warm_start.from of no study here): as `fail` */
+    if (refused) /* (a warm_start.from of no study here): as `fail`; kept on no answer */
         s_unmake(&made);
     if (s_ctl_failed) {
         fprintf(stderr, "the controller stopped (see above); run the same command again "

@@ -85,6 +85,39 @@ def test_a_run_or_daemon_failing_late_leaves_nothing(jz):
         held.close()
 
 
+def test_a_late_failure_leaves_a_symlink_it_was_given(jz):
+    """A dangling symlink given as --db or --log is not what the command
+    made (SQLite and the log open the file it points to): a late failure
+    leaves the link, and removes only the files it made itself (review38
+    item 1: the link was unlinked as if the command had made it)."""
+    import socket
+    spec = jz.write_spec(base_spec("links", ["true"], trials=1))
+    jz.env.pop("JIZHI_LOG", None)
+    data = os.path.join(jz.dir, "data")
+    os.mkdir(data)
+    dblink, loglink = os.path.join(jz.dir, "link.db"), os.path.join(jz.dir, "c.log")
+    os.symlink(os.path.join(data, "target.db"), dblink)
+    os.symlink(os.path.join(data, "c.log"), loglink)
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    try:
+        cases = [(["run", spec, "--db", dblink, "--http", f"127.0.0.1:{port}"], dblink),
+                 (["controller", "--db", os.path.join(jz.dir, "new.db"), "--log", loglink,
+                   "--bind", f"ipc://{jz.dir}/c.sock", "--http", f"127.0.0.1:{port}"],
+                  loglink)]
+        for args, link in cases:
+            p = jz.run(*args, timeout=60)
+            assert p.returncode == 1 and "cannot listen on" in p.stderr, (args, p.stderr)
+            assert os.path.islink(link), (args, sorted(os.listdir(jz.dir)))
+        # what they made themselves is gone: the new database, the run's log folder
+        for made in ("new.db", "new.db-wal", "new.db-shm", "jizhi-logs", "c.sock"):
+            assert not os.path.exists(os.path.join(jz.dir, made)), made
+    finally:
+        held.close()
+
+
 def test_option_errors_read_as_jizhis_own(jz):
     """getopt's refusals come as "jizhi: COMMAND: ...", exit 2, with the
     usage; none in getopt's own words ("list: unrecognized option")."""
