@@ -11,7 +11,9 @@
     trial's stop that its study's resume withdraws is resolved as not
     applied. The table is in memory only: a controller that starts
     resolves the instruction events left unresolved as not applied
-    (ctl__load).
+    (ctl__load); a trial that took one all the same and acknowledges it
+    to the new controller has its event resolved again as it says
+    (ctl__instr_ack).
 
     Restart-from-checkpoint fallback: a `load` (PBT exploit, guard
     rollback) reaches a program only when it polls. When one is not
@@ -303,6 +305,27 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
     /* last: a guarded change or fork may send the next instruction */
     if (c->on.instr_done)
         c->on.instr_done(c, id, trial_id, applied, why);
+}
+
+void ctl__instr_ack(ctl_t *c, ctl_trial *t, long id, int applied, const char *detail)
+{
+    if (ctl__instr_get(c, id)) {
+        ctl__instr_done(c, id, applied, detail);
+        return;
+    }
+    /* lost with the last controller: the trial took it all the same */
+    json_t *ev = ctl__txn(c) == 0 ? store_event_reresolve(c->store, id, t->row.id,
+                                                          applied, util_wall(), detail)
+                                  : NULL;
+    if (!ev)
+        return;
+    log_info("ctl",
+             "trial %ld acknowledged instruction %ld, left by the last controller, "
+             "as %s: resolved again",
+             t->row.id, id, applied ? "applied" : "refused");
+    if (applied)
+        s_applied(c, &(ctl_instr){.id = id, .trial_id = t->row.id, .msg = ev});
+    json_decref(ev);
 }
 
 void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, int applied, const char *how)

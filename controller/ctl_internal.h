@@ -130,6 +130,12 @@ void ctl__instr_wait(ctl_t *c, long id, const wire_peer *from, long req, double 
    trial did not take (applied 0) while it is still being stopped stays
    outstanding: the kill after the grace carries it out (ctl__instr_stops_done). */
 void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail);
+/* Trial t's acknowledgement of instruction `id`: ctl__instr_done when it
+   is outstanding; else, when a controller's start resolved t's event `id`
+   as not applied (the instruction was lost with its predecessor), the
+   event is resolved again as t says, and an applied one changes t's
+   persisted state as ctl__instr_done's would. */
+void ctl__instr_ack(ctl_t *c, ctl_trial *t, long id, int applied, const char *detail);
 /* t ended while being stopped (applied 1: they are resolved as carried
    out), or its stop was withdrawn (applied 0): its outstanding stop
    instructions are resolved, `how` (and what the trial said if it did not

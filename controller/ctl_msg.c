@@ -220,8 +220,8 @@ static void s_ins_ack(ctl_t *c, const ctl_msg *m)
                              m->trial->row.id));
         return;
     }
-    ctl__instr_done(c, id, json_is_true(json_object_get(m->msg, "applied")),
-                    ctl__msg_str(m, "detail"));
+    ctl__instr_ack(c, m->trial, id, json_is_true(json_object_get(m->msg, "applied")),
+                   ctl__msg_str(m, "detail"));
     ctl__send(c, m->from, wire_ok(m->req));
 }
 

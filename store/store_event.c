@@ -54,6 +54,28 @@ long store_events_resolve_instructions(store_t *s, const char *result)
     return store__exec(s, st) == 0 ? (long)sqlite3_changes(store__db(s)) : -1;
 }
 
+json_t *store_event_reresolve(store_t *s, long event_id, long trial_id, int applied,
+                              double now, const char *result)
+{
+    sqlite3_stmt *st = store__prepare(
+        s, "UPDATE events SET applied=?1, latency_s=?2-time, result=?3 WHERE id=?4 AND "
+           "trial_id=?5 AND kind='instruction' AND applied=0 AND latency_s IS NULL");
+    if (!st)
+        return NULL;
+    sqlite3_bind_int(st, 1, applied);
+    sqlite3_bind_double(st, 2, now);
+    store__bind_text_or_null(st, 3, result);
+    sqlite3_bind_int64(st, 4, event_id);
+    sqlite3_bind_int64(st, 5, trial_id);
+    if (store__exec(s, st) != 0 || sqlite3_changes(store__db(s)) != 1 ||
+        !(st = store__prepare(s, "SELECT detail FROM events WHERE id=?")))
+        return NULL;
+    sqlite3_bind_int64(st, 1, event_id);
+    json_t *detail = store__step(s, st) == SQLITE_ROW ? store__col_json(st, 0) : NULL;
+    sqlite3_finalize(st);
+    return detail;
+}
+
 /* An event row: EVENT_COLS, read by s_event_row through EVENT_C_*. */
 #define EVENT_COLS                                                                       \
     "id, time, trial_id, who, kind, detail, applied, latency_s, result, actor"

@@ -138,6 +138,46 @@ def test_kill9_after_large_batches_keeps_every_acked_point_exactly(jz):
         stop(*(p for p in (ctl, ctl2, disp) if p))
 
 
+def test_a_set_acked_to_the_restarted_controller_is_shown_applied(jz):
+    """A `trial set` the trial takes before the controller is killed -9 and
+    acknowledges to the restarted one: the restart resolved its event as not
+    applied, "the controller restarted before it was resolved" (`study
+    events` showed "refused" for a set the trial runs with); the late ack
+    resolves it again as the trial says, and the value is the trial's next
+    params generation."""
+    ep = f"ipc://{jz.dir}/ctl.sock"
+    got, go = os.path.join(jz.dir, "got"), os.path.join(jz.dir, "go")
+    ctl = start_controller(jz, ep)
+    disp = start_dispatcher(jz, ep, slots=1)
+    ctl2 = None
+    try:
+        spec = base_spec("late", ["python3", os.path.join(PROGS, "late_ack_trial.py")],
+                         trials=1, parallel=1, env={"GOT": got, "GO": go})
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics") != [(0,)], 30,
+                    "the trial to report")
+        ((tid,),) = jz.sql("SELECT id FROM trials")
+        jz.run("trial", "set", str(tid), "lr=0.3", "--no-wait", check=0)
+        jz.wait_for(lambda: os.path.exists(got), 30, "the trial to take the set")
+        ctl2 = kill9_and_restart(jz, ctl, ep)
+        why = "the controller restarted before it was resolved"
+        instr = "SELECT applied, result FROM events WHERE kind='instruction'"
+        jz.wait_for(lambda: jz.sql(instr) == [(0, why)], 20, "the restart's resolution")
+        open(go, "w").close()
+        jz.wait_for(lambda: jz.sql("SELECT state FROM studies")[0][0] == "finished", 60,
+                    "the study to finish")
+        ((applied, result),) = jz.sql(instr)
+        assert applied == 1 and result != why, (applied, result)
+        lines = [x for x in jz.run("study", "events", "late", check=0).stdout.splitlines()
+                 if 'set name="lr" value=0.3' in x]
+        assert len(lines) == 1 and "applied" in lines[0] and why not in lines[0], lines
+        assert jz.sql("SELECT generation, value FROM params WHERE trial_id=? AND "
+                      "name='lr'", tid) == [(1, "0.3")]
+        assert jz.sql("SELECT state FROM trials") == [("completed",)]
+    finally:
+        stop(*(p for p in (ctl, ctl2, disp) if p))
+
+
 def test_wrong_token_is_refused(jz):
     ep = f"ipc://{jz.dir}/ctl.sock"
     ctl = start_controller(jz, ep)
