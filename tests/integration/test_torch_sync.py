@@ -45,6 +45,7 @@ RANK = textwrap.dedent("""
             self.calls = 0
             self.acks, self.done, self.reports = [], [], []
             self.open, self.settled, self.late, self.ids = None, [], [], 0
+            self.log = []  # [call, "report" or "ack", step or id] in the helper's order
             self.params = {"lr": 0.1}
             self.checkpoint_dir = ckdir
         def settle(self):
@@ -71,10 +72,12 @@ RANK = textwrap.dedent("""
                 return False
             self.open = None
             self.acks.append([ins.id, ins.kind, ins.name, bool(applied), detail])
+            self.log.append([self.calls, "ack", ins.id])
             return True
         def report(self, step, **vals):
             self.settle()
             self.reports.append([step, sorted(vals)])
+            self.log.append([self.calls, "report" if "lr" in vals else "eval", step])
             return True
         def checkpoint_done(self, step, path):
             if self.open is not None and self.open.kind == "checkpoint":
@@ -118,9 +121,16 @@ RANK = textwrap.dedent("""
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         fake = Fake([tuple(x) for x in case["script"]], os.environ["CKDIR"]) if rank == 0 else None
         refuse = (lambda v: rank != 1)  # rank 1 refuses `set dropout`
+        class Extra:  # rank 1 cannot load its state (a load that fails there alone)
+            def state_dict(self):
+                return {"rank": rank}
+            def load_state_dict(self, st):
+                if rank == 1:
+                    raise ValueError("no state for rank 1")
+        extra = {"x": Extra()} if case.get("extra") else None
         ctl = jizhi.torch.attach(fake, opt, model=model, report_every=case.get("report_every", 0),
-                                 handlers={"dropout": refuse}, **case["opts"])
-        seen, looks, grad1, gap = [], [], None, 0.0
+                                 handlers={"dropout": refuse}, extra_state=extra, **case["opts"])
+        seen, looks, grad1, gap, error = [], [], None, 0.0, None
         for call in range(1, case["calls"] + 1):
             if fake is not None:
                 fake.calls = call
@@ -135,8 +145,14 @@ RANK = textwrap.dedent("""
                     twin(x).sum().backward()
                     gap = max([gap] + [(p.grad - q.grad).abs().max().item() for p, q in
                                        zip(model.parameters(), twin.parameters())])
+            if case.get("eval"):  # between backward and ctl.step (rank 0 alone reports)
+                ctl.report_eval(val_acc=call)
             before = ctl.syncs
-            ok = ctl.step()
+            try:
+                ok = ctl.step()
+            except jizhi.JizhiError as e:
+                error = str(e)
+                break
             g = opt.param_groups[0]
             seen.append([ctl.global_step, g["lr"], g["momentum"]])
             if ctl.syncs != before:
@@ -164,7 +180,8 @@ RANK = textwrap.dedent("""
                 "acks": fake.acks if fake else None,
                 "done": fake.done if fake else None, "again": again,
                 "order": [fake.settled, fake.late] if fake else None,
-                "reports": fake.reports if fake else None}
+                "reports": fake.reports if fake else None,
+                "log": fake.log if fake else None, "error": error}
 
     def sparse():
         # sparse gradients (an Embedding with sparse=True) cannot carry the flag:
@@ -322,11 +339,17 @@ def ranks(tmp_path_factory):
              {"name": "load", "calls": 6, "opts": {"sync_every": 1},
               "script": [[2, "checkpoint", "", None, None], [4, "load", "", None, ck]]},
              {"name": "order", "calls": 12, "ddp": True, "report_every": 2, "opts": {},
+              "eval": True,
               "script": [[2, "set", "lr", -1, None], [2, "set", "lr", 0.3, None],
                          [3, "set", "bogus", 1, None], [4, "checkpoint", "", None, None],
-                         [6, "load", "", None, str(tmp / "ckpt-4.pt")],
+                         [6, "load", "", None, str(tmp / "ckpt-5.pt")],
                          [8, "pause", "", None, None], [8, "set", "lr", 0.2, None],
-                         [8, "set", "dropout", 0.5, None], [8, "resume", "", None, None]]}]
+                         [8, "set", "dropout", 0.5, None], [8, "resume", "", None, None]]},
+             {"name": "every1", "calls": 8, "ddp": True, "report_every": 1, "opts": {},
+              "script": [[3, "set", "lr", 0.3, None], [5, "stop", "", None, None]]},
+             {"name": "split", "calls": 6, "extra": True, "opts": {"sync_every": 1},
+              "script": [[3, "checkpoint", "", None, None],
+                         [4, "load", "", None, str(tmp / "ckpt-3.pt")]]}]
     return run_ranks(tmp, cases)
 
 
@@ -522,9 +545,9 @@ def test_rank_0_acknowledges_each_instruction_before_it_calls_the_helper_again(r
     # checked and acknowledged as rank 0 takes them (lr=-1 refused with its
     # reason, not carried); an unknown name, a checkpoint, a load, and a
     # pause with a set and a refused set applied while paused, each
-    # acknowledged at its look, with reports due at those steps (every 2)
-    # made after the look; the stand-in trial records any instruction
-    # settled by another call, or acknowledged after that
+    # acknowledged at its look; report_eval called between backward() and
+    # ctl.step waits for the look; the stand-in trial records any
+    # instruction settled by another call, or acknowledged after that
     r0, r1 = ranks
     o0, o1 = r0["order"], r1["order"]
     assert o0["order"] == [[], []], o0["order"]
@@ -538,6 +561,46 @@ def test_rank_0_acknowledges_each_instruction_before_it_calls_the_helper_again(r
         ["load", "", True, None], ["pause", "", True, None], ["set", "lr", True, None],
         ["set", "dropout", False, "jizhi.torch: refused on 1 of 2 ranks"],
         ["resume", "", True, None]]
-    assert o0["done"] == [[4, "ckpt-4.pt"]]
+    # a step's report (of steps before any change made at it) reaches the
+    # helper before anything applied at that step is acknowledged: the
+    # hook takes nothing in the backward of a step that reports (every 2
+    # here), so what arrived at calls 2, 4, 6 and 8 is taken at the next one
+    log = o0["log"]
+    for call in {c for c, what, _ in log if what == "report"}:
+        mine = [what for c, what, _ in log if c == call and what != "eval"]
+        assert mine[0] == "report", (call, log)
+    assert [c for c, what, _ in log if what == "ack"] == [3, 3, 3, 7, 9, 9, 9, 9]
+    assert o0["done"] == [[5, "ckpt-5.pt"]]
     assert o0["seen"][-1][1] == 0.2 and o1["params"]["lr"] == 0.2
-    assert len(o0["reports"]) >= 5
+    assert [s for c, what, s in log if what == "report"] == [2, 4, 6, 6, 8, 10]
+    assert len([1 for c, what, _ in log if what == "eval"]) == 12  # none lost
+
+
+def test_with_a_report_at_every_step_the_flag_looks_after_each_report(ranks):
+    # report_every=1: every backward precedes a report, so the hook takes
+    # nothing; from the second step on each step looks after its report
+    r0, r1 = ranks
+    e0, e1 = r0["every1"], r1["every1"]
+    assert e0["looks_by"] == e1["looks_by"] == "flag"
+    assert e0["seen"] == e1["seen"] and len(e0["seen"]) == 5  # the stop at 5
+    assert {s: lr for s, lr, _ in e0["seen"]}[3] == 0.3
+    assert [c for c, _ in e0["looks"]] == [2, 3, 4, 5] == [c for c, _ in e1["looks"]]
+    assert e0["log"] == [[1, "report", 1], [2, "report", 2], [3, "report", 3], [3, "ack", 1],
+                         [4, "report", 4], [5, "report", 5], [5, "ack", 2]]
+    assert e0["order"] == [[], []]
+
+
+def test_a_load_that_fails_on_some_ranks_fails_every_rank(ranks):
+    # rank 1 cannot load its extra_state while rank 0 loaded the
+    # checkpoint: training on would run diverged replicas, so every rank
+    # raises, naming the rank and its reason, and rank 0 acknowledges the
+    # load refused with the same text
+    r0, r1 = ranks
+    s0, s1 = r0["split"], r1["split"]
+    assert s0["error"] == s1["error"]
+    assert s0["error"].startswith("jizhi.torch: load of ") and " failed on 1 of 2 ranks, " \
+        "rank 1 (cannot load checkpoint " in s0["error"], s0["error"]
+    assert s0["error"].endswith("no state for rank 1): the others loaded it, so the ranks "
+                                "hold different weights and steps; the trial cannot go on")
+    assert len(s0["seen"]) == len(s1["seen"]) == 3  # raised at the fourth call's look
+    assert [a[1:] for a in s0["acks"]] == [["load", "", False, s0["error"]]]

@@ -38,9 +38,12 @@ at least once every step it is longer. At a look rank 0 broadcasts the
 fits; else its length, and a second broadcast carries it) or none and the
 number of steps to the next look; every rank applies it at that step, and
 an all-reduce of the box at once carries each rank's refusal back, so rank
-0 acknowledges it once every rank has (a refusal on any rank refuses it),
+0 acknowledges it once every rank has (a refusal on any rank refuses it;
+a load that only some ranks could apply raises JizhiError on every rank),
 before it calls the helper again (libjizhi settles an instruction at the
-program's next call: jizhi.h, jz_poll).
+program's next call: jizhi.h, jz_poll). So a step's report goes first: the
+hook takes nothing in the backward of a step that reports, and rank 0's
+reports made while the hook holds an instruction wait for its look.
 
 This module imports torch; `import jizhi` alone does not. docs/helper-api.md
 (PyTorch) is the guided tour.
@@ -349,6 +352,16 @@ def _flag_fill(state, ctl, buf):
     both[n:].zero_()
     if ctl is not None and ctl._lead and not ctl.stopped and \
             not getattr(ctl.trial, "closed", False):  # a closed trial's handle is gone
+        if ctl._reports_next():
+            # this step's report (of steps before any change) goes to the
+            # helper before anything is acknowledged: nothing taken here (the
+            # next backward takes it); after a report step that took nothing
+            # either (report_every=1), a look at this step, after its report
+            if ctl._took_none:
+                both[n] = 1.0
+            ctl._took_none = True
+            return both
+        ctl._took_none = False
         data = ctl._take_inline()
         if data:
             both[n + 1] = len(data)
@@ -488,6 +501,10 @@ class Controller:
         # rank 0 took an instruction (_stash) during the last backward
         self._flag_due = False
         self._stash = None
+        self._took_none = False  # rank 0: the last hook took nothing, as its step reported
+        self._stride = 1  # the program's step numbers' last stride (step=)
+        self._later = []  # rank 0: reports made while _stash was open, sent after the look
+        self._flush_later = False  # and a flush of them (report_eval at eval_due)
         self._inline = []  # the inline sets the last backward brought (every rank)
         self._grad_flag = False  # set last (the hook is registered when nothing can fail)
         params = trial.params if (self.rank == 0 and trial is not None) else None
@@ -546,6 +563,13 @@ class Controller:
                              "communication hook (%s)" % e)
         model._jizhi_flag = state
         return True
+
+    def _reports_next(self):
+        """Rank 0, in the flag hook: whether the coming ctl.step reports
+        (its step: the next one, or the program's step= numbers at their
+        last stride)."""
+        return bool(self.report_every) and \
+            (self.global_step + self._stride) % self.report_every == 0
 
     def _take_inline(self):
         """Rank 0, in the flag hook: takes the pending instructions while
@@ -630,8 +654,10 @@ class Controller:
         if self.stopped:
             return False
         if step is not None and not self._moved:
+            self._stride = max(1, int(step) - self.global_step)
             self.global_step = int(step)
         else:
+            self._stride = 1
             self.global_step += 1
         self.eval_due = 0 < self.eval_at_step <= self.global_step and self._eval_at_left
         self._eval_at_left &= not self.eval_due
@@ -643,20 +669,19 @@ class Controller:
             else:
                 self._loss_sum = self._loss_sum + loss.detach()  # no sync with the device
             self._loss_n += 1
-        held = None  # a report made after the look, at this step
         if self.report_every and self.global_step % self.report_every == 0:
-            # rank 0 holds an instruction the flag's hook polled: acknowledged
-            # at the look before the helper is called again (libjizhi settles
-            # it at the next call), so this step's report goes after the look
-            held = self._report(metrics, hold=self._stash is not None)
+            # before the look: the flag's hook took nothing at this step (it
+            # foresaw the report), so the report goes before any instruction
+            # applied at it is acknowledged (where the hook did take one, the
+            # program's step= numbers having jumped, _put keeps it for after)
+            self._report(metrics)
             metrics = None
         self._calls += 1
         if self._inline:
             self._apply_inline()
         if self._flag_due if self._grad_flag else self._calls >= self._sync_at:
             self._sync()
-        if held is not None:
-            self._put(*held)
+        self._put_later()
         if self.stopped:
             if metrics is not None or self._loss_n:
                 self._report(metrics or {})
@@ -669,13 +694,18 @@ class Controller:
         """Reports evaluation metrics (val_acc=..., ...) at the current step,
         from rank 0. True, or False when the helper's queue refused them.
         At the step where eval_due is True they are sent at once (a fork's
-        decision waits on them), not with the helper's next batch."""
+        decision waits on them), not with the helper's next batch. Under
+        DDP, called between backward() and ctl.step while the flag's hook
+        holds an instruction, they wait for that ctl.step's look."""
         if self.rank != 0 or self.trial is None:
             return True
         vals = {k: float(v.item() if torch.is_tensor(v) else v) for k, v in metrics.items()}
         ok = self._put(vals)
         if self.eval_due and self._lead:
-            self.trial.flush(2000)  # a fork's decision waits on it: not the next batch
+            if self._later:
+                self._flush_later = True  # with them, after the look
+            else:
+                self.trial.flush(2000)  # a fork's decision waits on it: not the next batch
         return ok
 
     @property
@@ -875,9 +905,28 @@ class Controller:
             self._box_k = None
             dist.all_reduce(box)
             self.syncs += 1
-            self._finish(msg, ins, detail, int(box[1]))
+            refused = int(box[1])
+            if msg["kind"] == "load" and 0 < refused < self.world_size:
+                self._diverged(msg, ins, detail)
+            self._finish(msg, ins, detail, refused)
             if self.stopped:  # every rank applied the stop: nothing more to look at
                 return
+
+    def _diverged(self, msg, ins, detail):
+        """A load that some ranks applied and others refused (`detail`,
+        this rank's reason or None): the replicas now hold different weights
+        and steps. Every rank raises JizhiError naming the ranks that
+        failed, after rank 0 acknowledged the load as refused with it."""
+        why = self._gather_obj(detail)
+        failed = ["%d (%s)" % (r, d.replace("jizhi.torch: ", "", 1)[:200])
+                  for r, d in enumerate(why) if d is not None]
+        text = ("jizhi.torch: load of %s failed on %d of %d ranks, rank %s: the others "
+                "loaded it, so the ranks hold different weights and steps; the trial "
+                "cannot go on" % (msg["path"], len(failed), self.world_size,
+                                  ", rank ".join(failed)))
+        if ins is not None:
+            self.trial.ack(ins, False, text)
+        raise JizhiError(text)
 
     def _cadence(self):
         """Rank 0: steps to the next look, from the time per step since the
@@ -1128,10 +1177,9 @@ class Controller:
         self._held = (n, words)
         return pickle.loads(bytes(words.cpu().view(torch.uint8).tolist()[:k]))
 
-    def _report(self, metrics, hold=False):
+    def _report(self, metrics):
         """Reports this step's train metrics from rank 0 (every rank resets
-        the loss's mean); with `hold`, returns them as _put's arguments
-        instead."""
+        the loss's mean)."""
         n = self._loss_n
         loss = self._loss_sum
         self._loss_sum, self._loss_n = 0.0, 0
@@ -1150,15 +1198,18 @@ class Controller:
         self._t_last, self._step_last = now, self.global_step
         for k, v in (metrics or {}).items():
             vals[k] = float(v.item() if torch.is_tensor(v) else v)
-        if hold:
-            return vals, self.global_step
         self._put(vals)
 
     def _put(self, vals, step=None):
         """Rank 0: queues the points of `vals` at `step` (default: the
         current one; through libjizhi directly for a real trial: each name
-        is checked once)."""
+        is checked once). While the flag's hook holds an instruction open
+        (_stash), they wait in _later for the look that acknowledges it: a
+        call into libjizhi would settle it first."""
         step = self.global_step if step is None else step
+        if self._stash is not None:
+            self._later.append((vals, step))
+            return True
         if self._fast is None:
             return self.trial.report(step, **vals)
         report, h, ok = self._fast[1], self._fast[2], True
@@ -1171,6 +1222,17 @@ class Controller:
             if report(h, step, name, v) != 0:
                 ok = False
         return ok
+
+    def _put_later(self):
+        """Rank 0, after the look: the reports _put kept while an
+        instruction was open, in their order (and their flush)."""
+        later, self._later = self._later, []
+        for vals, step in later:
+            self._put(vals, step)
+        if self._flush_later:
+            self._flush_later = False
+            if self._lead:
+                self.trial.flush(2000)
 
     def _say(self, text):
         if os.environ.get("JIZHI_TORCH_QUIET"):
