@@ -180,7 +180,7 @@ void disp__proc_fini(disp__proc *p);
    OMP_NUM_THREADS=1 unless set, CUDA_VISIBLE_DEVICES: rank r the r-th
    `gpus` of a->cuda_devices), their stdout and stderr to the trial's logs
    in whole lines prefixed "[rankN]: ". A rank that fails ends the others
-   (SIGTERM, SIGKILL after a->kill_grace_s); the launcher then writes one
+   (SIGTERM, SIGKILL a little before a->kill_grace_s); the launcher then writes one
    line naming the rank, how it ended and its last stderr line, and ends
    the same way. Signalled itself (stop, kill, timeout), it ends the ranks
    the same way and writes each rank's last stderr line, blaming none.

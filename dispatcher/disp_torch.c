@@ -17,13 +17,17 @@
     has PR_SET_PDEATHSIG(SIGKILL): none outlives its launcher. A rank's
     stdout and stderr go through pipes to the trial's logs in whole lines,
     each prefixed with its rank as torchrun's --tee does ("[rank1]: ...";
-    a line longer than TORCH_LINE is split, a last line without a newline
-    is written when the rank's pipe ends), the launcher keeping the last
-    KiB of each rank's stderr. A rank that exits 0 is waited for (the
-    others go on, as under torchrun); one that exits non-zero or dies by a
-    signal ends the trial: the others get SIGTERM, SIGKILL after
-    kill_grace_s, and once all are reaped the launcher writes one line to
-    the stderr log
+    a line longer than TORCH_LINE is split, a line still without its
+    newline TORCH_HOLD_S after it began is written as it is at the poll
+    tick, its rest then following as a line of its own with the prefix,
+    and a last line without a newline when the rank's pipe ends), the
+    launcher keeping the last KiB of each rank's stderr. A rank that
+    exits 0 is waited for (the others go on, as under torchrun); one that
+    exits non-zero or dies by a signal ends the trial: the others get
+    SIGTERM, then SIGKILL at the larger of 0.8 x kill_grace_s and
+    kill_grace_s - 1 s (so before the dispatcher's own SIGKILL to the
+    group at kill_grace_s, which would end the launcher too), and once
+    all are reaped the launcher writes one line to the stderr log
 
         jizhi: rank 1 of 2 (pid 4242) was killed by signal 9 (SIGKILL); its
         last stderr line: ...
@@ -34,8 +38,9 @@
     When the launcher itself is signalled (the dispatcher's stop, kill or
     timeout, sent to the whole group) before any rank failed, no rank is
     to blame: it ends the ranks the same way, writes a line per rank (still
-    running or exited 0 before, its last stderr line and how long before
-    the signal it wrote it), then the last line
+    running when the signal came, or had exited with code N before it or
+    in the same sweep of the loop, its last stderr line and how long
+    before the signal it wrote it), then the last line
 
         jizhi: SIGTERM (stop, kill or timeout) ended the 2 ranks; last
         stderr lines: rank 0: ...; rank 1: ...
@@ -73,6 +78,7 @@
 
 #define TORCH_TAIL 1024        /* bytes of each rank's stderr kept for the reason */
 #define TORCH_LINE (64 * 1024) /* a rank's longer line is written in pieces */
+#define TORCH_HOLD_S 1.0       /* a partial line waits this long for its newline */
 
 extern char **environ;
 
@@ -80,7 +86,7 @@ extern char **environ;
    fork (the launcher writes only into its own copy). */
 typedef struct {
     int n;             /* ranks */
-    double grace_s;    /* SIGTERM -> SIGKILL */
+    double grace_s;    /* SIGTERM -> SIGKILL, less than the dispatcher's */
     char ***envp;      /* [n] each rank's environment */
     pid_t *pid;        /* [n] */
     int *status;       /* [n] wait status */
@@ -93,6 +99,7 @@ typedef struct {
     double *err_at;    /* [n] when its stderr last had something (s_now), or 0 */
     char *line;        /* [2n * TORCH_LINE] each pipe's unfinished line */
     size_t *line_len;  /* [2n] */
+    double *line_at;   /* [2n] when each unfinished line began (s_now) */
     struct pollfd *pf; /* [3n] */
     int *pf_idx;       /* [3n] the pipe (2r + s) of each pollfd, or -1 - r: pidfd */
 } s_launch;
@@ -173,9 +180,9 @@ static void s_line_flush(s_launch *L, int i)
     }
 }
 
-/* Adds what pipe i gave to its unfinished line, writing each line it
-   completes (and the line so far when it reaches TORCH_LINE). */
-static void s_line_add(s_launch *L, int i, const char *b, size_t n)
+/* Adds what pipe i gave at `now` to its unfinished line, writing each
+   line it completes (and the line so far when it reaches TORCH_LINE). */
+static void s_line_add(s_launch *L, int i, const char *b, size_t n, double now)
 {
     char *line = L->line + (size_t)i * TORCH_LINE;
     while (n > 0) {
@@ -184,6 +191,8 @@ static void s_line_add(s_launch *L, int i, const char *b, size_t n)
         size_t room = TORCH_LINE - L->line_len[i];
         if (take > room)
             take = room;
+        if (take > 0 && L->line_len[i] == 0)
+            L->line_at[i] = now;
         memcpy(line + L->line_len[i], b, take);
         L->line_len[i] += take;
         b += take;
@@ -198,6 +207,16 @@ static void s_line_add(s_launch *L, int i, const char *b, size_t n)
     }
 }
 
+/* Writes each unfinished line that has waited TORCH_HOLD_S for its
+   newline (a progress bar, a print(..., end="") before a long compute);
+   its rest follows on a line of its own. */
+static void s_line_flush_old(s_launch *L, double now)
+{
+    for (int i = 0; i < 2 * L->n; i++)
+        if (L->line_len[i] > 0 && now - L->line_at[i] >= TORCH_HOLD_S)
+            s_line_flush(L, i);
+}
+
 /* Reads what pipe i (rank i / 2's stdout or stderr) has: to the trial's
    log in lines (s_line_add), a stderr's also kept in its tail. At EOF
    closes it and writes its last unfinished line. Returns 0 at EOF, 1
@@ -209,10 +228,11 @@ static int s_pump(s_launch *L, int i)
     for (;;) {
         ssize_t k = read(L->fd[i], buf, sizeof buf);
         if (k > 0) {
-            s_line_add(L, i, buf, (size_t)k);
+            double now = s_now();
+            s_line_add(L, i, buf, (size_t)k, now);
             if (i % 2) {
                 s_tail_add(L, r, buf, (size_t)k);
-                L->err_at[r] = s_now();
+                L->err_at[r] = now;
             }
             continue;
         }
@@ -355,8 +375,18 @@ s_end_signalled(s_launch *L, int sig, double at, int sweep)
                      "last stderr lines:",
                      name, L->n, L->n == 1 ? "" : "s");
     for (int r = 0; r < L->n; r++) {
-        int before = L->done[r] && L->done[r] < sweep; /* exited 0 (else: failed) */
-        all_ok &= WIFEXITED(L->status[r]) && WEXITSTATUS(L->status[r]) == 0;
+        /* reaped in an earlier sweep: it exited 0 (else it failed first);
+           in the signal's own sweep: it may have exited with any code */
+        int before = L->done[r] && L->done[r] < sweep;
+        int exited = L->done[r] && L->done[r] <= sweep && WIFEXITED(L->status[r]);
+        int code = WEXITSTATUS(L->status[r]);
+        all_ok &= WIFEXITED(L->status[r]) && code == 0;
+        char how[64] = "was running when", had[32] = "";
+        if (exited) {
+            snprintf(how, sizeof how, "had exited with code %d %s", code,
+                     before ? "before" : "when");
+            snprintf(had, sizeof had, " (had exited %d)", code);
+        }
         s_tail_line(L, r, last, sizeof last);
         char when[64] = "";
         if (last[0])
@@ -364,15 +394,13 @@ s_end_signalled(s_launch *L, int sig, double at, int sweep)
                      at - L->err_at[r] > 0 ? at - L->err_at[r] : 0.0, name);
         int k = snprintf(
             line, sizeof line, "jizhi: rank %d of %d (pid %d) %s the %s came%s%s%s%s\n",
-            r, L->n, (int)L->pid[r],
-            before ? "had exited with code 0 before" : "was running when", name,
+            r, L->n, (int)L->pid[r], how, name,
             last[0] ? "; its last stderr line" : "; it wrote nothing to stderr", when,
             last[0] ? ": " : "", last);
         s_say(line, k, sizeof line);
         if (m > 0 && (size_t)m < sizeof sum)
             m += snprintf(sum + m, sizeof sum - (size_t)m, "%s rank %d%s: %s",
-                          r ? ";" : "", r, before ? " (had exited 0)" : "",
-                          last[0] ? last : "(nothing)");
+                          r ? ";" : "", r, had, last[0] ? last : "(nothing)");
     }
     if (m > 0 && (size_t)m < sizeof sum - 1)
         sum[m++] = '\n';
@@ -496,6 +524,7 @@ static void __attribute__((noreturn)) s_launch_main(void *arg, char **argv, int 
         for (int i = 0; i < np; i++)
             if (L->pf_idx[i] >= 0 && (L->pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 s_pump(L, L->pf_idx[i]);
+        s_line_flush_old(L, s_now());
         int failed = s_reap(L, &live, ++sweep);
         if (!stopping && s_signalled) {
             /* read after the sweep: a rank it reaped may have died of the
@@ -590,6 +619,7 @@ static void s_launch_free(s_launch *L)
     free(L->err_at);
     free(L->line);
     free(L->line_len);
+    free(L->line_at);
     free(L->pf);
     free(L->pf_idx);
     free(L);
@@ -619,7 +649,12 @@ int disp__torch_spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_
     if (!L)
         goto oom;
     L->n = n;
-    L->grace_s = a->kill_grace_s > 0 ? a->kill_grace_s : 5.0;
+    /* the dispatcher's SIGKILL to the group comes kill_grace_s after its
+       SIGTERM and ends the launcher too: SIGKILL the ranks before it (the
+       larger of 0.8 x the grace and the grace - 1 s), so that the launcher
+       still writes what they left and its lines */
+    double grace = a->kill_grace_s > 0 ? a->kill_grace_s : 5.0;
+    L->grace_s = grace - 1.0 > 0.8 * grace ? grace - 1.0 : 0.8 * grace;
     L->envp = calloc((size_t)n, sizeof *L->envp);
     L->pid = calloc((size_t)n, sizeof *L->pid);
     L->status = calloc((size_t)n, sizeof *L->status);
@@ -633,11 +668,12 @@ int disp__torch_spawn(const disp__spawn_args *a, disp__proc *p, char *err, size_
        a threaded process, must not allocate) */
     L->line = malloc(2 * (size_t)n * TORCH_LINE);
     L->line_len = calloc(2 * (size_t)n, sizeof *L->line_len);
+    L->line_at = calloc(2 * (size_t)n, sizeof *L->line_at);
     L->pf = calloc(3 * (size_t)n, sizeof *L->pf);
     L->pf_idx = calloc(3 * (size_t)n, sizeof *L->pf_idx);
     if (!L->envp || !L->pid || !L->status || !L->done || !L->fd || !L->pidfd ||
-        !L->tail || !L->tail_len || !L->err_at || !L->line || !L->line_len || !L->pf ||
-        !L->pf_idx)
+        !L->tail || !L->tail_len || !L->err_at || !L->line || !L->line_len ||
+        !L->line_at || !L->pf || !L->pf_idx)
         goto oom;
     for (int r = 0; r < n; r++) {
         L->fd[2 * r] = L->fd[2 * r + 1] = L->pidfd[r] = -1;

@@ -231,3 +231,51 @@ def test_a_timeout_names_no_rank_as_the_cause(jz):
                      r"purpose\n", err), err
     assert re.search(r"jizhi: rank 2 of 3 \(pid \d+\) had exited with code 0 before the "
                      r"SIGTERM came; its last stderr line", err), err
+
+
+# rank 0 ignores SIGTERM (as a rank whose own handler waits on a hung
+# collective) and leaves a line without its newline before a long wait;
+# rank 1 ends on SIGTERM
+DEAF = r"""echo $$ > "$RANK.pid"
+case $RANK in
+0) trap '' TERM; printf 'rank 0 epoch 3: ' >&2; exec sleep 1000;;
+*) echo "rank $RANK waiting" >&2; exec sleep 1000;;
+esac
+"""
+
+
+def test_a_rank_that_outlives_sigterm_leaves_its_lines_and_the_summary(jz):
+    prog = os.path.join(jz.dir, "deaf.sh")
+    with open(prog, "w") as f:
+        f.write(DEAF)
+    spec = base_spec("deaf", ["/bin/sh", prog], trials=1, parallel=1, ranks=2,
+                     launcher="torch", timeout_s=2)
+    run = jz.popen("run", jz.write_spec(spec), "--slots", "2")
+    try:
+        # the partial line reaches the log while its rank still runs
+        pid_file = os.path.join(jz.dir, "0.pid")
+        jz.wait_for(lambda: os.path.exists(pid_file) and open(pid_file).read().endswith("\n"),
+                    30, "rank 0")
+        with open(pid_file) as f:
+            pid0 = int(f.read())
+        (tid,) = jz.sql("SELECT id FROM trials")[0]
+        jz.wait_for(lambda: "[rank0]: rank 0 epoch 3: \n" in jz.run(
+            "trial", "logs", str(tid), "--stderr").stdout, 30, "rank 0's partial line")
+        assert alive(pid0)
+        assert run.wait(timeout=60) != 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    # the launcher SIGKILLed rank 0 before the dispatcher's SIGKILL ended it:
+    # its summary is the reason
+    (state, how, reason), = jz.sql("SELECT state, exit_how, reason FROM trials")
+    assert (state, how) == ("failed", "timeout"), (state, how, reason)
+    assert reason == (
+        "killed after timeout_s=2; stderr: jizhi: SIGTERM (stop, kill or timeout) ended the "
+        "2 ranks; last stderr lines: rank 0: rank 0 epoch 3:; rank 1: rank 1 waiting"), reason
+    err = jz.run("trial", "logs", str(tid), "--stderr", check=0).stdout
+    assert re.search(r"jizhi: rank 0 of 2 \(pid %d\) was running when the SIGTERM came; "
+                     r"its last stderr line \(\d+ s before the SIGTERM\): rank 0 epoch 3:\n"
+                     % pid0, err), err
+    assert not alive(pid0)
