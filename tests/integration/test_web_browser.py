@@ -238,3 +238,49 @@ def test_dashboard_live_study_and_set_lr_through_the_page(jz):
     finally:
         drv.quit()
         stop(ctl, disp)
+
+
+def test_page_marks_only_applied_changes_and_a_release_and_its_resume(jz):
+    """The page marks what `jizhi plot` marks (review37 item 6): a change
+    the trial refused is not marked, a pause --release is a "release" (not
+    a checkpoint and a person's stop) and its resume a "resume"; the trial
+    page follows them live as they settle, the study page from its events."""
+    from test_plot import RELEASABLE
+    drv = chromium()
+    prog = os.path.join(jz.dir, "releasable.py")
+    with open(prog, "w") as f:  # long enough to be steered while the page is open
+        f.write(RELEASABLE.replace("while step < 60", "while step < 600"))
+    ep, ctl, disp, url = daemons_with_web(jz, slots="1")
+    try:
+        spec = base_spec("rel", ["python3", prog], trials=1, parallel=1)
+        spec["space"] = {"lr": {"type": "float", "low": 0.01, "high": 0.1}}
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM metrics")[0][0] >= 3, 60,
+                    "the trial to report")
+        ((tid,),) = jz.sql("SELECT id FROM trials")
+        drv.get(url + f"/#/trial/{tid}")
+        wait_js(drv, "document.body.dataset.drawn === 'trial'", what="the trial page")
+        p = jz.run("trial", "set", str(tid), "lr=-1", "--force")
+        assert p.returncode == 1 and "lr must be positive" in p.stderr, p.stderr
+        jz.run("trial", "set", str(tid), "lr=0.5", "--force", check=0)
+        p = jz.run("trial", "pause", str(tid), "--release")
+        assert f"trial {tid}: released" in p.stdout, (p.stdout, p.stderr)
+        jz.run("trial", "resume", str(tid), check=0)
+        jz.wait_for(lambda: jz.sql("SELECT COUNT(*) FROM events WHERE kind='retry'")[0][0], 30,
+                    "the resume")
+        labels = "jz.trialMarks.map(m => m.label).join(',')"
+        try:
+            wait_js(drv, f"{labels} === 'lr=0.5,release,resume'", timeout=15)
+        except AssertionError:
+            raise AssertionError("the trial page marks " + drv.execute_script("return " + labels))
+        drv.get(url + "/#/study/rel")
+        wait_js(drv, "document.body.dataset.drawn === 'study'", what="the study page")
+        tips = drv.execute_script("return jz.charts.curves.data.datasets[0].data"
+                                  ".map(p => p.label.split(' — ')[0])")
+        assert tips == [f"trial {tid}: set lr=0.5 by cli", f"trial {tid}: release by cli",
+                        f"trial {tid}: resume by cli"], tips
+        errors = [e["message"] for e in drv.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        drv.quit()
+        stop(ctl, disp)

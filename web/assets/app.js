@@ -73,6 +73,73 @@ function countsForBest(t) {
   return t.state === "completed" && typeof t.value === "number" && isFinite(t.value);
 }
 
+/* Which events mark a curve, by the rule of `jizhi plot` (cli/cmd_plot.c,
+   s_mark_of): only what happened. An instruction the trial refused, that
+   timed out, was withdrawn or is still pending (`applied` not true) is
+   not marked. A pause --release is one mark, "release", at its stop (its
+   checkpoint is not marked, and the stop is not a stop: the trial's next
+   turn is the controller's `suspended`), by whoever asked for the
+   checkpoint; the `retry` that starts the trial again after it is
+   "resume", by the same. A trial's end as stopped or pruned is not marked
+   again when an applied stop of that trial was (each stop counts once).
+   `events`: a study's or a trial's, in the order stored. Returns
+   [{ e, what, who }] in that order (`what`: the instruction's kind,
+   "release", "resume", "stopped" or "pruned"). */
+const TURNS = ["stopped", "pruned", "completed", "failed", "suspended", "retry"];
+function eventMarks(events) {
+  const isInstr = (e, what) => e.kind === "instruction" && (e.detail || {}).kind === what;
+  const isTurn = (e) => TURNS.includes(e.kind);
+  const perTrial = new Map();
+  for (const e of events) {
+    if (e.trial == null) continue;
+    if (!perTrial.has(e.trial)) perTrial.set(e.trial, []);
+    perTrial.get(e.trial).push(e);
+  }
+  const marks = [];
+  for (const evs of perTrial.values()) {
+    /* the index of the first event after (dir 1) or before (dir -1) i that pick takes, or -1 */
+    const find = (i, dir, pick) => {
+      for (let k = i + dir; k >= 0 && k < evs.length; k += dir) if (pick(evs[k])) return k;
+      return -1;
+    };
+    const isReleaseStop = (i) => {
+      if (!isInstr(evs[i], "stop")) return false;
+      const k = find(i, 1, isTurn);
+      return k >= 0 && evs[k].kind === "suspended";
+    };
+    const markOf = (i) => {
+      const e = evs[i];
+      if (e.kind === "stopped" || e.kind === "pruned") {
+        for (let k = find(i, -1, isTurn) + 1; k < i; k++)
+          if (isInstr(evs[k], "stop") && evs[k].applied === true) return null;
+        return { e, what: e.kind, who: e.who };
+      }
+      let rel = -1, what = e.kind; /* rel: the release's stop, where e belongs to one */
+      if (e.kind === "retry") {
+        const k = find(i, -1, isTurn);
+        if (k < 0 || evs[k].kind !== "suspended") return null; /* a failure's retry: the curve shows it */
+        rel = find(k, -1, (x) => isInstr(x, "stop"));
+        what = "resume";
+      } else if (e.kind !== "instruction" || e.applied !== true) return null;
+      else if (isInstr(e, "checkpoint")) {
+        const k = find(i, 1, (x) => isInstr(x, "checkpoint") || isInstr(x, "stop"));
+        if (k >= 0 && isReleaseStop(k)) return null; /* marked at the release's stop */
+      } else if (isReleaseStop(i)) {
+        rel = i;
+        what = "release";
+      }
+      if (rel >= 0) { /* by whoever asked for the release's checkpoint */
+        const k = find(rel, -1, (x) => isInstr(x, "checkpoint"));
+        if (k < 0 || !isReleaseStop(rel)) return null;
+        return { e, what, who: evs[k].who };
+      }
+      return { e, what: e.kind === "instruction" ? (e.detail || {}).kind || e.kind : what, who: e.who };
+    };
+    evs.forEach((e, i) => { const m = markOf(i); if (m) marks.push(m); });
+  }
+  return marks.sort((a, b) => a.e.id - b.e.id);
+}
+
 function trialScore(t) {
   if (typeof t.value === "number") return t.value;
   if (typeof t.last_value === "number") return t.last_value;
@@ -471,23 +538,22 @@ async function studyPage(name) {
     return out;
   }
   function marksData() {
-    /* interventions and scheduler decisions, placed on their trial's curve at
-       the point nearest in time */
+    /* what happened (eventMarks): changes and scheduler decisions, placed
+       on their trial's curve at the point nearest in time */
     const pts = [];
-    for (const e of S.events) {
-      if (e.trial == null || !(e.kind === "instruction" || e.kind === "stopped" || e.kind === "pruned")) continue;
+    for (const { e, what: kind, who } of eventMarks(S.events)) {
       const c = S.curves[e.trial];
       if (!c || !c.s.length) continue;
       /* a trial stopped after one evaluation is a marker of its own (a cross) */
-      if (c.s.length === 1 && e.kind !== "instruction") continue;
+      if (c.s.length === 1 && (e.kind === "stopped" || e.kind === "pruned")) continue;
       const rel = e.time - c.t0;
       let best = 0;
       for (let i = 1; i < c.t.length; i++) if (Math.abs(c.t[i] - rel) < Math.abs(c.t[best] - rel)) best = i;
       const x = xOf(e.trial, c, best), y = c.y[best];
       if (x === null || y === null) continue;
       const d = e.detail || {};
-      const what = e.kind !== "instruction" ? e.kind : d.name ? `${d.kind} ${d.name}=${fmt(d.value)}` : d.kind || e.kind;
-      pts.push({ x, y, label: `trial ${e.trial}: ${what} by ${e.who}${d.reason ? " — " + d.reason : ""}` });
+      const what = d.name ? `${kind} ${d.name}=${fmt(d.value)}` : kind;
+      pts.push({ x, y, label: `trial ${e.trial}: ${what} by ${who}${d.reason ? " — " + d.reason : ""}` });
     }
     return pts;
   }
@@ -582,7 +648,7 @@ async function studyPage(name) {
     const single = lines.filter((l) => l.data.length === 1).length;
     jz.curvesSingle = single;
     $("#curves-note").textContent = `${lines.length} trials, ${lines.reduce((n, l) => n + l.data.length, 0)} points (downsampled); ` +
-      "dark = better final objective, red = best, dashed = pruned or stopped, ▲ = interventions and scheduler decisions" +
+      "dark = better final objective, red = best, dashed = pruned or stopped, ▲ = changes that took effect and scheduler decisions" +
       (single ? `; ${single} trial${single === 1 ? "" : "s"} with one evaluation: ● (× when pruned or stopped there)${S.robust ? ", left out of the robust y range" : ""}` : "") +
       ". Click a curve to open its trial.";
     if (jz.charts.curves) jz.charts.curves.destroy();
@@ -1002,7 +1068,8 @@ async function studyPage(name) {
     redrawEvents();
     if (evs.some((e) => e.kind.startsWith("study_")))
       getJSON(`/api/studies/${encodeURIComponent(name)}`).then((j) => { delete j.spec; Object.assign(S.study, j); renderHead(); }).catch(() => {});
-    if (evs.some((e) => e.trial != null && (e.kind === "instruction" || e.kind === "stopped" || e.kind === "pruned"))) redrawCurves();
+    /* a mark may come, or go: a release's stop is one once its suspended event is here */
+    if (evs.some((e) => e.trial != null && (e.kind === "instruction" || TURNS.includes(e.kind)))) redrawCurves();
   });
   src.addEventListener("resolved", (m) => {
     const evs = JSON.parse(m.data);
@@ -1010,6 +1077,7 @@ async function studyPage(name) {
     for (const e of evs) if (at.has(e.id)) S.events[at.get(e.id)] = e;
     jz.live.resolved = (jz.live.resolved || 0) + evs.length;
     redrawEvents();
+    redrawCurves(); /* an applied instruction is marked, a refused one not */
   });
   const onResize = throttle(drawParallel, 200);
   window.addEventListener("resize", onResize);
@@ -1143,12 +1211,12 @@ async function trialPage(id) {
       g.restore();
     },
   };
-  function markOf(e, step) {
+  function markOf(e, what, step) {
     const d = e.detail || {};
     if (e.kind === "guarded_change") return { step, label: `guard: ${d.guard || "watching"}` };
     if (e.kind === "fork_started") return { step: d.fork_step != null ? d.fork_step : step, label: "fork" };
     if (e.kind === "fork_decided") return { step, label: `fork decided: ${d.decision && d.decision.best != null ? "trial " + d.decision.best : "none"}` };
-    return { step, label: d.name ? `${d.name}=${fmt(d.value)}` : d.kind || e.kind };
+    return { step, label: d.name ? `${d.name}=${fmt(d.value)}` : what };
   }
   /* the watch window of a decided guarded change: from the change to its last report */
   jz.trialBands = [];
@@ -1158,13 +1226,21 @@ async function trialPage(id) {
     if (e.kind !== "guarded_change" || ev.apply_step == null || !steps.length) return null;
     return { from: ev.apply_step, to: Math.max(...steps), label: e.detail.guard, id: e.id };
   }
-  function markEvent(e) {
-    if (!["instruction", "guarded_change", "fork_started", "fork_decided"].includes(e.kind) || jz.trialMarks.some((mk) => mk.id === e.id)) return;
-    if (e.kind === "guarded_change" && !e.applied) return; /* its start: marked when decided */
-    const b = bandOf(e);
-    if (b) jz.trialBands.push(b);
-    const st = b ? b.to : stepAt(e.time);
-    if (st !== null) jz.trialMarks.push({ ...markOf(e, st), id: e.id });
+  /* the marks and bands, made again from all the trial's events: a mark
+     comes or goes as they settle (eventMarks: an instruction once applied,
+     a release once the trial is suspended) */
+  function remark() {
+    events.sort((a, b) => a.id - b.id);
+    const guards = events.filter((e) => ["guarded_change", "fork_started", "fork_decided"].includes(e.kind) &&
+      !(e.kind === "guarded_change" && !e.applied)); /* a guarded change's start: marked when decided */
+    jz.trialMarks = [];
+    jz.trialBands = [];
+    for (const { e, what } of [...eventMarks(events), ...guards.map((e) => ({ e, what: e.kind }))]) {
+      const b = bandOf(e);
+      if (b) jz.trialBands.push(b);
+      const st = b ? b.to : stepAt(e.time);
+      if (st !== null) jz.trialMarks.push({ ...markOf(e, what, st), id: e.id });
+    }
   }
   function stepAt(time) {
     /* the step reported nearest in time to an event */
@@ -1210,7 +1286,7 @@ async function trialPage(id) {
   try {
     events = (await getJSON(`/api/studies/${encodeURIComponent(T.study)}/events?limit=100000`)).events.filter((e) => e.trial === id);
   } catch (e) { /* the page still works without them */ }
-  for (const e of events) markEvent(e);
+  remark();
   for (const m of Object.keys(series)) if (jz.charts["m:" + m]) jz.charts["m:" + m].update("none");
   drawTrialEvents();
 
@@ -1303,7 +1379,7 @@ async function trialPage(id) {
     /* the change's event now says whether it was applied, and how fast */
     try {
       events = (await getJSON(`/api/studies/${encodeURIComponent(T.study)}/events?limit=100000`)).events.filter((e) => e.trial === id);
-      for (const e of events) markEvent(e); /* a guarded change's outcome, a fork */
+      remark(); /* a guarded change's outcome, a fork */
       redraw();
       drawTrialEvents();
     } catch (e) { /* the stream brings the rest */ }
@@ -1333,6 +1409,8 @@ async function trialPage(id) {
       const i = events.findIndex((x) => x.id === e.id);
       if (i >= 0) events[i] = e;
     }
+    remark();
+    redraw();
     drawTrialEvents();
   });
   src.addEventListener("events", async (m) => {
@@ -1340,7 +1418,7 @@ async function trialPage(id) {
     if (!evs.length) return;
     /* steer()'s own read may hold some already (a waited release answers late) */
     events.push(...evs.filter((e) => !events.some((x) => x.id === e.id)));
-    for (const e of evs) markEvent(e);
+    remark();
     redraw();
     drawTrialEvents();
     try { const j = await getJSON(`/api/trials/${id}`); T.params = j.params; T.generation = j.generation; T.lineage = j.lineage; drawInfo(); drawLineage(); } catch (e) { /* next time */ }
