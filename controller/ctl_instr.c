@@ -325,6 +325,16 @@ void ctl__instr_ack(ctl_t *c, ctl_trial *t, long id, int applied, const char *de
              t->row.id, id, applied ? "applied" : "refused");
     if (applied)
         s_applied(c, &(ctl_instr){.id = id, .trial_id = t->row.id, .msg = ev});
+    /* a stop it took: its end is a stop's, not a failure to retry or a
+       completion (the plan went with the last controller) */
+    const char *kind = json_string_value(json_object_get(ev, "kind"));
+    if (applied && kind && !strcmp(kind, "stop") && ctl_trial_active(t) &&
+        t->plan == PLAN_NONE) {
+        const char *why = json_string_value(json_object_get(ev, "reason"));
+        ctl__trial_stop(c, t, "controller",
+                        why && *why ? why : "stopped before the controller restarted",
+                        CTL_STOP_BY_PERSON);
+    }
     json_decref(ev);
 }
 

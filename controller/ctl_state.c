@@ -92,6 +92,10 @@ int ctl_trial_plan_to(ctl_trial *t, ctl_trial_plan to)
         assert(!"illegal trial plan move");
         return -1;
     }
+    /* a stop after a restart's kill: kill_sent is then its grace's kill */
+    if ((to == PLAN_STOP || to == PLAN_RELEASE) && t->plan != PLAN_STOP &&
+        t->plan != PLAN_RELEASE)
+        t->kill_sent = 0;
     t->plan = to;
     if (t->study && (to == PLAN_STOP || to == PLAN_RELEASE))
         ctl_due_at(t, 0); /* its stop's grace: the kill after it (ctl__trial_tick) */

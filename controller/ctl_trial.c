@@ -313,7 +313,8 @@ static void s_retry(ctl_t *c, ctl_trial *t, const char *reason)
    resume after a release or a preemption, a study's resume, a restart
    from a checkpoint) is none, though it is a new attempt. t starts again
    while its failures before this one are fewer than its retries, plus two
-   when lost (losing a trial is not its fault); else it ends failed. */
+   when lost or killed by its dispatcher (not its fault); else it ends
+   failed. */
 static void s_failed(ctl_t *c, ctl_trial *t, const char *reason, s_ended how)
 {
     long allowed = t->study->spec->retries + (how == S_LOST ? 2 : 0);
@@ -471,7 +472,9 @@ void ctl__trial_exited(ctl_t *c, ctl_trial *t, const char *how, long code,
         size_t n = strlen(reason);
         snprintf(reason + n, sizeof reason - n, "; stderr: %s", stderr_tail);
     }
-    s_failed(c, t, reason, S_EXITED);
+    /* killed with no stop of ours under way: its dispatcher stopped (or a
+       restart's kill): not the trial's failure, counted as a lost one */
+    s_failed(c, t, reason, h == EXIT_KILLED ? S_LOST : S_EXITED);
 }
 
 void ctl__trial_lost(ctl_t *c, ctl_trial *t, const char *why)
