@@ -656,7 +656,8 @@ static int s_parse_constraints(spec_t *s, json_t *j, spec_error *err)
     return 0;
 }
 
-/* warm_start: {"from": ["study", ...]} (1 to 16 names, not this study) */
+/* warm_start: {"from": ["study", ...]} (1 to 16 names, none repeated, not
+   this study) */
 static int s_parse_warm(spec_t *s, json_t *j, spec_error *err)
 {
     json_t *w = json_object_get(j, "warm_start"), *from;
@@ -681,6 +682,15 @@ static int s_parse_warm(spec_t *s, json_t *j, spec_error *err)
             return spec__fail(err, field, "must be a study name");
         if (!strcmp(json_string_value(v), s->name))
             return spec__fail(err, field, "a study cannot warm-start from itself");
+    }
+    size_t rep = s_first_repeat(from); /* its trials would be fed twice */
+    if (rep == (size_t)-2)
+        return spec__fail(err, "warm_start.from", "out of memory");
+    if (rep != (size_t)-1) {
+        char field[64];
+        snprintf(field, sizeof field, "warm_start.from[%zu]", rep);
+        return spec__fail(err, field, "\"%s\" is named twice",
+                          json_string_value(json_array_get(from, rep)));
     }
     s->warm_from = json_incref(from);
     return 0;

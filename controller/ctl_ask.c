@@ -218,8 +218,9 @@ json_t *ctl__trial_tell(ctl_t *c, const ctl_ident *who, const json_t *msg,
     if (ctl__txn(c) != 0)
         return s_no(code, "internal", err, size, "the store is unavailable");
     if (n > 0) {
-        /* the told values are the trial's last (and best) objective values,
-           a metric point each like any report */
+        /* the told values are the trial's last objective values, a metric
+           point each like any report: its best value and its result (per
+           objective.use) follow from them and the reports before */
         store_point pts[SPEC_MAX_OBJECTIVES];
         long step = t->row.last_step >= 0 ? t->row.last_step + 1 : 0;
         for (size_t k = 0; k < n; k++) {
@@ -230,7 +231,6 @@ json_t *ctl__trial_tell(ctl_t *c, const ctl_ident *who, const json_t *msg,
         if (ctl__trial_metrics(c, t, pts, n, util_now()) != 0)
             return s_no(code, "internal", err, size, "cannot store trial %ld's value",
                         id);
-        t->row.last_value = t->row.best_value = vals[0];
     }
     char reason[300];
     if (t->plan == PLAN_STOP) { /* stopped before the tell: as its exit would end */

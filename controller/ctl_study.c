@@ -59,12 +59,17 @@ static void s_add_study(ctl_t *c, ctl_study *s)
    objectives go to the scheduler as finished trials, with ids -1, -2, ...
    (never a real trial's). Once, when the study has no saved scheduler
    state yet: afterwards they are part of that state. An event says how
-   many came from each study. */
+   many came from each study (none for a scheduler that learns nothing
+   from finished trials, with the reason). */
 static void s_warm_start(ctl_t *c, ctl_study *s)
 {
     sched_t *sc = s->sched;
-    if (!s->spec->warm_from || (!sc->ops->on_complete && !sc->ops->on_complete_metrics))
+    if (!s->spec->warm_from)
         return;
+    int learns = sc->ops->on_complete || sc->ops->on_complete_metrics;
+    char why_unused[120];
+    snprintf(why_unused, sizeof why_unused,
+             "the %s scheduler learns nothing from finished trials", s->spec->sched_type);
     long next = -1;
     size_t i;
     json_t *name;
@@ -78,7 +83,7 @@ static void s_warm_start(ctl_t *c, ctl_study *s)
         const char *tm = json_string_value(json_object_get(their, "metric"));
         int same = tm && !strcmp(tm, s->spec->metric);
         store_trial *rows = NULL;
-        long n = same ? store_trials_load(c->store, row.id, &rows) : 0;
+        long n = same && learns ? store_trials_load(c->store, row.id, &rows) : 0;
         for (long k = 0; k < n; k++) {
             if (rows[k].state != TRIAL_COMPLETED || !isfinite(rows[k].value)) {
                 skipped += rows[k].state == TRIAL_COMPLETED;
@@ -117,7 +122,9 @@ static void s_warm_start(ctl_t *c, ctl_study *s)
         store_trials_free(rows, n < 0 ? 0 : n);
         json_t *d = json_pack("{s:s, s:I, s:I}", "from", json_string_value(name), "used",
                               (json_int_t)used, "skipped", (json_int_t)skipped);
-        if (!same)
+        if (!learns)
+            json_object_set_new(d, "reason", json_string(why_unused));
+        else if (!same)
             json_object_set_new(d, "reason",
                                 json_string("its objective metric differs from this "
                                             "study's"));

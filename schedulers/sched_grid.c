@@ -46,11 +46,18 @@ static json_t *s_value(const spec_param *p, long i, long n)
         return spec_param_from_unit(p, 0.5);
     if (spec_param_grid(p) == n) /* every value of the grid */
         return spec_param_snap(p, p->low + (double)i * (p->step > 0 ? p->step : 1));
-    if (p->step > 0) /* evenly spaced, at least a step apart: distinct on the grid */
-        return spec_param_snap(p,
-                               p->low + (p->high - p->low) * (double)i / (double)(n - 1));
-    /* from_unit maps u to the parameter's scale; u = i/(n-1) hits both ends */
-    return spec_param_from_unit(p, (double)i / (double)(n - 1));
+    /* evenly spaced from low to high on the parameter's own scale (not
+       from_unit's, whose ints own cells of [low-0.5, high+0.5]); with a step
+       at least a step apart, so distinct on the grid */
+    double u = (double)i / (double)(n - 1);
+    if (!p->log)
+        return spec_param_snap(p, p->low + (p->high - p->low) * u);
+    double x = exp(log(p->low) + u * (log(p->high) - log(p->low)));
+    if (p->type == SPEC_INT) { /* the nearer integer on the log scale */
+        double r = floor(x);
+        x = x * x > r * (r + 1) ? r + 1 : r;
+    }
+    return spec_param_snap(p, x);
 }
 
 /* Builds grid point idx into *params. 0, or 1 when the point repeats an

@@ -412,6 +412,26 @@ TEST(grid_values_per_type)
     sched_destroy(&s);
     spec_destroy(&sp);
 
+    /* an int log range is spaced on the log scale from low to high (1, 8,
+       64 and 1, 32, 1000; not 1, 6, 64 and 1, 22, 1000, which spacing its
+       cells [low-0.5, high+0.5] gave) */
+    sp = s_spec("{\"type\":\"grid\"}",
+                "{\"n\":{\"type\":\"int\",\"low\":1,\"high\":64,\"log\":true},"
+                "\"m\":{\"type\":\"int\",\"low\":1,\"high\":1000,\"log\":true}}");
+    REQUIRE(sp);
+    s = s_new(sp);
+    REQUIRE(s);
+    n = s_drain(s, got, 64);
+    REQUIRE(n == 9);
+    const long ns[] = {1, 8, 64}, ms[] = {1, 32, 1000};
+    for (int i = 0; i < 9; i++) {
+        CHECK(json_integer_value(json_object_get(got[i], "n")) == ns[i / 3]);
+        CHECK(json_integer_value(json_object_get(got[i], "m")) == ms[i % 3]);
+    }
+    s_free_all(got, n);
+    sched_destroy(&s);
+    spec_destroy(&sp);
+
     sp = s_spec("{\"type\":\"grid\",\"points\":1}",
                 "{\"x\":{\"type\":\"float\",\"low\":2,\"high\":4},"
                 "\"o\":{\"type\":\"choice\",\"values\":[\"p\",\"q\"]}}");

@@ -13,6 +13,7 @@
 #include "web_internal.h"
 
 #include "../common/log.h"
+#include "../common/text.h"
 #include "web_body.h"
 
 #include <arpa/inet.h>
@@ -292,7 +293,7 @@ static enum MHD_Result s_answer(web_req *r)
         size_t len;
         const char *ctype = r->ctype ? r->ctype : "application/json";
         if (r->json) {
-            body = json_dumps(r->json, JSON_COMPACT | JSON_ENCODE_ANY);
+            body = text_json_dumps(r->json, JSON_COMPACT | JSON_ENCODE_ANY);
             len = body ? strlen(body) : 0;
         } else {
             body = web_buf_take(&r->text, &len);

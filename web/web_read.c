@@ -4,6 +4,7 @@
 #include "web_internal.h"
 
 #include "../common/spec.h"
+#include "../common/text.h"
 #include "../common/wire.h"
 
 #include <math.h>
@@ -41,15 +42,17 @@ typedef struct {
 #define WEB_TRIALS_PAGE 1000
 #define WEB_TRIALS_PAGE_MAX 10000
 
-/* A double as JSON with full precision (null when not finite). */
+/* A double as JSON in its shortest exact form (null when not finite). */
 static void s_num_full(web_buf *b, double x)
 {
     if (!isfinite(x))
         web_buf_add(b, "null", 4);
     else if (x == (double)(long long)x && fabs(x) < 1e15)
         web_buf_long(b, (long)x);
-    else
-        web_buf_printf(b, "%.17g", x);
+    else {
+        char num[TEXT_DOUBLE_MAX];
+        web_buf_str(b, text_double(x, num));
+    }
 }
 
 /* An objective value as wire_real writes it (common/wire.h): a reported
@@ -487,14 +490,14 @@ int web__get_page(web_req *r)
     }
     /* the big parts (trials, curves) are written straight into the text */
     web_buf *b = &r->text;
-    char *text = json_dumps(head, JSON_COMPACT);
+    char *text = text_json_dumps(head, JSON_COMPACT);
     web_buf_str(b, "{\"study\":");
     web_buf_str(b, text);
     free(text);
     web_buf_str(b, ",");
     web_buf_add(b, trials.data, trials.len);
     web_buf_fini(&trials);
-    text = json_dumps(events, JSON_COMPACT);
+    text = text_json_dumps(events, JSON_COMPACT);
     web_buf_str(b, ",\"events\":");
     web_buf_str(b, text);
     free(text);

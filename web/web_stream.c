@@ -23,6 +23,7 @@
     row once (those changed meanwhile included). */
 #include "web_internal.h"
 
+#include "../common/text.h"
 #include "../common/wire.h"
 #include "../common/util.h"
 
@@ -172,7 +173,7 @@ static int s_settled(s_stream *st)
             st->unsettled_min = id;
     }
     if (json_array_size(done)) {
-        char *text = json_dumps(done, JSON_COMPACT);
+        char *text = text_json_dumps(done, JSON_COMPACT);
         web_buf_printf(&st->pending, "event: resolved\ndata: %s\n\n", text);
         free(text);
     }
@@ -232,7 +233,7 @@ static int s_poll_once(s_stream *st)
         s_follow(st, ev, 1L << 62);
         json_t *last = json_array_get(ev, json_array_size(ev) - 1);
         st->after_event = (long)json_integer_value(json_object_get(last, "id"));
-        char *text = json_dumps(ev, JSON_COMPACT);
+        char *text = text_json_dumps(ev, JSON_COMPACT);
         web_buf_printf(&st->pending, "event: events\ndata: %s\n\n", text);
         free(text);
         news = 1;
@@ -256,7 +257,7 @@ static int s_poll_once(s_stream *st)
             }
         }
         if (json_array_size(changed) && (!st->first || st->resumed)) {
-            char *text = json_dumps(changed, JSON_COMPACT);
+            char *text = text_json_dumps(changed, JSON_COMPACT);
             web_buf_printf(&st->pending, "event: trials\ndata: %s\n\n", text);
             free(text);
         }

@@ -155,5 +155,20 @@ def test_warm_start_feeds_bo_the_compatible_trials(jz):
         ev = json.loads(jz.run("study", "events", "new", "--json", check=0).stdout)
         (w,) = [e for e in ev if e["kind"] == "warm_start"]
         assert w["detail"] == {"from": "old", "used": 6, "skipped": 0}
+        # a study named twice would be fed twice: refused, naming the field
+        rnd = cond_spec("rnd", 1)
+        rnd["scheduler"] = {"type": "random", "seed": 1}
+        rnd["warm_start"] = {"from": ["old", "new", "old"]}
+        p = jz.run("study", "submit", jz.write_spec(rnd, "rnd.json"))
+        assert p.returncode == 1, p.stderr
+        assert 'warm_start.from[2]: "old" is named twice' in p.stderr
+        assert jz.sql("SELECT COUNT(*) FROM studies WHERE name='rnd'") == [(0,)]
+        # random learns nothing from them: its event says so
+        rnd["warm_start"] = {"from": ["old"]}
+        jz.run("study", "submit", jz.write_spec(rnd, "rnd.json"), check=0)
+        ev = json.loads(jz.run("study", "events", "rnd", "--json", check=0).stdout)
+        (w,) = [e for e in ev if e["kind"] == "warm_start"]
+        assert w["detail"] == {"from": "old", "used": 0, "skipped": 0, "reason":
+                               "the random scheduler learns nothing from finished trials"}
     finally:
         stop(ctl, disp)
