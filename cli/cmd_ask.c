@@ -73,7 +73,8 @@ int cli_trial_ask(const cli_opts *o)
             json_object_set(out, keys[i], json_object_get(r, keys[i]));
         cli_print_json(out);
     } else {
-        char *p = json_dumps(json_object_get(r, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+        char *p =
+            text_json_dumps(json_object_get(r, "params"), JSON_COMPACT | JSON_SORT_KEYS);
         printf("%" JSON_INTEGER_FORMAT " %s\n",
                json_integer_value(json_object_get(r, "trial")), p ? p : "{}");
         free(p);
@@ -95,7 +96,7 @@ int cli_trial_tell(const cli_opts *o)
 {
     if (o->nargs < 2) {
         cli_error("trial tell: expected ID and VALUE... (or `failed [MESSAGE]`, `pruned "
-                  "[VALUE...]`)");
+                  "[VALUE...] [MESSAGE]`)");
         return CLI_USAGE;
     }
     char *end;
@@ -122,12 +123,17 @@ int cli_trial_tell(const cli_opts *o)
         if (o->nargs == 3)
             json_object_set_new(msg, "message", json_string(o->args[2]));
     } else if (o->nargs > first) {
+        int nvals = o->nargs;
+        double x;
+        /* pruned: a last argument that is not a number says why */
+        if (!strcmp(state, "pruned") && s_number(o->args[nvals - 1], &x) != 0)
+            json_object_set_new(msg, "message", json_string(o->args[--nvals]));
         json_t *vals = json_array();
-        for (int i = first; i < o->nargs; i++) {
-            double x;
+        for (int i = first; i < nvals; i++) {
             if (s_number(o->args[i], &x) != 0) {
                 cli_error("trial tell: \"%s\" is not a number (VALUE: the objective, one "
-                          "per objective; or `failed [MESSAGE]`, `pruned [VALUE...]`)",
+                          "per objective; or `failed [MESSAGE]`, `pruned [VALUE...] "
+                          "[MESSAGE]`)",
                           o->args[i]);
                 json_decref(vals);
                 json_decref(msg);
@@ -135,7 +141,10 @@ int cli_trial_tell(const cli_opts *o)
             }
             json_array_append_new(vals, wire_real(x));
         }
-        json_object_set_new(msg, "values", vals);
+        if (json_array_size(vals))
+            json_object_set_new(msg, "values", vals);
+        else
+            json_decref(vals);
     }
     json_t *r = cli_request_of(o, msg, 10000);
     if (!r)

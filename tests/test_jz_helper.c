@@ -834,6 +834,42 @@ TEST(unpolled_instructions_refused_at_close)
     fake_stop(f);
 }
 
+/* A stop the program polled is judged by what it does next, not by the
+   poll that drains the queue after it (a Python `for ins in t.poll()`
+   loop, should_stop): closing takes it, flushing or polling again says
+   nothing, and the program may still acknowledge it itself. */
+TEST(stop_judged_by_close_not_by_a_draining_poll)
+{
+    for (int explicit_ack = 0; explicit_ack <= 1; explicit_ack++) {
+        fake *f = fake_start();
+        env_trial(f, NULL);
+        jz_trial *t = jz_open();
+        REQUIRE(t != NULL);
+        fake_instruct(f, json_pack("{s:i, s:s}", "id", 41, "kind", "stop"));
+        jz_instruction ins, none;
+        CHECK(s_poll_for(t, 41, &ins) == 0);
+        CHECK(ins.kind == JZ_INS_STOP);
+        CHECK(jz_poll(t, &none) == 0); /* the queue drained */
+        CHECK(jz_flush(t, 5000) == 0);
+        pthread_mutex_lock(&f->mu);
+        CHECK(find_ack(f, 41) == NULL); /* not judged yet */
+        pthread_mutex_unlock(&f->mu);
+        if (explicit_ack) {
+            CHECK(jz_ack(t, &ins, 0, "finishing the epoch") == 0);
+            CHECK(jz_ack(t, &ins, 1, NULL) == -1); /* once */
+        }
+        jz_close(&t);
+        pthread_mutex_lock(&f->mu);
+        json_t *a = find_ack(f, 41);
+        CHECK(a && json_is_true(json_object_get(a, "applied")) == !explicit_ack);
+        if (explicit_ack)
+            CHECK_STR(json_string_value(json_object_get(a, "detail")),
+                      "finishing the epoch");
+        pthread_mutex_unlock(&f->mu);
+        fake_stop(f);
+    }
+}
+
 TEST(late_hello_does_not_undo_set)
 {
     fake *f = fake_start();
@@ -1478,6 +1514,7 @@ int main(int argc, char **argv)
     RUN(unhandled_pause_is_carried_out_by_the_helper);
     RUN(stop_ends_a_pause_held_by_the_helper_and_reaches_the_program);
     RUN(unpolled_instructions_refused_at_close);
+    RUN(stop_judged_by_close_not_by_a_draining_poll);
     RUN(late_hello_does_not_undo_set);
     RUN(flush_semantics);
     RUN(idle_thread_sleeps_until_something_is_due);

@@ -97,10 +97,13 @@ int jz_report(jz_trial *t, long step, const char *metric, double value);
    An instruction the program does not jz_ack is settled at its next call
    into the helper, and acknowledged only as what is true: SET and RESUME
    as applied; CHECKPOINT as applied only if jz_checkpoint_done was called;
-   STOP as applied only if that call is jz_close; LOAD as refused (confirm a
-   load with jz_ack). A PAUSE the program does not handle is carried out by
-   the helper: that next call blocks until a RESUME or a STOP arrives (which
-   the program's next jz_poll then returns). */
+   LOAD as refused (confirm a load with jz_ack). A STOP is judged by what
+   the program does after it: applied at jz_close, refused at a jz_report
+   (the program went on); jz_poll, jz_flush and jz_checkpoint_done in
+   between (draining the queue, a last checkpoint) judge nothing, and the
+   program may still jz_ack it. A PAUSE the program does not handle is
+   carried out by the helper: that next call blocks until a RESUME or a STOP
+   arrives (which the program's next jz_poll then returns). */
 int jz_poll(jz_trial *t, jz_instruction *out);
 
 /* Acknowledges instruction `ins` as applied (applied = 1) or refused

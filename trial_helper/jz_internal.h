@@ -94,6 +94,8 @@ struct jz_trial {
     long open_id;          /* its id */
     jz_ins_kind open_kind; /* its kind */
     int open_ckpt_done;    /* jz_checkpoint_done was called since it was polled */
+    long held_stop;        /* a polled STOP not acknowledged yet, judged by what the
+                              program does next (s_settle); 0 when none */
 
     /* name table: appended by the app thread before the points that use a
        name are queued; read by the thread after taking them under mu */

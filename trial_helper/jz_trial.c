@@ -397,39 +397,54 @@ static void s_pause(jz_trial *t)
     pthread_mutex_unlock(&t->mu);
 }
 
+/* What the call that settles an open instruction says of the program. */
+typedef enum {
+    S_CALL,     /* jz_poll, jz_flush, jz_checkpoint_done: nothing about a stop */
+    S_PROGRESS, /* jz_report: the program went on */
+    S_CLOSE     /* jz_close: the program stopped */
+} s_call;
+
 /* Settles the instruction jz_poll returned last when the program did not
    call jz_ack, acknowledging only what is true. SET (the helper's params
    hold the new value) and RESUME (the program runs) count as applied; a
-   CHECKPOINT only when jz_checkpoint_done was called; a STOP only when the
-   program is closing the trial; an unhandled PAUSE is carried out here (see
-   s_pause); a LOAD needs the program's own jz_ack. `closing`: called from
-   jz_close. Called at every entry point but jz_ack. */
-static void s_settle(jz_trial *t, int closing)
+   CHECKPOINT only when jz_checkpoint_done was called; an unhandled PAUSE is
+   carried out here (see s_pause); a LOAD needs the program's own jz_ack. A
+   STOP is held until the program shows what it did: a report after it
+   (it went on: refused) or jz_close (it stopped: applied). A program that
+   polls again to drain the queue, flushes or writes a last checkpoint has
+   not gone on. Called at every entry point but jz_ack. */
+static void s_settle(jz_trial *t, s_call call)
 {
-    if (!t->open_ins)
-        return;
-    t->open_ins = 0;
-    switch (t->open_kind) {
-    case JZ_INS_SET:
-    case JZ_INS_RESUME:
-        s_send_ack(t, t->open_id, 1, NULL);
-        break;
-    case JZ_INS_STOP:
-        s_send_ack(t, t->open_id, closing,
-                   closing ? NULL : "the program went on after stop");
-        break;
-    case JZ_INS_CHECKPOINT:
-        s_send_ack(t, t->open_id, t->open_ckpt_done,
-                   t->open_ckpt_done ? NULL : "the program wrote no checkpoint");
-        break;
-    case JZ_INS_PAUSE:
-        if (closing)
-            s_send_ack(t, t->open_id, 0, "the trial closed");
-        else
-            s_pause(t);
-        break;
-    default:
-        s_send_ack(t, t->open_id, 0, "the program did not acknowledge it (jz_ack)");
+    if (t->open_ins) {
+        t->open_ins = 0;
+        switch (t->open_kind) {
+        case JZ_INS_SET:
+        case JZ_INS_RESUME:
+            s_send_ack(t, t->open_id, 1, NULL);
+            break;
+        case JZ_INS_STOP:
+            /* an earlier held stop stays unacknowledged: the controller
+               resolves it when the trial ends */
+            t->held_stop = t->open_id;
+            break;
+        case JZ_INS_CHECKPOINT:
+            s_send_ack(t, t->open_id, t->open_ckpt_done,
+                       t->open_ckpt_done ? NULL : "the program wrote no checkpoint");
+            break;
+        case JZ_INS_PAUSE:
+            if (call == S_CLOSE)
+                s_send_ack(t, t->open_id, 0, "the trial closed");
+            else
+                s_pause(t);
+            break;
+        default:
+            s_send_ack(t, t->open_id, 0, "the program did not acknowledge it (jz_ack)");
+        }
+    }
+    if (t->held_stop && call != S_CALL) {
+        s_send_ack(t, t->held_stop, call == S_CLOSE,
+                   call == S_CLOSE ? NULL : "the program went on after stop");
+        t->held_stop = 0;
     }
 }
 
@@ -439,6 +454,10 @@ int jz_ack(jz_trial *t, const jz_instruction *ins, int applied, const char *deta
         return -1;
     if (t->standalone)
         return 0;
+    if (t->held_stop && ins->id == t->held_stop) {
+        t->held_stop = 0;
+        return s_send_ack(t, ins->id, applied, detail);
+    }
     if (!t->open_ins || ins->id != t->open_id)
         return -1; /* unknown, or acknowledged already */
     t->open_ins = 0;
@@ -539,7 +558,7 @@ int jz_report(jz_trial *t, long step, const char *metric, double value)
         fprintf(stderr, "jizhi: step %ld %s=%s\n", step, metric, v);
         return 0;
     }
-    s_settle(t, 0);
+    s_settle(t, S_PROGRESS);
     long idx = s_intern(t, metric);
     if (idx < 0)
         return -1;
@@ -596,7 +615,7 @@ int jz_poll(jz_trial *t, jz_instruction *out)
     out->value = NAN;
     if (t->standalone)
         return 0;
-    s_settle(t, 0);
+    s_settle(t, S_CALL);
     s_take_hello_params(t);
     jz__pending_ins p;
     if (!s_next_ins(t, &p))
@@ -649,7 +668,7 @@ int jz_checkpoint_done(jz_trial *t, long step, const char *path)
         return 0;
     }
     t->open_ckpt_done = 1;
-    s_settle(t, 0);
+    s_settle(t, S_CALL);
     return s_post(t, json_pack("{s:s, s:I, s:s}", "type", "checkpoint_done", "step",
                                (json_int_t)step, "path", path));
 }
@@ -662,7 +681,7 @@ int jz_flush(jz_trial *t, int timeout_ms)
         return -1;
     if (t->standalone)
         return 0;
-    s_settle(t, 0);
+    s_settle(t, S_CALL);
     return s_wait_persisted(t, timeout_ms, 1);
 }
 
@@ -693,7 +712,7 @@ void jz_close(jz_trial **tp)
         s_free(t);
         return;
     }
-    s_settle(t, 1);
+    s_settle(t, S_CLOSE);
     /* instructions never polled were not applied: say so */
     jz__pending_ins p;
     while (s_next_ins(t, &p)) {

@@ -396,3 +396,103 @@ def test_instructions_a_killed_controller_held_are_resolved_at_the_restart(jz):
         assert p.stdout.strip() == f"trial {tid}: completed, value 0.5"
     finally:
         stop(*(x for x in (ctl, ctl2) if x))
+
+
+def s_sig_digits(num):
+    """Significant digits of a JSON number's text."""
+    mant = num.lstrip("-").split("e")[0].split("E")[0].replace(".", "")
+    return len(mant.strip("0")) or 1
+
+
+def test_tell_under_use_best_and_numbers_in_shortest_form(jz, monkeypatch):
+    """objective use "best": a tell is one more metric point, so the trial's
+    value is the best of its reports and the told value, as a dispatched
+    trial's would be (review40 item 3). `trial ask`'s text and the web
+    JSON write each number in its shortest exact form, 0.1 not
+    0.10000000000000001 (item 11)."""
+    import re
+    import jizhi
+    from webutil import http, serve
+
+    ctl = jz.popen("controller", "--db", jz.db)
+    srv = None
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the endpoint file")
+        monkeypatch.setenv("JIZHI_BIN", JIZHI)
+        monkeypatch.setenv("JIZHI_LIB", os.path.join(BUILD, "lib", "libjizhi.so"))
+        ep = open(jz.db + ".endpoint").read().strip()
+        spec = ask_spec("ub", trials=3,
+                        objective={"metric": "loss", "mode": "min", "use": "best"})
+        spec["space"]["s"] = {"type": "float", "low": 0.0, "high": 1.0, "step": 0.1}
+        study = jizhi.create_study(spec, db=jz.db, controller=ep)
+        t = study.ask()
+        t.report(1, loss=0.1)
+        t.report(2, loss=0.3)
+        r = study.tell(t, 0.5)
+        assert r["state"] == "completed" and r["value"] == 0.1
+        assert jz.sql("SELECT value, last_value, best_value FROM trials WHERE id=?",
+                      t.id) == [(0.1, 0.5, 0.1)]
+        assert study.best_value == 0.1
+
+        def shortest(text):
+            nums = re.findall(r"-?\d+\.\d+(?:[eE][-+]?\d+)?|-?\d+[eE][-+]?\d+", text)
+            long = [n for n in nums if s_sig_digits(n) > s_sig_digits(repr(float(n)))]
+            assert nums and not long, (long, text[:300])
+
+        line = jz.run("trial", "ask", "ub", "--db", jz.db, check=0).stdout
+        shortest(line.split(" ", 1)[1])
+        srv, url = serve(jz)
+        for path in ("", "/page", "/pareto"):
+            st, body, _ = http("GET", url + "/api/studies/ub" + path, raw=True)
+            assert st == 200, body
+            assert b'"step":0.1' in body or path != "", body[:300]
+            shortest(body.decode())
+    finally:
+        if srv:
+            srv.terminate()
+            srv.wait(timeout=10)
+        stop(ctl)
+
+
+def test_obeyed_stop_pruned_reasons_and_optimize_after_extend(jz, monkeypatch):
+    """review40: a stop should_stop() saw and the program obeyed (tell) reads
+    as taken (item 1); TrialPruned("why") and `trial tell ID pruned MESSAGE`
+    keep their reason (item 7); optimize() with its default n_trials uses a
+    `study extend` (item 2)."""
+    import jizhi
+
+    ctl = jz.popen("controller", "--db", jz.db)
+    try:
+        jz.wait_for(lambda: os.path.exists(jz.db + ".endpoint"), 20, "the endpoint file")
+        monkeypatch.setenv("JIZHI_BIN", JIZHI)
+        monkeypatch.setenv("JIZHI_LIB", os.path.join(BUILD, "lib", "libjizhi.so"))
+        ep = open(jz.db + ".endpoint").read().strip()
+        study = jizhi.create_study(ask_spec("obey", trials=3), db=jz.db, controller=ep)
+        a = study.ask()
+        a.report(0, loss=1.0)
+        jz.run("trial", "stop", str(a.id), "--db", jz.db, check=0)
+        end = time.time() + 10
+        while not a.should_stop() and time.time() < end:
+            time.sleep(0.02)
+        assert a.should_stop()
+        assert study.tell(a, state="pruned")["state"] == "stopped"
+        ev = jz.sql("SELECT applied, result FROM events WHERE kind='instruction' AND "
+                    "trial_id=? AND json_extract(detail, '$.kind')='stop'", a.id)
+        assert len(ev) == 1 and ev[0][0] == 1 and "did not take it" not in (ev[0][1] or ""), ev
+
+        def pruned(t):
+            raise jizhi.TrialPruned("too slow")
+
+        study.optimize(pruned, n_trials=1)
+        c = json.loads(jz.run("trial", "ask", "obey", "--json", "--db", jz.db, check=0).stdout)
+        jz.run("trial", "tell", str(c["trial"]), "pruned", "lost patience", "--db", jz.db,
+               check=0)
+        assert [(t["state"], t["reason"]) for t in study.trials[1:]] == [
+            ("pruned", "too slow"), ("pruned", "lost patience")]
+        study.optimize(lambda t: 0.5)  # the budget is used up: nothing to run
+        assert len(study.trials) == 3
+        jz.run("study", "extend", "obey", "--trials", "2", "--db", jz.db, check=0)
+        study.optimize(lambda t: 0.5)
+        assert [t["state"] for t in study.trials[3:]] == ["completed", "completed"]
+    finally:
+        stop(ctl)

@@ -18,6 +18,10 @@ import textwrap
 
 import pytest
 
+from conftest import base_spec
+from test_control import daemons, running_trial
+from test_recovery import stop
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("JIZHI_BUILD", os.path.join(ROOT, "build"))
 LIB = os.path.join(BUILD, "lib", "libjizhi.so")
@@ -345,15 +349,69 @@ def test_create_study_and_tell_refuse_wrong_arguments_in_python_terms(tmp_path):
                 s.tell(1, **kw)
             except ValueError as e:
                 out.append(str(e))
+        # review40 item 5: a spec with `trial` is refused before it is stored
+        spec = {"name": "wt", "objective": {"metric": "loss", "mode": "min"},
+                "scheduler": {"type": "random"}, "budget": {"trials": 3},
+                "space": {"x": {"type": "float", "low": 0, "high": 1}},
+                "trial": {"command": ["true"]}}
+        with open(%r, "w") as f:
+            json.dump(spec, f)
+        for sp in (spec, %r):
+            try:
+                jizhi.create_study(sp, db=%r)
+            except jizhi.JizhiError as e:
+                out.append(str(e))
         print(json.dumps(out))
-    """ % str(tmp_path / "j.db")
+    """ % ((str(tmp_path / "j.db"),) + (str(tmp_path / "wt.json"),) * 2 + (str(tmp_path / "j.db"),))
     p = run_py(code, child_env())
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out[:5] == ["jizhi: spec must be a dict or the path of a JSON file, not %s" % t
                        for t in ("int", "int", "list", "NoneType", "float")]
-    assert out[5:] == ["jizhi: a failed trial has no value (pass message= to say why)",
+    assert out[5:8] == ["jizhi: a failed trial has no value (pass message= to say why)",
                        "jizhi: tell needs the trial's value (or values), or state='failed' "
                        "or 'pruned'",
                        "jizhi: value must be a number, not 'abc'"]
+    refusal = ("the spec has a `trial` section: its trials run through dispatchers "
+               "(trial.command), so submit it with `jizhi run SPEC` or `jizhi study submit "
+               "SPEC`; create_study is for ask-and-tell (a spec without `trial`)")
+    assert out[8:] == ["jizhi: " + refusal, "jizhi: %s: %s" % (tmp_path / "wt.json", refusal)]
     assert not os.path.exists(tmp_path / "j.db")
+
+
+DRAIN = """
+import time
+import jizhi
+stop = False
+with jizhi.Trial() as t:             # docs/helper-api.md's example
+    for step in range(100000):
+        for ins in t.poll():
+            if ins.kind == "stop":
+                stop = True
+        if stop:
+            break
+        t.report(step, score=step)
+        time.sleep(0.02)
+"""
+
+
+def test_a_stop_obeyed_after_draining_poll_reads_as_taken(jz):
+    """review40 item 1: a program that drains poll() (finds the queue empty
+    after the stop) and then stops took the stop: its event says so, not
+    "the program went on after stop"."""
+    code = os.path.join(jz.dir, "drain.py")
+    with open(code, "w") as f:
+        f.write(DRAIN)
+    spec = base_spec("drain", ["python3", code], trials=1, parallel=1)
+    ep, ctl, disp = daemons(jz, slots="1")
+    try:
+        jz.run("study", "submit", jz.write_spec(spec), check=0)
+        tid = running_trial(jz)
+        jz.run("trial", "stop", str(tid), check=0)
+        jz.wait_trial_state(tid, "stopped", 30, "the trial to stop")
+        ev = jz.sql("SELECT applied, result FROM events WHERE kind='instruction' AND "
+                    "json_extract(detail, '$.kind')='stop'")
+        assert len(ev) == 1 and ev[0][0] == 1, ev
+        assert "did not take it" not in (ev[0][1] or ""), ev
+    finally:
+        stop(ctl, disp)

@@ -3,12 +3,15 @@
     import jizhi
     t = jizhi.Trial()                  # reads JIZHI_* from the environment
     lr = t.param("lr", 0.1)            # the type follows the default
+    stop = False
     for step in range(100):
         for ins in t.poll():           # live instructions from the controller
             if ins.kind == "set" and ins.name == "lr":
                 lr = ins.value
             elif ins.kind == "stop":
-                break
+                stop = True
+        if stop:
+            break                      # ends training, not only the poll loop
         t.report(step, loss=..., val_acc=...)
     t.close()                          # flushes; also `with jizhi.Trial() as t:`
 
@@ -289,7 +292,9 @@ class Trial:
         already updated the params when an instruction is yielded. One not
         ack()ed is settled at the next call into the trial as what is true:
         set and resume as applied, checkpoint only after checkpoint_done(),
-        stop only when the trial closes, load as refused (ack() a load); an
+        load as refused (ack() a load); a stop as taken when the trial
+        closes, as refused when it reports after it (draining poll(),
+        flush() or a last checkpoint_done() in between judge nothing); an
         un-acked pause is carried out by the helper, which blocks that next
         call until a resume (or a stop) arrives; poll() then yields it."""
         while self._h is not None:

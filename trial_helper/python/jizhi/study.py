@@ -205,8 +205,9 @@ class Study:
 
     def tell(self, trial, value=None, values=None, state=None, message=None):
         """Ends `trial` (an AskedTrial or its id): with its objective
-        `value` (or `values`, one per objective), or state="failed"
-        (message: why) or "pruned". Returns {trial, state, value}. Raises
+        `value` (or `values`, one per objective), or state="failed" or
+        "pruned" (message: why, kept as the trial's reason). Returns
+        {trial, state, value}. Raises
         JizhiError when the controller refuses (an unknown, ended or
         another user's trial)."""
         tid = trial.id if isinstance(trial, AskedTrial) else int(trial)
@@ -226,15 +227,13 @@ class Study:
             tail.append(state)
         elif state not in (None, "completed"):
             raise ValueError("jizhi: state must be 'completed', 'failed' or 'pruned'")
-        if state == "failed":
-            if message:
-                tail.append(str(message)[:1000])
-        else:
-            for v in values or []:
-                try:
-                    tail.append(repr(float(v)))
-                except (TypeError, ValueError):
-                    raise ValueError("jizhi: value must be a number, not %r" % (v,))
+        for v in values or []:
+            try:
+                tail.append(repr(float(v)))
+            except (TypeError, ValueError):
+                raise ValueError("jizhi: value must be a number, not %r" % (v,))
+        if message and state in ("failed", "pruned"):
+            tail.append(str(message)[:1000])  # `trial tell ID pruned [VALUE...] [MESSAGE]`
         return json.loads(self._cli.run(["trial", "tell", "--json"], tail=tail).stdout)
 
     def optimize(self, func, n_trials=None, n_jobs=1, catch=True):
@@ -245,9 +244,11 @@ class Study:
         (re-raised after telling when catch is False). An ask the
         controller refuses (the budget used up, the study stopped) ends the
         loop and raises JizhiError once the running trials are told."""
-        if n_trials is None:
-            d = self._cli.json(["study", "show", self.name])
-            n_trials = max(0, int(d["spec"]["budget"]["trials"]) - len(d["trials"]))
+        if n_trials is None:  # the budget with its extensions (`study extend`)
+            s = [e for e in self._cli.json(["study", "list"]) if e["name"] == self.name]
+            if not s:
+                raise JizhiError("jizhi: study %s: no such study" % self.name)
+            n_trials = max(0, int(s[0]["budget"]) - int(s[0]["trials"]))
         left = [int(n_trials)]
         lock = threading.Lock()
         errors = []
@@ -429,7 +430,9 @@ class Study:
 def create_study(spec, db="jizhi.db", controller=None, server_key=None):
     """Submits `spec` (a dict, or the path of a JSON file) as an
     ask-and-tell study and returns it. The spec is a jizhi study spec
-    (docs/spec.md) without a `trial` section. The same spec submitted again
+    (docs/spec.md) without a `trial` section (one with `trial` runs its
+    trials through dispatchers: `jizhi run` or `jizhi study submit`; it is
+    refused here, before anything is stored). The same spec submitted again
     gives the existing study (resumed when stopped); another spec under the
     same name is refused. Without `controller` ("tcp://host:port", or an
     ipc:// endpoint), the controller serving `db` is used, or one is started
@@ -438,22 +441,30 @@ def create_study(spec, db="jizhi.db", controller=None, server_key=None):
     if not isinstance(spec, (dict, str, os.PathLike)):
         raise TypeError("jizhi: spec must be a dict or the path of a JSON file, not %s"
                         % type(spec).__name__)
+    if isinstance(spec, dict):
+        d = spec
+    else:
+        with open(spec) as f:
+            d = json.load(f)
+    if isinstance(d, dict) and "trial" in d:
+        raise JizhiError(
+            "jizhi: %sthe spec has a `trial` section: its trials run through dispatchers "
+            "(trial.command), so submit it with `jizhi run SPEC` or `jizhi study submit "
+            "SPEC`; create_study is for ask-and-tell (a spec without `trial`)"
+            % ("" if isinstance(spec, dict) else "%s: " % os.fspath(spec)))
     cli = _Cli(db, controller, server_key)
     child = cli.ensure_controller()
     if isinstance(spec, dict):
         fd, path = tempfile.mkstemp(suffix=".json", prefix="jizhi-spec-")
         with os.fdopen(fd, "w") as f:
             json.dump(spec, f)
-        name = spec.get("name")
         try:
             cli.run(["study", "submit", path])
         finally:
             os.unlink(path)
     else:
-        with open(spec) as f:
-            name = json.load(f).get("name")
         cli.run(["study", "submit", os.fspath(spec)])
-    return Study(name, cli, child)
+    return Study(d.get("name") if isinstance(d, dict) else None, cli, child)
 
 
 def load_study(name, db="jizhi.db", controller=None, server_key=None):
