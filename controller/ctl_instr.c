@@ -307,35 +307,28 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail)
         c->on.instr_done(c, id, trial_id, applied, why);
 }
 
-void ctl__instr_ack(ctl_t *c, ctl_trial *t, long id, int applied, const char *detail)
+int ctl__instr_ack(ctl_t *c, ctl_trial *t, long id, int applied, const char *detail)
 {
     if (ctl__instr_get(c, id)) {
         ctl__instr_done(c, id, applied, detail);
-        return;
+        return 0;
     }
     /* lost with the last controller: the trial took it all the same */
     json_t *ev = ctl__txn(c) == 0 ? store_event_reresolve(c->store, id, t->row.id,
                                                           applied, util_wall(), detail)
                                   : NULL;
     if (!ev)
-        return;
+        return 0;
     log_info("ctl",
              "trial %ld acknowledged instruction %ld, left by the last controller, "
              "as %s: resolved again",
              t->row.id, id, applied ? "applied" : "refused");
     if (applied)
         s_applied(c, &(ctl_instr){.id = id, .trial_id = t->row.id, .msg = ev});
-    /* a stop it took: its end is a stop's, not a failure to retry or a
-       completion (the plan went with the last controller) */
     const char *kind = json_string_value(json_object_get(ev, "kind"));
-    if (applied && kind && !strcmp(kind, "stop") && ctl_trial_active(t) &&
-        t->plan == PLAN_NONE) {
-        const char *why = json_string_value(json_object_get(ev, "reason"));
-        ctl__trial_stop(c, t, "controller",
-                        why && *why ? why : "stopped before the controller restarted",
-                        CTL_STOP_BY_PERSON);
-    }
+    int stop = applied && kind && !strcmp(kind, "stop");
     json_decref(ev);
+    return stop;
 }
 
 void ctl__instr_stops_done(ctl_t *c, ctl_trial *t, int applied, const char *how)

@@ -134,8 +134,10 @@ void ctl__instr_done(ctl_t *c, long id, int applied, const char *detail);
    is outstanding; else, when a controller's start resolved t's event `id`
    as not applied (the instruction was lost with its predecessor), the
    event is resolved again as t says, and an applied one changes t's
-   persisted state as ctl__instr_done's would. */
-void ctl__instr_ack(ctl_t *c, ctl_trial *t, long id, int applied, const char *detail);
+   persisted state as ctl__instr_done's would. Returns 1 when that late
+   acknowledgement was of a stop t took (the caller gives t the stop's plan
+   again, which went with the last controller), else 0. */
+int ctl__instr_ack(ctl_t *c, ctl_trial *t, long id, int applied, const char *detail);
 /* t ended while being stopped (applied 1: they are resolved as carried
    out), or its stop was withdrawn (applied 0): its outstanding stop
    instructions are resolved, `how` (and what the trial said if it did not

@@ -220,8 +220,14 @@ static void s_ins_ack(ctl_t *c, const ctl_msg *m)
                              m->trial->row.id));
         return;
     }
-    ctl__instr_ack(c, m->trial, id, json_is_true(json_object_get(m->msg, "applied")),
-                   ctl__msg_str(m, "detail"));
+    ctl_trial *t = m->trial;
+    /* a stop it took, acknowledged to this controller after a restart: its
+       end is a stop's, not a failure to retry or a completion */
+    if (ctl__instr_ack(c, t, id, json_is_true(json_object_get(m->msg, "applied")),
+                       ctl__msg_str(m, "detail")) == 1 &&
+        ctl_trial_active(t) && t->plan == PLAN_NONE)
+        ctl__trial_stop(c, t, "controller", "a stop sent before the controller restarted",
+                        CTL_STOP_BY_PERSON);
     ctl__send(c, m->from, wire_ok(m->req));
 }
 
